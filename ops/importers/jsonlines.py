@@ -1,0 +1,160 @@
+"""Shared record types and a tolerant JSON-lines reader for the importers.
+
+The reader never gives up on a file because of one bad line:
+
+* each physical line (split on ``\\n`` only) is decoded with a
+  ``json.JSONDecoder().raw_decode`` loop, so two objects glued together on one
+  line are both recovered (the line is reported as a ``"repaired"`` problem);
+* a line where nothing decodes is reported as ``"skipped"`` with the decoder's
+  reason; a line that decodes partially keeps what decoded (``"repaired"``);
+* blank lines are ignored; there is no line-length limit.
+
+This module also holds the small dataclasses and helpers every format module
+shares (they live here, not in ``__init__``, to avoid import cycles).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterator
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Something wrong in an input file (``kind`` is "skipped" or "repaired")."""
+
+    path: str
+    line: int | None
+    kind: str
+    reason: str
+
+
+@dataclass
+class ImportedSession:
+    """One session: the ``session.create`` payload plus its messages in source order."""
+
+    session: dict
+    messages: list[dict] = field(default_factory=list)
+
+
+@dataclass
+class ParsedFile:
+    """The result of parsing one file (``format`` None = not a supported transcript)."""
+
+    path: str
+    format: str | None
+    sessions: list[ImportedSession] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+
+
+_WS = " \t\r\n\ufeff"
+
+
+def decode_line(text: str) -> tuple[list[Any], str | None]:
+    """Decode every JSON value found back to back in ``text``.
+
+    Returns ``(values, error)``: ``error`` is None when the whole line was
+    consumed, else the reason decoding stopped (values decoded before that
+    point are still returned).
+    """
+    decoder = json.JSONDecoder()
+    values: list[Any] = []
+    pos, end = 0, len(text)
+    while True:
+        while pos < end and text[pos] in _WS:
+            pos += 1
+        if pos >= end:
+            return values, None
+        try:
+            value, pos = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError as exc:
+            return values, f"{exc.msg} at column {exc.colno}"
+        except RecursionError:
+            return values, f"nesting too deep at column {pos + 1}"
+        values.append(value)
+
+
+def iter_jsonl(path: Path, problems: list[Problem]) -> Iterator[tuple[int, Any]]:
+    """Yield ``(line_number, value)`` for every JSON value in a JSON-lines file.
+
+    Line numbers are 1-based physical lines. Problems are appended to
+    ``problems`` as they are found; iteration always continues to the end.
+    """
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            text = raw.decode("utf-8", errors="replace")
+            if not text.strip(_WS):
+                continue
+            values, error = decode_line(text)
+            if error is None and len(values) > 1:
+                problems.append(Problem(str(path), lineno, "repaired",
+                                        f"{len(values)} JSON objects on one line; all recovered"))
+            elif error is not None and values:
+                problems.append(Problem(str(path), lineno, "repaired",
+                                        f"recovered {len(values)} object(s), dropped the rest: {error}"))
+            elif error is not None:
+                problems.append(Problem(str(path), lineno, "skipped", f"invalid JSON: {error}"))
+            for value in values:
+                yield lineno, value
+
+
+def read_text(path: Path) -> str:
+    """Read a whole file as text (UTF-8, BOM stripped, bad bytes replaced)."""
+    return Path(path).read_bytes().decode("utf-8-sig", errors="replace")
+
+
+def parse_timestamp(value: Any) -> float | None:
+    """ISO-8601 string or epoch number -> epoch seconds (naive strings read as UTC)."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        v = float(value)
+        return v / 1000.0 if v > 1e11 else v  # milliseconds -> seconds
+    if not isinstance(value, str) or not value.strip():
+        return None
+    s = value.strip()
+    try:
+        return parse_timestamp(float(s))
+    except ValueError:
+        pass
+    if s.endswith(("Z", "z")):
+        s = s[:-1] + "+00:00"
+    try:
+        dt = datetime.fromisoformat(s)
+    except ValueError:
+        return None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return dt.timestamp()
+
+
+def make_message(id: str, role: str, content: Any = None, *, tool_calls: list | None = None,
+                 tool_call_id: str | None = None, name: str | None = None,
+                 reasoning: str | None = None, timestamp: float | None = None,
+                 extra: dict | None = None) -> dict:
+    """Build a message dict, leaving out keys whose value is None/empty extra."""
+    msg: dict[str, Any] = {"id": id, "role": role, "content": content}
+    for key, value in (("tool_calls", tool_calls or None), ("tool_call_id", tool_call_id),
+                       ("name", name), ("reasoning", reasoning), ("timestamp", timestamp)):
+        if value is not None:
+            msg[key] = value
+    if extra:
+        msg["extra"] = {k: v for k, v in extra.items() if v is not None}
+    return msg
+
+
+def make_tool_call(call_id: str, name: str, arguments: Any) -> dict:
+    """An OpenAI-style tool call; ``arguments`` is always a JSON string."""
+    if not isinstance(arguments, str):
+        arguments = json.dumps(arguments, ensure_ascii=False)
+    return {"id": call_id, "type": "function",
+            "function": {"name": name or "", "arguments": arguments}}
+
+
+def join_text(parts: list[str]) -> str | None:
+    """Join non-empty text pieces with blank lines; None when nothing is left."""
+    kept = [p for p in parts if isinstance(p, str) and p != ""]
+    return "\n\n".join(kept) if kept else None

@@ -1,0 +1,43 @@
+"""The spool's error tree: every error the spool raises is a ``SpoolError``.
+
+Classified by type (and by ``errno`` where the OS gives one), never by message text.
+"""
+from __future__ import annotations
+
+
+class SpoolError(Exception):
+    """Base of every error raised by the ``spool`` package."""
+
+
+class SpoolFullError(SpoolError):
+    """The filesystem holding the spool is full (ENOSPC / EDQUOT).
+
+    No partial record is left behind: the append was rolled back (ftruncate) before this
+    was raised. ``path`` is the segment, ``free_bytes`` the free space seen at the time.
+    """
+
+    def __init__(self, path: str, free_bytes: int):
+        super().__init__(f"spool is full: no space to append to {path} ({free_bytes} bytes free)")
+        self.path = path
+        self.free_bytes = free_bytes
+
+
+class InvalidOpError(SpoolError, ValueError):
+    """A producer asked to append something that is not a valid op (unknown kind, bad shape)."""
+
+
+class DamagedRecordError(SpoolError):
+    """A spool line that cannot be decoded: bad JSON, checksum mismatch, unknown version, NULs.
+
+    ``reason`` is a short machine-readable tag (``bad-json``, ``checksum``, ``version``,
+    ``shape``) and ``detail`` a human explanation.
+    """
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+class WaitTimeoutError(SpoolError, TimeoutError):
+    """Read-your-writes wait gave up before the writer applied the batch."""

@@ -1,0 +1,148 @@
+"""The consumer side of the spool: yield records in order, with their positions.
+
+Only complete lines (ending in ``\\n``) are records. A tail without ``\\n`` is "not yet
+written" while a producer may still be writing it; once no producer holds the segment's lock
+(checked with a non-blocking ``flock``), the tail is torn for good, and ``seal_torn_tail``
+terminates it so the next read yields it as a damaged line to quarantine. A damaged line in
+the middle never hides the lines after it: each line is decoded on its own.
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import record
+from .errors import DamagedRecordError
+from .segments import Position, list_segments, segment_name
+
+#: Reads are buffered in blocks of this size; lines longer than this still work (readline).
+_READ_BUFFER = 1 << 20
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One line of the spool.
+
+    ``position`` is where the line starts and ``next`` where the line after it starts (the
+    cursor value once this line is applied). Exactly one of ``record`` (a decoded body) or
+    ``damage`` (why it could not be decoded) is set; ``raw`` is the line's bytes.
+    """
+
+    position: Position
+    next: Position
+    raw: bytes
+    record: dict[str, Any] | None
+    damage: DamagedRecordError | None
+
+
+class SpoolReader:
+    """Reads a spool directory from a position. Stateless between calls; safe to reuse."""
+
+    def __init__(self, spool_dir: str | os.PathLike[str]):
+        self.dir = Path(spool_dir)
+
+    def read(self, start: Position, *, max_bytes: int = 8 << 20) -> Iterator[Entry]:
+        """Yield entries from ``start`` on, stopping after about ``max_bytes`` of lines.
+
+        A position at the end of a segment moves on to the next segment when one exists.
+        Position ``(n, 0)`` for a segment that was garbage-collected skips to the next one.
+        """
+        pos = self._normalise(start)
+        budget = max_bytes
+        while pos is not None and budget > 0:
+            path = self.dir / segment_name(pos.segment)
+            try:
+                f = open(path, "rb", buffering=_READ_BUFFER)
+            except FileNotFoundError:
+                pos = self._next_segment(pos)
+                continue
+            with f:
+                f.seek(pos.offset)
+                offset = pos.offset
+                while budget > 0:
+                    line = f.readline()
+                    if not line or not line.endswith(b"\n"):
+                        break
+                    nxt = Position(pos.segment, offset + len(line))
+                    try:
+                        yield Entry(Position(pos.segment, offset), nxt, line, record.decode(line), None)
+                    except DamagedRecordError as exc:
+                        yield Entry(Position(pos.segment, offset), nxt, line, None, exc)
+                    offset = nxt.offset
+                    budget -= len(line)
+                if budget <= 0:
+                    return
+                partial = bool(line)
+            if partial:
+                return  # a tail still being written (or torn): wait, or seal_torn_tail()
+            later = self._next_segment(Position(pos.segment, offset))
+            if later is None:
+                return
+            pos = later
+
+    def end(self) -> Position:
+        """The position just past the last complete line of the newest segment."""
+        segments = list_segments(self.dir)
+        if not segments:
+            return Position(1, 0)
+        path = self.dir / segment_name(segments[-1])
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            # Back off over a partial tail so "end" only counts complete lines.
+            block = 4096
+            tail_start = size
+            while tail_start > 0:
+                lo = max(0, tail_start - block)
+                f.seek(lo)
+                chunk = f.read(tail_start - lo)
+                nl = chunk.rfind(b"\n")
+                if nl >= 0:
+                    return Position(segments[-1], lo + nl + 1)
+                tail_start = lo
+        return Position(segments[-1], 0)
+
+    def seal_torn_tail(self, segment: int) -> bool:
+        """Terminate a torn tail of ``segment`` if no producer is writing it.
+
+        Returns True when a ``\\n`` was appended. Takes the segment's lock without blocking:
+        a producer mid-write holds it, so a tail seen here while we hold the lock is torn.
+        """
+        path = self.dir / segment_name(segment)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return False
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+            size = os.fstat(fd).st_size
+            if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+                return False
+            os.write(fd, b"\n")
+            os.fdatasync(fd)
+            return True
+        finally:
+            os.close(fd)  # closing drops the flock
+
+    def has_partial_tail(self, pos: Position) -> bool:
+        """True when bytes without a final ``\\n`` sit at or after ``pos`` in its segment."""
+        try:
+            size = os.stat(self.dir / segment_name(pos.segment)).st_size
+        except FileNotFoundError:
+            return False
+        return size > pos.offset
+
+    def _normalise(self, pos: Position) -> Position | None:
+        if (self.dir / segment_name(pos.segment)).exists():
+            return pos
+        return self._next_segment(pos)
+
+    def _next_segment(self, pos: Position) -> Position | None:
+        later = [n for n in list_segments(self.dir) if n > pos.segment]
+        return Position(later[0], 0) if later else None

@@ -1,0 +1,72 @@
+"""Spool record format v1: one JSON object per line, checksummed.
+
+A line is the compact JSON of the record body with a trailing ``"crc"`` member::
+
+    {"v":1,"op":"messages.append","batch":"<uuid>","producer":"<id>","seq":7,
+     "ts":1764412345.12,"data":{...},"crc":"1a2b3c4d"}\n
+
+The checksum is CRC-32 (zlib) of the exact bytes of the body *without* the crc member, i.e.
+``line[:-CRC_SUFFIX_LEN] + b"}"``. Checking bytes, not a re-serialisation, means the check
+cannot be fooled by JSON round-trip differences. Full format: ``docs/spool-format.md``.
+"""
+from __future__ import annotations
+
+import json
+import zlib
+from typing import Any
+
+from .errors import DamagedRecordError
+
+VERSION = 1
+
+#: Every op kind a producer may append (DESIGN.md, "The spool").
+OP_KINDS = frozenset({
+    "session.create", "session.end", "session.title", "session.flags", "session.read",
+    "messages.append", "messages.compact", "messages.rewind", "messages.replace",
+})
+
+_CRC_PREFIX = b',"crc":"'
+CRC_SUFFIX_LEN = len(_CRC_PREFIX) + 8 + len(b'"}\n')
+
+
+def encode(body: dict[str, Any]) -> bytes:
+    """Serialise a record body to one checksummed line (bytes, ending in ``\\n``).
+
+    ``ensure_ascii=False`` keeps non-ASCII text readable; lone surrogates cannot be encoded
+    to UTF-8 and are replaced (``surrogatepass`` would write invalid UTF-8).
+    """
+    raw = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    data = raw.encode("utf-8", errors="replace")
+    crc = zlib.crc32(data) & 0xFFFFFFFF
+    return data[:-1] + _CRC_PREFIX + b"%08x" % crc + b'"}\n'
+
+
+def decode(line: bytes) -> dict[str, Any]:
+    """Decode one complete line (with its ``\\n``) into a record body.
+
+    Raises ``DamagedRecordError`` when the line is not a valid v1 record: missing or wrong
+    checksum, invalid JSON/UTF-8, NUL bytes, an unknown version or a missing field.
+    """
+    if b"\x00" in line:
+        raise DamagedRecordError("nul-bytes", "line contains NUL bytes (torn or zeroed write)")
+    # The line ends with: ,"crc":"XXXXXXXX"}\n  -> prefix at [-19:-11], hex at [-11:-3].
+    if len(line) <= CRC_SUFFIX_LEN or line[-CRC_SUFFIX_LEN:-11] != _CRC_PREFIX or line[-3:] != b'"}\n':
+        raise DamagedRecordError("checksum", "line has no crc member at its end")
+    body = line[:-CRC_SUFFIX_LEN] + b"}"
+    try:
+        want = int(line[-11:-3], 16)
+    except ValueError:
+        raise DamagedRecordError("checksum", "crc member is not hexadecimal") from None
+    got = zlib.crc32(body) & 0xFFFFFFFF
+    if got != want:
+        raise DamagedRecordError("checksum", f"crc mismatch: stored {want:08x}, computed {got:08x}")
+    try:
+        rec = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DamagedRecordError("bad-json", str(exc)) from None
+    if not isinstance(rec, dict) or rec.get("v") != VERSION:
+        raise DamagedRecordError("version", f"unsupported record version {rec.get('v') if isinstance(rec, dict) else None!r}")
+    for key in ("op", "batch", "data"):
+        if key not in rec:
+            raise DamagedRecordError("shape", f"record has no {key!r}")
+    return rec

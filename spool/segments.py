@@ -1,0 +1,68 @@
+"""Segment naming, positions and directory helpers shared by producers and the reader.
+
+A spool directory holds append-only segments ``00000001.jsonl``, ``00000002.jsonl`` ... and a
+``quarantine/`` folder. A **position** is ``(segment number, byte offset)``; positions order
+records totally. Invariant used by the reader: segment N+1 is only ever created by a producer
+that held segment N's lock and saw it at or past the rotation size, so once N+1 exists no new
+record is written to N (only a lone ``\\n`` that terminates a torn tail).
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import NamedTuple
+
+SEGMENT_RE = re.compile(r"^(\d{8})\.jsonl$")
+DIR_MODE = 0o700
+FILE_MODE = 0o600
+
+
+class Position(NamedTuple):
+    """A place in the spool: ``segment`` number (1-based) and byte ``offset`` in it."""
+
+    segment: int
+    offset: int
+
+    def __str__(self) -> str:
+        return f"{self.segment}:{self.offset}"
+
+    @classmethod
+    def parse(cls, text: str) -> "Position":
+        """Parse ``"SEGMENT:OFFSET"``; raises ``ValueError`` on anything else."""
+        seg, _, off = text.partition(":")
+        pos = cls(int(seg), int(off))
+        if pos.segment < 0 or pos.offset < 0:
+            raise ValueError(f"negative spool position {text!r}")
+        return pos
+
+
+START = Position(1, 0)
+
+
+def segment_name(number: int) -> str:
+    return f"{number:08d}.jsonl"
+
+
+def list_segments(spool_dir: Path) -> list[int]:
+    """Segment numbers present in ``spool_dir``, ascending."""
+    try:
+        names = os.listdir(spool_dir)
+    except FileNotFoundError:
+        return []
+    return sorted(int(m.group(1)) for n in names if (m := SEGMENT_RE.match(n)))
+
+
+def ensure_dir(path: Path) -> None:
+    """Create ``path`` (and parents) owner-only; chmod on the path, never via an fd."""
+    path.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
+    os.chmod(path, DIR_MODE)
+
+
+def fsync_dir(path: Path) -> None:
+    """fsync a directory so a created or renamed entry in it survives a power loss."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,161 @@
+"""OpenAI chat-completions messages -> Quill sessions.
+
+Accepted shapes (detection is deliberately strict: every message must have a
+known ``role`` and only keys an OpenAI chat message can carry):
+
+* a JSON array of messages, or a JSON object ``{"messages": [...]}``
+  -> one session "openai-chat:<file name>";
+* JSONL, one message per line -> one session "openai-chat:<file name>";
+* JSONL, one ``{"messages": [...], ...}`` per line -> one session per line,
+  "openai-chat:<file name>:<line>".
+
+Message id = its index in the session ("0", "1", ...). ``tool_calls`` are
+normalised (missing ids synthesised as "call_<index>_<k>", arguments made a
+JSON string); legacy ``function_call`` becomes a tool call; tool messages get
+``name`` from the matching call when absent.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterable
+
+from .jsonlines import ImportedSession, Problem, join_text, make_message, make_tool_call, parse_timestamp
+
+FORMAT = "openai-chat"
+ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+MESSAGE_KEYS = frozenset({"role", "content", "name", "tool_calls", "tool_call_id", "function_call",
+                          "refusal", "reasoning", "reasoning_content", "thinking", "annotations",
+                          "audio", "id", "timestamp", "created_at", "weight", "metadata"})
+_REASONING_KEYS = ("reasoning", "reasoning_content", "thinking")
+_HANDLED = frozenset({"role", "content", "name", "tool_calls", "tool_call_id", "function_call",
+                      "timestamp", "created_at", *_REASONING_KEYS})
+
+
+def looks_like_message(obj: Any) -> bool:
+    """A dict with a known role, only OpenAI message keys, and content or a call."""
+    return (isinstance(obj, dict) and obj.get("role") in ROLES and set(obj) <= MESSAGE_KEYS
+            and ("content" in obj or "tool_calls" in obj or "function_call" in obj))
+
+
+def looks_like_conversation(obj: Any) -> bool:
+    """``{"messages": [message, ...]}`` with at least one message."""
+    msgs = obj.get("messages") if isinstance(obj, dict) else None
+    return isinstance(msgs, list) and bool(msgs) and all(looks_like_message(m) for m in msgs)
+
+
+def looks_like_message_list(obj: Any) -> bool:
+    """A non-empty JSON array made only of OpenAI chat messages."""
+    return isinstance(obj, list) and bool(obj) and all(looks_like_message(m) for m in obj)
+
+
+def _content(raw: Any) -> Any:
+    if raw is None or isinstance(raw, str):
+        return raw
+    if not isinstance(raw, list):
+        return json.dumps(raw, ensure_ascii=False)
+    texts, parts, has_media = [], [], False
+    for part in raw:
+        if isinstance(part, str):
+            texts.append(part)
+            parts.append({"type": "text", "text": part})
+        elif isinstance(part, dict) and isinstance(part.get("text"), str):
+            texts.append(part["text"])
+            parts.append({"type": "text", "text": part["text"]})
+        elif isinstance(part, dict):
+            has_media = True
+            parts.append(part)
+        else:
+            texts.append(json.dumps(part))
+            parts.append({"type": "text", "text": json.dumps(part)})
+    return parts if has_media else join_text(texts)
+
+
+def _message(i: int, m: dict, names: dict[str, str]) -> dict:
+    role = "tool" if m.get("role") == "function" else str(m.get("role"))
+    calls = []
+    for k, call in enumerate(m.get("tool_calls") or []):
+        if not isinstance(call, dict):
+            continue
+        fn = call.get("function") if isinstance(call.get("function"), dict) else {}
+        cid = str(call.get("id") or f"call_{i}_{k}")
+        name = fn.get("name") or call.get("name") or ""
+        names[cid] = name
+        args = fn.get("arguments", call.get("arguments"))
+        calls.append(make_tool_call(cid, name, args if args is not None else {}))
+    fc = m.get("function_call")
+    if isinstance(fc, dict):
+        cid = f"call_{i}_{len(calls)}"
+        names[cid] = fc.get("name") or ""
+        calls.append(make_tool_call(cid, fc.get("name") or "", fc.get("arguments") or {}))
+    tcid = m.get("tool_call_id")
+    tcid = str(tcid) if tcid is not None else None
+    name = m.get("name") if isinstance(m.get("name"), str) else None
+    if role == "tool" and name is None and tcid:
+        name = names.get(tcid)
+    reasoning = next((m[k] for k in _REASONING_KEYS if isinstance(m.get(k), str) and m[k]), None)
+    extra = {k: v for k, v in m.items() if k not in _HANDLED}
+    if m.get("role") == "function":
+        extra["original_role"] = "function"
+    ts = parse_timestamp(m.get("timestamp", m.get("created_at")))
+    return make_message(str(i), role, _content(m.get("content")), tool_calls=calls,
+                        tool_call_id=tcid, name=name, reasoning=reasoning, timestamp=ts, extra=extra)
+
+
+def _session(sid: str, msgs: list, meta: dict, path: Path, line: int | None,
+             problems: list[Problem], model: Any = None) -> ImportedSession:
+    names: dict[str, str] = {}
+    out = []
+    for i, m in enumerate(msgs):
+        if not isinstance(m, dict) or m.get("role") not in ROLES:
+            problems.append(Problem(str(path), line, "skipped", f"message {i} is not an OpenAI chat message"))
+            continue
+        out.append(_message(i, m, names))
+    times = [m["timestamp"] for m in out if m.get("timestamp") is not None]
+    session = {"session_id": sid, "source": FORMAT, "title": None,
+               "model": model if isinstance(model, str) else None, "cwd": None,
+               "started_at": min(times) if times else None, "meta": meta}
+    return ImportedSession(session=session, messages=out)
+
+
+def parse_document(path: Path, doc: Any, problems: list[Problem]) -> list[ImportedSession]:
+    """A whole-file JSON array of messages, or an object with ``messages``."""
+    name = Path(path).name
+    meta: dict[str, Any] = {"source_file": name, "variant": "json-array"}
+    if isinstance(doc, dict):
+        meta.update({k: v for k, v in doc.items() if k not in ("messages", "model")})
+        meta["variant"] = "json-object"
+        return [_session(f"{FORMAT}:{name}", doc.get("messages") or [], meta, path, None,
+                         problems, doc.get("model"))]
+    return [_session(f"{FORMAT}:{name}", doc, meta, path, None, problems)]
+
+
+def parse_records(path: Path, records: Iterable[tuple[int | None, Any]],
+                  problems: list[Problem]) -> list[ImportedSession]:
+    """JSONL: either one message per line (one session) or one conversation per line."""
+    name = Path(path).name
+    records = list(records)
+    if any(isinstance(r, dict) and "messages" in r for _, r in records):
+        sessions, seen = [], {}
+        for line, rec in records:
+            if not looks_like_conversation(rec):
+                problems.append(Problem(str(path), line, "skipped", "not a {messages: [...]} conversation"))
+                continue
+            k = seen.get(line, 0)
+            seen[line] = k + 1
+            meta = {key: v for key, v in rec.items() if key not in ("messages", "model")}
+            meta.update({"source_file": name, "line": line, "variant": "jsonl-conversations"})
+            sid = f"{FORMAT}:{name}:{line}" + (f":{k}" if k else "")
+            sessions.append(_session(sid, rec["messages"], meta, path, line, problems, rec.get("model")))
+        return sessions
+    msgs = []
+    for line, rec in records:
+        if not looks_like_message(rec):
+            problems.append(Problem(str(path), line, "skipped", "not an OpenAI chat message"))
+            continue
+        msgs.append(rec)
+    if not msgs:
+        return []
+    return [_session(f"{FORMAT}:{name}", msgs, {"source_file": name, "variant": "jsonl-messages"},
+                     path, None, problems)]

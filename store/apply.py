@@ -1,0 +1,119 @@
+"""Applying a chunk of spool entries in one transaction, with the cursor.
+
+Exactly-once rests on two facts (DESIGN.md, "The cursor commits with the data"):
+1. the spool cursor is updated in the same ``BEGIN IMMEDIATE`` transaction as the rows, so a
+   crash replays at most the uncommitted chunk;
+2. every op is recorded in ``applied_batches`` by batch id in that same transaction, so a
+   replayed (or re-sent) batch is skipped.
+Each op runs inside a SAVEPOINT: an invalid op is rolled back alone and handed to
+``on_reject`` (which quarantines it durably *before* the commit), and the rest of the chunk
+is applied.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import apsw
+
+from .connection import transaction
+from .errors import InvalidOpError
+from .ops import APPLIERS
+
+
+class EntryLike(Protocol):
+    """What ``apply_chunk`` needs of a spool entry (``spool.Entry`` satisfies it)."""
+
+    position: Any
+    next: Any
+    raw: bytes
+    record: dict[str, Any] | None
+    damage: Exception | None
+
+
+#: ``on_reject(entry, reason, detail)``: called inside the transaction, before COMMIT.
+RejectFn = Callable[[EntryLike, str, str], None]
+
+
+@dataclass
+class ChunkResult:
+    """Figures for one committed chunk (counts of entries, except ``rows``)."""
+
+    applied: int = 0
+    duplicates: int = 0
+    rejected: int = 0
+    rows: int = 0
+    batches: list[str] = field(default_factory=list)
+
+
+def read_cursor(conn: apsw.Connection) -> tuple[int, int] | None:
+    """The committed spool cursor ``(segment, offset)``, or None before the first chunk."""
+    row = conn.execute('SELECT segment, "offset" FROM spool_cursor WHERE id = 1').fetchone()
+    return (row[0], row[1]) if row else None
+
+
+def apply_chunk(conn: apsw.Connection, entries: Sequence[EntryLike], on_reject: RejectFn) -> ChunkResult:
+    """Apply ``entries`` (consecutive, in spool order) and advance the cursor past the last.
+
+    Raises the store error tree on SQLite failures; then nothing of the chunk is committed.
+    """
+    result = ChunkResult()
+    if not entries:
+        return result
+    now = time.time()
+    with transaction(conn):
+        for entry in entries:
+            _apply_entry(conn, entry, now, on_reject, result)
+        last = entries[-1].next
+        conn.execute(
+            'INSERT INTO spool_cursor (id, segment, "offset", updated_at) VALUES (1, ?, ?, ?) '
+            'ON CONFLICT (id) DO UPDATE SET segment = excluded.segment, "offset" = excluded."offset", '
+            "updated_at = excluded.updated_at",
+            (last[0], last[1], now))
+    return result
+
+
+def _apply_entry(conn: apsw.Connection, entry: EntryLike, now: float, on_reject: RejectFn,
+                 result: ChunkResult) -> None:
+    if entry.record is None:
+        damage = entry.damage
+        on_reject(entry, getattr(damage, "reason", "damaged"), str(damage))
+        result.rejected += 1
+        return
+    rec = entry.record
+    batch = rec["batch"]
+    if isinstance(batch, str) and conn.execute(
+            "SELECT 1 FROM applied_batches WHERE batch_id = ?", (batch,)).fetchone():
+        result.duplicates += 1
+        return
+    applier = APPLIERS.get(rec["op"])
+    if applier is None:
+        on_reject(entry, "unsupported-op", f"op {rec['op']!r} is not applied by this version of Quill")
+        result.rejected += 1
+        return
+    data = rec["data"]
+    conn.execute("SAVEPOINT op")
+    try:
+        if not isinstance(batch, str):
+            raise InvalidOpError("invalid-batch", "batch id must be a string")
+        if not isinstance(data, dict):
+            raise InvalidOpError("invalid-data", "op data must be a JSON object")
+        rows = applier(conn, data, batch, now)
+        conn.execute("INSERT INTO applied_batches (batch_id, position, applied_at) VALUES (?, ?, ?)",
+                     (batch, str(entry.position), now))
+    except InvalidOpError as exc:
+        conn.execute("ROLLBACK TO op")
+        conn.execute("RELEASE op")
+        on_reject(entry, exc.reason, exc.detail)
+        result.rejected += 1
+        return
+    except BaseException:
+        conn.execute("ROLLBACK TO op")
+        conn.execute("RELEASE op")
+        raise
+    conn.execute("RELEASE op")
+    result.applied += 1
+    result.rows += rows
+    result.batches.append(batch)

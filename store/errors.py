@@ -1,0 +1,101 @@
+"""The store's error tree, classified by apsw exception type (= SQLite primary result code),
+never by message text.
+
+    StoreError
+    ├── TransientError        SQLITE_BUSY / SQLITE_LOCKED: retry later
+    ├── CorruptError          SQLITE_CORRUPT: sticky halt (DESIGN.md "Corruption stops writes")
+    │   └── NotADatabaseError SQLITE_NOTADB
+    ├── DiskFullError         SQLITE_FULL: pause the drain until space returns
+    ├── StoreIOError          SQLITE_IOERR
+    ├── ReadOnlyError         SQLITE_READONLY
+    ├── CantOpenError         SQLITE_CANTOPEN
+    ├── LeaseHeldError        another process holds the writer lease
+    └── InvalidOpError        an op's data breaks the rules: the record is quarantined
+"""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import apsw
+
+
+class StoreError(Exception):
+    """Base of every error the ``store`` package raises."""
+
+
+class TransientError(StoreError):
+    """The database was busy or locked; the operation may succeed if retried."""
+
+
+class CorruptError(StoreError):
+    """Structural damage (SQLITE_CORRUPT). The writer halts; recovery rebuilds the store."""
+
+
+class NotADatabaseError(CorruptError):
+    """The file is not a SQLite database (SQLITE_NOTADB), e.g. overwritten."""
+
+
+class DiskFullError(StoreError):
+    """SQLITE_FULL: the disk (or a size limit) is full."""
+
+
+class StoreIOError(StoreError):
+    """SQLITE_IOERR: the OS reported an I/O error."""
+
+
+class ReadOnlyError(StoreError):
+    """SQLITE_READONLY: a write was attempted on a read-only database or connection."""
+
+
+class CantOpenError(StoreError):
+    """SQLITE_CANTOPEN: the database file (or its directory) cannot be opened."""
+
+
+class LeaseHeldError(StoreError):
+    """Another live process holds the lease. ``holder`` describes it (pid, start time)."""
+
+    def __init__(self, lock_path: str, holder: dict):
+        desc = ", ".join(f"{k}={v}" for k, v in holder.items()) or "unknown holder"
+        super().__init__(f"{lock_path} is held by another process ({desc})")
+        self.lock_path = lock_path
+        self.holder = holder
+
+
+class InvalidOpError(StoreError, ValueError):
+    """An op whose data cannot be applied (missing/invalid fields). ``reason`` is a short tag."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+# Order matters: subclasses before their bases (NotADBError is not a CorruptError in apsw).
+_MAP: tuple[tuple[type[BaseException], type[StoreError]], ...] = (
+    (apsw.BusyError, TransientError),
+    (apsw.LockedError, TransientError),
+    (apsw.NotADBError, NotADatabaseError),
+    (apsw.CorruptError, CorruptError),
+    (apsw.FullError, DiskFullError),
+    (apsw.IOError, StoreIOError),
+    (apsw.ReadOnlyError, ReadOnlyError),
+    (apsw.CantOpenError, CantOpenError),
+)
+
+
+def translate(exc: apsw.Error) -> StoreError:
+    """Map an apsw exception to the store tree (a plain ``StoreError`` when unclassified)."""
+    for apsw_type, ours in _MAP:
+        if isinstance(exc, apsw_type):
+            return ours(str(exc))
+    return StoreError(f"{type(exc).__name__}: {exc}")
+
+
+@contextlib.contextmanager
+def mapped() -> Iterator[None]:
+    """Run a block, re-raising apsw errors as the store tree (original chained)."""
+    try:
+        yield
+    except apsw.Error as exc:
+        raise translate(exc) from exc

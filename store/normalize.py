@@ -1,0 +1,127 @@
+"""Turning a producer's message dict (OpenAI chat shape + extras) into a ``messages`` row.
+
+Encoding rules (issue 3 §4, from field reports of double-encoded tool calls and bad clocks):
+* ``tool_calls`` given as a JSON string is decoded and stored encoded once; ``{}``, ``"{}"``,
+  ``"null"``, malformed JSON, ``0``, ``False``, ``None`` and ``[]`` all mean "no tool calls";
+* NUL characters are removed from text (lone surrogates never reach here: the spool encodes
+  UTF-8 with replacement);
+* a timestamp outside [2000-01-01, arrival + 1 day] is replaced by the arrival time; order is
+  insertion order, never the timestamp;
+* every key not listed in ``KNOWN_FIELDS`` is kept verbatim in ``extra``.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any
+
+from .errors import InvalidOpError
+
+ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+KNOWN_FIELDS = frozenset({"id", "role", "content", "tool_calls", "tool_call_id", "name",
+                          "reasoning", "finish_reason", "timestamp", "extra"})
+TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
+_MIN_TS = 946684800.0  # 2000-01-01T00:00:00Z
+_MAX_FUTURE_S = 86400.0
+
+#: Column order of a normalised row (matches the INSERT in ``ops.py``).
+ROW_COLUMNS = ("ext_id", "role", "content", "parts", "tool_calls", "tool_call_id",
+               "tool_name", "reasoning", "finish_reason", "ts", "extra")
+
+
+def scrub(text: str) -> str:
+    """Remove NUL characters (SQLite text and FTS tokenizers stop or misbehave at NUL)."""
+    return text.replace("\x00", "") if "\x00" in text else text
+
+
+def _opt_str(msg: dict, key: str) -> str | None:
+    value = msg.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidOpError("invalid-field", f"message field {key!r} must be a string, got {type(value).__name__}")
+    return scrub(value)
+
+
+def tool_calls_json(value: Any) -> str | None:
+    """Normalise a tool_calls value to a once-encoded JSON array, or None for "no calls"."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            return None
+    if not value:  # None, 0, False, {}, [], "" (and "null"/"{}"/"[]" after decoding)
+        return None
+    if isinstance(value, dict):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(c, dict) for c in value):
+        return None
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def content_columns(content: Any) -> tuple[str | None, str | None]:
+    """``(text, parts_json)`` for a content value: a string, a list of parts, or None."""
+    if content is None:
+        return None, None
+    if isinstance(content, str):
+        return scrub(content), None
+    if isinstance(content, dict):
+        content = [content]
+    if isinstance(content, list):
+        texts = [p.get("text") for p in content
+                 if isinstance(p, dict) and p.get("type") in TEXT_PART_TYPES and isinstance(p.get("text"), str)]
+        texts += [p for p in content if isinstance(p, str)]
+        text = scrub("\n".join(texts)) if texts else None
+        return text, json.dumps(content, ensure_ascii=False, separators=(",", ":"))
+    raise InvalidOpError("invalid-field", f"message content must be a string, a list of parts or null, got {type(content).__name__}")
+
+
+def timestamp(value: Any, arrived_at: float) -> float:
+    """Epoch seconds from a number or an ISO-8601 string; insane or missing → ``arrived_at``."""
+    ts: float | None = None
+    if isinstance(value, bool):
+        ts = None
+    elif isinstance(value, (int, float)):
+        ts = float(value) / (1000.0 if value > 1e11 else 1.0)  # accept epoch milliseconds
+    elif isinstance(value, str) and value:
+        try:
+            parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            parsed = None
+        if parsed is not None:
+            if parsed.tzinfo is None:
+                parsed = parsed.replace(tzinfo=dt.timezone.utc)
+            ts = parsed.timestamp()
+    if ts is None or ts != ts or ts < _MIN_TS or ts > arrived_at + _MAX_FUTURE_S:
+        return arrived_at
+    return ts
+
+
+def message_row(msg: Any, arrived_at: float) -> tuple:
+    """Validate one message dict and return its row values in ``ROW_COLUMNS`` order.
+
+    Raises ``InvalidOpError`` for a non-object, a missing or unknown role, or a field of the
+    wrong type. Nothing is written; callers apply a batch all-or-nothing.
+    """
+    if not isinstance(msg, dict):
+        raise InvalidOpError("invalid-message", f"a message must be a JSON object, got {type(msg).__name__}")
+    role = msg.get("role")
+    if role not in ROLES:
+        raise InvalidOpError("invalid-role", f"message role {role!r} is not one of {sorted(ROLES)}")
+    ext_id = msg.get("id")
+    if ext_id is not None and not isinstance(ext_id, (str, int)):
+        raise InvalidOpError("invalid-field", "message id must be a string or an integer")
+    text, parts = content_columns(msg.get("content"))
+    extra = {k: v for k, v in msg.items() if k not in KNOWN_FIELDS}
+    given_extra = msg.get("extra")
+    if isinstance(given_extra, dict):
+        extra = {**given_extra, **extra}
+    elif given_extra is not None:
+        extra["extra"] = given_extra
+    return (
+        None if ext_id is None else str(ext_id), role, text, parts,
+        tool_calls_json(msg.get("tool_calls")),
+        _opt_str(msg, "tool_call_id"), _opt_str(msg, "name"), _opt_str(msg, "reasoning"),
+        _opt_str(msg, "finish_reason"), timestamp(msg.get("timestamp"), arrived_at),
+        json.dumps(extra, ensure_ascii=False, separators=(",", ":")) if extra else None,
+    )

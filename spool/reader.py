@@ -146,3 +146,15 @@ class SpoolReader:
     def _next_segment(self, pos: Position) -> Position | None:
         later = [n for n in list_segments(self.dir) if n > pos.segment]
         return Position(later[0], 0) if later else None
+
+
+def stats(spool_dir: str | os.PathLike[str], cursor: Position | None) -> dict[str, Any]:
+    """Figures for ``quill status``: segment count, total bytes, end position and the bytes
+    not yet applied past ``cursor`` (None = nothing applied yet)."""
+    d = Path(spool_dir)
+    sizes = {n: os.stat(d / segment_name(n)).st_size for n in list_segments(d)}
+    cursor = cursor or Position(min(sizes, default=1), 0)
+    pending = sum(size - (cursor.offset if n == cursor.segment else 0)
+                  for n, size in sizes.items() if n >= cursor.segment)
+    return {"segments": len(sizes), "bytes": sum(sizes.values()), "end": str(SpoolReader(d).end()),
+            "pending_bytes": max(0, pending)}

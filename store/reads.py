@@ -172,6 +172,15 @@ class Reader:
         return [{"session_id": r[1], "message_id": r[0], "role": r[2], "ts": r[5], "title": r[6],
                  "snippet": snippet(r[3] or r[4] or "", terms)} for r in hits[:limit]]
 
+    def job_runs(self, *, job: str | None = None, limit: int = 20) -> list[dict[str, Any]]:
+        """Recent job runs, newest first: job, started_at, ended_at, outcome, figures, error."""
+        sql = ("SELECT job, started_at, ended_at, outcome, figures, error FROM job_runs "
+               + ("WHERE job = ? " if job else "") + "ORDER BY id DESC LIMIT ?")
+        with mapped():
+            rows = self.conn.execute(sql, ((job,) if job else ()) + (limit,)).fetchall()
+        return [{"job": r[0], "started_at": r[1], "ended_at": r[2], "outcome": r[3],
+                 "figures": json.loads(r[4] or "{}"), "error": r[5]} for r in rows]
+
     def figures(self) -> dict[str, Any]:
         """Counts and positions for ``quill status``: sessions, messages, cursor, FTS lag."""
         with mapped():

@@ -32,7 +32,7 @@ _HANDLED = frozenset({"type", "message", "sessionId", "timestamp", "cwd", "gitBr
 
 def looks_like_record(obj: Any) -> bool:
     """True for a dict that is plausibly a Claude Code transcript record."""
-    if not isinstance(obj, dict) or obj.get("type") not in RECORD_TYPES:
+    if not isinstance(obj, dict) or not isinstance(obj.get("type"), str) or obj["type"] not in RECORD_TYPES:
         return False
     if obj["type"] == "summary":
         return "summary" in obj and "leafUuid" in obj
@@ -104,8 +104,9 @@ class _Session:
         ver = rec.get("version")
         if ver and ver not in self.versions:
             self.versions.append(ver)
-        model = (rec.get("message") or {}).get("model") if rec.get("type") == "assistant" else None
-        if model and model != "<synthetic>" and "model" not in self.first:
+        msg = rec.get("message")
+        model = msg.get("model") if isinstance(msg, dict) and rec.get("type") == "assistant" else None
+        if isinstance(model, str) and model != "<synthetic>" and "model" not in self.first:
             self.first["model"] = model
         if rec.get("type") == "system" and rec.get("subtype") == "compact_boundary":
             self.compactions.append({k: rec.get(k) for k in (
@@ -200,42 +201,62 @@ def _user(sess: _Session, rec: dict, msg: dict, mid: str, ts: float | None) -> l
     return out
 
 
+def _record(path: Path, rec: dict, line: int | None, ordinal: int, sessions: dict[str, _Session],
+            current: _Session | None, early: list[dict], problems: list[Problem]) -> _Session | None:
+    """Handle one non-summary record; returns the session now current."""
+    rtype = rec["type"]
+    sid = rec.get("sessionId")
+    if isinstance(sid, str) and sid:
+        current = sessions.setdefault(sid, _Session(sid, False))
+    elif current is None and rtype not in ("user", "assistant"):
+        early.append(rec)  # e.g. a file-history-snapshot before the first message
+        return current
+    elif current is None:
+        current = sessions.setdefault("", _Session(Path(path).name, True))
+    sess = current
+    for pending in early:
+        sess.note(pending)
+    early.clear()
+    sess.note(rec)
+    if rtype not in ("user", "assistant"):
+        return current
+    msg = rec.get("message")
+    if not isinstance(msg, dict):
+        problems.append(Problem(str(path), line, "skipped", f"{rtype} record without a 'message' object"))
+        return current
+    mid = str(rec.get("uuid") or f"record:{ordinal}")
+    mid = sess.dedupe(mid, msg, path, line, problems)
+    if mid is None:
+        return current
+    ts = parse_timestamp(rec.get("timestamp"))
+    if rtype == "assistant":
+        sess.messages.append(_assistant(sess, rec, msg, mid, ts))
+    else:
+        sess.messages.extend(_user(sess, rec, msg, mid, ts))
+    return current
+
+
 def parse_records(path: Path, records: Iterable[tuple[int | None, Any]],
                   problems: list[Problem], variant: str) -> list[ImportedSession]:
     """Turn ``(line, record)`` pairs into sessions (one per sessionId, first-seen order)."""
     sessions: dict[str, _Session] = {}
     summaries: list[dict] = []
     current: _Session | None = None
+    early: list[dict] = []
     for ordinal, (line, rec) in enumerate(records):
         if not isinstance(rec, dict) or not isinstance(rec.get("type"), str):
             problems.append(Problem(str(path), line, "skipped", "record is not an object with a 'type'"))
             continue
         rtype = rec["type"]
         if rtype == "summary":
-            summaries.append({"summary": rec.get("summary"), "leafUuid": rec.get("leafUuid"), "line": line})
+            leaf = rec.get("leafUuid") if isinstance(rec.get("leafUuid"), str) else None
+            summaries.append({"summary": rec.get("summary"), "leafUuid": leaf, "line": line})
             continue
-        sid = rec.get("sessionId")
-        if isinstance(sid, str) and sid:
-            current = sessions.setdefault(sid, _Session(sid, False))
-        elif current is None:
-            current = sessions.setdefault("", _Session(Path(path).name, True))
-        sess = current
-        sess.note(rec)
-        if rtype not in ("user", "assistant"):
-            continue
-        msg = rec.get("message")
-        if not isinstance(msg, dict):
-            problems.append(Problem(str(path), line, "skipped", f"{rtype} record without a 'message' object"))
-            continue
-        mid = str(rec.get("uuid") or f"record:{ordinal}")
-        mid = sess.dedupe(mid, msg, path, line, problems)
-        if mid is None:
-            continue
-        ts = parse_timestamp(rec.get("timestamp"))
-        if rtype == "assistant":
-            sess.messages.append(_assistant(sess, rec, msg, mid, ts))
-        else:
-            sess.messages.extend(_user(sess, rec, msg, mid, ts))
+        try:
+            current = _record(path, rec, line, ordinal, sessions, current, early, problems)
+        except (TypeError, AttributeError, ValueError, KeyError, RecursionError) as exc:
+            problems.append(Problem(str(path), line, "skipped",
+                                    f"unexpected {rtype} record shape: {type(exc).__name__}: {exc}"))
     return [_finish(path, s, summaries, len(sessions), variant) for s in sessions.values()]
 
 

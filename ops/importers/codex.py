@@ -25,14 +25,15 @@ from .jsonlines import ImportedSession, Problem, join_text, make_message, make_t
 
 FORMAT = "codex"
 RECORD_TYPES = frozenset({"session_meta", "response_item", "event_msg", "turn_context", "compacted"})
+_ROLES = ("system", "developer", "user", "assistant", "tool")
 _META_KEYS = ("originator", "cli_version", "source", "thread_source", "model_provider", "git",
               "instructions", "forked_from_id")
 
 
 def looks_like_record(obj: Any) -> bool:
     """True for a dict shaped like one Codex rollout line."""
-    return (isinstance(obj, dict) and obj.get("type") in RECORD_TYPES
-            and isinstance(obj.get("payload"), dict))
+    return (isinstance(obj, dict) and isinstance(obj.get("type"), str)
+            and obj["type"] in RECORD_TYPES and isinstance(obj.get("payload"), dict))
 
 
 def _parts_content(parts: Any) -> Any:
@@ -111,7 +112,9 @@ def _item(st: _State, line: int | None, p: dict, ts: float | None) -> None:
         return
     mid = st.next_id(line)
     if ptype == "message":
-        role = p.get("role") or "user"
+        role = p.get("role")
+        if role not in _ROLES:
+            extra["original_role"], role = role, "user"
         if role == "assistant":
             extra["model"] = st.turn.get("model")
         st.messages.append(make_message(mid, role, _parts_content(p.get("content")), timestamp=ts,
@@ -150,30 +153,11 @@ def parse_records(path: Path, records: Iterable[tuple[int | None, Any]],
         if not looks_like_record(rec):
             problems.append(Problem(str(path), line, "skipped", "not a Codex {timestamp, type, payload} record"))
             continue
-        rtype, p = rec["type"], rec["payload"]
-        if st.first_ts is None:
-            st.first_ts = rec.get("timestamp")
-        ts = parse_timestamp(rec.get("timestamp"))
-        if rtype == "response_item":
-            _item(st, line, p, ts)
-        elif rtype == "session_meta":
-            if st.meta_payload is None:
-                st.meta_payload = p
-            else:
-                st.other_meta.append({"line": line, "id": p.get("id"), "timestamp": p.get("timestamp")})
-        elif rtype == "turn_context":
-            st.turn = p
-            st.count("turns")
-            if p.get("model") and p["model"] not in st.models:
-                st.models.append(p["model"])
-        elif rtype == "compacted":
-            st.compactions.append({
-                "line": line, "timestamp": rec.get("timestamp"), "message": p.get("message"),
-                "replacement_history_items": len(p.get("replacement_history") or []),
-                **{k: p[k] for k in ("window_number", "window_id", "previous_window_id",
-                                     "first_window_id") if k in p}})
-        else:
-            st.count(f"event_msg:{p.get('type')}")
+        try:
+            _record(st, line, rec)
+        except (TypeError, AttributeError, ValueError, KeyError, RecursionError) as exc:
+            problems.append(Problem(str(path), line, "skipped",
+                                    f"unexpected {rec['type']} record shape: {type(exc).__name__}: {exc}"))
     if st.pending_reasoning:  # reasoning with nothing after it: keep it as its own message
         st.messages.append(make_message(st.next_id(None), "assistant", None, reasoning=st.take_reasoning()))
     if st.meta_payload is None and not st.messages:
@@ -181,9 +165,37 @@ def parse_records(path: Path, records: Iterable[tuple[int | None, Any]],
     return [_session(path, st, problems)]
 
 
+def _record(st: _State, line: int | None, rec: dict) -> None:
+    rtype, p = rec["type"], rec["payload"]
+    if st.first_ts is None:
+        st.first_ts = rec.get("timestamp")
+    ts = parse_timestamp(rec.get("timestamp"))
+    if rtype == "response_item":
+        _item(st, line, p, ts)
+    elif rtype == "session_meta":
+        if st.meta_payload is None:
+            st.meta_payload = p
+        else:
+            st.other_meta.append({"line": line, "id": p.get("id"), "timestamp": p.get("timestamp")})
+    elif rtype == "turn_context":
+        st.turn = p
+        st.count("turns")
+        if isinstance(p.get("model"), str) and p["model"] not in st.models:
+            st.models.append(p["model"])
+    elif rtype == "compacted":
+        st.compactions.append({
+            "line": line, "timestamp": rec.get("timestamp"), "message": p.get("message"),
+            "replacement_history_items": len(p.get("replacement_history") or []),
+            **{k: p[k] for k in ("window_number", "window_id", "previous_window_id",
+                                 "first_window_id") if k in p}})
+    else:
+        st.count(f"{rtype}:{p.get('type')}")
+
+
 def _session(path: Path, st: _State, problems: list[Problem]) -> ImportedSession:
     mp = st.meta_payload or {}
     sid = mp.get("id") or mp.get("session_id")
+    sid = sid if isinstance(sid, str) else None
     meta: dict[str, Any] = {"source_file": Path(path).name, "counts": st.counts}
     if not sid:
         sid = Path(path).name

@@ -101,6 +101,59 @@ def iter_jsonl(path: Path, problems: list[Problem]) -> Iterator[tuple[int, Any]]
                 yield lineno, value
 
 
+def iter_json_array(text: str, path: Path, problems: list[Problem]) -> Iterator[tuple[int, Any]]:
+    """Yield ``(line_number, element)`` for each element of a top-level JSON array.
+
+    Tolerant: when an element does not decode, it is reported as "skipped" and
+    reading resumes at the next line that starts a new element at the same
+    indentation as the first one (pretty-printed dumps), so one damaged record
+    does not lose the rest of the file. A missing closing ``]`` is "repaired".
+    """
+    decoder = json.JSONDecoder()
+    end = len(text)
+    pos = _skip(text, 0, _WS)
+    if pos >= end or text[pos] != "[":
+        return
+    line, counted = 1, 0
+
+    def line_at(p: int) -> int:
+        nonlocal line, counted
+        line += text.count("\n", counted, p)
+        counted = p
+        return line
+
+    pos = _skip(text, pos + 1, _WS)
+    indent = text[text.rfind("\n", 0, pos) + 1:pos] if "\n" in text[:pos] else None
+    while True:
+        pos = _skip(text, pos, _WS + ",")
+        if pos >= end:
+            problems.append(Problem(str(path), line_at(end), "repaired", "JSON array not closed"))
+            return
+        if text[pos] == "]":
+            return
+        start_line = line_at(pos)
+        try:
+            value, pos = decoder.raw_decode(text, pos)
+        except (json.JSONDecodeError, RecursionError) as exc:
+            reason = getattr(exc, "msg", "nesting too deep")
+            nxt = text.find("\n" + indent + "{", pos + 1) if indent is not None else -1
+            if nxt < 0:
+                problems.append(Problem(str(path), start_line, "skipped",
+                                        f"array element unreadable ({reason}); rest of the array dropped"))
+                return
+            problems.append(Problem(str(path), start_line, "skipped",
+                                    f"array element unreadable ({reason}); resumed at line {line_at(nxt + 1)}"))
+            pos = nxt + 1
+            continue
+        yield start_line, value
+
+
+def _skip(text: str, pos: int, chars: str) -> int:
+    while pos < len(text) and text[pos] in chars:
+        pos += 1
+    return pos
+
+
 def read_text(path: Path) -> str:
     """Read a whole file as text (UTF-8, BOM stripped, bad bytes replaced)."""
     return Path(path).read_bytes().decode("utf-8-sig", errors="replace")

@@ -35,7 +35,8 @@ _HANDLED = frozenset({"role", "content", "name", "tool_calls", "tool_call_id", "
 
 def looks_like_message(obj: Any) -> bool:
     """A dict with a known role, only OpenAI message keys, and content or a call."""
-    return (isinstance(obj, dict) and obj.get("role") in ROLES and set(obj) <= MESSAGE_KEYS
+    return (isinstance(obj, dict) and isinstance(obj.get("role"), str) and obj["role"] in ROLES
+            and set(obj) <= MESSAGE_KEYS
             and ("content" in obj or "tool_calls" in obj or "function_call" in obj))
 
 
@@ -108,10 +109,14 @@ def _session(sid: str, msgs: list, meta: dict, path: Path, line: int | None,
     names: dict[str, str] = {}
     out = []
     for i, m in enumerate(msgs):
-        if not isinstance(m, dict) or m.get("role") not in ROLES:
+        if not looks_like_message(m):
             problems.append(Problem(str(path), line, "skipped", f"message {i} is not an OpenAI chat message"))
             continue
-        out.append(_message(i, m, names))
+        try:
+            out.append(_message(i, m, names))
+        except (TypeError, AttributeError, ValueError, KeyError, RecursionError) as exc:
+            problems.append(Problem(str(path), line, "skipped",
+                                    f"message {i}: unexpected shape: {type(exc).__name__}: {exc}"))
     times = [m["timestamp"] for m in out if m.get("timestamp") is not None]
     session = {"session_id": sid, "source": FORMAT, "title": None,
                "model": model if isinstance(model, str) else None, "cwd": None,

@@ -139,6 +139,22 @@ class _Conversation:
                                               extra=ex))
 
 
+def _turn(conv: _Conversation, i: int, turn: dict) -> None:
+    src = str(turn.get("from"))
+    role = _ROLES.get(src.lower(), "user")
+    value = turn.get("value")
+    value = value if isinstance(value, str) else _as_text(value)
+    extra = {k: v for k, v in turn.items() if k not in ("from", "value")}
+    if src.lower() not in ("system", "human", "gpt", "tool"):
+        extra["from"] = src
+    if role == "assistant":
+        conv.assistant(i, value or "", extra, src.lower() == "function_call")
+    elif role == "tool":
+        conv.tool(i, value or "", extra)
+    else:
+        conv.messages.append(make_message(str(i), role, value, timestamp=conv.ts, extra=extra))
+
+
 def parse_records(path: Path, records: Iterable[tuple[int | None, Any]],
                   problems: list[Problem]) -> list[ImportedSession]:
     """One session per trajectory record; non-trajectory records are skipped."""
@@ -155,20 +171,12 @@ def parse_records(path: Path, records: Iterable[tuple[int | None, Any]],
         ts = parse_timestamp(rec.get("timestamp"))
         conv = _Conversation(path, line, ts, problems)
         for i, turn in enumerate(rec["conversations"]):
-            src = str(turn.get("from"))
-            role = _ROLES.get(src.lower(), "user")
-            value = turn.get("value")
-            value = value if isinstance(value, str) else _as_text(value)
-            extra = {k2: v for k2, v in turn.items() if k2 not in ("from", "value")}
-            if src.lower() not in ("system", "human", "gpt", "tool"):
-                extra["from"] = src
-            if role == "assistant":
-                conv.assistant(i, value or "", extra, src.lower() == "function_call")
-            elif role == "tool":
-                conv.tool(i, value or "", extra)
-            else:
-                conv.messages.append(make_message(str(i), role, value, timestamp=ts, extra=extra))
-        meta = {key: v for key, v in rec.items() if key not in ("conversations", "model")}
+            try:
+                _turn(conv, i, turn)
+            except (TypeError, AttributeError, ValueError, KeyError, RecursionError) as exc:
+                problems.append(Problem(str(path), line, "skipped",
+                                        f"turn {i}: unexpected shape: {type(exc).__name__}: {exc}"))
+        meta = {k: v for k, v in rec.items() if k not in ("conversations", "model")}
         meta.update({"source_file": name, "line": line})
         if isinstance(rec.get("timestamp"), str) and ts is not None and not re.search(
                 r"(Z|[+-]\d\d:?\d\d)$", rec["timestamp"].strip()):

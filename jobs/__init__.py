@@ -1,0 +1,1 @@
+"""Maintenance jobs: the catalog (what, where, when) and the huey queues that carry them."""

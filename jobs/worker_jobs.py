@@ -1,0 +1,71 @@
+"""Jobs that never write ``state.db``; the huey consumer runs them: integrity checks on a
+read-only connection and snapshots through the SQLite backup API."""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import apsw
+
+from store.connection import open_reader
+from store.errors import CorruptError, mapped
+
+SNAPSHOT_GLOB = "snapshot-*.db"
+
+
+def quick_check(db_path: str) -> dict[str, Any]:
+    """``PRAGMA quick_check`` on a read-only connection (~20–26 s at 1M messages, so it is
+    scheduled, never on the drain path). Raises ``CorruptError`` when it reports damage."""
+    start = time.monotonic()
+    conn = open_reader(Path(db_path))
+    try:
+        with mapped():
+            rows = [r[0] for r in conn.execute("PRAGMA quick_check")]
+    finally:
+        conn.close()
+    if rows != ["ok"]:
+        raise CorruptError(f"quick_check of {db_path} failed: {'; '.join(rows[:5])}")
+    return {"result": "ok", "seconds": round(time.monotonic() - start, 3)}
+
+
+def snapshot(db_path: str, snapshots_dir: str, keep: int = 5) -> dict[str, Any]:
+    """Copy the store with the backup API, verify the copy (``integrity_check``), stamp it
+    with the spool position it covers (read from the copy itself, so the stamp is exactly
+    consistent with its rows) and keep the newest ``keep`` snapshots.
+
+    Returns ``{"path", "bytes", "position", "seconds", "removed"}``; raises ``CorruptError``
+    when the copy fails verification (the bad copy is deleted).
+    """
+    start = time.monotonic()
+    out_dir = Path(snapshots_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    os.chmod(out_dir, 0o700)
+    tmp = out_dir / f".snapshot-{os.getpid()}-{time.time_ns()}.tmp"
+    source = open_reader(Path(db_path))
+    try:
+        dest = apsw.Connection(str(tmp))
+        with mapped():
+            with dest.backup("main", source, "main") as backup:
+                while not backup.done:
+                    backup.step(1024)  # pages per step; the source is never locked for long
+            check = [r[0] for r in dest.execute("PRAGMA integrity_check")]
+            cursor = dest.execute('SELECT segment, "offset" FROM spool_cursor WHERE id = 1').fetchone()
+            dest.execute("PRAGMA journal_mode=DELETE")
+        dest.close()
+    finally:
+        source.close()
+    if check != ["ok"]:
+        tmp.unlink(missing_ok=True)
+        raise CorruptError(f"snapshot of {db_path} failed integrity_check: {'; '.join(check[:5])}")
+    seg, off = cursor if cursor else (1, 0)
+    final = out_dir / f"snapshot-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{time.time_ns() % 10**9:09d}-{seg}-{off}.db"
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, final)
+    removed = []
+    for old in sorted(out_dir.glob(SNAPSHOT_GLOB))[:-keep or None]:
+        old.unlink()
+        removed.append(old.name)
+    return {"path": str(final), "bytes": final.stat().st_size, "position": f"{seg}:{off}",
+            "seconds": round(time.monotonic() - start, 3), "removed": removed}

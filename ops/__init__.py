@@ -1,0 +1,1 @@
+"""Operating Quill: configuration (read once, here), logging, ingest and the ``quill`` CLI."""

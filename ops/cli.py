@@ -1,0 +1,183 @@
+"""``quill``: the operator's CLI. Human output by default, ``--json`` on every read command.
+
+Exit codes: 0 ok · 1 failure or damage found · 2 usage error · 3 not found · 4 timed out.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from spool import Spool, SpoolError
+from store.errors import StoreError
+
+from . import config, ingest, render
+from .importers import iter_transcript_files, parse_file
+
+EXIT_FAIL, EXIT_NOT_FOUND, EXIT_TIMEOUT = 1, 3, 4
+
+
+def _cfg(ctx: click.Context) -> config.Config:
+    return ctx.obj
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--home", type=click.Path(file_okay=False), envvar="QUILL_HOME",
+              help="Data dir (default: $QUILL_HOME, else the XDG data dir).")
+@click.pass_context
+def cli(ctx: click.Context, home: str | None) -> None:
+    """Quill keeps AI-agent transcripts safe: a durable spool, one writer, a searchable store."""
+    os.umask(0o077)  # every file Quill creates is owner-only (DESIGN.md, "Data layout")
+    try:
+        ctx.obj = config.load(home)
+    except config.ConfigError as exc:
+        raise click.ClickException(str(exc))
+
+
+@cli.command()
+@click.option("--until-idle", is_flag=True, help="Drain everything, run due jobs, then exit 0.")
+@click.option("--timeout", type=float, default=None, help="With --until-idle: give up after N seconds (exit 4).")
+@click.pass_context
+def run(ctx: click.Context, until_idle: bool, timeout: float | None) -> None:
+    """Run the fleet (supervisor, writer, scheduler, job worker) in the foreground."""
+    from store.errors import LeaseHeldError
+    from workers.supervisor import Supervisor
+    from . import logs
+
+    cfg = _cfg(ctx)
+    cfg.ensure_dirs()
+    log = logs.configure(cfg.logs_dir, "supervisor", stderr=False)
+    click.echo(f"quill: fleet on {cfg.home} ({'until idle' if until_idle else 'Ctrl-C to stop'}); logs in {cfg.logs_dir}",
+               err=True)
+    try:
+        code = Supervisor(cfg, log, until_idle=until_idle, timeout=timeout).run()
+    except LeaseHeldError as exc:
+        raise click.ClickException(f"a fleet is already running on {cfg.home}: {exc}")
+    if code:
+        click.echo(f"quill: fleet stopped with exit code {code}; see {cfg.logs_dir} and `quill status`", err=True)
+    ctx.exit(code)
+
+
+def _read_json_values(stream: Any, name: str) -> list[Any]:
+    text = stream.read()
+    stripped = text.lstrip()
+    if not stripped:
+        raise click.ClickException(f"{name}: no input")
+    try:
+        return [json.loads(stripped)]
+    except json.JSONDecodeError:
+        pass
+    values = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            try:
+                values.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise click.ClickException(f"{name}:{lineno}: not JSON ({exc.msg}); nothing was pushed")
+    return values
+
+
+@cli.command()
+@click.argument("source", type=click.File("r", encoding="utf-8"), default="-")
+@click.option("--session", "session_id", help="Session id for bare messages.")
+@click.option("--wait", "wait_s", type=float, default=None, help="Wait up to N seconds until applied.")
+@click.option("--json", "as_json", is_flag=True, help="Print the acks as JSON.")
+@click.pass_context
+def push(ctx: click.Context, source: Any, session_id: str | None, wait_s: float | None, as_json: bool) -> None:
+    """Push a batch (JSON or JSONL, from a file or stdin) into the spool.
+
+    Each value is an op ({"op", "data"}), a messages batch ({"session_id", "messages"}) or a
+    bare message ({"role", "content", ...}; needs --session). Durable when this returns.
+    """
+    cfg = _cfg(ctx)
+    values = _read_json_values(source, source.name)
+    try:
+        ops = list(ingest.push_ops(values, session_id))
+        with Spool(cfg.spool_dir, segment_bytes=cfg.segment_bytes) as spool:
+            acks = ingest.append_all(spool, ops)
+    except (ValueError, SpoolError) as exc:
+        raise click.ClickException(str(exc))
+    result = [{"op": op, "batch": a.batch_id, "position": str(a.position)} for (op, _, _), a in zip(ops, acks)]
+    if wait_s is not None and acks:
+        from spool import WaitTimeoutError
+        from .wait import wait_applied
+        try:
+            waited = wait_applied(cfg.state_db, max(a.position for a in acks), wait_s)
+        except WaitTimeoutError as exc:
+            click.echo(f"quill: {exc}", err=True)
+            ctx.exit(EXIT_TIMEOUT)
+        for r in result:
+            r["applied"] = True
+        if not as_json:
+            click.echo(f"applied after {waited:.3f} s")
+    if as_json:
+        render.emit_json(result)
+    else:
+        for r in result:
+            click.echo(f"{r['op']:<16} batch {r['batch']}  at {r['position']}")
+
+
+@cli.command(name="import")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print a per-file report as JSON.")
+@click.pass_context
+def import_(ctx: click.Context, paths: tuple[Path, ...], as_json: bool) -> None:
+    """Import transcript files or folders (Claude Code, Codex, ShareGPT/Hermes, OpenAI chat).
+
+    The format is detected per file. Re-importing is safe: nothing is duplicated. Bad lines
+    are reported (file, line, reason) and skipped; the rest of the file is imported.
+    """
+    from rich.progress import Progress
+
+    cfg = _cfg(ctx)
+    files = list(iter_transcript_files(paths))
+    report: list[dict[str, Any]] = []
+    con = render.console()
+    with Spool(cfg.spool_dir, segment_bytes=cfg.segment_bytes) as spool, \
+            Progress(console=render.console() if not as_json else None, transient=True,
+                     disable=as_json or not sys.stderr.isatty()) as progress:
+        task = progress.add_task("importing", total=len(files))
+        for path in files:
+            parsed = parse_file(path)
+            entry = {"path": str(path), "format": parsed.format, "sessions": len(parsed.sessions),
+                     "messages": sum(len(s.messages) for s in parsed.sessions),
+                     "session_ids": [s.session["session_id"] for s in parsed.sessions],
+                     "problems": [{"line": p.line, "kind": p.kind, "reason": p.reason} for p in parsed.problems]}
+            try:
+                for s in parsed.sessions:
+                    ingest.append_all(spool, ingest.session_ops(s.session, s.messages))
+            except SpoolError as exc:
+                raise click.ClickException(f"{path}: {exc}")
+            report.append(entry)
+            progress.advance(task)
+    if as_json:
+        render.emit_json(report)
+        return
+    for e in report:
+        if e["format"] is None:
+            con.print(f"[dim]skipped[/dim] {e['path']}: format not recognised")
+            continue
+        con.print(f"{e['format']:<12} {e['path']}: {e['sessions']} session(s), {e['messages']} message(s)")
+        for p in e["problems"]:
+            con.print(f"  [yellow]{p['kind']}[/yellow] {e['path']}:{p['line']}: {p['reason']}")
+    total = sum(e["messages"] for e in report)
+    con.print(f"spooled {total} message(s) from {sum(1 for e in report if e['format'])} file(s); "
+              f"`quill run` applies them")
+
+
+from .cli_read import register  # noqa: E402  (read commands live in their own module)
+
+register(cli)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    try:
+        cli(standalone_mode=True)
+    except (StoreError, SpoolError) as exc:
+        click.echo(f"quill: {type(exc).__name__}: {exc}", err=True)
+        sys.exit(EXIT_FAIL)

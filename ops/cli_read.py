@@ -1,0 +1,147 @@
+"""Read commands of the CLI: ``sessions list|show``, ``search``, ``status``."""
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from spool import Position, Quarantine
+from spool.reader import stats as spool_stats
+from store.errors import CantOpenError
+from store.lease import holder_alive, read_holder
+from store.reads import Reader
+from workers import status as wstatus
+
+from . import render
+
+
+def _reader(cfg: Any) -> Reader:
+    try:
+        return Reader(cfg.state_db)
+    except CantOpenError:
+        raise click.ClickException(f"no store at {cfg.state_db} yet: push or import something, then `quill run`")
+
+
+@click.group()
+def sessions() -> None:
+    """List and show sessions."""
+
+
+@sessions.command(name="list")
+@click.option("--source", help="Only sessions from this source (claude-code, codex, cli ...).")
+@click.option("--limit", type=int, default=50, show_default=True)
+@click.option("--all", "include_hidden", is_flag=True, help="Include hidden sessions.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def sessions_list(cfg: Any, source: str | None, limit: int, include_hidden: bool, as_json: bool) -> None:
+    """Sessions, most recently active first."""
+    with _reader(cfg) as r:
+        rows = r.list_sessions(source=source, limit=limit, include_hidden=include_hidden)
+    if as_json:
+        render.emit_json(rows)
+    else:
+        render.console().print(render.sessions_table(rows))
+
+
+@sessions.command(name="show")
+@click.argument("session_id")
+@click.option("--view", "projection", type=click.Choice(["display", "model", "audit"]), default="display",
+              show_default=True, help="display = what a UI shows; model = what the model is fed; audit = every row.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def sessions_show(ctx: click.Context, session_id: str, projection: str, as_json: bool) -> None:
+    """A session's transcript: roles, text, tool calls and tool results."""
+    cfg = ctx.obj
+    with _reader(cfg) as r:
+        session = r.get_session(session_id)
+        if session is None:
+            click.echo(f"quill: no session {session_id!r}", err=True)
+            ctx.exit(3)
+        messages = r.get_messages(session_id, projection)
+    if as_json:
+        render.emit_json({"session": session, "messages": messages})
+    else:
+        con = render.console()
+        for item in render.transcript(session, messages):
+            con.print(item)
+
+
+@click.command()
+@click.argument("query")
+@click.option("--limit", type=int, default=20, show_default=True)
+@click.option("--session", "session_id")
+@click.option("--role")
+@click.option("--source")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def search(cfg: Any, query: str, limit: int, session_id: str | None, role: str | None,
+           source: str | None, as_json: bool) -> None:
+    """Full-text search over messages, newest first. Any text is a valid query."""
+    with _reader(cfg) as r:
+        hits = r.search(query, limit=limit, session_id=session_id, role=role, source=source)
+    if as_json:
+        render.emit_json(hits)
+    else:
+        render.console().print(render.search_table(hits, query))
+
+
+def fleet_state(cfg: Any) -> dict[str, Any]:
+    """What each process last published, and whether the fleet is alive."""
+    run = cfg.run_dir
+    holder = read_holder(run / "fleet.lock")
+    out: dict[str, Any] = {"running": bool(holder) and holder_alive(holder), "supervisor_pid": holder.get("pid")}
+    for role in ("writer", "scheduler", "consumer"):
+        out[role] = wstatus.read(run / f"{role}.json")
+    out["halt"] = wstatus.read(run / "halt.json")
+    return out
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def status(ctx: click.Context, as_json: bool) -> None:
+    """Fleet, store, spool and job health at a glance."""
+    cfg = ctx.obj
+    data: dict[str, Any] = {"home": str(cfg.home), "fleet": fleet_state(cfg)}
+    try:
+        with Reader(cfg.state_db) as r:
+            data["store"] = r.figures()
+            data["jobs"] = r.job_runs(limit=10)
+    except CantOpenError:
+        data["store"], data["jobs"] = None, []
+    cursor = Position.parse(data["store"]["cursor"]) if data["store"] and data["store"]["cursor"] else None
+    data["spool"] = {**spool_stats(cfg.spool_dir, cursor), "quarantined": Quarantine(cfg.spool_dir).count()}
+    if as_json:
+        render.emit_json(data)
+    else:
+        _print_status(data)
+    if data["fleet"]["halt"]:
+        ctx.exit(1)
+
+
+def _print_status(d: dict[str, Any]) -> None:
+    con = render.console()
+    fleet = d["fleet"]
+    con.print(f"[bold]quill[/bold] {d['home']}")
+    con.print(f"fleet    {'[green]running[/green] (pid ' + str(fleet['supervisor_pid']) + ')' if fleet['running'] else '[yellow]not running[/yellow]'}")
+    if fleet["halt"]:
+        h = fleet["halt"]
+        con.print(f"[bold red]HALTED[/bold red] {h.get('cause')}: {h.get('detail')}\n  next: [bold]{h.get('next')}[/bold]")
+    s = d["store"]
+    if s:
+        con.print(f"store    {s['sessions']} sessions, {s['messages']} messages; cursor {s['cursor']}; "
+                  f"FTS pending {s['fts_pending']}")
+    else:
+        con.print("store    (not created yet)")
+    sp = d["spool"]
+    con.print(f"spool    {sp['segments']} segment(s), {sp['bytes']} bytes, end {sp['end']}, "
+              f"{sp['pending_bytes']} bytes pending, {sp['quarantined']} quarantined")
+    for run in d["jobs"][:5]:
+        con.print(f"job      {run['job']:<15} {run['outcome']:<6} {render.when(run['started_at'])} {run.get('error') or ''}")
+
+
+def register(cli: click.Group) -> None:
+    """Attach the read commands to the top-level group."""
+    cli.add_command(sessions)
+    cli.add_command(search)
+    cli.add_command(status)

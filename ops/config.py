@@ -1,0 +1,124 @@
+"""Quill's configuration: read once per process, here, and passed down as a frozen value.
+
+Where things live (DESIGN.md, "Data layout"): ``$QUILL_HOME`` if set, else
+``$XDG_DATA_HOME/quill``, else ``~/.local/share/quill``. An optional ``config.toml`` in the
+data dir overrides the defaults below; unknown keys are an error, so a typo is not ignored.
+
+Example ``config.toml``::
+
+    [store]
+    synchronous = "FULL"        # NORMAL (default) or FULL
+    [writer]
+    chunk_rows = 500            # message rows per write transaction
+    [spool]
+    segment_bytes = 67108864
+    [snapshots]
+    keep = 5
+"""
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+
+class ConfigError(Exception):
+    """``config.toml`` is unreadable or holds an unknown key or a bad value."""
+
+
+@dataclass(frozen=True)
+class Config:
+    """Paths and settings of one data dir. Sizes in bytes, times in seconds, counts in rows."""
+
+    home: Path
+    synchronous: str = "NORMAL"
+    chunk_rows: int = 500
+    index_slice_rows: int = 2000
+    segment_bytes: int = 64 * 1024 * 1024
+    poll_interval: float = 0.05
+    snapshot_keep: int = 5
+
+    @property
+    def state_db(self) -> Path:
+        return self.home / "state.db"
+
+    @property
+    def queue_db(self) -> Path:
+        return self.home / "queue.db"
+
+    @property
+    def schedule_db(self) -> Path:
+        return self.home / "schedule.db"
+
+    @property
+    def spool_dir(self) -> Path:
+        return self.home / "spool"
+
+    @property
+    def snapshots_dir(self) -> Path:
+        return self.home / "snapshots"
+
+    @property
+    def run_dir(self) -> Path:
+        return self.home / "run"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.home / "logs"
+
+    def ensure_dirs(self) -> None:
+        """Create the data dir layout owner-only (0700), chmod'ing each path."""
+        for d in (self.home, self.spool_dir, self.snapshots_dir, self.run_dir, self.logs_dir):
+            d.mkdir(parents=True, exist_ok=True)
+            os.chmod(d, 0o700)
+
+
+_SECTIONS = {
+    ("store", "synchronous"): "synchronous",
+    ("writer", "chunk_rows"): "chunk_rows",
+    ("writer", "index_slice_rows"): "index_slice_rows",
+    ("writer", "poll_interval"): "poll_interval",
+    ("spool", "segment_bytes"): "segment_bytes",
+    ("snapshots", "keep"): "snapshot_keep",
+}
+
+
+def default_home() -> Path:
+    """The data dir when none is given: ``$QUILL_HOME``, else the XDG data dir."""
+    if os.environ.get("QUILL_HOME"):
+        return Path(os.environ["QUILL_HOME"]).expanduser()
+    xdg = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(xdg) / "quill"
+
+
+def load(home: str | os.PathLike[str] | None = None) -> Config:
+    """Build the ``Config`` for ``home`` (default: ``default_home()``), applying config.toml.
+
+    Raises ``ConfigError`` for an unreadable file, an unknown key or a wrongly typed value.
+    """
+    cfg = Config(home=Path(home).expanduser().resolve() if home else default_home().resolve())
+    path = cfg.home / "config.toml"
+    if not path.exists():
+        return cfg
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"cannot read {path}: {exc}") from None
+    changes: dict[str, Any] = {}
+    types = {f.name: f.type for f in fields(Config)}
+    for section, table in data.items():
+        if not isinstance(table, dict):
+            raise ConfigError(f"{path}: [{section}] must be a table")
+        for key, value in table.items():
+            name = _SECTIONS.get((section, key))
+            if name is None:
+                raise ConfigError(f"{path}: unknown setting {section}.{key}")
+            want = {"int": int, "float": (int, float), "str": str}[str(types[name])]
+            if not isinstance(value, want) or isinstance(value, bool):
+                raise ConfigError(f"{path}: {section}.{key} has the wrong type ({type(value).__name__})")
+            changes[name] = value
+    if changes.get("synchronous", "NORMAL").upper() not in ("NORMAL", "FULL"):
+        raise ConfigError(f"{path}: store.synchronous must be NORMAL or FULL")
+    return replace(cfg, **changes)

@@ -1,0 +1,75 @@
+"""Turning pushed or imported transcripts into spool ops, with stable batch ids.
+
+Batch ids are derived (UUIDv5) from what a batch *is* — the session and its messages' ids —
+so pushing or importing the same input twice yields the same batch ids and the store applies
+them once. Messages also carry per-session ids, so a transcript that grew since the last
+import adds only its new messages.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from spool import Ack, Spool
+
+NAMESPACE = uuid.UUID("6f1d8a52-3c1e-4b9e-9a57-0c3d3f6b1e42")
+#: Messages per ``messages.append`` op for imports: a batch is all-or-nothing, so smaller
+#: batches confine a bad message; 200 keeps records well under a megabyte for typical turns.
+IMPORT_BATCH_MESSAGES = 200
+
+
+def stable_batch_id(*parts: Any) -> str:
+    """A UUIDv5 over the canonical JSON of ``parts``."""
+    digest = hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+    return str(uuid.uuid5(NAMESPACE, digest))
+
+
+def session_ops(session: dict[str, Any], messages: list[dict[str, Any]],
+                batch_messages: int = IMPORT_BATCH_MESSAGES) -> Iterator[tuple[str, dict, str]]:
+    """``(op, data, batch_id)`` for one imported session: a create, then its messages in
+    batches. Message ids missing from the source are filled with their index."""
+    sid = session["session_id"]
+    yield "session.create", session, stable_batch_id("create", session)
+    for start in range(0, len(messages), batch_messages):
+        chunk = [m if m.get("id") is not None else {**m, "id": f"#{start + i}"}
+                 for i, m in enumerate(messages[start:start + batch_messages])]
+        yield ("messages.append", {"session_id": sid, "messages": chunk},
+               stable_batch_id("append", sid, [m["id"] for m in chunk],
+                               hashlib.sha256(json.dumps(chunk, sort_keys=True).encode()).hexdigest()))
+
+
+def push_ops(items: Iterable[Any], session_id: str | None) -> Iterator[tuple[str, dict, str | None]]:
+    """Interpret pushed JSON values as ops.
+
+    Accepted, per value: ``{"op": KIND, "data": {...}}`` (an op as is, optional ``"batch"``);
+    ``{"session_id": S, "messages": [...]}`` (a messages.append); a bare message
+    ``{"role": ...}`` or a list of them (appended to ``session_id``, required then).
+    Raises ``ValueError`` naming the offending value's index.
+    """
+    loose: list[dict] = []
+    for index, item in enumerate(items):
+        if isinstance(item, dict) and "op" in item:
+            yield item["op"], item.get("data"), item.get("batch")
+        elif isinstance(item, dict) and "messages" in item:
+            sid = item.get("session_id") or session_id
+            if not sid:
+                raise ValueError(f"value {index}: a messages batch needs session_id (or --session)")
+            yield "messages.append", {**item, "session_id": sid}, item.get("batch")
+        elif isinstance(item, dict) and "role" in item:
+            loose.append(item)
+        elif isinstance(item, list) and all(isinstance(m, dict) for m in item):
+            loose.extend(item)
+        else:
+            raise ValueError(f"value {index}: expected an op, a messages batch or a message, got {str(item)[:80]!r}")
+    if loose:
+        if not session_id:
+            raise ValueError("bare messages need --session SESSION_ID")
+        yield "messages.append", {"session_id": session_id, "messages": loose}, None
+
+
+def append_all(spool: Spool, ops: Iterable[tuple[str, dict, str | None]]) -> list[Ack]:
+    """Append each op durably, in order; returns the acks."""
+    return [spool.append(op, data, batch_id=batch) for op, data, batch in ops]

@@ -1,0 +1,78 @@
+"""Human output for the CLI (rich tables and transcripts) and the ``--json`` twin."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+
+def console() -> Console:
+    return Console(highlight=False, soft_wrap=False)
+
+
+def emit_json(data: Any) -> None:
+    """Print ``data`` as JSON on stdout (the ``--json`` output of every command)."""
+    click.echo(json.dumps(data, ensure_ascii=False, indent=2, default=str))
+
+
+def when(ts: float | None) -> str:
+    """Epoch seconds → ``YYYY-MM-DD HH:MM`` UTC (empty for None)."""
+    if ts is None:
+        return ""
+    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%d %H:%M")
+
+
+def sessions_table(rows: list[dict[str, Any]]) -> Table:
+    table = Table(title=f"{len(rows)} session(s)", title_justify="left")
+    for col in ("id", "source", "title / preview", "msgs", "last active", "ended"):
+        table.add_column(col, overflow="fold" if col == "id" else "ellipsis", no_wrap=col != "id")
+    for r in rows:
+        label = r.get("title") or (r.get("preview") or "").replace("\n", " ")
+        table.add_row(r["id"], r.get("source") or "", label[:60], str(r["message_count"]),
+                      when(r.get("last_active")), r.get("end_reason") or "")
+    return table
+
+
+def search_table(hits: list[dict[str, Any]], query: str) -> Table:
+    table = Table(title=f"{len(hits)} hit(s) for {query!r}", title_justify="left")
+    for col in ("session", "msg", "role", "when", "snippet"):
+        table.add_column(col, overflow="fold")
+    for h in hits:
+        table.add_row(h["session_id"], str(h["message_id"]), h["role"], when(h.get("ts")), h["snippet"])
+    return table
+
+
+_ROLE_STYLE = {"user": "bold cyan", "assistant": "bold green", "tool": "yellow", "system": "magenta",
+               "developer": "magenta"}
+
+
+def transcript(session: dict[str, Any], messages: list[dict[str, Any]], max_chars: int = 2000) -> list[Any]:
+    """Renderables for a readable transcript: roles, text, tool calls and tool results."""
+    out: list[Any] = [Text(f"session {session['id']}  source={session.get('source')}  "
+                           f"title={session.get('title') or ''}  messages={len(messages)}", style="bold")]
+    for m in messages:
+        head = Text(f"\n[{m['message_id']}] {m['role']}", style=_ROLE_STYLE.get(m["role"], "bold"))
+        if m.get("name"):
+            head.append(f" ({m['name']})")
+        if m.get("tool_call_id"):
+            head.append(f" ← {m['tool_call_id']}", style="dim")
+        if m.get("state") not in (None, "live"):
+            head.append(f" [{m['state']}]", style="dim")
+        head.append(f"  {when(m.get('ts'))}", style="dim")
+        out.append(head)
+        content = m.get("content")
+        if isinstance(content, list):
+            content = "\n".join(p.get("text", f"<{p.get('type')}>") if isinstance(p, dict) else str(p) for p in content)
+        if content:
+            out.append(Text(content if len(content) <= max_chars else content[:max_chars] + f"… ({len(content)} chars)"))
+        for call in m.get("tool_calls") or []:
+            fn = call.get("function", {}) if isinstance(call, dict) else {}
+            args = str(fn.get("arguments", ""))
+            out.append(Text(f"  → {fn.get('name')}({args[:300]}{'…' if len(args) > 300 else ''})  id={call.get('id')}",
+                            style="yellow"))
+    return out

@@ -1,0 +1,74 @@
+"""Exclusive leases held for a process's lifetime: the writer lease (one writer per store),
+the scheduler lease and the fleet lease (one of each per data dir).
+
+A lease is an ``flock`` on a lock file, so the kernel releases it when the holder dies —
+a dead holder's lease is taken over with no stale-lock logic. The file also records the
+holder's pid and psutil ``create_time`` so a refusal can name it, and so a reader can tell
+a live holder from a recycled pid.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from pathlib import Path
+
+import psutil
+
+from .errors import LeaseHeldError
+
+
+def process_identity(pid: int | None = None) -> dict:
+    """``{"pid", "create_time"}`` of a process (default: this one)."""
+    pid = pid or os.getpid()
+    return {"pid": pid, "create_time": psutil.Process(pid).create_time()}
+
+
+def holder_alive(holder: dict) -> bool:
+    """True when the recorded pid is alive *and* is the same process (same create_time)."""
+    try:
+        return abs(psutil.Process(int(holder["pid"])).create_time() - float(holder["create_time"])) < 0.01
+    except (psutil.Error, KeyError, TypeError, ValueError):
+        return False
+
+
+def read_holder(lock_path: Path) -> dict:
+    """The holder recorded in a lock file ({} when none or unreadable)."""
+    try:
+        return json.loads(Path(lock_path).read_text() or "{}")
+    except (OSError, ValueError):
+        return {}
+
+
+class Lease:
+    """An exclusive, non-blocking lease on ``lock_path``. Use ``acquire()`` / ``release()``."""
+
+    def __init__(self, lock_path: Path):
+        self.path = Path(lock_path)
+        self._fd = -1
+
+    def acquire(self) -> "Lease":
+        """Take the lease or raise ``LeaseHeldError`` naming the live holder."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise LeaseHeldError(str(self.path), read_holder(self.path)) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(process_identity()).encode(), 0)
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        """Drop the lease (idempotent)."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> "Lease":
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()

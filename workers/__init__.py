@@ -1,0 +1,1 @@
+"""Quill's fleet: the supervisor and its children (writer, scheduler, job consumer)."""

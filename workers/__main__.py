@@ -1,0 +1,50 @@
+"""Entry point of a fleet child: ``python -m workers {writer|scheduler|consumer} --home DIR``.
+
+Started by the supervisor; reads the configuration once, sets up JSON logging, turns
+SIGTERM/SIGINT into a graceful stop and runs the role until stopped.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+
+import click
+
+from ops import config, logs
+from store.errors import LeaseHeldError
+
+
+@click.command()
+@click.argument("role", type=click.Choice(["writer", "scheduler", "consumer"]))
+@click.option("--home", required=True, type=click.Path(file_okay=False))
+def main(role: str, home: str) -> None:
+    os.umask(0o077)  # every file Quill creates is owner-only (DESIGN.md, "Data layout")
+    cfg = config.load(home)
+    cfg.ensure_dirs()
+    log = logs.configure(cfg.logs_dir, role)
+    stop = threading.Event()
+    if role != "consumer":  # huey's consumer installs its own handlers
+        for s in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(s, lambda *_: stop.set())
+    try:
+        if role == "writer":
+            from .writer import Writer
+            Writer(cfg, log).run(stop)
+        elif role == "scheduler":
+            from . import scheduler
+            scheduler.run(cfg, log, stop)
+        else:
+            from . import consumer
+            consumer.run(cfg, log)
+    except LeaseHeldError as exc:
+        log.error(f"{role}.lease_held", error=str(exc), holder=exc.holder)
+        sys.exit(75)  # EX_TEMPFAIL: the supervisor backs off and retries
+    except Exception:
+        log.exception(f"{role}.crashed")
+        raise
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,76 @@
+"""The scheduler worker: APScheduler 3 decides *when*; huey queues carry the work.
+
+Exactly one per data dir (``run/scheduler.lock``). Schedules persist in ``schedule.db``
+(SQLAlchemyJobStore); the catalog's defaults are added only when absent, so an operator's
+changes survive restarts. Misfire policy: ``coalesce=True`` (runs missed while the fleet was
+down collapse into one) and ``misfire_grace_time`` of one hour (a run later than that is
+skipped and logged, never silently).
+"""
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from typing import Any
+
+from apscheduler.events import EVENT_JOB_MISSED, EVENT_JOB_ERROR
+from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from jobs import catalog
+from ops.config import Config
+from store.lease import Lease
+
+from . import status
+
+MISFIRE_GRACE_S = 3600
+
+
+def make_scheduler(cfg: Config) -> BackgroundScheduler:
+    """A BackgroundScheduler on ``schedule.db`` with Quill's job defaults (not started)."""
+    return BackgroundScheduler(
+        jobstores={"default": SQLAlchemyJobStore(url=f"sqlite:///{cfg.schedule_db}")},
+        job_defaults={"coalesce": True, "misfire_grace_time": MISFIRE_GRACE_S, "max_instances": 1},
+        timezone=dt.timezone.utc)
+
+
+def install_defaults(sched: BackgroundScheduler, cfg: Config) -> list[str]:
+    """Add each catalog job that has no schedule yet; returns the names added."""
+    added = []
+    for spec in catalog.JOBS:
+        if sched.get_job(spec.name) is None:
+            sched.add_job("jobs.schedule:fire", spec.trigger, id=spec.name, name=spec.name,
+                          kwargs={"queue_db": str(cfg.queue_db), "job": spec.name, "params": spec.params(cfg)},
+                          **spec.trigger_args)
+            added.append(spec.name)
+    return added
+
+
+def describe(sched: BackgroundScheduler) -> list[dict[str, Any]]:
+    """Each scheduled job: id, trigger text, next run time (ISO, None when paused)."""
+    return [{"id": j.id, "trigger": str(j.trigger),
+             "next_run": j.next_run_time.isoformat() if j.next_run_time else None}
+            for j in sched.get_jobs()]
+
+
+def run(cfg: Config, log: Any, stop: threading.Event) -> None:
+    """Run the scheduler until ``stop``. Raises ``LeaseHeldError`` if another runs."""
+    lease = Lease(cfg.run_dir / "scheduler.lock").acquire()
+    sched = make_scheduler(cfg)
+    sched.add_listener(lambda ev: log.warning("scheduler.missed", job=ev.job_id,
+                                              scheduled=str(ev.scheduled_run_time)), EVENT_JOB_MISSED)
+    sched.add_listener(lambda ev: log.error("scheduler.fire_failed", job=ev.job_id,
+                                            error=repr(ev.exception)), EVENT_JOB_ERROR)
+    try:
+        sched.start(paused=True)
+        added = install_defaults(sched, cfg)
+        sched.resume()  # runs anything due now (coalesced) before we report ready
+        log.info("scheduler.started", added=added, jobs=describe(sched))
+        while not stop.is_set():
+            due = [j for j in sched.get_jobs()
+                   if j.next_run_time and j.next_run_time <= dt.datetime.now(dt.timezone.utc)]
+            status.publish(cfg.run_dir / "scheduler.json", {"ready": not due, "jobs": describe(sched)})
+            stop.wait(0.5 if due else 5.0)
+    finally:
+        sched.shutdown(wait=True)
+        lease.release()
+        log.info("scheduler.stopped")

@@ -1,0 +1,27 @@
+"""Small JSON status files in ``run/`` that each worker publishes about itself, atomically
+(write a temp file, rename), so ``quill status`` and the supervisor can read them without
+talking to the worker. One file per worker; only that worker writes it."""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+
+def publish(path: Path, data: dict[str, Any]) -> None:
+    """Atomically replace ``path`` with ``data`` plus ``pid`` and ``updated_at`` (epoch s)."""
+    body = {**data, "pid": os.getpid(), "updated_at": time.time()}
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(body), encoding="utf-8")
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, path)
+
+
+def read(path: Path) -> dict[str, Any] | None:
+    """The last published status, or None if there is none (or it is unreadable)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None

@@ -1,0 +1,202 @@
+"""The writer: the only process that writes ``state.db``.
+
+Loop (DESIGN.md, "Processes"): read spool entries from the committed cursor → apply them in
+chunks of about ``chunk_rows`` message rows, each chunk one transaction that also moves the
+cursor → bring the FTS index up by one bounded slice → run at most one queued store job →
+when there is nothing to do, seal torn tails, publish "idle" and sleep ``poll_interval``.
+
+Sticky halt: on structural corruption (``CorruptError``) the writer stops writing, records the
+cause in ``run/halt.json`` and stays up doing nothing, so the supervisor does not restart it
+into the same damage; producers keep appending to the spool meanwhile.
+"""
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from typing import Any
+
+import apsw
+
+from jobs import catalog
+from jobs.queues import Queues, build as build_queues
+from jobs.store_jobs import record_job_run
+from ops.config import Config
+from spool import Entry, Position, Quarantine, SpoolReader, START
+from store import apply_chunk, index_slice, open_writer, read_cursor
+from store.errors import CorruptError, DiskFullError, TransientError
+from store.lease import Lease
+from store.indexer import indexed_upto
+
+from . import status
+
+#: Entries read per spool scan; bounds memory whatever the spool size.
+_READ_BYTES = 8 << 20
+
+
+def entry_rows(entry: Entry) -> int:
+    """How many message rows an entry will write (chunk sizing counts rows, not ops)."""
+    rec = entry.record
+    if rec and rec.get("op") == "messages.append" and isinstance(rec.get("data"), dict):
+        msgs = rec["data"].get("messages")
+        return max(1, len(msgs)) if isinstance(msgs, list) else 1
+    return 1
+
+
+class Writer:
+    """One writer for one data dir. ``run(stop)`` blocks until ``stop`` is set."""
+
+    def __init__(self, cfg: Config, log: Any):
+        self.cfg = cfg
+        self.log = log
+        self.lease = Lease(cfg.run_dir / "writer.lock")
+        self.reader = SpoolReader(cfg.spool_dir)
+        self.quarantine = Quarantine(cfg.spool_dir)
+        self.status_path = cfg.run_dir / "writer.json"
+        self.halt_path = cfg.run_dir / "halt.json"
+        self.conn: apsw.Connection | None = None
+        self.queues: Queues | None = None
+        self.cursor: Position = START
+        self.totals = {"applied": 0, "duplicates": 0, "rejected": 0, "rows": 0, "chunks": 0}
+        self.store_jobs = {catalog.RECORD_RUN: record_job_run,
+                           **{j.name: j.func for j in catalog.JOBS if j.kind == "store"}}
+        self._last_idle_publish = 0.0
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        """Take the lease, open the store and drain until ``stop``. Raises ``LeaseHeldError``
+        when another writer is alive."""
+        self.lease.acquire()
+        try:
+            halted = status.read(self.halt_path)
+            if halted:
+                self.log.error("writer.halted", **halted)
+                self._idle_halted(stop, halted)
+                return
+            self.conn = open_writer(self.cfg.state_db, synchronous=self.cfg.synchronous)
+            self.queues = build_queues(self.cfg.queue_db)
+            cur = read_cursor(self.conn)
+            self.cursor = Position(*cur) if cur else START
+            self.log.info("writer.started", cursor=str(self.cursor))
+            self._loop(stop)
+        finally:
+            if self.conn is not None:
+                self.conn.close()
+            self.lease.release()
+            self.log.info("writer.stopped", cursor=str(self.cursor), **self.totals)
+
+    def _loop(self, stop: threading.Event) -> None:
+        backoff = self.cfg.poll_interval
+        while not stop.is_set():
+            try:
+                busy = self.step()
+                backoff = self.cfg.poll_interval
+            except CorruptError as exc:
+                cause = {"cause": type(exc).__name__, "detail": str(exc), "at": time.time(),
+                         "cursor": str(self.cursor), "next": "quill recover"}
+                status.publish(self.halt_path, cause)
+                self.log.critical("writer.halt", **cause)
+                self._idle_halted(stop, cause)
+                return
+            except (TransientError, DiskFullError) as exc:
+                # Nothing of the failed chunk was committed; retry after a pause.
+                self.log.warning("writer.retry", error=str(exc), kind=type(exc).__name__, sleep=backoff)
+                self._publish(idle=False, error=str(exc))
+                stop.wait(backoff)
+                backoff = min(backoff * 2, 5.0)
+                continue
+            if not busy:
+                stop.wait(self.cfg.poll_interval)
+
+    def _idle_halted(self, stop: threading.Event, cause: dict) -> None:
+        while not stop.is_set():
+            status.publish(self.status_path, {"halted": True, "halt": cause, "idle": False})
+            stop.wait(1.0)
+
+    # -- one step --------------------------------------------------------------------------
+
+    def step(self) -> bool:
+        """Do one unit of work; returns False when there was nothing to do (idle)."""
+        entries = self._take_chunk()
+        if entries:
+            self._apply(entries)
+            index_slice(self.conn, self.cfg.index_slice_rows)
+            self._run_store_job()
+            return True
+        if index_slice(self.conn, self.cfg.index_slice_rows):
+            return True
+        if self._run_store_job():
+            return True
+        sealed = self._seal_torn_tails()
+        self._publish(idle=not sealed)
+        return sealed
+
+    def _take_chunk(self) -> list[Entry]:
+        entries: list[Entry] = []
+        rows = 0
+        for entry in self.reader.read(self.cursor, max_bytes=_READ_BYTES):
+            if entries and rows + entry_rows(entry) > self.cfg.chunk_rows:
+                break
+            entries.append(entry)
+            rows += entry_rows(entry)
+        return entries
+
+    def _apply(self, entries: list[Entry]) -> None:
+        result = apply_chunk(self.conn, entries, self._reject)
+        self.cursor = entries[-1].next
+        self.totals["chunks"] += 1
+        for key in ("applied", "duplicates", "rejected", "rows"):
+            self.totals[key] += getattr(result, key)
+        self.log.info("writer.chunk", entries=len(entries), rows=result.rows, applied=result.applied,
+                      duplicates=result.duplicates, rejected=result.rejected, cursor=str(self.cursor))
+        self._publish(idle=False)
+
+    def _reject(self, entry: Entry, reason: str, detail: str) -> None:
+        path = self.quarantine.put(entry.position, reason, detail, entry.raw, entry.record)
+        self.log.warning("writer.quarantined", position=str(entry.position), reason=reason,
+                         detail=detail, path=str(path))
+
+    def _seal_torn_tails(self) -> bool:
+        """Terminate torn tails (a producer died mid-record) at or after the cursor's segment,
+        so the next read quarantines them and the drain moves on."""
+        sealed = False
+        end = self.reader.end()
+        for seg in range(self.cursor.segment, end.segment + 1):
+            if self.reader.seal_torn_tail(seg):
+                self.log.warning("writer.torn_tail_sealed", segment=seg)
+                sealed = True
+        return sealed
+
+    def _run_store_job(self) -> bool:
+        task = self.queues.store.dequeue()
+        if task is None:
+            return False
+        started = time.time()
+        outcome, figures, error = "ok", {}, None
+        func = self.store_jobs.get(task.name)
+        try:
+            if func is None:
+                raise KeyError(f"unknown store job {task.name!r}")
+            figures = func(self.conn, *task.args, **task.kwargs)
+        except CorruptError:
+            raise
+        except Exception as exc:  # a failing job must not stop the drain; it is recorded
+            outcome, error = "error", "".join(traceback.format_exception_only(exc)).strip()
+            self.log.error("writer.job_failed", job=task.name, error=error)
+        if task.name != catalog.RECORD_RUN:
+            record_job_run(self.conn, task.name, started, time.time(), outcome,
+                                              figures, error)
+            self.log.info("writer.job", job=task.name, outcome=outcome, **(figures or {}))
+        return True
+
+    def _publish(self, *, idle: bool, error: str | None = None) -> None:
+        # While idle the loop spins every poll_interval; one status write per 0.25 s is
+        # plenty for `quill status` and the supervisor's idle check.
+        now = time.monotonic()
+        if idle and now - self._last_idle_publish < 0.25:
+            return
+        self._last_idle_publish = now if idle else 0.0
+        status.publish(self.status_path, {
+            "idle": idle, "halted": False, "cursor": str(self.cursor),
+            "fts_indexed_upto": indexed_upto(self.conn), "error": error, **self.totals})

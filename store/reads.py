@@ -16,7 +16,7 @@ import apsw
 
 from . import query as fts_query
 from .connection import open_reader
-from .errors import mapped
+from .errors import CantOpenError, mapped
 from .indexer import indexed_upto
 
 PROJECTION_STATES = {
@@ -79,6 +79,11 @@ class Reader:
     def __init__(self, db_path: Path):
         self.path = Path(db_path)
         self.conn: apsw.Connection = open_reader(self.path)
+        with mapped():
+            version = self.conn.execute("PRAGMA user_version").fetchone()[0]
+        if version == 0:  # the writer created the file but has not committed the schema yet
+            self.conn.close()
+            raise CantOpenError(f"{self.path} has no Quill schema yet")
 
     def close(self) -> None:
         self.conn.close()

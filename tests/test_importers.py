@@ -3,19 +3,14 @@
 from __future__ import annotations
 
 import json
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-_REPO = Path(__file__).resolve().parents[1]
-if str(_REPO) not in sys.path:
-    sys.path.insert(0, str(_REPO))
-
-from ops.importers import (  # noqa: E402
+from ops.importers import (
     ImportedSession, ParsedFile, Problem, detect_format, iter_transcript_files, parse_file)
-from ops.importers.jsonlines import iter_jsonl  # noqa: E402
+from ops.importers.jsonlines import iter_jsonl
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
 GLUED = "claude-code/entireio-cli__130d7b7e-5801-4345-9bd6-f32fd9b8429b.jsonl"

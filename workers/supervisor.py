@@ -112,7 +112,7 @@ class Supervisor:
 
     def _start(self, child: Child) -> None:
         child.proc = subprocess.Popen(child.argv, stdin=subprocess.DEVNULL)
-        self.log.info("supervisor.child_started", role=child.role, child_pid=child.proc.pid)
+        self.log.info("supervisor.child_started", child=child.role, child_pid=child.proc.pid)
 
     def _check(self, child: Child) -> int | None:
         """Restart ``child`` if it exited; returns an exit code when the fleet must stop."""
@@ -127,10 +127,10 @@ class Supervisor:
                 child.backoff = 0.5  # it has stayed up: forget the old backoff
             return None
         child.exits.append(now)
-        self.log.warning("supervisor.child_exited", role=child.role, code=code, child_pid=child.proc.pid)
+        self.log.warning("supervisor.child_exited", child=child.role, code=code, child_pid=child.proc.pid)
         child.proc = None
         if len(child.exits) == CRASH_LOOP[0] and now - child.exits[0] < CRASH_LOOP[1]:
-            self.log.critical("supervisor.crash_loop", role=child.role, exits=len(child.exits),
+            self.log.critical("supervisor.crash_loop", child=child.role, exits=len(child.exits),
                               window_s=CRASH_LOOP[1])
             return EXIT_CRASH_LOOP
         child.restart_at = now + child.backoff
@@ -146,6 +146,6 @@ class Supervisor:
             try:
                 child.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                self.log.error("supervisor.kill", role=child.role, child_pid=child.proc.pid)
+                self.log.error("supervisor.kill", child=child.role, child_pid=child.proc.pid)
                 child.proc.kill()
                 child.proc.wait()

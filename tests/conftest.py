@@ -1,0 +1,84 @@
+"""Shared fixtures: a temp data dir, the ``quill`` CLI as a real subprocess, a running fleet."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+CORPUS = REPO.parent / "shared" / "corpus"
+
+
+def quill_env(home: Path) -> dict[str, str]:
+    env = {**os.environ, "QUILL_HOME": str(home), "PYTHONUNBUFFERED": "1"}
+    env.pop("PYTEST_CURRENT_TEST", None)
+    return env
+
+
+class QuillCLI:
+    """Runs ``python -m ops.cli``-equivalent commands against one data dir."""
+
+    def __init__(self, home: Path):
+        self.home = home
+
+    def argv(self, *args: str) -> list[str]:
+        return [sys.executable, "-c", "from ops.cli import main; main()", *args]
+
+    def run(self, *args: str, input: str | None = None, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
+        proc = subprocess.run(self.argv(*args), input=input, capture_output=True, text=True,
+                              env=quill_env(self.home), timeout=timeout, cwd=REPO)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"quill {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+        return proc
+
+    def json(self, *args: str, **kw) -> object:
+        return json.loads(self.run(*args, "--json", **kw).stdout)
+
+    def status(self) -> dict:
+        return self.json("status", check=False)
+
+    def start_fleet(self) -> subprocess.Popen:
+        return subprocess.Popen(self.argv("run"), env=quill_env(self.home), cwd=REPO,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+    def wait_idle(self, timeout: float = 240) -> dict:
+        """Poll ``quill status`` until the spool is drained and the FTS index caught up."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            st = self.status()
+            store = st.get("store")
+            writer = st["fleet"].get("writer") or {}
+            if store and st["spool"]["pending_bytes"] == 0 and store["fts_pending"] == 0 and writer.get("idle"):
+                return st
+            time.sleep(0.3)
+        raise AssertionError(f"fleet not idle after {timeout} s: {self.status()}")
+
+
+def stop_fleet(proc: subprocess.Popen, timeout: float = 30) -> int:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    return proc.wait(timeout=timeout)
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    return tmp_path / "quill home"   # a space on purpose: paths must be quoted everywhere
+
+
+@pytest.fixture
+def quill(home: Path) -> QuillCLI:
+    return QuillCLI(home)
+
+
+@pytest.fixture
+def fleet(quill: QuillCLI):
+    proc = quill.start_fleet()
+    yield proc
+    code = stop_fleet(proc)
+    assert code == 0, f"fleet exited {code}: {proc.stderr.read() if proc.stderr else ''}"

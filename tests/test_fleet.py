@@ -1,0 +1,120 @@
+"""The supervised fleet with real processes: until-idle, restarts after kill -9 with nothing
+lost or doubled, a second writer refused, clean stop on SIGTERM."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from spool import Spool
+from store import Reader
+from store.errors import CantOpenError, LeaseHeldError
+from store.lease import Lease, read_holder
+
+from .conftest import stop_fleet
+
+BATCHES, PER_BATCH = 1000, 20
+
+
+def _fill_spool(home, batches=BATCHES):
+    with Spool(home / "spool") as sp:
+        for b in range(batches):
+            sp.append("messages.append", {"session_id": f"s{b % 7}", "messages": [
+                {"role": "user", "id": f"{b}-{i}", "content": f"batch {b} message {i} lorem ipsum " * 4}
+                for i in range(PER_BATCH)]})
+
+
+def _counts(home):
+    with Reader(home / "state.db") as r:
+        f = r.figures()
+        dup = r.conn.execute("SELECT count(*) FROM (SELECT session_id, ext_id FROM messages "
+                             "GROUP BY session_id, ext_id HAVING count(*) > 1)").fetchone()[0]
+        return f["messages"], f["applied_batches"], dup
+
+
+def test_until_idle_drains_and_exits_zero(quill, home):
+    home.mkdir(parents=True)
+    _fill_spool(home, 50)
+    proc = quill.run("run", "--until-idle", "--timeout", "120")
+    assert proc.returncode == 0
+    assert _counts(home) == (50 * PER_BATCH, 50, 0)
+    assert not (home / "run" / "halt.json").exists()
+
+
+def test_kill_9_of_the_writer_loses_nothing_and_doubles_nothing(quill, home):
+    home.mkdir(parents=True)
+    (home / "config.toml").write_text("[writer]\nchunk_rows = 20\n")  # many small transactions
+    _fill_spool(home)
+    fleet = quill.start_fleet()
+    kills = 0
+    try:
+        deadline = time.monotonic() + 120
+        last_pid = None
+        while kills < 3 and time.monotonic() < deadline:
+            holder = read_holder(home / "run" / "writer.lock")
+            pid = holder.get("pid")
+            try:
+                applied = _counts(home)[0]
+            except CantOpenError:
+                applied = 0
+            if pid and pid != last_pid and 0 < applied < BATCHES * PER_BATCH:
+                os.kill(pid, signal.SIGKILL)
+                kills += 1
+                last_pid = pid
+            time.sleep(0.05)
+        assert kills == 3, "the drain finished before three kills; raise BATCHES"
+        quill.wait_idle()
+        assert _counts(home) == (BATCHES * PER_BATCH, BATCHES, 0)
+        log = (home / "logs" / "supervisor.log").read_text()
+        assert log.count('"supervisor.child_exited"') >= 3
+    finally:
+        assert stop_fleet(fleet) == 0
+
+
+def test_second_writer_is_refused_naming_the_holder(quill, home, fleet):
+    quill.run("push", "--session", "x", input='{"role": "user", "content": "hi"}')
+    quill.wait_idle()
+    with pytest.raises(LeaseHeldError) as info:
+        Lease(home / "run" / "writer.lock").acquire()
+    assert info.value.holder["pid"] == read_holder(home / "run" / "writer.lock")["pid"]
+    assert "pid=" in str(info.value)
+
+
+def test_a_second_fleet_on_the_same_home_is_refused(quill, home, fleet):
+    quill.wait_idle(timeout=60) if (home / "state.db").exists() else time.sleep(1.0)
+    proc = quill.run("run", "--until-idle", check=False)
+    assert proc.returncode == 1 and "already running" in proc.stderr
+
+
+def test_push_wait_gives_read_your_writes(quill, home, fleet):
+    out = quill.json("push", "--session", "rw", "--wait", "30",
+                     input='{"role": "user", "content": "read your writes please"}')
+    assert out[0]["applied"] is True
+    hits = quill.json("search", "writes")
+    assert [h["session_id"] for h in hits] == ["rw"]
+
+
+def test_sigterm_stops_every_child(quill, home):
+    fleet = quill.start_fleet()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not (home / "run" / "consumer.json").exists():
+        time.sleep(0.1)
+    pids = [read_holder(home / "run" / f"{r}.lock").get("pid") for r in ("writer", "scheduler")]
+    assert stop_fleet(fleet) == 0
+    for pid in pids:
+        assert pid and not _alive(pid)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie still answers kill(0); check its state.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False

@@ -1,0 +1,168 @@
+"""The store on real SQLite files: chunked apply with cursor, idempotency, quarantine of
+invalid ops, search over indexed and not-yet-indexed rows, the query sanitizer."""
+from __future__ import annotations
+
+import string
+
+import pytest
+
+from spool import START, Spool, SpoolReader
+from store import Reader, apply_chunk, index_slice, open_writer, read_cursor
+from store.query import sanitize
+
+
+@pytest.fixture
+def env(tmp_path):
+    spool = Spool(tmp_path / "spool")
+    conn = open_writer(tmp_path / "state.db")
+    yield spool, conn, tmp_path
+    conn.close()
+    spool.close()
+
+
+def drain(tmp_path, conn, rejects):
+    entries = list(SpoolReader(tmp_path / "spool").read(START, max_bytes=1 << 40))
+    return apply_chunk(conn, entries, lambda e, reason, detail: rejects.append((str(e.position), reason))), entries
+
+
+def _msgs(n, prefix="m"):
+    return [{"role": "user" if i % 2 == 0 else "assistant", "content": f"{prefix} {i}", "id": f"{prefix}{i}"}
+            for i in range(n)]
+
+
+def test_cursor_commits_with_the_rows_and_replay_changes_nothing(env):
+    spool, conn, tmp = env
+    spool.append("session.create", {"session_id": "s", "source": "cli"})
+    spool.append("messages.append", {"session_id": "s", "messages": _msgs(10)})
+    rejects: list = []
+    result, entries = drain(tmp, conn, rejects)
+    assert (result.applied, result.rows, rejects) == (2, 10, [])
+    assert read_cursor(conn) == tuple(entries[-1].next)
+    again, _ = drain(tmp, conn, rejects)  # a crash before the cursor moved replays this
+    assert (again.applied, again.duplicates, again.rows) == (0, 2, 0)
+    with Reader(tmp / "state.db") as r:
+        assert r.figures()["messages"] == 10
+
+
+def test_same_message_ids_in_a_new_batch_are_not_duplicated(env):
+    spool, conn, tmp = env
+    spool.append("messages.append", {"session_id": "s", "messages": _msgs(5)})
+    spool.append("messages.append", {"session_id": "s", "messages": _msgs(8)})  # a re-import that grew
+    result, _ = drain(tmp, conn, [])
+    assert result.rows == 8
+    with Reader(tmp / "state.db") as r:
+        assert [m["content"] for m in r.get_messages("s")] == [f"m {i}" for i in range(8)]
+
+
+def test_a_batch_with_one_invalid_message_lands_nothing_and_is_quarantined(env):
+    spool, conn, tmp = env
+    spool.append("messages.append", {"session_id": "s", "messages": _msgs(3, "ok")})
+    bad = _msgs(3, "bad") + [{"role": "wizard", "content": "nope"}]
+    spool.append("messages.append", {"session_id": "s", "messages": bad})
+    spool.append("messages.append", {"session_id": "s", "messages": _msgs(2, "after")})
+    rejects: list = []
+    result, entries = drain(tmp, conn, rejects)
+    assert rejects == [(str(entries[1].position), "invalid-role")]
+    assert (result.applied, result.rejected, result.rows) == (2, 1, 5)
+    with Reader(tmp / "state.db") as r:
+        assert [m["content"] for m in r.get_messages("s")] == ["ok 0", "ok 1", "ok 2", "after 0", "after 1"]
+
+
+def test_messages_keep_every_field_and_unknown_ones_verbatim(env):
+    spool, conn, tmp = env
+    call = {"id": "call_1", "type": "function", "function": {"name": "bash", "arguments": '{"cmd": "ls"}'}}
+    msgs = [
+        {"role": "user", "content": [{"type": "text", "text": "look at this"}, {"type": "image_url", "image_url": {"url": "data:x"}}]},
+        {"role": "assistant", "content": None, "tool_calls": [call], "reasoning": "think", "finish_reason": "tool_calls",
+         "usage": {"prompt_tokens": 5}, "vendor_field": [1, {"a": None}]},
+        {"role": "tool", "tool_call_id": "call_1", "name": "bash", "content": "file.txt"},
+    ]
+    spool.append("messages.append", {"session_id": "s", "messages": msgs})
+    drain(tmp, conn, [])
+    with Reader(tmp / "state.db") as r:
+        got = r.get_messages("s", "model")
+    assert got == msgs
+
+
+@pytest.mark.parametrize("encoding", [None, 0, False, {}, "{}", "null", "[]", "not json {", []])
+def test_empty_or_malformed_tool_calls_mean_no_tool_calls(env, encoding):
+    spool, conn, tmp = env
+    spool.append("messages.append", {"session_id": "s", "messages": [{"role": "assistant", "content": "x", "tool_calls": encoding}]})
+    drain(tmp, conn, [])
+    with Reader(tmp / "state.db") as r:
+        assert "tool_calls" not in r.get_messages("s", "model")[0]
+
+
+def test_tool_calls_given_as_a_json_string_are_stored_once_encoded(env):
+    spool, conn, tmp = env
+    calls = [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]
+    import json
+    spool.append("messages.append", {"session_id": "s", "messages": [{"role": "assistant", "tool_calls": json.dumps(calls)}]})
+    drain(tmp, conn, [])
+    raw = conn.execute("SELECT tool_calls FROM messages").fetchone()[0]
+    assert json.loads(raw) == calls
+
+
+def test_search_finds_rows_before_and_after_indexing(env):
+    spool, conn, tmp = env
+    spool.append("messages.append", {"session_id": "a", "messages": [{"role": "user", "content": "the quokka jumps"}]})
+    spool.append("messages.append", {"session_id": "b", "messages": [
+        {"role": "assistant", "tool_calls": [{"id": "1", "type": "function",
+                                               "function": {"name": "bash", "arguments": "{\"cmd\": \"grep quokka\"}"}}]}]})
+    drain(tmp, conn, [])
+    with Reader(tmp / "state.db") as r:
+        before = {h["session_id"] for h in r.search("quokka")}
+        assert r.figures()["fts_pending"] == 2
+    assert index_slice(conn) == 2
+    with Reader(tmp / "state.db") as r:
+        assert r.figures()["fts_pending"] == 0
+        after = {h["session_id"] for h in r.search("quokka")}
+        assert r.search("quokka", role="user")[0]["session_id"] == "a"
+    assert before == after == {"a", "b"}
+
+
+def test_every_ascii_punctuation_between_two_words_is_a_valid_query(env):
+    spool, conn, tmp = env
+    spool.append("messages.append", {"session_id": "s", "messages": [{"role": "user", "content": "alpha beta"}]})
+    drain(tmp, conn, [])
+    index_slice(conn)
+    with Reader(tmp / "state.db") as r:
+        for ch in string.punctuation:
+            r.search(f"alpha{ch}beta")  # must not raise
+        for q in ("#123", "src/main.py", "don't", "50%", "a@b.com", "chat-send*", '"alpha beta"',
+                  "alpha AND", "OR beta", "alpha OR beta", "NOT", '"unterminated'):
+            r.search(q)
+        assert r.search("alpha OR zzz")[0]["session_id"] == "s"
+        assert r.search('"alpha beta"') and not r.search('"beta alpha"')
+
+
+def test_sanitizer_keeps_operators_only_between_terms():
+    assert sanitize("alpha AND") == '"alpha"'
+    assert sanitize("OR beta") == '"beta"'
+    assert sanitize("a OR b") == '"a" OR "b"'
+    assert sanitize("chat-send*") == '"chat-send"*'
+    assert sanitize("!!!") == ""
+
+
+def test_session_end_first_reason_wins_and_title_rules(env):
+    spool, conn, tmp = env
+    spool.append("session.create", {"session_id": "s", "title": "  My\x07 title\n"})
+    spool.append("session.create", {"session_id": "t"})
+    spool.append("session.title", {"session_id": "t", "title": "My title"})  # taken: rejected
+    spool.append("session.end", {"session_id": "s", "reason": "user_exit"})
+    spool.append("session.end", {"session_id": "s", "reason": "timeout"})
+    rejects: list = []
+    drain(tmp, conn, rejects)
+    assert [r[1] for r in rejects] == ["duplicate-title"]
+    with Reader(tmp / "state.db") as r:
+        s = r.get_session("s")
+        assert (s["title"], s["end_reason"]) == ("My title", "user_exit")
+        assert r.get_session("t")["title"] is None
+
+
+def test_reader_opens_paths_with_uri_special_characters(tmp_path):
+    odd = tmp_path / "we?ird #dir"
+    conn = open_writer(odd / "state.db")
+    conn.close()
+    with Reader(odd / "state.db") as r:
+        assert r.figures()["messages"] == 0

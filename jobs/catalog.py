@@ -43,6 +43,12 @@ JOBS: tuple[JobSpec, ...] = (
             "interval", {"hours": 6},
             params=lambda cfg: {"db_path": str(cfg.state_db), "snapshots_dir": str(cfg.snapshots_dir),
                                 "keep": cfg.snapshot_keep}),
+    JobSpec("spool_gc", "worker", worker_jobs.spool_gc,
+            "delete spool segments that are applied, snapshot-covered and past retention",
+            "interval", {"hours": 1},
+            params=lambda cfg: {"spool_dir": str(cfg.spool_dir), "db_path": str(cfg.state_db),
+                                "snapshots_dir": str(cfg.snapshots_dir),
+                                "retention_s": cfg.spool_retention_s}),
 )
 
 BY_NAME: dict[str, JobSpec] = {j.name: j for j in JOBS}

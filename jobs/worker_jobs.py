@@ -9,10 +9,40 @@ from typing import Any
 
 import apsw
 
+from spool import Position, retention
 from store.connection import open_reader
-from store.errors import CorruptError, mapped
+from store.errors import CantOpenError, CorruptError, mapped
+from store.reads import Reader
 
 SNAPSHOT_GLOB = "snapshot-*.db"
+
+
+def latest_snapshot(snapshots_dir: Path) -> tuple[Path, Position] | None:
+    """The newest verified snapshot and the spool position it covers, or None.
+
+    Only verified snapshots get a final ``snapshot-…-SEG-OFF.db`` name (``snapshot()`` renames
+    a copy into place after its integrity_check passed), so the name is the proof.
+    """
+    found = sorted(Path(snapshots_dir).glob(SNAPSHOT_GLOB))
+    if not found:
+        return None
+    seg, off = found[-1].stem.split("-")[-2:]
+    return found[-1], Position(int(seg), int(off))
+
+
+def spool_gc(spool_dir: str, db_path: str, snapshots_dir: str,
+             retention_s: float = retention.DEFAULT_RETENTION_S) -> dict[str, Any]:
+    """Delete spool segments that are applied, covered by a verified snapshot and older than
+    ``retention_s`` seconds. Figures: deleted segment numbers, bytes freed, positions used."""
+    try:
+        with Reader(Path(db_path)) as reader:
+            cursor = reader.figures()["cursor"]
+    except CantOpenError:
+        cursor = None
+    applied = Position.parse(cursor) if cursor else None
+    snap = latest_snapshot(Path(snapshots_dir))
+    result = retention.collect(Path(spool_dir), applied, snap[1] if snap else None, retention_s)
+    return {**result, "applied": cursor, "snapshot": str(snap[1]) if snap else None}
 
 
 def quick_check(db_path: str) -> dict[str, Any]:

@@ -12,6 +12,7 @@ Example ``config.toml``::
     chunk_rows = 500            # message rows per write transaction
     [spool]
     segment_bytes = 67108864
+    retention_s = 604800        # keep applied+snapshotted segments this long (seconds)
     [snapshots]
     keep = 5
 """
@@ -39,6 +40,7 @@ class Config:
     segment_bytes: int = 64 * 1024 * 1024
     poll_interval: float = 0.05
     snapshot_keep: int = 5
+    spool_retention_s: float = 7 * 24 * 3600.0
 
     @property
     def state_db(self) -> Path:
@@ -82,6 +84,7 @@ _SECTIONS = {
     ("writer", "poll_interval"): "poll_interval",
     ("spool", "segment_bytes"): "segment_bytes",
     ("snapshots", "keep"): "snapshot_keep",
+    ("spool", "retention_s"): "spool_retention_s",
 }
 
 

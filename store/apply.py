@@ -12,7 +12,7 @@ is applied.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -46,6 +46,30 @@ class ChunkResult:
     rejected: int = 0
     rows: int = 0
     batches: list[str] = field(default_factory=list)
+
+
+def entry_rows(entry: EntryLike) -> int:
+    """How many message rows an entry will write: chunks are sized in rows, not ops."""
+    rec = entry.record
+    if rec and rec.get("op") == "messages.append" and isinstance(rec.get("data"), dict):
+        msgs = rec["data"].get("messages")
+        return max(1, len(msgs)) if isinstance(msgs, list) else 1
+    return 1
+
+
+def take_chunk(entries: Iterable[EntryLike], chunk_rows: int) -> list[EntryLike]:
+    """The next chunk from ``entries``: consecutive entries totalling about ``chunk_rows``
+    message rows (default 500 in the config). An op larger than that is a chunk of its own,
+    because a batch is applied all-or-nothing."""
+    chunk: list[EntryLike] = []
+    rows = 0
+    for entry in entries:
+        n = entry_rows(entry)
+        if chunk and rows + n > chunk_rows:
+            break
+        chunk.append(entry)
+        rows += n
+    return chunk
 
 
 def read_cursor(conn: apsw.Connection) -> tuple[int, int] | None:

@@ -24,6 +24,7 @@ from jobs.store_jobs import record_job_run
 from ops.config import Config
 from spool import Entry, Position, Quarantine, SpoolReader, START
 from store import apply_chunk, index_slice, open_writer, read_cursor
+from store.apply import take_chunk
 from store.errors import CorruptError, DiskFullError, TransientError
 from store.lease import Lease
 from store.indexer import indexed_upto
@@ -32,15 +33,6 @@ from . import status
 
 #: Entries read per spool scan; bounds memory whatever the spool size.
 _READ_BYTES = 8 << 20
-
-
-def entry_rows(entry: Entry) -> int:
-    """How many message rows an entry will write (chunk sizing counts rows, not ops)."""
-    rec = entry.record
-    if rec and rec.get("op") == "messages.append" and isinstance(rec.get("data"), dict):
-        msgs = rec["data"].get("messages")
-        return max(1, len(msgs)) if isinstance(msgs, list) else 1
-    return 1
 
 
 class Writer:
@@ -133,14 +125,7 @@ class Writer:
         return sealed
 
     def _take_chunk(self) -> list[Entry]:
-        entries: list[Entry] = []
-        rows = 0
-        for entry in self.reader.read(self.cursor, max_bytes=_READ_BYTES):
-            if entries and rows + entry_rows(entry) > self.cfg.chunk_rows:
-                break
-            entries.append(entry)
-            rows += entry_rows(entry)
-        return entries
+        return take_chunk(self.reader.read(self.cursor, max_bytes=_READ_BYTES), self.cfg.chunk_rows)
 
     def _apply(self, entries: list[Entry]) -> None:
         result = apply_chunk(self.conn, entries, self._reject)

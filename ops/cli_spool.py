@@ -1,0 +1,114 @@
+"""``quill spool status|verify|replay``."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
+
+from spool import Position, Quarantine, SpoolReader
+from spool.reader import stats
+from store.errors import CantOpenError, LeaseHeldError
+from store.lease import Lease
+
+from . import render
+from .replay import replay as do_replay, total_bytes, verify as do_verify
+from .wait import applied_position
+
+
+def _progress(enabled: bool) -> Progress:
+    con = Console(stderr=True)
+    return Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
+                    TimeRemainingColumn(), console=con, transient=True,
+                    disable=not enabled or not con.is_terminal)
+
+
+@click.group()
+def spool() -> None:
+    """Inspect, verify and replay the spool."""
+
+
+@spool.command(name="status")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def spool_status(cfg: Any, as_json: bool) -> None:
+    """Segments, bytes, records pending, lag (seconds) and quarantined count."""
+    cursor = applied_position(cfg.state_db)
+    data = {**stats(cfg.spool_dir, cursor), "cursor": str(cursor) if cursor else None,
+            "quarantined": Quarantine(cfg.spool_dir).count()}
+    pending, oldest = 0, None
+    start = cursor or Position(1, 0)
+    for entry in SpoolReader(cfg.spool_dir).read(start, max_bytes=1 << 40):
+        pending += 1
+        if oldest is None and entry.record:
+            oldest = entry.record.get("ts")
+    data["records_pending"] = pending
+    data["lag_s"] = round(time.time() - oldest, 3) if oldest else 0.0
+    if as_json:
+        render.emit_json(data)
+        return
+    click.echo(f"segments {data['segments']}, {data['bytes']} bytes, end {data['end']}, cursor {data['cursor']}")
+    click.echo(f"pending  {pending} record(s), {data['pending_bytes']} bytes, lag {data['lag_s']} s")
+    click.echo(f"quarantined {data['quarantined']} (in {cfg.spool_dir / 'quarantine'})")
+
+
+@spool.command(name="verify")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def spool_verify(ctx: click.Context, as_json: bool) -> None:
+    """Check every record's checksum; exit 1 if any is damaged."""
+    cfg = ctx.obj
+    first = Position(1, 0)
+    with _progress(not as_json) as bar:
+        task = bar.add_task("verifying", total=total_bytes(cfg.spool_dir, first))
+        result = do_verify(cfg.spool_dir, lambda n: bar.advance(task, n))
+    if as_json:
+        render.emit_json(result)
+    else:
+        click.echo(f"{result['records']} record(s) checked, {len(result['damaged'])} damaged, end {result['end']}"
+                   + (" (a partial tail is still being written or is torn)" if result["partial_tail"] else ""))
+        for d in result["damaged"]:
+            click.echo(f"  {d['position']}: {d['reason']}: {d['detail']}")
+    ctx.exit(1 if result["damaged"] else 0)
+
+
+@spool.command(name="replay")
+@click.option("--from", "from_", metavar="SEG:OFFSET", help="Start here (default: the target store's cursor).")
+@click.option("--into", type=click.Path(dir_okay=False, path_type=Path),
+              help="Replay into this store file instead of the live one (created if missing).")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def spool_replay(cfg: Any, from_: str | None, into: Path | None, as_json: bool) -> None:
+    """Apply spool records into a store, idempotently (nothing is applied twice)."""
+    try:
+        start = Position.parse(from_) if from_ else None
+    except ValueError:
+        raise click.BadParameter(f"expected SEG:OFFSET, got {from_!r}", param_hint="--from")
+    lease = None
+    if into is None:  # the live store: only with the writer lease, i.e. with the fleet stopped
+        try:
+            lease = Lease(cfg.run_dir / "writer.lock").acquire()
+        except LeaseHeldError as exc:
+            raise click.ClickException(f"the writer is running ({exc}); stop `quill run` first, "
+                                       "or replay --into a new file")
+    target = into or cfg.state_db
+    try:
+        with _progress(not as_json) as bar:
+            task = bar.add_task("replaying", total=total_bytes(cfg.spool_dir, start or Position(1, 0)))
+            result = do_replay(cfg.spool_dir, target, start, chunk_rows=cfg.chunk_rows,
+                               synchronous=cfg.synchronous, progress=lambda n: bar.advance(task, n))
+    except CantOpenError as exc:
+        raise click.ClickException(f"cannot open {target}: {exc}")
+    finally:
+        if lease:
+            lease.release()
+    result["into"] = str(target)
+    if as_json:
+        render.emit_json(result)
+    else:
+        click.echo(f"replayed {result['from']} → {result['to']} into {target}: {result['applied']} applied, "
+                   f"{result['duplicates']} already there, {result['rejected']} quarantined, "
+                   f"{result['rows']} message rows, {result['seconds']} s")

@@ -171,8 +171,10 @@ def import_(ctx: click.Context, paths: tuple[Path, ...], as_json: bool) -> None:
 
 from .cli_read import register  # noqa: E402  (read commands live in their own module)
 from .cli_spool import spool as spool_group  # noqa: E402
+from .cli_admin import register as register_admin  # noqa: E402
 
 register(cli)
+register_admin(cli)
 cli.add_command(spool_group)
 
 

@@ -9,6 +9,7 @@ never by message text.
     ├── StoreIOError          SQLITE_IOERR
     ├── ReadOnlyError         SQLITE_READONLY
     ├── CantOpenError         SQLITE_CANTOPEN
+    ├── ReplacedError         state.db or its WAL replaced/removed under the writer: sticky halt
     ├── LeaseHeldError        another process holds the writer lease
     └── InvalidOpError        an op's data breaks the rules: the record is quarantined
 """
@@ -50,6 +51,11 @@ class ReadOnlyError(StoreError):
 
 class CantOpenError(StoreError):
     """SQLITE_CANTOPEN: the database file (or its directory) cannot be opened."""
+
+
+class ReplacedError(CorruptError):
+    """``state.db`` or its ``-wal`` was replaced or removed under the writer. Sticky, like
+    corruption: writing on would put rows in a file nobody reads."""
 
 
 class LeaseHeldError(StoreError):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 import time
 import traceback
+from pathlib import Path
 from typing import Any
 
 import apsw
@@ -26,7 +27,9 @@ from spool import Entry, Position, Quarantine, SpoolReader, START
 from store import apply_chunk, index_slice, open_writer, read_cursor
 from store.apply import take_chunk
 from store.errors import CorruptError, DiskFullError, TransientError
+from store.guard import FileGuard
 from store.lease import Lease
+from store.recovery import swap_in
 from store.indexer import indexed_upto
 
 from . import status
@@ -46,7 +49,9 @@ class Writer:
         self.quarantine = Quarantine(cfg.spool_dir)
         self.status_path = cfg.run_dir / "writer.json"
         self.halt_path = cfg.run_dir / "halt.json"
+        self.swap_path = cfg.run_dir / "swap.json"
         self.conn: apsw.Connection | None = None
+        self.guard: FileGuard | None = None
         self.queues: Queues | None = None
         self.cursor: Position = START
         self.totals = {"applied": 0, "duplicates": 0, "rejected": 0, "rows": 0, "chunks": 0}
@@ -67,14 +72,14 @@ class Writer:
                 self._idle_halted(stop, halted)
                 return
             self.conn = open_writer(self.cfg.state_db, synchronous=self.cfg.synchronous)
+            self.guard = FileGuard(self.conn, self.cfg.state_db)
             self.queues = build_queues(self.cfg.queue_db)
             cur = read_cursor(self.conn)
             self.cursor = Position(*cur) if cur else START
             self.log.info("writer.started", cursor=str(self.cursor))
             self._loop(stop)
         finally:
-            if self.conn is not None:
-                self.conn.close()
+            self._close()
             self.lease.release()
             self.log.info("writer.stopped", cursor=str(self.cursor), **self.totals)
 
@@ -84,9 +89,10 @@ class Writer:
             try:
                 busy = self.step()
                 backoff = self.cfg.poll_interval
-            except CorruptError as exc:
+            except CorruptError as exc:  # includes ReplacedError: sticky halt
                 cause = {"cause": type(exc).__name__, "detail": str(exc), "at": time.time(),
                          "cursor": str(self.cursor), "next": "quill recover"}
+                self._close(keep_wal=True)
                 status.publish(self.halt_path, cause)
                 self.log.critical("writer.halt", **cause)
                 self._idle_halted(stop, cause)
@@ -101,15 +107,46 @@ class Writer:
             if not busy:
                 stop.wait(self.cfg.poll_interval)
 
+    def _close(self, *, keep_wal: bool = False) -> None:
+        """Close the store. ``keep_wal``: skip the checkpoint-on-close, so after damage the
+        WAL stays as evidence and nothing is checkpointed into a file that may be wrong."""
+        if self.conn is not None:
+            if keep_wal:
+                self.conn.config(apsw.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1)
+            self.conn.close()
+            self.conn = None
+        if self.guard is not None:
+            self.guard.close()  # after the connection: closing an fd drops SQLite's locks
+            self.guard = None
+
     def _idle_halted(self, stop: threading.Event, cause: dict) -> None:
+        """Stay up without writing until ``quill recover`` asks for a swap (run/swap.json),
+        do the swap (we hold the lease and no connection), then exit to be restarted."""
         while not stop.is_set():
+            request = status.read(self.swap_path)
+            if request and request.get("new"):
+                evidence = swap_in(Path(request["new"]), self.cfg.state_db)
+                self.halt_path.unlink(missing_ok=True)
+                self.swap_path.unlink(missing_ok=True)
+                self.log.warning("writer.swapped", new=request["new"], evidence=str(evidence))
+                return
             status.publish(self.status_path, {"halted": True, "halt": cause, "idle": False})
-            stop.wait(1.0)
+            stop.wait(0.5)
 
     # -- one step --------------------------------------------------------------------------
 
     def step(self) -> bool:
-        """Do one unit of work; returns False when there was nothing to do (idle)."""
+        """Do one unit of work; returns False when there was nothing to do (idle).
+
+        The file guard is checked before any write and told after, so a file or WAL
+        replaced in between is caught before the next transaction."""
+        self.guard.check()
+        try:
+            return self._step()
+        finally:
+            self.guard.committed()
+
+    def _step(self) -> bool:
         entries = self._take_chunk()
         if entries:
             self._apply(entries)

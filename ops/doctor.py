@@ -1,0 +1,85 @@
+"""``quill doctor``: every check an operator needs before trusting a data dir.
+
+Each check is ``{"check", "status": ok|warn|fail, "detail"}``; any ``fail`` makes the command
+exit 1. The SQLite floor is 3.51.3: earlier versions carry the WAL-reset corruption bug
+(DESIGN.md, "The store").
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import stat
+import time
+from typing import Any
+
+import apsw
+
+from spool import Position, Quarantine, SpoolReader
+from spool.reader import stats
+from store.errors import StoreError
+from store.lease import holder_alive, read_holder
+from store.reads import Reader
+from workers import status
+
+from .config import Config
+
+MIN_SQLITE = (3, 51, 3)
+FREE_WARN_BYTES = 1 << 30
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split(".")[:3])
+
+
+def _check(name: str, ok: bool, detail: str, *, warn_only: bool = False) -> dict[str, Any]:
+    return {"check": name, "status": "ok" if ok else ("warn" if warn_only else "fail"), "detail": detail}
+
+
+def run_checks(cfg: Config) -> list[dict[str, Any]]:
+    """All doctor checks for the data dir of ``cfg``."""
+    out = []
+    lib = apsw.sqlite_lib_version()
+    out.append(_check("sqlite (store)", _version(lib) >= MIN_SQLITE,
+                      f"apsw's SQLite {lib}; need ≥ {'.'.join(map(str, MIN_SQLITE))} (WAL-reset bug fix)"))
+    out.append(_check("sqlite (queue)", True,
+                      f"system SQLite {sqlite3.sqlite_version} for huey; queue.db uses journal_mode=TRUNCATE, not WAL"))
+    if cfg.state_db.exists():
+        try:
+            with Reader(cfg.state_db) as r:
+                mode = r.conn.execute("PRAGMA journal_mode").fetchone()[0]
+                figures = r.figures()
+            out.append(_check("journal mode", mode == "wal", f"state.db journal_mode={mode}"))
+            out.append(_check("store", True, f"{figures['sessions']} sessions, {figures['messages']} messages, "
+                                              f"cursor {figures['cursor']}"))
+        except StoreError as exc:
+            out.append(_check("store", False, f"cannot read state.db: {exc}"))
+            figures = None
+        wal = os.path.getsize(str(cfg.state_db) + "-wal") if os.path.exists(str(cfg.state_db) + "-wal") else 0
+        out.append(_check("WAL size", wal < 512 << 20, f"{wal} bytes", warn_only=True))
+    else:
+        figures = None
+        out.append(_check("store", True, "state.db not created yet (the writer creates it)"))
+    loose = []
+    for path in [cfg.home, cfg.spool_dir, cfg.run_dir, *cfg.home.glob("*.db"), *cfg.home.glob("*.db-*")]:
+        if path.exists() and stat.S_IMODE(os.stat(path).st_mode) & 0o077:
+            loose.append(f"{path.name}={oct(stat.S_IMODE(os.stat(path).st_mode))}")
+    out.append(_check("file modes", not loose, "owner-only" if not loose else "group/other access: " + ", ".join(loose)))
+    for role in ("fleet", "writer", "scheduler"):
+        holder = read_holder(cfg.run_dir / f"{role}.lock")
+        alive = bool(holder) and holder_alive(holder)
+        out.append(_check(f"{role} lease", True, f"held by pid {holder['pid']}" if alive else "free"))
+    halt = status.read(cfg.run_dir / "halt.json")
+    out.append(_check("halt", not halt, "not halted" if not halt else
+                      f"HALTED: {halt.get('cause')}: {halt.get('detail')} — run `{halt.get('next')}`"))
+    free = shutil.disk_usage(cfg.home if cfg.home.exists() else cfg.home.parent).free
+    out.append(_check("free space", free > FREE_WARN_BYTES, f"{free} bytes free", warn_only=True))
+    cursor = Position.parse(figures["cursor"]) if figures and figures.get("cursor") else None
+    sp = stats(cfg.spool_dir, cursor) if cfg.spool_dir.exists() else {"pending_bytes": 0}
+    oldest = next((e.record.get("ts") for e in SpoolReader(cfg.spool_dir).read(cursor or Position(1, 0), max_bytes=1 << 20)
+                   if e.record), None) if cfg.spool_dir.exists() else None
+    lag = time.time() - oldest if oldest else 0.0
+    out.append(_check("spool lag", lag < 60, f"{sp['pending_bytes']} bytes pending, oldest {lag:.1f} s", warn_only=True))
+    q = Quarantine(cfg.spool_dir).count()
+    out.append(_check("quarantine", q == 0, f"{q} record(s) in {cfg.spool_dir / 'quarantine'}", warn_only=True))
+    return out

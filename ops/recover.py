@@ -1,0 +1,83 @@
+"""``quill recover``: rebuild the store from the newest verified snapshot plus a spool replay
+from the position that snapshot recorded, verify it, and swap it in.
+
+Why this loses nothing: a spool segment is only deleted once a verified snapshot covers it
+(``spool.retention``), so snapshot + remaining spool always hold every acknowledged batch;
+replay is idempotent (batch ids), so overlap between the two is harmless.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from typing import Any
+
+from jobs.worker_jobs import latest_snapshot
+from store.errors import CorruptError, LeaseHeldError
+from store.lease import Lease
+from store.recovery import integrity, stamp_generation, swap_in
+from workers import status
+
+from .config import Config
+from .replay import Progress, replay
+
+SWAP_WAIT_S = 30.0
+
+
+class RecoverError(Exception):
+    """Recovery cannot proceed (healthy running store, failed verification, no swap)."""
+
+
+def rebuild(cfg: Config, progress: Progress | None = None) -> dict[str, Any]:
+    """Build and verify a new store file next to the live one; returns figures incl. ``path``."""
+    work = cfg.home / f"state.db.recovering-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"
+    snap = latest_snapshot(cfg.snapshots_dir)
+    if snap:
+        shutil.copyfile(snap[0], work)
+        os.chmod(work, 0o600)
+    result = replay(cfg.spool_dir, work, None, chunk_rows=cfg.chunk_rows, synchronous=cfg.synchronous,
+                    progress=progress)
+    stamp_generation(work)
+    check = integrity(work)
+    if check != ["ok"]:
+        raise CorruptError(f"the rebuilt store {work} failed integrity_check: {'; '.join(check[:5])}")
+    return {"path": str(work), "snapshot": str(snap[0]) if snap else None,
+            "snapshot_position": str(snap[1]) if snap else None, **result}
+
+
+def recover(cfg: Config, *, progress: Progress | None = None) -> dict[str, Any]:
+    """Rebuild, then swap in: directly when no writer runs, else through the halted writer.
+
+    Raises ``RecoverError`` when a healthy writer is running, or when the halted writer does
+    not swap in time; ``CorruptError`` when the rebuilt store fails verification.
+    """
+    halt = status.read(cfg.run_dir / "halt.json")
+    lease = Lease(cfg.run_dir / "writer.lock")
+    try:
+        lease.acquire()
+        held = True
+    except LeaseHeldError:
+        held = False
+    try:
+        if not held and not halt:
+            raise RecoverError("the writer is running and the store is not halted; nothing to recover "
+                               "(stop `quill run` first to rebuild anyway)")
+        report = rebuild(cfg, progress)
+        if held:
+            report["evidence"] = str(swap_in(cfg.home / os.path.basename(report["path"]), cfg.state_db))
+            (cfg.run_dir / "halt.json").unlink(missing_ok=True)
+            report["swapped_by"] = "recover"
+            return report
+    finally:
+        if held:
+            lease.release()
+    # A halted writer holds the lease with its connection closed: ask it to swap.
+    status.publish(cfg.run_dir / "swap.json", {"new": report["path"]})
+    deadline = time.monotonic() + SWAP_WAIT_S
+    while time.monotonic() < deadline:
+        if not (cfg.run_dir / "swap.json").exists() and not (cfg.run_dir / "halt.json").exists():
+            report["swapped_by"] = "writer"
+            return report
+        time.sleep(0.1)
+    raise RecoverError(f"the halted writer did not swap in {report['path']} within {SWAP_WAIT_S:g} s; "
+                       "stop `quill run` and run `quill recover` again")

@@ -1,0 +1,138 @@
+"""Issue 5, done for real: a deleted WAL, a replaced file, a damaged b-tree page — each a
+sticky halt while the spool keeps accepting, then `quill recover` with zero loss counted
+message by message."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+
+import apsw
+
+from store import Reader
+
+from .conftest import stop_fleet
+
+
+def _push(quill, session: str, start: int, n: int) -> None:
+    lines = "\n".join(json.dumps({"role": "user", "id": f"{session}-{i}", "content": f"{session} message {i}"})
+                      for i in range(start, start + n))
+    quill.run("push", "--session", session, input=lines)
+
+
+def _wait_halt(home, timeout=30.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        path = home / "run" / "halt.json"
+        if path.exists():
+            return json.loads(path.read_text())
+        time.sleep(0.1)
+    raise AssertionError("the writer did not halt")
+
+
+def _ids(home) -> list[str]:
+    with Reader(home / "state.db") as r:
+        return [row[0] for row in r.conn.execute("SELECT ext_id FROM messages ORDER BY ext_id")]
+
+
+def _expect(session: str, n: int) -> list[str]:
+    return sorted(f"{session}-{i}" for i in range(n))
+
+
+def _recover_and_check(quill, home, session, n):
+    out = quill.json("recover")
+    assert out["swapped_by"] in ("writer", "recover")
+    quill.wait_idle()
+    assert _ids(home) == _expect(session, n)
+    assert not (home / "run" / "halt.json").exists()
+    assert list((home / "evidence").iterdir()), "the damaged files are kept as evidence"
+
+
+def test_unlinked_wal_halts_without_a_new_wal_and_recovers(quill, home, fleet):
+    _push(quill, "w", 0, 50)
+    quill.wait_idle()
+    quill.run("snapshot")
+    _push(quill, "w", 50, 50)
+    quill.wait_idle()
+    os.unlink(str(home / "state.db") + "-wal")
+    halt = _wait_halt(home)
+    assert halt["cause"] == "ReplacedError" and "-wal" in halt["detail"]
+    _push(quill, "w", 100, 50)  # producers are never blocked by a halted store
+    time.sleep(1.0)
+    assert not os.path.exists(str(home / "state.db") + "-wal"), "a second WAL generation was started"
+    status = quill.run("status", check=False)
+    assert status.returncode == 1 and "HALTED" in status.stdout and "quill recover" in status.stdout
+    _recover_and_check(quill, home, "w", 150)
+
+
+def test_file_replaced_by_a_copy_halts_and_recovers(quill, home, fleet, tmp_path):
+    _push(quill, "c", 0, 40)
+    quill.wait_idle()
+    copy = tmp_path / "copy.db"
+    shutil.copyfile(home / "state.db", copy)
+    os.replace(copy, home / "state.db")  # a new inode at the path
+    halt = _wait_halt(home)
+    assert halt["cause"] == "ReplacedError" and "replaced" in halt["detail"]
+    _push(quill, "c", 40, 40)
+    _recover_and_check(quill, home, "c", 80)
+
+
+def test_foreign_database_copied_over_the_same_inode_halts(quill, home, fleet, tmp_path):
+    _push(quill, "f", 0, 20)
+    quill.wait_idle()
+    other = tmp_path / "other.db"
+    conn = apsw.Connection(str(other))
+    conn.execute("CREATE TABLE t(x); INSERT INTO t VALUES (1); PRAGMA application_id = 4242")
+    conn.close()
+    with open(other, "rb") as src, open(home / "state.db", "r+b") as dst:  # like `cp other state.db`
+        dst.write(src.read())
+    halt = _wait_halt(home)
+    assert halt["cause"] == "ReplacedError"
+    _push(quill, "f", 20, 20)
+    _recover_and_check(quill, home, "f", 40)
+
+
+def test_damaged_messages_btree_page_halts_and_recovery_loses_nothing(quill, home):
+    fleet = quill.start_fleet()
+    try:
+        _push(quill, "d", 0, 300)
+        quill.wait_idle()
+        quill.run("snapshot")
+        _push(quill, "d", 300, 100)
+        quill.wait_idle()
+    finally:
+        assert stop_fleet(fleet) == 0
+    with Reader(home / "state.db") as r:
+        root = r.conn.execute("SELECT rootpage FROM sqlite_schema WHERE name = 'messages'").fetchone()[0]
+        page_size = r.conn.execute("PRAGMA page_size").fetchone()[0]
+    with open(home / "state.db", "r+b") as f:  # overwrite the table's root page with garbage
+        f.seek((root - 1) * page_size)
+        f.write(os.urandom(page_size))
+    _push(quill, "d", 400, 50)
+    fleet = quill.start_fleet()
+    try:
+        halt = _wait_halt(home)
+        assert halt["cause"] in ("CorruptError", "NotADatabaseError")
+        _push(quill, "d", 450, 50)  # the spool keeps accepting while halted
+        _recover_and_check(quill, home, "d", 500)
+    finally:
+        assert stop_fleet(fleet) == 0
+
+
+def test_recover_refuses_a_healthy_running_store(quill, home, fleet):
+    _push(quill, "h", 0, 5)
+    quill.wait_idle()
+    proc = quill.run("recover", check=False)
+    assert proc.returncode == 1 and "not halted" in proc.stderr
+
+
+def test_doctor_reports_halt_and_exits_1(quill, home, fleet):
+    _push(quill, "x", 0, 5)
+    quill.wait_idle()
+    assert quill.run("doctor", check=False).returncode == 0
+    os.unlink(str(home / "state.db") + "-wal")
+    _wait_halt(home)
+    checks = {c["check"]: c for c in json.loads(quill.run("doctor", "--json", check=False).stdout)}
+    assert checks["halt"]["status"] == "fail" and "quill recover" in checks["halt"]["detail"]
+    assert checks["sqlite (store)"]["status"] == "ok"

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from rich.markup import escape
 
 from spool import Spool, SpoolError
 from store.errors import StoreError
@@ -158,12 +159,13 @@ def import_(ctx: click.Context, paths: tuple[Path, ...], as_json: bool) -> None:
         render.emit_json(report)
         return
     for e in report:
+        path = escape(e["path"])
         if e["format"] is None:
-            con.print(f"[dim]skipped[/dim] {e['path']}: format not recognised")
+            con.print(f"[dim]skipped[/dim] {path}: format not recognised")
             continue
-        con.print(f"{e['format']:<12} {e['path']}: {e['sessions']} session(s), {e['messages']} message(s)")
+        con.print(f"{e['format']:<12} {path}: {e['sessions']} session(s), {e['messages']} message(s)")
         for p in e["problems"]:
-            con.print(f"  [yellow]{p['kind']}[/yellow] {e['path']}:{p['line']}: {p['reason']}")
+            con.print(f"  [yellow]{p['kind']}[/yellow] {path}:{p['line']}: {escape(p['reason'])}")
     total = sum(e["messages"] for e in report)
     con.print(f"spooled {total} message(s) from {sum(1 for e in report if e['format'])} file(s); "
               f"`quill run` applies them")
@@ -172,9 +174,11 @@ def import_(ctx: click.Context, paths: tuple[Path, ...], as_json: bool) -> None:
 from .cli_read import register  # noqa: E402  (read commands live in their own module)
 from .cli_spool import spool as spool_group  # noqa: E402
 from .cli_admin import register as register_admin  # noqa: E402
+from .cli_jobs import register as register_jobs  # noqa: E402
 
 register(cli)
 register_admin(cli)
+register_jobs(cli)
 cli.add_command(spool_group)
 
 

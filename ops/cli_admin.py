@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 import click
+from rich.markup import escape
 from rich.table import Table
 
 from jobs.worker_jobs import snapshot as take_snapshot
@@ -64,7 +65,7 @@ def doctor(ctx: click.Context, as_json: bool) -> None:
             table.add_column(col, overflow="fold")
         style = {"ok": "green", "warn": "yellow", "fail": "bold red"}
         for c in checks:
-            table.add_row(c["check"], f"[{style[c['status']]}]{c['status']}[/]", c["detail"])
+            table.add_row(c["check"], f"[{style[c['status']]}]{c['status']}[/]", escape(c["detail"]))
         render.console().print(table)
     ctx.exit(1 if any(c["status"] == "fail" for c in checks) else 0)
 

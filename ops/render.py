@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -33,8 +34,8 @@ def sessions_table(rows: list[dict[str, Any]]) -> Table:
         table.add_column(col, overflow="fold" if col == "id" else "ellipsis", no_wrap=col != "id")
     for r in rows:
         label = r.get("title") or (r.get("preview") or "").replace("\n", " ")
-        table.add_row(r["id"], r.get("source") or "", label[:60], str(r["message_count"]),
-                      when(r.get("last_active")), r.get("end_reason") or "")
+        table.add_row(escape(r["id"]), escape(r.get("source") or ""), escape(label[:60]), str(r["message_count"]),
+                      when(r.get("last_active")), escape(r.get("end_reason") or ""))
     return table
 
 
@@ -43,7 +44,8 @@ def search_table(hits: list[dict[str, Any]], query: str) -> Table:
     for col in ("session", "msg", "role", "when", "snippet"):
         table.add_column(col, overflow="fold")
     for h in hits:
-        table.add_row(h["session_id"], str(h["message_id"]), h["role"], when(h.get("ts")), h["snippet"])
+        table.add_row(escape(h["session_id"]), str(h["message_id"]), escape(h["role"]), when(h.get("ts")),
+                      escape(h["snippet"]))
     return table
 
 

@@ -8,8 +8,10 @@ skipped and logged, never silently).
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from apscheduler.events import EVENT_JOB_MISSED, EVENT_JOB_ERROR
@@ -45,6 +47,25 @@ def install_defaults(sched: BackgroundScheduler, cfg: Config) -> list[str]:
     return added
 
 
+@contextlib.contextmanager
+def edit_schedules(cfg: Config) -> Iterator[BackgroundScheduler]:
+    """A paused scheduler on ``schedule.db`` for editing schedules; it never runs a job.
+
+    APScheduler 3 processes due jobs once when a *paused* BackgroundScheduler shuts down (its
+    loop sees STOPPED, not PAUSED); removing the job store first makes the shutdown a no-op,
+    so an edit can never consume a due run that belongs to the fleet's scheduler.
+    """
+    cfg.ensure_dirs()
+    sched = make_scheduler(cfg)
+    sched.start(paused=True)
+    try:
+        install_defaults(sched, cfg)
+        yield sched
+    finally:
+        sched.remove_jobstore("default", shutdown=True)
+        sched.shutdown(wait=False)
+
+
 def describe(sched: BackgroundScheduler) -> list[dict[str, Any]]:
     """Each scheduled job: id, trigger text, next run time (ISO, None when paused)."""
     return [{"id": j.id, "trigger": str(j.trigger),
@@ -69,7 +90,10 @@ def run(cfg: Config, log: Any, stop: threading.Event) -> None:
             due = [j for j in sched.get_jobs()
                    if j.next_run_time and j.next_run_time <= dt.datetime.now(dt.timezone.utc)]
             status.publish(cfg.run_dir / "scheduler.json", {"ready": not due, "jobs": describe(sched)})
-            stop.wait(0.5 if due else 5.0)
+            stop.wait(0.5 if due else 1.0)
+            # Operators change schedules in schedule.db from `quill schedule ...`; waking up
+            # re-reads the job store, so a change takes effect within a second.
+            sched.wakeup()
     finally:
         sched.shutdown(wait=True)
         lease.release()

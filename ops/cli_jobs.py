@@ -1,0 +1,219 @@
+"""``quill jobs list|run|history`` and ``quill schedule list|add|pause|resume|remove``.
+
+Schedules live in ``schedule.db`` (APScheduler's SQLAlchemy job store). The CLI edits that
+store through a paused scheduler instance — it never runs jobs itself — and the fleet's
+scheduler re-reads the store every second.
+"""
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+import click
+from apscheduler.jobstores.base import JobLookupError
+from apscheduler.triggers.cron import CronTrigger
+from apscheduler.triggers.interval import IntervalTrigger
+from rich.markup import escape
+from rich.table import Table
+
+from jobs import catalog
+from jobs.queues import build as build_queues
+from store.errors import CantOpenError
+from store.reads import Reader
+from workers.scheduler import describe, edit_schedules
+
+from . import render
+
+_EVERY = re.compile(r"^(\d+)\s*([smhd])$")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
+
+
+def _history(cfg: Any, job: str | None, limit: int) -> list[dict[str, Any]]:
+    try:
+        with Reader(cfg.state_db) as r:
+            return r.job_runs(job=job, limit=limit)
+    except CantOpenError:
+        return []
+
+
+@click.group()
+def jobs() -> None:
+    """Maintenance jobs: what exists, run one now, past runs."""
+
+
+@jobs.command(name="list")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def jobs_list(cfg: Any, as_json: bool) -> None:
+    """Every job with where it runs, its default schedule and its last run."""
+    last = {}
+    for run in reversed(_history(cfg, None, 500)):
+        last[run["job"]] = run
+    rows = [{"name": j.name, "runs_on": "writer" if j.kind == "store" else "job worker",
+             "description": j.description, "default": f"{j.trigger} {j.trigger_args}",
+             "last_outcome": last.get(j.name, {}).get("outcome"),
+             "last_started_at": last.get(j.name, {}).get("started_at")} for j in catalog.JOBS]
+    if as_json:
+        render.emit_json(rows)
+        return
+    table = Table(title="jobs", title_justify="left")
+    for col in ("name", "runs on", "default", "last", "description"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        table.add_row(r["name"], r["runs_on"], escape(r["default"]),
+                      f"{r['last_outcome'] or '-'} {render.when(r['last_started_at'])}", escape(r["description"]))
+    render.console().print(table)
+
+
+@jobs.command(name="run")
+@click.argument("name")
+@click.option("--wait", "wait_s", type=float, default=None, help="Wait up to N seconds for the run's record.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def jobs_run(ctx: click.Context, name: str, wait_s: float | None, as_json: bool) -> None:
+    """Queue job NAME to run now (the running fleet executes it)."""
+    cfg = ctx.obj
+    try:
+        spec = catalog.get(name)
+    except KeyError as exc:
+        raise click.BadParameter(str(exc.args[0]), param_hint="NAME")
+    cfg.ensure_dirs()
+    queued_at = time.time()
+    build_queues(cfg.queue_db).enqueue(name, **spec.params(cfg))
+    result: dict[str, Any] = {"job": name, "queued_at": queued_at}
+    if wait_s is not None:
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            runs = [r for r in _history(cfg, name, 5) if r["started_at"] >= queued_at - 1]
+            if runs:
+                result["run"] = runs[0]
+                break
+            time.sleep(0.2)
+        else:
+            click.echo(f"quill: {name} queued but no run recorded within {wait_s:g} s; is `quill run` running?", err=True)
+            ctx.exit(4)
+    if as_json:
+        render.emit_json(result)
+    elif "run" in result:
+        run = result["run"]
+        click.echo(f"{name}: {run['outcome']} {run['figures'] or ''} {run['error'] or ''}".rstrip())
+    else:
+        click.echo(f"{name}: queued; `quill jobs history --job {name}` shows the outcome")
+    if result.get("run", {}).get("outcome") == "error":
+        ctx.exit(1)
+
+
+@jobs.command(name="history")
+@click.option("--job", help="Only this job.")
+@click.option("--limit", type=int, default=20, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def jobs_history(cfg: Any, job: str | None, limit: int, as_json: bool) -> None:
+    """Past runs, newest first: start, end, outcome and figures."""
+    runs = _history(cfg, job, limit)
+    if as_json:
+        render.emit_json(runs)
+        return
+    table = Table(title=f"{len(runs)} run(s)", title_justify="left")
+    for col in ("job", "started", "seconds", "outcome", "figures / error"):
+        table.add_column(col, overflow="fold")
+    for r in runs:
+        took = f"{(r['ended_at'] or r['started_at']) - r['started_at']:.2f}"
+        table.add_row(r["job"], render.when(r["started_at"]), took, r["outcome"] or "",
+                      escape(str(r["error"] or r["figures"])))
+    render.console().print(table)
+
+
+@click.group()
+def schedule() -> None:
+    """When jobs run: list, add, pause, resume, remove schedules (persisted)."""
+
+
+@schedule.command(name="list")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def schedule_list(cfg: Any, as_json: bool) -> None:
+    """Every schedule with its trigger and next run time (none = paused)."""
+    with edit_schedules(cfg) as sched:
+        rows = describe(sched)
+    if as_json:
+        render.emit_json(rows)
+        return
+    table = Table(title="schedules", title_justify="left")
+    for col in ("id", "trigger", "next run (UTC)"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(escape(r["id"]), escape(r["trigger"]), r["next_run"] or "[yellow]paused[/yellow]")
+    render.console().print(table)
+
+
+def _trigger(every: str | None, cron: str | None) -> Any:
+    if bool(every) == bool(cron):
+        raise click.UsageError("give exactly one of --every (e.g. 10m, 6h, 1d) or --cron ('30 3 * * *')")
+    if every:
+        m = _EVERY.match(every.strip())
+        if not m:
+            raise click.BadParameter("use a number and a unit: 30s, 10m, 6h, 1d", param_hint="--every")
+        return IntervalTrigger(**{_UNITS[m.group(2)]: int(m.group(1))}, timezone="UTC")
+    try:
+        return CronTrigger.from_crontab(cron, timezone="UTC")
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--cron")
+
+
+@schedule.command(name="add")
+@click.argument("job")
+@click.option("--every", help="Interval: 30s, 10m, 6h, 1d.")
+@click.option("--cron", help="Crontab expression, UTC: '30 3 * * *'.")
+@click.option("--id", "schedule_id", help="Schedule id (default: the job name; replaces that schedule).")
+@click.pass_obj
+def schedule_add(cfg: Any, job: str, every: str | None, cron: str | None, schedule_id: str | None) -> None:
+    """Schedule JOB (replacing the schedule with the same id)."""
+    try:
+        spec = catalog.get(job)
+    except KeyError as exc:
+        raise click.BadParameter(str(exc.args[0]), param_hint="JOB")
+    trigger = _trigger(every, cron)
+    with edit_schedules(cfg) as sched:
+        added = sched.add_job("jobs.schedule:fire", trigger, id=schedule_id or job, name=job, replace_existing=True,
+                              kwargs={"queue_db": str(cfg.queue_db), "job": job, "params": spec.params(cfg)})
+        click.echo(f"{added.id}: {added.trigger}; next run {added.next_run_time}")
+
+
+def _modify(cfg: Any, schedule_id: str, action: str) -> None:
+    with edit_schedules(cfg) as sched:
+        try:
+            getattr(sched, f"{action}_job")(schedule_id)
+        except JobLookupError:
+            raise click.ClickException(f"no schedule {schedule_id!r}; see `quill schedule list`")
+    click.echo(f"{schedule_id}: {action}d")
+
+
+@schedule.command(name="pause")
+@click.argument("schedule_id")
+@click.pass_obj
+def schedule_pause(cfg: Any, schedule_id: str) -> None:
+    """Pause a schedule (it keeps its trigger)."""
+    _modify(cfg, schedule_id, "pause")
+
+
+@schedule.command(name="resume")
+@click.argument("schedule_id")
+@click.pass_obj
+def schedule_resume(cfg: Any, schedule_id: str) -> None:
+    """Resume a paused schedule."""
+    _modify(cfg, schedule_id, "resume")
+
+
+@schedule.command(name="remove")
+@click.argument("schedule_id")
+@click.pass_obj
+def schedule_remove(cfg: Any, schedule_id: str) -> None:
+    """Remove a schedule. (A default job's schedule comes back on the next start; pause it instead.)"""
+    _modify(cfg, schedule_id, "remove")
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(jobs)
+    cli.add_command(schedule)

@@ -1,0 +1,85 @@
+"""Jobs and schedules on a real fleet: run now with a recorded outcome, schedules persisted
+across restarts, missed runs coalesced into one, runs later than the grace time skipped and
+logged, snapshots verified and stamped."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+from apscheduler.triggers.interval import IntervalTrigger
+
+from ops import config
+from store import Reader
+from workers.scheduler import MISFIRE_GRACE_S, edit_schedules
+
+
+def _runs(home, job):
+    with Reader(home / "state.db") as r:
+        return r.job_runs(job=job, limit=100)
+
+
+def _backdate(home, job_id: str, seconds_ago: float, every_s: int = 60) -> None:
+    """Persist schedule ``job_id`` as if the fleet had been down for ``seconds_ago``."""
+    with edit_schedules(config.load(home)) as sched:
+        now = dt.datetime.now(dt.timezone.utc)
+        sched.modify_job(job_id, trigger=IntervalTrigger(seconds=every_s, start_date=now - dt.timedelta(seconds=seconds_ago)),
+                         next_run_time=now - dt.timedelta(seconds=seconds_ago))
+
+
+def test_jobs_run_records_outcome_and_figures(quill, home, fleet):
+    quill.run("push", "--session", "j", input='{"role": "user", "content": "hello"}')
+    quill.wait_idle()
+    out = quill.json("jobs", "run", "snapshot", "--wait", "60")
+    run = out["run"]
+    assert run["outcome"] == "ok" and run["figures"]["position"] != "1:0"
+    snaps = list((home / "snapshots").glob("snapshot-*.db"))
+    assert len(snaps) == 1 and snaps[0].name.endswith(run["figures"]["position"].replace(":", "-") + ".db")
+    cp = quill.json("jobs", "run", "wal_checkpoint", "--wait", "60")["run"]
+    assert cp["outcome"] == "ok" and {"wal_bytes_before", "wal_bytes_after"} <= set(cp["figures"])
+    assert {"snapshot", "wal_checkpoint"} <= {r["job"] for r in quill.json("jobs", "history")}
+
+
+def test_unknown_job_is_a_usage_error(quill):
+    proc = quill.run("jobs", "run", "defrag", check=False)
+    assert proc.returncode == 2 and "known jobs" in proc.stderr
+
+
+def test_schedule_changes_survive_a_fleet_restart(quill, home):
+    quill.run("schedule", "add", "snapshot", "--every", "2h")
+    quill.run("schedule", "pause", "quick_check")
+    quill.run("run", "--until-idle", "--timeout", "60")
+    quill.run("run", "--until-idle", "--timeout", "60")
+    rows = {r["id"]: r for r in quill.json("schedule", "list")}
+    assert rows["snapshot"]["trigger"] == "interval[2:00:00]"
+    assert rows["quick_check"]["next_run"] is None  # still paused
+    quill.run("schedule", "resume", "quick_check")
+    assert quill.json("schedule", "list")[0]["next_run"] is not None
+    proc = quill.run("schedule", "pause", "nope", check=False)
+    assert proc.returncode == 1 and "no schedule 'nope'" in proc.stderr
+
+
+def test_missed_runs_are_coalesced_into_one(quill, home):
+    _backdate(home, "wal_checkpoint", seconds_ago=600, every_s=60)  # ten missed runs
+    quill.run("run", "--until-idle", "--timeout", "60")
+    assert len(_runs(home, "wal_checkpoint")) == 1
+
+
+def test_a_run_later_than_the_grace_time_is_skipped_and_logged(quill, home):
+    _backdate(home, "wal_checkpoint", seconds_ago=MISFIRE_GRACE_S + 600, every_s=MISFIRE_GRACE_S * 2)
+    quill.run("run", "--until-idle", "--timeout", "60")
+    assert _runs(home, "wal_checkpoint") == []
+    events = [json.loads(line) for line in (home / "logs" / "scheduler.log").read_text().splitlines()]
+    assert any(e.get("event") == "scheduler.missed" and e.get("job") == "wal_checkpoint" for e in events)
+
+
+def test_a_failing_job_is_recorded_and_visible_in_status(quill, home, fleet):
+    quill.run("push", "--session", "j", input='{"role": "user", "content": "hello"}')
+    quill.wait_idle()
+    (home / "snapshots").rmdir()
+    (home / "snapshots").write_text("not a directory")  # the snapshot job cannot write its copy
+    out = quill.run("jobs", "run", "snapshot", "--wait", "60", "--json", check=False)
+    assert out.returncode == 1
+    run = json.loads(out.stdout)["run"]
+    assert run["outcome"] == "error" and "snapshots" in run["error"]
+    latest = quill.status()["jobs"][0]
+    assert (latest["job"], latest["outcome"]) == ("snapshot", "error")

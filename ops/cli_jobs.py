@@ -78,7 +78,7 @@ def jobs_run(ctx: click.Context, name: str, wait_s: float | None, as_json: bool)
         spec = catalog.get(name)
     except KeyError as exc:
         raise click.BadParameter(str(exc.args[0]), param_hint="NAME")
-    cfg.ensure_dirs()
+    cfg.home.mkdir(parents=True, exist_ok=True)
     queued_at = time.time()
     build_queues(cfg.queue_db).enqueue(name, **spec.params(cfg))
     result: dict[str, Any] = {"job": name, "queued_at": queued_at}

@@ -73,7 +73,10 @@ class Config:
     def ensure_dirs(self) -> None:
         """Create the data dir layout owner-only (0700), chmod'ing each path."""
         for d in (self.home, self.spool_dir, self.snapshots_dir, self.run_dir, self.logs_dir):
-            d.mkdir(parents=True, exist_ok=True)
+            try:
+                d.mkdir(parents=True, exist_ok=True)
+            except (FileExistsError, NotADirectoryError):
+                raise ConfigError(f"{d} exists and is not a directory") from None
             os.chmod(d, 0o700)
 
 

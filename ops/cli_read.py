@@ -1,9 +1,11 @@
 """Read commands of the CLI: ``sessions list|show``, ``search``, ``status``."""
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 import click
+from rich.markup import escape
 
 from spool import Position, Quarantine
 from spool.reader import stats as spool_stats
@@ -27,43 +29,105 @@ def sessions() -> None:
     """List and show sessions."""
 
 
+def _epoch(value: str | None) -> float | None:
+    """``--since``/``--until``: epoch seconds, or an ISO date/datetime (UTC when no zone)."""
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is neither epoch seconds nor an ISO date") from None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=dt.timezone.utc)
+    return parsed.timestamp()
+
+
+def _escaped(rows: list[dict[str, Any]], *keys: str) -> list[dict[str, Any]]:
+    """Copies of ``rows`` whose text ``keys`` are escaped for rich markup ("[summary]" stays)."""
+    return [{**r, **{k: escape(r[k]) for k in keys if isinstance(r.get(k), str)}} for r in rows]
+
+
+def _tristate(value: str | None) -> bool | None:
+    return None if value is None else value == "yes"
+
+
+_YESNO = click.Choice(["yes", "no"])
+
+
 @sessions.command(name="list")
 @click.option("--source", help="Only sessions from this source (claude-code, codex, cli ...).")
 @click.option("--limit", type=int, default=50, show_default=True)
 @click.option("--all", "include_hidden", is_flag=True, help="Include hidden sessions.")
+@click.option("--title", "title_contains", help="Title contains this text (literally; % and _ are not wildcards).")
+@click.option("--since", help="Active at or after (epoch seconds or ISO date).")
+@click.option("--until", help="Started at or before (epoch seconds or ISO date).")
+@click.option("--archived", type=_YESNO, help="Only archived (yes) or unarchived (no) sessions.")
+@click.option("--pinned", type=_YESNO, help="Only pinned (yes) or unpinned (no) sessions.")
+@click.option("--hidden", type=_YESNO, help="Only hidden (yes) or visible (no) sessions.")
+@click.option("--chains/--tips", "all_chain", default=False,
+              help="--tips (default): one row per compression chain, its tip; --chains: every session.")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
-def sessions_list(cfg: Any, source: str | None, limit: int, include_hidden: bool, as_json: bool) -> None:
+def sessions_list(cfg: Any, source: str | None, limit: int, include_hidden: bool, title_contains: str | None,
+                  since: str | None, until: str | None, archived: str | None, pinned: str | None,
+                  hidden: str | None, all_chain: bool, as_json: bool) -> None:
     """Sessions, most recently active first."""
     with _reader(cfg) as r:
-        rows = r.list_sessions(source=source, limit=limit, include_hidden=include_hidden)
+        rows = r.list_sessions(source=source, limit=limit, include_hidden=include_hidden,
+                               title_contains=title_contains, since=_epoch(since), until=_epoch(until),
+                               archived=_tristate(archived), pinned=_tristate(pinned), hidden=_tristate(hidden),
+                               lineage="all" if all_chain else "tips")
     if as_json:
         render.emit_json(rows)
     else:
-        render.console().print(render.sessions_table(rows))
+        render.console().print(render.sessions_table(_escaped(rows, "title", "preview")))
 
 
 @sessions.command(name="show")
 @click.argument("session_id")
 @click.option("--view", "projection", type=click.Choice(["display", "model", "audit"]), default="display",
               show_default=True, help="display = what a UI shows; model = what the model is fed; audit = every row.")
+@click.option("--latest", type=int, default=None, help="Only the last N messages of the view.")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
-def sessions_show(ctx: click.Context, session_id: str, projection: str, as_json: bool) -> None:
+def sessions_show(ctx: click.Context, session_id: str, projection: str, latest: int | None, as_json: bool) -> None:
     """A session's transcript: roles, text, tool calls and tool results."""
     cfg = ctx.obj
     with _reader(cfg) as r:
-        session = r.get_session(session_id)
-        if session is None:
-            click.echo(f"quill: no session {session_id!r}", err=True)
-            ctx.exit(3)
-        messages = r.get_messages(session_id, projection)
+        with r.snapshot():
+            session = r.get_session(session_id)
+            if session is None:
+                click.echo(f"quill: no session {session_id!r}", err=True)
+                ctx.exit(3)
+            messages = r.get_messages(session_id, projection, limit=latest, latest=latest is not None)
+            chain = r.compression_chain(session_id)
     if as_json:
-        render.emit_json({"session": session, "messages": messages})
+        render.emit_json({"session": session, "chain": chain, "messages": messages})
     else:
         con = render.console()
+        if len(chain) > 1:
+            con.print(f"compression chain ({len(chain)}): " + " → ".join(chain), style="dim", markup=False)
+        if projection == "model":  # the model view has no Quill keys; number rows for reading
+            messages = [{**m, "message_id": i + 1} for i, m in enumerate(messages)]
         for item in render.transcript(session, messages):
             con.print(item)
+
+
+@sessions.command(name="export")
+@click.argument("session_id")
+@click.pass_context
+def sessions_export(ctx: click.Context, session_id: str) -> None:
+    """The display transcript of a session as JSON (session, chain, messages)."""
+    with _reader(ctx.obj) as r:
+        data = r.export(session_id)
+    if data is None:
+        click.echo(f"quill: no session {session_id!r}", err=True)
+        ctx.exit(3)
+    render.emit_json(data)
 
 
 @click.command()
@@ -72,17 +136,24 @@ def sessions_show(ctx: click.Context, session_id: str, projection: str, as_json:
 @click.option("--session", "session_id")
 @click.option("--role")
 @click.option("--source")
+@click.option("--since", help="Messages at or after (epoch seconds or ISO date).")
+@click.option("--until", help="Messages at or before (epoch seconds or ISO date).")
+@click.option("--substring", is_flag=True, help="Match substrings (user/assistant text) instead of words.")
+@click.option("--audit", is_flag=True, help="Also search superseded and rewound rows.")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
 def search(cfg: Any, query: str, limit: int, session_id: str | None, role: str | None,
-           source: str | None, as_json: bool) -> None:
+           source: str | None, since: str | None, until: str | None, substring: bool, audit: bool,
+           as_json: bool) -> None:
     """Full-text search over messages, newest first. Any text is a valid query."""
     with _reader(cfg) as r:
-        hits = r.search(query, limit=limit, session_id=session_id, role=role, source=source)
+        hits = r.search(query, limit=limit, session_id=session_id, role=role, source=source,
+                        since=_epoch(since), until=_epoch(until), substring=substring,
+                        projection="audit" if audit else "display", context=as_json)
     if as_json:
         render.emit_json(hits)
     else:
-        render.console().print(render.search_table(hits, query))
+        render.console().print(render.search_table(_escaped(hits, "snippet", "title"), query))
 
 
 def fleet_state(cfg: Any) -> dict[str, Any]:

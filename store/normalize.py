@@ -1,18 +1,23 @@
 """Turning a producer's message dict (OpenAI chat shape + extras) into a ``messages`` row.
 
 Encoding rules (issue 3 §4, from field reports of double-encoded tool calls and bad clocks):
-* ``tool_calls`` given as a JSON string is decoded and stored encoded once; ``{}``, ``"{}"``,
-  ``"null"``, malformed JSON, ``0``, ``False``, ``None`` and ``[]`` all mean "no tool calls";
-* NUL characters are removed from text (lone surrogates never reach here: the spool encodes
-  UTF-8 with replacement);
+* ``tool_calls`` given as a JSON string is decoded (at most twice, for a double-encoded
+  string) and stored encoded once; ``{}``, ``"{}"``, ``"null"``, malformed JSON, ``0``,
+  ``False``, ``None``, ``""`` and ``[]`` all mean "no tool calls" (column NULL); a single call
+  object becomes a one-element list;
+* NUL characters are removed and lone UTF-16 surrogates replaced by U+FFFD in every string,
+  including strings nested in parts, tool calls and unknown fields (SQLite text must be valid
+  UTF-8; FTS tokenizers stop at NUL);
 * a timestamp outside [2000-01-01, arrival + 1 day] is replaced by the arrival time; order is
   insertion order, never the timestamp;
 * every key not listed in ``KNOWN_FIELDS`` is kept verbatim in ``extra``.
+Batch and single appends share this one function, so they store identical rows.
 """
 from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from typing import Any
 
 from .errors import InvalidOpError
@@ -23,15 +28,37 @@ KNOWN_FIELDS = frozenset({"id", "role", "content", "tool_calls", "tool_call_id",
 TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
 _MIN_TS = 946684800.0  # 2000-01-01T00:00:00Z
 _MAX_FUTURE_S = 86400.0
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
 
-#: Column order of a normalised row (matches the INSERT in ``ops.py``).
+#: Column order of a normalised row (matches the INSERTs in ``transcript_ops.py``).
 ROW_COLUMNS = ("ext_id", "role", "content", "parts", "tool_calls", "tool_call_id",
                "tool_name", "reasoning", "finish_reason", "ts", "extra")
+#: The columns that make two rows "byte-identical" for compaction (tail originals, display
+#: dedupe): everything the model sees, including the tool fields; not ids, times or extras.
+IDENTITY_COLUMNS = ("role", "content", "parts", "tool_calls", "tool_call_id", "tool_name")
 
 
 def scrub(text: str) -> str:
-    """Remove NUL characters (SQLite text and FTS tokenizers stop or misbehave at NUL)."""
-    return text.replace("\x00", "") if "\x00" in text else text
+    """Remove NUL characters and replace lone surrogates with U+FFFD (valid UTF-8 out)."""
+    if "\x00" in text:
+        text = text.replace("\x00", "")
+    return _SURROGATE.sub("\ufffd", text)
+
+
+def scrub_json(value: Any) -> Any:
+    """``value`` with ``scrub`` applied to every string in it (keys included)."""
+    if isinstance(value, str):
+        return scrub(value)
+    if isinstance(value, list):
+        return [scrub_json(v) for v in value]
+    if isinstance(value, dict):
+        return {scrub(k) if isinstance(k, str) else k: scrub_json(v) for k, v in value.items()}
+    return value
+
+
+def dumps(value: Any) -> str:
+    """The one JSON serializer for stored structured fields (compact, UTF-8, scrubbed)."""
+    return json.dumps(scrub_json(value), ensure_ascii=False, separators=(",", ":"))
 
 
 def _opt_str(msg: dict, key: str) -> str | None:
@@ -45,18 +72,20 @@ def _opt_str(msg: dict, key: str) -> str | None:
 
 def tool_calls_json(value: Any) -> str | None:
     """Normalise a tool_calls value to a once-encoded JSON array, or None for "no calls"."""
-    if isinstance(value, str):
+    for _ in range(2):  # a JSON string, or a JSON string of a JSON string (double-encoded)
+        if not isinstance(value, str):
+            break
         try:
             value = json.loads(value)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             return None
-    if not value:  # None, 0, False, {}, [], "" (and "null"/"{}"/"[]" after decoding)
-        return None
+    if not value or isinstance(value, (str, bool, int, float)):
+        return None  # None, 0, False, {}, [], "", "null", "{}", "[]", a number or leftover text
     if isinstance(value, dict):
         value = [value]
     if not isinstance(value, list) or not all(isinstance(c, dict) for c in value):
         return None
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return dumps(value)
 
 
 def content_columns(content: Any) -> tuple[str | None, str | None]:
@@ -72,7 +101,7 @@ def content_columns(content: Any) -> tuple[str | None, str | None]:
                  if isinstance(p, dict) and p.get("type") in TEXT_PART_TYPES and isinstance(p.get("text"), str)]
         texts += [p for p in content if isinstance(p, str)]
         text = scrub("\n".join(texts)) if texts else None
-        return text, json.dumps(content, ensure_ascii=False, separators=(",", ":"))
+        return text, dumps(content)
     raise InvalidOpError("invalid-field", f"message content must be a string, a list of parts or null, got {type(content).__name__}")
 
 
@@ -82,7 +111,10 @@ def timestamp(value: Any, arrived_at: float) -> float:
     if isinstance(value, bool):
         ts = None
     elif isinstance(value, (int, float)):
-        ts = float(value) / (1000.0 if value > 1e11 else 1.0)  # accept epoch milliseconds
+        try:
+            ts = float(value) / (1000.0 if value > 1e11 else 1.0)  # accept epoch milliseconds
+        except OverflowError:
+            ts = None
     elif isinstance(value, str) and value:
         try:
             parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
@@ -109,7 +141,7 @@ def message_row(msg: Any, arrived_at: float) -> tuple:
     if role not in ROLES:
         raise InvalidOpError("invalid-role", f"message role {role!r} is not one of {sorted(ROLES)}")
     ext_id = msg.get("id")
-    if ext_id is not None and not isinstance(ext_id, (str, int)):
+    if ext_id is not None and (not isinstance(ext_id, (str, int)) or isinstance(ext_id, bool)):
         raise InvalidOpError("invalid-field", "message id must be a string or an integer")
     text, parts = content_columns(msg.get("content"))
     extra = {k: v for k, v in msg.items() if k not in KNOWN_FIELDS}
@@ -119,9 +151,14 @@ def message_row(msg: Any, arrived_at: float) -> tuple:
     elif given_extra is not None:
         extra["extra"] = given_extra
     return (
-        None if ext_id is None else str(ext_id), role, text, parts,
+        None if ext_id is None else scrub(str(ext_id)), role, text, parts,
         tool_calls_json(msg.get("tool_calls")),
         _opt_str(msg, "tool_call_id"), _opt_str(msg, "name"), _opt_str(msg, "reasoning"),
         _opt_str(msg, "finish_reason"), timestamp(msg.get("timestamp"), arrived_at),
-        json.dumps(extra, ensure_ascii=False, separators=(",", ":")) if extra else None,
+        dumps(extra) if extra else None,
     )
+
+
+def identity(row: tuple) -> tuple:
+    """The ``IDENTITY_COLUMNS`` values of a row in ``ROW_COLUMNS`` order."""
+    return tuple(row[ROW_COLUMNS.index(c)] for c in IDENTITY_COLUMNS)

@@ -1,76 +1,27 @@
-"""Read-only access to ``state.db``: transcripts, session listings, search, figures.
+"""Read-only access to ``state.db``: transcripts, session listings, lineage, search, figures.
 
-Every method opens nothing new: a ``Reader`` holds one read-only connection (WAL readers
-never block the writer). Projections (DESIGN.md, "The store"):
-* ``model``   – live rows only, in OpenAI message shape;
-* ``display`` – live + compacted rows, in insertion order;
-* ``audit``   – every row, with its state.
+A ``Reader`` holds one read-only connection (WAL readers never block the writer) and
+delegates to the modules that own each rule: ``projections`` (model / display / audit),
+``listing`` (filters, chains, unread, emptiness), ``lineage`` (compression chains),
+``search`` (word, trigram, scan). Every method maps SQLite errors to the store error tree.
 """
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import apsw
 
-from . import query as fts_query
+from . import lineage, listing, projections
+from . import search as search_mod
 from .connection import open_reader
 from .errors import CantOpenError, mapped
 from .indexer import indexed_upto
-
-PROJECTION_STATES = {
-    "model": ("live",),
-    "display": ("live", "compacted"),
-    "audit": ("live", "compacted", "superseded", "rewound"),
-}
-SNIPPET_CHARS = 160
-_SESSION_KEYS = ("id", "source", "title", "model", "cwd", "started_at", "ended_at", "end_reason",
-                 "parent_id", "parent_kind", "archived", "pinned", "hidden", "message_count",
-                 "last_active", "preview")
-_MSG_COLS = ("id, session_id, ext_id, role, content, parts, tool_calls, tool_call_id, tool_name, "
-             "reasoning, finish_reason, ts, extra, state")
-
-
-def _states(projection: str) -> tuple[str, ...]:
-    try:
-        return PROJECTION_STATES[projection]
-    except KeyError:
-        raise ValueError(f"projection must be one of {sorted(PROJECTION_STATES)}") from None
-
-
-def _placeholders(values: tuple) -> str:
-    return ", ".join("?" for _ in values)
-
-
-def message_dict(row: tuple, *, with_meta: bool = True) -> dict[str, Any]:
-    """A ``messages`` row as an OpenAI-shaped dict; unknown fields come back verbatim.
-
-    ``with_meta`` adds Quill's own keys: ``message_id``, ``session_id``, ``state``, ``ts``.
-    """
-    (mid, sid, ext_id, role, content, parts, tool_calls, tool_call_id, tool_name,
-     reasoning, finish_reason, ts, extra, state) = row
-    msg: dict[str, Any] = {"role": role, "content": json.loads(parts) if parts else content}
-    if tool_calls:
-        msg["tool_calls"] = json.loads(tool_calls)
-    for key, value in (("tool_call_id", tool_call_id), ("name", tool_name), ("reasoning", reasoning),
-                       ("finish_reason", finish_reason), ("id", ext_id)):
-        if value is not None:
-            msg[key] = value
-    if extra:
-        msg.update({k: v for k, v in json.loads(extra).items() if k not in msg})
-    if with_meta:
-        msg.update(message_id=mid, session_id=sid, state=state, ts=ts)
-    return msg
-
-
-def snippet(text: str, terms: list[str], width: int = SNIPPET_CHARS) -> str:
-    """A window of ``text`` around the first occurrence of any term (case-insensitive)."""
-    low = text.lower()
-    hits = [i for t in terms if (i := low.find(t)) >= 0]
-    start = max(0, min(hits) - width // 3) if hits else 0
-    piece = " ".join(text[start:start + width].split())
-    return ("…" if start > 0 else "") + piece + ("…" if start + width < len(text) else "")
+from .projections import PROJECTION_STATES, message_dict  # noqa: F401  (re-exported API)
+from .search import snippet  # noqa: F401  (re-exported API)
 
 
 class Reader:
@@ -94,88 +45,73 @@ class Reader:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def get_messages(self, session_id: str, projection: str = "display", *, limit: int | None = None,
-                     offset: int = 0) -> list[dict[str, Any]]:
-        """Messages of a session in transcript order (a list of dicts, see ``message_dict``)."""
-        states = _states(projection)
-        sql = (f"SELECT {_MSG_COLS} FROM messages WHERE session_id = ? AND state IN ({_placeholders(states)}) "
-               "ORDER BY id LIMIT ? OFFSET ?")
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[apsw.Connection]:
+        """A read transaction: every query inside sees one committed state of the store
+        (so a page, its neighbours and the session row agree). Re-entrant."""
         with mapped():
-            rows = self.conn.execute(sql, (session_id, *states, -1 if limit is None else limit, offset)).fetchall()
-        return [message_dict(r, with_meta=projection != "model") for r in rows]
+            if self.conn.in_transaction:
+                yield self.conn
+                return
+            self.conn.execute("BEGIN")
+            try:
+                yield self.conn
+            finally:
+                self.conn.execute("COMMIT")
+
+    def get_messages(self, session_id: str, projection: str = "display", *, limit: int | None = None,
+                     offset: int = 0, latest: bool = False, after_id: int | None = None) -> list[dict[str, Any]]:
+        """Messages of a session in ``projection``, oldest first (``projections.read``):
+        ``limit``/``offset`` pages, ``latest=True`` for the last ``limit``, ``after_id`` for a
+        keyset page. Raises ``ValueError`` for an unknown projection."""
+        with self.snapshot() as conn:
+            return projections.read(conn, session_id, projection, limit=limit, offset=offset,
+                                    latest=latest, after_id=after_id)
+
+    def export(self, session_id: str) -> dict[str, Any] | None:
+        """``{"session": …, "messages": display transcript, "chain": root→tip ids}`` or None."""
+        with self.snapshot() as conn:
+            session = self.get_session(session_id)
+            if session is None:
+                return None
+            return {"session": session, "chain": lineage.compression_chain(conn, session_id),
+                    "messages": projections.read(conn, session_id, "display")}
 
     def get_session(self, session_id: str) -> dict[str, Any] | None:
-        """One session row with its display message count, or None."""
-        rows = self._sessions("WHERE s.id = ?", (session_id,), 1)
+        """One session row (``listing.SESSION_KEYS`` + chain fields), or None."""
+        with mapped():
+            rows = listing.list_sessions(self.conn, session_id=session_id, include_hidden=True, limit=1,
+                                         lineage="all")
         return rows[0] if rows else None
 
-    def list_sessions(self, *, source: str | None = None, limit: int = 50,
-                      include_hidden: bool = False) -> list[dict[str, Any]]:
-        """Sessions newest first: id, source, title, model, times, counts, preview."""
-        where, args = ["1=1"], []
-        if source:
-            where.append("s.source = ?")
-            args.append(source)
-        if not include_hidden:
-            where.append("s.hidden = 0")
-        return self._sessions("WHERE " + " AND ".join(where), tuple(args), limit)
-
-    def _sessions(self, where: str, args: tuple, limit: int) -> list[dict[str, Any]]:
-        sql = f"""
-            SELECT s.id, s.source, s.title, s.model, s.cwd, s.started_at, s.ended_at, s.end_reason,
-                   s.parent_id, s.parent_kind, s.archived, s.pinned, s.hidden,
-                   (SELECT count(*) FROM messages m WHERE m.session_id = s.id
-                      AND m.state IN ('live', 'compacted')) AS message_count,
-                   (SELECT max(m.ts) FROM messages m WHERE m.session_id = s.id) AS last_active,
-                   (SELECT substr(m.content, 1, 120) FROM messages m WHERE m.session_id = s.id
-                      AND m.role = 'user' AND m.state IN ('live', 'compacted') ORDER BY m.id LIMIT 1) AS preview
-            FROM sessions s {where}
-            ORDER BY coalesce(last_active, s.started_at) DESC LIMIT ?"""
+    def list_sessions(self, *, source: str | None = None, limit: int = 50, include_hidden: bool = False,
+                      **filters: Any) -> list[dict[str, Any]]:
+        """Sessions most recently active first; see ``listing.list_sessions`` for the filters
+        (archived, pinned, hidden, title_contains, since, until, lineage)."""
         with mapped():
-            rows = self.conn.execute(sql, (*args, limit)).fetchall()
-        out = []
-        for row in rows:
-            item = dict(zip(_SESSION_KEYS, row))
-            for flag in ("archived", "pinned", "hidden"):
-                item[flag] = bool(item[flag])
-            out.append(item)
-        return out
+            return listing.list_sessions(self.conn, source=source, limit=limit, include_hidden=include_hidden,
+                                         **filters)
+
+    def is_empty(self, session_id: str) -> bool:
+        """True when the session has no message row in any state (an EXISTS probe)."""
+        with mapped():
+            return self.conn.execute("SELECT 1 FROM messages WHERE session_id = ? LIMIT 1",
+                                     (session_id,)).fetchone() is None
+
+    def compression_chain(self, session_id: str) -> list[str]:
+        """Session ids of the compression chain through ``session_id``, root → tip."""
+        with mapped():
+            return lineage.compression_chain(self.conn, session_id)
 
     def search(self, text: str, *, limit: int = 20, session_id: str | None = None,
-               role: str | None = None, source: str | None = None,
-               projection: str = "display") -> list[dict[str, Any]]:
-        """Messages matching ``text``, newest first.
-
-        Hits are dicts: ``session_id``, ``message_id``, ``role``, ``snippet``, ``ts``, ``title``.
-        Covers the FTS index plus a scan of the not-yet-indexed tail, so a committed message is
-        found before the indexer reaches it. Any user string is accepted (see ``query``).
-        """
-        match = fts_query.sanitize(text)
-        terms = fts_query.terms(text)
-        if not match:
-            return []
-        states = _states(projection)
-        filters, args = [f"m.state IN ({_placeholders(states)})"], list(states)
-        for column, value in (("m.session_id", session_id), ("m.role", role), ("s.source", source)):
-            if value is not None:
-                filters.append(f"{column} = ?")
-                args.append(value)
-        cond = " AND ".join(filters)
-        cols = "m.id, m.session_id, m.role, m.content, m.tool_calls, m.ts, s.title"
-        with mapped():
-            upto = indexed_upto(self.conn)
-            tail = self.conn.execute(
-                f"SELECT {cols} FROM messages m JOIN sessions s ON s.id = m.session_id "
-                f"WHERE m.id > ? AND {cond} ORDER BY m.id DESC", (upto, *args)).fetchall()
-            hits = [r for r in tail if all(t in ((r[3] or "") + " " + (r[4] or "")).lower() for t in terms)]
-            if len(hits) < limit:
-                hits += self.conn.execute(
-                    f"SELECT {cols} FROM messages_fts f JOIN messages m ON m.id = f.rowid "
-                    f"JOIN sessions s ON s.id = m.session_id "
-                    f"WHERE messages_fts MATCH ? AND f.rowid <= ? AND {cond} ORDER BY f.rowid DESC LIMIT ?",
-                    (match, upto, *args, limit - len(hits))).fetchall()
-        return [{"session_id": r[1], "message_id": r[0], "role": r[2], "ts": r[5], "title": r[6],
-                 "snippet": snippet(r[3] or r[4] or "", terms)} for r in hits[:limit]]
+               role: str | None = None, source: str | None = None, projection: str = "display",
+               **filters: Any) -> list[dict[str, Any]]:
+        """Messages matching ``text``, newest first (``search.search``: hits carry
+        session_id, message_id, role, state, snippet, ts, title, before, after). Extra filters:
+        since, until, substring, context."""
+        with self.snapshot() as conn:
+            return search_mod.search(conn, text, limit=limit, session_id=session_id, role=role,
+                                     source=source, projection=projection, **filters)
 
     def job_runs(self, *, job: str | None = None, limit: int = 20) -> list[dict[str, Any]]:
         """Recent job runs, newest first: job, started_at, ended_at, outcome, figures, error."""

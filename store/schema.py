@@ -8,6 +8,15 @@ Rules the schema encodes (DESIGN.md, "The store"; the measured facts it cites):
   is 18–50 % faster). ``state_meta['fts_indexed_upto']`` is the highest message id indexed;
   search scans the small tail above it. ``contentless_delete=1`` lets prune delete by rowid.
 * ``spool_cursor`` is written in the same transaction as the rows it covers.
+* A second, trigram FTS5 table serves substring and CJK search. Measured cost (FTS5 +
+  trigram ≈ 0.9k rows/s, 2.6× DB size) makes it *scoped*: only ``user``/``assistant`` rows,
+  only their text ``content``, only its first ``TRIGRAM_PREFIX_CHARS`` characters. It is
+  filled by the same bulk slices, under the same watermark, as ``messages_fts``.
+* ``messages.origin_id`` is explicit copy lineage written at copy time: a row copied by a
+  compaction (carried tail, re-sequenced late rows, verbatim re-sent messages) points at the
+  row it copies (always the first original, never a copy). ``coalesce(origin_id, id)`` is
+  the row's display position; the display projection keeps one row per position.
+* Titles are unique among titled sessions (partial unique index; NULL = untitled).
 """
 from __future__ import annotations
 
@@ -41,6 +50,7 @@ CREATE TABLE IF NOT EXISTS sessions (
 );
 CREATE INDEX IF NOT EXISTS sessions_started ON sessions(started_at);
 CREATE INDEX IF NOT EXISTS sessions_parent ON sessions(parent_id);
+CREATE UNIQUE INDEX IF NOT EXISTS sessions_title ON sessions(title) WHERE title IS NOT NULL;
 
 CREATE TABLE IF NOT EXISTS messages (
     id            INTEGER PRIMARY KEY,   -- insertion order is transcript order
@@ -59,14 +69,24 @@ CREATE TABLE IF NOT EXISTS messages (
     extra         TEXT,                  -- JSON object: unknown fields, verbatim
     state         TEXT NOT NULL DEFAULT 'live'
                   CHECK (state IN ('live','compacted','superseded','rewound')),
-    batch_id      TEXT NOT NULL
+    batch_id      TEXT NOT NULL,
+    origin_id     INTEGER                -- the row this one is a copy of (compaction), else NULL
 );
 CREATE INDEX IF NOT EXISTS messages_session ON messages(session_id, id);
-CREATE UNIQUE INDEX IF NOT EXISTS messages_ext
+-- Not UNIQUE: a compaction may re-insert a carried message under its producer id.
+-- messages.append skips ids the session already holds (idempotent re-import).
+CREATE INDEX IF NOT EXISTS messages_ext
     ON messages(session_id, ext_id) WHERE ext_id IS NOT NULL;
+CREATE INDEX IF NOT EXISTS messages_display ON messages(session_id, coalesce(origin_id, id));
+CREATE INDEX IF NOT EXISTS messages_tool_result
+    ON messages(session_id, tool_call_id) WHERE tool_call_id IS NOT NULL;
 
 CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5(
     text, content='', contentless_delete=1, tokenize='unicode61 remove_diacritics 2'
+);
+
+CREATE VIRTUAL TABLE IF NOT EXISTS messages_trigram USING fts5(
+    text, content='', contentless_delete=1, tokenize='trigram case_sensitive 0'
 );
 
 CREATE TABLE IF NOT EXISTS spool_cursor (
@@ -93,6 +113,14 @@ CREATE TABLE IF NOT EXISTS job_runs (
 );
 CREATE INDEX IF NOT EXISTS job_runs_job ON job_runs(job, started_at);
 """
+
+#: Trigram scope (see module doc): roles indexed and the indexed prefix of ``content``.
+TRIGRAM_ROLES = ("user", "assistant")
+TRIGRAM_PREFIX_CHARS = 2000
+#: SQL condition (row aliased ``m``) for rows the trigram index covers.
+TRIGRAM_SCOPE_SQL = (f"m.role IN {TRIGRAM_ROLES!r} AND m.content IS NOT NULL AND m.content != ''")
+#: SQL expression: the trigram-indexed text of a row aliased ``m``.
+TRIGRAM_TEXT_SQL = f"substr(m.content, 1, {TRIGRAM_PREFIX_CHARS})"
 
 #: SQL expression giving the searchable text of a message row aliased ``m``: its text content
 #: plus the names and arguments of its tool calls (so a command an agent ran is findable).

@@ -2,6 +2,7 @@
 lost or doubled, a second writer refused, clean stop on SIGTERM."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -98,10 +99,11 @@ def test_push_wait_gives_read_your_writes(quill, home, fleet):
 
 def test_sigterm_stops_every_child(quill, home):
     fleet = quill.start_fleet()
+    status_files = [home / "run" / f"{r}.json" for r in ("writer", "scheduler", "consumer")]
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not (home / "run" / "consumer.json").exists():
+    while time.monotonic() < deadline and not all(p.exists() for p in status_files):
         time.sleep(0.1)
-    pids = [read_holder(home / "run" / f"{r}.lock").get("pid") for r in ("writer", "scheduler")]
+    pids = [json.loads(p.read_text())["pid"] for p in status_files]
     assert stop_fleet(fleet) == 0
     for pid in pids:
         assert pid and not _alive(pid)

@@ -1,0 +1,88 @@
+"""What every op applier shares: field validation, atomicity, session rows, end reasons.
+
+Appliers (``store.ops.APPLIERS``) have the signature
+``applier(conn, data, batch_id, arrived_at) -> rows written`` and run inside the writer's
+transaction. Invariant: an applier that raises changed nothing — ``atomic`` wraps each one in
+its own SAVEPOINT, so this holds even when it is called outside ``apply_chunk``.
+"""
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import apsw
+
+from .errors import InvalidOpError
+
+Applier = Callable[[apsw.Connection, dict, str, float], int]
+
+#: End reasons a live writer may clear by appending to the session again: the session was
+#: closed by machinery (disconnect, shutdown, reaping, eviction), not by a decision. Source:
+#: the reference study §7 ("automatic = recoverable ∪ {tui_shutdown, ws_disconnect,
+#: idle_timeout, lru_evict}").
+AUTOMATIC_END_REASONS = frozenset({
+    "agent_close", "ws_orphan_reap", "superseded_by_resume", "startup_orphan_reap",
+    "stale_sweep", "tui_shutdown", "ws_disconnect", "idle_timeout", "lru_evict",
+})
+#: Deliberate end reasons (documented for producers); any reason *not* in
+#: ``AUTOMATIC_END_REASONS`` is treated as deliberate, so an unknown reason is never cleared.
+DELIBERATE_END_REASONS = frozenset({
+    "ended", "user_exit", "compression", "session_reset", "session_switch", "new_session",
+    "idle", "daily", "suspended", "resume_pending_expired", "branch", "delegate_done",
+})
+
+
+def atomic(applier: Applier) -> Applier:
+    """Run ``applier`` in a SAVEPOINT: on any exception everything it wrote is rolled back."""
+    @functools.wraps(applier)
+    def run(conn: apsw.Connection, data: dict, batch_id: str, arrived_at: float) -> int:
+        conn.execute("SAVEPOINT quill_applier")
+        try:
+            rows = applier(conn, data, batch_id, arrived_at)
+        except BaseException:
+            conn.execute("ROLLBACK TO quill_applier")
+            conn.execute("RELEASE quill_applier")
+            raise
+        conn.execute("RELEASE quill_applier")
+        return rows
+    return run
+
+
+def session_id(data: dict) -> str:
+    """``data['session_id']``: a non-empty string of ≤512 chars, else ``InvalidOpError``."""
+    sid = data.get("session_id")
+    if not isinstance(sid, str) or not sid or len(sid) > 512:
+        raise InvalidOpError("invalid-session-id", f"session_id must be a non-empty string (≤512 chars), got {sid!r}")
+    return sid
+
+
+def opt(data: dict, key: str, kind: type | tuple[type, ...]) -> Any:
+    """``data[key]`` if absent/None or of type ``kind`` (a bool is never an int here), else
+    ``InvalidOpError('invalid-field')``."""
+    value = data.get(key)
+    if value is None:
+        return None
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+        raise InvalidOpError("invalid-field", f"{key!r} has the wrong type ({type(value).__name__})")
+    return value
+
+
+def ensure_session(conn: apsw.Connection, sid: str, arrived_at: float, source: str | None = None) -> None:
+    """Create a bare session row if ``sid`` has none (ops may arrive before session.create)."""
+    conn.execute("INSERT OR IGNORE INTO sessions (id, source, created_at, started_at) VALUES (?, ?, ?, ?)",
+                 (sid, source, arrived_at, arrived_at))
+
+
+def reopen_if_automatic(conn: apsw.Connection, sid: str) -> None:
+    """A live writer appending to a session ended for an automatic reason proves the session
+    alive: clear the end. Deliberate ends (and unknown reasons) stay."""
+    conn.execute(
+        f"UPDATE sessions SET ended_at = NULL, end_reason = NULL WHERE id = ? AND ended_at IS NOT NULL "
+        f"AND end_reason IN ({', '.join('?' for _ in AUTOMATIC_END_REASONS)})",
+        (sid, *sorted(AUTOMATIC_END_REASONS)))
+
+
+def session_exists(conn: apsw.Connection, sid: str) -> bool:
+    return conn.execute("SELECT 1 FROM sessions WHERE id = ?", (sid,)).fetchone() is not None

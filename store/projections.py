@@ -1,0 +1,151 @@
+"""The three projections of a session's transcript, on any connection (DESIGN.md "The store").
+
+* ``model``   – live rows only, in OpenAI message shape (no Quill keys), ordered by id: what
+  the model is fed;
+* ``display`` – live + compacted rows, one row per display position
+  ``coalesce(origin_id, id)`` (a compaction copy shares its original's position); the
+  representative of a position is its live row, else its newest row; ordered by position, so
+  a carried message appears once, where it first appeared;
+* ``audit``   – every row with its state, ordered by id.
+Structured fields (parts, tool_calls, extra) are JSON-decoded exactly once, here.
+
+Invariant: every display read — full, ``limit``/``offset`` pages, ``latest`` N, ``after_id``
+keyset pages, search context, export — is a slice of the one ordered sequence ``read``
+computes with ``SELECT … ORDER BY position`` over the same deduplication.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import apsw
+
+PROJECTION_STATES: dict[str, tuple[str, ...]] = {
+    "model": ("live",),
+    "display": ("live", "compacted"),
+    "audit": ("live", "compacted", "superseded", "rewound"),
+}
+MSG_COLS = ("id, session_id, ext_id, role, content, parts, tool_calls, tool_call_id, tool_name, "
+            "reasoning, finish_reason, ts, extra, state")
+
+
+def states(projection: str) -> tuple[str, ...]:
+    """The message states a projection shows. Raises ``ValueError`` for an unknown name."""
+    try:
+        return PROJECTION_STATES[projection]
+    except KeyError:
+        raise ValueError(f"projection must be one of {sorted(PROJECTION_STATES)}") from None
+
+
+def message_dict(row: tuple, *, with_meta: bool = True) -> dict[str, Any]:
+    """A ``messages`` row (``MSG_COLS`` order) as an OpenAI-shaped dict; unknown fields come
+    back verbatim. ``with_meta`` adds Quill's keys: ``message_id``, ``session_id``, ``state``,
+    ``ts`` (epoch seconds)."""
+    (mid, sid, ext_id, role, content, parts, tool_calls, tool_call_id, tool_name,
+     reasoning, finish_reason, ts, extra, state) = row
+    msg: dict[str, Any] = {"role": role, "content": json.loads(parts) if parts else content}
+    if tool_calls:
+        msg["tool_calls"] = json.loads(tool_calls)
+    for key, value in (("tool_call_id", tool_call_id), ("name", tool_name), ("reasoning", reasoning),
+                       ("finish_reason", finish_reason), ("id", ext_id)):
+        if value is not None:
+            msg[key] = value
+    if extra:
+        msg.update({k: v for k, v in json.loads(extra).items() if k not in msg})
+    if with_meta:
+        msg.update(message_id=mid, session_id=sid, state=state, ts=ts)
+    return msg
+
+
+def _ordered_sql(projection: str, where_pos: str) -> str:
+    """SQL yielding ``MSG_COLS`` + ``pos`` of a session's projection, in projection order.
+    Parameters: session id, *states, [position bound], limit, offset."""
+    marks = ", ".join("?" for _ in states(projection))
+    if projection != "display":
+        return (f"SELECT {MSG_COLS}, id AS pos FROM messages WHERE session_id = ? AND state IN ({marks}) "
+                f"{where_pos.replace('coalesce(origin_id, id)', 'id')} ORDER BY pos {{order}} LIMIT ? OFFSET ?")
+    # Filtering by position before the window keeps whole partitions, so the dedupe is exact.
+    return (f"SELECT {MSG_COLS}, pos FROM ("
+            f"SELECT {MSG_COLS}, coalesce(origin_id, id) AS pos, row_number() OVER ("
+            f"PARTITION BY coalesce(origin_id, id) ORDER BY state = 'live' DESC, id DESC) AS rn "
+            f"FROM messages WHERE session_id = ? AND state IN ({marks}) {where_pos}"
+            f") WHERE rn = 1 ORDER BY pos {{order}} LIMIT ? OFFSET ?")
+
+
+def position(conn: apsw.Connection, projection: str, message_id: int) -> int | None:
+    """The position of ``message_id`` in a projection's order (its id, or for display its
+    ``coalesce(origin_id, id)``), or None for an unknown id."""
+    col = "coalesce(origin_id, id)" if projection == "display" else "id"
+    row = conn.execute(f"SELECT {col} FROM messages WHERE id = ?", (message_id,)).fetchone()
+    return row[0] if row else None
+
+
+def _rows(conn: apsw.Connection, session_id: str, projection: str, *, limit: int | None, offset: int,
+          latest: bool, pos_gt: int | None = None, pos_lt: int | None = None) -> list[dict[str, Any]]:
+    bounds, args = [], []
+    for value, op in ((pos_gt, ">"), (pos_lt, "<")):
+        if value is not None:
+            bounds.append(f"AND coalesce(origin_id, id) {op} ?")
+            args.append(value)
+    sql = _ordered_sql(projection, " ".join(bounds)).format(order="DESC" if latest else "ASC")
+    rows = conn.execute(sql, (session_id, *states(projection), *args, -1 if limit is None else limit,
+                              offset)).fetchall()
+    if latest:
+        rows.reverse()
+    return [message_dict(r[:-1], with_meta=projection != "model") for r in rows]
+
+
+def read(conn: apsw.Connection, session_id: str, projection: str = "display", *, limit: int | None = None,
+         offset: int = 0, latest: bool = False, after_id: int | None = None,
+         before_id: int | None = None) -> list[dict[str, Any]]:
+    """A session's messages in ``projection`` (list of dicts, see ``message_dict``; model rows
+    carry no Quill keys), oldest first.
+
+    ``limit``/``offset`` page from the start; ``latest=True`` takes the last ``limit`` rows
+    (skipping ``offset`` from the end) and still returns them oldest first; ``after_id`` /
+    ``before_id`` (message ids) keep only rows positioned after / before that message.
+    Raises ``ValueError`` for an unknown projection or a negative limit/offset.
+    """
+    states(projection)
+    if (limit is not None and limit < 0) or offset < 0:
+        raise ValueError("limit and offset must be ≥ 0")
+    gt = lt = None
+    if after_id is not None:
+        pos = position(conn, projection, after_id)
+        gt = pos if pos is not None else 2 ** 62
+    if before_id is not None:
+        pos = position(conn, projection, before_id)
+        lt = pos if pos is not None else -1
+    return _rows(conn, session_id, projection, limit=limit, offset=offset, latest=latest, pos_gt=gt, pos_lt=lt)
+
+
+def neighbors(conn: apsw.Connection, session_id: str, projection: str,
+              message_id: int) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """The messages just before and just after ``message_id`` in ``projection`` order (None at
+    either end) — the same rows a full ``read`` shows around it. Cost: two index probes and
+    two one-position reads, whatever the session's length."""
+    pos = position(conn, projection, message_id)
+    if pos is None:
+        return None, None
+    sts = states(projection)
+    col = "coalesce(origin_id, id)" if projection == "display" else "id"
+    marks = ", ".join("?" for _ in sts)
+    out: list[dict[str, Any] | None] = []
+    for agg, op in (("max", "<"), ("min", ">")):
+        near = conn.execute(f"SELECT {agg}({col}) FROM messages WHERE session_id = ? "
+                            f"AND state IN ({marks}) AND {col} {op} ?", (session_id, *sts, pos)).fetchone()[0]
+        rows = [] if near is None else _rows(conn, session_id, projection, limit=1, offset=0, latest=False,
+                                             pos_gt=near - 1, pos_lt=near + 1)
+        out.append(rows[0] if rows else None)
+    return out[0], out[1]
+
+
+def representative(conn: apsw.Connection, message_id: int) -> int:
+    """The id display shows for ``message_id``'s position (live copy, else newest row);
+    ``message_id`` itself when its position has no visible row."""
+    row = conn.execute(
+        "SELECT r.id FROM messages m JOIN messages r ON r.session_id = m.session_id "
+        "AND coalesce(r.origin_id, r.id) = coalesce(m.origin_id, m.id) "
+        "WHERE m.id = ? AND r.state IN ('live', 'compacted') ORDER BY r.state = 'live' DESC, r.id DESC LIMIT 1",
+        (message_id,)).fetchone()
+    return row[0] if row else message_id

@@ -1,0 +1,283 @@
+"""Transcript ops: ``messages.append``, ``messages.compact``, ``messages.rewind``,
+``messages.replace`` (payloads in docs/ops.md).
+
+Invariants kept here (DESIGN.md "The store"; issue 3 §1, §3):
+* nothing is DELETEd: compaction and rewind only flip ``messages.state`` and insert rows;
+* ids are insertion order, and insertion order is transcript order;
+* at most one *live* tool result per (session, tool_call_id): an op that would break it is
+  rejected whole (``duplicate-tool-result``, naming the id);
+* a copy made by a compaction carries ``origin_id`` = the first original's id, so every
+  display read places it once, at the original's position;
+* state flips never touch the FTS indexes (search filters by state).
+Every applier validates, writes, then checks; ``op_common.atomic`` undoes everything on error.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import apsw
+
+from .errors import InvalidOpError
+from .normalize import IDENTITY_COLUMNS, ROW_COLUMNS, identity, message_row
+from .op_common import atomic, ensure_session, opt, reopen_if_automatic, session_exists, session_id
+
+TOOL_RESULT_ROLES = ("tool", "function")
+_INSERT = (f"INSERT INTO messages (session_id, {', '.join(ROW_COLUMNS)}, arrived_at, batch_id, state, origin_id) "
+           f"VALUES (?, {', '.join('?' for _ in ROW_COLUMNS)}, ?, ?, 'live', ?)")
+_CHUNK = 500  # bound on SQL variables per IN (...) list
+
+
+def _rows(data: dict, arrived_at: float, *, allow_empty: bool = True) -> list[tuple]:
+    messages = data.get("messages")
+    if not isinstance(messages, list):
+        raise InvalidOpError("invalid-field", "this op needs a 'messages' list")
+    if not messages and not allow_empty:
+        raise InvalidOpError("invalid-field", "'messages' must not be empty")
+    return [message_row(m, arrived_at) for m in messages]
+
+
+def _insert(conn: apsw.Connection, sid: str, rows: Iterable[tuple], origins: Sequence[int | None] | None,
+            arrived_at: float, batch_id: str) -> int:
+    rows = list(rows)
+    origins = origins or [None] * len(rows)
+    conn.executemany(_INSERT, [(sid, *r, arrived_at, batch_id, o) for r, o in zip(rows, origins)])
+    return len(rows)
+
+
+def _set_state(conn: apsw.Connection, ids: Sequence[int], state: str) -> int:
+    for start in range(0, len(ids), _CHUNK):
+        part = ids[start:start + _CHUNK]
+        conn.execute(f"UPDATE messages SET state = ? WHERE id IN ({', '.join('?' for _ in part)})", (state, *part))
+    return len(ids)
+
+
+def check_tool_results(conn: apsw.Connection, sid: str, call_ids: Iterable[str] | None = None) -> None:
+    """Raise ``InvalidOpError('duplicate-tool-result')`` naming the first tool_call_id that has
+    more than one live tool result in ``sid`` (checking ``call_ids`` only, or all when None)."""
+    base = (f"SELECT tool_call_id FROM messages WHERE session_id = ? AND state = 'live' "
+            f"AND tool_call_id IS NOT NULL AND role IN {TOOL_RESULT_ROLES!r}")
+    groups = " GROUP BY tool_call_id HAVING count(*) > 1 ORDER BY tool_call_id LIMIT 1"
+    if call_ids is None:
+        queries = [(base + groups, (sid,))]
+    else:
+        ids = sorted(set(call_ids))
+        queries = [(base + f" AND tool_call_id IN ({', '.join('?' for _ in ids[i:i + _CHUNK])})" + groups,
+                    (sid, *ids[i:i + _CHUNK])) for i in range(0, len(ids), _CHUNK)]
+    for sql, args in queries:
+        bad = conn.execute(sql, args).fetchone()
+        if bad:
+            raise InvalidOpError("duplicate-tool-result",
+                                 f"session {sid!r} would have more than one live tool result for tool_call_id {bad[0]!r}")
+
+
+def _result_ids(rows: Iterable[tuple]) -> list[str]:
+    role, call = ROW_COLUMNS.index("role"), ROW_COLUMNS.index("tool_call_id")
+    return [r[call] for r in rows if r[role] in TOOL_RESULT_ROLES and r[call] is not None]
+
+
+@atomic
+def messages_append(conn: apsw.Connection, data: dict, batch_id: str, arrived_at: float) -> int:
+    """Append ``data['messages']`` to ``data['session_id']``, all or nothing.
+
+    Messages whose producer ``id`` the session already holds (in any state), or that repeat
+    an id earlier in the batch, are skipped: re-importing a grown transcript adds only the new
+    ones. Appending reopens a session ended for an automatic reason. Returns rows inserted.
+    Raises ``InvalidOpError`` (invalid message → its reason; ``duplicate-tool-result``).
+    """
+    sid = session_id(data)
+    rows = _rows(data, arrived_at)
+    source = opt(data, "source", str)
+    ext = ROW_COLUMNS.index("ext_id")
+    wanted = sorted({r[ext] for r in rows if r[ext] is not None})
+    seen: set[str] = set()
+    for start in range(0, len(wanted), _CHUNK):
+        part = wanted[start:start + _CHUNK]
+        seen.update(x for (x,) in conn.execute(
+            f"SELECT ext_id FROM messages WHERE session_id = ? AND ext_id IN ({', '.join('?' for _ in part)})",
+            (sid, *part)))
+    fresh = []
+    for row in rows:
+        if row[ext] is not None:
+            if row[ext] in seen:
+                continue
+            seen.add(row[ext])
+        fresh.append(row)
+    ensure_session(conn, sid, arrived_at, source)
+    if fresh:
+        reopen_if_automatic(conn, sid)
+    written = _insert(conn, sid, fresh, None, arrived_at, batch_id)
+    check_tool_results(conn, sid, _result_ids(fresh))
+    return written
+
+
+def _live(conn: apsw.Connection, sid: str) -> list[tuple]:
+    """Live rows of ``sid`` in order: ``(id, origin_id, role, *IDENTITY_COLUMNS)``."""
+    return conn.execute(f"SELECT id, coalesce(origin_id, id), role, {', '.join(IDENTITY_COLUMNS)} FROM messages "
+                        "WHERE session_id = ? AND state = 'live' ORDER BY id", (sid,)).fetchall()
+
+
+def _target(conn: apsw.Connection, sid: str, data: dict, id_key: str, ext_key: str) -> tuple[int, str, str] | None:
+    """``(id, role, state)`` of the row named by ``data[id_key]`` (store id) or
+    ``data[ext_key]`` (producer id; the newest live row with it, else the newest row)."""
+    mid, ext = opt(data, id_key, int), opt(data, ext_key, (str, int))
+    if mid is not None and ext is not None:
+        raise InvalidOpError("invalid-field", f"give {id_key!r} or {ext_key!r}, not both")
+    if mid is not None:
+        row = conn.execute("SELECT id, role, state FROM messages WHERE id = ? AND session_id = ?", (mid, sid)).fetchone()
+    elif ext is not None:
+        row = conn.execute("SELECT id, role, state FROM messages WHERE session_id = ? AND ext_id = ? "
+                           "ORDER BY state = 'live' DESC, id DESC LIMIT 1", (sid, str(ext))).fetchone()
+    else:
+        return None
+    if row is None:
+        raise InvalidOpError("unknown-message", f"session {sid!r} has no message {mid if mid is not None else ext!r}")
+    return row
+
+
+def _watermark(conn: apsw.Connection, sid: str, data: dict) -> int | None:
+    named = _target(conn, sid, data, "watermark", "watermark_ext_id")
+    return named[0] if named else None
+
+
+def _match_tail(before: list[tuple], tail: list[tuple]) -> list[int]:
+    """Indexes into ``before`` of the byte-identical originals of ``tail`` (matched from the
+    end, in order). Raises ``InvalidOpError('tail-mismatch')`` when one has no original."""
+    matched: list[int] = []
+    limit = len(before)
+    for k in range(len(tail) - 1, -1, -1):
+        want = identity(tail[k])
+        idx = next((i for i in range(limit - 1, -1, -1) if tuple(before[i][3:]) == want), None)
+        if idx is None:
+            raise InvalidOpError("tail-mismatch", f"carried tail message {k} (role {tail[k][1]!r}) has no "
+                                                   "byte-identical live original at or below the watermark")
+        matched.append(idx)
+        limit = idx
+    return matched[::-1]
+
+
+@atomic
+def messages_compact(conn: apsw.Connection, data: dict, batch_id: str, arrived_at: float) -> int:
+    """Compact a session in place (reference study §7, "in-place" shape).
+
+    Live rows at or below the watermark become ``compacted``; ``data['messages']`` (the
+    compacted set) is inserted as the new live rows; its last ``tail_count`` messages are the
+    verbatim carried tail, whose byte-identical originals become ``superseded`` (so a word in
+    the tail is found once). Live rows above the watermark (arrived during the summary) are
+    cloned byte-exactly after the compacted set and their originals become ``superseded``.
+    Other compacted-set messages identical to a compacted row are linked to it (``origin_id``)
+    so display shows them once. Returns rows inserted.
+    Raises ``InvalidOpError``: ``unknown-session``, ``nothing-to-compact``, ``tail-mismatch``,
+    ``duplicate-tool-result``, ``invalid-field``/message reasons.
+    """
+    sid = session_id(data)
+    rows = _rows(data, arrived_at, allow_empty=False)
+    tail_count = opt(data, "tail_count", int) or 0
+    if not 0 <= tail_count <= len(rows):
+        raise InvalidOpError("invalid-field", f"tail_count must be between 0 and {len(rows)}")
+    if not session_exists(conn, sid):
+        raise InvalidOpError("unknown-session", f"no session {sid!r} to compact")
+    watermark = _watermark(conn, sid, data)
+    live = _live(conn, sid)
+    before = [r for r in live if watermark is None or r[0] <= watermark]
+    after = [r for r in live if watermark is not None and r[0] > watermark]
+    if not before:
+        raise InvalidOpError("nothing-to-compact", f"session {sid!r} has no live rows at or below the watermark")
+    head, tail = rows[:len(rows) - tail_count], rows[len(rows) - tail_count:]
+    tail_idx = _match_tail(before, tail)
+    origins: list[int | None] = []
+    used = set(tail_idx)
+    for row in head:  # a verbatim re-sent message outside the tail: link, keep the original visible
+        want = identity(row)
+        idx = next((i for i in range(len(before) - 1, -1, -1) if i not in used and tuple(before[i][3:]) == want), None)
+        if idx is not None:
+            used.add(idx)
+        origins.append(before[idx][1] if idx is not None else None)
+    origins += [before[i][1] for i in tail_idx]
+    superseded = [before[i][0] for i in tail_idx] + [r[0] for r in after]
+    tail_set = set(tail_idx)
+    _set_state(conn, [r[0] for i, r in enumerate(before) if i not in tail_set], "compacted")
+    _set_state(conn, superseded, "superseded")
+    written = _insert(conn, sid, rows, origins, arrived_at, batch_id)
+    if after:  # byte-exact clones with fresh ids, in order, after the compacted set
+        cols = ", ".join(ROW_COLUMNS)
+        for start in range(0, len(after), _CHUNK):
+            part = [r[0] for r in after[start:start + _CHUNK]]
+            conn.execute(
+                f"INSERT INTO messages (session_id, {cols}, arrived_at, batch_id, state, origin_id) "
+                f"SELECT session_id, {cols}, arrived_at, batch_id, 'live', coalesce(origin_id, id) FROM messages "
+                f"WHERE id IN ({', '.join('?' for _ in part)}) ORDER BY id", part)
+        written += len(after)
+    check_tool_results(conn, sid)
+    return written
+
+
+def _user_turn(conn: apsw.Connection, sid: str, turn: int) -> int:
+    users = [r[0] for r in conn.execute(
+        "SELECT id FROM messages WHERE session_id = ? AND state = 'live' AND role = 'user' ORDER BY id", (sid,))]
+    if turn == 0 or abs(turn) > len(users):
+        raise InvalidOpError("no-such-turn", f"session {sid!r} has {len(users)} live user turn(s); user_turn={turn}")
+    return users[turn - 1] if turn > 0 else users[turn]
+
+
+def _check_head(conn: apsw.Connection, sid: str, data: dict) -> None:
+    expect = opt(data, "expect_head_id", int)
+    if expect is None:
+        return
+    head = conn.execute("SELECT max(id) FROM messages WHERE session_id = ? AND state = 'live'", (sid,)).fetchone()[0]
+    if head != expect:
+        raise InvalidOpError("stale-head", f"session {sid!r} live head is {head}, the op expected {expect}")
+
+
+def _rewind_from(conn: apsw.Connection, sid: str, first: int) -> int:
+    ids = [r[0] for r in conn.execute(
+        "SELECT id FROM messages WHERE session_id = ? AND state = 'live' AND id >= ? ORDER BY id", (sid, first))]
+    return _set_state(conn, ids, "rewound")
+
+
+@atomic
+def messages_rewind(conn: apsw.Connection, data: dict, batch_id: str, arrived_at: float) -> int:
+    """Rewind to a user message: it and every live row after it become ``rewound``.
+
+    The target is ``message_id`` (store id), ``ext_id`` (producer id) or ``user_turn`` (1 = the
+    first live user message, -1 = the last; 0 and out-of-range are refused). The target must
+    be a live ``user`` row. Optional ``expect_head_id`` refuses the rewind unless the live head
+    is that id (compare-and-swap). Returns rows flipped. Raises ``InvalidOpError``:
+    ``invalid-field``, ``unknown-message``, ``not-a-user-message``, ``not-live``,
+    ``no-such-turn``, ``stale-head``.
+    """
+    sid = session_id(data)
+    turn = opt(data, "user_turn", int)
+    named = _target(conn, sid, data, "message_id", "ext_id")
+    if (named is None) == (turn is None):
+        raise InvalidOpError("invalid-field", "messages.rewind needs exactly one of message_id, ext_id, user_turn")
+    if named is None:
+        target = _user_turn(conn, sid, turn)
+    else:
+        target, role, state = named
+        if role != "user":
+            raise InvalidOpError("not-a-user-message", f"message {target} is a {role!r} message; rewind targets user messages")
+        if state != "live":
+            raise InvalidOpError("not-live", f"message {target} is {state}; only a live message can be rewound to")
+    _check_head(conn, sid, data)
+    return _rewind_from(conn, sid, target)
+
+
+@atomic
+def messages_replace(conn: apsw.Connection, data: dict, batch_id: str, arrived_at: float) -> int:
+    """Edit / regenerate: live rows from ``from_message_id`` / ``from_ext_id`` on (or every
+    live row when neither is given) become ``rewound``, then ``data['messages']`` is appended
+    as live rows (producer ids are not deduplicated here: an edit may reuse its id).
+    Returns rows inserted. Raises ``InvalidOpError``: ``unknown-message``, ``not-live``,
+    ``stale-head``, ``duplicate-tool-result``, message reasons.
+    """
+    sid = session_id(data)
+    rows = _rows(data, arrived_at)
+    named = _target(conn, sid, data, "from_message_id", "from_ext_id")
+    if named is not None and named[2] != "live":
+        raise InvalidOpError("not-live", f"message {named[0]} is {named[2]}; only live rows can be replaced")
+    _check_head(conn, sid, data)
+    ensure_session(conn, sid, arrived_at)
+    _rewind_from(conn, sid, named[0] if named else 0)
+    written = _insert(conn, sid, rows, None, arrived_at, batch_id)
+    check_tool_results(conn, sid, _result_ids(rows))
+    return written

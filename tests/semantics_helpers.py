@@ -1,0 +1,72 @@
+"""A store on a real SQLite file driven through the real spool and ``apply_chunk``."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from spool import Spool, SpoolReader
+from store import Reader, apply_chunk, index_slice, open_writer, read_cursor
+
+
+class Store:
+    """``apply(op, data)`` appends to the spool and drains it; returns the reject reasons."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.spool = Spool(root / "spool")
+        self.conn = open_writer(root / "state.db")
+
+    def apply(self, op: str, data: dict[str, Any]) -> list[str]:
+        self.spool.append(op, data)
+        return self.drain()
+
+    def drain(self) -> list[str]:
+        rejects: list[tuple[str, str]] = []
+        from spool import START
+        cursor = read_cursor(self.conn)
+        start = START if cursor is None else _position(cursor)
+        entries = list(SpoolReader(self.root / "spool").read(start, max_bytes=1 << 40))
+        if entries:
+            apply_chunk(self.conn, entries, lambda e, reason, detail: rejects.append((reason, detail)))
+        self.last_rejects = rejects
+        return [r for r, _ in rejects]
+
+    def index(self) -> int:
+        return index_slice(self.conn, 100_000)
+
+    def reader(self) -> Reader:
+        return Reader(self.root / "state.db")
+
+    def rows(self, session_id: str) -> list[tuple]:
+        """Every column of a session's rows, by id (for 'nothing changed' assertions)."""
+        return self.conn.execute("SELECT * FROM messages WHERE session_id = ? ORDER BY id", (session_id,)).fetchall()
+
+    def ids(self, session_id: str, **where: str) -> list[int]:
+        cond = "".join(f" AND {k} = ?" for k in where)
+        return [r[0] for r in self.conn.execute(f"SELECT id FROM messages WHERE session_id = ?{cond} ORDER BY id",
+                                                (session_id, *where.values()))]
+
+    def close(self) -> None:
+        self.conn.close()
+        self.spool.close()
+
+
+def _position(cursor: tuple[int, int]):
+    from spool import Position
+    return Position(*cursor)
+
+
+def user(text: str, **kw: Any) -> dict[str, Any]:
+    return {"role": "user", "content": text, **kw}
+
+
+def assistant(text: str | None, **kw: Any) -> dict[str, Any]:
+    return {"role": "assistant", "content": text, **kw}
+
+
+def call(call_id: str, name: str = "bash", args: str = '{"cmd": "ls"}') -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}
+
+
+def tool(call_id: str, text: str, name: str = "bash") -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": call_id, "name": name, "content": text}

@@ -1,0 +1,39 @@
+"""The read CLI over a real fleet run: filters, a readable transcript, export = display."""
+from __future__ import annotations
+
+import json
+
+
+def _ops() -> str:
+    call = {"id": "c1", "type": "function", "function": {"name": "grep", "arguments": '{"pattern": "config"}'}}
+    ops = [
+        {"op": "session.create", "data": {"session_id": "demo", "source": "cli", "title": "user_auth fix"}},
+        {"op": "session.create", "data": {"session_id": "other", "source": "cli", "title": "userXauth notes"}},
+        {"session_id": "demo", "messages": [
+            {"role": "user", "content": "where is [the] config parsed?"},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "c1", "name": "grep", "content": "ops/config.py:12: def load"},
+            {"role": "assistant", "content": "In ops/config.py"}]},
+        {"op": "messages.compact", "data": {"session_id": "demo", "tail_count": 1, "messages": [
+            {"role": "user", "content": "[summary] asked about config"},
+            {"role": "assistant", "content": "In ops/config.py"}]}},
+    ]
+    return "\n".join(json.dumps(o) for o in ops)
+
+
+def test_read_commands_show_filter_search_and_export_one_display_transcript(quill):
+    quill.run("push", input=_ops())
+    quill.run("run", "--until-idle", "--timeout", "120")
+    assert [s["id"] for s in quill.json("sessions", "list", "--title", "user_auth")] == ["demo"]
+    shown = quill.json("sessions", "show", "demo")
+    exported = json.loads(quill.run("sessions", "export", "demo").stdout)
+    assert exported["messages"] == shown["messages"]
+    assert [m["content"] for m in shown["messages"]][-2:] == ["In ops/config.py", "[summary] asked about config"]
+    assert len(quill.json("sessions", "show", "demo", "--view", "model")["messages"]) == 2
+    human = quill.run("sessions", "show", "demo").stdout
+    for needle in ("user", "assistant", "→ grep", "tool (grep) ← c1", "ops/config.py:12", "[the]", "[compacted]"):
+        assert needle in human, needle
+    hits = quill.json("search", "config.py")
+    assert [h["message_id"] for h in hits] == [shown["messages"][3]["message_id"], shown["messages"][2]["message_id"]]
+    assert hits[0]["after"] == shown["messages"][4]
+    assert quill.run("sessions", "show", "nope", check=False).returncode == 3

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import store_jobs, worker_jobs
+from . import prune, store_jobs, worker_jobs
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,7 @@ class JobSpec:
     params: Callable[[Any], dict[str, Any]] = field(default=lambda cfg: {})
     retries: int = 2
     retry_delay: float = 30.0
+    needs_idle: bool = False       # store jobs only: wait until the spool is drained
 
 
 JOBS: tuple[JobSpec, ...] = (
@@ -34,7 +35,21 @@ JOBS: tuple[JobSpec, ...] = (
             "interval", {"minutes": 5}, params=lambda cfg: {"mode": "PASSIVE"}),
     JobSpec("fts_optimize", "store", store_jobs.fts_optimize,
             "merge the FTS5 index into one b-tree (fewer segments, faster queries)",
-            "cron", {"hour": 3, "minute": 30}),
+            "cron", {"hour": 3, "minute": 30}, needs_idle=True),
+    JobSpec("vacuum", "store", store_jobs.vacuum,
+            "VACUUM when free pages ≥ 20 % and the disk has room for the copy; then TRUNCATE the WAL",
+            "cron", {"day_of_week": "sun", "hour": 4, "minute": 30}, needs_idle=True),
+    JobSpec("auto_prune", "store", prune.auto_prune,
+            "close stale open sessions of automatic sources, then delete ended sessions past retention",
+            "cron", {"hour": 3, "minute": 0},
+            params=lambda cfg: {"stale_after_s": cfg.stale_after_s, "retention_s": cfg.retention_s,
+                                "sources": list(cfg.prune_sources)}),
+    JobSpec("delete_empty", "store", prune.delete_empty,
+            "delete sessions with no message rows in any state (EXISTS probe), after a grace day",
+            "cron", {"hour": 3, "minute": 15}),
+    JobSpec("orphan_sweep", "store", prune.orphan_sweep,
+            "close open sessions whose owner process on this host is dead (pid + start time)",
+            "interval", {"minutes": 10}),
     JobSpec("quick_check", "worker", worker_jobs.quick_check,
             "PRAGMA quick_check on a read-only connection",
             "cron", {"hour": 4, "minute": 0}, params=lambda cfg: {"db_path": str(cfg.state_db)}),

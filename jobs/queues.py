@@ -58,7 +58,8 @@ def build(queue_db: Path) -> Queues:
     queues.tasks[catalog.RECORD_RUN] = queues.store.task(name=catalog.RECORD_RUN)(record_job_run)
     for spec in catalog.JOBS:
         if spec.kind == "store":
-            queues.tasks[spec.name] = queues.store.task(name=spec.name)(spec.func)
+            queues.tasks[spec.name] = queues.store.task(
+                name=spec.name, retries=spec.retries, retry_delay=spec.retry_delay)(spec.func)
         else:
             queues.tasks[spec.name] = queues.worker.task(
                 name=spec.name, retries=spec.retries, retry_delay=spec.retry_delay)(

@@ -15,6 +15,10 @@ Example ``config.toml``::
     retention_s = 604800        # keep applied+snapshotted segments this long (seconds)
     [snapshots]
     keep = 5
+    [prune]
+    stale_after_s = 86400       # close open sessions of automatic sources idle this long
+    retention_s = 7776000       # delete ended sessions inactive this long (90 days)
+    sources = ["cli", "cron", "subagent", "tool", "api", "recovered"]
 """
 from __future__ import annotations
 
@@ -41,6 +45,9 @@ class Config:
     poll_interval: float = 0.05
     snapshot_keep: int = 5
     spool_retention_s: float = 7 * 24 * 3600.0
+    stale_after_s: float = 24 * 3600.0
+    retention_s: float = 90 * 24 * 3600.0
+    prune_sources: tuple[str, ...] = ("cli", "cron", "subagent", "tool", "api", "recovered")
 
     @property
     def state_db(self) -> Path:
@@ -88,6 +95,9 @@ _SECTIONS = {
     ("spool", "segment_bytes"): "segment_bytes",
     ("snapshots", "keep"): "snapshot_keep",
     ("spool", "retention_s"): "spool_retention_s",
+    ("prune", "stale_after_s"): "stale_after_s",
+    ("prune", "retention_s"): "retention_s",
+    ("prune", "sources"): "prune_sources",
 }
 
 
@@ -121,10 +131,10 @@ def load(home: str | os.PathLike[str] | None = None) -> Config:
             name = _SECTIONS.get((section, key))
             if name is None:
                 raise ConfigError(f"{path}: unknown setting {section}.{key}")
-            want = {"int": int, "float": (int, float), "str": str}[str(types[name])]
+            want = {"int": int, "float": (int, float), "str": str, "tuple[str, ...]": list}[str(types[name])]
             if not isinstance(value, want) or isinstance(value, bool):
                 raise ConfigError(f"{path}: {section}.{key} has the wrong type ({type(value).__name__})")
-            changes[name] = value
+            changes[name] = tuple(value) if isinstance(value, list) else value
     if changes.get("synchronous", "NORMAL").upper() not in ("NORMAL", "FULL"):
         raise ConfigError(f"{path}: store.synchronous must be NORMAL or FULL")
     return replace(cfg, **changes)

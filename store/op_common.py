@@ -23,7 +23,7 @@ Applier = Callable[[apsw.Connection, dict, str, float], int]
 #: idle_timeout, lru_evict}").
 AUTOMATIC_END_REASONS = frozenset({
     "agent_close", "ws_orphan_reap", "superseded_by_resume", "startup_orphan_reap",
-    "stale_sweep", "tui_shutdown", "ws_disconnect", "idle_timeout", "lru_evict",
+    "stale_sweep", "tui_shutdown", "ws_disconnect", "idle_timeout", "lru_evict", "orphan_sweep",
 })
 #: Deliberate end reasons (documented for producers); any reason *not* in
 #: ``AUTOMATIC_END_REASONS`` is treated as deliberate, so an unknown reason is never cleared.

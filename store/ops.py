@@ -52,7 +52,8 @@ def session_create(conn: apsw.Connection, data: dict, batch_id: str, arrived_at:
     """Create a session, or fill the fields an earlier op left empty (existing values win).
 
     Fields: source, model, title, cwd, parent_id + parent_kind (compression | branch | reset |
-    delegate; both or neither), started_at (epoch s), meta (object). A title another session
+    delegate; both or neither), started_at (epoch s), meta (object), owner ({"host", "pid",
+    "create_time"}: the producing process, which the orphan sweep checks). A title another session
     already holds is not applied (the session is still created) and is kept in
     ``meta['requested_title']``: imports must not lose a session over a title. Raises
     ``InvalidOpError``: ``invalid-field``, ``title-too-long``, ``self-parent``.
@@ -68,14 +69,18 @@ def session_create(conn: apsw.Connection, data: dict, batch_id: str, arrived_at:
         raise InvalidOpError("self-parent", f"session {sid!r} cannot be its own parent")
     meta = opt(data, "meta", dict) or {}
     started = opt(data, "started_at", (int, float))
+    owner = opt(data, "owner", dict) or {}
+    owner_pid, owner_started = owner.get("pid"), owner.get("create_time")
+    if not isinstance(owner_pid, (int, type(None))) or not isinstance(owner_started, (int, float, type(None))):
+        raise InvalidOpError("invalid-field", "owner must be {host: str, pid: int, create_time: number}")
     title = clean_title(opt(data, "title", str))
     if title is not None and _title_owner(conn, title, sid):
         meta = {**meta, "requested_title": title}
         title = None
     conn.execute(
         """INSERT INTO sessions (id, source, model, title, cwd, parent_id, parent_kind,
-                                 started_at, meta, created_at)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                                 started_at, meta, created_at, owner_host, owner_pid, owner_started)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
            ON CONFLICT (id) DO UPDATE SET
                source = coalesce(sessions.source, excluded.source),
                model = coalesce(sessions.model, excluded.model),
@@ -86,9 +91,13 @@ def session_create(conn: apsw.Connection, data: dict, batch_id: str, arrived_at:
                                   ELSE sessions.parent_kind END,
                started_at = CASE WHEN excluded.started_at < sessions.started_at
                                  THEN excluded.started_at ELSE sessions.started_at END,
-               meta = coalesce(sessions.meta, excluded.meta)""",
+               meta = coalesce(sessions.meta, excluded.meta),
+               owner_host = coalesce(excluded.owner_host, sessions.owner_host),
+               owner_pid = coalesce(excluded.owner_pid, sessions.owner_pid),
+               owner_started = coalesce(excluded.owner_started, sessions.owner_started)""",
         (sid, opt(data, "source", str), opt(data, "model", str), title, opt(data, "cwd", str), parent, kind,
-         float(started) if started is not None else arrived_at, dumps(meta) if meta else None, arrived_at))
+         float(started) if started is not None else arrived_at, dumps(meta) if meta else None, arrived_at,
+         owner.get("host") if isinstance(owner.get("host"), str) else None, owner_pid, owner_started))
     return 0
 
 

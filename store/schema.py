@@ -45,6 +45,9 @@ CREATE TABLE IF NOT EXISTS sessions (
     pinned       INTEGER NOT NULL DEFAULT 0,
     hidden       INTEGER NOT NULL DEFAULT 0,
     last_read_id INTEGER,
+    owner_host   TEXT,           -- the producing process, for the orphan sweep:
+    owner_pid    INTEGER,        --   host name, pid and psutil create_time (epoch s), so a
+    owner_started REAL,          --   recycled pid is never taken for the live owner
     meta         TEXT,           -- JSON object: anything else the producer sent
     created_at   REAL NOT NULL   -- arrival time of the first op for this session
 );

@@ -13,15 +13,12 @@ from __future__ import annotations
 
 import threading
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
 import apsw
 
-from jobs import catalog
-from jobs.queues import Queues, build as build_queues
-from jobs.store_jobs import record_job_run
+from jobs.queues import build as build_queues
 from ops.config import Config
 from spool import Entry, Position, Quarantine, SpoolReader, START
 from store import apply_chunk, index_slice, open_writer, read_cursor
@@ -33,6 +30,7 @@ from store.recovery import swap_in
 from store.indexer import indexed_upto
 
 from . import status
+from .job_runner import StoreJobRunner
 
 #: Entries read per spool scan; bounds memory whatever the spool size.
 _READ_BYTES = 8 << 20
@@ -52,11 +50,10 @@ class Writer:
         self.swap_path = cfg.run_dir / "swap.json"
         self.conn: apsw.Connection | None = None
         self.guard: FileGuard | None = None
-        self.queues: Queues | None = None
         self.cursor: Position = START
         self.totals = {"applied": 0, "duplicates": 0, "rejected": 0, "rows": 0, "chunks": 0}
-        self.store_jobs = {catalog.RECORD_RUN: record_job_run,
-                           **{j.name: j.func for j in catalog.JOBS if j.kind == "store"}}
+        self.jobs: StoreJobRunner | None = None
+        self._was_busy = False
         self._last_idle_publish = 0.0
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -73,7 +70,7 @@ class Writer:
                 return
             self.conn = open_writer(self.cfg.state_db, synchronous=self.cfg.synchronous)
             self.guard = FileGuard(self.conn, self.cfg.state_db)
-            self.queues = build_queues(self.cfg.queue_db)
+            self.jobs = StoreJobRunner(build_queues(self.cfg.queue_db), self.log)
             cur = read_cursor(self.conn)
             self.cursor = Position(*cur) if cur else START
             self.log.info("writer.started", cursor=str(self.cursor))
@@ -151,12 +148,16 @@ class Writer:
         if entries:
             self._apply(entries)
             index_slice(self.conn, self.cfg.index_slice_rows)
-            self._run_store_job()
+            self.jobs.run_one(self.conn, idle=False)
+            self._was_busy = True
             return True
         if index_slice(self.conn, self.cfg.index_slice_rows):
             return True
-        if self._run_store_job():
+        if self.jobs.run_one(self.conn, idle=True):
             return True
+        if self._was_busy:  # just went idle: the moment for a TRUNCATE checkpoint
+            self._was_busy = False
+            self.jobs.truncate_if_idle(self.conn)
         sealed = self._seal_torn_tails()
         self._publish(idle=not sealed)
         return sealed
@@ -189,28 +190,6 @@ class Writer:
                 self.log.warning("writer.torn_tail_sealed", segment=seg)
                 sealed = True
         return sealed
-
-    def _run_store_job(self) -> bool:
-        task = self.queues.store.dequeue()
-        if task is None:
-            return False
-        started = time.time()
-        outcome, figures, error = "ok", {}, None
-        func = self.store_jobs.get(task.name)
-        try:
-            if func is None:
-                raise KeyError(f"unknown store job {task.name!r}")
-            figures = func(self.conn, *task.args, **task.kwargs)
-        except CorruptError:
-            raise
-        except Exception as exc:  # a failing job must not stop the drain; it is recorded
-            outcome, error = "error", "".join(traceback.format_exception_only(exc)).strip()
-            self.log.error("writer.job_failed", job=task.name, error=error)
-        if task.name != catalog.RECORD_RUN:
-            record_job_run(self.conn, task.name, started, time.time(), outcome,
-                                              figures, error)
-            self.log.info("writer.job", job=task.name, outcome=outcome, **(figures or {}))
-        return True
 
     def _publish(self, *, idle: bool, error: str | None = None) -> None:
         # While idle the loop spins every poll_interval; one status write per 0.25 s is

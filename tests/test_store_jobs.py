@@ -1,0 +1,63 @@
+"""Store jobs on the writer: VACUUM only when worthwhile, idle-only jobs deferred while the
+drain is busy, failing jobs recorded and retried with backoff. Real huey queue, real store."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import structlog
+
+from jobs.prune import DAY, auto_prune
+from jobs.queues import build
+from jobs.store_jobs import vacuum
+from workers.job_runner import StoreJobRunner
+
+from .semantics_helpers import Store
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = Store(tmp_path)
+    yield s
+    s.close()
+
+
+def _fill(store, sessions=30, per=40):
+    for k in range(sessions):
+        store.apply("session.create", {"session_id": f"s{k}", "source": "cron"})
+        store.apply("messages.append", {"session_id": f"s{k}", "messages": [
+            {"role": "user", "content": f"session {k} message {i} " + "lorem ipsum " * 40} for i in range(per)]})
+        store.apply("session.end", {"session_id": f"s{k}", "reason": "user_exit"})
+    store.index()
+
+
+def test_vacuum_skips_unless_worthwhile_and_shrinks_the_file_when_it_runs(store):
+    _fill(store)
+    assert vacuum(store.conn)["skipped"] == "free-page ratio below threshold"
+    import time
+    pruned = auto_prune(store.conn, retention_s=DAY, now=time.time() + 10 * DAY, max_sessions=25)
+    assert pruned["sessions_deleted"] == 25
+    figures = vacuum(store.conn, min_free_ratio=0.2)
+    assert "skipped" not in figures, figures
+    assert figures["bytes_after"] < figures["bytes_before"] / 2
+    assert figures["wal_bytes_after"] == 0
+    with store.reader() as r:
+        assert len(r.list_sessions(limit=100)) == 5
+
+
+def test_idle_only_jobs_wait_for_the_drain_and_failures_are_retried(store, tmp_path):
+    queues = build(tmp_path / "queue.db")
+    runner = StoreJobRunner(queues, structlog.get_logger())
+    queues.enqueue("vacuum", min_free_ratio=0.0)
+    assert runner.run_one(store.conn, idle=False) is False      # busy: deferred
+    assert queues.pending()["store"] == 1
+    assert runner.run_one(store.conn, idle=True) is True        # idle: runs
+    queues.enqueue("vacuum", min_free_ratio="not a number")     # fails with TypeError
+    assert runner.run_one(store.conn, idle=True) is True
+    runs = store.conn.execute("SELECT job, outcome, error FROM job_runs ORDER BY id").fetchall()
+    assert [(j, o) for j, o, _ in runs] == [("vacuum", "ok"), ("vacuum", "error")]
+    assert "TypeError" in runs[1][2]
+    assert queues.store.scheduled_count() == 1                  # a retry, with backoff
+    [retry] = queues.store.scheduled()
+    assert retry.retries == 1 and retry.eta is not None
+    assert json.loads(store.conn.execute("SELECT figures FROM job_runs WHERE outcome='ok'").fetchone()[0])

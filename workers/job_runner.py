@@ -1,0 +1,90 @@
+"""Running store jobs on the writer's connection, between drain chunks.
+
+* Jobs come from the ``quill-store`` huey queue; huey is the durable queue, the writer is the
+  executor (only it may write the store).
+* ``needs_idle`` jobs (VACUUM, FTS optimize: tens of seconds on a large store) run only when
+  the spool is drained; otherwise they go back on the queue. Producers never wait either way:
+  they only append to the spool.
+* A failing job is recorded (``job_runs``) and retried with exponential backoff from its
+  spec's ``retry_delay``, up to ``retries`` times, via huey's schedule. A failing job never
+  stops the drain; only corruption (``CorruptError``) propagates, to halt the writer.
+* Idle TRUNCATE: when the writer goes idle with a WAL over ``TRUNCATE_WAL_BYTES``, it runs a
+  TRUNCATE checkpoint (DESIGN.md: TRUNCATE only when idle or after VACUUM).
+"""
+from __future__ import annotations
+
+import datetime as dt
+import time
+import traceback
+from typing import Any
+
+import apsw
+from huey.utils import utcnow
+
+from jobs import catalog
+from jobs.queues import Queues
+from jobs.store_jobs import record_job_run, wal_bytes, wal_checkpoint
+from store.errors import CorruptError
+
+TRUNCATE_WAL_BYTES = 64 << 20
+
+
+class StoreJobRunner:
+    """Executes queued store jobs for one writer."""
+
+    def __init__(self, queues: Queues, log: Any):
+        self.queues = queues
+        self.log = log
+        self.funcs = {catalog.RECORD_RUN: record_job_run,
+                      **{j.name: j.func for j in catalog.JOBS if j.kind == "store"}}
+
+    def run_one(self, conn: apsw.Connection, *, idle: bool) -> bool:
+        """Run at most one queued job; returns True if one ran (or failed)."""
+        huey = self.queues.store
+        for due in huey.read_schedule():  # retries whose backoff has passed
+            huey.enqueue(due)
+        task = huey.dequeue()
+        if task is None:
+            return False
+        spec = catalog.BY_NAME.get(task.name)
+        if spec is not None and spec.needs_idle and not idle:
+            huey.enqueue(task)  # back of the queue; runs once the drain is caught up
+            return False
+        started = time.time()
+        outcome, figures, error = "ok", {}, None
+        try:
+            func = self.funcs.get(task.name)
+            if func is None:
+                raise KeyError(f"unknown store job {task.name!r}")
+            figures = func(conn, *task.args, **task.kwargs) or {}
+        except CorruptError:
+            raise
+        except Exception as exc:
+            outcome, error = "error", "".join(traceback.format_exception_only(exc)).strip()
+            self.log.error("writer.job_failed", job=task.name, error=error, retries_left=task.retries)
+            self._retry(task, spec)
+        if task.name != catalog.RECORD_RUN:
+            record_job_run(conn, task.name, started, time.time(), outcome, figures, error)
+            self.log.info("writer.job", job=task.name, outcome=outcome, **figures)
+        return True
+
+    def _retry(self, task: Any, spec: catalog.JobSpec | None) -> None:
+        if spec is None:
+            return
+        attempt = spec.retries - task.retries  # 0 for the first failure
+        if task.retries <= 0:
+            return
+        task.retries -= 1
+        delay = spec.retry_delay * (2 ** attempt)
+        task.eta = utcnow() + dt.timedelta(seconds=delay)  # huey's clock: naive UTC (utc=True)
+        self.queues.store.add_schedule(task)
+
+    def truncate_if_idle(self, conn: apsw.Connection) -> bool:
+        """TRUNCATE-checkpoint a large WAL now that the writer is idle; True if it ran."""
+        if wal_bytes(conn) < TRUNCATE_WAL_BYTES:
+            return False
+        started = time.time()
+        figures = wal_checkpoint(conn, "TRUNCATE")
+        record_job_run(conn, "wal_checkpoint", started, time.time(), "ok", figures)
+        self.log.info("writer.idle_truncate", **figures)
+        return True

@@ -33,6 +33,17 @@ class EntryLike(Protocol):
     damage: Exception | None
 
 
+#: Errors that mean "this op's data cannot be stored", not "the store is in trouble": values
+#: SQLite or Python cannot represent (an integer beyond 64 bits, 1e400 → inf → OverflowError,
+#: nesting past the recursion limit, a row over SQLite's size limit, a CHECK or NOT NULL
+#: constraint). The op is quarantined and the drain goes on; a poison record must never
+#: crash the writer. Corruption, I/O, busy and full errors are not in this list: they stop
+#: the chunk and are handled by the writer.
+_BAD_DATA: tuple[type[BaseException], ...] = (
+    OverflowError, TypeError, ValueError, RecursionError,
+    apsw.ConstraintError, apsw.MismatchError, apsw.TooBigError, apsw.RangeError,
+)
+
 #: ``on_reject(entry, reason, detail)``: called inside the transaction, before COMMIT.
 RejectFn = Callable[[EntryLike, str, str], None]
 
@@ -127,10 +138,12 @@ def _apply_entry(conn: apsw.Connection, entry: EntryLike, now: float, on_reject:
         rows = applier(conn, data, batch, now)
         conn.execute("INSERT INTO applied_batches (batch_id, position, applied_at) VALUES (?, ?, ?)",
                      (batch, str(entry.position), now))
-    except InvalidOpError as exc:
+    except (InvalidOpError, *_BAD_DATA) as exc:
         conn.execute("ROLLBACK TO op")
         conn.execute("RELEASE op")
-        on_reject(entry, exc.reason, exc.detail)
+        reason, detail = ((exc.reason, exc.detail) if isinstance(exc, InvalidOpError)
+                          else ("invalid-data", f"{type(exc).__name__}: {exc}"))
+        on_reject(entry, reason, detail)
         result.rejected += 1
         return
     except BaseException:

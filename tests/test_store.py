@@ -166,3 +166,20 @@ def test_reader_opens_paths_with_uri_special_characters(tmp_path):
     conn.close()
     with Reader(odd / "state.db") as r:
         assert r.figures()["messages"] == 0
+
+
+@pytest.mark.parametrize("op,data", [
+    ("session.create", {"session_id": "p", "started_at": 10**400}),
+    ("session.end", {"session_id": "p", "ended_at": 10**400}),
+    ("session.read", {"session_id": "p", "message_id": 2**70}),
+])
+def test_a_poison_record_is_quarantined_and_the_drain_goes_on(env, op, data):
+    spool, conn, tmp = env
+    spool.append(op, data)
+    spool.append("messages.append", {"session_id": "ok", "messages": [{"role": "user", "content": "after"}]})
+    rejects: list = []
+    result, entries = drain(tmp, conn, rejects)
+    assert [r[0] for r in rejects] == [str(entries[0].position)]
+    assert result.applied == 1 and read_cursor(conn) == tuple(entries[-1].next)
+    with Reader(tmp / "state.db") as r:
+        assert [m["content"] for m in r.get_messages("ok")] == ["after"]

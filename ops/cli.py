@@ -14,7 +14,8 @@ import click
 from rich.markup import escape
 
 from spool import Spool, SpoolError
-from store.errors import StoreError
+from store.errors import InvalidOpError, StoreError
+from store.precheck import precheck
 
 from . import config, ingest, render
 from .importers import iter_transcript_files, parse_file
@@ -93,33 +94,50 @@ def push(ctx: click.Context, source: Any, session_id: str | None, wait_s: float 
 
     Each value is an op ({"op", "data"}), a messages batch ({"session_id", "messages"}) or a
     bare message ({"role", "content", ...}; needs --session). Durable when this returns.
+    Give a "batch" id (a UUID) in an op or batch to retry safely: a batch id is applied once.
+    With --wait, each batch's outcome (applied / quarantined with the reason) is reported and
+    the exit code is 1 if any was quarantined, 4 if the writer did not get to it in time.
     """
     cfg = _cfg(ctx)
     values = _read_json_values(source, source.name)
     try:
         ops = list(ingest.push_ops(values, session_id))
+        for index, (op, data, _) in enumerate(ops):
+            precheck(op, data)
+    except InvalidOpError as exc:
+        raise click.ClickException(f"batch {index}: {exc.reason}: {exc.detail}; nothing was pushed")
+    except ValueError as exc:
+        raise click.ClickException(f"{exc}; nothing was pushed")
+    try:
         with Spool(cfg.spool_dir, segment_bytes=cfg.segment_bytes) as spool:
             acks = ingest.append_all(spool, ops)
-    except (ValueError, SpoolError) as exc:
+    except SpoolError as exc:
         raise click.ClickException(str(exc))
     result = [{"op": op, "batch": a.batch_id, "position": str(a.position)} for (op, _, _), a in zip(ops, acks)]
+    code = 0
     if wait_s is not None and acks:
         from spool import WaitTimeoutError
-        from .wait import wait_applied
+        from .wait import outcomes, wait_applied
         try:
             waited = wait_applied(cfg.state_db, max(a.position for a in acks), wait_s)
         except WaitTimeoutError as exc:
             click.echo(f"quill: {exc}", err=True)
-            ctx.exit(EXIT_TIMEOUT)
-        for r in result:
-            r["applied"] = True
-        if not as_json:
-            click.echo(f"applied after {waited:.3f} s")
+            for r in result:
+                r["outcome"] = "pending"
+            code = EXIT_TIMEOUT
+        else:
+            for r, o in zip(result, outcomes(cfg.state_db, cfg.spool_dir, acks)):
+                r.update(o)
+            code = EXIT_FAIL if any(r["outcome"] != "applied" for r in result) else 0
+            if not as_json:
+                click.echo(f"dealt with after {waited:.3f} s")
     if as_json:
         render.emit_json(result)
     else:
         for r in result:
-            click.echo(f"{r['op']:<16} batch {r['batch']}  at {r['position']}")
+            extra = f"  {r['outcome']}" + (f": {r['reason']}: {r['detail']}" if r.get("reason") else "") if "outcome" in r else ""
+            click.echo(f"{r['op']:<16} batch {r['batch']}  at {r['position']}{extra}")
+    ctx.exit(code)
 
 
 @cli.command(name="import")

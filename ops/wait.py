@@ -1,10 +1,17 @@
-"""Read-your-writes: wait until the writer has applied a spool position."""
+"""Read-your-writes: wait until the writer has dealt with acknowledged batches, and say how.
+
+The cursor moving past a record means the writer *dealt* with it, not that it applied it: a
+record may have been quarantined. So the outcome of each batch is read back: ``applied``
+(its batch id is in ``applied_batches``) or ``quarantined`` (with the reason from the
+quarantine entry at its position).
+"""
 from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
-from spool import Position, WaitTimeoutError
+from spool import Ack, Position, Quarantine, WaitTimeoutError
 from store.errors import CantOpenError
 from store.reads import Reader
 
@@ -20,8 +27,8 @@ def applied_position(db_path: Path) -> Position | None:
 
 
 def wait_applied(db_path: Path, position: Position, timeout: float, poll: float = 0.05) -> float:
-    """Block until the record at ``position`` is applied (cursor past it); returns the
-    seconds waited. Raises ``WaitTimeoutError`` after ``timeout`` seconds."""
+    """Block until the record at ``position`` is past the cursor; returns the seconds waited.
+    Raises ``WaitTimeoutError`` after ``timeout`` seconds."""
     start = time.monotonic()
     while True:
         cursor = applied_position(db_path)
@@ -31,3 +38,21 @@ def wait_applied(db_path: Path, position: Position, timeout: float, poll: float 
             raise WaitTimeoutError(f"record at {position} not applied within {timeout:g} s "
                                    f"(store cursor: {cursor}); is `quill run` running?")
         time.sleep(poll)
+
+
+def outcomes(db_path: Path, spool_dir: Path, acks: list[Ack]) -> list[dict[str, Any]]:
+    """For acks already past the cursor: ``{"outcome": "applied"}`` or ``{"outcome":
+    "quarantined", "reason", "detail"}`` per ack, in order."""
+    with Reader(db_path) as reader:
+        applied = {b for (b,) in reader.conn.execute(
+            f"SELECT batch_id FROM applied_batches WHERE batch_id IN ({', '.join('?' for _ in acks)})",
+            [a.batch_id for a in acks])}
+    quarantined = {e["position"]: e for e in Quarantine(spool_dir).entries()} if len(applied) < len(acks) else {}
+    out = []
+    for ack in acks:
+        if ack.batch_id in applied:
+            out.append({"outcome": "applied"})
+        else:
+            q = quarantined.get(str(ack.position), {})
+            out.append({"outcome": "quarantined", "reason": q.get("reason", "unknown"), "detail": q.get("detail", "")})
+    return out

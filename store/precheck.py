@@ -1,0 +1,48 @@
+"""Checks an op's data can pass *before* it is acknowledged, without a database.
+
+Producers (``quill push``) run this so that a batch the writer would certainly quarantine —
+a bad role, a non-list ``messages``, a value no column can hold — is refused with a clear
+error instead of acknowledged. It uses the same functions the appliers use, so the two
+cannot disagree; checks that need the store's state (rewind targets, title clashes, tool
+result duplicates) are left to the writer, and ``ops.wait`` reports their outcome.
+"""
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+from spool import OP_KINDS
+
+from .errors import InvalidOpError
+from .normalize import message_row
+from .op_common import session_id
+
+_MESSAGE_OPS = ("messages.append", "messages.compact", "messages.replace")
+_NUMBERS = ("started_at", "ended_at", "message_id", "tail_count", "user_turn", "expect_head_id")
+_INT64 = 2**63
+
+
+def precheck(op: str, data: Any) -> None:
+    """Raise ``InvalidOpError`` if ``op``/``data`` can never be applied; return None if it may."""
+    if op not in OP_KINDS:
+        raise InvalidOpError("unknown-op", f"op {op!r} is not one of {sorted(OP_KINDS)}")
+    if not isinstance(data, dict):
+        raise InvalidOpError("invalid-data", "op data must be a JSON object")
+    session_id(data)
+    for key in _NUMBERS:
+        value = data.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= _INT64:
+            raise InvalidOpError("invalid-field", f"{key!r} does not fit in 64 bits")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InvalidOpError("invalid-field", f"{key!r} must be finite")
+    if op in _MESSAGE_OPS:
+        messages = data.get("messages")
+        if not isinstance(messages, list):
+            raise InvalidOpError("invalid-field", f"{op} needs a 'messages' list")
+        now = time.time()
+        for i, msg in enumerate(messages):
+            try:
+                message_row(msg, now)
+            except InvalidOpError as exc:
+                raise InvalidOpError(exc.reason, f"message {i}: {exc.detail}") from None

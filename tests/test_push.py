@@ -1,0 +1,52 @@
+"""`quill push`: refuse what can never be applied before acknowledging it; with --wait, tell
+applied from quarantined; on a timeout still print the acks so a producer can retry."""
+from __future__ import annotations
+
+import json
+
+from spool import START, SpoolReader
+
+
+def _spooled(home) -> int:
+    return len(list(SpoolReader(home / "spool").read(START, max_bytes=1 << 30))) if (home / "spool").exists() else 0
+
+
+def test_a_batch_with_an_invalid_message_is_refused_before_the_ack(quill, home):
+    proc = quill.run("push", "--session", "m", check=False,
+                     input='{"role":"user","content":"good"}\n{"role":"wizard","content":"bad"}')
+    assert proc.returncode == 1 and "invalid-role" in proc.stderr and "message 1" in proc.stderr
+    assert "nothing was pushed" in proc.stderr and _spooled(home) == 0
+
+
+def test_values_no_column_can_hold_are_refused(quill, home):
+    for data in ('{"session_id":"p","started_at":100000000000000000000000000}', '{"session_id": 5}',
+                 '{"session_id":"p","messages":"not a list"}'):
+        op = "messages.append" if "messages" in data else "session.create"
+        proc = quill.run("push", check=False, input=f'{{"op":"{op}","data":{data}}}')
+        assert proc.returncode == 1, data
+    assert _spooled(home) == 0
+
+
+def test_wait_reports_quarantined_batches_and_exits_1(quill, home, fleet):
+    quill.run("push", "--session", "w", "--wait", "30", input='{"role":"user","content":"one turn"}')
+    out = quill.run("push", "--wait", "30", "--json", check=False,
+                    input='{"op":"messages.rewind","data":{"session_id":"w","user_turn":7}}')
+    assert out.returncode == 1
+    [result] = json.loads(out.stdout)
+    assert result["outcome"] == "quarantined" and result["reason"] == "no-such-turn"
+    ok = quill.json("push", "--wait", "30", input='{"op":"messages.rewind","data":{"session_id":"w","user_turn":1}}')
+    assert ok[0]["outcome"] == "applied"
+
+
+def test_wait_timeout_still_prints_the_acks(quill, home):
+    out = quill.run("push", "--session", "t", "--wait", "0.5", "--json", check=False,
+                    input='{"role":"user","content":"x","id":"m1"}')
+    assert out.returncode == 4
+    [ack] = json.loads(out.stdout)
+    assert ack["outcome"] == "pending" and ack["batch"] and ack["position"] == "1:0"
+    # retrying with the same batch id is safe: it is applied once
+    retry = json.dumps({"op": "messages.append", "batch": ack["batch"],
+                        "data": {"session_id": "t", "messages": [{"role": "user", "content": "x", "id": "m1"}]}})
+    quill.run("push", input=retry)
+    quill.run("run", "--until-idle", "--timeout", "60")
+    assert [s["message_count"] for s in quill.json("sessions", "list")] == [1]

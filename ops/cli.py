@@ -60,7 +60,9 @@ def run(ctx: click.Context, until_idle: bool, timeout: float | None) -> None:
     except LeaseHeldError as exc:
         raise click.ClickException(f"a fleet is already running on {cfg.home}: {exc}")
     if code:
-        click.echo(f"quill: fleet stopped with exit code {code}; see {cfg.logs_dir} and `quill status`", err=True)
+        why = {4: "not idle before --timeout", 5: "the writer halted (`quill status` says why and what to run)",
+               6: "a worker is crash-looping"}.get(code, "see the logs")
+        click.echo(f"quill: fleet stopped with exit code {code}: {why}; logs in {cfg.logs_dir}", err=True)
     ctx.exit(code)
 
 

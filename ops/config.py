@@ -43,6 +43,7 @@ class Config:
     index_slice_rows: int = 2000
     segment_bytes: int = 64 * 1024 * 1024
     poll_interval: float = 0.05
+    writer_hung_after_s: float = 120.0
     snapshot_keep: int = 5
     spool_retention_s: float = 7 * 24 * 3600.0
     stale_after_s: float = 24 * 3600.0
@@ -92,6 +93,7 @@ _SECTIONS = {
     ("writer", "chunk_rows"): "chunk_rows",
     ("writer", "index_slice_rows"): "index_slice_rows",
     ("writer", "poll_interval"): "poll_interval",
+    ("writer", "hung_after_s"): "writer_hung_after_s",
     ("spool", "segment_bytes"): "segment_bytes",
     ("snapshots", "keep"): "snapshot_keep",
     ("spool", "retention_s"): "spool_retention_s",

@@ -92,7 +92,7 @@ def test_a_second_fleet_on_the_same_home_is_refused(quill, home, fleet):
 def test_push_wait_gives_read_your_writes(quill, home, fleet):
     out = quill.json("push", "--session", "rw", "--wait", "30",
                      input='{"role": "user", "content": "read your writes please"}')
-    assert out[0]["applied"] is True
+    assert out[0]["outcome"] == "applied"
     hits = quill.json("search", "writes")
     assert [h["session_id"] for h in hits] == ["rw"]
 
@@ -120,3 +120,46 @@ def _alive(pid: int) -> bool:
             return f.read().split()[2] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_kill_9_of_the_supervisor_takes_its_children_down(quill, home):
+    fleet = quill.start_fleet()
+    status_files = [home / "run" / f"{r}.json" for r in ("writer", "scheduler", "consumer")]
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not all(p.exists() for p in status_files):
+        time.sleep(0.1)
+    pids = [json.loads(p.read_text())["pid"] for p in status_files]
+    fleet.send_signal(signal.SIGKILL)
+    fleet.wait()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.2)
+    assert not any(_alive(p) for p in pids), "orphaned workers kept running"
+    quill.run("push", "--session", "after", input='{"role": "user", "content": "next fleet"}')
+    assert quill.run("run", "--until-idle", "--timeout", "60").returncode == 0
+
+
+def test_a_hung_writer_is_killed_and_replaced(quill, home):
+    home.mkdir(parents=True)
+    (home / "config.toml").write_text("[writer]\nhung_after_s = 2\n")
+    fleet = quill.start_fleet()
+    try:
+        quill.run("push", "--session", "h", "--wait", "30", input='{"role": "user", "content": "one"}')
+        hung = json.loads((home / "run" / "writer.json").read_text())["pid"]
+        os.kill(hung, signal.SIGSTOP)
+        quill.run("push", "--session", "h", input='{"role": "user", "content": "two"}')
+        st = quill.wait_idle(timeout=60)
+        assert st["fleet"]["writer"]["pid"] != hung and not _alive(hung)
+        assert [s["message_count"] for s in quill.json("sessions", "list")] == [2]
+    finally:
+        assert stop_fleet(fleet) == 0
+
+
+def test_a_crash_looping_writer_ends_until_idle_with_exit_6(quill, home):
+    (home / "state.db").mkdir(parents=True)  # the writer cannot open its store
+    proc = quill.run("run", "--until-idle", "--timeout", "120", check=False)
+    assert proc.returncode == 6 and "crash-looping" in proc.stderr
+    sup = json.loads((home / "run" / "supervisor.json").read_text())
+    assert sup["state"] == "stopped" and sup["exit_code"] == 6 and sup["crash_loop"]["role"] == "writer"
+    log = (home / "logs" / "supervisor.log").read_text()
+    assert '"supervisor.crash_loop"' in log

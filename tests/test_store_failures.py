@@ -136,3 +136,28 @@ def test_doctor_reports_halt_and_exits_1(quill, home, fleet):
     checks = {c["check"]: c for c in json.loads(quill.run("doctor", "--json", check=False).stdout)}
     assert checks["halt"]["status"] == "fail" and "quill recover" in checks["halt"]["detail"]
     assert checks["sqlite (store)"]["status"] == "ok"
+
+
+def test_a_deleted_store_with_collected_history_halts_instead_of_starting_empty(quill, home):
+    fleet = quill.start_fleet()
+    try:
+        _push(quill, "g", 0, 60)
+        quill.wait_idle()
+        quill.run("snapshot")
+    finally:
+        assert stop_fleet(fleet) == 0
+    for suffix in ("", "-wal", "-shm"):
+        path = home / f"state.db{suffix}"
+        if path.exists():
+            path.unlink()
+    _push(quill, "g", 60, 20)
+    fleet = quill.start_fleet()
+    try:
+        halt = _wait_halt(home)
+        assert halt["cause"] == "StoreMissing" and not (home / "state.db").exists()
+        out = quill.json("recover")
+        assert out["snapshot"] is not None
+        quill.wait_idle()
+        assert _ids(home) == _expect("g", 80)
+    finally:
+        assert stop_fleet(fleet) == 0

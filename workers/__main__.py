@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 import threading
+import time
 
 import click
 
@@ -28,6 +29,7 @@ def main(role: str, home: str) -> None:
     if role != "consumer":  # huey's consumer installs its own handlers
         for s in (signal.SIGTERM, signal.SIGINT):
             signal.signal(s, lambda *_: stop.set())
+    _exit_with_parent(log)
     try:
         if role == "writer":
             from .writer import Writer
@@ -44,6 +46,23 @@ def main(role: str, home: str) -> None:
     except Exception:
         log.exception(f"{role}.crashed")
         raise
+
+
+def _exit_with_parent(log: object) -> None:
+    """If the supervisor dies (even by kill -9), stop: an orphaned writer would keep its lease
+    and block the next fleet. A daemon thread polls the parent pid and sends us SIGTERM, which
+    every role turns into a graceful stop."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(0.5)
+            if os.getppid() != parent:
+                log.warning("worker.parent_gone", parent=parent)
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import time
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 import apsw
@@ -38,8 +39,11 @@ class StoreJobRunner:
         self.funcs = {catalog.RECORD_RUN: record_job_run,
                       **{j.name: j.func for j in catalog.JOBS if j.kind == "store"}}
 
-    def run_one(self, conn: apsw.Connection, *, idle: bool) -> bool:
-        """Run at most one queued job; returns True if one ran (or failed)."""
+    def run_one(self, conn: apsw.Connection, *, idle: bool,
+                on_start: Callable[[str], None] = lambda name: None) -> bool:
+        """Run at most one queued job; returns True if one ran (or failed). ``on_start(name)``
+        is called before a job runs (the writer publishes it, so a long job is not taken for
+        a hung writer)."""
         huey = self.queues.store
         for due in huey.read_schedule():  # retries whose backoff has passed
             huey.enqueue(due)
@@ -50,6 +54,7 @@ class StoreJobRunner:
         if spec is not None and spec.needs_idle and not idle:
             huey.enqueue(task)  # back of the queue; runs once the drain is caught up
             return False
+        on_start(task.name)
         started = time.time()
         outcome, figures, error = "ok", {}, None
         try:

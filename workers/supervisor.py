@@ -3,8 +3,12 @@
 * Children are real processes (``python -m workers ROLE --home H``): writer, scheduler,
   consumer. One fleet per data dir (``run/fleet.lock``).
 * A child that exits is restarted after a backoff (0.5 s doubling to 10 s). Five exits within
-  60 s is a crash loop: the supervisor stops the fleet and exits with ``EXIT_CRASH_LOOP``
-  rather than spin.
+  60 s is a crash loop: it is logged and shown by ``quill status``, and restarts slow to one a
+  minute (the others keep running: producers never depend on the fleet). With
+  ``until_idle`` a crash loop ends the run with ``EXIT_CRASH_LOOP``, since idle cannot come.
+* A writer whose status heartbeat is older than ``writer.hung_after_s`` (default 120 s;
+  ``JOB_HUNG_AFTER_S`` while it reports a running store job) is taken for hung: SIGKILL, then restarted. Nothing is
+  lost: uncommitted work is replayed from the spool.
 * SIGTERM/SIGINT: forward SIGTERM to every child, wait up to ``STOP_TIMEOUT_S``, SIGKILL
   what is left. The writer finishes its chunk first, so nothing committed is lost and
   nothing uncommitted was acknowledged as applied.
@@ -30,7 +34,9 @@ from . import status
 ROLES = ("writer", "scheduler", "consumer")
 STOP_TIMEOUT_S = 15.0
 CRASH_LOOP = (5, 60.0)  # exits, within seconds
-EXIT_OK, EXIT_HALTED, EXIT_CRASH_LOOP, EXIT_TIMEOUT = 0, 2, 3, 4
+EXIT_OK, EXIT_TIMEOUT, EXIT_HALTED, EXIT_CRASH_LOOP = 0, 4, 5, 6
+JOB_HUNG_AFTER_S = 3600.0
+CRASH_LOOP_BACKOFF_S = 60.0
 
 
 @dataclass
@@ -55,18 +61,24 @@ class Supervisor:
         self.timeout = timeout
         self.children = [Child(r, [sys.executable, "-m", "workers", r, "--home", str(cfg.home)]) for r in ROLES]
         self._stop_signal: int | None = None
+        self.crash_loop: dict | None = None
 
     def run(self) -> int:
         lease = Lease(self.cfg.run_dir / "fleet.lock").acquire()
         previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-        status.publish(self.cfg.run_dir / "supervisor.json", {"state": "running", "until_idle": self.until_idle})
+        self._publish()
+        code = EXIT_OK
         try:
             code = self._supervise()
         finally:
             self._stop_children()
             for s, handler in previous.items():
                 signal.signal(s, handler)
-            status.publish(self.cfg.run_dir / "supervisor.json", {"state": "stopped"})
+            try:
+                status.publish(self.cfg.run_dir / "supervisor.json",
+                               {"state": "stopped", "exit_code": code, "crash_loop": self.crash_loop})
+            except OSError as exc:
+                self.log.error("supervisor.status_unwritable", error=str(exc))
             lease.release()
         self.log.info("supervisor.stopped", code=code)
         return code
@@ -85,6 +97,7 @@ class Supervisor:
                 code = self._check(child)
                 if code is not None:
                     return code
+            self._check_hung_writer()
             if queues is not None:
                 writer = status.read(self.cfg.run_dir / "writer.json") or {}
                 if writer.get("halted"):
@@ -131,11 +144,38 @@ class Supervisor:
         child.proc = None
         if len(child.exits) == CRASH_LOOP[0] and now - child.exits[0] < CRASH_LOOP[1]:
             self.log.critical("supervisor.crash_loop", child=child.role, exits=len(child.exits),
-                              window_s=CRASH_LOOP[1])
-            return EXIT_CRASH_LOOP
+                              window_s=CRASH_LOOP[1], last_code=code)
+            self.crash_loop = {"role": child.role, "last_code": code, "at": time.time(),
+                               "logs": str(self.cfg.logs_dir / f"{child.role}.log")}
+            self._publish(crash_loop=self.crash_loop)
+            if self.until_idle:
+                return EXIT_CRASH_LOOP
+            child.restart_at = now + CRASH_LOOP_BACKOFF_S
+            return None
         child.restart_at = now + child.backoff
         child.backoff = min(child.backoff * 2, 10.0)
         return None
+
+    def _check_hung_writer(self) -> None:
+        writer = next(c for c in self.children if c.role == "writer")
+        if writer.proc is None or writer.proc.poll() is not None:
+            return
+        st = status.read(self.cfg.run_dir / "writer.json") or {}
+        if st.get("pid") != writer.proc.pid or st.get("halted"):
+            return  # not yet started up (it publishes once running), or halted on purpose
+        limit = JOB_HUNG_AFTER_S if st.get("job") else self.cfg.writer_hung_after_s
+        age = time.time() - st.get("updated_at", time.time())
+        if age > limit:
+            self.log.error("supervisor.writer_hung", child_pid=writer.proc.pid, silent_s=round(age, 1),
+                           job=st.get("job"))
+            writer.proc.kill()
+
+    def _publish(self, **extra: Any) -> None:
+        try:
+            status.publish(self.cfg.run_dir / "supervisor.json",
+                           {"state": "running", "until_idle": self.until_idle, **extra})
+        except OSError as exc:  # a full disk must not take the supervisor down
+            self.log.error("supervisor.status_unwritable", error=str(exc))
 
     def _stop_children(self) -> None:
         live = [c for c in self.children if c.proc is not None and c.proc.poll() is None]

@@ -21,6 +21,7 @@ import apsw
 from jobs.queues import build as build_queues
 from ops.config import Config
 from spool import Entry, Position, Quarantine, SpoolReader, START
+from spool.segments import list_segments
 from store import apply_chunk, index_slice, open_writer, read_cursor
 from store.apply import take_chunk
 from store.errors import CorruptError, DiskFullError, TransientError
@@ -68,6 +69,13 @@ class Writer:
                 self.log.error("writer.halted", **halted)
                 self._idle_halted(stop, halted)
                 return
+            missing = self._history_missing()
+            if missing:
+                cause = {"cause": "StoreMissing", "detail": missing, "at": time.time(), "next": "quill recover"}
+                status.publish(self.halt_path, cause)
+                self.log.critical("writer.halt", **cause)
+                self._idle_halted(stop, cause)
+                return
             self.conn = open_writer(self.cfg.state_db, synchronous=self.cfg.synchronous)
             self.guard = FileGuard(self.conn, self.cfg.state_db)
             self.jobs = StoreJobRunner(build_queues(self.cfg.queue_db), self.log)
@@ -103,6 +111,22 @@ class Writer:
                 continue
             if not busy:
                 stop.wait(self.cfg.poll_interval)
+
+    def _history_missing(self) -> str | None:
+        """Why creating a fresh state.db here would silently lose history, or None.
+
+        A new store is built from the spool alone; that is complete only if the spool still
+        starts at segment 1 and no snapshot exists (once a snapshot exists, spool GC may have
+        removed what it covers)."""
+        if self.cfg.state_db.exists():
+            return None
+        segments = list_segments(self.cfg.spool_dir)
+        snapshots = sorted(self.cfg.snapshots_dir.glob("snapshot-*.db"))
+        if snapshots or (segments and segments[0] > 1):
+            return (f"{self.cfg.state_db} is missing and the spool alone no longer holds the full history "
+                    f"(oldest segment {segments[0] if segments else None}, {len(snapshots)} snapshot(s)); "
+                    "`quill recover` restores the newest snapshot and replays the spool")
+        return None
 
     def _close(self, *, keep_wal: bool = False) -> None:
         """Close the store. ``keep_wal``: skip the checkpoint-on-close, so after damage the
@@ -148,12 +172,12 @@ class Writer:
         if entries:
             self._apply(entries)
             index_slice(self.conn, self.cfg.index_slice_rows)
-            self.jobs.run_one(self.conn, idle=False)
+            self.jobs.run_one(self.conn, idle=False, on_start=self._job_started)
             self._was_busy = True
             return True
         if index_slice(self.conn, self.cfg.index_slice_rows):
             return True
-        if self.jobs.run_one(self.conn, idle=True):
+        if self.jobs.run_one(self.conn, idle=True, on_start=self._job_started):
             return True
         if self._was_busy:  # just went idle: the moment for a TRUNCATE checkpoint
             self._was_busy = False
@@ -191,7 +215,10 @@ class Writer:
                 sealed = True
         return sealed
 
-    def _publish(self, *, idle: bool, error: str | None = None) -> None:
+    def _job_started(self, name: str) -> None:
+        self._publish(idle=False, job=name)
+
+    def _publish(self, *, idle: bool, error: str | None = None, job: str | None = None) -> None:
         # While idle the loop spins every poll_interval; one status write per 0.25 s is
         # plenty for `quill status` and the supervisor's idle check.
         now = time.monotonic()
@@ -199,5 +226,5 @@ class Writer:
             return
         self._last_idle_publish = now if idle else 0.0
         status.publish(self.status_path, {
-            "idle": idle, "halted": False, "cursor": str(self.cursor),
+            "idle": idle, "halted": False, "cursor": str(self.cursor), "job": job,
             "fts_indexed_upto": indexed_upto(self.conn), "error": error, **self.totals})

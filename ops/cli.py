@@ -15,6 +15,7 @@ from rich.markup import escape
 
 from spool import Spool, SpoolError
 from store.errors import InvalidOpError, StoreError
+from store.lease import holder_alive, read_holder
 from store.precheck import precheck
 
 from . import config, ingest, render
@@ -67,7 +68,15 @@ def run(ctx: click.Context, until_idle: bool, timeout: float | None) -> None:
 
 
 def _read_json_values(stream: Any, name: str) -> list[Any]:
-    text = stream.read()
+    try:
+        return _parse_json_values(stream.read(), name)
+    except UnicodeDecodeError as exc:
+        raise click.ClickException(f"{name}: not UTF-8 text ({exc.reason} at byte {exc.start}); nothing was pushed")
+    except RecursionError:
+        raise click.ClickException(f"{name}: JSON nested too deeply; nothing was pushed")
+
+
+def _parse_json_values(text: str, name: str) -> list[Any]:
     stripped = text.lstrip()
     if not stripped:
         raise click.ClickException(f"{name}: no input")
@@ -177,7 +186,7 @@ def import_(ctx: click.Context, paths: tuple[Path, ...], as_json: bool) -> None:
             progress.advance(task)
     if as_json:
         render.emit_json(report)
-        return
+        ctx.exit(0 if any(e["format"] for e in report) else EXIT_FAIL)
     for e in report:
         path = escape(e["path"])
         if e["format"] is None:
@@ -187,8 +196,12 @@ def import_(ctx: click.Context, paths: tuple[Path, ...], as_json: bool) -> None:
         for p in e["problems"]:
             con.print(f"  [yellow]{p['kind']}[/yellow] {path}:{p['line']}: {escape(p['reason'])}")
     total = sum(e["messages"] for e in report)
-    con.print(f"spooled {total} message(s) from {sum(1 for e in report if e['format'])} file(s); "
-              f"`quill run` applies them")
+    recognised = sum(1 for e in report if e["format"])
+    running = holder_alive(read_holder(cfg.run_dir / "fleet.lock"))
+    con.print(f"spooled {total} message(s) from {recognised} file(s); "
+              + ("the running fleet applies them" if running else "`quill run` applies them"))
+    if not recognised:
+        ctx.exit(EXIT_FAIL)
 
 
 from .cli_read import register  # noqa: E402  (read commands live in their own module)
@@ -206,6 +219,9 @@ def main() -> None:
     """Console-script entry point."""
     try:
         cli(standalone_mode=True)
-    except (StoreError, SpoolError) as exc:
+    except (StoreError, SpoolError, config.ConfigError) as exc:
         click.echo(f"quill: {type(exc).__name__}: {exc}", err=True)
+        sys.exit(EXIT_FAIL)
+    except OSError as exc:  # read-only or missing data dir, full disk, permissions
+        click.echo(f"quill: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), err=True)
         sys.exit(EXIT_FAIL)

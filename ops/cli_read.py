@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -11,6 +12,7 @@ from spool import Position, Quarantine
 from spool.reader import stats as spool_stats
 from store.errors import CantOpenError
 from store.lease import holder_alive, read_holder
+from store.normalize import ROLES
 from store.reads import Reader
 from workers import status as wstatus
 
@@ -22,6 +24,18 @@ def _reader(cfg: Any) -> Reader:
         return Reader(cfg.state_db)
     except CantOpenError:
         raise click.ClickException(f"no store at {cfg.state_db} yet: push or import something, then `quill run`")
+
+
+def _query(cfg: Any, read: Callable[[Reader], Any]) -> list:
+    """``read(reader)``, or an empty result (with a note on stderr) before the store exists:
+    "nothing yet" is an answer, not an error."""
+    try:
+        reader = Reader(cfg.state_db)
+    except CantOpenError:
+        click.echo(f"quill: no store at {cfg.state_db} yet (push or import, then `quill run`)", err=True)
+        return []
+    with reader as r:
+        return read(r)
 
 
 @click.group()
@@ -60,7 +74,7 @@ _YESNO = click.Choice(["yes", "no"])
 
 @sessions.command(name="list")
 @click.option("--source", help="Only sessions from this source (claude-code, codex, cli ...).")
-@click.option("--limit", type=int, default=50, show_default=True)
+@click.option("--limit", type=click.IntRange(1, 100_000), default=50, show_default=True)
 @click.option("--all", "include_hidden", is_flag=True, help="Include hidden sessions.")
 @click.option("--title", "title_contains", help="Title contains this text (literally; % and _ are not wildcards).")
 @click.option("--since", help="Active at or after (epoch seconds or ISO date).")
@@ -76,11 +90,10 @@ def sessions_list(cfg: Any, source: str | None, limit: int, include_hidden: bool
                   since: str | None, until: str | None, archived: str | None, pinned: str | None,
                   hidden: str | None, all_chain: bool, as_json: bool) -> None:
     """Sessions, most recently active first."""
-    with _reader(cfg) as r:
-        rows = r.list_sessions(source=source, limit=limit, include_hidden=include_hidden,
-                               title_contains=title_contains, since=_epoch(since), until=_epoch(until),
-                               archived=_tristate(archived), pinned=_tristate(pinned), hidden=_tristate(hidden),
-                               lineage="all" if all_chain else "tips")
+    rows = _query(cfg, lambda r: r.list_sessions(
+        source=source, limit=limit, include_hidden=include_hidden, title_contains=title_contains,
+        since=_epoch(since), until=_epoch(until), archived=_tristate(archived), pinned=_tristate(pinned),
+        hidden=_tristate(hidden), lineage="all" if all_chain else "tips"))
     if as_json:
         render.emit_json(rows)
     else:
@@ -132,9 +145,9 @@ def sessions_export(ctx: click.Context, session_id: str) -> None:
 
 @click.command()
 @click.argument("query")
-@click.option("--limit", type=int, default=20, show_default=True)
+@click.option("--limit", type=click.IntRange(1, 10_000), default=20, show_default=True)
 @click.option("--session", "session_id")
-@click.option("--role")
+@click.option("--role", type=click.Choice(sorted(ROLES)))
 @click.option("--source")
 @click.option("--since", help="Messages at or after (epoch seconds or ISO date).")
 @click.option("--until", help="Messages at or before (epoch seconds or ISO date).")
@@ -146,10 +159,9 @@ def search(cfg: Any, query: str, limit: int, session_id: str | None, role: str |
            source: str | None, since: str | None, until: str | None, substring: bool, audit: bool,
            as_json: bool) -> None:
     """Full-text search over messages, newest first. Any text is a valid query."""
-    with _reader(cfg) as r:
-        hits = r.search(query, limit=limit, session_id=session_id, role=role, source=source,
-                        since=_epoch(since), until=_epoch(until), substring=substring,
-                        projection="audit" if audit else "display", context=as_json)
+    hits = _query(cfg, lambda r: r.search(
+        query, limit=limit, session_id=session_id, role=role, source=source, since=_epoch(since),
+        until=_epoch(until), substring=substring, projection="audit" if audit else "display", context=as_json))
     if as_json:
         render.emit_json(hits)
     else:

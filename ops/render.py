@@ -31,7 +31,9 @@ def when(ts: float | None) -> str:
 def sessions_table(rows: list[dict[str, Any]]) -> Table:
     table = Table(title=f"{len(rows)} session(s)", title_justify="left")
     for col in ("id", "source", "title / preview", "msgs", "last active", "ended"):
-        table.add_column(col, overflow="fold" if col == "id" else "ellipsis", no_wrap=col != "id")
+        # The id is what `sessions show` needs: never squeeze it away, fold it instead.
+        table.add_column(col, overflow="fold" if col == "id" else "ellipsis", no_wrap=col != "id",
+                         min_width=24 if col == "id" else (4 if col == "msgs" else None))
     for r in rows:
         label = r.get("title") or (r.get("preview") or "").replace("\n", " ")
         table.add_row(escape(r["id"]), escape(r.get("source") or ""), escape(label[:60]), str(r["message_count"]),
@@ -55,10 +57,11 @@ _ROLE_STYLE = {"user": "bold cyan", "assistant": "bold green", "tool": "yellow",
 
 def transcript(session: dict[str, Any], messages: list[dict[str, Any]], max_chars: int = 2000) -> list[Any]:
     """Renderables for a readable transcript: roles, text, tool calls and tool results."""
-    out: list[Any] = [Text(f"session {session['id']}  source={session.get('source')}  "
+    out: list[Any] = [Text(f"session {session['id']}  source={session.get('source') or '-'}  "
                            f"title={session.get('title') or ''}  messages={len(messages)}", style="bold")]
     for m in messages:
-        head = Text(f"\n[{m['message_id']}] {m['role']}", style=_ROLE_STYLE.get(m["role"], "bold"))
+        number = f"[{m['message_id']}] " if "message_id" in m else ""  # the model view has no store ids
+        head = Text(f"\n{number}{m['role']}", style=_ROLE_STYLE.get(m["role"], "bold"))
         if m.get("name"):
             head.append(f" ({m['name']})")
         if m.get("tool_call_id"):

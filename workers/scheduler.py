@@ -17,6 +17,7 @@ from typing import Any
 from apscheduler.events import EVENT_JOB_MISSED, EVENT_JOB_ERROR
 from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
 from apscheduler.schedulers.background import BackgroundScheduler
+from sqlalchemy.engine import URL
 
 from jobs import catalog
 from ops.config import Config
@@ -30,7 +31,9 @@ MISFIRE_GRACE_S = 3600
 def make_scheduler(cfg: Config) -> BackgroundScheduler:
     """A BackgroundScheduler on ``schedule.db`` with Quill's job defaults (not started)."""
     return BackgroundScheduler(
-        jobstores={"default": SQLAlchemyJobStore(url=f"sqlite:///{cfg.schedule_db}")},
+        # A URL object, not an f-string: a data dir with "?", "#" or "%" in its path must not
+        # be parsed as URL syntax (it would open a different file).
+        jobstores={"default": SQLAlchemyJobStore(url=URL.create("sqlite", database=str(cfg.schedule_db)))},
         job_defaults={"coalesce": True, "misfire_grace_time": MISFIRE_GRACE_S, "max_instances": 1},
         timezone=dt.timezone.utc)
 

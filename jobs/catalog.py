@@ -21,7 +21,7 @@ class JobSpec:
     kind: str                      # "store" | "worker"
     func: Callable[..., dict[str, Any]]
     description: str
-    trigger: str
+    trigger: str | None            # None: run on demand only (never scheduled by default)
     trigger_args: dict[str, Any]
     params: Callable[[Any], dict[str, Any]] = field(default=lambda cfg: {})
     retries: int = 2
@@ -36,6 +36,9 @@ JOBS: tuple[JobSpec, ...] = (
     JobSpec("fts_optimize", "store", store_jobs.fts_optimize,
             "merge the FTS5 index into one b-tree (fewer segments, faster queries)",
             "cron", {"hour": 3, "minute": 30}, needs_idle=True),
+    JobSpec("fts_rebuild", "store", store_jobs.fts_rebuild,
+            "rebuild search indexes detached after damage (queued automatically when found)",
+            None, {}),
     JobSpec("vacuum", "store", store_jobs.vacuum,
             "VACUUM when free pages ≥ 20 % and the disk has room for the copy; then TRUNCATE the WAL",
             "cron", {"day_of_week": "sun", "hour": 4, "minute": 30}, needs_idle=True),
@@ -52,7 +55,8 @@ JOBS: tuple[JobSpec, ...] = (
             "interval", {"minutes": 10}),
     JobSpec("quick_check", "worker", worker_jobs.quick_check,
             "PRAGMA quick_check on a read-only connection",
-            "cron", {"hour": 4, "minute": 0}, params=lambda cfg: {"db_path": str(cfg.state_db)}),
+            "cron", {"hour": 4, "minute": 0},
+            params=lambda cfg: {"db_path": str(cfg.state_db), "queue_db": str(cfg.queue_db)}),
     JobSpec("snapshot", "worker", worker_jobs.snapshot,
             "verified backup-API snapshot stamped with its spool position",
             "interval", {"hours": 6},

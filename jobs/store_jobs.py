@@ -14,6 +14,7 @@ import apsw
 
 from store.connection import transaction
 from store.errors import mapped
+from store import fts_repair
 from store.indexer import optimize
 
 _CHECKPOINT_MODES = {
@@ -76,6 +77,16 @@ def vacuum(conn: apsw.Connection, min_free_ratio: float = 0.2, headroom: float =
     return {"bytes_before": before, "bytes_after": os.stat(path).st_size + wal_bytes(conn),
             "free_ratio": round(ratio, 4), "seconds": round(time.monotonic() - start, 3),
             "wal_bytes_after": cp["wal_bytes_after"]}
+
+
+def fts_rebuild(conn: apsw.Connection) -> dict[str, Any]:
+    """Rebuild detached (damaged) search indexes: new empty tables, watermark 0; the writer's
+    indexer refills them in slices. When the damaged tables had to be discarded rather than
+    dropped, VACUUM reclaims their pages (if the disk has room) so integrity checks pass."""
+    figures = fts_repair.rebuild(conn)
+    if figures["needs_vacuum"]:
+        figures["vacuum"] = vacuum(conn, min_free_ratio=0.0)
+    return figures
 
 
 def record_job_run(conn: apsw.Connection, job: str, started_at: float, ended_at: float,

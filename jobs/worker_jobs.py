@@ -10,6 +10,7 @@ from typing import Any
 import apsw
 
 from spool import Position, retention
+from store import fts_repair
 from store.connection import open_reader
 from store.errors import CantOpenError, CorruptError, mapped
 from store.reads import Reader
@@ -45,19 +46,33 @@ def spool_gc(spool_dir: str, db_path: str, snapshots_dir: str,
     return {**result, "applied": cursor, "snapshot": str(snap[1]) if snap else None}
 
 
-def quick_check(db_path: str) -> dict[str, Any]:
+def quick_check(db_path: str, queue_db: str | None = None) -> dict[str, Any]:
     """``PRAGMA quick_check`` on a read-only connection (~20–26 s at 1M messages, so it is
-    scheduled, never on the drain path). Raises ``CorruptError`` when it reports damage."""
+    scheduled, never on the drain path; SQLite ≥ 3.44 checks FTS5 indexes too).
+
+    On damage, the damaged tables are identified (``fts_repair.classify``); if only the
+    search indexes are damaged and ``queue_db`` is given, the writer is asked to detach and
+    rebuild them. Raises ``CorruptError`` naming the damaged tables either way."""
     start = time.monotonic()
     conn = open_reader(Path(db_path))
     try:
-        with mapped():
-            rows = [r[0] for r in conn.execute("PRAGMA quick_check")]
+        try:
+            with mapped():
+                rows = [r[0] for r in conn.execute("PRAGMA quick_check")]
+        except CorruptError as exc:
+            rows = [str(exc)]
+        damaged = fts_repair.classify(conn) if rows != ["ok"] else None
     finally:
         conn.close()
-    if rows != ["ok"]:
-        raise CorruptError(f"quick_check of {db_path} failed: {'; '.join(rows[:5])}")
-    return {"result": "ok", "seconds": round(time.monotonic() - start, 3)}
+    if damaged is None:
+        return {"result": "ok", "seconds": round(time.monotonic() - start, 3)}
+    fts_only = not damaged["canonical"] and bool(damaged["fts"])
+    if fts_only and queue_db:
+        from .queues import build  # local: queues imports this module
+        build(Path(queue_db)).enqueue("fts_rebuild")
+    raise CorruptError(f"quick_check of {db_path} failed; damaged tables: canonical={damaged['canonical']} "
+                       f"fts={damaged['fts']}" + ("; search indexes detached, rebuild queued" if fts_only and queue_db
+                                                  else "") + f" ({'; '.join(rows[:3])})")
 
 
 def snapshot(db_path: str, snapshots_dir: str, keep: int = 5) -> dict[str, Any]:

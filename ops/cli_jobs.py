@@ -51,7 +51,7 @@ def jobs_list(cfg: Any, as_json: bool) -> None:
     for run in reversed(_history(cfg, None, 500)):
         last[run["job"]] = run
     rows = [{"name": j.name, "runs_on": "writer" if j.kind == "store" else "job worker",
-             "description": j.description, "default": f"{j.trigger} {j.trigger_args}",
+             "description": j.description, "default": f"{j.trigger} {j.trigger_args}" if j.trigger else "on demand",
              "last_outcome": last.get(j.name, {}).get("outcome"),
              "last_started_at": last.get(j.name, {}).get("started_at")} for j in catalog.JOBS]
     if as_json:

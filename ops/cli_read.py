@@ -13,6 +13,7 @@ from spool.reader import stats as spool_stats
 from store.errors import CantOpenError
 from store.lease import holder_alive, read_holder
 from store.normalize import ROLES
+from store import search as search_mod
 from store.reads import Reader
 from workers import status as wstatus
 
@@ -159,9 +160,18 @@ def search(cfg: Any, query: str, limit: int, session_id: str | None, role: str |
            source: str | None, since: str | None, until: str | None, substring: bool, audit: bool,
            as_json: bool) -> None:
     """Full-text search over messages, newest first. Any text is a valid query."""
-    hits = _query(cfg, lambda r: r.search(
-        query, limit=limit, session_id=session_id, role=role, source=source, since=_epoch(since),
-        until=_epoch(until), substring=substring, projection="audit" if audit else "display", context=as_json))
+    health: dict[str, Any] = {}
+
+    def run(r: Reader) -> list:
+        health.update(r.search_health())
+        return r.search(query, limit=limit, session_id=session_id, role=role, source=source, since=_epoch(since),
+                        until=_epoch(until), substring=substring, projection="audit" if audit else "display",
+                        context=as_json)
+
+    hits = _query(cfg, run)
+    if health.get("fts_state", "ok") != "ok":
+        click.echo("quill: search is degraded: the search index was detached after damage and is being rebuilt; "
+                   f"results come from a scan of the newest {search_mod.SCAN_MAX_ROWS} messages", err=True)
     if as_json:
         render.emit_json(hits)
     else:
@@ -213,7 +223,7 @@ def _print_status(d: dict[str, Any]) -> None:
     s = d["store"]
     if s:
         con.print(f"store    {s['sessions']} sessions, {s['messages']} messages; cursor {s['cursor']}; "
-                  f"FTS pending {s['fts_pending']}")
+                  f"FTS pending {s['fts_pending']}, index {s.get('fts_state', 'ok')}")
     else:
         con.print("store    (not created yet)")
     sp = d["spool"]

@@ -29,10 +29,18 @@ def indexed_upto(conn: apsw.Connection) -> int:
     return int(row[0]) if row else 0
 
 
+def fts_state(conn: apsw.Connection) -> str:
+    """``ok``, or ``stale`` when the indexes were detached after damage (store.fts_repair)."""
+    row = conn.execute("SELECT value FROM state_meta WHERE key = 'fts_state'").fetchone()
+    return row[0] if row else "ok"
+
+
 def index_slice(conn: apsw.Connection, max_rows: int = DEFAULT_SLICE_ROWS) -> int:
     """Index up to ``max_rows`` not-yet-indexed messages (word index for all of them, trigram
     index for the rows in its scope); returns how many rows entered the word index."""
     with transaction(conn):
+        if fts_state(conn) != "ok":
+            return 0  # detached after damage: fts_repair.rebuild resets it
         low = indexed_upto(conn)
         high = conn.execute(
             "SELECT max(id) FROM (SELECT id FROM messages WHERE id > ? ORDER BY id LIMIT ?)",
@@ -59,6 +67,8 @@ def unindex(conn: apsw.Connection, message_ids: list[int]) -> None:
     """Remove messages from both indexes (for jobs that DELETE message rows, e.g. prune).
     Call inside the same transaction as the DELETE. Ids above the watermark were never
     indexed and are skipped; ids outside the trigram scope are absent there (a no-op)."""
+    if fts_state(conn) != "ok":
+        return  # detached indexes are rebuilt from scratch; nothing to remove
     upto = indexed_upto(conn)
     ids = [i for i in message_ids if i <= upto]
     for table in FTS_TABLES:  # names come from the fixed tuple above

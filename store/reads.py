@@ -19,7 +19,7 @@ from . import lineage, listing, projections
 from . import search as search_mod
 from .connection import open_reader
 from .errors import CantOpenError, mapped
-from .indexer import indexed_upto
+from .indexer import fts_state, indexed_upto
 from .projections import PROJECTION_STATES, message_dict  # noqa: F401  (re-exported API)
 from .search import snippet  # noqa: F401  (re-exported API)
 
@@ -122,6 +122,16 @@ class Reader:
         return [{"job": r[0], "started_at": r[1], "ended_at": r[2], "outcome": r[3],
                  "figures": json.loads(r[4] or "{}"), "error": r[5]} for r in rows]
 
+    def search_health(self) -> dict[str, Any]:
+        """``{"fts_state": ok|stale, "fts_pending": rows not yet indexed, "degraded": bool}``:
+        degraded means results come partly from a bounded scan (index detached or behind)."""
+        with mapped():
+            state = fts_state(self.conn)
+            upto = indexed_upto(self.conn)
+            pending = self.conn.execute("SELECT count(*) FROM messages WHERE id > ?", (upto,)).fetchone()[0]
+        return {"fts_state": state, "fts_pending": pending,
+                "degraded": state != "ok" or pending > search_mod.SCAN_MAX_ROWS}
+
     def figures(self) -> dict[str, Any]:
         """Counts and positions for ``quill status``: sessions, messages, cursor, FTS lag."""
         with mapped():
@@ -133,6 +143,7 @@ class Reader:
                 "messages": c.execute("SELECT count(*) FROM messages").fetchone()[0],
                 "fts_indexed_upto": upto,
                 "fts_pending": c.execute("SELECT count(*) FROM messages WHERE id > ?", (upto,)).fetchone()[0],
+                "fts_state": fts_state(c),
                 "cursor": f"{cursor[0]}:{cursor[1]}" if cursor else None,
                 "cursor_updated_at": cursor[2] if cursor else None,
                 "applied_batches": c.execute("SELECT count(*) FROM applied_batches").fetchone()[0],

@@ -24,7 +24,18 @@ import apsw
 
 SCHEMA_VERSION = 1
 
-DDL = """
+#: The search indexes: derived data, rebuilt from ``messages`` when damaged (fts_repair.py).
+FTS_DDL = """
+CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5(
+    text, content='', contentless_delete=1, tokenize='unicode61 remove_diacritics 2'
+);
+
+CREATE VIRTUAL TABLE IF NOT EXISTS messages_trigram USING fts5(
+    text, content='', contentless_delete=1, tokenize='trigram case_sensitive 0'
+);
+"""
+
+DDL = FTS_DDL + """
 CREATE TABLE IF NOT EXISTS state_meta (
     key   TEXT PRIMARY KEY,
     value TEXT
@@ -84,13 +95,6 @@ CREATE INDEX IF NOT EXISTS messages_display ON messages(session_id, coalesce(ori
 CREATE INDEX IF NOT EXISTS messages_tool_result
     ON messages(session_id, tool_call_id) WHERE tool_call_id IS NOT NULL;
 
-CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5(
-    text, content='', contentless_delete=1, tokenize='unicode61 remove_diacritics 2'
-);
-
-CREATE VIRTUAL TABLE IF NOT EXISTS messages_trigram USING fts5(
-    text, content='', contentless_delete=1, tokenize='trigram case_sensitive 0'
-);
 
 CREATE TABLE IF NOT EXISTS spool_cursor (
     id         INTEGER PRIMARY KEY CHECK (id = 1),

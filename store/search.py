@@ -21,7 +21,7 @@ from typing import Any
 import apsw
 
 from . import projections, query
-from .indexer import indexed_upto
+from .indexer import fts_state, indexed_upto
 from .schema import TRIGRAM_PREFIX_CHARS, TRIGRAM_ROLES
 
 SNIPPET_CHARS = 160
@@ -57,8 +57,9 @@ def _escape_like(text: str) -> str:
 
 
 def _tail(conn: apsw.Connection, plan: query.Plan, upto: int, cond: str, args: list[Any]) -> list[tuple]:
+    # Bounded newest-first: after an index rebuild the unindexed tail can be the whole store.
     rows = conn.execute(f"SELECT {_COLS} FROM messages m JOIN sessions s ON s.id = m.session_id "
-                        f"WHERE m.id > ? AND {cond} ORDER BY m.id DESC", (upto, *args)).fetchall()
+                        f"WHERE m.id > ? AND {cond} ORDER BY m.id DESC LIMIT ?", (upto, *args, SCAN_MAX_ROWS)).fetchall()
     if plan.kind == "trigram":
         return [r for r in rows if r[2] in TRIGRAM_ROLES and r[3] and query.matches(plan, r[3][:TRIGRAM_PREFIX_CHARS])]
     return [r for r in rows if query.matches(plan, (r[3] or "") + " " + (r[4] or ""))]
@@ -98,7 +99,9 @@ def search(conn: apsw.Connection, text: str, *, limit: int = 20, session_id: str
     if plan.kind == "none" or limit <= 0:
         return []
     cond, args = _filters(projection, session_id, role, source, since, until)
-    upto = indexed_upto(conn)
+    # Detached (damaged) indexes are not read: everything counts as the unindexed tail.
+    usable = fts_state(conn) == "ok"
+    upto = indexed_upto(conn) if usable else 0
     found: list[tuple] = [] if plan.kind == "scan" else _tail(conn, plan, upto, cond, args)
     below = 2 ** 62
     hits: list[tuple] = []
@@ -119,7 +122,12 @@ def search(conn: apsw.Connection, text: str, *, limit: int = 20, session_id: str
                 break
         if len(hits) >= limit:
             break
-        found = _indexed(conn, plan, upto, cond, args, below, batch)
+        if not usable and plan.kind != "scan":
+            break
+        try:
+            found = _indexed(conn, plan, upto, cond, args, below, batch)
+        except (apsw.CorruptError, apsw.NotADBError):
+            found = []  # damaged index met by a reader: the tail scan is all we can offer
         if not found:
             break
         below = found[-1][0]

@@ -42,7 +42,7 @@ def install_defaults(sched: BackgroundScheduler, cfg: Config) -> list[str]:
     """Add each catalog job that has no schedule yet; returns the names added."""
     added = []
     for spec in catalog.JOBS:
-        if sched.get_job(spec.name) is None:
+        if spec.trigger is not None and sched.get_job(spec.name) is None:
             sched.add_job("jobs.schedule:fire", spec.trigger, id=spec.name, name=spec.name,
                           kwargs={"queue_db": str(cfg.queue_db), "job": spec.name, "params": spec.params(cfg)},
                           **spec.trigger_args)

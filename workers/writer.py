@@ -22,7 +22,7 @@ from jobs.queues import build as build_queues
 from ops.config import Config
 from spool import Entry, Position, Quarantine, SpoolReader, START
 from spool.segments import list_segments
-from store import apply_chunk, index_slice, open_writer, read_cursor
+from store import apply_chunk, fts_repair, index_slice, open_writer, read_cursor
 from store.apply import take_chunk
 from store.errors import CorruptError, DiskFullError, TransientError
 from store.guard import FileGuard
@@ -171,11 +171,11 @@ class Writer:
         entries = self._take_chunk()
         if entries:
             self._apply(entries)
-            index_slice(self.conn, self.cfg.index_slice_rows)
+            self._index()
             self.jobs.run_one(self.conn, idle=False, on_start=self._job_started)
             self._was_busy = True
             return True
-        if index_slice(self.conn, self.cfg.index_slice_rows):
+        if self._index():
             return True
         if self.jobs.run_one(self.conn, idle=True, on_start=self._job_started):
             return True
@@ -185,6 +185,20 @@ class Writer:
         sealed = self._seal_torn_tails()
         self._publish(idle=not sealed)
         return sealed
+
+    def _index(self) -> int:
+        """One FTS slice. Damage confined to the search indexes detaches them and queues a
+        rebuild (writes go on); damage anywhere else propagates and halts the writer."""
+        try:
+            return index_slice(self.conn, self.cfg.index_slice_rows)
+        except CorruptError as exc:
+            damaged = fts_repair.classify(self.conn)
+            if damaged["canonical"] or not damaged["fts"]:
+                raise
+            fts_repair.detach(self.conn, f"{type(exc).__name__}: {exc}; damaged: {damaged['fts']}")
+            self.jobs.queues.enqueue("fts_rebuild")
+            self.log.error("writer.fts_detached", damaged=damaged["fts"], error=str(exc))
+            return 0
 
     def _take_chunk(self) -> list[Entry]:
         return take_chunk(self.reader.read(self.cursor, max_bytes=_READ_BYTES), self.cfg.chunk_rows)

@@ -1,0 +1,85 @@
+"""FTS-only damage (issue 5): the search indexes are detached, writes go on, search falls back
+to a scan and says so, and the rebuild job restores them. Real page overwrites."""
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from store import Reader
+from store.fts_repair import classify, detach
+from store.connection import open_reader
+
+from .conftest import stop_fleet
+from .semantics_helpers import Store
+
+
+def _push(quill, session, start, n, word):
+    lines = "\n".join(json.dumps({"role": "user", "id": f"{session}-{i}", "content": f"{word} number {i} lorem ipsum"})
+                      for i in range(start, start + n))
+    quill.run("push", "--session", session, input=lines)
+
+
+def _damage_fts_pages(db):
+    conn = open_reader(db)
+    try:
+        pages = [r[0] for r in conn.execute("SELECT pageno FROM dbstat WHERE name = 'messages_fts_data' ORDER BY pageno")]
+        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+    finally:
+        conn.close()
+    assert len(pages) > 4
+    with open(db, "r+b") as f:
+        for p in pages[len(pages) // 2: len(pages) // 2 + 3]:
+            f.seek((p - 1) * page_size)
+            f.write(os.urandom(page_size))
+
+
+def test_detached_index_search_scans_and_says_so(tmp_path, quill, home):
+    store = Store(home)
+    store.apply("messages.append", {"session_id": "s", "messages": [{"role": "user", "content": "zebra crossing"}]})
+    store.index()
+    detach(store.conn, "test")
+    with store.reader() as r:
+        assert r.search_health()["fts_state"] == "stale"
+        assert [h["session_id"] for h in r.search("zebra")] == ["s"]  # found by the scan
+    store.close()
+    proc = quill.run("search", "zebra", "--json")
+    assert json.loads(proc.stdout)[0]["session_id"] == "s" and "degraded" in proc.stderr
+
+
+def test_damaged_fts_pages_are_detected_writes_go_on_and_rebuild_restores_search(quill, home):
+    fleet = quill.start_fleet()
+    try:
+        _push(quill, "old", 0, 3000, "aardvark")
+        quill.wait_idle()
+    finally:
+        assert stop_fleet(fleet) == 0
+    _damage_fts_pages(home / "state.db")
+    conn = open_reader(home / "state.db")
+    try:
+        damaged = classify(conn)
+    finally:
+        conn.close()
+    assert damaged == {"canonical": [], "fts": ["messages_fts"]}
+    fleet = quill.start_fleet()
+    try:
+        _push(quill, "new", 0, 200, "bumblebee")
+        out = quill.run("jobs", "run", "quick_check", "--wait", "60", "--json", check=False)
+        run = json.loads(out.stdout)["run"]
+        assert run["outcome"] == "error" and "rebuild queued" in run["error"]
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            st = quill.status()["store"]
+            rebuilt = [r for r in quill.json("jobs", "history", "--job", "fts_rebuild") if r["outcome"] == "ok"]
+            if rebuilt and st["fts_state"] == "ok" and st["fts_pending"] == 0:
+                break
+            time.sleep(0.3)
+        assert rebuilt, "fts_rebuild did not run"
+        assert not (home / "run" / "halt.json").exists()
+        assert quill.json("search", "aardvark", "--limit", "5")[0]["session_id"] == "old"
+        assert quill.json("search", "bumblebee", "--limit", "5")[0]["session_id"] == "new"
+        with Reader(home / "state.db") as r:
+            assert r.figures()["messages"] == 3200
+            assert [x[0] for x in r.conn.execute("PRAGMA integrity_check")] == ["ok"]
+    finally:
+        assert stop_fleet(fleet) == 0

@@ -1,0 +1,1 @@
+"""Quill's benchmark suite: ``python -m bench.run [--quick|--full]`` (docs/benchmarks.md)."""

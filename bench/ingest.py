@@ -1,0 +1,140 @@
+"""§1 Acknowledged-durable ingest: messages/s and per-call latency p50/p99, for batches of 1
+and 10 messages and 1 and 16 producer processes, Quill's spool append against the
+alternatives in ``alternatives.py``, all on the same real messages in the same run.
+
+A call returns only when its messages are durable by the system's own rules; its latency is
+measured around the call in the producer. Each producer owns its sessions (50 messages each).
+Producers start together (a barrier) and stop after a fixed wall time; messages/s is the total
+acknowledged messages over the measured wall time.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from .alternatives import ALL, BY_NAME
+from .common import ms, pct, ratio, tempdir
+from .messages import calls, real_messages, real_stream
+
+CTX = mp.get_context("fork")
+BATCHES = (1, 10)
+PROCS = (1, 16)
+WARMUP_CALLS = 3
+
+
+def _worker(name: str, path: str, proc: int, batch: int, seconds: float | None, barrier: Any,
+            out: Any, stop: Any, record_times: bool) -> None:
+    res: dict[str, Any] = {"proc": proc, "calls": 0, "msgs": 0, "lat": [], "at": [], "errors": 0,
+                           "error": None}
+    try:
+        w = BY_NAME[name]()
+        w.open(Path(path), proc)
+        it = calls(real_stream(10 ** 12, offset=proc * 997), batch, prefix=f"p{proc}-s")
+        for _ in range(WARMUP_CALLS):
+            sid, msgs = next(it)
+            w.write(sid, msgs)
+    except Exception:
+        res["error"] = traceback.format_exc(limit=3)
+        barrier.wait()
+        out.put(res)
+        return
+    barrier.wait()
+    t0 = time.perf_counter()
+    deadline = t0 + seconds if seconds else float("inf")
+    lat, at = res["lat"], res["at"]
+    perf = time.perf_counter
+    cpu0 = time.process_time()
+    while True:
+        now = perf()
+        if now >= deadline or (stop is not None and stop.is_set()):
+            break
+        sid, msgs = next(it)
+        try:
+            w.write(sid, msgs)
+        except Exception:
+            res["errors"] += 1
+            if res["error"] is None:
+                res["error"] = traceback.format_exc(limit=2)
+            continue
+        end = perf()
+        lat.append(end - now)
+        if record_times:
+            at.append(now)
+        res["calls"] += 1
+        res["msgs"] += len(msgs)
+    res["t0"], res["t1"] = t0, perf()
+    res["cpu_s"] = time.process_time() - cpu0
+    try:
+        w.close()
+    except Exception:
+        pass
+    out.put(res)
+
+
+def run_producers(name: str, path: Path, procs: int, batch: int, seconds: float | None, *,
+                  stop: Any = None, record_times: bool = False, started: Any = None) -> dict[str, Any]:
+    """Run ``procs`` producer processes of writer ``name`` against ``path``; returns totals."""
+    real_messages()  # parse once, before forking
+    barrier = CTX.Barrier(procs + 1)
+    out = CTX.Queue()
+    ps = [CTX.Process(target=_worker, args=(name, str(path), i, batch, seconds, barrier, out, stop,
+                                            record_times), daemon=True) for i in range(procs)]
+    for p in ps:
+        p.start()
+    barrier.wait()
+    if started is not None:
+        started.set()
+    results = [out.get() for _ in ps]
+    for p in ps:
+        p.join(30)
+    lats = [x for r in results for x in r["lat"]]
+    t0 = min((r["t0"] for r in results if "t0" in r), default=0.0)
+    t1 = max((r["t1"] for r in results if "t1" in r), default=0.0)
+    wall = max(t1 - t0, 1e-9)
+    msgs = sum(r["msgs"] for r in results)
+    errors = [r["error"] for r in results if r["error"]]
+    ncalls = sum(r["calls"] for r in results)
+    cpu_per_call = sum(r.get("cpu_s", 0.0) for r in results) / ncalls if ncalls else None
+    return {"msgs": msgs, "calls": sum(r["calls"] for r in results), "wall_s": round(wall, 3),
+            "msgs_per_s": round(msgs / wall, 1), "p50_ms": ms(pct(lats, 50)), "p99_ms": ms(pct(lats, 99)),
+            "max_ms": ms(max(lats) if lats else None),
+            "cpu_ms_per_call": ms(cpu_per_call), "errors": sum(r["errors"] for r in results),
+            "error_sample": errors[0] if errors else None,
+            "samples": [(a, l) for r in results for a, l in zip(r["at"], r["lat"])] if record_times else None}
+
+
+def run(sizes, log) -> dict[str, Any]:
+    rows: list[dict[str, Any]] = []
+    skipped: dict[str, str] = {}
+    for wcls in ALL:
+        ok, why = wcls.available()
+        if not ok:
+            skipped[wcls.name] = why
+            continue
+        for batch in BATCHES:
+            for procs in PROCS:
+                with tempdir(f"ingest-{wcls.name}") as d:
+                    wcls.prepare(d)
+                    r = run_producers(wcls.name, d, procs, batch, sizes.ingest_seconds)
+                r.pop("samples")
+                row = {"system": wcls.name, "label": wcls.label, "batch": batch, "procs": procs, **r}
+                log(f"§1 {wcls.name:11s} batch={batch:<2d} procs={procs:<2d} {r['msgs_per_s']:>9.1f} msg/s "
+                    f"p50={r['p50_ms']} ms p99={r['p99_ms']} ms errors={r['errors']}")
+                rows.append(row)
+    # ratios: Quill / each alternative, same batch and procs
+    quill = {(r["batch"], r["procs"]): r for r in rows if r["system"] == "quill"}
+    for r in rows:
+        q = quill.get((r["batch"], r["procs"]))
+        r["quill_speedup"] = ratio(q["msgs_per_s"], r["msgs_per_s"]) if q and r["system"] != "quill" else None
+    best_alt = {}
+    for key in quill:
+        alts = [r for r in rows if r["system"] != "quill" and (r["batch"], r["procs"]) == key and r["msgs"] > 0]
+        if alts:
+            b = max(alts, key=lambda r: r["msgs_per_s"])
+            best_alt[f"batch{key[0]}_procs{key[1]}"] = {"system": b["system"], "msgs_per_s": b["msgs_per_s"],
+                                                        "quill_msgs_per_s": quill[key]["msgs_per_s"],
+                                                        "ratio": ratio(quill[key]["msgs_per_s"], b["msgs_per_s"])}
+    return {"rows": rows, "skipped": skipped, "best_alternative": best_alt}

@@ -1,0 +1,247 @@
+"""Run Quill's benchmark suite: ``python -m bench.run [--quick|--full] [--out PATH]``.
+
+Sections (docs/benchmarks.md): §1 acknowledged ingest vs alternatives, §2 searchable ingest vs
+raw ceilings, §3 search latency, §4 producer latency under maintenance, §5 scale. Prints rich
+tables and the target verdicts, and writes everything (with machine and versions) as JSON.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from . import ingest, maintenance, scale, search, searchable
+from .common import PROFILES, machine, tempdir
+from .messages import real_stats
+
+SECTIONS = ("ingest", "searchable", "scale", "search", "maintenance")
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.2f}"
+    if isinstance(v, int):
+        return f"{v:,d}"
+    return str(v)
+
+
+def targets(res: dict[str, Any]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+
+    def add(name, value, goal, ok, note=""):
+        out.append({"target": name, "measured": value, "goal": goal,
+                    "result": "n/a" if ok is None else ("PASS" if ok else "FAIL"), "note": note})
+
+    ing = res.get("ingest") or {}
+    for procs in ingest.PROCS:
+        b = (ing.get("best_alternative") or {}).get(f"batch10_procs{procs}")
+        add(f"ack ingest, batch 10, {procs} producer(s): Quill / best alternative",
+            f"{b['ratio']}× (vs {b['system']})" if b else None, "≥ 2×", b["ratio"] >= 2 if b else None)
+    q16 = [r for r in ing.get("rows", []) if r["system"] == "quill" and r["procs"] == 16]
+    if q16:
+        worst = max(r["p99_ms"] for r in q16)
+        add("append p99, 16 producers (batch 1 and 10, worst)", f"{worst} ms", "≤ 2 ms", worst <= 2.0)
+    else:
+        add("append p99, 16 producers", None, "≤ 2 ms", None)
+    s = (res.get("searchable") or {}).get("at500")
+    add("searchable ingest vs naive FTS writer (chunk 500)", f"{s['vs_naive']}×" if s else None, "≥ 2×",
+        s["vs_naive"] >= 2 if s else None)
+    add("searchable ingest vs raw FTS ceiling (chunk 500)", f"{round(s['vs_raw_fts'] * 100)} %" if s else None,
+        "≥ 90 %", s["vs_raw_fts"] >= 0.9 if s else None)
+    srch = res.get("search") or []
+    at1m = next((x for x in srch if x["messages"] >= 1_000_000), None)
+    largest = max(srch, key=lambda x: x["messages"]) if srch else None
+    if at1m:
+        add("newest-first search p95 at 1M", f"{at1m['newest_first_p95_ms']} ms", "< 20 ms",
+            at1m["newest_first_p95_ms"] < 20)
+    else:
+        add("newest-first search p95 at 1M", f"{largest['newest_first_p95_ms']} ms at {largest['messages']:,}"
+            if largest else None, "< 20 ms", None, "1M not run (use --full)")
+    if largest:
+        v = largest["ranked_bounded_p95_ms"]
+        add(f"ranked search (bounded) p95 at {largest['messages']:,}", f"{v} ms", "< 200 ms", v < 200)
+    sc = (res.get("scale") or {}).get("sizes") or []
+    if sc:
+        rss = max(x["ingest"]["rss_peak_mb"] for x in sc)
+        add(f"writer RSS peak (up to {sc[-1]['messages']:,} msgs)", f"{rss} MB", "< 200 MB", rss < 200)
+    m = (res.get("maintenance") or {}).get("quill")
+    if m:
+        v = m["VACUUM"]["p99_over_idle"]
+        add("producer p99 during VACUUM / idle", f"{v}× ({m['VACUUM']['p99_ms']} vs {m['idle']['p99_ms']} ms)",
+            "≤ 2×", v is not None and v <= 2)
+    return out
+
+
+def tables(res: dict[str, Any], console: Console) -> None:
+    if res.get("ingest"):
+        t = Table(title="§1 Acknowledged-durable ingest (real messages)")
+        for c in ("system", "batch", "procs", "msgs/s", "p50 ms", "p99 ms", "CPU ms/call", "Quill ×", "errors"):
+            t.add_column(c, justify="right" if c != "system" else "left")
+        for r in res["ingest"]["rows"]:
+            t.add_row(r["system"], str(r["batch"]), str(r["procs"]), _fmt(r["msgs_per_s"]), _fmt(r["p50_ms"]),
+                      _fmt(r["p99_ms"]), _fmt(r["cpu_ms_per_call"]), _fmt(r["quill_speedup"]), str(r["errors"]))
+        console.print(t)
+        for k, v in res["ingest"]["skipped"].items():
+            console.print(f"  skipped {k}: {v}")
+    if res.get("searchable"):
+        s = res["searchable"]
+        t = Table(title=f"§2 Searchable ingest, spool → committed + FTS-indexed ({s['messages']:,} real msgs)")
+        for c in ("chunk", "rows/txn", "Quill msgs/s", "raw FTS msgs/s", "Quill / raw"):
+            t.add_column(c, justify="right")
+        for e in s["sweep"]:
+            t.add_row(str(e["chunk"]), str(e["effective_rows_per_txn"]), _fmt(e["quill"]["msgs_per_s"]),
+                      _fmt(e["raw_fts"]["msgs_per_s"]), _fmt(e["quill_vs_raw_fts"]))
+        console.print(t)
+        a = s["at500"]
+        console.print(f"  chunk 500: Quill {a['quill']:,.0f}/s · raw FTS {a['raw_fts']:,.0f}/s · no-FTS ceiling "
+                      f"{a['raw_nofts']:,.0f}/s · naive FTS writer {a['naive']:,.0f}/s (Quill ×{a['vs_naive']})")
+    for sr in res.get("search") or []:
+        t = Table(title=f"§3 Search at {sr['messages']:,} synthetic msgs (limit 20)")
+        for c in ("query", "Quill p50 ms", "Quill p95 ms", "hits", "naive p50 ms", "naive / Quill"):
+            t.add_column(c, justify="right" if c != "query" else "left")
+        for k, v in sr["quill"].items():
+            nv = (sr.get("naive") or {}).get(k)
+            t.add_row(k, _fmt(v["p50_ms"]), _fmt(v["p95_ms"]), str(v["hits"]),
+                      _fmt(nv["p50_ms"]) if nv else "–", _fmt((sr.get("naive_over_quill_p50") or {}).get(k)))
+        console.print(t)
+    if res.get("maintenance"):
+        m = res["maintenance"]
+        t = Table(title=f"§4 Producer latency under maintenance ({m['producers']} producers, batch 10, "
+                        f"{m['messages']:,}-msg store)")
+        for c in ("system", "phase", "seconds", "samples", "p50 ms", "p99 ms", "max ms", "p99 / idle",
+                  "bare fsync p99 ms"):
+            t.add_column(c, justify="right" if c not in ("system", "phase") else "left")
+        for who in ("quill", "naive"):
+            for ph in ("idle", "VACUUM", "FTS optimize", "TRUNCATE checkpoint"):
+                r = m[who][ph]
+                t.add_row(who, ph, _fmt(r["seconds"]), str(r["n"]), _fmt(r["p50_ms"]), _fmt(r["p99_ms"]),
+                          _fmt(r["max_ms"]), _fmt(r.get("p99_over_idle")), _fmt(r.get("fsync_probe_p99_ms")))
+        console.print(t)
+    if res.get("scale"):
+        sc = res["scale"]
+        t = Table(title="§5 Scale (synthetic messages)")
+        for c in ("messages", "drain msgs/s", "writer RSS MB", "spool MiB", "db MiB", "rare p50 ms",
+                  "common p50 ms", "prune 10 % s", "VACUUM s"):
+            t.add_column(c, justify="right")
+        for x in sc["sizes"]:
+            q = x.get("search") or {}
+            pv = x.get("prune_vacuum") or {}
+            t.add_row(f"{x['messages']:,}", _fmt(x["ingest"]["msgs_per_s"]), _fmt(x["ingest"]["rss_peak_mb"]),
+                      _fmt(x["ingest"]["spool_bytes"] / 2**20), _fmt(x["ingest"]["db_bytes"] / 2**20),
+                      _fmt((q.get("rare word") or {}).get("p50_ms")), _fmt((q.get("common word") or {}).get("p50_ms")),
+                      _fmt(pv.get("prune_s")), _fmt(pv.get("vacuum_s")))
+        console.print(t)
+        for k, g in (sc.get("growth") or {}).items():
+            console.print(f"  {k}: exponent {g['exponent']} → {g['verdict']}")
+    t = Table(title="Targets")
+    for c in ("target", "measured", "goal", "result"):
+        t.add_column(c)
+    for x in res.get("targets", []):
+        style = {"PASS": "green", "FAIL": "red"}.get(x["result"], "yellow")
+        t.add_row(x["target"], _fmt(x["measured"]), x["goal"], f"[{style}]{x['result']}[/{style}]"
+                  + (f" ({x['note']})" if x["note"] else ""))
+    console.print(t)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
+    g = ap.add_mutually_exclusive_group()
+    g.add_argument("--quick", action="store_true", help="smoke run, ~1-2 minutes")
+    g.add_argument("--full", action="store_true", help="1M-message scale (long)")
+    ap.add_argument("--out", default="bench/out/results.json", help="JSON results file")
+    ap.add_argument("--sections", default=",".join(SECTIONS), help=f"comma list of {','.join(SECTIONS)}")
+    args = ap.parse_args(argv)
+    sizes = PROFILES["quick" if args.quick else "full" if args.full else "default"]
+    wanted = {s.strip() for s in args.sections.split(",") if s.strip()}
+    console = Console() if sys.stdout.isatty() else Console(width=150)
+    began = time.monotonic()
+
+    def log(msg: str) -> None:
+        console.print(f"[dim]{time.monotonic() - began:7.1f}s[/dim] {msg}", highlight=False)
+
+    res: dict[str, Any] = {"profile": sizes.name, "sizes": sizes.__dict__, "machine": machine(),
+                           "real_messages": real_stats(), "errors": {}}
+    log(f"profile {sizes.name}; real corpus {res['real_messages']}")
+
+    def section(name: str, fn):
+        if name not in wanted:
+            return None
+        try:
+            return fn()
+        except Exception:
+            res["errors"][name] = traceback.format_exc()
+            log(f"[red]section {name} failed[/red]:\n{res['errors'][name]}")
+            return None
+
+    res["ingest"] = section("ingest", lambda: ingest.run(sizes, log))
+    res["searchable"] = section("searchable", lambda: searchable.run(sizes, log))
+    if wanted & {"scale", "search", "maintenance"}:
+        with tempdir("stores") as work:
+            stores: dict[int, Path] = {}
+            sc: list[dict[str, Any]] = []
+
+            def build_all():
+                for n in sizes.scale_ns:
+                    d = work / f"n{n}"
+                    d.mkdir()
+                    sc.append({"messages": n, "ingest": scale.build(n, d, log)})
+                    stores[n] = d / "state.db"
+                    import shutil
+                    shutil.rmtree(d / "spool", ignore_errors=True)  # disk: keep only the store
+            section("scale", build_all) if "scale" in wanted else build_all()
+            search_ns = [n for n in stores if n >= 100_000] or [max(stores)]
+
+            def do_search():
+                out = []
+                for n in stores:
+                    r = search.run_one(n, stores[n], work, sizes, log) if n in search_ns else \
+                        {"messages": n, "quill": search.quill_latencies(stores[n], max(5, sizes.search_reps // 4))}
+                    next(x for x in sc if x["messages"] == n)["search"] = r["quill"]
+                    if n in search_ns:
+                        out.append(r)
+                return out
+            res["search"] = section("search", do_search)
+            maint_n = max(n for n in stores if n <= 100_000)
+            res["maintenance"] = section("maintenance", lambda: maintenance.run(stores[maint_n], maint_n, work,
+                                                                                sizes, log))
+
+            def prune_all():
+                for x in sc:
+                    x["prune_vacuum"] = scale.prune_and_vacuum(stores[x["messages"]])
+                    log(f"§5 {x['messages']:>9,d}: prune {x['prune_vacuum']['prune_s']} s, "
+                        f"VACUUM {x['prune_vacuum']['vacuum_s']} s")
+                ns = [x["messages"] for x in sc]
+
+                def col(f):
+                    return [f(x) for x in sc]
+                growth = {
+                    "ingest rate (msgs/s; flat = total time linear)": scale.growth(ns, col(lambda x: x["ingest"]["msgs_per_s"]), True),
+                    "writer RSS": scale.growth(ns, col(lambda x: x["ingest"]["rss_peak_mb"]), True),
+                    "rare-word search p50": scale.growth(ns, col(lambda x: (x.get("search") or {}).get("rare word", {}).get("p50_ms")), True),
+                    "common-word search p50": scale.growth(ns, col(lambda x: (x.get("search") or {}).get("common word", {}).get("p50_ms")), True),
+                    "prune 10 % time": scale.growth(ns, col(lambda x: x["prune_vacuum"]["prune_s"]), False),
+                    "VACUUM time": scale.growth(ns, col(lambda x: x["prune_vacuum"]["vacuum_s"]), False),
+                }
+                return {"sizes": sc, "growth": growth}
+            res["scale"] = section("scale", prune_all)
+    res["targets"] = targets(res)
+    res["elapsed_s"] = round(time.monotonic() - began, 1)
+    tables(res, console)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(res, indent=2, default=str))
+    console.print(f"results: {out}  ({res['elapsed_s']} s)")
+    return 1 if res["errors"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -38,11 +38,23 @@ ROW_COLUMNS = ("ext_id", "role", "content", "parts", "tool_calls", "tool_call_id
 IDENTITY_COLUMNS = ("role", "content", "parts", "tool_calls", "tool_call_id", "tool_name")
 
 
+def _has_surrogate(text: str) -> bool:
+    """True when ``text`` holds a lone surrogate (it cannot be encoded as UTF-8). ASCII and
+    a C-speed encode attempt are far cheaper than a regex scan over long tool output."""
+    if text.isascii():
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 def scrub(text: str) -> str:
     """Remove NUL characters and replace lone surrogates with U+FFFD (valid UTF-8 out)."""
     if "\x00" in text:
         text = text.replace("\x00", "")
-    return _SURROGATE.sub("\ufffd", text)
+    return _SURROGATE.sub("\ufffd", text) if _has_surrogate(text) else text
 
 
 def scrub_json(value: Any) -> Any:
@@ -57,7 +69,15 @@ def scrub_json(value: Any) -> Any:
 
 
 def dumps(value: Any) -> str:
-    """The one JSON serializer for stored structured fields (compact, UTF-8, scrubbed)."""
+    """The one JSON serializer for stored structured fields (compact, UTF-8, scrubbed).
+
+    Fast path: serialise once and look for the two things ``scrub`` removes — json escapes a
+    NUL as ``\\u0000`` and leaves a lone surrogate as the character itself — so the
+    recursive ``scrub_json`` walk (≈40 % of drain CPU when run on every field, measured in
+    bench/RESULTS.md) only runs for the rare value that needs it."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    if "\\u0000" not in text and not _has_surrogate(text):
+        return text
     return json.dumps(scrub_json(value), ensure_ascii=False, separators=(",", ":"))
 
 

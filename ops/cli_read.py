@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable
+import shutil
 from typing import Any
 
 import click
@@ -18,6 +19,9 @@ from store.reads import Reader
 from workers import status as wstatus
 
 from . import render
+
+
+LOW_DISK_BYTES = 64 << 20
 
 
 def _reader(cfg: Any) -> Reader:
@@ -204,6 +208,10 @@ def status(ctx: click.Context, as_json: bool) -> None:
         data["store"], data["jobs"] = None, []
     cursor = Position.parse(data["store"]["cursor"]) if data["store"] and data["store"]["cursor"] else None
     data["spool"] = {**spool_stats(cfg.spool_dir, cursor), "quarantined": Quarantine(cfg.spool_dir).count()}
+    # Read, never written: on a full disk no process can publish its status, so free space is
+    # measured here. Below LOW_DISK_BYTES producers and the writer are about to stall.
+    free = shutil.disk_usage(cfg.home if cfg.home.exists() else cfg.home.parent).free
+    data["disk"] = {"free_bytes": free, "low": free < LOW_DISK_BYTES}
     if as_json:
         render.emit_json(data)
     else:
@@ -226,6 +234,9 @@ def _print_status(d: dict[str, Any]) -> None:
                   f"FTS pending {s['fts_pending']}, index {s.get('fts_state', 'ok')}")
     else:
         con.print("store    (not created yet)")
+    if d["disk"]["low"]:
+        con.print(f"[bold red]DISK ALMOST FULL[/bold red]: {d['disk']['free_bytes']} bytes free under {d['home']}; "
+                  "appends fail and the drain pauses until space returns")
     sp = d["spool"]
     con.print(f"spool    {sp['segments']} segment(s), {sp['bytes']} bytes, end {sp['end']}, "
               f"{sp['pending_bytes']} bytes pending, {sp['quarantined']} quarantined")

@@ -161,3 +161,67 @@ def test_a_deleted_store_with_collected_history_halts_instead_of_starting_empty(
         assert _ids(home) == _expect("g", 80)
     finally:
         assert stop_fleet(fleet) == 0
+
+
+def test_disk_full_pauses_the_drain_and_it_resumes_when_space_returns(tmp_path):
+    """The writer meets SQLITE_FULL: it retries with backoff, says so in its status, loses
+    nothing, and finishes once space returns. A real small filesystem, a real writer process."""
+    import subprocess
+    import sys
+
+    from spool import Spool
+    from .conftest import REPO, quill_env
+
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)], capture_output=True).returncode:
+        import pytest
+        pytest.skip("cannot mount a small tmpfs here")
+    home = mnt / "home"
+    writer = None
+    try:
+        def start():
+            return subprocess.Popen([sys.executable, "-m", "workers", "writer", "--home", str(home)],
+                                    env=quill_env(home), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+        def writer_status():
+            path = home / "run" / "writer.json"
+            return json.loads(path.read_text()) if path.exists() else {}
+
+        with Spool(home / "spool") as sp:
+            sp.append("session.create", {"session_id": "full"})
+        writer = start()
+        deadline = time.monotonic() + 30
+        while not writer_status().get("idle") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        writer.send_signal(15)
+        writer.wait(30)
+        with Spool(home / "spool") as sp:
+            for b in range(40):
+                sp.append("messages.append", {"session_id": "full", "messages": [
+                    {"role": "user", "id": f"{b}-{i}", "content": f"{b} {i} " + "x" * 400} for i in range(20)]})
+        filler = mnt / "filler"
+        with open(filler, "wb") as f:  # leave ~128 KiB: room for status files, not for the rows
+            while shutil.disk_usage(mnt).free > 192 * 1024:
+                f.write(b"\0" * 65536)
+                f.flush()
+        writer = start()
+        time.sleep(5)  # it meets the full disk opening the store or growing the WAL
+        assert writer.poll() is None, "the writer died on a full disk"
+        assert not (home / "run" / "halt.json").exists()
+        proc = subprocess.run([sys.executable, "-c", "from ops.cli import main; main()", "status", "--json"],
+                              env=quill_env(home), cwd=REPO, capture_output=True, text=True, timeout=60)
+        assert json.loads(proc.stdout)["disk"]["low"] is True
+        filler.unlink()  # space returns
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (writer_status().get("idle") and writer_status().get("rows", 0) >= 800):
+            time.sleep(0.2)
+        writer.send_signal(15)
+        assert writer.wait(30) == 0
+        with Reader(home / "state.db") as r:
+            rows = r.conn.execute("SELECT count(*), count(DISTINCT ext_id) FROM messages").fetchone()
+        assert rows == (800, 800)
+    finally:
+        if writer is not None and writer.poll() is None:
+            writer.kill()
+        subprocess.run(["umount", "-l", str(mnt)], check=False)

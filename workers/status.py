@@ -19,6 +19,16 @@ def publish(path: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def try_publish(path: Path, data: dict[str, Any]) -> bool:
+    """``publish``, but a full or read-only disk is not fatal: status is advisory, and the
+    process that publishes it must keep doing its real work. Returns False on failure."""
+    try:
+        publish(path, data)
+        return True
+    except OSError:
+        return False
+
+
 def read(path: Path) -> dict[str, Any] | None:
     """The last published status, or None if there is none (or it is unreadable)."""
     try:

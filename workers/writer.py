@@ -11,6 +11,8 @@ into the same damage; producers keep appending to the spool meanwhile.
 """
 from __future__ import annotations
 
+import errno
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -24,7 +26,7 @@ from spool import Entry, Position, Quarantine, SpoolReader, START
 from spool.segments import list_segments
 from store import apply_chunk, fts_repair, index_slice, open_writer, read_cursor
 from store.apply import take_chunk
-from store.errors import CorruptError, DiskFullError, TransientError
+from store.errors import CorruptError, DiskFullError, StoreIOError, TransientError
 from store.guard import FileGuard
 from store.lease import Lease
 from store.recovery import swap_in
@@ -76,8 +78,8 @@ class Writer:
                 self.log.critical("writer.halt", **cause)
                 self._idle_halted(stop, cause)
                 return
-            self.conn = open_writer(self.cfg.state_db, synchronous=self.cfg.synchronous)
-            self.guard = FileGuard(self.conn, self.cfg.state_db)
+            if not self._open(stop):
+                return
             self.jobs = StoreJobRunner(build_queues(self.cfg.queue_db), self.log)
             cur = read_cursor(self.conn)
             self.cursor = Position(*cur) if cur else START
@@ -87,6 +89,25 @@ class Writer:
             self._close()
             self.lease.release()
             self.log.info("writer.stopped", cursor=str(self.cursor), **self.totals)
+
+    def _open(self, stop: threading.Event) -> bool:
+        """Open the store and its guard, waiting out a full disk or a busy file (opening
+        creates the -wal and -shm files, which needs space). False if stopped meanwhile."""
+        backoff = 0.5
+        while not stop.is_set():
+            try:
+                self.conn = open_writer(self.cfg.state_db, synchronous=self.cfg.synchronous)
+                self.guard = FileGuard(self.conn, self.cfg.state_db)
+                return True
+            except (TransientError, DiskFullError, StoreIOError) as exc:
+                error = self._describe(exc)
+                self._close()
+                self.log.warning("writer.open_retry", error=error, sleep=backoff)
+                status.try_publish(self.status_path, {"idle": False, "halted": False, "error": error,
+                                                      "cursor": str(self.cursor)})
+                stop.wait(backoff)
+                backoff = min(backoff * 2, 5.0)
+        return False
 
     def _loop(self, stop: threading.Event) -> None:
         backoff = self.cfg.poll_interval
@@ -102,15 +123,26 @@ class Writer:
                 self.log.critical("writer.halt", **cause)
                 self._idle_halted(stop, cause)
                 return
-            except (TransientError, DiskFullError) as exc:
-                # Nothing of the failed chunk was committed; retry after a pause.
-                self.log.warning("writer.retry", error=str(exc), kind=type(exc).__name__, sleep=backoff)
-                self._publish(idle=False, error=str(exc))
+            except (TransientError, DiskFullError, StoreIOError) as exc:
+                # Nothing of the failed chunk was committed: pause and retry. A full disk
+                # shows up as SQLITE_FULL or as an I/O error whose errno is ENOSPC (tmpfs,
+                # shared memory); either way the drain waits for space, losing nothing.
+                error = self._describe(exc)
+                self.log.warning("writer.retry", error=error, kind=type(exc).__name__, sleep=backoff)
+                self._publish(idle=False, error=error)
                 stop.wait(backoff)
                 backoff = min(backoff * 2, 5.0)
                 continue
             if not busy:
                 stop.wait(self.cfg.poll_interval)
+
+    def _describe(self, exc: Exception) -> str:
+        """The error for status: disk-full cases say so, with the free bytes."""
+        errno_ = self.conn.system_errno if self.conn is not None else 0
+        if isinstance(exc, DiskFullError) or errno_ in (errno.ENOSPC, errno.EDQUOT):
+            free = shutil.disk_usage(self.cfg.state_db.parent).free
+            return f"disk full: {exc} ({free} bytes free on {self.cfg.state_db.parent}); the drain resumes when space returns"
+        return f"{type(exc).__name__}: {exc}" + (f" (errno {errno_})" if errno_ else "")
 
     def _history_missing(self) -> str | None:
         """Why creating a fresh state.db here would silently lose history, or None.
@@ -151,7 +183,7 @@ class Writer:
                 self.swap_path.unlink(missing_ok=True)
                 self.log.warning("writer.swapped", new=request["new"], evidence=str(evidence))
                 return
-            status.publish(self.status_path, {"halted": True, "halt": cause, "idle": False})
+            status.try_publish(self.status_path, {"halted": True, "halt": cause, "idle": False})
             stop.wait(0.5)
 
     # -- one step --------------------------------------------------------------------------
@@ -239,6 +271,6 @@ class Writer:
         if idle and now - self._last_idle_publish < 0.25:
             return
         self._last_idle_publish = now if idle else 0.0
-        status.publish(self.status_path, {
+        status.try_publish(self.status_path, {
             "idle": idle, "halted": False, "cursor": str(self.cursor), "job": job,
             "fts_indexed_upto": indexed_upto(self.conn), "error": error, **self.totals})

@@ -77,6 +77,8 @@ def _recorded(spec: catalog.JobSpec, queues: Queues):
             queues.tasks[catalog.RECORD_RUN](job=spec.name, started_at=started, ended_at=time.time(),
                                              outcome="error", error="".join(
                                                  traceback.format_exception_only(exc)).strip())
+            for name, followup in getattr(exc, "followups", ()):  # e.g. quick_check → fts_rebuild
+                queues.enqueue(name, **followup)
             raise  # huey logs it and retries with the spec's delay
         queues.tasks[catalog.RECORD_RUN](job=spec.name, started_at=started, ended_at=time.time(),
                                          outcome="ok", figures=figures)

@@ -13,7 +13,7 @@ from typing import Any
 import apsw
 
 from store.connection import transaction
-from store.errors import mapped
+from store.errors import CorruptError, mapped
 from store import fts_repair
 from store.indexer import optimize
 
@@ -87,6 +87,20 @@ def fts_rebuild(conn: apsw.Connection) -> dict[str, Any]:
     if figures["needs_vacuum"]:
         figures["vacuum"] = vacuum(conn, min_free_ratio=0.0)
     return figures
+
+
+def declare_corrupt(conn: apsw.Connection, detail: str, generation: int | None = None) -> dict[str, Any]:
+    """Halt the writer: a check outside it (``quick_check`` in the job worker) found damage
+    in the store's own tables. Raising ``CorruptError`` on the writer takes the same path as
+    damage met while writing: sticky halt, WAL kept, ``quill recover`` next.
+
+    ``generation`` is the store's generation stamp (``application_id``) when it was checked;
+    a request about a store that has since been recovered (new stamp) is stale and ignored."""
+    with mapped():
+        current = conn.execute("PRAGMA application_id").fetchone()[0]
+    if generation is not None and current != generation:
+        return {"skipped": "the store was replaced since the check", "checked": generation, "current": current}
+    raise CorruptError(detail)
 
 
 def record_job_run(conn: apsw.Connection, job: str, started_at: float, ended_at: float,

@@ -18,6 +18,15 @@ from store.reads import Reader
 SNAPSHOT_GLOB = "snapshot-*.db"
 
 
+class DamageFound(CorruptError):
+    """A check found damage. ``followups`` are store jobs ``(name, params)`` to queue *after*
+    the check's own run record, so the record lands before the writer acts on them."""
+
+    def __init__(self, followups: list[tuple[str, dict[str, Any]]], message: str):
+        super().__init__(message)
+        self.followups = followups
+
+
 def latest_snapshot(snapshots_dir: Path) -> tuple[Path, Position] | None:
     """The newest verified snapshot and the spool position it covers, or None.
 
@@ -62,17 +71,27 @@ def quick_check(db_path: str, queue_db: str | None = None) -> dict[str, Any]:
         except CorruptError as exc:
             rows = [str(exc)]
         damaged = fts_repair.classify(conn) if rows != ["ok"] else None
+        try:
+            with mapped():
+                generation = conn.execute("PRAGMA application_id").fetchone()[0]
+        except CorruptError:
+            generation = None
     finally:
         conn.close()
     if damaged is None:
         return {"result": "ok", "seconds": round(time.monotonic() - start, 3)}
     fts_only = not damaged["canonical"] and bool(damaged["fts"])
-    if fts_only and queue_db:
-        from .queues import build  # local: queues imports this module
-        build(Path(queue_db)).enqueue("fts_rebuild")
-    raise CorruptError(f"quick_check of {db_path} failed; damaged tables: canonical={damaged['canonical']} "
+    followups: list[tuple[str, dict[str, Any]]] = []
+    if queue_db:
+        if fts_only:
+            followups.append(("fts_rebuild", {}))
+        else:  # damage in the store's own tables (or unattributed): the writer must stop
+            followups.append(("declare_corrupt", {"generation": generation,
+                                                  "detail": f"quick_check found damage: {damaged} ({'; '.join(rows[:3])})"}))
+    raise DamageFound(followups,f"quick_check of {db_path} failed; damaged tables: canonical={damaged['canonical']} "
                        f"fts={damaged['fts']}" + ("; search indexes detached, rebuild queued" if fts_only and queue_db
-                                                  else "") + f" ({'; '.join(rows[:3])})")
+                                                  else "; the writer was asked to halt" if queue_db else "")
+                       + f" ({'; '.join(rows[:3])})")
 
 
 def snapshot(db_path: str, snapshots_dir: str, keep: int = 5) -> dict[str, Any]:

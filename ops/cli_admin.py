@@ -32,17 +32,21 @@ def snapshot(cfg: Any, as_json: bool) -> None:
 
 
 @click.command()
+@click.option("--accept-loss", is_flag=True,
+              help="Rebuild even though snapshot + spool no longer hold the full history.")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
-def recover(cfg: Any, as_json: bool) -> None:
+def recover(cfg: Any, accept_loss: bool, as_json: bool) -> None:
     """Rebuild the store from the newest verified snapshot + spool replay and swap it in.
 
     The damaged file (and its WAL) is kept under evidence/. Safe to repeat.
     """
     try:
-        result = do_recover(cfg)
+        result = do_recover(cfg, accept_loss=accept_loss)
     except (RecoverError, CorruptError) as exc:
         raise click.ClickException(str(exc))
+    if result.get("history_gap"):
+        click.echo(f"quill: WARNING: rebuilt with history missing: {result['history_gap']}", err=True)
     if as_json:
         render.emit_json(result)
     else:

@@ -155,6 +155,8 @@ def _trigger(every: str | None, cron: str | None) -> Any:
         m = _EVERY.match(every.strip())
         if not m:
             raise click.BadParameter("use a number and a unit: 30s, 10m, 6h, 1d", param_hint="--every")
+        if int(m.group(1)) <= 0:
+            raise click.BadParameter("the interval must be at least 1 of its unit", param_hint="--every")
         return IntervalTrigger(**{_UNITS[m.group(2)]: int(m.group(1))}, timezone="UTC")
     try:
         return CronTrigger.from_crontab(cron, timezone="UTC")
@@ -181,37 +183,44 @@ def schedule_add(cfg: Any, job: str, every: str | None, cron: str | None, schedu
         click.echo(f"{added.id}: {added.trigger}; next run {added.next_run_time}")
 
 
-def _modify(cfg: Any, schedule_id: str, action: str) -> None:
+def _modify(ctx: click.Context, schedule_id: str, action: str) -> None:
+    cfg = ctx.obj
+    if action == "remove" and schedule_id in catalog.BY_NAME and catalog.BY_NAME[schedule_id].trigger:
+        # A default schedule is re-created at every start; removing it would not last.
+        action = "pause"
+        click.echo(f"{schedule_id} is a default schedule: pausing it instead (it stays paused across restarts)",
+                   err=True)
     with edit_schedules(cfg) as sched:
         try:
             getattr(sched, f"{action}_job")(schedule_id)
         except JobLookupError:
-            raise click.ClickException(f"no schedule {schedule_id!r}; see `quill schedule list`")
+            click.echo(f"quill: no schedule {schedule_id!r}; see `quill schedule list`", err=True)
+            ctx.exit(3)
     click.echo(f"{schedule_id}: {action}d")
 
 
 @schedule.command(name="pause")
 @click.argument("schedule_id")
-@click.pass_obj
-def schedule_pause(cfg: Any, schedule_id: str) -> None:
+@click.pass_context
+def schedule_pause(ctx: click.Context, schedule_id: str) -> None:
     """Pause a schedule (it keeps its trigger)."""
-    _modify(cfg, schedule_id, "pause")
+    _modify(ctx, schedule_id, "pause")
 
 
 @schedule.command(name="resume")
 @click.argument("schedule_id")
-@click.pass_obj
-def schedule_resume(cfg: Any, schedule_id: str) -> None:
+@click.pass_context
+def schedule_resume(ctx: click.Context, schedule_id: str) -> None:
     """Resume a paused schedule."""
-    _modify(cfg, schedule_id, "resume")
+    _modify(ctx, schedule_id, "resume")
 
 
 @schedule.command(name="remove")
 @click.argument("schedule_id")
-@click.pass_obj
-def schedule_remove(cfg: Any, schedule_id: str) -> None:
-    """Remove a schedule. (A default job's schedule comes back on the next start; pause it instead.)"""
-    _modify(cfg, schedule_id, "remove")
+@click.pass_context
+def schedule_remove(ctx: click.Context, schedule_id: str) -> None:
+    """Remove a schedule you added (a default schedule is paused instead: it would come back)."""
+    _modify(ctx, schedule_id, "remove")
 
 
 def register(cli: click.Group) -> None:

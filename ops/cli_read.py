@@ -4,14 +4,17 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable
 import shutil
+import time
 from typing import Any
+
+import psutil
 
 import click
 from rich.markup import escape
 
 from spool import Position, Quarantine
 from spool.reader import stats as spool_stats
-from store.errors import CantOpenError
+from store.errors import CantOpenError, StoreError
 from store.lease import holder_alive, read_holder
 from store.normalize import ROLES
 from store import search as search_mod
@@ -186,10 +189,17 @@ def fleet_state(cfg: Any) -> dict[str, Any]:
     """What each process last published, and whether the fleet is alive."""
     run = cfg.run_dir
     holder = read_holder(run / "fleet.lock")
-    out: dict[str, Any] = {"running": bool(holder) and holder_alive(holder), "supervisor_pid": holder.get("pid")}
+    running = bool(holder) and holder_alive(holder)
+    out: dict[str, Any] = {"running": running, "supervisor_pid": holder.get("pid")}
     for role in ("writer", "scheduler", "consumer"):
-        out[role] = wstatus.read(run / f"{role}.json")
+        st = wstatus.read(run / f"{role}.json")
+        if st is not None:  # a status file outlives its process: say whether it is current
+            st["alive"] = running and psutil.pid_exists(st.get("pid", -1))
+            st["age_s"] = round(time.time() - st.get("updated_at", 0), 1)
+        out[role] = st
     out["halt"] = wstatus.read(run / "halt.json")
+    sup = wstatus.read(run / "supervisor.json") or {}
+    out["crash_loop"] = sup.get("crash_loop") if running or sup.get("state") == "stopped" else None
     return out
 
 
@@ -206,7 +216,10 @@ def status(ctx: click.Context, as_json: bool) -> None:
             data["jobs"] = r.job_runs(limit=10)
     except CantOpenError:
         data["store"], data["jobs"] = None, []
-    cursor = Position.parse(data["store"]["cursor"]) if data["store"] and data["store"]["cursor"] else None
+    except StoreError as exc:  # a damaged store is exactly when status must still answer
+        data["store"], data["jobs"] = {"error": f"{type(exc).__name__}: {exc}"}, []
+    store = data["store"] or {}
+    cursor = Position.parse(store["cursor"]) if store.get("cursor") else None
     data["spool"] = {**spool_stats(cfg.spool_dir, cursor), "quarantined": Quarantine(cfg.spool_dir).count()}
     # Read, never written: on a full disk no process can publish its status, so free space is
     # measured here. Below LOW_DISK_BYTES producers and the writer are about to stall.
@@ -216,7 +229,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
         render.emit_json(data)
     else:
         _print_status(data)
-    if data["fleet"]["halt"]:
+    if data["fleet"]["halt"] or store.get("error") or data["fleet"]["crash_loop"]:
         ctx.exit(1)
 
 
@@ -228,8 +241,19 @@ def _print_status(d: dict[str, Any]) -> None:
     if fleet["halt"]:
         h = fleet["halt"]
         con.print(f"[bold red]HALTED[/bold red] {h.get('cause')}: {h.get('detail')}\n  next: [bold]{h.get('next')}[/bold]")
+    if fleet.get("crash_loop"):
+        c = fleet["crash_loop"]
+        con.print(f"[bold red]CRASH LOOP[/bold red] the {c['role']} keeps exiting (last code {c['last_code']}); "
+                  f"see {c['logs']}")
+    writer = fleet.get("writer")
+    if fleet["running"] and writer and not writer.get("alive"):
+        con.print("[yellow]writer   not running (restarting?)[/yellow]")
+    elif writer and writer.get("error"):
+        con.print(f"[yellow]writer   {writer['error']}[/yellow]")
     s = d["store"]
-    if s:
+    if s and s.get("error"):
+        con.print(f"[bold red]store    unreadable: {s['error']}[/bold red]")
+    elif s:
         con.print(f"store    {s['sessions']} sessions, {s['messages']} messages; cursor {s['cursor']}; "
                   f"FTS pending {s['fts_pending']}, index {s.get('fts_state', 'ok')}")
     else:

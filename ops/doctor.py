@@ -52,8 +52,8 @@ def run_checks(cfg: Config) -> list[dict[str, Any]]:
             out.append(_check("journal mode", mode == "wal", f"state.db journal_mode={mode}"))
             out.append(_check("store", True, f"{figures['sessions']} sessions, {figures['messages']} messages, "
                                               f"cursor {figures['cursor']}"))
-        except StoreError as exc:
-            out.append(_check("store", False, f"cannot read state.db: {exc}"))
+        except (StoreError, apsw.Error) as exc:
+            out.append(_check("store", False, f"cannot read state.db: {type(exc).__name__}: {exc}"))
             figures = None
         wal = os.path.getsize(str(cfg.state_db) + "-wal") if os.path.exists(str(cfg.state_db) + "-wal") else 0
         out.append(_check("WAL size", wal < 512 << 20, f"{wal} bytes", warn_only=True))

@@ -13,6 +13,8 @@ import time
 from typing import Any
 
 from jobs.worker_jobs import latest_snapshot
+from spool import Position
+from spool.segments import list_segments
 from store.errors import CorruptError, LeaseHeldError
 from store.lease import Lease
 from store.recovery import integrity, stamp_generation, swap_in
@@ -28,10 +30,36 @@ class RecoverError(Exception):
     """Recovery cannot proceed (healthy running store, failed verification, no swap)."""
 
 
-def rebuild(cfg: Config, progress: Progress | None = None) -> dict[str, Any]:
-    """Build and verify a new store file next to the live one; returns figures incl. ``path``."""
+def history_gap(cfg: Config, snap_position: Position | None) -> str | None:
+    """Why snapshot + spool would not hold the full history, or None when they do.
+
+    The replay starts at the snapshot's position (or 1:0 without one); every segment after
+    the one it starts in must exist. The segment it starts in may be gone only if a snapshot
+    covers it — spool GC deletes a segment only once a verified snapshot covers all of it."""
+    segments = list_segments(cfg.spool_dir)
+    start = snap_position or Position(1, 0)
+    if not segments:
+        return None
+    missing = [n for n in range(start.segment + 1, segments[-1] + 1) if n not in segments]
+    if snap_position is None and segments[0] > 1:
+        missing = list(range(1, segments[0])) + missing
+    if missing:
+        return (f"spool segments {missing[0]}..{missing[-1]} are gone and no snapshot covers them "
+                f"(replay would start at {start}); rebuilding would silently drop those transcripts")
+    return None
+
+
+def rebuild(cfg: Config, progress: Progress | None = None, *, accept_loss: bool = False) -> dict[str, Any]:
+    """Build and verify a new store file next to the live one; returns figures incl. ``path``.
+
+    Raises ``RecoverError`` when snapshot + spool do not hold the full history (a restored
+    snapshot in ``snapshots/`` fixes that), unless ``accept_loss``."""
     work = cfg.home / f"state.db.recovering-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"
     snap = latest_snapshot(cfg.snapshots_dir)
+    gap = history_gap(cfg, snap[1] if snap else None)
+    if gap and not accept_loss:
+        raise RecoverError(f"{gap}. Put a verified snapshot back into {cfg.snapshots_dir}, or rerun with "
+                           "--accept-loss to rebuild from what is left")
     if snap:
         shutil.copyfile(snap[0], work)
         os.chmod(work, 0o600)
@@ -41,11 +69,11 @@ def rebuild(cfg: Config, progress: Progress | None = None) -> dict[str, Any]:
     check = integrity(work)
     if check != ["ok"]:
         raise CorruptError(f"the rebuilt store {work} failed integrity_check: {'; '.join(check[:5])}")
-    return {"path": str(work), "snapshot": str(snap[0]) if snap else None,
+    return {"path": str(work), "snapshot": str(snap[0]) if snap else None, "history_gap": gap,
             "snapshot_position": str(snap[1]) if snap else None, **result}
 
 
-def recover(cfg: Config, *, progress: Progress | None = None) -> dict[str, Any]:
+def recover(cfg: Config, *, progress: Progress | None = None, accept_loss: bool = False) -> dict[str, Any]:
     """Rebuild, then swap in: directly when no writer runs, else through the halted writer.
 
     Raises ``RecoverError`` when a healthy writer is running, or when the halted writer does
@@ -62,7 +90,7 @@ def recover(cfg: Config, *, progress: Progress | None = None) -> dict[str, Any]:
         if not held and not halt:
             raise RecoverError("the writer is running and the store is not halted; nothing to recover "
                                "(stop `quill run` first to rebuild anyway)")
-        report = rebuild(cfg, progress)
+        report = rebuild(cfg, progress, accept_loss=accept_loss)
         if held:
             report["evidence"] = str(swap_in(cfg.home / os.path.basename(report["path"]), cfg.state_db))
             (cfg.run_dir / "halt.json").unlink(missing_ok=True)

@@ -43,10 +43,13 @@ def wait_applied(db_path: Path, position: Position, timeout: float, poll: float 
 def outcomes(db_path: Path, spool_dir: Path, acks: list[Ack]) -> list[dict[str, Any]]:
     """For acks already past the cursor: ``{"outcome": "applied"}`` or ``{"outcome":
     "quarantined", "reason", "detail"}`` per ack, in order."""
+    marks = ", ".join("?" for _ in acks)
+    ids = [a.batch_id for a in acks]
     with Reader(db_path) as reader:
         applied = {b for (b,) in reader.conn.execute(
-            f"SELECT batch_id FROM applied_batches WHERE batch_id IN ({', '.join('?' for _ in acks)})",
-            [a.batch_id for a in acks])}
+            f"SELECT batch_id FROM applied_batches WHERE batch_id IN ({marks})", ids)}
+        refused = {b: reason for b, reason in reader.conn.execute(
+            f"SELECT batch_id, reason FROM rejected_batches WHERE batch_id IN ({marks})", ids)}
     quarantined = {e["position"]: e for e in Quarantine(spool_dir).entries()} if len(applied) < len(acks) else {}
     out = []
     for ack in acks:
@@ -54,5 +57,6 @@ def outcomes(db_path: Path, spool_dir: Path, acks: list[Ack]) -> list[dict[str, 
             out.append({"outcome": "applied"})
         else:
             q = quarantined.get(str(ack.position), {})
-            out.append({"outcome": "quarantined", "reason": q.get("reason", "unknown"), "detail": q.get("detail", "")})
+            out.append({"outcome": "quarantined", "reason": q.get("reason") or refused.get(ack.batch_id, "unknown"),
+                        "detail": q.get("detail", "")})
     return out

@@ -120,8 +120,9 @@ def _apply_entry(conn: apsw.Connection, entry: EntryLike, now: float, on_reject:
     rec = entry.record
     batch = rec["batch"]
     if isinstance(batch, str) and conn.execute(
-            "SELECT 1 FROM applied_batches WHERE batch_id = ?", (batch,)).fetchone():
-        result.duplicates += 1
+            "SELECT 1 FROM applied_batches WHERE batch_id = ?1 UNION ALL "
+            "SELECT 1 FROM rejected_batches WHERE batch_id = ?1", (batch,)).fetchone():
+        result.duplicates += 1  # already decided: applied, or refused for its data
         return
     applier = APPLIERS.get(rec["op"])
     if applier is None:
@@ -143,6 +144,9 @@ def _apply_entry(conn: apsw.Connection, entry: EntryLike, now: float, on_reject:
         conn.execute("RELEASE op")
         reason, detail = ((exc.reason, exc.detail) if isinstance(exc, InvalidOpError)
                           else ("invalid-data", f"{type(exc).__name__}: {exc}"))
+        if isinstance(batch, str):
+            conn.execute("INSERT OR IGNORE INTO rejected_batches (batch_id, position, reason, rejected_at) "
+                         "VALUES (?, ?, ?, ?)", (batch, str(entry.position), reason, now))
         on_reject(entry, reason, detail)
         result.rejected += 1
         return

@@ -67,7 +67,10 @@ class FileGuard:
         return st.st_dev, st.st_ino
 
     def _header_stamp(self) -> int:
-        return struct.unpack(">I", os.pread(self._fd, 4, _APP_ID_OFFSET))[0]
+        raw = os.pread(self._fd, 4, _APP_ID_OFFSET)
+        if len(raw) < 4:
+            raise ReplacedError(f"{self.path} was truncated under the writer (no database header)")
+        return struct.unpack(">I", raw)[0]
 
     def check(self) -> None:
         """Raise ``ReplacedError`` if the file or WAL is not the one this writer opened."""

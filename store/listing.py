@@ -17,13 +17,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import json
+
 import apsw
 
 from .lineage import IS_TIP_SQL, root_of
 
 SESSION_KEYS = ("id", "source", "title", "model", "cwd", "started_at", "ended_at", "end_reason",
                 "parent_id", "parent_kind", "archived", "pinned", "hidden", "last_read_id",
-                "message_count", "unread", "empty", "last_active", "preview")
+                "message_count", "unread", "empty", "last_active", "preview", "meta")
 PREVIEW_CHARS = 120
 
 _SELECT = f"""
@@ -38,7 +40,8 @@ SELECT * FROM (
          (SELECT max(m.ts) FROM messages m WHERE m.session_id = s.id) AS last_active,
          (SELECT substr(m.content, 1, {PREVIEW_CHARS}) FROM messages m WHERE m.session_id = s.id
             AND m.role = 'user' AND m.state IN ('live', 'compacted')
-            ORDER BY coalesce(m.origin_id, m.id) LIMIT 1) AS preview
+            ORDER BY coalesce(m.origin_id, m.id) LIMIT 1) AS preview,
+         s.meta
   FROM sessions s {{where}}
 ) {{outer}}
 ORDER BY coalesce(last_active, started_at) DESC, id LIMIT ?"""
@@ -89,6 +92,7 @@ def list_sessions(conn: apsw.Connection, *, source: str | None = None, limit: in
     out = []
     for row in conn.execute(sql, (*args, *outer_args, limit)).fetchall():
         item = dict(zip(SESSION_KEYS, row))
+        item["meta"] = json.loads(item["meta"]) if item["meta"] else {}
         for flag in ("archived", "pinned", "hidden", "empty"):
             item[flag] = bool(item[flag])
         chain = root_of(conn, item["id"])

@@ -162,7 +162,7 @@ def session_read(conn: apsw.Connection, data: dict, batch_id: str, arrived_at: f
                                             (mid, sid)).fetchone():
         raise InvalidOpError("unknown-message", f"session {sid!r} has no message {mid}")
     if mid is None:
-        mid = conn.execute("SELECT max(id) FROM messages WHERE session_id = ?", (sid,)).fetchone()[0]
+        mid = conn.execute("SELECT max(id) FROM messages WHERE session_id = ? AND state IN ('live', 'compacted')", (sid,)).fetchone()[0]
     if mid is not None:
         conn.execute("UPDATE sessions SET last_read_id = max(coalesce(last_read_id, 0), ?) WHERE id = ?", (mid, sid))
     return 0

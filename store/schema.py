@@ -109,6 +109,16 @@ CREATE TABLE IF NOT EXISTS applied_batches (
     applied_at REAL NOT NULL
 ) WITHOUT ROWID;
 
+-- Batches the writer refused (quarantined) for their data: decided, like applied ones, so a
+-- replay never applies them against a later state. "unsupported-op" is not recorded here:
+-- a newer Quill may apply it on replay.
+CREATE TABLE IF NOT EXISTS rejected_batches (
+    batch_id    TEXT PRIMARY KEY,
+    position    TEXT NOT NULL,
+    reason      TEXT NOT NULL,
+    rejected_at REAL NOT NULL
+) WITHOUT ROWID;
+
 CREATE TABLE IF NOT EXISTS job_runs (
     id          INTEGER PRIMARY KEY,
     job         TEXT NOT NULL,

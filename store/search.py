@@ -68,13 +68,19 @@ def _tail(conn: apsw.Connection, plan: query.Plan, upto: int, cond: str, args: l
 def _indexed(conn: apsw.Connection, plan: query.Plan, upto: int, cond: str, args: list[Any],
              below: int, limit: int) -> list[tuple]:
     if plan.kind == "scan":
-        like = ["%" + _escape_like(t.text.lower()) + "%" for g in plan.groups[:1] for t in g if not t.negated]
-        likes = " AND ".join("lower(m.content) LIKE ? ESCAPE '\\'" for _ in like)
+        # Every OR-group, each an AND of LIKE / NOT LIKE terms: the same logic as query.matches.
+        likes, like_args = [], []
+        for group in plan.groups:
+            conds = []
+            for t in group:
+                conds.append(("NOT " if t.negated else "") + "lower(m.content) LIKE ? ESCAPE '\\'")
+                like_args.append("%" + _escape_like(t.text.lower()) + "%")
+            likes.append("(" + " AND ".join(conds) + ")")
         return conn.execute(
             f"SELECT {_COLS} FROM (SELECT id FROM messages WHERE id < ? ORDER BY id DESC LIMIT ?) AS w "
             f"JOIN messages m ON m.id = w.id JOIN sessions s ON s.id = m.session_id "
-            f"WHERE {likes} AND {cond} ORDER BY m.id DESC LIMIT ?",
-            (below, SCAN_MAX_ROWS, *like, *args, limit)).fetchall()
+            f"WHERE ({' OR '.join(likes)}) AND {cond} ORDER BY m.id DESC LIMIT ?",
+            (below, SCAN_MAX_ROWS, *like_args, *args, limit)).fetchall()
     table = "messages_trigram" if plan.kind == "trigram" else "messages_fts"
     return conn.execute(
         f"SELECT {_COLS} FROM {table} f JOIN messages m ON m.id = f.rowid JOIN sessions s ON s.id = m.session_id "

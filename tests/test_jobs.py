@@ -55,7 +55,11 @@ def test_schedule_changes_survive_a_fleet_restart(quill, home):
     quill.run("schedule", "resume", "quick_check")
     assert quill.json("schedule", "list")[0]["next_run"] is not None
     proc = quill.run("schedule", "pause", "nope", check=False)
-    assert proc.returncode == 1 and "no schedule 'nope'" in proc.stderr
+    assert proc.returncode == 3 and "no schedule 'nope'" in proc.stderr
+    removed = quill.run("schedule", "remove", "snapshot")
+    assert "pausing it instead" in removed.stderr
+    assert {r["id"]: r for r in quill.json("schedule", "list")}["snapshot"]["next_run"] is None
+    assert quill.run("schedule", "add", "snapshot", "--every", "0s", check=False).returncode == 2
 
 
 def test_missed_runs_are_coalesced_into_one(quill, home):

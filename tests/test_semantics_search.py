@@ -206,3 +206,19 @@ def test_audit_hits_carry_audit_neighbours(store):
         hit = r.search("ibis", projection="audit")[0]
     assert (hit["state"], hit["before"]["content"], hit["after"]["content"]) == ("rewound", "one", "three")
     assert hit["after"]["state"] == "rewound"
+
+
+def test_short_cjk_scan_honours_or_and_not(tmp_path):
+    from .semantics_helpers import Store
+    store = Store(tmp_path)
+    store.apply("messages.append", {"session_id": "cjk", "messages": [
+        {"role": "user", "content": "数据库 连接 失败"}, {"role": "user", "content": "東京 は 首都"}]})
+    store.index()
+    with store.reader() as r:
+        ids = lambda q: [h["message_id"] for h in r.search(q)]  # noqa: E731
+        first, second = ids("数据库")[0], ids("東京")[0]
+        assert ids("数据库 OR 東京") == [second, first]
+        assert ids("東京 OR 数据库") == [second, first]
+        assert ids("数据库 NOT 失败") == []
+        assert ids("数据库 NOT 東京") == [first]
+    store.close()

@@ -79,3 +79,22 @@ def test_wait_applied_times_out_without_a_writer(tmp_path):
     with pytest.raises(WaitTimeoutError) as info:
         wait_applied(tmp_path / "state.db", ack.position, timeout=0.3)
     assert "quill run" in str(info.value)
+
+
+def test_replay_never_applies_a_batch_that_was_refused(tmp_path):
+    """A batch refused for its data is decided: replaying over a later state (or a snapshot
+    that covers it) must not apply it now that it would fit."""
+    from ops.replay import replay
+    from store import Reader
+    spool_dir, db = tmp_path / "spool", tmp_path / "state.db"
+    with Spool(spool_dir) as sp:
+        sp.append("session.create", {"session_id": "a", "title": "Fix login"})
+        sp.append("session.create", {"session_id": "b"})
+        sp.append("session.title", {"session_id": "b", "title": "Fix login"})  # refused: taken
+        sp.append("session.title", {"session_id": "a", "title": "Something else"})
+    first = replay(spool_dir, db, None)
+    assert (first["applied"], first["rejected"]) == (3, 1)
+    again = replay(spool_dir, db, Position(1, 0))  # now "Fix login" is free again
+    assert (again["applied"], again["rejected"], again["duplicates"]) == (0, 0, 4)
+    with Reader(db) as r:
+        assert r.get_session("b")["title"] is None

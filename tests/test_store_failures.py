@@ -225,3 +225,73 @@ def test_disk_full_pauses_the_drain_and_it_resumes_when_space_returns(tmp_path):
         if writer is not None and writer.poll() is None:
             writer.kill()
         subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_recover_refuses_to_rebuild_from_a_spool_missing_its_history(quill, home):
+    home.mkdir(parents=True)
+    (home / "config.toml").write_text("[spool]\nsegment_bytes = 1500\n")
+    for start in range(0, 60, 10):
+        _push(quill, "p", start, 10)
+    quill.run("run", "--until-idle", "--timeout", "60")
+    segments = sorted((home / "spool").glob("*.jsonl"))
+    assert len(segments) >= 2
+    segments[0].unlink()  # as spool GC would, once a (now lost) snapshot covered it
+    (home / "state.db").unlink()
+    proc = quill.run("recover", check=False)
+    assert proc.returncode == 1 and "--accept-loss" in proc.stderr and "segments 1..1" in proc.stderr
+    assert not (home / "state.db").exists()
+    forced = quill.run("recover", "--accept-loss", "--json", check=False)
+    assert forced.returncode == 0 and "WARNING" in forced.stderr
+
+
+def _damage_table_pages(db, table, count=3):
+    conn = apsw.Connection(f"file:{db}?mode=ro", flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+    try:
+        pages = [r[0] for r in conn.execute("SELECT pageno FROM dbstat WHERE name = ? AND pagetype = 'leaf' "
+                                            "ORDER BY pageno", (table,))]
+        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+    finally:
+        conn.close()
+    with open(db, "r+b") as f:
+        for p in pages[len(pages) // 2: len(pages) // 2 + count]:
+            f.seek((p - 1) * page_size)
+            f.write(os.urandom(page_size))
+
+
+def test_quick_check_finding_damage_in_messages_halts_the_writer(quill, home):
+    fleet = quill.start_fleet()
+    try:
+        _push(quill, "q", 0, 400)
+        quill.wait_idle()
+        quill.run("snapshot")
+    finally:
+        assert stop_fleet(fleet) == 0
+    _damage_table_pages(home / "state.db", "messages")
+    fleet = quill.start_fleet()
+    try:
+        out = quill.run("jobs", "run", "quick_check", "--wait", "60", "--json", check=False)
+        assert out.returncode == 1 and "canonical=['messages']" in json.loads(out.stdout)["run"]["error"]
+        halt = _wait_halt(home)
+        assert halt["cause"] == "CorruptError" and "quick_check" in halt["detail"]
+        st = quill.run("status", check=False)
+        assert st.returncode == 1 and "HALTED" in st.stdout
+        _push(quill, "q", 400, 20)
+        _recover_and_check(quill, home, "q", 420)
+        time.sleep(1.0)  # the stale halt request, if any, must not halt the recovered store
+        assert not (home / "run" / "halt.json").exists()
+    finally:
+        assert stop_fleet(fleet) == 0
+
+
+def test_truncated_store_halts_and_status_still_answers(quill, home, fleet):
+    _push(quill, "t", 0, 50)
+    quill.wait_idle()
+    quill.run("snapshot")
+    os.truncate(home / "state.db", 0)
+    halt = _wait_halt(home)
+    assert halt["cause"] == "ReplacedError"
+    st = quill.run("status", "--json", check=False)
+    assert st.returncode == 1 and json.loads(st.stdout)["fleet"]["halt"]["next"] == "quill recover"
+    assert quill.run("doctor", check=False).returncode == 1
+    _push(quill, "t", 50, 10)
+    _recover_and_check(quill, home, "t", 60)

@@ -74,11 +74,16 @@ class Writer:
             missing = self._history_missing()
             if missing:
                 cause = {"cause": "StoreMissing", "detail": missing, "at": time.time(), "next": "quill recover"}
-                status.publish(self.halt_path, cause)
+                status.try_publish(self.halt_path, cause)
                 self.log.critical("writer.halt", **cause)
                 self._idle_halted(stop, cause)
                 return
-            if not self._open(stop):
+            try:
+                opened = self._open(stop)
+            except CorruptError as exc:  # damaged before we even started: same sticky halt
+                self._halt(stop, exc)
+                return
+            if not opened:
                 return
             self.jobs = StoreJobRunner(build_queues(self.cfg.queue_db), self.log)
             cur = read_cursor(self.conn)
@@ -89,6 +94,17 @@ class Writer:
             self._close()
             self.lease.release()
             self.log.info("writer.stopped", cursor=str(self.cursor), **self.totals)
+
+    def _halt(self, stop: threading.Event, exc: Exception) -> None:
+        """Sticky halt: close without checkpointing (the WAL stays as evidence), record the
+        cause and the next command in run/halt.json, then wait for `quill recover`."""
+        cause = {"cause": type(exc).__name__, "detail": str(exc), "at": time.time(),
+                 "cursor": str(self.cursor), "next": "quill recover"}
+        self._close(keep_wal=True)
+        if not status.try_publish(self.halt_path, cause):
+            self.log.error("writer.halt_unrecorded", path=str(self.halt_path))
+        self.log.critical("writer.halt", **cause)
+        self._idle_halted(stop, cause)
 
     def _open(self, stop: threading.Event) -> bool:
         """Open the store and its guard, waiting out a full disk or a busy file (opening
@@ -116,12 +132,7 @@ class Writer:
                 busy = self.step()
                 backoff = self.cfg.poll_interval
             except CorruptError as exc:  # includes ReplacedError: sticky halt
-                cause = {"cause": type(exc).__name__, "detail": str(exc), "at": time.time(),
-                         "cursor": str(self.cursor), "next": "quill recover"}
-                self._close(keep_wal=True)
-                status.publish(self.halt_path, cause)
-                self.log.critical("writer.halt", **cause)
-                self._idle_halted(stop, cause)
+                self._halt(stop, exc)
                 return
             except (TransientError, DiskFullError, StoreIOError) as exc:
                 # Nothing of the failed chunk was committed: pause and retry. A full disk

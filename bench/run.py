@@ -17,21 +17,13 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from .report import _f
+
 from . import ingest, maintenance, scale, search, searchable
 from .common import PROFILES, machine, tempdir
 from .messages import real_stats
 
 SECTIONS = ("ingest", "searchable", "scale", "search", "maintenance")
-
-
-def _fmt(v: Any) -> str:
-    if v is None:
-        return "–"
-    if isinstance(v, float):
-        return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.2f}"
-    if isinstance(v, int):
-        return f"{v:,d}"
-    return str(v)
 
 
 def targets(res: dict[str, Any]) -> list[dict[str, Any]]:
@@ -87,8 +79,8 @@ def tables(res: dict[str, Any], console: Console) -> None:
         for c in ("system", "batch", "procs", "msgs/s", "p50 ms", "p99 ms", "CPU ms/call", "Quill ×", "errors"):
             t.add_column(c, justify="right" if c != "system" else "left")
         for r in res["ingest"]["rows"]:
-            t.add_row(r["system"], str(r["batch"]), str(r["procs"]), _fmt(r["msgs_per_s"]), _fmt(r["p50_ms"]),
-                      _fmt(r["p99_ms"]), _fmt(r["cpu_ms_per_call"]), _fmt(r["quill_speedup"]), str(r["errors"]))
+            t.add_row(r["system"], str(r["batch"]), str(r["procs"]), _f(r["msgs_per_s"]), _f(r["p50_ms"]),
+                      _f(r["p99_ms"]), _f(r["cpu_ms_per_call"]), _f(r["quill_speedup"]), str(r["errors"]))
         console.print(t)
         for k, v in res["ingest"]["skipped"].items():
             console.print(f"  skipped {k}: {v}")
@@ -98,8 +90,8 @@ def tables(res: dict[str, Any], console: Console) -> None:
         for c in ("chunk", "rows/txn", "Quill msgs/s", "raw FTS msgs/s", "Quill / raw"):
             t.add_column(c, justify="right")
         for e in s["sweep"]:
-            t.add_row(str(e["chunk"]), str(e["effective_rows_per_txn"]), _fmt(e["quill"]["msgs_per_s"]),
-                      _fmt(e["raw_fts"]["msgs_per_s"]), _fmt(e["quill_vs_raw_fts"]))
+            t.add_row(str(e["chunk"]), str(e["effective_rows_per_txn"]), _f(e["quill"]["msgs_per_s"]),
+                      _f(e["raw_fts"]["msgs_per_s"]), _f(e["quill_vs_raw_fts"]))
         console.print(t)
         a = s["at500"]
         console.print(f"  chunk 500: Quill {a['quill']:,.0f}/s · raw FTS {a['raw_fts']:,.0f}/s · no-FTS ceiling "
@@ -110,8 +102,8 @@ def tables(res: dict[str, Any], console: Console) -> None:
             t.add_column(c, justify="right" if c != "query" else "left")
         for k, v in sr["quill"].items():
             nv = (sr.get("naive") or {}).get(k)
-            t.add_row(k, _fmt(v["p50_ms"]), _fmt(v["p95_ms"]), str(v["hits"]),
-                      _fmt(nv["p50_ms"]) if nv else "–", _fmt((sr.get("naive_over_quill_p50") or {}).get(k)))
+            t.add_row(k, _f(v["p50_ms"]), _f(v["p95_ms"]), str(v["hits"]),
+                      _f(nv["p50_ms"]) if nv else "–", _f((sr.get("naive_over_quill_p50") or {}).get(k)))
         console.print(t)
     if res.get("maintenance"):
         m = res["maintenance"]
@@ -123,8 +115,8 @@ def tables(res: dict[str, Any], console: Console) -> None:
         for who in ("quill", "naive"):
             for ph in ("idle", "VACUUM", "FTS optimize", "TRUNCATE checkpoint"):
                 r = m[who][ph]
-                t.add_row(who, ph, _fmt(r["seconds"]), str(r["n"]), _fmt(r["p50_ms"]), _fmt(r["p99_ms"]),
-                          _fmt(r["max_ms"]), _fmt(r.get("p99_over_idle")), _fmt(r.get("fsync_probe_p99_ms")))
+                t.add_row(who, ph, _f(r["seconds"]), str(r["n"]), _f(r["p50_ms"]), _f(r["p99_ms"]),
+                          _f(r["max_ms"]), _f(r.get("p99_over_idle")), _f(r.get("fsync_probe_p99_ms")))
         console.print(t)
     if res.get("scale"):
         sc = res["scale"]
@@ -135,10 +127,10 @@ def tables(res: dict[str, Any], console: Console) -> None:
         for x in sc["sizes"]:
             q = x.get("search") or {}
             pv = x.get("prune_vacuum") or {}
-            t.add_row(f"{x['messages']:,}", _fmt(x["ingest"]["msgs_per_s"]), _fmt(x["ingest"]["rss_peak_mb"]),
-                      _fmt(x["ingest"]["spool_bytes"] / 2**20), _fmt(x["ingest"]["db_bytes"] / 2**20),
-                      _fmt((q.get("rare word") or {}).get("p50_ms")), _fmt((q.get("common word") or {}).get("p50_ms")),
-                      _fmt(pv.get("prune_s")), _fmt(pv.get("vacuum_s")))
+            t.add_row(f"{x['messages']:,}", _f(x["ingest"]["msgs_per_s"]), _f(x["ingest"]["rss_peak_mb"]),
+                      _f(x["ingest"]["spool_bytes"] / 2**20), _f(x["ingest"]["db_bytes"] / 2**20),
+                      _f((q.get("rare word") or {}).get("p50_ms")), _f((q.get("common word") or {}).get("p50_ms")),
+                      _f(pv.get("prune_s")), _f(pv.get("vacuum_s")))
         console.print(t)
         for k, g in (sc.get("growth") or {}).items():
             console.print(f"  {k}: exponent {g['exponent']} → {g['verdict']}")
@@ -147,7 +139,7 @@ def tables(res: dict[str, Any], console: Console) -> None:
         t.add_column(c)
     for x in res.get("targets", []):
         style = {"PASS": "green", "FAIL": "red"}.get(x["result"], "yellow")
-        t.add_row(x["target"], _fmt(x["measured"]), x["goal"], f"[{style}]{x['result']}[/{style}]"
+        t.add_row(x["target"], _f(x["measured"]), x["goal"], f"[{style}]{x['result']}[/{style}]"
                   + (f" ({x['note']})" if x["note"] else ""))
     console.print(t)
 

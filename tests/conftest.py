@@ -60,6 +60,34 @@ class QuillCLI:
         raise AssertionError(f"fleet not idle after {timeout} s: {self.status()}")
 
 
+def worker_pids(home: Path, timeout: float = 30) -> list[int]:
+    """Pids of writer, scheduler and consumer once each has published its status."""
+    files = [home / "run" / f"{r}.json" for r in ("writer", "scheduler", "consumer")]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not all(p.exists() for p in files):
+        time.sleep(0.1)
+    return [json.loads(p.read_text())["pid"] for p in files]
+
+
+def damage_pages(db: Path, table: str, count: int = 3, leaves_only: bool = False) -> None:
+    """Overwrite ``count`` pages from the middle of ``table``'s b-tree with random bytes
+    (located with the dbstat virtual table on a read-only connection)."""
+    from store.connection import open_reader
+    conn = open_reader(db)
+    try:
+        where = " AND pagetype = 'leaf'" if leaves_only else ""
+        pages = [r[0] for r in conn.execute(f"SELECT pageno FROM dbstat WHERE name = ?{where} ORDER BY pageno",
+                                            (table,))]
+        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+    finally:
+        conn.close()
+    assert len(pages) > count, f"{table} has only {len(pages)} pages"
+    with open(db, "r+b") as f:
+        for p in pages[len(pages) // 2: len(pages) // 2 + count]:
+            f.seek((p - 1) * page_size)
+            f.write(os.urandom(page_size))
+
+
 def stop_fleet(proc: subprocess.Popen, timeout: float = 30) -> int:
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)

@@ -14,7 +14,7 @@ from store import Reader
 from store.errors import CantOpenError, LeaseHeldError
 from store.lease import Lease, read_holder
 
-from .conftest import stop_fleet
+from .conftest import stop_fleet, worker_pids
 
 BATCHES, PER_BATCH = 1000, 20
 
@@ -99,11 +99,7 @@ def test_push_wait_gives_read_your_writes(quill, home, fleet):
 
 def test_sigterm_stops_every_child(quill, home):
     fleet = quill.start_fleet()
-    status_files = [home / "run" / f"{r}.json" for r in ("writer", "scheduler", "consumer")]
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not all(p.exists() for p in status_files):
-        time.sleep(0.1)
-    pids = [json.loads(p.read_text())["pid"] for p in status_files]
+    pids = worker_pids(home)
     assert stop_fleet(fleet) == 0
     for pid in pids:
         assert pid and not _alive(pid)
@@ -124,11 +120,7 @@ def _alive(pid: int) -> bool:
 
 def test_kill_9_of_the_supervisor_takes_its_children_down(quill, home):
     fleet = quill.start_fleet()
-    status_files = [home / "run" / f"{r}.json" for r in ("writer", "scheduler", "consumer")]
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not all(p.exists() for p in status_files):
-        time.sleep(0.1)
-    pids = [json.loads(p.read_text())["pid"] for p in status_files]
+    pids = worker_pids(home)
     fleet.send_signal(signal.SIGKILL)
     fleet.wait()
     deadline = time.monotonic() + 20

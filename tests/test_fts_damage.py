@@ -3,14 +3,13 @@ to a scan and says so, and the rebuild job restores them. Real page overwrites."
 from __future__ import annotations
 
 import json
-import os
 import time
 
 from store import Reader
 from store.fts_repair import classify, detach
 from store.connection import open_reader
 
-from .conftest import stop_fleet
+from .conftest import damage_pages, stop_fleet
 from .semantics_helpers import Store
 
 
@@ -18,20 +17,6 @@ def _push(quill, session, start, n, word):
     lines = "\n".join(json.dumps({"role": "user", "id": f"{session}-{i}", "content": f"{word} number {i} lorem ipsum"})
                       for i in range(start, start + n))
     quill.run("push", "--session", session, input=lines)
-
-
-def _damage_fts_pages(db):
-    conn = open_reader(db)
-    try:
-        pages = [r[0] for r in conn.execute("SELECT pageno FROM dbstat WHERE name = 'messages_fts_data' ORDER BY pageno")]
-        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
-    finally:
-        conn.close()
-    assert len(pages) > 4
-    with open(db, "r+b") as f:
-        for p in pages[len(pages) // 2: len(pages) // 2 + 3]:
-            f.seek((p - 1) * page_size)
-            f.write(os.urandom(page_size))
 
 
 def test_detached_index_search_scans_and_says_so(tmp_path, quill, home):
@@ -54,7 +39,7 @@ def test_damaged_fts_pages_are_detected_writes_go_on_and_rebuild_restores_search
         quill.wait_idle()
     finally:
         assert stop_fleet(fleet) == 0
-    _damage_fts_pages(home / "state.db")
+    damage_pages(home / "state.db", "messages_fts_data")
     conn = open_reader(home / "state.db")
     try:
         damaged = classify(conn)

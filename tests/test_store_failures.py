@@ -12,7 +12,7 @@ import apsw
 
 from store import Reader
 
-from .conftest import stop_fleet
+from .conftest import damage_pages, stop_fleet
 
 
 def _push(quill, session: str, start: int, n: int) -> None:
@@ -38,6 +38,17 @@ def _ids(home) -> list[str]:
 
 def _expect(session: str, n: int) -> list[str]:
     return sorted(f"{session}-{i}" for i in range(n))
+
+
+def _seed_and_snapshot(quill, session: str, n: int) -> None:
+    """With a fleet of its own: push ``n`` messages, wait until applied, take a snapshot, stop."""
+    fleet = quill.start_fleet()
+    try:
+        _push(quill, session, 0, n)
+        quill.wait_idle()
+        quill.run("snapshot")
+    finally:
+        assert stop_fleet(fleet) == 0
 
 
 def _recover_and_check(quill, home, session, n):
@@ -139,13 +150,7 @@ def test_doctor_reports_halt_and_exits_1(quill, home, fleet):
 
 
 def test_a_deleted_store_with_collected_history_halts_instead_of_starting_empty(quill, home):
-    fleet = quill.start_fleet()
-    try:
-        _push(quill, "g", 0, 60)
-        quill.wait_idle()
-        quill.run("snapshot")
-    finally:
-        assert stop_fleet(fleet) == 0
+    _seed_and_snapshot(quill, "g", 60)
     for suffix in ("", "-wal", "-shm"):
         path = home / f"state.db{suffix}"
         if path.exists():
@@ -244,29 +249,9 @@ def test_recover_refuses_to_rebuild_from_a_spool_missing_its_history(quill, home
     assert forced.returncode == 0 and "WARNING" in forced.stderr
 
 
-def _damage_table_pages(db, table, count=3):
-    conn = apsw.Connection(f"file:{db}?mode=ro", flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
-    try:
-        pages = [r[0] for r in conn.execute("SELECT pageno FROM dbstat WHERE name = ? AND pagetype = 'leaf' "
-                                            "ORDER BY pageno", (table,))]
-        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
-    finally:
-        conn.close()
-    with open(db, "r+b") as f:
-        for p in pages[len(pages) // 2: len(pages) // 2 + count]:
-            f.seek((p - 1) * page_size)
-            f.write(os.urandom(page_size))
-
-
 def test_quick_check_finding_damage_in_messages_halts_the_writer(quill, home):
-    fleet = quill.start_fleet()
-    try:
-        _push(quill, "q", 0, 400)
-        quill.wait_idle()
-        quill.run("snapshot")
-    finally:
-        assert stop_fleet(fleet) == 0
-    _damage_table_pages(home / "state.db", "messages")
+    _seed_and_snapshot(quill, "q", 400)
+    damage_pages(home / "state.db", "messages", leaves_only=True)
     fleet = quill.start_fleet()
     try:
         out = quill.run("jobs", "run", "quick_check", "--wait", "60", "--json", check=False)

@@ -27,6 +27,7 @@ class JobSpec:
     retries: int = 2
     retry_delay: float = 30.0
     needs_idle: bool = False       # store jobs only: wait until the spool is drained
+    timeout: float | None = None   # worker jobs: seconds before huey interrupts a hung run
 
 
 JOBS: tuple[JobSpec, ...] = (
@@ -36,6 +37,9 @@ JOBS: tuple[JobSpec, ...] = (
     JobSpec("fts_optimize", "store", store_jobs.fts_optimize,
             "merge the FTS5 index into one b-tree (fewer segments, faster queries)",
             "cron", {"hour": 3, "minute": 30}, needs_idle=True),
+    JobSpec("fts_merge", "store", store_jobs.fts_merge,
+            "one bounded incremental FTS5 merge step (segments stay few between optimizes)",
+            "interval", {"minutes": 30}),
     JobSpec("fts_rebuild", "store", store_jobs.fts_rebuild,
             "rebuild search indexes detached after damage (queued automatically when found)",
             None, {}),
@@ -60,18 +64,20 @@ JOBS: tuple[JobSpec, ...] = (
             "PRAGMA quick_check on a read-only connection",
             "cron", {"hour": 4, "minute": 0},
             params=lambda cfg: {"db_path": str(cfg.state_db), "queue_db": str(cfg.queue_db)},
-            retries=0),  # a failed check is a finding, not a transient error: never re-run it
+            retries=0, timeout=3600),  # a failed check is a finding, not a transient error
     JobSpec("snapshot", "worker", worker_jobs.snapshot,
             "verified backup-API snapshot stamped with its spool position",
             "interval", {"hours": 6},
             params=lambda cfg: {"db_path": str(cfg.state_db), "snapshots_dir": str(cfg.snapshots_dir),
-                                "keep": cfg.snapshot_keep}),
+                                "keep": cfg.snapshot_keep},
+            timeout=3600),
     JobSpec("spool_gc", "worker", worker_jobs.spool_gc,
             "delete spool segments that are applied, snapshot-covered and past retention",
             "interval", {"hours": 1},
             params=lambda cfg: {"spool_dir": str(cfg.spool_dir), "db_path": str(cfg.state_db),
                                 "snapshots_dir": str(cfg.snapshots_dir),
-                                "retention_s": cfg.spool_retention_s}),
+                                "retention_s": cfg.spool_retention_s},
+            timeout=600),
 )
 
 BY_NAME: dict[str, JobSpec] = {j.name: j for j in JOBS}

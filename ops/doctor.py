@@ -17,6 +17,7 @@ import apsw
 
 from spool import Position, Quarantine, SpoolReader
 from spool.reader import stats
+from store.connection import MIN_SQLITE
 from store.errors import StoreError
 from store.lease import holder_alive, read_holder
 from store.reads import Reader
@@ -24,7 +25,6 @@ from workers import status
 
 from .config import Config
 
-MIN_SQLITE = (3, 51, 3)
 FREE_WARN_BYTES = 1 << 30
 
 

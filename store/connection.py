@@ -17,7 +17,7 @@ from pathlib import Path
 import apsw
 
 from . import schema
-from .errors import mapped
+from .errors import CantOpenError, mapped
 
 #: The writer waits this long for a lock before SQLITE_BUSY (ms). Only readers and the
 #: backup API can contend with the single writer, and they hold locks briefly.
@@ -31,11 +31,26 @@ def reader_uri(path: Path) -> str:
     return "file:" + urllib.parse.quote(str(Path(path).resolve())) + "?mode=ro"
 
 
+#: SQLite before 3.51.3 can corrupt a WAL database when the WAL is reset while another
+#: connection checkpoints (the WAL-reset bug, fixed in 3.51.3; DESIGN.md "The store").
+MIN_SQLITE = (3, 51, 3)
+
+
+def check_sqlite_version(version: str | None = None) -> None:
+    """Raise ``CantOpenError`` if the SQLite that apsw links has the WAL-reset bug."""
+    version = version or apsw.sqlite_lib_version()
+    if tuple(int(x) for x in version.split(".")[:3]) < MIN_SQLITE:
+        raise CantOpenError(f"SQLite {version} has the WAL-reset corruption bug; Quill needs "
+                            f"≥ {'.'.join(map(str, MIN_SQLITE))} (upgrade apsw)")
+
+
 def open_writer(path: Path, *, synchronous: str = "NORMAL") -> apsw.Connection:
     """Open (creating if needed) ``state.db`` for writing and bring its schema to v1.
 
-    Only the process holding the writer lease may call this. Raises the store error tree.
+    Only the process holding the writer lease may call this. Raises the store error tree,
+    ``CantOpenError`` included when the linked SQLite has the WAL-reset bug.
     """
+    check_sqlite_version()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with mapped():

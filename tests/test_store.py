@@ -183,3 +183,13 @@ def test_a_poison_record_is_quarantined_and_the_drain_goes_on(env, op, data):
     assert result.applied == 1 and read_cursor(conn) == tuple(entries[-1].next)
     with Reader(tmp / "state.db") as r:
         assert [m["content"] for m in r.get_messages("ok")] == ["after"]
+
+
+def test_a_sqlite_with_the_wal_reset_bug_is_refused():
+    from store.connection import check_sqlite_version
+    from store.errors import CantOpenError
+    check_sqlite_version("3.51.3")
+    check_sqlite_version("3.54.1")
+    for bad in ("3.51.2", "3.45.0", "3.40.1"):
+        with pytest.raises(CantOpenError):
+            check_sqlite_version(bad)

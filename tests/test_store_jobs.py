@@ -61,3 +61,29 @@ def test_idle_only_jobs_wait_for_the_drain_and_failures_are_retried(store, tmp_p
     [retry] = queues.store.scheduled()
     assert retry.retries == 1 and retry.eta is not None
     assert json.loads(store.conn.execute("SELECT figures FROM job_runs WHERE outcome='ok'").fetchone()[0])
+
+
+def test_fts_merge_and_optimize_keep_search_answers_unchanged(store):
+    from jobs.store_jobs import fts_merge, fts_optimize
+    _fill(store, sessions=5, per=40)
+    with store.reader() as r:
+        before = [h["message_id"] for h in r.search("lorem", limit=50)]
+    merged = fts_merge(store.conn, pages=50)
+    assert isinstance(merged["pages_written"], int) and merged["pages_written"] >= 0
+    fts_optimize(store.conn)
+    with store.reader() as r:
+        assert [h["message_id"] for h in r.search("lorem", limit=50)] == before
+
+
+def test_snapshots_are_verified_stamped_and_only_the_newest_n_kept(store, tmp_path):
+    from jobs.worker_jobs import latest_snapshot, snapshot
+    _fill(store, sessions=2, per=5)
+    out = tmp_path / "snaps"
+    results = [snapshot(str(tmp_path / "state.db"), str(out), keep=2) for _ in range(3)]
+    kept = sorted(p.name for p in out.glob("snapshot-*.db"))
+    first = results[0]["path"].rsplit("/", 1)[-1]
+    assert len(kept) == 2 and results[1]["removed"] == [] and results[2]["removed"] == [first]
+    path, position = latest_snapshot(out)
+    assert str(position) == results[-1]["position"] and path.name == kept[-1]
+    from store.recovery import integrity
+    assert integrity(path) == ["ok"]

@@ -1,4 +1,5 @@
-"""The job-worker process: a huey consumer for jobs that do not write the store.
+"""The job-worker process: a huey consumer (one worker process) for jobs that do not write
+the store.
 
 It publishes ``run/consumer.json`` with the number of tasks in flight (through huey's
 signals) so "idle" can be decided without guessing.
@@ -34,7 +35,9 @@ def run(cfg: Config, log: Any) -> None:
 
     status.publish(path, {"in_flight": 0})
     log.info("consumer.started")
-    consumer = queues.worker.create_consumer(workers=1, worker_type="thread", periodic=False,
+    # A worker *process*: huey enforces task timeouts there (SIGALRM), so a hung snapshot or
+    # check is interrupted instead of blocking every later job.
+    consumer = queues.worker.create_consumer(workers=1, worker_type="process", periodic=False,
                                              initial_delay=0.05, max_delay=1.0)
     consumer.run()
     log.info("consumer.stopped")

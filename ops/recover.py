@@ -17,7 +17,9 @@ from spool import Position
 from spool.segments import list_segments
 from store.errors import CorruptError, LeaseHeldError
 from store.lease import Lease
+from store import index_slice, open_writer
 from store.recovery import integrity, stamp_generation, swap_in
+from store.salvage import salvage
 from workers import status
 
 from .config import Config
@@ -65,6 +67,14 @@ def rebuild(cfg: Config, progress: Progress | None = None, *, accept_loss: bool 
         os.chmod(work, 0o600)
     result = replay(cfg.spool_dir, work, None, chunk_rows=cfg.chunk_rows, synchronous=cfg.synchronous,
                     progress=progress)
+    if gap and cfg.state_db.exists():  # history is missing from the spool: take what the old file still has
+        conn = open_writer(work, synchronous=cfg.synchronous)
+        try:
+            result["salvage"] = salvage(cfg.state_db, conn)
+            while index_slice(conn):
+                pass
+        finally:
+            conn.close()
     stamp_generation(work)
     check = integrity(work)
     if check != ["ok"]:

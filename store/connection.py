@@ -69,10 +69,13 @@ def open_writer(path: Path, *, synchronous: str = "NORMAL") -> apsw.Connection:
     return conn
 
 
-def open_reader(path: Path) -> apsw.Connection:
-    """Open ``state.db`` read-only. Raises ``CantOpenError`` when it does not exist yet."""
+def open_reader(path: Path, *, vfs: str | None = None) -> apsw.Connection:
+    """Open ``state.db`` read-only. Raises ``CantOpenError`` when it does not exist yet.
+    ``vfs`` names a registered SQLite VFS (default: the OS one); tests use it to inject I/O
+    faults without mocking anything above SQLite."""
     with mapped():
-        conn = apsw.Connection(reader_uri(path), flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+        conn = apsw.Connection(reader_uri(path), flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI,
+                               **({"vfs": vfs} if vfs else {}))
         conn.set_busy_timeout(READER_BUSY_MS)
     return conn
 

@@ -8,8 +8,10 @@ delegates to the modules that own each rule: ``projections`` (model / display / 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,18 +20,43 @@ import apsw
 from . import lineage, listing, projections
 from . import search as search_mod
 from .connection import open_reader
-from .errors import CantOpenError, mapped
+from .errors import CantOpenError, StoreIOError, mapped
 from .indexer import fts_state, indexed_upto
 from .projections import PROJECTION_STATES, message_dict  # noqa: F401  (re-exported API)
 from .search import snippet  # noqa: F401  (re-exported API)
 
 
-class Reader:
-    """A read-only view of a store file. Raises ``CantOpenError`` if it does not exist."""
+#: A read that fails with an I/O error is retried on the same connection this many times,
+#: ``IO_RETRY_DELAY_S`` × attempt apart: transient EIO (network filesystems, a busy disk)
+#: should not fail a UI's read; a persistent one still surfaces as ``StoreIOError``.
+IO_RETRIES = 3
+IO_RETRY_DELAY_S = 0.05
 
-    def __init__(self, db_path: Path):
+
+def _retry_io(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Retry a read-only method on ``StoreIOError`` (reads are idempotent)."""
+    @functools.wraps(method)
+    def run(self: "Reader", *args: Any, **kwargs: Any) -> Any:
+        for attempt in range(1, IO_RETRIES + 1):
+            try:
+                return method(self, *args, **kwargs)
+            except (StoreIOError, apsw.IOError) as exc:
+                if attempt == IO_RETRIES:
+                    raise (exc if isinstance(exc, StoreIOError) else StoreIOError(str(exc))) from exc
+                if self.conn.in_transaction:
+                    self.conn.execute("ROLLBACK")
+                time.sleep(IO_RETRY_DELAY_S * attempt)
+        raise AssertionError("unreachable")
+    return run
+
+
+class Reader:
+    """A read-only view of a store file. Raises ``CantOpenError`` if it does not exist.
+    Every public read retries briefly after an I/O error (``IO_RETRIES``)."""
+
+    def __init__(self, db_path: Path, *, vfs: str | None = None):
         self.path = Path(db_path)
-        self.conn: apsw.Connection = open_reader(self.path)
+        self.conn: apsw.Connection = open_reader(self.path, vfs=vfs)
         with mapped():
             version = self.conn.execute("PRAGMA user_version").fetchone()[0]
         if version == 0:  # the writer created the file but has not committed the schema yet
@@ -57,8 +84,10 @@ class Reader:
             try:
                 yield self.conn
             finally:
-                self.conn.execute("COMMIT")
+                if self.conn.in_transaction:  # an I/O error makes SQLite roll back by itself
+                    self.conn.execute("COMMIT")
 
+    @_retry_io
     def get_messages(self, session_id: str, projection: str = "display", *, limit: int | None = None,
                      offset: int = 0, latest: bool = False, after_id: int | None = None) -> list[dict[str, Any]]:
         """Messages of a session in ``projection``, oldest first (``projections.read``):
@@ -68,6 +97,7 @@ class Reader:
             return projections.read(conn, session_id, projection, limit=limit, offset=offset,
                                     latest=latest, after_id=after_id)
 
+    @_retry_io
     def export(self, session_id: str) -> dict[str, Any] | None:
         """``{"session": …, "messages": display transcript, "chain": root→tip ids}`` or None."""
         with self.snapshot() as conn:
@@ -77,6 +107,7 @@ class Reader:
             return {"session": session, "chain": lineage.compression_chain(conn, session_id),
                     "messages": projections.read(conn, session_id, "display")}
 
+    @_retry_io
     def get_session(self, session_id: str) -> dict[str, Any] | None:
         """One session row (``listing.SESSION_KEYS`` + chain fields), or None."""
         with mapped():
@@ -84,6 +115,7 @@ class Reader:
                                          lineage="all")
         return rows[0] if rows else None
 
+    @_retry_io
     def list_sessions(self, *, source: str | None = None, limit: int = 50, include_hidden: bool = False,
                       **filters: Any) -> list[dict[str, Any]]:
         """Sessions most recently active first; see ``listing.list_sessions`` for the filters
@@ -92,17 +124,20 @@ class Reader:
             return listing.list_sessions(self.conn, source=source, limit=limit, include_hidden=include_hidden,
                                          **filters)
 
+    @_retry_io
     def is_empty(self, session_id: str) -> bool:
         """True when the session has no message row in any state (an EXISTS probe)."""
         with mapped():
             return self.conn.execute("SELECT 1 FROM messages WHERE session_id = ? LIMIT 1",
                                      (session_id,)).fetchone() is None
 
+    @_retry_io
     def compression_chain(self, session_id: str) -> list[str]:
         """Session ids of the compression chain through ``session_id``, root → tip."""
         with mapped():
             return lineage.compression_chain(self.conn, session_id)
 
+    @_retry_io
     def search(self, text: str, *, limit: int = 20, session_id: str | None = None,
                role: str | None = None, source: str | None = None, projection: str = "display",
                **filters: Any) -> list[dict[str, Any]]:
@@ -113,6 +148,7 @@ class Reader:
             return search_mod.search(conn, text, limit=limit, session_id=session_id, role=role,
                                      source=source, projection=projection, **filters)
 
+    @_retry_io
     def job_runs(self, *, job: str | None = None, limit: int = 20) -> list[dict[str, Any]]:
         """Recent job runs, newest first: job, started_at, ended_at, outcome, figures, error."""
         sql = ("SELECT job, started_at, ended_at, outcome, figures, error FROM job_runs "
@@ -122,6 +158,7 @@ class Reader:
         return [{"job": r[0], "started_at": r[1], "ended_at": r[2], "outcome": r[3],
                  "figures": json.loads(r[4] or "{}"), "error": r[5]} for r in rows]
 
+    @_retry_io
     def search_health(self) -> dict[str, Any]:
         """``{"fts_state": ok|stale, "fts_pending": rows not yet indexed, "degraded": bool}``:
         degraded means results come partly from a bounded scan (index detached or behind)."""
@@ -132,6 +169,7 @@ class Reader:
         return {"fts_state": state, "fts_pending": pending,
                 "degraded": state != "ok" or pending > search_mod.SCAN_MAX_ROWS}
 
+    @_retry_io
     def figures(self) -> dict[str, Any]:
         """Counts and positions for ``quill status``: sessions, messages, cursor, FTS lag."""
         with mapped():

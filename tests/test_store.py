@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import string
 
+import apsw
+
 import pytest
 
 from spool import START, Spool, SpoolReader
@@ -193,3 +195,48 @@ def test_a_sqlite_with_the_wal_reset_bug_is_refused():
     for bad in ("3.51.2", "3.45.0", "3.40.1"):
         with pytest.raises(CantOpenError):
             check_sqlite_version(bad)
+
+
+class _FlakyVFS(apsw.VFS):
+    """The OS VFS, except that the next ``fail_reads`` reads raise SQLITE_IOERR."""
+
+    def __init__(self) -> None:
+        self.fail_reads = 0
+        self.injected = 0
+        super().__init__("quill-flaky", "")
+
+    def xOpen(self, name, flags):  # noqa: N802 (apsw's name)
+        return _FlakyFile(self, name, flags)
+
+
+class _FlakyFile(apsw.VFSFile):
+    def __init__(self, vfs, name, flags):
+        self.vfs = vfs
+        super().__init__("", name, flags)
+
+    def xRead(self, amount, offset):  # noqa: N802
+        if self.vfs.fail_reads > 0:
+            self.vfs.fail_reads -= 1
+            self.vfs.injected += 1
+            raise apsw.IOError("injected read error")
+        return super().xRead(amount, offset)
+
+
+def test_a_read_is_retried_after_an_io_error_and_a_persistent_one_surfaces(env):
+    from store.errors import StoreIOError
+    spool, conn, tmp = env
+    spool.append("messages.append", {"session_id": "io", "messages": [{"role": "user", "content": "x"}]})
+    drain(tmp, conn, [])
+    vfs = _FlakyVFS()
+    try:
+        with Reader(tmp / "state.db", vfs="quill-flaky") as r:
+            vfs.fail_reads = 1
+            assert r.figures()["messages"] == 1          # retried, then answered
+            assert vfs.injected == 1
+        with Reader(tmp / "state.db", vfs="quill-flaky") as r:  # a cold page cache
+            vfs.fail_reads = 100
+            with pytest.raises(StoreIOError):
+                r.get_messages("io")                     # persistent: surfaces, typed
+            assert vfs.injected > 1 + 1                  # it was retried before giving up
+    finally:
+        vfs.unregister()

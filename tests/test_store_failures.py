@@ -280,3 +280,21 @@ def test_truncated_store_halts_and_status_still_answers(quill, home, fleet):
     assert quill.run("doctor", check=False).returncode == 1
     _push(quill, "t", 50, 10)
     _recover_and_check(quill, home, "t", 60)
+
+
+def test_recover_salvages_rows_the_spool_no_longer_has(quill, home):
+    home.mkdir(parents=True)
+    (home / "config.toml").write_text("[spool]\nsegment_bytes = 1500\n")
+    for start in range(0, 60, 10):
+        _push(quill, "s", start, 10)
+    quill.run("run", "--until-idle", "--timeout", "60")
+    first = sorted((home / "spool").glob("*.jsonl"))[0]
+    first.unlink()  # lost outside Quill's rules: no snapshot covers it
+    proc = quill.run("recover", check=False)  # no halt, no writer: recover refuses the gap
+    assert proc.returncode == 1 and "--accept-loss" in proc.stderr
+    out = quill.json("recover", "--accept-loss", check=False)
+    assert out["salvage"]["salvaged_messages"] > 0 and out["salvage"]["unreadable_message_ids"] == 0
+    assert _ids(home) == _expect("s", 60)  # every message: replayed or salvaged from the old file
+    with Reader(home / "state.db") as r:
+        salvaged = r.conn.execute("SELECT count(*) FROM messages WHERE extra LIKE '%salvaged_from%'").fetchone()[0]
+    assert salvaged == out["salvage"]["salvaged_messages"]

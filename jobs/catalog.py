@@ -65,6 +65,11 @@ JOBS: tuple[JobSpec, ...] = (
             "cron", {"hour": 4, "minute": 0},
             params=lambda cfg: {"db_path": str(cfg.state_db), "queue_db": str(cfg.queue_db)},
             retries=0, timeout=3600),  # a failed check is a finding, not a transient error
+    JobSpec("integrity_check", "worker", worker_jobs.integrity_check,
+            "full PRAGMA integrity_check (indexes against tables); damage handled as by quick_check",
+            "cron", {"day_of_week": "sun", "hour": 5, "minute": 0},
+            params=lambda cfg: {"db_path": str(cfg.state_db), "queue_db": str(cfg.queue_db)},
+            retries=0, timeout=3 * 3600),
     JobSpec("snapshot", "worker", worker_jobs.snapshot,
             "verified backup-API snapshot stamped with its spool position",
             "interval", {"hours": 6},

@@ -55,19 +55,27 @@ def spool_gc(spool_dir: str, db_path: str, snapshots_dir: str,
     return {**result, "applied": cursor, "snapshot": str(snap[1]) if snap else None}
 
 
-def quick_check(db_path: str, queue_db: str | None = None) -> dict[str, Any]:
+def integrity_check(db_path: str, queue_db: str | None = None) -> dict[str, Any]:
+    """The full ``PRAGMA integrity_check`` (also verifies index contents against their
+    tables; slower than quick_check), with quick_check's damage handling."""
+    return quick_check(db_path, queue_db, pragma="integrity_check")
+
+
+def quick_check(db_path: str, queue_db: str | None = None, pragma: str = "quick_check") -> dict[str, Any]:
     """``PRAGMA quick_check`` on a read-only connection (~20–26 s at 1M messages, so it is
     scheduled, never on the drain path; SQLite ≥ 3.44 checks FTS5 indexes too).
 
     On damage, the damaged tables are identified (``fts_repair.classify``); if only the
     search indexes are damaged and ``queue_db`` is given, the writer is asked to detach and
     rebuild them. Raises ``CorruptError`` naming the damaged tables either way."""
+    if pragma not in ("quick_check", "integrity_check"):
+        raise ValueError(f"unknown check {pragma!r}")
     start = time.monotonic()
     conn = open_reader(Path(db_path))
     try:
         try:
             with mapped():
-                rows = [r[0] for r in conn.execute("PRAGMA quick_check")]
+                rows = [r[0] for r in conn.execute(f"PRAGMA {pragma}")]
         except CorruptError as exc:
             rows = [str(exc)]
         damaged = fts_repair.classify(conn) if rows != ["ok"] else None
@@ -87,8 +95,8 @@ def quick_check(db_path: str, queue_db: str | None = None) -> dict[str, Any]:
             followups.append(("fts_rebuild", {}))
         else:  # damage in the store's own tables (or unattributed): the writer must stop
             followups.append(("declare_corrupt", {"generation": generation,
-                                                  "detail": f"quick_check found damage: {damaged} ({'; '.join(rows[:3])})"}))
-    raise DamageFound(followups,f"quick_check of {db_path} failed; damaged tables: canonical={damaged['canonical']} "
+                                                  "detail": f"{pragma} found damage: {damaged} ({'; '.join(rows[:3])})"}))
+    raise DamageFound(followups, f"{pragma} of {db_path} failed; damaged tables: canonical={damaged['canonical']} "
                        f"fts={damaged['fts']}" + ("; search indexes detached, rebuild queued" if fts_only and queue_db
                                                   else "; the writer was asked to halt" if queue_db else "")
                        + f" ({'; '.join(rows[:3])})")

@@ -87,3 +87,10 @@ def test_snapshots_are_verified_stamped_and_only_the_newest_n_kept(store, tmp_pa
     assert str(position) == results[-1]["position"] and path.name == kept[-1]
     from store.recovery import integrity
     assert integrity(path) == ["ok"]
+
+
+def test_integrity_check_passes_on_a_healthy_store(store, tmp_path):
+    from jobs.worker_jobs import integrity_check, quick_check
+    _fill(store, sessions=2, per=5)
+    assert integrity_check(str(tmp_path / "state.db"))["result"] == "ok"
+    assert quick_check(str(tmp_path / "state.db"))["result"] == "ok"

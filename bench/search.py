@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .alternatives import NAIVE_DDL, Naive, naive_row
+from .alternatives import Naive, naive_row
 from .common import ms, pct, ratio
 from .messages import CJK, COMMON, PHRASE, RARE, SUBSTRING, calls, synthetic_messages
 

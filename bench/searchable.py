@@ -23,7 +23,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import apsw
 
 from .alternatives import Naive
 from .common import ratio, tempdir

@@ -22,8 +22,6 @@ from . import search as search_mod
 from .connection import open_reader
 from .errors import CantOpenError, StoreIOError, mapped
 from .indexer import fts_state, indexed_upto
-from .projections import PROJECTION_STATES, message_dict  # noqa: F401  (re-exported API)
-from .search import snippet  # noqa: F401  (re-exported API)
 
 
 #: A read that fails with an I/O error is retried on the same connection this many times,

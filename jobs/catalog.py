@@ -27,7 +27,7 @@ class JobSpec:
     retries: int = 2
     retry_delay: float = 30.0
     needs_idle: bool = False       # store jobs only: wait until the spool is drained
-    timeout: float | None = None   # worker jobs: seconds before huey interrupts a hung run
+    timeout: float | None = None   # worker jobs: seconds before the supervisor kills a hung run
 
 
 JOBS: tuple[JobSpec, ...] = (

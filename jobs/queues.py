@@ -62,7 +62,7 @@ def build(queue_db: Path) -> Queues:
                 name=spec.name, retries=spec.retries, retry_delay=spec.retry_delay)(spec.func)
         else:
             queues.tasks[spec.name] = queues.worker.task(
-                name=spec.name, retries=spec.retries, retry_delay=spec.retry_delay, timeout=spec.timeout)(
+                name=spec.name, retries=spec.retries, retry_delay=spec.retry_delay)(
                     _recorded(spec, queues))
     return queues
 

@@ -52,6 +52,9 @@ def run(ctx: click.Context, until_idle: bool, timeout: float | None) -> None:
     from . import logs
 
     cfg = _cfg(ctx)
+    holder = read_holder(cfg.run_dir / "fleet.lock")
+    if holder and holder_alive(holder):
+        raise click.ClickException(f"a fleet is already running on {cfg.home} (supervisor pid {holder['pid']})")
     cfg.ensure_dirs()
     log = logs.configure(cfg.logs_dir, "supervisor", stderr=False)
     click.echo(f"quill: fleet on {cfg.home} ({'until idle' if until_idle else 'Ctrl-C to stop'}); logs in {cfg.logs_dir}",

@@ -12,7 +12,7 @@ import psutil
 import click
 from rich.markup import escape
 
-from spool import Position, Quarantine
+from spool import Position, Quarantine, SpoolReader
 from spool.reader import stats as spool_stats
 from store.errors import CantOpenError, StoreError
 from store.lease import holder_alive, read_holder
@@ -68,11 +68,6 @@ def _epoch(value: str | None) -> float | None:
     return parsed.timestamp()
 
 
-def _escaped(rows: list[dict[str, Any]], *keys: str) -> list[dict[str, Any]]:
-    """Copies of ``rows`` whose text ``keys`` are escaped for rich markup ("[summary]" stays)."""
-    return [{**r, **{k: escape(r[k]) for k in keys if isinstance(r.get(k), str)}} for r in rows]
-
-
 def _tristate(value: str | None) -> bool | None:
     return None if value is None else value == "yes"
 
@@ -105,7 +100,8 @@ def sessions_list(cfg: Any, source: str | None, limit: int, include_hidden: bool
     if as_json:
         render.emit_json(rows)
     else:
-        render.console().print(render.sessions_table(_escaped(rows, "title", "preview")))
+        con = render.console()
+        con.print(render.sessions_table(rows, con.width))
 
 
 @sessions.command(name="show")
@@ -182,7 +178,7 @@ def search(cfg: Any, query: str, limit: int, session_id: str | None, role: str |
     if as_json:
         render.emit_json(hits)
     else:
-        render.console().print(render.search_table(_escaped(hits, "snippet", "title"), query))
+        render.console().print(render.search_table(hits, query))
 
 
 def fleet_state(cfg: Any) -> dict[str, Any]:
@@ -221,9 +217,13 @@ def status(ctx: click.Context, as_json: bool) -> None:
     store = data["store"] or {}
     cursor = Position.parse(store["cursor"]) if store.get("cursor") else None
     data["spool"] = {**spool_stats(cfg.spool_dir, cursor), "quarantined": Quarantine(cfg.spool_dir).count()}
+    oldest = next((e.record.get("ts") for e in SpoolReader(cfg.spool_dir).read(cursor or Position(1, 0), max_bytes=1 << 20)
+                   if e.record), None) if data["spool"]["pending_bytes"] else None
+    data["spool"]["lag_s"] = round(time.time() - oldest, 1) if oldest else 0.0  # age of the oldest pending record
     # Read, never written: on a full disk no process can publish its status, so free space is
     # measured here. Below LOW_DISK_BYTES producers and the writer are about to stall.
-    free = shutil.disk_usage(cfg.home if cfg.home.exists() else cfg.home.parent).free
+    existing = next(p for p in (cfg.home, *cfg.home.parents) if p.exists())
+    free = shutil.disk_usage(existing).free
     data["disk"] = {"free_bytes": free, "low": free < LOW_DISK_BYTES}
     if as_json:
         render.emit_json(data)
@@ -263,7 +263,7 @@ def _print_status(d: dict[str, Any]) -> None:
                   "appends fail and the drain pauses until space returns")
     sp = d["spool"]
     con.print(f"spool    {sp['segments']} segment(s), {sp['bytes']} bytes, end {sp['end']}, "
-              f"{sp['pending_bytes']} bytes pending, {sp['quarantined']} quarantined")
+              f"{sp['pending_bytes']} bytes pending (lag {sp['lag_s']} s), {sp['quarantined']} quarantined")
     for run in d["jobs"][:5]:
         con.print(f"job      {run['job']:<15} {run['outcome']:<6} {render.when(run['started_at'])} {run.get('error') or ''}")
 

@@ -72,7 +72,7 @@ def run_checks(cfg: Config) -> list[dict[str, Any]]:
     halt = status.read(cfg.run_dir / "halt.json")
     out.append(_check("halt", not halt, "not halted" if not halt else
                       f"HALTED: {halt.get('cause')}: {halt.get('detail')} — run `{halt.get('next')}`"))
-    free = shutil.disk_usage(cfg.home if cfg.home.exists() else cfg.home.parent).free
+    free = shutil.disk_usage(next(p for p in (cfg.home, *cfg.home.parents) if p.exists())).free
     out.append(_check("free space", free > FREE_WARN_BYTES, f"{free} bytes free", warn_only=True))
     cursor = Position.parse(figures["cursor"]) if figures and figures.get("cursor") else None
     sp = stats(cfg.spool_dir, cursor) if cfg.spool_dir.exists() else {"pending_bytes": 0}

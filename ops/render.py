@@ -28,16 +28,34 @@ def when(ts: float | None) -> str:
     return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%d %H:%M")
 
 
-def sessions_table(rows: list[dict[str, Any]]) -> Table:
+def sessions_table(rows: list[dict[str, Any]], width: int = 120) -> Table:
+    """Sessions as a table that fits ``width`` columns. The id is what `sessions show` needs:
+    it folds over lines but is never cut, so on a narrow terminal the optional columns
+    (source, ended, last active) are dropped before the id could be squeezed."""
+    columns = ["id", "source", "title / preview", "msgs", "last active", "ended"]
+    if width < 110:
+        columns.remove("ended")
+        columns.remove("source")
+    if width < 80:
+        columns.remove("last active")
     table = Table(title=f"{len(rows)} session(s)", title_justify="left")
-    for col in ("id", "source", "title / preview", "msgs", "last active", "ended"):
-        # The id is what `sessions show` needs: never squeeze it away, fold it instead.
-        table.add_column(col, overflow="fold" if col == "id" else "ellipsis", no_wrap=col != "id",
-                         min_width=24 if col == "id" else (4 if col == "msgs" else None))
+    id_width = min(36, max(12, width // 3))
+    fixed = {"source": 12, "msgs": 5, "last active": 16, "ended": 12}
+    # rich shrinks wrapable columns first: cap the (non-wrapping) title so the id keeps room.
+    title_width = max(10, width - id_width - sum(fixed.get(c, 0) for c in columns) - 3 * len(columns) - 1)
+    for col in columns:
+        if col == "id":
+            table.add_column(col, overflow="fold", min_width=id_width)
+        elif col == "title / preview":
+            table.add_column(col, overflow="ellipsis", no_wrap=True, max_width=title_width)
+        else:
+            table.add_column(col, no_wrap=True, justify="right" if col == "msgs" else "left")
     for r in rows:
         label = r.get("title") or (r.get("preview") or "").replace("\n", " ")
-        table.add_row(escape(r["id"]), escape(r.get("source") or ""), escape(label[:60]), str(r["message_count"]),
-                      when(r.get("last_active")), escape(r.get("end_reason") or ""))
+        cells = {"id": escape(r["id"]), "source": escape(r.get("source") or ""), "title / preview": escape(label[:60]),
+                 "msgs": str(r["message_count"]), "last active": when(r.get("last_active")),
+                 "ended": escape(r.get("end_reason") or "")}
+        table.add_row(*(cells[c] for c in columns))
     return table
 
 

@@ -44,7 +44,7 @@ SELECT * FROM (
          s.meta
   FROM sessions s {{where}}
 ) {{outer}}
-ORDER BY coalesce(last_active, started_at) DESC, id LIMIT ?"""
+ORDER BY coalesce(last_active, started_at) DESC, id DESC LIMIT ?"""
 
 
 def _like_literal(text: str) -> str:

@@ -155,3 +155,26 @@ def test_a_crash_looping_writer_ends_until_idle_with_exit_6(quill, home):
     assert sup["state"] == "stopped" and sup["exit_code"] == 6 and sup["crash_loop"]["role"] == "writer"
     log = (home / "logs" / "supervisor.log").read_text()
     assert '"supervisor.crash_loop"' in log
+
+
+def _fleet_processes(home) -> list:
+    import psutil
+    out = []
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = p.info["cmdline"] or []
+        if str(home) in cmd and "workers" in cmd:
+            out.append(p)
+        elif p.pid != os.getpid() and any(str(home) in c for c in cmd) and "run" in cmd:
+            out.append(p)
+    return out
+
+
+def test_supervisor_killed_during_startup_leaves_no_worker_behind(quill, home):
+    fleet = quill.start_fleet()
+    time.sleep(0.3)  # children are still importing: they have not armed anything yet
+    fleet.send_signal(signal.SIGKILL)
+    fleet.wait()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and _fleet_processes(home):
+        time.sleep(0.2)
+    assert _fleet_processes(home) == []

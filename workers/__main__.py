@@ -9,18 +9,20 @@ import os
 import signal
 import sys
 import threading
-import time
 
 import click
 
 from ops import config, logs
 from store.errors import LeaseHeldError
 
+from .lifeline import follow_parent
+
 
 @click.command()
 @click.argument("role", type=click.Choice(["writer", "scheduler", "consumer"]))
 @click.option("--home", required=True, type=click.Path(file_okay=False))
-def main(role: str, home: str) -> None:
+@click.option("--parent", type=int, default=None, help="Supervisor pid: stop when it is gone.")
+def main(role: str, home: str, parent: int | None) -> None:
     os.umask(0o077)  # every file Quill creates is owner-only (DESIGN.md, "Data layout")
     cfg = config.load(home)
     cfg.ensure_dirs()
@@ -29,7 +31,8 @@ def main(role: str, home: str) -> None:
     if role != "consumer":  # huey's consumer installs its own handlers
         for s in (signal.SIGTERM, signal.SIGINT):
             signal.signal(s, lambda *_: stop.set())
-    _exit_with_parent(log)
+    if parent is not None:
+        follow_parent(parent, log)
     try:
         if role == "writer":
             from .writer import Writer
@@ -46,23 +49,6 @@ def main(role: str, home: str) -> None:
     except Exception:
         log.exception(f"{role}.crashed")
         raise
-
-
-def _exit_with_parent(log: object) -> None:
-    """If the supervisor dies (even by kill -9), stop: an orphaned writer would keep its lease
-    and block the next fleet. A daemon thread polls the parent pid and sends us SIGTERM, which
-    every role turns into a graceful stop."""
-    parent = os.getppid()
-
-    def watch() -> None:
-        while True:
-            time.sleep(0.5)
-            if os.getppid() != parent:
-                log.warning("worker.parent_gone", parent=parent)
-                os.kill(os.getpid(), signal.SIGTERM)
-                return
-
-    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
 if __name__ == "__main__":

@@ -1,15 +1,20 @@
-"""The job-worker process: a huey consumer (one worker process) for jobs that do not write
+"""The job-worker process: a huey consumer (one worker thread) for jobs that do not write
 the store.
 
-It publishes ``run/consumer.json`` with the number of tasks in flight (through huey's
-signals) so "idle" can be decided without guessing.
+It publishes ``run/consumer.json``: tasks in flight, and for the running one its name, start
+time and timeout (from the job catalog), through huey's signals. "Idle" is decided from it,
+and the supervisor kills and restarts a consumer whose job outlives its timeout — a thread
+cannot be interrupted, a process can, and the consumer has no child processes that could
+outlive it (huey's process workers did, after a kill -9).
 """
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from huey import signals
 
+from jobs import catalog
 from jobs.queues import build
 from ops.config import Config
 
@@ -25,19 +30,19 @@ def run(cfg: Config, log: Any) -> None:
     @queues.worker.signal(signals.SIGNAL_EXECUTING)
     def _started(signal: str, task: Any, *args: Any) -> None:
         in_flight["n"] += 1
-        status.publish(path, {"in_flight": in_flight["n"], "last": task.name})
+        spec = catalog.BY_NAME.get(task.name)
+        status.try_publish(path, {"in_flight": in_flight["n"], "last": task.name, "started_at": time.time(),
+                                  "timeout": spec.timeout if spec else None})
 
     @queues.worker.signal(signals.SIGNAL_COMPLETE, signals.SIGNAL_ERROR, signals.SIGNAL_RETRYING)
     def _finished(signal: str, task: Any, *args: Any) -> None:
         if signal != signals.SIGNAL_RETRYING:
             in_flight["n"] = max(0, in_flight["n"] - 1)
-        status.publish(path, {"in_flight": in_flight["n"], "last": task.name, "last_signal": signal})
+        status.try_publish(path, {"in_flight": in_flight["n"], "last": task.name, "last_signal": signal})
 
     status.publish(path, {"in_flight": 0})
     log.info("consumer.started")
-    # A worker *process*: huey enforces task timeouts there (SIGALRM), so a hung snapshot or
-    # check is interrupted instead of blocking every later job.
-    consumer = queues.worker.create_consumer(workers=1, worker_type="process", periodic=False,
+    consumer = queues.worker.create_consumer(workers=1, worker_type="thread", periodic=False,
                                              initial_delay=0.05, max_delay=1.0)
     consumer.run()
     log.info("consumer.stopped")

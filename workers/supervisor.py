@@ -6,6 +6,7 @@
   60 s is a crash loop: it is logged and shown by ``quill status``, and restarts slow to one a
   minute (the others keep running: producers never depend on the fleet). With
   ``until_idle`` a crash loop ends the run with ``EXIT_CRASH_LOOP``, since idle cannot come.
+* A job-worker whose running job outlives its catalog ``timeout`` is killed and restarted.
 * A writer whose status heartbeat is older than ``writer.hung_after_s`` (default 120 s;
   ``JOB_HUNG_AFTER_S`` while it reports a running store job) is taken for hung: SIGKILL, then restarted. Nothing is
   lost: uncommitted work is replayed from the spool.
@@ -18,6 +19,7 @@
 from __future__ import annotations
 
 import collections
+import os
 import signal
 import subprocess
 import sys
@@ -59,7 +61,8 @@ class Supervisor:
         self.log = log
         self.until_idle = until_idle
         self.timeout = timeout
-        self.children = [Child(r, [sys.executable, "-m", "workers", r, "--home", str(cfg.home)]) for r in ROLES]
+        self.children = [Child(r, [sys.executable, "-m", "workers", r, "--home", str(cfg.home),
+                                   "--parent", str(os.getpid())]) for r in ROLES]
         self._stop_signal: int | None = None
         self.crash_loop: dict | None = None
 
@@ -98,6 +101,7 @@ class Supervisor:
                 if code is not None:
                     return code
             self._check_hung_writer()
+            self._check_job_timeout()
             if queues is not None:
                 writer = status.read(self.cfg.run_dir / "writer.json") or {}
                 if writer.get("halted"):
@@ -138,6 +142,10 @@ class Supervisor:
         if code is None:
             if now - child.restart_at > 30.0:
                 child.backoff = 0.5  # it has stayed up: forget the old backoff
+                if self.crash_loop and self.crash_loop["role"] == child.role:
+                    self.log.info("supervisor.crash_loop_over", child=child.role)
+                    self.crash_loop = None
+                    self._publish()
             return None
         child.exits.append(now)
         self.log.warning("supervisor.child_exited", child=child.role, code=code, child_pid=child.proc.pid)
@@ -169,6 +177,20 @@ class Supervisor:
             self.log.error("supervisor.writer_hung", child_pid=writer.proc.pid, silent_s=round(age, 1),
                            job=st.get("job"))
             writer.proc.kill()
+
+    def _check_job_timeout(self) -> None:
+        """Kill (and so restart) a consumer whose running job outlived its catalog timeout:
+        one hung snapshot or check must not block every later job. Jobs are idempotent."""
+        consumer = next(c for c in self.children if c.role == "consumer")
+        if consumer.proc is None or consumer.proc.poll() is not None:
+            return
+        st = status.read(self.cfg.run_dir / "consumer.json") or {}
+        if st.get("pid") != consumer.proc.pid or not st.get("in_flight") or not st.get("timeout"):
+            return
+        if time.time() - st.get("started_at", time.time()) > st["timeout"]:
+            self.log.error("supervisor.job_timeout", job=st.get("last"), timeout_s=st["timeout"],
+                           child_pid=consumer.proc.pid)
+            consumer.proc.kill()
 
     def _publish(self, **extra: Any) -> None:
         try:

@@ -177,6 +177,7 @@ def import_(ctx: click.Context, paths: tuple[Path, ...], as_json: bool) -> None:
         for path in files:
             parsed = parse_file(path)
             entry = {"path": str(path), "format": parsed.format, "sessions": len(parsed.sessions),
+                     "skipped": None if parsed.format else "format not recognised",
                      "messages": sum(len(s.messages) for s in parsed.sessions),
                      "session_ids": [s.session["session_id"] for s in parsed.sessions],
                      "problems": [{"line": p.line, "kind": p.kind, "reason": p.reason} for p in parsed.problems]}

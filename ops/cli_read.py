@@ -114,7 +114,12 @@ def sessions_list(cfg: Any, source: str | None, limit: int, include_hidden: bool
 def sessions_show(ctx: click.Context, session_id: str, projection: str, latest: int | None, as_json: bool) -> None:
     """A session's transcript: roles, text, tool calls and tool results."""
     cfg = ctx.obj
-    with _reader(cfg) as r:
+    try:
+        reader = Reader(cfg.state_db)
+    except CantOpenError:  # no store yet: the session does not exist (yet)
+        click.echo(f"quill: no session {session_id!r} (no store at {cfg.state_db} yet)", err=True)
+        ctx.exit(3)
+    with reader as r:
         with r.snapshot():
             session = r.get_session(session_id)
             if session is None:

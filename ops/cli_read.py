@@ -10,10 +10,9 @@ from typing import Any
 import psutil
 
 import click
-from rich.markup import escape
 
-from spool import Position, Quarantine, SpoolReader
-from spool.reader import stats as spool_stats
+from spool import Position, Quarantine
+from spool.reader import lag_seconds, stats as spool_stats
 from store.errors import CantOpenError, StoreError
 from store.lease import holder_alive, read_holder
 from store.normalize import ROLES
@@ -222,9 +221,8 @@ def status(ctx: click.Context, as_json: bool) -> None:
     store = data["store"] or {}
     cursor = Position.parse(store["cursor"]) if store.get("cursor") else None
     data["spool"] = {**spool_stats(cfg.spool_dir, cursor), "quarantined": Quarantine(cfg.spool_dir).count()}
-    oldest = next((e.record.get("ts") for e in SpoolReader(cfg.spool_dir).read(cursor or Position(1, 0), max_bytes=1 << 20)
-                   if e.record), None) if data["spool"]["pending_bytes"] else None
-    data["spool"]["lag_s"] = round(time.time() - oldest, 1) if oldest else 0.0  # age of the oldest pending record
+    data["spool"]["lag_s"] = (round(lag_seconds(cfg.spool_dir, cursor, time.time()), 1)
+                              if data["spool"]["pending_bytes"] else 0.0)
     # Read, never written: on a full disk no process can publish its status, so free space is
     # measured here. Below LOW_DISK_BYTES producers and the writer are about to stall.
     existing = next(p for p in (cfg.home, *cfg.home.parents) if p.exists())

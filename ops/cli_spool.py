@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
 
 from spool import Position, Quarantine, SpoolReader
-from spool.reader import stats
+from spool.reader import lag_seconds, stats
 from store.errors import CantOpenError, LeaseHeldError
 from store.lease import Lease
 
@@ -39,19 +39,14 @@ def spool_status(cfg: Any, as_json: bool) -> None:
     cursor = applied_position(cfg.state_db)
     data = {**stats(cfg.spool_dir, cursor), "cursor": str(cursor) if cursor else None,
             "quarantined": Quarantine(cfg.spool_dir).count()}
-    pending, oldest = 0, None
     start = cursor or Position(1, 0)
-    for entry in SpoolReader(cfg.spool_dir).read(start, max_bytes=1 << 40):
-        pending += 1
-        if oldest is None and entry.record:
-            oldest = entry.record.get("ts")
-    data["records_pending"] = pending
-    data["lag_s"] = round(time.time() - oldest, 3) if oldest else 0.0
+    data["records_pending"] = sum(1 for _ in SpoolReader(cfg.spool_dir).read(start, max_bytes=1 << 40))
+    data["lag_s"] = round(lag_seconds(cfg.spool_dir, cursor, time.time()), 3)
     if as_json:
         render.emit_json(data)
         return
     click.echo(f"segments {data['segments']}, {data['bytes']} bytes, end {data['end']}, cursor {data['cursor']}")
-    click.echo(f"pending  {pending} record(s), {data['pending_bytes']} bytes, lag {data['lag_s']} s")
+    click.echo(f"pending  {data['records_pending']} record(s), {data['pending_bytes']} bytes, lag {data['lag_s']} s")
     click.echo(f"quarantined {data['quarantined']} (in {cfg.spool_dir / 'quarantine'})")
 
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import apsw
 
-from spool import Position, Quarantine, SpoolReader
-from spool.reader import stats
+from spool import Position, Quarantine
+from spool.reader import lag_seconds, stats
 from store.connection import MIN_SQLITE
 from store.errors import StoreError
 from store.lease import holder_alive, read_holder
@@ -76,9 +76,7 @@ def run_checks(cfg: Config) -> list[dict[str, Any]]:
     out.append(_check("free space", free > FREE_WARN_BYTES, f"{free} bytes free", warn_only=True))
     cursor = Position.parse(figures["cursor"]) if figures and figures.get("cursor") else None
     sp = stats(cfg.spool_dir, cursor) if cfg.spool_dir.exists() else {"pending_bytes": 0}
-    oldest = next((e.record.get("ts") for e in SpoolReader(cfg.spool_dir).read(cursor or Position(1, 0), max_bytes=1 << 20)
-                   if e.record), None) if cfg.spool_dir.exists() else None
-    lag = time.time() - oldest if oldest else 0.0
+    lag = lag_seconds(cfg.spool_dir, cursor, time.time()) if cfg.spool_dir.exists() else 0.0
     out.append(_check("spool lag", lag < 60, f"{sp['pending_bytes']} bytes pending, oldest {lag:.1f} s", warn_only=True))
     q = Quarantine(cfg.spool_dir).count()
     out.append(_check("quarantine", q == 0, f"{q} record(s) in {cfg.spool_dir / 'quarantine'}", warn_only=True))

@@ -158,3 +158,12 @@ def stats(spool_dir: str | os.PathLike[str], cursor: Position | None) -> dict[st
                   for n, size in sizes.items() if n >= cursor.segment)
     return {"segments": len(sizes), "bytes": sum(sizes.values()), "end": str(SpoolReader(d).end()),
             "pending_bytes": max(0, pending)}
+
+
+def lag_seconds(spool_dir: str | os.PathLike[str], cursor: Position | None, now: float) -> float:
+    """Age in seconds of the oldest record not yet applied (0.0 when nothing is pending):
+    how far behind the writer is. Reads at most the first MiB past ``cursor``."""
+    start = cursor or Position(min(list_segments(Path(spool_dir)), default=1), 0)
+    oldest = next((e.record.get("ts") for e in SpoolReader(spool_dir).read(start, max_bytes=1 << 20)
+                   if e.record and isinstance(e.record.get("ts"), (int, float))), None)
+    return max(0.0, now - oldest) if oldest else 0.0

@@ -1,6 +1,7 @@
 """Shared fixtures: a temp data dir, the ``quill`` CLI as a real subprocess, a running fleet."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -86,6 +87,30 @@ def damage_pages(db: Path, table: str, count: int = 3, leaves_only: bool = False
         for p in pages[len(pages) // 2: len(pages) // 2 + count]:
             f.seek((p - 1) * page_size)
             f.write(os.urandom(page_size))
+
+
+def run_processes(target, args_per_process: list[tuple], timeout: float) -> None:
+    """Start one real process per argument tuple, wait for all, assert each exited 0."""
+    import multiprocessing
+    procs = [multiprocessing.Process(target=target, args=args) for args in args_per_process]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout)
+        assert p.exitcode == 0
+
+
+@contextlib.contextmanager
+def small_tmpfs(path: Path, size: str):
+    """Mount a real tmpfs of ``size`` at ``path`` (skip the test where mounting is refused)."""
+    path.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {proc.stderr.decode().strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
 
 
 def stop_fleet(proc: subprocess.Popen, timeout: float = 30) -> int:

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 from pathlib import Path
 
@@ -10,6 +9,8 @@ import pytest
 
 from spool import START, InvalidOpError, Position, Quarantine, Spool, SpoolReader
 from spool.record import decode, encode
+
+from .conftest import run_processes
 
 
 def _records(spool_dir: Path) -> list:
@@ -116,12 +117,7 @@ def _producer(spool_dir: str, producer: int, batches: int, big: bool) -> None:
 def test_concurrent_producers_never_interleave(tmp_path):
     """8 processes × 150 batches, some of 100 KB: every line decodes, every batch present,
     each producer's order kept."""
-    procs = [multiprocessing.Process(target=_producer, args=(str(tmp_path), p, 150, True)) for p in range(8)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(60)
-        assert p.exitcode == 0
+    run_processes(_producer, [(str(tmp_path), p, 150, True) for p in range(8)], timeout=60)
     entries = _records(tmp_path)
     assert all(e.record is not None for e in entries), [e.damage for e in entries if e.damage]
     seen: dict[str, list[int]] = {}

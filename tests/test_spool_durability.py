@@ -22,7 +22,7 @@ from spool import START, Quarantine, Spool, SpoolFullError, SpoolReader
 from spool.record import encode
 from store import Reader
 
-from .conftest import REPO, quill_env
+from .conftest import REPO, quill_env, run_processes, small_tmpfs
 from .test_spool import _producer
 
 
@@ -143,15 +143,8 @@ def test_damaged_line_in_the_middle_every_line_after_it_is_applied(tmp_path):
 
 @pytest.fixture
 def small_fs(tmp_path):
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)], capture_output=True)
-    if proc.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs here: {proc.stderr.decode().strip()}")
-    try:
+    with small_tmpfs(tmp_path / "small", "256k") as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 def test_disk_full_gives_a_clear_error_leaves_no_torn_record_and_recovers(small_fs, tmp_path):
@@ -180,12 +173,7 @@ def test_disk_full_gives_a_clear_error_leaves_no_torn_record_and_recovers(small_
 def test_sixteen_producers_with_large_messages(tmp_path):
     """16 processes × 2,000 batches, every 25th a 100 KB message: no interleaved bytes,
     every batch present, per-producer (= per-session) order kept."""
-    procs = [multiprocessing.Process(target=_producer, args=(str(tmp_path), p, 2000, True)) for p in range(16)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(300)
-        assert p.exitcode == 0
+    run_processes(_producer, [(str(tmp_path), p, 2000, True) for p in range(16)], timeout=300)
     entries = list(SpoolReader(tmp_path).read(START, max_bytes=1 << 40))
     assert len(entries) == 32000 and all(e.record is not None for e in entries)
     order: dict[str, list[int]] = {}

@@ -6,13 +6,16 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 import time
 
 import apsw
 
+from spool import Spool
 from store import Reader
 
-from .conftest import damage_pages, stop_fleet
+from .conftest import REPO, damage_pages, quill_env, small_tmpfs, stop_fleet
 
 
 def _push(quill, session: str, start: int, n: int) -> None:
@@ -49,6 +52,16 @@ def _seed_and_snapshot(quill, session: str, n: int) -> None:
         quill.run("snapshot")
     finally:
         assert stop_fleet(fleet) == 0
+
+
+def _seed_segmented(quill, home, session: str) -> list:
+    """60 messages pushed as 6 batches into 1,500-byte segments and applied; the segments."""
+    home.mkdir(parents=True)
+    (home / "config.toml").write_text("[spool]\nsegment_bytes = 1500\n")
+    for start in range(0, 60, 10):
+        _push(quill, session, start, 10)
+    quill.run("run", "--until-idle", "--timeout", "60")
+    return sorted((home / "spool").glob("*.jsonl"))
 
 
 def _recover_and_check(quill, home, session, n):
@@ -171,17 +184,11 @@ def test_a_deleted_store_with_collected_history_halts_instead_of_starting_empty(
 def test_disk_full_pauses_the_drain_and_it_resumes_when_space_returns(tmp_path):
     """The writer meets SQLITE_FULL: it retries with backoff, says so in its status, loses
     nothing, and finishes once space returns. A real small filesystem, a real writer process."""
-    import subprocess
-    import sys
+    with small_tmpfs(tmp_path / "small", "4m") as mnt:
+        _drain_through_a_full_disk(mnt)
 
-    from spool import Spool
-    from .conftest import REPO, quill_env
 
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)], capture_output=True).returncode:
-        import pytest
-        pytest.skip("cannot mount a small tmpfs here")
+def _drain_through_a_full_disk(mnt):
     home = mnt / "home"
     writer = None
     try:
@@ -229,16 +236,10 @@ def test_disk_full_pauses_the_drain_and_it_resumes_when_space_returns(tmp_path):
     finally:
         if writer is not None and writer.poll() is None:
             writer.kill()
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 def test_recover_refuses_to_rebuild_from_a_spool_missing_its_history(quill, home):
-    home.mkdir(parents=True)
-    (home / "config.toml").write_text("[spool]\nsegment_bytes = 1500\n")
-    for start in range(0, 60, 10):
-        _push(quill, "p", start, 10)
-    quill.run("run", "--until-idle", "--timeout", "60")
-    segments = sorted((home / "spool").glob("*.jsonl"))
+    segments = _seed_segmented(quill, home, "p")
     assert len(segments) >= 2
     segments[0].unlink()  # as spool GC would, once a (now lost) snapshot covered it
     (home / "state.db").unlink()
@@ -283,12 +284,7 @@ def test_truncated_store_halts_and_status_still_answers(quill, home, fleet):
 
 
 def test_recover_salvages_rows_the_spool_no_longer_has(quill, home):
-    home.mkdir(parents=True)
-    (home / "config.toml").write_text("[spool]\nsegment_bytes = 1500\n")
-    for start in range(0, 60, 10):
-        _push(quill, "s", start, 10)
-    quill.run("run", "--until-idle", "--timeout", "60")
-    first = sorted((home / "spool").glob("*.jsonl"))[0]
+    first = _seed_segmented(quill, home, "s")[0]
     first.unlink()  # lost outside Quill's rules: no snapshot covers it
     proc = quill.run("recover", check=False)  # no halt, no writer: recover refuses the gap
     assert proc.returncode == 1 and "--accept-loss" in proc.stderr

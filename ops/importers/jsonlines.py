@@ -159,6 +159,14 @@ def read_text(path: Path) -> str:
     return Path(path).read_bytes().decode("utf-8-sig", errors="replace")
 
 
+def line_session_id(fmt: str, file_name: str, line: int | None, seen: dict[int | None, int]) -> str:
+    """Stable id for a session that is one record of a file: ``fmt:file:line``, plus ``:k``
+    for the k-th extra record recovered from the same (glued) line. ``seen`` counts per line."""
+    k = seen.get(line, 0)
+    seen[line] = k + 1
+    return f"{fmt}:{file_name}:{line}" + (f":{k}" if k else "")
+
+
 def parse_timestamp(value: Any) -> float | None:
     """ISO-8601 string or epoch number -> epoch seconds (naive strings read as UTC)."""
     if value is None or isinstance(value, bool):

@@ -21,7 +21,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterable
 
-from .jsonlines import ImportedSession, Problem, join_text, make_message, make_tool_call, parse_timestamp
+from .jsonlines import ImportedSession, Problem, join_text, make_message, make_tool_call, line_session_id, parse_timestamp
 
 FORMAT = "openai-chat"
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
@@ -147,11 +147,9 @@ def parse_records(path: Path, records: Iterable[tuple[int | None, Any]],
             if not looks_like_conversation(rec):
                 problems.append(Problem(str(path), line, "skipped", "not a {messages: [...]} conversation"))
                 continue
-            k = seen.get(line, 0)
-            seen[line] = k + 1
+            sid = line_session_id(FORMAT, name, line, seen)
             meta = {key: v for key, v in rec.items() if key not in ("messages", "model")}
             meta.update({"source_file": name, "line": line, "variant": "jsonl-conversations"})
-            sid = f"{FORMAT}:{name}:{line}" + (f":{k}" if k else "")
             sessions.append(_session(sid, rec["messages"], meta, path, line, problems, rec.get("model")))
         return sessions
     msgs = []

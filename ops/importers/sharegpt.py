@@ -24,7 +24,7 @@ import re
 from pathlib import Path
 from typing import Any, Iterable
 
-from .jsonlines import ImportedSession, Problem, make_message, make_tool_call, parse_timestamp
+from .jsonlines import ImportedSession, Problem, make_message, make_tool_call, line_session_id, parse_timestamp
 
 FORMAT = "sharegpt"
 _ROLES = {"system": "system", "human": "user", "user": "user", "gpt": "assistant",
@@ -165,9 +165,7 @@ def parse_records(path: Path, records: Iterable[tuple[int | None, Any]],
         if not looks_like_record(rec):
             problems.append(Problem(str(path), line, "skipped", "not a {conversations: [{from, value}]} record"))
             continue
-        k = seen.get(line, 0)
-        seen[line] = k + 1
-        sid = f"{FORMAT}:{name}:{line}" + (f":{k}" if k else "")
+        sid = line_session_id(FORMAT, name, line, seen)
         ts = parse_timestamp(rec.get("timestamp"))
         conv = _Conversation(path, line, ts, problems)
         for i, turn in enumerate(rec["conversations"]):

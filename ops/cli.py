@@ -21,7 +21,7 @@ from store.precheck import precheck
 from . import config, ingest, render
 from .importers import iter_transcript_files, parse_file
 
-EXIT_FAIL, EXIT_NOT_FOUND, EXIT_TIMEOUT = 1, 3, 4
+EXIT_FAIL, EXIT_TIMEOUT = 1, 4  # 3 (not found) is returned by the read commands
 
 
 def _cfg(ctx: click.Context) -> config.Config:

@@ -69,9 +69,3 @@ def compression_chain(conn: apsw.Connection, session_id: str, *, max_len: int = 
         seen.add(nxt)
         cur = nxt
     return chain
-
-
-def chain_tip(conn: apsw.Connection, session_id: str) -> str | None:
-    """The tip of ``session_id``'s compression chain (itself when it has no continuation)."""
-    chain = compression_chain(conn, session_id)
-    return chain[-1] if chain else None

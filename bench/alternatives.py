@@ -77,7 +77,7 @@ class QuillSpool(Writer):
     name, label = "quill", "Quill spool append"
 
     def open(self, path: Path, proc: int) -> None:
-        from spool import Spool
+        from quill.spool import Spool
         self.spool = Spool(path / "spool")
 
     def write(self, sid, msgs):

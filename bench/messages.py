@@ -34,7 +34,7 @@ SESSION_LEN = 50               # messages per session in every workload
 @functools.lru_cache(maxsize=1)
 def real_messages() -> tuple[dict[str, Any], ...]:
     """All messages the importers parse from the shared corpus, in file order."""
-    from ops.importers import iter_transcript_files, parse_file
+    from quill.ops.importers import iter_transcript_files, parse_file
     out: list[dict[str, Any]] = []
     for path in iter_transcript_files([CORPUS]):
         try:

@@ -73,9 +73,9 @@ def build(n: int, d: Path, log) -> dict[str, Any]:
 
 def prune_and_vacuum(db: Path, fraction: float = 0.10) -> dict[str, Any]:
     import apsw
-    from store import open_writer
-    from store.connection import transaction
-    from store.indexer import unindex
+    from quill.store import open_writer
+    from quill.store.connection import transaction
+    from quill.store.indexer import unindex
     conn = open_writer(db)
     sids = [r[0] for r in conn.execute("SELECT id FROM sessions ORDER BY rowid")]
     victims = sids[: max(1, int(len(sids) * fraction))]

@@ -97,7 +97,7 @@ def build_naive(db: Path, n: int) -> float:
 
 
 def quill_latencies(db: Path, reps: int) -> dict[str, Any]:
-    from store.reads import Reader
+    from quill.store.reads import Reader
     out: dict[str, Any] = {}
     with Reader(db) as r:
         for name, kw in QUERIES:

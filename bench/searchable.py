@@ -35,7 +35,7 @@ INDEX_SLICE_ROWS = 2000  # ops.config default (writer.index_slice_rows)
 
 def write_spool(spool_dir: Path, stream, batch: int = BATCH, prefix: str = "s") -> int:
     """Fill a spool (fsync off: preparation, not measured). Returns messages written."""
-    from spool import Spool
+    from quill.spool import Spool
     n = 0
     with Spool(spool_dir, fsync=False) as sp:
         for sid, msgs in calls(stream, batch, prefix=prefix):
@@ -47,10 +47,10 @@ def write_spool(spool_dir: Path, stream, batch: int = BATCH, prefix: str = "s") 
 def drain(spool_dir: Path, db_path: Path, chunk_rows: int = 500,
           index_slice_rows: int = INDEX_SLICE_ROWS) -> dict[str, Any]:
     """Drain the spool into a fresh store like the writer's loop; returns figures."""
-    from spool import Quarantine, SpoolReader
-    from spool.segments import Position, list_segments
-    from store import apply_chunk, index_slice, open_writer
-    from store.apply import take_chunk
+    from quill.spool import Quarantine, SpoolReader
+    from quill.spool.segments import Position, list_segments
+    from quill.store import apply_chunk, index_slice, open_writer
+    from quill.store.apply import take_chunk
     t0 = time.perf_counter()
     conn = open_writer(db_path)
     reader = SpoolReader(spool_dir)
@@ -83,7 +83,7 @@ def drain(spool_dir: Path, db_path: Path, chunk_rows: int = 500,
 
 
 def _trigger_sql() -> str:
-    from store.schema import SEARCH_TEXT_SQL, TRIGRAM_SCOPE_SQL, TRIGRAM_TEXT_SQL
+    from quill.store.schema import SEARCH_TEXT_SQL, TRIGRAM_SCOPE_SQL, TRIGRAM_TEXT_SQL
     new = lambda sql: sql.replace("m.", "new.")  # noqa: E731  (the expressions use alias m)
     return (f"CREATE TRIGGER bench_fts AFTER INSERT ON messages BEGIN "
             f"INSERT INTO messages_fts (rowid, text) SELECT new.id, {new(SEARCH_TEXT_SQL)}; "
@@ -93,7 +93,7 @@ def _trigger_sql() -> str:
 
 def normalised_rows(n: int) -> list[tuple]:
     """The rows Quill would insert for ``n`` real messages (``store.normalize.message_row``)."""
-    from store.normalize import message_row
+    from quill.store.normalize import message_row
     now = time.time()
     out = []
     for call_no, (sid, msgs) in enumerate(calls(real_stream(n), BATCH)):
@@ -104,8 +104,8 @@ def normalised_rows(n: int) -> list[tuple]:
 
 
 def raw_insert(db_path: Path, rows: list[tuple], chunk: int, fts: bool) -> dict[str, Any]:
-    from store import open_writer
-    from store.normalize import ROW_COLUMNS
+    from quill.store import open_writer
+    from quill.store.normalize import ROW_COLUMNS
     conn = open_writer(db_path)
     if fts:
         conn.execute(_trigger_sql())

@@ -23,9 +23,9 @@ from typing import Any
 
 import apsw
 
-from store.connection import transaction
-from store.indexer import unindex
-from store.lease import holder_alive
+from quill.store.connection import transaction
+from quill.store.indexer import unindex
+from quill.store.lease import holder_alive
 
 #: Sources whose sessions machines open and may abandon (issue 6 default list).
 AUTOMATIC_SOURCES = ("cli", "cron", "subagent", "tool", "api", "recovered")

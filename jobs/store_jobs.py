@@ -12,10 +12,10 @@ from typing import Any
 
 import apsw
 
-from store.connection import transaction
-from store.errors import CorruptError, mapped
-from store import fts_repair
-from store.indexer import FTS_TABLES, optimize
+from quill.store.connection import transaction
+from quill.store.errors import CorruptError, mapped
+from quill.store import fts_repair
+from quill.store.indexer import FTS_TABLES, optimize
 
 _CHECKPOINT_MODES = {
     "PASSIVE": apsw.SQLITE_CHECKPOINT_PASSIVE,

@@ -9,11 +9,11 @@ from typing import Any
 
 import apsw
 
-from spool import Position, retention
-from store import fts_repair
-from store.connection import open_reader
-from store.errors import CantOpenError, CorruptError, mapped
-from store.reads import Reader
+from quill.spool import Position, retention
+from quill.store import fts_repair
+from quill.store.connection import open_reader
+from quill.store.errors import CantOpenError, CorruptError, mapped
+from quill.store.reads import Reader
 
 SNAPSHOT_GLOB = "snapshot-*.db"
 

@@ -13,10 +13,10 @@ from typing import Any
 import click
 from rich.markup import escape
 
-from spool import Spool, SpoolError
-from store.errors import InvalidOpError, StoreError
-from store.lease import holder_alive, read_holder
-from store.precheck import precheck
+from quill.spool import Spool, SpoolError
+from quill.store.errors import InvalidOpError, StoreError
+from quill.store.lease import holder_alive, read_holder
+from quill.store.precheck import precheck
 
 from . import config, ingest, render
 from .importers import iter_transcript_files, parse_file
@@ -47,8 +47,8 @@ def cli(ctx: click.Context, home: str | None) -> None:
 @click.pass_context
 def run(ctx: click.Context, until_idle: bool, timeout: float | None) -> None:
     """Run the fleet (supervisor, writer, scheduler, job worker) in the foreground."""
-    from store.errors import LeaseHeldError
-    from workers.supervisor import Supervisor
+    from quill.store.errors import LeaseHeldError
+    from quill.workers.supervisor import Supervisor
     from . import logs
 
     cfg = _cfg(ctx)
@@ -130,7 +130,7 @@ def push(ctx: click.Context, source: Any, session_id: str | None, wait_s: float 
     result = [{"op": op, "batch": a.batch_id, "position": str(a.position)} for (op, _, _), a in zip(ops, acks)]
     code = 0
     if wait_s is not None and acks:
-        from spool import WaitTimeoutError
+        from quill.spool import WaitTimeoutError
         from .wait import outcomes, wait_applied
         try:
             waited = wait_applied(cfg.state_db, max(a.position for a in acks), wait_s)

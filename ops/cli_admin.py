@@ -7,8 +7,8 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from jobs.worker_jobs import snapshot as take_snapshot
-from store.errors import CantOpenError, CorruptError
+from quill.jobs.worker_jobs import snapshot as take_snapshot
+from quill.store.errors import CantOpenError, CorruptError
 
 from . import render
 from .doctor import run_checks

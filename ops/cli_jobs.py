@@ -17,11 +17,11 @@ from apscheduler.triggers.interval import IntervalTrigger
 from rich.markup import escape
 from rich.table import Table
 
-from jobs import catalog
-from jobs.queues import build as build_queues
-from store.errors import CantOpenError
-from store.reads import Reader
-from workers.scheduler import describe, edit_schedules
+from quill.jobs import catalog
+from quill.jobs.queues import build as build_queues
+from quill.store.errors import CantOpenError
+from quill.store.reads import Reader
+from quill.workers.scheduler import describe, edit_schedules
 
 from . import render
 
@@ -178,7 +178,7 @@ def schedule_add(cfg: Any, job: str, every: str | None, cron: str | None, schedu
         raise click.BadParameter(str(exc.args[0]), param_hint="JOB")
     trigger = _trigger(every, cron)
     with edit_schedules(cfg) as sched:
-        added = sched.add_job("jobs.schedule:fire", trigger, id=schedule_id or job, name=job, replace_existing=True,
+        added = sched.add_job("quill.jobs.schedule:fire", trigger, id=schedule_id or job, name=job, replace_existing=True,
                               kwargs={"queue_db": str(cfg.queue_db), "job": job, "params": spec.params(cfg)})
         click.echo(f"{added.id}: {added.trigger}; next run {added.next_run_time}")
 

@@ -11,14 +11,14 @@ import psutil
 
 import click
 
-from spool import Position, Quarantine
-from spool.reader import lag_seconds, stats as spool_stats
-from store.errors import CantOpenError, StoreError
-from store.lease import holder_alive, read_holder
-from store.normalize import ROLES
-from store import search as search_mod
-from store.reads import Reader
-from workers import status as wstatus
+from quill.spool import Position, Quarantine
+from quill.spool.reader import lag_seconds, stats as spool_stats
+from quill.store.errors import CantOpenError, StoreError
+from quill.store.lease import holder_alive, read_holder
+from quill.store.normalize import ROLES
+from quill.store import search as search_mod
+from quill.store.reads import Reader
+from quill.workers import status as wstatus
 
 from . import render
 

@@ -9,10 +9,10 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
 
-from spool import Position, Quarantine, SpoolReader
-from spool.reader import lag_seconds, stats
-from store.errors import CantOpenError, LeaseHeldError
-from store.lease import Lease
+from quill.spool import Position, Quarantine, SpoolReader
+from quill.spool.reader import lag_seconds, stats
+from quill.store.errors import CantOpenError, LeaseHeldError
+from quill.store.lease import Lease
 
 from . import render
 from .replay import replay as do_replay, total_bytes, verify as do_verify

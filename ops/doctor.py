@@ -15,13 +15,13 @@ from typing import Any
 
 import apsw
 
-from spool import Position, Quarantine
-from spool.reader import lag_seconds, stats
-from store.connection import MIN_SQLITE
-from store.errors import StoreError
-from store.lease import holder_alive, read_holder
-from store.reads import Reader
-from workers import status
+from quill.spool import Position, Quarantine
+from quill.spool.reader import lag_seconds, stats
+from quill.store.connection import MIN_SQLITE
+from quill.store.errors import StoreError
+from quill.store.lease import holder_alive, read_holder
+from quill.store.reads import Reader
+from quill.workers import status
 
 from .config import Config
 

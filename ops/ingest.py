@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from spool import Ack, Spool
+from quill.spool import Ack, Spool
 
 NAMESPACE = uuid.UUID("6f1d8a52-3c1e-4b9e-9a57-0c3d3f6b1e42")
 #: Messages per ``messages.append`` op for imports: a batch is all-or-nothing, so smaller

@@ -12,15 +12,15 @@ import shutil
 import time
 from typing import Any
 
-from jobs.worker_jobs import latest_snapshot
-from spool import Position
-from spool.segments import list_segments
-from store.errors import CorruptError, LeaseHeldError
-from store.lease import Lease
-from store import index_slice, open_writer
-from store.recovery import integrity, stamp_generation, swap_in
-from store.salvage import salvage
-from workers import status
+from quill.jobs.worker_jobs import latest_snapshot
+from quill.spool import Position
+from quill.spool.segments import list_segments
+from quill.store.errors import CorruptError, LeaseHeldError
+from quill.store.lease import Lease
+from quill.store import index_slice, open_writer
+from quill.store.recovery import integrity, stamp_generation, swap_in
+from quill.store.salvage import salvage
+from quill.workers import status
 
 from .config import Config
 from .replay import Progress, replay

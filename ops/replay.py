@@ -12,10 +12,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from spool import START, Entry, Position, Quarantine, SpoolReader
-from spool.segments import list_segments, segment_name
-from store import apply_chunk, index_slice, open_writer, read_cursor
-from store.apply import take_chunk
+from quill.spool import START, Entry, Position, Quarantine, SpoolReader
+from quill.spool.segments import list_segments, segment_name
+from quill.store import apply_chunk, index_slice, open_writer, read_cursor
+from quill.store.apply import take_chunk
 
 Progress = Callable[[int], None]  # called with bytes consumed since the last call
 

@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from spool import Ack, Position, Quarantine, WaitTimeoutError
-from store.errors import CantOpenError
-from store.reads import Reader
+from quill.spool import Ack, Position, Quarantine, WaitTimeoutError
+from quill.store.errors import CantOpenError
+from quill.store.reads import Reader
 
 
 def applied_position(db_path: Path) -> Position | None:

@@ -12,7 +12,7 @@ import math
 import time
 from typing import Any
 
-from spool import OP_KINDS
+from quill.spool import OP_KINDS
 
 from .errors import InvalidOpError
 from .normalize import message_row

@@ -23,13 +23,13 @@ def quill_env(home: Path) -> dict[str, str]:
 
 
 class QuillCLI:
-    """Runs ``python -m ops.cli``-equivalent commands against one data dir."""
+    """Runs ``python -m quill.ops.cli``-equivalent commands against one data dir."""
 
     def __init__(self, home: Path):
         self.home = home
 
     def argv(self, *args: str) -> list[str]:
-        return [sys.executable, "-c", "from ops.cli import main; main()", *args]
+        return [sys.executable, "-c", "from quill.ops.cli import main; main()", *args]
 
     def run(self, *args: str, input: str | None = None, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
         proc = subprocess.run(self.argv(*args), input=input, capture_output=True, text=True,
@@ -73,7 +73,7 @@ def worker_pids(home: Path, timeout: float = 30) -> list[int]:
 def damage_pages(db: Path, table: str, count: int = 3, leaves_only: bool = False) -> None:
     """Overwrite ``count`` pages from the middle of ``table``'s b-tree with random bytes
     (located with the dbstat virtual table on a read-only connection)."""
-    from store.connection import open_reader
+    from quill.store.connection import open_reader
     conn = open_reader(db)
     try:
         where = " AND pagetype = 'leaf'" if leaves_only else ""

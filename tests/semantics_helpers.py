@@ -4,8 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from spool import Spool, SpoolReader
-from store import Reader, apply_chunk, index_slice, open_writer, read_cursor
+from quill.spool import Spool, SpoolReader
+from quill.store import Reader, apply_chunk, index_slice, open_writer, read_cursor
 
 
 class Store:
@@ -22,7 +22,7 @@ class Store:
 
     def drain(self) -> list[str]:
         rejects: list[tuple[str, str]] = []
-        from spool import START
+        from quill.spool import START
         cursor = read_cursor(self.conn)
         start = START if cursor is None else _position(cursor)
         entries = list(SpoolReader(self.root / "spool").read(start, max_bytes=1 << 40))
@@ -52,7 +52,7 @@ class Store:
 
 
 def _position(cursor: tuple[int, int]):
-    from spool import Position
+    from quill.spool import Position
     return Position(*cursor)
 
 

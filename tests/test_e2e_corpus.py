@@ -7,9 +7,9 @@ from collections import Counter
 
 import pytest
 
-from ops.importers import iter_transcript_files, parse_file
+from quill.ops.importers import iter_transcript_files, parse_file
 
-from .conftest import CORPUS
+from conftest import CORPUS
 
 pytestmark = pytest.mark.skipif(not CORPUS.exists(), reason="../shared/corpus not present")
 

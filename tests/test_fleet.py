@@ -9,12 +9,12 @@ import time
 
 import pytest
 
-from spool import Spool
-from store import Reader
-from store.errors import CantOpenError, LeaseHeldError
-from store.lease import Lease, read_holder
+from quill.spool import Spool
+from quill.store import Reader
+from quill.store.errors import CantOpenError, LeaseHeldError
+from quill.store.lease import Lease, read_holder
 
-from .conftest import stop_fleet, worker_pids
+from conftest import stop_fleet, worker_pids
 
 BATCHES, PER_BATCH = 1000, 20
 

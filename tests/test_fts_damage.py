@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import time
 
-from store import Reader
-from store.fts_repair import classify, detach
-from store.connection import open_reader
+from quill.store import Reader
+from quill.store.fts_repair import classify, detach
+from quill.store.connection import open_reader
 
-from .conftest import damage_pages, stop_fleet
-from .semantics_helpers import Store
+from conftest import damage_pages, stop_fleet
+from semantics_helpers import Store
 
 
 def _push(quill, session, start, n, word):

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from ops.importers import (
+from quill.ops.importers import (
     ImportedSession, ParsedFile, Problem, detect_format, iter_transcript_files, parse_file)
-from ops.importers.jsonlines import iter_jsonl
+from quill.ops.importers.jsonlines import iter_jsonl
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
 GLUED = "claude-code/entireio-cli__130d7b7e-5801-4345-9bd6-f32fd9b8429b.jsonl"

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ops.importers import ParsedFile, detect_format, parse_file
+from quill.ops.importers import ParsedFile, detect_format, parse_file
 
-from .test_importers import all_messages, text_of
+from test_importers import all_messages, text_of
 
 def claude_rec(uuid, rtype, content, sid="s1", parent=None, ts="2026-01-01T00:00:00.000Z", **kw):
     msg = {"role": rtype, "content": content}

@@ -8,9 +8,9 @@ import json
 
 from apscheduler.triggers.interval import IntervalTrigger
 
-from ops import config
-from store import Reader
-from workers.scheduler import MISFIRE_GRACE_S, edit_schedules
+from quill.ops import config
+from quill.store import Reader
+from quill.workers.scheduler import MISFIRE_GRACE_S, edit_schedules
 
 
 def _runs(home, job):

@@ -9,9 +9,9 @@ import time
 import psutil
 import pytest
 
-from jobs.prune import DAY, auto_prune, delete_empty, orphan_sweep
+from quill.jobs.prune import DAY, auto_prune, delete_empty, orphan_sweep
 
-from .semantics_helpers import Store
+from semantics_helpers import Store
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from spool import START, SpoolReader
+from quill.spool import START, SpoolReader
 
 
 def _spooled(home) -> int:

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from store.normalize import ROW_COLUMNS, message_row
-from store.projections import read
+from quill.store.normalize import ROW_COLUMNS, message_row
+from quill.store.projections import read
 
-from .semantics_helpers import Store, assistant, call, tool, user
+from semantics_helpers import Store, assistant, call, tool, user
 
 
 @pytest.fixture

@@ -5,9 +5,9 @@ import string
 
 import pytest
 
-from store import query
+from quill.store import query
 
-from .semantics_helpers import Store, assistant, call, tool, user
+from semantics_helpers import Store, assistant, call, tool, user
 
 
 @pytest.fixture
@@ -150,7 +150,7 @@ def test_the_walk_returns_exactly_the_compression_chain_from_any_member(store):
 def test_the_walk_is_bounded_and_survives_a_cycle(store):
     store.apply("session.create", {"session_id": "x", "parent_id": "y", "parent_kind": "compression"})
     store.apply("session.create", {"session_id": "y", "parent_id": "x", "parent_kind": "compression"})
-    from store.lineage import compression_chain
+    from quill.store.lineage import compression_chain
     assert sorted(compression_chain(store.conn, "x")) == ["x", "y"]
     assert len(compression_chain(store.conn, "x", max_len=1)) == 1
 
@@ -209,7 +209,7 @@ def test_audit_hits_carry_audit_neighbours(store):
 
 
 def test_short_cjk_scan_honours_or_and_not(tmp_path):
-    from .semantics_helpers import Store
+    from semantics_helpers import Store
     store = Store(tmp_path)
     store.apply("messages.append", {"session_id": "cjk", "messages": [
         {"role": "user", "content": "数据库 连接 失败"}, {"role": "user", "content": "東京 は 首都"}]})

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from spool import START, InvalidOpError, Position, Quarantine, Spool, SpoolReader
-from spool.record import decode, encode
+from quill.spool import START, InvalidOpError, Position, Quarantine, Spool, SpoolReader
+from quill.spool.record import decode, encode
 
-from .conftest import run_processes
+from conftest import run_processes
 
 
 def _records(spool_dir: Path) -> list:

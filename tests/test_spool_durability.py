@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from ops.replay import replay
-from spool import START, Quarantine, Spool, SpoolFullError, SpoolReader
-from spool.record import encode
-from store import Reader
+from quill.ops.replay import replay
+from quill.spool import START, Quarantine, Spool, SpoolFullError, SpoolReader
+from quill.spool.record import encode
+from quill.store import Reader
 
-from .conftest import REPO, quill_env, run_processes, small_tmpfs
-from .test_spool import _producer
+from conftest import REPO, quill_env, run_processes, small_tmpfs
+from test_spool import _producer
 
 
 def _acking_producer(spool_dir: str, k: int, batches: int, ack_path: str, seed: int) -> None:
@@ -40,7 +40,7 @@ def _acking_producer(spool_dir: str, k: int, batches: int, ack_path: str, seed: 
 
 
 def _writer(home: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "workers", "writer", "--home", str(home)],
+    return subprocess.Popen([sys.executable, "-m", "quill.workers", "writer", "--home", str(home)],
                             env=quill_env(home), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 

@@ -6,9 +6,9 @@ import time
 
 import pytest
 
-from ops.wait import wait_applied
-from spool import Position, Spool, WaitTimeoutError
-from spool.retention import collect, collectable
+from quill.ops.wait import wait_applied
+from quill.spool import Position, Spool, WaitTimeoutError
+from quill.spool.retention import collect, collectable
 
 DAY = 86400.0
 
@@ -84,8 +84,8 @@ def test_wait_applied_times_out_without_a_writer(tmp_path):
 def test_replay_never_applies_a_batch_that_was_refused(tmp_path):
     """A batch refused for its data is decided: replaying over a later state (or a snapshot
     that covers it) must not apply it now that it would fit."""
-    from ops.replay import replay
-    from store import Reader
+    from quill.ops.replay import replay
+    from quill.store import Reader
     spool_dir, db = tmp_path / "spool", tmp_path / "state.db"
     with Spool(spool_dir) as sp:
         sp.append("session.create", {"session_id": "a", "title": "Fix login"})

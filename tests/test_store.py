@@ -8,9 +8,9 @@ import apsw
 
 import pytest
 
-from spool import START, Spool, SpoolReader
-from store import Reader, apply_chunk, index_slice, open_writer, read_cursor
-from store.query import sanitize
+from quill.spool import START, Spool, SpoolReader
+from quill.store import Reader, apply_chunk, index_slice, open_writer, read_cursor
+from quill.store.query import sanitize
 
 
 @pytest.fixture
@@ -188,8 +188,8 @@ def test_a_poison_record_is_quarantined_and_the_drain_goes_on(env, op, data):
 
 
 def test_a_sqlite_with_the_wal_reset_bug_is_refused():
-    from store.connection import check_sqlite_version
-    from store.errors import CantOpenError
+    from quill.store.connection import check_sqlite_version
+    from quill.store.errors import CantOpenError
     check_sqlite_version("3.51.3")
     check_sqlite_version("3.54.1")
     for bad in ("3.51.2", "3.45.0", "3.40.1"):
@@ -223,7 +223,7 @@ class _FlakyFile(apsw.VFSFile):
 
 
 def test_a_read_is_retried_after_an_io_error_and_a_persistent_one_surfaces(env):
-    from store.errors import StoreIOError
+    from quill.store.errors import StoreIOError
     spool, conn, tmp = env
     spool.append("messages.append", {"session_id": "io", "messages": [{"role": "user", "content": "x"}]})
     drain(tmp, conn, [])

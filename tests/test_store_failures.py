@@ -12,10 +12,10 @@ import time
 
 import apsw
 
-from spool import Spool
-from store import Reader
+from quill.spool import Spool
+from quill.store import Reader
 
-from .conftest import REPO, damage_pages, quill_env, small_tmpfs, stop_fleet
+from conftest import REPO, damage_pages, quill_env, small_tmpfs, stop_fleet
 
 
 def _push(quill, session: str, start: int, n: int) -> None:
@@ -193,7 +193,7 @@ def _drain_through_a_full_disk(mnt):
     writer = None
     try:
         def start():
-            return subprocess.Popen([sys.executable, "-m", "workers", "writer", "--home", str(home)],
+            return subprocess.Popen([sys.executable, "-m", "quill.workers", "writer", "--home", str(home)],
                                     env=quill_env(home), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
         def writer_status():
@@ -221,7 +221,7 @@ def _drain_through_a_full_disk(mnt):
         time.sleep(5)  # it meets the full disk opening the store or growing the WAL
         assert writer.poll() is None, "the writer died on a full disk"
         assert not (home / "run" / "halt.json").exists()
-        proc = subprocess.run([sys.executable, "-c", "from ops.cli import main; main()", "status", "--json"],
+        proc = subprocess.run([sys.executable, "-c", "from quill.ops.cli import main; main()", "status", "--json"],
                               env=quill_env(home), cwd=REPO, capture_output=True, text=True, timeout=60)
         assert json.loads(proc.stdout)["disk"]["low"] is True
         filler.unlink()  # space returns

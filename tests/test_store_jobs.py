@@ -7,12 +7,12 @@ import json
 import pytest
 import structlog
 
-from jobs.prune import DAY, auto_prune
-from jobs.queues import build
-from jobs.store_jobs import vacuum
-from workers.job_runner import StoreJobRunner
+from quill.jobs.prune import DAY, auto_prune
+from quill.jobs.queues import build
+from quill.jobs.store_jobs import vacuum
+from quill.workers.job_runner import StoreJobRunner
 
-from .semantics_helpers import Store
+from semantics_helpers import Store
 
 
 @pytest.fixture
@@ -64,7 +64,7 @@ def test_idle_only_jobs_wait_for_the_drain_and_failures_are_retried(store, tmp_p
 
 
 def test_fts_merge_and_optimize_keep_search_answers_unchanged(store):
-    from jobs.store_jobs import fts_merge, fts_optimize
+    from quill.jobs.store_jobs import fts_merge, fts_optimize
     _fill(store, sessions=5, per=40)
     with store.reader() as r:
         before = [h["message_id"] for h in r.search("lorem", limit=50)]
@@ -76,7 +76,7 @@ def test_fts_merge_and_optimize_keep_search_answers_unchanged(store):
 
 
 def test_snapshots_are_verified_stamped_and_only_the_newest_n_kept(store, tmp_path):
-    from jobs.worker_jobs import latest_snapshot, snapshot
+    from quill.jobs.worker_jobs import latest_snapshot, snapshot
     _fill(store, sessions=2, per=5)
     out = tmp_path / "snaps"
     results = [snapshot(str(tmp_path / "state.db"), str(out), keep=2) for _ in range(3)]
@@ -85,12 +85,12 @@ def test_snapshots_are_verified_stamped_and_only_the_newest_n_kept(store, tmp_pa
     assert len(kept) == 2 and results[1]["removed"] == [] and results[2]["removed"] == [first]
     path, position = latest_snapshot(out)
     assert str(position) == results[-1]["position"] and path.name == kept[-1]
-    from store.recovery import integrity
+    from quill.store.recovery import integrity
     assert integrity(path) == ["ok"]
 
 
 def test_integrity_check_passes_on_a_healthy_store(store, tmp_path):
-    from jobs.worker_jobs import integrity_check, quick_check
+    from quill.jobs.worker_jobs import integrity_check, quick_check
     _fill(store, sessions=2, per=5)
     assert integrity_check(str(tmp_path / "state.db"))["result"] == "ok"
     assert quick_check(str(tmp_path / "state.db"))["result"] == "ok"

@@ -12,8 +12,8 @@ import threading
 
 import click
 
-from ops import config, logs
-from store.errors import LeaseHeldError
+from quill.ops import config, logs
+from quill.store.errors import LeaseHeldError
 
 from .lifeline import follow_parent
 

@@ -14,9 +14,9 @@ from typing import Any
 
 from huey import signals
 
-from jobs import catalog
-from jobs.queues import build
-from ops.config import Config
+from quill.jobs import catalog
+from quill.jobs.queues import build
+from quill.ops.config import Config
 
 from . import status
 

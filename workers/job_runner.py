@@ -22,10 +22,10 @@ from typing import Any
 import apsw
 from huey.utils import utcnow
 
-from jobs import catalog
-from jobs.queues import Queues
-from jobs.store_jobs import record_job_run, wal_bytes, wal_checkpoint
-from store.errors import CorruptError
+from quill.jobs import catalog
+from quill.jobs.queues import Queues
+from quill.jobs.store_jobs import record_job_run, wal_bytes, wal_checkpoint
+from quill.store.errors import CorruptError
 
 TRUNCATE_WAL_BYTES = 64 << 20
 

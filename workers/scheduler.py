@@ -19,9 +19,9 @@ from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
 from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy.engine import URL
 
-from jobs import catalog
-from ops.config import Config
-from store.lease import Lease
+from quill.jobs import catalog
+from quill.ops.config import Config
+from quill.store.lease import Lease
 
 from . import status
 
@@ -43,7 +43,7 @@ def install_defaults(sched: BackgroundScheduler, cfg: Config) -> list[str]:
     added = []
     for spec in catalog.JOBS:
         if spec.trigger is not None and sched.get_job(spec.name) is None:
-            sched.add_job("jobs.schedule:fire", spec.trigger, id=spec.name, name=spec.name,
+            sched.add_job("quill.jobs.schedule:fire", spec.trigger, id=spec.name, name=spec.name,
                           kwargs={"queue_db": str(cfg.queue_db), "job": spec.name, "params": spec.params(cfg)},
                           **spec.trigger_args)
             added.append(spec.name)

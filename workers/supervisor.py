@@ -27,9 +27,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from jobs.queues import build as build_queues
-from ops.config import Config
-from store.lease import Lease
+from quill.jobs.queues import build as build_queues
+from quill.ops.config import Config
+from quill.store.lease import Lease
 
 from . import status
 
@@ -61,7 +61,7 @@ class Supervisor:
         self.log = log
         self.until_idle = until_idle
         self.timeout = timeout
-        self.children = [Child(r, [sys.executable, "-m", "workers", r, "--home", str(cfg.home),
+        self.children = [Child(r, [sys.executable, "-m", "quill.workers", r, "--home", str(cfg.home),
                                    "--parent", str(os.getpid())]) for r in ROLES]
         self._stop_signal: int | None = None
         self.crash_loop: dict | None = None

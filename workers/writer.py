@@ -20,17 +20,17 @@ from typing import Any
 
 import apsw
 
-from jobs.queues import build as build_queues
-from ops.config import Config
-from spool import Entry, Position, Quarantine, SpoolReader, START
-from spool.segments import list_segments
-from store import apply_chunk, fts_repair, index_slice, open_writer, read_cursor
-from store.apply import take_chunk
-from store.errors import CorruptError, DiskFullError, StoreIOError, TransientError
-from store.guard import FileGuard
-from store.lease import Lease
-from store.recovery import swap_in
-from store.indexer import indexed_upto
+from quill.jobs.queues import build as build_queues
+from quill.ops.config import Config
+from quill.spool import Entry, Position, Quarantine, SpoolReader, START
+from quill.spool.segments import list_segments
+from quill.store import apply_chunk, fts_repair, index_slice, open_writer, read_cursor
+from quill.store.apply import take_chunk
+from quill.store.errors import CorruptError, DiskFullError, StoreIOError, TransientError
+from quill.store.guard import FileGuard
+from quill.store.lease import Lease
+from quill.store.recovery import swap_in
+from quill.store.indexer import indexed_upto
 
 from . import status
 from .job_runner import StoreJobRunner

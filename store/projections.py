@@ -20,6 +20,8 @@ from typing import Any
 
 import apsw
 
+from . import blobs
+
 PROJECTION_STATES: dict[str, tuple[str, ...]] = {
     "model": ("live",),
     "display": ("live", "compacted"),
@@ -92,7 +94,20 @@ def _rows(conn: apsw.Connection, session_id: str, projection: str, *, limit: int
                               offset)).fetchall()
     if latest:
         rows.reverse()
-    return [message_dict(r[:-1], with_meta=projection != "model") for r in rows]
+    return inflate_rows(conn, [r[:-1] for r in rows], with_meta=projection != "model")
+
+
+def inflate_rows(conn: apsw.Connection, rows: list[tuple], *, with_meta: bool = True) -> list[dict[str, Any]]:
+    """``message_dict`` for each ``MSG_COLS`` row, with blob references in parts and extras
+    replaced by the stored payloads (store/blobs.py), so reads return what was written."""
+    cache: dict[str, str | None] = {}
+    out = []
+    for r in rows:
+        msg = message_dict(r, with_meta=with_meta)
+        if blobs.has_refs(r[5]) or blobs.has_refs(r[12]):  # parts, extra
+            msg = blobs.inflate(conn, msg, cache)
+        out.append(msg)
+    return out
 
 
 def read(conn: apsw.Connection, session_id: str, projection: str = "display", *, limit: int | None = None,

@@ -72,6 +72,20 @@ def salvage(damaged: Path, target: apsw.Connection) -> dict[str, Any]:
                     target.execute(f"INSERT OR IGNORE INTO messages ({', '.join(_MSG_COLS)}) VALUES "
                                    f"({', '.join('?' for _ in _MSG_COLS)})", [values[c] for c in _MSG_COLS])
                     messages += target.changes()
+        if messages:
+            _copy_blobs(src, target)
     finally:
         src.close()
     return {"salvaged_sessions": sessions, "salvaged_messages": messages, "unreadable_message_ids": len(bad)}
+
+
+def _copy_blobs(src: apsw.Connection, target: apsw.Connection) -> None:
+    """Salvaged rows may reference blobs (store/blobs.py) the rebuilt store lacks: copy every
+    readable blob row it does not hold (a v1 file has no blobs table: nothing to copy)."""
+    cols = "sha256, prefix, encoding, data, size, created_at"
+    try:
+        rows = src.execute(f"SELECT {cols} FROM blobs").fetchall()
+    except (*_DAMAGE, apsw.SQLError):
+        return
+    with transaction(target):
+        target.executemany(f"INSERT OR IGNORE INTO blobs ({cols}) VALUES (?, ?, ?, ?, ?, ?)", rows)

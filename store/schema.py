@@ -1,4 +1,4 @@
-"""Schema v1 of ``state.db`` and its creation.
+"""Schema of ``state.db`` (v2: v1 + content-addressed blobs), its creation and migrations.
 
 Rules the schema encodes (DESIGN.md, "The store"; the measured facts it cites):
 * ``messages.state`` is the single visibility state; rewinds and compactions flip it, never
@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import apsw
 
-SCHEMA_VERSION = 1
+from . import blobs
+
+SCHEMA_VERSION = 2
 
 #: The search indexes: derived data, rebuilt from ``messages`` when damaged (fts_repair.py).
 FTS_DDL = """
@@ -129,7 +131,12 @@ CREATE TABLE IF NOT EXISTS job_runs (
     error       TEXT
 );
 CREATE INDEX IF NOT EXISTS job_runs_job ON job_runs(job, started_at);
-"""
+""" + blobs.DDL
+
+#: Migrations: ``MIGRATIONS[v]`` takes a store from schema v to v + 1 (run in one transaction).
+MIGRATIONS: dict[int, str] = {
+    1: blobs.DDL,  # v2: content-addressed blobs (store/blobs.py)
+}
 
 #: Trigram scope (see module doc): roles indexed and the indexed prefix of ``content``.
 TRIGRAM_ROLES = ("user", "assistant")
@@ -150,7 +157,8 @@ coalesce(m.content, '') || coalesce((
 
 
 def create(conn: apsw.Connection) -> None:
-    """Create schema v1 on an empty database, or check the version of an existing one.
+    """Create the current schema on an empty database, migrate an older one step by step
+    (``MIGRATIONS``), or accept a current one.
 
     Raises ``RuntimeError`` for a database written by a newer schema version.
     """
@@ -161,7 +169,11 @@ def create(conn: apsw.Connection) -> None:
         return
     conn.execute("BEGIN IMMEDIATE")
     try:
-        conn.execute(DDL)
+        if version == 0:
+            conn.execute(DDL)
+        else:
+            for step in range(version, SCHEMA_VERSION):
+                conn.execute(MIGRATIONS[step])
         conn.execute("INSERT OR IGNORE INTO state_meta(key, value) VALUES ('fts_indexed_upto', '0')")
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         conn.execute("COMMIT")

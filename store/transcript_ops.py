@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 
 import apsw
 
+from . import blobs
 from .errors import InvalidOpError
 from .normalize import IDENTITY_COLUMNS, ROW_COLUMNS, identity, message_row
 from .op_common import atomic, ensure_session, opt, reopen_if_automatic, session_exists, session_id
@@ -27,13 +28,38 @@ _INSERT = (f"INSERT INTO messages (session_id, {', '.join(ROW_COLUMNS)}, arrived
 _CHUNK = 500  # bound on SQL variables per IN (...) list
 
 
-def _rows(data: dict, arrived_at: float, *, allow_empty: bool = True) -> list[tuple]:
+#: Message keys whose values never hold a binary payload (text columns and ids): not walked
+#: by ``blobs.extract``. A plain-string ``content`` is text (searchable), never cut out.
+_NO_BLOB_KEYS = frozenset({"id", "role", "tool_calls", "tool_call_id", "name", "reasoning",
+                           "finish_reason", "timestamp"})
+
+
+def _cut_blobs(msg: object, found: dict[str, str]) -> object:
+    """``msg`` with large binary payloads in its parts and extras replaced by blob references
+    (store/blobs.py); the payloads are collected into ``found``."""
+    if not isinstance(msg, dict):
+        return msg
+    out = dict(msg)
+    for key, value in msg.items():
+        if key in _NO_BLOB_KEYS or (key == "content" and not isinstance(value, (list, dict))):
+            continue
+        out[key], cut = blobs.extract(value)
+        found.update(cut)
+    return out
+
+
+def _rows(conn: apsw.Connection, data: dict, arrived_at: float, *, allow_empty: bool = True) -> list[tuple]:
+    """Validated rows for ``data['messages']``; their binary payloads are stored once in
+    ``blobs`` (inside the op's savepoint, so a refused op leaves no blob behind)."""
     messages = data.get("messages")
     if not isinstance(messages, list):
         raise InvalidOpError("invalid-field", "this op needs a 'messages' list")
     if not messages and not allow_empty:
         raise InvalidOpError("invalid-field", "'messages' must not be empty")
-    return [message_row(m, arrived_at) for m in messages]
+    found: dict[str, str] = {}
+    rows = [message_row(_cut_blobs(m, found), arrived_at) for m in messages]
+    blobs.put_many(conn, found)
+    return rows
 
 
 def _insert(conn: apsw.Connection, sid: str, rows: Iterable[tuple], origins: Sequence[int | None] | None,
@@ -85,7 +111,7 @@ def messages_append(conn: apsw.Connection, data: dict, batch_id: str, arrived_at
     Raises ``InvalidOpError`` (invalid message → its reason; ``duplicate-tool-result``).
     """
     sid = session_id(data)
-    rows = _rows(data, arrived_at)
+    rows = _rows(conn, data, arrived_at)
     source = opt(data, "source", str)
     ext = ROW_COLUMNS.index("ext_id")
     wanted = sorted({r[ext] for r in rows if r[ext] is not None})
@@ -170,7 +196,7 @@ def messages_compact(conn: apsw.Connection, data: dict, batch_id: str, arrived_a
     ``duplicate-tool-result``, ``invalid-field``/message reasons.
     """
     sid = session_id(data)
-    rows = _rows(data, arrived_at, allow_empty=False)
+    rows = _rows(conn, data, arrived_at, allow_empty=False)
     tail_count = opt(data, "tail_count", int) or 0
     if not 0 <= tail_count <= len(rows):
         raise InvalidOpError("invalid-field", f"tail_count must be between 0 and {len(rows)}")
@@ -271,7 +297,7 @@ def messages_replace(conn: apsw.Connection, data: dict, batch_id: str, arrived_a
     ``stale-head``, ``duplicate-tool-result``, message reasons.
     """
     sid = session_id(data)
-    rows = _rows(data, arrived_at)
+    rows = _rows(conn, data, arrived_at)
     named = _target(conn, sid, data, "from_message_id", "from_ext_id")
     if named is not None and named[2] != "live":
         raise InvalidOpError("not-live", f"message {named[0]} is {named[2]}; only live rows can be replaced")

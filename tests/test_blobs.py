@@ -1,0 +1,160 @@
+"""Content-addressed blobs (store/blobs.py) on real SQLite files through the real spool and
+writer: one copy per distinct payload, every read returns the original bytes, a refused op
+leaves nothing behind, a v1 store is migrated."""
+from __future__ import annotations
+
+import base64
+import hashlib
+
+import apsw
+import pytest
+
+from quill.spool import START, Spool, SpoolReader
+from quill.store import Reader, apply_chunk, open_writer
+from quill.store import blobs
+
+
+def _png(seed: int, size: int = 6000) -> str:
+    raw = hashlib.sha256(str(seed).encode()).digest() * (size // 32)
+    return base64.b64encode(raw).decode()
+
+
+@pytest.fixture
+def env(tmp_path):
+    spool = Spool(tmp_path / "spool")
+    conn = open_writer(tmp_path / "state.db")
+    yield spool, conn, tmp_path
+    conn.close()
+    spool.close()
+
+
+def drain(tmp_path, conn, rejects=None):
+    rejects = [] if rejects is None else rejects
+    entries = list(SpoolReader(tmp_path / "spool").read(START, max_bytes=1 << 40))
+    return apply_chunk(conn, entries, lambda e, reason, detail: rejects.append(reason))
+
+
+def _tool_result_with_images(n_images: int, mid: str, call: str) -> dict:
+    """A Claude Code style tool result: each image in the parts AND in toolUseResult."""
+    srcs = [{"type": "base64", "media_type": "image/png", "data": _png(i)} for i in range(n_images)]
+    return {"id": mid, "role": "tool", "tool_call_id": call,
+            "content": [{"type": "text", "text": "screenshots"}]
+            + [{"type": "image_url", "image_url": {"url": f"data:image/png;base64,{s['data']}"}} for s in srcs],
+            "extra": {"toolUseResult": {"content": [{"type": "image", "source": s} for s in srcs]}}}
+
+
+def test_five_images_twice_each_are_stored_once_and_read_back_intact(env):
+    spool, conn, tmp = env
+    call = {"id": "m0", "role": "assistant", "content": None,
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "shot", "arguments": "{}"}}]}
+    result = _tool_result_with_images(5, "m1", "c1")
+    spool.append("messages.append", {"session_id": "s", "messages": [call, result]})
+    drain(tmp, conn)
+    assert blobs.stats(conn)["blobs"] == 10  # 5 data URLs + 5 bare base64 payloads: 2 distinct strings per image
+    # ... and the payload bytes are stored once per string, decoded (¾ of the base64 text)
+    assert blobs.stats(conn)["bytes"] < 10 * len(_png(0))
+    stored = conn.execute("SELECT parts, extra FROM messages WHERE ext_id = 'm1'").fetchone()
+    assert _png(0) not in stored[0] and _png(0) not in stored[1]
+    assert stored[0].count(blobs.REF_PREFIX) == 5 and stored[1].count(blobs.REF_PREFIX) == 5
+
+    with Reader(tmp / "state.db") as r:
+        for projection in ("model", "display", "audit"):
+            got = [m for m in r.get_messages("s", projection) if m.get("tool_call_id") == "c1"][0]
+            assert got["content"] == result["content"]
+            assert got["toolUseResult"] == result["extra"]["toolUseResult"]
+        exported = r.export("s")["messages"][1]
+        assert exported["content"] == result["content"]
+        hit = r.search("screenshots", context=True)[0]
+        assert hit["message_id"] == exported["message_id"]
+
+
+def test_the_same_image_in_many_messages_and_sessions_is_one_row(env):
+    spool, conn, tmp = env
+    url = f"data:image/jpeg;base64,{_png(7)}"
+    for sid in ("a", "b"):
+        msgs = [{"id": f"u{i}", "role": "user", "content": [{"type": "text", "text": f"look {i}"},
+                                                             {"type": "image_url", "image_url": {"url": url}}]}
+                for i in range(4)]
+        spool.append("messages.append", {"session_id": sid, "messages": msgs})
+    drain(tmp, conn)
+    assert blobs.stats(conn)["blobs"] == 1
+    with Reader(tmp / "state.db") as r:
+        for sid in ("a", "b"):
+            assert all(m["content"][1]["image_url"]["url"] == url for m in r.get_messages(sid, "model"))
+
+
+def test_corrupted_base64_and_odd_data_urls_round_trip_exactly(env):
+    spool, conn, tmp = env
+    good = _png(3)
+    corrupted = good[:2001] + "[REDACTED]" + good[2001:]  # an upstream redactor spliced text in
+    odd = f"data:image/png;name=a b.png;base64,{good}"
+    small = f"data:image/png;base64,{good[:40]}"  # below MIN_BLOB_CHARS: stays inline
+    looks_like_ref = blobs.REF_PREFIX + "0" * 64  # producer text that only looks like a ref
+    parts = [{"type": "image_url", "image_url": {"url": f"data:image/png;base64,{corrupted}"}},
+             {"type": "image_url", "image_url": {"url": odd}},
+             {"type": "image_url", "image_url": {"url": small}},
+             {"type": "text", "text": looks_like_ref},
+             {"inlineData": {"mimeType": "application/pdf", "data": good}}]
+    spool.append("messages.append", {"session_id": "s", "messages": [{"id": "x", "role": "user", "content": parts}]})
+    drain(tmp, conn)
+    assert blobs.stats(conn)["blobs"] == 3
+    encodings = sorted(e for (e,) in conn.execute("SELECT encoding FROM blobs"))
+    assert encodings == ["base64", "base64", "text"]
+    with Reader(tmp / "state.db") as r:
+        assert r.get_messages("s", "audit")[0]["content"] == parts
+
+
+def test_plain_text_content_is_never_cut_out(env):
+    spool, conn, tmp = env
+    text = f"data:image/png;base64,{_png(1)}"
+    spool.append("messages.append", {"session_id": "s", "messages": [{"role": "user", "content": text}]})
+    drain(tmp, conn)
+    assert blobs.stats(conn)["blobs"] == 0
+    with Reader(tmp / "state.db") as r:
+        assert r.get_messages("s")[0]["content"] == text
+
+
+def test_a_refused_op_leaves_no_blob(env):
+    spool, conn, tmp = env
+    img = {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{_png(9)}"}}
+    spool.append("messages.append", {"session_id": "s", "messages": [
+        {"role": "tool", "tool_call_id": "c", "content": [img]},
+        {"role": "tool", "tool_call_id": "c", "content": "second live result for c"}]})
+    rejects: list = []
+    drain(tmp, conn, rejects)
+    assert rejects == ["duplicate-tool-result"]
+    assert blobs.stats(conn)["blobs"] == 0
+
+
+def test_compaction_copies_share_the_blob(env):
+    spool, conn, tmp = env
+    img = {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{_png(5)}"}}
+    msgs = [{"id": "u", "role": "user", "content": [{"type": "text", "text": "see"}, img]},
+            {"id": "a", "role": "assistant", "content": "seen"}]
+    spool.append("messages.append", {"session_id": "s", "messages": msgs})
+    spool.append("messages.compact", {"session_id": "s", "tail_count": 1,
+                                      "messages": [{"role": "user", "content": "[summary]"}, msgs[1]]})
+    spool.append("messages.compact", {"session_id": "s", "tail_count": 0,
+                                      "messages": [{"role": "user", "content": [{"type": "text", "text": "again"}, img]}]})
+    drain(tmp, conn)
+    assert blobs.stats(conn)["blobs"] == 1
+    with Reader(tmp / "state.db") as r:
+        model = r.get_messages("s", "model")
+        assert model[0]["content"][1] == img
+
+
+def test_a_v1_store_is_migrated_to_hold_blobs(tmp_path):
+    db = tmp_path / "state.db"
+    conn = apsw.Connection(str(db))
+    from quill.store import schema
+    v1_ddl = schema.DDL.replace(blobs.DDL, "")
+    conn.execute(v1_ddl)
+    conn.execute("PRAGMA user_version = 1")
+    conn.close()
+    writer = open_writer(db)
+    try:
+        assert writer.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION
+        assert blobs.put(writer, "data:image/png;base64," + _png(2)) == blobs.sha256_of("data:image/png;base64," + _png(2))
+        assert blobs.get(writer, blobs.sha256_of("data:image/png;base64," + _png(2))) == "data:image/png;base64," + _png(2)
+    finally:
+        writer.close()

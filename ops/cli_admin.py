@@ -11,12 +11,13 @@ from quill.jobs.worker_jobs import snapshot as take_snapshot
 from quill.store.errors import CantOpenError, CorruptError
 
 from . import render
+from .cli_base import emit_json, json_option
 from .doctor import run_checks
 from .recover import RecoverError, recover as do_recover
 
 
 @click.command()
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @click.pass_obj
 def snapshot(cfg: Any, as_json: bool) -> None:
     """Take a verified snapshot now (backup API + integrity_check), stamped with its spool position."""
@@ -25,7 +26,7 @@ def snapshot(cfg: Any, as_json: bool) -> None:
     except CantOpenError as exc:
         raise click.ClickException(f"no store to snapshot: {exc}")
     if as_json:
-        render.emit_json(result)
+        emit_json(result)
     else:
         click.echo(f"snapshot {result['path']} ({result['bytes']} bytes) covers spool position "
                    f"{result['position']}; verified in {result['seconds']} s")
@@ -34,7 +35,7 @@ def snapshot(cfg: Any, as_json: bool) -> None:
 @click.command()
 @click.option("--accept-loss", is_flag=True,
               help="Rebuild even though snapshot + spool no longer hold the full history.")
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @click.pass_obj
 def recover(cfg: Any, accept_loss: bool, as_json: bool) -> None:
     """Rebuild the store from the newest verified snapshot + spool replay and swap it in.
@@ -48,7 +49,7 @@ def recover(cfg: Any, accept_loss: bool, as_json: bool) -> None:
     if result.get("history_gap"):
         click.echo(f"quill: WARNING: rebuilt with history missing: {result['history_gap']}", err=True)
     if as_json:
-        render.emit_json(result)
+        emit_json(result)
     else:
         click.echo(f"recovered from {result['snapshot'] or 'an empty store'} + spool {result['from']} → {result['to']}: "
                    f"{result['applied']} batch(es) replayed, {result['rows']} message rows; swapped in by "
@@ -56,13 +57,13 @@ def recover(cfg: Any, accept_loss: bool, as_json: bool) -> None:
 
 
 @click.command()
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @click.pass_context
 def doctor(ctx: click.Context, as_json: bool) -> None:
     """Check SQLite version, journal mode, file modes, leases, halt, WAL, free space, spool lag."""
     checks = run_checks(ctx.obj)
     if as_json:
-        render.emit_json(checks)
+        emit_json(checks)
     else:
         table = Table(title=f"quill doctor: {ctx.obj.home}", title_justify="left")
         for col in ("check", "status", "detail"):
@@ -72,9 +73,3 @@ def doctor(ctx: click.Context, as_json: bool) -> None:
             table.add_row(c["check"], f"[{style[c['status']]}]{c['status']}[/]", escape(c["detail"]))
         render.console().print(table)
     ctx.exit(1 if any(c["status"] == "fail" for c in checks) else 0)
-
-
-def register(cli: click.Group) -> None:
-    """Attach the admin commands to the top-level group."""
-    for cmd in (snapshot, recover, doctor):
-        cli.add_command(cmd)

@@ -24,6 +24,8 @@ from quill.store.reads import Reader
 from quill.workers.scheduler import describe, edit_schedules
 
 from . import render
+from .cli_base import emit_json, json_option
+from .errors import Exit, NotFoundError, WaitTimeoutError
 
 _EVERY = re.compile(r"^(\d+)\s*([smhd])$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
@@ -37,13 +39,28 @@ def _history(cfg: Any, job: str | None, limit: int) -> list[dict[str, Any]]:
         return []
 
 
+def _default_of(spec: Any) -> dict[str, Any] | None:
+    """A catalog job's default schedule as JSON values (None: on demand only)."""
+    return {"trigger": spec.trigger, **spec.trigger_args} if spec.trigger else None
+
+
+def _describe_default(default: dict[str, Any] | None) -> str:
+    """``{"trigger": "interval", "minutes": 5}`` → ``every 5 minutes``; cron fields as given."""
+    if default is None:
+        return "on demand"
+    args = {k: v for k, v in default.items() if k != "trigger"}
+    if default["trigger"] == "interval":
+        return "every " + " ".join(f"{v} {k}" for k, v in args.items())
+    return f"{default['trigger']} " + " ".join(f"{k}={v}" for k, v in args.items())
+
+
 @click.group()
 def jobs() -> None:
     """Maintenance jobs: what exists, run one now, past runs."""
 
 
 @jobs.command(name="list")
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @click.pass_obj
 def jobs_list(cfg: Any, as_json: bool) -> None:
     """Every job with where it runs, its default schedule and its last run."""
@@ -51,25 +68,26 @@ def jobs_list(cfg: Any, as_json: bool) -> None:
     for run in reversed(_history(cfg, None, 500)):
         last[run["job"]] = run
     rows = [{"name": j.name, "runs_on": "writer" if j.kind == "store" else "job worker",
-             "description": j.description, "default": f"{j.trigger} {j.trigger_args}" if j.trigger else "on demand",
+             "description": j.description,
+             "default": _default_of(j),
              "last_outcome": last.get(j.name, {}).get("outcome"),
              "last_started_at": last.get(j.name, {}).get("started_at")} for j in catalog.JOBS]
     if as_json:
-        render.emit_json(rows)
+        emit_json(rows)
         return
     table = Table(title="jobs", title_justify="left")
     for col in ("name", "runs on", "default", "last", "description"):
         table.add_column(col, overflow="fold")
     for r in rows:
-        table.add_row(r["name"], r["runs_on"], escape(r["default"]),
+        table.add_row(r["name"], r["runs_on"], escape(_describe_default(r["default"])),
                       f"{r['last_outcome'] or '-'} {render.when(r['last_started_at'])}", escape(r["description"]))
     render.console().print(table)
 
 
 @jobs.command(name="run")
 @click.argument("name")
-@click.option("--wait", "wait_s", type=float, default=None, help="Wait up to N seconds for the run's record.")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--wait", "wait_s", type=click.FloatRange(min=0), default=None, help="Wait up to N seconds for the run's record.")
+@json_option
 @click.pass_context
 def jobs_run(ctx: click.Context, name: str, wait_s: float | None, as_json: bool) -> None:
     """Queue job NAME to run now (the running fleet executes it)."""
@@ -91,29 +109,29 @@ def jobs_run(ctx: click.Context, name: str, wait_s: float | None, as_json: bool)
                 break
             time.sleep(0.2)
         else:
-            click.echo(f"quill: {name} queued but no run recorded within {wait_s:g} s; is `quill run` running?", err=True)
-            ctx.exit(4)
+            raise WaitTimeoutError(f"{name} queued but no run recorded within {wait_s:g} s",
+                                   hint=f"is `quill run` running? `quill jobs history --job {name}` shows the outcome later")
     if as_json:
-        render.emit_json(result)
+        emit_json(result)
     elif "run" in result:
         run = result["run"]
         click.echo(f"{name}: {run['outcome']} {run['figures'] or ''} {run['error'] or ''}".rstrip())
     else:
         click.echo(f"{name}: queued; `quill jobs history --job {name}` shows the outcome")
     if result.get("run", {}).get("outcome") == "error":
-        ctx.exit(1)
+        ctx.exit(Exit.FAILED)
 
 
 @jobs.command(name="history")
 @click.option("--job", help="Only this job.")
-@click.option("--limit", type=int, default=20, show_default=True)
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--limit", type=click.IntRange(1, 10_000), default=20, show_default=True)
+@json_option
 @click.pass_obj
 def jobs_history(cfg: Any, job: str | None, limit: int, as_json: bool) -> None:
     """Past runs, newest first: start, end, outcome and figures."""
     runs = _history(cfg, job, limit)
     if as_json:
-        render.emit_json(runs)
+        emit_json(runs)
         return
     table = Table(title=f"{len(runs)} run(s)", title_justify="left")
     for col in ("job", "started", "seconds", "outcome", "figures / error"):
@@ -131,14 +149,14 @@ def schedule() -> None:
 
 
 @schedule.command(name="list")
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @click.pass_obj
 def schedule_list(cfg: Any, as_json: bool) -> None:
     """Every schedule with its trigger and next run time (none = paused)."""
     with edit_schedules(cfg) as sched:
         rows = describe(sched)
     if as_json:
-        render.emit_json(rows)
+        emit_json(rows)
         return
     table = Table(title="schedules", title_justify="left")
     for col in ("id", "trigger", "next run (UTC)"):
@@ -169,22 +187,44 @@ def _trigger(every: str | None, cron: str | None) -> Any:
 @click.option("--every", help="Interval: 30s, 10m, 6h, 1d.")
 @click.option("--cron", help="Crontab expression, UTC: '30 3 * * *'.")
 @click.option("--id", "schedule_id", help="Schedule id (default: the job name; replaces that schedule).")
+@json_option
 @click.pass_obj
-def schedule_add(cfg: Any, job: str, every: str | None, cron: str | None, schedule_id: str | None) -> None:
-    """Schedule JOB (replacing the schedule with the same id)."""
+def schedule_add(cfg: Any, job: str, every: str | None, cron: str | None, schedule_id: str | None,
+                 as_json: bool) -> None:
+    """Schedule JOB (replacing the schedule with the same id).
+
+    Without --id the schedule's id is the job name, so for a job with a default schedule
+    (`quill jobs list`) this replaces the default; give --id to add a second schedule.
+    """
     try:
         spec = catalog.get(job)
     except KeyError as exc:
         raise click.BadParameter(str(exc.args[0]), param_hint="JOB")
     trigger = _trigger(every, cron)
+    sid = schedule_id or job
+    default = catalog.BY_NAME.get(sid)
     with edit_schedules(cfg) as sched:
-        added = sched.add_job("quill.jobs.schedule:fire", trigger, id=schedule_id or job, name=job, replace_existing=True,
+        replaced = sched.get_job(sid)
+        added = sched.add_job("quill.jobs.schedule:fire", trigger, id=sid, name=job, replace_existing=True,
                               kwargs={"queue_db": str(cfg.queue_db), "job": job, "params": spec.params(cfg)})
-        click.echo(f"{added.id}: {added.trigger}; next run {added.next_run_time}")
+        result = {"id": added.id, "job": job, "trigger": str(added.trigger),
+                  "next_run": str(added.next_run_time) if added.next_run_time else None,
+                  "replaced": str(replaced.trigger) if replaced else None,
+                  "replaces_default": bool(default and default.trigger)}
+    if as_json:
+        emit_json(result)
+        return
+    if result["replaces_default"]:
+        click.echo(f"{sid}: this replaces the default schedule of {sid} ({_describe_default(_default_of(default))}); "
+                   f"it stays replaced across restarts. To keep the default and add another, use --id", err=True)
+    elif replaced:
+        click.echo(f"{sid}: replaces the schedule {replaced.trigger}", err=True)
+    click.echo(f"{added.id}: {added.trigger}; next run {added.next_run_time}")
 
 
-def _modify(ctx: click.Context, schedule_id: str, action: str) -> None:
+def _modify(ctx: click.Context, schedule_id: str, action: str, as_json: bool) -> None:
     cfg = ctx.obj
+    asked = action
     if action == "remove" and schedule_id in catalog.BY_NAME and catalog.BY_NAME[schedule_id].trigger:
         # A default schedule is re-created at every start; removing it would not last.
         action = "pause"
@@ -194,35 +234,35 @@ def _modify(ctx: click.Context, schedule_id: str, action: str) -> None:
         try:
             getattr(sched, f"{action}_job")(schedule_id)
         except JobLookupError:
-            click.echo(f"quill: no schedule {schedule_id!r}; see `quill schedule list`", err=True)
-            ctx.exit(3)
-    click.echo(f"{schedule_id}: {action}d")
+            raise NotFoundError(f"no schedule {schedule_id!r}", hint="`quill schedule list` shows the schedules")
+    if as_json:
+        emit_json({"id": schedule_id, "asked": asked, "done": f"{action}d"})
+    else:
+        click.echo(f"{schedule_id}: {action}d")
 
 
 @schedule.command(name="pause")
 @click.argument("schedule_id")
+@json_option
 @click.pass_context
-def schedule_pause(ctx: click.Context, schedule_id: str) -> None:
+def schedule_pause(ctx: click.Context, schedule_id: str, as_json: bool) -> None:
     """Pause a schedule (it keeps its trigger)."""
-    _modify(ctx, schedule_id, "pause")
+    _modify(ctx, schedule_id, "pause", as_json)
 
 
 @schedule.command(name="resume")
 @click.argument("schedule_id")
+@json_option
 @click.pass_context
-def schedule_resume(ctx: click.Context, schedule_id: str) -> None:
+def schedule_resume(ctx: click.Context, schedule_id: str, as_json: bool) -> None:
     """Resume a paused schedule."""
-    _modify(ctx, schedule_id, "resume")
+    _modify(ctx, schedule_id, "resume", as_json)
 
 
 @schedule.command(name="remove")
 @click.argument("schedule_id")
+@json_option
 @click.pass_context
-def schedule_remove(ctx: click.Context, schedule_id: str) -> None:
+def schedule_remove(ctx: click.Context, schedule_id: str, as_json: bool) -> None:
     """Remove a schedule you added (a default schedule is paused instead: it would come back)."""
-    _modify(ctx, schedule_id, "remove")
-
-
-def register(cli: click.Group) -> None:
-    cli.add_command(jobs)
-    cli.add_command(schedule)
+    _modify(ctx, schedule_id, "remove", as_json)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import math
 from collections.abc import Callable
 import shutil
 import time
@@ -21,16 +22,21 @@ from quill.store.reads import Reader
 from quill.workers import status as wstatus
 
 from . import render
+from .cli_base import emit_json, json_option
+from .errors import Exit, NotFoundError
 
 
 LOW_DISK_BYTES = 64 << 20
+
+
+_LIST_HINT = "`quill sessions list` shows the session ids"
 
 
 def _reader(cfg: Any) -> Reader:
     try:
         return Reader(cfg.state_db)
     except CantOpenError:
-        raise click.ClickException(f"no store at {cfg.state_db} yet: push or import something, then `quill run`")
+        raise NotFoundError(f"no store at {cfg.state_db} yet", hint="push or import something, then `quill run`")
 
 
 def _query(cfg: Any, read: Callable[[Reader], Any]) -> list:
@@ -50,21 +56,33 @@ def sessions() -> None:
     """List and show sessions."""
 
 
-def _epoch(value: str | None) -> float | None:
-    """``--since``/``--until``: epoch seconds, or an ISO date/datetime (UTC when no zone)."""
-    if value is None:
-        return None
-    try:
-        return float(value)
-    except ValueError:
-        pass
-    try:
-        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        raise click.BadParameter(f"{value!r} is neither epoch seconds nor an ISO date") from None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=dt.timezone.utc)
-    return parsed.timestamp()
+class _Epoch(click.ParamType):
+    """``--since``/``--until``: finite epoch seconds, or an ISO date/datetime (UTC when no zone),
+    converted at parse time so a bad value is a usage error."""
+
+    name = "TIME"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> float:
+        if isinstance(value, float):
+            return value
+        try:
+            number = float(value)
+        except ValueError:
+            pass
+        else:
+            if not math.isfinite(number):
+                self.fail(f"{value!r} is not a finite number of epoch seconds", param, ctx)
+            return number
+        try:
+            parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            self.fail(f"{value!r} is neither epoch seconds nor an ISO date", param, ctx)
+        if parsed.tzinfo is None:
+            parsed = parsed.replace(tzinfo=dt.timezone.utc)
+        return parsed.timestamp()
+
+
+_EPOCH = _Epoch()
 
 
 def _tristate(value: str | None) -> bool | None:
@@ -79,25 +97,25 @@ _YESNO = click.Choice(["yes", "no"])
 @click.option("--limit", type=click.IntRange(1, 100_000), default=50, show_default=True)
 @click.option("--all", "include_hidden", is_flag=True, help="Include hidden sessions.")
 @click.option("--title", "title_contains", help="Title contains this text (literally; % and _ are not wildcards).")
-@click.option("--since", help="Active at or after (epoch seconds or ISO date).")
-@click.option("--until", help="Started at or before (epoch seconds or ISO date).")
+@click.option("--since", type=_EPOCH, help="Active at or after (epoch seconds or ISO date).")
+@click.option("--until", type=_EPOCH, help="Started at or before (epoch seconds or ISO date).")
 @click.option("--archived", type=_YESNO, help="Only archived (yes) or unarchived (no) sessions.")
 @click.option("--pinned", type=_YESNO, help="Only pinned (yes) or unpinned (no) sessions.")
 @click.option("--hidden", type=_YESNO, help="Only hidden (yes) or visible (no) sessions.")
 @click.option("--chains/--tips", "all_chain", default=False,
               help="--tips (default): one row per compression chain, its tip; --chains: every session.")
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @click.pass_obj
 def sessions_list(cfg: Any, source: str | None, limit: int, include_hidden: bool, title_contains: str | None,
-                  since: str | None, until: str | None, archived: str | None, pinned: str | None,
+                  since: float | None, until: float | None, archived: str | None, pinned: str | None,
                   hidden: str | None, all_chain: bool, as_json: bool) -> None:
     """Sessions, most recently active first."""
     rows = _query(cfg, lambda r: r.list_sessions(
         source=source, limit=limit, include_hidden=include_hidden, title_contains=title_contains,
-        since=_epoch(since), until=_epoch(until), archived=_tristate(archived), pinned=_tristate(pinned),
+        since=since, until=until, archived=_tristate(archived), pinned=_tristate(pinned),
         hidden=_tristate(hidden), lineage="all" if all_chain else "tips"))
     if as_json:
-        render.emit_json(rows)
+        emit_json(rows)
     else:
         con = render.console()
         con.print(render.sessions_table(rows, con.width))
@@ -107,8 +125,8 @@ def sessions_list(cfg: Any, source: str | None, limit: int, include_hidden: bool
 @click.argument("session_id")
 @click.option("--view", "projection", type=click.Choice(["display", "model", "audit"]), default="display",
               show_default=True, help="display = what a UI shows; model = what the model is fed; audit = every row.")
-@click.option("--latest", type=int, default=None, help="Only the last N messages of the view.")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--latest", type=click.IntRange(min=1), default=None, help="Only the last N messages of the view.")
+@json_option
 @click.pass_context
 def sessions_show(ctx: click.Context, session_id: str, projection: str, latest: int | None, as_json: bool) -> None:
     """A session's transcript: roles, text, tool calls and tool results."""
@@ -116,18 +134,17 @@ def sessions_show(ctx: click.Context, session_id: str, projection: str, latest: 
     try:
         reader = Reader(cfg.state_db)
     except CantOpenError:  # no store yet: the session does not exist (yet)
-        click.echo(f"quill: no session {session_id!r} (no store at {cfg.state_db} yet)", err=True)
-        ctx.exit(3)
+        raise NotFoundError(f"no session {session_id!r} (no store at {cfg.state_db} yet)",
+                            hint="push or import something, then `quill run`")
     with reader as r:
         with r.snapshot():
             session = r.get_session(session_id)
             if session is None:
-                click.echo(f"quill: no session {session_id!r}", err=True)
-                ctx.exit(3)
+                raise NotFoundError(f"no session {session_id!r}", hint=_LIST_HINT)
             messages = r.get_messages(session_id, projection, limit=latest, latest=latest is not None)
             chain = r.compression_chain(session_id)
     if as_json:
-        render.emit_json({"session": session, "chain": chain, "messages": messages})
+        emit_json({"session": session, "chain": chain, "messages": messages})
     else:
         con = render.console()
         if len(chain) > 1:
@@ -146,9 +163,8 @@ def sessions_export(ctx: click.Context, session_id: str) -> None:
     with _reader(ctx.obj) as r:
         data = r.export(session_id)
     if data is None:
-        click.echo(f"quill: no session {session_id!r}", err=True)
-        ctx.exit(3)
-    render.emit_json(data)
+        raise NotFoundError(f"no session {session_id!r}", hint=_LIST_HINT)
+    emit_json(data)
 
 
 @click.command()
@@ -157,22 +173,22 @@ def sessions_export(ctx: click.Context, session_id: str) -> None:
 @click.option("--session", "session_id")
 @click.option("--role", type=click.Choice(sorted(ROLES)))
 @click.option("--source")
-@click.option("--since", help="Messages at or after (epoch seconds or ISO date).")
-@click.option("--until", help="Messages at or before (epoch seconds or ISO date).")
+@click.option("--since", type=_EPOCH, help="Messages at or after (epoch seconds or ISO date).")
+@click.option("--until", type=_EPOCH, help="Messages at or before (epoch seconds or ISO date).")
 @click.option("--substring", is_flag=True, help="Match substrings (user/assistant text) instead of words.")
 @click.option("--audit", is_flag=True, help="Also search superseded and rewound rows.")
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @click.pass_obj
 def search(cfg: Any, query: str, limit: int, session_id: str | None, role: str | None,
-           source: str | None, since: str | None, until: str | None, substring: bool, audit: bool,
+           source: str | None, since: float | None, until: float | None, substring: bool, audit: bool,
            as_json: bool) -> None:
     """Full-text search over messages, newest first. Any text is a valid query."""
     health: dict[str, Any] = {}
 
     def run(r: Reader) -> list:
         health.update(r.search_health())
-        return r.search(query, limit=limit, session_id=session_id, role=role, source=source, since=_epoch(since),
-                        until=_epoch(until), substring=substring, projection="audit" if audit else "display",
+        return r.search(query, limit=limit, session_id=session_id, role=role, source=source, since=since,
+                        until=until, substring=substring, projection="audit" if audit else "display",
                         context=as_json)
 
     hits = _query(cfg, run)
@@ -180,7 +196,7 @@ def search(cfg: Any, query: str, limit: int, session_id: str | None, role: str |
         click.echo("quill: search is degraded: the search index was detached after damage and is being rebuilt; "
                    f"results come from a scan of the newest {search_mod.SCAN_MAX_ROWS} messages", err=True)
     if as_json:
-        render.emit_json(hits)
+        emit_json(hits)
     else:
         render.console().print(render.search_table(hits, query))
 
@@ -204,7 +220,7 @@ def fleet_state(cfg: Any) -> dict[str, Any]:
 
 
 @click.command()
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @click.pass_context
 def status(ctx: click.Context, as_json: bool) -> None:
     """Fleet, store, spool and job health at a glance."""
@@ -229,11 +245,11 @@ def status(ctx: click.Context, as_json: bool) -> None:
     free = shutil.disk_usage(existing).free
     data["disk"] = {"free_bytes": free, "low": free < LOW_DISK_BYTES}
     if as_json:
-        render.emit_json(data)
+        emit_json(data)
     else:
         _print_status(data)
     if data["fleet"]["halt"] or store.get("error") or data["fleet"]["crash_loop"]:
-        ctx.exit(1)
+        ctx.exit(Exit.FAILED)
 
 
 def _print_status(d: dict[str, Any]) -> None:
@@ -269,10 +285,3 @@ def _print_status(d: dict[str, Any]) -> None:
               f"{sp['pending_bytes']} bytes pending (lag {sp['lag_s']} s), {sp['quarantined']} quarantined")
     for run in d["jobs"][:5]:
         con.print(f"job      {run['job']:<15} {run['outcome']:<6} {render.when(run['started_at'])} {run.get('error') or ''}")
-
-
-def register(cli: click.Group) -> None:
-    """Attach the read commands to the top-level group."""
-    cli.add_command(sessions)
-    cli.add_command(search)
-    cli.add_command(status)

@@ -6,8 +6,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
 
 from quill.spool import Position, Quarantine, SpoolReader
 from quill.spool.reader import lag_seconds, stats
@@ -15,15 +13,13 @@ from quill.store.errors import CantOpenError, LeaseHeldError
 from quill.store.lease import Lease
 
 from . import render
+from .cli_base import emit_json, json_option
 from .replay import replay as do_replay, total_bytes, verify as do_verify
 from .wait import applied_position
 
 
-def _progress(enabled: bool) -> Progress:
-    con = Console(stderr=True)
-    return Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
-                    TimeRemainingColumn(), console=con, transient=True,
-                    disable=not enabled or not con.is_terminal)
+def _progress(enabled: bool) -> Any:
+    return render.progress(enabled, unit="bytes")
 
 
 @click.group()
@@ -32,7 +28,7 @@ def spool() -> None:
 
 
 @spool.command(name="status")
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @click.pass_obj
 def spool_status(cfg: Any, as_json: bool) -> None:
     """Segments, bytes, records pending, lag (seconds) and quarantined count."""
@@ -43,7 +39,7 @@ def spool_status(cfg: Any, as_json: bool) -> None:
     data["records_pending"] = sum(1 for _ in SpoolReader(cfg.spool_dir).read(start, max_bytes=1 << 40))
     data["lag_s"] = round(lag_seconds(cfg.spool_dir, cursor, time.time()), 3)
     if as_json:
-        render.emit_json(data)
+        emit_json(data)
         return
     click.echo(f"segments {data['segments']}, {data['bytes']} bytes, end {data['end']}, cursor {data['cursor']}")
     click.echo(f"pending  {data['records_pending']} record(s), {data['pending_bytes']} bytes, lag {data['lag_s']} s")
@@ -51,7 +47,7 @@ def spool_status(cfg: Any, as_json: bool) -> None:
 
 
 @spool.command(name="verify")
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @click.pass_context
 def spool_verify(ctx: click.Context, as_json: bool) -> None:
     """Check every record's checksum; exit 1 if any is damaged."""
@@ -61,7 +57,7 @@ def spool_verify(ctx: click.Context, as_json: bool) -> None:
         task = bar.add_task("verifying", total=total_bytes(cfg.spool_dir, first))
         result = do_verify(cfg.spool_dir, lambda n: bar.advance(task, n))
     if as_json:
-        render.emit_json(result)
+        emit_json(result)
     else:
         click.echo(f"{result['records']} record(s) checked, {len(result['damaged'])} damaged, end {result['end']}"
                    + (" (a partial tail is still being written or is torn)" if result["partial_tail"] else ""))
@@ -74,7 +70,7 @@ def spool_verify(ctx: click.Context, as_json: bool) -> None:
 @click.option("--from", "from_", metavar="SEG:OFFSET", help="Start here (default: the target store's cursor).")
 @click.option("--into", type=click.Path(dir_okay=False, path_type=Path),
               help="Replay into this store file instead of the live one (created if missing).")
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @click.pass_obj
 def spool_replay(cfg: Any, from_: str | None, into: Path | None, as_json: bool) -> None:
     """Apply spool records into a store, idempotently (nothing is applied twice)."""
@@ -102,7 +98,7 @@ def spool_replay(cfg: Any, from_: str | None, into: Path | None, as_json: bool) 
             lease.release()
     result["into"] = str(target)
     if as_json:
-        render.emit_json(result)
+        emit_json(result)
     else:
         click.echo(f"replayed {result['from']} → {result['to']} into {target}: {result['applied']} applied, "
                    f"{result['duplicates']} already there, {result['rejected']} quarantined, "

@@ -1,24 +1,40 @@
-"""Human output for the CLI (rich tables and transcripts) and the ``--json`` twin."""
+"""Human output for the CLI: rich tables, transcripts and progress bars (``--json`` output is
+``cli_base.emit_json``)."""
 from __future__ import annotations
 
 import datetime as dt
-import json
 from typing import Any
 
-import click
 from rich.console import Console
 from rich.markup import escape
+from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 from rich.text import Text
 
 
+#: Width given to rich when stdout is not a terminal: wide enough that no line of ours is
+#: ever hard-wrapped (rich would otherwise assume 80 columns and fold ids and paths).
+UNWRAPPED_WIDTH = 1_000_000
+
+
 def console() -> Console:
-    return Console(highlight=False, soft_wrap=False)
+    """The stdout console. On a terminal, rich fits its width; otherwise (a pipe, a file) lines
+    are never wrapped and tables size to their content."""
+    probe = Console()
+    if probe.is_terminal:
+        return Console(highlight=False, soft_wrap=False)
+    return Console(highlight=False, soft_wrap=True, width=UNWRAPPED_WIDTH)
 
 
-def emit_json(data: Any) -> None:
-    """Print ``data`` as JSON on stdout (the ``--json`` output of every command)."""
-    click.echo(json.dumps(data, ensure_ascii=False, indent=2, default=str))
+def progress(enabled: bool = True, *, unit: str = "items") -> Progress:
+    """The one progress bar of long commands (import, replay, verify, recover, export): on
+    stderr, shown only when stderr is a terminal and ``enabled`` (off under ``--json``), and
+    gone when done. ``unit="bytes"`` shows sizes; otherwise counts."""
+    con = Console(stderr=True)
+    amount = DownloadColumn() if unit == "bytes" else MofNCompleteColumn()
+    return Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), amount,
+                    TimeRemainingColumn(), console=con, transient=True,
+                    disable=not enabled or not con.is_terminal)
 
 
 def when(ts: float | None) -> str:

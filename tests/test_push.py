@@ -14,7 +14,7 @@ def _spooled(home) -> int:
 def test_a_batch_with_an_invalid_message_is_refused_before_the_ack(quill, home):
     proc = quill.run("push", "--session", "m", check=False,
                      input='{"role":"user","content":"good"}\n{"role":"wizard","content":"bad"}')
-    assert proc.returncode == 1 and "invalid-role" in proc.stderr and "message 1" in proc.stderr
+    assert proc.returncode == 2 and "invalid-role" in proc.stderr and "message 1" in proc.stderr
     assert "nothing was pushed" in proc.stderr and _spooled(home) == 0
 
 
@@ -23,7 +23,7 @@ def test_values_no_column_can_hold_are_refused(quill, home):
                  '{"session_id":"p","messages":"not a list"}'):
         op = "messages.append" if "messages" in data else "session.create"
         proc = quill.run("push", check=False, input=f'{{"op":"{op}","data":{data}}}')
-        assert proc.returncode == 1, data
+        assert proc.returncode == 2, data
     assert _spooled(home) == 0
 
 

@@ -1,0 +1,155 @@
+"""Quill's public error tree: what the client raises and what every CLI command reports.
+
+Each error says what went wrong *and what to do* (``hint``), and carries the CLI exit code
+of its kind, so ``quill.Client`` users and ``quill`` command users see the same thing::
+
+    QuillError                      exit 1  base; ``hint`` says what to do next
+    ├── InvalidInputError           exit 2  bad argument, op or message: nothing was appended
+    ├── NotFoundError               exit 3  no such session / job / schedule (or no store yet)
+    ├── WaitTimeoutError            exit 4  the writer did not deal with a batch in time
+    ├── SpoolFullError              exit 1  the disk holding the spool is full: nothing partial
+    ├── StoreBusyError              exit 1  the store is locked right now: retry
+    ├── StoreDamagedError           exit 1  corruption found: the writer halts, `quill recover`
+    └── StorageError                exit 1  other I/O / permission / unreadable data dir
+
+Classification is by the type of the lower layer's exception (``quill.spool`` and
+``quill.store`` trees, ``OSError``), never by message text (``from_exception``). The lower
+packages stay import-free here: their error modules are looked up in ``sys.modules``, so
+this module costs nothing at import (the fast ``quill push`` path imports it).
+"""
+from __future__ import annotations
+
+import sys
+from enum import IntEnum
+
+
+class Exit(IntEnum):
+    """The one exit-code table shared by every ``quill`` command."""
+
+    OK = 0
+    FAILED = 1        # failure, damage found, a batch quarantined
+    USAGE = 2         # bad arguments or input; nothing was changed
+    NOT_FOUND = 3     # no such session / job / schedule
+    TIMEOUT = 4       # waited and gave up (the work may still happen)
+    HALTED = 5        # `quill run`: the writer halted (`quill status` says why)
+    CRASH_LOOP = 6    # `quill run`: a worker keeps exiting
+
+
+class QuillError(Exception):
+    """Base of every error Quill's public API raises.
+
+    ``message`` says what happened, ``hint`` what to do about it (may be empty), ``kind`` a
+    stable machine tag (also the ``error.kind`` of ``--json`` error output), ``exit_code``
+    the CLI's exit code for this kind (``Exit``).
+    """
+
+    kind = "failed"
+    exit_code = Exit.FAILED
+    default_hint = ""
+
+    def __init__(self, message: str, *, hint: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.hint = self.default_hint if hint is None else hint
+
+    def __str__(self) -> str:
+        return f"{self.message} ({self.hint})" if self.hint else self.message
+
+    def as_dict(self) -> dict:
+        """The ``--json`` error object: ``{"kind", "message", "hint", "exit_code"}``."""
+        return {"kind": self.kind, "message": self.message, "hint": self.hint, "exit_code": int(self.exit_code)}
+
+
+class InvalidInputError(QuillError, ValueError):
+    """A bad argument, op or message. Nothing was appended; fix the input and retry.
+
+    ``reason`` is the op rule's tag (``invalid-role``, ``invalid-field`` … see docs/ops.md)
+    when the refusal comes from an op check, else ``usage``."""
+
+    kind = "usage"
+    exit_code = Exit.USAGE
+
+    def __init__(self, message: str, *, hint: str | None = None, reason: str = "usage"):
+        super().__init__(message, hint=hint)
+        self.reason = reason
+
+
+class NotFoundError(QuillError, LookupError):
+    """No such session, job or schedule (or no store yet: nothing was applied so far)."""
+
+    kind = "not_found"
+    exit_code = Exit.NOT_FOUND
+
+
+class WaitTimeoutError(QuillError, TimeoutError):
+    """A wait gave up before the writer dealt with the batch. The batch is durable and will
+    still be applied once a writer runs."""
+
+    kind = "timeout"
+    exit_code = Exit.TIMEOUT
+    default_hint = "is `quill run` running? the batch is durable and is applied when the writer gets to it"
+
+
+class SpoolFullError(QuillError):
+    """The filesystem holding the spool is full; no partial record was left."""
+
+    kind = "disk_full"
+    default_hint = "free disk space under the data dir, then retry the same call (nothing was appended)"
+
+
+class StoreBusyError(QuillError):
+    """The store was locked (SQLITE_BUSY/LOCKED) past the retry budget."""
+
+    kind = "busy"
+    default_hint = "retry shortly; the writer holds the store during a checkpoint or maintenance job"
+
+
+class StoreDamagedError(QuillError):
+    """The store file is damaged (SQLITE_CORRUPT / NOTADB) or was replaced."""
+
+    kind = "damaged"
+    default_hint = "run `quill status` (it names the cause), then `quill recover`"
+
+
+class StorageError(QuillError):
+    """Any other I/O, permission or configuration problem with the data dir."""
+
+    kind = "storage"
+    default_hint = "check the data dir's permissions and free space (`quill doctor`)"
+
+
+def from_exception(exc: BaseException) -> QuillError | None:
+    """The public error for a lower layer's exception, or None if it is not one Quill knows
+    (a bug: let it propagate). Classified by type only."""
+    if isinstance(exc, QuillError):
+        return exc
+    spool_errors = sys.modules.get("quill.spool.errors")
+    store_errors = sys.modules.get("quill.store.errors")
+    config = sys.modules.get("quill.ops.config")
+    text = str(exc)
+    if spool_errors is not None and isinstance(exc, spool_errors.SpoolError):
+        if isinstance(exc, spool_errors.SpoolFullError):
+            return SpoolFullError(text)
+        if isinstance(exc, spool_errors.InvalidOpError):
+            return InvalidInputError(text, hint="fix the op or message; nothing was appended")
+        if isinstance(exc, spool_errors.WaitTimeoutError):
+            return WaitTimeoutError(text)
+        return StorageError(text)
+    if store_errors is not None and isinstance(exc, store_errors.StoreError):
+        if isinstance(exc, store_errors.InvalidOpError):
+            return InvalidInputError(text, reason=exc.reason, hint="fix the op or message; nothing was appended")
+        if isinstance(exc, store_errors.TransientError):
+            return StoreBusyError(text)
+        if isinstance(exc, store_errors.CorruptError):
+            return StoreDamagedError(text)
+        if isinstance(exc, store_errors.DiskFullError):
+            return StorageError(text, hint="free disk space under the data dir")
+        if isinstance(exc, store_errors.LeaseHeldError):
+            return StorageError(text, hint="another process holds the store; stop it (`quill status` names it)")
+        return StorageError(text)
+    if config is not None and isinstance(exc, config.ConfigError):
+        return StorageError(text, hint="fix config.toml (docs/configuration.md lists every key)")
+    if isinstance(exc, OSError):
+        where = f": {exc.filename}" if exc.filename else ""
+        return StorageError(f"{exc.strerror or exc}{where}")
+    return None

@@ -1,0 +1,176 @@
+"""What every `quill` command shares: one --json option, one error format (usage errors too),
+one exit-code table, ranged numbers, --version, output never hard-wrapped off a terminal.
+
+The structural tests walk the whole command tree, so a command added later is checked too.
+"""
+from __future__ import annotations
+
+import json
+import tomllib
+
+import click
+import pytest
+
+from conftest import REPO
+
+#: Commands without --json, and why.
+NO_JSON = {
+    "quill run": "runs the fleet in the foreground; its output is the log",
+    "quill sessions export": "prints JSON always",
+}
+
+
+def _leaves() -> dict[str, click.Command]:
+    from quill.ops.cli import cli
+
+    out: dict[str, click.Command] = {}
+
+    def walk(cmd: click.Command, path: str) -> None:
+        if isinstance(cmd, click.Group):
+            ctx = click.Context(cmd, info_name=path.rsplit(" ", 1)[-1])
+            for name in cmd.list_commands(ctx):
+                walk(cmd.get_command(ctx, name), f"{path} {name}")
+        else:
+            out[path] = cmd
+
+    walk(cli, "quill")
+    return out
+
+
+def test_every_command_takes_the_one_json_option():
+    from quill.ops.cli_base import json_option
+
+    @json_option
+    def probe(as_json: bool) -> None: ...
+    shared = click.command()(probe).params[0]
+    leaves = _leaves()
+    assert len(leaves) >= 20
+    missing = []
+    for path, cmd in leaves.items():
+        opts = [p for p in cmd.params if "--json" in getattr(p, "opts", [])]
+        if path in NO_JSON:
+            assert not opts, f"{path} now has --json: drop it from NO_JSON"
+            continue
+        if not opts or opts[0].name != "as_json" or opts[0].help != shared.help:
+            missing.append(path)
+    assert not missing, f"commands without the shared --json option: {missing}"
+
+
+def test_no_number_option_accepts_any_number():
+    """Every numeric option has a range, so `--latest -1` is a usage error, never a traceback
+    or a silent misuse."""
+    unbounded = []
+    for path, cmd in _leaves().items():
+        for p in cmd.params:
+            if p.type in (click.INT, click.FLOAT):
+                unbounded.append(f"{path} {p.opts[0]}")
+            elif isinstance(p.type, click.types._NumberRangeBase) and p.type.min is None:
+                unbounded.append(f"{path} {p.opts[0]}")
+    assert not unbounded, f"numbers without a range: {unbounded}"
+
+
+BAD_NUMBERS = [
+    ("sessions", "show", "x", "--latest", "-1"),
+    ("sessions", "show", "x", "--latest", "abc"),
+    ("sessions", "list", "--limit", "0"),
+    ("sessions", "list", "--since", "inf"),
+    ("search", "q", "--limit", "-5"),
+    ("search", "q", "--since", "nan"),
+    ("search", "q", "--until", "yesterday-ish"),
+    ("jobs", "history", "--limit", "-1"),
+    ("jobs", "run", "snapshot", "--wait", "-2"),
+    ("push", "--wait", "-1"),
+    ("run", "--until-idle", "--timeout", "-1"),
+    ("spool", "replay", "--from", "-1:0"),
+    ("spool", "replay", "--from", "1:x"),
+    ("schedule", "add", "snapshot", "--every", "-5m"),
+    ("schedule", "add", "snapshot", "--cron", "99 * * * *"),
+]
+
+
+@pytest.mark.parametrize("args", BAD_NUMBERS, ids=" ".join)
+def test_bad_numbers_are_usage_errors_in_the_one_format(quill, home, args):
+    human = quill.run(*args, check=False, input="")
+    assert human.returncode == 2, human.stderr
+    assert human.stderr.startswith("quill: error: ") and "Traceback" not in human.stderr
+    assert "quill: hint: " in human.stderr
+    as_json = quill.run(*args, "--json", check=False, input="")
+    assert as_json.returncode == 2
+    error = json.loads(as_json.stdout)["error"]
+    assert error["kind"] == "usage" and error["exit_code"] == 2 and error["message"] and error["hint"]
+    assert not (home / "spool").exists() or not any((home / "spool").glob("*.jsonl"))
+
+
+@pytest.mark.parametrize("args", [("nosuch",), ("sessions", "show"), ("search", "q", "--bogus")], ids=" ".join)
+def test_parse_errors_follow_the_format_too(quill, args):
+    proc = quill.run(*args, "--json", check=False)
+    assert proc.returncode == 2
+    assert json.loads(proc.stdout)["error"]["kind"] == "usage"
+
+
+@pytest.mark.parametrize("args", [("sessions", "show", "nope"), ("schedule", "pause", "nope"),
+                                  ("schedule", "resume", "nope")], ids=" ".join)
+def test_not_found_is_exit_3_in_both_formats(quill, args):
+    human = quill.run(*args, check=False)
+    assert human.returncode == 3 and human.stderr.startswith("quill: error: no ")
+    error = json.loads(quill.run(*args, "--json", check=False).stdout)["error"]
+    assert error == {**error, "kind": "not_found", "exit_code": 3}
+
+
+def test_refused_input_is_a_usage_error_and_nothing_is_pushed(quill, home):
+    proc = quill.run("push", "--session", "s", "--json", check=False, input='{"role":"wizard","content":"x"}')
+    assert proc.returncode == 2
+    error = json.loads(proc.stdout)["error"]
+    assert "invalid-role" in error["message"] and "nothing was pushed" in error["message"]
+
+
+def test_version_matches_the_package():
+    import quill
+    with open(REPO / "pyproject.toml", "rb") as f:
+        version = tomllib.load(f)["project"]["version"]
+    assert quill.__version__ == version
+
+
+def test_version_option(quill):
+    import quill as pkg
+    assert quill.run("--version").stdout.strip() == f"quill {pkg.__version__}"
+
+
+def test_jobs_list_json_has_json_values(quill):
+    rows = quill.json("jobs", "list")
+    by_name = {r["name"]: r for r in rows}
+    assert by_name["wal_checkpoint"]["default"] == {"trigger": "interval", "minutes": 5}
+    assert by_name["fts_rebuild"]["default"] is None
+    for r in rows:
+        assert r["default"] is None or isinstance(r["default"], dict)
+
+
+def test_schedule_add_of_a_default_job_says_it_replaces_the_default(quill):
+    proc = quill.run("schedule", "add", "snapshot", "--every", "2h")
+    assert "replaces the default schedule of snapshot" in proc.stderr
+    result = quill.json("schedule", "add", "snapshot", "--every", "3h")
+    assert result["replaces_default"] is True and result["replaced"] == "interval[2:00:00]"
+    other = quill.run("schedule", "add", "snapshot", "--every", "1d", "--id", "daily-snapshot")
+    assert "replaces" not in other.stderr
+
+
+LONG_ID = "session-" + "x" * 150 + "-end"
+LONG_TEXT = "word " * 80 + "tail-marker"
+
+
+def test_output_is_never_hard_wrapped_when_piped(quill, home):
+    ops = [{"op": "session.create", "data": {"session_id": LONG_ID, "source": "cli", "title": "t " * 60}},
+           {"session_id": LONG_ID, "messages": [{"role": "user", "content": LONG_TEXT}]}]
+    quill.run("push", input="\n".join(json.dumps(o) for o in ops))
+    quill.run("spool", "replay")
+    listing = quill.run("sessions", "list").stdout
+    assert any(LONG_ID in line for line in listing.splitlines()), listing
+    shown = quill.run("sessions", "show", LONG_ID).stdout
+    assert any(LONG_ID in line for line in shown.splitlines())
+    assert any(LONG_TEXT in line for line in shown.splitlines()), shown
+    hits = quill.run("search", "tail-marker").stdout
+    assert any(LONG_ID in line for line in hits.splitlines()), hits
+    status = quill.run("status").stdout
+    assert any(str(home) in line for line in status.splitlines())
+    help_lines = quill.run("-h").stdout.splitlines()
+    assert any("Check SQLite version" in line and "spool lag" in line for line in help_lines)

@@ -43,7 +43,7 @@ SELECT * FROM (
             ORDER BY coalesce(m.origin_id, m.id) LIMIT 1) AS preview,
          s.meta
   FROM sessions s {{where}}
-) {{outer}}
+) AS listed {{outer}}
 ORDER BY coalesce(last_active, started_at) DESC, id DESC LIMIT ?"""
 
 

@@ -27,6 +27,9 @@ PROJECTION_STATES: dict[str, tuple[str, ...]] = {
     "display": ("live", "compacted"),
     "audit": ("live", "compacted", "superseded", "rewound"),
 }
+#: LIMIT value meaning "no limit" in both SQLite and PostgreSQL (SQLite's -1 is an error
+#: in PostgreSQL, and SQLite refuses NULL).
+NO_LIMIT = 2 ** 62
 MSG_COLS = ("id, session_id, ext_id, role, content, parts, tool_calls, tool_call_id, tool_name, "
             "reasoning, finish_reason, ts, extra, state")
 
@@ -71,7 +74,7 @@ def _ordered_sql(projection: str, where_pos: str) -> str:
             f"SELECT {MSG_COLS}, coalesce(origin_id, id) AS pos, row_number() OVER ("
             f"PARTITION BY coalesce(origin_id, id) ORDER BY state = 'live' DESC, id DESC) AS rn "
             f"FROM messages WHERE session_id = ? AND state IN ({marks}) {where_pos}"
-            f") WHERE rn = 1 ORDER BY pos {{order}} LIMIT ? OFFSET ?")
+            f") AS d WHERE rn = 1 ORDER BY pos {{order}} LIMIT ? OFFSET ?")
 
 
 def position(conn: apsw.Connection, projection: str, message_id: int) -> int | None:
@@ -90,7 +93,7 @@ def _rows(conn: apsw.Connection, session_id: str, projection: str, *, limit: int
             bounds.append(f"AND coalesce(origin_id, id) {op} ?")
             args.append(value)
     sql = _ordered_sql(projection, " ".join(bounds)).format(order="DESC" if latest else "ASC")
-    rows = conn.execute(sql, (session_id, *states(projection), *args, -1 if limit is None else limit,
+    rows = conn.execute(sql, (session_id, *states(projection), *args, NO_LIMIT if limit is None else limit,
                               offset)).fetchall()
     if latest:
         rows.reverse()

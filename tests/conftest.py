@@ -135,3 +135,47 @@ def fleet(quill: QuillCLI):
     yield proc
     code = stop_fleet(proc)
     assert code == 0, f"fleet exited {code}: {proc.stderr.read() if proc.stderr else ''}"
+
+
+# -- backends: one behaviour suite, two stores -------------------------------------------------
+
+def _pg_base_url() -> str | None:
+    """The test run's PostgreSQL database (``QUILL_TEST_PG_URL``, created fresh by .ci/run).
+    In CI its absence is an error; elsewhere the PostgreSQL tests skip, saying why."""
+    url = os.environ.get("QUILL_TEST_PG_URL")
+    if not url and os.environ.get("CI"):
+        raise RuntimeError("CI must export QUILL_TEST_PG_URL (.ci/run creates the database)")
+    return url
+
+
+@pytest.fixture
+def pg_url() -> str:
+    """The base URL of the test run's PostgreSQL database; skips outside CI without one."""
+    url = _pg_base_url()
+    if not url:
+        pytest.skip("QUILL_TEST_PG_URL is not set (.ci/run creates a database and sets it)")
+    return url
+
+
+@pytest.fixture
+def pg_store_url(pg_url: str):
+    """A store URL on a fresh PostgreSQL schema of its own (dropped afterwards), so tests
+    never share rows: the schema is put first on the connection's search_path."""
+    import uuid
+    import psycopg
+    name = "t_" + uuid.uuid4().hex[:12]
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{name}"')
+    sep = "&" if "?" in pg_url else "?"
+    yield f"{pg_url}{sep}options=-csearch_path%3D{name},public"
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend(request) -> str | None:
+    """The store URL of each backend in turn: None (embedded SQLite) or a fresh PostgreSQL
+    schema. Behaviour tests take this and pass it to ``semantics_helpers.Store``."""
+    if request.param == "sqlite":
+        return None
+    return request.getfixturevalue("pg_store_url")

@@ -1,20 +1,27 @@
-"""A store on a real SQLite file driven through the real spool and ``apply_chunk``."""
+"""A store on a real backend — a SQLite file, or a fresh schema in the test run's PostgreSQL
+database (``pg_store_url``) — driven through the real spool and the backend's ``apply_chunk``.
+
+The behaviour suites take the ``backend`` fixture (tests/conftest.py: ``sqlite`` and
+``postgres``), so one test body checks both implementations of the store contract."""
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
 from quill.spool import Spool, SpoolReader
-from quill.store import Reader, apply_chunk, index_slice, open_writer, read_cursor
+from quill.store.contract import open_backend
 
 
 class Store:
-    """``apply(op, data)`` appends to the spool and drains it; returns the reject reasons."""
+    """``apply(op, data)`` appends to the spool and drains it; returns the reject reasons.
+    ``url``: a ``postgresql://`` store URL (None = a SQLite file under ``root``)."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, url: str | None = None):
         self.root = root
         self.spool = Spool(root / "spool")
-        self.conn = open_writer(root / "state.db")
+        self.backend = open_backend(url, root / "state.db", "test-spool")
+        self.kind = self.backend.kind
+        self.conn = self.backend.conn
 
     def apply(self, op: str, data: dict[str, Any]) -> list[str]:
         self.spool.append(op, data)
@@ -23,19 +30,19 @@ class Store:
     def drain(self) -> list[str]:
         rejects: list[tuple[str, str]] = []
         from quill.spool import START
-        cursor = read_cursor(self.conn)
+        cursor = self.backend.read_cursor()
         start = START if cursor is None else _position(cursor)
         entries = list(SpoolReader(self.root / "spool").read(start, max_bytes=1 << 40))
         if entries:
-            apply_chunk(self.conn, entries, lambda e, reason, detail: rejects.append((reason, detail)))
+            self.backend.apply_chunk(entries, lambda e, reason, detail: rejects.append((reason, detail)))
         self.last_rejects = rejects
         return [r for r, _ in rejects]
 
     def index(self) -> int:
-        return index_slice(self.conn, 100_000)
+        return self.backend.index(100_000)
 
-    def reader(self) -> Reader:
-        return Reader(self.root / "state.db")
+    def reader(self):
+        return self.backend.reader()
 
     def rows(self, session_id: str) -> list[tuple]:
         """Every column of a session's rows, by id (for 'nothing changed' assertions)."""
@@ -47,7 +54,7 @@ class Store:
                                                 (session_id, *where.values()))]
 
     def close(self) -> None:
-        self.conn.close()
+        self.backend.close()
         self.spool.close()
 
 

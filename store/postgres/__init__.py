@@ -1,0 +1,87 @@
+"""Quill's PostgreSQL store (psycopg 3): several hosts' writers, one shared store.
+
+``PostgresBackend`` implements ``store.contract.Backend`` for one spool; ``PgReader`` the
+reader API. See docs/backends.md for the contract, what differs from the embedded SQLite
+store, and the maintenance that replaces SQLite's.
+"""
+from __future__ import annotations
+
+import contextlib
+import socket
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..apply import ChunkResult
+from ..contract import MAINTENANCE_JOBS
+from . import apply as pg_apply
+from . import schema
+from .connection import PgConnection
+from .reads import PgReader
+
+__all__ = ["PgConnection", "PgReader", "PostgresBackend"]
+
+
+class PostgresBackend:
+    """The store at ``url`` opened for the writer of spool ``spool_id``: creates or migrates
+    the schema, then applies chunks with this spool's cursor. Raises the store error tree
+    (``TransientError`` when the server is unreachable: the writer retries)."""
+
+    kind = "postgres"
+
+    def __init__(self, url: str, spool_id: str):
+        self.url = url
+        self.spool_id = spool_id
+        self.conn = PgConnection(url, application_name=f"quill-writer:{spool_id}")
+        try:
+            schema.create(self.conn)
+        except BaseException:
+            self.conn.close()
+            raise
+
+    def read_cursor(self) -> tuple[int, int] | None:
+        return pg_apply.read_cursor(self.conn, self.spool_id)
+
+    def apply_chunk(self, entries: Sequence[Any], on_reject: Callable[[Any, str, str], None]) -> ChunkResult:
+        return pg_apply.apply_chunk(self.conn, self.spool_id, entries, on_reject)
+
+    def index(self, max_rows: int) -> int:
+        """Nothing to do: GIN indexes are maintained in the writer's transaction."""
+        return 0
+
+    def reader(self) -> PgReader:
+        return PgReader(self.url, spool_id=self.spool_id)
+
+    def maintenance(self, job: str) -> dict[str, Any]:
+        """Run a PostgreSQL maintenance job (``MAINTENANCE_JOBS['postgres']``) and return its
+        figures. ``analyze``: ANALYZE the store's tables (after a big purge; autovacuum does the
+        rest) and report dead tuples. ``integrity_check``: amcheck's ``bt_index_check`` with
+        ``heapallindexed`` on every B-tree index and ``verify_heapam`` on every table — both
+        safe on a live primary (AccessShareLock); ``bt_index_parent_check`` is never run (it
+        blocks writes). Needs the ``amcheck`` extension (created if missing; superuser or a
+        granted role). Raises ``ValueError`` for another job."""
+        if job not in MAINTENANCE_JOBS[self.kind]:
+            raise ValueError(f"{job!r} is not a maintenance job of the {self.kind} store")
+        tables = ("sessions", "messages", "spool_cursor", "applied_batches", "rejected_batches", "job_runs")
+        if job == "analyze":
+            for t in tables:
+                self.conn.execute(f"ANALYZE {t}")
+            dead = {r[0]: r[1] for r in self.conn.execute(
+                "SELECT relname, n_dead_tup FROM pg_stat_user_tables WHERE schemaname = current_schema()")}
+            return {"tables": len(tables), "dead_tuples": dead}
+        self.conn.execute("CREATE EXTENSION IF NOT EXISTS amcheck")
+        problems: list[str] = []
+        indexes = [r[0] for r in self.conn.execute(
+            "SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+            "JOIN pg_class t ON t.oid = i.indrelid JOIN pg_am a ON a.oid = c.relam "
+            "WHERE a.amname = 'btree' AND t.relnamespace = current_schema()::regnamespace ORDER BY 1")]
+        for name in indexes:
+            self.conn.execute("SELECT bt_index_check(?::regclass, true)", (name,)).fetchall()
+        for t in tables:
+            problems += [f"{t} block {r[0]}: {r[1]}" for r in self.conn.execute(
+                "SELECT blkno, msg FROM verify_heapam(?::regclass)", (t,))]
+        return {"ok": not problems, "problems": problems, "indexes_checked": len(indexes),
+                "tables_checked": len(tables), "host": socket.gethostname()}
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.conn.close()

@@ -1,0 +1,139 @@
+"""A PostgreSQL connection (psycopg 3) that speaks the SQL the shared store modules write.
+
+The op appliers (``store.ops``, ``store.transcript_ops``), projections, listings and lineage
+are written once, in the SQL subset both engines accept, against apsw's calling convention
+(``conn.execute(sql, args)`` returning an iterable cursor, ``executemany``, ``changes()``,
+``in_transaction``). ``PgConnection`` offers the same convention over psycopg, so those modules
+run unchanged on PostgreSQL. What it translates (``translate``) is a fixed, small list:
+
+* ``?`` and ``?NNN`` placeholders → ``%s`` (numbered ones re-ordered; a ``?`` inside a string
+  literal or quoted identifier is left alone), every ``%`` doubled;
+* ``LIKE`` → ``ILIKE``: SQLite's LIKE ignores (ASCII) case, PostgreSQL's does not;
+* ``INSERT OR IGNORE INTO …`` → ``INSERT INTO … ON CONFLICT DO NOTHING``;
+* ``BEGIN IMMEDIATE`` (a write transaction) → ``BEGIN`` (READ COMMITTED: writers serialize
+  per session with advisory locks, see ``store.postgres.apply``), and a plain ``BEGIN`` (a
+  read snapshot, ``Reader.snapshot``) → ``BEGIN ISOLATION LEVEL REPEATABLE READ``, which gives
+  a reader one committed state for all its queries, as a SQLite read transaction does.
+
+SQLite's two-argument scalar ``max(a, b)``/``min(a, b)`` exist as SQL functions in the store
+schema (``store.postgres.schema``). Everything else must be written portably by the shared
+modules (an alias on every subquery in FROM, no ``LIMIT -1``).
+
+Every psycopg error leaves here as the store error tree (``store.postgres.errors``).
+"""
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import psycopg
+from psycopg import pq
+
+from .errors import mapped
+
+_TOKENS = re.compile(r"""('(?:[^']|'')*')|("(?:[^"]|"")*")|(\?\d*)|(%)|(\bLIKE\b)""", re.S | re.I)
+_OR_IGNORE = re.compile(r"^\s*INSERT\s+OR\s+IGNORE\s+INTO\b", re.I)
+
+
+@functools.lru_cache(maxsize=1024)
+def translate(sql: str) -> tuple[str, tuple[int, ...] | None]:
+    """``(postgres_sql, order)``: ``order`` lists, for each ``%s``, the 0-based index of the
+    argument it takes (None when placeholders are plain ``?`` in order)."""
+    stripped = sql.strip().rstrip(";").strip()
+    upper = stripped.upper()
+    if upper == "BEGIN IMMEDIATE":
+        return "BEGIN", None
+    if upper == "BEGIN":
+        return "BEGIN ISOLATION LEVEL REPEATABLE READ", None
+    order: list[int] = []
+    numbered = False
+
+    def sub(m: re.Match) -> str:
+        nonlocal numbered
+        if m.group(3):
+            if len(m.group(3)) > 1:
+                numbered = True
+                order.append(int(m.group(3)[1:]) - 1)
+            else:
+                order.append(len(order))
+            return "%s"
+        if m.group(5):
+            return "ILIKE"
+        # psycopg reads every % in the text, inside literals too: double them all.
+        return m.group(0).replace("%", "%%")
+
+    out = _TOKENS.sub(sub, sql)
+    if _OR_IGNORE.match(out):
+        out = _OR_IGNORE.sub("INSERT INTO", out).rstrip().rstrip(";") + " ON CONFLICT DO NOTHING"
+    return out, (tuple(order) if numbered else None)
+
+
+def _args(order: tuple[int, ...] | None, args: Sequence[Any] | None) -> Sequence[Any]:
+    args = () if args is None else tuple(args)
+    return args if order is None else tuple(args[i] for i in order)
+
+
+class PgCursor:
+    """The result of ``PgConnection.execute``: iterable, ``fetchone``, ``fetchall``."""
+
+    def __init__(self, cur: psycopg.Cursor):
+        self._cur = cur
+
+    def fetchone(self) -> tuple | None:
+        with mapped():
+            return self._cur.fetchone() if self._cur.description else None
+
+    def fetchall(self) -> list[tuple]:
+        with mapped():
+            return self._cur.fetchall() if self._cur.description else []
+
+    def __iter__(self) -> Iterator[tuple]:
+        return iter(self.fetchall())
+
+
+class PgConnection:
+    """One psycopg connection in autocommit mode, driven with explicit ``BEGIN``/``COMMIT``
+    like an apsw connection. Raises the store error tree (``CantOpenError`` when the server
+    cannot be reached is a ``TransientError``: see ``store.postgres.errors``)."""
+
+    def __init__(self, url: str, *, application_name: str = "quill"):
+        self.url = url
+        with mapped():
+            self.raw = psycopg.connect(url, autocommit=True, application_name=application_name,
+                                       connect_timeout=10)
+        self._changes = 0
+
+    def execute(self, sql: str, args: Sequence[Any] | None = None) -> PgCursor:
+        text, order = translate(sql)
+        params = _args(order, args)
+        cur = self.raw.cursor()
+        with mapped():
+            cur.execute(text, params if params or "%s" in text or "%%" in text else None)
+        self._changes = max(cur.rowcount, 0)
+        return PgCursor(cur)
+
+    def executemany(self, sql: str, seq: Iterable[Sequence[Any]]) -> None:
+        text, order = translate(sql)
+        rows = [_args(order, a) for a in seq]
+        if not rows:
+            return
+        with mapped(), self.raw.cursor() as cur:
+            cur.executemany(text, rows)
+            self._changes = max(cur.rowcount, 0)
+
+    def changes(self) -> int:
+        """Rows changed by the last statement (apsw's ``changes()``)."""
+        return self._changes
+
+    @property
+    def in_transaction(self) -> bool:
+        return self.raw.info.transaction_status != pq.TransactionStatus.IDLE
+
+    def close(self) -> None:
+        self.raw.close()
+
+    @property
+    def closed(self) -> bool:
+        return self.raw.closed

@@ -1,0 +1,65 @@
+"""Read-only access to the PostgreSQL store with the ``store.Reader`` API.
+
+``PgReader`` reuses ``Reader``'s methods (projections, listings, lineage and export are the
+shared modules, run through ``PgConnection``); ``snapshot()`` is a REPEATABLE READ
+transaction (one committed state for every query inside, like a SQLite read transaction).
+Search goes to ``store.postgres.search``; there is no FTS watermark, so ``search_health``
+is always current and ``figures`` reports every spool's cursor.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import CantOpenError
+from ..reads import Reader, _retry_io
+from . import schema
+from . import search as pg_search
+from .connection import PgConnection
+
+
+class PgReader(Reader):
+    """A read-only view of the store at ``url``. Raises ``CantOpenError`` when it has no Quill
+    schema yet, ``TransientError`` when the server cannot be reached."""
+
+    def __init__(self, url: str, *, spool_id: str | None = None):  # noqa: D107 - see class doc
+        self.path = None
+        self.url = url
+        self.spool_id = spool_id
+        self.conn = PgConnection(url, application_name="quill-reader")
+        if schema.version(self.conn) == 0:
+            self.conn.close()
+            raise CantOpenError("the PostgreSQL store has no Quill schema yet")
+        self.conn.execute("SET default_transaction_read_only = on")
+
+    @_retry_io
+    def search(self, text: str, *, limit: int = 20, session_id: str | None = None, role: str | None = None,
+               source: str | None = None, projection: str = "display", **filters: Any) -> list[dict[str, Any]]:
+        """See ``Reader.search``; served by ``store.postgres.search``."""
+        with self.snapshot() as conn:
+            return pg_search.search(conn, text, limit=limit, session_id=session_id, role=role, source=source,
+                                    projection=projection, **filters)
+
+    def search_health(self) -> dict[str, Any]:
+        """Indexes are maintained in the writer's transaction: never behind, never detached."""
+        return {"fts_state": "ok", "fts_pending": 0, "degraded": False}
+
+    @_retry_io
+    def figures(self) -> dict[str, Any]:
+        """Counts for ``quill status``; ``cursor`` is this reader's spool's (``spool_id``),
+        ``cursors`` every spool's ``{spool_id: "segment:offset"}``."""
+        with self.snapshot() as c:
+            cursors = {r[0]: (f"{r[1]}:{r[2]}", r[3]) for r in
+                       c.execute('SELECT spool_id, segment, "offset", updated_at FROM spool_cursor ORDER BY spool_id')}
+            mine = cursors.get(self.spool_id) if self.spool_id else None
+            return {
+                "backend": "postgres",
+                "sessions": c.execute("SELECT count(*) FROM sessions").fetchone()[0],
+                "messages": c.execute("SELECT count(*) FROM messages").fetchone()[0],
+                "fts_indexed_upto": c.execute("SELECT coalesce(max(id), 0) FROM messages").fetchone()[0],
+                "fts_pending": 0,
+                "fts_state": "ok",
+                "cursor": mine[0] if mine else None,
+                "cursor_updated_at": mine[1] if mine else None,
+                "cursors": {k: v[0] for k, v in cursors.items()},
+                "applied_batches": c.execute("SELECT count(*) FROM applied_batches").fetchone()[0],
+            }

@@ -1,0 +1,122 @@
+"""Message search on PostgreSQL: the same query language (``store.query.plan``), visibility
+rules (``projections.states``), display dedupe, newest-first order, snippets and context as
+SQLite's ``store.search``; only the index access differs.
+
+* ``fts`` plans → ``quill_words(content, tool_calls) @@ to_tsquery('simple', …)`` on the GIN
+  index. The tsquery is built from the plan's groups: a term's words joined by ``<->`` (a
+  phrase), a trailing ``*`` → ``:*`` (prefix), ``NOT`` → ``!``, AND within a group, OR
+  between groups. Words are split on non-alphanumerics on both sides, like FTS5 unicode61.
+* ``trigram`` plans → ``left(content, TRIGRAM_PREFIX_CHARS) ILIKE '%term%'`` under the
+  trigram scope (pg_trgm GIN index, same scope as SQLite's trigram table).
+* ``scan`` plans (terms under 3 characters) → the same bounded newest-first LIKE scan.
+Differences from SQLite (docs/backends.md): indexes are updated in the writer's transaction,
+so there is no unindexed tail and no watermark; the word index covers the first
+``WORD_INDEX_CHARS`` characters of a message (FTS5 indexes all of it); an underscore splits
+words here (``foo_bar`` is ``foo`` + ``bar``), as in FTS5.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from .. import projections, query
+from ..schema import TRIGRAM_PREFIX_CHARS
+from ..search import SCAN_MAX_ROWS, _escape_like, _filters, snippet
+from .connection import PgConnection
+from .schema import TRIGRAM_SCOPE
+
+_COLS = "m.id, m.session_id, m.role, m.content, m.tool_calls, m.ts, s.title, m.state"
+_WORD = re.compile(r"[^\W_]+")
+
+
+def tsquery(plan: query.Plan) -> str:
+    """The ``to_tsquery('simple', …)`` text for an ``fts`` plan, or ``""`` when no group
+    keeps a positive term (nothing can match)."""
+    groups = []
+    for group in plan.groups:
+        parts = []
+        for term in group:
+            words = [w.lower() for w in _WORD.findall(term.text)]
+            if not words:
+                continue
+            lexemes = [f"'{w}'" for w in words]
+            if term.prefix:
+                lexemes[-1] += ":*"
+            phrase = " <-> ".join(lexemes)
+            parts.append(f"!({phrase})" if term.negated else f"({phrase})")
+        if any(not p.startswith("!") for p in parts):
+            groups.append("(" + " & ".join(parts) + ")")
+    return " | ".join(groups)
+
+
+def _indexed(conn: PgConnection, plan: query.Plan, cond: str, args: list[Any], below: int,
+             limit: int) -> list[tuple]:
+    if plan.kind == "fts":
+        tsq = tsquery(plan)
+        if not tsq:
+            return []
+        return conn.execute(
+            f"SELECT {_COLS} FROM messages m JOIN sessions s ON s.id = m.session_id "
+            f"WHERE quill_words(m.content, m.tool_calls) @@ to_tsquery('simple', ?) AND m.id < ? AND {cond} "
+            f"ORDER BY m.id DESC LIMIT ?", (tsq, below, *args, limit)).fetchall()
+    likes, like_args = [], []
+    column = f"left(m.content, {TRIGRAM_PREFIX_CHARS})" if plan.kind == "trigram" else "m.content"
+    for group in plan.groups:
+        conds = []
+        for t in group:
+            conds.append(("NOT " if t.negated else "") + f"{column} ILIKE ? ESCAPE '\\'")
+            like_args.append("%" + _escape_like(t.text) + "%")
+        likes.append("(" + " AND ".join(conds) + ")")
+    if plan.kind == "trigram":
+        scope = " AND ".join("m." + c.strip() for c in TRIGRAM_SCOPE.split(" AND "))
+        return conn.execute(
+            f"SELECT {_COLS} FROM messages m JOIN sessions s ON s.id = m.session_id "
+            f"WHERE {scope} AND ({' OR '.join(likes)}) AND m.id < ? AND {cond} ORDER BY m.id DESC LIMIT ?",
+            (*like_args, below, *args, limit)).fetchall()
+    return conn.execute(
+        f"SELECT {_COLS} FROM (SELECT id FROM messages WHERE id < ? ORDER BY id DESC LIMIT ?) AS w "
+        f"JOIN messages m ON m.id = w.id JOIN sessions s ON s.id = m.session_id "
+        f"WHERE ({' OR '.join(likes)}) AND {cond} ORDER BY m.id DESC LIMIT ?",
+        (below, SCAN_MAX_ROWS, *like_args, *args, limit)).fetchall()
+
+
+def search(conn: PgConnection, text: str, *, limit: int = 20, session_id: str | None = None,
+           role: str | None = None, source: str | None = None, projection: str = "display",
+           since: float | None = None, until: float | None = None, substring: bool = False,
+           context: bool = True) -> list[dict[str, Any]]:
+    """Messages matching ``text``, newest first, at most ``limit`` — the contract of
+    ``store.search.search`` (hit keys, filters, projections, context). Raises ``ValueError``
+    for an unknown projection; any query string is accepted."""
+    plan = query.plan(text, substring=substring)
+    if plan.kind == "none" or limit <= 0:
+        return []
+    cond, args = _filters(projection, session_id, role, source, since, until)
+    below = 2 ** 62
+    hits: list[tuple] = []
+    seen: set[int] = set()
+    batch = max(limit * 2, 20)
+    while len(hits) < limit:
+        found = _indexed(conn, plan, cond, args, below, batch)
+        for row in found:
+            mid = projections.representative(conn, row[0]) if projection == "display" else row[0]
+            if mid in seen:
+                continue
+            seen.add(mid)
+            if mid != row[0]:
+                rep = conn.execute(f"SELECT {_COLS} FROM messages m JOIN sessions s ON s.id = m.session_id "
+                                   "WHERE m.id = ?", (mid,)).fetchone()
+                row = rep or row
+            hits.append(row)
+            if len(hits) >= limit:
+                break
+        if not found or (plan.kind != "scan" and len(found) < batch):
+            break  # a scan pages window by window, as on SQLite
+        below = found[-1][0]
+    out = []
+    for r in hits:
+        hit = {"session_id": r[1], "message_id": r[0], "role": r[2], "state": r[7], "ts": r[5], "title": r[6],
+               "snippet": snippet(r[3] or r[4] or "", plan.terms)}
+        if context:
+            hit["before"], hit["after"] = projections.neighbors(conn, r[1], projection, r[0])
+        out.append(hit)
+    return out

@@ -8,6 +8,9 @@ Example ``config.toml``::
 
     [store]
     synchronous = "FULL"        # NORMAL (default) or FULL
+    url = "postgresql://quill@db.internal/quill"   # absent = embedded SQLite (state.db)
+    [queue]
+    url = "redis://queue.internal:6379/0"          # absent = embedded SQLite queue (queue.db)
     [writer]
     chunk_rows = 500            # message rows per write transaction
     [spool]
@@ -49,6 +52,17 @@ class Config:
     stale_after_s: float = 24 * 3600.0
     retention_s: float = 90 * 24 * 3600.0
     prune_sources: tuple[str, ...] = ("cli", "cron", "subagent", "tool", "api", "recovered")
+    #: ``[store] url``: ``postgresql://…`` puts the store on a shared PostgreSQL server
+    #: (docs/backends.md); None = the embedded SQLite file ``state.db``.
+    store_url: str | None = None
+    #: ``[queue] url``: ``redis://…`` puts the job queue on a shared Redis server; None = the
+    #: embedded SQLite queue ``queue.db``.
+    queue_url: str | None = None
+
+    @property
+    def spool_id_path(self) -> Path:
+        """The file holding this data dir's stable spool id (``quill.spool.identity``)."""
+        return self.home / "spool-id"
 
     @property
     def state_db(self) -> Path:
@@ -90,6 +104,8 @@ class Config:
 
 _SECTIONS = {
     ("store", "synchronous"): "synchronous",
+    ("store", "url"): "store_url",
+    ("queue", "url"): "queue_url",
     ("writer", "chunk_rows"): "chunk_rows",
     ("writer", "index_slice_rows"): "index_slice_rows",
     ("writer", "poll_interval"): "poll_interval",
@@ -133,10 +149,15 @@ def load(home: str | os.PathLike[str] | None = None) -> Config:
             name = _SECTIONS.get((section, key))
             if name is None:
                 raise ConfigError(f"{path}: unknown setting {section}.{key}")
-            want = {"int": int, "float": (int, float), "str": str, "tuple[str, ...]": list}[str(types[name])]
+            want = {"int": int, "float": (int, float), "str": str, "str | None": str,
+            "tuple[str, ...]": list}[str(types[name])]
             if not isinstance(value, want) or isinstance(value, bool):
                 raise ConfigError(f"{path}: {section}.{key} has the wrong type ({type(value).__name__})")
             changes[name] = tuple(value) if isinstance(value, list) else value
+    if changes.get("store_url") and changes["store_url"].split(":", 1)[0] not in ("postgresql", "postgres"):
+        raise ConfigError(f"{path}: store.url must be a postgresql:// URL")
+    if changes.get("queue_url") and changes["queue_url"].split(":", 1)[0] not in ("redis", "rediss", "unix"):
+        raise ConfigError(f"{path}: queue.url must be a redis:// URL")
     if changes.get("synchronous", "NORMAL").upper() not in ("NORMAL", "FULL"):
         raise ConfigError(f"{path}: store.synchronous must be NORMAL or FULL")
     return replace(cfg, **changes)

@@ -34,7 +34,10 @@ def main(role: str, home: str, parent: int | None) -> None:
     if parent is not None:
         follow_parent(parent, log)
     try:
-        if role == "writer":
+        if role == "writer" and cfg.store_url:  # a shared PostgreSQL store (docs/backends.md)
+            from .pg_writer import PgWriter
+            PgWriter(cfg, log).run(stop)
+        elif role == "writer":
             from .writer import Writer
             Writer(cfg, log).run(stop)
         elif role == "scheduler":

@@ -15,7 +15,15 @@ from typing import Any
 __version__ = "0.2.0"
 
 # public name -> "module:attribute", imported on first use
-_LAZY: dict[str, str] = {}
+_LAZY: dict[str, str] = {
+    "Client": "quill.ops.client:Client",
+    "AsyncClient": "quill.ops.aclient:AsyncClient",
+    "Outcome": "quill.ops.client:Outcome",
+    "Ack": "quill.spool.producer:Ack",
+    **{name: f"quill.ops.errors:{name}" for name in (
+        "QuillError", "InvalidInputError", "NotFoundError", "WaitTimeoutError", "SpoolFullError",
+        "StoreBusyError", "StoreDamagedError", "StorageError")},
+}
 
 
 def __getattr__(name: str) -> Any:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from collections.abc import Callable
 import shutil
 import time
 from typing import Any
@@ -22,6 +21,7 @@ from quill.store.reads import Reader
 from quill.workers import status as wstatus
 
 from . import render
+from .client import Client
 from .cli_base import emit_json, json_option
 from .errors import Exit, NotFoundError
 
@@ -39,16 +39,11 @@ def _reader(cfg: Any) -> Reader:
         raise NotFoundError(f"no store at {cfg.state_db} yet", hint="push or import something, then `quill run`")
 
 
-def _query(cfg: Any, read: Callable[[Reader], Any]) -> list:
-    """``read(reader)``, or an empty result (with a note on stderr) before the store exists:
-    "nothing yet" is an answer, not an error."""
-    try:
-        reader = Reader(cfg.state_db)
-    except CantOpenError:
+def _note_no_store(cfg: Any) -> None:
+    """Before the store exists a listing is empty: "nothing yet" is an answer, not an error,
+    but say why on stderr."""
+    if not cfg.state_db.exists():
         click.echo(f"quill: no store at {cfg.state_db} yet (push or import, then `quill run`)", err=True)
-        return []
-    with reader as r:
-        return read(r)
 
 
 @click.group()
@@ -110,10 +105,11 @@ def sessions_list(cfg: Any, source: str | None, limit: int, include_hidden: bool
                   since: float | None, until: float | None, archived: str | None, pinned: str | None,
                   hidden: str | None, all_chain: bool, as_json: bool) -> None:
     """Sessions, most recently active first."""
-    rows = _query(cfg, lambda r: r.list_sessions(
+    _note_no_store(cfg)
+    rows = Client(config_=cfg).sessions(
         source=source, limit=limit, include_hidden=include_hidden, title_contains=title_contains,
         since=since, until=until, archived=_tristate(archived), pinned=_tristate(pinned),
-        hidden=_tristate(hidden), lineage="all" if all_chain else "tips"))
+        hidden=_tristate(hidden), chains=all_chain)
     if as_json:
         emit_json(rows)
     else:
@@ -130,22 +126,11 @@ def sessions_list(cfg: Any, source: str | None, limit: int, include_hidden: bool
 @click.pass_context
 def sessions_show(ctx: click.Context, session_id: str, projection: str, latest: int | None, as_json: bool) -> None:
     """A session's transcript: roles, text, tool calls and tool results."""
-    cfg = ctx.obj
-    try:
-        reader = Reader(cfg.state_db)
-    except CantOpenError:  # no store yet: the session does not exist (yet)
-        raise NotFoundError(f"no session {session_id!r} (no store at {cfg.state_db} yet)",
-                            hint="push or import something, then `quill run`")
-    with reader as r:
-        with r.snapshot():
-            session = r.get_session(session_id)
-            if session is None:
-                raise NotFoundError(f"no session {session_id!r}", hint=_LIST_HINT)
-            messages = r.get_messages(session_id, projection, limit=latest, latest=latest is not None)
-            chain = r.compression_chain(session_id)
+    data = Client(config_=ctx.obj).transcript(session_id, projection, latest=latest)
     if as_json:
-        emit_json({"session": session, "chain": chain, "messages": messages})
+        emit_json(data)
     else:
+        session, chain, messages = data["session"], data["chain"], data["messages"]
         con = render.console()
         if len(chain) > 1:
             con.print(f"compression chain ({len(chain)}): " + " → ".join(chain), style="dim", markup=False)
@@ -183,16 +168,11 @@ def search(cfg: Any, query: str, limit: int, session_id: str | None, role: str |
            source: str | None, since: float | None, until: float | None, substring: bool, audit: bool,
            as_json: bool) -> None:
     """Full-text search over messages, newest first. Any text is a valid query."""
-    health: dict[str, Any] = {}
-
-    def run(r: Reader) -> list:
-        health.update(r.search_health())
-        return r.search(query, limit=limit, session_id=session_id, role=role, source=source, since=since,
-                        until=until, substring=substring, projection="audit" if audit else "display",
-                        context=as_json)
-
-    hits = _query(cfg, run)
-    if health.get("fts_state", "ok") != "ok":
+    _note_no_store(cfg)
+    client = Client(config_=cfg)
+    hits = client.search(query, limit=limit, session_id=session_id, role=role, source=source, since=since,
+                         until=until, substring=substring, audit=audit, context=as_json)
+    if client.search_health()["fts_state"] != "ok":
         click.echo("quill: search is degraded: the search index was detached after damage and is being rebuilt; "
                    f"results come from a scan of the newest {search_mod.SCAN_MAX_ROWS} messages", err=True)
     if as_json:

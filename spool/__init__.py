@@ -1,12 +1,32 @@
 """Quill's durable spool: fsync'd, checksummed JSONL segments that producers append to and
-the single writer drains. See ``docs/spool-format.md`` and DESIGN.md ("The spool")."""
-from .errors import DamagedRecordError, InvalidOpError, SpoolError, SpoolFullError, WaitTimeoutError
-from .producer import Ack, Spool
-from .quarantine import Quarantine
-from .reader import Entry, SpoolReader
-from .record import OP_KINDS
-from .segments import START, Position
+the single writer drains. See ``docs/spool-format.md`` and DESIGN.md ("The spool").
 
-__all__ = ["Ack", "DamagedRecordError", "Entry", "InvalidOpError", "OP_KINDS", "Position",
-           "Quarantine", "START", "Spool", "SpoolError", "SpoolFullError", "SpoolReader",
-           "WaitTimeoutError"]
+Names are resolved on first use (PEP 562) so a producer (``quill push``) does not import the
+reader and quarantine (bench/cli.py measures the push process)."""
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+_LAZY = {
+    **dict.fromkeys(("DamagedRecordError", "InvalidOpError", "SpoolError", "SpoolFullError", "WaitTimeoutError"),
+                    "errors"),
+    **dict.fromkeys(("Ack", "Spool"), "producer"),
+    "Quarantine": "quarantine",
+    **dict.fromkeys(("Entry", "SpoolReader"), "reader"),
+    "OP_KINDS": "record",
+    **dict.fromkeys(("START", "Position"), "segments"),
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'quill.spool' has no attribute {name!r}")
+    return getattr(import_module(f".{module}", __name__), name)
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])

@@ -2,15 +2,33 @@
 
 Only the writer process opens it for writing (``open_writer``); everyone else uses
 ``Reader``. Errors form one tree rooted at ``StoreError`` (``store.errors``).
-"""
-from .apply import ChunkResult, apply_chunk, read_cursor
-from .connection import open_reader, open_writer, transaction
-from .errors import (CantOpenError, CorruptError, DiskFullError, InvalidOpError, LeaseHeldError,
-                     NotADatabaseError, ReadOnlyError, StoreError, StoreIOError, TransientError)
-from .indexer import index_slice, indexed_upto
-from .reads import Reader
 
-__all__ = ["CantOpenError", "ChunkResult", "CorruptError", "DiskFullError", "InvalidOpError",
-           "LeaseHeldError", "NotADatabaseError", "ReadOnlyError", "Reader", "StoreError",
-           "StoreIOError", "TransientError", "apply_chunk", "index_slice", "indexed_upto",
-           "open_reader", "open_writer", "read_cursor", "transaction"]
+The names below are resolved on first use (PEP 562): ``quill push`` imports only
+``store.precheck`` and must not pay for the appliers, reads and search (bench/cli.py).
+"""
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+_LAZY = {
+    **dict.fromkeys(("ChunkResult", "apply_chunk", "read_cursor"), "apply"),
+    **dict.fromkeys(("open_reader", "open_writer", "transaction"), "connection"),
+    **dict.fromkeys(("CantOpenError", "CorruptError", "DiskFullError", "InvalidOpError", "LeaseHeldError",
+                     "NotADatabaseError", "ReadOnlyError", "StoreError", "StoreIOError", "TransientError"), "errors"),
+    **dict.fromkeys(("index_slice", "indexed_upto"), "indexer"),
+    "Reader": "reads",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'quill.store' has no attribute {name!r}")
+    return getattr(import_module(f".{module}", __name__), name)
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])

@@ -1,0 +1,89 @@
+"""``quill.AsyncClient``: ``quill.Client`` for asyncio agents.
+
+Every method is a coroutine with the same arguments, result and errors as ``Client``'s. The
+blocking work (an fsync'd append, a SQLite read) runs in a worker thread
+(``asyncio.to_thread``) so the event loop never stalls on disk; ``wait`` polls with
+``asyncio.sleep`` and holds no thread while it waits.
+
+Cancellation: a write, once started, is finished before ``CancelledError`` propagates, so the
+caller never has to guess whether a cancelled append happened (it did; its ack is dropped,
+and a retry with the same ``batch_id`` is applied once).
+"""
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import time
+from typing import Any
+
+from quill.spool import Ack
+
+from .client import WAIT_POLL_S, Client, Outcome
+from .errors import InvalidInputError, WaitTimeoutError
+
+_WRITES = ("submit", "append", "create", "end", "compact", "rewind", "replace", "title", "flags", "mark_read")
+_READS = ("transcript", "messages", "session", "sessions", "search", "search_health", "applied")
+
+
+async def _finish_then_cancel(coro: Any) -> Any:
+    """Run ``coro`` to completion even if the caller is cancelled meanwhile; then re-raise."""
+    task = asyncio.ensure_future(coro)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        await asyncio.wait([task])
+        raise
+
+
+class AsyncClient:
+    """``Client`` with coroutine methods; ``home`` as for ``Client``. Safe to share between
+    tasks and threads (each worker thread gets its own spool handle)."""
+
+    def __init__(self, home: str | os.PathLike[str] | None = None, *, client: Client | None = None):
+        self.sync = client or Client(home)
+
+    @property
+    def home(self) -> Any:
+        return self.sync.home
+
+    def __repr__(self) -> str:
+        return f"quill.AsyncClient({str(self.home)!r})"
+
+    def __getattr__(self, name: str) -> Any:
+        if name in _WRITES:
+            method = getattr(self.sync, name)
+
+            @functools.wraps(method)
+            async def write(*args: Any, **kwargs: Any) -> Any:
+                return await _finish_then_cancel(asyncio.to_thread(method, *args, **kwargs))
+            return write
+        if name in _READS:
+            method = getattr(self.sync, name)
+
+            @functools.wraps(method)
+            async def read(*args: Any, **kwargs: Any) -> Any:
+                return await asyncio.to_thread(method, *args, **kwargs)
+            return read
+        raise AttributeError(f"'AsyncClient' object has no attribute {name!r}")
+
+    def __dir__(self) -> list[str]:
+        return sorted({*super().__dir__(), *_WRITES, *_READS})
+
+    async def wait(self, ack: Ack, timeout: float = 30.0) -> Outcome:
+        """``Client.wait`` without blocking the event loop."""
+        return (await self.wait_all([ack], timeout))[0]
+
+    async def wait_all(self, acks: list[Ack], timeout: float = 30.0) -> list[Outcome]:
+        """``Client.wait_all`` without blocking the event loop (polls every 20 ms)."""
+        if not acks:
+            return []
+        if not timeout >= 0:
+            raise InvalidInputError(f"timeout must be ≥ 0 seconds, got {timeout!r}")
+        last = max(acks, key=lambda a: a.position)
+        deadline = time.monotonic() + timeout
+        while not await asyncio.to_thread(self.sync.applied, last):
+            if time.monotonic() >= deadline:
+                raise WaitTimeoutError(f"record at {last.position} not applied within {timeout:g} s")
+            await asyncio.sleep(WAIT_POLL_S)
+        return await asyncio.to_thread(self.sync.wait_all, acks, 0)

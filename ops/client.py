@@ -1,0 +1,324 @@
+"""``quill.Client``: the library agents use to write and read transcripts.
+
+::
+
+    import quill
+    q = quill.Client()                                   # data dir: argument, else $QUILL_HOME
+    ack = q.append("s1", [{"role": "user", "content": "hi"}], source="my-agent")
+    q.wait(ack, timeout=10)                              # Outcome(status='applied')
+    q.messages("s1")                                     # what `quill sessions show s1 --json` lists
+
+Writes are spool ops (docs/ops.md): each method checks its op the way the writer will
+(``store.precheck``), so a batch that can never apply raises ``InvalidInputError`` before
+anything is appended, then appends it durably (fsync'd) and returns its ``Ack`` — the record's
+spool position and batch id. The fleet's writer (``quill run``) applies it; ``wait`` blocks
+until it did and says how (applied, or quarantined with the reason). Pass ``batch_id`` to
+retry safely: a batch id is applied once.
+
+Reads return exactly what the matching CLI command prints with ``--json`` (the CLI calls these
+methods). Before the store exists, listings are empty and single-session reads raise
+``NotFoundError``.
+
+Threads and ``fork``: each thread of each process gets its own spool handle (a ``Spool`` is
+single-threaded; concurrent handles group-commit their fsyncs), created on first use and
+re-created after ``fork`` (a pid check), so one ``Client`` may be shared by threads and used
+in a forked child. Reads open a short-lived read-only connection per call.
+
+Errors are ``quill.QuillError`` subclasses (``ops/errors.py``) whose ``hint`` says what to do.
+``resume(key=)`` and ``usage()`` are not here yet: keys and usage records are not in the store
+(issue 14); they will be added as methods when those reads exist.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from quill.spool import Ack, Spool
+
+from . import config
+from .errors import InvalidInputError, NotFoundError, QuillError, WaitTimeoutError, from_exception
+
+VIEWS = ("display", "model", "audit")
+#: Polling interval of ``wait`` (seconds): the writer commits in chunks every few ms, so 20 ms
+#: keeps read-your-writes latency low without a busy loop.
+WAIT_POLL_S = 0.02
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How the writer dealt with a batch: ``status`` is ``"applied"`` or ``"quarantined"``;
+    for a quarantined batch ``reason`` is the rule's tag (docs/ops.md, e.g. ``no-such-turn``)
+    and ``detail`` the explanation. The quarantined record is kept (``quill spool``)."""
+
+    status: str
+    batch_id: str
+    reason: str | None = None
+    detail: str | None = None
+
+    @property
+    def applied(self) -> bool:
+        return self.status == "applied"
+
+
+@contextlib.contextmanager
+def _public_errors() -> Iterator[None]:
+    """Re-raise lower-layer errors (spool, store, OS) as the public tree, classified by type."""
+    try:
+        yield
+    except QuillError:
+        raise
+    except Exception as exc:
+        public = from_exception(exc)
+        if public is None:
+            raise
+        raise public from exc
+
+
+def _drop_none(**fields: Any) -> dict[str, Any]:
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+class Client:
+    """A producer and reader on one data dir: ``home`` (a path), else ``$QUILL_HOME``, else
+    the XDG data dir. ``config`` (a loaded ``quill.ops.config.Config``) may be given instead.
+    Raises ``StorageError`` if ``config.toml`` there is invalid."""
+
+    def __init__(self, home: str | os.PathLike[str] | None = None, *, config_: config.Config | None = None):
+        with _public_errors():
+            self.config = config_ or config.load(str(home) if home is not None else None)
+        self._local = threading.local()
+
+    @property
+    def home(self) -> Path:
+        return self.config.home
+
+    def __repr__(self) -> str:
+        return f"quill.Client({str(self.home)!r})"
+
+    # -- writes -------------------------------------------------------------------------------
+
+    def _spool(self) -> Spool:
+        local = self._local
+        if getattr(local, "pid", None) != os.getpid():  # first use in this thread, or a forked child
+            local.spool = Spool(self.config.spool_dir, segment_bytes=self.config.segment_bytes)
+            local.pid = os.getpid()
+        return local.spool
+
+    def submit(self, op: str, data: dict[str, Any], *, batch_id: str | None = None) -> Ack:
+        """Append any op (``op`` one of docs/ops.md's kinds, ``data`` its payload) durably and
+        return its ``Ack``. Raises ``InvalidInputError`` (with ``reason``) if the op can never
+        apply — nothing is appended then — ``SpoolFullError`` or ``StorageError``."""
+        from quill.store.errors import InvalidOpError
+        from quill.store.precheck import precheck
+
+        try:
+            precheck(op, data)
+        except InvalidOpError as exc:
+            raise InvalidInputError(f"{op}: {exc.reason}: {exc.detail}", reason=exc.reason,
+                                    hint="fix the op or its messages (docs/ops.md); nothing was appended") from None
+        with _public_errors():
+            return self._spool().append(op, data, batch_id=batch_id)
+
+    def append(self, session_id: str, messages: list[dict[str, Any]], *, source: str | None = None,
+               model: str | None = None, batch_id: str | None = None) -> Ack:
+        """Append ``messages`` (OpenAI chat shape, docs/ops.md "Message objects") to a session,
+        all or nothing; creates the session if needed. ``model`` is recorded on the session
+        (a ``session.create`` that fills only empty fields). Returns the messages' ``Ack``."""
+        if model is not None:
+            self.create(session_id, model=model, source=source)
+        return self.submit("messages.append", _drop_none(session_id=session_id, messages=messages, source=source),
+                           batch_id=batch_id)
+
+    def create(self, session_id: str, *, source: str | None = None, model: str | None = None,
+               title: str | None = None, cwd: str | None = None, parent_id: str | None = None,
+               parent_kind: str | None = None, started_at: float | None = None,
+               meta: dict[str, Any] | None = None, batch_id: str | None = None) -> Ack:
+        """Create a session, or fill fields it still lacks. ``parent_kind``: ``compression``,
+        ``branch``, ``reset`` or ``delegate`` (with ``parent_id``). Times in epoch seconds."""
+        return self.submit("session.create", _drop_none(
+            session_id=session_id, source=source, model=model, title=title, cwd=cwd, parent_id=parent_id,
+            parent_kind=parent_kind, started_at=started_at, meta=meta), batch_id=batch_id)
+
+    def end(self, session_id: str, reason: str = "ended", *, ended_at: float | None = None,
+            batch_id: str | None = None) -> Ack:
+        """End a session (first end wins). Automatic reasons (``agent_close`` …) are cleared
+        by a later append; deliberate ones (``ended``, ``user_exit`` …) stay."""
+        return self.submit("session.end", _drop_none(session_id=session_id, reason=reason, ended_at=ended_at),
+                           batch_id=batch_id)
+
+    def compact(self, session_id: str, messages: list[dict[str, Any]], *, tail_count: int = 0,
+                watermark: int | None = None, watermark_ext_id: str | None = None,
+                batch_id: str | None = None) -> Ack:
+        """Compaction in place: live rows up to ``watermark`` (default all) become
+        ``compacted``; ``messages`` (summary + the last ``tail_count`` carried verbatim) become
+        the live rows. Nothing is deleted; display and search still show the originals."""
+        return self.submit("messages.compact", _drop_none(
+            session_id=session_id, messages=messages, tail_count=tail_count, watermark=watermark,
+            watermark_ext_id=watermark_ext_id), batch_id=batch_id)
+
+    def rewind(self, session_id: str, *, message_id: int | None = None, ext_id: str | None = None,
+               user_turn: int | None = None, expect_head_id: int | None = None,
+               batch_id: str | None = None) -> Ack:
+        """Rewind to a user message (exactly one of ``message_id``, ``ext_id``, ``user_turn``
+        — 1 first, -1 last): it and every later live row become ``rewound`` (kept for audit)."""
+        if sum(x is not None for x in (message_id, ext_id, user_turn)) != 1:
+            raise InvalidInputError("rewind needs exactly one of message_id, ext_id, user_turn")
+        return self.submit("messages.rewind", _drop_none(
+            session_id=session_id, message_id=message_id, ext_id=ext_id, user_turn=user_turn,
+            expect_head_id=expect_head_id), batch_id=batch_id)
+
+    def replace(self, session_id: str, messages: list[dict[str, Any]], *, from_message_id: int | None = None,
+                from_ext_id: str | None = None, expect_head_id: int | None = None,
+                batch_id: str | None = None) -> Ack:
+        """Edit / regenerate: live rows from ``from_message_id`` / ``from_ext_id`` on (all live
+        rows if neither) become ``rewound`` and ``messages`` are appended live. With
+        ``expect_head_id`` the op is refused (``stale-head``) unless that is the newest live id."""
+        return self.submit("messages.replace", _drop_none(
+            session_id=session_id, messages=messages, from_message_id=from_message_id, from_ext_id=from_ext_id,
+            expect_head_id=expect_head_id), batch_id=batch_id)
+
+    def title(self, session_id: str, title: str | None, *, batch_id: str | None = None) -> Ack:
+        """Set (``None`` or ``""`` clears) a session's title; ≤ 200 chars, unique among titles."""
+        return self.submit("session.title", {"session_id": session_id, "title": title}, batch_id=batch_id)
+
+    def flags(self, session_id: str, *, archived: bool | None = None, pinned: bool | None = None,
+              hidden: bool | None = None, batch_id: str | None = None) -> Ack:
+        """Set any of the ``archived`` / ``pinned`` / ``hidden`` flags."""
+        fields = _drop_none(archived=archived, pinned=pinned, hidden=hidden)
+        if not fields:
+            raise InvalidInputError("flags needs at least one of archived, pinned, hidden")
+        return self.submit("session.flags", {"session_id": session_id, **fields}, batch_id=batch_id)
+
+    def mark_read(self, session_id: str, message_id: int | None = None, *, batch_id: str | None = None) -> Ack:
+        """Move the session's last-read mark to ``message_id`` (default: the newest message)."""
+        return self.submit("session.read", _drop_none(session_id=session_id, message_id=message_id),
+                           batch_id=batch_id)
+
+    # -- read-your-writes ---------------------------------------------------------------------
+
+    def wait(self, ack: Ack, timeout: float = 30.0) -> Outcome:
+        """Block until the writer dealt with ``ack``'s batch (at most ``timeout`` seconds) and
+        return its ``Outcome``. Raises ``WaitTimeoutError`` (the batch stays durable and is
+        applied when a writer runs) — the usual cause is that ``quill run`` is not running."""
+        return self.wait_all([ack], timeout)[0]
+
+    def wait_all(self, acks: list[Ack], timeout: float = 30.0) -> list[Outcome]:
+        """``wait`` for several acks at once; outcomes in the same order."""
+        if not acks:
+            return []
+        if not timeout >= 0:
+            raise InvalidInputError(f"timeout must be ≥ 0 seconds, got {timeout!r}")
+        from quill.spool import WaitTimeoutError as SpoolWaitTimeout
+        from .wait import outcomes, wait_applied
+
+        try:
+            wait_applied(self.config.state_db, max(a.position for a in acks), timeout, poll=WAIT_POLL_S)
+        except SpoolWaitTimeout as exc:
+            raise WaitTimeoutError(str(exc)) from None
+        with _public_errors():
+            found = outcomes(self.config.state_db, self.config.spool_dir, acks)
+        return [Outcome(o["outcome"], a.batch_id, o.get("reason"), o.get("detail")) for a, o in zip(acks, found)]
+
+    def applied(self, ack: Ack) -> bool:
+        """Whether the writer has dealt with ``ack`` yet (never blocks)."""
+        from .wait import applied_position
+
+        with _public_errors():
+            cursor = applied_position(self.config.state_db)
+        return cursor is not None and cursor > ack.position
+
+    # -- reads (the CLI's --json output) ------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _reader(self, missing: Exception | None) -> Iterator[Any]:
+        """A read-only store connection; before the store exists, raise ``missing`` or yield
+        None (an empty answer)."""
+        from quill.store.errors import CantOpenError
+        from quill.store.reads import Reader
+
+        with _public_errors():
+            try:
+                reader = Reader(self.config.state_db)
+            except CantOpenError:
+                if missing is not None:
+                    raise missing from None
+                yield None
+                return
+            with reader:
+                yield reader
+
+    def transcript(self, session_id: str, view: str = "display", *, latest: int | None = None) -> dict[str, Any]:
+        """``{"session", "chain", "messages"}`` — ``quill sessions show ID --json``, read in
+        one snapshot. ``view``: ``display`` (what a UI shows), ``model`` (what the model is fed,
+        OpenAI shape), ``audit`` (every row with its state). ``latest``: only the last N.
+        Raises ``NotFoundError`` for an unknown session."""
+        if view not in VIEWS:
+            raise InvalidInputError(f"view must be one of {', '.join(VIEWS)}, got {view!r}")
+        if latest is not None and (not isinstance(latest, int) or latest < 1):
+            raise InvalidInputError(f"latest must be a whole number ≥ 1, got {latest!r}")
+        missing = NotFoundError(f"no session {session_id!r} (no store at {self.config.state_db} yet)",
+                                hint="push or import something, then `quill run`")
+        with self._reader(missing) as r, r.snapshot():
+            session = r.get_session(session_id)
+            if session is None:
+                raise NotFoundError(f"no session {session_id!r}", hint="`quill sessions list` shows the session ids")
+            messages = r.get_messages(session_id, view, limit=latest, latest=latest is not None)
+            chain = r.compression_chain(session_id)
+        return {"session": session, "chain": chain, "messages": messages}
+
+    def messages(self, session_id: str, view: str = "display", *, latest: int | None = None) -> list[dict[str, Any]]:
+        """A session's messages in ``view``, oldest first (``transcript(...)["messages"]``)."""
+        return self.transcript(session_id, view, latest=latest)["messages"]
+
+    def session(self, session_id: str) -> dict[str, Any]:
+        """One session's row (``transcript(...)["session"]``). Raises ``NotFoundError``."""
+        missing = NotFoundError(f"no session {session_id!r} (no store at {self.config.state_db} yet)",
+                                hint="push or import something, then `quill run`")
+        with self._reader(missing) as r:
+            session = r.get_session(session_id)
+        if session is None:
+            raise NotFoundError(f"no session {session_id!r}", hint="`quill sessions list` shows the session ids")
+        return session
+
+    def sessions(self, *, source: str | None = None, limit: int = 50, include_hidden: bool = False,
+                 title_contains: str | None = None, since: float | None = None, until: float | None = None,
+                 archived: bool | None = None, pinned: bool | None = None, hidden: bool | None = None,
+                 chains: bool = False) -> list[dict[str, Any]]:
+        """Sessions, most recently active first — ``quill sessions list --json``. ``since`` /
+        ``until`` in epoch seconds; ``chains=True`` lists every session of a compression chain
+        (default: one row per chain, its tip). Empty before the store exists."""
+        if not isinstance(limit, int) or limit < 1:
+            raise InvalidInputError(f"limit must be a whole number ≥ 1, got {limit!r}")
+        with self._reader(None) as r:
+            if r is None:
+                return []
+            return r.list_sessions(source=source, limit=limit, include_hidden=include_hidden,
+                                   title_contains=title_contains, since=since, until=until, archived=archived,
+                                   pinned=pinned, hidden=hidden, lineage="all" if chains else "tips")
+
+    def search(self, query: str, *, limit: int = 20, session_id: str | None = None, role: str | None = None,
+               source: str | None = None, since: float | None = None, until: float | None = None,
+               substring: bool = False, audit: bool = False, context: bool = True) -> list[dict[str, Any]]:
+        """Full-text search, newest first — ``quill search QUERY --json`` (hits with their
+        neighbouring messages as context; ``context=False`` leaves it out). Any text is a valid query. Empty before the store
+        exists. When the index is being rebuilt after damage, results come from a bounded
+        scan (``search_health()`` says so)."""
+        if not isinstance(limit, int) or limit < 1:
+            raise InvalidInputError(f"limit must be a whole number ≥ 1, got {limit!r}")
+        with self._reader(None) as r:
+            if r is None:
+                return []
+            return r.search(query, limit=limit, session_id=session_id, role=role, source=source, since=since,
+                            until=until, substring=substring, projection="audit" if audit else "display",
+                            context=context)
+
+    def search_health(self) -> dict[str, Any]:
+        """``{"fts_state", "fts_pending", "degraded"}`` of the search index (empty store: ok)."""
+        with self._reader(None) as r:
+            return {"fts_state": "ok", "fts_pending": 0, "degraded": False} if r is None else r.search_health()
+

@@ -10,10 +10,11 @@ from rich.markup import escape
 from quill.spool import Spool, SpoolError
 from quill.store.lease import holder_alive, read_holder
 
-from . import ingest, render
+from . import render
 from .cli_base import emit_json, json_option
 from .errors import Exit, from_exception
-from .importers import iter_transcript_files, parse_file
+from .import_spool import import_file, open_store_view
+from .importers import iter_transcript_files
 
 
 @click.command(name="import")
@@ -21,49 +22,56 @@ from .importers import iter_transcript_files, parse_file
 @json_option
 @click.pass_context
 def import_(ctx: click.Context, paths: tuple[Path, ...], as_json: bool) -> None:
-    """Import transcript files or folders (Claude Code, Codex, ShareGPT/Hermes, OpenAI chat).
+    """Import transcript files or folders (Claude Code, Codex, Gemini CLI, ShareGPT/Hermes,
+    OpenAI chat; docs/importers.md).
 
-    The format is detected per file. Re-importing is safe: nothing is duplicated. Bad lines
-    are reported (file, line, reason) and skipped; the rest of the file is imported.
+    The format is detected per file. Re-importing is cheap and safe: only messages the store
+    does not hold yet are spooled ("0 new" otherwise). Bad lines are reported (file, line,
+    reason) and skipped; the rest of the file is imported. Exits 1 when any file was not
+    recognised (each is named).
     """
     cfg = ctx.obj
     files = list(iter_transcript_files(paths))
     report: list[dict[str, Any]] = []
     con = render.console()
-    with Spool(cfg.spool_dir, segment_bytes=cfg.segment_bytes) as spool, \
-            render.progress(not as_json) as progress:
-        task = progress.add_task("importing", total=len(files))
-        for path in files:
-            parsed = parse_file(path)
-            entry = {"path": str(path), "format": parsed.format, "sessions": len(parsed.sessions),
-                     "skipped": None if parsed.format else "format not recognised",
-                     "messages": sum(len(s.messages) for s in parsed.sessions),
-                     "session_ids": [s.session["session_id"] for s in parsed.sessions],
-                     "problems": [{"line": p.line, "kind": p.kind, "reason": p.reason} for p in parsed.problems]}
-            try:
-                for s in parsed.sessions:
-                    ingest.append_all(spool, ingest.session_ops(s.session, s.messages))
-            except SpoolError as exc:
-                error = from_exception(exc)
-                error.message = f"{path}: {error.message}"
-                raise error from exc
-            report.append(entry)
-            progress.advance(task)
+    store = open_store_view(cfg.state_db)
+    try:
+        with Spool(cfg.spool_dir, segment_bytes=cfg.segment_bytes) as spool, \
+                render.progress(not as_json) as progress:
+            task = progress.add_task("importing", total=len(files))
+            for path in files:
+                try:
+                    report.append(import_file(spool, path, store).as_dict())
+                except SpoolError as exc:
+                    error = from_exception(exc)
+                    error.message = f"{path}: {error.message}"
+                    raise error from exc
+                progress.advance(task)
+    finally:
+        if store is not None:
+            store.close()
+    rejected = [e["path"] for e in report if e["format"] is None]
     if as_json:
         emit_json(report)
-        ctx.exit(Exit.OK if any(e["format"] for e in report) else Exit.FAILED)
+        ctx.exit(Exit.FAILED if rejected or not report else Exit.OK)
     for e in report:
         path = escape(e["path"])
         if e["format"] is None:
-            con.print(f"[dim]skipped[/dim] {path}: format not recognised")
+            con.print(f"[red]rejected[/red] {path}: format not recognised")
             continue
-        con.print(f"{e['format']:<12} {path}: {e['sessions']} session(s), {e['messages']} message(s)")
+        con.print(f"{e['format']:<12} {path}: {e['sessions']} session(s), {e['messages']} message(s), "
+                  f"{e['new']} new")
         for p in e["problems"]:
-            con.print(f"  [yellow]{p['kind']}[/yellow] {path}:{p['line']}: {escape(p['reason'])}")
-    total = sum(e["messages"] for e in report)
-    recognised = sum(1 for e in report if e["format"])
+            where = f"{path}:{p['line']}" if p["line"] is not None else path
+            con.print(f"  [yellow]{p['kind']}[/yellow] {where}: {escape(p['reason'])}")
+    total = sum(e["new"] for e in report)
+    stored = sum(e["already_stored"] for e in report)
+    recognised = len(report) - len(rejected)
     running = holder_alive(read_holder(cfg.run_dir / "fleet.lock"))
-    con.print(f"spooled {total} message(s) from {recognised} file(s); "
+    con.print(f"spooled {total} new message(s) from {recognised} file(s)"
+              + (f" ({stored} already stored)" if stored else "") + "; "
               + ("the running fleet applies them" if running else "`quill run` applies them"))
-    if not recognised:
+    if rejected:
+        con.print(f"[red]{len(rejected)} file(s) not imported (format not recognised):[/red] "
+                  + ", ".join(escape(r) for r in rejected))
         ctx.exit(Exit.FAILED)

@@ -130,6 +130,22 @@ class Reader:
                                      (session_id,)).fetchone() is None
 
     @_retry_io
+    def message_states(self, session_id: str) -> dict[str, str]:
+        """``{producer id: state}`` of a session's rows that have a producer id (the newest
+        row wins for an id held twice). Importers use it to spool only what is missing."""
+        with mapped():
+            return {ext: state for ext, state in self.conn.execute(
+                "SELECT ext_id, state FROM messages WHERE session_id = ? AND ext_id IS NOT NULL ORDER BY id",
+                (session_id,))}
+
+    @_retry_io
+    def title_holder(self, title: str) -> str | None:
+        """The session holding exactly ``title`` (titles are unique), or None."""
+        with mapped():
+            row = self.conn.execute("SELECT id FROM sessions WHERE title = ?", (title,)).fetchone()
+        return row[0] if row else None
+
+    @_retry_io
     def compression_chain(self, session_id: str) -> list[str]:
         """Session ids of the compression chain through ``session_id``, root → tip."""
         with mapped():

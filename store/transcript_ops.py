@@ -260,22 +260,48 @@ def _rewind_from(conn: apsw.Connection, sid: str, first: int) -> int:
     return _set_state(conn, ids, "rewound")
 
 
+def _rewind_branch(conn: apsw.Connection, sid: str, data: dict) -> int:
+    """``ext_ids`` form of rewind: the live rows of ``sid`` with these producer ids become
+    ``rewound`` (an abandoned branch of a tree-shaped transcript, e.g. Claude Code's
+    ``parentUuid`` tree, or turns a Codex ``thread_rolled_back`` dropped). Ids the session
+    does not hold live are ignored (already rewound, compacted, or never sent), so the op is
+    idempotent. No other target field may be given."""
+    ids = data.get("ext_ids")
+    if (not isinstance(ids, list) or not ids
+            or not all(isinstance(x, (str, int)) and not isinstance(x, bool) for x in ids)):
+        raise InvalidOpError("invalid-field", "ext_ids must be a non-empty list of message ids")
+    if any(k in data for k in ("message_id", "ext_id", "user_turn")):
+        raise InvalidOpError("invalid-field", "messages.rewind needs exactly one of message_id, ext_id, user_turn, ext_ids")
+    _check_head(conn, sid, data)
+    wanted = sorted({str(x) for x in ids})
+    flipped: list[int] = []
+    for start in range(0, len(wanted), _CHUNK):
+        part = wanted[start:start + _CHUNK]
+        flipped += [r[0] for r in conn.execute(
+            f"SELECT id FROM messages WHERE session_id = ? AND state = 'live' "
+            f"AND ext_id IN ({', '.join('?' for _ in part)})", (sid, *part))]
+    return _set_state(conn, sorted(flipped), "rewound")
+
+
 @atomic
 def messages_rewind(conn: apsw.Connection, data: dict, batch_id: str, arrived_at: float) -> int:
     """Rewind to a user message: it and every live row after it become ``rewound``.
 
     The target is ``message_id`` (store id), ``ext_id`` (producer id) or ``user_turn`` (1 = the
-    first live user message, -1 = the last; 0 and out-of-range are refused). The target must
+    first live user message, -1 = the last; 0 and out-of-range are refused). The fourth form,
+    ``ext_ids`` (a list), flips exactly those live rows instead (see ``_rewind_branch``). The target must
     be a live ``user`` row. Optional ``expect_head_id`` refuses the rewind unless the live head
     is that id (compare-and-swap). Returns rows flipped. Raises ``InvalidOpError``:
     ``invalid-field``, ``unknown-message``, ``not-a-user-message``, ``not-live``,
     ``no-such-turn``, ``stale-head``.
     """
     sid = session_id(data)
+    if "ext_ids" in data:
+        return _rewind_branch(conn, sid, data)
     turn = opt(data, "user_turn", int)
     named = _target(conn, sid, data, "message_id", "ext_id")
     if (named is None) == (turn is None):
-        raise InvalidOpError("invalid-field", "messages.rewind needs exactly one of message_id, ext_id, user_turn")
+        raise InvalidOpError("invalid-field", "messages.rewind needs exactly one of message_id, ext_id, user_turn, ext_ids")
     if named is None:
         target = _user_turn(conn, sid, turn)
     else:

@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-CORPUS = REPO.parent / "shared" / "corpus"
+#: The shared corpus sits next to the checkout (/work/main) or next to the worktree folder.
+CORPUS = next((p / "shared" / "corpus" for p in REPO.parents if (p / "shared" / "corpus").is_dir()),
+              REPO.parent / "shared" / "corpus")
 
 
 def quill_env(home: Path) -> dict[str, str]:

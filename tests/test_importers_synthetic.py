@@ -48,8 +48,7 @@ def test_empty_and_unknown_files(tmp_path):
     cases = {"empty.jsonl": "", "blank.jsonl": "\n\n  \n", "text.txt": "hello world\n",
              "obj.json": '{"foo": 1, "bar": [1, 2]}', "ints.json": "[1, 2, 3]", "bad.json": "[{",
              "events.jsonl": '{"type": "session.start", "data": {}, "id": "1"}\n',
-             "agent.jsonl": '{"role": "agent", "kind": "message", "content": "x", "raw": {}}\n',
-             "gemini.json": json.dumps({"sessionId": "x", "messages": [{"type": "user", "content": "hi"}]})}
+             "agent.jsonl": '{"role": "agent", "kind": "message", "content": "x", "raw": {}}\n'}
     for name, text in cases.items():
         p = tmp_path / name
         p.write_text(text)
@@ -83,11 +82,13 @@ def test_claude_code_mapping_details(tmp_path):
         claude_rec("b1", "user", "other session", sid="s2"),
     ]
     pf = parse_file(write_jsonl(tmp_path / "c.jsonl", recs))
-    s1, s2 = pf.sessions
+    s1, s2, child = pf.sessions
     assert s1.session["session_id"] == "claude-code:s1" and s1.session["title"] == "My title"
     assert s2.session["session_id"] == "claude-code:s2" and s2.session["title"] is None
-    m = {x["id"]: x for x in s1.messages}
-    assert list(m) == ["a1", "u1:0", "u1:1", "u2", "u2:0", "a2"]
+    assert (child.session["parent_id"], child.session["parent_kind"]) == ("claude-code:s1", "delegate")
+    m = {x["id"]: x for x in s1.messages + child.messages}
+    assert [x["id"] for x in s1.messages] == ["a1", "u1:0", "u1:1", "u2", "u2:0"]
+    assert not s1.rewound  # roots without a parent in the file continue the thread, never fork it
     assert m["a1"]["reasoning"] == "hmm" and m["a1"]["content"] is None
     assert [c["function"]["name"] for c in m["a1"]["tool_calls"]] == ["Bash", "Read"]
     assert json.loads(m["a1"]["tool_calls"][0]["function"]["arguments"]) == {"cmd": "ls"}

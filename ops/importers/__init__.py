@@ -1,32 +1,32 @@
-"""Importers: parse real agent transcript files into Quill's message shape.
+"""Importers: parse real agent transcript files into Quill's event stream.
 
 Public API::
 
-    detect_format(path) -> "claude-code" | "codex" | "sharegpt" | "openai-chat" | None
+    detect_format(path) -> "claude-code" | "codex" | "gemini-cli" | "sharegpt" | "openai-chat" | None
+    stream_file(path, problems) -> (format, iterator of events)   # streaming, bounded memory
     parse_file(path) -> ParsedFile(path, format, sessions=[ImportedSession], problems=[Problem])
     iter_transcript_files(paths) -> files as given, folders walked recursively (sorted), no *.md
 
+Events (``events.py``): ``SessionStart``, ``Message``, ``Compact``, ``Rewind``; the CLI spools
+them as ops (ops/import_spool.py); ``parse_file`` collects them (tests, small files).
+
 The format is sniffed from the CONTENT, never the extension:
 
-* JSON lines (the first line decodes to one object): the first 20 records
-  decide - Claude Code records, Codex ``{type, payload}`` rollout lines,
-  ShareGPT ``{conversations}`` trajectories, or OpenAI chat (one message per
-  line, or ``{"messages": [...]}`` per line); at least 80% of the sampled
-  objects must fit (so one damaged line near the top does not hide a file);
-* a top-level JSON array (first byte ``[``, e.g. pretty-printed): every
-  readable element must be a Claude Code record, or every one an OpenAI chat
-  message (elements are read tolerantly, see ``jsonlines.iter_json_array``);
-* a JSON object document: only ``{"messages": [OpenAI messages]}``;
+* JSON lines (the first line decodes to one object): detection keys on the records that
+  carry the transcript - Claude Code user/assistant records, Codex ``session_meta`` /
+  ``response_item`` lines, ShareGPT ``{conversations}``, OpenAI chat messages or
+  ``{"messages": [...]}`` - found within the first ``SNIFF_LINES`` lines, whatever
+  bookkeeping records (summaries, titles, snapshots, types that do not exist yet) come first;
+  the format with most such records wins. A file with none falls back to "most of the first
+  records are known types of one format" (e.g. a Claude file holding only a title);
+* a top-level JSON array (first byte ``[``, e.g. pretty-printed): every readable element
+  must be a Claude Code record, or every one an OpenAI chat message;
+* a JSON object document: a Gemini CLI session, or ``{"messages": [OpenAI messages]}``;
 * anything else (Markdown, other agents' JSON) -> None.
 
-Each ``ImportedSession.session`` is a ``session.create`` payload
-``{session_id, source, title, model, cwd, started_at, meta}``; each message is
-an OpenAI-chat-shaped dict ``{id, role, content, tool_calls?, tool_call_id?,
-name?, reasoning?, timestamp?, extra?}`` (see the per-format modules). Session
-and message ids are deterministic, so re-importing a file yields the same ids.
-
-Parsing never raises on bad content (problems are reported in
-``ParsedFile.problems``); only an unreadable file (OSError) raises.
+Session and message ids are deterministic, so re-importing a file yields the same ids.
+Parsing never raises on bad content (problems are reported: "skipped", "repaired",
+"ignored"); only an unreadable file (OSError) raises.
 """
 
 from __future__ import annotations
@@ -36,15 +36,19 @@ import os
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from . import claude_code, codex, openai_chat, sharegpt
+from . import claude_code, codex, gemini, openai_chat, sharegpt
+from .events import Compact, Event, Message, Rewind, SessionStart, collect
 from .jsonlines import (ImportedSession, ParsedFile, Problem, decode_line, iter_json_array, iter_jsonl,
                          read_text)
 
-__all__ = ["Problem", "ImportedSession", "ParsedFile", "detect_format", "parse_file",
-           "iter_transcript_files", "FORMATS"]
+__all__ = ["Problem", "ImportedSession", "ParsedFile", "detect_format", "parse_file", "stream_file",
+           "iter_transcript_files", "FORMATS", "Event", "SessionStart", "Message", "Compact", "Rewind"]
 
-FORMATS = ("claude-code", "codex", "sharegpt", "openai-chat")
-_SAMPLE = 20  # JSONL records looked at when sniffing
+FORMATS = ("claude-code", "codex", "gemini-cli", "sharegpt", "openai-chat")
+_SAMPLE = 20  # transcript-carrying records that settle detection
+#: Non-blank lines read at most while looking for transcript-carrying records: a real Claude
+#: Code file had 160 progress records before its 33 messages; bookkeeping runs are short.
+SNIFF_LINES = 5000
 _NO_DOC = object()
 
 
@@ -68,9 +72,11 @@ def _first_line_is_object(path: Path) -> bool:
     return False
 
 
-def _sample_jsonl(path: Path) -> list[Any]:
-    """Up to _SAMPLE decodable values from the first non-blank lines."""
-    values: list[Any] = []
+def _sample_jsonl(path: Path) -> tuple[list[Any], list[Any]]:
+    """``(carriers, head)``: up to _SAMPLE transcript-carrying values within the first
+    SNIFF_LINES non-blank lines, and the first _SAMPLE decodable values (fallback)."""
+    carriers: list[Any] = []
+    head: list[Any] = []
     with open(path, "rb") as fh:
         seen = 0
         for raw in fh:
@@ -78,10 +84,27 @@ def _sample_jsonl(path: Path) -> list[Any]:
             if not text.strip():
                 continue
             seen += 1
-            values.extend(decode_line(text)[0])
-            if len(values) >= _SAMPLE or seen >= 2 * _SAMPLE:
+            for value in decode_line(text)[0]:
+                if len(head) < _SAMPLE:
+                    head.append(value)
+                if _carrier_format(value):
+                    carriers.append(value)
+            if len(carriers) >= _SAMPLE or seen >= SNIFF_LINES:
                 break
-    return values[:_SAMPLE]
+    return carriers, head
+
+
+def _carrier_format(value: Any) -> str | None:
+    """The format whose transcript a record carries, or None for bookkeeping/unknown."""
+    if claude_code.looks_like_transcript(value):
+        return claude_code.FORMAT
+    if codex.looks_like_transcript(value):
+        return codex.FORMAT
+    if sharegpt.looks_like_record(value):
+        return sharegpt.FORMAT
+    if openai_chat.looks_like_conversation(value) or openai_chat.looks_like_message(value):
+        return openai_chat.FORMAT
+    return None
 
 
 def _best(records: list[dict], tests: list[tuple[str, Any]]) -> str | None:
@@ -94,14 +117,18 @@ def _best(records: list[dict], tests: list[tuple[str, Any]]) -> str | None:
     return None
 
 
-def _classify_records(values: list[Any]) -> str | None:
-    """JSON lines: non-object values (damaged lines) are ignored."""
-    return _best([v for v in values if isinstance(v, dict)], [
+def _classify_records(carriers: list[Any], head: list[Any]) -> str | None:
+    """JSON lines: the format most transcript-carrying records belong to; with none, the
+    first format most of the head records are known types of (non-objects ignored)."""
+    if carriers:
+        votes: dict[str, int] = {}
+        for v in carriers:
+            fmt = _carrier_format(v)
+            votes[fmt] = votes.get(fmt, 0) + 1
+        return max(votes, key=lambda f: votes[f])
+    return _best([v for v in head if isinstance(v, dict)], [
         (claude_code.FORMAT, claude_code.looks_like_record),
-        (codex.FORMAT, codex.looks_like_record),
-        (sharegpt.FORMAT, sharegpt.looks_like_record),
-        (openai_chat.FORMAT, openai_chat.looks_like_conversation),
-        (openai_chat.FORMAT, openai_chat.looks_like_message)])
+        (codex.FORMAT, codex.looks_like_record)])
 
 
 def _classify_array(values: list[Any]) -> str | None:
@@ -122,7 +149,10 @@ def _sniff(path: Path) -> tuple[str | None, Any]:
     if first not in ("[", "{"):
         return None, _NO_DOC
     if _first_line_is_object(path):
-        return _classify_records(_sample_jsonl(path)), _NO_DOC
+        carriers, head = _sample_jsonl(path)
+        if len(head) == 1 and gemini.looks_like_document(head[0]):  # a one-line document
+            return gemini.FORMAT, head[0]
+        return _classify_records(carriers, head), _NO_DOC
     if first == "[":
         problems: list[Problem] = []
         elements = list(iter_json_array(read_text(path), path, problems))
@@ -130,7 +160,9 @@ def _sniff(path: Path) -> tuple[str | None, Any]:
     try:
         doc = json.loads(read_text(path))
     except (ValueError, RecursionError):
-        return _classify_records(_sample_jsonl(path)), _NO_DOC
+        return _classify_records(*_sample_jsonl(path)), _NO_DOC
+    if gemini.looks_like_document(doc):
+        return gemini.FORMAT, doc
     return (openai_chat.FORMAT if openai_chat.looks_like_conversation(doc) else None), doc
 
 
@@ -139,39 +171,64 @@ def detect_format(path: Path) -> str | None:
     return _sniff(Path(path))[0]
 
 
-def parse_file(path: Path) -> ParsedFile:
-    """Parse one file; unsupported formats give ``format=None`` and nothing else."""
+def _sessions_as_events(sessions: list[ImportedSession]) -> Iterator[Event]:
+    for s in sessions:
+        yield SessionStart(s.session)
+        for m in s.messages:
+            yield Message(s.session["session_id"], m)
+
+
+def stream_file(path: Path, problems: list[Problem]) -> tuple[str | None, Iterator[Event]]:
+    """``(format, events)`` for one file; problems are appended to ``problems`` while the
+    events are consumed. Claude Code and Codex JSONL stream (two passes over the file, memory
+    bounded by the largest record); other formats are small and parsed whole."""
     path = Path(path)
     fmt, doc = _sniff(path)
-    result = ParsedFile(path=str(path), format=fmt, sessions=[], problems=[])
     if fmt is None:
-        return result
-    problems = result.problems
+        return None, iter(())
     if isinstance(doc, tuple):  # top-level JSON array
         elements, array_problems = doc
         problems.extend(array_problems)
         if fmt == claude_code.FORMAT:
-            result.sessions = claude_code.parse_records(path, elements, problems, "json-array")
-        else:
-            result.sessions = openai_chat.parse_document(path, [v for _, v in elements], problems)
-        return result
+            return fmt, claude_code.stream(path, lambda _p: elements, problems, "json-array")
+        return fmt, _sessions_as_events(openai_chat.parse_document(path, [v for _, v in elements], problems))
+    if fmt == gemini.FORMAT:
+        return fmt, gemini.stream(path, doc, problems)
     if doc is not _NO_DOC:
-        result.sessions = openai_chat.parse_document(path, doc, problems)
-        return result
-    records = iter_jsonl(path, problems)
+        return fmt, _sessions_as_events(openai_chat.parse_document(path, doc, problems))
+
+    def records(probs: list[Problem], p: Path = path) -> Iterator[tuple[int, Any]]:
+        return iter_jsonl(p, probs)
+
     if fmt == claude_code.FORMAT:
-        result.sessions = claude_code.parse_records(path, records, problems, "jsonl")
-    elif fmt == codex.FORMAT:
-        result.sessions = codex.parse_records(path, records, problems)
-    elif fmt == sharegpt.FORMAT:
-        result.sessions = sharegpt.parse_records(path, records, problems)
-    else:
-        result.sessions = openai_chat.parse_records(path, records, problems)
+        agents = [(a, lambda probs, a=a: iter_jsonl(a, probs)) for a in claude_code.subagent_files(path)]
+        return fmt, claude_code.stream(path, records, problems, "jsonl", agents)
+    if fmt == codex.FORMAT:
+        return fmt, codex.stream(path, records, problems)
+    if fmt == sharegpt.FORMAT:
+        return fmt, _sessions_as_events(sharegpt.parse_records(path, iter_jsonl(path, problems), problems))
+    return fmt, _sessions_as_events(openai_chat.parse_records(path, iter_jsonl(path, problems), problems))
+
+
+def parse_file(path: Path) -> ParsedFile:
+    """Parse one file into sessions held in memory; unsupported formats give
+    ``format=None`` and nothing else."""
+    result = ParsedFile(path=str(path), format=None, sessions=[], problems=[])
+    result.format, events = stream_file(Path(path), result.problems)
+    result.sessions = collect(events)
     return result
 
 
+def _pulled_in(path: Path) -> bool:
+    """True for ``<x>/subagents/agent-*.jsonl`` when ``<x>.jsonl`` exists: importing the
+    session file imports its subagent files (claude_code.subagent_files)."""
+    return (path.parent.name == "subagents" and path.name.startswith("agent-")
+            and path.parent.parent.with_name(path.parent.parent.name + ".jsonl").is_file())
+
+
 def iter_transcript_files(paths: Iterable[Path]) -> Iterator[Path]:
-    """Files as given; folders walked recursively in sorted order, skipping ``*.md``."""
+    """Files as given; folders walked recursively in sorted order, skipping ``*.md`` and
+    subagent files whose session file is there to import them."""
     for p in paths:
         p = Path(p)
         if not p.is_dir():
@@ -181,4 +238,4 @@ def iter_transcript_files(paths: Iterable[Path]) -> Iterator[Path]:
         for root, dirs, files in os.walk(p):
             dirs.sort()
             found.extend(Path(root) / f for f in files if not f.lower().endswith(".md"))
-        yield from sorted(found)
+        yield from (f for f in sorted(found) if not _pulled_in(f))

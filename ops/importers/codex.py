@@ -11,17 +11,29 @@ message per item, id = "line:<n>" (source line number):
 * ``reasoning`` summary/content text is attached to the next assistant-side
   message (empty/encrypted-only reasoning is counted, not emitted).
 
-``compacted`` records are NOT replayed as messages: their replacement_history
-is summarised in ``session["meta"]["compactions"]``.
+Structure (issue 12, A2-A5), streamed in two passes (pass 1 reads only record types,
+the session meta, turn models and thread names):
+
+* a ``compacted`` record is a compaction: its ``replacement_history`` (mapped item by item
+  as above, a ``compaction`` item becoming an assistant message holding the encrypted
+  summary in extra) is the compacted set, i.e. what the model was fed afterwards; an older
+  record with only ``message`` gives a one-message summary. Summarised in
+  ``meta.compactions`` too;
+* an ``event_msg`` ``thread_rolled_back {num_turns}`` rewinds the messages of the last
+  ``num_turns`` user turns (a turn starts at the user message an ``event_msg user_message``
+  echoes; injected context such as AGENTS.md is not a turn);
+* ``event_msg`` ``thread_name_updated`` gives the title (the last one wins);
+* record types this version does not know are ignored and counted (``meta.counts``).
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
-from .jsonlines import ImportedSession, Problem, join_text, make_message, make_tool_call, parse_timestamp
+from .events import Compact, Event, Message, Rewind, SessionStart
+from .jsonlines import Problem, join_text, make_message, make_tool_call, parse_timestamp
 
 FORMAT = "codex"
 RECORD_TYPES = frozenset({"session_meta", "response_item", "event_msg", "turn_context", "compacted"})
@@ -31,9 +43,18 @@ _META_KEYS = ("originator", "cli_version", "source", "thread_source", "model_pro
 
 
 def looks_like_record(obj: Any) -> bool:
-    """True for a dict shaped like one Codex rollout line."""
-    return (isinstance(obj, dict) and isinstance(obj.get("type"), str)
-            and obj["type"] in RECORD_TYPES and isinstance(obj.get("payload"), dict))
+    """True for a dict shaped like one Codex rollout line of a known type."""
+    return looks_like_line(obj) and obj["type"] in RECORD_TYPES
+
+
+def looks_like_line(obj: Any) -> bool:
+    """True for any ``{type, payload: {...}}`` line (known type or one added later)."""
+    return isinstance(obj, dict) and isinstance(obj.get("type"), str) and isinstance(obj.get("payload"), dict)
+
+
+def looks_like_transcript(obj: Any) -> bool:
+    """True for a line that carries the transcript (what detection keys on)."""
+    return looks_like_line(obj) and obj["type"] in ("session_meta", "response_item")
 
 
 def _parts_content(parts: Any) -> Any:
@@ -60,30 +81,70 @@ def _parts_content(parts: Any) -> Any:
     return ([{"type": "text", "text": text}] if text else []) + images
 
 
-class _State:
-    """Per-file parse state (instance only; no module-level mutation)."""
+class _Scan:
+    """Pass 1: the session meta, models, title, counts and compactions (no content)."""
 
     def __init__(self) -> None:
         self.meta_payload: dict | None = None
         self.first_ts: Any = None
-        self.messages: list[dict] = []
-        self.ids: dict[int | None, int] = {}
-        self.tool_names: dict[str, str] = {}
-        self.pending_reasoning: list[str] = []
-        self.turn: dict = {}
         self.models: list[str] = []
         self.counts: dict[str, int] = {}
         self.compactions: list[dict] = []
         self.other_meta: list[dict] = []
-
-    def next_id(self, line: int | None) -> str:
-        k = self.ids.get(line, 0)
-        self.ids[line] = k + 1
-        base = f"line:{line}"
-        return base if k == 0 else f"{base}:{k}"
+        self.title: str | None = None
 
     def count(self, key: str) -> None:
         self.counts[key] = self.counts.get(key, 0) + 1
+
+    def note(self, line: int | None, rec: dict) -> None:
+        rtype, p = rec["type"], rec["payload"]
+        if self.first_ts is None:
+            self.first_ts = rec.get("timestamp")
+        if rtype == "response_item":
+            self.count(f"response_item:{p.get('type')}")
+        elif rtype == "session_meta":
+            if self.meta_payload is None:
+                self.meta_payload = p
+            else:
+                self.other_meta.append({"line": line, "id": p.get("id"), "timestamp": p.get("timestamp")})
+        elif rtype == "turn_context":
+            self.count("turns")
+            if isinstance(p.get("model"), str) and p["model"] not in self.models:
+                self.models.append(p["model"])
+        elif rtype == "compacted":
+            self.compactions.append({
+                "line": line, "timestamp": rec.get("timestamp"), "message": p.get("message"),
+                "replacement_history_items": len(p.get("replacement_history") or []),
+                **{k: p[k] for k in ("window_number", "window_id", "previous_window_id",
+                                     "first_window_id") if k in p}})
+        else:
+            self.count(f"{rtype}:{p.get('type')}")
+            if rtype == "event_msg" and p.get("type") == "thread_name_updated":
+                name = p.get("thread_name", p.get("name"))
+                if isinstance(name, str) and name.strip():
+                    self.title = name
+        if rtype not in RECORD_TYPES:
+            self.count("ignored_records")
+
+
+class _State:
+    """Pass 2 state (instance only; no module-level mutation)."""
+
+    def __init__(self, sid: str) -> None:
+        self.sid = sid
+        self.ids: dict[int | None, int] = {}
+        self.tool_names: dict[str, str] = {}
+        self.pending_reasoning: list[str] = []
+        self.turn: dict = {}
+        self.live_ids: list[str] = []     # producer ids fed to the model, in order
+        self.turn_starts: list[int] = []  # indexes into live_ids where a user turn starts
+        self.last_user: int | None = None  # index of the last user message in live_ids
+
+    def next_id(self, line: int | None, suffix: str = "") -> str:
+        k = self.ids.get((line, suffix), 0)
+        self.ids[(line, suffix)] = k + 1
+        base = f"line:{line}{suffix}"
+        return base if k == 0 else f"{base}:{k}"
 
     def extra(self, p: dict) -> dict:
         out: dict[str, Any] = {}
@@ -101,26 +162,23 @@ class _State:
         return text
 
 
-def _item(st: _State, line: int | None, p: dict, ts: float | None) -> None:
+def _item(st: _State, mid: str, p: dict, ts: float | None) -> dict | None:
+    """One response item -> a message (None for reasoning, kept for the next message)."""
     ptype = p.get("type")
-    st.count(f"response_item:{ptype}")
     extra = st.extra(p)
     if ptype == "reasoning":
         texts = [s.get("text") for s in p.get("summary") or [] if isinstance(s, dict)]
         texts += [c.get("text") for c in p.get("content") or [] if isinstance(c, dict)]
         st.pending_reasoning.extend(t for t in texts if isinstance(t, str) and t)
-        return
-    mid = st.next_id(line)
+        return None
     if ptype == "message":
         role = p.get("role")
         if role not in _ROLES:
             extra["original_role"], role = role, "user"
         if role == "assistant":
             extra["model"] = st.turn.get("model")
-        st.messages.append(make_message(mid, role, _parts_content(p.get("content")), timestamp=ts,
-                                        reasoning=st.take_reasoning() if role == "assistant" else None,
-                                        extra=extra))
-        return
+        return make_message(mid, role, _parts_content(p.get("content")), timestamp=ts,
+                            reasoning=st.take_reasoning() if role == "assistant" else None, extra=extra)
     if ptype in ("function_call", "custom_tool_call", "local_shell_call", "web_search_call"):
         cid = str(p.get("call_id") or p.get("id") or mid)
         if ptype == "function_call":
@@ -132,71 +190,92 @@ def _item(st: _State, line: int | None, p: dict, ts: float | None) -> None:
             name, args = ptype.removesuffix("_call"), p.get("action") or {}
         st.tool_names[cid] = name
         extra["model"] = st.turn.get("model")
-        st.messages.append(make_message(mid, "assistant", None, timestamp=ts, extra=extra,
-                                        tool_calls=[make_tool_call(cid, name, args)],
-                                        reasoning=st.take_reasoning()))
-        return
+        return make_message(mid, "assistant", None, timestamp=ts, extra=extra,
+                            tool_calls=[make_tool_call(cid, name, args)], reasoning=st.take_reasoning())
     if ptype in ("function_call_output", "custom_tool_call_output", "local_shell_call_output"):
         cid = str(p.get("call_id") or "")
-        st.messages.append(make_message(mid, "tool", _parts_content(p.get("output")), timestamp=ts,
-                                        tool_call_id=cid or None, name=st.tool_names.get(cid),
-                                        extra=extra))
+        return make_message(mid, "tool", _parts_content(p.get("output")), timestamp=ts,
+                            tool_call_id=cid or None, name=st.tool_names.get(cid), extra=extra)
+    if ptype == "compaction":  # the encrypted summary a compaction feeds the model
+        extra.update(compaction=True, encrypted_content=p.get("encrypted_content"))
+        return make_message(mid, "assistant", None, timestamp=ts, extra=extra)
+    return None
+
+
+def stream(path: Path, records: Callable[[list[Problem]], Iterable[tuple[int | None, Any]]],
+           problems: list[Problem]) -> Iterator[Event]:
+    """Events of one rollout file (at most one session); ``records(problems)`` re-reads it."""
+    scan = _Scan()
+    for line, rec in records([]):
+        if looks_like_line(rec):
+            scan.note(line, rec)
+    if scan.meta_payload is None and not any(k.startswith("response_item:") for k in scan.counts):
+        for line, rec in records(problems):  # report the damage; nothing to import
+            if not looks_like_line(rec):
+                problems.append(Problem(str(path), line, "skipped", "not a Codex {timestamp, type, payload} record"))
         return
-    st.count("unhandled_items")
-
-
-def parse_records(path: Path, records: Iterable[tuple[int | None, Any]],
-                  problems: list[Problem]) -> list[ImportedSession]:
-    """Turn ``(line, record)`` pairs of one rollout file into (at most) one session."""
-    st = _State()
-    for line, rec in records:
-        if not looks_like_record(rec):
+    session = _session(path, scan, problems)
+    yield SessionStart(session)
+    st = _State(session["session_id"])
+    for line, rec in records(problems):
+        if not looks_like_line(rec):
             problems.append(Problem(str(path), line, "skipped", "not a Codex {timestamp, type, payload} record"))
             continue
         try:
-            _record(st, line, rec)
+            yield from _record(st, line, rec)
         except (TypeError, AttributeError, ValueError, KeyError, RecursionError) as exc:
             problems.append(Problem(str(path), line, "skipped",
                                     f"unexpected {rec['type']} record shape: {type(exc).__name__}: {exc}"))
     if st.pending_reasoning:  # reasoning with nothing after it: keep it as its own message
-        st.messages.append(make_message(st.next_id(None), "assistant", None, reasoning=st.take_reasoning()))
-    if st.meta_payload is None and not st.messages:
-        return []
-    return [_session(path, st, problems)]
+        yield Message(st.sid, make_message(st.next_id(None), "assistant", None, reasoning=st.take_reasoning()))
+    if scan.counts.get("ignored_records"):
+        problems.append(Problem(str(path), None, "ignored",
+                                f"{scan.counts['ignored_records']} record(s) of unknown type(s) ignored"))
 
 
-def _record(st: _State, line: int | None, rec: dict) -> None:
+def _record(st: _State, line: int | None, rec: dict) -> Iterator[Event]:
     rtype, p = rec["type"], rec["payload"]
-    if st.first_ts is None:
-        st.first_ts = rec.get("timestamp")
     ts = parse_timestamp(rec.get("timestamp"))
     if rtype == "response_item":
-        _item(st, line, p, ts)
-    elif rtype == "session_meta":
-        if st.meta_payload is None:
-            st.meta_payload = p
-        else:
-            st.other_meta.append({"line": line, "id": p.get("id"), "timestamp": p.get("timestamp")})
+        msg = _item(st, st.next_id(line), p, ts)
+        if msg is not None:
+            if msg["role"] == "user":
+                st.last_user = len(st.live_ids)
+            st.live_ids.append(msg["id"])
+            yield Message(st.sid, msg)
     elif rtype == "turn_context":
         st.turn = p
-        st.count("turns")
-        if isinstance(p.get("model"), str) and p["model"] not in st.models:
-            st.models.append(p["model"])
     elif rtype == "compacted":
-        st.compactions.append({
-            "line": line, "timestamp": rec.get("timestamp"), "message": p.get("message"),
-            "replacement_history_items": len(p.get("replacement_history") or []),
-            **{k: p[k] for k in ("window_number", "window_id", "previous_window_id",
-                                 "first_window_id") if k in p}})
-    else:
-        st.count(f"{rtype}:{p.get('type')}")
+        history = p.get("replacement_history")
+        if isinstance(history, list) and history:
+            out = [m for k, item in enumerate(history) if isinstance(item, dict)
+                   for m in [_item(st, st.next_id(line, f":r{k}"), item, ts)] if m is not None]
+        else:
+            out = [make_message(st.next_id(line, ":summary"), "user", p.get("message") or "", timestamp=ts,
+                                extra={"compaction_summary": True})]
+        if out:
+            st.live_ids = [m["id"] for m in out]
+            st.turn_starts, st.last_user = [], None
+            yield Compact(st.sid, out, info={"line": line})
+    elif rtype == "event_msg" and p.get("type") == "user_message" and st.last_user is not None:
+        if not st.turn_starts or st.turn_starts[-1] != st.last_user:
+            st.turn_starts.append(st.last_user)
+    elif rtype == "event_msg" and p.get("type") == "thread_rolled_back":
+        n = p.get("num_turns")
+        if isinstance(n, int) and not isinstance(n, bool) and n > 0 and st.turn_starts:
+            cut = st.turn_starts[-min(n, len(st.turn_starts))]
+            dropped = st.live_ids[cut:]
+            st.live_ids, st.turn_starts = st.live_ids[:cut], [t for t in st.turn_starts if t < cut]
+            st.last_user = None
+            if dropped:
+                yield Rewind(st.sid, dropped)
 
 
-def _session(path: Path, st: _State, problems: list[Problem]) -> ImportedSession:
-    mp = st.meta_payload or {}
+def _session(path: Path, scan: _Scan, problems: list[Problem]) -> dict:
+    mp = scan.meta_payload or {}
     sid = mp.get("id") or mp.get("session_id")
     sid = sid if isinstance(sid, str) else None
-    meta: dict[str, Any] = {"source_file": Path(path).name, "counts": st.counts}
+    meta: dict[str, Any] = {"source_file": Path(path).name, "counts": scan.counts}
     if not sid:
         sid = Path(path).name
         meta["session_id_synthesized"] = True
@@ -209,14 +288,12 @@ def _session(path: Path, st: _State, problems: list[Problem]) -> ImportedSession
         meta["base_instructions"] = base["text"]
     elif isinstance(base, str):
         meta["base_instructions"] = base
-    if st.models:
-        meta["models"] = st.models
-    if st.compactions:
-        meta["compactions"] = st.compactions
-    if st.other_meta:
-        meta["other_session_meta"] = st.other_meta
-    session = {"session_id": f"{FORMAT}:{sid}", "source": FORMAT, "title": None,
-               "model": st.models[0] if st.models else mp.get("model"), "cwd": mp.get("cwd"),
-               "started_at": parse_timestamp(mp.get("timestamp")) or parse_timestamp(st.first_ts),
-               "meta": meta}
-    return ImportedSession(session=session, messages=st.messages)
+    if scan.models:
+        meta["models"] = scan.models
+    if scan.compactions:
+        meta["compactions"] = scan.compactions
+    if scan.other_meta:
+        meta["other_session_meta"] = scan.other_meta
+    return {"session_id": f"{FORMAT}:{sid}", "source": FORMAT, "title": scan.title,
+            "model": scan.models[0] if scan.models else mp.get("model"), "cwd": mp.get("cwd"),
+            "started_at": parse_timestamp(mp.get("timestamp")) or parse_timestamp(scan.first_ts), "meta": meta}

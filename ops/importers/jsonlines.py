@@ -34,10 +34,14 @@ class Problem:
 
 @dataclass
 class ImportedSession:
-    """One session: the ``session.create`` payload plus its messages in source order."""
+    """One session: the ``session.create`` payload plus its messages in source order,
+    the producer ids of messages on abandoned branches (``rewound``) and its compactions
+    (``{"after": messages before it, "messages": compacted set, "tail_count", ...}``)."""
 
     session: dict
     messages: list[dict] = field(default_factory=list)
+    rewound: list[str] = field(default_factory=list)
+    compactions: list[dict] = field(default_factory=list)
 
 
 @dataclass
@@ -77,17 +81,21 @@ def decode_line(text: str) -> tuple[list[Any], str | None]:
         values.append(value)
 
 
-def iter_jsonl(path: Path, problems: list[Problem]) -> Iterator[tuple[int, Any]]:
+def iter_jsonl(path: Path, problems: list[Problem], sizes: list[int] | None = None) -> Iterator[tuple[int, Any]]:
     """Yield ``(line_number, value)`` for every JSON value in a JSON-lines file.
 
     Line numbers are 1-based physical lines. Problems are appended to
-    ``problems`` as they are found; iteration always continues to the end.
+    ``problems`` as they are found; iteration always continues to the end. When ``sizes``
+    is given, ``sizes[0]`` holds the byte length of the current line while its values are
+    being consumed (a batching bound for streaming importers).
     """
     with open(path, "rb") as fh:
         for lineno, raw in enumerate(fh, 1):
             text = raw.decode("utf-8", errors="replace")
             if not text.strip(_WS):
                 continue
+            if sizes is not None:
+                sizes[:] = [len(raw)]
             values, error = decode_line(text)
             if error is None and len(values) > 1:
                 problems.append(Problem(str(path), lineno, "repaired",

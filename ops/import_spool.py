@@ -1,0 +1,210 @@
+"""Spooling an importer's event stream as ops: only what the store lacks, in bounded batches.
+
+``import_file(spool, path, store)`` reads one transcript file through
+``importers.stream_file`` and appends ops to the spool as it goes, so memory stays bounded by
+one batch per open session whatever the file size:
+
+* ``SessionStart`` -> ``session.create``, unless the store already has the session; then
+  only a changed title is sent (``session.title``, and only when no other session holds it —
+  the title conflict rule of docs/ops.md, which would otherwise refuse the op);
+* ``Message`` -> ``messages.append`` batches of at most ``BATCH_MESSAGES`` messages or
+  ``BATCH_BYTES`` (approximate) bytes; a message whose producer id the store already holds is
+  not spooled (re-import is cheap: a second import of the same file spools nothing and says
+  "0 new"). Messages on abandoned branches are appended, then named in a
+  ``messages.rewind {ext_ids}`` right after their batch;
+* ``Compact`` -> the pending batch is flushed, then ``messages.compact`` (when the store or
+  this import left live rows to compact; else the compacted set is simply appended);
+  skipped when the store holds its messages already;
+* ``Rewind`` -> the pending batch is flushed, then ``messages.rewind {ext_ids}``.
+
+Batch ids are stable (``ingest.stable_batch_id`` over what a batch is), so an import racing
+a writer that has not yet applied the previous import is still applied once.
+The store view is a read-only ``Reader`` (None before any store exists); it may lag behind
+the spool, which only costs spool space, never a duplicate row (the store skips known ids).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from quill.spool import Spool
+from quill.store.ops import clean_title
+from quill.store.reads import Reader
+
+from .importers import Compact, Message, Problem, Rewind, SessionStart, stream_file
+from .ingest import stable_batch_id
+
+#: Messages per ``messages.append`` op: a batch is all-or-nothing, so smaller batches confine
+#: a bad message; 200 keeps records well under a megabyte for typical turns.
+BATCH_MESSAGES = 200
+#: Approximate bytes per batch (string lengths): bounds import memory and spool record size
+#: when messages are large (a screenshot is ~0.5 MB of base64).
+BATCH_BYTES = 4 << 20
+
+
+def approx_size(value: Any) -> int:
+    """Characters of every string in a JSON value (a cheap stand-in for its encoded size)."""
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, dict):
+        return sum(len(k) + approx_size(v) for k, v in value.items())
+    if isinstance(value, list):
+        return sum(approx_size(v) for v in value)
+    return 8
+
+
+@dataclass
+class _Session:
+    """Import state of one session (what the store holds, the pending batch)."""
+
+    sid: str
+    known: dict[str, str]
+    has_live: bool
+    pending: list[dict] = field(default_factory=list)
+    pending_bytes: int = 0
+    pending_rewound: list[str] = field(default_factory=list)
+
+
+@dataclass
+class FileReport:
+    """What importing one file did (counts of messages; ``new`` = spooled)."""
+
+    path: str
+    format: str | None
+    sessions: list[str] = field(default_factory=list)
+    messages: int = 0
+    new: int = 0
+    stored: int = 0
+    rewound: int = 0
+    compactions: int = 0
+    problems: list[Problem] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "format": self.format,
+                "skipped": None if self.format else "format not recognised",
+                "sessions": len(self.sessions), "session_ids": self.sessions, "messages": self.messages,
+                "new": self.new, "already_stored": self.stored, "rewound": self.rewound,
+                "compactions": self.compactions,
+                "problems": [{"line": p.line, "kind": p.kind, "reason": p.reason} for p in self.problems]}
+
+
+class _Importer:
+    """Turns one file's events into spool ops (see module doc)."""
+
+    def __init__(self, spool: Spool, store: Reader | None, report: FileReport):
+        self.spool, self.store, self.report = spool, store, report
+        self.sessions: dict[str, _Session] = {}
+
+    def start(self, ev: SessionStart) -> None:
+        payload = ev.session
+        sid = payload["session_id"]
+        self.report.sessions.append(sid)
+        row = self.store.get_session(sid) if self.store else None
+        known = self.store.message_states(sid) if row else {}
+        self.sessions[sid] = _Session(sid, known, any(s == "live" for s in known.values()))
+        if row is None:
+            self.spool.append("session.create", payload, batch_id=stable_batch_id("create", payload))
+            return
+        title = clean_title(payload.get("title"))
+        if title and row.get("title") != title and self.store.title_holder(title) is None:
+            self.spool.append("session.title", {"session_id": sid, "title": title},
+                              batch_id=stable_batch_id("import-title", sid, title))
+
+    def message(self, ev: Message) -> None:
+        s = self.sessions[ev.session_id]
+        ext = str(ev.message["id"])
+        self.report.messages += 1
+        self.report.rewound += ev.rewound
+        if ext in s.known:
+            self.report.stored += 1
+            if ev.rewound and s.known[ext] == "live":  # the file grew a branch that abandons it
+                s.pending_rewound.append(ext)
+            return
+        s.known[ext] = "pending"
+        s.pending.append(ev.message)
+        s.pending_bytes += approx_size(ev.message)
+        if ev.rewound:
+            s.pending_rewound.append(ext)
+        else:
+            s.has_live = True
+        if len(s.pending) >= BATCH_MESSAGES or s.pending_bytes >= BATCH_BYTES:
+            self.flush(s)
+
+    def compact(self, ev: Compact) -> None:
+        s = self.sessions[ev.session_id]
+        self.flush(s)
+        self.report.compactions += 1
+        ids = [str(m["id"]) for m in ev.messages]
+        if all(i in s.known for i in ids):
+            self.report.stored += len(ids)
+            return
+        self.report.new += len(ids)
+        for i in ids:
+            s.known[i] = "pending"
+        if not s.has_live:  # nothing live to summarise (e.g. a file that starts compacted)
+            self._append(s, ev.messages)
+        else:
+            self.spool.append("messages.compact", {"session_id": s.sid, "messages": ev.messages,
+                                                   "tail_count": ev.tail_count},
+                              batch_id=stable_batch_id("import-compact", s.sid, ids))
+        s.has_live = True
+
+    def rewind(self, ev: Rewind) -> None:
+        s = self.sessions[ev.session_id]
+        self.flush(s)
+        self.report.rewound += len(ev.ext_ids)
+        self._rewind(s, [i for i in ev.ext_ids if s.known.get(i) in ("live", "pending")])
+
+    def flush(self, s: _Session) -> None:
+        if s.pending:
+            self.report.new += len(s.pending)
+            self._append(s, s.pending)
+        self._rewind(s, s.pending_rewound)
+        s.pending, s.pending_bytes, s.pending_rewound = [], 0, []
+
+    def _append(self, s: _Session, messages: list[dict]) -> None:
+        ids = [str(m["id"]) for m in messages]
+        self.spool.append("messages.append", {"session_id": s.sid, "messages": messages},
+                          batch_id=stable_batch_id("import-append", s.sid, ids))
+
+    def _rewind(self, s: _Session, ids: list[str]) -> None:
+        if ids:
+            self.spool.append("messages.rewind", {"session_id": s.sid, "ext_ids": ids},
+                              batch_id=stable_batch_id("import-rewind", s.sid, ids))
+            for i in ids:
+                s.known[i] = "rewound"
+
+    def finish(self) -> None:
+        for s in self.sessions.values():
+            self.flush(s)
+
+
+def import_file(spool: Spool, path: Path, store: Reader | None) -> FileReport:
+    """Import one file into ``spool`` (see module doc); returns its report. Raises
+    ``OSError`` for an unreadable file and ``quill.spool.SpoolError`` when appending fails."""
+    report = FileReport(path=str(path), format=None)
+    report.format, events = stream_file(Path(path), report.problems)
+    imp = _Importer(spool, store, report)
+    for ev in events:
+        if isinstance(ev, SessionStart):
+            imp.start(ev)
+        elif isinstance(ev, Message):
+            imp.message(ev)
+        elif isinstance(ev, Compact):
+            imp.compact(ev)
+        else:
+            imp.rewind(ev)
+    imp.finish()
+    return report
+
+
+def open_store_view(db_path: Path) -> Reader | None:
+    """A read-only view of the store for import decisions, or None when there is none yet."""
+    from quill.store.errors import StoreError
+    if not Path(db_path).exists():
+        return None
+    try:
+        return Reader(db_path)
+    except StoreError:
+        return None

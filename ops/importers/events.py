@@ -1,0 +1,84 @@
+"""The event stream every format module yields, and collecting it into sessions.
+
+Importing is streaming: a format module yields events in file order and never holds a
+whole transcript, so import memory is bounded by the largest record plus one spool batch per
+open session (bench/importer_memory.py). Events, per session id:
+
+* ``SessionStart(session)``: the ``session.create`` payload, always before the session's
+  other events (``parent_id``/``parent_kind`` link a ``delegate`` child to its parent;
+  ``meta.parent_tool_call_id`` names the parent's tool call that started it);
+* ``Message(session_id, message, rewound)``: one message; ``rewound`` = on an abandoned
+  branch (appended, then flipped);
+* ``Compact(session_id, messages, tail_count)``: a compaction here; ``messages`` is what the
+  model was fed from now on (a summary, or Codex's replacement history);
+* ``Rewind(session_id, ext_ids)``: earlier messages taken back (Codex ``thread_rolled_back``).
+
+``collect`` turns a stream into ``ImportedSession`` objects (for tests and small files):
+``messages`` = every ``Message`` in order, plus ``rewound`` ids and ``compactions``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Union
+
+from .jsonlines import ImportedSession
+
+
+@dataclass
+class SessionStart:
+    """A session begins: ``session`` is its ``session.create`` payload."""
+
+    session: dict
+
+
+@dataclass
+class Message:
+    """One message of ``session_id`` in source order."""
+
+    session_id: str
+    message: dict
+    rewound: bool = False
+
+
+@dataclass
+class Compact:
+    """A compaction: ``messages`` replace every live message so far (``tail_count`` of them
+    are verbatim copies of the last live ones)."""
+
+    session_id: str
+    messages: list[dict]
+    tail_count: int = 0
+    info: dict = field(default_factory=dict)
+
+
+@dataclass
+class Rewind:
+    """Messages (producer ids) of ``session_id`` taken back after they were sent."""
+
+    session_id: str
+    ext_ids: list[str]
+
+
+Event = Union[SessionStart, Message, Compact, Rewind]
+
+
+def collect(events: Iterable[Event]) -> list[ImportedSession]:
+    """All sessions of an event stream, in first-seen order, with their messages in memory."""
+    sessions: dict[str, ImportedSession] = {}
+    for ev in events:
+        if isinstance(ev, SessionStart):
+            sid = ev.session["session_id"]
+            if sid not in sessions:
+                sessions[sid] = ImportedSession(session=ev.session)
+            continue
+        s = sessions[ev.session_id]
+        if isinstance(ev, Message):
+            s.messages.append(ev.message)
+            if ev.rewound:
+                s.rewound.append(str(ev.message["id"]))
+        elif isinstance(ev, Compact):
+            s.compactions.append({"after": len(s.messages), "messages": ev.messages,
+                                  "tail_count": ev.tail_count, **ev.info})
+        else:
+            s.rewound.extend(ev.ext_ids)
+    return list(sessions.values())

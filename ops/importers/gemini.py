@@ -1,0 +1,125 @@
+"""Gemini CLI session files -> one Quill session.
+
+Input: one JSON document ``{sessionId, projectHash, startTime, lastUpdated, summary?,
+messages: [...]}`` (Gemini CLI's ``chats/session-*.json``; stored upstream under any name,
+so it is sniffed from content). Mapping, per entry of ``messages`` (id = the entry's ``id``):
+
+* ``user`` -> a ``user`` message (``content`` a string or a list of ``{text}`` parts);
+* ``gemini`` -> an ``assistant`` message: ``content``; ``thoughts`` (``{subject,
+  description}``) joined into ``reasoning``; ``toolCalls`` -> ``tool_calls`` (``args`` as the
+  JSON arguments); each call's ``result`` (``functionResponse.response``) -> a ``tool``
+  message right after it, id ``<entry id>:<call id>``, named after the call; ``tokens`` and
+  ``model`` kept in extra;
+* ``info``, ``error``, ``warning`` and unknown entry types are CLI notices, not messages:
+  counted in ``meta.entry_counts``.
+The title is the document's ``summary`` when present.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterator
+
+from .events import Event, Message, SessionStart
+from .jsonlines import Problem, join_text, make_message, make_tool_call, parse_timestamp
+
+FORMAT = "gemini-cli"
+MESSAGE_TYPES = ("user", "gemini")
+
+
+def looks_like_document(doc: Any) -> bool:
+    """True for a Gemini CLI session document (a ``messages`` list of typed entries)."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("messages"), list):
+        return False
+    entries = doc["messages"]
+    return (all(isinstance(m, dict) and isinstance(m.get("type"), str) for m in entries)
+            and (any(m["type"] in MESSAGE_TYPES for m in entries) or (not entries and "sessionId" in doc)))
+
+
+def _text(content: Any) -> str | None:
+    if content is None or isinstance(content, str):
+        return content or None
+    if isinstance(content, list):
+        return join_text([p.get("text") if isinstance(p, dict) else str(p) for p in content])
+    return json.dumps(content, ensure_ascii=False)
+
+
+def _thoughts(thoughts: Any) -> str | None:
+    if not isinstance(thoughts, list):
+        return None
+    out = []
+    for t in thoughts:
+        if isinstance(t, dict):
+            subject, desc = t.get("subject"), t.get("description")
+            out.append(f"{subject}: {desc}" if subject and desc else (subject or desc or ""))
+    return join_text(out)
+
+
+def _result_text(result: Any) -> Any:
+    """A tool call's ``result`` list -> text (the response's ``output`` when it has one)."""
+    texts = []
+    for part in result if isinstance(result, list) else [result]:
+        resp = part.get("functionResponse", {}).get("response") if isinstance(part, dict) else None
+        if isinstance(resp, dict) and set(resp) == {"output"} and isinstance(resp["output"], str):
+            texts.append(resp["output"])
+        elif resp is not None:
+            texts.append(json.dumps(resp, ensure_ascii=False))
+        elif part is not None:
+            texts.append(part if isinstance(part, str) else json.dumps(part, ensure_ascii=False))
+    return join_text(texts)
+
+
+def _entry(sid: str, n: int, m: dict) -> list[dict]:
+    mid = str(m.get("id") or f"entry:{n}")
+    ts = parse_timestamp(m.get("timestamp"))
+    if m["type"] == "user":
+        return [make_message(mid, "user", _text(m.get("content")), timestamp=ts)]
+    calls, results = [], []
+    for k, call in enumerate(m.get("toolCalls") or []):
+        if not isinstance(call, dict):
+            continue
+        cid = str(call.get("id") or f"{mid}:call:{k}")
+        name = call.get("name") or ""
+        calls.append(make_tool_call(cid, name, call.get("args") if call.get("args") is not None else {}))
+        if call.get("result") is not None or call.get("status") not in (None, "success"):
+            extra = {k2: call.get(k2) for k2 in ("status", "displayName", "resultDisplay", "timestamp")}
+            results.append(make_message(f"{mid}:{cid}", "tool", _result_text(call.get("result")), tool_call_id=cid,
+                                        name=name, timestamp=parse_timestamp(call.get("timestamp")) or ts,
+                                        extra=extra))
+    extra = {k: m.get(k) for k in ("model", "tokens")}
+    if m.get("thoughts"):
+        extra["thoughts"] = m["thoughts"]
+    main = make_message(mid, "assistant", _text(m.get("content")), tool_calls=calls,
+                        reasoning=_thoughts(m.get("thoughts")), timestamp=ts, extra=extra)
+    return [main, *results]
+
+
+def stream(path: Path, doc: dict, problems: list[Problem]) -> Iterator[Event]:
+    """Events of one Gemini CLI session document."""
+    entries = doc.get("messages") or []
+    sid = doc.get("sessionId") if isinstance(doc.get("sessionId"), str) and doc["sessionId"] else None
+    counts: dict[str, int] = {}
+    for m in entries:
+        counts[m["type"]] = counts.get(m["type"], 0) + 1
+    meta: dict[str, Any] = {"source_file": Path(path).name, "entry_counts": counts}
+    for key in ("projectHash", "lastUpdated"):
+        if doc.get(key) is not None:
+            meta[key] = doc[key]
+    if sid is None:
+        sid, meta["session_id_synthesized"] = Path(path).name, True
+        problems.append(Problem(str(path), None, "repaired", "no sessionId; session id made from file name"))
+    model = next((m.get("model") for m in entries if m["type"] == "gemini" and isinstance(m.get("model"), str)), None)
+    session_id = f"{FORMAT}:{sid}"
+    yield SessionStart({"session_id": session_id, "source": FORMAT,
+                        "title": doc.get("summary") if isinstance(doc.get("summary"), str) else None,
+                        "model": model, "cwd": None, "started_at": parse_timestamp(doc.get("startTime")),
+                        "meta": meta})
+    for n, m in enumerate(entries):
+        if m["type"] not in MESSAGE_TYPES:
+            continue
+        try:
+            for msg in _entry(session_id, n, m):
+                yield Message(session_id, msg)
+        except (TypeError, AttributeError, ValueError) as exc:
+            problems.append(Problem(str(path), None, "skipped",
+                                    f"messages[{n}] ({m['type']}): unexpected shape: {type(exc).__name__}: {exc}"))

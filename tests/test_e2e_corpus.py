@@ -2,6 +2,7 @@
 the CLI, every session and message checked, phrases found by `quill search`."""
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 
@@ -31,32 +32,55 @@ def _phrase(messages: list[dict]) -> str | None:
 def test_import_corpus_into_running_fleet(quill, fleet):
     parsed = [parse_file(p) for p in iter_transcript_files([CORPUS])]
     supported = [p for p in parsed if p.format]
-    assert {p.format for p in supported} == {"claude-code", "codex", "sharegpt", "openai-chat"}
-    expected = {s.session["session_id"]: len(s.messages) for p in supported for s in p.sessions}
+    assert {p.format for p in supported} == {"claude-code", "codex", "gemini-cli", "sharegpt", "openai-chat"}
+    sessions_of = {s.session["session_id"]: s for p in supported for s in p.sessions}
 
-    report = quill.json("import", str(CORPUS))
+    proc = quill.run("import", str(CORPUS), "--json", check=False)
+    assert proc.returncode == 1  # the corpus holds formats Quill does not read: each is named
+    report = json.loads(proc.stdout)
     assert {e["path"] for e in report if e["format"]} == {p.path for p in supported}
+    assert {e["path"] for e in report if not e["format"]} == {p.path for p in parsed if not p.format}
     glued = [e for e in report if "130d7b7e" in e["path"]][0]
     assert any(p["line"] == 128 for p in glued["problems"])  # reported with file and line
 
     quill.wait_idle()
-    sessions = quill.json("sessions", "list", "--limit", "10000")
-    got = {s["id"]: s["message_count"] for s in sessions}
-    assert got == expected
+    listed = {s["id"]: s for s in quill.json("sessions", "list", "--limit", "10000", "--chains")}
+    assert set(listed) == set(sessions_of)
+    for sid, s in sessions_of.items():
+        if not s.compactions:  # display = every message not on an abandoned branch
+            assert listed[sid]["message_count"] == len(s.messages) - len(s.rewound), sid
+
+    # sidechains became delegate children of their session, linked to the Task call
+    kimuson = "claude-code:fe5e1c67-53e7-4862-81ae-d0e013e3270b"
+    children = [s for s in listed.values() if s.get("parent_id") == kimuson]
+    assert len(children) == 5 and all(c["parent_kind"] == "delegate" for c in children)
+    assert sum(c["message_count"] for c in children) == 405
+    assert listed[kimuson]["message_count"] == 32
+    assert all(str(sessions_of[c["id"]].session["meta"]["parent_tool_call_id"]).startswith("toolu_")
+               for c in children)
+
+    # compacted sessions: the model view is shorter than the audit view
+    compacted = [sid for sid, s in sessions_of.items() if s.compactions]
+    assert len(compacted) == 3  # Claude Code /compact, Claude Code 1.0 summary, Codex compacted x2
+    for sid in compacted:
+        model = quill.json("sessions", "show", sid, "--view", "model")["messages"]
+        audit = quill.json("sessions", "show", sid, "--view", "audit")["messages"]
+        assert len(model) < len(audit), sid
 
     for p in supported:
         for s in p.sessions[:3]:
             phrase = _phrase(s.messages)
             if phrase is None:
                 continue
-            hits = quill.json("search", phrase, "--limit", "200")
+            hits = quill.json("search", phrase, "--limit", "200", "--audit")
             assert s.session["session_id"] in {h["session_id"] for h in hits}, (p.path, phrase)
 
-    # Importing the corpus a second time changes no count.
-    quill.run("import", str(CORPUS))
+    # Importing the corpus a second time spools nothing and changes no count.
+    again = json.loads(quill.run("import", str(CORPUS), "--json", check=False).stdout)
+    assert sum(e["new"] for e in again) == 0
     quill.wait_idle()
-    again = quill.json("sessions", "list", "--limit", "10000")
-    assert {s["id"]: s["message_count"] for s in again} == expected
+    relisted = quill.json("sessions", "list", "--limit", "10000", "--chains")
+    assert {s["id"]: s["message_count"] for s in relisted} == {k: v["message_count"] for k, v in listed.items()}
     assert quill.status()["spool"]["quarantined"] == 0
 
 

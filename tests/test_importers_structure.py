@@ -1,0 +1,374 @@
+"""Transcript structure survives import (issue 12 part A), on small synthetic files in the real
+formats, imported through the real spool into a real SQLite store (ops/import_spool.py, the
+writer's apply_chunk) and read back through the store's projections."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from quill.ops.import_spool import import_file
+from quill.ops.importers import detect_format, parse_file
+from quill.spool import START, Spool, SpoolReader
+from quill.store import Reader, apply_chunk, open_writer
+
+
+class Store:
+    """A real spool + store pair: import files, drain them, read projections."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.spool = Spool(root / "spool")
+        self.conn = open_writer(root / "state.db")
+        self.cursor = START
+        self.rejects: list[tuple[str, str]] = []
+
+    def imp(self, path: Path):
+        reader = Reader(self.root / "state.db")
+        try:
+            report = import_file(self.spool, path, reader)
+        finally:
+            reader.close()
+        entries = list(SpoolReader(self.root / "spool").read(self.cursor, max_bytes=1 << 40))
+        if entries:
+            apply_chunk(self.conn, entries, lambda e, reason, detail: self.rejects.append((reason, detail)))
+            self.cursor = entries[-1].next
+        assert self.rejects == []
+        return report
+
+    def view(self, sid: str, projection: str) -> list[dict]:
+        with Reader(self.root / "state.db") as r:
+            return r.get_messages(sid, projection)
+
+    def session(self, sid: str) -> dict:
+        with Reader(self.root / "state.db") as r:
+            return r.get_session(sid)
+
+    def close(self) -> None:
+        self.conn.close()
+        self.spool.close()
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = Store(tmp_path)
+    yield s
+    s.close()
+
+
+def write_jsonl(path: Path, records) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def cc(uuid, rtype, content, parent, sid="s1", **kw):
+    """A Claude Code user/assistant record (v2.x shape)."""
+    msg = {"role": rtype, "content": content}
+    if rtype == "assistant":
+        msg.update({"id": kw.pop("msg_id", "msg_" + uuid), "model": "claude-x", "type": "message"})
+    return {"parentUuid": parent, "isSidechain": False, "userType": "external", "cwd": "/w", "sessionId": sid,
+            "version": "2.1.0", "type": rtype, "message": msg, "uuid": uuid,
+            "timestamp": "2026-01-01T00:00:00.000Z", **kw}
+
+
+def codex_line(t, p, ts="2026-01-01T00:00:01.000Z"):
+    return {"timestamp": ts, "type": t, "payload": p}
+
+
+def codex_user(text):
+    return codex_line("response_item", {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]})
+
+
+def codex_assistant(text):
+    return codex_line("response_item", {"type": "message", "role": "assistant",
+                                         "content": [{"type": "output_text", "text": text}]})
+
+
+def texts(messages):
+    return [m.get("content") for m in messages]
+
+
+# ----------------------------------------------------------------- A1 sidechains / subagents
+
+def test_inline_sidechains_become_delegate_children_linked_to_the_task_call(store, tmp_path):
+    recs = [cc("u1", "user", "build it", None),
+            cc("a1", "assistant", [{"type": "tool_use", "id": "toolu_T", "name": "Task",
+                                    "input": {"description": "d", "prompt": "make the parser"}}], "u1"),
+            cc("s1u", "user", "make the parser", None, isSidechain=True),
+            cc("s1a", "assistant", [{"type": "text", "text": "parser made"}], "s1u", isSidechain=True),
+            cc("u2", "user", [{"type": "tool_result", "tool_use_id": "toolu_T", "content": "done: parser"}], "a1"),
+            cc("a2", "assistant", [{"type": "text", "text": "all done"}], "u2")]
+    path = write_jsonl(tmp_path / "s1.jsonl", recs)
+    store.imp(path)
+    main = store.view("claude-code:s1", "audit")
+    assert [m["id"] for m in main] == ["u1", "a1", "u2", "a2"]  # only its own turns
+    child_id = "claude-code:s1:agent:s1u"
+    child = store.session(child_id)
+    assert (child["parent_id"], child["parent_kind"]) == ("claude-code:s1", "delegate")
+    assert child["meta"]["parent_tool_call_id"] == "toolu_T"
+    assert texts(store.view(child_id, "model")) == ["make the parser", "parser made"]
+
+
+def test_subagent_files_next_to_the_session_are_children_and_not_imported_twice(store, tmp_path):
+    folder = tmp_path / "proj"
+    main = write_jsonl(folder / "s2.jsonl", [
+        cc("u1", "user", "go", None, sid="s2"),
+        cc("a1", "assistant", [{"type": "tool_use", "id": "toolu_A", "name": "Task", "input": {"prompt": "sub job"}}],
+           "u1", sid="s2"),
+        cc("u2", "user", [{"type": "tool_result", "tool_use_id": "toolu_A", "content": "sub done"}], "a1", sid="s2",
+           toolUseResult={"status": "completed", "agentId": "ab12", "content": [{"type": "text", "text": "sub done"}]})])
+    write_jsonl(folder / "s2" / "subagents" / "agent-ab12.jsonl", [
+        cc("x1", "user", "sub job (reworded)", None, sid="s2", isSidechain=True, agentId="ab12"),
+        cc("x2", "assistant", [{"type": "text", "text": "working"}], "x1", sid="s2", isSidechain=True, agentId="ab12")])
+    from quill.ops.importers import iter_transcript_files
+    assert list(iter_transcript_files([folder])) == [main]  # the session file pulls its subagents in
+    report = store.imp(main)
+    assert sorted(report.sessions) == ["claude-code:s2", "claude-code:s2:agent:ab12"]
+    child = store.session("claude-code:s2:agent:ab12")
+    assert (child["parent_id"], child["parent_kind"]) == ("claude-code:s2", "delegate")
+    assert child["meta"]["parent_tool_call_id"] == "toolu_A"  # linked by toolUseResult.agentId
+    assert texts(store.view("claude-code:s2:agent:ab12", "model")) == ["sub job (reworded)", "working"]
+    assert [m["id"] for m in store.view("claude-code:s2", "audit")] == ["u1", "a1", "u2"]
+
+
+# ----------------------------------------------------------------- A2 compaction
+
+def test_claude_code_compact_boundary_and_summary_give_a_shorter_model_view(store, tmp_path):
+    recs = [cc("u1", "user", "first question", None), cc("a1", "assistant", [{"type": "text", "text": "first answer"}], "u1"),
+            {"parentUuid": None, "logicalParentUuid": "a1", "isSidechain": False, "type": "system",
+             "subtype": "compact_boundary", "content": "Conversation compacted", "sessionId": "s1",
+             "uuid": "cb", "timestamp": "2026-01-01T00:00:00.000Z", "compactMetadata": {"trigger": "manual"}},
+            cc("sum", "user", "This session is being continued... Summary: asked and answered", "cb",
+               isCompactSummary=True, isVisibleInTranscriptOnly=True),
+            cc("u2", "user", "second question", "sum"), cc("a2", "assistant", [{"type": "text", "text": "second"}], "u2")]
+    store.imp(write_jsonl(tmp_path / "c.jsonl", recs))
+    sid = "claude-code:s1"
+    model = store.view(sid, "model")
+    assert texts(model) == ["This session is being continued... Summary: asked and answered", "second question", "second"]
+    assert [m["state"] for m in store.view(sid, "audit")] == ["compacted", "compacted", "live", "live", "live"]
+    assert len(store.view(sid, "display")) == 5 > len(model)
+
+
+def test_claude_code_1_0_compact_summary_without_boundary(store, tmp_path):
+    recs = [cc("u1", "user", "q", None), cc("a1", "assistant", "a", "u1"),
+            cc("sum", "user", "continued from a previous conversation: summary", None, isCompactSummary=True),
+            cc("u2", "user", "next", "sum")]
+    store.imp(write_jsonl(tmp_path / "c.jsonl", recs))
+    assert texts(store.view("claude-code:s1", "model")) == ["continued from a previous conversation: summary", "next"]
+    assert len(store.view("claude-code:s1", "display")) == 4
+
+
+def test_codex_compacted_replacement_history_is_what_the_model_sees(store, tmp_path):
+    recs = [codex_line("session_meta", {"id": "cx1", "cwd": "/w", "timestamp": "2026-01-01T00:00:00Z"}),
+            codex_user("make a plan"), codex_assistant("plan: A then B"), codex_user("do A"), codex_assistant("A done"),
+            codex_line("compacted", {"message": "", "replacement_history": [
+                {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "make a plan"}]},
+                {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "do A"}]},
+                {"type": "compaction", "id": "cmp_1", "encrypted_content": "opaque"}]}),
+            codex_line("event_msg", {"type": "context_compacted"}),
+            codex_user("now B"), codex_assistant("B done")]
+    store.imp(write_jsonl(tmp_path / "rollout.jsonl", recs))
+    sid = "codex:cx1"
+    model = store.view(sid, "model")
+    assert texts(model) == ["make a plan", "do A", None, "now B", "B done"]
+    assert model[2]["encrypted_content"] == "opaque"
+    display = store.view(sid, "display")
+    assert texts(display) == ["make a plan", "plan: A then B", "do A", "A done", None, "now B", "B done"]
+
+
+def test_codex_compacted_without_history_uses_its_message(store, tmp_path):
+    recs = [codex_line("session_meta", {"id": "cx2"}), codex_user("q"), codex_assistant("a"),
+            codex_line("compacted", {"message": "summary of q and a"}), codex_user("q2")]
+    store.imp(write_jsonl(tmp_path / "rollout.jsonl", recs))
+    assert texts(store.view("codex:cx2", "model")) == ["summary of q and a", "q2"]
+
+
+# ----------------------------------------------------------------- A3 rewound branches
+
+def test_claude_code_abandoned_exchange_is_rewound(store, tmp_path):
+    # 6 records: u1 -> a1 -> u2 -> a2 (abandoned), then the user rewinds to a1 and asks again.
+    recs = [cc("u1", "user", "hello", None), cc("a1", "assistant", "hi", "u1"),
+            cc("u2", "user", "wrong question", "a1"), cc("a2", "assistant", "wrong answer", "u2"),
+            cc("u3", "user", "right question", "a1"), cc("a3", "assistant", "right answer", "u3")]
+    store.imp(write_jsonl(tmp_path / "r.jsonl", recs))
+    audit = store.view("claude-code:s1", "audit")
+    assert [(m["id"], m["state"]) for m in audit] == [
+        ("u1", "live"), ("a1", "live"), ("u2", "rewound"), ("a2", "rewound"), ("u3", "live"), ("a3", "live")]
+    assert texts(store.view("claude-code:s1", "model")) == ["hello", "hi", "right question", "right answer"]
+    with Reader(store.root / "state.db") as r:
+        assert r.search("wrong") == []
+
+
+def test_parallel_tool_results_and_split_responses_stay_live(store, tmp_path):
+    # One API response split over two records (same message.id), two tool_uses; the first
+    # result hangs off the first record (off the main chain), as real Claude Code writes it.
+    recs = [cc("u1", "user", "read two files", None),
+            cc("a1", "assistant", [{"type": "tool_use", "id": "t1", "name": "Read", "input": {"p": "a"}}], "u1", msg_id="m1"),
+            cc("a2", "assistant", [{"type": "tool_use", "id": "t2", "name": "Read", "input": {"p": "b"}}], "a1", msg_id="m1"),
+            cc("r1", "user", [{"type": "tool_result", "tool_use_id": "t1", "content": "A"}], "a1"),
+            cc("r2", "user", [{"type": "tool_result", "tool_use_id": "t2", "content": "B"}], "a2"),
+            cc("a3", "assistant", "both read", "r2")]
+    store.imp(write_jsonl(tmp_path / "p.jsonl", recs))
+    assert {m["state"] for m in store.view("claude-code:s1", "audit")} == {"live"}
+
+
+def test_codex_thread_rolled_back_rewinds_the_last_turns(store, tmp_path):
+    recs = [codex_line("session_meta", {"id": "rb"}),
+            codex_user("# AGENTS.md instructions for /w\n<INSTRUCTIONS>x</INSTRUCTIONS>"),
+            codex_user("turn one"), codex_line("event_msg", {"type": "user_message", "message": "turn one"}),
+            codex_assistant("answer one"),
+            codex_user("turn two zebra"), codex_line("event_msg", {"type": "user_message", "message": "turn two zebra"}),
+            codex_line("response_item", {"type": "function_call", "name": "exec", "arguments": "{}", "call_id": "c1"}),
+            codex_line("response_item", {"type": "function_call_output", "call_id": "c1", "output": "zebra output"}),
+            codex_assistant("answer two zebra"),
+            codex_line("event_msg", {"type": "thread_rolled_back", "num_turns": 1}),
+            codex_user("turn two again"), codex_line("event_msg", {"type": "user_message", "message": "turn two again"}),
+            codex_assistant("answer two again")]
+    store.imp(write_jsonl(tmp_path / "rollout.jsonl", recs))
+    model = store.view("codex:rb", "model")
+    assert texts(model)[1:] == ["turn one", "answer one", "turn two again", "answer two again"]
+    assert sum(m["state"] == "rewound" for m in store.view("codex:rb", "audit")) == 4
+    with Reader(store.root / "state.db") as r:
+        assert r.search("zebra") == []
+        assert len(r.search("zebra", projection="audit")) == 3
+
+
+# ----------------------------------------------------------------- A4 format drift
+
+def test_claude_code_file_starting_with_bookkeeping_and_unknown_types_is_detected(store, tmp_path):
+    head = [{"type": "summary", "summary": "Old title", "leafUuid": "zz"},
+            {"type": "custom-title", "customTitle": "My session", "sessionId": "s1"},
+            {"type": "file-history-snapshot", "messageId": "m", "snapshot": {}, "isSnapshotUpdate": False}]
+    head += [{"type": "brand-new-record", "sessionId": "s1", "data": i} for i in range(25)]
+    recs = head + [cc("u1", "user", "hello", None), cc("a1", "assistant", "hi", "u1")]
+    path = write_jsonl(tmp_path / "new.jsonl", recs)
+    assert detect_format(path) == "claude-code"
+    pf = parse_file(path)
+    assert [m["id"] for m in pf.sessions[0].messages] == ["u1", "a1"]
+    assert pf.sessions[0].session["meta"]["ignored_record_types"] == {"brand-new-record": 25}
+    assert [(p.kind, p.reason) for p in pf.problems] == [
+        ("ignored", "25 record(s) of unknown type 'brand-new-record' ignored")]
+    store.imp(path)
+    assert store.session("claude-code:s1")["title"] == "My session"
+
+
+def test_codex_rollout_with_new_record_types_is_detected_and_nothing_is_skipped(tmp_path):
+    recs = [codex_line("brand_new_header", {"v": 2})] * 25 + [
+        codex_line("session_meta", {"id": "nx"}), codex_line("some_future_item", {"x": 1}),
+        codex_user("hello"), codex_assistant("hi")]
+    path = write_jsonl(tmp_path / "rollout.jsonl", recs)
+    assert detect_format(path) == "codex"
+    pf = parse_file(path)
+    assert [m["content"] for m in pf.sessions[0].messages] == ["hello", "hi"]
+    assert pf.sessions[0].session["meta"]["counts"]["ignored_records"] == 26
+    assert [p.kind for p in pf.problems] == ["ignored"]
+
+
+def test_multi_file_import_with_a_rejected_file_exits_1_and_names_it(quill, tmp_path):
+    good = write_jsonl(tmp_path / "good.jsonl", [cc("u1", "user", "hello", None)])
+    bad = tmp_path / "notes.txt"
+    bad.write_text("just text\n")
+    proc = quill.run("import", str(good), str(bad), check=False)
+    assert proc.returncode == 1
+    assert "notes.txt" in proc.stdout and "not recognised" in proc.stdout
+    proc = quill.run("import", str(good), str(bad), "--json", check=False)
+    assert proc.returncode == 1
+    report = json.loads(proc.stdout)
+    assert [(e["path"], e["skipped"]) for e in report] == [(str(good), None), (str(bad), "format not recognised")]
+
+
+# ----------------------------------------------------------------- A5 titles
+
+def test_titles_custom_over_ai_over_summary_and_codex_thread_names(store, tmp_path):
+    a = write_jsonl(tmp_path / "a.jsonl", [
+        {"type": "summary", "summary": "summary title", "leafUuid": "u1"},
+        {"type": "ai-title", "aiTitle": "AI title", "sessionId": "sa"}, cc("u1", "user", "x", None, sid="sa")])
+    b = write_jsonl(tmp_path / "b.jsonl", [
+        cc("u1", "user", "x", None, sid="sb"), {"type": "ai-title", "aiTitle": "AI b", "sessionId": "sb"},
+        {"type": "custom-title", "customTitle": "Custom b", "sessionId": "sb"}])
+    c = write_jsonl(tmp_path / "c.jsonl", [{"type": "summary", "summary": "only summary", "leafUuid": "u1"},
+                                           cc("u1", "user", "x", None, sid="sc")])
+    d = write_jsonl(tmp_path / "rollout.jsonl", [
+        codex_line("session_meta", {"id": "cd"}), codex_user("x"),
+        codex_line("event_msg", {"type": "thread_name_updated", "thread_id": "cd", "thread_name": "first name"}),
+        codex_line("event_msg", {"type": "thread_name_updated", "thread_id": "cd", "thread_name": "Codex name"})])
+    e = write_jsonl(tmp_path / "e.jsonl", [{"type": "custom-title", "customTitle": "Custom b", "sessionId": "se"},
+                                           cc("u1", "user", "x", None, sid="se")])
+    for p in (a, b, c, d, e):
+        store.imp(p)
+    assert store.session("claude-code:sa")["title"] == "AI title"
+    assert store.session("claude-code:sb")["title"] == "Custom b"
+    assert store.session("claude-code:sc")["title"] == "only summary"
+    assert store.session("codex:cd")["title"] == "Codex name"
+    # the existing conflict rule: the session is created, the clashing title kept in meta
+    se = store.session("claude-code:se")
+    assert se["title"] is None and se["meta"]["requested_title"] == "Custom b"
+
+
+def test_a_title_added_to_a_grown_file_is_applied_on_reimport(store, tmp_path):
+    path = write_jsonl(tmp_path / "t.jsonl", [cc("u1", "user", "x", None)])
+    store.imp(path)
+    assert store.session("claude-code:s1")["title"] is None
+    write_jsonl(path, [cc("u1", "user", "x", None), {"type": "custom-title", "customTitle": "Named later", "sessionId": "s1"}])
+    store.imp(path)
+    assert store.session("claude-code:s1")["title"] == "Named later"
+
+
+# ----------------------------------------------------------------- A7 Gemini CLI
+
+def test_gemini_cli_session(store, tmp_path):
+    doc = {"sessionId": "g1", "projectHash": "h", "startTime": "2026-01-15T20:51:48.582Z",
+           "lastUpdated": "2026-01-15T20:52:56.382Z", "messages": [
+               {"id": "m1", "timestamp": "2026-01-15T20:51:48.582Z", "type": "user", "content": "make a file"},
+               {"id": "m2", "timestamp": "2026-01-15T20:51:52.837Z", "type": "gemini", "content": "I will write it.",
+                "thoughts": [{"subject": "Planning", "description": "write docs/blue.md", "timestamp": "x"}],
+                "tokens": {"input": 10, "output": 5}, "model": "gemini-2.5-flash",
+                "toolCalls": [{"id": "wf-1", "name": "write_file", "args": {"file_path": "docs/blue.md"},
+                               "result": [{"functionResponse": {"id": "wf-1", "name": "write_file",
+                                                                "response": {"output": "wrote docs/blue.md"}}}],
+                               "status": "success", "timestamp": "2026-01-15T20:51:53.000Z"}]},
+               {"id": "m3", "timestamp": "2026-01-15T20:52:17.033Z", "type": "info", "content": "update available"},
+               {"id": "m4", "timestamp": "2026-01-15T20:52:18.000Z", "type": "user", "content": [{"text": "thanks"}]}]}
+    path = tmp_path / "session-g1.jsonl"  # stored upstream under a .jsonl name
+    path.write_text(json.dumps(doc, indent=2))
+    assert detect_format(path) == "gemini-cli"
+    store.imp(path)
+    model = store.view("gemini-cli:g1", "model")
+    assert [(m["role"], m["content"]) for m in model] == [
+        ("user", "make a file"), ("assistant", "I will write it."), ("tool", "wrote docs/blue.md"), ("user", "thanks")]
+    assert model[1]["reasoning"] == "Planning: write docs/blue.md"
+    assert model[1]["tool_calls"][0]["id"] == "wf-1" and model[2]["tool_call_id"] == "wf-1"
+    assert model[2]["name"] == "write_file"
+    s = store.session("gemini-cli:g1")
+    assert s["model"] == "gemini-2.5-flash" and s["meta"]["entry_counts"] == {"user": 2, "gemini": 1, "info": 1}
+
+
+# ----------------------------------------------------------------- A8 re-import
+
+def test_reimport_spools_nothing_and_a_grown_file_only_its_new_messages(store, tmp_path):
+    recs = [cc("u1", "user", "hello", None), cc("a1", "assistant", "hi", "u1"),
+            cc("u2", "user", "wrong question", "a1"), cc("a2", "assistant", "wrong answer", "u2")]
+    path = write_jsonl(tmp_path / "g.jsonl", recs)
+    first = store.imp(path)
+    assert (first.new, first.stored) == (4, 0)
+    size = sum(f.stat().st_size for f in (store.root / "spool").rglob("*") if f.is_file())
+    again = store.imp(path)
+    assert (again.new, again.stored) == (0, 4)
+    assert sum(f.stat().st_size for f in (store.root / "spool").rglob("*") if f.is_file()) == size
+    # the file grows: the user rewound to a1 and asked again - u2/a2 become rewound
+    write_jsonl(path, recs + [cc("u3", "user", "right question", "a1"), cc("a3", "assistant", "right", "u3")])
+    grown = store.imp(path)
+    assert (grown.new, grown.stored) == (2, 4)
+    assert [(m["id"], m["state"]) for m in store.view("claude-code:s1", "audit")] == [
+        ("u1", "live"), ("a1", "live"), ("u2", "rewound"), ("a2", "rewound"), ("u3", "live"), ("a3", "live")]
+
+
+def test_reimport_through_the_cli_reports_0_new(quill, tmp_path):
+    path = write_jsonl(tmp_path / "g.jsonl", [cc("u1", "user", "hello", None), cc("a1", "assistant", "hi", "u1")])
+    assert "spooled 2 new message(s)" in quill.run("import", str(path)).stdout
+    quill.run("run", "--until-idle", "--timeout", "120")
+    out = quill.run("import", str(path)).stdout
+    assert "spooled 0 new message(s) from 1 file(s) (2 already stored)" in " ".join(out.split())
+    assert quill.json("import", str(path))[0]["new"] == 0

@@ -28,6 +28,8 @@ class JobSpec:
     retry_delay: float = 30.0
     needs_idle: bool = False       # store jobs only: wait until the spool is drained
     timeout: float | None = None   # worker jobs: seconds before the supervisor kills a hung run
+    emits_ops: bool = False        # store jobs that change canonical rows: called as func(conn, spool, ...)
+                                   # and append ops instead of writing (the spool logs every change)
 
 
 JOBS: tuple[JobSpec, ...] = (
@@ -53,13 +55,14 @@ JOBS: tuple[JobSpec, ...] = (
             "close stale open sessions of automatic sources, then delete ended sessions past retention",
             "cron", {"hour": 3, "minute": 0},
             params=lambda cfg: {"stale_after_s": cfg.stale_after_s, "retention_s": cfg.retention_s,
-                                "sources": list(cfg.prune_sources)}),
+                                "sources": list(cfg.prune_sources)},
+            emits_ops=True),
     JobSpec("delete_empty", "store", prune.delete_empty,
             "delete sessions with no message rows in any state (EXISTS probe), after a grace day",
-            "cron", {"hour": 3, "minute": 15}),
+            "cron", {"hour": 3, "minute": 15}, emits_ops=True),
     JobSpec("orphan_sweep", "store", prune.orphan_sweep,
             "close open sessions whose owner process on this host is dead (pid + start time)",
-            "interval", {"minutes": 10}),
+            "interval", {"minutes": 10}, emits_ops=True),
     JobSpec("quick_check", "worker", worker_jobs.quick_check,
             "PRAGMA quick_check on a read-only connection",
             "cron", {"hour": 4, "minute": 0},

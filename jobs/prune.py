@@ -1,5 +1,9 @@
-"""Retention jobs that write the store (run on the writer between drain chunks):
-auto-prune, delete-empty and the orphan sweep.
+"""Retention jobs (run on the writer between drain chunks): auto-prune, delete-empty and
+the orphan sweep. They never change rows themselves: each *decides* on the writer's connection,
+then appends ops to the spool (``session.end``, ``sessions.delete``), which the writer applies
+like any other op. So the spool is the one log of every change, a store rebuilt from a
+snapshot + replay drops what the live store dropped, and the op records who (``actor``) did
+what and why (``reason``) (docs/architecture.md, "The spool is the log of every change").
 
 Rules (DESIGN.md "Jobs"; issue 6; field reports of prunes that deleted live work):
 * pinned or archived sessions are never closed or deleted;
@@ -12,8 +16,11 @@ Rules (DESIGN.md "Jobs"; issue 6; field reports of prunes that deleted live work
   start time (psutil), on this host; anything else is treated as alive;
 * children of a deleted session are detached (parent cleared), except delegate children,
   which go with their parent.
-Each run handles at most ``max_sessions`` sessions so a long prune never stalls the drain;
-the figures say how many remain for the next run.
+Every op carries the facts the decision rested on as ``only_if`` conditions, re-checked when
+the op is applied (``store.session_delete``): records that arrived between the decision and
+the op win, a second run that decides the same thing again is a no-op, and replay decides
+exactly as the live writer did. Each run appends ops for at most ``max_sessions`` sessions so
+a long prune never stalls the drain; the figures say whether more remain.
 """
 from __future__ import annotations
 
@@ -23,93 +30,95 @@ from typing import Any
 
 import apsw
 
-from quill.store.connection import transaction
-from quill.store.indexer import unindex
+from quill.spool import Spool
 from quill.store.lease import holder_alive
 
 #: Sources whose sessions machines open and may abandon (issue 6 default list).
 AUTOMATIC_SOURCES = ("cli", "cron", "subagent", "tool", "api", "recovered")
 DAY = 86400.0
-_NEWEST = ("max(s.started_at, coalesce((SELECT max(max(m.ts, m.arrived_at)) FROM messages m "
+_NEWEST = ("max(s.started_at, coalesce((SELECT max(max(coalesce(m.ts, 0), m.arrived_at)) FROM messages m "
            "WHERE m.session_id = s.id), s.started_at))")
+_KEEP = "s.pinned = 0 AND s.archived = 0"
 
 
 def _in(values: tuple) -> str:
     return ", ".join("?" for _ in values)
 
 
-def _delete_sessions(conn: apsw.Connection, ids: list[str]) -> dict[str, int]:
-    """Delete sessions with their messages (unindexed from FTS in the same transaction);
-    detach their non-delegate children; delete delegate children too (recursively)."""
-    deleted_sessions = deleted_messages = detached = 0
-    queue = list(ids)
-    while queue:
-        sid = queue.pop()
-        msg_ids = [r[0] for r in conn.execute("SELECT id FROM messages WHERE session_id = ?", (sid,))]
-        unindex(conn, msg_ids)
-        conn.execute("DELETE FROM messages WHERE session_id = ?", (sid,))
-        deleted_messages += len(msg_ids)
-        queue += [r[0] for r in conn.execute(
-            "SELECT id FROM sessions WHERE parent_id = ? AND parent_kind = 'delegate' AND pinned = 0 AND archived = 0",
-            (sid,))]
-        conn.execute("UPDATE sessions SET parent_id = NULL, parent_kind = NULL WHERE parent_id = ? "
-                     "AND (parent_kind != 'delegate' OR pinned = 1 OR archived = 1)", (sid,))
-        detached += conn.changes()
-        conn.execute("DELETE FROM sessions WHERE id = ?", (sid,))
-        deleted_sessions += conn.changes()
-    return {"sessions_deleted": deleted_sessions, "messages_deleted": deleted_messages, "children_detached": detached}
+def _message_count(conn: apsw.Connection, ids: list[str]) -> int:
+    total = 0
+    for start in range(0, len(ids), 500):
+        part = ids[start:start + 500]
+        total += conn.execute(f"SELECT count(*) FROM messages WHERE session_id IN ({_in(tuple(part))})",
+                              part).fetchone()[0]
+    return total
 
 
-def auto_prune(conn: apsw.Connection, stale_after_s: float = 1 * DAY, retention_s: float = 90 * DAY,
-               sources: list[str] | tuple[str, ...] = AUTOMATIC_SOURCES, max_sessions: int = 500,
-               now: float | None = None) -> dict[str, Any]:
-    """Pass 1: close open sessions of automatic ``sources`` idle past ``stale_after_s``
-    (end reason ``stale_sweep``). Pass 2: delete ended sessions whose end and newest message
-    are older than ``retention_s``. Figures: sessions closed/deleted, messages deleted,
-    children detached, candidates remaining."""
+def _end_ops(spool: Spool, ids: list[str], reason: str, actor: str, now: float,
+             only_if: dict[str, Any]) -> None:
+    for sid in ids:
+        spool.append("session.end", {"session_id": sid, "reason": reason, "ended_at": now, "actor": actor,
+                                     "only_if": {"open": True, "unpinned": True, **only_if}})
+
+
+def auto_prune(conn: apsw.Connection, spool: Spool, stale_after_s: float = 1 * DAY,
+               retention_s: float = 90 * DAY, sources: list[str] | tuple[str, ...] = AUTOMATIC_SOURCES,
+               max_sessions: int = 500, now: float | None = None) -> dict[str, Any]:
+    """Pass 1: close open sessions of automatic ``sources`` idle past ``stale_after_s`` (one
+    ``session.end`` op each, reason ``stale_sweep``). Pass 2: delete ended sessions whose end
+    and newest message are older than ``retention_s`` (one ``sessions.delete`` op, reason
+    ``retention``). Figures (what the appended ops will do when the writer applies them):
+    sessions closed/deleted, their messages, whether more candidates remain."""
     now = time.time() if now is None else now
     src = tuple(sources)
-    keep = "s.pinned = 0 AND s.archived = 0"
-    with transaction(conn):
-        stale = [r[0] for r in conn.execute(
-            f"SELECT s.id FROM sessions s WHERE s.ended_at IS NULL AND s.source IN ({_in(src)}) AND {keep} "
-            f"AND {_NEWEST} < ? LIMIT ?", (*src, now - stale_after_s, max_sessions))]
-        conn.executemany("UPDATE sessions SET ended_at = ?, end_reason = 'stale_sweep' WHERE id = ? AND ended_at IS NULL",
-                         [(now, sid) for sid in stale])
-        expired = [r[0] for r in conn.execute(
-            f"SELECT s.id FROM sessions s WHERE s.ended_at IS NOT NULL AND s.ended_at < ? AND {keep} "
-            f"AND {_NEWEST} < ? LIMIT ?", (now - retention_s, now - retention_s, max_sessions + 1))]
-        figures = _delete_sessions(conn, expired[:max_sessions])
-    return {"sessions_closed": len(stale), **figures, "more_remaining": len(expired) > max_sessions}
+    idle_cut, keep_cut = now - stale_after_s, now - retention_s
+    stale = [r[0] for r in conn.execute(
+        f"SELECT s.id FROM sessions s WHERE s.ended_at IS NULL AND s.source IN ({_in(src)}) AND {_KEEP} "
+        f"AND {_NEWEST} < ? ORDER BY s.id LIMIT ?", (*src, idle_cut, max_sessions))]
+    _end_ops(spool, stale, "stale_sweep", "job:auto_prune", now, {"inactive_before": idle_cut})
+    expired = [r[0] for r in conn.execute(
+        f"SELECT s.id FROM sessions s WHERE s.ended_at IS NOT NULL AND s.ended_at < ? AND {_KEEP} "
+        f"AND {_NEWEST} < ? ORDER BY s.id LIMIT ?", (keep_cut, keep_cut, max_sessions + 1))]
+    doomed = expired[:max_sessions]
+    if doomed:
+        spool.append("sessions.delete", {
+            "session_ids": doomed, "reason": "retention", "actor": "job:auto_prune",
+            "only_if": {"ended_before": keep_cut, "inactive_before": keep_cut, "unpinned": True}})
+    return {"sessions_closed": len(stale), "sessions_deleted": len(doomed),
+            "messages_deleted": _message_count(conn, doomed), "more_remaining": len(expired) > max_sessions}
 
 
-def delete_empty(conn: apsw.Connection, grace_s: float = 1 * DAY, max_sessions: int = 500,
+def delete_empty(conn: apsw.Connection, spool: Spool, grace_s: float = 1 * DAY, max_sessions: int = 500,
                  now: float | None = None) -> dict[str, Any]:
     """Delete sessions with no message rows in any state, created more than ``grace_s`` ago
-    (a producer may create a session before its first append), never pinned or archived."""
+    (a producer may create a session before its first append), never pinned or archived:
+    one ``sessions.delete`` op, reason ``empty``. Figures: sessions to delete."""
     now = time.time() if now is None else now
-    with transaction(conn):
-        empty = [r[0] for r in conn.execute(
-            "SELECT s.id FROM sessions s WHERE s.created_at < ? AND s.pinned = 0 AND s.archived = 0 "
-            "AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.session_id = s.id) LIMIT ?",
-            (now - grace_s, max_sessions))]
-        figures = _delete_sessions(conn, empty)
-    return {"sessions_deleted": figures["sessions_deleted"], "children_detached": figures["children_detached"]}
+    cut = now - grace_s
+    empty = [r[0] for r in conn.execute(
+        f"SELECT s.id FROM sessions s WHERE s.created_at < ? AND {_KEEP} "
+        "AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.session_id = s.id) ORDER BY s.id LIMIT ?",
+        (cut, max_sessions))]
+    if empty:
+        spool.append("sessions.delete", {"session_ids": empty, "reason": "empty", "actor": "job:delete_empty",
+                                         "only_if": {"empty": True, "unpinned": True, "inactive_before": cut}})
+    return {"sessions_deleted": len(empty)}
 
 
-def orphan_sweep(conn: apsw.Connection, host: str | None = None, max_sessions: int = 500,
+def orphan_sweep(conn: apsw.Connection, spool: Spool, host: str | None = None, max_sessions: int = 500,
                  now: float | None = None) -> dict[str, Any]:
     """Close open sessions whose owner process (recorded by ``session.create``'s ``owner``)
-    on this host is dead — end reason ``orphan_sweep``, which a live writer may clear by
-    appending again. A pid that is alive with the recorded start time is a live owner."""
+    on this host is dead — one ``session.end`` op each, reason ``orphan_sweep``, which a live
+    writer may clear by appending again. A pid that is alive with the recorded start time is a
+    live owner. The op only applies while the session still names that same owner."""
     host = host or socket.gethostname()
     now = time.time() if now is None else now
-    with transaction(conn):
-        rows = conn.execute(
-            "SELECT id, owner_pid, owner_started FROM sessions WHERE ended_at IS NULL AND owner_pid IS NOT NULL "
-            "AND owner_host = ? AND pinned = 0 AND archived = 0 LIMIT ?", (host, max_sessions)).fetchall()
-        dead = [sid for sid, pid, started in rows
-                if not holder_alive({"pid": pid, "create_time": started})]
-        conn.executemany("UPDATE sessions SET ended_at = ?, end_reason = 'orphan_sweep' WHERE id = ?",
-                         [(now, sid) for sid in dead])
+    rows = conn.execute(
+        f"SELECT id, owner_pid, owner_started FROM sessions s WHERE ended_at IS NULL AND owner_pid IS NOT NULL "
+        f"AND owner_host = ? AND {_KEEP} ORDER BY id LIMIT ?", (host, max_sessions)).fetchall()
+    dead = [(sid, pid, started) for sid, pid, started in rows
+            if not holder_alive({"pid": pid, "create_time": started})]
+    for sid, pid, started in dead:
+        cond = {"owner_pid": pid, **({"owner_started": started} if started is not None else {})}
+        _end_ops(spool, [sid], "orphan_sweep", "job:orphan_sweep", now, cond)
     return {"checked": len(rows), "sessions_closed": len(dead)}

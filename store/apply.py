@@ -11,6 +11,7 @@ is applied.
 """
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -83,6 +84,17 @@ def take_chunk(entries: Iterable[EntryLike], chunk_rows: int) -> list[EntryLike]
     return chunk
 
 
+def arrival_time(record: dict[str, Any], now: float) -> float:
+    """The arrival time an op is applied with (``created_at``, ``arrived_at``, default
+    timestamps, ``ended_at``): the record's own append time ``ts`` (epoch seconds), so the live
+    store and any rebuild from snapshot + replay write the same values. ``now`` only for a
+    record without a usable ``ts`` (not a finite positive number)."""
+    ts = record.get("ts")
+    if isinstance(ts, (int, float)) and not isinstance(ts, bool) and math.isfinite(ts) and ts > 0:
+        return float(ts)
+    return now
+
+
 def read_cursor(conn: apsw.Connection) -> tuple[int, int] | None:
     """The committed spool cursor ``(segment, offset)``, or None before the first chunk."""
     row = conn.execute('SELECT segment, "offset" FROM spool_cursor WHERE id = 1').fetchone()
@@ -136,7 +148,7 @@ def _apply_entry(conn: apsw.Connection, entry: EntryLike, now: float, on_reject:
             raise InvalidOpError("invalid-batch", "batch id must be a string")
         if not isinstance(data, dict):
             raise InvalidOpError("invalid-data", "op data must be a JSON object")
-        rows = applier(conn, data, batch, now)
+        rows = applier(conn, data, batch, arrival_time(rec, now))
         conn.execute("INSERT INTO applied_batches (batch_id, position, applied_at) VALUES (?, ?, ?)",
                      (batch, str(entry.position), now))
     except (InvalidOpError, *_BAD_DATA) as exc:

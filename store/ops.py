@@ -17,6 +17,7 @@ from .errors import InvalidOpError
 from .normalize import dumps, scrub
 from .op_common import (AUTOMATIC_END_REASONS, DELIBERATE_END_REASONS, Applier, atomic, ensure_session,
                         opt, session_id)
+from .session_delete import conditions_hold, parse_conditions, sessions_delete
 from .transcript_ops import messages_append, messages_compact, messages_replace, messages_rewind
 
 EDGE_KINDS = frozenset({"compression", "branch", "reset", "delegate"})
@@ -107,6 +108,10 @@ def session_end(conn: apsw.Connection, data: dict, batch_id: str, arrived_at: fl
 
     ``reason`` defaults to ``ended``. Reasons in ``AUTOMATIC_END_REASONS`` are cleared when a
     live writer appends to the session again; every other reason is deliberate and stays.
+    ``actor`` (optional string) says who ended it (a job: ``job:auto_prune``). ``only_if``
+    (optional, ``session_delete.parse_conditions``): the end is skipped unless the session
+    exists and meets them at apply time — jobs use it so a decision made before newer records
+    arrived does not close a session that has since come back to life.
     Raises ``InvalidOpError('invalid-field')``.
     """
     sid = session_id(data)
@@ -114,6 +119,10 @@ def session_end(conn: apsw.Connection, data: dict, batch_id: str, arrived_at: fl
     if len(reason) > END_REASON_MAX_CHARS or _CONTROL.search(reason):
         raise InvalidOpError("invalid-field", f"end reason must be ≤{END_REASON_MAX_CHARS} printable characters")
     ended = opt(data, "ended_at", (int, float))
+    opt(data, "actor", str)
+    cond = parse_conditions(data)
+    if "only_if" in data and not conditions_hold(conn, sid, cond):
+        return 0
     ensure_session(conn, sid, arrived_at)
     conn.execute("UPDATE sessions SET ended_at = ?, end_reason = ? WHERE id = ? AND ended_at IS NULL",
                  (float(ended) if ended is not None else arrived_at, reason, sid))
@@ -179,4 +188,5 @@ APPLIERS: dict[str, Applier] = {
     "session.title": session_title,
     "session.flags": session_flags,
     "session.read": session_read,
+    "sessions.delete": sessions_delete,
 }

@@ -17,6 +17,7 @@ from quill.spool import OP_KINDS
 from .errors import InvalidOpError
 from .normalize import message_row
 from .op_common import session_id
+from .session_delete import check_delete
 
 _MESSAGE_OPS = ("messages.append", "messages.compact", "messages.replace")
 _NUMBERS = ("started_at", "ended_at", "message_id", "tail_count", "user_turn", "expect_head_id")
@@ -29,6 +30,9 @@ def precheck(op: str, data: Any) -> None:
         raise InvalidOpError("unknown-op", f"op {op!r} is not one of {sorted(OP_KINDS)}")
     if not isinstance(data, dict):
         raise InvalidOpError("invalid-data", "op data must be a JSON object")
+    if op == "sessions.delete":
+        check_delete(data)
+        return
     session_id(data)
     for key in _NUMBERS:
         value = data.get(key)

@@ -38,6 +38,13 @@ class Store:
         self.last_rejects = rejects
         return [r for r, _ in rejects]
 
+    def job(self, func: Any, **params: Any) -> dict[str, Any]:
+        """Run a store job that emits ops (as the writer does: conn + spool), then drain the
+        ops it appended; returns the job's figures."""
+        figures = func(self.conn, self.spool, **params)
+        assert self.drain() == [], self.last_rejects
+        return figures
+
     def index(self) -> int:
         return self.backend.index(100_000)
 

@@ -35,7 +35,7 @@ def test_vacuum_skips_unless_worthwhile_and_shrinks_the_file_when_it_runs(store)
     _fill(store)
     assert vacuum(store.conn)["skipped"] == "free-page ratio below threshold"
     import time
-    pruned = auto_prune(store.conn, retention_s=DAY, now=time.time() + 10 * DAY, max_sessions=25)
+    pruned = store.job(auto_prune, retention_s=DAY, now=time.time() + 10 * DAY, max_sessions=25)
     assert pruned["sessions_deleted"] == 25
     figures = vacuum(store.conn, min_free_ratio=0.2)
     assert "skipped" not in figures, figures
@@ -47,7 +47,7 @@ def test_vacuum_skips_unless_worthwhile_and_shrinks_the_file_when_it_runs(store)
 
 def test_idle_only_jobs_wait_for_the_drain_and_failures_are_retried(store, tmp_path):
     queues = build(tmp_path / "queue.db")
-    runner = StoreJobRunner(queues, structlog.get_logger())
+    runner = StoreJobRunner(queues, structlog.get_logger(), store.spool)
     queues.enqueue("vacuum", min_free_ratio=0.0)
     assert runner.run_one(store.conn, idle=False) is False      # busy: deferred
     assert queues.pending()["store"] == 1

@@ -25,6 +25,7 @@ from huey.utils import utcnow
 from quill.jobs import catalog
 from quill.jobs.queues import Queues
 from quill.jobs.store_jobs import record_job_run, wal_bytes, wal_checkpoint
+from quill.spool import Spool
 from quill.store.errors import CorruptError
 
 TRUNCATE_WAL_BYTES = 64 << 20
@@ -33,9 +34,12 @@ TRUNCATE_WAL_BYTES = 64 << 20
 class StoreJobRunner:
     """Executes queued store jobs for one writer."""
 
-    def __init__(self, queues: Queues, log: Any):
+    def __init__(self, queues: Queues, log: Any, spool: Spool):
+        """``spool``: the producer handle jobs with ``emits_ops`` append their ops to (the
+        data dir's own spool, which this writer drains)."""
         self.queues = queues
         self.log = log
+        self.spool = spool
         self.funcs = {catalog.RECORD_RUN: record_job_run,
                       **{j.name: j.func for j in catalog.JOBS if j.kind == "store"}}
 
@@ -61,7 +65,8 @@ class StoreJobRunner:
             func = self.funcs.get(task.name)
             if func is None:
                 raise KeyError(f"unknown store job {task.name!r}")
-            figures = func(conn, *task.args, **task.kwargs) or {}
+            lead = (conn, self.spool) if spec is not None and spec.emits_ops else (conn,)
+            figures = func(*lead, *task.args, **task.kwargs) or {}
         except CorruptError:
             raise
         except Exception as exc:

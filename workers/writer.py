@@ -22,7 +22,7 @@ import apsw
 
 from quill.jobs.queues import build as build_queues
 from quill.ops.config import Config
-from quill.spool import Entry, Position, Quarantine, SpoolReader, START
+from quill.spool import Entry, Position, Quarantine, Spool, SpoolReader, START
 from quill.spool.segments import list_segments
 from quill.store import apply_chunk, fts_repair, index_slice, open_writer, read_cursor
 from quill.store.apply import take_chunk
@@ -85,7 +85,8 @@ class Writer:
                 return
             if not opened:
                 return
-            self.jobs = StoreJobRunner(build_queues(self.cfg.queue_db), self.log)
+            self.jobs = StoreJobRunner(build_queues(self.cfg.queue_db), self.log,
+                                       Spool(self.cfg.spool_dir, segment_bytes=self.cfg.segment_bytes))
             cur = read_cursor(self.conn)
             self.cursor = Position(*cur) if cur else START
             self.log.info("writer.started", cursor=str(self.cursor))

@@ -1,0 +1,153 @@
+"""``sessions.delete`` and the ``only_if`` conditions jobs attach to the ops they append.
+
+The spool is the log of every change (docs/architecture.md): a job that prunes or closes
+sessions does not touch rows itself; it decides, then appends ops that the writer applies
+like any other. Between the decision (at the writer's cursor) and the op's place in the spool,
+producers may have appended more records, so a job attaches the facts its decision rested on
+as ``only_if`` conditions, and the applier re-checks them against the state *at the op's spool
+position*. That state is the same in the live store and in any rebuild (snapshot + replay),
+so application is deterministic and a stale decision is skipped instead of destroying new work.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import apsw
+
+from .errors import InvalidOpError
+from .indexer import unindex
+from .op_common import atomic, opt
+
+#: Most sessions one ``sessions.delete`` op may name (bounds the op's transaction).
+MAX_DELETE_IDS = 10_000
+REASON_MAX_CHARS = 64
+ACTOR_MAX_CHARS = 200
+
+#: ``only_if`` keys and their JSON types.
+_CONDITIONS: dict[str, type | tuple[type, ...]] = {
+    "inactive_before": (int, float),  # skip if start or any message (ts or arrival) is at/after this
+    "ended_before": (int, float),     # skip unless ended strictly before this
+    "empty": bool,                    # true: skip if the session has any message row, any state
+    "unpinned": bool,                 # true: skip pinned or archived sessions
+    "open": bool,                     # true: skip ended sessions
+    "owner_pid": int,                 # skip unless the recorded owner pid is this one
+    "owner_started": (int, float),    # ... and the recorded owner start time is this one
+}
+
+
+def parse_conditions(data: dict) -> dict[str, Any]:
+    """The op's ``only_if`` object, validated. Raises ``InvalidOpError('invalid-field')``."""
+    cond = opt(data, "only_if", dict) or {}
+    for key, value in cond.items():
+        kind = _CONDITIONS.get(key)
+        if kind is None:
+            raise InvalidOpError("invalid-field", f"only_if has unknown key {key!r}; known: {sorted(_CONDITIONS)}")
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+            raise InvalidOpError("invalid-field", f"only_if.{key} has the wrong type ({type(value).__name__})")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InvalidOpError("invalid-field", f"only_if.{key} must be finite")
+    return cond
+
+
+def conditions_hold(conn: apsw.Connection, sid: str, cond: dict[str, Any]) -> bool:
+    """True if session ``sid`` exists and meets every condition in ``cond`` (see ``_CONDITIONS``)."""
+    row = conn.execute("SELECT started_at, ended_at, pinned, archived, owner_pid, owner_started FROM sessions "
+                       "WHERE id = ?", (sid,)).fetchone()
+    if row is None:
+        return False
+    started, ended, pinned, archived, owner_pid, owner_started = row
+    if cond.get("unpinned") and (pinned or archived):
+        return False
+    if cond.get("open") and ended is not None:
+        return False
+    if "ended_before" in cond and (ended is None or ended >= cond["ended_before"]):
+        return False
+    if "owner_pid" in cond and owner_pid != cond["owner_pid"]:
+        return False
+    if "owner_started" in cond and owner_started != cond["owner_started"]:
+        return False
+    if "inactive_before" in cond:
+        newest = conn.execute("SELECT max(max(coalesce(ts, 0), arrived_at)) FROM messages WHERE session_id = ?",
+                              (sid,)).fetchone()[0]
+        if max(started or 0, newest or 0) >= cond["inactive_before"]:
+            return False
+    if cond.get("empty") and conn.execute("SELECT 1 FROM messages WHERE session_id = ? LIMIT 1", (sid,)).fetchone():
+        return False
+    return True
+
+
+def _label(data: dict, key: str, limit: int, default: str) -> str:
+    value = opt(data, key, str) or default
+    if len(value) > limit or not value.isprintable():
+        raise InvalidOpError("invalid-field", f"{key!r} must be ≤{limit} printable characters")
+    return value
+
+
+def check_delete(data: dict) -> tuple[list[str], dict[str, Any]]:
+    """Validate a ``sessions.delete`` payload without a database (the applier and
+    ``store.precheck`` share it). Returns (session ids, conditions)."""
+    ids = data.get("session_ids")
+    if (not isinstance(ids, list) or not ids or len(ids) > MAX_DELETE_IDS
+            or not all(isinstance(s, str) and s and len(s) <= 512 for s in ids)):
+        raise InvalidOpError("invalid-field", f"session_ids must be a list of 1..{MAX_DELETE_IDS} session ids")
+    _label(data, "reason", REASON_MAX_CHARS, "deleted")
+    _label(data, "actor", ACTOR_MAX_CHARS, "unknown")
+    return list(dict.fromkeys(ids)), parse_conditions(data)
+
+
+def _delete_one(conn: apsw.Connection, sid: str) -> tuple[int, int, int]:
+    """Delete ``sid`` with its messages (unindexed in the same transaction) and its delegate
+    children (recursively); detach other children. Returns (sessions, messages, detached)."""
+    sessions = messages = detached = 0
+    queue = [sid]
+    while queue:
+        sid = queue.pop()
+        msg_ids = [r[0] for r in conn.execute("SELECT id FROM messages WHERE session_id = ?", (sid,))]
+        if isinstance(conn, apsw.Connection):  # SQLite's FTS5 tables; PostgreSQL indexes the rows themselves
+            unindex(conn, msg_ids)
+        conn.execute("DELETE FROM messages WHERE session_id = ?", (sid,))
+        messages += len(msg_ids)
+        # Delegates (subagents) belong to their parent; pinned or archived ones are kept.
+        queue += [r[0] for r in conn.execute(
+            "SELECT id FROM sessions WHERE parent_id = ? AND parent_kind = 'delegate' AND pinned = 0 AND archived = 0 "
+            "ORDER BY id", (sid,))]
+        conn.execute("UPDATE sessions SET parent_id = NULL, parent_kind = NULL WHERE parent_id = ? "
+                     "AND (parent_kind != 'delegate' OR pinned = 1 OR archived = 1)", (sid,))
+        detached += conn.changes()
+        conn.execute("DELETE FROM sessions WHERE id = ?", (sid,))
+        sessions += conn.changes()
+    return sessions, messages, detached
+
+
+def _lower_fts_watermark(conn: apsw.Connection) -> None:
+    """Message ids are ``INTEGER PRIMARY KEY`` without AUTOINCREMENT: deleting the newest rows
+    lets SQLite hand their ids out again. Those ids were unindexed with the rows, so the FTS
+    watermark must drop to the highest id that remains, or a reused id would be taken as
+    indexed and never be searchable."""
+    top = conn.execute("SELECT coalesce(max(id), 0) FROM messages").fetchone()[0]
+    conn.execute("UPDATE state_meta SET value = ? WHERE key = 'fts_indexed_upto' AND CAST(value AS INTEGER) > ?",
+                 (str(top), top))
+
+
+@atomic
+def sessions_delete(conn: apsw.Connection, data: dict, batch_id: str, arrived_at: float) -> int:
+    """Delete sessions with all their messages (every state), as decided by a job or a user.
+
+    Payload: ``session_ids`` (1..10,000), ``reason`` (≤64 printable chars, default
+    ``deleted``), ``actor`` (who decided, e.g. ``job:auto_prune``, ``user:alice``), optional
+    ``only_if`` conditions (``_CONDITIONS``) checked per session at apply time: a session
+    that fails them, or no longer exists, is skipped (so the op is idempotent). Delegate
+    children go with their parent unless pinned or archived; other children are detached
+    (``parent_id``/``parent_kind`` cleared). Returns 0 (rows written counts inserted rows). Raises
+    ``InvalidOpError('invalid-field')``. The op stays in the spool (and ``applied_batches``
+    records its position), so who deleted what and why is on record.
+    """
+    ids, cond = check_delete(data)
+    for sid in ids:
+        if conditions_hold(conn, sid, cond):
+            _delete_one(conn, sid)
+    if isinstance(conn, apsw.Connection):
+        _lower_fts_watermark(conn)
+    return 0

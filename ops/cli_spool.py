@@ -71,13 +71,20 @@ def spool_verify(ctx: click.Context, as_json: bool) -> None:
 @click.option("--into", type=click.Path(dir_okay=False, path_type=Path),
               help="Replay into this store file instead of the live one (created if missing).")
 @json_option
-@click.pass_obj
-def spool_replay(cfg: Any, from_: str | None, into: Path | None, as_json: bool) -> None:
-    """Apply spool records into a store, idempotently (nothing is applied twice)."""
+@click.pass_context
+def spool_replay(ctx: click.Context, from_: str | None, into: Path | None, as_json: bool) -> None:
+    """Apply spool records into a store, idempotently (nothing is applied twice).
+
+    Refused records are quarantined with the store they were refused by: the live store's
+    quarantine for a live replay, ``<FILE>.quarantine/`` beside the file with --into.
+    Exit 1 when any record was quarantined."""
     try:
         start = Position.parse(from_) if from_ else None
     except ValueError:
         raise click.BadParameter(f"expected SEG:OFFSET, got {from_!r}", param_hint="--from")
+    cfg = ctx.obj
+    if into is not None and into.resolve() == cfg.state_db.resolve():
+        into = None  # --into the live store is a live replay (lease, live quarantine)
     lease = None
     if into is None:  # the live store: only with the writer lease, i.e. with the fleet stopped
         try:
@@ -90,7 +97,8 @@ def spool_replay(cfg: Any, from_: str | None, into: Path | None, as_json: bool) 
         with _progress(not as_json) as bar:
             task = bar.add_task("replaying", total=total_bytes(cfg.spool_dir, start or Position(1, 0)))
             result = do_replay(cfg.spool_dir, target, start, chunk_rows=cfg.chunk_rows,
-                               synchronous=cfg.synchronous, progress=lambda n: bar.advance(task, n))
+                               synchronous=cfg.synchronous, progress=lambda n: bar.advance(task, n),
+                               quarantine=Quarantine.for_store(into) if into is not None else None)
     except CantOpenError as exc:
         raise click.ClickException(f"cannot open {target}: {exc}")
     finally:
@@ -103,3 +111,13 @@ def spool_replay(cfg: Any, from_: str | None, into: Path | None, as_json: bool) 
         click.echo(f"replayed {result['from']} → {result['to']} into {target}: {result['applied']} applied, "
                    f"{result['duplicates']} already there, {result['rejected']} quarantined, "
                    f"{result['rows']} message rows, {result['seconds']} s")
+        if result["rejected"]:
+            click.echo(f"quill: {result['rejected']} record(s) quarantined in {result['quarantine']}; "
+                       f"`quill spool quarantine list{' --store ' + str(into) if into else ''}` shows them", err=True)
+    ctx.exit(1 if result["rejected"] else 0)
+
+
+from .cli_quarantine import adopt, quarantine  # noqa: E402  (kept in their own module)
+
+spool.add_command(quarantine)
+spool.add_command(adopt)

@@ -17,6 +17,7 @@ import apsw
 
 from quill.spool import Position, Quarantine
 from quill.spool.reader import lag_seconds, stats
+from quill.spool.segments import stray_segments
 from quill.store.connection import MIN_SQLITE
 from quill.store.errors import StoreError
 from quill.store.lease import holder_alive, read_holder
@@ -78,6 +79,11 @@ def run_checks(cfg: Config) -> list[dict[str, Any]]:
     sp = stats(cfg.spool_dir, cursor) if cfg.spool_dir.exists() else {"pending_bytes": 0}
     lag = lag_seconds(cfg.spool_dir, cursor, time.time()) if cfg.spool_dir.exists() else 0.0
     out.append(_check("spool lag", lag < 60, f"{sp['pending_bytes']} bytes pending, oldest {lag:.1f} s", warn_only=True))
+    stray = stray_segments(cfg.home, cfg.spool_dir) if cfg.home.exists() else []
+    out.append(_check("stray segments", not stray, "none: every segment is in the spool the writer drains" if not stray
+                      else f"{len(stray)} segment file(s) outside {cfg.spool_dir} hold acknowledged records the writer "
+                           f"never reads: {', '.join(str(p) for p in stray[:5])}; `quill spool adopt PATH` "
+                           "appends their records to the spool (batch ids kept, so nothing is applied twice)"))
     q = Quarantine(cfg.spool_dir).count()
     out.append(_check("quarantine", q == 0, f"{q} record(s) in {cfg.spool_dir / 'quarantine'}", warn_only=True))
     return out

@@ -55,16 +55,19 @@ def verify(spool_dir: Path, progress: Progress | None = None) -> dict[str, Any]:
 
 
 def replay(spool_dir: Path, db_path: Path, start: Position | None, *, chunk_rows: int = 500,
-           synchronous: str = "NORMAL", progress: Progress | None = None) -> dict[str, Any]:
+           synchronous: str = "NORMAL", progress: Progress | None = None,
+           quarantine: Quarantine | None = None) -> dict[str, Any]:
     """Apply the spool from ``start`` (default: the store's own cursor, else the beginning)
     into the store at ``db_path`` (created if missing). The caller must hold the writer lease
-    when ``db_path`` is the live store. Damaged or invalid records go to the quarantine.
+    when ``db_path`` is the live store. Damaged or invalid records go to ``quarantine``
+    (default: the spool's own, i.e. the live store's; a replay into another file passes
+    ``Quarantine.for_store(db_path)`` so its refusals stay beside that file).
 
     Returns figures: ``{"from", "to", "applied", "duplicates", "rejected", "rows", "seconds"}``.
     """
     began = time.monotonic()
     conn = open_writer(db_path, synchronous=synchronous)
-    quarantine = Quarantine(spool_dir)
+    quarantine = quarantine if quarantine is not None else Quarantine(spool_dir)
     reader = SpoolReader(spool_dir)
     totals = {"applied": 0, "duplicates": 0, "rejected": 0, "rows": 0}
     try:
@@ -90,4 +93,5 @@ def replay(spool_dir: Path, db_path: Path, start: Position | None, *, chunk_rows
             pass
     finally:
         conn.close()
-    return {"from": str(start), "to": str(pos), **totals, "seconds": round(time.monotonic() - began, 3)}
+    return {"from": str(start), "to": str(pos), **totals, "quarantine": str(quarantine.dir),
+            "seconds": round(time.monotonic() - began, 3)}

@@ -9,7 +9,8 @@ from importlib import import_module
 from typing import Any
 
 _LAZY = {
-    **dict.fromkeys(("DamagedRecordError", "InvalidOpError", "SpoolError", "SpoolFullError", "WaitTimeoutError"),
+    **dict.fromkeys(("DamagedRecordError", "InvalidOpError", "SpoolError", "SpoolFullError", "SpoolLocationError",
+                     "WaitTimeoutError"),
                     "errors"),
     **dict.fromkeys(("Ack", "Spool"), "producer"),
     "Quarantine": "quarantine",

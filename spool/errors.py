@@ -22,6 +22,20 @@ class SpoolFullError(SpoolError):
         self.free_bytes = free_bytes
 
 
+class SpoolLocationError(SpoolError, ValueError):
+    """A producer was pointed at a directory that is neither a spool directory nor a Quill
+    data dir (or at a file): appending there would acknowledge records no writer drains.
+    ``path`` is the directory given, ``found`` a few of the unrelated entries in it."""
+
+    def __init__(self, path: str, found: list[str]):
+        shown = ", ".join(found[:5]) + (" …" if len(found) > 5 else "")
+        super().__init__(
+            f"{path} is neither a spool directory (segments NNNNNNNN.jsonl, quarantine/) nor a Quill data dir "
+            f"(spool/, state.db, config.toml); it holds {shown}. Pass the data dir or its spool/ folder")
+        self.path = path
+        self.found = found
+
+
 class InvalidOpError(SpoolError, ValueError):
     """A producer asked to append something that is not a valid op (unknown kind, bad shape)."""
 

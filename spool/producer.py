@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 
 from . import record
 from .errors import InvalidOpError, SpoolError, SpoolFullError
-from .segments import FILE_MODE, Position, ensure_dir, fsync_dir, list_segments, segment_name
+from .segments import FILE_MODE, Position, ensure_dir, fsync_dir, list_segments, resolve_spool_dir, segment_name
 
 #: Default rotation size. 64 MiB keeps segment counts small while GC can still free space
 #: at a useful granularity.
@@ -46,13 +46,17 @@ class Ack(NamedTuple):
 class Spool:
     """A producer handle on a spool directory. Cheap to create; one per process is typical.
 
+    ``spool_dir`` may be the spool directory or the Quill data dir holding it (the spool
+    inside is used); a directory that is neither raises ``SpoolLocationError``
+    (``segments.resolve_spool_dir``), so no ack is ever given for a place nothing drains.
+
     Not thread-safe: give each thread its own ``Spool`` (they may share the directory).
     ``producer_id`` defaults to ``host:pid:random``; ``seq`` counts this handle's appends.
     """
 
     def __init__(self, spool_dir: str | os.PathLike[str], *, producer_id: str | None = None,
                  segment_bytes: int = DEFAULT_SEGMENT_BYTES, fsync: bool = True):
-        self.dir = Path(spool_dir)
+        self.dir = resolve_spool_dir(spool_dir)
         self.producer_id = producer_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.segment_bytes = segment_bytes
         self._fsync = fsync

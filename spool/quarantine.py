@@ -3,6 +3,12 @@
 One JSON file per quarantined line, named by its spool position, so quarantining the same
 line twice (a crash between quarantine and cursor commit replays it) rewrites the same file
 instead of adding a second entry. Files are written to a temp name, fsynced and renamed.
+
+A quarantine belongs to one store: the live store's is ``<spool>/quarantine/``; a replay
+into another file keeps its own beside that file (``for_store``), so the live store never
+reports records that were refused by a scratch copy. An entry leaves the quarantine only by
+``resolve`` (retried or dropped by an operator), which first appends an audit line holding
+the whole entry to ``audit.jsonl`` — nothing is deleted without a trace.
 """
 from __future__ import annotations
 
@@ -15,12 +21,64 @@ from typing import Any
 
 from .segments import FILE_MODE, Position, ensure_dir, fsync_dir
 
+AUDIT_FILE = "audit.jsonl"
+
 
 class Quarantine:
-    """The quarantine folder of one spool directory."""
+    """The quarantine folder of one spool directory (or of one scratch store, ``for_store``).
 
-    def __init__(self, spool_dir: str | os.PathLike[str]):
-        self.dir = Path(spool_dir) / "quarantine"
+    Entry ids are the position ``SEGMENT:OFFSET`` (``1:4096``); the file stem
+    (``00000001-000000004096``) is accepted too."""
+
+    def __init__(self, spool_dir: str | os.PathLike[str], *, directory: str | os.PathLike[str] | None = None):
+        self.dir = Path(directory) if directory is not None else Path(spool_dir) / "quarantine"
+
+    @classmethod
+    def for_store(cls, db_path: str | os.PathLike[str]) -> "Quarantine":
+        """The quarantine of a store file other than the live one: ``<db>.quarantine/`` beside it."""
+        db_path = Path(db_path)
+        return cls("", directory=db_path.with_name(db_path.name + ".quarantine"))
+
+    def _path(self, entry_id: str) -> Path:
+        """The file of entry ``entry_id``; raises ``KeyError`` if there is none."""
+        try:
+            pos = Position.parse(entry_id) if ":" in entry_id else Position(*map(int, entry_id.split("-")))
+        except (TypeError, ValueError):
+            raise KeyError(entry_id) from None
+        path = self.dir / f"{pos.segment:08d}-{pos.offset:012d}.json"
+        if not path.exists():
+            raise KeyError(entry_id)
+        return path
+
+    def get(self, entry_id: str) -> dict[str, Any]:
+        """One entry (``put``'s fields plus ``id``); raises ``KeyError`` if there is none."""
+        entry = json.loads(self._path(entry_id).read_text("utf-8"))
+        return {"id": entry["position"], **entry}
+
+    def resolve(self, entry_id: str, action: str, actor: str, **details: Any) -> dict[str, Any]:
+        """Take entry ``entry_id`` out of the quarantine: first append (fsynced) an audit line
+        ``{"at", "action", "actor", "entry", **details}`` to ``audit.jsonl``, then remove the
+        entry's file. Returns the audit line. Raises ``KeyError`` if there is no such entry."""
+        path = self._path(entry_id)
+        entry = json.loads(path.read_text("utf-8"))
+        line = {"at": time.time(), "action": action, "actor": actor, "id": entry["position"], **details,
+                "entry": entry}
+        fd = os.open(self.dir / AUDIT_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+        try:
+            os.write(fd, (json.dumps(line, ensure_ascii=False) + "\n").encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        path.unlink()
+        fsync_dir(self.dir)
+        return line
+
+    def audit(self) -> list[dict[str, Any]]:
+        """Every audit line (retries and drops), oldest first."""
+        path = self.dir / AUDIT_FILE
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text("utf-8").splitlines() if line.strip()]
 
     def put(self, position: Position, reason: str, detail: str, raw: bytes,
             record: dict[str, Any] | None = None) -> Path:
@@ -48,12 +106,13 @@ class Quarantine:
         return path
 
     def entries(self) -> Iterator[dict[str, Any]]:
-        """Every quarantined entry, in spool order."""
+        """Every quarantined entry (``put``'s fields plus ``id``), in spool order."""
         if not self.dir.exists():
             return
         for path in sorted(self.dir.glob("*.json")):
             with open(path, encoding="utf-8") as f:
-                yield json.load(f)
+                entry = json.load(f)
+            yield {"id": entry["position"], **entry}
 
     def count(self) -> int:
         """Number of quarantined entries."""

@@ -13,6 +13,8 @@ import re
 from pathlib import Path
 from typing import NamedTuple
 
+from .errors import SpoolLocationError
+
 SEGMENT_RE = re.compile(r"^(\d{8})\.jsonl$")
 DIR_MODE = 0o700
 FILE_MODE = 0o600
@@ -51,6 +53,52 @@ def list_segments(spool_dir: Path) -> list[int]:
     except FileNotFoundError:
         return []
     return sorted(int(m.group(1)) for n in names if (m := SEGMENT_RE.match(n)))
+
+
+#: Entries that make a directory a Quill data dir (docs/architecture.md, "Data layout").
+DATA_DIR_MARKERS = ("spool", "state.db", "config.toml", "run", "snapshots", "queue.db", "schedule.db")
+#: Entries a spool directory may hold besides its segments.
+_SPOOL_ENTRIES = ("quarantine",)
+
+
+def resolve_spool_dir(path: str | os.PathLike[str]) -> Path:
+    """Where a producer handed ``path`` must append (issue 10: an acknowledged record must
+    always be where the writer drains).
+
+    * a Quill data dir (holds any of ``DATA_DIR_MARKERS``) → its ``spool/`` folder;
+    * a spool directory (segments, ``quarantine/``), an empty directory, or a path that does
+      not exist yet → ``path`` itself;
+    * anything else (a file, or a non-empty directory of unrelated entries) → raises
+      ``SpoolLocationError``.
+    """
+    path = Path(path)
+    try:
+        names = os.listdir(path)
+    except FileNotFoundError:
+        return path
+    except NotADirectoryError:
+        raise SpoolLocationError(str(path), [f"{path.name} is a file"]) from None
+    if any(m in names for m in DATA_DIR_MARKERS):
+        return path / "spool"
+    if any(SEGMENT_RE.match(n) for n in names):
+        return path  # a producer has been appending here: it is a spool
+    unrelated = sorted(n for n in names if n not in _SPOOL_ENTRIES)
+    if unrelated:
+        raise SpoolLocationError(str(path), unrelated)
+    return path
+
+
+def stray_segments(home: Path, spool_dir: Path) -> list[Path]:
+    """Segment files anywhere under data dir ``home`` except ``spool_dir`` itself: records
+    acknowledged to some producer that the writer will never drain."""
+    found = []
+    spool_dir = Path(spool_dir).resolve()
+    for root, dirs, files in os.walk(home):
+        if Path(root).resolve() == spool_dir:
+            dirs[:] = [d for d in dirs if d != "quarantine"]
+            continue
+        found += [Path(root) / f for f in files if SEGMENT_RE.match(f)]
+    return sorted(found)
 
 
 def ensure_dir(path: Path) -> None:

@@ -24,7 +24,8 @@ from typing import Any, Iterator
 
 @dataclass(frozen=True)
 class Problem:
-    """Something wrong in an input file (``kind`` is "skipped" or "repaired")."""
+    """Something in an input file: ``kind`` "skipped" (not imported), "repaired" (recovered)
+    or "ignored" (records of types the importer does not know, counted)."""
 
     path: str
     line: int | None
@@ -81,21 +82,17 @@ def decode_line(text: str) -> tuple[list[Any], str | None]:
         values.append(value)
 
 
-def iter_jsonl(path: Path, problems: list[Problem], sizes: list[int] | None = None) -> Iterator[tuple[int, Any]]:
+def iter_jsonl(path: Path, problems: list[Problem]) -> Iterator[tuple[int, Any]]:
     """Yield ``(line_number, value)`` for every JSON value in a JSON-lines file.
 
     Line numbers are 1-based physical lines. Problems are appended to
-    ``problems`` as they are found; iteration always continues to the end. When ``sizes``
-    is given, ``sizes[0]`` holds the byte length of the current line while its values are
-    being consumed (a batching bound for streaming importers).
+    ``problems`` as they are found; iteration always continues to the end.
     """
     with open(path, "rb") as fh:
         for lineno, raw in enumerate(fh, 1):
             text = raw.decode("utf-8", errors="replace")
             if not text.strip(_WS):
                 continue
-            if sizes is not None:
-                sizes[:] = [len(raw)]
             values, error = decode_line(text)
             if error is None and len(values) > 1:
                 problems.append(Problem(str(path), lineno, "repaired",

@@ -133,6 +133,18 @@ def test_subagent_files_next_to_the_session_are_children_and_not_imported_twice(
     assert [m["id"] for m in store.view("claude-code:s2", "audit")] == ["u1", "a1", "u2"]
 
 
+def test_a_subagent_file_imported_alone_is_still_linked_to_its_task_call(tmp_path):
+    folder = tmp_path / "proj"
+    write_jsonl(folder / "s3.jsonl", [
+        cc("u1", "user", [{"type": "tool_result", "tool_use_id": "toolu_Z", "content": "ok"}], None, sid="s3",
+           toolUseResult={"agentId": "zz"})])
+    agent = write_jsonl(folder / "s3" / "subagents" / "agent-zz.jsonl", [
+        cc("x1", "user", "job", None, sid="s3", isSidechain=True, agentId="zz")])
+    (child,) = parse_file(agent).sessions  # the session file is read for the link, not imported
+    assert child.session["session_id"] == "claude-code:s3:agent:zz"
+    assert child.session["meta"]["parent_tool_call_id"] == "toolu_Z"
+
+
 # ----------------------------------------------------------------- A2 compaction
 
 def test_claude_code_compact_boundary_and_summary_give_a_shorter_model_view(store, tmp_path):
@@ -233,6 +245,16 @@ def test_codex_thread_rolled_back_rewinds_the_last_turns(store, tmp_path):
     with Reader(store.root / "state.db") as r:
         assert r.search("zebra") == []
         assert len(r.search("zebra", projection="audit")) == 3
+
+
+def test_codex_rollback_of_more_turns_than_known_is_reported(tmp_path):
+    recs = [codex_line("session_meta", {"id": "rb2"}),
+            codex_user("only turn"), codex_line("event_msg", {"type": "user_message", "message": "only turn"}),
+            codex_assistant("answer"), codex_line("event_msg", {"type": "thread_rolled_back", "num_turns": 3}),
+            codex_line("event_msg", {"type": "thread_rolled_back", "num_turns": 1})]
+    pf = parse_file(write_jsonl(tmp_path / "rollout.jsonl", recs))
+    assert pf.sessions[0].rewound == ["line:2", "line:4"]
+    assert [(p.line, p.kind) for p in pf.problems] == [(5, "repaired"), (6, "skipped")]
 
 
 # ----------------------------------------------------------------- A4 format drift

@@ -202,7 +202,9 @@ def stream_file(path: Path, problems: list[Problem]) -> tuple[str | None, Iterat
 
     if fmt == claude_code.FORMAT:
         agents = [(a, lambda probs, a=a: iter_jsonl(a, probs)) for a in claude_code.subagent_files(path)]
-        return fmt, claude_code.stream(path, records, problems, "jsonl", agents)
+        main = claude_code.session_file_of(path)
+        links = (lambda probs, m=main: iter_jsonl(m, probs)) if main else None
+        return fmt, claude_code.stream(path, records, problems, "jsonl", agents, links)
     if fmt == codex.FORMAT:
         return fmt, codex.stream(path, records, problems)
     if fmt == sharegpt.FORMAT:
@@ -219,16 +221,9 @@ def parse_file(path: Path) -> ParsedFile:
     return result
 
 
-def _pulled_in(path: Path) -> bool:
-    """True for ``<x>/subagents/agent-*.jsonl`` when ``<x>.jsonl`` exists: importing the
-    session file imports its subagent files (claude_code.subagent_files)."""
-    return (path.parent.name == "subagents" and path.name.startswith("agent-")
-            and path.parent.parent.with_name(path.parent.parent.name + ".jsonl").is_file())
-
-
 def iter_transcript_files(paths: Iterable[Path]) -> Iterator[Path]:
     """Files as given; folders walked recursively in sorted order, skipping ``*.md`` and
-    subagent files whose session file is there to import them."""
+    subagent files whose session file is there to import them (claude_code.subagent_files)."""
     for p in paths:
         p = Path(p)
         if not p.is_dir():
@@ -238,4 +233,4 @@ def iter_transcript_files(paths: Iterable[Path]) -> Iterator[Path]:
         for root, dirs, files in os.walk(p):
             dirs.sort()
             found.extend(Path(root) / f for f in files if not f.lower().endswith(".md"))
-        yield from (f for f in sorted(found) if not _pulled_in(f))
+        yield from (f for f in sorted(found) if claude_code.session_file_of(f) is None)

@@ -66,6 +66,15 @@ def subagent_files(path: Path) -> list[Path]:
     return sorted(folder.glob("agent-*.jsonl")) if folder.is_dir() else []
 
 
+def session_file_of(path: Path) -> Path | None:
+    """For ``<x>/subagents/agent-*.jsonl``: the session file ``<x>.jsonl`` if it exists."""
+    path = Path(path)
+    if path.parent.name != "subagents" or not path.name.startswith("agent-"):
+        return None
+    main = path.parent.parent.with_name(path.parent.parent.name + ".jsonl")
+    return main if main.is_file() else None
+
+
 class Emitter:
     """Per-thread state of pass 2: dedupe of re-written records, tool names, first values."""
 
@@ -136,11 +145,17 @@ def _payload(st: Structure, th: Thread, path: Path, variant: str) -> dict:
 
 
 def stream(path: Path, records: Records, problems: list[Problem], variant: str,
-           extra_files: Iterable[tuple[Path, Records]] = ()) -> Iterator[Event]:
+           extra_files: Iterable[tuple[Path, Records]] = (), links: Records | None = None) -> Iterator[Event]:
     """Events for one session file (``records(problems)`` re-reads it; pass 1 discards its
-    problems so each is reported once) plus its subagent files, in that order."""
+    problems so each is reported once) plus its subagent files, in that order. ``links``
+    (a subagent file imported on its own: its session file) is scanned only for the tool
+    calls that started subagents, never imported."""
     files = [(Path(path), records), *extra_files]
     st = scan(rec for _, read in files for rec in read([]))
+    if links is not None:
+        parent = scan(links([]))
+        st.agent_calls.update(parent.agent_calls)
+        st.task_prompts.update(parent.task_prompts)
     main_threads = [t for k, t in st.threads.items() if k[1] == MAIN]
     emitters: dict[tuple[str, str], Emitter] = {}
     ordered = main_threads + [t for k, t in st.threads.items() if k[1] != MAIN]

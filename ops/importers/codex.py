@@ -130,8 +130,8 @@ class _Scan:
 class _State:
     """Pass 2 state (instance only; no module-level mutation)."""
 
-    def __init__(self, sid: str) -> None:
-        self.sid = sid
+    def __init__(self, sid: str, path: Path, problems: list[Problem]) -> None:
+        self.sid, self.path, self.problems = sid, str(path), problems
         self.ids: dict[int | None, int] = {}
         self.tool_names: dict[str, str] = {}
         self.pending_reasoning: list[str] = []
@@ -216,7 +216,7 @@ def stream(path: Path, records: Callable[[list[Problem]], Iterable[tuple[int | N
         return
     session = _session(path, scan, problems)
     yield SessionStart(session)
-    st = _State(session["session_id"])
+    st = _State(session["session_id"], path, problems)
     for line, rec in records(problems):
         if not looks_like_line(rec):
             problems.append(Problem(str(path), line, "skipped", "not a Codex {timestamp, type, payload} record"))
@@ -262,6 +262,10 @@ def _record(st: _State, line: int | None, rec: dict) -> Iterator[Event]:
             st.turn_starts.append(st.last_user)
     elif rtype == "event_msg" and p.get("type") == "thread_rolled_back":
         n = p.get("num_turns")
+        if not isinstance(n, int) or isinstance(n, bool) or n <= 0 or n > len(st.turn_starts):
+            st.problems.append(Problem(st.path, line, "skipped" if not st.turn_starts else "repaired",
+                                       f"thread_rolled_back num_turns={n!r} but {len(st.turn_starts)} user turn(s) "
+                                       "are live here" + ("; rolled back all of them" if st.turn_starts else "")))
         if isinstance(n, int) and not isinstance(n, bool) and n > 0 and st.turn_starts:
             cut = st.turn_starts[-min(n, len(st.turn_starts))]
             dropped = st.live_ids[cut:]

@@ -83,10 +83,11 @@ def drain(spool_dir: Path, db_path: Path, chunk_rows: int = 500,
 
 
 def _trigger_sql() -> str:
-    from quill.store.schema import SEARCH_TEXT_SQL, TRIGRAM_SCOPE_SQL, TRIGRAM_TEXT_SQL
+    from quill.store.schema import SEARCH_COLUMNS_SQL, TRIGRAM_SCOPE_SQL, TRIGRAM_TEXT_SQL
     new = lambda sql: sql.replace("m.", "new.")  # noqa: E731  (the expressions use alias m)
     return (f"CREATE TRIGGER bench_fts AFTER INSERT ON messages BEGIN "
-            f"INSERT INTO messages_fts (rowid, text) SELECT new.id, {new(SEARCH_TEXT_SQL)}; "
+            f"INSERT INTO messages_fts (rowid, {', '.join(SEARCH_COLUMNS_SQL)}) "
+            f"SELECT new.id, {', '.join(new(e) for e in SEARCH_COLUMNS_SQL.values())}; "
             f"INSERT INTO messages_trigram (rowid, text) SELECT new.id, {new(TRIGRAM_TEXT_SQL)} "
             f"WHERE {new(TRIGRAM_SCOPE_SQL)}; END;")
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import os
 import shutil
 import time
 from typing import Any
@@ -30,6 +31,30 @@ LOW_DISK_BYTES = 64 << 20
 
 
 _LIST_HINT = "`quill sessions list` shows the session ids"
+
+
+class Utf8Text(click.ParamType):
+    """A text argument from any bytes: the command line is bytes, and Python hands
+    non-UTF-8 bytes over as lone surrogates (``surrogateescape``), which no UTF-8 consumer
+    (SQLite, the terminal, JSON output) accepts. Undecodable bytes become U+FFFD — what the
+    store writes for them — and a note on stderr says so (issue 12 B5)."""
+
+    name = "text"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        if not isinstance(value, str):
+            return value
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            fixed = os.fsencode(value).decode("utf-8", errors="replace")
+            click.echo(f"quill: {param.human_readable_name if param else 'argument'} is not valid UTF-8; "
+                       f"undecodable bytes read as U+FFFD: {fixed!r}", err=True)
+            return fixed
+        return value
+
+
+UTF8 = Utf8Text()
 
 
 def _reader(cfg: Any) -> Reader:
@@ -88,10 +113,10 @@ _YESNO = click.Choice(["yes", "no"])
 
 
 @sessions.command(name="list")
-@click.option("--source", help="Only sessions from this source (claude-code, codex, cli ...).")
+@click.option("--source", type=UTF8, help="Only sessions from this source (claude-code, codex, cli ...).")
 @click.option("--limit", type=click.IntRange(1, 100_000), default=50, show_default=True)
 @click.option("--all", "include_hidden", is_flag=True, help="Include hidden sessions.")
-@click.option("--title", "title_contains", help="Title contains this text (literally; % and _ are not wildcards).")
+@click.option("--title", "title_contains", type=UTF8, help="Title contains this text (literally; % and _ are not wildcards).")
 @click.option("--since", type=_EPOCH, help="Active at or after (epoch seconds or ISO date).")
 @click.option("--until", type=_EPOCH, help="Started at or before (epoch seconds or ISO date).")
 @click.option("--archived", type=_YESNO, help="Only archived (yes) or unarchived (no) sessions.")
@@ -118,7 +143,7 @@ def sessions_list(cfg: Any, source: str | None, limit: int, include_hidden: bool
 
 
 @sessions.command(name="show")
-@click.argument("session_id")
+@click.argument("session_id", type=UTF8)
 @click.option("--view", "projection", type=click.Choice(["display", "model", "audit"]), default="display",
               show_default=True, help="display = what a UI shows; model = what the model is fed; audit = every row.")
 @click.option("--latest", type=click.IntRange(min=1), default=None, help="Only the last N messages of the view.")
@@ -141,7 +166,7 @@ def sessions_show(ctx: click.Context, session_id: str, projection: str, latest: 
 
 
 @sessions.command(name="export")
-@click.argument("session_id")
+@click.argument("session_id", type=UTF8)
 @click.pass_context
 def sessions_export(ctx: click.Context, session_id: str) -> None:
     """The display transcript of a session as JSON (session, chain, messages)."""
@@ -153,27 +178,38 @@ def sessions_export(ctx: click.Context, session_id: str) -> None:
 
 
 @click.command()
-@click.argument("query")
+@click.argument("query", type=UTF8)
 @click.option("--limit", type=click.IntRange(1, 10_000), default=20, show_default=True)
-@click.option("--session", "session_id")
+@click.option("--session", "session_id", type=UTF8)
 @click.option("--role", type=click.Choice(sorted(ROLES)))
-@click.option("--source")
+@click.option("--kind", "kinds", multiple=True, type=click.Choice(search_mod.KINDS),
+              help="Where to look: message text, tool calls (names, arguments), reasoning. Repeatable; default all.")
+@click.option("--source", type=UTF8)
 @click.option("--since", type=_EPOCH, help="Messages at or after (epoch seconds or ISO date).")
 @click.option("--until", type=_EPOCH, help="Messages at or before (epoch seconds or ISO date).")
 @click.option("--substring", is_flag=True, help="Match substrings (user/assistant text) instead of words.")
 @click.option("--audit", is_flag=True, help="Also search superseded and rewound rows.")
 @json_option
 @click.pass_obj
-def search(cfg: Any, query: str, limit: int, session_id: str | None, role: str | None,
+def search(cfg: Any, query: str, limit: int, session_id: str | None, role: str | None, kinds: tuple[str, ...],
            source: str | None, since: float | None, until: float | None, substring: bool, audit: bool,
            as_json: bool) -> None:
-    """Full-text search over messages, newest first. Any text is a valid query."""
+    """Full-text search over messages, newest first. Any text is a valid query.
+
+    Message text, tool calls (names and arguments) and reasoning are searched (--kind picks).
+    Substring, CJK and emoji queries use narrower routes; a note on stderr says which."""
     _note_no_store(cfg)
+    route = search_mod.route(query, substring=substring, kinds=list(kinds) or None)
+    if route["note"]:
+        click.echo(f"quill: {route['note']}", err=True)
     client = Client(config_=cfg)
     hits = client.search(query, limit=limit, session_id=session_id, role=role, source=source, since=since,
-                         until=until, substring=substring, audit=audit, context=as_json)
-    if client.search_health()["fts_state"] != "ok":
-        click.echo("quill: search is degraded: the search index was detached after damage and is being rebuilt; "
+                         until=until, substring=substring, audit=audit, context=as_json, kinds=list(kinds) or None)
+    state = client.search_health()["fts_state"]
+    if state != "ok":
+        why = ("is being rebuilt for a new index layout" if state == "layout"
+               else "was detached after damage and is being rebuilt")
+        click.echo(f"quill: search is degraded: the search index {why}; "
                    f"results come from a scan of the newest {search_mod.SCAN_MAX_ROWS} messages", err=True)
     if as_json:
         emit_json(hits)

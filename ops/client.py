@@ -303,11 +303,13 @@ class Client:
 
     def search(self, query: str, *, limit: int = 20, session_id: str | None = None, role: str | None = None,
                source: str | None = None, since: float | None = None, until: float | None = None,
-               substring: bool = False, audit: bool = False, context: bool = True) -> list[dict[str, Any]]:
+               substring: bool = False, audit: bool = False, context: bool = True,
+               kinds: list[str] | None = None) -> list[dict[str, Any]]:
         """Full-text search, newest first — ``quill search QUERY --json`` (hits with their
         neighbouring messages as context; ``context=False`` leaves it out). Any text is a valid query. Empty before the store
         exists. When the index is being rebuilt after damage, results come from a bounded
-        scan (``search_health()`` says so)."""
+        scan (``search_health()`` says so). ``kinds`` limits where to look: ``text``,
+        ``tool`` (call names and arguments), ``reasoning`` (default: all)."""
         if not isinstance(limit, int) or limit < 1:
             raise InvalidInputError(f"limit must be a whole number ≥ 1, got {limit!r}")
         with self._reader(None) as r:
@@ -315,7 +317,7 @@ class Client:
                 return []
             return r.search(query, limit=limit, session_id=session_id, role=role, source=source, since=since,
                             until=until, substring=substring, projection="audit" if audit else "display",
-                            context=context)
+                            context=context, **({"kinds": list(kinds)} if kinds else {}))
 
     def search_health(self) -> dict[str, Any]:
         """``{"fts_state", "fts_pending", "degraded"}`` of the search index (empty store: ok)."""

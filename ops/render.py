@@ -80,8 +80,11 @@ def search_table(hits: list[dict[str, Any]], query: str) -> Table:
     for col in ("session", "msg", "role", "when", "snippet"):
         table.add_column(col, overflow="fold")
     for h in hits:
-        table.add_row(escape(h["session_id"]), str(h["message_id"]), escape(h["role"]), when(h.get("ts")),
-                      escape(h["snippet"]))
+        snippet = Text(h["snippet"])
+        for start, end in h.get("highlights", []):
+            snippet.stylize("bold reverse", start, end)  # the matched words (issue 12 B6)
+        role = h["role"] + ("" if h.get("matched_in", "text") == "text" else f" ({h['matched_in']})")
+        table.add_row(escape(h["session_id"]), str(h["message_id"]), escape(role), when(h.get("ts")), snippet)
     return table
 
 

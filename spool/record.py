@@ -12,6 +12,7 @@ cannot be fooled by JSON round-trip differences. Full format: ``docs/spool-forma
 from __future__ import annotations
 
 import json
+import re
 import zlib
 from typing import Any
 
@@ -25,6 +26,7 @@ OP_KINDS = frozenset({
     "messages.append", "messages.compact", "messages.rewind", "messages.replace", "sessions.delete",
 })
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _CRC_PREFIX = b',"crc":"'
 CRC_SUFFIX_LEN = len(_CRC_PREFIX) + 8 + len(b'"}\n')
 
@@ -32,11 +34,17 @@ CRC_SUFFIX_LEN = len(_CRC_PREFIX) + 8 + len(b'"}\n')
 def encode(body: dict[str, Any]) -> bytes:
     """Serialise a record body to one checksummed line (bytes, ending in ``\\n``).
 
-    ``ensure_ascii=False`` keeps non-ASCII text readable; lone surrogates cannot be encoded
-    to UTF-8 and are replaced (``surrogatepass`` would write invalid UTF-8).
+    ``ensure_ascii=False`` keeps non-ASCII text readable. A lone surrogate (an undecodable
+    byte smuggled in by ``surrogateescape``, half of a broken UTF-16 pair) cannot be encoded
+    to UTF-8: it becomes U+FFFD, the replacement character the store's normaliser writes
+    (docs/ops.md), never ``?``, which would make a lost character look like a real ``?``
+    (``surrogatepass`` would write invalid UTF-8).
     """
     raw = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    data = raw.encode("utf-8", errors="replace")
+    try:
+        data = raw.encode("utf-8")
+    except UnicodeEncodeError:
+        data = _SURROGATE.sub("\ufffd", raw).encode("utf-8")
     crc = zlib.crc32(data) & 0xFFFFFFFF
     return data[:-1] + _CRC_PREFIX + b"%08x" % crc + b'"}\n'
 

@@ -22,7 +22,7 @@ import apsw
 
 from .connection import transaction
 from .errors import CorruptError, mapped
-from .schema import FTS_DDL
+from .schema import FTS_DDL, FTS_LAYOUT
 
 FTS_TABLES = ("messages_fts", "messages_trigram")
 CANONICAL_TABLES = ("sessions", "messages", "spool_cursor", "applied_batches", "state_meta", "job_runs")
@@ -75,5 +75,6 @@ def rebuild(conn: apsw.Connection) -> dict[str, Any]:
     with transaction(conn):
         conn.execute(FTS_DDL)
         conn.execute("UPDATE state_meta SET value = '0' WHERE key = 'fts_indexed_upto'")
+        conn.execute("INSERT OR REPLACE INTO state_meta(key, value) VALUES ('fts_layout', ?)", (FTS_LAYOUT,))
         conn.execute("DELETE FROM state_meta WHERE key IN ('fts_state', 'fts_stale_reason')")
     return {"removed_by": removed, "needs_vacuum": removed == "writable_schema"}

@@ -16,7 +16,7 @@ from __future__ import annotations
 import apsw
 
 from .connection import transaction
-from .schema import SEARCH_TEXT_SQL, TRIGRAM_SCOPE_SQL, TRIGRAM_TEXT_SQL
+from .schema import FTS_LAYOUT, SEARCH_COLUMNS_SQL, TRIGRAM_SCOPE_SQL, TRIGRAM_TEXT_SQL, fts_layout
 
 #: Rows per indexing slice: big enough for bulk efficiency (+18 % at 500, +50 % at 5,000 vs
 #: per-row triggers), small enough to keep each write transaction short.
@@ -30,9 +30,13 @@ def indexed_upto(conn: apsw.Connection) -> int:
 
 
 def fts_state(conn: apsw.Connection) -> str:
-    """``ok``, or ``stale`` when the indexes were detached after damage (store.fts_repair)."""
+    """``ok``; ``stale`` when the indexes were detached after damage (store.fts_repair);
+    ``layout`` when they were built with another layout and the writer has not re-created
+    them yet (schema.ensure_fts_layout). Only ``ok`` indexes are read or written."""
     row = conn.execute("SELECT value FROM state_meta WHERE key = 'fts_state'").fetchone()
-    return row[0] if row else "ok"
+    if row and row[0] != "ok":
+        return row[0]
+    return "ok" if fts_layout(conn) == FTS_LAYOUT else "layout"
 
 
 def index_slice(conn: apsw.Connection, max_rows: int = DEFAULT_SLICE_ROWS) -> int:
@@ -48,7 +52,8 @@ def index_slice(conn: apsw.Connection, max_rows: int = DEFAULT_SLICE_ROWS) -> in
         if high is None:
             return 0
         conn.execute(
-            f"INSERT INTO messages_fts (rowid, text) SELECT m.id, {SEARCH_TEXT_SQL} "
+            f"INSERT INTO messages_fts (rowid, {', '.join(SEARCH_COLUMNS_SQL)}) "
+            f"SELECT m.id, {', '.join(SEARCH_COLUMNS_SQL.values())} "
             "FROM messages AS m WHERE m.id > ? AND m.id <= ? ORDER BY m.id", (low, high))
         count = conn.changes()
         conn.execute(

@@ -13,12 +13,17 @@ FTS5 syntax errors on input like ``#123``, ``src/main.py``, ``don't``, ``50%`` o
 Routing (``plan``), after the reference study §6: text with CJK characters (unicode61 keeps a
 CJK run as one token, so words inside it are not findable) or an explicit substring search
 goes to the trigram index when every term has ≥3 characters, else to a scan; everything else
-goes to the unicode61 word index.
+goes to the unicode61 word index. Rows outside an index are matched by ``matches`` with the
+index's own tokenizer and case folding (``textfold``), so indexed and unindexed rows agree.
 """
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass, field
+
+from . import textfold
+from .normalize import scrub
 
 _TOKEN = re.compile(r'"([^"]*)"?|(\S+)')
 _OPERATORS = frozenset({"AND", "OR", "NOT"})
@@ -46,8 +51,8 @@ class Term:
 class Plan:
     """How to run a query. ``kind``: ``fts`` | ``trigram`` | ``scan`` | ``none``.
     ``match`` is the MATCH expression (fts/trigram); ``groups`` are OR-alternatives, each an
-    AND-list of terms (for scanning rows the index does not cover); ``terms`` are lower-cased
-    words for snippets."""
+    AND-list of terms (for scanning rows the index does not cover); ``terms`` are folded
+    word tokens (``fts``) or folded substrings, for snippets."""
 
     kind: str
     match: str = ""
@@ -64,20 +69,32 @@ def has_cjk(text: str) -> bool:
     return bool(_CJK.search(text))
 
 
+def has_symbol(text: str) -> bool:
+    """True when ``text`` holds a non-ASCII symbol (Unicode category S*: emoji, arrows, …),
+    which the word index's tokenizer treats as a separator."""
+    return any(not c.isascii() and unicodedata.category(c)[0] == "S" for c in text)
+
+
+def needs_substring(text: str) -> bool:
+    """True when a term cannot be found through the word index: CJK (unicode61 keeps a CJK
+    run as one token) or a symbol such as an emoji (not a token at all)."""
+    return has_cjk(text) or has_symbol(text)
+
+
 def _parts(query: str) -> list[str | Term]:
     """Terms and operators of ``query``, with dangling operators already dropped."""
     parts: list[str | Term] = []
     for match in _TOKEN.finditer(query[:MAX_QUERY_CHARS]):
         phrase, word = match.group(1), match.group(2)
         if phrase is not None:
-            if _WORD.search(phrase):
+            if _WORD.search(phrase) or has_symbol(phrase):
                 parts.append(Term(" ".join(phrase.split())))
             continue
         if word in _OPERATORS:
             parts.append(word)
             continue
         body = word.rstrip("*")
-        if _WORD.search(body):
+        if _WORD.search(body) or has_symbol(body):
             parts.append(Term(body, prefix=word.endswith("*")))
     cleaned: list[str | Term] = []
     for part in parts:
@@ -116,30 +133,33 @@ def _groups(parts: list[str | Term]) -> list[list[Term]]:
 
 
 def terms(query: str) -> list[str]:
-    """Lower-cased word terms of ``query``, for scanning unindexed rows and making snippets."""
-    return [t.lower() for t in re.findall(r"\w+", query[:MAX_QUERY_CHARS]) if t not in _OPERATORS]
+    """Folded word tokens of ``query`` as the word index makes them (operators excluded)."""
+    return [t for p in _parts(scrub(query)) if isinstance(p, Term) and not p.negated
+            for t in textfold.word_tokens(p.text)]
 
 
 def plan(query: str, *, substring: bool = False) -> Plan:
-    """Decide how to run ``query`` (see the module doc). Never raises for any string."""
+    """Decide how to run ``query`` (see the module doc). Never raises for any string.
+    ``terms`` of the plan are what a snippet highlights: folded word tokens (``fts``) or
+    folded substrings (``trigram``/``scan``) of the positive terms."""
+    query = scrub(query)
     parts = _parts(query)
     groups = _groups(parts)
-    words = terms(query)
     if not groups:
         return Plan("none")
     texts = [p.text for p in parts if isinstance(p, Term)]
-    if substring or any(has_cjk(t) for t in texts):
+    positive = [t.text for g in groups for t in g if not t.negated]
+    if substring or any(needs_substring(t) for t in texts):
+        folded = list(dict.fromkeys(textfold.fold(t) for t in positive))
         if all(len(t) >= TRIGRAM_MIN_CHARS for t in texts):
-            return Plan("trigram", _expression(parts, prefixes=False), groups, [t.lower() for t in texts])
-        return Plan("scan", "", groups, [t.lower() for t in texts])
+            return Plan("trigram", _expression(parts, prefixes=False), groups, folded)
+        return Plan("scan", "", groups, folded)
+    words = list(dict.fromkeys(w for t in positive for w in textfold.word_tokens(t)))
     return Plan("fts", _expression(parts, prefixes=True), groups, words)
 
 
-_WORDS = re.compile(r"\w+")
-
-
 def _has_phrase(tokens: list[str], term: Term) -> bool:
-    want = [w.lower() for w in _WORDS.findall(term.text)]
+    want = textfold.word_tokens(term.text)
     if not want:
         return False
     n = len(want)
@@ -150,14 +170,16 @@ def _has_phrase(tokens: list[str], term: Term) -> bool:
     return False
 
 
-def matches(p: Plan, text: str) -> bool:
-    """Whether ``text`` satisfies plan ``p`` the way its index would (words and phrases for
-    ``fts``; case-insensitive substrings for ``trigram``/``scan``). Used for rows the index
-    does not cover yet."""
+def matches(p: Plan, text: str | list[str]) -> bool:
+    """Whether a row satisfies plan ``p`` the way its index would (words and phrases for
+    ``fts``; case-folded substrings for ``trigram``/``scan``). ``text`` is the row's text, or
+    its index columns' texts: a term holds when one column holds it (FTS5 matches a phrase
+    within one column, never across two). Used for rows the index does not cover."""
     if p.kind == "none":
         return False
+    texts = [text] if isinstance(text, str) else [t for t in text if t]
     if p.kind == "fts":
-        tokens = [w.lower() for w in _WORDS.findall(text)]
-        return any(all(_has_phrase(tokens, t) != t.negated for t in g) for g in p.groups)
-    low = text.lower()
-    return any(all((t.text.lower() in low) != t.negated for t in g) for g in p.groups)
+        tokens = [textfold.word_tokens(t) for t in texts]
+        return any(all(any(_has_phrase(tk, t) for tk in tokens) != t.negated for t in g) for g in p.groups)
+    low = [textfold.fold(t) for t in texts]
+    return any(all(any(textfold.fold(t.text) in lt for lt in low) != t.negated for t in g) for g in p.groups)

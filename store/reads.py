@@ -156,11 +156,15 @@ class Reader:
                role: str | None = None, source: str | None = None, projection: str = "display",
                **filters: Any) -> list[dict[str, Any]]:
         """Messages matching ``text``, newest first (``search.search``: hits carry
-        session_id, message_id, role, state, snippet, ts, title, before, after). Extra filters:
-        since, until, substring, context."""
+        session_id, message_id, role, state, ts, title, matched_in, snippet, highlights, before,
+        after). Extra filters: since, until, substring, context, kinds."""
         with self.snapshot() as conn:
             return search_mod.search(conn, text, limit=limit, session_id=session_id, role=role,
                                      source=source, projection=projection, **filters)
+
+    def search_route(self, text: str, *, substring: bool = False, kinds: list[str] | None = None) -> dict[str, Any]:
+        """How ``text`` will be searched (``search.route``): route, narrower, note."""
+        return search_mod.route(text, substring=substring, kinds=kinds)
 
     @_retry_io
     def job_runs(self, *, job: str | None = None, limit: int = 20) -> list[dict[str, Any]]:

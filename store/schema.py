@@ -29,7 +29,7 @@ SCHEMA_VERSION = 2
 #: The search indexes: derived data, rebuilt from ``messages`` when damaged (fts_repair.py).
 FTS_DDL = """
 CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5(
-    text, content='', contentless_delete=1, tokenize='unicode61 remove_diacritics 2'
+    content, tools, reasoning, content='', contentless_delete=1, tokenize='unicode61 remove_diacritics 2'
 );
 
 CREATE VIRTUAL TABLE IF NOT EXISTS messages_trigram USING fts5(
@@ -146,14 +146,31 @@ TRIGRAM_SCOPE_SQL = (f"m.role IN {TRIGRAM_ROLES!r} AND m.content IS NOT NULL AND
 #: SQL expression: the trigram-indexed text of a row aliased ``m``.
 TRIGRAM_TEXT_SQL = f"substr(m.content, 1, {TRIGRAM_PREFIX_CHARS})"
 
-#: SQL expression giving the searchable text of a message row aliased ``m``: its text content
-#: plus the names and arguments of its tool calls (so a command an agent ran is findable).
-SEARCH_TEXT_SQL = """
-coalesce(m.content, '') || coalesce((
-    SELECT ' ' || group_concat(coalesce(json_extract(t.value, '$.function.name'), '') || ' '
-                              || coalesce(json_extract(t.value, '$.function.arguments'), ''), ' ')
-    FROM json_each(CASE WHEN json_valid(m.tool_calls) THEN m.tool_calls ELSE '[]' END) AS t), '')
-"""
+#: The word index's columns (``messages_fts``), each an SQL expression over a row aliased ``m``:
+#: * ``content`` – the message text;
+#: * ``tools`` – the tool calls as text: every string and number in ``tool_calls`` (names
+#:   and arguments, not the call ids/types), with a string that is itself a JSON object or
+#:   array (OpenAI's ``arguments``) decoded once more, so words after an escaped newline or
+#:   tab or inside escaped quotes are words (issue 12 B1), not ``nsecondword``;
+#: * ``reasoning`` – reasoning/thinking text (issue 12 B2).
+#: The search kinds (``text``/``tool``/``reasoning``) select these columns.
+SEARCH_COLUMNS_SQL: dict[str, str] = {
+    "content": "m.content",
+    "tools": """(
+    SELECT group_concat(CASE WHEN j.type = 'text' AND json_valid(j.atom) AND json_type(j.atom) IN ('object', 'array')
+        THEN (SELECT group_concat(k.atom, ' ') FROM json_tree(j.atom) AS k WHERE k.type IN ('text', 'integer', 'real'))
+        ELSE j.atom END, ' ')
+    FROM json_tree(CASE WHEN json_valid(m.tool_calls) THEN m.tool_calls ELSE '[]' END) AS j
+    WHERE j.type IN ('text', 'integer', 'real') AND NOT (j.key IN ('id', 'type') AND instr(j.path, '.') = 0))""",
+    "reasoning": "m.reasoning",
+}
+#: Search kind (API/CLI) → word-index column.
+KIND_COLUMNS = {"text": "content", "tool": "tools", "reasoning": "reasoning"}
+#: Version of the index layout (columns, tokenizers, the expressions above). The indexes are
+#: derived data: a store whose ``state_meta['fts_layout']`` differs is re-indexed from
+#: ``messages`` when the writer opens it (``ensure_fts_layout``), and readers treat its
+#: indexes as stale until then. Independent of ``SCHEMA_VERSION`` (no canonical row changes).
+FTS_LAYOUT = "2"
 
 
 def create(conn: apsw.Connection) -> None:
@@ -166,11 +183,13 @@ def create(conn: apsw.Connection) -> None:
     if version > SCHEMA_VERSION:
         raise RuntimeError(f"state.db has schema v{version}; this Quill knows up to v{SCHEMA_VERSION}")
     if version == SCHEMA_VERSION:
+        ensure_fts_layout(conn)
         return
     conn.execute("BEGIN IMMEDIATE")
     try:
         if version == 0:
             conn.execute(DDL)
+            conn.execute("INSERT OR REPLACE INTO state_meta(key, value) VALUES ('fts_layout', ?)", (FTS_LAYOUT,))
         else:
             for step in range(version, SCHEMA_VERSION):
                 conn.execute(MIGRATIONS[step])
@@ -180,3 +199,30 @@ def create(conn: apsw.Connection) -> None:
     except BaseException:
         conn.execute("ROLLBACK")
         raise
+    ensure_fts_layout(conn)  # a migrated store keeps its old indexes until re-created here
+
+
+def fts_layout(conn: apsw.Connection) -> str | None:
+    """The index layout a store's FTS tables were built with (None: before layouts were named)."""
+    row = conn.execute("SELECT value FROM state_meta WHERE key = 'fts_layout'").fetchone()
+    return row[0] if row else None
+
+
+def ensure_fts_layout(conn: apsw.Connection) -> bool:
+    """Re-create the FTS tables empty (watermark 0) when they were built with another layout;
+    the writer's indexer then refills them and search scans the unindexed rows meanwhile.
+    Returns True when it re-created them. Writer connections only."""
+    if fts_layout(conn) == FTS_LAYOUT:
+        return False
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute("DROP TABLE IF EXISTS messages_fts")
+        conn.execute("DROP TABLE IF EXISTS messages_trigram")
+        conn.execute(FTS_DDL)
+        conn.execute("UPDATE state_meta SET value = '0' WHERE key = 'fts_indexed_upto'")
+        conn.execute("INSERT OR REPLACE INTO state_meta(key, value) VALUES ('fts_layout', ?)", (FTS_LAYOUT,))
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return True

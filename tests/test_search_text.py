@@ -1,0 +1,370 @@
+"""Search without blind spots (issue 12 part B): tool-call arguments and reasoning as text,
+FTS5-consistent case folding, emoji, lone surrogates, any query bytes, snippets on the match,
+bounded context, routes said out loud. Real SQLite files through the real spool."""
+from __future__ import annotations
+
+import json
+import subprocess
+
+import apsw
+import pytest
+
+from quill.spool import Spool
+from quill.store import hits as hits_mod
+from quill.store import query, search as search_mod, textfold
+
+from conftest import CORPUS, quill_env, REPO, QuillCLI
+from semantics_helpers import Store, assistant, tool, user
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = Store(tmp_path)
+    yield s
+    s.close()
+
+
+def _call(call_id: str, name: str, args: object) -> dict:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}
+
+
+ISSUE_ARGS = json.dumps({"new_string": "first line\nsecondword here\tthirdword \"quotedword\" plainword"})
+
+
+# -- B1: tool-call arguments are text ------------------------------------------------------------
+
+@pytest.mark.parametrize("indexed", [False, True])
+def test_tool_call_argument_words_after_escapes_are_found(store, indexed):
+    store.apply("messages.append", {"session_id": "s", "messages": [
+        user("edit the file"), assistant(None, tool_calls=[_call("c1", "edit", ISSUE_ARGS)]),
+        tool("c1", "ok", name="edit")]})
+    if indexed:
+        store.index()
+    with store.reader() as r:
+        for word in ("first", "secondword", "thirdword", "quotedword", "plainword", "edit"):
+            got = r.search(word, kinds=["tool"])
+            assert [h["role"] for h in got] == ["assistant"], word
+            assert got[0]["matched_in"] == "tool"
+        assert r.search("nsecondword") == [] and r.search("tthirdword") == []
+        assert r.search("secondword", kinds=["text"]) == []
+        assert r.search("c1") == [] and r.search("function") == []  # call ids/types are not text
+        assert len(r.search('"secondword here"')) == 1  # a phrase inside an argument
+
+
+@pytest.mark.parametrize("indexed", [False, True])
+def test_arguments_given_as_objects_nested_or_not_json_are_text_too(store, indexed):
+    calls = [_call("c1", "bash", {"cmd": "ls\nzebraword", "opts": {"deep": ["alpha\tomegaword", 4711]}}),
+             _call("c2", "note", "plain\ntext argument with yakword")]
+    store.apply("messages.append", {"session_id": "s", "messages": [assistant("calling", tool_calls=calls)]})
+    if indexed:
+        store.index()
+    with store.reader() as r:
+        for word in ("zebraword", "omegaword", "4711", "yakword", "bash", "note"):
+            assert len(r.search(word, kinds=["tool"])) == 1, word
+
+
+def _argument_words(tool_calls_json: str) -> set[str]:
+    """Every word of every string/number inside each call's name and arguments, decoded the
+    way a reader of the transcript decodes them (json.loads, in Python), tokenised by the
+    index's own tokenizer."""
+    found: set[str] = set()
+
+    def walk(v: object) -> None:
+        if isinstance(v, str):
+            try:
+                inner = json.loads(v)
+            except ValueError:
+                inner = None
+            if isinstance(inner, (dict, list)):
+                walk(inner)
+            else:
+                found.update(textfold.word_tokens(v))
+        elif isinstance(v, bool) or v is None:
+            return
+        elif isinstance(v, (int, float)):
+            found.update(textfold.word_tokens(json.dumps(v)))
+        elif isinstance(v, list):
+            for x in v:
+                walk(x)
+        elif isinstance(v, dict):
+            for x in v.values():
+                walk(x)
+
+    for c in json.loads(tool_calls_json):
+        fn = c.get("function", c)
+        walk(fn.get("name"))
+        walk(fn.get("arguments", fn.get("input")))
+    return found
+
+
+@pytest.mark.skipif(not CORPUS.exists(), reason="../shared/corpus not present")
+def test_every_word_of_every_tool_call_argument_in_the_corpus_is_found(store):
+    from quill.ops.importers import iter_transcript_files, parse_file
+    for p in iter_transcript_files([CORPUS]):
+        parsed = parse_file(p)
+        for s in parsed.sessions:
+            store.spool.append("messages.append", {"session_id": s.session["session_id"], "messages": s.messages})
+    store.drain()
+    store.index()
+    rows = store.conn.execute("SELECT id, tool_calls FROM messages WHERE tool_calls IS NOT NULL").fetchall()
+    assert len(rows) > 100
+    checked = 0
+    for mid, calls in rows:
+        words = sorted(_argument_words(calls))
+        for i in range(0, len(words), 200):
+            chunk = words[i:i + 200]
+            expr = "{tools} : (" + " AND ".join('"' + w.replace('"', '""') + '"' for w in chunk) + ")"
+            got = store.conn.execute("SELECT count(*) FROM messages_fts WHERE messages_fts MATCH ? AND rowid = ?",
+                                     (expr, mid)).fetchone()[0]
+            if got != 1:
+                missing = [w for w in chunk if not store.conn.execute(
+                    "SELECT 1 FROM messages_fts WHERE messages_fts MATCH ? AND rowid = ?",
+                    ('{tools} : "' + w.replace('"', '""') + '"', mid)).fetchone()]
+                raise AssertionError(f"message {mid}: words not found {missing[:20]}")
+        checked += len(words)
+    assert checked > 1000
+    # And through the public API, for the words the raw-JSON index used to miss: the first
+    # word of each line after the first (in the JSON text it follows an escaped \n).
+    tried = 0
+    with store.reader() as r:
+        for mid, sid, calls in store.conn.execute(
+                "SELECT id, session_id, tool_calls FROM messages WHERE tool_calls LIKE '%\\n%' LIMIT 40").fetchall():
+            for c in json.loads(calls):
+                args = c.get("function", {}).get("arguments")
+                values = json.loads(args).values() if isinstance(args, str) and args.startswith("{") else []
+                for v in values:
+                    for line in str(v).split("\n")[1:3]:
+                        word = next(iter(textfold.word_tokens(line)), None)
+                        if word:
+                            tried += 1
+                            got = r.search(f'"{word}"', limit=10_000, session_id=sid, kinds=["tool"],
+                                           projection="audit", context=False)
+                            assert mid in {h["message_id"] for h in got}, (mid, word)
+    assert tried > 20
+
+
+# -- B2: reasoning -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("indexed", [False, True])
+def test_reasoning_is_searchable_and_filterable(store, indexed):
+    store.apply("messages.append", {"session_id": "s", "messages": [
+        user("question about zebras"), assistant("the answer", reasoning="I ponder quaggas and zebras deeply")]})
+    if indexed:
+        store.index()
+    with store.reader() as r:
+        got = r.search("quaggas")
+        assert [(h["role"], h["matched_in"]) for h in got] == [("assistant", "reasoning")]
+        assert "quaggas" in got[0]["snippet"]
+        assert r.search("quaggas", kinds=["text", "tool"]) == []
+        assert [h["role"] for h in r.search("zebras", kinds=["reasoning"])] == ["assistant"]
+        assert [h["role"] for h in r.search("zebras", kinds=["text"])] == ["user"]
+        assert len(r.search("zebras")) == 2
+        with pytest.raises(ValueError):
+            r.search("zebras", kinds=["thoughts"])
+
+
+# -- B3: case folding and emoji ----------------------------------------------------------------
+
+def test_fold_agrees_with_fts5_for_every_code_point():
+    conn = apsw.Connection(":memory:")
+    tok = conn.fts5_tokenizer("trigram", ["case_sensitive", "0"])
+    step = 20_000
+    for lo in range(0, 0x110000, step):
+        chars = [chr(c) for c in range(lo, min(lo + step, 0x110000)) if not 0xD800 <= c < 0xE000]
+        data = "".join(c * 3 for c in chars).encode("utf-8")
+        folded = {s: t[0] for s, _e, t, *_ in tok(data, apsw.FTS5_TOKENIZE_DOCUMENT, None)}
+        offset = 0
+        for c in chars:
+            want = folded.get(offset, c)
+            assert textfold.fold(c) == want, (hex(ord(c)), want)
+            offset += 3 * len(c.encode("utf-8"))
+
+
+SCRIPTS = ["ЁЖик ёлка", "Äger ärger", "ΟΔΟΣ οδός", "Ǆemal", "ՀԱՅ", "Ａｂｃ", "𐐀𐐨x", "ſtraße STRASSE"]
+
+
+@pytest.mark.parametrize("indexed", [False, True])
+def test_short_and_long_non_ascii_substrings_fold_alike_everywhere(store, indexed):
+    store.apply("messages.append", {"session_id": "s", "messages": [user(t) for t in SCRIPTS]})
+    if indexed:
+        store.index()
+    with store.reader() as r:
+        for text in SCRIPTS:
+            word = text.split()[0]
+            for n in (2, 3):
+                piece = word[:n]
+                for variant in {piece, piece.lower(), piece.upper(), textfold.fold(piece)}:
+                    if len(variant) != len(piece):
+                        continue  # upper("ß") is "SS": a different string, not a fold of it
+                    got = {h["message_id"] for h in r.search(variant, substring=True)}
+                    want = {h["message_id"] for h in r.search(variant, substring=True, projection="audit")
+                            if textfold.fold(variant) in textfold.fold(h["snippet"])}
+                    assert got and got == want, (text, variant)
+        assert len(r.search("ЁЖ", substring=True)) == 1 and len(r.search("ёж", substring=True)) == 1
+        assert len(r.search("äG", substring=True)) == 1
+
+
+@pytest.mark.parametrize("indexed", [False, True])
+def test_emoji_queries_find_messages_that_contain_them(store, indexed):
+    store.apply("messages.append", {"session_id": "s", "messages": [
+        user("ship it 🚀 today"), assistant("party 🎉🎉🎉 time"), tool("c", "done ✅", name="bash")]})
+    if indexed:
+        store.index()
+    with store.reader() as r:
+        assert [h["role"] for h in r.search("🚀")] == ["user"]
+        assert [h["role"] for h in r.search("✅")] == ["tool"]
+        assert [h["role"] for h in r.search("🎉🎉🎉")] == ["assistant"]
+        assert [h["role"] for h in r.search("🎉")] == ["assistant"]
+        assert r.search("🛸") == []
+        hit = r.search("🚀")[0]
+        assert [hit["snippet"][a:b] for a, b in hit["highlights"]] == ["🚀"]
+
+
+# -- B4: lone surrogates at the producer ---------------------------------------------------------
+
+def test_lone_surrogates_become_the_replacement_character_at_the_producer(store):
+    store.apply("messages.append", {"session_id": "s", "messages": [user("caf\udce9 is it? \ud83d")]})
+    raw = b"".join(p.read_bytes() for p in sorted((store.root / "spool").glob("*.jsonl")))
+    assert "caf\ufffd is it? \ufffd".encode() in raw
+    assert b"caf?" not in raw
+    content = store.conn.execute("SELECT content FROM messages").fetchone()[0]
+    assert content == "caf\ufffd is it? \ufffd"
+
+
+def test_surrogates_in_keys_and_nested_values_are_replaced_too(tmp_path):
+    sp = Spool(tmp_path / "spool")
+    sp.append("messages.append", {"session_id": "s", "messages": [
+        {"role": "user", "content": "x", "extra": {"k\udc80": ["v\udfff"]}}]})
+    raw = b"".join(p.read_bytes() for p in (tmp_path / "spool").glob("*.jsonl"))
+    assert b"?" not in raw and "k\ufffd".encode() in raw and "v\ufffd".encode() in raw
+
+
+# -- B5: any query bytes -----------------------------------------------------------------------
+
+def test_any_query_string_is_valid_at_the_api(store):
+    store.apply("messages.append", {"session_id": "s\ufffd", "messages": [user("caf\udce9 menu")]})
+    store.index()
+    with store.reader() as r:
+        assert len(r.search("caf\udce9")) == 1
+        assert r.search("caf\udce9", session_id="s\udce9", source="\udcff") == []
+        assert len(r.search("caf\udce9", session_id="s\udce9")) == 1
+        assert search_mod.route("\udce9\udce9", substring=True)["route"] == "scan"
+
+
+def test_search_with_latin1_bytes_on_the_command_line(tmp_path):
+    home = tmp_path / "home"
+    s = Store(home)
+    s.apply("messages.append", {"session_id": "s", "messages": [user("caf\ufffd au lait"), user("plain")]})
+    s.index()
+    s.close()
+    cli = QuillCLI(home)
+    for args in ([b"search", b"caf\xe9"], [b"search", b"caf\xe9", b"--json"], [b"search", b"\xff\xfe", b"--substring"],
+                 [b"search", b"x", b"--session", b"\xe9"], [b"sessions", b"show", b"\xe9"]):
+        proc = subprocess.run([a.encode() if isinstance(a, str) else a for a in cli.argv()] + args,
+                              capture_output=True, env=quill_env(home), cwd=REPO, timeout=120)
+        assert b"Traceback" not in proc.stderr, proc.stderr.decode(errors="replace")
+        assert b"not valid UTF-8" in proc.stderr, args
+        assert proc.returncode in (0, 3), (args, proc.returncode)
+        if args[-1] == b"--json":
+            assert [h["snippet"] for h in json.loads(proc.stdout)] == ["caf\ufffd au lait"]
+
+
+# -- B6: snippets on the match -----------------------------------------------------------------
+
+@pytest.mark.parametrize("indexed", [False, True])
+def test_snippets_contain_and_highlight_the_matched_words(store, indexed):
+    filler = "lorem ipsum dolor " * 40
+    msgs = [user(filler + "then path.join(a, b) appears " + filler),
+            assistant("I will run it", tool_calls=[_call("c1", "bash", json.dumps(
+                {"cmd": filler + "node -e 'path.join(x)'"}))]),
+            tool("c1", filler * 3 + "\n\tError at PATH.JOIN(y)\n" + filler, name="bash"),
+            assistant("Pensé en café", reasoning=filler + "the JOIN of path segments")]
+    store.apply("messages.append", {"session_id": "s", "messages": msgs})
+    if indexed:
+        store.index()
+    with store.reader() as r:
+        got = r.search("path.join(")
+        assert len(got) == 3
+        for h in got:
+            marked = [h["snippet"][a:b].lower() for a, b in h["highlights"]]
+            assert "path" in marked and "join" in marked, h
+            assert len(h["snippet"]) <= hits_mod.SNIPPET_CHARS + 2
+        assert {h["matched_in"] for h in got} == {"text", "tool"}
+        cafe = r.search("cafe")[0]  # diacritics folded as the index folds them
+        assert [cafe["snippet"][a:b] for a, b in cafe["highlights"]] == ["café"]
+
+
+def test_excerpt_centres_the_first_match():
+    text = "a" * 1000 + " needle " + "b" * 1000
+    snip, marks = hits_mod.excerpt(text, hits_mod.match_spans(text, "fts", ["needle"]))
+    (a, b), = marks
+    assert snip[a:b] == "needle"
+    assert abs(a - (len(snip) - b)) <= 4  # as much before the match as after it
+
+
+# -- B7: bounded context -----------------------------------------------------------------------
+
+def test_context_neighbours_are_cut_to_a_bounded_preview(store):
+    big = "x" * 3_000_000
+    store.apply("messages.append", {"session_id": "s", "messages": [
+        user("run it"), assistant("running needleword", tool_calls=[_call("c1", "bash", json.dumps({"cmd": big}))]),
+        tool("c1", big, name="bash"), assistant("done")]})
+    store.index()
+    with store.reader() as r:
+        hit, = r.search("needleword")
+    size = len(json.dumps(hit, ensure_ascii=False))
+    assert size < 4000, size
+    assert hit["after"]["cut"] == {"content": 3_000_000}
+    assert hit["after"]["content"].startswith("xxx") and len(hit["after"]["content"]) <= hits_mod.PREVIEW_CHARS + 1
+    assert hit["before"]["content"] == "run it" and "cut" not in hit["before"]
+
+
+# -- B8: routes are said -----------------------------------------------------------------------
+
+def test_route_says_when_a_query_goes_to_a_narrower_index():
+    assert search_mod.route("hello world") == {"route": "fts", "narrower": False, "note": None}
+    short = search_mod.route("数据")
+    assert short["route"] == "scan" and short["narrower"] and "'数据'" in short["note"]
+    assert str(search_mod.SCAN_MAX_ROWS) in short["note"]
+    tri = search_mod.route("数据库")
+    assert tri["route"] == "trigram" and tri["narrower"] and "user and assistant" in tri["note"]
+    assert search_mod.route("ab", substring=True)["route"] == "scan"
+    assert search_mod.route("🚀")["route"] == "scan"
+    assert query.plan("!!! ***").kind == "none"
+
+
+def test_cli_prints_the_route_note_on_stderr(tmp_path):
+    home = tmp_path / "home"
+    s = Store(home)
+    s.apply("messages.append", {"session_id": "s", "messages": [user("数据库 ready")]})
+    s.close()
+    cli = QuillCLI(home)
+    proc = cli.run("search", "数据", "--json")
+    assert "scan of the newest" in proc.stderr
+    assert [h["snippet"] for h in json.loads(proc.stdout)] == ["数据库 ready"]
+    assert "scan" not in cli.run("search", "ready").stderr
+
+
+def test_a_store_indexed_with_the_old_layout_is_re_indexed_on_open(tmp_path):
+    from quill.store import open_writer
+    s = Store(tmp_path)
+    s.apply("messages.append", {"session_id": "s", "messages": [
+        assistant(None, tool_calls=[_call("c1", "edit", ISSUE_ARGS)])]})
+    s.index()
+    # What a store indexed before layouts were named looks like: one raw-JSON text column.
+    s.conn.execute("DROP TABLE messages_fts; CREATE VIRTUAL TABLE messages_fts USING fts5(text, content='', "
+                   "contentless_delete=1, tokenize='unicode61 remove_diacritics 2'); "
+                   "DELETE FROM state_meta WHERE key = 'fts_layout'")
+    with s.reader() as r:
+        assert r.search_health()["fts_state"] == "layout"
+        assert len(r.search("secondword")) == 1  # not indexed in this layout: found by the tail scan
+    s.conn.close()
+    s.conn = open_writer(tmp_path / "state.db")
+    cols = [row[1] for row in s.conn.execute("PRAGMA table_info(messages_fts)")]
+    assert cols == ["content", "tools", "reasoning"]
+    assert s.conn.execute("SELECT value FROM state_meta WHERE key = 'fts_indexed_upto'").fetchone()[0] == "0"
+    s.index()
+    with s.reader() as r:
+        assert r.search_health()["fts_state"] == "ok"
+        assert len(r.search("secondword")) == 1
+    s.close()

@@ -73,6 +73,11 @@ def _filters(projection: str, session_id: str | None, role: str | None, source: 
     return " AND ".join(conds), args
 
 
+def _escape_like(text: str) -> str:
+    """``text`` as a literal inside ``LIKE … ESCAPE '\\'`` (used by the PostgreSQL backend)."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
 def _tail(conn: apsw.Connection, plan: query.Plan, upto: int, cond: str, args: list[Any],
           kinds: tuple[str, ...]) -> list[tuple]:
     # Bounded newest-first: after an index rebuild the unindexed tail can be the whole store.

@@ -346,7 +346,6 @@ def test_cli_prints_the_route_note_on_stderr(tmp_path):
 
 
 def test_a_store_indexed_with_the_old_layout_is_re_indexed_on_open(tmp_path):
-    from quill.store import open_writer
     s = Store(tmp_path)
     s.apply("messages.append", {"session_id": "s", "messages": [
         assistant(None, tool_calls=[_call("c1", "edit", ISSUE_ARGS)])]})
@@ -358,8 +357,8 @@ def test_a_store_indexed_with_the_old_layout_is_re_indexed_on_open(tmp_path):
     with s.reader() as r:
         assert r.search_health()["fts_state"] == "layout"
         assert len(r.search("secondword")) == 1  # not indexed in this layout: found by the tail scan
-    s.conn.close()
-    s.conn = open_writer(tmp_path / "state.db")
+    s.close()
+    s = Store(tmp_path)  # opens the writer connection again
     cols = [row[1] for row in s.conn.execute("PRAGMA table_info(messages_fts)")]
     assert cols == ["content", "tools", "reasoning"]
     assert s.conn.execute("SELECT value FROM state_meta WHERE key = 'fts_indexed_upto'").fetchone()[0] == "0"

@@ -19,9 +19,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from .. import hits as hits_mod
 from .. import projections, query
 from ..schema import TRIGRAM_PREFIX_CHARS
-from ..search import SCAN_MAX_ROWS, _escape_like, _filters, snippet
+from ..search import KINDS, SCAN_MAX_ROWS, _escape_like, _filters, _kinds
 from .connection import PgConnection
 from .schema import TRIGRAM_SCOPE
 
@@ -83,10 +84,14 @@ def _indexed(conn: PgConnection, plan: query.Plan, cond: str, args: list[Any], b
 def search(conn: PgConnection, text: str, *, limit: int = 20, session_id: str | None = None,
            role: str | None = None, source: str | None = None, projection: str = "display",
            since: float | None = None, until: float | None = None, substring: bool = False,
-           context: bool = True) -> list[dict[str, Any]]:
+           context: bool = True, kinds: list[str] | None = None) -> list[dict[str, Any]]:
     """Messages matching ``text``, newest first, at most ``limit`` — the contract of
     ``store.search.search`` (hit keys, filters, projections, context). Raises ``ValueError``
-    for an unknown projection; any query string is accepted."""
+    for an unknown projection or kind, and for ``kinds`` narrower than all: this index has
+    one document per message (text and tool calls, no reasoning) — not yet split by kind.
+    Any query string is accepted."""
+    if _kinds(kinds) != KINDS:
+        raise ValueError("search kinds are not supported on the PostgreSQL store yet")
     plan = query.plan(text, substring=substring)
     if plan.kind == "none" or limit <= 0:
         return []
@@ -114,9 +119,14 @@ def search(conn: PgConnection, text: str, *, limit: int = 20, session_id: str | 
         below = found[-1][0]
     out = []
     for r in hits:
+        text_of = r[3] or r[4] or ""
+        spans = hits_mod.match_spans(text_of, "fts" if plan.kind == "fts" else "substring", plan.terms)
+        snip, marks = hits_mod.excerpt(text_of, spans)
         hit = {"session_id": r[1], "message_id": r[0], "role": r[2], "state": r[7], "ts": r[5], "title": r[6],
-               "snippet": snippet(r[3] or r[4] or "", plan.terms)}
+               "matched_in": "text" if r[3] else "tool", "snippet": snip, "highlights": marks}
         if context:
-            hit["before"], hit["after"] = projections.neighbors(conn, r[1], projection, r[0])
+            before, after = projections.neighbors(conn, r[1], projection, r[0])
+            hit["before"] = None if before is None else hits_mod.preview(before)
+            hit["after"] = None if after is None else hits_mod.preview(after)
         out.append(hit)
     return out

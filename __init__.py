@@ -21,7 +21,7 @@ _LAZY: dict[str, str] = {
     "Outcome": "quill.ops.client:Outcome",
     "Ack": "quill.spool.producer:Ack",
     **{name: f"quill.ops.errors:{name}" for name in (
-        "QuillError", "InvalidInputError", "NotFoundError", "WaitTimeoutError", "SpoolFullError",
+        "QuillError", "InvalidInputError", "NotFoundError", "WaitTimeoutError", "QuarantinedError", "SpoolFullError",
         "StoreBusyError", "StoreDamagedError", "StorageError")},
 }
 

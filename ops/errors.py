@@ -7,6 +7,7 @@ of its kind, so ``quill.Client`` users and ``quill`` command users see the same 
     ├── InvalidInputError           exit 2  bad argument, op or message: nothing was appended
     ├── NotFoundError               exit 3  no such session / job / schedule (or no store yet)
     ├── WaitTimeoutError            exit 4  the writer did not deal with a batch in time
+    ├── QuarantinedError            exit 1  the writer refused a batch (``reason``); it is kept
     ├── SpoolFullError              exit 1  the disk holding the spool is full: nothing partial
     ├── StoreBusyError              exit 1  the store is locked right now: retry
     ├── StoreDamagedError           exit 1  corruption found: the writer halts, `quill recover`
@@ -88,6 +89,21 @@ class WaitTimeoutError(QuillError, TimeoutError):
     kind = "timeout"
     exit_code = Exit.TIMEOUT
     default_hint = "is `quill run` running? the batch is durable and is applied when the writer gets to it"
+
+
+class QuarantinedError(QuillError):
+    """The writer refused a batch: it broke a rule only the store can check (``reason``, e.g.
+    ``duplicate-tool-result``, ``stale-head``; docs/ops.md). Nothing of it was applied; the
+    record is kept in the spool's quarantine. Raised by callers that need the batch applied
+    (``Client.wait`` itself returns an ``Outcome`` instead)."""
+
+    kind = "quarantined"
+    default_hint = "fix what the reason names and send the batch again; `quill spool status` counts quarantined records"
+
+    def __init__(self, message: str, *, reason: str, detail: str = "", hint: str | None = None):
+        super().__init__(message, hint=hint)
+        self.reason = reason
+        self.detail = detail
 
 
 class SpoolFullError(QuillError):

@@ -1,0 +1,179 @@
+"""The OpenAI Agents SDK session protocol on Quill: swap ``SQLiteSession`` for ``QuillSession``.
+
+::
+
+    from quill.integrations.openai_agents import QuillSession
+    result = await Runner.run(agent, "hi", session=QuillSession("conversation-1"))
+
+Each SDK item becomes one Quill message (so search, the display view and maintenance work on
+it): role, text and tool columns are derived from the item — ``function_call`` → an assistant
+message with one tool call, ``function_call_output`` → a ``tool`` message, ``reasoning`` → an
+assistant message whose ``reasoning`` is the summary — and the item itself is kept verbatim in
+the message's ``openai_agents_item`` field, which is what ``get_items`` returns. Item ids are
+*not* used as Quill message ids: the SDK reuses them (``assistant_message()``'s
+``"scripted-message"``). Items other producers wrote in chat shape are converted back.
+
+Contract (the SDK's ``memory/session.py`` docstrings):
+
+* ``add_items(items)`` is one ``messages.append`` op — one batch, all or nothing, in the
+  caller's order — and returns once the writer applied it (read-your-writes: the next
+  ``get_items``, in any process, sees it). Needs a running fleet (``quill run``); after
+  ``wait_timeout`` seconds it raises ``quill.WaitTimeoutError`` (the batch is durable and is
+  applied later). A refused batch raises ``quill.QuarantinedError`` with the reason.
+* ``get_items(limit)`` returns the latest ``limit`` live items oldest first (``None``: the
+  session settings' limit, else all). A limit ≤ 0 returns ``[]`` (like the SDK's Redis session
+  and ``SimpleListSession``).
+* ``pop_item()`` never deletes: the newest live item is *rewound* (kept for audit, search
+  with ``--audit``) by a ``messages.replace`` guarded by ``expect_head_id``, so two concurrent
+  pops never return the same item (the loser's op is refused — ``stale-head`` / ``not-live``,
+  kept in the quarantine — and it looks again).
+* ``clear_session()`` never deletes: every live item is rewound; the session id stays, and
+  the next ``add_items`` continues it as a fresh conversation. The SDK's compaction wrapper
+  (``clear_session`` + ``add_items(compacted)``) is recorded as a rewind plus new items.
+
+Two SDK runs on one session at once interleave at batch granularity (the SDK reads history
+once per run); Quill keeps both runs' batches whole and ordered.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from agents.memory.session_settings import SessionSettings, resolve_session_limit
+
+from quill.ops.aclient import AsyncClient
+from quill.ops.errors import NotFoundError, QuarantinedError
+
+#: The message field that keeps the SDK item verbatim.
+ITEM_FIELD = "openai_agents_item"
+#: ``pop_item`` retries this many times when another pop (or append) moved the head first.
+POP_ATTEMPTS = 20
+#: Refusals that mean another producer changed the session between our read and our op (a
+#: concurrent pop rewound the head: ``not-live``; something was appended: ``stale-head``).
+#: The refused op is quarantined (kept, never applied) and the pop looks again.
+_MOVED = ("stale-head", "not-live")
+
+
+def _text(parts: Any) -> str | None:
+    if isinstance(parts, list):
+        texts = [p.get("text") for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str)]
+        return "\n".join(texts) if texts else None
+    return parts if isinstance(parts, str) else None
+
+
+def item_to_message(item: dict[str, Any]) -> dict[str, Any]:
+    """One SDK item (``TResponseInputItem``) → one Quill message (docs/ops.md "Message
+    objects") carrying the item verbatim in ``ITEM_FIELD``."""
+    kind = item.get("type")
+    if kind in (None, "message") and isinstance(item.get("role"), str):
+        message: dict[str, Any] = {"role": item["role"], "content": item.get("content")}
+    elif kind == "function_call":
+        message = {"role": "assistant", "content": None, "tool_calls": [{
+            "id": item.get("call_id"), "type": "function",
+            "function": {"name": item.get("name"), "arguments": item.get("arguments")}}]}
+    elif kind == "function_call_output":
+        output = item.get("output")
+        message = {"role": "tool", "tool_call_id": item.get("call_id"),
+                   "content": output if isinstance(output, (str, list)) else _text(output)}
+    elif kind == "reasoning":
+        message = {"role": "assistant", "content": None, "reasoning": _text(item.get("summary")) or ""}
+    else:  # hosted tool calls and outputs, compaction, item references …: kept, not searchable text
+        message = {"role": "assistant", "content": None}
+    message[ITEM_FIELD] = item
+    return message
+
+
+def message_to_items(message: dict[str, Any]) -> list[dict[str, Any]]:
+    """A Quill message → the SDK item(s) it stands for: the stored item when there is one,
+    else the SDK's own mapping of a chat message (tool calls → ``function_call`` items, a
+    tool result → ``function_call_output``, other roles → an easy message)."""
+    if isinstance(message.get(ITEM_FIELD), dict):
+        return [message[ITEM_FIELD]]
+    role, content = message.get("role"), message.get("content")
+    if role in ("tool", "function"):
+        return [{"type": "function_call_output", "call_id": message.get("tool_call_id"),
+                 "output": content if isinstance(content, (str, list)) else ""}]
+    items: list[dict[str, Any]] = []
+    if content not in (None, "", []):
+        items.append({"role": role, "content": content})
+    for call in message.get("tool_calls") or []:
+        fn = call.get("function", {}) if isinstance(call, dict) else {}
+        items.append({"type": "function_call", "call_id": call.get("id"), "name": fn.get("name"),
+                      "arguments": fn.get("arguments") or "{}"})
+    return items
+
+
+class QuillSession:
+    """An Agents SDK session stored in Quill under ``session_id``.
+
+    ``client``: a ``quill.AsyncClient`` (or give ``home``; default ``$QUILL_HOME``).
+    ``source``: the Quill session source (listings, prune policy). ``wait_timeout``: seconds
+    ``add_items``/``pop_item``/``clear_session`` wait for the writer. ``session_settings``:
+    the SDK's ``SessionSettings`` (its ``limit`` is ``get_items``' default).
+    """
+
+    def __init__(self, session_id: str, *, client: AsyncClient | None = None, home: str | None = None,
+                 source: str = "openai-agents", wait_timeout: float = 30.0,
+                 session_settings: SessionSettings | None = None):
+        self.session_id = session_id
+        self.session_settings = session_settings or SessionSettings()
+        self.client = client or AsyncClient(home)
+        self.source = source
+        self.wait_timeout = wait_timeout
+
+    async def _applied(self, ack: Any, what: str) -> None:
+        outcome = await self.client.wait(ack, self.wait_timeout)
+        if not outcome.applied:
+            raise QuarantinedError(f"{what} on session {self.session_id!r} was refused: {outcome.reason}: "
+                                   f"{outcome.detail}", reason=outcome.reason or "unknown",
+                                   detail=outcome.detail or "")
+
+    async def _live(self, view: str, latest: int | None = None) -> list[dict[str, Any]]:
+        try:
+            return await self.client.messages(self.session_id, view=view, latest=latest)
+        except NotFoundError:
+            return []
+
+    async def get_items(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """The latest ``limit`` items, oldest first (all when ``limit`` and the settings'
+        limit are None; ``[]`` when ≤ 0). Deep copies: callers may mutate them."""
+        limit = resolve_session_limit(limit, self.session_settings)
+        if limit is not None and limit <= 0:
+            return []
+        messages = await self._live("model", latest=limit)
+        items = [item for m in messages for item in message_to_items(m)]
+        return copy.deepcopy(items[-limit:] if limit is not None else items)
+
+    async def add_items(self, items: list[dict[str, Any]]) -> None:
+        """Append ``items`` as one batch and return once it is applied. An empty list is a
+        no-op. Raises ``quill.InvalidInputError`` (nothing appended), ``QuarantinedError``,
+        ``WaitTimeoutError`` (durable; applied when the writer runs)."""
+        if not items:
+            return
+        ack = await self.client.append(self.session_id, [item_to_message(i) for i in items], source=self.source)
+        await self._applied(ack, "add_items")
+
+    async def pop_item(self) -> dict[str, Any] | None:
+        """Rewind the newest live item and return it (``None`` when there is none). Nothing
+        is deleted: the item stays in the audit view."""
+        for _ in range(POP_ATTEMPTS):
+            live = [m for m in await self._live("audit") if m.get("state") == "live"]
+            if not live:
+                return None
+            head = live[-1]
+            ack = await self.client.replace(self.session_id, [], from_message_id=head["message_id"],
+                                            expect_head_id=head["message_id"])
+            outcome = await self.client.wait(ack, self.wait_timeout)
+            if outcome.applied:
+                return copy.deepcopy(message_to_items(head)[-1])
+            if outcome.reason not in _MOVED:
+                raise QuarantinedError(f"pop_item on session {self.session_id!r} was refused: {outcome.reason}",
+                                       reason=outcome.reason or "unknown", detail=outcome.detail or "")
+        raise QuarantinedError(f"pop_item on session {self.session_id!r}: the head kept moving",
+                               reason="stale-head", hint="another producer is appending to this session; retry")
+
+    async def clear_session(self) -> None:
+        """Rewind every live item (kept for audit): ``get_items`` then returns ``[]``."""
+        if not await self._live("model", latest=1):
+            return
+        await self._applied(await self.client.replace(self.session_id, []), "clear_session")

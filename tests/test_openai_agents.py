@@ -1,0 +1,181 @@
+"""`quill.integrations.openai_agents.QuillSession` with the real `openai-agents` package: the
+SDK's own Runner with a scripted model (no network) over a real fleet; the stored transcript
+equals what the SDK's SQLiteSession holds for the same script; pop/clear never delete."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+agents = pytest.importorskip("agents")
+from agents import Agent, RunConfig, Runner, SQLiteSession, function_tool  # noqa: E402
+from agents.memory.session import Session  # noqa: E402
+from agents.memory.session_settings import SessionSettings  # noqa: E402
+from agents.testing import ScriptedModel, assistant_message, function_call  # noqa: E402
+
+import quill as pkg  # noqa: E402
+from quill.integrations.openai_agents import QuillSession  # noqa: E402
+
+RC = RunConfig(tracing_disabled=True)
+
+
+@function_tool
+def get_weather(city: str) -> str:
+    """The weather in a city."""
+    return f"{city}: sunny, 21 °C"
+
+
+def _script() -> list:
+    return [
+        # run 1: a tool call, then the answer
+        [function_call("get_weather", {"city": "Tokyo"}, call_id="call_1", item_id="fc_1")],
+        [assistant_message("It is sunny in Tokyo.", item_id="msg_1")],
+        # run 2: two parallel tool calls in one response, then the answer (the SDK's reused id)
+        [function_call("get_weather", {"city": "Paris"}, call_id="call_2"),
+         function_call("get_weather", {"city": "Oslo"}, call_id="call_3")],
+        [assistant_message("Paris and Oslo are sunny too.")],
+        # run 3: no tool
+        [assistant_message("You asked about Tokyo, Paris and Oslo.")],
+    ]
+
+
+PROMPTS = ["Weather in Tokyo?", "And in Paris and Oslo?", "Which cities did I ask about?"]
+
+
+async def _converse(make_session) -> tuple[ScriptedModel, list]:
+    model = ScriptedModel(_script())
+    agent = Agent(name="weather", model=model, tools=[get_weather])
+    results = []
+    for prompt in PROMPTS:  # a fresh session object per run: history must come from the store
+        results.append(await Runner.run(agent, prompt, session=make_session(), run_config=RC))
+    model.assert_complete()
+    return model, results
+
+
+def test_runner_turns_with_tool_calls_store_what_the_sdk_holds(home, fleet):
+    client = pkg.AsyncClient(home)
+
+    async def main() -> None:
+        model, results = await _converse(lambda: QuillSession("conv", client=client))
+        assert results[-1].final_output == "You asked about Tokyo, Paris and Oslo."
+        reference = SQLiteSession("conv")  # the SDK's own session, same script
+        await _converse(lambda: reference)
+        stored = await QuillSession("conv", client=client).get_items()
+        expected = await reference.get_items()
+        assert stored == expected and len(stored) == 12
+        # the last model call was fed the whole history from Quill
+        assert [i.get("type") for i in model.last_call.input][:4] == [None, "function_call", "function_call_output",
+                                                                     "message"]
+        # Quill's own views see a normal transcript: roles, tool calls, searchable tool output
+        view = await client.messages("conv", view="model")
+        assert [m["role"] for m in view][:5] == ["user", "assistant", "tool", "assistant", "user"]
+        assert view[1]["tool_calls"][0]["id"] == "call_1" and view[2]["tool_call_id"] == "call_1"
+        hits = await client.search("Oslo")
+        assert {h["session_id"] for h in hits} == {"conv"} and len(hits) >= 2
+        assert (await client.session("conv"))["source"] == "openai-agents"
+
+    asyncio.run(main())
+
+
+def test_streamed_and_sync_runs_use_the_same_session(home, fleet):
+    session = QuillSession("streamed", home=home)
+    model = ScriptedModel([[assistant_message("first")], [assistant_message("second")]])
+    agent = Agent(name="a", model=model)
+
+    async def streamed() -> None:
+        run = Runner.run_streamed(agent, "one", session=session, run_config=RC)
+        async for _ in run.stream_events():
+            pass
+
+    asyncio.run(streamed())
+    Runner.run_sync(agent, "two", session=session, run_config=RC)
+    items = asyncio.run(session.get_items())
+    assert [i.get("content") if i.get("type") is None else i["content"][0]["text"] for i in items] == [
+        "one", "first", "two", "second"]
+
+
+ITEMS = [
+    {"role": "user", "content": "Ünïcode ✓ and 'quotes' \"double\" \\ backslash"},
+    {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "typed part"}]},
+    {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "need tool"}],
+     "encrypted_content": "ENC" * 50},
+    {"type": "function_call", "id": "fc_9", "call_id": "call_9", "name": "f", "arguments": "{\"a\": [1, 2]}",
+     "status": "completed"},
+    {"type": "function_call_output", "call_id": "call_9",
+     "output": [{"type": "input_text", "text": "list-valued output"}]},
+    {"type": "web_search_call", "id": "ws_1", "status": "completed", "action": {"type": "search", "query": "q"}},
+    {"type": "message", "id": "msg_9", "role": "assistant", "status": "completed",
+     "content": [{"type": "output_text", "text": "done", "annotations": [], "logprobs": []}],
+     "provider_data": {"model": "x", "thought_signature": "sig"}},
+    {"role": "developer", "content": "be brief"},
+]
+
+
+def test_every_item_shape_round_trips_and_limits(home, fleet):
+    session = QuillSession("shapes", home=home)
+    assert isinstance(session, Session)
+
+    async def main() -> None:
+        assert await session.get_items() == [] and await session.pop_item() is None
+        await session.add_items([])
+        await session.add_items(ITEMS[:4])
+        await session.add_items(ITEMS[4:])
+        assert await session.get_items() == ITEMS
+        assert await session.get_items(limit=2) == ITEMS[-2:]
+        assert await session.get_items(limit=0) == [] and await session.get_items(limit=-1) == []
+        assert await session.get_items(limit=100) == ITEMS
+        limited = QuillSession("shapes", home=home, session_settings=SessionSettings(limit=3))
+        assert await limited.get_items() == ITEMS[-3:] and await limited.get_items(limit=1) == ITEMS[-1:]
+        got = await session.get_items()
+        got[0]["content"] = "mutated"
+        assert (await session.get_items())[0] == ITEMS[0]
+
+    asyncio.run(main())
+
+
+def test_pop_and_clear_rewind_and_never_delete(home, fleet):
+    client = pkg.AsyncClient(home)
+    session = QuillSession("undo", client=client)
+
+    async def main() -> None:
+        await session.add_items(ITEMS)
+        assert await session.pop_item() == ITEMS[-1]
+        assert await session.pop_item() == ITEMS[-2]
+        assert await session.get_items() == ITEMS[:-2]
+        # two concurrent pops never return the same item
+        a, b = await asyncio.gather(QuillSession("undo", client=client).pop_item(),
+                                    QuillSession("undo", client=client).pop_item())
+        assert sorted([ITEMS.index(a), ITEMS.index(b)]) == [len(ITEMS) - 4, len(ITEMS) - 3]
+        await session.clear_session()
+        assert await session.get_items() == []
+        audit = await client.messages("undo", view="audit")
+        assert len(audit) == len(ITEMS) and {m["state"] for m in audit} == {"rewound"}
+        # the same session id continues as a fresh conversation
+        model = ScriptedModel([[assistant_message("fresh start")]])
+        await Runner.run(Agent(name="a", model=model), "hello again", session=session, run_config=RC)
+        assert [i.get("type") for i in model.last_call.input] == [None]
+        assert len(await session.get_items()) == 2
+        assert len(await client.messages("undo", view="audit")) == len(ITEMS) + 2
+
+    asyncio.run(main())
+
+
+def test_add_items_without_a_writer_times_out_clearly(home):
+    session = QuillSession("nowriter", home=home, wait_timeout=0.3)
+    with pytest.raises(pkg.WaitTimeoutError) as err:
+        asyncio.run(session.add_items([{"role": "user", "content": "x"}]))
+    assert "quill run" in err.value.hint
+
+
+def test_a_refused_batch_raises_with_the_reason(home, fleet):
+    session = QuillSession("dup", home=home)
+    output = {"type": "function_call_output", "call_id": "c", "output": "once"}
+
+    async def main() -> None:
+        await session.add_items([output])
+        with pytest.raises(pkg.QuarantinedError) as err:
+            await session.add_items([output])
+        assert err.value.reason == "duplicate-tool-result"
+        assert await session.get_items() == [output]
+
+    asyncio.run(main())

@@ -82,10 +82,10 @@ def salvage(damaged: Path, target: apsw.Connection) -> dict[str, Any]:
 def _copy_blobs(src: apsw.Connection, target: apsw.Connection) -> None:
     """Salvaged rows may reference blobs (store/blobs.py) the rebuilt store lacks: copy every
     readable blob row it does not hold (a v1 file has no blobs table: nothing to copy)."""
-    cols = "sha256, prefix, encoding, data, size, created_at"
+    cols = "sha256, encoding, data, size, created_at"
     try:
         rows = src.execute(f"SELECT {cols} FROM blobs").fetchall()
     except (*_DAMAGE, apsw.SQLError):
         return
     with transaction(target):
-        target.executemany(f"INSERT OR IGNORE INTO blobs ({cols}) VALUES (?, ?, ?, ?, ?, ?)", rows)
+        target.executemany(f"INSERT OR IGNORE INTO blobs ({cols}) VALUES (?, ?, ?, ?, ?)", rows)

@@ -394,3 +394,51 @@ def test_reimport_through_the_cli_reports_0_new(quill, tmp_path):
     out = quill.run("import", str(path)).stdout
     assert "spooled 0 new message(s) from 1 file(s) (2 already stored)" in " ".join(out.split())
     assert quill.json("import", str(path))[0]["new"] == 0
+
+
+# ----------------------------------------------------------------- A6 attachments stored once
+
+def _b64(seed: int, n: int = 3000) -> str:
+    import base64
+    import hashlib
+    return base64.b64encode(hashlib.sha256(str(seed).encode()).digest() * (n // 32)).decode()
+
+
+def test_claude_code_images_and_documents_are_stored_once_and_read_back_intact(store, tmp_path):
+    imgs = [{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": _b64(i)}} for i in range(5)]
+    doc = {"type": "document", "title": "spec.pdf",
+           "source": {"type": "base64", "media_type": "application/pdf", "data": _b64(99)}}
+    recs = [cc("u1", "user", [{"type": "text", "text": "read this"}, doc], None),
+            cc("a1", "assistant", [{"type": "tool_use", "id": "t1", "name": "Shot", "input": {}}], "u1"),
+            cc("r1", "user", [{"type": "tool_result", "tool_use_id": "t1", "content": imgs}], "a1",
+               toolUseResult={"content": imgs}),  # Claude Code's second copy of every image
+            cc("u2", "user", [{"type": "text", "text": "again"}, imgs[0]], "r1")]
+    store.imp(write_jsonl(tmp_path / "img.jsonl", recs))
+    from quill.store import blobs
+    assert blobs.stats(store.conn)["blobs"] == 6  # 5 images (12 copies) + 1 document
+    model = store.view("claude-code:s1", "model")
+    assert model[0]["content"][1] == {"type": "file", "file": {
+        "file_data": f"data:application/pdf;base64,{_b64(99)}", "filename": "spec.pdf"}}
+    assert [p["image_url"]["url"] for p in model[2]["content"]] == [f"data:image/png;base64,{_b64(i)}" for i in range(5)]
+    assert store.view("claude-code:s1", "audit")[2]["toolUseResult"] == {"content": imgs}
+    assert "read this" == model[0]["content"][0]["text"]
+
+
+def test_gemini_inline_data_and_codex_input_files_are_kept_as_parts(store, tmp_path):
+    doc = {"sessionId": "g2", "messages": [
+        {"id": "m1", "type": "user", "content": [{"text": "look"}, {"inlineData": {"mimeType": "image/png", "data": _b64(1)}}]},
+        {"id": "m2", "type": "gemini", "content": "seen"}]}
+    gpath = tmp_path / "g.json"
+    gpath.write_text(json.dumps(doc))
+    store.imp(gpath)
+    assert store.view("gemini-cli:g2", "model")[0]["content"] == [
+        {"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{_b64(1)}"}}]
+    recs = [codex_line("session_meta", {"id": "cf"}),
+            codex_line("response_item", {"type": "message", "role": "user", "content": [
+                {"type": "input_text", "text": "summarise"},
+                {"type": "input_file", "filename": "a.pdf", "file_data": f"data:application/pdf;base64,{_b64(2)}"}]})]
+    store.imp(write_jsonl(tmp_path / "rollout.jsonl", recs))
+    part = store.view("codex:cf", "model")[0]["content"][1]
+    assert part == {"type": "file", "file": {"file_data": f"data:application/pdf;base64,{_b64(2)}", "filename": "a.pdf"}}
+    from quill.store import blobs
+    assert blobs.stats(store.conn)["blobs"] == 2

@@ -20,12 +20,24 @@ if TYPE_CHECKING:
     from .claude_code import Emitter
 
 
+BINARY_BLOCKS = ("image", "document")
+
+
 def _image_part(block: dict) -> dict:
+    """An ``image`` or ``document`` block -> an OpenAI ``image_url`` / ``file`` part whose
+    base64 payload is a ``data:`` URL (the store keeps one copy per distinct payload)."""
     src = block.get("source") or {}
     if src.get("type") == "base64":
         url = f"data:{src.get('media_type', 'application/octet-stream')};base64,{src.get('data', '')}"
+    elif src.get("type") == "text" and isinstance(src.get("data"), str):
+        url = f"data:{src.get('media_type', 'text/plain')},{src['data']}"
     else:
         url = src.get("url") or src.get("file_id") or ""
+    if block.get("type") == "document":
+        part: dict = {"type": "file", "file": {"file_data": url}}
+        if block.get("title"):
+            part["file"]["filename"] = block["title"]
+        return part
     return {"type": "image_url", "image_url": {"url": url}}
 
 
@@ -48,7 +60,7 @@ def _tool_result_content(raw: Any) -> Any:
             texts.append(str(block))
         elif block.get("type") == "text":
             texts.append(block.get("text") or "")
-        elif block.get("type") == "image":
+        elif block.get("type") in BINARY_BLOCKS:
             images.append(_image_part(block))
         else:
             texts.append(json.dumps(block, ensure_ascii=False))
@@ -70,7 +82,7 @@ def assistant(sess: "Emitter", rec: dict, msg: dict, mid: str, ts: float | None)
             cid = str(block.get("id") or f"{mid}:call:{len(calls)}")
             sess.tool_names[cid] = block.get("name") or ""
             calls.append(make_tool_call(cid, block.get("name") or "", block.get("input") or {}))
-        elif btype == "image":
+        elif btype in BINARY_BLOCKS:
             images.append(_image_part(block))
         else:
             other.append(block)
@@ -99,7 +111,7 @@ def user(sess: "Emitter", rec: dict, msg: dict, mid: str, ts: float | None) -> l
             btype = block.get("type") if isinstance(block, dict) else None
             if btype == "text":
                 texts.append(block.get("text") or "")
-            elif btype == "image":
+            elif btype in BINARY_BLOCKS:
                 images.append(_image_part(block))
             else:
                 texts.append(block if isinstance(block, str) else json.dumps(block, ensure_ascii=False))

@@ -73,6 +73,9 @@ def _parts_content(parts: Any) -> Any:
             url = part.get("image_url")
             url = url.get("url") if isinstance(url, dict) else url
             images.append({"type": "image_url", "image_url": {"url": url or ""}})
+        elif part.get("type") == "input_file":  # a document; its data URL is stored once (blobs)
+            images.append({"type": "file", "file": {k: part[k] for k in ("file_data", "file_id", "filename")
+                                                    if part.get(k) is not None}})
         else:
             texts.append(json.dumps(part, ensure_ascii=False))
     text = join_text(texts)

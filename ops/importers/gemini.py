@@ -36,12 +36,29 @@ def looks_like_document(doc: Any) -> bool:
             and (any(m["type"] in MESSAGE_TYPES for m in entries) or (not entries and "sessionId" in doc)))
 
 
-def _text(content: Any) -> str | None:
+def _text(content: Any) -> Any:
+    """Gemini content (a string or ``[{text} | {inlineData} | {fileData}]``) -> text, or
+    OpenAI parts when it holds binary data (a ``data:`` URL the store keeps once)."""
     if content is None or isinstance(content, str):
         return content or None
-    if isinstance(content, list):
-        return join_text([p.get("text") if isinstance(p, dict) else str(p) for p in content])
-    return json.dumps(content, ensure_ascii=False)
+    if not isinstance(content, list):
+        return json.dumps(content, ensure_ascii=False)
+    texts, files = [], []
+    for p in content:
+        inline = p.get("inlineData") if isinstance(p, dict) else None
+        if isinstance(inline, dict):
+            mime = inline.get("mimeType") or "application/octet-stream"
+            url = f"data:{mime};base64,{inline.get('data') or ''}"
+            files.append({"type": "image_url", "image_url": {"url": url}} if mime.startswith("image/")
+                         else {"type": "file", "file": {"file_data": url}})
+        elif isinstance(p, dict) and isinstance(p.get("text"), str):
+            texts.append(p["text"])
+        else:
+            texts.append(p if isinstance(p, str) else json.dumps(p, ensure_ascii=False))
+    text = join_text(texts)
+    if not files:
+        return text
+    return ([{"type": "text", "text": text}] if text else []) + files
 
 
 def _thoughts(thoughts: Any) -> str | None:

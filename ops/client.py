@@ -216,10 +216,12 @@ class Client:
         from quill.spool import WaitTimeoutError as SpoolWaitTimeout
         from .wait import outcomes, wait_applied
 
+        last = max(acks, key=lambda a: a.position)
         try:
-            wait_applied(self.config.state_db, max(a.position for a in acks), timeout, poll=WAIT_POLL_S)
-        except SpoolWaitTimeout as exc:
-            raise WaitTimeoutError(str(exc)) from None
+            wait_applied(self.config.state_db, last.position, timeout, poll=WAIT_POLL_S)
+        except SpoolWaitTimeout:
+            raise WaitTimeoutError(f"batch {last.batch_id} (spool position {last.position}) not applied "
+                                   f"within {timeout:g} s") from None
         with _public_errors():
             found = outcomes(self.config.state_db, self.config.spool_dir, acks)
         return [Outcome(o["outcome"], a.batch_id, o.get("reason"), o.get("detail")) for a, o in zip(acks, found)]

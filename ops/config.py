@@ -25,6 +25,7 @@ Example ``config.toml``::
 """
 from __future__ import annotations
 
+import math
 import os
 import tomllib
 from dataclasses import dataclass, fields, replace
@@ -119,6 +120,23 @@ _SECTIONS = {
 }
 
 
+#: Smallest allowed value of each numeric setting, and whether it may equal that bound
+#: (docs/configuration.md lists the same ranges).
+_MINIMUM: dict[str, tuple[float, bool]] = {
+    "chunk_rows": (1, True), "index_slice_rows": (1, True), "poll_interval": (0, False),
+    "writer_hung_after_s": (0, False), "segment_bytes": (4096, True), "spool_retention_s": (0, True),
+    "snapshot_keep": (1, True), "stale_after_s": (0, True), "retention_s": (0, True),
+}
+
+
+def _check_range(path: Path, key: str, name: str, value: Any) -> None:
+    if name not in _MINIMUM:
+        return
+    low, inclusive = _MINIMUM[name]
+    if not math.isfinite(value) or value < low or (value == low and not inclusive):
+        raise ConfigError(f"{path}: {key} must be a finite number {'≥' if inclusive else '>'} {low:g}, got {value!r}")
+
+
 def default_home() -> Path:
     """The data dir when none is given: ``$QUILL_HOME``, else the XDG data dir."""
     if os.environ.get("QUILL_HOME"):
@@ -153,6 +171,7 @@ def load(home: str | os.PathLike[str] | None = None) -> Config:
             "tuple[str, ...]": list}[str(types[name])]
             if not isinstance(value, want) or isinstance(value, bool):
                 raise ConfigError(f"{path}: {section}.{key} has the wrong type ({type(value).__name__})")
+            _check_range(path, f"{section}.{key}", name, value)
             changes[name] = tuple(value) if isinstance(value, list) else value
     if changes.get("store_url") and changes["store_url"].split(":", 1)[0] not in ("postgresql", "postgres"):
         raise ConfigError(f"{path}: store.url must be a postgresql:// URL")

@@ -42,6 +42,8 @@ def recover(cfg: Any, accept_loss: bool, as_json: bool) -> None:
 
     The damaged file (and its WAL) is kept under evidence/. Safe to repeat.
     """
+    if cfg.store_url:  # a shared PostgreSQL store: replay this host's spool from the store's cursor
+        return _recover_postgres(cfg, as_json)
     try:
         result = do_recover(cfg, accept_loss=accept_loss)
     except (RecoverError, CorruptError) as exc:
@@ -54,6 +56,22 @@ def recover(cfg: Any, accept_loss: bool, as_json: bool) -> None:
         click.echo(f"recovered from {result['snapshot'] or 'an empty store'} + spool {result['from']} → {result['to']}: "
                    f"{result['applied']} batch(es) replayed, {result['rows']} message rows; swapped in by "
                    f"{result['swapped_by']}" + (f"; old files in {result['evidence']}" if result.get('evidence') else ""))
+
+
+def _recover_postgres(cfg: Any, as_json: bool) -> None:
+    from quill.store.errors import StoreError
+
+    from . import logs
+    from .recover_pg import recover as pg_recover
+    try:
+        result = pg_recover(cfg, logs.configure(cfg.logs_dir, "recover"))
+    except (StoreError, TimeoutError) as exc:
+        raise click.ClickException(f"cannot replay into the PostgreSQL store: {exc}")
+    if as_json:
+        emit_json(result)
+    else:
+        click.echo(f"replayed spool {result['spool_id']} into the PostgreSQL store {result['from']} → {result['to']}"
+                   f" by the {result['replayed_by']}: {result['applied']} batch(es), {result['rows']} message rows")
 
 
 @click.command()

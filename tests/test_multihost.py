@@ -15,8 +15,9 @@ import sys
 import time
 from pathlib import Path
 
-import psycopg
 import pytest
+
+psycopg = pytest.importorskip("psycopg")
 
 from quill.spool import Spool, SpoolReader
 from quill.spool.identity import load_or_create

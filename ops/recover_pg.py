@@ -1,0 +1,49 @@
+"""``quill recover`` on a PostgreSQL store (``[store] url``): replay this host's spool into the
+store from the cursor the store holds.
+
+After the database is restored from PostgreSQL's own backup (``pg_dump``/``pg_restore`` or a
+base backup; README "Running on several machines"), the store's ``spool_cursor`` row for each
+host is where that host's spool must resume: every batch after it is replayed, every batch
+before it is already in the restored rows (and batch ids make any overlap a no-op). Each host
+runs ``quill recover`` (or simply keeps its writer running: a writer that loses its
+connection reconnects and re-reads its cursor, which is the same replay). There is no file to
+swap and no snapshot: the database is the server's to back up.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from quill.spool import SpoolReader
+from quill.store.errors import LeaseHeldError
+from quill.store.postgres import PgReader
+from quill.workers.pg_writer import drain
+
+#: How long ``recover`` waits for a running writer to replay the spool (seconds).
+WAIT_FOR_WRITER_S = 600.0
+
+
+def recover(cfg: Any, log: Any) -> dict[str, Any]:
+    """Replay the spool into the PostgreSQL store; returns ``{"backend": "postgres",
+    "spool_id", "from", "to", "applied", "duplicates", "rejected", "rows", "replayed_by"}``
+    (``replayed_by``: ``recover``, or ``writer`` when this host's writer is running and did the
+    replay while we waited). Raises the store error tree (``TransientError``: the server is
+    unreachable) and ``TimeoutError`` when a running writer does not catch up in time."""
+    try:
+        result = drain(cfg, log)
+        return {"backend": "postgres", **result, "replayed_by": "recover"}
+    except LeaseHeldError:
+        pass
+    from quill.spool.identity import load_or_create
+    spool_id = load_or_create(cfg.spool_id_path)
+    deadline = time.monotonic() + WAIT_FOR_WRITER_S
+    while True:
+        end = SpoolReader(cfg.spool_dir).end()
+        with PgReader(cfg.store_url, spool_id=spool_id) as reader:
+            cursor = reader.figures()["cursor"]
+        if cursor == f"{end.segment}:{end.offset}":
+            return {"backend": "postgres", "spool_id": spool_id, "from": None, "to": cursor, "applied": None,
+                    "duplicates": None, "rejected": None, "rows": None, "replayed_by": "writer"}
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the running writer has not replayed the spool to {end} (store cursor {cursor})")
+        time.sleep(0.5)

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import prune, store_jobs, worker_jobs
+from . import pg_jobs, prune, store_jobs, worker_jobs
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,7 @@ class JobSpec:
     timeout: float | None = None   # worker jobs: seconds before the supervisor kills a hung run
     emits_ops: bool = False        # store jobs that change canonical rows: called as func(conn, spool, ...)
                                    # and append ops instead of writing (the spool logs every change)
+    backend: str = "sqlite"        # the store it maintains: "sqlite" | "postgres" | "any"
 
 
 JOBS: tuple[JobSpec, ...] = (
@@ -86,6 +87,14 @@ JOBS: tuple[JobSpec, ...] = (
                                 "snapshots_dir": str(cfg.snapshots_dir),
                                 "retention_s": cfg.spool_retention_s},
             timeout=600),
+    JobSpec("pg_analyze", "worker", pg_jobs.pg_analyze,
+            "PostgreSQL store: ANALYZE (fresh planner statistics after purges); autovacuum does the rest",
+            "cron", {"hour": 3, "minute": 45}, params=lambda cfg: {"store_url": cfg.store_url},
+            timeout=3600, backend="postgres"),
+    JobSpec("pg_integrity_check", "worker", pg_jobs.pg_integrity_check,
+            "PostgreSQL store: amcheck (bt_index_check with heapallindexed, verify_heapam)",
+            "cron", {"day_of_week": "sun", "hour": 5, "minute": 0}, params=lambda cfg: {"store_url": cfg.store_url},
+            retries=0, timeout=3 * 3600, backend="postgres"),
 )
 
 BY_NAME: dict[str, JobSpec] = {j.name: j for j in JOBS}

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from huey import SqliteHuey
+from huey import RedisHuey, SqliteHuey
 
 from . import catalog
 from .store_jobs import record_job_run
@@ -50,11 +50,46 @@ def _huey(name: str, queue_db: Path) -> SqliteHuey:
                       utc=True, timeout=10)
 
 
-def build(queue_db: Path) -> Queues:
-    """Open (creating) ``queue_db`` and register every job of ``jobs.catalog``."""
+def redis_names(host_id: str, namespace: str = "quill") -> tuple[str, str]:
+    """``(store queue, worker queue)`` names on a shared Redis (``[queue] url``).
+
+    The store queue is per host: its jobs run in that host's writer, on that host's store
+    connection. The worker queue is shared: any host's consumer may run its jobs. huey keeps
+    only ``[A-Za-z0-9_]`` of a name, so every other character of ``host_id`` is mapped to
+    ``_`` here, before huey would silently drop it (``quill-host.1`` and ``quillhost1`` must
+    not collide)."""
+    safe = "".join(c if c.isalnum() or c == "_" else "_" for c in f"{namespace}_store_{host_id}")
+    return safe, f"{namespace}_jobs"
+
+
+def _redis_huey(name: str, url: str) -> RedisHuey:
+    # Delivery is at most once (BRPOP, no acknowledgement): every job is idempotent and the
+    # spool, not the queue, is the log of every change (docs/backends.md).
+    return RedisHuey(name, url=url, results=False, utc=True)
+
+
+def build(queue_db: Path, *, url: str | None = None, host_id: str = "local", namespace: str = "quill") -> Queues:
+    """Open the queues and register every job of ``jobs.catalog``: in ``queue_db`` (created
+    if missing), or on the Redis server at ``url`` (``redis_names(host_id, namespace)``)."""
+    if url is not None:
+        store_name, worker_name = redis_names(host_id, namespace)
+        queues = Queues(_redis_huey(store_name, url), _redis_huey(worker_name, url))
+        return _register(queues)
     queue_db = Path(queue_db)
     queue_db.parent.mkdir(parents=True, exist_ok=True)
-    queues = Queues(_huey(STORE_QUEUE, queue_db), _huey(WORKER_QUEUE, queue_db))
+    return _register(Queues(_huey(STORE_QUEUE, queue_db), _huey(WORKER_QUEUE, queue_db)))
+
+
+def build_for(cfg: Any) -> Queues:
+    """``build`` for a data dir's configuration (``ops.config.Config``): Redis when
+    ``[queue] url`` is set (queue names from the data dir's spool id), else ``queue.db``."""
+    if cfg.queue_url:
+        from quill.spool.identity import load_or_create
+        return build(cfg.queue_db, url=cfg.queue_url, host_id=load_or_create(cfg.spool_id_path))
+    return build(cfg.queue_db)
+
+
+def _register(queues: Queues) -> Queues:
     queues.tasks[catalog.RECORD_RUN] = queues.store.task(name=catalog.RECORD_RUN)(record_job_run)
     for spec in catalog.JOBS:
         if spec.kind == "store":

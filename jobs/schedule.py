@@ -11,6 +11,7 @@ from typing import Any
 from .queues import build
 
 
-def fire(queue_db: str, job: str, params: dict[str, Any]) -> None:
-    """Enqueue ``job`` with ``params`` into the queues in ``queue_db``."""
-    build(Path(queue_db)).enqueue(job, **params)
+def fire(queue_db: str, job: str, params: dict[str, Any], queue_url: str | None = None) -> None:
+    """Enqueue ``job`` with ``params`` into the queues in ``queue_db``, or on the shared
+    Redis at ``queue_url`` (its worker queue, which every host's consumer serves)."""
+    build(Path(queue_db), url=queue_url).enqueue(job, **params)

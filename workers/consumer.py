@@ -15,7 +15,7 @@ from typing import Any
 from huey import signals
 
 from quill.jobs import catalog
-from quill.jobs.queues import build
+from quill.jobs.queues import build_for
 from quill.ops.config import Config
 
 from . import status
@@ -23,7 +23,7 @@ from . import status
 
 def run(cfg: Config, log: Any) -> None:
     """Run the consumer until SIGTERM/SIGINT (huey installs its own handlers)."""
-    queues = build(cfg.queue_db)
+    queues = build_for(cfg)  # queue.db, or the shared Redis of [queue] url
     path = cfg.run_dir / "consumer.json"
     in_flight = {"n": 0}
 

@@ -10,8 +10,10 @@ moves this spool's cursor (``store.postgres.apply``). What differs:
   ``TransientError``: the writer closes the connection, backs off (0.5 s doubling to 5 s),
   reconnects and re-reads its cursor from the store — a COMMIT whose answer was lost is then
   seen as applied, never applied twice;
-* no FTS slices, guard, WAL checkpoints or local store jobs: PostgreSQL maintains its indexes
-  in the transaction and its own storage (autovacuum).
+* no FTS slices, guard or WAL checkpoints: PostgreSQL maintains its indexes in the
+  transaction and its own storage (autovacuum). Its store queue carries the job-run records
+  of this host's consumer (``record_job_run``), written when the spool is drained;
+  PostgreSQL's maintenance jobs run in the consumer (``jobs.pg_jobs``).
 Producers never wait on any of this: they append to the local spool.
 
 ``drain`` is the one drain routine (the loop, ``quill recover`` on a PostgreSQL store).
@@ -22,6 +24,7 @@ import threading
 import time
 from typing import Any
 
+from quill.jobs.queues import build_for
 from quill.ops.config import Config
 from quill.spool import Entry, Position, Quarantine, SpoolReader, START
 from quill.spool.identity import load_or_create
@@ -31,6 +34,7 @@ from quill.store.lease import Lease
 from quill.store.postgres import PostgresBackend
 
 from . import status
+from .job_runner import StoreJobRunner
 
 _READ_BYTES = 8 << 20
 _RETRYABLE = (TransientError, DiskFullError, StoreIOError)
@@ -51,6 +55,7 @@ class PgWriter:
         self.cursor: Position = START
         self.totals = {"applied": 0, "duplicates": 0, "rejected": 0, "rows": 0, "chunks": 0}
         self._last_idle_publish = 0.0
+        self.jobs: StoreJobRunner | None = None
 
     def run(self, stop: threading.Event) -> None:
         """Take the lease and drain until ``stop``. Raises ``LeaseHeldError`` when another
@@ -81,6 +86,8 @@ class PgWriter:
 
     def _connect(self) -> None:
         self.backend = PostgresBackend(self.cfg.store_url, self.spool_id)
+        if self.jobs is None:  # this host's store queue: job-run records from its consumer
+            self.jobs = StoreJobRunner(build_for(self.cfg), self.log)
         cur = self.backend.read_cursor()
         self.cursor = Position(*cur) if cur else START
         self.log.info("writer.started", backend="postgres", spool_id=self.spool_id, cursor=str(self.cursor))
@@ -96,6 +103,8 @@ class PgWriter:
         entries = take_chunk(self.reader.read(self.cursor, max_bytes=_READ_BYTES), self.cfg.chunk_rows)
         if entries:
             self._apply(entries)
+            return True
+        if self.jobs is not None and self.jobs.run_one(self.backend.conn, idle=True):
             return True
         sealed = False
         for seg in range(self.cursor.segment, self.reader.end().segment + 1):

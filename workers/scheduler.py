@@ -28,23 +28,42 @@ from . import status
 MISFIRE_GRACE_S = 3600
 
 
+#: A standby scheduler (another host leads the cluster) tries to take over this often (s).
+STANDBY_RETRY_S = 2.0
+
+
+def jobstore_url(cfg: Config) -> Any:
+    """Where schedules live: ``schedule.db`` in the data dir, or — on a shared PostgreSQL
+    store — the store's database (APScheduler's SQLAlchemy job store through psycopg 3), so
+    whichever host leads the cluster sees the same schedules."""
+    if cfg.store_url:
+        return "postgresql+psycopg://" + cfg.store_url.split("://", 1)[1]
+    # A URL object, not an f-string: a data dir with "?", "#" or "%" in its path must not
+    # be parsed as URL syntax (it would open a different file).
+    return URL.create("sqlite", database=str(cfg.schedule_db))
+
+
 def make_scheduler(cfg: Config) -> BackgroundScheduler:
-    """A BackgroundScheduler on ``schedule.db`` with Quill's job defaults (not started)."""
+    """A BackgroundScheduler on the job store (``jobstore_url``) with Quill's job defaults
+    (not started)."""
     return BackgroundScheduler(
-        # A URL object, not an f-string: a data dir with "?", "#" or "%" in its path must not
-        # be parsed as URL syntax (it would open a different file).
-        jobstores={"default": SQLAlchemyJobStore(url=URL.create("sqlite", database=str(cfg.schedule_db)))},
+        jobstores={"default": SQLAlchemyJobStore(url=jobstore_url(cfg))},
         job_defaults={"coalesce": True, "misfire_grace_time": MISFIRE_GRACE_S, "max_instances": 1},
         timezone=dt.timezone.utc)
 
 
 def install_defaults(sched: BackgroundScheduler, cfg: Config) -> list[str]:
-    """Add each catalog job that has no schedule yet; returns the names added."""
+    """Add each catalog job of this store's backend (``JobSpec.backend``) that has no
+    schedule yet; returns the names added."""
     added = []
+    backend = "postgres" if cfg.store_url else "sqlite"
     for spec in catalog.JOBS:
+        if spec.backend not in (backend, "any"):
+            continue  # e.g. VACUUM or WAL checkpoints on a PostgreSQL store
         if spec.trigger is not None and sched.get_job(spec.name) is None:
             sched.add_job("quill.jobs.schedule:fire", spec.trigger, id=spec.name, name=spec.name,
-                          kwargs={"queue_db": str(cfg.queue_db), "job": spec.name, "params": spec.params(cfg)},
+                          kwargs={"queue_db": str(cfg.queue_db), "job": spec.name, "params": spec.params(cfg),
+                                  **({"queue_url": cfg.queue_url} if cfg.queue_url else {})},
                           **spec.trigger_args)
             added.append(spec.name)
     return added
@@ -76,9 +95,34 @@ def describe(sched: BackgroundScheduler) -> list[dict[str, Any]]:
             for j in sched.get_jobs()]
 
 
+def _lead(cfg: Config, log: Any, stop: threading.Event) -> Any:
+    """On a shared PostgreSQL store: stand by until this host leads the cluster (one
+    scheduler per cluster, ``store.postgres.election``). Returns the ``Leadership`` (None
+    on the embedded store, or when stopped while standing by)."""
+    from quill.store.postgres.election import Leadership
+    leader = Leadership(cfg.store_url, "scheduler")
+    while not stop.is_set():
+        if leader.try_lead():
+            log.info("scheduler.leading")
+            return leader
+        status.try_publish(cfg.run_dir / "scheduler.json", {"ready": True, "role": "standby", "jobs": []})
+        stop.wait(STANDBY_RETRY_S)
+    leader.release()
+    return None
+
+
 def run(cfg: Config, log: Any, stop: threading.Event) -> None:
-    """Run the scheduler until ``stop``. Raises ``LeaseHeldError`` if another runs."""
+    """Run the scheduler until ``stop``. Raises ``LeaseHeldError`` if another runs in this
+    data dir. On a shared PostgreSQL store only the elected leader runs schedules; the others
+    stand by, and a leader that loses its session stops (the supervisor restarts it as a
+    standby)."""
     lease = Lease(cfg.run_dir / "scheduler.lock").acquire()
+    leader = None
+    if cfg.store_url:
+        leader = _lead(cfg, log, stop)
+        if leader is None:
+            lease.release()
+            return
     sched = make_scheduler(cfg)
     sched.add_listener(lambda ev: log.warning("scheduler.missed", job=ev.job_id,
                                               scheduled=str(ev.scheduled_run_time)), EVENT_JOB_MISSED)
@@ -90,14 +134,20 @@ def run(cfg: Config, log: Any, stop: threading.Event) -> None:
         sched.resume()  # runs anything due now (coalesced) before we report ready
         log.info("scheduler.started", added=added, jobs=describe(sched))
         while not stop.is_set():
+            if leader is not None and not leader.still_leader():
+                log.error("scheduler.leadership_lost")
+                break
             due = [j for j in sched.get_jobs()
                    if j.next_run_time and j.next_run_time <= dt.datetime.now(dt.timezone.utc)]
-            status.publish(cfg.run_dir / "scheduler.json", {"ready": not due, "jobs": describe(sched)})
+            status.publish(cfg.run_dir / "scheduler.json", {"ready": not due, "jobs": describe(sched),
+                                                            **({"role": "leader"} if leader else {})})
             stop.wait(0.5 if due else 1.0)
             # Operators change schedules in schedule.db from `quill schedule ...`; waking up
             # re-reads the job store, so a change takes effect within a second.
             sched.wakeup()
     finally:
         sched.shutdown(wait=True)
+        if leader is not None:
+            leader.release()
         lease.release()
         log.info("scheduler.stopped")

@@ -1,0 +1,45 @@
+"""Maintenance of a shared PostgreSQL store (docs/backends.md, "Maintenance").
+
+PostgreSQL replaces SQLite's maintenance: autovacuum reclaims dead rows (the store sets a 2 %
+scale factor on ``messages``; there is no VACUUM job), GIN indexes need no FTS optimize or
+merge, and there is no WAL checkpoint to force. What remains is scheduled once per cluster by
+the elected scheduler and run by any host's consumer:
+
+* ``pg_analyze`` — ANALYZE after purges (fresh planner statistics; figures: dead tuples);
+* ``pg_integrity_check`` — amcheck: ``bt_index_check(index, heapallindexed => true)`` on
+  every B-tree index and ``verify_heapam`` on every table, both safe on a live primary.
+Both are idempotent: huey on Redis delivers at most once, and a duplicate run is harmless.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+
+def _backend(store_url: str) -> Any:
+    # Imported here: psycopg is loaded only by processes that use a PostgreSQL store. The
+    # maintenance connection has no spool: it never applies ops.
+    from quill.store.postgres import PostgresBackend
+    return PostgresBackend(store_url, spool_id="maintenance")
+
+
+def pg_analyze(store_url: str) -> dict[str, Any]:
+    """ANALYZE the store's tables; figures: ``tables``, ``dead_tuples`` per table."""
+    backend = _backend(store_url)
+    try:
+        return backend.maintenance("analyze")
+    finally:
+        backend.close()
+
+
+def pg_integrity_check(store_url: str) -> dict[str, Any]:
+    """amcheck over the store; figures: ``ok``, ``problems``, ``indexes_checked``,
+    ``tables_checked``. Raises ``RuntimeError`` listing the problems when damage is found
+    (so the run is recorded as an error and shows in ``quill jobs``)."""
+    backend = _backend(store_url)
+    try:
+        result = backend.maintenance("integrity_check")
+    finally:
+        backend.close()
+    if not result["ok"]:
+        raise RuntimeError(f"amcheck found damage: {result['problems'][:10]}")
+    return result

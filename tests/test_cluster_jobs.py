@@ -1,0 +1,142 @@
+"""Jobs on a cluster (issue 16): huey queues on the real Redis server, one scheduler per
+cluster elected by a PostgreSQL advisory lock (real processes, real kill -9), PostgreSQL
+maintenance through amcheck and ANALYZE. PostgreSQL/Redis only by nature: the embedded
+store's queue and scheduler are covered by tests/test_jobs.py and tests/test_fleet.py."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from quill.jobs import catalog, pg_jobs
+from quill.jobs.queues import build, redis_names
+from quill.ops import config
+
+from conftest import REPO
+from semantics_helpers import Store, assistant, call, tool, user
+
+psycopg = pytest.importorskip("psycopg")
+
+
+@pytest.fixture
+def redis_url() -> str:
+    url = os.environ.get("QUILL_TEST_REDIS_URL")
+    if not url and os.environ.get("CI"):
+        raise RuntimeError("CI must export QUILL_TEST_REDIS_URL (.ci/run starts Redis)")
+    if not url:
+        pytest.skip("QUILL_TEST_REDIS_URL is not set (.ci/run starts Redis and sets it)")
+    return url
+
+
+def _home(root: Path, name: str, store_url: str, queue_url: str | None = None) -> Path:
+    home = root / name
+    home.mkdir(parents=True)
+    text = f'[store]\nurl = "{store_url}"\n'
+    if queue_url:
+        text += f'[queue]\nurl = "{queue_url}"\n'
+    (home / "config.toml").write_text(text)
+    return home
+
+
+def _worker(role: str, home: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "quill.workers", role, "--home", str(home)], cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def _status(home: Path, name: str) -> dict:
+    try:
+        return json.loads((home / "run" / f"{name}.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _until(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_redis_worker_queue_is_shared_and_store_queues_stay_per_host(tmp_path, redis_url):
+    ns = "t" + uuid.uuid4().hex[:8]
+    a = build(tmp_path / "a.db", url=redis_url, host_id="host-a.1", namespace=ns)
+    b = build(tmp_path / "b.db", url=redis_url, host_id="host-b.1", namespace=ns)
+    try:
+        # huey keeps only [A-Za-z0-9_] of a name: punctuation must not make two hosts collide.
+        assert redis_names("quill-host.1")[0] != redis_names("quillhost1")[0]
+        a.enqueue("pg_analyze", store_url="postgresql://x/y")
+        a.enqueue("wal_checkpoint", mode="PASSIVE")             # a store job: host a's writer only
+        assert b.worker.pending_count() == 1                     # any host's consumer may take it
+        task = b.worker.dequeue()
+        assert task.name == "pg_analyze" and task.kwargs == {"store_url": "postgresql://x/y"}
+        assert (a.store.pending_count(), b.store.pending_count()) == (1, 0)
+    finally:
+        for q in (a.store, a.worker, b.store, b.worker):
+            q.flush()
+
+
+def test_any_hosts_consumer_runs_a_cluster_job_and_its_run_is_recorded_in_the_store(
+        tmp_path, pg_store_url, redis_url):
+    ns_url = redis_url  # queue names come from each host's spool id: unique per test
+    home_a = _home(tmp_path, "a", pg_store_url, ns_url)
+    home_b = _home(tmp_path, "b", pg_store_url, ns_url)
+    procs = [_worker("writer", home_b), _worker("consumer", home_b)]
+    try:
+        _until(lambda: _status(home_b, "consumer") and _status(home_b, "writer"), 60, "host b's workers")
+        from quill.jobs.queues import build_for
+        build_for(config.load(home_a)).enqueue("pg_analyze", store_url=pg_store_url)   # fired on host a
+        with psycopg.connect(pg_store_url) as conn:
+            row = _until(lambda: conn.execute("SELECT outcome, figures FROM job_runs WHERE job = 'pg_analyze'")
+                         .fetchone(), 60, "the job run record")
+        assert row[0] == "ok" and "messages" in json.loads(row[1])["dead_tuples"]
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+            p.wait(30)
+
+
+def test_one_scheduler_leads_the_cluster_and_a_standby_takes_over_after_kill_9(tmp_path, pg_store_url):
+    homes = [_home(tmp_path, f"h{i}", pg_store_url) for i in range(2)]
+    procs = {h: _worker("scheduler", h) for h in homes}
+    try:
+        roles = _until(lambda: (r := {h: _status(h, "scheduler").get("role") for h in homes})
+                       and sorted(map(str, r.values())) == ["leader", "standby"] and r, 60, "one leader, one standby")
+        leader = next(h for h, r in roles.items() if r == "leader")
+        standby = next(h for h in homes if h != leader)
+        time.sleep(3)  # the standby keeps trying and keeps failing while the leader lives
+        assert _status(standby, "scheduler").get("role") == "standby"
+        with psycopg.connect(pg_store_url) as conn:  # schedules live in the store's database
+            ids = {r[0] for r in conn.execute("SELECT id FROM apscheduler_jobs")}
+        assert {"pg_analyze", "pg_integrity_check"} <= ids and not ids & {"vacuum", "wal_checkpoint", "snapshot"}
+        procs[leader].send_signal(signal.SIGKILL)
+        procs[leader].wait()
+        _until(lambda: _status(standby, "scheduler").get("role") == "leader", 30, "the standby to take over")
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                p.wait(30)
+
+
+def test_amcheck_and_analyze_run_on_a_real_store(tmp_path, pg_store_url):
+    store = Store(tmp_path, pg_store_url)
+    try:
+        store.apply("messages.append", {"session_id": "s", "messages": [
+            user("check me"), assistant(None, tool_calls=[call("c1")]), tool("c1", "out")]})
+    finally:
+        store.close()
+    checked = pg_jobs.pg_integrity_check(pg_store_url)
+    assert checked["ok"] and checked["indexes_checked"] >= 8 and checked["tables_checked"] >= 6
+    analyzed = pg_jobs.pg_analyze(pg_store_url)
+    assert analyzed["dead_tuples"]["messages"] >= 0
+    assert {j.name for j in catalog.JOBS if j.backend == "postgres"} == {"pg_analyze", "pg_integrity_check"}

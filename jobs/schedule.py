@@ -11,7 +11,9 @@ from typing import Any
 from .queues import build
 
 
-def fire(queue_db: str, job: str, params: dict[str, Any], queue_url: str | None = None) -> None:
+def fire(queue_db: str, job: str, params: dict[str, Any], queue_url: str | None = None,
+         host_id: str = "local") -> None:
     """Enqueue ``job`` with ``params`` into the queues in ``queue_db``, or on the shared
-    Redis at ``queue_url`` (its worker queue, which every host's consumer serves)."""
-    build(Path(queue_db), url=queue_url).enqueue(job, **params)
+    Redis at ``queue_url``: a worker job on the shared worker queue (any host's consumer), a
+    store job on host ``host_id``'s store queue (the firing leader's own writer)."""
+    build(Path(queue_db), url=queue_url, host_id=host_id).enqueue(job, **params)

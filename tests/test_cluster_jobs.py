@@ -117,7 +117,8 @@ def test_one_scheduler_leads_the_cluster_and_a_standby_takes_over_after_kill_9(t
         assert _status(standby, "scheduler").get("role") == "standby"
         with psycopg.connect(pg_store_url) as conn:  # schedules live in the store's database
             ids = {r[0] for r in conn.execute("SELECT id FROM apscheduler_jobs")}
-        assert {"pg_analyze", "pg_integrity_check"} <= ids and not ids & {"vacuum", "wal_checkpoint", "snapshot"}
+        assert {"pg_analyze", "pg_integrity_check", "auto_prune", "delete_empty"} <= ids
+        assert not ids & {"vacuum", "wal_checkpoint", "fts_optimize", "snapshot"}
         procs[leader].send_signal(signal.SIGKILL)
         procs[leader].wait()
         _until(lambda: _status(standby, "scheduler").get("role") == "leader", 30, "the standby to take over")

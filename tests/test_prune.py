@@ -15,8 +15,8 @@ from semantics_helpers import Store
 
 
 @pytest.fixture
-def store(tmp_path):
-    s = Store(tmp_path)
+def store(tmp_path, backend):
+    s = Store(tmp_path, backend)
     yield s
     s.close()
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from quill.jobs.queues import build_for
 from quill.ops.config import Config
-from quill.spool import Entry, Position, Quarantine, SpoolReader, START
+from quill.spool import Entry, Position, Quarantine, Spool, SpoolReader, START
 from quill.spool.identity import load_or_create
 from quill.store.apply import take_chunk
 from quill.store.errors import DiskFullError, StoreIOError, TransientError
@@ -87,7 +87,7 @@ class PgWriter:
     def _connect(self) -> None:
         self.backend = PostgresBackend(self.cfg.store_url, self.spool_id)
         if self.jobs is None:  # this host's store queue: job-run records from its consumer
-            self.jobs = StoreJobRunner(build_for(self.cfg), self.log)
+            self.jobs = StoreJobRunner(build_for(self.cfg), self.log, Spool(self.cfg.spool_dir))
         cur = self.backend.read_cursor()
         self.cursor = Position(*cur) if cur else START
         self.log.info("writer.started", backend="postgres", spool_id=self.spool_id, cursor=str(self.cursor))

@@ -52,6 +52,15 @@ def make_scheduler(cfg: Config) -> BackgroundScheduler:
         timezone=dt.timezone.utc)
 
 
+def _queue_kwargs(cfg: Config) -> dict[str, Any]:
+    """Where ``fire`` enqueues on a shared Redis: its URL and this host's id (store jobs go to
+    this host's writer). Nothing extra on the embedded queue."""
+    if not cfg.queue_url:
+        return {}
+    from quill.spool.identity import load_or_create
+    return {"queue_url": cfg.queue_url, "host_id": load_or_create(cfg.spool_id_path)}
+
+
 def install_defaults(sched: BackgroundScheduler, cfg: Config) -> list[str]:
     """Add each catalog job of this store's backend (``JobSpec.backend``) that has no
     schedule yet; returns the names added."""
@@ -63,7 +72,7 @@ def install_defaults(sched: BackgroundScheduler, cfg: Config) -> list[str]:
         if spec.trigger is not None and sched.get_job(spec.name) is None:
             sched.add_job("quill.jobs.schedule:fire", spec.trigger, id=spec.name, name=spec.name,
                           kwargs={"queue_db": str(cfg.queue_db), "job": spec.name, "params": spec.params(cfg),
-                                  **({"queue_url": cfg.queue_url} if cfg.queue_url else {})},
+                                  **_queue_kwargs(cfg)},
                           **spec.trigger_args)
             added.append(spec.name)
     return added

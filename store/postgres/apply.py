@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from ..apply import ChunkResult, EntryLike, RejectFn
+from ..apply import ChunkResult, EntryLike, RejectFn, arrival_time
 from ..contract import BadDataError
 from ..errors import InvalidOpError
 from ..ops import APPLIERS
@@ -104,7 +104,7 @@ def _apply_entry(conn: PgConnection, spool_id: str, entry: EntryLike, now: float
             raise InvalidOpError("invalid-batch", "batch id must be a string")
         if not isinstance(data, dict):
             raise InvalidOpError("invalid-data", "op data must be a JSON object")
-        rows = applier(conn, data, batch, now)
+        rows = applier(conn, data, batch, arrival_time(rec, now))
         conn.execute("INSERT INTO applied_batches (batch_id, spool_id, position, applied_at) VALUES (?, ?, ?, ?) "
                      "ON CONFLICT DO NOTHING", (batch, spool_id, str(entry.position), now))
         if conn.changes() == 0:

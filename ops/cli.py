@@ -33,6 +33,7 @@ COMMANDS = {
     "jobs": "quill.ops.cli_jobs:jobs",
     "schedule": "quill.ops.cli_jobs:schedule",
     "spool": "quill.ops.cli_spool:spool",
+    "usage": "quill.ops.cli_usage:usage",
 }
 
 

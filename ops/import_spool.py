@@ -15,7 +15,9 @@ one batch per open session whatever the file size:
 * ``Compact`` -> the pending batch is flushed, then ``messages.compact`` (when the store or
   this import left live rows to compact; else the compacted set is simply appended);
   skipped when the store holds its messages already;
-* ``Rewind`` -> the pending batch is flushed, then ``messages.rewind {ext_ids}``.
+* ``Rewind`` -> the pending batch is flushed, then ``messages.rewind {ext_ids}``;
+* ``Usage`` -> ``usage.record`` (after the session's pending messages), unless the store
+  already counted its ``response_id``.
 
 Batch ids are stable (``ingest.stable_batch_id`` over what a batch is), so an import racing
 a writer that has not yet applied the previous import is still applied once.
@@ -32,7 +34,7 @@ from quill.spool import Spool
 from quill.store.ops import clean_title
 from quill.store.reads import Reader
 
-from .importers import Compact, Message, Problem, Rewind, SessionStart, stream_file
+from .importers import Compact, Message, Problem, Rewind, SessionStart, Usage, stream_file
 from .ingest import stable_batch_id
 
 #: Messages per ``messages.append`` op: a batch is all-or-nothing, so smaller batches confine
@@ -61,6 +63,7 @@ class _Session:
     sid: str
     known: dict[str, str]
     has_live: bool
+    counted: set[str] = field(default_factory=set)
     pending: list[dict] = field(default_factory=list)
     pending_bytes: int = 0
     pending_rewound: list[str] = field(default_factory=list)
@@ -102,7 +105,8 @@ class _Importer:
         self.report.sessions.append(sid)
         row = self.store.get_session(sid) if self.store else None
         known = self.store.message_states(sid) if row else {}
-        self.sessions[sid] = _Session(sid, known, any(s == "live" for s in known.values()))
+        self.sessions[sid] = _Session(sid, known, any(s == "live" for s in known.values()),
+                                      self.store.usage_responses(sid) if row else set())
         if row is None:
             self.spool.append("session.create", payload, batch_id=stable_batch_id("create", payload))
             return
@@ -156,6 +160,17 @@ class _Importer:
         self.report.rewound += len(ev.ext_ids)
         self._rewind(s, [i for i in ev.ext_ids if s.known.get(i) in ("live", "pending")])
 
+    def usage(self, ev: Usage) -> None:
+        s = self.sessions[ev.session_id]
+        rid = ev.data.get("response_id")
+        if rid in s.counted:
+            return
+        self.flush(s)
+        data = {"session_id": s.sid, **ev.data}
+        self.spool.append("usage.record", data, batch_id=stable_batch_id("import-usage", data))
+        if rid is not None:
+            s.counted.add(rid)
+
     def flush(self, s: _Session) -> None:
         if s.pending:
             self.report.new += len(s.pending)
@@ -193,6 +208,8 @@ def import_file(spool: Spool, path: Path, store: Reader | None) -> FileReport:
             imp.message(ev)
         elif isinstance(ev, Compact):
             imp.compact(ev)
+        elif isinstance(ev, Usage):
+            imp.usage(ev)
         else:
             imp.rewind(ev)
     imp.finish()

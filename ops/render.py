@@ -48,15 +48,16 @@ def sessions_table(rows: list[dict[str, Any]], width: int = 120) -> Table:
     """Sessions as a table that fits ``width`` columns. The id is what `sessions show` needs:
     it folds over lines but is never cut, so on a narrow terminal the optional columns
     (source, ended, last active) are dropped before the id could be squeezed."""
-    columns = ["id", "source", "title / preview", "msgs", "last active", "ended"]
+    columns = ["id", "source", "title / preview", "msgs", "tokens", "last active", "ended"]
     if width < 110:
         columns.remove("ended")
         columns.remove("source")
+        columns.remove("tokens")
     if width < 80:
         columns.remove("last active")
     table = Table(title=f"{len(rows)} session(s)", title_justify="left")
     id_width = min(36, max(12, width // 3))
-    fixed = {"source": 12, "msgs": 5, "last active": 16, "ended": 12}
+    fixed = {"source": 12, "msgs": 5, "tokens": 8, "last active": 16, "ended": 12}
     # rich shrinks wrapable columns first: cap the (non-wrapping) title so the id keeps room.
     title_width = max(10, width - id_width - sum(fixed.get(c, 0) for c in columns) - 3 * len(columns) - 1)
     for col in columns:
@@ -65,14 +66,31 @@ def sessions_table(rows: list[dict[str, Any]], width: int = 120) -> Table:
         elif col == "title / preview":
             table.add_column(col, overflow="ellipsis", no_wrap=True, max_width=title_width)
         else:
-            table.add_column(col, no_wrap=True, justify="right" if col == "msgs" else "left")
+            table.add_column(col, no_wrap=True, justify="right" if col in ("msgs", "tokens") else "left")
     for r in rows:
         label = r.get("title") or (r.get("preview") or "").replace("\n", " ")
         cells = {"id": escape(r["id"]), "source": escape(r.get("source") or ""), "title / preview": escape(label[:60]),
-                 "msgs": str(r["message_count"]), "last active": when(r.get("last_active")),
+                 "msgs": str(r["message_count"]), "tokens": tokens(r.get("usage")),
+                 "last active": when(r.get("last_active")),
                  "ended": escape(r.get("end_reason") or "")}
         table.add_row(*(cells[c] for c in columns))
     return table
+
+
+def tokens(usage: dict[str, Any] | None) -> str:
+    """Input + output tokens of a totals dict, compact (``12.3k``, ``1.2M``); empty for none."""
+    if not usage or not usage.get("calls"):
+        return ""
+    n = usage["input_tokens"] + usage["output_tokens"]
+    return f"{n / 1e6:.1f}M" if n >= 1e6 else f"{n / 1e3:.1f}k" if n >= 1e3 else str(n)
+
+
+def cost(usage: dict[str, Any]) -> str:
+    """``$1.2345``, with ``+ N unpriced`` when some calls have no price; ``unpriced`` when none has."""
+    if usage.get("cost_usd") is None:
+        return "unpriced" if usage.get("calls") else ""
+    text = f"${usage['cost_usd']:.4f}"
+    return text + (f" + {usage['unpriced']} unpriced" if usage.get("unpriced") else "")
 
 
 def search_table(hits: list[dict[str, Any]], query: str) -> Table:
@@ -96,6 +114,12 @@ def transcript(session: dict[str, Any], messages: list[dict[str, Any]], max_char
     """Renderables for a readable transcript: roles, text, tool calls and tool results."""
     out: list[Any] = [Text(f"session {session['id']}  source={session.get('source') or '-'}  "
                            f"title={session.get('title') or ''}  messages={len(messages)}", style="bold")]
+    usage = session.get("usage") or {}
+    if usage.get("calls"):
+        out.append(Text(f"usage: {usage['calls']} call(s), {usage['input_tokens']} in "
+                        f"({usage['cache_read_tokens']} cache read, {usage['cache_write_tokens']} cache write), "
+                        f"{usage['output_tokens']} out ({usage['reasoning_tokens']} reasoning), {cost(usage)}",
+                        style="dim"))
     for m in messages:
         number = f"[{m['message_id']}] " if "message_id" in m else ""  # the model view has no store ids
         head = Text(f"\n{number}{m['role']}", style=_ROLE_STYLE.get(m["role"], "bold"))

@@ -24,6 +24,7 @@ VERSION = 1
 OP_KINDS = frozenset({
     "session.create", "session.end", "session.title", "session.flags", "session.read",
     "messages.append", "messages.compact", "messages.rewind", "messages.replace", "sessions.delete",
+    "usage.record",
 })
 
 _SURROGATE = re.compile("[\ud800-\udfff]")

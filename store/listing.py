@@ -10,6 +10,8 @@ Rules (issue 3 §1, §6, §7; reference study §6 "Listing"):
   every session;
 * ``message_count`` counts display positions; ``preview`` is the first user message in display
   order; ``unread`` counts display positions after the last-read watermark;
+* ``usage`` = the session's token and cost totals (``usage_reads``); ``key`` its conversation
+  key; ``placeholder`` = true while no ``session.create`` has arrived for it;
 * ``empty`` is an EXISTS probe over rows in *any* state: a session whose rows are all rewound
   or compacted is not empty (its ``message_count`` may still be 0).
 """
@@ -21,11 +23,12 @@ import json
 
 import apsw
 
+from . import usage_reads
 from .lineage import IS_TIP_SQL, root_of
 
 SESSION_KEYS = ("id", "source", "title", "model", "cwd", "started_at", "ended_at", "end_reason",
                 "parent_id", "parent_kind", "archived", "pinned", "hidden", "last_read_id",
-                "message_count", "unread", "empty", "last_active", "preview", "meta")
+                "message_count", "unread", "empty", "last_active", "preview", "meta", "key", "placeholder")
 PREVIEW_CHARS = 120
 
 _SELECT = f"""
@@ -41,7 +44,7 @@ SELECT * FROM (
          (SELECT substr(m.content, 1, {PREVIEW_CHARS}) FROM messages m WHERE m.session_id = s.id
             AND m.role = 'user' AND m.state IN ('live', 'compacted')
             ORDER BY coalesce(m.origin_id, m.id) LIMIT 1) AS preview,
-         s.meta
+         s.meta, s.key, s.placeholder
   FROM sessions s {{where}}
 ) AS listed {{outer}}
 ORDER BY coalesce(last_active, started_at) DESC, id DESC LIMIT ?"""
@@ -93,9 +96,22 @@ def list_sessions(conn: apsw.Connection, *, source: str | None = None, limit: in
     for row in conn.execute(sql, (*args, *outer_args, limit)).fetchall():
         item = dict(zip(SESSION_KEYS, row))
         item["meta"] = json.loads(item["meta"]) if item["meta"] else {}
-        for flag in ("archived", "pinned", "hidden", "empty"):
+        for flag in ("archived", "pinned", "hidden", "empty", "placeholder"):
             item[flag] = bool(item[flag])
         chain = root_of(conn, item["id"])
         item["chain_root_id"], item["chain_length"] = (chain[0] if chain else item["id"]), max(1, len(chain))
         out.append(item)
+    _attach_usage(conn, out)
     return out
+
+
+def _attach_usage(conn: apsw.Connection, items: list[dict[str, Any]]) -> None:
+    """Give each listed session its usage totals (``usage_reads.TOTAL_KEYS``) under ``usage``."""
+    for start in range(0, len(items), 500):
+        part = items[start:start + 500]
+        for item in part:
+            item["usage"] = usage_reads.empty_totals()
+        by_id = {item["id"]: item for item in part}
+        for row in usage_reads.totals(conn, ("session",), session_ids=list(by_id)):
+            sid = row.pop("session")
+            by_id[sid]["usage"] = row

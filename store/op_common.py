@@ -70,8 +70,13 @@ def opt(data: dict, key: str, kind: type | tuple[type, ...]) -> Any:
 
 
 def ensure_session(conn: apsw.Connection, sid: str, arrived_at: float, source: str | None = None) -> None:
-    """Create a bare session row if ``sid`` has none (ops may arrive before session.create)."""
-    conn.execute("INSERT OR IGNORE INTO sessions (id, source, created_at, started_at) VALUES (?, ?, ?, ?)",
+    """Create a *placeholder* session row if ``sid`` has none (ops may arrive before
+    session.create); a placeholder still without a source takes ``source``. The later
+    ``session.create`` completes the placeholder (its fields win) and clears the mark, so an
+    op that arrives first never decides what the session is (issue 14 §1)."""
+    conn.execute("INSERT INTO sessions (id, source, created_at, started_at, placeholder) VALUES (?, ?, ?, ?, 1) "
+                 "ON CONFLICT (id) DO UPDATE SET source = coalesce(sessions.source, excluded.source) "
+                 "WHERE sessions.placeholder = 1",
                  (sid, source, arrived_at, arrived_at))
 
 

@@ -19,6 +19,7 @@ from .op_common import (AUTOMATIC_END_REASONS, DELIBERATE_END_REASONS, Applier, 
                         opt, session_id)
 from .session_delete import conditions_hold, parse_conditions, sessions_delete
 from .transcript_ops import messages_append, messages_compact, messages_replace, messages_rewind
+from .usage import usage_record
 
 EDGE_KINDS = frozenset({"compression", "branch", "reset", "delegate"})
 #: Titles longer than this (after sanitising) are refused, not truncated: a producer that
@@ -48,15 +49,26 @@ def _title_owner(conn: apsw.Connection, title: str, sid: str) -> str | None:
     return row[0] if row else None
 
 
+def _key(data: dict) -> str | None:
+    """``data['key']``: a non-empty string of ≤512 characters, or None."""
+    key = opt(data, "key", str)
+    if key is not None and (not key.strip() or len(key) > 512):
+        raise InvalidOpError("invalid-field", "key must be a non-empty string of at most 512 characters")
+    return scrub(key) if key is not None else None
+
+
 @atomic
 def session_create(conn: apsw.Connection, data: dict, batch_id: str, arrived_at: float) -> int:
     """Create a session, or fill the fields an earlier op left empty (existing values win).
 
-    Fields: source, model, title, cwd, parent_id + parent_kind (compression | branch | reset |
+    Fields: source, model, title, cwd, key (conversation identity: a chat id, a platform
+    thread, a working directory; ``resume`` reads by it), parent_id + parent_kind (compression | branch | reset |
     delegate; both or neither), started_at (epoch s), meta (object), owner ({"host", "pid",
     "create_time"}: the producing process, which the orphan sweep checks). A title another session
     already holds is not applied (the session is still created) and is kept in
-    ``meta['requested_title']``: imports must not lose a session over a title. Raises
+    ``meta['requested_title']``: imports must not lose a session over a title. A
+    *placeholder* row (made by an op that arrived first, ``op_common.ensure_session``) is
+    completed: this create's source wins over the one the early op carried. Raises
     ``InvalidOpError``: ``invalid-field``, ``title-too-long``, ``self-parent``.
     """
     sid = session_id(data)
@@ -80,10 +92,13 @@ def session_create(conn: apsw.Connection, data: dict, batch_id: str, arrived_at:
         title = None
     conn.execute(
         """INSERT INTO sessions (id, source, model, title, cwd, parent_id, parent_kind,
-                                 started_at, meta, created_at, owner_host, owner_pid, owner_started)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                                 started_at, meta, created_at, owner_host, owner_pid, owner_started, key)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
            ON CONFLICT (id) DO UPDATE SET
-               source = coalesce(sessions.source, excluded.source),
+               source = CASE WHEN sessions.placeholder = 1 THEN coalesce(excluded.source, sessions.source)
+                             ELSE coalesce(sessions.source, excluded.source) END,
+               placeholder = 0,
+               key = coalesce(sessions.key, excluded.key),
                model = coalesce(sessions.model, excluded.model),
                title = coalesce(sessions.title, excluded.title),
                cwd = coalesce(sessions.cwd, excluded.cwd),
@@ -98,7 +113,8 @@ def session_create(conn: apsw.Connection, data: dict, batch_id: str, arrived_at:
                owner_started = coalesce(excluded.owner_started, sessions.owner_started)""",
         (sid, opt(data, "source", str), opt(data, "model", str), title, opt(data, "cwd", str), parent, kind,
          float(started) if started is not None else arrived_at, dumps(meta) if meta else None, arrived_at,
-         owner.get("host") if isinstance(owner.get("host"), str) else None, owner_pid, owner_started))
+         owner.get("host") if isinstance(owner.get("host"), str) else None, owner_pid, owner_started,
+         _key(data)))
     return 0
 
 
@@ -189,4 +205,5 @@ APPLIERS: dict[str, Applier] = {
     "session.flags": session_flags,
     "session.read": session_read,
     "sessions.delete": sessions_delete,
+    "usage.record": usage_record,
 }

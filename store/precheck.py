@@ -18,6 +18,7 @@ from .errors import InvalidOpError
 from .normalize import message_row
 from .op_common import session_id
 from .session_delete import check_delete
+from .usage import normalize_usage
 
 _MESSAGE_OPS = ("messages.append", "messages.compact", "messages.replace")
 _NUMBERS = ("started_at", "ended_at", "message_id", "tail_count", "user_turn", "expect_head_id")
@@ -48,5 +49,10 @@ def precheck(op: str, data: Any) -> None:
         for i, msg in enumerate(messages):
             try:
                 message_row(msg, now)
+                holder = msg if "usage" in msg or not isinstance(msg.get("extra"), dict) else msg["extra"]
+                if holder.get("usage") is not None:
+                    normalize_usage(holder["usage"])
             except InvalidOpError as exc:
                 raise InvalidOpError(exc.reason, f"message {i}: {exc.detail}") from None
+    if op == "usage.record":
+        normalize_usage(data.get("usage"))

@@ -17,7 +17,7 @@ from typing import Any
 
 import apsw
 
-from . import lineage, listing, projections
+from . import lineage, listing, projections, usage_reads
 from . import search as search_mod
 from .connection import open_reader
 from .errors import CantOpenError, StoreIOError, mapped
@@ -121,6 +121,20 @@ class Reader:
         with mapped():
             return listing.list_sessions(self.conn, source=source, limit=limit, include_hidden=include_hidden,
                                          **filters)
+
+    @_retry_io
+    def usage_totals(self, by: tuple[str, ...] = (), **filters: Any) -> list[dict[str, Any]]:
+        """Token and cost totals grouped by ``by`` (session, model, source, task, provider,
+        day); filters since, until, session_id, source, model, task (``usage_reads.totals``)."""
+        with mapped():
+            return usage_reads.totals(self.conn, tuple(by), **filters)
+
+    @_retry_io
+    def usage_responses(self, session_id: str) -> set[str]:
+        """The ``response_id`` of every usage row of a session (calls already counted)."""
+        with mapped():
+            return {r[0] for r in self.conn.execute(
+                "SELECT response_id FROM usage WHERE session_id = ? AND response_id IS NOT NULL", (session_id,))}
 
     @_retry_io
     def is_empty(self, session_id: str) -> bool:

@@ -1,4 +1,5 @@
-"""Schema of ``state.db`` (v2: v1 + content-addressed blobs), its creation and migrations.
+"""Schema of ``state.db`` (v2: v1 + content-addressed blobs; v3: + usage, session keys and
+placeholders), its creation and migrations.
 
 Rules the schema encodes (DESIGN.md, "The store"; the measured facts it cites):
 * ``messages.state`` is the single visibility state; rewinds and compactions flip it, never
@@ -17,14 +18,17 @@ Rules the schema encodes (DESIGN.md, "The store"; the measured facts it cites):
   row it copies (always the first original, never a copy). ``coalesce(origin_id, id)`` is
   the row's display position; the display projection keeps one row per position.
 * Titles are unique among titled sessions (partial unique index; NULL = untitled).
+* ``sessions.placeholder`` = 1 marks a row made by an op that arrived before the session's
+  ``session.create``; the create completes it (its fields win) and clears the mark.
+* Usage rows (store/usage.py): one per model call, ``response_id`` unique (counted once).
 """
 from __future__ import annotations
 
 import apsw
 
-from . import blobs
+from . import blobs, usage
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 #: The search indexes: derived data, rebuilt from ``messages`` when damaged (fts_repair.py).
 FTS_DDL = """
@@ -63,6 +67,7 @@ CREATE TABLE IF NOT EXISTS sessions (
     owner_started REAL,          --   recycled pid is never taken for the live owner
     meta         TEXT,           -- JSON object: anything else the producer sent
     created_at   REAL NOT NULL   -- arrival time of the first op for this session
+    -- v3 adds key (conversation identity) and placeholder (1 until session.create): usage.MIGRATION
 );
 CREATE INDEX IF NOT EXISTS sessions_started ON sessions(started_at);
 CREATE INDEX IF NOT EXISTS sessions_parent ON sessions(parent_id);
@@ -131,11 +136,12 @@ CREATE TABLE IF NOT EXISTS job_runs (
     error       TEXT
 );
 CREATE INDEX IF NOT EXISTS job_runs_job ON job_runs(job, started_at);
-""" + blobs.DDL
+""" + blobs.DDL + usage.MIGRATION
 
 #: Migrations: ``MIGRATIONS[v]`` takes a store from schema v to v + 1 (run in one transaction).
 MIGRATIONS: dict[int, str] = {
     1: blobs.DDL,  # v2: content-addressed blobs (store/blobs.py)
+    2: usage.MIGRATION,  # v3: usage rows, sessions.key and sessions.placeholder (store/usage.py)
 }
 
 #: Trigram scope (see module doc): roles indexed and the indexed prefix of ``content``.

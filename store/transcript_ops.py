@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 
 import apsw
 
-from . import blobs
+from . import blobs, usage
 from .errors import InvalidOpError
 from .normalize import IDENTITY_COLUMNS, ROW_COLUMNS, identity, message_row
 from .op_common import atomic, ensure_session, opt, reopen_if_automatic, session_exists, session_id
@@ -121,19 +121,30 @@ def messages_append(conn: apsw.Connection, data: dict, batch_id: str, arrived_at
         seen.update(x for (x,) in conn.execute(
             f"SELECT ext_id FROM messages WHERE session_id = ? AND ext_id IN ({', '.join('?' for _ in part)})",
             (sid, *part)))
-    fresh = []
-    for row in rows:
+    fresh, fresh_msgs = [], []
+    for row, msg in zip(rows, data["messages"]):
         if row[ext] is not None:
             if row[ext] in seen:
                 continue
             seen.add(row[ext])
         fresh.append(row)
+        fresh_msgs.append(msg)
     ensure_session(conn, sid, arrived_at, source)
     if fresh:
         reopen_if_automatic(conn, sid)
     written = _insert(conn, sid, fresh, None, arrived_at, batch_id)
     check_tool_results(conn, sid, _result_ids(fresh))
+    _record_usage(conn, sid, fresh_msgs, source, batch_id, arrived_at)
     return written
+
+
+def _record_usage(conn: apsw.Connection, sid: str, msgs: list[dict], source: str | None, batch_id: str,
+                  arrived_at: float) -> None:
+    """Usage carried by the messages ``_insert`` just wrote (ids are consecutive: one
+    executemany in this transaction, INTEGER PRIMARY KEY = max + 1)."""
+    if msgs:
+        first = conn.last_insert_rowid() - len(msgs) + 1
+        usage.record_messages(conn, sid, [(first + i, m) for i, m in enumerate(msgs)], source, batch_id, arrived_at)
 
 
 def _live(conn: apsw.Connection, sid: str) -> list[tuple]:
@@ -332,4 +343,5 @@ def messages_replace(conn: apsw.Connection, data: dict, batch_id: str, arrived_a
     _rewind_from(conn, sid, named[0] if named else 0)
     written = _insert(conn, sid, rows, None, arrived_at, batch_id)
     check_tool_results(conn, sid, _result_ids(rows))
+    _record_usage(conn, sid, data["messages"], opt(data, "source", str), batch_id, arrived_at)
     return written

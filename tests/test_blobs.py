@@ -149,7 +149,8 @@ def test_a_v1_store_is_migrated_to_hold_blobs(tmp_path):
     db = tmp_path / "state.db"
     conn = apsw.Connection(str(db))
     from quill.store import schema
-    v1_ddl = schema.DDL.replace(blobs.DDL, "")
+    from quill.store import usage
+    v1_ddl = schema.DDL.replace(blobs.DDL, "").replace(usage.MIGRATION, "")
     conn.execute(v1_ddl)
     conn.execute("PRAGMA user_version = 1")
     conn.close()

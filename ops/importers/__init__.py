@@ -37,11 +37,11 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from . import claude_code, codex, gemini, openai_chat, sharegpt
-from .events import Compact, Event, Message, Rewind, SessionStart, collect
+from .events import Compact, Event, Message, Rewind, SessionStart, Usage, collect
 from .jsonlines import (ImportedSession, ParsedFile, Problem, decode_line, iter_json_array, iter_jsonl,
                          read_text)
 
-__all__ = ["Problem", "ImportedSession", "ParsedFile", "detect_format", "parse_file", "stream_file",
+__all__ = ["Problem", "ImportedSession", "ParsedFile", "Usage", "detect_format", "parse_file", "stream_file",
            "iter_transcript_files", "FORMATS", "Event", "SessionStart", "Message", "Compact", "Rewind"]
 
 FORMATS = ("claude-code", "codex", "gemini-cli", "sharegpt", "openai-chat")

@@ -89,6 +89,8 @@ def assistant(sess: "Emitter", rec: dict, msg: dict, mid: str, ts: float | None)
     if isinstance(raw, str):
         texts.append(raw)
     extra = sess.extra(rec, msg)
+    if isinstance(msg.get("usage"), dict):  # one API response spans several records: count it once
+        extra["response_id"] = msg.get("id") or rec.get("requestId")
     if sigs:
         extra["thinking_signatures"] = sigs
     if other:

@@ -23,6 +23,7 @@ the session meta, turn models and thread names):
   ``num_turns`` user turns (a turn starts at the user message an ``event_msg user_message``
   echoes; injected context such as AGENTS.md is not a turn);
 * ``event_msg`` ``thread_name_updated`` gives the title (the last one wins);
+* ``event_msg`` ``token_count`` -> a ``Usage`` event per model call (``_token_count``);
 * record types this version does not know are ignored and counted (``meta.counts``).
 """
 
@@ -32,7 +33,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from .events import Compact, Event, Message, Rewind, SessionStart
+from .events import Compact, Event, Message, Rewind, SessionStart, Usage
 from .jsonlines import Problem, join_text, make_message, make_tool_call, parse_timestamp
 
 FORMAT = "codex"
@@ -142,6 +143,7 @@ class _State:
         self.live_ids: list[str] = []     # producer ids fed to the model, in order
         self.turn_starts: list[int] = []  # indexes into live_ids where a user turn starts
         self.last_user: int | None = None  # index of the last user message in live_ids
+        self.usage_total: dict | None = None  # the last token_count's running total
 
     def next_id(self, line: int | None, suffix: str = "") -> str:
         k = self.ids.get((line, suffix), 0)
@@ -263,6 +265,12 @@ def _record(st: _State, line: int | None, rec: dict) -> Iterator[Event]:
     elif rtype == "event_msg" and p.get("type") == "user_message" and st.last_user is not None:
         if not st.turn_starts or st.turn_starts[-1] != st.last_user:
             st.turn_starts.append(st.last_user)
+    elif rtype == "event_msg" and p.get("type") == "token_count":
+        usage = _token_count(st, p)
+        if usage is not None:
+            yield Usage(st.sid, {"usage": usage[0], "task": "turn", "model": st.turn.get("model"),
+                                 "ts": rec.get("timestamp"), "source": FORMAT,
+                                 "response_id": f"{st.sid}:total:{usage[1]}"})
     elif rtype == "event_msg" and p.get("type") == "thread_rolled_back":
         n = p.get("num_turns")
         if not isinstance(n, int) or isinstance(n, bool) or n <= 0 or n > len(st.turn_starts):
@@ -276,6 +284,36 @@ def _record(st: _State, line: int | None, rec: dict) -> Iterator[Event]:
             st.last_user = None
             if dropped:
                 yield Rewind(st.sid, dropped)
+
+
+_USAGE_KEYS = ("input_tokens", "cached_input_tokens", "output_tokens", "reasoning_output_tokens", "total_tokens")
+
+
+def _token_count(st: _State, p: dict) -> tuple[dict, Any] | None:
+    """``(usage, name)`` of the model call a ``token_count`` event reports, or None for a
+    repeat. Codex repeats an event (rate-limit updates, resumes) with the same cumulative
+    ``total_token_usage``: a call is new only when that total changed, and the total names it
+    (the ``response_id``) so re-imports count it once. The usage is the change of the running
+    total — usually equal to ``last_token_usage``, but a call with no event of its own
+    (measured in the corpus: one rollout's total grows by 176,398 input tokens where
+    ``last_token_usage`` says 88,063) is only in the total. A total that went down (a
+    resumed rollout restarting its count) falls back to ``last_token_usage``."""
+    info = p.get("info")
+    if not isinstance(info, dict) or not isinstance(info.get("last_token_usage"), dict):
+        return None
+    total = info.get("total_token_usage") if isinstance(info.get("total_token_usage"), dict) else None
+    if total is not None and total == st.usage_total:
+        return None
+    usage = info["last_token_usage"]
+    if total is not None:
+        before = st.usage_total or {}
+        delta = {k: total.get(k, 0) - before.get(k, 0) for k in _USAGE_KEYS
+                 if isinstance(total.get(k, 0), int) and isinstance(before.get(k, 0), int)}
+        if len(delta) == len(_USAGE_KEYS) and min(delta.values()) >= 0:
+            usage = delta
+    st.usage_total = total
+    name = total.get("total_tokens") if total is not None else None
+    return usage, (name if name is not None else json.dumps(usage, sort_keys=True))
 
 
 def _session(path: Path, scan: _Scan, problems: list[Problem]) -> dict:

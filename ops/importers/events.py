@@ -11,7 +11,9 @@ open session (bench/importer_memory.py). Events, per session id:
   branch (appended, then flipped);
 * ``Compact(session_id, messages, tail_count)``: a compaction here; ``messages`` is what the
   model was fed from now on (a summary, or Codex's replacement history);
-* ``Rewind(session_id, ext_ids)``: earlier messages taken back (Codex ``thread_rolled_back``).
+* ``Rewind(session_id, ext_ids)``: earlier messages taken back (Codex ``thread_rolled_back``);
+* ``Usage(session_id, data)``: a model call's usage with no message of its own (Codex
+  ``token_count``), a ``usage.record`` payload.
 
 ``collect`` turns a stream into ``ImportedSession`` objects (for tests and small files):
 ``messages`` = every ``Message`` in order, plus ``rewound`` ids and ``compactions``.
@@ -59,7 +61,16 @@ class Rewind:
     ext_ids: list[str]
 
 
-Event = Union[SessionStart, Message, Compact, Rewind]
+@dataclass
+class Usage:
+    """One model call of ``session_id`` that stored no message of its own: a ``usage.record``
+    payload without ``session_id`` (docs/ops.md, Usage)."""
+
+    session_id: str
+    data: dict
+
+
+Event = Union[SessionStart, Message, Compact, Rewind, Usage]
 
 
 def collect(events: Iterable[Event]) -> list[ImportedSession]:
@@ -76,6 +87,8 @@ def collect(events: Iterable[Event]) -> list[ImportedSession]:
             s.messages.append(ev.message)
             if ev.rewound:
                 s.rewound.append(str(ev.message["id"]))
+        elif isinstance(ev, Usage):
+            s.usage.append(ev.data)
         elif isinstance(ev, Compact):
             s.compactions.append({"after": len(s.messages), "messages": ev.messages,
                                   "tail_count": ev.tail_count, **ev.info})

@@ -43,6 +43,8 @@ class ImportedSession:
     messages: list[dict] = field(default_factory=list)
     rewound: list[str] = field(default_factory=list)
     compactions: list[dict] = field(default_factory=list)
+    #: ``usage.record`` payloads (without session_id) of calls with no message of their own
+    usage: list[dict] = field(default_factory=list)
 
 
 @dataclass

@@ -10,11 +10,12 @@ from rich.markup import escape
 from rich.table import Table
 
 from quill.store.usage import TOKEN_FIELDS
-from quill.store.usage_reads import GROUPS, TOTAL_KEYS, empty_totals
+from quill.store.usage_reads import GROUPS, TOTAL_KEYS
 
 from . import render
 from .cli_base import emit_json, json_option
-from .cli_read import _EPOCH, _query
+from .cli_read import _EPOCH, _note_no_store
+from .client import Client
 
 
 @click.command()
@@ -36,10 +37,9 @@ def usage(cfg: Any, by: tuple[str, ...], since: float | None, until: float | Non
     if as_json and as_csv:
         raise click.UsageError("--json and --csv are exclusive")
     by = tuple(dict.fromkeys(by))
-    rows = _query(cfg, lambda r: r.usage_totals(by, since=since, until=until,
-                                                session_id=session_id, source=source, model=model, task=task))
-    if not by and not rows:
-        rows = [empty_totals()]
+    _note_no_store(cfg)
+    rows = Client(config_=cfg).usage(by, since=since, until=until, session_id=session_id, source=source,
+                                     model=model, task=task)
     if as_json:
         emit_json(rows)
     elif as_csv:

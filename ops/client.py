@@ -137,12 +137,23 @@ class Client:
     def create(self, session_id: str, *, source: str | None = None, model: str | None = None,
                title: str | None = None, cwd: str | None = None, parent_id: str | None = None,
                parent_kind: str | None = None, started_at: float | None = None,
-               meta: dict[str, Any] | None = None, batch_id: str | None = None) -> Ack:
+               meta: dict[str, Any] | None = None, key: str | None = None, batch_id: str | None = None) -> Ack:
         """Create a session, or fill fields it still lacks. ``parent_kind``: ``compression``,
-        ``branch``, ``reset`` or ``delegate`` (with ``parent_id``). Times in epoch seconds."""
+        ``branch``, ``reset`` or ``delegate`` (with ``parent_id``). ``key``: the conversation
+        identity (chat id, thread, working dir) ``resume`` finds it by. Times in epoch seconds."""
         return self.submit("session.create", _drop_none(
             session_id=session_id, source=source, model=model, title=title, cwd=cwd, parent_id=parent_id,
-            parent_kind=parent_kind, started_at=started_at, meta=meta), batch_id=batch_id)
+            parent_kind=parent_kind, started_at=started_at, meta=meta, key=key), batch_id=batch_id)
+
+    def record_usage(self, session_id: str, usage: dict[str, Any], *, task: str = "turn",
+                     model: str | None = None, provider: str | None = None, source: str | None = None,
+                     response_id: str | None = None, ts: float | None = None, batch_id: str | None = None) -> Ack:
+        """Record one model call that stored no message (title, compression, background
+        review, embedding …): ``usage`` as the provider sent it (OpenAI or Anthropic shape).
+        ``response_id`` makes it count once however often it is sent (docs/ops.md, Usage)."""
+        return self.submit("usage.record", _drop_none(
+            session_id=session_id, usage=usage, task=task, model=model, provider=provider, source=source,
+            response_id=response_id, ts=ts), batch_id=batch_id)
 
     def end(self, session_id: str, reason: str = "ended", *, ended_at: float | None = None,
             batch_id: str | None = None) -> Ack:
@@ -320,6 +331,25 @@ class Client:
             return r.search(query, limit=limit, session_id=session_id, role=role, source=source, since=since,
                             until=until, substring=substring, projection="audit" if audit else "display",
                             context=context, **({"kinds": list(kinds)} if kinds else {}))
+
+    def usage(self, by: tuple[str, ...] | list[str] = (), *, since: float | None = None, until: float | None = None,
+              session_id: str | None = None, source: str | None = None, model: str | None = None,
+              task: str | None = None) -> list[dict[str, Any]]:
+        """Token and cost totals — ``quill usage --json``: one row per group of ``by``
+        (``session``, ``model``, ``source``, ``task``, ``provider``, ``day``), each with
+        ``calls``, the token fields, ``cost_usd`` (USD; None when nothing is priced) and
+        ``unpriced`` (calls without a price). No ``by``: one grand total (zeros before any
+        usage). Raises ``InvalidInputError`` for an unknown grouping."""
+        from quill.store.usage_reads import GROUPS, empty_totals
+
+        bad = [b for b in by if b not in GROUPS]
+        if bad:
+            raise InvalidInputError(f"unknown usage grouping {bad[0]!r}; choose from {', '.join(GROUPS)}")
+        with self._reader(None) as r:
+            rows = [] if r is None else r.usage_totals(tuple(dict.fromkeys(by)), since=since, until=until,
+                                                         session_id=session_id, source=source, model=model,
+                                                         task=task)
+        return rows if rows or by else [empty_totals()]
 
     def search_health(self) -> dict[str, Any]:
         """``{"fts_state", "fts_pending", "degraded"}`` of the search index (empty store: ok)."""

@@ -140,11 +140,12 @@ def messages_append(conn: apsw.Connection, data: dict, batch_id: str, arrived_at
 
 def _record_usage(conn: apsw.Connection, sid: str, msgs: list[dict], source: str | None, batch_id: str,
                   arrived_at: float) -> None:
-    """Usage carried by the messages ``_insert`` just wrote (ids are consecutive: one
-    executemany in this transaction, INTEGER PRIMARY KEY = max + 1)."""
-    if msgs:
-        first = conn.last_insert_rowid() - len(msgs) + 1
-        usage.record_messages(conn, sid, [(first + i, m) for i, m in enumerate(msgs)], source, batch_id, arrived_at)
+    """Usage carried by the messages ``_insert`` just wrote: this op's rows are the session's
+    rows of ``batch_id`` (a batch id is one op), in id order = ``msgs`` order."""
+    if any(usage.carries_usage(m) for m in msgs):
+        ids = [r[0] for r in conn.execute("SELECT id FROM messages WHERE session_id = ? AND batch_id = ? "
+                                          "ORDER BY id DESC LIMIT ?", (sid, batch_id, len(msgs)))][::-1]
+        usage.record_messages(conn, sid, list(zip(ids, msgs)), source, batch_id, arrived_at)
 
 
 def _live(conn: apsw.Connection, sid: str) -> list[tuple]:

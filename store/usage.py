@@ -69,6 +69,7 @@ CREATE TABLE IF NOT EXISTS usage (
     cost_usd           REAL,
     price_version      TEXT,            -- e.g. genai-prices==0.2.3; NULL when unpriced
     ts                 REAL NOT NULL,
+    day                TEXT NOT NULL,   -- UTC date of ts (YYYY-MM-DD): grouping needs no date SQL
     raw                TEXT NOT NULL,   -- the usage object as sent (JSON)
     batch_id           TEXT NOT NULL
 );
@@ -202,10 +203,11 @@ def record(conn: apsw.Connection, sid: str, raw: Any, *, task: str, model: str |
     cost = price(tokens, model, provider, ts)
     conn.execute(
         f"""INSERT INTO usage (session_id, message_id, response_id, task, model, provider, source,
-                {', '.join(TOKEN_FIELDS)}, cost_usd, price_version, ts, raw, batch_id)
-            VALUES (?, ?, ?, ?, ?, ?, ?, {', '.join('?' for _ in TOKEN_FIELDS)}, ?, ?, ?, ?, ?)""",
+                {', '.join(TOKEN_FIELDS)}, cost_usd, price_version, ts, day, raw, batch_id)
+            VALUES (?, ?, ?, ?, ?, ?, ?, {', '.join('?' for _ in TOKEN_FIELDS)}, ?, ?, ?, ?, ?, ?)""",
         (sid, message_id, response_id, task, model, provider, source, *(tokens[f] for f in TOKEN_FIELDS),
-         cost, price_version() if cost is not None else None, ts, dumps(raw), batch_id))
+         cost, price_version() if cost is not None else None, ts,
+         dt.datetime.fromtimestamp(ts, tz=dt.timezone.utc).strftime("%Y-%m-%d"), dumps(raw), batch_id))
     return conn.changes()
 
 
@@ -218,13 +220,18 @@ def _attrs(msg: dict) -> dict:
     return msg["extra"]
 
 
+def carries_usage(msg: Any) -> bool:
+    """Whether a message dict has a ``usage`` (on it or in its ``extra``)."""
+    return isinstance(msg, dict) and _attrs(msg).get("usage") is not None
+
+
 def record_messages(conn: apsw.Connection, sid: str, inserted: list[tuple[int, dict]], source: str | None,
                     batch_id: str, arrived_at: float) -> int:
     """Record the ``usage`` of each just-inserted message ``(store id, message dict)`` that
     carries one, on the message or in its ``extra`` (attributes beside it: model, provider,
     response_id, task; model defaults to the session's). Returns usage rows written. Raises
     ``InvalidOpError``."""
-    carrying = [(mid, m) for mid, m in inserted if _attrs(m).get("usage") is not None]
+    carrying = [(mid, m) for mid, m in inserted if carries_usage(m)]
     if not carrying:
         return 0
     row = conn.execute("SELECT model, source FROM sessions WHERE id = ?", (sid,)).fetchone()

@@ -20,11 +20,13 @@ GROUPS = {
     "source": "coalesce(s.source, u.source)",
     "task": "u.task",
     "provider": "u.provider",
-    "day": "date(u.ts, 'unixepoch')",
+    "day": "u.day",
 }
 TOTAL_KEYS = ("calls", *TOKEN_FIELDS, "cost_usd", "unpriced")
-_SUMS = ", ".join([f"count(*)", *(f"sum(u.{f})" for f in TOKEN_FIELDS),
-                   "sum(u.cost_usd)", "sum(u.cost_usd IS NULL)"])
+# Portable to the PostgreSQL store: sums cast back to integers (PostgreSQL's sum of bigint is
+# numeric), no boolean sums.
+_SUMS = ", ".join(["count(*)", *(f"CAST(sum(u.{f}) AS BIGINT)" for f in TOKEN_FIELDS),
+                   "sum(u.cost_usd)", "sum(CASE WHEN u.cost_usd IS NULL THEN 1 ELSE 0 END)"])
 
 __all__ = ["GROUPS", "TOTAL_KEYS", "empty_totals", "session_totals", "totals"]
 

@@ -23,8 +23,8 @@ CODEX = {"input_tokens": 22606, "cached_input_tokens": 2432, "output_tokens": 35
 
 
 @pytest.fixture
-def store(tmp_path):
-    s = Store(tmp_path)
+def store(tmp_path, backend):
+    s = Store(tmp_path, backend)
     yield s
     s.close()
 

@@ -45,7 +45,11 @@ def recover(cfg: Any, accept_loss: bool, as_json: bool) -> None:
     if cfg.store_url:  # a shared PostgreSQL store: replay this host's spool from the store's cursor
         return _recover_postgres(cfg, as_json)
     try:
-        result = do_recover(cfg, accept_loss=accept_loss)
+        # The snapshot (hence the replay start) is chosen inside recover: the bar counts bytes
+        # replayed without a total.
+        with render.progress(not as_json, unit="bytes") as bar:
+            task = bar.add_task("replaying into the rebuilt store", total=None)
+            result = do_recover(cfg, accept_loss=accept_loss, progress=lambda n: bar.advance(task, n))
     except (RecoverError, CorruptError) as exc:
         raise click.ClickException(str(exc))
     if result.get("history_gap"):

@@ -139,7 +139,7 @@ def sessions_list(cfg: Any, source: str | None, limit: int, include_hidden: bool
         emit_json(rows)
     else:
         con = render.console()
-        con.print(render.sessions_table(rows, con.width))
+        render.print_sessions(con, rows)
 
 
 @sessions.command(name="show")
@@ -214,7 +214,7 @@ def search(cfg: Any, query: str, limit: int, session_id: str | None, role: str |
     if as_json:
         emit_json(hits)
     else:
-        render.console().print(render.search_table(hits, query))
+        render.print_search(render.console(), hits, query)
 
 
 def fleet_state(cfg: Any) -> dict[str, Any]:

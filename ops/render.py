@@ -44,10 +44,28 @@ def when(ts: float | None) -> str:
     return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%d %H:%M")
 
 
-def sessions_table(rows: list[dict[str, Any]], width: int = 120) -> Table:
-    """Sessions as a table that fits ``width`` columns. The id is what `sessions show` needs:
-    it folds over lines but is never cut, so on a narrow terminal the optional columns
-    (source, ended, last active) are dropped before the id could be squeezed."""
+def _fits(ids: list[str], width: int, reserved: int) -> int | None:
+    """The id column width that shows every id whole, or None if ``width`` minus the other
+    columns' ``reserved`` cells cannot hold the longest one."""
+    need = max((len(i) for i in ids), default=2)
+    return need if need + reserved <= width else None
+
+
+def _print_list(con: Console, title: str, entries: list[tuple[str, Text | str]]) -> None:
+    """The narrow-terminal layout: each id on its own line, printed unwrapped (the terminal
+    may fold it visually, but it is one line of text: copy-paste gets it whole)."""
+    con.print(title, markup=False)
+    for ident, detail in entries:
+        con.print(Text(ident, style="bold"), soft_wrap=True)
+        con.print(Text("  ").append(detail) if isinstance(detail, Text) else Text(f"  {detail}"), soft_wrap=True)
+
+
+def print_sessions(con: Console, rows: list[dict[str, Any]]) -> None:
+    """Sessions as a table that fits the console. The id is what `sessions show` needs, so it
+    is never split or cut: optional columns (source, ended, last active) are dropped first on
+    a narrow terminal, and when even then the longest id does not fit, each session is
+    printed as two lines (id, then title · messages · last active)."""
+    width = con.width
     columns = ["id", "source", "title / preview", "msgs", "tokens", "last active", "ended"]
     if width < 110:
         columns.remove("ended")
@@ -55,26 +73,32 @@ def sessions_table(rows: list[dict[str, Any]], width: int = 120) -> Table:
         columns.remove("tokens")
     if width < 80:
         columns.remove("last active")
-    table = Table(title=f"{len(rows)} session(s)", title_justify="left")
-    id_width = min(36, max(12, width // 3))
     fixed = {"source": 12, "msgs": 5, "tokens": 8, "last active": 16, "ended": 12}
+    reserved = sum(fixed.get(c, 0) for c in columns) + 10 + 3 * len(columns) + 1  # title ≥ 10
+    title = f"{len(rows)} session(s)"
+    labels = [r.get("title") or (r.get("preview") or "").replace("\n", " ") for r in rows]
+    id_width = _fits([r["id"] for r in rows], width, reserved)
+    if id_width is None:
+        _print_list(con, title, [(r["id"], f"{label[:60]} · {r['message_count']} msg(s) · "
+                                            f"{when(r.get('last_active'))}") for r, label in zip(rows, labels)])
+        return
+    table = Table(title=title, title_justify="left")
     # rich shrinks wrapable columns first: cap the (non-wrapping) title so the id keeps room.
     title_width = max(10, width - id_width - sum(fixed.get(c, 0) for c in columns) - 3 * len(columns) - 1)
     for col in columns:
         if col == "id":
-            table.add_column(col, overflow="fold", min_width=id_width)
+            table.add_column(col, no_wrap=True, min_width=id_width)
         elif col == "title / preview":
             table.add_column(col, overflow="ellipsis", no_wrap=True, max_width=title_width)
         else:
             table.add_column(col, no_wrap=True, justify="right" if col in ("msgs", "tokens") else "left")
-    for r in rows:
-        label = r.get("title") or (r.get("preview") or "").replace("\n", " ")
+    for r, label in zip(rows, labels):
         cells = {"id": escape(r["id"]), "source": escape(r.get("source") or ""), "title / preview": escape(label[:60]),
                  "msgs": str(r["message_count"]), "tokens": tokens(r.get("usage")),
                  "last active": when(r.get("last_active")),
                  "ended": escape(r.get("end_reason") or "")}
         table.add_row(*(cells[c] for c in columns))
-    return table
+    con.print(table)
 
 
 def tokens(usage: dict[str, Any] | None) -> str:
@@ -93,17 +117,30 @@ def cost(usage: dict[str, Any]) -> str:
     return text + (f" + {usage['unpriced']} unpriced" if usage.get("unpriced") else "")
 
 
-def search_table(hits: list[dict[str, Any]], query: str) -> Table:
-    table = Table(title=f"{len(hits)} hit(s) for {query!r}", title_justify="left")
-    for col in ("session", "msg", "role", "when", "snippet"):
-        table.add_column(col, overflow="fold")
+def print_search(con: Console, hits: list[dict[str, Any]], query: str) -> None:
+    """Search hits as a table; session ids are never split (as in ``print_sessions``: when the
+    longest does not fit beside a 20-cell snippet, each hit is printed as lines)."""
+    title = f"{len(hits)} hit(s) for {query!r}"
+    rows = []
     for h in hits:
         snippet = Text(h["snippet"])
         for start, end in h.get("highlights", []):
             snippet.stylize("bold reverse", start, end)  # the matched words (issue 12 B6)
         role = h["role"] + ("" if h.get("matched_in", "text") == "text" else f" ({h['matched_in']})")
+        rows.append((h, role, snippet))
+    id_width = _fits([h["session_id"] for h in hits], con.width, 8 + 12 + 16 + 20 + 16)
+    if id_width is None:
+        _print_list(con, title, [(h["session_id"], Text(f"#{h['message_id']} {role} {when(h.get('ts'))}: ")
+                                  .append(snippet)) for h, role, snippet in rows])
+        return
+    table = Table(title=title, title_justify="left")
+    table.add_column("session", no_wrap=True, min_width=id_width)
+    for col in ("msg", "role", "when"):
+        table.add_column(col, no_wrap=True)
+    table.add_column("snippet", overflow="fold")
+    for h, role, snippet in rows:
         table.add_row(escape(h["session_id"]), str(h["message_id"]), escape(role), when(h.get("ts")), snippet)
-    return table
+    con.print(table)
 
 
 _ROLE_STYLE = {"user": "bold cyan", "assistant": "bold green", "tool": "yellow", "system": "magenta",

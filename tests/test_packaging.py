@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -43,7 +44,11 @@ def _fake_wheel(dist: Path, name: str) -> Path:
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     dist = tmp_path_factory.mktemp("dist")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(REPO)],
+    # Built from a clean copy: setuptools' build/ dir in a work tree could carry stale modules.
+    source = tmp_path_factory.mktemp("src") / "quill"
+    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(
+        ".venv", ".git", "build", "*.egg-info", "__pycache__", ".pytest_cache", "out"))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(source)],
                    check=True, capture_output=True, timeout=600)
     [built] = dist.glob("quill-*.whl")
     return built

@@ -1,0 +1,76 @@
+"""The CLI on a real terminal (a pty): progress bars for long work, ids never split on a narrow
+screen; and none of it when output goes to a pipe."""
+from __future__ import annotations
+
+import json
+import os
+import pty
+import select
+import subprocess
+import time
+from pathlib import Path
+
+from conftest import CORPUS, QuillCLI, quill_env
+
+LONG_ID = "agent-run-" + "0123456789abcdef" * 5 + "-tail"
+
+
+def _on_tty(cli: QuillCLI, *args: str, columns: int = 100, timeout: float = 240) -> tuple[int, str]:
+    """Run ``quill args`` with stdout and stderr on a pty of ``columns`` columns; (code, output)."""
+    master, slave = pty.openpty()
+    env = {**quill_env(cli.home), "COLUMNS": str(columns), "LINES": "40", "TERM": "xterm"}
+    proc = subprocess.Popen(cli.argv(*args), stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, env=env)
+    os.close(slave)
+    chunks, deadline = [], time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([master], [], [], 0.2)
+        if ready:
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # the child closed the pty
+                break
+            if not data:
+                break
+            chunks.append(data)
+        elif proc.poll() is not None:
+            break
+    os.close(master)
+    return proc.wait(timeout=30), b"".join(chunks).decode("utf-8", "replace")
+
+
+def _seed(quill: QuillCLI, n: int = 400) -> None:
+    lines = [json.dumps({"session_id": LONG_ID if i == 0 else f"s{i}",
+                         "messages": [{"role": "user", "content": f"needle {i} " + "x" * 2000}]}) for i in range(n)]
+    quill.run("push", input="\n".join(lines))
+
+
+def test_import_shows_a_progress_bar_on_a_terminal_only(quill, home):
+    folder = CORPUS / "claude-code"
+    code, out = _on_tty(quill, "import", str(folder))
+    assert code == 0 and "importing" in out and "━" in out, out[-2000:]
+    piped = quill.run("import", str(folder))
+    assert "importing" not in piped.stderr and "━" not in piped.stderr
+
+
+def test_replay_and_recover_show_progress_bars_on_a_terminal(quill, home, tmp_path):
+    _seed(quill)
+    code, out = _on_tty(quill, "spool", "replay", "--into", str(tmp_path / "copy.db"))
+    assert code == 0 and "replaying" in out and "━" in out, out[-2000:]
+    code, out = _on_tty(quill, "recover")
+    assert code == 0 and "replaying into the rebuilt store" in out, out[-2000:]
+    piped = quill.run("recover")
+    assert "replaying" not in piped.stderr
+
+
+def test_ids_are_never_split_on_a_narrow_terminal(quill, home):
+    _seed(quill, 3)
+    quill.run("spool", "replay")
+    for columns in (60, 100, 200):
+        code, out = _on_tty(quill, "sessions", "list", columns=columns)
+        lines = out.replace("\r", "").splitlines()
+        assert code == 0 and any(LONG_ID in line for line in lines), (columns, out)
+        code, out = _on_tty(quill, "search", "needle", columns=columns)
+        lines = out.replace("\r", "").splitlines()
+        assert code == 0 and any(LONG_ID in line for line in lines), (columns, out)
+    code, out = _on_tty(quill, "sessions", "list", columns=200)
+    assert "┃" in out  # wide enough: still a table

@@ -8,7 +8,6 @@ import pty
 import select
 import subprocess
 import time
-from pathlib import Path
 
 from conftest import CORPUS, QuillCLI, quill_env
 

@@ -21,7 +21,7 @@ from typing import Any
 from .common import ms, pct, ratio, tempdir
 
 HEAVY = ("sqlalchemy", "apscheduler", "rich", "psutil", "huey", "structlog", "quill.store.reads",
-         "quill.store.apply")
+         "quill.store.apply", "quill.store.connection", "quill.store.indexer", "quill.workers", "quill.jobs")
 MESSAGE = '{"role": "user", "content": "one agent turn"}\n'
 
 
@@ -74,7 +74,7 @@ def run(reps: int = 40) -> dict[str, Any]:
                 cpu[name].append(used)
         floor = pct(times["floor: python -c pass"], 50)
         cpu_floor = pct(cpu["floor: python -c pass"], 50)
-        rows = [{"case": name, "p50_ms": ms(pct(t, 50)), "p95_ms": ms(pct(t, 95)),
+        rows = [{"case": name, "min_ms": ms(min(t)), "p50_ms": ms(pct(t, 50)), "p95_ms": ms(pct(t, 95)),
                  "p50_over_floor_ms": ms(pct(t, 50) - floor), "ratio_to_floor": ratio(pct(t, 50), floor),
                  "cpu_p50_ms": ms(pct(cpu[name], 50)), "cpu_ratio_to_floor": ratio(pct(cpu[name], 50), cpu_floor)}
                 for name, t in times.items()]
@@ -93,12 +93,15 @@ def main() -> None:
     args = parser.parse_args()
     result = run(args.reps)
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-    print(f"{'case':<26} {'p50 ms':>8} {'p95 ms':>8} {'p50 - floor':>12} {'÷ floor':>8} {'CPU p50 ms':>11} {'÷ floor':>8}")
+    print(f"{'case':<26} {'min ms':>8} {'p50 ms':>8} {'p95 ms':>8} {'p50 - floor':>12} {'÷ floor':>8} {'CPU p50 ms':>11} "
+          f"{'÷ floor':>8}")
     for r in result["rows"]:
-        print(f"{r['case']:<26} {r['p50_ms']:>8} {r['p95_ms']:>8} {r['p50_over_floor_ms']:>12} {r['ratio_to_floor']:>8}"
+        print(f"{r['case']:<26} {r['min_ms']:>8} {r['p50_ms']:>8} {r['p95_ms']:>8} {r['p50_over_floor_ms']:>12} "
+              f"{r['ratio_to_floor']:>8}"
               f" {r['cpu_p50_ms']:>11} {r['cpu_ratio_to_floor']:>8}")
     print(f"heavy modules imported: {result['heavy_imports']}")
-    print(f"target {result['target']['goal']}: {result['target']['measured_ms']} ms → {result['target']['result']}")
+    print(f"target {result['target']['goal']}: {result['target']['measured_ms']} ms → {result['target']['result']}"
+          " (on a loaded machine compare the ÷ floor ratios: the floor is measured in the same run)")
     if args.out:
         args.out.write_text(json.dumps(result, indent=2))
 

@@ -17,7 +17,6 @@ from quill.spool import OP_KINDS
 from .errors import InvalidOpError
 from .normalize import message_row
 from .op_common import session_id
-from .session_delete import check_delete
 from .usage import normalize_usage
 
 _MESSAGE_OPS = ("messages.append", "messages.compact", "messages.replace")
@@ -32,6 +31,9 @@ def precheck(op: str, data: Any) -> None:
     if not isinstance(data, dict):
         raise InvalidOpError("invalid-data", "op data must be a JSON object")
     if op == "sessions.delete":
+        # Imported here: session_delete pulls in the indexer and connection modules, which
+        # the producer path (`quill push`, bench/cli.py) must not pay for.
+        from .session_delete import check_delete
         check_delete(data)
         return
     session_id(data)

@@ -174,3 +174,27 @@ def test_output_is_never_hard_wrapped_when_piped(quill, home):
     assert any(str(home) in line for line in status.splitlines())
     help_lines = quill.run("-h").stdout.splitlines()
     assert any("Check SQLite version" in line and "spool lag" in line for line in help_lines)
+
+
+#: What `quill push` must never import (bench/cli.py measures the process; these dominate it).
+HEAVY = ("sqlalchemy", "apscheduler", "rich", "psutil", "huey", "structlog", "quill.store.reads",
+         "quill.store.apply", "quill.store.connection", "quill.store.indexer", "quill.workers", "quill.jobs")
+
+
+def test_push_imports_only_the_producer_side(home):
+    import subprocess
+    import sys
+
+    from conftest import quill_env
+
+    code = ("import atexit, sys, json\n"
+            "atexit.register(lambda: print(json.dumps(sorted(sys.modules)), file=sys.stderr))\n"
+            "sys.argv = ['quill', 'push', '--session', 's']\n"
+            "from quill.ops.cli import main\nmain()\n")
+    proc = subprocess.run([sys.executable, "-c", code], input='{"role": "user", "content": "hi"}',
+                          capture_output=True, text=True, env=quill_env(home), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    loaded = json.loads(proc.stderr.strip().splitlines()[-1])
+    heavy = sorted(m for m in loaded for h in HEAVY if m == h or m.startswith(h + "."))
+    assert not heavy, f"quill push imported {heavy}"
+    assert "quill.ops.cli_push" in loaded

@@ -4,30 +4,19 @@ from __future__ import annotations
 import datetime as dt
 import math
 import os
-import shutil
-import time
 from typing import Any
-
-import psutil
 
 import click
 
-from quill.spool import Position, Quarantine
-from quill.spool.reader import lag_seconds, stats as spool_stats
-from quill.store.errors import CantOpenError, StoreError
-from quill.store.lease import holder_alive, read_holder
+from quill.store.errors import CantOpenError
 from quill.store.normalize import ROLES
 from quill.store import search as search_mod
 from quill.store.reads import Reader
-from quill.workers import status as wstatus
 
-from . import render
+from . import health, render
 from .client import Client
 from .cli_base import emit_json, json_option
 from .errors import Exit, NotFoundError
-
-
-LOW_DISK_BYTES = 64 << 20
 
 
 _LIST_HINT = "`quill sessions list` shows the session ids"
@@ -217,54 +206,17 @@ def search(cfg: Any, query: str, limit: int, session_id: str | None, role: str |
         render.print_search(render.console(), hits, query)
 
 
-def fleet_state(cfg: Any) -> dict[str, Any]:
-    """What each process last published, and whether the fleet is alive."""
-    run = cfg.run_dir
-    holder = read_holder(run / "fleet.lock")
-    running = bool(holder) and holder_alive(holder)
-    out: dict[str, Any] = {"running": running, "supervisor_pid": holder.get("pid")}
-    for role in ("writer", "scheduler", "consumer"):
-        st = wstatus.read(run / f"{role}.json")
-        if st is not None:  # a status file outlives its process: say whether it is current
-            st["alive"] = running and psutil.pid_exists(st.get("pid", -1))
-            st["age_s"] = round(time.time() - st.get("updated_at", 0), 1)
-        out[role] = st
-    out["halt"] = wstatus.read(run / "halt.json")
-    sup = wstatus.read(run / "supervisor.json") or {}
-    out["crash_loop"] = sup.get("crash_loop") if running or sup.get("state") == "stopped" else None
-    return out
-
-
 @click.command()
 @json_option
 @click.pass_context
 def status(ctx: click.Context, as_json: bool) -> None:
-    """Fleet, store, spool and job health at a glance."""
-    cfg = ctx.obj
-    data: dict[str, Any] = {"home": str(cfg.home), "fleet": fleet_state(cfg)}
-    try:
-        with Reader(cfg.state_db) as r:
-            data["store"] = r.figures()
-            data["jobs"] = r.job_runs(limit=10)
-    except CantOpenError:
-        data["store"], data["jobs"] = None, []
-    except StoreError as exc:  # a damaged store is exactly when status must still answer
-        data["store"], data["jobs"] = {"error": f"{type(exc).__name__}: {exc}"}, []
-    store = data["store"] or {}
-    cursor = Position.parse(store["cursor"]) if store.get("cursor") else None
-    data["spool"] = {**spool_stats(cfg.spool_dir, cursor), "quarantined": Quarantine(cfg.spool_dir).count()}
-    data["spool"]["lag_s"] = (round(lag_seconds(cfg.spool_dir, cursor, time.time()), 1)
-                              if data["spool"]["pending_bytes"] else 0.0)
-    # Read, never written: on a full disk no process can publish its status, so free space is
-    # measured here. Below LOW_DISK_BYTES producers and the writer are about to stall.
-    existing = next(p for p in (cfg.home, *cfg.home.parents) if p.exists())
-    free = shutil.disk_usage(existing).free
-    data["disk"] = {"free_bytes": free, "low": free < LOW_DISK_BYTES}
+    """Fleet, store, spool and job health at a glance (``--json``: the same figures /metrics exports)."""
+    data = health.collect(ctx.obj)
     if as_json:
         emit_json(data)
     else:
         _print_status(data)
-    if data["fleet"]["halt"] or store.get("error") or data["fleet"]["crash_loop"]:
+    if data["fleet"]["halt"] or (data["store"] or {}).get("error") or data["fleet"]["crash_loop"]:
         ctx.exit(Exit.FAILED)
 
 

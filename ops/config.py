@@ -22,6 +22,11 @@ Example ``config.toml``::
     stale_after_s = 86400       # close open sessions of automatic sources idle this long
     retention_s = 7776000       # delete ended sessions inactive this long (90 days)
     sources = ["cli", "cron", "subagent", "tool", "api", "recovered"]
+    [http]
+    listen = "127.0.0.1:8765"   # set: `quill run` also runs the HTTP API + dashboard
+    anonymous = "loopback"      # requests without a token: loopback (default) | none | any
+    max_body_bytes = 8388608    # larger request bodies get 413 body-too-large
+    max_batch_messages = 2000   # larger message batches get 413 batch-too-large
 """
 from __future__ import annotations
 
@@ -31,6 +36,10 @@ import tomllib
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
+
+
+#: Who may call the HTTP API without a token: loopback peers only, nobody, or anyone.
+ANONYMOUS = ("loopback", "none", "any")
 
 
 class ConfigError(Exception):
@@ -53,6 +62,10 @@ class Config:
     stale_after_s: float = 24 * 3600.0
     retention_s: float = 90 * 24 * 3600.0
     prune_sources: tuple[str, ...] = ("cli", "cron", "subagent", "tool", "api", "recovered")
+    http_listen: str = ""
+    http_anonymous: str = "loopback"
+    http_max_body_bytes: int = 8 * 1024 * 1024
+    http_max_batch_messages: int = 2000
     #: ``[store] url``: ``postgresql://…`` puts the store on a shared PostgreSQL server
     #: (docs/backends.md); None = the embedded SQLite file ``state.db``.
     store_url: str | None = None
@@ -86,6 +99,10 @@ class Config:
         return self.home / "snapshots"
 
     @property
+    def tokens_db(self) -> Path:
+        return self.home / "tokens.db"
+
+    @property
     def run_dir(self) -> Path:
         return self.home / "run"
 
@@ -117,6 +134,10 @@ _SECTIONS = {
     ("prune", "stale_after_s"): "stale_after_s",
     ("prune", "retention_s"): "retention_s",
     ("prune", "sources"): "prune_sources",
+    ("http", "listen"): "http_listen",
+    ("http", "anonymous"): "http_anonymous",
+    ("http", "max_body_bytes"): "http_max_body_bytes",
+    ("http", "max_batch_messages"): "http_max_batch_messages",
 }
 
 
@@ -179,4 +200,6 @@ def load(home: str | os.PathLike[str] | None = None) -> Config:
         raise ConfigError(f"{path}: queue.url must be a redis:// URL")
     if changes.get("synchronous", "NORMAL").upper() not in ("NORMAL", "FULL"):
         raise ConfigError(f"{path}: store.synchronous must be NORMAL or FULL")
+    if changes.get("http_anonymous", "loopback") not in ANONYMOUS:
+        raise ConfigError(f"{path}: http.anonymous must be one of {', '.join(ANONYMOUS)}")
     return replace(cfg, **changes)

@@ -191,6 +191,16 @@ class Reader:
                  "figures": json.loads(r[4] or "{}"), "error": r[5]} for r in rows]
 
     @_retry_io
+    def job_run_totals(self) -> list[dict[str, Any]]:
+        """Per job and outcome: ``{"job", "outcome", "runs", "seconds"}`` (total run time in
+        seconds over every recorded run; runs still going have outcome None and count 0 s)."""
+        with mapped():
+            rows = self.conn.execute(
+                "SELECT job, outcome, count(*), coalesce(sum(ended_at - started_at), 0) FROM job_runs "
+                "GROUP BY job, outcome ORDER BY job, outcome").fetchall()
+        return [{"job": r[0], "outcome": r[1], "runs": r[2], "seconds": r[3]} for r in rows]
+
+    @_retry_io
     def search_health(self) -> dict[str, Any]:
         """``{"fts_state": ok|stale, "fts_pending": rows not yet indexed, "degraded": bool}``:
         degraded means results come partly from a bounded scan (index detached or behind)."""

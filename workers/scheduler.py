@@ -98,8 +98,8 @@ def edit_schedules(cfg: Config) -> Iterator[BackgroundScheduler]:
 
 
 def describe(sched: BackgroundScheduler) -> list[dict[str, Any]]:
-    """Each scheduled job: id, trigger text, next run time (ISO, None when paused)."""
-    return [{"id": j.id, "trigger": str(j.trigger),
+    """Each scheduled job: id, job name, trigger text, next run time (ISO, None when paused)."""
+    return [{"id": j.id, "job": j.name, "trigger": str(j.trigger),
              "next_run": j.next_run_time.isoformat() if j.next_run_time else None}
             for j in sched.get_jobs()]
 

@@ -1,7 +1,8 @@
 """The supervisor: starts the fleet, restarts what dies, stops it all cleanly.
 
 * Children are real processes (``python -m workers ROLE --home H``): writer, scheduler,
-  consumer. One fleet per data dir (``run/fleet.lock``).
+  consumer, plus ``http`` (``python -m quill.ops.service``) when ``[http] listen`` is set.
+  One fleet per data dir (``run/fleet.lock``).
 * A child that exits is restarted after a backoff (0.5 s doubling to 10 s). Five exits within
   60 s is a crash loop: it is logged and shown by ``quill status``, and restarts slow to one a
   minute (the others keep running: producers never depend on the fleet). With
@@ -51,6 +52,7 @@ class Child:
     exits: collections.deque = field(default_factory=lambda: collections.deque(maxlen=CRASH_LOOP[0]))
     restart_at: float = 0.0
     backoff: float = 0.5
+    restarts: int = 0              # exits since the fleet started (published for status/metrics)
 
 
 class Supervisor:
@@ -61,8 +63,10 @@ class Supervisor:
         self.log = log
         self.until_idle = until_idle
         self.timeout = timeout
-        self.children = [Child(r, [sys.executable, "-m", "quill.workers", r, "--home", str(cfg.home),
-                                   "--parent", str(os.getpid())]) for r in ROLES]
+        tail = ["--home", str(cfg.home), "--parent", str(os.getpid())]
+        self.children = [Child(r, [sys.executable, "-m", "quill.workers", r, *tail]) for r in ROLES]
+        if cfg.http_listen:  # [http] listen set: the API and dashboard run as one more child
+            self.children.append(Child("http", [sys.executable, "-m", "quill.ops.service", *tail]))
         self._stop_signal: int | None = None
         self.crash_loop: dict | None = None
 
@@ -148,6 +152,7 @@ class Supervisor:
                     self._publish()
             return None
         child.exits.append(now)
+        child.restarts += 1
         self.log.warning("supervisor.child_exited", child=child.role, code=code, child_pid=child.proc.pid)
         child.proc = None
         if len(child.exits) == CRASH_LOOP[0] and now - child.exits[0] < CRASH_LOOP[1]:
@@ -162,6 +167,7 @@ class Supervisor:
             return None
         child.restart_at = now + child.backoff
         child.backoff = min(child.backoff * 2, 10.0)
+        self._publish(crash_loop=self.crash_loop)
         return None
 
     def _check_hung_writer(self) -> None:
@@ -195,7 +201,8 @@ class Supervisor:
     def _publish(self, **extra: Any) -> None:
         try:
             status.publish(self.cfg.run_dir / "supervisor.json",
-                           {"state": "running", "until_idle": self.until_idle, **extra})
+                           {"state": "running", "until_idle": self.until_idle,
+                            "restarts": {c.role: c.restarts for c in self.children}, **extra})
         except OSError as exc:  # a full disk must not take the supervisor down
             self.log.error("supervisor.status_unwritable", error=str(exc))
 

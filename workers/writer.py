@@ -55,6 +55,8 @@ class Writer:
         self.guard: FileGuard | None = None
         self.cursor: Position = START
         self.totals = {"applied": 0, "duplicates": 0, "rejected": 0, "rows": 0, "chunks": 0}
+        # Chunk apply+commit latency (seconds), published for /metrics and `quill status`.
+        self.commit_hist: dict[str, Any] = {"counts": [0] * len(status.COMMIT_BUCKETS_S), "count": 0, "sum": 0.0}
         self.jobs: StoreJobRunner | None = None
         self._was_busy = False
         self._last_idle_publish = 0.0
@@ -248,7 +250,9 @@ class Writer:
         return take_chunk(self.reader.read(self.cursor, max_bytes=_READ_BYTES), self.cfg.chunk_rows)
 
     def _apply(self, entries: list[Entry]) -> None:
+        began = time.monotonic()
         result = apply_chunk(self.conn, entries, self._reject)
+        status.observe(self.commit_hist, time.monotonic() - began)
         self.cursor = entries[-1].next
         self.totals["chunks"] += 1
         for key in ("applied", "duplicates", "rejected", "rows"):
@@ -285,4 +289,5 @@ class Writer:
         self._last_idle_publish = now if idle else 0.0
         status.try_publish(self.status_path, {
             "idle": idle, "halted": False, "cursor": str(self.cursor), "job": job,
-            "fts_indexed_upto": indexed_upto(self.conn), "error": error, **self.totals})
+            "fts_indexed_upto": indexed_upto(self.conn), "error": error, **self.totals,
+            "commit_hist": self.commit_hist})

@@ -1,0 +1,37 @@
+"""The fleet's ``http`` child: ``python -m quill.ops.service --home DIR --parent PID``.
+
+Started by the supervisor when ``[http] listen`` is set; publishes ``run/http.json`` so
+``quill status`` shows it, and stops with its parent (``workers.lifeline``).
+"""
+from __future__ import annotations
+
+import os
+
+import click
+
+from quill.ops import config, logs
+from quill.workers import status
+from quill.workers.lifeline import follow_parent
+
+from .server import serve
+
+
+@click.command()
+@click.option("--home", required=True, type=click.Path(file_okay=False))
+@click.option("--parent", type=int, default=None, help="Supervisor pid: stop when it is gone.")
+def main(home: str, parent: int | None) -> None:
+    os.umask(0o077)
+    cfg = config.load(home)
+    cfg.ensure_dirs()
+    log = logs.configure(cfg.logs_dir, "http")
+    if parent is not None:
+        follow_parent(parent, log)
+
+    def started(host: str, port: int) -> None:
+        status.try_publish(cfg.run_dir / "http.json", {"listen": f"{host}:{port}", "ready": True})
+
+    serve(cfg, log, cfg.http_listen, on_started=started)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,242 @@
+"""The JSON API (``/api/v1``): the same operations as the CLI and ``quill.Client``.
+
+Appends take the CLI's path exactly: ``quill.store.precheck`` on every op first (a batch the
+writer would certainly quarantine is refused with 422 and its ``reason``, and nothing of the
+request is appended), then ``quill.spool.Spool.append`` per op, which returns only after the
+record is fsync'd — so a 202 carries the batch id and spool position of a durable record.
+Reads go through ``quill.store.reads.Reader`` (one read-only connection per request).
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any, Literal
+
+from fastapi import APIRouter, Depends, Query, Request
+from pydantic import BaseModel, Field
+
+from quill.jobs import catalog
+from quill.jobs.queues import build as build_queues
+from quill.spool import SpoolError, SpoolFullError
+from quill.store.errors import CantOpenError, InvalidOpError, StoreError
+from quill.store.precheck import precheck
+from quill.store.reads import Reader
+
+from .. import health
+from . import views
+from .auth import require
+from .errors import ERROR_SCHEMA, ApiError
+
+_ERRORS = {code: {"description": desc, "content": {"application/json": {"schema": ERROR_SCHEMA}}}
+           for code, desc in ((401, "no or bad token"), (403, "token lacks the scope"),
+                              (422, "invalid request"), (503, "store or spool unavailable"))}
+router = APIRouter(prefix="/api/v1", responses=_ERRORS)
+BATCH_ID = r"^[0-9A-Za-z][0-9A-Za-z._:-]{0,127}$"
+
+
+class OpIn(BaseModel):
+    """One spool op: ``op`` is an op kind (``messages.append``, ``session.create`` …)."""
+
+    op: str = Field(min_length=1, max_length=64)
+    data: dict[str, Any]
+    batch: str | None = Field(default=None, pattern=BATCH_ID,
+                              description="idempotency key: a batch id is applied once (retry with the same one)")
+
+
+class OpsIn(BaseModel):
+    ops: list[OpIn] = Field(min_length=1)
+
+
+class MessagesIn(BaseModel):
+    messages: list[dict[str, Any]] = Field(min_length=1)
+    batch: str | None = Field(default=None, pattern=BATCH_ID)
+
+
+class AckOut(BaseModel):
+    op: str
+    batch: str
+    position: str = Field(description="spool position SEGMENT:OFFSET of the fsync'd record")
+
+
+class AcksOut(BaseModel):
+    acks: list[AckOut]
+
+
+class JobQueued(BaseModel):
+    job: str
+    queued_at: float
+
+
+def _append(request: Request, ops: list[tuple[str, Any, str | None]]) -> AcksOut:
+    app = request.app.state
+    messages = sum(len(d.get("messages") or []) for _, d, _ in ops
+                   if isinstance(d, dict) and isinstance(d.get("messages"), list))
+    if messages > app.cfg.http_max_batch_messages:
+        raise ApiError(413, "batch-too-large", f"{messages} messages in one request; the limit is "
+                       f"{app.cfg.http_max_batch_messages} ([http] max_batch_messages)")
+    for index, (op, data, _) in enumerate(ops):
+        try:
+            precheck(op, data)
+        except InvalidOpError as exc:
+            raise ApiError(422, exc.reason, f"op {index}: {exc.detail}; nothing was appended",
+                           extra={"op_index": index}) from None
+    spool = app.spool()
+    acks: list[AckOut] = []
+    try:
+        for op, data, batch in ops:
+            ack = spool.append(op, data, batch_id=batch)
+            acks.append(AckOut(op=op, batch=ack.batch_id, position=str(ack.position)))
+    except SpoolFullError:
+        raise ApiError(507, "spool-full", "the spool's disk is full; retry later with the same batch ids",
+                       extra={"acks": [a.model_dump() for a in acks]}) from None
+    except SpoolError as exc:
+        app.log.error("http.spool_error", error_type=type(exc).__name__)
+        raise ApiError(503, "spool-unavailable", "the spool refused the append; retry with the same batch ids",
+                       extra={"acks": [a.model_dump() for a in acks]}) from None
+    return AcksOut(acks=acks)
+
+
+@router.post("/ops", status_code=202, response_model=AcksOut, dependencies=[Depends(require("write"))],
+             responses={413: _ERRORS[422] | {"description": "body or batch too large"}})
+def append_ops(body: OpsIn, request: Request) -> AcksOut:
+    """Append ops, in order. 202 once every record is fsync'd into the spool; the writer applies
+    them shortly after (``GET /api/v1/sessions/{id}`` shows them)."""
+    return _append(request, [(o.op, o.data, o.batch) for o in body.ops])
+
+
+@router.post("/sessions/{session_id}/messages", status_code=202, response_model=AcksOut,
+             dependencies=[Depends(require("write"))],
+             responses={413: _ERRORS[422] | {"description": "body or batch too large"}})
+def append_messages(session_id: str, body: MessagesIn, request: Request) -> AcksOut:
+    """Append messages to a session (one ``messages.append`` op; the session is created if new)."""
+    return _append(request, [("messages.append", {"session_id": session_id, "messages": body.messages},
+                              body.batch)])
+
+
+def reader(request: Request) -> Iterator[Reader | None]:
+    """A read-only ``Reader`` for this request, or None before the store exists."""
+    try:
+        r = Reader(request.app.state.cfg.state_db)
+    except CantOpenError:
+        yield None
+        return
+    except StoreError as exc:
+        raise ApiError(503, "store-unavailable", f"the store cannot be opened ({type(exc).__name__})") from None
+    try:
+        yield r
+    finally:
+        r.close()
+
+
+def _need(r: Reader | None, what: str) -> Reader:
+    if r is None:
+        raise ApiError(404, "not-found", f"no {what} (the store has no data yet)")
+    return r
+
+
+@router.get("/sessions", dependencies=[Depends(require("read"))])
+def list_sessions(r: Reader | None = Depends(reader), source: str | None = None,
+                  limit: int = Query(50, ge=1, le=1000), include_hidden: bool = False,
+                  title: str | None = None, since: float | None = None, until: float | None = None,
+                  archived: bool | None = None, pinned: bool | None = None, hidden: bool | None = None,
+                  lineage: Literal["tips", "all"] = "tips") -> list[dict[str, Any]]:
+    """Sessions, most recently active first (``since``/``until`` in epoch seconds)."""
+    if r is None:
+        return []
+    return views.guard(lambda: r.list_sessions(
+        source=source, limit=limit, include_hidden=include_hidden, title_contains=title, since=since,
+        until=until, archived=archived, pinned=pinned, hidden=hidden, lineage=lineage))
+
+
+@router.get("/sessions/{session_id}", dependencies=[Depends(require("read"))],
+            responses={404: _ERRORS[422] | {"description": "no such session"}})
+def get_session(session_id: str, r: Reader | None = Depends(reader)) -> dict[str, Any]:
+    """One session with its compression chain (root → tip)."""
+    return views.session_or_404(_need(r, f"session {session_id!r}"), session_id)
+
+
+@router.get("/sessions/{session_id}/messages", dependencies=[Depends(require("read"))],
+            responses={404: _ERRORS[422] | {"description": "no such session"}})
+def get_messages(session_id: str, r: Reader | None = Depends(reader),
+                 view: Literal["display", "model", "audit"] = "display",
+                 limit: int | None = Query(None, ge=1, le=100_000), offset: int = Query(0, ge=0, le=10**9),
+                 latest: bool = False) -> dict[str, Any]:
+    """A transcript in one view: ``display`` (what a UI shows), ``model`` (what the model is
+    fed), ``audit`` (every row, rewound and superseded included)."""
+    r = _need(r, f"session {session_id!r}")
+    with r.snapshot():
+        session = views.session_or_404(r, session_id)
+        messages = views.guard(lambda: r.get_messages(session_id, view, limit=limit, offset=offset,
+                                                      latest=latest and limit is not None))
+    return {"session": session["session"], "view": view, "messages": messages}
+
+
+@router.get("/sessions/{session_id}/resume", dependencies=[Depends(require("read"))],
+            responses={404: _ERRORS[422] | {"description": "no such session"}})
+def resume(session_id: str, r: Reader | None = Depends(reader)) -> dict[str, Any]:
+    """What an agent needs to continue a session: the session and its model view."""
+    r = _need(r, f"session {session_id!r}")
+    with r.snapshot():
+        session = views.session_or_404(r, session_id)
+        messages = views.guard(lambda: r.get_messages(session_id, "model"))
+    return {"session": session["session"], "chain": session["chain"], "messages": messages}
+
+
+@router.get("/search", dependencies=[Depends(require("read"))])
+def search(q: str = Query(min_length=1, max_length=1000), r: Reader | None = Depends(reader),
+           limit: int = Query(20, ge=1, le=1000), session_id: str | None = None,
+           role: str | None = None, source: str | None = None, since: float | None = None,
+           until: float | None = None, substring: bool = False, audit: bool = False) -> dict[str, Any]:
+    """Full-text search, newest first. Any text is a valid query; ``degraded`` says results come
+    partly from a bounded scan (index detached or catching up)."""
+    if r is None:
+        return {"hits": [], "degraded": False}
+    health_ = views.guard(r.search_health)
+    hits = views.guard(lambda: r.search(q, limit=limit, session_id=session_id, role=role, source=source,
+                                        since=since, until=until, substring=substring,
+                                        projection="audit" if audit else "display", context=False))
+    return {"hits": hits, "degraded": health_["degraded"]}
+
+
+@router.get("/usage", dependencies=[Depends(require("read"))])
+def usage(r: Reader | None = Depends(reader), days: int = Query(30, ge=1, le=3650)) -> dict[str, Any]:
+    """Activity per day and per model over the last ``days`` days (see ``views.usage``)."""
+    return views.usage(r, days)
+
+
+@router.get("/status", dependencies=[Depends(require("read"))])
+def status(request: Request) -> dict[str, Any]:
+    """The ``quill status --json`` document (fleet, store, spool, disk, metrics)."""
+    return health.collect(request.app.state.cfg)
+
+
+@router.get("/jobs", dependencies=[Depends(require("read"))])
+def jobs(request: Request) -> list[dict[str, Any]]:
+    """Every job: where it runs, its schedule and next run, its last run, whether overdue."""
+    return views.jobs(request.app.state.cfg)
+
+
+@router.get("/jobs/history", dependencies=[Depends(require("read"))])
+def job_history(r: Reader | None = Depends(reader), job: str | None = None,
+                limit: int = Query(20, ge=1, le=1000)) -> list[dict[str, Any]]:
+    """Past job runs, newest first."""
+    return [] if r is None else views.guard(lambda: r.job_runs(job=job, limit=limit))
+
+
+@router.post("/jobs/{name}/run", status_code=202, response_model=JobQueued,
+             dependencies=[Depends(require("admin"))],
+             responses={404: _ERRORS[422] | {"description": "no such job"}})
+def run_job(name: str, request: Request) -> JobQueued:
+    """Queue a job to run now on the running fleet (``GET /api/v1/jobs/history`` shows the run)."""
+    return JobQueued(**queue_job(request, name))
+
+
+def queue_job(request: Request, name: str) -> dict[str, Any]:
+    """Enqueue ``name`` with parameters from the current config; raises 404 for an unknown job."""
+    cfg = request.app.state.cfg
+    if name not in catalog.BY_NAME:
+        raise ApiError(404, "not-found", f"no job {name!r}; see GET /api/v1/jobs")
+    queued_at = time.time()
+    build_queues(cfg.queue_db).enqueue(name, **catalog.BY_NAME[name].params(cfg))
+    request.app.state.log.info("http.job_queued", job=name, token_id=request.state.principal.token_id)
+    return {"job": name, "queued_at": queued_at}

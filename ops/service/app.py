@@ -1,0 +1,95 @@
+"""The ASGI app: JSON API, ``/metrics``, the dashboard and the OpenAPI document, one process.
+
+``create_app(cfg, log)`` builds it; ``quill serve`` and the fleet's ``http`` child run it with
+uvicorn (``server.py``). Logging: one structlog event per request with the method, the route
+*template*, the status, the duration and the token id — never the raw path or query (they
+may carry ids or a mistakenly pasted token), a token, or a filesystem path.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from quill.spool import Spool
+
+from . import api, dashboard, errors, metrics
+from .auth import require
+
+VERSION = "1"
+
+
+class _AccessLog:
+    def __init__(self, app: ASGIApp, log: Any):
+        self.app, self.log = app, log
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        began, status = time.monotonic(), [0]
+
+        async def tap(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tap)
+        finally:
+            route = scope.get("route")
+            principal = getattr(scope.get("state", {}).get("principal"), "token_id", None) \
+                if isinstance(scope.get("state"), dict) else None
+            self.log.info("http.request", method=scope["method"], route=getattr(route, "path", "(unrouted)"),
+                          status=status[0], ms=round((time.monotonic() - began) * 1000, 1), token_id=principal)
+
+
+class _State:
+    """Per-app state: the config (read once), the logger, and one spool handle per thread
+    (``Spool`` is not thread-safe; sync routes run on a thread pool)."""
+
+    def __init__(self, cfg: Any, log: Any, anonymous: str):
+        self.cfg, self.log, self.anonymous = cfg, log, anonymous
+        self._local = threading.local()
+
+    def spool(self) -> Spool:
+        spool = getattr(self._local, "spool", None)
+        if spool is None:
+            spool = self._local.spool = Spool(self.cfg.spool_dir, segment_bytes=self.cfg.segment_bytes)
+        return spool
+
+
+def create_app(cfg: Any, log: Any, *, anonymous: str | None = None) -> FastAPI:
+    """The Quill service for data dir ``cfg.home``. ``anonymous`` overrides ``[http] anonymous``
+    (``loopback`` | ``none`` | ``any``; see ``auth``)."""
+    app = FastAPI(title="Quill", version=VERSION, docs_url="/api/docs", redoc_url=None,
+                  openapi_url="/openapi.json",
+                  description="Durable store for AI-agent transcripts: append ops (202 once fsync'd), "
+                              "read transcripts, search, status, jobs. Bearer tokens with scopes "
+                              "read / write / admin (`quill token create`).")
+    state = _State(cfg, log, anonymous or cfg.http_anonymous)
+    for key in ("cfg", "log", "anonymous"):
+        setattr(app.state, key, getattr(state, key))
+    app.state.spool = state.spool
+    errors.install(app, log)
+    app.include_router(api.router)
+
+    @app.get("/metrics", dependencies=[Depends(require("read"))], response_class=Response,
+             responses={200: {"content": {metrics.CONTENT_TYPE: {}}, "description": "Prometheus text format"}})
+    def prometheus(request: Request) -> Response:
+        """Prometheus metrics (the same figures as ``quill status --json`` → ``metrics``)."""
+        return Response(metrics.render(request.app.state.cfg), media_type=metrics.CONTENT_TYPE)
+
+    @app.get("/healthz")
+    def healthz() -> dict[str, str]:
+        """Liveness: the service answers (no auth; reveals nothing)."""
+        return {"status": "ok"}
+
+    dashboard.install(app)
+    app.add_middleware(errors.BodyLimit, max_bytes=cfg.http_max_body_bytes)
+    app.add_middleware(_AccessLog, log=log)
+    return app

@@ -1,0 +1,71 @@
+"""Who may call what: bearer tokens with scopes, and the anonymous-caller policy.
+
+A request presents ``Authorization: Bearer quill_…`` (API clients) or the ``quill_token``
+cookie the dashboard's sign-in form sets (HttpOnly, SameSite=Strict). A presented token must be
+valid and unrevoked, else 401 — it never falls back to anonymous. Without a token, the
+``[http] anonymous`` policy decides: ``loopback`` (default) lets callers on a loopback address
+read and write (the same reach the local CLI has), ``none`` refuses everyone, ``any`` (an
+explicit override, for a trusted network) admits every peer. Anonymous callers never get
+``admin``: running jobs takes a token.
+"""
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import Request
+
+from .errors import ApiError
+from .tokens import Principal, TokenStore
+
+COOKIE = "quill_token"
+ANONYMOUS_SCOPES = frozenset({"read", "write"})
+
+
+def _loopback(host: str | None) -> bool:
+    try:
+        return host is not None and ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def presented_token(request: Request) -> str | None:
+    """The bearer token of the request (header first, then the dashboard cookie), or None."""
+    header = request.headers.get("authorization")
+    if header:
+        kind, _, value = header.partition(" ")
+        return value.strip() if kind.lower() == "bearer" and value.strip() else ""
+    return request.cookies.get(COOKIE)
+
+
+def principal(request: Request) -> Principal:
+    """Authenticate the request. Raises ``ApiError`` 401 for a bad token or a refused anonymous caller."""
+    state = request.app.state
+    token = presented_token(request)
+    if token is not None:
+        found = TokenStore(state.cfg.tokens_db).verify(token) if token else None
+        if found is None:
+            raise ApiError(401, "unauthorized", "the token is malformed, unknown or revoked",
+                           headers={"WWW-Authenticate": 'Bearer error="invalid_token"'})
+        return found
+    policy = state.anonymous
+    peer = request.client.host if request.client else None
+    if policy == "any" or (policy == "loopback" and _loopback(peer)):
+        return Principal(None, ANONYMOUS_SCOPES)
+    raise ApiError(401, "unauthorized", "a bearer token is required (`quill token create`)",
+                   headers={"WWW-Authenticate": "Bearer"})
+
+
+def require(scope: str) -> Callable[[Request], Any]:
+    """A FastAPI dependency: the request's ``Principal`` if it holds ``scope``, else 401/403."""
+
+    def check(request: Request) -> Principal:
+        who = principal(request)
+        if not who.allows(scope):
+            raise ApiError(403, "forbidden", f"this route needs the {scope!r} scope")
+        request.state.principal = who
+        return who
+
+    check.__name__ = f"require_{scope}"
+    return check

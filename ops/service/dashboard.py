@@ -1,0 +1,225 @@
+"""The web dashboard: server-rendered pages (Jinja2) over the same reads as the JSON API.
+
+Pages: ``/sessions`` (filters, search with highlighted snippets), ``/sessions/{id}`` (display /
+model / audit views, tool calls folded, compaction and rewind markers, lineage links),
+``/fleet`` (workers, restarts, spool lag, halts with the command to run, quarantine), ``/jobs``
+(schedules, history, overdue, "run now" with the admin scope), ``/usage`` (charts).
+Authentication is the API's (``auth``): the sign-in form stores a token in an HttpOnly,
+SameSite=Strict cookie, so a cross-site form cannot trigger "run now".
+"""
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Form, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+from fastapi.templating import Jinja2Templates
+from markupsafe import Markup, escape
+
+from quill.spool import Quarantine
+from quill.store.errors import CantOpenError
+from quill.store.reads import Reader
+
+from .. import health
+from . import api, views
+from .auth import COOKIE, principal
+from .errors import ApiError
+from .tokens import TokenStore
+
+HERE = Path(__file__).parent
+templates = Jinja2Templates(directory=str(HERE / "templates"))
+PAGE_SESSIONS = 50
+QUARANTINE_SHOWN = 20
+
+
+def _when(ts: float | None) -> str:
+    if ts is None:
+        return ""
+    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%d %H:%M")
+
+
+def highlight(snippet: str, query: str) -> Markup:
+    """HTML-escape ``snippet`` and wrap each case-insensitive occurrence of a query word in <mark>."""
+    words = sorted({w for w in re.findall(r"\w+", query.lower()) if w not in ("and", "or", "not")},
+                   key=len, reverse=True)
+    text = str(escape(snippet))
+    if not words:
+        return Markup(text)
+    pattern = re.compile("|".join(re.escape(str(escape(w))) for w in words), re.IGNORECASE)
+    return Markup(pattern.sub(lambda m: f"<mark>{m.group(0)}</mark>", text))
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, list):
+        return "\n".join(p.get("text", f"<{p.get('type')}>") if isinstance(p, dict) else str(p) for p in content)
+    return "" if content is None else str(content)
+
+
+templates.env.filters["when"] = _when
+templates.env.filters["text"] = _text
+templates.env.filters["pretty"] = lambda v: json.dumps(v, indent=2, ensure_ascii=False, default=str)
+templates.env.globals["highlight"] = highlight
+
+
+class _SignIn(Exception):
+    pass
+
+
+def _who(request: Request, scope: str = "read") -> Any:
+    try:
+        who = principal(request)
+    except ApiError:
+        raise _SignIn() from None
+    if not who.allows(scope):
+        raise _SignIn()
+    request.state.principal = who
+    return who
+
+
+def _page(request: Request, name: str, **ctx: Any) -> HTMLResponse:
+    who = getattr(request.state, "principal", None)
+    return templates.TemplateResponse(request, name, {"who": who, **ctx})
+
+
+def _open(request: Request) -> Reader | None:
+    try:
+        return Reader(request.app.state.cfg.state_db)
+    except CantOpenError:
+        return None
+
+
+def _epoch(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return dt.datetime.fromisoformat(value).replace(tzinfo=dt.timezone.utc).timestamp()
+    except ValueError:
+        raise ApiError(422, "invalid-request", f"{value!r} is not a date (YYYY-MM-DD)") from None
+
+
+def _flag(value: str | None) -> bool | None:
+    return {"yes": True, "no": False}.get(value or "")
+
+
+def install(app: FastAPI) -> None:
+    """Mount the dashboard's pages and static files on ``app`` (kept out of the OpenAPI document)."""
+    app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
+
+    @app.exception_handler(_SignIn)
+    async def _sign_in(request: Request, exc: _SignIn) -> Response:
+        return RedirectResponse(f"/login?next={request.url.path}", status_code=303)
+
+    @app.get("/", include_in_schema=False)
+    def index() -> Response:
+        return RedirectResponse("/sessions", status_code=303)
+
+    @app.get("/login", include_in_schema=False)
+    def login_form(request: Request, next: str = "/sessions", error: str = "") -> HTMLResponse:
+        return _page(request, "login.html", next=next if next.startswith("/") and not next.startswith("//") else "/",
+                     error=error)
+
+    @app.post("/login", include_in_schema=False)
+    def login(request: Request, token: str = Form(...), next: str = Form("/sessions")) -> Response:
+        if TokenStore(request.app.state.cfg.tokens_db).verify(token.strip()) is None:
+            return _page(request, "login.html", next=next, error="That token is unknown or revoked.")
+        target = next if next.startswith("/") and not next.startswith("//") else "/sessions"
+        response = RedirectResponse(target, status_code=303)
+        response.set_cookie(COOKIE, token.strip(), httponly=True, samesite="strict",
+                            secure=request.url.scheme == "https", max_age=7 * 86400)
+        return response
+
+    @app.post("/logout", include_in_schema=False)
+    def logout() -> Response:
+        response = RedirectResponse("/login", status_code=303)
+        response.delete_cookie(COOKIE)
+        return response
+
+    @app.get("/sessions", include_in_schema=False)
+    def sessions(request: Request, q: str = "", source: str = "", title: str = "", since: str = "",
+                 until: str = "", archived: str = "", pinned: str = "", lineage: str = "tips") -> HTMLResponse:
+        _who(request)
+        filters = {"q": q, "source": source, "title": title, "since": since, "until": until,
+                   "archived": archived, "pinned": pinned, "lineage": lineage}
+        rows, hits, sources, degraded = [], [], [], False
+        r = _open(request)
+        if r is not None:
+            with r:
+                sources = [s for (s,) in r.conn.execute(
+                    "SELECT DISTINCT source FROM sessions WHERE source IS NOT NULL ORDER BY source")]
+                if q.strip():
+                    degraded = views.guard(r.search_health)["degraded"]
+                    hits = views.guard(lambda: r.search(q, limit=PAGE_SESSIONS, source=source or None,
+                                                        since=_epoch(since), until=_epoch(until), context=False))
+                else:
+                    rows = views.guard(lambda: r.list_sessions(
+                        source=source or None, limit=PAGE_SESSIONS, title_contains=title or None,
+                        since=_epoch(since), until=_epoch(until), archived=_flag(archived),
+                        pinned=_flag(pinned), lineage="all" if lineage == "all" else "tips"))
+        return _page(request, "sessions.html", rows=rows, hits=hits, f=filters, sources=sources,
+                     degraded=degraded, has_store=r is not None)
+
+    @app.get("/sessions/{session_id}", include_in_schema=False)
+    def transcript(request: Request, session_id: str, view: str = "display") -> HTMLResponse:
+        _who(request)
+        if view not in ("display", "model", "audit"):
+            view = "display"
+        r = _open(request)
+        if r is None:
+            raise ApiError(404, "not-found", f"no session {session_id!r}")
+        with r:
+            with r.snapshot() as conn:
+                found = views.session_or_404(r, session_id)
+                messages = views.guard(lambda: r.get_messages(session_id, view))
+                children = conn.execute("SELECT id, parent_kind, title FROM sessions WHERE parent_id = ? "
+                                        "ORDER BY started_at, id", (session_id,)).fetchall()
+        # Tool results are folded into the call that asked for them (shown on their own when
+        # the call is not in this view, and always in the audit view).
+        results = {m.get("tool_call_id"): m for m in messages if m.get("role") == "tool" and m.get("tool_call_id")}
+        called = {c.get("id") for m in messages for c in (m.get("tool_calls") or []) if isinstance(c, dict)}
+        return _page(request, "transcript.html", s=found["session"], chain=found["chain"], view=view,
+                     messages=messages, results=results, called=called, children=children)
+
+    @app.get("/fleet", include_in_schema=False)
+    def fleet(request: Request) -> HTMLResponse:
+        _who(request)
+        data = health.collect(request.app.state.cfg)
+        quarantine = list(itertools.islice(Quarantine(request.app.state.cfg.spool_dir).entries(),
+                                           QUARANTINE_SHOWN))
+        return _page(request, "fleet.html", d=data, quarantine=quarantine, roles=health.ROLES)
+
+    @app.get("/jobs", include_in_schema=False)
+    def jobs(request: Request, queued: str = "") -> HTMLResponse:
+        who = _who(request)
+        rows = views.jobs(request.app.state.cfg)
+        r = _open(request)
+        history = []
+        if r is not None:
+            with r:
+                history = views.guard(lambda: r.job_runs(limit=30))
+        return _page(request, "jobs.html", jobs=rows, history=history, queued=queued,
+                     admin=who.allows("admin"))
+
+    @app.post("/jobs/{name}/run", include_in_schema=False)
+    def run_now(request: Request, name: str) -> Response:
+        _who(request, "admin")
+        api.queue_job(request, name)
+        return RedirectResponse(f"/jobs?queued={name}", status_code=303)
+
+    @app.get("/usage", include_in_schema=False)
+    def usage(request: Request, days: int = 30) -> HTMLResponse:
+        _who(request)
+        days = max(1, min(days, 3650))
+        r = _open(request)
+        try:
+            data = views.usage(r, days)
+        finally:
+            if r is not None:
+                r.close()
+        return _page(request, "usage.html", u=data, day_max=max([d["messages"] for d in data["per_day"]] or [1]),
+                     model_max=max([m["messages"] for m in data["per_model"]] or [1]))

@@ -1,0 +1,131 @@
+"""One error shape for every HTTP failure, and the request-body size limit.
+
+Every error response is JSON ``{"error": {"status": int, "reason": str, "detail": str}}``.
+``reason`` is a short stable tag a client branches on: the spool precheck's own codes for a
+refused op (``unknown-op``, ``invalid-data``, ``invalid-field``, ``invalid-role`` …, from
+``quill.store.precheck``), and for the service itself: ``body-too-large``,
+``batch-too-large``, ``invalid-json``, ``invalid-request``, ``unauthorized``, ``forbidden``,
+``not-found``, ``method-not-allowed``, ``spool-full``, ``spool-unavailable``,
+``store-unavailable``, ``internal``. Details never carry a filesystem path or a token.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+_STATUS_REASONS = {400: "bad-request", 401: "unauthorized", 403: "forbidden", 404: "not-found",
+                   405: "method-not-allowed", 413: "body-too-large", 422: "invalid-request"}
+
+
+class ApiError(Exception):
+    """Raise from a route to answer ``status`` with the shaped error body."""
+
+    def __init__(self, status: int, reason: str, detail: str, headers: dict[str, str] | None = None,
+                 extra: dict[str, Any] | None = None):
+        super().__init__(f"{reason}: {detail}")
+        self.status, self.reason, self.detail = status, reason, detail
+        self.headers, self.extra = headers, extra or {}
+
+
+def error_response(status: int, reason: str, detail: str, headers: dict[str, str] | None = None,
+                   **extra: Any) -> JSONResponse:
+    """The shaped error body as a response."""
+    return JSONResponse({"error": {"status": status, "reason": reason, "detail": detail, **extra}},
+                        status_code=status, headers=headers)
+
+
+#: OpenAPI schema of the error body (documented on every route).
+ERROR_SCHEMA = {
+    "type": "object", "required": ["error"],
+    "properties": {"error": {"type": "object", "required": ["status", "reason", "detail"],
+                             "properties": {"status": {"type": "integer"}, "reason": {"type": "string"},
+                                            "detail": {"type": "string"}}}},
+}
+
+
+def install(app: FastAPI, log: Any) -> None:
+    """Route every failure (ours, Starlette's, validation, unexpected) to the shaped body."""
+
+    @app.exception_handler(ApiError)
+    async def _api(request: Request, exc: ApiError) -> JSONResponse:
+        return error_response(exc.status, exc.reason, exc.detail, exc.headers, **exc.extra)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        reason = _STATUS_REASONS.get(exc.status_code, "error")
+        return error_response(exc.status_code, reason, str(exc.detail), getattr(exc, "headers", None))
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = exc.errors()
+        reason = "invalid-json" if any(e.get("type") == "json_invalid" for e in errors) else "invalid-request"
+        first = errors[0] if errors else {}
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        return error_response(422, reason, f"{where}: {first.get('msg', 'invalid request')}".strip(": "))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        # Logged by type and route only: an exception message may carry a path or a token.
+        log.error("http.unexpected", error_type=type(exc).__name__, route=_route(request))
+        return error_response(500, "internal", f"unexpected {type(exc).__name__}; see the service log")
+
+
+def _route(request: Request) -> str:
+    route = request.scope.get("route")
+    return getattr(route, "path", "?")
+
+
+class BodyLimit:
+    """ASGI middleware: refuse a request body over ``max_bytes`` with 413 ``body-too-large``
+    before the route runs (Content-Length checked first, the streamed size always), so an
+    oversized push never reaches the spool and never sits in memory past the limit."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int):
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
+            await self.app(scope, receive, send)
+            return
+        length = dict(scope.get("headers") or []).get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_bytes:
+            await self._refuse(scope, receive, send)
+            return
+        chunks, size, more = [], 0, True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body = message.get("body", b"")
+            size += len(body)
+            if size > self.max_bytes:
+                await self._refuse(scope, receive, send)
+                return
+            chunks.append(body)
+            more = message.get("more_body", False)
+        whole = b"".join(chunks)
+        sent = False
+
+        async def replay() -> Message:
+            nonlocal sent
+            if sent:
+                return await receive()
+            sent = True
+            return {"type": "http.request", "body": whole, "more_body": False}
+
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        body = json.dumps({"error": {"status": 413, "reason": "body-too-large",
+                                     "detail": f"request body over {self.max_bytes} bytes; "
+                                               "split the batch into smaller requests"}}).encode()
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                                (b"connection", b"close")]})
+        await send({"type": "http.response.body", "body": body})

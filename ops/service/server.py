@@ -1,0 +1,48 @@
+"""Running the app with uvicorn: ``quill serve`` and the fleet's ``http`` child.
+
+uvicorn's own access log is off (it prints raw paths and queries); the app logs each request
+itself (``app._AccessLog``). ``listen`` is ``HOST:PORT`` (``[::1]:8765`` for IPv6).
+"""
+from __future__ import annotations
+
+import ipaddress
+from typing import Any
+
+import uvicorn
+
+from .app import create_app
+
+
+class ListenError(ValueError):
+    """``listen`` is not HOST:PORT, or a non-loopback bind would admit anonymous callers."""
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    """``"127.0.0.1:8765"`` → ``("127.0.0.1", 8765)``; ``"[::1]:8765"`` → ``("::1", 8765)``."""
+    host, sep, port = listen.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ListenError(f"listen must be HOST:PORT (got {listen!r})")
+    return host, int(port)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def serve(cfg: Any, log: Any, listen: str, *, anonymous: str | None = None, on_started: Any = None) -> None:
+    """Serve until SIGINT/SIGTERM. Raises ``ListenError`` for a bad ``listen``."""
+    host, port = parse_listen(listen)
+    app = create_app(cfg, log, anonymous=anonymous)
+    config = uvicorn.Config(app, host=host, port=port, access_log=False, log_config=None,
+                            server_header=False, timeout_graceful_shutdown=5)
+    server = uvicorn.Server(config)
+    if on_started is not None:
+        app.router.on_startup.append(lambda: on_started(host, port))
+    log.info("http.listening", host=host, port=port, anonymous=anonymous or cfg.http_anonymous)
+    server.run()

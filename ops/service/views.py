@@ -1,0 +1,107 @@
+"""Read helpers shared by the JSON API and the dashboard, so both show the same thing."""
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from quill.jobs import catalog
+from quill.store.errors import StoreError
+from quill.store.reads import Reader
+from quill.workers.scheduler import describe, edit_schedules
+
+from .. import health
+from .errors import ApiError
+
+T = TypeVar("T")
+#: A schedule whose next run is this far in the past was not fired by a running scheduler.
+OVERDUE_AFTER_S = 120.0
+
+
+def guard(read: Callable[[], T]) -> T:
+    """Run a store read; store failures become 503 ``store-unavailable``, bad arguments 422."""
+    try:
+        return read()
+    except StoreError as exc:
+        raise ApiError(503, "store-unavailable", f"the store cannot answer ({type(exc).__name__})") from None
+    except ValueError as exc:
+        raise ApiError(422, "invalid-request", str(exc)) from None
+
+
+def session_or_404(r: Reader, session_id: str) -> dict[str, Any]:
+    """``{"session": row, "chain": root→tip ids}``; 404 ``not-found`` if there is no such session."""
+    with r.snapshot():
+        session = guard(lambda: r.get_session(session_id))
+        if session is None:
+            raise ApiError(404, "not-found", f"no session {session_id!r}")
+        return {"session": session, "chain": guard(lambda: r.compression_chain(session_id))}
+
+
+def usage(r: Reader | None, days: int) -> dict[str, Any]:
+    """Activity per UTC day and per model over the last ``days`` days: sessions started and
+    messages recorded (by message timestamp, else arrival). Token and cost figures are not
+    recorded by this store version: ``tokens_recorded`` is False and none are invented."""
+    out: dict[str, Any] = {"days": days, "tokens_recorded": False, "per_day": [], "per_model": [],
+                           "note": "token and cost figures are not recorded by this store version; "
+                                   "counts are messages and sessions"}
+    if r is None:
+        return out
+    since = time.time() - days * 86400
+
+    def read() -> None:
+        with r.snapshot() as conn:
+            out["per_day"] = [{"day": d, "messages": m, "sessions": s} for d, m, s in conn.execute(
+                "SELECT date(coalesce(m.ts, m.arrived_at), 'unixepoch') AS day, count(*), "
+                "count(DISTINCT m.session_id) FROM messages m WHERE coalesce(m.ts, m.arrived_at) >= ? "
+                "AND m.state != 'superseded' GROUP BY day ORDER BY day", (since,))]
+            out["per_model"] = [{"model": mo, "messages": m, "sessions": s} for mo, m, s in conn.execute(
+                "SELECT coalesce(s.model, '(unknown)') AS model, count(*), count(DISTINCT m.session_id) "
+                "FROM messages m JOIN sessions s ON s.id = m.session_id "
+                "WHERE coalesce(m.ts, m.arrived_at) >= ? AND m.state != 'superseded' "
+                "GROUP BY model ORDER BY count(*) DESC", (since,))]
+    guard(read)
+    return out
+
+
+def jobs(cfg: Any) -> list[dict[str, Any]]:
+    """Every catalog job with its schedule(s), next run, last run and ``overdue`` flag (a
+    schedule whose next run time passed ``OVERDUE_AFTER_S`` ago: no scheduler fired it)."""
+    last: dict[str, dict[str, Any]] = {}
+    try:
+        with Reader(cfg.state_db) as r:
+            for run in reversed(r.job_runs(limit=500)):
+                last[run["job"]] = run
+    except StoreError:
+        pass  # no store yet (or unreadable): jobs still list, without history
+    scheduler = health.fleet_state(cfg).get("scheduler") or {}
+    if scheduler.get("alive") and "jobs" in scheduler:
+        schedules = scheduler["jobs"]  # what the running scheduler last published (≤ 1 s old)
+    else:
+        with edit_schedules(cfg) as sched:
+            schedules = describe(sched)
+    by_job: dict[str, list[dict[str, Any]]] = {}
+    for s in schedules:
+        by_job.setdefault(s.get("job") or s["id"], []).append(s)
+    now = time.time()
+    rows = []
+    for spec in catalog.JOBS:
+        scheds = by_job.get(spec.name, [])
+        next_runs = [_epoch(s["next_run"]) for s in scheds if s.get("next_run")]
+        due = min(next_runs) if next_runs else None
+        rows.append({"name": spec.name, "runs_on": "writer" if spec.kind == "store" else "job worker",
+                     "description": spec.description,
+                     "schedules": [{"id": s["id"], "trigger": s["trigger"], "next_run": s.get("next_run")}
+                                   for s in scheds],
+                     "next_run": due, "overdue": due is not None and due < now - OVERDUE_AFTER_S,
+                     "last_run": last.get(spec.name)})
+    return rows
+
+
+def _epoch(value: Any) -> float:
+    if isinstance(value, (int, float)):
+        return float(value)
+    parsed = dt.datetime.fromisoformat(str(value))
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=dt.timezone.utc)
+    return parsed.timestamp()

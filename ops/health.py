@@ -6,6 +6,7 @@ holds the figures ``quill.ops.service.metrics`` exports, under the same names.
 """
 from __future__ import annotations
 
+import datetime as dt
 import shutil
 import time
 from typing import Any
@@ -24,6 +25,9 @@ from quill.workers.status import COMMIT_BUCKETS_S
 #: rotation plus a chunk's WAL growth need a few MiB; 64 MiB leaves margin).
 LOW_DISK_BYTES = 64 << 20
 ROLES = ("writer", "scheduler", "consumer", "http")
+#: A schedule whose next run time passed this long ago was not fired: no scheduler is running
+#: it (the scheduler wakes every second, so two minutes is never normal).
+OVERDUE_AFTER_S = 120.0
 
 
 def fleet_state(cfg: Any) -> dict[str, Any]:
@@ -100,5 +104,26 @@ def _metrics(data: dict[str, Any], job_totals: list[dict[str, Any]]) -> dict[str
         "worker_restarts": {role: fleet["restarts"].get(role, 0) for role in ROLES
                             if role != "http" or "http" in fleet["restarts"]},
         "job_runs": job_totals,
+        "jobs_overdue": len(overdue_schedules(fleet, time.time())),
         "disk_free_bytes": data["disk"]["free_bytes"],
     }
+
+
+def overdue_schedules(fleet: dict[str, Any], now: float) -> list[str]:
+    """Ids of schedules (as the scheduler last published them) whose next run time is more
+    than ``OVERDUE_AFTER_S`` in the past."""
+    out = []
+    for job in (fleet.get("scheduler") or {}).get("jobs") or []:
+        if job.get("next_run") and epoch(job["next_run"]) < now - OVERDUE_AFTER_S:
+            out.append(job["id"])
+    return out
+
+
+def epoch(value: Any) -> float:
+    """An ISO datetime (UTC when naive) or epoch seconds → epoch seconds."""
+    if isinstance(value, (int, float)):
+        return float(value)
+    parsed = dt.datetime.fromisoformat(str(value))
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=dt.timezone.utc)
+    return parsed.timestamp()

@@ -112,7 +112,8 @@ def test_append_is_acked_durable_then_applied_by_the_fleet(quill, home):
     assert values["quill_writer_halted"] == status["writer_halted"] == 0
     assert values["quill_disk_free_bytes"] > 0 and status["disk_free_bytes"] > 0
     assert values['quill_worker_restarts_total{role="writer"}'] == status["worker_restarts"]["writer"] == 0
-    for name in ("quill_fts_pending_rows", "quill_quarantined_records", "quill_spool_lag_seconds"):
+    for name in ("quill_fts_pending_rows", "quill_quarantined_records", "quill_spool_lag_seconds",
+                 "quill_jobs_overdue"):
         assert values[name] == status[name.removeprefix("quill_")]
 
 

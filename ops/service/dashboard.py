@@ -38,8 +38,8 @@ PAGE_SESSIONS = 50
 QUARANTINE_SHOWN = 20
 
 
-def _when(ts: float | None) -> str:
-    if ts is None:
+def _when(ts: Any) -> str:
+    if not isinstance(ts, (int, float)) or isinstance(ts, bool):
         return ""
     return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%d %H:%M")
 
@@ -110,6 +110,8 @@ def _flag(value: str | None) -> bool | None:
 def install(app: FastAPI) -> None:
     """Mount the dashboard's pages and static files on ``app`` (kept out of the OpenAPI document)."""
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
+    app.state.html_error = lambda request, status, reason, detail: templates.TemplateResponse(
+        request, "error.html", {"who": None, "status": status, "reason": reason, "detail": detail}, status_code=status)
 
     @app.exception_handler(_SignIn)
     async def _sign_in(request: Request, exc: _SignIn) -> Response:

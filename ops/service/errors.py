@@ -15,7 +15,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -34,8 +34,10 @@ class ApiError(Exception):
 
 
 def error_response(status: int, reason: str, detail: str, headers: dict[str, str] | None = None,
-                   **extra: Any) -> JSONResponse:
-    """The shaped error body as a response."""
+                   request: Request | None = None, **extra: Any) -> Response:
+    """The shaped error body as a response (an HTML page for a browser on a dashboard page)."""
+    if request is not None and _wants_page(request):
+        return request.app.state.html_error(request, status, reason, detail)
     return JSONResponse({"error": {"status": status, "reason": reason, "detail": detail, **extra}},
                         status_code=status, headers=headers)
 
@@ -54,12 +56,12 @@ def install(app: FastAPI, log: Any) -> None:
 
     @app.exception_handler(ApiError)
     async def _api(request: Request, exc: ApiError) -> JSONResponse:
-        return error_response(exc.status, exc.reason, exc.detail, exc.headers, **exc.extra)
+        return error_response(exc.status, exc.reason, exc.detail, exc.headers, request, **exc.extra)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         reason = _STATUS_REASONS.get(exc.status_code, "error")
-        return error_response(exc.status_code, reason, str(exc.detail), getattr(exc, "headers", None))
+        return error_response(exc.status_code, reason, str(exc.detail), getattr(exc, "headers", None), request)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -67,13 +69,21 @@ def install(app: FastAPI, log: Any) -> None:
         reason = "invalid-json" if any(e.get("type") == "json_invalid" for e in errors) else "invalid-request"
         first = errors[0] if errors else {}
         where = ".".join(str(p) for p in first.get("loc", ()))
-        return error_response(422, reason, f"{where}: {first.get('msg', 'invalid request')}".strip(": "))
+        return error_response(422, reason, f"{where}: {first.get('msg', 'invalid request')}".strip(": "),
+                              None, request)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         # Logged by type and route only: an exception message may carry a path or a token.
         log.error("http.unexpected", error_type=type(exc).__name__, route=_route(request))
-        return error_response(500, "internal", f"unexpected {type(exc).__name__}; see the service log")
+        return error_response(500, "internal", f"unexpected {type(exc).__name__}; see the service log",
+                              None, request)
+
+
+def _wants_page(request: Request) -> bool:
+    path = request.url.path
+    return (getattr(request.app.state, "html_error", None) is not None and "text/html" in request.headers.get("accept", "")
+            and not path.startswith("/api/") and path not in ("/metrics", "/openapi.json", "/healthz"))
 
 
 def _route(request: Request) -> str:

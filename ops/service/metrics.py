@@ -29,6 +29,7 @@ class _Collector:
                   ("quarantined_records", "records in spool/quarantine"),
                   ("fts_pending_rows", "message rows not yet in the search index"),
                   ("writer_halted", "1 while the writer is halted (see quill status for the command to run)"),
+                  ("jobs_overdue", "schedules whose next run passed over two minutes ago (no scheduler fired them)"),
                   ("disk_free_bytes", "free bytes on the data dir's filesystem"))
         for name, doc in gauges:
             yield GaugeMetricFamily(f"quill_{name}", doc, value=m[name])

@@ -1,7 +1,6 @@
 """Read helpers shared by the JSON API and the dashboard, so both show the same thing."""
 from __future__ import annotations
 
-import datetime as dt
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -15,8 +14,6 @@ from .. import health
 from .errors import ApiError
 
 T = TypeVar("T")
-#: A schedule whose next run is this far in the past was not fired by a running scheduler.
-OVERDUE_AFTER_S = 120.0
 
 
 def guard(read: Callable[[], T]) -> T:
@@ -66,7 +63,7 @@ def usage(r: Reader | None, days: int) -> dict[str, Any]:
 
 def jobs(cfg: Any) -> list[dict[str, Any]]:
     """Every catalog job with its schedule(s), next run, last run and ``overdue`` flag (a
-    schedule whose next run time passed ``OVERDUE_AFTER_S`` ago: no scheduler fired it)."""
+    schedule whose next run time passed ``health.OVERDUE_AFTER_S`` ago: no scheduler fired it)."""
     last: dict[str, dict[str, Any]] = {}
     try:
         with Reader(cfg.state_db) as r:
@@ -87,21 +84,12 @@ def jobs(cfg: Any) -> list[dict[str, Any]]:
     rows = []
     for spec in catalog.JOBS:
         scheds = by_job.get(spec.name, [])
-        next_runs = [_epoch(s["next_run"]) for s in scheds if s.get("next_run")]
+        next_runs = [health.epoch(s["next_run"]) for s in scheds if s.get("next_run")]
         due = min(next_runs) if next_runs else None
         rows.append({"name": spec.name, "runs_on": "writer" if spec.kind == "store" else "job worker",
                      "description": spec.description,
                      "schedules": [{"id": s["id"], "trigger": s["trigger"], "next_run": s.get("next_run")}
                                    for s in scheds],
-                     "next_run": due, "overdue": due is not None and due < now - OVERDUE_AFTER_S,
+                     "next_run": due, "overdue": due is not None and due < now - health.OVERDUE_AFTER_S,
                      "last_run": last.get(spec.name)})
     return rows
-
-
-def _epoch(value: Any) -> float:
-    if isinstance(value, (int, float)):
-        return float(value)
-    parsed = dt.datetime.fromisoformat(str(value))
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=dt.timezone.utc)
-    return parsed.timestamp()

@@ -5,6 +5,7 @@ commands stay fast to start.
 """
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import click
@@ -12,6 +13,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from . import config, render
+from .cli_base import emit_json, json_option
+from .errors import InvalidInputError, NotFoundError
 
 
 @click.command()
@@ -19,8 +22,9 @@ from . import config, render
 @click.option("--anonymous", type=click.Choice(config.ANONYMOUS), default=None,
               help="Who may call without a token: loopback peers (default), nobody, or anyone "
                    "(an explicit override for a trusted network).")
+@json_option
 @click.pass_obj
-def serve(cfg: Any, listen: str | None, anonymous: str | None) -> None:
+def serve(cfg: Any, listen: str | None, anonymous: str | None, as_json: bool) -> None:
     """Serve the HTTP API, /metrics and the dashboard (Ctrl-C to stop).
 
     Appends are acknowledged (202) once fsync'd into the spool; `quill run` applies them.
@@ -33,15 +37,18 @@ def serve(cfg: Any, listen: str | None, anonymous: str | None) -> None:
     try:
         host, port = parse_listen(listen)
     except ListenError as exc:
-        raise click.BadParameter(str(exc), param_hint="--listen")
+        raise click.BadParameter(str(exc), param_hint="--listen") from None
     cfg.ensure_dirs()
     log = logs.configure(cfg.logs_dir, "http")
     if policy == "any" and not is_loopback(host):
         click.echo("quill: WARNING: --anonymous any on a non-loopback address: anyone who can reach "
                    f"{host}:{port} can read and write transcripts", err=True)
-    click.echo(f"quill: serving http://{'[' + host + ']' if ':' in host else host}:{port}/ "
-               f"(dashboard /, API /api/v1, metrics /metrics, OpenAPI /openapi.json); "
-               f"anonymous callers: {policy}; logs in {cfg.logs_dir}", err=True)
+    url = f"http://{'[' + host + ']' if ':' in host else host}:{port}/"
+    if as_json:  # one line on stdout, so a script can read where the service is
+        click.echo(json.dumps({"url": url, "listen": f"{host}:{port}", "anonymous": policy}), nl=True)
+    else:
+        click.echo(f"quill: serving {url} (dashboard /, API /api/v1, metrics /metrics, OpenAPI /openapi.json); "
+                   f"anonymous callers: {policy}; logs in {cfg.logs_dir}", err=True)
     run_server(cfg, log, listen, anonymous=policy)
 
 
@@ -54,15 +61,18 @@ def token() -> None:
 @click.argument("name")
 @click.option("--scope", "scopes", multiple=True, type=click.Choice(["read", "write", "admin"]), required=True,
               help="Repeat for several: --scope read --scope write. admin implies read and write.")
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @click.pass_obj
 def token_create(cfg: Any, name: str, scopes: tuple[str, ...], as_json: bool) -> None:
     """Create a token named NAME. It is printed once: store it now."""
-    from .service.tokens import TokenStore
+    from .service.tokens import TokenError, TokenStore
     cfg.ensure_dirs()
-    secret, row = TokenStore(cfg.tokens_db).create(name, list(scopes))
+    try:
+        secret, row = TokenStore(cfg.tokens_db).create(name, list(scopes))
+    except TokenError as exc:
+        raise InvalidInputError(str(exc)) from None
     if as_json:
-        render.emit_json({**row, "token": secret})
+        emit_json({**row, "token": secret})
     else:
         click.echo(secret)
         click.echo(f"token {row['id']} ({name}; scopes {' '.join(row['scopes'])}): shown once, "
@@ -70,14 +80,14 @@ def token_create(cfg: Any, name: str, scopes: tuple[str, ...], as_json: bool) ->
 
 
 @token.command(name="list")
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @click.pass_obj
 def token_list(cfg: Any, as_json: bool) -> None:
     """Every token: id, name, scopes, created, revoked (never the secret)."""
     from .service.tokens import TokenStore
     rows = TokenStore(cfg.tokens_db).list()
     if as_json:
-        render.emit_json(rows)
+        emit_json(rows)
         return
     table = Table(title=f"{len(rows)} token(s)", title_justify="left")
     for col in ("id", "name", "scopes", "created", "revoked"):
@@ -90,16 +100,19 @@ def token_list(cfg: Any, as_json: bool) -> None:
 
 @token.command(name="revoke")
 @click.argument("token_id")
-@click.pass_context
-def token_revoke(ctx: click.Context, token_id: str) -> None:
+@json_option
+@click.pass_obj
+def token_revoke(cfg: Any, token_id: str, as_json: bool) -> None:
     """Revoke token TOKEN_ID (effective on the next request)."""
     from .service.tokens import TokenError, TokenStore
     try:
-        TokenStore(ctx.obj.tokens_db).revoke(token_id)
+        TokenStore(cfg.tokens_db).revoke(token_id)
     except TokenError as exc:
-        click.echo(f"quill: {exc}", err=True)
-        ctx.exit(3)
-    click.echo(f"{token_id}: revoked")
+        raise NotFoundError(str(exc), hint="`quill token list` shows the token ids") from None
+    if as_json:
+        emit_json({"id": token_id, "revoked": True})
+    else:
+        click.echo(f"{token_id}: revoked")
 
 
 def register(cli: click.Group) -> None:

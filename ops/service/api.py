@@ -2,12 +2,14 @@
 
 Appends take the CLI's path exactly: ``quill.store.precheck`` on every op first (a batch the
 writer would certainly quarantine is refused with 422 and its ``reason``, and nothing of the
-request is appended), then ``quill.spool.Spool.append`` per op, which returns only after the
-record is fsync'd — so a 202 carries the batch id and spool position of a durable record.
-Reads go through ``quill.store.reads.Reader`` (one read-only connection per request).
+request is appended), then ``quill.Client.submit`` per op (the spool append), which returns only after
+the record is fsync'd — so a 202 carries the batch id and spool position of a durable record.
+Reads go through ``quill.Client`` (the same results as the library and the CLI's ``--json``);
+the rest (usage, job history) through ``quill.store.reads.Reader``, one connection per request.
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator
 from typing import Any, Literal
@@ -17,12 +19,13 @@ from pydantic import BaseModel, Field
 
 from quill.jobs import catalog
 from quill.jobs.queues import build as build_queues
-from quill.spool import SpoolError, SpoolFullError
 from quill.store.errors import CantOpenError, InvalidOpError, StoreError
 from quill.store.precheck import precheck
 from quill.store.reads import Reader
 
 from .. import health
+from ..client import Client
+from ..errors import InvalidInputError, NotFoundError, QuillError, SpoolFullError as QuillSpoolFull
 from . import views
 from .auth import require
 from .errors import ERROR_SCHEMA, ApiError
@@ -67,6 +70,21 @@ class JobQueued(BaseModel):
     queued_at: float
 
 
+@contextlib.contextmanager
+def client_errors(what: str = "") -> Iterator[None]:
+    """``quill.Client``'s public errors as shaped HTTP errors (details name no paths)."""
+    try:
+        yield
+    except InvalidInputError as exc:
+        raise ApiError(422, exc.reason if exc.reason != "usage" else "invalid-request", str(exc)) from None
+    except NotFoundError:
+        raise ApiError(404, "not-found", f"no {what}" if what else "not found") from None
+    except QuillSpoolFull:
+        raise ApiError(507, "spool-full", "the spool's disk is full; retry later with the same batch ids") from None
+    except QuillError as exc:  # busy, damaged or unreadable store
+        raise ApiError(503, "store-unavailable", f"{type(exc).__name__}: {exc.default_hint}") from None
+
+
 def _append(request: Request, ops: list[tuple[str, Any, str | None]]) -> AcksOut:
     app = request.app.state
     messages = sum(len(d.get("messages") or []) for _, d, _ in ops
@@ -74,22 +92,22 @@ def _append(request: Request, ops: list[tuple[str, Any, str | None]]) -> AcksOut
     if messages > app.cfg.http_max_batch_messages:
         raise ApiError(413, "batch-too-large", f"{messages} messages in one request; the limit is "
                        f"{app.cfg.http_max_batch_messages} ([http] max_batch_messages)")
+    # Every op is checked before any is appended, so a refused request appends nothing.
     for index, (op, data, _) in enumerate(ops):
         try:
             precheck(op, data)
         except InvalidOpError as exc:
             raise ApiError(422, exc.reason, f"op {index}: {exc.detail}; nothing was appended",
                            extra={"op_index": index}) from None
-    spool = app.spool()
     acks: list[AckOut] = []
     try:
         for op, data, batch in ops:
-            ack = spool.append(op, data, batch_id=batch)
+            ack = app.client.submit(op, data, batch_id=batch)  # returns once the record is fsync'd
             acks.append(AckOut(op=op, batch=ack.batch_id, position=str(ack.position)))
-    except SpoolFullError:
+    except QuillSpoolFull:
         raise ApiError(507, "spool-full", "the spool's disk is full; retry later with the same batch ids",
                        extra={"acks": [a.model_dump() for a in acks]}) from None
-    except SpoolError as exc:
+    except QuillError as exc:
         app.log.error("http.spool_error", error_type=type(exc).__name__)
         raise ApiError(503, "spool-unavailable", "the spool refused the append; retry with the same batch ids",
                        extra={"acks": [a.model_dump() for a in acks]}) from None
@@ -128,74 +146,65 @@ def reader(request: Request) -> Iterator[Reader | None]:
         r.close()
 
 
-def _need(r: Reader | None, what: str) -> Reader:
-    if r is None:
-        raise ApiError(404, "not-found", f"no {what} (the store has no data yet)")
-    return r
+def client(request: Request) -> Client:
+    return request.app.state.client
 
 
 @router.get("/sessions", dependencies=[Depends(require("read"))])
-def list_sessions(r: Reader | None = Depends(reader), source: str | None = None,
+def list_sessions(q: Client = Depends(client), source: str | None = None,
                   limit: int = Query(50, ge=1, le=1000), include_hidden: bool = False,
                   title: str | None = None, since: float | None = None, until: float | None = None,
                   archived: bool | None = None, pinned: bool | None = None, hidden: bool | None = None,
                   lineage: Literal["tips", "all"] = "tips") -> list[dict[str, Any]]:
-    """Sessions, most recently active first (``since``/``until`` in epoch seconds)."""
-    if r is None:
-        return []
-    return views.guard(lambda: r.list_sessions(
-        source=source, limit=limit, include_hidden=include_hidden, title_contains=title, since=since,
-        until=until, archived=archived, pinned=pinned, hidden=hidden, lineage=lineage))
+    """Sessions, most recently active first (``since``/``until`` in epoch seconds) — the same
+    rows as ``quill.Client.sessions`` and ``quill sessions list --json``."""
+    with client_errors():
+        return q.sessions(source=source, limit=limit, include_hidden=include_hidden, title_contains=title,
+                          since=since, until=until, archived=archived, pinned=pinned, hidden=hidden,
+                          chains=lineage == "all")
 
 
 @router.get("/sessions/{session_id}", dependencies=[Depends(require("read"))],
             responses={404: _ERRORS[422] | {"description": "no such session"}})
-def get_session(session_id: str, r: Reader | None = Depends(reader)) -> dict[str, Any]:
+def get_session(session_id: str, q: Client = Depends(client)) -> dict[str, Any]:
     """One session with its compression chain (root → tip)."""
-    return views.session_or_404(_need(r, f"session {session_id!r}"), session_id)
+    with client_errors(f"session {session_id!r}"):
+        found = q.transcript(session_id, latest=1)
+    return {"session": found["session"], "chain": found["chain"]}
 
 
 @router.get("/sessions/{session_id}/messages", dependencies=[Depends(require("read"))],
             responses={404: _ERRORS[422] | {"description": "no such session"}})
-def get_messages(session_id: str, r: Reader | None = Depends(reader),
+def get_messages(session_id: str, q: Client = Depends(client),
                  view: Literal["display", "model", "audit"] = "display",
-                 limit: int | None = Query(None, ge=1, le=100_000), offset: int = Query(0, ge=0, le=10**9),
-                 latest: bool = False) -> dict[str, Any]:
+                 latest: int | None = Query(None, ge=1, le=1_000_000)) -> dict[str, Any]:
     """A transcript in one view: ``display`` (what a UI shows), ``model`` (what the model is
-    fed), ``audit`` (every row, rewound and superseded included)."""
-    r = _need(r, f"session {session_id!r}")
-    with r.snapshot():
-        session = views.session_or_404(r, session_id)
-        messages = views.guard(lambda: r.get_messages(session_id, view, limit=limit, offset=offset,
-                                                      latest=latest and limit is not None))
-    return {"session": session["session"], "view": view, "messages": messages}
+    fed), ``audit`` (every row, rewound and superseded included); ``latest``: only the last N.
+    The same document as ``quill.Client.transcript`` / ``quill sessions show --json``."""
+    with client_errors(f"session {session_id!r}"):
+        found = q.transcript(session_id, view, latest=latest)
+    return {**found, "view": view}
 
 
 @router.get("/sessions/{session_id}/resume", dependencies=[Depends(require("read"))],
             responses={404: _ERRORS[422] | {"description": "no such session"}})
-def resume(session_id: str, r: Reader | None = Depends(reader)) -> dict[str, Any]:
-    """What an agent needs to continue a session: the session and its model view."""
-    r = _need(r, f"session {session_id!r}")
-    with r.snapshot():
-        session = views.session_or_404(r, session_id)
-        messages = views.guard(lambda: r.get_messages(session_id, "model"))
-    return {"session": session["session"], "chain": session["chain"], "messages": messages}
+def resume(session_id: str, q: Client = Depends(client)) -> dict[str, Any]:
+    """What an agent needs to continue a session: the session, its chain and its model view."""
+    with client_errors(f"session {session_id!r}"):
+        return q.transcript(session_id, "model")
 
 
 @router.get("/search", dependencies=[Depends(require("read"))])
-def search(q: str = Query(min_length=1, max_length=1000), r: Reader | None = Depends(reader),
+def search(q: str = Query(min_length=1, max_length=1000), c: Client = Depends(client),
            limit: int = Query(20, ge=1, le=1000), session_id: str | None = None,
            role: str | None = None, source: str | None = None, since: float | None = None,
            until: float | None = None, substring: bool = False, audit: bool = False) -> dict[str, Any]:
-    """Full-text search, newest first. Any text is a valid query; ``degraded`` says results come
-    partly from a bounded scan (index detached or catching up)."""
-    if r is None:
-        return {"hits": [], "degraded": False}
-    health_ = views.guard(r.search_health)
-    hits = views.guard(lambda: r.search(q, limit=limit, session_id=session_id, role=role, source=source,
-                                        since=since, until=until, substring=substring,
-                                        projection="audit" if audit else "display", context=False))
-    return {"hits": hits, "degraded": health_["degraded"]}
+    """Full-text search, newest first (``quill.Client.search`` hits). Any text is a valid
+    query; ``degraded`` says results come partly from a bounded scan (index rebuilding)."""
+    with client_errors():
+        hits = c.search(q, limit=limit, session_id=session_id, role=role, source=source, since=since,
+                        until=until, substring=substring, audit=audit, context=False)
+        return {"hits": hits, "degraded": c.search_health()["degraded"]}
 
 
 @router.get("/usage", dependencies=[Depends(require("read"))])

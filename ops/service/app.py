@@ -7,7 +7,6 @@ may carry ids or a mistakenly pasted token), a token, or a filesystem path.
 """
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any
 
@@ -15,7 +14,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from quill.spool import Spool
+from ..client import Client
 
 from . import api, dashboard, errors, metrics
 from .auth import require
@@ -48,21 +47,6 @@ class _AccessLog:
                           status=status[0], ms=round((time.monotonic() - began) * 1000, 1), token_id=principal)
 
 
-class _State:
-    """Per-app state: the config (read once), the logger, and one spool handle per thread
-    (``Spool`` is not thread-safe; sync routes run on a thread pool)."""
-
-    def __init__(self, cfg: Any, log: Any, anonymous: str):
-        self.cfg, self.log, self.anonymous = cfg, log, anonymous
-        self._local = threading.local()
-
-    def spool(self) -> Spool:
-        spool = getattr(self._local, "spool", None)
-        if spool is None:
-            spool = self._local.spool = Spool(self.cfg.spool_dir, segment_bytes=self.cfg.segment_bytes)
-        return spool
-
-
 def create_app(cfg: Any, log: Any, *, anonymous: str | None = None) -> FastAPI:
     """The Quill service for data dir ``cfg.home``. ``anonymous`` overrides ``[http] anonymous``
     (``loopback`` | ``none`` | ``any``; see ``auth``)."""
@@ -71,10 +55,8 @@ def create_app(cfg: Any, log: Any, *, anonymous: str | None = None) -> FastAPI:
                   description="Durable store for AI-agent transcripts: append ops (202 once fsync'd), "
                               "read transcripts, search, status, jobs. Bearer tokens with scopes "
                               "read / write / admin (`quill token create`).")
-    state = _State(cfg, log, anonymous or cfg.http_anonymous)
-    for key in ("cfg", "log", "anonymous"):
-        setattr(app.state, key, getattr(state, key))
-    app.state.spool = state.spool
+    app.state.cfg, app.state.log, app.state.anonymous = cfg, log, anonymous or cfg.http_anonymous
+    app.state.client = Client(config_=cfg)  # per-thread spool handles inside (thread pool routes)
     errors.install(app, log)
     app.include_router(api.router)
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -44,15 +43,17 @@ def _when(ts: Any) -> str:
     return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%d %H:%M")
 
 
-def highlight(snippet: str, query: str) -> Markup:
-    """HTML-escape ``snippet`` and wrap each case-insensitive occurrence of a query word in <mark>."""
-    words = sorted({w for w in re.findall(r"\w+", query.lower()) if w not in ("and", "or", "not")},
-                   key=len, reverse=True)
-    text = str(escape(snippet))
-    if not words:
-        return Markup(text)
-    pattern = re.compile("|".join(re.escape(str(escape(w))) for w in words), re.IGNORECASE)
-    return Markup(pattern.sub(lambda m: f"<mark>{m.group(0)}</mark>", text))
+def highlight(snippet: str, spans: list[list[int]] | None) -> Markup:
+    """``snippet`` HTML-escaped with each ``[start, end)`` character span of the search hit's
+    ``highlights`` (computed by the store's search, which knows how it matched) in <mark>."""
+    out, at = [], 0
+    for start, end in sorted(spans or []):
+        if start < at or end > len(snippet) or start >= end:
+            continue  # overlapping or out of range: never cut the text
+        out += [str(escape(snippet[at:start])), f"<mark>{escape(snippet[start:end])}</mark>"]
+        at = end
+    out.append(str(escape(snippet[at:])))
+    return Markup("".join(out))
 
 
 def _text(content: Any) -> str:
@@ -154,15 +155,16 @@ def install(app: FastAPI) -> None:
             with r:
                 sources = [s for (s,) in r.conn.execute(
                     "SELECT DISTINCT source FROM sessions WHERE source IS NOT NULL ORDER BY source")]
-                if q.strip():
-                    degraded = views.guard(r.search_health)["degraded"]
-                    hits = views.guard(lambda: r.search(q, limit=PAGE_SESSIONS, source=source or None,
-                                                        since=_epoch(since), until=_epoch(until), context=False))
-                else:
-                    rows = views.guard(lambda: r.list_sessions(
-                        source=source or None, limit=PAGE_SESSIONS, title_contains=title or None,
-                        since=_epoch(since), until=_epoch(until), archived=_flag(archived),
-                        pinned=_flag(pinned), lineage="all" if lineage == "all" else "tips"))
+        client = request.app.state.client  # the rows and hits of the API and `quill … --json`
+        with api.client_errors():
+            if q.strip():
+                degraded = client.search_health()["degraded"]
+                hits = client.search(q, limit=PAGE_SESSIONS, source=source or None, since=_epoch(since),
+                                     until=_epoch(until), context=False)
+            else:
+                rows = client.sessions(source=source or None, limit=PAGE_SESSIONS, title_contains=title or None,
+                                       since=_epoch(since), until=_epoch(until), archived=_flag(archived),
+                                       pinned=_flag(pinned), chains=lineage == "all")
         return _page(request, "sessions.html", rows=rows, hits=hits, f=filters, sources=sources,
                      degraded=degraded, has_store=r is not None)
 
@@ -171,15 +173,14 @@ def install(app: FastAPI) -> None:
         _who(request)
         if view not in ("display", "model", "audit"):
             view = "display"
+        with api.client_errors(f"session {session_id!r}"):
+            found = request.app.state.client.transcript(session_id, view)
+        messages, children = found["messages"], []
         r = _open(request)
-        if r is None:
-            raise ApiError(404, "not-found", f"no session {session_id!r}")
-        with r:
-            with r.snapshot() as conn:
-                found = views.session_or_404(r, session_id)
-                messages = views.guard(lambda: r.get_messages(session_id, view))
-                children = conn.execute("SELECT id, parent_kind, title FROM sessions WHERE parent_id = ? "
-                                        "ORDER BY started_at, id", (session_id,)).fetchall()
+        if r is not None:
+            with r:
+                children = r.conn.execute("SELECT id, parent_kind, title FROM sessions WHERE parent_id = ? "
+                                          "ORDER BY started_at, id", (session_id,)).fetchall()
         # Tool results are folded into the call that asked for them (shown on their own when
         # the call is not in this view, and always in the audit view).
         results = {m.get("tool_call_id"): m for m in messages if m.get("role") == "tool" and m.get("tool_call_id")}

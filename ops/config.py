@@ -147,6 +147,7 @@ _MINIMUM: dict[str, tuple[float, bool]] = {
     "chunk_rows": (1, True), "index_slice_rows": (1, True), "poll_interval": (0, False),
     "writer_hung_after_s": (0, False), "segment_bytes": (4096, True), "spool_retention_s": (0, True),
     "snapshot_keep": (1, True), "stale_after_s": (0, True), "retention_s": (0, True),
+    "http_max_body_bytes": (1024, True), "http_max_batch_messages": (1, True),
 }
 
 

@@ -21,7 +21,8 @@ from typing import Any
 from .common import ms, pct, ratio, tempdir
 
 HEAVY = ("sqlalchemy", "apscheduler", "rich", "psutil", "huey", "structlog", "quill.store.reads",
-         "quill.store.apply", "quill.store.connection", "quill.store.indexer", "quill.workers", "quill.jobs")
+         "quill.store.apply", "quill.store.connection", "quill.store.indexer", "quill.workers", "quill.jobs",
+         "importlib.metadata", "tomllib", "socket")
 MESSAGE = '{"role": "user", "content": "one agent turn"}\n'
 
 

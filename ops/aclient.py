@@ -22,8 +22,9 @@ from quill.spool import Ack
 from .client import WAIT_POLL_S, Client, Outcome
 from .errors import InvalidInputError, WaitTimeoutError
 
-_WRITES = ("submit", "append", "create", "end", "compact", "rewind", "replace", "title", "flags", "mark_read")
-_READS = ("transcript", "messages", "session", "sessions", "search", "search_health", "applied")
+_WRITES = ("submit", "append", "create", "record_usage", "end", "compact", "rewind", "replace", "title", "flags",
+           "mark_read")
+_READS = ("transcript", "messages", "session", "sessions", "search", "usage", "search_health", "applied")
 
 
 async def _finish_then_cancel(coro: Any) -> Any:

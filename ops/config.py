@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import math
 import os
-import tomllib
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -176,6 +175,8 @@ def load(home: str | os.PathLike[str] | None = None) -> Config:
     path = cfg.home / "config.toml"
     if not path.exists():
         return cfg
+    import tomllib  # only when there is a file: the producer path (`quill push`) usually has none
+
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as exc:

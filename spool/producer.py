@@ -19,7 +19,6 @@ import errno
 import fcntl
 import os
 import shutil
-import socket
 import time
 import uuid
 from pathlib import Path
@@ -57,7 +56,7 @@ class Spool:
     def __init__(self, spool_dir: str | os.PathLike[str], *, producer_id: str | None = None,
                  segment_bytes: int = DEFAULT_SEGMENT_BYTES, fsync: bool = True):
         self.dir = resolve_spool_dir(spool_dir)
-        self.producer_id = producer_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.producer_id = producer_id or f"{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.segment_bytes = segment_bytes
         self._fsync = fsync
         self._seq = 0

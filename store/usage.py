@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-from importlib import metadata
 from typing import Any
 
 import apsw
@@ -138,6 +137,8 @@ def normalize_usage(raw: Any) -> dict[str, int]:
 @functools.lru_cache(maxsize=1)
 def price_version() -> str:
     """``genai-prices==<version>``: the price table a cost was computed with."""
+    from importlib import metadata  # here, not at import: it costs the producer path (bench/cli.py)
+
     return f"genai-prices=={metadata.version('genai-prices')}"
 
 

@@ -178,7 +178,8 @@ def test_output_is_never_hard_wrapped_when_piped(quill, home):
 
 #: What `quill push` must never import (bench/cli.py measures the process; these dominate it).
 HEAVY = ("sqlalchemy", "apscheduler", "rich", "psutil", "huey", "structlog", "quill.store.reads",
-         "quill.store.apply", "quill.store.connection", "quill.store.indexer", "quill.workers", "quill.jobs")
+         "quill.store.apply", "quill.store.connection", "quill.store.indexer", "quill.workers", "quill.jobs",
+         "importlib.metadata", "tomllib", "socket")
 
 
 def test_push_imports_only_the_producer_side(home):

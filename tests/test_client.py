@@ -155,6 +155,7 @@ def test_async_client(home, fleet):
         assert (await aq.messages("a3"))[0]["content"] == "async 3"
         assert len(await aq.sessions(limit=100)) == 10
         assert (await aq.search("async"))
+        assert await aq.usage() == pkg.Client(home).usage()
         bad = await aq.wait(await aq.rewind("a1", user_turn=5), timeout=60)
         assert bad.reason == "no-such-turn"
         with pytest.raises(pkg.NotFoundError):

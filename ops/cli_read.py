@@ -253,3 +253,13 @@ def _print_status(d: dict[str, Any]) -> None:
               f"{sp['pending_bytes']} bytes pending (lag {sp['lag_s']} s), {sp['quarantined']} quarantined")
     for run in d["jobs"][:5]:
         con.print(f"job      {run['job']:<15} {run['outcome']:<6} {render.when(run['started_at'])} {run.get('error') or ''}")
+
+
+def _attach_key_commands() -> None:
+    """``sessions resume | orphans | delete`` live in ``cli_keys``."""
+    from .cli_keys import sessions_delete, sessions_orphans, sessions_resume
+    for command in (sessions_resume, sessions_orphans, sessions_delete):
+        sessions.add_command(command)
+
+
+_attach_key_commands()

@@ -31,6 +31,7 @@ the store yet; it becomes a method when it does.
 from __future__ import annotations
 
 import contextlib
+import getpass
 import os
 import threading
 from collections.abc import Iterator
@@ -331,6 +332,65 @@ class Client:
             return r.search(query, limit=limit, session_id=session_id, role=role, source=source, since=since,
                             until=until, substring=substring, projection="audit" if audit else "display",
                             context=context, **({"kinds": list(kinds)} if kinds else {}))
+
+    def resume(self, *, key: str | None = None, cwd: str | None = None) -> dict[str, Any]:
+        """The session to resume for a conversation ``key`` (or working directory ``cwd``) —
+        ``quill sessions resume --key K --json``: ``{"session_id", "chain", "last_active",
+        "candidates", "session"}``, the tip of the newest compression chain (never a branch,
+        delegate or hidden session). Raises ``NotFoundError`` when nothing has that key."""
+        if (key is None) == (cwd is None):
+            raise InvalidInputError("give exactly one of key or cwd")
+        what = f"key {key!r}" if key is not None else f"cwd {cwd!r}"
+        missing = NotFoundError(f"no session for {what} (no store at {self.config.state_db} yet)",
+                                hint="push or import something, then `quill run`")
+        with self._reader(missing) as r, r.snapshot():
+            found = r.resume_target(key=key, cwd=cwd)
+            if found is None:
+                raise NotFoundError(f"no session for {what}", hint="sessions get a key with session.create's `key`")
+            found["session"] = r.get_session(found["session_id"])
+        return found
+
+    def orphans(self, *, window_s: float | None = None) -> list[dict[str, Any]]:
+        """Sessions that never got their key, with the predecessor each continues when the
+        evidence is unambiguous (else ``reason``) — ``quill sessions orphans --json``."""
+        from quill.store.resume import QUIET_WINDOW_S
+
+        with self._reader(None) as r:
+            return [] if r is None else r.orphans(window_s=QUIET_WINDOW_S if window_s is None else window_s)
+
+    def adopt_orphans(self, *, window_s: float | None = None) -> list[tuple[dict[str, Any], Ack]]:
+        """Give each unambiguous orphan its predecessor's key (and the predecessor as its
+        compression parent when it has no parent) through the spool: a ``session.create``
+        that only fills empty fields. Ambiguous orphans are left alone. Returns
+        ``(orphan, ack)`` pairs."""
+        out = []
+        for item in self.orphans(window_s=window_s):
+            if item["predecessor"] is None:
+                continue
+            data = {"session_id": item["session_id"], "key": item["key"]}
+            if item["evidence"] == "quiet_sibling":
+                data.update(parent_id=item["predecessor"], parent_kind="compression")
+            out.append((item, self.submit("session.create", data)))
+        return out
+
+    def delete_sessions(self, session_ids: list[str] | None = None, *, key: str | None = None,
+                        reason: str = "user_request", actor: str | None = None,
+                        batch_id: str | None = None) -> tuple[list[str], Ack | None]:
+        """Delete sessions on request — ``quill sessions delete``: the named ids, or every
+        session of conversation ``key``, with their messages, usage and the blobs no other
+        session references, through the spool (``sessions.delete``, docs/ops.md). Returns
+        ``(ids, ack)``; ``ack`` is None when ``key`` names no session. Delegate children go
+        with their parent. Raises ``InvalidInputError`` unless exactly one of the two is given."""
+        if (session_ids is None) == (key is None):
+            raise InvalidInputError("give session ids or a key, not both")
+        if key is not None:
+            with self._reader(None) as r:
+                session_ids = [] if r is None else r.key_sessions(key)
+            if not session_ids:
+                return [], None
+        actor = actor or f"user:{getpass.getuser()}"
+        return list(session_ids), self.submit("sessions.delete", {"session_ids": list(session_ids), "reason": reason,
+                                                                  "actor": actor}, batch_id=batch_id)
 
     def usage(self, by: tuple[str, ...] | list[str] = (), *, since: float | None = None, until: float | None = None,
               session_id: str | None = None, source: str | None = None, model: str | None = None,

@@ -17,7 +17,7 @@ from typing import Any
 
 import apsw
 
-from . import lineage, listing, projections, usage_reads
+from . import lineage, listing, projections, resume, usage_reads
 from . import search as search_mod
 from .connection import open_reader
 from .errors import CantOpenError, StoreIOError, mapped
@@ -128,6 +128,25 @@ class Reader:
         day); filters since, until, session_id, source, model, task (``usage_reads.totals``)."""
         with mapped():
             return usage_reads.totals(self.conn, tuple(by), **filters)
+
+    @_retry_io
+    def resume_target(self, *, key: str | None = None, cwd: str | None = None) -> dict[str, Any] | None:
+        """The session to resume for ``key`` or ``cwd`` (``resume.resume_target``): the tip
+        of the newest compression chain, never a branch, delegate or hidden session."""
+        with self.snapshot() as conn:
+            return resume.resume_target(conn, key=key, cwd=cwd)
+
+    @_retry_io
+    def key_sessions(self, key: str) -> list[str]:
+        """Session ids of the conversation ``key`` (``resume.key_sessions``)."""
+        with self.snapshot() as conn:
+            return resume.key_sessions(conn, key)
+
+    @_retry_io
+    def orphans(self, *, window_s: float = resume.QUIET_WINDOW_S) -> list[dict[str, Any]]:
+        """Message-bearing sessions that never got their key (``resume.orphans``)."""
+        with self.snapshot() as conn:
+            return resume.orphans(conn, window_s=window_s)
 
     @_retry_io
     def usage_responses(self, session_id: str) -> set[str]:

@@ -11,13 +11,18 @@ so application is deterministic and a stale decision is skipped instead of destr
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import apsw
 
+from . import blobs
 from .errors import InvalidOpError
 from .indexer import unindex
 from .op_common import atomic, opt
+
+_REF_LIKE = f"%{blobs.REF_PREFIX}%"
+_REF_RE = re.compile(re.escape(blobs.REF_PREFIX) + r"([0-9a-f]{64})")
 
 #: Most sessions one ``sessions.delete`` op may name (bounds the op's transaction).
 MAX_DELETE_IDS = 10_000
@@ -98,8 +103,9 @@ def check_delete(data: dict) -> tuple[list[str], dict[str, Any]]:
 
 
 def _delete_one(conn: apsw.Connection, sid: str) -> tuple[int, int, int]:
-    """Delete ``sid`` with its messages (unindexed in the same transaction) and its delegate
-    children (recursively); detach other children. Returns (sessions, messages, detached)."""
+    """Delete ``sid`` with its messages (unindexed in the same transaction), usage rows and
+    the blobs no other message references, and its delegate children (recursively); detach
+    other children. Returns (sessions, messages, detached)."""
     sessions = messages = detached = 0
     queue = [sid]
     while queue:
@@ -107,7 +113,10 @@ def _delete_one(conn: apsw.Connection, sid: str) -> tuple[int, int, int]:
         msg_ids = [r[0] for r in conn.execute("SELECT id FROM messages WHERE session_id = ?", (sid,))]
         if isinstance(conn, apsw.Connection):  # SQLite's FTS5 tables; PostgreSQL indexes the rows themselves
             unindex(conn, msg_ids)
+        shas = _blob_refs(conn, sid)
         conn.execute("DELETE FROM messages WHERE session_id = ?", (sid,))
+        conn.execute("DELETE FROM usage WHERE session_id = ?", (sid,))
+        _drop_unreferenced(conn, shas)
         messages += len(msg_ids)
         # Delegates (subagents) belong to their parent; pinned or archived ones are kept.
         queue += [r[0] for r in conn.execute(
@@ -119,6 +128,27 @@ def _delete_one(conn: apsw.Connection, sid: str) -> tuple[int, int, int]:
         conn.execute("DELETE FROM sessions WHERE id = ?", (sid,))
         sessions += conn.changes()
     return sessions, messages, detached
+
+
+def _blob_refs(conn: apsw.Connection, sid: str) -> set[str]:
+    """SHA-256s of the blobs (store/blobs.py) that ``sid``'s message rows reference."""
+    shas: set[str] = set()
+    for parts, extra in conn.execute("SELECT parts, extra FROM messages WHERE session_id = ? AND "
+                                     "(parts LIKE ? OR extra LIKE ?)", (sid, _REF_LIKE, _REF_LIKE)):
+        for text in (parts, extra):
+            if blobs.has_refs(text):
+                shas.update(_REF_RE.findall(text))
+    return shas
+
+
+def _drop_unreferenced(conn: apsw.Connection, shas: set[str]) -> None:
+    """Delete the blobs in ``shas`` that no remaining message references (a deleted
+    conversation's attachments go with it; one shared with another session stays)."""
+    for sha in sorted(shas):
+        like = f"%{blobs.REF_PREFIX}{sha}%"
+        if conn.execute("SELECT 1 FROM messages WHERE parts LIKE ? OR extra LIKE ? LIMIT 1",
+                        (like, like)).fetchone() is None:
+            conn.execute("DELETE FROM blobs WHERE sha256 = ?", (sha,))
 
 
 def _lower_fts_watermark(conn: apsw.Connection) -> None:

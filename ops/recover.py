@@ -10,10 +10,11 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from pathlib import Path
 from typing import Any
 
-from quill.jobs.worker_jobs import latest_snapshot
-from quill.spool import Position
+from quill.jobs.worker_jobs import latest_snapshot, snapshot as take_snapshot
+from quill.spool import Position, SpoolReader
 from quill.spool.segments import list_segments
 from quill.store.errors import CorruptError, LeaseHeldError
 from quill.store.lease import Lease
@@ -51,6 +52,18 @@ def history_gap(cfg: Config, snap_position: Position | None) -> str | None:
     return None
 
 
+def deleted_sessions(spool_dir: Path) -> set[str]:
+    """Session ids named by any ``sessions.delete`` still in the spool: salvage must not
+    bring back from the old file what a replayed delete removed."""
+    first = list_segments(spool_dir)
+    ids: set[str] = set()
+    for entry in SpoolReader(spool_dir).read(Position(first[0], 0) if first else Position(1, 0), max_bytes=1 << 62):
+        rec = entry.record
+        if rec and rec.get("op") == "sessions.delete" and isinstance(rec.get("data"), dict):
+            ids.update(s for s in rec["data"].get("session_ids") or () if isinstance(s, str))
+    return ids
+
+
 def rebuild(cfg: Config, progress: Progress | None = None, *, accept_loss: bool = False) -> dict[str, Any]:
     """Build and verify a new store file next to the live one; returns figures incl. ``path``.
 
@@ -70,7 +83,7 @@ def rebuild(cfg: Config, progress: Progress | None = None, *, accept_loss: bool 
     if gap and cfg.state_db.exists():  # history is missing from the spool: take what the old file still has
         conn = open_writer(work, synchronous=cfg.synchronous)
         try:
-            result["salvage"] = salvage(cfg.state_db, conn)
+            result["salvage"] = salvage(cfg.state_db, conn, exclude=deleted_sessions(cfg.spool_dir))
             while index_slice(conn):
                 pass
         finally:
@@ -79,6 +92,10 @@ def rebuild(cfg: Config, progress: Progress | None = None, *, accept_loss: bool 
     check = integrity(work)
     if check != ["ok"]:
         raise CorruptError(f"the rebuilt store {work} failed integrity_check: {'; '.join(check[:5])}")
+    if result.get("salvage", {}).get("salvaged_messages") or result.get("salvage", {}).get("filled_sessions"):
+        # Salvaged rows exist in no spool record: a verified snapshot of the rebuilt store must
+        # cover them, or the next recovery (from an older snapshot + spool) would drop them again.
+        result["salvage"]["snapshot"] = take_snapshot(str(work), str(cfg.snapshots_dir), cfg.snapshot_keep)["path"]
     return {"path": str(work), "snapshot": str(snap[0]) if snap else None, "history_gap": gap,
             "snapshot_position": str(snap[1]) if snap else None, **result}
 

@@ -1,7 +1,7 @@
 """Spool verification and replay: reading the whole spool, outside the running writer.
 
-Replay applies spool records into a store exactly as the writer does (``take_chunk`` +
-``apply_chunk``: cursor and batch ids committed with the rows), so it is idempotent: replaying
+Replay applies spool records into a store with the writer's own drain step (``drain_chunk``:
+take_chunk + apply_chunk, cursor and batch ids committed with the rows), so it is idempotent: replaying
 a range twice, or a range the store already holds, changes nothing.
 """
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Any
 
 from quill.spool import START, Entry, Position, Quarantine, SpoolReader
 from quill.spool.segments import list_segments, segment_name
-from quill.store import apply_chunk, index_slice, open_writer, read_cursor
-from quill.store.apply import take_chunk
+from quill.store import index_slice, open_writer, read_cursor
+from quill.store.apply import drain_chunk
 
 Progress = Callable[[int], None]  # called with bytes consumed since the last call
 
@@ -80,10 +80,9 @@ def replay(spool_dir: Path, db_path: Path, start: Position | None, *, chunk_rows
             quarantine.put(e.position, reason, detail, e.raw, e.record)
 
         while True:
-            chunk = take_chunk(reader.read(pos, max_bytes=32 << 20), chunk_rows)
+            chunk, result = drain_chunk(conn, reader, pos, chunk_rows, reject, max_bytes=32 << 20)
             if not chunk:
                 break
-            result = apply_chunk(conn, chunk, reject)
             for key in totals:
                 totals[key] += getattr(result, key)
             if progress:

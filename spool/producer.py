@@ -21,7 +21,6 @@ import os
 import shutil
 import time
 import uuid
-from pathlib import Path
 from typing import Any, NamedTuple
 
 from . import record

@@ -101,6 +101,22 @@ def read_cursor(conn: apsw.Connection) -> tuple[int, int] | None:
     return (row[0], row[1]) if row else None
 
 
+class ReaderLike(Protocol):
+    """What ``drain_chunk`` needs of a spool reader (``spool.SpoolReader`` satisfies it)."""
+
+    def read(self, start: Any, *, max_bytes: int) -> Iterable[EntryLike]: ...
+
+
+def drain_chunk(conn: apsw.Connection, reader: ReaderLike, position: Any, chunk_rows: int,
+                on_reject: RejectFn, max_bytes: int = 8 << 20) -> tuple[list[EntryLike], ChunkResult]:
+    """The one drain step shared by the writer, ``spool replay`` and ``recover``: read from
+    ``position`` (at most ``max_bytes`` bytes), take one chunk of about ``chunk_rows`` message
+    rows and apply it with the cursor (``apply_chunk``). Returns (entries applied, figures);
+    no entries means the spool is drained up to its end."""
+    entries = take_chunk(reader.read(position, max_bytes=max_bytes), chunk_rows)
+    return entries, apply_chunk(conn, entries, on_reject)
+
+
 def apply_chunk(conn: apsw.Connection, entries: Sequence[EntryLike], on_reject: RejectFn) -> ChunkResult:
     """Apply ``entries`` (consecutive, in spool order) and advance the cursor past the last.
 

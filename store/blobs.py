@@ -160,12 +160,14 @@ def put(conn: apsw.Connection, payload: str) -> str:
     return sha
 
 
-def put_many(conn: apsw.Connection, blobs: dict[str, str]) -> int:
+def put_many(conn: apsw.Connection, blobs: dict[str, str], *, now: float | None = None) -> int:
     """Store each ``sha256 → payload`` not stored yet; returns rows inserted (0 for repeats).
-    Callers pass what ``extract`` returned; the key is trusted to be ``sha256_of(value)``."""
+    Callers pass what ``extract`` returned; the key is trusted to be ``sha256_of(value)``.
+    ``now`` (epoch s) is ``created_at``: op appliers pass the op's arrival time, so a rebuild
+    by replay writes the same value as the live store."""
     if not blobs:
         return 0
-    now = time.time()
+    now = time.time() if now is None else now
     inserted = 0
     for sha, payload in blobs.items():
         if conn.execute("SELECT 1 FROM blobs WHERE sha256 = ?", (sha,)).fetchone():

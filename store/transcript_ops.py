@@ -58,7 +58,7 @@ def _rows(conn: apsw.Connection, data: dict, arrived_at: float, *, allow_empty: 
         raise InvalidOpError("invalid-field", "'messages' must not be empty")
     found: dict[str, str] = {}
     rows = [message_row(_cut_blobs(m, found), arrived_at) for m in messages]
-    blobs.put_many(conn, found)
+    blobs.put_many(conn, found, now=arrived_at)
     return rows
 
 

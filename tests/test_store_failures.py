@@ -294,3 +294,47 @@ def test_recover_salvages_rows_the_spool_no_longer_has(quill, home):
     with Reader(home / "state.db") as r:
         salvaged = r.conn.execute("SELECT count(*) FROM messages WHERE extra LIKE '%salvaged_from%'").fetchone()[0]
     assert salvaged == out["salvage"]["salvaged_messages"]
+
+
+def test_salvage_keeps_session_metadata_and_transcript_order(quill, home):
+    """Issue 10 item 2: the oldest segment (with the session.create ops and m1 m2) is lost;
+    recover --accept-loss must fill the sessions' columns from the old file and keep model
+    order m1 m2 m3 m4 (then m5, which only the spool held)."""
+    home.mkdir(parents=True)
+    (home / "config.toml").write_text("[spool]\nsegment_bytes = 1\n")  # one record per segment
+    first = [{"op": "session.create", "data": {"session_id": "root", "source": "cli", "title": "Root chain"}},
+             {"op": "session.create", "data": {"session_id": "tip", "source": "cli", "title": "Tip", "model": "gpt-x",
+                                               "parent_id": "root", "parent_kind": "compression"}},
+             {"op": "messages.append", "data": {"session_id": "tip", "messages": [
+                 {"role": "user", "content": "m1", "id": "m1"}, {"role": "assistant", "content": "m2", "id": "m2"}]}}]
+    quill.run("push", input="\n".join(json.dumps(o) for o in first))
+    assert len(list((home / "spool").glob("*.jsonl"))) == 3
+    quill.run("push", input=json.dumps({"op": "messages.append", "data": {"session_id": "tip", "messages": [
+        {"role": "user", "content": "m3", "id": "m3"}, {"role": "assistant", "content": "m4", "id": "m4"}]}}))
+    quill.run("run", "--until-idle", "--timeout", "60")
+    quill.run("push", input=json.dumps({"op": "messages.append", "data": {"session_id": "tip", "messages": [
+        {"role": "user", "content": "m5", "id": "m5"}]}}))  # spooled, not yet in state.db
+    segments = sorted((home / "spool").glob("*.jsonl"))
+    assert len(segments) == 5
+    for seg in segments[:3]:  # the oldest segments, lost outside Quill's rules
+        seg.unlink()
+    out = quill.json("recover", "--accept-loss", check=False)
+    assert out["salvage"]["salvaged_messages"] == 2 and out["salvage"]["filled_sessions"] == 1
+    with Reader(home / "state.db") as r:
+        model = [m["content"] for m in r.get_messages("tip", projection="model")]
+        rows = {row[0]: row[1:] for row in r.conn.execute(
+            "SELECT id, title, source, model, parent_id, parent_kind FROM sessions")}
+        ids = [row[0] for row in r.conn.execute("SELECT ext_id FROM messages ORDER BY id")]
+        assert [h["message_id"] for h in r.search("m1")] != []
+    assert model == ["m1", "m2", "m3", "m4", "m5"]
+    assert ids == ["m1", "m2", "m3", "m4", "m5"]
+    assert rows["tip"] == ("Tip", "cli", "gpt-x", "root", "compression")
+    assert rows["root"] == ("Root chain", "cli", None, None, None)
+    # The salvaged rows are in no spool record: recover snapshotted the rebuilt store, so the
+    # next recovery (no --accept-loss needed any more) still has them, in order.
+    assert out["salvage"]["snapshot"]
+    for path in home.glob("state.db*"):
+        path.unlink()
+    quill.run("recover")
+    with Reader(home / "state.db") as r:
+        assert [row[0] for row in r.conn.execute("SELECT ext_id FROM messages ORDER BY id")] == ids

@@ -24,8 +24,8 @@ from quill.jobs.queues import build as build_queues
 from quill.ops.config import Config
 from quill.spool import Entry, Position, Quarantine, Spool, SpoolReader, START
 from quill.spool.segments import list_segments
-from quill.store import apply_chunk, fts_repair, index_slice, open_writer, read_cursor
-from quill.store.apply import take_chunk
+from quill.store import fts_repair, index_slice, open_writer, read_cursor
+from quill.store.apply import drain_chunk
 from quill.store.errors import CorruptError, DiskFullError, StoreIOError, TransientError
 from quill.store.guard import FileGuard
 from quill.store.lease import Lease
@@ -214,9 +214,12 @@ class Writer:
             self.guard.committed()
 
     def _step(self) -> bool:
-        entries = self._take_chunk()
+        began = time.monotonic()
+        entries, result = drain_chunk(self.conn, self.reader, self.cursor, self.cfg.chunk_rows, self._reject,
+                                      max_bytes=_READ_BYTES)
         if entries:
-            self._apply(entries)
+            status.observe(self.commit_hist, time.monotonic() - began)  # read + apply + commit of one chunk
+            self._applied(entries, result)
             self._index()
             self.jobs.run_one(self.conn, idle=False, on_start=self._job_started)
             self._was_busy = True
@@ -246,13 +249,7 @@ class Writer:
             self.log.error("writer.fts_detached", damaged=damaged["fts"], error=str(exc))
             return 0
 
-    def _take_chunk(self) -> list[Entry]:
-        return take_chunk(self.reader.read(self.cursor, max_bytes=_READ_BYTES), self.cfg.chunk_rows)
-
-    def _apply(self, entries: list[Entry]) -> None:
-        began = time.monotonic()
-        result = apply_chunk(self.conn, entries, self._reject)
-        status.observe(self.commit_hist, time.monotonic() - began)
+    def _applied(self, entries: list[Entry], result: Any) -> None:
         self.cursor = entries[-1].next
         self.totals["chunks"] += 1
         for key in ("applied", "duplicates", "rejected", "rows"):

@@ -18,8 +18,8 @@ from quill.store import Reader
 from conftest import REPO, damage_pages, quill_env, small_tmpfs, stop_fleet
 
 
-def _push(quill, session: str, start: int, n: int) -> None:
-    lines = "\n".join(json.dumps({"role": "user", "id": f"{session}-{i}", "content": f"{session} message {i}"})
+def _push(quill, session: str, start: int, n: int, pad: int = 0) -> None:
+    lines = "\n".join(json.dumps({"role": "user", "id": f"{session}-{i}", "content": f"{session} message {i}" + " x" * pad})
                       for i in range(start, start + n))
     quill.run("push", "--session", session, input=lines)
 
@@ -57,9 +57,9 @@ def _seed_and_snapshot(quill, session: str, n: int) -> None:
 def _seed_segmented(quill, home, session: str) -> list:
     """60 messages pushed as 6 batches into 1,500-byte segments and applied; the segments."""
     home.mkdir(parents=True)
-    (home / "config.toml").write_text("[spool]\nsegment_bytes = 1500\n")
+    (home / "config.toml").write_text("[spool]\nsegment_bytes = 4096\n")
     for start in range(0, 60, 10):
-        _push(quill, session, start, 10)
+        _push(quill, session, start, 10, pad=100)  # ~2.5 KB per batch: several 4 KiB segments
     quill.run("run", "--until-idle", "--timeout", "60")
     return sorted((home / "spool").glob("*.jsonl"))
 
@@ -301,16 +301,19 @@ def test_salvage_keeps_session_metadata_and_transcript_order(quill, home):
     recover --accept-loss must fill the sessions' columns from the old file and keep model
     order m1 m2 m3 m4 (then m5, which only the spool held)."""
     home.mkdir(parents=True)
-    (home / "config.toml").write_text("[spool]\nsegment_bytes = 1\n")  # one record per segment
-    first = [{"op": "session.create", "data": {"session_id": "root", "source": "cli", "title": "Root chain"}},
+    (home / "config.toml").write_text("[spool]\nsegment_bytes = 4096\n")  # the smallest allowed
+    pad = "x" * 4100  # every record fills its segment: one record per segment
+    first = [{"op": "session.create", "data": {"session_id": "root", "source": "cli", "title": "Root chain",
+                                               "meta": {"pad": pad}}},
              {"op": "session.create", "data": {"session_id": "tip", "source": "cli", "title": "Tip", "model": "gpt-x",
-                                               "parent_id": "root", "parent_kind": "compression"}},
+                                               "parent_id": "root", "parent_kind": "compression", "meta": {"pad": pad}}},
              {"op": "messages.append", "data": {"session_id": "tip", "messages": [
-                 {"role": "user", "content": "m1", "id": "m1"}, {"role": "assistant", "content": "m2", "id": "m2"}]}}]
+                 {"role": "user", "content": "m1", "id": "m1"},
+                 {"role": "assistant", "content": "m2", "id": "m2", "pad": pad}]}}]
     quill.run("push", input="\n".join(json.dumps(o) for o in first))
     assert len(list((home / "spool").glob("*.jsonl"))) == 3
     quill.run("push", input=json.dumps({"op": "messages.append", "data": {"session_id": "tip", "messages": [
-        {"role": "user", "content": "m3", "id": "m3"}, {"role": "assistant", "content": "m4", "id": "m4"}]}}))
+        {"role": "user", "content": "m3", "id": "m3"}, {"role": "assistant", "content": "m4", "id": "m4", "pad": pad}]}}))
     quill.run("run", "--until-idle", "--timeout", "60")
     quill.run("push", input=json.dumps({"op": "messages.append", "data": {"session_id": "tip", "messages": [
         {"role": "user", "content": "m5", "id": "m5"}]}}))  # spooled, not yet in state.db

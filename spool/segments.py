@@ -56,7 +56,7 @@ def list_segments(spool_dir: Path) -> list[int]:
 
 
 #: Entries that make a directory a Quill data dir (docs/architecture.md, "Data layout").
-DATA_DIR_MARKERS = ("spool", "state.db", "config.toml", "run", "snapshots", "queue.db", "schedule.db")
+DATA_DIR_MARKERS = ("spool", "state.db", "config.toml", "run", "snapshots", "queue.db", "schedule.db", "spool-id")
 #: Entries a spool directory may hold besides its segments.
 _SPOOL_ENTRIES = ("quarantine",)
 

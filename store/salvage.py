@@ -42,8 +42,10 @@ _MSG_COLS = ("session_id", *ROW_COLUMNS, "arrived_at", "state", "batch_id", "ori
 _SESSION_COLS = ("id", "source", "model", "title", "cwd", "parent_id", "parent_kind", "started_at", "ended_at",
                  "end_reason", "archived", "pinned", "hidden", "meta", "created_at", "owner_host", "owner_pid",
                  "owner_started", "last_read_id")
+#: Session columns added by schema v3 (store/usage.py): conversation key, placeholder flag.
+_V3_SESSION_COLS = ("key", "placeholder")
 #: Filled from the old file only where the rebuilt row has NULL.
-_FILL = ("source", "model", "cwd", "meta", "owner_host", "owner_pid", "owner_started")
+_FILL = ("source", "model", "cwd", "meta", "owner_host", "owner_pid", "owner_started", "key")
 _DAMAGE = (apsw.CorruptError, apsw.NotADBError, apsw.IOError)
 RANGE = 512
 
@@ -74,8 +76,9 @@ def _merge_session(target: apsw.Connection, old: dict[str, Any]) -> int:
         old = {**old, "meta": json.dumps({**meta, "requested_title": title}, separators=(",", ":"))}
         title = None
     old = {**old, "title": title}
+    old = {**old, "placeholder": 1 if old["placeholder"] else 0}
     if not target.execute("SELECT 1 FROM sessions WHERE id = ?", (sid,)).fetchone():
-        cols = [c for c in _SESSION_COLS if c != "last_read_id"]
+        cols = [c for c in (*_SESSION_COLS, *_V3_SESSION_COLS) if c != "last_read_id"]
         target.execute(f"INSERT INTO sessions ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})",
                        [old[c] for c in cols])
         return 1
@@ -87,7 +90,8 @@ def _merge_session(target: apsw.Connection, old: dict[str, Any]) -> int:
              "ended_at = coalesce(ended_at, :ended_at)",
              "started_at = min(coalesce(started_at, :started_at), coalesce(:started_at, started_at))",
              "created_at = min(created_at, coalesce(:created_at, created_at))",
-             "archived = max(archived, :archived)", "pinned = max(pinned, :pinned)", "hidden = max(hidden, :hidden)"]
+             "archived = max(archived, :archived)", "pinned = max(pinned, :pinned)", "hidden = max(hidden, :hidden)",
+             "placeholder = min(placeholder, :placeholder)"]  # created in either file: not a placeholder
     target.execute(f"UPDATE sessions SET {', '.join(sets)} WHERE id = :id", old)
     return 0
 
@@ -126,6 +130,8 @@ def _renumber(target: apsw.Connection, keys: dict[int, tuple]) -> dict[int, int]
                    "WHERE origin_id IS NOT NULL")
     target.execute("UPDATE sessions SET last_read_id = (SELECT new FROM temp.salvage_map WHERE old = last_read_id) "
                    "WHERE last_read_id IS NOT NULL")
+    target.execute("UPDATE usage SET message_id = (SELECT new FROM temp.salvage_map WHERE old = message_id) "
+                   "WHERE message_id IS NOT NULL")
     # Two passes through negative ids: no new id ever collides with an id not yet moved.
     target.execute("UPDATE messages SET id = -(SELECT new FROM temp.salvage_map WHERE old = messages.id)")
     target.execute("UPDATE messages SET id = -id")
@@ -149,8 +155,10 @@ def salvage(damaged: Path, target: apsw.Connection, exclude: set[str] | frozense
     try:
         try:
             top = src.execute("SELECT max(id) FROM messages").fetchone()[0] or 0
-            srows = [dict(zip(_SESSION_COLS, r)) for r in
-                     src.execute(f"SELECT {', '.join(_SESSION_COLS)} FROM sessions ORDER BY id")]
+            have = {r[1] for r in src.execute("PRAGMA table_info(sessions)")}  # an older schema lacks some
+            cols = [c for c in (*_SESSION_COLS, *_V3_SESSION_COLS) if c in have]
+            srows = [{**dict.fromkeys(_V3_SESSION_COLS), **dict(zip(cols, r))} for r in
+                     src.execute(f"SELECT {', '.join(cols)} FROM sessions ORDER BY id")]
         except _DAMAGE as exc:
             return {"salvaged_sessions": 0, "salvaged_messages": 0, "unreadable": f"{type(exc).__name__}: {exc}"}
         with transaction(target):
@@ -189,13 +197,38 @@ def salvage(damaged: Path, target: apsw.Connection, exclude: set[str] | frozense
                 if old["last_read_id"] in current:
                     target.execute("UPDATE sessions SET last_read_id = max(coalesce(last_read_id, 0), ?) WHERE id = ?",
                                    (mapping[current[old["last_read_id"]]], old["id"]))
+            usage = _copy_usage(src, target, known, exclude - present,
+                                {old: mapping[cur] for old, cur in current.items()})
         if messages:
             _copy_blobs(src, target)
             fts_repair.rebuild(target)  # the indexes are keyed by message id
     finally:
         src.close()
     return {"salvaged_sessions": sessions, "filled_sessions": filled, "salvaged_messages": messages,
-            "unreadable_message_ids": len(bad)}
+            "salvaged_usage": usage, "unreadable_message_ids": len(bad)}
+
+
+def _copy_usage(src: apsw.Connection, target: apsw.Connection, known: set[str], exclude: set[str],
+                message_ids: dict[int, int]) -> int:
+    """Copy readable usage rows (store/usage.py) of batches the rebuild does not know;
+    ``message_id`` follows ``message_ids`` (old id → final id; unknown → NULL). Returns rows
+    copied (a ``response_id`` already counted is not counted twice)."""
+    try:
+        have = [r[1] for r in src.execute("PRAGMA table_info(usage)")]
+        rows = src.execute(f"SELECT {', '.join(have)} FROM usage ORDER BY id").fetchall() if have else []
+    except (*_DAMAGE, apsw.SQLError):
+        return 0
+    cols = [c for c in have if c != "id"]
+    copied = 0
+    for row in rows:
+        values = dict(zip(have, row))
+        if values["batch_id"] in known or values["session_id"] in exclude:
+            continue
+        values["message_id"] = message_ids.get(values["message_id"])
+        target.execute(f"INSERT OR IGNORE INTO usage ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})",
+                       [values[c] for c in cols])
+        copied += target.changes()
+    return copied
 
 
 def _copy_blobs(src: apsw.Connection, target: apsw.Connection) -> None:

@@ -163,7 +163,8 @@ def _lower_fts_watermark(conn: apsw.Connection) -> None:
 
 @atomic
 def sessions_delete(conn: apsw.Connection, data: dict, batch_id: str, arrived_at: float) -> int:
-    """Delete sessions with all their messages (every state), as decided by a job or a user.
+    """Delete sessions with all their messages (every state) and usage records, as decided by
+    a job or a user.
 
     Payload: ``session_ids`` (1..10,000), ``reason`` (≤64 printable chars, default
     ``deleted``), ``actor`` (who decided, e.g. ``job:auto_prune``, ``user:alice``), optional

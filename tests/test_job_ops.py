@@ -140,3 +140,13 @@ def test_orphan_sweep_close_only_applies_to_the_same_owner(store):
     assert orphan_sweep(store.conn, store.spool)["sessions_closed"] == 1
     assert store.drain() == []
     assert store.conn.execute("SELECT ended_at FROM sessions WHERE id = 's'").fetchone()[0] is None
+
+
+def test_a_deleted_session_takes_its_usage_records_along(store):
+    store.apply("messages.append", {"session_id": "gone", "messages": [
+        {"role": "assistant", "content": "a", "usage": {"prompt_tokens": 3, "completion_tokens": 1}}]})
+    store.apply("usage.record", {"session_id": "gone", "task": "title", "usage": {"prompt_tokens": 5}})
+    store.apply("usage.record", {"session_id": "kept", "task": "title", "usage": {"prompt_tokens": 7}})
+    assert store.conn.execute("SELECT count(*) FROM usage").fetchone()[0] == 3
+    assert store.apply("sessions.delete", {"session_ids": ["gone"], "reason": "user", "actor": "user:t"}) == []
+    assert store.conn.execute("SELECT session_id FROM usage").fetchall() == [("kept",)]

@@ -3,13 +3,13 @@ verified snapshot + spool replay holds exactly the live store's canonical conten
 
 Each seeded sequence appends random ops of every kind (creates with lineage and owners,
 appends with tool calls and repeated producer ids, ends, titles, flags, read marks,
-compactions, rewinds, replaces, deletes — invalid ones included, which are quarantined)
+compactions, rewinds, replaces, deletes, usage records — invalid ones included, which are quarantined)
 to a real spool, drains it with the writer's own drain step (``store.apply.drain_chunk``) in
 small random chunks, runs the real store jobs between chunks (auto-prune, delete-empty,
 orphan sweep — which append ops — plus VACUUM, FTS rebuild/optimize/merge, checkpoints) and
 takes real snapshots (``jobs.worker_jobs.snapshot``) at random points. At the end, the live
 store is compared with a replay of the whole spool and with each snapshot + replay
-(``ops.replay.replay``), table by table, every column.
+(``ops.replay.replay``), table by table (sessions, messages, blobs, usage), every column.
 
 Default run: ``QUILL_PROPERTY_N`` sequences (default 8, seeds 0…N-1); ``QUILL_PROPERTY_N=200``
 for the long run. ``QUILL_PROPERTY_SEED=k`` reruns one seed.
@@ -39,7 +39,7 @@ SESSIONS = [f"s{i}" for i in range(6)]
 TITLES = ["alpha", "beta", "gamma", "", None]
 #: Canonical tables: what a user reads back. Bookkeeping (cursor, applied/rejected batches,
 #: job runs) and derived data (FTS indexes, state_meta) are excluded.
-CANONICAL = ("sessions", "messages", "blobs")
+CANONICAL = ("sessions", "messages", "blobs", "usage")
 
 
 def dump(db: Path) -> dict[str, list[tuple]]:
@@ -49,7 +49,7 @@ def dump(db: Path) -> dict[str, list[tuple]]:
         out = {}
         for table in CANONICAL:
             if conn.execute("SELECT 1 FROM sqlite_schema WHERE name = ?", (table,)).fetchone():
-                key = "sha256" if table == "blobs" else "id"
+                key = "sha256" if table == "blobs" else "id"  # usage ids are insertion order
                 out[table] = conn.execute(f"SELECT * FROM {table} ORDER BY {key}").fetchall()
         return out
     finally:
@@ -87,6 +87,8 @@ class Run:
             msg["tool_call_id"] = f"c{rng.randrange(4)}"
         if rng.random() < 0.1:
             msg["timestamp"] = rng.choice([1_700_000_000, "2024-01-01T00:00:00Z", 5])
+        if role == "assistant" and rng.random() < 0.2:
+            msg["usage"] = {"prompt_tokens": rng.randint(1, 99), "completion_tokens": rng.randint(1, 9)}
         if rng.random() < 0.05:
             msg["content"] = [{"type": "text", "text": "see"},
                               {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "QUJD" * 300}}]
@@ -100,8 +102,8 @@ class Run:
         rng = self.rng
         sid = rng.choice(SESSIONS)
         kind = rng.choices(
-            ["create", "append", "end", "title", "flags", "read", "compact", "rewind", "replace", "delete"],
-            weights=[3, 8, 2, 2, 2, 1, 2, 2, 1, 1])[0]
+            ["create", "append", "end", "title", "flags", "read", "compact", "rewind", "replace", "delete", "usage"],
+            weights=[3, 8, 2, 2, 2, 1, 2, 2, 1, 1, 1])[0]
         if kind == "create":
             data: dict = {"session_id": sid, "source": rng.choice(["cli", "cron", "claude-code"]),
                           "title": rng.choice(TITLES), "started_at": time.time() - rng.choice([0, 3 * DAY])}
@@ -115,6 +117,11 @@ class Run:
             return "messages.append", {"session_id": sid, "messages": [self.message() for _ in range(rng.randint(1, 4))]}
         if kind == "end":
             return "session.end", {"session_id": sid, "reason": rng.choice(["user_exit", "agent_close", "compression"])}
+        if kind == "usage":
+            return "usage.record", {"session_id": sid, "task": rng.choice(["title", "compression"]),
+                                    "model": rng.choice(["gpt-4o", None]),
+                                    "usage": {"prompt_tokens": rng.randint(1, 99), "completion_tokens": rng.randint(1, 9)},
+                                    **({"response_id": f"r{rng.randrange(4)}"} if rng.random() < 0.5 else {})}
         if kind == "title":
             return "session.title", {"session_id": sid, "title": rng.choice(TITLES)}
         if kind == "flags":

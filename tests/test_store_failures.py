@@ -307,6 +307,8 @@ def test_salvage_keeps_session_metadata_and_transcript_order(quill, home):
                                                "meta": {"pad": pad}}},
              {"op": "session.create", "data": {"session_id": "tip", "source": "cli", "title": "Tip", "model": "gpt-x",
                                                "parent_id": "root", "parent_kind": "compression", "meta": {"pad": pad}}},
+             {"op": "usage.record", "data": {"session_id": "tip", "task": "title",
+                                             "usage": {"prompt_tokens": 10, "completion_tokens": 5}}},
              {"op": "messages.append", "data": {"session_id": "tip", "messages": [
                  {"role": "user", "content": "m1", "id": "m1"},
                  {"role": "assistant", "content": "m2", "id": "m2", "pad": pad}]}}]
@@ -323,6 +325,7 @@ def test_salvage_keeps_session_metadata_and_transcript_order(quill, home):
         seg.unlink()
     out = quill.json("recover", "--accept-loss", check=False)
     assert out["salvage"]["salvaged_messages"] == 2 and out["salvage"]["filled_sessions"] == 1
+    assert out["salvage"]["salvaged_usage"] == 1
     with Reader(home / "state.db") as r:
         model = [m["content"] for m in r.get_messages("tip", projection="model")]
         rows = {row[0]: row[1:] for row in r.conn.execute(

@@ -57,10 +57,16 @@ def render(res: dict[str, Any]) -> str:
                   f"{round(a['vs_raw_nofts'] * 100)} % of the no-FTS ceiling.", ""]
     for sr in res.get("search") or []:
         parts += [f"### §3 Search at {sr['messages']:,} synthetic messages (limit 20, warm)", "",
-                  _table(["query", "Quill p50 ms", "Quill p95 ms", "hits", "naive p50 ms", "naive ÷ Quill"],
-                         [[k, v["p50_ms"], v["p95_ms"], v["hits"],
+                  _table(["query", "Quill p50 ms", "Quill p95 ms", "hits", "Quill p95 ÷ bare FTS5 p95", "naive p50 ms",
+                          "naive ÷ Quill"],
+                         [[k, v["p50_ms"], v["p95_ms"], v["hits"], v.get("over_bare_p95"),
                            ((sr.get("naive") or {}).get(k) or {}).get("p50_ms"),
-                           (sr.get("naive_over_quill_p50") or {}).get(k)] for k, v in sr["quill"].items()]), ""]
+                           (sr.get("naive_over_quill_p50") or {}).get(k)] for k, v in sr["quill"].items()
+                          if "p50_ms" in v]), ""]
+        for key in ("stages: common word", "cpu per call: common word"):
+            st = sr["quill"].get(key)
+            if st:
+                parts += [f"{key} (ms): " + ", ".join(f"{k} {v}" for k, v in st.items()), ""]
     if res.get("maintenance"):
         mt = res["maintenance"]
         rows = []

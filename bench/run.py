@@ -98,13 +98,19 @@ def tables(res: dict[str, Any], console: Console) -> None:
                       f"{a['raw_nofts']:,.0f}/s · naive FTS writer {a['naive']:,.0f}/s (Quill ×{a['vs_naive']})")
     for sr in res.get("search") or []:
         t = Table(title=f"§3 Search at {sr['messages']:,} synthetic msgs (limit 20)")
-        for c in ("query", "Quill p50 ms", "Quill p95 ms", "hits", "naive p50 ms", "naive / Quill"):
+        for c in ("query", "Quill p50 ms", "Quill p95 ms", "hits", "÷ bare FTS5 p95", "naive p50 ms", "naive / Quill"):
             t.add_column(c, justify="right" if c != "query" else "left")
         for k, v in sr["quill"].items():
+            if "p50_ms" not in v:
+                continue
             nv = (sr.get("naive") or {}).get(k)
-            t.add_row(k, _f(v["p50_ms"]), _f(v["p95_ms"]), str(v["hits"]),
+            t.add_row(k, _f(v["p50_ms"]), _f(v["p95_ms"]), str(v["hits"]), _f(v.get("over_bare_p95")),
                       _f(nv["p50_ms"]) if nv else "–", _f((sr.get("naive_over_quill_p50") or {}).get(k)))
         console.print(t)
+        for key in ("stages: common word", "cpu per call: common word"):
+            st = sr["quill"].get(key)
+            if st:
+                console.print(f"  {key} (ms): " + ", ".join(f"{k} {v}" for k, v in st.items()))
     if res.get("maintenance"):
         m = res["maintenance"]
         t = Table(title=f"§4 Producer latency under maintenance ({m['producers']} producers, batch 10, "

@@ -96,8 +96,15 @@ def build_naive(db: Path, n: int) -> float:
     return time.perf_counter() - t0
 
 
+#: The floor for word queries, on Quill's own store and index in the same run: a bare FTS5
+#: ``MATCH … ORDER BY rowid DESC LIMIT 20`` returning the same hits (ids only).
+BARE_SQL = "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? ORDER BY rowid DESC LIMIT 20"
+BARE_QUERIES = {"rare word": f'"{RARE}"', "common word": f'"{COMMON}"', "phrase": f'"{PHRASE}"'}
+
+
 def quill_latencies(db: Path, reps: int) -> dict[str, Any]:
     from quill.store.reads import Reader
+    from quill.store import search as search_mod
     out: dict[str, Any] = {}
     with Reader(db) as r:
         for name, kw in QUERIES:
@@ -105,6 +112,36 @@ def quill_latencies(db: Path, reps: int) -> dict[str, Any]:
         for name, (sql, arg) in RANKED_SQL.items():
             out[name] = _time(lambda sql=sql, arg=arg: len(r.conn.execute(sql, (arg,)).fetchall()),
                               max(5, reps // 4))
+        for name, arg in BARE_QUERIES.items():
+            out[f"bare FTS5: {name}"] = _time(lambda arg=arg: len(r.conn.execute(BARE_SQL, (arg,)).fetchall()), reps)
+        # Where the time of a common-word search goes (median of each stage over the reps).
+        stages: dict[str, list[float]] = {}
+        for _ in range(reps):
+            t: dict[str, float] = {}
+            with r.snapshot() as conn:
+                search_mod.search(conn, COMMON, limit=20, timings=t)
+            for k, v in t.items():
+                stages.setdefault(k, []).append(v)
+        out["stages: common word"] = {k: ms(pct(v, 50)) for k, v in stages.items()}
+        # CPU time per call (process_time): on a shared, loaded machine wall-clock p95 is mostly
+        # queueing for a core; CPU per call is what the code costs.
+        cpu = {}
+        for label, fn in (("quill", lambda: r.search(COMMON, limit=20)),
+                          ("quill, no context", lambda: r.search(COMMON, limit=20, context=False)),
+                          ("bare FTS5", lambda: r.conn.execute(BARE_SQL, (f'"{COMMON}"',)).fetchall())):
+            fn()
+            c0 = time.process_time()
+            for _ in range(reps):
+                fn()
+            cpu[label] = ms((time.process_time() - c0) / reps)
+        cpu["quill ÷ bare"] = ratio(cpu["quill"], cpu["bare FTS5"])
+        cpu["no context ÷ bare"] = ratio(cpu["quill, no context"], cpu["bare FTS5"])
+        out["cpu per call: common word"] = cpu
+    for name in BARE_QUERIES:
+        bare = out[f"bare FTS5: {name}"]["p95_ms"]
+        out[name]["over_bare_p95"] = ratio(out[name]["p95_ms"], bare)
+    out["common word, no context"]["over_bare_p95"] = ratio(out["common word, no context"]["p95_ms"],
+                                                            out["bare FTS5: common word"]["p95_ms"])
     return out
 
 
@@ -135,6 +172,10 @@ def run_one(n: int, quill_db: Path, work: Path, sizes, log) -> dict[str, Any]:
     res["newest_first_p95_ms"] = max(q[k]["p95_ms"] for k in nf)
     res["ranked_bounded_p95_ms"] = max(v["p95_ms"] for k, v in q.items() if "newest 1k" in k)
     for k, v in q.items():
+        if k.startswith(("stages", "cpu")):
+            log(f"§3 {n:>9,d} {k:36s} " + "  ".join(f"{s} {t} ms" for s, t in v.items()))
+            continue
         log(f"§3 {n:>9,d} {k:36s} p50 {v['p50_ms']:>9} ms  p95 {v['p95_ms']:>9} ms  hits {v['hits']}"
+            + (f"  ÷ bare FTS5 p95 {v['over_bare_p95']}×" if v.get("over_bare_p95") else "")
             + (f"  naive p50 {res['naive'][k]['p50_ms']} ms" if res.get("naive") and k in res["naive"] else ""))
     return res

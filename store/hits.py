@@ -24,14 +24,43 @@ PREVIEW_ITEMS = 8
 _SPACE = re.compile(r"\s+")
 
 
+#: Text is tokenised in pieces of about this many characters (cut at whitespace) until the
+#: first match, then one piece more: a snippet of a 3 MB tool output costs what its first
+#: match's neighbourhood costs, not a tokenisation of the whole text.
+_PIECE_CHARS = 1000
+
+
+def _pieces(text: str):
+    """``(offset, piece)`` of ``text`` in order, cut after whitespace so no token is split."""
+    start = 0
+    while start < len(text):
+        end = start + _PIECE_CHARS
+        if end < len(text):
+            cut = max(text.rfind(" ", start, end), text.rfind("\n", start, end))
+            end = cut + 1 if cut > start else end
+        yield start, text[start:end]
+        start = end
+
+
 def match_spans(text: str, kind: str, terms: list[str], prefixes: tuple[str, ...] = ()) -> list[tuple[int, int]]:
-    """Character spans of ``terms`` in ``text``, in text order. ``kind`` ``fts``: tokens equal
-    to a term (or starting with one of ``prefixes``); else case-folded substrings."""
+    """Character spans of ``terms`` in ``text``, in text order, from the first match to about
+    ``_PIECE_CHARS`` past it (what a snippet can show). ``kind`` ``fts``: tokens equal to a
+    term (or starting with one of ``prefixes``); else case-folded substrings."""
     if not text or not terms:
         return []
     if kind == "fts":
         want = set(terms)
-        return [(s, e) for s, e, tok in textfold.words(text) if tok in want or tok.startswith(prefixes)]
+        needles = tuple(want) + prefixes
+        if text.isascii():
+            return _ascii_word_spans(text, want, prefixes, needles)
+        spans: list[tuple[int, int]] = []
+        for offset, piece in _pieces(text):
+            found = [(offset + s, offset + e) for s, e, tok in textfold.words(piece)
+                     if tok in want or (prefixes and tok.startswith(prefixes))]
+            if spans:
+                return spans + found
+            spans = found
+        return spans
     low = textfold.fold(text)
     spans = []
     for term in terms:
@@ -40,6 +69,27 @@ def match_spans(text: str, kind: str, terms: list[str], prefixes: tuple[str, ...
             spans.append((start, start + len(term)))
             start = low.find(term, start + len(term))
     return sorted(spans)
+
+
+def _ascii_word_spans(text: str, want: set[str], prefixes: tuple[str, ...],
+                      needles: tuple[str, ...]) -> list[tuple[int, int]]:
+    """Word spans of ASCII ``text`` near its first match: ASCII folds by ``lower()``, so every
+    token match starts at a substring hit of a needle; only the neighbourhood (± a snippet
+    width) of each hit is tokenised, until one holds a real token match."""
+    low = text.lower()
+    hits = [i for n in needles if (i := low.find(n)) >= 0]
+    pos = min(hits) if hits else -1
+    while pos >= 0:
+        a = low.rfind(" ", 0, max(0, pos - SNIPPET_CHARS)) + 1
+        b = low.find(" ", pos + SNIPPET_CHARS)
+        b = len(text) if b < 0 else b
+        found = [(a + s, a + e) for s, e, tok in textfold.words(text[a:b])
+                 if tok in want or (prefixes and tok.startswith(prefixes))]
+        if found:
+            return found
+        hits = [i for n in needles if (i := low.find(n, pos + 1)) >= 0]
+        pos = min(hits) if hits else -1
+    return []
 
 
 def excerpt(text: str, spans: list[tuple[int, int]], width: int = SNIPPET_CHARS) -> tuple[str, list[list[int]]]:

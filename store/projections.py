@@ -167,3 +167,59 @@ def representative(conn: apsw.Connection, message_id: int) -> int:
         "WHERE m.id = ? AND r.state IN ('live', 'compacted') ORDER BY r.state = 'live' DESC, r.id DESC LIMIT 1",
         (message_id,)).fetchone()
     return row[0] if row else message_id
+
+
+def neighbors_many(conn: apsw.Connection, projection: str,
+                   hits: list[tuple[str, int]]) -> dict[int, tuple[dict[str, Any] | None, dict[str, Any] | None]]:
+    """``neighbors`` for a page of ``(session_id, message_id)`` hits in two queries, whatever
+    the page size: one finds each hit's adjacent positions, one reads the rows at them (for
+    display, the position's representative: live first, then the newest row — the rule
+    ``_ordered_sql`` applies). Returns ``{message_id: (before, after)}``."""
+    if not hits:
+        return {}
+    sts = states(projection)
+    marks = ", ".join("?" for _ in sts)
+    col = "coalesce(origin_id, id)" if projection == "display" else "id"
+    values = ", ".join("(?, ?)" for _ in hits)
+    near = conn.execute(
+        f"WITH h(sid, mid) AS (VALUES {values}) "
+        f"SELECT mid, sid, (SELECT max({col}) FROM messages WHERE session_id = sid AND state IN ({marks}) "
+        f"AND {col} < pos), (SELECT min({col}) FROM messages WHERE session_id = sid AND state IN ({marks}) "
+        f"AND {col} > pos) FROM (SELECT mid, sid, (SELECT {col} FROM messages WHERE id = mid) AS pos FROM h) AS q",
+        (*[v for sid, mid in hits for v in (sid, mid)], *sts, *sts)).fetchall()
+    wanted = {(sid, p) for _mid, sid, lo, hi in near for p in (lo, hi) if p is not None}
+    rows: dict[tuple[str, int], tuple] = {}
+    if wanted:
+        pairs = sorted(wanted)
+        values = ", ".join("(?, ?)" for _ in pairs)
+        found = conn.execute(
+            f"WITH w(wsid, wpos) AS (VALUES {values}) SELECT {MSG_COLS}, {col} FROM w JOIN messages "
+            f"ON session_id = wsid AND {col} = wpos WHERE state IN ({marks})",
+            (*[v for pair in pairs for v in pair], *sts)).fetchall()
+        for r in found:  # representative per position: live first, then the newest id
+            key = (r[1], r[-1])
+            best = rows.get(key)
+            if best is None or ((r[13] == "live"), r[0]) > ((best[13] == "live"), best[0]):
+                rows[key] = r
+    picked = sorted({id(r): r for r in rows.values()}.values(), key=lambda r: r[0])
+    dicts = dict(zip((r[0] for r in picked),
+                     inflate_rows(conn, [r[:-1] for r in picked], with_meta=projection != "model")))
+    out: dict[int, tuple[dict[str, Any] | None, dict[str, Any] | None]] = {}
+    for mid, sid, lo, hi in near:
+        before = rows.get((sid, lo)) if lo is not None else None
+        after = rows.get((sid, hi)) if hi is not None else None
+        out[mid] = (None if before is None else dicts[before[0]], None if after is None else dicts[after[0]])
+    return out
+
+
+def representatives(conn: apsw.Connection, message_ids: list[int]) -> dict[int, int]:
+    """``representative`` for many ids in one query: ``{message_id: display id}``."""
+    if not message_ids:
+        return {}
+    marks = ", ".join("?" for _ in message_ids)
+    rows = conn.execute(
+        "SELECT m.id, (SELECT r.id FROM messages r WHERE r.session_id = m.session_id "
+        "AND coalesce(r.origin_id, r.id) = coalesce(m.origin_id, m.id) AND r.state IN ('live', 'compacted') "
+        f"ORDER BY r.state = 'live' DESC, r.id DESC LIMIT 1) FROM messages m WHERE m.id IN ({marks})",
+        message_ids).fetchall()
+    return {mid: rep if rep is not None else mid for mid, rep in rows}

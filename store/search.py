@@ -18,6 +18,7 @@ Rules (issue 3 §5; DESIGN.md "Measured facts"):
 """
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import apsw
@@ -79,15 +80,18 @@ def _escape_like(text: str) -> str:
 
 
 def _tail(conn: apsw.Connection, plan: query.Plan, upto: int, cond: str, args: list[Any],
-          kinds: tuple[str, ...]) -> list[tuple]:
+          kinds: tuple[str, ...]) -> list[int]:
     # Bounded newest-first: after an index rebuild the unindexed tail can be the whole store.
     rows = conn.execute(f"SELECT {_COLS} FROM messages m JOIN sessions s ON s.id = m.session_id "
                         f"WHERE m.id > ? AND {cond} ORDER BY m.id DESC LIMIT ?", (upto, *args, SCAN_MAX_ROWS)).fetchall()
-    return [r for r in rows if (texts := _texts(plan, r, kinds)) and query.matches(plan, [t for _, t in texts])]
+    return [r[0] for r in rows if (texts := _texts(plan, r, kinds)) and query.matches(plan, [t for _, t in texts])]
 
 
 def _indexed(conn: apsw.Connection, plan: query.Plan, upto: int, cond: str, args: list[Any],
-             below: int, limit: int, kinds: tuple[str, ...]) -> list[tuple]:
+             below: int, limit: int, kinds: tuple[str, ...]) -> list[int]:
+    """Ids of up to ``limit`` matching rows below ``below``, newest first. Only ids: texts,
+    snippets and context are read for the page of hits alone (``search``)."""
+    join = _join(cond)
     if plan.kind == "scan":
         # Every OR-group, each an AND of (NOT) substring tests over the scanned columns, folded
         # as FTS5 folds (quill_fold): the same logic as query.matches.
@@ -103,11 +107,11 @@ def _indexed(conn: apsw.Connection, plan: query.Plan, upto: int, cond: str, args
             ors.append("(" + " AND ".join(conds) + ")")
         if not cols:
             return []
-        return conn.execute(
-            f"SELECT {_COLS} FROM (SELECT id FROM messages WHERE id < ? ORDER BY id DESC LIMIT ?) AS w "
-            f"JOIN messages m ON m.id = w.id JOIN sessions s ON s.id = m.session_id "
+        return [r[0] for r in conn.execute(
+            f"SELECT m.id FROM (SELECT id FROM messages WHERE id < ? ORDER BY id DESC LIMIT ?) AS w "
+            f"JOIN messages m ON m.id = w.id {join} "
             f"WHERE ({' OR '.join(ors)}) AND {cond} ORDER BY m.id DESC LIMIT ?",
-            (below, SCAN_MAX_ROWS, *like_args, *args, limit)).fetchall()
+            (below, SCAN_MAX_ROWS, *like_args, *args, limit))]
     if plan.kind == "trigram":
         if "text" not in kinds:
             return []
@@ -116,10 +120,15 @@ def _indexed(conn: apsw.Connection, plan: query.Plan, upto: int, cond: str, args
         table, match = "messages_fts", plan.match
         if kinds != KINDS:
             match = "{" + " ".join(KIND_COLUMNS[k] for k in kinds) + "} : (" + match + ")"
-    return conn.execute(
-        f"SELECT {_COLS} FROM {table} f JOIN messages m ON m.id = f.rowid JOIN sessions s ON s.id = m.session_id "
+    return [r[0] for r in conn.execute(
+        f"SELECT m.id FROM {table} f JOIN messages m ON m.id = f.rowid {join} "
         f"WHERE {table} MATCH ? AND f.rowid <= ? AND f.rowid < ? AND {cond} ORDER BY f.rowid DESC LIMIT ?",
-        (match, upto, below, *args, limit)).fetchall()
+        (match, upto, below, *args, limit))]
+
+
+def _join(cond: str) -> str:
+    """The sessions join, only when a filter needs it (``s.source``)."""
+    return "JOIN sessions s ON s.id = m.session_id" if "s." in cond else ""
 
 
 def route(text: str, *, substring: bool = False, kinds: list[str] | None = None) -> dict[str, Any]:
@@ -144,7 +153,8 @@ def route(text: str, *, substring: bool = False, kinds: list[str] | None = None)
 def search(conn: apsw.Connection, text: str, *, limit: int = 20, session_id: str | None = None,
            role: str | None = None, source: str | None = None, projection: str = "display",
            since: float | None = None, until: float | None = None, substring: bool = False,
-           context: bool = True, kinds: list[str] | None = None) -> list[dict[str, Any]]:
+           context: bool = True, kinds: list[str] | None = None,
+           timings: dict[str, float] | None = None) -> list[dict[str, Any]]:
     """Messages matching ``text``, newest first, at most ``limit``.
 
     Hits are dicts: ``session_id``, ``message_id``, ``role``, ``state``, ``ts``, ``title``,
@@ -156,6 +166,9 @@ def search(conn: apsw.Connection, text: str, *, limit: int = 20, session_id: str
     ``since``/``until`` bound the message timestamp (epoch seconds). ``substring=True``
     searches substrings (trigram scope) instead of words. ``kinds`` limits where to look:
     message ``text``, ``tool`` calls (names and decoded arguments), ``reasoning``.
+    ``timings``, when given, receives the seconds of each stage: ``candidates_s`` (index,
+    tail and display dedupe: ids only), ``page_s`` (the page's rows and snippets, one query)
+    and ``context_s`` (the page's neighbours, two queries) — for the benchmark.
     Raises ``ValueError`` for an unknown projection or kind; any query string is accepted.
     """
     plan = query.plan(text, substring=substring)
@@ -163,28 +176,27 @@ def search(conn: apsw.Connection, text: str, *, limit: int = 20, session_id: str
     if plan.kind == "none" or limit <= 0:
         return []
     cond, args = _filters(projection, session_id, role, source, since, until)
+    clock = time.perf_counter
+    t0 = clock()
     # Detached (damaged) indexes are not read: everything counts as the unindexed tail.
     usable = fts_state(conn) == "ok"
     upto = indexed_upto(conn) if usable else 0
-    found: list[tuple] = [] if plan.kind == "scan" else _tail(conn, plan, upto, cond, args, kinds_t)
+    found: list[int] = [] if plan.kind == "scan" else _tail(conn, plan, upto, cond, args, kinds_t)
     below = 2 ** 62
-    hits: list[tuple] = []
+    page: list[int] = []
     seen: set[int] = set()
     batch = max(limit * 2, 20)
     while True:
-        for row in found:
-            mid = projections.representative(conn, row[0]) if projection == "display" else row[0]
+        reps = projections.representatives(conn, found) if projection == "display" else {}
+        for fid in found:
+            mid = reps.get(fid, fid)
             if mid in seen:
                 continue
             seen.add(mid)
-            if mid != row[0]:
-                rep = conn.execute(f"SELECT {_COLS} FROM messages m JOIN sessions s ON s.id = m.session_id "
-                                   "WHERE m.id = ?", (mid,)).fetchone()
-                row = rep or row
-            hits.append(row)
-            if len(hits) >= limit:
+            page.append(mid)
+            if len(page) >= limit:
                 break
-        if len(hits) >= limit:
+        if len(page) >= limit:
             break
         if not usable and plan.kind != "scan":
             break
@@ -194,18 +206,30 @@ def search(conn: apsw.Connection, text: str, *, limit: int = 20, session_id: str
             found = []  # damaged index met by a reader: the tail scan is all we can offer
         if not found:
             break
-        below = found[-1][0]
+        below = found[-1]
+    t1 = clock()
+    rows: dict[int, tuple] = {}
+    if page:
+        marks = ", ".join("?" for _ in page)
+        rows = {r[0]: r for r in conn.execute(
+            f"SELECT {_COLS} FROM messages m JOIN sessions s ON s.id = m.session_id WHERE m.id IN ({marks})", page)}
     prefixes = tuple(w for g in plan.groups for t in g if t.prefix and not t.negated
                      for w in textfold.word_tokens(t.text)[-1:]) if plan.kind == "fts" else ()
     out = []
-    for r in hits:
+    for mid in page:
+        r = rows[mid]
         hit = {"session_id": r[1], "message_id": r[0], "role": r[2], "state": r[5], "ts": r[3], "title": r[4]}
         hit.update(_snippet(plan, r, kinds_t, prefixes))
-        if context:
-            before, after = projections.neighbors(conn, r[1], projection, r[0])
+        out.append(hit)
+    t2 = clock()
+    if context and out:
+        near = projections.neighbors_many(conn, projection, [(h["session_id"], h["message_id"]) for h in out])
+        for hit in out:
+            before, after = near.get(hit["message_id"], (None, None))
             hit["before"] = None if before is None else hits_mod.preview(before)
             hit["after"] = None if after is None else hits_mod.preview(after)
-        out.append(hit)
+    if timings is not None:
+        timings.update(candidates_s=t1 - t0, page_s=t2 - t1, context_s=clock() - t2)
     return out
 
 

@@ -70,9 +70,12 @@ def words(text: str) -> list[tuple[int, int, str]]:
     offsets into ``text`` and the folded, diacritic-free token. ``text`` must be valid
     Unicode (no lone surrogates; the store's normaliser guarantees it for stored text)."""
     data = text.encode("utf-8")
+    tokens = _word_tokenizer()(data, apsw.FTS5_TOKENIZE_DOCUMENT, None)
+    if len(data) == len(text):  # ASCII: byte offsets are character offsets
+        return [(start, end, token) for start, end, token, *_ in tokens]
     out = []
     chars = pos = 0  # running byte→character conversion; tokens come in text order
-    for start, end, token, *_ in _word_tokenizer()(data, apsw.FTS5_TOKENIZE_DOCUMENT, None):
+    for start, end, token, *_ in tokens:
         chars += len(data[pos:start].decode("utf-8"))
         s = chars
         chars += len(data[start:end].decode("utf-8"))

@@ -367,3 +367,37 @@ def test_a_store_indexed_with_the_old_layout_is_re_indexed_on_open(tmp_path):
         assert r.search_health()["fts_state"] == "ok"
         assert len(r.search("secondword")) == 1
     s.close()
+
+
+# -- issue 17: the page's context in two queries equals the per-hit reads ---------------------
+
+def test_context_of_a_page_equals_each_hits_own_neighbours(store):
+    from quill.store import projections
+    store.apply("messages.append", {"session_id": "a", "messages": [user(f"a{i} word") for i in range(6)]})
+    store.apply("messages.append", {"session_id": "b", "messages": [user("b0 word"), assistant("b1 word"),
+                                                                    user("b2 word"), assistant("b3 word")]})
+    assert store.apply("messages.rewind", {"session_id": "b", "user_turn": 2}) == []
+    store.apply("messages.append", {"session_id": "b", "messages": [user("b4 word"), assistant("b5 word")]})
+    wm = store.conn.execute("SELECT max(id) FROM messages WHERE session_id = 'b'").fetchone()[0]
+    assert store.apply("messages.compact", {"session_id": "b", "watermark": wm, "tail_count": 1,
+                                            "messages": [user("[summary] word"), assistant("b5 word")]}) == []
+    states = {r[0] for r in store.conn.execute("SELECT state FROM messages")}
+    assert states == {"live", "compacted", "superseded", "rewound"}
+    store.apply("messages.append", {"session_id": "b", "messages": [user("b6 word")]})
+    ids = [(sid, mid) for mid, sid in store.conn.execute("SELECT id, session_id FROM messages ORDER BY id")]
+    assert len(ids) > 12
+    with store.reader() as r:
+        conn = r.conn
+        for projection in ("display", "model", "audit"):
+            many = projections.neighbors_many(conn, projection, ids)
+            for sid, mid in ids:
+                assert many[mid] == projections.neighbors(conn, sid, projection, mid), (projection, mid)
+        reps = projections.representatives(conn, [m for _, m in ids])
+        assert reps == {m: projections.representative(conn, m) for _, m in ids}
+        timings: dict = {}
+        from quill.store import search as s
+        got = s.search(conn, "word", limit=100, timings=timings)
+        assert set(timings) == {"candidates_s", "page_s", "context_s"}
+        for h in got:
+            want = projections.neighbors(conn, h["session_id"], "display", h["message_id"])
+            assert (h["before"], h["after"]) == want

@@ -10,6 +10,7 @@ acknowledged messages over the measured wall time.
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import time
 import traceback
 from pathlib import Path
@@ -106,8 +107,51 @@ def run_producers(name: str, path: Path, procs: int, batch: int, seconds: float 
             "samples": [(a, l) for r in results for a, l in zip(r["at"], r["lat"])] if record_times else None}
 
 
+BARE_WRITE_BYTES = 4096
+
+
+def _bare_worker(path: str, seconds: float, barrier: Any, out: Any) -> None:
+    """4 KiB ``write`` + ``fdatasync`` to a file of its own, in a loop: the device's floor."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    block = b"x" * (BARE_WRITE_BYTES - 1) + b"\n"
+    lat = []
+    barrier.wait()
+    deadline = time.perf_counter() + seconds
+    while True:
+        t = time.perf_counter()
+        if t >= deadline:
+            break
+        os.write(fd, block)
+        os.fdatasync(fd)
+        lat.append(time.perf_counter() - t)
+    os.close(fd)
+    out.put(lat)
+
+
+def bare_fsync(d: Path, procs: int, seconds: float) -> dict[str, Any]:
+    """Latency of a bare 4 KiB write + fdatasync with ``procs`` concurrent processes (each its
+    own file in ``d``), the baseline the append latencies are divided by (same run)."""
+    barrier = CTX.Barrier(procs + 1)
+    out = CTX.Queue()
+    ps = [CTX.Process(target=_bare_worker, args=(str(d / f"bare{i}"), seconds, barrier, out), daemon=True)
+          for i in range(procs)]
+    for p in ps:
+        p.start()
+    barrier.wait()
+    lats = [x for _ in ps for x in out.get()]
+    for p in ps:
+        p.join(30)
+    return {"procs": procs, "calls": len(lats), "p50_ms": ms(pct(lats, 50)), "p99_ms": ms(pct(lats, 99))}
+
+
 def run(sizes, log) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
+    bare = {}
+    for procs in PROCS:
+        with tempdir("ingest-bare") as d:
+            bare[procs] = bare_fsync(d, procs, sizes.ingest_seconds)
+        log(f"§1 bare 4 KiB write+fdatasync, {procs:2d} process(es): p50 {bare[procs]['p50_ms']} ms "
+            f"p99 {bare[procs]['p99_ms']} ms")
     skipped: dict[str, str] = {}
     for wcls in ALL:
         ok, why = wcls.available()
@@ -129,12 +173,16 @@ def run(sizes, log) -> dict[str, Any]:
     for r in rows:
         q = quill.get((r["batch"], r["procs"]))
         r["quill_speedup"] = ratio(q["msgs_per_s"], r["msgs_per_s"]) if q and r["system"] != "quill" else None
+        if r["system"].startswith("quill"):  # append latency over the device's floor, same run
+            r["p99_over_bare_1"] = ratio(r["p99_ms"], bare[1]["p99_ms"])
+            r["p99_over_bare_same_procs"] = ratio(r["p99_ms"], bare[r["procs"]]["p99_ms"])
     best_alt = {}
     for key in quill:
-        alts = [r for r in rows if r["system"] != "quill" and (r["batch"], r["procs"]) == key and r["msgs"] > 0]
+        alts = [r for r in rows if not r["system"].startswith("quill") and (r["batch"], r["procs"]) == key
+                and r["msgs"] > 0]
         if alts:
             b = max(alts, key=lambda r: r["msgs_per_s"])
             best_alt[f"batch{key[0]}_procs{key[1]}"] = {"system": b["system"], "msgs_per_s": b["msgs_per_s"],
                                                         "quill_msgs_per_s": quill[key]["msgs_per_s"],
                                                         "ratio": ratio(quill[key]["msgs_per_s"], b["msgs_per_s"])}
-    return {"rows": rows, "skipped": skipped, "best_alternative": best_alt}
+    return {"rows": rows, "skipped": skipped, "best_alternative": best_alt, "bare_fsync": bare}

@@ -22,7 +22,9 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-CORPUS = Path(__file__).resolve().parent.parent.parent / "shared" / "corpus"
+#: The shared corpus next to the checkout (/work/main) or next to a worktree's folder.
+CORPUS = next((p / "shared" / "corpus" for p in Path(__file__).resolve().parents if (p / "shared" / "corpus").is_dir()),
+              Path(__file__).resolve().parent.parent.parent / "shared" / "corpus")
 
 RARE = "zyzzogeton"            # 1 in ~20k messages
 PHRASE = "connection refused"  # ~1 %

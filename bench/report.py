@@ -39,9 +39,14 @@ def render(res: dict[str, Any]) -> str:
                                          for t in res["targets"]]), ""]
     if res.get("ingest"):
         parts += ["### §1 Acknowledged-durable ingest (real messages)", "",
-                  _table(["system", "batch", "procs", "msgs/s", "p50 ms", "p99 ms", "CPU ms/call", "Quill ×", "errors"],
+                  _table(["system", "batch", "procs", "msgs/s", "p50 ms", "p99 ms", "CPU ms/call", "Quill ×",
+                          "p99 ÷ bare (1 proc)", "p99 ÷ bare (same procs)", "errors"],
                          [[r["system"], r["batch"], r["procs"], r["msgs_per_s"], r["p50_ms"], r["p99_ms"],
-                           r["cpu_ms_per_call"], r["quill_speedup"], r["errors"]] for r in res["ingest"]["rows"]]), ""]
+                           r["cpu_ms_per_call"], r["quill_speedup"], r.get("p99_over_bare_1"),
+                           r.get("p99_over_bare_same_procs"), r["errors"]] for r in res["ingest"]["rows"]]), ""]
+        for procs, b in (res["ingest"].get("bare_fsync") or {}).items():
+            parts.append(f"Bare 4 KiB write+fdatasync, {procs} process(es), same run: p50 {b['p50_ms']} ms, "
+                         f"p99 {b['p99_ms']} ms.")
         for k, v in res["ingest"]["skipped"].items():
             parts.append(f"Skipped {k}: {v}")
     if res.get("searchable"):

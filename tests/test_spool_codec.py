@@ -1,0 +1,77 @@
+"""The spool's fast JSON path (msgspec, issue 17) writes and reads exactly what the stdlib
+path would: every value decodes to what the producer passed, and every line decodes as
+``json.loads`` decodes it."""
+from __future__ import annotations
+
+import json
+import math
+import zlib
+
+import pytest
+
+from quill.spool import record
+from quill.spool.errors import DamagedRecordError
+
+TRICKY = [
+    {"s": "plain", "u": "é中🚀", "ctl": "a\nb\t\"q\"\\\x01", "empty": "", "none": None},
+    {"ints": [0, -1, 2 ** 53 + 1, 2 ** 63 - 1, 2 ** 63, 2 ** 64 - 1, 2 ** 64, -2 ** 63, -2 ** 63 - 1, 10 ** 30]},
+    {"floats": [0.1, -0.0, 1e-05, 1e300, 5e-324, 123456789.123456789, 1.0, 2.5e-8]},
+    {"tuple": (1, 2, ("x",)), "bools": [True, False], "nested": {"a": [{"b": [{}]}]}},
+    {"keys": {1: "int key", 2.5: "float key", True: "bool key", None: "none key"}},
+    {"surrogate": "caf\udce9", "key\udcff": "v"},
+]
+
+
+def _body(data: dict) -> dict:
+    return {"v": record.VERSION, "op": "messages.append", "batch": "b", "producer": "p", "seq": 1,
+            "ts": 1764412345.125, "data": data}
+
+
+@pytest.mark.parametrize("data", TRICKY)
+def test_encoded_records_decode_to_what_the_stdlib_path_writes(data):
+    body = _body(data)
+    line = record.encode(body)
+    raw = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    stdlib = json.loads(record._SURROGATE.sub("\ufffd", raw))  # what the stdlib path writes
+    assert record.decode(line) == stdlib
+    body_bytes = line[:-record.CRC_SUFFIX_LEN] + b"}"
+    assert zlib.crc32(body_bytes) & 0xFFFFFFFF == int(line[-11:-3], 16)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf"), {"x": [float("nan")]}])
+def test_non_finite_floats_are_refused_not_written_as_null(bad):
+    with pytest.raises(ValueError):
+        record.encode(_body({"x": bad}))
+
+
+@pytest.mark.parametrize("data", [{1j: 1}, {"x": object()}, {"x": {1, 2}}])
+def test_values_json_cannot_hold_are_refused(data):
+    with pytest.raises((TypeError, ValueError)):
+        record.encode(_body(data))
+
+
+@pytest.mark.parametrize("text", [
+    b'{"a":NaN,"b":Infinity,"c":-Infinity}', b'{"s":"\\ud800x"}', b'{"n":123456789012345678901234567890}',
+    b'{"n":-9223372036854775809,"m":18446744073709551615}', b'{"f":1.5e-7,"g":-0.0,"k":"\\u00e9"}',
+    b'{"dup":1,"dup":2}', '{"utf16":"x"}'.encode("utf-16"),
+])
+def test_lines_decode_exactly_as_the_stdlib_decodes_them(text):
+    want = json.loads(text)
+    got = record.loads(text)
+    assert json.dumps(got, sort_keys=True) == json.dumps(want, sort_keys=True)
+    for key in want:
+        if isinstance(want[key], float) and math.isnan(want[key]):
+            continue
+        assert type(got[key]) is type(want[key]), key
+
+
+@pytest.mark.parametrize("text", [b'{"a":', b'{"a":1,}', b"\xff\xfe{", b'{"a":"\xc3"}'])
+def test_invalid_json_still_raises_what_json_loads_raises(text):
+    with pytest.raises((json.JSONDecodeError, UnicodeDecodeError)):
+        record.loads(text)
+
+
+def test_a_damaged_body_is_still_a_damaged_record():
+    line = record.encode(_body({"x": 1}))
+    with pytest.raises(DamagedRecordError):
+        record.decode(line.replace(b'"x":1', b'"x":2'))

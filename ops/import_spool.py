@@ -11,7 +11,9 @@ one batch per open session whatever the file size:
   ``BATCH_BYTES`` (approximate) bytes; a message whose producer id the store already holds is
   not spooled (re-import is cheap: a second import of the same file spools nothing and says
   "0 new"). Messages on abandoned branches are appended, then named in a
-  ``messages.rewind {ext_ids}`` right after their batch;
+  ``messages.rewind {ext_ids}`` right after their batch. A subagent message that a store
+  filled by an older importer holds live in the *parent* session is rewound there (the
+  parent keeps only its own turns) and appended to the child;
 * ``Compact`` -> the pending batch is flushed, then ``messages.compact`` (when the store or
   this import left live rows to compact; else the compacted set is simply appended);
   skipped when the store holds its messages already;
@@ -64,6 +66,7 @@ class _Session:
     known: dict[str, str]
     has_live: bool
     counted: set[str] = field(default_factory=set)
+    parent: str | None = None  # a delegate child's parent session
     pending: list[dict] = field(default_factory=list)
     pending_bytes: int = 0
     pending_rewound: list[str] = field(default_factory=list)
@@ -105,21 +108,34 @@ class _Importer:
         self.report.sessions.append(sid)
         row = self.store.get_session(sid) if self.store else None
         known = self.store.message_states(sid) if row else {}
+        parent = payload.get("parent_id") if payload.get("parent_kind") == "delegate" else None
         self.sessions[sid] = _Session(sid, known, any(s == "live" for s in known.values()),
-                                      self.store.usage_responses(sid) if row else set())
+                                      self.store.usage_responses(sid) if row else set(), parent)
         if row is None:
             self.spool.append("session.create", payload, batch_id=stable_batch_id("create", payload))
             return
         title = clean_title(payload.get("title"))
-        if title and row.get("title") != title and self.store.title_holder(title) is None:
+        if not title or row.get("title") == title:
+            return
+        holder = self.store.title_holder(title)
+        if holder is None:
             self.spool.append("session.title", {"session_id": sid, "title": title},
                               batch_id=stable_batch_id("import-title", sid, title))
+        else:  # session.title would be refused (titles are unique): say so instead
+            self.report.problems.append(Problem(self.report.path, None, "skipped",
+                                                f"title {title!r} of {sid} not applied: session {holder} holds it"))
 
     def message(self, ev: Message) -> None:
         s = self.sessions[ev.session_id]
         ext = str(ev.message["id"])
         self.report.messages += 1
         self.report.rewound += ev.rewound
+        parent = self.sessions.get(s.parent) if s.parent else None
+        if parent is not None and parent.known.get(ext) == "live":
+            # an earlier import (before subagents were children) put this turn in the parent:
+            # take it back there, so the parent holds only its own turns
+            parent.pending_rewound.append(ext)
+            parent.known[ext] = "moved"
         if ext in s.known:
             self.report.stored += 1
             if ev.rewound and s.known[ext] == "live":  # the file grew a branch that abandons it

@@ -24,17 +24,21 @@ class Store:
         self.cursor = START
         self.rejects: list[tuple[str, str]] = []
 
-    def imp(self, path: Path):
-        reader = Reader(self.root / "state.db")
-        try:
-            report = import_file(self.spool, path, reader)
-        finally:
-            reader.close()
+    def drain(self) -> None:
         entries = list(SpoolReader(self.root / "spool").read(self.cursor, max_bytes=1 << 40))
         if entries:
             apply_chunk(self.conn, entries, lambda e, reason, detail: self.rejects.append((reason, detail)))
             self.cursor = entries[-1].next
         assert self.rejects == []
+
+    def imp(self, path: Path):
+        self.drain()
+        reader = Reader(self.root / "state.db")
+        try:
+            report = import_file(self.spool, path, reader)
+        finally:
+            reader.close()
+        self.drain()
         return report
 
     def view(self, sid: str, projection: str) -> list[dict]:
@@ -109,6 +113,21 @@ def test_inline_sidechains_become_delegate_children_linked_to_the_task_call(stor
     assert (child["parent_id"], child["parent_kind"]) == ("claude-code:s1", "delegate")
     assert child["meta"]["parent_tool_call_id"] == "toolu_T"
     assert texts(store.view(child_id, "model")) == ["make the parser", "parser made"]
+
+
+def test_sidechain_turns_an_older_import_put_in_the_parent_move_to_the_child(store, tmp_path):
+    recs = [cc("u1", "user", "build it", None),
+            cc("s1u", "user", "sub prompt", None, isSidechain=True),
+            cc("s1a", "assistant", "sub answer", "s1u", isSidechain=True),
+            cc("a1", "assistant", "built", "u1")]
+    # what the pre-structure importer stored: every record a turn of the parent
+    store.spool.append("session.create", {"session_id": "claude-code:s1", "source": "claude-code"})
+    store.spool.append("messages.append", {"session_id": "claude-code:s1", "messages": [
+        {"id": r["uuid"], "role": r["type"], "content": r["message"]["content"]} for r in recs]})
+    report = store.imp(write_jsonl(tmp_path / "old.jsonl", recs))
+    assert (report.new, report.stored) == (2, 2)
+    assert [m["id"] for m in store.view("claude-code:s1", "model")] == ["u1", "a1"]
+    assert texts(store.view("claude-code:s1:agent:s1u", "model")) == ["sub prompt", "sub answer"]
 
 
 def test_subagent_files_next_to_the_session_are_children_and_not_imported_twice(store, tmp_path):
@@ -336,6 +355,14 @@ def test_a_title_added_to_a_grown_file_is_applied_on_reimport(store, tmp_path):
     write_jsonl(path, [cc("u1", "user", "x", None), {"type": "custom-title", "customTitle": "Named later", "sessionId": "s1"}])
     store.imp(path)
     assert store.session("claude-code:s1")["title"] == "Named later"
+    other = write_jsonl(tmp_path / "o.jsonl", [cc("u1", "user", "x", None, sid="o1")])
+    store.imp(other)
+    write_jsonl(other, [cc("u1", "user", "x", None, sid="o1"),
+                        {"type": "custom-title", "customTitle": "Named later", "sessionId": "o1"}])
+    report = store.imp(other)  # the clash is reported, nothing is quarantined
+    assert [p.reason for p in report.problems] == [
+        "title 'Named later' of claude-code:o1 not applied: session claude-code:s1 holds it"]
+    assert store.session("claude-code:o1")["title"] is None
 
 
 # ----------------------------------------------------------------- A7 Gemini CLI

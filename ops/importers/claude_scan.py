@@ -101,7 +101,7 @@ def thread_key(st: Structure, rec: dict, uuid: str | None) -> tuple[str, str]:
     parent = rec.get("parentUuid")
     if isinstance(parent, str) and parent in st.thread_of and st.thread_of[parent][1] != MAIN:
         return st.thread_of[parent]
-    return (sid, uuid or f"sidechain:{len(st.threads)}")
+    return (sid, uuid or "sidechain")  # stable in both passes (a record without a uuid)
 
 
 def scan(records: Iterable[tuple[int | None, Any]]) -> Structure:

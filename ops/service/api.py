@@ -18,6 +18,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, Field
 
 from quill.jobs import catalog
+from quill.spool import OP_KINDS
 from quill.jobs.queues import build as build_queues
 from quill.store.errors import CantOpenError, InvalidOpError, StoreError
 from quill.store.precheck import precheck
@@ -37,10 +38,13 @@ router = APIRouter(prefix="/api/v1", responses=_ERRORS)
 BATCH_ID = r"^[0-9A-Za-z][0-9A-Za-z._:-]{0,127}$"
 
 
+OpKind = Literal[tuple(sorted(OP_KINDS))]  # type: ignore[valid-type]  # the spool's op kinds
+
+
 class OpIn(BaseModel):
     """One spool op: ``op`` is an op kind (``messages.append``, ``session.create`` …)."""
 
-    op: str = Field(min_length=1, max_length=64)
+    op: OpKind
     data: dict[str, Any]
     batch: str | None = Field(default=None, pattern=BATCH_ID,
                               description="idempotency key: a batch id is applied once (retry with the same one)")

@@ -66,11 +66,19 @@ def install(app: FastAPI, log: Any) -> None:
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = exc.errors()
-        reason = "invalid-json" if any(e.get("type") == "json_invalid" for e in errors) else "invalid-request"
         first = errors[0] if errors else {}
+        if any(e.get("type") == "json_invalid" for e in errors):
+            reason = "invalid-json"
+        elif first.get("type") == "literal_error" and tuple(first.get("loc", ()))[-1:] == ("op",):
+            reason = "unknown-op"  # the spool precheck's code for the same fault
+        else:
+            reason = "invalid-request"
         where = ".".join(str(p) for p in first.get("loc", ()))
+        loc = list(first.get("loc", ()))
+        extra = {"op_index": loc[loc.index("ops") + 1]} if "ops" in loc[:-1] and isinstance(
+            loc[loc.index("ops") + 1], int) else {}
         return error_response(422, reason, f"{where}: {first.get('msg', 'invalid request')}".strip(": "),
-                              None, request)
+                              None, request, **extra)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

@@ -211,10 +211,19 @@ def search(q: str = Query(min_length=1, max_length=1000), c: Client = Depends(cl
         return {"hits": hits, "degraded": c.search_health()["degraded"]}
 
 
+UsageGroup = Literal["session", "model", "source", "task", "provider", "day"]
+
+
 @router.get("/usage", dependencies=[Depends(require("read"))])
-def usage(r: Reader | None = Depends(reader), days: int = Query(30, ge=1, le=3650)) -> dict[str, Any]:
-    """Activity per day and per model over the last ``days`` days (see ``views.usage``)."""
-    return views.usage(r, days)
+def usage(q: Client = Depends(client), by: list[UsageGroup] = Query([]), since: float | None = None,
+          until: float | None = None, session_id: str | None = None, source: str | None = None,
+          model: str | None = None, task: str | None = None) -> list[dict[str, Any]]:
+    """Token and cost totals (``quill.Client.usage`` / ``quill usage --json``): one row per
+    group of ``by`` (repeatable), each with ``calls``, the token counts, ``cost_usd`` (None when
+    nothing in the group is priced) and ``unpriced``; no ``by``: one grand total."""
+    with client_errors():
+        return q.usage(tuple(by), since=since, until=until, session_id=session_id, source=source,
+                       model=model, task=task)
 
 
 @router.get("/status", dependencies=[Depends(require("read"))])

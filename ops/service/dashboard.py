@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
+import time
 import json
 from pathlib import Path
 from typing import Any
@@ -215,14 +216,17 @@ def install(app: FastAPI) -> None:
         return RedirectResponse(f"/jobs?queued={name}", status_code=303)
 
     @app.get("/usage", include_in_schema=False)
-    def usage(request: Request, days: int = 30) -> HTMLResponse:
+    def usage(request: Request, days: int = 0) -> HTMLResponse:
         _who(request)
-        days = max(1, min(days, 3650))
-        r = _open(request)
-        try:
-            data = views.usage(r, days)
-        finally:
-            if r is not None:
-                r.close()
-        return _page(request, "usage.html", u=data, day_max=max([d["messages"] for d in data["per_day"]] or [1]),
-                     model_max=max([m["messages"] for m in data["per_model"]] or [1]))
+        since = time.time() - days * 86400 if days > 0 else None
+        client = request.app.state.client
+        with api.client_errors():
+            per_day = client.usage(("day",), since=since)
+            per_model = client.usage(("model",), since=since)
+            total = client.usage((), since=since)[0]
+        for row in per_day + per_model:
+            row["tokens"] = row["input_tokens"] + row["output_tokens"]
+        return _page(request, "usage.html", days=days, per_day=per_day, per_model=per_model, total=total,
+                     day_max=max([d["tokens"] for d in per_day] or [1]) or 1,
+                     cost_max=max([d["cost_usd"] or 0 for d in per_day] or [1]) or 1,
+                     model_max=max([m["tokens"] for m in per_model] or [1]) or 1)

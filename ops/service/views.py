@@ -35,32 +35,6 @@ def session_or_404(r: Reader, session_id: str) -> dict[str, Any]:
         return {"session": session, "chain": guard(lambda: r.compression_chain(session_id))}
 
 
-def usage(r: Reader | None, days: int) -> dict[str, Any]:
-    """Activity per UTC day and per model over the last ``days`` days: sessions started and
-    messages recorded (by message timestamp, else arrival). Token and cost figures are not
-    recorded by this store version: ``tokens_recorded`` is False and none are invented."""
-    out: dict[str, Any] = {"days": days, "tokens_recorded": False, "per_day": [], "per_model": [],
-                           "note": "token and cost figures are not recorded by this store version; "
-                                   "counts are messages and sessions"}
-    if r is None:
-        return out
-    since = time.time() - days * 86400
-
-    def read() -> None:
-        with r.snapshot() as conn:
-            out["per_day"] = [{"day": d, "messages": m, "sessions": s} for d, m, s in conn.execute(
-                "SELECT date(coalesce(m.ts, m.arrived_at), 'unixepoch') AS day, count(*), "
-                "count(DISTINCT m.session_id) FROM messages m WHERE coalesce(m.ts, m.arrived_at) >= ? "
-                "AND m.state != 'superseded' GROUP BY day ORDER BY day", (since,))]
-            out["per_model"] = [{"model": mo, "messages": m, "sessions": s} for mo, m, s in conn.execute(
-                "SELECT coalesce(s.model, '(unknown)') AS model, count(*), count(DISTINCT m.session_id) "
-                "FROM messages m JOIN sessions s ON s.id = m.session_id "
-                "WHERE coalesce(m.ts, m.arrived_at) >= ? AND m.state != 'superseded' "
-                "GROUP BY model ORDER BY count(*) DESC", (since,))]
-    guard(read)
-    return out
-
-
 def jobs(cfg: Any) -> list[dict[str, Any]]:
     """Every catalog job with its schedule(s), next run, last run and ``overdue`` flag (a
     schedule whose next run time passed ``health.OVERDUE_AFTER_S`` ago: no scheduler fired it)."""

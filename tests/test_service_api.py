@@ -33,6 +33,7 @@ ROUTES = {
     ("GET", "/api/v1/sessions/{session_id}"): "read",
     ("GET", "/api/v1/sessions/{session_id}/messages"): "read",
     ("GET", "/api/v1/sessions/{session_id}/resume"): "read",
+    ("GET", "/api/v1/resume"): "read",
     ("GET", "/api/v1/search"): "read",
     ("GET", "/api/v1/usage"): "read",
     ("GET", "/api/v1/status"): "read",
@@ -44,7 +45,7 @@ ROUTES = {
 }
 BODIES = {"/api/v1/ops": {"ops": [{"op": "messages.append", "data": {"session_id": "m", "messages": [MSG]}}]},
           "/api/v1/sessions/{session_id}/messages": {"messages": [MSG]}}
-PARAMS = {"/api/v1/search": {"q": "hello"}}
+PARAMS = {"/api/v1/search": {"q": "hello"}, "/api/v1/resume": {"key": "k1"}}
 
 
 @pytest.fixture(scope="module")
@@ -92,9 +93,17 @@ def test_append_is_acked_durable_then_applied_by_the_fleet(quill, home):
             {"op": "messages.append", "data": {"session_id": "h1", "messages": [{**MSG, "content": "three"}]},
              "batch": "retry-1"}] * 2})
         assert again.status_code == 202 and [a["batch"] for a in again.json()["acks"]] == ["retry-1"] * 2
+        keyed = httpx.post(f"{base}/api/v1/ops", json={"ops": [
+            {"op": "session.create", "data": {"session_id": "k-1", "key": "chat-42"}},
+            {"op": "messages.append", "data": {"session_id": "k-1", "messages": [{**MSG, "content": "keyed"}]}}]})
+        assert keyed.status_code == 202
         assert quill.run("run", "--until-idle", "--timeout", "120").returncode == 0
         got = httpx.get(f"{base}/api/v1/sessions/h1/messages").json()
         assert [m["content"] for m in got["messages"]] == ["hello from http", "two", "three"]
+        by_key = httpx.get(f"{base}/api/v1/resume", params={"key": "chat-42"}).json()
+        assert by_key["session_id"] == "k-1" and [m["content"] for m in by_key["messages"]] == ["keyed"]
+        _shaped(httpx.get(f"{base}/api/v1/resume", params={"key": "nope"}), 404, "not-found")
+        _shaped(httpx.get(f"{base}/api/v1/resume"), 422, "invalid-request")
         resumed = httpx.get(f"{base}/api/v1/sessions/h1/resume").json()
         assert [m["content"] for m in resumed["messages"]] == ["hello from http", "two", "three"]
         hits = httpx.get(f"{base}/api/v1/search", params={"q": "three"}).json()["hits"]
@@ -104,8 +113,8 @@ def test_append_is_acked_durable_then_applied_by_the_fleet(quill, home):
     # /metrics exports exactly the figures of `quill status --json` (one function computes both).
     status = quill.status()["metrics"]
     values = {m.group(1): float(m.group(2)) for m in re.finditer(r"^(quill_\w+(?:\{[^}]*\})?) (\S+)$", text, re.M)}
-    assert values["quill_rows_applied_total"] == status["rows_applied_total"] == 3
-    assert values["quill_ops_applied_total"] == status["ops_applied_total"] == 2
+    assert values["quill_rows_applied_total"] == status["rows_applied_total"] == 4
+    assert values["quill_ops_applied_total"] == status["ops_applied_total"] == 4
     assert values["quill_ops_duplicate_total"] == status["ops_duplicate_total"] == 1
     assert values["quill_chunk_commit_seconds_count"] == status["chunk_commit_seconds"]["count"] >= 1
     assert values["quill_spool_pending_bytes"] == status["spool_pending_bytes"] == 0

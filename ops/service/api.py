@@ -198,6 +198,19 @@ def resume(session_id: str, q: Client = Depends(client)) -> dict[str, Any]:
         return q.transcript(session_id, "model")
 
 
+@router.get("/resume", dependencies=[Depends(require("read"))],
+            responses={404: _ERRORS[422] | {"description": "no session has that key or cwd"}})
+def resume_by_key(q: Client = Depends(client), key: str | None = None, cwd: str | None = None) -> dict[str, Any]:
+    """The session to continue for a conversation ``key`` (or working directory ``cwd``), as
+    ``quill.Client.resume``: the tip of the newest compression chain, with its model view."""
+    if (key is None) == (cwd is None):
+        raise ApiError(422, "invalid-request", "give exactly one of key or cwd")
+    with client_errors("session for that key" if key is not None else "session for that cwd"):
+        found = q.resume(key=key, cwd=cwd)
+        found["messages"] = q.transcript(found["session_id"], "model")["messages"]
+    return found
+
+
 @router.get("/search", dependencies=[Depends(require("read"))])
 def search(q: str = Query(min_length=1, max_length=1000), c: Client = Depends(client),
            limit: int = Query(20, ge=1, le=1000), session_id: str | None = None,

@@ -298,13 +298,16 @@ def test_claude_code_file_starting_with_bookkeeping_and_unknown_types_is_detecte
 def test_codex_rollout_with_new_record_types_is_detected_and_nothing_is_skipped(tmp_path):
     recs = [codex_line("brand_new_header", {"v": 2})] * 25 + [
         codex_line("session_meta", {"id": "nx"}), codex_line("some_future_item", {"x": 1}),
+        codex_line("response_item", {"type": "future_item_kind", "x": 1}),
         codex_user("hello"), codex_assistant("hi")]
     path = write_jsonl(tmp_path / "rollout.jsonl", recs)
     assert detect_format(path) == "codex"
     pf = parse_file(path)
     assert [m["content"] for m in pf.sessions[0].messages] == ["hello", "hi"]
     assert pf.sessions[0].session["meta"]["counts"]["ignored_records"] == 26
-    assert [p.kind for p in pf.problems] == ["ignored"]
+    assert [(p.kind, p.reason) for p in pf.problems] == [
+        ("ignored", "1 response item(s) of unknown type(s) future_item_kind ignored"),
+        ("ignored", "26 record(s) of unknown type(s) ignored")]
 
 
 def test_multi_file_import_with_a_rejected_file_exits_1_and_names_it(quill, tmp_path):

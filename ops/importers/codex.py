@@ -38,6 +38,10 @@ from .jsonlines import Problem, join_text, make_message, make_tool_call, parse_t
 
 FORMAT = "codex"
 RECORD_TYPES = frozenset({"session_meta", "response_item", "event_msg", "turn_context", "compacted"})
+#: ``response_item`` payload types this importer maps (others are ignored and counted).
+ITEM_TYPES = frozenset({"message", "reasoning", "function_call", "custom_tool_call", "local_shell_call",
+                        "web_search_call", "function_call_output", "custom_tool_call_output",
+                        "local_shell_call_output", "compaction"})
 _ROLES = ("system", "developer", "user", "assistant", "tool")
 _META_KEYS = ("originator", "cli_version", "source", "thread_source", "model_provider", "git",
               "instructions", "forked_from_id")
@@ -106,6 +110,8 @@ class _Scan:
             self.first_ts = rec.get("timestamp")
         if rtype == "response_item":
             self.count(f"response_item:{p.get('type')}")
+            if p.get("type") not in ITEM_TYPES:
+                self.count("ignored_items")
         elif rtype == "session_meta":
             if self.meta_payload is None:
                 self.meta_payload = p
@@ -233,6 +239,11 @@ def stream(path: Path, records: Callable[[list[Problem]], Iterable[tuple[int | N
                                     f"unexpected {rec['type']} record shape: {type(exc).__name__}: {exc}"))
     if st.pending_reasoning:  # reasoning with nothing after it: keep it as its own message
         yield Message(st.sid, make_message(st.next_id(None), "assistant", None, reasoning=st.take_reasoning()))
+    if scan.counts.get("ignored_items"):
+        kinds = sorted(k.split(":", 1)[1] for k in scan.counts
+                       if k.startswith("response_item:") and k.split(":", 1)[1] not in ITEM_TYPES)
+        problems.append(Problem(str(path), None, "ignored", f"{scan.counts['ignored_items']} response item(s) of "
+                                f"unknown type(s) {', '.join(kinds)} ignored"))
     if scan.counts.get("ignored_records"):
         problems.append(Problem(str(path), None, "ignored",
                                 f"{scan.counts['ignored_records']} record(s) of unknown type(s) ignored"))

@@ -34,6 +34,7 @@ COMMANDS = {
     "schedule": "quill.ops.cli_jobs:schedule",
     "spool": "quill.ops.cli_spool:spool",
     "usage": "quill.ops.cli_usage:usage",
+    "export": "quill.ops.cli_export:export_cmd",
     "serve": "quill.ops.cli_service:serve",
     "token": "quill.ops.cli_service:token",
 }

@@ -12,7 +12,8 @@ from quill.store.lease import holder_alive, read_holder
 
 from . import render
 from .cli_base import emit_json, json_option
-from .errors import Exit, from_exception
+from .errors import Exit, InvalidInputError, from_exception
+from .export import import_export, is_quill_export
 from .import_spool import import_file, open_store_view
 from .importers import iter_transcript_files
 
@@ -23,7 +24,7 @@ from .importers import iter_transcript_files
 @click.pass_context
 def import_(ctx: click.Context, paths: tuple[Path, ...], as_json: bool) -> None:
     """Import transcript files or folders (Claude Code, Codex, Gemini CLI, ShareGPT/Hermes,
-    OpenAI chat; docs/importers.md).
+    OpenAI chat; docs/importers.md) and Quill's own exports (`quill export`).
 
     The format is detected per file. Re-importing is cheap and safe: only messages the store
     does not hold yet are spooled ("0 new" otherwise). Bad lines are reported (file, line,
@@ -41,7 +42,12 @@ def import_(ctx: click.Context, paths: tuple[Path, ...], as_json: bool) -> None:
             task = progress.add_task("importing", total=len(files))
             for path in files:
                 try:
-                    report.append(import_file(spool, path, store).as_dict())
+                    if is_quill_export(path):  # `quill export` output: its ops as they are
+                        report.append(import_export(spool, path))
+                    else:
+                        report.append(import_file(spool, path, store).as_dict())
+                except ValueError as exc:
+                    raise InvalidInputError(f"{exc}; the ops before it were spooled") from exc
                 except SpoolError as exc:
                     error = from_exception(exc)
                     error.message = f"{path}: {error.message}"

@@ -158,12 +158,12 @@ def sessions_show(ctx: click.Context, session_id: str, projection: str, latest: 
 @click.argument("session_id", type=UTF8)
 @click.pass_context
 def sessions_export(ctx: click.Context, session_id: str) -> None:
-    """The display transcript of a session as JSON (session, chain, messages)."""
-    with _reader(ctx.obj) as r:
-        data = r.export(session_id)
-    if data is None:
-        raise NotFoundError(f"no session {session_id!r}", hint=_LIST_HINT)
-    emit_json(data)
+    """One session as Quill op JSONL, which `quill import` takes back (the same as
+    `quill export SESSION_ID`; other formats: `quill export --format`)."""
+    import sys
+
+    from .cli_export import write_export
+    write_export(ctx.obj, sys.stdout, "quill", session_id, None, None, None)
 
 
 @click.command()

@@ -26,7 +26,7 @@ VERSION = 1
 OP_KINDS = frozenset({
     "session.create", "session.end", "session.title", "session.flags", "session.read",
     "messages.append", "messages.compact", "messages.rewind", "messages.replace", "sessions.delete",
-    "usage.record",
+    "usage.record", "messages.restore",
 })
 
 #: Stateless codec objects (constants; msgspec documents them as safe to share).

@@ -19,6 +19,7 @@ from .op_common import (AUTOMATIC_END_REASONS, DELIBERATE_END_REASONS, Applier, 
                         opt, session_id)
 from .session_delete import conditions_hold, parse_conditions, sessions_delete
 from .transcript_ops import messages_append, messages_compact, messages_replace, messages_rewind
+from .restore import messages_restore
 from .usage import usage_record
 
 EDGE_KINDS = frozenset({"compression", "branch", "reset", "delegate"})
@@ -206,4 +207,5 @@ APPLIERS: dict[str, Applier] = {
     "session.read": session_read,
     "sessions.delete": sessions_delete,
     "usage.record": usage_record,
+    "messages.restore": messages_restore,
 }

@@ -25,6 +25,9 @@ from .op_common import atomic, ensure_session, opt, reopen_if_automatic, session
 TOOL_RESULT_ROLES = ("tool", "function")
 _INSERT = (f"INSERT INTO messages (session_id, {', '.join(ROW_COLUMNS)}, arrived_at, batch_id, state, origin_id) "
            f"VALUES (?, {', '.join('?' for _ in ROW_COLUMNS)}, ?, ?, 'live', ?)")
+#: The same insert with an explicit state (``restore.messages_restore``).
+_INSERT_STATE = (f"INSERT INTO messages (session_id, {', '.join(ROW_COLUMNS)}, arrived_at, batch_id, state, origin_id) "
+                 f"VALUES (?, {', '.join('?' for _ in ROW_COLUMNS)}, ?, ?, ?, ?)")
 _CHUNK = 500  # bound on SQL variables per IN (...) list
 
 

@@ -260,7 +260,8 @@ def usage_record(conn: apsw.Connection, data: dict, batch_id: str, arrived_at: f
     """Apply ``usage.record``: one model call's usage, for a call with no stored message.
 
     ``data``: session_id, usage (object, any accepted shape), task (default ``turn``), model,
-    provider, source, response_id, ts (epoch s or ISO; default arrival). A session that does
+    provider, source, response_id, ts (epoch s or ISO; default arrival), message_ext_id (the
+    producer id of the message this call produced, when it has one). A session that does
     not exist yet gets a *placeholder* row carrying ``source``, completed by its later
     ``session.create`` (never a permanent ``unknown`` session). Returns rows written (0 for a
     response already counted). Raises ``InvalidOpError`` (``invalid-usage``, ``invalid-field``).
@@ -272,7 +273,11 @@ def usage_record(conn: apsw.Connection, data: dict, batch_id: str, arrived_at: f
     attrs = fields(data)
     ts = timestamp(data.get("ts"), arrived_at)
     ensure_session(conn, sid, arrived_at, source)
+    message_id = None
+    if (ext := opt(data, "message_ext_id", str)) is not None:
+        row = conn.execute("SELECT min(id) FROM messages WHERE session_id = ? AND ext_id = ?", (sid, ext)).fetchone()
+        message_id = row[0] if row else None
     if attrs["model"] is None:
         row = conn.execute("SELECT model FROM sessions WHERE id = ?", (sid,)).fetchone()
         attrs["model"] = row[0] if row else None
-    return record(conn, sid, data["usage"], source=source, ts=ts, batch_id=batch_id, **attrs)
+    return record(conn, sid, data["usage"], source=source, ts=ts, batch_id=batch_id, message_id=message_id, **attrs)

@@ -16,7 +16,8 @@ from conftest import REPO
 #: Commands without --json, and why.
 NO_JSON = {
     "quill run": "runs the fleet in the foreground; its output is the log",
-    "quill sessions export": "prints JSON always",
+    "quill sessions export": "prints Quill op JSON lines always",
+    "quill export": "writes the chosen --format (quill, openai and sharegpt are JSON lines)",
 }
 
 

@@ -1,4 +1,4 @@
-"""The read CLI over a real fleet run: filters, a readable transcript, export = display."""
+"""The read CLI over a real fleet run: filters, a readable transcript, export = every row."""
 from __future__ import annotations
 
 import json
@@ -26,8 +26,12 @@ def test_read_commands_show_filter_search_and_export_one_display_transcript(quil
     quill.run("run", "--until-idle", "--timeout", "120")
     assert [s["id"] for s in quill.json("sessions", "list", "--title", "user_auth")] == ["demo"]
     shown = quill.json("sessions", "show", "demo")
-    exported = json.loads(quill.run("sessions", "export", "demo").stdout)
-    assert exported["messages"] == shown["messages"]
+    # `sessions export` writes Quill ops `quill import` takes back: every row with its state
+    lines = quill.run("sessions", "export", "demo").stdout.splitlines()
+    assert json.loads(lines[0])["quill_export"] == 1
+    rows = [r for o in map(json.loads, lines[1:]) if o["op"] == "messages.restore" for r in o["data"]["rows"]]
+    audit = quill.json("sessions", "show", "demo", "--view", "audit")["messages"]
+    assert [(r["message"]["content"], r["state"]) for r in rows] == [(m["content"], m["state"]) for m in audit]
     assert [m["content"] for m in shown["messages"]][-2:] == ["In ops/config.py", "[summary] asked about config"]
     assert len(quill.json("sessions", "show", "demo", "--view", "model")["messages"]) == 2
     human = quill.run("sessions", "show", "demo").stdout

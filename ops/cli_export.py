@@ -1,0 +1,66 @@
+"""``quill export``: one session, a filter or everything, as Quill ops, Markdown, OpenAI chat
+JSONL or ShareGPT (ops/export.py)."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from quill.store.errors import CantOpenError
+from quill.store.reads import Reader
+
+from . import export
+from .cli_read import _EPOCH
+from .errors import NotFoundError
+
+
+def write_export(cfg: Any, out: Any, fmt: str, session_id: str | None, since: float | None, source: str | None,
+                 key: str | None) -> int:
+    """Write the export to ``out`` (a text stream); returns the number of sessions. Raises
+    ``NotFoundError`` for a named session that does not exist."""
+    try:
+        reader = Reader(cfg.state_db)
+    except CantOpenError:
+        if session_id is not None:
+            raise NotFoundError(f"no session {session_id!r} (no store at {cfg.state_db} yet)") from None
+        click.echo(f"quill: no store at {cfg.state_db} yet: nothing to export", err=True)
+        if fmt == "quill":
+            out.write(json.dumps(export.header(0)) + "\n")
+        return 0
+    with reader as r:
+        ids = export.select_sessions(r, session_id, since=since, source=source, key=key)
+        if session_id is not None and not ids:
+            raise NotFoundError(f"no session {session_id!r}", hint="`quill sessions list` shows the session ids")
+        if fmt == "quill":
+            out.write(json.dumps(export.header(len(ids))) + "\n")
+        for n, sid in enumerate(ids):
+            if fmt == "quill":
+                for op in export.quill_ops(r, sid):
+                    out.write(json.dumps(op, ensure_ascii=False) + "\n")
+            elif fmt == "markdown":
+                out.write(("\n---\n\n" if n else "") + export.markdown(r, sid) + "\n")
+            else:
+                item = export.openai_chat(r, sid) if fmt == "openai" else export.sharegpt(r, sid)
+                out.write(json.dumps(item, ensure_ascii=False) + "\n")
+    return len(ids)
+
+
+@click.command(name="export")
+@click.argument("session_id", required=False)
+@click.option("--format", "fmt", type=click.Choice(export.FORMATS), default="quill", show_default=True,
+              help="quill = op JSONL `quill import` takes back; markdown; openai = chat JSONL (model view); sharegpt.")
+@click.option("--since", type=_EPOCH, help="Only sessions active at or after (epoch seconds or ISO date).")
+@click.option("--source", help="Only sessions from this source.")
+@click.option("--key", help="Only sessions of this conversation key.")
+@click.option("-o", "--output", type=click.File("w", encoding="utf-8"), default="-", show_default=True,
+              help="File to write.")
+@click.pass_obj
+def export_cmd(cfg: Any, session_id: str | None, fmt: str, since: float | None, source: str | None,
+               key: str | None, output: Any) -> None:
+    """Export one session, the sessions matching --since/--source/--key, or everything.
+    A Quill export imported into an empty data dir gives identical audit views, states,
+    lineage, usage and attachments."""
+    count = write_export(cfg, output, fmt, session_id, since, source, key)
+    if output.name != "<stdout>":
+        click.echo(f"exported {count} session(s) to {output.name}", err=True)

@@ -1,0 +1,225 @@
+"""``quill export``: sessions out of the store, as Quill ops (re-importable), Markdown, OpenAI
+chat JSONL or ShareGPT.
+
+* ``quill`` — Quill's own op JSONL, one ``{"op", "batch", "data"}`` per line, starting with a
+  header line ``{"quill_export": 1, ...}``. Per session: ``session.create`` (every field),
+  ``messages.restore`` chunks (every row in id order, with its state and copy lineage),
+  ``usage.record`` per usage row, ``session.flags`` and ``session.end`` when set. Batch ids
+  are derived from the content, so importing the same export twice applies it once.
+  ``quill import`` recognises the header and appends the ops as they are; into an empty data
+  dir that gives identical audit views, states, lineage, usage and attachments (the
+  last-read watermark, a store id, is not carried).
+* ``markdown`` — the display view, readable; tool calls and results folded (``<details>``).
+* ``openai`` — one ``{"messages": [...]}`` line per session: the model view (for fine-tuning).
+* ``sharegpt`` — one ``{"id", "conversations": [{"from", "value"}]}`` line per session.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from quill.store import blobs
+from quill.store.reads import Reader
+from quill.store.usage import TOKEN_FIELDS
+
+from .ingest import stable_batch_id
+
+FORMATS = ("quill", "markdown", "openai", "sharegpt")
+HEADER_KEY = "quill_export"
+#: Rows per ``messages.restore`` op (an op is one spool record and one transaction).
+RESTORE_CHUNK = 200
+
+_SESSION_COLS = ("id", "source", "model", "title", "cwd", "key", "parent_id", "parent_kind", "started_at",
+                 "ended_at", "end_reason", "archived", "pinned", "hidden", "meta", "owner_host", "owner_pid",
+                 "owner_started", "placeholder")
+
+
+def select_sessions(r: Reader, session_id: str | None = None, *, since: float | None = None,
+                    source: str | None = None, key: str | None = None) -> list[str]:
+    """Session ids to export, oldest first: one session, or every session matching the
+    filters (``since``: active at or after, epoch s; ``source``; ``key``)."""
+    where, args = ["1=1"], []
+    if session_id is not None:
+        where.append("s.id = ?")
+        args.append(session_id)
+    if source is not None:
+        where.append("s.source = ?")
+        args.append(source)
+    if key is not None:
+        where.append("s.key = ?")
+        args.append(key)
+    if since is not None:
+        where.append("coalesce((SELECT max(m.ts) FROM messages m WHERE m.session_id = s.id), s.started_at) >= ?")
+        args.append(since)
+    with r.snapshot() as conn:
+        return [row[0] for row in conn.execute(
+            f"SELECT s.id FROM sessions s WHERE {' AND '.join(where)} ORDER BY s.created_at, s.id", args)]
+
+
+def _session_row(conn: Any, sid: str) -> dict[str, Any]:
+    row = conn.execute(f"SELECT {', '.join(_SESSION_COLS)} FROM sessions WHERE id = ?", (sid,)).fetchone()
+    return dict(zip(_SESSION_COLS, row))
+
+
+def _audit_rows(conn: Any, sid: str) -> list[tuple[dict[str, Any], str, int | None, int]]:
+    """``(message dict, state, origin store id, store id)`` for every row, in id order. The
+    dict is what ``messages.append`` would store as this exact row: the stored ``extra``
+    travels as the message's ``extra`` object (not flattened, so no extra key can collide with
+    a message field), blob references are inflated back to their payloads."""
+    out = []
+    cache: dict[str, str | None] = {}
+    for (mid, ext_id, role, content, parts, tool_calls, tool_call_id, tool_name, reasoning, finish_reason, ts,
+         extra, state, origin) in conn.execute(
+            "SELECT id, ext_id, role, content, parts, tool_calls, tool_call_id, tool_name, reasoning, finish_reason, "
+            "ts, extra, state, origin_id FROM messages WHERE session_id = ? ORDER BY id", (sid,)).fetchall():
+        msg: dict[str, Any] = {"role": role,
+                               "content": blobs.inflate(conn, json.loads(parts), cache) if parts else content}
+        for key, value in (("id", ext_id), ("tool_calls", json.loads(tool_calls) if tool_calls else None),
+                           ("tool_call_id", tool_call_id), ("name", tool_name), ("reasoning", reasoning),
+                           ("finish_reason", finish_reason), ("timestamp", ts)):
+            if value is not None:
+                msg[key] = value
+        if extra:
+            msg["extra"] = blobs.inflate(conn, json.loads(extra), cache)
+        out.append((msg, state, origin, mid))
+    return out
+
+
+def quill_ops(r: Reader, sid: str) -> Iterator[dict[str, Any]]:
+    """The ops that rebuild session ``sid`` (module doc), as spool-record bodies."""
+    with r.snapshot() as conn:
+        s = _session_row(conn, sid)
+        rows = _audit_rows(conn, sid)
+        usage = conn.execute(
+            f"SELECT u.task, u.model, u.provider, u.source, u.response_id, u.ts, u.raw, m.ext_id, "
+            f"{', '.join('u.' + f for f in TOKEN_FIELDS)} FROM usage u LEFT JOIN messages m ON m.id = u.message_id "
+            "WHERE u.session_id = ? ORDER BY u.id", (sid,)).fetchall()
+    if not s["placeholder"]:
+        create = {"session_id": sid, **{k: s[k] for k in ("source", "model", "title", "cwd", "key", "parent_id",
+                                                           "parent_kind", "started_at") if s[k] is not None}}
+        if s["meta"]:
+            create["meta"] = json.loads(s["meta"])
+        if s["owner_host"] or s["owner_pid"] is not None:
+            create["owner"] = {"host": s["owner_host"], "pid": s["owner_pid"], "create_time": s["owner_started"]}
+        yield _op("session.create", create)
+    position = {mid: i for i, (_, _, _, mid) in enumerate(rows)}
+    for start in range(0, len(rows), RESTORE_CHUNK):
+        chunk = [{"message": m, "state": state, "origin": position.get(origin) if origin is not None else None}
+                 for m, state, origin, _ in rows[start:start + RESTORE_CHUNK]]
+        data = {"session_id": sid, "offset": start, "rows": chunk}
+        if s["placeholder"] and s["source"]:
+            data["source"] = s["source"]
+        yield _op("messages.restore", data)
+    for task, model, provider, source, rid, ts, raw, ext, *_ in usage:
+        data = {"session_id": sid, "usage": json.loads(raw), "task": task, "model": model, "provider": provider,
+                "source": source, "response_id": rid, "ts": ts, "message_ext_id": ext}
+        yield _op("usage.record", {k: v for k, v in data.items() if v is not None})
+    flags = {k: bool(s[k]) for k in ("archived", "pinned", "hidden") if s[k]}
+    if flags:
+        yield _op("session.flags", {"session_id": sid, **flags})
+    if s["ended_at"] is not None:
+        yield _op("session.end", {"session_id": sid, "reason": s["end_reason"] or "ended", "ended_at": s["ended_at"]})
+
+
+def _op(op: str, data: dict[str, Any]) -> dict[str, Any]:
+    return {"op": op, "batch": stable_batch_id("export", op, data), "data": data}
+
+
+def header(count: int) -> dict[str, Any]:
+    """The first line of a Quill export."""
+    return {HEADER_KEY: 1, "sessions": count, "format": "quill ops, one per line (docs/ops.md)"}
+
+
+def markdown(r: Reader, sid: str) -> str:
+    """One session's display transcript as Markdown; tool calls and results folded."""
+    session = r.get_session(sid) or {"id": sid}
+    out = [f"# {session.get('title') or sid}", "",
+           f"- session: `{sid}`" + (f" · source: {session['source']}" if session.get("source") else "")
+           + (f" · model: {session['model']}" if session.get("model") else ""), ""]
+    for m in r.get_messages(sid, "display"):
+        content = m.get("content")
+        if isinstance(content, list):
+            content = "\n".join(p.get("text", f"[{p.get('type')}]") if isinstance(p, dict) else str(p) for p in content)
+        if m["role"] in ("tool", "function"):
+            out += [f"<details><summary>tool result{' · ' + m['name'] if m.get('name') else ''}</summary>", "",
+                    "```", str(content or ""), "```", "", "</details>", ""]
+            continue
+        out += [f"## {m['role']}", ""]
+        if m.get("reasoning"):
+            out += ["<details><summary>reasoning</summary>", "", m["reasoning"], "", "</details>", ""]
+        if content:
+            out += [str(content), ""]
+        for call in m.get("tool_calls") or []:
+            fn = call.get("function", {}) if isinstance(call, dict) else {}
+            out += [f"<details><summary>tool call · {fn.get('name')}</summary>", "", "```json",
+                    str(fn.get("arguments", "")), "```", "", "</details>", ""]
+    return "\n".join(out)
+
+
+def openai_chat(r: Reader, sid: str) -> dict[str, Any]:
+    """``{"messages": model view}`` (OpenAI chat shape, no Quill keys)."""
+    keep = ("role", "content", "tool_calls", "tool_call_id", "name")
+    return {"messages": [{k: m[k] for k in keep if k in m} for m in r.get_messages(sid, "model")]}
+
+
+_SHAREGPT_ROLE = {"system": "system", "developer": "system", "user": "human", "assistant": "gpt",
+                  "tool": "tool", "function": "tool"}
+
+
+def sharegpt(r: Reader, sid: str) -> dict[str, Any]:
+    """``{"id", "conversations": [{"from", "value"}]}`` from the model view; tool calls are
+    written as ``<tool_call>`` JSON blocks, as Hermes-style ShareGPT does."""
+    turns = []
+    for m in r.get_messages(sid, "model"):
+        content = m.get("content")
+        if isinstance(content, list):
+            content = "\n".join(p.get("text", "") for p in content if isinstance(p, dict))
+        value = content or ""
+        for call in m.get("tool_calls") or []:
+            fn = call.get("function", {}) if isinstance(call, dict) else {}
+            value += f"\n<tool_call>\n{json.dumps({'name': fn.get('name'), 'arguments': fn.get('arguments')})}\n</tool_call>"
+        turns.append({"from": _SHAREGPT_ROLE.get(m["role"], m["role"]), "value": value.strip()})
+    return {"id": sid, "conversations": turns}
+
+
+def is_quill_export(path: Any) -> bool:
+    """Whether a file starts with a Quill export header line."""
+    try:
+        with open(path, "rb") as fh:
+            first = fh.readline(4096)
+        head = json.loads(first)
+    except (OSError, ValueError):
+        return False
+    return isinstance(head, dict) and head.get(HEADER_KEY) == 1
+
+
+def read_export(path: Any) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line number, op)`` of a Quill export after its header. Raises ``ValueError`` naming
+    the line of a value that is not an op."""
+    with open(path, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if lineno == 1 or not line.strip():
+                continue
+            op = json.loads(line)
+            if not isinstance(op, dict) or not isinstance(op.get("op"), str) or not isinstance(op.get("data"), dict):
+                raise ValueError(f"{path}:{lineno}: not a Quill op")
+            yield lineno, op
+
+
+def import_export(spool: Any, path: Any) -> dict[str, Any]:
+    """Append the ops of a Quill export to ``spool`` as they are (their batch ids make a
+    repeat a no-op); returns an import report entry. Raises ``ValueError`` for a line that is
+    not an op (nothing after it is appended) and ``quill.spool.SpoolError``."""
+    sessions: dict[str, None] = {}
+    rows = 0
+    for _, op in read_export(path):
+        sid = op["data"].get("session_id")
+        if isinstance(sid, str):
+            sessions.setdefault(sid)
+        if op["op"] == "messages.restore":
+            rows += len(op["data"].get("rows") or [])
+        spool.append(op["op"], op["data"], batch_id=op.get("batch"))
+    return {"path": str(path), "format": "quill-export", "skipped": None, "sessions": len(sessions),
+            "session_ids": list(sessions), "messages": rows, "new": rows, "already_stored": 0, "rewound": 0,
+            "compactions": 0, "problems": []}

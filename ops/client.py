@@ -350,6 +350,16 @@ class Client:
             found["session"] = r.get_session(found["session_id"])
         return found
 
+    def context(self, session_id: str) -> dict[str, Any]:
+        """A session's system prompt and tool array — ``{"system_prompt", "tools", "history"}``
+        (each distinct value stored once; ``history`` lists every change). Raises
+        ``NotFoundError`` for an unknown session."""
+        missing = NotFoundError(f"no session {session_id!r} (no store at {self.config.state_db} yet)")
+        with self._reader(missing) as r, r.snapshot():
+            if r.get_session(session_id) is None:
+                raise NotFoundError(f"no session {session_id!r}", hint="`quill sessions list` shows the session ids")
+            return r.context(session_id)
+
     def orphans(self, *, window_s: float | None = None) -> list[dict[str, Any]]:
         """Sessions that never got their key, with the predecessor each continues when the
         evidence is unambiguous (else ``reason``) — ``quill sessions orphans --json``."""

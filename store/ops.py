@@ -13,6 +13,7 @@ import re
 
 import apsw
 
+from . import context
 from .errors import InvalidOpError
 from .normalize import dumps, scrub
 from .op_common import (AUTOMATIC_END_REASONS, DELIBERATE_END_REASONS, Applier, atomic, ensure_session,
@@ -62,7 +63,8 @@ def _key(data: dict) -> str | None:
 def session_create(conn: apsw.Connection, data: dict, batch_id: str, arrived_at: float) -> int:
     """Create a session, or fill the fields an earlier op left empty (existing values win).
 
-    Fields: source, model, title, cwd, key (conversation identity: a chat id, a platform
+    Fields: source, model, title, cwd, system_prompt (string) and tools (array), stored once
+    and referenced (store/context.py), key (conversation identity: a chat id, a platform
     thread, a working directory; ``resume`` reads by it), parent_id + parent_kind (compression | branch | reset |
     delegate; both or neither), started_at (epoch s), meta (object), owner ({"host", "pid",
     "create_time"}: the producing process, which the orphan sweep checks). A title another session
@@ -87,6 +89,7 @@ def session_create(conn: apsw.Connection, data: dict, batch_id: str, arrived_at:
     owner_pid, owner_started = owner.get("pid"), owner.get("create_time")
     if not isinstance(owner_pid, (int, type(None))) or not isinstance(owner_started, (int, float, type(None))):
         raise InvalidOpError("invalid-field", "owner must be {host: str, pid: int, create_time: number}")
+    context.validate(data)
     title = clean_title(opt(data, "title", str))
     if title is not None and _title_owner(conn, title, sid):
         meta = {**meta, "requested_title": title}
@@ -116,6 +119,7 @@ def session_create(conn: apsw.Connection, data: dict, batch_id: str, arrived_at:
          float(started) if started is not None else arrived_at, dumps(meta) if meta else None, arrived_at,
          owner.get("host") if isinstance(owner.get("host"), str) else None, owner_pid, owner_started,
          _key(data)))
+    context.record(conn, sid, data, batch_id)
     return 0
 
 

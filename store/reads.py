@@ -18,6 +18,7 @@ from typing import Any
 import apsw
 
 from . import lineage, listing, projections, resume, usage_reads
+from . import context as context_mod
 from . import search as search_mod
 from .connection import open_reader
 from .errors import CantOpenError, StoreIOError, mapped
@@ -147,6 +148,13 @@ class Reader:
         """Message-bearing sessions that never got their key (``resume.orphans``)."""
         with self.snapshot() as conn:
             return resume.orphans(conn, window_s=window_s)
+
+    @_retry_io
+    def context(self, session_id: str) -> dict[str, Any]:
+        """The session's system prompt and tool array (current, and every change), stored
+        once per distinct value (``context.context``)."""
+        with self.snapshot() as conn:
+            return context_mod.context(conn, session_id)
 
     @_retry_io
     def usage_responses(self, session_id: str) -> set[str]:

@@ -1,5 +1,5 @@
 """Schema of ``state.db`` (v2: v1 + content-addressed blobs; v3: + usage, session keys and
-placeholders), its creation and migrations.
+placeholders; v4: + session_context), its creation and migrations.
 
 Rules the schema encodes (DESIGN.md, "The store"; the measured facts it cites):
 * ``messages.state`` is the single visibility state; rewinds and compactions flip it, never
@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import apsw
 
-from . import blobs, usage
+from . import blobs, context, usage
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 #: The search indexes: derived data, rebuilt from ``messages`` when damaged (fts_repair.py).
 FTS_DDL = """
@@ -136,12 +136,13 @@ CREATE TABLE IF NOT EXISTS job_runs (
     error       TEXT
 );
 CREATE INDEX IF NOT EXISTS job_runs_job ON job_runs(job, started_at);
-""" + blobs.DDL + usage.MIGRATION
+""" + blobs.DDL + usage.MIGRATION + context.DDL
 
 #: Migrations: ``MIGRATIONS[v]`` takes a store from schema v to v + 1 (run in one transaction).
 MIGRATIONS: dict[int, str] = {
     1: blobs.DDL,  # v2: content-addressed blobs (store/blobs.py)
     2: usage.MIGRATION,  # v3: usage rows, sessions.key and sessions.placeholder (store/usage.py)
+    3: context.DDL,  # v4: system prompts and tool arrays referenced by sessions (store/context.py)
 }
 
 #: Trigram scope (see module doc): roles indexed and the indexed prefix of ``content``.

@@ -16,7 +16,7 @@ from typing import Any
 
 import apsw
 
-from . import blobs
+from . import blobs, context
 from .errors import InvalidOpError
 from .indexer import unindex
 from .op_common import atomic, opt
@@ -113,7 +113,7 @@ def _delete_one(conn: apsw.Connection, sid: str) -> tuple[int, int, int]:
         msg_ids = [r[0] for r in conn.execute("SELECT id FROM messages WHERE session_id = ?", (sid,))]
         if isinstance(conn, apsw.Connection):  # SQLite's FTS5 tables; PostgreSQL indexes the rows themselves
             unindex(conn, msg_ids)
-        shas = _blob_refs(conn, sid)
+        shas = _blob_refs(conn, sid) | context.drop(conn, sid)
         conn.execute("DELETE FROM messages WHERE session_id = ?", (sid,))
         conn.execute("DELETE FROM usage WHERE session_id = ?", (sid,))
         _drop_unreferenced(conn, shas)
@@ -147,7 +147,8 @@ def _drop_unreferenced(conn: apsw.Connection, shas: set[str]) -> None:
     for sha in sorted(shas):
         like = f"%{blobs.REF_PREFIX}{sha}%"
         if conn.execute("SELECT 1 FROM messages WHERE parts LIKE ? OR extra LIKE ? LIMIT 1",
-                        (like, like)).fetchone() is None:
+                        (like, like)).fetchone() is None and conn.execute(
+                "SELECT 1 FROM context_values WHERE sha256 = ? LIMIT 1", (sha,)).fetchone() is None:
             conn.execute("DELETE FROM blobs WHERE sha256 = ?", (sha,))
 
 

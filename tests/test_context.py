@@ -1,0 +1,54 @@
+"""System prompts and tool arrays stored once, referenced by sessions (issue 14 §3)."""
+from __future__ import annotations
+
+import pytest
+
+from semantics_helpers import Store, user
+
+TOOLS = [{"type": "function", "function": {"name": f"tool_{i}", "description": "d" * 300,
+                                           "parameters": {"type": "object", "properties": {}}}} for i in range(80)]
+
+
+@pytest.fixture
+def store(tmp_path, backend):
+    s = Store(tmp_path, backend)
+    yield s
+    s.close()
+
+
+def _count(store, sql, *args):
+    return store.conn.execute(sql, args).fetchone()[0]
+
+
+def test_shared_prompt_and_tools_are_stored_once_and_changes_are_tracked(store):
+    for sid in ("a", "b", "c"):
+        assert store.apply("session.create", {"session_id": sid, "system_prompt": "You are Quill's agent.",
+                                              "tools": TOOLS}) == []
+    assert _count(store, "SELECT count(*) FROM blobs") == 2
+    assert _count(store, "SELECT count(*) FROM session_context") == 6
+    store.apply("messages.append", {"session_id": "a", "messages": [user("hi")]})
+    # re-sending the same values changes nothing; a tool reload is a new reference
+    store.apply("session.create", {"session_id": "a", "tools": TOOLS})
+    reloaded = TOOLS[:10]
+    store.apply("session.create", {"session_id": "a", "tools": reloaded})
+    with store.reader() as r:
+        ctx = r.context("a")
+        assert ctx["system_prompt"] == "You are Quill's agent." and ctx["tools"] == reloaded
+        assert [(h["kind"], h["after_message_id"] is not None) for h in ctx["history"]] == \
+            [("system_prompt", False), ("tools", False), ("tools", True)]
+        assert r.context("b")["tools"] == TOOLS
+        assert r.context("zzz") == {"system_prompt": None, "tools": None, "history": []}
+    assert _count(store, "SELECT count(*) FROM blobs") == 3
+    assert store.apply("session.create", {"session_id": "d", "tools": {"not": "a list"}}) == ["invalid-field"]
+
+
+def test_delete_keeps_shared_definitions_and_drops_the_last_reference(store):
+    store.apply("session.create", {"session_id": "a", "system_prompt": "p", "tools": TOOLS})
+    store.apply("session.create", {"session_id": "b", "tools": TOOLS})
+    store.apply("sessions.delete", {"session_ids": ["a"]})
+    assert _count(store, "SELECT count(*) FROM blobs") == 1  # the prompt only "a" used is gone
+    with store.reader() as r:
+        assert r.context("b")["tools"] == TOOLS
+    store.apply("sessions.delete", {"session_ids": ["b"]})
+    assert _count(store, "SELECT count(*) FROM blobs") == 0
+    assert _count(store, "SELECT count(*) FROM session_context") == 0

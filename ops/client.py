@@ -84,6 +84,21 @@ def _drop_none(**fields: Any) -> dict[str, Any]:
     return {k: v for k, v in fields.items() if v is not None}
 
 
+class _Handle:
+    """One thread's spool handle. Its segment descriptor is closed when the handle is dropped:
+    when the thread ends (its locals go), when the client is garbage-collected, or when a
+    forked child replaces the parent's copy — so short-lived threads leak no descriptors."""
+
+    __slots__ = ("spool", "pid")
+
+    def __init__(self, spool: Spool):
+        self.spool = spool
+        self.pid = os.getpid()
+
+    def __del__(self) -> None:
+        self.spool.close()
+
+
 class Client:
     """A producer and reader on one data dir: ``home`` (a path), else ``$QUILL_HOME``, else
     the XDG data dir. ``config`` (a loaded ``quill.ops.config.Config``) may be given instead.
@@ -104,11 +119,11 @@ class Client:
     # -- writes -------------------------------------------------------------------------------
 
     def _spool(self) -> Spool:
-        local = self._local
-        if getattr(local, "pid", None) != os.getpid():  # first use in this thread, or a forked child
-            local.spool = Spool(self.config.spool_dir, segment_bytes=self.config.segment_bytes)
-            local.pid = os.getpid()
-        return local.spool
+        handle = getattr(self._local, "handle", None)
+        if handle is None or handle.pid != os.getpid():  # first use in this thread, or a forked child
+            handle = self._local.handle = _Handle(Spool(self.config.spool_dir,
+                                                        segment_bytes=self.config.segment_bytes))
+        return handle.spool
 
     def submit(self, op: str, data: dict[str, Any], *, batch_id: str | None = None) -> Ack:
         """Append any op (``op`` one of docs/ops.md's kinds, ``data`` its payload) durably and

@@ -145,6 +145,18 @@ def test_safe_across_threads_and_after_fork(home, quill):
         [f"child {i}" for i in range(10)] + ["parent after fork"])
 
 
+def test_short_lived_threads_leak_no_descriptors(home):
+    q = pkg.Client(home)
+    q.append("fd", [{"role": "user", "content": "warm up"}])
+    before = len(os.listdir("/proc/self/fd"))
+    for i in range(30):
+        t = threading.Thread(target=q.append, args=("fd", [{"role": "user", "content": f"thread {i}"}]))
+        t.start()
+        t.join()
+    assert len(os.listdir("/proc/self/fd")) < before + 5
+    assert _spooled(home) == 31
+
+
 def test_async_client(home, fleet):
     async def main() -> None:
         aq = pkg.AsyncClient(home)

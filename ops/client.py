@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import getpass
+import math
 import os
 import threading
 from collections.abc import Iterator
@@ -78,6 +79,17 @@ def _public_errors() -> Iterator[None]:
         if public is None:
             raise
         raise public from exc
+
+
+def _check_numbers(*, limit: Any = 1, since: Any = None, until: Any = None) -> None:
+    """Reads take a whole ``limit`` ≥ 1 and finite epoch seconds; anything else is refused
+    (as the CLI refuses `--limit 0` or `--since nan`), never passed on to a query."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise InvalidInputError(f"limit must be a whole number ≥ 1, got {limit!r}")
+    for name, value in (("since", since), ("until", until)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not math.isfinite(value)):
+            raise InvalidInputError(f"{name} must be finite epoch seconds, got {value!r}")
 
 
 def _drop_none(**fields: Any) -> dict[str, Any]:
@@ -321,8 +333,7 @@ class Client:
         """Sessions, most recently active first — ``quill sessions list --json``. ``since`` /
         ``until`` in epoch seconds; ``chains=True`` lists every session of a compression chain
         (default: one row per chain, its tip). Empty before the store exists."""
-        if not isinstance(limit, int) or limit < 1:
-            raise InvalidInputError(f"limit must be a whole number ≥ 1, got {limit!r}")
+        _check_numbers(limit=limit, since=since, until=until)
         with self._reader(None) as r:
             if r is None:
                 return []
@@ -339,8 +350,7 @@ class Client:
         exists. When the index is being rebuilt after damage, results come from a bounded
         scan (``search_health()`` says so). ``kinds`` limits where to look: ``text``,
         ``tool`` (call names and arguments), ``reasoning`` (default: all)."""
-        if not isinstance(limit, int) or limit < 1:
-            raise InvalidInputError(f"limit must be a whole number ≥ 1, got {limit!r}")
+        _check_numbers(limit=limit, since=since, until=until)
         with self._reader(None) as r:
             if r is None:
                 return []
@@ -427,6 +437,7 @@ class Client:
         usage). Raises ``InvalidInputError`` for an unknown grouping."""
         from quill.store.usage_reads import GROUPS, empty_totals
 
+        _check_numbers(since=since, until=until)
         bad = [b for b in by if b not in GROUPS]
         if bad:
             raise InvalidInputError(f"unknown usage grouping {bad[0]!r}; choose from {', '.join(GROUPS)}")

@@ -83,7 +83,9 @@ def test_bad_input_raises_before_anything_is_appended(home):
     assert isinstance(err.value, ValueError) and isinstance(err.value, pkg.QuillError)
     for call in (lambda: q.append("", []), lambda: q.rewind("b"), lambda: q.flags("b"),
                  lambda: q.messages("b", view="nope"), lambda: q.messages("b", latest=-1),
-                 lambda: q.sessions(limit=0), lambda: q.search("x", limit=-1)):
+                 lambda: q.sessions(limit=0), lambda: q.search("x", limit=-1), lambda: q.sessions(since=float("nan")),
+                 lambda: q.search("x", until=float("inf")), lambda: q.usage(since=float("nan")),
+                 lambda: q.sessions(limit=True), lambda: q.wait(pkg.Ack(None, "x"), -1)):
         with pytest.raises(pkg.InvalidInputError):
             call()
     assert _spooled(home) == 0

@@ -23,8 +23,9 @@ from .client import WAIT_POLL_S, Client, Outcome
 from .errors import InvalidInputError, WaitTimeoutError
 
 _WRITES = ("submit", "append", "create", "record_usage", "end", "compact", "rewind", "replace", "title", "flags",
-           "mark_read")
-_READS = ("transcript", "messages", "session", "sessions", "search", "usage", "search_health", "applied")
+           "mark_read", "adopt_orphans", "delete_sessions")
+_READS = ("transcript", "messages", "session", "sessions", "search", "usage", "resume", "orphans", "search_health",
+          "applied")
 
 
 async def _finish_then_cancel(coro: Any) -> Any:

@@ -25,8 +25,6 @@ re-created after ``fork`` (a pid check), so one ``Client`` may be shared by thre
 in a forked child. Reads open a short-lived read-only connection per call.
 
 Errors are ``quill.QuillError`` subclasses (``ops/errors.py``) whose ``hint`` says what to do.
-``resume(key=)`` is not here yet: the read that finds a session by its key does not exist in
-the store yet; it becomes a method when it does.
 """
 from __future__ import annotations
 

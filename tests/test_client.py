@@ -159,6 +159,15 @@ def test_short_lived_threads_leak_no_descriptors(home):
     assert _spooled(home) == 31
 
 
+def test_async_client_has_every_client_method():
+    import inspect
+
+    public = {n for n, f in inspect.getmembers(pkg.Client, inspect.isfunction) if not n.startswith("_")}
+    aq = pkg.AsyncClient("/nonexistent/quill-home")
+    missing = [n for n in public if not inspect.iscoroutinefunction(getattr(aq, n, None))]
+    assert not missing, f"AsyncClient lacks coroutine versions of {missing}"
+
+
 def test_async_client(home, fleet):
     async def main() -> None:
         aq = pkg.AsyncClient(home)

@@ -10,7 +10,7 @@ import click
 from quill.store.errors import CantOpenError
 from quill.store.reads import Reader
 
-from . import export
+from . import export, render
 from .cli_read import _EPOCH
 from .errors import NotFoundError
 
@@ -34,16 +34,27 @@ def write_export(cfg: Any, out: Any, fmt: str, session_id: str | None, since: fl
             raise NotFoundError(f"no session {session_id!r}", hint="`quill sessions list` shows the session ids")
         if fmt == "quill":
             out.write(json.dumps(export.header(len(ids))) + "\n")
-        for n, sid in enumerate(ids):
-            if fmt == "quill":
-                for op in export.quill_ops(r, sid):
-                    out.write(json.dumps(op, ensure_ascii=False) + "\n")
-            elif fmt == "markdown":
-                out.write(("\n---\n\n" if n else "") + export.markdown(r, sid) + "\n")
-            else:
-                item = export.openai_chat(r, sid) if fmt == "openai" else export.sharegpt(r, sid)
-                out.write(json.dumps(item, ensure_ascii=False) + "\n")
+        # The bar is on stderr, shown only on a terminal, and not when the export itself goes
+        # to that terminal (the two would interleave).
+        to_terminal = getattr(out, "isatty", lambda: False)()
+        with render.progress(len(ids) > 1 and not to_terminal) as bar:
+            task = bar.add_task("exporting", total=len(ids))
+            for n, sid in enumerate(ids):
+                _write_session(r, out, fmt, n, sid)
+                bar.advance(task)
     return len(ids)
+
+
+def _write_session(r: Reader, out: Any, fmt: str, n: int, sid: str) -> None:
+    """One session (the ``n``-th of the export) in ``fmt``."""
+    if fmt == "quill":
+        for op in export.quill_ops(r, sid):
+            out.write(json.dumps(op, ensure_ascii=False) + "\n")
+    elif fmt == "markdown":
+        out.write(("\n---\n\n" if n else "") + export.markdown(r, sid) + "\n")
+    else:
+        item = export.openai_chat(r, sid) if fmt == "openai" else export.sharegpt(r, sid)
+        out.write(json.dumps(item, ensure_ascii=False) + "\n")
 
 
 @click.command(name="export")

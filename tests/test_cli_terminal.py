@@ -59,6 +59,12 @@ def test_replay_and_recover_show_progress_bars_on_a_terminal(quill, home, tmp_pa
     assert code == 0 and "replaying into the rebuilt store" in out, out[-2000:]
     piped = quill.run("recover")
     assert "replaying" not in piped.stderr
+    out = tmp_path / "export.jsonl"
+    code, shown = _on_tty(quill, "export", "-o", str(out))
+    assert code == 0 and "exporting" in shown and "━" in shown, shown[-2000:]
+    assert len(out.read_text().splitlines()) > 400
+    piped = quill.run("export", "-o", str(tmp_path / "again.jsonl"))
+    assert "exporting" not in piped.stderr
 
 
 def test_ids_are_never_split_on_a_narrow_terminal(quill, home):

@@ -24,8 +24,8 @@ from .errors import InvalidInputError, WaitTimeoutError
 
 _WRITES = ("submit", "append", "create", "record_usage", "end", "compact", "rewind", "replace", "title", "flags",
            "mark_read", "adopt_orphans", "delete_sessions")
-_READS = ("transcript", "messages", "session", "sessions", "search", "usage", "resume", "orphans", "search_health",
-          "applied")
+_READS = ("transcript", "messages", "session", "sessions", "search", "usage", "resume", "context", "orphans",
+          "search_health", "applied")
 
 
 async def _finish_then_cancel(coro: Any) -> Any:

@@ -94,7 +94,7 @@ def test_dump_more_writes_drop_restore_recover_loses_nothing(tmp_path, pg_databa
         assert result["replayed_by"] == "recover" and result["applied"] > 0 and result["duplicates"] == 0
     assert _stored(conninfo) == sorted(acked)      # nothing lost, nothing twice
     with psycopg.connect(conninfo) as conn:        # search indexes came back with the restore
-        hits = conn.execute("SELECT count(*) FROM messages WHERE quill_words(content, tool_calls) "
+        hits = conn.execute("SELECT count(*) FROM messages WHERE words "
                             "@@ to_tsquery('simple', 'shared')").fetchone()[0]
     assert hits == sum(1 for c in acked if c.startswith("shared"))
     again = [cli.json("recover") for cli in clis]  # safe to repeat

@@ -78,7 +78,7 @@ def test_trigram_index_holds_only_its_documented_scope(store):
     if store.kind == "postgres":  # the indexes are GIN indexes on messages: read them, not the heap
         from quill.store.postgres.schema import TRIGRAM_SCOPE
         store.conn.execute("SET enable_seqscan = off")
-        n_fts = store.conn.execute("SELECT count(*) FROM messages WHERE quill_words(content, tool_calls) "
+        n_fts = store.conn.execute("SELECT count(*) FROM messages WHERE words "
                                    "@@ to_tsquery('simple', 'one | two | three | four')").fetchone()[0]
         n_tri = store.conn.execute(f"SELECT count(*) FROM messages WHERE {TRIGRAM_SCOPE} "
                                    "AND left(content, 2000) LIKE '%数据库%'").fetchone()[0]

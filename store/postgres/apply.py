@@ -63,8 +63,13 @@ def apply_chunk(conn: PgConnection, spool_id: str, entries: Sequence[EntryLike],
         sids = session_ids(entries)
         if sids:
             conn.execute(_LOCK_SQL, (sids,)).fetchall()
+        # Batches already decided (by any host), in one round trip for the whole chunk.
+        ids = [e.record["batch"] for e in entries if e.record and isinstance(e.record.get("batch"), str)]
+        decided = {r[0] for r in conn.execute(
+            "SELECT batch_id FROM applied_batches WHERE batch_id = ANY(?1) UNION ALL "
+            "SELECT batch_id FROM rejected_batches WHERE batch_id = ANY(?1)", (ids,))} if ids else set()
         for entry in entries:
-            _apply_entry(conn, spool_id, entry, now, on_reject, result)
+            _apply_entry(conn, spool_id, entry, now, on_reject, result, decided)
         last = entries[-1].next
         conn.execute(
             'INSERT INTO spool_cursor (spool_id, segment, "offset", updated_at) VALUES (?, ?, ?, ?) '
@@ -79,7 +84,7 @@ def apply_chunk(conn: PgConnection, spool_id: str, entries: Sequence[EntryLike],
 
 
 def _apply_entry(conn: PgConnection, spool_id: str, entry: EntryLike, now: float, on_reject: RejectFn,
-                 result: ChunkResult) -> None:
+                 result: ChunkResult, decided: set[str]) -> None:
     if entry.record is None:
         damage = entry.damage
         on_reject(entry, getattr(damage, "reason", "damaged"), str(damage))
@@ -87,11 +92,11 @@ def _apply_entry(conn: PgConnection, spool_id: str, entry: EntryLike, now: float
         return
     rec = entry.record
     batch = rec["batch"]
-    if isinstance(batch, str) and conn.execute(
-            "SELECT 1 FROM applied_batches WHERE batch_id = ?1 UNION ALL "
-            "SELECT 1 FROM rejected_batches WHERE batch_id = ?1", (batch,)).fetchone():
+    if isinstance(batch, str) and batch in decided:
         result.duplicates += 1
         return
+    if isinstance(batch, str):
+        decided.add(batch)  # decided now, whatever the outcome: a repeat later in the chunk is a duplicate
     applier = APPLIERS.get(rec["op"])
     if applier is None:
         on_reject(entry, "unsupported-op", f"op {rec['op']!r} is not applied by this version of Quill")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 import uuid
 from pathlib import Path
 
@@ -100,3 +101,40 @@ def test_dump_more_writes_drop_restore_recover_loses_nothing(tmp_path, pg_databa
     again = [cli.json("recover") for cli in clis]  # safe to repeat
     assert all(r["applied"] == 0 for r in again)
     assert json.dumps(again)
+
+
+def test_spool_segments_are_kept_until_applied_and_past_retention(tmp_path, pg_store_url):
+    """On a PostgreSQL store there is no local snapshot: a segment goes once the store's
+    cursor for this spool is past it AND it is older than spool.retention_s."""
+    from quill.ops import config, logs
+    from quill.spool.segments import list_segments
+    from quill.workers.pg_writer import PgWriter
+    home = tmp_path / "h"
+    (home / "spool").mkdir(parents=True)
+    (home / "config.toml").write_text(f'[store]\nurl = "{pg_store_url}"\n[writer]\nchunk_rows = 10\n'
+                                      '[spool]\nretention_s = 3600\n')
+    spool = Spool(home / "spool", segment_bytes=4096)
+    for i in range(60):
+        spool.append("messages.append", {"session_id": "s", "messages": [{"role": "user", "content": f"{i} " + "x" * 300}]})
+    spool.close()
+    segments = list_segments(home / "spool")
+    assert len(segments) >= 4
+    writer = PgWriter(config.load(home), logs.configure(None, "test"))
+    writer._connect()
+    try:
+        for _ in range(3):                       # 30 of 60 entries applied
+            assert writer.step()
+        later = time.time() + 7200
+        assert writer.gc_spool()["deleted"] == []             # applied ones are still too young
+        gone = writer.gc_spool(now=later)["deleted"]
+        assert gone and max(gone) < writer.cursor.segment      # only segments wholly before the cursor
+        assert list_segments(home / "spool")[0] == max(gone) + 1
+        while writer.step():
+            pass
+        gone += writer.gc_spool(now=later)["deleted"]
+        assert list_segments(home / "spool") == [segments[-1]]  # the newest segment always stays
+        assert sorted(gone) == segments[:-1]
+    finally:
+        writer._disconnect()
+    with psycopg.connect(pg_store_url) as conn:
+        assert conn.execute("SELECT count(*) FROM messages").fetchone()[0] == 60

@@ -27,6 +27,7 @@ from typing import Any
 from quill.jobs.queues import build_for
 from quill.ops.config import Config
 from quill.spool import Entry, Position, Quarantine, Spool, SpoolReader, START
+from quill.spool import retention
 from quill.spool.identity import load_or_create
 from quill.store.apply import take_chunk
 from quill.store.errors import DiskFullError, StoreIOError, TransientError
@@ -37,6 +38,8 @@ from . import status
 from .job_runner import StoreJobRunner
 
 _READ_BYTES = 8 << 20
+#: How often an idle writer collects its spool (seconds).
+GC_INTERVAL_S = 3600.0
 _RETRYABLE = (TransientError, DiskFullError, StoreIOError)
 
 
@@ -56,6 +59,7 @@ class PgWriter:
         self.totals = {"applied": 0, "duplicates": 0, "rejected": 0, "rows": 0, "chunks": 0}
         self._last_idle_publish = 0.0
         self.jobs: StoreJobRunner | None = None
+        self._next_gc = time.monotonic() + 60.0
 
     def run(self, stop: threading.Event) -> None:
         """Take the lease and drain until ``stop``. Raises ``LeaseHeldError`` when another
@@ -106,6 +110,11 @@ class PgWriter:
             return True
         if self.jobs is not None and self.jobs.run_one(self.backend.conn, idle=True):
             return True
+        if time.monotonic() >= self._next_gc:
+            self._next_gc = time.monotonic() + GC_INTERVAL_S
+            gone = self.gc_spool()
+            if gone["deleted"]:
+                self.log.info("writer.spool_gc", **gone)
         sealed = False
         for seg in range(self.cursor.segment, self.reader.end().segment + 1):
             if self.reader.seal_torn_tail(seg):
@@ -113,6 +122,15 @@ class PgWriter:
                 sealed = True
         self._publish(idle=not sealed)
         return sealed
+
+    def gc_spool(self, now: float | None = None) -> dict[str, Any]:
+        """Delete spool segments this store has applied (the committed cursor is past their
+        last byte) that are older than ``spool.retention_s``. On a PostgreSQL store there is
+        no local snapshot: the database is backed up by the server (pg_dump, base backups),
+        and recovery replays from the restored cursor — so keep ``retention_s`` longer than
+        the backup interval. The newest segment is never deleted. Returns ``{"deleted":
+        [segment numbers], "bytes_freed"}``."""
+        return retention.collect(self.cfg.spool_dir, self.cursor, self.cursor, self.cfg.spool_retention_s, now)
 
     def _apply(self, entries: list[Entry]) -> None:
         result = self.backend.apply_chunk(entries, self._reject)

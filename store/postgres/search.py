@@ -50,12 +50,23 @@ def tsquery(plan: query.Plan) -> str:
     return " | ".join(groups)
 
 
-#: Newest rows a query first walks in id order (the planner may use the primary key
-#: backwards): enough for a common term to fill a page at once. Past it, the rest is searched
-#: index-first (``ORDER BY m.id + 0``, an order the primary key cannot supply), so a term only
-#: old rows hold never walks the whole table backwards (the trap measured in the backends study:
-#: 333 ms vs 6.8 ms at 1M rows).
-NEWEST_WINDOW = 50_000
+#: A match condition the planner expects on at most this many rows is searched index-first
+#: (GIN bitmap, then the newest ``limit`` of the matches: ``ORDER BY m.id + 0``, an order the
+#: primary key cannot supply); a more common one walks the primary key newest-first, where
+#: matches come quickly. Either plan alone has a bad case (backends study, 1M rows: the
+#: backwards walk for a term only old rows hold took 333 ms vs 6.8 ms index-first; index-first
+#: for a term in 20 % of rows took 329 ms vs 0.12 ms walking), so the planner's own row
+#: estimate for the condition picks one. Measured in bench/backends.py.
+INDEX_FIRST_MAX_ROWS = 5000
+
+
+def _estimate(conn: PgConnection, match: str, args: list[Any]) -> float:
+    """The planner's estimate of rows matching ``match`` (EXPLAIN: planning only, no scan)."""
+    plan = conn.execute(f"EXPLAIN (FORMAT JSON) SELECT 1 FROM messages m WHERE {match}", args).fetchone()[0]
+    if isinstance(plan, str):
+        import json
+        plan = json.loads(plan)
+    return float(plan[0]["Plan"]["Plan Rows"])
 
 
 def _where(conn: PgConnection, plan: query.Plan) -> tuple[str, list[Any]]:
@@ -92,15 +103,10 @@ def _indexed(conn: PgConnection, plan: query.Plan, cond: str, args: list[Any], b
     match, match_args = _where(conn, plan)
     if not match:
         return []
-    top = conn.execute("SELECT coalesce(max(id), 0) + 1 FROM messages").fetchone()[0]
-    below = min(below, top)
-    floor = below - NEWEST_WINDOW
-    base = f"SELECT {_COLS} FROM messages m JOIN sessions s ON s.id = m.session_id WHERE {match} AND {cond} "
-    rows = conn.execute(base + "AND m.id < ? AND m.id >= ? ORDER BY m.id DESC LIMIT ?",
-                        (*match_args, *args, below, floor, limit)).fetchall()
-    if len(rows) < limit and floor > 0:
-        rows += conn.execute(base + "AND m.id < ? ORDER BY m.id + 0 DESC LIMIT ?",
-                             (*match_args, *args, floor, limit - len(rows))).fetchall()
+    order = "m.id + 0" if _estimate(conn, match, match_args) <= INDEX_FIRST_MAX_ROWS else "m.id"
+    rows = conn.execute(f"SELECT {_COLS} FROM messages m JOIN sessions s ON s.id = m.session_id "
+                        f"WHERE {match} AND {cond} AND m.id < ? ORDER BY {order} DESC LIMIT ?",
+                        (*match_args, *args, below, limit)).fetchall()
     return rows
 
 

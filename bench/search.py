@@ -173,7 +173,7 @@ def run_one(n: int, quill_db: Path, work: Path, sizes, log) -> dict[str, Any]:
     res["ranked_bounded_p95_ms"] = max(v["p95_ms"] for k, v in q.items() if "newest 1k" in k)
     for k, v in q.items():
         if k.startswith(("stages", "cpu")):
-            log(f"§3 {n:>9,d} {k:36s} " + "  ".join(f"{s} {t} ms" for s, t in v.items()))
+            log(f"§3 {n:>9,d} {k:36s} " + "  ".join(f"{s} {t}" + ("×" if "÷" in s else " ms") for s, t in v.items()))
             continue
         log(f"§3 {n:>9,d} {k:36s} p50 {v['p50_ms']:>9} ms  p95 {v['p95_ms']:>9} ms  hits {v['hits']}"
             + (f"  ÷ bare FTS5 p95 {v['over_bare_p95']}×" if v.get("over_bare_p95") else "")

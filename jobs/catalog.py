@@ -31,12 +31,13 @@ class JobSpec:
     emits_ops: bool = False        # store jobs that change canonical rows: called as func(conn, spool, ...)
                                    # and append ops instead of writing (the spool logs every change)
     backend: str = "sqlite"        # the store it maintains: "sqlite" | "postgres" | "any"
+    internal: bool = False         # queued by Quill itself with arguments; never offered to users
 
 
 JOBS: tuple[JobSpec, ...] = (
     JobSpec("wal_checkpoint", "store", store_jobs.wal_checkpoint,
             "PASSIVE WAL checkpoint: bounds WAL growth (100k inserts without one left 0.5–1.15 GB of WAL)",
-            "interval", {"minutes": 5}, params=lambda cfg: {"mode": "PASSIVE"}),
+            "interval", {"minutes": 5}),
     JobSpec("fts_optimize", "store", store_jobs.fts_optimize,
             "merge the FTS5 index into one b-tree (fewer segments, faster queries)",
             "cron", {"hour": 3, "minute": 30}, needs_idle=True),
@@ -48,7 +49,7 @@ JOBS: tuple[JobSpec, ...] = (
             None, {}),
     JobSpec("declare_corrupt", "store", store_jobs.declare_corrupt,
             "halt the writer because a check found damage in the store's tables (queued by quick_check)",
-            None, {}, retries=0),
+            None, {}, retries=0, internal=True),
     JobSpec("vacuum", "store", store_jobs.vacuum,
             "VACUUM when free pages ≥ 20 % and the disk has room for the copy; then TRUNCATE the WAL",
             "cron", {"day_of_week": "sun", "hour": 4, "minute": 30}, needs_idle=True),
@@ -65,8 +66,9 @@ JOBS: tuple[JobSpec, ...] = (
             "close open sessions whose owner process on this host is dead (pid + start time)",
             "interval", {"minutes": 10}, emits_ops=True),
     JobSpec("quick_check", "worker", worker_jobs.quick_check,
-            "PRAGMA quick_check on a read-only connection",
-            "cron", {"hour": 4, "minute": 0},
+            "PRAGMA quick_check on a read-only connection in the job worker: damage anywhere in the file "
+            "is found within an hour (DAMAGE_BOUND_S), off the drain path",
+            "interval", {"hours": 1},
             params=lambda cfg: {"db_path": str(cfg.state_db), "queue_db": str(cfg.queue_db)},
             retries=0, timeout=3600),  # a failed check is a finding, not a transient error
     JobSpec("integrity_check", "worker", worker_jobs.integrity_check,
@@ -99,8 +101,29 @@ JOBS: tuple[JobSpec, ...] = (
 
 BY_NAME: dict[str, JobSpec] = {j.name: j for j in JOBS}
 
-#: Internal store job used by the consumer to record worker-job runs; never scheduled.
+#: Damage that no write touches is found within this many seconds by default (the period of
+#: the default ``quick_check`` schedule; add the check's own run time: 20–26 s at 1M
+#: messages). docs/operations.md documents it; bench/damage_check.py measures its cost.
+DAMAGE_BOUND_S = 3600
+
+#: Default triggers of earlier versions (``str(trigger)``), upgraded to the current default
+#: when a schedule still has exactly that trigger (an operator's own choice is kept).
+PREVIOUS_DEFAULTS: dict[str, tuple[str, ...]] = {"quick_check": ("cron[hour='4', minute='0']",)}
+
+#: Internal store task used by the consumer and ``quill snapshot`` to record their runs.
 RECORD_RUN = "record_job_run"
+#: Internal store task: mark a replaced process's unfinished runs ``interrupted``.
+CLOSE_INTERRUPTED = "close_interrupted"
+
+
+def public(name: str) -> JobSpec:
+    """The user-runnable job ``name``; raises ``KeyError`` listing the known ones (internal
+    jobs such as ``declare_corrupt`` need arguments only Quill supplies)."""
+    spec = BY_NAME.get(name)
+    if spec is None or spec.internal:
+        known = sorted(j.name for j in JOBS if not j.internal)
+        raise KeyError(f"unknown job {name!r}; known jobs: {', '.join(known)}")
+    return spec
 
 
 def get(name: str) -> JobSpec:

@@ -20,7 +20,7 @@ from typing import Any
 from huey import RedisHuey, SqliteHuey
 
 from . import catalog
-from .store_jobs import record_job_run
+from .store_jobs import RUNNING, close_interrupted, record_job_run
 
 STORE_QUEUE = "quill-store"
 WORKER_QUEUE = "quill-jobs"
@@ -68,29 +68,36 @@ def _redis_huey(name: str, url: str) -> RedisHuey:
     return RedisHuey(name, url=url, results=False, utc=True)
 
 
-def build(queue_db: Path, *, url: str | None = None, host_id: str = "local", namespace: str = "quill") -> Queues:
+def build(queue_db: Path, *, url: str | None = None, host_id: str = "local", namespace: str = "quill",
+          cfg: Any = None) -> Queues:
     """Open the queues and register every job of ``jobs.catalog``: in ``queue_db`` (created
-    if missing), or on the Redis server at ``url`` (``redis_names(host_id, namespace)``)."""
+    if missing), or on the Redis server at ``url`` (``redis_names(host_id, namespace)``).
+
+    ``cfg`` (an ``ops.config.Config``) is needed by the process that *executes* worker jobs:
+    a queued task carries the job name and explicit options (e.g. ``mode``) only; parameters
+    from config (paths, retention …) are resolved when it runs (``resolve_params``)."""
     if url is not None:
         store_name, worker_name = redis_names(host_id, namespace)
         queues = Queues(_redis_huey(store_name, url), _redis_huey(worker_name, url))
-        return _register(queues)
+        return _register(queues, cfg)
     queue_db = Path(queue_db)
     queue_db.parent.mkdir(parents=True, exist_ok=True)
-    return _register(Queues(_huey(STORE_QUEUE, queue_db), _huey(WORKER_QUEUE, queue_db)))
+    return _register(Queues(_huey(STORE_QUEUE, queue_db), _huey(WORKER_QUEUE, queue_db)), cfg)
 
 
 def build_for(cfg: Any) -> Queues:
     """``build`` for a data dir's configuration (``ops.config.Config``): Redis when
-    ``[queue] url`` is set (queue names from the data dir's spool id), else ``queue.db``."""
+    ``[queue] url`` is set (queue names from the data dir's spool id), else ``queue.db``;
+    worker jobs run from it resolve their parameters from ``cfg``."""
     if cfg.queue_url:
         from quill.spool.identity import load_or_create
-        return build(cfg.queue_db, url=cfg.queue_url, host_id=load_or_create(cfg.spool_id_path))
-    return build(cfg.queue_db)
+        return build(cfg.queue_db, url=cfg.queue_url, host_id=load_or_create(cfg.spool_id_path), cfg=cfg)
+    return build(cfg.queue_db, cfg=cfg)
 
 
-def _register(queues: Queues) -> Queues:
+def _register(queues: Queues, cfg: Any = None) -> Queues:
     queues.tasks[catalog.RECORD_RUN] = queues.store.task(name=catalog.RECORD_RUN)(record_job_run)
+    queues.tasks[catalog.CLOSE_INTERRUPTED] = queues.store.task(name=catalog.CLOSE_INTERRUPTED)(close_interrupted)
     for spec in catalog.JOBS:
         if spec.kind == "store":
             queues.tasks[spec.name] = queues.store.task(
@@ -98,25 +105,41 @@ def _register(queues: Queues) -> Queues:
         else:
             queues.tasks[spec.name] = queues.worker.task(
                 name=spec.name, retries=spec.retries, retry_delay=spec.retry_delay)(
-                    _recorded(spec, queues))
+                    _recorded(spec, queues, cfg))
     return queues
 
 
-def _recorded(spec: catalog.JobSpec, queues: Queues):
+def resolve_params(spec: catalog.JobSpec, cfg: Any, queued: dict[str, Any]) -> dict[str, Any]:
+    """The keyword arguments a run of ``spec`` gets: what the task was queued with, overridden
+    by what the current config says (so a task queued before a data dir moved, or by an old
+    version that froze paths, runs against the current paths)."""
+    return {**queued, **(spec.params(cfg) if cfg is not None else {})}
+
+
+def _recorded(spec: catalog.JobSpec, queues: Queues, cfg: Any):
     """Wrap a worker job so every run (ok or error) is recorded in the store's job_runs."""
-    def run(**params: Any) -> dict[str, Any]:
-        started = time.time()
-        try:
-            figures = spec.func(**params)
-        except Exception as exc:
-            queues.tasks[catalog.RECORD_RUN](job=spec.name, started_at=started, ended_at=time.time(),
-                                             outcome="error", error="".join(
-                                                 traceback.format_exception_only(exc)).strip())
-            for name, followup in getattr(exc, "followups", ()):  # e.g. quick_check → fts_rebuild
-                queues.enqueue(name, **followup)
-            raise  # huey logs it and retries with the spec's delay
-        queues.tasks[catalog.RECORD_RUN](job=spec.name, started_at=started, ended_at=time.time(),
-                                         outcome="ok", figures=figures)
-        return figures
+    def run(**queued: Any) -> dict[str, Any]:
+        return run_recorded(spec, queues, resolve_params(spec, cfg, queued), runner="consumer")
     run.__name__ = spec.name
     return run
+
+
+def run_recorded(spec: catalog.JobSpec, queues: Queues, params: dict[str, Any], *, runner: str) -> dict[str, Any]:
+    """Run worker job ``spec`` here with ``params``, recording it in ``job_runs`` through the
+    store queue: a start row (outcome ``running``, ``figures.runner``) sent *before* the work,
+    then the outcome. A process killed mid-run leaves the start row, which the next start of
+    its ``runner`` marks ``interrupted``. Returns the job's figures; re-raises its error."""
+    started = time.time()
+    queues.tasks[catalog.RECORD_RUN](job=spec.name, started_at=started, outcome=RUNNING, figures={"runner": runner})
+    try:
+        figures = spec.func(**params)
+    except Exception as exc:
+        queues.tasks[catalog.RECORD_RUN](job=spec.name, started_at=started, ended_at=time.time(),
+                                         outcome="error", figures={"runner": runner},
+                                         error="".join(traceback.format_exception_only(exc)).strip())
+        for name, followup in getattr(exc, "followups", ()):  # e.g. quick_check → fts_rebuild
+            queues.enqueue(name, **followup)
+        raise  # huey logs it and retries with the spec's delay
+    queues.tasks[catalog.RECORD_RUN](job=spec.name, started_at=started, ended_at=time.time(),
+                                     outcome="ok", figures={**figures, "runner": runner})
+    return figures

@@ -1,19 +1,110 @@
-"""What APScheduler calls when a trigger fires: put the job on its huey queue.
+"""What a persisted schedule holds, and bringing old ``schedule.db`` files to that form.
 
-APScheduler stores jobs by textual reference (``jobs.schedule:fire``) with plain keyword
-arguments, so a persisted schedule survives restarts and code reloads.
+A schedule stores *intent* only: the job name and its trigger. Each row of APScheduler's
+SQLAlchemy job store (table ``apscheduler_jobs``: ``id``, ``next_run_time``, ``job_state``
+= a pickled ``Job.__getstate__()`` dict) references the stable callable ``FIRE_REF`` with
+``args=(job_name,)`` and no keyword arguments. Parameters and paths (the queue file, the
+store, snapshot dir, retention …) are resolved from the data dir's current config when the
+job runs, so editing ``config.toml`` or moving/copying the data dir takes effect.
+
+Missed runs are never dropped: every schedule has ``coalesce=True`` and no misfire grace
+limit (``misfire_grace_time=None``), so a host that was off or asleep through a window runs
+the job once at the next start, however late. Older rows carried a one-hour grace time.
+
+Before this, rows referenced ``jobs.schedule:fire`` (and briefly ``quill.jobs.schedule:fire``)
+with frozen kwargs ``{"queue_db": <absolute path>, "job": NAME, "params": {...}}``. APScheduler
+drops a job whose callable cannot be imported, so ``migrate`` rewrites those rows *before*
+APScheduler opens the file, keeping id, trigger, next run time (None = paused) and options.
 """
 from __future__ import annotations
 
+import pickle
+import sqlite3
 from pathlib import Path
 from typing import Any
 
-from .queues import build
+#: The one callable every schedule references (``module:function``).
+FIRE_REF = "quill.workers.scheduler:fire"
+#: Callables that older Quill versions stored, each with kwargs ``{queue_db, job, params}``.
+LEGACY_REFS = ("jobs.schedule:fire", "quill.jobs.schedule:fire")
+TABLE = "apscheduler_jobs"
 
 
-def fire(queue_db: str, job: str, params: dict[str, Any], queue_url: str | None = None,
+def fire(queue_db: str, job: str, params: dict[str, Any] | None = None, queue_url: str | None = None,
          host_id: str = "local") -> None:
-    """Enqueue ``job`` with ``params`` into the queues in ``queue_db``, or on the shared
-    Redis at ``queue_url``: a worker job on the shared worker queue (any host's consumer), a
-    store job on host ``host_id``'s store queue (the firing leader's own writer)."""
-    build(Path(queue_db), url=queue_url, host_id=host_id).enqueue(job, **params)
+    """Legacy target of schedules stored by older versions (``LEGACY_REFS``), kept importable
+    for rows ``migrate`` has not reached (a PostgreSQL job store is not migrated in place):
+    enqueue ``job`` on the recorded queues *without* the frozen ``params`` — the executing
+    process resolves parameters from its current config."""
+    from .queues import build
+    build(Path(queue_db), url=queue_url, host_id=host_id).enqueue(job)
+
+
+def fire_args(job: str) -> dict[str, Any]:
+    """Keyword arguments for ``add_job`` that make a schedule of ``job`` store intent only."""
+    return {"func": FIRE_REF, "args": (job,), "kwargs": {}, "coalesce": True, "misfire_grace_time": None}
+
+
+def migrate(schedule_db: Path) -> list[str]:
+    """Rewrite legacy rows of ``schedule_db`` in place (one transaction); returns the ids of
+    the schedules migrated. A missing file or table means nothing to do. Rows whose
+    callable is not a legacy Quill reference are left untouched. Raises ``sqlite3.Error``
+    when the file is unreadable (the scheduler would fail on it anyway)."""
+    path = Path(schedule_db)
+    if not path.exists():
+        return []
+    conn = sqlite3.connect(str(path), timeout=10)
+    try:
+        if not conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (TABLE,)).fetchone():
+            return []
+        done = []
+        with conn:  # one transaction: all rows migrate or none
+            for job_id, blob in conn.execute(f"SELECT id, job_state FROM {TABLE}").fetchall():
+                state = pickle.loads(blob)
+                if state.get("func") in LEGACY_REFS:
+                    kwargs = state.get("kwargs") or {}
+                    state.update(func=FIRE_REF, args=(kwargs.get("job") or state.get("name") or job_id,), kwargs={})
+                elif state.get("func") != FIRE_REF or (state.get("misfire_grace_time") is None and state.get("coalesce")):
+                    continue
+                state.update(coalesce=True, misfire_grace_time=None)
+                conn.execute(f"UPDATE {TABLE} SET job_state = ? WHERE id = ?",
+                             (pickle.dumps(state, pickle.HIGHEST_PROTOCOL), job_id))
+                done.append(job_id)
+        return done
+    finally:
+        conn.close()
+
+
+def read_schedules(schedule_db: Path) -> list[dict[str, Any]]:
+    """Every Quill schedule in ``schedule_db``, read-only (no scheduler started): ``id``,
+    ``job``, ``trigger`` (text), ``paused``, ``next_run`` (aware datetime or None) and
+    ``period_s`` (seconds between two consecutive fire times from now; None when the
+    trigger never fires again). Legacy rows are understood too. [] when there is no file."""
+    import datetime as dt
+    path = Path(schedule_db)
+    if not path.exists():
+        return []
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
+    try:
+        rows = conn.execute(f"SELECT id, job_state FROM {TABLE}").fetchall()
+    except sqlite3.OperationalError:  # no table yet
+        return []
+    finally:
+        conn.close()
+    out = []
+    now = dt.datetime.now(dt.timezone.utc)
+    for job_id, blob in rows:
+        state = pickle.loads(blob)
+        if state.get("func") == FIRE_REF:
+            job = (state.get("args") or (job_id,))[0]
+        elif state.get("func") in LEGACY_REFS:
+            job = (state.get("kwargs") or {}).get("job", job_id)
+        else:
+            continue
+        trigger = state["trigger"]
+        first = trigger.get_next_fire_time(None, now)
+        second = trigger.get_next_fire_time(first, first + dt.timedelta(microseconds=1)) if first else None
+        out.append({"id": job_id, "job": job, "trigger": str(trigger), "paused": state.get("next_run_time") is None,
+                    "next_run": state.get("next_run_time"),
+                    "period_s": (second - first).total_seconds() if first and second else None})
+    return out

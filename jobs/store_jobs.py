@@ -12,8 +12,8 @@ from typing import Any
 
 import apsw
 
-from quill.store.connection import transaction
-from quill.store.errors import CorruptError, mapped
+from quill.store.connection import WRITER_BUSY_MS, transaction
+from quill.store.errors import CorruptError, TransientError, mapped
 from quill.store import fts_repair
 from quill.store.indexer import FTS_TABLES, optimize
 
@@ -34,16 +34,32 @@ def wal_bytes(conn: apsw.Connection) -> int:
 
 
 def wal_checkpoint(conn: apsw.Connection, mode: str = "PASSIVE") -> dict[str, Any]:
-    """Checkpoint the WAL. PASSIVE never waits for readers; TRUNCATE also resets the WAL file
-    to zero bytes (use only when idle: it waits for readers). Figures: WAL bytes before/after,
-    frames in the log and frames checkpointed."""
+    """Checkpoint the WAL without ever waiting: the writer's drain must not stall behind it.
+
+    PASSIVE copies what it can. FULL/RESTART/TRUNCATE would wait (busy handler) for readers
+    on an older snapshot; here the busy timeout is 0 for the call, so SQLite checkpoints as
+    far as it can and returns SQLITE_BUSY when a reader holds back the rest (SQLite docs,
+    ``sqlite3_wal_checkpoint_v2``) — reported as ``blocked_by_reader`` instead of a 5 s
+    pause and a "database is locked" warning. TRUNCATE also resets the WAL file to 0 bytes.
+
+    Figures: mode, WAL bytes before/after, frames in the log and checkpointed (None when
+    blocked), ``blocked_by_reader``. Raises ``ValueError`` for an unknown mode."""
+    mode = mode.upper()
     if mode not in _CHECKPOINT_MODES:
         raise ValueError(f"checkpoint mode must be one of {sorted(_CHECKPOINT_MODES)}")
     before = wal_bytes(conn)
-    with mapped():
-        log_frames, done = conn.wal_checkpoint(mode=_CHECKPOINT_MODES[mode])
+    log_frames = done = None
+    blocked = False
+    conn.set_busy_timeout(0)
+    try:
+        with mapped():
+            log_frames, done = conn.wal_checkpoint(mode=_CHECKPOINT_MODES[mode])
+    except TransientError:  # SQLITE_BUSY: a reader (or the backup API) holds an older snapshot
+        blocked = True
+    finally:
+        conn.set_busy_timeout(WRITER_BUSY_MS)
     return {"mode": mode, "wal_bytes_before": before, "wal_bytes_after": wal_bytes(conn),
-            "log_frames": log_frames, "checkpointed_frames": done}
+            "log_frames": log_frames, "checkpointed_frames": done, "blocked_by_reader": blocked}
 
 
 def fts_optimize(conn: apsw.Connection) -> dict[str, Any]:
@@ -82,12 +98,14 @@ def vacuum(conn: apsw.Connection, min_free_ratio: float = 0.2, headroom: float =
     if room < before * headroom:
         return {"skipped": "not enough disk for the copy", "free_bytes": room, "bytes": before}
     start = time.monotonic()
-    with mapped():
-        conn.execute("VACUUM")
-    cp = wal_checkpoint(conn, "TRUNCATE")
+    try:
+        with mapped():
+            conn.execute("VACUUM")
+    finally:  # after any attempt, failed ones included: a VACUUM's WAL is as big as the store
+        cp = wal_checkpoint(conn, "TRUNCATE")
     return {"bytes_before": before, "bytes_after": os.stat(path).st_size + wal_bytes(conn),
             "free_ratio": round(ratio, 4), "seconds": round(time.monotonic() - start, 3),
-            "wal_bytes_after": cp["wal_bytes_after"]}
+            "wal_bytes_after": cp["wal_bytes_after"], "wal_blocked_by_reader": cp["blocked_by_reader"]}
 
 
 def fts_rebuild(conn: apsw.Connection) -> dict[str, Any]:
@@ -114,12 +132,37 @@ def declare_corrupt(conn: apsw.Connection, detail: str, generation: int | None =
     raise CorruptError(detail)
 
 
-def record_job_run(conn: apsw.Connection, job: str, started_at: float, ended_at: float,
-                   outcome: str, figures: dict | None = None, error: str | None = None) -> dict[str, Any]:
-    """Record a run of a job that ran outside the writer (the job workers cannot write the
-    store, so they send their run record here)."""
+#: ``job_runs.outcome`` of a run that has started and not finished (yet).
+RUNNING = "running"
+#: ``job_runs.outcome`` of a run whose process died before it finished (kill -9, power cut).
+INTERRUPTED = "interrupted"
+
+
+def record_job_run(conn: apsw.Connection, job: str, started_at: float, ended_at: float | None = None,
+                   outcome: str = RUNNING, figures: dict | None = None, error: str | None = None) -> dict[str, Any]:
+    """Record a job run in ``job_runs``: with ``outcome="running"`` (and no ``ended_at``) the
+    start row, written *before* the work; later the same call with the final outcome updates
+    that row (matched by ``job`` + ``started_at``), or inserts one if there was no start row.
+    Used directly by the writer for store jobs and, through the ``record_job_run`` store
+    task, by processes that cannot write the store (the job worker, ``quill snapshot``)."""
     with transaction(conn):
-        conn.execute("INSERT INTO job_runs (job, started_at, ended_at, outcome, figures, error) "
-                     "VALUES (?, ?, ?, ?, ?, ?)",
-                     (job, started_at, ended_at, outcome, json.dumps(figures or {}), error))
+        conn.execute("UPDATE job_runs SET ended_at = ?, outcome = ?, figures = ?, error = ? "
+                     "WHERE job = ? AND started_at = ? AND outcome IN (?, ?)",
+                     (ended_at, outcome, json.dumps(figures or {}), error, job, started_at, RUNNING, INTERRUPTED))
+        if conn.changes() == 0:
+            conn.execute("INSERT INTO job_runs (job, started_at, ended_at, outcome, figures, error) "
+                         "VALUES (?, ?, ?, ?, ?, ?)",
+                         (job, started_at, ended_at, outcome, json.dumps(figures or {}), error))
     return {}
+
+
+def close_interrupted(conn: apsw.Connection, runner: str, before: float) -> dict[str, Any]:
+    """Mark ``running`` rows of ``runner`` (the ``figures.runner`` of their start row: writer,
+    consumer or cli) that started before ``before`` (epoch s) as ``interrupted``: the process
+    that ran them has been replaced, so they will never finish. Figures: rows marked."""
+    with transaction(conn):
+        conn.execute("UPDATE job_runs SET outcome = ?, ended_at = coalesce(ended_at, ?), "
+                     "error = coalesce(error, 'the process running it died before it finished') "
+                     "WHERE outcome = ? AND started_at < ? AND json_extract(figures, '$.runner') = ?",
+                     (INTERRUPTED, before, RUNNING, before, runner))
+        return {"interrupted": conn.changes()}

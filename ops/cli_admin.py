@@ -7,7 +7,7 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from quill.jobs.worker_jobs import snapshot as take_snapshot
+from quill.jobs.queues import run_recorded
 from quill.store.errors import CantOpenError, CorruptError
 
 from . import render
@@ -21,8 +21,15 @@ from .recover import RecoverError, recover as do_recover
 @click.pass_obj
 def snapshot(cfg: Any, as_json: bool) -> None:
     """Take a verified snapshot now (backup API + integrity_check), stamped with its spool position."""
+    from quill.jobs import catalog
+    from quill.jobs.queues import build, resolve_params
+
+    spec = catalog.get("snapshot")
+    queues = build(cfg.queue_db)
     try:
-        result = take_snapshot(str(cfg.state_db), str(cfg.snapshots_dir), cfg.snapshot_keep)
+        # Recorded in `quill jobs history` like a scheduled snapshot (through the store queue:
+        # the writer applies the record, now if a fleet runs, else at the next `quill run`).
+        result = run_recorded(spec, queues, resolve_params(spec, cfg, {}), runner="cli")
     except CantOpenError as exc:
         raise click.ClickException(f"no store to snapshot: {exc}")
     if as_json:
@@ -76,14 +83,32 @@ def _recover_postgres(cfg: Any, as_json: bool) -> None:
     else:
         click.echo(f"replayed spool {result['spool_id']} into the PostgreSQL store {result['from']} → {result['to']}"
                    f" by the {result['replayed_by']}: {result['applied']} batch(es), {result['rows']} message rows")
+def _damage_check(cfg: Any) -> dict[str, Any]:
+    from quill.jobs import catalog
+    from quill.jobs.queues import build, resolve_params
+
+    if not cfg.state_db.exists():
+        return {"check": "damage check", "status": "ok", "detail": "no store yet"}
+    spec = catalog.get("quick_check")
+    try:
+        figures = run_recorded(spec, build(cfg.queue_db), resolve_params(spec, cfg, {}), runner="cli")
+    except CorruptError as exc:
+        return {"check": "damage check", "status": "fail", "detail": f"{exc}; next: `quill recover`"}
+    return {"check": "damage check", "status": "ok", "detail": f"quick_check ok in {figures['seconds']} s"}
 
 
 @click.command()
+@click.option("--check", "damage_check", is_flag=True,
+              help="Also run the damage check (PRAGMA quick_check) now, as the hourly job does.")
 @json_option
 @click.pass_context
-def doctor(ctx: click.Context, as_json: bool) -> None:
-    """Check SQLite version, journal mode, file modes, leases, halt, WAL, free space, spool lag."""
+def doctor(ctx: click.Context, damage_check: bool, as_json: bool) -> None:
+    """Check SQLite version, journal mode, file modes, leases, halt, WAL, free space, spool lag,
+    overdue jobs; with --check, read the whole store for damage (recorded in job history;
+    damage halts the writer exactly as when the scheduled check finds it)."""
     checks = run_checks(ctx.obj)
+    if damage_check:
+        checks.append(_damage_check(ctx.obj))
     if as_json:
         emit_json(checks)
     else:

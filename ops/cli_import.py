@@ -8,7 +8,6 @@ import click
 from rich.markup import escape
 
 from quill.spool import Spool, SpoolError
-from quill.store.lease import holder_alive, read_holder
 
 from . import render
 from .cli_base import emit_json, json_option
@@ -73,7 +72,8 @@ def import_(ctx: click.Context, paths: tuple[Path, ...], as_json: bool) -> None:
     total = sum(e["new"] for e in report)
     stored = sum(e["already_stored"] for e in report)
     recognised = len(report) - len(rejected)
-    running = holder_alive(read_holder(cfg.run_dir / "fleet.lock"))
+    from quill.workers.rundir import RunDir
+    running = RunDir(cfg.home).fleet_running()
     con.print(f"spooled {total} new message(s) from {recognised} file(s)"
               + (f" ({stored} already stored)" if stored else "") + "; "
               + ("the running fleet applies them" if running else "`quill run` applies them"))

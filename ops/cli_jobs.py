@@ -18,6 +18,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from quill.jobs import catalog
+from quill.jobs import schedule as schedule_db
 from quill.jobs.queues import build as build_queues
 from quill.store.errors import CantOpenError
 from quill.store.reads import Reader
@@ -71,7 +72,7 @@ def jobs_list(cfg: Any, as_json: bool) -> None:
              "description": j.description,
              "default": _default_of(j),
              "last_outcome": last.get(j.name, {}).get("outcome"),
-             "last_started_at": last.get(j.name, {}).get("started_at")} for j in catalog.JOBS]
+             "last_started_at": last.get(j.name, {}).get("started_at")} for j in catalog.JOBS if not j.internal]
     if as_json:
         emit_json(rows)
         return
@@ -87,23 +88,34 @@ def jobs_list(cfg: Any, as_json: bool) -> None:
 @jobs.command(name="run")
 @click.argument("name")
 @click.option("--wait", "wait_s", type=click.FloatRange(min=0), default=None, help="Wait up to N seconds for the run's record.")
+@click.option("--mode", type=click.Choice(["passive", "full", "restart", "truncate"], case_sensitive=False),
+              default=None, help="wal_checkpoint only: checkpoint mode (default passive; truncate resets the WAL).")
 @json_option
 @click.pass_context
-def jobs_run(ctx: click.Context, name: str, wait_s: float | None, as_json: bool) -> None:
+def jobs_run(ctx: click.Context, name: str, wait_s: float | None, mode: str | None, as_json: bool) -> None:
     """Queue job NAME to run now (the running fleet executes it)."""
+    from quill.workers.rundir import RunDir
+
     cfg = ctx.obj
     try:
-        spec = catalog.get(name)
+        catalog.public(name)
     except KeyError as exc:
         raise click.BadParameter(str(exc.args[0]), param_hint="NAME")
+    if mode is not None and name != "wal_checkpoint":
+        raise click.BadParameter("only wal_checkpoint takes a mode", param_hint="--mode")
     cfg.home.mkdir(parents=True, exist_ok=True)
     queued_at = time.time()
-    build_queues(cfg.queue_db).enqueue(name, **spec.params(cfg))
+    # Parameters are resolved from config when it runs; only an explicit option travels.
+    build_queues(cfg.queue_db).enqueue(name, **({"mode": mode.upper()} if mode else {}))
     result: dict[str, Any] = {"job": name, "queued_at": queued_at}
+    if wait_s is not None and not RunDir(cfg.home).fleet_running():
+        raise WaitTimeoutError(f"{name} is queued, but no fleet is running on {cfg.home}, so nothing will run it now",
+                               hint=f"start `quill run` (it runs {name} first); `quill jobs history --job {name}` "
+                                    "shows the outcome")
     if wait_s is not None:
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
-            runs = [r for r in _history(cfg, name, 5) if r["started_at"] >= queued_at - 1]
+            runs = [r for r in _history(cfg, name, 5) if r["started_at"] >= queued_at - 1 and r["outcome"] != "running"]
             if runs:
                 result["run"] = runs[0]
                 break
@@ -197,7 +209,7 @@ def schedule_add(cfg: Any, job: str, every: str | None, cron: str | None, schedu
     (`quill jobs list`) this replaces the default; give --id to add a second schedule.
     """
     try:
-        spec = catalog.get(job)
+        spec = catalog.public(job)
     except KeyError as exc:
         raise click.BadParameter(str(exc.args[0]), param_hint="JOB")
     trigger = _trigger(every, cron)
@@ -205,8 +217,8 @@ def schedule_add(cfg: Any, job: str, every: str | None, cron: str | None, schedu
     default = catalog.BY_NAME.get(sid)
     with edit_schedules(cfg) as sched:
         replaced = sched.get_job(sid)
-        added = sched.add_job("quill.jobs.schedule:fire", trigger, id=sid, name=job, replace_existing=True,
-                              kwargs={"queue_db": str(cfg.queue_db), "job": job, "params": spec.params(cfg)})
+        added = sched.add_job(trigger=trigger, id=sid, name=job, replace_existing=True,
+                              **schedule_db.fire_args(spec.name))
         result = {"id": added.id, "job": job, "trigger": str(added.trigger),
                   "next_run": str(added.next_run_time) if added.next_run_time else None,
                   "replaced": str(replaced.trigger) if replaced else None,

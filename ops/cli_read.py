@@ -216,7 +216,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
         emit_json(data)
     else:
         _print_status(data)
-    if data["fleet"]["halt"] or (data["store"] or {}).get("error") or data["fleet"]["crash_loop"]:
+    if data["fleet"]["halt"] or (data["store"] or {}).get("error") or data["fleet"]["crash_loops"]:
         ctx.exit(Exit.FAILED)
 
 
@@ -228,10 +228,18 @@ def _print_status(d: dict[str, Any]) -> None:
     if fleet["halt"]:
         h = fleet["halt"]
         con.print(f"[bold red]HALTED[/bold red] {h.get('cause')}: {h.get('detail')}\n  next: [bold]{h.get('next')}[/bold]")
-    if fleet.get("crash_loop"):
-        c = fleet["crash_loop"]
+    for c in fleet["crash_loops"]:
         con.print(f"[bold red]CRASH LOOP[/bold red] the {c['role']} keeps exiting (last code {c['last_code']}); "
                   f"see {c['logs']}")
+    for role, c in (fleet.get("children") or {}).items():
+        if c.get("restarts"):
+            con.print(f"restarts {role}: {c['restarts']} (last exit code {c['last_exit_code']} at "
+                      f"{render.when(c['last_exit_at'])})")
+    last = fleet.get("last_run")
+    if not fleet["running"] and last and last.get("exit_code"):
+        roles = ", ".join(c["role"] for c in last["crash_loops"])
+        con.print(f"[yellow]last run stopped with exit code {last['exit_code']} at {render.when(last['ended_at'])}"
+                  + (f" (crash-looping: {roles})" if roles else "") + "[/yellow]")
     writer = fleet.get("writer")
     if fleet["running"] and writer and not writer.get("alive"):
         con.print("[yellow]writer   not running (restarting?)[/yellow]")
@@ -251,6 +259,12 @@ def _print_status(d: dict[str, Any]) -> None:
     sp = d["spool"]
     con.print(f"spool    {sp['segments']} segment(s), {sp['bytes']} bytes, end {sp['end']}, "
               f"{sp['pending_bytes']} bytes pending (lag {sp['lag_s']} s), {sp['quarantined']} quarantined")
+    w = d["wal"]
+    if w["bytes"] or w["blocked_by_reader_since"]:
+        style = "yellow" if w["high"] or w["blocked_by_reader_since"] else "default"
+        con.print(f"[{style}]WAL      {health.describe_wal(w)}[/{style}]")
+    for o in d["overdue"]:
+        con.print(f"[yellow]overdue  {o['job']}: {o['reason']}[/yellow]")
     for run in d["jobs"][:5]:
         con.print(f"job      {run['job']:<15} {run['outcome']:<6} {render.when(run['started_at'])} {run.get('error') or ''}")
 

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import click
 
-from quill.store.lease import holder_alive, read_holder
 
 from .errors import Exit
 
@@ -19,16 +18,19 @@ def run(ctx: click.Context, until_idle: bool, timeout: float | None) -> None:
     from quill.workers.supervisor import Supervisor
     from . import logs
 
+    from quill.workers.rundir import RunDir
+
     cfg = ctx.obj
-    holder = read_holder(cfg.run_dir / "fleet.lock")
-    if holder and holder_alive(holder):
+    holder = RunDir(cfg.home).lease_holder("fleet")
+    if holder:
         raise click.ClickException(f"a fleet is already running on {cfg.home} (supervisor pid {holder['pid']})")
     cfg.ensure_dirs()
     log = logs.configure(cfg.logs_dir, "supervisor", stderr=False)
     click.echo(f"quill: fleet on {cfg.home} ({'until idle' if until_idle else 'Ctrl-C to stop'}); logs in {cfg.logs_dir}",
                err=True)
     try:
-        code = Supervisor(cfg, log, until_idle=until_idle, timeout=timeout).run()
+        code = Supervisor(cfg, log, until_idle=until_idle, timeout=timeout,
+                          console=lambda text: click.echo(text, err=True)).run()
     except LeaseHeldError as exc:
         raise click.ClickException(f"a fleet is already running on {cfg.home}: {exc}")
     if code:

@@ -10,6 +10,7 @@ import click
 from quill.spool import Position, Quarantine, SpoolReader
 from quill.spool.reader import lag_seconds, stats
 from quill.store.errors import CantOpenError, LeaseHeldError
+from quill.workers.rundir import RunDir
 from quill.store.lease import Lease
 
 from . import render
@@ -88,7 +89,7 @@ def spool_replay(ctx: click.Context, from_: str | None, into: Path | None, as_js
     lease = None
     if into is None:  # the live store: only with the writer lease, i.e. with the fleet stopped
         try:
-            lease = Lease(cfg.run_dir / "writer.lock").acquire()
+            lease = Lease(RunDir(cfg.home).lock("writer")).acquire()
         except LeaseHeldError as exc:
             raise click.ClickException(f"the writer is running ({exc}); stop `quill run` first, "
                                        "or replay --into a new file")

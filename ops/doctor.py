@@ -18,12 +18,12 @@ import apsw
 from quill.spool import Position, Quarantine
 from quill.spool.reader import lag_seconds, stats
 from quill.spool.segments import stray_segments
-from quill.store.connection import MIN_SQLITE
+from quill.store.connection import MIN_SQLITE, shm_problem
 from quill.store.errors import StoreError
-from quill.store.lease import holder_alive, read_holder
 from quill.store.reads import Reader
-from quill.workers import status
+from quill.workers.rundir import RunDir
 
+from . import health
 from .config import Config
 
 FREE_WARN_BYTES = 1 << 30
@@ -45,19 +45,30 @@ def run_checks(cfg: Config) -> list[dict[str, Any]]:
                       f"apsw's SQLite {lib}; need ≥ {'.'.join(map(str, MIN_SQLITE))} (WAL-reset bug fix)"))
     out.append(_check("sqlite (queue)", True,
                       f"system SQLite {sqlite3.sqlite_version} for huey; queue.db uses journal_mode=TRUNCATE, not WAL"))
-    if cfg.state_db.exists():
+    shm = shm_problem(cfg.state_db)
+    out.append(_check("shared memory", shm is None, shm + " — stop Quill, then delete it (SQLite rebuilds it "
+                      "from the WAL) or restore its owner and mode 600" if shm else "state.db-shm usable or absent"))
+    if shm:
+        figures = None  # SQLite would read the store through it as if it were empty: don't
+    elif cfg.state_db.exists():
         try:
             with Reader(cfg.state_db) as r:
                 mode = r.conn.execute("PRAGMA journal_mode").fetchone()[0]
                 figures = r.figures()
-            out.append(_check("journal mode", mode == "wal", f"state.db journal_mode={mode}"))
+                overdue = health.overdue_jobs(cfg, r.conn)
+            out.append(_check("overdue jobs", not overdue, "; ".join(f"{o['job']}: {o['reason']}" for o in overdue)
+                              or "every scheduled job ran within twice its period", warn_only=True))
+            out.append(_check("journal mode", mode == "wal", f"state.db journal_mode={mode}" + (
+                "" if mode == "wal" else "; the writer puts it back into WAL at its next start and logs "
+                                         "writer.journal_mode_corrected"), warn_only=True))
             out.append(_check("store", True, f"{figures['sessions']} sessions, {figures['messages']} messages, "
                                               f"cursor {figures['cursor']}"))
         except (StoreError, apsw.Error) as exc:
             out.append(_check("store", False, f"cannot read state.db: {type(exc).__name__}: {exc}"))
             figures = None
-        wal = os.path.getsize(str(cfg.state_db) + "-wal") if os.path.exists(str(cfg.state_db) + "-wal") else 0
-        out.append(_check("WAL size", wal < 512 << 20, f"{wal} bytes", warn_only=True))
+        w = health.wal_state(cfg, RunDir(cfg.home).live("writer"))
+        out.append(_check("WAL size", not w["high"] and not w["blocked_by_reader_since"], health.describe_wal(w),
+                          warn_only=True))
     else:
         figures = None
         out.append(_check("store", True, "state.db not created yet (the writer creates it)"))
@@ -66,11 +77,12 @@ def run_checks(cfg: Config) -> list[dict[str, Any]]:
         if path.exists() and stat.S_IMODE(os.stat(path).st_mode) & 0o077:
             loose.append(f"{path.name}={oct(stat.S_IMODE(os.stat(path).st_mode))}")
     out.append(_check("file modes", not loose, "owner-only" if not loose else "group/other access: " + ", ".join(loose)))
+    rd = RunDir(cfg.home)
     for role in ("fleet", "writer", "scheduler"):
-        holder = read_holder(cfg.run_dir / f"{role}.lock")
-        alive = bool(holder) and holder_alive(holder)
-        out.append(_check(f"{role} lease", True, f"held by pid {holder['pid']}" if alive else "free"))
-    halt = status.read(cfg.run_dir / "halt.json")
+        holder = rd.lease_holder(role)
+        out.append(_check(f"{role} lease", True, f"held by pid {holder['pid']}" if holder else "free"))
+    writer = rd.live("writer") or {}
+    halt = rd.halt(cfg.state_db) or (writer.get("halt") if writer.get("halted") else None)
     out.append(_check("halt", not halt, "not halted" if not halt else
                       f"HALTED: {halt.get('cause')}: {halt.get('detail')} — run `{halt.get('next')}`"))
     free = shutil.disk_usage(next(p for p in (cfg.home, *cfg.home.parents) if p.exists())).free

@@ -21,7 +21,7 @@ from quill.store.lease import Lease
 from quill.store import index_slice, open_writer
 from quill.store.recovery import integrity, stamp_generation, swap_in
 from quill.store.salvage import salvage
-from quill.workers import status
+from quill.workers.rundir import RunDir
 
 from .config import Config
 from .replay import Progress, replay
@@ -106,8 +106,10 @@ def recover(cfg: Config, *, progress: Progress | None = None, accept_loss: bool 
     Raises ``RecoverError`` when a healthy writer is running, or when the halted writer does
     not swap in time; ``CorruptError`` when the rebuilt store fails verification.
     """
-    halt = status.read(cfg.run_dir / "halt.json")
-    lease = Lease(cfg.run_dir / "writer.lock")
+    rd = RunDir(cfg.home)
+    writer = rd.live("writer") or {}
+    halt = rd.halt(cfg.state_db) or (writer.get("halt") if writer.get("halted") else None)
+    lease = Lease(rd.lock("writer"))
     try:
         lease.acquire()
         held = True
@@ -120,19 +122,23 @@ def recover(cfg: Config, *, progress: Progress | None = None, accept_loss: bool 
         report = rebuild(cfg, progress, accept_loss=accept_loss)
         if held:
             report["evidence"] = str(swap_in(cfg.home / os.path.basename(report["path"]), cfg.state_db))
-            (cfg.run_dir / "halt.json").unlink(missing_ok=True)
+            rd.clear_halt()
             report["swapped_by"] = "recover"
             return report
     finally:
         if held:
             lease.release()
-    # A halted writer holds the lease with its connection closed: ask it to swap.
-    status.publish(cfg.run_dir / "swap.json", {"new": report["path"]})
+    # A halted writer holds the lease with its connection closed: ask it to swap. The request
+    # carries our identity; the writer honours it only while we are alive and waiting.
+    rd.request_swap(report["path"])
     deadline = time.monotonic() + SWAP_WAIT_S
-    while time.monotonic() < deadline:
-        if not (cfg.run_dir / "swap.json").exists() and not (cfg.run_dir / "halt.json").exists():
-            report["swapped_by"] = "writer"
-            return report
-        time.sleep(0.1)
+    try:
+        while time.monotonic() < deadline:
+            if not rd.swap_file.exists() and rd.halt(cfg.state_db) is None:
+                report["swapped_by"] = "writer"
+                return report
+            time.sleep(0.1)
+    finally:
+        rd.clear_swap()
     raise RecoverError(f"the halted writer did not swap in {report['path']} within {SWAP_WAIT_S:g} s; "
                        "stop `quill run` and run `quill recover` again")

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
+from collections.abc import Callable
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +19,7 @@ from pathlib import Path
 import apsw
 
 from . import schema
-from .errors import CantOpenError, mapped
+from .errors import CantOpenError, SharedMemoryError, mapped
 
 #: The writer waits this long for a lock before SQLITE_BUSY (ms). Only readers and the
 #: backup API can contend with the single writer, and they hold locks briefly.
@@ -44,19 +46,57 @@ def check_sqlite_version(version: str | None = None) -> None:
                             f"≥ {'.'.join(map(str, MIN_SQLITE))} (upgrade apsw)")
 
 
-def open_writer(path: Path, *, synchronous: str = "NORMAL") -> apsw.Connection:
+def shm_problem(path: Path) -> str | None:
+    """Why ``<path>-shm`` (SQLite's shared-memory WAL index) is unusable, or None when it is
+    absent or fine. Checked before opening, because SQLite does not say: with an -shm that is
+    a directory it opened the store as if it were *empty* (no tables), and with one it cannot
+    write, writes fail as "attempt to write a readonly database" (issue 11.6). Usable means:
+    a regular file (not a symlink), owned by this user, that this process can open
+    read-write. Fix: stop every Quill process, then delete the -shm file (SQLite rebuilds it
+    from the WAL at the next open) or restore its owner and mode 600."""
+    shm = Path(str(path) + "-shm")
+    try:
+        st = os.lstat(shm)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"{shm} cannot be examined: {exc.strerror}"
+    if stat.S_ISLNK(st.st_mode):
+        return f"{shm} is a symbolic link, not SQLite's own shared-memory file"
+    if not stat.S_ISREG(st.st_mode):
+        return f"{shm} is not a regular file ({'a directory' if stat.S_ISDIR(st.st_mode) else 'a special file'})"
+    if st.st_uid != os.geteuid():
+        return f"{shm} belongs to uid {st.st_uid}, not to this user (uid {os.geteuid()})"
+    try:
+        os.close(os.open(shm, os.O_RDWR | os.O_CLOEXEC))
+    except OSError as exc:
+        return f"{shm} cannot be opened read-write: {exc.strerror} (mode {oct(stat.S_IMODE(st.st_mode))})"
+    return None
+
+
+def open_writer(path: Path, *, synchronous: str = "NORMAL",
+                on_journal_mode: Callable[[str], None] | None = None) -> apsw.Connection:
     """Open (creating if needed) ``state.db`` for writing and bring its schema to v1.
 
-    Only the process holding the writer lease may call this. Raises the store error tree,
-    ``CantOpenError`` included when the linked SQLite has the WAL-reset bug.
+    Only the process holding the writer lease may call this. A store found in another
+    journal mode (switched while stopped) is put back into WAL and ``on_journal_mode(old)``
+    is called so the caller logs the correction. Raises the store error tree:
+    ``CantOpenError`` when the linked SQLite has the WAL-reset bug, ``SharedMemoryError``
+    when the -shm file is unusable (``shm_problem``).
     """
     check_sqlite_version()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    problem = shm_problem(path)
+    if problem:
+        raise SharedMemoryError(problem)
     with mapped():
         conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE)
         conn.set_busy_timeout(WRITER_BUSY_MS)
+        before = conn.execute("PRAGMA journal_mode").fetchone()[0]
         mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+        if before.lower() != "wal" and mode.lower() == "wal" and path.stat().st_size > 0 and on_journal_mode:
+            on_journal_mode(before)
         if mode.lower() != "wal":
             raise apsw.CantOpenError(f"could not enable WAL on {path} (journal_mode={mode})")
         conn.execute(f"PRAGMA synchronous={synchronous}")

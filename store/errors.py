@@ -49,6 +49,13 @@ class ReadOnlyError(StoreError):
     """SQLITE_READONLY: a write was attempted on a read-only database or connection."""
 
 
+class SharedMemoryError(StoreIOError):
+    """SQLite's shared-memory WAL index (``state.db-shm``) is unusable: wrong type, owner or
+    permissions, or SQLite reports an shm-specific result code (READONLY_CANTINIT,
+    READONLY_CANTLOCK, IOERR_SHMOPEN/SHMSIZE/SHMLOCK/SHMMAP). Not damage: the fix is to
+    stop Quill and delete (or chmod) the -shm file."""
+
+
 class CantOpenError(StoreError):
     """SQLITE_CANTOPEN: the database file (or its directory) cannot be opened."""
 
@@ -90,8 +97,16 @@ _MAP: tuple[tuple[type[BaseException], type[StoreError]], ...] = (
 )
 
 
+#: Extended result codes that are about the shared-memory WAL index (sqlite3.h).
+SHM_RESULT_CODES = frozenset(apsw.mapping_extended_result_codes[name] for name in (
+    "SQLITE_READONLY_CANTINIT", "SQLITE_READONLY_CANTLOCK", "SQLITE_IOERR_SHMOPEN", "SQLITE_IOERR_SHMSIZE",
+    "SQLITE_IOERR_SHMLOCK", "SQLITE_IOERR_SHMMAP") if name in apsw.mapping_extended_result_codes)
+
+
 def translate(exc: apsw.Error) -> StoreError:
     """Map an apsw exception to the store tree (a plain ``StoreError`` when unclassified)."""
+    if getattr(exc, "extendedresult", None) in SHM_RESULT_CODES:
+        return SharedMemoryError(f"{exc} (shared-memory WAL index: stop Quill and delete state.db-shm)")
     for apsw_type, ours in _MAP:
         if isinstance(exc, apsw_type):
             return ours(str(exc))

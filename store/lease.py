@@ -3,8 +3,8 @@ the scheduler lease and the fleet lease (one of each per data dir).
 
 A lease is an ``flock`` on a lock file, so the kernel releases it when the holder dies —
 a dead holder's lease is taken over with no stale-lock logic. The file also records the
-holder's pid and psutil ``create_time`` so a refusal can name it, and so a reader can tell
-a live holder from a recycled pid.
+holder's identity (``process_identity``) so a refusal can name it, and so a reader can tell
+a live holder from a recycled pid (``holder_alive``).
 """
 from __future__ import annotations
 
@@ -18,16 +18,67 @@ import psutil
 from .errors import LeaseHeldError
 
 
+#: Largest whole-second shift of the kernel's boot-time estimate accepted between recording
+#: a legacy ``create_time`` and checking it (a 1 s shift was observed within one test run).
+BOOT_SHIFT_S = 1
+#: A legacy ``create_time`` matches only if it differs from the live one by a whole number
+#: of seconds (see ``holder_alive``) to within this: below half a clock tick (HZ = 100).
+_TICK_EPSILON_S = 0.004
+
+
+def _boot_id() -> str | None:
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def start_ticks(pid: int) -> int:
+    """The kernel's start time of ``pid`` in clock ticks since boot: field 22 of
+    ``/proc/<pid>/stat`` (proc(5)). Parsed after the last ``)`` because the command name
+    (field 2) may contain spaces and parentheses. Raises ``psutil.NoSuchProcess`` when the
+    process is gone (or there is no ``/proc``)."""
+    try:
+        with open(f"/proc/{int(pid)}/stat", "rb") as f:
+            text = f.read()
+    except OSError:
+        raise psutil.NoSuchProcess(pid) from None
+    return int(text[text.rindex(b")") + 2:].split()[19])
+
+
 def process_identity(pid: int | None = None) -> dict:
-    """``{"pid", "create_time"}`` of a process (default: this one)."""
-    pid = pid or os.getpid()
-    return {"pid": pid, "create_time": psutil.Process(pid).create_time()}
+    """Who a process is, pid-reuse-safe: ``{"pid", "create_time", "start_ticks", "boot_id"}``.
+
+    ``start_ticks`` is the kernel's start time of the process in clock ticks since boot
+    (``start_ticks()``): fixed for the life of the process and unaffected by clock or
+    boot-time-estimate changes.
+    ``create_time`` (epoch s = boot-time estimate + ``started_s``) is kept for display and for
+    readers of older records. Raises ``psutil.NoSuchProcess`` if ``pid`` is gone."""
+    proc = psutil.Process(pid or os.getpid())
+    return {"pid": proc.pid, "create_time": proc.create_time(), "start_ticks": start_ticks(proc.pid),
+            "boot_id": _boot_id()}
 
 
 def holder_alive(holder: dict) -> bool:
-    """True when the recorded pid is alive *and* is the same process (same create_time)."""
+    """True when the recorded process is alive *and* is the same process, not a recycled pid.
+
+    * With ``start_ticks`` (written by ``process_identity``): same boot (``boot_id``) and the
+      exact same kernel start tick — no tolerance is needed, so none is given.
+    * With only ``create_time`` (older records; session owners sent by producers): the
+      epoch start time is ``btime + ticks/HZ`` where ``btime`` (``/proc/stat``) is a whole
+      number of seconds that moves when the kernel re-estimates the boot time. The same
+      process therefore differs by a whole number of seconds (at most ``BOOT_SHIFT_S``) and
+      matches to the tick; a recycled pid would have to start that many whole seconds later,
+      to within half a clock tick, to be mistaken for it.
+    A malformed record is not alive."""
     try:
-        return abs(psutil.Process(int(holder["pid"])).create_time() - float(holder["create_time"])) < 0.01
+        pid = int(holder["pid"])
+        if holder.get("start_ticks") is not None:
+            return holder.get("boot_id") in (None, _boot_id()) and start_ticks(pid) == int(holder["start_ticks"])
+        proc = psutil.Process(pid)
+        shift = proc.create_time() - float(holder["create_time"])
+        return abs(shift - round(shift)) < _TICK_EPSILON_S and abs(round(shift)) <= BOOT_SHIFT_S
     except (psutil.Error, KeyError, TypeError, ValueError):
         return False
 
@@ -57,7 +108,9 @@ class Lease:
             os.close(fd)
             raise LeaseHeldError(str(self.path), read_holder(self.path)) from None
         os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(process_identity()).encode(), 0)
+        # The path too: a copied data dir carries this file, naming a live process that does
+        # not hold *its* lease.
+        os.pwrite(fd, json.dumps({**process_identity(), "path": str(self.path)}).encode(), 0)
         self._fd = fd
         return self
 

@@ -64,12 +64,18 @@ class QuillCLI:
 
 
 def worker_pids(home: Path, timeout: float = 30) -> list[int]:
-    """Pids of writer, scheduler and consumer once each has published its status."""
-    files = [home / "run" / f"{r}.json" for r in ("writer", "scheduler", "consumer")]
+    """Pids of writer, scheduler and consumer once each *live* process has published its
+    status (a file left by an earlier run's dead process does not count)."""
+    from quill.workers.rundir import RunDir
+    rd = RunDir(Path(home).resolve())
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and not all(p.exists() for p in files):
+    while True:
+        live = [rd.live(r) for r in ("writer", "scheduler", "consumer")]
+        if all(live) or time.monotonic() > deadline:
+            break
         time.sleep(0.1)
-    return [json.loads(p.read_text())["pid"] for p in files]
+    assert all(live), f"not every worker published a live status within {timeout} s: {live}"
+    return [st["pid"] for st in live]
 
 
 def damage_pages(db: Path, table: str, count: int = 3, leaves_only: bool = False) -> None:

@@ -152,7 +152,7 @@ def test_a_crash_looping_writer_ends_until_idle_with_exit_6(quill, home):
     proc = quill.run("run", "--until-idle", "--timeout", "120", check=False)
     assert proc.returncode == 6 and "crash-looping" in proc.stderr
     sup = json.loads((home / "run" / "supervisor.json").read_text())
-    assert sup["state"] == "stopped" and sup["exit_code"] == 6 and sup["crash_loop"]["role"] == "writer"
+    assert sup["state"] == "stopped" and sup["exit_code"] == 6 and sup["crash_loops"][0]["role"] == "writer"
     log = (home / "logs" / "supervisor.log").read_text()
     assert '"supervisor.crash_loop"' in log
 

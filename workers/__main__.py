@@ -25,6 +25,9 @@ from .lifeline import follow_parent
 def main(role: str, home: str, parent: int | None) -> None:
     os.umask(0o077)  # every file Quill creates is owner-only (DESIGN.md, "Data layout")
     cfg = config.load(home)
+    # The data dir this process serves, for code that runs without a Config in hand (the
+    # scheduler's ``fire``, called by APScheduler with the job name only).
+    os.environ["QUILL_HOME"] = str(cfg.home)
     cfg.ensure_dirs()
     log = logs.configure(cfg.logs_dir, role)
     stop = threading.Event()

@@ -1,7 +1,7 @@
 """The job-worker process: a huey consumer (one worker thread) for jobs that do not write
 the store.
 
-It publishes ``run/consumer.json``: tasks in flight, and for the running one its name, start
+It publishes its status (``rundir``): tasks in flight, and for the running one its name, start
 time and timeout (from the job catalog), through huey's signals. "Idle" is decided from it,
 and the supervisor kills and restarts a consumer whose job outlives its timeout — a thread
 cannot be interrupted, a process can, and the consumer has no child processes that could
@@ -18,29 +18,32 @@ from quill.jobs import catalog
 from quill.jobs.queues import build_for
 from quill.ops.config import Config
 
-from . import status
+from .rundir import RunDir
 
 
 def run(cfg: Config, log: Any) -> None:
     """Run the consumer until SIGTERM/SIGINT (huey installs its own handlers)."""
     queues = build_for(cfg)  # queue.db, or the shared Redis of [queue] url
-    path = cfg.run_dir / "consumer.json"
+    run_dir = RunDir(cfg.home)
     in_flight = {"n": 0}
 
     @queues.worker.signal(signals.SIGNAL_EXECUTING)
     def _started(signal: str, task: Any, *args: Any) -> None:
         in_flight["n"] += 1
         spec = catalog.BY_NAME.get(task.name)
-        status.try_publish(path, {"in_flight": in_flight["n"], "last": task.name, "started_at": time.time(),
-                                  "timeout": spec.timeout if spec else None})
+        run_dir.publish("consumer", {"in_flight": in_flight["n"], "last": task.name, "started_at": time.time(),
+                                     "timeout": spec.timeout if spec else None})
 
     @queues.worker.signal(signals.SIGNAL_COMPLETE, signals.SIGNAL_ERROR, signals.SIGNAL_RETRYING)
     def _finished(signal: str, task: Any, *args: Any) -> None:
         if signal != signals.SIGNAL_RETRYING:
             in_flight["n"] = max(0, in_flight["n"] - 1)
-        status.try_publish(path, {"in_flight": in_flight["n"], "last": task.name, "last_signal": signal})
+        run_dir.publish("consumer", {"in_flight": in_flight["n"], "last": task.name, "last_signal": signal})
 
-    status.publish(path, {"in_flight": 0})
+    run_dir.publish("consumer", {"in_flight": 0}, strict=True)
+    # One consumer per fleet: a run a previous consumer started and never finished (kill -9
+    # mid-check) is marked interrupted. Queued after that consumer's own records (FIFO).
+    queues.tasks[catalog.CLOSE_INTERRUPTED](runner="consumer", before=time.time())
     log.info("consumer.started")
     consumer = queues.worker.create_consumer(workers=1, worker_type="thread", periodic=False,
                                              initial_delay=0.05, max_delay=1.0)

@@ -34,8 +34,8 @@ from quill.store.errors import DiskFullError, StoreIOError, TransientError
 from quill.store.lease import Lease
 from quill.store.postgres import PostgresBackend
 
-from . import status
 from .job_runner import StoreJobRunner
+from .rundir import RunDir
 
 _READ_BYTES = 8 << 20
 #: How often an idle writer collects its spool (seconds).
@@ -49,10 +49,10 @@ class PgWriter:
     def __init__(self, cfg: Config, log: Any):
         self.cfg = cfg
         self.log = log
-        self.lease = Lease(cfg.run_dir / "writer.lock")
+        self.run_dir = RunDir(cfg.home)
+        self.lease = Lease(self.run_dir.lock("writer"))
         self.reader = SpoolReader(cfg.spool_dir)
         self.quarantine = Quarantine(cfg.spool_dir)
-        self.status_path = cfg.run_dir / "writer.json"
         self.spool_id = load_or_create(cfg.spool_id_path)
         self.backend: PostgresBackend | None = None
         self.cursor: Position = START
@@ -91,7 +91,7 @@ class PgWriter:
     def _connect(self) -> None:
         self.backend = PostgresBackend(self.cfg.store_url, self.spool_id)
         if self.jobs is None:  # this host's store queue: job-run records from its consumer
-            self.jobs = StoreJobRunner(build_for(self.cfg), self.log, Spool(self.cfg.spool_dir))
+            self.jobs = StoreJobRunner(build_for(self.cfg), self.log, Spool(self.cfg.spool_dir), self.cfg)
         cur = self.backend.read_cursor()
         self.cursor = Position(*cur) if cur else START
         self.log.info("writer.started", backend="postgres", spool_id=self.spool_id, cursor=str(self.cursor))
@@ -152,7 +152,7 @@ class PgWriter:
         if idle and now - self._last_idle_publish < 0.25:
             return
         self._last_idle_publish = now if idle else 0.0
-        status.try_publish(self.status_path, {
+        self.run_dir.publish("writer", {
             "idle": idle, "halted": False, "cursor": str(self.cursor), "backend": "postgres",
             "spool_id": self.spool_id, "fts_indexed_upto": 0, "error": error, "job": None, **self.totals})
 

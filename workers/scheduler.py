@@ -1,10 +1,12 @@
 """The scheduler worker: APScheduler 3 decides *when*; huey queues carry the work.
 
-Exactly one per data dir (``run/scheduler.lock``). Schedules persist in ``schedule.db``
-(SQLAlchemyJobStore); the catalog's defaults are added only when absent, so an operator's
-changes survive restarts. Misfire policy: ``coalesce=True`` (runs missed while the fleet was
-down collapse into one) and ``misfire_grace_time`` of one hour (a run later than that is
-skipped and logged, never silently).
+Exactly one per data dir (the scheduler lease). Schedules persist in ``schedule.db``
+(SQLAlchemyJobStore) and hold intent only (job name + trigger, ``jobs.schedule``); the
+catalog's defaults are added only when absent, so an operator's changes survive restarts.
+Misfire policy: ``coalesce=True`` (runs missed while the fleet was down collapse into one)
+and no grace limit (``misfire_grace_time=None``): a missed window, however long ago, runs
+once at the next start — a laptop asleep through the nightly ``quick_check`` still gets it
+(APScheduler 3 docs: ``None`` means "run no matter how late").
 """
 from __future__ import annotations
 
@@ -20,12 +22,13 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy.engine import URL
 
 from quill.jobs import catalog
+from quill.jobs import schedule as schedule_db
+from quill.jobs.queues import build_for
+from quill.ops import config
 from quill.ops.config import Config
 from quill.store.lease import Lease
 
-from . import status
-
-MISFIRE_GRACE_S = 3600
+from .rundir import RunDir
 
 
 #: A standby scheduler (another host leads the cluster) tries to take over this often (s).
@@ -43,37 +46,49 @@ def jobstore_url(cfg: Config) -> Any:
     return URL.create("sqlite", database=str(cfg.schedule_db))
 
 
+def fire(job: str) -> None:
+    """What every schedule calls (``jobs.schedule.FIRE_REF``): queue ``job`` on the queues of
+    the data dir this process serves — ``queue.db``, or the shared Redis of ``[queue] url``
+    with this host's id (``build_for``). The data dir comes from ``QUILL_HOME``, which the
+    supervisor sets for its children (and the worker entry point for itself), so nothing
+    about paths, queues or parameters is stored with the schedule; the job's parameters are
+    resolved from config when it runs."""
+    build_for(config.load()).enqueue(job)
+
+
 def make_scheduler(cfg: Config) -> BackgroundScheduler:
     """A BackgroundScheduler on the job store (``jobstore_url``) with Quill's job defaults
-    (not started)."""
+    (not started). Legacy rows of ``schedule.db`` are migrated first
+    (``jobs.schedule.migrate``): APScheduler would drop a job whose callable no longer
+    imports, and their frozen paths must not be used."""
+    if not cfg.store_url:
+        schedule_db.migrate(cfg.schedule_db)
     return BackgroundScheduler(
         jobstores={"default": SQLAlchemyJobStore(url=jobstore_url(cfg))},
-        job_defaults={"coalesce": True, "misfire_grace_time": MISFIRE_GRACE_S, "max_instances": 1},
+        job_defaults={"coalesce": True, "misfire_grace_time": None, "max_instances": 1},
         timezone=dt.timezone.utc)
-
-
-def _queue_kwargs(cfg: Config) -> dict[str, Any]:
-    """Where ``fire`` enqueues on a shared Redis: its URL and this host's id (store jobs go to
-    this host's writer). Nothing extra on the embedded queue."""
-    if not cfg.queue_url:
-        return {}
-    from quill.spool.identity import load_or_create
-    return {"queue_url": cfg.queue_url, "host_id": load_or_create(cfg.spool_id_path)}
 
 
 def install_defaults(sched: BackgroundScheduler, cfg: Config) -> list[str]:
     """Add each catalog job of this store's backend (``JobSpec.backend``) that has no
-    schedule yet; returns the names added."""
+    schedule yet, and bring a schedule that still has an earlier version's default trigger
+    (``catalog.PREVIOUS_DEFAULTS``) to today's default; returns the names added or upgraded."""
     added = []
     backend = "postgres" if cfg.store_url else "sqlite"
     for spec in catalog.JOBS:
         if spec.backend not in (backend, "any"):
             continue  # e.g. VACUUM or WAL checkpoints on a PostgreSQL store
-        if spec.trigger is not None and sched.get_job(spec.name) is None:
-            sched.add_job("quill.jobs.schedule:fire", spec.trigger, id=spec.name, name=spec.name,
-                          kwargs={"queue_db": str(cfg.queue_db), "job": spec.name, "params": spec.params(cfg),
-                                  **_queue_kwargs(cfg)},
-                          **spec.trigger_args)
+        job = sched.get_job(spec.name) if spec.trigger is not None else None
+        if job is not None and str(job.trigger) in catalog.PREVIOUS_DEFAULTS.get(spec.name, ()):
+            paused = job.next_run_time is None
+            sched.reschedule_job(spec.name, trigger=spec.trigger, **spec.trigger_args)
+            if paused:
+                sched.pause_job(spec.name)
+            added.append(spec.name)
+            continue
+        if spec.trigger is not None and job is None:
+            sched.add_job(trigger=spec.trigger, id=spec.name, name=spec.name,
+                          **schedule_db.fire_args(spec.name), **spec.trigger_args)
             added.append(spec.name)
     return added
 
@@ -114,7 +129,7 @@ def _lead(cfg: Config, log: Any, stop: threading.Event) -> Any:
         if leader.try_lead():
             log.info("scheduler.leading")
             return leader
-        status.try_publish(cfg.run_dir / "scheduler.json", {"ready": True, "role": "standby", "jobs": []})
+        RunDir(cfg.home).publish("scheduler", {"ready": True, "role": "standby", "jobs": []})
         stop.wait(STANDBY_RETRY_S)
     leader.release()
     return None
@@ -125,7 +140,8 @@ def run(cfg: Config, log: Any, stop: threading.Event) -> None:
     data dir. On a shared PostgreSQL store only the elected leader runs schedules; the others
     stand by, and a leader that loses its session stops (the supervisor restarts it as a
     standby)."""
-    lease = Lease(cfg.run_dir / "scheduler.lock").acquire()
+    run_dir = RunDir(cfg.home)
+    lease = Lease(run_dir.lock("scheduler")).acquire()
     leader = None
     if cfg.store_url:
         leader = _lead(cfg, log, stop)
@@ -148,8 +164,8 @@ def run(cfg: Config, log: Any, stop: threading.Event) -> None:
                 break
             due = [j for j in sched.get_jobs()
                    if j.next_run_time and j.next_run_time <= dt.datetime.now(dt.timezone.utc)]
-            status.publish(cfg.run_dir / "scheduler.json", {"ready": not due, "jobs": describe(sched),
-                                                            **({"role": "leader"} if leader else {})})
+            run_dir.publish("scheduler", {"ready": not due, "jobs": describe(sched),
+                                          **({"role": "leader"} if leader else {})}, strict=True)
             stop.wait(0.5 if due else 1.0)
             # Operators change schedules in schedule.db from `quill schedule ...`; waking up
             # re-reads the job store, so a change takes effect within a second.

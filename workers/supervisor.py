@@ -4,9 +4,12 @@
   consumer, plus ``http`` (``python -m quill.ops.service``) when ``[http] listen`` is set.
   One fleet per data dir (``run/fleet.lock``).
 * A child that exits is restarted after a backoff (0.5 s doubling to 10 s). Five exits within
-  60 s is a crash loop: it is logged and shown by ``quill status``, and restarts slow to one a
-  minute (the others keep running: producers never depend on the fleet). With
-  ``until_idle`` a crash loop ends the run with ``EXIT_CRASH_LOOP``, since idle cannot come.
+  60 s is a crash loop: it is logged, printed on the console and shown by ``quill status``
+  (every crash-looping role, with restart counts and last exit codes), and restarts slow to
+  one a minute (the others keep running: producers never depend on the fleet). The writer
+  is the exception: nothing is applied while it is down, so its delay never exceeds
+  ``WRITER_MAX_DELAY_S``, crash loop or not. With ``until_idle`` a crash loop ends the run
+  with ``EXIT_CRASH_LOOP``, since idle cannot come.
 * A job-worker whose running job outlives its catalog ``timeout`` is killed and restarted.
 * A writer whose status heartbeat is older than ``writer.hung_after_s`` (default 120 s;
   ``JOB_HUNG_AFTER_S`` while it reports a running store job) is taken for hung: SIGKILL, then restarted. Nothing is
@@ -32,7 +35,7 @@ from quill.jobs.queues import build as build_queues
 from quill.ops.config import Config
 from quill.store.lease import Lease
 
-from . import status
+from .rundir import RunDir
 
 ROLES = ("writer", "scheduler", "consumer")
 STOP_TIMEOUT_S = 15.0
@@ -40,6 +43,9 @@ CRASH_LOOP = (5, 60.0)  # exits, within seconds
 EXIT_OK, EXIT_TIMEOUT, EXIT_HALTED, EXIT_CRASH_LOOP = 0, 4, 5, 6
 JOB_HUNG_AFTER_S = 3600.0
 CRASH_LOOP_BACKOFF_S = 60.0
+#: The writer's restart delay never exceeds this (seconds): while it is down nothing is
+#: applied. A writer that fails at once costs one short-lived process per second at most.
+WRITER_MAX_DELAY_S = 1.0
 
 
 @dataclass
@@ -53,14 +59,35 @@ class Child:
     restart_at: float = 0.0
     backoff: float = 0.5
     restarts: int = 0              # exits since the fleet started (published for status/metrics)
+    last_exit_code: int | None = None
+    last_exit_at: float | None = None
+    crash_loop: bool = False
+
+    def max_delay(self, crash_loop: bool) -> float:
+        """Longest restart delay for this role (seconds)."""
+        if self.role == "writer":
+            return WRITER_MAX_DELAY_S
+        return CRASH_LOOP_BACKOFF_S if crash_loop else 10.0
+
+    def summary(self) -> dict[str, Any]:
+        """What ``quill status`` shows for this child."""
+        alive = self.proc is not None and self.proc.poll() is None
+        return {"pid": self.proc.pid if alive else None, "restarts": self.restarts,
+                "last_exit_code": self.last_exit_code, "last_exit_at": self.last_exit_at,
+                "crash_loop": self.crash_loop}
 
 
 class Supervisor:
     """Runs the fleet for one data dir in the foreground. ``run()`` returns an exit code."""
 
-    def __init__(self, cfg: Config, log: Any, *, until_idle: bool = False, timeout: float | None = None):
+    def __init__(self, cfg: Config, log: Any, *, until_idle: bool = False, timeout: float | None = None,
+                 console: Any = None):
+        """``console(text)``, when given, is told of every worker exit and restart (the
+        ``quill run`` terminal), in addition to the log."""
         self.cfg = cfg
         self.log = log
+        self.console = console or (lambda text: None)
+        self.run_dir = RunDir(cfg.home)
         self.until_idle = until_idle
         self.timeout = timeout
         tail = ["--home", str(cfg.home), "--parent", str(os.getpid())]
@@ -68,10 +95,15 @@ class Supervisor:
         if cfg.http_listen:  # [http] listen set: the API and dashboard run as one more child
             self.children.append(Child("http", [sys.executable, "-m", "quill.ops.service", *tail]))
         self._stop_signal: int | None = None
-        self.crash_loop: dict | None = None
+
+    @property
+    def crash_loops(self) -> list[dict[str, Any]]:
+        """Every role in a crash loop now: role, last exit code, log file."""
+        return [{"role": c.role, "last_code": c.last_exit_code, "restarts": c.restarts,
+                 "logs": str(self.cfg.logs_dir / f"{c.role}.log")} for c in self.children if c.crash_loop]
 
     def run(self) -> int:
-        lease = Lease(self.cfg.run_dir / "fleet.lock").acquire()
+        lease = Lease(self.run_dir.lock("fleet")).acquire()
         previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
         self._publish()
         code = EXIT_OK
@@ -81,11 +113,7 @@ class Supervisor:
             self._stop_children()
             for s, handler in previous.items():
                 signal.signal(s, handler)
-            try:
-                status.publish(self.cfg.run_dir / "supervisor.json",
-                               {"state": "stopped", "exit_code": code, "crash_loop": self.crash_loop})
-            except OSError as exc:
-                self.log.error("supervisor.status_unwritable", error=str(exc))
+            self._publish(state="stopped", exit_code=code)
             lease.release()
         self.log.info("supervisor.stopped", code=code)
         return code
@@ -107,7 +135,7 @@ class Supervisor:
             self._check_hung_writer()
             self._check_job_timeout()
             if queues is not None:
-                writer = status.read(self.cfg.run_dir / "writer.json") or {}
+                writer = self._live_status("writer")
                 if writer.get("halted"):
                     self.log.error("supervisor.writer_halted", **writer.get("halt", {}))
                     return EXIT_HALTED
@@ -123,17 +151,29 @@ class Supervisor:
         return EXIT_OK
 
     def _fleet_idle(self, queues: Any, writer: dict) -> bool:
-        run = self.cfg.run_dir
-        sched = status.read(run / "scheduler.json") or {}
-        consumer = status.read(run / "consumer.json") or {}
+        # Only what the current children published counts: a file left by a previous run
+        # (or by a child just replaced) says nothing about now.
+        sched = self._live_status("scheduler")
+        consumer = self._live_status("consumer")
         fresh = time.time() - writer.get("updated_at", 0) < 1.0
         pending = queues.pending()
         return bool(writer.get("idle") and fresh and sched.get("ready") and consumer.get("in_flight") == 0
                     and pending["store"] == 0 and pending["worker"] == 0)
 
+    def _live_status(self, role: str) -> dict[str, Any]:
+        child = next(c for c in self.children if c.role == role)
+        if child.proc is None:
+            return {}
+        return self.run_dir.live(role, pid=child.proc.pid) or {}
+
     def _start(self, child: Child) -> None:
-        child.proc = subprocess.Popen(child.argv, stdin=subprocess.DEVNULL)
+        if child.last_exit_at is not None:
+            self.console(f"quill: restarting the {child.role} (restart {child.restarts})")
+        child.proc = subprocess.Popen(child.argv, stdin=subprocess.DEVNULL,
+                                      env={**os.environ, "QUILL_HOME": str(self.cfg.home)})
         self.log.info("supervisor.child_started", child=child.role, child_pid=child.proc.pid)
+        if child.restarts:
+            self._publish()
 
     def _check(self, child: Child) -> int | None:
         """Restart ``child`` if it exited; returns an exit code when the fleet must stop."""
@@ -146,36 +186,42 @@ class Supervisor:
         if code is None:
             if now - child.restart_at > 30.0:
                 child.backoff = 0.5  # it has stayed up: forget the old backoff
-                if self.crash_loop and self.crash_loop["role"] == child.role:
+                if child.crash_loop:
                     self.log.info("supervisor.crash_loop_over", child=child.role)
-                    self.crash_loop = None
+                    self.console(f"quill: the {child.role} has stayed up for 30 s: crash loop over")
+                    child.crash_loop = False
                     self._publish()
             return None
         child.exits.append(now)
         child.restarts += 1
+        child.last_exit_code, child.last_exit_at = code, time.time()
         self.log.warning("supervisor.child_exited", child=child.role, code=code, child_pid=child.proc.pid)
+        self.console(f"quill: the {child.role} (pid {child.proc.pid}) exited with code {code}")
         child.proc = None
         if len(child.exits) == CRASH_LOOP[0] and now - child.exits[0] < CRASH_LOOP[1]:
-            self.log.critical("supervisor.crash_loop", child=child.role, exits=len(child.exits),
-                              window_s=CRASH_LOOP[1], last_code=code)
-            self.crash_loop = {"role": child.role, "last_code": code, "at": time.time(),
-                               "logs": str(self.cfg.logs_dir / f"{child.role}.log")}
-            self._publish(crash_loop=self.crash_loop)
+            if not child.crash_loop:
+                self.log.critical("supervisor.crash_loop", child=child.role, exits=len(child.exits),
+                                  window_s=CRASH_LOOP[1], last_code=code)
+                self.console(f"quill: the {child.role} is crash-looping ({len(child.exits)} exits in "
+                             f"{CRASH_LOOP[1]:g} s, last code {code}); see {self.cfg.logs_dir / (child.role + '.log')}")
+            child.crash_loop = True
             if self.until_idle:
+                self._publish()
                 return EXIT_CRASH_LOOP
-            child.restart_at = now + CRASH_LOOP_BACKOFF_S
-            return None
-        child.restart_at = now + child.backoff
-        child.backoff = min(child.backoff * 2, 10.0)
-        self._publish(crash_loop=self.crash_loop)
+        delay = min(child.backoff, child.max_delay(False))
+        if child.crash_loop:
+            delay = child.max_delay(True)
+        child.restart_at = now + delay
+        child.backoff = min(child.backoff * 2, child.max_delay(False))
+        self._publish()
         return None
 
     def _check_hung_writer(self) -> None:
         writer = next(c for c in self.children if c.role == "writer")
         if writer.proc is None or writer.proc.poll() is not None:
             return
-        st = status.read(self.cfg.run_dir / "writer.json") or {}
-        if st.get("pid") != writer.proc.pid or st.get("halted"):
+        st = self._live_status("writer")
+        if not st or st.get("halted"):
             return  # not yet started up (it publishes once running), or halted on purpose
         limit = JOB_HUNG_AFTER_S if st.get("job") else self.cfg.writer_hung_after_s
         age = time.time() - st.get("updated_at", time.time())
@@ -190,19 +236,22 @@ class Supervisor:
         consumer = next(c for c in self.children if c.role == "consumer")
         if consumer.proc is None or consumer.proc.poll() is not None:
             return
-        st = status.read(self.cfg.run_dir / "consumer.json") or {}
-        if st.get("pid") != consumer.proc.pid or not st.get("in_flight") or not st.get("timeout"):
+        st = self._live_status("consumer")
+        if not st.get("in_flight") or not st.get("timeout"):
             return
         if time.time() - st.get("started_at", time.time()) > st["timeout"]:
             self.log.error("supervisor.job_timeout", job=st.get("last"), timeout_s=st["timeout"],
                            child_pid=consumer.proc.pid)
             consumer.proc.kill()
 
-    def _publish(self, **extra: Any) -> None:
+    def _publish(self, state: str = "running", **extra: Any) -> None:
+        loops = self.crash_loops
         try:
-            status.publish(self.cfg.run_dir / "supervisor.json",
-                           {"state": "running", "until_idle": self.until_idle,
-                            "restarts": {c.role: c.restarts for c in self.children}, **extra})
+            self.run_dir.publish("supervisor", {
+                "state": state, "until_idle": self.until_idle, "crash_loops": loops,
+                "crash_loop": loops[0] if loops else None,
+                "restarts": {c.role: c.restarts for c in self.children},
+                "children": {c.role: c.summary() for c in self.children}, **extra}, strict=True)
         except OSError as exc:  # a full disk must not take the supervisor down
             self.log.error("supervisor.status_unwritable", error=str(exc))
 

@@ -26,14 +26,17 @@ from quill.spool import Entry, Position, Quarantine, Spool, SpoolReader, START
 from quill.spool.segments import list_segments
 from quill.store import fts_repair, index_slice, open_writer, read_cursor
 from quill.store.apply import drain_chunk
-from quill.store.errors import CorruptError, DiskFullError, StoreIOError, TransientError
+from quill.store.errors import CorruptError, DiskFullError, SharedMemoryError, StoreIOError, TransientError
 from quill.store.guard import FileGuard
 from quill.store.lease import Lease
 from quill.store.recovery import swap_in
 from quill.store.indexer import indexed_upto
 
+from quill.jobs.store_jobs import close_interrupted, wal_bytes
+
 from . import status
-from .job_runner import StoreJobRunner
+from .rundir import RunDir
+from .job_runner import TRUNCATE_RETRY_S, TRUNCATE_WAL_BYTES, StoreJobRunner
 
 #: Entries read per spool scan; bounds memory whatever the spool size.
 _READ_BYTES = 8 << 20
@@ -45,12 +48,10 @@ class Writer:
     def __init__(self, cfg: Config, log: Any):
         self.cfg = cfg
         self.log = log
-        self.lease = Lease(cfg.run_dir / "writer.lock")
+        self.run_dir = RunDir(cfg.home)
+        self.lease = Lease(self.run_dir.lock("writer"))
         self.reader = SpoolReader(cfg.spool_dir)
         self.quarantine = Quarantine(cfg.spool_dir)
-        self.status_path = cfg.run_dir / "writer.json"
-        self.halt_path = cfg.run_dir / "halt.json"
-        self.swap_path = cfg.run_dir / "swap.json"
         self.conn: apsw.Connection | None = None
         self.guard: FileGuard | None = None
         self.cursor: Position = START
@@ -59,6 +60,8 @@ class Writer:
         self.commit_hist: dict[str, Any] = {"counts": [0] * len(status.COMMIT_BUCKETS_S), "count": 0, "sum": 0.0}
         self.jobs: StoreJobRunner | None = None
         self._was_busy = False
+        self._next_truncate = 0.0                 # monotonic time of the next idle TRUNCATE try
+        self._wal_blocked_since: float | None = None  # epoch s: a reader has held the WAL since
         self._last_idle_publish = 0.0
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -68,7 +71,7 @@ class Writer:
         when another writer is alive."""
         self.lease.acquire()
         try:
-            halted = status.read(self.halt_path)
+            halted = self.run_dir.halt(self.cfg.state_db)
             if halted:
                 self.log.error("writer.halted", **halted)
                 self._idle_halted(stop, halted)
@@ -76,7 +79,7 @@ class Writer:
             missing = self._history_missing()
             if missing:
                 cause = {"cause": "StoreMissing", "detail": missing, "at": time.time(), "next": "quill recover"}
-                status.try_publish(self.halt_path, cause)
+                self.run_dir.record_halt(cause, self.cfg.state_db)
                 self.log.critical("writer.halt", **cause)
                 self._idle_halted(stop, cause)
                 return
@@ -88,10 +91,13 @@ class Writer:
             if not opened:
                 return
             self.jobs = StoreJobRunner(build_queues(self.cfg.queue_db), self.log,
-                                       Spool(self.cfg.spool_dir, segment_bytes=self.cfg.segment_bytes))
+                                       Spool(self.cfg.spool_dir, segment_bytes=self.cfg.segment_bytes), self.cfg)
             cur = read_cursor(self.conn)
             self.cursor = Position(*cur) if cur else START
-            self.log.info("writer.started", cursor=str(self.cursor))
+            # Runs the previous writer started and never finished (kill -9 mid-VACUUM …).
+            closed = close_interrupted(self.conn, "writer", time.time())["interrupted"]
+            self._truncate()  # a killed VACUUM or bulk drain can leave a WAL as big as the store
+            self.log.info("writer.started", cursor=str(self.cursor), interrupted_runs=closed)
             self._loop(stop)
         finally:
             self._close()
@@ -104,26 +110,36 @@ class Writer:
         cause = {"cause": type(exc).__name__, "detail": str(exc), "at": time.time(),
                  "cursor": str(self.cursor), "next": "quill recover"}
         self._close(keep_wal=True)
-        if not status.try_publish(self.halt_path, cause):
-            self.log.error("writer.halt_unrecorded", path=str(self.halt_path))
+        if not self.run_dir.record_halt(cause, self.cfg.state_db):
+            self.log.error("writer.halt_unrecorded", path=str(self.run_dir.halt_file))
         self.log.critical("writer.halt", **cause)
         self._idle_halted(stop, cause)
 
     def _open(self, stop: threading.Event) -> bool:
         """Open the store and its guard, waiting out a full disk or a busy file (opening
-        creates the -wal and -shm files, which needs space). False if stopped meanwhile."""
+        creates the -wal and -shm files, which needs space) or an unusable -shm file (reported
+        as what it is, not a crash loop). False if stopped meanwhile. A journal mode other
+        than WAL, found at open, is corrected and logged."""
         backoff = 0.5
         while not stop.is_set():
             try:
-                self.conn = open_writer(self.cfg.state_db, synchronous=self.cfg.synchronous)
+                self.conn = open_writer(
+                    self.cfg.state_db, synchronous=self.cfg.synchronous,
+                    on_journal_mode=lambda old: self.log.warning(
+                        "writer.journal_mode_corrected", was=old, now="wal", path=str(self.cfg.state_db),
+                        why="the store was switched to another journal mode while Quill was stopped; "
+                            "Quill needs WAL (readers never block the writer)"))
                 self.guard = FileGuard(self.conn, self.cfg.state_db)
                 return True
             except (TransientError, DiskFullError, StoreIOError) as exc:
                 error = self._describe(exc)
                 self._close()
-                self.log.warning("writer.open_retry", error=error, sleep=backoff)
-                status.try_publish(self.status_path, {"idle": False, "halted": False, "error": error,
-                                                      "cursor": str(self.cursor)})
+                if isinstance(exc, SharedMemoryError):
+                    self.log.error("writer.shared_memory_unusable", error=error, sleep=backoff)
+                else:
+                    self.log.warning("writer.open_retry", error=error, sleep=backoff)
+                self.run_dir.publish("writer", {"idle": False, "halted": False, "error": error,
+                                                "cursor": str(self.cursor)})
                 stop.wait(backoff)
                 backoff = min(backoff * 2, 5.0)
         return False
@@ -190,14 +206,14 @@ class Writer:
         """Stay up without writing until ``quill recover`` asks for a swap (run/swap.json),
         do the swap (we hold the lease and no connection), then exit to be restarted."""
         while not stop.is_set():
-            request = status.read(self.swap_path)
-            if request and request.get("new"):
+            request = self.run_dir.swap_request()  # only while its `quill recover` is waiting
+            if request:
                 evidence = swap_in(Path(request["new"]), self.cfg.state_db)
-                self.halt_path.unlink(missing_ok=True)
-                self.swap_path.unlink(missing_ok=True)
+                self.run_dir.clear_halt()
+                self.run_dir.clear_swap()
                 self.log.warning("writer.swapped", new=request["new"], evidence=str(evidence))
                 return
-            status.try_publish(self.status_path, {"halted": True, "halt": cause, "idle": False})
+            self.run_dir.publish("writer", {"halted": True, "halt": cause, "idle": False})
             stop.wait(0.5)
 
     # -- one step --------------------------------------------------------------------------
@@ -228,9 +244,9 @@ class Writer:
             return True
         if self.jobs.run_one(self.conn, idle=True, on_start=self._job_started):
             return True
-        if self._was_busy:  # just went idle: the moment for a TRUNCATE checkpoint
+        if self._was_busy or time.monotonic() >= self._next_truncate:  # idle: the moment to TRUNCATE
             self._was_busy = False
-            self.jobs.truncate_if_idle(self.conn)
+            self._truncate()
         sealed = self._seal_torn_tails()
         self._publish(idle=not sealed)
         return sealed
@@ -274,6 +290,14 @@ class Writer:
                 sealed = True
         return sealed
 
+    def _truncate(self) -> None:
+        figures = self.jobs.truncate_if_idle(self.conn)
+        self._next_truncate = time.monotonic() + TRUNCATE_RETRY_S
+        if figures and figures["blocked_by_reader"]:
+            self._wal_blocked_since = self._wal_blocked_since or time.time()
+        elif figures or wal_bytes(self.conn) < TRUNCATE_WAL_BYTES:
+            self._wal_blocked_since = None
+
     def _job_started(self, name: str) -> None:
         self._publish(idle=False, job=name)
 
@@ -284,7 +308,7 @@ class Writer:
         if idle and now - self._last_idle_publish < 0.25:
             return
         self._last_idle_publish = now if idle else 0.0
-        status.try_publish(self.status_path, {
+        self.run_dir.publish("writer", {
             "idle": idle, "halted": False, "cursor": str(self.cursor), "job": job,
-            "fts_indexed_upto": indexed_upto(self.conn), "error": error, **self.totals,
-            "commit_hist": self.commit_hist})
+            "fts_indexed_upto": indexed_upto(self.conn), "error": error,
+            "wal_blocked_since": self._wal_blocked_since, **self.totals, "commit_hist": self.commit_hist})

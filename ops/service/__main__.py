@@ -10,7 +10,7 @@ import os
 import click
 
 from quill.ops import config, logs
-from quill.workers import status
+from quill.workers.rundir import RunDir
 from quill.workers.lifeline import follow_parent
 
 from .server import serve
@@ -28,7 +28,7 @@ def main(home: str, parent: int | None) -> None:
         follow_parent(parent, log)
 
     def started(host: str, port: int) -> None:
-        status.try_publish(cfg.run_dir / "http.json", {"listen": f"{host}:{port}", "ready": True})
+        RunDir(cfg.home).publish("http", {"listen": f"{host}:{port}", "ready": True})
 
     serve(cfg, log, cfg.http_listen, on_started=started)
 

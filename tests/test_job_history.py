@@ -1,0 +1,182 @@
+"""Issue 11.2–11.4: jobs are never silently lost or misreported, and the WAL is visible and
+bounded — with real fleets, real kill -9s and a real reader holding a snapshot."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+from quill.jobs.queues import build
+from quill.ops import config
+from quill.store import Reader
+from quill.store.connection import open_reader, open_writer, transaction
+
+from conftest import stop_fleet, worker_pids
+
+
+def _wait_for(predicate, timeout: float = 60.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _status_file(home, role) -> dict:
+    try:
+        return json.loads((home / "run" / f"{role}.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _runs(home, job):
+    with Reader(home / "state.db") as r:
+        return r.job_runs(job=job, limit=100)
+
+
+def _ballast(home, mb: int) -> None:
+    """Grow the store by ``mb`` MiB of incompressible rows, so VACUUM and integrity_check take
+    a while (fleet stopped; a test-only table)."""
+    conn = open_writer(home / "state.db")
+    try:
+        with transaction(conn):
+            conn.execute("CREATE TABLE IF NOT EXISTS ballast(x BLOB)")
+            for _ in range(mb):
+                conn.execute("INSERT INTO ballast VALUES (randomblob(1048576))")
+        conn.wal_checkpoint(mode=3)  # TRUNCATE: start from an empty WAL
+    finally:
+        conn.close()
+
+
+def _seed(quill, home, mb: int = 0) -> None:
+    quill.run("push", "--session", "s", input='{"role": "user", "content": "hello"}')
+    quill.run("run", "--until-idle", "--timeout", "120")
+    if mb:
+        _ballast(home, mb)
+
+
+def test_writer_killed_during_vacuum_leaves_an_interrupted_run_and_a_truncated_wal(quill, home):
+    _seed(quill, home, mb=120)
+    fleet = quill.start_fleet()
+    try:
+        first = worker_pids(home)[0]
+        build(home / "queue.db").enqueue("vacuum", min_free_ratio=0.0)
+        _wait_for(lambda: _status_file(home, "writer").get("job") == "vacuum", what="vacuum to start")
+        time.sleep(0.3)
+        os.kill(first, signal.SIGKILL)
+        _wait_for(lambda: (w := _status_file(home, "writer")).get("pid") not in (None, first) and w.get("idle"),
+                  what="a new idle writer")
+        run = _runs(home, "vacuum")[0]
+        assert run["outcome"] == "interrupted" and run["figures"]["runner"] == "writer"
+        assert os.path.getsize(str(home / "state.db") + "-wal") < 1 << 20   # truncated after the attempt
+        history = quill.json("jobs", "history", "--job", "vacuum")
+        assert history[0]["outcome"] == "interrupted"
+    finally:
+        assert stop_fleet(fleet) == 0
+
+
+def test_consumer_killed_during_integrity_check_leaves_an_interrupted_run(quill, home):
+    _seed(quill, home, mb=120)
+    fleet = quill.start_fleet()
+    try:
+        consumer = worker_pids(home)[2]
+        build(home / "queue.db").enqueue("integrity_check")
+        _wait_for(lambda: (c := _status_file(home, "consumer")).get("in_flight") and c.get("last") == "integrity_check",
+                  what="integrity_check to start")
+        # Freeze the check mid-run until its start row is in the store, then kill it.
+        deadline = time.monotonic() + 60
+        while not [r for r in _runs(home, "integrity_check") if r["outcome"] == "running"]:
+            assert time.monotonic() < deadline, "no start row for the running check"
+            os.kill(consumer, signal.SIGCONT)
+            time.sleep(0.05)
+            os.kill(consumer, signal.SIGSTOP)
+            time.sleep(0.5)
+        os.kill(consumer, signal.SIGKILL)
+        run = _wait_for(lambda: [r for r in _runs(home, "integrity_check") if r["outcome"] == "interrupted"],
+                        what="the interrupted run")[0]
+        assert run["figures"]["runner"] == "consumer" and run["ended_at"] is not None
+    finally:
+        assert stop_fleet(fleet) == 0
+
+
+def test_jobs_run_wait_without_a_fleet_says_so_at_once_and_keeps_the_job(quill, home):
+    _seed(quill, home)
+    proc = quill.run("jobs", "run", "snapshot", "--wait", "600", check=False, timeout=60)
+    assert proc.returncode == 4 and "no fleet is running" in proc.stderr
+    assert build(home / "queue.db").pending()["worker"] == 1            # still queued
+    quill.run("run", "--until-idle", "--timeout", "120")
+    assert [r["outcome"] for r in _runs(home, "snapshot")] == ["ok"]
+
+
+def test_quill_snapshot_is_in_history_and_declare_corrupt_is_not_offered(quill, home):
+    _seed(quill, home)
+    quill.run("snapshot")
+    quill.run("run", "--until-idle", "--timeout", "120")                 # the writer applies the record
+    runs = quill.json("jobs", "history", "--job", "snapshot")
+    assert [(r["outcome"], r["figures"]["runner"]) for r in runs] == [("ok", "cli")]
+    assert "declare_corrupt" not in {j["name"] for j in quill.json("jobs", "list")}
+    proc = quill.run("jobs", "run", "declare_corrupt", check=False)
+    assert proc.returncode == 2 and "unknown job" in proc.stderr
+    assert quill.run("schedule", "add", "declare_corrupt", "--every", "1h", check=False).returncode == 2
+
+
+def test_status_and_doctor_list_overdue_jobs(quill, home):
+    _seed(quill, home)
+    day = 86400
+    now = time.time()
+    conn = open_writer(home / "state.db")
+    try:
+        with transaction(conn):
+            conn.execute("DELETE FROM job_runs")
+            conn.executemany("INSERT INTO job_runs (job, started_at, ended_at, outcome, figures) VALUES (?, ?, ?, ?, '{}')",
+                             [("wal_checkpoint", now - 20 * day, now - 20 * day, "ok"),     # runs recorded for 20 days
+                              ("wal_checkpoint", now - 60, now - 60, "ok"),
+                              ("quick_check", now - 3 * day, now - 3 * day, "ok")])      # daily, 3 days ago
+    finally:
+        conn.close()
+    st = quill.status()
+    overdue = {o["job"]: o for o in st["overdue"]}
+    assert overdue["quick_check"]["last_ok"] is not None
+    assert overdue["integrity_check"]["last_ok"] is None                 # weekly, never in 20 days
+    assert "wal_checkpoint" not in overdue
+    assert "overdue  quick_check" in quill.run("status").stdout
+    checks = {c["check"]: c for c in quill.json("doctor", check=False)}
+    assert checks["overdue jobs"]["status"] == "warn" and "quick_check" in checks["overdue jobs"]["detail"]
+
+
+def test_a_reader_holding_a_snapshot_never_stalls_the_drain_and_the_wal_is_visible_then_truncated(quill, home):
+    _seed(quill, home)
+    fleet = quill.start_fleet()
+    reader = None
+    try:
+        worker_pids(home)
+        reader = open_reader(home / "state.db")
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM messages").fetchone()        # holds a snapshot
+        blob = "x" * 8000
+        lines = "\n".join(json.dumps({"role": "user", "content": f"{i} {blob} {os.urandom(2000).hex()}"})
+                          for i in range(1500))
+        quill.run("push", "--session", "big", "--wait", "120", input=lines)  # applied despite the reader
+        _wait_for(lambda: quill.status()["wal"]["blocked_by_reader_since"], timeout=60, what="a blocked checkpoint")
+        st = quill.status()
+        assert st["wal"]["high"] and st["wal"]["bytes"] > st["wal"]["store_bytes"]
+        assert "blocked by a reader" in quill.run("status").stdout
+        checks = {c["check"]: c for c in quill.json("doctor", check=False)}
+        assert checks["WAL size"]["status"] == "warn" and "blocked by a reader" in checks["WAL size"]["detail"]
+        reader.execute("COMMIT")
+        reader.close()
+        reader = None
+        _wait_for(lambda: os.path.getsize(str(home / "state.db") + "-wal") == 0, timeout=60, what="an idle TRUNCATE")
+        assert quill.status()["wal"]["blocked_by_reader_since"] is None
+        log = (home / "logs" / "writer.log").read_text()
+        assert "writer.checkpoint_blocked" in log and "database is locked" not in log
+        quill.run("push", "--session", "big", "--wait", "60", input='{"role": "user", "content": "more"}')
+        run = quill.json("jobs", "run", "wal_checkpoint", "--mode", "truncate", "--wait", "60")["run"]
+        assert run["figures"]["mode"] == "TRUNCATE" and run["figures"]["wal_bytes_after"] == 0
+    finally:
+        if reader is not None:
+            reader.close()
+        assert stop_fleet(fleet) == 0

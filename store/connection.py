@@ -90,12 +90,13 @@ def open_writer(path: Path, *, synchronous: str = "NORMAL",
     problem = shm_problem(path)
     if problem:
         raise SharedMemoryError(problem)
+    existed = path.exists() and path.stat().st_size > 0  # a new file starts in rollback mode: no correction
     with mapped():
         conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE)
         conn.set_busy_timeout(WRITER_BUSY_MS)
         before = conn.execute("PRAGMA journal_mode").fetchone()[0]
         mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-        if before.lower() != "wal" and mode.lower() == "wal" and path.stat().st_size > 0 and on_journal_mode:
+        if before.lower() != "wal" and mode.lower() == "wal" and existed and on_journal_mode:
             on_journal_mode(before)
         if mode.lower() != "wal":
             raise apsw.CantOpenError(f"could not enable WAL on {path} (journal_mode={mode})")

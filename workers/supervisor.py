@@ -213,6 +213,7 @@ class Supervisor:
             delay = child.max_delay(True)
         child.restart_at = now + delay
         child.backoff = min(child.backoff * 2, child.max_delay(False))
+        self.log.info("supervisor.restart_scheduled", child=child.role, restart_in_s=delay, crash_loop=child.crash_loop)
         self._publish()
         return None
 

@@ -82,7 +82,7 @@ def _write_legacy(home) -> dict[str, dict]:
         for job_id, blob in conn.execute("SELECT id, job_state FROM apscheduler_jobs").fetchall():
             state = pickle.loads(blob)
             job = state["args"][0]
-            state.update(func="jobs.schedule:fire", args=(), kwargs={
+            state.update(func="jobs.schedule:fire", args=(), misfire_grace_time=3600, kwargs={
                 "queue_db": str(cfg.queue_db), "job": job,
                 "params": {"db_path": str(cfg.state_db), "snapshots_dir": str(cfg.snapshots_dir), "keep": 5}
                 if job == "snapshot" else {}})
@@ -103,6 +103,7 @@ def test_an_old_format_schedule_db_is_migrated_keeping_triggers_and_pauses(quill
         new = rows[job_id]
         assert (new["func"], new["args"], new["kwargs"]) == (schedule_db.FIRE_REF, (old["kwargs"]["job"],), {})
         assert (str(new["trigger"]), new["next_run_time"]) == (str(old["trigger"]), old["next_run_time"])
+        assert (new["coalesce"], new["misfire_grace_time"]) == (True, None)   # missed windows run once
     assert listed["quick_check"]["next_run"] is None        # still paused
     assert listed["nightly-snap"]["trigger"] == str(legacy["nightly-snap"]["trigger"])
 

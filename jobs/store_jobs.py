@@ -160,9 +160,12 @@ def close_interrupted(conn: apsw.Connection, runner: str, before: float) -> dict
     """Mark ``running`` rows of ``runner`` (the ``figures.runner`` of their start row: writer,
     consumer or cli) that started before ``before`` (epoch s) as ``interrupted``: the process
     that ran them has been replaced, so they will never finish. Figures: rows marked."""
+    # A LIKE on the JSON text record_job_run wrote (json.dumps: '"runner": "NAME"'), not
+    # json_extract: the same statement runs on the PostgreSQL store.
+    pattern = "%" + json.dumps({"runner": runner})[1:-1] + "%"
     with transaction(conn):
         conn.execute("UPDATE job_runs SET outcome = ?, ended_at = coalesce(ended_at, ?), "
                      "error = coalesce(error, 'the process running it died before it finished') "
-                     "WHERE outcome = ? AND started_at < ? AND json_extract(figures, '$.runner') = ?",
-                     (INTERRUPTED, before, RUNNING, before, runner))
+                     "WHERE outcome = ? AND started_at < ? AND figures LIKE ?",
+                     (INTERRUPTED, before, RUNNING, before, pattern))
         return {"interrupted": conn.changes()}

@@ -85,6 +85,20 @@ def jobs_list(cfg: Any, as_json: bool) -> None:
     render.console().print(table)
 
 
+#: ``jobs run --wait`` gives a fleet that is just starting this long (s) to take its lease
+#: before saying that none is running (instead of waiting the whole --wait in silence).
+FLEET_GRACE_S = 2.0
+
+
+def _fleet_soon(rd: Any, grace_s: float) -> bool:
+    deadline = time.monotonic() + grace_s
+    while not rd.fleet_running():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
 @jobs.command(name="run")
 @click.argument("name")
 @click.option("--wait", "wait_s", type=click.FloatRange(min=0), default=None, help="Wait up to N seconds for the run's record.")
@@ -108,7 +122,7 @@ def jobs_run(ctx: click.Context, name: str, wait_s: float | None, mode: str | No
     # Parameters are resolved from config when it runs; only an explicit option travels.
     build_queues(cfg.queue_db).enqueue(name, **({"mode": mode.upper()} if mode else {}))
     result: dict[str, Any] = {"job": name, "queued_at": queued_at}
-    if wait_s is not None and not RunDir(cfg.home).fleet_running():
+    if wait_s is not None and not _fleet_soon(RunDir(cfg.home), min(wait_s, FLEET_GRACE_S)):
         raise WaitTimeoutError(f"{name} is queued, but no fleet is running on {cfg.home}, so nothing will run it now",
                                hint=f"start `quill run` (it runs {name} first); `quill jobs history --job {name}` "
                                     "shows the outcome")

@@ -47,8 +47,16 @@ class QuillCLI:
         return self.json("status", check=False)
 
     def start_fleet(self) -> subprocess.Popen:
-        return subprocess.Popen(self.argv("run"), env=quill_env(self.home), cwd=REPO,
+        """``quill run`` in the background, returned once its supervisor holds the fleet
+        lease (as an operator would see it running before using it)."""
+        from quill.workers.rundir import RunDir
+        proc = subprocess.Popen(self.argv("run"), env=quill_env(self.home), cwd=REPO,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        rd = RunDir(Path(self.home).resolve())
+        deadline = time.monotonic() + 60
+        while not rd.fleet_running() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return proc
 
     def wait_idle(self, timeout: float = 240) -> dict:
         """Poll ``quill status`` until the spool is drained and the FTS index caught up."""

@@ -159,9 +159,9 @@ def test_restarts_are_counted_shown_and_printed_and_the_writer_comes_back_fast(q
             pid = _wait_for(lambda: _live_writer_pid(home), what="a live writer")
             os.kill(pid, signal.SIGKILL)
             _wait_for(lambda: _live_writer_pid(home) not in (None, pid), timeout=30, what="the writer back")
-            if i < 5:
-                os.kill(_wait_for(lambda: _live_pid(home, "consumer"), timeout=30, what="a live consumer"),
-                        signal.SIGKILL)
+            consumer = _live_pid(home, "consumer")   # once crash-looping it restarts only each minute
+            if i < 5 and consumer:
+                os.kill(consumer, signal.SIGKILL)
         # Every role in a crash loop is named (how many loop depends on how fast the
         # machine restarts them; the writer always does here).
         st = _wait_for(lambda: (s := quill.status()) and s["fleet"]["crash_loops"] and s, timeout=60,
@@ -176,8 +176,9 @@ def test_restarts_are_counted_shown_and_printed_and_the_writer_comes_back_fast(q
         delays = [e for e in events if e.get("event") == "supervisor.restart_scheduled" and e["child"] == "writer"]
         assert len(delays) >= 9 and any(e["crash_loop"] for e in delays)
         assert max(e["restart_in_s"] for e in delays) <= WRITER_MAX_DELAY_S
-        assert max(e["restart_in_s"] for e in events if e.get("event") == "supervisor.restart_scheduled"
-                   and e["child"] == "consumer" and e["crash_loop"]) == CRASH_LOOP_BACKOFF_S
+        others = [e["restart_in_s"] for e in events if e.get("event") == "supervisor.restart_scheduled"
+                  and e["child"] != "writer" and e["crash_loop"]]
+        assert all(d == CRASH_LOOP_BACKOFF_S for d in others)   # only the writer is exempt
     finally:
         stop_fleet(fleet)
     console = fleet.stderr.read()

@@ -245,6 +245,9 @@ def _print_status(d: dict[str, Any]) -> None:
         con.print("[yellow]writer   not running (restarting?)[/yellow]")
     elif writer and writer.get("error"):
         con.print(f"[yellow]writer   {writer['error']}[/yellow]")
+    http = fleet.get("http")
+    if fleet["running"] and http:
+        con.print(f"http     {'serving http://' + http.get('listen', '?') + '/' if http.get('alive') else '[yellow]not running (restarting?)[/yellow]'}")
     s = d["store"]
     if s and s.get("error"):
         con.print(f"[bold red]store    unreadable: {s['error']}[/bold red]")

@@ -276,6 +276,7 @@ def test_fleet_runs_the_service_when_http_listen_is_set(quill, home):
         st = quill.status()
         assert st["fleet"]["http"]["alive"] and st["fleet"]["http"]["listen"] == f"127.0.0.1:{port}"
         assert st["metrics"]["worker_restarts"]["http"] == 0
+        assert f"serving http://127.0.0.1:{port}/" in quill.run("status").stdout
     finally:
         assert stop_fleet(fleet) == 0
     assert not _port_open(port)

@@ -4,7 +4,7 @@ display context the CLI shows), warm, on a read-only connection.
 
 Queries: rare word (1 in ~20k messages), common word (in ~98 %), phrase (~1 %), substring via
 the trigram index (``substring=True``), a CJK term (trigram), and ranked search. Quill's API
-has no ranked mode (newest first is the default, DESIGN.md), so ranked is measured as SQL on
+has no ranked mode (newest first is the default, docs/architecture.md), so ranked is measured as SQL on
 Quill's own word index: bm25 over every match (unbounded) and bm25 over the newest 1,000
 matches (the bounded candidate set the design prescribes).
 

@@ -7,7 +7,7 @@
 
 ``queue.db`` uses journal_mode=TRUNCATE, not WAL: huey talks to it through the stdlib
 ``sqlite3`` and so the *system* SQLite, which may carry the WAL-reset corruption bug fixed in
-3.51.3 (DESIGN.md, "Processes"). huey delivers at most once; every job is idempotent.
+3.51.3 (docs/architecture.md, "Processes"). huey delivers at most once; every job is idempotent.
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Jobs that write ``state.db``: run only by the writer, on its one connection, between
-drain chunks (DESIGN.md, "Processes"). Each takes the writer connection plus keyword
+drain chunks (docs/architecture.md, "Processes"). Each takes the writer connection plus keyword
 parameters and returns a dict of figures recorded in ``job_runs``.
 """
 from __future__ import annotations

@@ -47,7 +47,7 @@ COMMANDS = {
 @click.pass_context
 def cli(ctx: click.Context, home: str | None) -> None:
     """Quill keeps AI-agent transcripts safe: a durable spool, one writer, a searchable store."""
-    os.umask(0o077)  # every file Quill creates is owner-only (DESIGN.md, "Data layout")
+    os.umask(0o077)  # every file Quill creates is owner-only (docs/architecture.md, "Data layout")
     ctx.obj = config.load(home)  # ConfigError is reported by cli_base.run
 
 

@@ -1,6 +1,6 @@
 """Quill's configuration: read once per process, here, and passed down as a frozen value.
 
-Where things live (DESIGN.md, "Data layout"): ``$QUILL_HOME`` if set, else
+Where things live (docs/architecture.md, "Data layout"): ``$QUILL_HOME`` if set, else
 ``$XDG_DATA_HOME/quill``, else ``~/.local/share/quill``. An optional ``config.toml`` in the
 data dir overrides the defaults below; unknown keys are an error, so a typo is not ignored.
 

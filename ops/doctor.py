@@ -2,7 +2,7 @@
 
 Each check is ``{"check", "status": ok|warn|fail, "detail"}``; any ``fail`` makes the command
 exit 1. The SQLite floor is 3.51.3: earlier versions carry the WAL-reset corruption bug
-(DESIGN.md, "The store").
+(docs/architecture.md, "The store").
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Quill's durable spool: fsync'd, checksummed JSONL segments that producers append to and
-the single writer drains. See ``docs/spool-format.md`` and DESIGN.md ("The spool").
+the single writer drains. See ``docs/spool-format.md`` and ``docs/architecture.md`` ("The spool").
 
 Names are resolved on first use (PEP 562) so a producer (``quill push``) does not import the
 reader and quarantine (bench/cli.py measures the push process)."""

@@ -1,6 +1,6 @@
 """The producer side of the spool: ``Spool(dir).append(op, data)``.
 
-Durability and concurrency contract (DESIGN.md, "The spool"; issue 4):
+Durability and concurrency contract (docs/architecture.md, "The spool"; issue 4):
 
 * one ``write()`` per record to a segment opened ``O_APPEND``, under an exclusive ``flock`` on
   that segment held only for the write, so records from concurrent producer processes never

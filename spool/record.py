@@ -22,7 +22,7 @@ from .errors import DamagedRecordError
 
 VERSION = 1
 
-#: Every op kind a producer may append (DESIGN.md, "The spool").
+#: Every op kind a producer may append (docs/architecture.md, "The spool").
 OP_KINDS = frozenset({
     "session.create", "session.end", "session.title", "session.flags", "session.read",
     "messages.append", "messages.compact", "messages.rewind", "messages.replace", "sessions.delete",

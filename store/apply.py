@@ -1,6 +1,6 @@
 """Applying a chunk of spool entries in one transaction, with the cursor.
 
-Exactly-once rests on two facts (DESIGN.md, "The cursor commits with the data"):
+Exactly-once rests on two facts (docs/architecture.md, "The cursor commits with the data"):
 1. the spool cursor is updated in the same ``BEGIN IMMEDIATE`` transaction as the rows, so a
    crash replays at most the uncommitted chunk;
 2. every op is recorded in ``applied_batches`` by batch id in that same transaction, so a

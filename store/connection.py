@@ -34,7 +34,7 @@ def reader_uri(path: Path) -> str:
 
 
 #: SQLite before 3.51.3 can corrupt a WAL database when the WAL is reset while another
-#: connection checkpoints (the WAL-reset bug, fixed in 3.51.3; DESIGN.md "The store").
+#: connection checkpoints (the WAL-reset bug, fixed in 3.51.3; docs/architecture.md "The store").
 MIN_SQLITE = (3, 51, 3)
 
 

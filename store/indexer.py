@@ -1,7 +1,7 @@
 """Bringing the FTS indexes up to date in bounded bulk slices, after rows are committed.
 
 The durable path (rows + cursor) never waits for FTS: indexing was ~91 % of insert time in
-the measurements behind DESIGN.md. ``state_meta['fts_indexed_upto']`` is the highest message
+the measurements in docs/architecture.md. ``state_meta['fts_indexed_upto']`` is the highest message
 id in the indexes; every id at or below it is indexed, and ids above it are the tail that
 search scans directly. One slice = one ``INSERT … SELECT`` per index plus the watermark, in
 one transaction, so ``messages_fts`` and the scoped ``messages_trigram`` share the watermark

@@ -1,4 +1,4 @@
-"""Session lineage: the one bounded walk of a compression chain (DESIGN.md "Lineage is
+"""Session lineage: the one bounded walk of a compression chain (architecture.md "The store": "Lineage is
 explicit"; reference study §7 and weak point 14 — one function, one bound).
 
 A session's ``parent_kind`` names the edge to its parent: ``compression`` (the child

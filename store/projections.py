@@ -1,4 +1,4 @@
-"""The three projections of a session's transcript, on any connection (DESIGN.md "The store").
+"""The three projections of a session's transcript, on any connection (docs/architecture.md "The store").
 
 * ``model``   – live rows only, in OpenAI message shape (no Quill keys), ordered by id: what
   the model is fed;

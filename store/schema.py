@@ -1,7 +1,7 @@
 """Schema of ``state.db`` (v2: v1 + content-addressed blobs; v3: + usage, session keys and
 placeholders; v4: + session_context), its creation and migrations.
 
-Rules the schema encodes (DESIGN.md, "The store"; the measured facts it cites):
+Rules the schema encodes (docs/architecture.md, "The store"; the measured facts it cites):
 * ``messages.state`` is the single visibility state; rewinds and compactions flip it, never
   DELETE rows.
 * FTS5 is *contentless* and filled in bulk per slice by the indexer, never by per-row

@@ -1,6 +1,6 @@
 """Message search over the word index (FTS5 unicode61), the scoped trigram index, and scans.
 
-Rules (issue 3 §5; DESIGN.md "Measured facts"):
+Rules (issue 3 §5; architecture.md "Measured facts the schema relies on"):
 * any string is a valid query (``query.plan``); results are newest first (ranking a common
   word over 1M rows costs seconds, newest-first ~1 ms);
 * visibility is filtered here, never in the index: ``display`` (default) searches live and

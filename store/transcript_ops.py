@@ -1,7 +1,7 @@
 """Transcript ops: ``messages.append``, ``messages.compact``, ``messages.rewind``,
 ``messages.replace`` (payloads in docs/ops.md).
 
-Invariants kept here (DESIGN.md "The store"; issue 3 §1, §3):
+Invariants kept here (docs/architecture.md "The store"; issue 3 §1, §3):
 * nothing is DELETEd: compaction and rewind only flip ``messages.state`` and insert rows;
 * ids are insertion order, and insertion order is transcript order;
 * at most one *live* tool result per (session, tool_call_id): an op that would break it is

@@ -23,7 +23,7 @@ from .lifeline import follow_parent
 @click.option("--home", required=True, type=click.Path(file_okay=False))
 @click.option("--parent", type=int, default=None, help="Supervisor pid: stop when it is gone.")
 def main(role: str, home: str, parent: int | None) -> None:
-    os.umask(0o077)  # every file Quill creates is owner-only (DESIGN.md, "Data layout")
+    os.umask(0o077)  # every file Quill creates is owner-only (docs/architecture.md, "Data layout")
     cfg = config.load(home)
     # The data dir this process serves, for code that runs without a Config in hand (the
     # scheduler's ``fire``, called by APScheduler with the job name only).

@@ -1,6 +1,6 @@
 """The writer: the only process that writes ``state.db``.
 
-Loop (DESIGN.md, "Processes"): read spool entries from the committed cursor → apply them in
+Loop (docs/architecture.md, "Processes"): read spool entries from the committed cursor → apply them in
 chunks of about ``chunk_rows`` message rows, each chunk one transaction that also moves the
 cursor → bring the FTS index up by one bounded slice → run at most one queued store job →
 when there is nothing to do, seal torn tails, publish "idle" and sleep ``poll_interval``.

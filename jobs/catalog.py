@@ -126,6 +126,25 @@ def public(name: str) -> JobSpec:
     return spec
 
 
+class WrongStoreError(ValueError):
+    """A job that maintains another kind of store than the data dir's (``JobSpec.backend``)."""
+
+
+def runnable(name: str, store_url: str | None) -> JobSpec:
+    """The user-runnable job ``name`` for a data dir whose ``[store] url`` is ``store_url``
+    (None: the SQLite store). Raises ``KeyError`` (unknown or internal job, as ``public``) or
+    ``WrongStoreError`` when the job maintains the other kind of store: a PostgreSQL job run on
+    the SQLite store fails every time, and a SQLite job has no file to work on over PostgreSQL."""
+    spec = public(name)
+    store = "postgres" if store_url else "sqlite"
+    if spec.backend not in ("any", store):
+        label = {"postgres": "a PostgreSQL store", "sqlite": "the SQLite store"}
+        where = "[store] url is set" if store_url else "no [store] url in config.toml"
+        raise WrongStoreError(f"{name} maintains {label[spec.backend]}, but this data dir uses "
+                              f"{label[store]} ({where})")
+    return spec
+
+
 def get(name: str) -> JobSpec:
     """The job called ``name``; raises ``KeyError`` listing the known names."""
     try:

@@ -99,6 +99,14 @@ def _fleet_soon(rd: Any, grace_s: float) -> bool:
     return True
 
 
+def _runnable(cfg: Any, name: str, hint: str) -> catalog.JobSpec:
+    """``catalog.runnable`` for this data dir, its refusals as usage errors (nothing queued)."""
+    try:
+        return catalog.runnable(name, cfg.store_url)
+    except (KeyError, catalog.WrongStoreError) as exc:
+        raise click.BadParameter(f"{exc.args[0]}; nothing was queued or scheduled", param_hint=hint) from None
+
+
 @jobs.command(name="run")
 @click.argument("name")
 @click.option("--wait", "wait_s", type=click.FloatRange(min=0), default=None, help="Wait up to N seconds for the run's record.")
@@ -111,10 +119,7 @@ def jobs_run(ctx: click.Context, name: str, wait_s: float | None, mode: str | No
     from quill.workers.rundir import RunDir
 
     cfg = ctx.obj
-    try:
-        catalog.public(name)
-    except KeyError as exc:
-        raise click.BadParameter(str(exc.args[0]), param_hint="NAME")
+    _runnable(cfg, name, "NAME")
     if mode is not None and name != "wal_checkpoint":
         raise click.BadParameter("only wal_checkpoint takes a mode", param_hint="--mode")
     cfg.home.mkdir(parents=True, exist_ok=True)
@@ -222,10 +227,7 @@ def schedule_add(cfg: Any, job: str, every: str | None, cron: str | None, schedu
     Without --id the schedule's id is the job name, so for a job with a default schedule
     (`quill jobs list`) this replaces the default; give --id to add a second schedule.
     """
-    try:
-        spec = catalog.public(job)
-    except KeyError as exc:
-        raise click.BadParameter(str(exc.args[0]), param_hint="JOB")
+    spec = _runnable(cfg, job, "JOB")
     trigger = _trigger(every, cron)
     sid = schedule_id or job
     default = catalog.BY_NAME.get(sid)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 
+import pytest
 from apscheduler.triggers.interval import IntervalTrigger
 
 from quill.ops import config
@@ -42,6 +43,32 @@ def test_jobs_run_records_outcome_and_figures(quill, home, fleet):
 def test_unknown_job_is_a_usage_error(quill):
     proc = quill.run("jobs", "run", "defrag", check=False)
     assert proc.returncode == 2 and "known jobs" in proc.stderr
+
+
+@pytest.mark.parametrize("job", ["pg_analyze", "pg_integrity_check"])
+def test_a_postgres_job_on_the_sqlite_store_is_refused_before_queueing(quill, home, job):
+    # It used to be queued and fail in the consumer with "AttributeError: 'NoneType' object
+    # has no attribute 'encode'" (no store url), and a schedule of it failed every period.
+    for args in (("jobs", "run", job, "--wait", "5"), ("schedule", "add", job, "--every", "1h")):
+        proc = quill.run(*args, check=False)
+        assert proc.returncode == 2, proc.stderr
+        assert "maintains a PostgreSQL store" in proc.stderr and "Traceback" not in proc.stderr
+        error = json.loads(quill.run(*args, "--json", check=False).stdout)["error"]
+        assert error["kind"] == "usage" and "SQLite store" in error["message"]
+    assert not (home / "queue.db").exists()   # refused before the queue is opened
+    assert job not in {s["id"] for s in quill.json("schedule", "list")}
+
+
+def test_runnable_matches_the_job_to_the_store_kind():
+    from quill.jobs import catalog
+    assert catalog.runnable("pg_analyze", "postgresql://x/y").name == "pg_analyze"
+    assert catalog.runnable("auto_prune", None).name == catalog.runnable("auto_prune", "postgresql://x/y").name
+    with pytest.raises(catalog.WrongStoreError):
+        catalog.runnable("vacuum", "postgresql://x/y")
+    with pytest.raises(catalog.WrongStoreError):
+        catalog.runnable("pg_analyze", None)
+    with pytest.raises(KeyError):
+        catalog.runnable("declare_corrupt", None)
 
 
 def test_schedule_changes_survive_a_fleet_restart(quill, home):

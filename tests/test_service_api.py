@@ -166,6 +166,16 @@ def test_body_and_batch_limits_and_bad_json(svc):
     assert not list((home / "spool").glob("quarantine/*"))
 
 
+def test_job_run_refuses_internal_jobs_and_the_other_store_kind(svc):
+    base, admin = svc["base"], {"Authorization": f"Bearer {svc['tokens']['admin']}"}
+    # pg_analyze on this SQLite data dir used to be queued and fail with an AttributeError.
+    err = _shaped(httpx.post(f"{base}/api/v1/jobs/pg_analyze/run", headers=admin), 409, "wrong-store")
+    assert "PostgreSQL" in err["detail"]
+    # Internal jobs take arguments only Quill supplies: not offered over HTTP either.
+    _shaped(httpx.post(f"{base}/api/v1/jobs/declare_corrupt/run", headers=admin), 404, "not-found")
+    assert httpx.post(f"{base}/api/v1/jobs/wal_checkpoint/run", headers=admin).status_code == 202
+
+
 def test_auth_matrix_every_route_by_every_scope(svc):
     base, tokens = svc["base"], svc["tokens"]
     remote = _non_loopback_address()

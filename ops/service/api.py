@@ -260,17 +260,23 @@ def job_history(r: Reader | None = Depends(reader), job: str | None = None,
 
 @router.post("/jobs/{name}/run", status_code=202, response_model=JobQueued,
              dependencies=[Depends(require("admin"))],
-             responses={404: _ERRORS[422] | {"description": "no such job"}})
+             responses={404: _ERRORS[422] | {"description": "no such job"},
+                        409: _ERRORS[422] | {"description": "the job maintains the other kind of store"}})
 def run_job(name: str, request: Request) -> JobQueued:
     """Queue a job to run now on the running fleet (``GET /api/v1/jobs/history`` shows the run)."""
     return JobQueued(**queue_job(request, name))
 
 
 def queue_job(request: Request, name: str) -> dict[str, Any]:
-    """Enqueue ``name`` with parameters from the current config; raises 404 for an unknown job."""
+    """Enqueue ``name`` with parameters from the current config; raises 404 for an unknown
+    or internal job, 409 for a job that maintains the other kind of store (``catalog.runnable``)."""
     cfg = request.app.state.cfg
-    if name not in catalog.BY_NAME:
-        raise ApiError(404, "not-found", f"no job {name!r}; see GET /api/v1/jobs")
+    try:
+        catalog.runnable(name, cfg.store_url)
+    except KeyError:
+        raise ApiError(404, "not-found", f"no job {name!r}; see GET /api/v1/jobs") from None
+    except catalog.WrongStoreError as exc:
+        raise ApiError(409, "wrong-store", str(exc)) from None
     queued_at = time.time()
     build_queues(cfg.queue_db).enqueue(name, **catalog.BY_NAME[name].params(cfg))
     request.app.state.log.info("http.job_queued", job=name, token_id=request.state.principal.token_id)

@@ -363,13 +363,17 @@ class Client:
         delegate or hidden session). Raises ``NotFoundError`` when nothing has that key."""
         if (key is None) == (cwd is None):
             raise InvalidInputError("give exactly one of key or cwd")
+        if cwd is not None and len(cwd) > 1:
+            cwd = cwd.rstrip("/") or "/"   # `--cwd /repo/` names the directory importers record as /repo
         what = f"key {key!r}" if key is not None else f"cwd {cwd!r}"
         missing = NotFoundError(f"no session for {what} (no store at {self.config.state_db} yet)",
                                 hint="push or import something, then `quill run`")
         with self._reader(missing) as r, r.snapshot():
             found = r.resume_target(key=key, cwd=cwd)
             if found is None:
-                raise NotFoundError(f"no session for {what}", hint="sessions get a key with session.create's `key`")
+                raise NotFoundError(f"no session for {what}", hint=(
+                    "sessions get a key with session.create's `key`" if key is not None else
+                    "a session matches a cwd it started in exactly; `quill sessions list --json` shows each cwd"))
             found["session"] = r.get_session(found["session_id"])
         return found
 

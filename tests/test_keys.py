@@ -111,6 +111,10 @@ def test_cli_resume_orphans_adopt_through_the_spool(quill):
     # before adoption the lookup for the chat silently returns the older keyed sibling
     assert quill.run("sessions", "resume", "--key", "chat:1").stdout.strip() == "k1"
     assert quill.json("sessions", "resume", "--cwd", "/srv/bot")["session_id"] == "k1"
+    assert quill.json("sessions", "resume", "--cwd", "/srv/bot/")["session_id"] == "k1"   # a trailing slash
+    no_cwd = quill.run("sessions", "resume", "--cwd", "/srv/none", check=False)
+    assert no_cwd.returncode == 3 and "no session for cwd" in no_cwd.stderr
+    assert "key" not in no_cwd.stderr.split("quill: hint:")[1]   # the hint is about cwds, not keys
     missing = quill.run("sessions", "resume", "--key", "nope", check=False)
     assert missing.returncode == 3 and "no session for key" in missing.stderr
     assert quill.run("sessions", "resume", check=False).returncode == 2

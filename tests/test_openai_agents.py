@@ -179,3 +179,16 @@ def test_a_refused_batch_raises_with_the_reason(home, fleet):
         assert await session.get_items() == [output]
 
     asyncio.run(main())
+
+
+def test_without_the_sdk_the_import_error_says_what_to_install():
+    # A real interpreter in which `agents` cannot be imported (as after `pip install -e .`):
+    # it used to fail with a bare "No module named 'agents'".
+    import subprocess
+    import sys
+    code = ("import sys; sys.modules['agents'] = None\n"
+            "try:\n    import quill.integrations.openai_agents\n"
+            "except ImportError as e:\n    print(type(e).__name__, '|', e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("ImportError |") and "pip install 'openai-agents" in out.stdout

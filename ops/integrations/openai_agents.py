@@ -39,7 +39,12 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from agents.memory.session_settings import SessionSettings, resolve_session_limit
+try:
+    from agents.memory.session_settings import SessionSettings, resolve_session_limit
+except ImportError as exc:  # the SDK is the caller's dependency, not Quill's (pip install -e . lacks it)
+    raise ImportError("quill.integrations.openai_agents needs the OpenAI Agents SDK: "
+                      "pip install 'openai-agents>=0.21' (a Quill checkout: pip install -e '.[agents]')",
+                      name=exc.name) from exc
 
 from quill.ops.aclient import AsyncClient
 from quill.ops.errors import NotFoundError, QuarantinedError

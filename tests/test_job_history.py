@@ -11,6 +11,7 @@ from quill.jobs.queues import build
 from quill.ops import config
 from quill.store import Reader
 from quill.store.connection import open_reader, open_writer, transaction
+from quill.workers.job_runner import TRUNCATE_WAL_BYTES
 
 from conftest import stop_fleet, worker_pids
 
@@ -169,7 +170,10 @@ def test_a_reader_holding_a_snapshot_never_stalls_the_drain_and_the_wal_is_visib
         reader.execute("COMMIT")
         reader.close()
         reader = None
-        _wait_for(lambda: os.path.getsize(str(home / "state.db") + "-wal") == 0, timeout=60, what="an idle TRUNCATE")
+        # Truncated once the reader is gone; small writes after it (job-run rows) may regrow the
+        # WAL, but never past the idle-truncate threshold.
+        _wait_for(lambda: os.path.getsize(str(home / "state.db") + "-wal") < TRUNCATE_WAL_BYTES, timeout=120,
+                  what="an idle TRUNCATE")
         assert quill.status()["wal"]["blocked_by_reader_since"] is None
         log = (home / "logs" / "writer.log").read_text()
         assert "writer.checkpoint_blocked" in log and "database is locked" not in log

@@ -195,3 +195,16 @@ def backend(request) -> str | None:
     if request.param == "sqlite":
         return None
     return request.getfixturevalue("pg_store_url")
+
+
+@pytest.fixture
+def env(tmp_path):
+    """A real spool dir and an open writer connection on a temp store: ``(spool, conn, tmp_path)``."""
+    from quill.spool import Spool
+    from quill.store import open_writer
+
+    spool = Spool(tmp_path / "spool")
+    conn = open_writer(tmp_path / "state.db")
+    yield spool, conn, tmp_path
+    conn.close()
+    spool.close()

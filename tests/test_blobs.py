@@ -9,7 +9,7 @@ import hashlib
 import apsw
 import pytest
 
-from quill.spool import START, Spool, SpoolReader
+from quill.spool import START, SpoolReader
 from quill.store import Reader, apply_chunk, open_writer
 from quill.store import blobs
 
@@ -17,15 +17,6 @@ from quill.store import blobs
 def _png(seed: int, size: int = 6000) -> str:
     raw = hashlib.sha256(str(seed).encode()).digest() * (size // 32)
     return base64.b64encode(raw).decode()
-
-
-@pytest.fixture
-def env(tmp_path):
-    spool = Spool(tmp_path / "spool")
-    conn = open_writer(tmp_path / "state.db")
-    yield spool, conn, tmp_path
-    conn.close()
-    spool.close()
 
 
 def drain(tmp_path, conn, rejects=None):

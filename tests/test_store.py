@@ -8,18 +8,9 @@ import apsw
 
 import pytest
 
-from quill.spool import START, Spool, SpoolReader
+from quill.spool import START, SpoolReader
 from quill.store import Reader, apply_chunk, index_slice, open_writer, read_cursor
 from quill.store.query import sanitize
-
-
-@pytest.fixture
-def env(tmp_path):
-    spool = Spool(tmp_path / "spool")
-    conn = open_writer(tmp_path / "state.db")
-    yield spool, conn, tmp_path
-    conn.close()
-    spool.close()
 
 
 def drain(tmp_path, conn, rejects):

@@ -87,14 +87,21 @@ def test_consumer_killed_during_integrity_check_leaves_an_interrupted_run(quill,
         build(home / "queue.db").enqueue("integrity_check")
         _wait_for(lambda: (c := _status_file(home, "consumer")).get("in_flight") and c.get("last") == "integrity_check",
                   what="integrity_check to start")
-        # Freeze the check mid-run until its start row is in the store, then kill it.
-        deadline = time.monotonic() + 60
-        while not [r for r in _runs(home, "integrity_check") if r["outcome"] == "running"]:
-            assert time.monotonic() < deadline, "no start row for the running check"
+        # Let the check run in short slices; after each, keep it frozen while the writer (not
+        # frozen) gets seconds to apply the start row — so even on a loaded machine the row is
+        # in the store long before the check itself could finish. Then kill it mid-run.
+        running = lambda: [r for r in _runs(home, "integrity_check") if r["outcome"] == "running"]
+        for _ in range(60):
             os.kill(consumer, signal.SIGCONT)
-            time.sleep(0.05)
+            time.sleep(0.02)
             os.kill(consumer, signal.SIGSTOP)
-            time.sleep(0.5)
+            frozen_until = time.monotonic() + 3
+            while not running() and time.monotonic() < frozen_until:
+                time.sleep(0.05)
+            if running():
+                break
+        assert running(), "no start row for the running check"
+        assert not [r for r in _runs(home, "integrity_check") if r["outcome"] == "ok"]
         os.kill(consumer, signal.SIGKILL)
         run = _wait_for(lambda: [r for r in _runs(home, "integrity_check") if r["outcome"] == "interrupted"],
                         what="the interrupted run")[0]

@@ -174,18 +174,32 @@ def pg_url() -> str:
 
 
 @pytest.fixture
-def pg_store_url(pg_url: str):
-    """A store URL on a fresh PostgreSQL schema of its own (dropped afterwards), so tests
-    never share rows: the schema is put first on the connection's search_path."""
+def pg_schemas(pg_url: str):
+    """A factory: each call creates a fresh PostgreSQL schema (all dropped afterwards) and
+    returns a store URL that puts it first on the connection's search_path, so tests never
+    share rows."""
     import uuid
     import psycopg
-    name = "t_" + uuid.uuid4().hex[:12]
+    names: list[str] = []
+
+    def make() -> str:
+        name = "t_" + uuid.uuid4().hex[:12]
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(f'CREATE SCHEMA "{name}"')
+        names.append(name)
+        sep = "&" if "?" in pg_url else "?"
+        return f"{pg_url}{sep}options=-csearch_path%3D{name},public"
+
+    yield make
     with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute(f'CREATE SCHEMA "{name}"')
-    sep = "&" if "?" in pg_url else "?"
-    yield f"{pg_url}{sep}options=-csearch_path%3D{name},public"
-    with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+        for name in names:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
+
+@pytest.fixture
+def pg_store_url(pg_schemas) -> str:
+    """A store URL on a fresh PostgreSQL schema of its own (dropped afterwards)."""
+    return pg_schemas()
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

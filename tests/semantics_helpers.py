@@ -33,10 +33,20 @@ class Store:
         cursor = self.backend.read_cursor()
         start = START if cursor is None else _position(cursor)
         entries = list(SpoolReader(self.root / "spool").read(start, max_bytes=1 << 40))
+        self.last_result = None
         if entries:
-            self.backend.apply_chunk(entries, lambda e, reason, detail: rejects.append((reason, detail)))
+            self.last_result = self.backend.apply_chunk(
+                entries, lambda e, reason, detail: rejects.append((reason, detail, str(e.position))))
         self.last_rejects = rejects
-        return [r for r, _ in rejects]
+        self.last_entries = entries
+        return [r[0] for r in rejects]
+
+    def replay(self, start=None) -> Any:
+        """Apply the whole spool again from ``start`` (default: its beginning) as a crash
+        before the cursor moved would; returns the chunk's figures (``ChunkResult``)."""
+        from quill.spool import START
+        entries = list(SpoolReader(self.root / "spool").read(start or START, max_bytes=1 << 40))
+        return self.backend.apply_chunk(entries, lambda e, reason, detail: None)
 
     def job(self, func: Any, **params: Any) -> dict[str, Any]:
         """Run a store job that emits ops (as the writer does: conn + spool), then drain the

@@ -1,5 +1,5 @@
-"""Content-addressed blobs (store/blobs.py) on real SQLite files through the real spool and
-writer: one copy per distinct payload, every read returns the original bytes, a refused op
+"""Content-addressed blobs (store/blobs.py) on both backends (a SQLite file, a PostgreSQL
+schema) through the real spool and the backend's apply: one copy per distinct payload, every read returns the original bytes, a refused op
 leaves nothing behind, a v1 store is migrated."""
 from __future__ import annotations
 
@@ -9,9 +9,17 @@ import hashlib
 import apsw
 import pytest
 
-from quill.spool import START, SpoolReader
-from quill.store import Reader, apply_chunk, open_writer
+from quill.store import open_writer
 from quill.store import blobs
+
+from semantics_helpers import Store
+
+
+@pytest.fixture
+def store(tmp_path, backend):
+    s = Store(tmp_path, backend)
+    yield s
+    s.close()
 
 
 def _png(seed: int, size: int = 6000) -> str:
@@ -19,10 +27,11 @@ def _png(seed: int, size: int = 6000) -> str:
     return base64.b64encode(raw).decode()
 
 
-def drain(tmp_path, conn, rejects=None):
-    rejects = [] if rejects is None else rejects
-    entries = list(SpoolReader(tmp_path / "spool").read(START, max_bytes=1 << 40))
-    return apply_chunk(conn, entries, lambda e, reason, detail: rejects.append(reason))
+def drain(store, rejects=None):
+    got = store.drain()
+    if rejects is not None:
+        rejects += got
+    return store.last_result
 
 
 def _tool_result_with_images(n_images: int, mid: str, call: str) -> dict:
@@ -34,13 +43,13 @@ def _tool_result_with_images(n_images: int, mid: str, call: str) -> dict:
             "extra": {"toolUseResult": {"content": [{"type": "image", "source": s} for s in srcs]}}}
 
 
-def test_five_images_twice_each_are_stored_once_and_read_back_intact(env):
-    spool, conn, tmp = env
+def test_five_images_twice_each_are_stored_once_and_read_back_intact(store):
+    spool, conn = store.spool, store.conn
     call = {"id": "m0", "role": "assistant", "content": None,
             "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "shot", "arguments": "{}"}}]}
     result = _tool_result_with_images(5, "m1", "c1")
     spool.append("messages.append", {"session_id": "s", "messages": [call, result]})
-    drain(tmp, conn)
+    drain(store)
     # 10 copies in (a data URL in the parts + the bare source in toolUseResult per image): 5 rows,
     # each decoded (¾ of the base64 text)
     assert blobs.stats(conn)["blobs"] == 5
@@ -49,7 +58,7 @@ def test_five_images_twice_each_are_stored_once_and_read_back_intact(env):
     assert _png(0) not in stored[0] and _png(0) not in stored[1]
     assert stored[0].count(blobs.REF_PREFIX) == 5 and stored[1].count(blobs.REF_PREFIX) == 5
 
-    with Reader(tmp / "state.db") as r:
+    with store.reader() as r:
         for projection in ("model", "display", "audit"):
             got = [m for m in r.get_messages("s", projection) if m.get("tool_call_id") == "c1"][0]
             assert got["content"] == result["content"]
@@ -60,23 +69,23 @@ def test_five_images_twice_each_are_stored_once_and_read_back_intact(env):
         assert hit["message_id"] == exported["message_id"]
 
 
-def test_the_same_image_in_many_messages_and_sessions_is_one_row(env):
-    spool, conn, tmp = env
+def test_the_same_image_in_many_messages_and_sessions_is_one_row(store):
+    spool, conn = store.spool, store.conn
     url = f"data:image/jpeg;base64,{_png(7)}"
     for sid in ("a", "b"):
         msgs = [{"id": f"u{i}", "role": "user", "content": [{"type": "text", "text": f"look {i}"},
                                                              {"type": "image_url", "image_url": {"url": url}}]}
                 for i in range(4)]
         spool.append("messages.append", {"session_id": sid, "messages": msgs})
-    drain(tmp, conn)
+    drain(store)
     assert blobs.stats(conn)["blobs"] == 1
-    with Reader(tmp / "state.db") as r:
+    with store.reader() as r:
         for sid in ("a", "b"):
             assert all(m["content"][1]["image_url"]["url"] == url for m in r.get_messages(sid, "model"))
 
 
-def test_corrupted_base64_and_odd_data_urls_round_trip_exactly(env):
-    spool, conn, tmp = env
+def test_corrupted_base64_and_odd_data_urls_round_trip_exactly(store):
+    spool, conn = store.spool, store.conn
     good = _png(3)
     corrupted = good[:2001] + "[REDACTED]" + good[2001:]  # an upstream redactor spliced text in
     odd = f"data:image/png;name=a b.png;base64,{good}"
@@ -88,39 +97,39 @@ def test_corrupted_base64_and_odd_data_urls_round_trip_exactly(env):
              {"type": "text", "text": looks_like_ref},
              {"inlineData": {"mimeType": "application/pdf", "data": good}}]
     spool.append("messages.append", {"session_id": "s", "messages": [{"id": "x", "role": "user", "content": parts}]})
-    drain(tmp, conn)
+    drain(store)
     # the odd data URL and the inlineData carry the same payload: one row; the corrupted one is text
     assert blobs.stats(conn)["blobs"] == 2
     encodings = sorted(e for (e,) in conn.execute("SELECT encoding FROM blobs"))
     assert encodings == ["base64", "text"]
-    with Reader(tmp / "state.db") as r:
+    with store.reader() as r:
         assert r.get_messages("s", "audit")[0]["content"] == parts
 
 
-def test_plain_text_content_is_never_cut_out(env):
-    spool, conn, tmp = env
+def test_plain_text_content_is_never_cut_out(store):
+    spool, conn = store.spool, store.conn
     text = f"data:image/png;base64,{_png(1)}"
     spool.append("messages.append", {"session_id": "s", "messages": [{"role": "user", "content": text}]})
-    drain(tmp, conn)
+    drain(store)
     assert blobs.stats(conn)["blobs"] == 0
-    with Reader(tmp / "state.db") as r:
+    with store.reader() as r:
         assert r.get_messages("s")[0]["content"] == text
 
 
-def test_a_refused_op_leaves_no_blob(env):
-    spool, conn, tmp = env
+def test_a_refused_op_leaves_no_blob(store):
+    spool, conn = store.spool, store.conn
     img = {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{_png(9)}"}}
     spool.append("messages.append", {"session_id": "s", "messages": [
         {"role": "tool", "tool_call_id": "c", "content": [img]},
         {"role": "tool", "tool_call_id": "c", "content": "second live result for c"}]})
     rejects: list = []
-    drain(tmp, conn, rejects)
+    drain(store, rejects)
     assert rejects == ["duplicate-tool-result"]
     assert blobs.stats(conn)["blobs"] == 0
 
 
-def test_compaction_copies_share_the_blob(env):
-    spool, conn, tmp = env
+def test_compaction_copies_share_the_blob(store):
+    spool, conn = store.spool, store.conn
     img = {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{_png(5)}"}}
     msgs = [{"id": "u", "role": "user", "content": [{"type": "text", "text": "see"}, img]},
             {"id": "a", "role": "assistant", "content": "seen"}]
@@ -129,9 +138,9 @@ def test_compaction_copies_share_the_blob(env):
                                       "messages": [{"role": "user", "content": "[summary]"}, msgs[1]]})
     spool.append("messages.compact", {"session_id": "s", "tail_count": 0,
                                       "messages": [{"role": "user", "content": [{"type": "text", "text": "again"}, img]}]})
-    drain(tmp, conn)
+    drain(store)
     assert blobs.stats(conn)["blobs"] == 1
-    with Reader(tmp / "state.db") as r:
+    with store.reader() as r:
         model = r.get_messages("s", "model")
         assert model[0]["content"][1] == img
 

@@ -18,10 +18,27 @@ from semantics_helpers import Store, assistant, tool, user
 
 
 @pytest.fixture
-def store(tmp_path):
-    s = Store(tmp_path)
+def store(tmp_path, backend):
+    s = Store(tmp_path, backend)
     yield s
     s.close()
+
+
+#: What PostgreSQL search does not do yet (docs/backends.md, "Search"): its word index is one
+#: document per message — text and tool calls, no reasoning — so ``kinds`` narrower than all
+#: is refused and reasoning is not found. Strict: the run fails once the gap is closed.
+PG_NO_KINDS = "PostgreSQL search has no kinds and does not index reasoning yet (docs/backends.md)"
+
+
+#: PostgreSQL's word index uses the ``simple`` configuration: no diacritic folding (FTS5's
+#: ``remove_diacritics 2`` finds "café" for "cafe").
+PG_NO_UNACCENT = "PostgreSQL's word index does not fold diacritics yet (docs/backends.md)"
+
+
+def pg_gap(request, store, reason: str = PG_NO_KINDS) -> None:
+    """Mark the running test as an expected failure on PostgreSQL, for ``reason``."""
+    if store.kind == "postgres":
+        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
 
 
 def _call(call_id: str, name: str, args: object) -> dict:
@@ -34,7 +51,8 @@ ISSUE_ARGS = json.dumps({"new_string": "first line\nsecondword here\tthirdword \
 # -- B1: tool-call arguments are text ------------------------------------------------------------
 
 @pytest.mark.parametrize("indexed", [False, True])
-def test_tool_call_argument_words_after_escapes_are_found(store, indexed):
+def test_tool_call_argument_words_after_escapes_are_found(request, store, indexed):
+    pg_gap(request, store)
     store.apply("messages.append", {"session_id": "s", "messages": [
         user("edit the file"), assistant(None, tool_calls=[_call("c1", "edit", ISSUE_ARGS)]),
         tool("c1", "ok", name="edit")]})
@@ -52,7 +70,8 @@ def test_tool_call_argument_words_after_escapes_are_found(store, indexed):
 
 
 @pytest.mark.parametrize("indexed", [False, True])
-def test_arguments_given_as_objects_nested_or_not_json_are_text_too(store, indexed):
+def test_arguments_given_as_objects_nested_or_not_json_are_text_too(request, store, indexed):
+    pg_gap(request, store)
     calls = [_call("c1", "bash", {"cmd": "ls\nzebraword", "opts": {"deep": ["alpha\tomegaword", 4711]}}),
              _call("c2", "note", "plain\ntext argument with yakword")]
     store.apply("messages.append", {"session_id": "s", "messages": [assistant("calling", tool_calls=calls)]})
@@ -99,6 +118,8 @@ def _argument_words(tool_calls_json: str) -> set[str]:
 
 @pytest.mark.skipif(not CORPUS.exists(), reason="../shared/corpus not present")
 def test_every_word_of_every_tool_call_argument_in_the_corpus_is_found(store):
+    if store.kind == "postgres":  # 8 s to walk the corpus only to meet the refused kinds
+        pytest.xfail(PG_NO_KINDS)
     from quill.ops.importers import iter_transcript_files, parse_file
     for p in iter_transcript_files([CORPUS]):
         parsed = parse_file(p)
@@ -146,7 +167,8 @@ def test_every_word_of_every_tool_call_argument_in_the_corpus_is_found(store):
 # -- B2: reasoning -----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("indexed", [False, True])
-def test_reasoning_is_searchable_and_filterable(store, indexed):
+def test_reasoning_is_searchable_and_filterable(request, store, indexed):
+    pg_gap(request, store)
     store.apply("messages.append", {"session_id": "s", "messages": [
         user("question about zebras"), assistant("the answer", reasoning="I ponder quaggas and zebras deeply")]})
     if indexed:
@@ -272,7 +294,8 @@ def test_search_with_latin1_bytes_on_the_command_line(tmp_path):
 # -- B6: snippets on the match -----------------------------------------------------------------
 
 @pytest.mark.parametrize("indexed", [False, True])
-def test_snippets_contain_and_highlight_the_matched_words(store, indexed):
+def test_snippets_contain_and_highlight_the_matched_words(request, store, indexed):
+    pg_gap(request, store, PG_NO_UNACCENT)
     filler = "lorem ipsum dolor " * 40
     msgs = [user(filler + "then path.join(a, b) appears " + filler),
             assistant("I will run it", tool_calls=[_call("c1", "bash", json.dumps(
@@ -394,10 +417,14 @@ def test_context_of_a_page_equals_each_hits_own_neighbours(store):
                 assert many[mid] == projections.neighbors(conn, sid, projection, mid), (projection, mid)
         reps = projections.representatives(conn, [m for _, m in ids])
         assert reps == {m: projections.representative(conn, m) for _, m in ids}
-        timings: dict = {}
-        from quill.store import search as s
-        got = s.search(conn, "word", limit=100, timings=timings)
-        assert set(timings) == {"candidates_s", "page_s", "context_s"}
+        if store.kind == "sqlite":
+            timings: dict = {}
+            from quill.store import search as s
+            got = s.search(conn, "word", limit=100, timings=timings)
+            assert set(timings) == {"candidates_s", "page_s", "context_s"}
+        else:
+            got = r.search("word", limit=100)
+        assert len(got) > 6
         for h in got:
             want = projections.neighbors(conn, h["session_id"], "display", h["message_id"])
             assert (h["before"], h["after"]) == want

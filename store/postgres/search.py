@@ -146,15 +146,25 @@ def search(conn: PgConnection, text: str, *, limit: int = 20, session_id: str | 
         if not found or (plan.kind != "scan" and len(found) < batch):
             break  # a scan pages window by window, as on SQLite
         below = found[-1][0]
+    # The page's context in two queries (projections.neighbors_many), as on SQLite.
+    around = projections.neighbors_many(conn, projection, [(r[1], r[0]) for r in hits]) if context else {}
     out = []
     for r in hits:
-        text_of = r[3] or r[4] or ""
-        spans = hits_mod.match_spans(text_of, "fts" if plan.kind == "fts" else "substring", plan.terms)
+        # The snippet comes from the text the query matched in (as on SQLite): the content,
+        # else the tool calls; a row whose match spans neither shows its content.
+        mode = "fts" if plan.kind == "fts" else "substring"
+        texts = [(k, t) for k, t in (("text", r[3]), ("tool", r[4] if plan.kind == "fts" else None)) if t]
+        matched_in, text_of, spans = (texts[0] + ([],)) if texts else ("text", "", [])
+        for kind, t in texts:
+            found_spans = hits_mod.match_spans(t, mode, plan.terms)
+            if found_spans:
+                matched_in, text_of, spans = kind, t, found_spans
+                break
         snip, marks = hits_mod.excerpt(text_of, spans)
         hit = {"session_id": r[1], "message_id": r[0], "role": r[2], "state": r[7], "ts": r[5], "title": r[6],
-               "matched_in": "text" if r[3] else "tool", "snippet": snip, "highlights": marks}
+               "matched_in": matched_in, "snippet": snip, "highlights": marks}
         if context:
-            before, after = projections.neighbors(conn, r[1], projection, r[0])
+            before, after = around[r[0]]
             hit["before"] = None if before is None else hits_mod.preview(before)
             hit["after"] = None if after is None else hits_mod.preview(after)
         out.append(hit)

@@ -7,6 +7,7 @@ import os
 from typing import Any
 
 import click
+from rich import filesize
 
 from quill.store.errors import CantOpenError
 from quill.store.normalize import ROLES
@@ -251,6 +252,8 @@ def _print_status(d: dict[str, Any]) -> None:
     s = d["store"]
     if s and s.get("error"):
         con.print(f"[bold red]store    unreadable: {s['error']}[/bold red]")
+    elif s and s.get("postgres"):
+        _print_pg_store(con, s)
     elif s:
         con.print(f"store    {s['sessions']} sessions, {s['messages']} messages; cursor {s['cursor']}; "
                   f"FTS pending {s['fts_pending']}, index {s.get('fts_state', 'ok')}")
@@ -270,6 +273,23 @@ def _print_status(d: dict[str, Any]) -> None:
         con.print(f"[yellow]overdue  {o['job']}: {o['reason']}[/yellow]")
     for run in d["jobs"][:5]:
         con.print(f"job      {run['job']:<15} {run['outcome']:<6} {render.when(run['started_at'])} {run.get('error') or ''}")
+
+
+def _print_pg_store(con: Any, s: dict[str, Any]) -> None:
+    """The store lines of a PostgreSQL store: server, sizes, every host's cursor, amcheck."""
+    pg = s["postgres"]
+    con.print(f"store    PostgreSQL {pg['server_version']} at {pg['url']}")
+    con.print(f"         {s['sessions']} sessions, {s['messages']} messages; store {filesize.decimal(pg['size_bytes'])}, "
+              f"database {filesize.decimal(pg['database_bytes'])}; this host's cursor {s['cursor']}")
+    for sp in pg["spools"]:
+        con.print(f"cursor   {sp['spool_id']:<28} {sp['cursor']:<14} last commit {sp['age_s']} s ago")
+    a = pg["amcheck"]
+    if a is None:
+        con.print("amcheck  never run (job pg_integrity_check)")
+    else:
+        style = "green" if a["outcome"] == "ok" else ("default" if a["outcome"] == "running" else "bold red")
+        con.print(f"amcheck  [{style}]{a['outcome']}[/{style}] {render.when(a['at'])}"
+                  + (f" {a['error']}" if a.get("error") else ""))
 
 
 def _attach_key_commands() -> None:

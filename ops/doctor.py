@@ -45,6 +45,9 @@ def run_checks(cfg: Config) -> list[dict[str, Any]]:
                       f"apsw's SQLite {lib}; need ≥ {'.'.join(map(str, MIN_SQLITE))} (WAL-reset bug fix)"))
     out.append(_check("sqlite (queue)", True,
                       f"system SQLite {sqlite3.sqlite_version} for huey; queue.db uses journal_mode=TRUNCATE, not WAL"))
+    if cfg.store_url:
+        figures = _pg_checks(cfg, out)
+        return out + _common_checks(cfg, figures)
     shm = shm_problem(cfg.state_db)
     out.append(_check("shared memory", shm is None, shm + " — stop Quill, then delete it (SQLite rebuilds it "
                       "from the WAL) or restore its owner and mode 600" if shm else "state.db-shm usable or absent"))
@@ -72,6 +75,43 @@ def run_checks(cfg: Config) -> list[dict[str, Any]]:
     else:
         figures = None
         out.append(_check("store", True, "state.db not created yet (the writer creates it)"))
+    return out + _common_checks(cfg, figures)
+
+
+def _pg_checks(cfg: Config, out: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Checks of a PostgreSQL store (``[store] url``): reachable with a Quill schema, its
+    figures, every host's cursor, the last amcheck run, overdue jobs. Returns the store
+    figures (None when unreadable). The password in the URL is never shown."""
+    from quill.store.postgres.connection import redact
+    try:
+        with health.open_store_reader(cfg) as r:
+            figures = r.figures()
+            pg = r.server_figures(time.time())
+            overdue = health.overdue_jobs(cfg, r.conn)
+    except StoreError as exc:
+        out.append(_check("store (postgresql)", False, f"cannot read {redact(cfg.store_url)}: {type(exc).__name__}: {exc}"))
+        return None
+    out.append(_check("store (postgresql)", True,
+                      f"PostgreSQL {pg['server_version']} at {pg['url']}: {figures['sessions']} sessions, "
+                      f"{figures['messages']} messages, store {pg['size_bytes']} bytes, database "
+                      f"{pg['database_bytes']} bytes; this host's cursor {figures['cursor']}"))
+    out.append(_check("cursors", True, "; ".join(f"{sp['spool_id']} at {sp['cursor']}, last commit {sp['age_s']} s ago"
+                                                 for sp in pg["spools"]) or "no spool applied yet"))
+    a = pg["amcheck"]
+    if a is None:
+        out.append(_check("amcheck", False, "pg_integrity_check has never run on this store", warn_only=True))
+    else:
+        detail = f"last pg_integrity_check {a['outcome']} at {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(a['at']))}"
+        out.append(_check("amcheck", a["outcome"] in ("ok", "running"), detail + (f": {a['error']}" if a.get("error") else "")))
+    out.append(_check("overdue jobs", not overdue, "; ".join(f"{o['job']}: {o['reason']}" for o in overdue)
+                      or "every scheduled job ran within twice its period", warn_only=True))
+    return figures
+
+
+def _common_checks(cfg: Config, figures: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The data dir's own checks, whatever the store: file modes, leases, halt, free space,
+    spool lag (from this host's cursor in ``figures``), stray segments, quarantine."""
+    out: list[dict[str, Any]] = []
     loose = []
     for path in [cfg.home, cfg.spool_dir, cfg.run_dir, *cfg.home.glob("*.db"), *cfg.home.glob("*.db-*")]:
         if path.exists() and stat.S_IMODE(os.stat(path).st_mode) & 0o077:

@@ -61,6 +61,19 @@ def fleet_state(cfg: Any) -> dict[str, Any]:
     return out
 
 
+def open_store_reader(cfg: Any) -> Any:
+    """A reader on this data dir's store: the shared PostgreSQL store (``[store] url``, with
+    this data dir's spool id, so ``figures()["cursor"]`` is this host's) or ``state.db``.
+    Raises ``CantOpenError`` when there is no store yet and the store error tree otherwise
+    (an unreachable server is ``TransientError``)."""
+    if not cfg.store_url:
+        return Reader(cfg.state_db)
+    from quill.spool.identity import load_or_create
+    from quill.store.postgres import PgReader
+    spool_id = load_or_create(cfg.spool_id_path) if cfg.spool_id_path.exists() else None
+    return PgReader(cfg.store_url, spool_id=spool_id)
+
+
 def collect(cfg: Any) -> dict[str, Any]:
     """The status document: home, fleet, store figures, recent jobs, spool, disk, metrics.
 
@@ -69,12 +82,14 @@ def collect(cfg: Any) -> dict[str, Any]:
     """
     data: dict[str, Any] = {"home": str(cfg.home), "fleet": fleet_state(cfg)}
     totals: list[dict[str, Any]] = []
-    shm = shm_problem(cfg.state_db)
+    shm = None if cfg.store_url else shm_problem(cfg.state_db)
     try:
         if shm:  # SQLite would read the store through it as if it were empty
             raise SharedMemoryError(shm)
-        with Reader(cfg.state_db) as r:
+        with open_store_reader(cfg) as r:
             data["store"] = r.figures()
+            if cfg.store_url:
+                data["store"]["postgres"] = r.server_figures(time.time())
             data["jobs"] = r.job_runs(limit=10)
             totals = r.job_run_totals()
             data["overdue"] = overdue_jobs(cfg, r.conn)

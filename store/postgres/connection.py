@@ -142,3 +142,24 @@ class PgConnection:
     @property
     def closed(self) -> bool:
         return self.raw.closed
+
+
+def redact(url: str) -> str:
+    """``url`` with any password replaced by ``***`` (in the userinfo part and in a
+    ``password=`` query parameter), for status output and logs. Never raises."""
+    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+    try:
+        parts = urlsplit(url)
+        netloc = parts.netloc
+        if "@" in netloc:
+            userinfo, host = netloc.rsplit("@", 1)
+            if ":" in userinfo:
+                netloc = userinfo.split(":", 1)[0] + ":***@" + host
+        query = parts.query
+        if query:
+            pairs = parse_qsl(query, keep_blank_values=True)
+            if any(k == "password" for k, _ in pairs):
+                query = urlencode([(k, "***" if k == "password" else v) for k, v in pairs], safe="=,%")
+        return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    except ValueError:
+        return "(unparseable URL)"

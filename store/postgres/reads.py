@@ -8,13 +8,19 @@ is always current and ``figures`` reports every spool's cursor.
 """
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from ..errors import CantOpenError
 from ..reads import Reader, _retry_io
 from . import schema
 from . import search as pg_search
-from .connection import PgConnection
+from .connection import PgConnection, redact
+
+#: Tables whose size ``server_figures`` sums (the store's own; APScheduler's job store lives
+#: in the same database but is not the store).
+_STORE_TABLES = ("sessions", "messages", "blobs", "usage", "spool_cursor", "applied_batches",
+                 "rejected_batches", "job_runs", "state_meta")
 
 
 class PgReader(Reader):
@@ -63,3 +69,29 @@ class PgReader(Reader):
                 "cursors": {k: v[0] for k, v in cursors.items()},
                 "applied_batches": c.execute("SELECT count(*) FROM applied_batches").fetchone()[0],
             }
+
+    @_retry_io
+    def server_figures(self, now: float) -> dict[str, Any]:
+        """What ``quill status``/``doctor`` show of a PostgreSQL store: ``url`` (password
+        redacted), ``server_version``, ``size_bytes`` (the store's tables with their indexes
+        and TOAST, bytes), ``database_bytes`` (the whole database), ``spools`` (every host's
+        cursor: ``spool_id``, ``cursor`` "segment:offset", ``updated_at`` epoch s, ``age_s``
+        since that writer last committed), and ``amcheck``: the last ``pg_integrity_check``
+        run recorded in the shared job history (``at``, ``outcome``, ``error``, ``figures``)
+        or None when it never ran."""
+        with self.snapshot() as c:
+            size = c.execute(
+                "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+                "WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r' "
+                "AND c.relname = ANY(?)", (list(_STORE_TABLES),)).fetchone()[0]
+            db_bytes = c.execute("SELECT pg_database_size(current_database())").fetchone()[0]
+            version = c.execute("SHOW server_version").fetchone()[0]
+            spools = [{"spool_id": r[0], "cursor": f"{r[1]}:{r[2]}", "updated_at": r[3],
+                       "age_s": round(max(0.0, now - r[3]), 1)} for r in
+                      c.execute('SELECT spool_id, segment, "offset", updated_at FROM spool_cursor ORDER BY spool_id')]
+            run = c.execute("SELECT started_at, outcome, error, figures FROM job_runs WHERE job = 'pg_integrity_check' "
+                            "ORDER BY started_at DESC LIMIT 1").fetchone()
+        amcheck = None if run is None else {"at": run[0], "outcome": run[1], "error": run[2],
+                                            "figures": json.loads(run[3] or "{}")}
+        return {"url": redact(self.url), "server_version": version, "size_bytes": int(size),
+                "database_bytes": int(db_bytes), "spools": spools, "amcheck": amcheck}

@@ -33,13 +33,20 @@ def pg_analyze(store_url: str) -> dict[str, Any]:
 
 def pg_integrity_check(store_url: str) -> dict[str, Any]:
     """amcheck over the store; figures: ``ok``, ``problems``, ``indexes_checked``,
-    ``tables_checked``. Raises ``RuntimeError`` listing the problems when damage is found
-    (so the run is recorded as an error and shows in ``quill jobs``)."""
+    ``tables_checked``. When damage is found the store is halted for every host's writer
+    (``store.postgres.halt``: the same sticky halt SQLite's check causes, store-wide) and
+    ``CorruptError`` is raised listing the problems (the run is recorded as an error and
+    shows in ``quill jobs``, ``status`` and ``doctor``)."""
+    import time
+    from quill.store.errors import CorruptError
+    from quill.store.postgres import halt
     backend = _backend(store_url)
     try:
         result = backend.maintenance("integrity_check")
+        if not result["ok"]:
+            halt.declare(backend.conn, "amcheck", "; ".join(result["problems"][:10]), time.time())
     finally:
         backend.close()
     if not result["ok"]:
-        raise RuntimeError(f"amcheck found damage: {result['problems'][:10]}")
+        raise CorruptError(f"amcheck found damage (writes halted on every host): {result['problems'][:10]}")
     return result

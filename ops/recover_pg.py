@@ -27,11 +27,12 @@ def recover(cfg: Any, log: Any) -> dict[str, Any]:
     """Replay the spool into the PostgreSQL store; returns ``{"backend": "postgres",
     "spool_id", "from", "to", "applied", "duplicates", "rejected", "rows", "replayed_by"}``
     (``replayed_by``: ``recover``, or ``writer`` when this host's writer is running and did the
-    replay while we waited). Raises the store error tree (``TransientError``: the server is
+    replay while we waited) and ``halt_lifted`` (see ``lift_halt``). Raises the store error tree (``TransientError``: the server is
     unreachable) and ``TimeoutError`` when a running writer does not catch up in time."""
+    lifted = lift_halt(cfg, log)
     try:
         result = drain(cfg, log)
-        return {"backend": "postgres", **result, "replayed_by": "recover"}
+        return {"backend": "postgres", **result, "replayed_by": "recover", "halt_lifted": lifted}
     except LeaseHeldError:
         pass
     from quill.spool.identity import load_or_create
@@ -43,7 +44,31 @@ def recover(cfg: Any, log: Any) -> dict[str, Any]:
             cursor = reader.figures()["cursor"]
         if cursor == f"{end.segment}:{end.offset}":
             return {"backend": "postgres", "spool_id": spool_id, "from": None, "to": cursor, "applied": None,
-                    "duplicates": None, "rejected": None, "rows": None, "replayed_by": "writer"}
+                    "duplicates": None, "rejected": None, "rows": None, "replayed_by": "writer",
+                    "halt_lifted": lifted}
         if time.monotonic() > deadline:
             raise TimeoutError(f"the running writer has not replayed the spool to {end} (store cursor {cursor})")
         time.sleep(0.5)
+
+
+def lift_halt(cfg: Any, log: Any) -> dict[str, Any] | None:
+    """When the store is halted (``store.postgres.halt``: amcheck found damage), check it again
+    with amcheck and lift the halt if it passes — after ``REINDEX INDEX …`` or a restore from
+    backup — so every host's writer resumes. Returns the lifted cause (None: not halted).
+    Raises ``CorruptError`` naming the problems while the damage is still there."""
+    from quill.store.errors import CorruptError
+    from quill.store.postgres import PostgresBackend, halt
+    backend = PostgresBackend(cfg.store_url, spool_id="maintenance")
+    try:
+        cause = halt.read(backend.conn)
+        if cause is None:
+            return None
+        check = backend.maintenance("integrity_check")
+        if not check["ok"]:
+            raise CorruptError(f"the store is still damaged: {check['problems'][:5]}; REINDEX the damaged "
+                               "indexes (or restore from backup), then run quill recover again")
+        halt.clear(backend.conn)
+        log.warning("recover.halt_lifted", **cause)
+        return cause
+    finally:
+        backend.close()

@@ -202,6 +202,30 @@ def pg_store_url(pg_schemas) -> str:
     return pg_schemas()
 
 
+def pg_data_dir(root, url: str, n: int):
+    """A data dir on the PostgreSQL store ``url`` with ``n`` messages (session ``<dir name>-s``)
+    appended to its spool and drained by its writer (``pg_writer.drain``); returns the drain's
+    figures (``spool_id``, ``to`` cursor, …)."""
+    old = os.umask(0o077)  # as `quill` itself runs (owner-only files), so doctor's mode check passes
+    try:
+        return _fill_pg_data_dir(root, url, n)
+    finally:
+        os.umask(old)
+
+
+def _fill_pg_data_dir(root, url: str, n: int):
+    from quill.ops import config, logs
+    from quill.spool import Spool
+    from quill.workers.pg_writer import drain
+    root.mkdir(parents=True)
+    (root / "config.toml").write_text(f'[store]\nurl = "{url}"\n')
+    spool = Spool(root / "spool")
+    for i in range(n):
+        spool.append("messages.append", {"session_id": f"{root.name}-s", "messages": [{"role": "user", "content": f"m{i}"}]})
+    spool.close()
+    return drain(config.load(root), logs.configure(None, "test"))
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def backend(request) -> str | None:
     """The store URL of each backend in turn: None (embedded SQLite) or a fresh PostgreSQL

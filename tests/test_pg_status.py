@@ -4,35 +4,11 @@ URL with its password redacted. Real server, real data dirs, the real CLI."""
 from __future__ import annotations
 
 import json
-import os
 import time
 
-from quill.spool import Spool
-
-from conftest import QuillCLI
+from conftest import QuillCLI, pg_data_dir
 
 SECRET = "s3cret-pw"
-
-
-def _host(root, url: str, n: int):
-    """A data dir on the store ``url`` with ``n`` messages appended and drained by its writer."""
-    old = os.umask(0o077)  # as `quill` itself runs (owner-only files), so doctor's mode check passes
-    try:
-        return _fill(root, url, n)
-    finally:
-        os.umask(old)
-
-
-def _fill(root, url: str, n: int):
-    from quill.ops import config, logs
-    from quill.workers.pg_writer import drain
-    root.mkdir(parents=True)
-    (root / "config.toml").write_text(f'[store]\nurl = "{url}"\n')
-    spool = Spool(root / "spool")
-    for i in range(n):
-        spool.append("messages.append", {"session_id": f"{root.name}-s", "messages": [{"role": "user", "content": f"m{i}"}]})
-    spool.close()
-    return drain(config.load(root), logs.configure(None, "test"))
 
 
 def test_status_and_doctor_show_the_postgresql_store_without_its_password(tmp_path, pg_store_url):
@@ -42,7 +18,7 @@ def test_status_and_doctor_show_the_postgresql_store_without_its_password(tmp_pa
     # Trust authentication ignores the password: it is there to be redacted.
     url = pg_store_url.replace("postgresql://postgres@", f"postgresql://postgres:{SECRET}@", 1)
     assert SECRET in url
-    here, other = _host(tmp_path / "a", url, 5), _host(tmp_path / "b", url, 2)
+    here, other = pg_data_dir(tmp_path / "a", url, 5), pg_data_dir(tmp_path / "b", url, 2)
     started = time.time()
     figures = pg_integrity_check(url)
     conn = PgConnection(url)

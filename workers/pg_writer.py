@@ -30,9 +30,9 @@ from quill.spool import Entry, Position, Quarantine, Spool, SpoolReader, START
 from quill.spool import retention
 from quill.spool.identity import load_or_create
 from quill.store.apply import take_chunk
-from quill.store.errors import DiskFullError, StoreIOError, TransientError
+from quill.store.errors import CorruptError, DiskFullError, StoreIOError, TransientError
 from quill.store.lease import Lease
-from quill.store.postgres import PostgresBackend
+from quill.store.postgres import PostgresBackend, halt
 
 from .job_runner import StoreJobRunner
 from .rundir import RunDir
@@ -73,6 +73,9 @@ class PgWriter:
                         self._connect()
                     busy = self.step()
                     backoff = 0.5
+                except CorruptError as exc:
+                    self._halted(stop, exc)
+                    continue
                 except _RETRYABLE as exc:
                     self._disconnect()
                     error = f"{type(exc).__name__}: {exc}"
@@ -87,6 +90,33 @@ class PgWriter:
             self._disconnect()
             self.lease.release()
             self.log.info("writer.stopped", cursor=str(self.cursor), spool_id=self.spool_id, **self.totals)
+
+    def _halted(self, stop: threading.Event, exc: CorruptError) -> None:
+        """Sticky halt while the store is halted (``store.postgres.halt``: amcheck found
+        damage, on any host) or the server reported corruption: apply nothing, publish the
+        cause, keep recording job runs (bookkeeping, so the failed check shows in job
+        history), and resume once the halt is lifted (``quill recover`` after REINDEX or a
+        restore). Producers keep appending to the spool meanwhile."""
+        cause = {"cause": type(exc).__name__, "detail": str(exc), "at": time.time(),
+                 "cursor": str(self.cursor), "next": "quill recover (after REINDEX or a restore)"}
+        self.log.critical("writer.halt", backend="postgres", **cause)
+        while not stop.is_set():
+            self.run_dir.publish("writer", {"halted": True, "halt": cause, "idle": False, "backend": "postgres",
+                                            "spool_id": self.spool_id, "cursor": str(self.cursor)})
+            try:
+                if self.backend is None:
+                    self._connect()
+                while self.jobs is not None and self.jobs.run_one(self.backend.conn, idle=True):
+                    pass
+                if halt.read(self.backend.conn) is None:
+                    self.log.warning("writer.halt_lifted", backend="postgres", cursor=str(self.cursor))
+                    return
+            except CorruptError:
+                pass  # still damaged where a job-run record or the halt row lives: stay halted
+            except _RETRYABLE as err:
+                self._disconnect()
+                self.log.warning("writer.retry", error=f"{type(err).__name__}: {err}", kind=type(err).__name__)
+            stop.wait(2.0)
 
     def _connect(self) -> None:
         self.backend = PostgresBackend(self.cfg.store_url, self.spool_id)

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..apply import ChunkResult
 from ..contract import MAINTENANCE_JOBS
+from ..errors import CorruptError
 from . import apply as pg_apply
 from . import schema
 from .connection import PgConnection
@@ -75,7 +76,10 @@ class PostgresBackend:
             "JOIN pg_class t ON t.oid = i.indrelid JOIN pg_am a ON a.oid = c.relam "
             "WHERE a.amname = 'btree' AND t.relnamespace = current_schema()::regnamespace ORDER BY 1")]
         for name in indexes:
-            self.conn.execute("SELECT bt_index_check(?::regclass, true)", (name,)).fetchall()
+            try:
+                self.conn.execute("SELECT bt_index_check(?::regclass, true)", (name,)).fetchall()
+            except CorruptError as exc:  # XX002: amcheck raises for the first violation it meets
+                problems.append(f"index {name}: {exc}")
         for t in tables:
             problems += [f"{t} block {r[0]}: {r[1]}" for r in self.conn.execute(
                 "SELECT blkno, msg FROM verify_heapam(?::regclass)", (t,))]

@@ -23,6 +23,7 @@ from ..apply import ChunkResult, EntryLike, RejectFn, arrival_time
 from ..contract import BadDataError
 from ..errors import InvalidOpError
 from ..ops import APPLIERS
+from . import halt
 from .connection import PgConnection
 
 #: Errors that mean "this op's data cannot be stored" (see store.apply._BAD_DATA): the op is
@@ -60,6 +61,7 @@ def apply_chunk(conn: PgConnection, spool_id: str, entries: Sequence[EntryLike],
     now = time.time()
     conn.execute("BEGIN IMMEDIATE")
     try:
+        halt.check(conn)  # damage found by amcheck on any host stops every writer
         sids = session_ids(entries)
         if sids:
             conn.execute(_LOCK_SQL, (sids,)).fetchall()

@@ -1,0 +1,47 @@
+"""The store-wide halt of a shared PostgreSQL store (docs/backends.md, "Maintenance").
+
+On SQLite, damage found by the integrity check halts the one writer (``declare_corrupt`` →
+``CorruptError`` → sticky halt, ``quill recover``). On PostgreSQL several hosts' writers
+share the store, so the halt lives in the store: ``state_meta['halt']`` holds the cause as
+JSON. Every chunk reads it inside its transaction (``store.postgres.apply``) and raises
+``CorruptError`` while it is set, so no host writes into a damaged store; producers keep
+appending to their spools meanwhile and nothing is lost. ``quill recover`` clears it once
+amcheck passes again (after ``REINDEX`` or a restore). The row is bookkeeping, like the
+cursor, not canonical data: it is not an op.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..errors import CorruptError
+
+KEY = "halt"
+
+
+def declare(conn: Any, cause: str, detail: str, now: float) -> dict[str, Any]:
+    """Set the store's halt (autocommitted); returns the recorded cause ``{"cause",
+    "detail", "at", "next"}``."""
+    halt = {"cause": cause, "detail": detail, "at": now, "next": "quill recover (after REINDEX or a restore)"}
+    conn.execute("INSERT INTO state_meta (key, value) VALUES (?, ?) "
+                 "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (KEY, json.dumps(halt)))
+    return halt
+
+
+def read(conn: Any) -> dict[str, Any] | None:
+    """The store's halt cause, or None when writes may go on."""
+    row = conn.execute("SELECT value FROM state_meta WHERE key = ?", (KEY,)).fetchone()
+    return json.loads(row[0]) if row else None
+
+
+def check(conn: Any) -> None:
+    """Raise ``CorruptError`` (the writer's sticky-halt path) while the store is halted."""
+    halt = read(conn)
+    if halt is not None:
+        raise CorruptError(f"the store is halted: {halt['cause']}: {halt['detail']}")
+
+
+def clear(conn: Any) -> bool:
+    """Lift the halt; True if there was one."""
+    conn.execute("DELETE FROM state_meta WHERE key = ?", (KEY,))
+    return conn.changes() > 0

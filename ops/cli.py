@@ -2,55 +2,64 @@
 
 Exit codes (``quill.ops.errors.Exit``, shared by every command): 0 ok · 1 failure, damage
 found or a batch quarantined · 2 usage error · 3 not found · 4 timed out · 5 the writer
-halted · 6 a worker is crash-looping. Errors have one format (``ops/cli_base.py``).
+halted · 6 a worker is crash-looping · 7 aborted (a confirmation was declined). Errors have one
+format (``ops/cli_output.py``).
 
-This module is the root of every command, so it imports only click and the configuration:
-each command's module is imported when that command runs (``LazyGroup``).
+This module is the entry point and imports nothing heavy, not even click: ``main`` runs the
+per-turn producer command (``quill push`` with its common argv, ``ops/push.py``) without
+building the command tree, and hands every other argv to the click group
+(``ops/cli_root.py``, which loads each command's module when that command runs).
+``quill.ops.cli.cli`` is that group (resolved on first use).
 """
 from __future__ import annotations
 
 import os
 import sys
-
-import click
-
-from quill import __version__
-
-from . import config
-from .cli_base import CONTEXT, LazyGroup, run as run_cli
-
-#: command name -> "module:attribute", imported when the command is used.
-COMMANDS = {
-    "push": "quill.ops.cli_push:push",
-    "run": "quill.ops.cli_run:run",
-    "import": "quill.ops.cli_import:import_",
-    "sessions": "quill.ops.cli_read:sessions",
-    "search": "quill.ops.cli_read:search",
-    "status": "quill.ops.cli_read:status",
-    "snapshot": "quill.ops.cli_admin:snapshot",
-    "recover": "quill.ops.cli_admin:recover",
-    "doctor": "quill.ops.cli_admin:doctor",
-    "jobs": "quill.ops.cli_jobs:jobs",
-    "schedule": "quill.ops.cli_jobs:schedule",
-    "spool": "quill.ops.cli_spool:spool",
-    "usage": "quill.ops.cli_usage:usage",
-    "export": "quill.ops.cli_export:export_cmd",
-    "serve": "quill.ops.cli_service:serve",
-    "token": "quill.ops.cli_service:token",
-}
+from typing import Any
 
 
-@click.group(cls=LazyGroup, lazy=COMMANDS, context_settings=CONTEXT)
-@click.version_option(__version__, "--version", prog_name="quill", message="%(prog)s %(version)s")
-@click.option("--home", type=click.Path(file_okay=False), envvar="QUILL_HOME",
-              help="Data dir (default: $QUILL_HOME, else the XDG data dir).")
-@click.pass_context
-def cli(ctx: click.Context, home: str | None) -> None:
-    """Quill keeps AI-agent transcripts safe: a durable spool, one writer, a searchable store."""
+def setup(home: str | None) -> Any:
+    """What every command does first: owner-only file mode, then the configuration of
+    ``home`` (``config.load``; None = ``$QUILL_HOME`` / the default data dir)."""
+    from . import config
+
     os.umask(0o077)  # every file Quill creates is owner-only (docs/architecture.md, "Data layout")
-    ctx.obj = config.load(home)  # ConfigError is reported by cli_base.run
+    return config.load(home)
+
+
+def _fast_push(argv: list[str]) -> int | None:
+    """Exit code of ``quill push`` run without click, or None if click must parse ``argv``."""
+    from . import push
+
+    args = push.parse_argv(argv)
+    if args is None:
+        return None
+    from .cli_output import report
+    from .errors import from_exception
+
+    try:
+        with push.open_source(args.source) as stream:
+            return push.run(setup(args.home), stream, stream.name, args.session_id, args.wait_s, args.as_json)
+    except Exception as exc:  # noqa: BLE001 — classified by type, as cli_base.run does
+        error = from_exception(exc)
+        if error is None:
+            raise
+        return report(error, args.as_json)
 
 
 def main() -> None:
     """Console-script entry point."""
-    sys.exit(run_cli(cli))
+    argv = sys.argv[1:]
+    code = _fast_push(argv) if "push" in argv else None
+    if code is None:
+        from .cli_base import run
+        from .cli_root import cli as group
+        code = run(group, argv)
+    sys.exit(code)
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("cli", "COMMANDS"):  # the click group, built on first use (PEP 562)
+        from . import cli_root
+        return getattr(cli_root, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

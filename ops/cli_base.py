@@ -4,12 +4,8 @@
 Commands are loaded on first use (click's documented lazy-group pattern), so ``quill push``
 imports only the producer side and never SQLAlchemy, APScheduler or rich.
 
-Errors, one format for all commands (usage errors included):
-
-* human (stderr): ``quill: error: <message>`` and, when there is one, ``quill: hint: <what
-  to do>``;
-* with ``--json`` (stdout, so a consumer parsing stdout always gets JSON):
-  ``{"error": {"kind", "message", "hint", "exit_code"}}``.
+Errors have one format for all commands, usage errors included (``ops/cli_output.py`` prints
+it; that half is click-free so the ``quill push`` fast path in ``ops/cli.py`` shares it).
 
 Commands raise ``quill.ops.errors`` types (``NotFoundError`` …), ``click.UsageError`` /
 ``click.BadParameter`` for bad arguments, or ``click.ClickException`` for a plain failure;
@@ -17,7 +13,6 @@ errors of the lower layers (spool, store, OS) are classified by type in ``run``.
 """
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable, Sequence
 from importlib import import_module
@@ -25,7 +20,10 @@ from typing import Any
 
 import click
 
+from .cli_output import emit_json, report, wants_json
 from .errors import Exit, InvalidInputError, QuillError, from_exception
+
+__all__ = ["CONTEXT", "LazyGroup", "emit_json", "json_option", "report", "run", "wants_json"]
 
 #: Click context settings of the root group (inherited by every command): ``-h`` works like
 #: ``--help``; help fits a terminal up to 120 columns and is never hard-wrapped when stdout is
@@ -39,11 +37,6 @@ def json_option(func: Callable[..., Any]) -> Callable[..., Any]:
     """The one ``--json`` option: adds an ``as_json`` parameter to the command."""
     return click.option("--json", "as_json", is_flag=True,
                         help="Print the result as JSON (errors too: {\"error\": {...}}).")(func)
-
-
-def emit_json(data: Any) -> None:
-    """Print ``data`` as JSON on stdout (the ``--json`` output of every command)."""
-    click.echo(json.dumps(data, ensure_ascii=False, indent=2, default=str))
 
 
 class LazyGroup(click.Group):
@@ -64,31 +57,11 @@ class LazyGroup(click.Group):
         return super().get_command(ctx, name)
 
 
-def _wants_json(argv: Sequence[str]) -> bool:
-    """Whether ``--json`` was given: read from argv, so a usage error found before click got
-    to the option is still reported as JSON."""
-    args = list(argv)
-    if "--" in args:
-        args = args[:args.index("--")]
-    return "--json" in args
-
-
 def _usage_hint(exc: click.UsageError) -> str:
     ctx = exc.ctx
     if ctx is None:
         return "`quill -h` lists the commands"
     return f"`{ctx.command_path} -h` shows the options"
-
-
-def report(error: QuillError, as_json: bool) -> int:
-    """Print ``error`` in the one error format; return its exit code."""
-    if as_json:
-        click.echo(json.dumps({"error": error.as_dict()}, ensure_ascii=False, indent=2))
-    else:
-        click.echo(f"quill: error: {error.message}", err=True)
-        if error.hint:
-            click.echo(f"quill: hint: {error.hint}", err=True)
-    return int(error.exit_code)
 
 
 def _classify(exc: BaseException) -> QuillError | None:
@@ -105,7 +78,7 @@ def run(group: click.Group, argv: Sequence[str] | None = None) -> int:
     """Run ``group`` with ``argv`` (default ``sys.argv[1:]``); every error goes through
     ``report``. Returns the exit code (``Exit``)."""
     args = list(sys.argv[1:] if argv is None else argv)
-    as_json = _wants_json(args)
+    as_json = wants_json(args)
     try:
         # Without standalone mode click returns ``ctx.exit(code)``'s code (commands return None).
         code = group.main(args=args, prog_name="quill", standalone_mode=False)

@@ -32,9 +32,8 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 
 #: Who may call the HTTP API without a token: loopback peers only, nobody, or anyone.
@@ -45,9 +44,11 @@ class ConfigError(Exception):
     """``config.toml`` is unreadable or holds an unknown key or a bad value."""
 
 
-@dataclass(frozen=True)
-class Config:
-    """Paths and settings of one data dir. Sizes in bytes, times in seconds, counts in rows."""
+class Config(NamedTuple):
+    """Paths and settings of one data dir. Sizes in bytes, times in seconds, counts in rows.
+
+    Immutable. A NamedTuple rather than a dataclass: every command reads it, and ``dataclasses``
+    imports ``inspect`` (≈8 ms of the per-turn `quill push`, bench/cli.py)."""
 
     home: Path
     synchronous: str = "NORMAL"
@@ -182,7 +183,8 @@ def load(home: str | os.PathLike[str] | None = None) -> Config:
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"cannot read {path}: {exc}") from None
     changes: dict[str, Any] = {}
-    types = {f.name: f.type for f in fields(Config)}
+    # The annotation text (``from __future__ import annotations``; NamedTuple wraps it in a ForwardRef).
+    types = {name: getattr(t, "__forward_arg__", t) for name, t in Config.__annotations__.items()}
     for section, table in data.items():
         if not isinstance(table, dict):
             raise ConfigError(f"{path}: [{section}] must be a table")
@@ -204,4 +206,4 @@ def load(home: str | os.PathLike[str] | None = None) -> Config:
         raise ConfigError(f"{path}: store.synchronous must be NORMAL or FULL")
     if changes.get("http_anonymous", "loopback") not in ANONYMOUS:
         raise ConfigError(f"{path}: http.anonymous must be one of {', '.join(ANONYMOUS)}")
-    return replace(cfg, **changes)
+    return cfg._replace(**changes)

@@ -7,15 +7,14 @@ import adds only its new messages.
 """
 from __future__ import annotations
 
-import hashlib
 import json
-import uuid
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 from quill.spool import Ack, Spool
 
-NAMESPACE = uuid.UUID("6f1d8a52-3c1e-4b9e-9a57-0c3d3f6b1e42")
+#: UUIDv5 namespace of stable batch ids (a constant: changing it would re-import everything).
+NAMESPACE = "6f1d8a52-3c1e-4b9e-9a57-0c3d3f6b1e42"
 #: Messages per ``messages.append`` op for imports: a batch is all-or-nothing, so smaller
 #: batches confine a bad message; 200 keeps records well under a megabyte for typical turns.
 IMPORT_BATCH_MESSAGES = 200
@@ -23,14 +22,19 @@ IMPORT_BATCH_MESSAGES = 200
 
 def stable_batch_id(*parts: Any) -> str:
     """A UUIDv5 over the canonical JSON of ``parts``."""
+    import hashlib  # here, not at the top: `quill push` (per agent turn) never derives ids
+    import uuid
+
     digest = hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
-    return str(uuid.uuid5(NAMESPACE, digest))
+    return str(uuid.uuid5(uuid.UUID(NAMESPACE), digest))
 
 
 def session_ops(session: dict[str, Any], messages: list[dict[str, Any]],
                 batch_messages: int = IMPORT_BATCH_MESSAGES) -> Iterator[tuple[str, dict, str]]:
     """``(op, data, batch_id)`` for one imported session: a create, then its messages in
     batches. Message ids missing from the source are filled with their index."""
+    import hashlib
+
     sid = session["session_id"]
     yield "session.create", session, stable_batch_id("create", session)
     for start in range(0, len(messages), batch_messages):
@@ -47,14 +51,21 @@ def push_ops(items: Iterable[Any], session_id: str | None) -> Iterator[tuple[str
     Accepted, per value: ``{"op": KIND, "data": {...}}`` (an op as is, optional ``"batch"``);
     ``{"session_id": S, "messages": [...]}`` (a messages.append); a bare message
     ``{"role": ...}`` or a list of them (appended to ``session_id``, required then).
+    ``session_id`` (``--session``) also fills in an op's or batch's missing session id; a value
+    naming another session is refused, so the option is never silently ignored.
     Raises ``ValueError`` naming the offending value's index.
     """
     loose: list[dict] = []
     for index, item in enumerate(items):
         if isinstance(item, dict) and "op" in item:
-            yield item["op"], item.get("data"), item.get("batch")
+            data = item.get("data")
+            if session_id and item["op"] == "sessions.delete":
+                raise ValueError(f"value {index}: --session does not apply to a sessions.delete op")
+            if session_id and isinstance(data, dict):
+                data = {**data, "session_id": _same_session(data, session_id, index)}
+            yield item["op"], data, item.get("batch")
         elif isinstance(item, dict) and "messages" in item:
-            sid = item.get("session_id") or session_id
+            sid = _same_session(item, session_id, index) if session_id else item.get("session_id")
             if not sid:
                 raise ValueError(f"value {index}: a messages batch needs session_id (or --session)")
             yield "messages.append", {**item, "session_id": sid}, item.get("batch")
@@ -68,6 +79,14 @@ def push_ops(items: Iterable[Any], session_id: str | None) -> Iterator[tuple[str
         if not session_id:
             raise ValueError("bare messages need --session SESSION_ID")
         yield "messages.append", {"session_id": session_id, "messages": loose}, None
+
+
+def _same_session(data: dict, session_id: str, index: int) -> str:
+    """``session_id`` if ``data`` names no session or the same one; else ``ValueError``."""
+    given = data.get("session_id")
+    if given not in (None, "", session_id):
+        raise ValueError(f"value {index} is for session {given!r} but --session is {session_id!r}")
+    return session_id
 
 
 def append_all(spool: Spool, ops: Iterable[tuple[str, dict, str | None]]) -> list[Ack]:

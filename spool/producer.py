@@ -28,10 +28,8 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
-import shutil
 import struct
 import time
-import uuid
 from typing import Any, NamedTuple
 
 from . import record
@@ -52,6 +50,17 @@ _SYNCED = struct.Struct(">QQQ")
 _LEAD_TRIES = 8
 
 
+def _uuid4() -> str:
+    """A random UUID (version 4, RFC 9562 §5.4) as its canonical 36-character text: the
+    ``str(uuid.uuid4())`` value, without importing ``uuid`` (which imports ``platform``; the
+    producer runs once per agent turn in `quill push`, bench/cli.py)."""
+    raw = bytearray(os.urandom(16))
+    raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
+    raw[8] = (raw[8] & 0x3F) | 0x80  # variant 10xx (RFC 9562)
+    h = raw.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
 class Ack(NamedTuple):
     """What ``append`` returns once the record is durable: where it is and its batch id."""
 
@@ -70,16 +79,20 @@ class Spool:
     ``group_commit=True`` shares one ``fdatasync`` among concurrent appends (module doc);
     the default runs one per append.
     ``producer_id`` defaults to ``host:pid:random``; ``seq`` counts this handle's appends.
+    ``fast_codec=False`` encodes with the stdlib ``json`` instead of msgspec (``record.encode``;
+    the same record format): cheaper for a process that appends once and exits.
     """
 
     def __init__(self, spool_dir: str | os.PathLike[str], *, producer_id: str | None = None,
-                 segment_bytes: int = DEFAULT_SEGMENT_BYTES, fsync: bool = True, group_commit: bool = False):
+                 segment_bytes: int = DEFAULT_SEGMENT_BYTES, fsync: bool = True, group_commit: bool = False,
+                 fast_codec: bool = True):
         self.dir = resolve_spool_dir(spool_dir)
         self._group = group_commit
         self._sync_fd = -1
-        self.producer_id = producer_id or f"{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.producer_id = producer_id or f"{os.uname().nodename}:{os.getpid()}:{os.urandom(4).hex()}"
         self.segment_bytes = segment_bytes
         self._fsync = fsync
+        self._fast_codec = fast_codec  # False: stdlib JSON for a process writing one record (record.encode)
         self._seq = 0
         self._segment = 0
         self._fd = -1
@@ -97,12 +110,12 @@ class Spool:
             raise InvalidOpError(f"unknown op {op!r}; expected one of {sorted(record.OP_KINDS)}")
         if not isinstance(data, dict):
             raise InvalidOpError(f"op data must be a JSON object, got {type(data).__name__}")
-        batch_id = batch_id or str(uuid.uuid4())
+        batch_id = batch_id or _uuid4()
         self._seq += 1
         body = {"v": record.VERSION, "op": op, "batch": batch_id, "producer": self.producer_id,
                 "seq": self._seq, "ts": time.time(), "data": data}
         try:
-            line = record.encode(body)
+            line = record.encode(body, fast=self._fast_codec)
         except (TypeError, ValueError) as exc:
             raise InvalidOpError(f"op data is not JSON-serialisable: {exc}") from None
         offset = self._write(line)
@@ -224,6 +237,7 @@ class Spool:
     def _os_error(self, exc: OSError) -> SpoolError:
         path = self.dir / segment_name(self._segment)
         if exc.errno in _FULL_ERRNOS:
+            import shutil
             return SpoolFullError(str(path), shutil.disk_usage(self.dir).free)
         return SpoolError(f"cannot append to {path}: {exc}")
 

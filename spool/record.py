@@ -11,11 +11,10 @@ cannot be fooled by JSON round-trip differences. Full format: ``docs/spool-forma
 """
 from __future__ import annotations
 
+import functools
 import json
 import re
 import zlib
-
-import msgspec
 from typing import Any
 
 from .errors import DamagedRecordError
@@ -29,16 +28,27 @@ OP_KINDS = frozenset({
     "usage.record", "messages.restore",
 })
 
-#: Stateless codec objects (constants; msgspec documents them as safe to share).
-_ENCODER = msgspec.json.Encoder()
-_DECODER = msgspec.json.Decoder()
+
+
+@functools.cache
+def _msgspec() -> tuple[Any, Any, type[Exception]]:
+    """(encoder, decoder, error type) of msgspec, imported on first use: importing it costs
+    ≈10 ms, more than it saves on the one record a `quill push` process writes (bench/cli.py).
+    The codec objects are stateless constants (msgspec documents them as safe to share)."""
+    import msgspec
+
+    return msgspec.json.Encoder(), msgspec.json.Decoder(), msgspec.MsgspecError
+
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _CRC_PREFIX = b',"crc":"'
 CRC_SUFFIX_LEN = len(_CRC_PREFIX) + 8 + len(b'"}\n')
 
 
-def encode(body: dict[str, Any]) -> bytes:
+def encode(body: dict[str, Any], *, fast: bool = True) -> bytes:
     """Serialise a record body to one checksummed line (bytes, ending in ``\\n``).
+
+    ``fast=False`` skips msgspec and takes the stdlib path (the same record format; readers
+    cannot tell): for one-shot producers that write a single record per process.
 
     Fast path: msgspec (the round trip below included, ≈2.5× the stdlib encoder on real
     10-message batches, bench/RESULTS.md), accepted only when decoding its output gives back
@@ -54,12 +64,15 @@ def encode(body: dict[str, Any]) -> bytes:
     never ``?``, which would make a lost character look like a real ``?`` (``surrogatepass``
     would write invalid UTF-8). Raises ``TypeError``/``ValueError`` for data that is not JSON.
     """
-    try:
-        data = _ENCODER.encode(body)
-        if _DECODER.decode(data) != body:
+    data = b""
+    if fast:
+        encoder, decoder, error = _msgspec()
+        try:
+            data = encoder.encode(body)
+            if decoder.decode(data) != body:
+                data = b""
+        except (TypeError, ValueError, error):
             data = b""
-    except (TypeError, ValueError, msgspec.MsgspecError):
-        data = b""
     if not data:
         raw = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
         try:
@@ -75,9 +88,10 @@ def loads(data: bytes) -> Any:
     exact), and the stdlib for what msgspec refuses (NaN/Infinity literals, lone-surrogate
     escapes, out-of-range floats, UTF-16/32), so any input decodes exactly as ``json.loads``
     decodes it. Raises ``UnicodeDecodeError`` or ``json.JSONDecodeError`` like ``json.loads``."""
+    _, decoder, error = _msgspec()
     try:
-        return _DECODER.decode(data)
-    except msgspec.MsgspecError:
+        return decoder.decode(data)
+    except error:
         return json.loads(data)
 
 

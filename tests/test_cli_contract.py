@@ -197,6 +197,68 @@ def test_push_imports_only_the_producer_side(home):
                           capture_output=True, text=True, env=quill_env(home), timeout=120)
     assert proc.returncode == 0, proc.stderr
     loaded = json.loads(proc.stderr.strip().splitlines()[-1])
-    heavy = sorted(m for m in loaded for h in HEAVY if m == h or m.startswith(h + "."))
+    heavy = sorted(m for m in loaded for h in (*HEAVY, *FAST_PUSH_SKIPS) if m == h or m.startswith(h + "."))
     assert not heavy, f"quill push imported {heavy}"
-    assert "quill.ops.cli_push" in loaded
+    assert "quill.ops.push" in loaded and "quill.store.precheck" in loaded
+
+
+#: The common `quill push` argv skips these too (ops/push.py; bench/RESULTS.md has the cost).
+FAST_PUSH_SKIPS = ("click", "msgspec", "dataclasses", "uuid", "hashlib", "shutil")
+
+
+def _normalised(proc) -> tuple[int, str, str]:
+    import re
+    ids = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|\b\d+:\d+\b")
+    return proc.returncode, ids.sub("X", proc.stdout), ids.sub("X", proc.stderr)
+
+
+PUSH_CASES = [
+    (("push", "--session", "s"), '{"role": "user", "content": "hi"}'),
+    (("push", "--session=s", "--json"), '{"role": "user", "content": "hi"}\n{"role": "assistant", "content": "yo"}'),
+    (("push", "--json"), '{"session_id": "s2", "messages": [{"role": "user", "content": "x"}]}'),
+    (("push", "--session", "s"), '{"role": "wizard", "content": "x"}'),
+    (("push", "--json"), "[]"),
+    (("push",), "   "),
+    (("push", "--json"), "{not json"),
+    (("push", "--session", "b", "--json"), '{"op": "session.create", "data": {"session_id": "a"}}'),
+    (("push", "--session", "s", "--wait", "0"), '{"role": "user", "content": "hi"}'),
+]
+
+
+@pytest.mark.parametrize("args,stdin", PUSH_CASES, ids=[" ".join(a) for a, _ in PUSH_CASES])
+def test_push_fast_path_and_click_path_print_the_same(tmp_path, args, stdin):
+    """`quill push` with a common argv runs without click (ops/push.py); the click command must
+    behave identically: same exit code, stdout and stderr (ids and positions aside)."""
+    import subprocess
+    import sys
+
+    from conftest import quill_env
+
+    via_click = "from quill.ops.cli import cli; from quill.ops.cli_base import run; import sys; sys.exit(run(cli))"
+    out = []
+    for code in ("from quill.ops.cli import main; main()", via_click):
+        home = tmp_path / str(len(out))
+        out.append(_normalised(subprocess.run([sys.executable, "-c", code, *args], input=stdin, capture_output=True,
+                                              text=True, env=quill_env(home), timeout=120)))
+    assert out[0] == out[1]
+    assert "Traceback" not in out[0][2]
+
+
+def test_push_of_nothing_is_refused_and_says_so(quill, home):
+    for stdin in ("[]", "[]\n[]"):
+        proc = quill.run("push", "--session", "s", check=False, input=stdin)
+        assert proc.returncode == 2 and "nothing was pushed" in proc.stderr, proc.stderr
+    assert not any((home / "spool").glob("*.jsonl"))
+
+
+def test_push_session_option_is_never_ignored(quill):
+    """--session fills in a full op's missing session id and refuses one naming another."""
+    proc = quill.run("push", "--session", "b", check=False,
+                     input='{"op": "session.create", "data": {"session_id": "a"}}')
+    assert proc.returncode == 2 and "--session is 'b'" in proc.stderr
+    proc = quill.run("push", "--session", "b", check=False,
+                     input='{"session_id": "a", "messages": [{"role": "user", "content": "x"}]}')
+    assert proc.returncode == 2 and "--session is 'b'" in proc.stderr
+    quill.run("push", "--session", "c", input='{"op": "session.create", "data": {"source": "cli"}}')
+    quill.run("run", "--until-idle")
+    assert quill.json("sessions", "show", "c")["session"]["id"] == "c"

@@ -75,3 +75,25 @@ def test_a_damaged_body_is_still_a_damaged_record():
     line = record.encode(_body({"x": 1}))
     with pytest.raises(DamagedRecordError):
         record.decode(line.replace(b'"x":1', b'"x":2'))
+
+
+@pytest.mark.parametrize("data", [{"messages": [{"role": "user", "content": "héllo ✓ 😀"}]}, {"n": 2**70, "x": 1.5e-7},
+                                  {"nested": [[{"a": None, "b": True}]], "s": "quote \" and \\ and \n"}])
+def test_stdlib_codec_writes_records_that_decode_to_the_same_body(data):
+    """`quill push` encodes with the stdlib (``fast=False``); the record must read back exactly
+    as the msgspec-encoded one does."""
+    body = _body(data)
+    fast, plain = record.encode(body), record.encode(body, fast=False)
+    assert record.decode(plain) == record.decode(fast) == body
+
+
+def test_producer_batch_ids_are_version_4_uuids(tmp_path):
+    import uuid
+
+    from quill.spool import Spool
+
+    with Spool(tmp_path / "spool", fast_codec=False) as spool:
+        ids = {spool.append("session.create", {"session_id": f"s{i}"}).batch_id for i in range(50)}
+    assert len(ids) == 50
+    assert all(uuid.UUID(i).version == 4 and uuid.UUID(i).variant == uuid.RFC_4122 and str(uuid.UUID(i)) == i
+               for i in ids)

@@ -19,7 +19,7 @@ from typing import Any
 
 from quill.spool import Ack
 
-from .client import WAIT_POLL_S, Client, Outcome
+from .client import WAIT_POLL_S, Client, Outcome, _check_ack
 from .errors import InvalidInputError, WaitTimeoutError
 
 _WRITES = ("submit", "append", "create", "record_usage", "end", "compact", "rewind", "replace", "title", "flags",
@@ -78,6 +78,7 @@ class AsyncClient:
 
     async def wait_all(self, acks: list[Ack], timeout: float = 30.0) -> list[Outcome]:
         """``Client.wait_all`` without blocking the event loop (polls every 20 ms)."""
+        acks = [_check_ack(a) for a in acks]
         if not acks:
             return []
         if not timeout >= 0:

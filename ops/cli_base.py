@@ -21,9 +21,9 @@ from typing import Any
 import click
 
 from .cli_output import emit_json, report, wants_json
-from .errors import Exit, InvalidInputError, QuillError, from_exception
+from .errors import AbortedError, Exit, InvalidInputError, QuillError, from_exception
 
-__all__ = ["CONTEXT", "LazyGroup", "emit_json", "json_option", "report", "run", "wants_json"]
+__all__ = ["CONTEXT", "LazyGroup", "confirm", "emit_json", "json_option", "report", "run", "wants_json"]
 
 #: Click context settings of the root group (inherited by every command): ``-h`` works like
 #: ``--help``; help fits a terminal up to 120 columns and is never hard-wrapped when stdout is
@@ -57,6 +57,21 @@ class LazyGroup(click.Group):
         return super().get_command(ctx, name)
 
 
+def confirm(question: str, *, yes: bool, as_json: bool) -> None:
+    """Ask ``question`` on the terminal unless ``yes``; raise ``AbortedError`` (exit 7) on no.
+
+    A prompt nobody can answer is refused, never skipped: with ``--json`` or when stdin is not
+    a terminal, ``--yes`` is required (``InvalidInputError``, exit 2; nothing is changed)."""
+    if yes:
+        return
+    if as_json or not sys.stdin.isatty():
+        raise InvalidInputError("this command asks for confirmation and cannot ask here "
+                                f"({'--json' if as_json else 'stdin is not a terminal'})",
+                                hint="pass --yes to confirm without a prompt")
+    if not click.confirm(question, err=True):
+        raise AbortedError("aborted: nothing was changed")
+
+
 def _usage_hint(exc: click.UsageError) -> str:
     ctx = exc.ctx
     if ctx is None:
@@ -84,9 +99,11 @@ def run(group: click.Group, argv: Sequence[str] | None = None) -> int:
         code = group.main(args=args, prog_name="quill", standalone_mode=False)
     except click.exceptions.Exit as exc:
         return exc.exit_code
-    except click.exceptions.Abort:
-        click.echo("quill: aborted", err=True)
-        return 130
+    except click.exceptions.Abort as exc:  # click raises it for Ctrl-C / EOF at a prompt
+        if isinstance(exc.__context__, KeyboardInterrupt):
+            click.echo("quill: interrupted", err=True)
+            return Exit.INTERRUPTED
+        return report(AbortedError("aborted: no answer to the prompt; nothing was changed"), as_json)
     except Exception as exc:  # noqa: BLE001 — classified by type below; unknown ones re-raised
         error = _classify(exc)
         if error is None:

@@ -12,18 +12,20 @@ from quill.store.reads import Reader
 
 from . import export, render
 from .cli_read import _EPOCH
-from .errors import NotFoundError
+from .errors import no_key, no_session
 
 
 def write_export(cfg: Any, out: Any, fmt: str, session_id: str | None, since: float | None, source: str | None,
                  key: str | None) -> int:
     """Write the export to ``out`` (a text stream); returns the number of sessions. Raises
-    ``NotFoundError`` for a named session that does not exist."""
+    ``NotFoundError`` for a named session or key that does not exist."""
     try:
         reader = Reader(cfg.state_db)
     except CantOpenError:
         if session_id is not None:
-            raise NotFoundError(f"no session {session_id!r} (no store at {cfg.state_db} yet)") from None
+            raise no_session(session_id, store_missing=True) from None
+        if key is not None:
+            raise no_key(key, store_missing=True) from None
         click.echo(f"quill: no store at {cfg.state_db} yet: nothing to export", err=True)
         if fmt == "quill":
             out.write(json.dumps(export.header(0)) + "\n")
@@ -31,7 +33,11 @@ def write_export(cfg: Any, out: Any, fmt: str, session_id: str | None, since: fl
     with reader as r:
         ids = export.select_sessions(r, session_id, since=since, source=source, key=key)
         if session_id is not None and not ids:
-            raise NotFoundError(f"no session {session_id!r}", hint="`quill sessions list` shows the session ids")
+            raise no_session(session_id)
+        # A key that names no session is an error, not an empty export (its filters may still
+        # leave nothing of a key that exists: that export is empty).
+        if key is not None and not ids and not export.select_sessions(r, key=key):
+            raise no_key(key)
         if fmt == "quill":
             out.write(json.dumps(export.header(len(ids))) + "\n")
         # The bar is on stderr, shown only on a terminal, and not when the export itself goes

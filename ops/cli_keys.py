@@ -13,9 +13,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from . import render
-from .cli_base import emit_json, json_option
+from .cli_base import confirm, emit_json, json_option
 from .client import Client
-from .errors import NotFoundError
+from .errors import no_key
 
 
 @click.command(name="resume")
@@ -82,11 +82,12 @@ def sessions_delete(cfg: Any, session_ids: tuple[str, ...], key: str | None, rea
     """Delete sessions with their messages, usage and the attachments no other session
     references — through the spool, like every change. Their content still exists in spool
     segments and snapshots until retention removes them (docs/ops.md, "Deleting")."""
-    if bool(session_ids) == (key is not None):
+    if session_ids and key is not None:
         raise click.UsageError("give session ids or --key, not both")
-    if not yes and not as_json and not click.confirm(
-            f"delete {'the sessions of key ' + repr(key) if key else ', '.join(session_ids)}?", err=True):
-        raise click.Abort()
+    if not session_ids and key is None:
+        raise click.UsageError("give the session ids to delete, or --key KEY")
+    confirm(f"delete {'the sessions of key ' + repr(key) if key else ', '.join(session_ids)}?", yes=yes,
+            as_json=as_json)
     client = Client(config_=cfg)
     ids, ack = client.delete_sessions(list(session_ids) if session_ids else None, key=key, reason=reason)
     if ack is None:
@@ -100,4 +101,4 @@ def sessions_delete(cfg: Any, session_ids: tuple[str, ...], key: str | None, rea
 
 
 def _not_found(key: str | None) -> Exception:
-    return NotFoundError(f"no session has key {key!r}", hint="`quill sessions list --json` shows each session's key")
+    return no_key(key)

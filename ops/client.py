@@ -41,7 +41,7 @@ from typing import Any
 from quill.spool import Ack, Spool
 
 from . import config
-from .errors import InvalidInputError, NotFoundError, QuillError, WaitTimeoutError, from_exception
+from .errors import InvalidInputError, NotFoundError, QuillError, WaitTimeoutError, from_exception, no_session
 
 VIEWS = ("display", "model", "audit")
 #: Polling interval of ``wait`` (seconds): the writer commits in chunks every few ms, so 20 ms
@@ -63,6 +63,14 @@ class Outcome:
     @property
     def applied(self) -> bool:
         return self.status == "applied"
+
+
+def _check_ack(ack: Any) -> Ack:
+    """``ack`` if it is an ``Ack`` (what the write methods return), else ``InvalidInputError``."""
+    if not isinstance(ack, Ack):
+        raise InvalidInputError(f"expected the Ack a write method returned (append, create …), got {ack!r}",
+                                hint="pass the value `append` returned; its batch id alone is not enough")
+    return ack
 
 
 @contextlib.contextmanager
@@ -245,7 +253,9 @@ class Client:
         return self.wait_all([ack], timeout)[0]
 
     def wait_all(self, acks: list[Ack], timeout: float = 30.0) -> list[Outcome]:
-        """``wait`` for several acks at once; outcomes in the same order."""
+        """``wait`` for several acks at once; outcomes in the same order. Raises
+        ``InvalidInputError`` for anything that is not an ``Ack``."""
+        acks = [_check_ack(a) for a in acks]
         if not acks:
             return []
         if not timeout >= 0:
@@ -264,7 +274,9 @@ class Client:
         return [Outcome(o["outcome"], a.batch_id, o.get("reason"), o.get("detail")) for a, o in zip(acks, found)]
 
     def applied(self, ack: Ack) -> bool:
-        """Whether the writer has dealt with ``ack`` yet (never blocks)."""
+        """Whether the writer has dealt with ``ack`` yet (never blocks). Raises
+        ``InvalidInputError`` for anything that is not an ``Ack``."""
+        ack = _check_ack(ack)
         from .wait import applied_position
 
         with _public_errors():
@@ -300,12 +312,11 @@ class Client:
             raise InvalidInputError(f"view must be one of {', '.join(VIEWS)}, got {view!r}")
         if latest is not None and (not isinstance(latest, int) or latest < 1):
             raise InvalidInputError(f"latest must be a whole number ≥ 1, got {latest!r}")
-        missing = NotFoundError(f"no session {session_id!r} (no store at {self.config.state_db} yet)",
-                                hint="push or import something, then `quill run`")
+        missing = no_session(session_id, store_missing=True)
         with self._reader(missing) as r, r.snapshot():
             session = r.get_session(session_id)
             if session is None:
-                raise NotFoundError(f"no session {session_id!r}", hint="`quill sessions list` shows the session ids")
+                raise no_session(session_id)
             messages = r.get_messages(session_id, view, limit=latest, latest=latest is not None)
             chain = r.compression_chain(session_id)
         return {"session": session, "chain": chain, "messages": messages}
@@ -316,12 +327,11 @@ class Client:
 
     def session(self, session_id: str) -> dict[str, Any]:
         """One session's row (``transcript(...)["session"]``). Raises ``NotFoundError``."""
-        missing = NotFoundError(f"no session {session_id!r} (no store at {self.config.state_db} yet)",
-                                hint="push or import something, then `quill run`")
+        missing = no_session(session_id, store_missing=True)
         with self._reader(missing) as r:
             session = r.get_session(session_id)
         if session is None:
-            raise NotFoundError(f"no session {session_id!r}", hint="`quill sessions list` shows the session ids")
+            raise no_session(session_id)
         return session
 
     def sessions(self, *, source: str | None = None, limit: int = 50, include_hidden: bool = False,
@@ -367,7 +377,7 @@ class Client:
             cwd = cwd.rstrip("/") or "/"   # `--cwd /repo/` names the directory importers record as /repo
         what = f"key {key!r}" if key is not None else f"cwd {cwd!r}"
         missing = NotFoundError(f"no session for {what} (no store at {self.config.state_db} yet)",
-                                hint="push or import something, then `quill run`")
+                                hint="push or import something, then `quill run` applies it")
         with self._reader(missing) as r, r.snapshot():
             found = r.resume_target(key=key, cwd=cwd)
             if found is None:
@@ -381,10 +391,10 @@ class Client:
         """A session's system prompt and tool array — ``{"system_prompt", "tools", "history"}``
         (each distinct value stored once; ``history`` lists every change). Raises
         ``NotFoundError`` for an unknown session."""
-        missing = NotFoundError(f"no session {session_id!r} (no store at {self.config.state_db} yet)")
+        missing = no_session(session_id, store_missing=True)
         with self._reader(missing) as r, r.snapshot():
             if r.get_session(session_id) is None:
-                raise NotFoundError(f"no session {session_id!r}", hint="`quill sessions list` shows the session ids")
+                raise no_session(session_id)
             return r.context(session_id)
 
     def orphans(self, *, window_s: float | None = None) -> list[dict[str, Any]]:
@@ -417,7 +427,8 @@ class Client:
         session of conversation ``key``, with their messages, usage and the blobs no other
         session references, through the spool (``sessions.delete``, docs/ops.md). Returns
         ``(ids, ack)``; ``ack`` is None when ``key`` names no session. Delegate children go
-        with their parent. Raises ``InvalidInputError`` unless exactly one of the two is given."""
+        with their parent. Raises ``InvalidInputError`` unless exactly one of the two is given,
+        ``NotFoundError`` (nothing is deleted) when a named id is not a stored session."""
         if (session_ids is None) == (key is None):
             raise InvalidInputError("give session ids or a key, not both")
         if key is not None:
@@ -425,6 +436,12 @@ class Client:
                 session_ids = [] if r is None else r.key_sessions(key)
             if not session_ids:
                 return [], None
+        else:
+            session_ids = list(dict.fromkeys(session_ids))
+            with self._reader(None) as r:
+                unknown = session_ids if r is None else [s for s in session_ids if r.get_session(s) is None]
+            if unknown:  # deleting nothing is not success: say which ids are wrong, delete none
+                raise no_session(unknown, store_missing=r is None)
         actor = actor or f"user:{getpass.getuser()}"
         return list(session_ids), self.submit("sessions.delete", {"session_ids": list(session_ids), "reason": reason,
                                                                   "actor": actor}, batch_id=batch_id)

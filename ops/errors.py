@@ -7,6 +7,7 @@ of its kind, so ``quill.Client`` users and ``quill`` command users see the same 
     ├── InvalidInputError           exit 2  bad argument, op or message: nothing was appended
     ├── NotFoundError               exit 3  no such session / job / schedule (or no store yet)
     ├── WaitTimeoutError            exit 4  the writer did not deal with a batch in time
+    ├── AbortedError                exit 7  the user declined a confirmation: nothing changed
     ├── QuarantinedError            exit 1  the writer refused a batch (``reason``); it is kept
     ├── SpoolFullError              exit 1  the disk holding the spool is full: nothing partial
     ├── StoreBusyError              exit 1  the store is locked right now: retry
@@ -34,6 +35,8 @@ class Exit(IntEnum):
     TIMEOUT = 4       # waited and gave up (the work may still happen)
     HALTED = 5        # `quill run`: the writer halted (`quill status` says why)
     CRASH_LOOP = 6    # `quill run`: a worker keeps exiting
+    ABORTED = 7       # a confirmation was declined; nothing was changed
+    INTERRUPTED = 130  # Ctrl-C (SIGINT), the shell's convention
 
 
 class QuillError(Exception):
@@ -82,6 +85,25 @@ class NotFoundError(QuillError, LookupError):
     exit_code = Exit.NOT_FOUND
 
 
+def no_session(session_ids: str | list[str], *, store_missing: bool = False) -> NotFoundError:
+    """The one "no such session" error (client, CLI and HTTP API alike): names the ids and,
+    in ``hint``, where to look; ``store_missing`` when nothing has been applied yet."""
+    ids = [session_ids] if isinstance(session_ids, str) else list(session_ids)
+    what = f"no session {ids[0]!r}" if len(ids) == 1 else f"no sessions {', '.join(map(repr, ids))}"
+    if store_missing:
+        return NotFoundError(f"{what} (no store yet: nothing has been applied)",
+                             hint="push or import something, then `quill run` applies it")
+    return NotFoundError(what, hint="`quill sessions list` shows the session ids")
+
+
+def no_key(key: str, *, store_missing: bool = False) -> NotFoundError:
+    """The one "no session has this conversation key" error."""
+    if store_missing:
+        return NotFoundError(f"no session has key {key!r} (no store yet: nothing has been applied)",
+                             hint="push or import something, then `quill run` applies it")
+    return NotFoundError(f"no session has key {key!r}", hint="`quill sessions list --json` shows each session's key")
+
+
 class WaitTimeoutError(QuillError, TimeoutError):
     """A wait gave up before the writer dealt with the batch. The batch is durable and will
     still be applied once a writer runs."""
@@ -89,6 +111,13 @@ class WaitTimeoutError(QuillError, TimeoutError):
     kind = "timeout"
     exit_code = Exit.TIMEOUT
     default_hint = "is `quill run` running? the batch is durable and is applied when the writer gets to it"
+
+
+class AbortedError(QuillError):
+    """The user answered no to a confirmation (``quill sessions delete``); nothing was changed."""
+
+    kind = "aborted"
+    exit_code = Exit.ABORTED
 
 
 class QuarantinedError(QuillError):

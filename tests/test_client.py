@@ -202,3 +202,32 @@ def test_async_cancelled_append_still_completes(home):
             await aq.wait(await aq.append("c", [{"role": "user", "content": "x"}]), timeout=0.2)
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("bogus", ["bogus", None, 42, {"batch_id": "x"}])
+def test_wait_on_something_that_is_not_an_ack_is_a_typed_error(home, bogus):
+    q = pkg.Client(home)
+    for call in (lambda: q.wait(bogus, timeout=0), lambda: q.wait_all([bogus], timeout=0), lambda: q.applied(bogus),
+                 lambda: asyncio.run(pkg.AsyncClient(home).wait(bogus, timeout=0))):
+        with pytest.raises(pkg.InvalidInputError) as err:
+            call()
+        assert err.value.exit_code == 2 and err.value.hint
+
+
+def test_not_found_errors_share_one_message_and_hint(home, quill):
+    """Every "no such session" has the same shape, in the client and the CLI, before and after
+    the store exists."""
+    q = pkg.Client(home)
+    before = [pytest.raises(pkg.NotFoundError, f).value for f in (
+        lambda: q.session("nope"), lambda: q.transcript("nope"), lambda: q.context("nope"),
+        lambda: q.delete_sessions(["nope"]))]
+    assert {(e.message, e.hint) for e in before} == {("no session 'nope' (no store yet: nothing has been applied)",
+                                                      "push or import something, then `quill run` applies it")}
+    quill.run("push", "--session", "t", input='{"role": "user", "content": "x"}')
+    quill.run("run", "--until-idle")
+    after = [pytest.raises(pkg.NotFoundError, f).value for f in (
+        lambda: q.session("nope"), lambda: q.transcript("nope"), lambda: q.context("nope"),
+        lambda: q.delete_sessions(["nope"]))]
+    assert {(e.message, e.hint) for e in after} == {("no session 'nope'", "`quill sessions list` shows the session ids")}
+    cli = quill.run("sessions", "show", "nope", check=False)
+    assert cli.returncode == 3 and "no session 'nope'" in cli.stderr and "`quill sessions list`" in cli.stderr

@@ -174,7 +174,7 @@ def test_cli_delete_by_id_and_by_key_goes_through_the_spool(quill):
     quill.run("push", input="\n".join(json.dumps(o) for o in ops))
     quill.run("run", "--until-idle", "--timeout", "60")
     assert quill.run("sessions", "delete", "b", check=False, input="n\n").returncode != 0  # asked, refused
-    out = quill.json("sessions", "delete", "--key", "chat:1")
+    out = quill.json("sessions", "delete", "--key", "chat:1", "--yes")
     assert out["session_ids"] == ["a", "a2"]
     quill.run("sessions", "delete", "b", "--yes")
     assert quill.run("sessions", "delete", "--key", "chat:404", "--yes", check=False).returncode == 3

@@ -5,7 +5,7 @@ FTS5 syntax errors on input like ``#123``, ``src/main.py``, ``don't``, ``50%`` o
 ``AND``. The sanitizer keeps what a user means and quotes everything else:
 * ``"quoted phrases"`` stay phrases (an unterminated quote runs to the end);
 * ``AND``, ``OR``, ``NOT`` (upper case) stay operators when they stand between two terms;
-  dangling ones are dropped;
+  dangling ones are dropped; a query of nothing but operator words searches for those words;
 * a trailing ``*`` stays a prefix query (``chat-send*`` → ``"chat-send"*``);
 * every other token becomes a quoted string, which the tokenizer splits like the indexed
   text; a token with no letter or digit is dropped (never an empty phrase ``""``).
@@ -105,6 +105,8 @@ def _parts(query: str) -> list[str | Term]:
             cleaned.append(part)
     while cleaned and isinstance(cleaned[-1], str):
         cleaned.pop()
+    if not cleaned and parts:  # only operator words (`AND`, `OR OR`): they are the words sought
+        return [Term(p) for p in parts if isinstance(p, str)]
     return cleaned
 
 

@@ -12,6 +12,7 @@ neighbours cut to a bounded preview (issue 12 B6, B7).
 """
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
@@ -43,16 +44,15 @@ def _pieces(text: str):
 
 
 def match_spans(text: str, kind: str, terms: list[str], prefixes: tuple[str, ...] = ()) -> list[tuple[int, int]]:
-    """Character spans of ``terms`` in ``text``, in text order, from the first match to about
-    ``_PIECE_CHARS`` past it (what a snippet can show). ``kind`` ``fts``: tokens equal to a
+    """Character spans of ``terms`` in ``text``, in text order, from the first match to at
+    least ``2 * SNIPPET_CHARS`` past it (more than a snippet centred on it can show). ``kind`` ``fts``: tokens equal to a
     term (or starting with one of ``prefixes``); else case-folded substrings."""
     if not text or not terms:
         return []
     if kind == "fts":
         want = set(terms)
-        needles = tuple(want) + prefixes
         if text.isascii():
-            return _ascii_word_spans(text, want, prefixes, needles)
+            return _ascii_word_spans(text, want, prefixes)
         spans: list[tuple[int, int]] = []
         for offset, piece in _pieces(text):
             found = [(offset + s, offset + e) for s, e, tok in textfold.words(piece)
@@ -71,25 +71,45 @@ def match_spans(text: str, kind: str, terms: list[str], prefixes: tuple[str, ...
     return sorted(spans)
 
 
-def _ascii_word_spans(text: str, want: set[str], prefixes: tuple[str, ...],
-                      needles: tuple[str, ...]) -> list[tuple[int, int]]:
-    """Word spans of ASCII ``text`` near its first match: ASCII folds by ``lower()``, so every
-    token match starts at a substring hit of a needle; only the neighbourhood (± a snippet
-    width) of each hit is tokenised, until one holds a real token match."""
-    low = text.lower()
-    hits = [i for n in needles if (i := low.find(n)) >= 0]
-    pos = min(hits) if hits else -1
-    while pos >= 0:
-        a = low.rfind(" ", 0, max(0, pos - SNIPPET_CHARS)) + 1
-        b = low.find(" ", pos + SNIPPET_CHARS)
-        b = len(text) if b < 0 else b
-        found = [(a + s, a + e) for s, e, tok in textfold.words(text[a:b])
-                 if tok in want or (prefixes and tok.startswith(prefixes))]
-        if found:
-            return found
-        hits = [i for n in needles if (i := low.find(n, pos + 1)) >= 0]
-        pos = min(hits) if hits else -1
-    return []
+def _ascii_word_spans(text: str, want: set[str], prefixes: tuple[str, ...]) -> list[tuple[int, int]]:
+    """Word spans of ASCII ``text``, from its first match to ``2 * SNIPPET_CHARS`` past it.
+
+    For ASCII text the word index's tokenizer (unicode61, default token characters) makes
+    exactly the maximal runs of ``[0-9A-Za-z]`` and folds them by ASCII case, so a token equal
+    to a term (or starting with a prefix) is a case-insensitive regular-expression match
+    bounded by non-alphanumerics on both sides (the prefix form runs to the token's end).
+    Terms that are not ASCII can never equal an ASCII token. The regex runs in C; no token
+    list and no lower-cased copy is built (tests/test_search_text.py checks it against the
+    tokenizer)."""
+    pattern = _word_pattern(tuple(sorted(w for w in want if w.isascii())),
+                            tuple(sorted(p for p in prefixes if p.isascii())))
+    if pattern is None:
+        return []
+    first = pattern.search(text)
+    if first is None:
+        return []
+    horizon = first.start() + 2 * SNIPPET_CHARS
+    spans = [first.span()]
+    for m in pattern.finditer(text, first.end()):
+        if m.start() > horizon:
+            break
+        spans.append(m.span())
+    return spans
+
+
+@functools.lru_cache(maxsize=256)
+def _word_pattern(words: tuple[str, ...], prefixes: tuple[str, ...]) -> re.Pattern[str] | None:
+    """The token-matching regex of ``_ascii_word_spans`` (None: nothing can match). Each
+    alternative starts with its first character and only then looks behind it (``(?<!…)``
+    two characters back: the one before the match must not be alphanumeric), so the regex
+    engine can skip ahead to candidate first characters instead of trying every position."""
+    def start(w: str) -> str:
+        return re.escape(w[0]) + "(?<![0-9a-z].)" + re.escape(w[1:])
+    alts = [start(w) + "(?![0-9a-z])" for w in sorted(words, key=len, reverse=True)]
+    alts += [start(p) + "[0-9a-z]*" for p in prefixes]
+    if not alts:
+        return None
+    return re.compile("|".join(alts), re.IGNORECASE | re.ASCII)
 
 
 def excerpt(text: str, spans: list[tuple[int, int]], width: int = SNIPPET_CHARS) -> tuple[str, list[list[int]]]:
@@ -102,13 +122,62 @@ def excerpt(text: str, spans: list[tuple[int, int]], width: int = SNIPPET_CHARS)
     else:
         start = 0
     end = min(len(text), start + width)
-    out = ""
-    marks: list[list[int]] = []
+    inside: list[tuple[int, int]] = []
     pos = start
     for s, e in spans:
+        if s >= end:
+            break  # spans come in text order
         s, e = max(s, pos), min(e, end)
         if s >= e:
             continue
+        inside.append((s, e))
+        pos = e
+    window = text[start:end]
+    if _OPEN not in window and _CLOSE not in window and all(not text[s].isspace() and not text[e - 1].isspace() for s, e in inside):
+        out, marks = _marked(text, start, end, inside)
+    else:
+        out, marks = _joined(text, start, end, inside)
+    lead = len(out) - len(out.lstrip())
+    body = out.strip()
+    prefix = "…" if start > 0 else ""
+    shift = len(prefix) - lead
+    marks = [[max(a + shift, len(prefix)), min(b + shift, len(prefix) + len(body))] for a, b in marks]
+    return prefix + body + ("…" if end < len(text) else ""), [m for m in marks if m[0] < m[1]]
+
+
+#: Private-use characters bracketing the highlighted spans while whitespace is collapsed in
+#: one pass (``_marked``); a window that holds either takes the piecewise path instead.
+_OPEN, _CLOSE = "\ue000", "\ue001"
+_MARK_SPLIT = re.compile("[\ue000\ue001]")
+
+
+def _marked(text: str, start: int, end: int, inside: list[tuple[int, int]]) -> tuple[str, list[list[int]]]:
+    """``_joined``'s result in one regex pass: the spans are bracketed by marks, the window's
+    whitespace collapsed, the marks read back as offsets. Equal to ``_joined`` when no span
+    starts or ends with whitespace (then no whitespace run touches a mark, and collapsing the
+    pieces one by one is collapsing the window)."""
+    pieces = []
+    pos = start
+    for s, e in inside:
+        pieces += (text[pos:s], _OPEN, text[s:e], _CLOSE)
+        pos = e
+    pieces.append(text[pos:end])
+    parts = _MARK_SPLIT.split(_SPACE.sub(" ", "".join(pieces)))
+    marks = []
+    n = len(parts[0])
+    for i in range(1, len(parts), 2):  # gap, hit, gap, hit, …, gap
+        marks.append([n, n + len(parts[i])])
+        n += len(parts[i]) + len(parts[i + 1])
+    return "".join(parts), marks
+
+
+def _joined(text: str, start: int, end: int, inside: list[tuple[int, int]]) -> tuple[str, list[list[int]]]:
+    """The window ``text[start:end]`` with whitespace runs collapsed (also across pieces) and
+    the offsets of the ``inside`` spans in it, piece by piece."""
+    out = ""
+    marks: list[list[int]] = []
+    pos = start
+    for s, e in inside:
         out = _append(out, text[pos:s])
         hit = _SPACE.sub(" ", text[s:e])
         if out.endswith(" ") and hit.startswith(" "):
@@ -116,13 +185,7 @@ def excerpt(text: str, spans: list[tuple[int, int]], width: int = SNIPPET_CHARS)
         marks.append([len(out), len(out) + len(hit)])
         out += hit
         pos = e
-    out = _append(out, text[pos:end])
-    lead = len(out) - len(out.lstrip())
-    body = out.strip()
-    prefix = "…" if start > 0 else ""
-    shift = len(prefix) - lead
-    marks = [[max(a + shift, len(prefix)), min(b + shift, len(prefix) + len(body))] for a, b in marks]
-    return prefix + body + ("…" if end < len(text) else ""), [m for m in marks if m[0] < m[1]]
+    return _append(out, text[pos:end]), marks
 
 
 def _append(out: str, piece: str) -> str:
@@ -153,5 +216,12 @@ def _bound(value: Any, path: str, cut: dict[str, int], max_chars: int, max_items
             cut[path or "."] = len(value)
         return [_bound(v, f"{path}[{i}]", cut, max_chars, max_items) for i, v in enumerate(value[:max_items])]
     if isinstance(value, dict):
-        return {k: _bound(v, f"{path}.{k}" if path else str(k), cut, max_chars, max_items) for k, v in value.items()}
+        out = {}
+        for k, v in value.items():
+            # Scalars and short strings are kept as they are: no path is built for them.
+            if type(v) is str and len(v) <= max_chars or not isinstance(v, (str, list, dict)):
+                out[k] = v
+            else:
+                out[k] = _bound(v, f"{path}.{k}" if path else str(k), cut, max_chars, max_items)
+        return out
     return value

@@ -39,6 +39,18 @@ def fts_state(conn: apsw.Connection) -> str:
     return "ok" if fts_layout(conn) == FTS_LAYOUT else "layout"
 
 
+def search_state(conn: apsw.Connection) -> tuple[str, int, int]:
+    """``(fts_state(conn), indexed_upto(conn), highest message id or 0)`` in one query (what
+    a search reads before it starts: the same rules as those two functions)."""
+    state, layout, upto, top = conn.execute(
+        "SELECT (SELECT value FROM state_meta WHERE key = 'fts_state'), "
+        "(SELECT value FROM state_meta WHERE key = 'fts_layout'), "
+        "(SELECT value FROM state_meta WHERE key = 'fts_indexed_upto'), (SELECT max(id) FROM messages)").fetchone()
+    if state is None or state == "ok":
+        state = "ok" if layout == FTS_LAYOUT else "layout"
+    return state, int(upto) if upto is not None else 0, top or 0
+
+
 def index_slice(conn: apsw.Connection, max_rows: int = DEFAULT_SLICE_ROWS) -> int:
     """Index up to ``max_rows`` not-yet-indexed messages (word index for all of them, trigram
     index for the rows in its scope); returns how many rows entered the word index."""

@@ -169,24 +169,43 @@ def representative(conn: apsw.Connection, message_id: int) -> int:
     return row[0] if row else message_id
 
 
+def neighbor_positions_sql(projection: str) -> tuple[str, tuple[str, ...]]:
+    """Two SQL columns over a row aliased ``m``: the positions just before and just after
+    ``m``'s own position in its session's ``projection`` order (NULL at an end), and their
+    parameters. For display the positions are ``coalesce(origin_id, id)``, so ``m`` may be
+    any row of its position (the messages_display index serves both probes)."""
+    sts = states(projection)
+    marks = ", ".join("?" for _ in sts)
+    col = "coalesce({t}.origin_id, {t}.id)" if projection == "display" else "{t}.id"
+    mine, theirs = col.format(t="m"), col.format(t="n")
+    sql = ", ".join(f"(SELECT {agg}({theirs}) FROM messages n WHERE n.session_id = m.session_id "
+                    f"AND n.state IN ({marks}) AND {theirs} {op} {mine})" for agg, op in (("max", "<"), ("min", ">")))
+    return sql, (*sts, *sts)
+
+
 def neighbors_many(conn: apsw.Connection, projection: str,
                    hits: list[tuple[str, int]]) -> dict[int, tuple[dict[str, Any] | None, dict[str, Any] | None]]:
     """``neighbors`` for a page of ``(session_id, message_id)`` hits in two queries, whatever
-    the page size: one finds each hit's adjacent positions, one reads the rows at them (for
-    display, the position's representative: live first, then the newest row — the rule
-    ``_ordered_sql`` applies). Returns ``{message_id: (before, after)}``."""
+    the page size: one finds each hit's adjacent positions (``neighbor_positions_sql``), one
+    reads the rows at them (``neighbor_rows``). Returns ``{message_id: (before, after)}``."""
     if not hits:
         return {}
+    cols, cargs = neighbor_positions_sql(projection)
+    marks = ", ".join("?" for _ in hits)
+    near = conn.execute(f"SELECT m.id, m.session_id, {cols} FROM messages m WHERE m.id IN ({marks})",
+                        (*cargs, *[mid for _sid, mid in hits])).fetchall()
+    return neighbor_rows(conn, projection, near)
+
+
+def neighbor_rows(conn: apsw.Connection, projection: str, near: list[tuple[int, str, int | None, int | None]]
+                  ) -> dict[int, tuple[dict[str, Any] | None, dict[str, Any] | None]]:
+    """The rows at the positions ``near`` names — ``(message_id, session_id, position before,
+    position after)`` each — in one query: for display, each position's representative (live
+    first, then the newest row: the rule ``_ordered_sql`` applies). Returns ``{message_id:
+    (before, after)}`` as ``message_dict``s with blobs inflated (None at an end)."""
     sts = states(projection)
     marks = ", ".join("?" for _ in sts)
     col = "coalesce(origin_id, id)" if projection == "display" else "id"
-    values = ", ".join("(?, ?)" for _ in hits)
-    near = conn.execute(
-        f"WITH h(sid, mid) AS (VALUES {values}) "
-        f"SELECT mid, sid, (SELECT max({col}) FROM messages WHERE session_id = sid AND state IN ({marks}) "
-        f"AND {col} < pos), (SELECT min({col}) FROM messages WHERE session_id = sid AND state IN ({marks}) "
-        f"AND {col} > pos) FROM (SELECT mid, sid, (SELECT {col} FROM messages WHERE id = mid) AS pos FROM h) AS q",
-        (*[v for sid, mid in hits for v in (sid, mid)], *sts, *sts)).fetchall()
     wanted = {(sid, p) for _mid, sid, lo, hi in near for p in (lo, hi) if p is not None}
     rows: dict[tuple[str, int], tuple] = {}
     if wanted:
@@ -212,14 +231,19 @@ def neighbors_many(conn: apsw.Connection, projection: str,
     return out
 
 
+#: SQL column over a row aliased ``m``: the id display shows for ``m``'s position
+#: (``representative``'s rule), NULL when the position has no visible row.
+REPRESENTATIVE_SQL = (
+    "(SELECT r.id FROM messages r WHERE r.session_id = m.session_id "
+    "AND coalesce(r.origin_id, r.id) = coalesce(m.origin_id, m.id) AND r.state IN ('live', 'compacted') "
+    "ORDER BY r.state = 'live' DESC, r.id DESC LIMIT 1)")
+
+
 def representatives(conn: apsw.Connection, message_ids: list[int]) -> dict[int, int]:
     """``representative`` for many ids in one query: ``{message_id: display id}``."""
     if not message_ids:
         return {}
     marks = ", ".join("?" for _ in message_ids)
-    rows = conn.execute(
-        "SELECT m.id, (SELECT r.id FROM messages r WHERE r.session_id = m.session_id "
-        "AND coalesce(r.origin_id, r.id) = coalesce(m.origin_id, m.id) AND r.state IN ('live', 'compacted') "
-        f"ORDER BY r.state = 'live' DESC, r.id DESC LIMIT 1) FROM messages m WHERE m.id IN ({marks})",
-        message_ids).fetchall()
+    rows = conn.execute(f"SELECT m.id, {REPRESENTATIVE_SQL} FROM messages m WHERE m.id IN ({marks})",
+                        message_ids).fetchall()
     return {mid: rep if rep is not None else mid for mid, rep in rows}

@@ -14,7 +14,9 @@ Rules (issue 3 §5; architecture.md "Measured facts the schema relies on"):
 * short CJK terms (< 3 characters) and short substring or emoji terms fall back to a scan
   (FTS5's case folding, ``textfold``), newest first, stopped after ``SCAN_MAX_ROWS`` rows;
   ``route`` says when a query goes to one of these narrower routes;
-* only the page of hits returned gets a snippet and context.
+* only the page of hits returned gets a snippet and context: after the candidate ids, one
+  query reads the page's rows with their neighbours' positions and one the neighbours' rows;
+  a tool-call text is built (json_tree) only for a hit whose snippet needs it.
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ import apsw
 
 from . import hits as hits_mod
 from . import projections, query, textfold
-from .indexer import fts_state, indexed_upto
+from .indexer import search_state
 from .normalize import scrub
 from .schema import KIND_COLUMNS, SEARCH_COLUMNS_SQL, TRIGRAM_PREFIX_CHARS, TRIGRAM_ROLES
 
@@ -88,9 +90,12 @@ def _tail(conn: apsw.Connection, plan: query.Plan, upto: int, cond: str, args: l
 
 
 def _indexed(conn: apsw.Connection, plan: query.Plan, upto: int, cond: str, args: list[Any],
-             below: int, limit: int, kinds: tuple[str, ...]) -> list[int]:
-    """Ids of up to ``limit`` matching rows below ``below``, newest first. Only ids: texts,
-    snippets and context are read for the page of hits alone (``search``)."""
+             below: int, limit: int, kinds: tuple[str, ...], display: bool) -> list[tuple[int, int]]:
+    """``(id, display id)`` of up to ``limit`` matching rows below ``below``, newest first
+    (the display id is the row's representative, ``projections.REPRESENTATIVE_SQL``, when
+    ``display``; else the id itself). Only ids: texts, snippets and context are read for the
+    page of hits alone (``search``)."""
+    rep = f"coalesce({projections.REPRESENTATIVE_SQL}, m.id)" if display else "m.id"
     join = _join(cond)
     if plan.kind == "scan":
         # Every OR-group, each an AND of (NOT) substring tests over the scanned columns, folded
@@ -107,11 +112,11 @@ def _indexed(conn: apsw.Connection, plan: query.Plan, upto: int, cond: str, args
             ors.append("(" + " AND ".join(conds) + ")")
         if not cols:
             return []
-        return [r[0] for r in conn.execute(
-            f"SELECT m.id FROM (SELECT id FROM messages WHERE id < ? ORDER BY id DESC LIMIT ?) AS w "
+        return conn.execute(
+            f"SELECT m.id, {rep} FROM (SELECT id FROM messages WHERE id < ? ORDER BY id DESC LIMIT ?) AS w "
             f"JOIN messages m ON m.id = w.id {join} "
             f"WHERE ({' OR '.join(ors)}) AND {cond} ORDER BY m.id DESC LIMIT ?",
-            (below, SCAN_MAX_ROWS, *like_args, *args, limit))]
+            (below, SCAN_MAX_ROWS, *like_args, *args, limit)).fetchall()
     if plan.kind == "trigram":
         if "text" not in kinds:
             return []
@@ -120,10 +125,10 @@ def _indexed(conn: apsw.Connection, plan: query.Plan, upto: int, cond: str, args
         table, match = "messages_fts", plan.match
         if kinds != KINDS:
             match = "{" + " ".join(KIND_COLUMNS[k] for k in kinds) + "} : (" + match + ")"
-    return [r[0] for r in conn.execute(
-        f"SELECT m.id FROM {table} f JOIN messages m ON m.id = f.rowid {join} "
+    return conn.execute(
+        f"SELECT m.id, {rep} FROM {table} f JOIN messages m ON m.id = f.rowid {join} "
         f"WHERE {table} MATCH ? AND f.rowid <= ? AND f.rowid < ? AND {cond} ORDER BY f.rowid DESC LIMIT ?",
-        (match, upto, below, *args, limit))]
+        (match, upto, below, *args, limit)).fetchall()
 
 
 def _join(cond: str) -> str:
@@ -154,7 +159,7 @@ def search(conn: apsw.Connection, text: str, *, limit: int = 20, session_id: str
            role: str | None = None, source: str | None = None, projection: str = "display",
            since: float | None = None, until: float | None = None, substring: bool = False,
            context: bool = True, kinds: list[str] | None = None,
-           timings: dict[str, float] | None = None) -> list[dict[str, Any]]:
+           timings: dict[str, float] | None = None, clock: Any = time.perf_counter) -> list[dict[str, Any]]:
     """Messages matching ``text``, newest first, at most ``limit``.
 
     Hits are dicts: ``session_id``, ``message_id``, ``role``, ``state``, ``ts``, ``title``,
@@ -166,9 +171,11 @@ def search(conn: apsw.Connection, text: str, *, limit: int = 20, session_id: str
     ``since``/``until`` bound the message timestamp (epoch seconds). ``substring=True``
     searches substrings (trigram scope) instead of words. ``kinds`` limits where to look:
     message ``text``, ``tool`` calls (names and decoded arguments), ``reasoning``.
-    ``timings``, when given, receives the seconds of each stage: ``candidates_s`` (index,
-    tail and display dedupe: ids only), ``page_s`` (the page's rows and snippets, one query)
-    and ``context_s`` (the page's neighbours, two queries) — for the benchmark.
+    ``timings``, when given, receives the seconds of each stage by ``clock`` (wall time by
+    default; ``time.process_time`` for CPU): ``candidates_s`` (index, tail and display
+    dedupe: ids with their display ids, one query per batch), ``page_s`` (the page's rows,
+    titles, neighbour positions — one query — and snippets) and ``context_s`` (the
+    neighbours' rows, one query, cut to previews) — for the benchmark.
     Raises ``ValueError`` for an unknown projection or kind; any query string is accepted.
     """
     plan = query.plan(text, substring=substring)
@@ -176,20 +183,21 @@ def search(conn: apsw.Connection, text: str, *, limit: int = 20, session_id: str
     if plan.kind == "none" or limit <= 0:
         return []
     cond, args = _filters(projection, session_id, role, source, since, until)
-    clock = time.perf_counter
+    display = projection == "display"
     t0 = clock()
     # Detached (damaged) indexes are not read: everything counts as the unindexed tail.
-    usable = fts_state(conn) == "ok"
-    upto = indexed_upto(conn) if usable else 0
-    found: list[int] = [] if plan.kind == "scan" else _tail(conn, plan, upto, cond, args, kinds_t)
+    state, upto, top = search_state(conn)
+    usable = state == "ok"
+    upto = upto if usable else 0
+    found: list[int] = [] if plan.kind == "scan" or top <= upto else _tail(conn, plan, upto, cond, args, kinds_t)
+    reps = projections.representatives(conn, found) if display else {}
+    pairs = [(fid, reps.get(fid, fid)) for fid in found]
     below = 2 ** 62
     page: list[int] = []
     seen: set[int] = set()
-    batch = max(limit * 2, 20)
+    batch = limit  # most pages need no more: filters are in the query; only display dedupe drops rows
     while True:
-        reps = projections.representatives(conn, found) if projection == "display" else {}
-        for fid in found:
-            mid = reps.get(fid, fid)
+        for _fid, mid in pairs:
             if mid in seen:
                 continue
             seen.add(mid)
@@ -201,47 +209,86 @@ def search(conn: apsw.Connection, text: str, *, limit: int = 20, session_id: str
         if not usable and plan.kind != "scan":
             break
         try:
-            found = _indexed(conn, plan, upto, cond, args, below, batch, kinds_t)
+            pairs = _indexed(conn, plan, upto, cond, args, below, batch, kinds_t, display)
         except (apsw.CorruptError, apsw.NotADBError):
-            found = []  # damaged index met by a reader: the tail scan is all we can offer
-        if not found:
+            pairs = []  # damaged index met by a reader: the tail scan is all we can offer
+        if not pairs:
             break
-        below = found[-1]
+        below = pairs[-1][0]
+        batch = min(batch * 2, 1000)
     t1 = clock()
-    rows: dict[int, tuple] = {}
+    out: list[dict[str, Any]] = []
+    near: list[tuple] = []
     if page:
+        # The page's rows, titles and (with context) its neighbours' positions: one query.
+        ncols, nargs = projections.neighbor_positions_sql(projection) if context else ("NULL, NULL", ())
         marks = ", ".join("?" for _ in page)
         rows = {r[0]: r for r in conn.execute(
-            f"SELECT {_COLS} FROM messages m JOIN sessions s ON s.id = m.session_id WHERE m.id IN ({marks})", page)}
-    prefixes = tuple(w for g in plan.groups for t in g if t.prefix and not t.negated
-                     for w in textfold.word_tokens(t.text)[-1:]) if plan.kind == "fts" else ()
-    out = []
-    for mid in page:
-        r = rows[mid]
-        hit = {"session_id": r[1], "message_id": r[0], "role": r[2], "state": r[5], "ts": r[3], "title": r[4]}
-        hit.update(_snippet(plan, r, kinds_t, prefixes))
-        out.append(hit)
+            f"SELECT {_PAGE_COLS}, {ncols} FROM messages m JOIN sessions s ON s.id = m.session_id "
+            f"WHERE m.id IN ({marks})", (*nargs, *page))}
+        prefixes = tuple(w for g in plan.groups for t in g if t.prefix and not t.negated
+                         for w in textfold.word_tokens(t.text)[-1:]) if plan.kind == "fts" else ()
+        for mid in page:
+            r = rows[mid]
+            matched_in, snippet, marks_ = _snippet(conn, plan, r, kinds_t, prefixes)
+            out.append({"session_id": r[1], "message_id": mid, "role": r[2], "state": r[5], "ts": r[3],
+                        "title": r[4], "matched_in": matched_in, "snippet": snippet, "highlights": marks_})
+            near.append((mid, r[1], r[9], r[10]))
     t2 = clock()
     if context and out:
-        near = projections.neighbors_many(conn, projection, [(h["session_id"], h["message_id"]) for h in out])
+        rows_near = projections.neighbor_rows(conn, projection, near)
+        preview = hits_mod.preview
         for hit in out:
-            before, after = near.get(hit["message_id"], (None, None))
-            hit["before"] = None if before is None else hits_mod.preview(before)
-            hit["after"] = None if after is None else hits_mod.preview(after)
+            before, after = rows_near[hit["message_id"]]
+            hit["before"] = None if before is None else preview(before)
+            hit["after"] = None if after is None else preview(after)
     if timings is not None:
         timings.update(candidates_s=t1 - t0, page_s=t2 - t1, context_s=clock() - t2)
     return out
 
 
-def _snippet(plan: query.Plan, row: tuple, kinds: tuple[str, ...], prefixes: tuple[str, ...]) -> dict[str, Any]:
-    """The snippet of a hit: from the first of its searched texts that holds a match."""
-    texts = _texts(plan, row, kinds) or [("text", row[6] or row[7] or row[8] or "")]
-    for kind, text in texts:
-        spans = hits_mod.match_spans(text, "fts" if plan.kind == "fts" else "substring", plan.terms, prefixes)
+#: Row shape of the page query: ids, hit fields, and the raw texts (``m.tool_calls`` as stored:
+#: its index text, ``SEARCH_COLUMNS_SQL['tools']``, is computed only when a snippet needs it).
+_PAGE_COLS = "m.id, m.session_id, m.role, m.ts, s.title, m.state, m.content, m.tool_calls, m.reasoning"
+
+
+def _tools_text(conn: apsw.Connection, message_id: int) -> str | None:
+    """The word index's ``tools`` text of one message (what a tool-call snippet shows)."""
+    return conn.execute(f"SELECT {SEARCH_COLUMNS_SQL['tools']} FROM messages m WHERE m.id = ?",
+                        (message_id,)).fetchone()[0]
+
+
+def _snippet(conn: apsw.Connection, plan: query.Plan, row: tuple, kinds: tuple[str, ...],
+             prefixes: tuple[str, ...]) -> tuple[str, str, list[list[int]]]:
+    """``(matched_in, snippet, highlights)`` of a hit (a ``_PAGE_COLS`` row): from the first
+    of its searched texts (``_texts``' order) that holds a match; the tools text is read
+    only when the texts before it hold none."""
+    content, raw_tools, reasoning = row[6], row[7], row[8]
+    kind_term = "fts" if plan.kind == "fts" else "substring"
+    tools: list[str | None] = []
+
+    def tools_text() -> str | None:
+        if not tools:
+            tools.append(_tools_text(conn, row[0]) if raw_tools else None)
+        return tools[0]
+    if plan.kind == "trigram":
+        ok = row[2] in TRIGRAM_ROLES and "text" in kinds
+        texts = [("text", lambda: content[:TRIGRAM_PREFIX_CHARS])] if ok and content else []
+    else:
+        by_kind = {"text": lambda: content, "tool": tools_text if plan.kind == "fts" else lambda: None,
+                   "reasoning": lambda: reasoning}
+        texts = [(k, by_kind[k]) for k in kinds]
+    first: tuple[str, str] | None = None
+    for kind, get in texts:
+        text = get()
+        if not text:
+            continue
+        spans = hits_mod.match_spans(text, kind_term, plan.terms, prefixes)
         if spans:
             break
+        first = first or (kind, text)
     else:
-        kind, text = texts[0]
+        kind, text = first or ("text", content or tools_text() or reasoning or "")
         spans = []
     snippet, marks = hits_mod.excerpt(text, spans)
-    return {"matched_in": kind, "snippet": snippet, "highlights": marks}
+    return kind, snippet, marks

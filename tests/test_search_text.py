@@ -325,6 +325,51 @@ def test_excerpt_centres_the_first_match():
     assert abs(a - (len(snip) - b)) <= 4  # as much before the match as after it
 
 
+
+def test_ascii_word_spans_are_the_tokenizers_matches():
+    """The ASCII fast path (a regex, no tokenizer) finds exactly the tokens the word index's
+    own tokenizer makes that equal a term or start with a prefix, on random ASCII text with
+    separators, digits, underscores and mixed case."""
+    import random
+    rng = random.Random(17)
+    alphabet = "abcXYZ019 _-.\n\t'\"/"
+    for _ in range(5000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 80)))
+        tokens = textfold.words(text)
+        pool = [t for _, _, t in tokens] + ["ab", "c", "x", "0", "a1", "é"]
+        want = set(rng.sample(pool, min(len(pool), rng.randint(1, 3))))
+        prefixes = tuple(rng.sample(["a", "x", "b", "0", "ab", "ü"], rng.randint(0, 2)))
+        expected = [(a, b) for a, b, t in tokens if t in want or (prefixes and t.startswith(prefixes))]
+        assert hits_mod.match_spans(text, "fts", sorted(want), prefixes) == expected, (text, want, prefixes)
+
+
+def test_excerpt_one_pass_equals_piecewise_collapse():
+    """``excerpt``'s one-pass whitespace collapse (spans bracketed by marks) gives the snippet
+    and highlights of the piece-by-piece collapse, including overlapping spans, spans that
+    start or end with whitespace (these take the piecewise path) and Unicode whitespace."""
+    import random
+    rng = random.Random(23)
+    alphabet = "ab  \n\t\u00a0xé连"
+    for _ in range(5000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 300)))
+        spans = hits_mod.match_spans(text, "substring", rng.sample(["ab", "a", "b x", "xé", "连", " a"], 2))
+        width = rng.choice([20, 160])
+        snippet, marks = hits_mod.excerpt(text, spans, width)
+        start = max(0, min(spans[0][0] - (width - (spans[0][1] - spans[0][0])) // 2, len(text) - width)) if spans else 0
+        end = min(len(text), start + width)
+        inside, pos = [], start
+        for a, b in spans:
+            a, b = max(a, pos), min(b, end)
+            if a < b:
+                inside.append((a, b))
+                pos = b
+        out, want_marks = hits_mod._joined(text, start, end, inside)
+        lead, body, prefix = len(out) - len(out.lstrip()), out.strip(), "…" if start > 0 else ""
+        shift = len(prefix) - lead
+        want_marks = [[max(a + shift, len(prefix)), min(b + shift, len(prefix) + len(body))] for a, b in want_marks]
+        assert snippet == prefix + body + ("…" if end < len(text) else ""), text
+        assert marks == [m for m in want_marks if m[0] < m[1]], text
+
 # -- B7: bounded context -----------------------------------------------------------------------
 
 def test_context_neighbours_are_cut_to_a_bounded_preview(store):

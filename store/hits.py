@@ -162,13 +162,22 @@ def _marked(text: str, start: int, end: int, inside: list[tuple[int, int]]) -> t
         pieces += (text[pos:s], _OPEN, text[s:e], _CLOSE)
         pos = e
     pieces.append(text[pos:end])
-    parts = _MARK_SPLIT.split(_SPACE.sub(" ", "".join(pieces)))
+    parts = _MARK_SPLIT.split(_collapse("".join(pieces)))
     marks = []
     n = len(parts[0])
     for i in range(1, len(parts), 2):  # gap, hit, gap, hit, …, gap
         marks.append([n, n + len(parts[i])])
         n += len(parts[i]) + len(parts[i + 1])
     return "".join(parts), marks
+
+
+def _collapse(text: str) -> str:
+    """``_SPACE.sub(" ", text)`` by ``str.split`` (the same whitespace: ``str.isspace``),
+    several times faster than a regex substitution per run on prose."""
+    body = " ".join(text.split())
+    if not body:
+        return " " if text else ""
+    return (" " if text[0].isspace() else "") + body + (" " if text[-1].isspace() else "")
 
 
 def _joined(text: str, start: int, end: int, inside: list[tuple[int, int]]) -> tuple[str, list[list[int]]]:

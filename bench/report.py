@@ -68,7 +68,7 @@ def render(res: dict[str, Any]) -> str:
                            ((sr.get("naive") or {}).get(k) or {}).get("p50_ms"),
                            (sr.get("naive_over_quill_p50") or {}).get(k)] for k, v in sr["quill"].items()
                           if "p50_ms" in v]), ""]
-        for key in ("stages: common word", "cpu per call: common word"):
+        for key in [k for k in sr["quill"] if k.startswith(("stages", "cpu"))]:
             st = sr["quill"].get(key)
             if st:
                 parts += [f"{key} (ms): " + ", ".join(f"{k} {v}" for k, v in st.items()), ""]

@@ -115,7 +115,7 @@ def tables(res: dict[str, Any], console: Console) -> None:
             t.add_row(k, _f(v["p50_ms"]), _f(v["p95_ms"]), str(v["hits"]), _f(v.get("over_bare_p95")),
                       _f(nv["p50_ms"]) if nv else "–", _f((sr.get("naive_over_quill_p50") or {}).get(k)))
         console.print(t)
-        for key in ("stages: common word", "cpu per call: common word"):
+        for key in [k for k in sr["quill"] if k.startswith(("stages", "cpu"))]:
             st = sr["quill"].get(key)
             if st:
                 console.print(f"  {key} (ms): " + ", ".join(f"{k} {v}" for k, v in st.items()))

@@ -134,6 +134,12 @@ def _groups(parts: list[str | Term]) -> list[list[Term]]:
     return [g for g in groups if any(not t.negated for t in g)]
 
 
+def phrases(query: str) -> list[str]:
+    """The phrases of ``sanitize(query)`` in FTS5's phrase order (every term is one quoted
+    phrase; operators are not phrases), each as a MATCH expression of its own."""
+    return [_quote(p.text) + ("*" if p.prefix else "") for p in _parts(scrub(query)) if isinstance(p, Term)]
+
+
 def terms(query: str) -> list[str]:
     """Folded word tokens of ``query`` as the word index makes them (operators excluded)."""
     return [t for p in _parts(scrub(query)) if isinstance(p, Term) and not p.negated

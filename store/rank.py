@@ -1,0 +1,95 @@
+"""Ranked (BM25) word search over a bounded candidate set, without FTS5's full-index count.
+
+The design ranks only the newest ``CANDIDATES`` matches (ranking every match of a common
+word costs seconds at 1M messages; docs/architecture.md). FTS5's own ``bm25()`` does rank
+only the rows it is called for, but before its first score it counts, for each phrase of the
+query, every row of the whole index holding that phrase (``xQueryPhrase``, for the idf): for
+a word in 98 % of 1M messages that is ~1M rows visited — most of a bounded ranked query's
+time (bench/RESULTS.md, "Search II").
+
+``bm25_bounded`` computes the same score as FTS5's ``bm25()`` (fts5_aux.c: k1 = 1.2, b =
+0.75, every column weight 1, ``f`` = the phrase's instances in the row, ``D`` = the row's
+tokens over all columns, ``avgdl`` and ``N`` from the index's own totals, idf = ln((N − n +
+0.5) / (n + 0.5)) raised to 1e-6 when ≤ 0; negated, so smaller ranks first), except that a
+phrase's document count ``n`` is counted over at most ``DF_SAMPLE`` of its newest matching
+rows and, when it has more, extrapolated from their density in the id range they span:
+
+* with every phrase in at most ``DF_SAMPLE`` rows the scores are FTS5's exactly;
+* for a one-phrase query the order is FTS5's whatever ``n`` is (the idf is one positive
+  factor common to every row);
+* otherwise the phrases' relative weights use estimated document frequencies.
+tests/test_search_rank.py checks the first two against FTS5's ``bm25()``.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import apsw
+
+from . import query
+
+#: Matches ranked: the newest this many rows matching the query (the bounded candidate set).
+CANDIDATES = 1000
+#: Rows per phrase counted for its document frequency before extrapolating.
+DF_SAMPLE = 10_000
+_K1, _B = 1.2, 0.75
+_FUNCTION = "quill_bm25"
+
+
+def _score(api: apsw.FTS5ExtensionApi, *doc_counts: float) -> float:
+    """FTS5's bm25 for the current row, with the phrases' document counts given."""
+    data = api.aux_data
+    if data is None:
+        rows = max(api.row_count, 1)
+        avgdl = api.column_total_size(-1) / rows or 1.0
+        idf = [max(math.log((rows - n + 0.5) / (n + 0.5)), 0.0) or 1e-6 for n in doc_counts]
+        data = api.aux_data = (idf, avgdl)
+    idf, avgdl = data
+    norm = _K1 * (1 - _B + _B * api.column_size(-1) / avgdl)
+    if len(idf) == 1:  # one phrase: its instances are all the row's instances (one call)
+        freq = api.inst_count
+        return -idf[0] * (freq * (_K1 + 1.0)) / (freq + norm)
+    score = 0.0
+    for i, weight in enumerate(idf):
+        freq = sum(len(offsets) for offsets in api.phrase_locations(i))
+        score += weight * (freq * (_K1 + 1.0)) / (freq + norm)
+    return -score
+
+
+def doc_count(conn: apsw.Connection, phrase: str, sample: int = DF_SAMPLE) -> float:
+    """Rows of the word index holding ``phrase``: exact when at most ``sample``, else the
+    newest ``sample`` rows' density over the id range they span times the indexed id range."""
+    n, low = conn.execute(
+        "SELECT count(*), min(rowid) FROM (SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? "
+        "ORDER BY rowid DESC LIMIT ?)", (phrase, sample)).fetchone()
+    if n < sample:
+        return float(n)
+    first, last = conn.execute("SELECT min(id), max(id) FROM messages").fetchone()
+    return n * (last - first + 1) / max(last - low + 1, 1)
+
+
+def bm25_bounded(conn: apsw.Connection, text: str, *, limit: int = 20, candidates: int = CANDIDATES,
+                 sample: int = DF_SAMPLE) -> list[tuple[int, float]]:
+    """``(message id, score)`` of the best ``limit`` of the newest ``candidates`` rows of the
+    word index matching ``text`` (any string: ``query.plan``), best first (lowest score, as
+    FTS5's ``bm25()``; ties newest first). Visibility is not applied here (a caller filters,
+    as newest-first search does). Raises ``ValueError`` when ``text`` is not a word query
+    (substring/CJK routes have no word index to rank by)."""
+    plan = query.plan(text)
+    if plan.kind == "none":
+        return []
+    if plan.kind != "fts":
+        raise ValueError(f"ranked search needs a word query; {text!r} goes to the {plan.kind} route")
+    counts = [doc_count(conn, p, sample) for p in query.phrases(text)]
+    conn.register_fts5_function(_FUNCTION, _score)
+    args = "".join(", ?" for _ in counts)
+    return conn.execute(
+        f"SELECT id, r FROM (SELECT rowid AS id, {_FUNCTION}(messages_fts{args}) AS r "
+        f"FROM messages_fts WHERE messages_fts MATCH ? ORDER BY rowid DESC LIMIT ?) ORDER BY r, id DESC LIMIT ?",
+        (*counts, plan.match, candidates, limit)).fetchall()
+
+
+def describe() -> dict[str, Any]:
+    """The constants above, for reports."""
+    return {"candidates": CANDIDATES, "df_sample": DF_SAMPLE, "k1": _K1, "b": _B}

@@ -86,7 +86,9 @@ def _where(conn: PgConnection, plan: query.Plan) -> tuple[str, list[Any]]:
 
 
 def _indexed(conn: PgConnection, plan: query.Plan, cond: str, args: list[Any], below: int,
-             limit: int) -> list[tuple]:
+             limit: int, rep: str) -> list[tuple]:
+    """``(id, display id)`` of up to ``limit`` matching rows below ``below``, newest first;
+    ``rep`` is the SQL of the display id (``projections.REPRESENTATIVE_SQL`` or ``m.id``)."""
     if plan.kind == "scan":
         likes, like_args = [], []
         for group in plan.groups:
@@ -96,7 +98,7 @@ def _indexed(conn: PgConnection, plan: query.Plan, cond: str, args: list[Any], b
                 like_args.append("%" + _escape_like(t.text) + "%")
             likes.append("(" + " AND ".join(conds) + ")")
         return conn.execute(
-            f"SELECT {_COLS} FROM (SELECT id FROM messages WHERE id < ? ORDER BY id DESC LIMIT ?) AS w "
+            f"SELECT m.id, {rep} FROM (SELECT id FROM messages WHERE id < ? ORDER BY id DESC LIMIT ?) AS w "
             f"JOIN messages m ON m.id = w.id JOIN sessions s ON s.id = m.session_id "
             f"WHERE ({' OR '.join(likes)}) AND {cond} ORDER BY m.id DESC LIMIT ?",
             (below, SCAN_MAX_ROWS, *like_args, *args, limit)).fetchall()
@@ -104,7 +106,7 @@ def _indexed(conn: PgConnection, plan: query.Plan, cond: str, args: list[Any], b
     if not match:
         return []
     order = "m.id + 0" if _estimate(conn, match, match_args) <= INDEX_FIRST_MAX_ROWS else "m.id"
-    rows = conn.execute(f"SELECT {_COLS} FROM messages m JOIN sessions s ON s.id = m.session_id "
+    rows = conn.execute(f"SELECT m.id, {rep} FROM messages m JOIN sessions s ON s.id = m.session_id "
                         f"WHERE {match} AND {cond} AND m.id < ? ORDER BY {order} DESC LIMIT ?",
                         (*match_args, *args, below, limit)).fetchall()
     return rows
@@ -125,29 +127,34 @@ def search(conn: PgConnection, text: str, *, limit: int = 20, session_id: str | 
     if plan.kind == "none" or limit <= 0:
         return []
     cond, args = _filters(projection, session_id, role, source, since, until)
+    rep = f"coalesce({projections.REPRESENTATIVE_SQL}, m.id)" if projection == "display" else "m.id"
     below = 2 ** 62
-    hits: list[tuple] = []
+    page: list[int] = []
     seen: set[int] = set()
     batch = max(limit * 2, 20)
-    while len(hits) < limit:
-        found = _indexed(conn, plan, cond, args, below, batch)
-        for row in found:
-            mid = projections.representative(conn, row[0]) if projection == "display" else row[0]
+    while len(page) < limit:
+        found = _indexed(conn, plan, cond, args, below, batch, rep)
+        for _fid, mid in found:
             if mid in seen:
                 continue
             seen.add(mid)
-            if mid != row[0]:
-                rep = conn.execute(f"SELECT {_COLS} FROM messages m JOIN sessions s ON s.id = m.session_id "
-                                   "WHERE m.id = ?", (mid,)).fetchone()
-                row = rep or row
-            hits.append(row)
-            if len(hits) >= limit:
+            page.append(mid)
+            if len(page) >= limit:
                 break
         if not found or (plan.kind != "scan" and len(found) < batch):
             break  # a scan pages window by window, as on SQLite
         below = found[-1][0]
-    # The page's context in two queries (projections.neighbors_many), as on SQLite.
-    around = projections.neighbors_many(conn, projection, [(r[1], r[0]) for r in hits]) if context else {}
+    if not page:
+        return []
+    # The page's rows with their neighbours' positions in one query, the neighbours' rows in
+    # one more (store.projections): two round trips for the context of a whole page.
+    ncols, nargs = projections.neighbor_positions_sql(projection) if context else ("NULL, NULL", ())
+    marks = ", ".join("?" for _ in page)
+    rows = {r[0]: r for r in conn.execute(
+        f"SELECT {_COLS}, {ncols} FROM messages m JOIN sessions s ON s.id = m.session_id WHERE m.id IN ({marks})",
+        (*nargs, *page)).fetchall()}
+    hits = [rows[mid] for mid in page if mid in rows]
+    around = projections.neighbor_rows(conn, projection, [(r[0], r[1], r[8], r[9]) for r in hits]) if context else {}
     out = []
     for r in hits:
         # The snippet comes from the text the query matched in (as on SQLite): the content,

@@ -124,16 +124,22 @@ def excerpt(text: str, spans: list[tuple[int, int]], width: int = SNIPPET_CHARS)
     end = min(len(text), start + width)
     inside: list[tuple[int, int]] = []
     pos = start
+    one_pass = True  # no span starts or ends with whitespace (see _marked)
     for s, e in spans:
         if s >= end:
             break  # spans come in text order
-        s, e = max(s, pos), min(e, end)
+        if s < pos:
+            s = pos
+        if e > end:
+            e = end
         if s >= e:
             continue
+        if one_pass and (text[s].isspace() or text[e - 1].isspace()):
+            one_pass = False
         inside.append((s, e))
         pos = e
     window = text[start:end]
-    if _OPEN not in window and _CLOSE not in window and all(not text[s].isspace() and not text[e - 1].isspace() for s, e in inside):
+    if one_pass and _OPEN not in window and _CLOSE not in window:
         out, marks = _marked(text, start, end, inside)
     else:
         out, marks = _joined(text, start, end, inside)

@@ -261,34 +261,39 @@ def _tools_text(conn: apsw.Connection, message_id: int) -> str | None:
 def _snippet(conn: apsw.Connection, plan: query.Plan, row: tuple, kinds: tuple[str, ...],
              prefixes: tuple[str, ...]) -> tuple[str, str, list[list[int]]]:
     """``(matched_in, snippet, highlights)`` of a hit (a ``_PAGE_COLS`` row): from the first
-    of its searched texts (``_texts``' order) that holds a match; the tools text is read
-    only when the texts before it hold none."""
+    of its searched texts (``_texts``' rules and order) that holds a match, else the first
+    non-empty one; the tools text is read only when the texts before it hold no match."""
     content, raw_tools, reasoning = row[6], row[7], row[8]
-    kind_term = "fts" if plan.kind == "fts" else "substring"
-    tools: list[str | None] = []
-
-    def tools_text() -> str | None:
-        if not tools:
-            tools.append(_tools_text(conn, row[0]) if raw_tools else None)
-        return tools[0]
+    term_kind = "fts" if plan.kind == "fts" else "substring"
     if plan.kind == "trigram":
-        ok = row[2] in TRIGRAM_ROLES and "text" in kinds
-        texts = [("text", lambda: content[:TRIGRAM_PREFIX_CHARS])] if ok and content else []
+        order: tuple[str, ...] = ("text",) if row[2] in TRIGRAM_ROLES and "text" in kinds and content else ()
     else:
-        by_kind = {"text": lambda: content, "tool": tools_text if plan.kind == "fts" else lambda: None,
-                   "reasoning": lambda: reasoning}
-        texts = [(k, by_kind[k]) for k in kinds]
+        order = kinds
+    tools: Any = _UNREAD
     first: tuple[str, str] | None = None
-    for kind, get in texts:
-        text = get()
+    for kind in order:
+        if kind == "text":
+            text = content[:TRIGRAM_PREFIX_CHARS] if plan.kind == "trigram" else content
+        elif kind == "reasoning":
+            text = reasoning
+        elif plan.kind == "fts":
+            if tools is _UNREAD:
+                tools = _tools_text(conn, row[0]) if raw_tools else None
+            text = tools
+        else:
+            continue
         if not text:
             continue
-        spans = hits_mod.match_spans(text, kind_term, plan.terms, prefixes)
+        spans = hits_mod.match_spans(text, term_kind, plan.terms, prefixes)
         if spans:
-            break
-        first = first or (kind, text)
-    else:
-        kind, text = first or ("text", content or tools_text() or reasoning or "")
-        spans = []
-    snippet, marks = hits_mod.excerpt(text, spans)
-    return kind, snippet, marks
+            return (kind, *hits_mod.excerpt(text, spans))
+        if first is None:
+            first = (kind, text)
+    if first is None:
+        if tools is _UNREAD:
+            tools = _tools_text(conn, row[0]) if raw_tools else None
+        first = ("text", content or tools or reasoning or "")
+    return (first[0], *hits_mod.excerpt(first[1], []))
+
+
+_UNREAD = object()  # a hit's tools text not read yet (None is a value: no tool calls)

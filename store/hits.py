@@ -229,7 +229,13 @@ def _bound(value: Any, path: str, cut: dict[str, int], max_chars: int, max_items
     if isinstance(value, list):
         if len(value) > max_items:
             cut[path or "."] = len(value)
-        return [_bound(v, f"{path}[{i}]", cut, max_chars, max_items) for i, v in enumerate(value[:max_items])]
+        items = []
+        for i, v in enumerate(value[:max_items]):
+            if type(v) is str and len(v) <= max_chars or not isinstance(v, (str, list, dict)):
+                items.append(v)  # kept as it is: no path is built for it
+            else:
+                items.append(_bound(v, f"{path}[{i}]", cut, max_chars, max_items))
+        return items
     if isinstance(value, dict):
         out = {}
         for k, v in value.items():

@@ -1,0 +1,143 @@
+"""Search p95 on PostgreSQL vs SQLite over the same large store (issue 16), without draining
+a million messages through the PostgreSQL writer (~300 msgs/s here: about an hour).
+
+``python -m bench.pg_copy load STATE_DB --pg URL --schema NAME [--no-finish]`` creates Quill's PostgreSQL
+schema in a new schema ``NAME`` (``store.postgres`` through ``open_backend``: the same tables,
+generated ``words`` column and indexes a store gets), then copies the ``sessions`` and
+``messages`` rows of an SQLite store built by ``bench.build_store`` — rows the writer's own
+apply path normalised — with ``COPY``. The two GIN indexes (word and trigram) are dropped
+before the copy and re-created from their own definitions after it (a bulk build instead of
+a million incremental GIN inserts), then ``ANALYZE``. The schema is kept for ``search``.
+
+``python -m bench.pg_copy search STATE_DB --pg URL --schema NAME [--runs N]``: the §3
+queries (``bench.search.QUERIES``) through both public reader APIs, warm, p50/p95 each and
+PostgreSQL ÷ SQLite; ``--drop`` removes the schema afterwards.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from .common import ms, pct, ratio
+from .search import QUERIES
+
+
+def _url(base: str, schema: str) -> str:
+    return f"{base}{'&' if '?' in base else '?'}options=-csearch_path%3D{schema},public"
+
+
+def load(state_db: Path, base: str, schema: str, *, finish: bool = True) -> dict[str, Any]:
+    """Copy ``state_db``'s rows into ``schema`` (created with Quill's schema on the first run).
+    Resumable: a later run copies only messages above the highest id already copied, so a
+    copy can start while ``bench.build_store`` is still draining. ``finish`` copies the
+    sessions, re-creates the GIN indexes and analyzes (run it once the source is complete)."""
+    import apsw
+    import psycopg
+    from quill.store.contract import open_backend
+    url = _url(base, schema)
+    with psycopg.connect(base, autocommit=True) as c:
+        fresh = c.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone() is None
+        if fresh:
+            c.execute(f'CREATE SCHEMA "{schema}"')
+    t0 = time.perf_counter()
+    with psycopg.connect(url) as pg:
+        if fresh:
+            open_backend(url, state_db.parent / "unused.db", "pg-copy").close()  # Quill's schema, migrated
+            pg.execute("CREATE TABLE bench_gin_defs (name text, definition text)")
+            pg.execute("INSERT INTO bench_gin_defs SELECT indexname, indexdef FROM pg_indexes "
+                       "WHERE schemaname = %s AND indexdef LIKE '%%USING gin%%'", (schema,))
+            for (name,) in pg.execute("SELECT name FROM bench_gin_defs").fetchall():
+                pg.execute(f'DROP INDEX "{schema}"."{name}"')
+            pg.commit()
+        src = apsw.Connection(str(state_db), flags=apsw.SQLITE_OPEN_READONLY)
+        above = pg.execute("SELECT coalesce(max(id), 0) FROM messages").fetchone()[0]
+        copied = {"messages": _copy(pg, src, schema, "messages", "WHERE id > ?", (above,))}
+        pg.commit()
+        print(f"copied {copied['messages']:,} messages rows above id {above} ({time.perf_counter() - t0:.0f} s)",
+              flush=True)
+        if finish:
+            pg.execute("DELETE FROM sessions")
+            copied["sessions"] = _copy(pg, src, schema, "sessions", "", ())
+            pg.commit()
+            for name, definition in pg.execute("SELECT name, definition FROM bench_gin_defs").fetchall():
+                pg.execute(definition)
+                pg.commit()
+                print(f"index {name} re-created ({time.perf_counter() - t0:.0f} s)", flush=True)
+            pg.execute("SELECT setval(pg_get_serial_sequence('messages', 'id'), (SELECT max(id) FROM messages))")
+            pg.commit()
+            pg.autocommit = True
+            pg.execute("ANALYZE")
+        total = pg.execute("SELECT count(*) FROM messages").fetchone()[0]
+    res = {"copied": copied, "messages_in_store": total, "seconds": round(time.perf_counter() - t0, 1),
+           "finished": finish}
+    print(json.dumps(res), flush=True)
+    return res
+
+
+def _copy(pg: Any, src: Any, schema: str, table: str, where: str, args: tuple) -> int:
+    """COPY ``table``'s rows (``where`` on the source) into PostgreSQL; the columns both
+    sides have (PostgreSQL's generated ones are computed by the server)."""
+    theirs = {r[0] for r in pg.execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND table_name = %s "
+        "AND is_generated = 'NEVER'", (schema, table))}
+    cols = [r[1] for r in src.execute(f"PRAGMA table_info({table})") if r[1] in theirs]
+    n = 0
+    with pg.cursor().copy(f"COPY {table} ({', '.join(cols)}) FROM STDIN") as cp:
+        for row in src.execute(f"SELECT {', '.join(cols)} FROM {table} {where} ORDER BY rowid", args):
+            cp.write_row(row)
+            n += 1
+    return n
+
+
+def search(state_db: Path, base: str, schema: str, runs: int) -> list[dict[str, Any]]:
+    from quill.store.postgres.reads import PgReader
+    from quill.store.reads import Reader
+    out = []
+    readers = {"sqlite": Reader(state_db), "postgres": PgReader(_url(base, schema))}
+    load_before = os.getloadavg()
+    for name, kw in QUERIES:
+        row: dict[str, Any] = {"query": name}
+        for kind, reader in readers.items():
+            reader.search(**kw)  # warm
+            ts = []
+            for _ in range(runs):
+                t = time.perf_counter()
+                hits = reader.search(**kw)
+                ts.append(time.perf_counter() - t)
+            row[f"{kind}_p50_ms"], row[f"{kind}_p95_ms"], row[f"{kind}_hits"] = ms(pct(ts, 50)), ms(pct(ts, 95)), len(hits)
+        row["p95_pg_vs_sqlite"] = ratio(row["postgres_p95_ms"], row["sqlite_p95_ms"])
+        print(json.dumps(row), flush=True)
+        out.append(row)
+    print(f"load average before {load_before}, after {os.getloadavg()}", flush=True)
+    for reader in readers.values():
+        reader.close()
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.pg_copy", description=__doc__.splitlines()[0])
+    ap.add_argument("action", choices=("load", "search"))
+    ap.add_argument("state_db", type=Path)
+    ap.add_argument("--pg", default="postgresql://postgres@127.0.0.1:5432/postgres")
+    ap.add_argument("--schema", required=True)
+    ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--drop", action="store_true", help="drop the schema after searching")
+    ap.add_argument("--no-finish", action="store_true", help="load: copy messages only (resume later)")
+    args = ap.parse_args(argv)
+    if args.action == "load":
+        load(args.state_db, args.pg, args.schema, finish=not args.no_finish)
+    else:
+        search(args.state_db, args.pg, args.schema, args.runs)
+        if args.drop:
+            import psycopg
+            with psycopg.connect(args.pg, autocommit=True) as c:
+                c.execute(f'DROP SCHEMA IF EXISTS "{args.schema}" CASCADE')
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -102,10 +102,11 @@ def quick_check(db_path: str, queue_db: str | None = None, pragma: str = "quick_
                        + f" ({'; '.join(rows[:3])})")
 
 
-def snapshot(db_path: str, snapshots_dir: str, keep: int = 5) -> dict[str, Any]:
+def snapshot(db_path: str, snapshots_dir: str, keep: int = 5, compact: bool = False) -> dict[str, Any]:
     """Copy the store with the backup API, verify the copy (``integrity_check``), stamp it
     with the spool position it covers (read from the copy itself, so the stamp is exactly
-    consistent with its rows) and keep the newest ``keep`` snapshots.
+    consistent with its rows) and keep the newest ``keep`` snapshots. ``compact=True``
+    (``--purge``) also rebuilds the copy with no trace of deleted rows (``compact_copy``).
 
     Returns ``{"path", "bytes", "position", "seconds", "removed"}``; raises ``CorruptError``
     when the copy fails verification (the bad copy is deleted).
@@ -122,6 +123,8 @@ def snapshot(db_path: str, snapshots_dir: str, keep: int = 5) -> dict[str, Any]:
             with dest.backup("main", source, "main") as backup:
                 while not backup.done:
                     backup.step(1024)  # pages per step; the source is never locked for long
+            if compact:
+                compact_copy(dest)
             check = [r[0] for r in dest.execute("PRAGMA integrity_check")]
             cursor = dest.execute('SELECT segment, "offset" FROM spool_cursor WHERE id = 1').fetchone()
             dest.execute("PRAGMA journal_mode=DELETE")
@@ -141,3 +144,58 @@ def snapshot(db_path: str, snapshots_dir: str, keep: int = 5) -> dict[str, Any]:
         removed.append(old.name)
     return {"path": str(final), "bytes": final.stat().st_size, "position": f"{seg}:{off}",
             "seconds": round(time.monotonic() - start, 3), "removed": removed}
+
+
+def compact_copy(conn: apsw.Connection) -> None:
+    """Leave no bytes of deleted rows in a database copy (a snapshot, never the live store):
+    FTS5 'optimize' merges each search index into one b-tree, dropping deleted entries that
+    are otherwise only masked, then VACUUM rewrites the file from its live rows, so freed
+    pages and the unused space inside pages (where SQLite leaves deleted cells and the
+    remains of page splits) are gone. The rows read back the same."""
+    from quill.store.indexer import FTS_TABLES, fts_state
+
+    with mapped():
+        if fts_state(conn) == "ok":
+            for table in FTS_TABLES:  # names from the indexer's fixed tuple
+                conn.execute(f"INSERT INTO {table}({table}) VALUES ('optimize')")
+        conn.execute("VACUUM")
+
+
+def compact_snapshot(path: Path) -> dict[str, Any]:
+    """Rewrite the verified snapshot ``path`` in place with ``compact_copy``: copy to a temp
+    file, compact, ``integrity_check``, fsync, rename over (its name, hence its position
+    stamp, is kept). A crash leaves the old file or the new one. Returns ``{"path", "bytes"}``;
+    raises ``CorruptError`` if the compacted copy fails the check (the original is kept)."""
+    path = Path(path)
+    tmp = path.with_name(f".compact-{os.getpid()}-{time.time_ns()}.tmp")
+    source = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        dest = apsw.Connection(str(tmp))
+        with mapped():
+            with dest.backup("main", source, "main") as backup:
+                while not backup.done:
+                    backup.step(1024)
+        compact_copy(dest)
+        with mapped():
+            check = [r[0] for r in dest.execute("PRAGMA integrity_check")]
+            dest.execute("PRAGMA journal_mode=DELETE")
+        dest.close()
+    finally:
+        source.close()
+    if check != ["ok"]:
+        tmp.unlink(missing_ok=True)
+        raise CorruptError(f"compacted copy of {path} failed integrity_check: {'; '.join(check[:5])}")
+    fd = os.open(tmp, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, path)
+    return {"path": str(path), "bytes": path.stat().st_size}
+
+
+def snapshot_position(path: Path) -> Position:
+    """The spool position a verified snapshot covers, from its name ``snapshot-…-SEG-OFF.db``."""
+    seg, off = Path(path).stem.split("-")[-2:]
+    return Position(int(seg), int(off))

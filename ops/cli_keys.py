@@ -75,13 +75,18 @@ def sessions_orphans(cfg: Any, adopt: bool, window_s: float | None, as_json: boo
 @click.option("--key", help="Delete every session of this conversation key instead.")
 @click.option("--reason", default="user_request", show_default=True, help="Recorded with the op (≤ 64 chars).")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--purge", is_flag=True, help="Once applied, also remove the content from spool segments, the "
+              "quarantine and snapshots (needs a running writer, see --wait).")
+@click.option("--wait", "wait_s", type=click.FloatRange(min=0), default=60.0, show_default=True,
+              help="With --purge: seconds to wait for the writer to apply the delete.")
 @json_option
 @click.pass_obj
 def sessions_delete(cfg: Any, session_ids: tuple[str, ...], key: str | None, reason: str, yes: bool,
-                    as_json: bool) -> None:
+                    purge: bool, wait_s: float, as_json: bool) -> None:
     """Delete sessions with their messages, usage and the attachments no other session
-    references — through the spool, like every change. Their content still exists in spool
-    segments and snapshots until retention removes them (docs/ops.md, "Deleting")."""
+    references — through the spool, like every change. Without --purge their content still
+    exists in spool segments, quarantined records and snapshots until retention removes them;
+    --purge removes it there too (docs/ops.md, "Deleting a conversation on request")."""
     if session_ids and key is not None:
         raise click.UsageError("give session ids or --key, not both")
     if not session_ids and key is None:
@@ -89,15 +94,28 @@ def sessions_delete(cfg: Any, session_ids: tuple[str, ...], key: str | None, rea
     confirm(f"delete {'the sessions of key ' + repr(key) if key else ', '.join(session_ids)}?", yes=yes,
             as_json=as_json)
     client = Client(config_=cfg)
-    ids, ack = client.delete_sessions(list(session_ids) if session_ids else None, key=key, reason=reason)
+    ids, ack = client.delete_sessions(list(session_ids) if session_ids else None, key=key, reason=reason,
+                                      purge=purge)
     if ack is None:
         raise _not_found(key)
-    out = {"session_ids": ids, "batch": ack.batch_id, "position": str(ack.position)}
+    out: dict[str, Any] = {"session_ids": ids, "batch": ack.batch_id, "position": str(ack.position)}
+    if purge:
+        out["purge"] = client.purge_sessions(ids, after=ack, timeout=wait_s)
     if as_json:
         emit_json(out)
-    else:
-        click.echo(f"sessions.delete of {len(ids)} session(s) spooled (batch {ack.batch_id}); "
-                   "the writer applies it")
+        return
+    click.echo(f"sessions.delete of {len(ids)} session(s) spooled (batch {ack.batch_id}); "
+               + ("applied and purged" if purge else "the writer applies it"))
+    if purge:
+        echo_purge(out["purge"])
+
+
+def echo_purge(figures: dict[str, Any]) -> None:
+    """The human summary of a purge's figures (``ops.purge.purge``)."""
+    click.echo(f"purged {figures['records_purged']} record(s) of {len(figures['sessions'])} session(s) from "
+               f"{len(figures['segments_rewritten'])} segment(s); quarantine entries: "
+               f"{len(figures['quarantine_purged'])}; snapshots removed: {len(figures['snapshots_removed'])}, "
+               f"compacted: {len(figures['snapshots_compacted'])}, new: {figures['snapshot'] or '-'}")
 
 
 def _not_found(key: str | None) -> Exception:

@@ -122,3 +122,21 @@ from .cli_quarantine import adopt, quarantine  # noqa: E402  (kept in their own 
 
 spool.add_command(quarantine)
 spool.add_command(adopt)
+
+
+@spool.command(name="purge")
+@click.argument("session_ids", nargs=-1, required=True)
+@json_option
+@click.pass_obj
+def spool_purge(cfg: Any, session_ids: tuple[str, ...], as_json: bool) -> None:
+    """Remove deleted sessions' content from spool segments, the quarantine and snapshots
+    (what `sessions delete --purge` does once the delete is applied; re-run it after an
+    interrupted purge: every step is idempotent)."""
+    from .cli_keys import echo_purge
+    from .client import Client
+
+    figures = Client(config_=cfg).purge_sessions(list(session_ids))
+    if as_json:
+        emit_json(figures)
+    else:
+        echo_purge(figures)

@@ -422,13 +422,15 @@ class Client:
 
     def delete_sessions(self, session_ids: list[str] | None = None, *, key: str | None = None,
                         reason: str = "user_request", actor: str | None = None,
-                        batch_id: str | None = None) -> tuple[list[str], Ack | None]:
+                        batch_id: str | None = None, purge: bool = False) -> tuple[list[str], Ack | None]:
         """Delete sessions on request — ``quill sessions delete``: the named ids, or every
         session of conversation ``key``, with their messages, usage and the blobs no other
         session references, through the spool (``sessions.delete``, docs/ops.md). Returns
         ``(ids, ack)``; ``ack`` is None when ``key`` names no session. Delegate children go
-        with their parent. Raises ``InvalidInputError`` unless exactly one of the two is given,
-        ``NotFoundError`` (nothing is deleted) when a named id is not a stored session."""
+        with their parent. ``purge=True`` marks the op as a purge request (secure deletion of
+        the rows); follow it with ``purge_sessions`` once applied. Raises ``InvalidInputError``
+        unless exactly one of the two is given, ``NotFoundError`` (nothing is deleted) when a
+        named id is not a stored session."""
         if (session_ids is None) == (key is None):
             raise InvalidInputError("give session ids or a key, not both")
         if key is not None:
@@ -443,8 +445,30 @@ class Client:
             if unknown:  # deleting nothing is not success: say which ids are wrong, delete none
                 raise no_session(unknown, store_missing=r is None)
         actor = actor or f"user:{getpass.getuser()}"
-        return list(session_ids), self.submit("sessions.delete", {"session_ids": list(session_ids), "reason": reason,
-                                                                  "actor": actor}, batch_id=batch_id)
+        data = {"session_ids": list(session_ids), "reason": reason, "actor": actor, **({"purge": True} if purge else {})}
+        return list(session_ids), self.submit("sessions.delete", data, batch_id=batch_id)
+
+    def purge_sessions(self, session_ids: list[str], *, after: Ack | None = None,
+                       timeout: float = 60.0) -> dict[str, Any]:
+        """``quill sessions delete --purge`` / ``quill spool purge``: remove deleted sessions'
+        content from spool segments, the quarantine and snapshots (``ops.purge``; figures as
+        it returns them). ``after``: the delete's ack, waited for up to ``timeout`` seconds
+        first. Raises ``WaitTimeoutError``, ``InvalidInputError`` (a session still exists),
+        ``NotFoundError`` (no applied delete names it)."""
+        from quill.spool import WaitTimeoutError as SpoolWaitTimeout
+
+        from . import purge
+        from .wait import wait_applied
+
+        if after is not None:
+            try:
+                wait_applied(self.config.state_db, after.position, timeout)
+            except SpoolWaitTimeout as exc:
+                raise WaitTimeoutError(str(exc), hint="the delete is spooled; once the writer applied it, run "
+                                       f"`quill spool purge {' '.join(session_ids)}`") from None
+        return purge.purge(self.config.spool_dir, self.config.state_db, self.config.snapshots_dir,
+                           list(session_ids), actor=f"user:{getpass.getuser()}",
+                           snapshot_keep=self.config.snapshot_keep)
 
     def usage(self, by: tuple[str, ...] | list[str] = (), *, since: float | None = None, until: float | None = None,
               session_id: str | None = None, source: str | None = None, model: str | None = None,

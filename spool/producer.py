@@ -21,7 +21,10 @@ Durability and concurrency contract (docs/architecture.md, "The spool"; issue 4)
   syncs for all who wrote before it. "Durable before the ack" is unchanged: an ack follows an
   ``fdatasync`` that began after the record's ``write`` returned;
 * rotation by size: a producer that finds the active segment at or past ``segment_bytes``
-  creates the next one (``O_EXCL``) and fsyncs the directory.
+  creates the next one (``O_EXCL``) and fsyncs the directory. A producer that finds, under
+  its segment's lock, that the next segment already exists moves to the newest one instead of
+  writing: that is how ``spool.purge.seal`` retires a segment before it is full (one
+  ``stat`` per append), so "once N+1 exists nothing but a ``\n`` is written to N" holds.
 """
 from __future__ import annotations
 
@@ -143,7 +146,9 @@ class Spool:
             fcntl.flock(fd, fcntl.LOCK_EX)
             try:
                 size = os.fstat(fd).st_size
-                if size >= self.segment_bytes:
+                # A later segment created while we waited for the lock means ours was sealed
+                # (``spool.purge.seal``): only a terminating "\n" may be written to it now.
+                if size >= self.segment_bytes or os.path.exists(self.dir / segment_name(self._segment + 1)):
                     full = True
                 else:
                     full = False

@@ -15,10 +15,12 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from . import record
+from .errors import DamagedRecordError
 from .segments import FILE_MODE, Position, ensure_dir, fsync_dir
 
 AUDIT_FILE = "audit.jsonl"
@@ -63,15 +65,58 @@ class Quarantine:
         entry = json.loads(path.read_text("utf-8"))
         line = {"at": time.time(), "action": action, "actor": actor, "id": entry["position"], **details,
                 "entry": entry}
+        self._append_audit(line)
+        path.unlink()
+        fsync_dir(self.dir)
+        return line
+
+    def purge(self, wants: Callable[[dict[str, Any], Position], bool], actor: str) -> list[str]:
+        """Remove the content of the records ``wants(record, position)`` selects (``quill
+        sessions delete --purge``): their entries go, each with an audit line that holds no
+        content (``{"at", "action": "purge", "actor", "id", "op", "batch"}``), and earlier
+        audit lines about them keep only those fields (``audit.jsonl`` is rewritten: temp
+        file, fsync, rename). A damaged line is judged by its JSON body when that still
+        parses. Returns the purged entry ids. Idempotent."""
+        gone = []
+        for entry in list(self.entries()):
+            rec = _lenient(entry.get("raw"))
+            if rec is not None and wants(rec, Position.parse(entry["position"])):
+                self._append_audit({"at": time.time(), "action": "purge", "actor": actor, "id": entry["position"],
+                                    "op": entry.get("op"), "batch": entry.get("batch")})
+                self._path(entry["position"]).unlink()
+                gone.append(entry["position"])
+        if gone:
+            fsync_dir(self.dir)
+        path = self.dir / AUDIT_FILE
+        if path.exists():
+            lines, changed = [], False
+            for line in self.audit():
+                entry = line.get("entry")
+                rec = _lenient(entry.get("raw")) if isinstance(entry, dict) else None
+                if rec is not None and wants(rec, Position.parse(entry["position"])):
+                    line["entry"] = {k: entry.get(k) for k in ("position", "reason", "op", "batch")}
+                    line["entry"]["purged"] = True
+                    changed = True
+                lines.append(json.dumps(line, ensure_ascii=False) + "\n")
+            if changed:
+                tmp = path.with_suffix(".tmp")
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
+                try:
+                    os.write(fd, "".join(lines).encode())
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                os.replace(tmp, path)
+                fsync_dir(self.dir)
+        return gone
+
+    def _append_audit(self, line: dict[str, Any]) -> None:
         fd = os.open(self.dir / AUDIT_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
         try:
             os.write(fd, (json.dumps(line, ensure_ascii=False) + "\n").encode())
             os.fsync(fd)
         finally:
             os.close(fd)
-        path.unlink()
-        fsync_dir(self.dir)
-        return line
 
     def audit(self) -> list[dict[str, Any]]:
         """Every audit line (retries and drops), oldest first."""
@@ -117,3 +162,20 @@ class Quarantine:
     def count(self) -> int:
         """Number of quarantined entries."""
         return sum(1 for _ in self.dir.glob("*.json")) if self.dir.exists() else 0
+
+
+def _lenient(raw: Any) -> dict[str, Any] | None:
+    """The record body of a quarantined line's text: decoded with its checksum, else (a
+    damaged line) its JSON body as far as it parses; None when neither works."""
+    if not isinstance(raw, str):
+        return None
+    line = raw.encode("utf-8")
+    try:
+        return record.decode(line if line.endswith(b"\n") else line + b"\n")
+    except DamagedRecordError:
+        pass
+    try:
+        rec = json.loads(raw)
+    except ValueError:
+        return None
+    return rec if isinstance(rec, dict) else None

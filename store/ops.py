@@ -198,7 +198,8 @@ def session_read(conn: apsw.Connection, data: dict, batch_id: str, arrived_at: f
     return 0
 
 
-#: The ops this store version applies (every kind in ``spool.record.OP_KINDS``).
+#: The ops this store version applies (every kind in ``spool.record.OP_KINDS``, plus the
+#: ``spool.purged`` tombstones that only ``spool.purge`` writes).
 APPLIERS: dict[str, Applier] = {
     "session.create": session_create,
     "messages.append": messages_append,
@@ -212,4 +213,7 @@ APPLIERS: dict[str, Applier] = {
     "sessions.delete": sessions_delete,
     "usage.record": usage_record,
     "messages.restore": messages_restore,
+    # A purged record (spool/purge.py): the original batch was applied; its content is gone.
+    # Applied as nothing, and recorded in applied_batches like any op.
+    "spool.purged": lambda conn, data, batch_id, arrived_at: 0,
 }

@@ -18,7 +18,7 @@ import apsw
 
 from . import blobs, context
 from .errors import InvalidOpError
-from .indexer import unindex
+from .indexer import FTS_TABLES, fts_state, unindex
 from .op_common import atomic, opt
 
 _REF_LIKE = f"%{blobs.REF_PREFIX}%"
@@ -99,6 +99,7 @@ def check_delete(data: dict) -> tuple[list[str], dict[str, Any]]:
         raise InvalidOpError("invalid-field", f"session_ids must be a list of 1..{MAX_DELETE_IDS} session ids")
     _label(data, "reason", REASON_MAX_CHARS, "deleted")
     _label(data, "actor", ACTOR_MAX_CHARS, "unknown")
+    opt(data, "purge", bool)
     return list(dict.fromkeys(ids)), parse_conditions(data)
 
 
@@ -173,13 +174,34 @@ def sessions_delete(conn: apsw.Connection, data: dict, batch_id: str, arrived_at
     that fails them, or no longer exists, is skipped (so the op is idempotent). Delegate
     children go with their parent unless pinned or archived; other children are detached
     (``parent_id``/``parent_kind`` cleared). Returns 0 (rows written counts inserted rows). Raises
-    ``InvalidOpError('invalid-field')``. The op stays in the spool (and ``applied_batches``
+    ``InvalidOpError('invalid-field')``. ``purge`` (bool, optional): the request also purges
+    the sessions' copies outside the store (``ops.purge``); here it turns on secure deletion
+    for this op's rows. The op stays in the spool (and ``applied_batches``
     records its position), so who deleted what and why is on record.
     """
     ids, cond = check_delete(data)
-    for sid in ids:
-        if conditions_hold(conn, sid, cond):
-            _delete_one(conn, sid)
-    if isinstance(conn, apsw.Connection):
+    purge = opt(data, "purge", bool) or False
+    sqlite = isinstance(conn, apsw.Connection)
+    if purge and sqlite:
+        _secure_delete(conn, True)
+    try:
+        for sid in ids:
+            if conditions_hold(conn, sid, cond):
+                _delete_one(conn, sid)
+    finally:
+        if purge and sqlite:
+            _secure_delete(conn, False)
+    if sqlite:
         _lower_fts_watermark(conn)
     return 0
+
+
+def _secure_delete(conn: apsw.Connection, on: bool) -> None:
+    """SQLite's ``secure_delete`` (deleted cells are zeroed, not left in the page) and FTS5's
+    ``secure-delete`` (deleted entries are removed from the index b-trees, not masked) for the
+    rows of a ``purge: true`` delete only: both cost write time, so routine deletes (prune)
+    leave them off. Neither changes what any read returns."""
+    conn.execute(f"PRAGMA secure_delete = {1 if on else 0}")
+    if fts_state(conn) == "ok":
+        for table in FTS_TABLES:  # names come from the indexer's fixed tuple
+            conn.execute(f"INSERT INTO {table}({table}, rank) VALUES ('secure-delete', {1 if on else 0})")

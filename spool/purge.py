@@ -1,0 +1,209 @@
+"""Purging records from sealed spool segments (``quill sessions delete --purge``, issue 14 §4).
+
+A deleted session's original ops stay in the spool segments until retention removes them.
+Purging replaces each such line, in place, by a **tombstone of exactly the same length**:
+
+    {"v":1,"op":"spool.purged","batch":B,"producer":P,"seq":N,"ts":T,"data":{"purged_by":D},"pad":"   ","crc":"…"}
+
+Same length, because a record's position (segment, byte offset) is its identity everywhere:
+the store's cursor, snapshot stamps, quarantine entry ids, ``applied_batches.position`` and
+producers' acks all name byte offsets. Dropping the bytes would move every later record of
+the segment; a same-length tombstone moves nothing, keeps the line framing and CRC valid, and
+keeps the batch id, producer, sequence number and append time (no content), so replay
+records the batch as applied (a no-op, ``store.ops``) exactly as the live store did. The only
+thing a tombstone still tells is the purged line's length.
+
+Rewriting a segment (``rewrite``): under the segment's ``flock`` (no producer mid-write, no
+torn-tail sealer), read it, build the new bytes, write them to ``NAME.purge-tmp`` (a name no
+reader, GC or stray-segment check matches), fsync, read the temp file back and verify it
+line by line (same length, every other line byte-identical, each replaced line a tombstone of
+the same batch), ``rename`` it over the segment, fsync the directory. A crash leaves either
+the old file or the new one (and maybe a temp file, removed by the next run); re-running is
+idempotent, because tombstones are never targets.
+
+Only **sealed** segments are rewritten: a producer may hold the newest one open. ``seal``
+retires the newest segment before it is full by creating the next one under its lock; the
+producer checks for a next segment under the same lock before every write (producer.py).
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from . import record
+from .errors import SpoolError
+from .segments import FILE_MODE, Position, fsync_dir, list_segments, segment_name
+
+#: The op of a tombstone. Not in ``record.OP_KINDS``: producers can never append it; the store
+#: applies it as a no-op.
+PURGED_OP = "spool.purged"
+TMP_SUFFIX = ".purge-tmp"
+
+
+class PurgeVerifyError(SpoolError):
+    """A rewritten segment did not read back as intended (nothing was renamed over the
+    segment). ``segment`` is its number, ``detail`` the first difference."""
+
+    def __init__(self, segment: int, detail: str):
+        super().__init__(f"purge of segment {segment_name(segment)} failed verification: {detail}")
+        self.segment = segment
+        self.detail = detail
+
+
+def tombstone(original: dict[str, Any], length: int, purged_by: str) -> bytes:
+    """A ``spool.purged`` line of exactly ``length`` bytes (``\\n`` included) for the record
+    body ``original``: its batch id, producer, seq and ts, ``data.purged_by`` = the batch id
+    of the ``sessions.delete`` that asked for the purge, padded with spaces. Drops the
+    optional fields (producer, seq, ts, then purged_by) if the line would not fit; raises
+    ``SpoolError`` if even the smallest tombstone is longer than ``length`` (a record always
+    holds at least a batch id and data, so this does not happen with Quill's own records)."""
+    base = {"v": record.VERSION, "op": PURGED_OP, "batch": original.get("batch")}
+    extras = [{k: original[k] for k in ("producer", "seq", "ts") if k in original}, {}]
+    for extra, data in ((extras[0], {"purged_by": purged_by}), ({}, {"purged_by": purged_by}), ({}, {})):
+        body = {**base, **extra, "data": data, "pad": ""}
+        line = record.encode(body)
+        if len(line) <= length:
+            body["pad"] = " " * (length - len(line))
+            line = record.encode(body)
+            assert len(line) == length  # spaces encode to one byte each
+            return line
+    raise SpoolError(f"no tombstone fits in {length} bytes")
+
+
+def is_tombstone(rec: dict[str, Any] | None) -> bool:
+    return bool(rec) and rec.get("op") == PURGED_OP
+
+
+def seal(spool_dir: Path, segment: int) -> bool:
+    """Retire ``segment`` if it is the newest: create the next segment while holding its lock,
+    so every producer moves on (producer.py checks under the same lock). Returns True when a
+    segment was created. Raises ``SpoolError`` on I/O errors."""
+    spool_dir = Path(spool_dir)
+    if max(list_segments(spool_dir), default=0) != segment:
+        return False
+    fd = os.open(spool_dir / segment_name(segment), os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        nxt = spool_dir / segment_name(segment + 1)
+        try:
+            new = os.open(nxt, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
+        except FileExistsError:
+            return False  # a producer rotated first
+        os.close(new)
+        os.chmod(nxt, FILE_MODE)
+        fsync_dir(spool_dir)
+        return True
+    except OSError as exc:
+        raise SpoolError(f"cannot seal {segment_name(segment)}: {exc}") from exc
+    finally:
+        os.close(fd)
+
+
+def _lines(data: bytes) -> Iterable[tuple[int, bytes]]:
+    """(offset, line) for each line of ``data``; a final piece without ``\\n`` is yielded as is."""
+    offset = 0
+    while offset < len(data):
+        nl = data.find(b"\n", offset)
+        end = len(data) if nl < 0 else nl + 1
+        yield offset, data[offset:end]
+        offset = end
+
+
+def rewrite(spool_dir: Path, segment: int, targets: set[int], purged_by: str,
+            on_step: Any = None) -> dict[str, Any]:
+    """Replace the lines of sealed ``segment`` that start at the byte offsets in ``targets``
+    by tombstones (module doc). Offsets that do not start a decodable record, or that hold a
+    tombstone already, are left alone and reported. Returns ``{"segment", "purged",
+    "skipped", "bytes"}``. Raises ``PurgeVerifyError`` (the segment is untouched) or
+    ``SpoolError``. ``on_step(name)`` is called between the steps (tests kill the process
+    there): ``"tmp-written"``, ``"renamed"``."""
+    spool_dir = Path(spool_dir)
+    if segment >= max(list_segments(spool_dir), default=0):
+        raise SpoolError(f"segment {segment_name(segment)} is the newest one; seal it first")
+    path = spool_dir / segment_name(segment)
+    tmp = path.with_name(path.name + TMP_SUFFIX)
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        size = os.fstat(fd).st_size
+        old = os.pread(fd, size, 0)
+        new, purged, skipped = bytearray(), [], []
+        for offset, line in _lines(old):
+            rec = _decode(line) if offset in targets else None
+            if rec is not None and not is_tombstone(rec):
+                new += tombstone(rec, len(line), purged_by)
+                purged.append(offset)
+            else:
+                if offset in targets:
+                    skipped.append(offset)
+                new += line
+        if not purged:
+            return {"segment": segment, "purged": 0, "skipped": skipped, "bytes": size}
+        _write_synced(tmp, bytes(new))
+        _verify(tmp, segment, old, set(purged))
+        if on_step:
+            on_step("tmp-written")
+        os.rename(tmp, path)
+        if on_step:
+            on_step("renamed")
+        fsync_dir(spool_dir)
+        return {"segment": segment, "purged": len(purged), "skipped": skipped, "bytes": size}
+    except OSError as exc:
+        raise SpoolError(f"cannot rewrite {path}: {exc}") from exc
+    finally:
+        os.close(fd)
+
+
+def remove_leftovers(spool_dir: Path) -> list[str]:
+    """Delete temp files of an interrupted ``rewrite`` (never renamed, so never part of the
+    spool). Returns their names."""
+    gone = sorted(p.name for p in Path(spool_dir).glob("*" + TMP_SUFFIX))
+    for name in gone:
+        (Path(spool_dir) / name).unlink(missing_ok=True)
+    if gone:
+        fsync_dir(Path(spool_dir))
+    return gone
+
+
+def _decode(line: bytes) -> dict[str, Any] | None:
+    try:
+        return record.decode(line)
+    except SpoolError:
+        return None
+
+
+def _write_synced(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.chmod(path, FILE_MODE)
+
+
+def _verify(tmp: Path, segment: int, old: bytes, purged: set[int]) -> None:
+    """Read ``tmp`` back: same length, same line boundaries, every line outside ``purged``
+    byte-identical, every line in it a valid tombstone of the same batch."""
+    new = tmp.read_bytes()
+    if len(new) != len(old):
+        raise PurgeVerifyError(segment, f"length {len(new)} != {len(old)}")
+    for (off, line), (off2, line2) in zip(_lines(old), _lines(new), strict=True):
+        if off != off2 or len(line) != len(line2):
+            raise PurgeVerifyError(segment, f"line boundary moved at {off}")
+        if off not in purged:
+            if line != line2:
+                raise PurgeVerifyError(segment, f"line at {off} changed")
+            continue
+        rec, was = _decode(line2), _decode(line)
+        if not is_tombstone(rec) or was is None or rec.get("batch") != was.get("batch"):
+            raise PurgeVerifyError(segment, f"line at {off} is not a tombstone of batch {was and was.get('batch')}")
+
+
+__all__ = ["PURGED_OP", "PurgeVerifyError", "Position", "is_tombstone", "remove_leftovers", "rewrite", "seal",
+           "tombstone"]

@@ -312,7 +312,6 @@ def test_property_purge_then_every_remaining_snapshot_plus_spool_equals_the_live
         if rec and rec["op"] not in ("spool.purged", "sessions.delete") and isinstance(rec["data"], dict):
             sid = rec["data"].get("session_id")
             assert not (sid in gone and e.position < bounds[sid]), (sid, e.position)
-    assert figures["records_purged"] > 0
     snaps = sorted((tmp_path / "snapshots").glob("snapshot-*.db"))
     assert snaps
     for i, snap in enumerate(snaps):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import time
+from functools import partial
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 from quill.spool import START, Entry, Position, Quarantine, SpoolReader
 from quill.spool.segments import list_segments, segment_name
 from quill.store import index_slice, open_writer, read_cursor
-from quill.store.apply import drain_chunk
+from quill.store.apply import apply_chunk, drain_chunk
 
 Progress = Callable[[int], None]  # called with bytes consumed since the last call
 
@@ -80,7 +81,7 @@ def replay(spool_dir: Path, db_path: Path, start: Position | None, *, chunk_rows
             quarantine.put(e.position, reason, detail, e.raw, e.record)
 
         while True:
-            chunk, result = drain_chunk(conn, reader, pos, chunk_rows, reject, max_bytes=32 << 20)
+            chunk, result = drain_chunk(partial(apply_chunk, conn), reader, pos, chunk_rows, reject, max_bytes=32 << 20)
             if not chunk:
                 break
             for key in totals:

@@ -107,28 +107,74 @@ class ReaderLike(Protocol):
     def read(self, start: Any, *, max_bytes: int) -> Iterable[EntryLike]: ...
 
 
-def drain_chunk(conn: apsw.Connection, reader: ReaderLike, position: Any, chunk_rows: int,
+class ApplyFn(Protocol):
+    """A backend's chunk application: ``apply(entries, on_reject) -> ChunkResult`` (the
+    contract's ``Backend.apply_chunk``; for SQLite, ``apply_chunk`` on a writer connection)."""
+
+    def __call__(self, entries: Sequence[EntryLike], on_reject: RejectFn) -> ChunkResult: ...
+
+
+def drain_chunk(apply: ApplyFn, reader: ReaderLike, position: Any, chunk_rows: int,
                 on_reject: RejectFn, max_bytes: int = 8 << 20) -> tuple[list[EntryLike], ChunkResult]:
-    """The one drain step shared by the writer, ``spool replay`` and ``recover``: read from
-    ``position`` (at most ``max_bytes`` bytes), take one chunk of about ``chunk_rows`` message
-    rows and apply it with the cursor (``apply_chunk``). Returns (entries applied, figures);
-    no entries means the spool is drained up to its end."""
+    """The one drain step shared by the writers of both backends, ``spool replay`` and
+    ``recover``: read from ``position`` (at most ``max_bytes`` bytes), take one chunk of about
+    ``chunk_rows`` message rows and apply it with the cursor (``apply``: the backend's
+    ``apply_chunk``). Returns (entries applied, figures); no entries means the spool is
+    drained up to its end."""
     entries = take_chunk(reader.read(position, max_bytes=max_bytes), chunk_rows)
-    return entries, apply_chunk(conn, entries, on_reject)
+    return entries, (apply(entries, on_reject) if entries else ChunkResult())
+
+
+class Ledger(Protocol):
+    """What differs between backends in applying ops (``apply_entries``): where batch ids and
+    their outcomes are recorded, and which exceptions mean "this op's data cannot be stored"."""
+
+    bad_data: tuple[type[BaseException], ...]
+
+    def decided(self, conn: Any, batches: list[str]) -> set[str]:
+        """The batch ids among ``batches`` already applied or refused (by any writer)."""
+
+    def record_applied(self, conn: Any, batch: str, position: str, now: float) -> bool:
+        """Record ``batch`` as applied; False when another writer decided it meanwhile (the
+        op's rows are then rolled back and it counts as a duplicate)."""
+
+    def record_rejected(self, conn: Any, batch: str, position: str, reason: str, now: float) -> None:
+        """Record ``batch`` as refused for its data (a replay skips it)."""
+
+
+class SqliteLedger:
+    """``applied_batches``/``rejected_batches`` of the embedded store (one writer per store)."""
+
+    bad_data = _BAD_DATA
+
+    def decided(self, conn: Any, batches: list[str]) -> set[str]:
+        import json
+        ids = json.dumps(batches)
+        return {r[0] for r in conn.execute(
+            "SELECT batch_id FROM applied_batches WHERE batch_id IN (SELECT value FROM json_each(?1)) UNION ALL "
+            "SELECT batch_id FROM rejected_batches WHERE batch_id IN (SELECT value FROM json_each(?1))", (ids,))}
+
+    def record_applied(self, conn: Any, batch: str, position: str, now: float) -> bool:
+        conn.execute("INSERT INTO applied_batches (batch_id, position, applied_at) VALUES (?, ?, ?)",
+                     (batch, position, now))
+        return True
+
+    def record_rejected(self, conn: Any, batch: str, position: str, reason: str, now: float) -> None:
+        conn.execute("INSERT OR IGNORE INTO rejected_batches (batch_id, position, reason, rejected_at) "
+                     "VALUES (?, ?, ?, ?)", (batch, position, reason, now))
 
 
 def apply_chunk(conn: apsw.Connection, entries: Sequence[EntryLike], on_reject: RejectFn) -> ChunkResult:
-    """Apply ``entries`` (consecutive, in spool order) and advance the cursor past the last.
+    """Apply ``entries`` (consecutive, in spool order) to the SQLite store and advance the
+    cursor past the last, in one ``BEGIN IMMEDIATE`` transaction.
 
     Raises the store error tree on SQLite failures; then nothing of the chunk is committed.
     """
-    result = ChunkResult()
     if not entries:
-        return result
+        return ChunkResult()
     now = time.time()
     with transaction(conn):
-        for entry in entries:
-            _apply_entry(conn, entry, now, on_reject, result)
+        result = apply_entries(conn, entries, now, on_reject, SqliteLedger())
         last = entries[-1].next
         conn.execute(
             'INSERT INTO spool_cursor (id, segment, "offset", updated_at) VALUES (1, ?, ?, ?) '
@@ -138,8 +184,25 @@ def apply_chunk(conn: apsw.Connection, entries: Sequence[EntryLike], on_reject: 
     return result
 
 
-def _apply_entry(conn: apsw.Connection, entry: EntryLike, now: float, on_reject: RejectFn,
-                 result: ChunkResult) -> None:
+def apply_entries(conn: Any, entries: Sequence[EntryLike], now: float, on_reject: RejectFn,
+                  ledger: Ledger) -> ChunkResult:
+    """Apply ``entries`` inside the caller's transaction, on either backend: the one copy of
+    the op rules (docs/backends.md, "The contract"). A batch already decided — earlier, or
+    earlier in this chunk — is a duplicate; a damaged record, an unknown op, a non-string
+    batch id or non-object data is refused; each op runs in a SAVEPOINT, so an op that raises
+    ``InvalidOpError`` or one of ``ledger.bad_data`` is rolled back alone, recorded as
+    refused, handed to ``on_reject`` (which quarantines it before the commit), and the rest
+    applied. Any other error rolls the op back and propagates (the chunk is not committed)."""
+    result = ChunkResult()
+    batches = [e.record["batch"] for e in entries if e.record and isinstance(e.record.get("batch"), str)]
+    decided = ledger.decided(conn, batches) if batches else set()
+    for entry in entries:
+        _apply_entry(conn, entry, now, on_reject, result, decided, ledger)
+    return result
+
+
+def _apply_entry(conn: Any, entry: EntryLike, now: float, on_reject: RejectFn, result: ChunkResult,
+                 decided: set[str], ledger: Ledger) -> None:
     if entry.record is None:
         damage = entry.damage
         on_reject(entry, getattr(damage, "reason", "damaged"), str(damage))
@@ -147,11 +210,11 @@ def _apply_entry(conn: apsw.Connection, entry: EntryLike, now: float, on_reject:
         return
     rec = entry.record
     batch = rec["batch"]
-    if isinstance(batch, str) and conn.execute(
-            "SELECT 1 FROM applied_batches WHERE batch_id = ?1 UNION ALL "
-            "SELECT 1 FROM rejected_batches WHERE batch_id = ?1", (batch,)).fetchone():
-        result.duplicates += 1  # already decided: applied, or refused for its data
-        return
+    if isinstance(batch, str):
+        if batch in decided:
+            result.duplicates += 1  # already decided: applied, or refused for its data
+            return
+        decided.add(batch)  # decided now, whatever the outcome: a repeat later in the chunk is a duplicate
     applier = APPLIERS.get(rec["op"])
     if applier is None:
         on_reject(entry, "unsupported-op", f"op {rec['op']!r} is not applied by this version of Quill")
@@ -165,24 +228,30 @@ def _apply_entry(conn: apsw.Connection, entry: EntryLike, now: float, on_reject:
         if not isinstance(data, dict):
             raise InvalidOpError("invalid-data", "op data must be a JSON object")
         rows = applier(conn, data, batch, arrival_time(rec, now))
-        conn.execute("INSERT INTO applied_batches (batch_id, position, applied_at) VALUES (?, ?, ?)",
-                     (batch, str(entry.position), now))
-    except (InvalidOpError, *_BAD_DATA) as exc:
-        conn.execute("ROLLBACK TO op")
-        conn.execute("RELEASE op")
+        if not ledger.record_applied(conn, batch, str(entry.position), now):
+            _release(conn, rollback=True)
+            result.duplicates += 1
+            return
+    except (InvalidOpError, *ledger.bad_data) as exc:
+        _release(conn, rollback=True)
         reason, detail = ((exc.reason, exc.detail) if isinstance(exc, InvalidOpError)
                           else ("invalid-data", f"{type(exc).__name__}: {exc}"))
         if isinstance(batch, str):
-            conn.execute("INSERT OR IGNORE INTO rejected_batches (batch_id, position, reason, rejected_at) "
-                         "VALUES (?, ?, ?, ?)", (batch, str(entry.position), reason, now))
+            ledger.record_rejected(conn, batch, str(entry.position), reason, now)
         on_reject(entry, reason, detail)
         result.rejected += 1
         return
     except BaseException:
-        conn.execute("ROLLBACK TO op")
-        conn.execute("RELEASE op")
+        if conn.in_transaction and not getattr(conn, "closed", False):  # a lost connection has none left
+            _release(conn, rollback=True)
         raise
-    conn.execute("RELEASE op")
+    _release(conn, rollback=False)
     result.applied += 1
     result.rows += rows
     result.batches.append(batch)
+
+
+def _release(conn: Any, *, rollback: bool) -> None:
+    if rollback:
+        conn.execute("ROLLBACK TO op")
+    conn.execute("RELEASE op")

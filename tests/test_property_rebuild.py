@@ -21,6 +21,7 @@ import random
 import shutil
 import socket
 import time
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -30,7 +31,7 @@ from quill.jobs.worker_jobs import snapshot
 from quill.ops.replay import replay
 from quill.spool import Position, Quarantine, Spool, SpoolReader, START
 from quill.store import index_slice, open_writer, read_cursor
-from quill.store.apply import drain_chunk
+from quill.store.apply import apply_chunk, drain_chunk
 
 N = int(os.environ.get("QUILL_PROPERTY_N", "8"))
 SEEDS = [int(os.environ["QUILL_PROPERTY_SEED"])] if os.environ.get("QUILL_PROPERTY_SEED") else list(range(N))
@@ -152,7 +153,7 @@ class Run:
         """Apply chunks of 1–6 message rows with the writer's drain step (all if ``chunks`` is None)."""
         done = 0
         while chunks is None or done < chunks:
-            entries, _ = drain_chunk(self.conn, self.reader, self.cursor(), self.rng.randint(1, 6),
+            entries, _ = drain_chunk(partial(apply_chunk, self.conn), self.reader, self.cursor(), self.rng.randint(1, 6),
                                      lambda e, reason, detail: self.quarantine.put(e.position, reason, detail, e.raw,
                                                                                    e.record))
             if not entries:
@@ -297,14 +298,13 @@ class PgRun(Run):
         return Position(*cur) if cur else START
 
     def drain(self, chunks: int | None = None) -> None:
-        from quill.store.apply import take_chunk
         done = 0
         while chunks is None or done < chunks:
-            entries = take_chunk(self.reader.read(self.cursor(), max_bytes=8 << 20), self.rng.randint(1, 6))
+            entries, _ = drain_chunk(self.backend.apply_chunk, self.reader, self.cursor(), self.rng.randint(1, 6),
+                                     lambda e, reason, detail: self.quarantine.put(e.position, reason, detail, e.raw,
+                                                                                   e.record))
             if not entries:
                 return
-            self.backend.apply_chunk(entries, lambda e, reason, detail: self.quarantine.put(
-                e.position, reason, detail, e.raw, e.record))
             done += 1
 
     def job(self) -> None:

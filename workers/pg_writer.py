@@ -26,38 +26,26 @@ from typing import Any
 
 from quill.jobs.queues import build_for
 from quill.ops.config import Config
-from quill.spool import Entry, Position, Quarantine, Spool, SpoolReader, START
+from quill.spool import Position, Spool, START
 from quill.spool import retention
 from quill.spool.identity import load_or_create
-from quill.store.apply import take_chunk
-from quill.store.errors import CorruptError, DiskFullError, StoreIOError, TransientError
-from quill.store.lease import Lease
+from quill.store.errors import CorruptError
 from quill.store.postgres import PostgresBackend, halt
 
 from .job_runner import StoreJobRunner
-from .rundir import RunDir
+from .drain_base import RETRYABLE, DrainWriter
 
-_READ_BYTES = 8 << 20
 #: How often an idle writer collects its spool (seconds).
 GC_INTERVAL_S = 3600.0
-_RETRYABLE = (TransientError, DiskFullError, StoreIOError)
 
 
-class PgWriter:
+class PgWriter(DrainWriter):
     """Drains this data dir's spool into the PostgreSQL store at ``cfg.store_url``."""
 
     def __init__(self, cfg: Config, log: Any):
-        self.cfg = cfg
-        self.log = log
-        self.run_dir = RunDir(cfg.home)
-        self.lease = Lease(self.run_dir.lock("writer"))
-        self.reader = SpoolReader(cfg.spool_dir)
-        self.quarantine = Quarantine(cfg.spool_dir)
+        super().__init__(cfg, log)
         self.spool_id = load_or_create(cfg.spool_id_path)
         self.backend: PostgresBackend | None = None
-        self.cursor: Position = START
-        self.totals = {"applied": 0, "duplicates": 0, "rejected": 0, "rows": 0, "chunks": 0}
-        self._last_idle_publish = 0.0
         self.jobs: StoreJobRunner | None = None
         self._next_gc = time.monotonic() + 60.0
 
@@ -66,26 +54,10 @@ class PgWriter:
         writer of this data dir is alive."""
         self.lease.acquire()
         try:
-            backoff = 0.5
-            while not stop.is_set():
-                try:
-                    if self.backend is None:
-                        self._connect()
-                    busy = self.step()
-                    backoff = 0.5
-                except CorruptError as exc:
-                    self._halted(stop, exc)
-                    continue
-                except _RETRYABLE as exc:
-                    self._disconnect()
-                    error = f"{type(exc).__name__}: {exc}"
-                    self.log.warning("writer.retry", error=error, kind=type(exc).__name__, sleep=backoff)
-                    self._publish(idle=False, error=error)
-                    stop.wait(backoff)
-                    backoff = min(backoff * 2, 5.0)
-                    continue
-                if not busy:
-                    stop.wait(self.cfg.poll_interval)
+            def halted(stop: threading.Event, exc: CorruptError) -> bool:
+                self._halted(stop, exc)
+                return True  # the halt was lifted: drain on
+            self.loop(stop, self._connected_step, first_backoff=0.5, on_corrupt=halted, on_retry=self._disconnect)
         finally:
             self._disconnect()
             self.lease.release()
@@ -113,10 +85,15 @@ class PgWriter:
                     return
             except CorruptError:
                 pass  # still damaged where a job-run record or the halt row lives: stay halted
-            except _RETRYABLE as err:
+            except RETRYABLE as err:
                 self._disconnect()
                 self.log.warning("writer.retry", error=f"{type(err).__name__}: {err}", kind=type(err).__name__)
             stop.wait(2.0)
+
+    def _connected_step(self) -> bool:
+        if self.backend is None:
+            self._connect()
+        return self.step()
 
     def _connect(self) -> None:
         self.backend = PostgresBackend(self.cfg.store_url, self.spool_id)
@@ -134,9 +111,9 @@ class PgWriter:
     def step(self) -> bool:
         """Apply one chunk; when there is none, seal torn tails and publish idle. Returns
         False when there was nothing to do."""
-        entries = take_chunk(self.reader.read(self.cursor, max_bytes=_READ_BYTES), self.cfg.chunk_rows)
+        entries, _ = self.drain_step(self.backend.apply_chunk)
         if entries:
-            self._apply(entries)
+            self._publish(idle=False)
             return True
         if self.jobs is not None and self.jobs.run_one(self.backend.conn, idle=True):
             return True
@@ -145,11 +122,7 @@ class PgWriter:
             gone = self.gc_spool()
             if gone["deleted"]:
                 self.log.info("writer.spool_gc", **gone)
-        sealed = False
-        for seg in range(self.cursor.segment, self.reader.end().segment + 1):
-            if self.reader.seal_torn_tail(seg):
-                self.log.warning("writer.torn_tail_sealed", segment=seg)
-                sealed = True
+        sealed = self.seal_torn_tails()
         self._publish(idle=not sealed)
         return sealed
 
@@ -162,29 +135,9 @@ class PgWriter:
         [segment numbers], "bytes_freed"}``."""
         return retention.collect(self.cfg.spool_dir, self.cursor, self.cursor, self.cfg.spool_retention_s, now)
 
-    def _apply(self, entries: list[Entry]) -> None:
-        result = self.backend.apply_chunk(entries, self._reject)
-        self.cursor = entries[-1].next
-        self.totals["chunks"] += 1
-        for key in ("applied", "duplicates", "rejected", "rows"):
-            self.totals[key] += getattr(result, key)
-        self.log.info("writer.chunk", entries=len(entries), rows=result.rows, applied=result.applied,
-                      duplicates=result.duplicates, rejected=result.rejected, cursor=str(self.cursor))
-        self._publish(idle=False)
-
-    def _reject(self, entry: Entry, reason: str, detail: str) -> None:
-        path = self.quarantine.put(entry.position, reason, detail, entry.raw, entry.record)
-        self.log.warning("writer.quarantined", position=str(entry.position), reason=reason,
-                         detail=detail, path=str(path))
-
     def _publish(self, *, idle: bool, error: str | None = None) -> None:
-        now = time.monotonic()
-        if idle and now - self._last_idle_publish < 0.25:
-            return
-        self._last_idle_publish = now if idle else 0.0
-        self.run_dir.publish("writer", {
-            "idle": idle, "halted": False, "cursor": str(self.cursor), "backend": "postgres",
-            "spool_id": self.spool_id, "fts_indexed_upto": 0, "error": error, "job": None, **self.totals})
+        self.publish(idle, {"backend": "postgres", "spool_id": self.spool_id, "fts_indexed_upto": 0,
+                            "error": error, "job": None})
 
 
 def drain(cfg: Config, log: Any, *, stop: threading.Event | None = None) -> dict[str, Any]:

@@ -15,6 +15,7 @@ import errno
 import shutil
 import threading
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -22,47 +23,34 @@ import apsw
 
 from quill.jobs.queues import build as build_queues
 from quill.ops.config import Config
-from quill.spool import Entry, Position, Quarantine, Spool, SpoolReader, START
+from quill.spool import Position, Spool, START
 from quill.spool.segments import list_segments
 from quill.store import fts_repair, index_slice, open_writer, read_cursor
-from quill.store.apply import drain_chunk
+from quill.store.apply import apply_chunk
 from quill.store.errors import CorruptError, DiskFullError, SharedMemoryError, StoreIOError, TransientError
 from quill.store.guard import FileGuard
-from quill.store.lease import Lease
 from quill.store.recovery import swap_in
 from quill.store.indexer import indexed_upto
 
 from quill.jobs.store_jobs import close_interrupted, wal_bytes
 
 from . import status
-from .rundir import RunDir
+from .drain_base import DrainWriter
 from .job_runner import TRUNCATE_RETRY_S, TRUNCATE_WAL_BYTES, StoreJobRunner
 
-#: Entries read per spool scan; bounds memory whatever the spool size.
-_READ_BYTES = 8 << 20
-
-
-class Writer:
+class Writer(DrainWriter):
     """One writer for one data dir. ``run(stop)`` blocks until ``stop`` is set."""
 
     def __init__(self, cfg: Config, log: Any):
-        self.cfg = cfg
-        self.log = log
-        self.run_dir = RunDir(cfg.home)
-        self.lease = Lease(self.run_dir.lock("writer"))
-        self.reader = SpoolReader(cfg.spool_dir)
-        self.quarantine = Quarantine(cfg.spool_dir)
+        super().__init__(cfg, log)
         self.conn: apsw.Connection | None = None
         self.guard: FileGuard | None = None
-        self.cursor: Position = START
-        self.totals = {"applied": 0, "duplicates": 0, "rejected": 0, "rows": 0, "chunks": 0}
         # Chunk apply+commit latency (seconds), published for /metrics and `quill status`.
         self.commit_hist: dict[str, Any] = {"counts": [0] * len(status.COMMIT_BUCKETS_S), "count": 0, "sum": 0.0}
         self.jobs: StoreJobRunner | None = None
         self._was_busy = False
         self._next_truncate = 0.0                 # monotonic time of the next idle TRUNCATE try
         self._wal_blocked_since: float | None = None  # epoch s: a reader has held the WAL since
-        self._last_idle_publish = 0.0
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -145,26 +133,13 @@ class Writer:
         return False
 
     def _loop(self, stop: threading.Event) -> None:
-        backoff = self.cfg.poll_interval
-        while not stop.is_set():
-            try:
-                busy = self.step()
-                backoff = self.cfg.poll_interval
-            except CorruptError as exc:  # includes ReplacedError: sticky halt
-                self._halt(stop, exc)
-                return
-            except (TransientError, DiskFullError, StoreIOError) as exc:
-                # Nothing of the failed chunk was committed: pause and retry. A full disk
-                # shows up as SQLITE_FULL or as an I/O error whose errno is ENOSPC (tmpfs,
-                # shared memory); either way the drain waits for space, losing nothing.
-                error = self._describe(exc)
-                self.log.warning("writer.retry", error=error, kind=type(exc).__name__, sleep=backoff)
-                self._publish(idle=False, error=error)
-                stop.wait(backoff)
-                backoff = min(backoff * 2, 5.0)
-                continue
-            if not busy:
-                stop.wait(self.cfg.poll_interval)
+        # Nothing of a failed chunk was committed: pause and retry. A full disk shows up as
+        # SQLITE_FULL or as an I/O error whose errno is ENOSPC (tmpfs, shared memory); either
+        # way the drain waits for space, losing nothing. Corruption: sticky halt.
+        def halt(stop: threading.Event, exc: CorruptError) -> bool:
+            self._halt(stop, exc)
+            return False
+        self.loop(stop, self.step, first_backoff=self.cfg.poll_interval, on_corrupt=halt, describe=self._describe)
 
     def _describe(self, exc: Exception) -> str:
         """The error for status: disk-full cases say so, with the free bytes."""
@@ -231,11 +206,10 @@ class Writer:
 
     def _step(self) -> bool:
         began = time.monotonic()
-        entries, result = drain_chunk(self.conn, self.reader, self.cursor, self.cfg.chunk_rows, self._reject,
-                                      max_bytes=_READ_BYTES)
+        entries, _ = self.drain_step(partial(apply_chunk, self.conn))
         if entries:
             status.observe(self.commit_hist, time.monotonic() - began)  # read + apply + commit of one chunk
-            self._applied(entries, result)
+            self._publish(idle=False)
             self._index()
             self.jobs.run_one(self.conn, idle=False, on_start=self._job_started)
             self._was_busy = True
@@ -247,7 +221,7 @@ class Writer:
         if self._was_busy or time.monotonic() >= self._next_truncate:  # idle: the moment to TRUNCATE
             self._was_busy = False
             self._truncate()
-        sealed = self._seal_torn_tails()
+        sealed = self.seal_torn_tails()
         self._publish(idle=not sealed)
         return sealed
 
@@ -265,31 +239,6 @@ class Writer:
             self.log.error("writer.fts_detached", damaged=damaged["fts"], error=str(exc))
             return 0
 
-    def _applied(self, entries: list[Entry], result: Any) -> None:
-        self.cursor = entries[-1].next
-        self.totals["chunks"] += 1
-        for key in ("applied", "duplicates", "rejected", "rows"):
-            self.totals[key] += getattr(result, key)
-        self.log.info("writer.chunk", entries=len(entries), rows=result.rows, applied=result.applied,
-                      duplicates=result.duplicates, rejected=result.rejected, cursor=str(self.cursor))
-        self._publish(idle=False)
-
-    def _reject(self, entry: Entry, reason: str, detail: str) -> None:
-        path = self.quarantine.put(entry.position, reason, detail, entry.raw, entry.record)
-        self.log.warning("writer.quarantined", position=str(entry.position), reason=reason,
-                         detail=detail, path=str(path))
-
-    def _seal_torn_tails(self) -> bool:
-        """Terminate torn tails (a producer died mid-record) at or after the cursor's segment,
-        so the next read quarantines them and the drain moves on."""
-        sealed = False
-        end = self.reader.end()
-        for seg in range(self.cursor.segment, end.segment + 1):
-            if self.reader.seal_torn_tail(seg):
-                self.log.warning("writer.torn_tail_sealed", segment=seg)
-                sealed = True
-        return sealed
-
     def _truncate(self) -> None:
         figures = self.jobs.truncate_if_idle(self.conn)
         self._next_truncate = time.monotonic() + TRUNCATE_RETRY_S
@@ -302,13 +251,5 @@ class Writer:
         self._publish(idle=False, job=name)
 
     def _publish(self, *, idle: bool, error: str | None = None, job: str | None = None) -> None:
-        # While idle the loop spins every poll_interval; one status write per 0.25 s is
-        # plenty for `quill status` and the supervisor's idle check.
-        now = time.monotonic()
-        if idle and now - self._last_idle_publish < 0.25:
-            return
-        self._last_idle_publish = now if idle else 0.0
-        self.run_dir.publish("writer", {
-            "idle": idle, "halted": False, "cursor": str(self.cursor), "job": job,
-            "fts_indexed_upto": indexed_upto(self.conn), "error": error,
-            "wal_blocked_since": self._wal_blocked_since, **self.totals, "commit_hist": self.commit_hist})
+        self.publish(idle, {"job": job, "fts_indexed_upto": indexed_upto(self.conn), "error": error,
+                            "wal_blocked_since": self._wal_blocked_since, "commit_hist": self.commit_hist})

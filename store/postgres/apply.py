@@ -19,10 +19,9 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from ..apply import ChunkResult, EntryLike, RejectFn, arrival_time
+from ..apply import ChunkResult, EntryLike, RejectFn, apply_entries
 from ..contract import BadDataError
 from ..errors import InvalidOpError
-from ..ops import APPLIERS
 from . import halt
 from .connection import PgConnection
 
@@ -51,13 +50,40 @@ def session_ids(entries: Sequence[EntryLike]) -> list[str]:
     return sorted(out)
 
 
+class PgLedger:
+    """``applied_batches``/``rejected_batches`` of the shared store: keyed by batch id
+    store-wide, with the spool that decided it. Two hosts may carry the same batch (a spool
+    copied with its data dir): the second to record it finds the row taken and its copy is
+    rolled back as a duplicate."""
+
+    bad_data = _BAD_DATA
+
+    def __init__(self, spool_id: str):
+        self.spool_id = spool_id
+
+    def decided(self, conn: PgConnection, batches: list[str]) -> set[str]:
+        # Every batch of the chunk in one round trip.
+        return {r[0] for r in conn.execute(
+            "SELECT batch_id FROM applied_batches WHERE batch_id = ANY(?1) UNION ALL "
+            "SELECT batch_id FROM rejected_batches WHERE batch_id = ANY(?1)", (batches,))}
+
+    def record_applied(self, conn: PgConnection, batch: str, position: str, now: float) -> bool:
+        conn.execute("INSERT INTO applied_batches (batch_id, spool_id, position, applied_at) VALUES (?, ?, ?, ?) "
+                     "ON CONFLICT DO NOTHING", (batch, self.spool_id, position, now))
+        return conn.changes() > 0
+
+    def record_rejected(self, conn: PgConnection, batch: str, position: str, reason: str, now: float) -> None:
+        conn.execute("INSERT INTO rejected_batches (batch_id, spool_id, position, reason, rejected_at) "
+                     "VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING", (batch, self.spool_id, position, reason, now))
+
+
 def apply_chunk(conn: PgConnection, spool_id: str, entries: Sequence[EntryLike], on_reject: RejectFn) -> ChunkResult:
     """Apply ``entries`` (consecutive, in spool order) and move ``spool_id``'s cursor past the
-    last, in one transaction. Raises the store error tree; then nothing is committed
-    (``TransientError`` for a deadlock or a lost connection: retry the chunk)."""
-    result = ChunkResult()
+    last, in one transaction (the op rules: ``store.apply.apply_entries``). Raises the store
+    error tree; then nothing is committed (``TransientError`` for a deadlock or a lost
+    connection: retry the chunk; ``CorruptError`` while the store is halted)."""
     if not entries:
-        return result
+        return ChunkResult()
     now = time.time()
     conn.execute("BEGIN IMMEDIATE")
     try:
@@ -65,13 +91,7 @@ def apply_chunk(conn: PgConnection, spool_id: str, entries: Sequence[EntryLike],
         sids = session_ids(entries)
         if sids:
             conn.execute(_LOCK_SQL, (sids,)).fetchall()
-        # Batches already decided (by any host), in one round trip for the whole chunk.
-        ids = [e.record["batch"] for e in entries if e.record and isinstance(e.record.get("batch"), str)]
-        decided = {r[0] for r in conn.execute(
-            "SELECT batch_id FROM applied_batches WHERE batch_id = ANY(?1) UNION ALL "
-            "SELECT batch_id FROM rejected_batches WHERE batch_id = ANY(?1)", (ids,))} if ids else set()
-        for entry in entries:
-            _apply_entry(conn, spool_id, entry, now, on_reject, result, decided)
+        result = apply_entries(conn, entries, now, on_reject, PgLedger(spool_id))
         last = entries[-1].next
         conn.execute(
             'INSERT INTO spool_cursor (spool_id, segment, "offset", updated_at) VALUES (?, ?, ?, ?) '
@@ -83,62 +103,3 @@ def apply_chunk(conn: PgConnection, spool_id: str, entries: Sequence[EntryLike],
             conn.execute("ROLLBACK")
         raise
     return result
-
-
-def _apply_entry(conn: PgConnection, spool_id: str, entry: EntryLike, now: float, on_reject: RejectFn,
-                 result: ChunkResult, decided: set[str]) -> None:
-    if entry.record is None:
-        damage = entry.damage
-        on_reject(entry, getattr(damage, "reason", "damaged"), str(damage))
-        result.rejected += 1
-        return
-    rec = entry.record
-    batch = rec["batch"]
-    if isinstance(batch, str) and batch in decided:
-        result.duplicates += 1
-        return
-    if isinstance(batch, str):
-        decided.add(batch)  # decided now, whatever the outcome: a repeat later in the chunk is a duplicate
-    applier = APPLIERS.get(rec["op"])
-    if applier is None:
-        on_reject(entry, "unsupported-op", f"op {rec['op']!r} is not applied by this version of Quill")
-        result.rejected += 1
-        return
-    data = rec["data"]
-    conn.execute("SAVEPOINT op")
-    try:
-        if not isinstance(batch, str):
-            raise InvalidOpError("invalid-batch", "batch id must be a string")
-        if not isinstance(data, dict):
-            raise InvalidOpError("invalid-data", "op data must be a JSON object")
-        rows = applier(conn, data, batch, arrival_time(rec, now))
-        conn.execute("INSERT INTO applied_batches (batch_id, spool_id, position, applied_at) VALUES (?, ?, ?, ?) "
-                     "ON CONFLICT DO NOTHING", (batch, spool_id, str(entry.position), now))
-        if conn.changes() == 0:
-            # Decided meanwhile by another host's writer (the same batch in two spools):
-            # undo our copy, count it as the duplicate it is.
-            conn.execute("ROLLBACK TO op")
-            conn.execute("RELEASE op")
-            result.duplicates += 1
-            return
-    except _BAD_DATA as exc:
-        conn.execute("ROLLBACK TO op")
-        conn.execute("RELEASE op")
-        reason, detail = ((exc.reason, exc.detail) if isinstance(exc, InvalidOpError)
-                          else ("invalid-data", f"{type(exc).__name__}: {exc}"))
-        if isinstance(batch, str):
-            conn.execute("INSERT INTO rejected_batches (batch_id, spool_id, position, reason, rejected_at) "
-                         "VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                         (batch, spool_id, str(entry.position), reason, now))
-        on_reject(entry, reason, detail)
-        result.rejected += 1
-        return
-    except BaseException:
-        if conn.in_transaction and not conn.closed:
-            conn.execute("ROLLBACK TO op")
-            conn.execute("RELEASE op")
-        raise
-    conn.execute("RELEASE op")
-    result.applied += 1
-    result.rows += rows
-    result.batches.append(batch)

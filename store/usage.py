@@ -23,13 +23,13 @@ them): ``input_tokens`` = every prompt token *including* cache reads and cache w
 Counting once: a row's ``response_id`` (the provider's response/request id) is unique in the
 store, so the records Claude Code writes per content block, each repeating one response's
 usage, add one row. Cost: ``genai_prices.calc_price`` at the call's time; the package version
-is recorded in ``price_version`` so a store can be re-priced; a model the table does not know
+is recorded in ``price_version`` so a store can be re-priced (store/pricing.py prices a call
+without a table walk per call, to the same figure); a model the table does not know
 is stored with ``cost_usd`` NULL (unpriced), never $0.
 """
 from __future__ import annotations
 
 import datetime as dt
-import functools
 from typing import Any
 
 import apsw
@@ -37,6 +37,7 @@ import apsw
 from .errors import InvalidOpError
 from .normalize import dumps, timestamp
 from .op_common import atomic, ensure_session, opt, session_id
+from .pricing import price, price_version
 
 TOKEN_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
 #: Tasks producers are told about; any other short name is accepted (a new kind of call must
@@ -132,36 +133,6 @@ def normalize_usage(raw: Any) -> dict[str, int]:
     if out["reasoning_tokens"] > out["output_tokens"]:
         raise InvalidOpError("invalid-usage", "reasoning tokens exceed output tokens")
     return out
-
-
-@functools.lru_cache(maxsize=1)
-def price_version() -> str:
-    """``genai-prices==<version>``: the price table a cost was computed with."""
-    from importlib import metadata  # here, not at import: it costs the producer path (bench/cli.py)
-
-    return f"genai-prices=={metadata.version('genai-prices')}"
-
-
-def price(tokens: dict[str, int], model: str | None, provider: str | None, ts: float) -> float | None:
-    """Cost in USD of one call at time ``ts`` (epoch s), or None when the price table has no
-    price for ``model`` (at ``provider`` when given): unpriced, never 0.
-
-    ``genai_prices`` is imported here, not at module import: it costs ~0.7 s (measured) and
-    only the writer prices.
-    """
-    if not model:
-        return None
-    import genai_prices  # noqa: PLC0415  (lazy: see above)
-
-    usage = genai_prices.Usage(input_tokens=tokens["input_tokens"], output_tokens=tokens["output_tokens"],
-                               cache_read_tokens=tokens["cache_read_tokens"],
-                               cache_write_tokens=tokens["cache_write_tokens"])
-    when = dt.datetime.fromtimestamp(ts, tz=dt.timezone.utc)
-    try:
-        calc = genai_prices.calc_price(usage, model, provider_id=provider or None, genai_request_timestamp=when)
-    except LookupError:  # the package's "no such model/provider" error
-        return None
-    return float(calc.total_price)
 
 
 def _text(value: Any, key: str, limit: int = 256) -> str | None:

@@ -12,6 +12,7 @@ import pytest
 from quill.store import open_writer
 from quill.store import blobs
 
+from conftest import CORPUS
 from semantics_helpers import Store
 
 
@@ -161,3 +162,72 @@ def test_a_v1_store_is_migrated_to_hold_blobs(tmp_path):
         assert blobs.get(writer, blobs.sha256_of("data:image/png;base64," + _png(2))) == "data:image/png;base64," + _png(2)
     finally:
         writer.close()
+
+
+# -- the may_hold_payload shortcut: extract with it equals the full walk ------------------------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_B64 = base64.b64encode(b"\x89PNG" * 400).decode()  # 2,136 characters
+_STRINGS = st.one_of(
+    st.text(max_size=12),
+    st.sampled_from(["data", "data:", "base64", ";base64,", "image/png", '"data":"', "quill-blob:"]),
+    # around the size threshold, as data URLs, bare payloads and text that only looks like one
+    st.builds(lambda n, pre: pre + _B64[:n], st.integers(900, 1100),
+              st.sampled_from(["", "data:image/png;base64,", "data:;base64,", "data:x" + "y" * 300 + ";base64,",
+                               "text data: ;base64, ", "\ud800", "é" * 100])),
+)
+_KEYS = st.one_of(st.sampled_from(["data", "type", "media_type", "mime_type", "mimeType", "source", "url",
+                                   "dat", "Data", "data "]), st.text(max_size=6))
+_JSON = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True), _STRINGS,
+              st.just("base64")),
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(_KEYS, inner, max_size=5)),
+    max_leaves=12)
+
+
+def _same_extract(value):
+    fast, fast_found = blobs.extract(value)
+    full, full_found = blobs.walk_extract(value)
+    assert fast == full and fast_found == full_found
+    if not blobs.may_hold_payload(value):
+        assert full is value and not full_found  # the shortcut only ever skips a no-op walk
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_JSON)
+def test_extract_with_the_shortcut_equals_the_full_walk_on_generated_values(value):
+    _same_extract(value)
+
+
+@pytest.mark.parametrize("value", [
+    "data:image/png;base64," + _B64,                                          # a bare data URL
+    {"type": "base64", "media_type": "image/png", "data": _B64},              # Anthropic source
+    {"inlineData": {"mimeType": "image/png", "data": _B64}},                  # Gemini
+    {"data": "x" * (blobs.MIN_BLOB_CHARS - 1), "type": "base64"},            # one short of the size
+    {"data": "x" * blobs.MIN_BLOB_CHARS, "type": "base64"},                  # exactly the size
+    {"url": "data:image/png;base64," + "A" * (blobs.MIN_BLOB_CHARS - 22)},   # URL of exactly the size
+    {"url": "data:" + "y" * 300 + ";base64," + _B64},                        # marker past 256 chars
+    [{"media_type": "image/png", "data": "bad\ud800" + _B64}],                 # lone surrogate
+    {"text": 'say "data":"' + _B64 + '"'},                                    # text that only looks like it
+    {"nested": [[[{"source": {"type": "base64", "data": _B64}}]]]},
+])
+def test_extract_with_the_shortcut_equals_the_full_walk_on_edge_cases(value):
+    _same_extract(value)
+
+
+def test_extract_with_the_shortcut_equals_the_full_walk_on_the_corpus():
+    """Every message the importers parse from the shared corpus (the benchmarks' messages),
+    each of its values: same result with and without the shortcut, and some values do hold
+    payloads (so the test would see a shortcut that skipped one)."""
+    from quill.ops.importers import iter_transcript_files, parse_file
+    n = cut = 0
+    for path in iter_transcript_files([CORPUS]):
+        for session in parse_file(path).sessions:
+            for msg in session.messages:
+                for value in msg.values():
+                    _same_extract(value)
+                    cut += bool(blobs.walk_extract(value)[1])
+                n += 1
+    assert n > 1000 and cut > 0

@@ -97,3 +97,38 @@ def test_producer_batch_ids_are_version_4_uuids(tmp_path):
     assert len(ids) == 50
     assert all(uuid.UUID(i).version == 4 and uuid.UUID(i).variant == uuid.RFC_4122 and str(uuid.UUID(i)) == i
                for i in ids)
+
+
+# -- plain_json: the bodies whose msgspec round trip encode() does not re-check ------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_PLAIN = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(), st.integers(min_value=-2 ** 200, max_value=2 ** 200),
+              st.floats(allow_nan=False, allow_infinity=False), st.text(st.characters(exclude_categories=("Cs",)))),
+    lambda inner: st.one_of(st.lists(inner, max_size=5),
+                            st.dictionaries(st.text(st.characters(exclude_categories=("Cs",)), max_size=8), inner,
+                                            max_size=5)),
+    max_leaves=25)
+
+
+@settings(max_examples=500, deadline=None)
+@given(_PLAIN)
+def test_a_plain_value_is_recognised_and_round_trips_through_msgspec_exactly(value):
+    assert record.plain_json(value)
+    assert record._msgspec()[1].decode(record._msgspec()[0].encode(value)) == value
+    assert record.decode(record.encode(_body({"x": value})))["data"] == {"x": value}
+
+
+class _Str(str):
+    pass
+
+
+@pytest.mark.parametrize("value", [
+    (1, 2), {1, 2}, frozenset(), b"bytes", bytearray(b"x"), float("nan"), float("inf"), -float("inf"),
+    {1: "int key"}, {None: 1}, {"ok": [1, {"deep": (1,)}]}, _Str("s"), {"k": _Str("v")}, [object()],
+    [1, [2, [3, [float("nan")]]]], 1j,
+])
+def test_anything_else_is_not_plain_and_keeps_the_round_trip_check(value):
+    assert not record.plain_json(value)

@@ -16,6 +16,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from . import ack_probes
 from .alternatives import ALL, BY_NAME
 from .common import ms, pct, ratio, tempdir
 from .messages import calls, real_messages, real_stream
@@ -145,6 +146,7 @@ def bare_fsync(d: Path, procs: int, seconds: float) -> dict[str, Any]:
 
 
 def run(sizes, log) -> dict[str, Any]:
+    probes = ack_probes.run(sizes, log)
     rows: list[dict[str, Any]] = []
     bare = {}
     for procs in PROCS:
@@ -185,4 +187,4 @@ def run(sizes, log) -> dict[str, Any]:
             best_alt[f"batch{key[0]}_procs{key[1]}"] = {"system": b["system"], "msgs_per_s": b["msgs_per_s"],
                                                         "quill_msgs_per_s": quill[key]["msgs_per_s"],
                                                         "ratio": ratio(quill[key]["msgs_per_s"], b["msgs_per_s"])}
-    return {"rows": rows, "skipped": skipped, "best_alternative": best_alt, "bare_fsync": bare}
+    return {"rows": rows, "skipped": skipped, "best_alternative": best_alt, "bare_fsync": bare, "probes": probes}

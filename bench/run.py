@@ -51,8 +51,8 @@ def targets(res: dict[str, Any]) -> list[dict[str, Any]]:
     s = (res.get("searchable") or {}).get("at500")
     add("searchable ingest vs naive FTS writer (chunk 500)", f"{s['vs_naive']}×" if s else None, "≥ 2×",
         s["vs_naive"] >= 2 if s else None)
-    add("searchable ingest vs raw FTS ceiling (chunk 500)", f"{round(s['vs_raw_fts'] * 100)} %" if s else None,
-        "≥ 90 %", s["vs_raw_fts"] >= 0.9 if s else None)
+    add("searchable ingest ÷ raw FTS ceiling (chunk 500)", f"{s['vs_raw_fts']}×" if s else None,
+        "≥ 1.5× (issue 17)", s["vs_raw_fts"] >= 1.5 if s else None)
     srch = res.get("search") or []
     at1m = next((x for x in srch if x["messages"] >= 1_000_000), None)
     largest = max(srch, key=lambda x: x["messages"]) if srch else None

@@ -157,6 +157,13 @@ def quill_latencies(db: Path, reps: int) -> dict[str, Any]:
             cpu["quill ÷ bare"] = ratio(cpu["quill"], cpu["bare FTS5"])
             cpu["no context ÷ bare"] = ratio(cpu["quill, no context"], cpu["bare FTS5"])
             out[f"cpu per call: {name}"] = cpu
+        # Ranked, bounded: Quill's rank.bm25_bounded vs FTS5's bm25() over the same candidates.
+        sql, arg = RANKED_SQL["ranked common (FTS5 bm25(), newest 1k)"]
+        few = max(3, reps // 4)
+        cpu = {"Quill bm25": _cpu(lambda: rank.bm25_bounded(r.conn, COMMON), few),
+               "FTS5 bm25()": _cpu(lambda: r.conn.execute(sql, (arg,)).fetchall(), few)}
+        cpu["FTS5 ÷ Quill"] = ratio(cpu["FTS5 bm25()"], cpu["Quill bm25"])
+        out["cpu per call: ranked common, newest 1k"] = cpu
     for name in BARE_QUERIES:
         bare = out[f"bare FTS5: {name}"]["p95_ms"]
         out[name]["over_bare_p95"] = ratio(out[name]["p95_ms"], bare)

@@ -18,7 +18,9 @@ rows and, when it has more, extrapolated from their density in the id range they
 * for a one-phrase query the order is FTS5's whatever ``n`` is (the idf is one positive
   factor common to every row);
 * otherwise the phrases' relative weights use estimated document frequencies.
-tests/test_search_rank.py checks the first two against FTS5's ``bm25()``.
+When every phrase is counted exactly, FTS5's own ``bm25()`` computes the scores (its count is
+then bounded by the sample too, and C is faster than a Python auxiliary function on a small
+index). tests/test_search_rank.py checks the Python formula and both cases against FTS5.
 """
 from __future__ import annotations
 
@@ -60,14 +62,19 @@ def _score(api: apsw.FTS5ExtensionApi, *doc_counts: float) -> float:
 def doc_count(conn: apsw.Connection, phrase: str, sample: int = DF_SAMPLE) -> float:
     """Rows of the word index holding ``phrase``: exact when at most ``sample``, else the
     newest ``sample`` rows' density over the id range they span times the indexed id range."""
+    return _doc_count(conn, phrase, sample)[0]
+
+
+def _doc_count(conn: apsw.Connection, phrase: str, sample: int) -> tuple[float, bool]:
+    """``(doc_count, exact)``."""
     n, low = conn.execute(
         "SELECT count(*), min(rowid) FROM (SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? "
         "ORDER BY rowid DESC LIMIT ?)", (phrase, sample)).fetchone()
     if n < sample:
-        return float(n)
+        return float(n), True
     # Two subqueries: each is one index probe; "SELECT min(id), max(id)" would scan the table.
     first, last = conn.execute("SELECT (SELECT min(id) FROM messages), (SELECT max(id) FROM messages)").fetchone()
-    return n * (last - first + 1) / max(last - low + 1, 1)
+    return n * (last - first + 1) / max(last - low + 1, 1), False
 
 
 def bm25_bounded(conn: apsw.Connection, text: str, *, limit: int = 20, candidates: int = CANDIDATES,
@@ -75,20 +82,35 @@ def bm25_bounded(conn: apsw.Connection, text: str, *, limit: int = 20, candidate
     """``(message id, score)`` of the best ``limit`` of the newest ``candidates`` rows of the
     word index matching ``text`` (any string: ``query.plan``), best first (lowest score, as
     FTS5's ``bm25()``; ties newest first). Visibility is not applied here (a caller filters,
-    as newest-first search does). Raises ``ValueError`` when ``text`` is not a word query
-    (substring/CJK routes have no word index to rank by)."""
+    as newest-first search does). When every phrase was counted exactly, FTS5's own
+    ``bm25()`` scores the candidates (the same scores, in C; its own count then visits at most
+    ``sample`` rows per phrase); else ``_score`` with the estimated counts. Raises
+    ``ValueError`` when ``text`` is not a word query (substring/CJK routes have no word index
+    to rank by)."""
     plan = query.plan(text)
     if plan.kind == "none":
         return []
     if plan.kind != "fts":
         raise ValueError(f"ranked search needs a word query; {text!r} goes to the {plan.kind} route")
-    counts = [doc_count(conn, p, sample) for p in query.phrases(text)]
+    counted = [_doc_count(conn, p, sample) for p in query.phrases(text)]
+    if all(exact for _, exact in counted):
+        return conn.execute(_RANKED_SQL.format(score="bm25(messages_fts)"),
+                            (plan.match, candidates, limit)).fetchall()
+    return ranked_with_counts(conn, plan.match, [n for n, _ in counted], limit=limit, candidates=candidates)
+
+
+_RANKED_SQL = ("SELECT id, r FROM (SELECT rowid AS id, {score} AS r FROM messages_fts WHERE messages_fts MATCH ? "
+               "ORDER BY rowid DESC LIMIT ?) ORDER BY r, id DESC LIMIT ?")
+
+
+def ranked_with_counts(conn: apsw.Connection, match: str, counts: list[float], *, limit: int = 20,
+                       candidates: int = CANDIDATES) -> list[tuple[int, float]]:
+    """``bm25_bounded``'s ranking of the FTS5 expression ``match`` with the phrases'
+    document counts given (``_score``, FTS5's formula in Python)."""
     conn.register_fts5_function(_FUNCTION, _score)
     args = "".join(", ?" for _ in counts)
-    return conn.execute(
-        f"SELECT id, r FROM (SELECT rowid AS id, {_FUNCTION}(messages_fts{args}) AS r "
-        f"FROM messages_fts WHERE messages_fts MATCH ? ORDER BY rowid DESC LIMIT ?) ORDER BY r, id DESC LIMIT ?",
-        (*counts, plan.match, candidates, limit)).fetchall()
+    return conn.execute(_RANKED_SQL.format(score=f"{_FUNCTION}(messages_fts{args})"),
+                        (*counts, match, candidates, limit)).fetchall()
 
 
 def describe() -> dict[str, Any]:

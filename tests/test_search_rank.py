@@ -35,12 +35,15 @@ def store(tmp_path):
 def test_scores_are_fts5_bm25_when_every_phrase_is_counted(store, text, match):
     """Every phrase in fewer rows than the sample: document counts are exact, so the scores
     (and the order) are FTS5's bm25() over the same newest candidates."""
+    from quill.store import query
     with store.reader() as r:
+        counts = [rank.doc_count(r.conn, p) for p in query.phrases(text)]
         for candidates in (20, 1000):
-            got = rank.bm25_bounded(r.conn, text, limit=50, candidates=candidates)
             want = r.conn.execute(FTS5_BOUNDED, (match, candidates, 50)).fetchall()
-            assert [i for i, _ in got] == [i for i, _ in want]
-            assert [s for _, s in got] == pytest.approx([s for _, s in want], rel=1e-9)
+            for got in (rank.bm25_bounded(r.conn, text, limit=50, candidates=candidates),
+                        rank.ranked_with_counts(r.conn, match, counts, limit=50, candidates=candidates)):
+                assert [i for i, _ in got] == [i for i, _ in want]
+                assert [s for _, s in got] == pytest.approx([s for _, s in want], rel=1e-9)
 
 
 def test_one_phrase_order_is_fts5_order_when_the_count_is_estimated(store):

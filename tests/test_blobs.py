@@ -147,6 +147,8 @@ def test_compaction_copies_share_the_blob(store):
 
 
 def test_a_v1_store_is_migrated_to_hold_blobs(tmp_path):
+    """SQLite only: a v1 state.db file (every PostgreSQL store was created at v3 or later;
+    the same MIGRATIONS list runs there, translated: docs/backends.md)."""
     db = tmp_path / "state.db"
     conn = apsw.Connection(str(db))
     from quill.store import schema

@@ -27,6 +27,8 @@ def _records(store, op):
 
 
 def test_prune_then_recover_does_not_bring_the_pruned_chain_back(quill, home):
+    """SQLite's snapshot + replay recovery; on PostgreSQL the replay property
+    (test_property_rebuild, prune jobs included) covers the same rule."""
     home.mkdir(parents=True)
     (home / "config.toml").write_text("[prune]\nretention_s = 1\n")
     ops = [

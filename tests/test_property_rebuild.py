@@ -234,6 +234,7 @@ def check_seed(root: Path, seed: int, steps: int = 70) -> list[str]:
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_every_snapshot_plus_replay_equals_the_live_store(tmp_path, seed):
+    """SQLite: snapshots are SQLite files (PostgreSQL's form is below)."""
     diffs = check_seed(tmp_path, seed)
     assert diffs == []
 
@@ -349,3 +350,19 @@ def test_a_replay_of_the_spool_into_an_empty_postgresql_store_equals_the_live_on
     assert live["messages"] or live["sessions"]
     for table in CANONICAL:
         assert rebuilt[table] == live[table], table
+
+
+def test_the_postgresql_property_check_can_fail(tmp_path, pg_schemas):
+    """The PostgreSQL comparison is not vacuous: a row changed behind the spool is reported."""
+    import psycopg
+    live_url, rebuilt_url = pg_schemas(), pg_schemas()
+    run = PgRun(tmp_path, 1, live_url)
+    run.spool.append("messages.append", {"session_id": "x", "messages": [{"role": "user", "content": "hi"}]})
+    run.drain()
+    run.close()
+    with psycopg.connect(live_url) as conn:
+        conn.execute("UPDATE messages SET content = 'edited behind the spool'")
+    replica = PgRun(tmp_path, 2, rebuilt_url)
+    replica.drain()
+    replica.close()
+    assert pg_dump_tables(rebuilt_url)["messages"] != pg_dump_tables(live_url)["messages"]

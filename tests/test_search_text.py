@@ -254,6 +254,7 @@ def test_lone_surrogates_become_the_replacement_character_at_the_producer(store)
 
 
 def test_surrogates_in_keys_and_nested_values_are_replaced_too(tmp_path):
+    """No store: the producer's spool encoding (the same for both backends)."""
     sp = Spool(tmp_path / "spool")
     sp.append("messages.append", {"session_id": "s", "messages": [
         {"role": "user", "content": "x", "extra": {"k\udc80": ["v\udfff"]}}]})
@@ -414,6 +415,7 @@ def test_cli_prints_the_route_note_on_stderr(tmp_path):
 
 
 def test_a_store_indexed_with_the_old_layout_is_re_indexed_on_open(tmp_path):
+    """SQLite only: FTS5's index layout version (PostgreSQL's indexes are the server's)."""
     s = Store(tmp_path)
     s.apply("messages.append", {"session_id": "s", "messages": [
         assistant(None, tool_calls=[_call("c1", "edit", ISSUE_ARGS)])]})

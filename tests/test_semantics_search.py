@@ -219,9 +219,9 @@ def test_audit_hits_carry_audit_neighbours(store):
     assert hit["after"]["state"] == "rewound"
 
 
-def test_short_cjk_scan_honours_or_and_not(tmp_path):
+def test_short_cjk_scan_honours_or_and_not(tmp_path, backend):
     from semantics_helpers import Store
-    store = Store(tmp_path)
+    store = Store(tmp_path, backend)
     store.apply("messages.append", {"session_id": "cjk", "messages": [
         {"role": "user", "content": "数据库 连接 失败"}, {"role": "user", "content": "東京 は 首都"}]})
     store.index()

@@ -1,6 +1,7 @@
 """Issue 5, done for real: a deleted WAL, a replaced file, a damaged b-tree page — each a
 sticky halt while the spool keeps accepting, then `quill recover` with zero loss counted
-message by message."""
+message by message. SQLite only: damage to the store file and its WAL (PostgreSQL's damage
+and recovery: test_pg_amcheck.py, test_pg_recovery.py)."""
 from __future__ import annotations
 
 import json

@@ -1,5 +1,8 @@
 """Store jobs on the writer: VACUUM only when worthwhile, idle-only jobs deferred while the
-drain is busy, failing jobs recorded and retried with backoff. Real huey queue, real store."""
+drain is busy, failing jobs recorded and retried with backoff. Real huey queue, real store.
+SQLite only: VACUUM, FTS merge/optimize, snapshots and quick_check have no PostgreSQL
+counterpart (docs/backends.md, "Maintenance"); PostgreSQL's jobs are tested in
+test_cluster_jobs.py and test_pg_amcheck.py."""
 from __future__ import annotations
 
 import json

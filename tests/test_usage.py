@@ -235,6 +235,7 @@ def test_corpus_usage_totals_equal_an_independent_per_response_sum(quill):
 
 
 def test_a_v2_store_is_migrated_to_hold_usage_keys_and_placeholders(tmp_path):
+    """SQLite only: a v2 state.db file (no PostgreSQL store predates v3)."""
     import apsw
     from quill.store import open_writer, schema, usage
     db = tmp_path / "state.db"

@@ -68,21 +68,28 @@ class PgWriter(DrainWriter):
         damage, on any host) or the server reported corruption: apply nothing, publish the
         cause, keep recording job runs (bookkeeping, so the failed check shows in job
         history), and resume once the halt is lifted (``quill recover`` after REINDEX or a
-        restore). Producers keep appending to the spool meanwhile."""
+        restore). Corruption the server reported while this writer applied a chunk is made
+        the store's halt first, so every host stops and ``quill recover`` decides (without it
+        the writer would retry the chunk at once, in a loop). Producers keep appending to the
+        spool meanwhile."""
         cause = {"cause": type(exc).__name__, "detail": str(exc), "at": time.time(),
                  "cursor": str(self.cursor), "next": "quill recover (after REINDEX or a restore)"}
         self.log.critical("writer.halt", backend="postgres", **cause)
+        recorded = False  # True once the store holds a halt: its absence then means "lifted"
         while not stop.is_set():
             self.run_dir.publish("writer", {"halted": True, "halt": cause, "idle": False, "backend": "postgres",
                                             "spool_id": self.spool_id, "cursor": str(self.cursor)})
             try:
                 if self.backend is None:
                     self._connect()
+                if halt.read(self.backend.conn) is None:
+                    if recorded:
+                        self.log.warning("writer.halt_lifted", backend="postgres", cursor=str(self.cursor))
+                        return
+                    halt.declare(self.backend.conn, cause["cause"], cause["detail"], cause["at"])
+                recorded = True
                 while self.jobs is not None and self.jobs.run_one(self.backend.conn, idle=True):
                     pass
-                if halt.read(self.backend.conn) is None:
-                    self.log.warning("writer.halt_lifted", backend="postgres", cursor=str(self.cursor))
-                    return
             except CorruptError:
                 pass  # still damaged where a job-run record or the halt row lives: stay halted
             except RETRYABLE as err:

@@ -64,3 +64,13 @@ def test_doctor_fails_on_an_unreachable_postgresql_store_and_redacts_the_url(tmp
     checks = {c["check"]: c for c in json.loads(proc.stdout)}
     assert checks["store (postgresql)"]["status"] == "fail" and ":***@" in checks["store (postgresql)"]["detail"]
     assert proc.returncode == 1
+
+
+def test_redact_hides_every_password_spelling_and_keeps_the_rest():
+    from quill.store.postgres.connection import redact
+    assert redact(f"postgresql://quill:{SECRET}@db:5432/quill") == "postgresql://quill:***@db:5432/quill"
+    assert redact(f"postgresql://quill@db/quill?sslmode=require&password={SECRET}") == \
+        "postgresql://quill@db/quill?sslmode=require&password=***"
+    assert redact("postgresql://quill@db/quill?options=-csearch_path%3Dx") == \
+        "postgresql://quill@db/quill?options=-csearch_path%3Dx"
+    assert redact(f"postgresql://quill:{SECRET}@[::1]:5432/q") == "postgresql://quill:***@[::1]:5432/q"

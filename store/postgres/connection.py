@@ -159,7 +159,7 @@ def redact(url: str) -> str:
         if query:
             pairs = parse_qsl(query, keep_blank_values=True)
             if any(k == "password" for k, _ in pairs):
-                query = urlencode([(k, "***" if k == "password" else v) for k, v in pairs], safe="=,%")
+                query = urlencode([(k, "***" if k == "password" else v) for k, v in pairs], safe="=,%*")
         return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
     except ValueError:
         return "(unparseable URL)"

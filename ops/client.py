@@ -304,9 +304,12 @@ class Client:
                 yield reader
 
     def transcript(self, session_id: str, view: str = "display", *, latest: int | None = None) -> dict[str, Any]:
-        """``{"session", "chain", "messages"}`` — ``quill sessions show ID --json``, read in
-        one snapshot. ``view``: ``display`` (what a UI shows), ``model`` (what the model is fed,
-        OpenAI shape), ``audit`` (every row with its state). ``latest``: only the last N.
+        """``{"session", "chain", "messages", "context"}`` — ``quill sessions show ID --json``
+        and ``GET /api/v1/sessions/{id}/messages``, read in one snapshot. ``view``: ``display``
+        (what a UI shows), ``model`` (what the model is fed, OpenAI shape), ``audit`` (every row
+        with its state). ``context``: the system prompt and tool array in force
+        (``{"system_prompt", "tools"}``, None when never sent; the audit view adds ``history``,
+        every change, as ``context()``). ``latest``: only the last N.
         Raises ``NotFoundError`` for an unknown session."""
         if view not in VIEWS:
             raise InvalidInputError(f"view must be one of {', '.join(VIEWS)}, got {view!r}")
@@ -319,7 +322,10 @@ class Client:
                 raise no_session(session_id)
             messages = r.get_messages(session_id, view, limit=latest, latest=latest is not None)
             chain = r.compression_chain(session_id)
-        return {"session": session, "chain": chain, "messages": messages}
+            context = r.context(session_id)
+        if view != "audit":
+            del context["history"]  # every change, with its place: the audit view's business
+        return {"session": session, "chain": chain, "messages": messages, "context": context}
 
     def messages(self, session_id: str, view: str = "display", *, latest: int | None = None) -> list[dict[str, Any]]:
         """A session's messages in ``view``, oldest first (``transcript(...)["messages"]``)."""

@@ -4,13 +4,16 @@ chat JSONL or ShareGPT.
 * ``quill`` — Quill's own op JSONL, one ``{"op", "batch", "data"}`` per line, starting with a
   header line ``{"quill_export": 1, ...}``. Per session: ``session.create`` (every field),
   ``messages.restore`` chunks (every row in id order, with its state and copy lineage),
-  ``usage.record`` per usage row, ``session.flags`` and ``session.end`` when set. Batch ids
+  ``usage.record`` per usage row, ``session.flags`` and ``session.end`` when set. The system
+  prompt and tool array travel in the ``session.create`` (and a later change, a tool reload,
+  as a ``session.create`` placed after the rows the session held then). Batch ids
   are derived from the content, so importing the same export twice applies it once.
   ``quill import`` recognises the header and appends the ops as they are; into an empty data
   dir that gives identical audit views, states, lineage, usage and attachments (the
   last-read watermark, a store id, is not carried).
 * ``markdown`` — the display view, readable; tool calls and results folded (``<details>``).
-* ``openai`` — one ``{"messages": [...]}`` line per session: the model view (for fine-tuning).
+* ``openai`` — one ``{"messages": [...], "tools": [...]}`` line per session: the model view
+  with the stored system prompt and tool array (for fine-tuning).
 * ``sharegpt`` — one ``{"id", "conversations": [{"from", "value"}]}`` line per session.
 """
 from __future__ import annotations
@@ -91,6 +94,7 @@ def quill_ops(r: Reader, sid: str) -> Iterator[dict[str, Any]]:
     with r.snapshot() as conn:
         s = _session_row(conn, sid)
         rows = _audit_rows(conn, sid)
+        changes = _context_changes(conn, sid)
         usage = conn.execute(
             f"SELECT u.task, u.model, u.provider, u.source, u.response_id, u.ts, u.raw, m.ext_id, "
             f"{', '.join('u.' + f for f in TOKEN_FIELDS)} FROM usage u LEFT JOIN messages m ON m.id = u.message_id "
@@ -102,11 +106,23 @@ def quill_ops(r: Reader, sid: str) -> Iterator[dict[str, Any]]:
             create["meta"] = json.loads(s["meta"])
         if s["owner_host"] or s["owner_pid"] is not None:
             create["owner"] = {"host": s["owner_host"], "pid": s["owner_pid"], "create_time": s["owner_started"]}
+        first = changes.get(0) or [{}]
+        create.update(first.pop(0))  # the prompt and tools set before any message
+        if not first:
+            changes.pop(0, None)
         yield _op("session.create", create)
     position = {mid: i for i, (_, _, _, mid) in enumerate(rows)}
-    for start in range(0, len(rows), RESTORE_CHUNK):
+    # A later change (a tool reload) is re-sent where it happened: after the rows the session
+    # held then, so the import records it after the same message (store/context.py).
+    stops = sorted({*range(0, len(rows), RESTORE_CHUNK), *changes, len(rows)})
+    for start, end in zip(stops, stops[1:] + [None]):
+        for i, values in enumerate(changes.get(start, [])):
+            change = {"session_id": sid, **values}
+            yield {**_op("session.create", change), "batch": stable_batch_id("export", "context", start, i, change)}
+        if end is None:
+            break
         chunk = [{"message": m, "state": state, "origin": position.get(origin) if origin is not None else None}
-                 for m, state, origin, _ in rows[start:start + RESTORE_CHUNK]]
+                 for m, state, origin, _ in rows[start:end]]
         data = {"session_id": sid, "offset": start, "rows": chunk}
         if s["placeholder"] and s["source"]:
             data["source"] = s["source"]
@@ -120,6 +136,27 @@ def quill_ops(r: Reader, sid: str) -> Iterator[dict[str, Any]]:
         yield _op("session.flags", {"session_id": sid, **flags})
     if s["ended_at"] is not None:
         yield _op("session.end", {"session_id": sid, "reason": s["end_reason"] or "ended", "ended_at": s["ended_at"]})
+
+
+def _context_changes(conn: Any, sid: str) -> dict[int, list[dict[str, Any]]]:
+    """The session's system prompt / tools changes (store/context.py), keyed by how many of
+    its message rows (in id order) existed when each was made: ``{rows before: [{"system_prompt":
+    str, "tools": list}, …]}``, one dict per ``session.create`` to send (a second change of
+    the same kind at the same point needs its own). 0 holds what was set before any message."""
+    out: dict[int, list[dict[str, Any]]] = {}
+    for kind, sha, after in conn.execute(
+            "SELECT c.kind, v.sha256, c.after_message_id FROM session_context c JOIN context_values v "
+            "ON v.id = c.value_id WHERE c.session_id = ? ORDER BY c.id", (sid,)).fetchall():
+        before = 0 if after is None else conn.execute(
+            "SELECT count(*) FROM messages WHERE session_id = ? AND id <= ?", (sid, after)).fetchone()[0]
+        text = blobs.get(conn, sha)
+        if text is None:
+            continue  # a reference without its blob: nothing to carry (reported by doctor, not here)
+        at = out.setdefault(before, [{}])
+        if kind in at[-1]:
+            at.append({})
+        at[-1][kind] = json.loads(text) if kind == "tools" else text
+    return out
 
 
 def _op(op: str, data: dict[str, Any]) -> dict[str, Any]:
@@ -158,9 +195,17 @@ def markdown(r: Reader, sid: str) -> str:
 
 
 def openai_chat(r: Reader, sid: str) -> dict[str, Any]:
-    """``{"messages": model view}`` (OpenAI chat shape, no Quill keys)."""
+    """``{"messages": model view, "tools": [...]}`` (OpenAI chat fine-tuning shape, no Quill
+    keys): the session's stored system prompt (store/context.py) leads the messages unless
+    the transcript already starts with a system or developer message; its tool array, when
+    one was sent, is ``tools``."""
     keep = ("role", "content", "tool_calls", "tool_call_id", "name")
-    return {"messages": [{k: m[k] for k in keep if k in m} for m in r.get_messages(sid, "model")]}
+    with r.snapshot():
+        messages = [{k: m[k] for k in keep if k in m} for m in r.get_messages(sid, "model")]
+        context = r.context(sid)
+    if context["system_prompt"] is not None and not (messages and messages[0]["role"] in ("system", "developer")):
+        messages.insert(0, {"role": "system", "content": context["system_prompt"]})
+    return {"messages": messages, **({"tools": context["tools"]} if context["tools"] is not None else {})}
 
 
 _SHAREGPT_ROLE = {"system": "system", "developer": "system", "user": "human", "assistant": "gpt",

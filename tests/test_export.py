@@ -133,3 +133,59 @@ def test_readable_and_training_formats(quill, tmp_path):
     every = quill.run("export").stdout.splitlines()
     assert json.loads(every[0])["sessions"] == 2
     assert quill.run("export", "nope", check=False).returncode == 3
+
+
+def test_system_prompts_and_tools_round_trip_and_the_model_view_returns_them(quill, tmp_path):
+    """Issue 14 §3 + §5: the content-addressed prompt/tool store survives export → import
+    into an empty home (same values, same sha256 refs, each change after the same message),
+    and the model view (CLI --json, Client, HTTP: one ``Client.transcript``) returns them."""
+    from quill.ops.client import Client
+
+    tools = [{"type": "function", "function": {"name": "ls", "parameters": {"type": "object"}}}]
+    reloaded = tools + [{"type": "function", "function": {"name": "cat", "parameters": {"type": "object"}}}]
+    say = lambda sid, text: {"op": "messages.append", "data": {  # noqa: E731
+        "session_id": sid, "messages": [{"role": "user", "content": text}]}}
+    ops = [{"op": "session.create", "data": {"session_id": "s", "source": "cli", "system_prompt": "You are terse.",
+                                             "tools": tools}},
+           say("s", "one"), say("s", "two"),
+           {"op": "session.create", "data": {"session_id": "s", "tools": reloaded}},   # a tool reload
+           say("s", "three"),
+           {"op": "session.create", "data": {"session_id": "s", "system_prompt": "You are kind."}},
+           {"op": "session.create", "data": {"session_id": "s", "system_prompt": "You are terse."}},  # and back
+           {"op": "session.create", "data": {"session_id": "t", "source": "cli", "tools": tools}},  # shares tools
+           say("t", "hi"),
+           {"op": "session.create", "data": {"session_id": "late", "source": "cli"}},
+           say("late", "before any prompt"),
+           {"op": "session.create", "data": {"session_id": "late", "system_prompt": "Set after a message."}}]
+    quill.run("push", input="\n".join(json.dumps(o) for o in ops))
+    before, after, _ = _round_trip(quill, tmp_path)
+    assert after == before
+    fresh = QuillCLI(tmp_path / "fresh")
+
+    def contexts(home) -> dict:
+        """Each session's context with each change's place as a row position, not a store id."""
+        client = Client(home=home)
+        out = {}
+        for sid in ("s", "t", "late"):
+            ctx = client.context(sid)
+            ids = [m["message_id"] for m in client.messages(sid, "audit")]
+            ctx["history"] = [(h["kind"], h["sha256"], None if h["after_message_id"] is None
+                               else ids.index(h["after_message_id"])) for h in ctx["history"]]
+            out[sid] = ctx
+        return out
+
+    original = contexts(quill.home)
+    assert original["s"]["tools"] == reloaded and original["s"]["system_prompt"] == "You are terse."
+    assert [h[0] for h in original["s"]["history"]] == ["system_prompt", "tools", "tools", "system_prompt",
+                                                        "system_prompt"]
+    assert original["late"]["history"][0][2] == 0  # after the first message
+    assert contexts(fresh.home) == original
+    # the model view returns them: CLI --json and the Client (HTTP serves Client.transcript)
+    for home, cli in ((quill.home, quill), (fresh.home, fresh)):
+        shown = cli.json("sessions", "show", "s", "--view", "model")
+        assert shown["context"] == {"system_prompt": "You are terse.", "tools": reloaded}
+        assert Client(home=home).transcript("s", "model")["context"] == shown["context"]
+        assert "history" in Client(home=home).transcript("s", "audit")["context"]
+    # the fine-tuning export carries them
+    chat = json.loads(quill.run("export", "s", "--format", "openai").stdout)
+    assert chat["messages"][0] == {"role": "system", "content": "You are terse."} and chat["tools"] == reloaded

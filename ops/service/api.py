@@ -202,12 +202,14 @@ def resume(session_id: str, q: Client = Depends(client)) -> dict[str, Any]:
             responses={404: _ERRORS[422] | {"description": "no session has that key or cwd"}})
 def resume_by_key(q: Client = Depends(client), key: str | None = None, cwd: str | None = None) -> dict[str, Any]:
     """The session to continue for a conversation ``key`` (or working directory ``cwd``), as
-    ``quill.Client.resume``: the tip of the newest compression chain, with its model view."""
+    ``quill.Client.resume``: the tip of the newest compression chain, with its model view
+    (``messages``) and the system prompt and tools in force (``context``)."""
     if (key is None) == (cwd is None):
         raise ApiError(422, "invalid-request", "give exactly one of key or cwd")
     with client_errors("session for that key" if key is not None else "session for that cwd"):
         found = q.resume(key=key, cwd=cwd)
-        found["messages"] = q.transcript(found["session_id"], "model")["messages"]
+        view = q.transcript(found["session_id"], "model")
+        found["messages"], found["context"] = view["messages"], view["context"]
     return found
 
 

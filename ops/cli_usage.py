@@ -18,7 +18,7 @@ from .cli_read import _EPOCH, _note_no_store
 from .client import Client
 
 
-@click.command()
+@click.group(invoke_without_command=True)
 @click.option("--by", "by", multiple=True, type=click.Choice(list(GROUPS)),
               help="Group by this (repeatable: --by day --by model). Default: one grand total.")
 @click.option("--since", type=_EPOCH, help="Calls at or after (epoch seconds or ISO date).")
@@ -29,11 +29,15 @@ from .client import Client
 @click.option("--task", help="Only this task (turn, compression, title, background_review, auxiliary ...).")
 @json_option
 @click.option("--csv", "as_csv", is_flag=True, help="Rows as CSV (header line first).")
-@click.pass_obj
-def usage(cfg: Any, by: tuple[str, ...], since: float | None, until: float | None, session_id: str | None,
+@click.pass_context
+def usage(ctx: click.Context, by: tuple[str, ...], since: float | None, until: float | None, session_id: str | None,
           source: str | None, model: str | None, task: str | None, as_json: bool, as_csv: bool) -> None:
     """Token usage and cost. Each API response is counted once; calls to models the price
-    table does not know are reported as unpriced, never as $0."""
+    table does not know are reported as unpriced, never as $0. `quill usage reprice`
+    re-prices records priced with an older price table."""
+    if ctx.invoked_subcommand is not None:
+        return
+    cfg = ctx.obj
     if as_json and as_csv:
         raise click.UsageError("--json and --csv are exclusive")
     by = tuple(dict.fromkeys(by))
@@ -66,3 +70,21 @@ def _table(rows: list[dict[str, Any]], by: tuple[str, ...]) -> Table:
                       render.cost(r))
     return table
 
+
+
+@usage.command(name="reprice")
+@click.option("--dry-run", is_flag=True, help="Say what would change; append nothing.")
+@json_option
+@click.pass_obj
+def usage_reprice(cfg: Any, dry_run: bool, as_json: bool) -> None:
+    """Recompute the cost of usage records priced with an older genai-prices version (or
+    unpriced then) with the installed one, and apply the new costs through the spool
+    (`usage.reprice` ops; docs/ops.md). The writer applies them."""
+    _note_no_store(cfg)
+    out = Client(config_=cfg).reprice_usage(dry_run=dry_run)
+    if as_json:
+        emit_json(out)
+        return
+    how = " (dry run: nothing appended)" if dry_run else f" in {len(out['batches'])} op(s)"
+    click.echo(f"{out['repriced']} record(s) re-priced with {out['price_version']}{how}; "
+               f"{out['still_unpriced']} still unpriced; cost change {out['cost_change_usd']:+.6f} USD")

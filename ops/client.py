@@ -496,6 +496,43 @@ class Client:
                                                          task=task)
         return rows if rows or by else [empty_totals()]
 
+    def reprice_usage(self, *, dry_run: bool = False) -> dict[str, Any]:
+        """``quill usage reprice``: compute the cost of every usage record not priced with
+        the installed genai-prices version (unpriced ones included) and append the new costs
+        as ``usage.reprice`` ops (≤ 2,000 rows each; the writer applies them only to rows
+        still carrying the old version). Returns ``{"price_version", "considered",
+        "repriced", "still_unpriced", "cost_change_usd", "batches"}`` (batches: their ids;
+        empty for ``dry_run``)."""
+        from quill.store.usage import price, price_version
+        from quill.store.usage_reprice import MAX_ROWS, stale_rows
+
+        current = price_version()
+        with self._reader(None) as r:
+            if r is None:
+                stale = []
+            else:
+                with r.snapshot() as conn:
+                    stale = stale_rows(conn, current)
+                    old_costs = dict(conn.execute("SELECT id, cost_usd FROM usage WHERE price_version IS NULL "
+                                                  "OR price_version != ?", (current,)).fetchall())
+        rows, unpriced, delta = [], 0, 0.0
+        for rid, old, model, provider, ts, tokens in stale:
+            cost = price(tokens, model, provider, ts)
+            if cost is None:
+                unpriced += 1  # still unknown to the table: stays unpriced (never $0)
+                continue
+            rows.append([rid, old, cost])
+            delta += cost - (old_costs.get(rid) or 0.0)
+        batches = []
+        if not dry_run:
+            actor = f"user:{getpass.getuser()}"
+            for start in range(0, len(rows), MAX_ROWS):
+                ack = self.submit("usage.reprice", {"price_version": current, "rows": rows[start:start + MAX_ROWS],
+                                                    "actor": actor})
+                batches.append(ack.batch_id)
+        return {"price_version": current, "considered": len(stale), "repriced": len(rows),
+                "still_unpriced": unpriced, "cost_change_usd": round(delta, 9), "batches": batches}
+
     def search_health(self) -> dict[str, Any]:
         """``{"fts_state", "fts_pending", "degraded"}`` of the search index (empty store: ok)."""
         with self._reader(None) as r:

@@ -25,7 +25,7 @@ VERSION = 1
 OP_KINDS = frozenset({
     "session.create", "session.end", "session.title", "session.flags", "session.read",
     "messages.append", "messages.compact", "messages.rewind", "messages.replace", "sessions.delete",
-    "usage.record", "messages.restore",
+    "usage.record", "messages.restore", "usage.reprice",
 })
 
 

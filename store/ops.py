@@ -22,6 +22,7 @@ from .session_delete import conditions_hold, parse_conditions, sessions_delete
 from .transcript_ops import messages_append, messages_compact, messages_replace, messages_rewind
 from .restore import messages_restore
 from .usage import usage_record
+from .usage_reprice import usage_reprice
 
 EDGE_KINDS = frozenset({"compression", "branch", "reset", "delegate"})
 #: Titles longer than this (after sanitising) are refused, not truncated: a producer that
@@ -212,6 +213,7 @@ APPLIERS: dict[str, Applier] = {
     "session.read": session_read,
     "sessions.delete": sessions_delete,
     "usage.record": usage_record,
+    "usage.reprice": usage_reprice,
     "messages.restore": messages_restore,
     # A purged record (spool/purge.py): the original batch was applied; its content is gone.
     # Applied as nothing, and recorded in applied_batches like any op.

@@ -36,6 +36,10 @@ def precheck(op: str, data: Any) -> None:
         from .session_delete import check_delete
         check_delete(data)
         return
+    if op == "usage.reprice":
+        from .usage_reprice import check_reprice
+        check_reprice(data)
+        return
     session_id(data)
     for key in _NUMBERS:
         value = data.get(key)

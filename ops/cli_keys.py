@@ -91,6 +91,8 @@ def sessions_delete(cfg: Any, session_ids: tuple[str, ...], key: str | None, rea
         raise click.UsageError("give session ids or --key, not both")
     if not session_ids and key is None:
         raise click.UsageError("give the session ids to delete, or --key KEY")
+    if purge and cfg.store_url:  # refused before anything is appended
+        raise click.UsageError("--purge works on the embedded SQLite store only; delete without --purge")
     confirm(f"delete {'the sessions of key ' + repr(key) if key else ', '.join(session_ids)}?", yes=yes,
             as_json=as_json)
     client = Client(config_=cfg)

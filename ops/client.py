@@ -459,13 +459,18 @@ class Client:
         """``quill sessions delete --purge`` / ``quill spool purge``: remove deleted sessions'
         content from spool segments, the quarantine and snapshots (``ops.purge``; figures as
         it returns them). ``after``: the delete's ack, waited for up to ``timeout`` seconds
-        first. Raises ``WaitTimeoutError``, ``InvalidInputError`` (a session still exists),
+        first. Raises ``WaitTimeoutError``, ``InvalidInputError`` (a session still exists, or
+        the store is PostgreSQL: not supported),
         ``NotFoundError`` (no applied delete names it)."""
         from quill.spool import WaitTimeoutError as SpoolWaitTimeout
 
         from . import purge
         from .wait import wait_applied
 
+        if self.config.store_url:
+            raise InvalidInputError("--purge works on the embedded SQLite store only (snapshots and the spool's "
+                                    "replay rules of a PostgreSQL store differ)",
+                                    hint="delete without --purge; the spool keeps its copies until retention")
         if after is not None:
             try:
                 wait_applied(self.config.state_db, after.position, timeout)

@@ -28,11 +28,15 @@ from .schema import TRIGRAM_SCOPE
 
 _COLS = "m.id, m.session_id, m.role, m.content, m.tool_calls, m.ts, s.title, m.state"
 _WORD = re.compile(r"[^\W_]+")
+#: Search kind → the weight its words carry in ``words`` (``schema.quill_words``).
+WEIGHTS = {"text": "A", "tool": "B", "reasoning": "C"}
 
 
-def tsquery(plan: query.Plan) -> str:
+def tsquery(plan: query.Plan, kinds: tuple[str, ...] = KINDS) -> str:
     """The ``to_tsquery('simple', …)`` text for an ``fts`` plan, or ``""`` when no group
-    keeps a positive term (nothing can match)."""
+    keeps a positive term (nothing can match). ``kinds`` narrower than all restrict every
+    lexeme to their weights (``'word':AB``)."""
+    weights = "" if set(kinds) == set(KINDS) else "".join(WEIGHTS[k] for k in kinds)
     groups = []
     for group in plan.groups:
         parts = []
@@ -40,9 +44,9 @@ def tsquery(plan: query.Plan) -> str:
             words = [w.lower() for w in _WORD.findall(term.text)]
             if not words:
                 continue
-            lexemes = [f"'{w}'" for w in words]
+            lexemes = [f"'{w}'" + (":" + weights if weights else "") for w in words]
             if term.prefix:
-                lexemes[-1] += ":*"
+                lexemes[-1] = f"'{words[-1]}':*{weights}"
             phrase = " <-> ".join(lexemes)
             parts.append(f"!({phrase})" if term.negated else f"({phrase})")
         if any(not p.startswith("!") for p in parts):
@@ -69,11 +73,14 @@ def _estimate(conn: PgConnection, match: str, args: list[Any]) -> float:
     return float(plan[0]["Plan"]["Plan Rows"])
 
 
-def _where(conn: PgConnection, plan: query.Plan) -> tuple[str, list[Any]]:
-    """The match condition of an fts/trigram plan and its arguments ("" = nothing matches)."""
+def _where(conn: PgConnection, plan: query.Plan, kinds: tuple[str, ...]) -> tuple[str, list[Any]]:
+    """The match condition of an fts/trigram plan and its arguments ("" = nothing matches).
+    The trigram index covers message text only (as on SQLite)."""
     if plan.kind == "fts":
-        tsq = tsquery(plan)
+        tsq = tsquery(plan, kinds)
         return ("m.words @@ to_tsquery('simple', ?)", [tsq]) if tsq else ("", [])
+    if "text" not in kinds:
+        return "", []
     likes, like_args = [], []
     for group in plan.groups:
         conds = []
@@ -86,23 +93,28 @@ def _where(conn: PgConnection, plan: query.Plan) -> tuple[str, list[Any]]:
 
 
 def _indexed(conn: PgConnection, plan: query.Plan, cond: str, args: list[Any], below: int,
-             limit: int, rep: str) -> list[tuple]:
+             limit: int, rep: str, kinds: tuple[str, ...]) -> list[tuple]:
     """``(id, display id)`` of up to ``limit`` matching rows below ``below``, newest first;
     ``rep`` is the SQL of the display id (``projections.REPRESENTATIVE_SQL`` or ``m.id``)."""
-    if plan.kind == "scan":
+    if plan.kind == "scan":  # text and reasoning, as SQLite's scan
+        cols = [c for k, c in (("text", "m.content"), ("reasoning", "m.reasoning")) if k in kinds]
+        if not cols:
+            return []
         likes, like_args = [], []
         for group in plan.groups:
             conds = []
             for t in group:
-                conds.append(("NOT " if t.negated else "") + "m.content ILIKE ? ESCAPE '\\'")
-                like_args.append("%" + _escape_like(t.text) + "%")
+                pattern = "%" + _escape_like(t.text) + "%"
+                conds.append(("NOT " if t.negated else "") + "coalesce(" + " OR ".join(
+                    f"{c} ILIKE ? ESCAPE '\\'" for c in cols) + ", false)")
+                like_args += [pattern] * len(cols)
             likes.append("(" + " AND ".join(conds) + ")")
         return conn.execute(
             f"SELECT m.id, {rep} FROM (SELECT id FROM messages WHERE id < ? ORDER BY id DESC LIMIT ?) AS w "
             f"JOIN messages m ON m.id = w.id JOIN sessions s ON s.id = m.session_id "
             f"WHERE ({' OR '.join(likes)}) AND {cond} ORDER BY m.id DESC LIMIT ?",
             (below, SCAN_MAX_ROWS, *like_args, *args, limit)).fetchall()
-    match, match_args = _where(conn, plan)
+    match, match_args = _where(conn, plan, kinds)
     if not match:
         return []
     order = "m.id + 0" if _estimate(conn, match, match_args) <= INDEX_FIRST_MAX_ROWS else "m.id"
@@ -118,11 +130,10 @@ def search(conn: PgConnection, text: str, *, limit: int = 20, session_id: str | 
            context: bool = True, kinds: list[str] | None = None) -> list[dict[str, Any]]:
     """Messages matching ``text``, newest first, at most ``limit`` — the contract of
     ``store.search.search`` (hit keys, filters, projections, context). Raises ``ValueError``
-    for an unknown projection or kind, and for ``kinds`` narrower than all: this index has
-    one document per message (text and tool calls, no reasoning) — not yet split by kind.
-    Any query string is accepted."""
-    if _kinds(kinds) != KINDS:
-        raise ValueError("search kinds are not supported on the PostgreSQL store yet")
+    for an unknown projection or kind. ``kinds`` (text, tool, reasoning; None = all) select
+    the weights of the word index, the trigram index (text only) and the scan (text and
+    reasoning). Any query string is accepted."""
+    kinds_t = _kinds(kinds)
     plan = query.plan(text, substring=substring)
     if plan.kind == "none" or limit <= 0:
         return []
@@ -133,7 +144,7 @@ def search(conn: PgConnection, text: str, *, limit: int = 20, session_id: str | 
     seen: set[int] = set()
     batch = max(limit * 2, 20)
     while len(page) < limit:
-        found = _indexed(conn, plan, cond, args, below, batch, rep)
+        found = _indexed(conn, plan, cond, args, below, batch, rep, kinds_t)
         for _fid, mid in found:
             if mid in seen:
                 continue
@@ -151,16 +162,18 @@ def search(conn: PgConnection, text: str, *, limit: int = 20, session_id: str | 
     ncols, nargs = projections.neighbor_positions_sql(projection) if context else ("NULL, NULL", ())
     marks = ", ".join("?" for _ in page)
     rows = {r[0]: r for r in conn.execute(
-        f"SELECT {_COLS}, {ncols} FROM messages m JOIN sessions s ON s.id = m.session_id WHERE m.id IN ({marks})",
+        f"SELECT {_COLS}, {ncols}, m.reasoning FROM messages m JOIN sessions s ON s.id = m.session_id WHERE m.id IN ({marks})",
         (*nargs, *page)).fetchall()}
     hits = [rows[mid] for mid in page if mid in rows]
     around = projections.neighbor_rows(conn, projection, [(r[0], r[1], r[8], r[9]) for r in hits]) if context else {}
     out = []
     for r in hits:
         # The snippet comes from the text the query matched in (as on SQLite): the content,
-        # else the tool calls; a row whose match spans neither shows its content.
+        # the tool calls, the reasoning, among the kinds searched; a row whose match spans
+        # none of them shows the first.
         mode = "fts" if plan.kind == "fts" else "substring"
-        texts = [(k, t) for k, t in (("text", r[3]), ("tool", r[4] if plan.kind == "fts" else None)) if t]
+        by_kind = {"text": r[3], "tool": r[4] if plan.kind == "fts" else None, "reasoning": r[10]}
+        texts = [(k, by_kind[k]) for k in kinds_t if by_kind[k]]
         matched_in, text_of, spans = (texts[0] + ([],)) if texts else ("text", "", [])
         for kind, t in texts:
             found_spans = hits_mod.match_spans(t, mode, plan.terms)

@@ -117,6 +117,8 @@ def test_readme_tour_commands_are_true_on_the_corpus(quill, home, fleet):
             echo, line = line.split(" | ", 1)
             stdin = shlex.split(echo)[1] + "\n"
         argv = shlex.split(line.replace("../shared/corpus", str(CORPUS)))[1:]
+        # an output file the README names relative to the user's cwd goes into the test's tmp dir
+        argv = [str(home.parent / a) if i and argv[i - 1] in ("-o", "--output") else a for i, a in enumerate(argv)]
         if argv[0] == "push":  # a generous wait: the fleet may still be starting on a loaded machine
             argv = [a for a in argv if a != "--wait" and not a.isdigit()] + ["--wait", "120"]
         if argv[0] == "sessions" and argv[1] == "delete":

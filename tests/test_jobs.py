@@ -100,7 +100,8 @@ def test_a_window_missed_days_ago_runs_once_at_the_next_start(quill, home):
     _backdate(home, "quick_check", seconds_ago=3 * 86400, every_s=86400)   # three missed nights
     quill.run("push", "--session", "m", input='{"role": "user", "content": "hello"}')
     quill.run("run", "--until-idle", "--timeout", "120")
-    assert [r["outcome"] for r in _runs(home, "quick_check")] == ["ok"]
+    runs = _runs(home, "quick_check")
+    assert [r["outcome"] for r in runs] == ["ok"], runs
 
 
 def test_a_failing_job_is_recorded_and_visible_in_status(quill, home, fleet):

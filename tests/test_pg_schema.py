@@ -1,9 +1,12 @@
 """The PostgreSQL-only layout (``store.postgres.schema.PG_LAYOUT``): a store written with the
-previous word index (one document per message, no reasoning, no kinds) is brought to the
-current one when it is opened, and its existing rows become searchable by kind. Real server."""
+previous word index (one document per message, no reasoning, no kinds, no diacritic
+folding) is brought to the current one when it is opened, and its existing rows become
+searchable by kind and without diacritics. Real server."""
 from __future__ import annotations
 
 import psycopg
+
+from quill.store.postgres.schema import PG_LAYOUT
 
 from semantics_helpers import Store, assistant, user
 
@@ -20,7 +23,7 @@ def test_a_store_with_the_old_word_index_is_rebuilt_on_open_and_finds_reasoning(
         conn.execute("DELETE FROM state_meta WHERE key = 'pg_layout'")
         conn.execute("INSERT INTO sessions (id, source, created_at, started_at) VALUES ('old', 'cli', 1, 1)")
         conn.execute("INSERT INTO messages (session_id, role, content, reasoning, arrived_at, batch_id, state) "
-                     "VALUES ('old', 'assistant', 'the answer', 'pondering quaggas', 1, 'b-old', 'live')")
+                     "VALUES ('old', 'assistant', 'the answer at the café', 'pondering quaggas', 1, 'b-old', 'live')")
     s = Store(tmp_path, pg_store_url)  # opening migrates the layout
     try:
         s.apply("messages.append", {"session_id": "new", "messages": [
@@ -30,7 +33,9 @@ def test_a_store_with_the_old_word_index_is_rebuilt_on_open_and_finds_reasoning(
             assert {h["matched_in"] for h in r.search("quaggas")} == {"reasoning"}
             assert r.search("quaggas", kinds=["text", "tool"]) == []
             assert [h["role"] for h in r.search("zebras", kinds=["text"], session_id="new")] == ["assistant", "user"]
+            assert [h["session_id"] for h in r.search("pondering")] == ["old"]
+            assert [h["session_id"] for h in r.search("cafe")] == ["old"]  # diacritics folded (layout 3)
         layout = s.conn.execute("SELECT value FROM state_meta WHERE key = 'pg_layout'").fetchone()[0]
-        assert layout == "2"
+        assert layout == PG_LAYOUT
     finally:
         s.close()

@@ -24,18 +24,6 @@ def store(tmp_path, backend):
     s.close()
 
 
-#: What PostgreSQL search does not do yet (docs/backends.md, "Search"): its word index uses
-#: the ``simple`` configuration, no diacritic folding (FTS5's ``remove_diacritics 2`` finds
-#: "café" for "cafe"). Strict: the run fails once the gap is closed.
-PG_NO_UNACCENT = "PostgreSQL's word index does not fold diacritics yet (docs/backends.md)"
-
-
-def pg_gap(request, store, reason: str) -> None:
-    """Mark the running test as an expected failure on PostgreSQL, for ``reason``."""
-    if store.kind == "postgres":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
-
-
 def _call(call_id: str, name: str, args: object) -> dict:
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}
 
@@ -288,8 +276,7 @@ def test_search_with_latin1_bytes_on_the_command_line(tmp_path):
 # -- B6: snippets on the match -----------------------------------------------------------------
 
 @pytest.mark.parametrize("indexed", [False, True])
-def test_snippets_contain_and_highlight_the_matched_words(request, store, indexed):
-    pg_gap(request, store, PG_NO_UNACCENT)
+def test_snippets_contain_and_highlight_the_matched_words(store, indexed):
     filler = "lorem ipsum dolor " * 40
     msgs = [user(filler + "then path.join(a, b) appears " + filler),
             assistant("I will run it", tool_calls=[_call("c1", "bash", json.dumps(

@@ -78,7 +78,7 @@ def _where(conn: PgConnection, plan: query.Plan, kinds: tuple[str, ...]) -> tupl
     The trigram index covers message text only (as on SQLite)."""
     if plan.kind == "fts":
         tsq = tsquery(plan, kinds)
-        return ("m.words @@ to_tsquery('simple', ?)", [tsq]) if tsq else ("", [])
+        return ("m.words @@ to_tsquery('simple', quill_unaccent(?))", [tsq]) if tsq else ("", [])
     if "text" not in kinds:
         return "", []
     likes, like_args = [], []

@@ -184,8 +184,19 @@ def purge(spool_dir: Path, db_path: Path, snapshots_dir: Path, session_ids: list
     from quill.jobs.worker_jobs import SNAPSHOT_GLOB, compact_snapshot, snapshot, snapshot_position
 
     began = time.monotonic()
-    step = on_step or (lambda name: None)
     spool_dir, snapshots_dir = Path(spool_dir), Path(snapshots_dir)
+    with spool_purge.exclusive(spool_dir):  # one purge at a time per data dir (spool.purge.LOCK_FILE)
+        figures = _purge_locked(spool_dir, db_path, snapshots_dir, session_ids, actor=actor,
+                                snapshot_keep=snapshot_keep, step=on_step or (lambda name: None))
+    figures["seconds"] = round(time.monotonic() - began, 3)
+    return figures
+
+
+def _purge_locked(spool_dir: Path, db_path: Path, snapshots_dir: Path, session_ids: list[str], *,
+                  actor: str, snapshot_keep: int, step: Step) -> dict[str, Any]:
+    """``purge``'s steps, run while holding the purge lock."""
+    from quill.jobs.worker_jobs import SNAPSHOT_GLOB, compact_snapshot, snapshot, snapshot_position
+
     leftovers = spool_purge.remove_leftovers(spool_dir)
     leftovers += [p.name for p in snapshots_dir.glob(".compact-*.tmp")]
     for p in snapshots_dir.glob(".compact-*.tmp"):
@@ -230,5 +241,4 @@ def purge(spool_dir: Path, db_path: Path, snapshots_dir: Path, session_ids: list
             step(f"snapshot-{old.name}")
     plan_file.unlink(missing_ok=True)
     return {"sessions": sorted(p.bounds), "records_purged": purged, "segments_rewritten": rewritten,
-            "sealed": sealed, "quarantine_purged": quarantined, **figures, "leftovers_removed": leftovers,
-            "seconds": round(time.monotonic() - began, 3)}
+            "sealed": sealed, "quarantine_purged": quarantined, **figures, "leftovers_removed": leftovers}

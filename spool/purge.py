@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import fcntl
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,15 @@ class PurgeVerifyError(SpoolError):
         super().__init__(f"purge of segment {segment_name(segment)} failed verification: {detail}")
         self.segment = segment
         self.detail = detail
+
+
+class PurgeBusyError(SpoolError):
+    """Another purge of the same data dir is running (it holds ``LOCK_FILE``)."""
+
+    def __init__(self, lock: Path):
+        super().__init__(f"another purge is running in this data dir (it holds {lock}); "
+                         "wait for it to finish, then re-run")
+        self.lock = lock
 
 
 def tombstone(original: dict[str, Any], length: int, purged_by: str) -> bytes:
@@ -125,10 +135,10 @@ def rewrite(spool_dir: Path, segment: int, targets: set[int], purged_by: str,
         raise SpoolError(f"segment {segment_name(segment)} is the newest one; seal it first")
     path = spool_dir / segment_name(segment)
     tmp = path.with_name(path.name + TMP_SUFFIX)
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    fd = _open_locked(path)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        size = os.fstat(fd).st_size
+        st = os.fstat(fd)
+        size = st.st_size
         old = os.pread(fd, size, 0)
         new, purged, skipped = bytearray(), [], []
         for offset, line in _lines(old):
@@ -147,6 +157,9 @@ def rewrite(spool_dir: Path, segment: int, targets: set[int], purged_by: str,
         if on_step:
             on_step("tmp-written")
         os.rename(tmp, path)
+        # Retention ages a segment by its mtime (spool.retention): the rewrite is not an
+        # append, so the segment keeps its times; set before the dir fsync makes it durable.
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
         if on_step:
             on_step("renamed")
         fsync_dir(spool_dir)
@@ -154,6 +167,58 @@ def rewrite(spool_dir: Path, segment: int, targets: set[int], purged_by: str,
     except OSError as exc:
         raise SpoolError(f"cannot rewrite {path}: {exc}") from exc
     finally:
+        os.close(fd)
+
+
+#: One purge at a time per data dir: ``ops.purge.purge`` holds an exclusive ``flock`` on this
+#: file (in the spool directory; no reader, GC or stray-segment check matches it) from its
+#: leftover cleanup to its last step. Two purges rewriting the same segment, sharing the plan
+#: file, or one removing the other's temp files would undo each other's work.
+LOCK_FILE = ".purge.lock"
+
+
+@contextmanager
+def exclusive(spool_dir: Path, *, wait: bool = True) -> Iterator[None]:
+    """Hold the data dir's purge lock (``LOCK_FILE``) for the ``with`` body. ``wait``: block
+    until a running purge ends; otherwise raise ``PurgeBusyError`` at once. The lock goes
+    with the process (a killed purge leaves nothing held). Raises ``SpoolError`` on I/O errors."""
+    path = Path(spool_dir) / LOCK_FILE
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+    except OSError as exc:
+        raise SpoolError(f"cannot open the purge lock {path}: {exc}") from exc
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            raise PurgeBusyError(path) from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def running(spool_dir: Path) -> bool:
+    """Whether a purge holds the data dir's purge lock now (a non-blocking probe)."""
+    try:
+        with exclusive(spool_dir, wait=False):
+            return False
+    except PurgeBusyError:
+        return True
+
+
+def _open_locked(path: Path) -> int:
+    """An fd of ``path`` holding its exclusive ``flock``, re-opened until the locked inode is
+    the one the path names: a rewrite renamed over the path while we waited leaves us holding
+    the lock of an inode no longer in the spool, whose bytes are stale."""
+    while True:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if os.fstat(fd).st_ino == os.stat(path).st_ino:
+                return fd
+        except BaseException:
+            os.close(fd)
+            raise
         os.close(fd)
 
 
@@ -205,5 +270,5 @@ def _verify(tmp: Path, segment: int, old: bytes, purged: set[int]) -> None:
             raise PurgeVerifyError(segment, f"line at {off} is not a tombstone of batch {was and was.get('batch')}")
 
 
-__all__ = ["PURGED_OP", "PurgeVerifyError", "Position", "is_tombstone", "remove_leftovers", "rewrite", "seal",
+__all__ = ["LOCK_FILE", "PURGED_OP", "PurgeBusyError", "PurgeVerifyError", "exclusive", "running", "Position", "is_tombstone", "remove_leftovers", "rewrite", "seal",
            "tombstone"]

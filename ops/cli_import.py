@@ -31,7 +31,8 @@ def import_(ctx: click.Context, paths: tuple[Path, ...], as_json: bool) -> None:
     recognised (each is named).
     """
     cfg = ctx.obj
-    files = list(iter_transcript_files(paths))
+    skipped_md: list[Path] = []
+    files = list(iter_transcript_files(paths, skipped_md))
     report: list[dict[str, Any]] = []
     con = render.console()
     store = open_store_view(cfg.state_db)
@@ -56,6 +57,9 @@ def import_(ctx: click.Context, paths: tuple[Path, ...], as_json: bool) -> None:
         if store is not None:
             store.close()
     rejected = [e["path"] for e in report if e["format"] is None]
+    if skipped_md:  # on stderr, so --json output stays one JSON value
+        click.echo(f"quill: skipped {len(skipped_md)} .md file(s) in the folders (documentation, not transcripts): "
+                   + ", ".join(str(p) for p in skipped_md), err=True)
     if as_json:
         emit_json(report)
         ctx.exit(Exit.FAILED if rejected or not report else Exit.OK)
@@ -64,8 +68,11 @@ def import_(ctx: click.Context, paths: tuple[Path, ...], as_json: bool) -> None:
         if e["format"] is None:
             con.print(f"[red]rejected[/red] {path}: format not recognised")
             continue
-        con.print(f"{e['format']:<12} {path}: {e['sessions']} session(s), {e['messages']} message(s), "
-                  f"{e['new']} new")
+        from_file = e["new"] - e["new_from_compactions"]
+        con.print(f"{e['format']:<12} {path}: {e['sessions']} session(s); {e['messages']} message(s) read: "
+                  f"{from_file} new, {e['already_stored']} already stored"
+                  + (f"; {e['new_from_compactions']} compaction summary message(s) new" if e["new_from_compactions"]
+                     else ""))
         for p in e["problems"]:
             where = f"{path}:{p['line']}" if p["line"] is not None else path
             con.print(f"  [yellow]{p['kind']}[/yellow] {where}: {escape(p['reason'])}")

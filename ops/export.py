@@ -124,8 +124,11 @@ def quill_ops(r: Reader, sid: str) -> Iterator[dict[str, Any]]:
         chunk = [{"message": m, "state": state, "origin": position.get(origin) if origin is not None else None}
                  for m, state, origin, _ in rows[start:end]]
         data = {"session_id": sid, "offset": start, "rows": chunk}
-        if s["placeholder"] and s["source"]:
-            data["source"] = s["source"]
+        if s["placeholder"]:  # no session.create to carry them: the restore re-creates the placeholder
+            if s["source"]:
+                data["source"] = s["source"]
+            if start == 0:
+                data["started_at"] = s["started_at"]
         yield _op("messages.restore", data)
     for task, model, provider, source, rid, ts, raw, ext, *_ in usage:
         data = {"session_id": sid, "usage": json.loads(raw), "task": task, "model": model, "provider": provider,
@@ -267,4 +270,4 @@ def import_export(spool: Any, path: Any) -> dict[str, Any]:
         spool.append(op["op"], op["data"], batch_id=op.get("batch"))
     return {"path": str(path), "format": "quill-export", "skipped": None, "sessions": len(sessions),
             "session_ids": list(sessions), "messages": rows, "new": rows, "already_stored": 0, "rewound": 0,
-            "compactions": 0, "problems": []}
+            "compactions": 0, "new_from_compactions": 0, "problems": []}

@@ -74,7 +74,9 @@ class _Session:
 
 @dataclass
 class FileReport:
-    """What importing one file did (counts of messages; ``new`` = spooled)."""
+    """What importing one file did. ``messages``: messages read from the file; ``new``:
+    messages spooled (those the store lacked, plus ``compacted_new``, the summary messages of
+    compactions); ``stored``: messages the store already held."""
 
     path: str
     format: str | None
@@ -84,6 +86,7 @@ class FileReport:
     stored: int = 0
     rewound: int = 0
     compactions: int = 0
+    compacted_new: int = 0
     problems: list[Problem] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -91,7 +94,7 @@ class FileReport:
                 "skipped": None if self.format else "format not recognised",
                 "sessions": len(self.sessions), "session_ids": self.sessions, "messages": self.messages,
                 "new": self.new, "already_stored": self.stored, "rewound": self.rewound,
-                "compactions": self.compactions,
+                "compactions": self.compactions, "new_from_compactions": self.compacted_new,
                 "problems": [{"line": p.line, "kind": p.kind, "reason": p.reason} for p in self.problems]}
 
 
@@ -160,6 +163,7 @@ class _Importer:
             self.report.stored += len(ids)
             return
         self.report.new += len(ids)
+        self.report.compacted_new += len(ids)
         for i in ids:
             s.known[i] = "pending"
         if not s.has_live:  # nothing live to summarise (e.g. a file that starts compacted)

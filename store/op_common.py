@@ -49,11 +49,33 @@ def atomic(applier: Applier) -> Applier:
     return run
 
 
+#: Longest session id, in characters.
+MAX_SESSION_ID = 512
+
+
+def session_id_problem(sid: Any) -> str | None:
+    """Why ``sid`` is not a valid session id, or None if it is. The one rule for every way in
+    (docs/ops.md, "Common rules"): spool ops (``precheck`` and the writer), ``quill push``,
+    the client and the HTTP API — a string of 1..512 characters with no control character
+    (C0, DEL, C1: they corrupt terminals and logs) and no leading or trailing whitespace (an
+    id that looks like another). ``/``, ``%`` and inner spaces are ordinary characters; the
+    HTTP API takes them percent-encoded in its paths."""
+    if not isinstance(sid, str) or not sid or len(sid) > MAX_SESSION_ID:
+        return f"session_id must be a non-empty string (≤{MAX_SESSION_ID} chars), got {sid!r}"
+    if sid != sid.strip():
+        return f"session_id must not start or end with whitespace, got {sid!r}"
+    if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in sid):
+        return f"session_id must not contain control characters, got {sid!r}"
+    return None
+
+
 def session_id(data: dict) -> str:
-    """``data['session_id']``: a non-empty string of ≤512 chars, else ``InvalidOpError``."""
+    """``data['session_id']`` if it is a valid session id (``session_id_problem``), else
+    ``InvalidOpError('invalid-session-id')``."""
     sid = data.get("session_id")
-    if not isinstance(sid, str) or not sid or len(sid) > 512:
-        raise InvalidOpError("invalid-session-id", f"session_id must be a non-empty string (≤512 chars), got {sid!r}")
+    problem = session_id_problem(sid)
+    if problem is not None:
+        raise InvalidOpError("invalid-session-id", problem)
     return sid
 
 
@@ -69,15 +91,18 @@ def opt(data: dict, key: str, kind: type | tuple[type, ...]) -> Any:
     return value
 
 
-def ensure_session(conn: apsw.Connection, sid: str, arrived_at: float, source: str | None = None) -> None:
+def ensure_session(conn: apsw.Connection, sid: str, arrived_at: float, source: str | None = None,
+                   started_at: float | None = None) -> None:
     """Create a *placeholder* session row if ``sid`` has none (ops may arrive before
     session.create); a placeholder still without a source takes ``source``. The later
     ``session.create`` completes the placeholder (its fields win) and clears the mark, so an
-    op that arrives first never decides what the session is (issue 14 §1)."""
+    op that arrives first never decides what the session is (issue 14 §1). ``started_at``
+    (epoch s; default ``arrived_at``) is for a restored placeholder: an export carries it, so
+    a re-import keeps the original start."""
     conn.execute("INSERT INTO sessions (id, source, created_at, started_at, placeholder) VALUES (?, ?, ?, ?, 1) "
                  "ON CONFLICT (id) DO UPDATE SET source = coalesce(sessions.source, excluded.source) "
                  "WHERE sessions.placeholder = 1",
-                 (sid, source, arrived_at, arrived_at))
+                 (sid, source, arrived_at, arrived_at if started_at is None else started_at))
 
 
 def reopen_if_automatic(conn: apsw.Connection, sid: str) -> None:

@@ -5,13 +5,15 @@ in ``messages.restore`` so that importing the export into an empty store reprodu
 row's state (live, compacted, superseded, rewound) and copy lineage (``origin_id``), which
 a replay of appends cannot (issue 14 §5). Payload (docs/ops.md)::
 
-    {"session_id": "s1", "offset": 0, "source": "cli",
+    {"session_id": "s1", "offset": 0, "source": "cli", "started_at": 1767225600.0,
      "rows": [{"message": {...OpenAI shape + extras...}, "state": "compacted", "origin": null}, ...]}
 
 * ``offset`` = how many message rows the session holds before this op: a session's rows are
   restored in order, in chunks, and a chunk applies only at its place (else
   ``restore-out-of-order``: the session already has other rows, or a chunk is missing), so
   the op can never duplicate or interleave rows;
+* ``source`` / ``started_at`` (optional) = those of a session that had no ``session.create``
+  (a placeholder): they make the placeholder the op creates the same as the exported one;
 * ``origin`` = the 0-based position (in the session's row order) of the row this one is a
   copy of, earlier than itself;
 * the messages go through the same normaliser and blob store as ``messages.append``; usage
@@ -45,7 +47,7 @@ def messages_restore(conn: apsw.Connection, data: dict, batch_id: str, arrived_a
         if origin is not None and (not isinstance(origin, int) or isinstance(origin, bool)
                                    or not 0 <= origin < offset + i):
             raise InvalidOpError("invalid-field", f"rows[{i}].origin must be an earlier position")
-    ensure_session(conn, sid, arrived_at, opt(data, "source", str))
+    ensure_session(conn, sid, arrived_at, opt(data, "source", str), opt(data, "started_at", (int, float)))
     held = conn.execute("SELECT count(*) FROM messages WHERE session_id = ?", (sid,)).fetchone()[0]
     if held != offset:
         raise InvalidOpError("restore-out-of-order", f"session {sid!r} holds {held} rows; this chunk starts at {offset}")

@@ -19,7 +19,7 @@ import apsw
 from . import blobs, context
 from .errors import InvalidOpError
 from .indexer import FTS_TABLES, fts_state, unindex
-from .op_common import atomic, opt
+from .op_common import atomic, opt, session_id_problem
 
 _REF_LIKE = f"%{blobs.REF_PREFIX}%"
 _REF_RE = re.compile(re.escape(blobs.REF_PREFIX) + r"([0-9a-f]{64})")
@@ -95,7 +95,7 @@ def check_delete(data: dict) -> tuple[list[str], dict[str, Any]]:
     ``store.precheck`` share it). Returns (session ids, conditions)."""
     ids = data.get("session_ids")
     if (not isinstance(ids, list) or not ids or len(ids) > MAX_DELETE_IDS
-            or not all(isinstance(s, str) and s and len(s) <= 512 for s in ids)):
+            or any(session_id_problem(s) for s in ids)):
         raise InvalidOpError("invalid-field", f"session_ids must be a list of 1..{MAX_DELETE_IDS} session ids")
     _label(data, "reason", REASON_MAX_CHARS, "deleted")
     _label(data, "actor", ACTOR_MAX_CHARS, "unknown")

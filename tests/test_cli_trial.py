@@ -149,3 +149,35 @@ def test_a_query_of_only_operator_words_searches_for_them(quill):
     quill.run("run", "--until-idle", "--timeout", "60")
     for q in ("AND", "OR", "NOT"):
         assert len(quill.json("search", q)) == 1, q
+
+
+def test_export_then_import_keeps_an_implicit_sessions_start(quill, tmp_path):
+    """A session made by its first messages (no session.create: a placeholder) kept its
+    messages but got the re-import's time as started_at."""
+    quill.run("push", "--session", "implicit", input='{"role": "user", "content": "hello"}')
+    quill.run("run", "--until-idle", "--timeout", "60")
+    before = quill.json("sessions", "show", "implicit")["session"]
+    exported = tmp_path / "all.jsonl"
+    quill.run("export", "-o", str(exported))
+    time.sleep(1.1)  # a re-import a second later would otherwise stamp a start equal within rounding
+    other = QuillCLI(tmp_path / "other")
+    other.run("import", str(exported))
+    other.run("run", "--until-idle", "--timeout", "60")
+    after = other.json("sessions", "show", "implicit")["session"]
+    assert after["started_at"] == before["started_at"] and after["placeholder"] == before["placeholder"]
+
+
+def test_import_summary_says_what_each_count_is_and_names_skipped_md_files(quill, tmp_path):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "notes.md").write_text("# not a transcript\n")
+    (folder / "chat.json").write_text(json.dumps({"messages": [{"role": "user", "content": "hi"},
+                                                               {"role": "assistant", "content": "yo"}]}))
+    first = quill.run("import", str(folder))
+    assert "2 message(s) read: 2 new, 0 already stored" in first.stdout, first.stdout
+    assert "skipped 1 .md file(s)" in first.stderr and "notes.md" in first.stderr
+    quill.run("run", "--until-idle", "--timeout", "60")
+    again = quill.run("import", str(folder))
+    assert "2 message(s) read: 0 new, 2 already stored" in again.stdout, again.stdout
+    entry = json.loads(quill.run("import", str(folder), "--json").stdout)[0]
+    assert entry["new_from_compactions"] == 0 and entry["already_stored"] == 2

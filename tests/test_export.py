@@ -23,9 +23,11 @@ def canonical(home) -> dict:
     (its message named by position), blobs."""
     conn = open_reader(home / "state.db")
     try:
-        # a placeholder's start is the arrival time of its first op (like created_at): not carried
-        sessions = conn.execute(f"SELECT {_SESSION.replace('started_at', 'CASE WHEN placeholder = 1 THEN NULL ELSE started_at END')} "
-                                "FROM sessions ORDER BY id").fetchall()
+        # a placeholder's start travels with its messages (messages.restore's started_at); one
+        # with no messages (made by a usage.record alone) starts at its import
+        start = ("CASE WHEN placeholder = 1 AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.session_id = sessions.id) "
+                 "THEN NULL ELSE started_at END")
+        sessions = conn.execute(f"SELECT {_SESSION.replace('started_at', start)} FROM sessions ORDER BY id").fetchall()
         rows, pos = {}, {}
         for (sid,) in conn.execute("SELECT id FROM sessions ORDER BY id").fetchall():
             got = conn.execute(f"SELECT id, origin_id, {_MESSAGE} FROM messages WHERE session_id = ? ORDER BY id",

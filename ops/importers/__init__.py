@@ -221,9 +221,10 @@ def parse_file(path: Path) -> ParsedFile:
     return result
 
 
-def iter_transcript_files(paths: Iterable[Path]) -> Iterator[Path]:
-    """Files as given; folders walked recursively in sorted order, skipping ``*.md`` and
-    subagent files whose session file is there to import them (claude_code.subagent_files)."""
+def iter_transcript_files(paths: Iterable[Path], skipped: list[Path] | None = None) -> Iterator[Path]:
+    """Files as given; folders walked recursively in sorted order, skipping ``*.md`` (appended
+    to ``skipped`` when given, so the caller can say so) and subagent files whose session file
+    is there to import them (claude_code.subagent_files)."""
     for p in paths:
         p = Path(p)
         if not p.is_dir():
@@ -233,4 +234,6 @@ def iter_transcript_files(paths: Iterable[Path]) -> Iterator[Path]:
         for root, dirs, files in os.walk(p):
             dirs.sort()
             found.extend(Path(root) / f for f in files if not f.lower().endswith(".md"))
+            if skipped is not None:
+                skipped.extend(sorted(Path(root) / f for f in files if f.lower().endswith(".md")))
         yield from (f for f in sorted(found) if claude_code.session_file_of(f) is None)

@@ -126,7 +126,7 @@ def append_ops(body: OpsIn, request: Request) -> AcksOut:
     return _append(request, [(o.op, o.data, o.batch) for o in body.ops])
 
 
-@router.post("/sessions/{session_id}/messages", status_code=202, response_model=AcksOut,
+@router.post("/sessions/{session_id:path}/messages", status_code=202, response_model=AcksOut,
              dependencies=[Depends(require("write"))],
              responses={413: _ERRORS[422] | {"description": "body or batch too large"}})
 def append_messages(session_id: str, body: MessagesIn, request: Request) -> AcksOut:
@@ -168,16 +168,7 @@ def list_sessions(q: Client = Depends(client), source: str | None = None,
                           chains=lineage == "all")
 
 
-@router.get("/sessions/{session_id}", dependencies=[Depends(require("read"))],
-            responses={404: _ERRORS[422] | {"description": "no such session"}})
-def get_session(session_id: str, q: Client = Depends(client)) -> dict[str, Any]:
-    """One session with its compression chain (root → tip)."""
-    with client_errors(f"session {session_id!r}"):
-        found = q.transcript(session_id, latest=1)
-    return {"session": found["session"], "chain": found["chain"]}
-
-
-@router.get("/sessions/{session_id}/messages", dependencies=[Depends(require("read"))],
+@router.get("/sessions/{session_id:path}/messages", dependencies=[Depends(require("read"))],
             responses={404: _ERRORS[422] | {"description": "no such session"}})
 def get_messages(session_id: str, q: Client = Depends(client),
                  view: Literal["display", "model", "audit"] = "display",
@@ -190,12 +181,21 @@ def get_messages(session_id: str, q: Client = Depends(client),
     return {**found, "view": view}
 
 
-@router.get("/sessions/{session_id}/resume", dependencies=[Depends(require("read"))],
+@router.get("/sessions/{session_id:path}/resume", dependencies=[Depends(require("read"))],
             responses={404: _ERRORS[422] | {"description": "no such session"}})
 def resume(session_id: str, q: Client = Depends(client)) -> dict[str, Any]:
     """What an agent needs to continue a session: the session, its chain and its model view."""
     with client_errors(f"session {session_id!r}"):
         return q.transcript(session_id, "model")
+
+
+@router.get("/sessions/{session_id:path}", dependencies=[Depends(require("read"))],
+            responses={404: _ERRORS[422] | {"description": "no such session"}})
+def get_session(session_id: str, q: Client = Depends(client)) -> dict[str, Any]:
+    """One session with its compression chain (root → tip)."""
+    with client_errors(f"session {session_id!r}"):
+        found = q.transcript(session_id, latest=1)
+    return {"session": found["session"], "chain": found["chain"]}
 
 
 @router.get("/resume", dependencies=[Depends(require("read"))],

@@ -50,8 +50,8 @@ def _describe_default(default: dict[str, Any] | None) -> str:
     if default is None:
         return "on demand"
     args = {k: v for k, v in default.items() if k != "trigger"}
-    if default["trigger"] == "interval":
-        return "every " + " ".join(f"{v} {k}" for k, v in args.items())
+    if default["trigger"] == "interval":  # "every 1 hour", "every 5 minutes"
+        return "every " + " ".join(f"{v} {k[:-1] if v == 1 and k.endswith('s') else k}" for k, v in args.items())
     return f"{default['trigger']} " + " ".join(f"{k}={v}" for k, v in args.items())
 
 
@@ -64,7 +64,8 @@ def jobs() -> None:
 @json_option
 @click.pass_obj
 def jobs_list(cfg: Any, as_json: bool) -> None:
-    """Every job with where it runs, its default schedule and its last run."""
+    """Every job this data dir's store kind can run, with where it runs, its default schedule
+    and its last run (PostgreSQL jobs are listed only with a PostgreSQL store, and back)."""
     last = {}
     for run in reversed(_history(cfg, None, 500)):
         last[run["job"]] = run
@@ -72,7 +73,8 @@ def jobs_list(cfg: Any, as_json: bool) -> None:
              "description": j.description,
              "default": _default_of(j),
              "last_outcome": last.get(j.name, {}).get("outcome"),
-             "last_started_at": last.get(j.name, {}).get("started_at")} for j in catalog.JOBS if not j.internal]
+             "last_started_at": last.get(j.name, {}).get("started_at")} for j in catalog.JOBS
+            if not j.internal and j.backend in ("any", "postgres" if cfg.store_url else "sqlite")]
     if as_json:
         emit_json(rows)
         return

@@ -4,7 +4,7 @@ from __future__ import annotations
 import click
 
 
-from .errors import Exit
+from .errors import Exit, StorageError, busy_with
 
 
 @click.command()
@@ -23,16 +23,21 @@ def run(ctx: click.Context, until_idle: bool, timeout: float | None) -> None:
     cfg = ctx.obj
     holder = RunDir(cfg.home).lease_holder("fleet")
     if holder:
-        raise click.ClickException(f"a fleet is already running on {cfg.home} (supervisor pid {holder['pid']})")
+        raise StorageError(f"a fleet is already running on {cfg.home}: pid {holder['pid']} holds the store",
+                           hint="`quill status` shows it; stop it before starting another")
     cfg.ensure_dirs()
     log = logs.configure(cfg.logs_dir, "supervisor", stderr=False)
-    click.echo(f"quill: fleet on {cfg.home} ({'until idle' if until_idle else 'Ctrl-C to stop'}); logs in {cfg.logs_dir}",
-               err=True)
+    # Say where the data goes when nobody chose it: the default dir is easy to not notice.
+    chosen = ctx.find_root().params.get("home") is not None
+    where = "" if chosen else " (the default data dir: neither --home nor $QUILL_HOME is set)"
+    click.echo(f"quill: fleet on {cfg.home}{where} ({'until idle' if until_idle else 'Ctrl-C to stop'}); "
+               f"logs in {cfg.logs_dir}", err=True)
     try:
         code = Supervisor(cfg, log, until_idle=until_idle, timeout=timeout,
                           console=lambda text: click.echo(text, err=True)).run()
     except LeaseHeldError as exc:
-        raise click.ClickException(f"a fleet is already running on {cfg.home}: {exc}")
+        raise busy_with(exc, f"a fleet is already running on {cfg.home}",
+                        "`quill status` shows it; stop it before starting another") from None
     if code:
         why = {Exit.TIMEOUT: "not idle before --timeout",
                Exit.HALTED: "the writer halted (`quill status` says why and what to run)",

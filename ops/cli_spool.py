@@ -15,6 +15,7 @@ from quill.store.lease import Lease
 
 from . import render
 from .cli_base import emit_json, json_option
+from .errors import busy_with
 from .replay import replay as do_replay, total_bytes, verify as do_verify
 from .wait import applied_position
 
@@ -91,8 +92,9 @@ def spool_replay(ctx: click.Context, from_: str | None, into: Path | None, as_js
         try:
             lease = Lease(RunDir(cfg.home).lock("writer")).acquire()
         except LeaseHeldError as exc:
-            raise click.ClickException(f"the writer is running ({exc}); stop `quill run` first, "
-                                       "or replay --into a new file")
+            raise busy_with(exc, "cannot replay into the live store",
+                            "stop `quill run` first (Ctrl-C; `quill status` shows it), or replay --into a new file") \
+                from None
     target = into or cfg.state_db
     try:
         with _progress(not as_json) as bar:

@@ -149,8 +149,9 @@ _ROLE_STYLE = {"user": "bold cyan", "assistant": "bold green", "tool": "yellow",
 
 def transcript(session: dict[str, Any], messages: list[dict[str, Any]], max_chars: int = 2000) -> list[Any]:
     """Renderables for a readable transcript: roles, text, tool calls and tool results."""
-    out: list[Any] = [Text(f"session {session['id']}  source={session.get('source') or '-'}  "
-                           f"title={session.get('title') or ''}  messages={len(messages)}", style="bold")]
+    title = f"  title={session['title']!r}" if session.get("title") else ""  # no empty "title="
+    out: list[Any] = [Text(f"session {session['id']}  source={session.get('source') or '-'}{title}  "
+                           f"messages={len(messages)}", style="bold")]
     usage = session.get("usage") or {}
     if usage.get("calls"):
         out.append(Text(f"usage: {usage['calls']} call(s), {usage['input_tokens']} in "

@@ -181,3 +181,41 @@ def test_import_summary_says_what_each_count_is_and_names_skipped_md_files(quill
     assert "2 message(s) read: 0 new, 2 already stored" in again.stdout, again.stdout
     entry = json.loads(quill.run("import", str(folder), "--json").stdout)[0]
     assert entry["new_from_compactions"] == 0 and entry["already_stored"] == 2
+
+
+def test_replay_while_a_fleet_runs_says_who_and_what_to_do(quill, fleet):
+    deadline = time.monotonic() + 60
+    while True:  # the fleet takes the writer lease shortly after it starts
+        proc = quill.run("spool", "replay", check=False)
+        if proc.returncode != 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert proc.returncode == 1, proc.stderr
+    assert "cannot replay into the live store: pid " in proc.stderr and "quill: hint: stop `quill run`" in proc.stderr
+    assert "{" not in proc.stderr  # no raw lease record
+    again = quill.run("run", "--until-idle", check=False)
+    assert again.returncode == 1 and "quill: hint:" in again.stderr and "{" not in again.stderr
+
+
+def test_cosmetics_no_empty_title_no_one_hours_no_other_store_jobs(quill):
+    quill.run("push", "--session", "s", input='{"role": "user", "content": "x"}')
+    run = quill.run("run", "--until-idle", "--timeout", "60")
+    assert "the default data dir" not in run.stderr  # QUILL_HOME is set here
+    shown = quill.run("sessions", "show", "s").stdout
+    assert "title=" not in shown
+    quill.run("push", input='{"op": "session.title", "data": {"session_id": "s", "title": "Fix it"}}')
+    quill.run("run", "--until-idle", "--timeout", "60")
+    assert "title='Fix it'" in quill.run("sessions", "show", "s").stdout
+    listed = quill.run("jobs", "list").stdout
+    assert "every 1 hours" not in listed and "every 1 days" not in listed
+    names = {j["name"] for j in quill.json("jobs", "list")}
+    assert names and not any(n.startswith("pg_") for n in names)
+
+
+def test_run_on_the_default_data_dir_says_so(tmp_path):
+    env = {**quill_env(tmp_path / "unused"), "XDG_DATA_HOME": str(tmp_path / "xdg")}
+    env.pop("QUILL_HOME")
+    proc = subprocess.run(QuillCLI(tmp_path).argv("run", "--until-idle", "--timeout", "60"), env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert f"fleet on {tmp_path / 'xdg' / 'quill'} (the default data dir" in proc.stderr

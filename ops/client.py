@@ -25,15 +25,15 @@ re-created after ``fork`` (a pid check), so one ``Client`` may be shared by thre
 in a forked child. Reads open a short-lived read-only connection per call.
 
 Errors are ``quill.QuillError`` subclasses (``ops/errors.py``) whose ``hint`` says what to do.
+
+This module holds the writes, ``wait`` and the writes that read first (orphans, deletes,
+re-pricing); the reads are ``ops/client_reads.py`` (``Reads``, a base class of ``Client``).
 """
 from __future__ import annotations
 
-import contextlib
 import getpass
-import math
 import os
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,9 +41,10 @@ from typing import Any
 from quill.spool import Ack, Spool
 
 from . import config
-from .errors import InvalidInputError, NotFoundError, QuillError, WaitTimeoutError, from_exception, no_session
+from .client_reads import VIEWS, Reads, _public_errors
+from .errors import InvalidInputError, WaitTimeoutError, no_session
 
-VIEWS = ("display", "model", "audit")
+__all__ = ["VIEWS", "WAIT_POLL_S", "Client", "Outcome"]
 #: Polling interval of ``wait`` (seconds): the writer commits in chunks every few ms, so 20 ms
 #: keeps read-your-writes latency low without a busy loop.
 WAIT_POLL_S = 0.02
@@ -73,31 +74,6 @@ def _check_ack(ack: Any) -> Ack:
     return ack
 
 
-@contextlib.contextmanager
-def _public_errors() -> Iterator[None]:
-    """Re-raise lower-layer errors (spool, store, OS) as the public tree, classified by type."""
-    try:
-        yield
-    except QuillError:
-        raise
-    except Exception as exc:
-        public = from_exception(exc)
-        if public is None:
-            raise
-        raise public from exc
-
-
-def _check_numbers(*, limit: Any = 1, since: Any = None, until: Any = None) -> None:
-    """Reads take a whole ``limit`` ≥ 1 and finite epoch seconds; anything else is refused
-    (as the CLI refuses `--limit 0` or `--since nan`), never passed on to a query."""
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise InvalidInputError(f"limit must be a whole number ≥ 1, got {limit!r}")
-    for name, value in (("since", since), ("until", until)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                  or not math.isfinite(value)):
-            raise InvalidInputError(f"{name} must be finite epoch seconds, got {value!r}")
-
-
 def _drop_none(**fields: Any) -> dict[str, Any]:
     return {k: v for k, v in fields.items() if v is not None}
 
@@ -117,7 +93,7 @@ class _Handle:
         self.spool.close()
 
 
-class Client:
+class Client(Reads):
     """A producer and reader on one data dir: ``home`` (a path), else ``$QUILL_HOME``, else
     the XDG data dir. ``config`` (a loaded ``quill.ops.config.Config``) may be given instead.
     Raises ``StorageError`` if ``config.toml`` there is invalid."""
@@ -283,133 +259,7 @@ class Client:
             cursor = applied_position(self.config.state_db)
         return cursor is not None and cursor > ack.position
 
-    # -- reads (the CLI's --json output) ------------------------------------------------------
-
-    @contextlib.contextmanager
-    def _reader(self, missing: Exception | None) -> Iterator[Any]:
-        """A read-only store connection; before the store exists, raise ``missing`` or yield
-        None (an empty answer)."""
-        from quill.store.errors import CantOpenError
-        from quill.store.reads import Reader
-
-        with _public_errors():
-            try:
-                reader = Reader(self.config.state_db)
-            except CantOpenError:
-                if missing is not None:
-                    raise missing from None
-                yield None
-                return
-            with reader:
-                yield reader
-
-    def transcript(self, session_id: str, view: str = "display", *, latest: int | None = None) -> dict[str, Any]:
-        """``{"session", "chain", "messages", "context"}`` — ``quill sessions show ID --json``
-        and ``GET /api/v1/sessions/{id}/messages``, read in one snapshot. ``view``: ``display``
-        (what a UI shows), ``model`` (what the model is fed, OpenAI shape), ``audit`` (every row
-        with its state). ``context``: the system prompt and tool array in force
-        (``{"system_prompt", "tools"}``, None when never sent; the audit view adds ``history``,
-        every change, as ``context()``). ``latest``: only the last N.
-        Raises ``NotFoundError`` for an unknown session."""
-        if view not in VIEWS:
-            raise InvalidInputError(f"view must be one of {', '.join(VIEWS)}, got {view!r}")
-        if latest is not None and (not isinstance(latest, int) or latest < 1):
-            raise InvalidInputError(f"latest must be a whole number ≥ 1, got {latest!r}")
-        missing = no_session(session_id, store_missing=True)
-        with self._reader(missing) as r, r.snapshot():
-            session = r.get_session(session_id)
-            if session is None:
-                raise no_session(session_id)
-            messages = r.get_messages(session_id, view, limit=latest, latest=latest is not None)
-            chain = r.compression_chain(session_id)
-            context = r.context(session_id)
-        if view != "audit":
-            del context["history"]  # every change, with its place: the audit view's business
-        return {"session": session, "chain": chain, "messages": messages, "context": context}
-
-    def messages(self, session_id: str, view: str = "display", *, latest: int | None = None) -> list[dict[str, Any]]:
-        """A session's messages in ``view``, oldest first (``transcript(...)["messages"]``)."""
-        return self.transcript(session_id, view, latest=latest)["messages"]
-
-    def session(self, session_id: str) -> dict[str, Any]:
-        """One session's row (``transcript(...)["session"]``). Raises ``NotFoundError``."""
-        missing = no_session(session_id, store_missing=True)
-        with self._reader(missing) as r:
-            session = r.get_session(session_id)
-        if session is None:
-            raise no_session(session_id)
-        return session
-
-    def sessions(self, *, source: str | None = None, limit: int = 50, include_hidden: bool = False,
-                 title_contains: str | None = None, since: float | None = None, until: float | None = None,
-                 archived: bool | None = None, pinned: bool | None = None, hidden: bool | None = None,
-                 chains: bool = False) -> list[dict[str, Any]]:
-        """Sessions, most recently active first — ``quill sessions list --json``. ``since`` /
-        ``until`` in epoch seconds; ``chains=True`` lists every session of a compression chain
-        (default: one row per chain, its tip). Empty before the store exists."""
-        _check_numbers(limit=limit, since=since, until=until)
-        with self._reader(None) as r:
-            if r is None:
-                return []
-            return r.list_sessions(source=source, limit=limit, include_hidden=include_hidden,
-                                   title_contains=title_contains, since=since, until=until, archived=archived,
-                                   pinned=pinned, hidden=hidden, lineage="all" if chains else "tips")
-
-    def search(self, query: str, *, limit: int = 20, session_id: str | None = None, role: str | None = None,
-               source: str | None = None, since: float | None = None, until: float | None = None,
-               substring: bool = False, audit: bool = False, context: bool = True,
-               kinds: list[str] | None = None) -> list[dict[str, Any]]:
-        """Full-text search, newest first — ``quill search QUERY --json`` (hits with their
-        neighbouring messages as context; ``context=False`` leaves it out). Any text is a valid query. Empty before the store
-        exists. When the index is being rebuilt after damage, results come from a bounded
-        scan (``search_health()`` says so). ``kinds`` limits where to look: ``text``,
-        ``tool`` (call names and arguments), ``reasoning`` (default: all)."""
-        _check_numbers(limit=limit, since=since, until=until)
-        with self._reader(None) as r:
-            if r is None:
-                return []
-            return r.search(query, limit=limit, session_id=session_id, role=role, source=source, since=since,
-                            until=until, substring=substring, projection="audit" if audit else "display",
-                            context=context, **({"kinds": list(kinds)} if kinds else {}))
-
-    def resume(self, *, key: str | None = None, cwd: str | None = None) -> dict[str, Any]:
-        """The session to resume for a conversation ``key`` (or working directory ``cwd``) —
-        ``quill sessions resume --key K --json``: ``{"session_id", "chain", "last_active",
-        "candidates", "session"}``, the tip of the newest compression chain (never a branch,
-        delegate or hidden session). Raises ``NotFoundError`` when nothing has that key."""
-        if (key is None) == (cwd is None):
-            raise InvalidInputError("give exactly one of key or cwd")
-        if cwd is not None and len(cwd) > 1:
-            cwd = cwd.rstrip("/") or "/"   # `--cwd /repo/` names the directory importers record as /repo
-        what = f"key {key!r}" if key is not None else f"cwd {cwd!r}"
-        missing = NotFoundError(f"no session for {what} (no store at {self.config.state_db} yet)",
-                                hint="push or import something, then `quill run` applies it")
-        with self._reader(missing) as r, r.snapshot():
-            found = r.resume_target(key=key, cwd=cwd)
-            if found is None:
-                raise NotFoundError(f"no session for {what}", hint=(
-                    "sessions get a key with session.create's `key`" if key is not None else
-                    "a session matches a cwd it started in exactly; `quill sessions list --json` shows each cwd"))
-            found["session"] = r.get_session(found["session_id"])
-        return found
-
-    def context(self, session_id: str) -> dict[str, Any]:
-        """A session's system prompt and tool array — ``{"system_prompt", "tools", "history"}``
-        (each distinct value stored once; ``history`` lists every change). Raises
-        ``NotFoundError`` for an unknown session."""
-        missing = no_session(session_id, store_missing=True)
-        with self._reader(missing) as r, r.snapshot():
-            if r.get_session(session_id) is None:
-                raise no_session(session_id)
-            return r.context(session_id)
-
-    def orphans(self, *, window_s: float | None = None) -> list[dict[str, Any]]:
-        """Sessions that never got their key, with the predecessor each continues when the
-        evidence is unambiguous (else ``reason``) — ``quill sessions orphans --json``."""
-        from quill.store.resume import QUIET_WINDOW_S
-
-        with self._reader(None) as r:
-            return [] if r is None else r.orphans(window_s=QUIET_WINDOW_S if window_s is None else window_s)
+    # -- writes that read first (keys, orphans, deletes, re-pricing) -------------------------
 
     def adopt_orphans(self, *, window_s: float | None = None) -> list[tuple[dict[str, Any], Ack]]:
         """Give each unambiguous orphan its predecessor's key (and the predecessor as its
@@ -481,26 +331,6 @@ class Client:
                            list(session_ids), actor=f"user:{getpass.getuser()}",
                            snapshot_keep=self.config.snapshot_keep)
 
-    def usage(self, by: tuple[str, ...] | list[str] = (), *, since: float | None = None, until: float | None = None,
-              session_id: str | None = None, source: str | None = None, model: str | None = None,
-              task: str | None = None) -> list[dict[str, Any]]:
-        """Token and cost totals — ``quill usage --json``: one row per group of ``by``
-        (``session``, ``model``, ``source``, ``task``, ``provider``, ``day``), each with
-        ``calls``, the token fields, ``cost_usd`` (USD; None when nothing is priced) and
-        ``unpriced`` (calls without a price). No ``by``: one grand total (zeros before any
-        usage). Raises ``InvalidInputError`` for an unknown grouping."""
-        from quill.store.usage_reads import GROUPS, empty_totals
-
-        _check_numbers(since=since, until=until)
-        bad = [b for b in by if b not in GROUPS]
-        if bad:
-            raise InvalidInputError(f"unknown usage grouping {bad[0]!r}; choose from {', '.join(GROUPS)}")
-        with self._reader(None) as r:
-            rows = [] if r is None else r.usage_totals(tuple(dict.fromkeys(by)), since=since, until=until,
-                                                         session_id=session_id, source=source, model=model,
-                                                         task=task)
-        return rows if rows or by else [empty_totals()]
-
     def reprice_usage(self, *, dry_run: bool = False) -> dict[str, Any]:
         """``quill usage reprice``: compute the cost of every usage record not priced with
         the installed genai-prices version (unpriced ones included) and append the new costs
@@ -537,9 +367,3 @@ class Client:
                 batches.append(ack.batch_id)
         return {"price_version": current, "considered": len(stale), "repriced": len(rows),
                 "still_unpriced": unpriced, "cost_change_usd": round(delta, 9), "batches": batches}
-
-    def search_health(self) -> dict[str, Any]:
-        """``{"fts_state", "fts_pending", "degraded"}`` of the search index (empty store: ok)."""
-        with self._reader(None) as r:
-            return {"fts_state": "ok", "fts_pending": 0, "degraded": False} if r is None else r.search_health()
-

@@ -133,6 +133,7 @@ def test_readme_tour_commands_are_true_on_the_corpus(quill, home, fleet):
         if argv[0] == "search":
             assert quill.json(*argv), f"README's example {line!r} finds nothing in the corpus"
         ran += 1
+    assert (home.parent / "all.jsonl").stat().st_size > 0  # the export line wrote its file there
     delete = next(shlex.split(line)[1:] for line in lines if line.startswith("quill sessions delete"))
     assert quill.run(*delete).returncode == 0
     assert ran >= 9

@@ -45,8 +45,6 @@ class Reads:
 
     config: Any
 
-
-    @contextlib.contextmanager
     @contextlib.contextmanager
     def _reader(self, missing: Exception | None) -> Iterator[Any]:
         """A read-only store connection; before the store exists, raise ``missing`` or yield

@@ -23,7 +23,7 @@ from .client import WAIT_POLL_S, Client, Outcome, _check_ack
 from .errors import InvalidInputError, WaitTimeoutError
 
 _WRITES = ("submit", "append", "create", "record_usage", "end", "compact", "rewind", "replace", "title", "flags",
-           "mark_read", "adopt_orphans", "delete_sessions", "purge_sessions")
+           "mark_read", "adopt_orphans", "delete_sessions", "purge_sessions", "reprice_usage")
 _READS = ("transcript", "messages", "session", "sessions", "search", "usage", "resume", "context", "orphans",
           "search_health", "applied")
 

@@ -195,6 +195,31 @@ def compact_snapshot(path: Path) -> dict[str, Any]:
     return {"path": str(path), "bytes": path.stat().st_size}
 
 
+#: Temp files ``snapshot`` and ``compact_snapshot`` write before their rename, with SQLite's
+#: own side files (``-wal``, ``-shm``, ``-journal``): a process killed before the rename
+#: leaves them, and they hold the store's pages (deleted rows' bytes included).
+TEMP_GLOBS = (".snapshot-*.tmp*", ".compact-*.tmp*")
+
+
+def remove_temp_leftovers(snapshots_dir: Path) -> tuple[list[str], list[str]]:
+    """Delete the temp files (``TEMP_GLOBS``) of snapshots/compactions whose process is gone.
+    The writing process's pid is in the name (``.snapshot-PID-NS.tmp``); a temp of a live pid
+    may be a snapshot job running now, so it is kept and returned as in use. Returns
+    ``(removed names, kept names)``. Raises ``OSError`` from unlink."""
+    import psutil
+
+    removed, kept = [], []
+    d = Path(snapshots_dir)
+    for path in sorted({p for pattern in TEMP_GLOBS for p in d.glob(pattern)}):
+        pid = path.name.split("-")[1]
+        if pid.isdigit() and psutil.pid_exists(int(pid)):
+            kept.append(path.name)
+            continue
+        path.unlink(missing_ok=True)
+        removed.append(path.name)
+    return removed, kept
+
+
 def snapshot_position(path: Path) -> Position:
     """The spool position a verified snapshot covers, from its name ``snapshot-…-SEG-OFF.db``."""
     seg, off = Path(path).stem.split("-")[-2:]

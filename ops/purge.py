@@ -178,7 +178,8 @@ def purge(spool_dir: Path, db_path: Path, snapshots_dir: Path, session_ids: list
     """Purge ``session_ids`` (deleted and applied) from the spool, quarantine and snapshots
     (module doc). Returns figures: ``{"sessions", "records_purged", "segments_rewritten",
     "sealed", "quarantine_purged", "snapshot", "snapshots_removed", "snapshots_compacted",
-    "leftovers_removed", "seconds"}``. Raises ``InvalidInputError``/``NotFoundError``
+    "leftovers_removed", "leftovers_in_use", "seconds"}``; ``leftovers_in_use``: snapshot temp
+    files of a live process (a snapshot job running now), left alone. Raises ``InvalidInputError``/``NotFoundError``
     (``plan``), ``spool.purge.PurgeVerifyError`` or ``SpoolError`` (nothing half-done is left:
     re-run), ``CorruptError`` from a snapshot that fails its check."""
     from quill.jobs.worker_jobs import SNAPSHOT_GLOB, compact_snapshot, snapshot, snapshot_position
@@ -195,13 +196,19 @@ def purge(spool_dir: Path, db_path: Path, snapshots_dir: Path, session_ids: list
 def _purge_locked(spool_dir: Path, db_path: Path, snapshots_dir: Path, session_ids: list[str], *,
                   actor: str, snapshot_keep: int, step: Step) -> dict[str, Any]:
     """``purge``'s steps, run while holding the purge lock."""
-    from quill.jobs.worker_jobs import SNAPSHOT_GLOB, compact_snapshot, snapshot, snapshot_position
+    from quill.jobs.worker_jobs import (SNAPSHOT_GLOB, compact_snapshot, remove_temp_leftovers, snapshot,
+                                        snapshot_position)
 
-    leftovers = spool_purge.remove_leftovers(spool_dir)
-    leftovers += [p.name for p in snapshots_dir.glob(".compact-*.tmp")]
-    for p in snapshots_dir.glob(".compact-*.tmp"):
-        p.unlink(missing_ok=True)
     plan_file = spool_dir / PLAN_FILE
+    # Every temp file an interrupted purge can leave: segment rewrites, the plan's own temp,
+    # and the snapshot/compaction copies (they hold the store's freed pages).
+    leftovers = spool_purge.remove_leftovers(spool_dir)
+    plan_tmp = plan_file.with_name(plan_file.name + ".tmp")
+    if plan_tmp.exists():
+        plan_tmp.unlink()
+        leftovers.append(plan_tmp.name)
+    removed, in_use = remove_temp_leftovers(snapshots_dir)
+    leftovers += removed
     p = plan(spool_dir, db_path, list(dict.fromkeys(session_ids)), _load_plan(plan_file))
     _save_plan(plan_file, p)
     step("planned")
@@ -241,4 +248,5 @@ def _purge_locked(spool_dir: Path, db_path: Path, snapshots_dir: Path, session_i
             step(f"snapshot-{old.name}")
     plan_file.unlink(missing_ok=True)
     return {"sessions": sorted(p.bounds), "records_purged": purged, "segments_rewritten": rewritten,
-            "sealed": sealed, "quarantine_purged": quarantined, **figures, "leftovers_removed": leftovers}
+            "sealed": sealed, "quarantine_purged": quarantined, **figures, "leftovers_removed": leftovers,
+            "leftovers_in_use": in_use}

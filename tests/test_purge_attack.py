@@ -216,7 +216,6 @@ def test_whole_spool_replay_after_purge_detaches_the_branch_like_the_live_store(
     assert _rows(whole, "SELECT parent_id, parent_kind FROM sessions WHERE id = 'c'") == live
 
 
-@pytest.mark.xfail(strict=True, reason="TODO(purgefix) fix 2")
 def test_a_rerun_removes_what_a_purge_killed_in_its_snapshot_step_left(tmp_path):
     """``purge`` removes only ``snapshots/.compact-*.tmp`` of an interrupted run. A kill -9
     inside its fresh snapshot (``worker_jobs.snapshot(compact=True)``: backup-API copy to

@@ -85,6 +85,9 @@ class Writer(DrainWriter):
             # Runs the previous writer started and never finished (kill -9 mid-VACUUM …).
             closed = close_interrupted(self.conn, "writer", time.time())["interrupted"]
             self._truncate()  # a killed VACUUM or bulk drain can leave a WAL as big as the store
+            # Both are our own commits (the checkpoint writes state.db): the guard must know,
+            # or the first step's check reads the new mtime as another process's write.
+            self.guard.committed()
             self.log.info("writer.started", cursor=str(self.cursor), interrupted_runs=closed)
             self._loop(stop)
         finally:

@@ -1,9 +1,11 @@
 """Session ids on every way in follow one rule (store.op_common.session_id_problem): ids with
 `/`, `%` or inner spaces are reachable over HTTP; ids with control characters or edge
-whitespace are refused alike by `quill push`, the client and the HTTP API."""
+whitespace are refused alike by `quill push`, the client and the HTTP API. And /api/docs
+loads nothing from outside the service."""
 from __future__ import annotations
 
 import json
+import re
 from urllib.parse import quote
 
 import httpx
@@ -58,3 +60,13 @@ def test_invalid_ids_are_refused_the_same_way_everywhere(svc, tmp_path, sid):
         pkg.Client(tmp_path).append(sid, [{"role": "user", "content": "x"}])
     assert err.value.reason == "invalid-session-id"
 
+
+def test_api_docs_load_nothing_from_outside(svc):
+    _, base = svc
+    page = httpx.get(f"{base}/api/docs")
+    assert page.status_code == 200
+    refs = re.findall(r'(?:src|href)="([^"]+)"', page.text)
+    assert refs and all(r.startswith("/") for r in refs), refs
+    assert "cdn" not in page.text.lower() and "url: '/openapi.json'" in page.text
+    for ref in refs:
+        assert httpx.get(base + ref).status_code == 200, ref

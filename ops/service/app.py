@@ -47,10 +47,32 @@ class _AccessLog:
                           status=status[0], ms=round((time.monotonic() - began) * 1000, 1), token_id=principal)
 
 
+#: Where the browsable API docs fetch Swagger UI's files: served here from the swagger-ui-bundle
+#: package, so /api/docs works offline (FastAPI's default loads them from a CDN).
+DOCS_STATIC = "/api/docs/static"
+
+
+def _install_docs(app: FastAPI) -> None:
+    """``/api/docs``: Swagger UI for ``/openapi.json`` with every file served by this app."""
+    from fastapi.openapi.docs import get_swagger_ui_html
+    from fastapi.responses import HTMLResponse
+    from fastapi.staticfiles import StaticFiles
+    from swagger_ui_bundle import swagger_ui_path
+
+    app.mount(DOCS_STATIC, StaticFiles(directory=swagger_ui_path), name="swagger-ui")
+
+    @app.get("/api/docs", include_in_schema=False)
+    def api_docs() -> HTMLResponse:
+        return get_swagger_ui_html(openapi_url="/openapi.json", title="Quill API",
+                                   swagger_js_url=f"{DOCS_STATIC}/swagger-ui-bundle.js",
+                                   swagger_css_url=f"{DOCS_STATIC}/swagger-ui.css",
+                                   swagger_favicon_url=f"{DOCS_STATIC}/favicon-32x32.png")
+
+
 def create_app(cfg: Any, log: Any, *, anonymous: str | None = None) -> FastAPI:
     """The Quill service for data dir ``cfg.home``. ``anonymous`` overrides ``[http] anonymous``
     (``loopback`` | ``none`` | ``any``; see ``auth``)."""
-    app = FastAPI(title="Quill", version=VERSION, docs_url="/api/docs", redoc_url=None,
+    app = FastAPI(title="Quill", version=VERSION, docs_url=None, redoc_url=None,
                   openapi_url="/openapi.json",
                   description="Durable store for AI-agent transcripts: append ops (202 once fsync'd), "
                               "read transcripts, search, status, jobs. Bearer tokens with scopes "
@@ -71,6 +93,7 @@ def create_app(cfg: Any, log: Any, *, anonymous: str | None = None) -> FastAPI:
         """Liveness: the service answers (no auth; reveals nothing)."""
         return {"status": "ok"}
 
+    _install_docs(app)
     dashboard.install(app)
     app.add_middleware(errors.BodyLimit, max_bytes=cfg.http_max_body_bytes)
     app.add_middleware(_AccessLog, log=log)

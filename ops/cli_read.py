@@ -265,6 +265,10 @@ def _print_status(d: dict[str, Any]) -> None:
     sp = d["spool"]
     con.print(f"spool    {sp['segments']} segment(s), {sp['bytes']} bytes, end {sp['end']}, "
               f"{sp['pending_bytes']} bytes pending (lag {sp['lag_s']} s), {sp['quarantined']} quarantined")
+    if sp.get("interrupted_purge"):
+        ip = sp["interrupted_purge"]
+        con.print(f"[bold red]PURGE INTERRUPTED[/bold red] of {', '.join(ip['sessions']) or '?'}: the content may "
+                  f"still be in the spool and snapshots\n  next: [bold]{ip['next']}[/bold]")
     w = d["wal"]
     if w["bytes"] or w["blocked_by_reader_since"]:
         style = "yellow" if w["high"] or w["blocked_by_reader_since"] else "default"

@@ -25,6 +25,7 @@ from quill.workers.rundir import RunDir
 
 from . import health
 from .config import Config
+from .purge import interrupted as interrupted_purge
 
 FREE_WARN_BYTES = 1 << 30
 
@@ -136,6 +137,11 @@ def _common_checks(cfg: Config, figures: dict[str, Any] | None) -> list[dict[str
                       else f"{len(stray)} segment file(s) outside {cfg.spool_dir} hold acknowledged records the writer "
                            f"never reads: {', '.join(str(p) for p in stray[:5])}; `quill spool adopt PATH` "
                            "appends their records to the spool (batch ids kept, so nothing is applied twice)"))
+    unfinished = interrupted_purge(cfg.spool_dir)
+    out.append(_check("purge", not unfinished, "no interrupted purge" if not unfinished else
+                      f"a purge of {', '.join(unfinished['sessions']) or '?'} was interrupted (spool/.purge-plan.json "
+                      "left, no purge running): their content may still be in the spool and snapshots; "
+                      f"run `{unfinished['next']}` to finish it"))
     q = Quarantine(cfg.spool_dir).count()
     out.append(_check("quarantine", q == 0, f"{q} record(s) in {cfg.spool_dir / 'quarantine'}", warn_only=True))
     return out

@@ -24,6 +24,8 @@ from quill.store.reads import Reader
 from quill.workers.rundir import RunDir
 from quill.workers.status import COMMIT_BUCKETS_S
 
+from .purge import interrupted as interrupted_purge
+
 #: Below this many free bytes producers and the writer are about to stall (a spool segment
 #: rotation plus a chunk's WAL growth need a few MiB; 64 MiB leaves margin).
 LOW_DISK_BYTES = 64 << 20
@@ -102,6 +104,7 @@ def collect(cfg: Any) -> dict[str, Any]:
     store = data["store"] or {}
     cursor = Position.parse(store["cursor"]) if store.get("cursor") else None
     data["spool"] = {**spool_stats(cfg.spool_dir, cursor), "quarantined": Quarantine(cfg.spool_dir).count()}
+    data["spool"]["interrupted_purge"] = interrupted_purge(cfg.spool_dir)
     data["spool"]["lag_s"] = (round(lag_seconds(cfg.spool_dir, cursor, time.time()), 1)
                               if data["spool"]["pending_bytes"] else 0.0)
     # Read, never written: on a full disk no process can publish its status, so free space is

@@ -168,6 +168,21 @@ def _save_plan(path: Path, p: Plan) -> None:
     fsync_dir(path.parent)
 
 
+def interrupted(spool_dir: Path) -> dict[str, Any] | None:
+    """An unfinished purge: ``PLAN_FILE`` present while no purge holds the purge lock (the run
+    was killed after its plan; the deleted content may still be in the spool and snapshots).
+    Returns ``{"sessions": [ids], "next": the command that finishes it}`` or None. A plan file
+    that cannot be read is reported with the same command (the re-run rewrites it)."""
+    spool_dir = Path(spool_dir)
+    if not (spool_dir / PLAN_FILE).exists() or spool_purge.running(spool_dir):
+        return None
+    try:
+        ids = sorted(_load_plan(spool_dir / PLAN_FILE))
+    except (ValueError, KeyError, TypeError):
+        ids = []
+    return {"sessions": ids, "next": "quill spool purge " + (" ".join(ids) if ids else "ID…")}
+
+
 def _verify(spool_dir: Path, p: Plan) -> list[str]:
     """Positions of target records still present (empty when the spool is clean)."""
     return [str(e.position) for e in _entries(spool_dir) if p.wants(e.record, e.position)]

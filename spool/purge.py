@@ -198,12 +198,19 @@ def exclusive(spool_dir: Path, *, wait: bool = True) -> Iterator[None]:
 
 
 def running(spool_dir: Path) -> bool:
-    """Whether a purge holds the data dir's purge lock now (a non-blocking probe)."""
+    """Whether a purge holds the data dir's purge lock now (a non-blocking probe; creates
+    nothing: no lock file means no purge ever ran here)."""
     try:
-        with exclusive(spool_dir, wait=False):
-            return False
-    except PurgeBusyError:
+        fd = os.open(Path(spool_dir) / LOCK_FILE, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
         return True
+    finally:
+        os.close(fd)
 
 
 def _open_locked(path: Path) -> int:

@@ -340,7 +340,6 @@ def test_a_damaged_line_of_the_purged_session_is_reported(tmp_path):
     assert left == [] or reported, (left, figures)
 
 
-@pytest.mark.xfail(strict=True, reason="TODO(purgefix) fix 4")
 def test_doctor_reports_an_interrupted_purge(quill):
     """A purge killed after its plan (``spool/.purge-plan.json`` written, the spool and the
     snapshots still holding the session: the OOM killer, a dropped SSH session, Ctrl-\\)

@@ -32,6 +32,8 @@ class JobSpec:
                                    # and append ops instead of writing (the spool logs every change)
     backend: str = "sqlite"        # the store it maintains: "sqlite" | "postgres" | "any"
     internal: bool = False         # queued by Quill itself with arguments; never offered to users
+    per_host: bool = False         # store jobs about this host (its processes): on a cluster a scheduled
+                                   # run is queued on every host's store queue (queues.fire_scheduled)
 
 
 JOBS: tuple[JobSpec, ...] = (
@@ -64,7 +66,7 @@ JOBS: tuple[JobSpec, ...] = (
             "cron", {"hour": 3, "minute": 15}, emits_ops=True, backend="any"),
     JobSpec("orphan_sweep", "store", prune.orphan_sweep,
             "close open sessions whose owner process on this host is dead (pid + start time)",
-            "interval", {"minutes": 10}, emits_ops=True),
+            "interval", {"minutes": 10}, emits_ops=True, backend="any", per_host=True),
     JobSpec("quick_check", "worker", worker_jobs.quick_check,
             "PRAGMA quick_check on a read-only connection in the job worker: damage anywhere in the file "
             "is found within an hour (DAMAGE_BOUND_S), off the drain path",

@@ -95,6 +95,42 @@ def build_for(cfg: Any) -> Queues:
     return build(cfg.queue_db, cfg=cfg)
 
 
+def fire_scheduled(cfg: Any, name: str) -> list[str] | None:
+    """Queue one scheduled run of job ``name`` for a data dir's configuration
+    (``ops.config.Config``): what every schedule does (``workers.scheduler.fire``).
+
+    A ``per_host`` store job (``orphan_sweep``: an owner process can only be checked on its own
+    host) on a cluster (``[store] url`` + ``[queue] url``) goes on the store queue of every
+    host — each spool id with a cursor row in the shared store, plus this host's — because the
+    schedule fires on the elected leader only. Each host's writer runs it on its own spool and
+    records its own run in ``job_runs``. A host whose store queue already holds a pending run
+    of the job is skipped (coalescing, as the schedule itself does): a host gone for good keeps
+    one queued run, not one per period. Returns the spool ids queued for by such a fan-out, or
+    None when the job went on this data dir's own queues. Raises ``KeyError`` for an unknown
+    job and the store error tree when the shared store cannot be read."""
+    queues = build_for(cfg)
+    if not (catalog.get(name).per_host and cfg.store_url and cfg.queue_url):
+        queues.enqueue(name)
+        return None
+    from quill.spool.identity import load_or_create
+    from quill.store.postgres import PostgresBackend
+    from quill.store.postgres.apply import spool_ids
+    own = load_or_create(cfg.spool_id_path)
+    backend = PostgresBackend(cfg.store_url, spool_id="scheduler")  # reads only: applies no ops
+    try:
+        hosts = sorted({own, *spool_ids(backend.conn)})
+    finally:
+        backend.close()
+    queued = []
+    for host in hosts:
+        target = queues if host == own else build(cfg.queue_db, url=cfg.queue_url, host_id=host)
+        if any(task.name == name for task in target.store.pending()):
+            continue
+        target.enqueue(name)
+        queued.append(host)
+    return queued
+
+
 def _register(queues: Queues, cfg: Any = None) -> Queues:
     queues.tasks[catalog.RECORD_RUN] = queues.store.task(name=catalog.RECORD_RUN)(record_job_run)
     queues.tasks[catalog.CLOSE_INTERRUPTED] = queues.store.task(name=catalog.CLOSE_INTERRUPTED)(close_interrupted)

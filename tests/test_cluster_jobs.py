@@ -117,7 +117,7 @@ def test_one_scheduler_leads_the_cluster_and_a_standby_takes_over_after_kill_9(t
         assert _status(standby, "scheduler").get("role") == "standby"
         with psycopg.connect(pg_store_url) as conn:  # schedules live in the store's database
             ids = {r[0] for r in conn.execute("SELECT id FROM apscheduler_jobs")}
-        assert {"pg_analyze", "pg_integrity_check", "auto_prune", "delete_empty"} <= ids
+        assert {"pg_analyze", "pg_integrity_check", "auto_prune", "delete_empty", "orphan_sweep"} <= ids
         assert not ids & {"vacuum", "wal_checkpoint", "fts_optimize", "snapshot"}
         procs[leader].send_signal(signal.SIGKILL)
         procs[leader].wait()
@@ -141,3 +141,51 @@ def test_amcheck_and_analyze_run_on_a_real_store(tmp_path, pg_store_url):
     analyzed = pg_jobs.pg_analyze(pg_store_url)
     assert analyzed["dead_tuples"]["messages"] >= 0
     assert {j.name for j in catalog.JOBS if j.backend == "postgres"} == {"pg_analyze", "pg_integrity_check"}
+
+
+def test_the_leaders_orphan_sweep_runs_on_every_hosts_writer_and_closes_a_dead_owners_session(
+        tmp_path, pg_store_url, redis_url, monkeypatch):
+    import multiprocessing
+    import socket
+
+    import psutil
+
+    from quill.jobs.queues import build_for
+    from quill.ops import logs
+    from quill.spool import START, Spool, SpoolReader
+    from quill.workers import scheduler
+    from quill.workers.pg_writer import drain
+
+    leader, other = _home(tmp_path, "leader", pg_store_url, redis_url), _home(tmp_path, "other", pg_store_url, redis_url)
+    child = multiprocessing.Process(target=time.sleep, args=(0,))
+    child.start()
+    dead = {"host": socket.gethostname(), "pid": child.pid, "create_time": psutil.Process(child.pid).create_time()}
+    child.join()
+    me = psutil.Process()
+    spool = Spool(other / "spool")   # sessions whose owners run on the NON-leader host
+    spool.append("session.create", {"session_id": "dead-owner", "source": "cli", "owner": dead})
+    spool.append("session.create", {"session_id": "live-owner", "source": "cli", "owner": {
+        "host": socket.gethostname(), "pid": me.pid, "create_time": me.create_time()}})
+    spool.close()
+    log = logs.configure(None, "test")
+    cfg_leader, cfg_other = config.load(leader), config.load(other)
+    drain(cfg_other, log)            # the other host's cursor row: the leader now knows it
+    queues = {"leader": build_for(cfg_leader), "other": build_for(cfg_other)}
+    try:
+        monkeypatch.setenv("QUILL_HOME", str(leader))
+        scheduler.fire("orphan_sweep")   # what the leader's schedule calls
+        scheduler.fire("orphan_sweep")   # a second period before any writer ran: coalesced per host
+        assert {k: [t.name for t in q.store.pending()] for k, q in queues.items()} == {
+            "leader": ["orphan_sweep"], "other": ["orphan_sweep"]}
+        drain(cfg_other, log)            # the other host's writer: runs its sweep, applies its ops
+        with psycopg.connect(pg_store_url) as conn:
+            ended = dict(conn.execute("SELECT id, end_reason FROM sessions").fetchall())
+            runs = conn.execute("SELECT outcome, figures FROM job_runs WHERE job = 'orphan_sweep'").fetchall()
+        assert ended == {"dead-owner": "orphan_sweep", "live-owner": None}
+        assert [(o, json.loads(f)["sessions_closed"], json.loads(f)["runner"]) for o, f in runs] == [("ok", 1, "writer")]
+        ends = [e.record["data"] for e in SpoolReader(other / "spool").read(START)
+                if e.record and e.record["op"] == "session.end"]   # the spool is the log of the close
+        assert [(d["session_id"], d["actor"]) for d in ends] == [("dead-owner", "job:orphan_sweep")]
+    finally:
+        for q in queues.values():
+            q.store.flush()

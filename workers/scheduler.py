@@ -23,7 +23,7 @@ from sqlalchemy.engine import URL
 
 from quill.jobs import catalog
 from quill.jobs import schedule as schedule_db
-from quill.jobs.queues import build_for
+from quill.jobs.queues import fire_scheduled
 from quill.ops import config
 from quill.ops.config import Config
 from quill.store.lease import Lease
@@ -52,8 +52,9 @@ def fire(job: str) -> None:
     with this host's id (``build_for``). The data dir comes from ``QUILL_HOME``, which the
     supervisor sets for its children (and the worker entry point for itself), so nothing
     about paths, queues or parameters is stored with the schedule; the job's parameters are
-    resolved from config when it runs."""
-    build_for(config.load()).enqueue(job)
+    resolved from config when it runs. A per-host job on a cluster goes on every host's store
+    queue (``jobs.queues.fire_scheduled``)."""
+    fire_scheduled(config.load(), job)
 
 
 def make_scheduler(cfg: Config) -> BackgroundScheduler:

@@ -40,6 +40,13 @@ def read_cursor(conn: PgConnection, spool_id: str) -> tuple[int, int] | None:
     return (row[0], row[1]) if row else None
 
 
+def spool_ids(conn: PgConnection) -> list[str]:
+    """Every spool id with a cursor row, sorted: the hosts whose writers have applied to this
+    store (a host's sessions reach the store only through its writer, which moves its cursor
+    in the same transaction)."""
+    return [r[0] for r in conn.execute("SELECT spool_id FROM spool_cursor ORDER BY spool_id").fetchall()]
+
+
 def session_ids(entries: Sequence[EntryLike]) -> list[str]:
     """Every session id the chunk's ops name (``data.session_id``), sorted, unique."""
     out = set()

@@ -118,6 +118,10 @@ def echo_purge(figures: dict[str, Any]) -> None:
                f"{len(figures['segments_rewritten'])} segment(s); quarantine entries: "
                f"{len(figures['quarantine_purged'])}; snapshots removed: {len(figures['snapshots_removed'])}, "
                f"compacted: {len(figures['snapshots_compacted'])}, new: {figures['snapshot'] or '-'}")
+    if figures.get("damaged"):
+        click.echo(f"not purged: {len(figures['damaged'])} spool line(s) too damaged to tell whose they are, at "
+                   f"{', '.join(figures['damaged'][:10])}; they may hold the deleted content "
+                   "(`quill spool verify` lists them)", err=True)
 
 
 def _not_found(key: str | None) -> Exception:

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from quill.spool import Entry, Position, Quarantine, SpoolReader
+from quill.spool import Entry, Position, Quarantine, SpoolReader, record
 from quill.spool import purge as spool_purge
 from quill.spool.segments import fsync_dir, list_segments
 from quill.store.errors import CantOpenError
@@ -63,6 +63,9 @@ class Plan:
 
     bounds: dict[str, tuple[Position, str]]
     targets: dict[int, set[int]] = field(default_factory=dict)
+    #: Positions of damaged lines before the newest bound whose body no longer parses: they
+    #: may hold a purged session's content; reported, not guessed at.
+    damaged: list[str] = field(default_factory=list)
 
     def wants(self, rec: dict[str, Any] | None, position: Position) -> bool:
         """Whether the record at ``position`` is content of a purged session before its bound."""
@@ -138,10 +141,21 @@ def plan(spool_dir: Path, db_path: Path, session_ids: list[str],
     for child in alive:  # pinned or archived delegates were kept: not ours to purge
         del bounds[child]
     out = Plan(bounds)
+    newest = max(b[0] for b in bounds.values())
     for e in _entries(spool_dir):
-        if out.wants(e.record, e.position):
+        rec = _body(e)
+        if out.wants(rec, e.position):
             out.targets.setdefault(e.position.segment, set()).add(e.position.offset)
+        elif rec is None and e.position < newest:
+            out.damaged.append(str(e.position))
     return out
+
+
+def _body(e: Entry) -> dict[str, Any] | None:
+    """The record of ``e``; for a damaged line its JSON body as far as it parses (the same
+    rule the quarantine's purge judges it by), so a damaged line of a purged session is a
+    target too."""
+    return e.record if e.record is not None else record.decode_lenient(e.raw)
 
 
 def _load_plan(path: Path) -> dict[str, tuple[Position, str]]:
@@ -185,7 +199,7 @@ def interrupted(spool_dir: Path) -> dict[str, Any] | None:
 
 def _verify(spool_dir: Path, p: Plan) -> list[str]:
     """Positions of target records still present (empty when the spool is clean)."""
-    return [str(e.position) for e in _entries(spool_dir) if p.wants(e.record, e.position)]
+    return [str(e.position) for e in _entries(spool_dir) if p.wants(_body(e), e.position)]
 
 
 def purge(spool_dir: Path, db_path: Path, snapshots_dir: Path, session_ids: list[str], *,
@@ -193,7 +207,8 @@ def purge(spool_dir: Path, db_path: Path, snapshots_dir: Path, session_ids: list
     """Purge ``session_ids`` (deleted and applied) from the spool, quarantine and snapshots
     (module doc). Returns figures: ``{"sessions", "records_purged", "segments_rewritten",
     "sealed", "quarantine_purged", "snapshot", "snapshots_removed", "snapshots_compacted",
-    "leftovers_removed", "leftovers_in_use", "seconds"}``; ``leftovers_in_use``: snapshot temp
+    "damaged", "leftovers_removed", "leftovers_in_use", "seconds"}``; ``damaged``: positions of
+    spool lines before the delete too damaged to tell whose they are (left, may hold content); ``leftovers_in_use``: snapshot temp
     files of a live process (a snapshot job running now), left alone. Raises ``InvalidInputError``/``NotFoundError``
     (``plan``), ``spool.purge.PurgeVerifyError`` or ``SpoolError`` (nothing half-done is left:
     re-run), ``CorruptError`` from a snapshot that fails its check."""
@@ -263,5 +278,5 @@ def _purge_locked(spool_dir: Path, db_path: Path, snapshots_dir: Path, session_i
             step(f"snapshot-{old.name}")
     plan_file.unlink(missing_ok=True)
     return {"sessions": sorted(p.bounds), "records_purged": purged, "segments_rewritten": rewritten,
-            "sealed": sealed, "quarantine_purged": quarantined, **figures, "leftovers_removed": leftovers,
+            "sealed": sealed, "quarantine_purged": quarantined, **figures, "damaged": p.damaged, "leftovers_removed": leftovers,
             "leftovers_in_use": in_use}

@@ -125,8 +125,9 @@ def _lines(data: bytes) -> Iterable[tuple[int, bytes]]:
 def rewrite(spool_dir: Path, segment: int, targets: set[int], purged_by: str,
             on_step: Any = None) -> dict[str, Any]:
     """Replace the lines of sealed ``segment`` that start at the byte offsets in ``targets``
-    by tombstones (module doc). Offsets that do not start a decodable record, or that hold a
-    tombstone already, are left alone and reported. Returns ``{"segment", "purged",
+    by tombstones (module doc). A damaged target line is replaced when its JSON body still
+    parses with a batch id (``record.decode_lenient``). Offsets that do not start such a
+    line, or that hold a tombstone already, are left alone and reported. Returns ``{"segment", "purged",
     "skipped", "bytes"}``. Raises ``PurgeVerifyError`` (the segment is untouched) or
     ``SpoolError``. ``on_step(name)`` is called between the steps (tests kill the process
     there): ``"tmp-written"``, ``"renamed"``."""
@@ -142,7 +143,10 @@ def rewrite(spool_dir: Path, segment: int, targets: set[int], purged_by: str,
         old = os.pread(fd, size, 0)
         new, purged, skipped = bytearray(), [], []
         for offset, line in _lines(old):
-            rec = _decode(line) if offset in targets else None
+            # A damaged target (the plan attributed it by its JSON body) is tombstoned too.
+            rec = record.decode_lenient(line) if offset in targets and line.endswith(b"\n") else None
+            if rec is not None and not isinstance(rec.get("batch"), str):
+                rec = None  # no batch id to keep: leave it, reported as skipped
             if rec is not None and not is_tombstone(rec):
                 new += tombstone(rec, len(line), purged_by)
                 purged.append(offset)
@@ -272,7 +276,7 @@ def _verify(tmp: Path, segment: int, old: bytes, purged: set[int]) -> None:
             if line != line2:
                 raise PurgeVerifyError(segment, f"line at {off} changed")
             continue
-        rec, was = _decode(line2), _decode(line)
+        rec, was = _decode(line2), record.decode_lenient(line)
         if not is_tombstone(rec) or was is None or rec.get("batch") != was.get("batch"):
             raise PurgeVerifyError(segment, f"line at {off} is not a tombstone of batch {was and was.get('batch')}")
 

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from . import record
-from .errors import DamagedRecordError
 from .segments import FILE_MODE, Position, ensure_dir, fsync_dir
 
 AUDIT_FILE = "audit.jsonl"
@@ -165,17 +164,5 @@ class Quarantine:
 
 
 def _lenient(raw: Any) -> dict[str, Any] | None:
-    """The record body of a quarantined line's text: decoded with its checksum, else (a
-    damaged line) its JSON body as far as it parses; None when neither works."""
-    if not isinstance(raw, str):
-        return None
-    line = raw.encode("utf-8")
-    try:
-        return record.decode(line if line.endswith(b"\n") else line + b"\n")
-    except DamagedRecordError:
-        pass
-    try:
-        rec = json.loads(raw)
-    except ValueError:
-        return None
-    return rec if isinstance(rec, dict) else None
+    """The record body of a quarantined line's text (``record.decode_lenient``)."""
+    return record.decode_lenient(raw.encode("utf-8")) if isinstance(raw, str) else None

@@ -155,3 +155,18 @@ def decode(line: bytes) -> dict[str, Any]:
         if key not in rec:
             raise DamagedRecordError("shape", f"record has no {key!r}")
     return rec
+
+
+def decode_lenient(line: bytes) -> dict[str, Any] | None:
+    """The record body of ``line`` when ``decode`` accepts it, else (a damaged line) its JSON
+    object as far as it parses, checksum unchecked; None when neither works. For attributing
+    a damaged line to a session (quarantine, purge), never for applying it."""
+    try:
+        return decode(line if line.endswith(b"\n") else line + b"\n")
+    except DamagedRecordError:
+        pass
+    try:
+        rec = json.loads(line)
+    except ValueError:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        return None
+    return rec if isinstance(rec, dict) else None

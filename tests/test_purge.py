@@ -319,3 +319,21 @@ def test_property_purge_then_every_remaining_snapshot_plus_spool_equals_the_live
         shutil.copyfile(snap, target)
         replay(run.spool_dir, target, None, quarantine=Quarantine.for_store(target))
         assert dump(target) == live, snap.name
+
+
+def test_a_line_too_damaged_to_attribute_is_reported_not_guessed_at(tmp_path):
+    """A spool line before the delete whose JSON no longer parses may be the purged session's:
+    the purge leaves it (it cannot tell whose it is) and lists its position in ``damaged``."""
+    h = Home(tmp_path / "home")
+    h.append("session.create", {"session_id": "x", "source": "cli"})
+    h.say("x", "WORD-x-secret mangled")
+    seg = h.spool_dir / segment_name(1)
+    data = bytearray(seg.read_bytes())
+    at = data.find(b'"session_id":"x","messages"')
+    data[at] = ord("{")  # the JSON body no longer parses
+    seg.write_bytes(bytes(data))
+    h.drain()
+    h.append("sessions.delete", {"session_ids": ["x"], "purge": True, "reason": "user_request"})
+    h.drain()
+    line_start = bytes(data).rfind(b"\n", 0, at) + 1
+    assert h.purge("x")["damaged"] == [f"1:{line_start}"]

@@ -315,7 +315,6 @@ def test_purge_later_then_the_next_snapshot_holds_no_deleted_content(tmp_path):
     assert files_holding(h.root, b"WORD-x") == []
 
 
-@pytest.mark.xfail(strict=True, reason="TODO(purgefix) fix 5")
 def test_a_damaged_line_of_the_purged_session_is_reported(tmp_path):
     """docs/ops.md, "Still not purged": "a spool line too damaged to decode (it is reported,
     not guessed at)". A line of x whose checksum no longer matches (one flipped byte) is

@@ -3,8 +3,10 @@
 Only complete lines (ending in ``\\n``) are records. A tail without ``\\n`` is "not yet
 written" while a producer may still be writing it; once no producer holds the segment's lock
 (checked with a non-blocking ``flock``), the tail is torn for good, and ``seal_torn_tail``
-terminates it so the next read yields it as a damaged line to quarantine. A damaged line in
-the middle never hides the lines after it: each line is decoded on its own.
+terminates it so the next read yields it as a damaged line to quarantine. In a segment that
+is no longer the newest (rotation, or a purge sealed it) the reader yields such a torn tail
+itself, as it stands, as a damaged entry (reason ``torn-tail``) and goes on to the next
+segment. A damaged line never hides the lines after it: each line is decoded on its own.
 """
 from __future__ import annotations
 
@@ -78,7 +80,18 @@ class SpoolReader:
                     return
                 partial = bool(line)
             if partial:
-                return  # a tail still being written (or torn): wait, or seal_torn_tail()
+                tail = self._sealed_tail(pos.segment, offset)
+                if tail is None:
+                    return  # a tail still being written (or torn): wait, or seal_torn_tail()
+                if b"\n" in tail:  # completed while we looked: read those lines
+                    pos = Position(pos.segment, offset)
+                    continue
+                end = Position(pos.segment, offset + len(tail))
+                yield Entry(Position(pos.segment, offset), end, tail, None, DamagedRecordError(
+                    "torn-tail", f"{segment_name(pos.segment)} ends in {len(tail)} byte(s) without a newline "
+                                 "and a later segment exists (a producer died mid-write)"))
+                budget -= len(tail)
+                offset = end.offset
             later = self._next_segment(Position(pos.segment, offset))
             if later is None:
                 return
@@ -105,6 +118,30 @@ class SpoolReader:
                 tail_start = lo
         return Position(segments[-1], 0)
 
+    def _sealed_tail(self, segment: int, offset: int) -> bytes | None:
+        """The bytes from ``offset`` to the end of ``segment`` when its tail is torn for good:
+        a later segment exists and no producer holds the segment's lock. A producer writes
+        only while holding that lock and checks for a later segment under it first (a
+        rotation or a purge creates the later one under the same lock), so once both hold no
+        byte is ever appended: the tail is final, and it must not hide the later segments'
+        records. None when it may still be written (the newest segment, or a writer holds the
+        lock): wait. The result may contain ``\n`` if the write completed meanwhile."""
+        if self._next_segment(Position(segment, offset)) is None:
+            return None
+        try:
+            fd = os.open(self.dir / segment_name(segment), os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return None
+            size = os.fstat(fd).st_size
+            return os.pread(fd, size - offset, offset) if size > offset else None
+        finally:
+            os.close(fd)
+
     def seal_torn_tail(self, segment: int) -> bool:
         """Terminate a torn tail of ``segment`` if no producer is writing it.
 
@@ -123,6 +160,10 @@ class SpoolReader:
                 return False
             size = os.fstat(fd).st_size
             if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+                return False
+            if self._next_segment(Position(segment, 0)) is not None:
+                # Sealed: ``read`` yields its torn tail as a damaged entry as it stands.
+                # Appending now would move the end past a cursor that may already be there.
                 return False
             os.write(fd, b"\n")
             os.fdatasync(fd)

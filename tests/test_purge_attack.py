@@ -86,7 +86,7 @@ def _rows(db: Path, sql: str) -> list[tuple]:
         conn.close()
 
 
-@pytest.mark.xfail(strict=True, reason="known limit: tombstoned records of x no longer claim the title / response_id, so a whole-spool replay gives them to another session")
+@pytest.mark.xfail(strict=True, reason="known limit (docs/operations.md): tombstoned records of x no longer claim the title / response_id, so a whole-spool replay gives them to another session")
 def test_whole_spool_replay_after_purge_gives_the_kept_sessions_the_same_title_and_usage(tmp_path):
     """docs/ops.md: "a replay of the *whole* spool from before the delete gives the same
     sessions and content" (only row ids may differ). Two store rules look at *other*
@@ -117,7 +117,7 @@ class _Killed(Exception):
     """Stands for the kill -9 the real-process tests deliver at the same step."""
 
 
-@pytest.mark.xfail(strict=True, reason="known limit: a snapshot older than x's create + the purged spool gives the title / usage x had claimed to another session")
+@pytest.mark.xfail(strict=True, reason="known limit (docs/operations.md): a snapshot older than x's create + the purged spool gives the title / usage x had claimed to another session")
 def test_snapshot_plus_spool_after_an_interrupted_purge_equals_the_live_store(tmp_path):
     """A purge interrupted after the spool rewrite and before its fresh snapshot (machine
     crash, kill -9 at step "segment-N") leaves the older snapshots in place; docs/ops.md says
@@ -159,7 +159,6 @@ def test_snapshot_plus_spool_after_an_interrupted_purge_equals_the_live_store(tm
     assert len(dump(target)["usage"]) == len(dump(h.db)["usage"])
 
 
-@pytest.mark.xfail(strict=True, reason="TODO(purgefix) fix 6")
 def test_replay_after_a_purge_sealed_a_torn_segment_reaches_the_records_after_it(tmp_path):
     """A producer killed mid-write leaves a torn tail in the newest segment; normally the
     next append terminates it (it is still the newest) and the drain quarantines it. A purge
@@ -192,7 +191,7 @@ def test_replay_after_a_purge_sealed_a_torn_segment_reaches_the_records_after_it
     assert report["damaged"] or report["partial_tail"], report  # the torn line is reported
 
 
-@pytest.mark.xfail(strict=True, reason="known limit: a rebuild that never created x skips its delete, so x's branch child is not detached")
+@pytest.mark.xfail(strict=True, reason="known limit (docs/operations.md): a rebuild that never created x skips its delete, so x's branch child is not detached")
 def test_whole_spool_replay_after_purge_detaches_the_branch_like_the_live_store(tmp_path):
     """Live, ``sessions.delete x`` detaches x's branch child c (parent_id/kind cleared). After
     the purge x's records are tombstones, so a rebuild that did not start with x in the store
@@ -246,7 +245,7 @@ def test_a_rerun_removes_what_a_purge_killed_in_its_snapshot_step_left(tmp_path)
     assert files_holding(h.root, b"WORD-x") == []
 
 
-@pytest.mark.xfail(strict=True, reason="known limit: applied_batches keeps the deleted session's batch ids, so a re-import is dropped as duplicates")
+@pytest.mark.xfail(strict=True, reason="known limit (docs/operations.md): applied_batches keeps the deleted session's batch ids, so a re-import is dropped as duplicates")
 def test_a_purged_session_imported_again_comes_back(quill):
     """`quill import` spools a batch under a stable batch id (``ingest.stable_batch_id``). A
     deleted (and purged) session imported again from the same file gets the same batch ids;
@@ -292,7 +291,7 @@ def test_a_purge_does_not_restart_the_retention_clock_of_the_segments_it_rewrite
     assert [s["segment"] for s in collectable(h.spool_dir, end, end)] == [1]
 
 
-@pytest.mark.xfail(strict=True, reason="known limit: a delete without --purge leaves freed pages in the live store; the next snapshot copies them")
+@pytest.mark.xfail(strict=True, reason="known limit (docs/operations.md): a delete without --purge leaves freed pages in the live store; the next snapshot copies them")
 def test_purge_later_then_the_next_snapshot_holds_no_deleted_content(tmp_path):
     """docs/operations.md: "`quill spool purge ID` once the delete is applied" is the way to
     purge a session deleted without ``--purge``. That delete ran without ``secure_delete``,

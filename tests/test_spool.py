@@ -85,6 +85,26 @@ def test_seal_torn_tail_when_no_producer_holds_the_segment(tmp_path):
     assert entries[-1].record is None and entries[-1].damage.reason == "checksum"
 
 
+def test_a_torn_tail_in_a_full_segment_does_not_hide_the_next_segment(tmp_path):
+    """Size-based rotation: a producer killed mid-write at the end of a full segment leaves a
+    torn tail no later append terminates (producers move to the next segment). The reader
+    yields it as a damaged ``torn-tail`` entry as it stands and reads on; ``seal_torn_tail``
+    leaves a sealed segment alone (that would move its end past a cursor already there)."""
+    with Spool(tmp_path, segment_bytes=200) as sp:
+        sp.append("session.create", {"session_id": "before", "source": "cli", "pad": "x" * 150})
+    with open(tmp_path / "00000001.jsonl", "ab") as f:
+        f.write(b'{"v":1,"op":"sess')
+    with Spool(tmp_path, segment_bytes=200) as sp:
+        assert sp.append("session.create", {"session_id": "after"}).position.segment == 2
+    size = (tmp_path / "00000001.jsonl").stat().st_size
+    reader = SpoolReader(tmp_path)
+    assert reader.seal_torn_tail(1) is False
+    entries = _records(tmp_path)
+    assert [e.record["data"]["session_id"] if e.record else e.damage.reason for e in entries] == [
+        "before", "torn-tail", "after"]
+    assert entries[1].next == Position(1, size) and entries[1].raw == b'{"v":1,"op":"sess'
+
+
 def test_rotation_keeps_order_across_segments(tmp_path):
     with Spool(tmp_path, segment_bytes=1000) as sp:
         for i in range(40):

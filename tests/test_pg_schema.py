@@ -39,3 +39,29 @@ def test_a_store_with_the_old_word_index_is_rebuilt_on_open_and_finds_reasoning(
         assert layout == PG_LAYOUT
     finally:
         s.close()
+
+
+def test_dropping_one_stores_schema_leaves_the_others_search_working(tmp_path, pg_schemas):
+    """Extensions are database-wide but live in a schema: created in the first store's own
+    schema, a DROP SCHEMA … CASCADE of that store took unaccent/pg_trgm away from every other
+    store in the database (seen as 'schema t_… does not exist' in another store's search)."""
+    first, second = pg_schemas(), pg_schemas()
+    stores = [Store(tmp_path / "a", first), Store(tmp_path / "b", second)]
+    try:
+        for s in stores:
+            s.apply("messages.append", {"session_id": "s", "messages": [user("the café opens")]})
+    finally:
+        for s in stores:
+            s.close()
+    with psycopg.connect(first, autocommit=True) as conn:
+        schema = conn.execute("SELECT current_schema()").fetchone()[0]
+        where = {r[0]: r[1] for r in conn.execute(
+            "SELECT e.extname, n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace")}
+        conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+    assert schema not in where.values()
+    s = Store(tmp_path / "b", second)
+    try:
+        with s.reader() as r:
+            assert [h["session_id"] for h in r.search("cafe")] == ["s"]
+    finally:
+        s.close()

@@ -69,7 +69,7 @@ class PostgresBackend:
             dead = {r[0]: r[1] for r in self.conn.execute(
                 "SELECT relname, n_dead_tup FROM pg_stat_user_tables WHERE schemaname = current_schema()")}
             return {"tables": len(tables), "dead_tuples": dead}
-        self.conn.execute("CREATE EXTENSION IF NOT EXISTS amcheck")
+        amcheck = schema.extension_schema(self.conn, "amcheck")
         problems: list[str] = []
         indexes = [r[0] for r in self.conn.execute(
             "SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
@@ -77,12 +77,12 @@ class PostgresBackend:
             "WHERE a.amname = 'btree' AND t.relnamespace = current_schema()::regnamespace ORDER BY 1")]
         for name in indexes:
             try:
-                self.conn.execute("SELECT bt_index_check(?::regclass, true)", (name,)).fetchall()
+                self.conn.execute(f'SELECT "{amcheck}".bt_index_check(?::regclass, true)', (name,)).fetchall()
             except CorruptError as exc:  # XX002: amcheck raises for the first violation it meets
                 problems.append(f"index {name}: {exc}")
         for t in tables:
             problems += [f"{t} block {r[0]}: {r[1]}" for r in self.conn.execute(
-                "SELECT blkno, msg FROM verify_heapam(?::regclass)", (t,))]
+                f'SELECT blkno, msg FROM "{amcheck}".verify_heapam(?::regclass)', (t,))]
         return {"ok": not problems, "problems": problems, "indexes_checked": len(indexes),
                 "tables_checked": len(tables), "host": socket.gethostname()}
 

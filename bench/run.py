@@ -64,7 +64,7 @@ def targets(res: dict[str, Any]) -> list[dict[str, Any]]:
             if largest else None, "< 10 ms (issue 17)", None, "1M not run (use --full)")
     if largest:
         v = largest["ranked_bounded_p95_ms"]
-        add(f"ranked search (bounded, Quill bm25) p95 at {largest['messages']:,}",
+        add(f"ranked search (Reader.search order=relevance, bounded bm25) p95 at {largest['messages']:,}",
             f"{v} ms (FTS5 bm25(): {largest.get('fts5_bm25_bounded_p95_ms')} ms)", "< 20 ms (issue 17)", v < 20)
     sc = (res.get("scale") or {}).get("sizes") or []
     if sc:

@@ -81,26 +81,45 @@ def bm25_bounded(conn: apsw.Connection, text: str, *, limit: int = 20, candidate
                  sample: int = DF_SAMPLE) -> list[tuple[int, float]]:
     """``(message id, score)`` of the best ``limit`` of the newest ``candidates`` rows of the
     word index matching ``text`` (any string: ``query.plan``), best first (lowest score, as
-    FTS5's ``bm25()``; ties newest first). Visibility is not applied here (a caller filters,
-    as newest-first search does). When every phrase was counted exactly, FTS5's own
-    ``bm25()`` scores the candidates (the same scores, in C; its own count then visits at most
-    ``sample`` rows per phrase); else ``_score`` with the estimated counts. Raises
-    ``ValueError`` when ``text`` is not a word query (substring/CJK routes have no word index
-    to rank by)."""
+    FTS5's ``bm25()``; ties newest first). Visibility is not applied here (``ranked`` takes
+    the caller's filters; ``store.search`` ranks with them). When every phrase was counted
+    exactly, FTS5's own ``bm25()`` scores the candidates (the same scores, in C; its own count
+    then visits at most ``sample`` rows per phrase); else ``_score`` with the estimated counts.
+    Raises ``ValueError`` when ``text`` is not a word query (substring/CJK routes have no word
+    index to rank by)."""
     plan = query.plan(text)
     if plan.kind == "none":
         return []
     if plan.kind != "fts":
         raise ValueError(f"ranked search needs a word query; {text!r} goes to the {plan.kind} route")
-    counted = [_doc_count(conn, p, sample) for p in query.phrases(text)]
+    return ranked(conn, plan.match, query.phrases(text), limit=limit, candidates=candidates, sample=sample)
+
+
+def ranked(conn: apsw.Connection, match: str, phrases: list[str], *, limit: int = 20,
+           candidates: int = CANDIDATES, sample: int = DF_SAMPLE, join: str = "", where: str = "1",
+           args: tuple[Any, ...] = ()) -> list[tuple[int, float]]:
+    """``bm25_bounded`` for the FTS5 expression ``match`` whose phrases are ``phrases``
+    (``query.phrases``: each one's document count is sampled), the candidates being the newest
+    ``candidates`` rows of ``messages_fts f`` (joined with ``join``, e.g. ``JOIN messages m ON
+    m.id = f.rowid``) that match and satisfy the SQL condition ``where`` (its parameters
+    ``args``). The filters bound the candidates, not the document counts (FTS5's ``bm25()``
+    counts over the whole index too), so a filtered ranking scores each row as an unfiltered
+    one does."""
+    counted = [_doc_count(conn, p, sample) for p in phrases]
+    sql = _RANKED_SQL.replace("{join}", join).replace("{where}", where)
     if all(exact for _, exact in counted):
-        return conn.execute(_RANKED_SQL.format(score="bm25(messages_fts)"),
-                            (plan.match, candidates, limit)).fetchall()
-    return ranked_with_counts(conn, plan.match, [n for n, _ in counted], limit=limit, candidates=candidates)
+        return conn.execute(sql.format(score="bm25(messages_fts)"), (match, *args, candidates, limit)).fetchall()
+    conn.register_fts5_function(_FUNCTION, _score)
+    counts = [n for n, _ in counted]
+    extra = "".join(", ?" for _ in counts)
+    return conn.execute(sql.format(score=f"{_FUNCTION}(messages_fts{extra})"),
+                        (*counts, match, *args, candidates, limit)).fetchall()
 
 
-_RANKED_SQL = ("SELECT id, r FROM (SELECT rowid AS id, {score} AS r FROM messages_fts WHERE messages_fts MATCH ? "
-               "ORDER BY rowid DESC LIMIT ?) ORDER BY r, id DESC LIMIT ?")
+# The candidates: the newest matches (FTS5 hands rows out by rowid, descending, so only the
+# LIMIT rows are read and scored); then ordered by score. {join}/{where} are the caller's.
+_RANKED_SQL = ("SELECT id, r FROM (SELECT f.rowid AS id, {score} AS r FROM messages_fts f {join} "
+               "WHERE messages_fts MATCH ? AND ({where}) ORDER BY f.rowid DESC LIMIT ?) ORDER BY r, id DESC LIMIT ?")
 
 
 def ranked_with_counts(conn: apsw.Connection, match: str, counts: list[float], *, limit: int = 20,
@@ -109,7 +128,8 @@ def ranked_with_counts(conn: apsw.Connection, match: str, counts: list[float], *
     document counts given (``_score``, FTS5's formula in Python)."""
     conn.register_fts5_function(_FUNCTION, _score)
     args = "".join(", ?" for _ in counts)
-    return conn.execute(_RANKED_SQL.format(score=f"{_FUNCTION}(messages_fts{args})"),
+    sql = _RANKED_SQL.replace("{join}", "").replace("{where}", "1")
+    return conn.execute(sql.format(score=f"{_FUNCTION}(messages_fts{args})"),
                         (*counts, match, candidates, limit)).fetchall()
 
 

@@ -198,7 +198,8 @@ class Reader:
                **filters: Any) -> list[dict[str, Any]]:
         """Messages matching ``text``, newest first (``search.search``: hits carry
         session_id, message_id, role, state, ts, title, matched_in, snippet, highlights, before,
-        after). Extra filters: since, until, substring, context, kinds."""
+        after). Extra filters: since, until, substring, context, kinds, order ("newest" or
+        "relevance": bounded BM25 over the newest 1,000 matches, ``store.rank``)."""
         with self.snapshot() as conn:
             return search_mod.search(conn, text, limit=limit, session_id=session_id, role=role,
                                      source=source, projection=projection, **filters)

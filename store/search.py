@@ -2,7 +2,8 @@
 
 Rules (issue 3 §5; architecture.md "Measured facts the schema relies on"):
 * any string is a valid query (``query.plan``); results are newest first (ranking a common
-  word over 1M rows costs seconds, newest-first ~1 ms);
+  word over 1M rows costs seconds, newest-first ~1 ms), or, with ``order="relevance"``, the
+  newest ``rank.CANDIDATES`` word-index matches ordered by bounded BM25 (``rank``);
 * visibility is filtered here, never in the index: ``display`` (default) searches live and
   compacted rows, ``audit`` every row (superseded and rewound too), ``model`` live rows;
 * display hits are deduplicated by display position and reported as the row display shows
@@ -26,7 +27,7 @@ from typing import Any
 import apsw
 
 from . import hits as hits_mod
-from . import projections, query, textfold
+from . import projections, query, rank, textfold
 from .indexer import search_state
 from .normalize import scrub
 from .schema import KIND_COLUMNS, SEARCH_COLUMNS_SQL, TRIGRAM_PREFIX_CHARS, TRIGRAM_ROLES
@@ -35,6 +36,8 @@ SNIPPET_CHARS = hits_mod.SNIPPET_CHARS
 #: Upper bound on rows a scan reads (newest first) before giving up: keeps a short-CJK
 #: query on a huge store to a bounded cost; older matches beyond it are not reported.
 SCAN_MAX_ROWS = 200_000
+#: Result orders: ``newest`` first (the default) or by ``relevance`` (bounded BM25, ``rank``).
+ORDERS = ("newest", "relevance")
 #: Search kinds: which text of a message a query looks in (``kinds=None``: all of them).
 KINDS = tuple(KIND_COLUMNS)
 #: Row shape every candidate query returns: ids, filters' columns and the index columns' texts.
@@ -158,9 +161,9 @@ def route(text: str, *, substring: bool = False, kinds: list[str] | None = None)
 def search(conn: apsw.Connection, text: str, *, limit: int = 20, session_id: str | None = None,
            role: str | None = None, source: str | None = None, projection: str = "display",
            since: float | None = None, until: float | None = None, substring: bool = False,
-           context: bool = True, kinds: list[str] | None = None,
+           context: bool = True, kinds: list[str] | None = None, order: str = "newest",
            timings: dict[str, float] | None = None, clock: Any = time.perf_counter) -> list[dict[str, Any]]:
-    """Messages matching ``text``, newest first, at most ``limit``.
+    """Messages matching ``text``, newest first (or by relevance, ``order``), at most ``limit``.
 
     Hits are dicts: ``session_id``, ``message_id``, ``role``, ``state``, ``ts``, ``title``,
     ``matched_in`` (``text`` | ``tool`` | ``reasoning``: where the snippet comes from),
@@ -171,15 +174,26 @@ def search(conn: apsw.Connection, text: str, *, limit: int = 20, session_id: str
     ``since``/``until`` bound the message timestamp (epoch seconds). ``substring=True``
     searches substrings (trigram scope) instead of words. ``kinds`` limits where to look:
     message ``text``, ``tool`` calls (names and decoded arguments), ``reasoning``.
+    ``order="relevance"`` ranks instead (``_ranked_page``): the newest ``rank.CANDIDATES``
+    indexed matches that pass the filters, best BM25 first (``rank.ranked``: FTS5's bm25(),
+    its scores exactly while every phrase is in at most ``rank.DF_SAMPLE`` rows), same hits;
+    rows not yet indexed are not ranked, and with the index detached (``search_health``
+    degraded) the answer is the newest-first one, as there are no index statistics to rank by.
     ``timings``, when given, receives the seconds of each stage by ``clock`` (wall time by
     default; ``time.process_time`` for CPU): ``candidates_s`` (index, tail and display
     dedupe: ids with their display ids, one query per batch), ``page_s`` (the page's rows,
     titles, neighbour positions — one query — and snippets) and ``context_s`` (the
     neighbours' rows, one query, cut to previews) — for the benchmark.
-    Raises ``ValueError`` for an unknown projection or kind; any query string is accepted.
+    Raises ``ValueError`` for an unknown projection, kind or order, and for a ranked query
+    that is not a word query (substring, CJK and scan routes have no word index to rank by);
+    otherwise any query string is accepted.
     """
+    if order not in ORDERS:
+        raise ValueError(f"search order must be one of {list(ORDERS)}, got {order!r}")
     plan = query.plan(text, substring=substring)
     kinds_t = _kinds(kinds)
+    if order == "relevance" and plan.kind not in ("fts", "none"):
+        raise ValueError(f"ranked search needs a word query; {text!r} goes to the {plan.kind} route")
     if plan.kind == "none" or limit <= 0:
         return []
     cond, args = _filters(projection, session_id, role, source, since, until)
@@ -187,6 +201,9 @@ def search(conn: apsw.Connection, text: str, *, limit: int = 20, session_id: str
     t0 = clock()
     # Detached (damaged) indexes are not read: everything counts as the unindexed tail.
     state, upto, top = search_state(conn)
+    if order == "relevance" and state == "ok":
+        page = _ranked_page(conn, plan, text, upto, cond, args, limit, kinds_t, display)
+        return _hits(conn, plan, page, projection, context, kinds_t, t0, timings, clock)
     usable = state == "ok"
     upto = upto if usable else 0
     found: list[int] = [] if plan.kind == "scan" or top <= upto else _tail(conn, plan, upto, cond, args, kinds_t)
@@ -216,6 +233,45 @@ def search(conn: apsw.Connection, text: str, *, limit: int = 20, session_id: str
             break
         below = pairs[-1][0]
         batch = min(batch * 2, 1000)
+    return _hits(conn, plan, page, projection, context, kinds_t, t0, timings, clock)
+
+
+def _ranked_page(conn: apsw.Connection, plan: query.Plan, text: str, upto: int, cond: str, args: list[Any],
+                 limit: int, kinds: tuple[str, ...], display: bool) -> list[int]:
+    """Display ids of the best ``limit`` of the newest ``rank.CANDIDATES`` indexed rows that
+    match and pass the filters (``cond``), best first. Every candidate is ordered (ordering
+    1,000 scores is cheap) so that display dedupe, which keeps a representative's best-ranked
+    row, still fills the page. Rows above the index watermark ``upto`` have no index
+    statistics and are not ranked (``search_health`` reports them as pending)."""
+    match = plan.match
+    if kinds != KINDS:
+        match = "{" + " ".join(KIND_COLUMNS[k] for k in kinds) + "} : (" + match + ")"
+    where = f"f.rowid <= ? AND {cond}"
+    try:
+        # Every candidate ordered (limit = candidates): display dedupe below may drop some.
+        ranked = rank.ranked(conn, match, query.phrases(text), limit=rank.CANDIDATES,
+                             candidates=rank.CANDIDATES, sample=rank.DF_SAMPLE,
+                             join="JOIN messages m ON m.id = f.rowid " + _join(cond), where=where,
+                             args=(upto, *args))
+    except (apsw.CorruptError, apsw.NotADBError):
+        return []  # damaged index met by a reader: as newest-first, nothing ranked to offer
+    ids = [i for i, _ in ranked]
+    reps = projections.representatives(conn, ids) if display else {}
+    page: list[int] = []
+    seen: set[int] = set()
+    for mid in ids:
+        mid = reps.get(mid, mid)
+        if mid not in seen:
+            seen.add(mid)
+            page.append(mid)
+            if len(page) >= limit:
+                break
+    return page
+
+
+def _hits(conn: apsw.Connection, plan: query.Plan, page: list[int], projection: str, context: bool,
+          kinds_t: tuple[str, ...], t0: float, timings: dict[str, float] | None, clock: Any) -> list[dict[str, Any]]:
+    """The hit dicts of ``page`` (display ids, in order) with snippets and context (``search``)."""
     t1 = clock()
     out: list[dict[str, Any]] = []
     near: list[tuple] = []

@@ -72,3 +72,81 @@ def test_only_word_queries_are_ranked(store):
         assert rank.bm25_bounded(r.conn, "   ") == []
         with pytest.raises(ValueError):
             rank.bm25_bounded(r.conn, "数据库连接")
+
+
+# -- the product's ranked search: Reader.search(order="relevance") ------------------------------
+
+FTS5_BOUNDED_IN_SESSION = (
+    "SELECT id, r FROM (SELECT f.rowid AS id, bm25(messages_fts) AS r FROM messages_fts f "
+    "JOIN messages m ON m.id = f.rowid WHERE messages_fts MATCH ? AND m.session_id = ? "
+    "ORDER BY f.rowid DESC LIMIT ?) ORDER BY r, id DESC LIMIT ?")
+
+
+@pytest.mark.parametrize("text, match", [
+    ("alpha", '"alpha"'), ("seldom alpha", '"seldom" "alpha"'), ("alpha OR omega", '"alpha" OR "omega"'),
+    ('"alpha beta"', '"alpha beta"'), ("sigma NOT delta", '"sigma" NOT "delta"')])
+def test_ranked_search_orders_as_fts5_bm25_when_counts_are_exact(store, text, match):
+    """A store small enough that every phrase is counted exactly: the product's ranked order
+    is FTS5's bm25() order over the newest candidates, with and without a filter, and the
+    hits have the newest-first search's shape."""
+    with store.reader() as r:
+        want = [i for i, _ in r.conn.execute(FTS5_BOUNDED, (match, rank.CANDIDATES, 50)).fetchall()]
+        hits = r.search(text, limit=50, order="relevance")
+        assert [h["message_id"] for h in hits] == want
+        assert len(want) > 10
+        newest = r.search(text, limit=50)
+        assert sorted(h["message_id"] for h in newest) != [h["message_id"] for h in hits]  # really reordered
+        assert [set(h) for h in hits] == [set(newest[0])] * len(hits)
+        by_id = {h["message_id"]: h for h in newest}
+        for h in hits:  # same hit as newest-first search shows for the same message
+            if h["message_id"] in by_id:
+                assert h == by_id[h["message_id"]]
+        in_s2 = [i for i, _ in r.conn.execute(FTS5_BOUNDED_IN_SESSION, (match, "s2", rank.CANDIDATES, 50))]
+        assert [h["message_id"] for h in r.search(text, limit=50, order="relevance", session_id="s2")] == in_s2
+
+
+def test_ranked_search_with_sampled_counts_ranks_the_newest_candidates_by_the_bounded_score(store, monkeypatch):
+    """Sampling on (a sample smaller than the phrases' rows, candidates fewer than the
+    matches, as at 1M with the real constants): the result is the newest ``CANDIDATES``
+    matches, ordered by the bounded score with the estimated counts."""
+    monkeypatch.setattr(rank, "DF_SAMPLE", 10)
+    monkeypatch.setattr(rank, "CANDIDATES", 20)
+    from quill.store import query
+    text, match = "seldom alpha", '"seldom" "alpha"'
+    with store.reader() as r:
+        counts = [rank.doc_count(r.conn, p, sample=10) for p in query.phrases(text)]
+        exact = [r.conn.execute("SELECT count(*) FROM messages_fts WHERE messages_fts MATCH ?", (p,)).fetchone()[0]
+                 for p in query.phrases(text)]
+        assert counts != exact  # estimated, not counted
+        newest = [i for (i,) in r.conn.execute("SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? "
+                                               "ORDER BY rowid DESC", (match,))]
+        assert len(newest) > 20
+        hits = [h["message_id"] for h in r.search(text, limit=300, order="relevance", context=False)]
+        assert sorted(hits) == sorted(newest[:20])
+        want = [i for i, _ in rank.ranked_with_counts(r.conn, match, counts, limit=300, candidates=20)]
+        assert hits == want
+        assert hits[:5] == [h["message_id"] for h in r.search(text, limit=5, order="relevance")]
+
+
+def test_ranked_search_keeps_visibility_rules(tmp_path):
+    s = Store(tmp_path)
+    try:
+        s.apply("messages.append", {"session_id": "s", "messages": [user("keep wombat"), user("drop wombat wombat")]})
+        s.apply("messages.rewind", {"session_id": "s", "user_turn": 2})
+        s.index()
+        with s.reader() as r:
+            assert [h["snippet"] for h in r.search("wombat", order="relevance")] == ["keep wombat"]
+            assert [h["state"] for h in r.search("wombat", order="relevance", projection="audit")] == \
+                ["rewound", "live"]  # two instances rank first
+    finally:
+        s.close()
+
+
+def test_ranked_search_needs_a_word_query_and_a_known_order(store):
+    with store.reader() as r:
+        assert r.search("   ", order="relevance") == []
+        for text, kw in (("数据库连接", {}), ("alp", {"substring": True})):
+            with pytest.raises(ValueError):
+                r.search(text, order="relevance", **kw)
+        with pytest.raises(ValueError):
+            r.search("alpha", order="best")

@@ -233,3 +233,18 @@ def test_short_cjk_scan_honours_or_and_not(tmp_path, backend):
         assert ids("数据库 NOT 失败") == []
         assert ids("数据库 NOT 東京") == [first]
     store.close()
+
+
+def test_relevance_order_ranks_on_sqlite_and_is_a_clear_error_on_postgres(store):
+    """Ranked search is SQLite's bounded BM25 (store/rank.py; tests/test_search_rank.py);
+    PostgreSQL serves newest first only and says so instead of ignoring the order."""
+    store.apply("messages.append", {"session_id": "s", "messages": [
+        user("wombat wombat wombat burrow"), user("one wombat among many other words here today")]})
+    store.index()
+    with store.reader() as r:
+        if store.kind == "postgres":
+            with pytest.raises(ValueError):
+                r.search("wombat", order="relevance")
+            return
+        assert [h["snippet"] for h in r.search("wombat")][0].startswith("one wombat")
+        assert [h["snippet"] for h in r.search("wombat", order="relevance")][0].startswith("wombat wombat")

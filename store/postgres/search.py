@@ -127,12 +127,16 @@ def _indexed(conn: PgConnection, plan: query.Plan, cond: str, args: list[Any], b
 def search(conn: PgConnection, text: str, *, limit: int = 20, session_id: str | None = None,
            role: str | None = None, source: str | None = None, projection: str = "display",
            since: float | None = None, until: float | None = None, substring: bool = False,
-           context: bool = True, kinds: list[str] | None = None) -> list[dict[str, Any]]:
+           context: bool = True, kinds: list[str] | None = None, order: str = "newest") -> list[dict[str, Any]]:
     """Messages matching ``text``, newest first, at most ``limit`` — the contract of
     ``store.search.search`` (hit keys, filters, projections, context). Raises ``ValueError``
-    for an unknown projection or kind. ``kinds`` (text, tool, reasoning; None = all) select
+    for an unknown projection or kind, and for ``order`` other than ``newest``: ranked
+    (``relevance``) search is SQLite's bounded BM25 (``store.rank``) and has no PostgreSQL
+    counterpart. ``kinds`` (text, tool, reasoning; None = all) select
     the weights of the word index, the trigram index (text only) and the scan (text and
     reasoning). Any query string is accepted."""
+    if order != "newest":
+        raise ValueError(f"search order {order!r} is not served by the PostgreSQL store (newest first only)")
     kinds_t = _kinds(kinds)
     plan = query.plan(text, substring=substring)
     if plan.kind == "none" or limit <= 0:

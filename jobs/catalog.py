@@ -55,6 +55,10 @@ JOBS: tuple[JobSpec, ...] = (
     JobSpec("vacuum", "store", store_jobs.vacuum,
             "VACUUM when free pages ≥ 20 % and the disk has room for the copy; then TRUNCATE the WAL",
             "cron", {"day_of_week": "sun", "hour": 4, "minute": 30}, needs_idle=True),
+    JobSpec("scrub", "store", store_jobs.scrub,
+            "FTS optimize + VACUUM + TRUNCATE checkpoint: no bytes of deleted rows left in the live store "
+            "(queued by `quill spool purge` for sessions deleted without --purge)",
+            None, {}, retries=0),
     JobSpec("auto_prune", "store", prune.auto_prune,
             "close stale open sessions of automatic sources, then delete ended sessions past retention",
             "cron", {"hour": 3, "minute": 0},

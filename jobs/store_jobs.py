@@ -15,7 +15,7 @@ import apsw
 from quill.store.connection import WRITER_BUSY_MS, transaction
 from quill.store.errors import CorruptError, TransientError, mapped
 from quill.store import fts_repair
-from quill.store.indexer import FTS_TABLES, optimize
+from quill.store.indexer import FTS_TABLES, fts_state, optimize
 
 _CHECKPOINT_MODES = {
     "PASSIVE": apsw.SQLITE_CHECKPOINT_PASSIVE,
@@ -106,6 +106,34 @@ def vacuum(conn: apsw.Connection, min_free_ratio: float = 0.2, headroom: float =
     return {"bytes_before": before, "bytes_after": os.stat(path).st_size + wal_bytes(conn),
             "free_ratio": round(ratio, 4), "seconds": round(time.monotonic() - start, 3),
             "wal_bytes_after": cp["wal_bytes_after"], "wal_blocked_by_reader": cp["blocked_by_reader"]}
+
+
+def scrub(conn: apsw.Connection) -> dict[str, Any]:
+    """Leave no bytes of deleted rows in the live store (queued by ``quill spool purge`` for
+    sessions deleted without ``--purge``: that delete ran without ``secure_delete``, so their
+    cells stay in freed pages and FTS5 only masks their index entries; the backup API copies
+    both into every later snapshot). FTS5 'optimize' drops the masked entries, VACUUM rewrites
+    the file from its live rows (unconditionally, unlike ``vacuum``: the free-page ratio says
+    nothing about where the deleted bytes are), then a TRUNCATE checkpoint copies the rewrite
+    into the main file and empties the WAL. A reader holding an old snapshot blocks the
+    checkpoint (``wal_blocked_by_reader``): reads and snapshots already see only the rewrite,
+    but the main file and the WAL keep old pages until a later TRUNCATE checkpoint. Figures: bytes
+    before/after, seconds, ``wal_bytes_after``, ``wal_blocked_by_reader``. Raises the store
+    error tree (``mapped``)."""
+    path = conn.filename
+    before = os.stat(path).st_size + wal_bytes(conn)
+    start = time.monotonic()
+    try:
+        with mapped():
+            if fts_state(conn) == "ok":  # detached (damaged) indexes are rebuilt, not merged
+                with transaction(conn):
+                    optimize(conn)
+            conn.execute("VACUUM")
+    finally:  # after any attempt, failed ones included: a VACUUM's WAL is as big as the store
+        cp = wal_checkpoint(conn, "TRUNCATE")
+    return {"bytes_before": before, "bytes_after": os.stat(path).st_size + wal_bytes(conn),
+            "seconds": round(time.monotonic() - start, 3), "wal_bytes_after": cp["wal_bytes_after"],
+            "wal_blocked_by_reader": cp["blocked_by_reader"]}
 
 
 def fts_rebuild(conn: apsw.Connection) -> dict[str, Any]:

@@ -118,6 +118,13 @@ def echo_purge(figures: dict[str, Any]) -> None:
                f"{len(figures['segments_rewritten'])} segment(s); quarantine entries: "
                f"{len(figures['quarantine_purged'])}; snapshots removed: {len(figures['snapshots_removed'])}, "
                f"compacted: {len(figures['snapshots_compacted'])}, new: {figures['snapshot'] or '-'}")
+    scrub = figures.get("store_scrub")
+    if scrub:
+        click.echo(f"live store scrubbed (deleted without --purge) by the {scrub.get('runner', 'writer')}: "
+                   f"{scrub['bytes_before']} -> {scrub['bytes_after']} bytes in {scrub['seconds']} s"
+                   + ("; a reader blocked its TRUNCATE checkpoint: `quill jobs run wal_checkpoint --mode truncate` "
+                      "once it is gone"
+                      if scrub.get("wal_blocked_by_reader") else ""))
     if figures.get("damaged"):
         click.echo(f"not purged: {len(figures['damaged'])} spool line(s) too damaged to tell whose they are, at "
                    f"{', '.join(figures['damaged'][:10])}; they may hold the deleted content "

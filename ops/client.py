@@ -314,6 +314,8 @@ class Client(Reads):
         ``NotFoundError`` (no applied delete names it)."""
         from quill.spool import WaitTimeoutError as SpoolWaitTimeout
 
+        from quill.jobs.queues import build_for
+
         from . import purge
         from .wait import wait_applied
 
@@ -329,7 +331,8 @@ class Client(Reads):
                                        f"`quill spool purge {' '.join(session_ids)}`") from None
         return purge.purge(self.config.spool_dir, self.config.state_db, self.config.snapshots_dir,
                            list(session_ids), actor=f"user:{getpass.getuser()}",
-                           snapshot_keep=self.config.snapshot_keep)
+                           snapshot_keep=self.config.snapshot_keep,
+                           enqueue_scrub=lambda: build_for(self.config).enqueue("scrub"))
 
     def reprice_usage(self, *, dry_run: bool = False) -> dict[str, Any]:
         """``quill usage reprice``: compute the cost of every usage record not priced with

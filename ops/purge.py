@@ -19,7 +19,12 @@ conversation on request"). ``purge`` removes those copies, after the delete is a
 3. **Verify**: a third pass finds no target left.
 4. **Quarantine**: entries of targets are removed with an audit line that holds no content,
    and content of earlier audit lines about them is dropped (``Quarantine.purge``).
-5. **Snapshots**: a fresh, compacted snapshot of the live store is taken first (so a verified
+5. **Live store**: if any purged session was deleted without ``purge: true`` (no secure
+   deletion: its rows' bytes are in ``state.db``'s freed pages and masked FTS entries), the
+   writer runs the ``scrub`` job (FTS optimize, VACUUM, TRUNCATE checkpoint) and the purge
+   waits for its ``job_runs`` record; with no writer running, the purge takes the writer
+   lease and runs the job itself (``ops.purge_scrub``).
+6. **Snapshots**: a fresh, compacted snapshot of the live store is taken first (so a verified
    recovery point always exists), then every older snapshot stamped at or before a bound (it
    still holds the session) is deleted and every later one is compacted in place
    (``jobs.worker_jobs.compact_snapshot``: deleted rows' bytes leave free pages and FTS).
@@ -46,6 +51,7 @@ from quill.store.errors import CantOpenError
 from quill.store.reads import Reader
 
 from .errors import InvalidInputError, NotFoundError
+from .purge_scrub import scrub_live_store
 
 Step = Callable[[str], None]
 #: The closure of a purge in progress (session id → bound), in the spool directory: no
@@ -66,6 +72,9 @@ class Plan:
     #: Positions of damaged lines before the newest bound whose body no longer parses: they
     #: may hold a purged session's content; reported, not guessed at.
     damaged: list[str] = field(default_factory=list)
+    #: Sessions whose delete ran without ``purge: true`` (no secure deletion): their bytes
+    #: are still in the live store's freed pages, so the purge scrubs it (``purge_scrub``).
+    unsecured: set[str] = field(default_factory=set)
 
     def wants(self, rec: dict[str, Any] | None, position: Position) -> bool:
         """Whether the record at ``position`` is content of a purged session before its bound."""
@@ -110,6 +119,7 @@ def plan(spool_dir: Path, db_path: Path, session_ids: list[str],
         raise InvalidInputError(f"session(s) {', '.join(sorted(present))} still exist in the store",
                                 hint="delete them first: `quill sessions delete ID --purge`")
     deletes: dict[str, tuple[Position, str]] = {}
+    secured: dict[str, bool] = {}  # per session: did every applied delete of it ask for purge
     delegates: list[tuple[str, str, Position]] = []  # (parent, child, position of the create)
     for e in _entries(spool_dir):
         rec = e.record
@@ -120,6 +130,9 @@ def plan(spool_dir: Path, db_path: Path, session_ids: list[str],
             for sid in data.get("session_ids") or []:
                 if isinstance(sid, str):
                     deletes[sid] = (e.position, rec["batch"])
+                    # secured only if every applied delete of it was: an earlier plain delete
+                    # of a re-created session left its bytes too
+                    secured[sid] = secured.get(sid, True) and data.get("purge") is True
         elif (rec["op"] == "session.create" and data.get("parent_kind") == "delegate"
               and isinstance(data.get("parent_id"), str) and isinstance(data.get("session_id"), str)):
             delegates.append((data["parent_id"], data["session_id"], e.position))
@@ -140,7 +153,18 @@ def plan(spool_dir: Path, db_path: Path, session_ids: list[str],
     _, alive = _store_facts(db_path, set(bounds) - set(session_ids))
     for child in alive:  # pinned or archived delegates were kept: not ours to purge
         del bounds[child]
-    out = Plan(bounds)
+    # A delegate child went with its parent's delete (same secure deletion or not); a session
+    # known only from an interrupted run's plan file is taken as unsecured (scrubbing is safe).
+    parent_of = {child: p for p, child, _ in delegates}
+
+    def is_secured(sid: str) -> bool:
+        seen = set()
+        while sid not in secured and sid in parent_of and sid not in seen:
+            seen.add(sid)
+            sid = parent_of[sid]
+        return secured.get(sid, False)
+
+    out = Plan(bounds, unsecured={s for s in bounds if not is_secured(s)})
     newest = max(b[0] for b in bounds.values())
     for e in _entries(spool_dir):
         rec = _body(e)
@@ -203,14 +227,19 @@ def _verify(spool_dir: Path, p: Plan) -> list[str]:
 
 
 def purge(spool_dir: Path, db_path: Path, snapshots_dir: Path, session_ids: list[str], *,
-          actor: str = "unknown", snapshot_keep: int = 5, on_step: Step | None = None) -> dict[str, Any]:
+          actor: str = "unknown", snapshot_keep: int = 5, on_step: Step | None = None,
+          enqueue_scrub: Callable[[], None] | None = None) -> dict[str, Any]:
     """Purge ``session_ids`` (deleted and applied) from the spool, quarantine and snapshots
     (module doc). Returns figures: ``{"sessions", "records_purged", "segments_rewritten",
     "sealed", "quarantine_purged", "snapshot", "snapshots_removed", "snapshots_compacted",
-    "damaged", "leftovers_removed", "leftovers_in_use", "seconds"}``; ``damaged``: positions of
+    "store_scrub", "damaged", "leftovers_removed", "leftovers_in_use", "seconds"}``; ``store_scrub``: the
+    figures of the ``scrub`` job the writer ran on the live store (step 5 of the module doc;
+    None when every delete was a ``--purge`` one), ``enqueue_scrub`` queues it for a running
+    writer (``ops.purge_scrub``); ``damaged``: positions of
     spool lines before the delete too damaged to tell whose they are (left, may hold content); ``leftovers_in_use``: snapshot temp
     files of a live process (a snapshot job running now), left alone. Raises ``InvalidInputError``/``NotFoundError``
-    (``plan``), ``spool.purge.PurgeVerifyError`` or ``SpoolError`` (nothing half-done is left:
+    (``plan``), ``WaitTimeoutError``/``StorageError`` (the scrub: re-run),
+    ``spool.purge.PurgeVerifyError`` or ``SpoolError`` (nothing half-done is left:
     re-run), ``CorruptError`` from a snapshot that fails its check."""
     from quill.jobs.worker_jobs import SNAPSHOT_GLOB, compact_snapshot, snapshot, snapshot_position
 
@@ -218,13 +247,15 @@ def purge(spool_dir: Path, db_path: Path, snapshots_dir: Path, session_ids: list
     spool_dir, snapshots_dir = Path(spool_dir), Path(snapshots_dir)
     with spool_purge.exclusive(spool_dir):  # one purge at a time per data dir (spool.purge.LOCK_FILE)
         figures = _purge_locked(spool_dir, db_path, snapshots_dir, session_ids, actor=actor,
-                                snapshot_keep=snapshot_keep, step=on_step or (lambda name: None))
+                                snapshot_keep=snapshot_keep, step=on_step or (lambda name: None),
+                                enqueue_scrub=enqueue_scrub)
     figures["seconds"] = round(time.monotonic() - began, 3)
     return figures
 
 
 def _purge_locked(spool_dir: Path, db_path: Path, snapshots_dir: Path, session_ids: list[str], *,
-                  actor: str, snapshot_keep: int, step: Step) -> dict[str, Any]:
+                  actor: str, snapshot_keep: int, step: Step,
+                  enqueue_scrub: Callable[[], None] | None = None) -> dict[str, Any]:
     """``purge``'s steps, run while holding the purge lock."""
     from quill.jobs.worker_jobs import (SNAPSHOT_GLOB, compact_snapshot, remove_temp_leftovers, snapshot,
                                         snapshot_position)
@@ -260,7 +291,13 @@ def _purge_locked(spool_dir: Path, db_path: Path, snapshots_dir: Path, session_i
         raise spool_purge.PurgeVerifyError(int(left[0].split(":")[0]), f"records still present at {', '.join(left[:5])}")
     quarantined = Quarantine(spool_dir).purge(lambda rec, pos: p.wants(rec, pos), actor=actor)
     step("quarantine")
-    figures: dict[str, Any] = {"snapshot": None, "snapshots_removed": [], "snapshots_compacted": []}
+    figures: dict[str, Any] = {"snapshot": None, "snapshots_removed": [], "snapshots_compacted": [],
+                               "store_scrub": None}
+    if Path(db_path).exists() and p.unsecured:
+        # Before the fresh snapshot: every snapshot taken from here on copies a store whose
+        # freed pages and FTS segments no longer hold the plainly deleted rows.
+        figures["store_scrub"] = scrub_live_store(Path(db_path), enqueue_scrub)
+        step("scrubbed")
     if Path(db_path).exists():
         fresh = Path(snapshot(str(db_path), str(snapshots_dir), keep=snapshot_keep + 1, compact=True)["path"])
         figures["snapshot"] = fresh.name

@@ -291,7 +291,6 @@ def test_a_purge_does_not_restart_the_retention_clock_of_the_segments_it_rewrite
     assert [s["segment"] for s in collectable(h.spool_dir, end, end)] == [1]
 
 
-@pytest.mark.xfail(strict=True, reason="known limit (docs/operations.md): a delete without --purge leaves freed pages in the live store; the next snapshot copies them")
 def test_purge_later_then_the_next_snapshot_holds_no_deleted_content(tmp_path):
     """docs/operations.md: "`quill spool purge ID` once the delete is applied" is the way to
     purge a session deleted without ``--purge``. That delete ran without ``secure_delete``,
@@ -308,10 +307,77 @@ def test_purge_later_then_the_next_snapshot_holds_no_deleted_content(tmp_path):
     h.say("x", *[f"WORD-x-secret {i} " + "lorem ipsum " * 20 for i in range(50)])
     h.append("sessions.delete", {"session_ids": ["x"], "reason": "user_request"})  # no purge flag
     h.drain()
-    h.purge("x")
+    assert any(b"WORD-x" in p.read_bytes() for p in h.root.glob("state.db*"))  # freed pages
+    figures = h.purge("x")
     assert files_holding(h.root, b"WORD-x") == []
     h.snapshot()  # the next scheduled snapshot
     assert files_holding(h.root, b"WORD-x") == []
+    # the fix: the live store (file and WAL) no longer holds the bytes either, and the scrub
+    # the writer ran (here the purge itself, holding the writer lease: no fleet runs) is on
+    # record in job_runs like every job
+    assert [p.name for p in h.root.glob("state.db*") if b"WORD-x" in p.read_bytes()] == []
+    assert figures["store_scrub"]["runner"] == "cli"
+    runs = _rows(h.db, "SELECT job, outcome FROM job_runs WHERE job = 'scrub'")
+    assert runs == [("scrub", "ok")]
+    assert _rows(h.db, "SELECT count(*) FROM messages WHERE session_id = 'a'") == [(1,)]
+
+
+def test_purge_after_a_purge_delete_does_not_scrub_the_live_store(tmp_path):
+    """A ``--purge`` delete already zeroed the rows (secure_delete): no VACUUM is run for it."""
+    h = Home(tmp_path / "home")
+    h.append("session.create", {"session_id": "x", "source": "cli"})
+    h.say("x", "WORD-x-secret")
+    h.append("sessions.delete", {"session_ids": ["x"], "purge": True, "reason": "user_request"})
+    h.drain()
+    assert h.purge("x")["store_scrub"] is None
+    assert _rows(h.db, "SELECT count(*) FROM job_runs WHERE job = 'scrub'") == [(0,)]
+
+
+def test_purge_later_queues_the_scrub_for_a_running_writer(tmp_path):
+    """While a writer holds its lease the purge does not write the store: it queues ``scrub``
+    and waits for the writer's ``job_runs`` record. The writer is stood for by a thread that
+    holds the lease and runs queued store jobs with ``workers.job_runner`` on its own
+    connection, as the writer's loop does between drain chunks."""
+    import structlog
+
+    from quill.jobs.queues import build
+    from quill.store.connection import open_writer
+    from quill.store.lease import Lease
+    from quill.workers.job_runner import StoreJobRunner
+    from quill.workers.rundir import RunDir
+
+    h = Home(tmp_path / "home")
+    h.append("session.create", {"session_id": "x", "source": "cli"})
+    h.say("x", *[f"WORD-x-secret {i} " + "lorem ipsum " * 20 for i in range(50)])
+    h.append("sessions.delete", {"session_ids": ["x"], "reason": "user_request"})
+    h.drain()
+    queues = build(h.root / "queue.db")
+    lease = Lease(RunDir(h.root).lock("writer")).acquire()
+    stop = threading.Event()
+
+    def writer() -> None:
+        conn = open_writer(h.db)
+        runner = StoreJobRunner(queues, structlog.get_logger("writer"), h.spool)
+        try:
+            while not stop.is_set():
+                if not runner.run_one(conn, idle=True):
+                    time.sleep(0.05)
+        finally:
+            conn.close()
+
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        figures = h.purge("x", enqueue_scrub=lambda: queues.enqueue("scrub"))
+    finally:
+        stop.set()
+        t.join(10)
+        lease.release()
+    assert figures["store_scrub"]["runner"] == "writer"
+    h.snapshot()
+    assert files_holding(h.root, b"WORD-x") == []
+    assert [p.name for p in h.root.glob("state.db*") if b"WORD-x" in p.read_bytes()] == []
+    assert _rows(h.db, "SELECT outcome FROM job_runs WHERE job = 'scrub'") == [("ok",)]
 
 
 def test_a_damaged_line_of_the_purged_session_is_reported(tmp_path):

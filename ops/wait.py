@@ -46,14 +46,17 @@ def outcomes(db_path: Path, spool_dir: Path, acks: list[Ack]) -> list[dict[str, 
     marks = ", ".join("?" for _ in acks)
     ids = [a.batch_id for a in acks]
     with Reader(db_path) as reader:
-        applied = {b for (b,) in reader.conn.execute(
-            f"SELECT batch_id FROM applied_batches WHERE batch_id IN ({marks})", ids)}
+        applied = dict(reader.conn.execute(
+            f"SELECT batch_id, position FROM applied_batches WHERE batch_id IN ({marks})", ids).fetchall())
         refused = {b: reason for b, reason in reader.conn.execute(
             f"SELECT batch_id, reason FROM rejected_batches WHERE batch_id IN ({marks})", ids)}
-    quarantined = {e["position"]: e for e in Quarantine(spool_dir).entries()} if len(applied) < len(acks) else {}
+    own = sum(applied.get(a.batch_id) == str(a.position) for a in acks)
+    quarantined = {e["position"]: e for e in Quarantine(spool_dir).entries()} if own < len(acks) else {}
     out = []
     for ack in acks:
-        if ack.batch_id in applied:
+        # Applied at another position: a retry of the same content (applied), or the batch id
+        # reused for other content, which the writer quarantined at this ack's position.
+        if ack.batch_id in applied and str(ack.position) not in quarantined:
             out.append({"outcome": "applied"})
         else:
             q = quarantined.get(str(ack.position), {})

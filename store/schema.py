@@ -28,7 +28,13 @@ import apsw
 
 from . import blobs, context, usage
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
+
+#: v5: each applied batch keeps the digest of its op and data, so a batch id reused with other
+#: content is told from a retry (store/apply.py). NULL for batches applied before v5.
+BATCH_DIGEST = """
+ALTER TABLE applied_batches ADD COLUMN digest TEXT;
+"""
 
 #: The search indexes: derived data, rebuilt from ``messages`` when damaged (fts_repair.py).
 FTS_DDL = """
@@ -136,13 +142,14 @@ CREATE TABLE IF NOT EXISTS job_runs (
     error       TEXT
 );
 CREATE INDEX IF NOT EXISTS job_runs_job ON job_runs(job, started_at);
-""" + blobs.DDL + usage.MIGRATION + context.DDL
+""" + blobs.DDL + usage.MIGRATION + context.DDL + BATCH_DIGEST
 
 #: Migrations: ``MIGRATIONS[v]`` takes a store from schema v to v + 1 (run in one transaction).
 MIGRATIONS: dict[int, str] = {
     1: blobs.DDL,  # v2: content-addressed blobs (store/blobs.py)
     2: usage.MIGRATION,  # v3: usage rows, sessions.key and sessions.placeholder (store/usage.py)
     3: context.DDL,  # v4: system prompts and tool arrays referenced by sessions (store/context.py)
+    4: BATCH_DIGEST,  # v5: the content digest a batch was applied with (store.apply.op_digest)
 }
 
 #: Trigram scope (see module doc): roles indexed and the indexed prefix of ``content``.

@@ -68,15 +68,15 @@ class PgLedger:
     def __init__(self, spool_id: str):
         self.spool_id = spool_id
 
-    def decided(self, conn: PgConnection, batches: list[str]) -> set[str]:
+    def decided(self, conn: PgConnection, batches: list[str]) -> dict[str, str | None]:
         # Every batch of the chunk in one round trip.
-        return {r[0] for r in conn.execute(
-            "SELECT batch_id FROM applied_batches WHERE batch_id = ANY(?1) UNION ALL "
-            "SELECT batch_id FROM rejected_batches WHERE batch_id = ANY(?1)", (batches,))}
+        return {r[0]: r[1] for r in conn.execute(
+            "SELECT batch_id, digest FROM applied_batches WHERE batch_id = ANY(?1) UNION ALL "
+            "SELECT batch_id, NULL FROM rejected_batches WHERE batch_id = ANY(?1)", (batches,))}
 
-    def record_applied(self, conn: PgConnection, batch: str, position: str, now: float) -> bool:
-        conn.execute("INSERT INTO applied_batches (batch_id, spool_id, position, applied_at) VALUES (?, ?, ?, ?) "
-                     "ON CONFLICT DO NOTHING", (batch, self.spool_id, position, now))
+    def record_applied(self, conn: PgConnection, batch: str, position: str, now: float, digest: str) -> bool:
+        conn.execute("INSERT INTO applied_batches (batch_id, spool_id, position, applied_at, digest) "
+                     "VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING", (batch, self.spool_id, position, now, digest))
         return conn.changes() > 0
 
     def record_rejected(self, conn: PgConnection, batch: str, position: str, reason: str, now: float) -> None:

@@ -156,6 +156,7 @@ CREATE TABLE IF NOT EXISTS applied_batches (
     position   text NOT NULL,
     applied_at double precision NOT NULL
 );
+ALTER TABLE applied_batches ADD COLUMN IF NOT EXISTS digest text;
 CREATE TABLE IF NOT EXISTS rejected_batches (
     batch_id    text PRIMARY KEY,
     spool_id    text NOT NULL,
@@ -178,7 +179,7 @@ _TYPES = ((re.compile(r"\bINTEGER\s+PRIMARY\s+KEY\b", re.I), "bigint GENERATED B
           (re.compile(r"\bBLOB\b", re.I), "bytea"),
           (re.compile(r"\)\s*WITHOUT\s+ROWID", re.I), ")"),
           (re.compile(r"\s+REFERENCES\s+\w+\s*\(\w+\)", re.I), ""))  # SQLite runs with foreign_keys=OFF
-_TABLE_NAME = re.compile(r"^\s*(?:--[^\n]*\n\s*)*CREATE\s+(?:UNIQUE\s+)?(?:TABLE|INDEX)\s+IF\s+NOT\s+EXISTS\s+"
+_TABLE_NAME = re.compile(r"^\s*(?:--[^\n]*\n\s*)*(?:CREATE\s+(?:UNIQUE\s+)?(?:TABLE|INDEX)\s+IF\s+NOT\s+EXISTS|ALTER\s+TABLE)\s+"
                          r"(\w+)(?:\s+ON\s+(\w+))?", re.I)
 
 

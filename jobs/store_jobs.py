@@ -108,7 +108,7 @@ def vacuum(conn: apsw.Connection, min_free_ratio: float = 0.2, headroom: float =
             "wal_bytes_after": cp["wal_bytes_after"], "wal_blocked_by_reader": cp["blocked_by_reader"]}
 
 
-def scrub(conn: apsw.Connection) -> dict[str, Any]:
+def scrub(conn: apsw.Connection, vacuum: bool = True) -> dict[str, Any]:
     """Leave no bytes of deleted rows in the live store (queued by ``quill spool purge`` for
     sessions deleted without ``--purge``: that delete ran without ``secure_delete``, so their
     cells stay in freed pages and FTS5 only masks their index entries; the backup API copies
@@ -117,22 +117,25 @@ def scrub(conn: apsw.Connection) -> dict[str, Any]:
     nothing about where the deleted bytes are), then a TRUNCATE checkpoint copies the rewrite
     into the main file and empties the WAL. A reader holding an old snapshot blocks the
     checkpoint (``wal_blocked_by_reader``): reads and snapshots already see only the rewrite,
-    but the main file and the WAL keep old pages until a later TRUNCATE checkpoint. Figures: bytes
-    before/after, seconds, ``wal_bytes_after``, ``wal_blocked_by_reader``. Raises the store
-    error tree (``mapped``)."""
+    but the main file and the WAL keep old pages until a later TRUNCATE checkpoint.
+    ``vacuum=False`` (every delete was a ``--purge`` one, whose ``secure_delete`` zeroed the
+    cells): only the TRUNCATE checkpoint, since the WAL still holds the frames that inserted
+    the rows. Figures: bytes before/after, seconds, ``vacuumed``, ``wal_bytes_after``,
+    ``wal_blocked_by_reader``. Raises the store error tree (``mapped``)."""
     path = conn.filename
     before = os.stat(path).st_size + wal_bytes(conn)
     start = time.monotonic()
     try:
-        with mapped():
-            if fts_state(conn) == "ok":  # detached (damaged) indexes are rebuilt, not merged
-                with transaction(conn):
-                    optimize(conn)
-            conn.execute("VACUUM")
+        if vacuum:
+            with mapped():
+                if fts_state(conn) == "ok":  # detached (damaged) indexes are rebuilt, not merged
+                    with transaction(conn):
+                        optimize(conn)
+                conn.execute("VACUUM")
     finally:  # after any attempt, failed ones included: a VACUUM's WAL is as big as the store
         cp = wal_checkpoint(conn, "TRUNCATE")
     return {"bytes_before": before, "bytes_after": os.stat(path).st_size + wal_bytes(conn),
-            "seconds": round(time.monotonic() - start, 3), "wal_bytes_after": cp["wal_bytes_after"],
+            "seconds": round(time.monotonic() - start, 3), "vacuumed": vacuum, "wal_bytes_after": cp["wal_bytes_after"],
             "wal_blocked_by_reader": cp["blocked_by_reader"]}
 
 

@@ -332,7 +332,7 @@ class Client(Reads):
         return purge.purge(self.config.spool_dir, self.config.state_db, self.config.snapshots_dir,
                            list(session_ids), actor=f"user:{getpass.getuser()}",
                            snapshot_keep=self.config.snapshot_keep,
-                           enqueue_scrub=lambda: build_for(self.config).enqueue("scrub"))
+                           enqueue_scrub=lambda **kw: build_for(self.config).enqueue("scrub", **kw))
 
     def reprice_usage(self, *, dry_run: bool = False) -> dict[str, Any]:
         """``quill usage reprice``: compute the cost of every usage record not priced with

@@ -234,7 +234,7 @@ def purge(spool_dir: Path, db_path: Path, snapshots_dir: Path, session_ids: list
     "sealed", "quarantine_purged", "snapshot", "snapshots_removed", "snapshots_compacted",
     "store_scrub", "damaged", "leftovers_removed", "leftovers_in_use", "seconds"}``; ``store_scrub``: the
     figures of the ``scrub`` job the writer ran on the live store (step 5 of the module doc;
-    None when every delete was a ``--purge`` one), ``enqueue_scrub`` queues it for a running
+    VACUUM only when a delete was not a ``--purge`` one), ``enqueue_scrub(**params)`` queues it for a running
     writer (``ops.purge_scrub``); ``damaged``: positions of
     spool lines before the delete too damaged to tell whose they are (left, may hold content); ``leftovers_in_use``: snapshot temp
     files of a live process (a snapshot job running now), left alone. Raises ``InvalidInputError``/``NotFoundError``
@@ -293,10 +293,11 @@ def _purge_locked(spool_dir: Path, db_path: Path, snapshots_dir: Path, session_i
     step("quarantine")
     figures: dict[str, Any] = {"snapshot": None, "snapshots_removed": [], "snapshots_compacted": [],
                                "store_scrub": None}
-    if Path(db_path).exists() and p.unsecured:
+    if Path(db_path).exists():
         # Before the fresh snapshot: every snapshot taken from here on copies a store whose
-        # freed pages and FTS segments no longer hold the plainly deleted rows.
-        figures["store_scrub"] = scrub_live_store(Path(db_path), enqueue_scrub)
+        # freed pages and FTS segments no longer hold the plainly deleted rows (VACUUM); and
+        # for every delete, the WAL's frames that inserted the rows go (TRUNCATE checkpoint).
+        figures["store_scrub"] = scrub_live_store(Path(db_path), enqueue_scrub, vacuum=bool(p.unsecured))
         step("scrubbed")
     if Path(db_path).exists():
         fresh = Path(snapshot(str(db_path), str(snapshots_dir), keep=snapshot_keep + 1, compact=True)["path"])

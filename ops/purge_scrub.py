@@ -35,14 +35,14 @@ JOB = "scrub"
 WAIT_S = 600.0
 
 
-def _offline(db_path: Path) -> dict[str, Any]:
+def _offline(db_path: Path, vacuum: bool) -> dict[str, Any]:
     """Run the job here, as the writer would (the caller holds the writer lease)."""
     conn = open_writer(db_path)
     try:
         started = time.time()
         record_job_run(conn, JOB, started, None, RUNNING, {"runner": "cli"})
         try:
-            figures = catalog.get(JOB).func(conn)
+            figures = catalog.get(JOB).func(conn, vacuum=vacuum)
         except Exception as exc:
             record_job_run(conn, JOB, started, time.time(), "error", {"runner": "cli"},
                            "".join(traceback.format_exception_only(exc)).strip())
@@ -54,10 +54,10 @@ def _offline(db_path: Path) -> dict[str, Any]:
         conn.close()
 
 
-def _through_writer(db_path: Path, enqueue: Callable[[], None], wait_s: float) -> dict[str, Any]:
+def _through_writer(db_path: Path, enqueue: Callable[..., None], wait_s: float, vacuum: bool) -> dict[str, Any]:
     """Queue the job for the running writer and wait for its outcome in ``job_runs``."""
     queued_at = time.time()
-    enqueue()
+    enqueue(vacuum=vacuum)
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         try:
@@ -78,11 +78,12 @@ def _through_writer(db_path: Path, enqueue: Callable[[], None], wait_s: float) -
                                 "shows the outcome later; then re-run the purge")
 
 
-def scrub_live_store(db_path: Path, enqueue: Callable[[], None] | None = None,
-                     wait_s: float = WAIT_S) -> dict[str, Any]:
+def scrub_live_store(db_path: Path, enqueue: Callable[..., None] | None = None,
+                     wait_s: float = WAIT_S, *, vacuum: bool = True) -> dict[str, Any]:
     """Scrub ``db_path`` (a data dir's ``state.db``: its run dir is ``db_path.parent/run``,
     ``ops.config.Config``) through the writer (module doc). ``enqueue``: puts the ``scrub``
-    job on this data dir's store queue (``jobs.queues.build_for(cfg).enqueue``); without it a
+    job on this data dir's store queue with its keyword arguments (``vacuum``: False when
+    every delete was a ``--purge`` one, see ``jobs.store_jobs.scrub``); without it a
     running writer cannot be reached and ``WaitTimeoutError`` says so. Returns the job's
     figures (``jobs.store_jobs.scrub``, plus ``runner``). Raises ``WaitTimeoutError`` (the
     writer recorded no run in ``wait_s`` seconds), ``StorageError`` (its run failed) and the
@@ -96,10 +97,10 @@ def scrub_live_store(db_path: Path, enqueue: Callable[[], None] | None = None,
         lease = None
     if lease is not None:
         try:
-            return _offline(db_path)
+            return _offline(db_path, vacuum)
         finally:
             lease.release()
     if enqueue is None:
         raise WaitTimeoutError("a writer is running and no store queue was given to reach it",
                                hint="run `quill spool purge ID…` (it queues the scrub job for the writer)")
-    return _through_writer(db_path, enqueue, wait_s)
+    return _through_writer(db_path, enqueue, wait_s, vacuum)

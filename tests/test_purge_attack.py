@@ -322,15 +322,19 @@ def test_purge_later_then_the_next_snapshot_holds_no_deleted_content(tmp_path):
     assert _rows(h.db, "SELECT count(*) FROM messages WHERE session_id = 'a'") == [(1,)]
 
 
-def test_purge_after_a_purge_delete_does_not_scrub_the_live_store(tmp_path):
-    """A ``--purge`` delete already zeroed the rows (secure_delete): no VACUUM is run for it."""
+def test_purge_after_a_purge_delete_only_truncates_the_wal(tmp_path):
+    """A ``--purge`` delete already zeroed the rows (secure_delete): no VACUUM is run for it,
+    but the WAL still held the frames that inserted them (a new user found a purged secret in
+    state.db-wal), so the purge's scrub empties it."""
     h = Home(tmp_path / "home")
     h.append("session.create", {"session_id": "x", "source": "cli"})
     h.say("x", "WORD-x-secret")
     h.append("sessions.delete", {"session_ids": ["x"], "purge": True, "reason": "user_request"})
     h.drain()
-    assert h.purge("x")["store_scrub"] is None
-    assert _rows(h.db, "SELECT count(*) FROM job_runs WHERE job = 'scrub'") == [(0,)]
+    scrub = h.purge("x")["store_scrub"]
+    assert scrub["vacuumed"] is False and scrub["wal_bytes_after"] == 0
+    assert _rows(h.db, "SELECT count(*) FROM job_runs WHERE job = 'scrub' AND outcome = 'ok'") == [(1,)]
+    assert [p.name for p in h.root.rglob("*") if p.is_file() and b"WORD-x-secret" in p.read_bytes()] == []
 
 
 def test_purge_later_queues_the_scrub_for_a_running_writer(tmp_path):
@@ -368,7 +372,7 @@ def test_purge_later_queues_the_scrub_for_a_running_writer(tmp_path):
     t = threading.Thread(target=writer)
     t.start()
     try:
-        figures = h.purge("x", enqueue_scrub=lambda: queues.enqueue("scrub"))
+        figures = h.purge("x", enqueue_scrub=lambda **kw: queues.enqueue("scrub", **kw))
     finally:
         stop.set()
         t.join(10)

@@ -179,12 +179,14 @@ def sessions_export(ctx: click.Context, session_id: str) -> None:
 @click.option("--until", type=_EPOCH, help="Messages at or before (epoch seconds or ISO date).")
 @click.option("--substring", is_flag=True, help="Match substrings (user/assistant text) instead of words.")
 @click.option("--audit", is_flag=True, help="Also search superseded and rewound rows.")
+@click.option("--order", type=click.Choice(["newest", "relevance"]), default="newest", show_default=True,
+              help="relevance: BM25 over the newest 1,000 matches (word queries, SQLite store).")
 @json_option
 @click.pass_obj
 def search(cfg: Any, query: str, limit: int, session_id: str | None, role: str | None, kinds: tuple[str, ...],
            source: str | None, since: float | None, until: float | None, substring: bool, audit: bool,
-           as_json: bool) -> None:
-    """Full-text search over messages, newest first. Any text is a valid query.
+           order: str, as_json: bool) -> None:
+    """Full-text search over messages, newest first (or --order relevance). Any text is a valid query.
 
     Message text, tool calls (names and arguments) and reasoning are searched (--kind picks).
     Substring, CJK and emoji queries use narrower routes; a note on stderr says which."""
@@ -194,7 +196,8 @@ def search(cfg: Any, query: str, limit: int, session_id: str | None, role: str |
         click.echo(f"quill: {route['note']}", err=True)
     client = Client(config_=cfg)
     hits = client.search(query, limit=limit, session_id=session_id, role=role, source=source, since=since,
-                         until=until, substring=substring, audit=audit, context=as_json, kinds=list(kinds) or None)
+                         until=until, substring=substring, audit=audit, context=as_json, kinds=list(kinds) or None,
+                         order=order)
     state = client.search_health()["fts_state"]
     if state != "ok":
         why = ("is being rebuilt for a new index layout" if state == "layout"

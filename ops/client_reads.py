@@ -118,19 +118,30 @@ class Reads:
     def search(self, query: str, *, limit: int = 20, session_id: str | None = None, role: str | None = None,
                source: str | None = None, since: float | None = None, until: float | None = None,
                substring: bool = False, audit: bool = False, context: bool = True,
-               kinds: list[str] | None = None) -> list[dict[str, Any]]:
+               kinds: list[str] | None = None, order: str = "newest") -> list[dict[str, Any]]:
         """Full-text search, newest first — ``quill search QUERY --json`` (hits with their
         neighbouring messages as context; ``context=False`` leaves it out). Any text is a valid query. Empty before the store
         exists. When the index is being rebuilt after damage, results come from a bounded
         scan (``search_health()`` says so). ``kinds`` limits where to look: ``text``,
-        ``tool`` (call names and arguments), ``reasoning`` (default: all)."""
+        ``tool`` (call names and arguments), ``reasoning`` (default: all). ``order="relevance"``
+        ranks word queries by BM25 over the newest 1,000 matches (``store/rank.py``; SQLite
+        store only); raises ``InvalidInputError`` for another order, or for a query or store
+        it cannot rank."""
         _check_numbers(limit=limit, since=since, until=until)
+        if order not in ("newest", "relevance"):
+            raise InvalidInputError(f"order must be 'newest' or 'relevance', got {order!r}")
         with self._reader(None) as r:
             if r is None:
                 return []
-            return r.search(query, limit=limit, session_id=session_id, role=role, source=source, since=since,
-                            until=until, substring=substring, projection="audit" if audit else "display",
-                            context=context, **({"kinds": list(kinds)} if kinds else {}))
+            try:
+                return r.search(query, limit=limit, session_id=session_id, role=role, source=source, since=since,
+                                until=until, substring=substring, projection="audit" if audit else "display",
+                                context=context, **({"kinds": list(kinds)} if kinds else {}),
+                                **({"order": order} if order != "newest" else {}))
+            except ValueError as exc:  # the reader's refusal of a ranked query it cannot rank
+                if order == "newest":
+                    raise
+                raise InvalidInputError(str(exc), hint="use the default order (newest first)") from None
 
     def resume(self, *, key: str | None = None, cwd: str | None = None) -> dict[str, Any]:
         """The session to resume for a conversation ``key`` (or working directory ``cwd``) —

@@ -1,0 +1,27 @@
+"""`quill search --order relevance` and `Client.search(order=)` reach the store's bounded
+BM25 ranking (store/rank.py); an order the store cannot give is a usage error, not a
+traceback."""
+from __future__ import annotations
+
+import json
+
+from quill import Client, InvalidInputError
+
+
+def test_relevance_order_through_the_cli_and_the_client(quill, home):
+    msgs = [{"role": "user", "content": "zebra zebra zebra"},                              # older, dense
+            {"role": "user", "content": "a long note " + "about other things " * 30 + "and one zebra"}]
+    quill.run("push", "--session", "z", input="\n".join(json.dumps(m) for m in msgs))
+    quill.run("run", "--until-idle", "--timeout", "120")
+    newest = [h["message_id"] for h in quill.json("search", "zebra")]
+    ranked = [h["message_id"] for h in quill.json("search", "zebra", "--order", "relevance")]
+    assert newest == [2, 1] and ranked == [1, 2]
+    assert [h["message_id"] for h in Client(home).search("zebra", order="relevance")] == ranked
+    bad = quill.run("search", "zeb", "--substring", "--order", "relevance", check=False)
+    assert bad.returncode == 2 and "quill: error:" in bad.stderr and "Traceback" not in bad.stderr
+    try:
+        Client(home).search("zebra", order="best")
+    except InvalidInputError as exc:
+        assert "order" in str(exc)
+    else:
+        raise AssertionError("an unknown order was accepted")

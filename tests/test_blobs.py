@@ -153,7 +153,7 @@ def test_a_v1_store_is_migrated_to_hold_blobs(tmp_path):
     conn = apsw.Connection(str(db))
     from quill.store import schema
     from quill.store import usage
-    v1_ddl = schema.DDL.replace(blobs.DDL, "").replace(usage.MIGRATION, "")
+    v1_ddl = schema.DDL.replace(blobs.DDL, "").replace(usage.MIGRATION, "").replace(schema.BATCH_DIGEST, "")
     conn.execute(v1_ddl)
     conn.execute("PRAGMA user_version = 1")
     conn.close()

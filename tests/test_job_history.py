@@ -103,8 +103,11 @@ def test_consumer_killed_during_integrity_check_leaves_an_interrupted_run(quill,
         assert running(), "no start row for the running check"
         assert not [r for r in _runs(home, "integrity_check") if r["outcome"] == "ok"]
         os.kill(consumer, signal.SIGKILL)
+        # The supervisor restarts the consumer with backoff, the new one queues the close of
+        # interrupted runs and the writer applies it: on a loaded CI machine that can take
+        # longer than a minute (seen once with two test workers).
         run = _wait_for(lambda: [r for r in _runs(home, "integrity_check") if r["outcome"] == "interrupted"],
-                        what="the interrupted run")[0]
+                        timeout=240, what="the interrupted run")[0]
         assert run["figures"]["runner"] == "consumer" and run["ended_at"] is not None
     finally:
         assert stop_fleet(fleet) == 0

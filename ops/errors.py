@@ -60,8 +60,10 @@ class QuillError(Exception):
         return f"{self.message} ({self.hint})" if self.hint else self.message
 
     def as_dict(self) -> dict:
-        """The ``--json`` error object: ``{"kind", "message", "hint", "exit_code"}``."""
-        return {"kind": self.kind, "message": self.message, "hint": self.hint, "exit_code": int(self.exit_code)}
+        """The ``--json`` error object: ``{"kind", "message", "hint", "exit_code"}`` (``hint`` is
+        ``null`` when there is nothing to add)."""
+        return {"kind": self.kind, "message": self.message, "hint": self.hint or None,
+                "exit_code": int(self.exit_code)}
 
 
 class InvalidInputError(QuillError, ValueError):

@@ -74,7 +74,10 @@ def push_ops(items: Iterable[Any], session_id: str | None) -> Iterator[tuple[str
         elif isinstance(item, list) and all(isinstance(m, dict) for m in item):
             loose.extend(item)
         else:
-            raise ValueError(f"value {index}: expected an op, a messages batch or a message, got {str(item)[:80]!r}")
+            shown = json.dumps(item, ensure_ascii=False)
+            shown = shown if len(shown) <= 80 else shown[:77] + "..."
+            hint = " (a message needs a \"role\")" if isinstance(item, dict) else ""
+            raise ValueError(f"value {index}: expected an op, a messages batch or a message{hint}, got {shown}")
     if loose:
         if not session_id:
             raise ValueError("bare messages need --session SESSION_ID")

@@ -117,7 +117,8 @@ def _parse_json_values(text: str, name: str) -> list[Any]:
             try:
                 values.append(json.loads(line))
             except json.JSONDecodeError as exc:
-                raise InvalidInputError(f"{name}:{lineno}: not JSON ({exc.msg}); {_NOTHING}")
+                raise InvalidInputError(f"{name}:{lineno}: not JSON ({exc.msg} at column {exc.colno}); {_NOTHING}",
+                                        hint="give one JSON document, or one JSON value per line (JSONL)")
     return values
 
 

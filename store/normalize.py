@@ -118,7 +118,7 @@ def content_columns(content: Any) -> tuple[str | None, str | None]:
         content = [content]
     if isinstance(content, list):
         texts = [p.get("text") for p in content
-                 if isinstance(p, dict) and p.get("type") in TEXT_PART_TYPES and isinstance(p.get("text"), str)]
+                 if isinstance(p, dict) and isinstance(p.get("type"), str) and p["type"] in TEXT_PART_TYPES and isinstance(p.get("text"), str)]
         texts += [p for p in content if isinstance(p, str)]
         text = scrub("\n".join(texts)) if texts else None
         return text, dumps(content)
@@ -158,8 +158,11 @@ def message_row(msg: Any, arrived_at: float) -> tuple:
     if not isinstance(msg, dict):
         raise InvalidOpError("invalid-message", f"a message must be a JSON object, got {type(msg).__name__}")
     role = msg.get("role")
-    if role not in ROLES:
-        raise InvalidOpError("invalid-role", f"message role {role!r} is not one of {sorted(ROLES)}")
+    if not isinstance(role, str) or role not in ROLES:  # a dict/list role is unhashable
+        roles = ", ".join(sorted(ROLES))
+        if role is None:
+            raise InvalidOpError("invalid-role", f"message has no role; give one of {roles}")
+        raise InvalidOpError("invalid-role", f"message role {json.dumps(role, default=repr)} is not one of {roles}")
     ext_id = msg.get("id")
     if ext_id is not None and (not isinstance(ext_id, (str, int)) or isinstance(ext_id, bool)):
         raise InvalidOpError("invalid-field", "message id must be a string or an integer")

@@ -50,3 +50,26 @@ def test_wait_timeout_still_prints_the_acks(quill, home):
     quill.run("push", input=retry)
     quill.run("run", "--until-idle", "--timeout", "60")
     assert [s["message_count"] for s in quill.json("sessions", "list")] == [1]
+
+
+def test_a_role_or_part_type_of_the_wrong_json_type_is_a_clear_refusal(quill, home):
+    # An object or list where a string is expected is unhashable: a set-membership check on it
+    # raised TypeError (a traceback) instead of the op rule's error.
+    for msg in ('{"role":{"a":1},"content":"x"}', '{"role":["user"],"content":"x"}', '[{"content":"x"}]'):
+        proc = quill.run("push", "--session", "m", "--json", check=False, input=msg)
+        error = json.loads(proc.stdout)["error"]
+        assert proc.returncode == 2 and "invalid-role" in error["message"], msg
+        assert "Traceback" not in proc.stderr and "None" not in error["message"]
+    proc = quill.run("push", "--session", "m", "--json", check=False, input='{"content":"x"}')
+    error = json.loads(proc.stdout)["error"]
+    assert proc.returncode == 2 and 'needs a "role"' in error["message"] and '{"content": "x"}' in error["message"]
+    proc = quill.run("push", "--session", "m", check=False,
+                     input='{"role":"user","content":[{"type":{"x":1},"text":"hi"},{"type":"text","text":"ok"}]}')
+    assert proc.returncode == 0 and _spooled(home) == 1
+
+
+def test_malformed_json_names_the_line_and_column_and_gives_a_hint(quill, home):
+    proc = quill.run("push", "--session", "m", "--json", check=False, input='{"role":"user"}\n{bad')
+    error = json.loads(proc.stdout)["error"]
+    assert proc.returncode == 2 and "<stdin>:2" in error["message"] and "column" in error["message"]
+    assert error["hint"] and _spooled(home) == 0

@@ -110,7 +110,7 @@ class _Scan:
             self.first_ts = rec.get("timestamp")
         if rtype == "response_item":
             self.count(f"response_item:{p.get('type')}")
-            if p.get("type") not in ITEM_TYPES:
+            if not isinstance(p.get("type"), str) or p["type"] not in ITEM_TYPES:
                 self.count("ignored_items")
         elif rtype == "session_meta":
             if self.meta_payload is None:

@@ -108,6 +108,13 @@ def test_append_is_acked_durable_then_applied_by_the_fleet(quill, home):
         assert [m["content"] for m in resumed["messages"]] == ["hello from http", "two", "three"]
         hits = httpx.get(f"{base}/api/v1/search", params={"q": "three"}).json()["hits"]
         assert [h["session_id"] for h in hits] == ["h1"]
+        ranked = httpx.get(f"{base}/api/v1/search", params={"q": "two OR three", "order": "relevance",
+                                                           "kind": "text", "context": "true"})
+        assert ranked.status_code == 200, ranked.text
+        assert sorted(h["snippet"] for h in ranked.json()["hits"]) == ["three", "two"]
+        assert all("before" in h and "after" in h for h in ranked.json()["hits"])
+        _shaped(httpx.get(f"{base}/api/v1/search", params={"q": "two", "order": "oldest"}), 422)
+        _shaped(httpx.get(f"{base}/api/v1/search", params={"q": "two", "kind": "images"}), 422)
         _shaped(httpx.get(f"{base}/api/v1/sessions/nope"), 404, "not-found")
         text = httpx.get(f"{base}/metrics").text
     # /metrics exports exactly the figures of `quill status --json` (one function computes both).

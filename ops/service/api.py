@@ -217,12 +217,18 @@ def resume_by_key(q: Client = Depends(client), key: str | None = None, cwd: str 
 def search(q: str = Query(min_length=1, max_length=1000), c: Client = Depends(client),
            limit: int = Query(20, ge=1, le=1000), session_id: str | None = None,
            role: str | None = None, source: str | None = None, since: float | None = None,
-           until: float | None = None, substring: bool = False, audit: bool = False) -> dict[str, Any]:
-    """Full-text search, newest first (``quill.Client.search`` hits). Any text is a valid
-    query; ``degraded`` says results come partly from a bounded scan (index rebuilding)."""
+           until: float | None = None, substring: bool = False, audit: bool = False,
+           order: Literal["newest", "relevance"] = "newest", context: bool = False,
+           kind: list[Literal["text", "tool", "reasoning"]] | None = Query(None)) -> dict[str, Any]:
+    """Full-text search (``quill.Client.search`` hits), newest first, or with
+    ``order=relevance`` by bounded BM25 over the newest 1,000 matches (SQLite store only: 422
+    ``invalid-request`` otherwise). Any text is a valid query; ``kind`` (repeatable) limits
+    where to look; ``context=true`` adds each hit's neighbouring messages; ``degraded`` says
+    results come partly from a bounded scan (index rebuilding)."""
     with client_errors():
         hits = c.search(q, limit=limit, session_id=session_id, role=role, source=source, since=since,
-                        until=until, substring=substring, audit=audit, context=False)
+                        until=until, substring=substring, audit=audit, context=context, kinds=kind,
+                        order=order)
         return {"hits": hits, "degraded": c.search_health()["degraded"]}
 
 

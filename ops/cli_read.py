@@ -195,9 +195,12 @@ def search(cfg: Any, query: str, limit: int, session_id: str | None, role: str |
     if route["note"]:
         click.echo(f"quill: {route['note']}", err=True)
     client = Client(config_=cfg)
-    hits = client.search(query, limit=limit, session_id=session_id, role=role, source=source, since=since,
-                         until=until, substring=substring, audit=audit, context=as_json, kinds=list(kinds) or None,
-                         order=order)
+    # One hit past the limit tells whether more match, so the human output can say so.
+    hits = client.search(query, limit=limit + (not as_json), session_id=session_id, role=role, source=source,
+                         since=since, until=until, substring=substring, audit=audit, context=as_json,
+                         kinds=list(kinds) or None, order=order)
+    more = len(hits) > limit
+    del hits[limit:]
     state = client.search_health()["fts_state"]
     if state != "ok":
         why = ("is being rebuilt for a new index layout" if state == "layout"
@@ -208,6 +211,9 @@ def search(cfg: Any, query: str, limit: int, session_id: str | None, role: str |
         emit_json(hits)
     else:
         render.print_search(render.console(), hits, query)
+        if more:
+            click.echo(f"quill: more messages match; showing the {'best' if order == 'relevance' else 'newest'} "
+                       f"{limit} (--limit N shows more)", err=True)
 
 
 @click.command()

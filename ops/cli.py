@@ -6,8 +6,8 @@ halted · 6 a worker is crash-looping · 7 aborted (a confirmation was declined)
 format (``ops/cli_output.py``).
 
 This module is the entry point and imports nothing heavy, not even click: ``main`` runs the
-per-turn producer command (``quill push`` with its common argv, ``ops/push.py``) without
-building the command tree, and hands every other argv to the click group
+per-turn producer command (``quill push`` with its common argv, ``ops/push.py``) and a bare
+``quill --version`` without building the command tree, and hands every other argv to the click group
 (``ops/cli_root.py``, which loads each command's module when that command runs).
 ``quill.ops.cli.cli`` is that group (resolved on first use).
 """
@@ -50,6 +50,10 @@ def _fast_push(argv: list[str]) -> int | None:
 def main() -> None:
     """Console-script entry point."""
     argv = sys.argv[1:]
+    if argv == ["--version"]:  # asked by scripts and installers: answered without click
+        from quill import __version__
+        print(f"quill {__version__}")
+        sys.exit(0)
     code = _fast_push(argv) if "push" in argv else None
     if code is None:
         from .cli_base import run

@@ -183,7 +183,8 @@ HEAVY = ("sqlalchemy", "apscheduler", "rich", "psutil", "huey", "structlog", "qu
          "importlib.metadata", "tomllib", "socket")
 
 
-def test_push_imports_only_the_producer_side(home):
+def _modules_loaded_by(home, argv: list[str], stdin: str = "") -> tuple[list[str], str]:
+    """The modules a `quill ARGV` process had imported when it exited, and its stdout."""
     import subprocess
     import sys
 
@@ -191,12 +192,23 @@ def test_push_imports_only_the_producer_side(home):
 
     code = ("import atexit, sys, json\n"
             "atexit.register(lambda: print(json.dumps(sorted(sys.modules)), file=sys.stderr))\n"
-            "sys.argv = ['quill', 'push', '--session', 's']\n"
+            f"sys.argv = ['quill', *{argv!r}]\n"
             "from quill.ops.cli import main\nmain()\n")
-    proc = subprocess.run([sys.executable, "-c", code], input='{"role": "user", "content": "hi"}',
+    proc = subprocess.run([sys.executable, "-c", code], input=stdin,
                           capture_output=True, text=True, env=quill_env(home), timeout=120)
     assert proc.returncode == 0, proc.stderr
-    loaded = json.loads(proc.stderr.strip().splitlines()[-1])
+    return json.loads(proc.stderr.strip().splitlines()[-1]), proc.stdout
+
+
+def test_version_is_answered_without_building_the_command_tree(home):
+    import quill as pkg
+    loaded, out = _modules_loaded_by(home, ["--version"])
+    assert out.strip() == f"quill {pkg.__version__}"
+    assert not [m for m in loaded if m == "click" or m.startswith(("click.", "quill.ops.cli_root", "quill.store"))]
+
+
+def test_push_imports_only_the_producer_side(home):
+    loaded, _ = _modules_loaded_by(home, ["push", "--session", "s"], '{"role": "user", "content": "hi"}')
     heavy = sorted(m for m in loaded for h in (*HEAVY, *FAST_PUSH_SKIPS) if m == h or m.startswith(h + "."))
     assert not heavy, f"quill push imported {heavy}"
     assert "quill.ops.push" in loaded and "quill.store.precheck" in loaded

@@ -238,7 +238,9 @@ def wal_state(cfg: Any, writer: dict[str, Any] | None) -> dict[str, Any]:
 def describe_wal(w: dict[str, Any], now: float | None = None) -> str:
     """One line for status/doctor."""
     now = time.time() if now is None else now
-    text = f"{w['bytes']} bytes (store {w['store_bytes']} bytes; warn above {w['limit_bytes']})"
+    from rich.filesize import decimal
+    text = (f"{decimal(w['bytes'])} (store {decimal(w['store_bytes'])}; "
+            f"flagged when over {decimal(w['limit_bytes'])})")
     if w["blocked_by_reader_since"]:
         text += (f"; checkpoints blocked by a reader for {_ago(now - w['blocked_by_reader_since'])}: a read "
                  "transaction holds an old snapshot (a long `quill search`/export, a backup, an open "

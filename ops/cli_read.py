@@ -180,7 +180,7 @@ def sessions_export(ctx: click.Context, session_id: str) -> None:
 @click.option("--substring", is_flag=True, help="Match substrings (user/assistant text) instead of words.")
 @click.option("--audit", is_flag=True, help="Also search superseded and rewound rows.")
 @click.option("--order", type=click.Choice(["newest", "relevance"]), default="newest", show_default=True,
-              help="relevance: BM25 over the newest 1,000 matches (word queries, SQLite store).")
+              help="relevance: ranked over the newest 1,000 matches (word queries; BM25 on SQLite, ts_rank on PostgreSQL).")
 @json_option
 @click.pass_obj
 def search(cfg: Any, query: str, limit: int, session_id: str | None, role: str | None, kinds: tuple[str, ...],

@@ -124,8 +124,8 @@ class Reads:
         exists. When the index is being rebuilt after damage, results come from a bounded
         scan (``search_health()`` says so). ``kinds`` limits where to look: ``text``,
         ``tool`` (call names and arguments), ``reasoning`` (default: all). ``order="relevance"``
-        ranks word queries by BM25 over the newest 1,000 matches (``store/rank.py``; SQLite
-        store only); raises ``InvalidInputError`` for another order, or for a query or store
+        ranks word queries over the newest 1,000 matches (BM25 on SQLite, ``store/rank.py``;
+        ``ts_rank`` on PostgreSQL); raises ``InvalidInputError`` for another order, or for a query or store
         it cannot rank."""
         _check_numbers(limit=limit, since=since, until=until)
         if order not in ("newest", "relevance"):

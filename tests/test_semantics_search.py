@@ -235,16 +235,25 @@ def test_short_cjk_scan_honours_or_and_not(tmp_path, backend):
     store.close()
 
 
-def test_relevance_order_ranks_on_sqlite_and_is_a_clear_error_on_postgres(store):
-    """Ranked search is SQLite's bounded BM25 (store/rank.py; tests/test_search_rank.py);
-    PostgreSQL serves newest first only and says so instead of ignoring the order."""
+def test_relevance_order_ranks_on_both_backends(store):
+    """Ranked search: SQLite's bounded BM25 (store/rank.py; tests/test_search_rank.py),
+    PostgreSQL's ts_rank over the same bounded candidates (store/postgres/search.py). Both put
+    a dense short message above a long one mentioning the word once, keep the display rules
+    (one hit per display position, rewound rows hidden) and refuse a query with no words."""
     store.apply("messages.append", {"session_id": "s", "messages": [
         user("wombat wombat wombat burrow"), user("one wombat among many other words here today")]})
+    store.apply("messages.append", {"session_id": "t", "messages": [user("a wombat note"), user("plain")]})
+    store.apply("messages.rewind", {"session_id": "t", "message_id": 3})
     store.index()
     with store.reader() as r:
-        if store.kind == "postgres":
-            with pytest.raises(ValueError):
-                r.search("wombat", order="relevance")
-            return
         assert [h["snippet"] for h in r.search("wombat")][0].startswith("one wombat")
-        assert [h["snippet"] for h in r.search("wombat", order="relevance")][0].startswith("wombat wombat")
+        ranked = r.search("wombat", order="relevance")
+        assert ranked[0]["snippet"].startswith("wombat wombat")
+        assert sorted(h["message_id"] for h in ranked) == sorted(h["message_id"] for h in r.search("wombat"))
+        assert len({h["message_id"] for h in ranked}) == len(ranked) == 2
+        assert [h["snippet"] for h in r.search("burrow OR today", order="relevance", limit=1)] != []
+        assert r.search("zzzz", order="relevance") == []
+        with pytest.raises(ValueError):
+            r.search("omba", substring=True, order="relevance")
+        with pytest.raises(ValueError):
+            r.search("wombat", order="oldest")

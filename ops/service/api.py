@@ -221,8 +221,8 @@ def search(q: str = Query(min_length=1, max_length=1000), c: Client = Depends(cl
            order: Literal["newest", "relevance"] = "newest", context: bool = False,
            kind: list[Literal["text", "tool", "reasoning"]] | None = Query(None)) -> dict[str, Any]:
     """Full-text search (``quill.Client.search`` hits), newest first, or with
-    ``order=relevance`` by bounded BM25 over the newest 1,000 matches (SQLite store only: 422
-    ``invalid-request`` otherwise). Any text is a valid query; ``kind`` (repeatable) limits
+    ``order=relevance`` ranked over the newest 1,000 matches (BM25 on SQLite, ``ts_rank`` on
+    PostgreSQL; a query with no words is 422 ``invalid-request``). Any text is a valid query; ``kind`` (repeatable) limits
     where to look; ``context=true`` adds each hit's neighbouring messages; ``degraded`` says
     results come partly from a bounded scan (index rebuilding)."""
     with client_errors():

@@ -20,7 +20,7 @@ import re
 from typing import Any
 
 from .. import hits as hits_mod
-from .. import projections, query
+from .. import projections, query, rank
 from ..schema import TRIGRAM_PREFIX_CHARS
 from ..search import KINDS, SCAN_MAX_ROWS, _escape_like, _filters, _kinds
 from .connection import PgConnection
@@ -128,21 +128,62 @@ def search(conn: PgConnection, text: str, *, limit: int = 20, session_id: str | 
            role: str | None = None, source: str | None = None, projection: str = "display",
            since: float | None = None, until: float | None = None, substring: bool = False,
            context: bool = True, kinds: list[str] | None = None, order: str = "newest") -> list[dict[str, Any]]:
-    """Messages matching ``text``, newest first, at most ``limit`` — the contract of
-    ``store.search.search`` (hit keys, filters, projections, context). Raises ``ValueError``
-    for an unknown projection or kind, and for ``order`` other than ``newest``: ranked
-    (``relevance``) search is SQLite's bounded BM25 (``store.rank``) and has no PostgreSQL
-    counterpart. ``kinds`` (text, tool, reasoning; None = all) select
-    the weights of the word index, the trigram index (text only) and the scan (text and
-    reasoning). Any query string is accepted."""
-    if order != "newest":
-        raise ValueError(f"search order {order!r} is not served by the PostgreSQL store (newest first only)")
+    """Messages matching ``text``, newest first (or, with ``order="relevance"``, the newest
+    ``rank.CANDIDATES`` word matches by ``ts_rank``: ``_ranked_page``), at most ``limit`` —
+    the contract of ``store.search.search`` (hit keys, filters, projections, context). Raises
+    ``ValueError`` for an unknown projection, kind or order, and for a ranked query that is
+    not a word query. ``kinds`` (text, tool, reasoning; None = all) select the weights of the
+    word index, the trigram index (text only) and the scan (text and reasoning). Any query
+    string is accepted."""
+    if order not in ("newest", "relevance"):
+        raise ValueError(f"search order must be one of ['newest', 'relevance'], got {order!r}")
     kinds_t = _kinds(kinds)
     plan = query.plan(text, substring=substring)
+    if order == "relevance" and plan.kind not in ("fts", "none"):
+        raise ValueError(f"ranked search needs a word query; {text!r} goes to the {plan.kind} route")
     if plan.kind == "none" or limit <= 0:
         return []
     cond, args = _filters(projection, session_id, role, source, since, until)
     rep = f"coalesce({projections.REPRESENTATIVE_SQL}, m.id)" if projection == "display" else "m.id"
+    page = (_ranked_page(conn, plan, cond, args, rep, kinds_t, limit) if order == "relevance"
+            else _newest_page(conn, plan, cond, args, rep, kinds_t, limit))
+    return _hits(conn, plan, page, projection, context, kinds_t)
+
+
+def _ranked_page(conn: PgConnection, plan: query.Plan, cond: str, args: list[Any], rep: str,
+                 kinds: tuple[str, ...], limit: int) -> list[int]:
+    """Display ids of the best ``limit`` of the newest ``rank.CANDIDATES`` visible matches.
+
+    The score is PostgreSQL's ``ts_rank`` (every weight 1, as FTS5's bm25 weighs every
+    column 1; normalisation 1: divided by 1 + log(document length), so a dense short message
+    ranks above a long one mentioning the term once), not SQLite's BM25: the two backends
+    order the same candidates by different, documented formulas. Ties go newest first. The
+    candidates pass the projection's states here (SQLite filters visibility after ranking), so
+    hidden rows never take a candidate's place."""
+    match, match_args = _where(conn, plan, kinds)
+    if not match:
+        return []
+    order = "m.id + 0" if _estimate(conn, match, match_args) <= INDEX_FIRST_MAX_ROWS else "m.id"
+    rows = conn.execute(
+        f"SELECT id, rep FROM (SELECT m.id, {rep} AS rep, "
+        f"ts_rank('{{1,1,1,1}}', m.words, to_tsquery('simple', quill_unaccent(?)), 1) AS score "
+        f"FROM messages m JOIN sessions s ON s.id = m.session_id WHERE {match} AND {cond} "
+        f"ORDER BY {order} DESC LIMIT ?) AS c ORDER BY score DESC, id DESC",
+        (match_args[0], *match_args, *args, rank.CANDIDATES)).fetchall()
+    page: list[int] = []
+    seen: set[int] = set()
+    for _fid, mid in rows:
+        if mid not in seen:
+            seen.add(mid)
+            page.append(mid)
+            if len(page) >= limit:
+                break
+    return page
+
+
+def _newest_page(conn: PgConnection, plan: query.Plan, cond: str, args: list[Any], rep: str,
+                 kinds_t: tuple[str, ...], limit: int) -> list[int]:
+    """Display ids of the newest ``limit`` visible matches, deduplicated by display position."""
     below = 2 ** 62
     page: list[int] = []
     seen: set[int] = set()
@@ -159,6 +200,12 @@ def search(conn: PgConnection, text: str, *, limit: int = 20, session_id: str | 
         if not found or (plan.kind != "scan" and len(found) < batch):
             break  # a scan pages window by window, as on SQLite
         below = found[-1][0]
+    return page
+
+
+def _hits(conn: PgConnection, plan: query.Plan, page: list[int], projection: str, context: bool,
+          kinds_t: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The hit dicts of ``page`` (display ids, in order) with snippets and context."""
     if not page:
         return []
     # The page's rows with their neighbours' positions in one query, the neighbours' rows in

@@ -70,6 +70,14 @@ class _Session:
     pending: list[dict] = field(default_factory=list)
     pending_bytes: int = 0
     pending_rewound: list[str] = field(default_factory=list)
+    deletions: int = 0  # times the store saw this session id deleted (``Reader.deletions``)
+
+    def batch_id(self, *parts: Any) -> str:
+        """The stable batch id of an op of this session: over ``parts``, and over the number
+        of deletions once there was one, so a session deleted and imported again gets batch
+        ids its deleted batches do not hold (they stay in ``applied_batches``); an import
+        racing another of the same store state still derives the same ids."""
+        return stable_batch_id(*parts, {"deletions": self.deletions}) if self.deletions else stable_batch_id(*parts)
 
 
 @dataclass
@@ -112,10 +120,11 @@ class _Importer:
         row = self.store.get_session(sid) if self.store else None
         known = self.store.message_states(sid) if row else {}
         parent = payload.get("parent_id") if payload.get("parent_kind") == "delegate" else None
-        self.sessions[sid] = _Session(sid, known, any(s == "live" for s in known.values()),
-                                      self.store.usage_responses(sid) if row else set(), parent)
+        s = self.sessions[sid] = _Session(sid, known, any(s == "live" for s in known.values()),
+                                          self.store.usage_responses(sid) if row else set(), parent,
+                                          deletions=self.store.deletions(sid) if self.store else 0)
         if row is None:
-            self.spool.append("session.create", payload, batch_id=stable_batch_id("create", payload))
+            self.spool.append("session.create", payload, batch_id=s.batch_id("create", payload))
             return
         title = clean_title(payload.get("title"))
         if not title or row.get("title") == title:
@@ -123,7 +132,7 @@ class _Importer:
         holder = self.store.title_holder(title)
         if holder is None:
             self.spool.append("session.title", {"session_id": sid, "title": title},
-                              batch_id=stable_batch_id("import-title", sid, title))
+                              batch_id=s.batch_id("import-title", sid, title))
         else:  # session.title would be refused (titles are unique): say so instead
             self.report.problems.append(Problem(self.report.path, None, "skipped",
                                                 f"title {title!r} of {sid} not applied: session {holder} holds it"))
@@ -171,7 +180,7 @@ class _Importer:
         else:
             self.spool.append("messages.compact", {"session_id": s.sid, "messages": ev.messages,
                                                    "tail_count": ev.tail_count},
-                              batch_id=stable_batch_id("import-compact", s.sid, ids))
+                              batch_id=s.batch_id("import-compact", s.sid, ids))
         s.has_live = True
 
     def rewind(self, ev: Rewind) -> None:
@@ -187,7 +196,7 @@ class _Importer:
             return
         self.flush(s)
         data = {"session_id": s.sid, **ev.data}
-        self.spool.append("usage.record", data, batch_id=stable_batch_id("import-usage", data))
+        self.spool.append("usage.record", data, batch_id=s.batch_id("import-usage", data))
         if rid is not None:
             s.counted.add(rid)
 
@@ -201,12 +210,12 @@ class _Importer:
     def _append(self, s: _Session, messages: list[dict]) -> None:
         ids = [str(m["id"]) for m in messages]
         self.spool.append("messages.append", {"session_id": s.sid, "messages": messages},
-                          batch_id=stable_batch_id("import-append", s.sid, ids))
+                          batch_id=s.batch_id("import-append", s.sid, ids))
 
     def _rewind(self, s: _Session, ids: list[str]) -> None:
         if ids:
             self.spool.append("messages.rewind", {"session_id": s.sid, "ext_ids": ids},
-                              batch_id=stable_batch_id("import-rewind", s.sid, ids))
+                              batch_id=s.batch_id("import-rewind", s.sid, ids))
             for i in ids:
                 s.known[i] = "rewound"
 

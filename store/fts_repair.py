@@ -25,7 +25,8 @@ from .errors import CorruptError, mapped
 from .schema import FTS_DDL, FTS_LAYOUT
 
 FTS_TABLES = ("messages_fts", "messages_trigram")
-CANONICAL_TABLES = ("sessions", "messages", "spool_cursor", "applied_batches", "state_meta", "job_runs")
+CANONICAL_TABLES = ("sessions", "messages", "spool_cursor", "applied_batches", "state_meta", "job_runs",
+                    "session_deletions")
 
 
 def _table_ok(conn: apsw.Connection, table: str) -> bool:

@@ -61,6 +61,9 @@ class Reader:
         if version == 0:  # the writer created the file but has not committed the schema yet
             self.conn.close()
             raise CantOpenError(f"{self.path} has no Quill schema yet")
+        #: The store's schema version when opened: an older store (not yet migrated by a newer
+        #: writer) lacks the newer tables, and the reads of them answer as an empty table would.
+        self.schema_version = version
 
     def close(self) -> None:
         self.conn.close()
@@ -185,6 +188,17 @@ class Reader:
         with mapped():
             row = self.conn.execute("SELECT id FROM sessions WHERE title = ?", (title,)).fetchone()
         return row[0] if row else None
+
+    @_retry_io
+    def deletions(self, session_id: str) -> int:
+        """How many times ``session_id`` was deleted (``sessions.delete``; 0 = never). Importers
+        put it in their batch ids so a deleted session can be imported again (schema v6)."""
+        if self.schema_version < 6:  # the table came with v6 (deletions before it were not counted)
+            return 0
+        with mapped():
+            row = self.conn.execute("SELECT deletions FROM session_deletions WHERE session_id = ?",
+                                    (session_id,)).fetchone()
+        return row[0] if row else 0
 
     @_retry_io
     def compression_chain(self, session_id: str) -> list[str]:

@@ -28,12 +28,24 @@ import apsw
 
 from . import blobs, context, usage
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 #: v5: each applied batch keeps the digest of its op and data, so a batch id reused with other
 #: content is told from a retry (store/apply.py). NULL for batches applied before v5.
 BATCH_DIGEST = """
 ALTER TABLE applied_batches ADD COLUMN digest TEXT;
+"""
+
+#: v6: how many times each session id was deleted (``sessions.delete``, store/session_delete.py).
+#: An importer's batch ids are derived from what it imports (ops/ingest.stable_batch_id), so a
+#: session deleted and then imported again from the same file would get the ids its deleted
+#: batches hold in ``applied_batches`` and be dropped as duplicates; the importer adds this
+#: count to its ids (ops/import_spool.py). Written by ops only, so a rebuild has the same rows.
+SESSION_DELETIONS = """
+CREATE TABLE IF NOT EXISTS session_deletions (
+    session_id TEXT PRIMARY KEY,
+    deletions  INTEGER NOT NULL
+);
 """
 
 #: The search indexes: derived data, rebuilt from ``messages`` when damaged (fts_repair.py).
@@ -142,7 +154,7 @@ CREATE TABLE IF NOT EXISTS job_runs (
     error       TEXT
 );
 CREATE INDEX IF NOT EXISTS job_runs_job ON job_runs(job, started_at);
-""" + blobs.DDL + usage.MIGRATION + context.DDL + BATCH_DIGEST
+""" + blobs.DDL + usage.MIGRATION + context.DDL + BATCH_DIGEST + SESSION_DELETIONS
 
 #: Migrations: ``MIGRATIONS[v]`` takes a store from schema v to v + 1 (run in one transaction).
 MIGRATIONS: dict[int, str] = {
@@ -150,6 +162,7 @@ MIGRATIONS: dict[int, str] = {
     2: usage.MIGRATION,  # v3: usage rows, sessions.key and sessions.placeholder (store/usage.py)
     3: context.DDL,  # v4: system prompts and tool arrays referenced by sessions (store/context.py)
     4: BATCH_DIGEST,  # v5: the content digest a batch was applied with (store.apply.op_digest)
+    5: SESSION_DELETIONS,  # v6: deletions per session id (re-import after a delete)
 }
 
 #: Trigram scope (see module doc): roles indexed and the indexed prefix of ``content``.

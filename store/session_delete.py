@@ -127,7 +127,10 @@ def _delete_one(conn: apsw.Connection, sid: str) -> tuple[int, int, int]:
                      "AND (parent_kind != 'delegate' OR pinned = 1 OR archived = 1)", (sid,))
         detached += conn.changes()
         conn.execute("DELETE FROM sessions WHERE id = ?", (sid,))
-        sessions += conn.changes()
+        if conn.changes():
+            sessions += 1
+            conn.execute("INSERT INTO session_deletions (session_id, deletions) VALUES (?, 1) ON CONFLICT (session_id) "
+                         "DO UPDATE SET deletions = session_deletions.deletions + 1", (sid,))
     return sessions, messages, detached
 
 

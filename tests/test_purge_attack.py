@@ -245,15 +245,13 @@ def test_a_rerun_removes_what_a_purge_killed_in_its_snapshot_step_left(tmp_path)
     assert files_holding(h.root, b"WORD-x") == []
 
 
-@pytest.mark.xfail(strict=True, reason="known limit (docs/operations.md): applied_batches keeps the deleted session's batch ids, so a re-import is dropped as duplicates")
 def test_a_purged_session_imported_again_comes_back(quill):
     """`quill import` spools a batch under a stable batch id (``ingest.stable_batch_id``). A
-    deleted (and purged) session imported again from the same file gets the same batch ids;
-    the store's ``applied_batches`` still records them (the purged records' tombstones keep
-    their batch ids on purpose), so the writer counts every re-imported record a duplicate
-    and drops it. The import reported "spooled 22 new message(s)", the session never comes
-    back, and nothing says why. (Also without --purge: plain ``sessions delete`` then
-    re-import.)"""
+    deleted (and purged) session imported again from the same file got the same batch ids,
+    which the store's ``applied_batches`` still records (the purged records' tombstones keep
+    their batch ids on purpose): every re-imported record was dropped as a duplicate while the
+    import said "spooled 22 new message(s)". The store now counts deletions per session id
+    (schema v6) and the importer puts the count in its batch ids."""
     from conftest import CORPUS
 
     src = str(CORPUS / "openai-chat" / "mini-swe-agent__github_issue.traj.json")
@@ -266,7 +264,15 @@ def test_a_purged_session_imported_again_comes_back(quill):
     again = quill.json("import", src)
     assert again[0]["new"] == 22
     quill.run("run", "--until-idle", "--timeout", "60")
-    assert [s["id"] for s in quill.json("sessions", "list", "--all")] == [sid]
+    assert [(s["id"], s["message_count"]) for s in quill.json("sessions", "list", "--all")] == [(sid, 22)]
+    assert quill.json("import", src)[0]["new"] == 0  # still idempotent: a third import adds nothing
+    # A plain delete (no purge) and a second re-import: the count moves on, the session comes back.
+    quill.run("sessions", "delete", sid, "--yes")
+    quill.run("run", "--until-idle", "--timeout", "60")
+    assert quill.json("sessions", "list", "--all") == []
+    assert quill.json("import", src)[0]["new"] == 22
+    quill.run("run", "--until-idle", "--timeout", "60")
+    assert [(s["id"], s["message_count"]) for s in quill.json("sessions", "list", "--all")] == [(sid, 22)]
 
 
 def test_a_purge_does_not_restart_the_retention_clock_of_the_segments_it_rewrites(tmp_path):

@@ -62,7 +62,8 @@ class PostgresBackend:
         granted role). Raises ``ValueError`` for another job."""
         if job not in MAINTENANCE_JOBS[self.kind]:
             raise ValueError(f"{job!r} is not a maintenance job of the {self.kind} store")
-        tables = ("sessions", "messages", "spool_cursor", "applied_batches", "rejected_batches", "job_runs")
+        tables = ("sessions", "messages", "spool_cursor", "applied_batches", "rejected_batches", "job_runs",
+                  "session_deletions")
         if job == "analyze":
             for t in tables:
                 self.conn.execute(f"ANALYZE {t}")

@@ -20,7 +20,7 @@ from .connection import PgConnection, redact
 #: Tables whose size ``server_figures`` sums (the store's own; APScheduler's job store lives
 #: in the same database but is not the store).
 _STORE_TABLES = ("sessions", "messages", "blobs", "usage", "spool_cursor", "applied_batches",
-                 "rejected_batches", "job_runs", "state_meta")
+                 "rejected_batches", "job_runs", "state_meta", "session_deletions")
 
 
 class PgReader(Reader):
@@ -32,7 +32,8 @@ class PgReader(Reader):
         self.url = url
         self.spool_id = spool_id
         self.conn = PgConnection(url, application_name="quill-reader")
-        if schema.version(self.conn) == 0:
+        self.schema_version = schema.version(self.conn)
+        if self.schema_version == 0:
             self.conn.close()
             raise CantOpenError("the PostgreSQL store has no Quill schema yet")
         self.conn.execute("SET default_transaction_read_only = on")

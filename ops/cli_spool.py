@@ -1,6 +1,7 @@
 """``quill spool status|verify|replay``."""
 from __future__ import annotations
 
+import shlex
 import time
 from pathlib import Path
 from typing import Any
@@ -116,7 +117,7 @@ def spool_replay(ctx: click.Context, from_: str | None, into: Path | None, as_js
                    f"{result['rows']} message rows, {result['seconds']} s")
         if result["rejected"]:
             click.echo(f"quill: {result['rejected']} record(s) quarantined in {result['quarantine']}; "
-                       f"`quill spool quarantine list{' --store ' + str(into) if into else ''}` shows them", err=True)
+                       f"`quill spool quarantine{' --store ' + shlex.quote(str(into)) if into else ''} list` shows them", err=True)
     ctx.exit(1 if result["rejected"] else 0)
 
 

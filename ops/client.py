@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import shlex
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -328,7 +329,7 @@ class Client(Reads):
                 wait_applied(self.config.state_db, after.position, timeout)
             except SpoolWaitTimeout as exc:
                 raise WaitTimeoutError(str(exc), hint="the delete is spooled; once the writer applied it, run "
-                                       f"`quill spool purge {' '.join(session_ids)}`") from None
+                                       f"`quill spool purge {' '.join(shlex.quote(s) for s in session_ids)}`") from None
         return purge.purge(self.config.spool_dir, self.config.state_db, self.config.snapshots_dir,
                            list(session_ids), actor=f"user:{getpass.getuser()}",
                            snapshot_keep=self.config.snapshot_keep,

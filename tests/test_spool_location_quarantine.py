@@ -4,6 +4,8 @@ with `quill spool quarantine …`. Real data dirs, real CLI subprocesses, real w
 from __future__ import annotations
 
 import json
+import re
+import shlex
 
 import pytest
 
@@ -77,6 +79,10 @@ def test_replay_into_a_scratch_file_keeps_its_quarantine_beside_it_and_exits_1(q
     listed = quill.json("spool", "quarantine", "--store", str(scratch), "list")
     assert [e["reason"] for e in listed["entries"]] == ["unknown-session"]
     assert quill.json("spool", "quarantine", "list")["entries"] == []
+    # The human output's hint is a command that runs as printed.
+    human = quill.run("spool", "replay", "--from", "1:0", "--into", str(tmp_path / "again.db"), check=False)
+    hinted = re.search(r"`quill (spool quarantine [^`]*)`", human.stderr).group(1)
+    assert quill.run(*shlex.split(hinted)).returncode == 0
 
 
 def test_quarantine_list_show_retry_and_drop(quill, home):

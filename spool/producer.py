@@ -99,6 +99,7 @@ class Spool:
         self._seq = 0
         self._segment = 0
         self._fd = -1
+        self._next_path = ""
         ensure_dir(self.dir)
 
     def append(self, op: str, data: dict[str, Any], *, batch_id: str | None = None) -> Ack:
@@ -148,7 +149,7 @@ class Spool:
                 size = os.fstat(fd).st_size
                 # A later segment created while we waited for the lock means ours was sealed
                 # (``spool.purge.seal``): only a terminating "\n" may be written to it now.
-                if size >= self.segment_bytes or os.path.exists(self.dir / segment_name(self._segment + 1)):
+                if size >= self.segment_bytes or os.path.exists(self._next_path):
                     full = True
                 else:
                     full = False
@@ -278,3 +279,5 @@ class Spool:
             self._segment = number
             raise self._os_error(exc) from exc
         self._fd, self._segment = fd, number
+        # The seal check's path (one stat per append), joined once per segment, not per append.
+        self._next_path = os.fspath(self.dir / segment_name(number + 1))

@@ -81,7 +81,8 @@ def encode(body: dict[str, Any], *, fast: bool = True) -> bytes:
         except UnicodeEncodeError:
             data = _SURROGATE.sub("\ufffd", raw).encode("utf-8")
     crc = zlib.crc32(data) & 0xFFFFFFFF
-    return data[:-1] + _CRC_PREFIX + b"%08x" % crc + b'"}\n'
+    # One copy of the body (a chain of ``+`` copied the ~27 KB of a 10-message record 4 times).
+    return b"".join((memoryview(data)[:-1], _CRC_PREFIX, b"%08x" % crc, b'"}\n'))
 
 
 def plain_json(value: Any) -> bool:

@@ -6,6 +6,14 @@ A call returns only when its messages are durable by the system's own rules; its
 measured around the call in the producer. Each producer owns its sessions (50 messages each).
 Producers start together (a barrier) and stop after a fixed wall time; messages/s is the total
 acknowledged messages over the measured wall time.
+
+The device's ``fdatasync`` price on this shared VM swings 10× within seconds, so systems measured
+one after another in separate windows compare different disks. Each (batch, procs) cell is
+therefore measured in ``ROUNDS`` rounds of ``ingest_seconds / ROUNDS``; every round runs every
+system once, in an order rotated by one each round, and a system's figures are its rounds
+pooled (messages over summed wall time, latency percentiles over all calls). The same
+interleaving applies to every system, Quill included; ``round_ratios`` keeps Quill ÷ the best
+alternative of each round, so a ratio can be checked per round too.
 """
 from __future__ import annotations
 
@@ -25,6 +33,8 @@ CTX = mp.get_context("fork")
 BATCHES = (1, 10)
 PROCS = (1, 16)
 WARMUP_CALLS = 3
+#: Interleaved rounds per (batch, procs) cell (module doc).
+ROUNDS = 3
 
 
 def _worker(name: str, path: str, proc: int, batch: int, seconds: float | None, barrier: Any,
@@ -77,8 +87,10 @@ def _worker(name: str, path: str, proc: int, batch: int, seconds: float | None, 
 
 
 def run_producers(name: str, path: Path, procs: int, batch: int, seconds: float | None, *,
-                  stop: Any = None, record_times: bool = False, started: Any = None) -> dict[str, Any]:
-    """Run ``procs`` producer processes of writer ``name`` against ``path``; returns totals."""
+                  stop: Any = None, record_times: bool = False, started: Any = None,
+                  keep_lats: bool = False) -> dict[str, Any]:
+    """Run ``procs`` producer processes of writer ``name`` against ``path``; returns totals
+    (with every call's latency in seconds under ``lats`` when ``keep_lats``)."""
     real_messages()  # parse once, before forking
     barrier = CTX.Barrier(procs + 1)
     out = CTX.Queue()
@@ -105,7 +117,22 @@ def run_producers(name: str, path: Path, procs: int, batch: int, seconds: float 
             "max_ms": ms(max(lats) if lats else None),
             "cpu_ms_per_call": ms(cpu_per_call), "errors": sum(r["errors"] for r in results),
             "error_sample": errors[0] if errors else None,
-            "samples": [(a, l) for r in results for a, l in zip(r["at"], r["lat"])] if record_times else None}
+            "samples": [(a, l) for r in results for a, l in zip(r["at"], r["lat"])] if record_times else None,
+            "cpu_s": sum(r.get("cpu_s", 0.0) for r in results), **({"lats": lats} if keep_lats else {})}
+
+
+def pool_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """One system's rounds (``run_producers(..., keep_lats=True)`` results) as one result:
+    messages over the summed wall time, percentiles over all calls."""
+    lats = [x for r in rounds for x in r["lats"]]
+    msgs, calls_ = sum(r["msgs"] for r in rounds), sum(r["calls"] for r in rounds)
+    wall = sum(r["wall_s"] for r in rounds)
+    errors = [r["error_sample"] for r in rounds if r["error_sample"]]
+    return {"msgs": msgs, "calls": calls_, "wall_s": round(wall, 3), "msgs_per_s": round(msgs / wall, 1) if wall else 0.0,
+            "p50_ms": ms(pct(lats, 50)), "p99_ms": ms(pct(lats, 99)), "max_ms": ms(max(lats) if lats else None),
+            "cpu_ms_per_call": ms(sum(r["cpu_s"] for r in rounds) / calls_) if calls_ else None,
+            "errors": sum(r["errors"] for r in rounds), "error_sample": errors[0] if errors else None,
+            "rounds_msgs_per_s": [r["msgs_per_s"] for r in rounds]}
 
 
 BARE_WRITE_BYTES = 4096
@@ -155,21 +182,35 @@ def run(sizes, log) -> dict[str, Any]:
         log(f"§1 bare 4 KiB write+fdatasync, {procs:2d} process(es): p50 {bare[procs]['p50_ms']} ms "
             f"p99 {bare[procs]['p99_ms']} ms")
     skipped: dict[str, str] = {}
+    systems = []
     for wcls in ALL:
         ok, why = wcls.available()
-        if not ok:
+        if ok:
+            systems.append(wcls)
+        else:
             skipped[wcls.name] = why
-            continue
-        for batch in BATCHES:
-            for procs in PROCS:
-                with tempdir(f"ingest-{wcls.name}") as d:
-                    wcls.prepare(d)
-                    r = run_producers(wcls.name, d, procs, batch, sizes.ingest_seconds)
-                r.pop("samples")
+    round_ratios: dict[str, list[float | None]] = {}
+    for batch in BATCHES:
+        for procs in PROCS:
+            per: dict[str, list[dict[str, Any]]] = {w.name: [] for w in systems}
+            for rnd in range(ROUNDS):
+                for wcls in systems[rnd % len(systems):] + systems[:rnd % len(systems)]:
+                    with tempdir(f"ingest-{wcls.name}") as d:
+                        wcls.prepare(d)
+                        per[wcls.name].append(run_producers(wcls.name, d, procs, batch,
+                                                            sizes.ingest_seconds / ROUNDS, keep_lats=True))
+            alts = [n for n in per if not n.startswith("quill")]
+            round_ratios[f"batch{batch}_procs{procs}"] = [
+                ratio(per["quill"][i]["msgs_per_s"], max(per[n][i]["msgs_per_s"] for n in alts))
+                if "quill" in per and alts else None for i in range(ROUNDS)]
+            for wcls in systems:
+                r = pool_rounds(per[wcls.name])
                 row = {"system": wcls.name, "label": wcls.label, "batch": batch, "procs": procs, **r}
                 log(f"§1 {wcls.name:11s} batch={batch:<2d} procs={procs:<2d} {r['msgs_per_s']:>9.1f} msg/s "
-                    f"p50={r['p50_ms']} ms p99={r['p99_ms']} ms errors={r['errors']}")
+                    f"p50={r['p50_ms']} ms p99={r['p99_ms']} ms errors={r['errors']} rounds={r['rounds_msgs_per_s']}")
                 rows.append(row)
+            log(f"§1 batch={batch} procs={procs}: Quill ÷ best alternative per round "
+                f"{round_ratios[f'batch{batch}_procs{procs}']}")
     # ratios: Quill / each alternative, same batch and procs
     quill = {(r["batch"], r["procs"]): r for r in rows if r["system"] == "quill"}
     for r in rows:
@@ -187,4 +228,7 @@ def run(sizes, log) -> dict[str, Any]:
             best_alt[f"batch{key[0]}_procs{key[1]}"] = {"system": b["system"], "msgs_per_s": b["msgs_per_s"],
                                                         "quill_msgs_per_s": quill[key]["msgs_per_s"],
                                                         "ratio": ratio(quill[key]["msgs_per_s"], b["msgs_per_s"])}
-    return {"rows": rows, "skipped": skipped, "best_alternative": best_alt, "bare_fsync": bare, "probes": probes}
+    for key, b in best_alt.items():
+        b["round_ratios"] = round_ratios.get(key)
+    return {"rows": rows, "skipped": skipped, "best_alternative": best_alt, "bare_fsync": bare, "probes": probes,
+            "rounds": ROUNDS}

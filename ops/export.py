@@ -18,7 +18,9 @@ chat JSONL or ShareGPT.
 """
 from __future__ import annotations
 
+import html
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -171,6 +173,15 @@ def header(count: int) -> dict[str, Any]:
     return {HEADER_KEY: 1, "sessions": count, "format": "quill ops, one per line (docs/ops.md)"}
 
 
+def _fenced(text: str, info: str = "") -> list[str]:
+    """``text`` as a Markdown code block whose fence is longer than any run of backticks in
+    it (CommonMark: a fence closes only on a run at least as long), so tool output holding
+    its own fences cannot close the block early."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return [fence + info, text, fence]
+
+
 def markdown(r: Reader, sid: str) -> str:
     """One session's display transcript as Markdown; tool calls and results folded."""
     session = r.get_session(sid) or {"id": sid}
@@ -182,8 +193,8 @@ def markdown(r: Reader, sid: str) -> str:
         if isinstance(content, list):
             content = "\n".join(p.get("text", f"[{p.get('type')}]") if isinstance(p, dict) else str(p) for p in content)
         if m["role"] in ("tool", "function"):
-            out += [f"<details><summary>tool result{' · ' + m['name'] if m.get('name') else ''}</summary>", "",
-                    "```", str(content or ""), "```", "", "</details>", ""]
+            out += [f"<details><summary>tool result{' · ' + html.escape(m['name']) if m.get('name') else ''}"
+                    "</summary>", "", *_fenced(str(content or "")), "", "</details>", ""]
             continue
         out += [f"## {m['role']}", ""]
         if m.get("reasoning"):
@@ -192,8 +203,8 @@ def markdown(r: Reader, sid: str) -> str:
             out += [str(content), ""]
         for call in m.get("tool_calls") or []:
             fn = call.get("function", {}) if isinstance(call, dict) else {}
-            out += [f"<details><summary>tool call · {fn.get('name')}</summary>", "", "```json",
-                    str(fn.get("arguments", "")), "```", "", "</details>", ""]
+            out += [f"<details><summary>tool call · {html.escape(str(fn.get('name')))}</summary>", "",
+                    *_fenced(str(fn.get("arguments", "")), "json"), "", "</details>", ""]
     return "\n".join(out)
 
 

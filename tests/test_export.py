@@ -191,3 +191,21 @@ def test_system_prompts_and_tools_round_trip_and_the_model_view_returns_them(qui
     # the fine-tuning export carries them
     chat = json.loads(quill.run("export", "s", "--format", "openai").stdout)
     assert chat["messages"][0] == {"role": "system", "content": "You are terse."} and chat["tools"] == reloaded
+
+
+def test_markdown_keeps_tool_output_holding_its_own_fences_in_one_code_block(quill):
+    """A tool result (or call arguments) holding ``` lines closed the export's 3-backtick fence
+    early and the rest rendered as Markdown (found on a real Codex transcript)."""
+    from markdown_it import MarkdownIt
+
+    output = "run this:\n```bash\nls <dir>\n```\n````\nand ~~~ too\n# not a heading"
+    quill.run("push", "--session", "f", input="\n".join(json.dumps(m) for m in [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "sh<x>", "arguments": '{"cmd": "```"}'}}]},
+        {"role": "tool", "tool_call_id": "c1", "name": "sh<x>", "content": output}]))
+    quill.run("run", "--until-idle", "--timeout", "60")
+    md = quill.run("export", "f", "--format", "markdown").stdout
+    blocks = [t.content.rstrip("\n") for t in MarkdownIt().parse(md) if t.type == "fence"]
+    assert blocks == ['{"cmd": "```"}', output]
+    assert "sh&lt;x&gt;" in md and "<x>" not in md

@@ -51,7 +51,7 @@ def drain(spool_dir: Path, db_path: Path, chunk_rows: int = 500,
     from quill.spool.segments import Position, list_segments
     from quill.store import apply_chunk, index_slice, open_writer
     from quill.store.apply import take_chunk
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     conn = open_writer(db_path)
     reader = SpoolReader(spool_dir)
     quarantine = Quarantine(spool_dir)
@@ -75,9 +75,10 @@ def drain(spool_dir: Path, db_path: Path, chunk_rows: int = 500,
     committed = time.perf_counter() - t0
     while index_slice(conn, index_slice_rows):
         pass
-    seconds = time.perf_counter() - t0
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     conn.close()
-    return {"rows": rows, "chunks": chunks, "seconds": round(seconds, 3), "msgs_per_s": round(rows / seconds, 1),
+    return {"rows": rows, "chunks": chunks, "seconds": round(seconds, 3), "cpu_seconds": round(cpu, 3),
+            "msgs_per_s": round(rows / seconds, 1),
             "commit_seconds": round(committed, 3), "rejected": len(rejected),
             "rejected_reasons": sorted(set(rejected))[:5]}
 
@@ -112,7 +113,7 @@ def raw_insert(db_path: Path, rows: list[tuple], chunk: int, fts: bool) -> dict[
         conn.execute(_trigger_sql())
     sql = (f"INSERT INTO messages (session_id, {', '.join(ROW_COLUMNS)}, arrived_at, batch_id) "
            f"VALUES ({', '.join('?' for _ in range(len(ROW_COLUMNS) + 3))})")
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for i in range(0, len(rows), chunk):
         part = rows[i:i + chunk]
         conn.execute("BEGIN IMMEDIATE")
@@ -120,9 +121,10 @@ def raw_insert(db_path: Path, rows: list[tuple], chunk: int, fts: bool) -> dict[
                          [(s, r[-2]) for s in {r[0] for r in part} for r in part[:1]])
         conn.executemany(sql, part)
         conn.execute("COMMIT")
-    seconds = time.perf_counter() - t0
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     conn.close()
-    return {"rows": len(rows), "seconds": round(seconds, 3), "msgs_per_s": round(len(rows) / seconds, 1)}
+    return {"rows": len(rows), "seconds": round(seconds, 3), "cpu_seconds": round(cpu, 3),
+            "msgs_per_s": round(len(rows) / seconds, 1)}
 
 
 def naive_rate(n: int, seconds: float) -> dict[str, Any]:
@@ -180,13 +182,20 @@ def run(sizes, log) -> dict[str, Any]:
             raw = sorted(raws, key=lambda r: r["msgs_per_s"])[len(raws) // 2]
             q["all_msgs_per_s"] = [r["msgs_per_s"] for r in qs]
             raw["all_msgs_per_s"] = [r["msgs_per_s"] for r in raws]
+            # CPU seconds (this process: Python + SQLite, no I/O wait) are far steadier than wall
+            # time on a shared machine: the median of each side, and their ratio.
+            q_cpu = sorted(r["cpu_seconds"] for r in qs)[len(qs) // 2]
+            raw_cpu = sorted(r["cpu_seconds"] for r in raws)[len(raws) // 2]
             entry = {"chunk": chunk, "effective_rows_per_txn": eff, "quill": q, "raw_fts": raw,
-                     "quill_vs_raw_fts": ratio(q["msgs_per_s"], raw["msgs_per_s"])}
+                     "quill_vs_raw_fts": ratio(q["msgs_per_s"], raw["msgs_per_s"]),
+                     "cpu_seconds": {"quill": q_cpu, "raw_fts": raw_cpu},
+                     "quill_vs_raw_fts_cpu": ratio(raw_cpu, q_cpu)}
             if chunk == 500:
                 entry["raw_nofts"] = raw_insert(d / "nofts.db", rows, eff, fts=False)
             out["sweep"].append(entry)
             log(f"§2 chunk={chunk:<5d} quill {q['msgs_per_s']:>8.1f} msg/s  raw-FTS {raw['msgs_per_s']:>8.1f}  "
-                f"ratio {entry['quill_vs_raw_fts']}  rejected={q['rejected']}")
+                f"ratio {entry['quill_vs_raw_fts']}  cpu s {q_cpu:.2f} vs {raw_cpu:.2f} "
+                f"(cpu ratio {entry['quill_vs_raw_fts_cpu']})  rejected={q['rejected']}")
         shutil.rmtree(d / "spool" / "quarantine", ignore_errors=True)
         out["profile_chunk500"] = profile_drain(d / "spool", d / "profile.db", 500)
     out["naive"] = naive_rate(n, sizes.naive_seconds)
@@ -194,7 +203,9 @@ def run(sizes, log) -> dict[str, Any]:
     out["at500"] = {"quill": at500["quill"]["msgs_per_s"], "raw_fts": at500["raw_fts"]["msgs_per_s"],
                     "raw_nofts": at500["raw_nofts"]["msgs_per_s"], "naive": out["naive"]["msgs_per_s"],
                     "vs_naive": ratio(at500["quill"]["msgs_per_s"], out["naive"]["msgs_per_s"]),
-                    "vs_raw_fts": at500["quill_vs_raw_fts"],
+                    "vs_raw_fts": at500["quill_vs_raw_fts"], "vs_raw_fts_cpu": at500["quill_vs_raw_fts_cpu"],
+                    "cpu_seconds": at500["cpu_seconds"],
                     "vs_raw_nofts": ratio(at500["quill"]["msgs_per_s"], at500["raw_nofts"]["msgs_per_s"])}
-    log(f"§2 naive {out['naive']['msgs_per_s']} msg/s; no-FTS ceiling {out['at500']['raw_nofts']} msg/s")
+    log(f"§2 naive {out['naive']['msgs_per_s']} msg/s; no-FTS ceiling {out['at500']['raw_nofts']} msg/s; "
+        f"chunk 500 CPU s quill {at500['cpu_seconds']['quill']} vs raw FTS {at500['cpu_seconds']['raw_fts']}")
     return out

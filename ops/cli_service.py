@@ -43,13 +43,21 @@ def serve(cfg: Any, listen: str | None, anonymous: str | None, as_json: bool) ->
     if policy == "any" and not is_loopback(host):
         click.echo("quill: WARNING: --anonymous any on a non-loopback address: anyone who can reach "
                    f"{host}:{port} can read and write transcripts", err=True)
+    from .errors import QuillError
+    from .service.server import bind
+    try:
+        sock = bind(host, port)
+    except OSError as exc:
+        raise QuillError(f"cannot listen on {host}:{port}: {exc.strerror or exc}",
+                         hint="another process (another `quill serve`, or a fleet run with http_listen) may "
+                              "hold it; choose another with --listen HOST:PORT") from None
     url = f"http://{'[' + host + ']' if ':' in host else host}:{port}/"
     if as_json:  # one line on stdout, so a script can read where the service is
         click.echo(json.dumps({"url": url, "listen": f"{host}:{port}", "anonymous": policy}), nl=True)
     else:
         click.echo(f"quill: serving {url} (dashboard /, API /api/v1, metrics /metrics, OpenAPI /openapi.json); "
                    f"anonymous callers: {policy}; logs in {cfg.logs_dir}", err=True)
-    run_server(cfg, log, listen, anonymous=policy)
+    run_server(cfg, log, listen, anonymous=policy, sock=sock)
 
 
 @click.group()

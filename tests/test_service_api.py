@@ -303,3 +303,27 @@ def _port_open(port: int) -> bool:
     import socket
     with socket.socket() as s:
         return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_serve_on_a_port_in_use_fails_clearly_before_saying_it_serves(quill, home):
+    """Was: "quill: serving http://…" (or a --json success object), then exit 3 with nothing
+    on stderr; the EADDRINUSE was only in logs/http.log."""
+    import socket
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        for extra in ((), ("--json",)):
+            proc = quill.run("serve", "--listen", f"127.0.0.1:{port}", *extra, check=False, timeout=60)
+            assert proc.returncode == 1, (proc.returncode, proc.stdout, proc.stderr)
+            assert "serving" not in proc.stderr and '"url"' not in proc.stdout
+            said = json.loads(proc.stdout)["error"]["message"] if extra else proc.stderr
+            assert f"cannot listen on 127.0.0.1:{port}" in said and "in use" in said
+
+
+def test_an_empty_search_query_is_an_empty_result_as_in_the_cli(svc):
+    headers = {"Authorization": f"Bearer {svc['tokens']['read']}"}
+    for q in ("", "   "):
+        r = httpx.get(f"{svc['base']}/api/v1/search", params={"q": q}, headers=headers)
+        assert r.status_code == 200 and r.json()["hits"] == [], r.text
+

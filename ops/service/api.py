@@ -214,7 +214,7 @@ def resume_by_key(q: Client = Depends(client), key: str | None = None, cwd: str 
 
 
 @router.get("/search", dependencies=[Depends(require("read"))])
-def search(q: str = Query(min_length=1, max_length=1000), c: Client = Depends(client),
+def search(q: str = Query(max_length=1000), c: Client = Depends(client),
            limit: int = Query(20, ge=1, le=1000), session_id: str | None = None,
            role: str | None = None, source: str | None = None, since: float | None = None,
            until: float | None = None, substring: bool = False, audit: bool = False,

@@ -6,6 +6,7 @@ itself (``app._AccessLog``). ``listen`` is ``HOST:PORT`` (``[::1]:8765`` for IPv
 from __future__ import annotations
 
 import ipaddress
+import socket
 from typing import Any
 
 import uvicorn
@@ -35,9 +36,28 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def serve(cfg: Any, log: Any, listen: str, *, anonymous: str | None = None, on_started: Any = None) -> None:
-    """Serve until SIGINT/SIGTERM. Raises ``ListenError`` for a bad ``listen``."""
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (as uvicorn binds one: SO_REUSEADDR, backlog
+    2048). Bound before anything says the service is up, so a port already in use is an
+    ``OSError`` here (errno EADDRINUSE) instead of uvicorn's exit after a success line."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def serve(cfg: Any, log: Any, listen: str, *, anonymous: str | None = None, on_started: Any = None,
+          sock: socket.socket | None = None) -> None:
+    """Serve until SIGINT/SIGTERM, on ``sock`` when given (``bind``), else on ``listen``.
+    Raises ``ListenError`` for a bad ``listen`` and ``OSError`` when it cannot be bound."""
     host, port = parse_listen(listen)
+    sock = sock or bind(host, port)
     app = create_app(cfg, log, anonymous=anonymous)
     config = uvicorn.Config(app, host=host, port=port, access_log=False, log_config=None,
                             server_header=False, timeout_graceful_shutdown=5)
@@ -45,4 +65,4 @@ def serve(cfg: Any, log: Any, listen: str, *, anonymous: str | None = None, on_s
     if on_started is not None:
         app.router.on_startup.append(lambda: on_started(host, port))
     log.info("http.listening", host=host, port=port, anonymous=anonymous or cfg.http_anonymous)
-    server.run()
+    server.run(sockets=[sock])

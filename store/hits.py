@@ -71,6 +71,24 @@ def match_spans(text: str, kind: str, terms: list[str], prefixes: tuple[str, ...
     return sorted(spans)
 
 
+def finder(kind: str, terms: list[str], prefixes: tuple[str, ...] = ()):
+    """``match_spans`` with its arguments bound: a function ``text -> spans`` equal to
+    ``match_spans(text, kind, terms, prefixes)``, with the per-query work (the term set and
+    the ASCII regex) done once for a page of hits instead of once per hit."""
+    if kind != "fts" or not terms:
+        return lambda text: match_spans(text, kind, terms, prefixes)
+    pattern = _word_pattern(tuple(sorted(w for w in set(terms) if w.isascii())),
+                            tuple(sorted(p for p in prefixes if p.isascii())))
+
+    def find(text: str) -> list[tuple[int, int]]:
+        if not text:
+            return []
+        if text.isascii():
+            return _ascii_spans(text, pattern)
+        return match_spans(text, kind, terms, prefixes)
+    return find
+
+
 def _ascii_word_spans(text: str, want: set[str], prefixes: tuple[str, ...]) -> list[tuple[int, int]]:
     """Word spans of ASCII ``text``, from its first match to ``2 * SNIPPET_CHARS`` past it.
 
@@ -80,8 +98,12 @@ def _ascii_word_spans(text: str, want: set[str], prefixes: tuple[str, ...]) -> l
     lower-cased text bounded by non-alphanumerics on both sides (the prefix form runs to the
     token's end). Terms that are not ASCII can never equal an ASCII token. The regex runs in
     C and no token list is built (tests/test_search_text.py checks it against the tokenizer)."""
-    pattern = _word_pattern(tuple(sorted(w for w in want if w.isascii())),
-                            tuple(sorted(p for p in prefixes if p.isascii())))
+    return _ascii_spans(text, _word_pattern(tuple(sorted(w for w in want if w.isascii())),
+                                            tuple(sorted(p for p in prefixes if p.isascii()))))
+
+
+def _ascii_spans(text: str, pattern: re.Pattern[str] | None) -> list[tuple[int, int]]:
+    """``_ascii_word_spans`` with its regex (``_word_pattern``) given."""
     if pattern is None:
         return []
     low = text.lower()  # ASCII: FTS5's folding, same length (a case-insensitive regex is ~5x slower)
@@ -220,6 +242,11 @@ def preview(value: Any, *, max_chars: int = PREVIEW_CHARS, max_items: int = PREV
     return out
 
 
+#: Types ``_bound`` returns as they are (JSON's scalars): checked by ``type() in`` before the
+#: ``isinstance`` tests, which decide everything else exactly as before.
+_SCALARS = frozenset({int, float, bool, type(None)})
+
+
 def _bound(value: Any, path: str, cut: dict[str, int], max_chars: int, max_items: int) -> Any:
     if isinstance(value, str):
         if len(value) > max_chars:
@@ -231,7 +258,8 @@ def _bound(value: Any, path: str, cut: dict[str, int], max_chars: int, max_items
             cut[path or "."] = len(value)
         items = []
         for i, v in enumerate(value[:max_items]):
-            if type(v) is str and len(v) <= max_chars or not isinstance(v, (str, list, dict)):
+            t = type(v)
+            if t in _SCALARS or t is str and len(v) <= max_chars or not isinstance(v, (str, list, dict)):
                 items.append(v)  # kept as it is: no path is built for it
             else:
                 items.append(_bound(v, f"{path}[{i}]", cut, max_chars, max_items))
@@ -240,7 +268,8 @@ def _bound(value: Any, path: str, cut: dict[str, int], max_chars: int, max_items
         out = {}
         for k, v in value.items():
             # Scalars and short strings are kept as they are: no path is built for them.
-            if type(v) is str and len(v) <= max_chars or not isinstance(v, (str, list, dict)):
+            t = type(v)
+            if t in _SCALARS or t is str and len(v) <= max_chars or not isinstance(v, (str, list, dict)):
                 out[k] = v
             else:
                 out[k] = _bound(v, f"{path}.{k}" if path else str(k), cut, max_chars, max_items)

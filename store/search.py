@@ -217,6 +217,7 @@ def search(conn: apsw.Connection, text: str, *, limit: int = 20, session_id: str
     page: list[int] = []
     seen: set[int] = set()
     batch = limit  # most pages need no more: filters are in the query; only display dedupe drops rows
+    more = True  # an index query may still hold rows below ``below``
     while True:
         for _fid, mid in pairs:
             if mid in seen:
@@ -227,7 +228,7 @@ def search(conn: apsw.Connection, text: str, *, limit: int = 20, session_id: str
                 break
         if len(page) >= limit:
             break
-        if not usable and plan.kind != "scan":
+        if not more or (not usable and plan.kind != "scan"):
             break
         try:
             pairs = _indexed(conn, plan, upto, cond, args, below, batch, kinds_t, display)
@@ -235,6 +236,10 @@ def search(conn: apsw.Connection, text: str, *, limit: int = 20, session_id: str
             pairs = []  # damaged index met by a reader: the tail scan is all we can offer
         if not pairs:
             break
+        # An fts/trigram batch shorter than asked is every row its conditions admit: the next
+        # one (same conditions, ids below this one's last) would be empty — one query saved
+        # for rare words. A scan's next batch reads another window of rows, so it goes on.
+        more = len(pairs) >= batch or plan.kind == "scan"
         below = pairs[-1][0]
         batch = min(batch * 2, 1000)
     return _hits(conn, plan, page, projection, context, kinds_t, t0, timings, clock)
@@ -299,9 +304,10 @@ def _hits(conn: apsw.Connection, plan: query.Plan, page: list[int], projection: 
             f"WHERE m.id IN ({marks})", (*nargs, *page))}
         prefixes = tuple(w for g in plan.groups for t in g if t.prefix and not t.negated
                          for w in textfold.word_tokens(t.text)[-1:]) if plan.kind == "fts" else ()
+        find = hits_mod.finder("fts" if plan.kind == "fts" else "substring", plan.terms, prefixes)
         for mid in page:
             r = rows[mid]
-            matched_in, snippet, marks_ = _snippet(conn, plan, r, kinds_t, prefixes)
+            matched_in, snippet, marks_ = _snippet(conn, plan, r, kinds_t, find)
             out.append({"session_id": r[1], "message_id": mid, "role": r[2], "state": r[5], "ts": r[3],
                         "title": r[4], "matched_in": matched_in, "snippet": snippet, "highlights": marks_})
             near.append((mid, r[1], r[9], r[10]))
@@ -330,12 +336,12 @@ def _tools_text(conn: apsw.Connection, message_id: int) -> str | None:
 
 
 def _snippet(conn: apsw.Connection, plan: query.Plan, row: tuple, kinds: tuple[str, ...],
-             prefixes: tuple[str, ...]) -> tuple[str, str, list[list[int]]]:
+             find: Any) -> tuple[str, str, list[list[int]]]:
     """``(matched_in, snippet, highlights)`` of a hit (a ``_PAGE_COLS`` row): from the first
     of its searched texts (``_texts``' rules and order) that holds a match, else the first
-    non-empty one; the tools text is read only when the texts before it hold no match."""
+    non-empty one; the tools text is read only when the texts before it hold no match.
+    ``find`` is ``hits.finder`` of the plan's terms (text -> match spans)."""
     content, raw_tools, reasoning = row[6], row[7], row[8]
-    term_kind = "fts" if plan.kind == "fts" else "substring"
     if plan.kind == "trigram":
         order: tuple[str, ...] = ("text",) if row[2] in TRIGRAM_ROLES and "text" in kinds and content else ()
     else:
@@ -355,7 +361,7 @@ def _snippet(conn: apsw.Connection, plan: query.Plan, row: tuple, kinds: tuple[s
             continue
         if not text:
             continue
-        spans = hits_mod.match_spans(text, term_kind, plan.terms, prefixes)
+        spans = find(text)
         if spans:
             return (kind, *hits_mod.excerpt(text, spans))
         if first is None:

@@ -239,6 +239,21 @@ def test_ascii_word_spans_are_the_tokenizers_matches():
         assert hits_mod.match_spans(text, "fts", sorted(want), prefixes) == expected, (text, want, prefixes)
 
 
+def test_finder_equals_match_spans():
+    """``hits.finder`` (the per-page matcher search uses) gives ``match_spans``' spans for
+    every kind, on ASCII and non-ASCII text, with and without prefixes and terms."""
+    import random
+    rng = random.Random(31)
+    alphabet = "abcXYZ019 _-.\n\t'é连Ü"
+    for _ in range(3000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 80)))
+        kind = rng.choice(["fts", "substring"])
+        terms = rng.sample(["ab", "c", "x", "0", "a1", "é", "连", "ü", "b x"], rng.randint(0, 3))
+        prefixes = tuple(rng.sample(["a", "x", "b", "0", "ü"], rng.randint(0, 2))) if kind == "fts" else ()
+        find = hits_mod.finder(kind, terms, prefixes)
+        assert find(text) == hits_mod.match_spans(text, kind, terms, prefixes), (text, kind, terms, prefixes)
+
+
 def test_excerpt_one_pass_equals_piecewise_collapse():
     """``excerpt``'s one-pass whitespace collapse (spans bracketed by marks) gives the snippet
     and highlights of the piece-by-piece collapse, including overlapping spans, spans that

@@ -146,7 +146,7 @@ def excerpt(text: str, spans: list[tuple[int, int]], width: int = SNIPPET_CHARS)
     end = min(len(text), start + width)
     inside: list[tuple[int, int]] = []
     pos = start
-    one_pass = True  # no span starts or ends with whitespace (see _marked)
+    one_pass = True  # no span starts or ends with whitespace (see _marked_excerpt)
     for s, e in spans:
         if s >= end:
             break  # spans come in text order
@@ -162,9 +162,8 @@ def excerpt(text: str, spans: list[tuple[int, int]], width: int = SNIPPET_CHARS)
         pos = e
     window = text[start:end]
     if one_pass and _OPEN not in window and _CLOSE not in window:
-        out, marks = _marked(text, start, end, inside)
-    else:
-        out, marks = _joined(text, start, end, inside)
+        return _marked_excerpt(text, start, end, inside)
+    out, marks = _joined(text, start, end, inside)
     lead = len(out) - len(out.lstrip())
     body = out.strip()
     prefix = "…" if start > 0 else ""
@@ -174,16 +173,18 @@ def excerpt(text: str, spans: list[tuple[int, int]], width: int = SNIPPET_CHARS)
 
 
 #: Private-use characters bracketing the highlighted spans while whitespace is collapsed in
-#: one pass (``_marked``); a window that holds either takes the piecewise path instead.
+#: one pass (``_marked_excerpt``); a window that holds either takes the piecewise path instead.
 _OPEN, _CLOSE = "\ue000", "\ue001"
 _MARK_SPLIT = re.compile("[\ue000\ue001]")
 
 
-def _marked(text: str, start: int, end: int, inside: list[tuple[int, int]]) -> tuple[str, list[list[int]]]:
-    """``_joined``'s result in one regex pass: the spans are bracketed by marks, the window's
-    whitespace collapsed, the marks read back as offsets. Equal to ``_joined`` when no span
-    starts or ends with whitespace (then no whitespace run touches a mark, and collapsing the
-    pieces one by one is collapsing the window)."""
+def _marked_excerpt(text: str, start: int, end: int, inside: list[tuple[int, int]]) -> tuple[str, list[list[int]]]:
+    """``excerpt``'s result in one regex pass, equal to the piecewise ``_joined`` path when
+    no span starts or ends with whitespace (tests/test_search_text.py): the spans are
+    bracketed by marks, the window's whitespace collapsed (no whitespace run touches a mark,
+    so collapsing the pieces one by one is collapsing the window), the marks read back as
+    offsets. The collapsed window has at most one space at each end, outside every span, so
+    stripping it shifts every mark alike and no mark is clipped or emptied."""
     pieces = []
     pos = start
     for s, e in inside:
@@ -191,12 +192,16 @@ def _marked(text: str, start: int, end: int, inside: list[tuple[int, int]]) -> t
         pos = e
     pieces.append(text[pos:end])
     parts = _MARK_SPLIT.split(_collapse("".join(pieces)))
+    out = "".join(parts)
+    body = out.strip()
+    prefix = "…" if start > 0 else ""
+    n = len(prefix) - (len(out) - len(out.lstrip())) + len(parts[0])
     marks = []
-    n = len(parts[0])
     for i in range(1, len(parts), 2):  # gap, hit, gap, hit, …, gap
-        marks.append([n, n + len(parts[i])])
-        n += len(parts[i]) + len(parts[i + 1])
-    return "".join(parts), marks
+        hit = len(parts[i])
+        marks.append([n, n + hit])
+        n += hit + len(parts[i + 1])
+    return prefix + body + ("…" if end < len(text) else ""), marks
 
 
 def _collapse(text: str) -> str:
@@ -256,22 +261,20 @@ def _bound(value: Any, path: str, cut: dict[str, int], max_chars: int, max_items
     if isinstance(value, list):
         if len(value) > max_items:
             cut[path or "."] = len(value)
-        items = []
-        for i, v in enumerate(value[:max_items]):
+        items = value[:max_items]  # a new plain list; only the items that need it are replaced
+        for i, v in enumerate(items):
             t = type(v)
             if t in _SCALARS or t is str and len(v) <= max_chars or not isinstance(v, (str, list, dict)):
-                items.append(v)  # kept as it is: no path is built for it
-            else:
-                items.append(_bound(v, f"{path}[{i}]", cut, max_chars, max_items))
+                continue  # kept as it is: no path is built for it
+            items[i] = _bound(v, f"{path}[{i}]", cut, max_chars, max_items)
         return items
     if isinstance(value, dict):
-        out = {}
+        out = dict(value)  # a new plain dict in the same key order; values replaced in place
         for k, v in value.items():
             # Scalars and short strings are kept as they are: no path is built for them.
             t = type(v)
             if t in _SCALARS or t is str and len(v) <= max_chars or not isinstance(v, (str, list, dict)):
-                out[k] = v
-            else:
-                out[k] = _bound(v, f"{path}.{k}" if path else str(k), cut, max_chars, max_items)
+                continue
+            out[k] = _bound(v, f"{path}.{k}" if path else str(k), cut, max_chars, max_items)
         return out
     return value

@@ -130,10 +130,13 @@ def _indexed(conn: apsw.Connection, plan: query.Plan, upto: int, cond: str, args
         table, match = "messages_fts", plan.match
         if kinds != KINDS:
             match = "{" + " ".join(KIND_COLUMNS[k] for k in kinds) + "} : (" + match + ")"
+    # LIMIT is a literal, not a parameter: SQLite marks an FTS5 query's LIMIT parameter as
+    # plan-relevant and re-prepares the whole statement at every bind (~0.3 M instructions, as
+    # much as the query's own run; valgrind, bench §3 store). Batch sizes are few (limit × 2^k).
     return conn.execute(
         f"SELECT m.id, {rep} FROM {table} f JOIN messages m ON m.id = f.rowid {join} "
-        f"WHERE {table} MATCH ? AND f.rowid <= ? AND f.rowid < ? AND {cond} ORDER BY f.rowid DESC LIMIT ?",
-        (match, upto, below, *args, limit)).fetchall()
+        f"WHERE {table} MATCH ? AND f.rowid <= ? AND f.rowid < ? AND {cond} ORDER BY f.rowid DESC LIMIT {int(limit)}",
+        (match, upto, below, *args)).fetchall()
 
 
 def _join(cond: str) -> str:

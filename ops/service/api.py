@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
+from starlette.convertors import PathConvertor, register_url_convertor
 from pydantic import BaseModel, Field
 
 from quill.jobs import catalog
@@ -34,6 +35,17 @@ from .errors import ERROR_SCHEMA, ApiError
 _ERRORS = {code: {"description": desc, "content": {"application/json": {"schema": ERROR_SCHEMA}}}
            for code, desc in ((401, "no or bad token"), (403, "token lacks the scope"),
                               (422, "invalid request"), (503, "store or spool unavailable"))}
+class _SessionIdConvertor(PathConvertor):
+    """``{session_id:sid}``: any text, ``/`` and line breaks included. Starlette's ``path``
+    convertor is ``.*``, which stops at a newline, so an id holding one matched no route (an
+    undocumented 404, found by the fuzz test) or, ending in one, was cut to the text before
+    it; the id rule (``session_id_problem``, 422) then judges the whole id."""
+
+    regex = "(?s:.*)"
+
+
+register_url_convertor("sid", _SessionIdConvertor())
+
 router = APIRouter(prefix="/api/v1", responses=_ERRORS)
 BATCH_ID = r"^[0-9A-Za-z][0-9A-Za-z._:-]{0,127}$"
 
@@ -126,7 +138,7 @@ def append_ops(body: OpsIn, request: Request) -> AcksOut:
     return _append(request, [(o.op, o.data, o.batch) for o in body.ops])
 
 
-@router.post("/sessions/{session_id:path}/messages", status_code=202, response_model=AcksOut,
+@router.post("/sessions/{session_id:sid}/messages", status_code=202, response_model=AcksOut,
              dependencies=[Depends(require("write"))],
              responses={413: _ERRORS[422] | {"description": "body or batch too large"}})
 def append_messages(session_id: str, body: MessagesIn, request: Request) -> AcksOut:
@@ -168,7 +180,7 @@ def list_sessions(q: Client = Depends(client), source: str | None = None,
                           chains=lineage == "all")
 
 
-@router.get("/sessions/{session_id:path}/messages", dependencies=[Depends(require("read"))],
+@router.get("/sessions/{session_id:sid}/messages", dependencies=[Depends(require("read"))],
             responses={404: _ERRORS[422] | {"description": "no such session"}})
 def get_messages(session_id: str, q: Client = Depends(client),
                  view: Literal["display", "model", "audit"] = "display",
@@ -181,7 +193,7 @@ def get_messages(session_id: str, q: Client = Depends(client),
     return {**found, "view": view}
 
 
-@router.get("/sessions/{session_id:path}/resume", dependencies=[Depends(require("read"))],
+@router.get("/sessions/{session_id:sid}/resume", dependencies=[Depends(require("read"))],
             responses={404: _ERRORS[422] | {"description": "no such session"}})
 def resume(session_id: str, q: Client = Depends(client)) -> dict[str, Any]:
     """What an agent needs to continue a session: the session, its chain and its model view."""
@@ -189,7 +201,7 @@ def resume(session_id: str, q: Client = Depends(client)) -> dict[str, Any]:
         return q.transcript(session_id, "model")
 
 
-@router.get("/sessions/{session_id:path}", dependencies=[Depends(require("read"))],
+@router.get("/sessions/{session_id:sid}", dependencies=[Depends(require("read"))],
             responses={404: _ERRORS[422] | {"description": "no such session"}})
 def get_session(session_id: str, q: Client = Depends(client)) -> dict[str, Any]:
     """One session with its compression chain (root → tip)."""
@@ -222,7 +234,7 @@ def search(q: str = Query(max_length=1000), c: Client = Depends(client),
            kind: list[Literal["text", "tool", "reasoning"]] | None = Query(None)) -> dict[str, Any]:
     """Full-text search (``quill.Client.search`` hits), newest first, or with
     ``order=relevance`` ranked over the newest 1,000 matches (BM25 on SQLite, ``ts_rank`` on
-    PostgreSQL; a query with no words is 422 ``invalid-request``). Any text is a valid query; ``kind`` (repeatable) limits
+    PostgreSQL; a query that is not a word query — substring, CJK — is 422 ``invalid-request``). Any text is a valid query; ``kind`` (repeatable) limits
     where to look; ``context=true`` adds each hit's neighbouring messages; ``degraded`` says
     results come partly from a bounded scan (index rebuilding)."""
     with client_errors():

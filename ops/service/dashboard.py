@@ -169,7 +169,7 @@ def install(app: FastAPI) -> None:
         return _page(request, "sessions.html", rows=rows, hits=hits, f=filters, sources=sources,
                      degraded=degraded, has_store=r is not None)
 
-    @app.get("/sessions/{session_id:path}", include_in_schema=False)
+    @app.get("/sessions/{session_id:sid}", include_in_schema=False)
     def transcript(request: Request, session_id: str, view: str = "display") -> HTMLResponse:
         _who(request)
         if view not in ("display", "model", "audit"):

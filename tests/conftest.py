@@ -13,9 +13,19 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-#: The shared corpus sits next to the checkout (/work/main) or next to the worktree folder.
-CORPUS = next((p / "shared" / "corpus" for p in REPO.parents if (p / "shared" / "corpus").is_dir()),
-              REPO.parent / "shared" / "corpus")
+#: Real transcripts the tests read: ``$QUILL_CORPUS``, else ``shared/corpus`` next to the
+#: checkout (or next to a folder holding it, as for worktrees).
+CORPUS = (Path(os.environ["QUILL_CORPUS"]) if os.environ.get("QUILL_CORPUS") else
+          next((p / "shared" / "corpus" for p in REPO.parents if (p / "shared" / "corpus").is_dir()),
+               REPO.parent / "shared" / "corpus"))
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Stop at once, with what to do, when the real transcripts are missing: dozens of tests
+    read them, and a run without them would fail far from the cause."""
+    if not CORPUS.is_dir():
+        raise pytest.UsageError(f"the tests read real agent transcripts from {CORPUS}, which does not exist: "
+                                "run them from a checkout next to shared/corpus, or set QUILL_CORPUS=/path/to/corpus")
 
 
 def quill_env(home: Path) -> dict[str, str]:

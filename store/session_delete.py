@@ -20,6 +20,7 @@ from . import blobs, context
 from .errors import InvalidOpError
 from .indexer import FTS_TABLES, fts_state, unindex
 from .op_common import atomic, opt, session_id_problem
+from .transcript_ops import ID_FLOOR_KEY
 
 _REF_LIKE = f"%{blobs.REF_PREFIX}%"
 _REF_RE = re.compile(re.escape(blobs.REF_PREFIX) + r"([0-9a-f]{64})")
@@ -115,6 +116,9 @@ def _delete_one(conn: apsw.Connection, sid: str) -> tuple[int, int, int]:
         if isinstance(conn, apsw.Connection):  # SQLite's FTS5 tables; PostgreSQL indexes the rows themselves
             unindex(conn, msg_ids)
         shas = _blob_refs(conn, sid) | context.drop(conn, sid)
+        if msg_ids and isinstance(conn, apsw.Connection):  # ids never come back (transcript_ops.next_id)
+            conn.execute(f"INSERT INTO state_meta (key, value) VALUES ('{ID_FLOOR_KEY}', ?) ON CONFLICT (key) DO UPDATE "
+                         "SET value = max(CAST(value AS INTEGER), excluded.value)", (max(msg_ids),))
         conn.execute("DELETE FROM messages WHERE session_id = ?", (sid,))
         conn.execute("DELETE FROM usage WHERE session_id = ?", (sid,))
         _drop_unreferenced(conn, shas)

@@ -23,11 +23,12 @@ from .normalize import IDENTITY_COLUMNS, ROW_COLUMNS, identity, message_row
 from .op_common import atomic, ensure_session, opt, reopen_if_automatic, session_exists, session_id
 
 TOOL_RESULT_ROLES = ("tool", "function")
-_INSERT = (f"INSERT INTO messages (session_id, {', '.join(ROW_COLUMNS)}, arrived_at, batch_id, state, origin_id) "
-           f"VALUES (?, {', '.join('?' for _ in ROW_COLUMNS)}, ?, ?, 'live', ?)")
-#: The same insert with an explicit state (``restore.messages_restore``).
 _INSERT_STATE = (f"INSERT INTO messages (session_id, {', '.join(ROW_COLUMNS)}, arrived_at, batch_id, state, origin_id) "
                  f"VALUES (?, {', '.join('?' for _ in ROW_COLUMNS)}, ?, ?, ?, ?)")
+#: The same with an explicit id first (``next_id``; SQLite only).
+_INSERT_STATE_ID = _INSERT_STATE.replace("(session_id,", "(id, session_id,").replace("VALUES (?,", "VALUES (?, ?,")
+#: ``state_meta`` key: the highest message id a ``sessions.delete`` removed (session_delete.py).
+ID_FLOOR_KEY = "message_id_floor"
 _CHUNK = 500  # bound on SQL variables per IN (...) list
 
 
@@ -65,11 +66,31 @@ def _rows(conn: apsw.Connection, data: dict, arrived_at: float, *, allow_empty: 
     return rows
 
 
+def next_id(conn: apsw.Connection) -> int | None:
+    """The id the next inserted message must take, or None to let the database choose.
+
+    Message ids are never reused: clients keep them (read marks, rewind targets, sync
+    cursors). PostgreSQL's identity column never goes back. SQLite gives a rowid table's new
+    row max(id) + 1 (sqlite.org/autoinc.html), so after a delete removed the newest rows it
+    would hand their ids out again; the delete records the highest id it removed
+    (``ID_FLOOR_KEY``) and the next insert starts above it. Both values come from ops, so a
+    rebuild assigns the same ids."""
+    if not isinstance(conn, apsw.Connection):
+        return None
+    top, floor = conn.execute(f"SELECT (SELECT max(id) FROM messages), (SELECT CAST(value AS INTEGER) FROM "
+                              f"state_meta WHERE key = '{ID_FLOOR_KEY}')").fetchone()
+    return floor + 1 if floor is not None and (top or 0) < floor else None
+
+
 def _insert(conn: apsw.Connection, sid: str, rows: Iterable[tuple], origins: Sequence[int | None] | None,
             arrived_at: float, batch_id: str) -> int:
     rows = list(rows)
     origins = origins or [None] * len(rows)
-    conn.executemany(_INSERT, [(sid, *r, arrived_at, batch_id, o) for r, o in zip(rows, origins)])
+    values = [(sid, *r, arrived_at, batch_id, "live", o) for r, o in zip(rows, origins)]
+    first = next_id(conn) if values else None
+    if first is not None:  # the rows after the first follow it (max(id) + 1)
+        conn.execute(_INSERT_STATE_ID, (first, *values.pop(0)))
+    conn.executemany(_INSERT_STATE, values)
     return len(rows)
 
 

@@ -100,7 +100,11 @@ def test_running_a_job_twice_before_the_drain_is_harmless(store):
     assert store.conn.execute("SELECT count(*) FROM applied_batches").fetchone()[0] == 4
 
 
-def test_a_message_reusing_the_id_of_a_deleted_row_is_searchable(store):
+def test_message_ids_are_never_reused_after_a_delete_and_new_rows_are_searchable(store):
+    """Clients keep message ids (read marks, rewind targets, sync cursors). SQLite gives a new
+    row max(id) + 1, so deleting the newest session handed its ids out again (found by a new
+    user: a new session got the ids 3668, 3669 of the one just deleted) — and an id at or below
+    the index watermark was then never indexed."""
     store.apply("session.create", {"session_id": "keep", "source": "claude-code"})
     store.apply("messages.append", {"session_id": "keep", "messages": [{"role": "user", "content": "first"}]})
     store.apply("messages.append", {"session_id": "gone", "messages": [
@@ -111,11 +115,19 @@ def test_a_message_reusing_the_id_of_a_deleted_row_is_searchable(store):
                                            "actor": "user:test"}) == []
     store.apply("messages.append", {"session_id": "keep", "messages": [{"role": "user", "content": "zebraword"}]})
     new_id = store.conn.execute("SELECT max(id) FROM messages").fetchone()[0]
-    # SQLite reuses a freed id; a PostgreSQL identity never does (so nothing to get wrong there).
-    assert new_id <= top if store.kind == "sqlite" else new_id > top
+    assert new_id > top
+    # The restore op (export -> import) and a second delete of the newest rows: still rising.
+    store.apply("messages.restore", {"session_id": "back", "offset": 0, "rows": [
+        {"message": {"role": "user", "content": "restored"}, "state": "live"}]})
+    restored = store.conn.execute("SELECT max(id) FROM messages").fetchone()[0]
+    assert restored > new_id
+    store.apply("sessions.delete", {"session_ids": ["back"], "reason": "user", "actor": "user:test"})
+    store.apply("messages.append", {"session_id": "keep", "messages": [{"role": "user", "content": "last"}]})
+    assert store.conn.execute("SELECT max(id) FROM messages").fetchone()[0] > restored
     store.index()
     with store.reader() as r:
         assert [h["message_id"] for h in r.search("zebraword")] == [new_id]
+        assert [h["message_id"] for h in r.search("last")] == [restored + 1] or store.kind == "postgres"
         assert r.search("doomed") == []
 
 

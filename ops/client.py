@@ -69,6 +69,12 @@ class Outcome:
 
 def _check_ack(ack: Any) -> Ack:
     """``ack`` if it is an ``Ack`` (what the write methods return), else ``InvalidInputError``."""
+    if isinstance(ack, Ack):
+        return ack
+    if isinstance(ack, tuple) and len(ack) == 2 and isinstance(ack[1], (Ack, type(None))):
+        raise InvalidInputError(f"expected an Ack, got the (ids, ack) pair `delete_sessions` returns: {ack!r}",
+                                hint="`ids, ack = q.delete_sessions(...)`, then `q.wait(ack)` (ack is None when "
+                                     "nothing was deleted)")
     if not isinstance(ack, Ack):
         raise InvalidInputError(f"expected the Ack a write method returned (append, create …), got {ack!r}",
                                 hint="pass the value `append` returned; its batch id alone is not enough")

@@ -214,6 +214,14 @@ def test_wait_on_something_that_is_not_an_ack_is_a_typed_error(home, bogus):
         assert err.value.exit_code == 2 and err.value.hint
 
 
+def test_waiting_on_the_pair_delete_sessions_returns_says_how_to_unpack_it(home):
+    q = pkg.Client(home)
+    pair = (["gone"], q.append("gone", [{"role": "user", "content": "x"}]))  # the shape delete_sessions returns
+    with pytest.raises(pkg.InvalidInputError) as err:
+        q.wait(pair, timeout=0)
+    assert "delete_sessions" in err.value.message and "ids, ack =" in err.value.hint
+
+
 def test_not_found_errors_share_one_message_and_hint(home, quill):
     """Every "no such session" has the same shape, in the client and the CLI, before and after
     the store exists."""

@@ -69,7 +69,7 @@ def _doc_count(conn: apsw.Connection, phrase: str, sample: int) -> tuple[float, 
     """``(doc_count, exact)``."""
     n, low = conn.execute(
         "SELECT count(*), min(rowid) FROM (SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? "
-        "ORDER BY rowid DESC LIMIT ?)", (phrase, sample)).fetchone()
+        f"ORDER BY rowid DESC LIMIT {int(sample)})", (phrase,)).fetchone()
     if n < sample:
         return float(n), True
     # Two subqueries: each is one index probe; "SELECT min(id), max(id)" would scan the table.
@@ -108,18 +108,22 @@ def ranked(conn: apsw.Connection, match: str, phrases: list[str], *, limit: int 
     counted = [_doc_count(conn, p, sample) for p in phrases]
     sql = _RANKED_SQL.replace("{join}", join).replace("{where}", where)
     if all(exact for _, exact in counted):
-        return conn.execute(sql.format(score="bm25(messages_fts)"), (match, *args, candidates, limit)).fetchall()
+        return conn.execute(sql.format(score="bm25(messages_fts)", candidates=int(candidates), limit=int(limit)),
+                            (match, *args)).fetchall()
     conn.register_fts5_function(_FUNCTION, _score)
     counts = [n for n, _ in counted]
     extra = "".join(", ?" for _ in counts)
-    return conn.execute(sql.format(score=f"{_FUNCTION}(messages_fts{extra})"),
-                        (*counts, match, *args, candidates, limit)).fetchall()
+    return conn.execute(sql.format(score=f"{_FUNCTION}(messages_fts{extra})", candidates=int(candidates),
+                                   limit=int(limit)), (*counts, match, *args)).fetchall()
 
 
 # The candidates: the newest matches (FTS5 hands rows out by rowid, descending, so only the
 # LIMIT rows are read and scored); then ordered by score. {join}/{where} are the caller's.
+# The LIMITs are literals: a LIMIT parameter on an FTS5 query makes SQLite re-prepare the
+# statement at every call (store/search.py, measured there).
 _RANKED_SQL = ("SELECT id, r FROM (SELECT f.rowid AS id, {score} AS r FROM messages_fts f {join} "
-               "WHERE messages_fts MATCH ? AND ({where}) ORDER BY f.rowid DESC LIMIT ?) ORDER BY r, id DESC LIMIT ?")
+               "WHERE messages_fts MATCH ? AND ({where}) ORDER BY f.rowid DESC LIMIT {candidates}) "
+               "ORDER BY r, id DESC LIMIT {limit}")
 
 
 def ranked_with_counts(conn: apsw.Connection, match: str, counts: list[float], *, limit: int = 20,
@@ -129,8 +133,8 @@ def ranked_with_counts(conn: apsw.Connection, match: str, counts: list[float], *
     conn.register_fts5_function(_FUNCTION, _score)
     args = "".join(", ?" for _ in counts)
     sql = _RANKED_SQL.replace("{join}", "").replace("{where}", "1")
-    return conn.execute(sql.format(score=f"{_FUNCTION}(messages_fts{args})"),
-                        (*counts, match, candidates, limit)).fetchall()
+    return conn.execute(sql.format(score=f"{_FUNCTION}(messages_fts{args})", candidates=int(candidates),
+                                   limit=int(limit)), (*counts, match)).fetchall()
 
 
 def describe() -> dict[str, Any]:

@@ -57,7 +57,7 @@ JOBS: tuple[JobSpec, ...] = (
             "cron", {"day_of_week": "sun", "hour": 4, "minute": 30}, needs_idle=True),
     JobSpec("scrub", "store", store_jobs.scrub,
             "FTS optimize + VACUUM + TRUNCATE checkpoint: no bytes of deleted rows left in the live store "
-            "(queued by `quill spool purge` for sessions deleted without --purge)",
+            "(queued by `quill spool purge`; cost: one full rewrite of the store, figures in seconds)",
             None, {}, retries=0),
     JobSpec("auto_prune", "store", prune.auto_prune,
             "close stale open sessions of automatic sources, then delete ended sessions past retention",

@@ -120,8 +120,8 @@ def echo_purge(figures: dict[str, Any]) -> None:
                f"compacted: {len(figures['snapshots_compacted'])}, new: {figures['snapshot'] or '-'}")
     scrub = figures.get("store_scrub")
     if scrub:
-        what = "VACUUM + WAL truncated" if scrub.get("vacuumed", True) else "WAL truncated"
-        click.echo(f"live store scrubbed ({what}) by the {scrub.get('runner', 'writer')}: "
+        click.echo(f"live store scrubbed (FTS optimize {scrub.get('optimize_seconds')} s, VACUUM "
+                   f"{scrub.get('vacuum_seconds')} s, WAL truncated) by the {scrub.get('runner', 'writer')}: "
                    f"{scrub['bytes_before']} -> {scrub['bytes_after']} bytes in {scrub['seconds']} s"
                    + ("; a reader blocked its TRUNCATE checkpoint: `quill jobs run wal_checkpoint --mode truncate` "
                       "once it is gone"

@@ -277,7 +277,7 @@ def _print_status(d: dict[str, Any]) -> None:
     if sp.get("interrupted_purge"):
         ip = sp["interrupted_purge"]
         con.print(f"[bold red]PURGE INTERRUPTED[/bold red] of {', '.join(ip['sessions']) or '?'}: the content may "
-                  f"still be in the spool and snapshots\n  next: [bold]{ip['next']}[/bold]")
+                  f"still be in the spool, snapshots and the live store\n  next: [bold]{ip['next']}[/bold]")
     w = d["wal"]
     if w["bytes"] or w["blocked_by_reader_since"]:
         style = "yellow" if w["high"] or w["blocked_by_reader_since"] else "default"

@@ -137,10 +137,12 @@ def _common_checks(cfg: Config, figures: dict[str, Any] | None) -> list[dict[str
                       else f"{len(stray)} segment file(s) outside {cfg.spool_dir} hold acknowledged records the writer "
                            f"never reads: {', '.join(str(p) for p in stray[:5])}; `quill spool adopt PATH` "
                            "appends their records to the spool (batch ids kept, so nothing is applied twice)"))
-    unfinished = interrupted_purge(cfg.spool_dir)
+    unfinished = interrupted_purge(cfg.spool_dir, None if cfg.store_url else cfg.state_db)
+    why = ("spool/.purge-plan.json left, no purge running" if unfinished and unfinished["cause"] == "plan-file"
+           else "an applied `sessions.delete --purge` whose records are still in the spool, no purge running")
     out.append(_check("purge", not unfinished, "no interrupted purge" if not unfinished else
-                      f"a purge of {', '.join(unfinished['sessions']) or '?'} was interrupted (spool/.purge-plan.json "
-                      "left, no purge running): their content may still be in the spool and snapshots; "
+                      f"a purge of {', '.join(unfinished['sessions']) or '?'} was interrupted ({why}): their "
+                      "content may still be in the spool, snapshots and the live store; "
                       f"run `{unfinished['next']}` to finish it"))
     q = Quarantine(cfg.spool_dir).count()
     out.append(_check("quarantine", q == 0, f"{q} record(s) in {cfg.spool_dir / 'quarantine'}", warn_only=True))

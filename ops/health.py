@@ -104,7 +104,7 @@ def collect(cfg: Any) -> dict[str, Any]:
     store = data["store"] or {}
     cursor = Position.parse(store["cursor"]) if store.get("cursor") else None
     data["spool"] = {**spool_stats(cfg.spool_dir, cursor), "quarantined": Quarantine(cfg.spool_dir).count()}
-    data["spool"]["interrupted_purge"] = interrupted_purge(cfg.spool_dir)
+    data["spool"]["interrupted_purge"] = interrupted_purge(cfg.spool_dir, None if cfg.store_url else cfg.state_db)
     data["spool"]["lag_s"] = (round(lag_seconds(cfg.spool_dir, cursor, time.time()), 1)
                               if data["spool"]["pending_bytes"] else 0.0)
     # Read, never written: on a full disk no process can publish its status, so free space is

@@ -19,11 +19,12 @@ conversation on request"). ``purge`` removes those copies, after the delete is a
 3. **Verify**: a third pass finds no target left.
 4. **Quarantine**: entries of targets are removed with an audit line that holds no content,
    and content of earlier audit lines about them is dropped (``Quarantine.purge``).
-5. **Live store**: if any purged session was deleted without ``purge: true`` (no secure
-   deletion: its rows' bytes are in ``state.db``'s freed pages and masked FTS entries), the
-   writer runs the ``scrub`` job (FTS optimize, VACUUM, TRUNCATE checkpoint) and the purge
-   waits for its ``job_runs`` record; with no writer running, the purge takes the writer
-   lease and runs the job itself (``ops.purge_scrub``).
+5. **Live store**: the writer runs the ``scrub`` job (FTS optimize, VACUUM, TRUNCATE
+   checkpoint) and the purge waits for its ``job_runs`` record; with no writer running, the
+   purge takes the writer lease and runs the job itself (``ops.purge_scrub``). Always, also
+   after a ``purge: true`` delete: its secure deletion leaves index terms in FTS5 segments
+   and stale copies of cells that page splits and updates left before it. A checkpoint a
+   reader still blocks fails the purge (``StorageError``: the plan file stays, re-run).
 6. **Snapshots**: a fresh, compacted snapshot of the live store is taken first (so a verified
    recovery point always exists), then every older snapshot stamped at or before a bound (it
    still holds the session) is deleted and every later one is compacted in place
@@ -50,7 +51,7 @@ from quill.spool.segments import fsync_dir, list_segments
 from quill.store.errors import CantOpenError
 from quill.store.reads import Reader
 
-from .errors import InvalidInputError, NotFoundError
+from .errors import InvalidInputError, NotFoundError, StorageError
 from .purge_scrub import scrub_live_store
 
 Step = Callable[[str], None]
@@ -72,9 +73,6 @@ class Plan:
     #: Positions of damaged lines before the newest bound whose body no longer parses: they
     #: may hold a purged session's content; reported, not guessed at.
     damaged: list[str] = field(default_factory=list)
-    #: Sessions whose delete ran without ``purge: true`` (no secure deletion): their bytes
-    #: are still in the live store's freed pages, so the purge scrubs it (``purge_scrub``).
-    unsecured: set[str] = field(default_factory=set)
 
     def wants(self, rec: dict[str, Any] | None, position: Position) -> bool:
         """Whether the record at ``position`` is content of a purged session before its bound."""
@@ -119,7 +117,6 @@ def plan(spool_dir: Path, db_path: Path, session_ids: list[str],
         raise InvalidInputError(f"session(s) {', '.join(sorted(present))} still exist in the store",
                                 hint="delete them first: `quill sessions delete ID --purge`")
     deletes: dict[str, tuple[Position, str]] = {}
-    secured: dict[str, bool] = {}  # per session: did every applied delete of it ask for purge
     delegates: list[tuple[str, str, Position]] = []  # (parent, child, position of the create)
     for e in _entries(spool_dir):
         rec = e.record
@@ -130,9 +127,6 @@ def plan(spool_dir: Path, db_path: Path, session_ids: list[str],
             for sid in data.get("session_ids") or []:
                 if isinstance(sid, str):
                     deletes[sid] = (e.position, rec["batch"])
-                    # secured only if every applied delete of it was: an earlier plain delete
-                    # of a re-created session left its bytes too
-                    secured[sid] = secured.get(sid, True) and data.get("purge") is True
         elif (rec["op"] == "session.create" and data.get("parent_kind") == "delegate"
               and isinstance(data.get("parent_id"), str) and isinstance(data.get("session_id"), str)):
             delegates.append((data["parent_id"], data["session_id"], e.position))
@@ -153,18 +147,7 @@ def plan(spool_dir: Path, db_path: Path, session_ids: list[str],
     _, alive = _store_facts(db_path, set(bounds) - set(session_ids))
     for child in alive:  # pinned or archived delegates were kept: not ours to purge
         del bounds[child]
-    # A delegate child went with its parent's delete (same secure deletion or not); a session
-    # known only from an interrupted run's plan file is taken as unsecured (scrubbing is safe).
-    parent_of = {child: p for p, child, _ in delegates}
-
-    def is_secured(sid: str) -> bool:
-        seen = set()
-        while sid not in secured and sid in parent_of and sid not in seen:
-            seen.add(sid)
-            sid = parent_of[sid]
-        return secured.get(sid, False)
-
-    out = Plan(bounds, unsecured={s for s in bounds if not is_secured(s)})
+    out = Plan(bounds)
     newest = max(b[0] for b in bounds.values())
     for e in _entries(spool_dir):
         rec = _body(e)
@@ -206,19 +189,32 @@ def _save_plan(path: Path, p: Plan) -> None:
     fsync_dir(path.parent)
 
 
-def interrupted(spool_dir: Path) -> dict[str, Any] | None:
-    """An unfinished purge: ``PLAN_FILE`` present while no purge holds the purge lock (the run
-    was killed after its plan; the deleted content may still be in the spool and snapshots).
-    Returns ``{"sessions": [ids], "next": the command that finishes it}`` or None. A plan file
-    that cannot be read is reported with the same command (the re-run rewrites it)."""
+def interrupted(spool_dir: Path, db_path: Path | None = None) -> dict[str, Any] | None:
+    """An unfinished purge while no purge holds the purge lock: ``PLAN_FILE`` present (the
+    run was killed after its plan; the deleted content may still be in the spool, snapshots
+    and the live store), or, given ``db_path`` (the SQLite store), a **pending** one
+    (``ops.purge_pending``: an applied ``purge: true`` delete whose session's records are not
+    all tombstoned, e.g. ``sessions delete --purge`` killed before its purge step). Returns
+    ``{"sessions": [ids], "cause": "plan-file" | "pending", "next": the command that
+    finishes it}`` or None (no purge asked for is unfinished). A plan file that cannot be
+    read is reported with the same command (the re-run rewrites it)."""
+    from .purge_pending import pending
+
     spool_dir = Path(spool_dir)
-    if not (spool_dir / PLAN_FILE).exists() or spool_purge.running(spool_dir):
+    if spool_purge.running(spool_dir):
         return None
-    try:
-        ids = sorted(_load_plan(spool_dir / PLAN_FILE))
-    except (ValueError, KeyError, TypeError):
-        ids = []
-    return {"sessions": ids, "next": "quill spool purge " + (" ".join(ids) if ids else "ID…")}
+    if (spool_dir / PLAN_FILE).exists():
+        try:
+            ids = sorted(_load_plan(spool_dir / PLAN_FILE))
+        except (ValueError, KeyError, TypeError):
+            ids = []
+        cause = "plan-file"
+    else:
+        ids = pending(spool_dir, Path(db_path)) if db_path is not None else []
+        if not ids:
+            return None
+        cause = "pending"
+    return {"sessions": ids, "cause": cause, "next": "quill spool purge " + (" ".join(ids) if ids else "ID…")}
 
 
 def _verify(spool_dir: Path, p: Plan) -> list[str]:
@@ -233,12 +229,12 @@ def purge(spool_dir: Path, db_path: Path, snapshots_dir: Path, session_ids: list
     (module doc). Returns figures: ``{"sessions", "records_purged", "segments_rewritten",
     "sealed", "quarantine_purged", "snapshot", "snapshots_removed", "snapshots_compacted",
     "store_scrub", "damaged", "leftovers_removed", "leftovers_in_use", "seconds"}``; ``store_scrub``: the
-    figures of the ``scrub`` job the writer ran on the live store (step 5 of the module doc;
-    VACUUM only when a delete was not a ``--purge`` one), ``enqueue_scrub(**params)`` queues it for a running
+    figures of the ``scrub`` job the writer ran on the live store (step 5 of the module doc:
+    seconds of its optimize and VACUUM), ``enqueue_scrub(**params)`` queues it for a running
     writer (``ops.purge_scrub``); ``damaged``: positions of
     spool lines before the delete too damaged to tell whose they are (left, may hold content); ``leftovers_in_use``: snapshot temp
     files of a live process (a snapshot job running now), left alone. Raises ``InvalidInputError``/``NotFoundError``
-    (``plan``), ``WaitTimeoutError``/``StorageError`` (the scrub: re-run),
+    (``plan``), ``WaitTimeoutError``/``StorageError`` (the scrub failed or a reader blocked its checkpoint: re-run),
     ``spool.purge.PurgeVerifyError`` or ``SpoolError`` (nothing half-done is left:
     re-run), ``CorruptError`` from a snapshot that fails its check."""
     from quill.jobs.worker_jobs import SNAPSHOT_GLOB, compact_snapshot, snapshot, snapshot_position
@@ -295,9 +291,15 @@ def _purge_locked(spool_dir: Path, db_path: Path, snapshots_dir: Path, session_i
                                "store_scrub": None}
     if Path(db_path).exists():
         # Before the fresh snapshot: every snapshot taken from here on copies a store whose
-        # freed pages and FTS segments no longer hold the plainly deleted rows (VACUUM); and
-        # for every delete, the WAL's frames that inserted the rows go (TRUNCATE checkpoint).
-        figures["store_scrub"] = scrub_live_store(Path(db_path), enqueue_scrub, vacuum=bool(p.unsecured))
+        # FTS segments, free space and freed pages no longer hold the deleted rows (optimize +
+        # VACUUM, for every delete: secure deletion leaves index terms and stale cell copies),
+        # and the main file and WAL lose their old pages (TRUNCATE checkpoint).
+        scrubbed = figures["store_scrub"] = scrub_live_store(Path(db_path), enqueue_scrub)
+        if scrubbed.get("wal_blocked_by_reader"):  # old pages still in state.db / -wal: not done
+            raise StorageError("the live store was rewritten but a reader blocked its TRUNCATE checkpoint: "
+                               "state.db and its WAL still hold the deleted rows' old pages",
+                               hint="re-run `quill spool purge " + " ".join(sorted(p.bounds)) + "` once "
+                                    "long searches or snapshots have finished")
         step("scrubbed")
     if Path(db_path).exists():
         fresh = Path(snapshot(str(db_path), str(snapshots_dir), keep=snapshot_keep + 1, compact=True)["path"])

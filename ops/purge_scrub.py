@@ -1,8 +1,9 @@
 """The purge's scrub of the live store: run the ``scrub`` store job through the writer.
 
-A session deleted without ``--purge`` left its rows' bytes in ``state.db``'s freed pages
-and masked FTS5 entries (``store.session_delete``: secure deletion is for ``purge: true``
-deletes only), and every later snapshot copies them. Only the writer writes ``state.db``
+A deleted session's words stay in FTS5 index segments until they are merged, and its rows'
+bytes in ``state.db``'s free space and freed pages (``store.session_delete``'s secure
+deletion of a ``purge: true`` delete zeroes only the cells that delete frees), and every
+later snapshot copies them. Only the writer writes ``state.db``
 (docs/architecture.md, "Processes"), so ``quill spool purge`` has the writer run the
 ``scrub`` job (``jobs.store_jobs.scrub``) and waits for its ``job_runs`` record:
 
@@ -35,14 +36,14 @@ JOB = "scrub"
 WAIT_S = 600.0
 
 
-def _offline(db_path: Path, vacuum: bool) -> dict[str, Any]:
+def _offline(db_path: Path) -> dict[str, Any]:
     """Run the job here, as the writer would (the caller holds the writer lease)."""
     conn = open_writer(db_path)
     try:
         started = time.time()
         record_job_run(conn, JOB, started, None, RUNNING, {"runner": "cli"})
         try:
-            figures = catalog.get(JOB).func(conn, vacuum=vacuum)
+            figures = catalog.get(JOB).func(conn)
         except Exception as exc:
             record_job_run(conn, JOB, started, time.time(), "error", {"runner": "cli"},
                            "".join(traceback.format_exception_only(exc)).strip())
@@ -54,10 +55,10 @@ def _offline(db_path: Path, vacuum: bool) -> dict[str, Any]:
         conn.close()
 
 
-def _through_writer(db_path: Path, enqueue: Callable[..., None], wait_s: float, vacuum: bool) -> dict[str, Any]:
+def _through_writer(db_path: Path, enqueue: Callable[..., None], wait_s: float) -> dict[str, Any]:
     """Queue the job for the running writer and wait for its outcome in ``job_runs``."""
     queued_at = time.time()
-    enqueue(vacuum=vacuum)
+    enqueue()
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         try:
@@ -79,11 +80,10 @@ def _through_writer(db_path: Path, enqueue: Callable[..., None], wait_s: float, 
 
 
 def scrub_live_store(db_path: Path, enqueue: Callable[..., None] | None = None,
-                     wait_s: float = WAIT_S, *, vacuum: bool = True) -> dict[str, Any]:
+                     wait_s: float = WAIT_S) -> dict[str, Any]:
     """Scrub ``db_path`` (a data dir's ``state.db``: its run dir is ``db_path.parent/run``,
     ``ops.config.Config``) through the writer (module doc). ``enqueue``: puts the ``scrub``
-    job on this data dir's store queue with its keyword arguments (``vacuum``: False when
-    every delete was a ``--purge`` one, see ``jobs.store_jobs.scrub``); without it a
+    job on this data dir's store queue (no parameters); without it a
     running writer cannot be reached and ``WaitTimeoutError`` says so. Returns the job's
     figures (``jobs.store_jobs.scrub``, plus ``runner``). Raises ``WaitTimeoutError`` (the
     writer recorded no run in ``wait_s`` seconds), ``StorageError`` (its run failed) and the
@@ -97,10 +97,10 @@ def scrub_live_store(db_path: Path, enqueue: Callable[..., None] | None = None,
         lease = None
     if lease is not None:
         try:
-            return _offline(db_path, vacuum)
+            return _offline(db_path)
         finally:
             lease.release()
     if enqueue is None:
         raise WaitTimeoutError("a writer is running and no store queue was given to reach it",
                                hint="run `quill spool purge ID…` (it queues the scrub job for the writer)")
-    return _through_writer(db_path, enqueue, wait_s, vacuum)
+    return _through_writer(db_path, enqueue, wait_s)

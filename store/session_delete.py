@@ -207,7 +207,10 @@ def _secure_delete(conn: apsw.Connection, on: bool) -> None:
     """SQLite's ``secure_delete`` (deleted cells are zeroed, not left in the page) and FTS5's
     ``secure-delete`` (deleted entries are removed from the index b-trees, not masked) for the
     rows of a ``purge: true`` delete only: both cost write time, so routine deletes (prune)
-    leave them off. Neither changes what any read returns."""
+    leave them off. Neither changes what any read returns. Neither is complete: FTS5 keeps
+    terms in its segments and earlier page splits and updates left stale cell copies, so
+    only the purge's ``scrub`` job (optimize + VACUUM) leaves no bytes; this narrows the
+    window until it runs."""
     conn.execute(f"PRAGMA secure_delete = {1 if on else 0}")
     if fts_state(conn) == "ok":
         for table in FTS_TABLES:  # names come from the indexer's fixed tuple

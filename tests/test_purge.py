@@ -90,12 +90,12 @@ def populate(h: Home) -> dict:
     return {"delete": ack, "before": before, "after": after}
 
 
-def files_holding(root: Path, needle: bytes) -> list[str]:
-    """Every file under ``root`` (spool, quarantine, snapshots) whose bytes contain ``needle``,
-    except the live store and its WAL (the rows are gone; see docs/ops.md for their pages)."""
+def files_holding(root: Path, needle: bytes, *, live: bool = True) -> list[str]:
+    """Every file under ``root`` (spool, quarantine, snapshots, and with ``live`` the live
+    store, its WAL and shm: a completed purge scrubs them too) whose bytes contain ``needle``."""
     found = []
     for path in root.rglob("*"):
-        if path.is_file() and not path.name.startswith("state.db") and needle in path.read_bytes():
+        if path.is_file() and (live or not path.name.startswith("state.db")) and needle in path.read_bytes():
             found.append(str(path.relative_to(root)))
     return sorted(found)
 

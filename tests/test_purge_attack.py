@@ -328,17 +328,18 @@ def test_purge_later_then_the_next_snapshot_holds_no_deleted_content(tmp_path):
     assert _rows(h.db, "SELECT count(*) FROM messages WHERE session_id = 'a'") == [(1,)]
 
 
-def test_purge_after_a_purge_delete_only_truncates_the_wal(tmp_path):
-    """A ``--purge`` delete already zeroed the rows (secure_delete): no VACUUM is run for it,
-    but the WAL still held the frames that inserted them (a new user found a purged secret in
-    state.db-wal), so the purge's scrub empties it."""
+def test_purge_after_a_purge_delete_scrubs_and_truncates_the_wal(tmp_path):
+    """A ``--purge`` delete zeroed the cells it freed (secure_delete), but the WAL still held
+    the frames that inserted them (a new user found a purged secret in state.db-wal) and FTS5
+    segments its words (another found them in messages_fts_data): the purge's scrub
+    optimizes, VACUUMs and empties the WAL for it too."""
     h = Home(tmp_path / "home")
     h.append("session.create", {"session_id": "x", "source": "cli"})
     h.say("x", "WORD-x-secret")
     h.append("sessions.delete", {"session_ids": ["x"], "purge": True, "reason": "user_request"})
     h.drain()
     scrub = h.purge("x")["store_scrub"]
-    assert scrub["vacuumed"] is False and scrub["wal_bytes_after"] == 0
+    assert scrub["vacuumed"] is True and scrub["wal_bytes_after"] == 0
     assert _rows(h.db, "SELECT count(*) FROM job_runs WHERE job = 'scrub' AND outcome = 'ok'") == [(1,)]
     assert [p.name for p in h.root.rglob("*") if p.is_file() and b"WORD-x-secret" in p.read_bytes()] == []
 

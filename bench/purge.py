@@ -8,7 +8,8 @@ session in 400 records is the victim), applies it, takes a snapshot, then times
 rewrite of every segment holding the victim, the live store's scrub: FTS optimize + VACUUM +
 TRUNCATE checkpoint, a compacted fresh snapshot, the old one removed).
 Reported: both in seconds and their ratio, with the spool size and what was rewritten, and
-the scrub's part (seconds of its optimize and VACUUM, share of the purge).
+the scrub's part (seconds of its optimize and VACUUM, share of the purge), and (c) the
+pending-purge check ``quill doctor`` / ``quill status`` run (``ops.purge_pending``) after it.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import time
 from typing import Any
 
 from quill.jobs.worker_jobs import snapshot
-from quill.ops.purge import purge
+from quill.ops.purge import interrupted, purge
 from quill.ops.replay import replay, verify
 from quill.spool import Spool
 
@@ -42,6 +43,9 @@ def run(records: int) -> dict[str, Any]:
         start = time.monotonic()
         figures = purge(root / "spool", root / "state.db", root / "snapshots", ["victim"])
         purge_s = time.monotonic() - start
+        start = time.monotonic()  # what doctor / status add: the pending-purge read of the spool
+        assert interrupted(root / "spool", root / "state.db") is None
+        pending_s = time.monotonic() - start
     scrub = figures["store_scrub"] or {}
     return {"records": records, "spool_bytes": size, "store_bytes": scrub.get("bytes_before"),
             "purged": figures["records_purged"],
@@ -49,7 +53,8 @@ def run(records: int) -> dict[str, Any]:
             "purge_s": round(purge_s, 3), "purge_over_verify": ratio(purge_s, verify_s),
             "scrub_s": scrub.get("seconds"), "scrub_optimize_s": scrub.get("optimize_seconds"),
             "scrub_vacuum_s": scrub.get("vacuum_seconds"),
-            "scrub_share_of_purge": ratio(scrub.get("seconds") or 0.0, purge_s)}
+            "scrub_share_of_purge": ratio(scrub.get("seconds") or 0.0, purge_s),
+            "pending_check_s": round(pending_s, 3), "pending_check_over_verify": ratio(pending_s, verify_s)}
 
 
 def main() -> None:

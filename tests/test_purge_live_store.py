@@ -115,3 +115,59 @@ def test_purge_rerun_after_kill9_of_the_delete_and_the_writer_leaves_nothing(qui
     assert _purge_check(quill)["status"] == "ok"
     assert quill.status()["spool"]["interrupted_purge"] is None
     assert holding(home, [b"keep late 19"])  # the kept session's rows are all there
+
+
+def test_pending_purge_is_told_from_a_complete_one(tmp_path):
+    """``ops.purge_pending``: an applied ``purge: true`` delete whose records are still in the
+    spool is pending; after the purge (tombstones) it is not; a plain delete never is."""
+    from test_purge import Home
+
+    from quill.ops.purge import interrupted
+
+    h = Home(tmp_path / "home")
+    for sid in ("x", "plain", "keep"):
+        h.append("session.create", {"session_id": sid, "source": "cli"})
+        h.say(sid, f"WORD-{sid}-secret")
+    h.append("sessions.delete", {"session_ids": ["x"], "purge": True, "reason": "user_request"})
+    h.append("sessions.delete", {"session_ids": ["plain"], "reason": "user_request"})
+    assert interrupted(h.spool_dir, h.db) is None  # nothing applied yet: not interrupted
+    h.drain()
+    found = interrupted(h.spool_dir, h.db)
+    assert found == {"sessions": ["x"], "cause": "pending", "next": "quill spool purge x"}
+    h.purge("x")
+    assert interrupted(h.spool_dir, h.db) is None
+
+
+def test_a_reader_blocking_the_scrubs_checkpoint_fails_the_purge_and_a_rerun_finishes(tmp_path):
+    """A reader on an old snapshot of the store keeps the TRUNCATE checkpoint from copying the
+    VACUUM's rewrite into ``state.db``: the old pages (the deleted text) stay in the main file.
+    The purge must not report success then; a re-run once the reader is gone finishes it."""
+    import apsw
+    import pytest
+
+    from test_purge import Home, files_holding
+
+    from quill.ops.errors import StorageError
+    from quill.ops.purge import interrupted
+
+    h = Home(tmp_path / "home")
+    h.append("session.create", {"session_id": "x", "source": "cli"})
+    h.say("x", *[f"WORD-x-secret {i} " + "lorem " * 40 for i in range(40)])
+    h.append("session.create", {"session_id": "keep", "source": "cli"})
+    h.say("keep", "kept")
+    h.append("sessions.delete", {"session_ids": ["x"], "purge": True, "reason": "user_request"})
+    h.drain()
+    reader = apsw.Connection(str(h.db), flags=apsw.SQLITE_OPEN_READONLY)
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM messages").fetchall()  # holds its snapshot
+    try:
+        with pytest.raises(StorageError, match="blocked its TRUNCATE checkpoint"):
+            h.purge("x")
+        assert interrupted(h.spool_dir, h.db)["cause"] == "plan-file"
+    finally:
+        reader.execute("COMMIT")
+        reader.close()
+    figures = h.purge("x")
+    assert figures["store_scrub"]["wal_blocked_by_reader"] is False
+    assert files_holding(h.root, b"WORD-x") == []
+    assert interrupted(h.spool_dir, h.db) is None

@@ -182,6 +182,24 @@ def _fenced(text: str, info: str = "") -> list[str]:
     return [fence + info, text, fence]
 
 
+def _part_text(part: Any, missing: str | None) -> str | None:
+    """A content part's text for a flat export: its ``text`` when that is a string, a bare
+    string part as is, else ``missing`` (``[type]``-style placeholder or None to drop it).
+    Parts are stored verbatim, so ``text`` may be any JSON value (null, a number, an object)."""
+    if isinstance(part, str):
+        return part
+    if isinstance(part, dict) and isinstance(part.get("text"), str):
+        return part["text"]
+    return missing
+
+
+def _function(call: Any) -> dict[str, Any]:
+    """A stored tool call's ``function`` object, or ``{}`` when the call or its ``function``
+    is not an object (tool calls are stored verbatim: ``function`` may be any JSON value)."""
+    fn = call.get("function") if isinstance(call, dict) else None
+    return fn if isinstance(fn, dict) else {}
+
+
 def markdown(r: Reader, sid: str) -> str:
     """One session's display transcript as Markdown; tool calls and results folded."""
     session = r.get_session(sid) or {"id": sid}
@@ -191,7 +209,8 @@ def markdown(r: Reader, sid: str) -> str:
     for m in r.get_messages(sid, "display"):
         content = m.get("content")
         if isinstance(content, list):
-            content = "\n".join(p.get("text", f"[{p.get('type')}]") if isinstance(p, dict) else str(p) for p in content)
+            content = "\n".join(_part_text(p, f"[{p.get('type')}]" if isinstance(p, dict) else json.dumps(p))
+                                for p in content)
         if m["role"] in ("tool", "function"):
             out += [f"<details><summary>tool result{' · ' + html.escape(m['name']) if m.get('name') else ''}"
                     "</summary>", "", *_fenced(str(content or "")), "", "</details>", ""]
@@ -202,7 +221,7 @@ def markdown(r: Reader, sid: str) -> str:
         if content:
             out += [str(content), ""]
         for call in m.get("tool_calls") or []:
-            fn = call.get("function", {}) if isinstance(call, dict) else {}
+            fn = _function(call)
             out += [f"<details><summary>tool call · {html.escape(str(fn.get('name')))}</summary>", "",
                     *_fenced(str(fn.get("arguments", "")), "json"), "", "</details>", ""]
     return "\n".join(out)
@@ -233,10 +252,10 @@ def sharegpt(r: Reader, sid: str) -> dict[str, Any]:
     for m in r.get_messages(sid, "model"):
         content = m.get("content")
         if isinstance(content, list):
-            content = "\n".join(p.get("text", "") for p in content if isinstance(p, dict))
+            content = "\n".join(t for t in (_part_text(p, None) for p in content if isinstance(p, dict)) if t is not None)
         value = content or ""
         for call in m.get("tool_calls") or []:
-            fn = call.get("function", {}) if isinstance(call, dict) else {}
+            fn = _function(call)
             value += f"\n<tool_call>\n{json.dumps({'name': fn.get('name'), 'arguments': fn.get('arguments')})}\n</tool_call>"
         turns.append({"from": _SHAREGPT_ROLE.get(m["role"], m["role"]), "value": value.strip()})
     return {"id": sid, "conversations": turns}

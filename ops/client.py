@@ -296,6 +296,12 @@ class Client(Reads):
         named id is not a stored session."""
         if (session_ids is None) == (key is None):
             raise InvalidInputError("give session ids or a key, not both")
+        if key is not None and not isinstance(key, str):
+            raise InvalidInputError(f"key must be a string, got {type(key).__name__}")
+        if session_ids is not None and (isinstance(session_ids, str) or not isinstance(session_ids, (list, tuple))
+                                        or not all(isinstance(s, str) for s in session_ids)):
+            raise InvalidInputError("session_ids must be a list of session id strings",
+                                    hint="pass a list, e.g. delete_sessions(['s1'])")
         if key is not None:
             with self._reader(None) as r:
                 session_ids = [] if r is None else r.key_sessions(key)

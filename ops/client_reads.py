@@ -32,12 +32,36 @@ def _public_errors() -> Iterator[None]:
 def _check_numbers(*, limit: Any = 1, since: Any = None, until: Any = None) -> None:
     """Reads take a whole ``limit`` ≥ 1 and finite epoch seconds; anything else is refused
     (as the CLI refuses `--limit 0` or `--since nan`), never passed on to a query."""
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit < 2**63:
         raise InvalidInputError(f"limit must be a whole number ≥ 1, got {limit!r}")
     for name, value in (("since", since), ("until", until)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                  or not math.isfinite(value)):
+                                  or not math.isfinite(value) or abs(value) >= 2**63):
             raise InvalidInputError(f"{name} must be finite epoch seconds, got {value!r}")
+
+
+def _check_types(**values: Any) -> None:
+    """Each named read argument has its documented JSON type, else ``InvalidInputError``
+    naming it: text arguments (ids, filters, queries) are ``None`` or a string, flags ``None``
+    or a bool, lists (``kinds``, ``by``) lists of strings. A wrong type would otherwise reach
+    a set lookup, a string method or an SQL binding and surface as a raw TypeError."""
+    for name, value in values.items():
+        if value is None and name not in _REQUIRED:
+            continue
+        if name in _BOOLS:
+            ok, want = isinstance(value, bool), "true or false"
+        elif name in _LISTS:
+            ok, want = (isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value),
+                        "a list of strings")
+        else:
+            ok, want = isinstance(value, str), "a string"
+        if not ok:
+            raise InvalidInputError(f"{name} must be {want}, got {type(value).__name__} {value!r:.80}")
+
+
+_BOOLS = frozenset({"include_hidden", "archived", "pinned", "hidden", "chains", "substring", "audit", "context"})
+_LISTS = frozenset({"kinds", "by"})
+_REQUIRED = frozenset({"session_id", "query", "view"})
 
 
 class Reads:
@@ -71,9 +95,10 @@ class Reads:
         (``{"system_prompt", "tools"}``, None when never sent; the audit view adds ``history``,
         every change, as ``context()``). ``latest``: only the last N.
         Raises ``NotFoundError`` for an unknown session."""
+        _check_types(session_id=session_id, view=view)
         if view not in VIEWS:
             raise InvalidInputError(f"view must be one of {', '.join(VIEWS)}, got {view!r}")
-        if latest is not None and (not isinstance(latest, int) or latest < 1):
+        if latest is not None and (isinstance(latest, bool) or not isinstance(latest, int) or not 1 <= latest < 2**63):
             raise InvalidInputError(f"latest must be a whole number ≥ 1, got {latest!r}")
         missing = no_session(session_id, store_missing=True)
         with self._reader(missing) as r, r.snapshot():
@@ -93,6 +118,7 @@ class Reads:
 
     def session(self, session_id: str) -> dict[str, Any]:
         """One session's row (``transcript(...)["session"]``). Raises ``NotFoundError``."""
+        _check_types(session_id=session_id)
         missing = no_session(session_id, store_missing=True)
         with self._reader(missing) as r:
             session = r.get_session(session_id)
@@ -108,6 +134,8 @@ class Reads:
         ``until`` in epoch seconds; ``chains=True`` lists every session of a compression chain
         (default: one row per chain, its tip). Empty before the store exists."""
         _check_numbers(limit=limit, since=since, until=until)
+        _check_types(source=source, title_contains=title_contains, include_hidden=include_hidden,
+                     archived=archived, pinned=pinned, hidden=hidden, chains=chains)
         with self._reader(None) as r:
             if r is None:
                 return []
@@ -128,6 +156,10 @@ class Reads:
         ``ts_rank`` on PostgreSQL); raises ``InvalidInputError`` for another order, or for a query or store
         it cannot rank."""
         _check_numbers(limit=limit, since=since, until=until)
+        _check_types(query=query, role=role, source=source, order=order, kinds=kinds,
+                     substring=substring, audit=audit, context=context)
+        if session_id is not None:
+            _check_types(session_id=session_id)
         if order not in ("newest", "relevance"):
             raise InvalidInputError(f"order must be 'newest' or 'relevance', got {order!r}")
         with self._reader(None) as r:
@@ -150,6 +182,7 @@ class Reads:
         delegate or hidden session). Raises ``NotFoundError`` when nothing has that key."""
         if (key is None) == (cwd is None):
             raise InvalidInputError("give exactly one of key or cwd")
+        _check_types(key=key, cwd=cwd)
         if cwd is not None and len(cwd) > 1:
             cwd = cwd.rstrip("/") or "/"   # `--cwd /repo/` names the directory importers record as /repo
         what = f"key {key!r}" if key is not None else f"cwd {cwd!r}"
@@ -168,6 +201,7 @@ class Reads:
         """A session's system prompt and tool array — ``{"system_prompt", "tools", "history"}``
         (each distinct value stored once; ``history`` lists every change). Raises
         ``NotFoundError`` for an unknown session."""
+        _check_types(session_id=session_id)
         missing = no_session(session_id, store_missing=True)
         with self._reader(missing) as r, r.snapshot():
             if r.get_session(session_id) is None:
@@ -179,6 +213,9 @@ class Reads:
         evidence is unambiguous (else ``reason``) — ``quill sessions orphans --json``."""
         from quill.store.resume import QUIET_WINDOW_S
 
+        if window_s is not None and (isinstance(window_s, bool) or not isinstance(window_s, (int, float))
+                                     or not 0 <= window_s < 2**63):
+            raise InvalidInputError(f"window_s must be a finite number of seconds ≥ 0, got {window_s!r:.80}")
         with self._reader(None) as r:
             return [] if r is None else r.orphans(window_s=QUIET_WINDOW_S if window_s is None else window_s)
 
@@ -193,6 +230,10 @@ class Reads:
         from quill.store.usage_reads import GROUPS, empty_totals
 
         _check_numbers(since=since, until=until)
+        by = () if by is None else by
+        _check_types(by=by, source=source, model=model, task=task)
+        if session_id is not None:
+            _check_types(session_id=session_id)
         bad = [b for b in by if b not in GROUPS]
         if bad:
             raise InvalidInputError(f"unknown usage grouping {bad[0]!r}; choose from {', '.join(GROUPS)}")

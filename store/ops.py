@@ -60,6 +60,34 @@ def _key(data: dict) -> str | None:
     return scrub(key) if key is not None else None
 
 
+def check_create(data: dict) -> None:
+    """The checks of ``session_create`` that need no store (``precheck`` runs them before a
+    producer is acknowledged): every field's JSON type, ``parent_kind``, the title's length,
+    ``key``, ``owner``, ``system_prompt``/``tools``. Raises ``InvalidOpError`` (``invalid-field``,
+    ``invalid-session-id``, ``title-too-long``, ``self-parent``)."""
+    sid = session_id(data)
+    for key in ("source", "model", "cwd"):
+        opt(data, key, str)
+    opt(data, "meta", dict)
+    opt(data, "started_at", (int, float))
+    kind, parent = opt(data, "parent_kind", str), opt(data, "parent_id", str)
+    if kind is not None and kind not in EDGE_KINDS:
+        raise InvalidOpError("invalid-field", f"parent_kind must be one of {sorted(EDGE_KINDS)}")
+    if (kind is None) != (parent is None):
+        raise InvalidOpError("invalid-field", "parent_id and parent_kind go together")
+    if parent == sid:
+        raise InvalidOpError("self-parent", f"session {sid!r} cannot be its own parent")
+    owner = opt(data, "owner", dict) or {}
+    pid, started = owner.get("pid"), owner.get("create_time")
+    if (not isinstance(pid, (int, type(None))) or not isinstance(started, (int, float, type(None)))
+            or any(isinstance(v, int) and abs(v) >= 2**63 for v in (pid, started))):  # an INTEGER column
+        raise InvalidOpError("invalid-field", "owner must be {host: str, pid: int, create_time: number} "
+                             "(integers within 64 bits)")
+    context.validate(data)
+    clean_title(opt(data, "title", str))
+    _key(data)
+
+
 @atomic
 def session_create(conn: apsw.Connection, data: dict, batch_id: str, arrived_at: float) -> int:
     """Create a session, or fill the fields an earlier op left empty (existing values win).
@@ -75,6 +103,7 @@ def session_create(conn: apsw.Connection, data: dict, batch_id: str, arrived_at:
     completed: this create's source wins over the one the early op carried. Raises
     ``InvalidOpError``: ``invalid-field``, ``title-too-long``, ``self-parent``.
     """
+    check_create(data)
     sid = session_id(data)
     kind = opt(data, "parent_kind", str)
     parent = opt(data, "parent_id", str)
@@ -87,9 +116,7 @@ def session_create(conn: apsw.Connection, data: dict, batch_id: str, arrived_at:
     meta = opt(data, "meta", dict) or {}
     started = opt(data, "started_at", (int, float))
     owner = opt(data, "owner", dict) or {}
-    owner_pid, owner_started = owner.get("pid"), owner.get("create_time")
-    if not isinstance(owner_pid, (int, type(None))) or not isinstance(owner_started, (int, float, type(None))):
-        raise InvalidOpError("invalid-field", "owner must be {host: str, pid: int, create_time: number}")
+    owner_pid, owner_started = owner.get("pid"), owner.get("create_time")  # checked by check_create
     context.validate(data)
     title = clean_title(opt(data, "title", str))
     if title is not None and _title_owner(conn, title, sid):

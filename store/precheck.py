@@ -8,6 +8,7 @@ result duplicates) are left to the writer, and ``ops.wait`` reports their outcom
 """
 from __future__ import annotations
 
+import json
 import math
 import time
 from typing import Any
@@ -35,30 +36,53 @@ def precheck(op: str, data: Any) -> None:
         # the producer path (`quill push`, bench/cli.py) must not pay for.
         from .session_delete import check_delete
         check_delete(data)
+        _check_json(data)
         return
     if op == "usage.reprice":
         from .usage_reprice import check_reprice
         check_reprice(data)
+        _check_json(data)
         return
     session_id(data)
+    if op == "session.create":
+        from .ops import check_create
+        check_create(data)
     for key in _NUMBERS:
         value = data.get(key)
         if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= _INT64:
             raise InvalidOpError("invalid-field", f"{key!r} does not fit in 64 bits")
         if isinstance(value, float) and not math.isfinite(value):
             raise InvalidOpError("invalid-field", f"{key!r} must be finite")
-    if op in _MESSAGE_OPS:
+    if op == "messages.restore":
+        from .restore import check_restore
+        _, rows = check_restore(data)
+        data = {"messages": [row.get("message") for row in rows]}
+    if op in _MESSAGE_OPS or op == "messages.restore":
         messages = data.get("messages")
         if not isinstance(messages, list):
-            raise InvalidOpError("invalid-field", f"{op} needs a 'messages' list")
+            raise InvalidOpError("invalid-field", f"{op} needs a 'messages' list")  # restore: a list by now
         now = time.time()
         for i, msg in enumerate(messages):
             try:
                 message_row(msg, now)
                 holder = msg if "usage" in msg or not isinstance(msg.get("extra"), dict) else msg["extra"]
-                if holder.get("usage") is not None:
+                if op != "messages.restore" and holder.get("usage") is not None:  # restore derives no usage
                     normalize_usage(holder["usage"])
             except InvalidOpError as exc:
                 raise InvalidOpError(exc.reason, f"message {i}: {exc.detail}") from None
     if op == "usage.record":
         normalize_usage(data.get("usage"))
+    _check_json(data)
+
+
+def _check_json(data: dict) -> None:
+    """``invalid-field`` when ``data`` holds NaN or ±Infinity anywhere: Python's JSON reader
+    (``quill push``, the HTTP API) accepts those literals, but JSON cannot carry them and the
+    spool refuses them, so a producer would otherwise fail after appending earlier ops of
+    the same request. One serialisation of the op, microseconds for a message batch."""
+    try:
+        json.dumps(data, allow_nan=False, check_circular=False)
+    except ValueError:
+        raise InvalidOpError("invalid-field", "op data holds NaN or Infinity, which JSON cannot carry") from None
+    except (TypeError, RecursionError):
+        return  # not JSON-shaped (a Python caller's object): the spool's own check refuses it

@@ -30,12 +30,10 @@ from .transcript_ops import _INSERT_STATE, _INSERT_STATE_ID, _rows, next_id  # o
 STATES = ("live", "compacted", "superseded", "rewound")
 
 
-@atomic
-def messages_restore(conn: apsw.Connection, data: dict, batch_id: str, arrived_at: float) -> int:
-    """Insert ``data['rows']`` verbatim (state, origin) at position ``offset`` of the session.
-    Returns rows inserted. Raises ``InvalidOpError``: ``invalid-field``,
-    ``restore-out-of-order``, message reasons."""
-    sid = session_id(data)
+def check_restore(data: dict) -> tuple[int, list[dict]]:
+    """``(offset, rows)`` of a ``messages.restore`` if their shape is right (the checks that
+    need no store; ``precheck`` runs them too), else ``InvalidOpError('invalid-field')``.
+    Each row's message is checked by the applier's normaliser."""
     offset = opt(data, "offset", int)
     items = data.get("rows")
     if offset is None or offset < 0 or not isinstance(items, list) or not items:
@@ -47,6 +45,16 @@ def messages_restore(conn: apsw.Connection, data: dict, batch_id: str, arrived_a
         if origin is not None and (not isinstance(origin, int) or isinstance(origin, bool)
                                    or not 0 <= origin < offset + i):
             raise InvalidOpError("invalid-field", f"rows[{i}].origin must be an earlier position")
+    return offset, items
+
+
+@atomic
+def messages_restore(conn: apsw.Connection, data: dict, batch_id: str, arrived_at: float) -> int:
+    """Insert ``data['rows']`` verbatim (state, origin) at position ``offset`` of the session.
+    Returns rows inserted. Raises ``InvalidOpError``: ``invalid-field``,
+    ``restore-out-of-order``, message reasons."""
+    sid = session_id(data)
+    offset, items = check_restore(data)
     ensure_session(conn, sid, arrived_at, opt(data, "source", str), opt(data, "started_at", (int, float)))
     held = conn.execute("SELECT count(*) FROM messages WHERE session_id = ?", (sid,)).fetchone()[0]
     if held != offset:

@@ -237,3 +237,60 @@ def test_every_valid_payload_applies(op, tmp_path):
         check_reads(store)
     finally:
         store.close()
+
+
+# -- the defects this property test found, one example each ----------------------------------
+
+@pytest.mark.parametrize("op, data, reason", [
+    ("session.create", {"session_id": "s", "tools": {"a": 1}}, "invalid-field"),
+    ("session.create", {"session_id": "s", "owner": [1]}, "invalid-field"),
+    ("session.create", {"session_id": "s", "owner": {"pid": 2 ** 63}}, "invalid-field"),  # was OverflowError
+    ("session.create", {"session_id": "s", "meta": "x"}, "invalid-field"),
+    ("messages.restore", {"session_id": "s", "offset": 0, "rows": [{"state": {}}]}, "invalid-field"),
+    ("messages.restore", {"session_id": "s", "offset": 0, "rows": [{"state": "live", "message": {"role": 1}}]},
+     "invalid-role"),
+    ("messages.append", {"session_id": "s", "messages": [{"role": "user", "content": "x", "t": float("nan")}]},
+     "invalid-field"),
+    ("sessions.delete", {"session_ids": ["s"], "only_if": {"inactive_before": float("inf")}}, "invalid-field"),
+])
+def test_precheck_refuses_what_the_writer_would_with_its_reason(op, data, reason, tmp_path):
+    with pytest.raises(InvalidOpError) as refused:
+        precheck(op, data)
+    assert refused.value.reason == reason and not _RAW.search(refused.value.detail)
+    text = json.dumps(data)
+    if "NaN" in text or "Infinity" in text:
+        return  # never reaches a writer: the spool refuses it too
+    store = Store(tmp_path)  # the writer refuses it with the same reason
+    try:
+        assert store.apply(op, data) == [reason]
+    finally:
+        store.close()
+
+
+def test_precheck_of_a_restore_ignores_message_usage_as_the_writer_does(tmp_path):
+    data = {"session_id": "r", "offset": 0, "rows": [{"state": "live", "message": {
+        "role": "assistant", "content": "x", "usage": {"input_tokens": -5}}}]}
+    precheck("messages.restore", data)
+    store = Store(tmp_path)
+    try:
+        assert store.apply("messages.restore", data) == []
+    finally:
+        store.close()
+
+
+def test_exports_read_parts_and_calls_of_any_json_type(tmp_path):
+    store = Store(tmp_path)
+    try:
+        assert store.apply("messages.append", {"session_id": "s", "messages": [
+            {"role": "user", "content": [{"type": "text", "text": None}, {"type": "text", "text": {"a": 1}}, 7,
+                                         {"type": "text", "text": "kept"}]},
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "c", "function": None},
+                                                                  {"id": "d", "function": "ls"}]}]}) == []
+        with store.reader() as r:
+            md = export.markdown(r, "s")
+            assert "kept" in md and "[text]" in md and "tool call · None" in md
+            turns = export.sharegpt(r, "s")["conversations"]
+            assert turns[0]["value"] == "kept"
+            assert turns[1]["value"].count("<tool_call>") == 2
+    finally:
+        store.close()

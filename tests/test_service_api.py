@@ -327,3 +327,37 @@ def test_an_empty_search_query_is_an_empty_result_as_in_the_cli(svc):
         r = httpx.get(f"{svc['base']}/api/v1/search", params={"q": q}, headers=headers)
         assert r.status_code == 200 and r.json()["hits"] == [], r.text
 
+
+#: Bodies whose nested fields have the wrong JSON type, or JSON's non-standard literals.
+WRONG_TYPED = [
+    {"ops": [{"op": "messages.append", "data": {"session_id": "w", "messages": [{"role": {"a": 1}, "content": "x"}]}}]},
+    {"ops": [{"op": "messages.append", "data": {"session_id": "w", "messages": [
+        {"role": "assistant", "content": [{"type": ["text"], "text": None}], "usage": "lots"}]}}]},
+    {"ops": [{"op": "usage.record", "data": {"session_id": "w", "usage": {"input_tokens": {"n": 1}}}}]},
+    {"ops": [{"op": "session.create", "data": {"session_id": "w", "tools": {"a": 1}, "owner": [1]}}]},
+    {"ops": [{"op": "sessions.delete", "data": {"session_ids": [{"x": 1}], "only_if": [1]}}]},
+    {"ops": [{"op": "messages.restore", "data": {"session_id": "w", "offset": 0, "rows": [{"state": {}}]}}]},
+    {"ops": [{"op": "usage.reprice", "data": {"price_version": 1, "rows": [["x", {}, None]]}}]},
+    {"ops": [{"op": "session.end", "data": {"session_id": ["w"]}}]},
+]
+#: Raw bodies: Python's JSON reader takes NaN/Infinity, which the spool cannot hold.
+WRONG_RAW = [
+    b'{"ops": [{"op": "messages.append", "data": {"session_id": "w", "messages": [{"role": "user", "content": "x", "timestamp": NaN}]}}]}',
+    b'{"ops": [{"op": "session.create", "data": {"session_id": "w", "meta": {"x": Infinity}}}]}',
+    b'{"messages": [{"role": "user", "content": "x", "k": -Infinity}]}',
+]
+
+
+def test_wrong_typed_nested_fields_are_4xx_not_5xx(svc):
+    base, home = svc["base"], svc["home"]
+    before = sum(p.stat().st_size for p in (home / "spool").glob("*.jsonl"))
+    for body in WRONG_TYPED:
+        r = httpx.post(f"{base}/api/v1/ops", json=body)
+        assert r.status_code == 422, (body, r.status_code, r.text)
+        _shaped(r, 422)
+    for raw in WRONG_RAW:
+        route = "/api/v1/ops" if raw.startswith(b'{"ops"') else "/api/v1/sessions/w/messages"
+        r = httpx.post(f"{base}{route}", content=raw, headers={"content-type": "application/json"})
+        assert r.status_code == 422, (raw, r.status_code, r.text)
+        _shaped(r, 422)
+    assert sum(p.stat().st_size for p in (home / "spool").glob("*.jsonl")) == before

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from .events import Event, Message, SessionStart
-from .jsonlines import Problem, join_text, make_message, make_tool_call, parse_timestamp
+from .jsonlines import Problem, ShapeError, join_text, make_message, make_tool_call, parse_timestamp, shape_problem
 
 FORMAT = "gemini-cli"
 MESSAGE_TYPES = ("user", "gemini")
@@ -47,7 +47,8 @@ def _text(content: Any) -> Any:
     for p in content:
         inline = p.get("inlineData") if isinstance(p, dict) else None
         if isinstance(inline, dict):
-            mime = inline.get("mimeType") or "application/octet-stream"
+            mime = inline.get("mimeType") if isinstance(inline.get("mimeType"), str) else None
+            mime = mime or "application/octet-stream"
             url = f"data:{mime};base64,{inline.get('data') or ''}"
             files.append({"type": "image_url", "image_url": {"url": url}} if mime.startswith("image/")
                          else {"type": "file", "file": {"file_data": url}})
@@ -76,7 +77,8 @@ def _result_text(result: Any) -> Any:
     """A tool call's ``result`` list -> text (the response's ``output`` when it has one)."""
     texts = []
     for part in result if isinstance(result, list) else [result]:
-        resp = part.get("functionResponse", {}).get("response") if isinstance(part, dict) else None
+        fr = part.get("functionResponse") if isinstance(part, dict) else None
+        resp = fr.get("response") if isinstance(fr, dict) else None
         if isinstance(resp, dict) and set(resp) == {"output"} and isinstance(resp["output"], str):
             texts.append(resp["output"])
         elif resp is not None:
@@ -92,7 +94,10 @@ def _entry(sid: str, n: int, m: dict) -> list[dict]:
     if m["type"] == "user":
         return [make_message(mid, "user", _text(m.get("content")), timestamp=ts)]
     calls, results = [], []
-    for k, call in enumerate(m.get("toolCalls") or []):
+    tool_calls = m.get("toolCalls")
+    if tool_calls is not None and not isinstance(tool_calls, list):
+        raise ShapeError(f"toolCalls must be a list, got {type(tool_calls).__name__}")
+    for k, call in enumerate(tool_calls or []):
         if not isinstance(call, dict):
             continue
         cid = str(call.get("id") or f"{mid}:call:{k}")
@@ -139,4 +144,4 @@ def stream(path: Path, doc: dict, problems: list[Problem]) -> Iterator[Event]:
                 yield Message(session_id, msg)
         except (TypeError, AttributeError, ValueError) as exc:
             problems.append(Problem(str(path), None, "skipped",
-                                    f"messages[{n}] ({m['type']}): unexpected shape: {type(exc).__name__}: {exc}"))
+                                    f"messages[{n}] ({m['type']}): {shape_problem(exc)}"))

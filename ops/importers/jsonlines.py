@@ -22,6 +22,18 @@ from pathlib import Path
 from typing import Any, Iterator
 
 
+class ShapeError(ValueError):
+    """A record field of the wrong JSON type (a list where an object belongs …); the message
+    names the field and the type found. The record is reported as a ``skipped`` problem of
+    its line with this message, not with a Python exception name."""
+
+
+def shape_problem(exc: Exception) -> str:
+    """The problem text for an exception raised while mapping one record: a ``ShapeError``'s
+    own message; anything else (a mapping bug the format module missed) with its type."""
+    return str(exc) if isinstance(exc, ShapeError) else f"unexpected shape: {type(exc).__name__}: {exc}"
+
+
 @dataclass(frozen=True)
 class Problem:
     """Something in an input file: ``kind`` "skipped" (not imported), "repaired" (recovered)

@@ -21,7 +21,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterable
 
-from .jsonlines import ImportedSession, Problem, join_text, make_message, make_tool_call, line_session_id, parse_timestamp
+from .jsonlines import ImportedSession, Problem, join_text, make_message, make_tool_call, line_session_id, parse_timestamp, shape_problem
 
 FORMAT = "openai-chat"
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
@@ -116,7 +116,7 @@ def _session(sid: str, msgs: list, meta: dict, path: Path, line: int | None,
             out.append(_message(i, m, names))
         except (TypeError, AttributeError, ValueError, KeyError, RecursionError) as exc:
             problems.append(Problem(str(path), line, "skipped",
-                                    f"message {i}: unexpected shape: {type(exc).__name__}: {exc}"))
+                                    f"message {i}: {shape_problem(exc)}"))
     times = [m["timestamp"] for m in out if m.get("timestamp") is not None]
     session = {"session_id": sid, "source": FORMAT, "title": None,
                "model": model if isinstance(model, str) else None, "cwd": None,

@@ -24,7 +24,7 @@ import re
 from pathlib import Path
 from typing import Any, Iterable
 
-from .jsonlines import ImportedSession, Problem, make_message, make_tool_call, line_session_id, parse_timestamp
+from .jsonlines import ImportedSession, Problem, make_message, make_tool_call, line_session_id, parse_timestamp, shape_problem
 
 FORMAT = "sharegpt"
 _ROLES = {"system": "system", "human": "user", "user": "user", "gpt": "assistant",
@@ -173,7 +173,7 @@ def parse_records(path: Path, records: Iterable[tuple[int | None, Any]],
                 _turn(conv, i, turn)
             except (TypeError, AttributeError, ValueError, KeyError, RecursionError) as exc:
                 problems.append(Problem(str(path), line, "skipped",
-                                        f"turn {i}: unexpected shape: {type(exc).__name__}: {exc}"))
+                                        f"turn {i}: {shape_problem(exc)}"))
         meta = {k: v for k, v in rec.items() if k not in ("conversations", "model")}
         meta.update({"source_file": name, "line": line})
         if isinstance(rec.get("timestamp"), str) and ts is not None and not re.search(

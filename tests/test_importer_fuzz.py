@@ -1,0 +1,111 @@
+"""Importers given a transcript with one field of one record replaced by an arbitrary JSON
+value (property test): parsing never raises — a record it cannot use is a problem of that
+line — and what it emits passes ``precheck`` or is refused with an op rule's reason.
+
+Bases: the head of one corpus file per format (claude-code, codex, sharegpt, the openai-chat
+trajectory) and the synthetic Gemini CLI session of tests/test_importers_structure.py.
+``QUILL_FUZZ_N`` sets the examples per base (default 30).
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, note, settings
+from hypothesis import strategies as st
+
+from quill.ops.importers import parse_file
+from quill.store.errors import InvalidOpError
+from quill.store.precheck import precheck
+
+from conftest import CORPUS
+from test_op_fuzz import _RAW, JSON_VALUES, paths, replaced
+
+N = int(os.environ.get("QUILL_FUZZ_N", "30"))
+
+GEMINI = {"sessionId": "g1", "projectHash": "h", "startTime": "2026-01-15T20:51:48.582Z",
+          "lastUpdated": "2026-01-15T20:52:56.382Z", "messages": [
+              {"id": "m1", "timestamp": "2026-01-15T20:51:48.582Z", "type": "user", "content": "make a file"},
+              {"id": "m2", "timestamp": "2026-01-15T20:51:52.837Z", "type": "gemini", "content": "I will write it.",
+               "thoughts": [{"subject": "Planning", "description": "write docs/blue.md", "timestamp": "x"}],
+               "tokens": {"input": 10, "output": 5}, "model": "gemini-2.5-flash",
+               "toolCalls": [{"id": "wf-1", "name": "write_file", "args": {"file_path": "docs/blue.md"},
+                              "result": [{"functionResponse": {"id": "wf-1", "name": "write_file",
+                                                               "response": {"output": "wrote docs/blue.md"}}}],
+                              "status": "success", "timestamp": "2026-01-15T20:51:53.000Z"}]},
+              {"id": "m3", "timestamp": "2026-01-15T20:52:17.033Z", "type": "info", "content": "update available"},
+              {"id": "m4", "timestamp": "2026-01-15T20:52:18.000Z", "type": "user",
+               "content": [{"text": "thanks"}, {"inlineData": {"mimeType": "image/png", "data": "aGk="}}]}]}
+
+#: name -> (corpus file, records to keep) for JSON-lines bases.
+JSONL = {
+    "claude-code": ("claude-code/agentv__acc53d32-5580-4747-9273-e2acff2ba566.jsonl", 30),
+    "codex": ("codex/agentv__rollout-019ed836-b1da-78f1-8a0c-e598363d10f4.jsonl", 40),
+    "sharegpt": ("sharegpt/hermeswith__trajectory_samples.jsonl", 2),
+}
+
+
+def _base(name: str) -> tuple[str, object]:
+    """``(file suffix, document)``: a list of records for JSON lines, else one JSON value."""
+    if name == "gemini-cli":
+        return ".json", GEMINI
+    if not CORPUS.is_dir():
+        pytest.skip(f"corpus not found at {CORPUS}")
+    if name == "openai-chat":
+        doc = json.loads((CORPUS / "openai-chat/mini-swe-agent__github_issue.traj.json").read_text())
+        return ".json", doc[:6]
+    rel, keep = JSONL[name]
+    lines = (CORPUS / rel).read_text().splitlines()[:keep]
+    return ".jsonl", [json.loads(line) for line in lines if line.strip()]
+
+
+def _write(path: Path, suffix: str, doc: object) -> None:
+    if suffix == ".jsonl":
+        path.write_text("".join(json.dumps(r) + "\n" for r in doc))
+    else:
+        path.write_text(json.dumps(doc))
+
+
+@pytest.mark.parametrize("name", ["claude-code", "codex", "sharegpt", "openai-chat", "gemini-cli"])
+def test_one_bad_field_never_crashes_an_import(name, tmp_path_factory):
+    suffix, doc = _base(name)
+    base_dir = tmp_path_factory.mktemp("base")
+    _write(base_dir / f"t{suffix}", suffix, doc)
+    assert parse_file(base_dir / f"t{suffix}").format == name  # the base itself is recognised
+
+    @settings(max_examples=N, deadline=None, derandomize=True,
+              suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
+                                     HealthCheck.data_too_large])
+    @given(st.sampled_from(paths(doc)), JSON_VALUES)
+    def run(path, value):
+        note(f"path={path!r} value={json.dumps(value)[:300]}")
+        target = tmp_path_factory.mktemp("fuzz") / f"t{suffix}"
+        _write(target, suffix, replaced(doc, path, value))
+        parsed = parse_file(target)
+        for problem in parsed.problems:
+            assert not _RAW.search(problem.reason), problem
+        for session in parsed.sessions:
+            for op, data in [("session.create", session.session),
+                             ("messages.append", {"session_id": session.session.get("session_id"),
+                                                  "messages": session.messages})]:
+                try:
+                    precheck(op, data)
+                except InvalidOpError as exc:
+                    assert not _RAW.search(f"{exc.reason} {exc.detail}"), exc
+    run()
+
+
+def test_gemini_entry_with_wrong_typed_fields_is_a_problem_of_that_entry(tmp_path):
+    doc = json.loads(json.dumps(GEMINI))
+    doc["messages"][1]["toolCalls"] = True
+    doc["messages"][3]["content"][1]["inlineData"]["mimeType"] = {"x": 1}
+    path = tmp_path / "g.json"
+    path.write_text(json.dumps(doc))
+    parsed = parse_file(path)
+    (problem,) = parsed.problems
+    assert problem.kind == "skipped" and problem.reason == "messages[1] (gemini): toolCalls must be a list, got bool"
+    msgs = parsed.sessions[0].messages
+    assert [m["id"] for m in msgs] == ["m1", "m4"]  # the other entries are imported
+    assert msgs[1]["content"][1]["file"]["file_data"].startswith("data:application/octet-stream;base64,")

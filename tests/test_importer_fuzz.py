@@ -109,3 +109,17 @@ def test_gemini_entry_with_wrong_typed_fields_is_a_problem_of_that_entry(tmp_pat
     msgs = parsed.sessions[0].messages
     assert [m["id"] for m in msgs] == ["m1", "m4"]  # the other entries are imported
     assert msgs[1]["content"][1]["file"]["file_data"].startswith("data:application/octet-stream;base64,")
+
+
+def test_codex_reasoning_summary_of_any_json_type_is_read_not_a_crash(tmp_path):
+    from importers_helpers import codex_line, codex_user
+    recs = [codex_line("session_meta", {"id": "cz"}), codex_user("q"),
+            codex_line("response_item", {"type": "reasoning", "summary": True, "content": "thinking"}),
+            codex_line("response_item", {"type": "message", "role": "assistant",
+                                         "content": [{"type": "output_text", "text": "a"}]})]
+    path = tmp_path / "rollout.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    parsed = parse_file(path)
+    assert parsed.format == "codex" and parsed.problems == []
+    answer = parsed.sessions[0].messages[-1]
+    assert answer["content"] == "a" and answer["reasoning"] == "thinking"

@@ -30,7 +30,7 @@ from . import claude_blocks
 from .claude_scan import (KNOWN_TYPES, MAIN, Structure, Thread, parent_call, scan, summaries_of, thread_key,
                           title_for)
 from .events import Compact, Event, Message, SessionStart
-from .jsonlines import Problem, parse_timestamp
+from .jsonlines import Problem, parse_timestamp, shape_problem
 
 FORMAT = "claude-code"
 #: Types that carry the transcript: detection looks for these (see ``looks_like_transcript``).
@@ -178,7 +178,7 @@ def stream(path: Path, records: Records, problems: list[Problem], variant: str,
                 yield from _record(st, emitters, fpath, line, ordinal, rec, problems)
             except (TypeError, AttributeError, ValueError, KeyError, RecursionError) as exc:
                 problems.append(Problem(str(fpath), line, "skipped",
-                                        f"unexpected {rec['type']} record shape: {type(exc).__name__}: {exc}"))
+                                        f"{rec['type']} record: {shape_problem(exc)}"))
 
 
 def _record(st: Structure, emitters: dict, path: Path, line: int | None, ordinal: int, rec: dict,

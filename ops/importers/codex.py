@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from .events import Compact, Event, Message, Rewind, SessionStart, Usage
-from .jsonlines import Problem, join_text, make_message, make_tool_call, parse_timestamp
+from .jsonlines import Problem, join_text, make_message, make_tool_call, parse_timestamp, shape_problem
 
 FORMAT = "codex"
 RECORD_TYPES = frozenset({"session_meta", "response_item", "event_msg", "turn_context", "compacted"})
@@ -173,13 +173,20 @@ class _State:
         return text
 
 
+def _part_texts(value: Any) -> list[Any]:
+    """The ``text`` of each part of a reasoning ``summary``/``content`` list (a bare string is
+    its own text; any other JSON type holds none)."""
+    if isinstance(value, str):
+        return [value]
+    return [part.get("text") for part in value if isinstance(part, dict)] if isinstance(value, list) else []
+
+
 def _item(st: _State, mid: str, p: dict, ts: float | None) -> dict | None:
     """One response item -> a message (None for reasoning, kept for the next message)."""
     ptype = p.get("type")
     extra = st.extra(p)
     if ptype == "reasoning":
-        texts = [s.get("text") for s in p.get("summary") or [] if isinstance(s, dict)]
-        texts += [c.get("text") for c in p.get("content") or [] if isinstance(c, dict)]
+        texts = _part_texts(p.get("summary")) + _part_texts(p.get("content"))
         st.pending_reasoning.extend(t for t in texts if isinstance(t, str) and t)
         return None
     if ptype == "message":
@@ -236,7 +243,7 @@ def stream(path: Path, records: Callable[[list[Problem]], Iterable[tuple[int | N
             yield from _record(st, line, rec)
         except (TypeError, AttributeError, ValueError, KeyError, RecursionError) as exc:
             problems.append(Problem(str(path), line, "skipped",
-                                    f"unexpected {rec['type']} record shape: {type(exc).__name__}: {exc}"))
+                                    f"{rec['type']} record: {shape_problem(exc)}"))
     if st.pending_reasoning:  # reasoning with nothing after it: keep it as its own message
         yield Message(st.sid, make_message(st.next_id(None), "assistant", None, reasoning=st.take_reasoning()))
     if scan.counts.get("ignored_items"):

@@ -55,7 +55,8 @@ def messages_restore(conn: apsw.Connection, data: dict, batch_id: str, arrived_a
     ``restore-out-of-order``, message reasons."""
     sid = session_id(data)
     offset, items = check_restore(data)
-    ensure_session(conn, sid, arrived_at, opt(data, "source", str), opt(data, "started_at", (int, float)))
+    started = opt(data, "started_at", (int, float))  # a REAL column: an int beyond 64 bits binds as a float
+    ensure_session(conn, sid, arrived_at, opt(data, "source", str), None if started is None else float(started))
     held = conn.execute("SELECT count(*) FROM messages WHERE session_id = ?", (sid,)).fetchone()[0]
     if held != offset:
         raise InvalidOpError("restore-out-of-order", f"session {sid!r} holds {held} rows; this chunk starts at {offset}")

@@ -45,7 +45,8 @@ def check_reprice(data: dict) -> list[tuple[int, str | None, float]]:
             raise InvalidOpError("invalid-field", f"usage id must be a positive integer, got {rid!r}")
         if old is not None and (not isinstance(old, str) or len(old) > VERSION_MAX_CHARS):
             raise InvalidOpError("invalid-field", "old price_version must be a string or null")
-        if isinstance(cost, bool) or not isinstance(cost, (int, float)) or not math.isfinite(cost) or cost < 0:
+        if (isinstance(cost, bool) or not isinstance(cost, (int, float)) or cost < 0
+                or cost >= 2**63 or not math.isfinite(cost)):  # a huge int would overflow isfinite
             raise InvalidOpError("invalid-field", f"cost_usd must be a finite number ≥ 0, got {cost!r}")
         out.append((rid, old, float(cost)))
     opt(data, "actor", str)

@@ -294,3 +294,25 @@ def test_exports_read_parts_and_calls_of_any_json_type(tmp_path):
             assert turns[1]["value"].count("<tool_call>") == 2
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("op, data", [
+    ("session.create", {"session_id": "s", "started_at": 10 ** 400}),   # was OverflowError in float()
+    ("session.end", {"session_id": "s", "ended_at": -10 ** 400}),
+    ("session.read", {"session_id": "s", "message_id": 2 ** 63}),        # was OverflowError in the binding
+    ("messages.rewind", {"session_id": "s", "ext_id": 2 ** 63}),
+    ("messages.restore", {"session_id": "s", "offset": 10 ** 400, "rows": [{"state": "live", "message": {"role": "user"}}]}),
+    ("usage.reprice", {"price_version": "v", "rows": [[1, None, 10 ** 400]]}),  # precheck raised OverflowError
+])
+def test_numbers_no_column_can_hold_are_invalid_field_in_precheck_and_writer(op, data, tmp_path):
+    """The writer applies what reaches the spool without a precheck too (older producers,
+    hand-written spool lines): both answer ``invalid-field``, never an OverflowError."""
+    try:
+        precheck(op, data)  # ext_id targets are checked by the writer only
+    except InvalidOpError as refused:
+        assert refused.reason == "invalid-field", refused
+    store = Store(tmp_path)
+    try:
+        assert store.apply(op, data) == ["invalid-field"], store.last_rejects
+    finally:
+        store.close()

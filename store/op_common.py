@@ -88,7 +88,7 @@ def opt(data: dict, key: str, kind: type | tuple[type, ...]) -> Any:
     kinds = kind if isinstance(kind, tuple) else (kind,)
     if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
         raise InvalidOpError("invalid-field", f"{key!r} has the wrong type ({type(value).__name__})")
-    if isinstance(value, int) and not isinstance(value, bool):
+    if isinstance(value, int) and not isinstance(value, bool) and str not in kinds:  # (str, int) ids are text
         # What a column can hold: an INTEGER is 64-bit; a number stored as REAL must convert to
         # a float. (Exactly the values that used to fail in the SQL binding or float().)
         if (float not in kinds and abs(value) >= 2**63) or (float in kinds and abs(value) >= 2**1023):

@@ -4,7 +4,13 @@
 ``importers.stream_file`` and appends ops to the spool as it goes, so memory stays bounded by
 one batch per open session whatever the file size:
 
-* ``SessionStart`` -> ``session.create``, unless the store already has the session; then
+* ``SessionStart`` -> its session id is settled first: a ``legacy_id`` (the file-name id an
+  older importer gave a format without conversation ids) is used instead when the store's
+  session under it holds this conversation's opening messages (same producer ids, roles
+  and content), so a file imported before content ids does not come back as a second
+  session; a second start of a session already started in this file (the same
+  conversation twice in one file) is reported and its messages count as stored. Then
+  ``session.create``, unless the store already has the session; then
   only a changed title is sent (``session.title``, and only when no other session holds it —
   the title conflict rule of docs/ops.md, which would otherwise refuse the op);
 * ``Message`` -> ``messages.append`` batches of at most ``BATCH_MESSAGES`` messages or
@@ -33,6 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from quill.spool import Spool
+from quill.store.errors import InvalidOpError
+from quill.store.normalize import content_columns
 from quill.store.ops import clean_title
 from quill.store.reads import Reader
 
@@ -45,6 +53,8 @@ BATCH_MESSAGES = 200
 #: Approximate bytes per batch (string lengths): bounds import memory and spool record size
 #: when messages are large (a screenshot is ~0.5 MB of base64).
 BATCH_BYTES = 4 << 20
+#: Opening messages compared at most when deciding on a legacy id (one bounded query).
+LEGACY_COMPARED = 200
 
 
 def approx_size(value: Any) -> int:
@@ -112,10 +122,44 @@ class _Importer:
     def __init__(self, spool: Spool, store: Reader | None, report: FileReport):
         self.spool, self.store, self.report = spool, store, report
         self.sessions: dict[str, _Session] = {}
+        self.alias: dict[str, str] = {}  # event session id -> the id used (a legacy id)
+
+    def session(self, event_sid: str) -> _Session:
+        """The import state of the session an event names."""
+        return self.sessions[self.alias.get(event_sid, event_sid)]
+
+    def _settle_id(self, ev: SessionStart) -> str:
+        """``ev``'s legacy id when the store's session under it holds ``ev.opening``, else
+        its own id (see module doc)."""
+        sid = ev.session["session_id"]
+        old = ev.legacy_id
+        if not old or old == sid or not ev.opening or self.store is None or self.store.get_session(old) is None:
+            return sid
+        opening = ev.opening[:LEGACY_COMPARED]
+        held = self.store.message_contents(old, [str(m["id"]) for m in opening])
+        for m in opening:
+            row = held.get(str(m["id"]))
+            try:
+                same = row is not None and row == (m.get("role"), *content_columns(m.get("content")))
+            except InvalidOpError:
+                same = False
+            if not same:
+                return sid
+        return old
 
     def start(self, ev: SessionStart) -> None:
+        sid = self._settle_id(ev)
         payload = ev.session
-        sid = payload["session_id"]
+        if sid != payload["session_id"]:
+            self.alias[payload["session_id"]] = sid
+            payload = {**payload, "session_id": sid}
+        if payload.get("parent_id") in self.alias:
+            payload = {**payload, "parent_id": self.alias[payload["parent_id"]]}
+        if sid in self.sessions:  # the same conversation again (identical content): stored once
+            self.report.problems.append(Problem(self.report.path, payload.get("meta", {}).get("line"), "skipped",
+                                                f"same conversation as an earlier one in this file ({sid}); "
+                                                "stored once"))
+            return
         self.report.sessions.append(sid)
         row = self.store.get_session(sid) if self.store else None
         known = self.store.message_states(sid) if row else {}
@@ -138,7 +182,7 @@ class _Importer:
                                                 f"title {title!r} of {sid} not applied: session {holder} holds it"))
 
     def message(self, ev: Message) -> None:
-        s = self.sessions[ev.session_id]
+        s = self.session(ev.session_id)
         ext = str(ev.message["id"])
         self.report.messages += 1
         self.report.rewound += ev.rewound
@@ -164,7 +208,7 @@ class _Importer:
             self.flush(s)
 
     def compact(self, ev: Compact) -> None:
-        s = self.sessions[ev.session_id]
+        s = self.session(ev.session_id)
         self.flush(s)
         self.report.compactions += 1
         ids = [str(m["id"]) for m in ev.messages]
@@ -184,13 +228,13 @@ class _Importer:
         s.has_live = True
 
     def rewind(self, ev: Rewind) -> None:
-        s = self.sessions[ev.session_id]
+        s = self.session(ev.session_id)
         self.flush(s)
         self.report.rewound += len(ev.ext_ids)
         self._rewind(s, [i for i in ev.ext_ids if s.known.get(i) in ("live", "pending")])
 
     def usage(self, ev: Usage) -> None:
-        s = self.sessions[ev.session_id]
+        s = self.session(ev.session_id)
         rid = ev.data.get("response_id")
         if rid in s.counted:
             return

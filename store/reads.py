@@ -183,6 +183,19 @@ class Reader:
                 (session_id,))}
 
     @_retry_io
+    def message_contents(self, session_id: str, ext_ids: list[str]) -> dict[str, tuple[str, str | None, str | None]]:
+        """``{producer id: (role, content, parts)}`` of the session's rows with those ids (the
+        first row wins for an id held twice): how an import tells whether a stored session
+        holds the conversation it is reading (ops/import_spool.py, legacy ids)."""
+        out: dict[str, tuple[str, str | None, str | None]] = {}
+        with mapped():
+            for ext, role, content, parts in self.conn.execute(
+                    "SELECT ext_id, role, content, parts FROM messages WHERE session_id = ? AND ext_id IN "
+                    f"({','.join('?' * len(ext_ids))}) ORDER BY id", (session_id, *ext_ids)):
+                out.setdefault(ext, (role, content, parts))
+        return out
+
+    @_retry_io
     def title_holder(self, title: str) -> str | None:
         """The session holding exactly ``title`` (titles are unique), or None."""
         with mapped():

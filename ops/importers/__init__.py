@@ -24,7 +24,11 @@ The format is sniffed from the CONTENT, never the extension:
 * a JSON object document: a Gemini CLI session, or ``{"messages": [OpenAI messages]}``;
 * anything else (Markdown, other agents' JSON) -> None.
 
-Session and message ids are deterministic, so re-importing a file yields the same ids.
+Session and message ids are deterministic, so re-importing a file yields the same ids. A
+format with no conversation id of its own gets a content-derived one
+(``jsonlines.content_session_id``: file name + hash of the record or of the opening
+messages), never one made of the file name or line alone, which same-named files in two
+folders would share; the old name-derived id is offered as ``SessionStart.legacy_id``.
 Parsing never raises on bad content (problems are reported: "skipped", "repaired",
 "ignored"); only an unreadable file (OSError) raises.
 """
@@ -173,7 +177,8 @@ def detect_format(path: Path) -> str | None:
 
 def _sessions_as_events(sessions: list[ImportedSession]) -> Iterator[Event]:
     for s in sessions:
-        yield SessionStart(s.session)
+        wanted = set(s.opening)
+        yield SessionStart(s.session, s.legacy_id, [m for m in s.messages if not wanted or str(m["id"]) in wanted])
         for m in s.messages:
             yield Message(s.session["session_id"], m)
 

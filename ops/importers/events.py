@@ -28,9 +28,17 @@ from .jsonlines import ImportedSession
 
 @dataclass
 class SessionStart:
-    """A session begins: ``session`` is its ``session.create`` payload."""
+    """A session begins: ``session`` is its ``session.create`` payload.
+
+    ``legacy_id``: the id an older importer derived from the file name (or line) for a
+    format with no conversation id of its own; ``opening``: this conversation's first
+    messages as parsed. The import uses ``legacy_id`` instead of ``session["session_id"]``
+    when the store's session under it holds ``opening`` (same producer ids, roles and
+    content): that file was imported before the ids became content-derived."""
 
     session: dict
+    legacy_id: str | None = None
+    opening: list[dict] = field(default_factory=list)
 
 
 @dataclass

@@ -12,7 +12,10 @@ so it is sniffed from content). Mapping, per entry of ``messages`` (id = the ent
   ``model`` kept in extra;
 * ``info``, ``error``, ``warning`` and unknown entry types are CLI notices, not messages:
   counted in ``meta.entry_counts``.
-The title is the document's ``summary`` when present.
+The title is the document's ``summary`` when present. Session id: "gemini-cli:<sessionId>";
+a document without one gets "gemini-cli:<file name>:<hash of its first entry>" (entries are
+appended as the chat goes on, so the first one stays), never the bare file name that
+same-named files in two folders would share (offered as ``legacy_id`` for older stores).
 """
 from __future__ import annotations
 
@@ -21,7 +24,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from .events import Event, Message, SessionStart
-from .jsonlines import Problem, ShapeError, join_text, make_message, make_tool_call, parse_timestamp, shape_problem
+from .jsonlines import (Problem, ShapeError, content_session_id, join_text, make_message, make_tool_call,
+                         parse_timestamp, shape_problem)
 
 FORMAT = "gemini-cli"
 MESSAGE_TYPES = ("user", "gemini")
@@ -127,15 +131,25 @@ def stream(path: Path, doc: dict, problems: list[Problem]) -> Iterator[Event]:
     for key in ("projectHash", "lastUpdated"):
         if doc.get(key) is not None:
             meta[key] = doc[key]
+    legacy, opening = None, []
     if sid is None:
-        sid, meta["session_id_synthesized"] = Path(path).name, True
-        problems.append(Problem(str(path), None, "repaired", "no sessionId; session id made from file name"))
+        meta["session_id_synthesized"] = True
+        legacy = f"{FORMAT}:{Path(path).name}"
+        session_id = content_session_id(FORMAT, Path(path).name, entries[:1])
+        problems.append(Problem(str(path), None, "repaired",
+                                "no sessionId; session id made from file name and first entry"))
+        first = next((m for m in entries if m["type"] in MESSAGE_TYPES), None)
+        try:
+            opening = _entry(session_id, entries.index(first), first)[:1] if first is not None else []
+        except (TypeError, AttributeError, ValueError):
+            opening = []
+    else:
+        session_id = f"{FORMAT}:{sid}"
     model = next((m.get("model") for m in entries if m["type"] == "gemini" and isinstance(m.get("model"), str)), None)
-    session_id = f"{FORMAT}:{sid}"
     yield SessionStart({"session_id": session_id, "source": FORMAT,
                         "title": doc.get("summary") if isinstance(doc.get("summary"), str) else None,
                         "model": model, "cwd": None, "started_at": parse_timestamp(doc.get("startTime")),
-                        "meta": meta})
+                        "meta": meta}, legacy, opening)
     for n, m in enumerate(entries):
         if m["type"] not in MESSAGE_TYPES:
             continue

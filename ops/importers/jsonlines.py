@@ -57,6 +57,10 @@ class ImportedSession:
     compactions: list[dict] = field(default_factory=list)
     #: ``usage.record`` payloads (without session_id) of calls with no message of their own
     usage: list[dict] = field(default_factory=list)
+    #: the file-name-derived id older importers gave it, if any (``SessionStart.legacy_id``)
+    legacy_id: str | None = None
+    #: producer ids of the messages that identify it for ``legacy_id`` (empty: all of them)
+    opening: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -179,11 +183,35 @@ def read_text(path: Path) -> str:
 
 
 def line_session_id(fmt: str, file_name: str, line: int | None, seen: dict[int | None, int]) -> str:
-    """Stable id for a session that is one record of a file: ``fmt:file:line``, plus ``:k``
-    for the k-th extra record recovered from the same (glued) line. ``seen`` counts per line."""
+    """The session id a record of a file had before content ids (``fmt:file:line``, plus
+    ``:k`` for the k-th extra record recovered from the same glued line; ``seen`` counts per
+    line). Not unique to a conversation (same-named files in two folders share it): only
+    offered as ``SessionStart.legacy_id``, so stores made by the old scheme keep working."""
     k = seen.get(line, 0)
     seen[line] = k + 1
     return f"{fmt}:{file_name}:{line}" + (f":{k}" if k else "")
+
+
+def content_session_id(fmt: str, file_name: str, source: Any) -> str:
+    """``fmt:file:<16 hex>``: a session id for a conversation whose format carries no id of
+    its own, the first 64 bits of a SHA-256 over ``source`` as canonical JSON. ``source`` is
+    raw source data that never changes as the file grows: a whole record for one-record
+    conversations (ShareGPT line), the opening messages for a file that grows by appended
+    messages (``opening_length``). Hashing raw source, not parsed messages, keeps ids
+    stable across importer versions. The file name stays in the id for the reader only."""
+    import hashlib
+    raw = json.dumps(source, sort_keys=True, ensure_ascii=False, default=str)
+    return f"{fmt}:{file_name}:{hashlib.sha256(raw.encode('utf-8', 'surrogatepass')).hexdigest()[:16]}"
+
+
+def opening_length(roles: list[Any]) -> int:
+    """How many leading messages identify a conversation that grows by appending: the
+    system/developer messages it starts with plus the first other message (all of them
+    when there is no other yet)."""
+    for i, role in enumerate(roles):
+        if role not in ("system", "developer"):
+            return i + 1
+    return len(roles)
 
 
 def parse_timestamp(value: Any) -> float | None:

@@ -4,10 +4,16 @@ Accepted shapes (detection is deliberately strict: every message must have a
 known ``role`` and only keys an OpenAI chat message can carry):
 
 * a JSON array of messages, or a JSON object ``{"messages": [...]}``
-  -> one session "openai-chat:<file name>";
-* JSONL, one message per line -> one session "openai-chat:<file name>";
+  -> one session "openai-chat:<file name>:<hash of the opening messages>";
+* JSONL, one message per line -> one session "openai-chat:<file name>:<hash of the opening>";
 * JSONL, one ``{"messages": [...], ...}`` per line -> one session per line,
-  "openai-chat:<file name>:<line>".
+  "openai-chat:<file name>:<hash of the line's messages>".
+
+The opening (``jsonlines.opening_length``: leading system messages + the first other) does
+not change when the file grows by appended messages, so a re-import keeps its id; two files
+of the same name hold different conversations, so they get different ids (docs/ops.md,
+"Import session ids"). The ids older versions gave ("openai-chat:<file name>",
+"...:<line>") are offered as ``legacy_id`` for stores that hold them.
 
 Message id = its index in the session ("0", "1", ...). ``tool_calls`` are
 normalised (missing ids synthesised as "call_<index>_<k>", arguments made a
@@ -21,7 +27,8 @@ import json
 from pathlib import Path
 from typing import Any, Iterable
 
-from .jsonlines import ImportedSession, Problem, join_text, make_message, make_tool_call, line_session_id, parse_timestamp, shape_problem
+from .jsonlines import (ImportedSession, Problem, content_session_id, join_text, line_session_id, make_message,
+                         make_tool_call, opening_length, parse_timestamp, shape_problem)
 
 FORMAT = "openai-chat"
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
@@ -104,6 +111,17 @@ def _message(i: int, m: dict, names: dict[str, str]) -> dict:
                         tool_call_id=tcid, name=name, reasoning=reasoning, timestamp=ts, extra=extra)
 
 
+def _growing_session(path: Path, msgs: list, meta: dict, problems: list[Problem],
+                     model: Any = None) -> ImportedSession:
+    """The one session of a whole file (it may grow by appended messages): its id hashes
+    the opening messages as found in the file."""
+    name = Path(path).name
+    n = opening_length([m.get("role") if isinstance(m, dict) else None for m in msgs])
+    session = _session(content_session_id(FORMAT, name, msgs[:n]), msgs, meta, path, None, problems, model)
+    session.legacy_id, session.opening = f"{FORMAT}:{name}", [str(i) for i in range(n)]
+    return session
+
+
 def _session(sid: str, msgs: list, meta: dict, path: Path, line: int | None,
              problems: list[Problem], model: Any = None) -> ImportedSession:
     names: dict[str, str] = {}
@@ -131,9 +149,8 @@ def parse_document(path: Path, doc: Any, problems: list[Problem]) -> list[Import
     if isinstance(doc, dict):
         meta.update({k: v for k, v in doc.items() if k not in ("messages", "model")})
         meta["variant"] = "json-object"
-        return [_session(f"{FORMAT}:{name}", doc.get("messages") or [], meta, path, None,
-                         problems, doc.get("model"))]
-    return [_session(f"{FORMAT}:{name}", doc, meta, path, None, problems)]
+        return [_growing_session(path, doc.get("messages") or [], meta, problems, doc.get("model"))]
+    return [_growing_session(path, doc, meta, problems)]
 
 
 def parse_records(path: Path, records: Iterable[tuple[int | None, Any]],
@@ -147,10 +164,13 @@ def parse_records(path: Path, records: Iterable[tuple[int | None, Any]],
             if not looks_like_conversation(rec):
                 problems.append(Problem(str(path), line, "skipped", "not a {messages: [...]} conversation"))
                 continue
-            sid = line_session_id(FORMAT, name, line, seen)
+            legacy = line_session_id(FORMAT, name, line, seen)
             meta = {key: v for key, v in rec.items() if key not in ("messages", "model")}
             meta.update({"source_file": name, "line": line, "variant": "jsonl-conversations"})
-            sessions.append(_session(sid, rec["messages"], meta, path, line, problems, rec.get("model")))
+            session = _session(content_session_id(FORMAT, name, rec["messages"]), rec["messages"], meta, path,
+                               line, problems, rec.get("model"))
+            session.legacy_id = legacy
+            sessions.append(session)
         return sessions
     msgs = []
     for line, rec in records:
@@ -160,5 +180,4 @@ def parse_records(path: Path, records: Iterable[tuple[int | None, Any]],
         msgs.append(rec)
     if not msgs:
         return []
-    return [_session(f"{FORMAT}:{name}", msgs, {"source_file": name, "variant": "jsonl-messages"},
-                     path, None, problems)]
+    return [_growing_session(path, msgs, {"source_file": name, "variant": "jsonl-messages"}, problems)]

@@ -1,7 +1,9 @@
 """ShareGPT / Hermes-Agent trajectory JSONL -> one Quill session per line.
 
 Each line is ``{conversations: [{from, value}], timestamp, model, ...}``.
-Session id = "sharegpt:<file name>:<line>". Message id = "<turn index>" (or
+Session id = "sharegpt:<file name>:<hash of the line's conversations>" (a line is a whole
+conversation; "sharegpt:<file name>:<line>", the id older versions gave, is offered as
+``legacy_id``: same-named files in two folders shared it). Message id = "<turn index>" (or
 "<turn>:<k>" when one ``tool`` turn holds several responses). Mapping:
 
 * ``from``: system -> system, human/user -> user, gpt/assistant -> assistant,
@@ -24,7 +26,8 @@ import re
 from pathlib import Path
 from typing import Any, Iterable
 
-from .jsonlines import ImportedSession, Problem, make_message, make_tool_call, line_session_id, parse_timestamp, shape_problem
+from .jsonlines import (ImportedSession, Problem, content_session_id, line_session_id, make_message, make_tool_call,
+                         parse_timestamp, shape_problem)
 
 FORMAT = "sharegpt"
 _ROLES = {"system": "system", "human": "user", "user": "user", "gpt": "assistant",
@@ -165,7 +168,8 @@ def parse_records(path: Path, records: Iterable[tuple[int | None, Any]],
         if not looks_like_record(rec):
             problems.append(Problem(str(path), line, "skipped", "not a {conversations: [{from, value}]} record"))
             continue
-        sid = line_session_id(FORMAT, name, line, seen)
+        legacy = line_session_id(FORMAT, name, line, seen)
+        sid = content_session_id(FORMAT, name, rec["conversations"])
         ts = parse_timestamp(rec.get("timestamp"))
         conv = _Conversation(path, line, ts, problems)
         for i, turn in enumerate(rec["conversations"]):
@@ -182,5 +186,5 @@ def parse_records(path: Path, records: Iterable[tuple[int | None, Any]],
         session = {"session_id": sid, "source": FORMAT, "title": None,
                    "model": rec.get("model") if isinstance(rec.get("model"), str) else None,
                    "cwd": None, "started_at": ts, "meta": meta}
-        sessions.append(ImportedSession(session=session, messages=conv.messages))
+        sessions.append(ImportedSession(session=session, messages=conv.messages, legacy_id=legacy))
     return sessions

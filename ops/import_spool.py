@@ -6,10 +6,12 @@ one batch per open session whatever the file size:
 
 * ``SessionStart`` -> its session id is settled first: a ``legacy_id`` (the file-name id an
   older importer gave a format without conversation ids) is used instead when the store's
-  session under it holds this conversation's opening messages (same producer ids, roles
-  and content), so a file imported before content ids does not come back as a second
-  session; a second start of a session already started in this file (the same
-  conversation twice in one file) is reported and its messages count as stored. Then
+  session under it holds this conversation's opening messages (same producer ids and
+  ``normalize.COMPARED_COLUMNS``: role, content, tool fields, reasoning; an opening entry
+  that is only ``{"id"}`` — a uuid, Claude Code — by its id alone), so a file imported
+  before content ids does not come back as a second session; a second start of a session
+  already started in this file (the same conversation twice in one file) is reported and
+  its messages count as stored. Then
   ``session.create``, unless the store already has the session; then
   only a changed title is sent (``session.title``, and only when no other session holds it —
   the title conflict rule of docs/ops.md, which would otherwise refuse the op);
@@ -40,7 +42,7 @@ from typing import Any
 
 from quill.spool import Spool
 from quill.store.errors import InvalidOpError
-from quill.store.normalize import content_columns
+from quill.store.normalize import COMPARED_COLUMNS, ROW_COLUMNS, message_row
 from quill.store.ops import clean_title
 from quill.store.reads import Reader
 
@@ -136,14 +138,17 @@ class _Importer:
         if not old or old == sid or not ev.opening or self.store is None or self.store.get_session(old) is None:
             return sid
         opening = ev.opening[:LEGACY_COMPARED]
-        held = self.store.message_contents(old, [str(m["id"]) for m in opening])
+        held = self.store.message_identities(old, [str(m["id"]) for m in opening])
         for m in opening:
-            row = held.get(str(m["id"]))
+            if set(m) == {"id"}:  # a globally unique producer id (a uuid): holding it is enough
+                if str(m["id"]) not in held:
+                    return sid
+                continue
             try:
-                same = row is not None and row == (m.get("role"), *content_columns(m.get("content")))
+                row = message_row(m, 0.0)
             except InvalidOpError:
-                same = False
-            if not same:
+                return sid
+            if held.get(str(m["id"])) != tuple(row[ROW_COLUMNS.index(c)] for c in COMPARED_COLUMNS):
                 return sid
         return old
 

@@ -45,6 +45,9 @@ ROW_COLUMNS = ("ext_id", "role", "content", "parts", "tool_calls", "tool_call_id
 #: The columns that make two rows "byte-identical" for compaction (tail originals, display
 #: dedupe): everything the model sees, including the tool fields; not ids, times or extras.
 IDENTITY_COLUMNS = ("role", "content", "parts", "tool_calls", "tool_call_id", "tool_name")
+#: The columns that make a stored row "the same message" as a re-read one (an import deciding
+#: whether a stored session holds the conversation it reads): identity plus reasoning.
+COMPARED_COLUMNS = IDENTITY_COLUMNS + ("reasoning",)
 
 
 def _has_surrogate(text: str) -> bool:

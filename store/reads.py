@@ -18,6 +18,7 @@ from typing import Any
 import apsw
 
 from . import lineage, listing, projections, resume, usage_reads
+from .normalize import COMPARED_COLUMNS
 from . import context as context_mod
 from . import search as search_mod
 from .connection import open_reader
@@ -183,16 +184,16 @@ class Reader:
                 (session_id,))}
 
     @_retry_io
-    def message_contents(self, session_id: str, ext_ids: list[str]) -> dict[str, tuple[str, str | None, str | None]]:
-        """``{producer id: (role, content, parts)}`` of the session's rows with those ids (the
-        first row wins for an id held twice): how an import tells whether a stored session
-        holds the conversation it is reading (ops/import_spool.py, legacy ids)."""
-        out: dict[str, tuple[str, str | None, str | None]] = {}
+    def message_identities(self, session_id: str, ext_ids: list[str]) -> dict[str, tuple]:
+        """``{producer id: row values in normalize.COMPARED_COLUMNS order}`` of the session's
+        rows with those ids (the first row wins for an id held twice): how an import tells
+        whether a stored session holds the conversation it reads (ops/import_spool.py)."""
+        out: dict[str, tuple] = {}
         with mapped():
-            for ext, role, content, parts in self.conn.execute(
-                    "SELECT ext_id, role, content, parts FROM messages WHERE session_id = ? AND ext_id IN "
+            for ext, *values in self.conn.execute(
+                    f"SELECT ext_id, {', '.join(COMPARED_COLUMNS)} FROM messages WHERE session_id = ? AND ext_id IN "
                     f"({','.join('?' * len(ext_ids))}) ORDER BY id", (session_id, *ext_ids)):
-                out.setdefault(ext, (role, content, parts))
+                out.setdefault(ext, tuple(values))
         return out
 
     @_retry_io

@@ -242,9 +242,10 @@ def test_sharegpt_corpus(corpus):
     recs = plain_records(path)
     pf = parse_file(path)
     assert len(pf.sessions) == len(recs) == 13
+    assert len({s.session["session_id"] for s in pf.sessions}) == 13  # content ids: one per conversation
     assert len(all_messages(pf)) == sum(len(r["conversations"]) for _, r in recs)
     for (line, rec), s in zip(recs, pf.sessions):
-        assert s.session["session_id"] == f"sharegpt:{path.name}:{line}"
+        assert s.session["session_id"].startswith(f"sharegpt:{path.name}:") and s.legacy_id == f"sharegpt:{path.name}:{line}"
         assert s.session["model"] == rec["model"]
         assert [m["role"] for m in s.messages] == [
             {"system": "system", "human": "user", "gpt": "assistant"}[t["from"]] for t in rec["conversations"]]
@@ -259,7 +260,7 @@ def test_openai_chat_corpus(corpus):
     arr = json.loads(path.read_text())
     pf = parse_file(path)
     (s,) = pf.sessions
-    assert s.session["session_id"] == f"openai-chat:{path.name}"
+    assert s.session["session_id"].startswith(f"openai-chat:{path.name}:") and s.legacy_id == f"openai-chat:{path.name}"
     assert [(m["role"], m["content"]) for m in s.messages] == [(a["role"], a["content"]) for a in arr]
     assert [m["id"] for m in s.messages] == [str(i) for i in range(len(arr))]
 

@@ -148,7 +148,7 @@ def test_sharegpt_tool_calls(tmp_path):
     assert pf.format == "sharegpt"
     assert [(p.line, p.kind) for p in pf.problems] == [(2, "skipped")]
     (s,) = pf.sessions
-    assert s.session["session_id"] == "sharegpt:traj.jsonl:1"
+    assert s.session["session_id"].startswith("sharegpt:traj.jsonl:") and s.legacy_id == "sharegpt:traj.jsonl:1"
     ms = s.messages
     assert [m["id"] for m in ms] == ["0", "1", "2", "3:0", "3:1", "4"]
     assert ms[0]["content"] == conv[0]["value"]  # <tool_call> text in system prompt left alone
@@ -171,12 +171,14 @@ def test_openai_chat_jsonl_variants(tmp_path):
     per_line = parse_file(write_jsonl(tmp_path / "msgs.jsonl", msgs))
     assert per_line.format == "openai-chat"
     (s,) = per_line.sessions
-    assert s.session["session_id"] == "openai-chat:msgs.jsonl"
+    assert s.session["session_id"].startswith("openai-chat:msgs.jsonl:") and s.legacy_id == "openai-chat:msgs.jsonl"
+    assert s.opening == ["0", "1"]  # the system prompt and the first user turn identify it
     assert [m["content"] for m in s.messages] == ["be brief", "ls?", None, "a b", "done"]
     assert json.loads(s.messages[2]["tool_calls"][0]["function"]["arguments"]) == {"c": "ls"}
     assert s.messages[3]["name"] == "sh" and s.messages[4]["reasoning"] == "easy"
     convs = parse_file(write_jsonl(tmp_path / "convs.jsonl", [{"messages": msgs}, {"messages": msgs[:2], "model": "m"}]))
-    assert [x.session["session_id"] for x in convs.sessions] == ["openai-chat:convs.jsonl:1", "openai-chat:convs.jsonl:2"]
+    assert [x.legacy_id for x in convs.sessions] == ["openai-chat:convs.jsonl:1", "openai-chat:convs.jsonl:2"]
+    assert len({x.session["session_id"] for x in convs.sessions}) == 2
     assert [len(x.messages) for x in convs.sessions] == [5, 2] and convs.sessions[1].session["model"] == "m"
     obj = tmp_path / "obj.json"
     obj.write_text(json.dumps({"messages": msgs}, indent=2))

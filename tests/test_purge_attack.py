@@ -255,8 +255,7 @@ def test_a_purged_session_imported_again_comes_back(quill):
     from conftest import CORPUS
 
     src = str(CORPUS / "openai-chat" / "mini-swe-agent__github_issue.traj.json")
-    sid = "openai-chat:mini-swe-agent__github_issue.traj.json"
-    quill.run("import", src)
+    sid = quill.json("import", src)[0]["session_ids"][0]
     quill.run("run", "--until-idle", "--timeout", "60")
     quill.run("sessions", "delete", sid, "--yes")
     quill.run("run", "--until-idle", "--timeout", "60")

@@ -30,7 +30,7 @@ from . import claude_blocks
 from .claude_scan import (KNOWN_TYPES, MAIN, Structure, Thread, parent_call, scan, summaries_of, thread_key,
                           title_for)
 from .events import Compact, Event, Message, SessionStart
-from .jsonlines import Problem, parse_timestamp, shape_problem
+from .jsonlines import Problem, content_session_id, parse_timestamp, shape_problem
 
 FORMAT = "claude-code"
 #: Types that carry the transcript: detection looks for these (see ``looks_like_transcript``).
@@ -110,8 +110,16 @@ class Emitter:
         return out
 
 
-def _session_id(th: Thread, path: Path) -> str:
-    base = th.session_id or Path(path).name
+def _session_id(st: Structure, th: Thread, path: Path, legacy: bool = False) -> str:
+    """``claude-code:<sessionId>`` (``:agent:<id>`` for a subagent). Records without a
+    sessionId: ``<file name>:<hash of the first message's uuid>`` in its place (the file
+    name alone, what older versions used and ``legacy`` gives, is not unique)."""
+    base = th.session_id
+    if not base:
+        main = st.threads.get((th.session_id, MAIN)) or th
+        first = main.messages[0][1] if main.messages else None
+        base = Path(path).name if legacy or first is None else content_session_id(FORMAT, Path(path).name,
+                                                                                   first).split(":", 1)[1]
     return f"{FORMAT}:{base}" if th.agent == MAIN else f"{FORMAT}:{base}:agent:{th.agent}"
 
 
@@ -127,7 +135,7 @@ def _payload(st: Structure, th: Thread, path: Path, variant: str) -> dict:
         meta["compactions"] = th.compactions
     if not th.session_id:
         meta["session_id_synthesized"] = True
-    session = {"session_id": _session_id(th, path), "source": FORMAT, "title": title_for(st, th),
+    session = {"session_id": _session_id(st, th, path), "source": FORMAT, "title": title_for(st, th),
                "model": th.first.get("model"), "cwd": th.first.get("cwd"), "started_at": th.started, "meta": meta}
     if th.agent == MAIN:
         if summaries_of(st, th):
@@ -135,7 +143,7 @@ def _payload(st: Structure, th: Thread, path: Path, variant: str) -> dict:
         if st.unknown_types:
             meta["ignored_record_types"] = dict(st.unknown_types)
     else:
-        session["parent_id"] = _session_id(Thread(session_id=th.session_id, agent=MAIN), path)
+        session["parent_id"] = _session_id(st, Thread(session_id=th.session_id, agent=MAIN), path)
         session["parent_kind"] = "delegate"
         meta["agent_id"] = th.agent
         call = parent_call(st, th)
@@ -162,7 +170,10 @@ def stream(path: Path, records: Records, problems: list[Problem], variant: str,
     for th in ordered:
         payload = _payload(st, th, path, variant)
         emitters[(th.session_id, th.agent)] = Emitter(th, payload["session_id"])
-        yield SessionStart(payload)
+        if th.session_id or not th.messages:
+            yield SessionStart(payload)
+        else:  # an older version named it by the file; message uuids are unique: match by id
+            yield SessionStart(payload, _session_id(st, th, path, legacy=True), [{"id": th.messages[0][1]}])
     for rtype, n in sorted(st.unknown_types.items()):
         problems.append(Problem(str(path), None, "ignored", f"{n} record(s) of unknown type {rtype!r} ignored"))
     ordinal = 0

@@ -25,6 +25,10 @@ the session meta, turn models and thread names):
 * ``event_msg`` ``thread_name_updated`` gives the title (the last one wins);
 * ``event_msg`` ``token_count`` -> a ``Usage`` event per model call (``_token_count``);
 * record types this version does not know are ignored and counted (``meta.counts``).
+
+Session id: "codex:<session_meta id>"; a rollout without one gets "codex:<file name>:<hash
+of its first record>" (the file name alone, what older versions used, is offered as
+``legacy_id`` with the first message, for stores that hold it).
 """
 
 from __future__ import annotations
@@ -34,7 +38,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from .events import Compact, Event, Message, Rewind, SessionStart, Usage
-from .jsonlines import Problem, join_text, make_message, make_tool_call, parse_timestamp, shape_problem
+from .jsonlines import (Problem, content_session_id, join_text, make_message, make_tool_call, parse_timestamp,
+                         shape_problem)
 
 FORMAT = "codex"
 RECORD_TYPES = frozenset({"session_meta", "response_item", "event_msg", "turn_context", "compacted"})
@@ -95,6 +100,7 @@ class _Scan:
     def __init__(self) -> None:
         self.meta_payload: dict | None = None
         self.first_ts: Any = None
+        self.first_record: dict | None = None  # hashed into the id of a file without session_meta id
         self.models: list[str] = []
         self.counts: dict[str, int] = {}
         self.compactions: list[dict] = []
@@ -106,6 +112,8 @@ class _Scan:
 
     def note(self, line: int | None, rec: dict) -> None:
         rtype, p = rec["type"], rec["payload"]
+        if self.first_record is None:
+            self.first_record = rec
         if self.first_ts is None:
             self.first_ts = rec.get("timestamp")
         if rtype == "response_item":
@@ -220,6 +228,23 @@ def _item(st: _State, mid: str, p: dict, ts: float | None) -> dict | None:
     return None
 
 
+def _opening(path: Path, records: Callable[[list[Problem]], Iterable[tuple[int | None, Any]]],
+             sid: str) -> list[dict]:
+    """The first message of a rollout (read up to it, problems discarded): what a store
+    made by an older version must hold under the file-name id for the import to keep it."""
+    st = _State(sid, path, [])
+    for line, rec in records([]):
+        if not looks_like_line(rec):
+            continue
+        try:
+            for ev in _record(st, line, rec):
+                if isinstance(ev, Message):
+                    return [ev.message]
+        except (TypeError, AttributeError, ValueError, KeyError, RecursionError):
+            continue
+    return []
+
+
 def stream(path: Path, records: Callable[[list[Problem]], Iterable[tuple[int | None, Any]]],
            problems: list[Problem]) -> Iterator[Event]:
     """Events of one rollout file (at most one session); ``records(problems)`` re-reads it."""
@@ -233,7 +258,10 @@ def stream(path: Path, records: Callable[[list[Problem]], Iterable[tuple[int | N
                 problems.append(Problem(str(path), line, "skipped", "not a Codex {timestamp, type, payload} record"))
         return
     session = _session(path, scan, problems)
-    yield SessionStart(session)
+    if session["meta"].get("session_id_synthesized"):  # older versions named it by the file alone
+        yield SessionStart(session, f"{FORMAT}:{Path(path).name}", _opening(path, records, session["session_id"]))
+    else:
+        yield SessionStart(session)
     st = _State(session["session_id"], path, problems)
     for line, rec in records(problems):
         if not looks_like_line(rec):
@@ -339,10 +367,11 @@ def _session(path: Path, scan: _Scan, problems: list[Problem]) -> dict:
     sid = mp.get("id") or mp.get("session_id")
     sid = sid if isinstance(sid, str) else None
     meta: dict[str, Any] = {"source_file": Path(path).name, "counts": scan.counts}
-    if not sid:
-        sid = Path(path).name
+    if not sid:  # "<file name>:<hash of the first record>": the name alone is not unique
+        sid = content_session_id(FORMAT, Path(path).name, scan.first_record).split(":", 1)[1]
         meta["session_id_synthesized"] = True
-        problems.append(Problem(str(path), None, "repaired", "no session_meta id; session id made from file name"))
+        problems.append(Problem(str(path), None, "repaired",
+                                "no session_meta id; session id made from file name and first record"))
     for key in _META_KEYS:
         if mp.get(key) is not None:
             meta[key] = mp[key]

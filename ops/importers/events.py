@@ -33,8 +33,9 @@ class SessionStart:
     ``legacy_id``: the id an older importer derived from the file name (or line) for a
     format with no conversation id of its own; ``opening``: this conversation's first
     messages as parsed. The import uses ``legacy_id`` instead of ``session["session_id"]``
-    when the store's session under it holds ``opening`` (same producer ids, roles and
-    content): that file was imported before the ids became content-derived."""
+    when the store's session under it holds ``opening`` (same producer ids and
+    messages, ``store.normalize.COMPARED_COLUMNS``; an entry that is only ``{"id": uuid}``
+    matches by id): that file was imported before the ids became content-derived."""
 
     session: dict
     legacy_id: str | None = None
@@ -88,7 +89,8 @@ def collect(events: Iterable[Event]) -> list[ImportedSession]:
         if isinstance(ev, SessionStart):
             sid = ev.session["session_id"]
             if sid not in sessions:
-                sessions[sid] = ImportedSession(session=ev.session)
+                sessions[sid] = ImportedSession(session=ev.session, legacy_id=ev.legacy_id,
+                                                opening=[str(m["id"]) for m in ev.opening])
             continue
         s = sessions[ev.session_id]
         if isinstance(ev, Message):

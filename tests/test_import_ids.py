@@ -1,7 +1,7 @@
 """Session ids of imported conversations whose format carries no id of its own (OpenAI chat,
 ShareGPT, Gemini without sessionId): unique per conversation, stable on re-import and growth,
 and compatible with stores made when the id was the file name (or line). Real files in tmp
-dirs, the real CLI (docs/ops.md, "Import session ids")."""
+dirs, the real CLI (docs/importers.md, "Session ids")."""
 from __future__ import annotations
 
 import json
@@ -70,8 +70,9 @@ def test_same_named_sharegpt_files_keep_every_trajectory(quill, tmp_path):
 
 
 def test_a_copy_of_a_file_is_the_same_conversation_stored_once(quill, tmp_path):
-    """Decision (docs/ops.md): the id names the conversation, not the file, as a Claude Code
-    sessionId does; a copied file is the same conversation, kept once, without quarantine."""
+    """Decision (docs/importers.md, "Session ids"): the id names the conversation, not the
+    file, as a Claude Code sessionId does; a copied file is the same conversation, kept once,
+    without quarantine."""
     folder = tmp_path / "in"
     write(folder / "a" / "chat.json", B)
     write(folder / "b" / "chat.json", B)
@@ -84,7 +85,8 @@ def test_a_copy_of_a_file_is_the_same_conversation_stored_once(quill, tmp_path):
     (tmp_path / "dup.jsonl").write_text(line + "\n" + line + "\n")
     (entry,) = quill.json("import", str(tmp_path / "dup.jsonl"))
     assert (entry["sessions"], entry["new"], entry["already_stored"]) == (1, 2, 2)
-    assert [p["kind"] for p in entry["problems"]] == ["skipped"] and "same conversation" in entry["problems"][0]["reason"]
+    (problem,) = entry["problems"]
+    assert problem["kind"] == "skipped" and "same conversation" in problem["reason"]
     drain(quill)
     assert len(sessions(quill)) == 2 and quarantined(quill) == 0
 

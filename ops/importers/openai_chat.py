@@ -11,8 +11,8 @@ known ``role`` and only keys an OpenAI chat message can carry):
 
 The opening (``jsonlines.opening_length``: leading system messages + the first other) does
 not change when the file grows by appended messages, so a re-import keeps its id; two files
-of the same name hold different conversations, so they get different ids (docs/ops.md,
-"Import session ids"). The ids older versions gave ("openai-chat:<file name>",
+of the same name hold different conversations, so they get different ids (docs/importers.md,
+"Session ids"). The ids older versions gave ("openai-chat:<file name>",
 "...:<line>") are offered as ``legacy_id`` for stores that hold them.
 
 Message id = its index in the session ("0", "1", ...). ``tool_calls`` are

@@ -135,8 +135,10 @@ class _Importer:
         its own id (see module doc)."""
         sid = ev.session["session_id"]
         old = ev.legacy_id
-        if not old or old == sid or not ev.opening or self.store is None or self.store.get_session(old) is None:
+        if not old or old == sid or not ev.opening or self.store is None:
             return sid
+        if self.store.has_session(sid) or not self.store.has_session(old):
+            return sid  # already stored under its own id (the common re-import), or no old session
         opening = ev.opening[:LEGACY_COMPARED]
         held = self.store.message_identities(old, [str(m["id"]) for m in opening])
         for m in opening:

@@ -168,6 +168,13 @@ class Reader:
                 "SELECT response_id FROM usage WHERE session_id = ? AND response_id IS NOT NULL", (session_id,))}
 
     @_retry_io
+    def has_session(self, session_id: str) -> bool:
+        """True when a session row with this id exists (a primary-key probe, ~50× cheaper
+        than ``get_session``, which assembles the listing row)."""
+        with mapped():
+            return self.conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is not None
+
+    @_retry_io
     def is_empty(self, session_id: str) -> bool:
         """True when the session has no message row in any state (an EXISTS probe)."""
         with mapped():

@@ -9,6 +9,7 @@ from typing import Any
 import click
 from rich import filesize
 
+from quill.spool.torn import TORN_SUMMARY
 from quill.store.errors import CantOpenError
 from quill.store.normalize import ROLES
 from quill.store import search as search_mod
@@ -273,7 +274,8 @@ def _print_status(d: dict[str, Any]) -> None:
                   "appends fail and the drain pauses until space returns")
     sp = d["spool"]
     con.print(f"spool    {sp['segments']} segment(s), {sp['bytes']} bytes, end {sp['end']}, "
-              f"{sp['pending_bytes']} bytes pending (lag {sp['lag_s']} s), {sp['quarantined']} quarantined")
+              f"{sp['pending_bytes']} bytes pending (lag {sp['lag_s']} s), {sp['quarantined']} quarantined"
+              + (f" (of which {sp['torn_writes']} {TORN_SUMMARY})" if sp.get("torn_writes") else ""))
     if sp.get("interrupted_purge"):
         ip = sp["interrupted_purge"]
         con.print(f"[bold red]PURGE INTERRUPTED[/bold red] of {', '.join(ip['sessions']) or '?'}: the content may "

@@ -10,6 +10,7 @@ import click
 
 from quill.spool import Position, Quarantine, SpoolReader
 from quill.spool.reader import lag_seconds, stats
+from quill.spool.torn import TORN_SUMMARY
 from quill.store.errors import CantOpenError, LeaseHeldError
 from quill.workers.rundir import RunDir
 from quill.store.lease import Lease
@@ -37,7 +38,7 @@ def spool_status(cfg: Any, as_json: bool) -> None:
     """Segments, bytes, records pending, lag (seconds) and quarantined count."""
     cursor = applied_position(cfg.state_db)
     data = {**stats(cfg.spool_dir, cursor), "cursor": str(cursor) if cursor else None,
-            "quarantined": Quarantine(cfg.spool_dir).count()}
+            "quarantined": Quarantine(cfg.spool_dir).count(), "torn_writes": Quarantine(cfg.spool_dir).torn_count()}
     start = cursor or Position(1, 0)
     data["records_pending"] = sum(1 for _ in SpoolReader(cfg.spool_dir).read(start, max_bytes=1 << 40))
     data["lag_s"] = round(lag_seconds(cfg.spool_dir, cursor, time.time()), 3)
@@ -46,14 +47,16 @@ def spool_status(cfg: Any, as_json: bool) -> None:
         return
     click.echo(f"segments {data['segments']}, {data['bytes']} bytes, end {data['end']}, cursor {data['cursor']}")
     click.echo(f"pending  {data['records_pending']} record(s), {data['pending_bytes']} bytes, lag {data['lag_s']} s")
-    click.echo(f"quarantined {data['quarantined']} (in {cfg.spool_dir / 'quarantine'})")
+    click.echo(f"quarantined {data['quarantined']} (in {cfg.spool_dir / 'quarantine'})"
+               + (f", of which {data['torn_writes']} {TORN_SUMMARY}" if data["torn_writes"] else ""))
 
 
 @spool.command(name="verify")
 @json_option
 @click.pass_context
 def spool_verify(ctx: click.Context, as_json: bool) -> None:
-    """Check every record's checksum; exit 1 if any is damaged."""
+    """Check every record's checksum; exit 1 if any is damaged. Lines proven to be a
+    producer's unacknowledged partial write (torn-write) are listed apart and are not damage."""
     cfg = ctx.obj
     first = Position(1, 0)
     with _progress(not as_json) as bar:
@@ -66,6 +69,10 @@ def spool_verify(ctx: click.Context, as_json: bool) -> None:
                    + (" (a partial tail is still being written or is torn)" if result["partial_tail"] else ""))
         for d in result["damaged"]:
             click.echo(f"  {d['position']}: {d['reason']}: {d['detail']}")
+        if result["torn_writes"]:
+            click.echo(f"{len(result['torn_writes'])} %s:" % TORN_SUMMARY)
+            for d in result["torn_writes"]:
+                click.echo(f"  {d['position']}: {d['reason']}: {d['detail']}")
     ctx.exit(1 if result["damaged"] else 0)
 
 

@@ -17,6 +17,7 @@ import apsw
 
 from quill.spool import Position, Quarantine
 from quill.spool.reader import lag_seconds, stats
+from quill.spool.torn import TORN_SUMMARY
 from quill.spool.segments import stray_segments
 from quill.store.connection import MIN_SQLITE, shm_problem
 from quill.store.errors import StoreError
@@ -144,6 +145,9 @@ def _common_checks(cfg: Config, figures: dict[str, Any] | None) -> list[dict[str
                       f"a purge of {', '.join(unfinished['sessions']) or '?'} was interrupted ({why}): their "
                       "content may still be in the spool, snapshots and the live store; "
                       f"run `{unfinished['next']}` to finish it"))
-    q = Quarantine(cfg.spool_dir).count()
-    out.append(_check("quarantine", q == 0, f"{q} record(s) in {cfg.spool_dir / 'quarantine'}", warn_only=True))
+    quarantine = Quarantine(cfg.spool_dir)
+    torn = quarantine.torn_count()
+    q = quarantine.count() - torn
+    out.append(_check("quarantine", q == 0, f"{q} record(s) in {cfg.spool_dir / 'quarantine'}"
+                      + (f"; besides, {torn} {TORN_SUMMARY}" if torn else ""), warn_only=True))
     return out

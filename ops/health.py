@@ -103,7 +103,9 @@ def collect(cfg: Any) -> dict[str, Any]:
     data["wal"] = wal_state(cfg, writer if writer.get("alive") else None)
     store = data["store"] or {}
     cursor = Position.parse(store["cursor"]) if store.get("cursor") else None
-    data["spool"] = {**spool_stats(cfg.spool_dir, cursor), "quarantined": Quarantine(cfg.spool_dir).count()}
+    q = Quarantine(cfg.spool_dir)
+    # torn_writes: entries that are a producer's unacknowledged partial write, not damage.
+    data["spool"] = {**spool_stats(cfg.spool_dir, cursor), "quarantined": q.count(), "torn_writes": q.torn_count()}
     data["spool"]["interrupted_purge"] = interrupted_purge(cfg.spool_dir, None if cfg.store_url else cfg.state_db)
     data["spool"]["lag_s"] = (round(lag_seconds(cfg.spool_dir, cursor, time.time()), 1)
                               if data["spool"]["pending_bytes"] else 0.0)

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from quill.spool import START, Entry, Position, Quarantine, SpoolReader
+from quill.spool import START, TORN_WRITE, Entry, Position, Quarantine, SpoolReader
 from quill.spool.segments import list_segments, segment_name
 from quill.store import index_slice, open_writer, read_cursor
 from quill.store.apply import apply_chunk, drain_chunk
@@ -33,12 +33,14 @@ def total_bytes(spool_dir: Path, start: Position) -> int:
 
 def verify(spool_dir: Path, progress: Progress | None = None) -> dict[str, Any]:
     """Check every record's checksum and shape. Returns ``{"records", "damaged": [{position,
-    reason, detail}], "end", "partial_tail"}``; ``partial_tail`` is True when the newest
-    segment ends without a newline (a write in progress, or a torn one)."""
+    reason, detail}], "torn_writes": [{position, reason, detail}], "end", "partial_tail"}``;
+    ``torn_writes`` are lines proven to be a producer's never-acknowledged partial write
+    (reason ``torn-write``, ``spool.torn``), not damage; ``partial_tail`` is True when the
+    newest segment ends without a newline (a write in progress, or a torn one)."""
     reader = SpoolReader(spool_dir)
     first = list_segments(spool_dir)
     pos = Position(first[0], 0) if first else START
-    records, damaged = 0, []
+    records, damaged, torn = 0, [], []
     while True:
         batch = list(reader.read(pos, max_bytes=32 << 20))
         if not batch:
@@ -46,12 +48,13 @@ def verify(spool_dir: Path, progress: Progress | None = None) -> dict[str, Any]:
         for e in batch:
             records += 1
             if e.damage is not None:
-                damaged.append({"position": str(e.position), "reason": e.damage.reason, "detail": e.damage.detail})
+                (torn if e.damage.reason == TORN_WRITE else damaged).append(
+                    {"position": str(e.position), "reason": e.damage.reason, "detail": e.damage.detail})
         if progress:
             progress(sum(len(e.raw) for e in batch))
         pos = batch[-1].next
     end = reader.end()
-    return {"records": records, "damaged": damaged, "end": str(end),
+    return {"records": records, "damaged": damaged, "torn_writes": torn, "end": str(end),
             "partial_tail": reader.has_partial_tail(end)}
 
 

@@ -16,6 +16,7 @@ _LAZY = {
     "Quarantine": "quarantine",
     **dict.fromkeys(("Entry", "SpoolReader"), "reader"),
     "OP_KINDS": "record",
+    "TORN_WRITE": "torn",
     **dict.fromkeys(("START", "Position"), "segments"),
 }
 

@@ -14,15 +14,19 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from . import record
+from .torn import TORN_WRITE
 from .segments import FILE_MODE, Position, ensure_dir, fsync_dir
 
 AUDIT_FILE = "audit.jsonl"
+#: The ``reason`` member near the start of an entry file (``put`` writes it second).
+_REASON = re.compile(rb'"reason": "([^"]*)"')
 
 
 class Quarantine:
@@ -161,6 +165,19 @@ class Quarantine:
     def count(self) -> int:
         """Number of quarantined entries."""
         return sum(1 for _ in self.dir.glob("*.json")) if self.dir.exists() else 0
+
+    def torn_count(self) -> int:
+        """Number of entries quarantined as ``torn-write`` (a producer's unacknowledged partial
+        write, ``spool.torn``; not damage). Reads only the head of each file: ``put`` writes
+        ``position`` and ``reason`` first, so a 40 MB torn line is not read to count it."""
+        if not self.dir.exists():
+            return 0
+        n = 0
+        for path in self.dir.glob("*.json"):
+            with open(path, "rb") as f:
+                m = _REASON.search(f.read(256))
+            n += bool(m and m.group(1) == TORN_WRITE.encode())
+        return n
 
 
 def _lenient(raw: Any) -> dict[str, Any] | None:

@@ -7,6 +7,10 @@ terminates it so the next read yields it as a damaged line to quarantine. In a s
 is no longer the newest (rotation, or a purge sealed it) the reader yields such a torn tail
 itself, as it stands, as a damaged entry (reason ``torn-tail``) and goes on to the next
 segment. A damaged line never hides the lines after it: each line is decoded on its own.
+
+A line (or sealed tail) proven to be a producer's torn write — a strict prefix of a record
+ending where a torn-tail repair ``\n`` was written (``spool.torn``) — is yielded with reason
+``torn-write``: never acknowledged, so not damage; it is quarantined with its bytes all the same.
 """
 from __future__ import annotations
 
@@ -17,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import record
+from . import record, torn
+from .torn import TORN_WRITE
 from .errors import DamagedRecordError
 from .segments import Position, list_segments, segment_name
 
@@ -73,6 +78,8 @@ class SpoolReader:
                     try:
                         yield Entry(Position(pos.segment, offset), nxt, line, record.decode(line), None)
                     except DamagedRecordError as exc:
+                        if _unterminated(exc) and self._torn_write(path, line[:-1], nxt.offset):
+                            exc = torn_write(len(line) - 1)
                         yield Entry(Position(pos.segment, offset), nxt, line, None, exc)
                     offset = nxt.offset
                     budget -= len(line)
@@ -87,15 +94,40 @@ class SpoolReader:
                     pos = Position(pos.segment, offset)
                     continue
                 end = Position(pos.segment, offset + len(tail))
-                yield Entry(Position(pos.segment, offset), end, tail, None, DamagedRecordError(
+                damage = torn_write(len(tail)) if torn.is_record_prefix(tail) else DamagedRecordError(
                     "torn-tail", f"{segment_name(pos.segment)} ends in {len(tail)} byte(s) without a newline "
-                                 "and a later segment exists (a producer died mid-write)"))
+                                 "and a later segment exists (a producer died mid-write)")
+                yield Entry(Position(pos.segment, offset), end, tail, None, damage)
                 budget -= len(tail)
                 offset = end.offset
             later = self._next_segment(Position(pos.segment, offset))
             if later is None:
                 return
             pos = later
+
+    def _torn_write(self, path: Path, fragment: bytes, after: int) -> bool:
+        """Whether the line ``fragment`` (without its ``\\n``) ending at ``after`` is a torn,
+        never-acknowledged write: a strict prefix of a record (``torn.is_record_prefix``)
+        whose ``\\n`` is a torn-tail repair — what follows it in the segment is a record,
+        further torn writes, a record still being written, or nothing (the writer's
+        ``seal_torn_tail``). A ``\\n`` that a bit flip put inside an acknowledged record is
+        followed by that record's rest, which is none of these, so it stays damage."""
+        if not torn.is_record_prefix(fragment):
+            return False
+        with open(path, "rb", buffering=_READ_BUFFER) as f:
+            f.seek(after)
+            while True:
+                line = f.readline()
+                if not line:
+                    return True
+                if not line.endswith(b"\n"):  # being written after the repair (or torn again)
+                    line += b"\n"
+                try:
+                    record.decode(line)
+                    return True
+                except DamagedRecordError as exc:
+                    if not (_unterminated(exc) and torn.is_record_prefix(line[:-1])):
+                        return False
 
     def end(self) -> Position:
         """The position just past the last complete line of the newest segment."""
@@ -187,6 +219,17 @@ class SpoolReader:
     def _next_segment(self, pos: Position) -> Position | None:
         later = [n for n in list_segments(self.dir) if n > pos.segment]
         return Position(later[0], 0) if later else None
+
+
+def torn_write(size: int) -> DamagedRecordError:
+    """The ``torn-write`` refusal of a proven torn line of ``size`` bytes (``torn``)."""
+    return DamagedRecordError(TORN_WRITE, f"unacknowledged partial write of {size} byte(s) (a producer died "
+                                          "mid-append): nothing acknowledged was lost")
+
+
+def _unterminated(exc: DamagedRecordError) -> bool:
+    """Whether ``record.decode`` refused a line for lacking a crc member at its end."""
+    return exc.reason == "checksum" and exc.detail.startswith("line has no crc member")
 
 
 def stats(spool_dir: str | os.PathLike[str], cursor: Position | None) -> dict[str, Any]:

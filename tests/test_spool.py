@@ -82,13 +82,13 @@ def test_seal_torn_tail_when_no_producer_holds_the_segment(tmp_path):
     assert reader.seal_torn_tail(1) is True
     assert reader.seal_torn_tail(1) is False  # already sealed
     entries = _records(tmp_path)
-    assert entries[-1].record is None and entries[-1].damage.reason == "checksum"
+    assert entries[-1].record is None and entries[-1].damage.reason == "torn-write"
 
 
 def test_a_torn_tail_in_a_full_segment_does_not_hide_the_next_segment(tmp_path):
     """Size-based rotation: a producer killed mid-write at the end of a full segment leaves a
     torn tail no later append terminates (producers move to the next segment). The reader
-    yields it as a damaged ``torn-tail`` entry as it stands and reads on; ``seal_torn_tail``
+    yields it as it stands (a record prefix: ``torn-write``, else a damaged ``torn-tail``) and reads on; ``seal_torn_tail``
     leaves a sealed segment alone (that would move its end past a cursor already there)."""
     with Spool(tmp_path, segment_bytes=200) as sp:
         sp.append("session.create", {"session_id": "before", "source": "cli", "pad": "x" * 150})
@@ -101,7 +101,7 @@ def test_a_torn_tail_in_a_full_segment_does_not_hide_the_next_segment(tmp_path):
     assert reader.seal_torn_tail(1) is False
     entries = _records(tmp_path)
     assert [e.record["data"]["session_id"] if e.record else e.damage.reason for e in entries] == [
-        "before", "torn-tail", "after"]
+        "before", "torn-write", "after"]
     assert entries[1].next == Position(1, size) and entries[1].raw == b'{"v":1,"op":"sess'
 
 

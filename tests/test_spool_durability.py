@@ -120,7 +120,7 @@ def test_producer_killed_mid_record_does_not_harm_the_next_append(tmp_path):
     with Reader(tmp_path / "state.db") as r:
         assert {s["id"] for s in r.list_sessions()} == {"before", "after"}
     [entry] = Quarantine(spool_dir).entries()
-    assert entry["reason"] == "checksum" and entry["raw"].startswith('{"v":1,"op":"session.create","batch":"torn"')
+    assert entry["reason"] == "torn-write" and entry["raw"].startswith('{"v":1,"op":"session.create","batch":"torn"')
 
 
 def test_damaged_line_in_the_middle_every_line_after_it_is_applied(tmp_path):

@@ -161,7 +161,8 @@ def decode(line: bytes) -> dict[str, Any]:
 def decode_lenient(line: bytes) -> dict[str, Any] | None:
     """The record body of ``line`` when ``decode`` accepts it, else (a damaged line) its JSON
     object as far as it parses, checksum unchecked; None when neither works. For attributing
-    a damaged line to a session (quarantine, purge), never for applying it."""
+    a damaged line to a session (quarantine, purge), never for applying it. A torn write
+    (``torn.torn_body``) gives its op and, when its prefix reached it, its session id."""
     try:
         return decode(line if line.endswith(b"\n") else line + b"\n")
     except DamagedRecordError:
@@ -169,5 +170,6 @@ def decode_lenient(line: bytes) -> dict[str, Any] | None:
     try:
         rec = json.loads(line)
     except ValueError:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        return None
+        from .torn import torn_body  # a torn write: whose it is, as far as its prefix says
+        return torn_body(line.rstrip(b"\n"))
     return rec if isinstance(rec, dict) else None

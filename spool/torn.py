@@ -21,6 +21,7 @@ what follows a torn line to be a record, another torn line, or the end of the se
 """
 from __future__ import annotations
 
+import json
 import re
 
 #: Reason of a line proven to be a torn, never-acknowledged write: not damage. The reader
@@ -52,6 +53,34 @@ _PARTIAL = re.compile(
 
 # Parser states: what may come next inside the innermost container.
 _KEY_OR_CLOSE, _KEY, _COLON, _VALUE, _VALUE_OR_CLOSE, _COMMA_OR_CLOSE = range(6)
+
+
+#: What a torn write's prefix tells about whose it is: its op and, when the cut came after it,
+#: the session id its data opens with. Top-level strings before ``data`` are escaped JSON, so
+#: the unescaped ``,"data":{"session_id":"`` can only be the data member's own opening.
+_OP = re.compile(rb'\{"v":1,"op":"([a-z._]+)"')
+_SESSION = re.compile(rb',"data":\{"session_id":("(?:[^"\\]|\\.)*")')
+_BATCH = re.compile(rb',"batch":("(?:[^"\\]|\\.)*")')
+
+
+def torn_body(fragment: bytes) -> dict | None:
+    """``{"op", "batch"?, "data"?: {"session_id"}}`` of a torn write, as far as its prefix
+    reached (None when ``fragment`` is not one, ``is_record_prefix``): enough to attribute it
+    to a session and give it a same-length tombstone (purge), never to apply it. A data object that does not open with ``session_id`` gives no
+    session: such a line stays unattributed."""
+    if not is_record_prefix(fragment):
+        return None
+    op = _OP.match(fragment)
+    if op is None:
+        return None
+    body: dict = {"op": op.group(1).decode()}
+    batch = _BATCH.search(fragment, op.end())
+    if batch is not None:
+        body["batch"] = json.loads(batch.group(1))
+    sid = _SESSION.search(fragment)
+    if sid is not None:
+        body["data"] = {"session_id": json.loads(sid.group(1))}
+    return body
 
 
 def is_record_prefix(fragment: bytes) -> bool:

@@ -103,21 +103,14 @@ def session_create(conn: apsw.Connection, data: dict, batch_id: str, arrived_at:
     completed: this create's source wins over the one the early op carried. Raises
     ``InvalidOpError``: ``invalid-field``, ``title-too-long``, ``self-parent``.
     """
-    check_create(data)
+    check_create(data)  # every rule on the fields below: types, parent pair, self-parent, owner
     sid = session_id(data)
     kind = opt(data, "parent_kind", str)
     parent = opt(data, "parent_id", str)
-    if kind is not None and kind not in EDGE_KINDS:
-        raise InvalidOpError("invalid-field", f"parent_kind must be one of {sorted(EDGE_KINDS)}")
-    if (kind is None) != (parent is None):
-        raise InvalidOpError("invalid-field", "parent_id and parent_kind go together")
-    if parent == sid:
-        raise InvalidOpError("self-parent", f"session {sid!r} cannot be its own parent")
     meta = opt(data, "meta", dict) or {}
     started = opt(data, "started_at", (int, float))
     owner = opt(data, "owner", dict) or {}
     owner_pid, owner_started = owner.get("pid"), owner.get("create_time")  # checked by check_create
-    context.validate(data)
     title = clean_title(opt(data, "title", str))
     if title is not None and _title_owner(conn, title, sid):
         meta = {**meta, "requested_title": title}

@@ -94,9 +94,10 @@ class _Session:
 
 @dataclass
 class FileReport:
-    """What importing one file did. ``messages``: messages read from the file; ``new``:
-    messages spooled (those the store lacked, plus ``compacted_new``, the summary messages of
-    compactions); ``stored``: messages the store already held."""
+    """What importing one file did. ``messages``: messages read from the file (compaction
+    summaries included); ``new``: messages spooled (those the store lacked, plus
+    ``compacted_new``, the summary messages of compactions); ``stored``: messages the store
+    already held. ``messages`` = ``new`` + ``stored``."""
 
     path: str
     format: str | None
@@ -219,6 +220,7 @@ class _Importer:
         self.flush(s)
         self.report.compactions += 1
         ids = [str(m["id"]) for m in ev.messages]
+        self.report.messages += len(ids)  # read from the file too: read = new + already stored
         if all(i in s.known for i in ids):
             self.report.stored += len(ids)
             return

@@ -216,3 +216,18 @@ def test_idless_files_imported_under_the_file_name_id_keep_it(store, tmp_path):
         assert other.sessions != [legacy] and other.new == 2, fmt
         assert [m["content"] for m in store.view(legacy, "model")] == ["ask alpha", "did alpha"], fmt
         assert [m["content"] for m in store.view(other.sessions[0], "model")] == ["ask bravo", "did bravo"], fmt
+
+
+def test_the_import_counts_add_up_on_files_with_compactions(quill):
+    """A re-import said "806 message(s) read: 0 new, 825 already stored" for a Codex rollout:
+    compaction summaries counted as stored but not as read."""
+    from conftest import CORPUS
+
+    files = [str(p) for p in sorted((CORPUS / "codex").glob("*.jsonl"))]
+    first = quill.json("import", *files)
+    quill.run("run", "--until-idle", "--timeout", "300")
+    again = quill.json("import", *files)
+    for one, two in zip(first, again):
+        assert one["messages"] == one["new"] + one["already_stored"], one
+        assert two["messages"] == two["already_stored"] and two["new"] == 0, two
+    assert any(e["compactions"] for e in first)

@@ -21,23 +21,14 @@ from quill.store.errors import InvalidOpError
 from quill.store.precheck import precheck
 
 from conftest import CORPUS
+from test_importers_structure import GEMINI_SESSION
 from test_op_fuzz import _RAW, JSON_VALUES, paths, replaced
 
 N = int(os.environ.get("QUILL_FUZZ_N", "30"))
 
-GEMINI = {"sessionId": "g1", "projectHash": "h", "startTime": "2026-01-15T20:51:48.582Z",
-          "lastUpdated": "2026-01-15T20:52:56.382Z", "messages": [
-              {"id": "m1", "timestamp": "2026-01-15T20:51:48.582Z", "type": "user", "content": "make a file"},
-              {"id": "m2", "timestamp": "2026-01-15T20:51:52.837Z", "type": "gemini", "content": "I will write it.",
-               "thoughts": [{"subject": "Planning", "description": "write docs/blue.md", "timestamp": "x"}],
-               "tokens": {"input": 10, "output": 5}, "model": "gemini-2.5-flash",
-               "toolCalls": [{"id": "wf-1", "name": "write_file", "args": {"file_path": "docs/blue.md"},
-                              "result": [{"functionResponse": {"id": "wf-1", "name": "write_file",
-                                                               "response": {"output": "wrote docs/blue.md"}}}],
-                              "status": "success", "timestamp": "2026-01-15T20:51:53.000Z"}]},
-              {"id": "m3", "timestamp": "2026-01-15T20:52:17.033Z", "type": "info", "content": "update available"},
-              {"id": "m4", "timestamp": "2026-01-15T20:52:18.000Z", "type": "user",
-               "content": [{"text": "thanks"}, {"inlineData": {"mimeType": "image/png", "data": "aGk="}}]}]}
+#: The Gemini session of tests/test_importers_structure.py, its last user turn with an inline image.
+GEMINI = json.loads(json.dumps(GEMINI_SESSION))
+GEMINI["messages"][-1]["content"] = [{"text": "thanks"}, {"inlineData": {"mimeType": "image/png", "data": "aGk="}}]
 
 #: name -> (corpus file, records to keep) for JSON-lines bases.
 JSONL = {

@@ -1,6 +1,6 @@
 """Run Quill's benchmark suite: ``python -m bench.run [--quick|--full] [--out PATH]``.
 
-Sections (docs/benchmarks.md): §1 acknowledged ingest vs alternatives, §2 searchable ingest vs
+Sections (docs/benchmarks.md): §1 acknowledged ingest vs alternatives, §1b paced producers, §2 searchable ingest vs
 raw ceilings, §3 search latency, §4 producer latency under maintenance, §5 scale. Prints rich
 tables and the target verdicts, and writes everything (with machine and versions) as JSON.
 """
@@ -19,11 +19,11 @@ from rich.table import Table
 
 from .report import _f
 
-from . import ingest, maintenance, scale, search, searchable
+from . import ingest, maintenance, paced, scale, search, searchable
 from .common import PROFILES, machine, tempdir
 from .messages import real_stats
 
-SECTIONS = ("ingest", "searchable", "scale", "search", "maintenance")
+SECTIONS = ("ingest", "paced", "searchable", "scale", "search", "maintenance")
 
 
 def targets(res: dict[str, Any]) -> list[dict[str, Any]]:
@@ -49,6 +49,11 @@ def targets(res: dict[str, Any]) -> list[dict[str, Any]]:
             f"{w['p99_over_bare_same_procs']}× ({w['p99_ms']} vs {bare[16]['p99_ms']} ms)", "(context)", None)
     else:
         add("append p99, 16 producers ÷ bare fdatasync p99", None, "≤ 1.5×", None)
+    pc = res.get("paced")
+    if pc:
+        add(f"append p99, {pc['procs']} paced producers (1 call / {pc['interval_s'] * 1000:.0f} ms each) ÷ bare "
+            "write+fdatasync p99 on the same schedule", f"{pc['quill_p99_over_bare']}× ({pc['quill']['p99_ms']} vs "
+            f"{pc['bare']['p99_ms']} ms)", "(context)", None)
     s = (res.get("searchable") or {}).get("at500")
     add("searchable ingest vs naive FTS writer (chunk 500)", f"{s['vs_naive']}×" if s else None, "≥ 2×",
         s["vs_naive"] >= 2 if s else None)
@@ -191,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
             return None
 
     res["ingest"] = section("ingest", lambda: ingest.run(sizes, log))
+    res["paced"] = section("paced", lambda: paced.run(sizes, log))
     res["searchable"] = section("searchable", lambda: searchable.run(sizes, log))
     if wanted & {"scale", "search", "maintenance"}:
         with tempdir("stores") as work:

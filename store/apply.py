@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 import apsw
 
+from . import bulk_append
 from .connection import transaction
 from .errors import InvalidOpError
 from .ops import APPLIERS
@@ -145,6 +146,9 @@ class Ledger(Protocol):
     their outcomes are recorded, and which exceptions mean "this op's data cannot be stored"."""
 
     bad_data: tuple[type[BaseException], ...]
+    #: Whether runs of plain ``messages.append`` ops may be applied together
+    #: (``store.bulk_append``: SQLite, where the writer alone assigns message ids).
+    bulk_append: bool
 
     def decided(self, conn: Any, batches: list[str]) -> dict[str, str | None]:
         """The batch ids among ``batches`` already applied or refused (by any writer), each
@@ -163,6 +167,7 @@ class SqliteLedger:
     """``applied_batches``/``rejected_batches`` of the embedded store (one writer per store)."""
 
     bad_data = _BAD_DATA
+    bulk_append = True
 
     def decided(self, conn: Any, batches: list[str]) -> dict[str, str | None]:
         import json
@@ -214,9 +219,66 @@ def apply_entries(conn: Any, entries: Sequence[EntryLike], now: float, on_reject
     result = ChunkResult()
     batches = [e.record["batch"] for e in entries if e.record and isinstance(e.record.get("batch"), str)]
     decided = ledger.decided(conn, batches) if batches else {}
+    run: list[bulk_append.Prepared] = []
     for entry in entries:
+        prepared = _bulk_candidate(entry, now, decided, ledger) if ledger.bulk_append else None
+        if prepared is not None:
+            run.append(prepared)
+            continue
+        _apply_run(conn, run, now, on_reject, result, decided, ledger)
+        run = []
         _apply_entry(conn, entry, now, on_reject, result, decided, ledger)
+    _apply_run(conn, run, now, on_reject, result, decided, ledger)
     return result
+
+
+def _bulk_candidate(entry: EntryLike, now: float, decided: dict[str, str | None],
+                    ledger: Ledger) -> bulk_append.Prepared | None:
+    """``entry`` prepared for a bulk run (and its batch marked decided), or None when it is
+    not an undecided ``messages.append`` whose data passes the store-free checks: then it is
+    applied alone by ``_apply_entry``, after the run so far."""
+    rec = entry.record
+    if rec is None or rec.get("op") != "messages.append":
+        return None
+    batch, data = rec.get("batch"), rec.get("data")
+    if not isinstance(batch, str) or batch in decided or not isinstance(data, dict):
+        return None
+    digest = op_digest(rec["op"], data)
+    prepared = bulk_append.prepare(entry, data, batch, digest, arrival_time(rec, now),
+                                   (InvalidOpError, *ledger.bad_data))
+    if prepared is not None:
+        decided[batch] = digest
+    return prepared
+
+
+def _apply_run(conn: Any, run: list[bulk_append.Prepared], now: float, on_reject: RejectFn,
+               result: ChunkResult, decided: dict[str, str | None], ledger: Ledger) -> None:
+    """Apply a run of prepared appends together in one SAVEPOINT; when the store refuses any
+    of them, roll the run back and apply its ops one at a time (the refused one is then
+    quarantined alone with its reason, the others applied as before)."""
+    if not run:
+        return
+    conn.execute("SAVEPOINT bulk")
+    try:
+        written = bulk_append.apply_run(conn, run, now)
+    except (InvalidOpError, *ledger.bad_data):
+        written = None
+    except BaseException:
+        if conn.in_transaction and not getattr(conn, "closed", False):
+            _release(conn, "bulk", rollback=True)
+        raise
+    if written is None:
+        _release(conn, "bulk", rollback=True)
+        for op in run:
+            del decided[op.batch]
+        for op in run:
+            _apply_entry(conn, op.entry, now, on_reject, result, decided, ledger)
+        return
+    _release(conn, "bulk", rollback=False)
+    for op, rows in zip(run, written):
+        result.applied += 1
+        result.rows += rows
+        result.batches.append(op.batch)
 
 
 def _apply_entry(conn: Any, entry: EntryLike, now: float, on_reject: RejectFn, result: ChunkResult,
@@ -278,7 +340,7 @@ def _apply_entry(conn: Any, entry: EntryLike, now: float, on_reject: RejectFn, r
     result.batches.append(batch)
 
 
-def _release(conn: Any, *, rollback: bool) -> None:
+def _release(conn: Any, name: str = "op", *, rollback: bool) -> None:
     if rollback:
-        conn.execute("ROLLBACK TO op")
-    conn.execute("RELEASE op")
+        conn.execute(f"ROLLBACK TO {name}")
+    conn.execute(f"RELEASE {name}")

@@ -25,7 +25,7 @@ import apsw
 
 from .errors import InvalidOpError
 from .op_common import atomic, ensure_session, opt, session_id
-from .transcript_ops import _INSERT_STATE, _INSERT_STATE_ID, _rows, next_id  # one normaliser and blob path for every write
+from .transcript_ops import _INSERT_STATE, INSERT_STATE_ID, _rows, next_id  # one normaliser and blob path for every write
 
 STATES = ("live", "compacted", "superseded", "rewound")
 
@@ -66,6 +66,6 @@ def messages_restore(conn: apsw.Connection, data: dict, batch_id: str, arrived_a
         origin = item.get("origin")
         values = (sid, *row, arrived_at, batch_id, item["state"], ids[origin] if origin is not None else None)
         first = next_id(conn)
-        conn.execute(*((_INSERT_STATE, values) if first is None else (_INSERT_STATE_ID, (first, *values))))
+        conn.execute(*((_INSERT_STATE, values) if first is None else (INSERT_STATE_ID, (first, *values))))
         ids.append(conn.execute("SELECT max(id) FROM messages WHERE session_id = ?", (sid,)).fetchone()[0])
     return len(rows)

@@ -26,7 +26,7 @@ TOOL_RESULT_ROLES = ("tool", "function")
 _INSERT_STATE = (f"INSERT INTO messages (session_id, {', '.join(ROW_COLUMNS)}, arrived_at, batch_id, state, origin_id) "
                  f"VALUES (?, {', '.join('?' for _ in ROW_COLUMNS)}, ?, ?, ?, ?)")
 #: The same with an explicit id first (``next_id``; SQLite only).
-_INSERT_STATE_ID = _INSERT_STATE.replace("(session_id,", "(id, session_id,").replace("VALUES (?,", "VALUES (?, ?,")
+INSERT_STATE_ID = _INSERT_STATE.replace("(session_id,", "(id, session_id,").replace("VALUES (?,", "VALUES (?, ?,")
 #: ``state_meta`` key: the highest message id a ``sessions.delete`` removed (session_delete.py).
 ID_FLOOR_KEY = "message_id_floor"
 _CHUNK = 500  # bound on SQL variables per IN (...) list
@@ -60,10 +60,17 @@ def _rows(conn: apsw.Connection, data: dict, arrived_at: float, *, allow_empty: 
         raise InvalidOpError("invalid-field", "this op needs a 'messages' list")
     if not messages and not allow_empty:
         raise InvalidOpError("invalid-field", "'messages' must not be empty")
-    found: dict[str, str] = {}
-    rows = [message_row(_cut_blobs(m, found), arrived_at) for m in messages]
+    rows, found = cut_rows(messages, arrived_at)
     blobs.put_many(conn, found, now=arrived_at)
     return rows
+
+
+def cut_rows(messages: list, arrived_at: float) -> tuple[list[tuple], dict[str, str]]:
+    """``(rows, blobs)``: each message's row (``normalize.message_row``, ``ROW_COLUMNS`` order)
+    with its large binary payloads cut out, and those payloads ``{sha256: payload}`` for
+    ``blobs.put_many``. Pure (no store access). Raises ``InvalidOpError`` for an invalid message."""
+    found: dict[str, str] = {}
+    return [message_row(_cut_blobs(m, found), arrived_at) for m in messages], found
 
 
 def next_id(conn: apsw.Connection) -> int | None:
@@ -89,7 +96,7 @@ def _insert(conn: apsw.Connection, sid: str, rows: Iterable[tuple], origins: Seq
     values = [(sid, *r, arrived_at, batch_id, "live", o) for r, o in zip(rows, origins)]
     first = next_id(conn) if values else None
     if first is not None:  # the rows after the first follow it (max(id) + 1)
-        conn.execute(_INSERT_STATE_ID, (first, *values.pop(0)))
+        conn.execute(INSERT_STATE_ID, (first, *values.pop(0)))
     conn.executemany(_INSERT_STATE, values)
     return len(rows)
 
@@ -120,7 +127,8 @@ def check_tool_results(conn: apsw.Connection, sid: str, call_ids: Iterable[str] 
                                  f"session {sid!r} would have more than one live tool result for tool_call_id {bad[0]!r}")
 
 
-def _result_ids(rows: Iterable[tuple]) -> list[str]:
+def result_ids(rows: Iterable[tuple]) -> list[str]:
+    """The ``tool_call_id`` of each tool-result row (role tool/function) among ``rows``."""
     role, call = ROW_COLUMNS.index("role"), ROW_COLUMNS.index("tool_call_id")
     return [r[call] for r in rows if r[role] in TOOL_RESULT_ROLES and r[call] is not None]
 
@@ -157,7 +165,7 @@ def messages_append(conn: apsw.Connection, data: dict, batch_id: str, arrived_at
     if fresh:
         reopen_if_automatic(conn, sid)
     written = _insert(conn, sid, fresh, None, arrived_at, batch_id)
-    check_tool_results(conn, sid, _result_ids(fresh))
+    check_tool_results(conn, sid, result_ids(fresh))
     _record_usage(conn, sid, fresh_msgs, source, batch_id, arrived_at)
     return written
 
@@ -367,6 +375,6 @@ def messages_replace(conn: apsw.Connection, data: dict, batch_id: str, arrived_a
     ensure_session(conn, sid, arrived_at)
     _rewind_from(conn, sid, named[0] if named else 0)
     written = _insert(conn, sid, rows, None, arrived_at, batch_id)
-    check_tool_results(conn, sid, _result_ids(rows))
+    check_tool_results(conn, sid, result_ids(rows))
     _record_usage(conn, sid, data["messages"], opt(data, "source", str), batch_id, arrived_at)
     return written

@@ -64,6 +64,9 @@ class PgLedger:
     rolled back as a duplicate."""
 
     bad_data = _BAD_DATA
+    #: Op at a time: several hosts insert into one identity sequence, so ids are not
+    #: known before the insert (store.bulk_append needs them).
+    bulk_append = False
 
     def __init__(self, spool_id: str):
         self.spool_id = spool_id

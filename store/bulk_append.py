@@ -35,7 +35,8 @@ import apsw
 
 from . import blobs, usage
 from .normalize import ROW_COLUMNS
-from .op_common import ensure_session, opt, reopen_if_automatic, session_id
+from .op_checks import check_append
+from .op_common import ensure_session, reopen_if_automatic
 from .transcript_ops import ID_FLOOR_KEY, INSERT_STATE_ID, check_tool_results, cut_rows, result_ids
 
 _EXT = ROW_COLUMNS.index("ext_id")
@@ -62,20 +63,24 @@ class Prepared:
 
 def prepare(entry: Any, data: dict, batch: str, digest: str, arrived_at: float,
             refused: tuple[type[BaseException], ...]) -> Prepared | None:
-    """The store-free checks of ``messages_append`` on one op: a valid session id and
-    ``source``, a ``messages`` list of valid messages. Returns the op ready for ``apply_run``,
-    or None when any check fails with one of ``refused`` (the caller then applies the op alone,
-    which refuses it with its reason). Other exceptions propagate."""
+    """The store-free checks of ``messages_append`` on one op — its content check,
+    ``op_checks.check_append`` with usage left to ``apply_run`` as the applier leaves it to
+    ``_record_usage`` — with the blob payloads cut out. Returns the op ready for
+    ``apply_run``, or None when any check fails with one of ``refused`` (the caller then
+    applies the op alone, which refuses it with its reason). Other exceptions propagate."""
+    found: dict[str, str] = {}
+
+    def cut(messages: list) -> list[tuple]:
+        rows, payloads = cut_rows(messages, arrived_at)
+        found.update(payloads)
+        return rows
+
     try:
-        sid = session_id(data)
-        messages = data.get("messages")
-        if not isinstance(messages, list):
-            return None
-        source = opt(data, "source", str)
-        rows, found = cut_rows(messages, arrived_at)
+        rows = check_append(data, cut, usage=False)
     except refused:
         return None
-    return Prepared(entry, batch, digest, sid, source, arrived_at, rows, messages, found)
+    return Prepared(entry, batch, digest, data["session_id"], data.get("source"), arrived_at, rows,
+                    data["messages"], found)
 
 
 def _seen(conn: apsw.Connection, run: list[Prepared]) -> dict[str, set[str]]:

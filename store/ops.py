@@ -3,89 +3,35 @@
 ``APPLIERS`` maps each op kind to ``applier(conn, data, batch_id, arrived_at) -> rows
 written``. Every applier validates before (or checks after) writing and is wrapped by
 ``op_common.atomic``, so an op that raises ``InvalidOpError`` changed nothing and is
-quarantined by the writer with the error's reason. Payloads: docs/ops.md.
+quarantined by the writer with the error's reason. Each applier first runs its kind's content
+check (``store.op_checks.CHECKS``, which ``store.precheck`` runs before a producer is
+acknowledged); what it checks after that needs the store. Payloads: docs/ops.md.
 
 This module holds the session ops; the transcript ops live in ``transcript_ops``.
 """
 from __future__ import annotations
 
-import re
-
 import apsw
 
 from . import context
 from .errors import InvalidOpError
-from .normalize import dumps, scrub
-from .op_common import (AUTOMATIC_END_REASONS, DELIBERATE_END_REASONS, Applier, atomic, ensure_session,
-                        opt, session_id)
-from .session_delete import conditions_hold, parse_conditions, sessions_delete
+from .normalize import dumps
+from .op_checks import (EDGE_KINDS, TITLE_MAX_CHARS, check_create, check_end, check_flags, check_read, check_title,
+                        clean_title, key_field)
+from .op_common import AUTOMATIC_END_REASONS, DELIBERATE_END_REASONS, Applier, atomic, ensure_session, opt, session_id
+from .session_delete import conditions_hold, sessions_delete
 from .transcript_ops import messages_append, messages_compact, messages_replace, messages_rewind
 from .restore import messages_restore
 from .usage import usage_record
 from .usage_reprice import usage_reprice
 
-EDGE_KINDS = frozenset({"compression", "branch", "reset", "delegate"})
-#: Titles longer than this (after sanitising) are refused, not truncated: a producer that
-#: sends a 5 KB "title" has a bug worth seeing (reference study §9 #53 refuses at 100).
-TITLE_MAX_CHARS = 200
-END_REASON_MAX_CHARS = 64
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff]")
-
 __all__ = ["APPLIERS", "AUTOMATIC_END_REASONS", "DELIBERATE_END_REASONS", "EDGE_KINDS", "TITLE_MAX_CHARS",
-           "clean_title"]
-
-
-def clean_title(title: str | None) -> str | None:
-    """Sanitise a title: control and invisible format characters become spaces, whitespace
-    runs collapse, ends are trimmed. ``None`` for an empty result (= no title).
-    Raises ``InvalidOpError('title-too-long')`` above ``TITLE_MAX_CHARS``."""
-    if title is None:
-        return None
-    title = " ".join(_CONTROL.sub(" ", scrub(title)).split())
-    if len(title) > TITLE_MAX_CHARS:
-        raise InvalidOpError("title-too-long", f"title has {len(title)} characters; the limit is {TITLE_MAX_CHARS}")
-    return title or None
+           "check_create", "clean_title"]
 
 
 def _title_owner(conn: apsw.Connection, title: str, sid: str) -> str | None:
     row = conn.execute("SELECT id FROM sessions WHERE title = ? AND id != ?", (title, sid)).fetchone()
     return row[0] if row else None
-
-
-def _key(data: dict) -> str | None:
-    """``data['key']``: a non-empty string of ≤512 characters, or None."""
-    key = opt(data, "key", str)
-    if key is not None and (not key.strip() or len(key) > 512):
-        raise InvalidOpError("invalid-field", "key must be a non-empty string of at most 512 characters")
-    return scrub(key) if key is not None else None
-
-
-def check_create(data: dict) -> None:
-    """The checks of ``session_create`` that need no store (``precheck`` runs them before a
-    producer is acknowledged): every field's JSON type, ``parent_kind``, the title's length,
-    ``key``, ``owner``, ``system_prompt``/``tools``. Raises ``InvalidOpError`` (``invalid-field``,
-    ``invalid-session-id``, ``title-too-long``, ``self-parent``)."""
-    sid = session_id(data)
-    for key in ("source", "model", "cwd"):
-        opt(data, key, str)
-    opt(data, "meta", dict)
-    opt(data, "started_at", (int, float))
-    kind, parent = opt(data, "parent_kind", str), opt(data, "parent_id", str)
-    if kind is not None and kind not in EDGE_KINDS:
-        raise InvalidOpError("invalid-field", f"parent_kind must be one of {sorted(EDGE_KINDS)}")
-    if (kind is None) != (parent is None):
-        raise InvalidOpError("invalid-field", "parent_id and parent_kind go together")
-    if parent == sid:
-        raise InvalidOpError("self-parent", f"session {sid!r} cannot be its own parent")
-    owner = opt(data, "owner", dict) or {}
-    pid, started = owner.get("pid"), owner.get("create_time")
-    if (not isinstance(pid, (int, type(None))) or not isinstance(started, (int, float, type(None)))
-            or any(isinstance(v, int) and abs(v) >= 2**63 for v in (pid, started))):  # an INTEGER column
-        raise InvalidOpError("invalid-field", "owner must be {host: str, pid: int, create_time: number} "
-                             "(integers within 64 bits)")
-    context.validate(data)
-    clean_title(opt(data, "title", str))
-    _key(data)
 
 
 @atomic
@@ -103,7 +49,7 @@ def session_create(conn: apsw.Connection, data: dict, batch_id: str, arrived_at:
     completed: this create's source wins over the one the early op carried. Raises
     ``InvalidOpError``: ``invalid-field``, ``title-too-long``, ``self-parent``.
     """
-    check_create(data)  # every rule on the fields below: types, parent pair, self-parent, owner
+    check_create(data)  # every content rule on the fields below (store/op_checks.py)
     sid = session_id(data)
     kind = opt(data, "parent_kind", str)
     parent = opt(data, "parent_id", str)
@@ -139,7 +85,7 @@ def session_create(conn: apsw.Connection, data: dict, batch_id: str, arrived_at:
         (sid, opt(data, "source", str), opt(data, "model", str), title, opt(data, "cwd", str), parent, kind,
          float(started) if started is not None else arrived_at, dumps(meta) if meta else None, arrived_at,
          owner.get("host") if isinstance(owner.get("host"), str) else None, owner_pid, owner_started,
-         _key(data)))
+         key_field(data)))
     context.record(conn, sid, data, batch_id)
     return 0
 
@@ -151,18 +97,12 @@ def session_end(conn: apsw.Connection, data: dict, batch_id: str, arrived_at: fl
     ``reason`` defaults to ``ended``. Reasons in ``AUTOMATIC_END_REASONS`` are cleared when a
     live writer appends to the session again; every other reason is deliberate and stays.
     ``actor`` (optional string) says who ended it (a job: ``job:auto_prune``). ``only_if``
-    (optional, ``session_delete.parse_conditions``): the end is skipped unless the session
+    (optional, ``op_checks.parse_conditions``): the end is skipped unless the session
     exists and meets them at apply time — jobs use it so a decision made before newer records
     arrived does not close a session that has since come back to life.
-    Raises ``InvalidOpError('invalid-field')``.
+    Raises ``InvalidOpError``: ``invalid-field``, ``invalid-session-id`` (both ``check_end``).
     """
-    sid = session_id(data)
-    reason = opt(data, "reason", str) or "ended"
-    if len(reason) > END_REASON_MAX_CHARS or _CONTROL.search(reason):
-        raise InvalidOpError("invalid-field", f"end reason must be ≤{END_REASON_MAX_CHARS} printable characters")
-    ended = opt(data, "ended_at", (int, float))
-    opt(data, "actor", str)
-    cond = parse_conditions(data)
+    sid, reason, ended, cond = check_end(data)
     if "only_if" in data and not conditions_hold(conn, sid, cond):
         return 0
     ensure_session(conn, sid, arrived_at)
@@ -175,11 +115,9 @@ def session_end(conn: apsw.Connection, data: dict, batch_id: str, arrived_at: fl
 def session_title(conn: apsw.Connection, data: dict, batch_id: str, arrived_at: float) -> int:
     """Set a session's title (sanitised by ``clean_title``); an empty or all-control title
     clears it. Titles are unique among titled sessions. Raises ``InvalidOpError``:
-    ``duplicate-title`` (naming the holder), ``title-too-long``, ``invalid-field``."""
-    sid = session_id(data)
-    if "title" not in data:
-        raise InvalidOpError("invalid-field", "session.title needs 'title' (empty string or null clears)")
-    title = clean_title(opt(data, "title", str))
+    ``duplicate-title`` (naming the holder; the one rule needing the store), ``title-too-long``,
+    ``invalid-field`` (``check_title``)."""
+    sid, title = check_title(data)
     if title is not None and (owner := _title_owner(conn, title, sid)):
         raise InvalidOpError("duplicate-title", f"title {title!r} is already used by session {owner}")
     ensure_session(conn, sid, arrived_at)
@@ -190,11 +128,9 @@ def session_title(conn: apsw.Connection, data: dict, batch_id: str, arrived_at: 
 @atomic
 def session_flags(conn: apsw.Connection, data: dict, batch_id: str, arrived_at: float) -> int:
     """Set any of the ``archived``, ``pinned``, ``hidden`` flags (booleans; absent = unchanged).
-    Raises ``InvalidOpError('invalid-field')`` when none is given or one is not a boolean."""
-    sid = session_id(data)
-    flags = {k: data[k] for k in ("archived", "pinned", "hidden") if k in data}
-    if not flags or not all(isinstance(v, bool) for v in flags.values()):
-        raise InvalidOpError("invalid-field", "session.flags needs boolean archived/pinned/hidden")
+    Raises ``InvalidOpError('invalid-field')`` when none is given or one is not a boolean
+    (``check_flags``: nothing here needs the store)."""
+    sid, flags = check_flags(data)
     ensure_session(conn, sid, arrived_at)
     for key, value in flags.items():  # key comes from the fixed tuple above, never from data
         conn.execute(f"UPDATE sessions SET {key} = ? WHERE id = ?", (int(value), sid))
@@ -205,10 +141,9 @@ def session_flags(conn: apsw.Connection, data: dict, batch_id: str, arrived_at: 
 def session_read(conn: apsw.Connection, data: dict, batch_id: str, arrived_at: float) -> int:
     """Move the last-read watermark forward to ``message_id`` (a store id of this session),
     or to the newest message when absent. It never moves back. Listings derive ``unread``
-    (display rows above the watermark). Raises ``InvalidOpError``: ``invalid-field``,
-    ``unknown-message``."""
-    sid = session_id(data)
-    mid = opt(data, "message_id", int)
+    (display rows above the watermark). Raises ``InvalidOpError``: ``invalid-field``
+    (``check_read``), ``unknown-message`` (needs the store)."""
+    sid, mid = check_read(data)
     if mid is not None and not conn.execute("SELECT 1 FROM messages WHERE id = ? AND session_id = ?",
                                             (mid, sid)).fetchone():
         raise InvalidOpError("unknown-message", f"session {sid!r} has no message {mid}")

@@ -24,43 +24,26 @@ from __future__ import annotations
 import apsw
 
 from .errors import InvalidOpError
-from .op_common import atomic, ensure_session, opt, session_id
+from .op_checks import STATES, check_restore
+from .op_common import atomic, ensure_session, opt
 from .transcript_ops import _INSERT_STATE, INSERT_STATE_ID, _rows, next_id  # one normaliser and blob path for every write
 
-STATES = ("live", "compacted", "superseded", "rewound")
-
-
-def check_restore(data: dict) -> tuple[int, list[dict]]:
-    """``(offset, rows)`` of a ``messages.restore`` if their shape is right (the checks that
-    need no store; ``precheck`` runs them too), else ``InvalidOpError('invalid-field')``.
-    Each row's message is checked by the applier's normaliser."""
-    offset = opt(data, "offset", int)
-    items = data.get("rows")
-    if offset is None or offset < 0 or not isinstance(items, list) or not items:
-        raise InvalidOpError("invalid-field", "messages.restore needs offset (≥ 0) and a non-empty rows list")
-    for i, item in enumerate(items):
-        if not isinstance(item, dict) or item.get("state") not in STATES:
-            raise InvalidOpError("invalid-field", f"rows[{i}] needs a message and a state in {STATES}")
-        origin = item.get("origin")
-        if origin is not None and (not isinstance(origin, int) or isinstance(origin, bool)
-                                   or not 0 <= origin < offset + i):
-            raise InvalidOpError("invalid-field", f"rows[{i}].origin must be an earlier position")
-    return offset, items
+__all__ = ["STATES", "check_restore", "messages_restore"]
 
 
 @atomic
 def messages_restore(conn: apsw.Connection, data: dict, batch_id: str, arrived_at: float) -> int:
     """Insert ``data['rows']`` verbatim (state, origin) at position ``offset`` of the session.
-    Returns rows inserted. Raises ``InvalidOpError``: ``invalid-field``,
-    ``restore-out-of-order``, message reasons."""
-    sid = session_id(data)
-    offset, items = check_restore(data)
+    Returns rows inserted. Raises ``InvalidOpError``: ``invalid-field`` and message reasons
+    (``op_checks.check_restore``, run first; its messages are normalised and their blobs
+    stored once, by ``_rows``), ``restore-out-of-order`` (needs the store)."""
+    offset, items, rows = check_restore(data, lambda messages: _rows(conn, messages, arrived_at))
+    sid = data["session_id"]  # a valid id: check_restore
     started = opt(data, "started_at", (int, float))  # a REAL column: an int beyond 64 bits binds as a float
     ensure_session(conn, sid, arrived_at, opt(data, "source", str), None if started is None else float(started))
     held = conn.execute("SELECT count(*) FROM messages WHERE session_id = ?", (sid,)).fetchone()[0]
     if held != offset:
         raise InvalidOpError("restore-out-of-order", f"session {sid!r} holds {held} rows; this chunk starts at {offset}")
-    rows = _rows(conn, {"messages": [item.get("message") for item in items]}, arrived_at)
     ids = [r[0] for r in conn.execute("SELECT id FROM messages WHERE session_id = ? ORDER BY id", (sid,))]
     for item, row in zip(items, rows):
         origin = item.get("origin")

@@ -10,55 +10,23 @@ so application is deterministic and a stale decision is skipped instead of destr
 """
 from __future__ import annotations
 
-import math
 import re
 from typing import Any
 
 import apsw
 
 from . import blobs, context
-from .errors import InvalidOpError
 from .indexer import FTS_TABLES, fts_state, unindex
-from .op_common import atomic, opt, session_id_problem
+from .op_checks import check_delete
+from .op_common import atomic, opt
 from .transcript_ops import ID_FLOOR_KEY
 
 _REF_LIKE = f"%{blobs.REF_PREFIX}%"
 _REF_RE = re.compile(re.escape(blobs.REF_PREFIX) + r"([0-9a-f]{64})")
 
-#: Most sessions one ``sessions.delete`` op may name (bounds the op's transaction).
-MAX_DELETE_IDS = 10_000
-REASON_MAX_CHARS = 64
-ACTOR_MAX_CHARS = 200
-
-#: ``only_if`` keys and their JSON types.
-_CONDITIONS: dict[str, type | tuple[type, ...]] = {
-    "inactive_before": (int, float),  # skip if start or any message (ts or arrival) is at/after this
-    "ended_before": (int, float),     # skip unless ended strictly before this
-    "empty": bool,                    # true: skip if the session has any message row, any state
-    "unpinned": bool,                 # true: skip pinned or archived sessions
-    "open": bool,                     # true: skip ended sessions
-    "owner_pid": int,                 # skip unless the recorded owner pid is this one
-    "owner_started": (int, float),    # ... and the recorded owner start time is this one
-}
-
-
-def parse_conditions(data: dict) -> dict[str, Any]:
-    """The op's ``only_if`` object, validated. Raises ``InvalidOpError('invalid-field')``."""
-    cond = opt(data, "only_if", dict) or {}
-    for key, value in cond.items():
-        kind = _CONDITIONS.get(key)
-        if kind is None:
-            raise InvalidOpError("invalid-field", f"only_if has unknown key {key!r}; known: {sorted(_CONDITIONS)}")
-        kinds = kind if isinstance(kind, tuple) else (kind,)
-        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
-            raise InvalidOpError("invalid-field", f"only_if.{key} has the wrong type ({type(value).__name__})")
-        if isinstance(value, float) and not math.isfinite(value):
-            raise InvalidOpError("invalid-field", f"only_if.{key} must be finite")
-    return cond
-
 
 def conditions_hold(conn: apsw.Connection, sid: str, cond: dict[str, Any]) -> bool:
-    """True if session ``sid`` exists and meets every condition in ``cond`` (see ``_CONDITIONS``)."""
+    """True if session ``sid`` exists and meets every condition in ``cond`` (see ``op_checks._CONDITIONS``)."""
     row = conn.execute("SELECT started_at, ended_at, pinned, archived, owner_pid, owner_started FROM sessions "
                        "WHERE id = ?", (sid,)).fetchone()
     if row is None:
@@ -82,26 +50,6 @@ def conditions_hold(conn: apsw.Connection, sid: str, cond: dict[str, Any]) -> bo
     if cond.get("empty") and conn.execute("SELECT 1 FROM messages WHERE session_id = ? LIMIT 1", (sid,)).fetchone():
         return False
     return True
-
-
-def _label(data: dict, key: str, limit: int, default: str) -> str:
-    value = opt(data, key, str) or default
-    if len(value) > limit or not value.isprintable():
-        raise InvalidOpError("invalid-field", f"{key!r} must be ≤{limit} printable characters")
-    return value
-
-
-def check_delete(data: dict) -> tuple[list[str], dict[str, Any]]:
-    """Validate a ``sessions.delete`` payload without a database (the applier and
-    ``store.precheck`` share it). Returns (session ids, conditions)."""
-    ids = data.get("session_ids")
-    if (not isinstance(ids, list) or not ids or len(ids) > MAX_DELETE_IDS
-            or any(session_id_problem(s) for s in ids)):
-        raise InvalidOpError("invalid-field", f"session_ids must be a list of 1..{MAX_DELETE_IDS} session ids")
-    _label(data, "reason", REASON_MAX_CHARS, "deleted")
-    _label(data, "actor", ACTOR_MAX_CHARS, "unknown")
-    opt(data, "purge", bool)
-    return list(dict.fromkeys(ids)), parse_conditions(data)
 
 
 def _delete_one(conn: apsw.Connection, sid: str) -> tuple[int, int, int]:
@@ -177,11 +125,11 @@ def sessions_delete(conn: apsw.Connection, data: dict, batch_id: str, arrived_at
 
     Payload: ``session_ids`` (1..10,000), ``reason`` (≤64 printable chars, default
     ``deleted``), ``actor`` (who decided, e.g. ``job:auto_prune``, ``user:alice``), optional
-    ``only_if`` conditions (``_CONDITIONS``) checked per session at apply time: a session
+    ``only_if`` conditions (``op_checks._CONDITIONS``) checked per session at apply time: a session
     that fails them, or no longer exists, is skipped (so the op is idempotent). Delegate
     children go with their parent unless pinned or archived; other children are detached
     (``parent_id``/``parent_kind`` cleared). Returns 0 (rows written counts inserted rows). Raises
-    ``InvalidOpError('invalid-field')``. ``purge`` (bool, optional): the request also purges
+    ``InvalidOpError('invalid-field')`` (``op_checks.check_delete``). ``purge`` (bool, optional): the request also purges
     the sessions' copies outside the store (``ops.purge``); here it turns on secure deletion
     for this op's rows. The op stays in the spool (and ``applied_batches``
     records its position), so who deleted what and why is on record.

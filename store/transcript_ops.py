@@ -9,7 +9,8 @@ Invariants kept here (docs/architecture.md "The store"; issue 3 §1, §3):
 * a copy made by a compaction carries ``origin_id`` = the first original's id, so every
   display read places it once, at the original's position;
 * state flips never touch the FTS indexes (search filters by state).
-Every applier validates, writes, then checks; ``op_common.atomic`` undoes everything on error.
+Every applier runs its content check (``store.op_checks``, shared with ``store.precheck``),
+writes, then checks what needs the store; ``op_common.atomic`` undoes everything on error.
 """
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ import apsw
 from . import blobs, usage
 from .errors import InvalidOpError
 from .normalize import IDENTITY_COLUMNS, ROW_COLUMNS, identity, message_row
-from .op_common import atomic, ensure_session, opt, reopen_if_automatic, session_exists, session_id
+from .op_checks import check_append, check_compact, check_replace, check_rewind
+from .op_common import atomic, ensure_session, opt, reopen_if_automatic, session_exists
 
 TOOL_RESULT_ROLES = ("tool", "function")
 _INSERT_STATE = (f"INSERT INTO messages (session_id, {', '.join(ROW_COLUMNS)}, arrived_at, batch_id, state, origin_id) "
@@ -52,14 +54,11 @@ def _cut_blobs(msg: object, found: dict[str, str]) -> object:
     return out
 
 
-def _rows(conn: apsw.Connection, data: dict, arrived_at: float, *, allow_empty: bool = True) -> list[tuple]:
-    """Validated rows for ``data['messages']``; their binary payloads are stored once in
-    ``blobs`` (inside the op's savepoint, so a refused op leaves no blob behind)."""
-    messages = data.get("messages")
-    if not isinstance(messages, list):
-        raise InvalidOpError("invalid-field", "this op needs a 'messages' list")
-    if not messages and not allow_empty:
-        raise InvalidOpError("invalid-field", "'messages' must not be empty")
+def _rows(conn: apsw.Connection, messages: list, arrived_at: float) -> list[tuple]:
+    """Validated rows for ``messages`` (``normalize.message_row``: the message rules precheck
+    applies too, ``op_checks.message_rows``); their binary payloads are stored once in
+    ``blobs`` (inside the op's savepoint, so a refused op leaves no blob behind). The
+    ``rows`` function the appliers hand to their ``op_checks`` check."""
     rows, found = cut_rows(messages, arrived_at)
     blobs.put_many(conn, found, now=arrived_at)
     return rows
@@ -140,11 +139,12 @@ def messages_append(conn: apsw.Connection, data: dict, batch_id: str, arrived_at
     Messages whose producer ``id`` the session already holds (in any state), or that repeat
     an id earlier in the batch, are skipped: re-importing a grown transcript adds only the new
     ones. Appending reopens a session ended for an automatic reason. Returns rows inserted.
-    Raises ``InvalidOpError`` (invalid message → its reason; ``duplicate-tool-result``).
+    Raises ``InvalidOpError``: the content reasons of ``op_checks.check_append`` (invalid
+    message → its reason; the usage of the messages inserted, ``_record_usage``),
+    ``duplicate-tool-result`` (needs the store).
     """
-    sid = session_id(data)
-    rows = _rows(conn, data, arrived_at)
-    source = opt(data, "source", str)
+    rows = check_append(data, lambda messages: _rows(conn, messages, arrived_at), usage=False)
+    sid, source = data["session_id"], data.get("source")
     ext = ROW_COLUMNS.index("ext_id")
     wanted = sorted({r[ext] for r in rows if r[ext] is not None})
     seen: set[str] = set()
@@ -236,14 +236,12 @@ def messages_compact(conn: apsw.Connection, data: dict, batch_id: str, arrived_a
     cloned byte-exactly after the compacted set and their originals become ``superseded``.
     Other compacted-set messages identical to a compacted row are linked to it (``origin_id``)
     so display shows them once. Returns rows inserted.
-    Raises ``InvalidOpError``: ``unknown-session``, ``nothing-to-compact``, ``tail-mismatch``,
-    ``duplicate-tool-result``, ``invalid-field``/message reasons.
+    Raises ``InvalidOpError``: ``invalid-field``/message reasons (``op_checks.check_compact``);
+    needing the store: ``unknown-session``, ``unknown-message``, ``nothing-to-compact``,
+    ``tail-mismatch``, ``duplicate-tool-result``.
     """
-    sid = session_id(data)
-    rows = _rows(conn, data, arrived_at, allow_empty=False)
-    tail_count = opt(data, "tail_count", int) or 0
-    if not 0 <= tail_count <= len(rows):
-        raise InvalidOpError("invalid-field", f"tail_count must be between 0 and {len(rows)}")
+    rows, tail_count = check_compact(data, lambda messages: _rows(conn, messages, arrived_at))
+    sid = data["session_id"]
     if not session_exists(conn, sid):
         raise InvalidOpError("unknown-session", f"no session {sid!r} to compact")
     watermark = _watermark(conn, sid, data)
@@ -310,12 +308,7 @@ def _rewind_branch(conn: apsw.Connection, sid: str, data: dict) -> int:
     ``parentUuid`` tree, or turns a Codex ``thread_rolled_back`` dropped). Ids the session
     does not hold live are ignored (already rewound, compacted, or never sent), so the op is
     idempotent. No other target field may be given."""
-    ids = data.get("ext_ids")
-    if (not isinstance(ids, list) or not ids
-            or not all(isinstance(x, (str, int)) and not isinstance(x, bool) for x in ids)):
-        raise InvalidOpError("invalid-field", "ext_ids must be a non-empty list of message ids")
-    if any(k in data for k in ("message_id", "ext_id", "user_turn")):
-        raise InvalidOpError("invalid-field", "messages.rewind needs exactly one of message_id, ext_id, user_turn, ext_ids")
+    ids = data["ext_ids"]  # a non-empty list of ids, the only target: op_checks.check_rewind
     _check_head(conn, sid, data)
     wanted = sorted({str(x) for x in ids})
     flipped: list[int] = []
@@ -336,16 +329,16 @@ def messages_rewind(conn: apsw.Connection, data: dict, batch_id: str, arrived_at
     ``ext_ids`` (a list), flips exactly those live rows instead (see ``_rewind_branch``). The target must
     be a live ``user`` row. Optional ``expect_head_id`` refuses the rewind unless the live head
     is that id (compare-and-swap). Returns rows flipped. Raises ``InvalidOpError``:
-    ``invalid-field``, ``unknown-message``, ``not-a-user-message``, ``not-live``,
-    ``no-such-turn``, ``stale-head``.
+    ``invalid-field``, ``no-such-turn`` for turn 0 (``op_checks.check_rewind``); needing the
+    store: ``unknown-message``, ``not-a-user-message``, ``not-live``, ``no-such-turn``,
+    ``stale-head``.
     """
-    sid = session_id(data)
+    check_rewind(data)
+    sid = data["session_id"]
     if "ext_ids" in data:
         return _rewind_branch(conn, sid, data)
     turn = opt(data, "user_turn", int)
     named = _target(conn, sid, data, "message_id", "ext_id")
-    if (named is None) == (turn is None):
-        raise InvalidOpError("invalid-field", "messages.rewind needs exactly one of message_id, ext_id, user_turn, ext_ids")
     if named is None:
         target = _user_turn(conn, sid, turn)
     else:
@@ -363,11 +356,12 @@ def messages_replace(conn: apsw.Connection, data: dict, batch_id: str, arrived_a
     """Edit / regenerate: live rows from ``from_message_id`` / ``from_ext_id`` on (or every
     live row when neither is given) become ``rewound``, then ``data['messages']`` is appended
     as live rows (producer ids are not deduplicated here: an edit may reuse its id).
-    Returns rows inserted. Raises ``InvalidOpError``: ``unknown-message``, ``not-live``,
-    ``stale-head``, ``duplicate-tool-result``, message reasons.
+    Returns rows inserted. Raises ``InvalidOpError``: ``invalid-field``, message and usage
+    reasons (``op_checks.check_replace``); needing the store: ``unknown-message``,
+    ``not-live``, ``stale-head``, ``duplicate-tool-result``.
     """
-    sid = session_id(data)
-    rows = _rows(conn, data, arrived_at)
+    rows = check_replace(data, lambda messages: _rows(conn, messages, arrived_at))
+    sid = data["session_id"]
     named = _target(conn, sid, data, "from_message_id", "from_ext_id")
     if named is not None and named[2] != "live":
         raise InvalidOpError("not-live", f"message {named[0]} is {named[2]}; only live rows can be replaced")

@@ -84,7 +84,8 @@ ALTER TABLE sessions ADD COLUMN key TEXT;
 ALTER TABLE sessions ADD COLUMN placeholder INTEGER NOT NULL DEFAULT 0;
 """ + DDL
 
-__all__ = ["TASKS", "TOKEN_FIELDS", "normalize_usage", "price", "record", "record_messages", "usage_record"]
+__all__ = ["TASKS", "TOKEN_FIELDS", "check_call", "check_usage_record", "normalize_usage", "price", "record",
+           "record_messages", "usage_record"]
 
 
 def _count(obj: Any, *path: str) -> int:
@@ -156,8 +157,7 @@ def record(conn: apsw.Connection, sid: str, raw: Any, *, task: str, model: str |
     (``invalid-usage``, ``invalid-field``) before writing anything.
     """
     tokens = normalize_usage(raw)
-    if not task.replace("_", "").isalnum() or len(task) > 64:
-        raise InvalidOpError("invalid-field", f"task must be an identifier such as {', '.join(TASKS)}")
+    _check_task(task)
     if not any(tokens.values()):
         return 0  # e.g. Claude Code's "<synthetic>" error messages: no call was billed
     if response_id is not None:
@@ -181,6 +181,37 @@ def record(conn: apsw.Connection, sid: str, raw: Any, *, task: str, model: str |
          cost, price_version() if cost is not None else None, ts,
          dt.datetime.fromtimestamp(ts, tz=dt.timezone.utc).strftime("%Y-%m-%d"), dumps(raw), batch_id))
     return conn.changes()
+
+
+def _check_task(task: str) -> None:
+    if not task.replace("_", "").isalnum() or len(task) > 64:
+        raise InvalidOpError("invalid-field", f"task must be an identifier such as {', '.join(TASKS)}")
+
+
+def check_call(holder: dict) -> dict[str, Any]:
+    """The content rules of one model call's usage: the attributes beside it (``fields``),
+    the usage object (``normalize_usage``), the task name, in the order ``record`` meets
+    them. ``holder`` is a message carrying ``usage`` (or its ``extra``) or a ``usage.record``
+    op's data. Returns the attributes (model not defaulted). Raises ``InvalidOpError``
+    (``invalid-field``, ``invalid-usage``). Shared by ``store.precheck`` and the writer
+    (``store.op_checks``)."""
+    attrs = fields(holder)
+    normalize_usage(holder.get("usage"))
+    _check_task(attrs["task"])
+    return attrs
+
+
+def check_usage_record(data: dict) -> tuple[str, str | None, dict[str, Any]]:
+    """``usage.record``'s content rules (``store.op_checks.CHECKS``): ``usage`` present, ``source`` and
+    ``message_ext_id`` strings, then ``check_call``. Returns ``(session id, source,
+    attributes)``. Raises ``InvalidOpError`` (``invalid-session-id``, ``invalid-usage``,
+    ``invalid-field``)."""
+    sid = session_id(data)
+    if "usage" not in data:
+        raise InvalidOpError("invalid-usage", "usage.record needs a 'usage' object")
+    source = opt(data, "source", str)
+    opt(data, "message_ext_id", str)
+    return sid, source, check_call(data)
 
 
 def _attrs(msg: dict) -> dict:
@@ -237,11 +268,7 @@ def usage_record(conn: apsw.Connection, data: dict, batch_id: str, arrived_at: f
     ``session.create`` (never a permanent ``unknown`` session). Returns rows written (0 for a
     response already counted). Raises ``InvalidOpError`` (``invalid-usage``, ``invalid-field``).
     """
-    sid = session_id(data)
-    if "usage" not in data:
-        raise InvalidOpError("invalid-usage", "usage.record needs a 'usage' object")
-    source = opt(data, "source", str)
-    attrs = fields(data)
+    sid, source, attrs = check_usage_record(data)
     ts = timestamp(data.get("ts"), arrived_at)
     ensure_session(conn, sid, arrived_at, source)
     message_id = None

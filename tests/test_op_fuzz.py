@@ -10,6 +10,9 @@ arbitrary JSON value. Then:
   a real SQLite store, the record is applied or quarantined with an op rule's reason — never
   ``invalid-data`` carrying a Python exception name — and the valid records around it are
   applied;
+* precheck and the writer agree (``store.op_checks``): a record precheck refused is
+  quarantined by the writer with the same reason, and one precheck accepted is quarantined
+  only for a reason that needs the store's state (``STATE_REASONS``);
 * the reads (model/display/audit messages, session listing, search, every export format)
   then still answer.
 
@@ -101,6 +104,11 @@ VALID: dict[str, dict[str, Any]] = {
 }
 _SETUP = [("session.create", {"session_id": "s1", "source": "cli", "model": "gpt-4o"}),
           ("messages.append", {"session_id": "s1", "messages": _messages("m")})]
+#: Reasons that need the store's state (which precheck cannot see): the only ones the writer
+#: may give for a record precheck accepted.
+STATE_REASONS = frozenset({"unknown-session", "unknown-message", "not-a-user-message", "not-live", "no-such-turn",
+                           "stale-head", "duplicate-title", "duplicate-tool-result", "tail-mismatch",
+                           "nothing-to-compact", "restore-out-of-order"})
 #: Reasons only a refusal for the data's Python type would give (the bug class under test).
 _RAW = re.compile(r"\b(TypeError|KeyError|AttributeError|ValueError|OverflowError|IndexError|RecursionError|"
                   r"UnicodeEncodeError|ConstraintError|MismatchError|TooBigError|RangeError)\b")
@@ -160,14 +168,15 @@ def _at(data: Any, path: tuple) -> Any:
     return data
 
 
-def check_precheck(op: str, data: Any) -> bool:
-    """True when precheck accepts ``data``; fails the test on any error but ``InvalidOpError``."""
+def check_precheck(op: str, data: Any) -> str | None:
+    """None when precheck accepts ``data``, else its reason; fails the test on any error but
+    ``InvalidOpError``."""
     try:
         precheck(op, data)
     except InvalidOpError as exc:
         assert exc.reason and not _RAW.search(f"{exc.reason} {exc.detail}"), (exc.reason, exc.detail)
-        return False
-    return True
+        return exc.reason
+    return None
 
 
 def check_reads(store: Store) -> None:
@@ -199,13 +208,12 @@ def test_one_bad_field_is_refused_alone_with_an_op_rule_reason(op, tmp_path_fact
     def run(mutation):
         path, data = mutation
         note(f"path={path!r} value={json.dumps(_at(data, path), default=repr)[:300]}")
-        accepted = check_precheck(op, data)
-        if not accepted:
-            return  # the producer refuses it with a clear error; the writer never sees it
+        refused = check_precheck(op, data)
         store = Store(tmp_path_factory.mktemp("fuzz"))
         try:
             for setup_op, setup_data in _SETUP:
                 store.spool.append(setup_op, setup_data)
+            # What a producer without the precheck would append (an old client, a hand-written line).
             store.spool.append(op, data)
             store.spool.append("messages.append", {"session_id": "after", "messages": [{"role": "user", "content": "z"}]})
             store.drain()
@@ -214,6 +222,11 @@ def test_one_bad_field_is_refused_alone_with_an_op_rule_reason(op, tmp_path_fact
                 assert not _RAW.search(detail), (path, reason, detail)
             assert store.last_result.applied + store.last_result.rejected == 4
             assert store.last_result.rejected <= 1, store.last_rejects
+            reasons = [reason for reason, _, _ in store.last_rejects]
+            if refused is not None:
+                assert reasons == [refused], (path, refused, store.last_rejects)
+            else:
+                assert set(reasons) <= STATE_REASONS, (path, store.last_rejects)
             with store.reader() as r:
                 assert r.get_messages("after", "model")
                 assert r.get_session("s1") is not None or op == "sessions.delete"

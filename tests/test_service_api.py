@@ -138,7 +138,7 @@ REFUSED = [
     ("messages.append", {"session_id": "x", "messages": "not a list"}),
     ("messages.append", {"messages": [MSG]}),
     ("no.such.op", {"session_id": "x"}),
-    ("session.create", {"session_id": "x", "started_at": 2**63}),
+    ("session.create", {"session_id": "x", "started_at": 10**400}),  # a REAL column holds up to ~1.8e308
 ]
 
 

@@ -1,0 +1,261 @@
+"""One content rule per op kind, in one place (``store.op_checks.CHECKS``): what the writer
+would quarantine for an op's content, a producer refuses before acknowledging, with the same
+reason.
+
+``BAD`` holds, for every op kind, fields the writer refuses whatever the store holds. Each
+one is (a) refused by ``store.precheck`` with its reason and (b) appended raw to a real spool
+(as an old producer or a hand-written line would) and quarantined by the writer's drain with
+the same reason, on SQLite and on PostgreSQL; the ``quill.Client`` raises
+``InvalidInputError`` with that reason and the HTTP API answers 422 with it, appending
+nothing. A new op kind fails ``test_every_op_kind_has_one_shared_check`` until it has a check
+its applier runs and rows in ``BAD``.
+"""
+from __future__ import annotations
+
+import inspect
+
+import httpx
+import pytest
+
+from quill import Client
+from quill.ops.errors import InvalidInputError
+from quill.spool.record import OP_KINDS
+from quill.store.errors import InvalidOpError
+from quill.store.op_checks import CHECKS, TITLE_MAX_CHARS
+from quill.store.ops import APPLIERS
+from quill.store.precheck import precheck
+
+from conftest import QuillCLI
+from semantics_helpers import Store
+from service_helpers import served
+
+S = "s1"
+_USER = {"role": "user", "content": "hi"}
+_MSGS = [_USER]
+
+#: For every op kind: (data, reason) pairs the writer refuses for their content alone.
+BAD: dict[str, list[tuple[dict, str]]] = {
+    "session.create": [
+        ({"session_id": S, "model": 4}, "invalid-field"),
+        ({"session_id": S, "parent_id": "p"}, "invalid-field"),
+        ({"session_id": S, "parent_id": S, "parent_kind": "branch"}, "self-parent"),
+        ({"session_id": S, "title": "t" * (TITLE_MAX_CHARS + 1)}, "title-too-long"),
+        ({"session_id": " s"}, "invalid-session-id"),
+    ],
+    "session.end": [
+        ({"session_id": S, "reason": 7}, "invalid-field"),
+        ({"session_id": S, "reason": "x" * 65}, "invalid-field"),
+        ({"session_id": S, "reason": "bye\nnow"}, "invalid-field"),
+        ({"session_id": S, "ended_at": "yesterday"}, "invalid-field"),
+        ({"session_id": S, "ended_at": True}, "invalid-field"),
+        ({"session_id": S, "ended_at": 10 ** 400}, "invalid-field"),
+        ({"session_id": S, "actor": ["job"]}, "invalid-field"),
+        ({"session_id": S, "only_if": {"open": "yes"}}, "invalid-field"),
+        ({"session_id": S, "only_if": {"colour": 1}}, "invalid-field"),
+        ({"session_id": S, "only_if": []}, "invalid-field"),
+        ({"session_id": 5}, "invalid-session-id"),
+    ],
+    "session.title": [
+        ({"session_id": S}, "invalid-field"),
+        ({"session_id": S, "title": 12}, "invalid-field"),
+        ({"session_id": S, "title": {"text": "x"}}, "invalid-field"),
+        ({"session_id": S, "title": "t" * (TITLE_MAX_CHARS + 1)}, "title-too-long"),
+    ],
+    "session.flags": [
+        ({"session_id": S}, "invalid-field"),
+        ({"session_id": S, "pinned": "true"}, "invalid-field"),
+        ({"session_id": S, "archived": True, "hidden": 1}, "invalid-field"),
+        ({"session_id": S, "hidden": None}, "invalid-field"),
+    ],
+    "session.read": [
+        ({"session_id": S, "message_id": "1"}, "invalid-field"),
+        ({"session_id": S, "message_id": 1.0}, "invalid-field"),
+        ({"session_id": S, "message_id": 2 ** 63}, "invalid-field"),
+        ({"session_id": S, "message_id": False}, "invalid-field"),
+    ],
+    "messages.append": [
+        ({"session_id": S, "messages": "hi"}, "invalid-field"),
+        ({"session_id": S, "messages": [{"content": "no role"}]}, "invalid-role"),
+        ({"session_id": S, "messages": ["hi"]}, "invalid-message"),
+        ({"session_id": S, "messages": _MSGS, "source": 3}, "invalid-field"),
+        ({"session_id": S, "messages": [{**_USER, "usage": {"input_tokens": -1}}]}, "invalid-usage"),
+        ({"session_id": S, "messages": [{**_USER, "usage": {"input_tokens": 1}, "model": []}]}, "invalid-field"),
+        ({"session_id": S, "messages": [{**_USER, "usage": {"input_tokens": 1}, "task": "a b"}]}, "invalid-field"),
+        ({"session_id": S, "messages": [{**_USER, "extra": {"usage": {"input_tokens": 1}, "provider": []}}]},
+         "invalid-field"),
+    ],
+    "messages.compact": [
+        ({"session_id": S, "messages": []}, "invalid-field"),
+        ({"session_id": S, "messages": {"role": "user"}}, "invalid-field"),
+        ({"session_id": S, "messages": [{"role": "robot"}]}, "invalid-role"),
+        ({"session_id": S, "messages": _MSGS, "tail_count": 2}, "invalid-field"),
+        ({"session_id": S, "messages": _MSGS, "tail_count": -1}, "invalid-field"),
+        ({"session_id": S, "messages": _MSGS, "tail_count": "1"}, "invalid-field"),
+        ({"session_id": S, "messages": _MSGS, "watermark": 1, "watermark_ext_id": "m1"}, "invalid-field"),
+        ({"session_id": S, "messages": _MSGS, "watermark": "1"}, "invalid-field"),
+        ({"session_id": S, "messages": _MSGS, "watermark_ext_id": 1.5}, "invalid-field"),
+    ],
+    "messages.rewind": [
+        ({"session_id": S}, "invalid-field"),
+        ({"session_id": S, "message_id": 1, "user_turn": 1}, "invalid-field"),
+        ({"session_id": S, "message_id": 1, "ext_id": "m1"}, "invalid-field"),
+        ({"session_id": S, "message_id": "1"}, "invalid-field"),
+        ({"session_id": S, "ext_id": [1]}, "invalid-field"),
+        ({"session_id": S, "user_turn": True}, "invalid-field"),
+        ({"session_id": S, "user_turn": 0}, "no-such-turn"),
+        ({"session_id": S, "user_turn": 1, "expect_head_id": "9"}, "invalid-field"),
+        ({"session_id": S, "ext_ids": []}, "invalid-field"),
+        ({"session_id": S, "ext_ids": "m1"}, "invalid-field"),
+        ({"session_id": S, "ext_ids": [True]}, "invalid-field"),
+        ({"session_id": S, "ext_ids": ["m1"], "user_turn": 1}, "invalid-field"),
+        ({"session_id": S, "ext_ids": ["m1"], "expect_head_id": 1.5}, "invalid-field"),
+    ],
+    "messages.replace": [
+        ({"session_id": S}, "invalid-field"),
+        ({"session_id": S, "messages": [{"role": "user", "name": 3}]}, "invalid-field"),
+        ({"session_id": S, "messages": _MSGS, "from_message_id": 1, "from_ext_id": "m1"}, "invalid-field"),
+        ({"session_id": S, "messages": _MSGS, "from_message_id": "1"}, "invalid-field"),
+        ({"session_id": S, "messages": _MSGS, "expect_head_id": "1"}, "invalid-field"),
+        ({"session_id": S, "messages": _MSGS, "source": {}}, "invalid-field"),
+        ({"session_id": S, "messages": [{**_USER, "usage": "lots"}]}, "invalid-usage"),
+        ({"session_id": S, "messages": [{**_USER, "usage": {"input_tokens": 1}, "response_id": "r" * 513}]},
+         "invalid-field"),
+    ],
+    "messages.restore": [
+        ({"session_id": "r1", "offset": -1, "rows": [{"message": _USER, "state": "live"}]}, "invalid-field"),
+        ({"session_id": "r1", "offset": 0, "rows": [{"message": _USER, "state": "gone"}]}, "invalid-field"),
+        ({"session_id": "r1", "offset": 0, "rows": [{"message": _USER, "state": "live", "origin": 0}]},
+         "invalid-field"),
+        ({"session_id": "r1", "offset": 0, "rows": [{"message": {"role": 1}, "state": "live"}]}, "invalid-role"),
+        ({"session_id": "r1", "offset": 0, "source": 1, "rows": [{"message": _USER, "state": "live"}]},
+         "invalid-field"),
+        ({"session_id": "r1", "offset": 0, "started_at": "2024", "rows": [{"message": _USER, "state": "live"}]},
+         "invalid-field"),
+        # content first: this chunk is also out of order (s1 holds rows), the bad message wins
+        ({"session_id": S, "offset": 0, "rows": [{"message": {"role": "x"}, "state": "live"}]}, "invalid-role"),
+    ],
+    "sessions.delete": [
+        ({"session_ids": []}, "invalid-field"),
+        ({"session_ids": [S], "reason": "a\nb"}, "invalid-field"),
+        ({"session_ids": [S], "purge": "yes"}, "invalid-field"),
+        ({"session_ids": [S], "only_if": {"empty": 1}}, "invalid-field"),
+    ],
+    "usage.record": [
+        ({"session_id": S}, "invalid-usage"),
+        ({"session_id": S, "usage": None}, "invalid-usage"),
+        ({"session_id": S, "usage": {"input_tokens": 5, "cache_read_tokens": 9}}, "invalid-usage"),
+        ({"session_id": S, "usage": {"input_tokens": 5}, "model": {}}, "invalid-field"),
+        ({"session_id": S, "usage": {"input_tokens": 5}, "provider": ""}, "invalid-field"),
+        ({"session_id": S, "usage": {"input_tokens": 5}, "response_id": False}, "invalid-field"),
+        ({"session_id": S, "usage": {"input_tokens": 5}, "task": "not a task!"}, "invalid-field"),
+        ({"session_id": S, "usage": {"input_tokens": 5}, "task": "t" * 65}, "invalid-field"),
+        ({"session_id": S, "usage": {"input_tokens": 5}, "source": 1}, "invalid-field"),
+        ({"session_id": S, "usage": {"input_tokens": 5}, "message_ext_id": 7}, "invalid-field"),
+        # the attributes are checked before the tokens, in precheck as in the writer
+        ({"session_id": S, "usage": {"input_tokens": -5}, "model": [4]}, "invalid-field"),
+    ],
+    "usage.reprice": [
+        ({"price_version": "", "rows": [[1, None, 0.1]]}, "invalid-field"),
+        ({"price_version": "v", "rows": [[1, None, -1]]}, "invalid-field"),
+        ({"price_version": "v", "rows": [[0, None, 1]]}, "invalid-field"),
+    ],
+}
+CASES = [(op, data, reason) for op in sorted(BAD) for data, reason in BAD[op]]
+_SETUP = [("session.create", {"session_id": S, "source": "cli"}),
+          ("messages.append", {"session_id": S, "messages": [{"role": "user", "content": "one", "id": "m1"},
+                                                             {"role": "assistant", "content": "two", "id": "m2"}]})]
+
+
+def test_every_op_kind_has_one_shared_check():
+    """Every op kind has a check in ``CHECKS``, its applier calls that very function first
+    thing, and ``BAD`` has rows for it."""
+    assert set(CHECKS) == set(OP_KINDS)
+    assert set(BAD) == set(OP_KINDS)
+    for op, check in CHECKS.items():
+        applier = inspect.unwrap(APPLIERS[op])
+        body = inspect.getsource(applier).split('"""', 2)[2]  # the code after the docstring
+        first = next(line.strip() for line in body.splitlines() if line.strip())
+        assert f"{check.__name__}(data" in first, (op, check.__name__, first)
+
+
+@pytest.mark.parametrize("op, data, reason", CASES, ids=[f"{op}-{i}" for i, (op, _, _) in enumerate(CASES)])
+def test_precheck_refuses_with_the_reason(op, data, reason):
+    with pytest.raises(InvalidOpError) as refused:
+        precheck(op, data)
+    assert refused.value.reason == reason, refused.value
+
+
+def test_the_writer_quarantines_each_with_the_same_reason(backend, tmp_path):
+    """All of ``BAD`` appended raw to one real spool after a session with two messages, then
+    one drain: every bad op is quarantined with the precheck's reason, the good ones apply."""
+    store = Store(tmp_path, backend)
+    try:
+        for op, data in _SETUP:
+            store.spool.append(op, data)
+        expected = {}
+        for op, data, reason in CASES:
+            expected[str(store.spool.append(op, data).position)] = (op, data, reason)
+        store.spool.append("messages.append", {"session_id": "after", "messages": [_USER]})
+        store.drain()
+        got = {pos: reason for reason, _, pos in store.last_rejects}
+        wrong = [(op, data, want, got.get(pos)) for pos, (op, data, want) in expected.items() if got.get(pos) != want]
+        assert not wrong, wrong
+        assert store.last_result.applied == len(_SETUP) + 1
+        with store.reader() as r:
+            assert [m["content"] for m in r.get_messages(S, "audit")] == ["one", "two"]
+            assert r.get_session(S)["title"] is None and r.get_session(S)["ended_at"] is None
+    finally:
+        store.close()
+
+
+def _spool_bytes(home) -> int:
+    return sum(p.stat().st_size for p in (home / "spool").glob("*.jsonl"))
+
+
+def test_client_raises_invalid_input_with_the_reason_and_appends_nothing(tmp_path):
+    client = Client(tmp_path)
+    client.submit("session.create", {"session_id": S})
+    before = _spool_bytes(tmp_path)
+    for op, data, reason in CASES:
+        with pytest.raises(InvalidInputError) as refused:
+            client.submit(op, data)
+        assert refused.value.reason == reason, (op, data, refused.value)
+    # the typed methods too: arguments of the wrong type reach the same checks
+    for call, reason in [(lambda: client.end(S, reason=7), "invalid-field"),
+                         (lambda: client.end(S, ended_at="now"), "invalid-field"),
+                         (lambda: client.title(S, "t" * 201), "title-too-long"),
+                         (lambda: client.title(S, 5), "invalid-field"),
+                         (lambda: client.flags(S, pinned="yes"), "invalid-field"),
+                         (lambda: client.mark_read(S, "3"), "invalid-field"),
+                         (lambda: client.rewind(S, user_turn=0), "no-such-turn"),
+                         (lambda: client.rewind(S, ext_id=["m1"]), "invalid-field"),
+                         (lambda: client.compact(S, [_USER], tail_count=3), "invalid-field"),
+                         (lambda: client.replace(S, [_USER], from_message_id="1"), "invalid-field"),
+                         (lambda: client.record_usage(S, {"input_tokens": 1}, task="a b"), "invalid-field"),
+                         (lambda: client.record_usage(S, {"input_tokens": 1}, model=["m"]), "invalid-field")]:
+        with pytest.raises(InvalidInputError) as refused:
+            call()
+        assert refused.value.reason == reason, refused.value
+    assert _spool_bytes(tmp_path) == before
+
+
+def test_http_api_answers_422_with_the_reason_and_appends_nothing(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    quill = QuillCLI(home)
+    with served(quill) as base:
+        ok = httpx.post(f"{base}/api/v1/ops", json={"ops": [{"op": "session.create", "data": {"session_id": S}}]})
+        assert ok.status_code == 202, ok.text
+        before = _spool_bytes(home)
+        with httpx.Client(base_url=base, timeout=30) as http:
+            for op, data, reason in CASES:
+                # a good op first: a refused request appends nothing, not even its valid ops
+                r = http.post("/api/v1/ops", json={"ops": [{"op": "session.title", "data": {"session_id": S,
+                                                                                            "title": "x"}},
+                                                           {"op": op, "data": data}]})
+                assert r.status_code == 422, (op, data, r.status_code, r.text)
+                err = r.json()["error"]
+                assert err["reason"] == reason and err["op_index"] == 1, (op, data, err)
+            r = http.post(f"/api/v1/sessions/{S}/messages", json={"messages": [{**_USER, "usage": {"input_tokens": -1}}]})
+            assert r.status_code == 422 and r.json()["error"]["reason"] == "invalid-usage", r.text
+        assert _spool_bytes(home) == before

@@ -18,7 +18,8 @@ arrival times, usage rows, session rows, blobs. How each step keeps it:
 * ext-id dedupe: the ids each session held before the run, plus those the run's earlier ops
   (and earlier messages of the same op) added, exactly the ``seen`` set of each op;
 * session rows, reopening, blobs and usage run per op in spool order (usage reads the session
-  row as that op left it), with ``store.usage.record_messages`` itself;
+  row as that op left it), with ``store.usage.record_messages`` itself; only the session
+  upserts and reopenings that cannot change the row are skipped (see ``apply_run``);
 * the one-live-tool-result rule: checked per session on the union of the run's tool-result
   ids after all rows are in. Counts only grow in a run of appends, so the union passes
   exactly when every op's own check would have passed.
@@ -123,6 +124,11 @@ def apply_run(conn: apsw.Connection, run: list[Prepared], now: float) -> list[in
     values: list[tuple] = []
     written: list[int] = []
     tool_ids: dict[str, set[str]] = {}
+    # A session's row changes at most at its first ensure and its first ensure with a source
+    # (a placeholder takes the first source it is given), and an end cleared once stays
+    # cleared: nothing in a run of appends ends a session. The others are no-ops, skipped.
+    sourced: dict[str, bool] = {}  # session id -> an ensure of this run gave it a source
+    reopened: set[str] = set()
     for op in run:
         held = seen[op.sid]
         fresh, fresh_msgs = [], []
@@ -135,9 +141,12 @@ def apply_run(conn: apsw.Connection, run: list[Prepared], now: float) -> list[in
             fresh.append(row)
             fresh_msgs.append(msg)
         blobs.put_many(conn, op.found, now=op.arrived_at)
-        ensure_session(conn, op.sid, op.arrived_at, op.source)
-        if fresh:
+        if op.sid not in sourced or (op.source is not None and not sourced[op.sid]):
+            ensure_session(conn, op.sid, op.arrived_at, op.source)
+            sourced[op.sid] = sourced.get(op.sid, False) or op.source is not None
+        if fresh and op.sid not in reopened:
             reopen_if_automatic(conn, op.sid)
+            reopened.add(op.sid)
         first = next_id
         for i, row in enumerate(fresh):
             values.append((first + i, op.sid, *row, op.arrived_at, op.batch, "live", None))

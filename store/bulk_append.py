@@ -64,23 +64,23 @@ class Prepared:
 
 def prepare(entry: Any, data: dict, batch: str, digest: str, arrived_at: float,
             refused: tuple[type[BaseException], ...]) -> Prepared | None:
-    """The store-free checks of ``messages_append`` on one op — its content check,
-    ``op_checks.check_append`` with usage left to ``apply_run`` as the applier leaves it to
-    ``_record_usage`` — with the blob payloads cut out. Returns the op ready for
-    ``apply_run``, or None when any check fails with one of ``refused`` (the caller then
-    applies the op alone, which refuses it with its reason). Other exceptions propagate."""
+    """The content check of ``messages_append`` on one op (``op_checks.check_append`` with
+    usage left to the store phase, as the applier runs it), normalising its messages on the
+    way. Returns the op ready for ``apply_run``, or None when the check fails with one of
+    ``refused`` (the caller then applies the op alone, which refuses it with its reason).
+    Other exceptions propagate. No store access."""
     found: dict[str, str] = {}
 
-    def cut(messages: list) -> list[tuple]:
-        rows, payloads = cut_rows(messages, arrived_at)
-        found.update(payloads)
-        return rows
+    def rows(messages: list) -> list[tuple]:
+        out, cut = cut_rows(messages, arrived_at)
+        found.update(cut)
+        return out
 
     try:
-        rows = check_append(data, cut, usage=False)
+        checked = check_append(data, rows, usage=False)
     except refused:
         return None
-    return Prepared(entry, batch, digest, data["session_id"], data.get("source"), arrived_at, rows,
+    return Prepared(entry, batch, digest, data["session_id"], data.get("source"), arrived_at, checked,
                     data["messages"], found)
 
 

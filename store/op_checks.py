@@ -24,7 +24,7 @@ from typing import Any
 
 from .errors import InvalidOpError
 from .normalize import message_row, scrub
-from .op_common import opt, session_id, session_id_problem
+from .op_common import no_nul, opt, session_id, session_id_problem
 from .usage import _attrs as usage_holder  # where a message keeps its usage attributes
 from .usage import carries_usage, check_call, check_usage_record
 from .usage_reprice import check_reprice
@@ -101,6 +101,7 @@ def check_create(data: dict) -> None:
     sid = session_id(data)
     for key in ("source", "model", "cwd"):
         opt(data, key, str)
+    no_nul(data, "source", "model", "cwd", "parent_id")
     opt(data, "meta", dict)
     opt(data, "started_at", (int, float))
     kind, parent = opt(data, "parent_kind", str), opt(data, "parent_id", str)
@@ -116,6 +117,7 @@ def check_create(data: dict) -> None:
             or any(isinstance(v, int) and abs(v) >= 2**63 for v in (pid, started))):  # an INTEGER column
         raise InvalidOpError("invalid-field", "owner must be {host: str, pid: int, create_time: number} "
                              "(integers within 64 bits)")
+    no_nul(owner, "host")
     context.validate(data)
     clean_title(opt(data, "title", str))
     key_field(data)
@@ -214,6 +216,7 @@ def check_append(data: dict, rows: RowsFn = message_rows, *, usage: bool = True)
     session_id(data)
     out = _messages(data, rows)
     opt(data, "source", str)
+    no_nul(data, "source")
     if usage:
         check_usage_of(data["messages"])
     return out
@@ -242,6 +245,7 @@ def check_replace(data: dict, rows: RowsFn = message_rows) -> list:
     _target_fields(data, "from_message_id", "from_ext_id")
     opt(data, "expect_head_id", int)
     opt(data, "source", str)
+    no_nul(data, "source")
     check_usage_of(data["messages"])
     return out
 
@@ -290,6 +294,7 @@ def check_restore(data: dict, rows: RowsFn = message_rows) -> tuple[int, list[di
             raise InvalidOpError("invalid-field", f"rows[{i}].origin must be an earlier position")
     opt(data, "started_at", (int, float))
     opt(data, "source", str)
+    no_nul(data, "source")
     return offset, items, rows([item.get("message") for item in items])
 
 

@@ -96,6 +96,18 @@ def opt(data: dict, key: str, kind: type | tuple[type, ...]) -> Any:
     return value
 
 
+def no_nul(data: dict, *keys: str) -> None:
+    """``InvalidOpError('invalid-field')`` when a string ``data[key]`` holds a NUL character.
+    For the text fields stored as given (sources, models, hosts, provider ids, versions):
+    PostgreSQL text cannot hold NUL (psycopg refuses the value before sending it), so one
+    rule on both backends refuses it rather than the PostgreSQL writer alone. Message text,
+    titles, keys and ``meta`` lose NULs instead (``normalize.scrub``)."""
+    for key in keys:
+        value = data.get(key)
+        if isinstance(value, str) and "\x00" in value:
+            raise InvalidOpError("invalid-field", f"{key!r} must not contain NUL characters")
+
+
 def ensure_session(conn: apsw.Connection, sid: str, arrived_at: float, source: str | None = None,
                    started_at: float | None = None) -> None:
     """Create a *placeholder* session row if ``sid`` has none (ops may arrive before

@@ -20,7 +20,7 @@ import apsw
 
 from . import blobs, usage
 from .errors import InvalidOpError
-from .normalize import IDENTITY_COLUMNS, ROW_COLUMNS, identity, message_row
+from .normalize import IDENTITY_COLUMNS, ROW_COLUMNS, identity, message_row, scrub
 from .op_checks import check_append, check_compact, check_replace, check_rewind
 from .op_common import atomic, ensure_session, opt, reopen_if_automatic, session_exists
 
@@ -196,7 +196,7 @@ def _target(conn: apsw.Connection, sid: str, data: dict, id_key: str, ext_key: s
         row = conn.execute("SELECT id, role, state FROM messages WHERE id = ? AND session_id = ?", (mid, sid)).fetchone()
     elif ext is not None:
         row = conn.execute("SELECT id, role, state FROM messages WHERE session_id = ? AND ext_id = ? "
-                           "ORDER BY state = 'live' DESC, id DESC LIMIT 1", (sid, str(ext))).fetchone()
+                           "ORDER BY state = 'live' DESC, id DESC LIMIT 1", (sid, scrub(str(ext)))).fetchone()
     else:
         return None
     if row is None:
@@ -310,7 +310,7 @@ def _rewind_branch(conn: apsw.Connection, sid: str, data: dict) -> int:
     idempotent. No other target field may be given."""
     ids = data["ext_ids"]  # a non-empty list of ids, the only target: op_checks.check_rewind
     _check_head(conn, sid, data)
-    wanted = sorted({str(x) for x in ids})
+    wanted = sorted({scrub(str(x)) for x in ids})  # ids as message_row stores them
     flipped: list[int] = []
     for start in range(0, len(wanted), _CHUNK):
         part = wanted[start:start + _CHUNK]

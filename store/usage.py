@@ -35,8 +35,8 @@ from typing import Any
 import apsw
 
 from .errors import InvalidOpError
-from .normalize import dumps, timestamp
-from .op_common import atomic, ensure_session, opt, session_id
+from .normalize import dumps, scrub, timestamp
+from .op_common import atomic, ensure_session, no_nul, opt, session_id
 from .pricing import price, price_version
 
 TOKEN_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
@@ -139,8 +139,10 @@ def normalize_usage(raw: Any) -> dict[str, int]:
 def _text(value: Any, key: str, limit: int = 256) -> str | None:
     if value is None:
         return None
-    if not isinstance(value, (str, int)) or isinstance(value, bool) or not str(value) or len(str(value)) > limit:
-        raise InvalidOpError("invalid-field", f"{key!r} must be a non-empty string of at most {limit} characters")
+    if (not isinstance(value, (str, int)) or isinstance(value, bool) or not str(value) or len(str(value)) > limit
+            or "\x00" in str(value)):  # PostgreSQL text cannot hold NUL (op_common.no_nul)
+        raise InvalidOpError("invalid-field", f"{key!r} must be a non-empty string of at most {limit} characters "
+                             "without NUL")
     return str(value)
 
 
@@ -210,6 +212,7 @@ def check_usage_record(data: dict) -> tuple[str, str | None, dict[str, Any]]:
     if "usage" not in data:
         raise InvalidOpError("invalid-usage", "usage.record needs a 'usage' object")
     source = opt(data, "source", str)
+    no_nul(data, "source")
     opt(data, "message_ext_id", str)
     return sid, source, check_call(data)
 
@@ -273,7 +276,8 @@ def usage_record(conn: apsw.Connection, data: dict, batch_id: str, arrived_at: f
     ensure_session(conn, sid, arrived_at, source)
     message_id = None
     if (ext := opt(data, "message_ext_id", str)) is not None:
-        row = conn.execute("SELECT min(id) FROM messages WHERE session_id = ? AND ext_id = ?", (sid, ext)).fetchone()
+        row = conn.execute("SELECT min(id) FROM messages WHERE session_id = ? AND ext_id = ?",
+                           (sid, scrub(ext))).fetchone()  # a message id as message_row stores it
         message_id = row[0] if row else None
     if attrs["model"] is None:
         row = conn.execute("SELECT model FROM sessions WHERE id = ?", (sid,)).fetchone()

@@ -31,7 +31,7 @@ def check_reprice(data: dict) -> list[tuple[int, str | None, float]]:
     ``store.precheck`` share it). Returns ``(id, old version, cost)`` triples. Raises
     ``InvalidOpError('invalid-field')``."""
     version = data.get("price_version")
-    if not isinstance(version, str) or not version or len(version) > VERSION_MAX_CHARS:
+    if not isinstance(version, str) or not version or len(version) > VERSION_MAX_CHARS or "\x00" in version:
         raise InvalidOpError("invalid-field", f"price_version must be a string of 1..{VERSION_MAX_CHARS} chars")
     rows = data.get("rows")
     if not isinstance(rows, list) or not rows or len(rows) > MAX_ROWS:
@@ -43,7 +43,7 @@ def check_reprice(data: dict) -> list[tuple[int, str | None, float]]:
         rid, old, cost = row
         if not isinstance(rid, int) or isinstance(rid, bool) or not 0 < rid < 2**63:
             raise InvalidOpError("invalid-field", f"usage id must be a positive integer, got {rid!r}")
-        if old is not None and (not isinstance(old, str) or len(old) > VERSION_MAX_CHARS):
+        if old is not None and (not isinstance(old, str) or len(old) > VERSION_MAX_CHARS or "\x00" in old):
             raise InvalidOpError("invalid-field", "old price_version must be a string or null")
         if (isinstance(cost, bool) or not isinstance(cost, (int, float)) or cost < 0
                 or cost >= 2**63 or not math.isfinite(cost)):  # a huge int would overflow isfinite

@@ -41,6 +41,12 @@ BAD: dict[str, list[tuple[dict, str]]] = {
         ({"session_id": S, "parent_id": S, "parent_kind": "branch"}, "self-parent"),
         ({"session_id": S, "title": "t" * (TITLE_MAX_CHARS + 1)}, "title-too-long"),
         ({"session_id": " s"}, "invalid-session-id"),
+        # PostgreSQL text cannot hold NUL: one rule for both backends (its writer crashed on them)
+        ({"session_id": S, "source": "c\x00li"}, "invalid-field"),
+        ({"session_id": S, "model": "m\x00"}, "invalid-field"),
+        ({"session_id": S, "cwd": "/\x00"}, "invalid-field"),
+        ({"session_id": S, "parent_id": "p\x00", "parent_kind": "branch"}, "invalid-field"),
+        ({"session_id": S, "owner": {"host": "h\x00", "pid": 1}}, "invalid-field"),
     ],
     "session.end": [
         ({"session_id": S, "reason": 7}, "invalid-field"),
@@ -83,6 +89,9 @@ BAD: dict[str, list[tuple[dict, str]]] = {
         ({"session_id": S, "messages": [{**_USER, "usage": {"input_tokens": 1}, "task": "a b"}]}, "invalid-field"),
         ({"session_id": S, "messages": [{**_USER, "extra": {"usage": {"input_tokens": 1}, "provider": []}}]},
          "invalid-field"),
+        ({"session_id": S, "messages": _MSGS, "source": "\x00"}, "invalid-field"),
+        ({"session_id": S, "messages": [{**_USER, "usage": {"input_tokens": 1}, "provider": "p\x00"}]},
+         "invalid-field"),
     ],
     "messages.compact": [
         ({"session_id": S, "messages": []}, "invalid-field"),
@@ -117,6 +126,7 @@ BAD: dict[str, list[tuple[dict, str]]] = {
         ({"session_id": S, "messages": _MSGS, "from_message_id": "1"}, "invalid-field"),
         ({"session_id": S, "messages": _MSGS, "expect_head_id": "1"}, "invalid-field"),
         ({"session_id": S, "messages": _MSGS, "source": {}}, "invalid-field"),
+        ({"session_id": S, "messages": _MSGS, "source": "s\x00"}, "invalid-field"),
         ({"session_id": S, "messages": [{**_USER, "usage": "lots"}]}, "invalid-usage"),
         ({"session_id": S, "messages": [{**_USER, "usage": {"input_tokens": 1}, "response_id": "r" * 513}]},
          "invalid-field"),
@@ -130,6 +140,8 @@ BAD: dict[str, list[tuple[dict, str]]] = {
         ({"session_id": "r1", "offset": 0, "source": 1, "rows": [{"message": _USER, "state": "live"}]},
          "invalid-field"),
         ({"session_id": "r1", "offset": 0, "started_at": "2024", "rows": [{"message": _USER, "state": "live"}]},
+         "invalid-field"),
+        ({"session_id": "r1", "offset": 0, "source": "\x00", "rows": [{"message": _USER, "state": "live"}]},
          "invalid-field"),
         # content first: this chunk is also out of order (s1 holds rows), the bad message wins
         ({"session_id": S, "offset": 0, "rows": [{"message": {"role": "x"}, "state": "live"}]}, "invalid-role"),
@@ -151,6 +163,9 @@ BAD: dict[str, list[tuple[dict, str]]] = {
         ({"session_id": S, "usage": {"input_tokens": 5}, "task": "t" * 65}, "invalid-field"),
         ({"session_id": S, "usage": {"input_tokens": 5}, "source": 1}, "invalid-field"),
         ({"session_id": S, "usage": {"input_tokens": 5}, "message_ext_id": 7}, "invalid-field"),
+        ({"session_id": S, "usage": {"input_tokens": 5}, "model": "m\x00"}, "invalid-field"),
+        ({"session_id": S, "usage": {"input_tokens": 5}, "response_id": "r\x00"}, "invalid-field"),
+        ({"session_id": S, "usage": {"input_tokens": 5}, "source": "s\x00"}, "invalid-field"),
         # the attributes are checked before the tokens, in precheck as in the writer
         ({"session_id": S, "usage": {"input_tokens": -5}, "model": [4]}, "invalid-field"),
     ],
@@ -158,6 +173,8 @@ BAD: dict[str, list[tuple[dict, str]]] = {
         ({"price_version": "", "rows": [[1, None, 0.1]]}, "invalid-field"),
         ({"price_version": "v", "rows": [[1, None, -1]]}, "invalid-field"),
         ({"price_version": "v", "rows": [[0, None, 1]]}, "invalid-field"),
+        ({"price_version": "v\x00", "rows": [[1, None, 1]]}, "invalid-field"),
+        ({"price_version": "v", "rows": [[1, "o\x00", 1]]}, "invalid-field"),
     ],
 }
 CASES = [(op, data, reason) for op in sorted(BAD) for data, reason in BAD[op]]
@@ -206,6 +223,38 @@ def test_the_writer_quarantines_each_with_the_same_reason(backend, tmp_path):
             assert r.get_session(S)["title"] is None and r.get_session(S)["ended_at"] is None
     finally:
         store.close()
+
+
+def test_a_producer_id_with_nul_names_the_message_as_stored(backend, tmp_path):
+    """Message ids lose NULs when stored (``normalize.scrub``); lookups by producer id
+    (rewind, compact and replace targets, ``usage.record``'s ``message_ext_id``) scrub the same
+    way, so they find the message — and never send PostgreSQL a NUL, which its writer could
+    not even quarantine (a psycopg ``DataError`` with no SQLSTATE: now ``BadDataError``)."""
+    store = Store(tmp_path, backend)
+    try:
+        assert store.apply("messages.append", {"session_id": "n", "messages": [
+            {"role": "user", "content": "a", "id": "u\x001"}, {"role": "assistant", "content": "b", "id": "a\x001"},
+            {"role": "user", "content": "c", "id": "u\x002"}]}) == []
+        assert store.apply("usage.record", {"session_id": "n", "usage": {"input_tokens": 3},
+                                            "message_ext_id": "a\x001", "response_id": "r1"}) == []
+        assert store.apply("messages.rewind", {"session_id": "n", "ext_id": "u\x002"}) == []
+        assert store.apply("messages.rewind", {"session_id": "n", "ext_ids": ["a\x001"]}) == []
+        assert [s for (s,) in store.conn.execute("SELECT state FROM messages WHERE session_id = 'n' ORDER BY id")] \
+            == ["live", "rewound", "rewound"]
+        assert store.conn.execute("SELECT m.ext_id FROM usage u JOIN messages m ON m.id = u.message_id").fetchall() \
+            == [("a1",)]
+    finally:
+        store.close()
+
+
+def test_a_value_psycopg_refuses_is_bad_data_not_a_store_failure():
+    import psycopg
+
+    from quill.store.contract import BadDataError
+    from quill.store.postgres.errors import classify
+    with pytest.raises(psycopg.DataError) as refused:  # psycopg's own refusal, before any server
+        psycopg.adapt.Transformer().get_dumper("a\x00b", psycopg.adapt.PyFormat.TEXT).dump("a\x00b")
+    assert refused.value.sqlstate is None and classify(refused.value) is BadDataError
 
 
 def _spool_bytes(home) -> int:

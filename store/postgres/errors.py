@@ -10,6 +10,7 @@
     XX001 data corrupted, XX002 index corrupted CorruptError            sticky halt
     25006 read-only transaction                 ReadOnlyError
     22xxx data exception, 23xxx integrity       BadDataError            quarantine the op
+      (and psycopg.DataError without a SQLSTATE: a value psycopg refuses to send, e.g. NUL in text)
     anything else                               StoreError
 
 Source: PostgreSQL docs, Appendix A "PostgreSQL Error Codes".
@@ -42,6 +43,8 @@ def classify(exc: psycopg.Error) -> type[StoreError]:
         return _BY_CODE[code]
     if code[:2] in _BY_CLASS:
         return _BY_CLASS[code[:2]]
+    if not code and isinstance(exc, psycopg.DataError):
+        return BadDataError  # refused by psycopg before sending (a NUL in text): class 22 all the same
     if not code and isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)):
         return TransientError  # no server answer at all: unreachable, connection lost
     return StoreError

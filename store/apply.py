@@ -215,7 +215,10 @@ def apply_entries(conn: Any, entries: Sequence[EntryLike], now: float, on_reject
     batch id or non-object data is refused; each op runs in a SAVEPOINT, so an op that raises
     ``InvalidOpError`` or one of ``ledger.bad_data`` is rolled back alone, recorded as
     refused, handed to ``on_reject`` (which quarantines it before the commit), and the rest
-    applied. Any other error rolls the op back and propagates (the chunk is not committed)."""
+    applied. Any other error rolls the op back and propagates (the chunk is not committed).
+    With ``ledger.bulk_append`` (SQLite), consecutive plain ``messages.append`` ops are applied
+    as one run (``store.bulk_append``) with the same outcome, row for row; an op the store
+    refuses sends its run back to the op-at-a-time path above."""
     result = ChunkResult()
     batches = [e.record["batch"] for e in entries if e.record and isinstance(e.record.get("batch"), str)]
     decided = ledger.decided(conn, batches) if batches else {}

@@ -10,6 +10,8 @@ import click
 from quill.store.errors import CantOpenError
 from quill.store.reads import Reader
 
+from .stores import open_reader, where
+
 from . import export, render
 from .cli_read import _EPOCH
 from .errors import no_key, no_session
@@ -20,13 +22,13 @@ def write_export(cfg: Any, out: Any, fmt: str, session_id: str | None, since: fl
     """Write the export to ``out`` (a text stream); returns the number of sessions. Raises
     ``NotFoundError`` for a named session or key that does not exist."""
     try:
-        reader = Reader(cfg.state_db)
+        reader = open_reader(cfg)
     except CantOpenError:
         if session_id is not None:
             raise no_session(session_id, store_missing=True) from None
         if key is not None:
             raise no_key(key, store_missing=True) from None
-        click.echo(f"quill: no store at {cfg.state_db} yet: nothing to export", err=True)
+        click.echo(f"quill: no store at {where(cfg)} yet: nothing to export", err=True)
         if fmt == "quill":
             out.write(json.dumps(export.header(0)) + "\n")
         return 0

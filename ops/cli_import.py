@@ -35,7 +35,7 @@ def import_(ctx: click.Context, paths: tuple[Path, ...], as_json: bool) -> None:
     files = list(iter_transcript_files(paths, skipped_md))
     report: list[dict[str, Any]] = []
     con = render.console()
-    store = open_store_view(cfg.state_db)
+    store = open_store_view(cfg)
     try:
         with Spool(cfg.spool_dir, segment_bytes=cfg.segment_bytes) as spool, \
                 render.progress(not as_json) as progress:

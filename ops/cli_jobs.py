@@ -21,12 +21,12 @@ from quill.jobs import catalog
 from quill.jobs import schedule as schedule_db
 from quill.jobs.queues import build as build_queues
 from quill.store.errors import CantOpenError
-from quill.store.reads import Reader
 from quill.workers.scheduler import describe, edit_schedules
 
 from . import render
 from .cli_base import emit_json, json_option
 from .errors import Exit, NotFoundError, WaitTimeoutError
+from .stores import open_reader
 
 _EVERY = re.compile(r"^(\d+)\s*([smhd])$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
@@ -34,7 +34,7 @@ _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 
 def _history(cfg: Any, job: str | None, limit: int) -> list[dict[str, Any]]:
     try:
-        with Reader(cfg.state_db) as r:
+        with open_reader(cfg) as r:
             return r.job_runs(job=job, limit=limit)
     except CantOpenError:
         return []

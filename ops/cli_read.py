@@ -15,6 +15,8 @@ from quill.store.normalize import ROLES
 from quill.store import search as search_mod
 from quill.store.reads import Reader
 
+from .stores import open_reader, where
+
 from . import health, render
 from .client import Client
 from .cli_base import emit_json, json_option
@@ -50,15 +52,15 @@ UTF8 = Utf8Text()
 
 def _reader(cfg: Any) -> Reader:
     try:
-        return Reader(cfg.state_db)
+        return open_reader(cfg)
     except CantOpenError:
-        raise NotFoundError(f"no store at {cfg.state_db} yet", hint="push or import something, then `quill run`")
+        raise NotFoundError(f"no store at {where(cfg)} yet", hint="push or import something, then `quill run`")
 
 
 def _note_no_store(cfg: Any) -> None:
     """Before the store exists a listing is empty: "nothing yet" is an answer, not an error,
     but say why on stderr."""
-    if not cfg.state_db.exists():
+    if not cfg.store_url and not cfg.state_db.exists():  # (a PostgreSQL store without schema: CantOpenError)
         click.echo(f"quill: no store at {cfg.state_db} yet (push or import, then `quill run`)", err=True)
 
 

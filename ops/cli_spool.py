@@ -36,7 +36,7 @@ def spool() -> None:
 @click.pass_obj
 def spool_status(cfg: Any, as_json: bool) -> None:
     """Segments, bytes, records pending, lag (seconds) and quarantined count."""
-    cursor = applied_position(cfg.state_db)
+    cursor = applied_position(cfg)
     data = {**stats(cfg.spool_dir, cursor), "cursor": str(cursor) if cursor else None,
             "quarantined": Quarantine(cfg.spool_dir).count(), "torn_writes": Quarantine(cfg.spool_dir).torn_count()}
     start = cursor or Position(1, 0)

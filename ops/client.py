@@ -248,12 +248,12 @@ class Client(Reads):
 
         last = max(acks, key=lambda a: a.position)
         try:
-            wait_applied(self.config.state_db, last.position, timeout, poll=WAIT_POLL_S)
+            wait_applied(self.config, last.position, timeout, poll=WAIT_POLL_S)
         except SpoolWaitTimeout:
             raise WaitTimeoutError(f"batch {last.batch_id} (spool position {last.position}) not applied "
                                    f"within {timeout:g} s") from None
         with _public_errors():
-            found = outcomes(self.config.state_db, self.config.spool_dir, acks)
+            found = outcomes(self.config, self.config.spool_dir, acks)
         return [Outcome(o["outcome"], a.batch_id, o.get("reason"), o.get("detail")) for a, o in zip(acks, found)]
 
     def applied(self, ack: Ack) -> bool:
@@ -263,7 +263,7 @@ class Client(Reads):
         from .wait import applied_position
 
         with _public_errors():
-            cursor = applied_position(self.config.state_db)
+            cursor = applied_position(self.config)
         return cursor is not None and cursor > ack.position
 
     # -- writes that read first (keys, orphans, deletes, re-pricing) -------------------------
@@ -338,7 +338,7 @@ class Client(Reads):
                                     hint="delete without --purge; the spool keeps its copies until retention")
         if after is not None:
             try:
-                wait_applied(self.config.state_db, after.position, timeout)
+                wait_applied(self.config, after.position, timeout)
             except SpoolWaitTimeout as exc:
                 raise WaitTimeoutError(str(exc), hint="the delete is spooled; once the writer applied it, run "
                                        f"`quill spool purge {' '.join(shlex.quote(s) for s in session_ids)}`") from None

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from .errors import InvalidInputError, NotFoundError, QuillError, from_exception, no_session
+from .stores import where
 
 VIEWS = ("display", "model", "audit")
 
@@ -74,11 +75,12 @@ class Reads:
         """A read-only store connection; before the store exists, raise ``missing`` or yield
         None (an empty answer)."""
         from quill.store.errors import CantOpenError
-        from quill.store.reads import Reader
+
+        from .stores import open_reader
 
         with _public_errors():
             try:
-                reader = Reader(self.config.state_db)
+                reader = open_reader(self.config)
             except CantOpenError:
                 if missing is not None:
                     raise missing from None
@@ -186,7 +188,7 @@ class Reads:
         if cwd is not None and len(cwd) > 1:
             cwd = cwd.rstrip("/") or "/"   # `--cwd /repo/` names the directory importers record as /repo
         what = f"key {key!r}" if key is not None else f"cwd {cwd!r}"
-        missing = NotFoundError(f"no session for {what} (no store at {self.config.state_db} yet)",
+        missing = NotFoundError(f"no session for {what} (no store at {where(self.config)} yet)",
                                 hint="push or import something, then `quill run` applies it")
         with self._reader(missing) as r, r.snapshot():
             found = r.resume_target(key=key, cwd=cwd)

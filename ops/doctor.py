@@ -27,6 +27,7 @@ from quill.workers.rundir import RunDir
 from . import health
 from .config import Config
 from .purge import interrupted as interrupted_purge
+from .stores import open_reader
 
 FREE_WARN_BYTES = 1 << 30
 
@@ -86,7 +87,7 @@ def _pg_checks(cfg: Config, out: list[dict[str, Any]]) -> dict[str, Any] | None:
     figures (None when unreadable). The password in the URL is never shown."""
     from quill.store.postgres.connection import redact
     try:
-        with health.open_store_reader(cfg) as r:
+        with open_reader(cfg) as r:
             figures = r.figures()
             pg = r.server_figures(time.time())
             overdue = health.overdue_jobs(cfg, r.conn)

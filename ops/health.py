@@ -20,11 +20,11 @@ from quill.spool import Position, Quarantine
 from quill.spool.reader import lag_seconds, stats as spool_stats
 from quill.store.connection import shm_problem
 from quill.store.errors import CantOpenError, SharedMemoryError, StoreError
-from quill.store.reads import Reader
 from quill.workers.rundir import RunDir
 from quill.workers.status import COMMIT_BUCKETS_S
 
 from .purge import interrupted as interrupted_purge
+from .stores import open_reader
 
 #: Below this many free bytes producers and the writer are about to stall (a spool segment
 #: rotation plus a chunk's WAL growth need a few MiB; 64 MiB leaves margin).
@@ -63,19 +63,6 @@ def fleet_state(cfg: Any) -> dict[str, Any]:
     return out
 
 
-def open_store_reader(cfg: Any) -> Any:
-    """A reader on this data dir's store: the shared PostgreSQL store (``[store] url``, with
-    this data dir's spool id, so ``figures()["cursor"]`` is this host's) or ``state.db``.
-    Raises ``CantOpenError`` when there is no store yet and the store error tree otherwise
-    (an unreachable server is ``TransientError``)."""
-    if not cfg.store_url:
-        return Reader(cfg.state_db)
-    from quill.spool.identity import load_or_create
-    from quill.store.postgres import PgReader
-    spool_id = load_or_create(cfg.spool_id_path) if cfg.spool_id_path.exists() else None
-    return PgReader(cfg.store_url, spool_id=spool_id)
-
-
 def collect(cfg: Any) -> dict[str, Any]:
     """The status document: home, fleet, store figures, recent jobs, spool, disk, metrics.
 
@@ -88,7 +75,7 @@ def collect(cfg: Any) -> dict[str, Any]:
     try:
         if shm:  # SQLite would read the store through it as if it were empty
             raise SharedMemoryError(shm)
-        with open_store_reader(cfg) as r:
+        with open_reader(cfg) as r:
             data["store"] = r.figures()
             if cfg.store_url:
                 data["store"]["postgres"] = r.server_figures(time.time())

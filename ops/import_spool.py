@@ -298,12 +298,16 @@ def import_file(spool: Spool, path: Path, store: Reader | None) -> FileReport:
     return report
 
 
-def open_store_view(db_path: Path) -> Reader | None:
-    """A read-only view of the store for import decisions, or None when there is none yet."""
-    from quill.store.errors import StoreError
-    if not Path(db_path).exists():
-        return None
+def open_store_view(cfg: Any) -> Reader | None:
+    """A read-only view of ``cfg``'s store for import decisions (``stores.open_reader``), or
+    None when there is none yet (everything read is then spooled; the writer's batch ids
+    still keep a repeat from being applied twice). Raises the store error tree when the store
+    exists but cannot be read (damaged, or its server unreachable): deciding "new" without it
+    would report every message as new."""
+    from quill.store.errors import CantOpenError
+
+    from .stores import open_reader
     try:
-        return Reader(db_path)
-    except StoreError:
+        return open_reader(cfg)
+    except CantOpenError:
         return None

@@ -156,14 +156,14 @@ def run(cfg: Any, stream: Any, name: str, session_id: str | None, wait_s: float 
 
         from .wait import outcomes, wait_applied
         try:
-            waited = wait_applied(cfg.state_db, max(a.position for a in acks), wait_s)
+            waited = wait_applied(cfg, max(a.position for a in acks), wait_s)
         except WaitTimeoutError as exc:
             echo(f"quill: {exc}", err=True)
             for r in result:
                 r["outcome"] = "pending"
             code = Exit.TIMEOUT
         else:
-            for r, o in zip(result, outcomes(cfg.state_db, cfg.spool_dir, acks)):
+            for r, o in zip(result, outcomes(cfg, cfg.spool_dir, acks)):
                 r.update(o)
             code = Exit.FAILED if any(r["outcome"] != "applied" for r in result) else Exit.OK
             if not as_json:

@@ -13,25 +13,27 @@ from typing import Any
 
 from quill.spool import Ack, Position, Quarantine, WaitTimeoutError
 from quill.store.errors import CantOpenError
-from quill.store.reads import Reader
+
+from .stores import open_reader
 
 
-def applied_position(db_path: Path) -> Position | None:
-    """The store's committed cursor, or None when nothing was applied yet."""
+def applied_position(cfg: Any) -> Position | None:
+    """``cfg``'s store's committed cursor of this data dir's spool (``stores.open_reader``),
+    or None when nothing was applied yet."""
     try:
-        with Reader(db_path) as reader:
+        with open_reader(cfg) as reader:
             cursor = reader.figures()["cursor"]
     except CantOpenError:
         return None
     return Position.parse(cursor) if cursor else None
 
 
-def wait_applied(db_path: Path, position: Position, timeout: float, poll: float = 0.05) -> float:
+def wait_applied(cfg: Any, position: Position, timeout: float, poll: float = 0.05) -> float:
     """Block until the record at ``position`` is past the cursor; returns the seconds waited.
     Raises ``WaitTimeoutError`` after ``timeout`` seconds."""
     start = time.monotonic()
     while True:
-        cursor = applied_position(db_path)
+        cursor = applied_position(cfg)
         if cursor is not None and cursor > position:
             return time.monotonic() - start
         if time.monotonic() - start >= timeout:
@@ -40,12 +42,12 @@ def wait_applied(db_path: Path, position: Position, timeout: float, poll: float 
         time.sleep(poll)
 
 
-def outcomes(db_path: Path, spool_dir: Path, acks: list[Ack]) -> list[dict[str, Any]]:
+def outcomes(cfg: Any, spool_dir: Path, acks: list[Ack]) -> list[dict[str, Any]]:
     """For acks already past the cursor: ``{"outcome": "applied"}`` or ``{"outcome":
     "quarantined", "reason", "detail"}`` per ack, in order."""
     marks = ", ".join("?" for _ in acks)
     ids = [a.batch_id for a in acks]
-    with Reader(db_path) as reader:
+    with open_reader(cfg) as reader:
         applied = dict(reader.conn.execute(
             f"SELECT batch_id, position FROM applied_batches WHERE batch_id IN ({marks})", ids).fetchall())
         refused = {b: reason for b, reason in reader.conn.execute(

@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from quill.ops import config
 from quill.ops.wait import wait_applied
 from quill.spool import Position, Spool, WaitTimeoutError
 from quill.spool.retention import collect, collectable
@@ -77,7 +78,7 @@ def test_wait_applied_times_out_without_a_writer(tmp_path):
     with Spool(tmp_path / "spool") as sp:
         ack = sp.append("session.create", {"session_id": "s"})
     with pytest.raises(WaitTimeoutError) as info:
-        wait_applied(tmp_path / "state.db", ack.position, timeout=0.3)
+        wait_applied(config.load(tmp_path), ack.position, timeout=0.3)
     assert "quill run" in str(info.value)
 
 

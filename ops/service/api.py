@@ -27,6 +27,7 @@ from quill.store.reads import Reader
 
 from .. import health
 from ..client import Client
+from ..stores import open_reader
 from ..errors import InvalidInputError, NotFoundError, QuillError, SpoolFullError as QuillSpoolFull
 from . import views
 from .auth import require
@@ -150,7 +151,7 @@ def append_messages(session_id: str, body: MessagesIn, request: Request) -> Acks
 def reader(request: Request) -> Iterator[Reader | None]:
     """A read-only ``Reader`` for this request, or None before the store exists."""
     try:
-        r = Reader(request.app.state.cfg.state_db)
+        r = open_reader(request.app.state.cfg)
     except CantOpenError:
         yield None
         return

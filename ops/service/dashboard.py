@@ -27,6 +27,7 @@ from quill.store.errors import CantOpenError
 from quill.store.reads import Reader
 
 from .. import health
+from ..stores import open_reader
 from . import api, views
 from .auth import COOKIE, principal
 from .errors import ApiError
@@ -91,7 +92,7 @@ def _page(request: Request, name: str, **ctx: Any) -> HTMLResponse:
 
 def _open(request: Request) -> Reader | None:
     try:
-        return Reader(request.app.state.cfg.state_db)
+        return open_reader(request.app.state.cfg)
     except CantOpenError:
         return None
 

@@ -11,6 +11,7 @@ from quill.store.reads import Reader
 from quill.workers.scheduler import describe, edit_schedules
 
 from .. import health
+from ..stores import open_reader
 from .errors import ApiError
 
 T = TypeVar("T")
@@ -40,7 +41,7 @@ def jobs(cfg: Any) -> list[dict[str, Any]]:
     schedule whose next run time passed ``health.OVERDUE_AFTER_S`` ago: no scheduler fired it)."""
     last: dict[str, dict[str, Any]] = {}
     try:
-        with Reader(cfg.state_db) as r:
+        with open_reader(cfg) as r:
             for run in reversed(r.job_runs(limit=500)):
                 last[run["job"]] = run
     except StoreError:

@@ -1,0 +1,36 @@
+"""The one way the ops layer opens the configured store for reading.
+
+A data dir's store is either the embedded SQLite file (``state.db``) or, with ``[store] url``
+set, the shared PostgreSQL store (docs/architecture.md, "Backends"). Every read — CLI
+commands, the client library, ``wait``, the HTTP API, the dashboard, status and doctor —
+opens it here, so no command can read an empty ``state.db`` while the rows are in
+PostgreSQL.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from quill.store.reads import Reader
+
+
+def open_reader(cfg: Any) -> Reader:
+    """A read-only ``Reader`` on ``cfg``'s store: ``store.postgres.PgReader`` for ``[store]
+    url`` (with this data dir's spool id, so ``figures()["cursor"]`` is this host's cursor) or
+    ``store.reads.Reader`` on ``cfg.state_db``. Raises ``store.errors.CantOpenError`` when the
+    store does not exist yet (no ``state.db``, or a database without Quill's schema), and the
+    rest of the store error tree otherwise (an unreachable server is ``TransientError``)."""
+    if not cfg.store_url:
+        return Reader(cfg.state_db)
+    from quill.spool.identity import load_or_create
+    from quill.store.postgres import PgReader
+    spool_id = load_or_create(cfg.spool_id_path) if cfg.spool_id_path.exists() else None
+    return PgReader(cfg.store_url, spool_id=spool_id)
+
+
+def where(cfg: Any) -> str:
+    """Where the store lives, for messages: ``state.db``'s path, or the PostgreSQL URL with
+    its password removed."""
+    if not cfg.store_url:
+        return str(cfg.state_db)
+    from quill.store.postgres.connection import redact
+    return redact(cfg.store_url)

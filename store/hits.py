@@ -89,6 +89,43 @@ def finder(kind: str, terms: list[str], prefixes: tuple[str, ...] = ()):
     return find
 
 
+def snippet_finder(kind: str, terms: list[str], prefixes: tuple[str, ...] = (),
+                   width: int = SNIPPET_CHARS):
+    """A function ``text -> (snippet, highlights) | None``, equal to ``excerpt(text, spans,
+    width)`` with ``spans = finder(kind, terms, prefixes)(text)`` when there are spans and None
+    when there are none. For ASCII text and a word query the spans are read only up to the
+    window's end (``excerpt`` drops the ones after it; ``match_spans`` stops at its horizon)."""
+    find = finder(kind, terms, prefixes)
+    if kind != "fts" or not terms:
+        return lambda text: excerpt(text, spans, width) if (spans := find(text)) else None
+    pattern = _word_pattern(tuple(sorted(w for w in set(terms) if w.isascii())),
+                            tuple(sorted(p for p in prefixes if p.isascii())))
+
+    def snip(text: str) -> tuple[str, list[list[int]]] | None:
+        if not text:
+            return None
+        if not text.isascii():
+            spans = find(text)
+            return excerpt(text, spans, width) if spans else None
+        if pattern is None:
+            return None
+        low = text.lower()  # as _ascii_spans
+        first = pattern.search(low)
+        if first is None:
+            return None
+        s, e = first.span()
+        start = max(0, min(s - (width - (e - s)) // 2, len(text) - width))
+        end = min(len(text), start + width)
+        stop = min(end, s + 2 * SNIPPET_CHARS + 1)  # _ascii_spans' horizon, excerpt's window end
+        spans = [(s, e)]
+        for m in pattern.finditer(low, e):
+            if m.start() >= stop:
+                break
+            spans.append(m.span())
+        return _window_excerpt(text, start, end, spans)
+    return snip
+
+
 def _ascii_word_spans(text: str, want: set[str], prefixes: tuple[str, ...]) -> list[tuple[int, int]]:
     """Word spans of ASCII ``text``, from its first match to ``2 * SNIPPET_CHARS`` past it.
 
@@ -143,10 +180,14 @@ def excerpt(text: str, spans: list[tuple[int, int]], width: int = SNIPPET_CHARS)
         start = max(0, min(s - (width - (e - s)) // 2, len(text) - width))
     else:
         start = 0
-    end = min(len(text), start + width)
+    return _window_excerpt(text, start, min(len(text), start + width), spans)
+
+
+def _window_excerpt(text: str, start: int, end: int, spans: list[tuple[int, int]]) -> tuple[str, list[list[int]]]:
+    """``excerpt`` once its window ``text[start:end]`` is known (spans in text order)."""
     inside: list[tuple[int, int]] = []
     pos = start
-    one_pass = True  # no span starts or ends with whitespace (see _marked_excerpt)
+    one_pass = True  # no span starts or ends with whitespace (see _collapsed_excerpt)
     for s, e in spans:
         if s >= end:
             break  # spans come in text order
@@ -160,9 +201,8 @@ def excerpt(text: str, spans: list[tuple[int, int]], width: int = SNIPPET_CHARS)
             one_pass = False
         inside.append((s, e))
         pos = e
-    window = text[start:end]
-    if one_pass and _OPEN not in window and _CLOSE not in window:
-        return _marked_excerpt(text, start, end, inside)
+    if one_pass:
+        return _collapsed_excerpt(text, start, end, inside)
     out, marks = _joined(text, start, end, inside)
     lead = len(out) - len(out.lstrip())
     body = out.strip()
@@ -172,45 +212,41 @@ def excerpt(text: str, spans: list[tuple[int, int]], width: int = SNIPPET_CHARS)
     return prefix + body + ("…" if end < len(text) else ""), [m for m in marks if m[0] < m[1]]
 
 
-#: Private-use characters bracketing the highlighted spans while whitespace is collapsed in
-#: one pass (``_marked_excerpt``); a window that holds either takes the piecewise path instead.
-_OPEN, _CLOSE = "\ue000", "\ue001"
-_MARK_SPLIT = re.compile("[\ue000\ue001]")
+#: Whitespace runs that collapsing shortens (a single whitespace character stays one character).
+_RUNS = re.compile(r"\s{2,}")
 
 
-def _marked_excerpt(text: str, start: int, end: int, inside: list[tuple[int, int]]) -> tuple[str, list[list[int]]]:
-    """``excerpt``'s result in one regex pass, equal to the piecewise ``_joined`` path when
-    no span starts or ends with whitespace (tests/test_search_text.py): the spans are
-    bracketed by marks, the window's whitespace collapsed (no whitespace run touches a mark,
-    so collapsing the pieces one by one is collapsing the window), the marks read back as
-    offsets. The collapsed window has at most one space at each end, outside every span, so
-    stripping it shifts every mark alike and no mark is clipped or emptied."""
-    pieces = []
-    pos = start
-    for s, e in inside:
-        pieces += (text[pos:s], _OPEN, text[s:e], _CLOSE)
-        pos = e
-    pieces.append(text[pos:end])
-    parts = _MARK_SPLIT.split(_collapse("".join(pieces)))
-    out = "".join(parts)
-    body = out.strip()
+def _collapsed_excerpt(text: str, start: int, end: int, inside: list[tuple[int, int]]) -> tuple[str, list[list[int]]]:
+    """``excerpt``'s result for the window ``text[start:end]`` and its ``inside`` spans when no
+    span starts or ends with whitespace, equal to the piecewise ``_joined`` path
+    (tests/test_search_text.py). The snippet body is the window with every whitespace run
+    collapsed to one space and both ends stripped (``str.split``: the same whitespace as
+    ``_SPACE``, ``str.isspace``). A span boundary then never lies inside a whitespace run, so
+    its offset in the body is its offset in the window, minus what the runs wholly before it
+    lost (length - 1 each; ``_RUNS`` finds only the runs that lose anything), minus the one
+    leading space the strip removes, plus the ``…`` prefix: no span is clipped or emptied."""
+    window = text[start:end]
+    body = " ".join(window.split())
     prefix = "…" if start > 0 else ""
-    n = len(prefix) - (len(out) - len(out.lstrip())) + len(parts[0])
-    marks = []
-    for i in range(1, len(parts), 2):  # gap, hit, gap, hit, …, gap
-        hit = len(parts[i])
-        marks.append([n, n + hit])
-        n += hit + len(parts[i + 1])
+    lead = 1 if window[:1].isspace() else 0
+    shift = len(prefix) - start - lead
+    # The runs lost len(window) - len(body) - the two end spaces in all: none, no regex pass.
+    lost = len(window) - len(body) - lead - (1 if body and window[-1].isspace() else 0)
+    runs = [(m.end() + start, m.end() - m.start() - 1) for m in _RUNS.finditer(window)] if inside and lost else []
+    if not runs:
+        marks = [[s + shift, e + shift] for s, e in inside]
+    else:
+        marks, i, n = [], 0, len(runs)
+        for s, e in inside:
+            while i < n and runs[i][0] <= s:
+                shift -= runs[i][1]
+                i += 1
+            a = s + shift
+            while i < n and runs[i][0] <= e:
+                shift -= runs[i][1]
+                i += 1
+            marks.append([a, e + shift])
     return prefix + body + ("…" if end < len(text) else ""), marks
-
-
-def _collapse(text: str) -> str:
-    """``_SPACE.sub(" ", text)`` by ``str.split`` (the same whitespace: ``str.isspace``),
-    several times faster than a regex substitution per run on prose."""
-    body = " ".join(text.split())
-    if not body:
-        return " " if text else ""
-    return (" " if text[0].isspace() else "") + body + (" " if text[-1].isspace() else "")
 
 
 def _joined(text: str, start: int, end: int, inside: list[tuple[int, int]]) -> tuple[str, list[list[int]]]:

@@ -307,7 +307,7 @@ def _hits(conn: apsw.Connection, plan: query.Plan, page: list[int], projection: 
             f"WHERE m.id IN ({marks})", (*nargs, *page))}
         prefixes = tuple(w for g in plan.groups for t in g if t.prefix and not t.negated
                          for w in textfold.word_tokens(t.text)[-1:]) if plan.kind == "fts" else ()
-        find = hits_mod.finder("fts" if plan.kind == "fts" else "substring", plan.terms, prefixes)
+        find = hits_mod.snippet_finder("fts" if plan.kind == "fts" else "substring", plan.terms, prefixes)
         for mid in page:
             r = rows[mid]
             matched_in, snippet, marks_ = _snippet(conn, plan, r, kinds_t, find)
@@ -343,7 +343,8 @@ def _snippet(conn: apsw.Connection, plan: query.Plan, row: tuple, kinds: tuple[s
     """``(matched_in, snippet, highlights)`` of a hit (a ``_PAGE_COLS`` row): from the first
     of its searched texts (``_texts``' rules and order) that holds a match, else the first
     non-empty one; the tools text is read only when the texts before it hold no match.
-    ``find`` is ``hits.finder`` of the plan's terms (text -> match spans)."""
+    ``find`` is ``hits.snippet_finder`` of the plan's terms (text -> snippet and highlights,
+    None without a match)."""
     content, raw_tools, reasoning = row[6], row[7], row[8]
     if plan.kind == "trigram":
         order: tuple[str, ...] = ("text",) if row[2] in TRIGRAM_ROLES and "text" in kinds and content else ()
@@ -364,9 +365,9 @@ def _snippet(conn: apsw.Connection, plan: query.Plan, row: tuple, kinds: tuple[s
             continue
         if not text:
             continue
-        spans = find(text)
-        if spans:
-            return (kind, *hits_mod.excerpt(text, spans))
+        found = find(text)
+        if found is not None:
+            return (kind, *found)
         if first is None:
             first = (kind, text)
     if first is None:

@@ -254,6 +254,26 @@ def test_finder_equals_match_spans():
         assert find(text) == hits_mod.match_spans(text, kind, terms, prefixes), (text, kind, terms, prefixes)
 
 
+def test_snippet_finder_equals_excerpt_of_match_spans():
+    """``hits.snippet_finder`` (what search builds snippets with) gives ``excerpt`` of
+    ``match_spans``' spans (None without a match) for every kind, on ASCII and non-ASCII text
+    long enough for the window, the span horizon and whitespace runs to matter, with long
+    tokens (a prefix match longer than the window), narrow and default widths."""
+    import random
+    rng = random.Random(47)
+    alphabets = ["ab c  x0\n\t", "abcXYZ019 _-.\n\t'é连Ü \u00a0", "a" * 20 + " b"]
+    for _ in range(4000):
+        alphabet = rng.choice(alphabets)
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 900)))
+        kind = rng.choice(["fts", "fts", "substring"])
+        terms = rng.sample(["ab", "c", "x", "0", "a1", "é", "连", "ü", "b x", "aaaa"], rng.randint(0, 3))
+        prefixes = tuple(rng.sample(["a", "x", "b", "0", "ü"], rng.randint(0, 2))) if kind == "fts" else ()
+        width = rng.choice([hits_mod.SNIPPET_CHARS, hits_mod.SNIPPET_CHARS, 20, 400])
+        spans = hits_mod.match_spans(text, kind, terms, prefixes)
+        want = hits_mod.excerpt(text, spans, width) if spans else None
+        assert hits_mod.snippet_finder(kind, terms, prefixes, width)(text) == want, (text, kind, terms, prefixes, width)
+
+
 def test_excerpt_one_pass_equals_piecewise_collapse():
     """``excerpt``'s one-pass whitespace collapse (spans bracketed by marks) gives the snippet
     and highlights of the piece-by-piece collapse, including overlapping spans, spans that

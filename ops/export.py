@@ -14,7 +14,9 @@ chat JSONL or ShareGPT.
 * ``markdown`` — the display view, readable; tool calls and results folded (``<details>``).
 * ``openai`` — one ``{"messages": [...], "tools": [...]}`` line per session: the model view
   with the stored system prompt and tool array (for fine-tuning).
-* ``sharegpt`` — one ``{"id", "conversations": [{"from", "value"}]}`` line per session.
+* ``sharegpt`` — one ``{"id", "conversations": [{"from", "value"}]}`` line per session,
+  reasoning as ``<think>`` blocks (Hermes style). ``openai`` carries no reasoning: it is the
+  fine-tuning shape, which has no such field; ``quill`` is the lossless format.
 """
 from __future__ import annotations
 
@@ -246,14 +248,17 @@ _SHAREGPT_ROLE = {"system": "system", "developer": "system", "user": "human", "a
 
 
 def sharegpt(r: Reader, sid: str) -> dict[str, Any]:
-    """``{"id", "conversations": [{"from", "value"}]}`` from the model view; tool calls are
-    written as ``<tool_call>`` JSON blocks, as Hermes-style ShareGPT does."""
+    """``{"id", "conversations": [{"from", "value"}]}`` from the model view; reasoning leads its
+    turn as a ``<think>`` block and tool calls follow as ``<tool_call>`` JSON blocks, as
+    Hermes-style ShareGPT does (and as the ShareGPT importer reads them back)."""
     turns = []
     for m in r.get_messages(sid, "model"):
         content = m.get("content")
         if isinstance(content, list):
             content = "\n".join(t for t in (_part_text(p, None) for p in content if isinstance(p, dict)) if t is not None)
         value = content or ""
+        if m.get("reasoning"):
+            value = f"<think>\n{m['reasoning']}\n</think>\n{value}"
         for call in m.get("tool_calls") or []:
             fn = _function(call)
             value += f"\n<tool_call>\n{json.dumps({'name': fn.get('name'), 'arguments': fn.get('arguments')})}\n</tool_call>"

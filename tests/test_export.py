@@ -117,7 +117,7 @@ def test_readable_and_training_formats(quill, tmp_path):
                {"role": "assistant", "content": None, "tool_calls": [
                    {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": "{\"path\": \".\"}"}}]},
                {"role": "tool", "tool_call_id": "c1", "name": "ls", "content": "a.py\nb.py"},
-               {"role": "assistant", "content": "two files"}]}},
+               {"role": "assistant", "content": "two files", "reasoning": "count the lines"}]}},
            {"op": "session.create", "data": {"session_id": "other", "source": "codex"}},
            {"op": "messages.append", "data": {"session_id": "other", "messages": [{"role": "user", "content": "x"}]}}]
     quill.run("push", input="\n".join(json.dumps(o) for o in ops))
@@ -132,6 +132,15 @@ def test_readable_and_training_formats(quill, tmp_path):
     share = [json.loads(l) for l in quill.run("export", "--key", "k", "--format", "sharegpt").stdout.splitlines()]
     assert [t["from"] for t in share[0]["conversations"]] == ["system", "human", "gpt", "tool", "gpt"]
     assert "<tool_call>" in share[0]["conversations"][2]["value"]
+    assert share[0]["conversations"][4]["value"] == "<think>\ncount the lines\n</think>\ntwo files"
+    # the ShareGPT importer reads the reasoning back (a new-user trial found it dropped)
+    (tmp_path / "share.jsonl").write_text(json.dumps(share[0]) + "\n")
+    again = QuillCLI(tmp_path / "again")
+    again.run("import", str(tmp_path / "share.jsonl"))
+    again.run("run", "--until-idle", "--timeout", "60")
+    sid = again.json("sessions", "list", "--json")[0]["id"]
+    last = again.json("sessions", "show", sid, "--json")["messages"][-1]
+    assert (last["content"], last["reasoning"]) == ("two files", "count the lines")
     every = quill.run("export").stdout.splitlines()
     assert json.loads(every[0])["sessions"] == 2
     assert quill.run("export", "nope", check=False).returncode == 3

@@ -311,8 +311,9 @@ class Client(Reads):
             session_ids = list(dict.fromkeys(session_ids))
             with self._reader(None) as r:
                 unknown = session_ids if r is None else [s for s in session_ids if r.get_session(s) is None]
+                deleted = r is not None and bool(unknown) and all(r.deletions(s) > 0 for s in unknown)
             if unknown:  # deleting nothing is not success: say which ids are wrong, delete none
-                raise no_session(unknown, store_missing=r is None)
+                raise no_session(unknown, store_missing=r is None, deleted=deleted)
         actor = actor or f"user:{getpass.getuser()}"
         data = {"session_ids": list(session_ids), "reason": reason, "actor": actor, **({"purge": True} if purge else {})}
         return list(session_ids), self.submit("sessions.delete", data, batch_id=batch_id)

@@ -87,11 +87,19 @@ class NotFoundError(QuillError, LookupError):
     exit_code = Exit.NOT_FOUND
 
 
-def no_session(session_ids: str | list[str], *, store_missing: bool = False) -> NotFoundError:
+def no_session(session_ids: str | list[str], *, store_missing: bool = False,
+               deleted: bool = False) -> NotFoundError:
     """The one "no such session" error (client, CLI and HTTP API alike): names the ids and,
-    in ``hint``, where to look; ``store_missing`` when nothing has been applied yet."""
+    in ``hint``, where to look; ``store_missing`` when nothing has been applied yet;
+    ``deleted`` when a ``sessions.delete`` of every one of them was applied (the hint then
+    names the command that finishes an interrupted ``--purge``)."""
     ids = [session_ids] if isinstance(session_ids, str) else list(session_ids)
     what = f"no session {ids[0]!r}" if len(ids) == 1 else f"no sessions {', '.join(map(repr, ids))}"
+    if deleted:
+        import shlex
+        return NotFoundError(f"{what}: deleted already",
+                             hint="to remove its content from the spool and snapshots too: "
+                                  f"`quill spool purge {' '.join(shlex.quote(i) for i in ids)}`")
     if store_missing:
         return NotFoundError(f"{what} (no store yet: nothing has been applied)",
                              hint="push or import something, then `quill run` applies it")

@@ -182,3 +182,8 @@ def test_cli_delete_by_id_and_by_key_goes_through_the_spool(quill):
     quill.run("run", "--until-idle", "--timeout", "60")
     assert [s["id"] for s in quill.json("sessions", "list", "--all")] == ["c"]
     assert quill.json("search", "three") == []
+    # deleting it again (an interrupted `delete --purge` re-run): not found, and the hint
+    # names the command that finishes the purge
+    again = quill.run("sessions", "delete", "b", "--purge", "--yes", check=False)
+    assert again.returncode == 3 and "deleted already" in again.stderr
+    assert "quill spool purge b" in again.stderr

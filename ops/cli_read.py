@@ -213,7 +213,7 @@ def search(cfg: Any, query: str, limit: int, session_id: str | None, role: str |
     if as_json:
         emit_json(hits)
     else:
-        render.print_search(render.console(), hits, query)
+        render.print_search(render.console(), hits, query, more=more)
         if more:
             click.echo(f"quill: more messages match; showing the {'best' if order == 'relevance' else 'newest'} "
                        f"{limit} (--limit N shows more)", err=True)

@@ -117,10 +117,11 @@ def cost(usage: dict[str, Any]) -> str:
     return text + (f" + {usage['unpriced']} unpriced" if usage.get("unpriced") else "")
 
 
-def print_search(con: Console, hits: list[dict[str, Any]], query: str) -> None:
+def print_search(con: Console, hits: list[dict[str, Any]], query: str, *, more: bool = False) -> None:
     """Search hits as a table; session ids are never split (as in ``print_sessions``: when the
-    longest does not fit beside a 20-cell snippet, each hit is printed as lines)."""
-    title = f"{len(hits)} hit(s) for {query!r}"
+    longest does not fit beside a 20-cell snippet, each hit is printed as lines). ``more``:
+    more messages match than are shown (the title says "first N")."""
+    title = f"{'first ' if more else ''}{len(hits)} hit(s) for {query!r}"
     rows = []
     for h in hits:
         snippet = Text(h["snippet"])

@@ -27,7 +27,7 @@ def test_relevance_order_through_the_cli_and_the_client(quill, home):
         raise AssertionError("an unknown order was accepted")
     # The human output says when more messages match than --limit shows (and not otherwise).
     one = quill.run("search", "zebra", "--limit", "1")
-    assert "more messages match; showing the newest 1" in one.stderr and "1 hit(s)" in one.stdout
+    assert "more messages match; showing the newest 1" in one.stderr and "first 1 hit(s)" in one.stdout
     two = quill.run("search", "zebra", "--limit", "2", "--order", "relevance")
-    assert "more messages match" not in two.stderr and "2 hit(s)" in two.stdout
+    assert "more messages match" not in two.stderr and "2 hit(s)" in two.stdout and "first" not in two.stdout
     assert len(quill.json("search", "zebra", "--limit", "1")) == 1

@@ -74,6 +74,8 @@ def _shaped(resp: httpx.Response, status: int, reason: str | None = None) -> dic
     assert resp.status_code == status, resp.text
     err = resp.json()["error"]
     assert err["status"] == status and isinstance(err["detail"], str) and err["detail"]
+    # one rendering for every error, the middleware's 413 included
+    assert resp.content == json.dumps(resp.json(), separators=(",", ":"), ensure_ascii=False).encode()
     if reason:
         assert err["reason"] == reason, err
     return err

@@ -10,7 +10,6 @@ refused op (``unknown-op``, ``invalid-data``, ``invalid-field``, ``invalid-role`
 """
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -140,10 +139,9 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
-        body = json.dumps({"error": {"status": 413, "reason": "body-too-large",
-                                     "detail": f"request body over {self.max_bytes} bytes; "
-                                               "split the batch into smaller requests"}}).encode()
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                                (b"connection", b"close")]})
-        await send({"type": "http.response.body", "body": body})
+        # The same body and rendering as every other error (error_response's JSONResponse).
+        response = JSONResponse({"error": {"status": 413, "reason": "body-too-large",
+                                           "detail": f"request body over {self.max_bytes} bytes; "
+                                                     "split the batch into smaller requests"}},
+                                status_code=413, headers={"connection": "close"})
+        await response(scope, receive, send)

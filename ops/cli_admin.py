@@ -13,6 +13,7 @@ from quill.store.errors import CantOpenError, CorruptError
 from . import render
 from .cli_base import emit_json, json_option
 from .doctor import run_checks
+from .errors import InvalidInputError
 from .recover import RecoverError, recover as do_recover
 
 
@@ -24,6 +25,10 @@ def snapshot(cfg: Any, as_json: bool) -> None:
     from quill.jobs import catalog
     from quill.jobs.queues import build, resolve_params
 
+    if cfg.store_url:  # refused before anything runs
+        raise InvalidInputError("snapshots are of the embedded SQLite store; this data dir uses the PostgreSQL store",
+                                hint="back it up with PostgreSQL's tools: `pg_dump --format=custom` or a base backup "
+                                     "(docs/backends.md)")
     spec = catalog.get("snapshot")
     queues = build(cfg.queue_db)
     try:

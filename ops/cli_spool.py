@@ -17,7 +17,7 @@ from quill.store.lease import Lease
 
 from . import render
 from .cli_base import emit_json, json_option
-from .errors import busy_with
+from .errors import InvalidInputError, busy_with
 from .replay import replay as do_replay, total_bytes, verify as do_verify
 from .wait import applied_position
 
@@ -93,6 +93,10 @@ def spool_replay(ctx: click.Context, from_: str | None, into: Path | None, as_js
     except ValueError:
         raise click.BadParameter(f"expected SEG:OFFSET, got {from_!r}", param_hint="--from")
     cfg = ctx.obj
+    if into is None and cfg.store_url:  # refused before anything is written
+        raise InvalidInputError("a live replay writes the embedded SQLite store; this data dir uses the PostgreSQL store",
+                                hint="`quill recover` replays this host's spool into the PostgreSQL store from its "
+                                     "cursor; `--into FILE` replays into a new SQLite file")
     if into is not None and into.resolve() == cfg.state_db.resolve():
         into = None  # --into the live store is a live replay (lease, live quarantine)
     lease = None

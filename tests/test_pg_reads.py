@@ -76,3 +76,19 @@ def test_every_read_surface_reads_the_postgresql_store(tmp_path, pg_store_url):
         assert len(msgs) == 5
         page = httpx.get(f"{base}/sessions")
         assert page.status_code == 200 and "h-s" in page.text
+
+
+def test_sqlite_only_commands_refuse_a_postgresql_data_dir_and_create_no_state_db(tmp_path, pg_store_url):
+    """`quill snapshot` and a live `quill spool replay` work on state.db only: on a data dir
+    whose store is PostgreSQL they refuse (exit 2, with the command that does the job there)
+    instead of writing a new, empty state.db beside it."""
+    home = tmp_path / "h"
+    pg_data_dir(home, pg_store_url, 2)
+    cli = QuillCLI(home)
+    snap = cli.run("snapshot", check=False)
+    assert snap.returncode == 2 and "pg_dump" in snap.stderr
+    replay = cli.run("spool", "replay", check=False)
+    assert replay.returncode == 2 and "quill recover" in replay.stderr
+    assert not (home / "state.db").exists()
+    into = tmp_path / "copy.db"
+    assert cli.run("spool", "replay", "--into", str(into)).returncode == 0 and into.exists()

@@ -181,13 +181,15 @@ def test_jobs_run_now_needs_admin_and_records_a_run(site, page):
     page.click("tr.job[data-job=wal_checkpoint] button")
     page.wait_for_url("**/jobs?queued=wal_checkpoint")
     assert "Queued" in page.locator("#queued").inner_text()
+    # The history shows a run from its start ("running") to its end; wait for the end.
     deadline = time.monotonic() + 60
-    while "wal_checkpoint" not in page.locator("#history").inner_text():
-        assert time.monotonic() < deadline, "the queued run never showed up in the history"
+    row = page.locator("#history tr.run", has_text="wal_checkpoint").first
+    while row.count() == 0 or "\trunning\t" in row.inner_text():
+        assert time.monotonic() < deadline, "the queued run never finished in the history"
         time.sleep(0.5)
         page.reload()
-    row = page.locator("#history tr.run", has_text="wal_checkpoint").first
-    assert "ok" in row.inner_text()
+        row = page.locator("#history tr.run", has_text="wal_checkpoint").first
+    assert "\tok\t" in row.inner_text()
     _shot(page, "jobs")
 
 

@@ -23,14 +23,14 @@ from .recover import RecoverError, recover as do_recover
 def snapshot(cfg: Any, as_json: bool) -> None:
     """Take a verified snapshot now (backup API + integrity_check), stamped with its spool position."""
     from quill.jobs import catalog
-    from quill.jobs.queues import build, resolve_params
+    from quill.jobs.queues import build_for, resolve_params
 
     if cfg.store_url:  # refused before anything runs
         raise InvalidInputError("snapshots are of the embedded SQLite store; this data dir uses the PostgreSQL store",
                                 hint="back it up with PostgreSQL's tools: `pg_dump --format=custom` or a base backup "
                                      "(docs/backends.md)")
     spec = catalog.get("snapshot")
-    queues = build(cfg.queue_db)
+    queues = build_for(cfg)
     try:
         # Recorded in `quill jobs history` like a scheduled snapshot (through the store queue:
         # the writer applies the record, now if a fleet runs, else at the next `quill run`).
@@ -90,13 +90,13 @@ def _recover_postgres(cfg: Any, as_json: bool) -> None:
                    f" by the {result['replayed_by']}: {result['applied']} batch(es), {result['rows']} message rows")
 def _damage_check(cfg: Any) -> dict[str, Any]:
     from quill.jobs import catalog
-    from quill.jobs.queues import build, resolve_params
+    from quill.jobs.queues import build_for, resolve_params
 
     if not cfg.state_db.exists():
         return {"check": "damage check", "status": "ok", "detail": "no store yet"}
     spec = catalog.get("quick_check")
     try:
-        figures = run_recorded(spec, build(cfg.queue_db), resolve_params(spec, cfg, {}), runner="cli")
+        figures = run_recorded(spec, build_for(cfg), resolve_params(spec, cfg, {}), runner="cli")
     except CorruptError as exc:
         return {"check": "damage check", "status": "fail", "detail": f"{exc}; next: `quill recover`"}
     return {"check": "damage check", "status": "ok", "detail": f"quick_check ok in {figures['seconds']} s"}

@@ -19,7 +19,7 @@ from rich.table import Table
 
 from quill.jobs import catalog
 from quill.jobs import schedule as schedule_db
-from quill.jobs.queues import build as build_queues
+from quill.jobs.queues import build_for
 from quill.store.errors import CantOpenError
 from quill.workers.scheduler import describe, edit_schedules
 
@@ -127,7 +127,7 @@ def jobs_run(ctx: click.Context, name: str, wait_s: float | None, mode: str | No
     cfg.home.mkdir(parents=True, exist_ok=True)
     queued_at = time.time()
     # Parameters are resolved from config when it runs; only an explicit option travels.
-    build_queues(cfg.queue_db).enqueue(name, **({"mode": mode.upper()} if mode else {}))
+    build_for(cfg).enqueue(name, **({"mode": mode.upper()} if mode else {}))
     result: dict[str, Any] = {"job": name, "queued_at": queued_at}
     if wait_s is not None and not _fleet_soon(RunDir(cfg.home), min(wait_s, FLEET_GRACE_S)):
         raise WaitTimeoutError(f"{name} is queued, but no fleet is running on {cfg.home}, so nothing will run it now",

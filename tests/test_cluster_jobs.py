@@ -189,3 +189,35 @@ def test_the_leaders_orphan_sweep_runs_on_every_hosts_writer_and_closes_a_dead_o
     finally:
         for q in queues.values():
             q.store.flush()
+
+
+@pytest.mark.parametrize("store", ["sqlite", "postgresql"])
+def test_jobs_run_reaches_the_fleets_queue_when_the_queue_is_redis(tmp_path, store, pg_store_url, redis_url):
+    """`quill jobs run` (and the CLI's other enqueuers) put the job on the queue the fleet
+    consumes: with ``[queue] url`` set that is Redis, not a stray local queue.db (a new-user
+    trial saw `quill jobs run orphan_sweep --wait 60` time out with the fleet up)."""
+    from conftest import QuillCLI, stop_fleet
+    home = tmp_path / "h"
+    home.mkdir()
+    text = f'[queue]\nurl = "{redis_url}"\n'
+    if store == "postgresql":
+        text = f'[store]\nurl = "{pg_store_url}"\n' + text
+    (home / "config.toml").write_text(text)
+    quill = QuillCLI(home)
+    quill.run("push", "--session", "s1", input='{"role": "user", "content": "hello"}\n')
+    proc = quill.start_fleet()
+    try:
+        out = quill.json("jobs", "run", "orphan_sweep", "--wait", "60")
+        assert out["run"]["outcome"] == "ok", out
+    finally:
+        assert stop_fleet(proc) == 0
+    assert not (home / "queue.db").exists() or not _local_tasks(home / "queue.db")
+
+
+def _local_tasks(queue_db: Path) -> int:
+    import sqlite3
+    with sqlite3.connect(queue_db) as conn:
+        try:
+            return conn.execute("SELECT count(*) FROM task").fetchone()[0]
+        except sqlite3.OperationalError:
+            return 0

@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from quill.jobs.queues import build as build_queues
+from quill.jobs.queues import build_for
 from quill.ops.config import Config
 from quill.store.lease import Lease
 
@@ -126,7 +126,7 @@ class Supervisor:
         for child in self.children:
             self._start(child)
         idle_streak = 0
-        queues = build_queues(self.cfg.queue_db) if self.until_idle else None
+        queues = build_for(self.cfg) if self.until_idle else None
         while self._stop_signal is None:
             for child in self.children:
                 code = self._check(child)

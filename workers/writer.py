@@ -21,7 +21,7 @@ from typing import Any
 
 import apsw
 
-from quill.jobs.queues import build as build_queues
+from quill.jobs.queues import build_for
 from quill.ops.config import Config
 from quill.spool import Position, Spool, START
 from quill.spool.segments import list_segments
@@ -78,7 +78,7 @@ class Writer(DrainWriter):
                 return
             if not opened:
                 return
-            self.jobs = StoreJobRunner(build_queues(self.cfg.queue_db), self.log,
+            self.jobs = StoreJobRunner(build_for(self.cfg), self.log,
                                        Spool(self.cfg.spool_dir, segment_bytes=self.cfg.segment_bytes), self.cfg)
             cur = read_cursor(self.conn)
             self.cursor = Position(*cur) if cur else START

@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field
 
 from quill.jobs import catalog
 from quill.spool import OP_KINDS
-from quill.jobs.queues import build as build_queues
+from quill.jobs.queues import build_for
 from quill.store.errors import CantOpenError, InvalidOpError, StoreError
 from quill.store.precheck import precheck
 from quill.store.reads import Reader
@@ -299,6 +299,6 @@ def queue_job(request: Request, name: str) -> dict[str, Any]:
     except catalog.WrongStoreError as exc:
         raise ApiError(409, "wrong-store", str(exc)) from None
     queued_at = time.time()
-    build_queues(cfg.queue_db).enqueue(name, **catalog.BY_NAME[name].params(cfg))
+    build_for(cfg).enqueue(name, **catalog.BY_NAME[name].params(cfg))
     request.app.state.log.info("http.job_queued", job=name, token_id=request.state.principal.token_id)
     return {"job": name, "queued_at": queued_at}

@@ -363,3 +363,27 @@ def test_wrong_typed_nested_fields_are_4xx_not_5xx(svc):
         assert r.status_code == 422, (raw, r.status_code, r.text)
         _shaped(r, 422)
     assert sum(p.stat().st_size for p in (home / "spool").glob("*.jsonl")) == before
+
+
+def test_a_web_page_rebound_to_loopback_gets_no_anonymous_access(quill, home):
+    """DNS rebinding (new-user trial): a page of another site whose name resolves to 127.0.0.1
+    is same-origin with the service and its requests come from the loopback address, but its
+    Host and Origin name that site. Anonymous access needs both to name a loopback host; a
+    token holder is not affected; nothing the refused page sent is appended."""
+    quill.run("push", "--session", "s1", input='{"role": "user", "content": "the config secret"}\n')
+    delete = {"ops": [{"op": "sessions.delete", "data": {"session_ids": ["s1"], "reason": "x", "actor": "page"}}]}
+    with served(quill) as base:
+        port = base.rsplit(":", 1)[1]
+        evil = {"Host": f"evil.example:{port}", "Origin": f"http://evil.example:{port}"}
+        for headers in (evil, {"Host": f"evil.example:{port}"}, {"Origin": f"http://evil.example:{port}"},
+                        {"Origin": "null"}, {"Host": "127.0.0.1.evil.example"}):
+            _shaped(httpx.get(f"{base}/api/v1/search", params={"q": "config"}, headers=headers), 401, "unauthorized")
+            _shaped(httpx.post(f"{base}/api/v1/ops", json=delete, headers=headers), 401, "unauthorized")
+        for headers in ({}, {"Host": f"localhost:{port}", "Origin": f"http://localhost:{port}"},
+                        {"Host": f"[::1]:{port}"}, {"Origin": f"http://127.0.0.1:{port}"}):
+            assert httpx.get(f"{base}/api/v1/search", params={"q": "config"}, headers=headers).status_code == 200
+        tok = token(quill, "read")
+        r = httpx.get(f"{base}/api/v1/search", params={"q": "config"}, headers={**evil, **bearer(tok)})
+        assert r.status_code == 200  # a token is the caller's own credential, whatever the page's name
+    quill.run("run", "--until-idle")
+    assert quill.json("sessions", "show", "s1")["session"]["id"] == "s1"

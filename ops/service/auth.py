@@ -7,11 +7,20 @@ valid and unrevoked, else 401 — it never falls back to anonymous. Without a to
 read and write (the same reach the local CLI has), ``none`` refuses everyone, ``any`` (an
 explicit override, for a trusted network) admits every peer. Anonymous callers never get
 ``admin``: running jobs takes a token.
+
+A loopback peer alone does not make a loopback caller: a web page on another site can reach
+127.0.0.1 through the browser, by DNS rebinding (its own name resolved to 127.0.0.1, so the
+page is same-origin with the service and its requests arrive from the loopback address). Such
+requests carry the page's name in ``Host`` and ``Origin``, so the ``loopback`` policy also
+requires both to name a loopback host (``localhost``, 127.0.0.0/8, ``::1``); a token is
+required otherwise. The dashboard cookie is ``SameSite=Strict`` and scoped to the service's own
+name, so a rebinding page never presents it.
 """
 from __future__ import annotations
 
 import ipaddress
 from collections.abc import Callable
+from urllib.parse import urlsplit
 from typing import Any
 
 from fastapi import Request
@@ -28,6 +37,27 @@ def _loopback(host: str | None) -> bool:
         return host is not None and ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def _loopback_name(host: str | None) -> bool:
+    """Whether a host name (``Host`` header or URL host, without the port) names this
+    machine's loopback interface: ``localhost`` (RFC 6761 §6.3), or a loopback address."""
+    if not host:
+        return False
+    host = host.strip("[]").lower().rstrip(".")
+    return host == "localhost" or host.endswith(".localhost") or _loopback(host)
+
+
+def _names_loopback(request: Request) -> bool:
+    """Whether the request's ``Host`` and (when present) ``Origin`` both name a loopback host:
+    what a local client sends, and what a DNS-rebinding web page cannot (module doc)."""
+    try:
+        host = urlsplit(f"//{request.headers.get('host', '')}").hostname
+        origin = request.headers.get("origin")
+        origin_host = urlsplit(origin).hostname if origin is not None else None
+    except ValueError:  # a malformed port or bracket: not a name we can vouch for
+        return False
+    return _loopback_name(host) and (origin is None or _loopback_name(origin_host))
 
 
 def presented_token(request: Request) -> str | None:
@@ -51,8 +81,14 @@ def principal(request: Request) -> Principal:
         return found
     policy = state.anonymous
     peer = request.client.host if request.client else None
-    if policy == "any" or (policy == "loopback" and _loopback(peer)):
+    if policy == "any":
         return Principal(None, ANONYMOUS_SCOPES)
+    if policy == "loopback" and _loopback(peer):
+        if _names_loopback(request):
+            return Principal(None, ANONYMOUS_SCOPES)
+        raise ApiError(401, "unauthorized", "anonymous access needs a loopback Host and Origin (a page of another "
+                       "site reaching 127.0.0.1 is refused); present a bearer token (`quill token create`)",
+                       headers={"WWW-Authenticate": "Bearer"})
     raise ApiError(401, "unauthorized", "a bearer token is required (`quill token create`)",
                    headers={"WWW-Authenticate": "Bearer"})
 

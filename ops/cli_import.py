@@ -47,7 +47,7 @@ def import_(ctx: click.Context, paths: tuple[Path, ...], as_json: bool) -> None:
                     else:
                         report.append(import_file(spool, path, store).as_dict())
                 except ValueError as exc:
-                    raise InvalidInputError(f"{exc}; the ops before it were spooled") from exc
+                    raise InvalidInputError(f"{path}: {exc}; what was read before it was spooled") from exc
                 except SpoolError as exc:
                     error = from_exception(exc)
                     error.message = f"{path}: {error.message}"

@@ -277,32 +277,50 @@ def is_quill_export(path: Any) -> bool:
     return isinstance(head, dict) and head.get(HEADER_KEY) == 1
 
 
-def read_export(path: Any) -> Iterator[tuple[int, dict[str, Any]]]:
-    """``(line number, op)`` of a Quill export after its header. Raises ``ValueError`` naming
-    the line of a value that is not an op."""
-    with open(path, encoding="utf-8") as fh:
+def read_export(path: Any) -> Iterator[tuple[int, dict[str, Any] | None, str | None]]:
+    """``(line number, op, None)`` for each op of a Quill export after its header, or
+    ``(line number, None, reason)`` for a line that is not one (bad JSON, a cut-off last line,
+    a value that is not an op): the caller reports it and goes on, like every importer."""
+    with open(path, encoding="utf-8", errors="surrogateescape") as fh:
         for lineno, line in enumerate(fh, 1):
             if lineno == 1 or not line.strip():
                 continue
-            op = json.loads(line)
+            try:
+                op = json.loads(line)
+            except ValueError as exc:  # JSONDecodeError, and a line of undecodable bytes
+                yield lineno, None, f"not JSON: {exc}"
+                continue
             if not isinstance(op, dict) or not isinstance(op.get("op"), str) or not isinstance(op.get("data"), dict):
-                raise ValueError(f"{path}:{lineno}: not a Quill op")
-            yield lineno, op
+                yield lineno, None, "not a Quill op (an object with an 'op' string and a 'data' object)"
+                continue
+            yield lineno, op, None
 
 
 def import_export(spool: Any, path: Any) -> dict[str, Any]:
     """Append the ops of a Quill export to ``spool`` as they are (their batch ids make a
-    repeat a no-op); returns an import report entry. Raises ``ValueError`` for a line that is
-    not an op (nothing after it is appended) and ``quill.spool.SpoolError``."""
+    repeat a no-op); returns an import report entry. A line that is not an op, or an op the
+    spool refuses (``InvalidOpError``: unknown op, data it cannot encode), is a problem of
+    that line (``problems``: line, kind ``skipped``, reason) and the rest of the file is
+    appended. Raises ``quill.spool.SpoolError`` for other I/O failures (disk full …)."""
+    from quill.spool.errors import InvalidOpError
+
     sessions: dict[str, None] = {}
+    problems: list[dict[str, Any]] = []
     rows = 0
-    for _, op in read_export(path):
+    for lineno, op, reason in read_export(path):
+        if op is not None:
+            try:
+                spool.append(op["op"], op["data"], batch_id=op.get("batch"))
+            except InvalidOpError as exc:
+                reason = str(exc)
+        if reason is not None:
+            problems.append({"line": lineno, "kind": "skipped", "reason": reason})
+            continue
         sid = op["data"].get("session_id")
         if isinstance(sid, str):
             sessions.setdefault(sid)
         if op["op"] == "messages.restore":
             rows += len(op["data"].get("rows") or [])
-        spool.append(op["op"], op["data"], batch_id=op.get("batch"))
     return {"path": str(path), "format": "quill-export", "skipped": None, "sessions": len(sessions),
             "session_ids": list(sessions), "messages": rows, "new": rows, "already_stored": 0, "rewound": 0,
-            "compactions": 0, "new_from_compactions": 0, "problems": []}
+            "compactions": 0, "new_from_compactions": 0, "problems": problems}

@@ -218,3 +218,33 @@ def test_markdown_keeps_tool_output_holding_its_own_fences_in_one_code_block(qui
     blocks = [t.content.rstrip("\n") for t in MarkdownIt().parse(md) if t.type == "fence"]
     assert blocks == ['{"cmd": "```"}', output]
     assert "sh&lt;x&gt;" in md and "<x>" not in md
+
+
+def test_a_cut_off_export_is_imported_up_to_its_bad_lines_and_the_other_files_too(quill, tmp_path):
+    """A truncated or edited export (new-user trial: `head -c` of an export) is reported line
+    by line like any other format and the rest of it, and of the other files named, is still
+    imported (it stopped the whole import with exit 2 and no file name)."""
+    for i in range(3):
+        quill.run("push", "--session", f"s{i}", input=json.dumps({"role": "user", "content": f"message {i}"}) + "\n")
+    quill.run("run", "--until-idle", "--timeout", "120")
+    out = tmp_path / "export.jsonl"
+    quill.run("export", "-o", str(out))
+    lines = out.read_text(encoding="utf-8").splitlines(keepends=True)
+    folder = tmp_path / "in"
+    folder.mkdir()
+    # header, the first ops whole, a line that is not an op, then the last op cut in half
+    cut = "".join(lines[:-1]) + '{"not": "an op"}\n' + lines[-1][: len(lines[-1]) // 2]
+    (folder / "a-cut.jsonl").write_text(cut, encoding="utf-8")
+    sharegpt = {"id": "conv-1", "conversations": [{"from": "human", "value": "hello there"},
+                                                  {"from": "gpt", "value": "hi"}]}
+    (folder / "b-sharegpt.jsonl").write_text(json.dumps(sharegpt) + "\n", encoding="utf-8")
+    fresh = QuillCLI(tmp_path / "fresh")
+    proc = fresh.run("import", str(folder), "--json", check=False)
+    assert proc.returncode == 0, proc.stderr
+    report = {e["path"].rsplit("/", 1)[1]: e for e in json.loads(proc.stdout)}
+    problems = report["a-cut.jsonl"]["problems"]
+    assert [p["line"] for p in problems] == [len(lines), len(lines) + 1]
+    assert report["b-sharegpt.jsonl"]["new"] == 2
+    fresh.run("run", "--until-idle", "--timeout", "120")
+    listed = {s["id"] for s in fresh.json("sessions", "list")}
+    assert {"s0", "s1"} <= listed and any(s.startswith("sharegpt:b-sharegpt.jsonl:") for s in listed)

@@ -134,6 +134,15 @@ def _groups(parts: list[str | Term]) -> list[list[Term]]:
     return [g for g in groups if any(not t.negated for t in g)]
 
 
+def _only_excluded(query: str, parts: list[str | Term]) -> bool:
+    """Whether ``query`` opens with ``NOT`` and has no ``OR``: every term in it is excluded,
+    so nothing is sought (an index cannot list "every message without X"). ``_parts`` drops
+    the leading ``NOT`` as a dangling operator, which would turn ``NOT x`` into ``x``."""
+    first = _TOKEN.search(query[:MAX_QUERY_CHARS])
+    return (first is not None and first.group(2) == "NOT" and "OR" not in parts
+            and any(isinstance(p, Term) and p.text not in _OPERATORS for p in parts))
+
+
 def phrases(query: str) -> list[str]:
     """The phrases of ``sanitize(query)`` in FTS5's phrase order (every term is one quoted
     phrase; operators are not phrases), each as a MATCH expression of its own."""
@@ -153,7 +162,7 @@ def plan(query: str, *, substring: bool = False) -> Plan:
     query = scrub(query)
     parts = _parts(query)
     groups = _groups(parts)
-    if not groups:
+    if not groups or _only_excluded(query, parts):
         return Plan("none")
     texts = [p.text for p in parts if isinstance(p, Term)]
     positive = [t.text for g in groups for t in g if not t.negated]

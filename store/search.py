@@ -160,6 +160,9 @@ def route(text: str, *, substring: bool = False, kinds: list[str] | None = None)
                if short else "this query")
         note = (f"{why} searched by a scan of the newest {SCAN_MAX_ROWS} messages' text and reasoning; "
                 "older messages and tool calls are not searched")
+    elif plan.kind == "none" and text.strip():
+        note = ("nothing in this query can be searched for: it has no letter, digit or symbol term, or "
+                "every term is excluded with NOT (add a term to look for)")
     return {"route": plan.kind, "narrower": note is not None, "note": note}
 
 

@@ -405,3 +405,21 @@ def test_context_of_a_page_equals_each_hits_own_neighbours(store):
         for h in got:
             want = projections.neighbors(conn, h["session_id"], "display", h["message_id"])
             assert (h["before"], h["after"]) == want
+
+
+@pytest.mark.parametrize("indexed", [False, True])
+def test_a_query_of_only_excluded_terms_finds_nothing_and_says_why(store, indexed):
+    """`NOT emoji` had its NOT dropped as a dangling operator and returned the messages that
+    *contain* emoji (new-user trial). Only excluded terms: nothing is sought, the route note
+    says so (and for a query of punctuation only); the word NOT alone is still a word."""
+    store.apply("messages.append", {"session_id": "s", "messages": [
+        user("an emoji here"), assistant("plain text"), user("say NOT loudly")]})
+    if indexed:
+        store.index()
+    with store.reader() as r:
+        assert r.search("NOT emoji") == [] and r.search("NOT NOT emoji") == []
+        assert [h["snippet"] for h in r.search("text NOT emoji")] == ["plain text"]
+        assert [h["snippet"] for h in r.search("NOT")] == ["say NOT loudly"]
+    for text in ("NOT emoji", "==>"):
+        assert search_mod.route(text)["route"] == "none" and "nothing in this query" in search_mod.route(text)["note"]
+    assert search_mod.route("emoji")["note"] is None and search_mod.route("")["note"] is None

@@ -43,7 +43,7 @@ def import_(ctx: click.Context, paths: tuple[Path, ...], as_json: bool) -> None:
             for path in files:
                 try:
                     if is_quill_export(path):  # `quill export` output: its ops as they are
-                        report.append(import_export(spool, path))
+                        report.append(import_export(spool, path, store))
                     else:
                         report.append(import_file(spool, path, store).as_dict())
                 except ValueError as exc:

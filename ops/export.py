@@ -296,9 +296,19 @@ def read_export(path: Any) -> Iterator[tuple[int, dict[str, Any] | None, str | N
             yield lineno, op, None
 
 
-def import_export(spool: Any, path: Any) -> dict[str, Any]:
+def _applied(store: Any, batch: Any) -> bool:
+    """Whether ``store`` (a reader, or None) has applied the batch id ``batch``."""
+    if store is None or not isinstance(batch, str):
+        return False
+    return store.conn.execute("SELECT 1 FROM applied_batches WHERE batch_id = ?", (batch,)).fetchone() is not None
+
+
+def import_export(spool: Any, path: Any, store: Any = None) -> dict[str, Any]:
     """Append the ops of a Quill export to ``spool`` as they are (their batch ids make a
-    repeat a no-op); returns an import report entry. A line that is not an op, or an op the
+    repeat a no-op); returns an import report entry. With ``store`` (a reader of the data
+    dir's store, ``import_spool.open_store_view``), an op whose batch id the store has
+    applied already is not appended again — the writer would only skip it — and its message
+    rows count as ``already_stored``, so a repeat says "0 new" and the spool does not grow. A line that is not an op, or an op the
     spool refuses (``InvalidOpError``: unknown op, data it cannot encode), is a problem of
     that line (``problems``: line, kind ``skipped``, reason) and the rest of the file is
     appended. Raises ``quill.spool.SpoolError`` for other I/O failures (disk full …)."""
@@ -306,8 +316,11 @@ def import_export(spool: Any, path: Any) -> dict[str, Any]:
 
     sessions: dict[str, None] = {}
     problems: list[dict[str, Any]] = []
-    rows = 0
+    rows = stored = 0
     for lineno, op, reason in read_export(path):
+        if op is not None and _applied(store, op.get("batch")):
+            stored += len(op["data"].get("rows") or []) if op["op"] == "messages.restore" else 0
+            continue
         if op is not None:
             try:
                 spool.append(op["op"], op["data"], batch_id=op.get("batch"))
@@ -322,5 +335,6 @@ def import_export(spool: Any, path: Any) -> dict[str, Any]:
         if op["op"] == "messages.restore":
             rows += len(op["data"].get("rows") or [])
     return {"path": str(path), "format": "quill-export", "skipped": None, "sessions": len(sessions),
-            "session_ids": list(sessions), "messages": rows, "new": rows, "already_stored": 0, "rewound": 0,
+            "session_ids": list(sessions), "messages": rows + stored, "new": rows, "already_stored": stored,
+            "rewound": 0,
             "compactions": 0, "new_from_compactions": 0, "problems": problems}

@@ -248,3 +248,21 @@ def test_a_cut_off_export_is_imported_up_to_its_bad_lines_and_the_other_files_to
     fresh.run("run", "--until-idle", "--timeout", "120")
     listed = {s["id"] for s in fresh.json("sessions", "list")}
     assert {"s0", "s1"} <= listed and any(s.startswith("sharegpt:b-sharegpt.jsonl:") for s in listed)
+
+
+def test_importing_an_export_again_spools_nothing(quill, tmp_path):
+    """The README's promise for every import: a repeat spools only what the store lacks. An
+    export imported a second time said "N new" and doubled the spool (new-user trial); its
+    ops whose batch ids the store has applied are now skipped and counted as stored."""
+    for i in range(3):
+        quill.run("push", "--session", f"s{i}", input=json.dumps({"role": "user", "content": f"message {i}"}) + "\n")
+    quill.run("run", "--until-idle", "--timeout", "120")
+    out = tmp_path / "export.jsonl"
+    quill.run("export", "-o", str(out))
+    fresh = QuillCLI(tmp_path / "fresh")
+    assert fresh.json("import", str(out))[0]["new"] == 3  # a store without them: everything is new
+    fresh.run("run", "--until-idle", "--timeout", "120")
+    before = fresh.json("spool", "status")
+    report = fresh.json("import", str(out))[0]
+    assert (report["new"], report["already_stored"]) == (0, 3)
+    assert fresh.json("spool", "status") == before

@@ -154,7 +154,9 @@ def sessions_show(ctx: click.Context, session_id: str, projection: str, latest: 
             con.print(f"compression chain ({len(chain)}): " + " → ".join(chain), style="dim", markup=False)
         if projection == "model":  # the model view has no Quill keys; number rows for reading
             messages = [{**m, "message_id": i + 1} for i, m in enumerate(messages)]
-        for item in render.transcript(session, messages):
+        # message_count counts display positions; other views have no stored total
+        total = session.get("message_count") if latest is not None and projection == "display" else None
+        for item in render.transcript(session, messages, total=total):
             con.print(item)
 
 

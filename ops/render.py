@@ -148,11 +148,14 @@ _ROLE_STYLE = {"user": "bold cyan", "assistant": "bold green", "tool": "yellow",
                "developer": "magenta"}
 
 
-def transcript(session: dict[str, Any], messages: list[dict[str, Any]], max_chars: int = 2000) -> list[Any]:
-    """Renderables for a readable transcript: roles, text, tool calls and tool results."""
+def transcript(session: dict[str, Any], messages: list[dict[str, Any]], max_chars: int = 2000,
+               total: int | None = None) -> list[Any]:
+    """Renderables for a readable transcript: roles, text, tool calls and tool results.
+    ``total``: how many messages the view holds when ``messages`` is only its last ones."""
     title = f"  title={session['title']!r}" if session.get("title") else ""  # no empty "title="
+    count = f"messages={len(messages)}" if total is None else f"last {len(messages)} of {total} messages"
     out: list[Any] = [Text(f"session {session['id']}  source={session.get('source') or '-'}{title}  "
-                           f"messages={len(messages)}", style="bold")]
+                           f"{count}", style="bold")]
     usage = session.get("usage") or {}
     if usage.get("calls"):
         out.append(Text(f"usage: {usage['calls']} call(s), {usage['input_tokens']} in "

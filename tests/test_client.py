@@ -71,6 +71,9 @@ def test_reads_equal_the_cli_json(home, quill, fleet):
     assert q.transcript("r1") == quill.json("sessions", "show", "r1")
     assert q.messages("r1", view="audit") == quill.json("sessions", "show", "r1", "--view", "audit")["messages"]
     assert q.messages("r1", latest=2) == quill.json("sessions", "show", "r1", "--latest", "2")["messages"]
+    # the human header gives the view's total, not the count shown (it said messages=2)
+    total = q.session("r1")["message_count"]
+    assert total > 2 and f"last 2 of {total} messages" in quill.run("sessions", "show", "r1", "--latest", "2").stdout
     assert q.session("r1") == quill.json("sessions", "show", "r1")["session"]
     assert q.search("config") == quill.json("search", "config") and q.search("config")
 

@@ -261,8 +261,12 @@ def test_tokens_stored_hashed_revocable_and_never_logged(svc):
     # A token pasted into a query string or a path must not reach the log either.
     httpx.get(f"{base}/api/v1/sessions/{secret}", params={"token": secret}, headers=h)
     httpx.get(f"{base}/api/v1/search", params={"q": secret}, headers=h)
+    dup = quill.run("token", "create", "ci", "--scope", "read", check=False)  # names tell tokens apart
+    assert dup.returncode == 2 and created["id"] in dup.stderr
     quill.run("token", "revoke", created["id"])
     _shaped(httpx.post(f"{base}/api/v1/sessions/a/messages", json={"messages": [MSG]}, headers=h), 401)
+    reused = quill.json("token", "create", "ci", "--scope", "read")  # a revoked token's name is free again
+    quill.run("token", "revoke", reused["id"])
     assert quill.run("token", "revoke", "ffffffff", check=False).returncode == 3
     log = (home / "logs" / "http.log").read_text()
     assert '"http.request"' in log and created["id"] in log

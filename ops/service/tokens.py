@@ -76,7 +76,8 @@ class TokenStore:
 
     def create(self, name: str, scopes: list[str]) -> tuple[str, dict[str, Any]]:
         """Create a token; returns ``(token, row)``. The token is shown once, never stored.
-        Raises ``TokenError`` for an unknown scope or no scope."""
+        Raises ``TokenError`` for an unknown scope or no scope, and for a name an unrevoked
+        token already has (names are how operators tell tokens apart in ``token list``)."""
         bad = sorted(set(scopes) - set(SCOPES))
         if bad or not scopes:
             raise TokenError(f"scopes must be some of {', '.join(SCOPES)} (got {', '.join(bad) or 'none'})")
@@ -86,8 +87,13 @@ class TokenStore:
                "revoked_at": None}
         conn = self._open(write=True)
         try:
-            conn.execute("INSERT INTO tokens VALUES (?, ?, ?, ?, ?, NULL)",
-                         (token_id, name, " ".join(row["scopes"]), _digest(secret), row["created_at"]))
+            with conn:  # one transaction: the name check and the insert (two creates race otherwise)
+                taken = conn.execute("SELECT id FROM tokens WHERE name = ? AND revoked_at IS NULL", (name,)).fetchone()
+                if taken:
+                    raise TokenError(f"token {taken[0]} is already named {name!r}; pick another name or revoke it "
+                                     f"first (`quill token revoke {taken[0]}`)")
+                conn.execute("INSERT INTO tokens VALUES (?, ?, ?, ?, ?, NULL)",
+                             (token_id, name, " ".join(row["scopes"]), _digest(secret), row["created_at"]))
         finally:
             conn.close()
         return f"{_PREFIX}{token_id}_{secret}", row

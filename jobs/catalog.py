@@ -86,7 +86,7 @@ JOBS: tuple[JobSpec, ...] = (
             "verified backup-API snapshot stamped with its spool position",
             "interval", {"hours": 6},
             params=lambda cfg: {"db_path": str(cfg.state_db), "snapshots_dir": str(cfg.snapshots_dir),
-                                "keep": cfg.snapshot_keep},
+                                "keep": cfg.snapshot_keep, "halt_file": str(cfg.run_dir / "halt.json")},
             timeout=3600),
     JobSpec("spool_gc", "worker", worker_jobs.spool_gc,
             "delete spool segments that are applied, snapshot-covered and past retention",

@@ -12,7 +12,8 @@ import apsw
 from quill.spool import Position, retention
 from quill.store import fts_repair
 from quill.store.connection import open_reader
-from quill.store.errors import CantOpenError, CorruptError, mapped
+from quill.store.errors import CantOpenError, CorruptError, HaltedError, StoreError, mapped, translate
+from quill.store.lease import read_halt
 from quill.store.reads import Reader
 
 SNAPSHOT_GLOB = "snapshot-*.db"
@@ -102,16 +103,42 @@ def quick_check(db_path: str, queue_db: str | None = None, pragma: str = "quick_
                        + f" ({'; '.join(rows[:3])})")
 
 
-def snapshot(db_path: str, snapshots_dir: str, keep: int = 5, compact: bool = False) -> dict[str, Any]:
+def _refuse_if_halted(db_path: str, halt_file: str | None) -> None:
+    """Raise ``HaltedError`` when the writer's sticky halt (``halt_file``) names ``db_path``."""
+    halt = read_halt(Path(halt_file), Path(db_path)) if halt_file else None
+    if halt is not None:
+        raise HaltedError(f"no snapshot taken: the writer has halted on {db_path} ({halt.get('cause', 'halt')}: "
+                          f"{halt.get('detail', 'see quill status')}); a snapshot now would copy the file it "
+                          "refused, and `quill recover` would rebuild from it", halt)
+
+
+def _backup_failed(exc: apsw.Error, db_path: str) -> StoreError:
+    """The store error for an apsw error raised while copying ``db_path``, classified by its
+    type like any other (``translate``). The backup API reports its result code with the
+    destination connection's message, which is SQLite's text for SQLITE_OK ("not an error"),
+    so the message is built from the result code instead of the exception's text."""
+    err = translate(exc)
+    code = apsw.mapping_result_codes.get(getattr(exc, "result", None), type(exc).__name__)
+    what = (" (the file, or the -wal beside it, is not one consistent database: was state.db replaced "
+            "or restored while the fleet ran?)" if isinstance(err, CorruptError) else "")
+    return type(err)(f"snapshot of {db_path} failed: SQLite reported {code} while copying it{what}")
+
+
+def snapshot(db_path: str, snapshots_dir: str, keep: int = 5, compact: bool = False,
+             halt_file: str | None = None) -> dict[str, Any]:
     """Copy the store with the backup API, verify the copy (``integrity_check``), stamp it
     with the spool position it covers (read from the copy itself, so the stamp is exactly
     consistent with its rows) and keep the newest ``keep`` snapshots. ``compact=True``
     (``--purge``) also rebuilds the copy with no trace of deleted rows (``compact_copy``).
+    ``halt_file`` (``run/halt.json``): while the writer's sticky halt names ``db_path``
+    (checked before and after the copy), no snapshot is kept.
 
-    Returns ``{"path", "bytes", "position", "seconds", "removed"}``; raises ``CorruptError``
-    when the copy fails verification (the bad copy is deleted).
+    Returns ``{"path", "bytes", "position", "seconds", "removed"}``; raises ``HaltedError``
+    during such a halt, ``CorruptError`` when the copy fails verification or the file cannot
+    be copied (the bad copy is deleted).
     """
     start = time.monotonic()
+    _refuse_if_halted(db_path, halt_file)
     out_dir = Path(snapshots_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     os.chmod(out_dir, 0o700)
@@ -119,10 +146,15 @@ def snapshot(db_path: str, snapshots_dir: str, keep: int = 5, compact: bool = Fa
     source = open_reader(Path(db_path))
     try:
         dest = apsw.Connection(str(tmp))
-        with mapped():
+        try:
             with dest.backup("main", source, "main") as backup:
                 while not backup.done:
                     backup.step(1024)  # pages per step; the source is never locked for long
+        except apsw.Error as exc:
+            dest.close()
+            tmp.unlink(missing_ok=True)
+            raise _backup_failed(exc, db_path) from exc
+        with mapped():
             if compact:
                 compact_copy(dest)
             check = [r[0] for r in dest.execute("PRAGMA integrity_check")]
@@ -134,6 +166,11 @@ def snapshot(db_path: str, snapshots_dir: str, keep: int = 5, compact: bool = Fa
     if check != ["ok"]:
         tmp.unlink(missing_ok=True)
         raise CorruptError(f"snapshot of {db_path} failed integrity_check: {'; '.join(check[:5])}")
+    try:
+        _refuse_if_halted(db_path, halt_file)  # the writer may have halted on it during the copy
+    except HaltedError:
+        tmp.unlink(missing_ok=True)
+        raise
     seg, off = cursor if cursor else (1, 0)
     final = out_dir / f"snapshot-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{time.time_ns() % 10**9:09d}-{seg}-{off}.db"
     os.chmod(tmp, 0o600)

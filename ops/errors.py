@@ -203,6 +203,9 @@ def from_exception(exc: BaseException) -> QuillError | None:
             return InvalidInputError(text, reason=exc.reason, hint="fix the op or message; nothing was appended")
         if isinstance(exc, store_errors.TransientError):
             return StoreBusyError(text)
+        if isinstance(exc, store_errors.HaltedError):
+            return StoreDamagedError(text, hint="run `quill recover`: it rebuilds the store from the newest snapshot "
+                                                "plus the spool and swaps it in (`quill status` shows the halt)")
         if isinstance(exc, store_errors.CorruptError):
             return StoreDamagedError(text)
         if isinstance(exc, store_errors.DiskFullError):

@@ -302,7 +302,9 @@ def _purge_locked(spool_dir: Path, db_path: Path, snapshots_dir: Path, session_i
                                     "long searches or snapshots have finished")
         step("scrubbed")
     if Path(db_path).exists():
-        fresh = Path(snapshot(str(db_path), str(snapshots_dir), keep=snapshot_keep + 1, compact=True)["path"])
+        # Never a compacted copy of a file the writer halted on (data dir layout: run/ beside state.db).
+        fresh = Path(snapshot(str(db_path), str(snapshots_dir), keep=snapshot_keep + 1, compact=True,
+                              halt_file=str(Path(db_path).parent / "run" / "halt.json"))["path"])
         figures["snapshot"] = fresh.name
         step("snapshot")
         newest_bound = max(b[0] for b in p.bounds.values())

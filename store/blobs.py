@@ -27,21 +27,22 @@ Public API (pure functions over an ``apsw`` connection; no module state)::
 
     extract(value) -> (value_with_refs, {sha256: payload})   # no I/O
     may_hold_payload(value) -> bool          # False: extract would return value unchanged
-    put(conn, payload) -> sha256             # one row per distinct payload (repeat = no-op)
-    put_many(conn, {sha256: payload}) -> rows inserted
+    put(conn, payload, now=T) -> sha256      # one row per distinct payload (repeat = no-op)
+    put_many(conn, {sha256: payload}, now=T) -> rows inserted
     get(conn, sha256) -> payload | None
     inflate(conn, value) -> value with every known reference replaced by its payload
     has_refs(text) -> bool                   # cheap pre-check on a stored JSON text
 
 ``put``/``put_many`` run inside the writer's transaction of the op that references the blob,
-so a blob row exists exactly when a message that references it was committed.
+so a blob row exists exactly when a message that references it was committed. Their ``now``
+(the row's ``created_at``) is required and is the arrival time of that op, never the clock at
+apply time: a store rebuilt from a snapshot plus the spool must write the same row.
 """
 from __future__ import annotations
 
 import base64
 import binascii
 import hashlib
-import time
 from typing import Any
 
 import apsw
@@ -190,21 +191,21 @@ def _decode(encoding: str, data: bytes) -> str:
     return base64.b64encode(data).decode("ascii") if encoding == "base64" else bytes(data).decode("utf-8", "surrogatepass")
 
 
-def put(conn: apsw.Connection, payload: str) -> str:
-    """Store ``payload`` once (a repeat is a no-op); returns its sha256."""
+def put(conn: apsw.Connection, payload: str, *, now: float) -> str:
+    """Store ``payload`` once (a repeat is a no-op) with ``created_at = now``; returns its sha256."""
     sha = sha256_of(payload)
-    put_many(conn, {sha: payload})
+    put_many(conn, {sha: payload}, now=now)
     return sha
 
 
-def put_many(conn: apsw.Connection, blobs: dict[str, str], *, now: float | None = None) -> int:
+def put_many(conn: apsw.Connection, blobs: dict[str, str], *, now: float) -> int:
     """Store each ``sha256 → payload`` not stored yet; returns rows inserted (0 for repeats).
     Callers pass what ``extract`` returned; the key is trusted to be ``sha256_of(value)``.
-    ``now`` (epoch s) is ``created_at``: op appliers pass the op's arrival time, so a rebuild
-    by replay writes the same value as the live store."""
+    ``now`` (epoch s) is ``created_at`` and has no default: op appliers pass the op's arrival
+    time (``store.apply.arrival_time``), so a rebuild by replay writes the same value as the
+    live store (a wall-clock default made system-prompt blobs differ, defect 7)."""
     if not blobs:
         return 0
-    now = time.time() if now is None else now
     inserted = 0
     for sha, payload in blobs.items():
         if conn.execute("SELECT 1 FROM blobs WHERE sha256 = ?", (sha,)).fetchone():

@@ -60,15 +60,17 @@ def validate(data: dict) -> None:
             _text(kind, data[kind])
 
 
-def record(conn: apsw.Connection, sid: str, data: dict, batch_id: str) -> int:
+def record(conn: apsw.Connection, sid: str, data: dict, batch_id: str, arrived_at: float) -> int:
     """Store ``data['system_prompt']`` / ``data['tools']`` once and reference them from
-    ``sid`` when they differ from the session's current ones. Returns reference rows added."""
+    ``sid`` when they differ from the session's current ones. Returns reference rows added.
+    ``arrived_at`` (the op's arrival time) is a new blob's ``created_at``: every value written
+    depends on the op alone, so a rebuild from snapshot + spool writes the same rows."""
     added = 0
     for kind in KINDS:
         if data.get(kind) is None:
             continue
         text = _text(kind, data[kind])
-        sha = blobs.put(conn, text)
+        sha = blobs.put(conn, text, now=arrived_at)
         conn.execute("INSERT OR IGNORE INTO context_values (sha256) VALUES (?)", (sha,))
         value_id = conn.execute("SELECT id FROM context_values WHERE sha256 = ?", (sha,)).fetchone()[0]
         latest = conn.execute("SELECT value_id FROM session_context WHERE session_id = ? AND kind = ? "

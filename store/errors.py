@@ -10,6 +10,9 @@ never by message text.
     ├── ReadOnlyError         SQLITE_READONLY
     ├── CantOpenError         SQLITE_CANTOPEN
     ├── ReplacedError         state.db or its WAL replaced/removed under the writer: sticky halt
+    ├── HaltedError           the writer has halted on this file (run/halt.json): a snapshot of
+    │                         it would copy what the writer refused; `quill recover`
+    │                         (ReplacedError and HaltedError are CorruptErrors: StoreDamagedError)
     ├── LeaseHeldError        another process holds the writer lease
     └── InvalidOpError        an op's data breaks the rules: the record is quarantined
 """
@@ -63,6 +66,17 @@ class CantOpenError(StoreError):
 class ReplacedError(CorruptError):
     """``state.db`` or its ``-wal`` was replaced or removed under the writer. Sticky, like
     corruption: writing on would put rows in a file nobody reads."""
+
+
+class HaltedError(CorruptError):
+    """The writer has a sticky halt on this very store file (``run/halt.json``, read by
+    ``lease.read_halt``): a snapshot of it would be a verified copy of a file the writer
+    refused (a replaced ``state.db``: another store's rows), which ``quill recover`` would
+    then pick as its newest snapshot. ``halt`` is the recorded cause."""
+
+    def __init__(self, message: str, halt: dict):
+        super().__init__(message)
+        self.halt = halt
 
 
 class LeaseHeldError(StoreError):

@@ -125,3 +125,24 @@ class Lease:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def read_halt(halt_file: Path, store: Path) -> dict | None:
+    """The writer's sticky halt recorded in ``halt_file`` (``run/halt.json``) if it still
+    applies to ``store``: it names that same file (``store_ino`` is ``store``'s inode, or None
+    for a missing file both times), or predates halts naming their file. Else None.
+    ``workers.rundir.RunDir.halt`` and the snapshot job (which must not copy a file the writer
+    refused) share this one reading."""
+    try:
+        data = json.loads(Path(halt_file).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or not data:
+        return None
+    if "store_ino" not in data:  # written before halts named their file: keep honouring it
+        return data
+    try:
+        ino = os.stat(store).st_ino
+    except OSError:
+        ino = None
+    return data if data["store_ino"] == ino else None

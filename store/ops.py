@@ -86,7 +86,7 @@ def session_create(conn: apsw.Connection, data: dict, batch_id: str, arrived_at:
          float(started) if started is not None else arrived_at, dumps(meta) if meta else None, arrived_at,
          owner.get("host") if isinstance(owner.get("host"), str) else None, owner_pid, owner_started,
          key_field(data)))
-    context.record(conn, sid, data, batch_id)
+    context.record(conn, sid, data, batch_id, arrived_at)
     return 0
 
 

@@ -160,7 +160,7 @@ def test_a_v1_store_is_migrated_to_hold_blobs(tmp_path):
     writer = open_writer(db)
     try:
         assert writer.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION
-        assert blobs.put(writer, "data:image/png;base64," + _png(2)) == blobs.sha256_of("data:image/png;base64," + _png(2))
+        assert blobs.put(writer, "data:image/png;base64," + _png(2), now=1.0) == blobs.sha256_of("data:image/png;base64," + _png(2))
         assert blobs.get(writer, blobs.sha256_of("data:image/png;base64," + _png(2))) == "data:image/png;base64," + _png(2)
     finally:
         writer.close()

@@ -52,3 +52,16 @@ def test_delete_keeps_shared_definitions_and_drops_the_last_reference(store):
     store.apply("sessions.delete", {"session_ids": ["b"]})
     assert _count(store, "SELECT count(*) FROM blobs") == 0
     assert _count(store, "SELECT count(*) FROM session_context") == 0
+
+
+def test_a_context_blob_is_stamped_with_the_ops_arrival_time_not_the_apply_time(store):
+    """Defect 7: ``created_at`` of a system-prompt / tools blob is the op's spool ``ts``, so a
+    store rebuilt later from the spool writes the same row (it was ``time.time()`` at apply)."""
+    import time
+    store.spool.append("session.create", {"session_id": "a", "system_prompt": "You are Quill's agent.",
+                                          "tools": TOOLS})
+    time.sleep(0.3)  # the apply happens measurably later than the append
+    assert store.drain() == []
+    ts = store.last_entries[0].record["ts"]
+    stamps = [r[0] for r in store.conn.execute("SELECT created_at FROM blobs")]
+    assert len(stamps) == 2 and all(s == ts for s in stamps), (stamps, ts)

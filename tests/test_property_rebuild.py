@@ -9,7 +9,7 @@ small random chunks, runs the real store jobs between chunks (auto-prune, delete
 orphan sweep — which append ops — plus VACUUM, FTS rebuild/optimize/merge, checkpoints) and
 takes real snapshots (``jobs.worker_jobs.snapshot``) at random points. At the end, the live
 store is compared with a replay of the whole spool and with each snapshot + replay
-(``ops.replay.replay``), table by table (sessions, messages, blobs, usage), every column.
+(``ops.replay.replay``), table by table (``CANONICAL``), every column.
 
 Default run: ``QUILL_PROPERTY_N`` sequences (default 8, seeds 0…N-1); ``QUILL_PROPERTY_N=200``
 for the long run. ``QUILL_PROPERTY_SEED=k`` reruns one seed.
@@ -38,9 +38,17 @@ SEEDS = [int(os.environ["QUILL_PROPERTY_SEED"])] if os.environ.get("QUILL_PROPER
 DAY = 86400.0
 SESSIONS = [f"s{i}" for i in range(6)]
 TITLES = ["alpha", "beta", "gamma", "", None]
-#: Canonical tables: what a user reads back. Bookkeeping (cursor, applied/rejected batches,
-#: job runs) and derived data (FTS indexes, state_meta) are excluded.
-CANONICAL = ("sessions", "messages", "blobs", "usage")
+#: Canonical tables: what a user reads back, plus what an op writes for later ops
+#: (session_deletions). Bookkeeping (cursor, applied/rejected batches, job runs) and derived
+#: data (FTS indexes, state_meta) are excluded. The context tables were missing here, and no
+#: create carried a system prompt or tools, so a wall-clock ``created_at`` on their blobs went
+#: unseen (defect 7).
+CANONICAL = ("sessions", "messages", "blobs", "usage", "session_context", "context_values", "session_deletions")
+#: Each table's primary key, the dump's order (usage ids are insertion order).
+KEYS = {"blobs": "sha256", "session_deletions": "session_id"}
+PROMPTS = ["You are a careful agent. " * 20, "You are terse."]
+TOOLS = [[{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}],
+         [{"type": "function", "function": {"name": "edit"}}]]
 
 
 def dump(db: Path) -> dict[str, list[tuple]]:
@@ -50,7 +58,7 @@ def dump(db: Path) -> dict[str, list[tuple]]:
         out = {}
         for table in CANONICAL:
             if conn.execute("SELECT 1 FROM sqlite_schema WHERE name = ?", (table,)).fetchone():
-                key = "sha256" if table == "blobs" else "id"  # usage ids are insertion order
+                key = KEYS.get(table, "id")
                 out[table] = conn.execute(f"SELECT * FROM {table} ORDER BY {key}").fetchall()
         return out
     finally:
@@ -111,6 +119,10 @@ class Run:
             if rng.random() < 0.4:
                 data["parent_id"] = rng.choice(SESSIONS)
                 data["parent_kind"] = rng.choice(["compression", "branch", "delegate", "reset"])
+            if rng.random() < 0.4:  # stored once as blobs, referenced from session_context
+                data["system_prompt"] = rng.choice(PROMPTS)
+            if rng.random() < 0.3:
+                data["tools"] = rng.choice(TOOLS)
             if rng.random() < 0.3:  # an owner that is certainly dead (pid above pid_max)
                 data["owner"] = {"host": socket.gethostname(), "pid": 2**22 + rng.randrange(1000), "create_time": 1.0}
             return "session.create", data
@@ -265,7 +277,7 @@ def pg_dump_tables(url: str) -> dict[str, list[tuple]]:
     out = {}
     with psycopg.connect(url) as conn:
         for table in CANONICAL:
-            key = "sha256" if table == "blobs" else "id"
+            key = KEYS.get(table, "id")
             out[table] = [tuple(r) for r in conn.execute(f"SELECT * FROM {table} ORDER BY {key}")]
     return out
 

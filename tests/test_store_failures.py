@@ -118,6 +118,39 @@ def test_foreign_database_copied_over_the_same_inode_halts(quill, home, fleet, t
     _recover_and_check(quill, home, "f", 40)
 
 
+def test_snapshot_during_a_halt_on_a_replaced_store_refuses_and_names_the_halt(quill, home, fleet, tmp_path):
+    """Defect 10: another data dir's state.db restored over this one while the fleet runs; the
+    writer halts. `quill snapshot` then said "quill: error: not an error" (the backup API's
+    SQLITE_CORRUPT came with the destination's SQLITE_OK message). It must say the writer is
+    halted and to run `quill recover`, exit 1 (kind damaged), and keep no snapshot of the
+    foreign file, so recover rebuilds this data dir's own history."""
+    from conftest import QuillCLI
+    other = QuillCLI(tmp_path / "other home")
+    _push(other, "theirs", 0, 30, pad=100)
+    other.run("run", "--until-idle", "--timeout", "120")
+    _push(quill, "mine", 0, 5)
+    quill.wait_idle()
+    quill.run("snapshot")
+    _push(quill, "mine", 5, 5)
+    quill.wait_idle()
+    quill.run("jobs", "run", "wal_checkpoint", "--mode", "truncate", "--wait", "30")
+    before = sorted(p.name for p in (home / "snapshots").glob("snapshot-*.db"))
+    shutil.copyfile(other.home / "state.db", home / "state.db.restore")
+    os.replace(home / "state.db.restore", home / "state.db")
+    assert _wait_halt(home)["cause"] == "ReplacedError"
+    out = quill.run("snapshot", check=False)
+    assert out.returncode == 1, (out.stdout, out.stderr)
+    assert "not an error" not in out.stderr
+    assert "halted" in out.stderr and "was replaced" in out.stderr, out.stderr
+    assert "quill: hint: run `quill recover`" in out.stderr, out.stderr
+    js = quill.run("snapshot", "--json", check=False)
+    error = json.loads(js.stdout)["error"]
+    assert js.returncode == 1 and error["kind"] == "damaged" and "halted" in error["message"], js.stdout
+    assert sorted(p.name for p in (home / "snapshots").glob("snapshot-*.db")) == before
+    assert not list((home / "snapshots").glob(".snapshot-*")), "no temporary copy is left behind"
+    _recover_and_check(quill, home, "mine", 10)
+
+
 def test_damaged_messages_btree_page_halts_and_recovery_loses_nothing(quill, home):
     fleet = quill.start_fleet()
     try:

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from quill.store.lease import holder_alive, process_identity, read_holder
+from quill.store.lease import holder_alive, process_identity, read_halt, read_holder
 
 ROLES = ("supervisor", "writer", "scheduler", "consumer", "http")
 LEASES = ("fleet", "writer", "scheduler")
@@ -148,17 +148,9 @@ class RunDir:
         return self.lease_holder("fleet") is not None
 
     def halt(self, store: Path) -> dict[str, Any] | None:
-        """The writer's sticky halt if it still applies to ``store`` (same file), else None."""
-        data = self._load(self.halt_file)
-        if not data:
-            return None
-        try:
-            ino = os.stat(store).st_ino
-        except OSError:
-            ino = None
-        if "store_ino" not in data:  # written before halts named their file: keep honouring it
-            return data
-        return data if data["store_ino"] == ino else None
+        """The writer's sticky halt if it still applies to ``store`` (same file), else None
+        (``store.lease.read_halt``, which the snapshot job reads too)."""
+        return read_halt(self.halt_file, store)
 
     def swap_request(self) -> dict[str, Any] | None:
         """A swap request whose requester (``quill recover``) is still alive and waiting."""

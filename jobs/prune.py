@@ -14,8 +14,11 @@ Rules (docs/architecture.md "Jobs"; issue 6; field reports of prunes that delete
   never a counter;
 * a session's owner is dead only if its pid is gone or now belongs to a process with another
   start time (psutil), on this host; anything else is treated as alive;
+* only sessions of the configured ``sources`` (``prune.sources``) are ever closed or
+  deleted, by every job here; sessions of other sources (imports) are never touched;
 * children of a deleted session are detached (parent cleared), except delegate children,
-  which go with their parent.
+  which go with their parent when they meet the same conditions (``session_delete.doomed``:
+  an active delegate of an expired parent is kept, detached).
 Every op carries the facts the decision rested on as ``only_if`` conditions, re-checked when
 the op is applied (``store.session_delete``): records that arrived between the decision and
 the op win, a second run that decides the same thing again is a no-op, and replay decides
@@ -32,6 +35,7 @@ import apsw
 
 from quill.spool import Spool
 from quill.store.lease import holder_alive
+from quill.store.session_delete import doomed as delete_closure
 
 #: Sources whose sessions machines open and may abandon (issue 6 default list).
 AUTOMATIC_SOURCES = ("cli", "cron", "subagent", "tool", "api", "recovered")
@@ -39,10 +43,13 @@ DAY = 86400.0
 _NEWEST = ("max(s.started_at, coalesce((SELECT max(max(coalesce(m.ts, 0), m.arrived_at)) FROM messages m "
            "WHERE m.session_id = s.id), s.started_at))")
 _KEEP = "s.pinned = 0 AND s.archived = 0"
+#: Every selection below is ``_KEEP AND s.source IN (sources)``, and every op's ``only_if``
+#: carries ``unpinned`` + ``sources``: the writer re-checks both facts at apply time.
 
 
 def _in(values: tuple) -> str:
-    return ", ".join("?" for _ in values)
+    """Placeholders for ``IN (…)``; ``NULL`` for no values (matches nothing; ``IN ()`` is not portable SQL)."""
+    return ", ".join("?" for _ in values) or "NULL"
 
 
 def _message_count(conn: apsw.Connection, ids: list[str]) -> int:
@@ -54,11 +61,32 @@ def _message_count(conn: apsw.Connection, ids: list[str]) -> int:
     return total
 
 
+def _deleted(conn: apsw.Connection, ids: list[str], cond: dict[str, Any]) -> tuple[int, int]:
+    """(sessions, messages) a ``sessions.delete`` of ``ids`` under ``cond`` deletes if applied
+    now: the named sessions and the delegate children that meet ``cond`` too."""
+    closure: list[str] = []
+    for sid in ids:
+        closure += [s for s in delete_closure(conn, sid, cond) if s not in closure]
+    return len(closure), _message_count(conn, closure)
+
+
 def _end_ops(spool: Spool, ids: list[str], reason: str, actor: str, now: float,
              only_if: dict[str, Any]) -> None:
     for sid in ids:
         spool.append("session.end", {"session_id": sid, "reason": reason, "ended_at": now, "actor": actor,
                                      "only_if": {"open": True, "unpinned": True, **only_if}})
+
+
+def _delete_op(conn: apsw.Connection, spool: Spool, ids: list[str], reason: str, actor: str,
+               only_if: dict[str, Any]) -> tuple[int, int]:
+    """Append one ``sessions.delete`` of ``ids`` (if any) with ``only_if`` (plus ``unpinned``);
+    returns what it will delete (``_deleted``), counted before the op is appended."""
+    if not ids:
+        return 0, 0
+    cond = {"unpinned": True, **only_if}
+    figures = _deleted(conn, ids, cond)
+    spool.append("sessions.delete", {"session_ids": ids, "reason": reason, "actor": actor, "only_if": cond})
+    return figures
 
 
 def auto_prune(conn: apsw.Connection, spool: Spool, stale_after_s: float = 1 * DAY,
@@ -67,58 +95,59 @@ def auto_prune(conn: apsw.Connection, spool: Spool, stale_after_s: float = 1 * D
     """Pass 1: close open sessions of automatic ``sources`` idle past ``stale_after_s`` (one
     ``session.end`` op each, reason ``stale_sweep``). Pass 2: delete ended sessions whose end
     and newest message are older than ``retention_s`` (one ``sessions.delete`` op, reason
-    ``retention``). Figures (what the appended ops will do when the writer applies them):
-    sessions closed/deleted, their messages, whether more candidates remain."""
+    ``retention``). Both passes take only sessions of ``sources``, never pinned or archived,
+    and say so in their ``only_if``. Figures (what the appended ops will do when the writer
+    applies them, if nothing changes first): sessions closed/deleted (delegate children that
+    go along included), their messages, whether more candidates remain."""
     now = time.time() if now is None else now
     src = tuple(sources)
     idle_cut, keep_cut = now - stale_after_s, now - retention_s
     stale = [r[0] for r in conn.execute(
         f"SELECT s.id FROM sessions s WHERE s.ended_at IS NULL AND s.source IN ({_in(src)}) AND {_KEEP} "
         f"AND {_NEWEST} < ? ORDER BY s.id LIMIT ?", (*src, idle_cut, max_sessions))]
-    _end_ops(spool, stale, "stale_sweep", "job:auto_prune", now, {"inactive_before": idle_cut})
+    _end_ops(spool, stale, "stale_sweep", "job:auto_prune", now, {"inactive_before": idle_cut, "sources": list(src)})
     expired = [r[0] for r in conn.execute(
-        f"SELECT s.id FROM sessions s WHERE s.ended_at IS NOT NULL AND s.ended_at < ? AND {_KEEP} "
-        f"AND {_NEWEST} < ? ORDER BY s.id LIMIT ?", (keep_cut, keep_cut, max_sessions + 1))]
-    doomed = expired[:max_sessions]
-    if doomed:
-        spool.append("sessions.delete", {
-            "session_ids": doomed, "reason": "retention", "actor": "job:auto_prune",
-            "only_if": {"ended_before": keep_cut, "inactive_before": keep_cut, "unpinned": True}})
-    return {"sessions_closed": len(stale), "sessions_deleted": len(doomed),
-            "messages_deleted": _message_count(conn, doomed), "more_remaining": len(expired) > max_sessions}
+        f"SELECT s.id FROM sessions s WHERE s.ended_at IS NOT NULL AND s.ended_at < ? AND s.source IN ({_in(src)}) "
+        f"AND {_KEEP} AND {_NEWEST} < ? ORDER BY s.id LIMIT ?", (keep_cut, *src, keep_cut, max_sessions + 1))]
+    sessions, messages = _delete_op(conn, spool, expired[:max_sessions], "retention", "job:auto_prune",
+                                    {"ended_before": keep_cut, "inactive_before": keep_cut, "sources": list(src)})
+    return {"sessions_closed": len(stale), "sessions_deleted": sessions,
+            "messages_deleted": messages, "more_remaining": len(expired) > max_sessions}
 
 
 def delete_empty(conn: apsw.Connection, spool: Spool, grace_s: float = 1 * DAY, max_sessions: int = 500,
-                 now: float | None = None) -> dict[str, Any]:
-    """Delete sessions with no message rows in any state, created more than ``grace_s`` ago
-    (a producer may create a session before its first append), never pinned or archived:
-    one ``sessions.delete`` op, reason ``empty``. Figures: sessions to delete."""
+                 sources: list[str] | tuple[str, ...] = AUTOMATIC_SOURCES, now: float | None = None) -> dict[str, Any]:
+    """Delete sessions of ``sources`` with no message rows in any state, created more than
+    ``grace_s`` ago (a producer may create a session before its first append), never pinned
+    or archived: one ``sessions.delete`` op, reason ``empty``. Figures: sessions to delete
+    (an empty delegate child going with its parent included)."""
     now = time.time() if now is None else now
-    cut = now - grace_s
+    cut, src = now - grace_s, tuple(sources)
     empty = [r[0] for r in conn.execute(
-        f"SELECT s.id FROM sessions s WHERE s.created_at < ? AND {_KEEP} "
+        f"SELECT s.id FROM sessions s WHERE s.created_at < ? AND s.source IN ({_in(src)}) AND {_KEEP} "
         "AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.session_id = s.id) ORDER BY s.id LIMIT ?",
-        (cut, max_sessions))]
-    if empty:
-        spool.append("sessions.delete", {"session_ids": empty, "reason": "empty", "actor": "job:delete_empty",
-                                         "only_if": {"empty": True, "unpinned": True, "inactive_before": cut}})
-    return {"sessions_deleted": len(empty)}
+        (cut, *src, max_sessions))]
+    sessions, _ = _delete_op(conn, spool, empty, "empty", "job:delete_empty",
+                             {"empty": True, "inactive_before": cut, "sources": list(src)})
+    return {"sessions_deleted": sessions}
 
 
 def orphan_sweep(conn: apsw.Connection, spool: Spool, host: str | None = None, max_sessions: int = 500,
-                 now: float | None = None) -> dict[str, Any]:
-    """Close open sessions whose owner process (recorded by ``session.create``'s ``owner``)
+                 sources: list[str] | tuple[str, ...] = AUTOMATIC_SOURCES, now: float | None = None) -> dict[str, Any]:
+    """Close open sessions of ``sources`` whose owner process (recorded by ``session.create``'s ``owner``)
     on this host is dead — one ``session.end`` op each, reason ``orphan_sweep``, which a live
     writer may clear by appending again. A pid that is alive with the recorded start time is a
     live owner. The op only applies while the session still names that same owner."""
     host = host or socket.gethostname()
     now = time.time() if now is None else now
+    src = tuple(sources)
     rows = conn.execute(
         f"SELECT id, owner_pid, owner_started FROM sessions s WHERE ended_at IS NULL AND owner_pid IS NOT NULL "
-        f"AND owner_host = ? AND {_KEEP} ORDER BY id LIMIT ?", (host, max_sessions)).fetchall()
+        f"AND owner_host = ? AND s.source IN ({_in(src)}) AND {_KEEP} ORDER BY id LIMIT ?",
+        (host, *src, max_sessions)).fetchall()
     dead = [(sid, pid, started) for sid, pid, started in rows
             if not holder_alive({"pid": pid, "create_time": started})]
     for sid, pid, started in dead:
-        cond = {"owner_pid": pid, **({"owner_started": started} if started is not None else {})}
+        cond = {"owner_pid": pid, "sources": list(src), **({"owner_started": started} if started is not None else {})}
         _end_ops(spool, [sid], "orphan_sweep", "job:orphan_sweep", now, cond)
     return {"checked": len(rows), "sessions_closed": len(dead)}

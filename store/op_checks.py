@@ -50,6 +50,7 @@ _CONDITIONS: dict[str, type | tuple[type, ...]] = {
     "open": bool,                     # true: skip ended sessions
     "owner_pid": int,                 # skip unless the recorded owner pid is this one
     "owner_started": (int, float),    # ... and the recorded owner start time is this one
+    "sources": list,                  # skip unless the session's source is one of these strings
 }
 _REWIND_TARGETS = "messages.rewind needs exactly one of message_id, ext_id, user_turn, ext_ids"
 
@@ -135,6 +136,8 @@ def parse_conditions(data: dict) -> dict[str, Any]:
             raise InvalidOpError("invalid-field", f"only_if.{key} has the wrong type ({type(value).__name__})")
         if isinstance(value, float) and not math.isfinite(value):
             raise InvalidOpError("invalid-field", f"only_if.{key} must be finite")
+        if isinstance(value, list) and not all(isinstance(v, str) for v in value):
+            raise InvalidOpError("invalid-field", f"only_if.{key} must be a list of strings")
     return cond
 
 

@@ -27,12 +27,14 @@ _REF_RE = re.compile(re.escape(blobs.REF_PREFIX) + r"([0-9a-f]{64})")
 
 def conditions_hold(conn: apsw.Connection, sid: str, cond: dict[str, Any]) -> bool:
     """True if session ``sid`` exists and meets every condition in ``cond`` (see ``op_checks._CONDITIONS``)."""
-    row = conn.execute("SELECT started_at, ended_at, pinned, archived, owner_pid, owner_started FROM sessions "
+    row = conn.execute("SELECT started_at, ended_at, pinned, archived, owner_pid, owner_started, source FROM sessions "
                        "WHERE id = ?", (sid,)).fetchone()
     if row is None:
         return False
-    started, ended, pinned, archived, owner_pid, owner_started = row
+    started, ended, pinned, archived, owner_pid, owner_started, source = row
     if cond.get("unpinned") and (pinned or archived):
+        return False
+    if "sources" in cond and source not in cond["sources"]:  # a NULL source is in no list
         return False
     if cond.get("open") and ended is not None:
         return False
@@ -52,14 +54,37 @@ def conditions_hold(conn: apsw.Connection, sid: str, cond: dict[str, Any]) -> bo
     return True
 
 
-def _delete_one(conn: apsw.Connection, sid: str) -> tuple[int, int, int]:
-    """Delete ``sid`` with its messages (unindexed in the same transaction), usage rows and
-    the blobs no other message references, and its delegate children (recursively); detach
-    other children. Returns (sessions, messages, detached)."""
-    sessions = messages = detached = 0
-    queue = [sid]
+def doomed(conn: apsw.Connection, sid: str, cond: dict[str, Any]) -> list[str]:
+    """The sessions a ``sessions.delete`` of ``sid`` under conditions ``cond`` deletes, in
+    delete order: ``sid`` itself if it meets ``cond``, then its delegate children (recursively)
+    that are neither pinned nor archived *and* meet the same ``cond`` — a condition the job
+    decided on the parent (ended, inactive, empty, of a pruned source) must hold for every
+    session it deletes, so an active delegate is kept (and detached), never taken along.
+    Jobs call this for their figures, the applier to delete: both count the same sessions."""
+    if not conditions_hold(conn, sid, cond):
+        return []
+    out, seen, queue = [], {sid}, [sid]
     while queue:
-        sid = queue.pop()
+        cur = queue.pop()
+        out.append(cur)
+        for (child,) in conn.execute("SELECT id FROM sessions WHERE parent_id = ? AND parent_kind = 'delegate' "
+                                     "AND pinned = 0 AND archived = 0 ORDER BY id", (cur,)).fetchall():
+            if child not in seen and (not cond or conditions_hold(conn, child, cond)):
+                seen.add(child)
+                queue.append(child)
+    return out
+
+
+def _delete_one(conn: apsw.Connection, sid: str, cond: dict[str, Any]) -> tuple[int, int, int]:
+    """Delete ``sid`` and the delegate children ``doomed`` names, each with its messages
+    (unindexed in the same transaction), usage rows and the blobs no other message
+    references; detach every other child of a deleted session (``parent_id``/``parent_kind``
+    cleared: pinned, archived and kept delegates stay, parentless). Returns (sessions,
+    messages, detached)."""
+    sessions = messages = detached = 0
+    victims = doomed(conn, sid, cond)
+    gone = set(victims)
+    for sid in victims:
         msg_ids = [r[0] for r in conn.execute("SELECT id FROM messages WHERE session_id = ?", (sid,))]
         if isinstance(conn, apsw.Connection):  # SQLite's FTS5 tables; PostgreSQL indexes the rows themselves
             unindex(conn, msg_ids)
@@ -71,13 +96,11 @@ def _delete_one(conn: apsw.Connection, sid: str) -> tuple[int, int, int]:
         conn.execute("DELETE FROM usage WHERE session_id = ?", (sid,))
         _drop_unreferenced(conn, shas)
         messages += len(msg_ids)
-        # Delegates (subagents) belong to their parent; pinned or archived ones are kept.
-        queue += [r[0] for r in conn.execute(
-            "SELECT id FROM sessions WHERE parent_id = ? AND parent_kind = 'delegate' AND pinned = 0 AND archived = 0 "
-            "ORDER BY id", (sid,))]
-        conn.execute("UPDATE sessions SET parent_id = NULL, parent_kind = NULL WHERE parent_id = ? "
-                     "AND (parent_kind != 'delegate' OR pinned = 1 OR archived = 1)", (sid,))
-        detached += conn.changes()
+        # Invariant: no session is left naming a deleted parent.
+        for (child,) in conn.execute("SELECT id FROM sessions WHERE parent_id = ? ORDER BY id", (sid,)).fetchall():
+            if child not in gone:
+                conn.execute("UPDATE sessions SET parent_id = NULL, parent_kind = NULL WHERE id = ?", (child,))
+                detached += 1
         conn.execute("DELETE FROM sessions WHERE id = ?", (sid,))
         if conn.changes():
             sessions += 1
@@ -127,7 +150,8 @@ def sessions_delete(conn: apsw.Connection, data: dict, batch_id: str, arrived_at
     ``deleted``), ``actor`` (who decided, e.g. ``job:auto_prune``, ``user:alice``), optional
     ``only_if`` conditions (``op_checks._CONDITIONS``) checked per session at apply time: a session
     that fails them, or no longer exists, is skipped (so the op is idempotent). Delegate
-    children go with their parent unless pinned or archived; other children are detached
+    children go with their parent unless pinned or archived or failing the same ``only_if``
+    (then kept, like any other child: ``doomed``); other children are detached
     (``parent_id``/``parent_kind`` cleared). Returns 0 (rows written counts inserted rows). Raises
     ``InvalidOpError('invalid-field')`` (``op_checks.check_delete``). ``purge`` (bool, optional): the request also purges
     the sessions' copies outside the store (``ops.purge``); here it turns on secure deletion
@@ -141,8 +165,7 @@ def sessions_delete(conn: apsw.Connection, data: dict, batch_id: str, arrived_at
         _secure_delete(conn, True)
     try:
         for sid in ids:
-            if conditions_hold(conn, sid, cond):
-                _delete_one(conn, sid)
+            _delete_one(conn, sid, cond)
     finally:
         if purge and sqlite:
             _secure_delete(conn, False)

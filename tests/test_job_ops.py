@@ -61,6 +61,31 @@ def test_prune_then_recover_does_not_bring_the_pruned_chain_back(quill, home):
     assert delete["data"]["session_ids"] == ["root", "tip"]
 
 
+def test_quill_jobs_run_prunes_only_the_configured_sources(quill, home):
+    """Report defect 2 end to end: with ``[prune] sources = ["cron"]`` an ended claude-code
+    session past retention was deleted by ``quill jobs run auto_prune``. Every prune job gets
+    the configured sources (jobs.catalog params): auto_prune, delete_empty, orphan_sweep."""
+    home.mkdir(parents=True)
+    (home / "config.toml").write_text('[prune]\nretention_s = 1\nstale_after_s = 1\nsources = ["cron"]\n')
+    ops = []
+    for sid, source in (("import", "claude-code"), ("nightly", "cron"), ("tool-run", "tool")):
+        ops += [{"op": "session.create", "data": {"session_id": sid, "source": source}},
+                {"op": "messages.append", "data": {"session_id": sid, "messages": [{"role": "user", "content": sid}]}},
+                {"op": "session.end", "data": {"session_id": sid, "reason": "user_exit"}}]
+    ops += [{"op": "session.create", "data": {"session_id": "open-import", "source": "claude-code"}},
+            {"op": "messages.append", "data": {"session_id": "open-import", "messages": [
+                {"role": "user", "content": "still going"}]}}]
+    quill.run("push", input="\n".join(json.dumps(o) for o in ops))
+    quill.run("run", "--until-idle", "--timeout", "120")
+    time.sleep(1.5)  # past the 1 s windows
+    for job in ("auto_prune", "delete_empty", "orphan_sweep"):
+        quill.run("jobs", "run", job)
+    quill.run("run", "--until-idle", "--timeout", "120")
+    listed = {s["id"]: s for s in quill.json("sessions", "list")}
+    assert set(listed) == {"import", "tool-run", "open-import"}
+    assert listed["open-import"]["ended_at"] is None
+
+
 def test_a_delete_decided_before_newer_records_spares_a_session_that_came_back(store):
     store.apply("session.create", {"session_id": "old", "source": "cron"})
     store.apply("messages.append", {"session_id": "old", "messages": [{"role": "user", "content": "hi"}]})

@@ -102,11 +102,96 @@ def test_children_are_detached_but_delegates_go_with_their_parent(store):
     _session(store, "branch", source="claude-code", parent_id="parent", parent_kind="branch")
     _session(store, "delegate", source="subagent", parent_id="parent", parent_kind="delegate")
     store.apply("session.end", {"session_id": "parent", "reason": "user_exit"})
+    store.apply("session.end", {"session_id": "delegate", "reason": "delegate_done"})
     figures = store.job(auto_prune, retention_s=30 * DAY, now=time.time() + 60 * DAY)
-    assert figures["sessions_deleted"] == 1  # the parent is named; its delegate goes with it on apply
+    # the parent is named; its delegate (ended and inactive too) goes with it, and is counted
+    assert figures["sessions_deleted"] == 2 and figures["messages_deleted"] == 4
     state = _sessions(store)
     assert "parent" not in state and "delegate" not in state
     assert state["branch"][2] is None  # detached, not deleted
+
+
+def _ended_long_ago(store, sid, days, source="cron", **extra):
+    """A session of ``source`` whose start, rows and end are all ``days`` old."""
+    _session(store, sid, source=source, **extra)
+    _age(store, sid, days * DAY)
+    assert store.apply("session.end", {"session_id": sid, "reason": "user_exit",
+                                       "ended_at": time.time() - days * DAY}) == []
+
+
+def test_retention_keeps_an_active_delegate_child_of_an_expired_parent(store):
+    """Defect 4: the delete of an old ended parent took its still-running delegate with it,
+    and the figures counted only the parent's rows."""
+    _ended_long_ago(store, "old-parent", 40)
+    _session(store, "busy-delegate", source="subagent", n=3, parent_id="old-parent", parent_kind="delegate")
+    _session(store, "done-delegate", source="subagent", n=3, parent_id="old-parent", parent_kind="delegate")
+    _age(store, "done-delegate", 40 * DAY)
+    store.apply("session.end", {"session_id": "done-delegate", "reason": "delegate_done",
+                                "ended_at": time.time() - 40 * DAY})
+    figures = store.job(auto_prune, retention_s=30 * DAY, stale_after_s=90 * DAY)
+    state = _sessions(store)
+    assert "old-parent" not in state and "done-delegate" not in state
+    assert state["busy-delegate"] == (None, None, None)  # kept, open, detached from the gone parent
+    assert len(store.ids("busy-delegate")) == 3
+    assert figures["sessions_deleted"] == 2 and figures["messages_deleted"] == 2 + 3
+
+
+def test_delete_empty_keeps_a_delegate_child_that_has_messages(store):
+    _session(store, "empty-parent", n=0)
+    _session(store, "working-child", source="subagent", n=2, parent_id="empty-parent", parent_kind="delegate")
+    _session(store, "empty-child", source="subagent", n=0, parent_id="empty-parent", parent_kind="delegate")
+    figures = store.job(delete_empty, now=time.time() + 2 * DAY)
+    state = _sessions(store)
+    assert set(state) == {"working-child"} and state["working-child"][2] is None
+    assert len(store.ids("working-child")) == 2
+    assert figures["sessions_deleted"] == 2
+
+
+def test_auto_prune_never_deletes_or_closes_a_session_of_another_source(store):
+    """Defect 2: retention deleted ended sessions of every source, not only ``sources``."""
+    _ended_long_ago(store, "imported", 40, source="claude-code")
+    _ended_long_ago(store, "cron-old", 40, source="cron")
+    _session(store, "imported-open", source="claude-code")
+    _age(store, "imported-open", 40 * DAY)
+    figures = store.job(auto_prune, retention_s=30 * DAY, stale_after_s=DAY, sources=["cron"])
+    assert figures["sessions_deleted"] == 1 and figures["messages_deleted"] == 2 and figures["sessions_closed"] == 0
+    state = _sessions(store)
+    assert set(state) == {"imported", "imported-open"} and state["imported-open"][0] is None
+
+
+def test_delete_empty_and_orphan_sweep_take_only_the_configured_sources(store):
+    _session(store, "empty-import", source="claude-code", n=0)
+    _session(store, "empty-cron", source="cron", n=0)
+    assert store.job(delete_empty, now=time.time() + 2 * DAY, sources=["cron"])["sessions_deleted"] == 1
+    child = multiprocessing.Process(target=_exit_now)
+    child.start()
+    dead = {"host": socket.gethostname(), "pid": child.pid, "create_time": psutil.Process(child.pid).create_time()}
+    child.join()
+    _session(store, "orphan-import", source="claude-code", owner=dead)
+    _session(store, "orphan-cli", source="cli", owner=dead)
+    assert store.job(orphan_sweep, sources=["cli"])["sessions_closed"] == 1
+    state = _sessions(store)
+    assert set(state) == {"empty-import", "orphan-import", "orphan-cli"}
+    assert state["orphan-import"][1] is None and state["orphan-cli"][1] == "orphan_sweep"
+
+
+def test_the_writer_rechecks_the_source_a_prune_decided_on(store):
+    """A placeholder made by ``usage.record`` carries that op's source; the ``session.create``
+    that completes it (already in the spool when the job decides) gives the real source. The
+    ops the job appends must then be skipped: their ``only_if`` names the sources."""
+    usage = {"input_tokens": 1, "output_tokens": 1}
+    for sid in ("ended-placeholder", "open-placeholder"):
+        assert store.apply("usage.record", {"session_id": sid, "source": "cron", "usage": usage}) == []
+    assert store.apply("session.end", {"session_id": "ended-placeholder", "reason": "user_exit"}) == []
+    for sid in ("ended-placeholder", "open-placeholder"):  # pending: not applied when the job decides
+        store.spool.append("session.create", {"session_id": sid, "source": "claude-code"})
+    far = time.time() + 60 * DAY
+    figures = auto_prune(store.conn, store.spool, stale_after_s=DAY, retention_s=30 * DAY, sources=["cron"], now=far)
+    assert figures["sessions_deleted"] == 1 and figures["sessions_closed"] == 1  # decided on the placeholders
+    assert store.drain() == []
+    state = _sessions(store)
+    assert set(state) == {"ended-placeholder", "open-placeholder"}
+    assert state["open-placeholder"][0] is None
 
 
 def _exit_now() -> None:

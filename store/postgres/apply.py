@@ -7,8 +7,9 @@ commits with the data"), per spool:
 2. every batch id is recorded in ``applied_batches`` (unique store-wide) in that transaction;
    a batch already decided — by any host — is skipped.
 3. Ops on one session serialize across hosts: before touching anything the chunk takes
-   ``pg_advisory_xact_lock(hashtextextended(session_id, 0))`` for every session it names, in
-   ascending key order (so two chunks can never wait on each other in a cycle; a hash
+   ``pg_advisory_xact_lock(hashtextextended(session_id, 0))`` for every session it may touch
+   (``lock_sessions``: ``data.session_id``, a create's parent, a delete's targets and their
+   descendants), in ascending key order (so two chunks can never wait on each other in a cycle; a hash
    collision only over-serializes). The locks are released at COMMIT/ROLLBACK. Ops of one
    session therefore apply one transaction at a time, each seeing the previous one's rows, and
    a batch's rows get consecutive positions in that session.
@@ -22,6 +23,7 @@ from collections.abc import Sequence
 from ..apply import ChunkResult, EntryLike, RejectFn, apply_entries
 from ..contract import BadDataError
 from ..errors import InvalidOpError
+from ..op_common import session_id_problem
 from . import halt
 from .connection import PgConnection
 
@@ -48,13 +50,59 @@ def spool_ids(conn: PgConnection) -> list[str]:
 
 
 def session_ids(entries: Sequence[EntryLike]) -> list[str]:
-    """Every session id the chunk's ops name (``data.session_id``), sorted, unique."""
-    out = set()
+    """Every session id the chunk's ops name, sorted, unique: ``data.session_id``, a
+    ``session.create``'s ``parent_id`` (the parent's children change) and a
+    ``sessions.delete``'s ``session_ids``. A value that is no valid session id is left out:
+    no session has it (the op's check refuses it), and a NUL would fail the lock query."""
+    out: set[str] = set()
     for e in entries:
         data = e.record.get("data") if e.record else None
-        if isinstance(data, dict) and isinstance(data.get("session_id"), str):
-            out.add(data["session_id"])
+        if not isinstance(data, dict):
+            continue
+        named = [data.get("session_id"), data.get("parent_id")]
+        if isinstance(data.get("session_ids"), list):
+            named += data["session_ids"]
+        out.update(s for s in named if session_id_problem(s) is None)
     return sorted(out)
+
+
+def _deletes(entries: Sequence[EntryLike]) -> list[str]:
+    """The sessions the chunk's ``sessions.delete`` ops name."""
+    out: list[str] = []
+    for e in entries:
+        data = e.record.get("data") if e.record else None
+        if e.record and e.record.get("op") == "sessions.delete" and isinstance(data, dict) \
+                and isinstance(data.get("session_ids"), list):
+            out += [s for s in data["session_ids"] if session_id_problem(s) is None]
+    return out
+
+
+def lock_sessions(conn: PgConnection, entries: Sequence[EntryLike]) -> list[str]:
+    """Take the per-session transaction lock of every session the chunk may touch; returns them.
+
+    That is every id the ops name (``session_ids``) plus, for a ``sessions.delete``, every
+    descendant of its targets (delegate children it may delete, other children it detaches),
+    found after the named locks are held. Invariant: a session's children change only under
+    its lock (``session.create`` locks its ``parent_id``), so once a parent's lock is held its
+    set of children is final; the closure is re-read until it stops growing. The first set is
+    locked in ascending key order; a later round may wait out of order, and a cycle with
+    another chunk is then broken by the server (40P01, ``TransientError``: the chunk is retried)."""
+    held = session_ids(entries)
+    todo = held
+    frontier = _deletes(entries)
+    while todo:
+        conn.execute(_LOCK_SQL, (todo,)).fetchall()
+        if not frontier:
+            break
+        found: set[str] = set()
+        while frontier:  # descendants visible now that the parents' locks are held
+            kids = [r[0] for r in conn.execute("SELECT id FROM sessions WHERE parent_id = ANY(?)", (frontier,))]
+            frontier = [k for k in kids if k not in found and k not in held]
+            found.update(frontier)
+        todo = sorted(found)
+        held = held + todo
+        frontier = todo  # their children, once these locks are held
+    return held
 
 
 class PgLedger:
@@ -98,9 +146,7 @@ def apply_chunk(conn: PgConnection, spool_id: str, entries: Sequence[EntryLike],
     conn.execute("BEGIN IMMEDIATE")
     try:
         halt.check(conn)  # damage found by amcheck on any host stops every writer
-        sids = session_ids(entries)
-        if sids:
-            conn.execute(_LOCK_SQL, (sids,)).fetchall()
+        lock_sessions(conn, entries)
         result = apply_entries(conn, entries, now, on_reject, PgLedger(spool_id))
         last = entries[-1].next
         conn.execute(

@@ -14,6 +14,7 @@ from .cli_base import emit_json, json_option
 from .errors import Exit, InvalidInputError, from_exception
 from .export import import_export, is_quill_export
 from .import_spool import import_file, open_store_view
+from .pending_deletes import pending_deletes
 from .importers import iter_transcript_files
 
 
@@ -39,13 +40,14 @@ def import_(ctx: click.Context, paths: tuple[Path, ...], as_json: bool) -> None:
     try:
         with Spool(cfg.spool_dir, segment_bytes=cfg.segment_bytes) as spool, \
                 render.progress(not as_json) as progress:
+            pending = pending_deletes(spool.dir, store)  # once: the files below add no deletes
             task = progress.add_task("importing", total=len(files))
             for path in files:
                 try:
                     if is_quill_export(path):  # `quill export` output: its ops as they are
                         report.append(import_export(spool, path, store))
                     else:
-                        report.append(import_file(spool, path, store).as_dict())
+                        report.append(import_file(spool, path, store, pending).as_dict())
                 except ValueError as exc:
                     raise InvalidInputError(f"{path}: {exc}; what was read before it was spooled") from exc
                 except SpoolError as exc:

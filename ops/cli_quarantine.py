@@ -8,6 +8,10 @@ touching files by hand.
 * A refused batch id is decided for good (``rejected_batches``), so a retry appends under a
   new batch id; an ``unsupported-op`` refusal is not decided, so its retry keeps the id (a
   later replay of the original line and the retry then apply once).
+* Invariant: a retry is idempotent. Its new batch id is derived from the quarantined record
+  itself (``retry_batch_id``: its position and raw line), never drawn at random, so a retry
+  run again — killed between its append and its resolve, or an entry re-opened by an older
+  Quill — appends the same batch with the same op and data, which the store applies once.
 """
 from __future__ import annotations
 
@@ -26,6 +30,7 @@ from quill.spool.record import decode
 
 from .cli_base import emit_json, json_option
 from .errors import InvalidInputError, NotFoundError, QuillError
+from .ingest import stable_batch_id
 
 #: Reasons that mean the line itself is damaged (not the op's data): retrying trusts bytes
 #: that failed their checksum or shape check, so it needs --force.
@@ -53,8 +58,16 @@ def _entry(q: Quarantine, entry_id: str) -> dict[str, Any]:
                             hint="`quill spool quarantine list` shows the ids") from None
 
 
-def retry_op(entry: dict[str, Any], *, force: bool) -> tuple[str, dict[str, Any], str | None]:
-    """(op, data, batch id to reuse or None) for re-appending ``entry``. Raises
+def retry_batch_id(entry: dict[str, Any]) -> str:
+    """The batch id of ``entry``'s retry: a UUIDv5 over its position and raw line, the same for
+    every retry of this record, and another for a retry of the retry's own refusal (a new
+    position), so a refused retry can itself be retried."""
+    return stable_batch_id("quarantine-retry", entry["position"], entry["raw"])
+
+
+def retry_op(entry: dict[str, Any], *, force: bool) -> tuple[str, dict[str, Any], str]:
+    """(op, data, batch id) for re-appending ``entry``: the original batch id for an
+    ``unsupported-op`` refusal (never decided), else ``retry_batch_id``. Raises
     ``InvalidInputError`` when the raw line holds no complete op, or is damaged and not ``force``."""
     if entry["reason"] in DAMAGE_REASONS and not force:
         raise InvalidInputError(f"entry {entry['id']} was quarantined as damaged ({entry['reason']}): "
@@ -70,7 +83,7 @@ def retry_op(entry: dict[str, Any], *, force: bool) -> tuple[str, dict[str, Any]
         raise InvalidInputError(f"entry {entry['id']} holds no complete op to retry (torn or unreadable line)",
                                 hint="`quill spool quarantine drop` it once you have recovered what you need")
     keep = body.get("batch") if entry["reason"] == "unsupported-op" and isinstance(body.get("batch"), str) else None
-    return body["op"], body["data"], keep
+    return body["op"], body["data"], keep or retry_batch_id(entry)
 
 
 @click.group(name="quarantine")

@@ -271,11 +271,18 @@ class Client(Reads):
     def adopt_orphans(self, *, window_s: float | None = None) -> list[tuple[dict[str, Any], Ack]]:
         """Give each unambiguous orphan its predecessor's key (and the predecessor as its
         compression parent when it has no parent) through the spool: a ``session.create``
-        that only fills empty fields. Ambiguous orphans are left alone. Returns
-        ``(orphan, ack)`` pairs."""
+        that only fills empty fields. Ambiguous orphans are left alone, and so are orphans
+        whose predecessor or themselves a ``sessions.delete`` still pending in the spool names
+        (``ops.pending_deletes``): the create would come after the delete and bring the
+        session back bare. Returns ``(orphan, ack)`` pairs."""
+        from .pending_deletes import pending_deletes_from
+        from .wait import applied_position
+
         out = []
+        with _public_errors():
+            pending = pending_deletes_from(self.config.spool_dir, applied_position(self.config))
         for item in self.orphans(window_s=window_s):
-            if item["predecessor"] is None:
+            if item["predecessor"] is None or item["session_id"] in pending or item["predecessor"] in pending:
                 continue
             data = {"session_id": item["session_id"], "key": item["key"]}
             if item["evidence"] == "quiet_sibling":

@@ -33,6 +33,13 @@ Batch ids are stable (``ingest.stable_batch_id`` over what a batch is), so an im
 a writer that has not yet applied the previous import is still applied once.
 The store view is a read-only ``Reader`` (None before any store exists); it may lag behind
 the spool, which only costs spool space, never a duplicate row (the store skips known ids).
+A lagging view is wrong in one way that loses data: a session whose ``sessions.delete`` is
+still in the spool (``pending_deletes``) looks stored, but will be gone once the delete
+applies. Invariant: the import decides as if the pending deletes were applied — a session an
+unconditional delete names (or a delegate child that goes with it) is imported whole as a
+session deleted once more (``deletions + 1`` in its batch ids, so none is a duplicate of its
+deleted batches); one a conditional delete (``only_if``, a job's) names is skipped and
+reported, since only the writer can tell whether it will be deleted.
 """
 from __future__ import annotations
 
@@ -48,6 +55,7 @@ from quill.store.reads import Reader
 
 from .importers import Compact, Message, Problem, Rewind, SessionStart, Usage, stream_file
 from .ingest import stable_batch_id
+from .pending_deletes import PendingDeletes, pending_deletes
 
 #: Messages per ``messages.append`` op: a batch is all-or-nothing, so smaller batches confine
 #: a bad message; 200 keeps records well under a megabyte for typical turns.
@@ -83,6 +91,7 @@ class _Session:
     pending_bytes: int = 0
     pending_rewound: list[str] = field(default_factory=list)
     deletions: int = 0  # times the store saw this session id deleted (``Reader.deletions``)
+    skipped: bool = False  # a conditional delete of it is pending: nothing of it is spooled
 
     def batch_id(self, *parts: Any) -> str:
         """The stable batch id of an op of this session: over ``parts``, and over the number
@@ -122,8 +131,10 @@ class FileReport:
 class _Importer:
     """Turns one file's events into spool ops (see module doc)."""
 
-    def __init__(self, spool: Spool, store: Reader | None, report: FileReport):
+    def __init__(self, spool: Spool, store: Reader | None, report: FileReport,
+                 pending: PendingDeletes | None = None):
         self.spool, self.store, self.report = spool, store, report
+        self.pending = pending if pending is not None else PendingDeletes()
         self.sessions: dict[str, _Session] = {}
         self.alias: dict[str, str] = {}  # event session id -> the id used (a legacy id)
 
@@ -168,13 +179,27 @@ class _Importer:
                                                 f"same conversation as an earlier one in this file ({sid}); "
                                                 "stored once"))
             return
-        self.report.sessions.append(sid)
         row = self.store.get_session(sid) if self.store else None
-        known = self.store.message_states(sid) if row else {}
         parent = payload.get("parent_id") if payload.get("parent_kind") == "delegate" else None
+        doomed = self._pending_delete(sid, row, parent)
+        if isinstance(doomed, str):  # a conditional delete: only the writer knows its outcome
+            self.sessions[sid] = _Session(sid, {}, False, set(), parent, skipped=True)
+            self.pending.conditional.setdefault(sid, doomed)  # its delegate children are skipped too
+            self.report.problems.append(Problem(
+                self.report.path, None, "skipped",
+                f"{sid} not imported: a conditional delete of it (reason {doomed!r}) is still pending in the spool, "
+                "and whether it applies is decided by the writer; import this file again once the writer has "
+                "applied it (`quill run --until-idle`)"))
+            return
+        self.report.sessions.append(sid)
+        deletions = self.store.deletions(sid) if self.store else 0
+        if doomed:  # as if the pending delete were applied: nothing of it is stored any more
+            row, deletions = None, deletions + 1
+            self.pending.certain.add(sid)  # its delegate children go with it
+        known = self.store.message_states(sid) if row else {}
         s = self.sessions[sid] = _Session(sid, known, any(s == "live" for s in known.values()),
                                           self.store.usage_responses(sid) if row else set(), parent,
-                                          deletions=self.store.deletions(sid) if self.store else 0)
+                                          deletions=deletions)
         if row is None:
             self.spool.append("session.create", payload, batch_id=s.batch_id("create", payload))
             return
@@ -189,8 +214,26 @@ class _Importer:
             self.report.problems.append(Problem(self.report.path, None, "skipped",
                                                 f"title {title!r} of {sid} not applied: session {holder} holds it"))
 
+    def _pending_delete(self, sid: str, row: dict[str, Any] | None, parent: str | None) -> bool | str:
+        """True when an unconditional delete pending in the spool will remove ``sid`` (named,
+        or a delegate child of a session it removes that is neither pinned nor archived, as
+        ``store.session_delete`` takes children); the delete's reason when only a conditional
+        one names it (or its delegate parent); else False."""
+        if row is not None and row.get("parent_kind") == "delegate" and row.get("parent_id"):
+            parent = row["parent_id"]
+        kept = row is not None and bool(row.get("pinned") or row.get("archived"))
+        if sid in self.pending.certain or (parent in self.pending.certain and not kept):
+            return True
+        if sid in self.pending.conditional:
+            return self.pending.conditional[sid]
+        if parent in self.pending.conditional and not kept:
+            return self.pending.conditional[parent]
+        return False
+
     def message(self, ev: Message) -> None:
         s = self.session(ev.session_id)
+        if s.skipped:
+            return
         ext = str(ev.message["id"])
         self.report.messages += 1
         self.report.rewound += ev.rewound
@@ -217,6 +260,8 @@ class _Importer:
 
     def compact(self, ev: Compact) -> None:
         s = self.session(ev.session_id)
+        if s.skipped:
+            return
         self.flush(s)
         self.report.compactions += 1
         ids = [str(m["id"]) for m in ev.messages]
@@ -238,12 +283,16 @@ class _Importer:
 
     def rewind(self, ev: Rewind) -> None:
         s = self.session(ev.session_id)
+        if s.skipped:
+            return
         self.flush(s)
         self.report.rewound += len(ev.ext_ids)
         self._rewind(s, [i for i in ev.ext_ids if s.known.get(i) in ("live", "pending")])
 
     def usage(self, ev: Usage) -> None:
         s = self.session(ev.session_id)
+        if s.skipped:
+            return
         rid = ev.data.get("response_id")
         if rid in s.counted:
             return
@@ -277,12 +326,17 @@ class _Importer:
             self.flush(s)
 
 
-def import_file(spool: Spool, path: Path, store: Reader | None) -> FileReport:
-    """Import one file into ``spool`` (see module doc); returns its report. Raises
-    ``OSError`` for an unreadable file and ``quill.spool.SpoolError`` when appending fails."""
+def import_file(spool: Spool, path: Path, store: Reader | None,
+                pending: PendingDeletes | None = None) -> FileReport:
+    """Import one file into ``spool`` (see module doc); returns its report. ``pending``: the
+    deletes still in the spool (``pending_deletes``; read here when not given — a command
+    importing many files reads it once). Raises ``OSError`` for an unreadable file and
+    ``quill.spool.SpoolError`` when appending fails."""
     report = FileReport(path=str(path), format=None)
     report.format, events = stream_file(Path(path), report.problems)
-    imp = _Importer(spool, store, report)
+    if pending is None:
+        pending = pending_deletes(spool.dir, store)
+    imp = _Importer(spool, store, report, pending)
     for ev in events:
         if isinstance(ev, SessionStart):
             imp.start(ev)

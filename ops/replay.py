@@ -67,13 +67,19 @@ def replay(spool_dir: Path, db_path: Path, start: Position | None, *, chunk_rows
     (default: the spool's own, i.e. the live store's; a replay into another file passes
     ``Quarantine.for_store(db_path)`` so its refusals stay beside that file).
 
-    Returns figures: ``{"from", "to", "applied", "duplicates", "rejected", "rows", "seconds"}``.
+    Returns figures: ``{"from", "to", "applied", "duplicates", "rejected", "already_resolved",
+    "rows", "seconds"}``: ``rejected`` counts the records quarantined, ``already_resolved`` the
+    refused records whose quarantine entry the audit says was already retried or dropped.
     """
     began = time.monotonic()
     conn = open_writer(db_path, synchronous=synchronous)
-    quarantine = quarantine if quarantine is not None else Quarantine(spool_dir)
+    live = Quarantine(spool_dir)
+    # A scratch store's quarantine also honours the live audit: an entry an operator retried
+    # or dropped is not re-opened beside a scratch copy either (same positions, same records).
+    quarantine = quarantine.consult(live) if quarantine is not None else live
     reader = SpoolReader(spool_dir)
     totals = {"applied": 0, "duplicates": 0, "rejected": 0, "rows": 0}
+    resolved = 0
     try:
         if start is None:
             cur = read_cursor(conn)
@@ -81,7 +87,9 @@ def replay(spool_dir: Path, db_path: Path, start: Position | None, *, chunk_rows
         pos = start
 
         def reject(e: Entry, reason: str, detail: str) -> None:
-            quarantine.put(e.position, reason, detail, e.raw, e.record)
+            nonlocal resolved
+            if quarantine.put(e.position, reason, detail, e.raw, e.record) is None:
+                resolved += 1  # refused again, but its entry was resolved: not quarantined again
 
         while True:
             chunk, result = drain_chunk(partial(apply_chunk, conn), reader, pos, chunk_rows, reject, max_bytes=32 << 20)
@@ -96,5 +104,7 @@ def replay(spool_dir: Path, db_path: Path, start: Position | None, *, chunk_rows
             pass
     finally:
         conn.close()
-    return {"from": str(start), "to": str(pos), **totals, "quarantine": str(quarantine.dir),
+    totals["rejected"] -= resolved
+    return {"from": str(start), "to": str(pos), **totals, "already_resolved": resolved,
+            "quarantine": str(quarantine.dir),
             "seconds": round(time.monotonic() - began, 3)}

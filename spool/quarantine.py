@@ -9,6 +9,12 @@ into another file keeps its own beside that file (``for_store``), so the live st
 reports records that were refused by a scratch copy. An entry leaves the quarantine only by
 ``resolve`` (retried or dropped by an operator), which first appends an audit line holding
 the whole entry to ``audit.jsonl`` — nothing is deleted without a trace.
+
+Invariant: a resolution is final. ``put`` consults the audit first and does not re-open an
+entry the audit says was retried, dropped or purged (same position and the same raw line, or
+the same batch where a purge left no raw text), so a recover or replay from an older snapshot,
+a replay into a scratch file (which also consults the live spool's audit, ``consult``) and a
+writer re-reading a record after a restart all leave the operator's decision standing.
 """
 from __future__ import annotations
 
@@ -37,6 +43,26 @@ class Quarantine:
 
     def __init__(self, spool_dir: str | os.PathLike[str], *, directory: str | os.PathLike[str] | None = None):
         self.dir = Path(directory) if directory is not None else Path(spool_dir) / "quarantine"
+        #: Quarantine folders whose ``audit.jsonl`` resolutions ``put`` honours (its own first).
+        self._audit_dirs: list[Path] = [self.dir]
+        self._resolutions = Resolutions()
+
+    def consult(self, other: "Quarantine") -> "Quarantine":
+        """Also honour the resolutions in ``other``'s audit (a scratch store's quarantine
+        consults the live one's: the same spool positions name the same records). Returns self."""
+        if other.dir not in self._audit_dirs:
+            self._audit_dirs.append(other.dir)
+        return self
+
+    def resolution(self, position: Position, raw: bytes, batch: Any) -> dict[str, Any] | None:
+        """The audit line (retry, drop or purge) that already resolved the record at
+        ``position`` with these bytes, or None when no audit consulted here resolved it."""
+        text = raw.decode("utf-8", errors="replace")
+        for folder in self._audit_dirs:
+            line = self._resolutions.find(folder / AUDIT_FILE, str(position), text, batch)
+            if line is not None:
+                return line
+        return None
 
     @classmethod
     def for_store(cls, db_path: str | os.PathLike[str]) -> "Quarantine":
@@ -129,13 +155,16 @@ class Quarantine:
         return [json.loads(line) for line in path.read_text("utf-8").splitlines() if line.strip()]
 
     def put(self, position: Position, reason: str, detail: str, raw: bytes,
-            record: dict[str, Any] | None = None) -> Path:
-        """Durably store a quarantined line; returns the entry's path.
+            record: dict[str, Any] | None = None) -> Path | None:
+        """Durably store a quarantined line; returns the entry's path, or None when the audit
+        says an operator already resolved this record (``resolution``): then nothing is written.
 
         ``reason`` is a short tag (``checksum``, ``bad-json``, ``invalid-op`` ...), ``detail``
         the human explanation, ``raw`` the exact bytes of the line (kept as UTF-8 text with
         replacement characters, plus its length, so the entry is readable and self-contained).
         """
+        if self.resolution(position, raw, (record or {}).get("batch")) is not None:
+            return None
         ensure_dir(self.dir)
         entry = {"position": str(position), "reason": reason, "detail": detail,
                  "quarantined_at": time.time(), "raw_bytes": len(raw),
@@ -178,6 +207,51 @@ class Quarantine:
                 m = _REASON.search(f.read(256))
             n += bool(m and m.group(1) == TORN_WRITE.encode())
         return n
+
+
+class Resolutions:
+    """An index of the resolution lines of audit files, re-read only when a file changes
+    (inode, size or mtime), so a replay refusing many records reads each audit once."""
+
+    def __init__(self) -> None:
+        self._files: dict[Path, tuple[tuple[int, int, int], dict[str, list[dict[str, Any]]]]] = {}
+
+    def _index(self, path: Path) -> dict[str, list[dict[str, Any]]]:
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return {}
+        stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+        cached = self._files.get(path)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        index: dict[str, list[dict[str, Any]]] = {}
+        with open(path, encoding="utf-8") as f:
+            for text in f:
+                try:
+                    line = json.loads(text)
+                except ValueError:
+                    continue  # a torn last audit line resolved nothing: its entry file is still there
+                if isinstance(line, dict) and line.get("action") in RESOLVING and isinstance(line.get("id"), str):
+                    index.setdefault(line["id"], []).append(line)
+        self._files[path] = (stamp, index)
+        return index
+
+    def find(self, path: Path, position: str, raw: str, batch: Any) -> dict[str, Any] | None:
+        """The line of ``path`` resolving the record at ``position``: same raw text when the
+        line keeps it, else (a purge kept only op and batch) the same batch."""
+        for line in self._index(path).get(position, ()):
+            entry = line.get("entry") if isinstance(line.get("entry"), dict) else None
+            if entry is not None and isinstance(entry.get("raw"), str):
+                if entry["raw"] == raw:
+                    return line
+            elif (entry.get("batch") if entry is not None else line.get("batch")) == batch:
+                return line
+        return None
+
+
+#: Audit actions that take an entry out of the quarantine for good.
+RESOLVING = frozenset({"retry", "drop", "purge"})
 
 
 def _lenient(raw: Any) -> dict[str, Any] | None:

@@ -60,8 +60,12 @@ class DrainWriter:
 
     def reject(self, entry: Entry, reason: str, detail: str) -> None:
         """Quarantine a refused op with its reason (called inside the chunk's transaction,
-        before its commit, so a refused op is never lost)."""
+        before its commit, so a refused op is never lost). A record the quarantine's audit
+        says an operator already retried or dropped (re-read after a restart) stays resolved."""
         path = self.quarantine.put(entry.position, reason, detail, entry.raw, entry.record)
+        if path is None:
+            self.log.info("writer.quarantine_resolved", position=str(entry.position), reason=reason)
+            return
         self.log.warning("writer.quarantined", position=str(entry.position), reason=reason,
                          detail=detail, path=str(path))
 

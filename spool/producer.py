@@ -24,7 +24,9 @@ Durability and concurrency contract (docs/architecture.md, "The spool"; issue 4)
   creates the next one (``O_EXCL``) and fsyncs the directory. A producer that finds, under
   its segment's lock, that the next segment already exists moves to the newest one instead of
   writing: that is how ``spool.purge.seal`` retires a segment before it is full (one
-  ``stat`` per append), so "once N+1 exists nothing but a ``\n`` is written to N" holds.
+  ``stat`` per append), so "once N+1 exists nothing but a ``\n`` is written to N" holds. A
+  producer whose segment file was unlinked (collected by spool GC, its successors too) moves on
+  the same way, so a long-lived handle never writes into a file nothing reads.
 """
 from __future__ import annotations
 
@@ -146,10 +148,15 @@ class Spool:
             fd = self._active_fd()
             fcntl.flock(fd, fcntl.LOCK_EX)
             try:
-                size = os.fstat(fd).st_size
+                st = os.fstat(fd)
+                size = st.st_size
                 # A later segment created while we waited for the lock means ours was sealed
                 # (``spool.purge.seal``): only a terminating "\n" may be written to it now.
-                if size >= self.segment_bytes or os.path.exists(self._next_path):
+                # A segment with no name left was collected (``retention.collect``: applied,
+                # snapshot-covered, never the newest): a write there would be acknowledged and
+                # never read. Collection unlinks oldest first, so a handle on a sealed segment
+                # sees either the next segment's name or its own unlinked inode: no gap.
+                if size >= self.segment_bytes or st.st_nlink == 0 or os.path.exists(self._next_path):
                     full = True
                 else:
                     full = False

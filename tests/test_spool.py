@@ -156,3 +156,27 @@ def test_quarantine_is_idempotent_per_position(tmp_path):
     entries = list(q.entries())
     assert q.count() == 2 and [e["position"] for e in entries] == ["1:10", "2:0"]
     assert json.loads(json.dumps(entries[0]))["raw"] == "garbage\n"
+
+
+def test_a_long_lived_handle_never_writes_into_a_collected_segment(tmp_path):
+    """Attack finding: a purge seals segment 1 before it is full; a busy producer fills 2 and
+    starts 3; spool GC collects 1 and 2. A handle still open on 1 saw no next segment and a
+    size under the rotation limit, wrote into the unlinked file and acknowledged a record that
+    nothing ever read. It must move to the newest segment instead."""
+    from quill.spool import purge, retention
+    spool_dir = tmp_path / "spool"
+    agent = Spool(spool_dir, segment_bytes=4096)
+    agent.append("messages.append", {"session_id": "agent", "messages": [{"role": "user", "content": "first"}]})
+    assert purge.seal(spool_dir, 1)
+    with Spool(spool_dir, segment_bytes=4096) as busy:
+        while max(int(p.name.split(".")[0]) for p in spool_dir.glob("*.jsonl")) < 3:
+            busy.append("messages.append", {"session_id": "busy", "messages": [{"role": "user", "content": "x" * 900}]})
+    top = Position(3, 0)
+    gone = retention.collect(spool_dir, top, top, retention_s=0)
+    assert gone["deleted"] == [1, 2]
+    ack = agent.append("messages.append", {"session_id": "agent", "messages": [{"role": "user", "content": "second"}]})
+    assert ack.position.segment == 3
+    read = [e.record["data"]["messages"][0]["content"] for e in SpoolReader(spool_dir).read(Position(3, 0))
+            if e.record and e.record["data"]["session_id"] == "agent"]
+    assert read == ["second"]
+    agent.close()

@@ -85,6 +85,34 @@ def encode(body: dict[str, Any], *, fast: bool = True) -> bytes:
     return b"".join((memoryview(data)[:-1], _CRC_PREFIX, b"%08x" % crc, b'"}\n'))
 
 
+#: Deepest nesting of objects and arrays a producer may append (``store.precheck``): readers
+#: decode recursively, against the interpreter's recursion limit (1,000 frames by default)
+#: minus their own stack, so a line must stay well inside it wherever it is read.
+MAX_NESTING = 200
+
+
+def nesting_ok(value: Any, limit: int = MAX_NESTING) -> bool:
+    """Whether ``value`` nests objects/arrays at most ``limit`` levels deep (iterative, so
+    any depth is measured without recursion). Scalars are level 0."""
+    stack = [(value, 1)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        x, depth = pop()
+        t = type(x)
+        if t is dict:
+            items = x.values()
+        elif t is list or t is tuple:
+            items = x
+        else:
+            continue
+        if depth > limit:
+            return False
+        for y in items:
+            if type(y) in (dict, list, tuple):
+                push((y, depth + 1))
+    return True
+
+
 def plain_json(value: Any) -> bool:
     """True when ``value`` holds only exact ``dict`` (``str`` keys), ``list``, ``str``,
     ``int`` (any size), finite ``float``, ``bool`` and ``None``: values msgspec's JSON encoder
@@ -150,11 +178,21 @@ def decode(line: bytes) -> dict[str, Any]:
         rec = loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise DamagedRecordError("bad-json", str(exc)) from None
+    except RecursionError:
+        # Both decoders recurse per nesting level against the interpreter's limit, so how deep
+        # a line can be read depends on the reader's own stack: refuse it as a record, never
+        # let it escape (it crash-looped the writer). Producers refuse data nested deeper than
+        # MAX_NESTING before appending (store.precheck), far below that limit.
+        raise DamagedRecordError("too-deep", f"JSON nested too deeply to decode (producers refuse more than "
+                                 f"{MAX_NESTING} levels)") from None
     if not isinstance(rec, dict) or rec.get("v") != VERSION:
         raise DamagedRecordError("version", f"unsupported record version {rec.get('v') if isinstance(rec, dict) else None!r}")
     for key in ("op", "batch", "data"):
         if key not in rec:
             raise DamagedRecordError("shape", f"record has no {key!r}")
+    if not isinstance(rec["op"], str):
+        # Every reader keys on the op name (appliers, purge, stats): a non-string is no record.
+        raise DamagedRecordError("shape", f"record op must be a string, got {type(rec['op']).__name__}")
     return rec
 
 
@@ -169,6 +207,8 @@ def decode_lenient(line: bytes) -> dict[str, Any] | None:
         pass
     try:
         rec = json.loads(line)
+    except RecursionError:
+        return None
     except ValueError:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         from .torn import torn_body  # a torn write: whose it is, as far as its prefix says
         return torn_body(line.rstrip(b"\n"))

@@ -15,6 +15,7 @@ import json
 from typing import Any
 
 from quill.spool import OP_KINDS
+from quill.spool.record import MAX_NESTING, nesting_ok
 
 from .errors import InvalidOpError
 from .op_checks import CHECKS
@@ -26,11 +27,14 @@ def precheck(op: str, data: Any) -> None:
     Reasons: ``unknown-op``, ``invalid-data`` (not an object), the kind's content reasons
     (``op_checks.CHECKS[op]``: ``invalid-field``, ``invalid-session-id``, ``invalid-role``,
     ``invalid-message``, ``invalid-usage``, ``title-too-long``, ``self-parent``,
-    ``no-such-turn``), and ``invalid-field`` for NaN/Infinity anywhere in ``data``."""
-    if op not in OP_KINDS:
+    ``no-such-turn``), and ``invalid-field`` for NaN/Infinity anywhere in ``data`` or nesting
+    deeper than ``spool.record.MAX_NESTING``."""
+    if not isinstance(op, str) or op not in OP_KINDS:  # a list op is unhashable: not a TypeError
         raise InvalidOpError("unknown-op", f"op {op!r} is not one of {sorted(OP_KINDS)}")
     if not isinstance(data, dict):
         raise InvalidOpError("invalid-data", "op data must be a JSON object")
+    if not nesting_ok(data):  # before the checks below, which recurse
+        raise InvalidOpError("invalid-field", f"op data nests objects/arrays more than {MAX_NESTING} levels deep")
     CHECKS[op](data)
     _check_json(data)
 

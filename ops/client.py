@@ -53,9 +53,11 @@ WAIT_POLL_S = 0.02
 
 @dataclass(frozen=True)
 class Outcome:
-    """How the writer dealt with a batch: ``status`` is ``"applied"`` or ``"quarantined"``;
-    for a quarantined batch ``reason`` is the rule's tag (docs/ops.md, e.g. ``no-such-turn``)
-    and ``detail`` the explanation. The quarantined record is kept (``quill spool``)."""
+    """How the writer dealt with a batch: ``status`` is ``"applied"``, ``"quarantined"`` or
+    ``"missing"``; for a quarantined batch ``reason`` is the rule's tag (docs/ops.md, e.g.
+    ``no-such-turn``) and ``detail`` the explanation. The quarantined record is kept (``quill
+    spool``). ``"missing"`` (reason ``not-found``): the writer is past the ack's position but
+    the store has no record of the batch, applied or refused (``ops.wait``)."""
 
     status: str
     batch_id: str

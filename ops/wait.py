@@ -2,8 +2,11 @@
 
 The cursor moving past a record means the writer *dealt* with it, not that it applied it: a
 record may have been quarantined. So the outcome of each batch is read back: ``applied``
-(its batch id is in ``applied_batches``) or ``quarantined`` (with the reason from the
-quarantine entry at its position).
+(its batch id is in ``applied_batches``), ``quarantined`` (with the reason from the
+quarantine entry at its position, or the store's ``rejected_batches`` record once the entry
+was retried or dropped) or ``missing``: the cursor is past the ack's position but the store
+holds no trace of the batch — neither applied nor refused — so it was never read (reason
+``not-found``). That is never called "quarantined": there is no entry to retry.
 """
 from __future__ import annotations
 
@@ -43,8 +46,9 @@ def wait_applied(cfg: Any, position: Position, timeout: float, poll: float = 0.0
 
 
 def outcomes(cfg: Any, spool_dir: Path, acks: list[Ack]) -> list[dict[str, Any]]:
-    """For acks already past the cursor: ``{"outcome": "applied"}`` or ``{"outcome":
-    "quarantined", "reason", "detail"}`` per ack, in order."""
+    """For acks already past the cursor, per ack in order: ``{"outcome": "applied"}``,
+    ``{"outcome": "quarantined", "reason", "detail"}``, or ``{"outcome": "missing", "reason":
+    "not-found", "detail"}`` when the store has no record of the batch (module doc)."""
     marks = ", ".join("?" for _ in acks)
     ids = [a.batch_id for a in acks]
     with open_reader(cfg) as reader:
@@ -60,8 +64,13 @@ def outcomes(cfg: Any, spool_dir: Path, acks: list[Ack]) -> list[dict[str, Any]]
         # reused for other content, which the writer quarantined at this ack's position.
         if ack.batch_id in applied and str(ack.position) not in quarantined:
             out.append({"outcome": "applied"})
-        else:
+        elif str(ack.position) in quarantined or ack.batch_id in refused:
             q = quarantined.get(str(ack.position), {})
-            out.append({"outcome": "quarantined", "reason": q.get("reason") or refused.get(ack.batch_id, "unknown"),
+            out.append({"outcome": "quarantined", "reason": q.get("reason") or refused[ack.batch_id],
                         "detail": q.get("detail", "")})
+        else:
+            out.append({"outcome": "missing", "reason": "not-found",
+                        "detail": f"the store's cursor is past {ack.position} but batch {ack.batch_id} was neither "
+                                  "applied nor quarantined: no record of it was read (`quill spool verify`, "
+                                  "`quill doctor`)"})
     return out

@@ -24,9 +24,11 @@ Durability and concurrency contract (docs/architecture.md, "The spool"; issue 4)
   creates the next one (``O_EXCL``) and fsyncs the directory. A producer that finds, under
   its segment's lock, that the next segment already exists moves to the newest one instead of
   writing: that is how ``spool.purge.seal`` retires a segment before it is full (one
-  ``stat`` per append), so "once N+1 exists nothing but a ``\n`` is written to N" holds. A
-  producer whose segment file was unlinked (collected by spool GC, its successors too) moves on
-  the same way, so a long-lived handle never writes into a file nothing reads.
+  ``stat`` per append), so "once N+1 exists nothing but a ``\n`` is written to N" holds;
+* a handle whose segment was deleted (spool GC removed it and the segment after it while the
+  handle sat idle, e.g. a long-lived ``quill.Client`` or the writer's job handle) sees the
+  unlink (``fstat``'s ``st_nlink == 0``, under the lock, after the next-segment check) and
+  moves to the newest segment: nothing is ever acknowledged into a file no reader can open.
 """
 from __future__ import annotations
 
@@ -109,7 +111,7 @@ class Spool:
 
         ``op`` must be one of ``record.OP_KINDS``; ``data`` a JSON-serialisable dict. Reusing a
         ``batch_id`` is how a producer retries safely: the store applies a batch id once.
-        Raises ``InvalidOpError`` (bad op/data, nesting too deep to encode), ``SpoolFullError`` (ENOSPC; nothing partial
+        Raises ``InvalidOpError`` (bad op/data), ``SpoolFullError`` (ENOSPC; nothing partial
         is left) or ``SpoolError`` (other I/O failures, with the OS error chained).
         """
         if op not in record.OP_KINDS:
@@ -124,9 +126,6 @@ class Spool:
             line = record.encode(body, fast=self._fast_codec)
         except (TypeError, ValueError) as exc:
             raise InvalidOpError(f"op data is not JSON-serialisable: {exc}") from None
-        except RecursionError:
-            raise InvalidOpError(f"op data nests too deeply to encode (readers accept at most "
-                                 f"{record.MAX_NESTING} levels)") from None
         offset = self._write(line)
         return Ack(Position(self._segment, offset), batch_id)
 
@@ -151,23 +150,26 @@ class Spool:
             fd = self._active_fd()
             fcntl.flock(fd, fcntl.LOCK_EX)
             try:
-                st = os.fstat(fd)
-                size = st.st_size
-                # A later segment created while we waited for the lock means ours was sealed
-                # (``spool.purge.seal``): only a terminating "\n" may be written to it now.
-                # A segment with no name left was collected (``retention.collect``: applied,
-                # snapshot-covered, never the newest): a write there would be acknowledged and
-                # never read. Collection unlinks oldest first, so a handle on a sealed segment
-                # sees either the next segment's name or its own unlinked inode: no gap.
-                if size >= self.segment_bytes or st.st_nlink == 0 or os.path.exists(self._next_path):
-                    full = True
-                else:
-                    full = False
-                    offset = self._write_locked(fd, size, line)
+                # Only the newest, still linked segment may take a record. A later segment
+                # means ours was sealed (rotation, ``spool.purge.seal``): only a terminating
+                # "\n" may be written to it now. No link means it was deleted (spool GC, or a
+                # purge renamed a rewrite over it): a record written there is acknowledged
+                # and never read. The next segment is checked *before* the link: GC deletes
+                # oldest first, so when N+1 is already gone N was unlinked before, and the
+                # fstat after sees it (checked the other way round, both could pass in the
+                # window between the two unlinks).
+                sealed = os.path.exists(self._next_path)
+                unlinked = False
+                if not sealed:
+                    st = os.fstat(fd)
+                    unlinked = st.st_nlink == 0
+                full = sealed or unlinked or st.st_size >= self.segment_bytes
+                if not full:
+                    offset = self._write_locked(fd, st.st_size, line)
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)
             if full:
-                self._rotate()
+                self._rotate(unlinked=unlinked)
                 continue
             if self._fsync:
                 try:
@@ -263,13 +265,17 @@ class Spool:
             self._open(segments[-1] if segments else 1, create=not segments)
         return self._fd
 
-    def _rotate(self) -> None:
-        """Move to the newest segment, creating the next one if ours is still the newest."""
-        newest = max(list_segments(self.dir), default=self._segment)
-        if newest <= self._segment:
-            self._open(self._segment + 1, create=True)
-        else:
+    def _rotate(self, *, unlinked: bool = False) -> None:
+        """Move to the newest segment, creating the next one if ours is still the newest.
+
+        ``unlinked``: our file was deleted with no later segment in sight. A file now under
+        our number (re-created) is the newest segment and is opened; with none, the next
+        number is created, never a lower one (the store's cursor may already be past it)."""
+        newest = max(list_segments(self.dir), default=0)
+        if newest > self._segment or (unlinked and newest == self._segment):
             self._open(newest, create=False)
+        else:
+            self._open(self._segment + 1, create=True)
 
     def _open(self, number: int, *, create: bool) -> None:
         self.close()

@@ -41,6 +41,8 @@ def collect(spool_dir: Path, applied: Position | None, snapshot: Position | None
             retention_s: float = DEFAULT_RETENTION_S, now: float | None = None) -> dict[str, Any]:
     """Delete the collectable segments; returns ``{"deleted": [...], "bytes_freed": int}``."""
     gone = collectable(spool_dir, applied, snapshot, retention_s, now)
+    # Oldest first: a producer handle still on segment N that finds N+1 gone relies on N
+    # having been unlinked before it (spool/producer.py, the stale-segment check).
     for seg in gone:
         (Path(spool_dir) / segment_name(seg["segment"])).unlink(missing_ok=True)
     if gone:

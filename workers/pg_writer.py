@@ -105,7 +105,8 @@ class PgWriter(DrainWriter):
     def _connect(self) -> None:
         self.backend = PostgresBackend(self.cfg.store_url, self.spool_id)
         if self.jobs is None:  # this host's store queue: job-run records from its consumer
-            self.jobs = StoreJobRunner(build_for(self.cfg), self.log, Spool(self.cfg.spool_dir), self.cfg)
+            spool = Spool(self.cfg.spool_dir, segment_bytes=self.cfg.segment_bytes)
+            self.jobs = StoreJobRunner(build_for(self.cfg), self.log, spool, self.cfg)
         cur = self.backend.read_cursor()
         self.cursor = Position(*cur) if cur else START
         self.log.info("writer.started", backend="postgres", spool_id=self.spool_id, cursor=str(self.cursor))

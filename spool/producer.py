@@ -111,7 +111,7 @@ class Spool:
 
         ``op`` must be one of ``record.OP_KINDS``; ``data`` a JSON-serialisable dict. Reusing a
         ``batch_id`` is how a producer retries safely: the store applies a batch id once.
-        Raises ``InvalidOpError`` (bad op/data), ``SpoolFullError`` (ENOSPC; nothing partial
+        Raises ``InvalidOpError`` (bad op/data, nesting too deep to encode), ``SpoolFullError`` (ENOSPC; nothing partial
         is left) or ``SpoolError`` (other I/O failures, with the OS error chained).
         """
         if op not in record.OP_KINDS:
@@ -126,6 +126,9 @@ class Spool:
             line = record.encode(body, fast=self._fast_codec)
         except (TypeError, ValueError) as exc:
             raise InvalidOpError(f"op data is not JSON-serialisable: {exc}") from None
+        except RecursionError:
+            raise InvalidOpError(f"op data nests too deeply to encode (readers accept at most "
+                                 f"{record.MAX_NESTING} levels)") from None
         offset = self._write(line)
         return Ack(Position(self._segment, offset), batch_id)
 

@@ -120,7 +120,7 @@ class WaitTimeoutError(QuillError, TimeoutError):
 
     kind = "timeout"
     exit_code = Exit.TIMEOUT
-    default_hint = "is `quill run` running? the batch is durable and is applied when the writer gets to it"
+    default_hint = "the batch is durable and is applied when a writer gets to it (`quill run` starts one, `quill status` shows it)"
 
 
 class AbortedError(QuillError):

@@ -41,8 +41,29 @@ def wait_applied(cfg: Any, position: Position, timeout: float, poll: float = 0.0
             return time.monotonic() - start
         if time.monotonic() - start >= timeout:
             raise WaitTimeoutError(f"record at {position} not applied within {timeout:g} s "
-                                   f"(store cursor: {cursor}); is `quill run` running?")
+                                   f"(store cursor: {cursor}); {why_not_applied(cfg)}")
         time.sleep(poll)
+
+
+def why_not_applied(cfg: Any) -> str:
+    """What the data dir's run directory says about why a record is not applied yet, for a
+    timeout message: no fleet, a halted writer, a writer retrying an error (``database is
+    locked`` held by another process …), or a writer still busy behind a backlog. Only live
+    processes' records are trusted (``workers.rundir``)."""
+    from quill.store.connection import WRITER_BUSY_MS
+    from quill.workers.rundir import RunDir
+    rd = RunDir(cfg.home)
+    if not rd.fleet_running():
+        return "no fleet is running on this data dir: start `quill run` (the record is safe in the spool)"
+    writer = rd.live("writer")
+    if writer is None:
+        return "the fleet runs but its writer is not up (restarting?): see `quill status`"
+    if writer.get("halted"):
+        return "the writer has halted (see `quill doctor`; `quill recover` rebuilds the store)"
+    if writer.get("error"):
+        return f"the writer is retrying after an error: {writer['error']} (see `quill status`)"
+    return ("the writer is up but has not got to it yet (a backlog before it, or a lock it waits on for up to "
+            f"{WRITER_BUSY_MS // 1000} s before it reports one): see `quill status`")
 
 
 def outcomes(cfg: Any, spool_dir: Path, acks: list[Ack]) -> list[dict[str, Any]]:

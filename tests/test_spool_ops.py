@@ -99,3 +99,22 @@ def test_replay_never_applies_a_batch_that_was_refused(tmp_path):
     assert (again["applied"], again["rejected"], again["duplicates"]) == (0, 0, 4)
     with Reader(db) as r:
         assert r.get_session("b")["title"] is None
+
+
+def test_a_wait_timeout_says_why_the_writer_has_not_applied_it(quill, home, fleet):
+    """New-user trial: with the fleet up and another process holding state.db locked, the
+    timeout asked "is `quill run` running?". It now passes on what the writer reports."""
+    import apsw
+    quill.run("push", "--session", "w", "--wait", "30", input='{"role": "user", "content": "first"}\n')
+    blocker = apsw.Connection(str(home / "state.db"))
+    blocker.execute("BEGIN EXCLUSIVE")
+    try:
+        # the writer waits WRITER_BUSY_MS (5 s) on the lock before it reports the error
+        proc = quill.run("push", "--session", "w", "--wait", "9", input='{"role": "user", "content": "x"}\n',
+                         check=False)
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    assert proc.returncode == 4, proc.stderr
+    assert "retrying after an error" in proc.stderr and "locked" in proc.stderr, proc.stderr
+    assert "is `quill run` running" not in proc.stderr

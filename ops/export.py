@@ -308,10 +308,11 @@ def import_export(spool: Any, path: Any, store: Any = None) -> dict[str, Any]:
     repeat a no-op); returns an import report entry. With ``store`` (a reader of the data
     dir's store, ``import_spool.open_store_view``), an op whose batch id the store has
     applied already is not appended again — the writer would only skip it — and its message
-    rows count as ``already_stored``, so a repeat says "0 new" and the spool does not grow. A line that is not an op, or an op the
-    spool refuses (``InvalidOpError``: unknown op, data it cannot encode), is a problem of
-    that line (``problems``: line, kind ``skipped``, reason) and the rest of the file is
-    appended. Raises ``quill.spool.SpoolError`` for other I/O failures (disk full …)."""
+    rows count as ``already_stored``, so a repeat says "0 new" and the spool does not grow.
+    A line that is not an op, or an op the spool refuses (``InvalidOpError``: unknown op,
+    data it cannot encode), is a problem of that line (``problems``: line, kind ``skipped``,
+    reason) and the rest of the file is appended. Raises ``quill.spool.SpoolError`` for other
+    I/O failures (disk full …)."""
     from quill.spool.errors import InvalidOpError
 
     sessions: dict[str, None] = {}
@@ -336,5 +337,4 @@ def import_export(spool: Any, path: Any, store: Any = None) -> dict[str, Any]:
             rows += len(op["data"].get("rows") or [])
     return {"path": str(path), "format": "quill-export", "skipped": None, "sessions": len(sessions),
             "session_ids": list(sessions), "messages": rows + stored, "new": rows, "already_stored": stored,
-            "rewound": 0,
-            "compactions": 0, "new_from_compactions": 0, "problems": problems}
+            "rewound": 0, "compactions": 0, "new_from_compactions": 0, "problems": problems}

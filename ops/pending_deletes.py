@@ -18,9 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from quill.spool import Position, record
+from quill.spool.errors import DamagedRecordError
 from quill.spool.segments import list_segments, segment_name
 
 OP = "sessions.delete"
+_NEEDLE = OP.encode()  # the byte filter: only lines naming the op are decoded
 
 
 @dataclass
@@ -63,19 +65,25 @@ def pending_deletes_from(spool_dir: str | Path, start: Position | None) -> Pendi
     for n in list_segments(spool_dir):
         if start is not None and n < start.segment:
             continue
+        skip = start.offset if start is not None and n == start.segment else 0
         try:
-            data = (spool_dir / segment_name(n)).read_bytes()
+            with open(spool_dir / segment_name(n), "rb") as fh:  # the unapplied part only
+                fh.seek(skip)
+                data = fh.read()
         except FileNotFoundError:  # collected meanwhile: it was applied, so not pending
             continue
-        offset = start.offset if start is not None and n == start.segment else 0
+        offset = 0
         while offset < len(data):
             nl = data.find(b"\n", offset)
             end = len(data) if nl < 0 else nl + 1
             line, offset = data[offset:end], end
-            if OP.encode() not in line:
+            if _NEEDLE not in line:
                 continue
-            rec = record.decode_lenient(line)
-            if not rec or rec.get("op") != OP or not isinstance(rec.get("data"), dict):
+            try:  # strict: a damaged delete is quarantined by the writer, never applied
+                rec = record.decode(line)
+            except DamagedRecordError:
+                continue
+            if rec["op"] != OP or not isinstance(rec["data"], dict):
                 continue
             sids = [s for s in rec["data"].get("session_ids") or () if isinstance(s, str)]
             if rec["data"].get("only_if"):

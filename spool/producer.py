@@ -111,10 +111,11 @@ class Spool:
 
         ``op`` must be one of ``record.OP_KINDS``; ``data`` a JSON-serialisable dict. Reusing a
         ``batch_id`` is how a producer retries safely: the store applies a batch id once.
-        Raises ``InvalidOpError`` (bad op/data, nesting too deep to encode), ``SpoolFullError`` (ENOSPC; nothing partial
-        is left) or ``SpoolError`` (other I/O failures, with the OS error chained).
+        Raises ``InvalidOpError`` (bad op/data, nesting too deep to encode), ``SpoolFullError``
+        (ENOSPC; nothing partial is left) or ``SpoolError`` (other I/O failures, with the OS
+        error chained).
         """
-        if op not in record.OP_KINDS:
+        if not isinstance(op, str) or op not in record.OP_KINDS:  # a list op is unhashable
             raise InvalidOpError(f"unknown op {op!r}; expected one of {sorted(record.OP_KINDS)}")
         if not isinstance(data, dict):
             raise InvalidOpError(f"op data must be a JSON object, got {type(data).__name__}")

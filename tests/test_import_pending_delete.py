@@ -83,3 +83,18 @@ def test_orphan_adoption_skips_a_session_whose_delete_is_pending(quill, home):
     assert row["adopted"] is False
     _drain(quill)
     assert quill.run("sessions", "show", "b", check=False).returncode == 3  # not brought back bare
+
+
+def test_a_damaged_delete_in_the_spool_is_not_pending(tmp_path):
+    """The writer quarantines a delete whose checksum fails, it never applies it: the import
+    must not treat its sessions as deleted (it would re-spool them under new batch ids)."""
+    from quill.ops.pending_deletes import pending_deletes_from
+    from quill.spool import Spool
+    spool_dir = tmp_path / "spool"
+    with Spool(spool_dir) as sp:
+        sp.append("sessions.delete", {"session_ids": ["kept"], "reason": "x", "actor": "t"})
+        sp.append("sessions.delete", {"session_ids": ["gone"], "reason": "x", "actor": "t"})
+    seg = spool_dir / "00000001.jsonl"
+    seg.write_bytes(seg.read_bytes().replace(b'"kept"', b'"kepT"', 1))  # a flipped byte: checksum fails
+    found = pending_deletes_from(spool_dir, None)
+    assert found.certain == {"gone"} and "kepT" not in found and "kept" not in found

@@ -65,6 +65,8 @@ def test_producers_refuse_and_the_writer_quarantines_instead_of_crash_looping(tm
     # A producer that bypasses the checks (another language, a raw Spool): acked, then quarantined.
     with Spool(home / "spool") as sp:
         sp.append("session.create", {"session_id": "before"})
+        with pytest.raises(InvalidOpError):  # a list op: refused like any unknown op, not a TypeError
+            sp.append(["messages.append"], {})
         with pytest.raises(InvalidOpError):  # deeper than this stack can encode: refused, not a RecursionError
             sp.append("messages.append", {"session_id": "deep", "messages": [{"role": "user", "meta": _nested(5000)}]})
         with open(sp.dir / "00000001.jsonl", "ab") as fh:

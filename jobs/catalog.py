@@ -9,13 +9,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from quill.home import RunDir, Settings
+
 from . import pg_jobs, prune, store_jobs, worker_jobs
 
 
 @dataclass(frozen=True)
 class JobSpec:
     """One job. ``trigger``/``trigger_args`` are APScheduler 3 trigger arguments for the
-    default schedule; ``params(cfg)`` gives the job's keyword arguments from a ``Config``."""
+    default schedule; ``params(cfg)`` gives the job's keyword arguments from ``Settings``."""
 
     name: str
     kind: str                      # "store" | "worker"
@@ -23,7 +25,7 @@ class JobSpec:
     description: str
     trigger: str | None            # None: run on demand only (never scheduled by default)
     trigger_args: dict[str, Any]
-    params: Callable[[Any], dict[str, Any]] = field(default=lambda cfg: {})
+    params: Callable[[Settings], dict[str, Any]] = field(default=lambda cfg: {})
     retries: int = 2
     retry_delay: float = 30.0
     needs_idle: bool = False       # store jobs only: wait until the spool is drained
@@ -88,7 +90,7 @@ JOBS: tuple[JobSpec, ...] = (
             "verified backup-API snapshot stamped with its spool position",
             "interval", {"hours": 6},
             params=lambda cfg: {"db_path": str(cfg.state_db), "snapshots_dir": str(cfg.snapshots_dir),
-                                "keep": cfg.snapshot_keep, "halt_file": str(cfg.run_dir / "halt.json")},
+                                "keep": cfg.snapshot_keep, "halt_file": str(RunDir(cfg.home).halt_file)},
             timeout=3600),
     JobSpec("spool_gc", "worker", worker_jobs.spool_gc,
             "delete spool segments that are applied, snapshot-covered and past retention",

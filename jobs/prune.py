@@ -33,12 +33,10 @@ from typing import Any
 
 import apsw
 
+from quill.home import DEFAULTS, holder_alive
 from quill.spool import Spool
-from quill.store.lease import holder_alive
 from quill.store.session_delete import doomed as delete_closure
 
-#: Sources whose sessions machines open and may abandon (issue 6 default list).
-AUTOMATIC_SOURCES = ("cli", "cron", "subagent", "tool", "api", "recovered")
 DAY = 86400.0
 _NEWEST = ("max(s.started_at, coalesce((SELECT max(max(coalesce(m.ts, 0), m.arrived_at)) FROM messages m "
            "WHERE m.session_id = s.id), s.started_at))")
@@ -89,8 +87,8 @@ def _delete_op(conn: apsw.Connection, spool: Spool, ids: list[str], reason: str,
     return figures
 
 
-def auto_prune(conn: apsw.Connection, spool: Spool, stale_after_s: float = 1 * DAY,
-               retention_s: float = 90 * DAY, sources: list[str] | tuple[str, ...] = AUTOMATIC_SOURCES,
+def auto_prune(conn: apsw.Connection, spool: Spool, stale_after_s: float = DEFAULTS.stale_after_s,
+               retention_s: float = DEFAULTS.retention_s, sources: list[str] | tuple[str, ...] = DEFAULTS.prune_sources,
                max_sessions: int = 500, now: float | None = None) -> dict[str, Any]:
     """Pass 1: close open sessions of automatic ``sources`` idle past ``stale_after_s`` (one
     ``session.end`` op each, reason ``stale_sweep``). Pass 2: delete ended sessions whose end
@@ -116,7 +114,7 @@ def auto_prune(conn: apsw.Connection, spool: Spool, stale_after_s: float = 1 * D
 
 
 def delete_empty(conn: apsw.Connection, spool: Spool, grace_s: float = 1 * DAY, max_sessions: int = 500,
-                 sources: list[str] | tuple[str, ...] = AUTOMATIC_SOURCES, now: float | None = None) -> dict[str, Any]:
+                 sources: list[str] | tuple[str, ...] = DEFAULTS.prune_sources, now: float | None = None) -> dict[str, Any]:
     """Delete sessions of ``sources`` with no message rows in any state, created more than
     ``grace_s`` ago (a producer may create a session before its first append), never pinned
     or archived: one ``sessions.delete`` op, reason ``empty``. Figures: sessions to delete
@@ -133,7 +131,7 @@ def delete_empty(conn: apsw.Connection, spool: Spool, grace_s: float = 1 * DAY, 
 
 
 def orphan_sweep(conn: apsw.Connection, spool: Spool, host: str | None = None, max_sessions: int = 500,
-                 sources: list[str] | tuple[str, ...] = AUTOMATIC_SOURCES, now: float | None = None) -> dict[str, Any]:
+                 sources: list[str] | tuple[str, ...] = DEFAULTS.prune_sources, now: float | None = None) -> dict[str, Any]:
     """Close open sessions of ``sources`` whose owner process (recorded by ``session.create``'s ``owner``)
     on this host is dead — one ``session.end`` op each, reason ``orphan_sweep``, which a live
     writer may clear by appending again. A pid that is alive with the recorded start time is a

@@ -19,6 +19,8 @@ from typing import Any
 
 from huey import RedisHuey, SqliteHuey
 
+from quill.home import Settings
+
 from . import catalog
 from .store_jobs import RUNNING, close_interrupted, record_job_run
 
@@ -69,11 +71,11 @@ def _redis_huey(name: str, url: str) -> RedisHuey:
 
 
 def build(queue_db: Path, *, url: str | None = None, host_id: str = "local", namespace: str = "quill",
-          cfg: Any = None) -> Queues:
+          cfg: Settings | None = None) -> Queues:
     """Open the queues and register every job of ``jobs.catalog``: in ``queue_db`` (created
     if missing), or on the Redis server at ``url`` (``redis_names(host_id, namespace)``).
 
-    ``cfg`` (an ``ops.config.Config``) is needed by the process that *executes* worker jobs:
+    ``cfg`` (an ``quill.home.Settings``) is needed by the process that *executes* worker jobs:
     a queued task carries the job name and explicit options (e.g. ``mode``) only; parameters
     from config (paths, retention …) are resolved when it runs (``resolve_params``)."""
     if url is not None:
@@ -85,8 +87,8 @@ def build(queue_db: Path, *, url: str | None = None, host_id: str = "local", nam
     return _register(Queues(_huey(STORE_QUEUE, queue_db), _huey(WORKER_QUEUE, queue_db)), cfg)
 
 
-def build_for(cfg: Any) -> Queues:
-    """``build`` for a data dir's configuration (``ops.config.Config``): Redis when
+def build_for(cfg: Settings) -> Queues:
+    """``build`` for a data dir's configuration (``quill.home.Settings``): Redis when
     ``[queue] url`` is set (queue names from the data dir's spool id), else ``queue.db``;
     worker jobs run from it resolve their parameters from ``cfg``."""
     if cfg.queue_url:
@@ -95,9 +97,9 @@ def build_for(cfg: Any) -> Queues:
     return build(cfg.queue_db, cfg=cfg)
 
 
-def fire_scheduled(cfg: Any, name: str) -> list[str] | None:
+def fire_scheduled(cfg: Settings, name: str) -> list[str] | None:
     """Queue one scheduled run of job ``name`` for a data dir's configuration
-    (``ops.config.Config``): what every schedule does (``workers.scheduler.fire``).
+    (``quill.home.Settings``): what every schedule does (``workers.scheduler.fire``).
 
     A ``per_host`` store job (``orphan_sweep``: an owner process can only be checked on its own
     host) on a cluster (``[store] url`` + ``[queue] url``) goes on the store queue of every
@@ -131,7 +133,7 @@ def fire_scheduled(cfg: Any, name: str) -> list[str] | None:
     return queued
 
 
-def _register(queues: Queues, cfg: Any = None) -> Queues:
+def _register(queues: Queues, cfg: Settings | None = None) -> Queues:
     queues.tasks[catalog.RECORD_RUN] = queues.store.task(name=catalog.RECORD_RUN)(record_job_run)
     queues.tasks[catalog.CLOSE_INTERRUPTED] = queues.store.task(name=catalog.CLOSE_INTERRUPTED)(close_interrupted)
     for spec in catalog.JOBS:
@@ -145,14 +147,14 @@ def _register(queues: Queues, cfg: Any = None) -> Queues:
     return queues
 
 
-def resolve_params(spec: catalog.JobSpec, cfg: Any, queued: dict[str, Any]) -> dict[str, Any]:
+def resolve_params(spec: catalog.JobSpec, cfg: Settings | None, queued: dict[str, Any]) -> dict[str, Any]:
     """The keyword arguments a run of ``spec`` gets: what the task was queued with, overridden
     by what the current config says (so a task queued before a data dir moved, or by an old
     version that froze paths, runs against the current paths)."""
     return {**queued, **(spec.params(cfg) if cfg is not None else {})}
 
 
-def _recorded(spec: catalog.JobSpec, queues: Queues, cfg: Any):
+def _recorded(spec: catalog.JobSpec, queues: Queues, cfg: Settings | None):
     """Wrap a worker job so every run (ok or error) is recorded in the store's job_runs."""
     def run(**queued: Any) -> dict[str, Any]:
         return run_recorded(spec, queues, resolve_params(spec, cfg, queued), runner="consumer")

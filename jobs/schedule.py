@@ -2,8 +2,10 @@
 
 A schedule stores *intent* only: the job name and its trigger. Each row of APScheduler's
 SQLAlchemy job store (table ``apscheduler_jobs``: ``id``, ``next_run_time``, ``job_state``
-= a pickled ``Job.__getstate__()`` dict) references the stable callable ``FIRE_REF`` with
-``args=(job_name,)`` and no keyword arguments. Parameters and paths (the queue file, the
+= a pickled ``Job.__getstate__()`` dict) references one stable callable with
+``args=(job_name,)`` and no keyword arguments. That callable belongs to the scheduler, a layer
+above this one, so it is handed in (``fire_ref``, ``module:function``; today
+``quill.workers.FIRE_REF``) rather than named here. Parameters and paths (the queue file, the
 store, snapshot dir, retention …) are resolved from the data dir's current config when the
 job runs, so editing ``config.toml`` or moving/copying the data dir takes effect.
 
@@ -23,8 +25,6 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-#: The one callable every schedule references (``module:function``).
-FIRE_REF = "quill.workers.scheduler:fire"
 #: Callables that older Quill versions stored, each with kwargs ``{queue_db, job, params}``.
 LEGACY_REFS = ("jobs.schedule:fire", "quill.jobs.schedule:fire")
 TABLE = "apscheduler_jobs"
@@ -40,14 +40,15 @@ def fire(queue_db: str, job: str, params: dict[str, Any] | None = None, queue_ur
     build(Path(queue_db), url=queue_url, host_id=host_id).enqueue(job)
 
 
-def fire_args(job: str) -> dict[str, Any]:
-    """Keyword arguments for ``add_job`` that make a schedule of ``job`` store intent only."""
-    return {"func": FIRE_REF, "args": (job,), "kwargs": {}, "coalesce": True, "misfire_grace_time": None}
+def fire_args(job: str, fire_ref: str) -> dict[str, Any]:
+    """Keyword arguments for ``add_job`` that make a schedule of ``job`` store intent only:
+    a call of ``fire_ref`` (``module:function``) with the job name."""
+    return {"func": fire_ref, "args": (job,), "kwargs": {}, "coalesce": True, "misfire_grace_time": None}
 
 
-def migrate(schedule_db: Path) -> list[str]:
-    """Rewrite legacy rows of ``schedule_db`` in place (one transaction); returns the ids of
-    the schedules migrated. A missing file or table means nothing to do. Rows whose
+def migrate(schedule_db: Path, fire_ref: str) -> list[str]:
+    """Rewrite legacy rows of ``schedule_db`` in place (one transaction) to call ``fire_ref``
+    with the job name; returns the ids of the schedules migrated. A missing file or table means nothing to do. Rows whose
     callable is not a legacy Quill reference are left untouched. Raises ``sqlite3.Error``
     when the file is unreadable (the scheduler would fail on it anyway)."""
     path = Path(schedule_db)
@@ -63,8 +64,8 @@ def migrate(schedule_db: Path) -> list[str]:
                 state = pickle.loads(blob)
                 if state.get("func") in LEGACY_REFS:
                     kwargs = state.get("kwargs") or {}
-                    state.update(func=FIRE_REF, args=(kwargs.get("job") or state.get("name") or job_id,), kwargs={})
-                elif state.get("func") != FIRE_REF or (state.get("misfire_grace_time") is None and state.get("coalesce")):
+                    state.update(func=fire_ref, args=(kwargs.get("job") or state.get("name") or job_id,), kwargs={})
+                elif state.get("func") != fire_ref or (state.get("misfire_grace_time") is None and state.get("coalesce")):
                     continue
                 state.update(coalesce=True, misfire_grace_time=None)
                 conn.execute(f"UPDATE {TABLE} SET job_state = ? WHERE id = ?",
@@ -75,8 +76,9 @@ def migrate(schedule_db: Path) -> list[str]:
         conn.close()
 
 
-def read_schedules(schedule_db: Path) -> list[dict[str, Any]]:
-    """Every Quill schedule in ``schedule_db``, read-only (no scheduler started): ``id``,
+def read_schedules(schedule_db: Path, fire_ref: str) -> list[dict[str, Any]]:
+    """Every Quill schedule (a call of ``fire_ref`` or of a legacy reference) in
+    ``schedule_db``, read-only (no scheduler started): ``id``,
     ``job``, ``trigger`` (text), ``paused``, ``next_run`` (aware datetime or None) and
     ``period_s`` (seconds between two consecutive fire times from now; None when the
     trigger never fires again). Legacy rows are understood too. [] when there is no file."""
@@ -95,7 +97,7 @@ def read_schedules(schedule_db: Path) -> list[dict[str, Any]]:
     now = dt.datetime.now(dt.timezone.utc)
     for job_id, blob in rows:
         state = pickle.loads(blob)
-        if state.get("func") == FIRE_REF:
+        if state.get("func") == fire_ref:
             job = (state.get("args") or (job_id,))[0]
         elif state.get("func") in LEGACY_REFS:
             job = (state.get("kwargs") or {}).get("job", job_id)

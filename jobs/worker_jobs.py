@@ -9,14 +9,12 @@ from typing import Any
 
 import apsw
 
+from quill.home import DEFAULTS, SNAPSHOT_GLOB, parse_snapshot_name, read_halt, snapshot_name
 from quill.spool import Position, retention
 from quill.store import fts_repair
 from quill.store.connection import open_reader
 from quill.store.errors import CantOpenError, CorruptError, HaltedError, StoreError, mapped, translate
-from quill.store.lease import read_halt
 from quill.store.reads import Reader
-
-SNAPSHOT_GLOB = "snapshot-*.db"
 
 
 class DamageFound(CorruptError):
@@ -31,18 +29,17 @@ class DamageFound(CorruptError):
 def latest_snapshot(snapshots_dir: Path) -> tuple[Path, Position] | None:
     """The newest verified snapshot and the spool position it covers, or None.
 
-    Only verified snapshots get a final ``snapshot-…-SEG-OFF.db`` name (``snapshot()`` renames
+    Only verified snapshots get a final ``quill.home.snapshot_name`` (``snapshot()`` renames
     a copy into place after its integrity_check passed), so the name is the proof.
     """
     found = sorted(Path(snapshots_dir).glob(SNAPSHOT_GLOB))
     if not found:
         return None
-    seg, off = found[-1].stem.split("-")[-2:]
-    return found[-1], Position(int(seg), int(off))
+    return found[-1], snapshot_position(found[-1])
 
 
 def spool_gc(spool_dir: str, db_path: str, snapshots_dir: str,
-             retention_s: float = retention.DEFAULT_RETENTION_S) -> dict[str, Any]:
+             retention_s: float = DEFAULTS.spool_retention_s) -> dict[str, Any]:
     """Delete spool segments that are applied, covered by a verified snapshot and older than
     ``retention_s`` seconds. Figures: deleted segment numbers, bytes freed, positions used."""
     try:
@@ -107,9 +104,9 @@ def _refuse_if_halted(db_path: str, halt_file: str | None) -> None:
     """Raise ``HaltedError`` when the writer's sticky halt (``halt_file``) names ``db_path``."""
     halt = read_halt(Path(halt_file), Path(db_path)) if halt_file else None
     if halt is not None:
-        raise HaltedError(f"no snapshot taken: the writer has halted on {db_path} ({halt.get('cause', 'halt')}: "
-                          f"{halt.get('detail', 'see quill status')}); a snapshot now would copy the file it "
-                          "refused, and `quill recover` would rebuild from it", halt)
+        raise HaltedError(f"no snapshot taken: the writer has halted on {db_path} ({halt.cause}: "
+                          f"{halt.detail}); a snapshot now would copy the file it "
+                          "refused, and `quill recover` would rebuild from it", halt.to_json())
 
 
 def _backup_failed(exc: apsw.Error, db_path: str) -> StoreError:
@@ -124,7 +121,7 @@ def _backup_failed(exc: apsw.Error, db_path: str) -> StoreError:
     return type(err)(f"snapshot of {db_path} failed: SQLite reported {code} while copying it{what}")
 
 
-def snapshot(db_path: str, snapshots_dir: str, keep: int = 5, compact: bool = False,
+def snapshot(db_path: str, snapshots_dir: str, keep: int = DEFAULTS.snapshot_keep, compact: bool = False,
              halt_file: str | None = None) -> dict[str, Any]:
     """Copy the store with the backup API, verify the copy (``integrity_check``), stamp it
     with the spool position it covers (read from the copy itself, so the stamp is exactly
@@ -172,7 +169,7 @@ def snapshot(db_path: str, snapshots_dir: str, keep: int = 5, compact: bool = Fa
         tmp.unlink(missing_ok=True)
         raise
     seg, off = cursor if cursor else (1, 0)
-    final = out_dir / f"snapshot-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{time.time_ns() % 10**9:09d}-{seg}-{off}.db"
+    final = out_dir / snapshot_name(seg, off)
     os.chmod(tmp, 0o600)
     os.replace(tmp, final)
     removed = []
@@ -258,6 +255,5 @@ def remove_temp_leftovers(snapshots_dir: Path) -> tuple[list[str], list[str]]:
 
 
 def snapshot_position(path: Path) -> Position:
-    """The spool position a verified snapshot covers, from its name ``snapshot-…-SEG-OFF.db``."""
-    seg, off = Path(path).stem.split("-")[-2:]
-    return Position(int(seg), int(off))
+    """The spool position a verified snapshot covers, from its name (``snapshot_name``)."""
+    return Position(*parse_snapshot_name(Path(path).name))

@@ -20,11 +20,11 @@ from typing import Any
 
 def setup(home: str | None) -> Any:
     """What every command does first: owner-only file mode, then the configuration of
-    ``home`` (``config.load``; None = ``$QUILL_HOME`` / the default data dir)."""
-    from . import config
+    ``home`` (``quill.home.load``; None = ``$QUILL_HOME`` / the default data dir)."""
+    from quill import home as data_dir
 
     os.umask(0o077)  # every file Quill creates is owner-only (docs/architecture.md, "Data layout")
-    return config.load(home)
+    return data_dir.load(home)
 
 
 def _fast_push(argv: list[str]) -> int | None:

@@ -81,7 +81,7 @@ def import_(ctx: click.Context, paths: tuple[Path, ...], as_json: bool) -> None:
     total = sum(e["new"] for e in report)
     stored = sum(e["already_stored"] for e in report)
     recognised = len(report) - len(rejected)
-    from quill.workers.rundir import RunDir
+    from quill.home import RunDir
     running = RunDir(cfg.home).fleet_running()
     con.print(f"spooled {total} new message(s) from {recognised} file(s)"
               + (f" ({stored} already stored)" if stored else "") + "; "

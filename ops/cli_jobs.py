@@ -21,6 +21,7 @@ from quill.jobs import catalog
 from quill.jobs import schedule as schedule_db
 from quill.jobs.queues import build_for
 from quill.store.errors import CantOpenError
+from quill.workers import FIRE_REF
 from quill.workers.scheduler import describe, edit_schedules
 
 from . import render
@@ -118,7 +119,7 @@ def _runnable(cfg: Any, name: str, hint: str) -> catalog.JobSpec:
 @click.pass_context
 def jobs_run(ctx: click.Context, name: str, wait_s: float | None, mode: str | None, as_json: bool) -> None:
     """Queue job NAME to run now (the running fleet executes it)."""
-    from quill.workers.rundir import RunDir
+    from quill.home import RunDir
 
     cfg = ctx.obj
     _runnable(cfg, name, "NAME")
@@ -236,7 +237,7 @@ def schedule_add(cfg: Any, job: str, every: str | None, cron: str | None, schedu
     with edit_schedules(cfg) as sched:
         replaced = sched.get_job(sid)
         added = sched.add_job(trigger=trigger, id=sid, name=job, replace_existing=True,
-                              **schedule_db.fire_args(spec.name))
+                              **schedule_db.fire_args(spec.name, FIRE_REF))
         result = {"id": added.id, "job": job, "trigger": str(added.trigger),
                   "next_run": str(added.next_run_time) if added.next_run_time else None,
                   "replaced": str(replaced.trigger) if replaced else None,

@@ -14,11 +14,11 @@ from .errors import Exit, StorageError, busy_with
 @click.pass_context
 def run(ctx: click.Context, until_idle: bool, timeout: float | None) -> None:
     """Run the fleet (supervisor, writer, scheduler, job worker) in the foreground."""
+    from quill.home import RunDir
     from quill.store.errors import LeaseHeldError
     from quill.workers.supervisor import Supervisor
-    from . import logs
 
-    from quill.workers.rundir import RunDir
+    from . import logs
 
     cfg = ctx.obj
     holder = RunDir(cfg.home).lease_holder("fleet")
@@ -34,7 +34,8 @@ def run(ctx: click.Context, until_idle: bool, timeout: float | None) -> None:
                f"logs in {cfg.logs_dir}", err=True)
     before = _quarantined(cfg.spool_dir)
     try:
-        code = Supervisor(cfg, log, until_idle=until_idle, timeout=timeout,
+        code = Supervisor(cfg, log, worker_entry="quill.ops.worker_main", http_entry="quill.ops.service",
+                          until_idle=until_idle, timeout=timeout,
                           console=lambda text: click.echo(text, err=True)).run()
     except LeaseHeldError as exc:
         raise busy_with(exc, f"a fleet is already running on {cfg.home}",

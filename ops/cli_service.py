@@ -12,14 +12,16 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from . import config, render
+from quill.home import ANONYMOUS
+
+from . import render
 from .cli_base import emit_json, json_option
 from .errors import InvalidInputError, NotFoundError
 
 
 @click.command()
 @click.option("--listen", default=None, help="HOST:PORT (default: [http] listen, else 127.0.0.1:8765).")
-@click.option("--anonymous", type=click.Choice(config.ANONYMOUS), default=None,
+@click.option("--anonymous", type=click.Choice(ANONYMOUS), default=None,
               help="Who may call without a token: loopback peers (default), nobody, or anyone "
                    "(an explicit override for a trusted network).")
 @json_option

@@ -12,7 +12,7 @@ from quill.spool import Position, Quarantine, SpoolReader
 from quill.spool.reader import lag_seconds, stats
 from quill.spool.torn import TORN_SUMMARY
 from quill.store.errors import CantOpenError, LeaseHeldError
-from quill.workers.rundir import RunDir
+from quill.home import RunDir
 from quill.store.lease import Lease
 
 from . import render

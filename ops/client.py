@@ -39,9 +39,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from quill.home import Settings, load
 from quill.spool import Ack, Spool
 
-from . import config
 from .client_reads import VIEWS, Reads, _public_errors
 from .errors import InvalidInputError, WaitTimeoutError, no_session
 
@@ -104,12 +104,12 @@ class _Handle:
 
 class Client(Reads):
     """A producer and reader on one data dir: ``home`` (a path), else ``$QUILL_HOME``, else
-    the XDG data dir. ``config`` (a loaded ``quill.ops.config.Config``) may be given instead.
+    the XDG data dir. ``config_`` (loaded ``quill.home.Settings``) may be given instead.
     Raises ``StorageError`` if ``config.toml`` there is invalid."""
 
-    def __init__(self, home: str | os.PathLike[str] | None = None, *, config_: config.Config | None = None):
+    def __init__(self, home: str | os.PathLike[str] | None = None, *, config_: Settings | None = None):
         with _public_errors():
-            self.config = config_ or config.load(str(home) if home is not None else None)
+            self.config = config_ or load(str(home) if home is not None else None)
         self._local = threading.local()
 
     @property

@@ -12,6 +12,8 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
+from quill.home import Settings
+
 from .errors import InvalidInputError, NotFoundError, QuillError, from_exception, no_session
 from .stores import where
 
@@ -66,9 +68,9 @@ _REQUIRED = frozenset({"session_id", "query", "view"})
 
 
 class Reads:
-    """Read methods of ``Client`` (they need ``self.config``, a loaded ``Config``)."""
+    """Read methods of ``Client`` (they need ``self.config``, a loaded ``quill.home.Settings``)."""
 
-    config: Any
+    config: Settings
 
     @contextlib.contextmanager
     def _reader(self, missing: Exception | None) -> Iterator[Any]:

@@ -15,6 +15,7 @@ from typing import Any
 
 import apsw
 
+from quill.home import Halt, RunDir, Settings
 from quill.spool import Position, Quarantine
 from quill.spool.reader import lag_seconds, stats
 from quill.spool.torn import TORN_SUMMARY
@@ -22,10 +23,8 @@ from quill.spool.segments import stray_segments
 from quill.store.connection import MIN_SQLITE, shm_problem
 from quill.store.errors import StoreError
 from quill.store.reads import Reader
-from quill.workers.rundir import RunDir
 
 from . import health
-from .config import Config
 from .purge import interrupted as interrupted_purge
 from .stores import open_reader
 
@@ -40,7 +39,7 @@ def _check(name: str, ok: bool, detail: str, *, warn_only: bool = False) -> dict
     return {"check": name, "status": "ok" if ok else ("warn" if warn_only else "fail"), "detail": detail}
 
 
-def run_checks(cfg: Config) -> list[dict[str, Any]]:
+def run_checks(cfg: Settings) -> list[dict[str, Any]]:
     """All doctor checks for the data dir of ``cfg``."""
     out = []
     lib = apsw.sqlite_lib_version()
@@ -81,7 +80,7 @@ def run_checks(cfg: Config) -> list[dict[str, Any]]:
     return out + _common_checks(cfg, figures)
 
 
-def _pg_checks(cfg: Config, out: list[dict[str, Any]]) -> dict[str, Any] | None:
+def _pg_checks(cfg: Settings, out: list[dict[str, Any]]) -> dict[str, Any] | None:
     """Checks of a PostgreSQL store (``[store] url``): reachable with a Quill schema, its
     figures, every host's cursor, the last amcheck run, overdue jobs. Returns the store
     figures (None when unreadable). The password in the URL is never shown."""
@@ -111,7 +110,7 @@ def _pg_checks(cfg: Config, out: list[dict[str, Any]]) -> dict[str, Any] | None:
     return figures
 
 
-def _common_checks(cfg: Config, figures: dict[str, Any] | None) -> list[dict[str, Any]]:
+def _common_checks(cfg: Settings, figures: dict[str, Any] | None) -> list[dict[str, Any]]:
     """The data dir's own checks, whatever the store: file modes, leases, halt, free space,
     spool lag (from this host's cursor in ``figures``), stray segments, quarantine."""
     out: list[dict[str, Any]] = []
@@ -125,9 +124,9 @@ def _common_checks(cfg: Config, figures: dict[str, Any] | None) -> list[dict[str
         holder = rd.lease_holder(role)
         out.append(_check(f"{role} lease", True, f"held by pid {holder['pid']}" if holder else "free"))
     writer = rd.live("writer") or {}
-    halt = rd.halt(cfg.state_db) or (writer.get("halt") if writer.get("halted") else None)
+    halt = rd.halt(cfg.state_db) or (Halt.from_json(writer.get("halt")) if writer.get("halted") else None)
     out.append(_check("halt", not halt, "not halted" if not halt else
-                      f"HALTED: {halt.get('cause')}: {halt.get('detail')} — run `{halt.get('next')}`"))
+                      f"HALTED: {halt.cause}: {halt.detail} — run `{halt.next}`"))
     free = shutil.disk_usage(next(p for p in (cfg.home, *cfg.home.parents) if p.exists())).free
     out.append(_check("free space", free > FREE_WARN_BYTES, f"{free} bytes free", warn_only=True))
     cursor = Position.parse(figures["cursor"]) if figures and figures.get("cursor") else None

@@ -188,7 +188,7 @@ def from_exception(exc: BaseException) -> QuillError | None:
         return exc
     spool_errors = sys.modules.get("quill.spool.errors")
     store_errors = sys.modules.get("quill.store.errors")
-    config = sys.modules.get("quill.ops.config")
+    home = sys.modules.get("quill.home")
     text = str(exc)
     if spool_errors is not None and isinstance(exc, spool_errors.SpoolError):
         if isinstance(exc, spool_errors.SpoolFullError):
@@ -213,7 +213,7 @@ def from_exception(exc: BaseException) -> QuillError | None:
         if isinstance(exc, store_errors.LeaseHeldError):
             return StorageError(text, hint="another process holds the store; stop it (`quill status` names it)")
         return StorageError(text)
-    if config is not None and isinstance(exc, config.ConfigError):
+    if home is not None and isinstance(exc, home.ConfigError):
         return StorageError(text, hint="fix config.toml (docs/configuration.md lists every key)")
     if isinstance(exc, OSError):
         where = f": {exc.filename}" if exc.filename else ""

@@ -1,6 +1,6 @@
 """Fleet, store, spool and job health: the one place that computes what ``quill status``
 shows, what ``quill doctor`` checks and what ``/metrics`` exports, so the CLI, the HTTP API and
-Prometheus never disagree: fleet liveness from the run directory (``workers.rundir``: only a
+Prometheus never disagree: fleet liveness from the run directory (``quill.home.RunDir``: only a
 live process's files count), overdue scheduled jobs, the WAL against the store, shared memory.
 
 ``collect(cfg)`` returns the status document (``quill status --json``); its ``"metrics"`` key
@@ -15,12 +15,13 @@ from typing import Any
 
 import apsw
 
+from quill.home import Halt, RunDir
 from quill.jobs.schedule import read_schedules
 from quill.spool import Position, Quarantine
 from quill.spool.reader import lag_seconds, stats as spool_stats
 from quill.store.connection import shm_problem
 from quill.store.errors import CantOpenError, SharedMemoryError, StoreError
-from quill.workers.rundir import RunDir
+from quill.workers import FIRE_REF
 from quill.workers.status import COMMIT_BUCKETS_S
 
 from .purge import interrupted as interrupted_purge
@@ -50,7 +51,9 @@ def fleet_state(cfg: Any) -> dict[str, Any]:
     writer = out["writer"] or {}
     # A run reports a halt when halt.json applies to the store in place (the writer reads
     # it at start) or when the live writer says it halted.
-    out["halt"] = rd.halt(cfg.state_db) or (writer.get("halt") if writer.get("alive") and writer.get("halted") else None)
+    halt = rd.halt(cfg.state_db) or (Halt.from_json(writer.get("halt"))
+                                     if writer.get("alive") and writer.get("halted") else None)
+    out["halt"] = halt.to_json() if halt else None
     sup = rd.last("supervisor") or {}
     current = bool(sup.get("alive")) and sup.get("state") == "running"
     out["crash_loops"] = (sup.get("crash_loops") or []) if current else []
@@ -167,7 +170,7 @@ def overdue_jobs(cfg: Any, conn: apsw.Connection | None, now: float | None = Non
     Each item: ``job``, ``period_s``, ``last_ok`` (epoch s or None), ``late_s``, ``reason``."""
     now = time.time() if now is None else now
     periods: dict[str, float] = {}
-    for s in read_schedules(cfg.schedule_db):
+    for s in read_schedules(cfg.schedule_db, FIRE_REF):
         if not s["paused"] and s["period_s"]:
             periods[s["job"]] = min(periods.get(s["job"], s["period_s"]), s["period_s"])
     if not periods:

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from quill.home import DEFAULTS, SNAPSHOT_GLOB, RunDir
 from quill.spool import Entry, Position, Quarantine, SpoolReader, record
 from quill.spool import purge as spool_purge
 from quill.spool.segments import fsync_dir, list_segments
@@ -223,7 +224,7 @@ def _verify(spool_dir: Path, p: Plan) -> list[str]:
 
 
 def purge(spool_dir: Path, db_path: Path, snapshots_dir: Path, session_ids: list[str], *,
-          actor: str = "unknown", snapshot_keep: int = 5, on_step: Step | None = None,
+          actor: str = "unknown", snapshot_keep: int = DEFAULTS.snapshot_keep, on_step: Step | None = None,
           enqueue_scrub: Callable[[], None] | None = None) -> dict[str, Any]:
     """Purge ``session_ids`` (deleted and applied) from the spool, quarantine and snapshots
     (module doc). Returns figures: ``{"sessions", "records_purged", "segments_rewritten",
@@ -237,7 +238,7 @@ def purge(spool_dir: Path, db_path: Path, snapshots_dir: Path, session_ids: list
     (``plan``), ``WaitTimeoutError``/``StorageError`` (the scrub failed or a reader blocked its checkpoint: re-run),
     ``spool.purge.PurgeVerifyError`` or ``SpoolError`` (nothing half-done is left:
     re-run), ``CorruptError`` from a snapshot that fails its check."""
-    from quill.jobs.worker_jobs import SNAPSHOT_GLOB, compact_snapshot, snapshot, snapshot_position
+    from quill.jobs.worker_jobs import compact_snapshot, snapshot, snapshot_position
 
     began = time.monotonic()
     spool_dir, snapshots_dir = Path(spool_dir), Path(snapshots_dir)
@@ -253,7 +254,7 @@ def _purge_locked(spool_dir: Path, db_path: Path, snapshots_dir: Path, session_i
                   actor: str, snapshot_keep: int, step: Step,
                   enqueue_scrub: Callable[[], None] | None = None) -> dict[str, Any]:
     """``purge``'s steps, run while holding the purge lock."""
-    from quill.jobs.worker_jobs import (SNAPSHOT_GLOB, compact_snapshot, remove_temp_leftovers, snapshot,
+    from quill.jobs.worker_jobs import (compact_snapshot, remove_temp_leftovers, snapshot,
                                         snapshot_position)
 
     plan_file = spool_dir / PLAN_FILE
@@ -302,9 +303,9 @@ def _purge_locked(spool_dir: Path, db_path: Path, snapshots_dir: Path, session_i
                                     "long searches or snapshots have finished")
         step("scrubbed")
     if Path(db_path).exists():
-        # Never a compacted copy of a file the writer halted on (data dir layout: run/ beside state.db).
+        # Never a compacted copy of a file the writer halted on (its data dir is state.db's folder).
         fresh = Path(snapshot(str(db_path), str(snapshots_dir), keep=snapshot_keep + 1, compact=True,
-                              halt_file=str(Path(db_path).parent / "run" / "halt.json"))["path"])
+                              halt_file=str(RunDir(Path(db_path).parent).halt_file))["path"])
         figures["snapshot"] = fresh.name
         step("snapshot")
         newest_bound = max(b[0] for b in p.bounds.values())

@@ -82,13 +82,13 @@ def _through_writer(db_path: Path, enqueue: Callable[..., None], wait_s: float) 
 def scrub_live_store(db_path: Path, enqueue: Callable[..., None] | None = None,
                      wait_s: float = WAIT_S) -> dict[str, Any]:
     """Scrub ``db_path`` (a data dir's ``state.db``: its run dir is ``db_path.parent/run``,
-    ``ops.config.Config``) through the writer (module doc). ``enqueue``: puts the ``scrub``
+    ``quill.home.Settings``) through the writer (module doc). ``enqueue``: puts the ``scrub``
     job on this data dir's store queue (no parameters); without it a
     running writer cannot be reached and ``WaitTimeoutError`` says so. Returns the job's
     figures (``jobs.store_jobs.scrub``, plus ``runner``). Raises ``WaitTimeoutError`` (the
     writer recorded no run in ``wait_s`` seconds), ``StorageError`` (its run failed) and the
     store error tree (a run here)."""
-    from quill.workers.rundir import RunDir
+    from quill.home import RunDir
 
     db_path = Path(db_path)
     try:

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from quill.home import RunDir, Settings
 from quill.jobs.worker_jobs import latest_snapshot, snapshot as take_snapshot
 from quill.spool import Position, SpoolReader
 from quill.spool.segments import list_segments
@@ -21,9 +22,7 @@ from quill.store.lease import Lease
 from quill.store import index_slice, open_writer
 from quill.store.recovery import integrity, stamp_generation, swap_in
 from quill.store.salvage import salvage
-from quill.workers.rundir import RunDir
 
-from .config import Config
 from .replay import Progress, replay
 
 SWAP_WAIT_S = 30.0
@@ -33,7 +32,7 @@ class RecoverError(Exception):
     """Recovery cannot proceed (healthy running store, failed verification, no swap)."""
 
 
-def history_gap(cfg: Config, snap_position: Position | None) -> str | None:
+def history_gap(cfg: Settings, snap_position: Position | None) -> str | None:
     """Why snapshot + spool would not hold the full history, or None when they do.
 
     The replay starts at the snapshot's position (or 1:0 without one); every segment after
@@ -64,7 +63,7 @@ def deleted_sessions(spool_dir: Path) -> set[str]:
     return ids
 
 
-def rebuild(cfg: Config, progress: Progress | None = None, *, accept_loss: bool = False) -> dict[str, Any]:
+def rebuild(cfg: Settings, progress: Progress | None = None, *, accept_loss: bool = False) -> dict[str, Any]:
     """Build and verify a new store file next to the live one; returns figures incl. ``path``.
 
     Raises ``RecoverError`` when snapshot + spool do not hold the full history (a restored
@@ -100,7 +99,7 @@ def rebuild(cfg: Config, progress: Progress | None = None, *, accept_loss: bool 
             "snapshot_position": str(snap[1]) if snap else None, **result}
 
 
-def recover(cfg: Config, *, progress: Progress | None = None, accept_loss: bool = False) -> dict[str, Any]:
+def recover(cfg: Settings, *, progress: Progress | None = None, accept_loss: bool = False) -> dict[str, Any]:
     """Rebuild, then swap in: directly when no writer runs, else through the halted writer.
 
     Raises ``RecoverError`` when a healthy writer is running, or when the halted writer does

@@ -49,9 +49,9 @@ def why_not_applied(cfg: Any) -> str:
     """What the data dir's run directory says about why a record is not applied yet, for a
     timeout message: no fleet, a halted writer, a writer retrying an error (``database is
     locked`` held by another process …), or a writer still busy behind a backlog. Only live
-    processes' records are trusted (``workers.rundir``)."""
+    processes' records are trusted (``quill.home.RunDir``)."""
     from quill.store.connection import WRITER_BUSY_MS
-    from quill.workers.rundir import RunDir
+    from quill.home import RunDir
     rd = RunDir(cfg.home)
     if not rd.fleet_running():
         return "no fleet is running on this data dir: start `quill run` (the record is safe in the spool)"

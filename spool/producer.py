@@ -39,13 +39,11 @@ import struct
 import time
 from typing import Any, NamedTuple
 
+from quill.home import DEFAULTS
+
 from . import record
 from .errors import InvalidOpError, SpoolError, SpoolFullError
 from .segments import FILE_MODE, Position, ensure_dir, fsync_dir, list_segments, resolve_spool_dir, segment_name
-
-#: Default rotation size. 64 MiB keeps segment counts small while GC can still free space
-#: at a useful granularity.
-DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
 
 _FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 #: The group-commit rendezvous in the spool directory (see the module doc): big-endian
@@ -91,7 +89,7 @@ class Spool:
     """
 
     def __init__(self, spool_dir: str | os.PathLike[str], *, producer_id: str | None = None,
-                 segment_bytes: int = DEFAULT_SEGMENT_BYTES, fsync: bool = True, group_commit: bool = False,
+                 segment_bytes: int = DEFAULTS.segment_bytes, fsync: bool = True, group_commit: bool = False,
                  fast_codec: bool = True):
         self.dir = resolve_spool_dir(spool_dir)
         self._group = group_commit

@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .segments import Position, fsync_dir, list_segments, segment_name
+from quill.home import DEFAULTS
 
-DEFAULT_RETENTION_S = 7 * 24 * 3600
+from .segments import Position, fsync_dir, list_segments, segment_name
 
 
 def _covered(pos: Position | None, segment: int, size: int) -> bool:
@@ -24,7 +24,7 @@ def _covered(pos: Position | None, segment: int, size: int) -> bool:
 
 
 def collectable(spool_dir: Path, applied: Position | None, snapshot: Position | None,
-                retention_s: float = DEFAULT_RETENTION_S, now: float | None = None) -> list[dict[str, Any]]:
+                retention_s: float = DEFAULTS.spool_retention_s, now: float | None = None) -> list[dict[str, Any]]:
     """Segments that may be deleted: ``[{"segment", "bytes", "age_s"}]``, oldest first."""
     now = time.time() if now is None else now
     segments = list_segments(Path(spool_dir))
@@ -38,7 +38,7 @@ def collectable(spool_dir: Path, applied: Position | None, snapshot: Position | 
 
 
 def collect(spool_dir: Path, applied: Position | None, snapshot: Position | None,
-            retention_s: float = DEFAULT_RETENTION_S, now: float | None = None) -> dict[str, Any]:
+            retention_s: float = DEFAULTS.spool_retention_s, now: float | None = None) -> dict[str, Any]:
     """Delete the collectable segments; returns ``{"deleted": [...], "bytes_freed": int}``."""
     gone = collectable(spool_dir, applied, snapshot, retention_s, now)
     # Oldest first: a producer handle still on segment N that finds N+1 gone relies on N

@@ -13,6 +13,8 @@ import re
 from pathlib import Path
 from typing import NamedTuple
 
+from quill.home import DATA_DIR_MARKERS, SPOOL_DIR
+
 from .errors import SpoolLocationError
 
 SEGMENT_RE = re.compile(r"^(\d{8})\.jsonl$")
@@ -55,8 +57,6 @@ def list_segments(spool_dir: Path) -> list[int]:
     return sorted(int(m.group(1)) for n in names if (m := SEGMENT_RE.match(n)))
 
 
-#: Entries that make a directory a Quill data dir (docs/architecture.md, "Data layout").
-DATA_DIR_MARKERS = ("spool", "state.db", "config.toml", "run", "snapshots", "queue.db", "schedule.db", "spool-id")
 #: Entries a spool directory may hold besides its segments.
 _SPOOL_ENTRIES = ("quarantine",)
 
@@ -65,7 +65,7 @@ def resolve_spool_dir(path: str | os.PathLike[str]) -> Path:
     """Where a producer handed ``path`` must append (issue 10: an acknowledged record must
     always be where the writer drains).
 
-    * a Quill data dir (holds any of ``DATA_DIR_MARKERS``) → its ``spool/`` folder;
+    * a Quill data dir (holds any of ``quill.home.DATA_DIR_MARKERS``) → its ``spool/`` folder;
     * a spool directory (segments, ``quarantine/``), an empty directory, or a path that does
       not exist yet → ``path`` itself;
     * anything else (a file, or a non-empty directory of unrelated entries) → raises
@@ -79,7 +79,7 @@ def resolve_spool_dir(path: str | os.PathLike[str]) -> Path:
     except NotADirectoryError:
         raise SpoolLocationError(str(path), [f"{path.name} is a file"]) from None
     if any(m in names for m in DATA_DIR_MARKERS):
-        return path / "spool"
+        return path / SPOOL_DIR
     if any(SEGMENT_RE.match(n) for n in names):
         return path  # a producer has been appending here: it is a spool
     unrelated = sorted(n for n in names if n not in _SPOOL_ENTRIES)

@@ -70,7 +70,7 @@ class ReplacedError(CorruptError):
 
 class HaltedError(CorruptError):
     """The writer has a sticky halt on this very store file (``run/halt.json``, read by
-    ``lease.read_halt``): a snapshot of it would be a verified copy of a file the writer
+    ``quill.home.read_halt``): a snapshot of it would be a verified copy of a file the writer
     refused (a replaced ``state.db``: another store's rows), which ``quill recover`` would
     then pick as its newest snapshot. ``halt`` is the recorded cause."""
 

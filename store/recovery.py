@@ -11,6 +11,8 @@ from pathlib import Path
 
 import apsw
 
+from quill.home import evidence_dir
+
 from .connection import open_reader
 from .errors import mapped
 from .guard import new_generation
@@ -43,7 +45,7 @@ def swap_in(new: Path, db_path: Path) -> Path:
     lease, or is the halted writer whose connection is closed).
     """
     db_path = Path(db_path)
-    evidence = db_path.parent / "evidence" / f"state-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.getpid()}"
+    evidence = evidence_dir(db_path.parent, f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.getpid()}")
     evidence.mkdir(parents=True, exist_ok=True, mode=0o700)
     for suffix in ("-wal", "-shm", ""):
         old = Path(str(db_path) + suffix)

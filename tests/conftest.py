@@ -59,7 +59,7 @@ class QuillCLI:
     def start_fleet(self) -> subprocess.Popen:
         """``quill run`` in the background, returned once its supervisor holds the fleet
         lease (as an operator would see it running before using it)."""
-        from quill.workers.rundir import RunDir
+        from quill.home import RunDir
         proc = subprocess.Popen(self.argv("run"), env=quill_env(self.home), cwd=REPO,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         rd = RunDir(Path(self.home).resolve())
@@ -84,7 +84,7 @@ class QuillCLI:
 def worker_pids(home: Path, timeout: float = 30) -> list[int]:
     """Pids of writer, scheduler and consumer once each *live* process has published its
     status (a file left by an earlier run's dead process does not count)."""
-    from quill.workers.rundir import RunDir
+    from quill.home import RunDir
     rd = RunDir(Path(home).resolve())
     deadline = time.monotonic() + timeout
     while True:
@@ -224,7 +224,8 @@ def pg_data_dir(root, url: str, n: int):
 
 
 def _fill_pg_data_dir(root, url: str, n: int):
-    from quill.ops import config, logs
+    from quill import home as config
+    from quill.ops import logs
     from quill.spool import Spool
     from quill.workers.pg_writer import drain
     root.mkdir(parents=True)

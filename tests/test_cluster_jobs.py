@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from quill import home as config
 from quill.jobs import catalog, pg_jobs
 from quill.jobs.queues import build, redis_names
-from quill.ops import config
 
 from conftest import REPO
 from semantics_helpers import Store, assistant, call, tool, user
@@ -46,7 +46,7 @@ def _home(root: Path, name: str, store_url: str, queue_url: str | None = None) -
 
 
 def _worker(role: str, home: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "quill.workers", role, "--home", str(home)], cwd=REPO,
+    return subprocess.Popen([sys.executable, "-m", "quill.ops.worker_main", role, "--home", str(home)], cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
@@ -172,7 +172,7 @@ def test_the_leaders_orphan_sweep_runs_on_every_hosts_writer_and_closes_a_dead_o
     drain(cfg_other, log)            # the other host's cursor row: the leader now knows it
     queues = {"leader": build_for(cfg_leader), "other": build_for(cfg_other)}
     try:
-        monkeypatch.setenv("QUILL_HOME", str(leader))
+        scheduler.serve(cfg_leader)      # what the leader's scheduler process does at start
         scheduler.fire("orphan_sweep")   # what the leader's schedule calls
         scheduler.fire("orphan_sweep")   # a second period before any writer ran: coalesced per host
         assert {k: [t.name for t in q.store.pending()] for k, q in queues.items()} == {

@@ -41,9 +41,9 @@ def test_readme_job_names_are_real():
 
 
 def test_every_config_key_is_documented_with_its_default():
-    from quill.ops import config
+    from quill import home as config
 
-    defaults = {name: value for name, value in config.Config._field_defaults.items() if name != "home"}
+    defaults = {name: value for name, value in config.Settings._field_defaults.items() if name != "home"}
     for (section, key), name in config._SECTIONS.items():
         row = next((line for line in CONFIG_DOC.splitlines() if line.startswith(f"| `{section}.{key}` |")), None)
         assert row, f"{section}.{key} is not documented in docs/configuration.md"
@@ -62,11 +62,11 @@ def test_every_config_key_is_documented_with_its_default():
 
 
 def test_the_documented_example_config_loads(tmp_path):
-    from quill.ops import config
+    from quill import home as config
 
     example = re.search(r"```toml\n(.*?)```", CONFIG_DOC, re.S).group(1)
     (tmp_path / "config.toml").write_text(example)
-    assert config.load(tmp_path) == config.Config(home=tmp_path.resolve())
+    assert config.load(tmp_path) == config.Settings(home=tmp_path.resolve())
 
 
 @pytest.mark.parametrize("setting", ["[writer]\nchunk_rows = 0", "[writer]\npoll_interval = 0",

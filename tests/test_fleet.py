@@ -12,7 +12,8 @@ import pytest
 from quill.spool import Spool
 from quill.store import Reader
 from quill.store.errors import CantOpenError, LeaseHeldError
-from quill.store.lease import Lease, read_holder
+from quill.home import read_holder
+from quill.store.lease import Lease
 
 from conftest import stop_fleet, worker_pids
 

@@ -12,7 +12,7 @@ import time
 import psutil
 
 from quill.jobs.prune import orphan_sweep
-from quill.store.lease import holder_alive, process_identity
+from quill.home import holder_alive, process_identity
 from quill.workers.supervisor import CRASH_LOOP_BACKOFF_S, WRITER_MAX_DELAY_S
 
 from conftest import damage_pages, stop_fleet, worker_pids

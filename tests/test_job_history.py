@@ -9,8 +9,8 @@ import time
 
 import pytest
 
+from quill import home as config
 from quill.jobs.queues import build
-from quill.ops import config
 from quill.store import Reader
 from quill.store.connection import open_reader, open_writer, transaction
 from quill.workers.job_runner import TRUNCATE_WAL_BYTES

@@ -9,7 +9,7 @@ import json
 import pytest
 from apscheduler.triggers.interval import IntervalTrigger
 
-from quill.ops import config
+from quill import home as config
 from quill.store import Reader
 from quill.workers.scheduler import edit_schedules
 

@@ -52,7 +52,7 @@ def _produce(home: str, host: int, acks: str) -> None:
 
 
 def _writer(home: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "quill.workers", "writer", "--home", str(home)], cwd=REPO,
+    return subprocess.Popen([sys.executable, "-m", "quill.ops.worker_main", "writer", "--home", str(home)], cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 

@@ -48,11 +48,12 @@ def _wait(predicate, what: str, timeout: float = 60.0):
 
 def test_a_damaged_index_is_reported_halts_every_writer_and_reindex_plus_recover_lifts_it(tmp_path, pg_store_url):
     from quill.jobs.pg_jobs import pg_integrity_check
-    from quill.ops import config, logs
+    from quill import home as config
+    from quill.ops import logs
     from quill.store.errors import CorruptError
     from quill.store.postgres import PgConnection, halt
     from quill.workers.pg_writer import PgWriter
-    from quill.workers.rundir import RunDir
+    from quill.home import RunDir
 
     url = pg_store_url
     pg_data_dir(tmp_path / "a", url, 40)

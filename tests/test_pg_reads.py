@@ -19,7 +19,8 @@ WORD = "zephyrine"
 
 
 def _drain(home) -> None:
-    from quill.ops import config, logs
+    from quill import home as config
+    from quill.ops import logs
     from quill.workers.pg_writer import drain
     drain(config.load(home), logs.configure(None, "test"))
 

@@ -106,7 +106,8 @@ def test_dump_more_writes_drop_restore_recover_loses_nothing(tmp_path, pg_databa
 def test_spool_segments_are_kept_until_applied_and_past_retention(tmp_path, pg_store_url):
     """On a PostgreSQL store there is no local snapshot: a segment goes once the store's
     cursor for this spool is past it AND it is older than spool.retention_s."""
-    from quill.ops import config, logs
+    from quill import home as config
+    from quill.ops import logs
     from quill.spool.segments import list_segments
     from quill.workers.pg_writer import PgWriter
     home = tmp_path / "h"

@@ -354,7 +354,7 @@ def test_purge_later_queues_the_scrub_for_a_running_writer(tmp_path):
     from quill.store.connection import open_writer
     from quill.store.lease import Lease
     from quill.workers.job_runner import StoreJobRunner
-    from quill.workers.rundir import RunDir
+    from quill.home import RunDir
 
     h = Home(tmp_path / "home")
     h.append("session.create", {"session_id": "x", "source": "cli"})

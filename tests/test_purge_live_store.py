@@ -14,7 +14,7 @@ from pathlib import Path
 
 from conftest import QuillCLI, quill_env, stop_fleet
 
-from quill.workers.rundir import RunDir
+from quill.home import RunDir
 
 CANARY = "my key is sk-canary-7731xyz please forget it"
 WORDS = [b"canary", b"7731", b"forget", b"please"]

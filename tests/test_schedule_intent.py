@@ -10,10 +10,11 @@ import sqlite3
 
 from apscheduler.triggers.interval import IntervalTrigger
 
+from quill import home as config
 from quill.jobs import schedule as schedule_db
 from quill.jobs.queues import build
-from quill.ops import config
 from quill.store import Reader
+from quill.workers import FIRE_REF
 from quill.workers.scheduler import edit_schedules
 
 
@@ -51,7 +52,7 @@ def test_a_config_edit_changes_the_next_scheduled_run(quill, home):
     assert len(run["figures"]["removed"]) == 3            # the scheduled run used keep = 1
     assert len(list((home / "snapshots").glob("snapshot-*.db"))) == 1
     row = _rows(home)["snapshot"]
-    assert (row["func"], row["args"], row["kwargs"]) == (schedule_db.FIRE_REF, ("snapshot",), {})
+    assert (row["func"], row["args"], row["kwargs"]) == (FIRE_REF, ("snapshot",), {})
 
 
 def test_a_copied_data_dir_runs_its_jobs_against_itself(quill, home, tmp_path):
@@ -74,7 +75,7 @@ def _write_legacy(home) -> dict[str, dict]:
     ``jobs.schedule:fire``, no args, kwargs ``{queue_db, job, params}`` with absolute paths."""
     cfg = config.load(home)
     with edit_schedules(cfg) as sched:
-        sched.add_job(trigger="cron", hour=2, id="nightly-snap", name="snapshot", **schedule_db.fire_args("snapshot"))
+        sched.add_job(trigger="cron", hour=2, id="nightly-snap", name="snapshot", **schedule_db.fire_args("snapshot", FIRE_REF))
         sched.pause_job("quick_check")
     conn = sqlite3.connect(str(home / "schedule.db"))
     legacy = {}
@@ -101,7 +102,7 @@ def test_an_old_format_schedule_db_is_migrated_keeping_triggers_and_pauses(quill
     rows = _rows(home)
     for job_id, old in legacy.items():
         new = rows[job_id]
-        assert (new["func"], new["args"], new["kwargs"]) == (schedule_db.FIRE_REF, (old["kwargs"]["job"],), {})
+        assert (new["func"], new["args"], new["kwargs"]) == (FIRE_REF, (old["kwargs"]["job"],), {})
         assert (str(new["trigger"]), new["next_run_time"]) == (str(old["trigger"]), old["next_run_time"])
         assert (new["coalesce"], new["misfire_grace_time"]) == (True, None)   # missed windows run once
     assert listed["quick_check"]["next_run"] is None        # still paused

@@ -40,7 +40,7 @@ def _acking_producer(spool_dir: str, k: int, batches: int, ack_path: str, seed: 
 
 
 def _writer(home: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "quill.workers", "writer", "--home", str(home)],
+    return subprocess.Popen([sys.executable, "-m", "quill.ops.worker_main", "writer", "--home", str(home)],
                             env=quill_env(home), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from quill.ops import config
+from quill import home as config
 from quill.ops.wait import wait_applied
 from quill.spool import Position, Spool, WaitTimeoutError
 from quill.spool.retention import collect, collectable

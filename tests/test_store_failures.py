@@ -227,7 +227,7 @@ def _drain_through_a_full_disk(mnt):
     writer = None
     try:
         def start():
-            return subprocess.Popen([sys.executable, "-m", "quill.workers", "writer", "--home", str(home)],
+            return subprocess.Popen([sys.executable, "-m", "quill.ops.worker_main", "writer", "--home", str(home)],
                                     env=quill_env(home), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
         def writer_status():

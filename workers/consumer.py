@@ -1,7 +1,7 @@
 """The job-worker process: a huey consumer (one worker thread) for jobs that do not write
 the store.
 
-It publishes its status (``rundir``): tasks in flight, and for the running one its name, start
+It publishes its status (``quill.home.RunDir``): tasks in flight, and for the running one its name, start
 time and timeout (from the job catalog), through huey's signals. "Idle" is decided from it,
 and the supervisor kills and restarts a consumer whose job outlives its timeout — a thread
 cannot be interrupted, a process can, and the consumer has no child processes that could
@@ -14,14 +14,12 @@ from typing import Any
 
 from huey import signals
 
+from quill.home import RunDir, Settings
 from quill.jobs import catalog
 from quill.jobs.queues import build_for
-from quill.ops.config import Config
-
-from .rundir import RunDir
 
 
-def run(cfg: Config, log: Any) -> None:
+def run(cfg: Settings, log: Any) -> None:
     """Run the consumer until SIGTERM/SIGINT (huey installs its own handlers)."""
     queues = build_for(cfg)  # queue.db, or the shared Redis of [queue] url
     run_dir = RunDir(cfg.home)

@@ -10,13 +10,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from quill.ops.config import Config
+from quill.home import RunDir, Settings
 from quill.spool import Entry, Position, Quarantine, SpoolReader, START
 from quill.store.apply import ApplyFn, ChunkResult, drain_chunk
 from quill.store.errors import CorruptError, DiskFullError, StoreIOError, TransientError
 from quill.store.lease import Lease
-
-from .rundir import RunDir
 
 #: Entries read per spool scan; bounds memory whatever the spool size.
 READ_BYTES = 8 << 20
@@ -32,7 +30,7 @@ MAX_BACKOFF_S = 5.0
 class DrainWriter:
     """The shared state and steps of a writer for the data dir of ``cfg``."""
 
-    def __init__(self, cfg: Config, log: Any):
+    def __init__(self, cfg: Settings, log: Any):
         self.cfg = cfg
         self.log = log
         self.run_dir = RunDir(cfg.home)

@@ -24,8 +24,8 @@ import threading
 import time
 from typing import Any
 
+from quill.home import Settings
 from quill.jobs.queues import build_for
-from quill.ops.config import Config
 from quill.spool import Position, Spool, START
 from quill.spool import retention
 from quill.spool.identity import load_or_create
@@ -42,7 +42,7 @@ GC_INTERVAL_S = 3600.0
 class PgWriter(DrainWriter):
     """Drains this data dir's spool into the PostgreSQL store at ``cfg.store_url``."""
 
-    def __init__(self, cfg: Config, log: Any):
+    def __init__(self, cfg: Settings, log: Any):
         super().__init__(cfg, log)
         self.spool_id = load_or_create(cfg.spool_id_path)
         self.backend: PostgresBackend | None = None
@@ -148,7 +148,7 @@ class PgWriter(DrainWriter):
                             "error": error, "job": None})
 
 
-def drain(cfg: Config, log: Any, *, stop: threading.Event | None = None) -> dict[str, Any]:
+def drain(cfg: Settings, log: Any, *, stop: threading.Event | None = None) -> dict[str, Any]:
     """Apply this data dir's spool to the PostgreSQL store from the cursor the store holds to
     the spool's end (``quill recover`` after a restore). Returns the writer's totals plus
     ``spool_id``, ``from`` and ``to`` cursors. Raises the store error tree (a server that

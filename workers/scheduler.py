@@ -21,21 +21,20 @@ from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
 from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy.engine import URL
 
+from quill.home import RunDir, Settings
 from quill.jobs import catalog
 from quill.jobs import schedule as schedule_db
 from quill.jobs.queues import fire_scheduled
-from quill.ops import config
-from quill.ops.config import Config
 from quill.store.lease import Lease
 
-from .rundir import RunDir
+from . import FIRE_REF
 
 
 #: A standby scheduler (another host leads the cluster) tries to take over this often (s).
 STANDBY_RETRY_S = 2.0
 
 
-def jobstore_url(cfg: Config) -> Any:
+def jobstore_url(cfg: Settings) -> Any:
     """Where schedules live: ``schedule.db`` in the data dir, or — on a shared PostgreSQL
     store — the store's database (APScheduler's SQLAlchemy job store through psycopg 3), so
     whichever host leads the cluster sees the same schedules."""
@@ -46,31 +45,44 @@ def jobstore_url(cfg: Config) -> Any:
     return URL.create("sqlite", database=str(cfg.schedule_db))
 
 
+#: The settings of the data dir whose schedules this process runs (``serve``). APScheduler
+#: calls ``fire`` with the job name only, so it finds them here, not in the persisted row.
+_serving: Settings | None = None
+
+
+def serve(settings: Settings) -> None:
+    """Make ``fire`` queue on ``settings``' data dir: what ``run`` does before it starts
+    the scheduler (one data dir per process)."""
+    global _serving
+    _serving = settings
+
+
 def fire(job: str) -> None:
-    """What every schedule calls (``jobs.schedule.FIRE_REF``): queue ``job`` on the queues of
-    the data dir this process serves — ``queue.db``, or the shared Redis of ``[queue] url``
-    with this host's id (``build_for``). The data dir comes from ``QUILL_HOME``, which the
-    supervisor sets for its children (and the worker entry point for itself), so nothing
-    about paths, queues or parameters is stored with the schedule; the job's parameters are
-    resolved from config when it runs. A per-host job on a cluster goes on every host's store
-    queue (``jobs.queues.fire_scheduled``)."""
-    fire_scheduled(config.load(), job)
+    """What every schedule calls (``FIRE_REF``): queue ``job`` on the queues of the data dir
+    this process serves (``serve``) — ``queue.db``, or the shared Redis of ``[queue] url``
+    with this host's id (``build_for``). Nothing about paths, queues or parameters is stored
+    with the schedule; the job's parameters are resolved from the settings when it runs. A
+    per-host job on a cluster goes on every host's store queue (``jobs.queues.fire_scheduled``).
+    Raises RuntimeError in a process that serves no data dir."""
+    if _serving is None:
+        raise RuntimeError(f"no scheduler runs in this process: cannot fire {job!r}")
+    fire_scheduled(_serving, job)
 
 
-def make_scheduler(cfg: Config) -> BackgroundScheduler:
+def make_scheduler(cfg: Settings) -> BackgroundScheduler:
     """A BackgroundScheduler on the job store (``jobstore_url``) with Quill's job defaults
     (not started). Legacy rows of ``schedule.db`` are migrated first
     (``jobs.schedule.migrate``): APScheduler would drop a job whose callable no longer
     imports, and their frozen paths must not be used."""
     if not cfg.store_url:
-        schedule_db.migrate(cfg.schedule_db)
+        schedule_db.migrate(cfg.schedule_db, FIRE_REF)
     return BackgroundScheduler(
         jobstores={"default": SQLAlchemyJobStore(url=jobstore_url(cfg))},
         job_defaults={"coalesce": True, "misfire_grace_time": None, "max_instances": 1},
         timezone=dt.timezone.utc)
 
 
-def install_defaults(sched: BackgroundScheduler, cfg: Config) -> list[str]:
+def install_defaults(sched: BackgroundScheduler, cfg: Settings) -> list[str]:
     """Add each catalog job of this store's backend (``JobSpec.backend``) that has no
     schedule yet, and bring a schedule that still has an earlier version's default trigger
     (``catalog.PREVIOUS_DEFAULTS``) to today's default; returns the names added or upgraded."""
@@ -89,13 +101,13 @@ def install_defaults(sched: BackgroundScheduler, cfg: Config) -> list[str]:
             continue
         if spec.trigger is not None and job is None:
             sched.add_job(trigger=spec.trigger, id=spec.name, name=spec.name,
-                          **schedule_db.fire_args(spec.name), **spec.trigger_args)
+                          **schedule_db.fire_args(spec.name, FIRE_REF), **spec.trigger_args)
             added.append(spec.name)
     return added
 
 
 @contextlib.contextmanager
-def edit_schedules(cfg: Config) -> Iterator[BackgroundScheduler]:
+def edit_schedules(cfg: Settings) -> Iterator[BackgroundScheduler]:
     """A paused scheduler on ``schedule.db`` for editing schedules; it never runs a job.
 
     APScheduler 3 processes due jobs once when a *paused* BackgroundScheduler shuts down (its
@@ -120,7 +132,7 @@ def describe(sched: BackgroundScheduler) -> list[dict[str, Any]]:
             for j in sched.get_jobs()]
 
 
-def _lead(cfg: Config, log: Any, stop: threading.Event) -> Any:
+def _lead(cfg: Settings, log: Any, stop: threading.Event) -> Any:
     """On a shared PostgreSQL store: stand by until this host leads the cluster (one
     scheduler per cluster, ``store.postgres.election``). Returns the ``Leadership`` (None
     on the embedded store, or when stopped while standing by)."""
@@ -136,13 +148,14 @@ def _lead(cfg: Config, log: Any, stop: threading.Event) -> Any:
     return None
 
 
-def run(cfg: Config, log: Any, stop: threading.Event) -> None:
+def run(cfg: Settings, log: Any, stop: threading.Event) -> None:
     """Run the scheduler until ``stop``. Raises ``LeaseHeldError`` if another runs in this
     data dir. On a shared PostgreSQL store only the elected leader runs schedules; the others
     stand by, and a leader that loses its session stops (the supervisor restarts it as a
     standby)."""
     run_dir = RunDir(cfg.home)
     lease = Lease(run_dir.lock("scheduler")).acquire()
+    serve(cfg)
     leader = None
     if cfg.store_url:
         leader = _lead(cfg, log, stop)

@@ -1,5 +1,5 @@
 """The writer's chunk-commit latency histogram (published in its status, exported by
-/metrics). Run-directory files themselves are owned by ``workers.rundir``."""
+/metrics). Run-directory files themselves are owned by ``quill.home.RunDir``."""
 from __future__ import annotations
 
 from typing import Any

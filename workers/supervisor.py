@@ -1,7 +1,8 @@
 """The supervisor: starts the fleet, restarts what dies, stops it all cleanly.
 
-* Children are real processes (``python -m workers ROLE --home H``): writer, scheduler,
-  consumer, plus ``http`` (``python -m quill.ops.service``) when ``[http] listen`` is set.
+* Children are real processes (``python -m ENTRY ROLE --home H``): writer, scheduler,
+  consumer, plus ``http`` when ``[http] listen`` is set. The entry modules are handed in by
+  ``quill run``: they are composition roots in ``ops``, a layer above this one.
   One fleet per data dir (``run/fleet.lock``).
 * A child that exits is restarted after a backoff (0.5 s doubling to 10 s). Five exits within
   60 s is a crash loop: it is logged, printed on the console and shown by ``quill status``
@@ -31,11 +32,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from quill.home import RunDir, Settings
 from quill.jobs.queues import build_for
-from quill.ops.config import Config
 from quill.store.lease import Lease
-
-from .rundir import RunDir
 
 ROLES = ("writer", "scheduler", "consumer")
 STOP_TIMEOUT_S = 15.0
@@ -80,9 +79,11 @@ class Child:
 class Supervisor:
     """Runs the fleet for one data dir in the foreground. ``run()`` returns an exit code."""
 
-    def __init__(self, cfg: Config, log: Any, *, until_idle: bool = False, timeout: float | None = None,
-                 console: Any = None):
-        """``console(text)``, when given, is told of every worker exit and restart (the
+    def __init__(self, cfg: Settings, log: Any, *, worker_entry: str, http_entry: str,
+                 until_idle: bool = False, timeout: float | None = None, console: Any = None):
+        """``worker_entry``: the module each worker role runs as (``python -m worker_entry ROLE
+        --home H --parent PID``); ``http_entry``: the module of the ``http`` child (same options,
+        no role). ``console(text)``, when given, is told of every worker exit and restart (the
         ``quill run`` terminal), in addition to the log."""
         self.cfg = cfg
         self.log = log
@@ -91,9 +92,9 @@ class Supervisor:
         self.until_idle = until_idle
         self.timeout = timeout
         tail = ["--home", str(cfg.home), "--parent", str(os.getpid())]
-        self.children = [Child(r, [sys.executable, "-m", "quill.workers", r, *tail]) for r in ROLES]
+        self.children = [Child(r, [sys.executable, "-m", worker_entry, r, *tail]) for r in ROLES]
         if cfg.http_listen:  # [http] listen set: the API and dashboard run as one more child
-            self.children.append(Child("http", [sys.executable, "-m", "quill.ops.service", *tail]))
+            self.children.append(Child("http", [sys.executable, "-m", http_entry, *tail]))
         self._stop_signal: int | None = None
 
     @property

@@ -16,13 +16,12 @@ import shutil
 import threading
 import time
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import apsw
 
+from quill.home import Halt, Settings
 from quill.jobs.queues import build_for
-from quill.ops.config import Config
 from quill.spool import Position, Spool, START
 from quill.spool.segments import list_segments
 from quill.store import fts_repair, index_slice, open_writer, read_cursor
@@ -41,7 +40,7 @@ from .job_runner import TRUNCATE_RETRY_S, TRUNCATE_WAL_BYTES, StoreJobRunner
 class Writer(DrainWriter):
     """One writer for one data dir. ``run(stop)`` blocks until ``stop`` is set."""
 
-    def __init__(self, cfg: Config, log: Any):
+    def __init__(self, cfg: Settings, log: Any):
         super().__init__(cfg, log)
         self.conn: apsw.Connection | None = None
         self.guard: FileGuard | None = None
@@ -61,14 +60,14 @@ class Writer(DrainWriter):
         try:
             halted = self.run_dir.halt(self.cfg.state_db)
             if halted:
-                self.log.error("writer.halted", **halted)
+                self.log.error("writer.halted", **halted.to_json())
                 self._idle_halted(stop, halted)
                 return
             missing = self._history_missing()
             if missing:
-                cause = {"cause": "StoreMissing", "detail": missing, "at": time.time(), "next": "quill recover"}
+                cause = Halt("StoreMissing", missing, time.time())
                 self.run_dir.record_halt(cause, self.cfg.state_db)
-                self.log.critical("writer.halt", **cause)
+                self.log.critical("writer.halt", **cause.to_json())
                 self._idle_halted(stop, cause)
                 return
             try:
@@ -98,12 +97,11 @@ class Writer(DrainWriter):
     def _halt(self, stop: threading.Event, exc: Exception) -> None:
         """Sticky halt: close without checkpointing (the WAL stays as evidence), record the
         cause and the next command in run/halt.json, then wait for `quill recover`."""
-        cause = {"cause": type(exc).__name__, "detail": str(exc), "at": time.time(),
-                 "cursor": str(self.cursor), "next": "quill recover"}
+        cause = Halt(type(exc).__name__, str(exc), time.time(), cursor=str(self.cursor))
         self._close(keep_wal=True)
         if not self.run_dir.record_halt(cause, self.cfg.state_db):
             self.log.error("writer.halt_unrecorded", path=str(self.run_dir.halt_file))
-        self.log.critical("writer.halt", **cause)
+        self.log.critical("writer.halt", **cause.to_json())
         self._idle_halted(stop, cause)
 
     def _open(self, stop: threading.Event) -> bool:
@@ -180,18 +178,18 @@ class Writer(DrainWriter):
             self.guard.close()  # after the connection: closing an fd drops SQLite's locks
             self.guard = None
 
-    def _idle_halted(self, stop: threading.Event, cause: dict) -> None:
+    def _idle_halted(self, stop: threading.Event, cause: Halt) -> None:
         """Stay up without writing until ``quill recover`` asks for a swap (run/swap.json),
         do the swap (we hold the lease and no connection), then exit to be restarted."""
         while not stop.is_set():
             request = self.run_dir.swap_request()  # only while its `quill recover` is waiting
             if request:
-                evidence = swap_in(Path(request["new"]), self.cfg.state_db)
+                evidence = swap_in(request.new, self.cfg.state_db)
                 self.run_dir.clear_halt()
                 self.run_dir.clear_swap()
-                self.log.warning("writer.swapped", new=request["new"], evidence=str(evidence))
+                self.log.warning("writer.swapped", new=str(request.new), evidence=str(evidence))
                 return
-            self.run_dir.publish("writer", {"halted": True, "halt": cause, "idle": False})
+            self.run_dir.publish("writer", {"halted": True, "halt": cause.to_json(), "idle": False})
             stop.wait(0.5)
 
     # -- one step --------------------------------------------------------------------------

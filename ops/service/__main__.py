@@ -9,8 +9,9 @@ import os
 
 import click
 
-from quill.ops import config, logs
-from quill.workers.rundir import RunDir
+from quill import home as data_dir
+from quill.home import RunDir
+from quill.ops import logs
 from quill.workers.lifeline import follow_parent
 
 from .server import serve
@@ -21,7 +22,7 @@ from .server import serve
 @click.option("--parent", type=int, default=None, help="Supervisor pid: stop when it is gone.")
 def main(home: str, parent: int | None) -> None:
     os.umask(0o077)
-    cfg = config.load(home)
+    cfg = data_dir.load(home)
     cfg.ensure_dirs()
     log = logs.configure(cfg.logs_dir, "http")
     if parent is not None:

@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 import tempfile
 
-from quill.ops import config, logs
+from quill import home as data_dir
+from quill.ops import logs
 
 from .app import create_app
 
@@ -15,7 +16,7 @@ from .app import create_app
 def document() -> dict:
     """The OpenAPI document of the app (independent of any data dir)."""
     with tempfile.TemporaryDirectory() as home:
-        return create_app(config.load(home), logs.configure(None, "openapi")).openapi()
+        return create_app(data_dir.load(home), logs.configure(None, "openapi")).openapi()
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from quill.home import DEFAULTS
 
 from .alternatives import Naive
 from .common import ratio, tempdir
@@ -30,7 +31,7 @@ from .messages import calls, real_stream
 
 CHUNKS = (1, 10, 100, 500, 5000)
 BATCH = 10
-INDEX_SLICE_ROWS = 2000  # ops.config default (writer.index_slice_rows)
+INDEX_SLICE_ROWS = DEFAULTS.index_slice_rows  # the writer's default ([writer] index_slice_rows)
 
 
 def write_spool(spool_dir: Path, stream, batch: int = BATCH, prefix: str = "s") -> int:

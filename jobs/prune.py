@@ -88,7 +88,8 @@ def _delete_op(conn: apsw.Connection, spool: Spool, ids: list[str], reason: str,
 
 
 def auto_prune(conn: apsw.Connection, spool: Spool, stale_after_s: float = DEFAULTS.stale_after_s,
-               retention_s: float = DEFAULTS.retention_s, sources: list[str] | tuple[str, ...] = DEFAULTS.prune_sources,
+               retention_s: float = DEFAULTS.retention_s,
+               sources: list[str] | tuple[str, ...] = DEFAULTS.prune_sources,
                max_sessions: int = 500, now: float | None = None) -> dict[str, Any]:
     """Pass 1: close open sessions of automatic ``sources`` idle past ``stale_after_s`` (one
     ``session.end`` op each, reason ``stale_sweep``). Pass 2: delete ended sessions whose end
@@ -114,7 +115,8 @@ def auto_prune(conn: apsw.Connection, spool: Spool, stale_after_s: float = DEFAU
 
 
 def delete_empty(conn: apsw.Connection, spool: Spool, grace_s: float = 1 * DAY, max_sessions: int = 500,
-                 sources: list[str] | tuple[str, ...] = DEFAULTS.prune_sources, now: float | None = None) -> dict[str, Any]:
+                 sources: list[str] | tuple[str, ...] = DEFAULTS.prune_sources,
+                 now: float | None = None) -> dict[str, Any]:
     """Delete sessions of ``sources`` with no message rows in any state, created more than
     ``grace_s`` ago (a producer may create a session before its first append), never pinned
     or archived: one ``sessions.delete`` op, reason ``empty``. Figures: sessions to delete
@@ -131,7 +133,8 @@ def delete_empty(conn: apsw.Connection, spool: Spool, grace_s: float = 1 * DAY, 
 
 
 def orphan_sweep(conn: apsw.Connection, spool: Spool, host: str | None = None, max_sessions: int = 500,
-                 sources: list[str] | tuple[str, ...] = DEFAULTS.prune_sources, now: float | None = None) -> dict[str, Any]:
+                 sources: list[str] | tuple[str, ...] = DEFAULTS.prune_sources,
+                 now: float | None = None) -> dict[str, Any]:
     """Close open sessions of ``sources`` whose owner process (recorded by ``session.create``'s ``owner``)
     on this host is dead — one ``session.end`` op each, reason ``orphan_sweep``, which a live
     writer may clear by appending again. A pid that is alive with the recorded start time is a

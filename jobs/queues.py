@@ -147,7 +147,8 @@ def _register(queues: Queues, cfg: Settings | None = None) -> Queues:
     return queues
 
 
-def resolve_params(spec: catalog.JobSpec, cfg: Settings | None, queued: dict[str, Any]) -> dict[str, Any]:
+def resolve_params(spec: catalog.JobSpec, cfg: Settings | None,
+                   queued: dict[str, Any]) -> dict[str, Any]:
     """The keyword arguments a run of ``spec`` gets: what the task was queued with, overridden
     by what the current config says (so a task queued before a data dir moved, or by an old
     version that froze paths, runs against the current paths)."""

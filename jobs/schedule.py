@@ -43,13 +43,14 @@ def fire(queue_db: str, job: str, params: dict[str, Any] | None = None, queue_ur
 def fire_args(job: str, fire_ref: str) -> dict[str, Any]:
     """Keyword arguments for ``add_job`` that make a schedule of ``job`` store intent only:
     a call of ``fire_ref`` (``module:function``) with the job name."""
-    return {"func": fire_ref, "args": (job,), "kwargs": {}, "coalesce": True, "misfire_grace_time": None}
+    return {"func": fire_ref, "args": (job,), "kwargs": {}, "coalesce": True,
+            "misfire_grace_time": None}
 
 
 def migrate(schedule_db: Path, fire_ref: str) -> list[str]:
     """Rewrite legacy rows of ``schedule_db`` in place (one transaction) to call ``fire_ref``
-    with the job name; returns the ids of the schedules migrated. A missing file or table means nothing to do. Rows whose
-    callable is not a legacy Quill reference are left untouched. Raises ``sqlite3.Error``
+    with the job name; returns the ids of the schedules migrated. A missing file or table
+    means nothing to do. Rows whose callable is not a legacy Quill reference are left untouched. Raises ``sqlite3.Error``
     when the file is unreadable (the scheduler would fail on it anyway)."""
     path = Path(schedule_db)
     if not path.exists():
@@ -64,8 +65,10 @@ def migrate(schedule_db: Path, fire_ref: str) -> list[str]:
                 state = pickle.loads(blob)
                 if state.get("func") in LEGACY_REFS:
                     kwargs = state.get("kwargs") or {}
-                    state.update(func=fire_ref, args=(kwargs.get("job") or state.get("name") or job_id,), kwargs={})
-                elif state.get("func") != fire_ref or (state.get("misfire_grace_time") is None and state.get("coalesce")):
+                    job = kwargs.get("job") or state.get("name") or job_id
+                    state.update(func=fire_ref, args=(job,), kwargs={})
+                elif state.get("func") != fire_ref or (state.get("misfire_grace_time") is None
+                                                      and state.get("coalesce")):
                     continue
                 state.update(coalesce=True, misfire_grace_time=None)
                 conn.execute(f"UPDATE {TABLE} SET job_state = ? WHERE id = ?",

@@ -121,8 +121,8 @@ def _backup_failed(exc: apsw.Error, db_path: str) -> StoreError:
     return type(err)(f"snapshot of {db_path} failed: SQLite reported {code} while copying it{what}")
 
 
-def snapshot(db_path: str, snapshots_dir: str, keep: int = DEFAULTS.snapshot_keep, compact: bool = False,
-             halt_file: str | None = None) -> dict[str, Any]:
+def snapshot(db_path: str, snapshots_dir: str, keep: int = DEFAULTS.snapshot_keep,
+             compact: bool = False, halt_file: str | None = None) -> dict[str, Any]:
     """Copy the store with the backup API, verify the copy (``integrity_check``), stamp it
     with the spool position it covers (read from the copy itself, so the stamp is exactly
     consistent with its rows) and keep the newest ``keep`` snapshots. ``compact=True``

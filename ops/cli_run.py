@@ -34,7 +34,8 @@ def run(ctx: click.Context, until_idle: bool, timeout: float | None) -> None:
                f"logs in {cfg.logs_dir}", err=True)
     before = _quarantined(cfg.spool_dir)
     try:
-        code = Supervisor(cfg, log, worker_entry="quill.ops.worker_main", http_entry="quill.ops.service",
+        code = Supervisor(cfg, log, worker_entry="quill.ops.worker_main",
+                          http_entry="quill.ops.service",
                           until_idle=until_idle, timeout=timeout,
                           console=lambda text: click.echo(text, err=True)).run()
     except LeaseHeldError as exc:

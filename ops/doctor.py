@@ -124,7 +124,8 @@ def _common_checks(cfg: Settings, figures: dict[str, Any] | None) -> list[dict[s
         holder = rd.lease_holder(role)
         out.append(_check(f"{role} lease", True, f"held by pid {holder['pid']}" if holder else "free"))
     writer = rd.live("writer") or {}
-    halt = rd.halt(cfg.state_db) or (Halt.from_json(writer.get("halt")) if writer.get("halted") else None)
+    halt = rd.halt(cfg.state_db) or (Halt.from_json(writer.get("halt"))
+                                     if writer.get("halted") else None)
     out.append(_check("halt", not halt, "not halted" if not halt else
                       f"HALTED: {halt.cause}: {halt.detail} — run `{halt.next}`"))
     free = shutil.disk_usage(next(p for p in (cfg.home, *cfg.home.parents) if p.exists())).free

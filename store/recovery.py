@@ -45,7 +45,8 @@ def swap_in(new: Path, db_path: Path) -> Path:
     lease, or is the halted writer whose connection is closed).
     """
     db_path = Path(db_path)
-    evidence = evidence_dir(db_path.parent, f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.getpid()}")
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    evidence = evidence_dir(db_path.parent, f"{stamp}-{os.getpid()}")
     evidence.mkdir(parents=True, exist_ok=True, mode=0o700)
     for suffix in ("-wal", "-shm", ""):
         old = Path(str(db_path) + suffix)

@@ -17,6 +17,7 @@ import apsw
 
 from .connection import transaction
 from .schema import FTS_LAYOUT, SEARCH_COLUMNS_SQL, TRIGRAM_SCOPE_SQL, TRIGRAM_TEXT_SQL, fts_layout
+from .schema import FTS_TABLES
 
 #: Rows per indexing slice: big enough for bulk efficiency (+18 % at 500, +50 % at 5,000 vs
 #: per-row triggers), small enough to keep each write transaction short.
@@ -76,8 +77,8 @@ def index_slice(conn: apsw.Connection, max_rows: int = DEFAULT_SLICE_ROWS) -> in
     return count
 
 
-#: The FTS5 tables the indexer fills; every maintenance step must treat them alike.
-FTS_TABLES = ("messages_fts", "messages_trigram")
+#: ``FTS_TABLES`` (imported from the schema registry): the FTS5 tables the indexer fills;
+#: every maintenance step must treat them alike.
 
 
 def unindex(conn: apsw.Connection, message_ids: list[int]) -> None:

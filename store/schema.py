@@ -24,6 +24,8 @@ Rules the schema encodes (docs/architecture.md, "The store"; the measured facts 
 """
 from __future__ import annotations
 
+import re
+
 import apsw
 
 from . import blobs, context, usage
@@ -155,6 +157,54 @@ CREATE TABLE IF NOT EXISTS job_runs (
 );
 CREATE INDEX IF NOT EXISTS job_runs_job ON job_runs(job, started_at);
 """ + blobs.DDL + usage.MIGRATION + context.DDL + BATCH_DIGEST + SESSION_DELETIONS
+
+#: Roles of the store's tables (``TABLES``), which decide what damage to a table means:
+#: * ``CANONICAL``: the transcripts themselves (sessions, messages, blobs, usage, context,
+#:   deletion counts), written only by applying spool ops; damage halts the writer.
+#: * ``BOOKKEEPING``: the writer's and the jobs' own records (the spool cursor, batch
+#:   decisions, job runs, ``state_meta``); replay is exact only while they are intact, so
+#:   damage halts the writer too.
+#: * ``FTS``: the FTS5 search indexes (with their shadow tables ``<name>_data`` …), derived
+#:   from ``messages``; damage confined to them detaches and rebuilds them (fts_repair.py).
+CANONICAL, BOOKKEEPING, FTS = "canonical", "bookkeeping", "fts"
+
+#: The tables that are bookkeeping; every other ordinary table of ``DDL`` is canonical, so a
+#: table added to ``DDL`` is canonical (its damage halts) without being named anywhere else.
+_BOOKKEEPING = frozenset({"state_meta", "spool_cursor", "applied_batches", "rejected_batches",
+                          "job_runs"})
+
+_CREATE_TABLE = re.compile(r"^\s*CREATE\s+(VIRTUAL\s+)?TABLE\s+IF\s+NOT\s+EXISTS\s+(\w+)",
+                           re.I | re.M)
+
+
+def _registry(ddl: str) -> dict[str, str]:
+    """``{table: role}`` for every ``CREATE [VIRTUAL] TABLE`` of ``ddl``, in ``ddl`` order:
+    virtual tables are ``FTS``, the ``_BOOKKEEPING`` ones ``BOOKKEEPING``, the rest
+    ``CANONICAL``. Raises ``RuntimeError`` when ``_BOOKKEEPING`` names a table ``ddl`` lacks
+    (a renamed table must not silently turn canonical) or a table's name starts with an FTS
+    table's name and ``_``."""
+    found = {name: FTS if virtual else BOOKKEEPING if name in _BOOKKEEPING else CANONICAL
+             for virtual, name in _CREATE_TABLE.findall(ddl)}
+    if _BOOKKEEPING - found.keys():
+        missing = sorted(_BOOKKEEPING - found.keys())
+        raise RuntimeError(f"bookkeeping tables missing from the schema: {missing}")
+    # fts_repair.rebuild may discard an FTS table's objects by name (``<fts>_*``): no other
+    # table may share that prefix, or a rebuild would discard it too.
+    fts = [t for t, role in found.items() if role == FTS]
+    clash = [t for t in found if any(t.startswith(f + "_") for f in fts)]
+    if clash:
+        raise RuntimeError(f"tables named like an FTS table's shadow tables: {clash}")
+    return found
+
+
+#: Every table of the current schema → its role (``CANONICAL``, ``BOOKKEEPING``, ``FTS``),
+#: derived from ``DDL``: the one registry every table list in Quill is taken from.
+TABLES: dict[str, str] = _registry(DDL)
+#: The FTS5 search indexes (virtual tables), in ``DDL`` order.
+FTS_TABLES: tuple[str, ...] = tuple(t for t, role in TABLES.items() if role == FTS)
+#: The ordinary tables (canonical and bookkeeping): every table but the search indexes.
+#: Damage in any of them halts the writer; each is a heap of the PostgreSQL store as well.
+STORE_TABLES: tuple[str, ...] = tuple(t for t, role in TABLES.items() if role != FTS)
 
 #: Migrations: ``MIGRATIONS[v]`` takes a store from schema v to v + 1 (run in one transaction).
 MIGRATIONS: dict[int, str] = {

@@ -293,8 +293,8 @@ def ensure_fts_layout(conn: apsw.Connection) -> bool:
         return False
     conn.execute("BEGIN IMMEDIATE")
     try:
-        conn.execute("DROP TABLE IF EXISTS messages_fts")
-        conn.execute("DROP TABLE IF EXISTS messages_trigram")
+        for table in FTS_TABLES:  # names from the registry, derived from FTS_DDL
+            conn.execute(f"DROP TABLE IF EXISTS {table}")
         conn.execute(FTS_DDL)
         conn.execute("UPDATE state_meta SET value = '0' WHERE key = 'fts_indexed_upto'")
         conn.execute("INSERT OR REPLACE INTO state_meta(key, value) VALUES ('fts_layout', ?)", (FTS_LAYOUT,))

@@ -143,3 +143,36 @@ def test_damage_only_in_fts_shadow_tables_is_classified_fts_only(pristine, tmp_p
         assert damaged["fts"] in ([fts], []), (shadow, damaged)
         if shadow.endswith("_data"):
             assert damaged["fts"] == [fts], (shadow, damaged)
+
+
+def test_rebuild_discards_only_the_fts_objects_of_a_damaged_index(pristine, tmp_path):
+    """fts_repair.rebuild on real index damage: the FTS tables and their shadow tables are
+    replaced (by name patterns derived from the registry), every store table keeps its rows,
+    and after the VACUUM it asks for the file is whole again."""
+    from quill.store.connection import open_writer
+    from quill.store.fts_repair import rebuild
+
+    db = tmp_path / "state.db"
+    shutil.copy(pristine, db)
+    conn = open_reader(db)
+    try:
+        rows = {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+                for t in schema.STORE_TABLES}
+    finally:
+        conn.close()
+    _damage(db, "messages_fts_data")
+    _damage(db, "messages_trigram_data")
+    conn = open_writer(db)
+    try:
+        figures = rebuild(conn)
+        # DROP TABLE walks the damaged pages: the objects are discarded by name instead
+        assert figures == {"removed_by": "writable_schema", "needs_vacuum": True}
+        conn.execute("VACUUM")
+        assert [r[0] for r in conn.execute("PRAGMA integrity_check")] == ["ok"], figures
+        assert classify(conn) == {"canonical": [], "fts": []}
+        rows.pop("state_meta")  # rebuild resets the watermark and drops the stale marks
+        assert {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in rows} == rows
+        upto = "SELECT value FROM state_meta WHERE key = 'fts_indexed_upto'"
+        assert conn.execute(upto).fetchone() == ("0",)
+    finally:
+        conn.close()

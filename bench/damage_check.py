@@ -1,6 +1,6 @@
 """Cost of the damage check on ingest: ``python -m bench.damage_check [--messages N] [--rounds R]``.
 
-The check (issue 11.5) is ``PRAGMA quick_check`` on a read-only connection in the job worker,
+The check is ``PRAGMA quick_check`` on a read-only connection in the job worker,
 every hour by default (``catalog.DAMAGE_BOUND_S``). This measures, in one run, the writer's
 drain (the shared ``replay`` routine: chunked transactions + FTS slices, exactly the writer's
 path) of the same spool into a fresh store:

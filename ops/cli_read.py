@@ -30,7 +30,7 @@ class Utf8Text(click.ParamType):
     """A text argument from any bytes: the command line is bytes, and Python hands
     non-UTF-8 bytes over as lone surrogates (``surrogateescape``), which no UTF-8 consumer
     (SQLite, the terminal, JSON output) accepts. Undecodable bytes become U+FFFD — what the
-    store writes for them — and a note on stderr says so (issue 12 B5)."""
+    store writes for them — and a note on stderr says so."""
 
     name = "text"
 

@@ -154,7 +154,8 @@ def epoch(value: Any) -> float:
     return parsed.timestamp()
 
 
-#: A job is overdue when its last success is older than this many periods (issue 11.2).
+#: A job is overdue when its last success is older than this many periods (one period
+#: late can be a slow run; two means a run was missed).
 OVERDUE_PERIODS = 2
 
 
@@ -198,8 +199,8 @@ def _ago(seconds: float) -> str:
 
 
 #: The WAL is reported as too large above max(WAL_WARN_FLOOR, WAL_WARN_RATIO × store size):
-#: relative to the store, because a 1.45 GB WAL on an 18 MB store (a reader held a read
-#: transaction for 3 minutes) was reported "ok"; with a floor, because a small store's WAL
+#: relative to the store, because a WAL many times its store's size (a reader held a read
+#: transaction for minutes) must not read as "ok"; with a floor, because a small store's WAL
 #: legitimately reaches a few MB between checkpoints (SQLite's autocheckpoint: 1000 pages).
 WAL_WARN_FLOOR = 8 << 20
 WAL_WARN_RATIO = 1.0

@@ -32,7 +32,7 @@ from .errors import StorageError, WaitTimeoutError
 
 JOB = "scrub"
 #: Seconds ``scrub_live_store`` waits for a running writer to record the job (a VACUUM of a
-#: 1M-message store takes 22–27 s, and the writer may be finishing a drain chunk first).
+#: large store takes tens of seconds, and the writer may be finishing a drain chunk first).
 WAIT_S = 600.0
 
 

@@ -1,7 +1,7 @@
 """``quill push``, click-free: parse the argv of the common case, read the batch, pre-check it,
 append it durably and print the acks.
 
-Agents call ``quill push`` once per turn, so its whole-process latency matters (issue 13: p50 ≤
+Agents call ``quill push`` once per turn, so its whole-process latency matters (target: p50 ≤
 100 ms, ``bench/cli.py``). ``quill.ops.cli.main`` tries ``parse_argv`` first; when it accepts
 the argv, ``run`` is called without importing click or the command tree. Anything it does not
 accept exactly (``-h``, an unknown option, a bad number, an unopenable file …) returns None and

@@ -126,7 +126,7 @@ def print_search(con: Console, hits: list[dict[str, Any]], query: str, *, more: 
     for h in hits:
         snippet = Text(h["snippet"])
         for start, end in h.get("highlights", []):
-            snippet.stylize("bold reverse", start, end)  # the matched words (issue 12 B6)
+            snippet.stylize("bold reverse", start, end)  # the matched words
         role = h["role"] + ("" if h.get("matched_in", "text") == "text" else f" ({h['matched_in']})")
         rows.append((h, role, snippet))
     id_width = _fits([h["session_id"] for h in hits], con.width, 8 + 12 + 16 + 20 + 16)

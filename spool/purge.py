@@ -1,4 +1,4 @@
-"""Purging records from sealed spool segments (``quill sessions delete --purge``, issue 14 §4).
+"""Purging records from sealed spool segments (``quill sessions delete --purge``).
 
 A deleted session's original ops stay in the spool segments until retention removes them.
 Purging replaces each such line, in place, by a **tombstone of exactly the same length**:

@@ -1,6 +1,6 @@
 """Bringing the FTS indexes up to date in bounded bulk slices, after rows are committed.
 
-The durable path (rows + cursor) never waits for FTS: indexing was ~91 % of insert time in
+The durable path (rows + cursor) never waits for FTS: indexing was most of the insert time in
 the measurements in docs/architecture.md. ``state_meta['fts_indexed_upto']`` is the highest message
 id in the indexes; every id at or below it is indexed, and ids above it are the tail that
 search scans directly. One slice = one ``INSERT … SELECT`` per index plus the watermark, in
@@ -19,8 +19,8 @@ from .connection import transaction
 from .schema import FTS_LAYOUT, SEARCH_COLUMNS_SQL, TRIGRAM_SCOPE_SQL, TRIGRAM_TEXT_SQL, fts_layout
 from .schema import FTS_TABLES
 
-#: Rows per indexing slice: big enough for bulk efficiency (+18 % at 500, +50 % at 5,000 vs
-#: per-row triggers), small enough to keep each write transaction short.
+#: Rows per indexing slice: big enough for bulk efficiency (the gain over per-row triggers
+#: grows with the slice), small enough to keep each write transaction short.
 DEFAULT_SLICE_ROWS = 2000
 
 

@@ -31,7 +31,7 @@ from .usage_reprice import check_reprice
 
 EDGE_KINDS = frozenset({"compression", "branch", "reset", "delegate"})
 #: Titles longer than this (after sanitising) are refused, not truncated: a producer that
-#: sends a 5 KB "title" has a bug worth seeing (reference study §9 #53 refuses at 100).
+#: sends a 5 KB "title" has a bug worth seeing.
 TITLE_MAX_CHARS = 200
 END_REASON_MAX_CHARS = 64
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff]")

@@ -18,9 +18,8 @@ from .errors import InvalidOpError
 Applier = Callable[[apsw.Connection, dict, str, float], int]
 
 #: End reasons a live writer may clear by appending to the session again: the session was
-#: closed by machinery (disconnect, shutdown, reaping, eviction), not by a decision. Source:
-#: the reference study §7 ("automatic = recoverable ∪ {tui_shutdown, ws_disconnect,
-#: idle_timeout, lru_evict}").
+#: closed by machinery (disconnect, shutdown, reaping, eviction), not by a decision, so the
+#: session is still resumable.
 AUTOMATIC_END_REASONS = frozenset({
     "agent_close", "ws_orphan_reap", "superseded_by_resume", "startup_orphan_reap",
     "stale_sweep", "tui_shutdown", "ws_disconnect", "idle_timeout", "lru_evict", "orphan_sweep",
@@ -113,7 +112,7 @@ def ensure_session(conn: apsw.Connection, sid: str, arrived_at: float, source: s
     """Create a *placeholder* session row if ``sid`` has none (ops may arrive before
     session.create); a placeholder still without a source takes ``source``. The later
     ``session.create`` completes the placeholder (its fields win) and clears the mark, so an
-    op that arrives first never decides what the session is (issue 14 §1). ``started_at``
+    op that arrives first never decides what the session is. ``started_at``
     (epoch s; default ``arrived_at``) is for a restored placeholder: an export carries it, so
     a re-import keeps the original start."""
     conn.execute("INSERT INTO sessions (id, source, created_at, started_at, placeholder) VALUES (?, ?, ?, ?, 1) "

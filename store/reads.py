@@ -169,7 +169,7 @@ class Reader:
 
     @_retry_io
     def has_session(self, session_id: str) -> bool:
-        """True when a session row with this id exists (a primary-key probe, ~50× cheaper
+        """True when a session row with this id exists (a primary-key probe, far cheaper
         than ``get_session``, which assembles the listing row)."""
         with mapped():
             return self.conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is not None

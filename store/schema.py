@@ -5,13 +5,13 @@ Rules the schema encodes (docs/architecture.md, "The store"; the measured facts 
 * ``messages.state`` is the single visibility state; rewinds and compactions flip it, never
   DELETE rows.
 * FTS5 is *contentless* and filled in bulk per slice by the indexer, never by per-row
-  triggers (per-row FTS triggers cost ~91 % of insert time; bulk ``INSERT … SELECT`` per chunk
-  is 18–50 % faster). ``state_meta['fts_indexed_upto']`` is the highest message id indexed;
+  triggers (per-row FTS triggers cost most of the insert time; a bulk ``INSERT … SELECT`` per
+  chunk is faster). ``state_meta['fts_indexed_upto']`` is the highest message id indexed;
   search scans the small tail above it. ``contentless_delete=1`` lets prune delete by rowid.
 * ``spool_cursor`` is written in the same transaction as the rows it covers.
-* A second, trigram FTS5 table serves substring and CJK search. Measured cost (FTS5 +
-  trigram ≈ 0.9k rows/s, 2.6× DB size) makes it *scoped*: only ``user``/``assistant`` rows,
-  only their text ``content``, only its first ``TRIGRAM_PREFIX_CHARS`` characters. It is
+* A second, trigram FTS5 table serves substring and CJK search. Its cost (a full
+  trigram index slows ingest and more than doubles the file) makes it *scoped*: only
+  ``user``/``assistant`` rows, only their text ``content``, only its first ``TRIGRAM_PREFIX_CHARS`` characters. It is
   filled by the same bulk slices, under the same watermark, as ``messages_fts``.
 * ``messages.origin_id`` is explicit copy lineage written at copy time: a row copied by a
   compaction (carried tail, re-sequenced late rows, verbatim re-sent messages) points at the
@@ -228,8 +228,8 @@ TRIGRAM_TEXT_SQL = f"substr(m.content, 1, {TRIGRAM_PREFIX_CHARS})"
 #: * ``tools`` – the tool calls as text: every string and number in ``tool_calls`` (names
 #:   and arguments, not the call ids/types), with a string that is itself a JSON object or
 #:   array (OpenAI's ``arguments``) decoded once more, so words after an escaped newline or
-#:   tab or inside escaped quotes are words (issue 12 B1), not ``nsecondword``;
-#: * ``reasoning`` – reasoning/thinking text (issue 12 B2).
+#:   tab or inside escaped quotes are words, not ``nsecondword``;
+#: * ``reasoning`` – reasoning/thinking text.
 #: The search kinds (``text``/``tool``/``reasoning``) select these columns.
 SEARCH_COLUMNS_SQL: dict[str, str] = {
     "content": "m.content",

@@ -73,8 +73,8 @@ END $$;
 -- Every ASCII punctuation character becomes a space before the parser sees the text, so
 -- "src/main.py", "a@b.com" or "chat-send" are plain words as in FTS5's unicode61 (the default
 -- parser would keep them as one file/email/hyphenated token); non-ASCII punctuation is
--- already a separator for the parser. Nested replace() is ~5x cheaper than
--- regexp_replace('[^[:alnum:]]+') here (measured: 0.10 vs 0.51 ms per message).
+-- already a separator for the parser. Nested replace() is several times cheaper
+-- than regexp_replace('[^[:alnum:]]+') here (bench/RESULTS.md).
 CREATE OR REPLACE FUNCTION {s}.quill_words(content text, tool_calls text) RETURNS tsvector
 LANGUAGE sql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog AS $$
     SELECT to_tsvector('simple'::regconfig, {punct_to_space})
@@ -130,8 +130,8 @@ $$;
 
 
 -- Stored, not an index expression: a search recheck or filter reads the vector instead of
--- re-parsing the text (measured: an expression index made a rare-word search re-run the
--- function on every row the planner walked, seconds on 4k rows).
+-- re-parsing the text (an expression index makes a rare-word search re-run the function on
+-- every row the planner walks).
 ALTER TABLE messages ADD COLUMN IF NOT EXISTS words tsvector
     GENERATED ALWAYS AS ({s}.quill_words(content, tool_calls, reasoning)) STORED;
 CREATE INDEX IF NOT EXISTS messages_words ON messages USING gin (words);

@@ -12,7 +12,8 @@ Rules the schema encodes (docs/architecture.md, "The store"; the measured facts 
 * A second, trigram FTS5 table serves substring and CJK search. Its cost (a full
   trigram index slows ingest and more than doubles the file) makes it *scoped*: only
   ``user``/``assistant`` rows, only their text ``content``, only its first
-  ``TRIGRAM_PREFIX_CHARS`` characters. It is filled by the same bulk slices, under the same watermark, as ``messages_fts``.
+  ``TRIGRAM_PREFIX_CHARS`` characters. It is filled by the same bulk slices, under the same
+  watermark, as ``messages_fts``.
 * ``messages.origin_id`` is explicit copy lineage written at copy time: a row copied by a
   compaction (carried tail, re-sequenced late rows, verbatim re-sent messages) points at the
   row it copies (always the first original, never a copy). ``coalesce(origin_id, id)`` is

@@ -3,7 +3,7 @@
 A transcript repeats the same binary payload: Claude Code writes each image of a tool result
 twice (the ``tool_result`` block the model saw and the CLI's ``toolUseResult`` copy), a
 re-sent screenshot appears in every later request, a compaction carries it again, so a
-real transcript stores each image several times over (bench/RESULTS.md).
+real transcript would store each image more than once (bench/RESULTS.md).
 
 Rule: when a message is written, every *large* binary payload in its structured fields
 (``parts``, ``extra``) is cut out and stored once in ``blobs``, keyed by the SHA-256 of the

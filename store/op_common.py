@@ -18,8 +18,8 @@ from .errors import InvalidOpError
 Applier = Callable[[apsw.Connection, dict, str, float], int]
 
 #: End reasons a live writer may clear by appending to the session again: the session was
-#: closed by machinery (disconnect, shutdown, reaping, eviction), not by a decision, so the
-#: session is still resumable.
+#: closed by machinery (disconnect, shutdown, reaping, eviction), not by a decision, so a
+#: later append continues the session.
 AUTOMATIC_END_REASONS = frozenset({
     "agent_close", "ws_orphan_reap", "superseded_by_resume", "startup_orphan_reap",
     "stale_sweep", "tui_shutdown", "ws_disconnect", "idle_timeout", "lru_evict", "orphan_sweep",

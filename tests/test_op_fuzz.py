@@ -252,7 +252,7 @@ def test_every_valid_payload_applies(op, tmp_path):
         store.close()
 
 
-# -- the defects this property test found, one example each ----------------------------------
+# -- cases the property above must cover, one example each ------------------------------------
 
 @pytest.mark.parametrize("op, data, reason", [
     ("session.create", {"session_id": "s", "tools": {"a": 1}}, "invalid-field"),

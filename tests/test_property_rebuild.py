@@ -1,4 +1,4 @@
-"""Property (issue 10): the spool is the log of every change, so a store rebuilt from ANY
+"""Property: the spool is the log of every change, so a store rebuilt from ANY
 verified snapshot + spool replay holds exactly the live store's canonical content.
 
 Each seeded sequence appends random ops of every kind (creates with lineage and owners,

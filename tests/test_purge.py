@@ -1,4 +1,4 @@
-"""``quill sessions delete --purge`` (issue 14 §4): a deleted session's content leaves spool
+"""``quill sessions delete --purge``: a deleted session's content leaves spool
 segments, the quarantine and snapshots; every other record keeps its bytes and position; a
 crash (real kill -9) at any step loses nothing and a re-run finishes; the store rebuilt from
 the remaining snapshot + spool equals the live store."""

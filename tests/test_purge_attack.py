@@ -1,4 +1,4 @@
-"""Attacks on ``quill spool purge`` / ``sessions delete --purge`` (h-attack): each test is a
+"""Attacks on ``quill spool purge`` / ``sessions delete --purge``: each test is a
 failing reproduction of a defect found by running the feature as an operator would."""
 from __future__ import annotations
 

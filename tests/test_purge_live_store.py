@@ -1,7 +1,7 @@
 """``sessions delete --purge`` leaves no token of the deleted text in *any* file under the data
 dir, the live store (``state.db``, ``-wal``, ``-shm``) included, also when the purge is re-run
 after kill -9; ``quill doctor``/``quill status`` report a ``--purge`` delete whose purge never
-ran (new-user trial, privacy). Real fleets and real kill -9; SQLite store (purge is
+ran (privacy). Real fleets and real kill -9; SQLite store (purge is
 SQLite-only)."""
 from __future__ import annotations
 

@@ -102,7 +102,7 @@ def test_replay_never_applies_a_batch_that_was_refused(tmp_path):
 
 
 def test_a_wait_timeout_says_why_the_writer_has_not_applied_it(quill, home, fleet):
-    """New-user trial: with the fleet up and another process holding state.db locked, the
+    """With the fleet up and another process holding state.db locked, the
     timeout asked "is `quill run` running?". It now passes on what the writer reports."""
     import apsw
     quill.run("push", "--session", "w", "--wait", "30", input='{"role": "user", "content": "first"}\n')

@@ -1,4 +1,4 @@
-"""``quill usage reprice`` (issue 14 §1): costs of records priced with an older genai-prices
+"""``quill usage reprice``: costs of records priced with an older genai-prices
 table are recomputed with the installed one and applied through the spool as
 ``usage.reprice`` ops, which carry the numbers (a rebuild applies the same ones)."""
 from __future__ import annotations

@@ -89,7 +89,7 @@ def opt(data: dict, key: str, kind: type | tuple[type, ...]) -> Any:
         raise InvalidOpError("invalid-field", f"{key!r} has the wrong type ({type(value).__name__})")
     if isinstance(value, int) and not isinstance(value, bool) and str not in kinds:  # (str, int) ids are text
         # What a column can hold: an INTEGER is 64-bit; a number stored as REAL must convert to
-        # a float. (Exactly the values that used to fail in the SQL binding or float().)
+        # a float. (Exactly the values that would fail in the SQL binding or float().)
         if (float not in kinds and abs(value) >= 2**63) or (float in kinds and abs(value) >= 2**1023):
             raise InvalidOpError("invalid-field", f"{key!r} is out of range ({len(str(abs(value)))} digits)")
     return value

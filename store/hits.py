@@ -8,7 +8,7 @@ neighbours cut to a bounded preview.
 * ``preview`` bounds a neighbour message: every string longer than ``PREVIEW_CHARS`` is cut
   and every list longer than ``PREVIEW_ITEMS`` shortened, and ``cut`` maps each shortened
   field's path to its full length (characters or items). A page of hits then stays small
-  whatever the neighbours hold (a 3 MB tool output was inlined before).
+  whatever the neighbours hold (a tool output of megabytes is never inlined).
 """
 from __future__ import annotations
 

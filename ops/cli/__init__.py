@@ -13,23 +13,14 @@ per-turn producer command (``quill push`` with its common argv, ``ops/cli/push_f
 """
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any
-
-
-def setup(home: str | None) -> Any:
-    """What every command does first: owner-only file mode, then the configuration of
-    ``home`` (``config.load``; None = ``$QUILL_HOME`` / the default data dir)."""
-    from .. import config
-
-    os.umask(0o077)  # every file Quill creates is owner-only (docs/architecture.md, "Data layout")
-    return config.load(home)
 
 
 def _fast_push(argv: list[str]) -> int | None:
     """Exit code of ``quill push`` run without click, or None if click must parse ``argv``."""
     from . import push_fast as push
+    from .startup import setup
 
     args = push.parse_argv(argv)
     if args is None:

@@ -14,7 +14,7 @@ from ..client.stores import open_reader, where
 
 from ..transfer import export
 from . import render
-from .read import _EPOCH
+from .params import EPOCH
 from ..client.errors import no_key, no_session
 
 
@@ -70,7 +70,7 @@ def _write_session(r: Reader, out: Any, fmt: str, n: int, sid: str) -> None:
 @click.argument("session_id", required=False)
 @click.option("--format", "fmt", type=click.Choice(export.FORMATS), default="quill", show_default=True,
               help="quill = op JSONL `quill import` takes back; markdown; openai = chat JSONL (model view); sharegpt.")
-@click.option("--since", type=_EPOCH, help="Only sessions active at or after (epoch seconds or ISO date).")
+@click.option("--since", type=EPOCH, help="Only sessions active at or after (epoch seconds or ISO date).")
 @click.option("--source", help="Only sessions from this source.")
 @click.option("--key", help="Only sessions of this conversation key.")
 @click.option("-o", "--output", type=click.File("w", encoding="utf-8"), default="-", show_default=True,

@@ -1,9 +1,6 @@
 """Read commands of the CLI: ``sessions list|show``, ``search``, ``status``."""
 from __future__ import annotations
 
-import datetime as dt
-import math
-import os
 from typing import Any
 
 import click
@@ -21,34 +18,11 @@ from ..status import health
 from . import render
 from ..client.client import Client
 from .base import emit_json, json_option
+from .params import EPOCH, UTF8, YESNO
 from ..client.errors import Exit, NotFoundError
 
 
 _LIST_HINT = "`quill sessions list` shows the session ids"
-
-
-class Utf8Text(click.ParamType):
-    """A text argument from any bytes: the command line is bytes, and Python hands
-    non-UTF-8 bytes over as lone surrogates (``surrogateescape``), which no UTF-8 consumer
-    (SQLite, the terminal, JSON output) accepts. Undecodable bytes become U+FFFD — what the
-    store writes for them — and a note on stderr says so (issue 12 B5)."""
-
-    name = "text"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
-        if not isinstance(value, str):
-            return value
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            fixed = os.fsencode(value).decode("utf-8", errors="replace")
-            click.echo(f"quill: {param.human_readable_name if param else 'argument'} is not valid UTF-8; "
-                       f"undecodable bytes read as U+FFFD: {fixed!r}", err=True)
-            return fixed
-        return value
-
-
-UTF8 = Utf8Text()
 
 
 def _reader(cfg: Any) -> Reader:
@@ -70,40 +44,8 @@ def sessions() -> None:
     """List and show sessions."""
 
 
-class _Epoch(click.ParamType):
-    """``--since``/``--until``: finite epoch seconds, or an ISO date/datetime (UTC when no zone),
-    converted at parse time so a bad value is a usage error."""
-
-    name = "TIME"
-
-    def convert(self, value: Any, param: Any, ctx: Any) -> float:
-        if isinstance(value, float):
-            return value
-        try:
-            number = float(value)
-        except ValueError:
-            pass
-        else:
-            if not math.isfinite(number):
-                self.fail(f"{value!r} is not a finite number of epoch seconds", param, ctx)
-            return number
-        try:
-            parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError:
-            self.fail(f"{value!r} is neither epoch seconds nor an ISO date", param, ctx)
-        if parsed.tzinfo is None:
-            parsed = parsed.replace(tzinfo=dt.timezone.utc)
-        return parsed.timestamp()
-
-
-_EPOCH = _Epoch()
-
-
 def _tristate(value: str | None) -> bool | None:
     return None if value is None else value == "yes"
-
-
-_YESNO = click.Choice(["yes", "no"])
 
 
 @sessions.command(name="list")
@@ -111,11 +53,11 @@ _YESNO = click.Choice(["yes", "no"])
 @click.option("--limit", type=click.IntRange(1, 100_000), default=50, show_default=True)
 @click.option("--all", "include_hidden", is_flag=True, help="Include hidden sessions.")
 @click.option("--title", "title_contains", type=UTF8, help="Title contains this text (literally; % and _ are not wildcards).")
-@click.option("--since", type=_EPOCH, help="Active at or after (epoch seconds or ISO date).")
-@click.option("--until", type=_EPOCH, help="Started at or before (epoch seconds or ISO date).")
-@click.option("--archived", type=_YESNO, help="Only archived (yes) or unarchived (no) sessions.")
-@click.option("--pinned", type=_YESNO, help="Only pinned (yes) or unpinned (no) sessions.")
-@click.option("--hidden", type=_YESNO, help="Only hidden (yes) or visible (no) sessions.")
+@click.option("--since", type=EPOCH, help="Active at or after (epoch seconds or ISO date).")
+@click.option("--until", type=EPOCH, help="Started at or before (epoch seconds or ISO date).")
+@click.option("--archived", type=YESNO, help="Only archived (yes) or unarchived (no) sessions.")
+@click.option("--pinned", type=YESNO, help="Only pinned (yes) or unpinned (no) sessions.")
+@click.option("--hidden", type=YESNO, help="Only hidden (yes) or visible (no) sessions.")
 @click.option("--chains/--tips", "all_chain", default=False,
               help="--tips (default): one row per compression chain, its tip; --chains: every session.")
 @json_option
@@ -181,8 +123,8 @@ def sessions_export(ctx: click.Context, session_id: str) -> None:
 @click.option("--kind", "kinds", multiple=True, type=click.Choice(search_mod.KINDS),
               help="Where to look: message text, tool calls (names, arguments), reasoning. Repeatable; default all.")
 @click.option("--source", type=UTF8)
-@click.option("--since", type=_EPOCH, help="Messages at or after (epoch seconds or ISO date).")
-@click.option("--until", type=_EPOCH, help="Messages at or before (epoch seconds or ISO date).")
+@click.option("--since", type=EPOCH, help="Messages at or after (epoch seconds or ISO date).")
+@click.option("--until", type=EPOCH, help="Messages at or before (epoch seconds or ISO date).")
 @click.option("--substring", is_flag=True, help="Match substrings (user/assistant text) instead of words.")
 @click.option("--audit", is_flag=True, help="Also search superseded and rewound rows.")
 @click.option("--order", type=click.Choice(["newest", "relevance"]), default="newest", show_default=True,

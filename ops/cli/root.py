@@ -1,7 +1,7 @@
 """The ``quill`` click group: the root of every command (entry point: ``ops/cli/__init__.py``).
 
-It imports only click and the configuration: each command's module is imported when that
-command runs (``LazyGroup``).
+It imports only click and the configuration (``startup.setup``): each command's module is
+imported when that command runs (``LazyGroup``).
 """
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import click
 
 from quill import __version__
 
-from . import setup
+from .startup import setup
 from .base import CONTEXT, LazyGroup
 
 #: command name -> "module:attribute", imported when the command is used.

@@ -14,15 +14,16 @@ from quill.store.usage_reads import GROUPS, TOTAL_KEYS
 
 from . import render
 from .base import emit_json, json_option
-from .read import _EPOCH, _note_no_store
+from .params import EPOCH
+from .read import _note_no_store
 from ..client.client import Client
 
 
 @click.group(invoke_without_command=True)
 @click.option("--by", "by", multiple=True, type=click.Choice(list(GROUPS)),
               help="Group by this (repeatable: --by day --by model). Default: one grand total.")
-@click.option("--since", type=_EPOCH, help="Calls at or after (epoch seconds or ISO date).")
-@click.option("--until", type=_EPOCH, help="Calls at or before (epoch seconds or ISO date).")
+@click.option("--since", type=EPOCH, help="Calls at or after (epoch seconds or ISO date).")
+@click.option("--until", type=EPOCH, help="Calls at or before (epoch seconds or ISO date).")
 @click.option("--session", "session_id", help="Only this session.")
 @click.option("--source", help="Only sessions from this source.")
 @click.option("--model", help="Only this model.")

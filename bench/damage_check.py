@@ -26,7 +26,7 @@ from pathlib import Path
 
 from quill.jobs.catalog import DAMAGE_BOUND_S
 from quill.jobs.worker_jobs import quick_check
-from quill.ops.replay import replay
+from quill.ops.recover.replay import replay
 from quill.spool import Spool
 
 

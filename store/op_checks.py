@@ -7,7 +7,7 @@ quarantine for its content — a field of the wrong JSON type, a value no column
 missing required field, a title over the limit — is refused at the producer with the very
 reason the writer would give. A check raises ``InvalidOpError`` and returns what the applier
 needs. Rules that need the store's state stay with the appliers and are reported by
-``ops.wait``: whether a session or a message exists (``unknown-session``,
+``ops.client.wait``: whether a session or a message exists (``unknown-session``,
 ``unknown-message``), its role or state (``not-a-user-message``, ``not-live``), the live
 head (``stale-head``), turn counts (``no-such-turn`` beyond 0), title clashes
 (``duplicate-title``), tool-result duplicates, restore order. Payloads: docs/ops.md.

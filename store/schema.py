@@ -43,7 +43,7 @@ ALTER TABLE applied_batches ADD COLUMN digest TEXT;
 #: An importer's batch ids are derived from what it imports (ops/ingest.stable_batch_id), so a
 #: session deleted and then imported again from the same file would get the ids its deleted
 #: batches hold in ``applied_batches`` and be dropped as duplicates; the importer adds this
-#: count to its ids (ops/import_spool.py). Written by ops only, so a rebuild has the same rows.
+#: count to its ids (ops/transfer/import_spool.py). Written by ops only, so a rebuild has the same rows.
 SESSION_DELETIONS = """
 CREATE TABLE IF NOT EXISTS session_deletions (
     session_id TEXT PRIMARY KEY,

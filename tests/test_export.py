@@ -150,7 +150,7 @@ def test_system_prompts_and_tools_round_trip_and_the_model_view_returns_them(qui
     """The content-addressed prompt/tool store survives export → import
     into an empty home (same values, same sha256 refs, each change after the same message),
     and the model view (CLI --json, Client, HTTP: one ``Client.transcript``) returns them."""
-    from quill.ops.client import Client
+    from quill.ops.client.client import Client
 
     tools = [{"type": "function", "function": {"name": "ls", "parameters": {"type": "object"}}}]
     reloaded = tools + [{"type": "function", "function": {"name": "cat", "parameters": {"type": "object"}}}]

@@ -1,5 +1,5 @@
 """Transcript structure survives import, on small synthetic files in the real
-formats, imported through the real spool into a real SQLite store (ops/import_spool.py, the
+formats, imported through the real spool into a real SQLite store (ops/transfer/import_spool.py, the
 writer's apply_chunk) and read back through the store's projections."""
 from __future__ import annotations
 

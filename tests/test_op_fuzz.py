@@ -30,7 +30,7 @@ import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-from quill.ops import export
+from quill.ops.transfer import export
 from quill.spool.record import OP_KINDS
 from quill.store.errors import InvalidOpError
 from quill.store.precheck import precheck

@@ -9,7 +9,7 @@ small random chunks, runs the real store jobs between chunks (auto-prune, delete
 orphan sweep — which append ops — plus VACUUM, FTS rebuild/optimize/merge, checkpoints) and
 takes real snapshots (``jobs.worker_jobs.snapshot``) at random points. At the end, the live
 store is compared with a replay of the whole spool and with each snapshot + replay
-(``ops.replay.replay``), table by table (``CANONICAL``), every column.
+(``ops.recover.replay.replay``), table by table (``CANONICAL``), every column.
 
 Default run: ``QUILL_PROPERTY_N`` sequences (default 8, seeds 0…N-1); ``QUILL_PROPERTY_N=200``
 for the long run. ``QUILL_PROPERTY_SEED=k`` reruns one seed.
@@ -28,7 +28,7 @@ import pytest
 
 from quill.jobs import prune, store_jobs
 from quill.jobs.worker_jobs import snapshot
-from quill.ops.replay import replay
+from quill.ops.recover.replay import replay
 from quill.spool import Position, Quarantine, Spool, SpoolReader, START
 from quill.store import index_slice, open_writer, read_cursor, schema
 from quill.store.apply import apply_chunk, drain_chunk

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from quill.ops.replay import replay
+from quill.ops.recover.replay import replay
 from quill.spool import START, Quarantine, Spool, SpoolFullError, SpoolReader
 from quill.spool.record import encode
 from quill.store import Reader

@@ -9,7 +9,7 @@ import zlib
 import pytest
 
 from quill import Client
-from quill.ops.errors import InvalidInputError
+from quill.ops.client.errors import InvalidInputError
 from quill.spool import Spool
 from quill.spool.record import MAX_NESTING, VERSION, decode, encode, nesting_ok
 from quill.spool.errors import DamagedRecordError, InvalidOpError

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from quill.ops.replay import replay
+from quill.ops.recover.replay import replay
 from quill.spool import Quarantine
 from quill.store.connection import open_reader, open_writer
 from quill.store.usage import price_version

@@ -25,10 +25,10 @@ from quill.store.errors import CantOpenError, InvalidOpError, StoreError
 from quill.store.precheck import precheck
 from quill.store.reads import Reader
 
-from .. import health
-from ..client import Client
-from ..stores import open_reader
-from ..errors import InvalidInputError, NotFoundError, QuillError, SpoolFullError as QuillSpoolFull
+from ..status import health
+from ..client.client import Client
+from ..client.stores import open_reader
+from ..client.errors import InvalidInputError, NotFoundError, QuillError, SpoolFullError as QuillSpoolFull
 from . import views
 from .auth import require
 from .errors import ERROR_SCHEMA, ApiError

@@ -93,8 +93,8 @@ class Settings(NamedTuple):
     home: Path
     synchronous: str = "NORMAL"
     chunk_rows: int = 500
-    #: Rows per FTS indexing slice: big enough for bulk efficiency (+18 % at 500, +50 % at
-    #: 5,000 vs per-row triggers), small enough to keep each write transaction short.
+    #: Rows per FTS indexing slice: big enough for bulk efficiency (the gain over per-row
+    #: triggers grows with the slice), small enough to keep each write transaction short.
     index_slice_rows: int = 2000
     #: Spool rotation size: keeps segment counts small while GC still frees space usefully.
     segment_bytes: int = 64 * 1024 * 1024
@@ -253,7 +253,8 @@ def load(home: str | os.PathLike[str] | None = None) -> Settings:
 # -- process identity -------------------------------------------------------------------------
 
 #: Largest whole-second shift of the kernel's boot-time estimate accepted between recording
-#: a legacy ``create_time`` and checking it (a 1 s shift was observed within one test run).
+#: a legacy ``create_time`` and checking it (the kernel re-estimates the boot time, moving
+#: it by a second).
 BOOT_SHIFT_S = 1
 #: A legacy ``create_time`` matches only if it differs from the live one by a whole number
 #: of seconds (see ``holder_alive``) to within this: below half a clock tick (HZ = 100).

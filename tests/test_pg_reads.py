@@ -20,7 +20,7 @@ WORD = "zephyrine"
 
 def _drain(home) -> None:
     from quill.ops import config, logs
-    from quill.workers.pg_writer import drain
+    from quill.ops.recover_pg import drain
     drain(config.load(home), logs.configure(None, "test"))
 
 

@@ -37,10 +37,7 @@ def main(role: str, home: str, parent: int | None) -> None:
     if parent is not None:
         follow_parent(parent, log)
     try:
-        if role == "writer" and cfg.store_url:  # a shared PostgreSQL store (docs/backends.md)
-            from .pg_writer import PgWriter
-            PgWriter(cfg, log).run(stop)
-        elif role == "writer":
+        if role == "writer":  # either store: store.open decides which (docs/backends.md)
             from .writer import Writer
             Writer(cfg, log).run(stop)
         elif role == "scheduler":

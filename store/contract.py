@@ -157,6 +157,14 @@ class Store(Protocol):
         """Run the backend's maintenance job ``job`` (``maintenance_jobs``); figures."""
 
 
+class NullLog:
+    """The log of a store opened without one (replay, maintenance): events are dropped, so a
+    command's ``--json`` output never carries a stray log line."""
+
+    def __getattr__(self, level: str) -> Any:
+        return lambda *args, **kwargs: None
+
+
 #: The former name of the contract.
 Backend = Store
 

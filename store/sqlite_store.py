@@ -24,12 +24,11 @@ from pathlib import Path
 from typing import Any
 
 import apsw
-import structlog
 
 from . import fts_repair
 from .apply import ChunkResult, apply_chunk, read_cursor
 from .connection import open_writer
-from .contract import MAINTENANCE_JOBS, HaltAction
+from .contract import MAINTENANCE_JOBS, HaltAction, NullLog
 from .errors import DiskFullError
 from .guard import FileGuard
 from .indexer import DEFAULT_SLICE_ROWS, index_slice, indexed_upto
@@ -66,7 +65,7 @@ class SqliteStore:
         self.synchronous = synchronous
         self.writer = writer
         self.run_dir = run_dir
-        self.log = log or structlog.get_logger("store")
+        self.log = log if log is not None else NullLog()
         self.spool_dir = spool_dir
         self.snapshots_dir = snapshots_dir
         self.conn: apsw.Connection | None = None

@@ -68,6 +68,7 @@ class Writer:
         self.halt_cause: dict[str, Any] | None = None  # set while halted
         self.halt_recorded = False     # the store holds the halt record (else: try again)
         self.done = False              # the writer must exit (to be restarted)
+        self.error: str | None = None  # the retryable failure being waited out, else None
         # Chunk apply+commit latency (seconds), published for /metrics and `quill status`.
         self.commit_hist: dict[str, Any] = {"counts": [0] * len(status.COMMIT_BUCKETS_S),
                                             "count": 0, "sum": 0.0}
@@ -164,7 +165,7 @@ class Writer:
             return 0.0
         except RETRYABLE as exc:
             return self._retry(now, exc, "writer.retry", self.store.retry_first_s)
-        self._backoff = None
+        self._backoff, self.error = None, None
         return 0.0 if busy else self.cfg.poll_interval
 
     def _connect(self, now: float) -> float | None:
@@ -184,7 +185,7 @@ class Writer:
 
     def _retry(self, now: float, exc: Exception, event: str, first: float | None) -> float:
         """Publish a retryable failure and return the pause before retrying."""
-        error = self.store.describe(exc)
+        error = self.error = self.store.describe(exc)
         if self.store.reconnect_on_error:
             self.store.disconnect()
         first = self.cfg.poll_interval if first is None else first

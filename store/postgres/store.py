@@ -22,9 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import structlog
-
-from ..contract import HaltAction
+from ..contract import HaltAction, NullLog
 from . import PostgresBackend, halt, schema
 from .connection import PgConnection
 
@@ -51,7 +49,7 @@ class PgStore(PostgresBackend):
         # The base class connects at construction; this store connects in ``connect``.
         self.url = url
         self.spool_id = spool_id
-        self.log = log or structlog.get_logger("store")
+        self.log = log if log is not None else NullLog()
         self.spool_dir = spool_dir
         self.retention_s = retention_s
         self.application_name = application_name or f"quill-writer:{spool_id}"

@@ -1,0 +1,217 @@
+"""The production writer built and stepped inside the test process (tests/harness.py): apply
+with the cursor, quarantine, the sticky halt and the swap that ends it, FTS damage detaching
+the indexes while writes go on, an idle-only job deferred while the spool has work, and a
+full disk pausing the drain. Real data dirs, real damaged pages, a real small filesystem; the
+same steps on a PostgreSQL store where the behaviour applies."""
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from quill.spool import SpoolReader
+from quill.store import Reader
+from quill.store.connection import open_reader
+from quill.store.fts_repair import classify
+
+from conftest import damage_pages, small_tmpfs
+from harness import InProcessWriter
+
+
+@pytest.fixture
+def w(tmp_path):
+    h = InProcessWriter(tmp_path / "home", writer={"chunk_rows": 50})
+    yield h
+    h.close()
+
+
+def _count(db) -> int:
+    with Reader(db) as r:
+        return r.conn.execute("SELECT count(*) FROM messages").fetchone()[0]
+
+
+def _overwrite_root(db, table: str) -> None:
+    """Overwrite ``table``'s b-tree root page with random bytes (the file is closed)."""
+    conn = open_reader(db)
+    try:
+        root = conn.execute("SELECT rootpage FROM sqlite_schema WHERE name = ?", (table,)).fetchone()[0]
+        size = conn.execute("PRAGMA page_size").fetchone()[0]
+    finally:
+        conn.close()
+    with open(db, "r+b") as f:
+        f.seek((root - 1) * size)
+        f.write(os.urandom(size))
+
+
+def test_chunks_are_applied_with_the_cursor_and_the_status_says_idle(w):
+    for i in range(12):
+        w.say("s", *[f"message {i}-{k}" for k in range(10)])
+    turns = w.until_idle()
+    assert turns >= 3                                   # 120 rows in chunks of about 50
+    end = SpoolReader(w.cfg.spool_dir).end()
+    assert w.writer.cursor == end
+    with Reader(w.cfg.state_db) as r:
+        assert r.conn.execute("SELECT segment, offset FROM spool_cursor").fetchone() == tuple(end)
+        assert r.conn.execute("SELECT count(*) FROM messages").fetchone()[0] == 120
+    st = w.status()
+    assert st["idle"] and st["rows"] == 120 and st["chunks"] >= 3 and st["cursor"] == str(end)
+    assert st["fts_indexed_upto"] > 0 and st["backend"] == "sqlite"
+    # A restarted writer resumes at the committed cursor and applies nothing twice.
+    w.restart()
+    w.say("s", "one more")
+    w.until_idle()
+    assert _count(w.cfg.state_db) == 121 and w.status()["duplicates"] == 0
+
+
+def test_a_damaged_spool_record_is_quarantined_and_the_rest_applied(w):
+    w.say("s", "first")
+    w.say("s", "second")
+    w.say("s", "third")
+    seg = sorted(w.cfg.spool_dir.glob("*.jsonl"))[0] if list(w.cfg.spool_dir.glob("*.jsonl")) \
+        else sorted(p for p in w.cfg.spool_dir.iterdir() if p.is_file())[0]
+    raw = seg.read_bytes()
+    at = raw.index(b"second")
+    seg.write_bytes(raw[:at] + b"SECOND" + raw[at + 6:])  # the checksum no longer matches
+    w.until_idle()
+    with Reader(w.cfg.state_db) as r:
+        texts = [m["content"] for m in r.get_messages("s")]
+    assert texts == ["first", "third"]
+    [entry] = list(w.writer.drain.quarantine.entries())
+    assert entry["reason"] and w.status()["rejected"] == 1
+    assert w.events("writer.quarantined")
+
+
+def test_corruption_halts_sticky_and_a_swap_ends_it(w):
+    for i in range(40):
+        w.say("d", *[f"row {i}-{k} " + "lorem ipsum " * 20 for k in range(10)])
+    w.until_idle()
+    w.writer.shutdown()
+    _overwrite_root(w.cfg.state_db, "messages")
+    w.say("d", "after the damage")
+    w.writer = w.start()
+    for _ in range(5):
+        w.turn()
+    halt = w.writer.run_dir.halt(w.cfg.state_db)
+    assert halt and halt["cause"] in ("CorruptError", "NotADatabaseError")
+    assert halt["next"] == "quill recover"
+    st = w.status()
+    assert st["halted"] and st["halt"]["cause"] == halt["cause"]
+    assert len(w.events("writer.halt")) == 1            # one halt, however many turns
+    assert w.turn() == w.writer.store.halt_poll_s       # halted: it waits, applying nothing
+    # A restarted writer honours the recorded halt before opening the file.
+    w.restart()
+    w.turn()
+    assert w.status()["halted"] and w.events("writer.halted")
+    # `quill recover` rebuilds and asks the halted writer (it holds the lease) to swap.
+    from quill.ops.recover import rebuild
+    report = rebuild(w.cfg)
+    w.writer.run_dir.request_swap(report["path"])
+    w.turn()
+    assert w.writer.done and w.writer.run_dir.halt(w.cfg.state_db) is None
+    w.restart()
+    w.until_idle()
+    assert _count(w.cfg.state_db) == 401
+
+
+def test_damage_confined_to_the_search_index_detaches_it_and_writes_go_on(w):
+    for i in range(30):
+        w.say("old", *[f"aardvark {i}-{k} " + "lorem ipsum " * 10 for k in range(10)])
+    w.until_idle()
+    w.writer.shutdown()
+    _overwrite_root(w.cfg.state_db, "messages_fts_data")
+    conn = open_reader(w.cfg.state_db)
+    try:
+        assert classify(conn) == {"canonical": [], "fts": ["messages_fts"]}
+    finally:
+        conn.close()
+    w.writer = w.start()
+    w.say("new", *[f"bumblebee {k}" for k in range(20)])
+    w.until_idle()
+    assert _count(w.cfg.state_db) == 320                # writes went on
+    assert w.writer.run_dir.halt(w.cfg.state_db) is None
+    [detached] = w.events("writer.fts_detached")
+    assert detached["damaged"] == ["messages_fts"]
+    # The rebuild it queued ran on the writer (between chunks) and search is whole again.
+    runs = [r for r in _job_runs(w) if r[0] == "fts_rebuild"]
+    assert runs and runs[-1][1] == "ok"
+    with Reader(w.cfg.state_db) as r:
+        assert r.search_health()["fts_state"] == "ok"
+        assert len(r.search("aardvark", limit=500)) == 300
+        assert {h["session_id"] for h in r.search("bumblebee")} == {"new"}
+
+
+def _job_runs(w) -> list[tuple]:
+    with Reader(w.cfg.state_db) as r:
+        return r.conn.execute("SELECT job, outcome FROM job_runs ORDER BY id").fetchall()
+
+
+def test_an_idle_only_job_waits_while_the_spool_has_work(w):
+    for i in range(10):
+        w.say("s", *[f"m {i}-{k}" for k in range(50)])      # ten chunks of 50 rows
+    w.writer.jobs.queues.enqueue("vacuum", min_free_ratio=0.0)
+    for _ in range(5):
+        w.turn()
+    assert w.status()["rows"] == 250                     # half drained ...
+    assert w.writer.jobs.queues.pending()["store"] == 1  # ... and the VACUUM still waits
+    assert "vacuum" not in [r[0] for r in _job_runs(w)]
+    w.until_idle()
+    assert ("vacuum", "ok") in _job_runs(w)
+    assert w.writer.jobs.queues.pending()["store"] == 0
+
+
+def test_a_full_disk_pauses_the_drain_and_it_resumes_when_space_returns(tmp_path):
+    with small_tmpfs(tmp_path / "small", "4m") as mnt:
+        w = InProcessWriter(mnt / "home", writer={"chunk_rows": 100})
+        try:
+            w.append("session.create", {"session_id": "full"})
+            w.until_idle()
+            for b in range(40):
+                w.append("messages.append", {"session_id": "full", "messages": [
+                    {"role": "user", "id": f"{b}-{i}", "content": f"{b} {i} " + "x" * 400}
+                    for i in range(20)]})
+            filler = mnt / "filler"
+            with open(filler, "wb") as f:  # leave ~128 KiB: room for status, not for the rows
+                while shutil.disk_usage(mnt).free > 192 * 1024:
+                    f.write(b"\0" * 65536)
+                    f.flush()
+            pauses = [w.turn(1.0) for _ in range(6)]
+            # The status file cannot be written on a full disk either: ask the writer.
+            assert "disk full" in w.writer.error and w.writer.halt_cause is None
+            assert pauses == sorted(pauses) and pauses[-1] > pauses[0] > 0   # backing off
+            assert w.writer.totals["rows"] < 800
+            assert w.writer.run_dir.halt(w.cfg.state_db) is None
+            filler.unlink()                                # space returns
+            w.until_idle()
+            with Reader(w.cfg.state_db) as r:
+                rows = r.conn.execute("SELECT count(*), count(DISTINCT ext_id) FROM messages").fetchone()
+            assert rows == (800, 800) and w.status()["error"] is None and w.writer.error is None
+        finally:
+            w.close()
+
+
+def test_postgres_store_applies_halts_store_wide_and_resumes_when_lifted(tmp_path, pg_store_url):
+    from quill.store.factory import open_url
+    from quill.store.postgres import halt
+    w = InProcessWriter(tmp_path / "pg", pg_store_url, writer={"chunk_rows": 20})
+    try:
+        for i in range(5):
+            w.say("p", *[f"pg {i}-{k}" for k in range(20)])
+        w.until_idle()
+        st = w.status()
+        assert st["rows"] == 100 and st["backend"] == "postgres" and st["spool_id"]
+        other = open_url(pg_store_url, None, "maintenance")
+        try:
+            other.run_job(halt.declare, "amcheck", "index damage", 0.0)  # another host's check
+            w.say("p", "while halted")
+            w.turn()
+            w.turn()
+            assert w.status()["halted"] and w.writer.totals["rows"] == 100   # nothing applied
+            assert other.run_job(halt.read)["cause"] == "amcheck"            # not overwritten
+            other.run_job(halt.clear)                                         # quill recover
+        finally:
+            other.close()
+        w.until_idle()
+        assert w.events("writer.halt_lifted") and w.writer.totals["rows"] == 101
+    finally:
+        w.close()

@@ -19,6 +19,13 @@ def is_postgres_url(url: str | None) -> bool:
     return bool(url) and url.split(":", 1)[0] in SCHEMES
 
 
+def kind_of(url: str | None) -> str:
+    """The kind of store ``[store] url`` names: ``"postgres"`` or ``"sqlite"`` (no URL).
+    Processes that never open the store (the scheduler, the CLI's job checks) ask this instead
+    of looking at the URL themselves."""
+    return "postgres" if is_postgres_url(url) else "sqlite"
+
+
 def open_url(url: str | None, state_db: Path, spool_id: str, *, connect: bool = True,
              **kw: Any) -> Store:
     """The store at ``url``: PostgreSQL for a ``postgresql://`` URL, else the SQLite file

@@ -290,7 +290,7 @@ class PgRun(Run):
     the whole spool into an empty store equals the live one."""
 
     def __init__(self, root: Path, seed: int, url: str):
-        from quill.store.contract import open_backend
+        from quill.store.factory import open_url as open_backend
         self.rng = random.Random(seed)
         self.root = root
         self.spool_dir = root / "spool"

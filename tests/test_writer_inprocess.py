@@ -114,6 +114,29 @@ def test_corruption_halts_sticky_and_a_swap_ends_it(w):
     assert _count(w.cfg.state_db) == 401
 
 
+def test_a_check_finding_damaged_message_pages_halts_the_writer(w):
+    """The job worker's quick_check finds damage in ``messages`` (real overwritten leaf
+    pages) and queues ``declare_corrupt``; the writer runs it between chunks and halts."""
+    from quill.jobs.worker_jobs import DamageFound, quick_check
+    for i in range(40):
+        w.say("q", *[f"row {i}-{k} " + "lorem ipsum " * 20 for k in range(10)])
+    w.until_idle()
+    w.writer.shutdown()                          # its checkpoint puts every page in the file
+    damage_pages(w.cfg.state_db, "messages", leaves_only=True)
+    w.writer = w.start()
+    with pytest.raises(DamageFound) as found:
+        quick_check(str(w.cfg.state_db), str(w.cfg.queue_db))
+    assert "canonical=['messages']" in str(found.value)
+    for name, params in found.value.followups:   # what the job worker queues after its record
+        w.writer.jobs.queues.enqueue(name, **params)
+    w.say("q", "after the check")
+    for _ in range(3):
+        w.turn()
+    halt = w.writer.run_dir.halt(w.cfg.state_db)
+    assert halt["cause"] == "CorruptError" and "quick_check" in halt["detail"]
+    assert w.status()["halted"]
+
+
 def test_damage_confined_to_the_search_index_detaches_it_and_writes_go_on(w):
     for i in range(30):
         w.say("old", *[f"aardvark {i}-{k} " + "lorem ipsum " * 10 for k in range(10)])

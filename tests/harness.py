@@ -1,6 +1,7 @@
 """An in-process writer on a real data dir: the production ``Writer`` (``workers.writer``),
 built on the store ``store.open`` returns (SQLite file or PostgreSQL schema) and the one drain
-loop (``workers.drain``), stepped by the test with its own clock: it never sleeps, whatever pause the writer asks for.
+loop (``workers.drain``), stepped by the test with its own clock: it never sleeps, whatever
+pause the writer asks for.
 
 Nothing is stood in for: the spool, the store, the huey queue and the run directory are the
 real ones in a temp data dir; the writer logs JSON lines to ``logs/writer.log`` as in a fleet.

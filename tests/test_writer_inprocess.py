@@ -5,8 +5,11 @@ full disk pausing the drain. Real data dirs, real damaged pages, a real small fi
 same steps on a PostgreSQL store where the behaviour applies."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -15,7 +18,7 @@ from quill.store import Reader
 from quill.store.connection import open_reader
 from quill.store.fts_repair import classify
 
-from conftest import damage_pages, small_tmpfs
+from conftest import REPO, damage_pages, quill_env, small_tmpfs
 from harness import InProcessWriter
 
 
@@ -35,7 +38,8 @@ def _overwrite_root(db, table: str) -> None:
     """Overwrite ``table``'s b-tree root page with random bytes (the file is closed)."""
     conn = open_reader(db)
     try:
-        root = conn.execute("SELECT rootpage FROM sqlite_schema WHERE name = ?", (table,)).fetchone()[0]
+        root = conn.execute("SELECT rootpage FROM sqlite_schema WHERE name = ?",
+                            (table,)).fetchone()[0]
         size = conn.execute("PRAGMA page_size").fetchone()[0]
     finally:
         conn.close()
@@ -82,13 +86,31 @@ def test_a_damaged_spool_record_is_quarantined_and_the_rest_applied(w):
     assert w.events("writer.quarantined")
 
 
-def test_corruption_halts_sticky_and_a_swap_ends_it(w):
-    for i in range(40):
-        w.say("d", *[f"row {i}-{k} " + "lorem ipsum " * 20 for k in range(10)])
+def _push(w, session: str, start: int, n: int) -> None:
+    w.append("messages.append", {"session_id": session, "messages": [
+        {"role": "user", "id": f"{session}-{i}", "content": f"{session} message {i} " + "x " * 40}
+        for i in range(start, start + n)]})
+
+
+def _ids(db) -> list[str]:
+    with Reader(db) as r:
+        return [row[0] for row in r.conn.execute("SELECT ext_id FROM messages ORDER BY ext_id")]
+
+
+def test_a_damaged_btree_page_halts_sticky_and_recovery_loses_nothing(w):
+    """A damaged root page of ``messages``: one halt however many turns, the spool keeps
+    accepting, a restarted writer honours the halt before opening, and recovery (snapshot +
+    spool replay, swapped in by the halted writer that holds the lease) loses nothing."""
+    from quill.jobs.worker_jobs import snapshot
+    from quill.ops.recover import rebuild
+    _push(w, "d", 0, 300)
+    w.until_idle()
+    snapshot(str(w.cfg.state_db), str(w.cfg.snapshots_dir))
+    _push(w, "d", 300, 100)
     w.until_idle()
     w.writer.shutdown()
     _overwrite_root(w.cfg.state_db, "messages")
-    w.say("d", "after the damage")
+    _push(w, "d", 400, 50)
     w.writer = w.start()
     for _ in range(5):
         w.turn()
@@ -99,19 +121,19 @@ def test_corruption_halts_sticky_and_a_swap_ends_it(w):
     assert st["halted"] and st["halt"]["cause"] == halt["cause"]
     assert len(w.events("writer.halt")) == 1            # one halt, however many turns
     assert w.turn() == w.writer.store.halt_poll_s       # halted: it waits, applying nothing
-    # A restarted writer honours the recorded halt before opening the file.
-    w.restart()
+    _push(w, "d", 450, 50)                              # the spool keeps accepting
+    w.restart()                                         # honours the recorded halt
     w.turn()
     assert w.status()["halted"] and w.events("writer.halted")
-    # `quill recover` rebuilds and asks the halted writer (it holds the lease) to swap.
-    from quill.ops.recover import rebuild
-    report = rebuild(w.cfg)
-    w.writer.run_dir.request_swap(report["path"])
+    report = rebuild(w.cfg)                             # `quill recover`, the halted writer ...
+    assert report["snapshot"] is not None
+    w.writer.run_dir.request_swap(report["path"])       # ... holding the lease swaps it in
     w.turn()
     assert w.writer.done and w.writer.run_dir.halt(w.cfg.state_db) is None
     w.restart()
     w.until_idle()
-    assert _count(w.cfg.state_db) == 401
+    assert _ids(w.cfg.state_db) == sorted(f"d-{i}" for i in range(500))
+    assert list((w.root / "evidence").iterdir()), "the damaged files are kept as evidence"
 
 
 def test_a_check_finding_damaged_message_pages_halts_the_writer(w):
@@ -204,10 +226,15 @@ def test_a_full_disk_pauses_the_drain_and_it_resumes_when_space_returns(tmp_path
             assert pauses == sorted(pauses) and pauses[-1] > pauses[0] > 0   # backing off
             assert w.writer.totals["rows"] < 800
             assert w.writer.run_dir.halt(w.cfg.state_db) is None
+            cli = [sys.executable, "-c", "from quill.ops.cli import main; main()"]
+            proc = subprocess.run([*cli, "status", "--json"], env=quill_env(w.root), cwd=REPO,
+                                  capture_output=True, text=True, timeout=60)
+            assert json.loads(proc.stdout)["disk"]["low"] is True
             filler.unlink()                                # space returns
             w.until_idle()
             with Reader(w.cfg.state_db) as r:
-                rows = r.conn.execute("SELECT count(*), count(DISTINCT ext_id) FROM messages").fetchone()
+                rows = r.conn.execute(
+                    "SELECT count(*), count(DISTINCT ext_id) FROM messages").fetchone()
             assert rows == (800, 800) and w.status()["error"] is None and w.writer.error is None
         finally:
             w.close()

@@ -126,9 +126,8 @@ class Writer:
         opened by the first ``loop_once``. Raises ``LeaseHeldError``."""
         self.lease.acquire()
         try:
-            self.jobs = StoreJobRunner(build_for(self.cfg), self.log,
-                                       Spool(self.cfg.spool_dir, segment_bytes=self.cfg.segment_bytes),
-                                       self.cfg)
+            spool = Spool(self.cfg.spool_dir, segment_bytes=self.cfg.segment_bytes)
+            self.jobs = StoreJobRunner(build_for(self.cfg), self.log, spool, self.cfg)
             cause = self.store.startup_halt()
         except BaseException:
             self.lease.release()

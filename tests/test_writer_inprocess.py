@@ -205,6 +205,37 @@ def test_an_idle_only_job_waits_while_the_spool_has_work(w):
     assert w.writer.jobs.queues.pending()["store"] == 0
 
 
+def test_a_reader_holding_a_snapshot_blocks_the_idle_truncate_until_it_lets_go(w):
+    """The drain goes on under a reader's snapshot; the idle TRUNCATE is blocked and says
+    since when, is retried on the writer's clock (``TRUNCATE_RETRY_S``), and empties the WAL
+    once the reader lets go."""
+    from quill.store.sqlite_store import TRUNCATE_RETRY_S, TRUNCATE_WAL_BYTES
+    w.say("s", "before the reader")
+    w.until_idle()
+    reader = open_reader(w.cfg.state_db)
+    wal = str(w.cfg.state_db) + "-wal"
+    try:
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM messages").fetchone()      # holds a snapshot
+        for i in range(20):
+            w.say("big", *[f"{i} {k} " + os.urandom(1500).hex() for k in range(20)])
+        w.until_idle()
+        assert _count(w.cfg.state_db) == 401                            # applied despite it
+        assert os.path.getsize(wal) > TRUNCATE_WAL_BYTES
+        since = w.status()["wal_blocked_since"]
+        assert since is not None and w.events("writer.checkpoint_blocked")
+        w.turn(TRUNCATE_RETRY_S + 1)                                    # retried: still held
+        assert w.status()["wal_blocked_since"] == since
+        reader.execute("COMMIT")
+    finally:
+        reader.close()
+    w.turn(TRUNCATE_RETRY_S + 1)
+    w.turn(0.3)                                                         # publish idle again
+    # Truncated; the job-run row written after it regrows the WAL by a page or two only.
+    assert os.path.getsize(wal) < 16 * 1024 and w.status()["wal_blocked_since"] is None
+    assert ("wal_checkpoint", "ok") in _job_runs(w)
+
+
 def test_a_full_disk_pauses_the_drain_and_it_resumes_when_space_returns(tmp_path):
     with small_tmpfs(tmp_path / "small", "4m") as mnt:
         w = InProcessWriter(mnt / "home", writer={"chunk_rows": 100})

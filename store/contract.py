@@ -163,13 +163,3 @@ class NullLog:
 
     def __getattr__(self, level: str) -> Any:
         return lambda *args, **kwargs: None
-
-
-#: The former name of the contract.
-Backend = Store
-
-
-def open_backend(url: str | None, state_db: Any, spool_id: str, **kw: Any) -> Store:
-    """``store.factory.open_url``: the store at ``url`` (None: the SQLite file ``state_db``)."""
-    from .factory import open_url
-    return open_url(url, state_db, spool_id, **kw)

@@ -16,11 +16,11 @@ __version__ = "0.2.0"
 
 # public name -> "module:attribute", imported on first use
 _LAZY: dict[str, str] = {
-    "Client": "quill.ops.client:Client",
-    "AsyncClient": "quill.ops.aclient:AsyncClient",
-    "Outcome": "quill.ops.client:Outcome",
+    "Client": "quill.ops.client.client:Client",
+    "AsyncClient": "quill.ops.client.aclient:AsyncClient",
+    "Outcome": "quill.ops.client.client:Outcome",
     "Ack": "quill.spool.producer:Ack",
-    **{name: f"quill.ops.errors:{name}" for name in (
+    **{name: f"quill.ops.client.errors:{name}" for name in (
         "QuillError", "InvalidInputError", "NotFoundError", "WaitTimeoutError", "QuarantinedError", "SpoolFullError",
         "StoreBusyError", "StoreDamagedError", "StorageError")},
 }

@@ -1,5 +1,5 @@
 """§ Backends: the shared PostgreSQL store against the embedded SQLite store, same messages,
-same run (issue 16). ``python -m bench.backends [--pg URL] [--ingest N] [--search N]``.
+same run. ``python -m bench.backends [--pg URL] [--ingest N] [--search N]``.
 
 1. Aggregate ingest: N synthetic messages (batches of 10, 50 per session) split over 1, 2 and
    4 spools, each drained by its own writer process into one PostgreSQL store (the writer's

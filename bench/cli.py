@@ -2,8 +2,8 @@
 
 Agents call `quill push` once per turn, so its process latency is interpreter start-up +
 imports + one fsync'd append. The floor is the same interpreter doing nothing, measured in
-the same run, interleaved with the commands (so machine load hits both alike). Goal (issue
-13): push p50 ≤ 100 ms. Also reports which heavy modules each command imported (none of
+the same run, interleaved with the commands (so machine load hits both alike). Goal:
+push p50 ≤ 100 ms. Also reports which heavy modules each command imported (none of
 SQLAlchemy, APScheduler, rich, psutil may be loaded by push).
 """
 from __future__ import annotations

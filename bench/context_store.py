@@ -1,6 +1,6 @@
 """Prompt/tool store size: ``python -m bench.context_store [--sessions 1000] [--kb 30]``.
 
-Issue 14 §3: agents send the same large tool array (and system prompt) with every session.
+Agents send the same large tool array (and system prompt) with every session.
 This benchmark applies, through the real spool and the writer's ``apply_chunk``, N
 ``session.create`` ops into three fresh stores and reports each store's growth (SQLite pages
 in use × page size, after a checkpoint):

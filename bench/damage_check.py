@@ -1,6 +1,6 @@
 """Cost of the damage check on ingest: ``python -m bench.damage_check [--messages N] [--rounds R]``.
 
-The check (issue 11.5) is ``PRAGMA quick_check`` on a read-only connection in the job worker,
+The check is ``PRAGMA quick_check`` on a read-only connection in the job worker,
 every hour by default (``catalog.DAMAGE_BOUND_S``). This measures, in one run, the writer's
 drain (the shared ``replay`` routine: chunked transactions + FTS slices, exactly the writer's
 path) of the same spool into a fresh store:
@@ -26,7 +26,7 @@ from pathlib import Path
 
 from quill.jobs.catalog import DAMAGE_BOUND_S
 from quill.jobs.worker_jobs import quick_check
-from quill.ops.replay import replay
+from quill.ops.recover.replay import replay
 from quill.spool import Spool
 
 

@@ -28,7 +28,7 @@ CORPUS = next((p / "shared" / "corpus" for p in REPO.parents if (p / "shared" / 
 CHILD = r'''
 import sys, time
 from pathlib import Path
-from quill.ops.import_spool import import_file
+from quill.ops.transfer.import_spool import import_file
 from quill.spool import START, Spool, SpoolReader
 from quill.store import Reader, apply_chunk, open_writer
 

@@ -1,7 +1,7 @@
 """Importer memory on a large transcript: ``python -m bench.importer_memory [--mb 100] [--no-drain]``.
 
-Issue 12 (A6): a 107 MB Claude Code transcript made a 107 MB store and the import peaked at
-581 MB RSS. This benchmark builds a ~``--mb`` MB Claude Code transcript from the real corpus
+An importer that collects a transcript in memory peaks at several times the file's size. This
+benchmark builds a ~``--mb`` MB Claude Code transcript from the real corpus
 records (every Claude Code JSONL file of ../shared/corpus, repeated with ids made unique per
 repetition, so its 2 screenshots appear once per repetition), then measures, each in a fresh
 child process (peak RSS = the child's own ``ru_maxrss``):

@@ -1,4 +1,4 @@
-"""Search p95 on PostgreSQL vs SQLite over the same large store (issue 16), without draining
+"""Search p95 on PostgreSQL vs SQLite over the same large store, without draining
 a million messages through the PostgreSQL writer (~300 msgs/s here: about an hour).
 
 ``python -m bench.pg_copy load STATE_DB --pg URL --schema NAME [--no-finish]`` creates Quill's PostgreSQL

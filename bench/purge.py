@@ -4,12 +4,12 @@
 Builds a spool of ``--records`` message records (~540 bytes each, 16 MiB segments, one
 session in 400 records is the victim), applies it, takes a snapshot, then times
 (a) ``spool verify`` of the whole spool (one checksummed read: the baseline) and
-(b) ``ops.purge.purge`` of the victim after its ``sessions.delete`` (three spool scans, the
+(b) ``ops.purge.procedure.purge`` of the victim after its ``sessions.delete`` (three spool scans, the
 rewrite of every segment holding the victim, the live store's scrub: FTS optimize + VACUUM +
 TRUNCATE checkpoint, a compacted fresh snapshot, the old one removed).
 Reported: both in seconds and their ratio, with the spool size and what was rewritten, and
 the scrub's part (seconds of its optimize and VACUUM, share of the purge), and (c) the
-pending-purge check ``quill doctor`` / ``quill status`` run (``ops.purge_pending``) after it.
+pending-purge check ``quill doctor`` / ``quill status`` run (``ops.purge.pending``) after it.
 """
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ import time
 from typing import Any
 
 from quill.jobs.worker_jobs import snapshot
-from quill.ops.purge import interrupted, purge
-from quill.ops.replay import replay, verify
+from quill.ops.purge.procedure import interrupted, purge
+from quill.ops.recover.replay import replay, verify
 from quill.spool import Spool
 
 from .common import ratio, tempdir

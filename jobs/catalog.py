@@ -110,8 +110,8 @@ JOBS: tuple[JobSpec, ...] = (
 BY_NAME: dict[str, JobSpec] = {j.name: j for j in JOBS}
 
 #: Damage that no write touches is found within this many seconds by default (the period of
-#: the default ``quick_check`` schedule; add the check's own run time: 20–26 s at 1M
-#: messages). docs/operations.md documents it; bench/damage_check.py measures its cost.
+#: the default ``quick_check`` schedule; add the check's own run time, which grows with the
+#: store). docs/operations.md documents it; bench/damage_check.py measures its cost.
 DAMAGE_BOUND_S = 3600
 
 #: Default triggers of earlier versions (``str(trigger)``), upgraded to the current default

@@ -33,10 +33,10 @@ def pg_analyze(store_url: str) -> dict[str, Any]:
 
 def pg_integrity_check(store_url: str) -> dict[str, Any]:
     """amcheck over the store; figures: ``ok``, ``problems``, ``indexes_checked``,
-    ``tables_checked``. When damage is found the store is halted for every host's writer
-    (``store.postgres.halt``: the same sticky halt SQLite's check causes, store-wide) and
-    ``CorruptError`` is raised listing the problems (the run is recorded as an error and
-    shows in ``quill jobs``, ``status`` and ``doctor``)."""
+    ``tables_checked``, ``tables`` (their names). When damage is found the store is halted for
+    every host's writer (``store.postgres.halt``: the same sticky halt SQLite's check causes,
+    store-wide) and ``CorruptError`` is raised listing the problems (the run is recorded as an
+    error and shows in ``quill jobs``, ``status`` and ``doctor``)."""
     import time
     from quill.store.errors import CorruptError
     from quill.store.postgres import halt

@@ -63,7 +63,7 @@ def integrity_check(db_path: str, queue_db: str | None = None) -> dict[str, Any]
 
 
 def quick_check(db_path: str, queue_db: str | None = None, pragma: str = "quick_check") -> dict[str, Any]:
-    """``PRAGMA quick_check`` on a read-only connection (~20–26 s at 1M messages, so it is
+    """``PRAGMA quick_check`` on a read-only connection (it reads the whole file, so it is
     scheduled, never on the drain path; SQLite ≥ 3.44 checks FTS5 indexes too).
 
     On damage, the damaged tables are identified (``fts_repair.classify``); if only the

@@ -1,6 +1,6 @@
 """The producer side of the spool: ``Spool(dir).append(op, data)``.
 
-Durability and concurrency contract (docs/architecture.md, "The spool"; issue 4):
+Durability and concurrency contract (docs/architecture.md, "The spool"):
 
 * one ``write()`` per record to a segment opened ``O_APPEND``, under an exclusive ``flock`` on
   that segment held only for the write, so records from concurrent producer processes never
@@ -10,9 +10,9 @@ Durability and concurrency contract (docs/architecture.md, "The spool"; issue 4)
   quarantines, and never fuses with the new record;
 * ``fdatasync`` after the lock is released, before ``append`` returns. Concurrent producers
   already share the filesystem's journal commit (ext4/jbd2 batches concurrent fdatasyncs).
-  ``group_commit=True`` adds a user-space group commit (off by default: measured on this
-  2-core machine it cut the 16-producer p50 2–3× but raised the p99 2–4×, and the p99 is the
-  target; bench/RESULTS.md). With it, the syncer holds an exclusive
+  ``group_commit=True`` adds a user-space group commit (off by default: on a 2-core machine
+  it lowers the 16-producer p50 but raises the p99, and the p99 is the target;
+  bench/RESULTS.md has the figures). With it, the syncer holds an exclusive
   ``flock`` on ``SYNC_FILE`` in the spool directory, reads the segment's size, ``fdatasync``s
   and then publishes ``(segment, size)`` in that file (page cache only: it is coordination,
   not state; a crash takes its readers with it). A producer whose record ends at or below

@@ -1,4 +1,4 @@
-"""Purging records from sealed spool segments (``quill sessions delete --purge``, issue 14 §4).
+"""Purging records from sealed spool segments (``quill sessions delete --purge``).
 
 A deleted session's original ops stay in the spool segments until retention removes them.
 Purging replaces each such line, in place, by a **tombstone of exactly the same length**:
@@ -174,7 +174,7 @@ def rewrite(spool_dir: Path, segment: int, targets: set[int], purged_by: str,
         os.close(fd)
 
 
-#: One purge at a time per data dir: ``ops.purge.purge`` holds an exclusive ``flock`` on this
+#: One purge at a time per data dir: ``ops.purge.procedure.purge`` holds an exclusive ``flock`` on this
 #: file (in the spool directory; no reader, GC or stray-segment check matches it) from its
 #: leftover cleanup to its last step. Two purges rewriting the same segment, sharing the plan
 #: file, or one removing the other's temp files would undo each other's work.

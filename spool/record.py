@@ -33,7 +33,7 @@ OP_KINDS = frozenset({
 @functools.cache
 def _msgspec() -> tuple[Any, Any, type[Exception]]:
     """(encoder, decoder, error type) of msgspec, imported on first use: importing it costs
-    ≈10 ms, more than it saves on the one record a `quill push` process writes (bench/cli.py).
+    more than it saves on the one record a `quill push` process writes (bench/cli.py).
     The codec objects are stateless constants (msgspec documents them as safe to share)."""
     import msgspec
 
@@ -54,8 +54,8 @@ def encode(body: dict[str, Any], *, fast: bool = True) -> bytes:
     ``body`` — msgspec writes NaN/Infinity as ``null``, sets and tuples as lists, bytes as
     base64 and int keys as strings, which the stdlib path below refuses or renders itself, so
     the bytes written always decode to what the producer passed. For a ``plain_json`` body
-    that round trip holds by construction and is not run (the check cost more than the
-    encode: 120 vs 68 µs on a real 10-message batch; the walk costs ≈60-70 µs).
+    that round trip holds by construction and is not run (the check costs more than the
+    encode itself; bench/RESULTS.md).
     Anything msgspec cannot encode (lone surrogates, unknown types) takes the stdlib path.
 
     Stdlib path: ``ensure_ascii=False`` keeps non-ASCII text readable; ``allow_nan=False``
@@ -81,7 +81,7 @@ def encode(body: dict[str, Any], *, fast: bool = True) -> bytes:
         except UnicodeEncodeError:
             data = _SURROGATE.sub("\ufffd", raw).encode("utf-8")
     crc = zlib.crc32(data) & 0xFFFFFFFF
-    # One copy of the body (a chain of ``+`` copied the ~27 KB of a 10-message record 4 times).
+    # One copy of the body (a chain of ``+`` would copy the whole record once per ``+``).
     return b"".join((memoryview(data)[:-1], _CRC_PREFIX, b"%08x" % crc, b'"}\n'))
 
 
@@ -144,10 +144,11 @@ def plain_json(value: Any) -> bool:
 
 
 def loads(data: bytes) -> Any:
-    """JSON bytes → value: msgspec (≈3× the stdlib on spool lines; integers of any size
-    exact), and the stdlib for what msgspec refuses (NaN/Infinity literals, lone-surrogate
-    escapes, out-of-range floats, UTF-16/32), so any input decodes exactly as ``json.loads``
-    decodes it. Raises ``UnicodeDecodeError`` or ``json.JSONDecodeError`` like ``json.loads``."""
+    """JSON bytes → value: msgspec (several times faster than the stdlib on spool lines;
+    integers of any size exact), and the stdlib for what msgspec refuses (NaN/Infinity
+    literals, lone-surrogate escapes, out-of-range floats, UTF-16/32), so any input decodes
+    exactly as ``json.loads`` decodes it. Raises ``UnicodeDecodeError`` or
+    ``json.JSONDecodeError`` like ``json.loads``."""
     _, decoder, error = _msgspec()
     try:
         return decoder.decode(data)

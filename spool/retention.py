@@ -1,6 +1,6 @@
 """Spool retention: which segments may be deleted.
 
-A segment is deleted only when all three hold (docs/architecture.md, "The spool"; issue 4):
+A segment is deleted only when all three hold (docs/architecture.md, "The spool"):
 1. it is fully **applied**: the store's cursor is past its last byte;
 2. it is fully **covered by a verified snapshot**: the newest verified snapshot's recorded
    cursor is past its last byte, so recovery (snapshot + replay) never needs it;

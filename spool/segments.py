@@ -62,8 +62,8 @@ _SPOOL_ENTRIES = ("quarantine",)
 
 
 def resolve_spool_dir(path: str | os.PathLike[str]) -> Path:
-    """Where a producer handed ``path`` must append (issue 10: an acknowledged record must
-    always be where the writer drains).
+    """Where a producer handed ``path`` must append (an acknowledged record must always be
+    where the writer drains).
 
     * a Quill data dir (holds any of ``DATA_DIR_MARKERS``) → its ``spool/`` folder;
     * a spool directory (segments, ``quarantine/``), an empty directory, or a path that does

@@ -131,8 +131,8 @@ def op_digest(op: Any, data: Any) -> str:
     """Content digest of one op (hex, 32 chars): SHA-256 of its op name and data as JSON with
     sorted keys, so a retry of the same op and data matches whatever key order or envelope
     (producer, seq, timestamp) the retry has. Used to tell a retry (a duplicate) from a
-    reused batch id carrying other content (quarantined: ``batch-id-reused``). ~1.3 µs per
-    KiB of data (measured on real corpus messages)."""
+    reused batch id carrying other content (quarantined: ``batch-id-reused``). Cost linear in
+    the data's size (bench/RESULTS.md)."""
     import msgspec
     try:
         raw = msgspec.json.encode([op, data], order="sorted")

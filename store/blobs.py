@@ -2,8 +2,8 @@
 
 A transcript repeats the same binary payload: Claude Code writes each image of a tool result
 twice (the ``tool_result`` block the model saw and the CLI's ``toolUseResult`` copy), a
-re-sent screenshot appears in every later request, a compaction carries it again. Measured
-on a real 107 MB Claude Code transcript: 5 images became 10 stored copies (issue 12, A6).
+re-sent screenshot appears in every later request, a compaction carries it again, so a
+real transcript would store each image more than once (bench/RESULTS.md).
 
 Rule: when a message is written, every *large* binary payload in its structured fields
 (``parts``, ``extra``) is cut out and stored once in ``blobs``, keyed by the SHA-256 of the
@@ -203,7 +203,7 @@ def put_many(conn: apsw.Connection, blobs: dict[str, str], *, now: float) -> int
     Callers pass what ``extract`` returned; the key is trusted to be ``sha256_of(value)``.
     ``now`` (epoch s) is ``created_at`` and has no default: op appliers pass the op's arrival
     time (``store.apply.arrival_time``), so a rebuild by replay writes the same value as the
-    live store (a wall-clock default made system-prompt blobs differ, defect 7)."""
+    live store (a wall-clock default would make a rebuilt store's blobs differ)."""
     if not blobs:
         return 0
     inserted = 0

@@ -2,8 +2,8 @@
 
 Why: a chunk of 500 message rows is ~50 appends, and the op-at-a-time path pays, per op, two
 SAVEPOINTs, an ext-id probe, an id probe, a tool-result probe, a usage id probe, one
-``executemany`` and one ``applied_batches`` insert (issue 17: ≈ 0.65 s of Python spread over
-such pieces in a 10,000-message drain, bench/RESULTS.md). Here a run of appends is validated
+``executemany`` and one ``applied_batches`` insert (a large share of a drain's Python time,
+spread over such pieces; bench/RESULTS.md). Here a run of appends is validated
 in Python first (``prepare``: no store access), then written with one ext-id probe and one
 tool-result check per session, one id probe, one ``executemany`` of every message row and one
 of every ``applied_batches`` row, all inside one SAVEPOINT.

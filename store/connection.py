@@ -50,7 +50,7 @@ def shm_problem(path: Path) -> str | None:
     """Why ``<path>-shm`` (SQLite's shared-memory WAL index) is unusable, or None when it is
     absent or fine. Checked before opening, because SQLite does not say: with an -shm that is
     a directory it opened the store as if it were *empty* (no tables), and with one it cannot
-    write, writes fail as "attempt to write a readonly database" (issue 11.6). Usable means:
+    write, writes fail as "attempt to write a readonly database". Usable means:
     a regular file (not a symlink), owned by this user, that this process can open
     read-write. Fix: stop every Quill process, then delete the -shm file (SQLite rebuilds it
     from the WAL at the next open) or restore its owner and mode 600."""

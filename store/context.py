@@ -1,4 +1,4 @@
-"""System prompts and tool-definition arrays, stored once (issue 14 §3).
+"""System prompts and tool-definition arrays, stored once.
 
 Agents send the same large system prompt and tool array with every session. ``session.create``
 takes ``system_prompt`` (a string) and ``tools`` (a JSON array); each distinct value is stored
@@ -6,9 +6,8 @@ once in the content-addressed blob store (store/blobs.py, keyed by the SHA-256 o
 a tool array's text is its canonical JSON: sorted keys, compact) and the session holds a
 reference row in ``session_context``. A later ``session.create`` with a different value (a
 tool reload, an edited prompt) adds a row in force for the messages after the session's
-newest one at that point; the same value again adds nothing. Measured (bench/context_store.py):
-1,000 sessions sharing one 30 KB tool array grow the store by about the array once, not
-1,000 times.
+newest one at that point; the same value again adds nothing, so N sessions sharing one tool
+array grow the store by about the array once, not N times (bench/context_store.py).
 """
 from __future__ import annotations
 

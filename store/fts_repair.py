@@ -22,11 +22,14 @@ import apsw
 
 from .connection import transaction
 from .errors import CorruptError, mapped
-from .schema import FTS_DDL, FTS_LAYOUT
+from .schema import FTS_DDL, FTS_LAYOUT, FTS_TABLES, STORE_TABLES
 
-FTS_TABLES = ("messages_fts", "messages_trigram")
-CANONICAL_TABLES = ("sessions", "messages", "spool_cursor", "applied_batches", "state_meta", "job_runs",
-                    "session_deletions")
+#: Every table whose damage halts the writer: all but the search indexes (store.schema's
+#: registry, so a table added to the schema is never mistaken for index-only damage).
+CANONICAL_TABLES = STORE_TABLES
+#: An FTS5 table's objects in ``sqlite_schema``: the table and its shadow tables ``<name>_*``.
+_FTS_OBJECTS_SQL = " OR ".join("name = ? OR name LIKE ? ESCAPE '\\'" for _ in FTS_TABLES)
+_FTS_OBJECTS_ARGS = tuple(a for t in FTS_TABLES for a in (t, t.replace("_", "\\_") + "\\_%"))
 
 
 def _table_ok(conn: apsw.Connection, table: str) -> bool:
@@ -37,7 +40,9 @@ def _table_ok(conn: apsw.Connection, table: str) -> bool:
 
 
 def classify(conn: apsw.Connection) -> dict[str, list[str]]:
-    """``{"canonical": [damaged canonical tables], "fts": [damaged FTS tables]}``."""
+    """``{"canonical": [damaged tables], "fts": [damaged FTS tables]}``, each list in registry
+    order. ``canonical`` covers every table but the search indexes (bookkeeping included):
+    the writer may keep writing only when it is empty and ``fts`` is not."""
     return {"canonical": [t for t in CANONICAL_TABLES if not _table_ok(conn, t)],
             "fts": [t for t in FTS_TABLES if not _table_ok(conn, t)]}
 
@@ -66,8 +71,8 @@ def rebuild(conn: apsw.Connection) -> dict[str, Any]:
             conn.execute("PRAGMA writable_schema = ON")
             try:
                 conn.execute("BEGIN IMMEDIATE")
-                conn.execute("DELETE FROM sqlite_schema WHERE name IN (?, ?) OR name LIKE 'messages\\_fts\\_%' "
-                             "ESCAPE '\\' OR name LIKE 'messages\\_trigram\\_%' ESCAPE '\\'", FTS_TABLES)
+                conn.execute(f"DELETE FROM sqlite_schema WHERE {_FTS_OBJECTS_SQL}",
+                             _FTS_OBJECTS_ARGS)
                 version = conn.execute("PRAGMA schema_version").fetchone()[0]
                 conn.execute(f"PRAGMA schema_version = {version + 1}")
                 conn.execute("COMMIT")

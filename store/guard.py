@@ -1,8 +1,8 @@
 """Detecting that ``state.db`` or its WAL was replaced or removed under the writer.
 
-Field reports (``../shared/seeds/``) show stores lost to files replaced under a running
-process and to a deleted ``-wal`` that SQLite kept writing into (the unlinked inode vanishes
-at close, with every commit since the last checkpoint). The guard makes each of these a
+Stores are lost to files replaced under a running process and to a deleted ``-wal`` that
+SQLite kept writing into (the unlinked inode vanishes at close, with every commit since the
+last checkpoint). The guard makes each of these a
 sticky halt *before* the next write:
 
 * the path's (device, inode) changed → the file was replaced or removed;

@@ -1,5 +1,5 @@
 """What a search hit shows: a snippet centred on the match, with highlight spans, and context
-neighbours cut to a bounded preview (issue 12 B6, B7).
+neighbours cut to a bounded preview.
 
 * ``excerpt`` finds the match the way the index found it (``textfold``: the word index's
   tokens for word queries, FTS5's case folding for substrings), centres a window of
@@ -8,7 +8,7 @@ neighbours cut to a bounded preview (issue 12 B6, B7).
 * ``preview`` bounds a neighbour message: every string longer than ``PREVIEW_CHARS`` is cut
   and every list longer than ``PREVIEW_ITEMS`` shortened, and ``cut`` maps each shortened
   field's path to its full length (characters or items). A page of hits then stays small
-  whatever the neighbours hold (a 3 MB tool output was inlined before).
+  whatever the neighbours hold (a tool output of megabytes is never inlined).
 """
 from __future__ import annotations
 
@@ -143,7 +143,7 @@ def _ascii_spans(text: str, pattern: re.Pattern[str] | None) -> list[tuple[int, 
     """``_ascii_word_spans`` with its regex (``_word_pattern``) given."""
     if pattern is None:
         return []
-    low = text.lower()  # ASCII: FTS5's folding, same length (a case-insensitive regex is ~5x slower)
+    low = text.lower()  # ASCII: FTS5's folding, same length (cheaper than a case-insensitive regex)
     first = pattern.search(low)
     if first is None:
         return []

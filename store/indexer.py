@@ -1,6 +1,6 @@
 """Bringing the FTS indexes up to date in bounded bulk slices, after rows are committed.
 
-The durable path (rows + cursor) never waits for FTS: indexing was ~91 % of insert time in
+The durable path (rows + cursor) never waits for FTS: indexing was most of the insert time in
 the measurements in docs/architecture.md. ``state_meta['fts_indexed_upto']`` is the highest message
 id in the indexes; every id at or below it is indexed, and ids above it are the tail that
 search scans directly. One slice = one ``INSERT … SELECT`` per index plus the watermark, in
@@ -17,9 +17,10 @@ import apsw
 
 from .connection import transaction
 from .schema import FTS_LAYOUT, SEARCH_COLUMNS_SQL, TRIGRAM_SCOPE_SQL, TRIGRAM_TEXT_SQL, fts_layout
+from .schema import FTS_TABLES
 
-#: Rows per indexing slice: big enough for bulk efficiency (+18 % at 500, +50 % at 5,000 vs
-#: per-row triggers), small enough to keep each write transaction short.
+#: Rows per indexing slice: big enough for bulk efficiency (the gain over per-row triggers
+#: grows with the slice), small enough to keep each write transaction short.
 DEFAULT_SLICE_ROWS = 2000
 
 
@@ -76,8 +77,8 @@ def index_slice(conn: apsw.Connection, max_rows: int = DEFAULT_SLICE_ROWS) -> in
     return count
 
 
-#: The FTS5 tables the indexer fills; every maintenance step must treat them alike.
-FTS_TABLES = ("messages_fts", "messages_trigram")
+#: ``FTS_TABLES`` (imported from the schema registry): the FTS5 tables the indexer fills;
+#: every maintenance step must treat them alike.
 
 
 def unindex(conn: apsw.Connection, message_ids: list[int]) -> None:

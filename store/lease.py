@@ -19,7 +19,8 @@ from .errors import LeaseHeldError
 
 
 #: Largest whole-second shift of the kernel's boot-time estimate accepted between recording
-#: a legacy ``create_time`` and checking it (a 1 s shift was observed within one test run).
+#: a legacy ``create_time`` and checking it (the kernel re-estimates the boot time, moving
+#: it by a second).
 BOOT_SHIFT_S = 1
 #: A legacy ``create_time`` matches only if it differs from the live one by a whole number
 #: of seconds (see ``holder_alive``) to within this: below half a clock tick (HZ = 100).

@@ -1,5 +1,5 @@
 """Session lineage: the one bounded walk of a compression chain (architecture.md "The store": "Lineage is
-explicit"; reference study §7 and weak point 14 — one function, one bound).
+explicit" — one function, one bound, so no caller walks a chain unbounded).
 
 A session's ``parent_kind`` names the edge to its parent: ``compression`` (the child
 continues the parent's conversation), ``branch`` (a user fork), ``reset`` (a new conversation

@@ -1,6 +1,6 @@
 """Session listings: filters, one row per compression chain, preview, unread, emptiness.
 
-Rules (issue 3 §1, §6, §7; reference study §6 "Listing"):
+Rules:
 * hidden sessions are excluded unless asked for; archived and pinned are filters;
 * ``title_contains`` is a literal substring (``%`` and ``_`` mean themselves), ASCII
   case-insensitive;

@@ -1,6 +1,6 @@
 """Turning a producer's message dict (OpenAI chat shape + extras) into a ``messages`` row.
 
-Encoding rules (issue 3 §4, from field reports of double-encoded tool calls and bad clocks):
+Encoding rules (producers do send double-encoded tool calls and bad clocks):
 * ``tool_calls`` given as a JSON string is decoded (at most twice, for a double-encoded
   string) and stored encoded once; ``{}``, ``"{}"``, ``"null"``, malformed JSON, ``0``,
   ``False``, ``None``, ``""`` and ``[]`` all mean "no tool calls" (column NULL); a single call
@@ -85,7 +85,7 @@ def dumps(value: Any) -> str:
 
     Fast path: serialise once and look for the two things ``scrub`` removes — json escapes a
     NUL as ``\\u0000`` and leaves a lone surrogate as the character itself — so the
-    recursive ``scrub_json`` walk (≈40 % of drain CPU when run on every field, measured in
+    recursive ``scrub_json`` walk (a large share of drain CPU when run on every field;
     bench/RESULTS.md) only runs for the rare value that needs it."""
     text = _encode(value)
     if "\\u0000" not in text and not _has_surrogate(text):
@@ -99,7 +99,7 @@ def _encode(value: Any) -> str:
     ``json.dumps`` with keyword arguments builds a ``JSONEncoder`` and, through its
     ``iterencode``, the C encoder ``c_make_encoder(markers, default, encode_basestring,
     None, ":", ",", False, False, True)`` on every call; here the same C encoder is built
-    with those same arguments directly (≈9 → 5 µs per corpus value). Same function, same
+    with those same arguments directly (about half the cost per value). Same function, same
     arguments, same bytes (tests/test_normalize_dumps.py also compares it with ``json.dumps``
     on generated values and every corpus message); a fresh ``markers`` dict per call keeps
     the circular-reference check (``ValueError``). Without the C accelerator: ``json.dumps``.

@@ -7,7 +7,7 @@ quarantine for its content — a field of the wrong JSON type, a value no column
 missing required field, a title over the limit — is refused at the producer with the very
 reason the writer would give. A check raises ``InvalidOpError`` and returns what the applier
 needs. Rules that need the store's state stay with the appliers and are reported by
-``ops.wait``: whether a session or a message exists (``unknown-session``,
+``ops.client.wait``: whether a session or a message exists (``unknown-session``,
 ``unknown-message``), its role or state (``not-a-user-message``, ``not-live``), the live
 head (``stale-head``), turn counts (``no-such-turn`` beyond 0), title clashes
 (``duplicate-title``), tool-result duplicates, restore order. Payloads: docs/ops.md.
@@ -31,7 +31,7 @@ from .usage_reprice import check_reprice
 
 EDGE_KINDS = frozenset({"compression", "branch", "reset", "delegate"})
 #: Titles longer than this (after sanitising) are refused, not truncated: a producer that
-#: sends a 5 KB "title" has a bug worth seeing (reference study §9 #53 refuses at 100).
+#: sends a 5 KB "title" has a bug worth seeing.
 TITLE_MAX_CHARS = 200
 END_REASON_MAX_CHARS = 64
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff]")

@@ -18,9 +18,8 @@ from .errors import InvalidOpError
 Applier = Callable[[apsw.Connection, dict, str, float], int]
 
 #: End reasons a live writer may clear by appending to the session again: the session was
-#: closed by machinery (disconnect, shutdown, reaping, eviction), not by a decision. Source:
-#: the reference study §7 ("automatic = recoverable ∪ {tui_shutdown, ws_disconnect,
-#: idle_timeout, lru_evict}").
+#: closed by machinery (disconnect, shutdown, reaping, eviction), not by a decision, so a
+#: later append continues the session.
 AUTOMATIC_END_REASONS = frozenset({
     "agent_close", "ws_orphan_reap", "superseded_by_resume", "startup_orphan_reap",
     "stale_sweep", "tui_shutdown", "ws_disconnect", "idle_timeout", "lru_evict", "orphan_sweep",
@@ -90,7 +89,7 @@ def opt(data: dict, key: str, kind: type | tuple[type, ...]) -> Any:
         raise InvalidOpError("invalid-field", f"{key!r} has the wrong type ({type(value).__name__})")
     if isinstance(value, int) and not isinstance(value, bool) and str not in kinds:  # (str, int) ids are text
         # What a column can hold: an INTEGER is 64-bit; a number stored as REAL must convert to
-        # a float. (Exactly the values that used to fail in the SQL binding or float().)
+        # a float. (Exactly the values that would fail in the SQL binding or float().)
         if (float not in kinds and abs(value) >= 2**63) or (float in kinds and abs(value) >= 2**1023):
             raise InvalidOpError("invalid-field", f"{key!r} is out of range ({len(str(abs(value)))} digits)")
     return value
@@ -113,7 +112,7 @@ def ensure_session(conn: apsw.Connection, sid: str, arrived_at: float, source: s
     """Create a *placeholder* session row if ``sid`` has none (ops may arrive before
     session.create); a placeholder still without a source takes ``source``. The later
     ``session.create`` completes the placeholder (its fields win) and clears the mark, so an
-    op that arrives first never decides what the session is (issue 14 §1). ``started_at``
+    op that arrives first never decides what the session is. ``started_at``
     (epoch s; default ``arrived_at``) is for a restored placeholder: an export carries it, so
     a re-import keeps the original start."""
     conn.execute("INSERT INTO sessions (id, source, created_at, started_at, placeholder) VALUES (?, ?, ?, ?, 1) "

@@ -6,7 +6,7 @@ field of the wrong type, a value no column can hold — is refused with a clear 
 of acknowledged. It runs the op kind's check from ``store.op_checks.CHECKS``, the very
 function its applier runs first, so the two cannot disagree on a reason. Checks that need
 the store's state (rewind targets, title clashes, tool result duplicates, restore order,
-whether a message is already held) are left to the writer, and ``ops.wait`` reports their
+whether a message is already held) are left to the writer, and ``ops.client.wait`` reports their
 outcome.
 """
 from __future__ import annotations

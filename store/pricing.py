@@ -1,8 +1,8 @@
 """Cost of one model call from the ``genai-prices`` table, without a full table walk per call.
 
 ``genai_prices.calc_price`` resolves the model, then decomposes the usage into every priced
-unit of the registry; on the writer's apply path that cost ~1.9 ms per usage row (profile of
-a 3,000-message drain: 29 % of the drain, bench/RESULTS.md). Two facts of the table make it
+unit of the registry; on the writer's apply path that was a large share of a drain's time
+(bench/RESULTS.md). Two facts of the table make it
 cacheable without changing a single result:
 
 * **the lookup** ``(model, provider) → (ModelInfo, Provider)`` depends only on the bundled

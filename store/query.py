@@ -10,7 +10,7 @@ FTS5 syntax errors on input like ``#123``, ``src/main.py``, ``don't``, ``50%`` o
 * every other token becomes a quoted string, which the tokenizer splits like the indexed
   text; a token with no letter or digit is dropped (never an empty phrase ``""``).
 
-Routing (``plan``), after the reference study §6: text with CJK characters (unicode61 keeps a
+Routing (``plan``): text with CJK characters (unicode61 keeps a
 CJK run as one token, so words inside it are not findable) or an explicit substring search
 goes to the trigram index when every term has ≥3 characters, else to a scan; everything else
 goes to the unicode61 word index. Rows outside an index are matched by ``matches`` with the

@@ -169,7 +169,7 @@ class Reader:
 
     @_retry_io
     def has_session(self, session_id: str) -> bool:
-        """True when a session row with this id exists (a primary-key probe, ~50× cheaper
+        """True when a session row with this id exists (a primary-key probe, far cheaper
         than ``get_session``, which assembles the listing row)."""
         with mapped():
             return self.conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is not None
@@ -194,7 +194,7 @@ class Reader:
     def message_identities(self, session_id: str, ext_ids: list[str]) -> dict[str, tuple]:
         """``{producer id: row values in normalize.COMPARED_COLUMNS order}`` of the session's
         rows with those ids (the first row wins for an id held twice): how an import tells
-        whether a stored session holds the conversation it reads (ops/import_spool.py)."""
+        whether a stored session holds the conversation it reads (ops/transfer/import_spool.py)."""
         out: dict[str, tuple] = {}
         with mapped():
             for ext, *values in self.conn.execute(

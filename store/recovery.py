@@ -1,6 +1,6 @@
 """Swapping a rebuilt store in place of a damaged one, keeping the old files as evidence.
 
-The rebuild itself (newest verified snapshot + spool replay) lives in ``ops.recover``; this
+The rebuild itself (newest verified snapshot + spool replay) lives in ``ops.recover.sqlite``; this
 module owns the file-level steps, which must only run while no connection writes the store.
 """
 from __future__ import annotations

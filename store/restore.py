@@ -1,9 +1,9 @@
 """``messages.restore``: message rows written back exactly as an export recorded them.
 
-``quill export --format quill`` (ops/export.py) writes a session as ops; its messages travel
+``quill export --format quill`` (ops/transfer/export.py) writes a session as ops; its messages travel
 in ``messages.restore`` so that importing the export into an empty store reproduces every
 row's state (live, compacted, superseded, rewound) and copy lineage (``origin_id``), which
-a replay of appends cannot (issue 14 §5). Payload (docs/ops.md)::
+a replay of appends cannot. Payload (docs/ops.md)::
 
     {"session_id": "s1", "offset": 0, "source": "cli", "started_at": 1767225600.0,
      "rows": [{"message": {...OpenAI shape + extras...}, "state": "compacted", "origin": null}, ...]}

@@ -1,6 +1,6 @@
 """Conversation keys: which session to resume for a key, and sessions that lost theirs.
 
-Rules (issue 14 §2):
+Rules:
 * "The session to resume for key K" is the tip of the newest compression chain among the
   sessions created with ``key = K`` (or, for ``cwd``, started in that directory). Never a
   branch, delegate or hidden session: those are not candidates, and a chain's tip is

@@ -8,7 +8,7 @@ it (a failing range is split until single rows; unreadable ones are counted, not
 Salvaged messages keep their batch id and state and get ``extra.salvaged_from`` so they can
 be told apart.
 
-Two promises hold after salvage (issue 10 item 2):
+Two promises hold after salvage:
 * **Session metadata.** A session whose ``session.create`` was lost comes back from the
   replay as a bare row; every column still empty there (source, model, title, cwd,
   parent_id + parent_kind, meta, owner, end) is filled from the damaged file, start and

@@ -5,14 +5,15 @@ Rules the schema encodes (docs/architecture.md, "The store"; the measured facts 
 * ``messages.state`` is the single visibility state; rewinds and compactions flip it, never
   DELETE rows.
 * FTS5 is *contentless* and filled in bulk per slice by the indexer, never by per-row
-  triggers (per-row FTS triggers cost ~91 % of insert time; bulk ``INSERT … SELECT`` per chunk
-  is 18–50 % faster). ``state_meta['fts_indexed_upto']`` is the highest message id indexed;
+  triggers (per-row FTS triggers cost most of the insert time; a bulk ``INSERT … SELECT`` per
+  chunk is faster). ``state_meta['fts_indexed_upto']`` is the highest message id indexed;
   search scans the small tail above it. ``contentless_delete=1`` lets prune delete by rowid.
 * ``spool_cursor`` is written in the same transaction as the rows it covers.
-* A second, trigram FTS5 table serves substring and CJK search. Measured cost (FTS5 +
-  trigram ≈ 0.9k rows/s, 2.6× DB size) makes it *scoped*: only ``user``/``assistant`` rows,
-  only their text ``content``, only its first ``TRIGRAM_PREFIX_CHARS`` characters. It is
-  filled by the same bulk slices, under the same watermark, as ``messages_fts``.
+* A second, trigram FTS5 table serves substring and CJK search. Its cost (a full
+  trigram index slows ingest and more than doubles the file) makes it *scoped*: only
+  ``user``/``assistant`` rows, only their text ``content``, only its first
+  ``TRIGRAM_PREFIX_CHARS`` characters. It is filled by the same bulk slices, under the same
+  watermark, as ``messages_fts``.
 * ``messages.origin_id`` is explicit copy lineage written at copy time: a row copied by a
   compaction (carried tail, re-sequenced late rows, verbatim re-sent messages) points at the
   row it copies (always the first original, never a copy). ``coalesce(origin_id, id)`` is
@@ -23,6 +24,8 @@ Rules the schema encodes (docs/architecture.md, "The store"; the measured facts 
 * Usage rows (store/usage.py): one per model call, ``response_id`` unique (counted once).
 """
 from __future__ import annotations
+
+import re
 
 import apsw
 
@@ -40,7 +43,7 @@ ALTER TABLE applied_batches ADD COLUMN digest TEXT;
 #: An importer's batch ids are derived from what it imports (ops/ingest.stable_batch_id), so a
 #: session deleted and then imported again from the same file would get the ids its deleted
 #: batches hold in ``applied_batches`` and be dropped as duplicates; the importer adds this
-#: count to its ids (ops/import_spool.py). Written by ops only, so a rebuild has the same rows.
+#: count to its ids (ops/transfer/import_spool.py). Written by ops only, so a rebuild has the same rows.
 SESSION_DELETIONS = """
 CREATE TABLE IF NOT EXISTS session_deletions (
     session_id TEXT PRIMARY KEY,
@@ -156,6 +159,54 @@ CREATE TABLE IF NOT EXISTS job_runs (
 CREATE INDEX IF NOT EXISTS job_runs_job ON job_runs(job, started_at);
 """ + blobs.DDL + usage.MIGRATION + context.DDL + BATCH_DIGEST + SESSION_DELETIONS
 
+#: Roles of the store's tables (``TABLES``), which decide what damage to a table means:
+#: * ``CANONICAL``: the transcripts themselves (sessions, messages, blobs, usage, context,
+#:   deletion counts), written only by applying spool ops; damage halts the writer.
+#: * ``BOOKKEEPING``: the writer's and the jobs' own records (the spool cursor, batch
+#:   decisions, job runs, ``state_meta``); replay is exact only while they are intact, so
+#:   damage halts the writer too.
+#: * ``FTS``: the FTS5 search indexes (with their shadow tables ``<name>_data`` …), derived
+#:   from ``messages``; damage confined to them detaches and rebuilds them (fts_repair.py).
+CANONICAL, BOOKKEEPING, FTS = "canonical", "bookkeeping", "fts"
+
+#: The tables that are bookkeeping; every other ordinary table of ``DDL`` is canonical, so a
+#: table added to ``DDL`` is canonical (its damage halts) without being named anywhere else.
+_BOOKKEEPING = frozenset({"state_meta", "spool_cursor", "applied_batches", "rejected_batches",
+                          "job_runs"})
+
+_CREATE_TABLE = re.compile(r"^\s*CREATE\s+(VIRTUAL\s+)?TABLE\s+IF\s+NOT\s+EXISTS\s+(\w+)",
+                           re.I | re.M)
+
+
+def _registry(ddl: str) -> dict[str, str]:
+    """``{table: role}`` for every ``CREATE [VIRTUAL] TABLE`` of ``ddl``, in ``ddl`` order:
+    virtual tables are ``FTS``, the ``_BOOKKEEPING`` ones ``BOOKKEEPING``, the rest
+    ``CANONICAL``. Raises ``RuntimeError`` when ``_BOOKKEEPING`` names a table ``ddl`` lacks
+    (a renamed table must not silently turn canonical) or a table's name starts with an FTS
+    table's name and ``_``."""
+    found = {name: FTS if virtual else BOOKKEEPING if name in _BOOKKEEPING else CANONICAL
+             for virtual, name in _CREATE_TABLE.findall(ddl)}
+    if _BOOKKEEPING - found.keys():
+        missing = sorted(_BOOKKEEPING - found.keys())
+        raise RuntimeError(f"bookkeeping tables missing from the schema: {missing}")
+    # fts_repair.rebuild may discard an FTS table's objects by name (``<fts>_*``): no other
+    # table may share that prefix, or a rebuild would discard it too.
+    fts = [t for t, role in found.items() if role == FTS]
+    clash = [t for t in found if any(t.startswith(f + "_") for f in fts)]
+    if clash:
+        raise RuntimeError(f"tables named like an FTS table's shadow tables: {clash}")
+    return found
+
+
+#: Every table of the current schema → its role (``CANONICAL``, ``BOOKKEEPING``, ``FTS``),
+#: derived from ``DDL``: the one registry every table list in Quill is taken from.
+TABLES: dict[str, str] = _registry(DDL)
+#: The FTS5 search indexes (virtual tables), in ``DDL`` order.
+FTS_TABLES: tuple[str, ...] = tuple(t for t, role in TABLES.items() if role == FTS)
+#: The ordinary tables (canonical and bookkeeping): every table but the search indexes.
+#: Damage in any of them halts the writer; each is a heap of the PostgreSQL store as well.
+STORE_TABLES: tuple[str, ...] = tuple(t for t, role in TABLES.items() if role != FTS)
+
 #: Migrations: ``MIGRATIONS[v]`` takes a store from schema v to v + 1 (run in one transaction).
 MIGRATIONS: dict[int, str] = {
     1: blobs.DDL,  # v2: content-addressed blobs (store/blobs.py)
@@ -178,8 +229,8 @@ TRIGRAM_TEXT_SQL = f"substr(m.content, 1, {TRIGRAM_PREFIX_CHARS})"
 #: * ``tools`` – the tool calls as text: every string and number in ``tool_calls`` (names
 #:   and arguments, not the call ids/types), with a string that is itself a JSON object or
 #:   array (OpenAI's ``arguments``) decoded once more, so words after an escaped newline or
-#:   tab or inside escaped quotes are words (issue 12 B1), not ``nsecondword``;
-#: * ``reasoning`` – reasoning/thinking text (issue 12 B2).
+#:   tab or inside escaped quotes are words, not ``nsecondword``;
+#: * ``reasoning`` – reasoning/thinking text.
 #: The search kinds (``text``/``tool``/``reasoning``) select these columns.
 SEARCH_COLUMNS_SQL: dict[str, str] = {
     "content": "m.content",
@@ -243,8 +294,8 @@ def ensure_fts_layout(conn: apsw.Connection) -> bool:
         return False
     conn.execute("BEGIN IMMEDIATE")
     try:
-        conn.execute("DROP TABLE IF EXISTS messages_fts")
-        conn.execute("DROP TABLE IF EXISTS messages_trigram")
+        for table in FTS_TABLES:  # names from the registry, derived from FTS_DDL
+            conn.execute(f"DROP TABLE IF EXISTS {table}")
         conn.execute(FTS_DDL)
         conn.execute("UPDATE state_meta SET value = '0' WHERE key = 'fts_indexed_upto'")
         conn.execute("INSERT OR REPLACE INTO state_meta(key, value) VALUES ('fts_layout', ?)", (FTS_LAYOUT,))

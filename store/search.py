@@ -1,9 +1,10 @@
 """Message search over the word index (FTS5 unicode61), the scoped trigram index, and scans.
 
-Rules (issue 3 §5; architecture.md "Measured facts the schema relies on"):
-* any string is a valid query (``query.plan``); results are newest first (ranking a common
-  word over 1M rows costs seconds, newest-first ~1 ms), or, with ``order="relevance"``, the
-  newest ``rank.CANDIDATES`` word-index matches ordered by bounded BM25 (``rank``);
+Rules (architecture.md "Measured facts the schema relies on"):
+* any string is a valid query (``query.plan``); results are newest first (ranking every
+  row holding a common word costs in proportion to the store; newest-first reads only the
+  page), or, with ``order="relevance"``, the newest ``rank.CANDIDATES`` word-index matches
+  ordered by bounded BM25 (``rank``);
 * visibility is filtered here, never in the index: ``display`` (default) searches live and
   compacted rows, ``audit`` every row (superseded and rewound too), ``model`` live rows;
 * display hits are deduplicated by display position and reported as the row display shows
@@ -131,8 +132,8 @@ def _indexed(conn: apsw.Connection, plan: query.Plan, upto: int, cond: str, args
         if kinds != KINDS:
             match = "{" + " ".join(KIND_COLUMNS[k] for k in kinds) + "} : (" + match + ")"
     # LIMIT is a literal, not a parameter: SQLite marks an FTS5 query's LIMIT parameter as
-    # plan-relevant and re-prepares the whole statement at every bind (~0.3 M instructions, as
-    # much as the query's own run; valgrind, bench §3 store). Batch sizes are few (limit × 2^k).
+    # plan-relevant and re-prepares the whole statement at every bind (as costly as the query's
+    # own run; bench/RESULTS.md). Batch sizes are few (limit × 2^k).
     return conn.execute(
         f"SELECT m.id, {rep} FROM {table} f JOIN messages m ON m.id = f.rowid {join} "
         f"WHERE {table} MATCH ? AND f.rowid <= ? AND f.rowid < ? AND {cond} ORDER BY f.rowid DESC LIMIT {int(limit)}",
@@ -145,7 +146,7 @@ def _join(cond: str) -> str:
 
 
 def route(text: str, *, substring: bool = False, kinds: list[str] | None = None) -> dict[str, Any]:
-    """How ``text`` will be searched, for telling the user (issue 12 B8): ``{"route": fts |
+    """How ``text`` will be searched, for telling the user: ``{"route": fts |
     trigram | scan | none, "narrower": bool, "note": str | None}``. ``narrower`` is True when
     the route covers less than the word index does; ``note`` then says what is left out."""
     plan = query.plan(text, substring=substring)
@@ -259,8 +260,8 @@ def _ranked_page(conn: apsw.Connection, plan: query.Plan, text: str, upto: int, 
     match and pass the caller's filters ``picked`` (``_filters`` without a projection): the
     filters bound the candidate set. Visibility (the projection's states) and display dedupe
     are applied to the ranked list, in order, a chunk of ids at a time, so only the rows the
-    page needs are read: checking a state reads the message row, and 1,000 rows scattered
-    over a large store cost ~10 ms (bench §3) where the ranking itself costs ~5 ms. Rows above
+    page needs are read: checking a state reads the message row, and a thousand rows scattered
+    over a large store cost more than the ranking itself. Rows above
     ``upto`` have no index statistics and are not ranked (``search_health``: pending)."""
     match = plan.match
     if kinds != KINDS:

@@ -154,7 +154,7 @@ def sessions_delete(conn: apsw.Connection, data: dict, batch_id: str, arrived_at
     (then kept, like any other child: ``doomed``); other children are detached
     (``parent_id``/``parent_kind`` cleared). Returns 0 (rows written counts inserted rows). Raises
     ``InvalidOpError('invalid-field')`` (``op_checks.check_delete``). ``purge`` (bool, optional): the request also purges
-    the sessions' copies outside the store (``ops.purge``); here it turns on secure deletion
+    the sessions' copies outside the store (``ops.purge.procedure``); here it turns on secure deletion
     for this op's rows. The op stays in the spool (and ``applied_batches``
     records its position), so who deleted what and why is on record.
     """

@@ -1,7 +1,7 @@
 """Transcript ops: ``messages.append``, ``messages.compact``, ``messages.rewind``,
 ``messages.replace`` (payloads in docs/ops.md).
 
-Invariants kept here (docs/architecture.md "The store"; issue 3 §1, §3):
+Invariants kept here (docs/architecture.md "The store"):
 * nothing is DELETEd: compaction and rewind only flip ``messages.state`` and insert rows;
 * ids are insertion order, and insertion order is transcript order;
 * at most one *live* tool result per (session, tool_call_id): an op that would break it is
@@ -227,7 +227,7 @@ def _match_tail(before: list[tuple], tail: list[tuple]) -> list[int]:
 
 @atomic
 def messages_compact(conn: apsw.Connection, data: dict, batch_id: str, arrived_at: float) -> int:
-    """Compact a session in place (reference study §7, "in-place" shape).
+    """Compact a session in place (in this session, not a new one in its compression chain).
 
     Live rows at or below the watermark become ``compacted``; ``data['messages']`` (the
     compacted set) is inserted as the new live rows; its last ``tail_count`` messages are the

@@ -1,6 +1,6 @@
 """Token usage and cost: normalising the shapes providers send, pricing, and the ``usage`` rows.
 
-One row per model call (issue 14 §1). Usage arrives either on the assistant message the call
+One row per model call. Usage arrives either on the assistant message the call
 produced (``usage`` on a message in ``messages.append`` / ``messages.replace``) or as its own
 ``usage.record`` op for calls that produce no stored message (title generation, compression,
 background review, embeddings). Payloads: docs/ops.md.
@@ -153,8 +153,8 @@ def record(conn: apsw.Connection, sid: str, raw: Any, *, task: str, model: str |
     ``response_id`` (returns 0), or record nothing for a usage with no tokens (0).
 
     Merging: one response may be written as several records whose usage grows while it
-    streams (measured in the corpus: 115 of 715 Claude Code responses repeat their usage with a
-    larger ``output_tokens`` in a later record), so each token field keeps its maximum and the
+    streams (Claude Code responses in the corpus repeat their usage with a larger
+    ``output_tokens`` in a later record), so each token field keeps its maximum and the
     cost is recomputed; the response is still one call. Raises ``InvalidOpError``
     (``invalid-usage``, ``invalid-field``) before writing anything.
     """

@@ -1,6 +1,6 @@
 """Usage totals: tokens and cost grouped by session, model, source, task, provider and day.
 
-Rules (issue 14 §1): each row is one model call already counted once (``usage.response_id``
+Rules: each row is one model call already counted once (``usage.response_id``
 is unique); ``cost_usd`` sums priced rows only and ``unpriced`` counts the rows without a
 price, so an unknown model never reads as $0. A group whose rows are all unpriced has
 ``cost_usd`` None. Days are UTC calendar days of the call's ``ts``.

@@ -1,4 +1,4 @@
-"""``usage.reprice``: new costs for usage rows priced with an older price table (issue 14 §1).
+"""``usage.reprice``: new costs for usage rows priced with an older price table.
 
 A usage row's cost is computed once, when it is applied, with the installed ``genai-prices``
 and that version recorded in ``price_version``. Re-pricing is a decision taken outside the

@@ -1,5 +1,5 @@
 """Helpers for the importer structure tests: a real spool + SQLite store pair that imports
-files through ops/import_spool.py and drains them with the writer's apply_chunk, and builders
+files through ops/transfer/import_spool.py and drains them with the writer's apply_chunk, and builders
 for records in the real Claude Code and Codex formats."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from quill.ops.import_spool import import_file
+from quill.ops.transfer.import_spool import import_file
 from quill.spool import START, Spool, SpoolReader
 from quill.store import Reader, apply_chunk, open_writer
 

@@ -39,7 +39,7 @@ def _leaves() -> dict[str, click.Command]:
 
 
 def test_every_command_takes_the_one_json_option():
-    from quill.ops.cli_base import json_option
+    from quill.ops.cli.base import json_option
 
     @json_option
     def probe(as_json: bool) -> None: ...
@@ -204,17 +204,17 @@ def test_version_is_answered_without_building_the_command_tree(home):
     import quill as pkg
     loaded, out = _modules_loaded_by(home, ["--version"])
     assert out.strip() == f"quill {pkg.__version__}"
-    assert not [m for m in loaded if m == "click" or m.startswith(("click.", "quill.ops.cli_root", "quill.store"))]
+    assert not [m for m in loaded if m == "click" or m.startswith(("click.", "quill.ops.cli.root", "quill.store"))]
 
 
 def test_push_imports_only_the_producer_side(home):
     loaded, _ = _modules_loaded_by(home, ["push", "--session", "s"], '{"role": "user", "content": "hi"}')
     heavy = sorted(m for m in loaded for h in (*HEAVY, *FAST_PUSH_SKIPS) if m == h or m.startswith(h + "."))
     assert not heavy, f"quill push imported {heavy}"
-    assert "quill.ops.push" in loaded and "quill.store.precheck" in loaded
+    assert "quill.ops.cli.push_fast" in loaded and "quill.store.precheck" in loaded
 
 
-#: The common `quill push` argv skips these too (ops/push.py; bench/RESULTS.md has the cost).
+#: The common `quill push` argv skips these too (ops/cli/push_fast.py; bench/RESULTS.md has the cost).
 FAST_PUSH_SKIPS = ("click", "msgspec", "dataclasses", "uuid", "hashlib", "shutil")
 
 
@@ -239,14 +239,14 @@ PUSH_CASES = [
 
 @pytest.mark.parametrize("args,stdin", PUSH_CASES, ids=[" ".join(a) for a, _ in PUSH_CASES])
 def test_push_fast_path_and_click_path_print_the_same(tmp_path, args, stdin):
-    """`quill push` with a common argv runs without click (ops/push.py); the click command must
+    """`quill push` with a common argv runs without click (ops/cli/push_fast.py); the click command must
     behave identically: same exit code, stdout and stderr (ids and positions aside)."""
     import subprocess
     import sys
 
     from conftest import quill_env
 
-    via_click = "from quill.ops.cli import cli; from quill.ops.cli_base import run; import sys; sys.exit(run(cli))"
+    via_click = "from quill.ops.cli import cli; from quill.ops.cli.base import run; import sys; sys.exit(run(cli))"
     out = []
     for code in ("from quill.ops.cli import main; main()", via_click):
         home = tmp_path / str(len(out))

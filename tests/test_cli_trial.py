@@ -1,4 +1,4 @@
-"""Defects a trial user found in the CLI (issue 13), one test per kind of mistake: a command
+"""CLI mistakes a user makes, one test per kind of mistake: a command
 that did nothing must say so with the shared not-found / usage exit code, a prompt is never
 skipped silently, messages say what each figure is."""
 from __future__ import annotations

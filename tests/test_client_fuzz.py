@@ -1,5 +1,5 @@
 """``quill.Client`` given an arbitrary JSON value for any one argument (property test): every
-write and read either answers or raises a ``quill.ops.errors`` type — never a raw Python
+write and read either answers or raises a ``quill.ops.client.errors`` type — never a raw Python
 exception (TypeError from a set lookup or an SQL binding, AttributeError from a string method).
 
 ``QUILL_FUZZ_N`` sets the examples per method (default 15).
@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from quill.ops.client import Client
-from quill.ops.errors import QuillError
+from quill.ops.client.client import Client
+from quill.ops.client.errors import QuillError
 
 from semantics_helpers import Store
 from test_op_fuzz import JSON_VALUES

@@ -1,4 +1,4 @@
-"""Jobs on a cluster (issue 16): huey queues on the real Redis server, one scheduler per
+"""Jobs on a cluster: huey queues on the real Redis server, one scheduler per
 cluster elected by a PostgreSQL advisory lock (real processes, real kill -9), PostgreSQL
 maintenance through amcheck and ANALYZE. PostgreSQL/Redis only by nature: the embedded
 store's queue and scheduler are covered by tests/test_jobs.py and tests/test_fleet.py."""
@@ -154,7 +154,7 @@ def test_the_leaders_orphan_sweep_runs_on_every_hosts_writer_and_closes_a_dead_o
     from quill.ops import logs
     from quill.spool import START, Spool, SpoolReader
     from quill.workers import scheduler
-    from quill.ops.recover_pg import drain
+    from quill.ops.recover.postgres import drain
 
     leader, other = _home(tmp_path, "leader", pg_store_url, redis_url), _home(tmp_path, "other", pg_store_url, redis_url)
     child = multiprocessing.Process(target=time.sleep, args=(0,))
@@ -194,8 +194,8 @@ def test_the_leaders_orphan_sweep_runs_on_every_hosts_writer_and_closes_a_dead_o
 @pytest.mark.parametrize("store", ["sqlite", "postgresql"])
 def test_jobs_run_reaches_the_fleets_queue_when_the_queue_is_redis(tmp_path, store, pg_store_url, redis_url):
     """`quill jobs run` (and the CLI's other enqueuers) put the job on the queue the fleet
-    consumes: with ``[queue] url`` set that is Redis, not a stray local queue.db (a new-user
-    trial saw `quill jobs run orphan_sweep --wait 60` time out with the fleet up)."""
+    consumes: with ``[queue] url`` set that is Redis, not a stray local queue.db (else
+    `quill jobs run orphan_sweep --wait 60` times out with the fleet up)."""
     from conftest import QuillCLI, stop_fleet
     home = tmp_path / "h"
     home.mkdir()

@@ -1,4 +1,4 @@
-"""System prompts and tool arrays stored once, referenced by sessions (issue 14 §3)."""
+"""System prompts and tool arrays stored once, referenced by sessions."""
 from __future__ import annotations
 
 import pytest
@@ -55,8 +55,8 @@ def test_delete_keeps_shared_definitions_and_drops_the_last_reference(store):
 
 
 def test_a_context_blob_is_stamped_with_the_ops_arrival_time_not_the_apply_time(store):
-    """Defect 7: ``created_at`` of a system-prompt / tools blob is the op's spool ``ts``, so a
-    store rebuilt later from the spool writes the same row (it was ``time.time()`` at apply)."""
+    """``created_at`` of a system-prompt / tools blob is the op's spool ``ts``, so a
+    store rebuilt later from the spool writes the same row (not ``time.time()`` at apply)."""
     import time
     store.spool.append("session.create", {"session_id": "a", "system_prompt": "You are Quill's agent.",
                                           "tools": TOOLS})

@@ -1,4 +1,4 @@
-"""Export that round-trips (issue 14 §5): Quill op JSONL back through `quill import` into a
+"""Export that round-trips: Quill op JSONL back through `quill import` into a
 fresh home gives the same canonical store; Markdown, OpenAI chat and ShareGPT views."""
 from __future__ import annotations
 
@@ -133,7 +133,7 @@ def test_readable_and_training_formats(quill, tmp_path):
     assert [t["from"] for t in share[0]["conversations"]] == ["system", "human", "gpt", "tool", "gpt"]
     assert "<tool_call>" in share[0]["conversations"][2]["value"]
     assert share[0]["conversations"][4]["value"] == "<think>\ncount the lines\n</think>\ntwo files"
-    # the ShareGPT importer reads the reasoning back (a new-user trial found it dropped)
+    # the ShareGPT importer reads the reasoning back (not dropped)
     (tmp_path / "share.jsonl").write_text(json.dumps(share[0]) + "\n")
     again = QuillCLI(tmp_path / "again")
     again.run("import", str(tmp_path / "share.jsonl"))
@@ -147,10 +147,10 @@ def test_readable_and_training_formats(quill, tmp_path):
 
 
 def test_system_prompts_and_tools_round_trip_and_the_model_view_returns_them(quill, tmp_path):
-    """Issue 14 §3 + §5: the content-addressed prompt/tool store survives export → import
+    """The content-addressed prompt/tool store survives export → import
     into an empty home (same values, same sha256 refs, each change after the same message),
     and the model view (CLI --json, Client, HTTP: one ``Client.transcript``) returns them."""
-    from quill.ops.client import Client
+    from quill.ops.client.client import Client
 
     tools = [{"type": "function", "function": {"name": "ls", "parameters": {"type": "object"}}}]
     reloaded = tools + [{"type": "function", "function": {"name": "cat", "parameters": {"type": "object"}}}]
@@ -221,7 +221,7 @@ def test_markdown_keeps_tool_output_holding_its_own_fences_in_one_code_block(qui
 
 
 def test_a_cut_off_export_is_imported_up_to_its_bad_lines_and_the_other_files_too(quill, tmp_path):
-    """A truncated or edited export (new-user trial: `head -c` of an export) is reported line
+    """A truncated or edited export (e.g. `head -c` of an export) is reported line
     by line like any other format and the rest of it, and of the other files named, is still
     imported (it stopped the whole import with exit 2 and no file name)."""
     for i in range(3):
@@ -252,7 +252,7 @@ def test_a_cut_off_export_is_imported_up_to_its_bad_lines_and_the_other_files_to
 
 def test_importing_an_export_again_spools_nothing(quill, tmp_path):
     """The README's promise for every import: a repeat spools only what the store lacks. An
-    export imported a second time said "N new" and doubled the spool (new-user trial); its
+    export imported a second time said "N new" and doubled the spool; its
     ops whose batch ids the store has applied are now skipped and counted as stored."""
     for i in range(3):
         quill.run("push", "--session", f"s{i}", input=json.dumps({"role": "user", "content": f"message {i}"}) + "\n")

@@ -1,4 +1,4 @@
-"""Issue 11: honest fleet state. Run-dir state from a dead process is history, not the
+"""Honest fleet state. Run-dir state from a dead process is history, not the
 present; process identity survives a shift of the kernel's boot-time estimate; restarts keep
 the writer up and every crash-looping role is named."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""FTS-only damage (issue 5): the search indexes are detached, writes go on, search falls back
+"""FTS-only damage: the search indexes are detached, writes go on, search falls back
 to a scan and says so, and the rebuild job restores them. Real page overwrites.
 SQLite only: FTS5 tables in the store file (PostgreSQL's GIN indexes are maintained by the
 server; its index damage is test_pg_amcheck.py)."""

@@ -88,7 +88,7 @@ def test_orphan_adoption_skips_a_session_whose_delete_is_pending(quill, home):
 def test_a_damaged_delete_in_the_spool_is_not_pending(tmp_path):
     """The writer quarantines a delete whose checksum fails, it never applies it: the import
     must not treat its sessions as deleted (it would re-spool them under new batch ids)."""
-    from quill.ops.pending_deletes import pending_deletes_from
+    from quill.ops.transfer.pending_deletes import pending_deletes_from
     from quill.spool import Spool
     spool_dir = tmp_path / "spool"
     with Spool(spool_dir) as sp:

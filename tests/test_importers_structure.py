@@ -1,5 +1,5 @@
-"""Transcript structure survives import (issue 12 part A), on small synthetic files in the real
-formats, imported through the real spool into a real SQLite store (ops/import_spool.py, the
+"""Transcript structure survives import, on small synthetic files in the real
+formats, imported through the real spool into a real SQLite store (ops/transfer/import_spool.py, the
 writer's apply_chunk) and read back through the store's projections."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from quill.store import Reader
 from importers_helpers import cc, codex_assistant, codex_line, codex_user, store, texts, write_jsonl  # noqa: F401 (store: fixture)
 
 
-# ----------------------------------------------------------------- A1 sidechains / subagents
+# -------------------------------------------------------------------- sidechains / subagents
 
 def test_inline_sidechains_become_delegate_children_linked_to_the_task_call(store, tmp_path):
     recs = [cc("u1", "user", "build it", None),
@@ -81,7 +81,7 @@ def test_a_subagent_file_imported_alone_is_still_linked_to_its_task_call(tmp_pat
     assert child.session["meta"]["parent_tool_call_id"] == "toolu_Z"
 
 
-# ----------------------------------------------------------------- A2 compaction
+# -------------------------------------------------------------------- compaction
 
 def test_claude_code_compact_boundary_and_summary_give_a_shorter_model_view(store, tmp_path):
     recs = [cc("u1", "user", "first question", None), cc("a1", "assistant", [{"type": "text", "text": "first answer"}], "u1"),
@@ -133,7 +133,7 @@ def test_codex_compacted_without_history_uses_its_message(store, tmp_path):
     assert texts(store.view("codex:cx2", "model")) == ["summary of q and a", "q2"]
 
 
-# ----------------------------------------------------------------- A3 rewound branches
+# -------------------------------------------------------------------- rewound branches
 
 def test_claude_code_abandoned_exchange_is_rewound(store, tmp_path):
     # 6 records: u1 -> a1 -> u2 -> a2 (abandoned), then the user rewinds to a1 and asks again.
@@ -193,7 +193,7 @@ def test_codex_rollback_of_more_turns_than_known_is_reported(tmp_path):
     assert [(p.line, p.kind) for p in pf.problems] == [(5, "repaired"), (6, "skipped")]
 
 
-# ----------------------------------------------------------------- A4 format drift
+# -------------------------------------------------------------------- format drift
 
 def test_claude_code_file_starting_with_bookkeeping_and_unknown_types_is_detected(store, tmp_path):
     head = [{"type": "summary", "summary": "Old title", "leafUuid": "zz"},
@@ -240,7 +240,7 @@ def test_multi_file_import_with_a_rejected_file_exits_1_and_names_it(quill, tmp_
     assert [(e["path"], e["skipped"]) for e in report] == [(str(good), None), (str(bad), "format not recognised")]
 
 
-# ----------------------------------------------------------------- A5 titles
+# -------------------------------------------------------------------- titles
 
 def test_titles_custom_over_ai_over_summary_and_codex_thread_names(store, tmp_path):
     a = write_jsonl(tmp_path / "a.jsonl", [
@@ -285,7 +285,7 @@ def test_a_title_added_to_a_grown_file_is_applied_on_reimport(store, tmp_path):
     assert store.session("claude-code:o1")["title"] is None
 
 
-# ----------------------------------------------------------------- A7 Gemini CLI
+# -------------------------------------------------------------------- Gemini CLI
 
 #: A Gemini CLI session file (one JSON document), as the CLI writes it; also the fuzz seed of
 #: tests/test_importer_fuzz.py.
@@ -319,7 +319,7 @@ def test_gemini_cli_session(store, tmp_path):
     assert s["model"] == "gemini-2.5-flash" and s["meta"]["entry_counts"] == {"user": 2, "gemini": 1, "info": 1}
 
 
-# ----------------------------------------------------------------- A8 re-import
+# -------------------------------------------------------------------- re-import
 
 def test_reimport_spools_nothing_and_a_grown_file_only_its_new_messages(store, tmp_path):
     recs = [cc("u1", "user", "hello", None), cc("a1", "assistant", "hi", "u1"),
@@ -348,7 +348,7 @@ def test_reimport_through_the_cli_reports_0_new(quill, tmp_path):
     assert quill.json("import", str(path))[0]["new"] == 0
 
 
-# ----------------------------------------------------------------- A6 attachments stored once
+# -------------------------------------------------------------------- attachments stored once
 
 def _b64(seed: int, n: int = 3000) -> str:
     import base64

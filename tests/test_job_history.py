@@ -1,4 +1,4 @@
-"""Issue 11.2–11.4: jobs are never silently lost or misreported, and the WAL is visible and
+"""Jobs are never silently lost or misreported, and the WAL is visible and
 bounded — with real fleets, real kill -9s and a real reader holding a snapshot."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 10 item 1: jobs change canonical rows only through spool ops (``sessions.delete``,
+"""Jobs change canonical rows only through spool ops (``sessions.delete``,
 ``session.end`` with ``only_if``), so replay reproduces what they did. Real spool, real store,
 real CLI subprocesses for the end-to-end example."""
 from __future__ import annotations
@@ -62,8 +62,8 @@ def test_prune_then_recover_does_not_bring_the_pruned_chain_back(quill, home):
 
 
 def test_quill_jobs_run_prunes_only_the_configured_sources(quill, home):
-    """Report defect 2 end to end: with ``[prune] sources = ["cron"]`` an ended claude-code
-    session past retention was deleted by ``quill jobs run auto_prune``. Every prune job gets
+    """Prune sources end to end: with ``[prune] sources = ["cron"]`` an ended claude-code
+    session past retention is kept by ``quill jobs run auto_prune``. Every prune job gets
     the configured sources (jobs.catalog params): auto_prune, delete_empty, orphan_sweep."""
     home.mkdir(parents=True)
     (home / "config.toml").write_text('[prune]\nretention_s = 1\nstale_after_s = 1\nsources = ["cron"]\n')

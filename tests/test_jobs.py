@@ -96,7 +96,7 @@ def test_missed_runs_are_coalesced_into_one(quill, home):
 
 
 def test_a_window_missed_days_ago_runs_once_at_the_next_start(quill, home):
-    """Issue 11.2: a host asleep through a nightly window runs the job once when it is back."""
+    """A host asleep through a nightly window runs the job once when it is back."""
     _backdate(home, "quick_check", seconds_ago=3 * 86400, every_s=86400)   # three missed nights
     quill.run("push", "--session", "m", input='{"role": "user", "content": "hello"}')
     quill.run("run", "--until-idle", "--timeout", "120")

@@ -1,4 +1,4 @@
-"""Conversation keys, resume, orphans (issue 14 §2) and deleting on request (§4)."""
+"""Conversation keys, resume, orphans and deleting on request."""
 from __future__ import annotations
 
 import base64

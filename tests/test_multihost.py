@@ -1,4 +1,4 @@
-"""Several hosts, one PostgreSQL store (issue 16, "Proven by"): four data dirs, each with its
+"""Several hosts, one PostgreSQL store: four data dirs, each with its
 own spool, producer process and writer process, drain into one store. One host's writer is
 SIGKILLed again and again, another is stopped for a while and restarted. Every acknowledged
 message is stored exactly once, and a session written from two hosts keeps a serial order.

@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from quill import Client
-from quill.ops.errors import InvalidInputError
+from quill.ops.client.errors import InvalidInputError
 from quill.spool.record import OP_KINDS
 from quill.store.errors import InvalidOpError
 from quill.store.op_checks import CHECKS, TITLE_MAX_CHARS

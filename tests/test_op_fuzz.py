@@ -30,7 +30,7 @@ import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-from quill.ops import export
+from quill.ops.transfer import export
 from quill.spool.record import OP_KINDS
 from quill.store.errors import InvalidOpError
 from quill.store.precheck import precheck
@@ -252,7 +252,7 @@ def test_every_valid_payload_applies(op, tmp_path):
         store.close()
 
 
-# -- the defects this property test found, one example each ----------------------------------
+# -- cases the property above must cover, one example each ------------------------------------
 
 @pytest.mark.parametrize("op, data, reason", [
     ("session.create", {"session_id": "s", "tools": {"a": 1}}, "invalid-field"),

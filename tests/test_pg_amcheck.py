@@ -1,4 +1,4 @@
-"""amcheck on a PostgreSQL store (issue 16): damage in a B-tree index is reported by the
+"""amcheck on a PostgreSQL store: damage in a B-tree index is reported by the
 integrity job, halts every host's writes (as SQLite's check halts its writer), survives
 ``quill recover`` while the damage is there, and is lifted by it after ``REINDEX``.
 

@@ -1,6 +1,6 @@
 """Every read surface of a data dir on the PostgreSQL store reads that store: the client
 library, `wait`, the CLI's listings, transcripts, search and export, the HTTP API and the
-dashboard (ops/stores.py). A data dir in multi-machine mode has no state.db; a reader that
+dashboard (ops/client/stores.py). A data dir in multi-machine mode has no state.db; a reader that
 opened one would answer "no store" or nothing at all while the rows are in PostgreSQL.
 Real server, real spool, the real writer's drain and the real CLI and HTTP server."""
 from __future__ import annotations
@@ -20,7 +20,7 @@ WORD = "zephyrine"
 
 def _drain(home) -> None:
     from quill.ops import config, logs
-    from quill.ops.recover_pg import drain
+    from quill.ops.recover.postgres import drain
     drain(config.load(home), logs.configure(None, "test"))
 
 

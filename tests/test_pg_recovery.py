@@ -1,4 +1,4 @@
-"""Recovery of a PostgreSQL store from PostgreSQL's own backup (issue 16): ``pg_dump`` →
+"""Recovery of a PostgreSQL store from PostgreSQL's own backup: ``pg_dump`` →
 more writes → the database is dropped → ``pg_restore`` → ``quill recover`` on every host
 replays its spool from the cursor the restored database holds → nothing lost, nothing twice.
 Real server, real ``pg_dump``/``pg_restore``, the real CLI; PostgreSQL only by nature (on

@@ -6,8 +6,8 @@ serial order (docs/backends.md, "Per-session lock").
 
 Two hosts = two spools with their own spool ids on one real PostgreSQL schema. Host B's chunk
 is held open at the point ``apply_chunk`` reaches after its locks (BEGIN, locks, the ops
-applied, no COMMIT yet), so the interleaving that lost rows in the attack (report defect 3:
-36,000 message rows left without a session) is reproduced every time, not by chance."""
+applied, no COMMIT yet), so the interleaving that can lose rows (message rows left without a
+session) is reproduced every time, not by chance."""
 from __future__ import annotations
 
 import threading

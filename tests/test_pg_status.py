@@ -1,4 +1,4 @@
-"""``quill status`` and ``quill doctor`` on a PostgreSQL store (issue 16): the server, the
+"""``quill status`` and ``quill doctor`` on a PostgreSQL store: the server, the
 store's size, every host's cursor, the last amcheck run from the shared job history, and the
 URL with its password redacted. Real server, real data dirs, the real CLI."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Property (issue 10): the spool is the log of every change, so a store rebuilt from ANY
+"""Property: the spool is the log of every change, so a store rebuilt from ANY
 verified snapshot + spool replay holds exactly the live store's canonical content.
 
 Each seeded sequence appends random ops of every kind (creates with lineage and owners,
@@ -9,7 +9,7 @@ small random chunks, runs the real store jobs between chunks (auto-prune, delete
 orphan sweep — which append ops — plus VACUUM, FTS rebuild/optimize/merge, checkpoints) and
 takes real snapshots (``jobs.worker_jobs.snapshot``) at random points. At the end, the live
 store is compared with a replay of the whole spool and with each snapshot + replay
-(``ops.replay.replay``), table by table (``CANONICAL``), every column.
+(``ops.recover.replay.replay``), table by table (``CANONICAL``), every column.
 
 Default run: ``QUILL_PROPERTY_N`` sequences (default 8, seeds 0…N-1); ``QUILL_PROPERTY_N=200``
 for the long run. ``QUILL_PROPERTY_SEED=k`` reruns one seed.
@@ -27,9 +27,9 @@ import pytest
 
 from quill.jobs import prune, store_jobs
 from quill.jobs.worker_jobs import snapshot
-from quill.ops.replay import replay
+from quill.ops.recover.replay import replay
 from quill.spool import Quarantine, Spool, SpoolReader
-from quill.store import index_slice, open_writer
+from quill.store import index_slice, open_writer, schema
 from quill.store.factory import open_url
 from quill.workers.drain import Drain
 
@@ -38,12 +38,11 @@ SEEDS = [int(os.environ["QUILL_PROPERTY_SEED"])] if os.environ.get("QUILL_PROPER
 DAY = 86400.0
 SESSIONS = [f"s{i}" for i in range(6)]
 TITLES = ["alpha", "beta", "gamma", "", None]
-#: Canonical tables: what a user reads back, plus what an op writes for later ops
-#: (session_deletions). Bookkeeping (cursor, applied/rejected batches, job runs) and derived
-#: data (FTS indexes, state_meta) are excluded. The context tables were missing here, and no
-#: create carried a system prompt or tools, so a wall-clock ``created_at`` on their blobs went
-#: unseen (defect 7).
-CANONICAL = ("sessions", "messages", "blobs", "usage", "session_context", "context_values", "session_deletions")
+#: Canonical tables (the schema registry's ``CANONICAL`` role): what a user reads back, plus
+#: what an op writes for later ops (session_deletions). Bookkeeping (cursor, applied/rejected
+#: batches, job runs, state_meta) and derived data (FTS indexes) are excluded. A table added
+#: to the schema is compared here without being named.
+CANONICAL = tuple(t for t, role in schema.TABLES.items() if role == schema.CANONICAL)
 #: Each table's primary key, the dump's order (usage ids are insertion order).
 KEYS = {"blobs": "sha256", "session_deletions": "session_id"}
 PROMPTS = ["You are a careful agent. " * 20, "You are terse."]

@@ -1,4 +1,4 @@
-"""Retention job rules on real stores (issue 6): delete-empty, auto-prune's two windows,
+"""Retention job rules on real stores: delete-empty, auto-prune's two windows,
 the orphan sweep, and what happens to children. Time is passed in (``now``), never mocked."""
 from __future__ import annotations
 
@@ -120,8 +120,8 @@ def _ended_long_ago(store, sid, days, source="cron", **extra):
 
 
 def test_retention_keeps_an_active_delegate_child_of_an_expired_parent(store):
-    """Defect 4: the delete of an old ended parent took its still-running delegate with it,
-    and the figures counted only the parent's rows."""
+    """The delete of an old ended parent spares its still-running delegate, and the figures
+    count every row deleted."""
     _ended_long_ago(store, "old-parent", 40)
     _session(store, "busy-delegate", source="subagent", n=3, parent_id="old-parent", parent_kind="delegate")
     _session(store, "done-delegate", source="subagent", n=3, parent_id="old-parent", parent_kind="delegate")
@@ -148,7 +148,7 @@ def test_delete_empty_keeps_a_delegate_child_that_has_messages(store):
 
 
 def test_auto_prune_never_deletes_or_closes_a_session_of_another_source(store):
-    """Defect 2: retention deleted ended sessions of every source, not only ``sources``."""
+    """Retention deletes ended sessions of the configured ``sources`` only."""
     _ended_long_ago(store, "imported", 40, source="claude-code")
     _ended_long_ago(store, "cron-old", 40, source="cron")
     _session(store, "imported-open", source="claude-code")

@@ -1,4 +1,4 @@
-"""``quill sessions delete --purge`` (issue 14 §4): a deleted session's content leaves spool
+"""``quill sessions delete --purge``: a deleted session's content leaves spool
 segments, the quarantine and snapshots; every other record keeps its bytes and position; a
 crash (real kill -9) at any step loses nothing and a re-run finishes; the store rebuilt from
 the remaining snapshot + spool equals the live store."""
@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from quill.jobs.worker_jobs import snapshot
-from quill.ops.purge import purge
-from quill.ops.replay import replay, verify
+from quill.ops.purge.procedure import purge
+from quill.ops.recover.replay import replay, verify
 from quill.spool import Position, Quarantine, Spool, SpoolReader
 from quill.spool.purge import PURGED_OP, seal
 from quill.spool.segments import list_segments, segment_name
@@ -171,7 +171,7 @@ def test_producers_leave_a_sealed_segment_and_the_writer_follows(tmp_path):
 
 
 def test_purge_refuses_a_live_session_and_an_undeleted_one(tmp_path):
-    from quill.ops.errors import InvalidInputError, NotFoundError
+    from quill.ops.client.errors import InvalidInputError, NotFoundError
 
     h = Home(tmp_path / "home")
     h.say("a", "hi")
@@ -191,7 +191,7 @@ def test_purge_refuses_a_live_session_and_an_undeleted_one(tmp_path):
 _DRIVER = """
 import sys, time
 from pathlib import Path
-from quill.ops.purge import purge
+from quill.ops.purge.procedure import purge
 root, at = Path(sys.argv[1]), sys.argv[2]
 def step(name):
     if name.startswith(at):

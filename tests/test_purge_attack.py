@@ -1,4 +1,4 @@
-"""Attacks on ``quill spool purge`` / ``sessions delete --purge`` (h-attack): each test is a
+"""Attacks on ``quill spool purge`` / ``sessions delete --purge``: each test is a
 failing reproduction of a defect found by running the feature as an operator would."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from quill.ops.purge import purge
+from quill.ops.purge.procedure import purge
 
 from test_purge import Home, files_holding
 
@@ -68,7 +68,7 @@ def test_two_concurrent_purges_of_one_segment_keep_both_sessions_purged(tmp_path
 
 
 def _whole_spool_replay(h: Home, tmp_path: Path) -> Path:
-    from quill.ops.replay import replay
+    from quill.ops.recover.replay import replay
     from quill.spool import Position, Quarantine
 
     target = tmp_path / "whole.db"
@@ -148,7 +148,7 @@ def test_snapshot_plus_spool_after_an_interrupted_purge_equals_the_live_store(tm
     except _Killed:
         pass
     assert snap.exists()
-    from quill.ops.replay import replay
+    from quill.ops.recover.replay import replay
     from quill.spool import Quarantine
     from test_property_rebuild import dump
 
@@ -169,7 +169,7 @@ def test_replay_after_a_purge_sealed_a_torn_segment_reaches_the_records_after_it
     (CLI: push to x and a, run, delete x, append a torn fragment to 00000001.jsonl, ``quill
     spool purge x`` (sealed: true), push to a (ack at 2:0), move state.db* away, ``quill
     recover`` -> "to": "1:696", a's new message absent.)"""
-    from quill.ops.replay import replay, verify
+    from quill.ops.recover.replay import replay, verify
     from quill.spool import Position, Quarantine
     from quill.spool.segments import segment_name
 
@@ -421,7 +421,7 @@ def test_doctor_reports_an_interrupted_purge(quill):
     nothing says so: ``quill doctor`` and ``quill status`` report no unfinished purge.
     (Real kill -9 on the corpus store: killed as soon as .purge-plan.json appeared; doctor
     warned only about 'overdue jobs'; the marker stayed in the spool and both snapshots.)
-    The killed run is stood for by its plan file, written as ``ops.purge`` writes it."""
+    The killed run is stood for by its plan file, written as ``ops.purge.procedure`` writes it."""
     import json as _json
 
     quill.run("push", "--session", "x", input='{"role": "user", "content": "WORD-x-secret"}')

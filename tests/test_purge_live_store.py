@@ -1,7 +1,7 @@
 """``sessions delete --purge`` leaves no token of the deleted text in *any* file under the data
 dir, the live store (``state.db``, ``-wal``, ``-shm``) included, also when the purge is re-run
 after kill -9; ``quill doctor``/``quill status`` report a ``--purge`` delete whose purge never
-ran (new-user trial, privacy). Real fleets and real kill -9; SQLite store (purge is
+ran (privacy). Real fleets and real kill -9; SQLite store (purge is
 SQLite-only)."""
 from __future__ import annotations
 
@@ -118,11 +118,11 @@ def test_purge_rerun_after_kill9_of_the_delete_and_the_writer_leaves_nothing(qui
 
 
 def test_pending_purge_is_told_from_a_complete_one(tmp_path):
-    """``ops.purge_pending``: an applied ``purge: true`` delete whose records are still in the
+    """``ops.purge.pending``: an applied ``purge: true`` delete whose records are still in the
     spool is pending; after the purge (tombstones) it is not; a plain delete never is."""
     from test_purge import Home
 
-    from quill.ops.purge import interrupted
+    from quill.ops.purge.procedure import interrupted
 
     h = Home(tmp_path / "home")
     for sid in ("x", "plain", "keep"):
@@ -147,8 +147,8 @@ def test_a_reader_blocking_the_scrubs_checkpoint_fails_the_purge_and_a_rerun_fin
 
     from test_purge import Home, files_holding
 
-    from quill.ops.errors import StorageError
-    from quill.ops.purge import interrupted
+    from quill.ops.client.errors import StorageError
+    from quill.ops.purge.procedure import interrupted
 
     h = Home(tmp_path / "home")
     h.append("session.create", {"session_id": "x", "source": "cli"})

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from quill.ops.cli_quarantine import retry_op
+from quill.ops.cli.quarantine import retry_op
 from quill.spool import Position, Quarantine, Spool
 
 REUSED = "11111111-1111-4111-8111-111111111111"

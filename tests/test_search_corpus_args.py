@@ -1,6 +1,6 @@
-"""Issue 12 B1 on the whole corpus: every word of every tool-call argument in the real
-transcripts (decoded as a reader decodes them, tokenised by the index's own tokenizer) is
-found by search. Split from test_search_text.py (same fixtures)."""
+"""Tool-call arguments are text, on the whole corpus: every word of every tool-call argument
+in the real transcripts (decoded as a reader decodes them, tokenised by the index's own
+tokenizer) is found by search. Split from test_search_text.py (same fixtures)."""
 from __future__ import annotations
 
 import json
@@ -58,7 +58,7 @@ def _argument_words(tool_calls_json: str) -> set[str]:
 def test_every_word_of_every_tool_call_argument_in_the_corpus_is_found(store):
     if store.kind == "postgres":
         pytest.skip("SQLite only: reads the FTS5 tools column directly (8 s of corpus); PostgreSQL's "
-                    "tool text (quill_tool_text) is checked through the API by the two B1 tests in test_search_text.py")
+                    "tool text (quill_tool_text) is checked through the API by the two tool-argument tests in test_search_text.py")
     from quill.ops.importers import iter_transcript_files, parse_file
     for p in iter_transcript_files([CORPUS]):
         parsed = parse_file(p)
@@ -103,4 +103,4 @@ def test_every_word_of_every_tool_call_argument_in_the_corpus_is_found(store):
     assert tried > 20
 
 
-# -- B2: reasoning -----------------------------------------------------------------------------
+# -- reasoning ---------------------------------------------------------------------------------

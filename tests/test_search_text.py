@@ -1,4 +1,4 @@
-"""Search without blind spots (issue 12 part B): tool-call arguments and reasoning as text,
+"""Search without blind spots: tool-call arguments and reasoning as text,
 FTS5-consistent case folding, emoji, lone surrogates, any query bytes, snippets on the match,
 bounded context, routes said out loud. Real SQLite files through the real spool."""
 from __future__ import annotations
@@ -31,7 +31,7 @@ def _call(call_id: str, name: str, args: object) -> dict:
 ISSUE_ARGS = json.dumps({"new_string": "first line\nsecondword here\tthirdword \"quotedword\" plainword"})
 
 
-# -- B1: tool-call arguments are text ------------------------------------------------------------
+# -- tool-call arguments are text ------------------------------------------------------------
 
 @pytest.mark.parametrize("indexed", [False, True])
 def test_tool_call_argument_words_after_escapes_are_found(store, indexed):
@@ -81,7 +81,7 @@ def test_reasoning_is_searchable_and_filterable(store, indexed):
             r.search("zebras", kinds=["thoughts"])
 
 
-# -- B3: case folding and emoji ----------------------------------------------------------------
+# -- case folding and emoji ----------------------------------------------------------------
 
 def test_fold_agrees_with_fts5_for_every_code_point():
     conn = apsw.Connection(":memory:")
@@ -138,7 +138,7 @@ def test_emoji_queries_find_messages_that_contain_them(store, indexed):
         assert [hit["snippet"][a:b] for a, b in hit["highlights"]] == ["🚀"]
 
 
-# -- B4: lone surrogates at the producer ---------------------------------------------------------
+# -- lone surrogates at the producer ---------------------------------------------------------
 
 def test_lone_surrogates_become_the_replacement_character_at_the_producer(store):
     store.apply("messages.append", {"session_id": "s", "messages": [user("caf\udce9 is it? \ud83d")]})
@@ -158,7 +158,7 @@ def test_surrogates_in_keys_and_nested_values_are_replaced_too(tmp_path):
     assert b"?" not in raw and "k\ufffd".encode() in raw and "v\ufffd".encode() in raw
 
 
-# -- B5: any query bytes -----------------------------------------------------------------------
+# -- any query bytes -----------------------------------------------------------------------
 
 def test_any_query_string_is_valid_at_the_api(store):
     store.apply("messages.append", {"session_id": "s\ufffd", "messages": [user("caf\udce9 menu")]})
@@ -188,7 +188,7 @@ def test_search_with_latin1_bytes_on_the_command_line(tmp_path):
             assert [h["snippet"] for h in json.loads(proc.stdout)] == ["caf\ufffd au lait"]
 
 
-# -- B6: snippets on the match -----------------------------------------------------------------
+# -- snippets on the match -----------------------------------------------------------------
 
 @pytest.mark.parametrize("indexed", [False, True])
 def test_snippets_contain_and_highlight_the_matched_words(store, indexed):
@@ -301,7 +301,7 @@ def test_excerpt_one_pass_equals_piecewise_collapse():
         assert snippet == prefix + body + ("…" if end < len(text) else ""), text
         assert marks == [m for m in want_marks if m[0] < m[1]], text
 
-# -- B7: bounded context -----------------------------------------------------------------------
+# -- bounded context -----------------------------------------------------------------------
 
 def test_context_neighbours_are_cut_to_a_bounded_preview(store):
     big = "x" * 3_000_000
@@ -318,7 +318,7 @@ def test_context_neighbours_are_cut_to_a_bounded_preview(store):
     assert hit["before"]["content"] == "run it" and "cut" not in hit["before"]
 
 
-# -- B8: routes are said -----------------------------------------------------------------------
+# -- routes are said -----------------------------------------------------------------------
 
 def test_route_says_when_a_query_goes_to_a_narrower_index():
     assert search_mod.route("hello world") == {"route": "fts", "narrower": False, "note": None}
@@ -369,7 +369,7 @@ def test_a_store_indexed_with_the_old_layout_is_re_indexed_on_open(tmp_path):
     s.close()
 
 
-# -- issue 17: the page's context in two queries equals the per-hit reads ---------------------
+# -- the page's context in two queries equals the per-hit reads ------------------------------
 
 def test_context_of_a_page_equals_each_hits_own_neighbours(store):
     from quill.store import projections
@@ -410,7 +410,7 @@ def test_context_of_a_page_equals_each_hits_own_neighbours(store):
 @pytest.mark.parametrize("indexed", [False, True])
 def test_a_query_of_only_excluded_terms_finds_nothing_and_says_why(store, indexed):
     """`NOT emoji` had its NOT dropped as a dangling operator and returned the messages that
-    *contain* emoji (new-user trial). Only excluded terms: nothing is sought, the route note
+    *contain* emoji. Only excluded terms: nothing is sought, the route note
     says so (and for a query of punctuation only); the word NOT alone is still a word."""
     store.apply("messages.append", {"session_id": "s", "messages": [
         user("an emoji here"), assistant("plain text"), user("say NOT loudly")]})

@@ -1,4 +1,4 @@
-"""Transcript semantics (issue 3): atomic ops, encodings, compaction, rewind, replace,
+"""Transcript semantics: atomic ops, encodings, compaction, rewind, replace,
 projections and their paging invariant, emptiness, titles, end reasons. Real SQLite files,
 driven through the real spool and ``apply_chunk``."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Search, lineage and listings (issue 3 §5–§7) on real SQLite files through the real spool."""
+"""Search, lineage and listings on real SQLite files through the real spool."""
 from __future__ import annotations
 
 import string

@@ -370,7 +370,7 @@ def test_wrong_typed_nested_fields_are_4xx_not_5xx(svc):
 
 
 def test_a_web_page_rebound_to_loopback_gets_no_anonymous_access(quill, home):
-    """DNS rebinding (new-user trial): a page of another site whose name resolves to 127.0.0.1
+    """DNS rebinding: a page of another site whose name resolves to 127.0.0.1
     is same-origin with the service and its requests come from the loopback address, but its
     Host and Origin name that site. Anonymous access needs both to name a loopback host; a
     token holder is not affected; nothing the refused page sent is appended."""

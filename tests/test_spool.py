@@ -159,7 +159,7 @@ def test_quarantine_is_idempotent_per_position(tmp_path):
 
 
 def test_a_long_lived_handle_never_writes_into_a_collected_segment(tmp_path):
-    """Attack finding: a purge seals segment 1 before it is full; a busy producer fills 2 and
+    """A purge seals segment 1 before it is full; a busy producer fills 2 and
     starts 3; spool GC collects 1 and 2. A handle still open on 1 saw no next segment and a
     size under the rotation limit, wrote into the unlinked file and acknowledged a record that
     nothing ever read. It must move to the newest segment instead."""

@@ -1,4 +1,4 @@
-"""The spool's fast JSON path (msgspec, issue 17) writes and reads exactly what the stdlib
+"""The spool's fast JSON path (msgspec) writes and reads exactly what the stdlib
 path would: every value decodes to what the producer passed, and every line decodes as
 ``json.loads`` decodes it."""
 from __future__ import annotations

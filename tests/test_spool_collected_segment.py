@@ -65,7 +65,7 @@ def test_append_after_only_its_own_segment_was_unlinked_moves_on(tmp_path):
 
 
 def test_client_append_after_purge_and_spool_gc_is_applied(home, quill):
-    """The attack's scenario end to end, through the CLI and a running fleet: purge seals,
+    """The scenario end to end, through the CLI and a running fleet: purge seals,
     GC deletes the sealed segment and the next, and the long-lived agent's second turn is
     applied."""
     home.mkdir(parents=True)

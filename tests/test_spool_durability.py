@@ -1,4 +1,4 @@
-"""Issue 4: exactly-once through kill -9, torn writes, bad records, disk full, many producers.
+"""Exactly-once through kill -9, torn writes, bad records, disk full, many producers.
 
 The crash-torture test is repeatable from a seed: QUILL_TORTURE_SEED (default 1234) and
 QUILL_TORTURE_KILLS (default 20) set it; the seed is printed on failure.
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from quill.ops.replay import replay
+from quill.ops.recover.replay import replay
 from quill.spool import START, Quarantine, Spool, SpoolFullError, SpoolReader
 from quill.spool.record import encode
 from quill.store import Reader

@@ -1,4 +1,4 @@
-"""Group commit in the producer (issue 17): concurrent producers share one fdatasync; the
+"""Group commit in the producer: concurrent producers share one fdatasync; the
 rendezvous file never lets a record be acknowledged on a sync that did not cover it.
 Real processes, real spool directories."""
 from __future__ import annotations

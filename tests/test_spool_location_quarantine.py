@@ -1,4 +1,4 @@
-"""Issue 10 items 4 and 5: a producer pointed at the data dir still appends where the writer
+"""A producer pointed at the data dir still appends where the writer
 drains (anything else is refused or flagged), and quarantine is scoped per store and managed
 with `quill spool quarantine …`. Real data dirs, real CLI subprocesses, real writer."""
 from __future__ import annotations

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from quill.ops import config
-from quill.ops.wait import wait_applied
+from quill.ops.client.wait import wait_applied
 from quill.spool import Position, Spool, WaitTimeoutError
 from quill.spool.retention import collect, collectable
 
@@ -85,7 +85,7 @@ def test_wait_applied_times_out_without_a_writer(tmp_path):
 def test_replay_never_applies_a_batch_that_was_refused(tmp_path):
     """A batch refused for its data is decided: replaying over a later state (or a snapshot
     that covers it) must not apply it now that it would fit."""
-    from quill.ops.replay import replay
+    from quill.ops.recover.replay import replay
     from quill.store import Reader
     spool_dir, db = tmp_path / "spool", tmp_path / "state.db"
     with Spool(spool_dir) as sp:
@@ -102,7 +102,7 @@ def test_replay_never_applies_a_batch_that_was_refused(tmp_path):
 
 
 def test_a_wait_timeout_says_why_the_writer_has_not_applied_it(quill, home, fleet):
-    """New-user trial: with the fleet up and another process holding state.db locked, the
+    """With the fleet up and another process holding state.db locked, the
     timeout asked "is `quill run` running?". It now passes on what the writer reports."""
     import apsw
     quill.run("push", "--session", "w", "--wait", "30", input='{"role": "user", "content": "first"}\n')

@@ -1,5 +1,5 @@
 """Records the writer cannot read must be refused before the ack or quarantined after it,
-never crash it (attack findings): data nested deeper than the readers' recursion allows, and
+never crash it: data nested deeper than the readers' recursion allows, and
 a checksummed line whose ``op`` is not a string. Real spool, real `quill` subprocesses."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import zlib
 import pytest
 
 from quill import Client
-from quill.ops.errors import InvalidInputError
+from quill.ops.client.errors import InvalidInputError
 from quill.spool import Spool
 from quill.spool.record import MAX_NESTING, VERSION, decode, encode, nesting_ok
 from quill.spool.errors import DamagedRecordError, InvalidOpError

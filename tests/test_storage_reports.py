@@ -1,4 +1,4 @@
-"""Issue 11.5–11.6: damage no write touches is found within the configured bound; unusual
+"""Damage no write touches is found within the configured bound; unusual
 storage (another journal mode, an unusable -shm) is reported, never silent or a crash loop."""
 from __future__ import annotations
 

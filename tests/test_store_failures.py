@@ -1,8 +1,8 @@
 """A deleted WAL, a replaced file, a damaged b-tree page — each a sticky halt while the spool
 keeps accepting, then `quill recover` with zero loss counted message by message, through real
 fleets (the in-process writer tier, tests/test_writer_inprocess.py, covers a damaged page's
-halt and swap, and a full disk). SQLite only: damage to the store file and its WAL (PostgreSQL's damage
-and recovery: test_pg_amcheck.py, test_pg_recovery.py)."""
+halt and swap, and a full disk). SQLite only: damage to the store file and its WAL
+(PostgreSQL's damage and recovery: test_pg_amcheck.py, test_pg_recovery.py)."""
 from __future__ import annotations
 
 import json
@@ -117,7 +117,7 @@ def test_foreign_database_copied_over_the_same_inode_halts(quill, home, fleet, t
 
 
 def test_snapshot_during_a_halt_on_a_replaced_store_refuses_and_names_the_halt(quill, home, fleet, tmp_path):
-    """Defect 10: another data dir's state.db restored over this one while the fleet runs; the
+    """Another data dir's state.db restored over this one while the fleet runs; the
     writer halts. `quill snapshot` then said "quill: error: not an error" (the backup API's
     SQLITE_CORRUPT came with the destination's SQLITE_OK message). It must say the writer is
     halted and to run `quill recover`, exit 1 (kind damaged), and keep no snapshot of the
@@ -245,7 +245,7 @@ def test_recover_salvages_rows_the_spool_no_longer_has(quill, home):
 
 
 def test_salvage_keeps_session_metadata_and_transcript_order(quill, home):
-    """Issue 10 item 2: the oldest segment (with the session.create ops and m1 m2) is lost;
+    """The oldest segment (with the session.create ops and m1 m2) is lost;
     recover --accept-loss must fill the sessions' columns from the old file and keep model
     order m1 m2 m3 m4 (then m5, which only the spool held)."""
     home.mkdir(parents=True)

@@ -1,4 +1,4 @@
-"""Usage and cost (issue 14 §1): shapes as sent, placeholders, counting once, pricing, CLI."""
+"""Usage and cost: shapes as sent, placeholders, counting once, pricing, CLI."""
 from __future__ import annotations
 
 import csv

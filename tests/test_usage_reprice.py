@@ -1,11 +1,11 @@
-"""``quill usage reprice`` (issue 14 §1): costs of records priced with an older genai-prices
+"""``quill usage reprice``: costs of records priced with an older genai-prices
 table are recomputed with the installed one and applied through the spool as
 ``usage.reprice`` ops, which carry the numbers (a rebuild applies the same ones)."""
 from __future__ import annotations
 
 import json
 
-from quill.ops.replay import replay
+from quill.ops.recover.replay import replay
 from quill.spool import Quarantine
 from quill.store.connection import open_reader, open_writer
 from quill.store.usage import price_version

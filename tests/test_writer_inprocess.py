@@ -102,7 +102,7 @@ def test_a_damaged_btree_page_halts_sticky_and_recovery_loses_nothing(w):
     accepting, a restarted writer honours the halt before opening, and recovery (snapshot +
     spool replay, swapped in by the halted writer that holds the lease) loses nothing."""
     from quill.jobs.worker_jobs import snapshot
-    from quill.ops.recover import rebuild
+    from quill.ops.recover.sqlite import rebuild
     _push(w, "d", 0, 300)
     w.until_idle()
     snapshot(str(w.cfg.state_db), str(w.cfg.snapshots_dir))

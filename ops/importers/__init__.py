@@ -8,7 +8,7 @@ Public API::
     iter_transcript_files(paths) -> files as given, folders walked recursively (sorted), no *.md
 
 Events (``events.py``): ``SessionStart``, ``Message``, ``Compact``, ``Rewind``; the CLI spools
-them as ops (ops/import_spool.py); ``parse_file`` collects them (tests, small files).
+them as ops (ops/transfer/import_spool.py); ``parse_file`` collects them (tests, small files).
 
 The format is sniffed from the CONTENT, never the extension:
 

@@ -11,7 +11,7 @@ message per item, id = "line:<n>" (source line number):
 * ``reasoning`` summary/content text is attached to the next assistant-side
   message (empty/encrypted-only reasoning is counted, not emitted).
 
-Structure (issue 12, A2-A5), streamed in two passes (pass 1 reads only record types,
+Structure, streamed in two passes (pass 1 reads only record types,
 the session meta, turn models and thread names):
 
 * a ``compacted`` record is a compaction: its ``replacement_history`` (mapped item by item
@@ -340,9 +340,9 @@ def _token_count(st: _State, p: dict) -> tuple[dict, Any] | None:
     repeat. Codex repeats an event (rate-limit updates, resumes) with the same cumulative
     ``total_token_usage``: a call is new only when that total changed, and the total names it
     (the ``response_id``) so re-imports count it once. The usage is the change of the running
-    total — usually equal to ``last_token_usage``, but a call with no event of its own
-    (measured in the corpus: one rollout's total grows by 176,398 input tokens where
-    ``last_token_usage`` says 88,063) is only in the total. A total that went down (a
+    total — usually equal to ``last_token_usage``, but a call with no event of its own (the
+    corpus has rollouts whose total grows by more than ``last_token_usage`` says) is only in
+    the total. A total that went down (a
     resumed rollout restarting its count) falls back to ``last_token_usage``."""
     info = p.get("info")
     if not isinstance(info, dict) or not isinstance(info.get("last_token_usage"), dict):

@@ -46,8 +46,8 @@ except ImportError as exc:  # the SDK is the caller's dependency, not Quill's (p
                       "pip install 'openai-agents>=0.21' (a Quill checkout: pip install -e '.[agents]')",
                       name=exc.name) from exc
 
-from quill.ops.aclient import AsyncClient
-from quill.ops.errors import NotFoundError, QuarantinedError
+from quill.ops.client.aclient import AsyncClient
+from quill.ops.client.errors import NotFoundError, QuarantinedError
 
 #: The message field that keeps the SDK item verbatim.
 ITEM_FIELD = "openai_agents_item"

@@ -25,10 +25,10 @@ from quill.store.errors import CantOpenError, InvalidOpError, StoreError
 from quill.store.precheck import precheck
 from quill.store.reads import Reader
 
-from .. import health
-from ..client import Client
-from ..stores import open_reader
-from ..errors import InvalidInputError, NotFoundError, QuillError, SpoolFullError as QuillSpoolFull
+from ..status import health
+from ..client.client import Client
+from ..client.stores import open_reader
+from ..client.errors import InvalidInputError, NotFoundError, QuillError, SpoolFullError as QuillSpoolFull
 from . import views
 from .auth import require
 from .errors import ERROR_SCHEMA, ApiError
@@ -38,8 +38,8 @@ _ERRORS = {code: {"description": desc, "content": {"application/json": {"schema"
                               (422, "invalid request"), (503, "store or spool unavailable"))}
 class _SessionIdConvertor(PathConvertor):
     """``{session_id:sid}``: any text, ``/`` and line breaks included. Starlette's ``path``
-    convertor is ``.*``, which stops at a newline, so an id holding one matched no route (an
-    undocumented 404, found by the fuzz test) or, ending in one, was cut to the text before
+    convertor is ``.*``, which stops at a newline, so an id holding one would match no route (an
+    undocumented 404) or, ending in one, would be cut to the text before
     it; the id rule (``session_id_problem``, 422) then judges the whole id."""
 
     regex = "(?s:.*)"

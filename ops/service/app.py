@@ -14,7 +14,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..client import Client
+from ..client.client import Client
 
 from . import api, dashboard, errors, metrics
 from .auth import require

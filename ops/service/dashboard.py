@@ -26,8 +26,8 @@ from quill.spool import Quarantine
 from quill.store.errors import CantOpenError
 from quill.store.reads import Reader
 
-from .. import health
-from ..stores import open_reader
+from ..status import health
+from ..client.stores import open_reader
 from . import api, views
 from .auth import COOKIE, principal
 from .errors import ApiError

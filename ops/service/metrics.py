@@ -1,4 +1,4 @@
-"""``/metrics``: the figures of ``quill.ops.health.collect`` in Prometheus text format.
+"""``/metrics``: the figures of ``quill.ops.status.health.collect`` in Prometheus text format.
 
 A custom collector reads them at scrape time (nothing is cached or counted here), so the
 numbers are exactly those of ``quill status --json`` under ``"metrics"``. Metric names carry
@@ -13,7 +13,7 @@ from prometheus_client.core import (CollectorRegistry, CounterMetricFamily, Gaug
                                     HistogramMetricFamily, Metric)
 from prometheus_client.exposition import generate_latest
 
-from .. import health
+from ..status import health
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 

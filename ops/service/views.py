@@ -10,8 +10,8 @@ from quill.store.errors import StoreError
 from quill.store.reads import Reader
 from quill.workers.scheduler import describe, edit_schedules
 
-from .. import health
-from ..stores import open_reader
+from ..status import health
+from ..client.stores import open_reader
 from .errors import ApiError
 
 T = TypeVar("T")

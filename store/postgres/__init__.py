@@ -63,8 +63,7 @@ class PostgresBackend:
         granted role). Raises ``ValueError`` for another job."""
         if job not in MAINTENANCE_JOBS[self.kind]:
             raise ValueError(f"{job!r} is not a maintenance job of the {self.kind} store")
-        tables = ("sessions", "messages", "spool_cursor", "applied_batches", "rejected_batches", "job_runs",
-                  "session_deletions")
+        tables = tuple(schema.TABLES)
         if job == "analyze":
             for t in tables:
                 self.conn.execute(f"ANALYZE {t}")
@@ -86,7 +85,7 @@ class PostgresBackend:
             problems += [f"{t} block {r[0]}: {r[1]}" for r in self.conn.execute(
                 f'SELECT blkno, msg FROM "{amcheck}".verify_heapam(?::regclass)', (t,))]
         return {"ok": not problems, "problems": problems, "indexes_checked": len(indexes),
-                "tables_checked": len(tables), "host": socket.gethostname()}
+                "tables_checked": len(tables), "tables": list(tables), "host": socket.gethostname()}
 
     def close(self) -> None:
         with contextlib.suppress(Exception):

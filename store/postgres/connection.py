@@ -103,9 +103,9 @@ class PgConnection:
         with mapped():
             # prepare_threshold=None: no server-side prepared statements. A prepared search
             # turns into a generic plan after five runs, and a generic plan cannot see the
-            # pattern of ``left(content, 2000) ILIKE $1``: measured, it walked every row (1-1.5 s
-            # at 20k messages instead of ~0.2 ms through the trigram index). Also what PgBouncer
-            # in transaction mode needs.
+            # pattern of ``left(content, 2000) ILIKE $1``, so it walks every row instead of
+            # using the trigram index (bench/RESULTS.md). Also what PgBouncer in transaction
+            # mode needs.
             self.raw = psycopg.connect(url, autocommit=True, application_name=application_name,
                                        connect_timeout=10, prepare_threshold=None)
         self._changes = 0

@@ -17,10 +17,9 @@ from . import schema
 from . import search as pg_search
 from .connection import PgConnection, redact
 
-#: Tables whose size ``server_figures`` sums (the store's own; APScheduler's job store lives
-#: in the same database but is not the store).
-_STORE_TABLES = ("sessions", "messages", "blobs", "usage", "spool_cursor", "applied_batches",
-                 "rejected_batches", "job_runs", "state_meta", "session_deletions")
+#: Tables whose size ``server_figures`` sums (the store's own, from the schema registry;
+#: APScheduler's job store lives in the same database but is not the store).
+_STORE_TABLES = tuple(schema.TABLES)
 
 
 class PgReader(Reader):

@@ -42,10 +42,6 @@ WORD_INDEX_CHARS = 100_000
 _MIGRATE_LOCK_SQL = "SELECT pg_advisory_lock(hashtextextended('quill-migrate:' || current_schema(), 0))"
 _UNLOCK_SQL = "SELECT pg_advisory_unlock(hashtextextended('quill-migrate:' || current_schema(), 0))"
 
-#: Tables whose PostgreSQL shape differs from SQLite's (per-spool cursor, store-wide batch
-#: ids recorded with their spool): defined in ``PG_DDL``, skipped when translating.
-_OWN_TABLES = frozenset({"spool_cursor", "applied_batches", "rejected_batches"})
-
 #: PostgreSQL-only objects, created idempotently after the translated schema at every version
 #: change: SQLite compatibility functions, the search functions and indexes, the per-spool
 #: cursor and batch tables, autovacuum settings.
@@ -77,8 +73,8 @@ END $$;
 -- Every ASCII punctuation character becomes a space before the parser sees the text, so
 -- "src/main.py", "a@b.com" or "chat-send" are plain words as in FTS5's unicode61 (the default
 -- parser would keep them as one file/email/hyphenated token); non-ASCII punctuation is
--- already a separator for the parser. Nested replace() is ~5x cheaper than
--- regexp_replace('[^[:alnum:]]+') here (measured: 0.10 vs 0.51 ms per message).
+-- already a separator for the parser. Nested replace() is several times cheaper
+-- than regexp_replace('[^[:alnum:]]+') here (bench/RESULTS.md).
 CREATE OR REPLACE FUNCTION {s}.quill_words(content text, tool_calls text) RETURNS tsvector
 LANGUAGE sql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog AS $$
     SELECT to_tsvector('simple'::regconfig, {punct_to_space})
@@ -134,8 +130,8 @@ $$;
 
 
 -- Stored, not an index expression: a search recheck or filter reads the vector instead of
--- re-parsing the text (measured: an expression index made a rare-word search re-run the
--- function on every row the planner walked, seconds on 4k rows).
+-- re-parsing the text (an expression index makes a rare-word search re-run the function on
+-- every row the planner walks).
 ALTER TABLE messages ADD COLUMN IF NOT EXISTS words tsvector
     GENERATED ALWAYS AS ({s}.quill_words(content, tool_calls, reasoning)) STORED;
 CREATE INDEX IF NOT EXISTS messages_words ON messages USING gin (words);
@@ -165,6 +161,12 @@ CREATE TABLE IF NOT EXISTS rejected_batches (
     rejected_at double precision NOT NULL
 );
 """
+
+_CREATE_TABLE = re.compile(r"^\s*CREATE\s+TABLE\s+IF\s+NOT\s+EXISTS\s+(\w+)", re.I | re.M)
+#: Tables whose PostgreSQL shape differs from SQLite's (per-spool cursor, store-wide batch
+#: ids recorded with their spool): the ones ``PG_DDL`` creates, skipped when translating.
+_OWN_TABLES = frozenset(_CREATE_TABLE.findall(PG_DDL))
+
 
 def _punct_to_space(expr: str) -> str:
     """SQL replacing every ASCII punctuation character of ``expr`` by a space."""
@@ -200,6 +202,24 @@ def translate_ddl(ddl: str) -> str:
             body = pattern.sub(repl, body)
         out.append(body + ";")
     return "\n".join(out)
+
+
+def _registry() -> dict[str, str]:
+    """``{table: role}`` for every table the PostgreSQL schema creates (the translated SQLite
+    ``DDL`` plus ``PG_DDL``), in the order of SQLite's registry (``store.schema.TABLES``),
+    with its roles. Raises ``RuntimeError`` unless those are exactly SQLite's ordinary tables
+    (``STORE_TABLES``): both backends hold the same tables, only their shapes may differ."""
+    created = set(_CREATE_TABLE.findall(translate_ddl(sqlite_schema.DDL) + PG_DDL))
+    if created != set(sqlite_schema.STORE_TABLES):
+        raise RuntimeError(f"PostgreSQL tables {sorted(created)} differ from SQLite's "
+                           f"{sorted(sqlite_schema.STORE_TABLES)}")
+    return {t: sqlite_schema.TABLES[t] for t in sqlite_schema.STORE_TABLES}
+
+
+#: Every table of a PostgreSQL store → its role (``store.schema.CANONICAL``/``BOOKKEEPING``;
+#: no ``FTS`` tables: search indexes live on ``messages``), derived from the DDL it runs. The
+#: maintenance jobs (ANALYZE, amcheck's ``verify_heapam``) and the size figures walk it.
+TABLES: dict[str, str] = _registry()
 
 
 #: SQL condition (row aliased ``m`` or bare) for rows the trigram index covers; a query must

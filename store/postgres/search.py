@@ -57,10 +57,10 @@ def tsquery(plan: query.Plan, kinds: tuple[str, ...] = KINDS) -> str:
 #: A match condition the planner expects on at most this many rows is searched index-first
 #: (GIN bitmap, then the newest ``limit`` of the matches: ``ORDER BY m.id + 0``, an order the
 #: primary key cannot supply); a more common one walks the primary key newest-first, where
-#: matches come quickly. Either plan alone has a bad case (backends study, 1M rows: the
-#: backwards walk for a term only old rows hold took 333 ms vs 6.8 ms index-first; index-first
-#: for a term in 20 % of rows took 329 ms vs 0.12 ms walking), so the planner's own row
-#: estimate for the condition picks one. Measured in bench/backends.py.
+#: matches come quickly. Either plan alone has a bad case (the
+#: backwards walk for a term only old rows hold; index-first for a term in many rows, each
+#: orders of magnitude slower than the other plan), so the planner's own row estimate for the
+#: condition picks one. Measured in bench/backends.py; figures in bench/RESULTS.md.
 INDEX_FIRST_MAX_ROWS = 5000
 
 

@@ -1,0 +1,92 @@
+"""``quill import``: transcript files and folders into the spool, with a progress bar."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.markup import escape
+
+from quill.spool import Spool, SpoolError
+
+from . import render
+from .base import emit_json, json_option
+from ..client.errors import Exit, InvalidInputError, from_exception
+from ..transfer.export import import_export, is_quill_export
+from ..transfer.import_spool import import_file, open_store_view
+from ..transfer.pending_deletes import pending_deletes
+from ..importers import iter_transcript_files
+
+
+@click.command(name="import")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@json_option
+@click.pass_context
+def import_(ctx: click.Context, paths: tuple[Path, ...], as_json: bool) -> None:
+    """Import transcript files or folders (Claude Code, Codex, Gemini CLI, ShareGPT/Hermes,
+    OpenAI chat; docs/importers.md) and Quill's own exports (`quill export`).
+
+    The format is detected per file. Re-importing is cheap and safe: only messages the store
+    does not hold yet are spooled ("0 new" otherwise). Bad lines are reported (file, line,
+    reason) and skipped; the rest of the file is imported. Exits 1 when any file was not
+    recognised (each is named).
+    """
+    cfg = ctx.obj
+    skipped_md: list[Path] = []
+    files = list(iter_transcript_files(paths, skipped_md))
+    report: list[dict[str, Any]] = []
+    con = render.console()
+    store = open_store_view(cfg)
+    try:
+        with Spool(cfg.spool_dir, segment_bytes=cfg.segment_bytes) as spool, \
+                render.progress(not as_json) as progress:
+            pending = pending_deletes(spool.dir, store)  # once: the files below add no deletes
+            task = progress.add_task("importing", total=len(files))
+            for path in files:
+                try:
+                    if is_quill_export(path):  # `quill export` output: its ops as they are
+                        report.append(import_export(spool, path, store))
+                    else:
+                        report.append(import_file(spool, path, store, pending).as_dict())
+                except ValueError as exc:
+                    raise InvalidInputError(f"{path}: {exc}; what was read before it was spooled") from exc
+                except SpoolError as exc:
+                    error = from_exception(exc)
+                    error.message = f"{path}: {error.message}"
+                    raise error from exc
+                progress.advance(task)
+    finally:
+        if store is not None:
+            store.close()
+    rejected = [e["path"] for e in report if e["format"] is None]
+    if skipped_md:  # on stderr, so --json output stays one JSON value
+        click.echo(f"quill: skipped {len(skipped_md)} .md file(s) in the folders (documentation, not transcripts): "
+                   + ", ".join(str(p) for p in skipped_md), err=True)
+    if as_json:
+        emit_json(report)
+        ctx.exit(Exit.FAILED if rejected or not report else Exit.OK)
+    for e in report:
+        path = escape(e["path"])
+        if e["format"] is None:
+            con.print(f"[red]rejected[/red] {path}: format not recognised")
+            continue
+        from_file = e["new"] - e["new_from_compactions"]
+        con.print(f"{e['format']:<12} {path}: {e['sessions']} session(s); {e['messages']} message(s) read: "
+                  f"{from_file} new, {e['already_stored']} already stored"
+                  + (f"; {e['new_from_compactions']} compaction summary message(s) new" if e["new_from_compactions"]
+                     else ""))
+        for p in e["problems"]:
+            where = f"{path}:{p['line']}" if p["line"] is not None else path
+            con.print(f"  [yellow]{p['kind']}[/yellow] {where}: {escape(p['reason'])}")
+    total = sum(e["new"] for e in report)
+    stored = sum(e["already_stored"] for e in report)
+    recognised = len(report) - len(rejected)
+    from quill.workers.rundir import RunDir
+    running = RunDir(cfg.home).fleet_running()
+    con.print(f"spooled {total} new message(s) from {recognised} file(s)"
+              + (f" ({stored} already stored)" if stored else "") + "; "
+              + ("the running fleet applies them" if running else "`quill run` applies them"))
+    if rejected:
+        con.print(f"[red]{len(rejected)} file(s) not imported (format not recognised):[/red] "
+                  + ", ".join(escape(r) for r in rejected))
+        ctx.exit(Exit.FAILED)

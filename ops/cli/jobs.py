@@ -1,0 +1,298 @@
+"""``quill jobs list|run|history`` and ``quill schedule list|add|pause|resume|remove``.
+
+Schedules live in ``schedule.db`` (APScheduler's SQLAlchemy job store). The CLI edits that
+store through a paused scheduler instance — it never runs jobs itself — and the fleet's
+scheduler re-reads the store every second.
+"""
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+import click
+from apscheduler.jobstores.base import JobLookupError
+from apscheduler.triggers.cron import CronTrigger
+from apscheduler.triggers.interval import IntervalTrigger
+from rich.markup import escape
+from rich.table import Table
+
+from quill.jobs import catalog
+from quill.jobs import schedule as schedule_db
+from quill.jobs.queues import build_for
+from quill.store.errors import CantOpenError
+from quill.workers.scheduler import describe, edit_schedules
+
+from . import render
+from .base import emit_json, json_option
+from ..client.errors import Exit, NotFoundError, WaitTimeoutError
+from ..client.stores import open_reader
+
+_EVERY = re.compile(r"^(\d+)\s*([smhd])$")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
+
+
+def _history(cfg: Any, job: str | None, limit: int) -> list[dict[str, Any]]:
+    try:
+        with open_reader(cfg) as r:
+            return r.job_runs(job=job, limit=limit)
+    except CantOpenError:
+        return []
+
+
+def _default_of(spec: Any) -> dict[str, Any] | None:
+    """A catalog job's default schedule as JSON values (None: on demand only)."""
+    return {"trigger": spec.trigger, **spec.trigger_args} if spec.trigger else None
+
+
+def _describe_default(default: dict[str, Any] | None) -> str:
+    """``{"trigger": "interval", "minutes": 5}`` → ``every 5 minutes``; cron fields as given."""
+    if default is None:
+        return "on demand"
+    args = {k: v for k, v in default.items() if k != "trigger"}
+    if default["trigger"] == "interval":  # "every 1 hour", "every 5 minutes"
+        return "every " + " ".join(f"{v} {k[:-1] if v == 1 and k.endswith('s') else k}" for k, v in args.items())
+    return f"{default['trigger']} " + " ".join(f"{k}={v}" for k, v in args.items())
+
+
+@click.group()
+def jobs() -> None:
+    """Maintenance jobs: what exists, run one now, past runs."""
+
+
+@jobs.command(name="list")
+@json_option
+@click.pass_obj
+def jobs_list(cfg: Any, as_json: bool) -> None:
+    """Every job this data dir's store kind can run, with where it runs, its default schedule
+    and its last run (PostgreSQL jobs are listed only with a PostgreSQL store, and back)."""
+    last = {}
+    for run in reversed(_history(cfg, None, 500)):
+        last[run["job"]] = run
+    rows = [{"name": j.name, "runs_on": "writer" if j.kind == "store" else "job worker",
+             "description": j.description,
+             "default": _default_of(j),
+             "last_outcome": last.get(j.name, {}).get("outcome"),
+             "last_started_at": last.get(j.name, {}).get("started_at")} for j in catalog.JOBS
+            if not j.internal and j.backend in ("any", "postgres" if cfg.store_url else "sqlite")]
+    if as_json:
+        emit_json(rows)
+        return
+    table = Table(title="jobs", title_justify="left")
+    for col in ("name", "runs on", "default", "last", "description"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        table.add_row(r["name"], r["runs_on"], escape(_describe_default(r["default"])),
+                      f"{r['last_outcome'] or '-'} {render.when(r['last_started_at'])}", escape(r["description"]))
+    render.console().print(table)
+
+
+#: ``jobs run --wait`` gives a fleet that is just starting this long (s) to take its lease
+#: before saying that none is running (instead of waiting the whole --wait in silence).
+FLEET_GRACE_S = 2.0
+
+
+def _fleet_soon(rd: Any, grace_s: float) -> bool:
+    deadline = time.monotonic() + grace_s
+    while not rd.fleet_running():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def _runnable(cfg: Any, name: str, hint: str) -> catalog.JobSpec:
+    """``catalog.runnable`` for this data dir, its refusals as usage errors (nothing queued)."""
+    try:
+        return catalog.runnable(name, cfg.store_url)
+    except (KeyError, catalog.WrongStoreError) as exc:
+        raise click.BadParameter(f"{exc.args[0]}; nothing was queued or scheduled", param_hint=hint) from None
+
+
+@jobs.command(name="run")
+@click.argument("name")
+@click.option("--wait", "wait_s", type=click.FloatRange(min=0), default=None, help="Wait up to N seconds for the run's record.")
+@click.option("--mode", type=click.Choice(["passive", "full", "restart", "truncate"], case_sensitive=False),
+              default=None, help="wal_checkpoint only: checkpoint mode (default passive; truncate resets the WAL).")
+@json_option
+@click.pass_context
+def jobs_run(ctx: click.Context, name: str, wait_s: float | None, mode: str | None, as_json: bool) -> None:
+    """Queue job NAME to run now (the running fleet executes it)."""
+    from quill.workers.rundir import RunDir
+
+    cfg = ctx.obj
+    _runnable(cfg, name, "NAME")
+    if mode is not None and name != "wal_checkpoint":
+        raise click.BadParameter("only wal_checkpoint takes a mode", param_hint="--mode")
+    cfg.home.mkdir(parents=True, exist_ok=True)
+    queued_at = time.time()
+    # Parameters are resolved from config when it runs; only an explicit option travels.
+    build_for(cfg).enqueue(name, **({"mode": mode.upper()} if mode else {}))
+    result: dict[str, Any] = {"job": name, "queued_at": queued_at}
+    if wait_s is not None and not _fleet_soon(RunDir(cfg.home), min(wait_s, FLEET_GRACE_S)):
+        raise WaitTimeoutError(f"{name} is queued, but no fleet is running on {cfg.home}, so nothing will run it now",
+                               hint=f"start `quill run` (it runs {name} first); `quill jobs history --job {name}` "
+                                    "shows the outcome")
+    if wait_s is not None:
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            runs = [r for r in _history(cfg, name, 5) if r["started_at"] >= queued_at - 1 and r["outcome"] != "running"]
+            if runs:
+                result["run"] = runs[0]
+                break
+            time.sleep(0.2)
+        else:
+            raise WaitTimeoutError(f"{name} queued but no run recorded within {wait_s:g} s",
+                                   hint=f"is `quill run` running? `quill jobs history --job {name}` shows the outcome later")
+    if as_json:
+        emit_json(result)
+    elif "run" in result:
+        run = result["run"]
+        click.echo(f"{name}: {run['outcome']} {run['figures'] or ''} {run['error'] or ''}".rstrip())
+    else:
+        click.echo(f"{name}: queued; `quill jobs history --job {name}` shows the outcome")
+    if result.get("run", {}).get("outcome") == "error":
+        ctx.exit(Exit.FAILED)
+
+
+@jobs.command(name="history")
+@click.option("--job", help="Only this job.")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=20, show_default=True)
+@json_option
+@click.pass_obj
+def jobs_history(cfg: Any, job: str | None, limit: int, as_json: bool) -> None:
+    """Past runs, newest first: start, end, outcome and figures."""
+    runs = _history(cfg, job, limit)
+    if as_json:
+        emit_json(runs)
+        return
+    table = Table(title=f"{len(runs)} run(s)", title_justify="left")
+    for col in ("job", "started", "seconds", "outcome", "figures / error"):
+        table.add_column(col, overflow="fold")
+    for r in runs:
+        took = f"{(r['ended_at'] or r['started_at']) - r['started_at']:.2f}"
+        table.add_row(r["job"], render.when(r["started_at"]), took, r["outcome"] or "",
+                      escape(str(r["error"] or r["figures"])))
+    render.console().print(table)
+
+
+@click.group()
+def schedule() -> None:
+    """When jobs run: list, add, pause, resume, remove schedules (persisted)."""
+
+
+@schedule.command(name="list")
+@json_option
+@click.pass_obj
+def schedule_list(cfg: Any, as_json: bool) -> None:
+    """Every schedule with its trigger and next run time (none = paused)."""
+    with edit_schedules(cfg) as sched:
+        rows = describe(sched)
+    if as_json:
+        emit_json(rows)
+        return
+    table = Table(title="schedules", title_justify="left")
+    for col in ("id", "trigger", "next run (UTC)"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(escape(r["id"]), escape(r["trigger"]), r["next_run"] or "[yellow]paused[/yellow]")
+    render.console().print(table)
+
+
+def _trigger(every: str | None, cron: str | None) -> Any:
+    if bool(every) == bool(cron):
+        raise click.UsageError("give exactly one of --every (e.g. 10m, 6h, 1d) or --cron ('30 3 * * *')")
+    if every:
+        m = _EVERY.match(every.strip())
+        if not m:
+            raise click.BadParameter("use a number and a unit: 30s, 10m, 6h, 1d", param_hint="--every")
+        if int(m.group(1)) <= 0:
+            raise click.BadParameter("the interval must be at least 1 of its unit", param_hint="--every")
+        return IntervalTrigger(**{_UNITS[m.group(2)]: int(m.group(1))}, timezone="UTC")
+    try:
+        return CronTrigger.from_crontab(cron, timezone="UTC")
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--cron")
+
+
+@schedule.command(name="add")
+@click.argument("job")
+@click.option("--every", help="Interval: 30s, 10m, 6h, 1d.")
+@click.option("--cron", help="Crontab expression, UTC: '30 3 * * *'.")
+@click.option("--id", "schedule_id", help="Schedule id (default: the job name; replaces that schedule).")
+@json_option
+@click.pass_obj
+def schedule_add(cfg: Any, job: str, every: str | None, cron: str | None, schedule_id: str | None,
+                 as_json: bool) -> None:
+    """Schedule JOB (replacing the schedule with the same id).
+
+    Without --id the schedule's id is the job name, so for a job with a default schedule
+    (`quill jobs list`) this replaces the default; give --id to add a second schedule.
+    """
+    spec = _runnable(cfg, job, "JOB")
+    trigger = _trigger(every, cron)
+    sid = schedule_id or job
+    default = catalog.BY_NAME.get(sid)
+    with edit_schedules(cfg) as sched:
+        replaced = sched.get_job(sid)
+        added = sched.add_job(trigger=trigger, id=sid, name=job, replace_existing=True,
+                              **schedule_db.fire_args(spec.name))
+        result = {"id": added.id, "job": job, "trigger": str(added.trigger),
+                  "next_run": str(added.next_run_time) if added.next_run_time else None,
+                  "replaced": str(replaced.trigger) if replaced else None,
+                  "replaces_default": bool(default and default.trigger)}
+    if as_json:
+        emit_json(result)
+        return
+    if result["replaces_default"]:
+        click.echo(f"{sid}: this replaces the default schedule of {sid} ({_describe_default(_default_of(default))}); "
+                   f"it stays replaced across restarts. To keep the default and add another, use --id", err=True)
+    elif replaced:
+        click.echo(f"{sid}: replaces the schedule {replaced.trigger}", err=True)
+    click.echo(f"{added.id}: {added.trigger}; next run {added.next_run_time}")
+
+
+def _modify(ctx: click.Context, schedule_id: str, action: str, as_json: bool) -> None:
+    cfg = ctx.obj
+    asked = action
+    if action == "remove" and schedule_id in catalog.BY_NAME and catalog.BY_NAME[schedule_id].trigger:
+        # A default schedule is re-created at every start; removing it would not last.
+        action = "pause"
+        click.echo(f"{schedule_id} is a default schedule: pausing it instead (it stays paused across restarts)",
+                   err=True)
+    with edit_schedules(cfg) as sched:
+        try:
+            getattr(sched, f"{action}_job")(schedule_id)
+        except JobLookupError:
+            raise NotFoundError(f"no schedule {schedule_id!r}", hint="`quill schedule list` shows the schedules")
+    if as_json:
+        emit_json({"id": schedule_id, "asked": asked, "done": f"{action}d"})
+    else:
+        click.echo(f"{schedule_id}: {action}d")
+
+
+@schedule.command(name="pause")
+@click.argument("schedule_id")
+@json_option
+@click.pass_context
+def schedule_pause(ctx: click.Context, schedule_id: str, as_json: bool) -> None:
+    """Pause a schedule (it keeps its trigger)."""
+    _modify(ctx, schedule_id, "pause", as_json)
+
+
+@schedule.command(name="resume")
+@click.argument("schedule_id")
+@json_option
+@click.pass_context
+def schedule_resume(ctx: click.Context, schedule_id: str, as_json: bool) -> None:
+    """Resume a paused schedule."""
+    _modify(ctx, schedule_id, "resume", as_json)
+
+
+@schedule.command(name="remove")
+@click.argument("schedule_id")
+@json_option
+@click.pass_context
+def schedule_remove(ctx: click.Context, schedule_id: str, as_json: bool) -> None:
+    """Remove a schedule you added (a default schedule is paused instead: it would come back)."""
+    _modify(ctx, schedule_id, "remove", as_json)

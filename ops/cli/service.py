@@ -1,0 +1,129 @@
+"""``quill serve`` and ``quill token create|list|revoke``.
+
+The service modules (FastAPI, uvicorn) are imported only when ``serve`` runs, so the other
+commands stay fast to start.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+from rich.markup import escape
+from rich.table import Table
+
+from .. import config
+from . import render
+from .base import emit_json, json_option
+from ..client.errors import InvalidInputError, NotFoundError
+
+
+@click.command()
+@click.option("--listen", default=None, help="HOST:PORT (default: [http] listen, else 127.0.0.1:8765).")
+@click.option("--anonymous", type=click.Choice(config.ANONYMOUS), default=None,
+              help="Who may call without a token: loopback peers (default), nobody, or anyone "
+                   "(an explicit override for a trusted network).")
+@json_option
+@click.pass_obj
+def serve(cfg: Any, listen: str | None, anonymous: str | None, as_json: bool) -> None:
+    """Serve the HTTP API, /metrics and the dashboard (Ctrl-C to stop).
+
+    Appends are acknowledged (202) once fsync'd into the spool; `quill run` applies them.
+    """
+    from .. import logs
+    from ..service.server import ListenError, is_loopback, parse_listen, serve as run_server
+
+    listen = listen or cfg.http_listen or "127.0.0.1:8765"
+    policy = anonymous or cfg.http_anonymous
+    try:
+        host, port = parse_listen(listen)
+    except ListenError as exc:
+        raise click.BadParameter(str(exc), param_hint="--listen") from None
+    cfg.ensure_dirs()
+    log = logs.configure(cfg.logs_dir, "http")
+    if policy == "any" and not is_loopback(host):
+        click.echo("quill: WARNING: --anonymous any on a non-loopback address: anyone who can reach "
+                   f"{host}:{port} can read and write transcripts", err=True)
+    from ..client.errors import QuillError
+    from ..service.server import bind
+    try:
+        sock = bind(host, port)
+    except OSError as exc:
+        raise QuillError(f"cannot listen on {host}:{port}: {exc.strerror or exc}",
+                         hint="another process (another `quill serve`, or a fleet run with http_listen) may "
+                              "hold it; choose another with --listen HOST:PORT") from None
+    url = f"http://{'[' + host + ']' if ':' in host else host}:{port}/"
+    if as_json:  # one line on stdout, so a script can read where the service is
+        click.echo(json.dumps({"url": url, "listen": f"{host}:{port}", "anonymous": policy}), nl=True)
+    else:
+        click.echo(f"quill: serving {url} (dashboard /, API /api/v1, metrics /metrics, OpenAPI /openapi.json); "
+                   f"anonymous callers: {policy}; logs in {cfg.logs_dir}", err=True)
+    run_server(cfg, log, listen, anonymous=policy, sock=sock)
+
+
+@click.group()
+def token() -> None:
+    """API tokens: bearer secrets with scopes read, write, admin (stored hashed)."""
+
+
+@token.command(name="create")
+@click.argument("name")
+@click.option("--scope", "scopes", multiple=True, type=click.Choice(["read", "write", "admin"]), required=True,
+              help="Repeat for several: --scope read --scope write. admin implies read and write.")
+@json_option
+@click.pass_obj
+def token_create(cfg: Any, name: str, scopes: tuple[str, ...], as_json: bool) -> None:
+    """Create a token named NAME. It is printed once: store it now."""
+    from ..service.tokens import TokenError, TokenStore
+    cfg.ensure_dirs()
+    try:
+        secret, row = TokenStore(cfg.tokens_db).create(name, list(scopes))
+    except TokenError as exc:
+        raise InvalidInputError(str(exc)) from None
+    if as_json:
+        emit_json({**row, "token": secret})
+    else:
+        click.echo(secret)
+        click.echo(f"token {row['id']} ({name}; scopes {' '.join(row['scopes'])}): shown once, "
+                   "send it as `Authorization: Bearer <token>`", err=True)
+
+
+@token.command(name="list")
+@json_option
+@click.pass_obj
+def token_list(cfg: Any, as_json: bool) -> None:
+    """Every token: id, name, scopes, created, revoked (never the secret)."""
+    from ..service.tokens import TokenStore
+    rows = TokenStore(cfg.tokens_db).list()
+    if as_json:
+        emit_json(rows)
+        return
+    table = Table(title=f"{len(rows)} token(s)", title_justify="left")
+    for col in ("id", "name", "scopes", "created", "revoked"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["id"], escape(r["name"]), " ".join(r["scopes"]), render.when(r["created_at"]),
+                      render.when(r["revoked_at"]) or "-")
+    render.console().print(table)
+
+
+@token.command(name="revoke")
+@click.argument("token_id")
+@json_option
+@click.pass_obj
+def token_revoke(cfg: Any, token_id: str, as_json: bool) -> None:
+    """Revoke token TOKEN_ID (effective on the next request)."""
+    from ..service.tokens import TokenError, TokenStore
+    try:
+        TokenStore(cfg.tokens_db).revoke(token_id)
+    except TokenError as exc:
+        raise NotFoundError(str(exc), hint="`quill token list` shows the token ids") from None
+    if as_json:
+        emit_json({"id": token_id, "revoked": True})
+    else:
+        click.echo(f"{token_id}: revoked")
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(serve)
+    cli.add_command(token)

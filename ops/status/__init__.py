@@ -1,0 +1,2 @@
+"""Health: the figures ``quill status``, ``/metrics`` and the dashboard show, and the
+checks of ``quill doctor``."""

@@ -1,0 +1,238 @@
+"""Fleet, store, spool and job health: the one place that computes what ``quill status``
+shows, what ``quill doctor`` checks and what ``/metrics`` exports, so the CLI, the HTTP API and
+Prometheus never disagree: fleet liveness from the run directory (``workers.rundir``: only a
+live process's files count), overdue scheduled jobs, the WAL against the store, shared memory.
+
+``collect(cfg)`` returns the status document (``quill status --json``); its ``"metrics"`` key
+holds the figures ``quill.ops.service.metrics`` exports, under the same names.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+import time
+from typing import Any
+
+import apsw
+
+from quill.jobs.schedule import read_schedules
+from quill.spool import Position, Quarantine
+from quill.spool.reader import lag_seconds, stats as spool_stats
+from quill.store.connection import shm_problem
+from quill.store.errors import CantOpenError, SharedMemoryError, StoreError
+from quill.workers.rundir import RunDir
+from quill.workers.status import COMMIT_BUCKETS_S
+
+from ..purge.procedure import interrupted as interrupted_purge
+from ..client.stores import open_reader
+
+#: Below this many free bytes producers and the writer are about to stall (a spool segment
+#: rotation plus a chunk's WAL growth need a few MiB; 64 MiB leaves margin).
+LOW_DISK_BYTES = 64 << 20
+ROLES = ("writer", "scheduler", "consumer", "http")
+#: A schedule whose next run time passed this long ago was not fired: no scheduler is running
+#: it (the scheduler wakes every second, so two minutes is never normal).
+OVERDUE_AFTER_S = 120.0
+
+
+def fleet_state(cfg: Any) -> dict[str, Any]:
+    """Whether the fleet is alive (its supervisor's pid + start time), what each process last
+    published (``alive``: its publisher still runs, so it is current; otherwise history),
+    the halt a run would report, crash loops, restart counts and last exit codes of the live
+    run, and how the previous run ended."""
+    rd = RunDir(cfg.home)
+    holder = rd.lease_holder("fleet")
+    out: dict[str, Any] = {"running": holder is not None, "supervisor_pid": holder["pid"] if holder else None}
+    for role in ROLES:
+        st = rd.last(role)
+        if st is not None or role != "http":
+            out[role] = st
+    writer = out["writer"] or {}
+    # A run reports a halt when halt.json applies to the store in place (the writer reads
+    # it at start) or when the live writer says it halted.
+    out["halt"] = rd.halt(cfg.state_db) or (writer.get("halt") if writer.get("alive") and writer.get("halted") else None)
+    sup = rd.last("supervisor") or {}
+    current = bool(sup.get("alive")) and sup.get("state") == "running"
+    out["crash_loops"] = (sup.get("crash_loops") or []) if current else []
+    out["crash_loop"] = out["crash_loops"][0] if out["crash_loops"] else None
+    out["children"] = sup.get("children") if current else None
+    out["restarts"] = sup.get("restarts", {}) if current else {}
+    out["last_run"] = ({"exit_code": sup.get("exit_code"), "ended_at": sup.get("updated_at"),
+                        "crash_loops": sup.get("crash_loops") or []}
+                       if sup and not current and sup.get("state") == "stopped" else None)
+    return out
+
+
+def collect(cfg: Any) -> dict[str, Any]:
+    """The status document: home, fleet, store figures, recent jobs, spool, disk, metrics.
+
+    Never raises for a damaged or missing store: that is when status must still answer
+    (``store`` is then None or ``{"error": ...}``).
+    """
+    data: dict[str, Any] = {"home": str(cfg.home), "fleet": fleet_state(cfg)}
+    totals: list[dict[str, Any]] = []
+    shm = None if cfg.store_url else shm_problem(cfg.state_db)
+    try:
+        if shm:  # SQLite would read the store through it as if it were empty
+            raise SharedMemoryError(shm)
+        with open_reader(cfg) as r:
+            data["store"] = r.figures()
+            if cfg.store_url:
+                data["store"]["postgres"] = r.server_figures(time.time())
+            data["jobs"] = r.job_runs(limit=10)
+            totals = r.job_run_totals()
+            data["overdue"] = overdue_jobs(cfg, r.conn)
+    except CantOpenError:
+        data["store"], data["jobs"], data["overdue"] = None, [], overdue_jobs(cfg, None)
+    except StoreError as exc:
+        data["store"], data["jobs"], data["overdue"] = {"error": f"{type(exc).__name__}: {exc}"}, [], []
+    writer = data["fleet"]["writer"] or {}
+    data["wal"] = wal_state(cfg, writer if writer.get("alive") else None)
+    store = data["store"] or {}
+    cursor = Position.parse(store["cursor"]) if store.get("cursor") else None
+    q = Quarantine(cfg.spool_dir)
+    # torn_writes: entries that are a producer's unacknowledged partial write, not damage.
+    data["spool"] = {**spool_stats(cfg.spool_dir, cursor), "quarantined": q.count(), "torn_writes": q.torn_count()}
+    data["spool"]["interrupted_purge"] = interrupted_purge(cfg.spool_dir, None if cfg.store_url else cfg.state_db)
+    data["spool"]["lag_s"] = (round(lag_seconds(cfg.spool_dir, cursor, time.time()), 1)
+                              if data["spool"]["pending_bytes"] else 0.0)
+    # Read, never written: on a full disk no process can publish its status, so free space is
+    # measured here.
+    existing = next(p for p in (cfg.home, *cfg.home.parents) if p.exists())
+    free = shutil.disk_usage(existing).free
+    data["disk"] = {"free_bytes": free, "low": free < LOW_DISK_BYTES}
+    data["metrics"] = _metrics(data, totals)
+    return data
+
+
+def _metrics(data: dict[str, Any], job_totals: list[dict[str, Any]]) -> dict[str, Any]:
+    """The exported figures, derived from the status document (units in the names)."""
+    fleet, store = data["fleet"], data["store"] or {}
+    writer = fleet.get("writer") or {}
+    commit = writer.get("commit_hist") or {}
+    return {
+        "spool_pending_bytes": data["spool"]["pending_bytes"],
+        "spool_lag_seconds": data["spool"]["lag_s"],
+        "quarantined_records": data["spool"]["quarantined"],
+        # Counters of the running writer process (they restart from 0 with it; Prometheus'
+        # rate() handles counter resets).
+        "ops_applied_total": writer.get("applied", 0),
+        "ops_duplicate_total": writer.get("duplicates", 0),
+        "ops_rejected_total": writer.get("rejected", 0),
+        "rows_applied_total": writer.get("rows", 0),
+        "chunk_commit_seconds": {"buckets": dict(zip([str(b) for b in COMMIT_BUCKETS_S],
+                                                     commit.get("counts", [0] * len(COMMIT_BUCKETS_S)))),
+                                 "count": commit.get("count", 0), "sum": commit.get("sum", 0.0)},
+        "fts_pending_rows": store.get("fts_pending", 0),
+        "writer_halted": 1 if fleet.get("halt") else 0,
+        "worker_restarts": {role: fleet["restarts"].get(role, 0) for role in ROLES
+                            if role != "http" or "http" in fleet["restarts"]},
+        "job_runs": job_totals,
+        "jobs_overdue": len(data.get("overdue") or []) + len(overdue_schedules(fleet, time.time())),
+        "wal_bytes": data["wal"]["bytes"],
+        "disk_free_bytes": data["disk"]["free_bytes"],
+    }
+
+
+def overdue_schedules(fleet: dict[str, Any], now: float) -> list[str]:
+    """Ids of schedules (as the scheduler last published them) whose next run time is more
+    than ``OVERDUE_AFTER_S`` in the past."""
+    out = []
+    for job in (fleet.get("scheduler") or {}).get("jobs") or []:
+        if job.get("next_run") and epoch(job["next_run"]) < now - OVERDUE_AFTER_S:
+            out.append(job["id"])
+    return out
+
+
+def epoch(value: Any) -> float:
+    """An ISO datetime (UTC when naive) or epoch seconds → epoch seconds."""
+    if isinstance(value, (int, float)):
+        return float(value)
+    parsed = dt.datetime.fromisoformat(str(value))
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=dt.timezone.utc)
+    return parsed.timestamp()
+
+
+#: A job is overdue when its last success is older than this many periods (one period
+#: late can be a slow run; two means a run was missed).
+OVERDUE_PERIODS = 2
+
+
+def overdue_jobs(cfg: Any, conn: apsw.Connection | None, now: float | None = None) -> list[dict[str, Any]]:
+    """Scheduled (not paused) jobs that are overdue: the last ``ok`` run is older than
+    ``OVERDUE_PERIODS`` × the schedule's period, or there never was one although job runs
+    have been recorded for longer than that (a brand-new data dir is not overdue).
+
+    ``conn`` is a read connection on the store (None: no store yet, so nothing ran).
+    Each item: ``job``, ``period_s``, ``last_ok`` (epoch s or None), ``late_s``, ``reason``."""
+    now = time.time() if now is None else now
+    periods: dict[str, float] = {}
+    for s in read_schedules(cfg.schedule_db):
+        if not s["paused"] and s["period_s"]:
+            periods[s["job"]] = min(periods.get(s["job"], s["period_s"]), s["period_s"])
+    if not periods:
+        return []
+    last_ok: dict[str, float] = {}
+    since = None
+    if conn is not None:
+        last_ok = dict(conn.execute("SELECT job, max(started_at) FROM job_runs WHERE outcome = 'ok' GROUP BY job"))
+        since = conn.execute("SELECT min(started_at) FROM job_runs").fetchone()[0]
+    out = []
+    for job, period in sorted(periods.items()):
+        limit = OVERDUE_PERIODS * period
+        ok = last_ok.get(job)
+        if ok is not None and now - ok > limit:
+            out.append({"job": job, "period_s": period, "last_ok": ok, "late_s": round(now - ok - period),
+                        "reason": f"last success {_ago(now - ok)} ago; runs every {_ago(period)}"})
+        elif ok is None and since is not None and now - since > limit:
+            out.append({"job": job, "period_s": period, "last_ok": None, "late_s": round(now - since - period),
+                        "reason": f"never succeeded in {_ago(now - since)} of recorded runs; runs every {_ago(period)}"})
+    return out
+
+
+def _ago(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds:.0f} s"
+
+
+#: The WAL is reported as too large above max(WAL_WARN_FLOOR, WAL_WARN_RATIO × store size):
+#: relative to the store, because a WAL many times its store's size (a reader held a read
+#: transaction for minutes) must not read as "ok"; with a floor, because a small store's WAL
+#: legitimately reaches a few MB between checkpoints (SQLite's autocheckpoint: 1000 pages).
+WAL_WARN_FLOOR = 8 << 20
+WAL_WARN_RATIO = 1.0
+
+
+def wal_state(cfg: Any, writer: dict[str, Any] | None) -> dict[str, Any]:
+    """The store's WAL: ``bytes``, ``store_bytes``, ``limit_bytes``, ``high`` (above the
+    limit), and ``blocked_by_reader_since`` (epoch s) when the live writer's TRUNCATE
+    checkpoints have been refused by a reader holding an old snapshot since then — the
+    oldest reader Quill knows of (SQLite does not name readers). ``writer``: the live
+    writer's status or None."""
+    def size(path: Any) -> int:
+        try:
+            return path.stat().st_size
+        except OSError:
+            return 0
+    wal = size(cfg.state_db.with_name(cfg.state_db.name + "-wal"))
+    store = size(cfg.state_db)
+    limit = max(WAL_WARN_FLOOR, int(WAL_WARN_RATIO * store))
+    since = (writer or {}).get("wal_blocked_since")
+    return {"bytes": wal, "store_bytes": store, "limit_bytes": limit, "high": wal > limit,
+            "blocked_by_reader_since": since}
+
+
+def describe_wal(w: dict[str, Any], now: float | None = None) -> str:
+    """One line for status/doctor."""
+    now = time.time() if now is None else now
+    from rich.filesize import decimal
+    text = (f"{decimal(w['bytes'])} (store {decimal(w['store_bytes'])}; "
+            f"flagged when over {decimal(w['limit_bytes'])})")
+    if w["blocked_by_reader_since"]:
+        text += (f"; checkpoints blocked by a reader for {_ago(now - w['blocked_by_reader_since'])}: a read "
+                 "transaction holds an old snapshot (a long `quill search`/export, a backup, an open "
+                 "sqlite3 shell) — end it and the WAL is truncated within seconds")
+    return text

@@ -1,0 +1,367 @@
+"""Spooling an importer's event stream as ops: only what the store lacks, in bounded batches.
+
+``import_file(spool, path, store)`` reads one transcript file through
+``importers.stream_file`` and appends ops to the spool as it goes, so memory stays bounded by
+one batch per open session whatever the file size:
+
+* ``SessionStart`` -> its session id is settled first: a ``legacy_id`` (the file-name id an
+  older importer gave a format without conversation ids) is used instead when the store's
+  session under it holds this conversation's opening messages (same producer ids and
+  ``normalize.COMPARED_COLUMNS``: role, content, tool fields, reasoning; an opening entry
+  that is only ``{"id"}`` — a uuid, Claude Code — by its id alone), so a file imported
+  before content ids does not come back as a second session; a second start of a session
+  already started in this file (the same conversation twice in one file) is reported and
+  its messages count as stored. Then
+  ``session.create``, unless the store already has the session; then
+  only a changed title is sent (``session.title``, and only when no other session holds it —
+  the title conflict rule of docs/ops.md, which would otherwise refuse the op);
+* ``Message`` -> ``messages.append`` batches of at most ``BATCH_MESSAGES`` messages or
+  ``BATCH_BYTES`` (approximate) bytes; a message whose producer id the store already holds is
+  not spooled (re-import is cheap: a second import of the same file spools nothing and says
+  "0 new"). Messages on abandoned branches are appended, then named in a
+  ``messages.rewind {ext_ids}`` right after their batch. A subagent message that a store
+  filled by an older importer holds live in the *parent* session is rewound there (the
+  parent keeps only its own turns) and appended to the child;
+* ``Compact`` -> the pending batch is flushed, then ``messages.compact`` (when the store or
+  this import left live rows to compact; else the compacted set is simply appended);
+  skipped when the store holds its messages already;
+* ``Rewind`` -> the pending batch is flushed, then ``messages.rewind {ext_ids}``;
+* ``Usage`` -> ``usage.record`` (after the session's pending messages), unless the store
+  already counted its ``response_id``.
+
+Batch ids are stable (``ingest.stable_batch_id`` over what a batch is), so an import racing
+a writer that has not yet applied the previous import is still applied once.
+The store view is a read-only ``Reader`` (None before any store exists); it may lag behind
+the spool, which only costs spool space, never a duplicate row (the store skips known ids).
+A lagging view is wrong in one way that loses data: a session whose ``sessions.delete`` is
+still in the spool (``pending_deletes``) looks stored, but will be gone once the delete
+applies. Invariant: the import decides as if the pending deletes were applied — a session an
+unconditional delete names (or a delegate child that goes with it) is imported whole as a
+session deleted once more (``deletions + 1`` in its batch ids, so none is a duplicate of its
+deleted batches); one a conditional delete (``only_if``, a job's) names is skipped and
+reported, since only the writer can tell whether it will be deleted.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from quill.spool import Spool
+from quill.store.errors import InvalidOpError
+from quill.store.normalize import COMPARED_COLUMNS, ROW_COLUMNS, message_row
+from quill.store.ops import clean_title
+from quill.store.reads import Reader
+
+from ..importers import Compact, Message, Problem, Rewind, SessionStart, Usage, stream_file
+from .ingest import stable_batch_id
+from .pending_deletes import PendingDeletes, pending_deletes
+
+#: Messages per ``messages.append`` op: a batch is all-or-nothing, so smaller batches confine
+#: a bad message; 200 keeps records well under a megabyte for typical turns.
+BATCH_MESSAGES = 200
+#: Approximate bytes per batch (string lengths): bounds import memory and spool record size
+#: when messages are large (a screenshot is ~0.5 MB of base64).
+BATCH_BYTES = 4 << 20
+#: Opening messages compared at most when deciding on a legacy id (one bounded query).
+LEGACY_COMPARED = 200
+
+
+def approx_size(value: Any) -> int:
+    """Characters of every string in a JSON value (a cheap stand-in for its encoded size)."""
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, dict):
+        return sum(len(k) + approx_size(v) for k, v in value.items())
+    if isinstance(value, list):
+        return sum(approx_size(v) for v in value)
+    return 8
+
+
+@dataclass
+class _Session:
+    """Import state of one session (what the store holds, the pending batch)."""
+
+    sid: str
+    known: dict[str, str]
+    has_live: bool
+    counted: set[str] = field(default_factory=set)
+    parent: str | None = None  # a delegate child's parent session
+    pending: list[dict] = field(default_factory=list)
+    pending_bytes: int = 0
+    pending_rewound: list[str] = field(default_factory=list)
+    deletions: int = 0  # times the store saw this session id deleted (``Reader.deletions``)
+    skipped: bool = False  # a conditional delete of it is pending: nothing of it is spooled
+
+    def batch_id(self, *parts: Any) -> str:
+        """The stable batch id of an op of this session: over ``parts``, and over the number
+        of deletions once there was one, so a session deleted and imported again gets batch
+        ids its deleted batches do not hold (they stay in ``applied_batches``); an import
+        racing another of the same store state still derives the same ids."""
+        return stable_batch_id(*parts, {"deletions": self.deletions}) if self.deletions else stable_batch_id(*parts)
+
+
+@dataclass
+class FileReport:
+    """What importing one file did. ``messages``: messages read from the file (compaction
+    summaries included); ``new``: messages spooled (those the store lacked, plus
+    ``compacted_new``, the summary messages of compactions); ``stored``: messages the store
+    already held. ``messages`` = ``new`` + ``stored``."""
+
+    path: str
+    format: str | None
+    sessions: list[str] = field(default_factory=list)
+    messages: int = 0
+    new: int = 0
+    stored: int = 0
+    rewound: int = 0
+    compactions: int = 0
+    compacted_new: int = 0
+    problems: list[Problem] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "format": self.format,
+                "skipped": None if self.format else "format not recognised",
+                "sessions": len(self.sessions), "session_ids": self.sessions, "messages": self.messages,
+                "new": self.new, "already_stored": self.stored, "rewound": self.rewound,
+                "compactions": self.compactions, "new_from_compactions": self.compacted_new,
+                "problems": [{"line": p.line, "kind": p.kind, "reason": p.reason} for p in self.problems]}
+
+
+class _Importer:
+    """Turns one file's events into spool ops (see module doc)."""
+
+    def __init__(self, spool: Spool, store: Reader | None, report: FileReport,
+                 pending: PendingDeletes | None = None):
+        self.spool, self.store, self.report = spool, store, report
+        self.pending = pending if pending is not None else PendingDeletes()
+        self.sessions: dict[str, _Session] = {}
+        self.alias: dict[str, str] = {}  # event session id -> the id used (a legacy id)
+
+    def session(self, event_sid: str) -> _Session:
+        """The import state of the session an event names."""
+        return self.sessions[self.alias.get(event_sid, event_sid)]
+
+    def _settle_id(self, ev: SessionStart) -> str:
+        """``ev``'s legacy id when the store's session under it holds ``ev.opening``, else
+        its own id (see module doc)."""
+        sid = ev.session["session_id"]
+        old = ev.legacy_id
+        if not old or old == sid or not ev.opening or self.store is None:
+            return sid
+        if self.store.has_session(sid) or not self.store.has_session(old):
+            return sid  # already stored under its own id (the common re-import), or no old session
+        opening = ev.opening[:LEGACY_COMPARED]
+        held = self.store.message_identities(old, [str(m["id"]) for m in opening])
+        for m in opening:
+            if set(m) == {"id"}:  # a globally unique producer id (a uuid): holding it is enough
+                if str(m["id"]) not in held:
+                    return sid
+                continue
+            try:
+                row = message_row(m, 0.0)
+            except InvalidOpError:
+                return sid
+            if held.get(str(m["id"])) != tuple(row[ROW_COLUMNS.index(c)] for c in COMPARED_COLUMNS):
+                return sid
+        return old
+
+    def start(self, ev: SessionStart) -> None:
+        sid = self._settle_id(ev)
+        payload = ev.session
+        if sid != payload["session_id"]:
+            self.alias[payload["session_id"]] = sid
+            payload = {**payload, "session_id": sid}
+        if payload.get("parent_id") in self.alias:
+            payload = {**payload, "parent_id": self.alias[payload["parent_id"]]}
+        if sid in self.sessions:  # the same conversation again (identical content): stored once
+            self.report.problems.append(Problem(self.report.path, payload.get("meta", {}).get("line"), "skipped",
+                                                f"same conversation as an earlier one in this file ({sid}); "
+                                                "stored once"))
+            return
+        row = self.store.get_session(sid) if self.store else None
+        parent = payload.get("parent_id") if payload.get("parent_kind") == "delegate" else None
+        doomed = self._pending_delete(sid, row, parent)
+        if isinstance(doomed, str):  # a conditional delete: only the writer knows its outcome
+            self.sessions[sid] = _Session(sid, {}, False, set(), parent, skipped=True)
+            self.pending.conditional.setdefault(sid, doomed)  # its delegate children are skipped too
+            self.report.problems.append(Problem(
+                self.report.path, None, "skipped",
+                f"{sid} not imported: a conditional delete of it (reason {doomed!r}) is still pending in the spool, "
+                "and whether it applies is decided by the writer; import this file again once the writer has "
+                "applied it (`quill run --until-idle`)"))
+            return
+        self.report.sessions.append(sid)
+        deletions = self.store.deletions(sid) if self.store else 0
+        if doomed:  # as if the pending delete were applied: nothing of it is stored any more
+            row, deletions = None, deletions + 1
+            self.pending.certain.add(sid)  # its delegate children go with it
+        known = self.store.message_states(sid) if row else {}
+        s = self.sessions[sid] = _Session(sid, known, any(s == "live" for s in known.values()),
+                                          self.store.usage_responses(sid) if row else set(), parent,
+                                          deletions=deletions)
+        if row is None:
+            self.spool.append("session.create", payload, batch_id=s.batch_id("create", payload))
+            return
+        title = clean_title(payload.get("title"))
+        if not title or row.get("title") == title:
+            return
+        holder = self.store.title_holder(title)
+        if holder is None:
+            self.spool.append("session.title", {"session_id": sid, "title": title},
+                              batch_id=s.batch_id("import-title", sid, title))
+        else:  # session.title would be refused (titles are unique): say so instead
+            self.report.problems.append(Problem(self.report.path, None, "skipped",
+                                                f"title {title!r} of {sid} not applied: session {holder} holds it"))
+
+    def _pending_delete(self, sid: str, row: dict[str, Any] | None, parent: str | None) -> bool | str:
+        """True when an unconditional delete pending in the spool will remove ``sid`` (named,
+        or a delegate child of a session it removes that is neither pinned nor archived, as
+        ``store.session_delete`` takes children); the delete's reason when only a conditional
+        one names it (or its delegate parent); else False."""
+        if row is not None and row.get("parent_kind") == "delegate" and row.get("parent_id"):
+            parent = row["parent_id"]
+        kept = row is not None and bool(row.get("pinned") or row.get("archived"))
+        if sid in self.pending.certain or (parent in self.pending.certain and not kept):
+            return True
+        if sid in self.pending.conditional:
+            return self.pending.conditional[sid]
+        if parent in self.pending.conditional and not kept:
+            return self.pending.conditional[parent]
+        return False
+
+    def message(self, ev: Message) -> None:
+        s = self.session(ev.session_id)
+        if s.skipped:
+            return
+        ext = str(ev.message["id"])
+        self.report.messages += 1
+        self.report.rewound += ev.rewound
+        parent = self.sessions.get(s.parent) if s.parent else None
+        if parent is not None and parent.known.get(ext) == "live":
+            # an earlier import (before subagents were children) put this turn in the parent:
+            # take it back there, so the parent holds only its own turns
+            parent.pending_rewound.append(ext)
+            parent.known[ext] = "moved"
+        if ext in s.known:
+            self.report.stored += 1
+            if ev.rewound and s.known[ext] == "live":  # the file grew a branch that abandons it
+                s.pending_rewound.append(ext)
+            return
+        s.known[ext] = "pending"
+        s.pending.append(ev.message)
+        s.pending_bytes += approx_size(ev.message)
+        if ev.rewound:
+            s.pending_rewound.append(ext)
+        else:
+            s.has_live = True
+        if len(s.pending) >= BATCH_MESSAGES or s.pending_bytes >= BATCH_BYTES:
+            self.flush(s)
+
+    def compact(self, ev: Compact) -> None:
+        s = self.session(ev.session_id)
+        if s.skipped:
+            return
+        self.flush(s)
+        self.report.compactions += 1
+        ids = [str(m["id"]) for m in ev.messages]
+        self.report.messages += len(ids)  # read from the file too: read = new + already stored
+        if all(i in s.known for i in ids):
+            self.report.stored += len(ids)
+            return
+        self.report.new += len(ids)
+        self.report.compacted_new += len(ids)
+        for i in ids:
+            s.known[i] = "pending"
+        if not s.has_live:  # nothing live to summarise (e.g. a file that starts compacted)
+            self._append(s, ev.messages)
+        else:
+            self.spool.append("messages.compact", {"session_id": s.sid, "messages": ev.messages,
+                                                   "tail_count": ev.tail_count},
+                              batch_id=s.batch_id("import-compact", s.sid, ids))
+        s.has_live = True
+
+    def rewind(self, ev: Rewind) -> None:
+        s = self.session(ev.session_id)
+        if s.skipped:
+            return
+        self.flush(s)
+        self.report.rewound += len(ev.ext_ids)
+        self._rewind(s, [i for i in ev.ext_ids if s.known.get(i) in ("live", "pending")])
+
+    def usage(self, ev: Usage) -> None:
+        s = self.session(ev.session_id)
+        if s.skipped:
+            return
+        rid = ev.data.get("response_id")
+        if rid in s.counted:
+            return
+        self.flush(s)
+        data = {"session_id": s.sid, **ev.data}
+        self.spool.append("usage.record", data, batch_id=s.batch_id("import-usage", data))
+        if rid is not None:
+            s.counted.add(rid)
+
+    def flush(self, s: _Session) -> None:
+        if s.pending:
+            self.report.new += len(s.pending)
+            self._append(s, s.pending)
+        self._rewind(s, s.pending_rewound)
+        s.pending, s.pending_bytes, s.pending_rewound = [], 0, []
+
+    def _append(self, s: _Session, messages: list[dict]) -> None:
+        ids = [str(m["id"]) for m in messages]
+        self.spool.append("messages.append", {"session_id": s.sid, "messages": messages},
+                          batch_id=s.batch_id("import-append", s.sid, ids))
+
+    def _rewind(self, s: _Session, ids: list[str]) -> None:
+        if ids:
+            self.spool.append("messages.rewind", {"session_id": s.sid, "ext_ids": ids},
+                              batch_id=s.batch_id("import-rewind", s.sid, ids))
+            for i in ids:
+                s.known[i] = "rewound"
+
+    def finish(self) -> None:
+        for s in self.sessions.values():
+            self.flush(s)
+
+
+def import_file(spool: Spool, path: Path, store: Reader | None,
+                pending: PendingDeletes | None = None) -> FileReport:
+    """Import one file into ``spool`` (see module doc); returns its report. ``pending``: the
+    deletes still in the spool (``pending_deletes``; read here when not given — a command
+    importing many files reads it once). Raises ``OSError`` for an unreadable file and
+    ``quill.spool.SpoolError`` when appending fails."""
+    report = FileReport(path=str(path), format=None)
+    report.format, events = stream_file(Path(path), report.problems)
+    if pending is None:
+        pending = pending_deletes(spool.dir, store)
+    imp = _Importer(spool, store, report, pending)
+    for ev in events:
+        if isinstance(ev, SessionStart):
+            imp.start(ev)
+        elif isinstance(ev, Message):
+            imp.message(ev)
+        elif isinstance(ev, Compact):
+            imp.compact(ev)
+        elif isinstance(ev, Usage):
+            imp.usage(ev)
+        else:
+            imp.rewind(ev)
+    imp.finish()
+    return report
+
+
+def open_store_view(cfg: Any) -> Reader | None:
+    """A read-only view of ``cfg``'s store for import decisions (``stores.open_reader``), or
+    None when there is none yet (everything read is then spooled; the writer's batch ids
+    still keep a repeat from being applied twice). Raises the store error tree when the store
+    exists but cannot be read (damaged, or its server unreachable): deciding "new" without it
+    would report every message as new."""
+    from quill.store.errors import CantOpenError
+
+    from ..client.stores import open_reader
+    try:
+        return open_reader(cfg)
+    except CantOpenError:
+        return None

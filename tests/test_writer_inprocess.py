@@ -13,6 +13,7 @@ import sys
 
 import pytest
 
+from quill.jobs.queues import build_for
 from quill.spool import SpoolReader
 from quill.store import Reader
 from quill.store.connection import open_reader
@@ -150,7 +151,7 @@ def test_a_check_finding_damaged_message_pages_halts_the_writer(w):
         quick_check(str(w.cfg.state_db), str(w.cfg.queue_db))
     assert "canonical=['messages']" in str(found.value)
     for name, params in found.value.followups:   # what the job worker queues after its record
-        w.writer.jobs.queues.enqueue(name, **params)
+        build_for(w.cfg).enqueue(name, **params)
     w.say("q", "after the check")
     for _ in range(3):
         w.turn()
@@ -194,15 +195,16 @@ def _job_runs(w) -> list[tuple]:
 def test_an_idle_only_job_waits_while_the_spool_has_work(w):
     for i in range(10):
         w.say("s", *[f"m {i}-{k}" for k in range(50)])      # ten chunks of 50 rows
-    w.writer.jobs.queues.enqueue("vacuum", min_free_ratio=0.0)
+    queues = build_for(w.cfg)                            # the data dir's queue, as the CLI has it
+    queues.enqueue("vacuum", min_free_ratio=0.0)
     for _ in range(5):
         w.turn()
     assert w.status()["rows"] == 250                     # half drained ...
-    assert w.writer.jobs.queues.pending()["store"] == 1  # ... and the VACUUM still waits
+    assert queues.pending()["store"] == 1                # ... and the VACUUM still waits
     assert "vacuum" not in [r[0] for r in _job_runs(w)]
     w.until_idle()
     assert ("vacuum", "ok") in _job_runs(w)
-    assert w.writer.jobs.queues.pending()["store"] == 0
+    assert queues.pending()["store"] == 0
 
 
 def test_a_reader_holding_a_snapshot_blocks_the_idle_truncate_until_it_lets_go(w):

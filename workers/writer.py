@@ -113,6 +113,7 @@ class Writer:
                                    f"{self.halt_cause['detail']}")
             figures = self.store.connect()
             start = self.drain.start()
+            self._job_runner()
             self.log.info("writer.started", backend=self.store.kind, cursor=str(start), **figures)
             while not (stop is not None and stop.is_set()) and self.step(time.monotonic()):
                 pass
@@ -126,8 +127,6 @@ class Writer:
         opened by the first ``loop_once``. Raises ``LeaseHeldError``."""
         self.lease.acquire()
         try:
-            spool = Spool(self.cfg.spool_dir, segment_bytes=self.cfg.segment_bytes)
-            self.jobs = StoreJobRunner(build_for(self.cfg), self.log, spool, self.cfg)
             cause = self.store.startup_halt()
         except BaseException:
             self.lease.release()
@@ -135,6 +134,14 @@ class Writer:
         if cause:
             self.log.error("writer.halted", **cause)
             self.halt_cause, self.halt_recorded = cause, True
+
+    def _job_runner(self) -> StoreJobRunner:
+        """The store-job runner, made once the store is open (as late as possible: a new
+        store file is created first, before the queue is opened)."""
+        if self.jobs is None:
+            spool = Spool(self.cfg.spool_dir, segment_bytes=self.cfg.segment_bytes)
+            self.jobs = StoreJobRunner(build_for(self.cfg), self.log, spool, self.cfg)
+        return self.jobs
 
     def shutdown(self) -> None:
         """Close the store and release the lease (idempotent)."""
@@ -173,6 +180,7 @@ class Writer:
         try:
             figures = self.store.connect()
             self.drain.start()
+            self._job_runner()
         except CorruptError as exc:  # damaged before we even started: the same sticky halt
             self._halt(exc)
             return 0.0
@@ -298,7 +306,7 @@ class Writer:
                 self.halt_cause = None
                 return 0.0
             if self.store.jobs_while_halted:
-                while self.jobs.run_one(self.store, idle=True):
+                while self._job_runner().run_one(self.store, idle=True):
                     pass
         except CorruptError:
             pass  # still damaged where a job-run record or the halt lives: stay halted

@@ -48,7 +48,7 @@ def _fill(spool_dir: Path, n: int, seed: int, prefix: str) -> None:
 
 
 def _open(kind: str, root: Path, url: str | None, spool_id: str):
-    from quill.store.contract import open_backend
+    from quill.store.factory import open_url as open_backend
     return open_backend(url if kind == "postgres" else None, root / "state.db", spool_id)
 
 

@@ -37,7 +37,7 @@ def load(state_db: Path, base: str, schema: str, *, finish: bool = True) -> dict
     sessions, re-creates the GIN indexes and analyzes (run it once the source is complete)."""
     import apsw
     import psycopg
-    from quill.store.contract import open_backend
+    from quill.store.factory import open_url as open_backend
     url = _url(base, schema)
     with psycopg.connect(base, autocommit=True) as c:
         fresh = c.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone() is None

@@ -146,11 +146,12 @@ def runnable(name: str, store_url: str | None) -> JobSpec:
     (None: the SQLite store). Raises ``KeyError`` (unknown or internal job, as ``public``) or
     ``WrongStoreError`` when the job maintains the other kind of store: a PostgreSQL job run on
     the SQLite store fails every time, and a SQLite job has no file to work on over PostgreSQL."""
+    from quill.store.factory import kind_of
     spec = public(name)
-    store = "postgres" if store_url else "sqlite"
+    store = kind_of(store_url)
     if spec.backend not in ("any", store):
         label = {"postgres": "a PostgreSQL store", "sqlite": "the SQLite store"}
-        where = "[store] url is set" if store_url else "no [store] url in config.toml"
+        where = "[store] url is set" if store == "postgres" else "no [store] url in config.toml"
         raise WrongStoreError(f"{name} maintains {label[spec.backend]}, but this data dir uses "
                               f"{label[store]} ({where})")
     return spec

@@ -16,10 +16,10 @@ from typing import Any
 
 
 def _backend(store_url: str) -> Any:
-    # Imported here: psycopg is loaded only by processes that use a PostgreSQL store. The
-    # maintenance connection has no spool: it never applies ops.
-    from quill.store.postgres import PostgresBackend
-    return PostgresBackend(store_url, spool_id="maintenance")
+    # The maintenance connection has no spool: it never applies ops. (psycopg is loaded only
+    # by processes that use a PostgreSQL store: store.factory imports it on demand.)
+    from quill.store.factory import open_url
+    return open_url(store_url, None, "maintenance")
 
 
 def pg_analyze(store_url: str) -> dict[str, Any]:
@@ -44,7 +44,7 @@ def pg_integrity_check(store_url: str) -> dict[str, Any]:
     try:
         result = backend.maintenance("integrity_check")
         if not result["ok"]:
-            halt.declare(backend.conn, "amcheck", "; ".join(result["problems"][:10]), time.time())
+            backend.run_job(halt.declare, "amcheck", "; ".join(result["problems"][:10]), time.time())
     finally:
         backend.close()
     if not result["ok"]:

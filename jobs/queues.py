@@ -111,7 +111,8 @@ def fire_scheduled(cfg: Settings, name: str) -> list[str] | None:
     None when the job went on this data dir's own queues. Raises ``KeyError`` for an unknown
     job and the store error tree when the shared store cannot be read."""
     queues = build_for(cfg)
-    if not (catalog.get(name).per_host and cfg.store_url and cfg.queue_url):
+    from quill.store.factory import kind_of
+    if not (catalog.get(name).per_host and kind_of(cfg.store_url) == "postgres" and cfg.queue_url):
         queues.enqueue(name)
         return None
     from quill.spool.identity import load_or_create

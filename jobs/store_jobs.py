@@ -4,7 +4,6 @@ parameters and returns a dict of figures recorded in ``job_runs``.
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import time
@@ -12,55 +11,14 @@ from typing import Any
 
 import apsw
 
-from quill.store.connection import WRITER_BUSY_MS, transaction
-from quill.store.errors import CorruptError, TransientError, mapped
+from quill.store.connection import transaction
+from quill.store.errors import CorruptError, mapped
+# The job-run records and the WAL checkpoint live in the store (its writer runs them too);
+# they are store jobs as well, under the names the catalog has always used.
+from quill.store.job_runs import INTERRUPTED, RUNNING, close_interrupted, record_job_run  # noqa: F401
+from quill.store.wal import wal_bytes, wal_checkpoint  # noqa: F401
 from quill.store import fts_repair
 from quill.store.indexer import FTS_TABLES, fts_state, optimize
-
-_CHECKPOINT_MODES = {
-    "PASSIVE": apsw.SQLITE_CHECKPOINT_PASSIVE,
-    "FULL": apsw.SQLITE_CHECKPOINT_FULL,
-    "RESTART": apsw.SQLITE_CHECKPOINT_RESTART,
-    "TRUNCATE": apsw.SQLITE_CHECKPOINT_TRUNCATE,
-}
-
-
-def wal_bytes(conn: apsw.Connection) -> int:
-    """Size of the store's ``-wal`` file in bytes (0 when absent)."""
-    try:
-        return os.stat(conn.filename + "-wal").st_size
-    except FileNotFoundError:
-        return 0
-
-
-def wal_checkpoint(conn: apsw.Connection, mode: str = "PASSIVE") -> dict[str, Any]:
-    """Checkpoint the WAL without ever waiting: the writer's drain must not stall behind it.
-
-    PASSIVE copies what it can. FULL/RESTART/TRUNCATE would wait (busy handler) for readers
-    on an older snapshot; here the busy timeout is 0 for the call, so SQLite checkpoints as
-    far as it can and returns SQLITE_BUSY when a reader holds back the rest (SQLite docs,
-    ``sqlite3_wal_checkpoint_v2``) — reported as ``blocked_by_reader`` instead of a 5 s
-    pause and a "database is locked" warning. TRUNCATE also resets the WAL file to 0 bytes.
-
-    Figures: mode, WAL bytes before/after, frames in the log and checkpointed (None when
-    blocked), ``blocked_by_reader``. Raises ``ValueError`` for an unknown mode."""
-    mode = mode.upper()
-    if mode not in _CHECKPOINT_MODES:
-        raise ValueError(f"checkpoint mode must be one of {sorted(_CHECKPOINT_MODES)}")
-    before = wal_bytes(conn)
-    log_frames = done = None
-    blocked = False
-    conn.set_busy_timeout(0)
-    try:
-        with mapped():
-            log_frames, done = conn.wal_checkpoint(mode=_CHECKPOINT_MODES[mode])
-    except TransientError:  # SQLITE_BUSY: a reader (or the backup API) holds an older snapshot
-        blocked = True
-    finally:
-        conn.set_busy_timeout(WRITER_BUSY_MS)
-    return {"mode": mode, "wal_bytes_before": before, "wal_bytes_after": wal_bytes(conn),
-            "log_frames": log_frames, "checkpointed_frames": done, "blocked_by_reader": blocked}
-
 
 def fts_optimize(conn: apsw.Connection) -> dict[str, Any]:
     """Merge each FTS5 index's b-trees into one (FTS5 'optimize'). Figures: seconds taken."""
@@ -186,42 +144,3 @@ def declare_corrupt(conn: apsw.Connection, detail: str, generation: int | None =
     if generation is not None and current != generation:
         return {"skipped": "the store was replaced since the check", "checked": generation, "current": current}
     raise CorruptError(detail)
-
-
-#: ``job_runs.outcome`` of a run that has started and not finished (yet).
-RUNNING = "running"
-#: ``job_runs.outcome`` of a run whose process died before it finished (kill -9, power cut).
-INTERRUPTED = "interrupted"
-
-
-def record_job_run(conn: apsw.Connection, job: str, started_at: float, ended_at: float | None = None,
-                   outcome: str = RUNNING, figures: dict | None = None, error: str | None = None) -> dict[str, Any]:
-    """Record a job run in ``job_runs``: with ``outcome="running"`` (and no ``ended_at``) the
-    start row, written *before* the work; later the same call with the final outcome updates
-    that row (matched by ``job`` + ``started_at``), or inserts one if there was no start row.
-    Used directly by the writer for store jobs and, through the ``record_job_run`` store
-    task, by processes that cannot write the store (the job worker, ``quill snapshot``)."""
-    with transaction(conn):
-        conn.execute("UPDATE job_runs SET ended_at = ?, outcome = ?, figures = ?, error = ? "
-                     "WHERE job = ? AND started_at = ? AND outcome IN (?, ?)",
-                     (ended_at, outcome, json.dumps(figures or {}), error, job, started_at, RUNNING, INTERRUPTED))
-        if conn.changes() == 0:
-            conn.execute("INSERT INTO job_runs (job, started_at, ended_at, outcome, figures, error) "
-                         "VALUES (?, ?, ?, ?, ?, ?)",
-                         (job, started_at, ended_at, outcome, json.dumps(figures or {}), error))
-    return {}
-
-
-def close_interrupted(conn: apsw.Connection, runner: str, before: float) -> dict[str, Any]:
-    """Mark ``running`` rows of ``runner`` (the ``figures.runner`` of their start row: writer,
-    consumer or cli) that started before ``before`` (epoch s) as ``interrupted``: the process
-    that ran them has been replaced, so they will never finish. Figures: rows marked."""
-    # A LIKE on the JSON text record_job_run wrote (json.dumps: '"runner": "NAME"'), not
-    # json_extract: the same statement runs on the PostgreSQL store.
-    pattern = "%" + json.dumps({"runner": runner})[1:-1] + "%"
-    with transaction(conn):
-        conn.execute("UPDATE job_runs SET outcome = ?, ended_at = coalesce(ended_at, ?), "
-                     "error = coalesce(error, 'the process running it died before it finished') "
-                     "WHERE outcome = ? AND started_at < ? AND figures LIKE ?",
-                     (INTERRUPTED, before, RUNNING, before, pattern))
-        return {"interrupted": conn.changes()}

@@ -44,10 +44,7 @@ def main(role: str, home_dir: str, parent: int | None) -> None:
     if parent is not None:
         follow_parent(parent, log)
     try:
-        if role == "writer" and settings.store_url:  # a shared PostgreSQL store (docs/backends.md)
-            from quill.workers.pg_writer import PgWriter
-            PgWriter(settings, log).run(stop)
-        elif role == "writer":
+        if role == "writer":  # either store: store.open decides which (docs/backends.md)
             from quill.workers.writer import Writer
             Writer(settings, log).run(stop)
         elif role == "scheduler":

@@ -1,7 +1,8 @@
 """Quill's SQLite store (through apsw): schema, op application, FTS indexing, reads.
 
-Only the writer process opens it for writing (``open_writer``); everyone else uses
-``Reader``. Errors form one tree rooted at ``StoreError`` (``store.errors``).
+``open(settings)`` (``store.factory``) returns the data dir's store, SQLite or PostgreSQL,
+behind the contract ``Store`` (``store.contract``); only the writer process opens it for
+writing. Everyone else uses ``Reader``. Errors form one tree rooted at ``StoreError`` (``store.errors``).
 
 The names below are resolved on first use (PEP 562): ``quill push`` imports only
 ``store.precheck`` and must not pay for the appliers, reads and search (bench/cli.py).
@@ -18,6 +19,8 @@ _LAZY = {
                      "NotADatabaseError", "ReadOnlyError", "StoreError", "StoreIOError", "TransientError"), "errors"),
     **dict.fromkeys(("index_slice", "indexed_upto"), "indexer"),
     "Reader": "reads",
+    **dict.fromkeys(("open", "open_url", "is_postgres_url"), "factory"),
+    "Store": "contract",
 }
 
 __all__ = sorted(_LAZY)
@@ -27,7 +30,7 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'quill.store' has no attribute {name!r}")
-    return getattr(import_module(f".{module}", __name__), name)
+    return getattr(import_module(f".{module}", __name__), "open_store" if name == "open" else name)
 
 
 def __dir__() -> list[str]:

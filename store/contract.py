@@ -1,10 +1,11 @@
-"""The store contract: what every backend (embedded SQLite, PostgreSQL) offers the writer,
-readers and jobs. docs/backends.md describes both implementations and their differences.
+"""The store contract: what every store (embedded SQLite, shared PostgreSQL) offers the
+writer, replay, recover, readers and jobs. ``store.open`` (``store.factory``) returns one;
+docs/backends.md describes both implementations and their differences.
 
-A backend is opened for one spool (``spool_id``: the stable id in the data dir's
-``spool-id`` file, ``quill.spool.identity``) and provides:
+A store is opened for one spool (``spool_id``: the stable id in the data dir's ``spool-id``
+file, ``quill.spool.identity``) and provides:
 
-* op application with its cursor — ``apply_chunk(entries, on_reject) -> ChunkResult`` applies
+* op application with its cursor: ``apply_chunk(entries, on_reject) -> ChunkResult`` applies
   consecutive spool entries in ONE transaction that also moves this spool's cursor, so a
   crash replays at most the uncommitted chunk; every op is recorded by batch id (unique
   store-wide) in that transaction, so a replayed or re-sent batch is skipped; an invalid op is
@@ -12,21 +13,21 @@ A backend is opened for one spool (``spool_id``: the stable id in the data dir's
   rest applied. ``read_cursor()`` is this spool's committed cursor ``(segment, offset)``.
   Ops on one session serialize (SQLite: one writer per store; PostgreSQL: a per-session
   transaction lock), so transcript semantics hold whatever host wrote them.
-* reads and search — ``reader()`` returns an object with the ``store.Reader`` API
-  (get_messages, get_session, list_sessions, search, export, figures, …), one query language
-  (``store.query``) and the same visibility rules (``store.projections``) on both backends.
-* job hooks — ``index(max_rows)`` brings search up to date (SQLite's FTS slice; PostgreSQL
-  indexes synchronously and returns 0); ``maintenance(job)`` runs the backend's version of a
-  maintenance job and returns its figures (``MAINTENANCE_JOBS``: which jobs each backend has).
-* the error tree — every failure is a ``store.errors.StoreError``: ``TransientError`` (retry),
+* the writer's life: ``connect``, ``check``/``committed`` around each unit of work,
+  ``index_step``, ``idle_work``, ``run_job``; the sticky halt (``startup_halt``, ``halt``,
+  ``serve_halted``); ``describe`` for status. Where the backends differ the store says so with
+  a capability flag (below), never through the writer looking at the store URL.
+* reads and search: ``reader()`` returns an object with the ``store.Reader`` API.
+* the error tree: every failure is a ``store.errors.StoreError``: ``TransientError`` (retry),
   ``CorruptError`` (sticky halt), ``DiskFullError``, ``StoreIOError``, ``ReadOnlyError``, and
   ``BadDataError`` for values the engine refuses (quarantine the op, go on).
 """
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
+
+from quill.home import Halt
 
 from .errors import StoreError
 
@@ -45,11 +46,16 @@ MAINTENANCE_JOBS: dict[str, tuple[str, ...]] = {
     "postgres": ("analyze", "integrity_check"),
 }
 
+#: What a halted writer does next (``Store.serve_halted``): stay halted, resume draining
+#: (the halt was lifted), or exit to be restarted (a rebuilt store was swapped in).
+HaltAction = Literal["halted", "resume", "exit"]
+
 
 class ReaderLike(Protocol):
-    """What readers of either backend offer (``store.Reader`` is the SQLite one)."""
+    """What store readers of either backend offer (``store.Reader`` is the SQLite one)."""
 
-    def get_messages(self, session_id: str, projection: str = "display", **page: Any) -> list[dict[str, Any]]: ...
+    def get_messages(self, session_id: str, projection: str = "display",
+                     **page: Any) -> list[dict[str, Any]]: ...
     def get_session(self, session_id: str) -> dict[str, Any] | None: ...
     def list_sessions(self, **filters: Any) -> list[dict[str, Any]]: ...
     def search(self, text: str, **filters: Any) -> list[dict[str, Any]]: ...
@@ -58,73 +64,104 @@ class ReaderLike(Protocol):
     def close(self) -> None: ...
 
 
-class Backend(Protocol):
-    """A store opened for writing by one spool's writer (see the module doc)."""
+class Store(Protocol):
+    """A store opened for writing by one spool's writer (see the module doc).
 
-    kind: str          # "sqlite" | "postgres"
+    Capability flags (class attributes) say where the backends differ:
+
+    * ``kind``: ``"sqlite"`` or ``"postgres"`` (for status and logs, never for branching);
+    * ``jobs_while_halted``: a halted writer still runs its queued bookkeeping jobs;
+    * ``reconnect_on_error``: after a retryable failure the connection is dropped and
+      reopened (PostgreSQL: the server may have gone); SQLite keeps its file open;
+    * ``retry_first_s``: the first pause after a retryable failure (None: the writer's
+      ``poll_interval``), doubling up to the writer's maximum;
+    * ``halt_poll_s``: how often a halted writer looks again;
+    * ``recover_hint``: the command that ends a halt, for the halt record;
+    * ``maintenance_jobs``: ``MAINTENANCE_JOBS[kind]``.
+    """
+
+    kind: str
     spool_id: str
-    conn: Any          # apsw.Connection or store.postgres.connection.PgConnection
+    jobs_while_halted: bool
+    reconnect_on_error: bool
+    retry_first_s: float | None
+    halt_poll_s: float
+    recover_hint: str
+    maintenance_jobs: tuple[str, ...]
 
-    def read_cursor(self) -> tuple[int, int] | None: ...
-    def apply_chunk(self, entries: Sequence[Any], on_reject: Callable[[Any, str, str], None]) -> Any: ...
-    def index(self, max_rows: int) -> int: ...
-    def reader(self) -> ReaderLike: ...
-    def maintenance(self, job: str) -> dict[str, Any]: ...
-    def close(self) -> None: ...
+    @property
+    def connected(self) -> bool:
+        """True while the store holds an open connection."""
 
+    def connect(self) -> dict[str, Any]:
+        """Open the connection (and, for the writer, the store's start-up work); returns
+        figures for the ``writer.started`` log. Raises the store error tree."""
 
-class SqliteBackend:
-    """The embedded default: ``state.db`` through apsw (store.connection, store.apply, …).
-    One writer per store, so the cursor is the single ``spool_cursor`` row."""
-
-    kind = "sqlite"
-
-    def __init__(self, path: Path, spool_id: str = "local", *, synchronous: str = "NORMAL"):
-        from .connection import open_writer
-        self.path = Path(path)
-        self.spool_id = spool_id
-        self.conn = open_writer(self.path, synchronous=synchronous)
-
-    def read_cursor(self) -> tuple[int, int] | None:
-        from .apply import read_cursor
-        return read_cursor(self.conn)
-
-    def apply_chunk(self, entries: Sequence[Any], on_reject: Callable[[Any, str, str], None]) -> Any:
-        from .apply import apply_chunk
-        return apply_chunk(self.conn, entries, on_reject)
-
-    def index(self, max_rows: int) -> int:
-        from .indexer import index_slice
-        return index_slice(self.conn, max_rows)
-
-    def reader(self) -> ReaderLike:
-        from .reads import Reader
-        return Reader(self.path)
-
-    def maintenance(self, job: str) -> dict[str, Any]:
-        if job not in MAINTENANCE_JOBS[self.kind]:
-            raise ValueError(f"{job!r} is not a maintenance job of the {self.kind} store")
-        if job == "integrity_check":
-            problems = [r[0] for r in self.conn.execute("PRAGMA quick_check")]
-            return {"ok": problems == ["ok"], "problems": [p for p in problems if p != "ok"]}
-        raise ValueError(f"{job!r} runs as a scheduled store job (jobs.store_jobs) on SQLite")
+    def disconnect(self) -> None:
+        """Drop the connection (reopened by ``connect``); never raises."""
 
     def close(self) -> None:
-        self.conn.close()
+        """Release everything the store holds; never raises."""
+
+    def read_cursor(self) -> tuple[int, int] | None:
+        """This spool's committed cursor ``(segment, offset)``, or None before the first chunk."""
+
+    def apply_chunk(self, entries: Sequence[Any],
+                    on_reject: Callable[[Any, str, str], None]) -> Any:
+        """Apply ``entries`` and move the cursor past them in one transaction; returns a
+        ``store.apply.ChunkResult``. Raises the store error tree (nothing committed)."""
+
+    def check(self) -> None:
+        """Before a unit of work: raise ``CorruptError`` if the store was replaced under us."""
+
+    def committed(self) -> None:
+        """After a unit of work: our own commits changed the file (the guard's baseline)."""
+
+    def index_step(self, max_rows: int) -> tuple[int, dict[str, Any] | None]:
+        """Bring search up to date by at most ``max_rows`` rows: ``(rows indexed,
+        detached)``; ``detached`` is ``{"damaged": [tables], "error"}`` when damage confined
+        to the search indexes was cut off (writes go on; queue ``fts_rebuild``). Raises
+        ``CorruptError`` for damage anywhere else."""
+
+    def index(self, max_rows: int) -> int:
+        """One plain index slice (no damage handling); rows indexed."""
+
+    def idle_work(self, now: float, cursor: Any, was_busy: bool) -> dict[str, Any]:
+        """The store's own upkeep while the spool is drained (``now``: monotonic seconds,
+        ``cursor``: the drain's ``spool.Position``, ``was_busy``: chunks were applied since
+        the last call). Returns status fields to publish."""
+
+    def status_fields(self) -> dict[str, Any]:
+        """Fields the writer adds to its published status."""
+
+    def describe(self, exc: Exception) -> str:
+        """A retryable failure in words for status (a full disk says so, with free bytes)."""
+
+    def startup_halt(self) -> Halt | None:
+        """A halt the writer must honour before opening (recorded earlier, or found now),
+        else None."""
+
+    def halt(self, cause: Halt) -> bool:
+        """Stop writing and record ``cause``; False when the record could not be written.
+        Raises the store error tree (retry later) where the record lives in the store."""
+
+    def serve_halted(self) -> HaltAction:
+        """One look while halted (see ``HaltAction``)."""
+
+    def run_job(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run the store job ``func(connection, *args, **kwargs)`` on the writer's
+        connection; returns what it returns. The raw connection never leaves the store."""
+
+    def reader(self) -> ReaderLike:
+        """A new reader of this store (the caller closes it)."""
+
+    def maintenance(self, job: str) -> dict[str, Any]:
+        """Run the backend's maintenance job ``job`` (``maintenance_jobs``); figures."""
 
 
-def is_postgres_url(url: str | None) -> bool:
-    """True for a ``postgresql://`` / ``postgres://`` store URL."""
-    return bool(url) and url.split(":", 1)[0] in ("postgresql", "postgres")
+class NullLog:
+    """The log of a store opened without one (replay, maintenance): events are dropped, so a
+    command's ``--json`` output never carries a stray log line."""
 
-
-def open_backend(url: str | None, state_db: Path, spool_id: str, **kw: Any) -> Backend:
-    """The backend for ``[store] url``: PostgreSQL for a ``postgresql://`` URL, else the
-    embedded SQLite file ``state_db``. Raises ``ValueError`` for another scheme and the store
-    error tree when opening fails."""
-    if url is None:
-        return SqliteBackend(state_db, spool_id, **kw)
-    if not is_postgres_url(url):
-        raise ValueError(f"[store] url must be postgresql://…, got {url.split(':', 1)[0]!r}")
-    from .postgres import PostgresBackend
-    return PostgresBackend(url, spool_id)
+    def __getattr__(self, level: str) -> Any:
+        return lambda *args, **kwargs: None

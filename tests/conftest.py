@@ -214,7 +214,7 @@ def pg_store_url(pg_schemas) -> str:
 
 def pg_data_dir(root, url: str, n: int):
     """A data dir on the PostgreSQL store ``url`` with ``n`` messages (session ``<dir name>-s``)
-    appended to its spool and drained by its writer (``pg_writer.drain``); returns the drain's
+    appended to its spool and drained as its writer would (``ops.recover.postgres.drain``); returns the drain's
     figures (``spool_id``, ``to`` cursor, …)."""
     old = os.umask(0o077)  # as `quill` itself runs (owner-only files), so doctor's mode check passes
     try:
@@ -227,7 +227,7 @@ def _fill_pg_data_dir(root, url: str, n: int):
     from quill import home as config
     from quill.ops import logs
     from quill.spool import Spool
-    from quill.workers.pg_writer import drain
+    from quill.ops.recover.postgres import drain
     root.mkdir(parents=True)
     (root / "config.toml").write_text(f'[store]\nurl = "{url}"\n')
     spool = Spool(root / "spool")

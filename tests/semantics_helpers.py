@@ -8,8 +8,22 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from quill.spool import Spool, SpoolReader
-from quill.store.contract import open_backend
+from quill.spool import Quarantine, Spool, SpoolReader
+from quill.store.factory import open_url
+from quill.workers.drain import Drain
+
+
+class RecordingDrain(Drain):
+    """The one drain loop, also keeping each refusal ``(reason, detail, position)`` for the
+    test to read (the record is quarantined as the writer would)."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.rejects: list[tuple[str, str, str]] = []
+
+    def reject(self, entry: Any, reason: str, detail: str) -> None:
+        self.rejects.append((reason, detail, str(entry.position)))
+        super().reject(entry, reason, detail)
 
 
 class Store:
@@ -19,7 +33,7 @@ class Store:
     def __init__(self, root: Path, url: str | None = None):
         self.root = root
         self.spool = Spool(root / "spool")
-        self.backend = open_backend(url, root / "state.db", "test-spool")
+        self.backend = open_url(url, root / "state.db", "test-spool")
         self.kind = self.backend.kind
         self.conn = self.backend.conn
 
@@ -28,18 +42,16 @@ class Store:
         return self.drain()
 
     def drain(self) -> list[str]:
-        rejects: list[tuple[str, str]] = []
-        from quill.spool import START
-        cursor = self.backend.read_cursor()
-        start = START if cursor is None else _position(cursor)
-        entries = list(SpoolReader(self.root / "spool").read(start, max_bytes=1 << 40))
-        self.last_result = None
-        if entries:
-            self.last_result = self.backend.apply_chunk(
-                entries, lambda e, reason, detail: rejects.append((reason, detail, str(e.position))))
-        self.last_rejects = rejects
-        self.last_entries = entries
-        return [r[0] for r in rejects]
+        """Apply everything after the store's cursor as ONE chunk (the one drain loop, with
+        a chunk size no spool here reaches); returns the reject reasons."""
+        drain = RecordingDrain(self.backend, SpoolReader(self.root / "spool"),
+                               Quarantine(self.root / "spool"), 1 << 40, max_bytes=1 << 40)
+        drain.start()
+        step = drain.step()
+        self.last_result = step.result if step.entries else None
+        self.last_rejects = drain.rejects
+        self.last_entries = step.entries
+        return [r[0] for r in drain.rejects]
 
     def replay(self, start=None) -> Any:
         """Apply the whole spool again from ``start`` (default: its beginning) as a crash
@@ -73,11 +85,6 @@ class Store:
     def close(self) -> None:
         self.backend.close()
         self.spool.close()
-
-
-def _position(cursor: tuple[int, int]):
-    from quill.spool import Position
-    return Position(*cursor)
 
 
 def user(text: str, **kw: Any) -> dict[str, Any]:

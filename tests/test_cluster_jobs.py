@@ -154,7 +154,7 @@ def test_the_leaders_orphan_sweep_runs_on_every_hosts_writer_and_closes_a_dead_o
     from quill.ops import logs
     from quill.spool import START, Spool, SpoolReader
     from quill.workers import scheduler
-    from quill.workers.pg_writer import drain
+    from quill.ops.recover.postgres import drain
 
     leader, other = _home(tmp_path, "leader", pg_store_url, redis_url), _home(tmp_path, "other", pg_store_url, redis_url)
     child = multiprocessing.Process(target=time.sleep, args=(0,))

@@ -52,7 +52,7 @@ def test_a_damaged_index_is_reported_halts_every_writer_and_reindex_plus_recover
     from quill.ops import logs
     from quill.store.errors import CorruptError
     from quill.store.postgres import PgConnection, halt
-    from quill.workers.pg_writer import PgWriter
+    from quill.workers.writer import Writer
     from quill.home import RunDir
 
     url = pg_store_url
@@ -76,7 +76,7 @@ def test_a_damaged_index_is_reported_halts_every_writer_and_reindex_plus_recover
     spool = Spool(home / "spool")
     spool.append("messages.append", {"session_id": "late", "messages": [{"role": "user", "content": "after damage"}]})
     spool.close()
-    writer = PgWriter(config.load(home), logs.configure(None, "test"))
+    writer = Writer(config.load(home), logs.configure(None, "test"))
     stop = threading.Event()
     thread = threading.Thread(target=writer.run, args=(stop,), daemon=True)
     thread.start()

@@ -21,7 +21,7 @@ WORD = "zephyrine"
 def _drain(home) -> None:
     from quill import home as config
     from quill.ops import logs
-    from quill.workers.pg_writer import drain
+    from quill.ops.recover.postgres import drain
     drain(config.load(home), logs.configure(None, "test"))
 
 

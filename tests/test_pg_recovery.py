@@ -109,7 +109,7 @@ def test_spool_segments_are_kept_until_applied_and_past_retention(tmp_path, pg_s
     from quill import home as config
     from quill.ops import logs
     from quill.spool.segments import list_segments
-    from quill.workers.pg_writer import PgWriter
+    from quill.workers.writer import Writer
     home = tmp_path / "h"
     (home / "spool").mkdir(parents=True)
     (home / "config.toml").write_text(f'[store]\nurl = "{pg_store_url}"\n[writer]\nchunk_rows = 10\n'
@@ -120,22 +120,24 @@ def test_spool_segments_are_kept_until_applied_and_past_retention(tmp_path, pg_s
     spool.close()
     segments = list_segments(home / "spool")
     assert len(segments) >= 4
-    writer = PgWriter(config.load(home), logs.configure(None, "test"))
-    writer._connect()
+    writer = Writer(config.load(home), logs.configure(None, "test"))
+    writer.initialize()
+    now = time.monotonic()  # the writer's clock: its idle spool collection stays a minute away
     try:
         for _ in range(3):                       # 30 of 60 entries applied
-            assert writer.step()
+            assert writer.loop_once(now) == 0    # 0: busy, step again at once
         later = time.time() + 7200
-        assert writer.gc_spool()["deleted"] == []             # applied ones are still too young
-        gone = writer.gc_spool(now=later)["deleted"]
+        collect = writer.store.collect_spool
+        assert collect(writer.cursor)["deleted"] == []             # applied ones are still too young
+        gone = collect(writer.cursor, now=later)["deleted"]
         assert gone and max(gone) < writer.cursor.segment      # only segments wholly before the cursor
         assert list_segments(home / "spool")[0] == max(gone) + 1
-        while writer.step():
+        while writer.loop_once(now) == 0:
             pass
-        gone += writer.gc_spool(now=later)["deleted"]
+        gone += collect(writer.cursor, now=later)["deleted"]
         assert list_segments(home / "spool") == [segments[-1]]  # the newest segment always stays
         assert sorted(gone) == segments[:-1]
     finally:
-        writer._disconnect()
+        writer.shutdown()
     with psycopg.connect(pg_store_url) as conn:
         assert conn.execute("SELECT count(*) FROM messages").fetchone()[0] == 60

@@ -18,7 +18,7 @@ import pytest
 
 from quill.spool import START, Spool, SpoolReader
 from quill.store.apply import apply_entries
-from quill.store.contract import open_backend
+from quill.store.factory import open_url as open_backend
 from quill.store.postgres import apply as pg_apply
 
 

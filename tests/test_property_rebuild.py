@@ -21,7 +21,6 @@ import random
 import shutil
 import socket
 import time
-from functools import partial
 from pathlib import Path
 
 import pytest
@@ -29,9 +28,10 @@ import pytest
 from quill.jobs import prune, store_jobs
 from quill.jobs.worker_jobs import snapshot
 from quill.ops.recover.replay import replay
-from quill.spool import Position, Quarantine, Spool, SpoolReader, START
-from quill.store import index_slice, open_writer, read_cursor, schema
-from quill.store.apply import apply_chunk, drain_chunk
+from quill.spool import Quarantine, Spool, SpoolReader
+from quill.store import index_slice, open_writer, schema
+from quill.store.factory import open_url
+from quill.workers.drain import Drain
 
 N = int(os.environ.get("QUILL_PROPERTY_N", "8"))
 SEEDS = [int(os.environ["QUILL_PROPERTY_SEED"])] if os.environ.get("QUILL_PROPERTY_SEED") else list(range(N))
@@ -73,9 +73,11 @@ class Run:
         self.spool_dir = root / "spool"
         self.spool = Spool(self.spool_dir)
         self.db = root / "state.db"
-        self.conn = open_writer(self.db)
+        self.store = open_url(None, self.db, "local")
+        self.conn = self.store.conn
         self.reader = SpoolReader(self.spool_dir)
         self.quarantine = Quarantine(self.spool_dir)
+        self.drainer = Drain(self.store, self.reader, self.quarantine, 1)
         self.snapshots: list[Path] = []
         self.ext = 0
 
@@ -156,18 +158,13 @@ class Run:
 
     # -- the writer's side ------------------------------------------------------------------
 
-    def cursor(self) -> Position:
-        cur = read_cursor(self.conn)
-        return Position(*cur) if cur else START
-
     def drain(self, chunks: int | None = None) -> None:
-        """Apply chunks of 1–6 message rows with the writer's drain step (all if ``chunks`` is None)."""
+        """Apply chunks of 1–6 message rows with the writer's drain loop (all if ``chunks`` is None)."""
         done = 0
+        self.drainer.start()
         while chunks is None or done < chunks:
-            entries, _ = drain_chunk(partial(apply_chunk, self.conn), self.reader, self.cursor(), self.rng.randint(1, 6),
-                                     lambda e, reason, detail: self.quarantine.put(e.position, reason, detail, e.raw,
-                                                                                   e.record))
-            if not entries:
+            self.drainer.chunk_rows = self.rng.randint(1, 6)
+            if not self.drainer.step().entries:
                 return
             done += 1
             if self.rng.random() < 0.5:
@@ -213,7 +210,7 @@ class Run:
             pass
 
     def close(self) -> None:
-        self.conn.close()
+        self.store.close()
         self.spool.close()
 
 
@@ -289,7 +286,7 @@ class PgRun(Run):
     the whole spool into an empty store equals the live one."""
 
     def __init__(self, root: Path, seed: int, url: str):
-        from quill.store.contract import open_backend
+        from quill.store.factory import open_url as open_backend
         self.rng = random.Random(seed)
         self.root = root
         self.spool_dir = root / "spool"
@@ -298,6 +295,7 @@ class PgRun(Run):
         self.conn = self.backend.conn
         self.reader = SpoolReader(self.spool_dir)
         self.quarantine = Quarantine(self.spool_dir)
+        self.drainer = Drain(self.backend, self.reader, self.quarantine, 1)
         self.snapshots = []
         self.ext = 0
 
@@ -305,17 +303,12 @@ class PgRun(Run):
         self.backend.close()
         self.spool.close()
 
-    def cursor(self) -> Position:
-        cur = self.backend.read_cursor()
-        return Position(*cur) if cur else START
-
     def drain(self, chunks: int | None = None) -> None:
         done = 0
+        self.drainer.start()
         while chunks is None or done < chunks:
-            entries, _ = drain_chunk(self.backend.apply_chunk, self.reader, self.cursor(), self.rng.randint(1, 6),
-                                     lambda e, reason, detail: self.quarantine.put(e.position, reason, detail, e.raw,
-                                                                                   e.record))
-            if not entries:
+            self.drainer.chunk_rows = self.rng.randint(1, 6)
+            if not self.drainer.step().entries:
                 return
             done += 1
 

@@ -347,11 +347,11 @@ def test_purge_later_queues_the_scrub_for_a_running_writer(tmp_path):
     """While a writer holds its lease the purge does not write the store: it queues ``scrub``
     and waits for the writer's ``job_runs`` record. The writer is stood for by a thread that
     holds the lease and runs queued store jobs with ``workers.job_runner`` on its own
-    connection, as the writer's loop does between drain chunks."""
+    store, as the writer's loop does between drain chunks."""
     import structlog
 
     from quill.jobs.queues import build
-    from quill.store.connection import open_writer
+    from quill.store.factory import open_url
     from quill.store.lease import Lease
     from quill.workers.job_runner import StoreJobRunner
     from quill.home import RunDir
@@ -366,14 +366,14 @@ def test_purge_later_queues_the_scrub_for_a_running_writer(tmp_path):
     stop = threading.Event()
 
     def writer() -> None:
-        conn = open_writer(h.db)
+        store = open_url(None, h.db, "local")
         runner = StoreJobRunner(queues, structlog.get_logger("writer"), h.spool)
         try:
             while not stop.is_set():
-                if not runner.run_one(conn, idle=True):
+                if not runner.run_one(store, idle=True):
                     time.sleep(0.05)
         finally:
-            conn.close()
+            store.close()
 
     t = threading.Thread(target=writer)
     t.start()

@@ -1,22 +1,20 @@
-"""A deleted WAL, a replaced file, a damaged b-tree page — each a
-sticky halt while the spool keeps accepting, then `quill recover` with zero loss counted
-message by message. SQLite only: damage to the store file and its WAL (PostgreSQL's damage
-and recovery: test_pg_amcheck.py, test_pg_recovery.py)."""
+"""A deleted WAL, a replaced file, a damaged b-tree page — each a sticky halt while the spool
+keeps accepting, then `quill recover` with zero loss counted message by message, through real
+fleets (the in-process writer tier, tests/test_writer_inprocess.py, covers a damaged page's
+halt and swap, and a full disk). SQLite only: damage to the store file and its WAL
+(PostgreSQL's damage and recovery: test_pg_amcheck.py, test_pg_recovery.py)."""
 from __future__ import annotations
 
 import json
 import os
 import shutil
-import subprocess
-import sys
 import time
 
 import apsw
 
-from quill.spool import Spool
 from quill.store import Reader
 
-from conftest import REPO, damage_pages, quill_env, small_tmpfs, stop_fleet
+from conftest import damage_pages, stop_fleet
 
 
 def _push(quill, session: str, start: int, n: int, pad: int = 0) -> None:
@@ -151,33 +149,6 @@ def test_snapshot_during_a_halt_on_a_replaced_store_refuses_and_names_the_halt(q
     _recover_and_check(quill, home, "mine", 10)
 
 
-def test_damaged_messages_btree_page_halts_and_recovery_loses_nothing(quill, home):
-    fleet = quill.start_fleet()
-    try:
-        _push(quill, "d", 0, 300)
-        quill.wait_idle()
-        quill.run("snapshot")
-        _push(quill, "d", 300, 100)
-        quill.wait_idle()
-    finally:
-        assert stop_fleet(fleet) == 0
-    with Reader(home / "state.db") as r:
-        root = r.conn.execute("SELECT rootpage FROM sqlite_schema WHERE name = 'messages'").fetchone()[0]
-        page_size = r.conn.execute("PRAGMA page_size").fetchone()[0]
-    with open(home / "state.db", "r+b") as f:  # overwrite the table's root page with garbage
-        f.seek((root - 1) * page_size)
-        f.write(os.urandom(page_size))
-    _push(quill, "d", 400, 50)
-    fleet = quill.start_fleet()
-    try:
-        halt = _wait_halt(home)
-        assert halt["cause"] in ("CorruptError", "NotADatabaseError")
-        _push(quill, "d", 450, 50)  # the spool keeps accepting while halted
-        _recover_and_check(quill, home, "d", 500)
-    finally:
-        assert stop_fleet(fleet) == 0
-
-
 def test_recover_refuses_a_healthy_running_store(quill, home, fleet):
     _push(quill, "h", 0, 5)
     quill.wait_idle()
@@ -213,63 +184,6 @@ def test_a_deleted_store_with_collected_history_halts_instead_of_starting_empty(
         assert _ids(home) == _expect("g", 80)
     finally:
         assert stop_fleet(fleet) == 0
-
-
-def test_disk_full_pauses_the_drain_and_it_resumes_when_space_returns(tmp_path):
-    """The writer meets SQLITE_FULL: it retries with backoff, says so in its status, loses
-    nothing, and finishes once space returns. A real small filesystem, a real writer process."""
-    with small_tmpfs(tmp_path / "small", "4m") as mnt:
-        _drain_through_a_full_disk(mnt)
-
-
-def _drain_through_a_full_disk(mnt):
-    home = mnt / "home"
-    writer = None
-    try:
-        def start():
-            return subprocess.Popen([sys.executable, "-m", "quill.ops.worker_main", "writer", "--home", str(home)],
-                                    env=quill_env(home), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-        def writer_status():
-            path = home / "run" / "writer.json"
-            return json.loads(path.read_text()) if path.exists() else {}
-
-        with Spool(home / "spool") as sp:
-            sp.append("session.create", {"session_id": "full"})
-        writer = start()
-        deadline = time.monotonic() + 30
-        while not writer_status().get("idle") and time.monotonic() < deadline:
-            time.sleep(0.1)
-        writer.send_signal(15)
-        writer.wait(30)
-        with Spool(home / "spool") as sp:
-            for b in range(40):
-                sp.append("messages.append", {"session_id": "full", "messages": [
-                    {"role": "user", "id": f"{b}-{i}", "content": f"{b} {i} " + "x" * 400} for i in range(20)]})
-        filler = mnt / "filler"
-        with open(filler, "wb") as f:  # leave ~128 KiB: room for status files, not for the rows
-            while shutil.disk_usage(mnt).free > 192 * 1024:
-                f.write(b"\0" * 65536)
-                f.flush()
-        writer = start()
-        time.sleep(5)  # it meets the full disk opening the store or growing the WAL
-        assert writer.poll() is None, "the writer died on a full disk"
-        assert not (home / "run" / "halt.json").exists()
-        proc = subprocess.run([sys.executable, "-c", "from quill.ops.cli import main; main()", "status", "--json"],
-                              env=quill_env(home), cwd=REPO, capture_output=True, text=True, timeout=60)
-        assert json.loads(proc.stdout)["disk"]["low"] is True
-        filler.unlink()  # space returns
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not (writer_status().get("idle") and writer_status().get("rows", 0) >= 800):
-            time.sleep(0.2)
-        writer.send_signal(15)
-        assert writer.wait(30) == 0
-        with Reader(home / "state.db") as r:
-            rows = r.conn.execute("SELECT count(*), count(DISTINCT ext_id) FROM messages").fetchone()
-        assert rows == (800, 800)
-    finally:
-        if writer is not None and writer.poll() is None:
-            writer.kill()
 
 
 def test_recover_refuses_to_rebuild_from_a_spool_missing_its_history(quill, home):

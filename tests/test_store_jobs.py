@@ -52,11 +52,11 @@ def test_idle_only_jobs_wait_for_the_drain_and_failures_are_retried(store, tmp_p
     queues = build(tmp_path / "queue.db")
     runner = StoreJobRunner(queues, structlog.get_logger(), store.spool)
     queues.enqueue("vacuum", min_free_ratio=0.0)
-    assert runner.run_one(store.conn, idle=False) is False      # busy: deferred
+    assert runner.run_one(store.backend, idle=False) is False      # busy: deferred
     assert queues.pending()["store"] == 1
-    assert runner.run_one(store.conn, idle=True) is True        # idle: runs
+    assert runner.run_one(store.backend, idle=True) is True        # idle: runs
     queues.enqueue("vacuum", min_free_ratio="not a number")     # fails with TypeError
-    assert runner.run_one(store.conn, idle=True) is True
+    assert runner.run_one(store.backend, idle=True) is True
     runs = store.conn.execute("SELECT job, outcome, error FROM job_runs ORDER BY id").fetchall()
     assert [(j, o) for j, o, _ in runs] == [("vacuum", "ok"), ("vacuum", "error")]
     assert "TypeError" in runs[1][2]

@@ -8,11 +8,8 @@
 * A failing job is recorded (``job_runs``) and retried with exponential backoff from its
   spec's ``retry_delay``, up to ``retries`` times, via huey's schedule. A failing job never
   stops the drain; only corruption (``CorruptError``) propagates, to halt the writer.
-* Idle TRUNCATE: while the writer is idle with a WAL over ``TRUNCATE_WAL_BYTES`` it tries a
-  TRUNCATE checkpoint (at most every ``TRUNCATE_RETRY_S``), never waiting for readers: a
-  reader on an old snapshot makes it return at once, logged as "blocked by a reader", and it
-  is tried again later — so the WAL goes back to 0 bytes soon after the reader lets go
-  (docs/architecture.md: TRUNCATE only when idle or after VACUUM).
+* The runner never holds a connection: each job runs through the store contract's
+  ``run_job``, which hands the store's own connection to the job function.
 """
 from __future__ import annotations
 
@@ -22,20 +19,13 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-import apsw
 from huey.utils import utcnow
 
 from quill.jobs import catalog
 from quill.jobs.queues import Queues, resolve_params
-from quill.jobs.store_jobs import RUNNING, close_interrupted, record_job_run, wal_bytes, wal_checkpoint
+from quill.jobs.store_jobs import RUNNING, close_interrupted, record_job_run
 from quill.spool import Spool
 from quill.store.errors import CorruptError
-
-#: Idle WAL size above which the writer truncates it (bytes). Modest: a 16 MB WAL left after
-#: a reader let go was reported as "stays until the next batch" (issue 11.4).
-TRUNCATE_WAL_BYTES = 1 << 20
-#: Seconds between idle TRUNCATE attempts while the WAL stays above the threshold.
-TRUNCATE_RETRY_S = 5.0
 
 
 class StoreJobRunner:
@@ -52,9 +42,12 @@ class StoreJobRunner:
         self.funcs = {catalog.RECORD_RUN: record_job_run, catalog.CLOSE_INTERRUPTED: close_interrupted,
                       **{j.name: j.func for j in catalog.JOBS if j.kind == "store"}}
 
-    def run_one(self, conn: apsw.Connection, *, idle: bool,
+    def run_one(self, store: Any, *, idle: bool,
                 on_start: Callable[[str], None] = lambda name: None) -> bool:
-        """Run at most one queued job; returns True if one ran (or failed). ``on_start(name)``
+        """Run at most one queued job on ``store`` (``store.contract.Store``); returns True if
+        one ran (or failed). ``idle``: the spool is drained (``needs_idle`` jobs may run).
+        Raises ``CorruptError`` (the writer halts) and the retryable store errors of the
+        job-run records; a job's own other failures are recorded and retried. ``on_start(name)``
         is called before a job runs (the writer publishes it, so a long job is not taken for
         a hung writer)."""
         huey = self.queues.store
@@ -70,16 +63,16 @@ class StoreJobRunner:
         recorded = task.name not in (catalog.RECORD_RUN, catalog.CLOSE_INTERRUPTED)
         started = time.time()
         if recorded:  # the start row first: a run killed mid-way (VACUUM …) still shows up
-            record_job_run(conn, task.name, started, None, RUNNING, {"runner": "writer"})
+            store.run_job(record_job_run, task.name, started, None, RUNNING, {"runner": "writer"})
         on_start(task.name)
         outcome, figures, error = "ok", {}, None
         try:
             func = self.funcs.get(task.name)
             if func is None:
                 raise KeyError(f"unknown store job {task.name!r}")
-            lead = (conn, self.spool) if spec is not None and spec.emits_ops else (conn,)
+            lead = (self.spool,) if spec is not None and spec.emits_ops else ()
             kwargs = resolve_params(spec, self.cfg, task.kwargs) if spec else task.kwargs
-            figures = func(*lead, *task.args, **kwargs) or {}
+            figures = store.run_job(func, *lead, *task.args, **kwargs) or {}
         except CorruptError:
             raise
         except Exception as exc:
@@ -87,7 +80,8 @@ class StoreJobRunner:
             self.log.error("writer.job_failed", job=task.name, error=error, retries_left=task.retries)
             self._retry(task, spec)
         if recorded:
-            record_job_run(conn, task.name, started, time.time(), outcome, {**figures, "runner": "writer"}, error)
+            store.run_job(record_job_run, task.name, started, time.time(), outcome,
+                          {**figures, "runner": "writer"}, error)
             self.log.info("writer.job", job=task.name, outcome=outcome, **figures)
         return True
 
@@ -101,19 +95,3 @@ class StoreJobRunner:
         delay = spec.retry_delay * (2 ** attempt)
         task.eta = utcnow() + dt.timedelta(seconds=delay)  # huey's clock: naive UTC (utc=True)
         self.queues.store.add_schedule(task)
-
-    def truncate_if_idle(self, conn: apsw.Connection) -> dict[str, Any] | None:
-        """TRUNCATE-checkpoint a WAL over ``TRUNCATE_WAL_BYTES`` (the writer is idle, or has
-        just started); returns the checkpoint's figures, or None when the WAL is small. Never
-        waits: a reader holding an old snapshot shows as ``blocked_by_reader``."""
-        if wal_bytes(conn) < TRUNCATE_WAL_BYTES:
-            return None
-        started = time.time()
-        figures = wal_checkpoint(conn, "TRUNCATE")
-        if figures["blocked_by_reader"]:
-            self.log.warning("writer.checkpoint_blocked", reason="blocked by a reader: a read transaction holds "
-                             "an old snapshot, so the WAL cannot be reset yet; retried while idle", **figures)
-        else:
-            record_job_run(conn, "wal_checkpoint", started, time.time(), "ok", {**figures, "runner": "writer"})
-            self.log.info("writer.idle_truncate", **figures)
-        return figures

@@ -1,256 +1,316 @@
-"""The writer: the only process that writes ``state.db``.
+"""The writer: the only process that writes the store of a data dir.
 
-Loop (docs/architecture.md, "Processes"): read spool entries from the committed cursor → apply them in
-chunks of about ``chunk_rows`` message rows, each chunk one transaction that also moves the
-cursor → bring the FTS index up by one bounded slice → run at most one queued store job →
-when there is nothing to do, seal torn tails, publish "idle" and sleep ``poll_interval``.
+Written once against the store contract (``store.contract.Store``, opened by ``store.open``):
+it never touches a database handle and never asks which backend it drives. Each turn of the
+loop (docs/architecture.md, "Processes"):
 
-Sticky halt: on structural corruption (``CorruptError``) the writer stops writing, records the
-cause in ``run/halt.json`` and stays up doing nothing, so the supervisor does not restart it
-into the same damage; producers keep appending to the spool meanwhile.
+1. apply one chunk of about ``chunk_rows`` message rows from the committed cursor
+   (``workers.drain.Drain``: one transaction that also moves the cursor);
+2. bring search up by one bounded slice (``index_step``);
+3. run at most one queued store job (``workers.job_runner``; ``needs_idle`` ones only when
+   the spool is drained);
+4. when there is nothing to do: the store's idle upkeep, seal torn tails, publish "idle".
+
+Failures: a retryable one (``TransientError``, ``DiskFullError``, ``StoreIOError``) committed
+nothing, so the writer publishes it, pauses (doubling up to ``MAX_BACKOFF_S``) and retries the
+same step. ``CorruptError`` is the sticky halt, the one path for every cause: the store
+records the cause (SQLite ``run/halt.json``, PostgreSQL the store-wide halt row) and the
+writer stays up applying nothing, so the supervisor does not restart it into the same damage,
+until the store says the halt ended (``serve_halted``). Producers keep appending meanwhile.
+
+``run(stop)`` is ``initialize()``, then ``loop_once(now)`` until stopped, then ``shutdown()``;
+a test builds a writer in process and steps it with its own clock.
 """
 from __future__ import annotations
 
-import errno
-import shutil
 import threading
 import time
-from functools import partial
 from typing import Any
 
-import apsw
-
-from quill.home import Halt, Settings
+from quill.home import Halt, RunDir, Settings
 from quill.jobs.queues import build_for
-from quill.spool import Position, Spool, START
-from quill.spool.segments import list_segments
-from quill.store import fts_repair, index_slice, open_writer, read_cursor
-from quill.store.apply import apply_chunk
-from quill.store.errors import CorruptError, DiskFullError, SharedMemoryError, StoreIOError, TransientError
-from quill.store.guard import FileGuard
-from quill.store.recovery import swap_in
-from quill.store.indexer import indexed_upto
-
-from quill.jobs.store_jobs import close_interrupted, wal_bytes
+from quill.spool import Quarantine, Spool, SpoolReader
+from quill.store.errors import (CorruptError, DiskFullError, SharedMemoryError, StoreIOError,
+                                TransientError)
+from quill.store.factory import open_store
+from quill.store.lease import Lease
 
 from . import status
-from .drain_base import DrainWriter
-from .job_runner import TRUNCATE_RETRY_S, TRUNCATE_WAL_BYTES, StoreJobRunner
+from .drain import Drain
+from .job_runner import StoreJobRunner
 
-class Writer(DrainWriter):
-    """One writer for one data dir. ``run(stop)`` blocks until ``stop`` is set."""
+#: Failures after which nothing of the step was committed: pause, then retry.
+RETRYABLE = (TransientError, DiskFullError, StoreIOError)
+#: The longest pause between retries (seconds).
+MAX_BACKOFF_S = 5.0
+#: The first pause after the store failed to open (seconds).
+OPEN_RETRY_FIRST_S = 0.5
+#: While idle the loop turns every poll_interval; one status write per this many seconds is
+#: plenty for `quill status` and the supervisor's idle check.
+IDLE_PUBLISH_S = 0.25
 
-    def __init__(self, cfg: Settings, log: Any):
-        super().__init__(cfg, log)
-        self.conn: apsw.Connection | None = None
-        self.guard: FileGuard | None = None
-        # Chunk apply+commit latency (seconds), published for /metrics and `quill status`.
-        self.commit_hist: dict[str, Any] = {"counts": [0] * len(status.COMMIT_BUCKETS_S), "count": 0, "sum": 0.0}
+
+class Writer:
+    """One writer for the data dir of ``cfg`` (``quill.home.Settings``), logging to ``log``.
+    ``store``: the store to drive (default: ``store.open`` of the data dir, for its writer)."""
+
+    def __init__(self, cfg: Settings, log: Any, *, store: Any = None):
+        self.cfg = cfg
+        self.log = log
+        self.run_dir = RunDir(cfg.home)
+        self.lease = Lease(self.run_dir.lock("writer"))
+        self.store = store if store is not None else open_store(
+            cfg, log, run_dir=self.run_dir, writer=True, connect=False)
+        self.drain = Drain(self.store, SpoolReader(cfg.spool_dir), Quarantine(cfg.spool_dir),
+                           cfg.chunk_rows, log=log)
         self.jobs: StoreJobRunner | None = None
+        self.halt_cause: Halt | None = None  # set while halted
+        self.halt_recorded = False     # the store holds the halt record (else: try again)
+        self.done = False              # the writer must exit (to be restarted)
+        self.error: str | None = None  # the retryable failure being waited out, else None
+        # Chunk apply+commit latency (seconds), published for /metrics and `quill status`.
+        self.commit_hist: dict[str, Any] = {"counts": [0] * len(status.COMMIT_BUCKETS_S),
+                                            "count": 0, "sum": 0.0}
         self._was_busy = False
-        self._next_truncate = 0.0                 # monotonic time of the next idle TRUNCATE try
-        self._wal_blocked_since: float | None = None  # epoch s: a reader has held the WAL since
+        self._backoff: float | None = None   # the last retry pause; None after a success
+        self._last_idle_publish = float("-inf")
+        self._idle_fields: dict[str, Any] = {}
 
-    # -- lifecycle -----------------------------------------------------------------------
+    @property
+    def cursor(self) -> Any:
+        """The committed spool cursor (``spool.Position``) as the drain last saw it."""
+        return self.drain.cursor
+
+    @property
+    def totals(self) -> dict[str, int]:
+        return self.drain.totals
+
+    # -- lifecycle -------------------------------------------------------------------------
 
     def run(self, stop: threading.Event) -> None:
-        """Take the lease, open the store and drain until ``stop``. Raises ``LeaseHeldError``
-        when another writer is alive."""
+        """Initialize and loop until ``stop`` is set (or a swap asks for a restart). Raises
+        ``LeaseHeldError`` when another writer of this data dir is alive."""
+        self.initialize()
+        try:
+            while not stop.is_set() and not self.done:
+                pause = self.loop_once(time.monotonic())
+                if pause > 0:
+                    stop.wait(pause)
+        finally:
+            self.shutdown()
+
+    def until_idle(self, stop: threading.Event | None = None) -> dict[str, Any]:
+        """Drain the spool to its end as the running writer would (chunks, index slices,
+        queued store jobs, torn tails sealed), then stop; for ``quill recover`` and tests.
+        Returns the totals plus ``spool_id``, ``from`` and ``to`` cursors. Raises
+        ``LeaseHeldError`` while a writer runs, the store error tree, and ``CorruptError``
+        when the store is halted."""
+        self.initialize()
+        try:
+            if self.halt_cause is not None:
+                raise CorruptError(f"the store is halted: {self.halt_cause.cause}: "
+                                   f"{self.halt_cause.detail}")
+            figures = self.store.connect()
+            start = self.drain.start()
+            self._job_runner()
+            self.log.info("writer.started", backend=self.store.kind, cursor=str(start), **figures)
+            while not (stop is not None and stop.is_set()) and self.step(time.monotonic()):
+                pass
+            return {"spool_id": self.store.spool_id, "from": str(start), "to": str(self.cursor),
+                    **self.totals}
+        finally:
+            self.shutdown()
+
+    def initialize(self) -> None:
+        """Take the writer lease and honour a halt recorded before we started. The store is
+        opened by the first ``loop_once``. Raises ``LeaseHeldError``."""
         self.lease.acquire()
         try:
-            halted = self.run_dir.halt(self.cfg.state_db)
-            if halted:
-                self.log.error("writer.halted", **halted.to_json())
-                self._idle_halted(stop, halted)
-                return
-            missing = self._history_missing()
-            if missing:
-                cause = Halt("StoreMissing", missing, time.time())
-                self.run_dir.record_halt(cause, self.cfg.state_db)
-                self.log.critical("writer.halt", **cause.to_json())
-                self._idle_halted(stop, cause)
-                return
-            try:
-                opened = self._open(stop)
-            except CorruptError as exc:  # damaged before we even started: same sticky halt
-                self._halt(stop, exc)
-                return
-            if not opened:
-                return
-            self.jobs = StoreJobRunner(build_for(self.cfg), self.log,
-                                       Spool(self.cfg.spool_dir, segment_bytes=self.cfg.segment_bytes), self.cfg)
-            cur = read_cursor(self.conn)
-            self.cursor = Position(*cur) if cur else START
-            # Runs the previous writer started and never finished (kill -9 mid-VACUUM …).
-            closed = close_interrupted(self.conn, "writer", time.time())["interrupted"]
-            self._truncate()  # a killed VACUUM or bulk drain can leave a WAL as big as the store
-            # Both are our own commits (the checkpoint writes state.db): the guard must know,
-            # or the first step's check reads the new mtime as another process's write.
-            self.guard.committed()
-            self.log.info("writer.started", cursor=str(self.cursor), interrupted_runs=closed)
-            self._loop(stop)
-        finally:
-            self._close()
+            cause = self.store.startup_halt()
+        except BaseException:
             self.lease.release()
-            self.log.info("writer.stopped", cursor=str(self.cursor), **self.totals)
+            raise
+        if cause:
+            self.log.error("writer.halted", **cause.to_json())
+            self.halt_cause, self.halt_recorded = cause, True
 
-    def _halt(self, stop: threading.Event, exc: Exception) -> None:
-        """Sticky halt: close without checkpointing (the WAL stays as evidence), record the
-        cause and the next command in run/halt.json, then wait for `quill recover`."""
-        cause = Halt(type(exc).__name__, str(exc), time.time(), cursor=str(self.cursor))
-        self._close(keep_wal=True)
-        if not self.run_dir.record_halt(cause, self.cfg.state_db):
-            self.log.error("writer.halt_unrecorded", path=str(self.run_dir.halt_file))
-        self.log.critical("writer.halt", **cause.to_json())
-        self._idle_halted(stop, cause)
+    def _job_runner(self) -> StoreJobRunner:
+        """The store-job runner, made once the store is open (as late as possible: a new
+        store file is created first, before the queue is opened)."""
+        if self.jobs is None:
+            spool = Spool(self.cfg.spool_dir, segment_bytes=self.cfg.segment_bytes)
+            self.jobs = StoreJobRunner(build_for(self.cfg), self.log, spool, self.cfg)
+        return self.jobs
 
-    def _open(self, stop: threading.Event) -> bool:
-        """Open the store and its guard, waiting out a full disk or a busy file (opening
-        creates the -wal and -shm files, which needs space) or an unusable -shm file (reported
-        as what it is, not a crash loop). False if stopped meanwhile. A journal mode other
-        than WAL, found at open, is corrected and logged."""
-        backoff = 0.5
-        while not stop.is_set():
-            try:
-                self.conn = open_writer(
-                    self.cfg.state_db, synchronous=self.cfg.synchronous,
-                    on_journal_mode=lambda old: self.log.warning(
-                        "writer.journal_mode_corrected", was=old, now="wal", path=str(self.cfg.state_db),
-                        why="the store was switched to another journal mode while Quill was stopped; "
-                            "Quill needs WAL (readers never block the writer)"))
-                self.guard = FileGuard(self.conn, self.cfg.state_db)
-                return True
-            except (TransientError, DiskFullError, StoreIOError) as exc:
-                error = self._describe(exc)
-                self._close()
-                if isinstance(exc, SharedMemoryError):
-                    self.log.error("writer.shared_memory_unusable", error=error, sleep=backoff)
-                else:
-                    self.log.warning("writer.open_retry", error=error, sleep=backoff)
-                self.run_dir.publish("writer", {"idle": False, "halted": False, "error": error,
-                                                "cursor": str(self.cursor)})
-                stop.wait(backoff)
-                backoff = min(backoff * 2, 5.0)
-        return False
+    def shutdown(self) -> None:
+        """Close the store and release the lease (idempotent)."""
+        try:
+            self.store.close()
+        finally:
+            self.lease.release()
+            self.log.info("writer.stopped", cursor=str(self.cursor), backend=self.store.kind,
+                          **self.totals)
 
-    def _loop(self, stop: threading.Event) -> None:
-        # Nothing of a failed chunk was committed: pause and retry. A full disk shows up as
-        # SQLITE_FULL or as an I/O error whose errno is ENOSPC (tmpfs, shared memory); either
-        # way the drain waits for space, losing nothing. Corruption: sticky halt.
-        def halt(stop: threading.Event, exc: CorruptError) -> bool:
-            self._halt(stop, exc)
-            return False
-        self.loop(stop, self.step, first_backoff=self.cfg.poll_interval, on_corrupt=halt, describe=self._describe)
+    def loop_once(self, now: float) -> float:
+        """One turn: open the store if needed, then one unit of work (or one look while
+        halted). ``now``: monotonic seconds. Returns the seconds to wait before the next turn
+        (0: there is more to do). Never raises the store's retryable or corruption errors."""
+        if self.done:
+            return 0.0
+        if self.halt_cause is not None:
+            return self._serve_halt(now)
+        if not self.store.connected:
+            pause = self._connect(now)
+            if pause is not None:
+                return pause
+        try:
+            busy = self.step(now)
+        except CorruptError as exc:  # includes ReplacedError
+            self._halt(exc)
+            return 0.0
+        except RETRYABLE as exc:
+            return self._retry(now, exc, "writer.retry", self.store.retry_first_s)
+        self._backoff, self.error = None, None
+        return 0.0 if busy else self.cfg.poll_interval
 
-    def _describe(self, exc: Exception) -> str:
-        """The error for status: disk-full cases say so, with the free bytes."""
-        errno_ = self.conn.system_errno if self.conn is not None else 0
-        if isinstance(exc, DiskFullError) or errno_ in (errno.ENOSPC, errno.EDQUOT):
-            free = shutil.disk_usage(self.cfg.state_db.parent).free
-            return f"disk full: {exc} ({free} bytes free on {self.cfg.state_db.parent}); the drain resumes when space returns"
-        return f"{type(exc).__name__}: {exc}" + (f" (errno {errno_})" if errno_ else "")
-
-    def _history_missing(self) -> str | None:
-        """Why creating a fresh state.db here would silently lose history, or None.
-
-        A new store is built from the spool alone; that is complete only if the spool still
-        starts at segment 1 and no snapshot exists (once a snapshot exists, spool GC may have
-        removed what it covers)."""
-        if self.cfg.state_db.exists():
-            return None
-        segments = list_segments(self.cfg.spool_dir)
-        snapshots = sorted(self.cfg.snapshots_dir.glob("snapshot-*.db"))
-        if snapshots or (segments and segments[0] > 1):
-            return (f"{self.cfg.state_db} is missing and the spool alone no longer holds the full history "
-                    f"(oldest segment {segments[0] if segments else None}, {len(snapshots)} snapshot(s)); "
-                    "`quill recover` restores the newest snapshot and replays the spool")
+    def _connect(self, now: float) -> float | None:
+        """Open the store and read its cursor; None when open, else the pause before the next
+        try (a full disk or busy file: opening creates the -wal and -shm files)."""
+        try:
+            figures = self.store.connect()
+            self.drain.start()
+            self._job_runner()
+        except CorruptError as exc:  # damaged before we even started: the same sticky halt
+            self._halt(exc)
+            return 0.0
+        except RETRYABLE as exc:
+            return self._retry(now, exc, "writer.open_retry", OPEN_RETRY_FIRST_S)
+        self._backoff = None
+        self.log.info("writer.started", backend=self.store.kind, cursor=str(self.cursor), **figures)
         return None
 
-    def _close(self, *, keep_wal: bool = False) -> None:
-        """Close the store. ``keep_wal``: skip the checkpoint-on-close, so after damage the
-        WAL stays as evidence and nothing is checkpointed into a file that may be wrong."""
-        if self.conn is not None:
-            if keep_wal:
-                self.conn.config(apsw.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1)
-            self.conn.close()
-            self.conn = None
-        if self.guard is not None:
-            self.guard.close()  # after the connection: closing an fd drops SQLite's locks
-            self.guard = None
+    def _retry(self, now: float, exc: Exception, event: str, first: float | None) -> float:
+        """Publish a retryable failure and return the pause before retrying."""
+        error = self.error = self.store.describe(exc)
+        if self.store.reconnect_on_error:
+            self.store.disconnect()
+        first = self.cfg.poll_interval if first is None else first
+        pause = first if self._backoff is None else min(self._backoff * 2, MAX_BACKOFF_S)
+        self._backoff = pause
+        if isinstance(exc, SharedMemoryError):  # an unusable -shm file: say what it is
+            self.log.error("writer.shared_memory_unusable", error=error, sleep=pause)
+        else:
+            self.log.warning(event, error=error, kind=type(exc).__name__, sleep=pause)
+        self._publish(now, idle=False, error=error)
+        return pause
 
-    def _idle_halted(self, stop: threading.Event, cause: Halt) -> None:
-        """Stay up without writing until ``quill recover`` asks for a swap (run/swap.json),
-        do the swap (we hold the lease and no connection), then exit to be restarted."""
-        while not stop.is_set():
-            request = self.run_dir.swap_request()  # only while its `quill recover` is waiting
-            if request:
-                evidence = swap_in(request.new, self.cfg.state_db)
-                self.run_dir.clear_halt()
-                self.run_dir.clear_swap()
-                self.log.warning("writer.swapped", new=str(request.new), evidence=str(evidence))
-                return
-            self.run_dir.publish("writer", {"halted": True, "halt": cause.to_json(), "idle": False})
-            stop.wait(0.5)
+    # -- one unit of work ------------------------------------------------------------------
 
-    # -- one step --------------------------------------------------------------------------
-
-    def step(self) -> bool:
-        """Do one unit of work; returns False when there was nothing to do (idle).
-
-        The file guard is checked before any write and told after, so a file or WAL
+    def step(self, now: float) -> bool:
+        """Do one unit of work; False when there was nothing to do (idle). Raises the store
+        error tree. The store is checked before any write and told after, so a file or WAL
         replaced in between is caught before the next transaction."""
-        self.guard.check()
+        self.store.check()
         try:
-            return self._step()
+            return self._step(now)
         finally:
-            self.guard.committed()
+            if self.store.connected:
+                self.store.committed()
 
-    def _step(self) -> bool:
+    def _step(self, now: float) -> bool:
         began = time.monotonic()
-        entries, _ = self.drain_step(partial(apply_chunk, self.conn))
-        if entries:
-            status.observe(self.commit_hist, time.monotonic() - began)  # read + apply + commit of one chunk
-            self._publish(idle=False)
+        done = self.drain.step()
+        if done.entries:
+            status.observe(self.commit_hist, time.monotonic() - began)  # read+apply+commit
+            self._publish(now, idle=False)
             self._index()
-            self.jobs.run_one(self.conn, idle=False, on_start=self._job_started)
+            self.jobs.run_one(self.store, idle=False, on_start=self._job_started)
             self._was_busy = True
             return True
         if self._index():
             return True
-        if self.jobs.run_one(self.conn, idle=True, on_start=self._job_started):
+        if self.jobs.run_one(self.store, idle=True, on_start=self._job_started):
             return True
-        if self._was_busy or time.monotonic() >= self._next_truncate:  # idle: the moment to TRUNCATE
-            self._was_busy = False
-            self._truncate()
-        sealed = self.seal_torn_tails()
-        self._publish(idle=not sealed)
+        self._idle_fields = self.store.idle_work(now, self.cursor, self._was_busy)
+        self._was_busy = False
+        sealed = self.drain.seal_torn_tails()
+        self._publish(now, idle=not sealed)
         return sealed
 
     def _index(self) -> int:
-        """One FTS slice. Damage confined to the search indexes detaches them and queues a
-        rebuild (writes go on); damage anywhere else propagates and halts the writer."""
-        try:
-            return index_slice(self.conn, self.cfg.index_slice_rows)
-        except CorruptError as exc:
-            damaged = fts_repair.classify(self.conn)
-            if damaged["canonical"] or not damaged["fts"]:
-                raise
-            fts_repair.detach(self.conn, f"{type(exc).__name__}: {exc}; damaged: {damaged['fts']}")
+        """One search-index slice; damage confined to the indexes detaches them (the store
+        decides) and queues their rebuild, while writes go on."""
+        rows, detached = self.store.index_step(self.cfg.index_slice_rows)
+        if detached:
             self.jobs.queues.enqueue("fts_rebuild")
-            self.log.error("writer.fts_detached", damaged=damaged["fts"], error=str(exc))
-            return 0
-
-    def _truncate(self) -> None:
-        figures = self.jobs.truncate_if_idle(self.conn)
-        self._next_truncate = time.monotonic() + TRUNCATE_RETRY_S
-        if figures and figures["blocked_by_reader"]:
-            self._wal_blocked_since = self._wal_blocked_since or time.time()
-        elif figures or wal_bytes(self.conn) < TRUNCATE_WAL_BYTES:
-            self._wal_blocked_since = None
+            self.log.error("writer.fts_detached", damaged=detached["damaged"],
+                           error=detached["error"])
+        return rows
 
     def _job_started(self, name: str) -> None:
-        self._publish(idle=False, job=name)
+        self._publish(time.monotonic(), idle=False, job=name)
 
-    def _publish(self, *, idle: bool, error: str | None = None, job: str | None = None) -> None:
-        self.publish(idle, {"job": job, "fts_indexed_upto": indexed_upto(self.conn), "error": error,
-                            "wal_blocked_since": self._wal_blocked_since, "commit_hist": self.commit_hist})
+    def _publish(self, now: float, *, idle: bool, error: str | None = None,
+                 job: str | None = None) -> None:
+        """Publish the writer's status; idle ones at most every ``IDLE_PUBLISH_S``."""
+        if idle and now - self._last_idle_publish < IDLE_PUBLISH_S:
+            return
+        self._last_idle_publish = now if idle else float("-inf")
+        fields = self.store.status_fields() if self.store.connected else {}
+        self.run_dir.publish("writer", {
+            "idle": idle, "halted": False, "cursor": str(self.cursor), "job": job,
+            "error": error, "commit_hist": self.commit_hist, "backend": self.store.kind,
+            "spool_id": self.store.spool_id, **self._idle_fields, **fields, **self.totals})
+
+    # -- the sticky halt -------------------------------------------------------------------
+
+    def _halt(self, exc: Exception) -> None:
+        """Enter the sticky halt for ``exc`` and have the store record it."""
+        self.halt_cause = Halt(type(exc).__name__, str(exc), time.time(),
+                               next=self.store.recover_hint, cursor=str(self.cursor))
+        self.halt_recorded = False
+        self.log.critical("writer.halt", backend=self.store.kind, **self.halt_cause.to_json())
+        self._record_halt()
+
+    def _record_halt(self) -> None:
+        try:
+            if not self.store.halt(self.halt_cause):
+                self.log.error("writer.halt_unrecorded", path=str(self.run_dir.halt_file))
+            self.halt_recorded = True
+        except CorruptError:
+            pass  # still damaged where the halt record lives: stay halted, try again
+        except RETRYABLE as exc:
+            self.store.disconnect()
+            self.log.warning("writer.retry", error=f"{type(exc).__name__}: {exc}",
+                             kind=type(exc).__name__)
+
+    def _serve_halt(self, now: float) -> float:
+        """One look while halted: publish the halt, let the store say whether it ended
+        (resume, or exit after a swap), and run bookkeeping jobs where the store allows."""
+        self.run_dir.publish("writer", {"halted": True, "halt": self.halt_cause.to_json(), "idle": False,
+                                        "cursor": str(self.cursor), "backend": self.store.kind,
+                                        "spool_id": self.store.spool_id})
+        try:
+            if not self.halt_recorded:
+                self._record_halt()
+                if not self.halt_recorded:
+                    return self.store.halt_poll_s
+            action = self.store.serve_halted()
+            if action == "exit":
+                self.done = True
+                return 0.0
+            if action == "resume":
+                self.log.warning("writer.halt_lifted", backend=self.store.kind,
+                                 cursor=str(self.cursor))
+                self.halt_cause = None
+                return 0.0
+            if self.store.jobs_while_halted:
+                while self._job_runner().run_one(self.store, idle=True):
+                    pass
+        except CorruptError:
+            pass  # still damaged where a job-run record or the halt lives: stay halted
+        except RETRYABLE as exc:
+            self.store.disconnect()
+            self.log.warning("writer.retry", error=f"{type(exc).__name__}: {exc}",
+                             kind=type(exc).__name__)
+        return self.store.halt_poll_s

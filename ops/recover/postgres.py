@@ -16,8 +16,9 @@ from typing import Any
 
 from quill.spool import SpoolReader
 from quill.store.errors import LeaseHeldError
+from quill.store.factory import open_store
 from quill.store.postgres import PgReader
-from quill.workers.pg_writer import drain
+from quill.workers.writer import Writer
 
 #: How long ``recover`` waits for a running writer to replay the spool (seconds).
 WAIT_FOR_WRITER_S = 600.0
@@ -51,23 +52,33 @@ def recover(cfg: Any, log: Any) -> dict[str, Any]:
         time.sleep(0.5)
 
 
+def drain(cfg: Any, log: Any, *, stop: Any = None) -> dict[str, Any]:
+    """Apply this data dir's spool to its PostgreSQL store from the cursor the store holds to
+    the spool's end, as its writer does (``Writer.until_idle``: queued store jobs run, torn
+    tails are sealed). ``stop``: a ``threading.Event`` that ends it early. Returns the drain's
+    totals plus ``spool_id``, ``from`` and ``to`` cursors. Raises the store error tree (a
+    server that cannot be reached is ``TransientError``) and ``LeaseHeldError`` while this
+    data dir's writer runs."""
+    return Writer(cfg, log).until_idle(stop)
+
+
 def lift_halt(cfg: Any, log: Any) -> dict[str, Any] | None:
     """When the store is halted (``store.postgres.halt``: amcheck found damage), check it again
     with amcheck and lift the halt if it passes — after ``REINDEX INDEX …`` or a restore from
     backup — so every host's writer resumes. Returns the lifted cause (None: not halted).
     Raises ``CorruptError`` naming the problems while the damage is still there."""
     from quill.store.errors import CorruptError
-    from quill.store.postgres import PostgresBackend, halt
-    backend = PostgresBackend(cfg.store_url, spool_id="maintenance")
+    from quill.store.postgres import halt
+    backend = open_store(cfg, log, spool_id="maintenance")
     try:
-        cause = halt.read(backend.conn)
+        cause = backend.run_job(halt.read)
         if cause is None:
             return None
         check = backend.maintenance("integrity_check")
         if not check["ok"]:
             raise CorruptError(f"the store is still damaged: {check['problems'][:5]}; REINDEX the damaged "
                                "indexes (or restore from backup), then run quill recover again")
-        halt.clear(backend.conn)
+        backend.run_job(halt.clear)
         log.warning("recover.halt_lifted", **cause)
         return cause
     finally:

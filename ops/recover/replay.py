@@ -1,22 +1,22 @@
 """Spool verification and replay: reading the whole spool, outside the running writer.
 
-Replay applies spool records into a store with the writer's own drain step (``drain_chunk``:
-take_chunk + apply_chunk, cursor and batch ids committed with the rows), so it is idempotent: replaying
-a range twice, or a range the store already holds, changes nothing.
+Replay applies spool records into a store with the writer's own drain loop (``workers.drain``:
+cursor and batch ids committed with the rows), so it is idempotent: replaying a range twice,
+or a range the store already holds, changes nothing.
 """
 from __future__ import annotations
 
 import os
 import time
-from functools import partial
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from quill.spool import START, TORN_WRITE, Entry, Position, Quarantine, SpoolReader
+from quill.spool import START, TORN_WRITE, Position, Quarantine, SpoolReader
 from quill.spool.segments import list_segments, segment_name
-from quill.store import index_slice, open_writer, read_cursor
-from quill.store.apply import apply_chunk, drain_chunk
+from quill.store.factory import open_url
+from quill.store.indexer import DEFAULT_SLICE_ROWS
+from quill.workers.drain import Drain
 
 Progress = Callable[[int], None]  # called with bytes consumed since the last call
 
@@ -72,39 +72,25 @@ def replay(spool_dir: Path, db_path: Path, start: Position | None, *, chunk_rows
     refused records whose quarantine entry the audit says was already retried or dropped.
     """
     began = time.monotonic()
-    conn = open_writer(db_path, synchronous=synchronous)
+    store = open_url(None, db_path, "local", synchronous=synchronous)
     live = Quarantine(spool_dir)
     # A scratch store's quarantine also honours the live audit: an entry an operator retried
     # or dropped is not re-opened beside a scratch copy either (same positions, same records).
     quarantine = quarantine.consult(live) if quarantine is not None else live
-    reader = SpoolReader(spool_dir)
-    totals = {"applied": 0, "duplicates": 0, "rejected": 0, "rows": 0}
-    resolved = 0
+    drain = Drain(store, SpoolReader(spool_dir), quarantine, chunk_rows, max_bytes=32 << 20)
     try:
         if start is None:
-            cur = read_cursor(conn)
-            start = Position(*cur) if cur else Position(min(list_segments(spool_dir), default=1), 0)
-        pos = start
-
-        def reject(e: Entry, reason: str, detail: str) -> None:
-            nonlocal resolved
-            if quarantine.put(e.position, reason, detail, e.raw, e.record) is None:
-                resolved += 1  # refused again, but its entry was resolved: not quarantined again
-
-        while True:
-            chunk, result = drain_chunk(partial(apply_chunk, conn), reader, pos, chunk_rows, reject, max_bytes=32 << 20)
-            if not chunk:
-                break
-            for key in totals:
-                totals[key] += getattr(result, key)
-            if progress:
-                progress(sum(len(e.raw) for e in chunk))
-            pos = chunk[-1].next
-        while index_slice(conn):
+            start = drain.start(Position(min(list_segments(spool_dir), default=1), 0))
+        else:
+            drain.cursor = start
+        totals = drain.until_empty(progress)
+        while store.index(DEFAULT_SLICE_ROWS):
             pass
     finally:
-        conn.close()
-    totals["rejected"] -= resolved
-    return {"from": str(start), "to": str(pos), **totals, "already_resolved": resolved,
+        store.close()
+    resolved = drain.already_resolved
+    return {"from": str(start), "to": str(drain.cursor), "applied": totals["applied"],
+            "duplicates": totals["duplicates"], "rejected": totals["rejected"] - resolved,
+            "rows": totals["rows"], "already_resolved": resolved,
             "quarantine": str(quarantine.dir),
             "seconds": round(time.monotonic() - began, 3)}

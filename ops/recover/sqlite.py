@@ -19,7 +19,8 @@ from quill.spool import Position, SpoolReader
 from quill.spool.segments import list_segments
 from quill.store.errors import CorruptError, LeaseHeldError
 from quill.store.lease import Lease
-from quill.store import index_slice, open_writer
+from quill.store.factory import open_url
+from quill.store.indexer import DEFAULT_SLICE_ROWS
 from quill.store.recovery import integrity, stamp_generation, swap_in
 from quill.store.salvage import salvage
 
@@ -80,13 +81,14 @@ def rebuild(cfg: Settings, progress: Progress | None = None, *, accept_loss: boo
     result = replay(cfg.spool_dir, work, None, chunk_rows=cfg.chunk_rows, synchronous=cfg.synchronous,
                     progress=progress)
     if gap and cfg.state_db.exists():  # history is missing from the spool: take what the old file still has
-        conn = open_writer(work, synchronous=cfg.synchronous)
+        store = open_url(None, work, "local", synchronous=cfg.synchronous)
         try:
-            result["salvage"] = salvage(cfg.state_db, conn, exclude=deleted_sessions(cfg.spool_dir))
-            while index_slice(conn):
+            result["salvage"] = store.run_job(lambda conn: salvage(
+                cfg.state_db, conn, exclude=deleted_sessions(cfg.spool_dir)))
+            while store.index(DEFAULT_SLICE_ROWS):
                 pass
         finally:
-            conn.close()
+            store.close()
     stamp_generation(work)
     check = integrity(work)
     if check != ["ok"]:

@@ -1,8 +1,9 @@
 """Quill's PostgreSQL store (psycopg 3): several hosts' writers, one shared store.
 
-``PostgresBackend`` implements ``store.contract.Backend`` for one spool; ``PgReader`` the
-reader API. See docs/backends.md for the contract, what differs from the embedded SQLite
-store, and the maintenance that replaces SQLite's.
+``PgStore`` (``store.postgres.store``, over ``PostgresBackend``) implements
+``store.contract.Store`` for one spool; ``PgReader`` the reader API. See docs/backends.md
+for the contract, what differs from the embedded SQLite store, and the maintenance that
+replaces SQLite's.
 """
 from __future__ import annotations
 

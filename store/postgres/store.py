@@ -1,0 +1,147 @@
+"""``PgStore``: a shared PostgreSQL store behind the store contract, for one spool's writer.
+
+What differs from the embedded SQLite store (``store.sqlite_store``), as capability flags:
+
+* several hosts' writers share the store, so the cursor row is keyed by this data dir's spool
+  id and the halt lives in the store (``store.postgres.halt``): every chunk meets it inside
+  its transaction, so there is nothing to read before opening (``startup_halt`` is None);
+* the server being down, a lost connection, a deadlock or a serialization failure are
+  ``TransientError``: the writer drops the connection, backs off (0.5 s doubling to 5 s),
+  reconnects and re-reads its cursor from the store, so a COMMIT whose answer was lost is
+  seen as applied, never applied twice (``reconnect_on_error``);
+* no FTS slices, guard or WAL checkpoints: PostgreSQL maintains its indexes in the
+  transaction and its own storage. A halted writer keeps recording this host's job runs
+  (bookkeeping, so a failed check shows in job history: ``jobs_while_halted``);
+* idle upkeep is the spool's: segments the store has applied and older than
+  ``spool.retention_s`` are collected (there is no local snapshot; the database is the
+  server's to back up, so keep the retention longer than the backup interval).
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from quill.home import Halt
+
+from ..contract import HaltAction, NullLog
+from . import PostgresBackend, halt, schema
+from .connection import PgConnection
+
+#: How often an idle writer collects its spool (seconds); the first time a minute after start.
+GC_INTERVAL_S = 3600.0
+GC_FIRST_S = 60.0
+
+
+class PgStore(PostgresBackend):
+    """The store at ``url`` for the writer of spool ``spool_id``; unopened until ``connect``
+    (which creates or migrates the schema). ``spool_dir``/``retention_s``: the spool this
+    writer collects when idle (None: no collection)."""
+
+    jobs_while_halted = True
+    reconnect_on_error = True
+    retry_first_s: float | None = 0.5
+    halt_poll_s = 2.0
+    recover_hint = "quill recover (after REINDEX or a restore)"
+    OPTIONS = ("log", "spool_dir", "retention_s", "application_name")
+
+    def __init__(self, url: str, spool_id: str, *, log: Any = None,
+                 spool_dir: Path | None = None, retention_s: float | None = None,
+                 application_name: str | None = None):
+        # The base class connects at construction; this store connects in ``connect``.
+        self.url = url
+        self.spool_id = spool_id
+        self.log = log if log is not None else NullLog()
+        self.spool_dir = spool_dir
+        self.retention_s = retention_s
+        self.application_name = application_name or f"quill-writer:{spool_id}"
+        self.conn: PgConnection | None = None
+        self._next_gc = time.monotonic() + GC_FIRST_S
+
+    @property
+    def maintenance_jobs(self) -> tuple[str, ...]:
+        from ..contract import MAINTENANCE_JOBS
+        return MAINTENANCE_JOBS[self.kind]
+
+    @property
+    def connected(self) -> bool:
+        return self.conn is not None
+
+    def connect(self) -> dict[str, Any]:
+        """Connect and create or migrate the schema. Raises ``TransientError`` when the
+        server cannot be reached (the connection is then closed)."""
+        self.conn = PgConnection(self.url, application_name=self.application_name)
+        try:
+            schema.create(self.conn)
+        except BaseException:
+            self.disconnect()
+            raise
+        return {"spool_id": self.spool_id}
+
+    def disconnect(self) -> None:
+        if self.conn is not None:
+            super().close()
+            self.conn = None
+
+    def close(self) -> None:
+        self.disconnect()
+
+    def _ensure(self) -> PgConnection:
+        if self.conn is None:
+            self.connect()
+        return self.conn
+
+    # -- the drain -------------------------------------------------------------------------
+
+    def check(self) -> None:
+        """Nothing before a chunk: the halt is read inside each chunk's transaction."""
+
+    def committed(self) -> None:
+        """Nothing: there is no file guard."""
+
+    def index_step(self, max_rows: int) -> tuple[int, dict[str, Any] | None]:
+        return 0, None
+
+    def idle_work(self, now: float, cursor: Any, was_busy: bool) -> dict[str, Any]:
+        if self.spool_dir is not None and now >= self._next_gc:
+            self._next_gc = now + GC_INTERVAL_S
+            gone = self.collect_spool(cursor)
+            if gone["deleted"]:
+                self.log.info("writer.spool_gc", **gone)
+        return {}
+
+    def collect_spool(self, cursor: Any, now: float | None = None) -> dict[str, Any]:
+        """Delete spool segments this store has applied (``cursor``, a ``spool.Position``,
+        is past their last byte) that are older than the retention (``now``: epoch s,
+        default the clock). The newest segment is never deleted. Returns ``{"deleted":
+        [segment numbers], "bytes_freed"}``."""
+        from quill.spool import retention
+        return retention.collect(self.spool_dir, cursor, cursor, self.retention_s, now)
+
+    def status_fields(self) -> dict[str, Any]:
+        return {"backend": "postgres", "spool_id": self.spool_id, "fts_indexed_upto": 0}
+
+    def describe(self, exc: Exception) -> str:
+        return f"{type(exc).__name__}: {exc}"
+
+    def run_job(self, func: Any, *args: Any, **kwargs: Any) -> Any:
+        return func(self._ensure(), *args, **kwargs)
+
+    # -- the store-wide halt ---------------------------------------------------------------
+
+    def startup_halt(self) -> Halt | None:
+        return None
+
+    def halt(self, cause: Halt) -> bool:
+        """Make ``cause`` the store's halt unless one is set (corruption the server reported
+        while this writer applied a chunk becomes the store's halt, so every host stops and
+        ``quill recover`` decides). Raises the store error tree (the writer retries)."""
+        conn = self._ensure()
+        if halt.read(conn) is None:
+            halt.declare(conn, cause.cause, cause.detail, cause.at)
+        return True
+
+    def serve_halted(self) -> HaltAction:
+        """``resume`` once the store's halt was lifted (``quill recover`` after REINDEX or a
+        restore, on any host), else ``halted``. Raises the store error tree."""
+        return "resume" if halt.read(self._ensure()) is None else "halted"

@@ -1,0 +1,129 @@
+"""The one drain loop: spool entries from the store's committed cursor into the store.
+
+Used by the writer (``workers.writer``), by ``spool replay`` and ``quill recover`` on both
+backends (``ops``) and by the tests' harness. Each step is ``store.apply.drain_chunk``: read
+from the cursor, take one chunk of about ``chunk_rows`` message rows, apply it in ONE
+transaction that also moves the store's cursor (the store contract's ``apply_chunk``). So:
+
+* a crash replays at most the uncommitted chunk, and batch ids make a replay a no-op;
+* a refused op is quarantined (``reject``) inside its chunk's transaction, before the commit,
+  so it is never lost; the rest of the chunk is applied;
+* a failure raises the store error tree with nothing of the chunk committed and ``cursor``
+  unmoved, so the caller may retry the same step.
+
+It lives in ``workers`` (not ``store``) because draining is the writer's role: the caller
+must hold the writer lease of the spool, and nothing below the workers drains.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from quill.spool import Entry, Position, Quarantine, SpoolReader, START
+from quill.store.apply import ChunkResult, drain_chunk
+
+#: Bytes read per spool scan; bounds memory whatever the spool size.
+READ_BYTES = 8 << 20
+#: The figures a drain adds up over its steps.
+TOTALS = ("applied", "duplicates", "rejected", "rows")
+
+
+@dataclass
+class Step:
+    """One drain step: the ``entries`` applied (none: the spool is drained to its end), the
+    chunk's figures and the bytes of spool consumed."""
+
+    entries: list[Entry] = field(default_factory=list)
+    result: ChunkResult = field(default_factory=ChunkResult)
+    nbytes: int = 0
+
+
+class Drain:
+    """Drains ``reader``'s spool into ``store`` (``store.contract.Store``) from ``cursor``.
+
+    ``quarantine``: where refused records go. ``log``: a structlog logger (None: silent);
+    events are ``<event>.chunk``, ``<event>.quarantined``, ``<event>.quarantine_resolved``,
+    ``<event>.torn_tail_sealed``. ``totals`` adds up applied, duplicates, rejected, rows and
+    chunks; ``already_resolved`` counts refused records whose quarantine entry an operator had
+    already retried or dropped (re-read after a restart: they stay resolved)."""
+
+    def __init__(self, store: Any, reader: SpoolReader, quarantine: Quarantine,
+                 chunk_rows: int, *, log: Any = None, event: str = "writer",
+                 max_bytes: int = READ_BYTES):
+        self.store = store
+        self.reader = reader
+        self.quarantine = quarantine
+        self.chunk_rows = chunk_rows
+        self.log = log
+        self.event = event
+        self.max_bytes = max_bytes
+        self.cursor: Position = START
+        self.totals = {**dict.fromkeys(TOTALS, 0), "chunks": 0}
+        self.already_resolved = 0
+
+    def start(self, default: Position = START) -> Position:
+        """Set ``cursor`` to the store's committed cursor (``default`` before the first
+        chunk) and return it. Raises the store error tree."""
+        cur = self.store.read_cursor()
+        self.cursor = Position(*cur) if cur else default
+        return self.cursor
+
+    def step(self) -> Step:
+        """Read and apply one chunk from ``cursor``; on success move ``cursor`` past it and
+        add its figures to ``totals``. Raises the store error tree (nothing committed)."""
+        entries, result = drain_chunk(self.store.apply_chunk, self.reader, self.cursor,
+                                      self.chunk_rows, self.reject, max_bytes=self.max_bytes)
+        if not entries:
+            return Step()
+        self.cursor = entries[-1].next
+        self.totals["chunks"] += 1
+        for key in TOTALS:
+            self.totals[key] += getattr(result, key)
+        if self.log is not None:
+            self.log.info(f"{self.event}.chunk", entries=len(entries), rows=result.rows,
+                          applied=result.applied, duplicates=result.duplicates,
+                          rejected=result.rejected, cursor=str(self.cursor))
+        return Step(entries, result, sum(len(e.raw) for e in entries))
+
+    def until_empty(self, progress: Callable[[int], None] | None = None, *,
+                    stop: Any = None, seal_torn: bool = False) -> dict[str, int]:
+        """Step until the spool is drained to its end (or ``stop``, a ``threading.Event``, is
+        set); ``progress(bytes)`` after each chunk. ``seal_torn``: then seal torn tails and
+        go on, so the records behind them are read (only a lease holder may). Returns
+        ``totals``. Raises the store error tree."""
+        while not (stop is not None and stop.is_set()):
+            done = self.step()
+            if done.entries:
+                if progress:
+                    progress(done.nbytes)
+                continue
+            if not (seal_torn and self.seal_torn_tails()):
+                break
+        return self.totals
+
+    def reject(self, entry: Entry, reason: str, detail: str) -> None:
+        """Quarantine a refused op with its reason (called inside the chunk's transaction,
+        before its commit). A record the quarantine's audit says an operator already retried
+        or dropped stays resolved (counted in ``already_resolved``)."""
+        path = self.quarantine.put(entry.position, reason, detail, entry.raw, entry.record)
+        if path is None:
+            self.already_resolved += 1
+            if self.log is not None:
+                self.log.info(f"{self.event}.quarantine_resolved", position=str(entry.position),
+                              reason=reason)
+            return
+        if self.log is not None:
+            self.log.warning(f"{self.event}.quarantined", position=str(entry.position),
+                             reason=reason, detail=detail, path=str(path))
+
+    def seal_torn_tails(self) -> bool:
+        """Terminate torn tails (a producer died mid-record) at or after the cursor's segment,
+        so the next read quarantines them and the drain moves on. True if any was sealed."""
+        sealed = False
+        for seg in range(self.cursor.segment, self.reader.end().segment + 1):
+            if self.reader.seal_torn_tail(seg):
+                if self.log is not None:
+                    self.log.warning(f"{self.event}.torn_tail_sealed", segment=seg)
+                sealed = True
+        return sealed

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from quill.spool import START, Spool, SpoolReader
-from quill.store.apply import take_chunk
+from quill.store.apply.chunk import take_chunk
 
 from .common import machine, ms, pct, ratio, tempdir
 from .messages import calls, synthetic_messages

@@ -20,8 +20,8 @@ from typing import Any
 
 from .common import ms, pct, ratio, tempdir
 
-HEAVY = ("sqlalchemy", "apscheduler", "rich", "psutil", "huey", "structlog", "quill.store.reads",
-         "quill.store.apply", "quill.store.connection", "quill.store.indexer", "quill.workers", "quill.jobs",
+HEAVY = ("sqlalchemy", "apscheduler", "rich", "psutil", "huey", "structlog", "quill.store.read.reader",
+         "quill.store.apply.chunk", "quill.store.sqlite.connection", "quill.store.sqlite.indexer", "quill.workers", "quill.jobs",
          "importlib.metadata", "tomllib", "socket")
 MESSAGE = '{"role": "user", "content": "one agent turn"}\n'
 

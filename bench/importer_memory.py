@@ -132,7 +132,8 @@ def run(mb: int, drain: bool) -> dict[str, Any]:
                             "--timeout", "1800"], env={**os.environ, "QUILL_HOME": str(home)},
                            capture_output=True, check=True)
             res["seconds"]["drain"] = round(time.perf_counter() - t0, 1)
-            from quill.store import Reader, blobs
+            from quill.store import Reader
+            from quill.store.apply import blobs
             with Reader(home / "state.db") as r:
                 res["store"] = {"messages": r.figures()["messages"], **blobs.stats(r.conn)}
             db_bytes = sum(f.stat().st_size for f in home.glob("state.db*"))

@@ -77,8 +77,8 @@ def _phases(writer: str, prod_dir: Path, procs: int, idle_s: float,
 def run_quill(db: Path, work: Path, sizes, log) -> dict[str, Any]:
     import apsw
     from quill.store import open_writer
-    from quill.store.connection import transaction
-    from quill.store.indexer import optimize
+    from quill.store.sqlite.connection import transaction
+    from quill.store.sqlite.indexer import optimize
     conn = open_writer(db)
 
     def fts_optimize():  # both FTS tables (store.indexer.optimize), in the writer's transaction

@@ -95,7 +95,7 @@ def _copy(pg: Any, src: Any, schema: str, table: str, where: str, args: tuple) -
 
 def search(state_db: Path, base: str, schema: str, runs: int) -> list[dict[str, Any]]:
     from quill.store.postgres.reads import PgReader
-    from quill.store.reads import Reader
+    from quill.store.read.reader import Reader
     out = []
     readers = {"sqlite": Reader(state_db), "postgres": PgReader(_url(base, schema))}
     load_before = os.getloadavg()

@@ -9,7 +9,7 @@ while the spool is many times larger than memory budgets.
 
 Prune: Quill has no prune job yet (``jobs/store_jobs.py`` holds checkpoint and FTS optimize),
 so prune is timed as the transaction such a job runs: delete the oldest 10 % of sessions, their
-messages and their FTS entries (``store.indexer.unindex``), in one ``BEGIN IMMEDIATE``.
+messages and their FTS entries (``store.sqlite.indexer.unindex``), in one ``BEGIN IMMEDIATE``.
 VACUUM is then timed on the writer connection, followed by a TRUNCATE checkpoint.
 """
 from __future__ import annotations
@@ -74,8 +74,8 @@ def build(n: int, d: Path, log) -> dict[str, Any]:
 def prune_and_vacuum(db: Path, fraction: float = 0.10) -> dict[str, Any]:
     import apsw
     from quill.store import open_writer
-    from quill.store.connection import transaction
-    from quill.store.indexer import unindex
+    from quill.store.sqlite.connection import transaction
+    from quill.store.sqlite.indexer import unindex
     conn = open_writer(db)
     sids = [r[0] for r in conn.execute("SELECT id FROM sessions ORDER BY rowid")]
     victims = sids[: max(1, int(len(sids) * fraction))]

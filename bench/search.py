@@ -1,11 +1,11 @@
 """§3 Search latency p50/p95 on a Quill store (100k and, with --full, 1M synthetic messages),
-through the public read API ``store.reads.Reader.search`` (limit 20, newest first, with the
+through the public read API ``store.read.reader.Reader.search`` (limit 20, newest first, with the
 display context the CLI shows), warm, on a read-only connection.
 
 Queries: rare word (1 in ~20k messages), common word (in ~98 %), phrase (~1 %), substring via
 the trigram index (``substring=True``), a CJK term (trigram), and ranked search. Quill's ranked
 search is ``Reader.search(order="relevance")`` (limit 20, with context: FTS5's bm25 formula over
-the newest 1,000 matches, document counts sampled: store/rank.py), measured next to SQL on
+the newest 1,000 matches, document counts sampled: store/search/rank.py), measured next to SQL on
 Quill's own word index: FTS5's bm25() over every match (unbounded) and over the newest 1,000
 matches (the bounded candidate set the design prescribes), and ``rank.bm25_bounded`` alone
 (ids and scores, no hits).
@@ -48,7 +48,7 @@ RANKED_SQL = {
         f"WHERE messages_fts MATCH ? ORDER BY rowid DESC LIMIT {BOUNDED_CANDIDATES}) ORDER BY r LIMIT 20",
         f'"{PHRASE}"'),
 }
-#: Quill's ranked search through the read API (``order="relevance"``: store/rank.py's FTS5 bm25
+#: Quill's ranked search through the read API (``order="relevance"``: store/search/rank.py's FTS5 bm25
 #: formula over the newest 1,000 matches, each phrase's document count sampled instead of
 #: counted over the whole index), and ``rank.bm25_bounded`` alone (ids and scores only).
 QUILL_RANKED = {"ranked common (Quill search, relevance)": COMMON,
@@ -124,9 +124,9 @@ BARE_QUERIES = {"rare word": f'"{RARE}"', "common word": f'"{COMMON}"', "phrase"
 
 
 def quill_latencies(db: Path, reps: int) -> dict[str, Any]:
-    from quill.store.reads import Reader
-    from quill.store import rank
-    from quill.store import search as search_mod
+    from quill.store.read.reader import Reader
+    from quill.store.search import rank
+    from quill.store.search import run as search_mod
     out: dict[str, Any] = {}
     with Reader(db) as r:
         for name, kw in QUERIES:
@@ -232,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=60)
     ap.add_argument("--out", type=Path, default=None, help="JSON results file")
     args = ap.parse_args(argv)
-    from quill.store.reads import Reader
+    from quill.store.read.reader import Reader
     with Reader(args.store) as r:
         n = r.conn.execute("SELECT count(*) FROM messages").fetchone()[0]
     began = time.monotonic()

@@ -51,7 +51,7 @@ def drain(spool_dir: Path, db_path: Path, chunk_rows: int = 500,
     from quill.spool import Quarantine, SpoolReader
     from quill.spool.segments import Position, list_segments
     from quill.store import apply_chunk, index_slice, open_writer
-    from quill.store.apply import take_chunk
+    from quill.store.apply.chunk import take_chunk
     t0, c0 = time.perf_counter(), time.process_time()
     conn = open_writer(db_path)
     reader = SpoolReader(spool_dir)
@@ -95,8 +95,8 @@ def _trigger_sql() -> str:
 
 
 def normalised_rows(n: int) -> list[tuple]:
-    """The rows Quill would insert for ``n`` real messages (``store.normalize.message_row``)."""
-    from quill.store.normalize import message_row
+    """The rows Quill would insert for ``n`` real messages (``store.apply.normalize.message_row``)."""
+    from quill.store.apply.normalize import message_row
     now = time.time()
     out = []
     for call_no, (sid, msgs) in enumerate(calls(real_stream(n), BATCH)):
@@ -108,7 +108,7 @@ def normalised_rows(n: int) -> list[tuple]:
 
 def raw_insert(db_path: Path, rows: list[tuple], chunk: int, fts: bool) -> dict[str, Any]:
     from quill.store import open_writer
-    from quill.store.normalize import ROW_COLUMNS
+    from quill.store.apply.normalize import ROW_COLUMNS
     conn = open_writer(db_path)
     if fts:
         conn.execute(_trigger_sql())

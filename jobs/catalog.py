@@ -11,7 +11,7 @@ from typing import Any
 
 from quill.home import RunDir, Settings
 
-from . import pg_jobs, prune, store_jobs, worker_jobs
+from quill.jobs import pg_jobs, prune, store_jobs, worker_jobs
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ Rules (docs/architecture.md "Jobs"; issue 6; field reports of prunes that delete
   which go with their parent when they meet the same conditions (``session_delete.doomed``:
   an active delegate of an expired parent is kept, detached).
 Every op carries the facts the decision rested on as ``only_if`` conditions, re-checked when
-the op is applied (``store.session_delete``): records that arrived between the decision and
+the op is applied (``store.apply.deletes``): records that arrived between the decision and
 the op win, a second run that decides the same thing again is a no-op, and replay decides
 exactly as the live writer did. Each run appends ops for at most ``max_sessions`` sessions so
 a long prune never stalls the drain; the figures say whether more remain.
@@ -35,7 +35,7 @@ import apsw
 
 from quill.home import DEFAULTS, holder_alive
 from quill.spool import Spool
-from quill.store.session_delete import doomed as delete_closure
+from quill.store.apply.deletes import doomed as delete_closure
 
 DAY = 86400.0
 _NEWEST = ("max(s.started_at, coalesce((SELECT max(max(coalesce(m.ts, 0), m.arrived_at)) FROM messages m "

@@ -21,8 +21,8 @@ from huey import RedisHuey, SqliteHuey
 
 from quill.home import Settings
 
-from . import catalog
-from .store_jobs import RUNNING, close_interrupted, record_job_run
+from quill.jobs import catalog
+from quill.jobs.store_jobs import RUNNING, close_interrupted, record_job_run
 
 STORE_QUEUE = "quill-store"
 WORKER_QUEUE = "quill-jobs"

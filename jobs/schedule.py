@@ -36,7 +36,7 @@ def fire(queue_db: str, job: str, params: dict[str, Any] | None = None, queue_ur
     for rows ``migrate`` has not reached (a PostgreSQL job store is not migrated in place):
     enqueue ``job`` on the recorded queues *without* the frozen ``params`` — the executing
     process resolves parameters from its current config."""
-    from .queues import build
+    from quill.jobs.queues import build
     build(Path(queue_db), url=queue_url, host_id=host_id).enqueue(job)
 
 

@@ -11,10 +11,10 @@ import apsw
 
 from quill.home import DEFAULTS, SNAPSHOT_GLOB, parse_snapshot_name, read_halt, snapshot_name
 from quill.spool import Position, retention
-from quill.store import fts_repair
-from quill.store.connection import open_reader
+from quill.store.sqlite import fts_repair
+from quill.store.sqlite.connection import open_reader
 from quill.store.errors import CantOpenError, CorruptError, HaltedError, StoreError, mapped, translate
-from quill.store.reads import Reader
+from quill.store.read.reader import Reader
 
 
 class DamageFound(CorruptError):
@@ -186,7 +186,7 @@ def compact_copy(conn: apsw.Connection) -> None:
     are otherwise only masked, then VACUUM rewrites the file from its live rows, so freed
     pages and the unused space inside pages (where SQLite leaves deleted cells and the
     remains of page splits) are gone. The rows read back the same."""
-    from quill.store.indexer import FTS_TABLES, fts_state
+    from quill.store.sqlite.indexer import FTS_TABLES, fts_state
 
     with mapped():
         if fts_state(conn) == "ok":

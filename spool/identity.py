@@ -14,8 +14,8 @@ import socket
 import uuid
 from pathlib import Path
 
-from .errors import SpoolError
-from .segments import fsync_dir
+from quill.spool.errors import SpoolError
+from quill.spool.segments import fsync_dir
 
 _VALID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 

@@ -41,9 +41,9 @@ from typing import Any, NamedTuple
 
 from quill.home import DEFAULTS
 
-from . import record
-from .errors import InvalidOpError, SpoolError, SpoolFullError
-from .segments import FILE_MODE, Position, ensure_dir, fsync_dir, list_segments, resolve_spool_dir, segment_name
+from quill.spool import record
+from quill.spool.errors import InvalidOpError, SpoolError, SpoolFullError
+from quill.spool.segments import FILE_MODE, Position, ensure_dir, fsync_dir, list_segments, resolve_spool_dir, segment_name
 
 _FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 #: The group-commit rendezvous in the spool directory (see the module doc): big-endian

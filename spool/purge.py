@@ -10,7 +10,7 @@ the store's cursor, snapshot stamps, quarantine entry ids, ``applied_batches.pos
 producers' acks all name byte offsets. Dropping the bytes would move every later record of
 the segment; a same-length tombstone moves nothing, keeps the line framing and CRC valid, and
 keeps the batch id, producer, sequence number and append time (no content), so replay
-records the batch as applied (a no-op, ``store.ops``) exactly as the live store did. The only
+records the batch as applied (a no-op, ``store.apply.sessions``) exactly as the live store did. The only
 thing a tombstone still tells is the purged line's length.
 
 Rewriting a segment (``rewrite``): under the segment's ``flock`` (no producer mid-write, no
@@ -34,9 +34,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from . import record
-from .errors import SpoolError
-from .segments import FILE_MODE, Position, fsync_dir, list_segments, segment_name
+from quill.spool import record
+from quill.spool.errors import SpoolError
+from quill.spool.segments import FILE_MODE, Position, fsync_dir, list_segments, segment_name
 
 #: The op of a tombstone. Not in ``record.OP_KINDS``: producers can never append it; the store
 #: applies it as a no-op.

@@ -26,9 +26,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from . import record
-from .torn import TORN_WRITE
-from .segments import FILE_MODE, Position, ensure_dir, fsync_dir
+from quill.spool import record
+from quill.spool.torn import TORN_WRITE
+from quill.spool.segments import FILE_MODE, Position, ensure_dir, fsync_dir
 
 AUDIT_FILE = "audit.jsonl"
 #: The ``reason`` member near the start of an entry file (``put`` writes it second).

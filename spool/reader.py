@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import record, torn
-from .torn import TORN_WRITE
-from .errors import DamagedRecordError
-from .segments import Position, list_segments, segment_name
+from quill.spool import record, torn
+from quill.spool.torn import TORN_WRITE
+from quill.spool.errors import DamagedRecordError
+from quill.spool.segments import Position, list_segments, segment_name
 
 #: Reads are buffered in blocks of this size; lines longer than this still work (readline).
 _READ_BUFFER = 1 << 20

@@ -17,7 +17,7 @@ import re
 import zlib
 from typing import Any
 
-from .errors import DamagedRecordError
+from quill.spool.errors import DamagedRecordError
 
 VERSION = 1
 
@@ -85,7 +85,7 @@ def encode(body: dict[str, Any], *, fast: bool = True) -> bytes:
     return b"".join((memoryview(data)[:-1], _CRC_PREFIX, b"%08x" % crc, b'"}\n'))
 
 
-#: Deepest nesting of objects and arrays a producer may append (``store.precheck``): readers
+#: Deepest nesting of objects and arrays a producer may append (``store.apply.precheck``): readers
 #: decode recursively, against the interpreter's recursion limit (1,000 frames by default)
 #: minus their own stack, so a line must stay well inside it wherever it is read.
 MAX_NESTING = 200
@@ -211,6 +211,6 @@ def decode_lenient(line: bytes) -> dict[str, Any] | None:
     except RecursionError:
         return None
     except ValueError:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        from .torn import torn_body  # a torn write: whose it is, as far as its prefix says
+        from quill.spool.torn import torn_body  # a torn write: whose it is, as far as its prefix says
         return torn_body(line.rstrip(b"\n"))
     return rec if isinstance(rec, dict) else None

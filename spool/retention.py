@@ -16,7 +16,7 @@ from typing import Any
 
 from quill.home import DEFAULTS
 
-from .segments import Position, fsync_dir, list_segments, segment_name
+from quill.spool.segments import Position, fsync_dir, list_segments, segment_name
 
 
 def _covered(pos: Position | None, segment: int, size: int) -> bool:

@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 from quill.home import DATA_DIR_MARKERS, SPOOL_DIR
 
-from .errors import SpoolLocationError
+from quill.spool.errors import SpoolLocationError
 
 SEGMENT_RE = re.compile(r"^(\d{8})\.jsonl$")
 DIR_MODE = 0o700

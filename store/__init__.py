@@ -5,7 +5,7 @@ behind the contract ``Store`` (``store.contract``); only the writer process open
 writing. Everyone else uses ``Reader``. Errors form one tree rooted at ``StoreError`` (``store.errors``).
 
 The names below are resolved on first use (PEP 562): ``quill push`` imports only
-``store.precheck`` and must not pay for the appliers, reads and search (bench/cli.py).
+``store.apply.precheck`` and must not pay for the appliers, reads and search (bench/cli.py).
 """
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ from importlib import import_module
 from typing import Any
 
 _LAZY = {
-    **dict.fromkeys(("ChunkResult", "apply_chunk", "read_cursor"), "apply"),
-    **dict.fromkeys(("open_reader", "open_writer", "transaction"), "connection"),
+    **dict.fromkeys(("ChunkResult", "apply_chunk", "read_cursor"), "apply.chunk"),
+    **dict.fromkeys(("open_reader", "open_writer", "transaction"), "sqlite.connection"),
     **dict.fromkeys(("CantOpenError", "CorruptError", "DiskFullError", "InvalidOpError", "LeaseHeldError",
                      "NotADatabaseError", "ReadOnlyError", "StoreError", "StoreIOError", "TransientError"), "errors"),
-    **dict.fromkeys(("index_slice", "indexed_upto"), "indexer"),
-    "Reader": "reads",
+    **dict.fromkeys(("index_slice", "indexed_upto"), "sqlite.indexer"),
+    "Reader": "read.reader",
     **dict.fromkeys(("open", "open_url", "is_postgres_url"), "factory"),
     "Store": "contract",
 }

@@ -29,7 +29,7 @@ from typing import Any, Literal, Protocol
 
 from quill.home import Halt
 
-from .errors import StoreError
+from quill.store.errors import StoreError
 
 
 class BadDataError(StoreError, ValueError):
@@ -109,7 +109,7 @@ class Store(Protocol):
     def apply_chunk(self, entries: Sequence[Any],
                     on_reject: Callable[[Any, str, str], None]) -> Any:
         """Apply ``entries`` and move the cursor past them in one transaction; returns a
-        ``store.apply.ChunkResult``. Raises the store error tree (nothing committed)."""
+        ``store.apply.chunk.ChunkResult``. Raises the store error tree (nothing committed)."""
 
     def check(self) -> None:
         """Before a unit of work: raise ``CorruptError`` if the store was replaced under us."""

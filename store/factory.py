@@ -11,7 +11,7 @@ from typing import Any
 
 from quill.home import RunDir, Settings
 
-from .contract import Store
+from quill.store.contract import Store
 
 SCHEMES = ("postgresql", "postgres")
 
@@ -37,11 +37,11 @@ def open_url(url: str | None, state_db: Path, spool_id: str, *, connect: bool = 
     ``connect`` False the store is returned unopened (the writer opens it in its retry loop).
     Raises ``ValueError`` for another scheme and the store error tree when opening fails."""
     if url is None:
-        from .sqlite_store import SqliteStore
+        from quill.store.sqlite.store import SqliteStore
         kw = {k: v for k, v in kw.items() if k in SqliteStore.OPTIONS}
         store: Store = SqliteStore(Path(state_db), spool_id, **kw)
     elif is_postgres_url(url):
-        from .postgres.store import PgStore
+        from quill.store.postgres.store import PgStore
         kw = {k: v for k, v in kw.items() if k in PgStore.OPTIONS}
         store = PgStore(url, spool_id, **kw)
     else:

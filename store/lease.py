@@ -16,7 +16,7 @@ from pathlib import Path
 
 from quill.home import process_identity, read_holder
 
-from .errors import LeaseHeldError
+from quill.store.errors import LeaseHeldError
 
 
 class Lease:

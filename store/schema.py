@@ -21,7 +21,7 @@ Rules the schema encodes (docs/architecture.md, "The store"; the measured facts 
 * Titles are unique among titled sessions (partial unique index; NULL = untitled).
 * ``sessions.placeholder`` = 1 marks a row made by an op that arrived before the session's
   ``session.create``; the create completes it (its fields win) and clears the mark.
-* Usage rows (store/usage.py): one per model call, ``response_id`` unique (counted once).
+* Usage rows (store/apply/usage.py): one per model call, ``response_id`` unique (counted once).
 """
 from __future__ import annotations
 
@@ -29,17 +29,19 @@ import re
 
 import apsw
 
-from . import blobs, context, usage
+from quill.store.apply import blobs
+from quill.store.apply import context
+from quill.store.apply import usage
 
 SCHEMA_VERSION = 6
 
 #: v5: each applied batch keeps the digest of its op and data, so a batch id reused with other
-#: content is told from a retry (store/apply.py). NULL for batches applied before v5.
+#: content is told from a retry (store/apply/chunk.py). NULL for batches applied before v5.
 BATCH_DIGEST = """
 ALTER TABLE applied_batches ADD COLUMN digest TEXT;
 """
 
-#: v6: how many times each session id was deleted (``sessions.delete``, store/session_delete.py).
+#: v6: how many times each session id was deleted (``sessions.delete``, store/apply/deletes.py).
 #: An importer's batch ids are derived from what it imports (ops/ingest.stable_batch_id), so a
 #: session deleted and then imported again from the same file would get the ids its deleted
 #: batches hold in ``applied_batches`` and be dropped as duplicates; the importer adds this
@@ -209,9 +211,9 @@ STORE_TABLES: tuple[str, ...] = tuple(t for t, role in TABLES.items() if role !=
 
 #: Migrations: ``MIGRATIONS[v]`` takes a store from schema v to v + 1 (run in one transaction).
 MIGRATIONS: dict[int, str] = {
-    1: blobs.DDL,  # v2: content-addressed blobs (store/blobs.py)
-    2: usage.MIGRATION,  # v3: usage rows, sessions.key and sessions.placeholder (store/usage.py)
-    3: context.DDL,  # v4: system prompts and tool arrays referenced by sessions (store/context.py)
+    1: blobs.DDL,  # v2: content-addressed blobs (store/apply/blobs.py)
+    2: usage.MIGRATION,  # v3: usage rows, sessions.key and sessions.placeholder (store/apply/usage.py)
+    3: context.DDL,  # v4: system prompts and tool arrays referenced by sessions (store/apply/context.py)
     4: BATCH_DIGEST,  # v5: the content digest a batch was applied with (store.apply.op_digest)
     5: SESSION_DELETIONS,  # v6: deletions per session id (re-import after a delete)
 }

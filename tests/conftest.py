@@ -99,7 +99,7 @@ def worker_pids(home: Path, timeout: float = 30) -> list[int]:
 def damage_pages(db: Path, table: str, count: int = 3, leaves_only: bool = False) -> None:
     """Overwrite ``count`` pages from the middle of ``table``'s b-tree with random bytes
     (located with the dbstat virtual table on a read-only connection)."""
-    from quill.store.connection import open_reader
+    from quill.store.sqlite.connection import open_reader
     conn = open_reader(db)
     try:
         where = " AND pagetype = 'leaf'" if leaves_only else ""

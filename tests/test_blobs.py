@@ -1,4 +1,4 @@
-"""Content-addressed blobs (store/blobs.py) on both backends (a SQLite file, a PostgreSQL
+"""Content-addressed blobs (store/apply/blobs.py) on both backends (a SQLite file, a PostgreSQL
 schema) through the real spool and the backend's apply: one copy per distinct payload, every read returns the original bytes, a refused op
 leaves nothing behind, a v1 store is migrated."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import apsw
 import pytest
 
 from quill.store import open_writer
-from quill.store import blobs
+from quill.store.apply import blobs
 
 from conftest import CORPUS
 from semantics_helpers import Store
@@ -152,7 +152,7 @@ def test_a_v1_store_is_migrated_to_hold_blobs(tmp_path):
     db = tmp_path / "state.db"
     conn = apsw.Connection(str(db))
     from quill.store import schema
-    from quill.store import usage
+    from quill.store.apply import usage
     v1_ddl = schema.DDL.replace(blobs.DDL, "").replace(usage.MIGRATION, "").replace(schema.BATCH_DIGEST, "")
     conn.execute(v1_ddl)
     conn.execute("PRAGMA user_version = 1")

@@ -1,4 +1,4 @@
-"""Runs of ``messages.append`` applied together (store/bulk_append.py) leave the store the
+"""Runs of ``messages.append`` applied together (store/apply/bulk.py) leave the store the
 op-at-a-time path leaves, row for row, and refuse the same ops with the same reasons.
 
 Each seeded sequence writes a real spool of mostly appends (repeated producer ids within and
@@ -20,8 +20,8 @@ import pytest
 
 from quill.spool import START, Spool, SpoolReader
 from quill.store import open_writer
-from quill.store.apply import SqliteLedger, apply_entries, take_chunk
-from quill.store.connection import transaction
+from quill.store.apply.chunk import SqliteLedger, apply_entries, take_chunk
+from quill.store.sqlite.connection import transaction
 
 SESSIONS = ["a", "b", "c", "d"]
 #: (table, column) that hold when the drain ran, not what it stored.

@@ -178,8 +178,8 @@ def test_output_is_never_hard_wrapped_when_piped(quill, home):
 
 
 #: What `quill push` must never import (bench/cli.py measures the process; these dominate it).
-HEAVY = ("sqlalchemy", "apscheduler", "rich", "psutil", "huey", "structlog", "quill.store.reads",
-         "quill.store.apply", "quill.store.connection", "quill.store.indexer", "quill.workers", "quill.jobs",
+HEAVY = ("sqlalchemy", "apscheduler", "rich", "psutil", "huey", "structlog", "quill.store.read.reader",
+         "quill.store.apply.chunk", "quill.store.sqlite.connection", "quill.store.sqlite.indexer", "quill.workers", "quill.jobs",
          "importlib.metadata", "tomllib", "socket")
 
 
@@ -211,7 +211,7 @@ def test_push_imports_only_the_producer_side(home):
     loaded, _ = _modules_loaded_by(home, ["push", "--session", "s"], '{"role": "user", "content": "hi"}')
     heavy = sorted(m for m in loaded for h in (*HEAVY, *FAST_PUSH_SKIPS) if m == h or m.startswith(h + "."))
     assert not heavy, f"quill push imported {heavy}"
-    assert "quill.ops.cli.push_fast" in loaded and "quill.store.precheck" in loaded
+    assert "quill.ops.cli.push_fast" in loaded and "quill.store.apply.precheck" in loaded
 
 
 #: The common `quill push` argv skips these too (ops/cli/push_fast.py; bench/RESULTS.md has the cost).

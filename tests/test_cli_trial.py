@@ -141,7 +141,7 @@ def test_readme_tour_commands_are_true_on_the_corpus(quill, home, fleet):
 
 def test_a_query_of_only_operator_words_searches_for_them(quill):
     """`quill search AND` used to drop the lone operator and find nothing, silently."""
-    from quill.store.query import plan
+    from quill.store.search.plan import plan
 
     for q in ("AND", "OR", "OR OR", "NOT"):
         assert plan(q).kind == "fts" and plan(q).terms == [q.split()[0].lower()]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import json
 
-from quill.store.connection import open_reader
+from quill.store.sqlite.connection import open_reader
 
 from conftest import CORPUS, QuillCLI
 

@@ -8,8 +8,8 @@ import json
 import time
 
 from quill.store import Reader
-from quill.store.fts_repair import classify, detach
-from quill.store.connection import open_reader
+from quill.store.sqlite.fts_repair import classify, detach
+from quill.store.sqlite.connection import open_reader
 
 from conftest import damage_pages, stop_fleet
 from semantics_helpers import Store

@@ -57,7 +57,7 @@ def test_a_swap_request_counts_only_while_its_requester_lives(tmp_path):
 def test_library_defaults_are_the_settings_defaults():
     from quill.jobs import prune, worker_jobs
     from quill.spool import Spool, retention
-    from quill.store import indexer
+    from quill.store.sqlite import indexer
 
     def default(fn, name):
         return inspect.signature(fn).parameters[name].default

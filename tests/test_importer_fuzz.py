@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from quill.ops.importers import parse_file
 from quill.store.errors import InvalidOpError
-from quill.store.precheck import precheck
+from quill.store.apply.precheck import precheck
 
 from conftest import CORPUS
 from test_importers_structure import GEMINI_SESSION

@@ -366,7 +366,7 @@ def test_claude_code_images_and_documents_are_stored_once_and_read_back_intact(s
                toolUseResult={"content": imgs}),  # Claude Code's second copy of every image
             cc("u2", "user", [{"type": "text", "text": "again"}, imgs[0]], "r1")]
     store.imp(write_jsonl(tmp_path / "img.jsonl", recs))
-    from quill.store import blobs
+    from quill.store.apply import blobs
     assert blobs.stats(store.conn)["blobs"] == 6  # 5 images (12 copies) + 1 document
     model = store.view("claude-code:s1", "model")
     assert model[0]["content"][1] == {"type": "file", "file": {
@@ -392,5 +392,5 @@ def test_gemini_inline_data_and_codex_input_files_are_kept_as_parts(store, tmp_p
     store.imp(write_jsonl(tmp_path / "rollout.jsonl", recs))
     part = store.view("codex:cf", "model")[0]["content"][1]
     assert part == {"type": "file", "file": {"file_data": f"data:application/pdf;base64,{_b64(2)}", "filename": "a.pdf"}}
-    from quill.store import blobs
+    from quill.store.apply import blobs
     assert blobs.stats(store.conn)["blobs"] == 2

@@ -12,8 +12,8 @@ import pytest
 from quill import home as config
 from quill.jobs.queues import build
 from quill.store import Reader
-from quill.store.connection import open_reader, open_writer, transaction
-from quill.store.sqlite_store import TRUNCATE_WAL_BYTES
+from quill.store.sqlite.connection import open_reader, open_writer, transaction
+from quill.store.sqlite.store import TRUNCATE_WAL_BYTES
 
 from conftest import stop_fleet, worker_pids
 

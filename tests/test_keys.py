@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from quill.store import blobs
+from quill.store.apply import blobs
 
 from semantics_helpers import Store, assistant, user
 

@@ -133,7 +133,7 @@ def test_the_walk_sees_every_layer_and_every_kind_of_import():
     edges = {t for m, p in modules.items() for _, t in imports(m, p)}
     assert "quill.home" in edges and "quill.store.errors" in edges      # absolute, relative
     worker_jobs = imports("quill.jobs.worker_jobs", modules["quill.jobs.worker_jobs"])
-    assert ("quill.store.indexer" in {t for _, t in worker_jobs})       # inside a function
+    assert ("quill.store.sqlite.indexer" in {t for _, t in worker_jobs})       # inside a function
 
 
 def test_the_root_facade_imports_nothing_from_quill_eagerly():

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from quill.store import normalize
-from quill.store.normalize import dumps, message_row, scrub_json
+from quill.store.apply import normalize
+from quill.store.apply.normalize import dumps, message_row, scrub_json
 
 from conftest import CORPUS
 

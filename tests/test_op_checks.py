@@ -1,9 +1,9 @@
-"""One content rule per op kind, in one place (``store.op_checks.CHECKS``): what the writer
+"""One content rule per op kind, in one place (``store.apply.checks.CHECKS``): what the writer
 would quarantine for an op's content, a producer refuses before acknowledging, with the same
 reason.
 
 ``BAD`` holds, for every op kind, fields the writer refuses whatever the store holds. Each
-one is (a) refused by ``store.precheck`` with its reason and (b) appended raw to a real spool
+one is (a) refused by ``store.apply.precheck`` with its reason and (b) appended raw to a real spool
 (as an old producer or a hand-written line would) and quarantined by the writer's drain with
 the same reason, on SQLite and on PostgreSQL; the ``quill.Client`` raises
 ``InvalidInputError`` with that reason and the HTTP API answers 422 with it, appending
@@ -21,9 +21,9 @@ from quill import Client
 from quill.ops.client.errors import InvalidInputError
 from quill.spool.record import OP_KINDS
 from quill.store.errors import InvalidOpError
-from quill.store.op_checks import CHECKS, TITLE_MAX_CHARS
-from quill.store.ops import APPLIERS
-from quill.store.precheck import precheck
+from quill.store.apply.checks import CHECKS, TITLE_MAX_CHARS
+from quill.store.apply.sessions import APPLIERS
+from quill.store.apply.precheck import precheck
 
 from conftest import QuillCLI
 from semantics_helpers import Store

@@ -4,13 +4,13 @@ Each example starts from a valid payload of one op kind and replaces one field �
 op field, a message field, a nested tool call, content part, extra or usage field — with an
 arbitrary JSON value. Then:
 
-* ``store.precheck.precheck`` (what ``quill push`` runs before acknowledging) returns or
+* ``store.apply.precheck.precheck`` (what ``quill push`` runs before acknowledging) returns or
   raises ``InvalidOpError``, never another exception;
 * appended to a real spool between two valid records and applied by the writer's routine on
   a real SQLite store, the record is applied or quarantined with an op rule's reason — never
   ``invalid-data`` carrying a Python exception name — and the valid records around it are
   applied;
-* precheck and the writer agree (``store.op_checks``): a record precheck refused is
+* precheck and the writer agree (``store.apply.checks``): a record precheck refused is
   quarantined by the writer with the same reason, and one precheck accepted is quarantined
   only for a reason that needs the store's state (``STATE_REASONS``);
 * the reads (model/display/audit messages, session listing, search, every export format)
@@ -33,7 +33,7 @@ from hypothesis import strategies as st
 from quill.ops.transfer import export
 from quill.spool.record import OP_KINDS
 from quill.store.errors import InvalidOpError
-from quill.store.precheck import precheck
+from quill.store.apply.precheck import precheck
 
 from semantics_helpers import Store
 

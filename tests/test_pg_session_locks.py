@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from quill.spool import START, Spool, SpoolReader
-from quill.store.apply import apply_entries
+from quill.store.apply.chunk import apply_entries
 from quill.store.factory import open_url as open_backend
 from quill.store.postgres import apply as pg_apply
 

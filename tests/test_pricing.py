@@ -1,4 +1,4 @@
-"""store/pricing.py prices a call to exactly the figure ``genai_prices.calc_price`` gives
+"""store/apply/pricing.py prices a call to exactly the figure ``genai_prices.calc_price`` gives
 (module doc: the cached lookup and the per-band affine form), for every model of the bundled
 table, on both sides of every tier threshold, at every price window's time, and for unknown
 models (unpriced, None). No mocks: the package's own table on both sides."""
@@ -11,8 +11,8 @@ import genai_prices
 import pytest
 from genai_prices import data_snapshot
 
-from quill.store import pricing
-from quill.store.usage import price
+from quill.store.apply import pricing
+from quill.store.apply.usage import price
 
 
 def _reference(tokens, model, provider, ts):

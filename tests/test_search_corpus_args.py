@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from quill.store import textfold
+from quill.store.search import textfold
 
 from conftest import CORPUS
 from semantics_helpers import Store

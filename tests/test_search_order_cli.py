@@ -1,5 +1,5 @@
 """`quill search --order relevance` and `Client.search(order=)` reach the store's bounded
-BM25 ranking (store/rank.py); an order the store cannot give is a usage error, not a
+BM25 ranking (store/search/rank.py); an order the store cannot give is a usage error, not a
 traceback."""
 from __future__ import annotations
 

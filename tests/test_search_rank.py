@@ -1,4 +1,4 @@
-"""Bounded ranked search (store/rank.py) against FTS5's own bm25() on the same candidates.
+"""Bounded ranked search (store/search/rank.py) against FTS5's own bm25() on the same candidates.
 
 SQLite only: the word index and FTS5's bm25() it is compared with exist only there."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from quill.store import rank
+from quill.store.search import rank
 
 from semantics_helpers import Store, user
 
@@ -35,7 +35,7 @@ def store(tmp_path):
 def test_scores_are_fts5_bm25_when_every_phrase_is_counted(store, text, match):
     """Every phrase in fewer rows than the sample: document counts are exact, so the scores
     (and the order) are FTS5's bm25() over the same newest candidates."""
-    from quill.store import query
+    from quill.store.search import plan as query
     with store.reader() as r:
         counts = [rank.doc_count(r.conn, p) for p in query.phrases(text)]
         for candidates in (20, 1000):
@@ -111,7 +111,7 @@ def test_ranked_search_with_sampled_counts_ranks_the_newest_candidates_by_the_bo
     matches, ordered by the bounded score with the estimated counts."""
     monkeypatch.setattr(rank, "DF_SAMPLE", 10)
     monkeypatch.setattr(rank, "CANDIDATES", 20)
-    from quill.store import query
+    from quill.store.search import plan as query
     text, match = "seldom alpha", '"seldom" "alpha"'
     with store.reader() as r:
         counts = [rank.doc_count(r.conn, p, sample=10) for p in query.phrases(text)]

@@ -10,8 +10,10 @@ import apsw
 import pytest
 
 from quill.spool import Spool
-from quill.store import hits as hits_mod
-from quill.store import query, search as search_mod, textfold
+from quill.store.search import hits as hits_mod
+from quill.store.search import plan as query
+from quill.store.search import run as search_mod
+from quill.store.search import textfold
 
 from conftest import quill_env, REPO, QuillCLI
 from semantics_helpers import Store, assistant, tool, user
@@ -372,7 +374,7 @@ def test_a_store_indexed_with_the_old_layout_is_re_indexed_on_open(tmp_path):
 # -- the page's context in two queries equals the per-hit reads ------------------------------
 
 def test_context_of_a_page_equals_each_hits_own_neighbours(store):
-    from quill.store import projections
+    from quill.store.read import projections
     store.apply("messages.append", {"session_id": "a", "messages": [user(f"a{i} word") for i in range(6)]})
     store.apply("messages.append", {"session_id": "b", "messages": [user("b0 word"), assistant("b1 word"),
                                                                     user("b2 word"), assistant("b3 word")]})
@@ -396,7 +398,7 @@ def test_context_of_a_page_equals_each_hits_own_neighbours(store):
         assert reps == {m: projections.representative(conn, m) for _, m in ids}
         if store.kind == "sqlite":
             timings: dict = {}
-            from quill.store import search as s
+            from quill.store.search import run as s
             got = s.search(conn, "word", limit=100, timings=timings)
             assert set(timings) == {"candidates_s", "page_s", "context_s"}
         else:

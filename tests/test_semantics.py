@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from quill.store.normalize import ROW_COLUMNS, message_row
-from quill.store.projections import read
+from quill.store.apply.normalize import ROW_COLUMNS, message_row
+from quill.store.read.projections import read
 
 from semantics_helpers import Store, assistant, call, tool, user
 

@@ -5,7 +5,7 @@ import string
 
 import pytest
 
-from quill.store import query
+from quill.store.search import plan as query
 
 from semantics_helpers import Store, assistant, call, tool, user
 
@@ -161,7 +161,7 @@ def test_the_walk_returns_exactly_the_compression_chain_from_any_member(store):
 def test_the_walk_is_bounded_and_survives_a_cycle(store):
     store.apply("session.create", {"session_id": "x", "parent_id": "y", "parent_kind": "compression"})
     store.apply("session.create", {"session_id": "y", "parent_id": "x", "parent_kind": "compression"})
-    from quill.store.lineage import compression_chain
+    from quill.store.read.lineage import compression_chain
     assert sorted(compression_chain(store.conn, "x")) == ["x", "y"]
     assert len(compression_chain(store.conn, "x", max_len=1)) == 1
 
@@ -236,7 +236,7 @@ def test_short_cjk_scan_honours_or_and_not(tmp_path, backend):
 
 
 def test_relevance_order_ranks_on_both_backends(store):
-    """Ranked search: SQLite's bounded BM25 (store/rank.py; tests/test_search_rank.py),
+    """Ranked search: SQLite's bounded BM25 (store/search/rank.py; tests/test_search_rank.py),
     PostgreSQL's ts_rank over the same bounded candidates (store/postgres/search.py). Both put
     a dense short message above a long one mentioning the word once, keep the display rules
     (one hit per display position, rewound rows hidden) and refuse a query with no words."""

@@ -15,7 +15,7 @@ import pytest
 from quill.spool import Position
 from quill.store import Reader
 from quill.store.errors import InvalidOpError
-from quill.store.precheck import precheck
+from quill.store.apply.precheck import precheck
 
 from quill.ops.service.tokens import TokenStore
 

@@ -12,7 +12,7 @@ import apsw
 import pytest
 
 from quill.store import Reader, open_writer
-from quill.store.query import sanitize
+from quill.store.search.plan import sanitize
 
 from semantics_helpers import Store
 
@@ -196,7 +196,7 @@ def test_a_poison_record_is_quarantined_and_the_drain_goes_on(store, op, data):
 
 def test_a_sqlite_with_the_wal_reset_bug_is_refused():
     """SQLite only: the linked SQLite library's version."""
-    from quill.store.connection import check_sqlite_version
+    from quill.store.sqlite.connection import check_sqlite_version
     from quill.store.errors import CantOpenError
     check_sqlite_version("3.51.3")
     check_sqlite_version("3.54.1")

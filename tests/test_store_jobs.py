@@ -88,7 +88,7 @@ def test_snapshots_are_verified_stamped_and_only_the_newest_n_kept(store, tmp_pa
     assert len(kept) == 2 and results[1]["removed"] == [] and results[2]["removed"] == [first]
     path, position = latest_snapshot(out)
     assert str(position) == results[-1]["position"] and path.name == kept[-1]
-    from quill.store.recovery import integrity
+    from quill.store.sqlite.swap import integrity
     assert integrity(path) == ["ok"]
 
 

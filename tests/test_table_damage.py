@@ -1,5 +1,5 @@
 """Which table real page damage is charged to decides whether the writer halts or only
-detaches the search indexes (store/fts_repair.py ``classify``, used by the writer when an FTS
+detaches the search indexes (store/sqlite/fts_repair.py ``classify``, used by the writer when an FTS
 slice meets corruption and by quick_check/integrity_check): damage in any table other than
 the FTS indexes must be reported as ``canonical`` (the writer re-raises and halts); damage
 confined to the FTS indexes and their shadow tables as ``fts`` only (detach, keep writing).
@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from quill.store import schema
-from quill.store.connection import open_reader, transaction
-from quill.store.fts_repair import classify
+from quill.store.sqlite.connection import open_reader, transaction
+from quill.store.sqlite.fts_repair import classify
 
 from semantics_helpers import Store
 
@@ -149,8 +149,8 @@ def test_rebuild_discards_only_the_fts_objects_of_a_damaged_index(pristine, tmp_
     """fts_repair.rebuild on real index damage: the FTS tables and their shadow tables are
     replaced (by name patterns derived from the registry), every store table keeps its rows,
     and after the VACUUM it asks for the file is whole again."""
-    from quill.store.connection import open_writer
-    from quill.store.fts_repair import rebuild
+    from quill.store.sqlite.connection import open_writer
+    from quill.store.sqlite.fts_repair import rebuild
 
     db = tmp_path / "state.db"
     shutil.copy(pristine, db)

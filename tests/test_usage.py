@@ -9,7 +9,7 @@ from collections import defaultdict
 import pytest
 
 from quill.ops.importers import iter_transcript_files, parse_file
-from quill.store.usage import normalize_usage, price_version
+from quill.store.apply.usage import normalize_usage, price_version
 
 from conftest import CORPUS
 from semantics_helpers import Store, assistant, user
@@ -237,7 +237,8 @@ def test_corpus_usage_totals_equal_an_independent_per_response_sum(quill):
 def test_a_v2_store_is_migrated_to_hold_usage_keys_and_placeholders(tmp_path):
     """SQLite only: a v2 state.db file (no PostgreSQL store predates v3)."""
     import apsw
-    from quill.store import open_writer, schema, usage
+    from quill.store import open_writer, schema
+    from quill.store.apply import usage
     db = tmp_path / "state.db"
     conn = apsw.Connection(str(db))
     conn.execute(schema.DDL.replace(usage.MIGRATION, "").replace(schema.BATCH_DIGEST, ""))

@@ -7,8 +7,8 @@ import json
 
 from quill.ops.recover.replay import replay
 from quill.spool import Quarantine
-from quill.store.connection import open_reader, open_writer
-from quill.store.usage import price_version
+from quill.store.sqlite.connection import open_reader, open_writer
+from quill.store.apply.usage import price_version
 
 from test_property_rebuild import dump
 

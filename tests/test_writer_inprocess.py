@@ -16,8 +16,8 @@ import pytest
 from quill.jobs.queues import build_for
 from quill.spool import SpoolReader
 from quill.store import Reader
-from quill.store.connection import open_reader
-from quill.store.fts_repair import classify
+from quill.store.sqlite.connection import open_reader
+from quill.store.sqlite.fts_repair import classify
 
 from conftest import REPO, damage_pages, quill_env, small_tmpfs
 from harness import InProcessWriter
@@ -211,7 +211,7 @@ def test_a_reader_holding_a_snapshot_blocks_the_idle_truncate_until_it_lets_go(w
     """The drain goes on under a reader's snapshot; the idle TRUNCATE is blocked and says
     since when, is retried on the writer's clock (``TRUNCATE_RETRY_S``), and empties the WAL
     once the reader lets go."""
-    from quill.store.sqlite_store import TRUNCATE_RETRY_S, TRUNCATE_WAL_BYTES
+    from quill.store.sqlite.store import TRUNCATE_RETRY_S, TRUNCATE_WAL_BYTES
     w.say("s", "before the reader")
     w.until_idle()
     reader = open_reader(w.cfg.state_db)

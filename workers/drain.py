@@ -1,7 +1,7 @@
 """The one drain loop: spool entries from the store's committed cursor into the store.
 
 Used by the writer (``workers.writer``), by ``spool replay`` and ``quill recover`` on both
-backends (``ops``) and by the tests' harness. Each step is ``store.apply.drain_chunk``: read
+backends (``ops``) and by the tests' harness. Each step is ``store.apply.chunk.drain_chunk``: read
 from the cursor, take one chunk of about ``chunk_rows`` message rows, apply it in ONE
 transaction that also moves the store's cursor (the store contract's ``apply_chunk``). So:
 
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from quill.spool import Entry, Position, Quarantine, SpoolReader, START
-from quill.store.apply import ChunkResult, drain_chunk
+from quill.store.apply.chunk import ChunkResult, drain_chunk
 
 #: Bytes read per spool scan; bounds memory whatever the spool size.
 READ_BYTES = 8 << 20

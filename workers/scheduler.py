@@ -28,7 +28,7 @@ from quill.jobs.queues import fire_scheduled
 from quill.store.factory import kind_of
 from quill.store.lease import Lease
 
-from . import FIRE_REF
+from quill.workers import FIRE_REF
 
 
 #: A standby scheduler (another host leads the cluster) tries to take over this often (s).

@@ -35,9 +35,9 @@ from quill.store.errors import (CorruptError, DiskFullError, SharedMemoryError, 
 from quill.store.factory import open_store
 from quill.store.lease import Lease
 
-from . import status
-from .drain import Drain
-from .job_runner import StoreJobRunner
+from quill.workers import status
+from quill.workers.drain import Drain
+from quill.workers.job_runner import StoreJobRunner
 
 #: Failures after which nothing of the step was committed: pause, then retry.
 RETRYABLE = (TransientError, DiskFullError, StoreIOError)

@@ -19,14 +19,14 @@ from typing import Any
 
 def _fast_push(argv: list[str]) -> int | None:
     """Exit code of ``quill push`` run without click, or None if click must parse ``argv``."""
-    from . import push_fast as push
-    from .startup import setup
+    from quill.ops.cli import push_fast as push
+    from quill.ops.cli.startup import setup
 
     args = push.parse_argv(argv)
     if args is None:
         return None
-    from .output import report
-    from ..client.errors import from_exception
+    from quill.ops.cli.output import report
+    from quill.ops.client.errors import from_exception
 
     try:
         with push.open_source(args.source) as stream:
@@ -47,14 +47,14 @@ def main() -> None:
         sys.exit(0)
     code = _fast_push(argv) if "push" in argv else None
     if code is None:
-        from .base import run
-        from .root import cli as group
+        from quill.ops.cli.base import run
+        from quill.ops.cli.root import cli as group
         code = run(group, argv)
     sys.exit(code)
 
 
 def __getattr__(name: str) -> Any:
     if name in ("cli", "COMMANDS"):  # the click group, built on first use (PEP 562)
-        from . import root
+        from quill.ops.cli import root
         return getattr(root, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

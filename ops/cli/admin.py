@@ -10,11 +10,11 @@ from rich.table import Table
 from quill.jobs.queues import run_recorded
 from quill.store.errors import CantOpenError, CorruptError
 
-from . import render
-from .base import emit_json, json_option
-from ..status.doctor import run_checks
-from ..client.errors import InvalidInputError
-from ..recover.sqlite import RecoverError, recover as do_recover
+from quill.ops.cli import render
+from quill.ops.cli.base import emit_json, json_option
+from quill.ops.status.doctor import run_checks
+from quill.ops.client.errors import InvalidInputError
+from quill.ops.recover.sqlite import RecoverError, recover as do_recover
 
 
 @click.command()
@@ -77,8 +77,8 @@ def recover(cfg: Any, accept_loss: bool, as_json: bool) -> None:
 def _recover_postgres(cfg: Any, as_json: bool) -> None:
     from quill.store.errors import StoreError
 
-    from .. import logs
-    from ..recover.postgres import recover as pg_recover
+    from quill.ops import logs
+    from quill.ops.recover.postgres import recover as pg_recover
     try:
         result = pg_recover(cfg, logs.configure(cfg.logs_dir, "recover"))
     except (StoreError, TimeoutError) as exc:

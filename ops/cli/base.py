@@ -20,8 +20,8 @@ from typing import Any
 
 import click
 
-from .output import emit_json, report, wants_json
-from ..client.errors import AbortedError, Exit, InvalidInputError, QuillError, from_exception
+from quill.ops.cli.output import emit_json, report, wants_json
+from quill.ops.client.errors import AbortedError, Exit, InvalidInputError, QuillError, from_exception
 
 __all__ = ["CONTEXT", "LazyGroup", "confirm", "emit_json", "json_option", "report", "run", "wants_json"]
 

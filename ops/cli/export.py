@@ -8,14 +8,14 @@ from typing import Any
 import click
 
 from quill.store.errors import CantOpenError
-from quill.store.reads import Reader
+from quill.store.read.reader import Reader
 
-from ..client.stores import open_reader, where
+from quill.ops.client.stores import open_reader, where
 
-from ..transfer import export
-from . import render
-from .params import EPOCH
-from ..client.errors import no_key, no_session
+from quill.ops.transfer import export
+from quill.ops.cli import render
+from quill.ops.cli.params import EPOCH
+from quill.ops.client.errors import no_key, no_session
 
 
 def write_export(cfg: Any, out: Any, fmt: str, session_id: str | None, since: float | None, source: str | None,

@@ -24,10 +24,10 @@ from quill.store.errors import CantOpenError
 from quill.workers import FIRE_REF
 from quill.workers.scheduler import describe, edit_schedules
 
-from . import render
-from .base import emit_json, json_option
-from ..client.errors import Exit, NotFoundError, WaitTimeoutError
-from ..client.stores import open_reader
+from quill.ops.cli import render
+from quill.ops.cli.base import emit_json, json_option
+from quill.ops.client.errors import Exit, NotFoundError, WaitTimeoutError
+from quill.ops.client.stores import open_reader
 
 _EVERY = re.compile(r"^(\d+)\s*([smhd])$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}

@@ -19,7 +19,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from ..client.errors import QuillError
+from quill.ops.client.errors import QuillError
 
 
 def echo(text: str = "", *, err: bool = False) -> None:

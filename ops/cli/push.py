@@ -6,8 +6,8 @@ from typing import Any
 
 import click
 
-from . import push_fast as body
-from .base import json_option
+from quill.ops.cli import push_fast as body
+from quill.ops.cli.base import json_option
 
 
 @click.command()

@@ -17,7 +17,7 @@ import os
 import sys
 from typing import IO, Any, NamedTuple
 
-from ..client.errors import Exit, InvalidInputError
+from quill.ops.client.errors import Exit, InvalidInputError
 
 _NOTHING = "nothing was pushed"
 
@@ -128,10 +128,10 @@ def run(cfg: Any, stream: Any, name: str, session_id: str | None, wait_s: float 
     batch that can never apply (nothing is pushed then) and the spool's errors."""
     from quill.spool import Spool
     from quill.store.errors import InvalidOpError
-    from quill.store.precheck import precheck
+    from quill.store.apply.precheck import precheck
 
-    from ..transfer import ingest
-    from .output import echo, emit_json
+    from quill.ops.transfer import ingest
+    from quill.ops.cli.output import echo, emit_json
 
     values = read_json_values(stream, name)
     index = 0
@@ -154,7 +154,7 @@ def run(cfg: Any, stream: Any, name: str, session_id: str | None, wait_s: float 
     if wait_s is not None:
         from quill.spool import WaitTimeoutError
 
-        from ..client.wait import outcomes, wait_applied
+        from quill.ops.client.wait import outcomes, wait_applied
         try:
             waited = wait_applied(cfg, max(a.position for a in acks), wait_s)
         except WaitTimeoutError as exc:

@@ -28,9 +28,9 @@ from quill.spool import Quarantine, Spool
 from quill.spool.errors import DamagedRecordError
 from quill.spool.record import decode
 
-from .base import emit_json, json_option
-from ..client.errors import InvalidInputError, NotFoundError, QuillError
-from ..transfer.ingest import stable_batch_id
+from quill.ops.cli.base import emit_json, json_option
+from quill.ops.client.errors import InvalidInputError, NotFoundError, QuillError
+from quill.ops.transfer.ingest import stable_batch_id
 
 #: Reasons that mean the line itself is damaged (not the op's data): retrying trusts bytes
 #: that failed their checksum or shape check, so it needs --force.

@@ -8,18 +8,18 @@ from rich import filesize
 
 from quill.spool.torn import TORN_SUMMARY
 from quill.store.errors import CantOpenError
-from quill.store.normalize import ROLES
-from quill.store import search as search_mod
-from quill.store.reads import Reader
+from quill.store.apply.normalize import ROLES
+from quill.store.search import run as search_mod
+from quill.store.read.reader import Reader
 
-from ..client.stores import open_reader, where
+from quill.ops.client.stores import open_reader, where
 
-from ..status import health
-from . import render
-from ..client.client import Client
-from .base import emit_json, json_option
-from .params import EPOCH, UTF8, YESNO
-from ..client.errors import Exit, NotFoundError
+from quill.ops.status import health
+from quill.ops.cli import render
+from quill.ops.client.client import Client
+from quill.ops.cli.base import emit_json, json_option
+from quill.ops.cli.params import EPOCH, UTF8, YESNO
+from quill.ops.client.errors import Exit, NotFoundError
 
 
 _LIST_HINT = "`quill sessions list` shows the session ids"
@@ -111,7 +111,7 @@ def sessions_export(ctx: click.Context, session_id: str) -> None:
     `quill export SESSION_ID`; other formats: `quill export --format`)."""
     import sys
 
-    from .export import write_export
+    from quill.ops.cli.export import write_export
     write_export(ctx.obj, sys.stdout, "quill", session_id, None, None, None)
 
 
@@ -256,7 +256,7 @@ def _print_pg_store(con: Any, s: dict[str, Any]) -> None:
 
 def _attach_key_commands() -> None:
     """``sessions resume | orphans | delete`` live in ``session_keys``."""
-    from .session_keys import sessions_delete, sessions_orphans, sessions_resume
+    from quill.ops.cli.session_keys import sessions_delete, sessions_orphans, sessions_resume
     for command in (sessions_resume, sessions_orphans, sessions_delete):
         sessions.add_command(command)
 

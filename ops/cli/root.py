@@ -9,8 +9,8 @@ import click
 
 from quill import __version__
 
-from .startup import setup
-from .base import CONTEXT, LazyGroup
+from quill.ops.cli.startup import setup
+from quill.ops.cli.base import CONTEXT, LazyGroup
 
 #: command name -> "module:attribute", imported when the command is used.
 COMMANDS = {

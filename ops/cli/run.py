@@ -4,7 +4,7 @@ from __future__ import annotations
 import click
 
 
-from ..client.errors import Exit, StorageError, busy_with
+from quill.ops.client.errors import Exit, StorageError, busy_with
 
 
 @click.command()
@@ -18,7 +18,7 @@ def run(ctx: click.Context, until_idle: bool, timeout: float | None) -> None:
     from quill.store.errors import LeaseHeldError
     from quill.workers.supervisor import Supervisor
 
-    from .. import logs
+    from quill.ops import logs
 
     cfg = ctx.obj
     holder = RunDir(cfg.home).lease_holder("fleet")

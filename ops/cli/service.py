@@ -14,9 +14,9 @@ from rich.table import Table
 
 from quill.home import ANONYMOUS
 
-from . import render
-from .base import emit_json, json_option
-from ..client.errors import InvalidInputError, NotFoundError
+from quill.ops.cli import render
+from quill.ops.cli.base import emit_json, json_option
+from quill.ops.client.errors import InvalidInputError, NotFoundError
 
 
 @click.command()
@@ -31,8 +31,8 @@ def serve(cfg: Any, listen: str | None, anonymous: str | None, as_json: bool) ->
 
     Appends are acknowledged (202) once fsync'd into the spool; `quill run` applies them.
     """
-    from .. import logs
-    from ..service.server import ListenError, is_loopback, parse_listen, serve as run_server
+    from quill.ops import logs
+    from quill.ops.service.server import ListenError, is_loopback, parse_listen, serve as run_server
 
     listen = listen or cfg.http_listen or "127.0.0.1:8765"
     policy = anonymous or cfg.http_anonymous
@@ -45,8 +45,8 @@ def serve(cfg: Any, listen: str | None, anonymous: str | None, as_json: bool) ->
     if policy == "any" and not is_loopback(host):
         click.echo("quill: WARNING: --anonymous any on a non-loopback address: anyone who can reach "
                    f"{host}:{port} can read and write transcripts", err=True)
-    from ..client.errors import QuillError
-    from ..service.server import bind
+    from quill.ops.client.errors import QuillError
+    from quill.ops.service.server import bind
     try:
         sock = bind(host, port)
     except OSError as exc:
@@ -75,7 +75,7 @@ def token() -> None:
 @click.pass_obj
 def token_create(cfg: Any, name: str, scopes: tuple[str, ...], as_json: bool) -> None:
     """Create a token named NAME. It is printed once: store it now."""
-    from ..service.tokens import TokenError, TokenStore
+    from quill.ops.service.tokens import TokenError, TokenStore
     cfg.ensure_dirs()
     try:
         secret, row = TokenStore(cfg.tokens_db).create(name, list(scopes))
@@ -94,7 +94,7 @@ def token_create(cfg: Any, name: str, scopes: tuple[str, ...], as_json: bool) ->
 @click.pass_obj
 def token_list(cfg: Any, as_json: bool) -> None:
     """Every token: id, name, scopes, created, revoked (never the secret)."""
-    from ..service.tokens import TokenStore
+    from quill.ops.service.tokens import TokenStore
     rows = TokenStore(cfg.tokens_db).list()
     if as_json:
         emit_json(rows)
@@ -114,7 +114,7 @@ def token_list(cfg: Any, as_json: bool) -> None:
 @click.pass_obj
 def token_revoke(cfg: Any, token_id: str, as_json: bool) -> None:
     """Revoke token TOKEN_ID (effective on the next request)."""
-    from ..service.tokens import TokenError, TokenStore
+    from quill.ops.service.tokens import TokenError, TokenStore
     try:
         TokenStore(cfg.tokens_db).revoke(token_id)
     except TokenError as exc:

@@ -12,10 +12,10 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from . import render
-from .base import confirm, emit_json, json_option
-from ..client.client import Client
-from ..client.errors import no_key
+from quill.ops.cli import render
+from quill.ops.cli.base import confirm, emit_json, json_option
+from quill.ops.client.client import Client
+from quill.ops.client.errors import no_key
 
 
 @click.command(name="resume")

@@ -15,11 +15,11 @@ from quill.store.errors import CantOpenError, LeaseHeldError
 from quill.home import RunDir
 from quill.store.lease import Lease
 
-from . import render
-from .base import emit_json, json_option
-from ..client.errors import InvalidInputError, busy_with
-from ..recover.replay import replay as do_replay, total_bytes, verify as do_verify
-from ..client.wait import applied_position
+from quill.ops.cli import render
+from quill.ops.cli.base import emit_json, json_option
+from quill.ops.client.errors import InvalidInputError, busy_with
+from quill.ops.recover.replay import replay as do_replay, total_bytes, verify as do_verify
+from quill.ops.client.wait import applied_position
 
 
 def _progress(enabled: bool) -> Any:
@@ -132,7 +132,7 @@ def spool_replay(ctx: click.Context, from_: str | None, into: Path | None, as_js
     ctx.exit(1 if result["rejected"] else 0)
 
 
-from .quarantine import adopt, quarantine  # noqa: E402  (kept in their own module)
+from quill.ops.cli.quarantine import adopt, quarantine  # noqa: E402  (kept in their own module)
 
 spool.add_command(quarantine)
 spool.add_command(adopt)
@@ -146,8 +146,8 @@ def spool_purge(cfg: Any, session_ids: tuple[str, ...], as_json: bool) -> None:
     """Remove deleted sessions' content from spool segments, the quarantine and snapshots
     (what `sessions delete --purge` does once the delete is applied; re-run it after an
     interrupted purge: every step is idempotent)."""
-    from .session_keys import echo_purge
-    from ..client.client import Client
+    from quill.ops.cli.session_keys import echo_purge
+    from quill.ops.client.client import Client
 
     figures = Client(config_=cfg).purge_sessions(list(session_ids))
     if as_json:

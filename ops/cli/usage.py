@@ -9,14 +9,14 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from quill.store.usage import TOKEN_FIELDS
-from quill.store.usage_reads import GROUPS, TOTAL_KEYS
+from quill.store.apply.usage import TOKEN_FIELDS
+from quill.store.read.usage import GROUPS, TOTAL_KEYS
 
-from . import render
-from .base import emit_json, json_option
-from .params import EPOCH
-from .read import _note_no_store
-from ..client.client import Client
+from quill.ops.cli import render
+from quill.ops.cli.base import emit_json, json_option
+from quill.ops.cli.params import EPOCH
+from quill.ops.cli.read import _note_no_store
+from quill.ops.client.client import Client
 
 
 @click.group(invoke_without_command=True)

@@ -19,8 +19,8 @@ from typing import Any
 
 from quill.spool import Ack
 
-from .client import WAIT_POLL_S, Client, Outcome, _check_ack
-from .errors import InvalidInputError, WaitTimeoutError
+from quill.ops.client.client import WAIT_POLL_S, Client, Outcome, _check_ack
+from quill.ops.client.errors import InvalidInputError, WaitTimeoutError
 
 _WRITES = ("submit", "append", "create", "record_usage", "end", "compact", "rewind", "replace", "title", "flags",
            "mark_read", "adopt_orphans", "delete_sessions", "purge_sessions", "reprice_usage")

@@ -9,7 +9,7 @@
     q.messages("s1")                                     # what `quill sessions show s1 --json` lists
 
 Writes are spool ops (docs/ops.md): each method checks its op the way the writer will
-(``store.precheck``), so a batch that can never apply raises ``InvalidInputError`` before
+(``store.apply.precheck``), so a batch that can never apply raises ``InvalidInputError`` before
 anything is appended, then appends it durably (fsync'd) and returns its ``Ack`` — the record's
 spool position and batch id. The fleet's writer (``quill run``) applies it; ``wait`` blocks
 until it did and says how (applied, or quarantined with the reason). Pass ``batch_id`` to
@@ -42,8 +42,8 @@ from typing import Any
 from quill.home import Settings, load
 from quill.spool import Ack, Spool
 
-from .reads import VIEWS, Reads, _public_errors
-from .errors import InvalidInputError, WaitTimeoutError, no_session
+from quill.ops.client.reads import VIEWS, Reads, _public_errors
+from quill.ops.client.errors import InvalidInputError, WaitTimeoutError, no_session
 
 __all__ = ["VIEWS", "WAIT_POLL_S", "Client", "Outcome"]
 #: Polling interval of ``wait`` (seconds): the writer commits in chunks every few ms, so 20 ms
@@ -133,7 +133,7 @@ class Client(Reads):
         return its ``Ack``. Raises ``InvalidInputError`` (with ``reason``) if the op can never
         apply — nothing is appended then — ``SpoolFullError`` or ``StorageError``."""
         from quill.store.errors import InvalidOpError
-        from quill.store.precheck import precheck
+        from quill.store.apply.precheck import precheck
 
         try:
             precheck(op, data)
@@ -246,7 +246,7 @@ class Client(Reads):
         if not timeout >= 0:
             raise InvalidInputError(f"timeout must be ≥ 0 seconds, got {timeout!r}")
         from quill.spool import WaitTimeoutError as SpoolWaitTimeout
-        from .wait import outcomes, wait_applied
+        from quill.ops.client.wait import outcomes, wait_applied
 
         last = max(acks, key=lambda a: a.position)
         try:
@@ -262,7 +262,7 @@ class Client(Reads):
         """Whether the writer has dealt with ``ack`` yet (never blocks). Raises
         ``InvalidInputError`` for anything that is not an ``Ack``."""
         ack = _check_ack(ack)
-        from .wait import applied_position
+        from quill.ops.client.wait import applied_position
 
         with _public_errors():
             cursor = applied_position(self.config)
@@ -277,8 +277,8 @@ class Client(Reads):
         whose predecessor or themselves a ``sessions.delete`` still pending in the spool names
         (``ops.transfer.pending_deletes``): the create would come after the delete and bring the
         session back bare. Returns ``(orphan, ack)`` pairs."""
-        from ..transfer.pending_deletes import pending_deletes_from
-        from .wait import applied_position
+        from quill.ops.transfer.pending_deletes import pending_deletes_from
+        from quill.ops.client.wait import applied_position
 
         out = []
         with _public_errors():
@@ -339,8 +339,8 @@ class Client(Reads):
 
         from quill.jobs.queues import build_for
 
-        from ..purge import procedure as purge
-        from .wait import wait_applied
+        from quill.ops.purge import procedure as purge
+        from quill.ops.client.wait import wait_applied
 
         if self.config.store_url:
             raise InvalidInputError("--purge works on the embedded SQLite store only (snapshots and the spool's "
@@ -364,8 +364,8 @@ class Client(Reads):
         still carrying the old version). Returns ``{"price_version", "considered",
         "repriced", "still_unpriced", "cost_change_usd", "batches"}`` (batches: their ids;
         empty for ``dry_run``)."""
-        from quill.store.usage import price, price_version
-        from quill.store.usage_reprice import MAX_ROWS, stale_rows
+        from quill.store.apply.usage import price, price_version
+        from quill.store.apply.reprice import MAX_ROWS, stale_rows
 
         current = price_version()
         with self._reader(None) as r:

@@ -14,8 +14,8 @@ from typing import Any
 
 from quill.home import Settings
 
-from .errors import InvalidInputError, NotFoundError, QuillError, from_exception, no_session
-from .stores import where
+from quill.ops.client.errors import InvalidInputError, NotFoundError, QuillError, from_exception, no_session
+from quill.ops.client.stores import where
 
 VIEWS = ("display", "model", "audit")
 
@@ -78,7 +78,7 @@ class Reads:
         None (an empty answer)."""
         from quill.store.errors import CantOpenError
 
-        from .stores import open_reader
+        from quill.ops.client.stores import open_reader
 
         with _public_errors():
             try:
@@ -156,7 +156,7 @@ class Reads:
         exists. When the index is being rebuilt after damage, results come from a bounded
         scan (``search_health()`` says so). ``kinds`` limits where to look: ``text``,
         ``tool`` (call names and arguments), ``reasoning`` (default: all). ``order="relevance"``
-        ranks word queries over the newest 1,000 matches (BM25 on SQLite, ``store/rank.py``;
+        ranks word queries over the newest 1,000 matches (BM25 on SQLite, ``store/search/rank.py``;
         ``ts_rank`` on PostgreSQL); raises ``InvalidInputError`` for another order, or for a query or store
         it cannot rank."""
         _check_numbers(limit=limit, since=since, until=until)
@@ -215,7 +215,7 @@ class Reads:
     def orphans(self, *, window_s: float | None = None) -> list[dict[str, Any]]:
         """Sessions that never got their key, with the predecessor each continues when the
         evidence is unambiguous (else ``reason``) — ``quill sessions orphans --json``."""
-        from quill.store.resume import QUIET_WINDOW_S
+        from quill.store.read.resume import QUIET_WINDOW_S
 
         if window_s is not None and (isinstance(window_s, bool) or not isinstance(window_s, (int, float))
                                      or not 0 <= window_s < 2**63):
@@ -231,7 +231,7 @@ class Reads:
         ``calls``, the token fields, ``cost_usd`` (USD; None when nothing is priced) and
         ``unpriced`` (calls without a price). No ``by``: one grand total (zeros before any
         usage). Raises ``InvalidInputError`` for an unknown grouping."""
-        from quill.store.usage_reads import GROUPS, empty_totals
+        from quill.store.read.usage import GROUPS, empty_totals
 
         _check_numbers(since=since, until=until)
         by = () if by is None else by

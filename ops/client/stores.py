@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from quill.store.reads import Reader
+from quill.store.read.reader import Reader
 
 
 def open_reader(cfg: Any) -> Reader:
     """A read-only ``Reader`` on ``cfg``'s store: ``store.postgres.PgReader`` for ``[store]
     url`` (with this data dir's spool id, so ``figures()["cursor"]`` is this host's cursor) or
-    ``store.reads.Reader`` on ``cfg.state_db``. Raises ``store.errors.CantOpenError`` when the
+    ``store.read.reader.Reader`` on ``cfg.state_db``. Raises ``store.errors.CantOpenError`` when the
     store does not exist yet (no ``state.db``, or a database without Quill's schema), and the
     rest of the store error tree otherwise (an unreachable server is ``TransientError``)."""
     if not cfg.store_url:

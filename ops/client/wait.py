@@ -17,7 +17,7 @@ from typing import Any
 from quill.spool import Ack, Position, Quarantine, WaitTimeoutError
 from quill.store.errors import CantOpenError
 
-from .stores import open_reader
+from quill.ops.client.stores import open_reader
 
 
 def applied_position(cfg: Any) -> Position | None:
@@ -50,7 +50,7 @@ def why_not_applied(cfg: Any) -> str:
     timeout message: no fleet, a halted writer, a writer retrying an error (``database is
     locked`` held by another process …), or a writer still busy behind a backlog. Only live
     processes' records are trusted (``quill.home.RunDir``)."""
-    from quill.store.connection import WRITER_BUSY_MS
+    from quill.store.sqlite.connection import WRITER_BUSY_MS
     from quill.home import RunDir
     rd = RunDir(cfg.home)
     if not rd.fleet_running():

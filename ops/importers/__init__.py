@@ -40,9 +40,9 @@ import os
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from . import claude_code, codex, gemini, openai_chat, sharegpt
-from .events import Compact, Event, Message, Rewind, SessionStart, Usage, collect
-from .jsonlines import (ImportedSession, ParsedFile, Problem, decode_line, iter_json_array, iter_jsonl,
+from quill.ops.importers import claude_code, codex, gemini, openai_chat, sharegpt
+from quill.ops.importers.events import Compact, Event, Message, Rewind, SessionStart, Usage, collect
+from quill.ops.importers.jsonlines import (ImportedSession, ParsedFile, Problem, decode_line, iter_json_array, iter_jsonl,
                          read_text)
 
 __all__ = ["Problem", "ImportedSession", "ParsedFile", "Usage", "detect_format", "parse_file", "stream_file",

@@ -14,10 +14,10 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from .jsonlines import join_text, make_message, make_tool_call
+from quill.ops.importers.jsonlines import join_text, make_message, make_tool_call
 
 if TYPE_CHECKING:
-    from .claude_code import Emitter
+    from quill.ops.importers.claude_code import Emitter
 
 
 BINARY_BLOCKS = ("image", "document")

@@ -26,11 +26,11 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from . import claude_blocks
-from .claude_scan import (KNOWN_TYPES, MAIN, Structure, Thread, parent_call, scan, summaries_of, thread_key,
+from quill.ops.importers import claude_blocks
+from quill.ops.importers.claude_scan import (KNOWN_TYPES, MAIN, Structure, Thread, parent_call, scan, summaries_of, thread_key,
                           title_for)
-from .events import Compact, Event, Message, SessionStart
-from .jsonlines import Problem, content_session_id, parse_timestamp, shape_problem
+from quill.ops.importers.events import Compact, Event, Message, SessionStart
+from quill.ops.importers.jsonlines import Problem, content_session_id, parse_timestamp, shape_problem
 
 FORMAT = "claude-code"
 #: Types that carry the transcript: detection looks for these (see ``looks_like_transcript``).

@@ -30,7 +30,7 @@ import bisect
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from .jsonlines import parse_timestamp
+from quill.ops.importers.jsonlines import parse_timestamp
 
 #: Record types Claude Code is known to write that are not messages (counted, not imported).
 #: Anything else is an unknown type: ignored and reported with its count.

@@ -37,8 +37,8 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from .events import Compact, Event, Message, Rewind, SessionStart, Usage
-from .jsonlines import (Problem, content_session_id, join_text, make_message, make_tool_call, parse_timestamp,
+from quill.ops.importers.events import Compact, Event, Message, Rewind, SessionStart, Usage
+from quill.ops.importers.jsonlines import (Problem, content_session_id, join_text, make_message, make_tool_call, parse_timestamp,
                          shape_problem)
 
 FORMAT = "codex"

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable, Union
 
-from .jsonlines import ImportedSession
+from quill.ops.importers.jsonlines import ImportedSession
 
 
 @dataclass
@@ -34,7 +34,7 @@ class SessionStart:
     format with no conversation id of its own; ``opening``: this conversation's first
     messages as parsed. The import uses ``legacy_id`` instead of ``session["session_id"]``
     when the store's session under it holds ``opening`` (same producer ids and
-    messages, ``store.normalize.COMPARED_COLUMNS``; an entry that is only ``{"id": uuid}``
+    messages, ``store.apply.normalize.COMPARED_COLUMNS``; an entry that is only ``{"id": uuid}``
     matches by id): that file was imported before the ids became content-derived."""
 
     session: dict

@@ -23,8 +23,8 @@ import json
 from pathlib import Path
 from typing import Any, Iterator
 
-from .events import Event, Message, SessionStart
-from .jsonlines import (Problem, ShapeError, content_session_id, join_text, make_message, make_tool_call,
+from quill.ops.importers.events import Event, Message, SessionStart
+from quill.ops.importers.jsonlines import (Problem, ShapeError, content_session_id, join_text, make_message, make_tool_call,
                          parse_timestamp, shape_problem)
 
 FORMAT = "gemini-cli"

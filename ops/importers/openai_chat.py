@@ -27,7 +27,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterable
 
-from .jsonlines import (ImportedSession, Problem, content_session_id, join_text, line_session_id, make_message,
+from quill.ops.importers.jsonlines import (ImportedSession, Problem, content_session_id, join_text, line_session_id, make_message,
                          make_tool_call, opening_length, parse_timestamp, shape_problem)
 
 FORMAT = "openai-chat"

@@ -26,7 +26,7 @@ import re
 from pathlib import Path
 from typing import Any, Iterable
 
-from .jsonlines import (ImportedSession, Problem, content_session_id, line_session_id, make_message, make_tool_call,
+from quill.ops.importers.jsonlines import (ImportedSession, Problem, content_session_id, line_session_id, make_message, make_tool_call,
                          parse_timestamp, shape_problem)
 
 FORMAT = "sharegpt"

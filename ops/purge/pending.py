@@ -25,7 +25,7 @@ from quill.spool import Position, record
 from quill.spool.purge import PURGED_OP
 from quill.spool.segments import list_segments, segment_name
 from quill.store.errors import CantOpenError, StoreError
-from quill.store.reads import Reader
+from quill.store.read.reader import Reader
 
 
 def _lines(spool_dir: Path) -> Any:

@@ -7,7 +7,7 @@ conversation on request"). ``purge`` removes those copies, after the delete is a
 1. **Plan** (two passes over the spool). A session may be purged only if it is absent from
    the store and an *applied* ``sessions.delete`` names it; its **bound** is the newest such
    delete's position. Delegate children created before the bound and absent from the store
-   went with it (``store.session_delete``) and are purged with the same bound. Targets: every
+   went with it (``store.apply.deletes``) and are purged with the same bound. Targets: every
    record before its session's bound whose ``data.session_id`` is that session (the delete
    ops themselves stay: they are the audit trail and carry ids, reason and actor only). A
    record after the bound is later news (a late append re-created the session) and stays.
@@ -50,10 +50,10 @@ from quill.spool import Entry, Position, Quarantine, SpoolReader, record
 from quill.spool import purge as spool_purge
 from quill.spool.segments import fsync_dir, list_segments
 from quill.store.errors import CantOpenError
-from quill.store.reads import Reader
+from quill.store.read.reader import Reader
 
-from ..client.errors import InvalidInputError, NotFoundError, StorageError
-from .scrub import scrub_live_store
+from quill.ops.client.errors import InvalidInputError, NotFoundError, StorageError
+from quill.ops.purge.scrub import scrub_live_store
 
 Step = Callable[[str], None]
 #: The closure of a purge in progress (session id → bound), in the spool directory: no
@@ -199,7 +199,7 @@ def interrupted(spool_dir: Path, db_path: Path | None = None) -> dict[str, Any] 
     ``{"sessions": [ids], "cause": "plan-file" | "pending", "next": the command that
     finishes it}`` or None (no purge asked for is unfinished). A plan file that cannot be
     read is reported with the same command (the re-run rewrites it)."""
-    from .pending import pending
+    from quill.ops.purge.pending import pending
 
     spool_dir = Path(spool_dir)
     if spool_purge.running(spool_dir):

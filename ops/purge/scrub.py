@@ -1,7 +1,7 @@
 """The purge's scrub of the live store: run the ``scrub`` store job through the writer.
 
 A deleted session's words stay in FTS5 index segments until they are merged, and its rows'
-bytes in ``state.db``'s free space and freed pages (``store.session_delete``'s secure
+bytes in ``state.db``'s free space and freed pages (``store.apply.deletes``'s secure
 deletion of a ``purge: true`` delete zeroes only the cells that delete frees), and every
 later snapshot copies them. Only the writer writes ``state.db``
 (docs/architecture.md, "Processes"), so ``quill spool purge`` has the writer run the
@@ -23,12 +23,12 @@ from typing import Any
 
 from quill.jobs import catalog
 from quill.jobs.store_jobs import RUNNING, record_job_run
-from quill.store.connection import open_writer
+from quill.store.sqlite.connection import open_writer
 from quill.store.errors import CantOpenError, LeaseHeldError
 from quill.store.lease import Lease
-from quill.store.reads import Reader
+from quill.store.read.reader import Reader
 
-from ..client.errors import StorageError, WaitTimeoutError
+from quill.ops.client.errors import StorageError, WaitTimeoutError
 
 JOB = "scrub"
 #: Seconds ``scrub_live_store`` waits for a running writer to record the job (a VACUUM of a

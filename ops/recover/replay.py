@@ -15,7 +15,7 @@ from typing import Any
 from quill.spool import START, TORN_WRITE, Position, Quarantine, SpoolReader
 from quill.spool.segments import list_segments, segment_name
 from quill.store.factory import open_url
-from quill.store.indexer import DEFAULT_SLICE_ROWS
+from quill.home import DEFAULTS
 from quill.workers.drain import Drain
 
 Progress = Callable[[int], None]  # called with bytes consumed since the last call
@@ -84,7 +84,7 @@ def replay(spool_dir: Path, db_path: Path, start: Position | None, *, chunk_rows
         else:
             drain.cursor = start
         totals = drain.until_empty(progress)
-        while store.index(DEFAULT_SLICE_ROWS):
+        while store.index(DEFAULTS.index_slice_rows):
             pass
     finally:
         store.close()

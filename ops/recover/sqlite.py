@@ -20,11 +20,11 @@ from quill.spool.segments import list_segments
 from quill.store.errors import CorruptError, LeaseHeldError
 from quill.store.lease import Lease
 from quill.store.factory import open_url
-from quill.store.indexer import DEFAULT_SLICE_ROWS
-from quill.store.recovery import integrity, stamp_generation, swap_in
-from quill.store.salvage import salvage
+from quill.home import DEFAULTS
+from quill.store.sqlite.swap import integrity, stamp_generation, swap_in
+from quill.store.sqlite.salvage import salvage
 
-from .replay import Progress, replay
+from quill.ops.recover.replay import Progress, replay
 
 SWAP_WAIT_S = 30.0
 
@@ -85,7 +85,7 @@ def rebuild(cfg: Settings, progress: Progress | None = None, *, accept_loss: boo
         try:
             result["salvage"] = store.run_job(lambda conn: salvage(
                 cfg.state_db, conn, exclude=deleted_sessions(cfg.spool_dir)))
-            while store.index(DEFAULT_SLICE_ROWS):
+            while store.index(DEFAULTS.index_slice_rows):
                 pass
         finally:
             store.close()

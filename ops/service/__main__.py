@@ -14,7 +14,7 @@ from quill.home import RunDir
 from quill.ops import logs
 from quill.workers.lifeline import follow_parent
 
-from .server import serve
+from quill.ops.service.server import serve
 
 
 @click.command()

@@ -1,11 +1,11 @@
 """The JSON API (``/api/v1``): the same operations as the CLI and ``quill.Client``.
 
-Appends take the CLI's path exactly: ``quill.store.precheck`` on every op first (a batch the
+Appends take the CLI's path exactly: ``quill.store.apply.precheck`` on every op first (a batch the
 writer would certainly quarantine is refused with 422 and its ``reason``, and nothing of the
 request is appended), then ``quill.Client.submit`` per op (the spool append), which returns only after
 the record is fsync'd — so a 202 carries the batch id and spool position of a durable record.
 Reads go through ``quill.Client`` (the same results as the library and the CLI's ``--json``);
-the rest (usage, job history) through ``quill.store.reads.Reader``, one connection per request.
+the rest (usage, job history) through ``quill.store.read.reader.Reader``, one connection per request.
 """
 from __future__ import annotations
 
@@ -22,16 +22,16 @@ from quill.jobs import catalog
 from quill.spool import OP_KINDS
 from quill.jobs.queues import build_for
 from quill.store.errors import CantOpenError, InvalidOpError, StoreError
-from quill.store.precheck import precheck
-from quill.store.reads import Reader
+from quill.store.apply.precheck import precheck
+from quill.store.read.reader import Reader
 
-from ..status import health
-from ..client.client import Client
-from ..client.stores import open_reader
-from ..client.errors import InvalidInputError, NotFoundError, QuillError, SpoolFullError as QuillSpoolFull
-from . import views
-from .auth import require
-from .errors import ERROR_SCHEMA, ApiError
+from quill.ops.status import health
+from quill.ops.client.client import Client
+from quill.ops.client.stores import open_reader
+from quill.ops.client.errors import InvalidInputError, NotFoundError, QuillError, SpoolFullError as QuillSpoolFull
+from quill.ops.service import views
+from quill.ops.service.auth import require
+from quill.ops.service.errors import ERROR_SCHEMA, ApiError
 
 _ERRORS = {code: {"description": desc, "content": {"application/json": {"schema": ERROR_SCHEMA}}}
            for code, desc in ((401, "no or bad token"), (403, "token lacks the scope"),

@@ -14,10 +14,10 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..client.client import Client
+from quill.ops.client.client import Client
 
-from . import api, dashboard, errors, metrics
-from .auth import require
+from quill.ops.service import api, dashboard, errors, metrics
+from quill.ops.service.auth import require
 
 VERSION = "1"
 

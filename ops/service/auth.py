@@ -25,8 +25,8 @@ from typing import Any
 
 from fastapi import Request
 
-from .errors import ApiError
-from .tokens import Principal, TokenStore
+from quill.ops.service.errors import ApiError
+from quill.ops.service.tokens import Principal, TokenStore
 
 COOKIE = "quill_token"
 ANONYMOUS_SCOPES = frozenset({"read", "write"})

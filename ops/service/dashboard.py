@@ -24,14 +24,14 @@ from markupsafe import Markup, escape
 
 from quill.spool import Quarantine
 from quill.store.errors import CantOpenError
-from quill.store.reads import Reader
+from quill.store.read.reader import Reader
 
-from ..status import health
-from ..client.stores import open_reader
-from . import api, views
-from .auth import COOKIE, principal
-from .errors import ApiError
-from .tokens import TokenStore
+from quill.ops.status import health
+from quill.ops.client.stores import open_reader
+from quill.ops.service import api, views
+from quill.ops.service.auth import COOKIE, principal
+from quill.ops.service.errors import ApiError
+from quill.ops.service.tokens import TokenStore
 
 HERE = Path(__file__).parent
 templates = Jinja2Templates(directory=str(HERE / "templates"))

@@ -3,7 +3,7 @@
 Every error response is JSON ``{"error": {"status": int, "reason": str, "detail": str}}``.
 ``reason`` is a short stable tag a client branches on: the spool precheck's own codes for a
 refused op (``unknown-op``, ``invalid-data``, ``invalid-field``, ``invalid-role`` …, from
-``quill.store.precheck``), and for the service itself: ``body-too-large``,
+``quill.store.apply.precheck``), and for the service itself: ``body-too-large``,
 ``batch-too-large``, ``invalid-json``, ``invalid-request``, ``unauthorized``, ``forbidden``,
 ``not-found``, ``method-not-allowed``, ``spool-full``, ``spool-unavailable``,
 ``store-unavailable``, ``internal``. Details never carry a filesystem path or a token.

@@ -13,7 +13,7 @@ from prometheus_client.core import (CollectorRegistry, CounterMetricFamily, Gaug
                                     HistogramMetricFamily, Metric)
 from prometheus_client.exposition import generate_latest
 
-from ..status import health
+from quill.ops.status import health
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 

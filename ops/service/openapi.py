@@ -10,7 +10,7 @@ import tempfile
 from quill import home as data_dir
 from quill.ops import logs
 
-from .app import create_app
+from quill.ops.service.app import create_app
 
 
 def document() -> dict:

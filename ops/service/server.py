@@ -11,7 +11,7 @@ from typing import Any
 
 import uvicorn
 
-from .app import create_app
+from quill.ops.service.app import create_app
 
 
 class ListenError(ValueError):

@@ -7,12 +7,12 @@ from typing import Any, TypeVar
 
 from quill.jobs import catalog
 from quill.store.errors import StoreError
-from quill.store.reads import Reader
+from quill.store.read.reader import Reader
 from quill.workers.scheduler import describe, edit_schedules
 
-from ..status import health
-from ..client.stores import open_reader
-from .errors import ApiError
+from quill.ops.status import health
+from quill.ops.client.stores import open_reader
+from quill.ops.service.errors import ApiError
 
 T = TypeVar("T")
 

@@ -20,13 +20,13 @@ from quill.spool import Position, Quarantine
 from quill.spool.reader import lag_seconds, stats
 from quill.spool.torn import TORN_SUMMARY
 from quill.spool.segments import stray_segments
-from quill.store.connection import MIN_SQLITE, shm_problem
+from quill.store.sqlite.connection import MIN_SQLITE, shm_problem
 from quill.store.errors import StoreError
-from quill.store.reads import Reader
+from quill.store.read.reader import Reader
 
-from . import health
-from ..purge.procedure import interrupted as interrupted_purge
-from ..client.stores import open_reader
+from quill.ops.status import health
+from quill.ops.purge.procedure import interrupted as interrupted_purge
+from quill.ops.client.stores import open_reader
 
 FREE_WARN_BYTES = 1 << 30
 

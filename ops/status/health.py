@@ -19,13 +19,13 @@ from quill.home import Halt, RunDir
 from quill.jobs.schedule import read_schedules
 from quill.spool import Position, Quarantine
 from quill.spool.reader import lag_seconds, stats as spool_stats
-from quill.store.connection import shm_problem
+from quill.store.sqlite.connection import shm_problem
 from quill.store.errors import CantOpenError, SharedMemoryError, StoreError
 from quill.workers import FIRE_REF
 from quill.workers.status import COMMIT_BUCKETS_S
 
-from ..purge.procedure import interrupted as interrupted_purge
-from ..client.stores import open_reader
+from quill.ops.purge.procedure import interrupted as interrupted_purge
+from quill.ops.client.stores import open_reader
 
 #: Below this many free bytes producers and the writer are about to stall (a spool segment
 #: rotation plus a chunk's WAL growth need a few MiB; 64 MiB leaves margin).

@@ -26,11 +26,11 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from quill.store import blobs
-from quill.store.reads import Reader
-from quill.store.usage import TOKEN_FIELDS
+from quill.store.apply import blobs
+from quill.store.read.reader import Reader
+from quill.store.apply.usage import TOKEN_FIELDS
 
-from .ingest import stable_batch_id
+from quill.ops.transfer.ingest import stable_batch_id
 
 FORMATS = ("quill", "markdown", "openai", "sharegpt")
 HEADER_KEY = "quill_export"
@@ -117,7 +117,7 @@ def quill_ops(r: Reader, sid: str) -> Iterator[dict[str, Any]]:
         yield _op("session.create", create)
     position = {mid: i for i, (_, _, _, mid) in enumerate(rows)}
     # A later change (a tool reload) is re-sent where it happened: after the rows the session
-    # held then, so the import records it after the same message (store/context.py).
+    # held then, so the import records it after the same message (store/apply/context.py).
     stops = sorted({*range(0, len(rows), RESTORE_CHUNK), *changes, len(rows)})
     for start, end in zip(stops, stops[1:] + [None]):
         for i, values in enumerate(changes.get(start, [])):
@@ -146,7 +146,7 @@ def quill_ops(r: Reader, sid: str) -> Iterator[dict[str, Any]]:
 
 
 def _context_changes(conn: Any, sid: str) -> dict[int, list[dict[str, Any]]]:
-    """The session's system prompt / tools changes (store/context.py), keyed by how many of
+    """The session's system prompt / tools changes (store/apply/context.py), keyed by how many of
     its message rows (in id order) existed when each was made: ``{rows before: [{"system_prompt":
     str, "tools": list}, …]}``, one dict per ``session.create`` to send (a second change of
     the same kind at the same point needs its own). 0 holds what was set before any message."""
@@ -231,7 +231,7 @@ def markdown(r: Reader, sid: str) -> str:
 
 def openai_chat(r: Reader, sid: str) -> dict[str, Any]:
     """``{"messages": model view, "tools": [...]}`` (OpenAI chat fine-tuning shape, no Quill
-    keys): the session's stored system prompt (store/context.py) leads the messages unless
+    keys): the session's stored system prompt (store/apply/context.py) leads the messages unless
     the transcript already starts with a system or developer message; its tool array, when
     one was sent, is ``tools``."""
     keep = ("role", "content", "tool_calls", "tool_call_id", "name")

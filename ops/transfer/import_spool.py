@@ -49,13 +49,13 @@ from typing import Any
 
 from quill.spool import Spool
 from quill.store.errors import InvalidOpError
-from quill.store.normalize import COMPARED_COLUMNS, ROW_COLUMNS, message_row
-from quill.store.ops import clean_title
-from quill.store.reads import Reader
+from quill.store.apply.normalize import COMPARED_COLUMNS, ROW_COLUMNS, message_row
+from quill.store.apply.sessions import clean_title
+from quill.store.read.reader import Reader
 
-from ..importers import Compact, Message, Problem, Rewind, SessionStart, Usage, stream_file
-from .ingest import stable_batch_id
-from .pending_deletes import PendingDeletes, pending_deletes
+from quill.ops.importers import Compact, Message, Problem, Rewind, SessionStart, Usage, stream_file
+from quill.ops.transfer.ingest import stable_batch_id
+from quill.ops.transfer.pending_deletes import PendingDeletes, pending_deletes
 
 #: Messages per ``messages.append`` op: a batch is all-or-nothing, so smaller batches confine
 #: a bad message; 200 keeps records well under a megabyte for typical turns.
@@ -217,7 +217,7 @@ class _Importer:
     def _pending_delete(self, sid: str, row: dict[str, Any] | None, parent: str | None) -> bool | str:
         """True when an unconditional delete pending in the spool will remove ``sid`` (named,
         or a delegate child of a session it removes that is neither pinned nor archived, as
-        ``store.session_delete`` takes children); the delete's reason when only a conditional
+        ``store.apply.deletes`` takes children); the delete's reason when only a conditional
         one names it (or its delegate parent); else False."""
         if row is not None and row.get("parent_kind") == "delegate" and row.get("parent_id"):
             parent = row["parent_id"]
@@ -360,7 +360,7 @@ def open_store_view(cfg: Any) -> Reader | None:
     would report every message as new."""
     from quill.store.errors import CantOpenError
 
-    from ..client.stores import open_reader
+    from quill.ops.client.stores import open_reader
     try:
         return open_reader(cfg)
     except CantOpenError:

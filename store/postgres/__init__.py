@@ -12,13 +12,13 @@ import socket
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..apply import ChunkResult
-from ..contract import MAINTENANCE_JOBS
-from ..errors import CorruptError
-from . import apply as pg_apply
-from . import schema
-from .connection import PgConnection
-from .reads import PgReader
+from quill.store.apply.chunk import ChunkResult
+from quill.store.contract import MAINTENANCE_JOBS
+from quill.store.errors import CorruptError
+from quill.store.postgres import apply as pg_apply
+from quill.store.postgres import schema
+from quill.store.postgres.connection import PgConnection
+from quill.store.postgres.reads import PgReader
 
 __all__ = ["PgConnection", "PgReader", "PostgresBackend"]
 

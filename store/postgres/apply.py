@@ -1,6 +1,6 @@
 """Applying a chunk of one spool's entries to the shared PostgreSQL store.
 
-The same exactly-once argument as SQLite's ``store.apply`` (docs/architecture.md, "The cursor
+The same exactly-once argument as SQLite's ``store.apply.chunk`` (docs/architecture.md, "The cursor
 commits with the data"), per spool:
 1. this spool's ``spool_cursor`` row (keyed by its ``spool_id``) is upserted in the same
    transaction as the rows, so a writer killed mid-chunk replays at most that chunk;
@@ -13,19 +13,19 @@ commits with the data"), per spool:
    collision only over-serializes). The locks are released at COMMIT/ROLLBACK. Ops of one
    session therefore apply one transaction at a time, each seeing the previous one's rows, and
    a batch's rows get consecutive positions in that session.
-The op appliers are the shared ones (``store.ops.APPLIERS``), run through ``PgConnection``.
+The op appliers are the shared ones (``store.apply.sessions.APPLIERS``), run through ``PgConnection``.
 """
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
 
-from ..apply import ChunkResult, EntryLike, RejectFn, apply_entries
-from ..contract import BadDataError
-from ..errors import InvalidOpError
-from ..op_common import session_id_problem
-from . import halt
-from .connection import PgConnection
+from quill.store.apply.chunk import ChunkResult, EntryLike, RejectFn, apply_entries
+from quill.store.contract import BadDataError
+from quill.store.errors import InvalidOpError
+from quill.store.apply.rules import session_id_problem
+from quill.store.postgres import halt
+from quill.store.postgres.connection import PgConnection
 
 #: Errors that mean "this op's data cannot be stored" (see store.apply._BAD_DATA): the op is
 #: quarantined and the drain goes on. BadDataError = SQLSTATE class 22/23 from the server.
@@ -137,7 +137,7 @@ class PgLedger:
 
 def apply_chunk(conn: PgConnection, spool_id: str, entries: Sequence[EntryLike], on_reject: RejectFn) -> ChunkResult:
     """Apply ``entries`` (consecutive, in spool order) and move ``spool_id``'s cursor past the
-    last, in one transaction (the op rules: ``store.apply.apply_entries``). Raises the store
+    last, in one transaction (the op rules: ``store.apply.chunk.apply_entries``). Raises the store
     error tree; then nothing is committed (``TransientError`` for a deadlock or a lost
     connection: retry the chunk; ``CorruptError`` while the store is halted)."""
     if not entries:

@@ -1,6 +1,6 @@
 """A PostgreSQL connection (psycopg 3) that speaks the SQL the shared store modules write.
 
-The op appliers (``store.ops``, ``store.transcript_ops``), projections, listings and lineage
+The op appliers (``store.apply.sessions``, ``store.apply.messages``), projections, listings and lineage
 are written once, in the SQL subset both engines accept, against apsw's calling convention
 (``conn.execute(sql, args)`` returning an iterable cursor, ``executemany``, ``changes()``,
 ``in_transaction``). ``PgConnection`` offers the same convention over psycopg, so those modules
@@ -31,7 +31,7 @@ from typing import Any
 import psycopg
 from psycopg import pq
 
-from .errors import mapped
+from quill.store.postgres.errors import mapped
 
 _TOKENS = re.compile(r"""('(?:[^']|'')*')|("(?:[^"]|"")*")|(\?\d*)|(%)|(\bLIKE\b)""", re.S | re.I)
 _OR_IGNORE = re.compile(r"^\s*INSERT\s+OR\s+IGNORE\s+INTO\b", re.I)

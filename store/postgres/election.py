@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import contextlib
 
-from ..errors import StoreError
-from .connection import PgConnection
+from quill.store.errors import StoreError
+from quill.store.postgres.connection import PgConnection
 
 _KEY = "hashtextextended('quill-leader:' || current_schema() || ':' || ?, 0)"
 

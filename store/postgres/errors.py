@@ -22,8 +22,8 @@ from collections.abc import Iterator
 
 import psycopg
 
-from ..contract import BadDataError
-from ..errors import CorruptError, DiskFullError, ReadOnlyError, StoreError, StoreIOError, TransientError
+from quill.store.contract import BadDataError
+from quill.store.errors import CorruptError, DiskFullError, ReadOnlyError, StoreError, StoreIOError, TransientError
 
 _BY_CODE: dict[str, type[StoreError]] = {
     "40001": TransientError, "40P01": TransientError, "55P03": TransientError, "57014": TransientError,

@@ -11,11 +11,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..errors import CantOpenError
-from ..reads import Reader, _retry_io
-from . import schema
-from . import search as pg_search
-from .connection import PgConnection, redact
+from quill.store.errors import CantOpenError
+from quill.store.read.reader import Reader, _retry_io
+from quill.store.postgres import schema
+from quill.store.postgres import search as pg_search
+from quill.store.postgres.connection import PgConnection, redact
 
 #: Tables whose size ``server_figures`` sums (the store's own, from the schema registry;
 #: APScheduler's job store lives in the same database but is not the store).

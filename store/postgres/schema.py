@@ -31,10 +31,10 @@ from __future__ import annotations
 import re
 import string
 
-from .. import schema as sqlite_schema
-from ..errors import CantOpenError
-from ..schema import TRIGRAM_PREFIX_CHARS, TRIGRAM_ROLES
-from .connection import PgConnection
+from quill.store import schema as sqlite_schema
+from quill.store.errors import CantOpenError
+from quill.store.schema import TRIGRAM_PREFIX_CHARS, TRIGRAM_ROLES
+from quill.store.postgres.connection import PgConnection
 
 #: Characters of a message's searchable text that enter the word index (see module doc).
 WORD_INDEX_CHARS = 100_000

@@ -1,6 +1,6 @@
-"""Message search on PostgreSQL: the same query language (``store.query.plan``), visibility
+"""Message search on PostgreSQL: the same query language (``store.search.plan.plan``), visibility
 rules (``projections.states``), display dedupe, newest-first order, snippets and context as
-SQLite's ``store.search``; only the index access differs.
+SQLite's ``store.search.run``; only the index access differs.
 
 * ``fts`` plans → ``words @@ to_tsquery('simple', …)`` (``words`` is the stored
   ``quill_words(content, tool_calls)`` column) on its GIN index. The tsquery is built from the plan's groups: a term's words joined by ``<->`` (a
@@ -19,12 +19,14 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .. import hits as hits_mod
-from .. import projections, query, rank
-from ..schema import TRIGRAM_PREFIX_CHARS
-from ..search import KINDS, SCAN_MAX_ROWS, _escape_like, _filters, _kinds
-from .connection import PgConnection
-from .schema import TRIGRAM_SCOPE
+from quill.store.search import hits as hits_mod
+from quill.store.read import projections
+from quill.store.search import plan as query
+from quill.store.search import rank
+from quill.store.schema import TRIGRAM_PREFIX_CHARS
+from quill.store.search.run import KINDS, SCAN_MAX_ROWS, _escape_like, _filters, _kinds
+from quill.store.postgres.connection import PgConnection
+from quill.store.postgres.schema import TRIGRAM_SCOPE
 
 _COLS = "m.id, m.session_id, m.role, m.content, m.tool_calls, m.ts, s.title, m.state"
 _WORD = re.compile(r"[^\W_]+")
@@ -130,7 +132,7 @@ def search(conn: PgConnection, text: str, *, limit: int = 20, session_id: str | 
            context: bool = True, kinds: list[str] | None = None, order: str = "newest") -> list[dict[str, Any]]:
     """Messages matching ``text``, newest first (or, with ``order="relevance"``, the newest
     ``rank.CANDIDATES`` word matches by ``ts_rank``: ``_ranked_page``), at most ``limit`` —
-    the contract of ``store.search.search`` (hit keys, filters, projections, context). Raises
+    the contract of ``store.search.run.search`` (hit keys, filters, projections, context). Raises
     ``ValueError`` for an unknown projection, kind or order, and for a ranked query that is
     not a word query. ``kinds`` (text, tool, reasoning; None = all) select the weights of the
     word index, the trigram index (text only) and the scan (text and reasoning). Any query

@@ -1,6 +1,6 @@
 """``PgStore``: a shared PostgreSQL store behind the store contract, for one spool's writer.
 
-What differs from the embedded SQLite store (``store.sqlite_store``), as capability flags:
+What differs from the embedded SQLite store (``store.sqlite.store``), as capability flags:
 
 * several hosts' writers share the store, so the cursor row is keyed by this data dir's spool
   id and the halt lives in the store (``store.postgres.halt``): every chunk meets it inside
@@ -24,9 +24,9 @@ from typing import Any
 
 from quill.home import Halt
 
-from ..contract import HaltAction, NullLog
-from . import PostgresBackend, halt, schema
-from .connection import PgConnection
+from quill.store.contract import HaltAction, NullLog
+from quill.store.postgres import PostgresBackend, halt, schema
+from quill.store.postgres.connection import PgConnection
 
 #: How often an idle writer collects its spool (seconds); the first time a minute after start.
 GC_INTERVAL_S = 3600.0
@@ -60,7 +60,7 @@ class PgStore(PostgresBackend):
 
     @property
     def maintenance_jobs(self) -> tuple[str, ...]:
-        from ..contract import MAINTENANCE_JOBS
+        from quill.store.contract import MAINTENANCE_JOBS
         return MAINTENANCE_JOBS[self.kind]
 
     @property

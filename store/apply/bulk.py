@@ -1,0 +1,166 @@
+"""Applying a run of consecutive plain ``messages.append`` ops together (SQLite writer).
+
+Why: a chunk of 500 message rows is ~50 appends, and the op-at-a-time path pays, per op, two
+SAVEPOINTs, an ext-id probe, an id probe, a tool-result probe, a usage id probe, one
+``executemany`` and one ``applied_batches`` insert (a large share of a drain's Python time,
+spread over such pieces; bench/RESULTS.md). Here a run of appends is validated
+in Python first (``prepare``: no store access), then written with one ext-id probe and one
+tool-result check per session, one id probe, one ``executemany`` of every message row and one
+of every ``applied_batches`` row, all inside one SAVEPOINT.
+
+Invariant: the store after ``apply_run`` is row for row the store the op-at-a-time path
+(``transcript_ops.messages_append`` per op, in spool order) would leave — same message ids,
+arrival times, usage rows, session rows, blobs. How each step keeps it:
+
+* ids: SQLite gives a new row max(id) + 1 (or the delete floor + 1, ``next_id``), so an op's
+  rows take consecutive ids after the previous op's; they are computed up front and written
+  explicitly, so usage rows can name them without reading them back;
+* ext-id dedupe: the ids each session held before the run, plus those the run's earlier ops
+  (and earlier messages of the same op) added, exactly the ``seen`` set of each op;
+* session rows, reopening, blobs and usage run per op in spool order (usage reads the session
+  row as that op left it), with ``store.apply.usage.record_messages`` itself; only the session
+  upserts and reopenings that cannot change the row are skipped (see ``apply_run``);
+* the one-live-tool-result rule: checked per session on the union of the run's tool-result
+  ids after all rows are in. Counts only grow in a run of appends, so the union passes
+  exactly when every op's own check would have passed.
+If any op's data is refused in the store phase (``InvalidOpError``, a usage error, a value
+SQLite refuses), ``apply_run`` raises and the caller rolls the whole run back and applies its
+ops one at a time, so the refused op is quarantined alone with its own reason.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import apsw
+
+from quill.store.apply import blobs
+from quill.store.apply import usage
+from quill.store.apply.normalize import ROW_COLUMNS
+from quill.store.apply.checks import check_append
+from quill.store.apply.rules import ensure_session, reopen_if_automatic
+from quill.store.apply.messages import ID_FLOOR_KEY, INSERT_STATE_ID, check_tool_results, cut_rows, result_ids
+
+_EXT = ROW_COLUMNS.index("ext_id")
+_CHUNK = 500  # bound on SQL variables per IN (...) list
+_MAX_ROWID = 2**63 - 1
+
+
+@dataclass(slots=True)
+class Prepared:
+    """One validated ``messages.append`` op of a run: its spool entry, batch id, content digest
+    (``apply.op_digest``), session id, ``source`` (or None), arrival time (epoch s), message
+    rows (``ROW_COLUMNS`` order), the message dicts as sent, and the blob payloads cut out."""
+
+    entry: Any
+    batch: str
+    digest: str
+    sid: str
+    source: str | None
+    arrived_at: float
+    rows: list[tuple]
+    msgs: list
+    found: dict[str, str]
+
+
+def prepare(entry: Any, data: dict, batch: str, digest: str, arrived_at: float,
+            refused: tuple[type[BaseException], ...]) -> Prepared | None:
+    """The content check of ``messages_append`` on one op (``op_checks.check_append`` with
+    usage left to the store phase, as the applier runs it), normalising its messages on the
+    way. Returns the op ready for ``apply_run``, or None when the check fails with one of
+    ``refused`` (the caller then applies the op alone, which refuses it with its reason).
+    Other exceptions propagate. No store access."""
+    found: dict[str, str] = {}
+
+    def rows(messages: list) -> list[tuple]:
+        out, cut = cut_rows(messages, arrived_at)
+        found.update(cut)
+        return out
+
+    try:
+        checked = check_append(data, rows, usage=False)
+    except refused:
+        return None
+    return Prepared(entry, batch, digest, data["session_id"], data.get("source"), arrived_at, checked,
+                    data["messages"], found)
+
+
+def _seen(conn: apsw.Connection, run: list[Prepared]) -> dict[str, set[str]]:
+    """Per session of the run: the ext ids it already holds among those the run sends."""
+    wanted: dict[str, set[str]] = {}
+    for op in run:
+        ids = wanted.setdefault(op.sid, set())
+        ids.update(r[_EXT] for r in op.rows if r[_EXT] is not None)
+    seen: dict[str, set[str]] = {}
+    for sid, ids in wanted.items():
+        held = seen[sid] = set()
+        ordered = sorted(ids)
+        for start in range(0, len(ordered), _CHUNK):
+            part = ordered[start:start + _CHUNK]
+            held.update(x for (x,) in conn.execute(
+                f"SELECT ext_id FROM messages WHERE session_id = ? AND ext_id IN ({', '.join('?' for _ in part)})",
+                (sid, *part)))
+    return seen
+
+
+def _first_id(conn: apsw.Connection) -> int:
+    """The id SQLite (or ``next_id``'s delete floor) gives the next inserted message."""
+    top, floor = conn.execute(f"SELECT (SELECT max(id) FROM messages), (SELECT CAST(value AS INTEGER) FROM "
+                              f"state_meta WHERE key = '{ID_FLOOR_KEY}')").fetchone()
+    top = top or 0
+    return floor + 1 if floor is not None and top < floor else top + 1
+
+
+def apply_run(conn: apsw.Connection, run: list[Prepared], now: float) -> list[int] | None:
+    """Write ``run`` (consecutive appends in spool order, each batch undecided) inside the
+    caller's transaction, and record each batch in ``applied_batches`` (``applied_at`` =
+    ``now``, epoch s). Returns the rows each op inserted, or None — having written nothing —
+    when the ids would pass SQLite's largest rowid (the caller applies the ops one at a time).
+    Raises ``InvalidOpError`` or an SQLite/Python data error when an op is refused: the caller
+    must roll back what was written (it runs in a SAVEPOINT the caller owns)."""
+    seen = _seen(conn, run)
+    next_id = _first_id(conn)
+    if next_id + sum(len(op.rows) for op in run) >= _MAX_ROWID:
+        return None
+    values: list[tuple] = []
+    written: list[int] = []
+    tool_ids: dict[str, set[str]] = {}
+    # A session's row changes at most at its first ensure and its first ensure with a source
+    # (a placeholder takes the first source it is given), and an end cleared once stays
+    # cleared: nothing in a run of appends ends a session. The others are no-ops, skipped.
+    sourced: dict[str, bool] = {}  # session id -> an ensure of this run gave it a source
+    reopened: set[str] = set()
+    for op in run:
+        held = seen[op.sid]
+        fresh, fresh_msgs = [], []
+        for row, msg in zip(op.rows, op.msgs):
+            ext = row[_EXT]
+            if ext is not None:
+                if ext in held:
+                    continue
+                held.add(ext)
+            fresh.append(row)
+            fresh_msgs.append(msg)
+        blobs.put_many(conn, op.found, now=op.arrived_at)
+        if op.sid not in sourced or (op.source is not None and not sourced[op.sid]):
+            ensure_session(conn, op.sid, op.arrived_at, op.source)
+            sourced[op.sid] = sourced.get(op.sid, False) or op.source is not None
+        if fresh and op.sid not in reopened:
+            reopen_if_automatic(conn, op.sid)
+            reopened.add(op.sid)
+        first = next_id
+        for i, row in enumerate(fresh):
+            values.append((first + i, op.sid, *row, op.arrived_at, op.batch, "live", None))
+        next_id += len(fresh)
+        if any(usage.carries_usage(m) for m in fresh_msgs):
+            usage.record_messages(conn, op.sid, list(zip(range(first, next_id), fresh_msgs)), op.source,
+                                  op.batch, op.arrived_at)
+        tool_ids.setdefault(op.sid, set()).update(result_ids(fresh))
+        written.append(len(fresh))
+    conn.executemany(INSERT_STATE_ID, values)
+    for sid, ids in tool_ids.items():
+        if ids:
+            check_tool_results(conn, sid, ids)
+    conn.executemany("INSERT INTO applied_batches (batch_id, position, applied_at, digest) VALUES (?, ?, ?, ?)",
+                     [(op.batch, str(op.entry.position), now, op.digest) for op in run])
+    return written

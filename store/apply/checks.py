@@ -1,0 +1,342 @@
+"""Every op kind's *content* rules, one check function per kind (``CHECKS``).
+
+One rule, one place: each applier (``store.apply.sessions.APPLIERS``) calls its kind's check before it
+touches the store, and ``store.apply.precheck`` calls the same function before a producer
+(``quill.Client``, ``quill push``, the HTTP API) is acknowledged. So an op the writer would
+quarantine for its content — a field of the wrong JSON type, a value no column can hold, a
+missing required field, a title over the limit — is refused at the producer with the very
+reason the writer would give. A check raises ``InvalidOpError`` and returns what the applier
+needs. Rules that need the store's state stay with the appliers and are reported by
+``ops.client.wait``: whether a session or a message exists (``unknown-session``,
+``unknown-message``), its role or state (``not-a-user-message``, ``not-live``), the live
+head (``stale-head``), turn counts (``no-such-turn`` beyond 0), title clashes
+(``duplicate-title``), tool-result duplicates, restore order. Payloads: docs/ops.md.
+
+Imports stay light (no SQLite connection, indexer or msgspec): ``quill push`` loads this.
+"""
+from __future__ import annotations
+
+import math
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+from quill.store.errors import InvalidOpError
+from quill.store.apply.normalize import message_row, scrub
+from quill.store.apply.rules import no_nul, opt, session_id, session_id_problem
+from quill.store.apply.usage import _attrs as usage_holder  # where a message keeps its usage attributes
+from quill.store.apply.usage import carries_usage, check_call, check_usage_record
+from quill.store.apply.reprice import check_reprice
+
+EDGE_KINDS = frozenset({"compression", "branch", "reset", "delegate"})
+#: Titles longer than this (after sanitising) are refused, not truncated: a producer that
+#: sends a 5 KB "title" has a bug worth seeing.
+TITLE_MAX_CHARS = 200
+END_REASON_MAX_CHARS = 64
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff]")
+#: Most sessions one ``sessions.delete`` op may name (bounds the op's transaction).
+MAX_DELETE_IDS = 10_000
+REASON_MAX_CHARS = 64
+ACTOR_MAX_CHARS = 200
+#: Row states a ``messages.restore`` may carry.
+STATES = ("live", "compacted", "superseded", "rewound")
+#: ``only_if`` keys and their JSON types.
+_CONDITIONS: dict[str, type | tuple[type, ...]] = {
+    "inactive_before": (int, float),  # skip if start or any message (ts or arrival) is at/after this
+    "ended_before": (int, float),     # skip unless ended strictly before this
+    "empty": bool,                    # true: skip if the session has any message row, any state
+    "unpinned": bool,                 # true: skip pinned or archived sessions
+    "open": bool,                     # true: skip ended sessions
+    "owner_pid": int,                 # skip unless the recorded owner pid is this one
+    "owner_started": (int, float),    # ... and the recorded owner start time is this one
+    "sources": list,                  # skip unless the session's source is one of these strings
+}
+_REWIND_TARGETS = "messages.rewind needs exactly one of message_id, ext_id, user_turn, ext_ids"
+
+#: ``rows(messages) -> rows``: how a message op's messages become rows. Precheck uses
+#: ``message_rows`` (the normaliser alone); the writer passes ``transcript_ops._rows``, the
+#: same normaliser plus the blob store, so a message is normalised once per apply.
+RowsFn = Callable[[list], list]
+
+
+def message_rows(messages: list) -> list[tuple]:
+    """``normalize.message_row`` of each message (arrival = now), its index in the error."""
+    now = time.time()
+    out = []
+    for i, msg in enumerate(messages):
+        try:
+            out.append(message_row(msg, now))
+        except InvalidOpError as exc:
+            raise InvalidOpError(exc.reason, f"message {i}: {exc.detail}") from None
+    return out
+
+
+def clean_title(title: str | None) -> str | None:
+    """Sanitise a title: control and invisible format characters become spaces, whitespace
+    runs collapse, ends are trimmed. ``None`` for an empty result (= no title).
+    Raises ``InvalidOpError('title-too-long')`` above ``TITLE_MAX_CHARS``."""
+    if title is None:
+        return None
+    title = " ".join(_CONTROL.sub(" ", scrub(title)).split())
+    if len(title) > TITLE_MAX_CHARS:
+        raise InvalidOpError("title-too-long", f"title has {len(title)} characters; the limit is {TITLE_MAX_CHARS}")
+    return title or None
+
+
+def key_field(data: dict) -> str | None:
+    """``data['key']``: a non-empty string of ≤512 characters (scrubbed), or None."""
+    key = opt(data, "key", str)
+    if key is not None and (not key.strip() or len(key) > 512):
+        raise InvalidOpError("invalid-field", "key must be a non-empty string of at most 512 characters")
+    return scrub(key) if key is not None else None
+
+
+def check_create(data: dict) -> None:
+    """``session.create``: every field's JSON type, ``parent_kind``, the parent pair, a
+    self-parent, ``owner`` (integers within 64 bits), ``system_prompt``/``tools``, the
+    title's length, ``key``. Raises ``InvalidOpError`` (``invalid-field``,
+    ``invalid-session-id``, ``title-too-long``, ``self-parent``)."""
+    from quill.store.apply import context
+
+    sid = session_id(data)
+    for key in ("source", "model", "cwd"):
+        opt(data, key, str)
+    no_nul(data, "source", "model", "cwd", "parent_id")
+    opt(data, "meta", dict)
+    opt(data, "started_at", (int, float))
+    kind, parent = opt(data, "parent_kind", str), opt(data, "parent_id", str)
+    if kind is not None and kind not in EDGE_KINDS:
+        raise InvalidOpError("invalid-field", f"parent_kind must be one of {sorted(EDGE_KINDS)}")
+    if (kind is None) != (parent is None):
+        raise InvalidOpError("invalid-field", "parent_id and parent_kind go together")
+    if parent == sid:
+        raise InvalidOpError("self-parent", f"session {sid!r} cannot be its own parent")
+    owner = opt(data, "owner", dict) or {}
+    pid, started = owner.get("pid"), owner.get("create_time")
+    if (not isinstance(pid, (int, type(None))) or not isinstance(started, (int, float, type(None)))
+            or any(isinstance(v, int) and abs(v) >= 2**63 for v in (pid, started))):  # an INTEGER column
+        raise InvalidOpError("invalid-field", "owner must be {host: str, pid: int, create_time: number} "
+                             "(integers within 64 bits)")
+    no_nul(owner, "host")
+    context.validate(data)
+    clean_title(opt(data, "title", str))
+    key_field(data)
+
+
+def parse_conditions(data: dict) -> dict[str, Any]:
+    """The op's ``only_if`` object (``_CONDITIONS``), validated. Raises ``InvalidOpError('invalid-field')``."""
+    cond = opt(data, "only_if", dict) or {}
+    for key, value in cond.items():
+        kind = _CONDITIONS.get(key)
+        if kind is None:
+            raise InvalidOpError("invalid-field", f"only_if has unknown key {key!r}; known: {sorted(_CONDITIONS)}")
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+            raise InvalidOpError("invalid-field", f"only_if.{key} has the wrong type ({type(value).__name__})")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InvalidOpError("invalid-field", f"only_if.{key} must be finite")
+        if isinstance(value, list) and not all(isinstance(v, str) for v in value):
+            raise InvalidOpError("invalid-field", f"only_if.{key} must be a list of strings")
+    return cond
+
+
+def check_end(data: dict) -> tuple[str, str, float | int | None, dict[str, Any]]:
+    """``session.end``: ``reason`` (≤64 printable characters, default ``ended``), ``ended_at``
+    (a number), ``actor`` (a string), ``only_if``. Returns ``(session id, reason, ended_at,
+    conditions)``. Raises ``InvalidOpError`` (``invalid-session-id``, ``invalid-field``)."""
+    sid = session_id(data)
+    reason = opt(data, "reason", str) or "ended"
+    if len(reason) > END_REASON_MAX_CHARS or _CONTROL.search(reason):
+        raise InvalidOpError("invalid-field", f"end reason must be ≤{END_REASON_MAX_CHARS} printable characters")
+    ended = opt(data, "ended_at", (int, float))
+    opt(data, "actor", str)
+    return sid, reason, ended, parse_conditions(data)
+
+
+def check_title(data: dict) -> tuple[str, str | None]:
+    """``session.title``: ``title`` present, a string or null, ≤ ``TITLE_MAX_CHARS`` once
+    cleaned. Returns ``(session id, cleaned title or None)``. Raises ``InvalidOpError``
+    (``invalid-session-id``, ``invalid-field``, ``title-too-long``); ``duplicate-title`` needs
+    the store (the applier)."""
+    sid = session_id(data)
+    if "title" not in data:
+        raise InvalidOpError("invalid-field", "session.title needs 'title' (empty string or null clears)")
+    return sid, clean_title(opt(data, "title", str))
+
+
+def check_flags(data: dict) -> tuple[str, dict[str, bool]]:
+    """``session.flags``: at least one of ``archived``/``pinned``/``hidden``, each a boolean.
+    Returns ``(session id, flags)``. Raises ``InvalidOpError`` (``invalid-session-id``, ``invalid-field``)."""
+    sid = session_id(data)
+    flags = {k: data[k] for k in ("archived", "pinned", "hidden") if k in data}
+    if not flags or not all(isinstance(v, bool) for v in flags.values()):
+        raise InvalidOpError("invalid-field", "session.flags needs boolean archived/pinned/hidden")
+    return sid, flags
+
+
+def check_read(data: dict) -> tuple[str, int | None]:
+    """``session.read``: ``message_id`` an integer within 64 bits, or absent. Returns
+    ``(session id, message id)``. ``unknown-message`` needs the store (the applier)."""
+    return session_id(data), opt(data, "message_id", int)
+
+
+def _target_fields(data: dict, id_key: str, ext_key: str) -> tuple[int | None, str | int | None]:
+    """A message named by store id ``id_key`` or producer id ``ext_key`` (one, or neither)."""
+    mid, ext = opt(data, id_key, int), opt(data, ext_key, (str, int))
+    if mid is not None and ext is not None:
+        raise InvalidOpError("invalid-field", f"give {id_key!r} or {ext_key!r}, not both")
+    return mid, ext
+
+
+def _messages(data: dict, rows: RowsFn, *, allow_empty: bool = True) -> list:
+    messages = data.get("messages")
+    if not isinstance(messages, list):
+        raise InvalidOpError("invalid-field", "this op needs a 'messages' list")
+    if not messages and not allow_empty:
+        raise InvalidOpError("invalid-field", "'messages' must not be empty")
+    return rows(messages)
+
+
+def check_usage_of(messages: list) -> None:
+    """The usage rules (``usage.check_call``) of each message carrying a ``usage``, on it or
+    in its ``extra``. Raises ``InvalidOpError`` (``invalid-usage``, ``invalid-field``)."""
+    for i, msg in enumerate(messages):
+        if carries_usage(msg):
+            try:
+                check_call(usage_holder(msg))
+            except InvalidOpError as exc:
+                raise InvalidOpError(exc.reason, f"message {i}: {exc.detail}") from None
+
+
+def check_append(data: dict, rows: RowsFn = message_rows, *, usage: bool = True) -> list:
+    """``messages.append``: a ``messages`` list of valid messages, ``source`` a string, the
+    usage each message carries. Returns the rows. ``usage=False`` (the writer) leaves usage
+    to the applier, which checks it on the messages it inserts: one whose producer id the
+    session already holds (or an earlier message of the batch has) is skipped whole, and
+    which ones the session holds only the store knows — so precheck, checking every
+    message, is at most stricter, and only for such a message."""
+    session_id(data)
+    out = _messages(data, rows)
+    opt(data, "source", str)
+    no_nul(data, "source")
+    if usage:
+        check_usage_of(data["messages"])
+    return out
+
+
+def check_compact(data: dict, rows: RowsFn = message_rows) -> tuple[list, int]:
+    """``messages.compact``: a non-empty ``messages`` list of valid messages, ``tail_count``
+    in 0..len(messages), ``watermark`` (store id) or ``watermark_ext_id``, not both. Usage on
+    these messages is not recorded (they are copies), so it is not checked. Returns ``(rows,
+    tail_count)``. ``unknown-session``, ``unknown-message`` and ``tail-mismatch`` need the store."""
+    session_id(data)
+    out = _messages(data, rows, allow_empty=False)
+    tail_count = opt(data, "tail_count", int) or 0
+    if not 0 <= tail_count <= len(out):
+        raise InvalidOpError("invalid-field", f"tail_count must be between 0 and {len(out)}")
+    _target_fields(data, "watermark", "watermark_ext_id")
+    return out, tail_count
+
+
+def check_replace(data: dict, rows: RowsFn = message_rows) -> list:
+    """``messages.replace``: a ``messages`` list of valid messages, ``from_message_id`` or
+    ``from_ext_id`` (not both), ``expect_head_id`` an integer, ``source`` a string, the usage
+    each message carries (all are inserted). Returns the rows."""
+    session_id(data)
+    out = _messages(data, rows)
+    _target_fields(data, "from_message_id", "from_ext_id")
+    opt(data, "expect_head_id", int)
+    opt(data, "source", str)
+    no_nul(data, "source")
+    check_usage_of(data["messages"])
+    return out
+
+
+def check_rewind(data: dict) -> None:
+    """``messages.rewind``: exactly one target — ``message_id`` (integer), ``ext_id``
+    (string or integer), ``user_turn`` (integer, not 0: ``no-such-turn``), or ``ext_ids`` (a
+    non-empty list of string/integer ids) — and ``expect_head_id`` an integer. Raises
+    ``InvalidOpError`` (``invalid-field``, ``no-such-turn``); whether the target exists, is
+    a live user message, and the head matches needs the store."""
+    session_id(data)
+    if "ext_ids" in data:
+        ids = data["ext_ids"]
+        if (not isinstance(ids, list) or not ids
+                or not all(isinstance(x, (str, int)) and not isinstance(x, bool) for x in ids)):
+            raise InvalidOpError("invalid-field", "ext_ids must be a non-empty list of message ids")
+        if any(k in data for k in ("message_id", "ext_id", "user_turn")):
+            raise InvalidOpError("invalid-field", _REWIND_TARGETS)
+    else:
+        turn = opt(data, "user_turn", int)
+        mid, ext = _target_fields(data, "message_id", "ext_id")
+        if (mid is None and ext is None) == (turn is None):
+            raise InvalidOpError("invalid-field", _REWIND_TARGETS)
+        if turn == 0:
+            raise InvalidOpError("no-such-turn", "user_turn 0 names no turn (1 = the first, -1 = the last)")
+    opt(data, "expect_head_id", int)
+
+
+def check_restore(data: dict, rows: RowsFn = message_rows) -> tuple[int, list[dict], list]:
+    """``messages.restore``: ``offset`` ≥ 0, a non-empty ``rows`` list of ``{message, state,
+    origin}`` (a state in ``STATES``, origin an earlier position or null), ``started_at`` a
+    number, ``source`` a string, each message valid. Its usage is not checked: restore
+    derives none (the export carries usage as ``usage.record``). Returns ``(offset, items,
+    message rows)``. ``restore-out-of-order`` needs the store."""
+    session_id(data)
+    offset = opt(data, "offset", int)
+    items = data.get("rows")
+    if offset is None or offset < 0 or not isinstance(items, list) or not items:
+        raise InvalidOpError("invalid-field", "messages.restore needs offset (≥ 0) and a non-empty rows list")
+    for i, item in enumerate(items):
+        if not isinstance(item, dict) or item.get("state") not in STATES:
+            raise InvalidOpError("invalid-field", f"rows[{i}] needs a message and a state in {STATES}")
+        origin = item.get("origin")
+        if origin is not None and (not isinstance(origin, int) or isinstance(origin, bool)
+                                   or not 0 <= origin < offset + i):
+            raise InvalidOpError("invalid-field", f"rows[{i}].origin must be an earlier position")
+    opt(data, "started_at", (int, float))
+    opt(data, "source", str)
+    no_nul(data, "source")
+    return offset, items, rows([item.get("message") for item in items])
+
+
+def _label(data: dict, key: str, limit: int, default: str) -> str:
+    value = opt(data, key, str) or default
+    if len(value) > limit or not value.isprintable():
+        raise InvalidOpError("invalid-field", f"{key!r} must be ≤{limit} printable characters")
+    return value
+
+
+def check_delete(data: dict) -> tuple[list[str], dict[str, Any]]:
+    """``sessions.delete``: ``session_ids`` (1..``MAX_DELETE_IDS`` valid ids), ``reason`` and
+    ``actor`` (short printable strings), ``purge`` a boolean, ``only_if``. Returns
+    ``(unique session ids, conditions)``. Raises ``InvalidOpError('invalid-field')``."""
+    ids = data.get("session_ids")
+    if (not isinstance(ids, list) or not ids or len(ids) > MAX_DELETE_IDS
+            or any(session_id_problem(s) for s in ids)):
+        raise InvalidOpError("invalid-field", f"session_ids must be a list of 1..{MAX_DELETE_IDS} session ids")
+    _label(data, "reason", REASON_MAX_CHARS, "deleted")
+    _label(data, "actor", ACTOR_MAX_CHARS, "unknown")
+    opt(data, "purge", bool)
+    return list(dict.fromkeys(ids)), parse_conditions(data)
+
+
+#: The content check of every op kind in ``spool.record.OP_KINDS`` (tests/test_op_checks.py
+#: fails for a kind without one). Each takes the op's data (a dict) and raises
+#: ``InvalidOpError``; its applier calls the same function first.
+CHECKS: dict[str, Callable[[dict], Any]] = {
+    "session.create": check_create,
+    "session.end": check_end,
+    "session.title": check_title,
+    "session.flags": check_flags,
+    "session.read": check_read,
+    "messages.append": check_append,
+    "messages.compact": check_compact,
+    "messages.rewind": check_rewind,
+    "messages.replace": check_replace,
+    "messages.restore": check_restore,
+    "sessions.delete": check_delete,
+    "usage.record": check_usage_record,
+    "usage.reprice": check_reprice,
+}

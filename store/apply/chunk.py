@@ -1,0 +1,349 @@
+"""Applying a chunk of spool entries in one transaction, with the cursor.
+
+Exactly-once rests on two facts (docs/architecture.md, "The cursor commits with the data"):
+1. the spool cursor is updated in the same ``BEGIN IMMEDIATE`` transaction as the rows, so a
+   crash replays at most the uncommitted chunk;
+2. every op is recorded in ``applied_batches`` by batch id in that same transaction, so a
+   replayed (or re-sent) batch is skipped.
+Each op runs inside a SAVEPOINT: an invalid op is rolled back alone and handed to
+``on_reject`` (which quarantines it durably *before* the commit), and the rest of the chunk
+is applied.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import apsw
+
+from quill.store.apply import bulk as bulk_append
+from quill.store.sqlite.connection import transaction
+from quill.store.errors import InvalidOpError
+from quill.store.apply.sessions import APPLIERS
+
+
+class EntryLike(Protocol):
+    """What ``apply_chunk`` needs of a spool entry (``spool.Entry`` satisfies it)."""
+
+    position: Any
+    next: Any
+    raw: bytes
+    record: dict[str, Any] | None
+    damage: Exception | None
+
+
+#: Errors that mean "this op's data cannot be stored", not "the store is in trouble": values
+#: SQLite or Python cannot represent (an integer beyond 64 bits, 1e400 → inf → OverflowError,
+#: nesting past the recursion limit, a row over SQLite's size limit, a CHECK or NOT NULL
+#: constraint). The op is quarantined and the drain goes on; a poison record must never
+#: crash the writer. Corruption, I/O, busy and full errors are not in this list: they stop
+#: the chunk and are handled by the writer.
+_BAD_DATA: tuple[type[BaseException], ...] = (
+    OverflowError, TypeError, ValueError, RecursionError,
+    apsw.ConstraintError, apsw.MismatchError, apsw.TooBigError, apsw.RangeError,
+)
+
+#: ``on_reject(entry, reason, detail)``: called inside the transaction, before COMMIT.
+RejectFn = Callable[[EntryLike, str, str], None]
+
+
+@dataclass
+class ChunkResult:
+    """Figures for one committed chunk (counts of entries, except ``rows``)."""
+
+    applied: int = 0
+    duplicates: int = 0
+    rejected: int = 0
+    rows: int = 0
+    batches: list[str] = field(default_factory=list)
+
+
+def entry_rows(entry: EntryLike) -> int:
+    """How many message rows an entry will write: chunks are sized in rows, not ops."""
+    rec = entry.record
+    if rec and rec.get("op") == "messages.append" and isinstance(rec.get("data"), dict):
+        msgs = rec["data"].get("messages")
+        return max(1, len(msgs)) if isinstance(msgs, list) else 1
+    return 1
+
+
+def take_chunk(entries: Iterable[EntryLike], chunk_rows: int) -> list[EntryLike]:
+    """The next chunk from ``entries``: consecutive entries totalling about ``chunk_rows``
+    message rows (default 500 in the config). An op larger than that is a chunk of its own,
+    because a batch is applied all-or-nothing."""
+    chunk: list[EntryLike] = []
+    rows = 0
+    for entry in entries:
+        n = entry_rows(entry)
+        if chunk and rows + n > chunk_rows:
+            break
+        chunk.append(entry)
+        rows += n
+    return chunk
+
+
+def arrival_time(record: dict[str, Any], now: float) -> float:
+    """The arrival time an op is applied with (``created_at``, ``arrived_at``, default
+    timestamps, ``ended_at``): the record's own append time ``ts`` (epoch seconds), so the live
+    store and any rebuild from snapshot + replay write the same values. ``now`` only for a
+    record without a usable ``ts`` (not a finite positive number)."""
+    ts = record.get("ts")
+    if isinstance(ts, (int, float)) and not isinstance(ts, bool) and math.isfinite(ts) and ts > 0:
+        return float(ts)
+    return now
+
+
+def read_cursor(conn: apsw.Connection) -> tuple[int, int] | None:
+    """The committed spool cursor ``(segment, offset)``, or None before the first chunk."""
+    row = conn.execute('SELECT segment, "offset" FROM spool_cursor WHERE id = 1').fetchone()
+    return (row[0], row[1]) if row else None
+
+
+class ReaderLike(Protocol):
+    """What ``drain_chunk`` needs of a spool reader (``spool.SpoolReader`` satisfies it)."""
+
+    def read(self, start: Any, *, max_bytes: int) -> Iterable[EntryLike]: ...
+
+
+class ApplyFn(Protocol):
+    """A backend's chunk application: ``apply(entries, on_reject) -> ChunkResult`` (the
+    contract's ``Backend.apply_chunk``; for SQLite, ``apply_chunk`` on a writer connection)."""
+
+    def __call__(self, entries: Sequence[EntryLike], on_reject: RejectFn) -> ChunkResult: ...
+
+
+def drain_chunk(apply: ApplyFn, reader: ReaderLike, position: Any, chunk_rows: int,
+                on_reject: RejectFn, max_bytes: int = 8 << 20) -> tuple[list[EntryLike], ChunkResult]:
+    """The one drain step shared by the writers of both backends, ``spool replay`` and
+    ``recover``: read from ``position`` (at most ``max_bytes`` bytes), take one chunk of about
+    ``chunk_rows`` message rows and apply it with the cursor (``apply``: the backend's
+    ``apply_chunk``). Returns (entries applied, figures); no entries means the spool is
+    drained up to its end."""
+    entries = take_chunk(reader.read(position, max_bytes=max_bytes), chunk_rows)
+    return entries, (apply(entries, on_reject) if entries else ChunkResult())
+
+
+def op_digest(op: Any, data: Any) -> str:
+    """Content digest of one op (hex, 32 chars): SHA-256 of its op name and data as JSON with
+    sorted keys, so a retry of the same op and data matches whatever key order or envelope
+    (producer, seq, timestamp) the retry has. Used to tell a retry (a duplicate) from a
+    reused batch id carrying other content (quarantined: ``batch-id-reused``). Cost linear in
+    the data's size (bench/RESULTS.md)."""
+    import msgspec
+    try:
+        raw = msgspec.json.encode([op, data], order="sorted")
+    except (TypeError, ValueError, OverflowError):  # not JSON-shaped: refused later by the op rules
+        raw = repr((op, data)).encode("utf-8", "surrogatepass")
+    return hashlib.sha256(raw).hexdigest()[:32]
+
+
+class Ledger(Protocol):
+    """What differs between backends in applying ops (``apply_entries``): where batch ids and
+    their outcomes are recorded, and which exceptions mean "this op's data cannot be stored"."""
+
+    bad_data: tuple[type[BaseException], ...]
+    #: Whether runs of plain ``messages.append`` ops may be applied together
+    #: (``store.apply.bulk``: SQLite, where the writer alone assigns message ids).
+    bulk_append: bool
+
+    def decided(self, conn: Any, batches: list[str]) -> dict[str, str | None]:
+        """The batch ids among ``batches`` already applied or refused (by any writer), each
+        with the content digest it was applied with (None: refused, or applied before digests
+        were recorded)."""
+
+    def record_applied(self, conn: Any, batch: str, position: str, now: float, digest: str) -> bool:
+        """Record ``batch`` as applied; False when another writer decided it meanwhile (the
+        op's rows are then rolled back and it counts as a duplicate)."""
+
+    def record_rejected(self, conn: Any, batch: str, position: str, reason: str, now: float) -> None:
+        """Record ``batch`` as refused for its data (a replay skips it)."""
+
+
+class SqliteLedger:
+    """``applied_batches``/``rejected_batches`` of the embedded store (one writer per store)."""
+
+    bad_data = _BAD_DATA
+    bulk_append = True
+
+    def decided(self, conn: Any, batches: list[str]) -> dict[str, str | None]:
+        import json
+        ids = json.dumps(batches)
+        return {r[0]: r[1] for r in conn.execute(
+            "SELECT batch_id, digest FROM applied_batches WHERE batch_id IN (SELECT value FROM json_each(?1)) "
+            "UNION ALL SELECT batch_id, NULL FROM rejected_batches WHERE batch_id IN (SELECT value FROM json_each(?1))",
+            (ids,))}
+
+    def record_applied(self, conn: Any, batch: str, position: str, now: float, digest: str) -> bool:
+        conn.execute("INSERT INTO applied_batches (batch_id, position, applied_at, digest) VALUES (?, ?, ?, ?)",
+                     (batch, position, now, digest))
+        return True
+
+    def record_rejected(self, conn: Any, batch: str, position: str, reason: str, now: float) -> None:
+        conn.execute("INSERT OR IGNORE INTO rejected_batches (batch_id, position, reason, rejected_at) "
+                     "VALUES (?, ?, ?, ?)", (batch, position, reason, now))
+
+
+def apply_chunk(conn: apsw.Connection, entries: Sequence[EntryLike], on_reject: RejectFn) -> ChunkResult:
+    """Apply ``entries`` (consecutive, in spool order) to the SQLite store and advance the
+    cursor past the last, in one ``BEGIN IMMEDIATE`` transaction.
+
+    Raises the store error tree on SQLite failures; then nothing of the chunk is committed.
+    """
+    if not entries:
+        return ChunkResult()
+    now = time.time()
+    with transaction(conn):
+        result = apply_entries(conn, entries, now, on_reject, SqliteLedger())
+        last = entries[-1].next
+        conn.execute(
+            'INSERT INTO spool_cursor (id, segment, "offset", updated_at) VALUES (1, ?, ?, ?) '
+            'ON CONFLICT (id) DO UPDATE SET segment = excluded.segment, "offset" = excluded."offset", '
+            "updated_at = excluded.updated_at",
+            (last[0], last[1], now))
+    return result
+
+
+def apply_entries(conn: Any, entries: Sequence[EntryLike], now: float, on_reject: RejectFn,
+                  ledger: Ledger) -> ChunkResult:
+    """Apply ``entries`` inside the caller's transaction, on either backend: the one copy of
+    the op rules (docs/backends.md, "The contract"). A batch already decided — earlier, or
+    earlier in this chunk — is a duplicate; a damaged record, an unknown op, a non-string
+    batch id or non-object data is refused; each op runs in a SAVEPOINT, so an op that raises
+    ``InvalidOpError`` or one of ``ledger.bad_data`` is rolled back alone, recorded as
+    refused, handed to ``on_reject`` (which quarantines it before the commit), and the rest
+    applied. Any other error rolls the op back and propagates (the chunk is not committed).
+    With ``ledger.bulk_append`` (SQLite), consecutive plain ``messages.append`` ops are applied
+    as one run (``store.apply.bulk``) with the same outcome, row for row; an op the store
+    refuses sends its run back to the op-at-a-time path above."""
+    result = ChunkResult()
+    batches = [e.record["batch"] for e in entries if e.record and isinstance(e.record.get("batch"), str)]
+    decided = ledger.decided(conn, batches) if batches else {}
+    run: list[bulk_append.Prepared] = []
+    for entry in entries:
+        prepared = _bulk_candidate(entry, now, decided, ledger) if ledger.bulk_append else None
+        if prepared is not None:
+            run.append(prepared)
+            continue
+        _apply_run(conn, run, now, on_reject, result, decided, ledger)
+        run = []
+        _apply_entry(conn, entry, now, on_reject, result, decided, ledger)
+    _apply_run(conn, run, now, on_reject, result, decided, ledger)
+    return result
+
+
+def _bulk_candidate(entry: EntryLike, now: float, decided: dict[str, str | None],
+                    ledger: Ledger) -> bulk_append.Prepared | None:
+    """``entry`` prepared for a bulk run (and its batch marked decided), or None when it is
+    not an undecided ``messages.append`` whose data passes the store-free checks: then it is
+    applied alone by ``_apply_entry``, after the run so far."""
+    rec = entry.record
+    if rec is None or rec.get("op") != "messages.append":
+        return None
+    batch, data = rec.get("batch"), rec.get("data")
+    if not isinstance(batch, str) or batch in decided or not isinstance(data, dict):
+        return None
+    digest = op_digest(rec["op"], data)
+    prepared = bulk_append.prepare(entry, data, batch, digest, arrival_time(rec, now),
+                                   (InvalidOpError, *ledger.bad_data))
+    if prepared is not None:
+        decided[batch] = digest
+    return prepared
+
+
+def _apply_run(conn: Any, run: list[bulk_append.Prepared], now: float, on_reject: RejectFn,
+               result: ChunkResult, decided: dict[str, str | None], ledger: Ledger) -> None:
+    """Apply a run of prepared appends together in one SAVEPOINT; when the store refuses any
+    of them, roll the run back and apply its ops one at a time (the refused one is then
+    quarantined alone with its reason, the others applied as before)."""
+    if not run:
+        return
+    conn.execute("SAVEPOINT bulk")
+    try:
+        written = bulk_append.apply_run(conn, run, now)
+    except (InvalidOpError, *ledger.bad_data):
+        written = None
+    except BaseException:
+        if conn.in_transaction and not getattr(conn, "closed", False):
+            _release(conn, "bulk", rollback=True)
+        raise
+    if written is None:
+        _release(conn, "bulk", rollback=True)
+        for op in run:
+            del decided[op.batch]
+        for op in run:
+            _apply_entry(conn, op.entry, now, on_reject, result, decided, ledger)
+        return
+    _release(conn, "bulk", rollback=False)
+    for op, rows in zip(run, written):
+        result.applied += 1
+        result.rows += rows
+        result.batches.append(op.batch)
+
+
+def _apply_entry(conn: Any, entry: EntryLike, now: float, on_reject: RejectFn, result: ChunkResult,
+                 decided: set[str], ledger: Ledger) -> None:
+    if entry.record is None:
+        damage = entry.damage
+        on_reject(entry, getattr(damage, "reason", "damaged"), str(damage))
+        result.rejected += 1
+        return
+    rec = entry.record
+    batch = rec["batch"]
+    digest = op_digest(rec["op"], rec["data"])
+    if isinstance(batch, str):
+        if batch in decided:
+            prior = decided[batch]
+            if prior is not None and prior != digest:
+                # Same batch id, other content: not a retry. Counting it as a duplicate would
+                # drop new content while its producer is told "applied"; quarantine it instead.
+                on_reject(entry, "batch-id-reused", f"batch id {batch!r} was already applied with other "
+                          "content; a retry must resend the same op and data, new content needs a new batch id")
+                result.rejected += 1
+                return
+            result.duplicates += 1  # already decided: applied (same content), or refused for its data
+            return
+        decided[batch] = digest  # decided now, whatever the outcome: a repeat later in the chunk is too
+    applier = APPLIERS.get(rec["op"])
+    if applier is None:
+        on_reject(entry, "unsupported-op", f"op {rec['op']!r} is not applied by this version of Quill")
+        result.rejected += 1
+        return
+    data = rec["data"]
+    conn.execute("SAVEPOINT op")
+    try:
+        if not isinstance(batch, str):
+            raise InvalidOpError("invalid-batch", "batch id must be a string")
+        if not isinstance(data, dict):
+            raise InvalidOpError("invalid-data", "op data must be a JSON object")
+        rows = applier(conn, data, batch, arrival_time(rec, now))
+        if not ledger.record_applied(conn, batch, str(entry.position), now, digest):
+            _release(conn, rollback=True)
+            result.duplicates += 1
+            return
+    except (InvalidOpError, *ledger.bad_data) as exc:
+        _release(conn, rollback=True)
+        reason, detail = ((exc.reason, exc.detail) if isinstance(exc, InvalidOpError)
+                          else ("invalid-data", f"{type(exc).__name__}: {exc}"))
+        if isinstance(batch, str):
+            ledger.record_rejected(conn, batch, str(entry.position), reason, now)
+        on_reject(entry, reason, detail)
+        result.rejected += 1
+        return
+    except BaseException:
+        if conn.in_transaction and not getattr(conn, "closed", False):  # a lost connection has none left
+            _release(conn, rollback=True)
+        raise
+    _release(conn, rollback=False)
+    result.applied += 1
+    result.rows += rows
+    result.batches.append(batch)
+
+
+def _release(conn: Any, name: str = "op", *, rollback: bool) -> None:
+    if rollback:
+        conn.execute(f"ROLLBACK TO {name}")
+    conn.execute(f"RELEASE {name}")

@@ -1,0 +1,218 @@
+"""Turning a producer's message dict (OpenAI chat shape + extras) into a ``messages`` row.
+
+Encoding rules (producers do send double-encoded tool calls and bad clocks):
+* ``tool_calls`` given as a JSON string is decoded (at most twice, for a double-encoded
+  string) and stored encoded once; ``{}``, ``"{}"``, ``"null"``, malformed JSON, ``0``,
+  ``False``, ``None``, ``""`` and ``[]`` all mean "no tool calls" (column NULL); a single call
+  object becomes a one-element list;
+* NUL characters are removed and lone UTF-16 surrogates replaced by U+FFFD in every string,
+  including strings nested in parts, tool calls and unknown fields (SQLite text must be valid
+  UTF-8; FTS tokenizers stop at NUL);
+* a timestamp outside [2000-01-01, arrival + 1 day] is replaced by the arrival time; order is
+  insertion order, never the timestamp;
+* every key not listed in ``KNOWN_FIELDS`` is kept verbatim in ``extra``.
+Batch and single appends share this one function, so they store identical rows.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+from typing import Any
+
+from quill.store.errors import InvalidOpError
+
+try:
+    from json.encoder import c_make_encoder as _c_make_encoder
+except ImportError:  # pragma: no cover - CPython always ships _json
+    _c_make_encoder = None
+from json.encoder import encode_basestring as _encode_basestring
+
+#: ``JSONEncoder.default`` of the encoder ``json.dumps`` builds (raises ``TypeError``).
+_DEFAULT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).default
+
+ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+KNOWN_FIELDS = frozenset({"id", "role", "content", "tool_calls", "tool_call_id", "name",
+                          "reasoning", "finish_reason", "timestamp", "extra"})
+TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
+_MIN_TS = 946684800.0  # 2000-01-01T00:00:00Z
+_MAX_FUTURE_S = 86400.0
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+#: Column order of a normalised row (matches the INSERTs in ``transcript_ops.py``).
+ROW_COLUMNS = ("ext_id", "role", "content", "parts", "tool_calls", "tool_call_id",
+               "tool_name", "reasoning", "finish_reason", "ts", "extra")
+#: The columns that make two rows "byte-identical" for compaction (tail originals, display
+#: dedupe): everything the model sees, including the tool fields; not ids, times or extras.
+IDENTITY_COLUMNS = ("role", "content", "parts", "tool_calls", "tool_call_id", "tool_name")
+#: The columns that make a stored row "the same message" as a re-read one (an import deciding
+#: whether a stored session holds the conversation it reads): identity plus reasoning.
+COMPARED_COLUMNS = IDENTITY_COLUMNS + ("reasoning",)
+
+
+def _has_surrogate(text: str) -> bool:
+    """True when ``text`` holds a lone surrogate (it cannot be encoded as UTF-8). ASCII and
+    a C-speed encode attempt are far cheaper than a regex scan over long tool output."""
+    if text.isascii():
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def scrub(text: str) -> str:
+    """Remove NUL characters and replace lone surrogates with U+FFFD (valid UTF-8 out)."""
+    if "\x00" in text:
+        text = text.replace("\x00", "")
+    return _SURROGATE.sub("\ufffd", text) if _has_surrogate(text) else text
+
+
+def scrub_json(value: Any) -> Any:
+    """``value`` with ``scrub`` applied to every string in it (keys included)."""
+    if isinstance(value, str):
+        return scrub(value)
+    if isinstance(value, list):
+        return [scrub_json(v) for v in value]
+    if isinstance(value, dict):
+        return {scrub(k) if isinstance(k, str) else k: scrub_json(v) for k, v in value.items()}
+    return value
+
+
+def dumps(value: Any) -> str:
+    """The one JSON serializer for stored structured fields (compact, UTF-8, scrubbed).
+
+    Fast path: serialise once and look for the two things ``scrub`` removes — json escapes a
+    NUL as ``\\u0000`` and leaves a lone surrogate as the character itself — so the
+    recursive ``scrub_json`` walk (a large share of drain CPU when run on every field;
+    bench/RESULTS.md) only runs for the rare value that needs it."""
+    text = _encode(value)
+    if "\\u0000" not in text and not _has_surrogate(text):
+        return text
+    return _encode(scrub_json(value))
+
+
+def _encode(value: Any) -> str:
+    """``json.dumps(value, ensure_ascii=False, separators=(",", ":"))``, byte for byte.
+
+    ``json.dumps`` with keyword arguments builds a ``JSONEncoder`` and, through its
+    ``iterencode``, the C encoder ``c_make_encoder(markers, default, encode_basestring,
+    None, ":", ",", False, False, True)`` on every call; here the same C encoder is built
+    with those same arguments directly (about half the cost per value). Same function, same
+    arguments, same bytes (tests/test_normalize_dumps.py also compares it with ``json.dumps``
+    on generated values and every corpus message); a fresh ``markers`` dict per call keeps
+    the circular-reference check (``ValueError``). Without the C accelerator: ``json.dumps``.
+    """
+    if _c_make_encoder is None:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    if isinstance(value, str):  # JSONEncoder.encode's own shortcut for a bare string
+        return _encode_basestring(value)
+    return "".join(_c_make_encoder({}, _DEFAULT, _encode_basestring, None, ":", ",",
+                                   False, False, True)(value, 0))
+
+
+def _opt_str(msg: dict, key: str) -> str | None:
+    value = msg.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidOpError("invalid-field", f"message field {key!r} must be a string, got {type(value).__name__}")
+    return scrub(value)
+
+
+def tool_calls_json(value: Any) -> str | None:
+    """Normalise a tool_calls value to a once-encoded JSON array, or None for "no calls"."""
+    for _ in range(2):  # a JSON string, or a JSON string of a JSON string (double-encoded)
+        if not isinstance(value, str):
+            break
+        try:
+            value = json.loads(value)
+        except (json.JSONDecodeError, RecursionError):
+            return None
+    if not value or isinstance(value, (str, bool, int, float)):
+        return None  # None, 0, False, {}, [], "", "null", "{}", "[]", a number or leftover text
+    if isinstance(value, dict):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(c, dict) for c in value):
+        return None
+    return dumps(value)
+
+
+def content_columns(content: Any) -> tuple[str | None, str | None]:
+    """``(text, parts_json)`` for a content value: a string, a list of parts, or None."""
+    if content is None:
+        return None, None
+    if isinstance(content, str):
+        return scrub(content), None
+    if isinstance(content, dict):
+        content = [content]
+    if isinstance(content, list):
+        texts = [p.get("text") for p in content
+                 if isinstance(p, dict) and isinstance(p.get("type"), str) and p["type"] in TEXT_PART_TYPES and isinstance(p.get("text"), str)]
+        texts += [p for p in content if isinstance(p, str)]
+        text = scrub("\n".join(texts)) if texts else None
+        return text, dumps(content)
+    raise InvalidOpError("invalid-field", f"message content must be a string, a list of parts or null, got {type(content).__name__}")
+
+
+def timestamp(value: Any, arrived_at: float) -> float:
+    """Epoch seconds from a number or an ISO-8601 string; insane or missing → ``arrived_at``."""
+    ts: float | None = None
+    if isinstance(value, bool):
+        ts = None
+    elif isinstance(value, (int, float)):
+        try:
+            ts = float(value) / (1000.0 if value > 1e11 else 1.0)  # accept epoch milliseconds
+        except OverflowError:
+            ts = None
+    elif isinstance(value, str) and value:
+        try:
+            parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            parsed = None
+        if parsed is not None:
+            if parsed.tzinfo is None:
+                parsed = parsed.replace(tzinfo=dt.timezone.utc)
+            ts = parsed.timestamp()
+    if ts is None or ts != ts or ts < _MIN_TS or ts > arrived_at + _MAX_FUTURE_S:
+        return arrived_at
+    return ts
+
+
+def message_row(msg: Any, arrived_at: float) -> tuple:
+    """Validate one message dict and return its row values in ``ROW_COLUMNS`` order.
+
+    Raises ``InvalidOpError`` for a non-object, a missing or unknown role, or a field of the
+    wrong type. Nothing is written; callers apply a batch all-or-nothing.
+    """
+    if not isinstance(msg, dict):
+        raise InvalidOpError("invalid-message", f"a message must be a JSON object, got {type(msg).__name__}")
+    role = msg.get("role")
+    if not isinstance(role, str) or role not in ROLES:  # a dict/list role is unhashable
+        roles = ", ".join(sorted(ROLES))
+        if role is None:
+            raise InvalidOpError("invalid-role", f"message has no role; give one of {roles}")
+        raise InvalidOpError("invalid-role", f"message role {json.dumps(role, default=repr)} is not one of {roles}")
+    ext_id = msg.get("id")
+    if ext_id is not None and (not isinstance(ext_id, (str, int)) or isinstance(ext_id, bool)):
+        raise InvalidOpError("invalid-field", "message id must be a string or an integer")
+    text, parts = content_columns(msg.get("content"))
+    extra = {k: v for k, v in msg.items() if k not in KNOWN_FIELDS}
+    given_extra = msg.get("extra")
+    if isinstance(given_extra, dict):
+        extra = {**given_extra, **extra}
+    elif given_extra is not None:
+        extra["extra"] = given_extra
+    return (
+        None if ext_id is None else scrub(str(ext_id)), role, text, parts,
+        tool_calls_json(msg.get("tool_calls")),
+        _opt_str(msg, "tool_call_id"), _opt_str(msg, "name"), _opt_str(msg, "reasoning"),
+        _opt_str(msg, "finish_reason"), timestamp(msg.get("timestamp"), arrived_at),
+        dumps(extra) if extra else None,
+    )
+
+
+def identity(row: tuple) -> tuple:
+    """The ``IDENTITY_COLUMNS`` values of a row in ``ROW_COLUMNS`` order."""
+    return tuple(row[ROW_COLUMNS.index(c)] for c in IDENTITY_COLUMNS)

@@ -1,0 +1,52 @@
+"""Checks an op's data can pass *before* it is acknowledged, without a database.
+
+Producers (``quill.Client``, ``quill push``, the HTTP API) run this so that a batch the
+writer would certainly quarantine for its content — a bad role, a non-list ``messages``, a
+field of the wrong type, a value no column can hold — is refused with a clear error instead
+of acknowledged. It runs the op kind's check from ``store.apply.checks.CHECKS``, the very
+function its applier runs first, so the two cannot disagree on a reason. Checks that need
+the store's state (rewind targets, title clashes, tool result duplicates, restore order,
+whether a message is already held) are left to the writer, and ``ops.client.wait`` reports their
+outcome.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from quill.spool import OP_KINDS
+from quill.spool.record import MAX_NESTING, nesting_ok
+
+from quill.store.errors import InvalidOpError
+from quill.store.apply.checks import CHECKS
+
+
+def precheck(op: str, data: Any) -> None:
+    """Raise ``InvalidOpError`` if ``op``/``data`` can never be applied; return None if it may.
+
+    Reasons: ``unknown-op``, ``invalid-data`` (not an object), the kind's content reasons
+    (``op_checks.CHECKS[op]``: ``invalid-field``, ``invalid-session-id``, ``invalid-role``,
+    ``invalid-message``, ``invalid-usage``, ``title-too-long``, ``self-parent``,
+    ``no-such-turn``), and ``invalid-field`` for NaN/Infinity anywhere in ``data`` or nesting
+    deeper than ``spool.record.MAX_NESTING``."""
+    if not isinstance(op, str) or op not in OP_KINDS:  # a list op is unhashable: not a TypeError
+        raise InvalidOpError("unknown-op", f"op {op!r} is not one of {sorted(OP_KINDS)}")
+    if not isinstance(data, dict):
+        raise InvalidOpError("invalid-data", "op data must be a JSON object")
+    if not nesting_ok(data):  # before the checks below, which recurse
+        raise InvalidOpError("invalid-field", f"op data nests objects/arrays more than {MAX_NESTING} levels deep")
+    CHECKS[op](data)
+    _check_json(data)
+
+
+def _check_json(data: dict) -> None:
+    """``invalid-field`` when ``data`` holds NaN or ±Infinity anywhere: Python's JSON reader
+    (``quill push``, the HTTP API) accepts those literals, but JSON cannot carry them and the
+    spool refuses them, so a producer would otherwise fail after appending earlier ops of
+    the same request. One serialisation of the op, microseconds for a message batch."""
+    try:
+        json.dumps(data, allow_nan=False, check_circular=False)
+    except ValueError:
+        raise InvalidOpError("invalid-field", "op data holds NaN or Infinity, which JSON cannot carry") from None
+    except (TypeError, RecursionError):
+        return  # not JSON-shaped (a Python caller's object): the spool's own check refuses it

@@ -1,0 +1,285 @@
+"""Token usage and cost: normalising the shapes providers send, pricing, and the ``usage`` rows.
+
+One row per model call. Usage arrives either on the assistant message the call
+produced (``usage`` on a message in ``messages.append`` / ``messages.replace``) or as its own
+``usage.record`` op for calls that produce no stored message (title generation, compression,
+background review, embeddings). Payloads: docs/ops.md.
+
+Token fields, after normalising (the convention of the ``genai-prices`` package, which prices
+them): ``input_tokens`` = every prompt token *including* cache reads and cache writes;
+``cache_read_tokens`` and ``cache_write_tokens`` are parts of it; ``output_tokens`` includes
+``reasoning_tokens``. Shapes accepted as sent:
+
+* Quill's own: ``input_tokens, output_tokens, cache_read_tokens, cache_write_tokens,
+  reasoning_tokens``;
+* Anthropic: ``input_tokens`` (uncached only), ``cache_creation_input_tokens``,
+  ``cache_read_input_tokens``, ``output_tokens``;
+* OpenAI chat: ``prompt_tokens``, ``completion_tokens``, ``prompt_tokens_details.cached_tokens``,
+  ``completion_tokens_details.reasoning_tokens``;
+* OpenAI Responses / Codex: ``input_tokens`` (cached included), ``input_tokens_details
+  .cached_tokens`` or ``cached_input_tokens``, ``output_tokens``, ``output_tokens_details
+  .reasoning_tokens`` or ``reasoning_output_tokens``.
+
+Counting once: a row's ``response_id`` (the provider's response/request id) is unique in the
+store, so the records Claude Code writes per content block, each repeating one response's
+usage, add one row. Cost: ``genai_prices.calc_price`` at the call's time; the package version
+is recorded in ``price_version`` so a store can be re-priced (store/apply/pricing.py prices a call
+without a table walk per call, to the same figure); a model the table does not know
+is stored with ``cost_usd`` NULL (unpriced), never $0.
+"""
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import apsw
+
+from quill.store.errors import InvalidOpError
+from quill.store.apply.normalize import dumps, scrub, timestamp
+from quill.store.apply.rules import atomic, ensure_session, no_nul, opt, session_id
+from quill.store.apply.pricing import price, price_version
+
+TOKEN_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
+#: Tasks producers are told about; any other short name is accepted (a new kind of call must
+#: not be refused) but must be a plain identifier.
+TASKS = ("turn", "compression", "title", "background_review", "auxiliary", "embedding")
+_QUILL_KEYS = frozenset({"cache_read_tokens", "cache_write_tokens", "reasoning_tokens"})
+_ANTHROPIC_KEYS = frozenset({"cache_creation_input_tokens", "cache_read_input_tokens", "cache_creation"})
+_MAX_TOKENS = 1 << 40  # ~1e12 tokens in one call is a producer bug, not a bill
+
+#: The usage table (part of ``schema.DDL``). Tokens: input = all prompt tokens including cache
+#: reads and writes; reasoning is part of output. cost_usd NULL = unpriced.
+DDL = """
+CREATE INDEX IF NOT EXISTS sessions_key ON sessions(key) WHERE key IS NOT NULL;
+
+CREATE TABLE IF NOT EXISTS usage (
+    id                 INTEGER PRIMARY KEY,
+    session_id         TEXT NOT NULL REFERENCES sessions(id),
+    message_id         INTEGER,         -- the stored message this call produced, else NULL
+    response_id        TEXT,            -- provider response/request id: counted once
+    task               TEXT NOT NULL,   -- turn | compression | title | background_review | ...
+    model              TEXT,
+    provider           TEXT,
+    source             TEXT,            -- the producer's source, as sent with the usage
+    input_tokens       INTEGER NOT NULL,
+    output_tokens      INTEGER NOT NULL,
+    cache_read_tokens  INTEGER NOT NULL,
+    cache_write_tokens INTEGER NOT NULL,
+    reasoning_tokens   INTEGER NOT NULL,
+    cost_usd           REAL,
+    price_version      TEXT,            -- e.g. genai-prices==0.2.3; NULL when unpriced
+    ts                 REAL NOT NULL,
+    day                TEXT NOT NULL,   -- UTC date of ts (YYYY-MM-DD): grouping needs no date SQL
+    raw                TEXT NOT NULL,   -- the usage object as sent (JSON)
+    batch_id           TEXT NOT NULL
+);
+CREATE UNIQUE INDEX IF NOT EXISTS usage_response ON usage(response_id) WHERE response_id IS NOT NULL;
+CREATE INDEX IF NOT EXISTS usage_session ON usage(session_id);
+CREATE INDEX IF NOT EXISTS usage_ts ON usage(ts);
+"""
+#: Schema v2 → v3 (and the tail of a fresh store's DDL, so both paths run the same
+#: statements): the session columns ``key`` and ``placeholder``, then the table.
+MIGRATION = """
+ALTER TABLE sessions ADD COLUMN key TEXT;
+ALTER TABLE sessions ADD COLUMN placeholder INTEGER NOT NULL DEFAULT 0;
+""" + DDL
+
+__all__ = ["TASKS", "TOKEN_FIELDS", "check_call", "check_usage_record", "normalize_usage", "price", "record",
+           "record_messages", "usage_record"]
+
+
+def _count(obj: Any, *path: str) -> int:
+    """A non-negative integer at ``path`` in ``obj`` (absent/None = 0), else ``invalid-usage``."""
+    for key in path:
+        if not isinstance(obj, dict):
+            return 0
+        obj = obj.get(key)
+    if obj is None:
+        return 0
+    if isinstance(obj, bool) or not isinstance(obj, (int, float)) or obj != obj or obj < 0 or obj > _MAX_TOKENS:
+        raise InvalidOpError("invalid-usage", f"usage field {'.'.join(path)!r} must be a non-negative token count, got {obj!r}")
+    if isinstance(obj, float) and not obj.is_integer():
+        raise InvalidOpError("invalid-usage", f"usage field {'.'.join(path)!r} must be a whole number, got {obj!r}")
+    return int(obj)
+
+
+def normalize_usage(raw: Any) -> dict[str, int]:
+    """The ``TOKEN_FIELDS`` counts of a usage object in any accepted shape (module doc).
+
+    Raises ``InvalidOpError('invalid-usage')`` for a non-object, a negative or non-integer
+    count, or parts larger than their whole (cache > input, reasoning > output).
+    """
+    if not isinstance(raw, dict):
+        raise InvalidOpError("invalid-usage", f"usage must be an object, got {type(raw).__name__}")
+    keys = raw.keys()
+    if keys & _QUILL_KEYS:
+        out = {f: _count(raw, f) for f in TOKEN_FIELDS}
+    elif keys & _ANTHROPIC_KEYS:
+        read, write = _count(raw, "cache_read_input_tokens"), _count(raw, "cache_creation_input_tokens")
+        out = {"input_tokens": _count(raw, "input_tokens") + read + write, "output_tokens": _count(raw, "output_tokens"),
+               "cache_read_tokens": read, "cache_write_tokens": write, "reasoning_tokens": 0}
+    elif "prompt_tokens" in keys or "completion_tokens" in keys:
+        out = {"input_tokens": _count(raw, "prompt_tokens"), "output_tokens": _count(raw, "completion_tokens"),
+               "cache_read_tokens": _count(raw, "prompt_tokens_details", "cached_tokens"), "cache_write_tokens": 0,
+               "reasoning_tokens": _count(raw, "completion_tokens_details", "reasoning_tokens")}
+    else:  # OpenAI Responses / Codex (and the plain {input_tokens, output_tokens} both share)
+        out = {"input_tokens": _count(raw, "input_tokens"), "output_tokens": _count(raw, "output_tokens"),
+               "cache_read_tokens": (_count(raw, "input_tokens_details", "cached_tokens")
+                                     or _count(raw, "cached_input_tokens")),
+               "cache_write_tokens": 0,
+               "reasoning_tokens": (_count(raw, "output_tokens_details", "reasoning_tokens")
+                                    or _count(raw, "reasoning_output_tokens"))}
+    if out["cache_read_tokens"] + out["cache_write_tokens"] > out["input_tokens"]:
+        raise InvalidOpError("invalid-usage", "cache tokens exceed input tokens")
+    if out["reasoning_tokens"] > out["output_tokens"]:
+        raise InvalidOpError("invalid-usage", "reasoning tokens exceed output tokens")
+    return out
+
+
+def _text(value: Any, key: str, limit: int = 256) -> str | None:
+    if value is None:
+        return None
+    if (not isinstance(value, (str, int)) or isinstance(value, bool) or not str(value) or len(str(value)) > limit
+            or "\x00" in str(value)):  # PostgreSQL text cannot hold NUL (op_common.no_nul)
+        raise InvalidOpError("invalid-field", f"{key!r} must be a non-empty string of at most {limit} characters "
+                             "without NUL")
+    return str(value)
+
+
+def record(conn: apsw.Connection, sid: str, raw: Any, *, task: str, model: str | None, provider: str | None,
+           source: str | None, response_id: str | None, ts: float, batch_id: str,
+           message_id: int | None = None) -> int:
+    """Insert one usage row (returns 1), or merge into the row of an already counted
+    ``response_id`` (returns 0), or record nothing for a usage with no tokens (0).
+
+    Merging: one response may be written as several records whose usage grows while it
+    streams (Claude Code responses in the corpus repeat their usage with a larger
+    ``output_tokens`` in a later record), so each token field keeps its maximum and the
+    cost is recomputed; the response is still one call. Raises ``InvalidOpError``
+    (``invalid-usage``, ``invalid-field``) before writing anything.
+    """
+    tokens = normalize_usage(raw)
+    _check_task(task)
+    if not any(tokens.values()):
+        return 0  # e.g. Claude Code's "<synthetic>" error messages: no call was billed
+    if response_id is not None:
+        known = conn.execute(f"SELECT id, {', '.join(TOKEN_FIELDS)}, model, provider, ts FROM usage "
+                             "WHERE response_id = ?", (response_id,)).fetchone()
+        if known is not None:
+            merged = {f: max(tokens[f], known[1 + i]) for i, f in enumerate(TOKEN_FIELDS)}
+            if merged != dict(zip(TOKEN_FIELDS, known[1:1 + len(TOKEN_FIELDS)])):
+                cost = price(merged, known[-3], known[-2], known[-1])
+                conn.execute(f"UPDATE usage SET {', '.join(f + ' = ?' for f in TOKEN_FIELDS)}, cost_usd = ?, "
+                             "price_version = ?, raw = ? WHERE id = ?",
+                             (*merged.values(), cost, price_version() if cost is not None else None, dumps(raw),
+                              known[0]))
+            return 0
+    cost = price(tokens, model, provider, ts)
+    conn.execute(
+        f"""INSERT INTO usage (session_id, message_id, response_id, task, model, provider, source,
+                {', '.join(TOKEN_FIELDS)}, cost_usd, price_version, ts, day, raw, batch_id)
+            VALUES (?, ?, ?, ?, ?, ?, ?, {', '.join('?' for _ in TOKEN_FIELDS)}, ?, ?, ?, ?, ?, ?)""",
+        (sid, message_id, response_id, task, model, provider, source, *(tokens[f] for f in TOKEN_FIELDS),
+         cost, price_version() if cost is not None else None, ts,
+         dt.datetime.fromtimestamp(ts, tz=dt.timezone.utc).strftime("%Y-%m-%d"), dumps(raw), batch_id))
+    return conn.changes()
+
+
+def _check_task(task: str) -> None:
+    if not task.replace("_", "").isalnum() or len(task) > 64:
+        raise InvalidOpError("invalid-field", f"task must be an identifier such as {', '.join(TASKS)}")
+
+
+def check_call(holder: dict) -> dict[str, Any]:
+    """The content rules of one model call's usage: the attributes beside it (``fields``),
+    the usage object (``normalize_usage``), the task name, in the order ``record`` meets
+    them. ``holder`` is a message carrying ``usage`` (or its ``extra``) or a ``usage.record``
+    op's data. Returns the attributes (model not defaulted). Raises ``InvalidOpError``
+    (``invalid-field``, ``invalid-usage``). Shared by ``store.apply.precheck`` and the writer
+    (``store.apply.checks``)."""
+    attrs = fields(holder)
+    normalize_usage(holder.get("usage"))
+    _check_task(attrs["task"])
+    return attrs
+
+
+def check_usage_record(data: dict) -> tuple[str, str | None, dict[str, Any]]:
+    """``usage.record``'s content rules (``store.apply.checks.CHECKS``): ``usage`` present, ``source`` and
+    ``message_ext_id`` strings, then ``check_call``. Returns ``(session id, source,
+    attributes)``. Raises ``InvalidOpError`` (``invalid-session-id``, ``invalid-usage``,
+    ``invalid-field``)."""
+    sid = session_id(data)
+    if "usage" not in data:
+        raise InvalidOpError("invalid-usage", "usage.record needs a 'usage' object")
+    source = opt(data, "source", str)
+    no_nul(data, "source")
+    opt(data, "message_ext_id", str)
+    return sid, source, check_call(data)
+
+
+def _attrs(msg: dict) -> dict:
+    """Where a message's usage attributes are: the message itself, or — when it has no
+    ``usage`` key — its ``extra`` object (imports and exports keep unknown fields there; both
+    are stored as the same ``extra``)."""
+    if "usage" in msg or not isinstance(msg.get("extra"), dict):
+        return msg
+    return msg["extra"]
+
+
+def carries_usage(msg: Any) -> bool:
+    """Whether a message dict has a ``usage`` (on it or in its ``extra``)."""
+    return isinstance(msg, dict) and _attrs(msg).get("usage") is not None
+
+
+def record_messages(conn: apsw.Connection, sid: str, inserted: list[tuple[int, dict]], source: str | None,
+                    batch_id: str, arrived_at: float) -> int:
+    """Record the ``usage`` of each just-inserted message ``(store id, message dict)`` that
+    carries one, on the message or in its ``extra`` (attributes beside it: model, provider,
+    response_id, task; model defaults to the session's). Returns usage rows written. Raises
+    ``InvalidOpError``."""
+    carrying = [(mid, m) for mid, m in inserted if carries_usage(m)]
+    if not carrying:
+        return 0
+    row = conn.execute("SELECT model, source FROM sessions WHERE id = ?", (sid,)).fetchone()
+    written = 0
+    for mid, msg in carrying:
+        holder = _attrs(msg)
+        attrs = fields(holder, row[0] if row else None)
+        written += record(conn, sid, holder["usage"], source=source or (row[1] if row else None),
+                          ts=timestamp(msg.get("timestamp"), arrived_at), batch_id=batch_id, message_id=mid,
+                          **attrs)
+    return written
+
+
+def fields(holder: dict, default_model: str | None = None) -> dict[str, Any]:
+    """The optional usage attributes of a message or op: model, provider, response_id, task.
+    Raises ``InvalidOpError('invalid-field')``."""
+    return {"model": _text(holder.get("model"), "model") or default_model,
+            "provider": _text(holder.get("provider"), "provider"),
+            "response_id": _text(holder.get("response_id"), "response_id", 512),
+            "task": _text(holder.get("task"), "task", 64) or "turn"}
+
+
+@atomic
+def usage_record(conn: apsw.Connection, data: dict, batch_id: str, arrived_at: float) -> int:
+    """Apply ``usage.record``: one model call's usage, for a call with no stored message.
+
+    ``data``: session_id, usage (object, any accepted shape), task (default ``turn``), model,
+    provider, source, response_id, ts (epoch s or ISO; default arrival), message_ext_id (the
+    producer id of the message this call produced, when it has one). A session that does
+    not exist yet gets a *placeholder* row carrying ``source``, completed by its later
+    ``session.create`` (never a permanent ``unknown`` session). Returns rows written (0 for a
+    response already counted). Raises ``InvalidOpError`` (``invalid-usage``, ``invalid-field``).
+    """
+    sid, source, attrs = check_usage_record(data)
+    ts = timestamp(data.get("ts"), arrived_at)
+    ensure_session(conn, sid, arrived_at, source)
+    message_id = None
+    if (ext := opt(data, "message_ext_id", str)) is not None:
+        row = conn.execute("SELECT min(id) FROM messages WHERE session_id = ? AND ext_id = ?",
+                           (sid, scrub(ext))).fetchone()  # a message id as message_row stores it
+        message_id = row[0] if row else None
+    if attrs["model"] is None:
+        row = conn.execute("SELECT model FROM sessions WHERE id = ?", (sid,)).fetchone()
+        attrs["model"] = row[0] if row else None
+    return record(conn, sid, data["usage"], source=source, ts=ts, batch_id=batch_id, message_id=message_id, **attrs)

@@ -1,0 +1,117 @@
+"""Session listings: filters, one row per compression chain, preview, unread, emptiness.
+
+Rules:
+* hidden sessions are excluded unless asked for; archived and pinned are filters;
+* ``title_contains`` is a literal substring (``%`` and ``_`` mean themselves), ASCII
+  case-insensitive;
+* the date range selects sessions *active during* [since, until]: started at or before
+  ``until`` and last active at or after ``since`` (epoch seconds);
+* by default a compression chain is one row, its tip (``lineage='tips'``); ``'all'`` lists
+  every session;
+* ``message_count`` counts display positions; ``preview`` is the first user message in display
+  order; ``unread`` counts display positions after the last-read watermark;
+* ``usage`` = the session's token and cost totals (``usage_reads``); ``key`` its conversation
+  key; ``placeholder`` = true while no ``session.create`` has arrived for it;
+* ``empty`` is an EXISTS probe over rows in *any* state: a session whose rows are all rewound
+  or compacted is not empty (its ``message_count`` may still be 0).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import json
+
+import apsw
+
+from quill.store.read import usage as usage_reads
+from quill.store.read.lineage import IS_TIP_SQL, root_of
+
+SESSION_KEYS = ("id", "source", "title", "model", "cwd", "started_at", "ended_at", "end_reason",
+                "parent_id", "parent_kind", "archived", "pinned", "hidden", "last_read_id",
+                "message_count", "unread", "empty", "last_active", "preview", "meta", "key", "placeholder")
+PREVIEW_CHARS = 120
+
+_SELECT = f"""
+SELECT * FROM (
+  SELECT s.id, s.source, s.title, s.model, s.cwd, s.started_at, s.ended_at, s.end_reason,
+         s.parent_id, s.parent_kind, s.archived, s.pinned, s.hidden, s.last_read_id,
+         (SELECT count(DISTINCT coalesce(m.origin_id, m.id)) FROM messages m WHERE m.session_id = s.id
+            AND m.state IN ('live', 'compacted')) AS message_count,
+         (SELECT count(DISTINCT coalesce(m.origin_id, m.id)) FROM messages m WHERE m.session_id = s.id
+            AND m.state IN ('live', 'compacted') AND m.id > coalesce(s.last_read_id, 0)) AS unread,
+         NOT EXISTS (SELECT 1 FROM messages m WHERE m.session_id = s.id) AS empty,
+         (SELECT max(m.ts) FROM messages m WHERE m.session_id = s.id) AS last_active,
+         (SELECT substr(m.content, 1, {PREVIEW_CHARS}) FROM messages m WHERE m.session_id = s.id
+            AND m.role = 'user' AND m.state IN ('live', 'compacted')
+            ORDER BY coalesce(m.origin_id, m.id) LIMIT 1) AS preview,
+         s.meta, s.key, s.placeholder
+  FROM sessions s {{where}}
+) AS listed {{outer}}
+ORDER BY coalesce(last_active, started_at) DESC, id DESC LIMIT ?"""
+
+
+def _like_literal(text: str) -> str:
+    return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+def list_sessions(conn: apsw.Connection, *, source: str | None = None, limit: int = 50,
+                  include_hidden: bool = False, archived: bool | None = None, pinned: bool | None = None,
+                  hidden: bool | None = None, title_contains: str | None = None,
+                  since: float | None = None, until: float | None = None, lineage: str = "tips",
+                  session_id: str | None = None) -> list[dict[str, Any]]:
+    """Sessions, most recently active first, as dicts with ``SESSION_KEYS`` plus
+    ``chain_root_id`` and ``chain_length`` (1 for a session outside any chain).
+
+    ``archived``/``pinned``/``hidden``: None = either, True/False = only those. ``hidden=True``
+    implies including hidden sessions. Raises ``ValueError`` for an unknown ``lineage``.
+    """
+    if lineage not in ("tips", "all"):
+        raise ValueError("lineage must be 'tips' or 'all'")
+    where, args = ["1=1"], []
+    if session_id is not None:
+        where.append("s.id = ?")
+        args.append(session_id)
+    if source:
+        where.append("s.source = ?")
+        args.append(source)
+    if hidden is None and not include_hidden:
+        hidden = False
+    for flag, value in (("archived", archived), ("pinned", pinned), ("hidden", hidden)):
+        if value is not None:
+            where.append(f"s.{flag} = ?")  # flag comes from the fixed tuple above
+            args.append(int(value))
+    if title_contains:
+        where.append("s.title LIKE ? ESCAPE '\\'")
+        args.append(_like_literal(title_contains))
+    if until is not None:
+        where.append("s.started_at <= ?")
+        args.append(until)
+    if lineage == "tips" and session_id is None:
+        where.append(IS_TIP_SQL)
+    outer, outer_args = "", []
+    if since is not None:
+        outer, outer_args = "WHERE coalesce(last_active, started_at) >= ?", [since]
+    sql = _SELECT.format(where="WHERE " + " AND ".join(where), outer=outer)
+    out = []
+    for row in conn.execute(sql, (*args, *outer_args, limit)).fetchall():
+        item = dict(zip(SESSION_KEYS, row))
+        item["meta"] = json.loads(item["meta"]) if item["meta"] else {}
+        for flag in ("archived", "pinned", "hidden", "empty", "placeholder"):
+            item[flag] = bool(item[flag])
+        chain = root_of(conn, item["id"])
+        item["chain_root_id"], item["chain_length"] = (chain[0] if chain else item["id"]), max(1, len(chain))
+        out.append(item)
+    _attach_usage(conn, out)
+    return out
+
+
+def _attach_usage(conn: apsw.Connection, items: list[dict[str, Any]]) -> None:
+    """Give each listed session its usage totals (``usage_reads.TOTAL_KEYS``) under ``usage``."""
+    for start in range(0, len(items), 500):
+        part = items[start:start + 500]
+        for item in part:
+            item["usage"] = usage_reads.empty_totals()
+        by_id = {item["id"]: item for item in part}
+        for row in usage_reads.totals(conn, ("session",), session_ids=list(by_id)):
+            sid = row.pop("session")
+            by_id[sid]["usage"] = row

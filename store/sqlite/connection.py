@@ -1,0 +1,136 @@
+"""Opening ``state.db``: the writer's one read-write connection and read-only connections.
+
+* Writer: WAL, ``synchronous=NORMAL`` by default (FULL configurable), a busy timeout, and
+  every write transaction begun with ``BEGIN IMMEDIATE`` (``transaction()``), so a lock
+  conflict surfaces at BEGIN, never half way through a transaction.
+* Readers: a ``file:`` URI built from the *resolved* path with ``mode=ro``; the path is
+  percent-quoted so names with ``?``, ``#`` or spaces open the right file.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+from collections.abc import Callable
+import urllib.parse
+from collections.abc import Iterator
+from pathlib import Path
+
+import apsw
+
+from quill.store import schema
+from quill.store.errors import CantOpenError, SharedMemoryError, mapped
+
+#: The writer waits this long for a lock before SQLITE_BUSY (ms). Only readers and the
+#: backup API can contend with the single writer, and they hold locks briefly.
+WRITER_BUSY_MS = 5000
+READER_BUSY_MS = 2000
+FILE_MODE = 0o600
+
+
+def reader_uri(path: Path) -> str:
+    """``file:`` URI for a read-only open of ``path`` (resolved, percent-quoted)."""
+    return "file:" + urllib.parse.quote(str(Path(path).resolve())) + "?mode=ro"
+
+
+#: SQLite before 3.51.3 can corrupt a WAL database when the WAL is reset while another
+#: connection checkpoints (the WAL-reset bug, fixed in 3.51.3; docs/architecture.md "The store").
+MIN_SQLITE = (3, 51, 3)
+
+
+def check_sqlite_version(version: str | None = None) -> None:
+    """Raise ``CantOpenError`` if the SQLite that apsw links has the WAL-reset bug."""
+    version = version or apsw.sqlite_lib_version()
+    if tuple(int(x) for x in version.split(".")[:3]) < MIN_SQLITE:
+        raise CantOpenError(f"SQLite {version} has the WAL-reset corruption bug; Quill needs "
+                            f"≥ {'.'.join(map(str, MIN_SQLITE))} (upgrade apsw)")
+
+
+def shm_problem(path: Path) -> str | None:
+    """Why ``<path>-shm`` (SQLite's shared-memory WAL index) is unusable, or None when it is
+    absent or fine. Checked before opening, because SQLite does not say: with an -shm that is
+    a directory it opened the store as if it were *empty* (no tables), and with one it cannot
+    write, writes fail as "attempt to write a readonly database". Usable means:
+    a regular file (not a symlink), owned by this user, that this process can open
+    read-write. Fix: stop every Quill process, then delete the -shm file (SQLite rebuilds it
+    from the WAL at the next open) or restore its owner and mode 600."""
+    shm = Path(str(path) + "-shm")
+    try:
+        st = os.lstat(shm)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"{shm} cannot be examined: {exc.strerror}"
+    if stat.S_ISLNK(st.st_mode):
+        return f"{shm} is a symbolic link, not SQLite's own shared-memory file"
+    if not stat.S_ISREG(st.st_mode):
+        return f"{shm} is not a regular file ({'a directory' if stat.S_ISDIR(st.st_mode) else 'a special file'})"
+    if st.st_uid != os.geteuid():
+        return f"{shm} belongs to uid {st.st_uid}, not to this user (uid {os.geteuid()})"
+    try:
+        os.close(os.open(shm, os.O_RDWR | os.O_CLOEXEC))
+    except OSError as exc:
+        return f"{shm} cannot be opened read-write: {exc.strerror} (mode {oct(stat.S_IMODE(st.st_mode))})"
+    return None
+
+
+def open_writer(path: Path, *, synchronous: str = "NORMAL",
+                on_journal_mode: Callable[[str], None] | None = None) -> apsw.Connection:
+    """Open (creating if needed) ``state.db`` for writing and bring its schema to v1.
+
+    Only the process holding the writer lease may call this. A store found in another
+    journal mode (switched while stopped) is put back into WAL and ``on_journal_mode(old)``
+    is called so the caller logs the correction. Raises the store error tree:
+    ``CantOpenError`` when the linked SQLite has the WAL-reset bug, ``SharedMemoryError``
+    when the -shm file is unusable (``shm_problem``).
+    """
+    check_sqlite_version()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    problem = shm_problem(path)
+    if problem:
+        raise SharedMemoryError(problem)
+    existed = path.exists() and path.stat().st_size > 0  # a new file starts in rollback mode: no correction
+    with mapped():
+        conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE)
+        conn.set_busy_timeout(WRITER_BUSY_MS)
+        before = conn.execute("PRAGMA journal_mode").fetchone()[0]
+        mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+        if before.lower() != "wal" and mode.lower() == "wal" and existed and on_journal_mode:
+            on_journal_mode(before)
+        if mode.lower() != "wal":
+            raise apsw.CantOpenError(f"could not enable WAL on {path} (journal_mode={mode})")
+        conn.execute(f"PRAGMA synchronous={synchronous}")
+        conn.execute("PRAGMA foreign_keys=OFF")  # sessions are auto-created; no FK enforcement
+        schema.create(conn)
+    for suffix in ("", "-wal", "-shm"):
+        p = Path(str(path) + suffix)
+        if p.exists():
+            os.chmod(p, FILE_MODE)  # chmod the path; never open+close a live db file
+    return conn
+
+
+def open_reader(path: Path, *, vfs: str | None = None) -> apsw.Connection:
+    """Open ``state.db`` read-only. Raises ``CantOpenError`` when it does not exist yet.
+    ``vfs`` names a registered SQLite VFS (default: the OS one); tests use it to inject I/O
+    faults without mocking anything above SQLite."""
+    with mapped():
+        conn = apsw.Connection(reader_uri(path), flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI,
+                               **({"vfs": vfs} if vfs else {}))
+        conn.set_busy_timeout(READER_BUSY_MS)
+    return conn
+
+
+@contextlib.contextmanager
+def transaction(conn: apsw.Connection) -> Iterator[apsw.Connection]:
+    """``BEGIN IMMEDIATE`` … ``COMMIT``, rolled back on any exception; apsw errors mapped."""
+    with mapped():
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            if not conn.in_transaction:
+                raise
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")

@@ -210,8 +210,21 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_CONTROLLER] = workerinput is None
     if workerinput is None:
         config.stash[_RUN_DIR] = Path(tempfile.mkdtemp(prefix="quill-test-run-"))
+        _share_bytecode(config.stash[_RUN_DIR])
     else:
         config.stash[_RUN_DIR] = Path(workerinput["quill_run_dir"])
+
+
+def _share_bytecode(run_dir: Path) -> None:
+    """Let every process of the run cache compiled bytecode in the run's state dir.
+
+    The tests start some thousand Python subprocesses (CLI calls, fleets and their children);
+    where ``PYTHONDONTWRITEBYTECODE`` is set (as on the project's machines) each would compile
+    every module of the checkout it imports from source again. The xdist workers and every
+    subprocess inherit this environment, so each module is compiled once per run; the
+    checkout itself stays free of ``__pycache__`` folders."""
+    if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None:
+        os.environ.setdefault("PYTHONPYCACHEPREFIX", str(run_dir / "pycache"))
 
 
 @pytest.hookimpl(optionalhook=True)

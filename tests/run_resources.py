@@ -50,6 +50,7 @@ STALE_SECONDS = 6 * 3600
 #: Skip reasons start with these, so the summary can count the tests each absence skipped.
 LABELS = {"postgres": "PostgreSQL absent", "redis": "Redis absent",
           "chromium": "chromium absent", "corpus": "corpus absent"}
+SLOW_LABEL = "slow"
 _RUN_DIR = pytest.StashKey[Path]()
 _CONTROLLER = pytest.StashKey[bool]()
 
@@ -234,13 +235,18 @@ def pytest_configure_node(node) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if CORPUS.is_dir():
-        return
-    skip = pytest.mark.skip(reason=f"{LABELS['corpus']}: no transcripts at {CORPUS}: run from a "
-                                   "checkout next to shared/corpus or set QUILL_CORPUS")
+    """Skip, saying why, the tests that read a missing corpus, and the long torture variants
+    (marker ``slow``) unless ``QUILL_SLOW=1``: the default run keeps a fast variant of each."""
+    slow = None if os.environ.get("QUILL_SLOW") == "1" else pytest.mark.skip(
+        reason=f"{SLOW_LABEL}: a long torture variant (QUILL_SLOW=1 runs it)")
+    corpus = None if CORPUS.is_dir() else pytest.mark.skip(
+        reason=f"{LABELS['corpus']}: no transcripts at {CORPUS}: run from a checkout next to "
+               "shared/corpus or set QUILL_CORPUS")
     for item in items:
-        if item.get_closest_marker("corpus"):
-            item.add_marker(skip)
+        if corpus and item.get_closest_marker("corpus"):
+            item.add_marker(corpus)
+        if slow and item.get_closest_marker("slow"):
+            item.add_marker(slow)
 
 
 def _affected(terminalreporter, label: str) -> int:
@@ -273,6 +279,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
         else:
             where = result.get("url") or result.get("path")
             lines.append((f"tested: {name} at {where}", False))
+    slow = _affected(terminalreporter, SLOW_LABEL + ":")
+    if slow:
+        lines.append((f"not run: {slow} long torture variants (QUILL_SLOW=1 runs them)", False))
     if lines:
         terminalreporter.write_sep("-", "test resources")
         for text, bad in lines:

@@ -12,20 +12,12 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-#: Real transcripts the tests read: ``$QUILL_CORPUS``, else ``shared/corpus`` next to the
-#: checkout (or next to a folder holding it, as for worktrees).
-CORPUS = (Path(os.environ["QUILL_CORPUS"]) if os.environ.get("QUILL_CORPUS") else
-          next((p / "shared" / "corpus" for p in REPO.parents if (p / "shared" / "corpus").is_dir()),
-               REPO.parent / "shared" / "corpus"))
+pytest.register_assert_rewrite("run_resources")  # imported here, before pytest loads it below
+from run_resources import CORPUS, REPO  # noqa: E402,F401  (tests import them from here)
 
-
-def pytest_sessionstart(session: pytest.Session) -> None:
-    """Stop at once, with what to do, when the real transcripts are missing: dozens of tests
-    read them, and a run without them would fail far from the cause."""
-    if not CORPUS.is_dir():
-        raise pytest.UsageError(f"the tests read real agent transcripts from {CORPUS}, which does not exist: "
-                                "run them from a checkout next to shared/corpus, or set QUILL_CORPUS=/path/to/corpus")
+#: Finds PostgreSQL, Redis, chromium and the corpus by itself; provides ``pg_url``,
+#: ``redis_url``, ``chromium_path`` and the ``corpus`` marker.
+pytest_plugins = ["run_resources"]
 
 
 def quill_env(home: Path) -> dict[str, str]:
@@ -164,24 +156,6 @@ def fleet(quill: QuillCLI):
 
 
 # -- backends: one behaviour suite, two stores -------------------------------------------------
-
-def _pg_base_url() -> str | None:
-    """The test run's PostgreSQL database (``QUILL_TEST_PG_URL``, created fresh by .ci/run).
-    In CI its absence is an error; elsewhere the PostgreSQL tests skip, saying why."""
-    url = os.environ.get("QUILL_TEST_PG_URL")
-    if not url and os.environ.get("CI"):
-        raise RuntimeError("CI must export QUILL_TEST_PG_URL (.ci/run creates the database)")
-    return url
-
-
-@pytest.fixture
-def pg_url() -> str:
-    """The base URL of the test run's PostgreSQL database; skips outside CI without one."""
-    url = _pg_base_url()
-    if not url:
-        pytest.skip("QUILL_TEST_PG_URL is not set (.ci/run creates a database and sets it)")
-    return url
-
 
 @pytest.fixture
 def pg_schemas(pg_url: str):

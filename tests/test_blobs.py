@@ -219,6 +219,7 @@ def test_extract_with_the_shortcut_equals_the_full_walk_on_edge_cases(value):
     _same_extract(value)
 
 
+@pytest.mark.corpus
 def test_extract_with_the_shortcut_equals_the_full_walk_on_the_corpus():
     """Every message the importers parse from the shared corpus (the benchmarks' messages),
     each of its values: same result with and without the shortcut, and some values do hold

@@ -9,6 +9,8 @@ import select
 import subprocess
 import time
 
+import pytest
+
 from conftest import CORPUS, QuillCLI, quill_env
 
 LONG_ID = "agent-run-" + "0123456789abcdef" * 5 + "-tail"
@@ -43,6 +45,7 @@ def _seed(quill: QuillCLI, n: int = 400) -> None:
     quill.run("push", input="\n".join(lines))
 
 
+@pytest.mark.corpus
 def test_import_shows_a_progress_bar_on_a_terminal_only(quill, home):
     folder = CORPUS / "claude-code"
     code, out = _on_tty(quill, "import", str(folder))

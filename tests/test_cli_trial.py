@@ -100,6 +100,7 @@ def _tour() -> list[str]:
     return [line for line in lines if line and not line.startswith("#")]
 
 
+@pytest.mark.corpus
 def test_readme_tour_commands_are_true_on_the_corpus(quill, home, fleet):
     """Every command of README's tour, run as the README says (a fleet running), against the
     shared corpus exits 0; the search example finds something (a README query that finds

@@ -5,7 +5,6 @@ store's queue and scheduler are covered by tests/test_jobs.py and tests/test_fle
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -23,16 +22,6 @@ from conftest import REPO
 from semantics_helpers import Store, assistant, call, tool, user
 
 psycopg = pytest.importorskip("psycopg")
-
-
-@pytest.fixture
-def redis_url() -> str:
-    url = os.environ.get("QUILL_TEST_REDIS_URL")
-    if not url and os.environ.get("CI"):
-        raise RuntimeError("CI must export QUILL_TEST_REDIS_URL (.ci/run starts Redis)")
-    if not url:
-        pytest.skip("QUILL_TEST_REDIS_URL is not set (.ci/run starts Redis and sets it)")
-    return url
 
 
 def _home(root: Path, name: str, store_url: str, queue_url: str | None = None) -> Path:

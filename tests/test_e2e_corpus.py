@@ -12,7 +12,7 @@ from quill.ops.importers import iter_transcript_files, parse_file
 
 from conftest import CORPUS
 
-pytestmark = pytest.mark.skipif(not CORPUS.exists(), reason="../shared/corpus not present")
+pytestmark = pytest.mark.corpus
 
 
 def _phrase(messages: list[dict]) -> str | None:

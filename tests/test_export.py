@@ -5,6 +5,8 @@ from __future__ import annotations
 import base64
 import json
 
+import pytest
+
 from quill.store.sqlite.connection import open_reader
 
 from conftest import CORPUS, QuillCLI
@@ -55,6 +57,7 @@ def _round_trip(quill: QuillCLI, tmp_path) -> tuple[dict, dict, str]:
     return canonical(quill.home), canonical(fresh.home), out.read_text(encoding="utf-8")
 
 
+@pytest.mark.corpus
 def test_whole_corpus_round_trips_through_quill_export(quill, tmp_path):
     quill.run("import", str(CORPUS), check=False)  # files of unsupported formats are named and skipped
     before, after, text = _round_trip(quill, tmp_path)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from conftest import CORPUS
 
 from quill.ops.importers import parse_file
@@ -55,6 +57,7 @@ def test_same_named_chat_files_in_two_folders_are_two_sessions(quill, tmp_path):
     assert [(e["new"], e["already_stored"]) for e in again] == [(0, 2), (0, 3)]
 
 
+@pytest.mark.corpus
 def test_same_named_sharegpt_files_keep_every_trajectory(quill, tmp_path):
     lines = HERMES.read_text().splitlines()
     for folder, picked in (("x", lines[0:2]), ("y", lines[4:6])):
@@ -137,6 +140,7 @@ def test_a_store_made_with_file_name_ids_keeps_its_sessions_on_reimport(quill, t
     assert quarantined(quill) == 0
 
 
+@pytest.mark.corpus
 def test_a_store_made_with_line_ids_keeps_its_sharegpt_sessions(quill, tmp_path):
     lines = HERMES.read_text().splitlines()
     x = tmp_path / "x" / "traj.jsonl"
@@ -218,6 +222,7 @@ def test_idless_files_imported_under_the_file_name_id_keep_it(store, tmp_path):
         assert [m["content"] for m in store.view(other.sessions[0], "model")] == ["ask bravo", "did bravo"], fmt
 
 
+@pytest.mark.corpus
 def test_the_import_counts_add_up_on_files_with_compactions(quill):
     """A re-import said "806 message(s) read: 0 new, 825 already stored" for a Codex rollout:
     compaction summaries counted as stored but not as read."""

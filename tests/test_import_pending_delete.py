@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from conftest import CORPUS
 
 FILE = CORPUS / "claude-code" / "d-kimuson__fe5e1c67-53e7-4862-81ae-d0e013e3270b.jsonl"  # 6 sessions, 437 messages
@@ -25,6 +27,7 @@ def _counts(quill, sids) -> dict[str, int]:
     return out
 
 
+@pytest.mark.corpus
 def test_reimport_while_a_delete_is_pending_brings_the_sessions_back(quill, home):
     [first] = quill.json("import", str(FILE))
     assert (first["sessions"], first["messages"], first["new"]) == (6, 437, 437)
@@ -45,6 +48,7 @@ def test_reimport_while_a_delete_is_pending_brings_the_sessions_back(quill, home
     assert quill.json("spool", "quarantine", "list")["entries"] == []
 
 
+@pytest.mark.corpus
 def test_a_pending_conditional_delete_skips_the_session_and_says_so(quill, home):
     [first] = quill.json("import", str(FILE))
     _drain(quill)

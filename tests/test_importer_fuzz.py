@@ -43,7 +43,7 @@ def _base(name: str) -> tuple[str, object]:
     if name == "gemini-cli":
         return ".json", GEMINI
     if not CORPUS.is_dir():
-        pytest.skip(f"corpus not found at {CORPUS}")
+        pytest.skip(f"corpus absent: no transcripts at {CORPUS}")
     if name == "openai-chat":
         doc = json.loads((CORPUS / "openai-chat/mini-swe-agent__github_issue.traj.json").read_text())
         return ".json", doc[:6]

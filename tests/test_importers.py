@@ -37,7 +37,7 @@ EXPECTED = {
 @pytest.fixture(scope="module")
 def corpus() -> Path:
     if not CORPUS.is_dir():
-        pytest.skip(f"corpus not found at {CORPUS}")
+        pytest.skip(f"corpus absent: no transcripts at {CORPUS}")
     return CORPUS
 
 

@@ -67,7 +67,7 @@ def test_dumps_refuses_what_the_stdlib_refuses():
     assert dumps({"a": [1, 2]}) == '{"a":[1,2]}'
 
 
-@pytest.mark.skipif(not CORPUS.exists(), reason="../shared/corpus not present")
+@pytest.mark.corpus
 def test_message_rows_equal_the_stdlib_rows_on_the_corpus(monkeypatch):
     """Every corpus message: the row with this encoder equals the row ``json.dumps`` makes,
     and the corpus exercises the encoded columns (parts, tool calls, extras)."""

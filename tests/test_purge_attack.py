@@ -245,6 +245,7 @@ def test_a_rerun_removes_what_a_purge_killed_in_its_snapshot_step_left(tmp_path)
     assert files_holding(h.root, b"WORD-x") == []
 
 
+@pytest.mark.corpus
 def test_a_purged_session_imported_again_comes_back(quill):
     """`quill import` spools a batch under a stable batch id (``ingest.stable_batch_id``). A
     deleted (and purged) session imported again from the same file got the same batch ids,

@@ -54,7 +54,7 @@ def _argument_words(tool_calls_json: str) -> set[str]:
     return found
 
 
-@pytest.mark.skipif(not CORPUS.exists(), reason="../shared/corpus not present")
+@pytest.mark.corpus
 def test_every_word_of_every_tool_call_argument_in_the_corpus_is_found(store):
     if store.kind == "postgres":
         pytest.skip("SQLite only: reads the FTS5 tools column directly (8 s of corpus); PostgreSQL's "

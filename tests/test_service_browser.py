@@ -16,12 +16,11 @@ from quill.ops.service.tokens import TokenStore
 from conftest import CORPUS, QuillCLI, stop_fleet
 from service_helpers import free_port
 
-CHROMIUM = Path("/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--disable-sync", "--no-first-run"]
 
-pytestmark = [pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium (.ci/run installs it)"),
-              pytest.mark.skipif(not CORPUS.exists(), reason="the corpus is not present")]
+# chromium_path first: without a browser the module's fleet is never started.
+pytestmark = [pytest.mark.corpus, pytest.mark.usefixtures("chromium_path")]
 
 TOOL_CALL = {"id": "call_1", "type": "function",
              "function": {"name": "run_shell", "arguments": '{"cmd": "pytest -q"}'}}
@@ -75,10 +74,10 @@ def site(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def browser():
+def browser(chromium_path):
     from playwright.sync_api import sync_playwright
     with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        b = p.chromium.launch(executable_path=str(chromium_path), args=ARGS)
         yield b
         b.close()
 

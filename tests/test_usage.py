@@ -210,6 +210,7 @@ def _ok(line: str) -> bool:
         return False
 
 
+@pytest.mark.corpus
 def test_corpus_usage_totals_equal_an_independent_per_response_sum(quill):
     quill.run("import", str(CORPUS / "claude-code"), str(CORPUS / "codex"))
     quill.run("run", "--until-idle", "--timeout", "180")

@@ -80,3 +80,24 @@ def test_bad_config_values_are_errors_in_the_one_format(quill, home, setting):
     proc = quill.run("status", check=False)
     assert proc.returncode == 1 and proc.stderr.startswith("quill: error: ") and "config.toml" in proc.stderr
     assert "docs/configuration.md" in proc.stderr
+
+
+def test_every_file_architecture_md_names_exists():
+    """docs/architecture.md names the files of the main flow and the packages of each layer:
+    each named source file or folder (a backticked path ending in ``.py`` or ``/``) exists, and
+    the main-flow table names at most three files per path."""
+    doc = (REPO / "docs" / "architecture.md").read_text()
+    named = set(re.findall(r"`((?:[\w.-]+/)*[\w.-]+\.py)`", doc))
+    named |= {p for p in re.findall(r"`((?:[\w-]+/)+)`", doc)}
+    # The layer table names a package's folders relative to it (``apply/`` of store/).
+    bases = (REPO, REPO / "store", REPO / "ops")
+    missing = sorted(p for p in named if not any((b / p).exists() for b in bases))
+    assert len(named) >= 12, named
+    assert not missing, f"docs/architecture.md names files that do not exist: {missing}"
+    flow = re.search(r"## The main flow in files\n(.*?)\n## ", doc, re.S)
+    assert flow, "docs/architecture.md lost its 'The main flow in files' section"
+    rows = [r for r in flow.group(1).splitlines() if r.startswith("| an ") or r.startswith("| a ")]
+    assert len(rows) == 3, rows
+    for row in rows:
+        files = re.findall(r"`([\w/]+\.py)`", row)
+        assert 1 <= len(files) <= 3 and all((REPO / f).is_file() for f in files), row

@@ -48,6 +48,12 @@ class QuillCLI:
     def status(self) -> dict:
         return self.json("status", check=False)
 
+    def drain(self) -> dict:
+        """Drain the spool in this process with the production writer (``harness.drain``);
+        for tests that need the spool applied, not the fleet's lifecycle or its jobs."""
+        from harness import drain
+        return drain(self.home)
+
     def start_fleet(self) -> subprocess.Popen:
         """``quill run`` in the background, returned once its supervisor holds the fleet
         lease (as an operator would see it running before using it)."""
@@ -116,6 +122,18 @@ def run_processes(target, args_per_process: list[tuple], timeout: float) -> None
     for p in procs:
         p.join(timeout)
         assert p.exitcode == 0
+
+
+def spool_producer(spool_dir: str, producer: int, batches: int, big: bool) -> None:
+    """A producer process's work for ``run_processes``: ``batches`` one-message appends to
+    session ``p<producer>`` (message ids ``<producer>-<n>``; with ``big`` every 25th is
+    100 KB), on 4 MiB segments."""
+    from quill.spool import Spool
+    with Spool(spool_dir, segment_bytes=4 << 20) as sp:
+        for n in range(batches):
+            content = (f"p{producer}-b{n}-" + "z" * (100_000 if big and n % 25 == 0 else 50))
+            sp.append("messages.append", {"session_id": f"p{producer}", "messages": [
+                {"role": "user", "id": f"{producer}-{n}", "content": content}]})
 
 
 @contextlib.contextmanager

@@ -21,6 +21,39 @@ from quill.spool import Spool
 from quill.workers.writer import Writer
 
 
+def make_home(root: Path, url: str | None = None, **sections: dict[str, Any]) -> home.Settings:
+    """Create the data dir ``root`` with ``sections`` (``{"section": {"key": value}}``) as its
+    config.toml and ``url`` (a PostgreSQL store URL; None: SQLite) as ``[store] url``;
+    returns its settings with every folder made."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    sections = {name: dict(values) for name, values in sections.items()}
+    if url:
+        sections.setdefault("store", {})["url"] = url
+    lines = []
+    for name, values in sections.items():
+        lines.append(f"[{name}]")
+        lines += [f"{k} = {json.dumps(v)}" for k, v in values.items()]
+    (root / "config.toml").write_text("\n".join(lines) + "\n")
+    cfg = home.load(root)
+    cfg.ensure_dirs()
+    return cfg
+
+
+def drain(root: Path) -> dict[str, Any]:
+    """Drain the spool of the data dir at ``root`` in this process, exactly as the fleet's
+    writer does (``Writer.until_idle``: chunks, FTS index slices, queued store jobs, torn
+    tails sealed), then release the lease; the writer logs to ``logs/writer.log``.
+
+    For tests that need the spool drained but not the fleet (no supervisor, scheduler or
+    consumer: scheduled and queued huey jobs do not run). Returns the writer's totals with
+    ``spool_id``, ``from`` and ``to``. Raises ``LeaseHeldError`` while a fleet runs, and
+    ``CorruptError`` when the store is halted."""
+    cfg = home.load(Path(root))
+    cfg.ensure_dirs()
+    return Writer(cfg, logs.configure(cfg.logs_dir, "writer")).until_idle()
+
+
 class InProcessWriter:
     """A data dir at ``root`` (created) with ``settings`` written to its config.toml as
     ``{"section": {"key": value}}``; ``url``: a PostgreSQL store URL (None: SQLite).
@@ -28,17 +61,8 @@ class InProcessWriter:
 
     def __init__(self, root: Path, url: str | None = None, **settings: dict[str, Any]):
         self.root = Path(root)
-        self.root.mkdir(parents=True, exist_ok=True)
-        sections = {"writer": {"poll_interval": 0.001, **settings.pop("writer", {})}, **settings}
-        if url:
-            sections.setdefault("store", {})["url"] = url
-        lines = []
-        for name, values in sections.items():
-            lines.append(f"[{name}]")
-            lines += [f"{k} = {json.dumps(v)}" for k, v in values.items()]
-        (self.root / "config.toml").write_text("\n".join(lines) + "\n")
-        self.cfg = home.load(self.root)
-        self.cfg.ensure_dirs()
+        writer = {"poll_interval": 0.001, **settings.pop("writer", {})}
+        self.cfg = make_home(self.root, url, writer=writer, **settings)
         self.log = logs.configure(self.cfg.logs_dir, "writer")
         self.spool = Spool(self.cfg.spool_dir)
         self.clock = time.monotonic()
@@ -99,4 +123,36 @@ class InProcessWriter:
 
     def close(self) -> None:
         self.writer.shutdown()
+        self.spool.close()
+
+
+class Home:
+    """A data dir at ``root`` (created; ``sections`` as in ``make_home``) driven in-process:
+    producers append to its real spool and ``drain`` runs the production writer until idle
+    (``drain`` above), so a test drains exactly as the fleet's writer does. ``db``,
+    ``spool_dir`` and ``snapshots`` are the data dir's store file and folders."""
+
+    def __init__(self, root: Path, url: str | None = None, **sections: dict[str, Any]):
+        self.root = Path(root)
+        self.cfg = make_home(self.root, url, **sections)
+        self.spool_dir = self.cfg.spool_dir
+        self.db = self.cfg.state_db
+        self.snapshots = self.cfg.snapshots_dir
+        self.spool = Spool(self.spool_dir)
+
+    def append(self, op: str, data: dict[str, Any], **kw: Any) -> Any:
+        """``Spool.append``: returns its ack (``position``, ``batch``)."""
+        return self.spool.append(op, data, **kw)
+
+    def say(self, session: str, *texts: str, **extra: Any) -> Any:
+        """Append one ``messages.append`` of user messages ``texts`` (each with ``extra``
+        fields) to ``session``; returns the ack."""
+        return self.append("messages.append", {"session_id": session, "messages": [
+            {"role": "user", "content": t, **extra} for t in texts]})
+
+    def drain(self) -> dict[str, Any]:
+        """Drain the spool to its end with the production writer; returns its totals."""
+        return drain(self.root)
+
+    def close(self) -> None:
         self.spool.close()

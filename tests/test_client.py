@@ -142,7 +142,7 @@ def test_safe_across_threads_and_after_fork(home, quill):
     assert len(records) == 1 + 6 * 20 + 10 + 1
     producers = {r.record["producer"] for r in records}
     assert len(producers) >= 8  # main thread, 6 threads, the child: one spool handle each
-    quill.run("run", "--until-idle", "--timeout", "120")
+    quill.drain()
     for n in range(6):
         assert [m["content"] for m in q.messages(f"t{n}")] == [f"thread {n} message {i}" for i in range(20)]
     forked = [m["content"] for m in q.messages("fork")]
@@ -235,7 +235,7 @@ def test_not_found_errors_share_one_message_and_hint(home, quill):
     assert {(e.message, e.hint) for e in before} == {("no session 'nope' (no store yet: nothing has been applied)",
                                                       "push or import something, then `quill run` applies it")}
     quill.run("push", "--session", "t", input='{"role": "user", "content": "x"}')
-    quill.run("run", "--until-idle")
+    quill.drain()
     after = [pytest.raises(pkg.NotFoundError, f).value for f in (
         lambda: q.session("nope"), lambda: q.transcript("nope"), lambda: q.context("nope"),
         lambda: q.delete_sessions(["nope"]))]

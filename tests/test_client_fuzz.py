@@ -16,7 +16,7 @@ from quill.ops.client.client import Client
 from quill.ops.client.errors import QuillError
 
 from semantics_helpers import Store
-from test_op_fuzz import JSON_VALUES
+from fuzz_helpers import JSON_VALUES
 
 N = int(os.environ.get("QUILL_FUZZ_N", "15"))
 

@@ -46,13 +46,13 @@ def canonical(home) -> dict:
 
 
 def _round_trip(quill: QuillCLI, tmp_path) -> tuple[dict, dict, str]:
-    quill.run("run", "--until-idle", "--timeout", "240")
+    quill.drain()
     out = tmp_path / "export.jsonl"
     quill.run("export", "-o", str(out))
     fresh = QuillCLI(tmp_path / "fresh")
     report = fresh.json("import", str(out))
     assert report[0]["format"] == "quill-export"
-    fresh.run("run", "--until-idle", "--timeout", "240")
+    fresh.drain()
     assert fresh.status()["spool"]["quarantined"] == 0
     return canonical(quill.home), canonical(fresh.home), out.read_text(encoding="utf-8")
 
@@ -68,7 +68,7 @@ def test_whole_corpus_round_trips_through_quill_export(quill, tmp_path):
     # importing the same export again changes nothing (batch ids are content-derived)
     fresh = QuillCLI(tmp_path / "fresh")
     fresh.run("import", str(tmp_path / "export.jsonl"))
-    fresh.run("run", "--until-idle", "--timeout", "240")
+    fresh.drain()
     assert canonical(fresh.home) == before
 
 
@@ -124,7 +124,7 @@ def test_readable_and_training_formats(quill, tmp_path):
            {"op": "session.create", "data": {"session_id": "other", "source": "codex"}},
            {"op": "messages.append", "data": {"session_id": "other", "messages": [{"role": "user", "content": "x"}]}}]
     quill.run("push", input="\n".join(json.dumps(o) for o in ops))
-    quill.run("run", "--until-idle", "--timeout", "60")
+    quill.drain()
     md = quill.run("export", "s", "--format", "markdown").stdout
     assert md.startswith("# Fix it") and "<details><summary>tool call · ls</summary>" in md
     assert "<details><summary>tool result · ls</summary>" in md and "two files" in md
@@ -140,7 +140,7 @@ def test_readable_and_training_formats(quill, tmp_path):
     (tmp_path / "share.jsonl").write_text(json.dumps(share[0]) + "\n")
     again = QuillCLI(tmp_path / "again")
     again.run("import", str(tmp_path / "share.jsonl"))
-    again.run("run", "--until-idle", "--timeout", "60")
+    again.drain()
     sid = again.json("sessions", "list", "--json")[0]["id"]
     last = again.json("sessions", "show", sid, "--json")["messages"][-1]
     assert (last["content"], last["reasoning"]) == ("two files", "count the lines")
@@ -216,7 +216,7 @@ def test_markdown_keeps_tool_output_holding_its_own_fences_in_one_code_block(qui
         {"role": "assistant", "content": None, "tool_calls": [
             {"id": "c1", "type": "function", "function": {"name": "sh<x>", "arguments": '{"cmd": "```"}'}}]},
         {"role": "tool", "tool_call_id": "c1", "name": "sh<x>", "content": output}]))
-    quill.run("run", "--until-idle", "--timeout", "60")
+    quill.drain()
     md = quill.run("export", "f", "--format", "markdown").stdout
     blocks = [t.content.rstrip("\n") for t in MarkdownIt().parse(md) if t.type == "fence"]
     assert blocks == ['{"cmd": "```"}', output]
@@ -229,7 +229,7 @@ def test_a_cut_off_export_is_imported_up_to_its_bad_lines_and_the_other_files_to
     imported (it stopped the whole import with exit 2 and no file name)."""
     for i in range(3):
         quill.run("push", "--session", f"s{i}", input=json.dumps({"role": "user", "content": f"message {i}"}) + "\n")
-    quill.run("run", "--until-idle", "--timeout", "120")
+    quill.drain()
     out = tmp_path / "export.jsonl"
     quill.run("export", "-o", str(out))
     lines = out.read_text(encoding="utf-8").splitlines(keepends=True)
@@ -248,7 +248,7 @@ def test_a_cut_off_export_is_imported_up_to_its_bad_lines_and_the_other_files_to
     problems = report["a-cut.jsonl"]["problems"]
     assert [p["line"] for p in problems] == [len(lines), len(lines) + 1]
     assert report["b-sharegpt.jsonl"]["new"] == 2
-    fresh.run("run", "--until-idle", "--timeout", "120")
+    fresh.drain()
     listed = {s["id"] for s in fresh.json("sessions", "list")}
     assert {"s0", "s1"} <= listed and any(s.startswith("sharegpt:b-sharegpt.jsonl:") for s in listed)
 
@@ -259,12 +259,12 @@ def test_importing_an_export_again_spools_nothing(quill, tmp_path):
     ops whose batch ids the store has applied are now skipped and counted as stored."""
     for i in range(3):
         quill.run("push", "--session", f"s{i}", input=json.dumps({"role": "user", "content": f"message {i}"}) + "\n")
-    quill.run("run", "--until-idle", "--timeout", "120")
+    quill.drain()
     out = tmp_path / "export.jsonl"
     quill.run("export", "-o", str(out))
     fresh = QuillCLI(tmp_path / "fresh")
     assert fresh.json("import", str(out))[0]["new"] == 3  # a store without them: everything is new
-    fresh.run("run", "--until-idle", "--timeout", "120")
+    fresh.drain()
     before = fresh.json("spool", "status")
     report = fresh.json("import", str(out))[0]
     assert (report["new"], report["already_stored"]) == (0, 3)

@@ -34,9 +34,14 @@ def sessions(quill) -> dict[str, list[str]]:
     return out
 
 
-def drain(quill) -> str:
+def run_until_idle(quill) -> str:
     """``quill run --until-idle``; returns its stderr (where quarantines are reported)."""
     return quill.run("run", "--until-idle", "--timeout", "60").stderr
+
+
+def drain(quill) -> None:
+    """Drain the spool in-process with the production writer (no fleet)."""
+    quill.drain()
 
 
 def quarantined(quill) -> int:
@@ -48,7 +53,7 @@ def test_same_named_chat_files_in_two_folders_are_two_sessions(quill, tmp_path):
     write(tmp_path / "coll" / "b" / "chat.json", B)
     out = quill.run("import", str(tmp_path / "coll")).stdout
     assert "spooled 5 new message(s) from 2 file(s)" in out, out
-    assert "quarantined" not in drain(quill)
+    assert "quarantined" not in run_until_idle(quill)
     held = sessions(quill)
     assert sorted(held.values()) == [[m["content"] for m in A], [m["content"] for m in B]]
     assert all(sid.startswith("openai-chat:chat.json:") for sid in held)
@@ -65,7 +70,7 @@ def test_same_named_sharegpt_files_keep_every_trajectory(quill, tmp_path):
         (tmp_path / folder / "traj.jsonl").write_text("\n".join(picked) + "\n")
     report = quill.json("import", str(tmp_path / "x"), str(tmp_path / "y"))
     assert sum(e["new"] for e in report) == 12
-    assert "quarantined" not in drain(quill)
+    assert "quarantined" not in run_until_idle(quill)
     assert quarantined(quill) == 0
     held = quill.json("sessions", "list", "--all")
     assert len(held) == 4 and sum(s["message_count"] for s in held) == 12
@@ -164,9 +169,9 @@ def test_run_says_when_records_were_quarantined(quill, tmp_path):
     """A refused op must not pass silently: `quill run --until-idle` names the quarantines."""
     batch = "11111111-2222-3333-4444-555555555555"
     quill.run("push", input=json.dumps({"op": "session.create", "data": {"session_id": "s"}, "batch": batch}) + "\n")
-    assert "quarantined" not in drain(quill)
+    assert "quarantined" not in run_until_idle(quill)
     quill.run("push", input=json.dumps({"op": "session.create", "data": {"session_id": "t"}, "batch": batch}) + "\n")
-    err = drain(quill)
+    err = run_until_idle(quill)
     assert "1 record(s) quarantined during this run" in err and "batch-id-reused: 1" in err, err
 
 
@@ -230,7 +235,7 @@ def test_the_import_counts_add_up_on_files_with_compactions(quill):
 
     files = [str(p) for p in sorted((CORPUS / "codex").glob("*.jsonl"))]
     first = quill.json("import", *files)
-    quill.run("run", "--until-idle", "--timeout", "300")
+    quill.drain()
     again = quill.json("import", *files)
     for one, two in zip(first, again):
         assert one["messages"] == one["new"] + one["already_stored"], one

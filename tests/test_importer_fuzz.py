@@ -21,8 +21,8 @@ from quill.store.errors import InvalidOpError
 from quill.store.apply.precheck import precheck
 
 from conftest import CORPUS
-from test_importers_structure import GEMINI_SESSION
-from test_op_fuzz import _RAW, JSON_VALUES, paths, replaced
+from importers_helpers import GEMINI_SESSION
+from fuzz_helpers import JSON_VALUES, RAW_ERROR, paths, replaced
 
 N = int(os.environ.get("QUILL_FUZZ_N", "30"))
 
@@ -76,7 +76,7 @@ def test_one_bad_field_never_crashes_an_import(name, tmp_path_factory):
         _write(target, suffix, replaced(doc, path, value))
         parsed = parse_file(target)
         for problem in parsed.problems:
-            assert not _RAW.search(problem.reason), problem
+            assert not RAW_ERROR.search(problem.reason), problem
         for session in parsed.sessions:
             for op, data in [("session.create", session.session),
                              ("messages.append", {"session_id": session.session.get("session_id"),
@@ -84,7 +84,7 @@ def test_one_bad_field_never_crashes_an_import(name, tmp_path_factory):
                 try:
                     precheck(op, data)
                 except InvalidOpError as exc:
-                    assert not _RAW.search(f"{exc.reason} {exc.detail}"), exc
+                    assert not RAW_ERROR.search(f"{exc.reason} {exc.detail}"), exc
     run()
 
 

@@ -13,6 +13,7 @@ from quill.ops.importers import (
 from quill.ops.importers.jsonlines import iter_jsonl
 
 from conftest import CORPUS
+from importers_helpers import all_messages, text_of
 GLUED = "claude-code/entireio-cli__130d7b7e-5801-4345-9bd6-f32fd9b8429b.jsonl"
 
 # file -> (sessions, messages, problems); cross-checked below by independent counting
@@ -57,18 +58,6 @@ def plain_records(path: Path) -> list[tuple[int | None, dict]]:
             obj, pos = dec.raw_decode(line, pos)
             out.append((n, obj))
     return out
-
-
-def text_of(content) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    return "".join(p.get("text", "") for p in content if isinstance(p, dict))
-
-
-def all_messages(pf: ParsedFile) -> list[dict]:
-    return [m for s in pf.sessions for m in s.messages]
 
 
 # --------------------------------------------------------------------- corpus

@@ -8,7 +8,8 @@ import json
 from quill.ops.importers import detect_format, parse_file
 from quill.store import Reader
 
-from importers_helpers import cc, codex_assistant, codex_line, codex_user, store, texts, write_jsonl  # noqa: F401 (store: fixture)
+from importers_helpers import (  # noqa: F401 (store: fixture)
+    GEMINI_SESSION, cc, codex_assistant, codex_line, codex_user, store, texts, write_jsonl)
 
 
 # -------------------------------------------------------------------- sidechains / subagents
@@ -289,19 +290,6 @@ def test_a_title_added_to_a_grown_file_is_applied_on_reimport(store, tmp_path):
 
 #: A Gemini CLI session file (one JSON document), as the CLI writes it; also the fuzz seed of
 #: tests/test_importer_fuzz.py.
-GEMINI_SESSION = {"sessionId": "g1", "projectHash": "h", "startTime": "2026-01-15T20:51:48.582Z",
-                  "lastUpdated": "2026-01-15T20:52:56.382Z", "messages": [
-                      {"id": "m1", "timestamp": "2026-01-15T20:51:48.582Z", "type": "user", "content": "make a file"},
-                      {"id": "m2", "timestamp": "2026-01-15T20:51:52.837Z", "type": "gemini", "content": "I will write it.",
-                       "thoughts": [{"subject": "Planning", "description": "write docs/blue.md", "timestamp": "x"}],
-                       "tokens": {"input": 10, "output": 5}, "model": "gemini-2.5-flash",
-                       "toolCalls": [{"id": "wf-1", "name": "write_file", "args": {"file_path": "docs/blue.md"},
-                                      "result": [{"functionResponse": {"id": "wf-1", "name": "write_file",
-                                                                       "response": {"output": "wrote docs/blue.md"}}}],
-                                      "status": "success", "timestamp": "2026-01-15T20:51:53.000Z"}]},
-                      {"id": "m3", "timestamp": "2026-01-15T20:52:17.033Z", "type": "info", "content": "update available"},
-                      {"id": "m4", "timestamp": "2026-01-15T20:52:18.000Z", "type": "user", "content": [{"text": "thanks"}]}]}
-
 
 def test_gemini_cli_session(store, tmp_path):
     doc = json.loads(json.dumps(GEMINI_SESSION))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from quill.ops.importers import ParsedFile, detect_format, parse_file
 
-from test_importers import all_messages, text_of
+from importers_helpers import all_messages, text_of
 
 def claude_rec(uuid, rtype, content, sid="s1", parent=None, ts="2026-01-01T00:00:00.000Z", **kw):
     msg = {"role": rtype, "content": content}

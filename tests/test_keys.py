@@ -107,7 +107,7 @@ def test_cli_resume_orphans_adopt_through_the_spool(quill):
         {"op": "messages.append", "data": {"session_id": "o3", "messages": [user("z", timestamp=1_700_001_031)]}},
     ]
     quill.run("push", input="\n".join(json.dumps(o) for o in ops))
-    quill.run("run", "--until-idle", "--timeout", "60")
+    quill.drain()
     # before adoption the lookup for the chat silently returns the older keyed sibling
     assert quill.run("sessions", "resume", "--key", "chat:1").stdout.strip() == "k1"
     assert quill.json("sessions", "resume", "--cwd", "/srv/bot")["session_id"] == "k1"
@@ -122,7 +122,7 @@ def test_cli_resume_orphans_adopt_through_the_spool(quill):
     assert {o["session_id"]: o["predecessor"] for o in report} == {"o1": "k1", "o3": None}
     adopted = quill.json("sessions", "orphans", "--adopt")
     assert {o["session_id"]: o["adopted"] for o in adopted} == {"o1": True, "o3": False}
-    quill.run("run", "--until-idle", "--timeout", "60")
+    quill.drain()
     assert quill.json("sessions", "resume", "--key", "chat:1")["chain"] == ["k1", "o1"]
     assert [o["session_id"] for o in quill.json("sessions", "orphans")] == ["o3"]
     assert quill.json("sessions", "show", "o3")["session"]["key"] is None
@@ -172,14 +172,14 @@ def test_cli_delete_by_id_and_by_key_goes_through_the_spool(quill):
            {"op": "messages.append", "data": {"session_id": "b", "messages": [user("three")]}},
            {"op": "session.create", "data": {"session_id": "c"}}]
     quill.run("push", input="\n".join(json.dumps(o) for o in ops))
-    quill.run("run", "--until-idle", "--timeout", "60")
+    quill.drain()
     assert quill.run("sessions", "delete", "b", check=False, input="n\n").returncode != 0  # asked, refused
     out = quill.json("sessions", "delete", "--key", "chat:1", "--yes")
     assert out["session_ids"] == ["a", "a2"]
     quill.run("sessions", "delete", "b", "--yes")
     assert quill.run("sessions", "delete", "--key", "chat:404", "--yes", check=False).returncode == 3
     assert quill.run("sessions", "delete", "b", "--key", "x", check=False).returncode == 2
-    quill.run("run", "--until-idle", "--timeout", "60")
+    quill.drain()
     assert [s["id"] for s in quill.json("sessions", "list", "--all")] == ["c"]
     assert quill.json("search", "three") == []
     # deleting it again (an interrupted `delete --purge` re-run): not found, and the hint

@@ -35,6 +35,7 @@ from quill.spool.record import OP_KINDS
 from quill.store.errors import InvalidOpError
 from quill.store.apply.precheck import precheck
 
+from fuzz_helpers import JSON_VALUES, RAW_ERROR, paths, replaced
 from semantics_helpers import Store
 
 N = int(os.environ.get("QUILL_FUZZ_N", "25"))
@@ -109,50 +110,11 @@ _SETUP = [("session.create", {"session_id": "s1", "source": "cli", "model": "gpt
 STATE_REASONS = frozenset({"unknown-session", "unknown-message", "not-a-user-message", "not-live", "no-such-turn",
                            "stale-head", "duplicate-title", "duplicate-tool-result", "tail-mismatch",
                            "nothing-to-compact", "restore-out-of-order"})
-#: Reasons only a refusal for the data's Python type would give (the bug class under test).
-_RAW = re.compile(r"\b(TypeError|KeyError|AttributeError|ValueError|OverflowError|IndexError|RecursionError|"
-                  r"UnicodeEncodeError|ConstraintError|MismatchError|TooBigError|RangeError)\b")
+
 
 
 def test_every_op_kind_has_a_valid_payload():
     assert set(VALID) == set(OP_KINDS)
-
-
-def paths(value: Any, prefix: tuple = ()) -> list[tuple]:
-    """Every path (tuple of keys/indexes) into ``value``'s dicts and lists, deepest last."""
-    out = []
-    if isinstance(value, dict):
-        items = value.items()
-    elif isinstance(value, list):
-        items = enumerate(value)
-    else:
-        return out
-    for key, child in items:
-        out.append(prefix + (key,))
-        out.extend(paths(child, prefix + (key,)))
-    return out
-
-
-def replaced(data: Any, path: tuple, value: Any) -> Any:
-    out = copy.deepcopy(data)
-    holder = out
-    for key in path[:-1]:
-        holder = holder[key]
-    holder[path[-1]] = value
-    return out
-
-
-_ODD_TEXT = st.sampled_from(["", " ", "x" * 70_000, "\x00", "\ud800", "é中🚀", "\u202e", "null", "{}", "[]",
-                             "1e999", "-1", "NaN", "2024-13-45T99:99:99", "user", "s1"])
-_SCALARS = (st.none() | st.booleans()
-            | st.sampled_from([0, -1, 1, 2 ** 31, 2 ** 53 + 1, 2 ** 63, -2 ** 63 - 1, 10 ** 30, -(10 ** 30)])
-            | st.integers()
-            | st.floats(allow_nan=False, allow_infinity=False)
-            | st.sampled_from([0.5, -0.0, 1e300, -1e300, 5e-324])
-            | _ODD_TEXT | st.text(max_size=20))
-JSON_VALUES = st.recursive(_SCALARS, lambda children: st.lists(children, max_size=4)
-                           | st.dictionaries(st.text(max_size=8) | st.sampled_from(["type", "text", "role", "id"]),
-                                             children, max_size=4), max_leaves=12)
 
 
 @st.composite
@@ -174,7 +136,7 @@ def check_precheck(op: str, data: Any) -> str | None:
     try:
         precheck(op, data)
     except InvalidOpError as exc:
-        assert exc.reason and not _RAW.search(f"{exc.reason} {exc.detail}"), (exc.reason, exc.detail)
+        assert exc.reason and not RAW_ERROR.search(f"{exc.reason} {exc.detail}"), (exc.reason, exc.detail)
         return exc.reason
     return None
 
@@ -218,8 +180,8 @@ def test_one_bad_field_is_refused_alone_with_an_op_rule_reason(op, tmp_path_fact
             store.spool.append("messages.append", {"session_id": "after", "messages": [{"role": "user", "content": "z"}]})
             store.drain()
             for reason, detail, _ in store.last_rejects:
-                assert reason != "invalid-data" or not _RAW.search(detail), (path, reason, detail)
-                assert not _RAW.search(detail), (path, reason, detail)
+                assert reason != "invalid-data" or not RAW_ERROR.search(detail), (path, reason, detail)
+                assert not RAW_ERROR.search(detail), (path, reason, detail)
             assert store.last_result.applied + store.last_result.rejected == 4
             assert store.last_result.rejected <= 1, store.last_rejects
             reasons = [reason for reason, _, _ in store.last_rejects]
@@ -269,7 +231,7 @@ def test_every_valid_payload_applies(op, tmp_path):
 def test_precheck_refuses_what_the_writer_would_with_its_reason(op, data, reason, tmp_path):
     with pytest.raises(InvalidOpError) as refused:
         precheck(op, data)
-    assert refused.value.reason == reason and not _RAW.search(refused.value.detail)
+    assert refused.value.reason == reason and not RAW_ERROR.search(refused.value.detail)
     text = json.dumps(data)
     if "NaN" in text or "Infinity" in text:
         return  # never reaches a writer: the spool refuses it too

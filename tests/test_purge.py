@@ -12,55 +12,24 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
-from quill.jobs.worker_jobs import snapshot
 from quill.ops.purge.procedure import purge
 from quill.ops.recover.replay import replay, verify
 from quill.spool import Position, Quarantine, Spool, SpoolReader
-from quill.spool.purge import PURGED_OP, seal
+from quill.spool.purge import seal
 from quill.spool.segments import list_segments, segment_name
 
 from conftest import REPO
-from test_property_rebuild import SEEDS, SESSIONS, Run, dump
+from purge_helpers import PurgeHome, check_unchanged_except_tombstones, files_holding
+from rebuild_helpers import SEEDS, SESSIONS, Run, dump
 
 SECRET = b"SECRET-b"
 IMAGE = "data:image/png;base64," + base64.b64encode(b"SECRET-b-attachment" * 40).decode()
 
 
-class Home:
-    """A data dir driven directly: producers append, ``replay`` plays the writer."""
-
-    def __init__(self, root: Path):
-        self.root = root
-        self.spool_dir = root / "spool"
-        self.db = root / "state.db"
-        self.snapshots = root / "snapshots"
-        self.spool = Spool(self.spool_dir)
-
-    def append(self, op: str, data: dict):
-        return self.spool.append(op, data)
-
-    def say(self, sid: str, *texts: str, **extra):
-        return self.append("messages.append", {"session_id": sid, "messages": [
-            {"role": "user", "content": t, **extra} for t in texts]})
-
-    def drain(self) -> None:
-        replay(self.spool_dir, self.db, None)
-
-    def snapshot(self) -> Path:
-        return Path(snapshot(str(self.db), str(self.snapshots), keep=100)["path"])
-
-    def segments(self) -> dict[int, bytes]:
-        return {n: (self.spool_dir / segment_name(n)).read_bytes() for n in list_segments(self.spool_dir)}
-
-    def purge(self, *ids: str, **kw):
-        return purge(self.spool_dir, self.db, self.snapshots, list(ids), actor="user:test", **kw)
-
-
-def populate(h: Home) -> dict:
+def populate(h: PurgeHome) -> dict:
     """Sessions a (kept), b (deleted), b-sub (b's delegate, goes with it), c (b's branch, kept
     and detached); a quarantined record of b; a snapshot before and one after the delete."""
     h.append("session.create", {"session_id": "a", "source": "cli", "system_prompt": "PROMPT-a"})
@@ -90,36 +59,8 @@ def populate(h: Home) -> dict:
     return {"delete": ack, "before": before, "after": after}
 
 
-def files_holding(root: Path, needle: bytes, *, live: bool = True) -> list[str]:
-    """Every file under ``root`` (spool, quarantine, snapshots, and with ``live`` the live
-    store, its WAL and shm: a completed purge scrubs them too) whose bytes contain ``needle``."""
-    found = []
-    for path in root.rglob("*"):
-        if path.is_file() and (live or not path.name.startswith("state.db")) and needle in path.read_bytes():
-            found.append(str(path.relative_to(root)))
-    return sorted(found)
-
-
-def check_unchanged_except_tombstones(before: dict[int, bytes], after: dict[int, bytes]) -> int:
-    """Every segment keeps its size and line boundaries; every line is byte-identical or a
-    tombstone of the same batch. Returns the number of tombstones."""
-    tombs = 0
-    for n, old in before.items():
-        new = after[n]
-        assert len(new) == len(old), n
-        old_lines, new_lines = old.splitlines(keepends=True), new.splitlines(keepends=True)
-        assert [len(x) for x in old_lines] == [len(x) for x in new_lines]
-        for o, w in zip(old_lines, new_lines):
-            if o != w:
-                rec_o, rec_w = json.loads(o), json.loads(w)
-                assert rec_w["op"] == PURGED_OP and rec_w["batch"] == rec_o["batch"]
-                assert rec_o["op"] != "sessions.delete"
-                tombs += 1
-    return tombs
-
-
 def test_purge_removes_the_session_everywhere_and_nothing_else(tmp_path):
-    h = Home(tmp_path / "home")
+    h = PurgeHome(tmp_path / "home")
     facts = populate(h)
     assert files_holding(h.root, SECRET)  # before: spool, quarantine and snapshots hold b
     live_before = dump(h.db)
@@ -157,7 +98,7 @@ def test_purge_removes_the_session_everywhere_and_nothing_else(tmp_path):
 
 
 def test_producers_leave_a_sealed_segment_and_the_writer_follows(tmp_path):
-    h = Home(tmp_path / "home")
+    h = PurgeHome(tmp_path / "home")
     first = h.say("a", "one")
     assert seal(h.spool_dir, first.position.segment)
     sealed = (h.spool_dir / segment_name(first.position.segment)).read_bytes()
@@ -173,7 +114,7 @@ def test_producers_leave_a_sealed_segment_and_the_writer_follows(tmp_path):
 def test_purge_refuses_a_live_session_and_an_undeleted_one(tmp_path):
     from quill.ops.client.errors import InvalidInputError, NotFoundError
 
-    h = Home(tmp_path / "home")
+    h = PurgeHome(tmp_path / "home")
     h.say("a", "hi")
     h.say("gone", "bye")
     h.drain()
@@ -206,7 +147,7 @@ STEPS = ["planned", "sealed", "tmp-written", "renamed", "segment-", "quarantine"
 
 @pytest.mark.parametrize("at", STEPS)
 def test_kill_9_at_each_step_loses_nothing_and_a_rerun_finishes(tmp_path, at):
-    h = Home(tmp_path / "home")
+    h = PurgeHome(tmp_path / "home")
     populate(h)
     segs = h.segments()
     live = dump(h.db)
@@ -265,12 +206,12 @@ def test_cli_delete_purge_with_a_running_fleet(quill, fleet):
 
 def test_cli_purge_later_and_its_refusals(quill):
     _push(quill, _ops("a", "alpha") + _ops("b", "SECRET-b text"))
-    quill.run("run", "--until-idle", "--timeout", "60")
+    quill.drain()
     # no writer running: the delete is spooled, the purge waits and says what to run later
     late = quill.run("sessions", "delete", "b", "--purge", "--yes", "--wait", "0.2", check=False)
     assert late.returncode == 4 and "quill spool purge b" in late.stderr
     assert quill.run("spool", "purge", "b", check=False).returncode == 2  # not applied yet: still exists
-    quill.run("run", "--until-idle", "--timeout", "60")
+    quill.drain()
     assert quill.run("spool", "purge", "a", check=False).returncode == 2   # alive
     assert quill.run("spool", "purge", "zz", check=False).returncode == 3  # never deleted
     figures = quill.json("spool", "purge", "b")
@@ -324,7 +265,7 @@ def test_property_purge_then_every_remaining_snapshot_plus_spool_equals_the_live
 def test_a_line_too_damaged_to_attribute_is_reported_not_guessed_at(tmp_path):
     """A spool line before the delete whose JSON no longer parses may be the purged session's:
     the purge leaves it (it cannot tell whose it is) and lists its position in ``damaged``."""
-    h = Home(tmp_path / "home")
+    h = PurgeHome(tmp_path / "home")
     h.append("session.create", {"session_id": "x", "source": "cli"})
     h.say("x", "WORD-x-secret mangled")
     seg = h.spool_dir / segment_name(1)

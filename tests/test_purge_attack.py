@@ -10,10 +10,10 @@ import pytest
 
 from quill.ops.purge.procedure import purge
 
-from test_purge import Home, files_holding
+from purge_helpers import PurgeHome, files_holding
 
 
-def _three_sessions_two_deleted(h: Home) -> None:
+def _three_sessions_two_deleted(h: PurgeHome) -> None:
     for sid in ("a", "x", "y"):
         h.append("session.create", {"session_id": sid, "source": "cli"})
         h.say(sid, f"WORD-{sid}-secret")
@@ -31,7 +31,7 @@ def test_two_concurrent_purges_of_one_segment_keep_both_sessions_purged(tmp_path
     renames them over the first purge's result: the first session's content is back in the
     spool although both purges returned success. (With real processes: 3 of 5 runs of two
     parallel `quill spool purge` on the corpus left one session's text in the segment.)"""
-    h = Home(tmp_path / "home")
+    h = PurgeHome(tmp_path / "home")
     _three_sessions_two_deleted(h)
     second_planned, second_go, first_done = threading.Event(), threading.Event(), threading.Event()
     out: dict = {}
@@ -67,7 +67,7 @@ def test_two_concurrent_purges_of_one_segment_keep_both_sessions_purged(tmp_path
     assert files_holding(h.root, b"WORD-y") == []
 
 
-def _whole_spool_replay(h: Home, tmp_path: Path) -> Path:
+def _whole_spool_replay(h: PurgeHome, tmp_path: Path) -> Path:
     from quill.ops.recover.replay import replay
     from quill.spool import Position, Quarantine
 
@@ -95,7 +95,7 @@ def test_whole_spool_replay_after_purge_gives_the_kept_sessions_the_same_title_a
     counted once across sessions (``usage_response``). Live, b's requests lost to x; the
     purge turns x's records into no-ops, so a whole-spool replay gives b the title and the
     usage row the live store never had: the rebuilt store is not the live one."""
-    h = Home(tmp_path / "home")
+    h = PurgeHome(tmp_path / "home")
     h.append("session.create", {"session_id": "x", "source": "cli", "title": "Shared title"})
     h.append("usage.record", {"session_id": "x", "model": "gpt-4o", "response_id": "resp-1",
                               "usage": {"prompt_tokens": 10, "completion_tokens": 2}})
@@ -126,7 +126,7 @@ def test_snapshot_plus_spool_after_an_interrupted_purge_equals_the_live_store(tm
     usage row x had counted: not the live store."""
     import shutil
 
-    h = Home(tmp_path / "home")
+    h = PurgeHome(tmp_path / "home")
     h.append("session.create", {"session_id": "a", "source": "cli"})
     h.drain()
     snap = h.snapshot()  # a scheduled snapshot, before x existed
@@ -150,7 +150,7 @@ def test_snapshot_plus_spool_after_an_interrupted_purge_equals_the_live_store(tm
     assert snap.exists()
     from quill.ops.recover.replay import replay
     from quill.spool import Quarantine
-    from test_property_rebuild import dump
+    from rebuild_helpers import dump
 
     target = tmp_path / "rebuilt.db"
     shutil.copyfile(snap, target)
@@ -173,7 +173,7 @@ def test_replay_after_a_purge_sealed_a_torn_segment_reaches_the_records_after_it
     from quill.spool import Position, Quarantine
     from quill.spool.segments import segment_name
 
-    h = Home(tmp_path / "home")
+    h = PurgeHome(tmp_path / "home")
     h.append("session.create", {"session_id": "x", "source": "cli"})
     h.say("x", "WORD-x-secret")
     h.say("a", "a1")
@@ -182,7 +182,7 @@ def test_replay_after_a_purge_sealed_a_torn_segment_reaches_the_records_after_it
     with open(h.spool_dir / segment_name(1), "ab") as f:  # a producer killed mid-write
         f.write(b'{"v":1,"op":"messages.append","batch":"torn","data":{"session_id":"a","mess')
     assert h.purge("x")["sealed"]
-    ack = Home(h.root).say("a", "a2 acknowledged after the purge")  # a new producer process
+    ack = PurgeHome(h.root).say("a", "a2 acknowledged after the purge")  # a new producer process
     assert ack.position.segment == 2
     target = tmp_path / "rebuilt.db"
     replay(h.spool_dir, target, Position(1, 0), quarantine=Quarantine.for_store(target))
@@ -201,7 +201,7 @@ def test_whole_spool_replay_after_purge_detaches_the_branch_like_the_live_store(
     not exist. (CLI: push session.create x, session.create c {parent_id: x, parent_kind:
     branch}, a message to each, ``quill run``, ``quill sessions delete x --purge --yes``, stop
     the fleet, ``quill spool replay --from 1:0 --into r.db``: c's row differs.)"""
-    h = Home(tmp_path / "home")
+    h = PurgeHome(tmp_path / "home")
     h.append("session.create", {"session_id": "x", "source": "cli"})
     h.say("x", "WORD-x-secret")
     h.append("session.create", {"session_id": "c", "source": "cli", "parent_id": "x", "parent_kind": "branch"})
@@ -230,7 +230,7 @@ def test_a_rerun_removes_what_a_purge_killed_in_its_snapshot_step_left(tmp_path)
     Here the leftover files are laid down as the kill leaves them (a copy of the store)."""
     import shutil
 
-    h = Home(tmp_path / "home")
+    h = PurgeHome(tmp_path / "home")
     _three_sessions_two_deleted(h)
     h.snapshots.mkdir(parents=True, exist_ok=True)
     killed = [h.snapshots / ".snapshot-4242-1796099765745683090.tmp",
@@ -257,21 +257,21 @@ def test_a_purged_session_imported_again_comes_back(quill):
 
     src = str(CORPUS / "openai-chat" / "mini-swe-agent__github_issue.traj.json")
     sid = quill.json("import", src)[0]["session_ids"][0]
-    quill.run("run", "--until-idle", "--timeout", "60")
+    quill.drain()
     quill.run("sessions", "delete", sid, "--yes")
-    quill.run("run", "--until-idle", "--timeout", "60")
+    quill.drain()
     assert quill.json("spool", "purge", sid)["records_purged"] > 0
     again = quill.json("import", src)
     assert again[0]["new"] == 22
-    quill.run("run", "--until-idle", "--timeout", "60")
+    quill.drain()
     assert [(s["id"], s["message_count"]) for s in quill.json("sessions", "list", "--all")] == [(sid, 22)]
     assert quill.json("import", src)[0]["new"] == 0  # still idempotent: a third import adds nothing
     # A plain delete (no purge) and a second re-import: the count moves on, the session comes back.
     quill.run("sessions", "delete", sid, "--yes")
-    quill.run("run", "--until-idle", "--timeout", "60")
+    quill.drain()
     assert quill.json("sessions", "list", "--all") == []
     assert quill.json("import", src)[0]["new"] == 22
-    quill.run("run", "--until-idle", "--timeout", "60")
+    quill.drain()
     assert [(s["id"], s["message_count"]) for s in quill.json("sessions", "list", "--all")] == [(sid, 22)]
 
 
@@ -286,7 +286,7 @@ def test_a_purge_does_not_restart_the_retention_clock_of_the_segments_it_rewrite
     from quill.spool.segments import segment_name
     from quill.spool import Position
 
-    h = Home(tmp_path / "home")
+    h = PurgeHome(tmp_path / "home")
     _three_sessions_two_deleted(h)
     h.say("a", "one more")  # a second segment below, so segment 1 is sealed and old
     seg1 = h.spool_dir / segment_name(1)
@@ -306,7 +306,7 @@ def test_purge_later_then_the_next_snapshot_holds_no_deleted_content(tmp_path):
     snapshots/ hours after the purge reported success. (CLI on the corpus: marker message in
     A, ``quill sessions delete A``, run, ``quill spool purge A`` -> no file but state.db*
     holds the marker; ``quill snapshot`` -> snapshots/snapshot-….db holds it.)"""
-    h = Home(tmp_path / "home")
+    h = PurgeHome(tmp_path / "home")
     h.append("session.create", {"session_id": "a", "source": "cli"})
     h.say("a", "a keeps this")
     h.append("session.create", {"session_id": "x", "source": "cli"})
@@ -333,7 +333,7 @@ def test_purge_after_a_purge_delete_scrubs_and_truncates_the_wal(tmp_path):
     the frames that inserted them (a new user found a purged secret in state.db-wal) and FTS5
     segments its words (another found them in messages_fts_data): the purge's scrub
     optimizes, VACUUMs and empties the WAL for it too."""
-    h = Home(tmp_path / "home")
+    h = PurgeHome(tmp_path / "home")
     h.append("session.create", {"session_id": "x", "source": "cli"})
     h.say("x", "WORD-x-secret")
     h.append("sessions.delete", {"session_ids": ["x"], "purge": True, "reason": "user_request"})
@@ -344,46 +344,46 @@ def test_purge_after_a_purge_delete_scrubs_and_truncates_the_wal(tmp_path):
     assert [p.name for p in h.root.rglob("*") if p.is_file() and b"WORD-x-secret" in p.read_bytes()] == []
 
 
+def _wait_for_the_lease(h: PurgeHome, timeout: float = 30) -> None:
+    """Return once some holder has the writer lease of ``h`` (a probe cannot take it)."""
+    from quill.home import RunDir
+    from quill.store.errors import LeaseHeldError
+    from quill.store.lease import Lease
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            Lease(RunDir(h.root).lock("writer")).acquire().release()
+        except LeaseHeldError:
+            return
+        time.sleep(0.02)
+    raise AssertionError("the writer never took its lease")
+
+
 def test_purge_later_queues_the_scrub_for_a_running_writer(tmp_path):
     """While a writer holds its lease the purge does not write the store: it queues ``scrub``
-    and waits for the writer's ``job_runs`` record. The writer is stood for by a thread that
-    holds the lease and runs queued store jobs with ``workers.job_runner`` on its own
-    store, as the writer's loop does between drain chunks."""
-    import structlog
+    and waits for the writer's ``job_runs`` record. The writer is the production one
+    (``workers.writer.Writer.run``: lease, drain, queued store jobs), in a thread."""
+    from quill.jobs.queues import build_for
+    from quill.ops import logs
+    from quill.workers.writer import Writer
 
-    from quill.jobs.queues import build
-    from quill.store.factory import open_url
-    from quill.store.lease import Lease
-    from quill.workers.job_runner import StoreJobRunner
-    from quill.home import RunDir
-
-    h = Home(tmp_path / "home")
+    h = PurgeHome(tmp_path / "home")
     h.append("session.create", {"session_id": "x", "source": "cli"})
     h.say("x", *[f"WORD-x-secret {i} " + "lorem ipsum " * 20 for i in range(50)])
     h.append("sessions.delete", {"session_ids": ["x"], "reason": "user_request"})
     h.drain()
-    queues = build(h.root / "queue.db")
-    lease = Lease(RunDir(h.root).lock("writer")).acquire()
+    queues = build_for(h.cfg)
+    writer = Writer(h.cfg, logs.configure(h.cfg.logs_dir, "writer"))
     stop = threading.Event()
-
-    def writer() -> None:
-        store = open_url(None, h.db, "local")
-        runner = StoreJobRunner(queues, structlog.get_logger("writer"), h.spool)
-        try:
-            while not stop.is_set():
-                if not runner.run_one(store, idle=True):
-                    time.sleep(0.05)
-        finally:
-            store.close()
-
-    t = threading.Thread(target=writer)
+    t = threading.Thread(target=writer.run, args=(stop,))
     t.start()
     try:
+        _wait_for_the_lease(h)  # held: the purge queues the scrub instead of running it
         figures = h.purge("x", enqueue_scrub=lambda **kw: queues.enqueue("scrub", **kw))
     finally:
         stop.set()
         t.join(10)
-        lease.release()
     assert figures["store_scrub"]["runner"] == "writer"
     h.snapshot()
     assert files_holding(h.root, b"WORD-x") == []
@@ -397,7 +397,7 @@ def test_a_damaged_line_of_the_purged_session_is_reported(tmp_path):
     quarantined; the purge removes its quarantine entry (so it knew the line was x's) but
     leaves the line, with x's text, in the segment, and nothing in the figures (or the CLI
     summary) mentions it: the purge reports success."""
-    h = Home(tmp_path / "home")
+    h = PurgeHome(tmp_path / "home")
     h.append("session.create", {"session_id": "x", "source": "cli"})
     h.say("x", "WORD-x-secret damaged")
     seg = h.spool_dir / "00000001.jsonl"

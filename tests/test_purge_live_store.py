@@ -120,11 +120,11 @@ def test_purge_rerun_after_kill9_of_the_delete_and_the_writer_leaves_nothing(qui
 def test_pending_purge_is_told_from_a_complete_one(tmp_path):
     """``ops.purge.pending``: an applied ``purge: true`` delete whose records are still in the
     spool is pending; after the purge (tombstones) it is not; a plain delete never is."""
-    from test_purge import Home
+    from purge_helpers import PurgeHome
 
     from quill.ops.purge.procedure import interrupted
 
-    h = Home(tmp_path / "home")
+    h = PurgeHome(tmp_path / "home")
     for sid in ("x", "plain", "keep"):
         h.append("session.create", {"session_id": sid, "source": "cli"})
         h.say(sid, f"WORD-{sid}-secret")
@@ -145,12 +145,12 @@ def test_a_reader_blocking_the_scrubs_checkpoint_fails_the_purge_and_a_rerun_fin
     import apsw
     import pytest
 
-    from test_purge import Home, files_holding
+    from purge_helpers import PurgeHome, files_holding
 
     from quill.ops.client.errors import StorageError
     from quill.ops.purge.procedure import interrupted
 
-    h = Home(tmp_path / "home")
+    h = PurgeHome(tmp_path / "home")
     h.append("session.create", {"session_id": "x", "source": "cli"})
     h.say("x", *[f"WORD-x-secret {i} " + "lorem " * 40 for i in range(40)])
     h.append("session.create", {"session_id": "keep", "source": "cli"})

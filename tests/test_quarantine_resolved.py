@@ -22,14 +22,14 @@ def _quarantine_a_reused_batch(quill, home) -> dict:
     quarantined as ``batch-id-reused``. Returns its entry."""
     with Spool(home / "spool") as sp:
         sp.append("messages.append", {"session_id": "s", "messages": [{"role": "user", "content": "first"}]})
-    quill.run("run", "--until-idle", "--timeout", "120")
+    quill.drain()
     quill.run("snapshot")  # predates the refusal: a recover replays it again
     with Spool(home / "spool") as sp:
         sp.append("messages.append", {"session_id": "s", "messages": [{"role": "user", "content": "turn one"}]},
                   batch_id=REUSED)
         sp.append("messages.append", {"session_id": "s", "messages": [{"role": "user", "content": "turn two"}]},
                   batch_id=REUSED)
-    quill.run("run", "--until-idle", "--timeout", "120")
+    quill.drain()
     [entry] = quill.json("spool", "quarantine", "list")["entries"]
     assert entry["reason"] == "batch-id-reused"
     return entry
@@ -38,11 +38,11 @@ def _quarantine_a_reused_batch(quill, home) -> dict:
 def test_recover_does_not_reopen_a_retried_entry(quill, home):
     entry = _quarantine_a_reused_batch(quill, home)
     quill.run("spool", "quarantine", "retry", entry["id"])
-    quill.run("run", "--until-idle", "--timeout", "120")
+    quill.drain()
     assert _contents(quill) == ["first", "turn one", "turn two"]
     out = quill.json("recover")
     assert out["swapped_by"] == "recover" and out["rejected"] == 0 and out["already_resolved"] == 1
-    quill.run("run", "--until-idle", "--timeout", "120")
+    quill.drain()
     assert quill.json("spool", "quarantine", "list")["entries"] == []
     assert quill.status()["spool"]["quarantined"] == 0
     assert _contents(quill) == ["first", "turn one", "turn two"]  # the rebuild applied the retry once
@@ -76,7 +76,7 @@ def test_a_retry_run_again_after_a_kill_between_append_and_resolve_applies_once(
         first = sp.append(op, data, batch_id=batch)
     retried = quill.json("spool", "quarantine", "retry", entry["id"])
     assert retried["batch"] == first.batch_id != REUSED
-    quill.run("run", "--until-idle", "--timeout", "120")
+    quill.drain()
     assert _contents(quill) == ["first", "turn one", "turn two"]
     assert quill.json("spool", "quarantine", "list")["entries"] == []
 
@@ -84,16 +84,16 @@ def test_a_retry_run_again_after_a_kill_between_append_and_resolve_applies_once(
 def test_a_refused_retry_can_itself_be_retried(quill, home):
     with Spool(home / "spool") as sp:  # refused: the session does not exist yet
         sp.append("messages.compact", {"session_id": "later", "messages": [{"role": "user", "content": "sum"}]})
-    quill.run("run", "--until-idle", "--timeout", "120")
+    quill.drain()
     [entry] = quill.json("spool", "quarantine", "list")["entries"]
     quill.run("spool", "quarantine", "retry", entry["id"])  # still no session: refused again
-    quill.run("run", "--until-idle", "--timeout", "120")
+    quill.drain()
     [again] = quill.json("spool", "quarantine", "list")["entries"]
     assert again["id"] != entry["id"] and again["reason"] == "unknown-session"
     with Spool(home / "spool") as sp:
         sp.append("messages.append", {"session_id": "later", "messages": [{"role": "user", "content": "q"}]})
     assert quill.json("spool", "quarantine", "retry", again["id"])["batch"] != again["batch"]
-    quill.run("run", "--until-idle", "--timeout", "120")
+    quill.drain()
     assert quill.json("spool", "quarantine", "list")["entries"] == []
     assert [h["session_id"] for h in quill.json("search", "sum")] == ["later"]
 

@@ -10,7 +10,7 @@ import pytest
 from quill.spool import START, InvalidOpError, Position, Quarantine, Spool, SpoolReader
 from quill.spool.record import decode, encode
 
-from conftest import run_processes
+from conftest import run_processes, spool_producer
 
 
 def _records(spool_dir: Path) -> list:
@@ -126,18 +126,10 @@ def test_read_respects_the_byte_budget_and_resumes(tmp_path):
     assert len(first) + len(rest) == 20
 
 
-def _producer(spool_dir: str, producer: int, batches: int, big: bool) -> None:
-    with Spool(spool_dir, segment_bytes=4 << 20) as sp:
-        for n in range(batches):
-            content = (f"p{producer}-b{n}-" + "z" * (100_000 if big and n % 25 == 0 else 50))
-            sp.append("messages.append", {"session_id": f"p{producer}", "messages": [
-                {"role": "user", "id": f"{producer}-{n}", "content": content}]})
-
-
 def test_concurrent_producers_never_interleave(tmp_path):
     """8 processes × 150 batches, some of 100 KB: every line decodes, every batch present,
     each producer's order kept."""
-    run_processes(_producer, [(str(tmp_path), p, 150, True) for p in range(8)], timeout=60)
+    run_processes(spool_producer, [(str(tmp_path), p, 150, True) for p in range(8)], timeout=60)
     entries = _records(tmp_path)
     assert all(e.record is not None for e in entries), [e.damage for e in entries if e.damage]
     seen: dict[str, list[int]] = {}

@@ -23,8 +23,7 @@ from quill.spool import START, Quarantine, Spool, SpoolFullError, SpoolReader
 from quill.spool.record import encode
 from quill.store import Reader
 
-from conftest import REPO, quill_env, run_processes, small_tmpfs
-from test_spool import _producer
+from conftest import REPO, quill_env, run_processes, small_tmpfs, spool_producer
 
 
 def _acking_producer(spool_dir: str, k: int, batches: int, ack_path: str, seed: int) -> None:
@@ -175,7 +174,7 @@ def test_disk_full_gives_a_clear_error_leaves_no_torn_record_and_recovers(small_
 def test_sixteen_producers_with_large_messages(tmp_path):
     """16 processes × 2,000 batches, every 25th a 100 KB message: no interleaved bytes,
     every batch present, per-producer (= per-session) order kept."""
-    run_processes(_producer, [(str(tmp_path), p, 2000, True) for p in range(16)], timeout=300)
+    run_processes(spool_producer, [(str(tmp_path), p, 2000, True) for p in range(16)], timeout=300)
     entries = list(SpoolReader(tmp_path).read(START, max_bytes=1 << 40))
     assert len(entries) == 32000 and all(e.record is not None for e in entries)
     order: dict[str, list[int]] = {}

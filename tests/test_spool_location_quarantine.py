@@ -22,12 +22,12 @@ def _bad_and_good(home):
 
 
 def test_spool_given_the_data_dir_appends_where_the_writer_drains(quill, home):
-    quill.run("run", "--until-idle", "--timeout", "120")  # creates the data dir layout
+    quill.drain()  # creates the data dir layout
     with Spool(home) as sp:
         ack = sp.append("messages.append", {"session_id": "via-home", "messages": [{"role": "user", "content": "x"}]})
     assert (home / "spool" / "00000001.jsonl").exists() and not (home / "00000001.jsonl").exists()
     assert ack.position.segment == 1
-    quill.run("run", "--until-idle", "--timeout", "120")
+    quill.drain()
     assert [s["id"] for s in quill.json("sessions", "list")] == ["via-home"]
 
 
@@ -51,7 +51,7 @@ def test_a_directory_that_is_neither_spool_nor_data_dir_is_refused(tmp_path):
 
 
 def test_doctor_flags_stray_segments_and_adopt_brings_their_records_in(quill, home):
-    quill.run("run", "--until-idle", "--timeout", "120")
+    quill.drain()
     with Spool(home / "logs" / "misplaced") as sp:  # a producer given a wrong, fresh directory
         sp.append("session.create", {"session_id": "stray", "title": "lost?"})
     checks = {c["check"]: c for c in json.loads(quill.run("doctor", "--json", check=False).stdout)}
@@ -59,7 +59,7 @@ def test_doctor_flags_stray_segments_and_adopt_brings_their_records_in(quill, ho
     assert "misplaced/00000001.jsonl" in checks["stray segments"]["detail"]
     out = quill.json("spool", "adopt", str(home / "logs" / "misplaced" / "00000001.jsonl"))
     assert out["adopted"] == 1 and out["damaged"] == []
-    quill.run("run", "--until-idle", "--timeout", "120")
+    quill.drain()
     assert [s["title"] for s in quill.json("sessions", "list")] == ["lost?"]
     checks = {c["check"]: c for c in json.loads(quill.run("doctor", "--json", check=False).stdout)}
     assert checks["stray segments"]["status"] == "ok"
@@ -89,7 +89,7 @@ def test_quarantine_list_show_retry_and_drop(quill, home):
     _bad_and_good(home)
     with Spool(home / "spool") as sp:
         sp.append("session.title", {"session_id": "s1", "title": "x" * 300})  # refused: title-too-long
-    quill.run("run", "--until-idle", "--timeout", "120")
+    quill.drain()
     entries = quill.json("spool", "quarantine", "list")["entries"]
     assert [e["reason"] for e in entries] == ["unknown-session", "title-too-long"]
     compact, title = (e["id"] for e in entries)
@@ -102,7 +102,7 @@ def test_quarantine_list_show_retry_and_drop(quill, home):
         sp.append("messages.append", {"session_id": "later", "messages": [{"role": "user", "content": "q"}]})
     retried = quill.json("spool", "quarantine", "retry", compact)
     assert retried["batch"] != shown["batch"]
-    quill.run("run", "--until-idle", "--timeout", "120")
+    quill.drain()
     assert quill.json("spool", "quarantine", "list")["entries"] == [{**entries[1]}]
     dropped = quill.json("spool", "quarantine", "drop", title)
     assert dropped["dropped"] is True

@@ -59,7 +59,7 @@ def _seed_segmented(quill, home, session: str) -> list:
     (home / "config.toml").write_text("[spool]\nsegment_bytes = 4096\n")
     for start in range(0, 60, 10):
         _push(quill, session, start, 10, pad=100)  # ~2.5 KB per batch: several 4 KiB segments
-    quill.run("run", "--until-idle", "--timeout", "60")
+    quill.drain()
     return sorted((home / "spool").glob("*.jsonl"))
 
 
@@ -125,7 +125,7 @@ def test_snapshot_during_a_halt_on_a_replaced_store_refuses_and_names_the_halt(q
     from conftest import QuillCLI
     other = QuillCLI(tmp_path / "other home")
     _push(other, "theirs", 0, 30, pad=100)
-    other.run("run", "--until-idle", "--timeout", "120")
+    other.drain()
     _push(quill, "mine", 0, 5)
     quill.wait_idle()
     quill.run("snapshot")
@@ -264,7 +264,7 @@ def test_salvage_keeps_session_metadata_and_transcript_order(quill, home):
     assert len(list((home / "spool").glob("*.jsonl"))) == 3
     quill.run("push", input=json.dumps({"op": "messages.append", "data": {"session_id": "tip", "messages": [
         {"role": "user", "content": "m3", "id": "m3"}, {"role": "assistant", "content": "m4", "id": "m4", "pad": pad}]}}))
-    quill.run("run", "--until-idle", "--timeout", "60")
+    quill.drain()
     quill.run("push", input=json.dumps({"op": "messages.append", "data": {"session_id": "tip", "messages": [
         {"role": "user", "content": "m5", "id": "m5"}]}}))  # spooled, not yet in state.db
     segments = sorted((home / "spool").glob("*.jsonl"))

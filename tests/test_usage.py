@@ -145,7 +145,7 @@ def test_listing_and_show_carry_totals_and_cli_reports(quill):
            {"op": "usage.record", "data": {"session_id": "b", "source": "cron", "model": "mystery-1",
                                            "usage": ANTHROPIC, "ts": 1_760_090_000}}]
     quill.run("push", input="\n".join(json.dumps(o) for o in ops))
-    quill.run("run", "--until-idle", "--timeout", "60")
+    quill.drain()
     listed = {s["id"]: s for s in quill.json("sessions", "list")}
     assert listed["a"]["usage"]["calls"] == 2
     assert listed["a"]["usage"]["input_tokens"] == CODEX["input_tokens"] + 1000
@@ -213,7 +213,7 @@ def _ok(line: str) -> bool:
 @pytest.mark.corpus
 def test_corpus_usage_totals_equal_an_independent_per_response_sum(quill):
     quill.run("import", str(CORPUS / "claude-code"), str(CORPUS / "codex"))
-    quill.run("run", "--until-idle", "--timeout", "180")
+    quill.drain()
     assert quill.status()["spool"]["quarantined"] == 0
     got = {r["source"]: r for r in quill.json("usage", "--by", "source")}
     want = _independent_sums()
@@ -230,7 +230,7 @@ def test_corpus_usage_totals_equal_an_independent_per_response_sum(quill):
     assert naive > got["claude-code"]["output_tokens"]
     # re-importing counts nothing twice
     quill.run("import", str(CORPUS / "claude-code"), str(CORPUS / "codex"))
-    quill.run("run", "--until-idle", "--timeout", "180")
+    quill.drain()
     assert {r["source"]: r["input_tokens"] for r in quill.json("usage", "--by", "source")} == \
         {k: v["input_tokens"] for k, v in got.items()}
 

@@ -10,7 +10,7 @@ from quill.spool import Quarantine
 from quill.store.sqlite.connection import open_reader, open_writer
 from quill.store.apply.usage import price_version
 
-from test_property_rebuild import dump
+from rebuild_helpers import dump
 
 OLD = "genai-prices==0.0.1"
 
@@ -30,7 +30,7 @@ def test_reprice_through_the_spool(quill, tmp_path):
            {"op": "usage.record", "data": {"session_id": "s", "task": "title", "model": "no-such-model-xyz",
                                            "ts": 1_760_000_001, "usage": {"prompt_tokens": 5, "completion_tokens": 1}}}]
     quill.run("push", input="\n".join(json.dumps(o) for o in ops))
-    quill.run("run", "--until-idle", "--timeout", "60")
+    quill.drain()
     (priced, _, cost, version), (unknown, _, none, unversioned) = _usage(quill.home)
     assert version == price_version() and cost > 0 and none is None and unversioned is None
     # a store whose first row was priced by an older table (at twice today's price)
@@ -45,7 +45,7 @@ def test_reprice_through_the_spool(quill, tmp_path):
     assert _usage(quill.home)[0][3] == OLD  # nothing appended
     out = quill.json("usage", "reprice")
     assert out["repriced"] == 1 and len(out["batches"]) == 1
-    quill.run("run", "--until-idle", "--timeout", "60")
+    quill.drain()
     assert _usage(quill.home) == [(priced, "gpt-4o", cost, price_version()), (unknown, "no-such-model-xyz", None, None)]
     assert abs(quill.json("usage")[0]["cost_usd"] - (before - cost)) < 1e-9
     # the op is on record in the spool, with the numbers it applied
@@ -65,11 +65,11 @@ def test_reprice_op_applies_only_to_rows_still_on_the_old_version_and_refuses_ba
     ops = [{"op": "usage.record", "data": {"session_id": "s", "task": "turn", "model": "gpt-4o",
                                            "usage": {"prompt_tokens": 10, "completion_tokens": 2}}}]
     quill.run("push", input="\n".join(json.dumps(o) for o in ops))
-    quill.run("run", "--until-idle", "--timeout", "60")
+    quill.drain()
     [(rid, _, cost, version)] = _usage(quill.home)
     stale = {"op": "usage.reprice", "data": {"price_version": "genai-prices==9.9.9", "rows": [[rid, OLD, 123.0]]}}
     quill.run("push", input=json.dumps(stale))
-    quill.run("run", "--until-idle", "--timeout", "60")
+    quill.drain()
     assert _usage(quill.home) == [(rid, "gpt-4o", cost, version)]  # decided against a version it no longer has
     for bad in ({"price_version": "", "rows": [[rid, None, 1.0]]}, {"price_version": "v", "rows": []},
                 {"price_version": "v", "rows": [[rid, None, -1.0]]}, {"price_version": "v", "rows": [[True, None, 1.0]]},

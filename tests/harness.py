@@ -18,7 +18,21 @@ from typing import Any
 from quill import home
 from quill.ops import logs
 from quill.spool import Spool
+from quill.workers.drain import Drain
 from quill.workers.writer import Writer
+
+
+class RecordingDrain(Drain):
+    """The one drain loop, also keeping each refusal ``(reason, detail, position)`` for the
+    test to read (the record is quarantined as the writer would)."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.rejects: list[tuple[str, str, str]] = []
+
+    def reject(self, entry: Any, reason: str, detail: str) -> None:
+        self.rejects.append((reason, detail, str(entry.position)))
+        super().reject(entry, reason, detail)
 
 
 def make_home(root: Path, url: str | None = None, **sections: dict[str, Any]) -> home.Settings:

@@ -10,20 +10,8 @@ from typing import Any
 
 from quill.spool import Quarantine, Spool, SpoolReader
 from quill.store.factory import open_url
-from quill.workers.drain import Drain
 
-
-class RecordingDrain(Drain):
-    """The one drain loop, also keeping each refusal ``(reason, detail, position)`` for the
-    test to read (the record is quarantined as the writer would)."""
-
-    def __init__(self, *args: Any, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        self.rejects: list[tuple[str, str, str]] = []
-
-    def reject(self, entry: Any, reason: str, detail: str) -> None:
-        self.rejects.append((reason, detail, str(entry.position)))
-        super().reject(entry, reason, detail)
+from harness import RecordingDrain
 
 
 class Store:

@@ -6,8 +6,9 @@ across ops, tool results that reuse a call id — some refused as ``duplicate-to
 the store phase —, usage with repeated response ids, invalid usage, invalid messages, blobs,
 sources given late, batch ids re-sent with the same or other content) mixed with creates,
 automatic and deliberate ends (reopening) and deletes (the id floor). The spool is applied
-twice to fresh stores in large chunks: once by the SQLite ledger (bulk runs) and once by the
-same ledger with bulk runs off (each op in its own SAVEPOINT, as the PostgreSQL backend
+twice to fresh SQLite stores in large chunks by the one drain loop (``workers.drain.Drain``
+over the store ``store.factory.open_url`` returns): once with bulk runs (production) and
+once with the ledger's bulk runs off (each op in its own SAVEPOINT, as the PostgreSQL backend
 does). Every table must match, every column except the drain's own clock, and the
 quarantine calls must match in order.
 """
@@ -18,20 +19,17 @@ from pathlib import Path
 
 import pytest
 
-from quill.spool import START, Spool, SpoolReader
+from quill.spool import Quarantine, Spool, SpoolReader
 from quill.store import open_writer
-from quill.store.apply.chunk import SqliteLedger, apply_entries, take_chunk
-from quill.store.sqlite.connection import transaction
+from quill.store.apply.chunk import SqliteLedger
+from quill.store.factory import open_url
+
+from harness import RecordingDrain
 
 SESSIONS = ["a", "b", "c", "d"]
 #: (table, column) that hold when the drain ran, not what it stored.
-VOLATILE = {("applied_batches", "applied_at"), ("rejected_batches", "rejected_at")}
-
-
-class OneAtATime(SqliteLedger):
-    """The SQLite ledger with bulk runs off: the reference behaviour."""
-
-    bulk_append = False
+VOLATILE = {("applied_batches", "applied_at"), ("rejected_batches", "rejected_at"),
+            ("spool_cursor", "updated_at")}
 
 
 def _message(rng: random.Random, n: int) -> dict:
@@ -87,20 +85,17 @@ def write_spool(spool_dir: Path, seed: int, ops: int = 160) -> None:
             sent.append((batch, op, data))
 
 
-def apply_all(spool_dir: Path, db: Path, ledger: SqliteLedger, chunk_rows: int) -> list[tuple[str, str]]:
-    """Apply the whole spool in chunks of ``chunk_rows`` rows; returns the quarantine calls."""
-    conn = open_writer(db)
-    rejected: list[tuple[str, str]] = []
-    reader, pos = SpoolReader(spool_dir), START
+def apply_all(spool_dir: Path, db: Path, chunk_rows: int) -> list[tuple[str, str]]:
+    """Drain the whole spool into a new store ``db`` in chunks of ``chunk_rows`` rows;
+    returns the quarantine calls (the quarantine beside ``db``)."""
+    store = open_url(None, db, "local")
     try:
-        while entries := take_chunk(reader.read(pos), chunk_rows):
-            with transaction(conn):
-                apply_entries(conn, entries, 1.0e9, lambda e, reason, _d: rejected.append((str(e.position), reason)),
-                              ledger)
-            pos = entries[-1].next
+        drain = RecordingDrain(store, SpoolReader(spool_dir), Quarantine.for_store(db), chunk_rows)
+        drain.start()
+        drain.until_empty()
     finally:
-        conn.close()
-    return rejected
+        store.close()
+    return [(position, reason) for reason, _, position in drain.rejects]
 
 
 def dump(db: Path) -> dict[str, list[tuple]]:
@@ -119,11 +114,13 @@ def dump(db: Path) -> dict[str, list[tuple]]:
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_bulk_runs_equal_one_op_at_a_time(tmp_path: Path, seed: int) -> None:
+def test_bulk_runs_equal_one_op_at_a_time(tmp_path: Path, seed: int, monkeypatch) -> None:
     write_spool(tmp_path / "spool", seed)
     chunk = random.Random(seed).choice([40, 200, 5000])
-    bulk = apply_all(tmp_path / "spool", tmp_path / "bulk.db", SqliteLedger(), chunk)
-    single = apply_all(tmp_path / "spool", tmp_path / "single.db", OneAtATime(), chunk)
+    bulk = apply_all(tmp_path / "spool", tmp_path / "bulk.db", chunk)
+    with monkeypatch.context() as m:  # the reference: the ledger with bulk runs off
+        m.setattr(SqliteLedger, "bulk_append", False)
+        single = apply_all(tmp_path / "spool", tmp_path / "single.db", chunk)
     assert bulk == single
     a, b = dump(tmp_path / "bulk.db"), dump(tmp_path / "single.db")
     assert a.keys() == b.keys()
@@ -146,7 +143,7 @@ def test_refused_op_in_a_run_is_quarantined_alone(tmp_path: Path) -> None:
     with Spool(tmp_path / "spool", fsync=False) as sp:
         for i, m in enumerate(msgs):
             sp.append("messages.append", {"session_id": "s", "messages": m}, batch_id=f"b{i}")
-    rejected = apply_all(tmp_path / "spool", tmp_path / "s.db", SqliteLedger(), 500)
+    rejected = apply_all(tmp_path / "spool", tmp_path / "s.db", 500)
     assert [r for _, r in rejected] == ["duplicate-tool-result"]
     conn = open_writer(tmp_path / "s.db")
     try:

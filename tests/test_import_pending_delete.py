@@ -15,7 +15,7 @@ FILE = CORPUS / "claude-code" / "d-kimuson__fe5e1c67-53e7-4862-81ae-d0e013e3270b
 
 
 def _drain(quill) -> None:
-    quill.run("run", "--until-idle", "--timeout", "120")
+    quill.drain()
 
 
 def _counts(quill, sids) -> dict[str, int]:

@@ -389,5 +389,5 @@ def test_a_web_page_rebound_to_loopback_gets_no_anonymous_access(quill, home):
         tok = token(quill, "read")
         r = httpx.get(f"{base}/api/v1/search", params={"q": "config"}, headers={**evil, **bearer(tok)})
         assert r.status_code == 200  # a token is the caller's own credential, whatever the page's name
-    quill.run("run", "--until-idle")
+    quill.drain()
     assert quill.json("sessions", "show", "s1")["session"]["id"] == "s1"

@@ -35,7 +35,7 @@ def served_api(tmp_path_factory):
     home.mkdir()
     quill = QuillCLI(home)
     quill.run("push", "--session", "fuzz-1", input='{"role": "user", "content": "seed message"}')
-    quill.run("run", "--until-idle", "--timeout", "120")
+    quill.drain()
     admin, _ = TokenStore(home / "tokens.db").create("fuzz", ["admin"])
     with served(quill, "--anonymous", "none") as base:
         yield base, admin

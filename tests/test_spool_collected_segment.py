@@ -93,7 +93,7 @@ def test_client_append_after_purge_and_spool_gc_is_applied(home, quill):
 def test_wait_on_a_batch_the_store_never_saw_is_not_called_quarantined(home, quill):
     client = quill_pkg.Client(home)
     real = client.append("s", [{"role": "user", "content": "hi"}])
-    quill.run("run", "--until-idle", "--timeout", "120")
+    quill.drain()
     ghost = Ack(real.position, "00000000-0000-4000-8000-000000000000")  # nothing was appended for it
     outcome = client.wait(ghost, 10)
     assert outcome.status == "missing"

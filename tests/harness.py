@@ -7,6 +7,12 @@ Nothing is stood in for: the spool, the store, the huey queue and the run direct
 real ones in a temp data dir; the writer logs JSON lines to ``logs/writer.log`` as in a fleet.
 A unit of work takes milliseconds, so halt, FTS detach, job deferral and disk-full behaviour
 are checked here; real fleets stay for lifecycle, signals and ``kill -9``.
+
+Three ways in, all on the production ``Writer`` and ``Drain``: ``InProcessWriter`` steps one
+writer turn by turn; ``Home`` (and ``drain``, also ``QuillCLI.drain`` in conftest) drains a
+data dir to its end as ``quill run --until-idle``'s writer does, without the fleet (a fleet
+start costs about 2 CPU s); ``RecordingDrain`` is the bare drain loop over a store, noting
+each refusal, for tests of the appliers themselves.
 """
 from __future__ import annotations
 

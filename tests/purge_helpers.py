@@ -1,5 +1,6 @@
 """Shared by the purge tests: a data dir driven in-process (``harness.Home``) that can also
 take snapshots and run ``ops.purge.procedure.purge``, and checks on what a purge left."""
+
 from __future__ import annotations
 
 import json
@@ -24,8 +25,10 @@ class PurgeHome(Home):
 
     def segments(self) -> dict[int, bytes]:
         """Every spool segment's bytes by segment number."""
-        return {n: (self.spool_dir / segment_name(n)).read_bytes()
-                for n in list_segments(self.spool_dir)}
+        return {
+            n: (self.spool_dir / segment_name(n)).read_bytes()
+            for n in list_segments(self.spool_dir)
+        }
 
     def purge(self, *ids: str, **kw: Any) -> dict[str, Any]:
         """``purge`` of sessions ``ids`` by ``user:test``; returns its figures."""
@@ -38,8 +41,11 @@ def files_holding(root: Path, needle: bytes, *, live: bool = True) -> list[str]:
     as paths relative to ``root``, sorted."""
     found = []
     for path in root.rglob("*"):
-        if (path.is_file() and (live or not path.name.startswith("state.db"))
-                and needle in path.read_bytes()):
+        if (
+            path.is_file()
+            and (live or not path.name.startswith("state.db"))
+            and needle in path.read_bytes()
+        ):
             found.append(str(path.relative_to(root)))
     return sorted(found)
 

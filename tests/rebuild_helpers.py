@@ -3,6 +3,7 @@ with the purge tests: ``Run`` appends random ops of every kind to a real spool, 
 with the one drain loop (``workers.drain.Drain``) in small random chunks, indexes, runs the
 real store jobs between chunks and takes real snapshots; ``dump`` reads a store's canonical
 tables for comparison."""
+
 from __future__ import annotations
 
 import os
@@ -19,7 +20,11 @@ from quill.store.factory import open_url
 from quill.workers.drain import Drain
 
 N = int(os.environ.get("QUILL_PROPERTY_N", "8"))
-SEEDS = [int(os.environ["QUILL_PROPERTY_SEED"])] if os.environ.get("QUILL_PROPERTY_SEED") else list(range(N))
+SEEDS = (
+    [int(os.environ["QUILL_PROPERTY_SEED"])]
+    if os.environ.get("QUILL_PROPERTY_SEED")
+    else list(range(N))
+)
 DAY = 86400.0
 SESSIONS = [f"s{i}" for i in range(6)]
 TITLES = ["alpha", "beta", "gamma", "", None]
@@ -31,8 +36,10 @@ CANONICAL = tuple(t for t, role in schema.TABLES.items() if role == schema.CANON
 #: Each table's primary key, the dump's order (usage ids are insertion order).
 KEYS = {"blobs": "sha256", "session_deletions": "session_id"}
 PROMPTS = ["You are a careful agent. " * 20, "You are terse."]
-TOOLS = [[{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}],
-         [{"type": "function", "function": {"name": "edit"}}]]
+TOOLS = [
+    [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}],
+    [{"type": "function", "function": {"name": "edit"}}],
+]
 
 
 def dump(db: Path) -> dict[str, list[tuple]]:
@@ -71,37 +78,72 @@ class Run:
     def message(self, role: str | None = None) -> dict:
         rng = self.rng
         role = role or rng.choice(["user", "assistant", "assistant", "tool", "system"])
-        msg: dict = {"role": role, "content": rng.choice(["hello", "fix the bug", "done", "prunedword", "ok ok"])}
+        msg: dict = {
+            "role": role,
+            "content": rng.choice(["hello", "fix the bug", "done", "prunedword", "ok ok"]),
+        }
         if rng.random() < 0.5:
             self.ext += 1
             msg["id"] = f"m{rng.randrange(self.ext + 1)}"  # repeats exercise idempotent appends
         if role == "assistant" and rng.random() < 0.3:
-            msg["tool_calls"] = [{"id": f"c{rng.randrange(4)}", "type": "function",
-                                  "function": {"name": "bash", "arguments": '{"cmd": "ls"}'}}]
+            msg["tool_calls"] = [
+                {
+                    "id": f"c{rng.randrange(4)}",
+                    "type": "function",
+                    "function": {"name": "bash", "arguments": '{"cmd": "ls"}'},
+                }
+            ]
         if role == "tool":
             msg["tool_call_id"] = f"c{rng.randrange(4)}"
         if rng.random() < 0.1:
             msg["timestamp"] = rng.choice([1_700_000_000, "2024-01-01T00:00:00Z", 5])
         if role == "assistant" and rng.random() < 0.2:
-            msg["usage"] = {"prompt_tokens": rng.randint(1, 99), "completion_tokens": rng.randint(1, 9)}
+            msg["usage"] = {
+                "prompt_tokens": rng.randint(1, 99),
+                "completion_tokens": rng.randint(1, 9),
+            }
         if rng.random() < 0.05:
-            msg["content"] = [{"type": "text", "text": "see"},
-                              {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "QUJD" * 300}}]
+            msg["content"] = [
+                {"type": "text", "text": "see"},
+                {
+                    "type": "image_url",
+                    "image_url": {"url": "data:image/png;base64," + "QUJD" * 300},
+                },
+            ]
         return msg
 
     def message_id(self, sid: str) -> int | None:
-        ids = [r[0] for r in self.conn.execute("SELECT id FROM messages WHERE session_id = ?", (sid,))]
+        ids = [
+            r[0] for r in self.conn.execute("SELECT id FROM messages WHERE session_id = ?", (sid,))
+        ]
         return self.rng.choice(ids) if ids else None
 
     def random_op(self) -> tuple[str, dict]:
         rng = self.rng
         sid = rng.choice(SESSIONS)
         kind = rng.choices(
-            ["create", "append", "end", "title", "flags", "read", "compact", "rewind", "replace", "delete", "usage"],
-            weights=[3, 8, 2, 2, 2, 1, 2, 2, 1, 1, 1])[0]
+            [
+                "create",
+                "append",
+                "end",
+                "title",
+                "flags",
+                "read",
+                "compact",
+                "rewind",
+                "replace",
+                "delete",
+                "usage",
+            ],
+            weights=[3, 8, 2, 2, 2, 1, 2, 2, 1, 1, 1],
+        )[0]
         if kind == "create":
-            data: dict = {"session_id": sid, "source": rng.choice(["cli", "cron", "claude-code"]),
-                          "title": rng.choice(TITLES), "started_at": time.time() - rng.choice([0, 3 * DAY])}
+            data: dict = {
+                "session_id": sid,
+                "source": rng.choice(["cli", "cron", "claude-code"]),
+                "title": rng.choice(TITLES),
+                "started_at": time.time() - rng.choice([0, 3 * DAY]),
+            }
             if rng.random() < 0.4:
                 data["parent_id"] = rng.choice(SESSIONS)
                 data["parent_kind"] = rng.choice(["compression", "branch", "delegate", "reset"])
@@ -110,17 +152,33 @@ class Run:
             if rng.random() < 0.3:
                 data["tools"] = rng.choice(TOOLS)
             if rng.random() < 0.3:  # an owner that is certainly dead (pid above pid_max)
-                data["owner"] = {"host": socket.gethostname(), "pid": 2**22 + rng.randrange(1000), "create_time": 1.0}
+                data["owner"] = {
+                    "host": socket.gethostname(),
+                    "pid": 2**22 + rng.randrange(1000),
+                    "create_time": 1.0,
+                }
             return "session.create", data
         if kind == "append":
-            return "messages.append", {"session_id": sid, "messages": [self.message() for _ in range(rng.randint(1, 4))]}
+            return "messages.append", {
+                "session_id": sid,
+                "messages": [self.message() for _ in range(rng.randint(1, 4))],
+            }
         if kind == "end":
-            return "session.end", {"session_id": sid, "reason": rng.choice(["user_exit", "agent_close", "compression"])}
+            return "session.end", {
+                "session_id": sid,
+                "reason": rng.choice(["user_exit", "agent_close", "compression"]),
+            }
         if kind == "usage":
-            return "usage.record", {"session_id": sid, "task": rng.choice(["title", "compression"]),
-                                    "model": rng.choice(["gpt-4o", None]),
-                                    "usage": {"prompt_tokens": rng.randint(1, 99), "completion_tokens": rng.randint(1, 9)},
-                                    **({"response_id": f"r{rng.randrange(4)}"} if rng.random() < 0.5 else {})}
+            return "usage.record", {
+                "session_id": sid,
+                "task": rng.choice(["title", "compression"]),
+                "model": rng.choice(["gpt-4o", None]),
+                "usage": {
+                    "prompt_tokens": rng.randint(1, 99),
+                    "completion_tokens": rng.randint(1, 9),
+                },
+                **({"response_id": f"r{rng.randrange(4)}"} if rng.random() < 0.5 else {}),
+            }
         if kind == "title":
             return "session.title", {"session_id": sid, "title": rng.choice(TITLES)}
         if kind == "flags":
@@ -130,7 +188,10 @@ class Run:
             mid = self.message_id(sid) if rng.random() < 0.5 else None
             return "session.read", {"session_id": sid, **({"message_id": mid} if mid else {})}
         if kind == "compact":
-            data = {"session_id": sid, "messages": [{"role": "user", "content": "[summary] so far"}]}
+            data = {
+                "session_id": sid,
+                "messages": [{"role": "user", "content": "[summary] so far"}],
+            }
             if rng.random() < 0.4 and (mid := self.message_id(sid)):
                 data["watermark"] = mid
             return "messages.compact", data
@@ -138,13 +199,17 @@ class Run:
             return "messages.rewind", {"session_id": sid, "user_turn": rng.choice([1, -1, 2])}
         if kind == "replace":
             return "messages.replace", {"session_id": sid, "messages": [self.message("assistant")]}
-        return "sessions.delete", {"session_ids": rng.sample(SESSIONS, rng.randint(1, 2)), "reason": "user",
-                                   "actor": "user:property"}
+        return "sessions.delete", {
+            "session_ids": rng.sample(SESSIONS, rng.randint(1, 2)),
+            "reason": "user",
+            "actor": "user:property",
+        }
 
     # -- the writer's side ------------------------------------------------------------------
 
     def drain(self, chunks: int | None = None) -> None:
-        """Apply chunks of 1–6 message rows with the writer's drain loop (all if ``chunks`` is None)."""
+        """Apply chunks of 1–6 message rows with the one drain loop (all if ``chunks`` is
+        None), indexing a random slice after about half of them."""
         done = 0
         self.drainer.start()
         while chunks is None or done < chunks:
@@ -158,11 +223,27 @@ class Run:
     def job(self) -> None:
         rng = self.rng
         now = time.time() + rng.choice([0.0, 2 * DAY, 100 * DAY])
-        name = rng.choice(["auto_prune", "delete_empty", "orphan_sweep", "vacuum", "fts_rebuild", "fts_optimize",
-                           "fts_merge", "wal_checkpoint"])
+        name = rng.choice(
+            [
+                "auto_prune",
+                "delete_empty",
+                "orphan_sweep",
+                "vacuum",
+                "fts_rebuild",
+                "fts_optimize",
+                "fts_merge",
+                "wal_checkpoint",
+            ]
+        )
         if name == "auto_prune":
-            prune.auto_prune(self.conn, self.spool, stale_after_s=DAY, retention_s=30 * DAY, now=now,
-                             max_sessions=rng.randint(1, 4))
+            prune.auto_prune(
+                self.conn,
+                self.spool,
+                stale_after_s=DAY,
+                retention_s=30 * DAY,
+                now=now,
+                max_sessions=rng.randint(1, 4),
+            )
         elif name == "delete_empty":
             prune.delete_empty(self.conn, self.spool, now=now)
         elif name == "orphan_sweep":
@@ -189,7 +270,9 @@ class Run:
             elif r < 0.93:
                 self.job()
             else:
-                self.snapshots.append(Path(snapshot(str(self.db), str(self.root / "snapshots"), keep=1000)["path"]))
+                self.snapshots.append(
+                    Path(snapshot(str(self.db), str(self.root / "snapshots"), keep=1000)["path"])
+                )
         self.drain()
         while self.store.index():
             pass

@@ -15,6 +15,8 @@ import pytest
 pytest.register_assert_rewrite("run_resources")  # imported here, before pytest loads it below
 from run_resources import CORPUS, REPO  # noqa: E402,F401  (tests import them from here)
 
+import harness  # noqa: E402  (imported first: a test's later sys.path may hold a dir named so)
+
 #: Finds PostgreSQL, Redis, chromium and the corpus by itself; provides ``pg_url``,
 #: ``redis_url``, ``chromium_path`` and the ``corpus`` marker.
 pytest_plugins = ["run_resources"]
@@ -51,8 +53,7 @@ class QuillCLI:
     def drain(self) -> dict:
         """Drain the spool in this process with the production writer (``harness.drain``);
         for tests that need the spool applied, not the fleet's lifecycle or its jobs."""
-        from harness import drain
-        return drain(self.home)
+        return harness.drain(self.home)
 
     def start_fleet(self) -> subprocess.Popen:
         """``quill run`` in the background, returned once its supervisor holds the fleet

@@ -90,7 +90,8 @@ def _pg_checks(cfg: Settings, out: list[dict[str, Any]]) -> dict[str, Any] | Non
             pg = r.server_figures(time.time())
             overdue = health.overdue_jobs(cfg, r.conn)
     except StoreError as exc:
-        out.append(_check("store (postgresql)", False, f"cannot read {where(cfg)}: {type(exc).__name__}: {exc}"))
+        out.append(_check("store (postgresql)", False,
+                          f"cannot read {where(cfg)}: {type(exc).__name__}: {exc}"))
         return None
     out.append(_check("store (postgresql)", True,
                       f"PostgreSQL {pg['server_version']} at {pg['url']}: {figures['sessions']} sessions, "
@@ -138,7 +139,8 @@ def _common_checks(cfg: Settings, figures: dict[str, Any] | None) -> list[dict[s
                       else f"{len(stray)} segment file(s) outside {cfg.spool_dir} hold acknowledged records the writer "
                            f"never reads: {', '.join(str(p) for p in stray[:5])}; `quill spool adopt PATH` "
                            "appends their records to the spool (batch ids kept, so nothing is applied twice)"))
-    unfinished = interrupted_purge(cfg.spool_dir, cfg.state_db if capabilities(cfg).local_file else None)
+    local = capabilities(cfg).local_file
+    unfinished = interrupted_purge(cfg.spool_dir, cfg.state_db if local else None)
     why = ("spool/.purge-plan.json left, no purge running" if unfinished and unfinished["cause"] == "plan-file"
            else "an applied `sessions.delete --purge` whose records are still in the spool, no purge running")
     out.append(_check("purge", not unfinished, "no interrupted purge" if not unfinished else

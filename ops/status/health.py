@@ -98,7 +98,8 @@ def collect(cfg: Any) -> dict[str, Any]:
     q = Quarantine(cfg.spool_dir)
     # torn_writes: entries that are a producer's unacknowledged partial write, not damage.
     data["spool"] = {**spool_stats(cfg.spool_dir, cursor), "quarantined": q.count(), "torn_writes": q.torn_count()}
-    data["spool"]["interrupted_purge"] = interrupted_purge(cfg.spool_dir, cfg.state_db if local else None)
+    data["spool"]["interrupted_purge"] = interrupted_purge(cfg.spool_dir,
+                                                           cfg.state_db if local else None)
     data["spool"]["lag_s"] = (round(lag_seconds(cfg.spool_dir, cursor, time.time()), 1)
                               if data["spool"]["pending_bytes"] else 0.0)
     # Read, never written: on a full disk no process can publish its status, so free space is

@@ -20,6 +20,7 @@ from quill.ops.client.client import Client
 from quill.ops.cli.base import emit_json, json_option
 from quill.ops.cli.params import EPOCH, UTF8, YESNO
 from quill.ops.client.errors import Exit, NotFoundError
+from quill.store.factory import capabilities
 
 
 _LIST_HINT = "`quill sessions list` shows the session ids"
@@ -35,7 +36,8 @@ def _reader(cfg: Any) -> Reader:
 def _note_no_store(cfg: Any) -> None:
     """Before the store exists a listing is empty: "nothing yet" is an answer, not an error,
     but say why on stderr."""
-    if not cfg.store_url and not cfg.state_db.exists():  # (a PostgreSQL store without schema: CantOpenError)
+    # (a PostgreSQL store without schema raises CantOpenError instead)
+    if capabilities(cfg).local_file and not cfg.state_db.exists():
         click.echo(f"quill: no store at {cfg.state_db} yet (push or import, then `quill run`)", err=True)
 
 

@@ -26,6 +26,7 @@ from quill.workers.status import COMMIT_BUCKETS_S
 
 from quill.ops.purge.procedure import interrupted as interrupted_purge
 from quill.ops.client.stores import open_reader
+from quill.store.factory import capabilities
 
 #: Below this many free bytes producers and the writer are about to stall (a spool segment
 #: rotation plus a chunk's WAL growth need a few MiB; 64 MiB leaves margin).
@@ -74,13 +75,14 @@ def collect(cfg: Any) -> dict[str, Any]:
     """
     data: dict[str, Any] = {"home": str(cfg.home), "fleet": fleet_state(cfg)}
     totals: list[dict[str, Any]] = []
-    shm = None if cfg.store_url else shm_problem(cfg.state_db)
+    local = capabilities(cfg).local_file
+    shm = shm_problem(cfg.state_db) if local else None
     try:
         if shm:  # SQLite would read the store through it as if it were empty
             raise SharedMemoryError(shm)
         with open_reader(cfg) as r:
             data["store"] = r.figures()
-            if cfg.store_url:
+            if not local:
                 data["store"]["postgres"] = r.server_figures(time.time())
             data["jobs"] = r.job_runs(limit=10)
             totals = r.job_run_totals()
@@ -96,7 +98,8 @@ def collect(cfg: Any) -> dict[str, Any]:
     q = Quarantine(cfg.spool_dir)
     # torn_writes: entries that are a producer's unacknowledged partial write, not damage.
     data["spool"] = {**spool_stats(cfg.spool_dir, cursor), "quarantined": q.count(), "torn_writes": q.torn_count()}
-    data["spool"]["interrupted_purge"] = interrupted_purge(cfg.spool_dir, None if cfg.store_url else cfg.state_db)
+    data["spool"]["interrupted_purge"] = interrupted_purge(cfg.spool_dir,
+                                                           cfg.state_db if local else None)
     data["spool"]["lag_s"] = (round(lag_seconds(cfg.spool_dir, cursor, time.time()), 1)
                               if data["spool"]["pending_bytes"] else 0.0)
     # Read, never written: on a full disk no process can publish its status, so free space is

@@ -26,7 +26,7 @@ from quill.home.settings import (_SECTIONS, ANONYMOUS, DAY, DEFAULTS, ConfigErro
 from quill.home.identity import (BOOT_SHIFT_S, holder_alive, process_identity, read_holder,
                                  start_ticks)
 from quill.home.rundir import (ANY_STORE, LEASES, ROLES, Halt, RunDir, SwapRequest,
-                               read_halt)
+                               WriterStatus, read_halt)
 
 __all__ = [
     "CONFIG_TOML", "DATA_DIR_MARKERS", "EVIDENCE_DIR", "LOGS_DIR", "QUEUE_DB", "RUN_DIR",
@@ -34,5 +34,6 @@ __all__ = [
     "TOKENS_DB", "default_home", "evidence_dir", "parse_snapshot_name", "snapshot_name",
     "ANONYMOUS", "DAY", "DEFAULTS", "ConfigError", "Settings", "load",
     "BOOT_SHIFT_S", "holder_alive", "process_identity", "read_holder", "start_ticks",
-    "ANY_STORE", "LEASES", "ROLES", "Halt", "RunDir", "SwapRequest", "read_halt",
+    "ANY_STORE", "LEASES", "ROLES", "Halt", "RunDir", "SwapRequest", "WriterStatus",
+    "read_halt",
 ]

@@ -1,6 +1,7 @@
 """Layer 0, the run directory (``run/``) of a data dir: ``RunDir`` names its files and decides
 whether what they say is current; the records kept there are typed: the writer's sticky halt
-(``Halt``, ``read_halt``) and ``quill recover``'s swap request (``SwapRequest``).
+(``Halt``, ``read_halt``), ``quill recover``'s swap request (``SwapRequest``) and the
+writer's published status (``WriterStatus``).
 
 Records are NamedTuples, not dataclasses: every command, the per-turn ``quill push`` included,
 imports ``quill.home``, and ``dataclasses`` imports ``inspect`` (≈8 ms, bench/cli.py)."""
@@ -93,6 +94,61 @@ class SwapRequest(NamedTuple):
         """The request a recorded dict describes, None when it names no file."""
         new = data.get("new") if isinstance(data, dict) else None
         return cls(Path(new)) if isinstance(new, str) and new else None
+
+
+class WriterStatus(NamedTuple):
+    """What the writer last published about itself (``run/writer.json``): the one spelling of
+    each of its keys. The writer publishes ``RunDir.publish("writer", status.to_json())``;
+    readers take ``WriterStatus.from_json(RunDir.last("writer"))`` (or ``live``) and read
+    attributes. Never a dataclass, for the import cost (module doc). Counters restart from 0
+    with each writer process; times are epoch s."""
+
+    idle: bool = False          # nothing left to apply or index (published at most every few s)
+    halted: bool = False        # in the sticky halt: ``halt`` says why
+    halt: Halt | None = None
+    cursor: str | None = None   # the writer's spool cursor, ``segment:offset``
+    backend: str | None = None  # the store's kind: "sqlite" or "postgres"
+    spool_id: str | None = None
+    job: str | None = None      # the store job running now, if any
+    error: str | None = None    # the retryable failure being retried (a full disk says so)
+    #: Chunk commit times (read+apply+commit): ``{"counts": per bucket, "count", "sum"}``.
+    commit_hist: dict[str, Any] | None = None
+    applied: int = 0            # ops applied
+    duplicates: int = 0         # ops already applied (a replayed batch)
+    rejected: int = 0           # ops quarantined
+    rows: int = 0               # message rows written
+    chunks: int = 0             # chunk transactions committed
+    fts_indexed_upto: int | None = None     # the search index watermark (a rowid)
+    wal_blocked_since: float | None = None  # TRUNCATE checkpoints refused by a reader since
+    # Read back only, never published by the writer: ``RunDir`` stamps ``pid`` and
+    # ``updated_at`` on every file, and ``RunDir.last`` adds ``alive`` and ``age_s``.
+    pid: int | None = None
+    updated_at: float | None = None
+    alive: bool = False
+    age_s: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as published. A halted writer publishes only ``halted``, ``halt``,
+        ``idle``, ``cursor``, ``backend`` and ``spool_id``; a running one every field but the
+        read-back ones (``None`` where unknown)."""
+        out: dict[str, Any] = {"idle": self.idle, "halted": self.halted, "cursor": self.cursor,
+                               "backend": self.backend, "spool_id": self.spool_id}
+        if self.halted:
+            return {**out, "halt": self.halt.to_json() if self.halt else {}}
+        skip = {"idle", "halted", "halt", "pid", "updated_at", "alive", "age_s"}
+        return {**out, **{k: v for k, v in zip(self._fields, self) if k not in skip}}
+
+    @classmethod
+    def from_json(cls, data: Any) -> WriterStatus:
+        """The status a published dict describes; keys it lacks keep their defaults (a halted
+        writer's record has no counters) and unknown keys are ignored. ``None`` or a non-dict
+        (nothing published) reads as the empty status: not alive, not idle, not halted."""
+        if not isinstance(data, dict):
+            return cls()
+        known = {k: data[k] for k in cls._fields if k in data}
+        if "halt" in known:
+            known["halt"] = Halt.from_json(known["halt"])
+        return cls(**known)
 
 
 # -- the run directory ------------------------------------------------------------------------

@@ -21,8 +21,7 @@ from quill.home.layout import (CONFIG_TOML, DATA_DIR_MARKERS, EVIDENCE_DIR, LOGS
                                RUN_DIR, SCHEDULE_DB, SNAPSHOT_GLOB, SNAPSHOTS_DIR, SPOOL_DIR,
                                SPOOL_ID, STATE_DB, TOKENS_DB, default_home, evidence_dir,
                                parse_snapshot_name, snapshot_name)
-from quill.home.settings import (_SECTIONS, ANONYMOUS, DAY, DEFAULTS, ConfigError, Settings,
-                                 load)
+from quill.home.settings import ANONYMOUS, DAY, DEFAULTS, ConfigError, Settings, load
 from quill.home.identity import (BOOT_SHIFT_S, holder_alive, process_identity, read_holder,
                                  start_ticks)
 from quill.home.rundir import (ANY_STORE, LEASES, ROLES, Halt, RunDir, SwapRequest,

@@ -68,7 +68,8 @@ class QuillCLI:
             st = self.status()
             store = st.get("store")
             writer = WriterStatus.from_json(st["fleet"].get("writer"))
-            if store and st["spool"]["pending_bytes"] == 0 and store["fts_pending"] == 0 and writer.idle:
+            if (store and st["spool"]["pending_bytes"] == 0 and store["fts_pending"] == 0
+                    and writer.idle):
                 return st
             time.sleep(0.3)
         raise AssertionError(f"fleet not idle after {timeout} s: {self.status()}")

@@ -136,7 +136,7 @@ class Store(Protocol):
         the last call). Returns status fields to publish."""
 
     def status_fields(self) -> dict[str, Any]:
-        """Fields the writer adds to its published status."""
+        """Fields the writer adds to its published status (``quill.home.WriterStatus`` fields)."""
 
     def describe(self, exc: Exception) -> str:
         """A retryable failure in words for status (a full disk says so, with free bytes)."""

@@ -116,10 +116,10 @@ def test_a_damaged_btree_page_halts_sticky_and_recovery_loses_nothing(w):
     for _ in range(5):
         w.turn()
     halt = w.writer.run_dir.halt(w.cfg.state_db)
-    assert halt and halt["cause"] in ("CorruptError", "NotADatabaseError")
-    assert halt["next"] == "quill recover"
+    assert halt and halt.cause in ("CorruptError", "NotADatabaseError")
+    assert halt.next == "quill recover"
     st = w.status()
-    assert st["halted"] and st["halt"]["cause"] == halt["cause"]
+    assert st["halted"] and st["halt"]["cause"] == halt.cause
     assert len(w.events("writer.halt")) == 1            # one halt, however many turns
     assert w.turn() == w.writer.store.halt_poll_s       # halted: it waits, applying nothing
     _push(w, "d", 450, 50)                              # the spool keeps accepting
@@ -156,7 +156,7 @@ def test_a_check_finding_damaged_message_pages_halts_the_writer(w):
     for _ in range(3):
         w.turn()
     halt = w.writer.run_dir.halt(w.cfg.state_db)
-    assert halt["cause"] == "CorruptError" and "quick_check" in halt["detail"]
+    assert halt.cause == "CorruptError" and "quick_check" in halt.detail
     assert w.status()["halted"]
 
 

@@ -6,6 +6,7 @@ from typing import Any
 import click
 from rich import filesize
 
+from quill.home import WriterStatus
 from quill.spool.torn import TORN_SUMMARY
 from quill.store.errors import CantOpenError
 from quill.store.apply.normalize import ROLES
@@ -200,11 +201,11 @@ def _print_status(d: dict[str, Any]) -> None:
         roles = ", ".join(c["role"] for c in last["crash_loops"])
         con.print(f"[yellow]last run stopped with exit code {last['exit_code']} at {render.when(last['ended_at'])}"
                   + (f" (crash-looping: {roles})" if roles else "") + "[/yellow]")
-    writer = fleet.get("writer")
-    if fleet["running"] and writer and not writer.get("alive"):
+    writer = WriterStatus.from_json(fleet.get("writer"))
+    if fleet["running"] and fleet.get("writer") and not writer.alive:
         con.print("[yellow]writer   not running (restarting?)[/yellow]")
-    elif writer and writer.get("error"):
-        con.print(f"[yellow]writer   {writer['error']}[/yellow]")
+    elif writer.error:
+        con.print(f"[yellow]writer   {writer.error}[/yellow]")
     http = fleet.get("http")
     if fleet["running"] and http:
         con.print(f"http     {'serving http://' + http.get('listen', '?') + '/' if http.get('alive') else '[yellow]not running (restarting?)[/yellow]'}")

@@ -15,7 +15,7 @@ from typing import Any
 
 import apsw
 
-from quill.home import Halt, RunDir, Settings
+from quill.home import RunDir, Settings, WriterStatus
 from quill.spool import Position, Quarantine
 from quill.spool.reader import lag_seconds, stats
 from quill.spool.torn import TORN_SUMMARY
@@ -71,7 +71,7 @@ def run_checks(cfg: Settings) -> list[dict[str, Any]]:
         except (StoreError, apsw.Error) as exc:
             out.append(_check("store", False, f"cannot read state.db: {type(exc).__name__}: {exc}"))
             figures = None
-        w = health.wal_state(cfg, RunDir(cfg.home).live("writer"))
+        w = health.wal_state(cfg, WriterStatus.from_json(RunDir(cfg.home).live("writer")))
         out.append(_check("WAL size", not w["high"] and not w["blocked_by_reader_since"], health.describe_wal(w),
                           warn_only=True))
     else:
@@ -123,9 +123,8 @@ def _common_checks(cfg: Settings, figures: dict[str, Any] | None) -> list[dict[s
     for role in ("fleet", "writer", "scheduler"):
         holder = rd.lease_holder(role)
         out.append(_check(f"{role} lease", True, f"held by pid {holder['pid']}" if holder else "free"))
-    writer = rd.live("writer") or {}
-    halt = rd.halt(cfg.state_db) or (Halt.from_json(writer.get("halt"))
-                                     if writer.get("halted") else None)
+    writer = WriterStatus.from_json(rd.live("writer"))
+    halt = rd.halt(cfg.state_db) or (writer.halt if writer.halted else None)
     out.append(_check("halt", not halt, "not halted" if not halt else
                       f"HALTED: {halt.cause}: {halt.detail} — run `{halt.next}`"))
     free = shutil.disk_usage(next(p for p in (cfg.home, *cfg.home.parents) if p.exists())).free

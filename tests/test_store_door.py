@@ -28,7 +28,7 @@ FACTORY = "quill.store.factory"
 ALLOWED: dict[tuple[str, str], str] = {
     # Layer 0 validates a value before ``quill config set`` writes it to config.toml; it
     # cannot ask the store layer (layers import downwards only) and opens nothing.
-    ("quill.home", "branch"): "settings validation of [store] url's scheme",
+    ("quill.home.settings", "branch"): "settings validation of [store] url's scheme",
     # A PostgreSQL store opens readers on its own database (``PostgresBackend.reader``).
     ("quill.store.postgres", "construct PgReader"): "the store's own reader",
 }

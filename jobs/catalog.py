@@ -141,14 +141,15 @@ class WrongStoreError(ValueError):
     """A job that maintains another kind of store than the data dir's (``JobSpec.backend``)."""
 
 
-def runnable(name: str, store_url: str | None) -> JobSpec:
-    """The user-runnable job ``name`` for a data dir whose ``[store] url`` is ``store_url``
-    (None: the SQLite store). Raises ``KeyError`` (unknown or internal job, as ``public``) or
-    ``WrongStoreError`` when the job maintains the other kind of store: a PostgreSQL job run on
-    the SQLite store fails every time, and a SQLite job has no file to work on over PostgreSQL."""
-    from quill.store.factory import kind_of
+def runnable(name: str, settings: Any) -> JobSpec:
+    """The user-runnable job ``name`` for the data dir of ``settings`` (``quill.home.Settings``,
+    or its ``[store] url``: None for the SQLite store). Raises ``KeyError`` (unknown or
+    internal job, as ``public``) or ``WrongStoreError`` when the job maintains the other kind
+    of store: a PostgreSQL job run on the SQLite store fails every time, and a SQLite job has
+    no file to work on over PostgreSQL."""
+    from quill.store.factory import capabilities
     spec = public(name)
-    store = kind_of(store_url)
+    store = capabilities(settings).kind
     if spec.backend not in ("any", store):
         label = {"postgres": "a PostgreSQL store", "sqlite": "the SQLite store"}
         where = "[store] url is set" if store == "postgres" else "no [store] url in config.toml"

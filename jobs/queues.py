@@ -111,19 +111,18 @@ def fire_scheduled(cfg: Settings, name: str) -> list[str] | None:
     None when the job went on this data dir's own queues. Raises ``KeyError`` for an unknown
     job and the store error tree when the shared store cannot be read."""
     queues = build_for(cfg)
-    from quill.store.factory import kind_of
-    if not (catalog.get(name).per_host and kind_of(cfg.store_url) == "postgres" and cfg.queue_url):
+    from quill.store.factory import capabilities, open_store
+    if not (catalog.get(name).per_host and capabilities(cfg).cluster and cfg.queue_url):
         queues.enqueue(name)
         return None
     from quill.spool.identity import load_or_create
-    from quill.store.postgres import PostgresBackend
     from quill.store.postgres.apply import spool_ids
     own = load_or_create(cfg.spool_id_path)
-    backend = PostgresBackend(cfg.store_url, spool_id="scheduler")  # reads only: applies no ops
+    store = open_store(cfg, spool_id="scheduler")  # reads only: applies no ops
     try:
-        hosts = sorted({own, *spool_ids(backend.conn)})
+        hosts = sorted({own, *spool_ids(store.conn)})
     finally:
-        backend.close()
+        store.close()
     queued = []
     for host in hosts:
         target = queues if host == own else build(cfg.queue_db, url=cfg.queue_url, host_id=host)

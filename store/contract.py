@@ -77,7 +77,9 @@ class Store(Protocol):
       ``poll_interval``), doubling up to the writer's maximum;
     * ``halt_poll_s``: how often a halted writer looks again;
     * ``recover_hint``: the command that ends a halt, for the halt record;
-    * ``maintenance_jobs``: ``MAINTENANCE_JOBS[kind]``.
+    * ``maintenance_jobs``: ``MAINTENANCE_JOBS[kind]``;
+    * ``local_file``, ``cluster``: inherited from the store's capability class
+      (``store.capabilities``), which ``store.factory.capabilities`` returns without opening.
     """
 
     kind: str
@@ -88,6 +90,8 @@ class Store(Protocol):
     halt_poll_s: float
     recover_hint: str
     maintenance_jobs: tuple[str, ...]
+    local_file: bool
+    cluster: bool
 
     @property
     def connected(self) -> bool:
@@ -132,7 +136,7 @@ class Store(Protocol):
         the last call). Returns status fields to publish."""
 
     def status_fields(self) -> dict[str, Any]:
-        """Fields the writer adds to its published status."""
+        """Fields the writer adds to its published status (``quill.home.WriterStatus`` fields)."""
 
     def describe(self, exc: Exception) -> str:
         """A retryable failure in words for status (a full disk says so, with free bytes)."""

@@ -2,7 +2,9 @@
 
 A data dir's ``[store] url`` names a shared PostgreSQL store; without it the store is the
 embedded SQLite file ``state.db``. Everything above this module asks the store it was given
-(its capability flags, ``store.contract.Store``) instead of the URL.
+(its capability flags, ``store.contract.Store``), or before opening one the store's class
+(``capabilities``), instead of the URL; readers open here too (``open_reader``).
+tests/test_store_door.py fails on any other module that branches on the URL.
 """
 from __future__ import annotations
 
@@ -11,7 +13,8 @@ from typing import Any
 
 from quill.home import RunDir, Settings
 
-from quill.store.contract import Store
+from quill.store.capabilities import Capabilities, PostgresCapabilities, SqliteCapabilities
+from quill.store.contract import ReaderLike, Store
 
 SCHEMES = ("postgresql", "postgres")
 
@@ -21,11 +24,27 @@ def is_postgres_url(url: str | None) -> bool:
     return bool(url) and url.split(":", 1)[0] in SCHEMES
 
 
-def kind_of(url: str | None) -> str:
-    """The kind of store ``[store] url`` names: ``"postgres"`` or ``"sqlite"`` (no URL).
-    Processes that never open the store (the scheduler, the CLI's job checks) ask this instead
-    of looking at the URL themselves."""
-    return "postgres" if is_postgres_url(url) else "sqlite"
+def _url(settings: Any) -> str | None:
+    """``[store] url`` of ``settings`` (a ``quill.home.Settings``), or ``settings`` itself
+    when it is already a URL or None."""
+    return settings if settings is None or isinstance(settings, str) else settings.store_url
+
+
+def _refuse(url: str) -> ValueError:
+    return ValueError(f"[store] url must be postgresql://…, got {url.split(':', 1)[0]!r}")
+
+
+def capabilities(settings: Any) -> Capabilities:
+    """The capability class of the store ``settings`` names (``store.capabilities``: ``kind``,
+    ``local_file``, ``cluster``, ``maintenance_jobs``), without connecting or importing the
+    store's driver. ``settings``: a ``quill.home.Settings``, or a store URL (None: SQLite).
+    Raises ``ValueError`` for a URL of another scheme (the error ``open_url`` raises)."""
+    url = _url(settings)
+    if url is None or url == "":
+        return SqliteCapabilities
+    if is_postgres_url(url):
+        return PostgresCapabilities
+    raise _refuse(url)
 
 
 def open_url(url: str | None, state_db: Path, spool_id: str, *, connect: bool = True,
@@ -36,7 +55,7 @@ def open_url(url: str | None, state_db: Path, spool_id: str, *, connect: bool = 
     PostgreSQL: ``spool_dir``, ``retention_s``, ``log``, ``application_name``). With
     ``connect`` False the store is returned unopened (the writer opens it in its retry loop).
     Raises ``ValueError`` for another scheme and the store error tree when opening fails."""
-    if url is None:
+    if url is None or url == "":
         from quill.store.sqlite.store import SqliteStore
         kw = {k: v for k, v in kw.items() if k in SqliteStore.OPTIONS}
         store: Store = SqliteStore(Path(state_db), spool_id, **kw)
@@ -45,7 +64,7 @@ def open_url(url: str | None, state_db: Path, spool_id: str, *, connect: bool = 
         kw = {k: v for k, v in kw.items() if k in PgStore.OPTIONS}
         store = PgStore(url, spool_id, **kw)
     else:
-        raise ValueError(f"[store] url must be postgresql://…, got {url.split(':', 1)[0]!r}")
+        raise _refuse(url)
     if connect:
         store.connect()
     return store
@@ -65,7 +84,7 @@ def open_store(settings: Settings, log: Any = None, *, run_dir: RunDir | None = 
     if writer and run_dir is None:
         run_dir = RunDir(settings.home)
     if spool_id is None:
-        if is_postgres_url(url):
+        if capabilities(url).cluster:
             from quill.spool.identity import load_or_create
             spool_id = load_or_create(settings.spool_id_path)
         else:
@@ -74,3 +93,38 @@ def open_store(settings: Settings, log: Any = None, *, run_dir: RunDir | None = 
                     synchronous=settings.synchronous, writer=writer, run_dir=run_dir,
                     spool_dir=settings.spool_dir, snapshots_dir=settings.snapshots_dir,
                     retention_s=settings.spool_retention_s)
+
+
+def open_reader(settings: Settings, *, spool_id: str | None = None) -> ReaderLike:
+    """A read-only reader on the store of ``settings``: ``store.read.reader.Reader`` on
+    ``state.db``, or ``store.postgres.PgReader`` for spool ``spool_id`` (default: this data
+    dir's spool id when its file exists, so ``figures()["cursor"]`` is this host's cursor).
+    Raises ``store.errors.CantOpenError`` when the store does not exist yet (no ``state.db``,
+    or a database without Quill's schema), and the rest of the store error tree otherwise (an
+    unreachable server is ``TransientError``)."""
+    if capabilities(settings).local_file:
+        from quill.store.read.reader import Reader
+        return Reader(settings.state_db)
+    from quill.store.postgres import PgReader
+    if spool_id is None and settings.spool_id_path.exists():
+        from quill.spool.identity import load_or_create
+        spool_id = load_or_create(settings.spool_id_path)
+    return PgReader(settings.store_url, spool_id=spool_id)
+
+
+def location(settings: Settings) -> str:
+    """Where the store of ``settings`` lives, for messages: ``state.db``'s path, or the
+    PostgreSQL URL with its password removed."""
+    if capabilities(settings).local_file:
+        return str(settings.state_db)
+    from quill.store.postgres.connection import redact
+    return redact(settings.store_url)
+
+
+def jobstore_url(settings: Settings) -> str:
+    """The store's database as an SQLAlchemy URL (psycopg 3 driver), where a cluster keeps its
+    schedules. Raises ``ValueError`` for a store that is not shared (``cluster`` False)."""
+    url = _url(settings)
+    if not capabilities(url).cluster:
+        raise ValueError("only a shared PostgreSQL store holds the schedules")
+    return "postgresql+psycopg://" + url.split("://", 1)[1]

@@ -69,12 +69,14 @@ class QuillCLI:
 
     def wait_idle(self, timeout: float = 240) -> dict:
         """Poll ``quill status`` until the spool is drained and the FTS index caught up."""
+        from quill.home import WriterStatus
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             st = self.status()
             store = st.get("store")
-            writer = st["fleet"].get("writer") or {}
-            if store and st["spool"]["pending_bytes"] == 0 and store["fts_pending"] == 0 and writer.get("idle"):
+            writer = WriterStatus.from_json(st["fleet"].get("writer"))
+            if (store and st["spool"]["pending_bytes"] == 0 and store["fts_pending"] == 0
+                    and writer.idle):
                 return st
             time.sleep(0.3)
         raise AssertionError(f"fleet not idle after {timeout} s: {self.status()}")

@@ -113,8 +113,8 @@ class InProcessWriter:
         Raises ``AssertionError`` when it never gets there."""
         for n in range(1, max_turns + 1):
             self.turn()
-            st = self.status()
-            if st.get("idle") and not st.get("halted"):
+            st = home.WriterStatus.from_json(self.status())
+            if st.idle and not st.halted:
                 return n
         raise AssertionError(f"the writer was not idle after {max_turns} turns: {self.status()}")
 

@@ -41,7 +41,7 @@ def test_readme_job_names_are_real():
 
 
 def test_every_config_key_is_documented_with_its_default():
-    from quill import home as config
+    from quill.home import settings as config
 
     defaults = {name: value for name, value in config.Settings._field_defaults.items() if name != "home"}
     for (section, key), name in config._SECTIONS.items():

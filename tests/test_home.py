@@ -87,3 +87,30 @@ def test_the_fire_reference_names_the_schedulers_fire_and_needs_a_served_data_di
     if scheduler._serving is None:
         with pytest.raises(RuntimeError, match="no scheduler runs"):
             scheduler.fire("snapshot")
+
+
+RUNNING_KEYS = {"idle", "halted", "cursor", "job", "error", "commit_hist", "backend", "spool_id",
+                "applied", "duplicates", "rejected", "rows", "chunks", "fts_indexed_upto",
+                "wal_blocked_since"}
+
+
+def test_the_writer_status_publishes_the_keys_readers_read(tmp_path):
+    """``run/writer.json`` keeps its keys (``quill status --json`` shows them), and a published
+    status reads back as the same record, with RunDir's stamps."""
+    from quill.home import WriterStatus
+    rd = RunDir(tmp_path)
+    rd.path.mkdir()
+    running = WriterStatus(idle=True, cursor="2:10", backend="sqlite", spool_id="s", applied=3,
+                           rows=7, chunks=1, commit_hist={"counts": [1], "count": 1, "sum": 0.1})
+    assert set(running.to_json()) == RUNNING_KEYS
+    assert rd.publish("writer", running.to_json())
+    back = WriterStatus.from_json(rd.last("writer"))
+    assert back.alive and back.pid == os.getpid() and back.updated_at > 0
+    assert back._replace(pid=None, updated_at=None, alive=False, age_s=None) == running
+    halted = WriterStatus(halted=True, halt=Halt("CorruptError", "x", 1.0), cursor="2:10",
+                          backend="sqlite", spool_id="s")
+    assert set(halted.to_json()) == {"halted", "halt", "idle", "cursor", "backend", "spool_id"}
+    assert WriterStatus.from_json(halted.to_json()) == halted
+    assert WriterStatus.from_json(None) == WriterStatus() and not WriterStatus().halted
+    with pytest.raises(ValueError):          # a store field that names no status field
+        running._replace(**{"wal_blocked_snice": 1.0})

@@ -129,11 +129,25 @@ def test_the_walk_sees_every_layer_and_every_kind_of_import():
     modules = production_modules()
     assert {layer(m) for m in modules} == set(range(6))
     assert "quill.home" in modules and "quill.ops.worker_main" in modules
+    # quill.home is a package: each of its modules is layer 0 as well.
+    assert {"quill.home.layout", "quill.home.settings", "quill.home.identity",
+            "quill.home.rundir"} <= {m for m in modules if layer(m) == 0}
     assert "quill.integrations.openai_agents" in modules  # package-dir maps ops/integrations
     edges = {t for m, p in modules.items() for _, t in imports(m, p)}
     assert "quill.home" in edges and "quill.store.errors" in edges      # absolute, relative
     worker_jobs = imports("quill.jobs.worker_jobs", modules["quill.jobs.worker_jobs"])
     assert ("quill.store.sqlite.indexer" in {t for _, t in worker_jobs})       # inside a function
+
+
+def test_layer_0_imports_only_itself():
+    """The whole ``quill.home`` package is layer 0: its modules import one another and nothing
+    else from Quill (not even the root facade, which ranks with ops)."""
+    modules = production_modules()
+    home = {m: p for m, p in modules.items() if layer(m) == 0}
+    assert len(home) >= 5, sorted(home)
+    outside = [f"{m}:{line} imports {t}" for m, p in home.items() for line, t in imports(m, p)
+               if not (t == "quill.home" or t.startswith("quill.home."))]
+    assert not outside, outside
 
 
 def test_the_root_facade_imports_nothing_from_quill_eagerly():

@@ -59,7 +59,8 @@ def test_the_wheel_holds_only_the_quill_package(wheel):
     tops = {n.split("/")[0] for n in names}
     assert tops == {"quill", wheel.name.split("-py3")[0] + ".dist-info"}
     assert not tops & GENERIC
-    for module in ("quill/__init__.py", "quill/home.py", "quill/spool/producer.py",
+    for module in ("quill/__init__.py", "quill/home/__init__.py", "quill/home/settings.py",
+                   "quill/spool/producer.py",
                    "quill/ops/client/client.py", "quill/integrations/openai_agents.py",
                    "quill/ops/cli/__init__.py"):
         assert module in names, module

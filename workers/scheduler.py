@@ -25,7 +25,7 @@ from quill.home import RunDir, Settings
 from quill.jobs import catalog
 from quill.jobs import schedule as schedule_db
 from quill.jobs.queues import fire_scheduled
-from quill.store.factory import kind_of
+from quill.store import factory
 from quill.store.lease import Lease
 
 from quill.workers import FIRE_REF
@@ -39,8 +39,8 @@ def jobstore_url(cfg: Settings) -> Any:
     """Where schedules live: ``schedule.db`` in the data dir, or — on a shared PostgreSQL
     store — the store's database (APScheduler's SQLAlchemy job store through psycopg 3), so
     whichever host leads the cluster sees the same schedules."""
-    if kind_of(cfg.store_url) == "postgres":
-        return "postgresql+psycopg://" + cfg.store_url.split("://", 1)[1]
+    if factory.capabilities(cfg).cluster:
+        return factory.jobstore_url(cfg)
     # A URL object, not an f-string: a data dir with "?", "#" or "%" in its path must not
     # be parsed as URL syntax (it would open a different file).
     return URL.create("sqlite", database=str(cfg.schedule_db))
@@ -75,7 +75,7 @@ def make_scheduler(cfg: Settings) -> BackgroundScheduler:
     (not started). Legacy rows of ``schedule.db`` are migrated first
     (``jobs.schedule.migrate``): APScheduler would drop a job whose callable no longer
     imports, and their frozen paths must not be used."""
-    if kind_of(cfg.store_url) == "sqlite":
+    if not factory.capabilities(cfg).cluster:  # schedules in this data dir's schedule.db
         schedule_db.migrate(cfg.schedule_db, FIRE_REF)
     return BackgroundScheduler(
         jobstores={"default": SQLAlchemyJobStore(url=jobstore_url(cfg))},
@@ -88,7 +88,7 @@ def install_defaults(sched: BackgroundScheduler, cfg: Settings) -> list[str]:
     schedule yet, and bring a schedule that still has an earlier version's default trigger
     (``catalog.PREVIOUS_DEFAULTS``) to today's default; returns the names added or upgraded."""
     added = []
-    backend = kind_of(cfg.store_url)
+    backend = factory.capabilities(cfg).kind
     for spec in catalog.JOBS:
         if spec.backend not in (backend, "any"):
             continue  # e.g. VACUUM or WAL checkpoints on a PostgreSQL store
@@ -158,7 +158,7 @@ def run(cfg: Settings, log: Any, stop: threading.Event) -> None:
     lease = Lease(run_dir.lock("scheduler")).acquire()
     serve(cfg)
     leader = None
-    if kind_of(cfg.store_url) == "postgres":  # a cluster: one scheduler leads
+    if factory.capabilities(cfg).cluster:  # one scheduler leads the cluster
         leader = _lead(cfg, log, stop)
         if leader is None:
             lease.release()

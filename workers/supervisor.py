@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from quill.home import RunDir, Settings
+from quill.home import RunDir, Settings, WriterStatus
 from quill.jobs.queues import build_for
 from quill.store.lease import Lease
 
@@ -136,9 +136,10 @@ class Supervisor:
             self._check_hung_writer()
             self._check_job_timeout()
             if queues is not None:
-                writer = self._live_status("writer")
-                if writer.get("halted"):
-                    self.log.error("supervisor.writer_halted", **writer.get("halt", {}))
+                writer = WriterStatus.from_json(self._live_status("writer"))
+                if writer.halted:
+                    self.log.error("supervisor.writer_halted",
+                                   **(writer.halt.to_json() if writer.halt else {}))
                     return EXIT_HALTED
                 idle_streak = idle_streak + 1 if self._fleet_idle(queues, writer) else 0
                 if idle_streak >= 2:
@@ -151,14 +152,14 @@ class Supervisor:
         self.log.info("supervisor.signal", signal=signal.Signals(self._stop_signal).name)
         return EXIT_OK
 
-    def _fleet_idle(self, queues: Any, writer: dict) -> bool:
+    def _fleet_idle(self, queues: Any, writer: WriterStatus) -> bool:
         # Only what the current children published counts: a file left by a previous run
         # (or by a child just replaced) says nothing about now.
         sched = self._live_status("scheduler")
         consumer = self._live_status("consumer")
-        fresh = time.time() - writer.get("updated_at", 0) < 1.0
+        fresh = time.time() - (writer.updated_at or 0) < 1.0
         pending = queues.pending()
-        return bool(writer.get("idle") and fresh and sched.get("ready") and consumer.get("in_flight") == 0
+        return bool(writer.idle and fresh and sched.get("ready") and consumer.get("in_flight") == 0
                     and pending["store"] == 0 and pending["worker"] == 0)
 
     def _live_status(self, role: str) -> dict[str, Any]:
@@ -222,14 +223,15 @@ class Supervisor:
         writer = next(c for c in self.children if c.role == "writer")
         if writer.proc is None or writer.proc.poll() is not None:
             return
-        st = self._live_status("writer")
-        if not st or st.get("halted"):
+        published = self._live_status("writer")
+        st = WriterStatus.from_json(published)
+        if not published or st.halted:
             return  # not yet started up (it publishes once running), or halted on purpose
-        limit = JOB_HUNG_AFTER_S if st.get("job") else self.cfg.writer_hung_after_s
-        age = time.time() - st.get("updated_at", time.time())
+        limit = JOB_HUNG_AFTER_S if st.job else self.cfg.writer_hung_after_s
+        age = time.time() - (st.updated_at if st.updated_at is not None else time.time())
         if age > limit:
             self.log.error("supervisor.writer_hung", child_pid=writer.proc.pid, silent_s=round(age, 1),
-                           job=st.get("job"))
+                           job=st.job)
             writer.proc.kill()
 
     def _check_job_timeout(self) -> None:

@@ -27,7 +27,7 @@ import threading
 import time
 from typing import Any
 
-from quill.home import Halt, RunDir, Settings
+from quill.home import Halt, RunDir, Settings, WriterStatus
 from quill.jobs.queues import build_for
 from quill.spool import Quarantine, Spool, SpoolReader
 from quill.store.errors import (CorruptError, DiskFullError, SharedMemoryError, StoreIOError,
@@ -257,10 +257,12 @@ class Writer:
             return
         self._last_idle_publish = now if idle else float("-inf")
         fields = self.store.status_fields() if self.store.connected else {}
-        self.run_dir.publish("writer", {
-            "idle": idle, "halted": False, "cursor": str(self.cursor), "job": job,
-            "error": error, "commit_hist": self.commit_hist, "backend": self.store.kind,
-            "spool_id": self.store.spool_id, **self._idle_fields, **fields, **self.totals})
+        status = WriterStatus(idle=idle, cursor=str(self.cursor), job=job, error=error,
+                              commit_hist=self.commit_hist, backend=self.store.kind,
+                              spool_id=self.store.spool_id)
+        # The store's fields and the drain's totals name WriterStatus fields (ValueError if not).
+        status = status._replace(**{**self._idle_fields, **fields, **self.totals})
+        self.run_dir.publish("writer", status.to_json())
 
     # -- the sticky halt -------------------------------------------------------------------
 
@@ -287,9 +289,9 @@ class Writer:
     def _serve_halt(self, now: float) -> float:
         """One look while halted: publish the halt, let the store say whether it ended
         (resume, or exit after a swap), and run bookkeeping jobs where the store allows."""
-        self.run_dir.publish("writer", {"halted": True, "halt": self.halt_cause.to_json(), "idle": False,
-                                        "cursor": str(self.cursor), "backend": self.store.kind,
-                                        "spool_id": self.store.spool_id})
+        self.run_dir.publish("writer", WriterStatus(
+            halted=True, halt=self.halt_cause, cursor=str(self.cursor), backend=self.store.kind,
+            spool_id=self.store.spool_id).to_json())
         try:
             if not self.halt_recorded:
                 self._record_halt()

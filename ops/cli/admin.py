@@ -15,6 +15,7 @@ from quill.ops.cli.base import emit_json, json_option
 from quill.ops.status.doctor import run_checks
 from quill.ops.client.errors import InvalidInputError
 from quill.ops.recover.sqlite import RecoverError, recover as do_recover
+from quill.store.factory import capabilities
 
 
 @click.command()
@@ -25,7 +26,7 @@ def snapshot(cfg: Any, as_json: bool) -> None:
     from quill.jobs import catalog
     from quill.jobs.queues import build_for, resolve_params
 
-    if cfg.store_url:  # refused before anything runs
+    if not capabilities(cfg).local_file:  # refused before anything runs
         raise InvalidInputError("snapshots are of the embedded SQLite store; this data dir uses the PostgreSQL store",
                                 hint="back it up with PostgreSQL's tools: `pg_dump --format=custom` or a base backup "
                                      "(docs/backends.md)")
@@ -54,7 +55,7 @@ def recover(cfg: Any, accept_loss: bool, as_json: bool) -> None:
 
     The damaged file (and its WAL) is kept under evidence/. Safe to repeat.
     """
-    if cfg.store_url:  # a shared PostgreSQL store: replay this host's spool from the store's cursor
+    if not capabilities(cfg).local_file:  # a shared store: replay this host's spool from its cursor
         return _recover_postgres(cfg, as_json)
     try:
         # The snapshot (hence the replay start) is chosen inside recover: the bar counts bytes

@@ -28,6 +28,7 @@ from quill.ops.cli import render
 from quill.ops.cli.base import emit_json, json_option
 from quill.ops.client.errors import Exit, NotFoundError, WaitTimeoutError
 from quill.ops.client.stores import open_reader
+from quill.store.factory import capabilities
 
 _EVERY = re.compile(r"^(\d+)\s*([smhd])$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
@@ -75,7 +76,7 @@ def jobs_list(cfg: Any, as_json: bool) -> None:
              "default": _default_of(j),
              "last_outcome": last.get(j.name, {}).get("outcome"),
              "last_started_at": last.get(j.name, {}).get("started_at")} for j in catalog.JOBS
-            if not j.internal and j.backend in ("any", "postgres" if cfg.store_url else "sqlite")]
+            if not j.internal and j.backend in ("any", capabilities(cfg).kind)]
     if as_json:
         emit_json(rows)
         return
@@ -105,7 +106,7 @@ def _fleet_soon(rd: Any, grace_s: float) -> bool:
 def _runnable(cfg: Any, name: str, hint: str) -> catalog.JobSpec:
     """``catalog.runnable`` for this data dir, its refusals as usage errors (nothing queued)."""
     try:
-        return catalog.runnable(name, cfg.store_url)
+        return catalog.runnable(name, cfg)
     except (KeyError, catalog.WrongStoreError) as exc:
         raise click.BadParameter(f"{exc.args[0]}; nothing was queued or scheduled", param_hint=hint) from None
 

@@ -6,6 +6,7 @@ from typing import Any
 import click
 from rich import filesize
 
+from quill.home import WriterStatus
 from quill.spool.torn import TORN_SUMMARY
 from quill.store.errors import CantOpenError
 from quill.store.apply.normalize import ROLES
@@ -20,6 +21,7 @@ from quill.ops.client.client import Client
 from quill.ops.cli.base import emit_json, json_option
 from quill.ops.cli.params import EPOCH, UTF8, YESNO
 from quill.ops.client.errors import Exit, NotFoundError
+from quill.store.factory import capabilities
 
 
 _LIST_HINT = "`quill sessions list` shows the session ids"
@@ -35,7 +37,8 @@ def _reader(cfg: Any) -> Reader:
 def _note_no_store(cfg: Any) -> None:
     """Before the store exists a listing is empty: "nothing yet" is an answer, not an error,
     but say why on stderr."""
-    if not cfg.store_url and not cfg.state_db.exists():  # (a PostgreSQL store without schema: CantOpenError)
+    # (a PostgreSQL store without schema raises CantOpenError instead)
+    if capabilities(cfg).local_file and not cfg.state_db.exists():
         click.echo(f"quill: no store at {cfg.state_db} yet (push or import, then `quill run`)", err=True)
 
 
@@ -198,11 +201,11 @@ def _print_status(d: dict[str, Any]) -> None:
         roles = ", ".join(c["role"] for c in last["crash_loops"])
         con.print(f"[yellow]last run stopped with exit code {last['exit_code']} at {render.when(last['ended_at'])}"
                   + (f" (crash-looping: {roles})" if roles else "") + "[/yellow]")
-    writer = fleet.get("writer")
-    if fleet["running"] and writer and not writer.get("alive"):
+    writer = WriterStatus.from_json(fleet.get("writer"))
+    if fleet["running"] and fleet.get("writer") and not writer.alive:
         con.print("[yellow]writer   not running (restarting?)[/yellow]")
-    elif writer and writer.get("error"):
-        con.print(f"[yellow]writer   {writer['error']}[/yellow]")
+    elif writer.error:
+        con.print(f"[yellow]writer   {writer.error}[/yellow]")
     http = fleet.get("http")
     if fleet["running"] and http:
         con.print(f"http     {'serving http://' + http.get('listen', '?') + '/' if http.get('alive') else '[yellow]not running (restarting?)[/yellow]'}")

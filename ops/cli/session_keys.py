@@ -16,6 +16,7 @@ from quill.ops.cli import render
 from quill.ops.cli.base import confirm, emit_json, json_option
 from quill.ops.client.client import Client
 from quill.ops.client.errors import no_key
+from quill.store.factory import capabilities
 
 
 @click.command(name="resume")
@@ -91,7 +92,7 @@ def sessions_delete(cfg: Any, session_ids: tuple[str, ...], key: str | None, rea
         raise click.UsageError("give session ids or --key, not both")
     if not session_ids and key is None:
         raise click.UsageError("give the session ids to delete, or --key KEY")
-    if purge and cfg.store_url:  # refused before anything is appended
+    if purge and not capabilities(cfg).local_file:  # refused before anything is appended
         raise click.UsageError("--purge works on the embedded SQLite store only; delete without --purge")
     confirm(f"delete {'the sessions of key ' + repr(key) if key else ', '.join(session_ids)}?", yes=yes,
             as_json=as_json)

@@ -20,6 +20,7 @@ from quill.ops.cli.base import emit_json, json_option
 from quill.ops.client.errors import InvalidInputError, busy_with
 from quill.ops.recover.replay import replay as do_replay, total_bytes, verify as do_verify
 from quill.ops.client.wait import applied_position
+from quill.store.factory import capabilities
 
 
 def _progress(enabled: bool) -> Any:
@@ -93,7 +94,7 @@ def spool_replay(ctx: click.Context, from_: str | None, into: Path | None, as_js
     except ValueError:
         raise click.BadParameter(f"expected SEG:OFFSET, got {from_!r}", param_hint="--from")
     cfg = ctx.obj
-    if into is None and cfg.store_url:  # refused before anything is written
+    if into is None and not capabilities(cfg).local_file:  # refused before anything is written
         raise InvalidInputError("a live replay writes the embedded SQLite store; this data dir uses the PostgreSQL store",
                                 hint="`quill recover` replays this host's spool into the PostgreSQL store from its "
                                      "cursor; `--into FILE` replays into a new SQLite file")

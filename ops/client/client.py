@@ -341,8 +341,9 @@ class Client(Reads):
 
         from quill.ops.purge import procedure as purge
         from quill.ops.client.wait import wait_applied
+        from quill.store.factory import capabilities
 
-        if self.config.store_url:
+        if not capabilities(self.config).local_file:
             raise InvalidInputError("--purge works on the embedded SQLite store only (snapshots and the spool's "
                                     "replay rules of a PostgreSQL store differ)",
                                     hint="delete without --purge; the spool keeps its copies until retention")

@@ -10,27 +10,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from quill.store import factory
 from quill.store.read.reader import Reader
 
 
 def open_reader(cfg: Any) -> Reader:
-    """A read-only ``Reader`` on ``cfg``'s store: ``store.postgres.PgReader`` for ``[store]
-    url`` (with this data dir's spool id, so ``figures()["cursor"]`` is this host's cursor) or
-    ``store.read.reader.Reader`` on ``cfg.state_db``. Raises ``store.errors.CantOpenError`` when the
-    store does not exist yet (no ``state.db``, or a database without Quill's schema), and the
-    rest of the store error tree otherwise (an unreachable server is ``TransientError``)."""
-    if not cfg.store_url:
-        return Reader(cfg.state_db)
-    from quill.spool.identity import load_or_create
-    from quill.store.postgres import PgReader
-    spool_id = load_or_create(cfg.spool_id_path) if cfg.spool_id_path.exists() else None
-    return PgReader(cfg.store_url, spool_id=spool_id)
+    """A read-only ``Reader`` on ``cfg``'s store (``store.factory.open_reader``):
+    ``store.postgres.PgReader`` for ``[store] url`` (with this data dir's spool id, so
+    ``figures()["cursor"]`` is this host's cursor) or ``store.read.reader.Reader`` on
+    ``cfg.state_db``. Raises ``store.errors.CantOpenError`` when the store does not exist yet
+    (no ``state.db``, or a database without Quill's schema), and the rest of the store error
+    tree otherwise (an unreachable server is ``TransientError``)."""
+    return factory.open_reader(cfg)
 
 
 def where(cfg: Any) -> str:
     """Where the store lives, for messages: ``state.db``'s path, or the PostgreSQL URL with
-    its password removed."""
-    if not cfg.store_url:
-        return str(cfg.state_db)
-    from quill.store.postgres.connection import redact
-    return redact(cfg.store_url)
+    its password removed (``store.factory.location``)."""
+    return factory.location(cfg)

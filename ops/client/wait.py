@@ -51,17 +51,18 @@ def why_not_applied(cfg: Any) -> str:
     locked`` held by another process …), or a writer still busy behind a backlog. Only live
     processes' records are trusted (``quill.home.RunDir``)."""
     from quill.store.sqlite.connection import WRITER_BUSY_MS
-    from quill.home import RunDir
+    from quill.home import RunDir, WriterStatus
     rd = RunDir(cfg.home)
     if not rd.fleet_running():
         return "no fleet is running on this data dir: start `quill run` (the record is safe in the spool)"
-    writer = rd.live("writer")
-    if writer is None:
+    published = rd.live("writer")
+    if published is None:
         return "the fleet runs but its writer is not up (restarting?): see `quill status`"
-    if writer.get("halted"):
+    writer = WriterStatus.from_json(published)
+    if writer.halted:
         return "the writer has halted (see `quill doctor`; `quill recover` rebuilds the store)"
-    if writer.get("error"):
-        return f"the writer is retrying after an error: {writer['error']} (see `quill status`)"
+    if writer.error:
+        return f"the writer is retrying after an error: {writer.error} (see `quill status`)"
     return ("the writer is up but has not got to it yet (a backlog before it, or a lock it waits on for up to "
             f"{WRITER_BUSY_MS // 1000} s before it reports one): see `quill status`")
 

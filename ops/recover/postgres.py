@@ -16,8 +16,7 @@ from typing import Any
 
 from quill.spool import SpoolReader
 from quill.store.errors import LeaseHeldError
-from quill.store.factory import open_store
-from quill.store.postgres import PgReader
+from quill.store.factory import open_reader, open_store
 from quill.workers.writer import Writer
 
 #: How long ``recover`` waits for a running writer to replay the spool (seconds).
@@ -41,7 +40,7 @@ def recover(cfg: Any, log: Any) -> dict[str, Any]:
     deadline = time.monotonic() + WAIT_FOR_WRITER_S
     while True:
         end = SpoolReader(cfg.spool_dir).end()
-        with PgReader(cfg.store_url, spool_id=spool_id) as reader:
+        with open_reader(cfg, spool_id=spool_id) as reader:
             cursor = reader.figures()["cursor"]
         if cursor == f"{end.segment}:{end.offset}":
             return {"backend": "postgres", "spool_id": spool_id, "from": None, "to": cursor, "applied": None,

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from quill.home import RunDir, Settings
+from quill.home import RunDir, Settings, WriterStatus
 from quill.jobs.worker_jobs import latest_snapshot, snapshot as take_snapshot
 from quill.spool import Position, SpoolReader
 from quill.spool.segments import list_segments
@@ -108,8 +108,8 @@ def recover(cfg: Settings, *, progress: Progress | None = None, accept_loss: boo
     not swap in time; ``CorruptError`` when the rebuilt store fails verification.
     """
     rd = RunDir(cfg.home)
-    writer = rd.live("writer") or {}
-    halt = rd.halt(cfg.state_db) or (writer.get("halt") if writer.get("halted") else None)
+    writer = WriterStatus.from_json(rd.live("writer"))
+    halt = rd.halt(cfg.state_db) or (writer.halt if writer.halted else None)
     lease = Lease(rd.lock("writer"))
     try:
         lease.acquire()

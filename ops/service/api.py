@@ -293,7 +293,7 @@ def queue_job(request: Request, name: str) -> dict[str, Any]:
     or internal job, 409 for a job that maintains the other kind of store (``catalog.runnable``)."""
     cfg = request.app.state.cfg
     try:
-        catalog.runnable(name, cfg.store_url)
+        catalog.runnable(name, cfg)
     except KeyError:
         raise ApiError(404, "not-found", f"no job {name!r}; see GET /api/v1/jobs") from None
     except catalog.WrongStoreError as exc:

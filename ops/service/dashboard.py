@@ -22,6 +22,7 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 from markupsafe import Markup, escape
 
+from quill.home import WriterStatus
 from quill.spool import Quarantine
 from quill.store.errors import CantOpenError
 from quill.store.read.reader import Reader
@@ -196,7 +197,10 @@ def install(app: FastAPI) -> None:
         data = health.collect(request.app.state.cfg)
         quarantine = list(itertools.islice(Quarantine(request.app.state.cfg.spool_dir).entries(),
                                            QUARANTINE_SHOWN))
-        return _page(request, "fleet.html", d=data, quarantine=quarantine, roles=health.ROLES)
+        published = data["fleet"]["writer"]
+        writer = WriterStatus.from_json(published) if published else None
+        return _page(request, "fleet.html", d=data, quarantine=quarantine, roles=health.ROLES,
+                     writer=writer)
 
     @app.get("/jobs", include_in_schema=False)
     def jobs(request: Request, queued: str = "") -> HTMLResponse:

@@ -15,18 +15,18 @@ from typing import Any
 
 import apsw
 
-from quill.home import Halt, RunDir, Settings
+from quill.home import RunDir, Settings, WriterStatus
 from quill.spool import Position, Quarantine
 from quill.spool.reader import lag_seconds, stats
 from quill.spool.torn import TORN_SUMMARY
 from quill.spool.segments import stray_segments
 from quill.store.sqlite.connection import MIN_SQLITE, shm_problem
 from quill.store.errors import StoreError
-from quill.store.read.reader import Reader
 
 from quill.ops.status import health
 from quill.ops.purge.procedure import interrupted as interrupted_purge
-from quill.ops.client.stores import open_reader
+from quill.ops.client.stores import open_reader, where
+from quill.store.factory import capabilities
 
 FREE_WARN_BYTES = 1 << 30
 
@@ -47,7 +47,7 @@ def run_checks(cfg: Settings) -> list[dict[str, Any]]:
                       f"apsw's SQLite {lib}; need ≥ {'.'.join(map(str, MIN_SQLITE))} (WAL-reset bug fix)"))
     out.append(_check("sqlite (queue)", True,
                       f"system SQLite {sqlite3.sqlite_version} for huey; queue.db uses journal_mode=TRUNCATE, not WAL"))
-    if cfg.store_url:
+    if not capabilities(cfg).local_file:
         figures = _pg_checks(cfg, out)
         return out + _common_checks(cfg, figures)
     shm = shm_problem(cfg.state_db)
@@ -57,7 +57,7 @@ def run_checks(cfg: Settings) -> list[dict[str, Any]]:
         figures = None  # SQLite would read the store through it as if it were empty: don't
     elif cfg.state_db.exists():
         try:
-            with Reader(cfg.state_db) as r:
+            with open_reader(cfg) as r:
                 mode = r.conn.execute("PRAGMA journal_mode").fetchone()[0]
                 figures = r.figures()
                 overdue = health.overdue_jobs(cfg, r.conn)
@@ -71,7 +71,7 @@ def run_checks(cfg: Settings) -> list[dict[str, Any]]:
         except (StoreError, apsw.Error) as exc:
             out.append(_check("store", False, f"cannot read state.db: {type(exc).__name__}: {exc}"))
             figures = None
-        w = health.wal_state(cfg, RunDir(cfg.home).live("writer"))
+        w = health.wal_state(cfg, WriterStatus.from_json(RunDir(cfg.home).live("writer")))
         out.append(_check("WAL size", not w["high"] and not w["blocked_by_reader_since"], health.describe_wal(w),
                           warn_only=True))
     else:
@@ -84,14 +84,14 @@ def _pg_checks(cfg: Settings, out: list[dict[str, Any]]) -> dict[str, Any] | Non
     """Checks of a PostgreSQL store (``[store] url``): reachable with a Quill schema, its
     figures, every host's cursor, the last amcheck run, overdue jobs. Returns the store
     figures (None when unreadable). The password in the URL is never shown."""
-    from quill.store.postgres.connection import redact
     try:
         with open_reader(cfg) as r:
             figures = r.figures()
             pg = r.server_figures(time.time())
             overdue = health.overdue_jobs(cfg, r.conn)
     except StoreError as exc:
-        out.append(_check("store (postgresql)", False, f"cannot read {redact(cfg.store_url)}: {type(exc).__name__}: {exc}"))
+        out.append(_check("store (postgresql)", False,
+                          f"cannot read {where(cfg)}: {type(exc).__name__}: {exc}"))
         return None
     out.append(_check("store (postgresql)", True,
                       f"PostgreSQL {pg['server_version']} at {pg['url']}: {figures['sessions']} sessions, "
@@ -123,9 +123,8 @@ def _common_checks(cfg: Settings, figures: dict[str, Any] | None) -> list[dict[s
     for role in ("fleet", "writer", "scheduler"):
         holder = rd.lease_holder(role)
         out.append(_check(f"{role} lease", True, f"held by pid {holder['pid']}" if holder else "free"))
-    writer = rd.live("writer") or {}
-    halt = rd.halt(cfg.state_db) or (Halt.from_json(writer.get("halt"))
-                                     if writer.get("halted") else None)
+    writer = WriterStatus.from_json(rd.live("writer"))
+    halt = rd.halt(cfg.state_db) or (writer.halt if writer.halted else None)
     out.append(_check("halt", not halt, "not halted" if not halt else
                       f"HALTED: {halt.cause}: {halt.detail} — run `{halt.next}`"))
     free = shutil.disk_usage(next(p for p in (cfg.home, *cfg.home.parents) if p.exists())).free
@@ -139,7 +138,8 @@ def _common_checks(cfg: Settings, figures: dict[str, Any] | None) -> list[dict[s
                       else f"{len(stray)} segment file(s) outside {cfg.spool_dir} hold acknowledged records the writer "
                            f"never reads: {', '.join(str(p) for p in stray[:5])}; `quill spool adopt PATH` "
                            "appends their records to the spool (batch ids kept, so nothing is applied twice)"))
-    unfinished = interrupted_purge(cfg.spool_dir, None if cfg.store_url else cfg.state_db)
+    local = capabilities(cfg).local_file
+    unfinished = interrupted_purge(cfg.spool_dir, cfg.state_db if local else None)
     why = ("spool/.purge-plan.json left, no purge running" if unfinished and unfinished["cause"] == "plan-file"
            else "an applied `sessions.delete --purge` whose records are still in the spool, no purge running")
     out.append(_check("purge", not unfinished, "no interrupted purge" if not unfinished else

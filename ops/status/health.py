@@ -15,7 +15,7 @@ from typing import Any
 
 import apsw
 
-from quill.home import Halt, RunDir
+from quill.home import RunDir, WriterStatus
 from quill.jobs.schedule import read_schedules
 from quill.spool import Position, Quarantine
 from quill.spool.reader import lag_seconds, stats as spool_stats
@@ -26,6 +26,7 @@ from quill.workers.status import COMMIT_BUCKETS_S
 
 from quill.ops.purge.procedure import interrupted as interrupted_purge
 from quill.ops.client.stores import open_reader
+from quill.store.factory import capabilities
 
 #: Below this many free bytes producers and the writer are about to stall (a spool segment
 #: rotation plus a chunk's WAL growth need a few MiB; 64 MiB leaves margin).
@@ -48,11 +49,10 @@ def fleet_state(cfg: Any) -> dict[str, Any]:
         st = rd.last(role)
         if st is not None or role != "http":
             out[role] = st
-    writer = out["writer"] or {}
+    writer = WriterStatus.from_json(out["writer"])
     # A run reports a halt when halt.json applies to the store in place (the writer reads
     # it at start) or when the live writer says it halted.
-    halt = rd.halt(cfg.state_db) or (Halt.from_json(writer.get("halt"))
-                                     if writer.get("alive") and writer.get("halted") else None)
+    halt = rd.halt(cfg.state_db) or (writer.halt if writer.alive and writer.halted else None)
     out["halt"] = halt.to_json() if halt else None
     sup = rd.last("supervisor") or {}
     current = bool(sup.get("alive")) and sup.get("state") == "running"
@@ -74,13 +74,14 @@ def collect(cfg: Any) -> dict[str, Any]:
     """
     data: dict[str, Any] = {"home": str(cfg.home), "fleet": fleet_state(cfg)}
     totals: list[dict[str, Any]] = []
-    shm = None if cfg.store_url else shm_problem(cfg.state_db)
+    local = capabilities(cfg).local_file
+    shm = shm_problem(cfg.state_db) if local else None
     try:
         if shm:  # SQLite would read the store through it as if it were empty
             raise SharedMemoryError(shm)
         with open_reader(cfg) as r:
             data["store"] = r.figures()
-            if cfg.store_url:
+            if not local:
                 data["store"]["postgres"] = r.server_figures(time.time())
             data["jobs"] = r.job_runs(limit=10)
             totals = r.job_run_totals()
@@ -89,14 +90,15 @@ def collect(cfg: Any) -> dict[str, Any]:
         data["store"], data["jobs"], data["overdue"] = None, [], overdue_jobs(cfg, None)
     except StoreError as exc:
         data["store"], data["jobs"], data["overdue"] = {"error": f"{type(exc).__name__}: {exc}"}, [], []
-    writer = data["fleet"]["writer"] or {}
-    data["wal"] = wal_state(cfg, writer if writer.get("alive") else None)
+    writer = WriterStatus.from_json(data["fleet"]["writer"])
+    data["wal"] = wal_state(cfg, writer if writer.alive else None)
     store = data["store"] or {}
     cursor = Position.parse(store["cursor"]) if store.get("cursor") else None
     q = Quarantine(cfg.spool_dir)
     # torn_writes: entries that are a producer's unacknowledged partial write, not damage.
     data["spool"] = {**spool_stats(cfg.spool_dir, cursor), "quarantined": q.count(), "torn_writes": q.torn_count()}
-    data["spool"]["interrupted_purge"] = interrupted_purge(cfg.spool_dir, None if cfg.store_url else cfg.state_db)
+    data["spool"]["interrupted_purge"] = interrupted_purge(cfg.spool_dir,
+                                                           cfg.state_db if local else None)
     data["spool"]["lag_s"] = (round(lag_seconds(cfg.spool_dir, cursor, time.time()), 1)
                               if data["spool"]["pending_bytes"] else 0.0)
     # Read, never written: on a full disk no process can publish its status, so free space is
@@ -111,18 +113,18 @@ def collect(cfg: Any) -> dict[str, Any]:
 def _metrics(data: dict[str, Any], job_totals: list[dict[str, Any]]) -> dict[str, Any]:
     """The exported figures, derived from the status document (units in the names)."""
     fleet, store = data["fleet"], data["store"] or {}
-    writer = fleet.get("writer") or {}
-    commit = writer.get("commit_hist") or {}
+    writer = WriterStatus.from_json(fleet.get("writer"))
+    commit = writer.commit_hist or {}
     return {
         "spool_pending_bytes": data["spool"]["pending_bytes"],
         "spool_lag_seconds": data["spool"]["lag_s"],
         "quarantined_records": data["spool"]["quarantined"],
         # Counters of the running writer process (they restart from 0 with it; Prometheus'
         # rate() handles counter resets).
-        "ops_applied_total": writer.get("applied", 0),
-        "ops_duplicate_total": writer.get("duplicates", 0),
-        "ops_rejected_total": writer.get("rejected", 0),
-        "rows_applied_total": writer.get("rows", 0),
+        "ops_applied_total": writer.applied,
+        "ops_duplicate_total": writer.duplicates,
+        "ops_rejected_total": writer.rejected,
+        "rows_applied_total": writer.rows,
         "chunk_commit_seconds": {"buckets": dict(zip([str(b) for b in COMMIT_BUCKETS_S],
                                                      commit.get("counts", [0] * len(COMMIT_BUCKETS_S)))),
                                  "count": commit.get("count", 0), "sum": commit.get("sum", 0.0)},
@@ -209,12 +211,12 @@ WAL_WARN_FLOOR = 8 << 20
 WAL_WARN_RATIO = 1.0
 
 
-def wal_state(cfg: Any, writer: dict[str, Any] | None) -> dict[str, Any]:
+def wal_state(cfg: Any, writer: WriterStatus | None) -> dict[str, Any]:
     """The store's WAL: ``bytes``, ``store_bytes``, ``limit_bytes``, ``high`` (above the
     limit), and ``blocked_by_reader_since`` (epoch s) when the live writer's TRUNCATE
     checkpoints have been refused by a reader holding an old snapshot since then — the
     oldest reader Quill knows of (SQLite does not name readers). ``writer``: the live
-    writer's status or None."""
+    writer's status (``WriterStatus``) or None."""
     def size(path: Any) -> int:
         try:
             return path.stat().st_size
@@ -223,7 +225,7 @@ def wal_state(cfg: Any, writer: dict[str, Any] | None) -> dict[str, Any]:
     wal = size(cfg.state_db.with_name(cfg.state_db.name + "-wal"))
     store = size(cfg.state_db)
     limit = max(WAL_WARN_FLOOR, int(WAL_WARN_RATIO * store))
-    since = (writer or {}).get("wal_blocked_since")
+    since = writer.wal_blocked_since if writer is not None else None
     return {"bytes": wal, "store_bytes": store, "limit_bytes": limit, "high": wal > limit,
             "blocked_by_reader_since": since}
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from quill.home import Halt
 
+from quill.store.capabilities import PostgresCapabilities
 from quill.store.contract import HaltAction, NullLog
 from quill.store.postgres import PostgresBackend, halt, schema
 from quill.store.postgres.connection import PgConnection
@@ -33,7 +34,7 @@ GC_INTERVAL_S = 3600.0
 GC_FIRST_S = 60.0
 
 
-class PgStore(PostgresBackend):
+class PgStore(PostgresCapabilities, PostgresBackend):
     """The store at ``url`` for the writer of spool ``spool_id``; unopened until ``connect``
     (which creates or migrates the schema). ``spool_dir``/``retention_s``: the spool this
     writer collects when idle (None: no collection)."""
@@ -57,11 +58,6 @@ class PgStore(PostgresBackend):
         self.application_name = application_name or f"quill-writer:{spool_id}"
         self.conn: PgConnection | None = None
         self._next_gc = time.monotonic() + GC_FIRST_S
-
-    @property
-    def maintenance_jobs(self) -> tuple[str, ...]:
-        from quill.store.contract import MAINTENANCE_JOBS
-        return MAINTENANCE_JOBS[self.kind]
 
     @property
     def connected(self) -> bool:

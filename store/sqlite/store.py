@@ -30,7 +30,8 @@ from quill.store.apply.chunk import ChunkResult, apply_chunk, read_cursor
 from quill.store.sqlite.connection import open_writer
 from quill.home import Halt
 
-from quill.store.contract import MAINTENANCE_JOBS, HaltAction, NullLog
+from quill.store.capabilities import SqliteCapabilities
+from quill.store.contract import HaltAction, NullLog
 from quill.store.errors import DiskFullError
 from quill.store.sqlite.guard import FileGuard
 from quill.home import DEFAULTS
@@ -45,19 +46,17 @@ TRUNCATE_WAL_BYTES = 1 << 20
 TRUNCATE_RETRY_S = 5.0
 
 
-class SqliteStore:
+class SqliteStore(SqliteCapabilities):
     """The SQLite file ``path`` (see the module doc). ``writer``: opened by the writer (it
     holds the lease): keeps a file guard and runs start-up upkeep; ``run_dir`` (the data
     dir's ``RunDir``) records and reads its halt; ``spool_dir``/``snapshots_dir`` tell
     whether a missing file may be rebuilt from the spool alone."""
 
-    kind = "sqlite"
     jobs_while_halted = False
     reconnect_on_error = False
     retry_first_s: float | None = None
     halt_poll_s = 0.5
     recover_hint = "quill recover"
-    maintenance_jobs = MAINTENANCE_JOBS["sqlite"]
     OPTIONS = ("synchronous", "writer", "run_dir", "log", "spool_dir", "snapshots_dir")
 
     def __init__(self, path: Path, spool_id: str = "local", *, synchronous: str = "NORMAL",

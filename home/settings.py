@@ -1,0 +1,188 @@
+"""Layer 0, the settings of a data dir: ``Settings`` (a frozen record, sizes in bytes, times in
+seconds), ``DEFAULTS`` (the one defaults table: library signatures name their defaults from
+it), ``load`` (reads the optional ``config.toml`` once per process) and ``ConfigError``. Every
+key is documented in docs/configuration.md, and an unknown key is an error, so a typo is never
+ignored. ``tomllib`` is imported only when there is a file (the ``quill push`` fast path
+usually has none)."""
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from quill.home.layout import (CONFIG_TOML, LOGS_DIR, QUEUE_DB, RUN_DIR, SCHEDULE_DB,
+                               SNAPSHOTS_DIR, SPOOL_DIR, SPOOL_ID, STATE_DB, TOKENS_DB,
+                               default_home)
+
+#: Who may call the HTTP API without a token: loopback peers only, nobody, or anyone.
+ANONYMOUS = ("loopback", "none", "any")
+DAY = 24 * 3600.0
+
+
+class ConfigError(Exception):
+    """``config.toml`` is unreadable or holds an unknown key or a bad value."""
+
+
+class Settings(NamedTuple):
+    """Paths and settings of one data dir. Sizes in bytes, times in seconds, counts in rows.
+    Immutable; the field defaults are the defaults table (``DEFAULTS``)."""
+
+    home: Path
+    synchronous: str = "NORMAL"
+    chunk_rows: int = 500
+    #: Rows per FTS indexing slice: big enough for bulk efficiency (the gain over per-row
+    #: triggers grows with the slice), small enough to keep each write transaction short.
+    index_slice_rows: int = 2000
+    #: Spool rotation size: keeps segment counts small while GC still frees space usefully.
+    segment_bytes: int = 64 * 1024 * 1024
+    poll_interval: float = 0.05
+    writer_hung_after_s: float = 120.0
+    snapshot_keep: int = 5
+    spool_retention_s: float = 7 * DAY
+    stale_after_s: float = 1 * DAY
+    retention_s: float = 90 * DAY
+    prune_sources: tuple[str, ...] = ("cli", "cron", "subagent", "tool", "api", "recovered")
+    http_listen: str = ""
+    http_anonymous: str = "loopback"
+    http_max_body_bytes: int = 8 * 1024 * 1024
+    http_max_batch_messages: int = 2000
+    #: ``[store] url``: ``postgresql://…`` puts the store on a shared PostgreSQL server
+    #: (docs/backends.md); None = the embedded SQLite file ``state.db``.
+    store_url: str | None = None
+    #: ``[queue] url``: ``redis://…`` puts the job queue on a shared Redis server; None = the
+    #: embedded SQLite queue ``queue.db``.
+    queue_url: str | None = None
+
+    @property
+    def spool_id_path(self) -> Path:
+        """The file holding this data dir's stable spool id (``quill.spool.identity``)."""
+        return self.home / SPOOL_ID
+
+    @property
+    def state_db(self) -> Path:
+        return self.home / STATE_DB
+
+    @property
+    def queue_db(self) -> Path:
+        return self.home / QUEUE_DB
+
+    @property
+    def schedule_db(self) -> Path:
+        return self.home / SCHEDULE_DB
+
+    @property
+    def spool_dir(self) -> Path:
+        return self.home / SPOOL_DIR
+
+    @property
+    def snapshots_dir(self) -> Path:
+        return self.home / SNAPSHOTS_DIR
+
+    @property
+    def tokens_db(self) -> Path:
+        return self.home / TOKENS_DB
+
+    @property
+    def run_dir(self) -> Path:
+        return self.home / RUN_DIR
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.home / LOGS_DIR
+
+    def ensure_dirs(self) -> None:
+        """Create the data dir layout owner-only (0700), chmod'ing each path. Raises
+        ``ConfigError`` when one of them exists and is not a directory."""
+        for d in (self.home, self.spool_dir, self.snapshots_dir, self.run_dir, self.logs_dir):
+            try:
+                d.mkdir(parents=True, exist_ok=True)
+            except (FileExistsError, NotADirectoryError):
+                raise ConfigError(f"{d} exists and is not a directory") from None
+            os.chmod(d, 0o700)
+
+
+#: The defaults table: every setting's default (``home`` is no setting: the empty path).
+DEFAULTS = Settings(home=Path())
+
+#: ``config.toml`` ``(section, key)`` → ``Settings`` field.
+_SECTIONS = {
+    ("store", "synchronous"): "synchronous",
+    ("store", "url"): "store_url",
+    ("queue", "url"): "queue_url",
+    ("writer", "chunk_rows"): "chunk_rows",
+    ("writer", "index_slice_rows"): "index_slice_rows",
+    ("writer", "poll_interval"): "poll_interval",
+    ("writer", "hung_after_s"): "writer_hung_after_s",
+    ("spool", "segment_bytes"): "segment_bytes",
+    ("snapshots", "keep"): "snapshot_keep",
+    ("spool", "retention_s"): "spool_retention_s",
+    ("prune", "stale_after_s"): "stale_after_s",
+    ("prune", "retention_s"): "retention_s",
+    ("prune", "sources"): "prune_sources",
+    ("http", "listen"): "http_listen",
+    ("http", "anonymous"): "http_anonymous",
+    ("http", "max_body_bytes"): "http_max_body_bytes",
+    ("http", "max_batch_messages"): "http_max_batch_messages",
+}
+
+#: Smallest allowed value of each numeric setting, and whether it may equal that bound
+#: (docs/configuration.md lists the same ranges).
+_MINIMUM: dict[str, tuple[float, bool]] = {
+    "chunk_rows": (1, True), "index_slice_rows": (1, True), "poll_interval": (0, False),
+    "writer_hung_after_s": (0, False), "segment_bytes": (4096, True),
+    "spool_retention_s": (0, True), "snapshot_keep": (1, True), "stale_after_s": (0, True),
+    "retention_s": (0, True), "http_max_body_bytes": (1024, True),
+    "http_max_batch_messages": (1, True),
+}
+_TYPES = {"int": int, "float": (int, float), "str": str, "str | None": str, "tuple[str, ...]": list}
+
+
+def _check(path: Path, key: str, name: str, value: Any, annotation: str) -> None:
+    if not isinstance(value, _TYPES[annotation]) or isinstance(value, bool):
+        raise ConfigError(f"{path}: {key} has the wrong type ({type(value).__name__})")
+    if name in _MINIMUM:
+        low, inclusive = _MINIMUM[name]
+        if not math.isfinite(value) or value < low or (value == low and not inclusive):
+            raise ConfigError(f"{path}: {key} must be a finite number "
+                              f"{'≥' if inclusive else '>'} {low:g}, got {value!r}")
+
+
+def load(home: str | os.PathLike[str] | None = None) -> Settings:
+    """The ``Settings`` of data dir ``home`` (default: ``default_home()``), applying its
+    ``config.toml`` when there is one. Raises ``ConfigError`` for an unreadable file, an
+    unknown key, a wrongly typed value or a value out of range."""
+    settings = Settings(home=Path(home).expanduser().resolve() if home
+                        else default_home().resolve())
+    path = settings.home / CONFIG_TOML
+    if not path.exists():
+        return settings
+    import tomllib  # only when there is a file: the producer path (`quill push`) usually has none
+
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"cannot read {path}: {exc}") from None
+    changes: dict[str, Any] = {}
+    # The annotation text (``from __future__ import annotations``; NamedTuple keeps a ForwardRef).
+    types = {name: str(getattr(t, "__forward_arg__", t))
+             for name, t in Settings.__annotations__.items()}
+    for section, table in data.items():
+        if not isinstance(table, dict):
+            raise ConfigError(f"{path}: [{section}] must be a table")
+        for key, value in table.items():
+            name = _SECTIONS.get((section, key))
+            if name is None:
+                raise ConfigError(f"{path}: unknown setting {section}.{key}")
+            _check(path, f"{section}.{key}", name, value, types[name])
+            changes[name] = tuple(value) if isinstance(value, list) else value
+    scheme = {k: (changes.get(k) or "").split(":", 1)[0] for k in ("store_url", "queue_url")}
+    if changes.get("store_url") and scheme["store_url"] not in ("postgresql", "postgres"):
+        raise ConfigError(f"{path}: store.url must be a postgresql:// URL")
+    if changes.get("queue_url") and scheme["queue_url"] not in ("redis", "rediss", "unix"):
+        raise ConfigError(f"{path}: queue.url must be a redis:// URL")
+    if changes.get("synchronous", "NORMAL").upper() not in ("NORMAL", "FULL"):
+        raise ConfigError(f"{path}: store.synchronous must be NORMAL or FULL")
+    if changes.get("http_anonymous", "loopback") not in ANONYMOUS:
+        raise ConfigError(f"{path}: http.anonymous must be one of {', '.join(ANONYMOUS)}")
+    return settings._replace(**changes)

@@ -7,6 +7,7 @@ configuration, importers). Architecture: ``docs/architecture.md``.
 This module stays import-light: every ``quill`` command imports it first, so public names are
 resolved lazily (PEP 562 ``__getattr__``) and cost nothing until used.
 """
+
 from __future__ import annotations
 
 from importlib import import_module
@@ -20,9 +21,20 @@ _LAZY: dict[str, str] = {
     "AsyncClient": "quill.ops.client.aclient:AsyncClient",
     "Outcome": "quill.ops.client.client:Outcome",
     "Ack": "quill.spool.producer:Ack",
-    **{name: f"quill.ops.client.errors:{name}" for name in (
-        "QuillError", "InvalidInputError", "NotFoundError", "WaitTimeoutError", "QuarantinedError", "SpoolFullError",
-        "StoreBusyError", "StoreDamagedError", "StorageError")},
+    **{
+        name: f"quill.ops.client.errors:{name}"
+        for name in (
+            "QuillError",
+            "InvalidInputError",
+            "NotFoundError",
+            "WaitTimeoutError",
+            "QuarantinedError",
+            "SpoolFullError",
+            "StoreBusyError",
+            "StoreDamagedError",
+            "StorageError",
+        )
+    },
 }
 
 

@@ -12,6 +12,7 @@
   check, CRC-32, the locked write's system calls, and the whole ``Spool.append`` without its
   ``fdatasync``. Best of several passes (load only ever adds).
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -61,8 +62,11 @@ def sync_kinds(d: Path, calls_per_kind: int, size: int) -> dict[str, Any]:
             os.close(fd)
     out: dict[str, Any] = {"bytes": size, "calls": calls_per_kind}
     for kind in KINDS:
-        out[kind] = {"p50_ms": ms(pct(lat[kind], 50)), "p99_ms": ms(pct(lat[kind], 99)),
-                     "mean_ms": ms(sum(lat[kind]) / len(lat[kind]))}
+        out[kind] = {
+            "p50_ms": ms(pct(lat[kind], 50)),
+            "p99_ms": ms(pct(lat[kind], 99)),
+            "mean_ms": ms(sum(lat[kind]) / len(lat[kind])),
+        }
     out["overwrite_over_append_mean"] = ratio(out["overwrite"]["mean_ms"], out["append"]["mean_ms"])
     out["overwrite_over_append_p99"] = ratio(out["overwrite"]["p99_ms"], out["append"]["p99_ms"])
     return out
@@ -72,10 +76,19 @@ def append_cpu(n: int = 300, passes: int = 5) -> dict[str, Any]:
     """CPU µs per step of one append of a real 10-message record (module doc)."""
     from quill.spool import Spool, record
 
-    work = [c for _, c in zip(range(n), calls(real_stream(10 ** 6), 10, prefix="cpu"))]
-    bodies = [{"v": record.VERSION, "op": "messages.append", "batch": str(uuid.uuid4()), "producer": "bench",
-               "seq": i, "ts": time.time(), "data": {"session_id": sid, "messages": msgs}}
-              for i, (sid, msgs) in enumerate(work)]
+    work = [c for _, c in zip(range(n), calls(real_stream(10**6), 10, prefix="cpu"))]
+    bodies = [
+        {
+            "v": record.VERSION,
+            "op": "messages.append",
+            "batch": str(uuid.uuid4()),
+            "producer": "bench",
+            "seq": i,
+            "ts": time.time(),
+            "data": {"session_id": sid, "messages": msgs},
+        }
+        for i, (sid, msgs) in enumerate(work)
+    ]
     encoder, decoder, _ = record._msgspec()
     raw = [encoder.encode(b) for b in bodies]
     lines = [record.encode(b) for b in bodies]
@@ -92,7 +105,9 @@ def append_cpu(n: int = 300, passes: int = 5) -> dict[str, Any]:
     out["uuid4_us"] = best(lambda: [str(uuid.uuid4()) for _ in range(n)])
     out["msgspec_encode_us"] = best(lambda: [encoder.encode(b) for b in bodies])
     out["plain_json_walk_us"] = best(lambda: [record.plain_json(b) for b in bodies])
-    out["decode_back_check_us"] = best(lambda: [decoder.decode(r) == b for r, b in zip(raw, bodies)])
+    out["decode_back_check_us"] = best(
+        lambda: [decoder.decode(r) == b for r, b in zip(raw, bodies)]
+    )
     out["crc32_us"] = best(lambda: [zlib.crc32(r) for r in raw])
     out["record_encode_us"] = best(lambda: [record.encode(b) for b in bodies])
     with tempdir("append-cpu") as d:
@@ -106,11 +121,15 @@ def append_cpu(n: int = 300, passes: int = 5) -> dict[str, Any]:
                     os.pread(fd, 1, size - 1)
                 os.write(fd, line)
                 fcntl.flock(fd, fcntl.LOCK_UN)
+
         out["locked_write_syscalls_us"] = best(syscalls)
         os.close(fd)
         with Spool(d / "spool", fsync=False) as sp:
             out["spool_append_no_sync_us"] = best(
-                lambda: [sp.append("messages.append", {"session_id": s, "messages": m}) for s, m in work])
+                lambda: [
+                    sp.append("messages.append", {"session_id": s, "messages": m}) for s, m in work
+                ]
+            )
     return out
 
 
@@ -123,12 +142,17 @@ def run(sizes, log) -> dict[str, Any]:
         with tempdir("sync-kinds") as d:
             r = sync_kinds(d, n, size)
         out["sync_kinds"].append(r)
-        log(f"§1 fdatasync {size:>6d} B: append (grows) p50 {r['append']['p50_ms']} p99 {r['append']['p99_ms']} "
+        log(
+            f"§1 fdatasync {size:>6d} B: append (grows) p50 {r['append']['p50_ms']} p99 {r['append']['p99_ms']} "
             f"mean {r['append']['mean_ms']} ms | overwrite (preallocated, zeroed) p50 {r['overwrite']['p50_ms']} "
             f"p99 {r['overwrite']['p99_ms']} mean {r['overwrite']['mean_ms']} ms | fallocate p50 "
             f"{r['fallocate']['p50_ms']} p99 {r['fallocate']['p99_ms']} ms | overwrite ÷ append: mean "
-            f"{r['overwrite_over_append_mean']} p99 {r['overwrite_over_append_p99']}")
+            f"{r['overwrite_over_append_mean']} p99 {r['overwrite_over_append_p99']}"
+        )
     out["append_cpu"] = cpu
-    log("§1 CPU µs per append of a real 10-message record (" + f"{cpu['record_bytes']:,} B): "
-        + ", ".join(f"{k[:-3]} {v}" for k, v in cpu.items() if k.endswith("_us")))
+    log(
+        "§1 CPU µs per append of a real 10-message record ("
+        + f"{cpu['record_bytes']:,} B): "
+        + ", ".join(f"{k[:-3]} {v}" for k, v in cpu.items() if k.endswith("_us"))
+    )
     return out

@@ -13,6 +13,7 @@ returns only when those messages are durable by that system's own rules; ``close
 * ``langgraph``  LangGraph ``SqliteSaver.put`` of one checkpoint per 5-message turn, holding the
                  thread's accumulated ``messages`` channel, as a MessagesState graph checkpoints it.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -46,9 +47,16 @@ def naive_row(sid: str, m: dict[str, Any]) -> tuple:
     extra = {k: v for k, v in m.items() if k not in known}
     tc = m.get("tool_calls")
     ts = m.get("timestamp")
-    return (sid, m.get("role"), text_of(m), json.dumps(tc) if tc else None, m.get("tool_call_id"),
-            m.get("name"), ts if isinstance(ts, (int, float)) else time.time(),
-            json.dumps(extra, ensure_ascii=False) if extra else None)
+    return (
+        sid,
+        m.get("role"),
+        text_of(m),
+        json.dumps(tc) if tc else None,
+        m.get("tool_call_id"),
+        m.get("name"),
+        ts if isinstance(ts, (int, float)) else time.time(),
+        json.dumps(extra, ensure_ascii=False) if extra else None,
+    )
 
 
 class Writer:
@@ -78,6 +86,7 @@ class QuillSpool(Writer):
 
     def open(self, path: Path, proc: int) -> None:
         from quill.spool import Spool
+
         self.spool = Spool(path / "spool")
 
     def write(self, sid, msgs):
@@ -96,6 +105,7 @@ class QuillSpoolGroup(QuillSpool):
 
     def open(self, path: Path, proc: int) -> None:
         from quill.spool import Spool
+
         self.spool = Spool(path / "spool", group_commit=True)
 
 
@@ -122,15 +132,19 @@ class Naive(Writer):
     def write(self, sid, msgs):
         c = self.conn
         for i in range(0, len(msgs), self.per_txn):
-            part = msgs[i:i + self.per_txn]
+            part = msgs[i : i + self.per_txn]
             now = time.time()
             c.execute("BEGIN IMMEDIATE")
             try:
-                c.execute("INSERT OR IGNORE INTO sessions (id, started_at, updated_at) VALUES (?, ?, ?)",
-                          (sid, now, now))
-                c.executemany("INSERT INTO messages (session_id, role, content, tool_calls, tool_call_id, "
-                              "tool_name, ts, extra) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                              [naive_row(sid, m) for m in part])
+                c.execute(
+                    "INSERT OR IGNORE INTO sessions (id, started_at, updated_at) VALUES (?, ?, ?)",
+                    (sid, now, now),
+                )
+                c.executemany(
+                    "INSERT INTO messages (session_id, role, content, tool_calls, tool_call_id, "
+                    "tool_name, ts, extra) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    [naive_row(sid, m) for m in part],
+                )
                 c.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (now, sid))
                 c.execute("COMMIT")
             except BaseException:
@@ -161,11 +175,13 @@ class AgentsSession(Writer):
     @classmethod
     def prepare(cls, path):
         from agents.memory import SQLiteSession
+
         s = SQLiteSession("setup", str(path / "agents.db"))
         s.close()
 
     def open(self, path, proc):
         from agents.memory import SQLiteSession
+
         self.db = str(path / "agents.db")
         self.loop = asyncio.new_event_loop()
         self.sessions: dict[str, Any] = {}
@@ -200,6 +216,7 @@ class LangGraphSaver(Writer):
     @classmethod
     def prepare(cls, path):
         from langgraph.checkpoint.sqlite import SqliteSaver
+
         conn = sqlite3.connect(str(path / "langgraph.db"), check_same_thread=False)
         SqliteSaver(conn).setup()
         conn.close()
@@ -207,8 +224,10 @@ class LangGraphSaver(Writer):
     def open(self, path, proc):
         from langgraph.checkpoint.base import empty_checkpoint
         from langgraph.checkpoint.sqlite import SqliteSaver
-        self.conn = sqlite3.connect(str(path / "langgraph.db"), check_same_thread=False,
-                                    timeout=NAIVE_BUSY_MS / 1000)
+
+        self.conn = sqlite3.connect(
+            str(path / "langgraph.db"), check_same_thread=False, timeout=NAIVE_BUSY_MS / 1000
+        )
         self.saver = SqliteSaver(self.conn)
         self.saver.setup()
         self.empty = empty_checkpoint
@@ -216,25 +235,37 @@ class LangGraphSaver(Writer):
 
     def write(self, sid, msgs):
         from langgraph.checkpoint.base.id import uuid6
+
         cfg, history, step = self.threads.get(sid) or (
-            {"configurable": {"thread_id": sid, "checkpoint_ns": ""}}, [], 0)
+            {"configurable": {"thread_id": sid, "checkpoint_ns": ""}},
+            [],
+            0,
+        )
         if sid not in self.threads:
             self.threads = {}  # one live thread per producer, like an agent loop
         for i in range(0, len(msgs), TURN):
-            history = history + msgs[i:i + TURN]
+            history = history + msgs[i : i + TURN]
             step += 1
             cp = self.empty()
             cp["id"] = str(uuid6(clock_seq=step))
             cp["channel_values"] = {"messages": history}
             cp["channel_versions"] = {"messages": step}
             cp["versions_seen"] = {"agent": {"messages": step}}
-            cfg = self.saver.put(cfg, cp, {"source": "loop", "step": step, "parents": {}},
-                                 {"messages": step})
+            cfg = self.saver.put(
+                cfg, cp, {"source": "loop", "step": step, "parents": {}}, {"messages": step}
+            )
         self.threads[sid] = (cfg, history, step)
 
     def close(self):
         self.conn.close()
 
 
-ALL: list[type[Writer]] = [QuillSpool, QuillSpoolGroup, Naive, NaiveTurn, AgentsSession, LangGraphSaver]
+ALL: list[type[Writer]] = [
+    QuillSpool,
+    QuillSpoolGroup,
+    Naive,
+    NaiveTurn,
+    AgentsSession,
+    LangGraphSaver,
+]
 BY_NAME = {w.name: w for w in ALL}

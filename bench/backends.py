@@ -15,6 +15,7 @@ same run. ``python -m bench.backends [--pg URL] [--ingest N] [--search N]``.
    warm, 20 runs per query (the queries of bench/search.py).
 Prints a table and writes ``bench/out/backends.json``. Ratios only compare figures of one run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,6 +41,7 @@ DEFAULT_PG = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 # -- helpers -----------------------------------------------------------------------------------
 
+
 def _fill(spool_dir: Path, n: int, seed: int, prefix: str) -> None:
     spool = Spool(spool_dir, fsync=False)  # preparation only; not measured
     for sid, msgs in calls(synthetic_messages(n, seed=seed), 10, prefix=prefix):
@@ -49,10 +51,13 @@ def _fill(spool_dir: Path, n: int, seed: int, prefix: str) -> None:
 
 def _open(kind: str, root: Path, url: str | None, spool_id: str):
     from quill.store.factory import open_url as open_backend
+
     return open_backend(url if kind == "postgres" else None, root / "state.db", spool_id)
 
 
-def _drain(kind: str, root: str, spool_dir: str, url: str | None, spool_id: str, barrier: Any, out: Any) -> None:
+def _drain(
+    kind: str, root: str, spool_dir: str, url: str | None, spool_id: str, barrier: Any, out: Any
+) -> None:
     backend = _open(kind, Path(root), url, spool_id)
     reader = SpoolReader(spool_dir)
     cursor = START
@@ -77,6 +82,7 @@ class PgSchema:
 
     def __init__(self, base: str):
         import psycopg
+
         self.base, self.name = base, "bench_" + uuid.uuid4().hex[:10]
         with psycopg.connect(base, autocommit=True) as c:
             c.execute(f'CREATE SCHEMA "{self.name}"')
@@ -87,11 +93,13 @@ class PgSchema:
 
     def __exit__(self, *exc: object) -> None:
         import psycopg
+
         with psycopg.connect(self.base, autocommit=True) as c:
             c.execute(f'DROP SCHEMA IF EXISTS "{self.name}" CASCADE')
 
 
 # -- 1. aggregate ingest -------------------------------------------------------------------------
+
 
 def ingest(n: int, pg: str) -> list[dict[str, Any]]:
     results = []
@@ -105,10 +113,23 @@ def ingest(n: int, pg: str) -> list[dict[str, Any]]:
                 spools[k].append(d)
         runs = [("sqlite", 1)] + [("postgres", k) for k in (1, 2, 4)]
         for kind, k in runs:
-            with (PgSchema(pg) if kind == "postgres" else _Null()) as url:
+            with PgSchema(pg) if kind == "postgres" else _Null() as url:
                 barrier, out = CTX.Barrier(k + 1), CTX.Queue()
-                procs = [CTX.Process(target=_drain, args=(kind, str(tmp / f"{kind}{k}-{i}"), str(spools[k][i]),
-                                                          url, f"bench-{i}", barrier, out)) for i in range(k)]
+                procs = [
+                    CTX.Process(
+                        target=_drain,
+                        args=(
+                            kind,
+                            str(tmp / f"{kind}{k}-{i}"),
+                            str(spools[k][i]),
+                            url,
+                            f"bench-{i}",
+                            barrier,
+                            out,
+                        ),
+                    )
+                    for i in range(k)
+                ]
                 for p in procs:
                     p.start()
                 barrier.wait()
@@ -118,9 +139,19 @@ def ingest(n: int, pg: str) -> list[dict[str, Any]]:
                 for p in procs:
                     p.join()
                 rows = sum(r["rows"] for r in parts)
-                results.append({"backend": kind, "writers": k, "rows": rows, "seconds": round(wall, 2),
-                                "msgs_per_s": round(rows / wall)})
-                print(f"ingest {kind:8} writers={k}: {rows} rows in {wall:.1f} s = {rows / wall:,.0f} msgs/s", flush=True)
+                results.append(
+                    {
+                        "backend": kind,
+                        "writers": k,
+                        "rows": rows,
+                        "seconds": round(wall, 2),
+                        "msgs_per_s": round(rows / wall),
+                    }
+                )
+                print(
+                    f"ingest {kind:8} writers={k}: {rows} rows in {wall:.1f} s = {rows / wall:,.0f} msgs/s",
+                    flush=True,
+                )
     base = results[0]["msgs_per_s"]
     for r in results:
         r["vs_sqlite_1_writer"] = ratio(r["msgs_per_s"], base)
@@ -137,9 +168,10 @@ class _Null:
 
 # -- 2. producer ack latency -------------------------------------------------------------------
 
+
 def _produce(spool_dir: str, seconds: float, seed: int, barrier: Any, out: Any) -> None:
     spool = Spool(spool_dir)
-    it = calls(synthetic_messages(10 ** 9, seed=seed), 10, prefix=f"p{seed}-s")
+    it = calls(synthetic_messages(10**9, seed=seed), 10, prefix=f"p{seed}-s")
     lat = []
     barrier.wait()
     end = time.perf_counter() + seconds
@@ -151,7 +183,9 @@ def _produce(spool_dir: str, seconds: float, seed: int, barrier: Any, out: Any) 
     out.put(lat)
 
 
-def _drain_forever(kind: str, root: str, spool_dir: str, url: str | None, stop: Any, out: Any) -> None:
+def _drain_forever(
+    kind: str, root: str, spool_dir: str, url: str | None, stop: Any, out: Any
+) -> None:
     backend = _open(kind, Path(root), url, "ack-bench")
     reader, cursor, rows = SpoolReader(spool_dir), START, 0
     while not stop.is_set():
@@ -169,14 +203,23 @@ def _drain_forever(kind: str, root: str, spool_dir: str, url: str | None, stop: 
 def ack_latency(pg: str, producers: int = 4, seconds: float = 8.0) -> list[dict[str, Any]]:
     results = []
     for kind in ("sqlite", "postgres"):
-        with tempdir("quill-bench-ack") as tmp, (PgSchema(pg) if kind == "postgres" else _Null()) as url:
+        with (
+            tempdir("quill-bench-ack") as tmp,
+            PgSchema(pg) if kind == "postgres" else _Null() as url,
+        ):
             (tmp / "spool").mkdir()
             stop, rows_q = CTX.Event(), CTX.Queue()
-            writer = CTX.Process(target=_drain_forever, args=(kind, str(tmp), str(tmp / "spool"), url, stop, rows_q))
+            writer = CTX.Process(
+                target=_drain_forever, args=(kind, str(tmp), str(tmp / "spool"), url, stop, rows_q)
+            )
             writer.start()
             barrier, out = CTX.Barrier(producers), CTX.Queue()
-            procs = [CTX.Process(target=_produce, args=(str(tmp / "spool"), seconds, 500 + i, barrier, out))
-                     for i in range(producers)]
+            procs = [
+                CTX.Process(
+                    target=_produce, args=(str(tmp / "spool"), seconds, 500 + i, barrier, out)
+                )
+                for i in range(producers)
+            ]
             for p in procs:
                 p.start()
             lat = [x for _ in procs for x in out.get(timeout=600)]
@@ -185,15 +228,27 @@ def ack_latency(pg: str, producers: int = 4, seconds: float = 8.0) -> list[dict[
             stop.set()
             drained = rows_q.get(timeout=600)
             writer.join()
-            results.append({"backend": kind, "producers": producers, "calls": len(lat),
-                            "p50_ms": ms(pct(lat, 50)), "p99_ms": ms(pct(lat, 99)), "rows_drained": drained})
-            print(f"ack {kind:8}: {len(lat)} calls p50 {ms(pct(lat, 50))} ms p99 {ms(pct(lat, 99))} ms "
-                  f"(writer applied {drained} rows meanwhile)", flush=True)
+            results.append(
+                {
+                    "backend": kind,
+                    "producers": producers,
+                    "calls": len(lat),
+                    "p50_ms": ms(pct(lat, 50)),
+                    "p99_ms": ms(pct(lat, 99)),
+                    "rows_drained": drained,
+                }
+            )
+            print(
+                f"ack {kind:8}: {len(lat)} calls p50 {ms(pct(lat, 50))} ms p99 {ms(pct(lat, 99))} ms "
+                f"(writer applied {drained} rows meanwhile)",
+                flush=True,
+            )
     results[1]["p99_vs_sqlite"] = ratio(results[1]["p99_ms"], results[0]["p99_ms"])
     return results
 
 
 # -- 3. search latency --------------------------------------------------------------------------
+
 
 def search(n: int, pg: str, runs: int = 20) -> list[dict[str, Any]]:
     out = []
@@ -202,12 +257,18 @@ def search(n: int, pg: str, runs: int = 20) -> list[dict[str, Any]]:
         timings: dict[str, dict[str, list[float]]] = {}
         for kind in ("sqlite", "postgres"):
             barrier, q = CTX.Barrier(2), CTX.Queue()
-            p = CTX.Process(target=_drain, args=(kind, str(tmp / kind), str(tmp / "spool"), url, "search", barrier, q))
+            p = CTX.Process(
+                target=_drain,
+                args=(kind, str(tmp / kind), str(tmp / "spool"), url, "search", barrier, q),
+            )
             p.start()
             barrier.wait()
             loaded = q.get(timeout=3600)
             p.join()
-            print(f"search store {kind}: loaded {loaded['rows']} rows in {loaded['seconds']:.1f} s", flush=True)
+            print(
+                f"search store {kind}: loaded {loaded['rows']} rows in {loaded['seconds']:.1f} s",
+                flush=True,
+            )
             backend = _open(kind, tmp / kind, url, "search")
             if kind == "postgres":
                 backend.maintenance("analyze")
@@ -227,21 +288,31 @@ def search(n: int, pg: str, runs: int = 20) -> list[dict[str, Any]]:
                 row[f"{kind}_p50_ms"], row[f"{kind}_p95_ms"] = ms(pct(ts, 50)), ms(pct(ts, 95))
             row["p95_pg_vs_sqlite"] = ratio(row["postgres_p95_ms"], row["sqlite_p95_ms"])
             out.append(row)
-            print(f"search {name:26} sqlite p95 {row['sqlite_p95_ms']} ms  postgres p95 {row['postgres_p95_ms']} ms"
-                  f"  ({row['p95_pg_vs_sqlite']}×)", flush=True)
+            print(
+                f"search {name:26} sqlite p95 {row['sqlite_p95_ms']} ms  postgres p95 {row['postgres_p95_ms']} ms"
+                f"  ({row['p95_pg_vs_sqlite']}×)",
+                flush=True,
+            )
     return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--pg", default=os.environ.get("QUILL_BENCH_PG_URL", DEFAULT_PG),
-                    help="a PostgreSQL database to create throwaway schemas in")
+    ap.add_argument(
+        "--pg",
+        default=os.environ.get("QUILL_BENCH_PG_URL", DEFAULT_PG),
+        help="a PostgreSQL database to create throwaway schemas in",
+    )
     ap.add_argument("--ingest", type=int, default=40_000, help="messages for the ingest comparison")
     ap.add_argument("--search", type=int, default=100_000, help="messages in each store for search")
     ap.add_argument("--sections", default="ingest,ack,search")
     args = ap.parse_args()
     sections = set(args.sections.split(","))
-    result: dict[str, Any] = {"machine": machine(), "ingest_messages": args.ingest, "search_messages": args.search}
+    result: dict[str, Any] = {
+        "machine": machine(),
+        "ingest_messages": args.ingest,
+        "search_messages": args.search,
+    }
     if "ingest" in sections:
         result["ingest"] = ingest(args.ingest, args.pg)
     if "ack" in sections:

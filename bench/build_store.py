@@ -13,6 +13,7 @@ transactions. The spool is deleted once drained (``--keep-spool`` keeps it).
 Writes ``DIR/state.db`` and ``DIR/build.json`` (the drain's figures). Run it niced on a
 shared machine: ``nice -n 10 python -m bench.build_store 1000000 /tmp/quill-1m``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,8 +36,13 @@ def build(n: int, d: Path, chunk: int, slice_rows: int, keep_spool: bool = False
     written = write_spool(d / "spool", synthetic_messages(n))
     prep = time.perf_counter() - t0
     res = drain(d / "spool", d / "state.db", chunk, slice_rows)
-    res.update(messages=written, spool_prep_s=round(prep, 1), chunk_rows=chunk, index_slice_rows=slice_rows,
-               db_bytes=sum(f.stat().st_size for f in d.glob("state.db*")))
+    res.update(
+        messages=written,
+        spool_prep_s=round(prep, 1),
+        chunk_rows=chunk,
+        index_slice_rows=slice_rows,
+        db_bytes=sum(f.stat().st_size for f in d.glob("state.db*")),
+    )
     if not keep_spool:
         shutil.rmtree(d / "spool", ignore_errors=True)
     (d / "build.json").write_text(json.dumps(res, indent=2))
@@ -44,11 +50,17 @@ def build(n: int, d: Path, chunk: int, slice_rows: int, keep_spool: bool = False
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.build_store", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.build_store", description=__doc__.splitlines()[0]
+    )
     ap.add_argument("n", type=int, help="synthetic messages")
     ap.add_argument("dir", type=Path, help="empty directory for state.db")
-    ap.add_argument("--chunk", type=int, default=5000, help="rows per apply transaction (writer default 500)")
-    ap.add_argument("--slice", type=int, default=20000, help="rows per index slice (writer default 2000)")
+    ap.add_argument(
+        "--chunk", type=int, default=5000, help="rows per apply transaction (writer default 500)"
+    )
+    ap.add_argument(
+        "--slice", type=int, default=20000, help="rows per index slice (writer default 2000)"
+    )
     ap.add_argument("--keep-spool", action="store_true")
     args = ap.parse_args(argv)
     res = build(args.n, args.dir, args.chunk, args.slice, args.keep_spool)

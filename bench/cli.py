@@ -6,6 +6,7 @@ the same run, interleaved with the commands (so machine load hits both alike). G
 push p50 ≤ 100 ms. Also reports which heavy modules each command imported (none of
 SQLAlchemy, APScheduler, rich, psutil may be loaded by push).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,15 +21,33 @@ from typing import Any
 
 from .common import ms, pct, ratio, tempdir
 
-HEAVY = ("sqlalchemy", "apscheduler", "rich", "psutil", "huey", "structlog", "quill.store.read.reader",
-         "quill.store.apply.chunk", "quill.store.sqlite.connection", "quill.store.sqlite.indexer", "quill.workers", "quill.jobs",
-         "importlib.metadata", "tomllib", "socket")
+HEAVY = (
+    "sqlalchemy",
+    "apscheduler",
+    "rich",
+    "psutil",
+    "huey",
+    "structlog",
+    "quill.store.read.reader",
+    "quill.store.apply.chunk",
+    "quill.store.sqlite.connection",
+    "quill.store.sqlite.indexer",
+    "quill.workers",
+    "quill.jobs",
+    "importlib.metadata",
+    "tomllib",
+    "socket",
+)
 MESSAGE = '{"role": "user", "content": "one agent turn"}\n'
 
 
 def _quill() -> list[str]:
     script = Path(sys.executable).parent / "quill"
-    return [str(script)] if script.exists() else [sys.executable, "-c", "from quill.ops.cli import main; main()"]
+    return (
+        [str(script)]
+        if script.exists()
+        else [sys.executable, "-c", "from quill.ops.cli import main; main()"]
+    )
 
 
 def _time(argv: list[str], env: dict[str, str], stdin: str | None) -> tuple[float, float]:
@@ -36,8 +55,15 @@ def _time(argv: list[str], env: dict[str, str], stdin: str | None) -> tuple[floa
     a shared machine: waiting for a core does not count."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    subprocess.run(argv, input=stdin, env=env, check=True, text=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(
+        argv,
+        input=stdin,
+        env=env,
+        check=True,
+        text=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -45,11 +71,15 @@ def _time(argv: list[str], env: dict[str, str], stdin: str | None) -> tuple[floa
 
 def heavy_imports(args: list[str], env: dict[str, str], stdin: str | None) -> list[str]:
     """Heavy modules loaded when ``quill <args>`` runs (read from the process's sys.modules)."""
-    code = ("import atexit, sys, json\n"
-            "atexit.register(lambda: print(json.dumps(sorted(sys.modules)), file=sys.stderr))\n"
-            f"sys.argv = ['quill', *{args!r}]\n"
-            "from quill.ops.cli import main\nmain()\n")
-    proc = subprocess.run([sys.executable, "-c", code], input=stdin, env=env, text=True, capture_output=True)
+    code = (
+        "import atexit, sys, json\n"
+        "atexit.register(lambda: print(json.dumps(sorted(sys.modules)), file=sys.stderr))\n"
+        f"sys.argv = ['quill', *{args!r}]\n"
+        "from quill.ops.cli import main\nmain()\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], input=stdin, env=env, text=True, capture_output=True
+    )
     loaded = json.loads(proc.stderr.strip().splitlines()[-1])
     return sorted({h for h in HEAVY for m in loaded if m == h or m.startswith(h + ".")})
 
@@ -75,16 +105,34 @@ def run(reps: int = 40) -> dict[str, Any]:
                 cpu[name].append(used)
         floor = pct(times["floor: python -c pass"], 50)
         cpu_floor = pct(cpu["floor: python -c pass"], 50)
-        rows = [{"case": name, "min_ms": ms(min(t)), "p50_ms": ms(pct(t, 50)), "p95_ms": ms(pct(t, 95)),
-                 "p50_over_floor_ms": ms(pct(t, 50) - floor), "ratio_to_floor": ratio(pct(t, 50), floor),
-                 "cpu_p50_ms": ms(pct(cpu[name], 50)), "cpu_ratio_to_floor": ratio(pct(cpu[name], 50), cpu_floor)}
-                for name, t in times.items()]
-        loaded = {"push": heavy_imports(["push", "--session", "bench"], env, MESSAGE),
-                  "--version": heavy_imports(["--version"], env, None)}
+        rows = [
+            {
+                "case": name,
+                "min_ms": ms(min(t)),
+                "p50_ms": ms(pct(t, 50)),
+                "p95_ms": ms(pct(t, 95)),
+                "p50_over_floor_ms": ms(pct(t, 50) - floor),
+                "ratio_to_floor": ratio(pct(t, 50), floor),
+                "cpu_p50_ms": ms(pct(cpu[name], 50)),
+                "cpu_ratio_to_floor": ratio(pct(cpu[name], 50), cpu_floor),
+            }
+            for name, t in times.items()
+        ]
+        loaded = {
+            "push": heavy_imports(["push", "--session", "bench"], env, MESSAGE),
+            "--version": heavy_imports(["--version"], env, None),
+        }
     push = next(r for r in rows if r["case"].startswith("quill push"))
-    return {"reps": reps, "rows": rows, "heavy_imports": loaded,
-            "target": {"goal": "push p50 ≤ 100 ms", "measured_ms": push["p50_ms"],
-                       "result": "PASS" if push["p50_ms"] <= 100 else "FAIL"}}
+    return {
+        "reps": reps,
+        "rows": rows,
+        "heavy_imports": loaded,
+        "target": {
+            "goal": "push p50 ≤ 100 ms",
+            "measured_ms": push["p50_ms"],
+            "result": "PASS" if push["p50_ms"] <= 100 else "FAIL",
+        },
+    }
 
 
 def main() -> None:
@@ -94,15 +142,21 @@ def main() -> None:
     args = parser.parse_args()
     result = run(args.reps)
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-    print(f"{'case':<26} {'min ms':>8} {'p50 ms':>8} {'p95 ms':>8} {'p50 - floor':>12} {'÷ floor':>8} {'CPU p50 ms':>11} "
-          f"{'÷ floor':>8}")
+    print(
+        f"{'case':<26} {'min ms':>8} {'p50 ms':>8} {'p95 ms':>8} {'p50 - floor':>12} {'÷ floor':>8} {'CPU p50 ms':>11} "
+        f"{'÷ floor':>8}"
+    )
     for r in result["rows"]:
-        print(f"{r['case']:<26} {r['min_ms']:>8} {r['p50_ms']:>8} {r['p95_ms']:>8} {r['p50_over_floor_ms']:>12} "
-              f"{r['ratio_to_floor']:>8}"
-              f" {r['cpu_p50_ms']:>11} {r['cpu_ratio_to_floor']:>8}")
+        print(
+            f"{r['case']:<26} {r['min_ms']:>8} {r['p50_ms']:>8} {r['p95_ms']:>8} {r['p50_over_floor_ms']:>12} "
+            f"{r['ratio_to_floor']:>8}"
+            f" {r['cpu_p50_ms']:>11} {r['cpu_ratio_to_floor']:>8}"
+        )
     print(f"heavy modules imported: {result['heavy_imports']}")
-    print(f"target {result['target']['goal']}: {result['target']['measured_ms']} ms → {result['target']['result']}"
-          " (on a loaded machine compare the ÷ floor ratios: the floor is measured in the same run)")
+    print(
+        f"target {result['target']['goal']}: {result['target']['measured_ms']} ms → {result['target']['result']}"
+        " (on a loaded machine compare the ÷ floor ratios: the floor is measured in the same run)"
+    )
     if args.out:
         args.out.write_text(json.dumps(result, indent=2))
 

@@ -1,4 +1,5 @@
 """Small helpers shared by the benchmark sections: percentiles, temp dirs, machine facts."""
+
 from __future__ import annotations
 
 import contextlib
@@ -21,15 +22,17 @@ class Sizes:
     """Every size knob of a run; ``--quick``/default/``--full`` pick one of ``PROFILES``."""
 
     name: str
-    ingest_seconds: float        # §1: wall time of each (system, batch, procs) run
-    searchable_n: int            # §2: real messages drained per chunk size
-    naive_seconds: float         # §2: time budget of the naive per-message writer
-    scale_ns: tuple[int, ...]    # §5: store sizes (synthetic); §3 searches the ones >= 100k (or the largest)
-    search_reps: int             # §3: repetitions of each query
-    maint_producers: int         # §4: producer processes appending during maintenance
-    idle_seconds: float          # §4: idle window before maintenance
-    naive_search_max: int        # §3: largest store the naive FTS baseline is built for
-    reps: int = 1                # §2: repetitions (median reported)
+    ingest_seconds: float  # §1: wall time of each (system, batch, procs) run
+    searchable_n: int  # §2: real messages drained per chunk size
+    naive_seconds: float  # §2: time budget of the naive per-message writer
+    scale_ns: tuple[
+        int, ...
+    ]  # §5: store sizes (synthetic); §3 searches the ones >= 100k (or the largest)
+    search_reps: int  # §3: repetitions of each query
+    maint_producers: int  # §4: producer processes appending during maintenance
+    idle_seconds: float  # §4: idle window before maintenance
+    naive_search_max: int  # §3: largest store the naive FTS baseline is built for
+    reps: int = 1  # §2: repetitions (median reported)
 
 
 PROFILES = {
@@ -68,7 +71,7 @@ def tempdir(prefix: str) -> Iterator[Path]:
 
 
 class Timer:
-    def __enter__(self) -> "Timer":
+    def __enter__(self) -> Timer:
         self.t0 = time.perf_counter()
         return self
 
@@ -83,6 +86,7 @@ def dir_bytes(path: Path) -> int:
 def machine() -> dict[str, Any]:
     """Machine and version facts recorded with every result file."""
     import apsw
+
     info: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "nproc": os.cpu_count(),
@@ -106,6 +110,7 @@ def machine() -> dict[str, Any]:
     except OSError:
         pass
     from importlib import metadata
+
     for pkg in ("openai-agents", "langgraph-checkpoint-sqlite", "langgraph-checkpoint"):
         try:
             info[pkg] = metadata.version(pkg)
@@ -114,7 +119,10 @@ def machine() -> dict[str, Any]:
     fs = TMP_ROOT
     try:
         import subprocess
-        out = subprocess.run(["df", "-T", str(fs)], capture_output=True, text=True).stdout.splitlines()
+
+        out = subprocess.run(
+            ["df", "-T", str(fs)], capture_output=True, text=True
+        ).stdout.splitlines()
         info["tmp_fs"] = out[-1].split()[1] if len(out) > 1 else None
     except Exception:
         info["tmp_fs"] = None

@@ -14,6 +14,7 @@ The figure under test is ``shared - baseline`` against the array's size (goal: a
 array, ~30 KB, not N arrays, ~30 MB); the inline store shows the N× alternative measured in
 the same run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,10 +31,21 @@ def tool_array(kb: int) -> list[dict]:
     """A realistic tool array of about ``kb`` KB of JSON: named functions with descriptions and schemas."""
     tools, size, i = [], 0, 0
     while size < kb * 1024:
-        tool = {"type": "function", "function": {
-            "name": f"tool_{i}", "description": f"Tool {i}: " + "does a careful, well-described thing. " * 6,
-            "parameters": {"type": "object", "properties": {"path": {"type": "string", "description": "a path"},
-                                                            "limit": {"type": "integer"}}, "required": ["path"]}}}
+        tool = {
+            "type": "function",
+            "function": {
+                "name": f"tool_{i}",
+                "description": f"Tool {i}: " + "does a careful, well-described thing. " * 6,
+                "parameters": {
+                    "type": "object",
+                    "properties": {
+                        "path": {"type": "string", "description": "a path"},
+                        "limit": {"type": "integer"},
+                    },
+                    "required": ["path"],
+                },
+            },
+        }
         tools.append(tool)
         size += len(json.dumps(tool))
         i += 1
@@ -49,10 +61,12 @@ def _store_bytes(root: Path, ops: list[tuple[str, dict]]) -> int:
     try:
         entries = list(SpoolReader(root / "spool").read(START, max_bytes=1 << 40))
         for start in range(0, len(entries), 500):
-            apply_chunk(conn, entries[start:start + 500], lambda e, reason, detail: None)
+            apply_chunk(conn, entries[start : start + 500], lambda e, reason, detail: None)
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        pages, free, size = (conn.execute(f"PRAGMA {p}").fetchone()[0]
-                             for p in ("page_count", "freelist_count", "page_size"))
+        pages, free, size = (
+            conn.execute(f"PRAGMA {p}").fetchone()[0]
+            for p in ("page_count", "freelist_count", "page_size")
+        )
         return (pages - free) * size
     finally:
         conn.close()
@@ -67,10 +81,17 @@ def main() -> None:
     array_bytes = len(json.dumps(tools, separators=(",", ":")))
     n = args.sessions
     variants = {
-        "baseline": [("session.create", {"session_id": f"s{i}", "source": "bench"}) for i in range(n)],
-        "inline": [("session.create", {"session_id": f"s{i}", "source": "bench", "meta": {"tools": tools}})
-                   for i in range(n)],
-        "shared": [("session.create", {"session_id": f"s{i}", "source": "bench", "tools": tools}) for i in range(n)],
+        "baseline": [
+            ("session.create", {"session_id": f"s{i}", "source": "bench"}) for i in range(n)
+        ],
+        "inline": [
+            ("session.create", {"session_id": f"s{i}", "source": "bench", "meta": {"tools": tools}})
+            for i in range(n)
+        ],
+        "shared": [
+            ("session.create", {"session_id": f"s{i}", "source": "bench", "tools": tools})
+            for i in range(n)
+        ],
     }
     sizes = {}
     for name, ops in variants.items():
@@ -82,8 +103,10 @@ def main() -> None:
     for name, size in sizes.items():
         added = size - base
         print(f"{name:<10}{size / 1024:>12.1f}{added / 1024:>12.1f}{added / array_bytes:>15.2f}x")
-    print(f"shared adds {(sizes['shared'] - base) / 1024:.1f} KB (goal ≈ {array_bytes / 1024:.0f} KB, "
-          f"not {n * array_bytes / 1024 / 1024:.0f} MB); inline adds {(sizes['inline'] - base) / 1024 / 1024:.1f} MB")
+    print(
+        f"shared adds {(sizes['shared'] - base) / 1024:.1f} KB (goal ≈ {array_bytes / 1024:.0f} KB, "
+        f"not {n * array_bytes / 1024 / 1024:.0f} MB); inline adds {(sizes['inline'] - base) / 1024 / 1024:.1f} MB"
+    )
 
 
 if __name__ == "__main__":

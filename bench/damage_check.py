@@ -14,6 +14,7 @@ median seconds of each, ``continuous / baseline`` (1.00 = no cost), the seconds 
 ``quick_check`` of the final store takes, and the implied cost at the default hourly
 schedule: ``1 + (continuous/baseline - 1) × check_seconds / DAMAGE_BOUND_S``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,10 +35,21 @@ def _fill(spool_dir: Path, messages: int) -> None:
     words = "transcript tool call result session assistant user compaction rewind lineage".split()
     with Spool(spool_dir) as sp:
         for b in range(messages // 20):
-            sp.append("messages.append", {"session_id": f"s{b % 50}", "messages": [
-                {"role": "user" if i % 2 else "assistant", "id": f"{b}-{i}",
-                 "content": " ".join(words[(b + i + k) % len(words)] for k in range(60)) + f" {b}-{i}"}
-                for i in range(20)]})
+            sp.append(
+                "messages.append",
+                {
+                    "session_id": f"s{b % 50}",
+                    "messages": [
+                        {
+                            "role": "user" if i % 2 else "assistant",
+                            "id": f"{b}-{i}",
+                            "content": " ".join(words[(b + i + k) % len(words)] for k in range(60))
+                            + f" {b}-{i}",
+                        }
+                        for i in range(20)
+                    ],
+                },
+            )
 
 
 def _checker(db: str, stop, counts) -> None:
@@ -81,10 +93,16 @@ def run(messages: int, rounds: int) -> dict:
         quick_check(str(work / "r0-0.db"))
         check_s = time.perf_counter() - t0
     ratio = statistics.median(cont) / statistics.median(base)
-    return {"messages": messages, "rounds": rounds, "baseline_s": round(statistics.median(base), 3),
-            "continuous_check_s": round(statistics.median(cont), 3), "ratio_continuous": round(ratio, 3),
-            "quick_checks_during_drains": checks, "one_check_s": round(check_s, 3),
-            "ratio_hourly_default": round(1 + (ratio - 1) * check_s / DAMAGE_BOUND_S, 5)}
+    return {
+        "messages": messages,
+        "rounds": rounds,
+        "baseline_s": round(statistics.median(base), 3),
+        "continuous_check_s": round(statistics.median(cont), 3),
+        "ratio_continuous": round(ratio, 3),
+        "quick_checks_during_drains": checks,
+        "one_check_s": round(check_s, 3),
+        "ratio_hourly_default": round(1 + (ratio - 1) * check_s / DAMAGE_BOUND_S, 5),
+    }
 
 
 def main() -> None:

@@ -11,6 +11,7 @@ a change (for "before", a checkout of main on ``PYTHONPATH``) and ``diff`` the t
 changed row in any table changes its line. Two drains of one spool by the same code print the
 same lines (arrival times come from the spool records, not the clock).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,16 +19,26 @@ import hashlib
 from pathlib import Path
 
 #: (table, column) pairs that record when the drain ran, not what it stored.
-VOLATILE = {("applied_batches", "applied_at"), ("rejected_batches", "rejected_at"), ("spool_cursor", "updated_at")}
+VOLATILE = {
+    ("applied_batches", "applied_at"),
+    ("rejected_batches", "rejected_at"),
+    ("spool_cursor", "updated_at"),
+}
 
 
 def table_digests(db_path: Path) -> dict[str, tuple[int, str]]:
     """``table → (rows, sha256 prefix of the repr of its rows in rowid order)``."""
     import apsw
+
     conn = apsw.Connection(str(db_path), flags=apsw.SQLITE_OPEN_READONLY)
     out: dict[str, tuple[int, str]] = {}
     try:
-        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
+        tables = [
+            r[0]
+            for r in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name"
+            )
+        ]
         for t in tables:
             cols = [c[1] for c in conn.execute(f'PRAGMA table_info("{t}")')]
             sel = ", ".join("NULL" if (t, c) in VOLATILE else f'"{c}"' for c in cols)
@@ -45,10 +56,13 @@ def table_digests(db_path: Path) -> dict[str, tuple[int, str]]:
 def main(argv: list[str] | None = None) -> None:
     from .messages import real_messages, real_stream
     from .searchable import drain, write_spool
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("spool", type=Path)
     ap.add_argument("db", type=Path)
-    ap.add_argument("--messages", type=int, default=0, help="default: the corpus twice (ids made unique)")
+    ap.add_argument(
+        "--messages", type=int, default=0, help="default: the corpus twice (ids made unique)"
+    )
     args = ap.parse_args(argv)
     if not args.spool.exists():
         write_spool(args.spool, real_stream(args.messages or 2 * len(real_messages())))

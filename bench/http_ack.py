@@ -7,6 +7,7 @@ p99 in ms of (a) the direct append, (b) one HTTP client (keep-alive), (c) 16 con
 clients (each request's own latency), and the ratios HTTP ÷ direct. A real `quill serve`
 subprocess serves; no fleet runs (acks do not wait for the writer).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,7 +23,10 @@ import httpx
 
 from .common import ms, pct, ratio, tempdir
 
-MESSAGES = [{"role": "user", "content": "one agent turn " * 20}, {"role": "assistant", "content": "a reply " * 40}]
+MESSAGES = [
+    {"role": "user", "content": "one agent turn " * 20},
+    {"role": "assistant", "content": "a reply " * 40},
+]
 
 
 def _port() -> int:
@@ -32,9 +36,20 @@ def _port() -> int:
 
 
 def _serve(home: Any, port: int) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-c", "from quill.ops.cli import main; main()", "--home", str(home),
-                             "serve", "--listen", f"127.0.0.1:{port}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "from quill.ops.cli import main; main()",
+            "--home",
+            str(home),
+            "serve",
+            "--listen",
+            f"127.0.0.1:{port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
@@ -47,8 +62,12 @@ def _serve(home: Any, port: int) -> subprocess.Popen:
 
 
 def _summary(samples: list[float]) -> dict[str, Any]:
-    return {"n": len(samples), "p50_ms": ms(pct(samples, 50)), "p95_ms": ms(pct(samples, 95)),
-            "p99_ms": ms(pct(samples, 99))}
+    return {
+        "n": len(samples),
+        "p50_ms": ms(pct(samples, 50)),
+        "p95_ms": ms(pct(samples, 95)),
+        "p99_ms": ms(pct(samples, 99)),
+    }
 
 
 def run(n: int = 300, clients: int = 16) -> dict[str, Any]:
@@ -95,11 +114,19 @@ def run(n: int = 300, clients: int = 16) -> dict[str, Any]:
         finally:
             proc.terminate()
             proc.wait(timeout=30)
-    out = {"direct_append": _summary(direct), "http_1_client": _summary(single),
-           f"http_{clients}_clients": {**_summary(concurrent), "acks_per_s": round(len(concurrent) / wall, 1)}}
-    out["ratios"] = {"http_1_p50_over_direct_p50": ratio(pct(single, 50), pct(direct, 50)),
-                     "http_1_p99_over_direct_p99": ratio(pct(single, 99), pct(direct, 99)),
-                     f"http_{clients}_p50_over_direct_p50": ratio(pct(concurrent, 50), pct(direct, 50))}
+    out = {
+        "direct_append": _summary(direct),
+        "http_1_client": _summary(single),
+        f"http_{clients}_clients": {
+            **_summary(concurrent),
+            "acks_per_s": round(len(concurrent) / wall, 1),
+        },
+    }
+    out["ratios"] = {
+        "http_1_p50_over_direct_p50": ratio(pct(single, 50), pct(direct, 50)),
+        "http_1_p99_over_direct_p99": ratio(pct(single, 99), pct(direct, 99)),
+        f"http_{clients}_p50_over_direct_p50": ratio(pct(concurrent, 50), pct(direct, 50)),
+    }
     return out
 
 

@@ -11,6 +11,7 @@ child processes, interleaved per round (ratios are new / base of the same round)
 * ``legacy``  - re-import against a store the *base* version made (old ids): the new version
   compares each conversation with the stored one before keeping the old id.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,9 +24,11 @@ from pathlib import Path
 from .common import tempdir
 
 REPO = Path(__file__).resolve().parents[1]
-CORPUS = next((p / "shared" / "corpus" for p in REPO.parents if (p / "shared" / "corpus").is_dir()), None)
+CORPUS = next(
+    (p / "shared" / "corpus" for p in REPO.parents if (p / "shared" / "corpus").is_dir()), None
+)
 
-CHILD = r'''
+CHILD = r"""
 import sys, time
 from pathlib import Path
 from quill.ops.transfer.import_spool import import_file
@@ -47,18 +50,23 @@ else:
     r.close()
     print(t)
 spool.close()
-'''
+"""
 
 
 def child(checkout: Path, *args: str) -> float:
     env = {**os.environ, "PYTHONPATH": str(checkout)}
-    out = subprocess.run([sys.executable, "-c", CHILD, *args], env=env, capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, *args], env=env, capture_output=True, text=True, check=True
+    )
     return float(out.stdout.strip().splitlines()[-1])
 
 
 def build(path: Path, lines: int) -> None:
-    samples = [json.loads(x) for x in (CORPUS / "sharegpt" / "hermeswith__trajectory_samples.jsonl").open()
-               if x.strip()]
+    samples = [
+        json.loads(x)
+        for x in (CORPUS / "sharegpt" / "hermeswith__trajectory_samples.jsonl").open()
+        if x.strip()
+    ]
     with path.open("w") as fh:
         for i in range(lines):
             rec = json.loads(json.dumps(samples[i % len(samples)]))
@@ -74,12 +82,16 @@ def main() -> None:
     args = ap.parse_args()
     with tempdir("import-ids") as d:
         d = Path(d)
-        new = d / "new-checkout"  # this checkout, importable as ``quill`` whatever its folder is named
+        new = (
+            d / "new-checkout"
+        )  # this checkout, importable as ``quill`` whatever its folder is named
         new.mkdir()
         (new / "quill").symlink_to(REPO)
         src = d / "traj.jsonl"
         build(src, args.lines)
-        print(f"{args.lines} ShareGPT conversations, {src.stat().st_size / 1e6:.1f} MB; load {os.getloadavg()[0]:.1f}")
+        print(
+            f"{args.lines} ShareGPT conversations, {src.stat().st_size / 1e6:.1f} MB; load {os.getloadavg()[0]:.1f}"
+        )
         print("round  first base/new (s)  reimport base/new (s)  legacy base/new (s)")
         for n in range(args.rounds):
             row = {}
@@ -89,11 +101,16 @@ def main() -> None:
             for name, co in (("base", args.base), ("new", new)):
                 root = d / f"{name}{n}"
                 root.mkdir()
-                row[name] = (child(co, "first", str(root), str(src)), child(co, "reimport", str(root), str(src)),
-                             child(co, "reimport", str(old_store), str(src)))
+                row[name] = (
+                    child(co, "first", str(root), str(src)),
+                    child(co, "reimport", str(root), str(src)),
+                    child(co, "reimport", str(old_store), str(src)),
+                )
             b, w = row["base"], row["new"]
-            print(f"{n + 1:>5}  {b[0]:.2f}/{w[0]:.2f} ({w[0] / b[0]:.2f}x)  {b[1]:.2f}/{w[1]:.2f} ({w[1] / b[1]:.2f}x)"
-                  f"  {b[2]:.2f}/{w[2]:.2f} ({w[2] / b[2]:.2f}x)")
+            print(
+                f"{n + 1:>5}  {b[0]:.2f}/{w[0]:.2f} ({w[0] / b[0]:.2f}x)  {b[1]:.2f}/{w[1]:.2f} ({w[1] / b[1]:.2f}x)"
+                f"  {b[2]:.2f}/{w[2]:.2f} ({w[2] / b[2]:.2f}x)"
+            )
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ child process (peak RSS = the child's own ``ru_maxrss``):
 and, unless ``--no-drain``, the store the writer builds from it (bytes vs transcript bytes,
 distinct blobs). Ratios are against the floor measured in the same run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,17 +30,39 @@ from typing import Any
 
 from .common import tempdir
 
-CORPUS = next((p / "shared" / "corpus" for p in Path(__file__).resolve().parents
-               if (p / "shared" / "corpus").is_dir()), None)
-ID_KEYS = frozenset({"uuid", "parentUuid", "logicalParentUuid", "leafUuid", "tool_use_id", "messageId", "id",
-                     "toolUseID", "parentToolUseID", "agentId", "sourceToolAssistantUUID", "requestId"})
+CORPUS = next(
+    (
+        p / "shared" / "corpus"
+        for p in Path(__file__).resolve().parents
+        if (p / "shared" / "corpus").is_dir()
+    ),
+    None,
+)
+ID_KEYS = frozenset(
+    {
+        "uuid",
+        "parentUuid",
+        "logicalParentUuid",
+        "leafUuid",
+        "tool_use_id",
+        "messageId",
+        "id",
+        "toolUseID",
+        "parentToolUseID",
+        "agentId",
+        "sourceToolAssistantUUID",
+        "requestId",
+    }
+)
 GOAL_MB = 200
 
 
 def _suffix(value: Any, k: int) -> Any:
     if isinstance(value, dict):
-        return {key: (f"{v}-{k}" if key in ID_KEYS and isinstance(v, str) else _suffix(v, k))
-                for key, v in value.items()}
+        return {
+            key: (f"{v}-{k}" if key in ID_KEYS and isinstance(v, str) else _suffix(v, k))
+            for key, v in value.items()
+        }
     if isinstance(value, list):
         return [_suffix(v, k) for v in value]
     return value
@@ -48,9 +71,15 @@ def _suffix(value: Any, k: int) -> Any:
 def build_transcript(out: Path, target_bytes: int) -> dict[str, int]:
     """Write a ~``target_bytes`` Claude Code JSONL session made of real corpus records."""
     sources = sorted((CORPUS / "claude-code").glob("*.jsonl"))
-    records = [json.loads(line) for src in sources for line in src.read_text(encoding="utf-8").splitlines()
-               if line.strip() and line.lstrip().startswith("{") and line.count('{"parentUuid"') <= 1
-               and '"type":"summary"' not in line.replace(" ", "")]
+    records = [
+        json.loads(line)
+        for src in sources
+        for line in src.read_text(encoding="utf-8").splitlines()
+        if line.strip()
+        and line.lstrip().startswith("{")
+        and line.count('{"parentUuid"') <= 1
+        and '"type":"summary"' not in line.replace(" ", "")
+    ]
     written = reps = lines = 0
     last: str | None = None
     with open(out, "w", encoding="utf-8") as fh:
@@ -96,10 +125,17 @@ print(json.dumps({"exit": code, "peak_kb": resource.getrusage(resource.RUSAGE_SE
 """
 
 
-def _child(code: str, *args: str, env: dict[str, str] | None = None) -> tuple[dict[str, Any], float, str]:
+def _child(
+    code: str, *args: str, env: dict[str, str] | None = None
+) -> tuple[dict[str, Any], float, str]:
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
     elapsed = time.perf_counter() - t0
     stream = proc.stderr if code is _IMPORT else proc.stdout
     last = [line for line in stream.splitlines() if line.startswith("{")][-1]
@@ -116,24 +152,49 @@ def run(mb: int, drain: bool) -> dict[str, Any]:
         floor, t_floor, _ = _child(_FLOOR, str(path))
         collect, t_collect, _ = _child(_COLLECT, str(path))
         home = tmp / "home"
-        imp, t_import, out = _child(_IMPORT, "import", str(path), "--json", env={"QUILL_HOME": str(home)})
+        imp, t_import, out = _child(
+            _IMPORT, "import", str(path), "--json", env={"QUILL_HOME": str(home)}
+        )
         report = json.loads(out)[0]
         res: dict[str, Any] = {
-            "transcript": built, "messages": report["messages"], "new": report["new"],
-            "peak_mb": {k: round(v["peak_kb"] / 1024, 1) for k, v in
-                        (("floor", floor), ("collect", collect), ("import", imp))},
-            "seconds": {"floor": round(t_floor, 2), "collect": round(t_collect, 2), "import": round(t_import, 2)},
-            "goal_mb": GOAL_MB}
-        res["ratio_vs_floor"] = {k: round(v / res["peak_mb"]["floor"], 2) for k, v in res["peak_mb"].items()}
+            "transcript": built,
+            "messages": report["messages"],
+            "new": report["new"],
+            "peak_mb": {
+                k: round(v["peak_kb"] / 1024, 1)
+                for k, v in (("floor", floor), ("collect", collect), ("import", imp))
+            },
+            "seconds": {
+                "floor": round(t_floor, 2),
+                "collect": round(t_collect, 2),
+                "import": round(t_import, 2),
+            },
+            "goal_mb": GOAL_MB,
+        }
+        res["ratio_vs_floor"] = {
+            k: round(v / res["peak_mb"]["floor"], 2) for k, v in res["peak_mb"].items()
+        }
         res["import_under_goal"] = res["peak_mb"]["import"] < GOAL_MB
         if drain:
             t0 = time.perf_counter()
-            subprocess.run([sys.executable, "-c", "from quill.ops.cli import main; main()", "run", "--until-idle",
-                            "--timeout", "1800"], env={**os.environ, "QUILL_HOME": str(home)},
-                           capture_output=True, check=True)
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-c",
+                    "from quill.ops.cli import main; main()",
+                    "run",
+                    "--until-idle",
+                    "--timeout",
+                    "1800",
+                ],
+                env={**os.environ, "QUILL_HOME": str(home)},
+                capture_output=True,
+                check=True,
+            )
             res["seconds"]["drain"] = round(time.perf_counter() - t0, 1)
             from quill.store import Reader
             from quill.store.apply import blobs
+
             with Reader(home / "state.db") as r:
                 res["store"] = {"messages": r.figures()["messages"], **blobs.stats(r.conn)}
             db_bytes = sum(f.stat().st_size for f in home.glob("state.db*"))
@@ -150,9 +211,11 @@ def main() -> None:
     res = run(args.mb, not args.no_drain)
     print(json.dumps(res, indent=2))
     verdict = "PASS" if res["import_under_goal"] else "FAIL"
-    print(f"import peak RSS {res['peak_mb']['import']} MB on a {res['transcript']['bytes'] / 2**20:.0f} MiB "
-          f"transcript (goal < {GOAL_MB} MB): {verdict}; floor {res['peak_mb']['floor']} MB "
-          f"(import {res['ratio_vs_floor']['import']}× floor, collect-all {res['ratio_vs_floor']['collect']}× floor)")
+    print(
+        f"import peak RSS {res['peak_mb']['import']} MB on a {res['transcript']['bytes'] / 2**20:.0f} MiB "
+        f"transcript (goal < {GOAL_MB} MB): {verdict}; floor {res['peak_mb']['floor']} MB "
+        f"(import {res['ratio_vs_floor']['import']}× floor, collect-all {res['ratio_vs_floor']['collect']}× floor)"
+    )
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ alternative of each round, so a ratio can be checked per round too. The bare 4 K
 write+``fdatasync`` floor (1 process in every cell, 16 in the 16-producer cells) takes its turn
 in the same rotation and is pooled over all its rounds.
 """
+
 from __future__ import annotations
 
 import multiprocessing as mp
@@ -39,14 +40,30 @@ WARMUP_CALLS = 3
 ROUNDS = 3
 
 
-def _worker(name: str, path: str, proc: int, batch: int, seconds: float | None, barrier: Any,
-            out: Any, stop: Any, record_times: bool) -> None:
-    res: dict[str, Any] = {"proc": proc, "calls": 0, "msgs": 0, "lat": [], "at": [], "errors": 0,
-                           "error": None}
+def _worker(
+    name: str,
+    path: str,
+    proc: int,
+    batch: int,
+    seconds: float | None,
+    barrier: Any,
+    out: Any,
+    stop: Any,
+    record_times: bool,
+) -> None:
+    res: dict[str, Any] = {
+        "proc": proc,
+        "calls": 0,
+        "msgs": 0,
+        "lat": [],
+        "at": [],
+        "errors": 0,
+        "error": None,
+    }
     try:
         w = BY_NAME[name]()
         w.open(Path(path), proc)
-        it = calls(real_stream(10 ** 12, offset=proc * 997), batch, prefix=f"p{proc}-s")
+        it = calls(real_stream(10**12, offset=proc * 997), batch, prefix=f"p{proc}-s")
         for _ in range(WARMUP_CALLS):
             sid, msgs = next(it)
             w.write(sid, msgs)
@@ -88,16 +105,31 @@ def _worker(name: str, path: str, proc: int, batch: int, seconds: float | None, 
     out.put(res)
 
 
-def run_producers(name: str, path: Path, procs: int, batch: int, seconds: float | None, *,
-                  stop: Any = None, record_times: bool = False, started: Any = None,
-                  keep_lats: bool = False) -> dict[str, Any]:
+def run_producers(
+    name: str,
+    path: Path,
+    procs: int,
+    batch: int,
+    seconds: float | None,
+    *,
+    stop: Any = None,
+    record_times: bool = False,
+    started: Any = None,
+    keep_lats: bool = False,
+) -> dict[str, Any]:
     """Run ``procs`` producer processes of writer ``name`` against ``path``; returns totals
     (with every call's latency in seconds under ``lats`` when ``keep_lats``)."""
     real_messages()  # parse once, before forking
     barrier = CTX.Barrier(procs + 1)
     out = CTX.Queue()
-    ps = [CTX.Process(target=_worker, args=(name, str(path), i, batch, seconds, barrier, out, stop,
-                                            record_times), daemon=True) for i in range(procs)]
+    ps = [
+        CTX.Process(
+            target=_worker,
+            args=(name, str(path), i, batch, seconds, barrier, out, stop, record_times),
+            daemon=True,
+        )
+        for i in range(procs)
+    ]
     for p in ps:
         p.start()
     barrier.wait()
@@ -114,13 +146,23 @@ def run_producers(name: str, path: Path, procs: int, batch: int, seconds: float 
     errors = [r["error"] for r in results if r["error"]]
     ncalls = sum(r["calls"] for r in results)
     cpu_per_call = sum(r.get("cpu_s", 0.0) for r in results) / ncalls if ncalls else None
-    return {"msgs": msgs, "calls": sum(r["calls"] for r in results), "wall_s": round(wall, 3),
-            "msgs_per_s": round(msgs / wall, 1), "p50_ms": ms(pct(lats, 50)), "p99_ms": ms(pct(lats, 99)),
-            "max_ms": ms(max(lats) if lats else None),
-            "cpu_ms_per_call": ms(cpu_per_call), "errors": sum(r["errors"] for r in results),
-            "error_sample": errors[0] if errors else None,
-            "samples": [(a, l) for r in results for a, l in zip(r["at"], r["lat"])] if record_times else None,
-            "cpu_s": sum(r.get("cpu_s", 0.0) for r in results), **({"lats": lats} if keep_lats else {})}
+    return {
+        "msgs": msgs,
+        "calls": sum(r["calls"] for r in results),
+        "wall_s": round(wall, 3),
+        "msgs_per_s": round(msgs / wall, 1),
+        "p50_ms": ms(pct(lats, 50)),
+        "p99_ms": ms(pct(lats, 99)),
+        "max_ms": ms(max(lats) if lats else None),
+        "cpu_ms_per_call": ms(cpu_per_call),
+        "errors": sum(r["errors"] for r in results),
+        "error_sample": errors[0] if errors else None,
+        "samples": [(a, l) for r in results for a, l in zip(r["at"], r["lat"])]
+        if record_times
+        else None,
+        "cpu_s": sum(r.get("cpu_s", 0.0) for r in results),
+        **({"lats": lats} if keep_lats else {}),
+    }
 
 
 def pool_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
@@ -130,11 +172,19 @@ def pool_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     msgs, calls_ = sum(r["msgs"] for r in rounds), sum(r["calls"] for r in rounds)
     wall = sum(r["wall_s"] for r in rounds)
     errors = [r["error_sample"] for r in rounds if r["error_sample"]]
-    return {"msgs": msgs, "calls": calls_, "wall_s": round(wall, 3), "msgs_per_s": round(msgs / wall, 1) if wall else 0.0,
-            "p50_ms": ms(pct(lats, 50)), "p99_ms": ms(pct(lats, 99)), "max_ms": ms(max(lats) if lats else None),
-            "cpu_ms_per_call": ms(sum(r["cpu_s"] for r in rounds) / calls_) if calls_ else None,
-            "errors": sum(r["errors"] for r in rounds), "error_sample": errors[0] if errors else None,
-            "rounds_msgs_per_s": [r["msgs_per_s"] for r in rounds]}
+    return {
+        "msgs": msgs,
+        "calls": calls_,
+        "wall_s": round(wall, 3),
+        "msgs_per_s": round(msgs / wall, 1) if wall else 0.0,
+        "p50_ms": ms(pct(lats, 50)),
+        "p99_ms": ms(pct(lats, 99)),
+        "max_ms": ms(max(lats) if lats else None),
+        "cpu_ms_per_call": ms(sum(r["cpu_s"] for r in rounds) / calls_) if calls_ else None,
+        "errors": sum(r["errors"] for r in rounds),
+        "error_sample": errors[0] if errors else None,
+        "rounds_msgs_per_s": [r["msgs_per_s"] for r in rounds],
+    }
 
 
 BARE_WRITE_BYTES = 4096
@@ -164,16 +214,25 @@ def bare_fsync(d: Path, procs: int, seconds: float, *, keep_lats: bool = False) 
     call's latency in seconds under ``lats`` when ``keep_lats``."""
     barrier = CTX.Barrier(procs + 1)
     out = CTX.Queue()
-    ps = [CTX.Process(target=_bare_worker, args=(str(d / f"bare{i}"), seconds, barrier, out), daemon=True)
-          for i in range(procs)]
+    ps = [
+        CTX.Process(
+            target=_bare_worker, args=(str(d / f"bare{i}"), seconds, barrier, out), daemon=True
+        )
+        for i in range(procs)
+    ]
     for p in ps:
         p.start()
     barrier.wait()
     lats = [x for _ in ps for x in out.get()]
     for p in ps:
         p.join(30)
-    return {"procs": procs, "calls": len(lats), "p50_ms": ms(pct(lats, 50)), "p99_ms": ms(pct(lats, 99)),
-            **({"lats": lats} if keep_lats else {})}
+    return {
+        "procs": procs,
+        "calls": len(lats),
+        "p50_ms": ms(pct(lats, 50)),
+        "p99_ms": ms(pct(lats, 99)),
+        **({"lats": lats} if keep_lats else {}),
+    }
 
 
 def run(sizes, log) -> dict[str, Any]:
@@ -196,50 +255,93 @@ def run(sizes, log) -> dict[str, Any]:
             # every cell (the 16-producer p99 goal divides by it), ``procs`` processes as well.
             jobs: list[Any] = sorted({1, procs}) + systems
             for rnd in range(ROUNDS):
-                for job in jobs[rnd % len(jobs):] + jobs[:rnd % len(jobs)]:
+                for job in jobs[rnd % len(jobs) :] + jobs[: rnd % len(jobs)]:
                     if isinstance(job, int):
                         with tempdir("ingest-bare") as d:
-                            bare_lats[job] += bare_fsync(d, job, sizes.ingest_seconds / ROUNDS, keep_lats=True)["lats"]
+                            bare_lats[job] += bare_fsync(
+                                d, job, sizes.ingest_seconds / ROUNDS, keep_lats=True
+                            )["lats"]
                         continue
                     with tempdir(f"ingest-{job.name}") as d:
                         job.prepare(d)
-                        per[job.name].append(run_producers(job.name, d, procs, batch,
-                                                           sizes.ingest_seconds / ROUNDS, keep_lats=True))
+                        per[job.name].append(
+                            run_producers(
+                                job.name,
+                                d,
+                                procs,
+                                batch,
+                                sizes.ingest_seconds / ROUNDS,
+                                keep_lats=True,
+                            )
+                        )
             alts = [n for n in per if not n.startswith("quill")]
             round_ratios[f"batch{batch}_procs{procs}"] = [
                 ratio(per["quill"][i]["msgs_per_s"], max(per[n][i]["msgs_per_s"] for n in alts))
-                if "quill" in per and alts else None for i in range(ROUNDS)]
+                if "quill" in per and alts
+                else None
+                for i in range(ROUNDS)
+            ]
             for wcls in systems:
                 r = pool_rounds(per[wcls.name])
-                row = {"system": wcls.name, "label": wcls.label, "batch": batch, "procs": procs, **r}
-                log(f"§1 {wcls.name:11s} batch={batch:<2d} procs={procs:<2d} {r['msgs_per_s']:>9.1f} msg/s "
-                    f"p50={r['p50_ms']} ms p99={r['p99_ms']} ms errors={r['errors']} rounds={r['rounds_msgs_per_s']}")
+                row = {
+                    "system": wcls.name,
+                    "label": wcls.label,
+                    "batch": batch,
+                    "procs": procs,
+                    **r,
+                }
+                log(
+                    f"§1 {wcls.name:11s} batch={batch:<2d} procs={procs:<2d} {r['msgs_per_s']:>9.1f} msg/s "
+                    f"p50={r['p50_ms']} ms p99={r['p99_ms']} ms errors={r['errors']} rounds={r['rounds_msgs_per_s']}"
+                )
                 rows.append(row)
-            log(f"§1 batch={batch} procs={procs}: Quill ÷ best alternative per round "
-                f"{round_ratios[f'batch{batch}_procs{procs}']}")
-    bare = {p: {"procs": p, "calls": len(x), "p50_ms": ms(pct(x, 50)), "p99_ms": ms(pct(x, 99))}
-            for p, x in bare_lats.items()}
+            log(
+                f"§1 batch={batch} procs={procs}: Quill ÷ best alternative per round "
+                f"{round_ratios[f'batch{batch}_procs{procs}']}"
+            )
+    bare = {
+        p: {"procs": p, "calls": len(x), "p50_ms": ms(pct(x, 50)), "p99_ms": ms(pct(x, 99))}
+        for p, x in bare_lats.items()
+    }
     for p in PROCS:
-        log(f"§1 bare 4 KiB write+fdatasync, {p:2d} process(es), pooled over its interleaved rounds: "
-            f"p50 {bare[p]['p50_ms']} ms p99 {bare[p]['p99_ms']} ms ({bare[p]['calls']} calls)")
+        log(
+            f"§1 bare 4 KiB write+fdatasync, {p:2d} process(es), pooled over its interleaved rounds: "
+            f"p50 {bare[p]['p50_ms']} ms p99 {bare[p]['p99_ms']} ms ({bare[p]['calls']} calls)"
+        )
     # ratios: Quill / each alternative, same batch and procs
     quill = {(r["batch"], r["procs"]): r for r in rows if r["system"] == "quill"}
     for r in rows:
         q = quill.get((r["batch"], r["procs"]))
-        r["quill_speedup"] = ratio(q["msgs_per_s"], r["msgs_per_s"]) if q and r["system"] != "quill" else None
+        r["quill_speedup"] = (
+            ratio(q["msgs_per_s"], r["msgs_per_s"]) if q and r["system"] != "quill" else None
+        )
         if r["system"].startswith("quill"):  # append latency over the device's floor, same run
             r["p99_over_bare_1"] = ratio(r["p99_ms"], bare[1]["p99_ms"])
             r["p99_over_bare_same_procs"] = ratio(r["p99_ms"], bare[r["procs"]]["p99_ms"])
     best_alt = {}
     for key in quill:
-        alts = [r for r in rows if not r["system"].startswith("quill") and (r["batch"], r["procs"]) == key
-                and r["msgs"] > 0]
+        alts = [
+            r
+            for r in rows
+            if not r["system"].startswith("quill")
+            and (r["batch"], r["procs"]) == key
+            and r["msgs"] > 0
+        ]
         if alts:
             b = max(alts, key=lambda r: r["msgs_per_s"])
-            best_alt[f"batch{key[0]}_procs{key[1]}"] = {"system": b["system"], "msgs_per_s": b["msgs_per_s"],
-                                                        "quill_msgs_per_s": quill[key]["msgs_per_s"],
-                                                        "ratio": ratio(quill[key]["msgs_per_s"], b["msgs_per_s"])}
+            best_alt[f"batch{key[0]}_procs{key[1]}"] = {
+                "system": b["system"],
+                "msgs_per_s": b["msgs_per_s"],
+                "quill_msgs_per_s": quill[key]["msgs_per_s"],
+                "ratio": ratio(quill[key]["msgs_per_s"], b["msgs_per_s"]),
+            }
     for key, b in best_alt.items():
         b["round_ratios"] = round_ratios.get(key)
-    return {"rows": rows, "skipped": skipped, "best_alternative": best_alt, "bare_fsync": bare, "probes": probes,
-            "rounds": ROUNDS}
+    return {
+        "rows": rows,
+        "skipped": skipped,
+        "best_alternative": best_alt,
+        "bare_fsync": bare,
+        "probes": probes,
+        "rounds": ROUNDS,
+    }

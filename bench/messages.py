@@ -12,6 +12,7 @@
 ``calls(stream, batch, session_len)`` turns a message stream into producer calls
 ``(session_id, [batch messages])``: sessions of ``session_len`` messages, as agents send them.
 """
+
 from __future__ import annotations
 
 import functools
@@ -23,20 +24,27 @@ from pathlib import Path
 from typing import Any
 
 #: The shared corpus next to the checkout (/work/main) or next to a worktree's folder.
-CORPUS = next((p / "shared" / "corpus" for p in Path(__file__).resolve().parents if (p / "shared" / "corpus").is_dir()),
-              Path(__file__).resolve().parent.parent.parent / "shared" / "corpus")
+CORPUS = next(
+    (
+        p / "shared" / "corpus"
+        for p in Path(__file__).resolve().parents
+        if (p / "shared" / "corpus").is_dir()
+    ),
+    Path(__file__).resolve().parent.parent.parent / "shared" / "corpus",
+)
 
-RARE = "zyzzogeton"            # 1 in ~20k messages
+RARE = "zyzzogeton"  # 1 in ~20k messages
 PHRASE = "connection refused"  # ~1 %
-CJK = "数据库连接失败"            # ~0.5 % (a 7-character CJK term: trigram index)
-SUBSTRING = "parsedconf"        # inside the token "reparsedconfig", ~0.2 %
-SESSION_LEN = 50               # messages per session in every workload
+CJK = "数据库连接失败"  # ~0.5 % (a 7-character CJK term: trigram index)
+SUBSTRING = "parsedconf"  # inside the token "reparsedconfig", ~0.2 %
+SESSION_LEN = 50  # messages per session in every workload
 
 
 @functools.lru_cache(maxsize=1)
 def real_messages() -> tuple[dict[str, Any], ...]:
     """All messages the importers parse from the shared corpus, in file order."""
     from quill.ops.importers import iter_transcript_files, parse_file
+
     out: list[dict[str, Any]] = []
     for path in iter_transcript_files([CORPUS]):
         try:
@@ -61,22 +69,56 @@ def real_stream(n: int, offset: int = 0) -> Iterator[dict[str, Any]]:
         if rep and m.get("tool_call_id"):
             m["tool_call_id"] = f"{m['tool_call_id']}#{rep}"
         if rep and m.get("tool_calls"):
-            m["tool_calls"] = [dict(tc, id=f"{tc.get('id')}#{rep}") if isinstance(tc, dict) else tc
-                               for tc in m["tool_calls"]]
+            m["tool_calls"] = [
+                dict(tc, id=f"{tc.get('id')}#{rep}") if isinstance(tc, dict) else tc
+                for tc in m["tool_calls"]
+            ]
         yield m
 
 
 def real_stats() -> dict[str, Any]:
     msgs = real_messages()
     sizes = sorted(len(json.dumps(m, ensure_ascii=False).encode()) for m in msgs)
-    return {"messages": len(msgs), "median_bytes": sizes[len(sizes) // 2],
-            "mean_bytes": round(sum(sizes) / len(sizes)), "max_bytes": sizes[-1]}
+    return {
+        "messages": len(msgs),
+        "median_bytes": sizes[len(sizes) // 2],
+        "mean_bytes": round(sum(sizes) / len(sizes)),
+        "max_bytes": sizes[-1],
+    }
 
 
 # -- synthetic ---------------------------------------------------------------------------
 
-_SYLL = ["ka", "lo", "mi", "ne", "ru", "sa", "ti", "vo", "pe", "da", "go", "fu", "zen", "tor", "bel",
-         "cor", "dex", "fin", "gal", "hex", "jin", "kor", "lum", "mar", "nix", "pol", "qua", "ren"]
+_SYLL = [
+    "ka",
+    "lo",
+    "mi",
+    "ne",
+    "ru",
+    "sa",
+    "ti",
+    "vo",
+    "pe",
+    "da",
+    "go",
+    "fu",
+    "zen",
+    "tor",
+    "bel",
+    "cor",
+    "dex",
+    "fin",
+    "gal",
+    "hex",
+    "jin",
+    "kor",
+    "lum",
+    "mar",
+    "nix",
+    "pol",
+    "qua",
+    "ren",
+]
 _ROLES = ["assistant"] * 61 + ["tool"] * 34 + ["user"] * 4 + ["system"]
 
 
@@ -116,11 +158,23 @@ def synthetic_messages(n: int, seed: int = 7) -> Iterator[dict[str, Any]]:
         if i % 211 == 5:
             text += f" 错误：{CJK}，请检查配置。"
         role = _ROLES[i % len(_ROLES)] if i % 50 else "user"
-        m: dict[str, Any] = {"id": f"syn-{seed}-{i}", "role": role, "content": text,
-                             "timestamp": t0 + i * 0.5}
+        m: dict[str, Any] = {
+            "id": f"syn-{seed}-{i}",
+            "role": role,
+            "content": text,
+            "timestamp": t0 + i * 0.5,
+        }
         if role == "assistant" and i % 3 == 0:
-            m["tool_calls"] = [{"id": f"call-{seed}-{i}", "type": "function",
-                                "function": {"name": "bash", "arguments": json.dumps({"cmd": " ".join(toks[:6])})}}]
+            m["tool_calls"] = [
+                {
+                    "id": f"call-{seed}-{i}",
+                    "type": "function",
+                    "function": {
+                        "name": "bash",
+                        "arguments": json.dumps({"cmd": " ".join(toks[:6])}),
+                    },
+                }
+            ]
         if role == "tool":
             m["tool_call_id"] = f"res-{seed}-{i}"
             m["name"] = "bash"
@@ -129,8 +183,10 @@ def synthetic_messages(n: int, seed: int = 7) -> Iterator[dict[str, Any]]:
 
 # -- producer calls ----------------------------------------------------------------------
 
-def calls(stream: Iterable[dict[str, Any]], batch: int, session_len: int = SESSION_LEN,
-          prefix: str = "s") -> Iterator[tuple[str, list[dict[str, Any]]]]:
+
+def calls(
+    stream: Iterable[dict[str, Any]], batch: int, session_len: int = SESSION_LEN, prefix: str = "s"
+) -> Iterator[tuple[str, list[dict[str, Any]]]]:
     """Group a message stream into calls of ``batch`` messages, ``session_len`` per session."""
     it = iter(stream)
     s = 0

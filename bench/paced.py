@@ -12,6 +12,7 @@ session and LangGraph's SqliteSaver (alternatives.py).
 
 Rounds are interleaved like §1 (every system once per round, order rotated), figures pooled.
 """
+
 from __future__ import annotations
 
 import os
@@ -54,10 +55,14 @@ def _paced(write, seconds: float, interval: float, barrier: Any) -> list[float]:
     return lat
 
 
-def _worker(system: str, path: str, proc: int, seconds: float, interval: float, barrier: Any, out: Any) -> None:
+def _worker(
+    system: str, path: str, proc: int, seconds: float, interval: float, barrier: Any, out: Any
+) -> None:
     try:
         if system == "bare":
-            fd = os.open(os.path.join(path, f"bare{proc}"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            fd = os.open(
+                os.path.join(path, f"bare{proc}"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600
+            )
             block = b"x" * (BARE_WRITE_BYTES - 1) + b"\n"
 
             def write() -> None:
@@ -66,11 +71,12 @@ def _worker(system: str, path: str, proc: int, seconds: float, interval: float, 
         else:
             w = BY_NAME[system]()
             w.open(Path(path), proc)
-            it = calls(real_stream(10 ** 12, offset=proc * 997), BATCH, prefix=f"p{proc}-s")
+            it = calls(real_stream(10**12, offset=proc * 997), BATCH, prefix=f"p{proc}-s")
             w.write(*next(it))  # warm-up, not measured
 
             def write() -> None:
                 w.write(*next(it))
+
         out.put(_paced(write, seconds, interval, barrier))
     except Exception as exc:  # reported by the parent, never silently dropped
         out.put(repr(exc))
@@ -84,8 +90,12 @@ def run_paced(system: str, d: Path, seconds: float, interval: float = INTERVAL) 
         BY_NAME[system].prepare(d)
     barrier = CTX.Barrier(PROCS)
     out = CTX.Queue()
-    ps = [CTX.Process(target=_worker, args=(system, str(d), i, seconds, interval, barrier, out), daemon=True)
-          for i in range(PROCS)]
+    ps = [
+        CTX.Process(
+            target=_worker, args=(system, str(d), i, seconds, interval, barrier, out), daemon=True
+        )
+        for i in range(PROCS)
+    ]
     for p in ps:
         p.start()
     results = [out.get() for _ in ps]
@@ -108,11 +118,17 @@ def run(sizes, log) -> dict[str, Any]:
                 lats[system] += run_paced(system, d, seconds)
     out: dict[str, Any] = {"procs": PROCS, "batch": BATCH, "interval_s": INTERVAL, "rounds": ROUNDS}
     for s in SYSTEMS:
-        out[s] = {"calls": len(lats[s]), "p50_ms": ms(pct(lats[s], 50)), "p99_ms": ms(pct(lats[s], 99))}
+        out[s] = {
+            "calls": len(lats[s]),
+            "p50_ms": ms(pct(lats[s], 50)),
+            "p99_ms": ms(pct(lats[s], 99)),
+        }
     out["quill_p99_over_bare"] = ratio(out["quill"]["p99_ms"], out["bare"]["p99_ms"])
     for s in SYSTEMS[2:]:
         out[f"quill_p99_over_{s}"] = ratio(out["quill"]["p99_ms"], out[s]["p99_ms"])
-    log(f"§1b paced, {PROCS} producers × one call per {INTERVAL * 1000:.0f} ms, batch {BATCH}: "
+    log(
+        f"§1b paced, {PROCS} producers × one call per {INTERVAL * 1000:.0f} ms, batch {BATCH}: "
         + "; ".join(f"{s} p50 {out[s]['p50_ms']} p99 {out[s]['p99_ms']} ms" for s in SYSTEMS)
-        + f"; Quill p99 ÷ bare p99 {out['quill_p99_over_bare']}×")
+        + f"; Quill p99 ÷ bare p99 {out['quill_p99_over_bare']}×"
+    )
     return out

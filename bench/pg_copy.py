@@ -13,6 +13,7 @@ a million incremental GIN inserts), then ``ANALYZE``. The schema is kept for ``s
 queries (``bench.search.QUERIES``) through both public reader APIs, warm, p50/p95 each and
 PostgreSQL ÷ SQLite; ``--drop`` removes the schema afterwards.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,19 +38,28 @@ def load(state_db: Path, base: str, schema: str, *, finish: bool = True) -> dict
     sessions, re-creates the GIN indexes and analyzes (run it once the source is complete)."""
     import apsw
     import psycopg
+
     from quill.store.factory import open_url as open_backend
+
     url = _url(base, schema)
     with psycopg.connect(base, autocommit=True) as c:
-        fresh = c.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone() is None
+        fresh = (
+            c.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone() is None
+        )
         if fresh:
             c.execute(f'CREATE SCHEMA "{schema}"')
     t0 = time.perf_counter()
     with psycopg.connect(url) as pg:
         if fresh:
-            open_backend(url, state_db.parent / "unused.db", "pg-copy").close()  # Quill's schema, migrated
+            open_backend(
+                url, state_db.parent / "unused.db", "pg-copy"
+            ).close()  # Quill's schema, migrated
             pg.execute("CREATE TABLE bench_gin_defs (name text, definition text)")
-            pg.execute("INSERT INTO bench_gin_defs SELECT indexname, indexdef FROM pg_indexes "
-                       "WHERE schemaname = %s AND indexdef LIKE '%%USING gin%%'", (schema,))
+            pg.execute(
+                "INSERT INTO bench_gin_defs SELECT indexname, indexdef FROM pg_indexes "
+                "WHERE schemaname = %s AND indexdef LIKE '%%USING gin%%'",
+                (schema,),
+            )
             for (name,) in pg.execute("SELECT name FROM bench_gin_defs").fetchall():
                 pg.execute(f'DROP INDEX "{schema}"."{name}"')
             pg.commit()
@@ -57,23 +67,33 @@ def load(state_db: Path, base: str, schema: str, *, finish: bool = True) -> dict
         above = pg.execute("SELECT coalesce(max(id), 0) FROM messages").fetchone()[0]
         copied = {"messages": _copy(pg, src, schema, "messages", "WHERE id > ?", (above,))}
         pg.commit()
-        print(f"copied {copied['messages']:,} messages rows above id {above} ({time.perf_counter() - t0:.0f} s)",
-              flush=True)
+        print(
+            f"copied {copied['messages']:,} messages rows above id {above} ({time.perf_counter() - t0:.0f} s)",
+            flush=True,
+        )
         if finish:
             pg.execute("DELETE FROM sessions")
             copied["sessions"] = _copy(pg, src, schema, "sessions", "", ())
             pg.commit()
-            for name, definition in pg.execute("SELECT name, definition FROM bench_gin_defs").fetchall():
+            for name, definition in pg.execute(
+                "SELECT name, definition FROM bench_gin_defs"
+            ).fetchall():
                 pg.execute(definition)
                 pg.commit()
                 print(f"index {name} re-created ({time.perf_counter() - t0:.0f} s)", flush=True)
-            pg.execute("SELECT setval(pg_get_serial_sequence('messages', 'id'), (SELECT max(id) FROM messages))")
+            pg.execute(
+                "SELECT setval(pg_get_serial_sequence('messages', 'id'), (SELECT max(id) FROM messages))"
+            )
             pg.commit()
             pg.autocommit = True
             pg.execute("ANALYZE")
         total = pg.execute("SELECT count(*) FROM messages").fetchone()[0]
-    res = {"copied": copied, "messages_in_store": total, "seconds": round(time.perf_counter() - t0, 1),
-           "finished": finish}
+    res = {
+        "copied": copied,
+        "messages_in_store": total,
+        "seconds": round(time.perf_counter() - t0, 1),
+        "finished": finish,
+    }
     print(json.dumps(res), flush=True)
     return res
 
@@ -81,13 +101,20 @@ def load(state_db: Path, base: str, schema: str, *, finish: bool = True) -> dict
 def _copy(pg: Any, src: Any, schema: str, table: str, where: str, args: tuple) -> int:
     """COPY ``table``'s rows (``where`` on the source) into PostgreSQL; the columns both
     sides have (PostgreSQL's generated ones are computed by the server)."""
-    theirs = {r[0] for r in pg.execute(
-        "SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND table_name = %s "
-        "AND is_generated = 'NEVER'", (schema, table))}
+    theirs = {
+        r[0]
+        for r in pg.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND table_name = %s "
+            "AND is_generated = 'NEVER'",
+            (schema, table),
+        )
+    }
     cols = [r[1] for r in src.execute(f"PRAGMA table_info({table})") if r[1] in theirs]
     n = 0
     with pg.cursor().copy(f"COPY {table} ({', '.join(cols)}) FROM STDIN") as cp:
-        for row in src.execute(f"SELECT {', '.join(cols)} FROM {table} {where} ORDER BY rowid", args):
+        for row in src.execute(
+            f"SELECT {', '.join(cols)} FROM {table} {where} ORDER BY rowid", args
+        ):
             cp.write_row(row)
             n += 1
     return n
@@ -96,6 +123,7 @@ def _copy(pg: Any, src: Any, schema: str, table: str, where: str, args: tuple) -
 def search(state_db: Path, base: str, schema: str, runs: int) -> list[dict[str, Any]]:
     from quill.store.postgres.reads import PgReader
     from quill.store.read.reader import Reader
+
     out = []
     readers = {"sqlite": Reader(state_db), "postgres": PgReader(_url(base, schema))}
     load_before = os.getloadavg()
@@ -108,7 +136,11 @@ def search(state_db: Path, base: str, schema: str, runs: int) -> list[dict[str, 
                 t = time.perf_counter()
                 hits = reader.search(**kw)
                 ts.append(time.perf_counter() - t)
-            row[f"{kind}_p50_ms"], row[f"{kind}_p95_ms"], row[f"{kind}_hits"] = ms(pct(ts, 50)), ms(pct(ts, 95)), len(hits)
+            row[f"{kind}_p50_ms"], row[f"{kind}_p95_ms"], row[f"{kind}_hits"] = (
+                ms(pct(ts, 50)),
+                ms(pct(ts, 95)),
+                len(hits),
+            )
         row["p95_pg_vs_sqlite"] = ratio(row["postgres_p95_ms"], row["sqlite_p95_ms"])
         print(json.dumps(row), flush=True)
         out.append(row)
@@ -119,14 +151,18 @@ def search(state_db: Path, base: str, schema: str, runs: int) -> list[dict[str, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.pg_copy", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.pg_copy", description=__doc__.splitlines()[0]
+    )
     ap.add_argument("action", choices=("load", "search"))
     ap.add_argument("state_db", type=Path)
     ap.add_argument("--pg", default="postgresql://postgres@127.0.0.1:5432/postgres")
     ap.add_argument("--schema", required=True)
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--drop", action="store_true", help="drop the schema after searching")
-    ap.add_argument("--no-finish", action="store_true", help="load: copy messages only (resume later)")
+    ap.add_argument(
+        "--no-finish", action="store_true", help="load: copy messages only (resume later)"
+    )
     args = ap.parse_args(argv)
     if args.action == "load":
         load(args.state_db, args.pg, args.schema, finish=not args.no_finish)
@@ -134,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         search(args.state_db, args.pg, args.schema, args.runs)
         if args.drop:
             import psycopg
+
             with psycopg.connect(args.pg, autocommit=True) as c:
                 c.execute(f'DROP SCHEMA IF EXISTS "{args.schema}" CASCADE')
     return 0

@@ -11,6 +11,7 @@ Reported: both in seconds and their ratio, with the spool size and what was rewr
 the scrub's part (seconds of its optimize and VACUUM, share of the purge), and (c) the
 pending-purge check ``quill doctor`` / ``quill status`` run (``ops.purge.pending``) after it.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,8 +32,13 @@ def run(records: int) -> dict[str, Any]:
         spool = Spool(root / "spool", segment_bytes=16 << 20)
         for i in range(records):
             sid = "victim" if i % 400 == 0 else f"s{i % 97}"
-            spool.append("messages.append", {"session_id": sid, "messages": [
-                {"role": "user", "content": f"message {i} " + "x" * 300}]})
+            spool.append(
+                "messages.append",
+                {
+                    "session_id": sid,
+                    "messages": [{"role": "user", "content": f"message {i} " + "x" * 300}],
+                },
+            )
         spool.append("sessions.delete", {"session_ids": ["victim"], "purge": True})
         replay(root / "spool", root / "state.db", None)
         snapshot(str(root / "state.db"), str(root / "snapshots"))
@@ -47,14 +53,22 @@ def run(records: int) -> dict[str, Any]:
         assert interrupted(root / "spool", root / "state.db") is None
         pending_s = time.monotonic() - start
     scrub = figures["store_scrub"] or {}
-    return {"records": records, "spool_bytes": size, "store_bytes": scrub.get("bytes_before"),
-            "purged": figures["records_purged"],
-            "segments_rewritten": len(figures["segments_rewritten"]), "verify_s": round(verify_s, 3),
-            "purge_s": round(purge_s, 3), "purge_over_verify": ratio(purge_s, verify_s),
-            "scrub_s": scrub.get("seconds"), "scrub_optimize_s": scrub.get("optimize_seconds"),
-            "scrub_vacuum_s": scrub.get("vacuum_seconds"),
-            "scrub_share_of_purge": ratio(scrub.get("seconds") or 0.0, purge_s),
-            "pending_check_s": round(pending_s, 3), "pending_check_over_verify": ratio(pending_s, verify_s)}
+    return {
+        "records": records,
+        "spool_bytes": size,
+        "store_bytes": scrub.get("bytes_before"),
+        "purged": figures["records_purged"],
+        "segments_rewritten": len(figures["segments_rewritten"]),
+        "verify_s": round(verify_s, 3),
+        "purge_s": round(purge_s, 3),
+        "purge_over_verify": ratio(purge_s, verify_s),
+        "scrub_s": scrub.get("seconds"),
+        "scrub_optimize_s": scrub.get("optimize_seconds"),
+        "scrub_vacuum_s": scrub.get("vacuum_seconds"),
+        "scrub_share_of_purge": ratio(scrub.get("seconds") or 0.0, purge_s),
+        "pending_check_s": round(pending_s, 3),
+        "pending_check_over_verify": ratio(pending_s, verify_s),
+    }
 
 
 def main() -> None:

@@ -12,6 +12,7 @@ so prune is timed as the transaction such a job runs: delete the oldest 10 % of 
 messages and their FTS entries (``store.sqlite.indexer.unindex``), in one ``BEGIN IMMEDIATE``.
 VACUUM is then timed on the writer connection, followed by a TRUNCATE checkpoint.
 """
+
 from __future__ import annotations
 
 import math
@@ -37,6 +38,7 @@ def _vm(key: str) -> float:
 
 def _drain_child(spool: str, db: str, out: Any) -> None:
     from bench.searchable import drain
+
     base = _vm("VmRSS")
     res = drain(Path(spool), Path(db), 500)
     res["rss_start_mb"] = base
@@ -48,6 +50,7 @@ def build(n: int, d: Path, log) -> dict[str, Any]:
     """Build a Quill store of ``n`` synthetic messages under ``d``; returns ingest figures."""
     from .messages import synthetic_messages
     from .searchable import write_spool
+
     t0 = time.perf_counter()
     write_spool(d / "spool", synthetic_messages(n))
     prep = time.perf_counter() - t0
@@ -55,6 +58,7 @@ def build(n: int, d: Path, log) -> dict[str, Any]:
     p = SPAWN.Process(target=_drain_child, args=(str(d / "spool"), str(d / "state.db"), q))
     p.start()
     import queue
+
     while True:
         try:
             res = q.get(timeout=1.0)
@@ -66,16 +70,20 @@ def build(n: int, d: Path, log) -> dict[str, Any]:
     res["spool_bytes"] = dir_bytes(d / "spool")
     res["db_bytes"] = sum(f.stat().st_size for f in d.glob("state.db*"))
     res["spool_prep_s"] = round(prep, 1)
-    log(f"§5 built {n:>9,d} msgs: drain {res['msgs_per_s']:.0f} msg/s, writer RSS peak {res['rss_peak_mb']} MB, "
-        f"spool {res['spool_bytes'] >> 20} MiB, db {res['db_bytes'] >> 20} MiB")
+    log(
+        f"§5 built {n:>9,d} msgs: drain {res['msgs_per_s']:.0f} msg/s, writer RSS peak {res['rss_peak_mb']} MB, "
+        f"spool {res['spool_bytes'] >> 20} MiB, db {res['db_bytes'] >> 20} MiB"
+    )
     return res
 
 
 def prune_and_vacuum(db: Path, fraction: float = 0.10) -> dict[str, Any]:
     import apsw
+
     from quill.store import open_writer
     from quill.store.sqlite.connection import transaction
     from quill.store.sqlite.indexer import unindex
+
     conn = open_writer(db)
     sids = [r[0] for r in conn.execute("SELECT id FROM sessions ORDER BY rowid")]
     victims = sids[: max(1, int(len(sids) * fraction))]
@@ -83,9 +91,14 @@ def prune_and_vacuum(db: Path, fraction: float = 0.10) -> dict[str, Any]:
     deleted = 0
     with transaction(conn):
         for i in range(0, len(victims), 200):
-            part = victims[i:i + 200]
+            part = victims[i : i + 200]
             marks = ", ".join("?" for _ in part)
-            ids = [r[0] for r in conn.execute(f"SELECT id FROM messages WHERE session_id IN ({marks})", part)]
+            ids = [
+                r[0]
+                for r in conn.execute(
+                    f"SELECT id FROM messages WHERE session_id IN ({marks})", part
+                )
+            ]
             unindex(conn, ids)
             conn.execute(f"DELETE FROM messages WHERE session_id IN ({marks})", part)
             deleted += conn.changes()
@@ -100,9 +113,15 @@ def prune_and_vacuum(db: Path, fraction: float = 0.10) -> dict[str, Any]:
     conn.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_TRUNCATE)
     ckpt_s = time.perf_counter() - t0
     conn.close()
-    return {"pruned_sessions": len(victims), "pruned_messages": deleted, "prune_s": round(prune_s, 3),
-            "vacuum_s": round(vacuum_s, 3), "truncate_checkpoint_s": round(ckpt_s, 3),
-            "db_bytes_before_vacuum": size_before, "db_bytes_after": db.stat().st_size}
+    return {
+        "pruned_sessions": len(victims),
+        "pruned_messages": deleted,
+        "prune_s": round(prune_s, 3),
+        "vacuum_s": round(vacuum_s, 3),
+        "truncate_checkpoint_s": round(ckpt_s, 3),
+        "db_bytes_before_vacuum": size_before,
+        "db_bytes_after": db.stat().st_size,
+    }
 
 
 def growth(sizes: list[int], values: list[float | None], per_item: bool) -> dict[str, Any]:
@@ -116,7 +135,11 @@ def growth(sizes: list[int], values: list[float | None], per_item: bool) -> dict
     (n0, v0), (n1, v1) = pts[0], pts[-1]
     k = math.log(v1 / v0) / math.log(n1 / n0)
     if per_item:
-        verdict = "flat" if abs(k) < 0.15 else ("sub-linear" if k < 0.85 else ("linear" if k < 1.15 else "worse than linear"))
+        verdict = (
+            "flat"
+            if abs(k) < 0.15
+            else ("sub-linear" if k < 0.85 else ("linear" if k < 1.15 else "worse than linear"))
+        )
     else:
         verdict = "sub-linear" if k < 0.85 else ("linear" if k < 1.15 else "worse than linear")
     return {"exponent": round(k, 2), "verdict": verdict}

@@ -13,6 +13,7 @@ matches (the bounded candidate set the design prescribes), and ``rank.bm25_bound
 Baseline, same messages, same run: a naive FTS5 store (stdlib sqlite3, external-content FTS5
 by triggers) queried the obvious ways (``ORDER BY rank``, ``ORDER BY rowid DESC``, ``LIKE``).
 """
+
 from __future__ import annotations
 
 import sqlite3
@@ -35,37 +36,62 @@ QUERIES = [
     ("CJK", dict(text=CJK)),
 ]
 RANKED_SQL = {
-    "ranked rare (bm25, all matches)": ("SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? "
-                                        "ORDER BY rank LIMIT 20", f'"{RARE}"'),
-    "ranked common (bm25, all matches)": ("SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? "
-                                          "ORDER BY rank LIMIT 20", f'"{COMMON}"'),
+    "ranked rare (bm25, all matches)": (
+        "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? ORDER BY rank LIMIT 20",
+        f'"{RARE}"',
+    ),
+    "ranked common (bm25, all matches)": (
+        "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? ORDER BY rank LIMIT 20",
+        f'"{COMMON}"',
+    ),
     "ranked common (FTS5 bm25(), newest 1k)": (
         "SELECT id FROM (SELECT rowid AS id, bm25(messages_fts) AS r FROM messages_fts "
         f"WHERE messages_fts MATCH ? ORDER BY rowid DESC LIMIT {BOUNDED_CANDIDATES}) ORDER BY r LIMIT 20",
-        f'"{COMMON}"'),
+        f'"{COMMON}"',
+    ),
     "ranked phrase (FTS5 bm25(), newest 1k)": (
         "SELECT id FROM (SELECT rowid AS id, bm25(messages_fts) AS r FROM messages_fts "
         f"WHERE messages_fts MATCH ? ORDER BY rowid DESC LIMIT {BOUNDED_CANDIDATES}) ORDER BY r LIMIT 20",
-        f'"{PHRASE}"'),
+        f'"{PHRASE}"',
+    ),
 }
 #: Quill's ranked search through the read API (``order="relevance"``: store/search/rank.py's FTS5 bm25
 #: formula over the newest 1,000 matches, each phrase's document count sampled instead of
 #: counted over the whole index), and ``rank.bm25_bounded`` alone (ids and scores only).
-QUILL_RANKED = {"ranked common (Quill search, relevance)": COMMON,
-                "ranked phrase (Quill search, relevance)": f'"{PHRASE}"'}
-RANK_ONLY = {"ranked common (rank.bm25_bounded only)": COMMON,
-             "ranked phrase (rank.bm25_bounded only)": f'"{PHRASE}"'}
+QUILL_RANKED = {
+    "ranked common (Quill search, relevance)": COMMON,
+    "ranked phrase (Quill search, relevance)": f'"{PHRASE}"',
+}
+RANK_ONLY = {
+    "ranked common (rank.bm25_bounded only)": COMMON,
+    "ranked phrase (rank.bm25_bounded only)": f'"{PHRASE}"',
+}
 NAIVE_SQL = {
-    "rare word": ("SELECT m.* FROM messages_fts f JOIN messages m ON m.id = f.rowid WHERE messages_fts MATCH ? "
-                  "ORDER BY f.rowid DESC LIMIT 20", f'"{RARE}"'),
-    "common word": ("SELECT m.* FROM messages_fts f JOIN messages m ON m.id = f.rowid WHERE messages_fts MATCH ? "
-                    "ORDER BY f.rowid DESC LIMIT 20", f'"{COMMON}"'),
-    "phrase": ("SELECT m.* FROM messages_fts f JOIN messages m ON m.id = f.rowid WHERE messages_fts MATCH ? "
-               "ORDER BY f.rowid DESC LIMIT 20", f'"{PHRASE}"'),
-    "substring": ("SELECT * FROM messages WHERE content LIKE ? ORDER BY id DESC LIMIT 20", f"%{SUBSTRING}%"),
+    "rare word": (
+        "SELECT m.* FROM messages_fts f JOIN messages m ON m.id = f.rowid WHERE messages_fts MATCH ? "
+        "ORDER BY f.rowid DESC LIMIT 20",
+        f'"{RARE}"',
+    ),
+    "common word": (
+        "SELECT m.* FROM messages_fts f JOIN messages m ON m.id = f.rowid WHERE messages_fts MATCH ? "
+        "ORDER BY f.rowid DESC LIMIT 20",
+        f'"{COMMON}"',
+    ),
+    "phrase": (
+        "SELECT m.* FROM messages_fts f JOIN messages m ON m.id = f.rowid WHERE messages_fts MATCH ? "
+        "ORDER BY f.rowid DESC LIMIT 20",
+        f'"{PHRASE}"',
+    ),
+    "substring": (
+        "SELECT * FROM messages WHERE content LIKE ? ORDER BY id DESC LIMIT 20",
+        f"%{SUBSTRING}%",
+    ),
     "CJK": ("SELECT * FROM messages WHERE content LIKE ? ORDER BY id DESC LIMIT 20", f"%{CJK}%"),
-    "ranked common (bm25, all matches)": ("SELECT m.* FROM messages_fts f JOIN messages m ON m.id = f.rowid "
-                                          "WHERE messages_fts MATCH ? ORDER BY rank LIMIT 20", f'"{COMMON}"'),
+    "ranked common (bm25, all matches)": (
+        "SELECT m.* FROM messages_fts f JOIN messages m ON m.id = f.rowid "
+        "WHERE messages_fts MATCH ? ORDER BY rank LIMIT 20",
+        f'"{COMMON}"',
+    ),
 }
 
 
@@ -103,10 +129,14 @@ def build_naive(db: Path, n: int) -> float:
 
     def flush():
         conn.execute("BEGIN IMMEDIATE")
-        conn.executemany("INSERT INTO messages (session_id, role, content, tool_calls, tool_call_id, "
-                         "tool_name, ts, extra) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", batch)
+        conn.executemany(
+            "INSERT INTO messages (session_id, role, content, tool_calls, tool_call_id, "
+            "tool_name, ts, extra) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            batch,
+        )
         conn.execute("COMMIT")
         batch.clear()
+
     for sid, msgs in calls(synthetic_messages(n), 10):
         batch.extend(naive_row(sid, m) for m in msgs)
         if len(batch) >= 5000:
@@ -127,23 +157,32 @@ def quill_latencies(db: Path, reps: int) -> dict[str, Any]:
     from quill.store.read.reader import Reader
     from quill.store.search import rank
     from quill.store.search import run as search_mod
+
     out: dict[str, Any] = {}
     with Reader(db) as r:
         for name, kw in QUERIES:
             out[name] = _time(lambda kw=kw: len(r.search(limit=20, **kw)), reps)
         for name, (sql, arg) in RANKED_SQL.items():
-            out[name] = _time(lambda sql=sql, arg=arg: len(r.conn.execute(sql, (arg,)).fetchall()),
-                              max(5, reps // 4))
+            out[name] = _time(
+                lambda sql=sql, arg=arg: len(r.conn.execute(sql, (arg,)).fetchall()),
+                max(5, reps // 4),
+            )
         for name, text in QUILL_RANKED.items():
-            out[name] = _time(lambda text=text: len(r.search(text, limit=20, order="relevance")), reps)
+            out[name] = _time(
+                lambda text=text: len(r.search(text, limit=20, order="relevance")), reps
+            )
         for name, text in RANK_ONLY.items():
             out[name] = _time(lambda text=text: len(rank.bm25_bounded(r.conn, text)), reps)
         for name, arg in BARE_QUERIES.items():
-            out[f"bare FTS5: {name}"] = _time(lambda arg=arg: len(r.conn.execute(BARE_SQL, (arg,)).fetchall()), reps)
+            out[f"bare FTS5: {name}"] = _time(
+                lambda arg=arg: len(r.conn.execute(BARE_SQL, (arg,)).fetchall()), reps
+            )
         # Where the time of a common-word search goes (median of each stage over the reps),
         # wall and CPU (process_time: on a shared machine wall time is mostly queueing).
-        for label, clock in (("stages: common word", time.perf_counter),
-                             ("cpu stages: common word", time.process_time)):
+        for label, clock in (
+            ("stages: common word", time.perf_counter),
+            ("cpu stages: common word", time.process_time),
+        ):
             stages: dict[str, list[float]] = {}
             for _ in range(reps):
                 t: dict[str, float] = {}
@@ -154,34 +193,50 @@ def quill_latencies(db: Path, reps: int) -> dict[str, Any]:
             out[label] = {k: ms(pct(v, 50)) for k, v in stages.items()}
         # CPU time per call (process_time, best of 3 rounds): what the code costs, next to the
         # bare FTS5 query returning the same hits, on the same connection.
-        for name, kw in (("common word", dict(text=COMMON)), ("rare word", dict(text=RARE)),
-                         ("phrase", dict(text=f'"{PHRASE}"'))):
+        for name, kw in (
+            ("common word", dict(text=COMMON)),
+            ("rare word", dict(text=RARE)),
+            ("phrase", dict(text=f'"{PHRASE}"')),
+        ):
             arg = BARE_QUERIES[name]
-            cpu = {"quill": _cpu(lambda kw=kw: r.search(limit=20, **kw), reps),
-                   "quill, no context": _cpu(lambda kw=kw: r.search(limit=20, context=False, **kw), reps),
-                   "bare FTS5": _cpu(lambda arg=arg: r.conn.execute(BARE_SQL, (arg,)).fetchall(), reps)}
+            cpu = {
+                "quill": _cpu(lambda kw=kw: r.search(limit=20, **kw), reps),
+                "quill, no context": _cpu(
+                    lambda kw=kw: r.search(limit=20, context=False, **kw), reps
+                ),
+                "bare FTS5": _cpu(
+                    lambda arg=arg: r.conn.execute(BARE_SQL, (arg,)).fetchall(), reps
+                ),
+            }
             cpu["quill ÷ bare"] = ratio(cpu["quill"], cpu["bare FTS5"])
             cpu["no context ÷ bare"] = ratio(cpu["quill, no context"], cpu["bare FTS5"])
             out[f"cpu per call: {name}"] = cpu
         # Ranked, bounded: Quill's ranked search vs FTS5's bm25() over the same candidates.
         sql, arg = RANKED_SQL["ranked common (FTS5 bm25(), newest 1k)"]
         few = max(3, reps // 4)
-        cpu = {"Quill bm25": _cpu(lambda: r.search(COMMON, limit=20, order="relevance"), few),
-               "FTS5 bm25()": _cpu(lambda: r.conn.execute(sql, (arg,)).fetchall(), few)}
+        cpu = {
+            "Quill bm25": _cpu(lambda: r.search(COMMON, limit=20, order="relevance"), few),
+            "FTS5 bm25()": _cpu(lambda: r.conn.execute(sql, (arg,)).fetchall(), few),
+        }
         cpu["FTS5 ÷ Quill"] = ratio(cpu["FTS5 bm25()"], cpu["Quill bm25"])
         out["cpu per call: ranked common, newest 1k"] = cpu
     for name in BARE_QUERIES:
         bare = out[f"bare FTS5: {name}"]["p95_ms"]
         out[name]["over_bare_p95"] = ratio(out[name]["p95_ms"], bare)
-    out["common word, no context"]["over_bare_p95"] = ratio(out["common word, no context"]["p95_ms"],
-                                                            out["bare FTS5: common word"]["p95_ms"])
+    out["common word, no context"]["over_bare_p95"] = ratio(
+        out["common word, no context"]["p95_ms"], out["bare FTS5: common word"]["p95_ms"]
+    )
     return out
 
 
 def naive_latencies(db: Path, reps: int) -> dict[str, Any]:
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    out = {name: _time(lambda sql=sql, arg=arg: len(conn.execute(sql, (arg,)).fetchall()), max(5, reps // 2))
-           for name, (sql, arg) in NAIVE_SQL.items()}
+    out = {
+        name: _time(
+            lambda sql=sql, arg=arg: len(conn.execute(sql, (arg,)).fetchall()), max(5, reps // 2)
+        )
+        for name, (sql, arg) in NAIVE_SQL.items()
+    }
     conn.close()
     return out
 
@@ -195,16 +250,23 @@ def run_one(n: int, quill_db: Path, work: Path, sizes, log) -> dict[str, Any]:
         res["naive_build_s"] = round(build_naive(ndb, n), 1)
         nv = naive_latencies(ndb, sizes.search_reps)
         res["naive"] = nv
-        res["naive_over_quill_p50"] = {k: ratio(nv[k]["p50_ms"], q[k]["p50_ms"]) for k in nv if k in q}
+        res["naive_over_quill_p50"] = {
+            k: ratio(nv[k]["p50_ms"], q[k]["p50_ms"]) for k in nv if k in q
+        }
         import shutil
+
         shutil.rmtree(ndb.parent, ignore_errors=True)
     else:
         res["naive"] = None
-        res["naive_skipped"] = f"naive baseline built only up to {sizes.naive_search_max:,} messages (build time)"
+        res["naive_skipped"] = (
+            f"naive baseline built only up to {sizes.naive_search_max:,} messages (build time)"
+        )
     nf = [k for k in ("rare word", "common word", "phrase")]
     res["newest_first_p95_ms"] = max(q[k]["p95_ms"] for k in nf)
     res["ranked_bounded_p95_ms"] = max(q[k]["p95_ms"] for k in QUILL_RANKED)
-    res["fts5_bm25_bounded_p95_ms"] = max(v["p95_ms"] for k, v in q.items() if "FTS5 bm25(), newest 1k" in k)
+    res["fts5_bm25_bounded_p95_ms"] = max(
+        v["p95_ms"] for k, v in q.items() if "FTS5 bm25(), newest 1k" in k
+    )
     report(n, q, log, res.get("naive"))
     return res
 
@@ -213,11 +275,16 @@ def report(n: int, q: dict[str, Any], log, naive: dict[str, Any] | None = None) 
     """Log §3 lines for the ``quill_latencies`` result ``q`` of a store of ``n`` messages."""
     for k, v in q.items():
         if k.startswith(("stages", "cpu")):
-            log(f"§3 {n:>9,d} {k:36s} " + "  ".join(f"{s} {t}" + ("×" if "÷" in s else " ms") for s, t in v.items()))
+            log(
+                f"§3 {n:>9,d} {k:36s} "
+                + "  ".join(f"{s} {t}" + ("×" if "÷" in s else " ms") for s, t in v.items())
+            )
             continue
-        log(f"§3 {n:>9,d} {k:36s} p50 {v['p50_ms']:>9} ms  p95 {v['p95_ms']:>9} ms  hits {v['hits']}"
+        log(
+            f"§3 {n:>9,d} {k:36s} p50 {v['p50_ms']:>9} ms  p95 {v['p95_ms']:>9} ms  hits {v['hits']}"
             + (f"  ÷ bare FTS5 p95 {v['over_bare_p95']}×" if v.get("over_bare_p95") else "")
-            + (f"  naive p50 {naive[k]['p50_ms']} ms" if naive and k in naive else ""))
+            + (f"  naive p50 {naive[k]['p50_ms']} ms" if naive and k in naive else "")
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -226,27 +293,42 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import json
     import os
+
     from .common import machine
-    ap = argparse.ArgumentParser(prog="python -m bench.search", description=main.__doc__.splitlines()[0])
+
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.search", description=main.__doc__.splitlines()[0]
+    )
     ap.add_argument("store", type=Path, help="state.db of a synthetic store (bench.build_store)")
     ap.add_argument("--reps", type=int, default=60)
     ap.add_argument("--out", type=Path, default=None, help="JSON results file")
     args = ap.parse_args(argv)
     from quill.store.read.reader import Reader
+
     with Reader(args.store) as r:
         n = r.conn.execute("SELECT count(*) FROM messages").fetchone()[0]
     began = time.monotonic()
     load = os.getloadavg()
     q = quill_latencies(args.store, args.reps)
-    res = {"messages": n, "quill": q, "load_before": load, "load_after": os.getloadavg(),
-           "seconds": round(time.monotonic() - began, 1), "machine": machine()}
+    res = {
+        "messages": n,
+        "quill": q,
+        "load_before": load,
+        "load_after": os.getloadavg(),
+        "seconds": round(time.monotonic() - began, 1),
+        "machine": machine(),
+    }
     nf = ("rare word", "common word", "phrase")
     res["newest_first_p95_ms"] = max(q[k]["p95_ms"] for k in nf)
     res["ranked_bounded_p95_ms"] = max(q[k]["p95_ms"] for k in QUILL_RANKED)
-    res["fts5_bm25_bounded_p95_ms"] = max(v["p95_ms"] for k, v in q.items() if "FTS5 bm25(), newest 1k" in k)
+    res["fts5_bm25_bounded_p95_ms"] = max(
+        v["p95_ms"] for k, v in q.items() if "FTS5 bm25(), newest 1k" in k
+    )
     report(n, q, print)
-    print(f"load average before {load}, after {res['load_after']}; newest-first p95 {res['newest_first_p95_ms']} ms; "
-          f"ranked bounded p95 {res['ranked_bounded_p95_ms']} ms (FTS5 bm25() {res['fts5_bm25_bounded_p95_ms']} ms)")
+    print(
+        f"load average before {load}, after {res['load_after']}; newest-first p95 {res['newest_first_p95_ms']} ms; "
+        f"ranked bounded p95 {res['ranked_bounded_p95_ms']} ms (FTS5 bm25() {res['fts5_bm25_bounded_p95_ms']} ms)"
+    )
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(res, indent=2, default=str))
@@ -255,4 +337,5 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     import sys
+
     sys.exit(main())

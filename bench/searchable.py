@@ -17,6 +17,7 @@ Chunk sizes 1, 10, 100, 500, 5000. A spool record is applied all-or-nothing, so 
 smallest chunk is one 10-message record: the ceilings use the same effective rows per
 transaction (``max(chunk, 10)``).
 """
+
 from __future__ import annotations
 
 import time
@@ -37,6 +38,7 @@ INDEX_SLICE_ROWS = DEFAULTS.index_slice_rows  # the writer's default ([writer] i
 def write_spool(spool_dir: Path, stream, batch: int = BATCH, prefix: str = "s") -> int:
     """Fill a spool (fsync off: preparation, not measured). Returns messages written."""
     from quill.spool import Spool
+
     n = 0
     with Spool(spool_dir, fsync=False) as sp:
         for sid, msgs in calls(stream, batch, prefix=prefix):
@@ -45,13 +47,15 @@ def write_spool(spool_dir: Path, stream, batch: int = BATCH, prefix: str = "s") 
     return n
 
 
-def drain(spool_dir: Path, db_path: Path, chunk_rows: int = 500,
-          index_slice_rows: int = INDEX_SLICE_ROWS) -> dict[str, Any]:
+def drain(
+    spool_dir: Path, db_path: Path, chunk_rows: int = 500, index_slice_rows: int = INDEX_SLICE_ROWS
+) -> dict[str, Any]:
     """Drain the spool into a fresh store like the writer's loop; returns figures."""
     from quill.spool import Quarantine, SpoolReader
     from quill.spool.segments import Position, list_segments
     from quill.store import apply_chunk, index_slice, open_writer
     from quill.store.apply.chunk import take_chunk
+
     t0, c0 = time.perf_counter(), time.process_time()
     conn = open_writer(db_path)
     reader = SpoolReader(spool_dir)
@@ -78,25 +82,35 @@ def drain(spool_dir: Path, db_path: Path, chunk_rows: int = 500,
         pass
     seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     conn.close()
-    return {"rows": rows, "chunks": chunks, "seconds": round(seconds, 3), "cpu_seconds": round(cpu, 3),
-            "msgs_per_s": round(rows / seconds, 1),
-            "commit_seconds": round(committed, 3), "rejected": len(rejected),
-            "rejected_reasons": sorted(set(rejected))[:5]}
+    return {
+        "rows": rows,
+        "chunks": chunks,
+        "seconds": round(seconds, 3),
+        "cpu_seconds": round(cpu, 3),
+        "msgs_per_s": round(rows / seconds, 1),
+        "commit_seconds": round(committed, 3),
+        "rejected": len(rejected),
+        "rejected_reasons": sorted(set(rejected))[:5],
+    }
 
 
 def _trigger_sql() -> str:
     from quill.store.schema import SEARCH_COLUMNS_SQL, TRIGRAM_SCOPE_SQL, TRIGRAM_TEXT_SQL
+
     new = lambda sql: sql.replace("m.", "new.")  # noqa: E731  (the expressions use alias m)
-    return (f"CREATE TRIGGER bench_fts AFTER INSERT ON messages BEGIN "
-            f"INSERT INTO messages_fts (rowid, {', '.join(SEARCH_COLUMNS_SQL)}) "
-            f"SELECT new.id, {', '.join(new(e) for e in SEARCH_COLUMNS_SQL.values())}; "
-            f"INSERT INTO messages_trigram (rowid, text) SELECT new.id, {new(TRIGRAM_TEXT_SQL)} "
-            f"WHERE {new(TRIGRAM_SCOPE_SQL)}; END;")
+    return (
+        f"CREATE TRIGGER bench_fts AFTER INSERT ON messages BEGIN "
+        f"INSERT INTO messages_fts (rowid, {', '.join(SEARCH_COLUMNS_SQL)}) "
+        f"SELECT new.id, {', '.join(new(e) for e in SEARCH_COLUMNS_SQL.values())}; "
+        f"INSERT INTO messages_trigram (rowid, text) SELECT new.id, {new(TRIGRAM_TEXT_SQL)} "
+        f"WHERE {new(TRIGRAM_SCOPE_SQL)}; END;"
+    )
 
 
 def normalised_rows(n: int) -> list[tuple]:
     """The rows Quill would insert for ``n`` real messages (``store.apply.normalize.message_row``)."""
     from quill.store.apply.normalize import message_row
+
     now = time.time()
     out = []
     for call_no, (sid, msgs) in enumerate(calls(real_stream(n), BATCH)):
@@ -109,23 +123,32 @@ def normalised_rows(n: int) -> list[tuple]:
 def raw_insert(db_path: Path, rows: list[tuple], chunk: int, fts: bool) -> dict[str, Any]:
     from quill.store import open_writer
     from quill.store.apply.normalize import ROW_COLUMNS
+
     conn = open_writer(db_path)
     if fts:
         conn.execute(_trigger_sql())
-    sql = (f"INSERT INTO messages (session_id, {', '.join(ROW_COLUMNS)}, arrived_at, batch_id) "
-           f"VALUES ({', '.join('?' for _ in range(len(ROW_COLUMNS) + 3))})")
+    sql = (
+        f"INSERT INTO messages (session_id, {', '.join(ROW_COLUMNS)}, arrived_at, batch_id) "
+        f"VALUES ({', '.join('?' for _ in range(len(ROW_COLUMNS) + 3))})"
+    )
     t0, c0 = time.perf_counter(), time.process_time()
     for i in range(0, len(rows), chunk):
-        part = rows[i:i + chunk]
+        part = rows[i : i + chunk]
         conn.execute("BEGIN IMMEDIATE")
-        conn.executemany("INSERT OR IGNORE INTO sessions (id, created_at) VALUES (?, ?)",
-                         [(s, r[-2]) for s in {r[0] for r in part} for r in part[:1]])
+        conn.executemany(
+            "INSERT OR IGNORE INTO sessions (id, created_at) VALUES (?, ?)",
+            [(s, r[-2]) for s in {r[0] for r in part} for r in part[:1]],
+        )
         conn.executemany(sql, part)
         conn.execute("COMMIT")
     seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     conn.close()
-    return {"rows": len(rows), "seconds": round(seconds, 3), "cpu_seconds": round(cpu, 3),
-            "msgs_per_s": round(len(rows) / seconds, 1)}
+    return {
+        "rows": len(rows),
+        "seconds": round(seconds, 3),
+        "cpu_seconds": round(cpu, 3),
+        "msgs_per_s": round(len(rows) / seconds, 1),
+    }
 
 
 def naive_rate(n: int, seconds: float) -> dict[str, Any]:
@@ -150,6 +173,7 @@ def profile_drain(spool_dir: Path, db_path: Path, chunk_rows: int = 500, top: in
     import cProfile
     import io
     import pstats
+
     pr = cProfile.Profile()
     pr.enable()
     drain(spool_dir, db_path, chunk_rows)
@@ -165,11 +189,17 @@ def profile_drain(spool_dir: Path, db_path: Path, chunk_rows: int = 500, top: in
 
 def run(sizes, log) -> dict[str, Any]:
     n = sizes.searchable_n
-    out: dict[str, Any] = {"messages": n, "batch": BATCH, "index_slice_rows": INDEX_SLICE_ROWS, "sweep": []}
+    out: dict[str, Any] = {
+        "messages": n,
+        "batch": BATCH,
+        "index_slice_rows": INDEX_SLICE_ROWS,
+        "sweep": [],
+    }
     rows = normalised_rows(n)
     with tempdir("searchable") as d:
         write_spool(d / "spool", real_stream(n))
         import shutil
+
         for chunk in CHUNKS:
             eff = max(chunk, BATCH)
             qs, raws = [], []
@@ -187,26 +217,40 @@ def run(sizes, log) -> dict[str, Any]:
             # time on a shared machine: the median of each side, and their ratio.
             q_cpu = sorted(r["cpu_seconds"] for r in qs)[len(qs) // 2]
             raw_cpu = sorted(r["cpu_seconds"] for r in raws)[len(raws) // 2]
-            entry = {"chunk": chunk, "effective_rows_per_txn": eff, "quill": q, "raw_fts": raw,
-                     "quill_vs_raw_fts": ratio(q["msgs_per_s"], raw["msgs_per_s"]),
-                     "cpu_seconds": {"quill": q_cpu, "raw_fts": raw_cpu},
-                     "quill_vs_raw_fts_cpu": ratio(raw_cpu, q_cpu)}
+            entry = {
+                "chunk": chunk,
+                "effective_rows_per_txn": eff,
+                "quill": q,
+                "raw_fts": raw,
+                "quill_vs_raw_fts": ratio(q["msgs_per_s"], raw["msgs_per_s"]),
+                "cpu_seconds": {"quill": q_cpu, "raw_fts": raw_cpu},
+                "quill_vs_raw_fts_cpu": ratio(raw_cpu, q_cpu),
+            }
             if chunk == 500:
                 entry["raw_nofts"] = raw_insert(d / "nofts.db", rows, eff, fts=False)
             out["sweep"].append(entry)
-            log(f"§2 chunk={chunk:<5d} quill {q['msgs_per_s']:>8.1f} msg/s  raw-FTS {raw['msgs_per_s']:>8.1f}  "
+            log(
+                f"§2 chunk={chunk:<5d} quill {q['msgs_per_s']:>8.1f} msg/s  raw-FTS {raw['msgs_per_s']:>8.1f}  "
                 f"ratio {entry['quill_vs_raw_fts']}  cpu s {q_cpu:.2f} vs {raw_cpu:.2f} "
-                f"(cpu ratio {entry['quill_vs_raw_fts_cpu']})  rejected={q['rejected']}")
+                f"(cpu ratio {entry['quill_vs_raw_fts_cpu']})  rejected={q['rejected']}"
+            )
         shutil.rmtree(d / "spool" / "quarantine", ignore_errors=True)
         out["profile_chunk500"] = profile_drain(d / "spool", d / "profile.db", 500)
     out["naive"] = naive_rate(n, sizes.naive_seconds)
     at500 = next(e for e in out["sweep"] if e["chunk"] == 500)
-    out["at500"] = {"quill": at500["quill"]["msgs_per_s"], "raw_fts": at500["raw_fts"]["msgs_per_s"],
-                    "raw_nofts": at500["raw_nofts"]["msgs_per_s"], "naive": out["naive"]["msgs_per_s"],
-                    "vs_naive": ratio(at500["quill"]["msgs_per_s"], out["naive"]["msgs_per_s"]),
-                    "vs_raw_fts": at500["quill_vs_raw_fts"], "vs_raw_fts_cpu": at500["quill_vs_raw_fts_cpu"],
-                    "cpu_seconds": at500["cpu_seconds"],
-                    "vs_raw_nofts": ratio(at500["quill"]["msgs_per_s"], at500["raw_nofts"]["msgs_per_s"])}
-    log(f"§2 naive {out['naive']['msgs_per_s']} msg/s; no-FTS ceiling {out['at500']['raw_nofts']} msg/s; "
-        f"chunk 500 CPU s quill {at500['cpu_seconds']['quill']} vs raw FTS {at500['cpu_seconds']['raw_fts']}")
+    out["at500"] = {
+        "quill": at500["quill"]["msgs_per_s"],
+        "raw_fts": at500["raw_fts"]["msgs_per_s"],
+        "raw_nofts": at500["raw_nofts"]["msgs_per_s"],
+        "naive": out["naive"]["msgs_per_s"],
+        "vs_naive": ratio(at500["quill"]["msgs_per_s"], out["naive"]["msgs_per_s"]),
+        "vs_raw_fts": at500["quill_vs_raw_fts"],
+        "vs_raw_fts_cpu": at500["quill_vs_raw_fts_cpu"],
+        "cpu_seconds": at500["cpu_seconds"],
+        "vs_raw_nofts": ratio(at500["quill"]["msgs_per_s"], at500["raw_nofts"]["msgs_per_s"]),
+    }
+    log(
+        f"§2 naive {out['naive']['msgs_per_s']} msg/s; no-FTS ceiling {out['at500']['raw_nofts']} msg/s; "
+        f"chunk 500 CPU s quill {at500['cpu_seconds']['quill']} vs raw FTS {at500['cpu_seconds']['raw_fts']}"
+    )
     return out

@@ -14,25 +14,84 @@ Every command imports this package, the per-turn ``quill push`` included, so it 
 records are NamedTuples (no ``dataclasses``/``inspect``), and ``psutil`` and ``tomllib`` are
 imported only when used (tests/test_cli_contract.py checks the push path).
 """
+
 from __future__ import annotations
 
+from quill.home.identity import (
+    BOOT_SHIFT_S,
+    holder_alive,
+    process_identity,
+    read_holder,
+    start_ticks,
+)
+
 # Dependency order: layout < settings, identity < rundir.
-from quill.home.layout import (CONFIG_TOML, DATA_DIR_MARKERS, EVIDENCE_DIR, LOGS_DIR, QUEUE_DB,
-                               RUN_DIR, SCHEDULE_DB, SNAPSHOT_GLOB, SNAPSHOTS_DIR, SPOOL_DIR,
-                               SPOOL_ID, STATE_DB, TOKENS_DB, default_home, evidence_dir,
-                               parse_snapshot_name, snapshot_name)
+from quill.home.layout import (
+    CONFIG_TOML,
+    DATA_DIR_MARKERS,
+    EVIDENCE_DIR,
+    LOGS_DIR,
+    QUEUE_DB,
+    RUN_DIR,
+    SCHEDULE_DB,
+    SNAPSHOT_GLOB,
+    SNAPSHOTS_DIR,
+    SPOOL_DIR,
+    SPOOL_ID,
+    STATE_DB,
+    TOKENS_DB,
+    default_home,
+    evidence_dir,
+    parse_snapshot_name,
+    snapshot_name,
+)
+from quill.home.rundir import (
+    ANY_STORE,
+    LEASES,
+    ROLES,
+    Halt,
+    RunDir,
+    SwapRequest,
+    WriterStatus,
+    read_halt,
+)
 from quill.home.settings import ANONYMOUS, DAY, DEFAULTS, ConfigError, Settings, load
-from quill.home.identity import (BOOT_SHIFT_S, holder_alive, process_identity, read_holder,
-                                 start_ticks)
-from quill.home.rundir import (ANY_STORE, LEASES, ROLES, Halt, RunDir, SwapRequest,
-                               WriterStatus, read_halt)
 
 __all__ = [
-    "CONFIG_TOML", "DATA_DIR_MARKERS", "EVIDENCE_DIR", "LOGS_DIR", "QUEUE_DB", "RUN_DIR",
-    "SCHEDULE_DB", "SNAPSHOT_GLOB", "SNAPSHOTS_DIR", "SPOOL_DIR", "SPOOL_ID", "STATE_DB",
-    "TOKENS_DB", "default_home", "evidence_dir", "parse_snapshot_name", "snapshot_name",
-    "ANONYMOUS", "DAY", "DEFAULTS", "ConfigError", "Settings", "load",
-    "BOOT_SHIFT_S", "holder_alive", "process_identity", "read_holder", "start_ticks",
-    "ANY_STORE", "LEASES", "ROLES", "Halt", "RunDir", "SwapRequest", "WriterStatus",
+    "CONFIG_TOML",
+    "DATA_DIR_MARKERS",
+    "EVIDENCE_DIR",
+    "LOGS_DIR",
+    "QUEUE_DB",
+    "RUN_DIR",
+    "SCHEDULE_DB",
+    "SNAPSHOT_GLOB",
+    "SNAPSHOTS_DIR",
+    "SPOOL_DIR",
+    "SPOOL_ID",
+    "STATE_DB",
+    "TOKENS_DB",
+    "default_home",
+    "evidence_dir",
+    "parse_snapshot_name",
+    "snapshot_name",
+    "ANONYMOUS",
+    "DAY",
+    "DEFAULTS",
+    "ConfigError",
+    "Settings",
+    "load",
+    "BOOT_SHIFT_S",
+    "holder_alive",
+    "process_identity",
+    "read_holder",
+    "start_ticks",
+    "ANY_STORE",
+    "LEASES",
+    "ROLES",
+    "Halt",
+    "RunDir",
+    "SwapRequest",
+    "WriterStatus",
     "read_halt",
 ]

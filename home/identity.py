@@ -3,6 +3,7 @@ a recorded process is still that process (``holder_alive``), and the holder a le
 records (``read_holder``). ``RunDir`` needs it to decide whether a record is current; the flock
 lease itself is ``quill.store.lease``. ``psutil`` is imported only when used (the ``quill push``
 fast path never is)."""
+
 from __future__ import annotations
 
 import json
@@ -37,8 +38,9 @@ def start_ticks(pid: int) -> int:
             text = f.read()
     except OSError:
         import psutil
+
         raise psutil.NoSuchProcess(pid) from None
-    return int(text[text.rindex(b")") + 2:].split()[19])
+    return int(text[text.rindex(b")") + 2 :].split()[19])
 
 
 def process_identity(pid: int | None = None) -> dict[str, Any]:
@@ -47,9 +49,14 @@ def process_identity(pid: int | None = None) -> dict[str, Any]:
     clock or boot-time-estimate changes; ``create_time`` (epoch s) is kept for display and for
     readers of older records. Raises ``psutil.NoSuchProcess`` if ``pid`` is gone."""
     import psutil
+
     proc = psutil.Process(pid or os.getpid())
-    return {"pid": proc.pid, "create_time": proc.create_time(),
-            "start_ticks": start_ticks(proc.pid), "boot_id": _boot_id()}
+    return {
+        "pid": proc.pid,
+        "create_time": proc.create_time(),
+        "start_ticks": start_ticks(proc.pid),
+        "boot_id": _boot_id(),
+    }
 
 
 def holder_alive(holder: dict[str, Any]) -> bool:
@@ -63,11 +70,13 @@ def holder_alive(holder: dict[str, Any]) -> bool:
       have to start that many whole seconds later, to within half a tick, to be mistaken for it.
     A malformed record is not alive."""
     import psutil
+
     try:
         pid = int(holder["pid"])
         if holder.get("start_ticks") is not None:
-            return (holder.get("boot_id") in (None, _boot_id())
-                    and start_ticks(pid) == int(holder["start_ticks"]))
+            return holder.get("boot_id") in (None, _boot_id()) and start_ticks(pid) == int(
+                holder["start_ticks"]
+            )
         shift = psutil.Process(pid).create_time() - float(holder["create_time"])
         return abs(shift - round(shift)) < _TICK_EPSILON_S and abs(round(shift)) <= BOOT_SHIFT_S
     except (psutil.Error, KeyError, TypeError, ValueError):

@@ -2,28 +2,37 @@
 (docs/architecture.md, "Data layout"), snapshot and evidence names, and where the data dir is
 when none is given (``$QUILL_HOME``, else ``$XDG_DATA_HOME/quill``, else
 ``~/.local/share/quill``). Imports nothing from Quill."""
+
 from __future__ import annotations
 
 import os
 import time
 from pathlib import Path
 
-STATE_DB = "state.db"          # the SQLite store (WAL)
-SPOOL_DIR = "spool"            # segments + quarantine/ (docs/spool-format.md)
-SNAPSHOTS_DIR = "snapshots"    # verified store snapshots
-RUN_DIR = "run"                # leases and process records (``RunDir``)
-LOGS_DIR = "logs"              # JSON logs, one file per role
-EVIDENCE_DIR = "evidence"      # store files set aside by a swap (``quill recover``)
-QUEUE_DB = "queue.db"          # the embedded huey queues
-SCHEDULE_DB = "schedule.db"    # the embedded APScheduler job store
-TOKENS_DB = "tokens.db"        # HTTP API tokens
-SPOOL_ID = "spool-id"          # this data dir's stable spool id
-CONFIG_TOML = "config.toml"    # optional settings (``load``)
+STATE_DB = "state.db"  # the SQLite store (WAL)
+SPOOL_DIR = "spool"  # segments + quarantine/ (docs/spool-format.md)
+SNAPSHOTS_DIR = "snapshots"  # verified store snapshots
+RUN_DIR = "run"  # leases and process records (``RunDir``)
+LOGS_DIR = "logs"  # JSON logs, one file per role
+EVIDENCE_DIR = "evidence"  # store files set aside by a swap (``quill recover``)
+QUEUE_DB = "queue.db"  # the embedded huey queues
+SCHEDULE_DB = "schedule.db"  # the embedded APScheduler job store
+TOKENS_DB = "tokens.db"  # HTTP API tokens
+SPOOL_ID = "spool-id"  # this data dir's stable spool id
+CONFIG_TOML = "config.toml"  # optional settings (``load``)
 #: A verified snapshot is ``snapshot-<UTC time>-<ns>-<segment>-<offset>.db`` (``snapshot_name``).
 SNAPSHOT_GLOB = "snapshot-*.db"
 #: Entries that make a directory a Quill data dir (a producer handed one appends to its spool/).
-DATA_DIR_MARKERS = (SPOOL_DIR, STATE_DB, CONFIG_TOML, RUN_DIR, SNAPSHOTS_DIR, QUEUE_DB,
-                    SCHEDULE_DB, SPOOL_ID)
+DATA_DIR_MARKERS = (
+    SPOOL_DIR,
+    STATE_DB,
+    CONFIG_TOML,
+    RUN_DIR,
+    SNAPSHOTS_DIR,
+    QUEUE_DB,
+    SCHEDULE_DB,
+    SPOOL_ID,
+)
 
 
 def snapshot_name(segment: int, offset: int, now_ns: int | None = None) -> str:

@@ -5,6 +5,7 @@ writer's published status (``WriterStatus``).
 
 Records are NamedTuples, not dataclasses: every command, the per-turn ``quill push`` included,
 imports ``quill.home``, and ``dataclasses`` imports ``inspect`` (≈8 ms, bench/cli.py)."""
+
 from __future__ import annotations
 
 import json
@@ -28,11 +29,11 @@ class Halt(NamedTuple):
     of a PostgreSQL store's halt row): a fact about the store *file* whose inode it records, so
     it outlives the writer and stops applying once that file is replaced."""
 
-    cause: str                  # the error class, e.g. "CorruptError", "StoreMissing"
+    cause: str  # the error class, e.g. "CorruptError", "StoreMissing"
     detail: str
-    at: float                   # epoch s
+    at: float  # epoch s
     next: str = "quill recover"  # the command that lifts it
-    cursor: str | None = None   # the writer's spool cursor when it halted
+    cursor: str | None = None  # the writer's spool cursor when it halted
     store_ino: int | None = ANY_STORE  # the store file's inode; None: the file was missing
 
     def to_json(self) -> dict[str, Any]:
@@ -51,11 +52,14 @@ class Halt(NamedTuple):
         if not isinstance(data, dict) or not data:
             return None
         at = data.get("at")
-        return cls(str(data.get("cause", "halt")), str(data.get("detail", "see quill status")),
-                   float(at) if isinstance(at, (int, float)) else 0.0,
-                   str(data.get("next", "quill recover")),
-                   str(data["cursor"]) if data.get("cursor") is not None else None,
-                   data.get("store_ino", ANY_STORE))
+        return cls(
+            str(data.get("cause", "halt")),
+            str(data.get("detail", "see quill status")),
+            float(at) if isinstance(at, (int, float)) else 0.0,
+            str(data.get("next", "quill recover")),
+            str(data["cursor"]) if data.get("cursor") is not None else None,
+            data.get("store_ino", ANY_STORE),
+        )
 
     def applies_to(self, store: Path) -> bool:
         """True while ``store`` is the file this halt names (same inode, or missing both times),
@@ -103,22 +107,22 @@ class WriterStatus(NamedTuple):
     attributes. Never a dataclass, for the import cost (module doc). Counters restart from 0
     with each writer process; times are epoch s."""
 
-    idle: bool = False          # nothing left to apply or index (published at most every few s)
-    halted: bool = False        # in the sticky halt: ``halt`` says why
+    idle: bool = False  # nothing left to apply or index (published at most every few s)
+    halted: bool = False  # in the sticky halt: ``halt`` says why
     halt: Halt | None = None
-    cursor: str | None = None   # the writer's spool cursor, ``segment:offset``
+    cursor: str | None = None  # the writer's spool cursor, ``segment:offset``
     backend: str | None = None  # the store's kind: "sqlite" or "postgres"
     spool_id: str | None = None
-    job: str | None = None      # the store job running now, if any
-    error: str | None = None    # the retryable failure being retried (a full disk says so)
+    job: str | None = None  # the store job running now, if any
+    error: str | None = None  # the retryable failure being retried (a full disk says so)
     #: Chunk commit times (read+apply+commit): ``{"counts": per bucket, "count", "sum"}``.
     commit_hist: dict[str, Any] | None = None
-    applied: int = 0            # ops applied
-    duplicates: int = 0         # ops already applied (a replayed batch)
-    rejected: int = 0           # ops quarantined
-    rows: int = 0               # message rows written
-    chunks: int = 0             # chunk transactions committed
-    fts_indexed_upto: int | None = None     # the search index watermark (a rowid)
+    applied: int = 0  # ops applied
+    duplicates: int = 0  # ops already applied (a replayed batch)
+    rejected: int = 0  # ops quarantined
+    rows: int = 0  # message rows written
+    chunks: int = 0  # chunk transactions committed
+    fts_indexed_upto: int | None = None  # the search index watermark (a rowid)
     wal_blocked_since: float | None = None  # TRUNCATE checkpoints refused by a reader since
     # Read back only, never published by the writer: ``RunDir`` stamps ``pid`` and
     # ``updated_at`` on every file, and ``RunDir.last`` adds ``alive`` and ``age_s``.
@@ -131,8 +135,13 @@ class WriterStatus(NamedTuple):
         """The record as published. A halted writer publishes only ``halted``, ``halt``,
         ``idle``, ``cursor``, ``backend`` and ``spool_id``; a running one every field but the
         read-back ones (``None`` where unknown)."""
-        out: dict[str, Any] = {"idle": self.idle, "halted": self.halted, "cursor": self.cursor,
-                               "backend": self.backend, "spool_id": self.spool_id}
+        out: dict[str, Any] = {
+            "idle": self.idle,
+            "halted": self.halted,
+            "cursor": self.cursor,
+            "backend": self.backend,
+            "spool_id": self.spool_id,
+        }
         if self.halted:
             return {**out, "halt": self.halt.to_json() if self.halt else {}}
         skip = {"idle", "halted", "halt", "pid", "updated_at", "alive", "age_s"}
@@ -254,8 +263,12 @@ class RunDir:
         return data if isinstance(data, dict) else None
 
     def _current(self, data: dict[str, Any] | None, pid: int | None = None) -> bool:
-        return (bool(data) and data.get("home") == str(self.home) and holder_alive(data)
-                and (pid is None or data.get("pid") == pid))
+        return (
+            bool(data)
+            and data.get("home") == str(self.home)
+            and holder_alive(data)
+            and (pid is None or data.get("pid") == pid)
+        )
 
     def last(self, role: str) -> dict[str, Any] | None:
         """``role``'s last published status with ``alive`` (its publisher is alive and serves
@@ -275,8 +288,11 @@ class RunDir:
         """The live holder of lease ``name`` (pid-reuse-safe), or None when it is free."""
         path = self.lock(name)
         holder = read_holder(path)
-        return (holder if holder and holder_alive(holder)
-                and holder.get("path", str(path)) == str(path) else None)
+        return (
+            holder
+            if holder and holder_alive(holder) and holder.get("path", str(path)) == str(path)
+            else None
+        )
 
     def fleet_running(self) -> bool:
         """True while a supervisor holds this data dir's fleet lease."""

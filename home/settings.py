@@ -4,6 +4,7 @@ it), ``load`` (reads the optional ``config.toml`` once per process) and ``Config
 key is documented in docs/configuration.md, and an unknown key is an error, so a typo is never
 ignored. ``tomllib`` is imported only when there is a file (the ``quill push`` fast path
 usually has none)."""
+
 from __future__ import annotations
 
 import math
@@ -11,9 +12,19 @@ import os
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from quill.home.layout import (CONFIG_TOML, LOGS_DIR, QUEUE_DB, RUN_DIR, SCHEDULE_DB,
-                               SNAPSHOTS_DIR, SPOOL_DIR, SPOOL_ID, STATE_DB, TOKENS_DB,
-                               default_home)
+from quill.home.layout import (
+    CONFIG_TOML,
+    LOGS_DIR,
+    QUEUE_DB,
+    RUN_DIR,
+    SCHEDULE_DB,
+    SNAPSHOTS_DIR,
+    SPOOL_DIR,
+    SPOOL_ID,
+    STATE_DB,
+    TOKENS_DB,
+    default_home,
+)
 
 #: Who may call the HTTP API without a token: loopback peers only, nobody, or anyone.
 ANONYMOUS = ("loopback", "none", "any")
@@ -129,10 +140,16 @@ _SECTIONS = {
 #: Smallest allowed value of each numeric setting, and whether it may equal that bound
 #: (docs/configuration.md lists the same ranges).
 _MINIMUM: dict[str, tuple[float, bool]] = {
-    "chunk_rows": (1, True), "index_slice_rows": (1, True), "poll_interval": (0, False),
-    "writer_hung_after_s": (0, False), "segment_bytes": (4096, True),
-    "spool_retention_s": (0, True), "snapshot_keep": (1, True), "stale_after_s": (0, True),
-    "retention_s": (0, True), "http_max_body_bytes": (1024, True),
+    "chunk_rows": (1, True),
+    "index_slice_rows": (1, True),
+    "poll_interval": (0, False),
+    "writer_hung_after_s": (0, False),
+    "segment_bytes": (4096, True),
+    "spool_retention_s": (0, True),
+    "snapshot_keep": (1, True),
+    "stale_after_s": (0, True),
+    "retention_s": (0, True),
+    "http_max_body_bytes": (1024, True),
     "http_max_batch_messages": (1, True),
 }
 _TYPES = {"int": int, "float": (int, float), "str": str, "str | None": str, "tuple[str, ...]": list}
@@ -144,16 +161,19 @@ def _check(path: Path, key: str, name: str, value: Any, annotation: str) -> None
     if name in _MINIMUM:
         low, inclusive = _MINIMUM[name]
         if not math.isfinite(value) or value < low or (value == low and not inclusive):
-            raise ConfigError(f"{path}: {key} must be a finite number "
-                              f"{'≥' if inclusive else '>'} {low:g}, got {value!r}")
+            raise ConfigError(
+                f"{path}: {key} must be a finite number "
+                f"{'≥' if inclusive else '>'} {low:g}, got {value!r}"
+            )
 
 
 def load(home: str | os.PathLike[str] | None = None) -> Settings:
     """The ``Settings`` of data dir ``home`` (default: ``default_home()``), applying its
     ``config.toml`` when there is one. Raises ``ConfigError`` for an unreadable file, an
     unknown key, a wrongly typed value or a value out of range."""
-    settings = Settings(home=Path(home).expanduser().resolve() if home
-                        else default_home().resolve())
+    settings = Settings(
+        home=Path(home).expanduser().resolve() if home else default_home().resolve()
+    )
     path = settings.home / CONFIG_TOML
     if not path.exists():
         return settings
@@ -165,8 +185,9 @@ def load(home: str | os.PathLike[str] | None = None) -> Settings:
         raise ConfigError(f"cannot read {path}: {exc}") from None
     changes: dict[str, Any] = {}
     # The annotation text (``from __future__ import annotations``; NamedTuple keeps a ForwardRef).
-    types = {name: str(getattr(t, "__forward_arg__", t))
-             for name, t in Settings.__annotations__.items()}
+    types = {
+        name: str(getattr(t, "__forward_arg__", t)) for name, t in Settings.__annotations__.items()
+    }
     for section, table in data.items():
         if not isinstance(table, dict):
             raise ConfigError(f"{path}: [{section}] must be a table")

@@ -3,6 +3,7 @@
 ``kind="store"`` jobs write ``state.db`` and run on the writer between drain chunks;
 ``kind="worker"`` jobs run in the huey consumer and never write the store.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -10,7 +11,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from quill.home import RunDir, Settings
-
 from quill.jobs import pg_jobs, prune, store_jobs, worker_jobs
 
 
@@ -20,94 +20,203 @@ class JobSpec:
     default schedule; ``params(cfg)`` gives the job's keyword arguments from ``Settings``."""
 
     name: str
-    kind: str                      # "store" | "worker"
+    kind: str  # "store" | "worker"
     func: Callable[..., dict[str, Any]]
     description: str
-    trigger: str | None            # None: run on demand only (never scheduled by default)
+    trigger: str | None  # None: run on demand only (never scheduled by default)
     trigger_args: dict[str, Any]
     params: Callable[[Settings], dict[str, Any]] = field(default=lambda cfg: {})
     retries: int = 2
     retry_delay: float = 30.0
-    needs_idle: bool = False       # store jobs only: wait until the spool is drained
-    timeout: float | None = None   # worker jobs: seconds before the supervisor kills a hung run
-    emits_ops: bool = False        # store jobs that change canonical rows: called as func(conn, spool, ...)
-                                   # and append ops instead of writing (the spool logs every change)
-    backend: str = "sqlite"        # the store it maintains: "sqlite" | "postgres" | "any"
-    internal: bool = False         # queued by Quill itself with arguments; never offered to users
-    per_host: bool = False         # store jobs about this host (its processes): on a cluster a scheduled
-                                   # run is queued on every host's store queue (queues.fire_scheduled)
+    needs_idle: bool = False  # store jobs only: wait until the spool is drained
+    timeout: float | None = None  # worker jobs: seconds before the supervisor kills a hung run
+    emits_ops: bool = (
+        False  # store jobs that change canonical rows: called as func(conn, spool, ...)
+    )
+    # and append ops instead of writing (the spool logs every change)
+    backend: str = "sqlite"  # the store it maintains: "sqlite" | "postgres" | "any"
+    internal: bool = False  # queued by Quill itself with arguments; never offered to users
+    per_host: bool = False  # store jobs about this host (its processes): on a cluster a scheduled
+    # run is queued on every host's store queue (queues.fire_scheduled)
 
 
 JOBS: tuple[JobSpec, ...] = (
-    JobSpec("wal_checkpoint", "store", store_jobs.wal_checkpoint,
-            "PASSIVE WAL checkpoint: bounds WAL growth (100k inserts without one left 0.5–1.15 GB of WAL)",
-            "interval", {"minutes": 5}),
-    JobSpec("fts_optimize", "store", store_jobs.fts_optimize,
-            "merge the FTS5 index into one b-tree (fewer segments, faster queries)",
-            "cron", {"hour": 3, "minute": 30}, needs_idle=True),
-    JobSpec("fts_merge", "store", store_jobs.fts_merge,
-            "one bounded incremental FTS5 merge step (segments stay few between optimizes)",
-            "interval", {"minutes": 30}),
-    JobSpec("fts_rebuild", "store", store_jobs.fts_rebuild,
-            "rebuild search indexes detached after damage (queued automatically when found)",
-            None, {}),
-    JobSpec("declare_corrupt", "store", store_jobs.declare_corrupt,
-            "halt the writer because a check found damage in the store's tables (queued by quick_check)",
-            None, {}, retries=0, internal=True),
-    JobSpec("vacuum", "store", store_jobs.vacuum,
-            "VACUUM when free pages ≥ 20 % and the disk has room for the copy; then TRUNCATE the WAL",
-            "cron", {"day_of_week": "sun", "hour": 4, "minute": 30}, needs_idle=True),
-    JobSpec("scrub", "store", store_jobs.scrub,
-            "FTS optimize + VACUUM + TRUNCATE checkpoint: no bytes of deleted rows left in the live store "
-            "(queued by `quill spool purge`; cost: one full rewrite of the store, figures in seconds)",
-            None, {}, retries=0),
-    JobSpec("auto_prune", "store", prune.auto_prune,
-            "close stale open sessions of automatic sources, then delete ended sessions past retention",
-            "cron", {"hour": 3, "minute": 0},
-            params=lambda cfg: {"stale_after_s": cfg.stale_after_s, "retention_s": cfg.retention_s,
-                                "sources": list(cfg.prune_sources)},
-            emits_ops=True, backend="any"),
-    JobSpec("delete_empty", "store", prune.delete_empty,
-            "delete sessions with no message rows in any state (EXISTS probe), after a grace day",
-            "cron", {"hour": 3, "minute": 15}, params=lambda cfg: {"sources": list(cfg.prune_sources)},
-            emits_ops=True, backend="any"),
-    JobSpec("orphan_sweep", "store", prune.orphan_sweep,
-            "close open sessions whose owner process on this host is dead (pid + start time)",
-            "interval", {"minutes": 10}, params=lambda cfg: {"sources": list(cfg.prune_sources)},
-            emits_ops=True, backend="any", per_host=True),
-    JobSpec("quick_check", "worker", worker_jobs.quick_check,
-            "PRAGMA quick_check on a read-only connection in the job worker: damage anywhere in the file "
-            "is found within an hour (DAMAGE_BOUND_S), off the drain path",
-            "interval", {"hours": 1},
-            params=lambda cfg: {"db_path": str(cfg.state_db), "queue_db": str(cfg.queue_db)},
-            retries=0, timeout=3600),  # a failed check is a finding, not a transient error
-    JobSpec("integrity_check", "worker", worker_jobs.integrity_check,
-            "full PRAGMA integrity_check (indexes against tables); damage handled as by quick_check",
-            "cron", {"day_of_week": "sun", "hour": 5, "minute": 0},
-            params=lambda cfg: {"db_path": str(cfg.state_db), "queue_db": str(cfg.queue_db)},
-            retries=0, timeout=3 * 3600),
-    JobSpec("snapshot", "worker", worker_jobs.snapshot,
-            "verified backup-API snapshot stamped with its spool position",
-            "interval", {"hours": 6},
-            params=lambda cfg: {"db_path": str(cfg.state_db), "snapshots_dir": str(cfg.snapshots_dir),
-                                "keep": cfg.snapshot_keep,
-                                "halt_file": str(RunDir(cfg.home).halt_file)},
-            timeout=3600),
-    JobSpec("spool_gc", "worker", worker_jobs.spool_gc,
-            "delete spool segments that are applied, snapshot-covered and past retention",
-            "interval", {"hours": 1},
-            params=lambda cfg: {"spool_dir": str(cfg.spool_dir), "db_path": str(cfg.state_db),
-                                "snapshots_dir": str(cfg.snapshots_dir),
-                                "retention_s": cfg.spool_retention_s},
-            timeout=600),
-    JobSpec("pg_analyze", "worker", pg_jobs.pg_analyze,
-            "PostgreSQL store: ANALYZE (fresh planner statistics after purges); autovacuum does the rest",
-            "cron", {"hour": 3, "minute": 45}, params=lambda cfg: {"store_url": cfg.store_url},
-            timeout=3600, backend="postgres"),
-    JobSpec("pg_integrity_check", "worker", pg_jobs.pg_integrity_check,
-            "PostgreSQL store: amcheck (bt_index_check with heapallindexed, verify_heapam)",
-            "cron", {"day_of_week": "sun", "hour": 5, "minute": 0}, params=lambda cfg: {"store_url": cfg.store_url},
-            retries=0, timeout=3 * 3600, backend="postgres"),
+    JobSpec(
+        "wal_checkpoint",
+        "store",
+        store_jobs.wal_checkpoint,
+        "PASSIVE WAL checkpoint: bounds WAL growth (100k inserts without one left 0.5–1.15 GB of WAL)",
+        "interval",
+        {"minutes": 5},
+    ),
+    JobSpec(
+        "fts_optimize",
+        "store",
+        store_jobs.fts_optimize,
+        "merge the FTS5 index into one b-tree (fewer segments, faster queries)",
+        "cron",
+        {"hour": 3, "minute": 30},
+        needs_idle=True,
+    ),
+    JobSpec(
+        "fts_merge",
+        "store",
+        store_jobs.fts_merge,
+        "one bounded incremental FTS5 merge step (segments stay few between optimizes)",
+        "interval",
+        {"minutes": 30},
+    ),
+    JobSpec(
+        "fts_rebuild",
+        "store",
+        store_jobs.fts_rebuild,
+        "rebuild search indexes detached after damage (queued automatically when found)",
+        None,
+        {},
+    ),
+    JobSpec(
+        "declare_corrupt",
+        "store",
+        store_jobs.declare_corrupt,
+        "halt the writer because a check found damage in the store's tables (queued by quick_check)",
+        None,
+        {},
+        retries=0,
+        internal=True,
+    ),
+    JobSpec(
+        "vacuum",
+        "store",
+        store_jobs.vacuum,
+        "VACUUM when free pages ≥ 20 % and the disk has room for the copy; then TRUNCATE the WAL",
+        "cron",
+        {"day_of_week": "sun", "hour": 4, "minute": 30},
+        needs_idle=True,
+    ),
+    JobSpec(
+        "scrub",
+        "store",
+        store_jobs.scrub,
+        "FTS optimize + VACUUM + TRUNCATE checkpoint: no bytes of deleted rows left in the live store "
+        "(queued by `quill spool purge`; cost: one full rewrite of the store, figures in seconds)",
+        None,
+        {},
+        retries=0,
+    ),
+    JobSpec(
+        "auto_prune",
+        "store",
+        prune.auto_prune,
+        "close stale open sessions of automatic sources, then delete ended sessions past retention",
+        "cron",
+        {"hour": 3, "minute": 0},
+        params=lambda cfg: {
+            "stale_after_s": cfg.stale_after_s,
+            "retention_s": cfg.retention_s,
+            "sources": list(cfg.prune_sources),
+        },
+        emits_ops=True,
+        backend="any",
+    ),
+    JobSpec(
+        "delete_empty",
+        "store",
+        prune.delete_empty,
+        "delete sessions with no message rows in any state (EXISTS probe), after a grace day",
+        "cron",
+        {"hour": 3, "minute": 15},
+        params=lambda cfg: {"sources": list(cfg.prune_sources)},
+        emits_ops=True,
+        backend="any",
+    ),
+    JobSpec(
+        "orphan_sweep",
+        "store",
+        prune.orphan_sweep,
+        "close open sessions whose owner process on this host is dead (pid + start time)",
+        "interval",
+        {"minutes": 10},
+        params=lambda cfg: {"sources": list(cfg.prune_sources)},
+        emits_ops=True,
+        backend="any",
+        per_host=True,
+    ),
+    JobSpec(
+        "quick_check",
+        "worker",
+        worker_jobs.quick_check,
+        "PRAGMA quick_check on a read-only connection in the job worker: damage anywhere in the file "
+        "is found within an hour (DAMAGE_BOUND_S), off the drain path",
+        "interval",
+        {"hours": 1},
+        params=lambda cfg: {"db_path": str(cfg.state_db), "queue_db": str(cfg.queue_db)},
+        retries=0,
+        timeout=3600,
+    ),  # a failed check is a finding, not a transient error
+    JobSpec(
+        "integrity_check",
+        "worker",
+        worker_jobs.integrity_check,
+        "full PRAGMA integrity_check (indexes against tables); damage handled as by quick_check",
+        "cron",
+        {"day_of_week": "sun", "hour": 5, "minute": 0},
+        params=lambda cfg: {"db_path": str(cfg.state_db), "queue_db": str(cfg.queue_db)},
+        retries=0,
+        timeout=3 * 3600,
+    ),
+    JobSpec(
+        "snapshot",
+        "worker",
+        worker_jobs.snapshot,
+        "verified backup-API snapshot stamped with its spool position",
+        "interval",
+        {"hours": 6},
+        params=lambda cfg: {
+            "db_path": str(cfg.state_db),
+            "snapshots_dir": str(cfg.snapshots_dir),
+            "keep": cfg.snapshot_keep,
+            "halt_file": str(RunDir(cfg.home).halt_file),
+        },
+        timeout=3600,
+    ),
+    JobSpec(
+        "spool_gc",
+        "worker",
+        worker_jobs.spool_gc,
+        "delete spool segments that are applied, snapshot-covered and past retention",
+        "interval",
+        {"hours": 1},
+        params=lambda cfg: {
+            "spool_dir": str(cfg.spool_dir),
+            "db_path": str(cfg.state_db),
+            "snapshots_dir": str(cfg.snapshots_dir),
+            "retention_s": cfg.spool_retention_s,
+        },
+        timeout=600,
+    ),
+    JobSpec(
+        "pg_analyze",
+        "worker",
+        pg_jobs.pg_analyze,
+        "PostgreSQL store: ANALYZE (fresh planner statistics after purges); autovacuum does the rest",
+        "cron",
+        {"hour": 3, "minute": 45},
+        params=lambda cfg: {"store_url": cfg.store_url},
+        timeout=3600,
+        backend="postgres",
+    ),
+    JobSpec(
+        "pg_integrity_check",
+        "worker",
+        pg_jobs.pg_integrity_check,
+        "PostgreSQL store: amcheck (bt_index_check with heapallindexed, verify_heapam)",
+        "cron",
+        {"day_of_week": "sun", "hour": 5, "minute": 0},
+        params=lambda cfg: {"store_url": cfg.store_url},
+        retries=0,
+        timeout=3 * 3600,
+        backend="postgres",
+    ),
 )
 
 BY_NAME: dict[str, JobSpec] = {j.name: j for j in JOBS}
@@ -148,13 +257,16 @@ def runnable(name: str, settings: Any) -> JobSpec:
     of store: a PostgreSQL job run on the SQLite store fails every time, and a SQLite job has
     no file to work on over PostgreSQL."""
     from quill.store.factory import capabilities
+
     spec = public(name)
     store = capabilities(settings).kind
     if spec.backend not in ("any", store):
         label = {"postgres": "a PostgreSQL store", "sqlite": "the SQLite store"}
         where = "[store] url is set" if store == "postgres" else "no [store] url in config.toml"
-        raise WrongStoreError(f"{name} maintains {label[spec.backend]}, but this data dir uses "
-                              f"{label[store]} ({where})")
+        raise WrongStoreError(
+            f"{name} maintains {label[spec.backend]}, but this data dir uses "
+            f"{label[store]} ({where})"
+        )
     return spec
 
 

@@ -10,6 +10,7 @@ the elected scheduler and run by any host's consumer:
   every B-tree index and ``verify_heapam`` on every table, both safe on a live primary.
 Both are idempotent: huey on Redis delivers at most once, and a duplicate run is harmless.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -19,6 +20,7 @@ def _backend(store_url: str) -> Any:
     # The maintenance connection has no spool: it never applies ops. (psycopg is loaded only
     # by processes that use a PostgreSQL store: store.factory imports it on demand.)
     from quill.store.factory import open_url
+
     return open_url(store_url, None, "maintenance")
 
 
@@ -38,15 +40,21 @@ def pg_integrity_check(store_url: str) -> dict[str, Any]:
     store-wide) and ``CorruptError`` is raised listing the problems (the run is recorded as an
     error and shows in ``quill jobs``, ``status`` and ``doctor``)."""
     import time
+
     from quill.store.errors import CorruptError
     from quill.store.postgres import halt
+
     backend = _backend(store_url)
     try:
         result = backend.maintenance("integrity_check")
         if not result["ok"]:
-            backend.run_job(halt.declare, "amcheck", "; ".join(result["problems"][:10]), time.time())
+            backend.run_job(
+                halt.declare, "amcheck", "; ".join(result["problems"][:10]), time.time()
+            )
     finally:
         backend.close()
     if not result["ok"]:
-        raise CorruptError(f"amcheck found damage (writes halted on every host): {result['problems'][:10]}")
+        raise CorruptError(
+            f"amcheck found damage (writes halted on every host): {result['problems'][:10]}"
+        )
     return result

@@ -25,6 +25,7 @@ the op win, a second run that decides the same thing again is a no-op, and repla
 exactly as the live writer did. Each run appends ops for at most ``max_sessions`` sessions so
 a long prune never stalls the drain; the figures say whether more remain.
 """
+
 from __future__ import annotations
 
 import socket
@@ -38,8 +39,10 @@ from quill.spool import Spool
 from quill.store.apply.deletes import doomed as delete_closure
 
 DAY = 86400.0
-_NEWEST = ("max(s.started_at, coalesce((SELECT max(max(coalesce(m.ts, 0), m.arrived_at)) FROM messages m "
-           "WHERE m.session_id = s.id), s.started_at))")
+_NEWEST = (
+    "max(s.started_at, coalesce((SELECT max(max(coalesce(m.ts, 0), m.arrived_at)) FROM messages m "
+    "WHERE m.session_id = s.id), s.started_at))"
+)
 _KEEP = "s.pinned = 0 AND s.archived = 0"
 #: Every selection below is ``_KEEP AND s.source IN (sources)``, and every op's ``only_if``
 #: carries ``unpinned`` + ``sources``: the writer re-checks both facts at apply time.
@@ -53,9 +56,10 @@ def _in(values: tuple) -> str:
 def _message_count(conn: apsw.Connection, ids: list[str]) -> int:
     total = 0
     for start in range(0, len(ids), 500):
-        part = ids[start:start + 500]
-        total += conn.execute(f"SELECT count(*) FROM messages WHERE session_id IN ({_in(tuple(part))})",
-                              part).fetchone()[0]
+        part = ids[start : start + 500]
+        total += conn.execute(
+            f"SELECT count(*) FROM messages WHERE session_id IN ({_in(tuple(part))})", part
+        ).fetchone()[0]
     return total
 
 
@@ -68,29 +72,51 @@ def _deleted(conn: apsw.Connection, ids: list[str], cond: dict[str, Any]) -> tup
     return len(closure), _message_count(conn, closure)
 
 
-def _end_ops(spool: Spool, ids: list[str], reason: str, actor: str, now: float,
-             only_if: dict[str, Any]) -> None:
+def _end_ops(
+    spool: Spool, ids: list[str], reason: str, actor: str, now: float, only_if: dict[str, Any]
+) -> None:
     for sid in ids:
-        spool.append("session.end", {"session_id": sid, "reason": reason, "ended_at": now, "actor": actor,
-                                     "only_if": {"open": True, "unpinned": True, **only_if}})
+        spool.append(
+            "session.end",
+            {
+                "session_id": sid,
+                "reason": reason,
+                "ended_at": now,
+                "actor": actor,
+                "only_if": {"open": True, "unpinned": True, **only_if},
+            },
+        )
 
 
-def _delete_op(conn: apsw.Connection, spool: Spool, ids: list[str], reason: str, actor: str,
-               only_if: dict[str, Any]) -> tuple[int, int]:
+def _delete_op(
+    conn: apsw.Connection,
+    spool: Spool,
+    ids: list[str],
+    reason: str,
+    actor: str,
+    only_if: dict[str, Any],
+) -> tuple[int, int]:
     """Append one ``sessions.delete`` of ``ids`` (if any) with ``only_if`` (plus ``unpinned``);
     returns what it will delete (``_deleted``), counted before the op is appended."""
     if not ids:
         return 0, 0
     cond = {"unpinned": True, **only_if}
     figures = _deleted(conn, ids, cond)
-    spool.append("sessions.delete", {"session_ids": ids, "reason": reason, "actor": actor, "only_if": cond})
+    spool.append(
+        "sessions.delete", {"session_ids": ids, "reason": reason, "actor": actor, "only_if": cond}
+    )
     return figures
 
 
-def auto_prune(conn: apsw.Connection, spool: Spool, stale_after_s: float = DEFAULTS.stale_after_s,
-               retention_s: float = DEFAULTS.retention_s,
-               sources: list[str] | tuple[str, ...] = DEFAULTS.prune_sources,
-               max_sessions: int = 500, now: float | None = None) -> dict[str, Any]:
+def auto_prune(
+    conn: apsw.Connection,
+    spool: Spool,
+    stale_after_s: float = DEFAULTS.stale_after_s,
+    retention_s: float = DEFAULTS.retention_s,
+    sources: list[str] | tuple[str, ...] = DEFAULTS.prune_sources,
+    max_sessions: int = 500,
+    now: float | None = None,
+) -> dict[str, Any]:
     """Pass 1: close open sessions of automatic ``sources`` idle past ``stale_after_s`` (one
     ``session.end`` op each, reason ``stale_sweep``). Pass 2: delete ended sessions whose end
     and newest message are older than ``retention_s`` (one ``sessions.delete`` op, reason
@@ -101,40 +127,87 @@ def auto_prune(conn: apsw.Connection, spool: Spool, stale_after_s: float = DEFAU
     now = time.time() if now is None else now
     src = tuple(sources)
     idle_cut, keep_cut = now - stale_after_s, now - retention_s
-    stale = [r[0] for r in conn.execute(
-        f"SELECT s.id FROM sessions s WHERE s.ended_at IS NULL AND s.source IN ({_in(src)}) AND {_KEEP} "
-        f"AND {_NEWEST} < ? ORDER BY s.id LIMIT ?", (*src, idle_cut, max_sessions))]
-    _end_ops(spool, stale, "stale_sweep", "job:auto_prune", now, {"inactive_before": idle_cut, "sources": list(src)})
-    expired = [r[0] for r in conn.execute(
-        f"SELECT s.id FROM sessions s WHERE s.ended_at IS NOT NULL AND s.ended_at < ? AND s.source IN ({_in(src)}) "
-        f"AND {_KEEP} AND {_NEWEST} < ? ORDER BY s.id LIMIT ?", (keep_cut, *src, keep_cut, max_sessions + 1))]
-    sessions, messages = _delete_op(conn, spool, expired[:max_sessions], "retention", "job:auto_prune",
-                                    {"ended_before": keep_cut, "inactive_before": keep_cut, "sources": list(src)})
-    return {"sessions_closed": len(stale), "sessions_deleted": sessions,
-            "messages_deleted": messages, "more_remaining": len(expired) > max_sessions}
+    stale = [
+        r[0]
+        for r in conn.execute(
+            f"SELECT s.id FROM sessions s WHERE s.ended_at IS NULL AND s.source IN ({_in(src)}) AND {_KEEP} "
+            f"AND {_NEWEST} < ? ORDER BY s.id LIMIT ?",
+            (*src, idle_cut, max_sessions),
+        )
+    ]
+    _end_ops(
+        spool,
+        stale,
+        "stale_sweep",
+        "job:auto_prune",
+        now,
+        {"inactive_before": idle_cut, "sources": list(src)},
+    )
+    expired = [
+        r[0]
+        for r in conn.execute(
+            f"SELECT s.id FROM sessions s WHERE s.ended_at IS NOT NULL AND s.ended_at < ? AND s.source IN ({_in(src)}) "
+            f"AND {_KEEP} AND {_NEWEST} < ? ORDER BY s.id LIMIT ?",
+            (keep_cut, *src, keep_cut, max_sessions + 1),
+        )
+    ]
+    sessions, messages = _delete_op(
+        conn,
+        spool,
+        expired[:max_sessions],
+        "retention",
+        "job:auto_prune",
+        {"ended_before": keep_cut, "inactive_before": keep_cut, "sources": list(src)},
+    )
+    return {
+        "sessions_closed": len(stale),
+        "sessions_deleted": sessions,
+        "messages_deleted": messages,
+        "more_remaining": len(expired) > max_sessions,
+    }
 
 
-def delete_empty(conn: apsw.Connection, spool: Spool, grace_s: float = 1 * DAY, max_sessions: int = 500,
-                 sources: list[str] | tuple[str, ...] = DEFAULTS.prune_sources,
-                 now: float | None = None) -> dict[str, Any]:
+def delete_empty(
+    conn: apsw.Connection,
+    spool: Spool,
+    grace_s: float = 1 * DAY,
+    max_sessions: int = 500,
+    sources: list[str] | tuple[str, ...] = DEFAULTS.prune_sources,
+    now: float | None = None,
+) -> dict[str, Any]:
     """Delete sessions of ``sources`` with no message rows in any state, created more than
     ``grace_s`` ago (a producer may create a session before its first append), never pinned
     or archived: one ``sessions.delete`` op, reason ``empty``. Figures: sessions to delete
     (an empty delegate child going with its parent included)."""
     now = time.time() if now is None else now
     cut, src = now - grace_s, tuple(sources)
-    empty = [r[0] for r in conn.execute(
-        f"SELECT s.id FROM sessions s WHERE s.created_at < ? AND s.source IN ({_in(src)}) AND {_KEEP} "
-        "AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.session_id = s.id) ORDER BY s.id LIMIT ?",
-        (cut, *src, max_sessions))]
-    sessions, _ = _delete_op(conn, spool, empty, "empty", "job:delete_empty",
-                             {"empty": True, "inactive_before": cut, "sources": list(src)})
+    empty = [
+        r[0]
+        for r in conn.execute(
+            f"SELECT s.id FROM sessions s WHERE s.created_at < ? AND s.source IN ({_in(src)}) AND {_KEEP} "
+            "AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.session_id = s.id) ORDER BY s.id LIMIT ?",
+            (cut, *src, max_sessions),
+        )
+    ]
+    sessions, _ = _delete_op(
+        conn,
+        spool,
+        empty,
+        "empty",
+        "job:delete_empty",
+        {"empty": True, "inactive_before": cut, "sources": list(src)},
+    )
     return {"sessions_deleted": sessions}
 
 
-def orphan_sweep(conn: apsw.Connection, spool: Spool, host: str | None = None, max_sessions: int = 500,
-                 sources: list[str] | tuple[str, ...] = DEFAULTS.prune_sources,
-                 now: float | None = None) -> dict[str, Any]:
+def orphan_sweep(
+    conn: apsw.Connection,
+    spool: Spool,
+    host: str | None = None,
+    max_sessions: int = 500,
+    sources: list[str] | tuple[str, ...] = DEFAULTS.prune_sources,
+    now: float | None = None,
+) -> dict[str, Any]:
     """Close open sessions of ``sources`` whose owner process (recorded by ``session.create``'s ``owner``)
     on this host is dead — one ``session.end`` op each, reason ``orphan_sweep``, which a live
     writer may clear by appending again. A pid that is alive with the recorded start time is a
@@ -145,10 +218,18 @@ def orphan_sweep(conn: apsw.Connection, spool: Spool, host: str | None = None, m
     rows = conn.execute(
         f"SELECT id, owner_pid, owner_started FROM sessions s WHERE ended_at IS NULL AND owner_pid IS NOT NULL "
         f"AND owner_host = ? AND s.source IN ({_in(src)}) AND {_KEEP} ORDER BY id LIMIT ?",
-        (host, *src, max_sessions)).fetchall()
-    dead = [(sid, pid, started) for sid, pid, started in rows
-            if not holder_alive({"pid": pid, "create_time": started})]
+        (host, *src, max_sessions),
+    ).fetchall()
+    dead = [
+        (sid, pid, started)
+        for sid, pid, started in rows
+        if not holder_alive({"pid": pid, "create_time": started})
+    ]
     for sid, pid, started in dead:
-        cond = {"owner_pid": pid, "sources": list(src), **({"owner_started": started} if started is not None else {})}
+        cond = {
+            "owner_pid": pid,
+            "sources": list(src),
+            **({"owner_started": started} if started is not None else {}),
+        }
         _end_ops(spool, [sid], "orphan_sweep", "job:orphan_sweep", now, cond)
     return {"checked": len(rows), "sessions_closed": len(dead)}

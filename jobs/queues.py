@@ -9,6 +9,7 @@
 ``sqlite3`` and so the *system* SQLite, which may carry the WAL-reset corruption bug fixed in
 3.51.3 (docs/architecture.md, "Processes"). huey delivers at most once; every job is idempotent.
 """
+
 from __future__ import annotations
 
 import time
@@ -20,7 +21,6 @@ from typing import Any
 from huey import RedisHuey, SqliteHuey
 
 from quill.home import Settings
-
 from quill.jobs import catalog
 from quill.jobs.store_jobs import RUNNING, close_interrupted, record_job_run
 
@@ -48,8 +48,9 @@ class Queues:
 
 
 def _huey(name: str, queue_db: Path) -> SqliteHuey:
-    return SqliteHuey(name, filename=str(queue_db), journal_mode="truncate", results=False,
-                      utc=True, timeout=10)
+    return SqliteHuey(
+        name, filename=str(queue_db), journal_mode="truncate", results=False, utc=True, timeout=10
+    )
 
 
 def redis_names(host_id: str, namespace: str = "quill") -> tuple[str, str]:
@@ -70,8 +71,14 @@ def _redis_huey(name: str, url: str) -> RedisHuey:
     return RedisHuey(name, url=url, results=False, utc=True)
 
 
-def build(queue_db: Path, *, url: str | None = None, host_id: str = "local", namespace: str = "quill",
-          cfg: Settings | None = None) -> Queues:
+def build(
+    queue_db: Path,
+    *,
+    url: str | None = None,
+    host_id: str = "local",
+    namespace: str = "quill",
+    cfg: Settings | None = None,
+) -> Queues:
     """Open the queues and register every job of ``jobs.catalog``: in ``queue_db`` (created
     if missing), or on the Redis server at ``url`` (``redis_names(host_id, namespace)``).
 
@@ -93,7 +100,10 @@ def build_for(cfg: Settings) -> Queues:
     worker jobs run from it resolve their parameters from ``cfg``."""
     if cfg.queue_url:
         from quill.spool.identity import load_or_create
-        return build(cfg.queue_db, url=cfg.queue_url, host_id=load_or_create(cfg.spool_id_path), cfg=cfg)
+
+        return build(
+            cfg.queue_db, url=cfg.queue_url, host_id=load_or_create(cfg.spool_id_path), cfg=cfg
+        )
     return build(cfg.queue_db, cfg=cfg)
 
 
@@ -112,11 +122,13 @@ def fire_scheduled(cfg: Settings, name: str) -> list[str] | None:
     job and the store error tree when the shared store cannot be read."""
     queues = build_for(cfg)
     from quill.store.factory import capabilities, open_store
+
     if not (catalog.get(name).per_host and capabilities(cfg).cluster and cfg.queue_url):
         queues.enqueue(name)
         return None
     from quill.spool.identity import load_or_create
     from quill.store.postgres.apply import spool_ids
+
     own = load_or_create(cfg.spool_id_path)
     store = open_store(cfg, spool_id="scheduler")  # reads only: applies no ops
     try:
@@ -135,20 +147,24 @@ def fire_scheduled(cfg: Settings, name: str) -> list[str] | None:
 
 def _register(queues: Queues, cfg: Settings | None = None) -> Queues:
     queues.tasks[catalog.RECORD_RUN] = queues.store.task(name=catalog.RECORD_RUN)(record_job_run)
-    queues.tasks[catalog.CLOSE_INTERRUPTED] = queues.store.task(name=catalog.CLOSE_INTERRUPTED)(close_interrupted)
+    queues.tasks[catalog.CLOSE_INTERRUPTED] = queues.store.task(name=catalog.CLOSE_INTERRUPTED)(
+        close_interrupted
+    )
     for spec in catalog.JOBS:
         if spec.kind == "store":
             queues.tasks[spec.name] = queues.store.task(
-                name=spec.name, retries=spec.retries, retry_delay=spec.retry_delay)(spec.func)
+                name=spec.name, retries=spec.retries, retry_delay=spec.retry_delay
+            )(spec.func)
         else:
             queues.tasks[spec.name] = queues.worker.task(
-                name=spec.name, retries=spec.retries, retry_delay=spec.retry_delay)(
-                    _recorded(spec, queues, cfg))
+                name=spec.name, retries=spec.retries, retry_delay=spec.retry_delay
+            )(_recorded(spec, queues, cfg))
     return queues
 
 
-def resolve_params(spec: catalog.JobSpec, cfg: Settings | None,
-                   queued: dict[str, Any]) -> dict[str, Any]:
+def resolve_params(
+    spec: catalog.JobSpec, cfg: Settings | None, queued: dict[str, Any]
+) -> dict[str, Any]:
     """The keyword arguments a run of ``spec`` gets: what the task was queued with, overridden
     by what the current config says (so a task queued before a data dir moved, or by an old
     version that froze paths, runs against the current paths)."""
@@ -157,28 +173,44 @@ def resolve_params(spec: catalog.JobSpec, cfg: Settings | None,
 
 def _recorded(spec: catalog.JobSpec, queues: Queues, cfg: Settings | None):
     """Wrap a worker job so every run (ok or error) is recorded in the store's job_runs."""
+
     def run(**queued: Any) -> dict[str, Any]:
         return run_recorded(spec, queues, resolve_params(spec, cfg, queued), runner="consumer")
+
     run.__name__ = spec.name
     return run
 
 
-def run_recorded(spec: catalog.JobSpec, queues: Queues, params: dict[str, Any], *, runner: str) -> dict[str, Any]:
+def run_recorded(
+    spec: catalog.JobSpec, queues: Queues, params: dict[str, Any], *, runner: str
+) -> dict[str, Any]:
     """Run worker job ``spec`` here with ``params``, recording it in ``job_runs`` through the
     store queue: a start row (outcome ``running``, ``figures.runner``) sent *before* the work,
     then the outcome. A process killed mid-run leaves the start row, which the next start of
     its ``runner`` marks ``interrupted``. Returns the job's figures; re-raises its error."""
     started = time.time()
-    queues.tasks[catalog.RECORD_RUN](job=spec.name, started_at=started, outcome=RUNNING, figures={"runner": runner})
+    queues.tasks[catalog.RECORD_RUN](
+        job=spec.name, started_at=started, outcome=RUNNING, figures={"runner": runner}
+    )
     try:
         figures = spec.func(**params)
     except Exception as exc:
-        queues.tasks[catalog.RECORD_RUN](job=spec.name, started_at=started, ended_at=time.time(),
-                                         outcome="error", figures={"runner": runner},
-                                         error="".join(traceback.format_exception_only(exc)).strip())
+        queues.tasks[catalog.RECORD_RUN](
+            job=spec.name,
+            started_at=started,
+            ended_at=time.time(),
+            outcome="error",
+            figures={"runner": runner},
+            error="".join(traceback.format_exception_only(exc)).strip(),
+        )
         for name, followup in getattr(exc, "followups", ()):  # e.g. quick_check → fts_rebuild
             queues.enqueue(name, **followup)
         raise  # huey logs it and retries with the spec's delay
-    queues.tasks[catalog.RECORD_RUN](job=spec.name, started_at=started, ended_at=time.time(),
-                                     outcome="ok", figures={**figures, "runner": runner})
+    queues.tasks[catalog.RECORD_RUN](
+        job=spec.name,
+        started_at=started,
+        ended_at=time.time(),
+        outcome="ok",
+        figures={**figures, "runner": runner},
+    )
     return figures

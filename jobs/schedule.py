@@ -18,6 +18,7 @@ with frozen kwargs ``{"queue_db": <absolute path>, "job": NAME, "params": {...}}
 drops a job whose callable cannot be imported, so ``migrate`` rewrites those rows *before*
 APScheduler opens the file, keeping id, trigger, next run time (None = paused) and options.
 """
+
 from __future__ import annotations
 
 import pickle
@@ -30,21 +31,32 @@ LEGACY_REFS = ("jobs.schedule:fire", "quill.jobs.schedule:fire")
 TABLE = "apscheduler_jobs"
 
 
-def fire(queue_db: str, job: str, params: dict[str, Any] | None = None, queue_url: str | None = None,
-         host_id: str = "local") -> None:
+def fire(
+    queue_db: str,
+    job: str,
+    params: dict[str, Any] | None = None,
+    queue_url: str | None = None,
+    host_id: str = "local",
+) -> None:
     """Legacy target of schedules stored by older versions (``LEGACY_REFS``), kept importable
     for rows ``migrate`` has not reached (a PostgreSQL job store is not migrated in place):
     enqueue ``job`` on the recorded queues *without* the frozen ``params`` — the executing
     process resolves parameters from its current config."""
     from quill.jobs.queues import build
+
     build(Path(queue_db), url=queue_url, host_id=host_id).enqueue(job)
 
 
 def fire_args(job: str, fire_ref: str) -> dict[str, Any]:
     """Keyword arguments for ``add_job`` that make a schedule of ``job`` store intent only:
     a call of ``fire_ref`` (``module:function``) with the job name."""
-    return {"func": fire_ref, "args": (job,), "kwargs": {}, "coalesce": True,
-            "misfire_grace_time": None}
+    return {
+        "func": fire_ref,
+        "args": (job,),
+        "kwargs": {},
+        "coalesce": True,
+        "misfire_grace_time": None,
+    }
 
 
 def migrate(schedule_db: Path, fire_ref: str) -> list[str]:
@@ -57,7 +69,9 @@ def migrate(schedule_db: Path, fire_ref: str) -> list[str]:
         return []
     conn = sqlite3.connect(str(path), timeout=10)
     try:
-        if not conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (TABLE,)).fetchone():
+        if not conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (TABLE,)
+        ).fetchone():
             return []
         done = []
         with conn:  # one transaction: all rows migrate or none
@@ -67,12 +81,15 @@ def migrate(schedule_db: Path, fire_ref: str) -> list[str]:
                     kwargs = state.get("kwargs") or {}
                     job = kwargs.get("job") or state.get("name") or job_id
                     state.update(func=fire_ref, args=(job,), kwargs={})
-                elif state.get("func") != fire_ref or (state.get("misfire_grace_time") is None
-                                                      and state.get("coalesce")):
+                elif state.get("func") != fire_ref or (
+                    state.get("misfire_grace_time") is None and state.get("coalesce")
+                ):
                     continue
                 state.update(coalesce=True, misfire_grace_time=None)
-                conn.execute(f"UPDATE {TABLE} SET job_state = ? WHERE id = ?",
-                             (pickle.dumps(state, pickle.HIGHEST_PROTOCOL), job_id))
+                conn.execute(
+                    f"UPDATE {TABLE} SET job_state = ? WHERE id = ?",
+                    (pickle.dumps(state, pickle.HIGHEST_PROTOCOL), job_id),
+                )
                 done.append(job_id)
         return done
     finally:
@@ -86,6 +103,7 @@ def read_schedules(schedule_db: Path, fire_ref: str) -> list[dict[str, Any]]:
     ``period_s`` (seconds between two consecutive fire times from now; None when the
     trigger never fires again). Legacy rows are understood too. [] when there is no file."""
     import datetime as dt
+
     path = Path(schedule_db)
     if not path.exists():
         return []
@@ -97,7 +115,7 @@ def read_schedules(schedule_db: Path, fire_ref: str) -> list[dict[str, Any]]:
     finally:
         conn.close()
     out = []
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     for job_id, blob in rows:
         state = pickle.loads(blob)
         if state.get("func") == fire_ref:
@@ -108,8 +126,19 @@ def read_schedules(schedule_db: Path, fire_ref: str) -> list[dict[str, Any]]:
             continue
         trigger = state["trigger"]
         first = trigger.get_next_fire_time(None, now)
-        second = trigger.get_next_fire_time(first, first + dt.timedelta(microseconds=1)) if first else None
-        out.append({"id": job_id, "job": job, "trigger": str(trigger), "paused": state.get("next_run_time") is None,
-                    "next_run": state.get("next_run_time"),
-                    "period_s": (second - first).total_seconds() if first and second else None})
+        second = (
+            trigger.get_next_fire_time(first, first + dt.timedelta(microseconds=1))
+            if first
+            else None
+        )
+        out.append(
+            {
+                "id": job_id,
+                "job": job,
+                "trigger": str(trigger),
+                "paused": state.get("next_run_time") is None,
+                "next_run": state.get("next_run_time"),
+                "period_s": (second - first).total_seconds() if first and second else None,
+            }
+        )
     return out

@@ -2,6 +2,7 @@
 drain chunks (docs/architecture.md, "Processes"). Each takes the writer connection plus keyword
 parameters and returns a dict of figures recorded in ``job_runs``.
 """
+
 from __future__ import annotations
 
 import os
@@ -11,14 +12,16 @@ from typing import Any
 
 import apsw
 
-from quill.store.sqlite.connection import transaction
 from quill.store.errors import CorruptError, mapped
+from quill.store.sqlite import fts_repair
+from quill.store.sqlite.connection import transaction
+from quill.store.sqlite.indexer import FTS_TABLES, fts_state, optimize
+
 # The job-run records and the WAL checkpoint live in the store (its writer runs them too);
 # they are store jobs as well, under the names the catalog has always used.
 from quill.store.sqlite.job_runs import INTERRUPTED, RUNNING, close_interrupted, record_job_run  # noqa: F401
 from quill.store.sqlite.wal import wal_bytes, wal_checkpoint  # noqa: F401
-from quill.store.sqlite import fts_repair
-from quill.store.sqlite.indexer import FTS_TABLES, fts_state, optimize
+
 
 def fts_optimize(conn: apsw.Connection) -> dict[str, Any]:
     """Merge each FTS5 index's b-trees into one (FTS5 'optimize'). Figures: seconds taken."""
@@ -39,7 +42,9 @@ def fts_merge(conn: apsw.Connection, pages: int = 500) -> dict[str, Any]:
     return {"pages_written": conn.total_changes() - before}
 
 
-def vacuum(conn: apsw.Connection, min_free_ratio: float = 0.2, headroom: float = 1.2) -> dict[str, Any]:
+def vacuum(
+    conn: apsw.Connection, min_free_ratio: float = 0.2, headroom: float = 1.2
+) -> dict[str, Any]:
     """VACUUM when worthwhile: only if free pages are at least ``min_free_ratio`` of the file
     and the disk has ``headroom`` × the file size free (VACUUM writes a full copy, and the
     following checkpoint is as large as the database: 22–27 s and ~2 GB at 1M messages).
@@ -51,7 +56,11 @@ def vacuum(conn: apsw.Connection, min_free_ratio: float = 0.2, headroom: float =
     ratio = free / pages if pages else 0.0
     before = os.stat(path).st_size + wal_bytes(conn)
     if ratio < min_free_ratio:
-        return {"skipped": "free-page ratio below threshold", "free_ratio": round(ratio, 4), "bytes": before}
+        return {
+            "skipped": "free-page ratio below threshold",
+            "free_ratio": round(ratio, 4),
+            "bytes": before,
+        }
     room = shutil.disk_usage(os.path.dirname(path)).free
     if room < before * headroom:
         return {"skipped": "not enough disk for the copy", "free_bytes": room, "bytes": before}
@@ -61,9 +70,14 @@ def vacuum(conn: apsw.Connection, min_free_ratio: float = 0.2, headroom: float =
             conn.execute("VACUUM")
     finally:  # after any attempt, failed ones included: a VACUUM's WAL is as big as the store
         cp = wal_checkpoint(conn, "TRUNCATE")
-    return {"bytes_before": before, "bytes_after": os.stat(path).st_size + wal_bytes(conn),
-            "free_ratio": round(ratio, 4), "seconds": round(time.monotonic() - start, 3),
-            "wal_bytes_after": cp["wal_bytes_after"], "wal_blocked_by_reader": cp["blocked_by_reader"]}
+    return {
+        "bytes_before": before,
+        "bytes_after": os.stat(path).st_size + wal_bytes(conn),
+        "free_ratio": round(ratio, 4),
+        "seconds": round(time.monotonic() - start, 3),
+        "wal_bytes_after": cp["wal_bytes_after"],
+        "wal_blocked_by_reader": cp["blocked_by_reader"],
+    }
 
 
 #: TRUNCATE checkpoints the scrub tries after its VACUUM, and the pause between them (s): a
@@ -116,10 +130,17 @@ def scrub(conn: apsw.Connection, vacuum: bool = True) -> dict[str, Any]:
             if not cp["blocked_by_reader"] or tries >= SCRUB_CHECKPOINT_TRIES:
                 break
             time.sleep(SCRUB_CHECKPOINT_PAUSE_S)
-    return {"bytes_before": before, "bytes_after": os.stat(path).st_size + wal_bytes(conn),
-            "seconds": round(time.monotonic() - start, 3), "optimize_seconds": optimize_s,
-            "vacuum_seconds": vacuum_s, "checkpoint_tries": tries, "vacuumed": True,
-            "wal_bytes_after": cp["wal_bytes_after"], "wal_blocked_by_reader": cp["blocked_by_reader"]}
+    return {
+        "bytes_before": before,
+        "bytes_after": os.stat(path).st_size + wal_bytes(conn),
+        "seconds": round(time.monotonic() - start, 3),
+        "optimize_seconds": optimize_s,
+        "vacuum_seconds": vacuum_s,
+        "checkpoint_tries": tries,
+        "vacuumed": True,
+        "wal_bytes_after": cp["wal_bytes_after"],
+        "wal_blocked_by_reader": cp["blocked_by_reader"],
+    }
 
 
 def fts_rebuild(conn: apsw.Connection) -> dict[str, Any]:
@@ -132,7 +153,9 @@ def fts_rebuild(conn: apsw.Connection) -> dict[str, Any]:
     return figures
 
 
-def declare_corrupt(conn: apsw.Connection, detail: str, generation: int | None = None) -> dict[str, Any]:
+def declare_corrupt(
+    conn: apsw.Connection, detail: str, generation: int | None = None
+) -> dict[str, Any]:
     """Halt the writer: a check outside it (``quick_check`` in the job worker) found damage
     in the store's own tables. Raising ``CorruptError`` on the writer takes the same path as
     damage met while writing: sticky halt, WAL kept, ``quill recover`` next.
@@ -142,5 +165,9 @@ def declare_corrupt(conn: apsw.Connection, detail: str, generation: int | None =
     with mapped():
         current = conn.execute("PRAGMA application_id").fetchone()[0]
     if generation is not None and current != generation:
-        return {"skipped": "the store was replaced since the check", "checked": generation, "current": current}
+        return {
+            "skipped": "the store was replaced since the check",
+            "checked": generation,
+            "current": current,
+        }
     raise CorruptError(detail)

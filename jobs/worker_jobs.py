@@ -1,5 +1,6 @@
 """Jobs that never write ``state.db``; the huey consumer runs them: integrity checks on a
 read-only connection and snapshots through the SQLite backup API."""
+
 from __future__ import annotations
 
 import os
@@ -11,10 +12,17 @@ import apsw
 
 from quill.home import DEFAULTS, SNAPSHOT_GLOB, parse_snapshot_name, read_halt, snapshot_name
 from quill.spool import Position, retention
+from quill.store.errors import (
+    CantOpenError,
+    CorruptError,
+    HaltedError,
+    StoreError,
+    mapped,
+    translate,
+)
+from quill.store.read.reader import Reader
 from quill.store.sqlite import fts_repair
 from quill.store.sqlite.connection import open_reader
-from quill.store.errors import CantOpenError, CorruptError, HaltedError, StoreError, mapped, translate
-from quill.store.read.reader import Reader
 
 
 class DamageFound(CorruptError):
@@ -38,8 +46,12 @@ def latest_snapshot(snapshots_dir: Path) -> tuple[Path, Position] | None:
     return found[-1], snapshot_position(found[-1])
 
 
-def spool_gc(spool_dir: str, db_path: str, snapshots_dir: str,
-             retention_s: float = DEFAULTS.spool_retention_s) -> dict[str, Any]:
+def spool_gc(
+    spool_dir: str,
+    db_path: str,
+    snapshots_dir: str,
+    retention_s: float = DEFAULTS.spool_retention_s,
+) -> dict[str, Any]:
     """Delete spool segments that are applied, covered by a verified snapshot and older than
     ``retention_s`` seconds. Figures: deleted segment numbers, bytes freed, positions used."""
     try:
@@ -59,7 +71,9 @@ def integrity_check(db_path: str, queue_db: str | None = None) -> dict[str, Any]
     return quick_check(db_path, queue_db, pragma="integrity_check")
 
 
-def quick_check(db_path: str, queue_db: str | None = None, pragma: str = "quick_check") -> dict[str, Any]:
+def quick_check(
+    db_path: str, queue_db: str | None = None, pragma: str = "quick_check"
+) -> dict[str, Any]:
     """``PRAGMA quick_check`` on a read-only connection (it reads the whole file, so it is
     scheduled, never on the drain path; SQLite ≥ 3.44 checks FTS5 indexes too).
 
@@ -92,21 +106,40 @@ def quick_check(db_path: str, queue_db: str | None = None, pragma: str = "quick_
         if fts_only:
             followups.append(("fts_rebuild", {}))
         else:  # damage in the store's own tables (or unattributed): the writer must stop
-            followups.append(("declare_corrupt", {"generation": generation,
-                                                  "detail": f"{pragma} found damage: {damaged} ({'; '.join(rows[:3])})"}))
-    raise DamageFound(followups, f"{pragma} of {db_path} failed; damaged tables: canonical={damaged['canonical']} "
-                       f"fts={damaged['fts']}" + ("; search indexes detached, rebuild queued" if fts_only and queue_db
-                                                  else "; the writer was asked to halt" if queue_db else "")
-                       + f" ({'; '.join(rows[:3])})")
+            followups.append(
+                (
+                    "declare_corrupt",
+                    {
+                        "generation": generation,
+                        "detail": f"{pragma} found damage: {damaged} ({'; '.join(rows[:3])})",
+                    },
+                )
+            )
+    raise DamageFound(
+        followups,
+        f"{pragma} of {db_path} failed; damaged tables: canonical={damaged['canonical']} "
+        f"fts={damaged['fts']}"
+        + (
+            "; search indexes detached, rebuild queued"
+            if fts_only and queue_db
+            else "; the writer was asked to halt"
+            if queue_db
+            else ""
+        )
+        + f" ({'; '.join(rows[:3])})",
+    )
 
 
 def _refuse_if_halted(db_path: str, halt_file: str | None) -> None:
     """Raise ``HaltedError`` when the writer's sticky halt (``halt_file``) names ``db_path``."""
     halt = read_halt(Path(halt_file), Path(db_path)) if halt_file else None
     if halt is not None:
-        raise HaltedError(f"no snapshot taken: the writer has halted on {db_path} ({halt.cause}: "
-                          f"{halt.detail}); a snapshot now would copy the file it "
-                          "refused, and `quill recover` would rebuild from it", halt.to_json())
+        raise HaltedError(
+            f"no snapshot taken: the writer has halted on {db_path} ({halt.cause}: "
+            f"{halt.detail}); a snapshot now would copy the file it "
+            "refused, and `quill recover` would rebuild from it",
+            halt.to_json(),
+        )
 
 
 def _backup_failed(exc: apsw.Error, db_path: str) -> StoreError:
@@ -116,13 +149,22 @@ def _backup_failed(exc: apsw.Error, db_path: str) -> StoreError:
     so the message is built from the result code instead of the exception's text."""
     err = translate(exc)
     code = apsw.mapping_result_codes.get(getattr(exc, "result", None), type(exc).__name__)
-    what = (" (the file, or the -wal beside it, is not one consistent database: was state.db replaced "
-            "or restored while the fleet ran?)" if isinstance(err, CorruptError) else "")
+    what = (
+        " (the file, or the -wal beside it, is not one consistent database: was state.db replaced "
+        "or restored while the fleet ran?)"
+        if isinstance(err, CorruptError)
+        else ""
+    )
     return type(err)(f"snapshot of {db_path} failed: SQLite reported {code} while copying it{what}")
 
 
-def snapshot(db_path: str, snapshots_dir: str, keep: int = DEFAULTS.snapshot_keep,
-             compact: bool = False, halt_file: str | None = None) -> dict[str, Any]:
+def snapshot(
+    db_path: str,
+    snapshots_dir: str,
+    keep: int = DEFAULTS.snapshot_keep,
+    compact: bool = False,
+    halt_file: str | None = None,
+) -> dict[str, Any]:
     """Copy the store with the backup API, verify the copy (``integrity_check``), stamp it
     with the spool position it covers (read from the copy itself, so the stamp is exactly
     consistent with its rows) and keep the newest ``keep`` snapshots. ``compact=True``
@@ -155,7 +197,9 @@ def snapshot(db_path: str, snapshots_dir: str, keep: int = DEFAULTS.snapshot_kee
             if compact:
                 compact_copy(dest)
             check = [r[0] for r in dest.execute("PRAGMA integrity_check")]
-            cursor = dest.execute('SELECT segment, "offset" FROM spool_cursor WHERE id = 1').fetchone()
+            cursor = dest.execute(
+                'SELECT segment, "offset" FROM spool_cursor WHERE id = 1'
+            ).fetchone()
             dest.execute("PRAGMA journal_mode=DELETE")
         dest.close()
     finally:
@@ -173,11 +217,16 @@ def snapshot(db_path: str, snapshots_dir: str, keep: int = DEFAULTS.snapshot_kee
     os.chmod(tmp, 0o600)
     os.replace(tmp, final)
     removed = []
-    for old in sorted(out_dir.glob(SNAPSHOT_GLOB))[:-keep or None]:
+    for old in sorted(out_dir.glob(SNAPSHOT_GLOB))[: -keep or None]:
         old.unlink()
         removed.append(old.name)
-    return {"path": str(final), "bytes": final.stat().st_size, "position": f"{seg}:{off}",
-            "seconds": round(time.monotonic() - start, 3), "removed": removed}
+    return {
+        "path": str(final),
+        "bytes": final.stat().st_size,
+        "position": f"{seg}:{off}",
+        "seconds": round(time.monotonic() - start, 3),
+        "removed": removed,
+    }
 
 
 def compact_copy(conn: apsw.Connection) -> None:
@@ -218,7 +267,9 @@ def compact_snapshot(path: Path) -> dict[str, Any]:
         source.close()
     if check != ["ok"]:
         tmp.unlink(missing_ok=True)
-        raise CorruptError(f"compacted copy of {path} failed integrity_check: {'; '.join(check[:5])}")
+        raise CorruptError(
+            f"compacted copy of {path} failed integrity_check: {'; '.join(check[:5])}"
+        )
     fd = os.open(tmp, os.O_RDONLY)
     try:
         os.fsync(fd)

@@ -1,4 +1,5 @@
 """structlog set-up: one JSON event per line, per process, in ``logs/<role>.log``."""
+
 from __future__ import annotations
 
 import logging
@@ -9,7 +10,9 @@ from pathlib import Path
 import structlog
 
 
-def configure(logs_dir: Path | None, role: str, *, stderr: bool = False) -> structlog.stdlib.BoundLogger:
+def configure(
+    logs_dir: Path | None, role: str, *, stderr: bool = False
+) -> structlog.stdlib.BoundLogger:
     """Send this process's events (and stdlib logging, e.g. huey/APScheduler) as JSON lines
     to ``logs_dir/<role>.log`` (and to stderr when asked). Returns a logger bound to role+pid.
     """
@@ -21,12 +24,19 @@ def configure(logs_dir: Path | None, role: str, *, stderr: bool = False) -> stru
         os.chmod(path, 0o600)
     if stderr or not handlers:
         handlers.append(logging.StreamHandler(sys.stderr))
-    shared = [structlog.contextvars.merge_contextvars, structlog.processors.add_log_level,
-              structlog.processors.TimeStamper(fmt="iso", utc=True)]
+    shared = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
     formatter = structlog.stdlib.ProcessorFormatter(
-        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-                    structlog.processors.format_exc_info, structlog.processors.JSONRenderer()],
-        foreign_pre_chain=shared)
+        processors=[
+            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+            structlog.processors.format_exc_info,
+            structlog.processors.JSONRenderer(),
+        ],
+        foreign_pre_chain=shared,
+    )
     root = logging.getLogger()
     for h in list(root.handlers):
         root.removeHandler(h)
@@ -38,5 +48,6 @@ def configure(logs_dir: Path | None, role: str, *, stderr: bool = False) -> stru
         processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
         logger_factory=structlog.stdlib.LoggerFactory(),
         wrapper_class=structlog.stdlib.BoundLogger,
-        cache_logger_on_first_use=True)
+        cache_logger_on_first_use=True,
+    )
     return structlog.get_logger("quill").bind(role=role, pid=os.getpid())

@@ -6,6 +6,7 @@ The composition root of a worker process, which is why it sits in ``ops`` and no
 JSON logging (``ops.logs``), turns SIGTERM/SIGINT into a graceful stop, ties its life to the
 supervisor's (``workers.lifeline``) and runs the role until stopped.
 """
+
 from __future__ import annotations
 
 import os
@@ -46,12 +47,15 @@ def main(role: str, home_dir: str, parent: int | None) -> None:
     try:
         if role == "writer":  # either store: store.open decides which (docs/backends.md)
             from quill.workers.writer import Writer
+
             Writer(settings, log).run(stop)
         elif role == "scheduler":
             from quill.workers import scheduler
+
             scheduler.run(settings, log, stop)
         else:
             from quill.workers import consumer
+
             consumer.run(settings, log)
     except LeaseHeldError as exc:
         log.error(f"{role}.lease_held", error=str(exc), holder=exc.holder)

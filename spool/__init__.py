@@ -3,15 +3,24 @@ the single writer drains. See ``docs/spool-format.md`` and ``docs/architecture.m
 
 Names are resolved on first use (PEP 562) so a producer (``quill push``) does not import the
 reader and quarantine (bench/cli.py measures the push process)."""
+
 from __future__ import annotations
 
 from importlib import import_module
 from typing import Any
 
 _LAZY = {
-    **dict.fromkeys(("DamagedRecordError", "InvalidOpError", "SpoolError", "SpoolFullError", "SpoolLocationError",
-                     "WaitTimeoutError"),
-                    "errors"),
+    **dict.fromkeys(
+        (
+            "DamagedRecordError",
+            "InvalidOpError",
+            "SpoolError",
+            "SpoolFullError",
+            "SpoolLocationError",
+            "WaitTimeoutError",
+        ),
+        "errors",
+    ),
     **dict.fromkeys(("Ack", "Spool"), "producer"),
     "Quarantine": "quarantine",
     **dict.fromkeys(("Entry", "SpoolReader"), "reader"),

@@ -2,6 +2,7 @@
 
 Classified by type (and by ``errno`` where the OS gives one), never by message text.
 """
+
 from __future__ import annotations
 
 
@@ -31,7 +32,8 @@ class SpoolLocationError(SpoolError, ValueError):
         shown = ", ".join(found[:5]) + (" …" if len(found) > 5 else "")
         super().__init__(
             f"{path} is neither a spool directory (segments NNNNNNNN.jsonl, quarantine/) nor a Quill data dir "
-            f"(spool/, state.db, config.toml); it holds {shown}. Pass the data dir or its spool/ folder")
+            f"(spool/, state.db, config.toml); it holds {shown}. Pass the data dir or its spool/ folder"
+        )
         self.path = path
         self.found = found
 

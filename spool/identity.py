@@ -6,6 +6,7 @@ in the data dir's ``spool-id`` file: it survives restarts, reinstalls and host r
 dir *copied* to a second machine carries the same id — give the copy a new one (delete its
 ``spool-id`` before its first start) or the two writers will share one cursor.
 """
+
 from __future__ import annotations
 
 import os
@@ -49,6 +50,8 @@ def load_or_create(path: Path) -> str:
 
 def _check(path: Path, value: str) -> str:
     if not _VALID.match(value):
-        raise SpoolError(f"{path} does not hold a valid spool id ({value[:40]!r}); restore it or remove it "
-                         "only if this data dir never wrote to a shared store")
+        raise SpoolError(
+            f"{path} does not hold a valid spool id ({value[:40]!r}); restore it or remove it "
+            "only if this data dir never wrote to a shared store"
+        )
     return value

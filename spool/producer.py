@@ -30,6 +30,7 @@ Durability and concurrency contract (docs/architecture.md, "The spool"):
   unlink (``fstat``'s ``st_nlink == 0``, under the lock, after the next-segment check) and
   moves to the newest segment: nothing is ever acknowledged into a file no reader can open.
 """
+
 from __future__ import annotations
 
 import errno
@@ -40,10 +41,17 @@ import time
 from typing import Any, NamedTuple
 
 from quill.home import DEFAULTS
-
 from quill.spool import record
 from quill.spool.errors import InvalidOpError, SpoolError, SpoolFullError
-from quill.spool.segments import FILE_MODE, Position, ensure_dir, fsync_dir, list_segments, resolve_spool_dir, segment_name
+from quill.spool.segments import (
+    FILE_MODE,
+    Position,
+    ensure_dir,
+    fsync_dir,
+    list_segments,
+    resolve_spool_dir,
+    segment_name,
+)
 
 _FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 #: The group-commit rendezvous in the spool directory (see the module doc): big-endian
@@ -88,16 +96,27 @@ class Spool:
     the same record format): cheaper for a process that appends once and exits.
     """
 
-    def __init__(self, spool_dir: str | os.PathLike[str], *, producer_id: str | None = None,
-                 segment_bytes: int = DEFAULTS.segment_bytes, fsync: bool = True, group_commit: bool = False,
-                 fast_codec: bool = True):
+    def __init__(
+        self,
+        spool_dir: str | os.PathLike[str],
+        *,
+        producer_id: str | None = None,
+        segment_bytes: int = DEFAULTS.segment_bytes,
+        fsync: bool = True,
+        group_commit: bool = False,
+        fast_codec: bool = True,
+    ):
         self.dir = resolve_spool_dir(spool_dir)
         self._group = group_commit
         self._sync_fd = -1
-        self.producer_id = producer_id or f"{os.uname().nodename}:{os.getpid()}:{os.urandom(4).hex()}"
+        self.producer_id = (
+            producer_id or f"{os.uname().nodename}:{os.getpid()}:{os.urandom(4).hex()}"
+        )
         self.segment_bytes = segment_bytes
         self._fsync = fsync
-        self._fast_codec = fast_codec  # False: stdlib JSON for a process writing one record (record.encode)
+        self._fast_codec = (
+            fast_codec  # False: stdlib JSON for a process writing one record (record.encode)
+        )
         self._seq = 0
         self._segment = 0
         self._fd = -1
@@ -119,15 +138,24 @@ class Spool:
             raise InvalidOpError(f"op data must be a JSON object, got {type(data).__name__}")
         batch_id = batch_id or _uuid4()
         self._seq += 1
-        body = {"v": record.VERSION, "op": op, "batch": batch_id, "producer": self.producer_id,
-                "seq": self._seq, "ts": time.time(), "data": data}
+        body = {
+            "v": record.VERSION,
+            "op": op,
+            "batch": batch_id,
+            "producer": self.producer_id,
+            "seq": self._seq,
+            "ts": time.time(),
+            "data": data,
+        }
         try:
             line = record.encode(body, fast=self._fast_codec)
         except (TypeError, ValueError) as exc:
             raise InvalidOpError(f"op data is not JSON-serialisable: {exc}") from None
         except RecursionError:
-            raise InvalidOpError(f"op data nests too deeply to encode (readers accept at most "
-                                 f"{record.MAX_NESTING} levels)") from None
+            raise InvalidOpError(
+                f"op data nests too deeply to encode (readers accept at most "
+                f"{record.MAX_NESTING} levels)"
+            ) from None
         offset = self._write(line)
         return Ack(Position(self._segment, offset), batch_id)
 
@@ -139,7 +167,7 @@ class Spool:
             os.close(self._sync_fd)
         self._fd, self._segment, self._sync_fd = -1, 0, -1
 
-    def __enter__(self) -> "Spool":
+    def __enter__(self) -> Spool:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -192,7 +220,9 @@ class Spool:
         cover tries to become the next syncer without blocking, and otherwise waits for the
         one that did. After ``_LEAD_TRIES`` lost races it waits for the lead in turn."""
         if self._sync_fd < 0:
-            self._sync_fd = os.open(self.dir / SYNC_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+            self._sync_fd = os.open(
+                self.dir / SYNC_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE
+            )
         sync_fd = self._sync_fd
         inode = os.fstat(fd).st_ino
         for attempt in range(_LEAD_TRIES + 1):
@@ -204,7 +234,9 @@ class Spool:
             if covered:
                 return  # a sync that began after our write returned has completed
             try:
-                fcntl.flock(sync_fd, fcntl.LOCK_EX | (0 if attempt == _LEAD_TRIES else fcntl.LOCK_NB))
+                fcntl.flock(
+                    sync_fd, fcntl.LOCK_EX | (0 if attempt == _LEAD_TRIES else fcntl.LOCK_NB)
+                )
             except BlockingIOError:
                 continue  # another producer leads: wait for its sync (shared), then look again
             try:
@@ -258,6 +290,7 @@ class Spool:
         path = self.dir / segment_name(self._segment)
         if exc.errno in _FULL_ERRNOS:
             import shutil
+
             return SpoolFullError(str(path), shutil.disk_usage(self.dir).free)
         return SpoolError(f"cannot append to {path}: {exc}")
 

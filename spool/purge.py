@@ -25,6 +25,7 @@ Only **sealed** segments are rewritten: a producer may hold the newest one open.
 retires the newest segment before it is full by creating the next one under its lock; the
 producer checks for a next segment under the same lock before every write (producer.py).
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -58,8 +59,10 @@ class PurgeBusyError(SpoolError):
     """Another purge of the same data dir is running (it holds ``LOCK_FILE``)."""
 
     def __init__(self, lock: Path):
-        super().__init__(f"another purge is running in this data dir (it holds {lock}); "
-                         "wait for it to finish, then re-run")
+        super().__init__(
+            f"another purge is running in this data dir (it holds {lock}); "
+            "wait for it to finish, then re-run"
+        )
         self.lock = lock
 
 
@@ -72,7 +75,11 @@ def tombstone(original: dict[str, Any], length: int, purged_by: str) -> bytes:
     holds at least a batch id and data, so this does not happen with Quill's own records)."""
     base = {"v": record.VERSION, "op": PURGED_OP, "batch": original.get("batch")}
     extras = [{k: original[k] for k in ("producer", "seq", "ts") if k in original}, {}]
-    for extra, data in ((extras[0], {"purged_by": purged_by}), ({}, {"purged_by": purged_by}), ({}, {})):
+    for extra, data in (
+        (extras[0], {"purged_by": purged_by}),
+        ({}, {"purged_by": purged_by}),
+        ({}, {}),
+    ):
         body = {**base, **extra, "data": data, "pad": ""}
         line = record.encode(body)
         if len(line) <= length:
@@ -122,8 +129,9 @@ def _lines(data: bytes) -> Iterable[tuple[int, bytes]]:
         offset = end
 
 
-def rewrite(spool_dir: Path, segment: int, targets: set[int], purged_by: str,
-            on_step: Any = None) -> dict[str, Any]:
+def rewrite(
+    spool_dir: Path, segment: int, targets: set[int], purged_by: str, on_step: Any = None
+) -> dict[str, Any]:
     """Replace the lines of sealed ``segment`` that start at the byte offsets in ``targets``
     by tombstones (module doc). A damaged target line is replaced when its JSON body still
     parses with a batch id (``record.decode_lenient``). Offsets that do not start such a
@@ -144,7 +152,9 @@ def rewrite(spool_dir: Path, segment: int, targets: set[int], purged_by: str,
         new, purged, skipped = bytearray(), [], []
         for offset, line in _lines(old):
             # A damaged target (the plan attributed it by its JSON body) is tombstoned too.
-            rec = record.decode_lenient(line) if offset in targets and line.endswith(b"\n") else None
+            rec = (
+                record.decode_lenient(line) if offset in targets and line.endswith(b"\n") else None
+            )
             if rec is not None and not isinstance(rec.get("batch"), str):
                 rec = None  # no batch id to keep: leave it, reported as skipped
             if rec is not None and not is_tombstone(rec):
@@ -256,7 +266,7 @@ def _write_synced(path: Path, data: bytes) -> None:
     try:
         view = memoryview(data)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -278,8 +288,22 @@ def _verify(tmp: Path, segment: int, old: bytes, purged: set[int]) -> None:
             continue
         rec, was = _decode(line2), record.decode_lenient(line)
         if not is_tombstone(rec) or was is None or rec.get("batch") != was.get("batch"):
-            raise PurgeVerifyError(segment, f"line at {off} is not a tombstone of batch {was and was.get('batch')}")
+            raise PurgeVerifyError(
+                segment, f"line at {off} is not a tombstone of batch {was and was.get('batch')}"
+            )
 
 
-__all__ = ["LOCK_FILE", "PURGED_OP", "PurgeBusyError", "PurgeVerifyError", "exclusive", "running", "Position", "is_tombstone", "remove_leftovers", "rewrite", "seal",
-           "tombstone"]
+__all__ = [
+    "LOCK_FILE",
+    "PURGED_OP",
+    "PurgeBusyError",
+    "PurgeVerifyError",
+    "exclusive",
+    "running",
+    "Position",
+    "is_tombstone",
+    "remove_leftovers",
+    "rewrite",
+    "seal",
+    "tombstone",
+]

@@ -16,6 +16,7 @@ the same batch where a purge left no raw text), so a recover or replay from an o
 a replay into a scratch file (which also consults the live spool's audit, ``consult``) and a
 writer re-reading a record after a restart all leave the operator's decision standing.
 """
+
 from __future__ import annotations
 
 import json
@@ -27,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from quill.spool import record
-from quill.spool.torn import TORN_WRITE
 from quill.spool.segments import FILE_MODE, Position, ensure_dir, fsync_dir
+from quill.spool.torn import TORN_WRITE
 
 AUDIT_FILE = "audit.jsonl"
 #: The ``reason`` member near the start of an entry file (``put`` writes it second).
@@ -41,13 +42,15 @@ class Quarantine:
     Entry ids are the position ``SEGMENT:OFFSET`` (``1:4096``); the file stem
     (``00000001-000000004096``) is accepted too."""
 
-    def __init__(self, spool_dir: str | os.PathLike[str], *, directory: str | os.PathLike[str] | None = None):
+    def __init__(
+        self, spool_dir: str | os.PathLike[str], *, directory: str | os.PathLike[str] | None = None
+    ):
         self.dir = Path(directory) if directory is not None else Path(spool_dir) / "quarantine"
         #: Quarantine folders whose ``audit.jsonl`` resolutions ``put`` honours (its own first).
         self._audit_dirs: list[Path] = [self.dir]
         self._resolutions = Resolutions()
 
-    def consult(self, other: "Quarantine") -> "Quarantine":
+    def consult(self, other: Quarantine) -> Quarantine:
         """Also honour the resolutions in ``other``'s audit (a scratch store's quarantine
         consults the live one's: the same spool positions name the same records). Returns self."""
         if other.dir not in self._audit_dirs:
@@ -65,7 +68,7 @@ class Quarantine:
         return None
 
     @classmethod
-    def for_store(cls, db_path: str | os.PathLike[str]) -> "Quarantine":
+    def for_store(cls, db_path: str | os.PathLike[str]) -> Quarantine:
         """The quarantine of a store file other than the live one: ``<db>.quarantine/`` beside it."""
         db_path = Path(db_path)
         return cls("", directory=db_path.with_name(db_path.name + ".quarantine"))
@@ -73,7 +76,11 @@ class Quarantine:
     def _path(self, entry_id: str) -> Path:
         """The file of entry ``entry_id``; raises ``KeyError`` if there is none."""
         try:
-            pos = Position.parse(entry_id) if ":" in entry_id else Position(*map(int, entry_id.split("-")))
+            pos = (
+                Position.parse(entry_id)
+                if ":" in entry_id
+                else Position(*map(int, entry_id.split("-")))
+            )
         except (TypeError, ValueError):
             raise KeyError(entry_id) from None
         path = self.dir / f"{pos.segment:08d}-{pos.offset:012d}.json"
@@ -92,8 +99,14 @@ class Quarantine:
         entry's file. Returns the audit line. Raises ``KeyError`` if there is no such entry."""
         path = self._path(entry_id)
         entry = json.loads(path.read_text("utf-8"))
-        line = {"at": time.time(), "action": action, "actor": actor, "id": entry["position"], **details,
-                "entry": entry}
+        line = {
+            "at": time.time(),
+            "action": action,
+            "actor": actor,
+            "id": entry["position"],
+            **details,
+            "entry": entry,
+        }
         self._append_audit(line)
         path.unlink()
         fsync_dir(self.dir)
@@ -110,8 +123,16 @@ class Quarantine:
         for entry in list(self.entries()):
             rec = _lenient(entry.get("raw"))
             if rec is not None and wants(rec, Position.parse(entry["position"])):
-                self._append_audit({"at": time.time(), "action": "purge", "actor": actor, "id": entry["position"],
-                                    "op": entry.get("op"), "batch": entry.get("batch")})
+                self._append_audit(
+                    {
+                        "at": time.time(),
+                        "action": "purge",
+                        "actor": actor,
+                        "id": entry["position"],
+                        "op": entry.get("op"),
+                        "batch": entry.get("batch"),
+                    }
+                )
                 self._path(entry["position"]).unlink()
                 gone.append(entry["position"])
         if gone:
@@ -140,7 +161,9 @@ class Quarantine:
         return gone
 
     def _append_audit(self, line: dict[str, Any]) -> None:
-        fd = os.open(self.dir / AUDIT_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+        fd = os.open(
+            self.dir / AUDIT_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, FILE_MODE
+        )
         try:
             os.write(fd, (json.dumps(line, ensure_ascii=False) + "\n").encode())
             os.fsync(fd)
@@ -154,8 +177,14 @@ class Quarantine:
             return []
         return [json.loads(line) for line in path.read_text("utf-8").splitlines() if line.strip()]
 
-    def put(self, position: Position, reason: str, detail: str, raw: bytes,
-            record: dict[str, Any] | None = None) -> Path | None:
+    def put(
+        self,
+        position: Position,
+        reason: str,
+        detail: str,
+        raw: bytes,
+        record: dict[str, Any] | None = None,
+    ) -> Path | None:
         """Durably store a quarantined line; returns the entry's path, or None when the audit
         says an operator already resolved this record (``resolution``): then nothing is written.
 
@@ -166,10 +195,16 @@ class Quarantine:
         if self.resolution(position, raw, (record or {}).get("batch")) is not None:
             return None
         ensure_dir(self.dir)
-        entry = {"position": str(position), "reason": reason, "detail": detail,
-                 "quarantined_at": time.time(), "raw_bytes": len(raw),
-                 "raw": raw.decode("utf-8", errors="replace"),
-                 "batch": (record or {}).get("batch"), "op": (record or {}).get("op")}
+        entry = {
+            "position": str(position),
+            "reason": reason,
+            "detail": detail,
+            "quarantined_at": time.time(),
+            "raw_bytes": len(raw),
+            "raw": raw.decode("utf-8", errors="replace"),
+            "batch": (record or {}).get("batch"),
+            "op": (record or {}).get("op"),
+        }
         path = self.dir / f"{position.segment:08d}-{position.offset:012d}.json"
         tmp = path.with_suffix(".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
@@ -232,7 +267,11 @@ class Resolutions:
                     line = json.loads(text)
                 except ValueError:
                     continue  # a torn last audit line resolved nothing: its entry file is still there
-                if isinstance(line, dict) and line.get("action") in RESOLVING and isinstance(line.get("id"), str):
+                if (
+                    isinstance(line, dict)
+                    and line.get("action") in RESOLVING
+                    and isinstance(line.get("id"), str)
+                ):
                     index.setdefault(line["id"], []).append(line)
         self._files[path] = (stamp, index)
         return index

@@ -12,6 +12,7 @@ A line (or sealed tail) proven to be a producer's torn write — a strict prefix
 ending where a torn-tail repair ``\n`` was written (``spool.torn``) — is yielded with reason
 ``torn-write``: never acknowledged, so not damage; it is quarantined with its bytes all the same.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -22,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from quill.spool import record, torn
-from quill.spool.torn import TORN_WRITE
 from quill.spool.errors import DamagedRecordError
 from quill.spool.segments import Position, list_segments, segment_name
+from quill.spool.torn import TORN_WRITE
 
 #: Reads are buffered in blocks of this size; lines longer than this still work (readline).
 _READ_BUFFER = 1 << 20
@@ -76,7 +77,9 @@ class SpoolReader:
                         break
                     nxt = Position(pos.segment, offset + len(line))
                     try:
-                        yield Entry(Position(pos.segment, offset), nxt, line, record.decode(line), None)
+                        yield Entry(
+                            Position(pos.segment, offset), nxt, line, record.decode(line), None
+                        )
                     except DamagedRecordError as exc:
                         if _unterminated(exc) and self._torn_write(path, line[:-1], nxt.offset):
                             exc = torn_write(len(line) - 1)
@@ -94,9 +97,15 @@ class SpoolReader:
                     pos = Position(pos.segment, offset)
                     continue
                 end = Position(pos.segment, offset + len(tail))
-                damage = torn_write(len(tail)) if torn.is_record_prefix(tail) else DamagedRecordError(
-                    "torn-tail", f"{segment_name(pos.segment)} ends in {len(tail)} byte(s) without a newline "
-                                 "and a later segment exists (a producer died mid-write)")
+                damage = (
+                    torn_write(len(tail))
+                    if torn.is_record_prefix(tail)
+                    else DamagedRecordError(
+                        "torn-tail",
+                        f"{segment_name(pos.segment)} ends in {len(tail)} byte(s) without a newline "
+                        "and a later segment exists (a producer died mid-write)",
+                    )
+                )
                 yield Entry(Position(pos.segment, offset), end, tail, None, damage)
                 budget -= len(tail)
                 offset = end.offset
@@ -223,8 +232,11 @@ class SpoolReader:
 
 def torn_write(size: int) -> DamagedRecordError:
     """The ``torn-write`` refusal of a proven torn line of ``size`` bytes (``torn``)."""
-    return DamagedRecordError(TORN_WRITE, f"unacknowledged partial write of {size} byte(s) (a producer died "
-                                          "mid-append): nothing acknowledged was lost")
+    return DamagedRecordError(
+        TORN_WRITE,
+        f"unacknowledged partial write of {size} byte(s) (a producer died "
+        "mid-append): nothing acknowledged was lost",
+    )
 
 
 def _unterminated(exc: DamagedRecordError) -> bool:
@@ -238,16 +250,29 @@ def stats(spool_dir: str | os.PathLike[str], cursor: Position | None) -> dict[st
     d = Path(spool_dir)
     sizes = {n: os.stat(d / segment_name(n)).st_size for n in list_segments(d)}
     cursor = cursor or Position(min(sizes, default=1), 0)
-    pending = sum(size - (cursor.offset if n == cursor.segment else 0)
-                  for n, size in sizes.items() if n >= cursor.segment)
-    return {"segments": len(sizes), "bytes": sum(sizes.values()), "end": str(SpoolReader(d).end()),
-            "pending_bytes": max(0, pending)}
+    pending = sum(
+        size - (cursor.offset if n == cursor.segment else 0)
+        for n, size in sizes.items()
+        if n >= cursor.segment
+    )
+    return {
+        "segments": len(sizes),
+        "bytes": sum(sizes.values()),
+        "end": str(SpoolReader(d).end()),
+        "pending_bytes": max(0, pending),
+    }
 
 
 def lag_seconds(spool_dir: str | os.PathLike[str], cursor: Position | None, now: float) -> float:
     """Age in seconds of the oldest record not yet applied (0.0 when nothing is pending):
     how far behind the writer is. Reads at most the first MiB past ``cursor``."""
     start = cursor or Position(min(list_segments(Path(spool_dir)), default=1), 0)
-    oldest = next((e.record.get("ts") for e in SpoolReader(spool_dir).read(start, max_bytes=1 << 20)
-                   if e.record and isinstance(e.record.get("ts"), (int, float))), None)
+    oldest = next(
+        (
+            e.record.get("ts")
+            for e in SpoolReader(spool_dir).read(start, max_bytes=1 << 20)
+            if e.record and isinstance(e.record.get("ts"), (int, float))
+        ),
+        None,
+    )
     return max(0.0, now - oldest) if oldest else 0.0

@@ -9,6 +9,7 @@ The checksum is CRC-32 (zlib) of the exact bytes of the body *without* the crc m
 ``line[:-CRC_SUFFIX_LEN] + b"}"``. Checking bytes, not a re-serialisation, means the check
 cannot be fooled by JSON round-trip differences. Full format: ``docs/spool-format.md``.
 """
+
 from __future__ import annotations
 
 import functools
@@ -22,12 +23,23 @@ from quill.spool.errors import DamagedRecordError
 VERSION = 1
 
 #: Every op kind a producer may append (docs/architecture.md, "The spool").
-OP_KINDS = frozenset({
-    "session.create", "session.end", "session.title", "session.flags", "session.read",
-    "messages.append", "messages.compact", "messages.rewind", "messages.replace", "sessions.delete",
-    "usage.record", "messages.restore", "usage.reprice",
-})
-
+OP_KINDS = frozenset(
+    {
+        "session.create",
+        "session.end",
+        "session.title",
+        "session.flags",
+        "session.read",
+        "messages.append",
+        "messages.compact",
+        "messages.rewind",
+        "messages.replace",
+        "sessions.delete",
+        "usage.record",
+        "messages.restore",
+        "usage.reprice",
+    }
+)
 
 
 @functools.cache
@@ -38,6 +50,7 @@ def _msgspec() -> tuple[Any, Any, type[Exception]]:
     import msgspec
 
     return msgspec.json.Encoder(), msgspec.json.Decoder(), msgspec.MsgspecError
+
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _CRC_PREFIX = b',"crc":"'
@@ -165,7 +178,11 @@ def decode(line: bytes) -> dict[str, Any]:
     if b"\x00" in line:
         raise DamagedRecordError("nul-bytes", "line contains NUL bytes (torn or zeroed write)")
     # The line ends with: ,"crc":"XXXXXXXX"}\n  -> prefix at [-19:-11], hex at [-11:-3].
-    if len(line) <= CRC_SUFFIX_LEN or line[-CRC_SUFFIX_LEN:-11] != _CRC_PREFIX or line[-3:] != b'"}\n':
+    if (
+        len(line) <= CRC_SUFFIX_LEN
+        or line[-CRC_SUFFIX_LEN:-11] != _CRC_PREFIX
+        or line[-3:] != b'"}\n'
+    ):
         raise DamagedRecordError("checksum", "line has no crc member at its end")
     body = line[:-CRC_SUFFIX_LEN] + b"}"
     try:
@@ -184,16 +201,23 @@ def decode(line: bytes) -> dict[str, Any]:
         # a line can be read depends on the reader's own stack: refuse it as a record, never
         # let it escape (it crash-looped the writer). Producers refuse data nested deeper than
         # MAX_NESTING before appending (store.precheck), far below that limit.
-        raise DamagedRecordError("too-deep", f"JSON nested too deeply to decode (producers refuse more than "
-                                 f"{MAX_NESTING} levels)") from None
+        raise DamagedRecordError(
+            "too-deep",
+            f"JSON nested too deeply to decode (producers refuse more than {MAX_NESTING} levels)",
+        ) from None
     if not isinstance(rec, dict) or rec.get("v") != VERSION:
-        raise DamagedRecordError("version", f"unsupported record version {rec.get('v') if isinstance(rec, dict) else None!r}")
+        raise DamagedRecordError(
+            "version",
+            f"unsupported record version {rec.get('v') if isinstance(rec, dict) else None!r}",
+        )
     for key in ("op", "batch", "data"):
         if key not in rec:
             raise DamagedRecordError("shape", f"record has no {key!r}")
     if not isinstance(rec["op"], str):
         # Every reader keys on the op name (appliers, purge, stats): a non-string is no record.
-        raise DamagedRecordError("shape", f"record op must be a string, got {type(rec['op']).__name__}")
+        raise DamagedRecordError(
+            "shape", f"record op must be a string, got {type(rec['op']).__name__}"
+        )
     return rec
 
 
@@ -211,6 +235,9 @@ def decode_lenient(line: bytes) -> dict[str, Any] | None:
     except RecursionError:
         return None
     except ValueError:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        from quill.spool.torn import torn_body  # a torn write: whose it is, as far as its prefix says
+        from quill.spool.torn import (
+            torn_body,
+        )  # a torn write: whose it is, as far as its prefix says
+
         return torn_body(line.rstrip(b"\n"))
     return rec if isinstance(rec, dict) else None

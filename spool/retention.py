@@ -7,6 +7,7 @@ A segment is deleted only when all three hold (docs/architecture.md, "The spool"
 3. it is **older than the retention window** (default 7 days, by its mtime = last append).
 The newest segment is never deleted: producers append to it.
 """
+
 from __future__ import annotations
 
 import os
@@ -15,16 +16,22 @@ from pathlib import Path
 from typing import Any
 
 from quill.home import DEFAULTS
-
 from quill.spool.segments import Position, fsync_dir, list_segments, segment_name
 
 
 def _covered(pos: Position | None, segment: int, size: int) -> bool:
-    return pos is not None and (pos.segment > segment or (pos.segment == segment and pos.offset >= size))
+    return pos is not None and (
+        pos.segment > segment or (pos.segment == segment and pos.offset >= size)
+    )
 
 
-def collectable(spool_dir: Path, applied: Position | None, snapshot: Position | None,
-                retention_s: float = DEFAULTS.spool_retention_s, now: float | None = None) -> list[dict[str, Any]]:
+def collectable(
+    spool_dir: Path,
+    applied: Position | None,
+    snapshot: Position | None,
+    retention_s: float = DEFAULTS.spool_retention_s,
+    now: float | None = None,
+) -> list[dict[str, Any]]:
     """Segments that may be deleted: ``[{"segment", "bytes", "age_s"}]``, oldest first."""
     now = time.time() if now is None else now
     segments = list_segments(Path(spool_dir))
@@ -32,13 +39,22 @@ def collectable(spool_dir: Path, applied: Position | None, snapshot: Position | 
     for n in segments[:-1]:
         st = os.stat(Path(spool_dir) / segment_name(n))
         age = now - st.st_mtime
-        if _covered(applied, n, st.st_size) and _covered(snapshot, n, st.st_size) and age >= retention_s:
+        if (
+            _covered(applied, n, st.st_size)
+            and _covered(snapshot, n, st.st_size)
+            and age >= retention_s
+        ):
             out.append({"segment": n, "bytes": st.st_size, "age_s": round(age)})
     return out
 
 
-def collect(spool_dir: Path, applied: Position | None, snapshot: Position | None,
-            retention_s: float = DEFAULTS.spool_retention_s, now: float | None = None) -> dict[str, Any]:
+def collect(
+    spool_dir: Path,
+    applied: Position | None,
+    snapshot: Position | None,
+    retention_s: float = DEFAULTS.spool_retention_s,
+    now: float | None = None,
+) -> dict[str, Any]:
     """Delete the collectable segments; returns ``{"deleted": [...], "bytes_freed": int}``."""
     gone = collectable(spool_dir, applied, snapshot, retention_s, now)
     # Oldest first: a producer handle still on segment N that finds N+1 gone relies on N

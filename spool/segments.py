@@ -6,6 +6,7 @@ records totally. Invariant used by the reader: segment N+1 is only ever created 
 that held segment N's lock and saw it at or past the rotation size, so once N+1 exists no new
 record is written to N (only a lone ``\\n`` that terminates a torn tail).
 """
+
 from __future__ import annotations
 
 import os
@@ -14,7 +15,6 @@ from pathlib import Path
 from typing import NamedTuple
 
 from quill.home import DATA_DIR_MARKERS, SPOOL_DIR
-
 from quill.spool.errors import SpoolLocationError
 
 SEGMENT_RE = re.compile(r"^(\d{8})\.jsonl$")
@@ -32,7 +32,7 @@ class Position(NamedTuple):
         return f"{self.segment}:{self.offset}"
 
     @classmethod
-    def parse(cls, text: str) -> "Position":
+    def parse(cls, text: str) -> Position:
         """Parse ``"SEGMENT:OFFSET"``; raises ``ValueError`` on anything else."""
         seg, _, off = text.partition(":")
         pos = cls(int(seg), int(off))

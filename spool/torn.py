@@ -19,6 +19,7 @@ in two: the rest is a line that is no record prefix, which is why the reader als
 what follows a torn line to be a record, another torn line, or the end of the segment
 (``spool.reader``).
 """
+
 from __future__ import annotations
 
 import json
@@ -28,7 +29,9 @@ import re
 #: yields it, the drain quarantines it (bytes kept), verify/doctor/status report it apart.
 TORN_WRITE = "torn-write"
 #: How verify, doctor and status name such lines, after their count.
-TORN_SUMMARY = "unacknowledged partial write(s) (a producer died mid-append): nothing acknowledged was lost"
+TORN_SUMMARY = (
+    "unacknowledged partial write(s) (a producer died mid-append): nothing acknowledged was lost"
+)
 #: How every record line begins (``record.encode`` writes the body's keys in this order).
 HEAD = b'{"v":1,"op":"'
 #: The top-level keys of a record body before ``crc``, in the order producers write them.
@@ -44,12 +47,14 @@ _TOKEN = re.compile(
     rb"(?P<s>" + _STRING + rb")"
     rb"|(?P<n>-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)(?![0-9.eE+-])"
     rb"|(?P<l>true|false|null)"
-    rb"|(?P<p>[{}\[\]:,])")
+    rb"|(?P<p>[{}\[\]:,])"
+)
 #: What may be cut off at the very end of a prefix: a string, number or literal in progress.
 _PARTIAL = re.compile(
-    rb'"' + _CHARS + rb'(?:\\(?:u[0-9a-fA-F]{0,3})?)?\Z'
+    rb'"' + _CHARS + rb"(?:\\(?:u[0-9a-fA-F]{0,3})?)?\Z"
     rb"|-?(?:0|[1-9][0-9]*)?(?:\.[0-9]*)?(?:[eE][+-]?[0-9]*)?\Z"
-    rb"|(?:t(?:r(?:ue?)?)?|f(?:a(?:l(?:se?)?)?)?|n(?:u(?:ll?)?)?)\Z")
+    rb"|(?:t(?:r(?:ue?)?)?|f(?:a(?:l(?:se?)?)?)?|n(?:u(?:ll?)?)?)\Z"
+)
 
 # Parser states: what may come next inside the innermost container.
 _KEY_OR_CLOSE, _KEY, _COLON, _VALUE, _VALUE_OR_CLOSE, _COMMA_OR_CLOSE = range(6)
@@ -102,7 +107,11 @@ def is_record_prefix(fragment: bytes) -> bool:
                 return False
             tail = fragment[pos:]
             if state in (_KEY, _KEY_OR_CLOSE):
-                return tail.startswith(b'"') and bool(_PARTIAL.match(tail)) and _key_ok(stack, keys, tail, partial=True)
+                return (
+                    tail.startswith(b'"')
+                    and bool(_PARTIAL.match(tail))
+                    and _key_ok(stack, keys, tail, partial=True)
+                )
             return bool(_PARTIAL.match(tail))
         kind, tok = m.lastgroup, m.group()
         pos = m.end()
@@ -114,8 +123,12 @@ def is_record_prefix(fragment: bytes) -> bool:
                 state = _KEY_OR_CLOSE if tok == b"{" else _VALUE_OR_CLOSE
             elif tok in (b"}", b"]"):
                 want = b"{" if tok == b"}" else b"["
-                if not stack or stack[-1] != want or state not in (
-                        _COMMA_OR_CLOSE, _KEY_OR_CLOSE if tok == b"}" else _VALUE_OR_CLOSE):
+                if (
+                    not stack
+                    or stack[-1] != want
+                    or state
+                    not in (_COMMA_OR_CLOSE, _KEY_OR_CLOSE if tok == b"}" else _VALUE_OR_CLOSE)
+                ):
                     return False
                 stack.pop()
                 if not stack:
@@ -152,7 +165,7 @@ def _key_ok(stack: list[bytes], keys: list[str], tok: bytes, *, partial: bool) -
         name = tok.strip(b'"').decode("ascii")
     except UnicodeDecodeError:
         return False
-    later = KEYS[KEYS.index(keys[-1]) + 1:] if keys else KEYS
+    later = KEYS[KEYS.index(keys[-1]) + 1 :] if keys else KEYS
     if partial:
         return any(k.startswith(name) for k in later)
     if name not in later:

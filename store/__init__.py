@@ -7,6 +7,7 @@ writing. Everyone else uses ``Reader``. Errors form one tree rooted at ``StoreEr
 The names below are resolved on first use (PEP 562): ``quill push`` imports only
 ``store.apply.precheck`` and must not pay for the appliers, reads and search (bench/cli.py).
 """
+
 from __future__ import annotations
 
 from importlib import import_module
@@ -15,8 +16,21 @@ from typing import Any
 _LAZY = {
     **dict.fromkeys(("ChunkResult", "apply_chunk", "read_cursor"), "apply.chunk"),
     **dict.fromkeys(("open_reader", "open_writer", "transaction"), "sqlite.connection"),
-    **dict.fromkeys(("CantOpenError", "CorruptError", "DiskFullError", "InvalidOpError", "LeaseHeldError",
-                     "NotADatabaseError", "ReadOnlyError", "StoreError", "StoreIOError", "TransientError"), "errors"),
+    **dict.fromkeys(
+        (
+            "CantOpenError",
+            "CorruptError",
+            "DiskFullError",
+            "InvalidOpError",
+            "LeaseHeldError",
+            "NotADatabaseError",
+            "ReadOnlyError",
+            "StoreError",
+            "StoreIOError",
+            "TransientError",
+        ),
+        "errors",
+    ),
     **dict.fromkeys(("index_slice", "indexed_upto"), "sqlite.indexer"),
     "Reader": "read.reader",
     **dict.fromkeys(("open", "open_url", "is_postgres_url"), "factory"),

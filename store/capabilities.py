@@ -13,6 +13,7 @@ the store ask a flag instead of looking at the URL:
   schedules live in the store's database and per-host jobs fan out to every host;
 * ``maintenance_jobs``: the maintenance the store runs (``contract.MAINTENANCE_JOBS``).
 """
+
 from __future__ import annotations
 
 from quill.store.contract import MAINTENANCE_JOBS

@@ -22,13 +22,13 @@ file, ``quill.spool.identity``) and provides:
   ``CorruptError`` (sticky halt), ``DiskFullError``, ``StoreIOError``, ``ReadOnlyError``, and
   ``BadDataError`` for values the engine refuses (quarantine the op, go on).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, Protocol
 
 from quill.home import Halt
-
 from quill.store.errors import StoreError
 
 
@@ -54,8 +54,9 @@ HaltAction = Literal["halted", "resume", "exit"]
 class ReaderLike(Protocol):
     """What store readers of either backend offer (``store.Reader`` is the SQLite one)."""
 
-    def get_messages(self, session_id: str, projection: str = "display",
-                     **page: Any) -> list[dict[str, Any]]: ...
+    def get_messages(
+        self, session_id: str, projection: str = "display", **page: Any
+    ) -> list[dict[str, Any]]: ...
     def get_session(self, session_id: str) -> dict[str, Any] | None: ...
     def list_sessions(self, **filters: Any) -> list[dict[str, Any]]: ...
     def search(self, text: str, **filters: Any) -> list[dict[str, Any]]: ...
@@ -110,8 +111,9 @@ class Store(Protocol):
     def read_cursor(self) -> tuple[int, int] | None:
         """This spool's committed cursor ``(segment, offset)``, or None before the first chunk."""
 
-    def apply_chunk(self, entries: Sequence[Any],
-                    on_reject: Callable[[Any, str, str], None]) -> Any:
+    def apply_chunk(
+        self, entries: Sequence[Any], on_reject: Callable[[Any, str, str], None]
+    ) -> Any:
         """Apply ``entries`` and move the cursor past them in one transaction; returns a
         ``store.apply.chunk.ChunkResult``. Raises the store error tree (nothing committed)."""
 

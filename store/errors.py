@@ -16,6 +16,7 @@ never by message text.
     ├── LeaseHeldError        another process holds the writer lease
     └── InvalidOpError        an op's data breaks the rules: the record is quarantined
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -112,15 +113,26 @@ _MAP: tuple[tuple[type[BaseException], type[StoreError]], ...] = (
 
 
 #: Extended result codes that are about the shared-memory WAL index (sqlite3.h).
-SHM_RESULT_CODES = frozenset(apsw.mapping_extended_result_codes[name] for name in (
-    "SQLITE_READONLY_CANTINIT", "SQLITE_READONLY_CANTLOCK", "SQLITE_IOERR_SHMOPEN", "SQLITE_IOERR_SHMSIZE",
-    "SQLITE_IOERR_SHMLOCK", "SQLITE_IOERR_SHMMAP") if name in apsw.mapping_extended_result_codes)
+SHM_RESULT_CODES = frozenset(
+    apsw.mapping_extended_result_codes[name]
+    for name in (
+        "SQLITE_READONLY_CANTINIT",
+        "SQLITE_READONLY_CANTLOCK",
+        "SQLITE_IOERR_SHMOPEN",
+        "SQLITE_IOERR_SHMSIZE",
+        "SQLITE_IOERR_SHMLOCK",
+        "SQLITE_IOERR_SHMMAP",
+    )
+    if name in apsw.mapping_extended_result_codes
+)
 
 
 def translate(exc: apsw.Error) -> StoreError:
     """Map an apsw exception to the store tree (a plain ``StoreError`` when unclassified)."""
     if getattr(exc, "extendedresult", None) in SHM_RESULT_CODES:
-        return SharedMemoryError(f"{exc} (shared-memory WAL index: stop Quill and delete state.db-shm)")
+        return SharedMemoryError(
+            f"{exc} (shared-memory WAL index: stop Quill and delete state.db-shm)"
+        )
     for apsw_type, ours in _MAP:
         if isinstance(exc, apsw_type):
             return ours(str(exc))

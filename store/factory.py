@@ -6,13 +6,13 @@ embedded SQLite file ``state.db``. Everything above this module asks the store i
 (``capabilities``), instead of the URL; readers open here too (``open_reader``).
 tests/test_store_door.py fails on any other module that branches on the URL.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
 from quill.home import RunDir, Settings
-
 from quill.store.capabilities import Capabilities, PostgresCapabilities, SqliteCapabilities
 from quill.store.contract import ReaderLike, Store
 
@@ -47,8 +47,9 @@ def capabilities(settings: Any) -> Capabilities:
     raise _refuse(url)
 
 
-def open_url(url: str | None, state_db: Path, spool_id: str, *, connect: bool = True,
-             **kw: Any) -> Store:
+def open_url(
+    url: str | None, state_db: Path, spool_id: str, *, connect: bool = True, **kw: Any
+) -> Store:
     """The store at ``url``: PostgreSQL for a ``postgresql://`` URL, else the SQLite file
     ``state_db`` (created if missing). ``kw`` goes to the store's constructor (SQLite:
     ``synchronous``, ``writer``, ``run_dir``, ``log``, ``spool_dir``, ``snapshots_dir``;
@@ -57,10 +58,12 @@ def open_url(url: str | None, state_db: Path, spool_id: str, *, connect: bool = 
     Raises ``ValueError`` for another scheme and the store error tree when opening fails."""
     if url is None or url == "":
         from quill.store.sqlite.store import SqliteStore
+
         kw = {k: v for k, v in kw.items() if k in SqliteStore.OPTIONS}
         store: Store = SqliteStore(Path(state_db), spool_id, **kw)
     elif is_postgres_url(url):
         from quill.store.postgres.store import PgStore
+
         kw = {k: v for k, v in kw.items() if k in PgStore.OPTIONS}
         store = PgStore(url, spool_id, **kw)
     else:
@@ -70,9 +73,15 @@ def open_url(url: str | None, state_db: Path, spool_id: str, *, connect: bool = 
     return store
 
 
-def open_store(settings: Settings, log: Any = None, *, run_dir: RunDir | None = None,
-               writer: bool = False,
-               spool_id: str | None = None, connect: bool = True) -> Store:
+def open_store(
+    settings: Settings,
+    log: Any = None,
+    *,
+    run_dir: RunDir | None = None,
+    writer: bool = False,
+    spool_id: str | None = None,
+    connect: bool = True,
+) -> Store:
     """The store of the data dir whose settings are ``settings`` (``quill.home.Settings``).
 
     ``writer``: opened for the data dir's writer (it holds the writer lease): the SQLite
@@ -86,13 +95,23 @@ def open_store(settings: Settings, log: Any = None, *, run_dir: RunDir | None = 
     if spool_id is None:
         if capabilities(url).cluster:
             from quill.spool.identity import load_or_create
+
             spool_id = load_or_create(settings.spool_id_path)
         else:
             spool_id = "local"
-    return open_url(url, settings.state_db, spool_id, connect=connect, log=log,
-                    synchronous=settings.synchronous, writer=writer, run_dir=run_dir,
-                    spool_dir=settings.spool_dir, snapshots_dir=settings.snapshots_dir,
-                    retention_s=settings.spool_retention_s)
+    return open_url(
+        url,
+        settings.state_db,
+        spool_id,
+        connect=connect,
+        log=log,
+        synchronous=settings.synchronous,
+        writer=writer,
+        run_dir=run_dir,
+        spool_dir=settings.spool_dir,
+        snapshots_dir=settings.snapshots_dir,
+        retention_s=settings.spool_retention_s,
+    )
 
 
 def open_reader(settings: Settings, *, spool_id: str | None = None) -> ReaderLike:
@@ -104,10 +123,13 @@ def open_reader(settings: Settings, *, spool_id: str | None = None) -> ReaderLik
     unreachable server is ``TransientError``)."""
     if capabilities(settings).local_file:
         from quill.store.read.reader import Reader
+
         return Reader(settings.state_db)
     from quill.store.postgres import PgReader
+
     if spool_id is None and settings.spool_id_path.exists():
         from quill.spool.identity import load_or_create
+
         spool_id = load_or_create(settings.spool_id_path)
     return PgReader(settings.store_url, spool_id=spool_id)
 
@@ -118,6 +140,7 @@ def location(settings: Settings) -> str:
     if capabilities(settings).local_file:
         return str(settings.state_db)
     from quill.store.postgres.connection import redact
+
     return redact(settings.store_url)
 
 

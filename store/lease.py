@@ -7,6 +7,7 @@ holder's identity (``quill.home.process_identity``) so a refusal can name it, an
 can tell a live holder from a recycled pid (``quill.home.holder_alive``). The lock files' names
 and the liveness rule belong to ``quill.home.RunDir``.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -15,7 +16,6 @@ import os
 from pathlib import Path
 
 from quill.home import process_identity, read_holder
-
 from quill.store.errors import LeaseHeldError
 
 
@@ -26,7 +26,7 @@ class Lease:
         self.path = Path(lock_path)
         self._fd = -1
 
-    def acquire(self) -> "Lease":
+    def acquire(self) -> Lease:
         """Take the lease or raise ``LeaseHeldError`` naming the live holder."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
@@ -48,7 +48,7 @@ class Lease:
             os.close(self._fd)
             self._fd = -1
 
-    def __enter__(self) -> "Lease":
+    def __enter__(self) -> Lease:
         return self.acquire()
 
     def __exit__(self, *exc: object) -> None:

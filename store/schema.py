@@ -23,15 +23,14 @@ Rules the schema encodes (docs/architecture.md, "The store"; the measured facts 
   ``session.create``; the create completes it (its fields win) and clears the mark.
 * Usage rows (store/apply/usage.py): one per model call, ``response_id`` unique (counted once).
 """
+
 from __future__ import annotations
 
 import re
 
 import apsw
 
-from quill.store.apply import blobs
-from quill.store.apply import context
-from quill.store.apply import usage
+from quill.store.apply import blobs, context, usage
 
 SCHEMA_VERSION = 6
 
@@ -64,7 +63,9 @@ CREATE VIRTUAL TABLE IF NOT EXISTS messages_trigram USING fts5(
 );
 """
 
-DDL = FTS_DDL + """
+DDL = (
+    FTS_DDL
+    + """
 CREATE TABLE IF NOT EXISTS state_meta (
     key   TEXT PRIMARY KEY,
     value TEXT
@@ -159,7 +160,13 @@ CREATE TABLE IF NOT EXISTS job_runs (
     error       TEXT
 );
 CREATE INDEX IF NOT EXISTS job_runs_job ON job_runs(job, started_at);
-""" + blobs.DDL + usage.MIGRATION + context.DDL + BATCH_DIGEST + SESSION_DELETIONS
+"""
+    + blobs.DDL
+    + usage.MIGRATION
+    + context.DDL
+    + BATCH_DIGEST
+    + SESSION_DELETIONS
+)
 
 #: Roles of the store's tables (``TABLES``), which decide what damage to a table means:
 #: * ``CANONICAL``: the transcripts themselves (sessions, messages, blobs, usage, context,
@@ -173,11 +180,13 @@ CANONICAL, BOOKKEEPING, FTS = "canonical", "bookkeeping", "fts"
 
 #: The tables that are bookkeeping; every other ordinary table of ``DDL`` is canonical, so a
 #: table added to ``DDL`` is canonical (its damage halts) without being named anywhere else.
-_BOOKKEEPING = frozenset({"state_meta", "spool_cursor", "applied_batches", "rejected_batches",
-                          "job_runs"})
+_BOOKKEEPING = frozenset(
+    {"state_meta", "spool_cursor", "applied_batches", "rejected_batches", "job_runs"}
+)
 
-_CREATE_TABLE = re.compile(r"^\s*CREATE\s+(VIRTUAL\s+)?TABLE\s+IF\s+NOT\s+EXISTS\s+(\w+)",
-                           re.I | re.M)
+_CREATE_TABLE = re.compile(
+    r"^\s*CREATE\s+(VIRTUAL\s+)?TABLE\s+IF\s+NOT\s+EXISTS\s+(\w+)", re.I | re.M
+)
 
 
 def _registry(ddl: str) -> dict[str, str]:
@@ -186,8 +195,10 @@ def _registry(ddl: str) -> dict[str, str]:
     ``CANONICAL``. Raises ``RuntimeError`` when ``_BOOKKEEPING`` names a table ``ddl`` lacks
     (a renamed table must not silently turn canonical) or a table's name starts with an FTS
     table's name and ``_``."""
-    found = {name: FTS if virtual else BOOKKEEPING if name in _BOOKKEEPING else CANONICAL
-             for virtual, name in _CREATE_TABLE.findall(ddl)}
+    found = {
+        name: FTS if virtual else BOOKKEEPING if name in _BOOKKEEPING else CANONICAL
+        for virtual, name in _CREATE_TABLE.findall(ddl)
+    }
     if _BOOKKEEPING - found.keys():
         missing = sorted(_BOOKKEEPING - found.keys())
         raise RuntimeError(f"bookkeeping tables missing from the schema: {missing}")
@@ -222,7 +233,7 @@ MIGRATIONS: dict[int, str] = {
 TRIGRAM_ROLES = ("user", "assistant")
 TRIGRAM_PREFIX_CHARS = 2000
 #: SQL condition (row aliased ``m``) for rows the trigram index covers.
-TRIGRAM_SCOPE_SQL = (f"m.role IN {TRIGRAM_ROLES!r} AND m.content IS NOT NULL AND m.content != ''")
+TRIGRAM_SCOPE_SQL = f"m.role IN {TRIGRAM_ROLES!r} AND m.content IS NOT NULL AND m.content != ''"
 #: SQL expression: the trigram-indexed text of a row aliased ``m``.
 TRIGRAM_TEXT_SQL = f"substr(m.content, 1, {TRIGRAM_PREFIX_CHARS})"
 
@@ -261,7 +272,9 @@ def create(conn: apsw.Connection) -> None:
     """
     version = conn.execute("PRAGMA user_version").fetchone()[0]
     if version > SCHEMA_VERSION:
-        raise RuntimeError(f"state.db has schema v{version}; this Quill knows up to v{SCHEMA_VERSION}")
+        raise RuntimeError(
+            f"state.db has schema v{version}; this Quill knows up to v{SCHEMA_VERSION}"
+        )
     if version == SCHEMA_VERSION:
         ensure_fts_layout(conn)
         return
@@ -269,11 +282,16 @@ def create(conn: apsw.Connection) -> None:
     try:
         if version == 0:
             conn.execute(DDL)
-            conn.execute("INSERT OR REPLACE INTO state_meta(key, value) VALUES ('fts_layout', ?)", (FTS_LAYOUT,))
+            conn.execute(
+                "INSERT OR REPLACE INTO state_meta(key, value) VALUES ('fts_layout', ?)",
+                (FTS_LAYOUT,),
+            )
         else:
             for step in range(version, SCHEMA_VERSION):
                 conn.execute(MIGRATIONS[step])
-        conn.execute("INSERT OR IGNORE INTO state_meta(key, value) VALUES ('fts_indexed_upto', '0')")
+        conn.execute(
+            "INSERT OR IGNORE INTO state_meta(key, value) VALUES ('fts_indexed_upto', '0')"
+        )
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         conn.execute("COMMIT")
     except BaseException:
@@ -300,7 +318,9 @@ def ensure_fts_layout(conn: apsw.Connection) -> bool:
             conn.execute(f"DROP TABLE IF EXISTS {table}")
         conn.execute(FTS_DDL)
         conn.execute("UPDATE state_meta SET value = '0' WHERE key = 'fts_indexed_upto'")
-        conn.execute("INSERT OR REPLACE INTO state_meta(key, value) VALUES ('fts_layout', ?)", (FTS_LAYOUT,))
+        conn.execute(
+            "INSERT OR REPLACE INTO state_meta(key, value) VALUES ('fts_layout', ?)", (FTS_LAYOUT,)
+        )
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")

@@ -1,4 +1,5 @@
 """Shared fixtures: a temp data dir, the ``quill`` CLI as a real subprocess, a running fleet."""
+
 from __future__ import annotations
 
 import contextlib
@@ -13,9 +14,8 @@ from pathlib import Path
 import pytest
 
 pytest.register_assert_rewrite("run_resources")  # imported here, before pytest loads it below
-from run_resources import CORPUS, REPO  # noqa: E402,F401  (tests import them from here)
-
 import harness  # noqa: E402  (imported first: a test's later sys.path may hold a dir named so)
+from run_resources import CORPUS, REPO  # noqa: E402,F401  (tests import them from here)
 
 #: Finds PostgreSQL, Redis, chromium and the corpus by itself; provides ``pg_url``,
 #: ``redis_url``, ``chromium_path`` and the ``corpus`` marker.
@@ -37,11 +37,22 @@ class QuillCLI:
     def argv(self, *args: str) -> list[str]:
         return [sys.executable, "-c", "from quill.ops.cli import main; main()", *args]
 
-    def run(self, *args: str, input: str | None = None, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
-        proc = subprocess.run(self.argv(*args), input=input, capture_output=True, text=True,
-                              env=quill_env(self.home), timeout=timeout, cwd=REPO)
+    def run(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 300
+    ) -> subprocess.CompletedProcess:
+        proc = subprocess.run(
+            self.argv(*args),
+            input=input,
+            capture_output=True,
+            text=True,
+            env=quill_env(self.home),
+            timeout=timeout,
+            cwd=REPO,
+        )
         if check and proc.returncode != 0:
-            raise AssertionError(f"quill {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+            raise AssertionError(
+                f"quill {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+            )
         return proc
 
     def json(self, *args: str, **kw) -> object:
@@ -59,8 +70,15 @@ class QuillCLI:
         """``quill run`` in the background, returned once its supervisor holds the fleet
         lease (as an operator would see it running before using it)."""
         from quill.home import RunDir
-        proc = subprocess.Popen(self.argv("run"), env=quill_env(self.home), cwd=REPO,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+        proc = subprocess.Popen(
+            self.argv("run"),
+            env=quill_env(self.home),
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         rd = RunDir(Path(self.home).resolve())
         deadline = time.monotonic() + 60
         while not rd.fleet_running() and proc.poll() is None and time.monotonic() < deadline:
@@ -70,13 +88,18 @@ class QuillCLI:
     def wait_idle(self, timeout: float = 240) -> dict:
         """Poll ``quill status`` until the spool is drained and the FTS index caught up."""
         from quill.home import WriterStatus
+
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             st = self.status()
             store = st.get("store")
             writer = WriterStatus.from_json(st["fleet"].get("writer"))
-            if (store and st["spool"]["pending_bytes"] == 0 and store["fts_pending"] == 0
-                    and writer.idle):
+            if (
+                store
+                and st["spool"]["pending_bytes"] == 0
+                and store["fts_pending"] == 0
+                and writer.idle
+            ):
                 return st
             time.sleep(0.3)
         raise AssertionError(f"fleet not idle after {timeout} s: {self.status()}")
@@ -86,6 +109,7 @@ def worker_pids(home: Path, timeout: float = 30) -> list[int]:
     """Pids of writer, scheduler and consumer once each *live* process has published its
     status (a file left by an earlier run's dead process does not count)."""
     from quill.home import RunDir
+
     rd = RunDir(Path(home).resolve())
     deadline = time.monotonic() + timeout
     while True:
@@ -101,17 +125,22 @@ def damage_pages(db: Path, table: str, count: int = 3, leaves_only: bool = False
     """Overwrite ``count`` pages from the middle of ``table``'s b-tree with random bytes
     (located with the dbstat virtual table on a read-only connection)."""
     from quill.store.sqlite.connection import open_reader
+
     conn = open_reader(db)
     try:
         where = " AND pagetype = 'leaf'" if leaves_only else ""
-        pages = [r[0] for r in conn.execute(f"SELECT pageno FROM dbstat WHERE name = ?{where} ORDER BY pageno",
-                                            (table,))]
+        pages = [
+            r[0]
+            for r in conn.execute(
+                f"SELECT pageno FROM dbstat WHERE name = ?{where} ORDER BY pageno", (table,)
+            )
+        ]
         page_size = conn.execute("PRAGMA page_size").fetchone()[0]
     finally:
         conn.close()
     assert len(pages) > count, f"{table} has only {len(pages)} pages"
     with open(db, "r+b") as f:
-        for p in pages[len(pages) // 2: len(pages) // 2 + count]:
+        for p in pages[len(pages) // 2 : len(pages) // 2 + count]:
             f.seek((p - 1) * page_size)
             f.write(os.urandom(page_size))
 
@@ -119,6 +148,7 @@ def damage_pages(db: Path, table: str, count: int = 3, leaves_only: bool = False
 def run_processes(target, args_per_process: list[tuple], timeout: float) -> None:
     """Start one real process per argument tuple, wait for all, assert each exited 0."""
     import multiprocessing
+
     procs = [multiprocessing.Process(target=target, args=args) for args in args_per_process]
     for p in procs:
         p.start()
@@ -132,18 +162,26 @@ def spool_producer(spool_dir: str, producer: int, batches: int, big: bool) -> No
     session ``p<producer>`` (message ids ``<producer>-<n>``; with ``big`` every 25th is
     100 KB), on 4 MiB segments."""
     from quill.spool import Spool
+
     with Spool(spool_dir, segment_bytes=4 << 20) as sp:
         for n in range(batches):
-            content = (f"p{producer}-b{n}-" + "z" * (100_000 if big and n % 25 == 0 else 50))
-            sp.append("messages.append", {"session_id": f"p{producer}", "messages": [
-                {"role": "user", "id": f"{producer}-{n}", "content": content}]})
+            content = f"p{producer}-b{n}-" + "z" * (100_000 if big and n % 25 == 0 else 50)
+            sp.append(
+                "messages.append",
+                {
+                    "session_id": f"p{producer}",
+                    "messages": [{"role": "user", "id": f"{producer}-{n}", "content": content}],
+                },
+            )
 
 
 @contextlib.contextmanager
 def small_tmpfs(path: Path, size: str):
     """Mount a real tmpfs of ``size`` at ``path`` (skip the test where mounting is refused)."""
     path.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True)
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True
+    )
     if proc.returncode != 0:
         pytest.skip(f"cannot mount a small tmpfs here: {proc.stderr.decode().strip()}")
     try:
@@ -160,7 +198,7 @@ def stop_fleet(proc: subprocess.Popen, timeout: float = 30) -> int:
 
 @pytest.fixture
 def home(tmp_path: Path) -> Path:
-    return tmp_path / "quill home"   # a space on purpose: paths must be quoted everywhere
+    return tmp_path / "quill home"  # a space on purpose: paths must be quoted everywhere
 
 
 @pytest.fixture
@@ -178,13 +216,16 @@ def fleet(quill: QuillCLI):
 
 # -- backends: one behaviour suite, two stores -------------------------------------------------
 
+
 @pytest.fixture
 def pg_schemas(pg_url: str):
     """A factory: each call creates a fresh PostgreSQL schema (all dropped afterwards) and
     returns a store URL that puts it first on the connection's search_path, so tests never
     share rows."""
     import uuid
+
     import psycopg
+
     names: list[str] = []
 
     def make() -> str:
@@ -211,7 +252,9 @@ def pg_data_dir(root, url: str, n: int):
     """A data dir on the PostgreSQL store ``url`` with ``n`` messages (session ``<dir name>-s``)
     appended to its spool and drained as its writer would (``ops.recover.postgres.drain``); returns the drain's
     figures (``spool_id``, ``to`` cursor, …)."""
-    old = os.umask(0o077)  # as `quill` itself runs (owner-only files), so doctor's mode check passes
+    old = os.umask(
+        0o077
+    )  # as `quill` itself runs (owner-only files), so doctor's mode check passes
     try:
         return _fill_pg_data_dir(root, url, n)
     finally:
@@ -221,13 +264,17 @@ def pg_data_dir(root, url: str, n: int):
 def _fill_pg_data_dir(root, url: str, n: int):
     from quill import home as config
     from quill.ops import logs
-    from quill.spool import Spool
     from quill.ops.recover.postgres import drain
+    from quill.spool import Spool
+
     root.mkdir(parents=True)
     (root / "config.toml").write_text(f'[store]\nurl = "{url}"\n')
     spool = Spool(root / "spool")
     for i in range(n):
-        spool.append("messages.append", {"session_id": f"{root.name}-s", "messages": [{"role": "user", "content": f"m{i}"}]})
+        spool.append(
+            "messages.append",
+            {"session_id": f"{root.name}-s", "messages": [{"role": "user", "content": f"m{i}"}]},
+        )
     spool.close()
     return drain(config.load(root), logs.configure(None, "test"))
 

@@ -14,6 +14,7 @@ data dir to its end as ``quill run --until-idle``'s writer does, without the fle
 start costs about 2 CPU s); ``RecordingDrain`` is the bare drain loop over a store, noting
 each refusal, for tests of the appliers themselves.
 """
+
 from __future__ import annotations
 
 import json
@@ -99,8 +100,10 @@ class InProcessWriter:
 
     def say(self, session: str, *texts: str) -> None:
         """Append one ``messages.append`` of user messages ``texts`` to ``session``."""
-        self.append("messages.append", {"session_id": session, "messages": [
-            {"role": "user", "content": t} for t in texts]})
+        self.append(
+            "messages.append",
+            {"session_id": session, "messages": [{"role": "user", "content": t} for t in texts]},
+        )
 
     def turn(self, seconds: float = 0.0) -> float:
         """One ``loop_once`` at the test's clock (advanced by ``seconds`` first); returns the
@@ -167,8 +170,13 @@ class Home:
     def say(self, session: str, *texts: str, **extra: Any) -> Any:
         """Append one ``messages.append`` of user messages ``texts`` (each with ``extra``
         fields) to ``session``; returns the ack."""
-        return self.append("messages.append", {"session_id": session, "messages": [
-            {"role": "user", "content": t, **extra} for t in texts]})
+        return self.append(
+            "messages.append",
+            {
+                "session_id": session,
+                "messages": [{"role": "user", "content": t, **extra} for t in texts],
+            },
+        )
 
     def drain(self) -> dict[str, Any]:
         """Drain the spool to its end with the production writer; returns its totals."""

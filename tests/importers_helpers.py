@@ -2,6 +2,7 @@
 ops/transfer/import_spool.py and drains them with the production writer (``harness.Home``),
 builders for records in the real Claude Code, Codex and Gemini formats, and readers of
 parsed files."""
+
 from __future__ import annotations
 
 import json
@@ -9,12 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from harness import Home
 
 from quill.ops.transfer.import_spool import import_file
 from quill.spool import Quarantine
 from quill.store import Reader, open_writer
-
-from harness import Home
 
 
 class Store(Home):
@@ -80,9 +80,19 @@ def cc(uuid, rtype, content, parent, sid="s1", **kw):
     msg = {"role": rtype, "content": content}
     if rtype == "assistant":
         msg.update({"id": kw.pop("msg_id", "msg_" + uuid), "model": "claude-x", "type": "message"})
-    return {"parentUuid": parent, "isSidechain": False, "userType": "external", "cwd": "/w", "sessionId": sid,
-            "version": "2.1.0", "type": rtype, "message": msg, "uuid": uuid,
-            "timestamp": "2026-01-01T00:00:00.000Z", **kw}
+    return {
+        "parentUuid": parent,
+        "isSidechain": False,
+        "userType": "external",
+        "cwd": "/w",
+        "sessionId": sid,
+        "version": "2.1.0",
+        "type": rtype,
+        "message": msg,
+        "uuid": uuid,
+        "timestamp": "2026-01-01T00:00:00.000Z",
+        **kw,
+    }
 
 
 def codex_line(t, p, ts="2026-01-01T00:00:01.000Z"):
@@ -90,12 +100,21 @@ def codex_line(t, p, ts="2026-01-01T00:00:01.000Z"):
 
 
 def codex_user(text):
-    return codex_line("response_item", {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]})
+    return codex_line(
+        "response_item",
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]},
+    )
 
 
 def codex_assistant(text):
-    return codex_line("response_item", {"type": "message", "role": "assistant",
-                                         "content": [{"type": "output_text", "text": text}]})
+    return codex_line(
+        "response_item",
+        {
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": text}],
+        },
+    )
 
 
 def texts(messages):
@@ -117,15 +136,58 @@ def all_messages(pf) -> list[dict]:
 
 
 #: A Gemini CLI session file (chats/session-*.json) of four messages, one tool call.
-GEMINI_SESSION = {"sessionId": "g1", "projectHash": "h", "startTime": "2026-01-15T20:51:48.582Z",
-                  "lastUpdated": "2026-01-15T20:52:56.382Z", "messages": [
-                      {"id": "m1", "timestamp": "2026-01-15T20:51:48.582Z", "type": "user", "content": "make a file"},
-                      {"id": "m2", "timestamp": "2026-01-15T20:51:52.837Z", "type": "gemini", "content": "I will write it.",
-                       "thoughts": [{"subject": "Planning", "description": "write docs/blue.md", "timestamp": "x"}],
-                       "tokens": {"input": 10, "output": 5}, "model": "gemini-2.5-flash",
-                       "toolCalls": [{"id": "wf-1", "name": "write_file", "args": {"file_path": "docs/blue.md"},
-                                      "result": [{"functionResponse": {"id": "wf-1", "name": "write_file",
-                                                                       "response": {"output": "wrote docs/blue.md"}}}],
-                                      "status": "success", "timestamp": "2026-01-15T20:51:53.000Z"}]},
-                      {"id": "m3", "timestamp": "2026-01-15T20:52:17.033Z", "type": "info", "content": "update available"},
-                      {"id": "m4", "timestamp": "2026-01-15T20:52:18.000Z", "type": "user", "content": [{"text": "thanks"}]}]}
+GEMINI_SESSION = {
+    "sessionId": "g1",
+    "projectHash": "h",
+    "startTime": "2026-01-15T20:51:48.582Z",
+    "lastUpdated": "2026-01-15T20:52:56.382Z",
+    "messages": [
+        {
+            "id": "m1",
+            "timestamp": "2026-01-15T20:51:48.582Z",
+            "type": "user",
+            "content": "make a file",
+        },
+        {
+            "id": "m2",
+            "timestamp": "2026-01-15T20:51:52.837Z",
+            "type": "gemini",
+            "content": "I will write it.",
+            "thoughts": [
+                {"subject": "Planning", "description": "write docs/blue.md", "timestamp": "x"}
+            ],
+            "tokens": {"input": 10, "output": 5},
+            "model": "gemini-2.5-flash",
+            "toolCalls": [
+                {
+                    "id": "wf-1",
+                    "name": "write_file",
+                    "args": {"file_path": "docs/blue.md"},
+                    "result": [
+                        {
+                            "functionResponse": {
+                                "id": "wf-1",
+                                "name": "write_file",
+                                "response": {"output": "wrote docs/blue.md"},
+                            }
+                        }
+                    ],
+                    "status": "success",
+                    "timestamp": "2026-01-15T20:51:53.000Z",
+                }
+            ],
+        },
+        {
+            "id": "m3",
+            "timestamp": "2026-01-15T20:52:17.033Z",
+            "type": "info",
+            "content": "update available",
+        },
+        {
+            "id": "m4",
+            "timestamp": "2026-01-15T20:52:18.000Z",
+            "type": "user",
+            "content": [{"text": "thanks"}],
+        },
+    ],
+}

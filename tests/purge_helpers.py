@@ -7,12 +7,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+from harness import Home
+
 from quill.jobs.worker_jobs import snapshot
 from quill.ops.purge.procedure import purge
 from quill.spool.purge import PURGED_OP
 from quill.spool.segments import list_segments, segment_name
-
-from harness import Home
 
 
 class PurgeHome(Home):

@@ -16,6 +16,7 @@ absent with the number of tests skipped for it, so nothing is skipped silently. 
 needs an absent resource is skipped with a reason naming what is missing and how to start it;
 under ``CI`` (set by the CI runner, whose ``.ci/run`` starts every service) it fails instead.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -33,9 +34,14 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 #: Real transcripts the tests read: ``$QUILL_CORPUS``, else ``shared/corpus`` next to the
 #: checkout (or next to a folder holding it, as for worktrees).
-CORPUS = (Path(os.environ["QUILL_CORPUS"]) if os.environ.get("QUILL_CORPUS") else
-          next((p / "shared" / "corpus" for p in REPO.parents
-                if (p / "shared" / "corpus").is_dir()), REPO.parent / "shared" / "corpus"))
+CORPUS = (
+    Path(os.environ["QUILL_CORPUS"])
+    if os.environ.get("QUILL_CORPUS")
+    else next(
+        (p / "shared" / "corpus" for p in REPO.parents if (p / "shared" / "corpus").is_dir()),
+        REPO.parent / "shared" / "corpus",
+    )
+)
 CHROMIUM = Path("/usr/bin/chromium")
 PG_ADMIN_DEFAULT = "postgresql://postgres@127.0.0.1:5432/postgres"
 REDIS_DEFAULT = "redis://127.0.0.1:6379"
@@ -48,8 +54,12 @@ DB_PREFIX = "quill_test_"
 STALE_SECONDS = 6 * 3600
 
 #: Skip reasons start with these, so the summary can count the tests each absence skipped.
-LABELS = {"postgres": "PostgreSQL absent", "redis": "Redis absent",
-          "chromium": "chromium absent", "corpus": "corpus absent"}
+LABELS = {
+    "postgres": "PostgreSQL absent",
+    "redis": "Redis absent",
+    "chromium": "chromium absent",
+    "corpus": "corpus absent",
+}
 SLOW_LABEL = "slow"
 _RUN_DIR = pytest.StashKey[Path]()
 _CONTROLLER = pytest.StashKey[bool]()
@@ -60,12 +70,20 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _pg_start_hint() -> str:
-    versions = sorted(p.name for p in Path("/etc/postgresql").glob("*")) if Path(
-        "/etc/postgresql").is_dir() else []
-    start = (f"pg_ctlcluster {versions[-1]} main start" if versions
-             else "apt-get install postgresql && pg_ctlcluster <version> main start")
-    return (f"start it (`{start}`, as .ci/run does) or point QUILL_TEST_PG_ADMIN_URL "
-            "(a server to create a database on) or QUILL_TEST_PG_URL (a database) at one")
+    versions = (
+        sorted(p.name for p in Path("/etc/postgresql").glob("*"))
+        if Path("/etc/postgresql").is_dir()
+        else []
+    )
+    start = (
+        f"pg_ctlcluster {versions[-1]} main start"
+        if versions
+        else "apt-get install postgresql && pg_ctlcluster <version> main start"
+    )
+    return (
+        f"start it (`{start}`, as .ci/run does) or point QUILL_TEST_PG_ADMIN_URL "
+        "(a server to create a database on) or QUILL_TEST_PG_URL (a database) at one"
+    )
 
 
 def _probe_postgres() -> dict:
@@ -80,8 +98,10 @@ def _probe_postgres() -> dict:
         try:
             psycopg.connect(given, connect_timeout=5).close()
         except psycopg.Error as exc:
-            return {"reason": f"{label}: cannot connect to QUILL_TEST_PG_URL={given} "
-                              f"({_first_line(exc)}): {_pg_start_hint()}"}
+            return {
+                "reason": f"{label}: cannot connect to QUILL_TEST_PG_URL={given} "
+                f"({_first_line(exc)}): {_pg_start_hint()}"
+            }
         return {"url": given, "created": None}
     admin = os.environ.get("QUILL_TEST_PG_ADMIN_URL") or PG_ADMIN_DEFAULT
     name = f"{DB_PREFIX}{int(time.time())}_{uuid.uuid4().hex[:8]}"
@@ -90,19 +110,26 @@ def _probe_postgres() -> dict:
             _drop_stale_databases(conn)
             conn.execute(f'CREATE DATABASE "{name}"')
     except psycopg.Error as exc:
-        return {"reason": f"{label}: cannot create a test database at {admin} "
-                          f"({_first_line(exc)}): {_pg_start_hint()}"}
-    return {"url": urlsplit(admin)._replace(path=f"/{name}").geturl(), "created": name,
-            "admin": admin}
+        return {
+            "reason": f"{label}: cannot create a test database at {admin} "
+            f"({_first_line(exc)}): {_pg_start_hint()}"
+        }
+    return {
+        "url": urlsplit(admin)._replace(path=f"/{name}").geturl(),
+        "created": name,
+        "admin": admin,
+    }
 
 
 def _drop_stale_databases(conn) -> None:
     """Drop this plugin's databases whose creation time (in the name) is long past: left by a
     run that was killed before its cleanup. A live run's database is never that old."""
-    rows = conn.execute("SELECT datname FROM pg_database WHERE datname LIKE %s",
-                        (DB_PREFIX.replace("_", r"\_") + "%",)).fetchall()
+    rows = conn.execute(
+        "SELECT datname FROM pg_database WHERE datname LIKE %s",
+        (DB_PREFIX.replace("_", r"\_") + "%",),
+    ).fetchall()
     for (datname,) in rows:
-        stamp = datname[len(DB_PREFIX):].split("_")[0]
+        stamp = datname[len(DB_PREFIX) :].split("_")[0]
         if stamp.isdigit() and time.time() - int(stamp) > STALE_SECONDS:
             conn.execute(f'DROP DATABASE IF EXISTS "{datname}" WITH (FORCE)')
 
@@ -110,8 +137,10 @@ def _drop_stale_databases(conn) -> None:
 def _probe_redis(run_id: str) -> dict:
     """``{"url": ..., "db": claimed logical database or None}`` or ``{"reason": ...}``."""
     label = LABELS["redis"]
-    hint = ("start it (`redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save ''`, "
-            "as .ci/run does) or point QUILL_TEST_REDIS_URL at one")
+    hint = (
+        "start it (`redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save ''`, "
+        "as .ci/run does) or point QUILL_TEST_REDIS_URL at one"
+    )
     try:
         import redis
     except ImportError:
@@ -130,22 +159,26 @@ def _probe_redis(run_id: str) -> dict:
             try:
                 if not client.set(REDIS_CLAIM_KEY, run_id, nx=True, ex=CLAIM_SECONDS):
                     continue
-            except redis.ResponseError:   # the server has fewer logical databases
+            except redis.ResponseError:  # the server has fewer logical databases
                 break
             # Keys a killed run left behind: this run owns the database from now on.
             stale = [k for k in client.scan_iter(count=1000) if k != REDIS_CLAIM_KEY.encode()]
             if stale:
                 client.delete(*stale)
         return {"url": f"{base}/{db}", "db": db}
-    return {"reason": f"{label}: no free logical database on {base} (each of 1-15 holds "
-                      f"{REDIS_CLAIM_KEY} of another run): set QUILL_TEST_REDIS_URL"}
+    return {
+        "reason": f"{label}: no free logical database on {base} (each of 1-15 holds "
+        f"{REDIS_CLAIM_KEY} of another run): set QUILL_TEST_REDIS_URL"
+    }
 
 
 def _probe_chromium() -> dict:
     label = LABELS["chromium"]
     if not CHROMIUM.exists():
-        return {"reason": f"{label}: Debian's chromium is not at {CHROMIUM} "
-                          "(`apt-get install chromium`, as .ci/run does)"}
+        return {
+            "reason": f"{label}: Debian's chromium is not at {CHROMIUM} "
+            "(`apt-get install chromium`, as .ci/run does)"
+        }
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError:
@@ -205,8 +238,11 @@ def chromium_path(request) -> Path:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "corpus: reads the real transcripts of shared/corpus "
-                                       "(skipped, saying so, when it is missing)")
+    config.addinivalue_line(
+        "markers",
+        "corpus: reads the real transcripts of shared/corpus "
+        "(skipped, saying so, when it is missing)",
+    )
     workerinput = getattr(config, "workerinput", None)
     config.stash[_CONTROLLER] = workerinput is None
     if workerinput is None:
@@ -237,11 +273,19 @@ def pytest_configure_node(node) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Skip, saying why, the tests that read a missing corpus, and the long torture variants
     (marker ``slow``) unless ``QUILL_SLOW=1``: the default run keeps a fast variant of each."""
-    slow = None if os.environ.get("QUILL_SLOW") == "1" else pytest.mark.skip(
-        reason=f"{SLOW_LABEL}: a long torture variant (QUILL_SLOW=1 runs it)")
-    corpus = None if CORPUS.is_dir() else pytest.mark.skip(
-        reason=f"{LABELS['corpus']}: no transcripts at {CORPUS}: run from a checkout next to "
-               "shared/corpus or set QUILL_CORPUS")
+    slow = (
+        None
+        if os.environ.get("QUILL_SLOW") == "1"
+        else pytest.mark.skip(reason=f"{SLOW_LABEL}: a long torture variant (QUILL_SLOW=1 runs it)")
+    )
+    corpus = (
+        None
+        if CORPUS.is_dir()
+        else pytest.mark.skip(
+            reason=f"{LABELS['corpus']}: no transcripts at {CORPUS}: run from a checkout next to "
+            "shared/corpus or set QUILL_CORPUS"
+        )
+    )
     for item in items:
         if corpus and item.get_closest_marker("corpus"):
             item.add_marker(corpus)
@@ -267,8 +311,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     if not config.stash.get(_CONTROLLER, False):
         return
     run_dir = _run_dir(config)
-    found = {n: json.loads((run_dir / f"{n}.json").read_text())
-             for n in ("postgres", "redis", "chromium") if (run_dir / f"{n}.json").exists()}
+    found = {
+        n: json.loads((run_dir / f"{n}.json").read_text())
+        for n in ("postgres", "redis", "chromium")
+        if (run_dir / f"{n}.json").exists()
+    }
     if not CORPUS.is_dir():
         found["corpus"] = {"reason": f"{LABELS['corpus']}: no transcripts at {CORPUS}"}
     lines = []
@@ -303,11 +350,13 @@ def _cleanup(run_dir: Path) -> None:
     pg = run_dir / "postgres.json"
     if pg.exists() and (found := json.loads(pg.read_text())).get("created"):
         import psycopg
+
         with psycopg.connect(found["admin"], autocommit=True, connect_timeout=5) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{found["created"]}" WITH (FORCE)')
     rd = run_dir / "redis.json"
     if rd.exists() and (found := json.loads(rd.read_text())).get("db") is not None:
         import redis
+
         with redis.Redis.from_url(found["url"], socket_connect_timeout=5) as client:
             # Only while the claim is still this run's (it may have expired and been taken).
             if client.get(REDIS_CLAIM_KEY) == run_dir.name.encode():

@@ -3,15 +3,16 @@ database (``pg_store_url``) — driven through the real spool and the backend's 
 
 The behaviour suites take the ``backend`` fixture (tests/conftest.py: ``sqlite`` and
 ``postgres``), so one test body checks both implementations of the store contract."""
+
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+from harness import RecordingDrain
+
 from quill.spool import Quarantine, Spool, SpoolReader
 from quill.store.factory import open_url
-
-from harness import RecordingDrain
 
 
 class Store:
@@ -32,8 +33,13 @@ class Store:
     def drain(self) -> list[str]:
         """Apply everything after the store's cursor as ONE chunk (the one drain loop, with
         a chunk size no spool here reaches); returns the reject reasons."""
-        drain = RecordingDrain(self.backend, SpoolReader(self.root / "spool"),
-                               Quarantine(self.root / "spool"), 1 << 40, max_bytes=1 << 40)
+        drain = RecordingDrain(
+            self.backend,
+            SpoolReader(self.root / "spool"),
+            Quarantine(self.root / "spool"),
+            1 << 40,
+            max_bytes=1 << 40,
+        )
         drain.start()
         step = drain.step()
         self.last_result = step.result if step.entries else None
@@ -45,6 +51,7 @@ class Store:
         """Apply the whole spool again from ``start`` (default: its beginning) as a crash
         before the cursor moved would; returns the chunk's figures (``ChunkResult``)."""
         from quill.spool import START
+
         entries = list(SpoolReader(self.root / "spool").read(start or START, max_bytes=1 << 40))
         return self.backend.apply_chunk(entries, lambda e, reason, detail: None)
 
@@ -63,12 +70,19 @@ class Store:
 
     def rows(self, session_id: str) -> list[tuple]:
         """Every column of a session's rows, by id (for 'nothing changed' assertions)."""
-        return self.conn.execute("SELECT * FROM messages WHERE session_id = ? ORDER BY id", (session_id,)).fetchall()
+        return self.conn.execute(
+            "SELECT * FROM messages WHERE session_id = ? ORDER BY id", (session_id,)
+        ).fetchall()
 
     def ids(self, session_id: str, **where: str) -> list[int]:
         cond = "".join(f" AND {k} = ?" for k in where)
-        return [r[0] for r in self.conn.execute(f"SELECT id FROM messages WHERE session_id = ?{cond} ORDER BY id",
-                                                (session_id, *where.values()))]
+        return [
+            r[0]
+            for r in self.conn.execute(
+                f"SELECT id FROM messages WHERE session_id = ?{cond} ORDER BY id",
+                (session_id, *where.values()),
+            )
+        ]
 
     def close(self) -> None:
         self.backend.close()

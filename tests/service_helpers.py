@@ -1,4 +1,5 @@
 """Helpers for the HTTP service tests: a real `quill serve` subprocess on a free port."""
+
 from __future__ import annotations
 
 import contextlib
@@ -8,7 +9,6 @@ import time
 from collections.abc import Iterator
 
 import httpx
-
 from conftest import REPO, QuillCLI, quill_env, stop_fleet
 
 
@@ -23,8 +23,14 @@ def served(quill: QuillCLI, *args: str, host: str = "127.0.0.1") -> Iterator[str
     """Run `quill serve --listen HOST:PORT ARGS…` until the block ends; yields the base URL
     (always on 127.0.0.1 unless ``host`` is a connectable address)."""
     port = free_port()
-    proc = subprocess.Popen(quill.argv("serve", "--listen", f"{host}:{port}", *args), env=quill_env(quill.home),
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        quill.argv("serve", "--listen", f"{host}:{port}", *args),
+        env=quill_env(quill.home),
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     base = f"http://{'127.0.0.1' if host in ('0.0.0.0', '127.0.0.1') else host}:{port}"
     try:
         deadline = time.monotonic() + 30

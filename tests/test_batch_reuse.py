@@ -2,24 +2,39 @@
 carrying other content is not a retry — it is quarantined as ``batch-id-reused`` and its
 producer is told so, never "applied" while the content is dropped (found by a new user
 building ids like ``turn-1`` per run). Both backends; the client and the CLI."""
-from __future__ import annotations
 
-from quill import Client
+from __future__ import annotations
 
 from semantics_helpers import Store, user
 
+from quill import Client
 
-def test_a_retry_is_a_duplicate_and_a_reused_id_with_other_content_is_quarantined(tmp_path, backend):
+
+def test_a_retry_is_a_duplicate_and_a_reused_id_with_other_content_is_quarantined(
+    tmp_path, backend
+):
     s = Store(tmp_path, backend)
     try:
-        s.spool.append("messages.append", {"session_id": "dup", "messages": [user("once")]}, batch_id="fixed-1")
+        s.spool.append(
+            "messages.append", {"session_id": "dup", "messages": [user("once")]}, batch_id="fixed-1"
+        )
         # the retry sends the same data with its keys in another order: still the same content
-        s.spool.append("messages.append", {"messages": [{"content": "once", "role": "user"}], "session_id": "dup"},
-                       batch_id="fixed-1")
-        s.spool.append("messages.append", {"session_id": "other", "messages": [user("lostmessage")]},
-                       batch_id="fixed-1")
+        s.spool.append(
+            "messages.append",
+            {"messages": [{"content": "once", "role": "user"}], "session_id": "dup"},
+            batch_id="fixed-1",
+        )
+        s.spool.append(
+            "messages.append",
+            {"session_id": "other", "messages": [user("lostmessage")]},
+            batch_id="fixed-1",
+        )
         assert s.drain() == ["batch-id-reused"]
-        assert s.last_result.applied == 1 and s.last_result.duplicates == 1 and s.last_result.rejected == 1
+        assert (
+            s.last_result.applied == 1
+            and s.last_result.duplicates == 1
+            and s.last_result.rejected == 1
+        )
         with s.reader() as r:
             assert [m["content"] for m in r.get_messages("dup")] == ["once"]
             assert r.search("lostmessage") == []

@@ -1,6 +1,7 @@
 """Content-addressed blobs (store/apply/blobs.py) on both backends (a SQLite file, a PostgreSQL
 schema) through the real spool and the backend's apply: one copy per distinct payload, every read returns the original bytes, a refused op
 leaves nothing behind, a v1 store is migrated."""
+
 from __future__ import annotations
 
 import base64
@@ -8,12 +9,11 @@ import hashlib
 
 import apsw
 import pytest
+from conftest import CORPUS
+from semantics_helpers import Store
 
 from quill.store import open_writer
 from quill.store.apply import blobs
-
-from conftest import CORPUS
-from semantics_helpers import Store
 
 
 @pytest.fixture
@@ -38,16 +38,29 @@ def drain(store, rejects=None):
 def _tool_result_with_images(n_images: int, mid: str, call: str) -> dict:
     """A Claude Code style tool result: each image in the parts AND in toolUseResult."""
     srcs = [{"type": "base64", "media_type": "image/png", "data": _png(i)} for i in range(n_images)]
-    return {"id": mid, "role": "tool", "tool_call_id": call,
-            "content": [{"type": "text", "text": "screenshots"}]
-            + [{"type": "image_url", "image_url": {"url": f"data:image/png;base64,{s['data']}"}} for s in srcs],
-            "extra": {"toolUseResult": {"content": [{"type": "image", "source": s} for s in srcs]}}}
+    return {
+        "id": mid,
+        "role": "tool",
+        "tool_call_id": call,
+        "content": [{"type": "text", "text": "screenshots"}]
+        + [
+            {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{s['data']}"}}
+            for s in srcs
+        ],
+        "extra": {"toolUseResult": {"content": [{"type": "image", "source": s} for s in srcs]}},
+    }
 
 
 def test_five_images_twice_each_are_stored_once_and_read_back_intact(store):
     spool, conn = store.spool, store.conn
-    call = {"id": "m0", "role": "assistant", "content": None,
-            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "shot", "arguments": "{}"}}]}
+    call = {
+        "id": "m0",
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "shot", "arguments": "{}"}}
+        ],
+    }
     result = _tool_result_with_images(5, "m1", "c1")
     spool.append("messages.append", {"session_id": "s", "messages": [call, result]})
     drain(store)
@@ -74,15 +87,25 @@ def test_the_same_image_in_many_messages_and_sessions_is_one_row(store):
     spool, conn = store.spool, store.conn
     url = f"data:image/jpeg;base64,{_png(7)}"
     for sid in ("a", "b"):
-        msgs = [{"id": f"u{i}", "role": "user", "content": [{"type": "text", "text": f"look {i}"},
-                                                             {"type": "image_url", "image_url": {"url": url}}]}
-                for i in range(4)]
+        msgs = [
+            {
+                "id": f"u{i}",
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": f"look {i}"},
+                    {"type": "image_url", "image_url": {"url": url}},
+                ],
+            }
+            for i in range(4)
+        ]
         spool.append("messages.append", {"session_id": sid, "messages": msgs})
     drain(store)
     assert blobs.stats(conn)["blobs"] == 1
     with store.reader() as r:
         for sid in ("a", "b"):
-            assert all(m["content"][1]["image_url"]["url"] == url for m in r.get_messages(sid, "model"))
+            assert all(
+                m["content"][1]["image_url"]["url"] == url for m in r.get_messages(sid, "model")
+            )
 
 
 def test_corrupted_base64_and_odd_data_urls_round_trip_exactly(store):
@@ -92,12 +115,17 @@ def test_corrupted_base64_and_odd_data_urls_round_trip_exactly(store):
     odd = f"data:image/png;name=a b.png;base64,{good}"
     small = f"data:image/png;base64,{good[:40]}"  # below MIN_BLOB_CHARS: stays inline
     looks_like_ref = blobs.REF_PREFIX + "0" * 64  # producer text that only looks like a ref
-    parts = [{"type": "image_url", "image_url": {"url": f"data:image/png;base64,{corrupted}"}},
-             {"type": "image_url", "image_url": {"url": odd}},
-             {"type": "image_url", "image_url": {"url": small}},
-             {"type": "text", "text": looks_like_ref},
-             {"inlineData": {"mimeType": "application/pdf", "data": good}}]
-    spool.append("messages.append", {"session_id": "s", "messages": [{"id": "x", "role": "user", "content": parts}]})
+    parts = [
+        {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{corrupted}"}},
+        {"type": "image_url", "image_url": {"url": odd}},
+        {"type": "image_url", "image_url": {"url": small}},
+        {"type": "text", "text": looks_like_ref},
+        {"inlineData": {"mimeType": "application/pdf", "data": good}},
+    ]
+    spool.append(
+        "messages.append",
+        {"session_id": "s", "messages": [{"id": "x", "role": "user", "content": parts}]},
+    )
     drain(store)
     # the odd data URL and the inlineData carry the same payload: one row; the corrupted one is text
     assert blobs.stats(conn)["blobs"] == 2
@@ -110,7 +138,9 @@ def test_corrupted_base64_and_odd_data_urls_round_trip_exactly(store):
 def test_plain_text_content_is_never_cut_out(store):
     spool, conn = store.spool, store.conn
     text = f"data:image/png;base64,{_png(1)}"
-    spool.append("messages.append", {"session_id": "s", "messages": [{"role": "user", "content": text}]})
+    spool.append(
+        "messages.append", {"session_id": "s", "messages": [{"role": "user", "content": text}]}
+    )
     drain(store)
     assert blobs.stats(conn)["blobs"] == 0
     with store.reader() as r:
@@ -120,9 +150,16 @@ def test_plain_text_content_is_never_cut_out(store):
 def test_a_refused_op_leaves_no_blob(store):
     spool, conn = store.spool, store.conn
     img = {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{_png(9)}"}}
-    spool.append("messages.append", {"session_id": "s", "messages": [
-        {"role": "tool", "tool_call_id": "c", "content": [img]},
-        {"role": "tool", "tool_call_id": "c", "content": "second live result for c"}]})
+    spool.append(
+        "messages.append",
+        {
+            "session_id": "s",
+            "messages": [
+                {"role": "tool", "tool_call_id": "c", "content": [img]},
+                {"role": "tool", "tool_call_id": "c", "content": "second live result for c"},
+            ],
+        },
+    )
     rejects: list = []
     drain(store, rejects)
     assert rejects == ["duplicate-tool-result"]
@@ -132,13 +169,27 @@ def test_a_refused_op_leaves_no_blob(store):
 def test_compaction_copies_share_the_blob(store):
     spool, conn = store.spool, store.conn
     img = {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{_png(5)}"}}
-    msgs = [{"id": "u", "role": "user", "content": [{"type": "text", "text": "see"}, img]},
-            {"id": "a", "role": "assistant", "content": "seen"}]
+    msgs = [
+        {"id": "u", "role": "user", "content": [{"type": "text", "text": "see"}, img]},
+        {"id": "a", "role": "assistant", "content": "seen"},
+    ]
     spool.append("messages.append", {"session_id": "s", "messages": msgs})
-    spool.append("messages.compact", {"session_id": "s", "tail_count": 1,
-                                      "messages": [{"role": "user", "content": "[summary]"}, msgs[1]]})
-    spool.append("messages.compact", {"session_id": "s", "tail_count": 0,
-                                      "messages": [{"role": "user", "content": [{"type": "text", "text": "again"}, img]}]})
+    spool.append(
+        "messages.compact",
+        {
+            "session_id": "s",
+            "tail_count": 1,
+            "messages": [{"role": "user", "content": "[summary]"}, msgs[1]],
+        },
+    )
+    spool.append(
+        "messages.compact",
+        {
+            "session_id": "s",
+            "tail_count": 0,
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "again"}, img]}],
+        },
+    )
     drain(store)
     assert blobs.stats(conn)["blobs"] == 1
     with store.reader() as r:
@@ -153,15 +204,24 @@ def test_a_v1_store_is_migrated_to_hold_blobs(tmp_path):
     conn = apsw.Connection(str(db))
     from quill.store import schema
     from quill.store.apply import usage
-    v1_ddl = schema.DDL.replace(blobs.DDL, "").replace(usage.MIGRATION, "").replace(schema.BATCH_DIGEST, "")
+
+    v1_ddl = (
+        schema.DDL.replace(blobs.DDL, "")
+        .replace(usage.MIGRATION, "")
+        .replace(schema.BATCH_DIGEST, "")
+    )
     conn.execute(v1_ddl)
     conn.execute("PRAGMA user_version = 1")
     conn.close()
     writer = open_writer(db)
     try:
         assert writer.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION
-        assert blobs.put(writer, "data:image/png;base64," + _png(2), now=1.0) == blobs.sha256_of("data:image/png;base64," + _png(2))
-        assert blobs.get(writer, blobs.sha256_of("data:image/png;base64," + _png(2))) == "data:image/png;base64," + _png(2)
+        assert blobs.put(writer, "data:image/png;base64," + _png(2), now=1.0) == blobs.sha256_of(
+            "data:image/png;base64," + _png(2)
+        )
+        assert blobs.get(
+            writer, blobs.sha256_of("data:image/png;base64," + _png(2))
+        ) == "data:image/png;base64," + _png(2)
     finally:
         writer.close()
 
@@ -174,19 +234,55 @@ from hypothesis import strategies as st  # noqa: E402
 _B64 = base64.b64encode(b"\x89PNG" * 400).decode()  # 2,136 characters
 _STRINGS = st.one_of(
     st.text(max_size=12),
-    st.sampled_from(["data", "data:", "base64", ";base64,", "image/png", '"data":"', "quill-blob:"]),
+    st.sampled_from(
+        ["data", "data:", "base64", ";base64,", "image/png", '"data":"', "quill-blob:"]
+    ),
     # around the size threshold, as data URLs, bare payloads and text that only looks like one
-    st.builds(lambda n, pre: pre + _B64[:n], st.integers(900, 1100),
-              st.sampled_from(["", "data:image/png;base64,", "data:;base64,", "data:x" + "y" * 300 + ";base64,",
-                               "text data: ;base64, ", "\ud800", "é" * 100])),
+    st.builds(
+        lambda n, pre: pre + _B64[:n],
+        st.integers(900, 1100),
+        st.sampled_from(
+            [
+                "",
+                "data:image/png;base64,",
+                "data:;base64,",
+                "data:x" + "y" * 300 + ";base64,",
+                "text data: ;base64, ",
+                "\ud800",
+                "é" * 100,
+            ]
+        ),
+    ),
 )
-_KEYS = st.one_of(st.sampled_from(["data", "type", "media_type", "mime_type", "mimeType", "source", "url",
-                                   "dat", "Data", "data "]), st.text(max_size=6))
+_KEYS = st.one_of(
+    st.sampled_from(
+        [
+            "data",
+            "type",
+            "media_type",
+            "mime_type",
+            "mimeType",
+            "source",
+            "url",
+            "dat",
+            "Data",
+            "data ",
+        ]
+    ),
+    st.text(max_size=6),
+)
 _JSON = st.recursive(
-    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True), _STRINGS,
-              st.just("base64")),
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(),
+        st.floats(allow_nan=True),
+        _STRINGS,
+        st.just("base64"),
+    ),
     lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(_KEYS, inner, max_size=5)),
-    max_leaves=12)
+    max_leaves=12,
+)
 
 
 def _same_extract(value):
@@ -203,18 +299,23 @@ def test_extract_with_the_shortcut_equals_the_full_walk_on_generated_values(valu
     _same_extract(value)
 
 
-@pytest.mark.parametrize("value", [
-    "data:image/png;base64," + _B64,                                          # a bare data URL
-    {"type": "base64", "media_type": "image/png", "data": _B64},              # Anthropic source
-    {"inlineData": {"mimeType": "image/png", "data": _B64}},                  # Gemini
-    {"data": "x" * (blobs.MIN_BLOB_CHARS - 1), "type": "base64"},            # one short of the size
-    {"data": "x" * blobs.MIN_BLOB_CHARS, "type": "base64"},                  # exactly the size
-    {"url": "data:image/png;base64," + "A" * (blobs.MIN_BLOB_CHARS - 22)},   # URL of exactly the size
-    {"url": "data:" + "y" * 300 + ";base64," + _B64},                        # marker past 256 chars
-    [{"media_type": "image/png", "data": "bad\ud800" + _B64}],                 # lone surrogate
-    {"text": 'say "data":"' + _B64 + '"'},                                    # text that only looks like it
-    {"nested": [[[{"source": {"type": "base64", "data": _B64}}]]]},
-])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "data:image/png;base64," + _B64,  # a bare data URL
+        {"type": "base64", "media_type": "image/png", "data": _B64},  # Anthropic source
+        {"inlineData": {"mimeType": "image/png", "data": _B64}},  # Gemini
+        {"data": "x" * (blobs.MIN_BLOB_CHARS - 1), "type": "base64"},  # one short of the size
+        {"data": "x" * blobs.MIN_BLOB_CHARS, "type": "base64"},  # exactly the size
+        {
+            "url": "data:image/png;base64," + "A" * (blobs.MIN_BLOB_CHARS - 22)
+        },  # URL of exactly the size
+        {"url": "data:" + "y" * 300 + ";base64," + _B64},  # marker past 256 chars
+        [{"media_type": "image/png", "data": "bad\ud800" + _B64}],  # lone surrogate
+        {"text": 'say "data":"' + _B64 + '"'},  # text that only looks like it
+        {"nested": [[[{"source": {"type": "base64", "data": _B64}}]]]},
+    ],
+)
 def test_extract_with_the_shortcut_equals_the_full_walk_on_edge_cases(value):
     _same_extract(value)
 
@@ -225,6 +326,7 @@ def test_extract_with_the_shortcut_equals_the_full_walk_on_the_corpus():
     each of its values: same result with and without the shortcut, and some values do hold
     payloads (so the test would see a shortcut that skipped one)."""
     from quill.ops.importers import iter_transcript_files, parse_file
+
     n = cut = 0
     for path in iter_transcript_files([CORPUS]):
         for session in parse_file(path).sessions:

@@ -12,45 +12,60 @@ once with the ledger's bulk runs off (each op in its own SAVEPOINT, as the Postg
 does). Every table must match, every column except the drain's own clock, and the
 quarantine calls must match in order.
 """
+
 from __future__ import annotations
 
 import random
 from pathlib import Path
 
 import pytest
+from harness import RecordingDrain
 
 from quill.spool import Quarantine, Spool, SpoolReader
 from quill.store import open_writer
 from quill.store.apply.chunk import SqliteLedger
 from quill.store.factory import open_url
 
-from harness import RecordingDrain
-
 SESSIONS = ["a", "b", "c", "d"]
 #: (table, column) that hold when the drain ran, not what it stored.
-VOLATILE = {("applied_batches", "applied_at"), ("rejected_batches", "rejected_at"),
-            ("spool_cursor", "updated_at")}
+VOLATILE = {
+    ("applied_batches", "applied_at"),
+    ("rejected_batches", "rejected_at"),
+    ("spool_cursor", "updated_at"),
+}
 
 
 def _message(rng: random.Random, n: int) -> dict:
-    role = rng.choice(["user", "assistant", "assistant", "tool"] + (["bogus"] if rng.random() < 0.02 else []))
+    role = rng.choice(
+        ["user", "assistant", "assistant", "tool"] + (["bogus"] if rng.random() < 0.02 else [])
+    )
     msg: dict = {"role": role, "content": rng.choice(["hello", "fix the bug", "done", "ok ok"])}
     if rng.random() < 0.6:
         msg["id"] = f"m{rng.randrange(n + 3)}"  # repeats: skipped within an op and across ops
     if role == "assistant" and rng.random() < 0.3:
-        msg["tool_calls"] = [{"id": f"c{rng.randrange(30)}", "type": "function",
-                              "function": {"name": "bash", "arguments": '{"cmd": "ls"}'}}]
+        msg["tool_calls"] = [
+            {
+                "id": f"c{rng.randrange(30)}",
+                "type": "function",
+                "function": {"name": "bash", "arguments": '{"cmd": "ls"}'},
+            }
+        ]
     if role == "tool":
         msg["tool_call_id"] = f"c{rng.randrange(30)}"
     if role == "assistant" and rng.random() < 0.4:
         bad = rng.random() < 0.05
-        msg["usage"] = {"prompt_tokens": -1 if bad else rng.randint(1, 99), "completion_tokens": rng.randint(1, 9)}
+        msg["usage"] = {
+            "prompt_tokens": -1 if bad else rng.randint(1, 99),
+            "completion_tokens": rng.randint(1, 9),
+        }
         if rng.random() < 0.5:
             msg["response_id"] = f"r{rng.randrange(8)}"
             msg["model"] = rng.choice(["gpt-4o", None])
     if rng.random() < 0.03:
-        msg["content"] = [{"type": "text", "text": "see"},
-                          {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "QUJD" * 400}}]
+        msg["content"] = [
+            {"type": "text", "text": "see"},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "QUJD" * 400}},
+        ]
     return msg
 
 
@@ -68,14 +83,28 @@ def write_spool(spool_dir: Path, seed: int, ops: int = 160) -> None:
                 sp.append(op, data, batch_id=batch)
                 continue
             if r < 0.10:
-                op, data = "session.create", {"session_id": sid, "source": rng.choice(["cli", "cron"])}
+                op, data = (
+                    "session.create",
+                    {"session_id": sid, "source": rng.choice(["cli", "cron"])},
+                )
             elif r < 0.15:
-                op, data = "session.end", {"session_id": sid, "reason": rng.choice(["agent_close", "user_exit"])}
+                op, data = (
+                    "session.end",
+                    {"session_id": sid, "reason": rng.choice(["agent_close", "user_exit"])},
+                )
             elif r < 0.17:
-                op, data = "sessions.delete", {"session_ids": [sid], "reason": "user", "actor": "user:test"}
+                op, data = (
+                    "sessions.delete",
+                    {"session_ids": [sid], "reason": "user", "actor": "user:test"},
+                )
             else:
-                op, data = "messages.append", {"session_id": sid,
-                                               "messages": [_message(rng, i) for _ in range(rng.randint(0, 6))]}
+                op, data = (
+                    "messages.append",
+                    {
+                        "session_id": sid,
+                        "messages": [_message(rng, i) for _ in range(rng.randint(0, 6))],
+                    },
+                )
                 if rng.random() < 0.3:
                     data["source"] = rng.choice(["cli", "claude-code"])
                 if rng.random() < 0.02:
@@ -103,8 +132,10 @@ def dump(db: Path) -> dict[str, list[tuple]]:
     conn = open_writer(db)
     try:
         out = {}
-        for (table,) in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE "
-                                     "'messages_fts%' AND name NOT LIKE 'messages_trigram%' ORDER BY name").fetchall():
+        for (table,) in conn.execute(
+            "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE "
+            "'messages_fts%' AND name NOT LIKE 'messages_trigram%' ORDER BY name"
+        ).fetchall():
             cols = [c[1] for c in conn.execute(f'PRAGMA table_info("{table}")')]
             sel = ", ".join("NULL" if (table, c) in VOLATILE else f'"{c}"' for c in cols)
             out[table] = conn.execute(f'SELECT {sel} FROM "{table}" ORDER BY 1').fetchall()
@@ -129,17 +160,35 @@ def test_bulk_runs_equal_one_op_at_a_time(tmp_path: Path, seed: int, monkeypatch
     reasons = {r for _, r in bulk}
     assert a["messages"] and a["usage"]  # the sequence did write
     assert "duplicate-tool-result" in reasons or seed > 2  # the store-phase refusal is exercised
-    assert reasons <= {"duplicate-tool-result", "invalid-usage", "invalid-role", "invalid-session-id",
-                       "batch-id-reused", "unknown-session"}
+    assert reasons <= {
+        "duplicate-tool-result",
+        "invalid-usage",
+        "invalid-role",
+        "invalid-session-id",
+        "batch-id-reused",
+        "unknown-session",
+    }
 
 
 def test_refused_op_in_a_run_is_quarantined_alone(tmp_path: Path) -> None:
     """Five appends in one chunk; the third repeats a live tool result (refused only once the
     store is consulted): it alone is quarantined, the other four are applied around it."""
-    msgs = [[{"role": "user", "content": "go"}], [{"role": "tool", "tool_call_id": "x", "content": "1"}],
-            [{"role": "tool", "tool_call_id": "x", "content": "2"}, {"role": "user", "content": "lost"}],
-            [{"role": "assistant", "content": "after", "usage": {"prompt_tokens": 3, "completion_tokens": 1}}],
-            [{"role": "user", "content": "last"}]]
+    msgs = [
+        [{"role": "user", "content": "go"}],
+        [{"role": "tool", "tool_call_id": "x", "content": "1"}],
+        [
+            {"role": "tool", "tool_call_id": "x", "content": "2"},
+            {"role": "user", "content": "lost"},
+        ],
+        [
+            {
+                "role": "assistant",
+                "content": "after",
+                "usage": {"prompt_tokens": 3, "completion_tokens": 1},
+            }
+        ],
+        [{"role": "user", "content": "last"}],
+    ]
     with Spool(tmp_path / "spool", fsync=False) as sp:
         for i, m in enumerate(msgs):
             sp.append("messages.append", {"session_id": "s", "messages": m}, batch_id=f"b{i}")
@@ -150,7 +199,14 @@ def test_refused_op_in_a_run_is_quarantined_alone(tmp_path: Path) -> None:
         rows = conn.execute("SELECT id, content, batch_id FROM messages ORDER BY id").fetchall()
         assert rows == [(1, "go", "b0"), (2, "1", "b1"), (3, "after", "b3"), (4, "last", "b4")]
         assert conn.execute("SELECT message_id, batch_id FROM usage").fetchall() == [(3, "b3")]
-        assert conn.execute("SELECT batch_id, reason FROM rejected_batches").fetchall() == [("b2", "duplicate-tool-result")]
-        assert sorted(r[0] for r in conn.execute("SELECT batch_id FROM applied_batches")) == ["b0", "b1", "b3", "b4"]
+        assert conn.execute("SELECT batch_id, reason FROM rejected_batches").fetchall() == [
+            ("b2", "duplicate-tool-result")
+        ]
+        assert sorted(r[0] for r in conn.execute("SELECT batch_id FROM applied_batches")) == [
+            "b0",
+            "b1",
+            "b3",
+            "b4",
+        ]
     finally:
         conn.close()

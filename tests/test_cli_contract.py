@@ -3,6 +3,7 @@ one exit-code table, ranged numbers, --version, output never hard-wrapped off a 
 
 The structural tests walk the whole command tree, so a command added later is checked too.
 """
+
 from __future__ import annotations
 
 import json
@@ -10,7 +11,6 @@ import tomllib
 
 import click
 import pytest
-
 from conftest import REPO
 
 #: Commands without --json, and why.
@@ -43,6 +43,7 @@ def test_every_command_takes_the_one_json_option():
 
     @json_option
     def probe(as_json: bool) -> None: ...
+
     shared = click.command()(probe).params[0]
     leaves = _leaves()
     assert len(leaves) >= 20
@@ -98,19 +99,26 @@ def test_bad_numbers_are_usage_errors_in_the_one_format(quill, home, args):
     as_json = quill.run(*args, "--json", check=False, input="")
     assert as_json.returncode == 2
     error = json.loads(as_json.stdout)["error"]
-    assert error["kind"] == "usage" and error["exit_code"] == 2 and error["message"] and error["hint"]
+    assert (
+        error["kind"] == "usage" and error["exit_code"] == 2 and error["message"] and error["hint"]
+    )
     assert not (home / "spool").exists() or not any((home / "spool").glob("*.jsonl"))
 
 
-@pytest.mark.parametrize("args", [("nosuch",), ("sessions", "show"), ("search", "q", "--bogus")], ids=" ".join)
+@pytest.mark.parametrize(
+    "args", [("nosuch",), ("sessions", "show"), ("search", "q", "--bogus")], ids=" ".join
+)
 def test_parse_errors_follow_the_format_too(quill, args):
     proc = quill.run(*args, "--json", check=False)
     assert proc.returncode == 2
     assert json.loads(proc.stdout)["error"]["kind"] == "usage"
 
 
-@pytest.mark.parametrize("args", [("sessions", "show", "nope"), ("schedule", "pause", "nope"),
-                                  ("schedule", "resume", "nope")], ids=" ".join)
+@pytest.mark.parametrize(
+    "args",
+    [("sessions", "show", "nope"), ("schedule", "pause", "nope"), ("schedule", "resume", "nope")],
+    ids=" ".join,
+)
 def test_not_found_is_exit_3_in_both_formats(quill, args):
     human = quill.run(*args, check=False)
     assert human.returncode == 3 and human.stderr.startswith("quill: error: no ")
@@ -119,7 +127,9 @@ def test_not_found_is_exit_3_in_both_formats(quill, args):
 
 
 def test_refused_input_is_a_usage_error_and_nothing_is_pushed(quill, home):
-    proc = quill.run("push", "--session", "s", "--json", check=False, input='{"role":"wizard","content":"x"}')
+    proc = quill.run(
+        "push", "--session", "s", "--json", check=False, input='{"role":"wizard","content":"x"}'
+    )
     assert proc.returncode == 2
     error = json.loads(proc.stdout)["error"]
     assert "invalid-role" in error["message"] and "nothing was pushed" in error["message"]
@@ -127,6 +137,7 @@ def test_refused_input_is_a_usage_error_and_nothing_is_pushed(quill, home):
 
 def test_version_matches_the_package():
     import quill
+
     with open(REPO / "pyproject.toml", "rb") as f:
         version = tomllib.load(f)["project"]["version"]
     assert quill.__version__ == version
@@ -134,6 +145,7 @@ def test_version_matches_the_package():
 
 def test_version_option(quill):
     import quill as pkg
+
     assert quill.run("--version").stdout.strip() == f"quill {pkg.__version__}"
 
 
@@ -160,8 +172,13 @@ LONG_TEXT = "word " * 80 + "tail-marker"
 
 
 def test_output_is_never_hard_wrapped_when_piped(quill, home):
-    ops = [{"op": "session.create", "data": {"session_id": LONG_ID, "source": "cli", "title": "t " * 60}},
-           {"session_id": LONG_ID, "messages": [{"role": "user", "content": LONG_TEXT}]}]
+    ops = [
+        {
+            "op": "session.create",
+            "data": {"session_id": LONG_ID, "source": "cli", "title": "t " * 60},
+        },
+        {"session_id": LONG_ID, "messages": [{"role": "user", "content": LONG_TEXT}]},
+    ]
     quill.run("push", input="\n".join(json.dumps(o) for o in ops))
     quill.run("spool", "replay")
     listing = quill.run("sessions", "list").stdout
@@ -178,9 +195,23 @@ def test_output_is_never_hard_wrapped_when_piped(quill, home):
 
 
 #: What `quill push` must never import (bench/cli.py measures the process; these dominate it).
-HEAVY = ("sqlalchemy", "apscheduler", "rich", "psutil", "huey", "structlog", "quill.store.read.reader",
-         "quill.store.apply.chunk", "quill.store.sqlite.connection", "quill.store.sqlite.indexer", "quill.workers", "quill.jobs",
-         "importlib.metadata", "tomllib", "socket")
+HEAVY = (
+    "sqlalchemy",
+    "apscheduler",
+    "rich",
+    "psutil",
+    "huey",
+    "structlog",
+    "quill.store.read.reader",
+    "quill.store.apply.chunk",
+    "quill.store.sqlite.connection",
+    "quill.store.sqlite.indexer",
+    "quill.workers",
+    "quill.jobs",
+    "importlib.metadata",
+    "tomllib",
+    "socket",
+)
 
 
 def _modules_loaded_by(home, argv: list[str], stdin: str = "") -> tuple[list[str], str]:
@@ -190,26 +221,43 @@ def _modules_loaded_by(home, argv: list[str], stdin: str = "") -> tuple[list[str
 
     from conftest import quill_env
 
-    code = ("import atexit, sys, json\n"
-            "atexit.register(lambda: print(json.dumps(sorted(sys.modules)), file=sys.stderr))\n"
-            f"sys.argv = ['quill', *{argv!r}]\n"
-            "from quill.ops.cli import main\nmain()\n")
-    proc = subprocess.run([sys.executable, "-c", code], input=stdin,
-                          capture_output=True, text=True, env=quill_env(home), timeout=120)
+    code = (
+        "import atexit, sys, json\n"
+        "atexit.register(lambda: print(json.dumps(sorted(sys.modules)), file=sys.stderr))\n"
+        f"sys.argv = ['quill', *{argv!r}]\n"
+        "from quill.ops.cli import main\nmain()\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=quill_env(home),
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stderr.strip().splitlines()[-1]), proc.stdout
 
 
 def test_version_is_answered_without_building_the_command_tree(home):
     import quill as pkg
+
     loaded, out = _modules_loaded_by(home, ["--version"])
     assert out.strip() == f"quill {pkg.__version__}"
-    assert not [m for m in loaded if m == "click" or m.startswith(("click.", "quill.ops.cli.root", "quill.store"))]
+    assert not [
+        m
+        for m in loaded
+        if m == "click" or m.startswith(("click.", "quill.ops.cli.root", "quill.store"))
+    ]
 
 
 def test_push_imports_only_the_producer_side(home):
-    loaded, _ = _modules_loaded_by(home, ["push", "--session", "s"], '{"role": "user", "content": "hi"}')
-    heavy = sorted(m for m in loaded for h in (*HEAVY, *FAST_PUSH_SKIPS) if m == h or m.startswith(h + "."))
+    loaded, _ = _modules_loaded_by(
+        home, ["push", "--session", "s"], '{"role": "user", "content": "hi"}'
+    )
+    heavy = sorted(
+        m for m in loaded for h in (*HEAVY, *FAST_PUSH_SKIPS) if m == h or m.startswith(h + ".")
+    )
     assert not heavy, f"quill push imported {heavy}"
     assert "quill.ops.cli.push_fast" in loaded and "quill.store.apply.precheck" in loaded
 
@@ -220,13 +268,17 @@ FAST_PUSH_SKIPS = ("click", "msgspec", "dataclasses", "uuid", "hashlib", "shutil
 
 def _normalised(proc) -> tuple[int, str, str]:
     import re
+
     ids = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|\b\d+:\d+\b")
     return proc.returncode, ids.sub("X", proc.stdout), ids.sub("X", proc.stderr)
 
 
 PUSH_CASES = [
     (("push", "--session", "s"), '{"role": "user", "content": "hi"}'),
-    (("push", "--session=s", "--json"), '{"role": "user", "content": "hi"}\n{"role": "assistant", "content": "yo"}'),
+    (
+        ("push", "--session=s", "--json"),
+        '{"role": "user", "content": "hi"}\n{"role": "assistant", "content": "yo"}',
+    ),
     (("push", "--json"), '{"session_id": "s2", "messages": [{"role": "user", "content": "x"}]}'),
     (("push", "--session", "s"), '{"role": "wizard", "content": "x"}'),
     (("push", "--json"), "[]"),
@@ -250,8 +302,18 @@ def test_push_fast_path_and_click_path_print_the_same(tmp_path, args, stdin):
     out = []
     for code in ("from quill.ops.cli import main; main()", via_click):
         home = tmp_path / str(len(out))
-        out.append(_normalised(subprocess.run([sys.executable, "-c", code, *args], input=stdin, capture_output=True,
-                                              text=True, env=quill_env(home), timeout=120)))
+        out.append(
+            _normalised(
+                subprocess.run(
+                    [sys.executable, "-c", code, *args],
+                    input=stdin,
+                    capture_output=True,
+                    text=True,
+                    env=quill_env(home),
+                    timeout=120,
+                )
+            )
+        )
     assert out[0] == out[1]
     assert "Traceback" not in out[0][2]
 
@@ -265,11 +327,21 @@ def test_push_of_nothing_is_refused_and_says_so(quill, home):
 
 def test_push_session_option_is_never_ignored(quill):
     """--session fills in a full op's missing session id and refuses one naming another."""
-    proc = quill.run("push", "--session", "b", check=False,
-                     input='{"op": "session.create", "data": {"session_id": "a"}}')
+    proc = quill.run(
+        "push",
+        "--session",
+        "b",
+        check=False,
+        input='{"op": "session.create", "data": {"session_id": "a"}}',
+    )
     assert proc.returncode == 2 and "--session is 'b'" in proc.stderr
-    proc = quill.run("push", "--session", "b", check=False,
-                     input='{"session_id": "a", "messages": [{"role": "user", "content": "x"}]}')
+    proc = quill.run(
+        "push",
+        "--session",
+        "b",
+        check=False,
+        input='{"session_id": "a", "messages": [{"role": "user", "content": "x"}]}',
+    )
     assert proc.returncode == 2 and "--session is 'b'" in proc.stderr
     quill.run("push", "--session", "c", input='{"op": "session.create", "data": {"source": "cli"}}')
     quill.run("run", "--until-idle")

@@ -1,5 +1,6 @@
 """The CLI on a real terminal (a pty): progress bars for long work, ids never split on a narrow
 screen; and none of it when output goes to a pipe."""
+
 from __future__ import annotations
 
 import json
@@ -10,7 +11,6 @@ import subprocess
 import time
 
 import pytest
-
 from conftest import CORPUS, QuillCLI, quill_env
 
 LONG_ID = "agent-run-" + "0123456789abcdef" * 5 + "-tail"
@@ -20,7 +20,9 @@ def _on_tty(cli: QuillCLI, *args: str, columns: int = 100, timeout: float = 240)
     """Run ``quill args`` with stdout and stderr on a pty of ``columns`` columns; (code, output)."""
     master, slave = pty.openpty()
     env = {**quill_env(cli.home), "COLUMNS": str(columns), "LINES": "40", "TERM": "xterm"}
-    proc = subprocess.Popen(cli.argv(*args), stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, env=env)
+    proc = subprocess.Popen(
+        cli.argv(*args), stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, env=env
+    )
     os.close(slave)
     chunks, deadline = [], time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -40,8 +42,15 @@ def _on_tty(cli: QuillCLI, *args: str, columns: int = 100, timeout: float = 240)
 
 
 def _seed(quill: QuillCLI, n: int = 400) -> None:
-    lines = [json.dumps({"session_id": LONG_ID if i == 0 else f"s{i}",
-                         "messages": [{"role": "user", "content": f"needle {i} " + "x" * 2000}]}) for i in range(n)]
+    lines = [
+        json.dumps(
+            {
+                "session_id": LONG_ID if i == 0 else f"s{i}",
+                "messages": [{"role": "user", "content": f"needle {i} " + "x" * 2000}],
+            }
+        )
+        for i in range(n)
+    ]
     quill.run("push", input="\n".join(lines))
 
 

@@ -1,6 +1,7 @@
 """CLI mistakes a user makes, one test per kind of mistake: a command
 that did nothing must say so with the shared not-found / usage exit code, a prompt is never
 skipped silently, messages say what each figure is."""
+
 from __future__ import annotations
 
 import json
@@ -10,14 +11,18 @@ import subprocess
 import time
 
 import pytest
-
 from conftest import QuillCLI, quill_env
 
 
 def _seed(quill: QuillCLI) -> None:
-    ops = [{"op": "session.create", "data": {"session_id": "a", "key": "chat:1"}},
-           {"op": "messages.append", "data": {"session_id": "a", "messages": [{"role": "user", "content": "one"}]}},
-           {"op": "session.create", "data": {"session_id": "b"}}]
+    ops = [
+        {"op": "session.create", "data": {"session_id": "a", "key": "chat:1"}},
+        {
+            "op": "messages.append",
+            "data": {"session_id": "a", "messages": [{"role": "user", "content": "one"}]},
+        },
+        {"op": "session.create", "data": {"session_id": "b"}},
+    ]
     quill.run("push", input="\n".join(json.dumps(o) for o in ops))
     quill.run("run", "--until-idle", "--timeout", "60")
 
@@ -25,7 +30,9 @@ def _seed(quill: QuillCLI) -> None:
 def _answer_on_tty(cli: QuillCLI, answer: bytes, *args: str) -> tuple[int, str]:
     """Run ``quill args`` on a pty, type ``answer`` at the prompt; (exit code, output)."""
     master, slave = pty.openpty()
-    proc = subprocess.Popen(cli.argv(*args), stdin=slave, stdout=slave, stderr=slave, env=quill_env(cli.home))
+    proc = subprocess.Popen(
+        cli.argv(*args), stdin=slave, stdout=slave, stderr=slave, env=quill_env(cli.home)
+    )
     os.close(slave)
     out = b""
     deadline = time.monotonic() + 120
@@ -47,7 +54,9 @@ def test_delete_of_an_unknown_session_is_not_found_and_deletes_nothing(quill):
     for args in (("nosuch",), ("b", "nosuch")):
         proc = quill.run("sessions", "delete", *args, "--yes", check=False)
         assert proc.returncode == 3 and "nosuch" in proc.stderr and "quill: hint:" in proc.stderr
-        error = json.loads(quill.run("sessions", "delete", *args, "--yes", "--json", check=False).stdout)["error"]
+        error = json.loads(
+            quill.run("sessions", "delete", *args, "--yes", "--json", check=False).stdout
+        )["error"]
         assert error["kind"] == "not_found" and error["exit_code"] == 3
     quill.run("run", "--until-idle", "--timeout", "60")
     assert {s["id"] for s in quill.json("sessions", "list", "--all")} == {"a", "b"}
@@ -66,7 +75,11 @@ def test_delete_never_skips_the_prompt_silently(quill):
     as_json = quill.run("sessions", "delete", "b", "--json", check=False)
     assert as_json.returncode == 2 and "--yes" in json.loads(as_json.stdout)["error"]["hint"]
     piped = quill.run("sessions", "delete", "b", check=False, input="y\n")
-    assert piped.returncode == 2 and "stdin is not a terminal" in piped.stderr and "--yes" in piped.stderr
+    assert (
+        piped.returncode == 2
+        and "stdin is not a terminal" in piped.stderr
+        and "--yes" in piped.stderr
+    )
     quill.run("run", "--until-idle", "--timeout", "60")
     assert {s["id"] for s in quill.json("sessions", "list", "--all")} == {"a", "b"}
 
@@ -74,7 +87,9 @@ def test_delete_never_skips_the_prompt_silently(quill):
 def test_declining_the_prompt_is_a_clean_abort_with_its_own_exit_code(quill):
     _seed(quill)
     code, out = _answer_on_tty(quill, b"n\n", "sessions", "delete", "b")
-    assert code == 7 and "quill: error: aborted: nothing was changed" in out and "Traceback" not in out, out
+    assert (
+        code == 7 and "quill: error: aborted: nothing was changed" in out and "Traceback" not in out
+    ), out
     code, out = _answer_on_tty(quill, b"y\n", "sessions", "delete", "b")
     assert code == 0 and "spooled" in out, out
     quill.run("run", "--until-idle", "--timeout", "60")
@@ -86,7 +101,11 @@ def test_export_of_an_unknown_key_is_not_found(quill, tmp_path):
     assert proc.returncode == 3 and "nokey" in proc.stderr
     _seed(quill)
     proc = quill.run("export", "--key", "nokey", check=False)
-    assert proc.returncode == 3 and "no session has key 'nokey'" in proc.stderr and "quill: hint:" in proc.stderr
+    assert (
+        proc.returncode == 3
+        and "no session has key 'nokey'" in proc.stderr
+        and "quill: hint:" in proc.stderr
+    )
     assert quill.run("export", "--key", "chat:1").stdout.count("\n") >= 2
 
 
@@ -119,15 +138,29 @@ def test_readme_tour_commands_are_true_on_the_corpus(quill, home, fleet):
             stdin = shlex.split(echo)[1] + "\n"
         argv = shlex.split(line.replace("../shared/corpus", str(CORPUS)))[1:]
         # an output file the README names relative to the user's cwd goes into the test's tmp dir
-        argv = [str(home.parent / a) if i and argv[i - 1] in ("-o", "--output") else a for i, a in enumerate(argv)]
-        if argv[0] == "push":  # a generous wait: the fleet may still be starting on a loaded machine
+        argv = [
+            str(home.parent / a) if i and argv[i - 1] in ("-o", "--output") else a
+            for i, a in enumerate(argv)
+        ]
+        if (
+            argv[0] == "push"
+        ):  # a generous wait: the fleet may still be starting on a loaded machine
             argv = [a for a in argv if a != "--wait" and not a.isdigit()] + ["--wait", "120"]
         if argv[0] == "sessions" and argv[1] == "delete":
             continue  # run last, below: it would remove what later lines read
         if argv[0] == "import":
-            quill.run(*argv, check=False)  # exit 1: the corpus holds files of unknown formats (the README says so)
+            quill.run(
+                *argv, check=False
+            )  # exit 1: the corpus holds files of unknown formats (the README says so)
             # the writer applies in spool order: once this marker is applied, so is the import
-            quill.run("push", "--session", "marker", "--wait", "300", input='{"role": "user", "content": "."}')
+            quill.run(
+                "push",
+                "--session",
+                "marker",
+                "--wait",
+                "300",
+                input='{"role": "user", "content": "."}',
+            )
             continue
         proc = quill.run(*[a for a in argv if a != "[--adopt]"], input=stdin, check=False)
         assert proc.returncode == 0, f"README: {line}\n{proc.stdout[-500:]}\n{proc.stderr[-1000:]}"
@@ -135,7 +168,9 @@ def test_readme_tour_commands_are_true_on_the_corpus(quill, home, fleet):
             assert quill.json(*argv), f"README's example {line!r} finds nothing in the corpus"
         ran += 1
     assert (home.parent / "all.jsonl").stat().st_size > 0  # the export line wrote its file there
-    delete = next(shlex.split(line)[1:] for line in lines if line.startswith("quill sessions delete"))
+    delete = next(
+        shlex.split(line)[1:] for line in lines if line.startswith("quill sessions delete")
+    )
     assert quill.run(*delete).returncode == 0
     assert ran >= 9
 
@@ -147,7 +182,9 @@ def test_a_query_of_only_operator_words_searches_for_them(quill):
     for q in ("AND", "OR", "OR OR", "NOT"):
         assert plan(q).kind == "fts" and plan(q).terms == [q.split()[0].lower()]
     assert plan("foo AND").terms == ["foo"]  # a dangling operator next to a term is still dropped
-    quill.run("push", "--session", "s", input='{"role": "user", "content": "salt and pepper, or not"}')
+    quill.run(
+        "push", "--session", "s", input='{"role": "user", "content": "salt and pepper, or not"}'
+    )
     quill.run("run", "--until-idle", "--timeout", "60")
     for q in ("AND", "OR", "NOT"):
         assert len(quill.json("search", q)) == 1, q
@@ -161,20 +198,33 @@ def test_export_then_import_keeps_an_implicit_sessions_start(quill, tmp_path):
     before = quill.json("sessions", "show", "implicit")["session"]
     exported = tmp_path / "all.jsonl"
     quill.run("export", "-o", str(exported))
-    time.sleep(1.1)  # a re-import a second later would otherwise stamp a start equal within rounding
+    time.sleep(
+        1.1
+    )  # a re-import a second later would otherwise stamp a start equal within rounding
     other = QuillCLI(tmp_path / "other")
     other.run("import", str(exported))
     other.run("run", "--until-idle", "--timeout", "60")
     after = other.json("sessions", "show", "implicit")["session"]
-    assert after["started_at"] == before["started_at"] and after["placeholder"] == before["placeholder"]
+    assert (
+        after["started_at"] == before["started_at"]
+        and after["placeholder"] == before["placeholder"]
+    )
 
 
 def test_import_summary_says_what_each_count_is_and_names_skipped_md_files(quill, tmp_path):
     folder = tmp_path / "in"
     folder.mkdir()
     (folder / "notes.md").write_text("# not a transcript\n")
-    (folder / "chat.json").write_text(json.dumps({"messages": [{"role": "user", "content": "hi"},
-                                                               {"role": "assistant", "content": "yo"}]}))
+    (folder / "chat.json").write_text(
+        json.dumps(
+            {
+                "messages": [
+                    {"role": "user", "content": "hi"},
+                    {"role": "assistant", "content": "yo"},
+                ]
+            }
+        )
+    )
     first = quill.run("import", str(folder))
     assert "2 message(s) read: 2 new, 0 already stored" in first.stdout, first.stdout
     assert "skipped 1 .md file(s)" in first.stderr and "notes.md" in first.stderr
@@ -193,7 +243,10 @@ def test_replay_while_a_fleet_runs_says_who_and_what_to_do(quill, fleet):
             break
         time.sleep(0.5)
     assert proc.returncode == 1, proc.stderr
-    assert "cannot replay into the live store: pid " in proc.stderr and "quill: hint: stop `quill run`" in proc.stderr
+    assert (
+        "cannot replay into the live store: pid " in proc.stderr
+        and "quill: hint: stop `quill run`" in proc.stderr
+    )
     assert "{" not in proc.stderr  # no raw lease record
     again = quill.run("run", "--until-idle", check=False)
     assert again.returncode == 1 and "quill: hint:" in again.stderr and "{" not in again.stderr
@@ -205,7 +258,9 @@ def test_cosmetics_no_empty_title_no_one_hours_no_other_store_jobs(quill):
     assert "the default data dir" not in run.stderr  # QUILL_HOME is set here
     shown = quill.run("sessions", "show", "s").stdout
     assert "title=" not in shown
-    quill.run("push", input='{"op": "session.title", "data": {"session_id": "s", "title": "Fix it"}}')
+    quill.run(
+        "push", input='{"op": "session.title", "data": {"session_id": "s", "title": "Fix it"}}'
+    )
     quill.run("run", "--until-idle", "--timeout", "60")
     assert "title='Fix it'" in quill.run("sessions", "show", "s").stdout
     listed = quill.run("jobs", "list").stdout
@@ -217,7 +272,12 @@ def test_cosmetics_no_empty_title_no_one_hours_no_other_store_jobs(quill):
 def test_run_on_the_default_data_dir_says_so(tmp_path):
     env = {**quill_env(tmp_path / "unused"), "XDG_DATA_HOME": str(tmp_path / "xdg")}
     env.pop("QUILL_HOME")
-    proc = subprocess.run(QuillCLI(tmp_path).argv("run", "--until-idle", "--timeout", "60"), env=env,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        QuillCLI(tmp_path).argv("run", "--until-idle", "--timeout", "60"),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     assert f"fleet on {tmp_path / 'xdg' / 'quill'} (the default data dir" in proc.stderr

@@ -1,5 +1,6 @@
 """`pkg.Client` / `pkg.AsyncClient` against a real data dir and a real fleet: durable acks,
 read-your-writes outcomes, reads equal to the CLI's --json, typed errors, threads, fork."""
+
 from __future__ import annotations
 
 import asyncio
@@ -11,15 +12,25 @@ import pytest
 import quill as pkg
 from quill.spool import START, SpoolReader
 
-CALL = {"id": "c1", "type": "function", "function": {"name": "grep", "arguments": '{"pattern": "x"}'}}
-TURN = [{"role": "user", "content": "where is the config parsed?"},
-        {"role": "assistant", "content": None, "tool_calls": [CALL]},
-        {"role": "tool", "tool_call_id": "c1", "name": "grep", "content": "ops/config.py:12"},
-        {"role": "assistant", "content": "In ops/config.py"}]
+CALL = {
+    "id": "c1",
+    "type": "function",
+    "function": {"name": "grep", "arguments": '{"pattern": "x"}'},
+}
+TURN = [
+    {"role": "user", "content": "where is the config parsed?"},
+    {"role": "assistant", "content": None, "tool_calls": [CALL]},
+    {"role": "tool", "tool_call_id": "c1", "name": "grep", "content": "ops/config.py:12"},
+    {"role": "assistant", "content": "In ops/config.py"},
+]
 
 
 def _spooled(home) -> int:
-    return len(list(SpoolReader(home / "spool").read(START, max_bytes=1 << 30))) if (home / "spool").exists() else 0
+    return (
+        len(list(SpoolReader(home / "spool").read(START, max_bytes=1 << 30)))
+        if (home / "spool").exists()
+        else 0
+    )
 
 
 def test_append_is_durable_and_wait_says_applied(home, fleet):
@@ -36,13 +47,22 @@ def test_append_is_durable_and_wait_says_applied(home, fleet):
 
 def test_every_op_method_applies(home, fleet):
     q = pkg.Client(home)
-    acks = [q.create("s2", source="agent", title="Fix login"), q.append("s2", TURN),
-            q.flags("s2", pinned=True), q.title("s2", "Fix the login"),
-            q.append("s2", [{"role": "user", "content": "again"}, {"role": "assistant", "content": "sure"}]),
-            q.rewind("s2", user_turn=-1),
-            q.replace("s2", [{"role": "assistant", "content": "In ops/config.py, line 12"}],
-                      from_message_id=None),
-            q.mark_read("s2")]
+    acks = [
+        q.create("s2", source="agent", title="Fix login"),
+        q.append("s2", TURN),
+        q.flags("s2", pinned=True),
+        q.title("s2", "Fix the login"),
+        q.append(
+            "s2", [{"role": "user", "content": "again"}, {"role": "assistant", "content": "sure"}]
+        ),
+        q.rewind("s2", user_turn=-1),
+        q.replace(
+            "s2",
+            [{"role": "assistant", "content": "In ops/config.py, line 12"}],
+            from_message_id=None,
+        ),
+        q.mark_read("s2"),
+    ]
     assert [o.status for o in q.wait_all(acks, timeout=60)] == ["applied"] * len(acks)
     live = q.messages("s2", view="model")
     assert live == [{"role": "assistant", "content": "In ops/config.py, line 12"}]
@@ -59,7 +79,9 @@ def test_wait_reports_quarantined_with_the_reason(home, fleet):
     q = pkg.Client(home)
     q.wait(q.append("w", [{"role": "user", "content": "one"}]), timeout=60)
     outcome = q.wait(q.rewind("w", user_turn=7), timeout=60)
-    assert not outcome.applied and outcome.status == "quarantined" and outcome.reason == "no-such-turn"
+    assert (
+        not outcome.applied and outcome.status == "quarantined" and outcome.reason == "no-such-turn"
+    )
 
 
 def test_reads_equal_the_cli_json(home, quill, fleet):
@@ -69,11 +91,21 @@ def test_reads_equal_the_cli_json(home, quill, fleet):
     assert q.sessions() == quill.json("sessions", "list")
     assert q.sessions(source="other") == quill.json("sessions", "list", "--source", "other")
     assert q.transcript("r1") == quill.json("sessions", "show", "r1")
-    assert q.messages("r1", view="audit") == quill.json("sessions", "show", "r1", "--view", "audit")["messages"]
-    assert q.messages("r1", latest=2) == quill.json("sessions", "show", "r1", "--latest", "2")["messages"]
+    assert (
+        q.messages("r1", view="audit")
+        == quill.json("sessions", "show", "r1", "--view", "audit")["messages"]
+    )
+    assert (
+        q.messages("r1", latest=2)
+        == quill.json("sessions", "show", "r1", "--latest", "2")["messages"]
+    )
     # the human header gives the view's total, not the count shown (it said messages=2)
     total = q.session("r1")["message_count"]
-    assert total > 2 and f"last 2 of {total} messages" in quill.run("sessions", "show", "r1", "--latest", "2").stdout
+    assert (
+        total > 2
+        and f"last 2 of {total} messages"
+        in quill.run("sessions", "show", "r1", "--latest", "2").stdout
+    )
     assert q.session("r1") == quill.json("sessions", "show", "r1")["session"]
     assert q.search("config") == quill.json("search", "config") and q.search("config")
 
@@ -84,11 +116,20 @@ def test_bad_input_raises_before_anything_is_appended(home):
         q.append("b", [{"role": "user", "content": "ok"}, {"role": "wizard", "content": "bad"}])
     assert err.value.reason == "invalid-role" and "message 1" in str(err.value) and err.value.hint
     assert isinstance(err.value, ValueError) and isinstance(err.value, pkg.QuillError)
-    for call in (lambda: q.append("", []), lambda: q.rewind("b"), lambda: q.flags("b"),
-                 lambda: q.messages("b", view="nope"), lambda: q.messages("b", latest=-1),
-                 lambda: q.sessions(limit=0), lambda: q.search("x", limit=-1), lambda: q.sessions(since=float("nan")),
-                 lambda: q.search("x", until=float("inf")), lambda: q.usage(since=float("nan")),
-                 lambda: q.sessions(limit=True), lambda: q.wait(pkg.Ack(None, "x"), -1)):
+    for call in (
+        lambda: q.append("", []),
+        lambda: q.rewind("b"),
+        lambda: q.flags("b"),
+        lambda: q.messages("b", view="nope"),
+        lambda: q.messages("b", latest=-1),
+        lambda: q.sessions(limit=0),
+        lambda: q.search("x", limit=-1),
+        lambda: q.sessions(since=float("nan")),
+        lambda: q.search("x", until=float("inf")),
+        lambda: q.usage(since=float("nan")),
+        lambda: q.sessions(limit=True),
+        lambda: q.wait(pkg.Ack(None, "x"), -1),
+    ):
         with pytest.raises(pkg.InvalidInputError):
             call()
     assert _spooled(home) == 0
@@ -103,7 +144,11 @@ def test_errors_say_what_to_do(home):
     ack = q.append("t", [{"role": "user", "content": "x"}])
     with pytest.raises(pkg.WaitTimeoutError) as late:  # no writer is running
         q.wait(ack, timeout=0.3)
-    assert isinstance(late.value, TimeoutError) and "quill run" in late.value.hint and late.value.exit_code == 4
+    assert (
+        isinstance(late.value, TimeoutError)
+        and "quill run" in late.value.hint
+        and late.value.exit_code == 4
+    )
 
 
 def test_data_dir_from_argument_or_environment(home, monkeypatch):
@@ -144,10 +189,13 @@ def test_safe_across_threads_and_after_fork(home, quill):
     assert len(producers) >= 8  # main thread, 6 threads, the child: one spool handle each
     quill.drain()
     for n in range(6):
-        assert [m["content"] for m in q.messages(f"t{n}")] == [f"thread {n} message {i}" for i in range(20)]
+        assert [m["content"] for m in q.messages(f"t{n}")] == [
+            f"thread {n} message {i}" for i in range(20)
+        ]
     forked = [m["content"] for m in q.messages("fork")]
     assert forked[0] == "parent before fork" and sorted(forked[1:]) == sorted(
-        [f"child {i}" for i in range(10)] + ["parent after fork"])
+        [f"child {i}" for i in range(10)] + ["parent after fork"]
+    )
 
 
 def test_short_lived_threads_leak_no_descriptors(home):
@@ -155,7 +203,9 @@ def test_short_lived_threads_leak_no_descriptors(home):
     q.append("fd", [{"role": "user", "content": "warm up"}])
     before = len(os.listdir("/proc/self/fd"))
     for i in range(30):
-        t = threading.Thread(target=q.append, args=("fd", [{"role": "user", "content": f"thread {i}"}]))
+        t = threading.Thread(
+            target=q.append, args=("fd", [{"role": "user", "content": f"thread {i}"}])
+        )
         t.start()
         t.join()
     assert len(os.listdir("/proc/self/fd")) < before + 5
@@ -165,7 +215,9 @@ def test_short_lived_threads_leak_no_descriptors(home):
 def test_async_client_has_every_client_method():
     import inspect
 
-    public = {n for n, f in inspect.getmembers(pkg.Client, inspect.isfunction) if not n.startswith("_")}
+    public = {
+        n for n, f in inspect.getmembers(pkg.Client, inspect.isfunction) if not n.startswith("_")
+    }
     aq = pkg.AsyncClient("/nonexistent/quill-home")
     missing = [n for n in public if not inspect.iscoroutinefunction(getattr(aq, n, None))]
     assert not missing, f"AsyncClient lacks coroutine versions of {missing}"
@@ -174,13 +226,14 @@ def test_async_client_has_every_client_method():
 def test_async_client(home, fleet):
     async def main() -> None:
         aq = pkg.AsyncClient(home)
-        acks = await asyncio.gather(*(aq.append(f"a{i}", [{"role": "user", "content": f"async {i}"}])
-                                      for i in range(10)))
+        acks = await asyncio.gather(
+            *(aq.append(f"a{i}", [{"role": "user", "content": f"async {i}"}]) for i in range(10))
+        )
         outcomes = await aq.wait_all(list(acks), timeout=60)
         assert [o.status for o in outcomes] == ["applied"] * 10
         assert (await aq.messages("a3"))[0]["content"] == "async 3"
         assert len(await aq.sessions(limit=100)) == 10
-        assert (await aq.search("async"))
+        assert await aq.search("async")
         assert await aq.usage() == pkg.Client(home).usage()
         bad = await aq.wait(await aq.rewind("a1", user_turn=5), timeout=60)
         assert bad.reason == "no-such-turn"
@@ -195,7 +248,9 @@ def test_async_client(home, fleet):
 def test_async_cancelled_append_still_completes(home):
     async def main() -> None:
         aq = pkg.AsyncClient(home)
-        task = asyncio.create_task(aq.append("c", [{"role": "user", "content": "cancelled mid-write"}]))
+        task = asyncio.create_task(
+            aq.append("c", [{"role": "user", "content": "cancelled mid-write"}])
+        )
         await asyncio.sleep(0)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -210,8 +265,12 @@ def test_async_cancelled_append_still_completes(home):
 @pytest.mark.parametrize("bogus", ["bogus", None, 42, {"batch_id": "x"}])
 def test_wait_on_something_that_is_not_an_ack_is_a_typed_error(home, bogus):
     q = pkg.Client(home)
-    for call in (lambda: q.wait(bogus, timeout=0), lambda: q.wait_all([bogus], timeout=0), lambda: q.applied(bogus),
-                 lambda: asyncio.run(pkg.AsyncClient(home).wait(bogus, timeout=0))):
+    for call in (
+        lambda: q.wait(bogus, timeout=0),
+        lambda: q.wait_all([bogus], timeout=0),
+        lambda: q.applied(bogus),
+        lambda: asyncio.run(pkg.AsyncClient(home).wait(bogus, timeout=0)),
+    ):
         with pytest.raises(pkg.InvalidInputError) as err:
             call()
         assert err.value.exit_code == 2 and err.value.hint
@@ -219,7 +278,10 @@ def test_wait_on_something_that_is_not_an_ack_is_a_typed_error(home, bogus):
 
 def test_waiting_on_the_pair_delete_sessions_returns_says_how_to_unpack_it(home):
     q = pkg.Client(home)
-    pair = (["gone"], q.append("gone", [{"role": "user", "content": "x"}]))  # the shape delete_sessions returns
+    pair = (
+        ["gone"],
+        q.append("gone", [{"role": "user", "content": "x"}]),
+    )  # the shape delete_sessions returns
     with pytest.raises(pkg.InvalidInputError) as err:
         q.wait(pair, timeout=0)
     assert "delete_sessions" in err.value.message and "ids, ack =" in err.value.hint
@@ -229,16 +291,38 @@ def test_not_found_errors_share_one_message_and_hint(home, quill):
     """Every "no such session" has the same shape, in the client and the CLI, before and after
     the store exists."""
     q = pkg.Client(home)
-    before = [pytest.raises(pkg.NotFoundError, f).value for f in (
-        lambda: q.session("nope"), lambda: q.transcript("nope"), lambda: q.context("nope"),
-        lambda: q.delete_sessions(["nope"]))]
-    assert {(e.message, e.hint) for e in before} == {("no session 'nope' (no store yet: nothing has been applied)",
-                                                      "push or import something, then `quill run` applies it")}
+    before = [
+        pytest.raises(pkg.NotFoundError, f).value
+        for f in (
+            lambda: q.session("nope"),
+            lambda: q.transcript("nope"),
+            lambda: q.context("nope"),
+            lambda: q.delete_sessions(["nope"]),
+        )
+    ]
+    assert {(e.message, e.hint) for e in before} == {
+        (
+            "no session 'nope' (no store yet: nothing has been applied)",
+            "push or import something, then `quill run` applies it",
+        )
+    }
     quill.run("push", "--session", "t", input='{"role": "user", "content": "x"}')
     quill.drain()
-    after = [pytest.raises(pkg.NotFoundError, f).value for f in (
-        lambda: q.session("nope"), lambda: q.transcript("nope"), lambda: q.context("nope"),
-        lambda: q.delete_sessions(["nope"]))]
-    assert {(e.message, e.hint) for e in after} == {("no session 'nope'", "`quill sessions list` shows the session ids")}
+    after = [
+        pytest.raises(pkg.NotFoundError, f).value
+        for f in (
+            lambda: q.session("nope"),
+            lambda: q.transcript("nope"),
+            lambda: q.context("nope"),
+            lambda: q.delete_sessions(["nope"]),
+        )
+    ]
+    assert {(e.message, e.hint) for e in after} == {
+        ("no session 'nope'", "`quill sessions list` shows the session ids")
+    }
     cli = quill.run("sessions", "show", "nope", check=False)
-    assert cli.returncode == 3 and "no session 'nope'" in cli.stderr and "`quill sessions list`" in cli.stderr
+    assert (
+        cli.returncode == 3
+        and "no session 'nope'" in cli.stderr
+        and "`quill sessions list`" in cli.stderr
+    )

@@ -1,12 +1,21 @@
 """System prompts and tool arrays stored once, referenced by sessions."""
+
 from __future__ import annotations
 
 import pytest
-
 from semantics_helpers import Store, user
 
-TOOLS = [{"type": "function", "function": {"name": f"tool_{i}", "description": "d" * 300,
-                                           "parameters": {"type": "object", "properties": {}}}} for i in range(80)]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": f"tool_{i}",
+            "description": "d" * 300,
+            "parameters": {"type": "object", "properties": {}},
+        },
+    }
+    for i in range(80)
+]
 
 
 @pytest.fixture
@@ -22,8 +31,13 @@ def _count(store, sql, *args):
 
 def test_shared_prompt_and_tools_are_stored_once_and_changes_are_tracked(store):
     for sid in ("a", "b", "c"):
-        assert store.apply("session.create", {"session_id": sid, "system_prompt": "You are Quill's agent.",
-                                              "tools": TOOLS}) == []
+        assert (
+            store.apply(
+                "session.create",
+                {"session_id": sid, "system_prompt": "You are Quill's agent.", "tools": TOOLS},
+            )
+            == []
+        )
     assert _count(store, "SELECT count(*) FROM blobs") == 2
     assert _count(store, "SELECT count(*) FROM session_context") == 6
     store.apply("messages.append", {"session_id": "a", "messages": [user("hi")]})
@@ -34,12 +48,17 @@ def test_shared_prompt_and_tools_are_stored_once_and_changes_are_tracked(store):
     with store.reader() as r:
         ctx = r.context("a")
         assert ctx["system_prompt"] == "You are Quill's agent." and ctx["tools"] == reloaded
-        assert [(h["kind"], h["after_message_id"] is not None) for h in ctx["history"]] == \
-            [("system_prompt", False), ("tools", False), ("tools", True)]
+        assert [(h["kind"], h["after_message_id"] is not None) for h in ctx["history"]] == [
+            ("system_prompt", False),
+            ("tools", False),
+            ("tools", True),
+        ]
         assert r.context("b")["tools"] == TOOLS
         assert r.context("zzz") == {"system_prompt": None, "tools": None, "history": []}
     assert _count(store, "SELECT count(*) FROM blobs") == 3
-    assert store.apply("session.create", {"session_id": "d", "tools": {"not": "a list"}}) == ["invalid-field"]
+    assert store.apply("session.create", {"session_id": "d", "tools": {"not": "a list"}}) == [
+        "invalid-field"
+    ]
 
 
 def test_delete_keeps_shared_definitions_and_drops_the_last_reference(store):
@@ -58,8 +77,11 @@ def test_a_context_blob_is_stamped_with_the_ops_arrival_time_not_the_apply_time(
     """``created_at`` of a system-prompt / tools blob is the op's spool ``ts``, so a
     store rebuilt later from the spool writes the same row (not ``time.time()`` at apply)."""
     import time
-    store.spool.append("session.create", {"session_id": "a", "system_prompt": "You are Quill's agent.",
-                                          "tools": TOOLS})
+
+    store.spool.append(
+        "session.create",
+        {"session_id": "a", "system_prompt": "You are Quill's agent.", "tools": TOOLS},
+    )
     time.sleep(0.3)  # the apply happens measurably later than the append
     assert store.drain() == []
     ts = store.last_entries[0].record["ts"]

@@ -1,6 +1,7 @@
 """The docs say what the code does: README's first screen shows a client snippet that runs,
 its job names are real, and docs/configuration.md documents every config.toml key (with its
 real default and range)."""
+
 from __future__ import annotations
 
 import re
@@ -8,7 +9,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import REPO, quill_env, worker_pids
 
 README = (REPO / "README.md").read_text()
@@ -22,8 +22,14 @@ def test_readme_first_screen_shows_the_client_in_five_lines_and_it_runs(home, fl
     code = [line for line in block.group(1).splitlines() if line.strip()]
     assert len(code) <= 5 and "quill.Client()" in block.group(1)
     worker_pids(home)  # the fleet is up (the snippet waits 5 s for its batch)
-    out = subprocess.run([sys.executable, "-c", block.group(1)], capture_output=True, text=True,
-                         env=quill_env(home), cwd=home.parent, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", block.group(1)],
+        capture_output=True,
+        text=True,
+        env=quill_env(home),
+        cwd=home.parent,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     assert "status='applied'" in out.stdout and "where is the config parsed?" in out.stdout
 
@@ -31,7 +37,11 @@ def test_readme_first_screen_shows_the_client_in_five_lines_and_it_runs(home, fl
 def test_readme_job_names_are_real():
     from quill.jobs import catalog
 
-    named = set(re.findall(r"quill (?:jobs run|schedule add|schedule pause|schedule remove) ([a-z_]+)", README))
+    named = set(
+        re.findall(
+            r"quill (?:jobs run|schedule add|schedule pause|schedule remove) ([a-z_]+)", README
+        )
+    )
     listed = re.search(r"quill jobs list[^\n]*# e\.g\. ([a-z_, ]+)", README)
     assert listed, "README no longer lists example job names after `quill jobs list`"
     named |= {n.strip() for n in listed.group(1).split(",")}
@@ -43,9 +53,14 @@ def test_readme_job_names_are_real():
 def test_every_config_key_is_documented_with_its_default():
     from quill.home import settings as config
 
-    defaults = {name: value for name, value in config.Settings._field_defaults.items() if name != "home"}
+    defaults = {
+        name: value for name, value in config.Settings._field_defaults.items() if name != "home"
+    }
     for (section, key), name in config._SECTIONS.items():
-        row = next((line for line in CONFIG_DOC.splitlines() if line.startswith(f"| `{section}.{key}` |")), None)
+        row = next(
+            (line for line in CONFIG_DOC.splitlines() if line.startswith(f"| `{section}.{key}` |")),
+            None,
+        )
         assert row, f"{section}.{key} is not documented in docs/configuration.md"
         default = defaults[name]
         if default is None:
@@ -69,16 +84,30 @@ def test_the_documented_example_config_loads(tmp_path):
     assert config.load(tmp_path) == config.Settings(home=tmp_path.resolve())
 
 
-@pytest.mark.parametrize("setting", ["[writer]\nchunk_rows = 0", "[writer]\npoll_interval = 0",
-                                     "[writer]\nhung_after_s = -1", "[spool]\nsegment_bytes = 10",
-                                     "[snapshots]\nkeep = 0", "[prune]\nretention_s = -5",
-                                     "[prune]\nstale_after_s = nan", "[spool]\nretention_s = inf",
-                                     "[writer]\nchunk_rowz = 5", "[writer]\nchunk_rows = \"5\""])
+@pytest.mark.parametrize(
+    "setting",
+    [
+        "[writer]\nchunk_rows = 0",
+        "[writer]\npoll_interval = 0",
+        "[writer]\nhung_after_s = -1",
+        "[spool]\nsegment_bytes = 10",
+        "[snapshots]\nkeep = 0",
+        "[prune]\nretention_s = -5",
+        "[prune]\nstale_after_s = nan",
+        "[spool]\nretention_s = inf",
+        "[writer]\nchunk_rowz = 5",
+        '[writer]\nchunk_rows = "5"',
+    ],
+)
 def test_bad_config_values_are_errors_in_the_one_format(quill, home, setting):
     home.mkdir(parents=True, exist_ok=True)
     (home / "config.toml").write_text(setting + "\n")
     proc = quill.run("status", check=False)
-    assert proc.returncode == 1 and proc.stderr.startswith("quill: error: ") and "config.toml" in proc.stderr
+    assert (
+        proc.returncode == 1
+        and proc.stderr.startswith("quill: error: ")
+        and "config.toml" in proc.stderr
+    )
     assert "docs/configuration.md" in proc.stderr
 
 

@@ -1,5 +1,6 @@
 """End to end on real input: the real fleet as a subprocess, the real corpus imported through
 the CLI, every session and message checked, phrases found by `quill search`."""
+
 from __future__ import annotations
 
 import json
@@ -7,10 +8,9 @@ import re
 from collections import Counter
 
 import pytest
+from conftest import CORPUS
 
 from quill.ops.importers import iter_transcript_files, parse_file
-
-from conftest import CORPUS
 
 pytestmark = pytest.mark.corpus
 
@@ -23,7 +23,7 @@ def _phrase(messages: list[dict]) -> str | None:
             continue
         words = re.findall(r"\b[A-Za-z]{4,}\b", text)
         for i in range(len(words) - 2):
-            window = " ".join(words[i:i + 3])
+            window = " ".join(words[i : i + 3])
             if window in " ".join(text.split()):
                 return f'"{window}"'
     return None
@@ -32,14 +32,22 @@ def _phrase(messages: list[dict]) -> str | None:
 def test_import_corpus_into_running_fleet(quill, fleet):
     parsed = [parse_file(p) for p in iter_transcript_files([CORPUS])]
     supported = [p for p in parsed if p.format]
-    assert {p.format for p in supported} == {"claude-code", "codex", "gemini-cli", "sharegpt", "openai-chat"}
+    assert {p.format for p in supported} == {
+        "claude-code",
+        "codex",
+        "gemini-cli",
+        "sharegpt",
+        "openai-chat",
+    }
     sessions_of = {s.session["session_id"]: s for p in supported for s in p.sessions}
 
     proc = quill.run("import", str(CORPUS), "--json", check=False)
     assert proc.returncode == 1  # the corpus holds formats Quill does not read: each is named
     report = json.loads(proc.stdout)
     assert {e["path"] for e in report if e["format"]} == {p.path for p in supported}
-    assert {e["path"] for e in report if not e["format"]} == {p.path for p in parsed if not p.format}
+    assert {e["path"] for e in report if not e["format"]} == {
+        p.path for p in parsed if not p.format
+    }
     glued = [e for e in report if "130d7b7e" in e["path"]][0]
     assert any(p["line"] == 128 for p in glued["problems"])  # reported with file and line
 
@@ -56,8 +64,10 @@ def test_import_corpus_into_running_fleet(quill, fleet):
     assert len(children) == 5 and all(c["parent_kind"] == "delegate" for c in children)
     assert sum(c["message_count"] for c in children) == 405
     assert listed[kimuson]["message_count"] == 32
-    assert all(str(sessions_of[c["id"]].session["meta"]["parent_tool_call_id"]).startswith("toolu_")
-               for c in children)
+    assert all(
+        str(sessions_of[c["id"]].session["meta"]["parent_tool_call_id"]).startswith("toolu_")
+        for c in children
+    )
 
     # compacted sessions: the model view is shorter than the audit view
     compacted = [sid for sid, s in sessions_of.items() if s.compactions]
@@ -80,7 +90,9 @@ def test_import_corpus_into_running_fleet(quill, fleet):
     assert sum(e["new"] for e in again) == 0
     quill.wait_idle()
     relisted = quill.json("sessions", "list", "--limit", "10000", "--chains")
-    assert {s["id"]: s["message_count"] for s in relisted} == {k: v["message_count"] for k, v in listed.items()}
+    assert {s["id"]: s["message_count"] for s in relisted} == {
+        k: v["message_count"] for k, v in listed.items()
+    }
     assert quill.status()["spool"]["quarantined"] == 0
 
 
@@ -107,7 +119,11 @@ def test_malformed_line_is_reported_and_the_rest_of_the_file_lands(quill, tmp_pa
     lines = src.read_text(encoding="utf-8").splitlines(keepends=True)
     good = parse_file(src).sessions[0]
     # Break one message line in the middle: truncate it so it is not JSON any more.
-    idx = next(i for i, line in enumerate(lines) if i > len(lines) // 2 and '"type":"assistant"' in line.replace(" ", ""))
+    idx = next(
+        i
+        for i, line in enumerate(lines)
+        if i > len(lines) // 2 and '"type":"assistant"' in line.replace(" ", "")
+    )
     lines[idx] = lines[idx][: len(lines[idx]) // 2] + "\n"
     broken = tmp_path / "broken.jsonl"
     broken.write_text("".join(lines), encoding="utf-8")

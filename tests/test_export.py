@@ -1,22 +1,28 @@
 """Export that round-trips: Quill op JSONL back through `quill import` into a
 fresh home gives the same canonical store; Markdown, OpenAI chat and ShareGPT views."""
+
 from __future__ import annotations
 
 import base64
 import json
 
 import pytest
+from conftest import CORPUS, QuillCLI
 
 from quill.store.sqlite.connection import open_reader
 
-from conftest import CORPUS, QuillCLI
-
-_SESSION = ("id, source, model, title, cwd, key, parent_id, parent_kind, started_at, ended_at, end_reason, "
-            "archived, pinned, hidden, meta, owner_host, owner_pid, owner_started, placeholder")
-_MESSAGE = ("ext_id, role, content, parts, tool_calls, tool_call_id, tool_name, reasoning, finish_reason, ts, "
-            "extra, state")
-_USAGE = ("task, model, provider, source, response_id, input_tokens, output_tokens, cache_read_tokens, "
-          "cache_write_tokens, reasoning_tokens, cost_usd, price_version, ts, day, raw")
+_SESSION = (
+    "id, source, model, title, cwd, key, parent_id, parent_kind, started_at, ended_at, end_reason, "
+    "archived, pinned, hidden, meta, owner_host, owner_pid, owner_started, placeholder"
+)
+_MESSAGE = (
+    "ext_id, role, content, parts, tool_calls, tool_call_id, tool_name, reasoning, finish_reason, ts, "
+    "extra, state"
+)
+_USAGE = (
+    "task, model, provider, source, response_id, input_tokens, output_tokens, cache_read_tokens, "
+    "cache_write_tokens, reasoning_tokens, cost_usd, price_version, ts, day, raw"
+)
 
 
 def canonical(home) -> dict:
@@ -27,18 +33,31 @@ def canonical(home) -> dict:
     try:
         # a placeholder's start travels with its messages (messages.restore's started_at); one
         # with no messages (made by a usage.record alone) starts at its import
-        start = ("CASE WHEN placeholder = 1 AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.session_id = sessions.id) "
-                 "THEN NULL ELSE started_at END")
-        sessions = conn.execute(f"SELECT {_SESSION.replace('started_at', start)} FROM sessions ORDER BY id").fetchall()
+        start = (
+            "CASE WHEN placeholder = 1 AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.session_id = sessions.id) "
+            "THEN NULL ELSE started_at END"
+        )
+        sessions = conn.execute(
+            f"SELECT {_SESSION.replace('started_at', start)} FROM sessions ORDER BY id"
+        ).fetchall()
         rows, pos = {}, {}
         for (sid,) in conn.execute("SELECT id FROM sessions ORDER BY id").fetchall():
-            got = conn.execute(f"SELECT id, origin_id, {_MESSAGE} FROM messages WHERE session_id = ? ORDER BY id",
-                               (sid,)).fetchall()
+            got = conn.execute(
+                f"SELECT id, origin_id, {_MESSAGE} FROM messages WHERE session_id = ? ORDER BY id",
+                (sid,),
+            ).fetchall()
             for i, r in enumerate(got):
                 pos[r[0]] = (sid, i)
             rows[sid] = [(pos.get(r[1]), *r[2:]) for r in got]
-        usage = sorted(((r[0], pos.get(r[1]), *r[2:]) for r in conn.execute(
-            f"SELECT session_id, message_id, {_USAGE} FROM usage").fetchall()), key=repr)
+        usage = sorted(
+            (
+                (r[0], pos.get(r[1]), *r[2:])
+                for r in conn.execute(
+                    f"SELECT session_id, message_id, {_USAGE} FROM usage"
+                ).fetchall()
+            ),
+            key=repr,
+        )
         blobs = sorted(conn.execute("SELECT sha256, encoding, data FROM blobs").fetchall())
         return {"sessions": sessions, "rows": rows, "usage": usage, "blobs": blobs}
     finally:
@@ -59,7 +78,9 @@ def _round_trip(quill: QuillCLI, tmp_path) -> tuple[dict, dict, str]:
 
 @pytest.mark.corpus
 def test_whole_corpus_round_trips_through_quill_export(quill, tmp_path):
-    quill.run("import", str(CORPUS), check=False)  # files of unsupported formats are named and skipped
+    quill.run(
+        "import", str(CORPUS), check=False
+    )  # files of unsupported formats are named and skipped
     before, after, text = _round_trip(quill, tmp_path)
     assert before["sessions"] and sum(len(r) for r in before["rows"].values()) > 1000
     assert {s for r in before["rows"].values() for s in [x[12] for x in r]} >= {"live", "rewound"}
@@ -75,65 +96,177 @@ def test_whole_corpus_round_trips_through_quill_export(quill, tmp_path):
 def test_states_lineage_flags_and_usage_round_trip(quill, tmp_path):
     img = base64.b64encode(bytes(range(256)) * 8).decode()
     ops = [
-        {"op": "session.create", "data": {"session_id": "s", "source": "cli", "model": "gpt-5", "key": "chat:1",
-                                          "cwd": "/r", "title": "T", "meta": {"k": 1}}},
-        {"op": "messages.append", "data": {"session_id": "s", "messages": [
-            {"role": "user", "content": "q1", "id": "u1"},
-            {"role": "assistant", "content": "a1", "id": "a1", "usage": {"prompt_tokens": 9, "completion_tokens": 3},
-             "response_id": "r1"},
-            {"role": "user", "content": [{"type": "text", "text": "see"},
-                                         {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{img}"}}],
-             "id": "u2"},
-            {"role": "assistant", "content": "a2", "id": "a2"}]}},
-        {"op": "messages.compact", "data": {"session_id": "s", "tail_count": 1, "messages": [
-            {"role": "user", "content": "[summary]"}, {"role": "assistant", "content": "a2"}]}},
-        {"op": "messages.append", "data": {"session_id": "s", "messages": [{"role": "user", "content": "q3"}]}},
+        {
+            "op": "session.create",
+            "data": {
+                "session_id": "s",
+                "source": "cli",
+                "model": "gpt-5",
+                "key": "chat:1",
+                "cwd": "/r",
+                "title": "T",
+                "meta": {"k": 1},
+            },
+        },
+        {
+            "op": "messages.append",
+            "data": {
+                "session_id": "s",
+                "messages": [
+                    {"role": "user", "content": "q1", "id": "u1"},
+                    {
+                        "role": "assistant",
+                        "content": "a1",
+                        "id": "a1",
+                        "usage": {"prompt_tokens": 9, "completion_tokens": 3},
+                        "response_id": "r1",
+                    },
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "text", "text": "see"},
+                            {
+                                "type": "image_url",
+                                "image_url": {"url": f"data:image/png;base64,{img}"},
+                            },
+                        ],
+                        "id": "u2",
+                    },
+                    {"role": "assistant", "content": "a2", "id": "a2"},
+                ],
+            },
+        },
+        {
+            "op": "messages.compact",
+            "data": {
+                "session_id": "s",
+                "tail_count": 1,
+                "messages": [
+                    {"role": "user", "content": "[summary]"},
+                    {"role": "assistant", "content": "a2"},
+                ],
+            },
+        },
+        {
+            "op": "messages.append",
+            "data": {"session_id": "s", "messages": [{"role": "user", "content": "q3"}]},
+        },
         {"op": "messages.rewind", "data": {"session_id": "s", "user_turn": -1}},
-        {"op": "usage.record", "data": {"session_id": "s", "task": "title", "usage": {"input_tokens": 5,
-                                                                                      "output_tokens": 1}}},
+        {
+            "op": "usage.record",
+            "data": {
+                "session_id": "s",
+                "task": "title",
+                "usage": {"input_tokens": 5, "output_tokens": 1},
+            },
+        },
         {"op": "session.flags", "data": {"session_id": "s", "pinned": True}},
-        {"op": "session.end", "data": {"session_id": "s", "reason": "user_exit", "ended_at": 1_760_000_000}},
-        {"op": "usage.record", "data": {"session_id": "early", "source": "cron", "usage": {"input_tokens": 1,
-                                                                                          "output_tokens": 1}}},
-        {"op": "session.create", "data": {"session_id": "child", "parent_id": "s", "parent_kind": "delegate"}},
-        {"op": "messages.append", "data": {"session_id": "child", "messages": [{"role": "user", "content": "sub"}]}},
+        {
+            "op": "session.end",
+            "data": {"session_id": "s", "reason": "user_exit", "ended_at": 1_760_000_000},
+        },
+        {
+            "op": "usage.record",
+            "data": {
+                "session_id": "early",
+                "source": "cron",
+                "usage": {"input_tokens": 1, "output_tokens": 1},
+            },
+        },
+        {
+            "op": "session.create",
+            "data": {"session_id": "child", "parent_id": "s", "parent_kind": "delegate"},
+        },
+        {
+            "op": "messages.append",
+            "data": {"session_id": "child", "messages": [{"role": "user", "content": "sub"}]},
+        },
     ]
     quill.run("push", input="\n".join(json.dumps(o) for o in ops))
     before, after, _ = _round_trip(quill, tmp_path)
-    assert [r[12] for r in before["rows"]["s"]] == ["compacted", "compacted", "compacted", "superseded", "live",
-                                                    "live", "rewound"]
+    assert [r[12] for r in before["rows"]["s"]] == [
+        "compacted",
+        "compacted",
+        "compacted",
+        "superseded",
+        "live",
+        "live",
+        "rewound",
+    ]
     assert before["rows"]["s"][5][0] == ("s", 3)  # the carried copy points at its original
     assert after["sessions"] == before["sessions"]
     assert after == before
     fresh = QuillCLI(tmp_path / "fresh")
     strip = lambda t: [{k: v for k, v in m.items() if k != "message_id"} for m in t["messages"]]  # noqa: E731
-    assert strip(fresh.json("sessions", "show", "s", "--view", "audit")) == \
-        strip(quill.json("sessions", "show", "s", "--view", "audit"))
+    assert strip(fresh.json("sessions", "show", "s", "--view", "audit")) == strip(
+        quill.json("sessions", "show", "s", "--view", "audit")
+    )
     assert fresh.json("usage", "--by", "task") == quill.json("usage", "--by", "task")
 
 
 def test_readable_and_training_formats(quill, tmp_path):
-    ops = [{"op": "session.create", "data": {"session_id": "s", "source": "cli", "title": "Fix it", "key": "k"}},
-           {"op": "messages.append", "data": {"session_id": "s", "messages": [
-               {"role": "system", "content": "be brief"},
-               {"role": "user", "content": "list files"},
-               {"role": "assistant", "content": None, "tool_calls": [
-                   {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": "{\"path\": \".\"}"}}]},
-               {"role": "tool", "tool_call_id": "c1", "name": "ls", "content": "a.py\nb.py"},
-               {"role": "assistant", "content": "two files", "reasoning": "count the lines"}]}},
-           {"op": "session.create", "data": {"session_id": "other", "source": "codex"}},
-           {"op": "messages.append", "data": {"session_id": "other", "messages": [{"role": "user", "content": "x"}]}}]
+    ops = [
+        {
+            "op": "session.create",
+            "data": {"session_id": "s", "source": "cli", "title": "Fix it", "key": "k"},
+        },
+        {
+            "op": "messages.append",
+            "data": {
+                "session_id": "s",
+                "messages": [
+                    {"role": "system", "content": "be brief"},
+                    {"role": "user", "content": "list files"},
+                    {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [
+                            {
+                                "id": "c1",
+                                "type": "function",
+                                "function": {"name": "ls", "arguments": '{"path": "."}'},
+                            }
+                        ],
+                    },
+                    {"role": "tool", "tool_call_id": "c1", "name": "ls", "content": "a.py\nb.py"},
+                    {"role": "assistant", "content": "two files", "reasoning": "count the lines"},
+                ],
+            },
+        },
+        {"op": "session.create", "data": {"session_id": "other", "source": "codex"}},
+        {
+            "op": "messages.append",
+            "data": {"session_id": "other", "messages": [{"role": "user", "content": "x"}]},
+        },
+    ]
     quill.run("push", input="\n".join(json.dumps(o) for o in ops))
     quill.drain()
     md = quill.run("export", "s", "--format", "markdown").stdout
     assert md.startswith("# Fix it") and "<details><summary>tool call · ls</summary>" in md
     assert "<details><summary>tool result · ls</summary>" in md and "two files" in md
-    chat = [json.loads(l) for l in quill.run("export", "--source", "cli", "--format", "openai").stdout.splitlines()]
-    assert len(chat) == 1 and [m["role"] for m in chat[0]["messages"]] == ["system", "user", "assistant", "tool",
-                                                                           "assistant"]
+    chat = [
+        json.loads(l)
+        for l in quill.run("export", "--source", "cli", "--format", "openai").stdout.splitlines()
+    ]
+    assert len(chat) == 1 and [m["role"] for m in chat[0]["messages"]] == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+    ]
     assert chat[0]["messages"][2]["tool_calls"][0]["function"]["name"] == "ls"
-    share = [json.loads(l) for l in quill.run("export", "--key", "k", "--format", "sharegpt").stdout.splitlines()]
-    assert [t["from"] for t in share[0]["conversations"]] == ["system", "human", "gpt", "tool", "gpt"]
+    share = [
+        json.loads(l)
+        for l in quill.run("export", "--key", "k", "--format", "sharegpt").stdout.splitlines()
+    ]
+    assert [t["from"] for t in share[0]["conversations"]] == [
+        "system",
+        "human",
+        "gpt",
+        "tool",
+        "gpt",
+    ]
     assert "<tool_call>" in share[0]["conversations"][2]["value"]
     assert share[0]["conversations"][4]["value"] == "<think>\ncount the lines\n</think>\ntwo files"
     # the ShareGPT importer reads the reasoning back (not dropped)
@@ -156,21 +289,47 @@ def test_system_prompts_and_tools_round_trip_and_the_model_view_returns_them(qui
     from quill.ops.client.client import Client
 
     tools = [{"type": "function", "function": {"name": "ls", "parameters": {"type": "object"}}}]
-    reloaded = tools + [{"type": "function", "function": {"name": "cat", "parameters": {"type": "object"}}}]
-    say = lambda sid, text: {"op": "messages.append", "data": {  # noqa: E731
-        "session_id": sid, "messages": [{"role": "user", "content": text}]}}
-    ops = [{"op": "session.create", "data": {"session_id": "s", "source": "cli", "system_prompt": "You are terse.",
-                                             "tools": tools}},
-           say("s", "one"), say("s", "two"),
-           {"op": "session.create", "data": {"session_id": "s", "tools": reloaded}},   # a tool reload
-           say("s", "three"),
-           {"op": "session.create", "data": {"session_id": "s", "system_prompt": "You are kind."}},
-           {"op": "session.create", "data": {"session_id": "s", "system_prompt": "You are terse."}},  # and back
-           {"op": "session.create", "data": {"session_id": "t", "source": "cli", "tools": tools}},  # shares tools
-           say("t", "hi"),
-           {"op": "session.create", "data": {"session_id": "late", "source": "cli"}},
-           say("late", "before any prompt"),
-           {"op": "session.create", "data": {"session_id": "late", "system_prompt": "Set after a message."}}]
+    reloaded = tools + [
+        {"type": "function", "function": {"name": "cat", "parameters": {"type": "object"}}}
+    ]
+    say = lambda sid, text: {
+        "op": "messages.append",
+        "data": {  # noqa: E731
+            "session_id": sid,
+            "messages": [{"role": "user", "content": text}],
+        },
+    }
+    ops = [
+        {
+            "op": "session.create",
+            "data": {
+                "session_id": "s",
+                "source": "cli",
+                "system_prompt": "You are terse.",
+                "tools": tools,
+            },
+        },
+        say("s", "one"),
+        say("s", "two"),
+        {"op": "session.create", "data": {"session_id": "s", "tools": reloaded}},  # a tool reload
+        say("s", "three"),
+        {"op": "session.create", "data": {"session_id": "s", "system_prompt": "You are kind."}},
+        {
+            "op": "session.create",
+            "data": {"session_id": "s", "system_prompt": "You are terse."},
+        },  # and back
+        {
+            "op": "session.create",
+            "data": {"session_id": "t", "source": "cli", "tools": tools},
+        },  # shares tools
+        say("t", "hi"),
+        {"op": "session.create", "data": {"session_id": "late", "source": "cli"}},
+        say("late", "before any prompt"),
+        {
+            "op": "session.create",
+            "data": {"session_id": "late", "system_prompt": "Set after a message."},
+        },
+    ]
     quill.run("push", input="\n".join(json.dumps(o) for o in ops))
     before, after, _ = _round_trip(quill, tmp_path)
     assert after == before
@@ -183,15 +342,26 @@ def test_system_prompts_and_tools_round_trip_and_the_model_view_returns_them(qui
         for sid in ("s", "t", "late"):
             ctx = client.context(sid)
             ids = [m["message_id"] for m in client.messages(sid, "audit")]
-            ctx["history"] = [(h["kind"], h["sha256"], None if h["after_message_id"] is None
-                               else ids.index(h["after_message_id"])) for h in ctx["history"]]
+            ctx["history"] = [
+                (
+                    h["kind"],
+                    h["sha256"],
+                    None if h["after_message_id"] is None else ids.index(h["after_message_id"]),
+                )
+                for h in ctx["history"]
+            ]
             out[sid] = ctx
         return out
 
     original = contexts(quill.home)
     assert original["s"]["tools"] == reloaded and original["s"]["system_prompt"] == "You are terse."
-    assert [h[0] for h in original["s"]["history"]] == ["system_prompt", "tools", "tools", "system_prompt",
-                                                        "system_prompt"]
+    assert [h[0] for h in original["s"]["history"]] == [
+        "system_prompt",
+        "tools",
+        "tools",
+        "system_prompt",
+        "system_prompt",
+    ]
     assert original["late"]["history"][0][2] == 0  # after the first message
     assert contexts(fresh.home) == original
     # the model view returns them: CLI --json and the Client (HTTP serves Client.transcript)
@@ -202,7 +372,10 @@ def test_system_prompts_and_tools_round_trip_and_the_model_view_returns_them(qui
         assert "history" in Client(home=home).transcript("s", "audit")["context"]
     # the fine-tuning export carries them
     chat = json.loads(quill.run("export", "s", "--format", "openai").stdout)
-    assert chat["messages"][0] == {"role": "system", "content": "You are terse."} and chat["tools"] == reloaded
+    assert (
+        chat["messages"][0] == {"role": "system", "content": "You are terse."}
+        and chat["tools"] == reloaded
+    )
 
 
 def test_markdown_keeps_tool_output_holding_its_own_fences_in_one_code_block(quill):
@@ -211,11 +384,29 @@ def test_markdown_keeps_tool_output_holding_its_own_fences_in_one_code_block(qui
     from markdown_it import MarkdownIt
 
     output = "run this:\n```bash\nls <dir>\n```\n````\nand ~~~ too\n# not a heading"
-    quill.run("push", "--session", "f", input="\n".join(json.dumps(m) for m in [
-        {"role": "user", "content": "go"},
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "c1", "type": "function", "function": {"name": "sh<x>", "arguments": '{"cmd": "```"}'}}]},
-        {"role": "tool", "tool_call_id": "c1", "name": "sh<x>", "content": output}]))
+    quill.run(
+        "push",
+        "--session",
+        "f",
+        input="\n".join(
+            json.dumps(m)
+            for m in [
+                {"role": "user", "content": "go"},
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": "c1",
+                            "type": "function",
+                            "function": {"name": "sh<x>", "arguments": '{"cmd": "```"}'},
+                        }
+                    ],
+                },
+                {"role": "tool", "tool_call_id": "c1", "name": "sh<x>", "content": output},
+            ]
+        ),
+    )
     quill.drain()
     md = quill.run("export", "f", "--format", "markdown").stdout
     blocks = [t.content.rstrip("\n") for t in MarkdownIt().parse(md) if t.type == "fence"]
@@ -228,7 +419,12 @@ def test_a_cut_off_export_is_imported_up_to_its_bad_lines_and_the_other_files_to
     by line like any other format and the rest of it, and of the other files named, is still
     imported (it stopped the whole import with exit 2 and no file name)."""
     for i in range(3):
-        quill.run("push", "--session", f"s{i}", input=json.dumps({"role": "user", "content": f"message {i}"}) + "\n")
+        quill.run(
+            "push",
+            "--session",
+            f"s{i}",
+            input=json.dumps({"role": "user", "content": f"message {i}"}) + "\n",
+        )
     quill.drain()
     out = tmp_path / "export.jsonl"
     quill.run("export", "-o", str(out))
@@ -238,8 +434,13 @@ def test_a_cut_off_export_is_imported_up_to_its_bad_lines_and_the_other_files_to
     # header, the first ops whole, a line that is not an op, then the last op cut in half
     cut = "".join(lines[:-1]) + '{"not": "an op"}\n' + lines[-1][: len(lines[-1]) // 2]
     (folder / "a-cut.jsonl").write_text(cut, encoding="utf-8")
-    sharegpt = {"id": "conv-1", "conversations": [{"from": "human", "value": "hello there"},
-                                                  {"from": "gpt", "value": "hi"}]}
+    sharegpt = {
+        "id": "conv-1",
+        "conversations": [
+            {"from": "human", "value": "hello there"},
+            {"from": "gpt", "value": "hi"},
+        ],
+    }
     (folder / "b-sharegpt.jsonl").write_text(json.dumps(sharegpt) + "\n", encoding="utf-8")
     fresh = QuillCLI(tmp_path / "fresh")
     proc = fresh.run("import", str(folder), "--json", check=False)
@@ -250,7 +451,9 @@ def test_a_cut_off_export_is_imported_up_to_its_bad_lines_and_the_other_files_to
     assert report["b-sharegpt.jsonl"]["new"] == 2
     fresh.drain()
     listed = {s["id"] for s in fresh.json("sessions", "list")}
-    assert {"s0", "s1"} <= listed and any(s.startswith("sharegpt:b-sharegpt.jsonl:") for s in listed)
+    assert {"s0", "s1"} <= listed and any(
+        s.startswith("sharegpt:b-sharegpt.jsonl:") for s in listed
+    )
 
 
 def test_importing_an_export_again_spools_nothing(quill, tmp_path):
@@ -258,7 +461,12 @@ def test_importing_an_export_again_spools_nothing(quill, tmp_path):
     export imported a second time said "N new" and doubled the spool; its
     ops whose batch ids the store has applied are now skipped and counted as stored."""
     for i in range(3):
-        quill.run("push", "--session", f"s{i}", input=json.dumps({"role": "user", "content": f"message {i}"}) + "\n")
+        quill.run(
+            "push",
+            "--session",
+            f"s{i}",
+            input=json.dumps({"role": "user", "content": f"message {i}"}) + "\n",
+        )
     quill.drain()
     out = tmp_path / "export.jsonl"
     quill.run("export", "-o", str(out))

@@ -1,5 +1,6 @@
 """The supervised fleet with real processes: until-idle, restarts after kill -9 with nothing
 lost or doubled, a second writer refused, clean stop on SIGTERM."""
+
 from __future__ import annotations
 
 import json
@@ -8,14 +9,13 @@ import signal
 import time
 
 import pytest
+from conftest import stop_fleet, worker_pids
 
+from quill.home import read_holder
 from quill.spool import Spool
 from quill.store import Reader
 from quill.store.errors import CantOpenError, LeaseHeldError
-from quill.home import read_holder
 from quill.store.lease import Lease
-
-from conftest import stop_fleet, worker_pids
 
 BATCHES, PER_BATCH = 1000, 20
 
@@ -23,16 +23,29 @@ BATCHES, PER_BATCH = 1000, 20
 def _fill_spool(home, batches=BATCHES):
     with Spool(home / "spool") as sp:
         for b in range(batches):
-            sp.append("messages.append", {"session_id": f"s{b % 7}", "messages": [
-                {"role": "user", "id": f"{b}-{i}", "content": f"batch {b} message {i} lorem ipsum " * 4}
-                for i in range(PER_BATCH)]})
+            sp.append(
+                "messages.append",
+                {
+                    "session_id": f"s{b % 7}",
+                    "messages": [
+                        {
+                            "role": "user",
+                            "id": f"{b}-{i}",
+                            "content": f"batch {b} message {i} lorem ipsum " * 4,
+                        }
+                        for i in range(PER_BATCH)
+                    ],
+                },
+            )
 
 
 def _counts(home):
     with Reader(home / "state.db") as r:
         f = r.figures()
-        dup = r.conn.execute("SELECT count(*) FROM (SELECT session_id, ext_id FROM messages "
-                             "GROUP BY session_id, ext_id HAVING count(*) > 1)").fetchone()[0]
+        dup = r.conn.execute(
+            "SELECT count(*) FROM (SELECT session_id, ext_id FROM messages "
+            "GROUP BY session_id, ext_id HAVING count(*) > 1)"
+        ).fetchone()[0]
         return f["messages"], f["applied_batches"], dup
 
 
@@ -91,8 +104,14 @@ def test_a_second_fleet_on_the_same_home_is_refused(quill, home, fleet):
 
 
 def test_push_wait_gives_read_your_writes(quill, home, fleet):
-    out = quill.json("push", "--session", "rw", "--wait", "30",
-                     input='{"role": "user", "content": "read your writes please"}')
+    out = quill.json(
+        "push",
+        "--session",
+        "rw",
+        "--wait",
+        "30",
+        input='{"role": "user", "content": "read your writes please"}',
+    )
     assert out[0]["outcome"] == "applied"
     hits = quill.json("search", "writes")
     assert [h["session_id"] for h in hits] == ["rw"]
@@ -137,7 +156,9 @@ def test_a_hung_writer_is_killed_and_replaced(quill, home):
     (home / "config.toml").write_text("[writer]\nhung_after_s = 2\n")
     fleet = quill.start_fleet()
     try:
-        quill.run("push", "--session", "h", "--wait", "30", input='{"role": "user", "content": "one"}')
+        quill.run(
+            "push", "--session", "h", "--wait", "30", input='{"role": "user", "content": "one"}'
+        )
         hung = json.loads((home / "run" / "writer.json").read_text())["pid"]
         os.kill(hung, signal.SIGSTOP)
         quill.run("push", "--session", "h", input='{"role": "user", "content": "two"}')
@@ -153,13 +174,18 @@ def test_a_crash_looping_writer_ends_until_idle_with_exit_6(quill, home):
     proc = quill.run("run", "--until-idle", "--timeout", "120", check=False)
     assert proc.returncode == 6 and "crash-looping" in proc.stderr
     sup = json.loads((home / "run" / "supervisor.json").read_text())
-    assert sup["state"] == "stopped" and sup["exit_code"] == 6 and sup["crash_loops"][0]["role"] == "writer"
+    assert (
+        sup["state"] == "stopped"
+        and sup["exit_code"] == 6
+        and sup["crash_loops"][0]["role"] == "writer"
+    )
     log = (home / "logs" / "supervisor.log").read_text()
     assert '"supervisor.crash_loop"' in log
 
 
 def _fleet_processes(home) -> list:
     import psutil
+
     out = []
     for p in psutil.process_iter(["cmdline"]):
         cmd = p.info["cmdline"] or []

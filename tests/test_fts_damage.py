@@ -2,28 +2,36 @@
 to a scan and says so, and the rebuild job restores them. Real page overwrites.
 SQLite only: FTS5 tables in the store file (PostgreSQL's GIN indexes are maintained by the
 server; its index damage is test_pg_amcheck.py)."""
+
 from __future__ import annotations
 
 import json
 import time
 
-from quill.store import Reader
-from quill.store.sqlite.fts_repair import classify, detach
-from quill.store.sqlite.connection import open_reader
-
 from conftest import damage_pages, stop_fleet
 from semantics_helpers import Store
 
+from quill.store import Reader
+from quill.store.sqlite.connection import open_reader
+from quill.store.sqlite.fts_repair import classify, detach
+
 
 def _push(quill, session, start, n, word):
-    lines = "\n".join(json.dumps({"role": "user", "id": f"{session}-{i}", "content": f"{word} number {i} lorem ipsum"})
-                      for i in range(start, start + n))
+    lines = "\n".join(
+        json.dumps(
+            {"role": "user", "id": f"{session}-{i}", "content": f"{word} number {i} lorem ipsum"}
+        )
+        for i in range(start, start + n)
+    )
     quill.run("push", "--session", session, input=lines)
 
 
 def test_detached_index_search_scans_and_says_so(tmp_path, quill, home):
     store = Store(home)
-    store.apply("messages.append", {"session_id": "s", "messages": [{"role": "user", "content": "zebra crossing"}]})
+    store.apply(
+        "messages.append",
+        {"session_id": "s", "messages": [{"role": "user", "content": "zebra crossing"}]},
+    )
     store.index()
     detach(store.conn, "test")
     with store.reader() as r:
@@ -57,7 +65,11 @@ def test_damaged_fts_pages_are_detected_writes_go_on_and_rebuild_restores_search
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             st = quill.status()["store"]
-            rebuilt = [r for r in quill.json("jobs", "history", "--job", "fts_rebuild") if r["outcome"] == "ok"]
+            rebuilt = [
+                r
+                for r in quill.json("jobs", "history", "--job", "fts_rebuild")
+                if r["outcome"] == "ok"
+            ]
             if rebuilt and st["fts_state"] == "ok" and st["fts_pending"] == 0:
                 break
             time.sleep(0.3)

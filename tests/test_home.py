@@ -1,5 +1,6 @@
 """Layer 0 (``quill.home``): the run directory's typed records, the one defaults table, and the
 fire reference the scheduler hands down to persisted schedules."""
+
 from __future__ import annotations
 
 import inspect
@@ -26,7 +27,7 @@ def test_a_halt_round_trips_and_names_its_store_file(tmp_path):
     assert rd.halt(store) == cause._replace(store_ino=os.stat(store).st_ino)
     replaced = tmp_path / "new.db"
     replaced.write_bytes(b"y")
-    os.replace(replaced, store)            # another file in place: the halt is history
+    os.replace(replaced, store)  # another file in place: the halt is history
     assert rd.halt(store) is None
 
 
@@ -37,7 +38,7 @@ def test_a_halt_written_before_halts_named_their_file_still_applies(tmp_path):
     halt = rd.halt(tmp_path / "state.db")
     assert halt is not None and halt.store_ino == home.ANY_STORE and halt.next == "quill recover"
     assert "store_ino" not in halt.to_json()
-    rd.halt_file.write_text("{}")          # an empty record is no halt
+    rd.halt_file.write_text("{}")  # an empty record is no halt
     assert rd.halt(tmp_path / "state.db") is None
 
 
@@ -82,6 +83,7 @@ def test_the_fire_reference_names_the_schedulers_fire_and_needs_a_served_data_di
     from apscheduler.util import ref_to_obj
 
     from quill.workers import FIRE_REF, scheduler
+
     assert ref_to_obj(FIRE_REF) is scheduler.fire
     assert FIRE_REF == "quill.workers.scheduler:fire"  # persisted in schedule rows: never changes
     if scheduler._serving is None:
@@ -89,28 +91,56 @@ def test_the_fire_reference_names_the_schedulers_fire_and_needs_a_served_data_di
             scheduler.fire("snapshot")
 
 
-RUNNING_KEYS = {"idle", "halted", "cursor", "job", "error", "commit_hist", "backend", "spool_id",
-                "applied", "duplicates", "rejected", "rows", "chunks", "fts_indexed_upto",
-                "wal_blocked_since"}
+RUNNING_KEYS = {
+    "idle",
+    "halted",
+    "cursor",
+    "job",
+    "error",
+    "commit_hist",
+    "backend",
+    "spool_id",
+    "applied",
+    "duplicates",
+    "rejected",
+    "rows",
+    "chunks",
+    "fts_indexed_upto",
+    "wal_blocked_since",
+}
 
 
 def test_the_writer_status_publishes_the_keys_readers_read(tmp_path):
     """``run/writer.json`` keeps its keys (``quill status --json`` shows them), and a published
     status reads back as the same record, with RunDir's stamps."""
     from quill.home import WriterStatus
+
     rd = RunDir(tmp_path)
     rd.path.mkdir()
-    running = WriterStatus(idle=True, cursor="2:10", backend="sqlite", spool_id="s", applied=3,
-                           rows=7, chunks=1, commit_hist={"counts": [1], "count": 1, "sum": 0.1})
+    running = WriterStatus(
+        idle=True,
+        cursor="2:10",
+        backend="sqlite",
+        spool_id="s",
+        applied=3,
+        rows=7,
+        chunks=1,
+        commit_hist={"counts": [1], "count": 1, "sum": 0.1},
+    )
     assert set(running.to_json()) == RUNNING_KEYS
     assert rd.publish("writer", running.to_json())
     back = WriterStatus.from_json(rd.last("writer"))
     assert back.alive and back.pid == os.getpid() and back.updated_at > 0
     assert back._replace(pid=None, updated_at=None, alive=False, age_s=None) == running
-    halted = WriterStatus(halted=True, halt=Halt("CorruptError", "x", 1.0), cursor="2:10",
-                          backend="sqlite", spool_id="s")
+    halted = WriterStatus(
+        halted=True,
+        halt=Halt("CorruptError", "x", 1.0),
+        cursor="2:10",
+        backend="sqlite",
+        spool_id="s",
+    )
     assert set(halted.to_json()) == {"halted", "halt", "idle", "cursor", "backend", "spool_id"}
     assert WriterStatus.from_json(halted.to_json()) == halted
     assert WriterStatus.from_json(None) == WriterStatus() and not WriterStatus().halted
-    with pytest.raises(ValueError):          # a store field that names no status field
+    with pytest.raises(ValueError):  # a store field that names no status field
         running._replace(**{"wal_blocked_snice": 1.0})

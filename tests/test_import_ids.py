@@ -2,20 +2,26 @@
 ShareGPT, Gemini without sessionId): unique per conversation, stable on re-import and growth,
 and compatible with stores made when the id was the file name (or line). Real files in tmp
 dirs, the real CLI (docs/importers.md, "Session ids")."""
+
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
 import pytest
-
 from conftest import CORPUS
 
 from quill.ops.importers import parse_file
 
-A = [{"role": "user", "content": "project A question alpha"}, {"role": "assistant", "content": "answer A"}]
-B = [{"role": "user", "content": "project B question bravo"}, {"role": "assistant", "content": "answer B"},
-     {"role": "user", "content": "more B"}]
+A = [
+    {"role": "user", "content": "project A question alpha"},
+    {"role": "assistant", "content": "answer A"},
+]
+B = [
+    {"role": "user", "content": "project B question bravo"},
+    {"role": "assistant", "content": "answer B"},
+    {"role": "user", "content": "more B"},
+]
 HERMES = CORPUS / "sharegpt" / "hermeswith__trajectory_samples.jsonl"
 
 
@@ -74,7 +80,9 @@ def test_same_named_sharegpt_files_keep_every_trajectory(quill, tmp_path):
     assert quarantined(quill) == 0
     held = quill.json("sessions", "list", "--all")
     assert len(held) == 4 and sum(s["message_count"] for s in held) == 12
-    assert sum(e["new"] for e in quill.json("import", str(tmp_path / "x"), str(tmp_path / "y"))) == 0
+    assert (
+        sum(e["new"] for e in quill.json("import", str(tmp_path / "x"), str(tmp_path / "y"))) == 0
+    )
 
 
 def test_a_copy_of_a_file_is_the_same_conversation_stored_once(quill, tmp_path):
@@ -89,7 +97,9 @@ def test_a_copy_of_a_file_is_the_same_conversation_stored_once(quill, tmp_path):
     assert list(sessions(quill).values()) == [[m["content"] for m in B]] and quarantined(quill) == 0
     assert [e["already_stored"] for e in quill.json("import", str(folder))] == [3, 3]
     # the same conversation twice in one file is stored once too, and said so
-    line = json.dumps({"conversations": [{"from": "human", "value": "twice"}, {"from": "gpt", "value": "ok"}]})
+    line = json.dumps(
+        {"conversations": [{"from": "human", "value": "twice"}, {"from": "gpt", "value": "ok"}]}
+    )
     (tmp_path / "dup.jsonl").write_text(line + "\n" + line + "\n")
     (entry,) = quill.json("import", str(tmp_path / "dup.jsonl"))
     assert (entry["sessions"], entry["new"], entry["already_stored"]) == (1, 2, 2)
@@ -107,7 +117,10 @@ def test_reimport_after_growth_keeps_the_id_and_adds_only_the_new_message(quill,
     with path.open("a") as fh:
         fh.write(json.dumps(B[2]) + "\n")
     (grown,) = quill.json("import", str(path))
-    assert grown["session_ids"] == first["session_ids"] and (grown["new"], grown["already_stored"]) == (1, 2)
+    assert grown["session_ids"] == first["session_ids"] and (
+        grown["new"],
+        grown["already_stored"],
+    ) == (1, 2)
     drain(quill)
     assert list(sessions(quill).values()) == [[m["content"] for m in B]]
     (again,) = quill.json("import", str(path))
@@ -141,7 +154,8 @@ def test_a_store_made_with_file_name_ids_keeps_its_sessions_on_reimport(quill, t
     drain(quill)
     held = sessions(quill)
     assert held[old] == [m["content"] for m in A] and sorted(held.values()) == sorted(
-        [[m["content"] for m in A], [m["content"] for m in B]])
+        [[m["content"] for m in A], [m["content"] for m in B]]
+    )
     assert quarantined(quill) == 0
 
 
@@ -162,15 +176,25 @@ def test_a_store_made_with_line_ids_keeps_its_sharegpt_sessions(quill, tmp_path)
     assert not set(other["session_ids"]) & set(old) and other["new"] == 6
     drain(quill)
     held = quill.json("sessions", "list", "--all")
-    assert len(held) == 4 and sum(s["message_count"] for s in held) == 12 and quarantined(quill) == 0
+    assert (
+        len(held) == 4 and sum(s["message_count"] for s in held) == 12 and quarantined(quill) == 0
+    )
 
 
 def test_run_says_when_records_were_quarantined(quill, tmp_path):
     """A refused op must not pass silently: `quill run --until-idle` names the quarantines."""
     batch = "11111111-2222-3333-4444-555555555555"
-    quill.run("push", input=json.dumps({"op": "session.create", "data": {"session_id": "s"}, "batch": batch}) + "\n")
+    quill.run(
+        "push",
+        input=json.dumps({"op": "session.create", "data": {"session_id": "s"}, "batch": batch})
+        + "\n",
+    )
     assert "quarantined" not in run_until_idle(quill)
-    quill.run("push", input=json.dumps({"op": "session.create", "data": {"session_id": "t"}, "batch": batch}) + "\n")
+    quill.run(
+        "push",
+        input=json.dumps({"op": "session.create", "data": {"session_id": "t"}, "batch": batch})
+        + "\n",
+    )
     err = run_until_idle(quill)
     assert "1 record(s) quarantined during this run" in err and "batch-id-reused: 1" in err, err
 
@@ -188,17 +212,39 @@ def _idless_pairs(tmp_path: Path) -> dict[str, tuple[Path, Path, str]]:
         files = []
         for folder, word in (("x", "alpha"), ("y", "bravo")):
             if fmt == "claude":
-                files.append(write_jsonl(tmp_path / folder / "s.jsonl", [
-                    cc(f"u-{word}", "user", f"ask {word}", None, sid=None),
-                    cc(f"a-{word}", "assistant", f"did {word}", f"u-{word}", sid=None)]))
+                files.append(
+                    write_jsonl(
+                        tmp_path / folder / "s.jsonl",
+                        [
+                            cc(f"u-{word}", "user", f"ask {word}", None, sid=None),
+                            cc(f"a-{word}", "assistant", f"did {word}", f"u-{word}", sid=None),
+                        ],
+                    )
+                )
             elif fmt == "codex":
-                files.append(write_jsonl(tmp_path / folder / "rollout.jsonl",
-                                         [codex_user(f"ask {word}"), codex_assistant(f"did {word}")]))
+                files.append(
+                    write_jsonl(
+                        tmp_path / folder / "rollout.jsonl",
+                        [codex_user(f"ask {word}"), codex_assistant(f"did {word}")],
+                    )
+                )
             else:
-                files.append(write(tmp_path / folder / "chat.json", {"messages": [
-                    {"id": f"g-{word}", "type": "user", "content": f"ask {word}"},
-                    {"id": f"h-{word}", "type": "gemini", "content": f"did {word}"}]}))
-        legacy = {"claude": "claude-code:s.jsonl", "codex": "codex:rollout.jsonl", "gemini": "gemini-cli:chat.json"}
+                files.append(
+                    write(
+                        tmp_path / folder / "chat.json",
+                        {
+                            "messages": [
+                                {"id": f"g-{word}", "type": "user", "content": f"ask {word}"},
+                                {"id": f"h-{word}", "type": "gemini", "content": f"did {word}"},
+                            ]
+                        },
+                    )
+                )
+        legacy = {
+            "claude": "claude-code:s.jsonl",
+            "codex": "codex:rollout.jsonl",
+            "gemini": "gemini-cli:chat.json",
+        }
         out[fmt] = (*files, legacy[fmt])
     return out
 
@@ -207,8 +253,13 @@ def test_idless_files_of_the_same_name_get_distinct_ids(tmp_path):
     for fmt, (x, y, legacy) in _idless_pairs(tmp_path).items():
         (sx,), (sy,) = parse_file(x).sessions, parse_file(y).sessions
         assert sx.session["session_id"] != sy.session["session_id"], fmt
-        assert sx.session["session_id"].startswith(legacy + ":") and sx.legacy_id == sy.legacy_id == legacy, fmt
-        assert parse_file(x).sessions[0].session["session_id"] == sx.session["session_id"]  # deterministic
+        assert (
+            sx.session["session_id"].startswith(legacy + ":")
+            and sx.legacy_id == sy.legacy_id == legacy
+        ), fmt
+        assert (
+            parse_file(x).sessions[0].session["session_id"] == sx.session["session_id"]
+        )  # deterministic
 
 
 def test_idless_files_imported_under_the_file_name_id_keep_it(store, tmp_path):
@@ -223,8 +274,13 @@ def test_idless_files_imported_under_the_file_name_id_keep_it(store, tmp_path):
         assert (again.sessions, again.new, again.stored) == ([legacy], 0, 2), fmt
         other = store.imp(y)
         assert other.sessions != [legacy] and other.new == 2, fmt
-        assert [m["content"] for m in store.view(legacy, "model")] == ["ask alpha", "did alpha"], fmt
-        assert [m["content"] for m in store.view(other.sessions[0], "model")] == ["ask bravo", "did bravo"], fmt
+        assert [m["content"] for m in store.view(legacy, "model")] == ["ask alpha", "did alpha"], (
+            fmt
+        )
+        assert [m["content"] for m in store.view(other.sessions[0], "model")] == [
+            "ask bravo",
+            "did bravo",
+        ], fmt
 
 
 @pytest.mark.corpus

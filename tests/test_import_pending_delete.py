@@ -3,15 +3,17 @@ not running, or behind): the import decides as if the delete were applied, so th
 and its delegate children come back once the writer drains — an unconditional delete — or
 the session is skipped with a clear problem — a conditional one, whose outcome only the
 writer decides. Real data dirs and real ``quill`` subprocesses, the real corpus file."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
-
 from conftest import CORPUS
 
-FILE = CORPUS / "claude-code" / "d-kimuson__fe5e1c67-53e7-4862-81ae-d0e013e3270b.jsonl"  # 6 sessions, 437 messages
+FILE = (
+    CORPUS / "claude-code" / "d-kimuson__fe5e1c67-53e7-4862-81ae-d0e013e3270b.jsonl"
+)  # 6 sessions, 437 messages
 
 
 def _drain(quill) -> None:
@@ -56,8 +58,20 @@ def test_a_pending_conditional_delete_skips_the_session_and_says_so(quill, home)
     before = _counts(quill, sids)
     main = sids[0]
     # a job's kind of delete: applied only if its conditions hold when the writer applies it
-    quill.run("push", input=json.dumps({"op": "sessions.delete", "data": {
-        "session_ids": [main], "reason": "retention", "actor": "job:test", "only_if": {"unpinned": True}}}))
+    quill.run(
+        "push",
+        input=json.dumps(
+            {
+                "op": "sessions.delete",
+                "data": {
+                    "session_ids": [main],
+                    "reason": "retention",
+                    "actor": "job:test",
+                    "only_if": {"unpinned": True},
+                },
+            }
+        ),
+    )
     [again] = quill.json("import", str(FILE))
     assert again["new"] == 0 and set(again["session_ids"]).isdisjoint(sids), again
     skipped = [p["reason"] for p in again["problems"] if p["kind"] == "skipped"]
@@ -73,11 +87,26 @@ def test_a_pending_conditional_delete_skips_the_session_and_says_so(quill, home)
 
 
 def test_orphan_adoption_skips_a_session_whose_delete_is_pending(quill, home):
-    ops = [{"op": "session.create", "data": {"session_id": "a", "source": "bot", "key": "k1"}},
-           {"op": "messages.append", "data": {"session_id": "a", "messages": [{"role": "user", "content": "q"}]}},
-           {"op": "session.create", "data": {"session_id": "b", "source": "bot", "parent_id": "a",
-                                             "parent_kind": "compression"}},
-           {"op": "messages.append", "data": {"session_id": "b", "messages": [{"role": "user", "content": "r"}]}}]
+    ops = [
+        {"op": "session.create", "data": {"session_id": "a", "source": "bot", "key": "k1"}},
+        {
+            "op": "messages.append",
+            "data": {"session_id": "a", "messages": [{"role": "user", "content": "q"}]},
+        },
+        {
+            "op": "session.create",
+            "data": {
+                "session_id": "b",
+                "source": "bot",
+                "parent_id": "a",
+                "parent_kind": "compression",
+            },
+        },
+        {
+            "op": "messages.append",
+            "data": {"session_id": "b", "messages": [{"role": "user", "content": "r"}]},
+        },
+    ]
     quill.run("push", input="\n".join(json.dumps(o) for o in ops))
     _drain(quill)
     [orphan] = quill.json("sessions", "orphans")
@@ -94,11 +123,14 @@ def test_a_damaged_delete_in_the_spool_is_not_pending(tmp_path):
     must not treat its sessions as deleted (it would re-spool them under new batch ids)."""
     from quill.ops.transfer.pending_deletes import pending_deletes_from
     from quill.spool import Spool
+
     spool_dir = tmp_path / "spool"
     with Spool(spool_dir) as sp:
         sp.append("sessions.delete", {"session_ids": ["kept"], "reason": "x", "actor": "t"})
         sp.append("sessions.delete", {"session_ids": ["gone"], "reason": "x", "actor": "t"})
     seg = spool_dir / "00000001.jsonl"
-    seg.write_bytes(seg.read_bytes().replace(b'"kept"', b'"kepT"', 1))  # a flipped byte: checksum fails
+    seg.write_bytes(
+        seg.read_bytes().replace(b'"kept"', b'"kepT"', 1)
+    )  # a flipped byte: checksum fails
     found = pending_deletes_from(spool_dir, None)
     assert found.certain == {"gone"} and "kepT" not in found and "kept" not in found

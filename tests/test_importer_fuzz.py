@@ -6,6 +6,7 @@ Bases: the head of one corpus file per format (claude-code, codex, sharegpt, the
 trajectory) and the synthetic Gemini CLI session of tests/test_importers_structure.py.
 ``QUILL_FUZZ_N`` sets the examples per base (default 30).
 """
+
 from __future__ import annotations
 
 import json
@@ -13,22 +14,24 @@ import os
 from pathlib import Path
 
 import pytest
+from conftest import CORPUS
+from fuzz_helpers import JSON_VALUES, RAW_ERROR, paths, replaced
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
+from importers_helpers import GEMINI_SESSION
 
 from quill.ops.importers import parse_file
-from quill.store.errors import InvalidOpError
 from quill.store.apply.precheck import precheck
-
-from conftest import CORPUS
-from importers_helpers import GEMINI_SESSION
-from fuzz_helpers import JSON_VALUES, RAW_ERROR, paths, replaced
+from quill.store.errors import InvalidOpError
 
 N = int(os.environ.get("QUILL_FUZZ_N", "30"))
 
 #: The Gemini session of tests/test_importers_structure.py, its last user turn with an inline image.
 GEMINI = json.loads(json.dumps(GEMINI_SESSION))
-GEMINI["messages"][-1]["content"] = [{"text": "thanks"}, {"inlineData": {"mimeType": "image/png", "data": "aGk="}}]
+GEMINI["messages"][-1]["content"] = [
+    {"text": "thanks"},
+    {"inlineData": {"mimeType": "image/png", "data": "aGk="}},
+]
 
 #: name -> (corpus file, records to keep) for JSON-lines bases.
 JSONL = {
@@ -45,7 +48,9 @@ def _base(name: str) -> tuple[str, object]:
     if not CORPUS.is_dir():
         pytest.skip(f"corpus absent: no transcripts at {CORPUS}")
     if name == "openai-chat":
-        doc = json.loads((CORPUS / "openai-chat/mini-swe-agent__github_issue.traj.json").read_text())
+        doc = json.loads(
+            (CORPUS / "openai-chat/mini-swe-agent__github_issue.traj.json").read_text()
+        )
         return ".json", doc[:6]
     rel, keep = JSONL[name]
     lines = (CORPUS / rel).read_text().splitlines()[:keep]
@@ -66,9 +71,16 @@ def test_one_bad_field_never_crashes_an_import(name, tmp_path_factory):
     _write(base_dir / f"t{suffix}", suffix, doc)
     assert parse_file(base_dir / f"t{suffix}").format == name  # the base itself is recognised
 
-    @settings(max_examples=N, deadline=None, derandomize=True,
-              suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                                     HealthCheck.data_too_large])
+    @settings(
+        max_examples=N,
+        deadline=None,
+        derandomize=True,
+        suppress_health_check=[
+            HealthCheck.function_scoped_fixture,
+            HealthCheck.too_slow,
+            HealthCheck.data_too_large,
+        ],
+    )
     @given(st.sampled_from(paths(doc)), JSON_VALUES)
     def run(path, value):
         note(f"path={path!r} value={json.dumps(value)[:300]}")
@@ -78,13 +90,18 @@ def test_one_bad_field_never_crashes_an_import(name, tmp_path_factory):
         for problem in parsed.problems:
             assert not RAW_ERROR.search(problem.reason), problem
         for session in parsed.sessions:
-            for op, data in [("session.create", session.session),
-                             ("messages.append", {"session_id": session.session.get("session_id"),
-                                                  "messages": session.messages})]:
+            for op, data in [
+                ("session.create", session.session),
+                (
+                    "messages.append",
+                    {"session_id": session.session.get("session_id"), "messages": session.messages},
+                ),
+            ]:
                 try:
                     precheck(op, data)
                 except InvalidOpError as exc:
                     assert not RAW_ERROR.search(f"{exc.reason} {exc.detail}"), exc
+
     run()
 
 
@@ -96,18 +113,33 @@ def test_gemini_entry_with_wrong_typed_fields_is_a_problem_of_that_entry(tmp_pat
     path.write_text(json.dumps(doc))
     parsed = parse_file(path)
     (problem,) = parsed.problems
-    assert problem.kind == "skipped" and problem.reason == "messages[1] (gemini): toolCalls must be a list, got bool"
+    assert (
+        problem.kind == "skipped"
+        and problem.reason == "messages[1] (gemini): toolCalls must be a list, got bool"
+    )
     msgs = parsed.sessions[0].messages
     assert [m["id"] for m in msgs] == ["m1", "m4"]  # the other entries are imported
-    assert msgs[1]["content"][1]["file"]["file_data"].startswith("data:application/octet-stream;base64,")
+    assert msgs[1]["content"][1]["file"]["file_data"].startswith(
+        "data:application/octet-stream;base64,"
+    )
 
 
 def test_codex_reasoning_summary_of_any_json_type_is_read_not_a_crash(tmp_path):
     from importers_helpers import codex_line, codex_user
-    recs = [codex_line("session_meta", {"id": "cz"}), codex_user("q"),
-            codex_line("response_item", {"type": "reasoning", "summary": True, "content": "thinking"}),
-            codex_line("response_item", {"type": "message", "role": "assistant",
-                                         "content": [{"type": "output_text", "text": "a"}]})]
+
+    recs = [
+        codex_line("session_meta", {"id": "cz"}),
+        codex_user("q"),
+        codex_line("response_item", {"type": "reasoning", "summary": True, "content": "thinking"}),
+        codex_line(
+            "response_item",
+            {
+                "type": "message",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": "a"}],
+            },
+        ),
+    ]
     path = tmp_path / "rollout.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in recs))
     parsed = parse_file(path)

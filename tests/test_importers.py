@@ -7,13 +7,19 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
-from quill.ops.importers import (
-    ImportedSession, ParsedFile, Problem, detect_format, iter_transcript_files, parse_file)
-from quill.ops.importers.jsonlines import iter_jsonl
-
 from conftest import CORPUS
 from importers_helpers import all_messages, text_of
+
+from quill.ops.importers import (
+    ImportedSession,
+    ParsedFile,
+    Problem,
+    detect_format,
+    iter_transcript_files,
+    parse_file,
+)
+from quill.ops.importers.jsonlines import iter_jsonl
+
 GLUED = "claude-code/entireio-cli__130d7b7e-5801-4345-9bd6-f32fd9b8429b.jsonl"
 
 # file -> (sessions, messages, problems); cross-checked below by independent counting
@@ -22,9 +28,21 @@ EXPECTED = {
     "claude-code/context-evaluator__51723c80-7be9-4bc5-9795-7bd86f32165d.jsonl": (1, 29, 0),
     "claude-code/d-kimuson__1af7fc5e-8455-4414-9ccd-011d40f70b2a.jsonl": (1, 29, 0),
     "claude-code/d-kimuson__fe5e1c67-53e7-4862-81ae-d0e013e3270b.jsonl": (6, 437, 0),  # 5 subagents
-    "claude-code/drmaciver__coverage-test-fix__c64cc478-3430-40fe-8e9c-4ee9986e9754.jsonl": (1, 37, 0),
-    "claude-code/drmaciver__python-to-rust-port__c7d3d95c-57f0-4359-8f4b-926a9bef5a3f.jsonl": (1, 96, 0),
-    "claude-code/entireio-cli__08940314-9e93-46b1-a598-06bada65ed55.jsonl": (1, 982, 0),  # + 1 compaction
+    "claude-code/drmaciver__coverage-test-fix__c64cc478-3430-40fe-8e9c-4ee9986e9754.jsonl": (
+        1,
+        37,
+        0,
+    ),
+    "claude-code/drmaciver__python-to-rust-port__c7d3d95c-57f0-4359-8f4b-926a9bef5a3f.jsonl": (
+        1,
+        96,
+        0,
+    ),
+    "claude-code/entireio-cli__08940314-9e93-46b1-a598-06bada65ed55.jsonl": (
+        1,
+        982,
+        0,
+    ),  # + 1 compaction
     GLUED: (1, 150, 2),  # glued line 128 (repaired) + re-written record at line 131 (skipped)
     "claude-code/llm-guard__logs-chat.json": (1, 358, 0),  # + 1 compaction
     "codex/agentv__rollout-019ed836-b1da-78f1-8a0c-e598363d10f4.jsonl": (1, 56, 0),
@@ -62,9 +80,13 @@ def plain_records(path: Path) -> list[tuple[int | None, dict]]:
 
 # --------------------------------------------------------------------- corpus
 
+
 def test_expected_table_covers_supported_corpus(corpus):
-    supported = {str(p.relative_to(corpus)) for sub in ("claude-code", "codex", "sharegpt", "openai-chat")
-                 for p in corpus_files(sub)}
+    supported = {
+        str(p.relative_to(corpus))
+        for sub in ("claude-code", "codex", "sharegpt", "openai-chat")
+        for p in corpus_files(sub)
+    }
     assert supported == set(EXPECTED)
 
 
@@ -79,7 +101,14 @@ def test_counts_table(corpus, rel):
         assert isinstance(s, ImportedSession)
         assert s.session["source"] == pf.format
         assert set(s.session) - {"parent_id", "parent_kind"} == {
-            "session_id", "source", "title", "model", "cwd", "started_at", "meta"}
+            "session_id",
+            "source",
+            "title",
+            "model",
+            "cwd",
+            "started_at",
+            "meta",
+        }
         ids = [m["id"] for m in s.messages]
         assert len(ids) == len(set(ids)), "message ids unique within a session"
         for m in s.messages:
@@ -141,7 +170,11 @@ def test_claude_code_tool_results_keep_their_text(corpus):
         if r.get("type") != "user" or not isinstance(r["message"]["content"], list):
             continue
         for b in r["message"]["content"]:
-            if b.get("type") == "tool_result" and isinstance(b.get("content"), str) and b["content"]:
+            if (
+                b.get("type") == "tool_result"
+                and isinstance(b.get("content"), str)
+                and b["content"]
+            ):
                 assert text_of(by_id[r["uuid"]]["content"]) == b["content"]
                 checked += 1
     assert checked > 100
@@ -163,7 +196,9 @@ def test_claude_code_title_and_meta(corpus):
 
 
 def test_claude_code_images_kept_as_parts(corpus):
-    pf = parse_file(corpus / "claude-code/context-evaluator__51723c80-7be9-4bc5-9795-7bd86f32165d.jsonl")
+    pf = parse_file(
+        corpus / "claude-code/context-evaluator__51723c80-7be9-4bc5-9795-7bd86f32165d.jsonl"
+    )
     with_images = [m for m in all_messages(pf) if isinstance(m["content"], list)]
     assert with_images
     parts = with_images[0]["content"]
@@ -192,8 +227,17 @@ def test_glued_line_128(corpus):
 def test_codex_independent_counts(corpus, path):
     recs = [r for _, r in plain_records(path)]
     items = Counter(r["payload"]["type"] for r in recs if r["type"] == "response_item")
-    expected = sum(items[t] for t in ("message", "function_call", "function_call_output",
-                                      "custom_tool_call", "custom_tool_call_output", "web_search_call"))
+    expected = sum(
+        items[t]
+        for t in (
+            "message",
+            "function_call",
+            "function_call_output",
+            "custom_tool_call",
+            "custom_tool_call_output",
+            "web_search_call",
+        )
+    )
     pf = parse_file(path)
     (sess,) = pf.sessions
     assert sess.session["session_id"] == "codex:" + recs[0]["payload"]["id"]
@@ -201,10 +245,15 @@ def test_codex_independent_counts(corpus, path):
     assert len(msgs) == expected
     # the response_item stream only: event_msg agent_message/user_message are not duplicated
     assert sum(1 for m in msgs if m["role"] == "assistant" and m["content"]) == sum(
-        1 for r in recs if r["type"] == "response_item" and r["payload"]["type"] == "message"
-        and r["payload"]["role"] == "assistant")
+        1
+        for r in recs
+        if r["type"] == "response_item"
+        and r["payload"]["type"] == "message"
+        and r["payload"]["role"] == "assistant"
+    )
     assert sum(1 for m in msgs if m["role"] == "tool") == (
-        items["function_call_output"] + items["custom_tool_call_output"])
+        items["function_call_output"] + items["custom_tool_call_output"]
+    )
     compacted = [r for r in recs if r["type"] == "compacted"]
     assert len(sess.session["meta"].get("compactions", [])) == len(compacted)
     calls = {c["id"]: c["function"]["name"] for m in msgs for c in m.get("tool_calls") or []}
@@ -231,13 +280,20 @@ def test_sharegpt_corpus(corpus):
     recs = plain_records(path)
     pf = parse_file(path)
     assert len(pf.sessions) == len(recs) == 13
-    assert len({s.session["session_id"] for s in pf.sessions}) == 13  # content ids: one per conversation
+    assert (
+        len({s.session["session_id"] for s in pf.sessions}) == 13
+    )  # content ids: one per conversation
     assert len(all_messages(pf)) == sum(len(r["conversations"]) for _, r in recs)
     for (line, rec), s in zip(recs, pf.sessions):
-        assert s.session["session_id"].startswith(f"sharegpt:{path.name}:") and s.legacy_id == f"sharegpt:{path.name}:{line}"
+        assert (
+            s.session["session_id"].startswith(f"sharegpt:{path.name}:")
+            and s.legacy_id == f"sharegpt:{path.name}:{line}"
+        )
         assert s.session["model"] == rec["model"]
         assert [m["role"] for m in s.messages] == [
-            {"system": "system", "human": "user", "gpt": "assistant"}[t["from"]] for t in rec["conversations"]]
+            {"system": "system", "human": "user", "gpt": "assistant"}[t["from"]]
+            for t in rec["conversations"]
+        ]
         for m in s.messages:
             assert m["timestamp"] == s.session["started_at"] is not None
             if m["role"] == "assistant":
@@ -249,12 +305,19 @@ def test_openai_chat_corpus(corpus):
     arr = json.loads(path.read_text())
     pf = parse_file(path)
     (s,) = pf.sessions
-    assert s.session["session_id"].startswith(f"openai-chat:{path.name}:") and s.legacy_id == f"openai-chat:{path.name}"
-    assert [(m["role"], m["content"]) for m in s.messages] == [(a["role"], a["content"]) for a in arr]
+    assert (
+        s.session["session_id"].startswith(f"openai-chat:{path.name}:")
+        and s.legacy_id == f"openai-chat:{path.name}"
+    )
+    assert [(m["role"], m["content"]) for m in s.messages] == [
+        (a["role"], a["content"]) for a in arr
+    ]
     assert [m["id"] for m in s.messages] == [str(i) for i in range(len(arr))]
 
 
-@pytest.mark.parametrize("path", [p for p in corpus_files("other") if "gemini" not in p.name], ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", [p for p in corpus_files("other") if "gemini" not in p.name], ids=lambda p: p.name
+)
 def test_other_formats_are_not_detected(corpus, path):
     assert detect_format(path) is None
     assert parse_file(path) == ParsedFile(str(path), None, [], [])
@@ -284,11 +347,15 @@ def test_iter_transcript_files(corpus, tmp_path):
     (tmp_path / "b" / "x.jsonl").write_text("")
     (tmp_path / "a.json").write_text("")
     (tmp_path / "notes.md").write_text("")
-    assert list(iter_transcript_files([tmp_path])) == [tmp_path / "a.json", tmp_path / "b" / "x.jsonl"]
+    assert list(iter_transcript_files([tmp_path])) == [
+        tmp_path / "a.json",
+        tmp_path / "b" / "x.jsonl",
+    ]
 
 
 def test_random_damage_never_raises(corpus, tmp_path):
     import random
+
     rng = random.Random(3)
     sources = [corpus / rel for rel in sorted(EXPECTED)] + corpus_files("other")
     for src in sources:
@@ -297,12 +364,17 @@ def test_random_damage_never_raises(corpus, tmp_path):
             for _ in range(rng.randint(1, 20)):
                 pos = rng.randrange(len(data))
                 if rng.random() < 0.5:
-                    del data[pos:pos + rng.randint(1, 100)]
+                    del data[pos : pos + rng.randint(1, 100)]
                 else:
-                    data[pos:pos] = bytes(rng.choice(b'{}[]",:\n\\\xff ') for _ in range(rng.randint(1, 4)))
+                    data[pos:pos] = bytes(
+                        rng.choice(b'{}[]",:\n\\\xff ') for _ in range(rng.randint(1, 4))
+                    )
             out = tmp_path / src.name
             out.write_bytes(bytes(data))
             pf = parse_file(out)  # must not raise
-            assert all(isinstance(p, Problem) and p.kind in ("skipped", "repaired", "ignored") for p in pf.problems)
+            assert all(
+                isinstance(p, Problem) and p.kind in ("skipped", "repaired", "ignored")
+                for p in pf.problems
+            )
             if src.parent.name == "other" and "gemini" not in src.name:
                 assert pf.format is None

@@ -1,27 +1,54 @@
 """Transcript structure survives import, on small synthetic files in the real
 formats, imported through the real spool into a real SQLite store (ops/transfer/import_spool.py, the
 writer's apply_chunk) and read back through the store's projections."""
+
 from __future__ import annotations
 
 import json
 
+from importers_helpers import (  # noqa: F401 (store: fixture)
+    GEMINI_SESSION,
+    cc,
+    codex_assistant,
+    codex_line,
+    codex_user,
+    store,
+    texts,
+    write_jsonl,
+)
+
 from quill.ops.importers import detect_format, parse_file
 from quill.store import Reader
 
-from importers_helpers import (  # noqa: F401 (store: fixture)
-    GEMINI_SESSION, cc, codex_assistant, codex_line, codex_user, store, texts, write_jsonl)
-
-
 # -------------------------------------------------------------------- sidechains / subagents
 
+
 def test_inline_sidechains_become_delegate_children_linked_to_the_task_call(store, tmp_path):
-    recs = [cc("u1", "user", "build it", None),
-            cc("a1", "assistant", [{"type": "tool_use", "id": "toolu_T", "name": "Task",
-                                    "input": {"description": "d", "prompt": "make the parser"}}], "u1"),
-            cc("s1u", "user", "make the parser", None, isSidechain=True),
-            cc("s1a", "assistant", [{"type": "text", "text": "parser made"}], "s1u", isSidechain=True),
-            cc("u2", "user", [{"type": "tool_result", "tool_use_id": "toolu_T", "content": "done: parser"}], "a1"),
-            cc("a2", "assistant", [{"type": "text", "text": "all done"}], "u2")]
+    recs = [
+        cc("u1", "user", "build it", None),
+        cc(
+            "a1",
+            "assistant",
+            [
+                {
+                    "type": "tool_use",
+                    "id": "toolu_T",
+                    "name": "Task",
+                    "input": {"description": "d", "prompt": "make the parser"},
+                }
+            ],
+            "u1",
+        ),
+        cc("s1u", "user", "make the parser", None, isSidechain=True),
+        cc("s1a", "assistant", [{"type": "text", "text": "parser made"}], "s1u", isSidechain=True),
+        cc(
+            "u2",
+            "user",
+            [{"type": "tool_result", "tool_use_id": "toolu_T", "content": "done: parser"}],
+            "a1",
+        ),
+        cc("a2", "assistant", [{"type": "text", "text": "all done"}], "u2"),
+    ]
     path = write_jsonl(tmp_path / "s1.jsonl", recs)
     store.imp(path)
     main = store.view("claude-code:s1", "audit")
@@ -34,14 +61,24 @@ def test_inline_sidechains_become_delegate_children_linked_to_the_task_call(stor
 
 
 def test_sidechain_turns_an_older_import_put_in_the_parent_move_to_the_child(store, tmp_path):
-    recs = [cc("u1", "user", "build it", None),
-            cc("s1u", "user", "sub prompt", None, isSidechain=True),
-            cc("s1a", "assistant", "sub answer", "s1u", isSidechain=True),
-            cc("a1", "assistant", "built", "u1")]
+    recs = [
+        cc("u1", "user", "build it", None),
+        cc("s1u", "user", "sub prompt", None, isSidechain=True),
+        cc("s1a", "assistant", "sub answer", "s1u", isSidechain=True),
+        cc("a1", "assistant", "built", "u1"),
+    ]
     # what the pre-structure importer stored: every record a turn of the parent
     store.spool.append("session.create", {"session_id": "claude-code:s1", "source": "claude-code"})
-    store.spool.append("messages.append", {"session_id": "claude-code:s1", "messages": [
-        {"id": r["uuid"], "role": r["type"], "content": r["message"]["content"]} for r in recs]})
+    store.spool.append(
+        "messages.append",
+        {
+            "session_id": "claude-code:s1",
+            "messages": [
+                {"id": r["uuid"], "role": r["type"], "content": r["message"]["content"]}
+                for r in recs
+            ],
+        },
+    )
     report = store.imp(write_jsonl(tmp_path / "old.jsonl", recs))
     assert (report.new, report.stored) == (2, 2)
     assert [m["id"] for m in store.view("claude-code:s1", "model")] == ["u1", "a1"]
@@ -50,33 +87,91 @@ def test_sidechain_turns_an_older_import_put_in_the_parent_move_to_the_child(sto
 
 def test_subagent_files_next_to_the_session_are_children_and_not_imported_twice(store, tmp_path):
     folder = tmp_path / "proj"
-    main = write_jsonl(folder / "s2.jsonl", [
-        cc("u1", "user", "go", None, sid="s2"),
-        cc("a1", "assistant", [{"type": "tool_use", "id": "toolu_A", "name": "Task", "input": {"prompt": "sub job"}}],
-           "u1", sid="s2"),
-        cc("u2", "user", [{"type": "tool_result", "tool_use_id": "toolu_A", "content": "sub done"}], "a1", sid="s2",
-           toolUseResult={"status": "completed", "agentId": "ab12", "content": [{"type": "text", "text": "sub done"}]})])
-    write_jsonl(folder / "s2" / "subagents" / "agent-ab12.jsonl", [
-        cc("x1", "user", "sub job (reworded)", None, sid="s2", isSidechain=True, agentId="ab12"),
-        cc("x2", "assistant", [{"type": "text", "text": "working"}], "x1", sid="s2", isSidechain=True, agentId="ab12")])
+    main = write_jsonl(
+        folder / "s2.jsonl",
+        [
+            cc("u1", "user", "go", None, sid="s2"),
+            cc(
+                "a1",
+                "assistant",
+                [
+                    {
+                        "type": "tool_use",
+                        "id": "toolu_A",
+                        "name": "Task",
+                        "input": {"prompt": "sub job"},
+                    }
+                ],
+                "u1",
+                sid="s2",
+            ),
+            cc(
+                "u2",
+                "user",
+                [{"type": "tool_result", "tool_use_id": "toolu_A", "content": "sub done"}],
+                "a1",
+                sid="s2",
+                toolUseResult={
+                    "status": "completed",
+                    "agentId": "ab12",
+                    "content": [{"type": "text", "text": "sub done"}],
+                },
+            ),
+        ],
+    )
+    write_jsonl(
+        folder / "s2" / "subagents" / "agent-ab12.jsonl",
+        [
+            cc(
+                "x1", "user", "sub job (reworded)", None, sid="s2", isSidechain=True, agentId="ab12"
+            ),
+            cc(
+                "x2",
+                "assistant",
+                [{"type": "text", "text": "working"}],
+                "x1",
+                sid="s2",
+                isSidechain=True,
+                agentId="ab12",
+            ),
+        ],
+    )
     from quill.ops.importers import iter_transcript_files
-    assert list(iter_transcript_files([folder])) == [main]  # the session file pulls its subagents in
+
+    assert list(iter_transcript_files([folder])) == [
+        main
+    ]  # the session file pulls its subagents in
     report = store.imp(main)
     assert sorted(report.sessions) == ["claude-code:s2", "claude-code:s2:agent:ab12"]
     child = store.session("claude-code:s2:agent:ab12")
     assert (child["parent_id"], child["parent_kind"]) == ("claude-code:s2", "delegate")
     assert child["meta"]["parent_tool_call_id"] == "toolu_A"  # linked by toolUseResult.agentId
-    assert texts(store.view("claude-code:s2:agent:ab12", "model")) == ["sub job (reworded)", "working"]
+    assert texts(store.view("claude-code:s2:agent:ab12", "model")) == [
+        "sub job (reworded)",
+        "working",
+    ]
     assert [m["id"] for m in store.view("claude-code:s2", "audit")] == ["u1", "a1", "u2"]
 
 
 def test_a_subagent_file_imported_alone_is_still_linked_to_its_task_call(tmp_path):
     folder = tmp_path / "proj"
-    write_jsonl(folder / "s3.jsonl", [
-        cc("u1", "user", [{"type": "tool_result", "tool_use_id": "toolu_Z", "content": "ok"}], None, sid="s3",
-           toolUseResult={"agentId": "zz"})])
-    agent = write_jsonl(folder / "s3" / "subagents" / "agent-zz.jsonl", [
-        cc("x1", "user", "job", None, sid="s3", isSidechain=True, agentId="zz")])
+    write_jsonl(
+        folder / "s3.jsonl",
+        [
+            cc(
+                "u1",
+                "user",
+                [{"type": "tool_result", "tool_use_id": "toolu_Z", "content": "ok"}],
+                None,
+                sid="s3",
+                toolUseResult={"agentId": "zz"},
+            )
+        ],
+    )
+    agent = write_jsonl(
+        folder / "s3" / "subagents" / "agent-zz.jsonl",
+        [cc("x1", "user", "job", None, sid="s3", isSidechain=True, agentId="zz")],
+    )
     (child,) = parse_file(agent).sessions  # the session file is read for the link, not imported
     assert child.session["session_id"] == "claude-code:s3:agent:zz"
     assert child.session["meta"]["parent_tool_call_id"] == "toolu_Z"
@@ -84,68 +179,161 @@ def test_a_subagent_file_imported_alone_is_still_linked_to_its_task_call(tmp_pat
 
 # -------------------------------------------------------------------- compaction
 
+
 def test_claude_code_compact_boundary_and_summary_give_a_shorter_model_view(store, tmp_path):
-    recs = [cc("u1", "user", "first question", None), cc("a1", "assistant", [{"type": "text", "text": "first answer"}], "u1"),
-            {"parentUuid": None, "logicalParentUuid": "a1", "isSidechain": False, "type": "system",
-             "subtype": "compact_boundary", "content": "Conversation compacted", "sessionId": "s1",
-             "uuid": "cb", "timestamp": "2026-01-01T00:00:00.000Z", "compactMetadata": {"trigger": "manual"}},
-            cc("sum", "user", "This session is being continued... Summary: asked and answered", "cb",
-               isCompactSummary=True, isVisibleInTranscriptOnly=True),
-            cc("u2", "user", "second question", "sum"), cc("a2", "assistant", [{"type": "text", "text": "second"}], "u2")]
+    recs = [
+        cc("u1", "user", "first question", None),
+        cc("a1", "assistant", [{"type": "text", "text": "first answer"}], "u1"),
+        {
+            "parentUuid": None,
+            "logicalParentUuid": "a1",
+            "isSidechain": False,
+            "type": "system",
+            "subtype": "compact_boundary",
+            "content": "Conversation compacted",
+            "sessionId": "s1",
+            "uuid": "cb",
+            "timestamp": "2026-01-01T00:00:00.000Z",
+            "compactMetadata": {"trigger": "manual"},
+        },
+        cc(
+            "sum",
+            "user",
+            "This session is being continued... Summary: asked and answered",
+            "cb",
+            isCompactSummary=True,
+            isVisibleInTranscriptOnly=True,
+        ),
+        cc("u2", "user", "second question", "sum"),
+        cc("a2", "assistant", [{"type": "text", "text": "second"}], "u2"),
+    ]
     store.imp(write_jsonl(tmp_path / "c.jsonl", recs))
     sid = "claude-code:s1"
     model = store.view(sid, "model")
-    assert texts(model) == ["This session is being continued... Summary: asked and answered", "second question", "second"]
-    assert [m["state"] for m in store.view(sid, "audit")] == ["compacted", "compacted", "live", "live", "live"]
+    assert texts(model) == [
+        "This session is being continued... Summary: asked and answered",
+        "second question",
+        "second",
+    ]
+    assert [m["state"] for m in store.view(sid, "audit")] == [
+        "compacted",
+        "compacted",
+        "live",
+        "live",
+        "live",
+    ]
     assert len(store.view(sid, "display")) == 5 > len(model)
 
 
 def test_claude_code_1_0_compact_summary_without_boundary(store, tmp_path):
-    recs = [cc("u1", "user", "q", None), cc("a1", "assistant", "a", "u1"),
-            cc("sum", "user", "continued from a previous conversation: summary", None, isCompactSummary=True),
-            cc("u2", "user", "next", "sum")]
+    recs = [
+        cc("u1", "user", "q", None),
+        cc("a1", "assistant", "a", "u1"),
+        cc(
+            "sum",
+            "user",
+            "continued from a previous conversation: summary",
+            None,
+            isCompactSummary=True,
+        ),
+        cc("u2", "user", "next", "sum"),
+    ]
     store.imp(write_jsonl(tmp_path / "c.jsonl", recs))
-    assert texts(store.view("claude-code:s1", "model")) == ["continued from a previous conversation: summary", "next"]
+    assert texts(store.view("claude-code:s1", "model")) == [
+        "continued from a previous conversation: summary",
+        "next",
+    ]
     assert len(store.view("claude-code:s1", "display")) == 4
 
 
 def test_codex_compacted_replacement_history_is_what_the_model_sees(store, tmp_path):
-    recs = [codex_line("session_meta", {"id": "cx1", "cwd": "/w", "timestamp": "2026-01-01T00:00:00Z"}),
-            codex_user("make a plan"), codex_assistant("plan: A then B"), codex_user("do A"), codex_assistant("A done"),
-            codex_line("compacted", {"message": "", "replacement_history": [
-                {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "make a plan"}]},
-                {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "do A"}]},
-                {"type": "compaction", "id": "cmp_1", "encrypted_content": "opaque"}]}),
-            codex_line("event_msg", {"type": "context_compacted"}),
-            codex_user("now B"), codex_assistant("B done")]
+    recs = [
+        codex_line("session_meta", {"id": "cx1", "cwd": "/w", "timestamp": "2026-01-01T00:00:00Z"}),
+        codex_user("make a plan"),
+        codex_assistant("plan: A then B"),
+        codex_user("do A"),
+        codex_assistant("A done"),
+        codex_line(
+            "compacted",
+            {
+                "message": "",
+                "replacement_history": [
+                    {
+                        "type": "message",
+                        "role": "user",
+                        "content": [{"type": "input_text", "text": "make a plan"}],
+                    },
+                    {
+                        "type": "message",
+                        "role": "user",
+                        "content": [{"type": "input_text", "text": "do A"}],
+                    },
+                    {"type": "compaction", "id": "cmp_1", "encrypted_content": "opaque"},
+                ],
+            },
+        ),
+        codex_line("event_msg", {"type": "context_compacted"}),
+        codex_user("now B"),
+        codex_assistant("B done"),
+    ]
     store.imp(write_jsonl(tmp_path / "rollout.jsonl", recs))
     sid = "codex:cx1"
     model = store.view(sid, "model")
     assert texts(model) == ["make a plan", "do A", None, "now B", "B done"]
     assert model[2]["encrypted_content"] == "opaque"
     display = store.view(sid, "display")
-    assert texts(display) == ["make a plan", "plan: A then B", "do A", "A done", None, "now B", "B done"]
+    assert texts(display) == [
+        "make a plan",
+        "plan: A then B",
+        "do A",
+        "A done",
+        None,
+        "now B",
+        "B done",
+    ]
 
 
 def test_codex_compacted_without_history_uses_its_message(store, tmp_path):
-    recs = [codex_line("session_meta", {"id": "cx2"}), codex_user("q"), codex_assistant("a"),
-            codex_line("compacted", {"message": "summary of q and a"}), codex_user("q2")]
+    recs = [
+        codex_line("session_meta", {"id": "cx2"}),
+        codex_user("q"),
+        codex_assistant("a"),
+        codex_line("compacted", {"message": "summary of q and a"}),
+        codex_user("q2"),
+    ]
     store.imp(write_jsonl(tmp_path / "rollout.jsonl", recs))
     assert texts(store.view("codex:cx2", "model")) == ["summary of q and a", "q2"]
 
 
 # -------------------------------------------------------------------- rewound branches
 
+
 def test_claude_code_abandoned_exchange_is_rewound(store, tmp_path):
     # 6 records: u1 -> a1 -> u2 -> a2 (abandoned), then the user rewinds to a1 and asks again.
-    recs = [cc("u1", "user", "hello", None), cc("a1", "assistant", "hi", "u1"),
-            cc("u2", "user", "wrong question", "a1"), cc("a2", "assistant", "wrong answer", "u2"),
-            cc("u3", "user", "right question", "a1"), cc("a3", "assistant", "right answer", "u3")]
+    recs = [
+        cc("u1", "user", "hello", None),
+        cc("a1", "assistant", "hi", "u1"),
+        cc("u2", "user", "wrong question", "a1"),
+        cc("a2", "assistant", "wrong answer", "u2"),
+        cc("u3", "user", "right question", "a1"),
+        cc("a3", "assistant", "right answer", "u3"),
+    ]
     store.imp(write_jsonl(tmp_path / "r.jsonl", recs))
     audit = store.view("claude-code:s1", "audit")
     assert [(m["id"], m["state"]) for m in audit] == [
-        ("u1", "live"), ("a1", "live"), ("u2", "rewound"), ("a2", "rewound"), ("u3", "live"), ("a3", "live")]
-    assert texts(store.view("claude-code:s1", "model")) == ["hello", "hi", "right question", "right answer"]
+        ("u1", "live"),
+        ("a1", "live"),
+        ("u2", "rewound"),
+        ("a2", "rewound"),
+        ("u3", "live"),
+        ("a3", "live"),
+    ]
+    assert texts(store.view("claude-code:s1", "model")) == [
+        "hello",
+        "hi",
+        "right question",
+        "right answer",
+    ]
     with Reader(store.root / "state.db") as r:
         assert r.search("wrong") == []
 
@@ -153,28 +341,53 @@ def test_claude_code_abandoned_exchange_is_rewound(store, tmp_path):
 def test_parallel_tool_results_and_split_responses_stay_live(store, tmp_path):
     # One API response split over two records (same message.id), two tool_uses; the first
     # result hangs off the first record (off the main chain), as real Claude Code writes it.
-    recs = [cc("u1", "user", "read two files", None),
-            cc("a1", "assistant", [{"type": "tool_use", "id": "t1", "name": "Read", "input": {"p": "a"}}], "u1", msg_id="m1"),
-            cc("a2", "assistant", [{"type": "tool_use", "id": "t2", "name": "Read", "input": {"p": "b"}}], "a1", msg_id="m1"),
-            cc("r1", "user", [{"type": "tool_result", "tool_use_id": "t1", "content": "A"}], "a1"),
-            cc("r2", "user", [{"type": "tool_result", "tool_use_id": "t2", "content": "B"}], "a2"),
-            cc("a3", "assistant", "both read", "r2")]
+    recs = [
+        cc("u1", "user", "read two files", None),
+        cc(
+            "a1",
+            "assistant",
+            [{"type": "tool_use", "id": "t1", "name": "Read", "input": {"p": "a"}}],
+            "u1",
+            msg_id="m1",
+        ),
+        cc(
+            "a2",
+            "assistant",
+            [{"type": "tool_use", "id": "t2", "name": "Read", "input": {"p": "b"}}],
+            "a1",
+            msg_id="m1",
+        ),
+        cc("r1", "user", [{"type": "tool_result", "tool_use_id": "t1", "content": "A"}], "a1"),
+        cc("r2", "user", [{"type": "tool_result", "tool_use_id": "t2", "content": "B"}], "a2"),
+        cc("a3", "assistant", "both read", "r2"),
+    ]
     store.imp(write_jsonl(tmp_path / "p.jsonl", recs))
     assert {m["state"] for m in store.view("claude-code:s1", "audit")} == {"live"}
 
 
 def test_codex_thread_rolled_back_rewinds_the_last_turns(store, tmp_path):
-    recs = [codex_line("session_meta", {"id": "rb"}),
-            codex_user("# AGENTS.md instructions for /w\n<INSTRUCTIONS>x</INSTRUCTIONS>"),
-            codex_user("turn one"), codex_line("event_msg", {"type": "user_message", "message": "turn one"}),
-            codex_assistant("answer one"),
-            codex_user("turn two zebra"), codex_line("event_msg", {"type": "user_message", "message": "turn two zebra"}),
-            codex_line("response_item", {"type": "function_call", "name": "exec", "arguments": "{}", "call_id": "c1"}),
-            codex_line("response_item", {"type": "function_call_output", "call_id": "c1", "output": "zebra output"}),
-            codex_assistant("answer two zebra"),
-            codex_line("event_msg", {"type": "thread_rolled_back", "num_turns": 1}),
-            codex_user("turn two again"), codex_line("event_msg", {"type": "user_message", "message": "turn two again"}),
-            codex_assistant("answer two again")]
+    recs = [
+        codex_line("session_meta", {"id": "rb"}),
+        codex_user("# AGENTS.md instructions for /w\n<INSTRUCTIONS>x</INSTRUCTIONS>"),
+        codex_user("turn one"),
+        codex_line("event_msg", {"type": "user_message", "message": "turn one"}),
+        codex_assistant("answer one"),
+        codex_user("turn two zebra"),
+        codex_line("event_msg", {"type": "user_message", "message": "turn two zebra"}),
+        codex_line(
+            "response_item",
+            {"type": "function_call", "name": "exec", "arguments": "{}", "call_id": "c1"},
+        ),
+        codex_line(
+            "response_item",
+            {"type": "function_call_output", "call_id": "c1", "output": "zebra output"},
+        ),
+        codex_assistant("answer two zebra"),
+        codex_line("event_msg", {"type": "thread_rolled_back", "num_turns": 1}),
+        codex_user("turn two again"),
+        codex_line("event_msg", {"type": "user_message", "message": "turn two again"}),
+        codex_assistant("answer two again"),
+    ]
     store.imp(write_jsonl(tmp_path / "rollout.jsonl", recs))
     model = store.view("codex:rb", "model")
     assert texts(model)[1:] == ["turn one", "answer one", "turn two again", "answer two again"]
@@ -185,10 +398,14 @@ def test_codex_thread_rolled_back_rewinds_the_last_turns(store, tmp_path):
 
 
 def test_codex_rollback_of_more_turns_than_known_is_reported(tmp_path):
-    recs = [codex_line("session_meta", {"id": "rb2"}),
-            codex_user("only turn"), codex_line("event_msg", {"type": "user_message", "message": "only turn"}),
-            codex_assistant("answer"), codex_line("event_msg", {"type": "thread_rolled_back", "num_turns": 3}),
-            codex_line("event_msg", {"type": "thread_rolled_back", "num_turns": 1})]
+    recs = [
+        codex_line("session_meta", {"id": "rb2"}),
+        codex_user("only turn"),
+        codex_line("event_msg", {"type": "user_message", "message": "only turn"}),
+        codex_assistant("answer"),
+        codex_line("event_msg", {"type": "thread_rolled_back", "num_turns": 3}),
+        codex_line("event_msg", {"type": "thread_rolled_back", "num_turns": 1}),
+    ]
     pf = parse_file(write_jsonl(tmp_path / "rollout.jsonl", recs))
     assert pf.sessions[0].rewound == ["line:2", "line:4"]
     assert [(p.line, p.kind) for p in pf.problems] == [(5, "repaired"), (6, "skipped")]
@@ -196,10 +413,18 @@ def test_codex_rollback_of_more_turns_than_known_is_reported(tmp_path):
 
 # -------------------------------------------------------------------- format drift
 
+
 def test_claude_code_file_starting_with_bookkeeping_and_unknown_types_is_detected(store, tmp_path):
-    head = [{"type": "summary", "summary": "Old title", "leafUuid": "zz"},
-            {"type": "custom-title", "customTitle": "My session", "sessionId": "s1"},
-            {"type": "file-history-snapshot", "messageId": "m", "snapshot": {}, "isSnapshotUpdate": False}]
+    head = [
+        {"type": "summary", "summary": "Old title", "leafUuid": "zz"},
+        {"type": "custom-title", "customTitle": "My session", "sessionId": "s1"},
+        {
+            "type": "file-history-snapshot",
+            "messageId": "m",
+            "snapshot": {},
+            "isSnapshotUpdate": False,
+        },
+    ]
     head += [{"type": "brand-new-record", "sessionId": "s1", "data": i} for i in range(25)]
     recs = head + [cc("u1", "user", "hello", None), cc("a1", "assistant", "hi", "u1")]
     path = write_jsonl(tmp_path / "new.jsonl", recs)
@@ -208,16 +433,20 @@ def test_claude_code_file_starting_with_bookkeeping_and_unknown_types_is_detecte
     assert [m["id"] for m in pf.sessions[0].messages] == ["u1", "a1"]
     assert pf.sessions[0].session["meta"]["ignored_record_types"] == {"brand-new-record": 25}
     assert [(p.kind, p.reason) for p in pf.problems] == [
-        ("ignored", "25 record(s) of unknown type 'brand-new-record' ignored")]
+        ("ignored", "25 record(s) of unknown type 'brand-new-record' ignored")
+    ]
     store.imp(path)
     assert store.session("claude-code:s1")["title"] == "My session"
 
 
 def test_codex_rollout_with_new_record_types_is_detected_and_nothing_is_skipped(tmp_path):
     recs = [codex_line("brand_new_header", {"v": 2})] * 25 + [
-        codex_line("session_meta", {"id": "nx"}), codex_line("some_future_item", {"x": 1}),
+        codex_line("session_meta", {"id": "nx"}),
+        codex_line("some_future_item", {"x": 1}),
         codex_line("response_item", {"type": "future_item_kind", "x": 1}),
-        codex_user("hello"), codex_assistant("hi")]
+        codex_user("hello"),
+        codex_assistant("hi"),
+    ]
     path = write_jsonl(tmp_path / "rollout.jsonl", recs)
     assert detect_format(path) == "codex"
     pf = parse_file(path)
@@ -225,7 +454,8 @@ def test_codex_rollout_with_new_record_types_is_detected_and_nothing_is_skipped(
     assert pf.sessions[0].session["meta"]["counts"]["ignored_records"] == 26
     assert [(p.kind, p.reason) for p in pf.problems] == [
         ("ignored", "1 response item(s) of unknown type(s) future_item_kind ignored"),
-        ("ignored", "26 record(s) of unknown type(s) ignored")]
+        ("ignored", "26 record(s) of unknown type(s) ignored"),
+    ]
 
 
 def test_multi_file_import_with_a_rejected_file_exits_1_and_names_it(quill, tmp_path):
@@ -238,26 +468,61 @@ def test_multi_file_import_with_a_rejected_file_exits_1_and_names_it(quill, tmp_
     proc = quill.run("import", str(good), str(bad), "--json", check=False)
     assert proc.returncode == 1
     report = json.loads(proc.stdout)
-    assert [(e["path"], e["skipped"]) for e in report] == [(str(good), None), (str(bad), "format not recognised")]
+    assert [(e["path"], e["skipped"]) for e in report] == [
+        (str(good), None),
+        (str(bad), "format not recognised"),
+    ]
 
 
 # -------------------------------------------------------------------- titles
 
+
 def test_titles_custom_over_ai_over_summary_and_codex_thread_names(store, tmp_path):
-    a = write_jsonl(tmp_path / "a.jsonl", [
-        {"type": "summary", "summary": "summary title", "leafUuid": "u1"},
-        {"type": "ai-title", "aiTitle": "AI title", "sessionId": "sa"}, cc("u1", "user", "x", None, sid="sa")])
-    b = write_jsonl(tmp_path / "b.jsonl", [
-        cc("u1", "user", "x", None, sid="sb"), {"type": "ai-title", "aiTitle": "AI b", "sessionId": "sb"},
-        {"type": "custom-title", "customTitle": "Custom b", "sessionId": "sb"}])
-    c = write_jsonl(tmp_path / "c.jsonl", [{"type": "summary", "summary": "only summary", "leafUuid": "u1"},
-                                           cc("u1", "user", "x", None, sid="sc")])
-    d = write_jsonl(tmp_path / "rollout.jsonl", [
-        codex_line("session_meta", {"id": "cd"}), codex_user("x"),
-        codex_line("event_msg", {"type": "thread_name_updated", "thread_id": "cd", "thread_name": "first name"}),
-        codex_line("event_msg", {"type": "thread_name_updated", "thread_id": "cd", "thread_name": "Codex name"})])
-    e = write_jsonl(tmp_path / "e.jsonl", [{"type": "custom-title", "customTitle": "Custom b", "sessionId": "se"},
-                                           cc("u1", "user", "x", None, sid="se")])
+    a = write_jsonl(
+        tmp_path / "a.jsonl",
+        [
+            {"type": "summary", "summary": "summary title", "leafUuid": "u1"},
+            {"type": "ai-title", "aiTitle": "AI title", "sessionId": "sa"},
+            cc("u1", "user", "x", None, sid="sa"),
+        ],
+    )
+    b = write_jsonl(
+        tmp_path / "b.jsonl",
+        [
+            cc("u1", "user", "x", None, sid="sb"),
+            {"type": "ai-title", "aiTitle": "AI b", "sessionId": "sb"},
+            {"type": "custom-title", "customTitle": "Custom b", "sessionId": "sb"},
+        ],
+    )
+    c = write_jsonl(
+        tmp_path / "c.jsonl",
+        [
+            {"type": "summary", "summary": "only summary", "leafUuid": "u1"},
+            cc("u1", "user", "x", None, sid="sc"),
+        ],
+    )
+    d = write_jsonl(
+        tmp_path / "rollout.jsonl",
+        [
+            codex_line("session_meta", {"id": "cd"}),
+            codex_user("x"),
+            codex_line(
+                "event_msg",
+                {"type": "thread_name_updated", "thread_id": "cd", "thread_name": "first name"},
+            ),
+            codex_line(
+                "event_msg",
+                {"type": "thread_name_updated", "thread_id": "cd", "thread_name": "Codex name"},
+            ),
+        ],
+    )
+    e = write_jsonl(
+        tmp_path / "e.jsonl",
+        [
+            {"type": "custom-title", "customTitle": "Custom b", "sessionId": "se"},
+            cc("u1", "user", "x", None, sid="se"),
+        ],
+    )
     for p in (a, b, c, d, e):
         store.imp(p)
     assert store.session("claude-code:sa")["title"] == "AI title"
@@ -273,16 +538,28 @@ def test_a_title_added_to_a_grown_file_is_applied_on_reimport(store, tmp_path):
     path = write_jsonl(tmp_path / "t.jsonl", [cc("u1", "user", "x", None)])
     store.imp(path)
     assert store.session("claude-code:s1")["title"] is None
-    write_jsonl(path, [cc("u1", "user", "x", None), {"type": "custom-title", "customTitle": "Named later", "sessionId": "s1"}])
+    write_jsonl(
+        path,
+        [
+            cc("u1", "user", "x", None),
+            {"type": "custom-title", "customTitle": "Named later", "sessionId": "s1"},
+        ],
+    )
     store.imp(path)
     assert store.session("claude-code:s1")["title"] == "Named later"
     other = write_jsonl(tmp_path / "o.jsonl", [cc("u1", "user", "x", None, sid="o1")])
     store.imp(other)
-    write_jsonl(other, [cc("u1", "user", "x", None, sid="o1"),
-                        {"type": "custom-title", "customTitle": "Named later", "sessionId": "o1"}])
+    write_jsonl(
+        other,
+        [
+            cc("u1", "user", "x", None, sid="o1"),
+            {"type": "custom-title", "customTitle": "Named later", "sessionId": "o1"},
+        ],
+    )
     report = store.imp(other)  # the clash is reported, nothing is quarantined
     assert [p.reason for p in report.problems] == [
-        "title 'Named later' of claude-code:o1 not applied: session claude-code:s1 holds it"]
+        "title 'Named later' of claude-code:o1 not applied: session claude-code:s1 holds it"
+    ]
     assert store.session("claude-code:o1")["title"] is None
 
 
@@ -290,6 +567,7 @@ def test_a_title_added_to_a_grown_file_is_applied_on_reimport(store, tmp_path):
 
 #: A Gemini CLI session file (one JSON document), as the CLI writes it; also the fuzz seed of
 #: tests/test_importer_fuzz.py.
+
 
 def test_gemini_cli_session(store, tmp_path):
     doc = json.loads(json.dumps(GEMINI_SESSION))
@@ -299,19 +577,32 @@ def test_gemini_cli_session(store, tmp_path):
     store.imp(path)
     model = store.view("gemini-cli:g1", "model")
     assert [(m["role"], m["content"]) for m in model] == [
-        ("user", "make a file"), ("assistant", "I will write it."), ("tool", "wrote docs/blue.md"), ("user", "thanks")]
+        ("user", "make a file"),
+        ("assistant", "I will write it."),
+        ("tool", "wrote docs/blue.md"),
+        ("user", "thanks"),
+    ]
     assert model[1]["reasoning"] == "Planning: write docs/blue.md"
     assert model[1]["tool_calls"][0]["id"] == "wf-1" and model[2]["tool_call_id"] == "wf-1"
     assert model[2]["name"] == "write_file"
     s = store.session("gemini-cli:g1")
-    assert s["model"] == "gemini-2.5-flash" and s["meta"]["entry_counts"] == {"user": 2, "gemini": 1, "info": 1}
+    assert s["model"] == "gemini-2.5-flash" and s["meta"]["entry_counts"] == {
+        "user": 2,
+        "gemini": 1,
+        "info": 1,
+    }
 
 
 # -------------------------------------------------------------------- re-import
 
+
 def test_reimport_spools_nothing_and_a_grown_file_only_its_new_messages(store, tmp_path):
-    recs = [cc("u1", "user", "hello", None), cc("a1", "assistant", "hi", "u1"),
-            cc("u2", "user", "wrong question", "a1"), cc("a2", "assistant", "wrong answer", "u2")]
+    recs = [
+        cc("u1", "user", "hello", None),
+        cc("a1", "assistant", "hi", "u1"),
+        cc("u2", "user", "wrong question", "a1"),
+        cc("a2", "assistant", "wrong answer", "u2"),
+    ]
     path = write_jsonl(tmp_path / "g.jsonl", recs)
     first = store.imp(path)
     assert (first.new, first.stored) == (4, 0)
@@ -320,15 +611,26 @@ def test_reimport_spools_nothing_and_a_grown_file_only_its_new_messages(store, t
     assert (again.new, again.stored) == (0, 4)
     assert sum(f.stat().st_size for f in (store.root / "spool").rglob("*") if f.is_file()) == size
     # the file grows: the user rewound to a1 and asked again - u2/a2 become rewound
-    write_jsonl(path, recs + [cc("u3", "user", "right question", "a1"), cc("a3", "assistant", "right", "u3")])
+    write_jsonl(
+        path,
+        recs + [cc("u3", "user", "right question", "a1"), cc("a3", "assistant", "right", "u3")],
+    )
     grown = store.imp(path)
     assert (grown.new, grown.stored) == (2, 4)
     assert [(m["id"], m["state"]) for m in store.view("claude-code:s1", "audit")] == [
-        ("u1", "live"), ("a1", "live"), ("u2", "rewound"), ("a2", "rewound"), ("u3", "live"), ("a3", "live")]
+        ("u1", "live"),
+        ("a1", "live"),
+        ("u2", "rewound"),
+        ("a2", "rewound"),
+        ("u3", "live"),
+        ("a3", "live"),
+    ]
 
 
 def test_reimport_through_the_cli_reports_0_new(quill, tmp_path):
-    path = write_jsonl(tmp_path / "g.jsonl", [cc("u1", "user", "hello", None), cc("a1", "assistant", "hi", "u1")])
+    path = write_jsonl(
+        tmp_path / "g.jsonl", [cc("u1", "user", "hello", None), cc("a1", "assistant", "hi", "u1")]
+    )
     assert "spooled 2 new message(s)" in quill.run("import", str(path)).stdout
     quill.run("run", "--until-idle", "--timeout", "120")
     out = quill.run("import", str(path)).stdout
@@ -338,47 +640,100 @@ def test_reimport_through_the_cli_reports_0_new(quill, tmp_path):
 
 # -------------------------------------------------------------------- attachments stored once
 
+
 def _b64(seed: int, n: int = 3000) -> str:
     import base64
     import hashlib
+
     return base64.b64encode(hashlib.sha256(str(seed).encode()).digest() * (n // 32)).decode()
 
 
 def test_claude_code_images_and_documents_are_stored_once_and_read_back_intact(store, tmp_path):
-    imgs = [{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": _b64(i)}} for i in range(5)]
-    doc = {"type": "document", "title": "spec.pdf",
-           "source": {"type": "base64", "media_type": "application/pdf", "data": _b64(99)}}
-    recs = [cc("u1", "user", [{"type": "text", "text": "read this"}, doc], None),
-            cc("a1", "assistant", [{"type": "tool_use", "id": "t1", "name": "Shot", "input": {}}], "u1"),
-            cc("r1", "user", [{"type": "tool_result", "tool_use_id": "t1", "content": imgs}], "a1",
-               toolUseResult={"content": imgs}),  # Claude Code's second copy of every image
-            cc("u2", "user", [{"type": "text", "text": "again"}, imgs[0]], "r1")]
+    imgs = [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": _b64(i)}}
+        for i in range(5)
+    ]
+    doc = {
+        "type": "document",
+        "title": "spec.pdf",
+        "source": {"type": "base64", "media_type": "application/pdf", "data": _b64(99)},
+    }
+    recs = [
+        cc("u1", "user", [{"type": "text", "text": "read this"}, doc], None),
+        cc(
+            "a1", "assistant", [{"type": "tool_use", "id": "t1", "name": "Shot", "input": {}}], "u1"
+        ),
+        cc(
+            "r1",
+            "user",
+            [{"type": "tool_result", "tool_use_id": "t1", "content": imgs}],
+            "a1",
+            toolUseResult={"content": imgs},
+        ),  # Claude Code's second copy of every image
+        cc("u2", "user", [{"type": "text", "text": "again"}, imgs[0]], "r1"),
+    ]
     store.imp(write_jsonl(tmp_path / "img.jsonl", recs))
     from quill.store.apply import blobs
+
     assert blobs.stats(store.conn)["blobs"] == 6  # 5 images (12 copies) + 1 document
     model = store.view("claude-code:s1", "model")
-    assert model[0]["content"][1] == {"type": "file", "file": {
-        "file_data": f"data:application/pdf;base64,{_b64(99)}", "filename": "spec.pdf"}}
-    assert [p["image_url"]["url"] for p in model[2]["content"]] == [f"data:image/png;base64,{_b64(i)}" for i in range(5)]
+    assert model[0]["content"][1] == {
+        "type": "file",
+        "file": {"file_data": f"data:application/pdf;base64,{_b64(99)}", "filename": "spec.pdf"},
+    }
+    assert [p["image_url"]["url"] for p in model[2]["content"]] == [
+        f"data:image/png;base64,{_b64(i)}" for i in range(5)
+    ]
     assert store.view("claude-code:s1", "audit")[2]["toolUseResult"] == {"content": imgs}
     assert "read this" == model[0]["content"][0]["text"]
 
 
 def test_gemini_inline_data_and_codex_input_files_are_kept_as_parts(store, tmp_path):
-    doc = {"sessionId": "g2", "messages": [
-        {"id": "m1", "type": "user", "content": [{"text": "look"}, {"inlineData": {"mimeType": "image/png", "data": _b64(1)}}]},
-        {"id": "m2", "type": "gemini", "content": "seen"}]}
+    doc = {
+        "sessionId": "g2",
+        "messages": [
+            {
+                "id": "m1",
+                "type": "user",
+                "content": [
+                    {"text": "look"},
+                    {"inlineData": {"mimeType": "image/png", "data": _b64(1)}},
+                ],
+            },
+            {"id": "m2", "type": "gemini", "content": "seen"},
+        ],
+    }
     gpath = tmp_path / "g.json"
     gpath.write_text(json.dumps(doc))
     store.imp(gpath)
     assert store.view("gemini-cli:g2", "model")[0]["content"] == [
-        {"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{_b64(1)}"}}]
-    recs = [codex_line("session_meta", {"id": "cf"}),
-            codex_line("response_item", {"type": "message", "role": "user", "content": [
-                {"type": "input_text", "text": "summarise"},
-                {"type": "input_file", "filename": "a.pdf", "file_data": f"data:application/pdf;base64,{_b64(2)}"}]})]
+        {"type": "text", "text": "look"},
+        {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{_b64(1)}"}},
+    ]
+    recs = [
+        codex_line("session_meta", {"id": "cf"}),
+        codex_line(
+            "response_item",
+            {
+                "type": "message",
+                "role": "user",
+                "content": [
+                    {"type": "input_text", "text": "summarise"},
+                    {
+                        "type": "input_file",
+                        "filename": "a.pdf",
+                        "file_data": f"data:application/pdf;base64,{_b64(2)}",
+                    },
+                ],
+            },
+        ),
+    ]
     store.imp(write_jsonl(tmp_path / "rollout.jsonl", recs))
     part = store.view("codex:cf", "model")[0]["content"][1]
-    assert part == {"type": "file", "file": {"file_data": f"data:application/pdf;base64,{_b64(2)}", "filename": "a.pdf"}}
+    assert part == {
+        "type": "file",
+        "file": {"file_data": f"data:application/pdf;base64,{_b64(2)}", "filename": "a.pdf"},
+    }
     from quill.store.apply import blobs
+
     assert blobs.stats(store.conn)["blobs"] == 2

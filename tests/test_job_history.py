@@ -1,5 +1,6 @@
 """Jobs are never silently lost or misreported, and the WAL is visible and
 bounded — with real fleets, real kill -9s and a real reader holding a snapshot."""
+
 from __future__ import annotations
 
 import json
@@ -8,14 +9,12 @@ import signal
 import time
 
 import pytest
+from conftest import stop_fleet, worker_pids
 
-from quill import home as config
 from quill.jobs.queues import build
 from quill.store import Reader
 from quill.store.sqlite.connection import open_reader, open_writer, transaction
 from quill.store.sqlite.store import TRUNCATE_WAL_BYTES
-
-from conftest import stop_fleet, worker_pids
 
 
 def _wait_for(predicate, timeout: float = 60.0, what: str = "condition"):
@@ -67,31 +66,49 @@ def test_writer_killed_during_vacuum_leaves_an_interrupted_run_and_a_truncated_w
     try:
         first = worker_pids(home)[0]
         build(home / "queue.db").enqueue("vacuum", min_free_ratio=0.0)
-        _wait_for(lambda: _status_file(home, "writer").get("job") == "vacuum", what="vacuum to start")
+        _wait_for(
+            lambda: _status_file(home, "writer").get("job") == "vacuum", what="vacuum to start"
+        )
         time.sleep(0.3)
         os.kill(first, signal.SIGKILL)
-        _wait_for(lambda: (w := _status_file(home, "writer")).get("pid") not in (None, first) and w.get("idle"),
-                  what="a new idle writer")
+        _wait_for(
+            lambda: (
+                (w := _status_file(home, "writer")).get("pid") not in (None, first)
+                and w.get("idle")
+            ),
+            what="a new idle writer",
+        )
         run = _runs(home, "vacuum")[0]
         assert run["outcome"] == "interrupted" and run["figures"]["runner"] == "writer"
-        assert os.path.getsize(str(home / "state.db") + "-wal") < 1 << 20   # truncated after the attempt
+        assert (
+            os.path.getsize(str(home / "state.db") + "-wal") < 1 << 20
+        )  # truncated after the attempt
         history = quill.json("jobs", "history", "--job", "vacuum")
         assert history[0]["outcome"] == "interrupted"
     finally:
         assert stop_fleet(fleet) == 0
 
 
-@pytest.mark.skipif(os.environ.get("QUILL_TORTURE") != "1", reason=(
-    "torture run (QUILL_TORTURE=1): timed out waiting for the interrupted row in 2 of about 6 "
-    "clean-clone CI runs with two test workers on 2 cores, cause not yet found"))
+@pytest.mark.skipif(
+    os.environ.get("QUILL_TORTURE") != "1",
+    reason=(
+        "torture run (QUILL_TORTURE=1): timed out waiting for the interrupted row in 2 of about 6 "
+        "clean-clone CI runs with two test workers on 2 cores, cause not yet found"
+    ),
+)
 def test_consumer_killed_during_integrity_check_leaves_an_interrupted_run(quill, home):
     _seed(quill, home, mb=120)
     fleet = quill.start_fleet()
     try:
         consumer = worker_pids(home)[2]
         build(home / "queue.db").enqueue("integrity_check")
-        _wait_for(lambda: (c := _status_file(home, "consumer")).get("in_flight") and c.get("last") == "integrity_check",
-                  what="integrity_check to start")
+        _wait_for(
+            lambda: (
+                (c := _status_file(home, "consumer")).get("in_flight")
+                and c.get("last") == "integrity_check"
+            ),
+            what="integrity_check to start",
+        )
         # Let the check run in short slices; after each, keep it frozen while the writer (not
         # frozen) gets seconds to apply the start row — so even on a loaded machine the row is
         # in the store long before the check itself could finish. Then kill it mid-run.
@@ -111,8 +128,11 @@ def test_consumer_killed_during_integrity_check_leaves_an_interrupted_run(quill,
         # The supervisor restarts the consumer with backoff, the new one queues the close of
         # interrupted runs and the writer applies it: on a loaded CI machine that can take
         # longer than a minute (seen once with two test workers).
-        run = _wait_for(lambda: [r for r in _runs(home, "integrity_check") if r["outcome"] == "interrupted"],
-                        timeout=240, what="the interrupted run")[0]
+        run = _wait_for(
+            lambda: [r for r in _runs(home, "integrity_check") if r["outcome"] == "interrupted"],
+            timeout=240,
+            what="the interrupted run",
+        )[0]
         assert run["figures"]["runner"] == "consumer" and run["ended_at"] is not None
     finally:
         assert stop_fleet(fleet) == 0
@@ -122,7 +142,7 @@ def test_jobs_run_wait_without_a_fleet_says_so_at_once_and_keeps_the_job(quill, 
     _seed(quill, home)
     proc = quill.run("jobs", "run", "snapshot", "--wait", "600", check=False, timeout=60)
     assert proc.returncode == 4 and "no fleet is running" in proc.stderr
-    assert build(home / "queue.db").pending()["worker"] == 1            # still queued
+    assert build(home / "queue.db").pending()["worker"] == 1  # still queued
     quill.run("run", "--until-idle", "--timeout", "120")
     assert [r["outcome"] for r in _runs(home, "snapshot")] == ["ok"]
 
@@ -130,13 +150,16 @@ def test_jobs_run_wait_without_a_fleet_says_so_at_once_and_keeps_the_job(quill, 
 def test_quill_snapshot_is_in_history_and_declare_corrupt_is_not_offered(quill, home):
     _seed(quill, home)
     quill.run("snapshot")
-    quill.run("run", "--until-idle", "--timeout", "120")                 # the writer applies the record
+    quill.run("run", "--until-idle", "--timeout", "120")  # the writer applies the record
     runs = quill.json("jobs", "history", "--job", "snapshot")
     assert [(r["outcome"], r["figures"]["runner"]) for r in runs] == [("ok", "cli")]
     assert "declare_corrupt" not in {j["name"] for j in quill.json("jobs", "list")}
     proc = quill.run("jobs", "run", "declare_corrupt", check=False)
     assert proc.returncode == 2 and "unknown job" in proc.stderr
-    assert quill.run("schedule", "add", "declare_corrupt", "--every", "1h", check=False).returncode == 2
+    assert (
+        quill.run("schedule", "add", "declare_corrupt", "--every", "1h", check=False).returncode
+        == 2
+    )
 
 
 def test_status_and_doctor_list_overdue_jobs(quill, home):
@@ -147,23 +170,37 @@ def test_status_and_doctor_list_overdue_jobs(quill, home):
     try:
         with transaction(conn):
             conn.execute("DELETE FROM job_runs")
-            conn.executemany("INSERT INTO job_runs (job, started_at, ended_at, outcome, figures) VALUES (?, ?, ?, ?, '{}')",
-                             [("wal_checkpoint", now - 20 * day, now - 20 * day, "ok"),     # runs recorded for 20 days
-                              ("wal_checkpoint", now - 60, now - 60, "ok"),
-                              ("quick_check", now - 3 * day, now - 3 * day, "ok")])      # daily, 3 days ago
+            conn.executemany(
+                "INSERT INTO job_runs (job, started_at, ended_at, outcome, figures) VALUES (?, ?, ?, ?, '{}')",
+                [
+                    (
+                        "wal_checkpoint",
+                        now - 20 * day,
+                        now - 20 * day,
+                        "ok",
+                    ),  # runs recorded for 20 days
+                    ("wal_checkpoint", now - 60, now - 60, "ok"),
+                    ("quick_check", now - 3 * day, now - 3 * day, "ok"),
+                ],
+            )  # daily, 3 days ago
     finally:
         conn.close()
     st = quill.status()
     overdue = {o["job"]: o for o in st["overdue"]}
     assert overdue["quick_check"]["last_ok"] is not None
-    assert overdue["integrity_check"]["last_ok"] is None                 # weekly, never in 20 days
+    assert overdue["integrity_check"]["last_ok"] is None  # weekly, never in 20 days
     assert "wal_checkpoint" not in overdue
     assert "overdue  quick_check" in quill.run("status").stdout
     checks = {c["check"]: c for c in quill.json("doctor", check=False)}
-    assert checks["overdue jobs"]["status"] == "warn" and "quick_check" in checks["overdue jobs"]["detail"]
+    assert (
+        checks["overdue jobs"]["status"] == "warn"
+        and "quick_check" in checks["overdue jobs"]["detail"]
+    )
 
 
-def test_a_reader_holding_a_snapshot_never_stalls_the_drain_and_the_wal_is_visible_then_truncated(quill, home):
+def test_a_reader_holding_a_snapshot_never_stalls_the_drain_and_the_wal_is_visible_then_truncated(
+    quill, home
+):
     _seed(quill, home)
     fleet = quill.start_fleet()
     reader = None
@@ -171,29 +208,47 @@ def test_a_reader_holding_a_snapshot_never_stalls_the_drain_and_the_wal_is_visib
         worker_pids(home)
         reader = open_reader(home / "state.db")
         reader.execute("BEGIN")
-        reader.execute("SELECT count(*) FROM messages").fetchone()        # holds a snapshot
+        reader.execute("SELECT count(*) FROM messages").fetchone()  # holds a snapshot
         blob = "x" * 8000
-        lines = "\n".join(json.dumps({"role": "user", "content": f"{i} {blob} {os.urandom(2000).hex()}"})
-                          for i in range(1500))
-        quill.run("push", "--session", "big", "--wait", "120", input=lines)  # applied despite the reader
-        _wait_for(lambda: quill.status()["wal"]["blocked_by_reader_since"], timeout=60, what="a blocked checkpoint")
+        lines = "\n".join(
+            json.dumps({"role": "user", "content": f"{i} {blob} {os.urandom(2000).hex()}"})
+            for i in range(1500)
+        )
+        quill.run(
+            "push", "--session", "big", "--wait", "120", input=lines
+        )  # applied despite the reader
+        _wait_for(
+            lambda: quill.status()["wal"]["blocked_by_reader_since"],
+            timeout=60,
+            what="a blocked checkpoint",
+        )
         st = quill.status()
         assert st["wal"]["high"] and st["wal"]["bytes"] > st["wal"]["store_bytes"]
         assert "blocked by a reader" in quill.run("status").stdout
         checks = {c["check"]: c for c in quill.json("doctor", check=False)}
-        assert checks["WAL size"]["status"] == "warn" and "blocked by a reader" in checks["WAL size"]["detail"]
+        assert (
+            checks["WAL size"]["status"] == "warn"
+            and "blocked by a reader" in checks["WAL size"]["detail"]
+        )
         reader.execute("COMMIT")
         reader.close()
         reader = None
         # Truncated once the reader is gone; small writes after it (job-run rows) may regrow the
         # WAL, but never past the idle-truncate threshold.
-        _wait_for(lambda: os.path.getsize(str(home / "state.db") + "-wal") < TRUNCATE_WAL_BYTES, timeout=120,
-                  what="an idle TRUNCATE")
+        _wait_for(
+            lambda: os.path.getsize(str(home / "state.db") + "-wal") < TRUNCATE_WAL_BYTES,
+            timeout=120,
+            what="an idle TRUNCATE",
+        )
         assert quill.status()["wal"]["blocked_by_reader_since"] is None
         log = (home / "logs" / "writer.log").read_text()
         assert "writer.checkpoint_blocked" in log and "database is locked" not in log
-        quill.run("push", "--session", "big", "--wait", "60", input='{"role": "user", "content": "more"}')
-        run = quill.json("jobs", "run", "wal_checkpoint", "--mode", "truncate", "--wait", "60")["run"]
+        quill.run(
+            "push", "--session", "big", "--wait", "60", input='{"role": "user", "content": "more"}'
+        )
+        run = quill.json("jobs", "run", "wal_checkpoint", "--mode", "truncate", "--wait", "60")[
+            "run"
+        ]
         assert run["figures"]["mode"] == "TRUNCATE" and run["figures"]["wal_bytes_after"] == 0
     finally:
         if reader is not None:

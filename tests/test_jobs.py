@@ -1,6 +1,7 @@
 """Jobs and schedules on a real fleet: run now with a recorded outcome, schedules persisted
 across restarts, missed runs coalesced into one, runs later than the grace time skipped and
 logged, snapshots verified and stamped."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -22,9 +23,14 @@ def _runs(home, job):
 def _backdate(home, job_id: str, seconds_ago: float, every_s: int = 60) -> None:
     """Persist schedule ``job_id`` as if the fleet had been down for ``seconds_ago``."""
     with edit_schedules(config.load(home)) as sched:
-        now = dt.datetime.now(dt.timezone.utc)
-        sched.modify_job(job_id, trigger=IntervalTrigger(seconds=every_s, start_date=now - dt.timedelta(seconds=seconds_ago)),
-                         next_run_time=now - dt.timedelta(seconds=seconds_ago))
+        now = dt.datetime.now(dt.UTC)
+        sched.modify_job(
+            job_id,
+            trigger=IntervalTrigger(
+                seconds=every_s, start_date=now - dt.timedelta(seconds=seconds_ago)
+            ),
+            next_run_time=now - dt.timedelta(seconds=seconds_ago),
+        )
 
 
 def test_jobs_run_records_outcome_and_figures(quill, home, fleet):
@@ -34,7 +40,9 @@ def test_jobs_run_records_outcome_and_figures(quill, home, fleet):
     run = out["run"]
     assert run["outcome"] == "ok" and run["figures"]["position"] != "1:0"
     snaps = list((home / "snapshots").glob("snapshot-*.db"))
-    assert len(snaps) == 1 and snaps[0].name.endswith(run["figures"]["position"].replace(":", "-") + ".db")
+    assert len(snaps) == 1 and snaps[0].name.endswith(
+        run["figures"]["position"].replace(":", "-") + ".db"
+    )
     cp = quill.json("jobs", "run", "wal_checkpoint", "--wait", "60")["run"]
     assert cp["outcome"] == "ok" and {"wal_bytes_before", "wal_bytes_after"} <= set(cp["figures"])
     assert {"snapshot", "wal_checkpoint"} <= {r["job"] for r in quill.json("jobs", "history")}
@@ -55,14 +63,18 @@ def test_a_postgres_job_on_the_sqlite_store_is_refused_before_queueing(quill, ho
         assert "maintains a PostgreSQL store" in proc.stderr and "Traceback" not in proc.stderr
         error = json.loads(quill.run(*args, "--json", check=False).stdout)["error"]
         assert error["kind"] == "usage" and "SQLite store" in error["message"]
-    assert not (home / "queue.db").exists()   # refused before the queue is opened
+    assert not (home / "queue.db").exists()  # refused before the queue is opened
     assert job not in {s["id"] for s in quill.json("schedule", "list")}
 
 
 def test_runnable_matches_the_job_to_the_store_kind():
     from quill.jobs import catalog
+
     assert catalog.runnable("pg_analyze", "postgresql://x/y").name == "pg_analyze"
-    assert catalog.runnable("auto_prune", None).name == catalog.runnable("auto_prune", "postgresql://x/y").name
+    assert (
+        catalog.runnable("auto_prune", None).name
+        == catalog.runnable("auto_prune", "postgresql://x/y").name
+    )
     with pytest.raises(catalog.WrongStoreError):
         catalog.runnable("vacuum", "postgresql://x/y")
     with pytest.raises(catalog.WrongStoreError):
@@ -97,7 +109,7 @@ def test_missed_runs_are_coalesced_into_one(quill, home):
 
 def test_a_window_missed_days_ago_runs_once_at_the_next_start(quill, home):
     """A host asleep through a nightly window runs the job once when it is back."""
-    _backdate(home, "quick_check", seconds_ago=3 * 86400, every_s=86400)   # three missed nights
+    _backdate(home, "quick_check", seconds_ago=3 * 86400, every_s=86400)  # three missed nights
     quill.run("push", "--session", "m", input='{"role": "user", "content": "hello"}')
     quill.run("run", "--until-idle", "--timeout", "120")
     runs = _runs(home, "quick_check")

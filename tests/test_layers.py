@@ -13,6 +13,7 @@ error classes lazily (PEP 562) from ``ops``, so it ranks with ``ops`` (nothing b
 import names from it), and it must import nothing from Quill eagerly — every ``import
 quill.spool`` runs it first, so an eager import there would be an edge from every layer.
 """
+
 from __future__ import annotations
 
 import ast
@@ -26,8 +27,16 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 #: Rank of each top-level name of the package; the root facade ranks with ops (module doc).
-LAYERS = {"quill.home": 0, "quill.spool": 1, "quill.store": 2, "quill.jobs": 3,
-          "quill.workers": 4, "quill.ops": 5, "quill.integrations": 5, "quill": 5}
+LAYERS = {
+    "quill.home": 0,
+    "quill.spool": 1,
+    "quill.store": 2,
+    "quill.jobs": 3,
+    "quill.workers": 4,
+    "quill.ops": 5,
+    "quill.integrations": 5,
+    "quill": 5,
+}
 #: Top-level folders of the repository that are not part of the installed package.
 NOT_INSTALLED = {"tests", "bench", "build", "docs", "out"}
 #: A string naming a Quill module, optionally with ``:attribute`` (a callable reference).
@@ -48,8 +57,9 @@ def production_modules(root: Path = REPO) -> dict[str, Path]:
     out = {}
     for path in sorted(root.rglob("*.py")):
         rel = path.relative_to(root)
-        if rel.parts[0] in NOT_INSTALLED or any(p.startswith(".") or p.endswith(".egg-info")
-                                               for p in rel.parts):
+        if rel.parts[0] in NOT_INSTALLED or any(
+            p.startswith(".") or p.endswith(".egg-info") for p in rel.parts
+        ):
             continue
         package, folder = next((n, d) for n, d in dirs if path.is_relative_to(d))
         parts = [*package.split("."), *path.relative_to(folder).with_suffix("").parts]
@@ -79,13 +89,15 @@ def imports(module: str, path: Path) -> list[tuple[int, str]]:
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")
-                base = base[:len(base) - node.level + 1]
+                base = base[: len(base) - node.level + 1]
                 target = ".".join([*base, *([node.module] if node.module else [])])
             else:
                 target = node.module or ""
             # ``from quill import home`` imports the module quill.home, not the facade.
-            found += [(node.lineno, f"{target}.{a.name}" if target == "quill" else target)
-                      for a in node.names]
+            found += [
+                (node.lineno, f"{target}.{a.name}" if target == "quill" else target)
+                for a in node.names
+            ]
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
             if MODULE_REF.fullmatch(node.value):
                 found.append((node.lineno, node.value.partition(":")[0]))
@@ -113,8 +125,10 @@ def upward_edges(root: Path = REPO) -> tuple[list[str], list[str]]:
             if rank is None:
                 unlayered.append(f"{target} (imported by {module}:{line})")
             elif source is not None and rank > source:
-                up.append(f"{path.relative_to(root)}:{line}: {module} (layer {source}) "
-                          f"imports {target} (layer {rank})")
+                up.append(
+                    f"{path.relative_to(root)}:{line}: {module} (layer {source}) "
+                    f"imports {target} (layer {rank})"
+                )
     return up, unlayered
 
 
@@ -130,13 +144,17 @@ def test_the_walk_sees_every_layer_and_every_kind_of_import():
     assert {layer(m) for m in modules} == set(range(6))
     assert "quill.home" in modules and "quill.ops.worker_main" in modules
     # quill.home is a package: each of its modules is layer 0 as well.
-    assert {"quill.home.layout", "quill.home.settings", "quill.home.identity",
-            "quill.home.rundir"} <= {m for m in modules if layer(m) == 0}
+    assert {
+        "quill.home.layout",
+        "quill.home.settings",
+        "quill.home.identity",
+        "quill.home.rundir",
+    } <= {m for m in modules if layer(m) == 0}
     assert "quill.integrations.openai_agents" in modules  # package-dir maps ops/integrations
     edges = {t for m, p in modules.items() for _, t in imports(m, p)}
-    assert "quill.home" in edges and "quill.store.errors" in edges      # absolute, relative
+    assert "quill.home" in edges and "quill.store.errors" in edges  # absolute, relative
     worker_jobs = imports("quill.jobs.worker_jobs", modules["quill.jobs.worker_jobs"])
-    assert ("quill.store.sqlite.indexer" in {t for _, t in worker_jobs})       # inside a function
+    assert "quill.store.sqlite.indexer" in {t for _, t in worker_jobs}  # inside a function
 
 
 def test_layer_0_imports_only_itself():
@@ -145,8 +163,12 @@ def test_layer_0_imports_only_itself():
     modules = production_modules()
     home = {m: p for m, p in modules.items() if layer(m) == 0}
     assert len(home) >= 5, sorted(home)
-    outside = [f"{m}:{line} imports {t}" for m, p in home.items() for line, t in imports(m, p)
-               if not (t == "quill.home" or t.startswith("quill.home."))]
+    outside = [
+        f"{m}:{line} imports {t}"
+        for m, p in home.items()
+        for line, t in imports(m, p)
+        if not (t == "quill.home" or t.startswith("quill.home."))
+    ]
     assert not outside, outside
 
 
@@ -156,8 +178,9 @@ def test_the_root_facade_imports_nothing_from_quill_eagerly():
     the top layer, checked like any other)."""
     tree = ast.parse((REPO / "__init__.py").read_text(encoding="utf-8"))
     eager = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
-    named = [a.name for n in eager for a in n.names] + [n.module or "" for n in eager
-                                                        if isinstance(n, ast.ImportFrom)]
+    named = [a.name for n in eager for a in n.names] + [
+        n.module or "" for n in eager if isinstance(n, ast.ImportFrom)
+    ]
     assert not [m for m in named if m.startswith("quill") or m.startswith(".")], named
     assert any(t.startswith("quill.ops.") for _, t in imports("quill", REPO / "__init__.py"))
 
@@ -166,7 +189,7 @@ UPWARD = {
     "module level": "from quill.ops import errors\n",
     "in a function": "def f():\n    from quill.workers.scheduler import fire\n",
     "under TYPE_CHECKING": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
-                           "    from quill.jobs.catalog import JobSpec\n",
+    "    from quill.jobs.catalog import JobSpec\n",
     "relative": "from ..workers import FIRE_REF\n",
     "a callable reference": 'REF = "quill.workers.scheduler:fire"\n',
 }
@@ -175,8 +198,13 @@ UPWARD = {
 def _copy(tmp_path: Path) -> Path:
     """A copy of the package's sources (the walk needs files, not an installed package)."""
     copy = tmp_path / "quill"
-    shutil.copytree(REPO, copy, ignore=shutil.ignore_patterns(
-        ".venv", ".git", "build", "*.egg-info", "__pycache__", ".pytest_cache", "tests", "bench"))
+    shutil.copytree(
+        REPO,
+        copy,
+        ignore=shutil.ignore_patterns(
+            ".venv", ".git", "build", "*.egg-info", "__pycache__", ".pytest_cache", "tests", "bench"
+        ),
+    )
     return copy
 
 

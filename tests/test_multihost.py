@@ -3,11 +3,11 @@ own spool, producer process and writer process, drain into one store. One host's
 SIGKILLed again and again, another is stopped for a while and restarted. Every acknowledged
 message is stored exactly once, and a session written from two hosts keeps a serial order.
 Real processes, real ``kill -9``, the real PostgreSQL server; PostgreSQL only by nature."""
+
 from __future__ import annotations
 
 import json
 import multiprocessing
-import os
 import random
 import signal
 import subprocess
@@ -19,14 +19,14 @@ import pytest
 
 psycopg = pytest.importorskip("psycopg")
 
+from conftest import REPO
+
 from quill.spool import Spool, SpoolReader
 from quill.spool.identity import load_or_create
 
-from conftest import REPO
-
 HOSTS = 4
-BATCHES = 120        # per host
-SHARED_EVERY = 3     # hosts 0 and 1 write to the shared session every few batches
+BATCHES = 120  # per host
+SHARED_EVERY = 3  # hosts 0 and 1 write to the shared session every few batches
 
 
 def _produce(home: str, host: int, acks: str) -> None:
@@ -37,23 +37,47 @@ def _produce(home: str, host: int, acks: str) -> None:
             sid = f"h{host}-s{b % 5}"
             msgs = [{"role": "user", "content": f"h{host} b{b} m{j} question"} for j in range(3)]
             ack = spool.append("messages.append", {"session_id": sid, "messages": msgs})
-            log.write(json.dumps({"batch": ack.batch_id, "contents": [m["content"] for m in msgs]}) + "\n")
+            log.write(
+                json.dumps({"batch": ack.batch_id, "contents": [m["content"] for m in msgs]}) + "\n"
+            )
             if host in (0, 1) and b % SHARED_EVERY == 0:
                 call = f"call-h{host}-b{b}"
-                shared = [{"role": "user", "content": f"shared h{host} b{b} ask"},
-                          {"role": "assistant", "content": None, "tool_calls": [
-                              {"id": call, "type": "function", "function": {"name": "bash", "arguments": "{}"}}]},
-                          {"role": "tool", "tool_call_id": call, "content": f"shared h{host} b{b} result"}]
+                shared = [
+                    {"role": "user", "content": f"shared h{host} b{b} ask"},
+                    {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [
+                            {
+                                "id": call,
+                                "type": "function",
+                                "function": {"name": "bash", "arguments": "{}"},
+                            }
+                        ],
+                    },
+                    {
+                        "role": "tool",
+                        "tool_call_id": call,
+                        "content": f"shared h{host} b{b} result",
+                    },
+                ]
                 ack = spool.append("messages.append", {"session_id": "shared", "messages": shared})
-                log.write(json.dumps({"batch": ack.batch_id, "contents": [m["content"] for m in shared]}) + "\n")
+                log.write(
+                    json.dumps({"batch": ack.batch_id, "contents": [m["content"] for m in shared]})
+                    + "\n"
+                )
             log.flush()
             time.sleep(random.uniform(0.01, 0.05))
     spool.close()
 
 
 def _writer(home: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "quill.ops.worker_main", "writer", "--home", str(home)], cwd=REPO,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [sys.executable, "-m", "quill.ops.worker_main", "writer", "--home", str(home)],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
 
 
 def _wait_running(home: Path, proc: subprocess.Popen, timeout: float = 60) -> None:
@@ -72,7 +96,10 @@ def _wait_running(home: Path, proc: subprocess.Popen, timeout: float = 60) -> No
 
 def _caught_up(url: str, homes: list[Path]) -> bool:
     with psycopg.connect(url) as conn:
-        cursors = {r[0]: (r[1], r[2]) for r in conn.execute('SELECT spool_id, segment, "offset" FROM spool_cursor')}
+        cursors = {
+            r[0]: (r[1], r[2])
+            for r in conn.execute('SELECT spool_id, segment, "offset" FROM spool_cursor')
+        }
     for home in homes:
         end = SpoolReader(home / "spool").end()
         if cursors.get(load_or_create(home / "spool-id")) != (end.segment, end.offset):
@@ -81,14 +108,19 @@ def _caught_up(url: str, homes: list[Path]) -> bool:
 
 
 def test_four_hosts_with_killed_and_stopped_writers_store_every_ack_exactly_once_in_serial_order(
-        tmp_path, pg_store_url):
+    tmp_path, pg_store_url
+):
     homes = [tmp_path / f"host{i}" for i in range(HOSTS)]
     for home in homes:
         (home / "spool").mkdir(parents=True)
-        (home / "config.toml").write_text(f'[store]\nurl = "{pg_store_url}"\n[writer]\nchunk_rows = 50\n')
+        (home / "config.toml").write_text(
+            f'[store]\nurl = "{pg_store_url}"\n[writer]\nchunk_rows = 50\n'
+        )
     writers = {i: _writer(h) for i, h in enumerate(homes)}
-    producers = [multiprocessing.Process(target=_produce, args=(str(h), i, str(h / "acks.jsonl")))
-                 for i, h in enumerate(homes)]
+    producers = [
+        multiprocessing.Process(target=_produce, args=(str(h), i, str(h / "acks.jsonl")))
+        for i, h in enumerate(homes)
+    ]
     for p in producers:
         p.start()
     kills = 0
@@ -97,18 +129,18 @@ def test_four_hosts_with_killed_and_stopped_writers_store_every_ack_exactly_once
     try:
         while any(p.is_alive() for p in producers) or kills < 4 or not restarted:
             time.sleep(random.uniform(0.6, 1.2))
-            writers[0].send_signal(signal.SIGKILL)       # host 0: kill -9, again and again
+            writers[0].send_signal(signal.SIGKILL)  # host 0: kill -9, again and again
             writers[0].wait()
             kills += 1
             writers[0] = _writer(homes[0])
             if writers[3] is not None and time.monotonic() > stopped_at and not restarted:
                 _wait_running(homes[3], writers[3])
-                writers[3].send_signal(signal.SIGTERM)   # host 3: stopped for a while ...
+                writers[3].send_signal(signal.SIGTERM)  # host 3: stopped for a while ...
                 assert writers[3].wait(30) == 0
                 writers[3] = None
                 stopped_at = time.monotonic()
             elif writers[3] is None and time.monotonic() - stopped_at > 3.0:
-                writers[3] = _writer(homes[3])           # ... and restarted
+                writers[3] = _writer(homes[3])  # ... and restarted
                 restarted = True
         if writers[3] is None:
             writers[3] = _writer(homes[3])
@@ -127,16 +159,22 @@ def test_four_hosts_with_killed_and_stopped_writers_store_every_ack_exactly_once
                 w.send_signal(signal.SIGTERM)
                 w.wait(30)
 
-    acked = [json.loads(line) for h in homes for line in (h / "acks.jsonl").read_text().splitlines()]
+    acked = [
+        json.loads(line) for h in homes for line in (h / "acks.jsonl").read_text().splitlines()
+    ]
     want = sorted(c for a in acked for c in a["contents"] if c is not None)
     with psycopg.connect(pg_store_url) as conn:
-        stored = sorted(r[0] for r in conn.execute("SELECT content FROM messages WHERE content IS NOT NULL"))
+        stored = sorted(
+            r[0] for r in conn.execute("SELECT content FROM messages WHERE content IS NOT NULL")
+        )
         batches = {r[0] for r in conn.execute("SELECT batch_id FROM applied_batches")}
-        shared = conn.execute("SELECT id, batch_id, role, tool_call_id, content FROM messages "
-                              "WHERE session_id = 'shared' ORDER BY id").fetchall()
+        shared = conn.execute(
+            "SELECT id, batch_id, role, tool_call_id, content FROM messages "
+            "WHERE session_id = 'shared' ORDER BY id"
+        ).fetchall()
         spools = conn.execute("SELECT count(*) FROM spool_cursor").fetchone()[0]
     assert kills >= 4 and restarted
-    assert stored == want                                 # every acknowledged message, exactly once
+    assert stored == want  # every acknowledged message, exactly once
     assert batches == {a["batch"] for a in acked}
     assert spools == HOSTS
     # The shared session, written from hosts 0 and 1: each batch's rows are contiguous (no
@@ -146,7 +184,11 @@ def test_four_hosts_with_killed_and_stopped_writers_store_every_ack_exactly_once
     runs = [b for i, b in enumerate(order) if i == 0 or order[i - 1] != b]
     assert len(runs) == len(set(runs)) == len(shared) // 3
     for i in range(0, len(shared), 3):
-        assert [r[2] for r in shared[i:i + 3]] == ["user", "assistant", "tool"]
+        assert [r[2] for r in shared[i : i + 3]] == ["user", "assistant", "tool"]
     for host in (0, 1):
-        seq = [int(r[4].split()[2][1:]) for r in shared if r[2] == "user" and r[4].startswith(f"shared h{host} ")]
+        seq = [
+            int(r[4].split()[2][1:])
+            for r in shared
+            if r[2] == "user" and r[4].startswith(f"shared h{host} ")
+        ]
         assert seq == sorted(seq) and len(seq) == len(range(0, BATCHES, SHARED_EVERY))

@@ -1,19 +1,19 @@
 """``normalize.dumps`` writes exactly what ``json.dumps(ensure_ascii=False, separators=(",", ":"))``
 (+ scrub) writes: its encoder is the stdlib's C encoder built once per call instead of through
 ``json.dumps``, and stored rows must not change by a byte."""
+
 from __future__ import annotations
 
 import json
 import math
 
 import pytest
+from conftest import CORPUS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from quill.store.apply import normalize
 from quill.store.apply.normalize import dumps, message_row, scrub_json
-
-from conftest import CORPUS
 
 
 def _stdlib(value):
@@ -28,16 +28,33 @@ def _reference_dumps(value):
     return _stdlib(scrub_json(value))
 
 
-_TEXT = st.one_of(st.text(max_size=10), st.sampled_from(["\x00", "a\x00b", "\ud800", "x\udfffy", "\x7f\x1f\u2028",
-                                                          '"\\/\b\f\n\r\t', "é😀", ""]))
-_FLOATS = st.one_of(st.floats(allow_nan=True, allow_infinity=True),
-                    st.sampled_from([1e16, 1e-5, 1.5e-05, 1e-7, -0.0, 1e300, 5e-324, 0.1 + 0.2, 1e22]))
+_TEXT = st.one_of(
+    st.text(max_size=10),
+    st.sampled_from(
+        ["\x00", "a\x00b", "\ud800", "x\udfffy", "\x7f\x1f\u2028", '"\\/\b\f\n\r\t', "é😀", ""]
+    ),
+)
+_FLOATS = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([1e16, 1e-5, 1.5e-05, 1e-7, -0.0, 1e300, 5e-324, 0.1 + 0.2, 1e22]),
+)
 _KEYS = st.one_of(_TEXT, st.integers(), st.booleans(), st.none(), _FLOATS)
 _JSON = st.recursive(
-    st.one_of(st.none(), st.booleans(), st.integers(), st.integers(min_value=2**63 - 2, max_value=2**70), _FLOATS, _TEXT),
-    lambda inner: st.one_of(st.lists(inner, max_size=4), st.tuples(inner, inner),
-                            st.dictionaries(_KEYS, inner, max_size=5)),
-    max_leaves=14)
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(),
+        st.integers(min_value=2**63 - 2, max_value=2**70),
+        _FLOATS,
+        _TEXT,
+    ),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.tuples(inner, inner),
+        st.dictionaries(_KEYS, inner, max_size=5),
+    ),
+    max_leaves=14,
+)
 
 
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -47,7 +64,9 @@ def test_dumps_equals_the_stdlib_on_generated_values(value):
     assert dumps(value) == _reference_dumps(value)
 
 
-@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, "plain", "\x00", 10**40, {1.5: 1, True: 2, None: 3}])
+@pytest.mark.parametrize(
+    "value", [math.nan, math.inf, -math.inf, "plain", "\x00", 10**40, {1.5: 1, True: 2, None: 3}]
+)
 def test_dumps_equals_the_stdlib_on_edge_values(value):
     assert normalize._encode(value) == _stdlib(value)
     assert dumps(value) == _reference_dumps(value)
@@ -72,7 +91,13 @@ def test_message_rows_equal_the_stdlib_rows_on_the_corpus(monkeypatch):
     """Every corpus message: the row with this encoder equals the row ``json.dumps`` makes,
     and the corpus exercises the encoded columns (parts, tool calls, extras)."""
     from quill.ops.importers import iter_transcript_files, parse_file
-    msgs = [m for p in iter_transcript_files([CORPUS]) for s in parse_file(p).sessions for m in s.messages]
+
+    msgs = [
+        m
+        for p in iter_transcript_files([CORPUS])
+        for s in parse_file(p).sessions
+        for m in s.messages
+    ]
     rows = [message_row(m, 1.7e9) for m in msgs]
     monkeypatch.setattr(normalize, "_encode", _stdlib)
     assert rows == [message_row(m, 1.7e9) for m in msgs]

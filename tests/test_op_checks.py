@@ -10,24 +10,24 @@ the same reason, on SQLite and on PostgreSQL; the ``quill.Client`` raises
 nothing. A new op kind fails ``test_every_op_kind_has_one_shared_check`` until it has a check
 its applier runs and rows in ``BAD``.
 """
+
 from __future__ import annotations
 
 import inspect
 
 import httpx
 import pytest
+from conftest import QuillCLI
+from semantics_helpers import Store
+from service_helpers import served
 
 from quill import Client
 from quill.ops.client.errors import InvalidInputError
 from quill.spool.record import OP_KINDS
-from quill.store.errors import InvalidOpError
 from quill.store.apply.checks import CHECKS, TITLE_MAX_CHARS
-from quill.store.apply.sessions import APPLIERS
 from quill.store.apply.precheck import precheck
-
-from conftest import QuillCLI
-from semantics_helpers import Store
-from service_helpers import served
+from quill.store.apply.sessions import APPLIERS
+from quill.store.errors import InvalidOpError
 
 S = "s1"
 _USER = {"role": "user", "content": "hi"}
@@ -54,7 +54,7 @@ BAD: dict[str, list[tuple[dict, str]]] = {
         ({"session_id": S, "reason": "bye\nnow"}, "invalid-field"),
         ({"session_id": S, "ended_at": "yesterday"}, "invalid-field"),
         ({"session_id": S, "ended_at": True}, "invalid-field"),
-        ({"session_id": S, "ended_at": 10 ** 400}, "invalid-field"),
+        ({"session_id": S, "ended_at": 10**400}, "invalid-field"),
         ({"session_id": S, "actor": ["job"]}, "invalid-field"),
         ({"session_id": S, "only_if": {"open": "yes"}}, "invalid-field"),
         ({"session_id": S, "only_if": {"colour": 1}}, "invalid-field"),
@@ -76,7 +76,7 @@ BAD: dict[str, list[tuple[dict, str]]] = {
     "session.read": [
         ({"session_id": S, "message_id": "1"}, "invalid-field"),
         ({"session_id": S, "message_id": 1.0}, "invalid-field"),
-        ({"session_id": S, "message_id": 2 ** 63}, "invalid-field"),
+        ({"session_id": S, "message_id": 2**63}, "invalid-field"),
         ({"session_id": S, "message_id": False}, "invalid-field"),
     ],
     "messages.append": [
@@ -84,14 +84,33 @@ BAD: dict[str, list[tuple[dict, str]]] = {
         ({"session_id": S, "messages": [{"content": "no role"}]}, "invalid-role"),
         ({"session_id": S, "messages": ["hi"]}, "invalid-message"),
         ({"session_id": S, "messages": _MSGS, "source": 3}, "invalid-field"),
-        ({"session_id": S, "messages": [{**_USER, "usage": {"input_tokens": -1}}]}, "invalid-usage"),
-        ({"session_id": S, "messages": [{**_USER, "usage": {"input_tokens": 1}, "model": []}]}, "invalid-field"),
-        ({"session_id": S, "messages": [{**_USER, "usage": {"input_tokens": 1}, "task": "a b"}]}, "invalid-field"),
-        ({"session_id": S, "messages": [{**_USER, "extra": {"usage": {"input_tokens": 1}, "provider": []}}]},
-         "invalid-field"),
+        (
+            {"session_id": S, "messages": [{**_USER, "usage": {"input_tokens": -1}}]},
+            "invalid-usage",
+        ),
+        (
+            {"session_id": S, "messages": [{**_USER, "usage": {"input_tokens": 1}, "model": []}]},
+            "invalid-field",
+        ),
+        (
+            {"session_id": S, "messages": [{**_USER, "usage": {"input_tokens": 1}, "task": "a b"}]},
+            "invalid-field",
+        ),
+        (
+            {
+                "session_id": S,
+                "messages": [{**_USER, "extra": {"usage": {"input_tokens": 1}, "provider": []}}],
+            },
+            "invalid-field",
+        ),
         ({"session_id": S, "messages": _MSGS, "source": "\x00"}, "invalid-field"),
-        ({"session_id": S, "messages": [{**_USER, "usage": {"input_tokens": 1}, "provider": "p\x00"}]},
-         "invalid-field"),
+        (
+            {
+                "session_id": S,
+                "messages": [{**_USER, "usage": {"input_tokens": 1}, "provider": "p\x00"}],
+            },
+            "invalid-field",
+        ),
     ],
     "messages.compact": [
         ({"session_id": S, "messages": []}, "invalid-field"),
@@ -100,7 +119,10 @@ BAD: dict[str, list[tuple[dict, str]]] = {
         ({"session_id": S, "messages": _MSGS, "tail_count": 2}, "invalid-field"),
         ({"session_id": S, "messages": _MSGS, "tail_count": -1}, "invalid-field"),
         ({"session_id": S, "messages": _MSGS, "tail_count": "1"}, "invalid-field"),
-        ({"session_id": S, "messages": _MSGS, "watermark": 1, "watermark_ext_id": "m1"}, "invalid-field"),
+        (
+            {"session_id": S, "messages": _MSGS, "watermark": 1, "watermark_ext_id": "m1"},
+            "invalid-field",
+        ),
         ({"session_id": S, "messages": _MSGS, "watermark": "1"}, "invalid-field"),
         ({"session_id": S, "messages": _MSGS, "watermark_ext_id": 1.5}, "invalid-field"),
     ],
@@ -122,29 +144,76 @@ BAD: dict[str, list[tuple[dict, str]]] = {
     "messages.replace": [
         ({"session_id": S}, "invalid-field"),
         ({"session_id": S, "messages": [{"role": "user", "name": 3}]}, "invalid-field"),
-        ({"session_id": S, "messages": _MSGS, "from_message_id": 1, "from_ext_id": "m1"}, "invalid-field"),
+        (
+            {"session_id": S, "messages": _MSGS, "from_message_id": 1, "from_ext_id": "m1"},
+            "invalid-field",
+        ),
         ({"session_id": S, "messages": _MSGS, "from_message_id": "1"}, "invalid-field"),
         ({"session_id": S, "messages": _MSGS, "expect_head_id": "1"}, "invalid-field"),
         ({"session_id": S, "messages": _MSGS, "source": {}}, "invalid-field"),
         ({"session_id": S, "messages": _MSGS, "source": "s\x00"}, "invalid-field"),
         ({"session_id": S, "messages": [{**_USER, "usage": "lots"}]}, "invalid-usage"),
-        ({"session_id": S, "messages": [{**_USER, "usage": {"input_tokens": 1}, "response_id": "r" * 513}]},
-         "invalid-field"),
+        (
+            {
+                "session_id": S,
+                "messages": [{**_USER, "usage": {"input_tokens": 1}, "response_id": "r" * 513}],
+            },
+            "invalid-field",
+        ),
     ],
     "messages.restore": [
-        ({"session_id": "r1", "offset": -1, "rows": [{"message": _USER, "state": "live"}]}, "invalid-field"),
-        ({"session_id": "r1", "offset": 0, "rows": [{"message": _USER, "state": "gone"}]}, "invalid-field"),
-        ({"session_id": "r1", "offset": 0, "rows": [{"message": _USER, "state": "live", "origin": 0}]},
-         "invalid-field"),
-        ({"session_id": "r1", "offset": 0, "rows": [{"message": {"role": 1}, "state": "live"}]}, "invalid-role"),
-        ({"session_id": "r1", "offset": 0, "source": 1, "rows": [{"message": _USER, "state": "live"}]},
-         "invalid-field"),
-        ({"session_id": "r1", "offset": 0, "started_at": "2024", "rows": [{"message": _USER, "state": "live"}]},
-         "invalid-field"),
-        ({"session_id": "r1", "offset": 0, "source": "\x00", "rows": [{"message": _USER, "state": "live"}]},
-         "invalid-field"),
+        (
+            {"session_id": "r1", "offset": -1, "rows": [{"message": _USER, "state": "live"}]},
+            "invalid-field",
+        ),
+        (
+            {"session_id": "r1", "offset": 0, "rows": [{"message": _USER, "state": "gone"}]},
+            "invalid-field",
+        ),
+        (
+            {
+                "session_id": "r1",
+                "offset": 0,
+                "rows": [{"message": _USER, "state": "live", "origin": 0}],
+            },
+            "invalid-field",
+        ),
+        (
+            {"session_id": "r1", "offset": 0, "rows": [{"message": {"role": 1}, "state": "live"}]},
+            "invalid-role",
+        ),
+        (
+            {
+                "session_id": "r1",
+                "offset": 0,
+                "source": 1,
+                "rows": [{"message": _USER, "state": "live"}],
+            },
+            "invalid-field",
+        ),
+        (
+            {
+                "session_id": "r1",
+                "offset": 0,
+                "started_at": "2024",
+                "rows": [{"message": _USER, "state": "live"}],
+            },
+            "invalid-field",
+        ),
+        (
+            {
+                "session_id": "r1",
+                "offset": 0,
+                "source": "\x00",
+                "rows": [{"message": _USER, "state": "live"}],
+            },
+            "invalid-field",
+        ),
         # content first: this chunk is also out of order (s1 holds rows), the bad message wins
-        ({"session_id": S, "offset": 0, "rows": [{"message": {"role": "x"}, "state": "live"}]}, "invalid-role"),
+        (
+            {"session_id": S, "offset": 0, "rows": [{"message": {"role": "x"}, "state": "live"}]},
+            "invalid-role",
+        ),
     ],
     "sessions.delete": [
         ({"session_ids": []}, "invalid-field"),
@@ -178,9 +247,19 @@ BAD: dict[str, list[tuple[dict, str]]] = {
     ],
 }
 CASES = [(op, data, reason) for op in sorted(BAD) for data, reason in BAD[op]]
-_SETUP = [("session.create", {"session_id": S, "source": "cli"}),
-          ("messages.append", {"session_id": S, "messages": [{"role": "user", "content": "one", "id": "m1"},
-                                                             {"role": "assistant", "content": "two", "id": "m2"}]})]
+_SETUP = [
+    ("session.create", {"session_id": S, "source": "cli"}),
+    (
+        "messages.append",
+        {
+            "session_id": S,
+            "messages": [
+                {"role": "user", "content": "one", "id": "m1"},
+                {"role": "assistant", "content": "two", "id": "m2"},
+            ],
+        },
+    ),
+]
 
 
 def test_every_op_kind_has_one_shared_check():
@@ -195,7 +274,9 @@ def test_every_op_kind_has_one_shared_check():
         assert f"{check.__name__}(data" in first, (op, check.__name__, first)
 
 
-@pytest.mark.parametrize("op, data, reason", CASES, ids=[f"{op}-{i}" for i, (op, _, _) in enumerate(CASES)])
+@pytest.mark.parametrize(
+    "op, data, reason", CASES, ids=[f"{op}-{i}" for i, (op, _, _) in enumerate(CASES)]
+)
 def test_precheck_refuses_with_the_reason(op, data, reason):
     with pytest.raises(InvalidOpError) as refused:
         precheck(op, data)
@@ -215,7 +296,11 @@ def test_the_writer_quarantines_each_with_the_same_reason(backend, tmp_path):
         store.spool.append("messages.append", {"session_id": "after", "messages": [_USER]})
         store.drain()
         got = {pos: reason for reason, _, pos in store.last_rejects}
-        wrong = [(op, data, want, got.get(pos)) for pos, (op, data, want) in expected.items() if got.get(pos) != want]
+        wrong = [
+            (op, data, want, got.get(pos))
+            for pos, (op, data, want) in expected.items()
+            if got.get(pos) != want
+        ]
         assert not wrong, wrong
         assert store.last_result.applied == len(_SETUP) + 1
         with store.reader() as r:
@@ -232,17 +317,43 @@ def test_a_producer_id_with_nul_names_the_message_as_stored(backend, tmp_path):
     not even quarantine (a psycopg ``DataError`` with no SQLSTATE: now ``BadDataError``)."""
     store = Store(tmp_path, backend)
     try:
-        assert store.apply("messages.append", {"session_id": "n", "messages": [
-            {"role": "user", "content": "a", "id": "u\x001"}, {"role": "assistant", "content": "b", "id": "a\x001"},
-            {"role": "user", "content": "c", "id": "u\x002"}]}) == []
-        assert store.apply("usage.record", {"session_id": "n", "usage": {"input_tokens": 3},
-                                            "message_ext_id": "a\x001", "response_id": "r1"}) == []
+        assert (
+            store.apply(
+                "messages.append",
+                {
+                    "session_id": "n",
+                    "messages": [
+                        {"role": "user", "content": "a", "id": "u\x001"},
+                        {"role": "assistant", "content": "b", "id": "a\x001"},
+                        {"role": "user", "content": "c", "id": "u\x002"},
+                    ],
+                },
+            )
+            == []
+        )
+        assert (
+            store.apply(
+                "usage.record",
+                {
+                    "session_id": "n",
+                    "usage": {"input_tokens": 3},
+                    "message_ext_id": "a\x001",
+                    "response_id": "r1",
+                },
+            )
+            == []
+        )
         assert store.apply("messages.rewind", {"session_id": "n", "ext_id": "u\x002"}) == []
         assert store.apply("messages.rewind", {"session_id": "n", "ext_ids": ["a\x001"]}) == []
-        assert [s for (s,) in store.conn.execute("SELECT state FROM messages WHERE session_id = 'n' ORDER BY id")] \
-            == ["live", "rewound", "rewound"]
-        assert store.conn.execute("SELECT m.ext_id FROM usage u JOIN messages m ON m.id = u.message_id").fetchall() \
-            == [("a1",)]
+        assert [
+            s
+            for (s,) in store.conn.execute(
+                "SELECT state FROM messages WHERE session_id = 'n' ORDER BY id"
+            )
+        ] == ["live", "rewound", "rewound"]
+        assert store.conn.execute(
+            "SELECT m.ext_id FROM usage u JOIN messages m ON m.id = u.message_id"
+        ).fetchall() == [("a1",)]
     finally:
         store.close()
 
@@ -252,6 +363,7 @@ def test_a_value_psycopg_refuses_is_bad_data_not_a_store_failure():
 
     from quill.store.contract import BadDataError
     from quill.store.postgres.errors import classify
+
     with pytest.raises(psycopg.DataError) as refused:  # psycopg's own refusal, before any server
         psycopg.adapt.Transformer().get_dumper("a\x00b", psycopg.adapt.PyFormat.TEXT).dump("a\x00b")
     assert refused.value.sqlstate is None and classify(refused.value) is BadDataError
@@ -270,18 +382,20 @@ def test_client_raises_invalid_input_with_the_reason_and_appends_nothing(tmp_pat
             client.submit(op, data)
         assert refused.value.reason == reason, (op, data, refused.value)
     # the typed methods too: arguments of the wrong type reach the same checks
-    for call, reason in [(lambda: client.end(S, reason=7), "invalid-field"),
-                         (lambda: client.end(S, ended_at="now"), "invalid-field"),
-                         (lambda: client.title(S, "t" * 201), "title-too-long"),
-                         (lambda: client.title(S, 5), "invalid-field"),
-                         (lambda: client.flags(S, pinned="yes"), "invalid-field"),
-                         (lambda: client.mark_read(S, "3"), "invalid-field"),
-                         (lambda: client.rewind(S, user_turn=0), "no-such-turn"),
-                         (lambda: client.rewind(S, ext_id=["m1"]), "invalid-field"),
-                         (lambda: client.compact(S, [_USER], tail_count=3), "invalid-field"),
-                         (lambda: client.replace(S, [_USER], from_message_id="1"), "invalid-field"),
-                         (lambda: client.record_usage(S, {"input_tokens": 1}, task="a b"), "invalid-field"),
-                         (lambda: client.record_usage(S, {"input_tokens": 1}, model=["m"]), "invalid-field")]:
+    for call, reason in [
+        (lambda: client.end(S, reason=7), "invalid-field"),
+        (lambda: client.end(S, ended_at="now"), "invalid-field"),
+        (lambda: client.title(S, "t" * 201), "title-too-long"),
+        (lambda: client.title(S, 5), "invalid-field"),
+        (lambda: client.flags(S, pinned="yes"), "invalid-field"),
+        (lambda: client.mark_read(S, "3"), "invalid-field"),
+        (lambda: client.rewind(S, user_turn=0), "no-such-turn"),
+        (lambda: client.rewind(S, ext_id=["m1"]), "invalid-field"),
+        (lambda: client.compact(S, [_USER], tail_count=3), "invalid-field"),
+        (lambda: client.replace(S, [_USER], from_message_id="1"), "invalid-field"),
+        (lambda: client.record_usage(S, {"input_tokens": 1}, task="a b"), "invalid-field"),
+        (lambda: client.record_usage(S, {"input_tokens": 1}, model=["m"]), "invalid-field"),
+    ]:
         with pytest.raises(InvalidInputError) as refused:
             call()
         assert refused.value.reason == reason, refused.value
@@ -293,18 +407,30 @@ def test_http_api_answers_422_with_the_reason_and_appends_nothing(tmp_path):
     home.mkdir()
     quill = QuillCLI(home)
     with served(quill) as base:
-        ok = httpx.post(f"{base}/api/v1/ops", json={"ops": [{"op": "session.create", "data": {"session_id": S}}]})
+        ok = httpx.post(
+            f"{base}/api/v1/ops",
+            json={"ops": [{"op": "session.create", "data": {"session_id": S}}]},
+        )
         assert ok.status_code == 202, ok.text
         before = _spool_bytes(home)
         with httpx.Client(base_url=base, timeout=30) as http:
             for op, data, reason in CASES:
                 # a good op first: a refused request appends nothing, not even its valid ops
-                r = http.post("/api/v1/ops", json={"ops": [{"op": "session.title", "data": {"session_id": S,
-                                                                                            "title": "x"}},
-                                                           {"op": op, "data": data}]})
+                r = http.post(
+                    "/api/v1/ops",
+                    json={
+                        "ops": [
+                            {"op": "session.title", "data": {"session_id": S, "title": "x"}},
+                            {"op": op, "data": data},
+                        ]
+                    },
+                )
                 assert r.status_code == 422, (op, data, r.status_code, r.text)
                 err = r.json()["error"]
                 assert err["reason"] == reason and err["op_index"] == 1, (op, data, err)
-            r = http.post(f"/api/v1/sessions/{S}/messages", json={"messages": [{**_USER, "usage": {"input_tokens": -1}}]})
+            r = http.post(
+                f"/api/v1/sessions/{S}/messages",
+                json={"messages": [{**_USER, "usage": {"input_tokens": -1}}]},
+            )
             assert r.status_code == 422 and r.json()["error"]["reason"] == "invalid-usage", r.text
         assert _spool_bytes(home) == before

@@ -18,31 +18,34 @@ arbitrary JSON value. Then:
 
 ``QUILL_FUZZ_N`` sets the examples per op kind (default 25, a few seconds in all).
 """
+
 from __future__ import annotations
 
 import copy
 import json
 import os
-import re
 from typing import Any
 
 import pytest
+from fuzz_helpers import JSON_VALUES, RAW_ERROR, paths, replaced
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
+from semantics_helpers import Store
 
 from quill.ops.transfer import export
 from quill.spool.record import OP_KINDS
-from quill.store.errors import InvalidOpError
 from quill.store.apply.precheck import precheck
-
-from fuzz_helpers import JSON_VALUES, RAW_ERROR, paths, replaced
-from semantics_helpers import Store
+from quill.store.errors import InvalidOpError
 
 N = int(os.environ.get("QUILL_FUZZ_N", "25"))
 
-_CALL = {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{\"cmd\": \"ls\"}"}}
-_USAGE = {"prompt_tokens": 100, "completion_tokens": 20, "prompt_tokens_details": {"cached_tokens": 10},
-          "completion_tokens_details": {"reasoning_tokens": 5}}
+_CALL = {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": '{"cmd": "ls"}'}}
+_USAGE = {
+    "prompt_tokens": 100,
+    "completion_tokens": 20,
+    "prompt_tokens_details": {"cached_tokens": 10},
+    "completion_tokens_details": {"reasoning_tokens": 5},
+}
 
 
 def _messages(prefix: str) -> list[dict[str, Any]]:
@@ -50,67 +53,177 @@ def _messages(prefix: str) -> list[dict[str, Any]]:
     with parts and extras: every message field the normaliser reads."""
     return [
         {"role": "user", "content": "hello world", "id": f"{prefix}1", "timestamp": 1717000000},
-        {"role": "assistant", "content": None, "id": f"{prefix}2", "tool_calls": [{**copy.deepcopy(_CALL), "id": f"c{prefix}"}],
-         "usage": copy.deepcopy(_USAGE), "response_id": f"r-{prefix}", "model": "gpt-4o", "provider": "openai",
-         "task": "turn", "reasoning": "think", "finish_reason": "tool_calls"},
-        {"role": "tool", "tool_call_id": f"c{prefix}", "name": "bash", "content": [{"type": "text", "text": "a.txt"}],
-         "id": f"{prefix}3"},
-        {"role": "assistant", "id": f"{prefix}4", "timestamp": "2024-05-29T16:26:40Z",
-         "content": [{"type": "text", "text": "done"}, {"type": "image_url", "image_url": {"url": "https://x/y.png"}}],
-         "extra": {"usage": {"input_tokens": 5, "output_tokens": 1}, "k": [1, {"a": "b"}]}},
+        {
+            "role": "assistant",
+            "content": None,
+            "id": f"{prefix}2",
+            "tool_calls": [{**copy.deepcopy(_CALL), "id": f"c{prefix}"}],
+            "usage": copy.deepcopy(_USAGE),
+            "response_id": f"r-{prefix}",
+            "model": "gpt-4o",
+            "provider": "openai",
+            "task": "turn",
+            "reasoning": "think",
+            "finish_reason": "tool_calls",
+        },
+        {
+            "role": "tool",
+            "tool_call_id": f"c{prefix}",
+            "name": "bash",
+            "content": [{"type": "text", "text": "a.txt"}],
+            "id": f"{prefix}3",
+        },
+        {
+            "role": "assistant",
+            "id": f"{prefix}4",
+            "timestamp": "2024-05-29T16:26:40Z",
+            "content": [
+                {"type": "text", "text": "done"},
+                {"type": "image_url", "image_url": {"url": "https://x/y.png"}},
+            ],
+            "extra": {"usage": {"input_tokens": 5, "output_tokens": 1}, "k": [1, {"a": "b"}]},
+        },
     ]
 
 
 #: One valid payload per op kind, with every field it reads (the target session ``s1`` is set
 #: up first with ``_SETUP``).
 VALID: dict[str, dict[str, Any]] = {
-    "session.create": {"session_id": "s1", "source": "cli", "model": "gpt-4o", "title": "Fix login", "cwd": "/repo",
-                       "key": "telegram:chat:42", "parent_id": "s0", "parent_kind": "compression",
-                       "started_at": 1717000000, "meta": {"k": "v", "n": [1, 2]},
-                       "owner": {"pid": 123, "host": "h", "create_time": 1717000000.5},
-                       "system_prompt": "You are helpful.",
-                       "tools": [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]},
-    "session.end": {"session_id": "s1", "reason": "user_exit", "ended_at": 1717000999, "actor": "user:alice",
-                    "only_if": {"open": True, "unpinned": True, "inactive_before": 4102444800,
-                                "owner_pid": 123, "owner_started": 1717000000.5}},
+    "session.create": {
+        "session_id": "s1",
+        "source": "cli",
+        "model": "gpt-4o",
+        "title": "Fix login",
+        "cwd": "/repo",
+        "key": "telegram:chat:42",
+        "parent_id": "s0",
+        "parent_kind": "compression",
+        "started_at": 1717000000,
+        "meta": {"k": "v", "n": [1, 2]},
+        "owner": {"pid": 123, "host": "h", "create_time": 1717000000.5},
+        "system_prompt": "You are helpful.",
+        "tools": [
+            {"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}
+        ],
+    },
+    "session.end": {
+        "session_id": "s1",
+        "reason": "user_exit",
+        "ended_at": 1717000999,
+        "actor": "user:alice",
+        "only_if": {
+            "open": True,
+            "unpinned": True,
+            "inactive_before": 4102444800,
+            "owner_pid": 123,
+            "owner_started": 1717000000.5,
+        },
+    },
     "session.title": {"session_id": "s1", "title": "A title"},
     "session.flags": {"session_id": "s1", "archived": True, "pinned": False, "hidden": False},
     "session.read": {"session_id": "s1", "message_id": 2},
     "messages.append": {"session_id": "s1", "source": "cli", "messages": _messages("n")},
-    "messages.compact": {"session_id": "s1", "watermark_ext_id": "m4", "tail_count": 1,
-                         "messages": [{"role": "user", "content": "[summary] it went well"},
-                                      {"role": "assistant", "id": "m4", "timestamp": "2024-05-29T16:26:40Z",
-                                       "content": [{"type": "text", "text": "done"},
-                                                   {"type": "image_url", "image_url": {"url": "https://x/y.png"}}],
-                                       "extra": {"usage": {"input_tokens": 5, "output_tokens": 1},
-                                                 "k": [1, {"a": "b"}]}}]},
+    "messages.compact": {
+        "session_id": "s1",
+        "watermark_ext_id": "m4",
+        "tail_count": 1,
+        "messages": [
+            {"role": "user", "content": "[summary] it went well"},
+            {
+                "role": "assistant",
+                "id": "m4",
+                "timestamp": "2024-05-29T16:26:40Z",
+                "content": [
+                    {"type": "text", "text": "done"},
+                    {"type": "image_url", "image_url": {"url": "https://x/y.png"}},
+                ],
+                "extra": {"usage": {"input_tokens": 5, "output_tokens": 1}, "k": [1, {"a": "b"}]},
+            },
+        ],
+    },
     "messages.rewind": {"session_id": "s1", "ext_id": "m1", "expect_head_id": 4},
-    "messages.replace": {"session_id": "s1", "from_ext_id": "m4", "source": "cli", "messages": _messages("e")},
-    "sessions.delete": {"session_ids": ["s1", "s9"], "reason": "user_request", "actor": "user:alice",
-                        "only_if": {"ended_before": 4102444800, "inactive_before": 4102444800, "unpinned": True,
-                                    "empty": False, "open": True, "owner_pid": 123, "owner_started": 1.5},
-                        "purge": False},
-    "usage.record": {"session_id": "s1", "source": "telegram", "task": "title", "model": "gpt-4o-mini",
-                     "provider": "openai", "response_id": "chatcmpl-9x", "ts": 1717000123, "message_ext_id": "m2",
-                     "usage": {"input_tokens": 812, "output_tokens": 9, "cache_read_tokens": 100,
-                               "cache_write_tokens": 10, "reasoning_tokens": 2,
-                               "input_tokens_details": {"cached_tokens": 100}, "cached_input_tokens": 100,
-                               "output_tokens_details": {"reasoning_tokens": 2}, "reasoning_output_tokens": 2,
-                               "cache_creation_input_tokens": 10, "cache_read_input_tokens": 100}},
-    "messages.restore": {"session_id": "r1", "offset": 0, "source": "cli", "started_at": 1717000000,
-                         "rows": [{"message": _messages("x")[0], "state": "compacted", "origin": None},
-                                  {"message": _messages("x")[0], "state": "live", "origin": 0},
-                                  {"message": _messages("x")[3], "state": "rewound", "origin": None}]},
-    "usage.reprice": {"price_version": "genai-prices==0.0.40", "rows": [[1, None, 0.00425]], "actor": "user:alice"},
+    "messages.replace": {
+        "session_id": "s1",
+        "from_ext_id": "m4",
+        "source": "cli",
+        "messages": _messages("e"),
+    },
+    "sessions.delete": {
+        "session_ids": ["s1", "s9"],
+        "reason": "user_request",
+        "actor": "user:alice",
+        "only_if": {
+            "ended_before": 4102444800,
+            "inactive_before": 4102444800,
+            "unpinned": True,
+            "empty": False,
+            "open": True,
+            "owner_pid": 123,
+            "owner_started": 1.5,
+        },
+        "purge": False,
+    },
+    "usage.record": {
+        "session_id": "s1",
+        "source": "telegram",
+        "task": "title",
+        "model": "gpt-4o-mini",
+        "provider": "openai",
+        "response_id": "chatcmpl-9x",
+        "ts": 1717000123,
+        "message_ext_id": "m2",
+        "usage": {
+            "input_tokens": 812,
+            "output_tokens": 9,
+            "cache_read_tokens": 100,
+            "cache_write_tokens": 10,
+            "reasoning_tokens": 2,
+            "input_tokens_details": {"cached_tokens": 100},
+            "cached_input_tokens": 100,
+            "output_tokens_details": {"reasoning_tokens": 2},
+            "reasoning_output_tokens": 2,
+            "cache_creation_input_tokens": 10,
+            "cache_read_input_tokens": 100,
+        },
+    },
+    "messages.restore": {
+        "session_id": "r1",
+        "offset": 0,
+        "source": "cli",
+        "started_at": 1717000000,
+        "rows": [
+            {"message": _messages("x")[0], "state": "compacted", "origin": None},
+            {"message": _messages("x")[0], "state": "live", "origin": 0},
+            {"message": _messages("x")[3], "state": "rewound", "origin": None},
+        ],
+    },
+    "usage.reprice": {
+        "price_version": "genai-prices==0.0.40",
+        "rows": [[1, None, 0.00425]],
+        "actor": "user:alice",
+    },
 }
-_SETUP = [("session.create", {"session_id": "s1", "source": "cli", "model": "gpt-4o"}),
-          ("messages.append", {"session_id": "s1", "messages": _messages("m")})]
+_SETUP = [
+    ("session.create", {"session_id": "s1", "source": "cli", "model": "gpt-4o"}),
+    ("messages.append", {"session_id": "s1", "messages": _messages("m")}),
+]
 #: Reasons that need the store's state (which precheck cannot see): the only ones the writer
 #: may give for a record precheck accepted.
-STATE_REASONS = frozenset({"unknown-session", "unknown-message", "not-a-user-message", "not-live", "no-such-turn",
-                           "stale-head", "duplicate-title", "duplicate-tool-result", "tail-mismatch",
-                           "nothing-to-compact", "restore-out-of-order"})
-
+STATE_REASONS = frozenset(
+    {
+        "unknown-session",
+        "unknown-message",
+        "not-a-user-message",
+        "not-live",
+        "no-such-turn",
+        "stale-head",
+        "duplicate-title",
+        "duplicate-tool-result",
+        "tail-mismatch",
+        "nothing-to-compact",
+        "restore-out-of-order",
+    }
+)
 
 
 def test_every_op_kind_has_a_valid_payload():
@@ -136,7 +249,10 @@ def check_precheck(op: str, data: Any) -> str | None:
     try:
         precheck(op, data)
     except InvalidOpError as exc:
-        assert exc.reason and not RAW_ERROR.search(f"{exc.reason} {exc.detail}"), (exc.reason, exc.detail)
+        assert exc.reason and not RAW_ERROR.search(f"{exc.reason} {exc.detail}"), (
+            exc.reason,
+            exc.detail,
+        )
         return exc.reason
     return None
 
@@ -163,9 +279,16 @@ def check_reads(store: Store) -> None:
 
 @pytest.mark.parametrize("op", sorted(OP_KINDS))
 def test_one_bad_field_is_refused_alone_with_an_op_rule_reason(op, tmp_path_factory):
-    @settings(max_examples=N, deadline=None, derandomize=True,
-              suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                                     HealthCheck.data_too_large])
+    @settings(
+        max_examples=N,
+        deadline=None,
+        derandomize=True,
+        suppress_health_check=[
+            HealthCheck.function_scoped_fixture,
+            HealthCheck.too_slow,
+            HealthCheck.data_too_large,
+        ],
+    )
     @given(mutations(op))
     def run(mutation):
         path, data = mutation
@@ -177,10 +300,17 @@ def test_one_bad_field_is_refused_alone_with_an_op_rule_reason(op, tmp_path_fact
                 store.spool.append(setup_op, setup_data)
             # What a producer without the precheck would append (an old client, a hand-written line).
             store.spool.append(op, data)
-            store.spool.append("messages.append", {"session_id": "after", "messages": [{"role": "user", "content": "z"}]})
+            store.spool.append(
+                "messages.append",
+                {"session_id": "after", "messages": [{"role": "user", "content": "z"}]},
+            )
             store.drain()
             for reason, detail, _ in store.last_rejects:
-                assert reason != "invalid-data" or not RAW_ERROR.search(detail), (path, reason, detail)
+                assert reason != "invalid-data" or not RAW_ERROR.search(detail), (
+                    path,
+                    reason,
+                    detail,
+                )
                 assert not RAW_ERROR.search(detail), (path, reason, detail)
             assert store.last_result.applied + store.last_result.rejected == 4
             assert store.last_result.rejected <= 1, store.last_rejects
@@ -216,18 +346,40 @@ def test_every_valid_payload_applies(op, tmp_path):
 
 # -- cases the property above must cover, one example each ------------------------------------
 
-@pytest.mark.parametrize("op, data, reason", [
-    ("session.create", {"session_id": "s", "tools": {"a": 1}}, "invalid-field"),
-    ("session.create", {"session_id": "s", "owner": [1]}, "invalid-field"),
-    ("session.create", {"session_id": "s", "owner": {"pid": 2 ** 63}}, "invalid-field"),  # was OverflowError
-    ("session.create", {"session_id": "s", "meta": "x"}, "invalid-field"),
-    ("messages.restore", {"session_id": "s", "offset": 0, "rows": [{"state": {}}]}, "invalid-field"),
-    ("messages.restore", {"session_id": "s", "offset": 0, "rows": [{"state": "live", "message": {"role": 1}}]},
-     "invalid-role"),
-    ("messages.append", {"session_id": "s", "messages": [{"role": "user", "content": "x", "t": float("nan")}]},
-     "invalid-field"),
-    ("sessions.delete", {"session_ids": ["s"], "only_if": {"inactive_before": float("inf")}}, "invalid-field"),
-])
+
+@pytest.mark.parametrize(
+    "op, data, reason",
+    [
+        ("session.create", {"session_id": "s", "tools": {"a": 1}}, "invalid-field"),
+        ("session.create", {"session_id": "s", "owner": [1]}, "invalid-field"),
+        (
+            "session.create",
+            {"session_id": "s", "owner": {"pid": 2**63}},
+            "invalid-field",
+        ),  # was OverflowError
+        ("session.create", {"session_id": "s", "meta": "x"}, "invalid-field"),
+        (
+            "messages.restore",
+            {"session_id": "s", "offset": 0, "rows": [{"state": {}}]},
+            "invalid-field",
+        ),
+        (
+            "messages.restore",
+            {"session_id": "s", "offset": 0, "rows": [{"state": "live", "message": {"role": 1}}]},
+            "invalid-role",
+        ),
+        (
+            "messages.append",
+            {"session_id": "s", "messages": [{"role": "user", "content": "x", "t": float("nan")}]},
+            "invalid-field",
+        ),
+        (
+            "sessions.delete",
+            {"session_ids": ["s"], "only_if": {"inactive_before": float("inf")}},
+            "invalid-field",
+        ),
+    ],
+)
 def test_precheck_refuses_what_the_writer_would_with_its_reason(op, data, reason, tmp_path):
     with pytest.raises(InvalidOpError) as refused:
         precheck(op, data)
@@ -243,8 +395,16 @@ def test_precheck_refuses_what_the_writer_would_with_its_reason(op, data, reason
 
 
 def test_precheck_of_a_restore_ignores_message_usage_as_the_writer_does(tmp_path):
-    data = {"session_id": "r", "offset": 0, "rows": [{"state": "live", "message": {
-        "role": "assistant", "content": "x", "usage": {"input_tokens": -5}}}]}
+    data = {
+        "session_id": "r",
+        "offset": 0,
+        "rows": [
+            {
+                "state": "live",
+                "message": {"role": "assistant", "content": "x", "usage": {"input_tokens": -5}},
+            }
+        ],
+    }
     precheck("messages.restore", data)
     store = Store(tmp_path)
     try:
@@ -256,11 +416,34 @@ def test_precheck_of_a_restore_ignores_message_usage_as_the_writer_does(tmp_path
 def test_exports_read_parts_and_calls_of_any_json_type(tmp_path):
     store = Store(tmp_path)
     try:
-        assert store.apply("messages.append", {"session_id": "s", "messages": [
-            {"role": "user", "content": [{"type": "text", "text": None}, {"type": "text", "text": {"a": 1}}, 7,
-                                         {"type": "text", "text": "kept"}]},
-            {"role": "assistant", "content": None, "tool_calls": [{"id": "c", "function": None},
-                                                                  {"id": "d", "function": "ls"}]}]}) == []
+        assert (
+            store.apply(
+                "messages.append",
+                {
+                    "session_id": "s",
+                    "messages": [
+                        {
+                            "role": "user",
+                            "content": [
+                                {"type": "text", "text": None},
+                                {"type": "text", "text": {"a": 1}},
+                                7,
+                                {"type": "text", "text": "kept"},
+                            ],
+                        },
+                        {
+                            "role": "assistant",
+                            "content": None,
+                            "tool_calls": [
+                                {"id": "c", "function": None},
+                                {"id": "d", "function": "ls"},
+                            ],
+                        },
+                    ],
+                },
+            )
+            == []
+        )
         with store.reader() as r:
             md = export.markdown(r, "s")
             assert "kept" in md and "[text]" in md and "tool call · None" in md
@@ -271,13 +454,32 @@ def test_exports_read_parts_and_calls_of_any_json_type(tmp_path):
         store.close()
 
 
-@pytest.mark.parametrize("op, data", [
-    ("session.create", {"session_id": "s", "started_at": 10 ** 400}),   # was OverflowError in float()
-    ("session.end", {"session_id": "s", "ended_at": -10 ** 400}),
-    ("session.read", {"session_id": "s", "message_id": 2 ** 63}),        # was OverflowError in the binding
-    ("messages.restore", {"session_id": "s", "offset": 10 ** 400, "rows": [{"state": "live", "message": {"role": "user"}}]}),
-    ("usage.reprice", {"price_version": "v", "rows": [[1, None, 10 ** 400]]}),  # precheck raised OverflowError
-])
+@pytest.mark.parametrize(
+    "op, data",
+    [
+        (
+            "session.create",
+            {"session_id": "s", "started_at": 10**400},
+        ),  # was OverflowError in float()
+        ("session.end", {"session_id": "s", "ended_at": -(10**400)}),
+        (
+            "session.read",
+            {"session_id": "s", "message_id": 2**63},
+        ),  # was OverflowError in the binding
+        (
+            "messages.restore",
+            {
+                "session_id": "s",
+                "offset": 10**400,
+                "rows": [{"state": "live", "message": {"role": "user"}}],
+            },
+        ),
+        (
+            "usage.reprice",
+            {"price_version": "v", "rows": [[1, None, 10**400]]},
+        ),  # precheck raised OverflowError
+    ],
+)
 def test_numbers_no_column_can_hold_are_invalid_field_in_precheck_and_writer(op, data, tmp_path):
     """The writer applies what reaches the spool without a precheck too (older producers,
     hand-written spool lines): both answer ``invalid-field``, never an OverflowError."""

@@ -1,6 +1,7 @@
 """`quill.integrations.openai_agents.QuillSession` with the real `openai-agents` package: the
 SDK's own Runner with a scripted model (no network) over a real fleet; the stored transcript
 equals what the SDK's SQLiteSession holds for the same script; pop/clear never delete."""
+
 from __future__ import annotations
 
 import asyncio
@@ -31,8 +32,10 @@ def _script() -> list:
         [function_call("get_weather", {"city": "Tokyo"}, call_id="call_1", item_id="fc_1")],
         [assistant_message("It is sunny in Tokyo.", item_id="msg_1")],
         # run 2: two parallel tool calls in one response, then the answer (the SDK's reused id)
-        [function_call("get_weather", {"city": "Paris"}, call_id="call_2"),
-         function_call("get_weather", {"city": "Oslo"}, call_id="call_3")],
+        [
+            function_call("get_weather", {"city": "Paris"}, call_id="call_2"),
+            function_call("get_weather", {"city": "Oslo"}, call_id="call_3"),
+        ],
         [assistant_message("Paris and Oslo are sunny too.")],
         # run 3: no tool
         [assistant_message("You asked about Tokyo, Paris and Oslo.")],
@@ -64,8 +67,12 @@ def test_runner_turns_with_tool_calls_store_what_the_sdk_holds(home, fleet):
         expected = await reference.get_items()
         assert stored == expected and len(stored) == 12
         # the last model call was fed the whole history from Quill
-        assert [i.get("type") for i in model.last_call.input][:4] == [None, "function_call", "function_call_output",
-                                                                     "message"]
+        assert [i.get("type") for i in model.last_call.input][:4] == [
+            None,
+            "function_call",
+            "function_call_output",
+            "message",
+        ]
         # Quill's own views see a normal transcript: roles, tool calls, searchable tool output
         view = await client.messages("conv", view="model")
         assert [m["role"] for m in view][:5] == ["user", "assistant", "tool", "assistant", "user"]
@@ -90,23 +97,47 @@ def test_streamed_and_sync_runs_use_the_same_session(home, fleet):
     asyncio.run(streamed())
     Runner.run_sync(agent, "two", session=session, run_config=RC)
     items = asyncio.run(session.get_items())
-    assert [i.get("content") if i.get("type") is None else i["content"][0]["text"] for i in items] == [
-        "one", "first", "two", "second"]
+    assert [
+        i.get("content") if i.get("type") is None else i["content"][0]["text"] for i in items
+    ] == ["one", "first", "two", "second"]
 
 
 ITEMS = [
     {"role": "user", "content": "Ünïcode ✓ and 'quotes' \"double\" \\ backslash"},
     {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "typed part"}]},
-    {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "need tool"}],
-     "encrypted_content": "ENC" * 50},
-    {"type": "function_call", "id": "fc_9", "call_id": "call_9", "name": "f", "arguments": "{\"a\": [1, 2]}",
-     "status": "completed"},
-    {"type": "function_call_output", "call_id": "call_9",
-     "output": [{"type": "input_text", "text": "list-valued output"}]},
-    {"type": "web_search_call", "id": "ws_1", "status": "completed", "action": {"type": "search", "query": "q"}},
-    {"type": "message", "id": "msg_9", "role": "assistant", "status": "completed",
-     "content": [{"type": "output_text", "text": "done", "annotations": [], "logprobs": []}],
-     "provider_data": {"model": "x", "thought_signature": "sig"}},
+    {
+        "type": "reasoning",
+        "id": "rs_1",
+        "summary": [{"type": "summary_text", "text": "need tool"}],
+        "encrypted_content": "ENC" * 50,
+    },
+    {
+        "type": "function_call",
+        "id": "fc_9",
+        "call_id": "call_9",
+        "name": "f",
+        "arguments": '{"a": [1, 2]}',
+        "status": "completed",
+    },
+    {
+        "type": "function_call_output",
+        "call_id": "call_9",
+        "output": [{"type": "input_text", "text": "list-valued output"}],
+    },
+    {
+        "type": "web_search_call",
+        "id": "ws_1",
+        "status": "completed",
+        "action": {"type": "search", "query": "q"},
+    },
+    {
+        "type": "message",
+        "id": "msg_9",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": "done", "annotations": [], "logprobs": []}],
+        "provider_data": {"model": "x", "thought_signature": "sig"},
+    },
     {"role": "developer", "content": "be brief"},
 ]
 
@@ -125,7 +156,10 @@ def test_every_item_shape_round_trips_and_limits(home, fleet):
         assert await session.get_items(limit=0) == [] and await session.get_items(limit=-1) == []
         assert await session.get_items(limit=100) == ITEMS
         limited = QuillSession("shapes", home=home, session_settings=SessionSettings(limit=3))
-        assert await limited.get_items() == ITEMS[-3:] and await limited.get_items(limit=1) == ITEMS[-1:]
+        assert (
+            await limited.get_items() == ITEMS[-3:]
+            and await limited.get_items(limit=1) == ITEMS[-1:]
+        )
         got = await session.get_items()
         got[0]["content"] = "mutated"
         assert (await session.get_items())[0] == ITEMS[0]
@@ -143,8 +177,10 @@ def test_pop_and_clear_rewind_and_never_delete(home, fleet):
         assert await session.pop_item() == ITEMS[-2]
         assert await session.get_items() == ITEMS[:-2]
         # two concurrent pops never return the same item
-        a, b = await asyncio.gather(QuillSession("undo", client=client).pop_item(),
-                                    QuillSession("undo", client=client).pop_item())
+        a, b = await asyncio.gather(
+            QuillSession("undo", client=client).pop_item(),
+            QuillSession("undo", client=client).pop_item(),
+        )
         assert sorted([ITEMS.index(a), ITEMS.index(b)]) == [len(ITEMS) - 4, len(ITEMS) - 3]
         await session.clear_session()
         assert await session.get_items() == []
@@ -152,7 +188,9 @@ def test_pop_and_clear_rewind_and_never_delete(home, fleet):
         assert len(audit) == len(ITEMS) and {m["state"] for m in audit} == {"rewound"}
         # the same session id continues as a fresh conversation
         model = ScriptedModel([[assistant_message("fresh start")]])
-        await Runner.run(Agent(name="a", model=model), "hello again", session=session, run_config=RC)
+        await Runner.run(
+            Agent(name="a", model=model), "hello again", session=session, run_config=RC
+        )
         assert [i.get("type") for i in model.last_call.input] == [None]
         assert len(await session.get_items()) == 2
         assert len(await client.messages("undo", view="audit")) == len(ITEMS) + 2
@@ -186,9 +224,12 @@ def test_without_the_sdk_the_import_error_says_what_to_install():
     # it used to fail with a bare "No module named 'agents'".
     import subprocess
     import sys
-    code = ("import sys; sys.modules['agents'] = None\n"
-            "try:\n    import quill.integrations.openai_agents\n"
-            "except ImportError as e:\n    print(type(e).__name__, '|', e)\n")
+
+    code = (
+        "import sys; sys.modules['agents'] = None\n"
+        "try:\n    import quill.integrations.openai_agents\n"
+        "except ImportError as e:\n    print(type(e).__name__, '|', e)\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("ImportError |") and "pip install 'openai-agents" in out.stdout

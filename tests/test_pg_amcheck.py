@@ -9,6 +9,7 @@ is exactly the corruption a collation change (a glibc upgrade under a text index
 ``bt_index_check`` reports it (SQLSTATE XX002). Overwriting index pages on disk instead
 would need the server's shared buffers flushed and dropped (a restart), which a test on a
 shared server must not do."""
+
 from __future__ import annotations
 
 import json
@@ -17,10 +18,9 @@ import time
 
 import psycopg
 import pytest
+from conftest import QuillCLI, pg_data_dir
 
 from quill.spool import Spool
-
-from conftest import QuillCLI, pg_data_dir
 
 DAMAGE = """
 CREATE FUNCTION probe_cmp(a text, b text) RETURNS int LANGUAGE sql IMMUTABLE AS $$ SELECT bttextcmp(a, b) $$;
@@ -46,18 +46,20 @@ def _wait(predicate, what: str, timeout: float = 60.0):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def test_a_damaged_index_is_reported_halts_every_writer_and_reindex_plus_recover_lifts_it(tmp_path, pg_store_url):
-    from quill.jobs.pg_jobs import pg_integrity_check
+def test_a_damaged_index_is_reported_halts_every_writer_and_reindex_plus_recover_lifts_it(
+    tmp_path, pg_store_url
+):
     from quill import home as config
+    from quill.home import RunDir
+    from quill.jobs.pg_jobs import pg_integrity_check
     from quill.ops import logs
     from quill.store.errors import CorruptError
     from quill.store.postgres import PgConnection, halt
     from quill.workers.writer import Writer
-    from quill.home import RunDir
 
     url = pg_store_url
     pg_data_dir(tmp_path / "a", url, 40)
-    assert pg_integrity_check(url)["ok"]            # healthy: nothing reported, nothing halted
+    assert pg_integrity_check(url)["ok"]  # healthy: nothing reported, nothing halted
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(DAMAGE)
 
@@ -74,7 +76,10 @@ def test_a_damaged_index_is_reported_halts_every_writer_and_reindex_plus_recover
     # A host's writer meets the halt at its next chunk: nothing is applied, the spool keeps it.
     home = tmp_path / "a"
     spool = Spool(home / "spool")
-    spool.append("messages.append", {"session_id": "late", "messages": [{"role": "user", "content": "after damage"}]})
+    spool.append(
+        "messages.append",
+        {"session_id": "late", "messages": [{"role": "user", "content": "after damage"}]},
+    )
     spool.close()
     writer = Writer(config.load(home), logs.configure(None, "test"))
     stop = threading.Event()
@@ -86,7 +91,10 @@ def test_a_damaged_index_is_reported_halts_every_writer_and_reindex_plus_recover
         assert _count(url) == 40
         quill = QuillCLI(home)
         st = quill.json("status", check=False)
-        assert st["fleet"]["halt"]["cause"] == "CorruptError" and "messages_probe" in st["fleet"]["halt"]["detail"]
+        assert (
+            st["fleet"]["halt"]["cause"] == "CorruptError"
+            and "messages_probe" in st["fleet"]["halt"]["detail"]
+        )
         doctor = {c["check"]: c for c in quill.json("doctor", check=False)}
         assert doctor["halt"]["status"] == "fail"
 
@@ -97,10 +105,12 @@ def test_a_damaged_index_is_reported_halts_every_writer_and_reindex_plus_recover
         assert _count(url) == 40
 
         with psycopg.connect(url, autocommit=True) as c:
-            c.execute("REINDEX INDEX messages_probe")  # rebuilt in the (reversed) operator class's order
+            c.execute(
+                "REINDEX INDEX messages_probe"
+            )  # rebuilt in the (reversed) operator class's order
         result = quill.json("recover")
         assert result["halt_lifted"]["cause"] == "amcheck" and result["replayed_by"] == "writer"
-        assert _count(url) == 41                       # the running writer resumed and applied it
+        assert _count(url) == 41  # the running writer resumed and applied it
         assert pg_integrity_check(url)["ok"]
         _wait(lambda: not (rd.live("writer") or {}).get("halted"), "the writer to resume")
     finally:

@@ -3,6 +3,7 @@ library, `wait`, the CLI's listings, transcripts, search and export, the HTTP AP
 dashboard (ops/client/stores.py). A data dir in multi-machine mode has no state.db; a reader that
 opened one would answer "no store" or nothing at all while the rows are in PostgreSQL.
 Real server, real spool, the real writer's drain and the real CLI and HTTP server."""
+
 from __future__ import annotations
 
 import json
@@ -10,10 +11,10 @@ import subprocess
 import threading
 
 import httpx
+from conftest import REPO, QuillCLI, pg_data_dir, quill_env
+from service_helpers import served
 
 import quill as quill_pkg
-from conftest import QuillCLI, pg_data_dir, quill_env, REPO
-from service_helpers import served
 
 WORD = "zephyrine"
 
@@ -22,6 +23,7 @@ def _drain(home) -> None:
     from quill import home as config
     from quill.ops import logs
     from quill.ops.recover.postgres import drain
+
     drain(config.load(home), logs.configure(None, "test"))
 
 
@@ -29,7 +31,9 @@ def test_every_read_surface_reads_the_postgresql_store(tmp_path, pg_store_url):
     home = tmp_path / "h"
     pg_data_dir(home, pg_store_url, 3)  # session "h-s": m0, m1, m2, drained
     client = quill_pkg.Client(str(home))
-    ack = client.append("h-s", [{"role": "assistant", "content": f"the {WORD} answer"}], source="agent")
+    ack = client.append(
+        "h-s", [{"role": "assistant", "content": f"the {WORD} answer"}], source="agent"
+    )
     _drain(home)
     assert not (home / "state.db").exists()
 
@@ -50,17 +54,27 @@ def test_every_read_surface_reads_the_postgresql_store(tmp_path, pg_store_url):
     assert WORD in out.read_text() and "no store" not in proc.stderr
 
     # `quill push --wait` returns once this host's writer applied it (drained here meanwhile)
-    push = subprocess.Popen(cli.argv("push", "--session", "h-s", "--wait", "60", "--json"), env=quill_env(home),
-                            cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    push = subprocess.Popen(
+        cli.argv("push", "--session", "h-s", "--wait", "60", "--json"),
+        env=quill_env(home),
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     stop = threading.Event()
 
     def drain_until_stopped() -> None:
         while not stop.wait(0.2):
             _drain(home)
+
     t = threading.Thread(target=drain_until_stopped)
     t.start()
     try:
-        stdout, stderr = push.communicate(json.dumps({"role": "user", "content": "pushed"}), timeout=120)
+        stdout, stderr = push.communicate(
+            json.dumps({"role": "user", "content": "pushed"}), timeout=120
+        )
     finally:
         stop.set()
         t.join()
@@ -79,7 +93,9 @@ def test_every_read_surface_reads_the_postgresql_store(tmp_path, pg_store_url):
         assert page.status_code == 200 and "h-s" in page.text
 
 
-def test_sqlite_only_commands_refuse_a_postgresql_data_dir_and_create_no_state_db(tmp_path, pg_store_url):
+def test_sqlite_only_commands_refuse_a_postgresql_data_dir_and_create_no_state_db(
+    tmp_path, pg_store_url
+):
     """`quill snapshot` and a live `quill spool replay` work on state.db only: on a data dir
     whose store is PostgreSQL they refuse (exit 2, with the command that does the job there)
     instead of writing a new, empty state.db beside it."""

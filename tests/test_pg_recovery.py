@@ -3,6 +3,7 @@ more writes → the database is dropped → ``pg_restore`` → ``quill recover``
 replays its spool from the cursor the restored database holds → nothing lost, nothing twice.
 Real server, real ``pg_dump``/``pg_restore``, the real CLI; PostgreSQL only by nature (on
 SQLite, recovery is snapshot + replay: tests/test_store_failures.py)."""
+
 from __future__ import annotations
 
 import json
@@ -12,10 +13,9 @@ import uuid
 from pathlib import Path
 
 import pytest
+from conftest import QuillCLI
 
 from quill.spool import Spool
-
-from conftest import QuillCLI
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -24,6 +24,7 @@ psycopg = pytest.importorskip("psycopg")
 def pg_database(pg_url):
     """A fresh database of its own (the test drops and restores it), dropped afterwards."""
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
     params = conninfo_to_dict(pg_url)
     admin = make_conninfo(**{**params, "dbname": "postgres"})
     name = "quill_rt_" + uuid.uuid4().hex[:10]
@@ -36,6 +37,7 @@ def pg_database(pg_url):
 
 def _url(conninfo: str) -> str:
     from psycopg.conninfo import conninfo_to_dict
+
     p = conninfo_to_dict(conninfo)
     return f"postgresql://{p.get('user', 'postgres')}@{p.get('host', '127.0.0.1')}:{p.get('port', 5432)}/{p['dbname']}"
 
@@ -48,8 +50,13 @@ def _push(home: Path, host: int, start: int, count: int) -> list[str]:
         spool.append("messages.append", {"session_id": f"h{host}-s{b % 3}", "messages": msgs})
         contents += [m["content"] for m in msgs]
         if b % 4 == 0:  # and a session both hosts write to
-            spool.append("messages.append", {"session_id": "shared", "messages": [
-                {"role": "assistant", "content": f"shared h{host} b{b}"}]})
+            spool.append(
+                "messages.append",
+                {
+                    "session_id": "shared",
+                    "messages": [{"role": "assistant", "content": f"shared h{host} b{b}"}],
+                },
+            )
             contents.append(f"shared h{host} b{b}")
     spool.close()
     return contents
@@ -71,14 +78,14 @@ def test_dump_more_writes_drop_restore_recover_loses_nothing(tmp_path, pg_databa
     acked = []
     for i, (h, cli) in enumerate(zip(homes, clis)):
         acked += _push(h, i, 0, 30)
-        first = cli.json("recover")              # the one drain routine, from an empty store
+        first = cli.json("recover")  # the one drain routine, from an empty store
         assert first["backend"] == "postgres" and first["from"] == "1:0" and first["applied"] > 30
     assert _stored(conninfo) == sorted(acked)
 
     dump = tmp_path / "store.dump"
     subprocess.run(["pg_dump", "--format=custom", f"--file={dump}", conninfo], check=True)
 
-    for i, (h, cli) in enumerate(zip(homes, clis)):   # more writes after the backup
+    for i, (h, cli) in enumerate(zip(homes, clis)):  # more writes after the backup
         acked += _push(h, i, 30, 25)
         cli.json("recover")
     assert _stored(conninfo) == sorted(acked)
@@ -92,11 +99,16 @@ def test_dump_more_writes_drop_restore_recover_loses_nothing(tmp_path, pg_databa
 
     for cli in clis:
         result = cli.json("recover")
-        assert result["replayed_by"] == "recover" and result["applied"] > 0 and result["duplicates"] == 0
-    assert _stored(conninfo) == sorted(acked)      # nothing lost, nothing twice
-    with psycopg.connect(conninfo) as conn:        # search indexes came back with the restore
-        hits = conn.execute("SELECT count(*) FROM messages WHERE words "
-                            "@@ to_tsquery('simple', 'shared')").fetchone()[0]
+        assert (
+            result["replayed_by"] == "recover"
+            and result["applied"] > 0
+            and result["duplicates"] == 0
+        )
+    assert _stored(conninfo) == sorted(acked)  # nothing lost, nothing twice
+    with psycopg.connect(conninfo) as conn:  # search indexes came back with the restore
+        hits = conn.execute(
+            "SELECT count(*) FROM messages WHERE words @@ to_tsquery('simple', 'shared')"
+        ).fetchone()[0]
     assert hits == sum(1 for c in acked if c.startswith("shared"))
     again = [cli.json("recover") for cli in clis]  # safe to repeat
     assert all(r["applied"] == 0 for r in again)
@@ -110,13 +122,18 @@ def test_spool_segments_are_kept_until_applied_and_past_retention(tmp_path, pg_s
     from quill.ops import logs
     from quill.spool.segments import list_segments
     from quill.workers.writer import Writer
+
     home = tmp_path / "h"
     (home / "spool").mkdir(parents=True)
-    (home / "config.toml").write_text(f'[store]\nurl = "{pg_store_url}"\n[writer]\nchunk_rows = 10\n'
-                                      '[spool]\nretention_s = 3600\n')
+    (home / "config.toml").write_text(
+        f'[store]\nurl = "{pg_store_url}"\n[writer]\nchunk_rows = 10\n[spool]\nretention_s = 3600\n'
+    )
     spool = Spool(home / "spool", segment_bytes=4096)
     for i in range(60):
-        spool.append("messages.append", {"session_id": "s", "messages": [{"role": "user", "content": f"{i} " + "x" * 300}]})
+        spool.append(
+            "messages.append",
+            {"session_id": "s", "messages": [{"role": "user", "content": f"{i} " + "x" * 300}]},
+        )
     spool.close()
     segments = list_segments(home / "spool")
     assert len(segments) >= 4
@@ -124,13 +141,13 @@ def test_spool_segments_are_kept_until_applied_and_past_retention(tmp_path, pg_s
     writer.initialize()
     now = time.monotonic()  # the writer's clock: its idle spool collection stays a minute away
     try:
-        for _ in range(3):                       # 30 of 60 entries applied
-            assert writer.loop_once(now) == 0    # 0: busy, step again at once
+        for _ in range(3):  # 30 of 60 entries applied
+            assert writer.loop_once(now) == 0  # 0: busy, step again at once
         later = time.time() + 7200
         collect = writer.store.collect_spool
-        assert collect(writer.cursor)["deleted"] == []             # applied ones are still too young
+        assert collect(writer.cursor)["deleted"] == []  # applied ones are still too young
         gone = collect(writer.cursor, now=later)["deleted"]
-        assert gone and max(gone) < writer.cursor.segment      # only segments wholly before the cursor
+        assert gone and max(gone) < writer.cursor.segment  # only segments wholly before the cursor
         assert list_segments(home / "spool")[0] == max(gone) + 1
         while writer.loop_once(now) == 0:
             pass

@@ -2,40 +2,65 @@
 previous word index (one document per message, no reasoning, no kinds, no diacritic
 folding) is brought to the current one when it is opened, and its existing rows become
 searchable by kind and without diacritics. Real server."""
+
 from __future__ import annotations
 
 import psycopg
+from semantics_helpers import Store, assistant, user
 
 from quill.store.postgres.schema import PG_LAYOUT
 
-from semantics_helpers import Store, assistant, user
 
-
-def test_a_store_with_the_old_word_index_is_rebuilt_on_open_and_finds_reasoning(tmp_path, pg_store_url):
+def test_a_store_with_the_old_word_index_is_rebuilt_on_open_and_finds_reasoning(
+    tmp_path, pg_store_url
+):
     s = Store(tmp_path, pg_store_url)
     s.close()
-    with psycopg.connect(pg_store_url, autocommit=True) as conn:  # back to layout 1, as an older Quill left it
+    with psycopg.connect(
+        pg_store_url, autocommit=True
+    ) as conn:  # back to layout 1, as an older Quill left it
         schema = conn.execute("SELECT current_schema()").fetchone()[0]
         conn.execute("ALTER TABLE messages DROP COLUMN words")
-        conn.execute(f'ALTER TABLE messages ADD COLUMN words tsvector GENERATED ALWAYS AS '
-                     f'("{schema}".quill_words(content, tool_calls)) STORED')
+        conn.execute(
+            f"ALTER TABLE messages ADD COLUMN words tsvector GENERATED ALWAYS AS "
+            f'("{schema}".quill_words(content, tool_calls)) STORED'
+        )
         conn.execute("CREATE INDEX messages_words ON messages USING gin (words)")
         conn.execute("DELETE FROM state_meta WHERE key = 'pg_layout'")
-        conn.execute("INSERT INTO sessions (id, source, created_at, started_at) VALUES ('old', 'cli', 1, 1)")
-        conn.execute("INSERT INTO messages (session_id, role, content, reasoning, arrived_at, batch_id, state) "
-                     "VALUES ('old', 'assistant', 'the answer at the café', 'pondering quaggas', 1, 'b-old', 'live')")
+        conn.execute(
+            "INSERT INTO sessions (id, source, created_at, started_at) VALUES ('old', 'cli', 1, 1)"
+        )
+        conn.execute(
+            "INSERT INTO messages (session_id, role, content, reasoning, arrived_at, batch_id, state) "
+            "VALUES ('old', 'assistant', 'the answer at the café', 'pondering quaggas', 1, 'b-old', 'live')"
+        )
     s = Store(tmp_path, pg_store_url)  # opening migrates the layout
     try:
-        s.apply("messages.append", {"session_id": "new", "messages": [
-            user("question about zebras"), assistant("zebras answer", reasoning="more quaggas")]})
+        s.apply(
+            "messages.append",
+            {
+                "session_id": "new",
+                "messages": [
+                    user("question about zebras"),
+                    assistant("zebras answer", reasoning="more quaggas"),
+                ],
+            },
+        )
         with s.reader() as r:
             assert sorted(h["session_id"] for h in r.search("quaggas")) == ["new", "old"]
             assert {h["matched_in"] for h in r.search("quaggas")} == {"reasoning"}
             assert r.search("quaggas", kinds=["text", "tool"]) == []
-            assert [h["role"] for h in r.search("zebras", kinds=["text"], session_id="new")] == ["assistant", "user"]
+            assert [h["role"] for h in r.search("zebras", kinds=["text"], session_id="new")] == [
+                "assistant",
+                "user",
+            ]
             assert [h["session_id"] for h in r.search("pondering")] == ["old"]
-            assert [h["session_id"] for h in r.search("cafe")] == ["old"]  # diacritics folded (layout 3)
-        layout = s.conn.execute("SELECT value FROM state_meta WHERE key = 'pg_layout'").fetchone()[0]
+            assert [h["session_id"] for h in r.search("cafe")] == [
+                "old"
+            ]  # diacritics folded (layout 3)
+        layout = s.conn.execute("SELECT value FROM state_meta WHERE key = 'pg_layout'").fetchone()[
+            0
+        ]
         assert layout == PG_LAYOUT
     finally:
         s.close()
@@ -55,8 +80,12 @@ def test_dropping_one_stores_schema_leaves_the_others_search_working(tmp_path, p
             s.close()
     with psycopg.connect(first, autocommit=True) as conn:
         schema = conn.execute("SELECT current_schema()").fetchone()[0]
-        where = {r[0]: r[1] for r in conn.execute(
-            "SELECT e.extname, n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace")}
+        where = {
+            r[0]: r[1]
+            for r in conn.execute(
+                "SELECT e.extname, n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace"
+            )
+        }
         conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
     assert schema not in where.values()
     s = Store(tmp_path / "b", second)

@@ -8,6 +8,7 @@ Two hosts = two spools with their own spool ids on one real PostgreSQL schema. H
 is held open at the point ``apply_chunk`` reaches after its locks (BEGIN, locks, the ops
 applied, no COMMIT yet), so the interleaving that can lose rows (message rows left without a
 session) is reproduced every time, not by chance."""
+
 from __future__ import annotations
 
 import threading
@@ -35,6 +36,7 @@ class Host:
     def entries(self) -> list:
         cursor = self.backend.read_cursor()
         from quill.spool import Position
+
         start = START if cursor is None else Position(*cursor)
         return list(SpoolReader(self.dir).read(start, max_bytes=1 << 40))
 
@@ -52,13 +54,22 @@ class Host:
         entries = self.entries()
         self.conn.execute("BEGIN IMMEDIATE")
         self.conn.execute(pg_apply._LOCK_SQL, (pg_apply.session_ids(entries),)).fetchall()
-        apply_entries(self.conn, entries, time.time(), lambda e, r, d: pytest.fail(r), pg_apply.PgLedger(self.spool_id))
+        apply_entries(
+            self.conn,
+            entries,
+            time.time(),
+            lambda e, r, d: pytest.fail(r),
+            pg_apply.PgLedger(self.spool_id),
+        )
         self.last = entries[-1].next
 
     def commit(self) -> None:
-        self.conn.execute('INSERT INTO spool_cursor (spool_id, segment, "offset", updated_at) VALUES (?, ?, ?, ?) '
-                          'ON CONFLICT (spool_id) DO UPDATE SET segment = excluded.segment, '
-                          '"offset" = excluded."offset"', (self.spool_id, *self.last, time.time()))
+        self.conn.execute(
+            'INSERT INTO spool_cursor (spool_id, segment, "offset", updated_at) VALUES (?, ?, ?, ?) '
+            "ON CONFLICT (spool_id) DO UPDATE SET segment = excluded.segment, "
+            '"offset" = excluded."offset"',
+            (self.spool_id, *self.last, time.time()),
+        )
         self.conn.execute("COMMIT")
 
     def close(self) -> None:
@@ -75,7 +86,9 @@ def hosts(tmp_path, pg_store_url):
 
 
 def _msgs(tag: str, n: int) -> list[dict]:
-    return [{"role": "user" if i % 2 == 0 else "assistant", "content": f"{tag} {i}"} for i in range(n)]
+    return [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": f"{tag} {i}"} for i in range(n)
+    ]
 
 
 def _race(a: Host, b: Host, b_ops: list[tuple[str, dict]], delete_ids: list[str]) -> bool:
@@ -87,7 +100,10 @@ def _race(a: Host, b: Host, b_ops: list[tuple[str, dict]], delete_ids: list[str]
 
     def delete() -> None:
         try:
-            a.apply("sessions.delete", {"session_ids": delete_ids, "reason": "user_request", "actor": "user:test"})
+            a.apply(
+                "sessions.delete",
+                {"session_ids": delete_ids, "reason": "user_request", "actor": "user:test"},
+            )
         except BaseException as exc:  # reported by the test thread
             errors.append(exc)
         done.set()
@@ -102,17 +118,23 @@ def _race(a: Host, b: Host, b_ops: list[tuple[str, dict]], delete_ids: list[str]
 
 
 def _orphans(conn) -> tuple[int, list]:
-    rows = conn.execute("SELECT count(*) FROM messages m WHERE NOT EXISTS "
-                        "(SELECT 1 FROM sessions s WHERE s.id = m.session_id)").fetchone()[0]
-    dangling = conn.execute("SELECT c.id, c.parent_id FROM sessions c WHERE c.parent_id IS NOT NULL AND NOT EXISTS "
-                            "(SELECT 1 FROM sessions p WHERE p.id = c.parent_id)").fetchall()
+    rows = conn.execute(
+        "SELECT count(*) FROM messages m WHERE NOT EXISTS "
+        "(SELECT 1 FROM sessions s WHERE s.id = m.session_id)"
+    ).fetchone()[0]
+    dangling = conn.execute(
+        "SELECT c.id, c.parent_id FROM sessions c WHERE c.parent_id IS NOT NULL AND NOT EXISTS "
+        "(SELECT 1 FROM sessions p WHERE p.id = c.parent_id)"
+    ).fetchall()
     return rows, dangling
 
 
 def test_a_delete_waits_for_another_hosts_append_to_its_target(hosts):
     a, b = hosts
     a.apply("messages.append", {"session_id": "x", "messages": _msgs("seed", 2)})
-    waited = _race(a, b, [("messages.append", {"session_id": "x", "messages": _msgs("late", 200)})], ["x"])
+    waited = _race(
+        a, b, [("messages.append", {"session_id": "x", "messages": _msgs("late", 200)})], ["x"]
+    )
     assert waited
     assert _orphans(a.conn) == (0, [])
     assert a.conn.execute("SELECT count(*) FROM messages WHERE session_id = 'x'").fetchone()[0] == 0
@@ -121,10 +143,19 @@ def test_a_delete_waits_for_another_hosts_append_to_its_target(hosts):
 def test_a_delete_waits_for_another_hosts_append_to_a_delegate_child(hosts):
     a, b = hosts
     a.apply("messages.append", {"session_id": "parent", "messages": _msgs("p", 2)})
-    a.apply("session.create", {"session_id": "child", "source": "subagent", "parent_id": "parent",
-                               "parent_kind": "delegate"})
-    a.apply("session.create", {"session_id": "branch", "source": "cli", "parent_id": "parent",
-                               "parent_kind": "branch"})
+    a.apply(
+        "session.create",
+        {
+            "session_id": "child",
+            "source": "subagent",
+            "parent_id": "parent",
+            "parent_kind": "delegate",
+        },
+    )
+    a.apply(
+        "session.create",
+        {"session_id": "branch", "source": "cli", "parent_id": "parent", "parent_kind": "branch"},
+    )
     b_ops = [("messages.append", {"session_id": "child", "messages": _msgs("c", 200)})]
     assert _race(a, b, b_ops, ["parent"])
     assert _orphans(a.conn) == (0, [])
@@ -135,9 +166,18 @@ def test_a_delete_waits_for_another_hosts_append_to_a_delegate_child(hosts):
 def test_a_delete_waits_for_another_hosts_create_of_a_child(hosts):
     a, b = hosts
     a.apply("messages.append", {"session_id": "parent", "messages": _msgs("p", 2)})
-    b_ops = [("session.create", {"session_id": "new-child", "source": "subagent", "parent_id": "parent",
-                                 "parent_kind": "delegate"}),
-             ("messages.append", {"session_id": "new-child", "messages": _msgs("n", 50)})]
+    b_ops = [
+        (
+            "session.create",
+            {
+                "session_id": "new-child",
+                "source": "subagent",
+                "parent_id": "parent",
+                "parent_kind": "delegate",
+            },
+        ),
+        ("messages.append", {"session_id": "new-child", "messages": _msgs("n", 50)}),
+    ]
     assert _race(a, b, b_ops, ["parent"])
     assert _orphans(a.conn) == (0, [])  # the child committed first, so it went with its parent
     assert a.conn.execute("SELECT count(*) FROM sessions").fetchone()[0] == 0
@@ -146,12 +186,26 @@ def test_a_delete_waits_for_another_hosts_create_of_a_child(hosts):
 def test_lock_sessions_takes_the_named_sessions_and_a_deletes_descendants(hosts):
     a, b = hosts
     a.apply("session.create", {"session_id": "root", "source": "cli"})
-    a.apply("session.create", {"session_id": "kid", "source": "cli", "parent_id": "root", "parent_kind": "delegate"})
-    a.apply("session.create", {"session_id": "grandkid", "source": "cli", "parent_id": "kid", "parent_kind": "reset"})
+    a.apply(
+        "session.create",
+        {"session_id": "kid", "source": "cli", "parent_id": "root", "parent_kind": "delegate"},
+    )
+    a.apply(
+        "session.create",
+        {"session_id": "grandkid", "source": "cli", "parent_id": "kid", "parent_kind": "reset"},
+    )
     b.spool.append("sessions.delete", {"session_ids": ["root"]})
-    b.spool.append("session.create", {"session_id": "other", "parent_id": "elsewhere", "parent_kind": "branch"})
+    b.spool.append(
+        "session.create", {"session_id": "other", "parent_id": "elsewhere", "parent_kind": "branch"}
+    )
     b.conn.execute("BEGIN")
     try:
-        assert sorted(pg_apply.lock_sessions(b.conn, b.entries())) == ["elsewhere", "grandkid", "kid", "other", "root"]
+        assert sorted(pg_apply.lock_sessions(b.conn, b.entries())) == [
+            "elsewhere",
+            "grandkid",
+            "kid",
+            "other",
+            "root",
+        ]
     finally:
         b.conn.execute("ROLLBACK")

@@ -14,6 +14,7 @@ store is compared with a replay of the whole spool and with each snapshot + repl
 Default run: ``QUILL_PROPERTY_N`` sequences (default 8, seeds 0…N-1); ``QUILL_PROPERTY_N=200``
 for the long run. ``QUILL_PROPERTY_SEED=k`` reruns one seed.
 """
+
 from __future__ import annotations
 
 import os
@@ -23,6 +24,7 @@ import time
 from pathlib import Path
 
 import pytest
+from rebuild_helpers import CANONICAL, DAY, KEYS, SEEDS, Run, dump
 
 from quill.jobs import prune
 from quill.jobs.worker_jobs import snapshot
@@ -30,7 +32,6 @@ from quill.ops.recover.replay import replay
 from quill.spool import Quarantine, Spool, SpoolReader
 from quill.workers.drain import Drain
 
-from rebuild_helpers import CANONICAL, DAY, KEYS, SEEDS, Run, dump
 
 def check_seed(root: Path, seed: int, steps: int = 70) -> list[str]:
     """Run one sequence; return a description of every divergence found (empty = none)."""
@@ -45,15 +46,22 @@ def check_seed(root: Path, seed: int, steps: int = 70) -> list[str]:
         target = root / f"rebuilt-{i}.db"
         if snap is not None:
             shutil.copyfile(snap, target)
-        replay(run.spool_dir, target, None, chunk_rows=random.Random(seed + i).randint(1, 500),
-               quarantine=Quarantine.for_store(target))
+        replay(
+            run.spool_dir,
+            target,
+            None,
+            chunk_rows=random.Random(seed + i).randint(1, 500),
+            quarantine=Quarantine.for_store(target),
+        )
         rebuilt = dump(target)
         for table in live:
             if rebuilt.get(table) != live[table]:
                 extra = set(rebuilt.get(table, [])) - set(live[table])
                 missing = set(live[table]) - set(rebuilt.get(table, []))
-                diffs.append(f"seed {seed}, {'full replay' if snap is None else snap.name}: {table} differs; "
-                             f"only in rebuild {sorted(extra, key=str)[:3]}, only live {sorted(missing, key=str)[:3]}")
+                diffs.append(
+                    f"seed {seed}, {'full replay' if snap is None else snap.name}: {table} differs; "
+                    f"only in rebuild {sorted(extra, key=str)[:3]}, only live {sorted(missing, key=str)[:3]}"
+                )
     assert live["messages"] or live["sessions"] or True  # sequences may legitimately end empty
     return diffs
 
@@ -68,7 +76,9 @@ def test_every_snapshot_plus_replay_equals_the_live_store(tmp_path, seed):
 def test_the_property_check_can_fail(tmp_path):
     """The comparison is not vacuous: a row changed outside the spool is reported."""
     run = Run(tmp_path, 1)
-    run.spool.append("messages.append", {"session_id": "x", "messages": [{"role": "user", "content": "hi"}]})
+    run.spool.append(
+        "messages.append", {"session_id": "x", "messages": [{"role": "user", "content": "hi"}]}
+    )
     run.drain()
     run.snapshots.append(Path(snapshot(str(run.db), str(tmp_path / "snapshots"), keep=5)["path"]))
     run.conn.execute("UPDATE messages SET content = 'edited behind the spool'")
@@ -88,6 +98,7 @@ def pg_dump_tables(url: str) -> dict[str, list[tuple]]:
     """Every row of every canonical table of the PostgreSQL store at ``url``, every column,
     in primary-key order (``words`` is a generated column of ``content``: compared too)."""
     import psycopg
+
     out = {}
     with psycopg.connect(url) as conn:
         for table in CANONICAL:
@@ -105,6 +116,7 @@ class PgRun(Run):
 
     def __init__(self, root: Path, seed: int, url: str):
         from quill.store.factory import open_url as open_backend
+
         self.rng = random.Random(seed)
         self.root = root
         self.spool_dir = root / "spool"
@@ -135,8 +147,14 @@ class PgRun(Run):
         now = time.time() + rng.choice([0.0, 2 * DAY, 100 * DAY])
         name = rng.choice(["auto_prune", "delete_empty", "orphan_sweep"])
         if name == "auto_prune":
-            prune.auto_prune(self.conn, self.spool, stale_after_s=DAY, retention_s=30 * DAY, now=now,
-                             max_sessions=rng.randint(1, 4))
+            prune.auto_prune(
+                self.conn,
+                self.spool,
+                stale_after_s=DAY,
+                retention_s=30 * DAY,
+                now=now,
+                max_sessions=rng.randint(1, 4),
+            )
         elif name == "delete_empty":
             prune.delete_empty(self.conn, self.spool, now=now)
         else:
@@ -156,7 +174,9 @@ class PgRun(Run):
 
 
 @pytest.mark.parametrize("seed", PG_SEEDS)
-def test_a_replay_of_the_spool_into_an_empty_postgresql_store_equals_the_live_one(tmp_path, pg_schemas, seed):
+def test_a_replay_of_the_spool_into_an_empty_postgresql_store_equals_the_live_one(
+    tmp_path, pg_schemas, seed
+):
     live_url, rebuilt_url = pg_schemas(), pg_schemas()
     run = PgRun(tmp_path, seed, live_url)
     try:
@@ -177,9 +197,12 @@ def test_a_replay_of_the_spool_into_an_empty_postgresql_store_equals_the_live_on
 def test_the_postgresql_property_check_can_fail(tmp_path, pg_schemas):
     """The PostgreSQL comparison is not vacuous: a row changed behind the spool is reported."""
     import psycopg
+
     live_url, rebuilt_url = pg_schemas(), pg_schemas()
     run = PgRun(tmp_path, 1, live_url)
-    run.spool.append("messages.append", {"session_id": "x", "messages": [{"role": "user", "content": "hi"}]})
+    run.spool.append(
+        "messages.append", {"session_id": "x", "messages": [{"role": "user", "content": "hi"}]}
+    )
     run.drain()
     run.close()
     with psycopg.connect(live_url) as conn:

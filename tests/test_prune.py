@@ -1,5 +1,6 @@
 """Retention job rules on real stores: delete-empty, auto-prune's two windows,
 the orphan sweep, and what happens to children. Time is passed in (``now``), never mocked."""
+
 from __future__ import annotations
 
 import multiprocessing
@@ -8,10 +9,9 @@ import time
 
 import psutil
 import pytest
+from semantics_helpers import Store
 
 from quill.jobs.prune import DAY, auto_prune, delete_empty, orphan_sweep
-
-from semantics_helpers import Store
 
 
 @pytest.fixture
@@ -24,12 +24,18 @@ def store(tmp_path, backend):
 def _session(store, sid, source="cron", n=2, **extra):
     assert store.apply("session.create", {"session_id": sid, "source": source, **extra}) == []
     if n:
-        msgs = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"{sid} {i}"} for i in range(n)]
+        msgs = [
+            {"role": "user" if i % 2 == 0 else "assistant", "content": f"{sid} {i}"}
+            for i in range(n)
+        ]
         assert store.apply("messages.append", {"session_id": sid, "messages": msgs}) == []
 
 
 def _sessions(store):
-    return {r[0]: r[1:] for r in store.conn.execute("SELECT id, ended_at, end_reason, parent_id FROM sessions")}
+    return {
+        r[0]: r[1:]
+        for r in store.conn.execute("SELECT id, ended_at, end_reason, parent_id FROM sessions")
+    }
 
 
 def test_a_session_whose_rows_are_all_rewound_survives_delete_empty(store):
@@ -68,8 +74,12 @@ def test_a_stale_open_cron_session_is_closed_first_then_deleted_later(store):
 def _age(store, sid, seconds):
     """Make a session and its rows look ``seconds`` old (as if written then)."""
     then = time.time() - seconds
-    store.conn.execute("UPDATE sessions SET started_at = ?, created_at = ? WHERE id = ?", (then, then, sid))
-    store.conn.execute("UPDATE messages SET ts = ?, arrived_at = ? WHERE session_id = ?", (then, then, sid))
+    store.conn.execute(
+        "UPDATE sessions SET started_at = ?, created_at = ? WHERE id = ?", (then, then, sid)
+    )
+    store.conn.execute(
+        "UPDATE messages SET ts = ?, arrived_at = ? WHERE session_id = ?", (then, then, sid)
+    )
 
 
 def test_stale_needs_both_an_old_start_and_an_old_newest_message(store):
@@ -77,7 +87,10 @@ def test_stale_needs_both_an_old_start_and_an_old_newest_message(store):
     _session(store, "idle", source="cron")
     _age(store, "busy", 3 * DAY)
     _age(store, "idle", 3 * DAY)
-    store.apply("messages.append", {"session_id": "busy", "messages": [{"role": "user", "content": "still here"}]})
+    store.apply(
+        "messages.append",
+        {"session_id": "busy", "messages": [{"role": "user", "content": "still here"}]},
+    )
     figures = store.job(auto_prune, stale_after_s=DAY)
     assert figures["sessions_closed"] == 1
     state = _sessions(store)
@@ -115,19 +128,44 @@ def _ended_long_ago(store, sid, days, source="cron", **extra):
     """A session of ``source`` whose start, rows and end are all ``days`` old."""
     _session(store, sid, source=source, **extra)
     _age(store, sid, days * DAY)
-    assert store.apply("session.end", {"session_id": sid, "reason": "user_exit",
-                                       "ended_at": time.time() - days * DAY}) == []
+    assert (
+        store.apply(
+            "session.end",
+            {"session_id": sid, "reason": "user_exit", "ended_at": time.time() - days * DAY},
+        )
+        == []
+    )
 
 
 def test_retention_keeps_an_active_delegate_child_of_an_expired_parent(store):
     """The delete of an old ended parent spares its still-running delegate, and the figures
     count every row deleted."""
     _ended_long_ago(store, "old-parent", 40)
-    _session(store, "busy-delegate", source="subagent", n=3, parent_id="old-parent", parent_kind="delegate")
-    _session(store, "done-delegate", source="subagent", n=3, parent_id="old-parent", parent_kind="delegate")
+    _session(
+        store,
+        "busy-delegate",
+        source="subagent",
+        n=3,
+        parent_id="old-parent",
+        parent_kind="delegate",
+    )
+    _session(
+        store,
+        "done-delegate",
+        source="subagent",
+        n=3,
+        parent_id="old-parent",
+        parent_kind="delegate",
+    )
     _age(store, "done-delegate", 40 * DAY)
-    store.apply("session.end", {"session_id": "done-delegate", "reason": "delegate_done",
-                                "ended_at": time.time() - 40 * DAY})
+    store.apply(
+        "session.end",
+        {
+            "session_id": "done-delegate",
+            "reason": "delegate_done",
+            "ended_at": time.time() - 40 * DAY,
+        },
+    )
     figures = store.job(auto_prune, retention_s=30 * DAY, stale_after_s=90 * DAY)
     state = _sessions(store)
     assert "old-parent" not in state and "done-delegate" not in state
@@ -138,8 +176,22 @@ def test_retention_keeps_an_active_delegate_child_of_an_expired_parent(store):
 
 def test_delete_empty_keeps_a_delegate_child_that_has_messages(store):
     _session(store, "empty-parent", n=0)
-    _session(store, "working-child", source="subagent", n=2, parent_id="empty-parent", parent_kind="delegate")
-    _session(store, "empty-child", source="subagent", n=0, parent_id="empty-parent", parent_kind="delegate")
+    _session(
+        store,
+        "working-child",
+        source="subagent",
+        n=2,
+        parent_id="empty-parent",
+        parent_kind="delegate",
+    )
+    _session(
+        store,
+        "empty-child",
+        source="subagent",
+        n=0,
+        parent_id="empty-parent",
+        parent_kind="delegate",
+    )
     figures = store.job(delete_empty, now=time.time() + 2 * DAY)
     state = _sessions(store)
     assert set(state) == {"working-child"} and state["working-child"][2] is None
@@ -154,7 +206,11 @@ def test_auto_prune_never_deletes_or_closes_a_session_of_another_source(store):
     _session(store, "imported-open", source="claude-code")
     _age(store, "imported-open", 40 * DAY)
     figures = store.job(auto_prune, retention_s=30 * DAY, stale_after_s=DAY, sources=["cron"])
-    assert figures["sessions_deleted"] == 1 and figures["messages_deleted"] == 2 and figures["sessions_closed"] == 0
+    assert (
+        figures["sessions_deleted"] == 1
+        and figures["messages_deleted"] == 2
+        and figures["sessions_closed"] == 0
+    )
     state = _sessions(store)
     assert set(state) == {"imported", "imported-open"} and state["imported-open"][0] is None
 
@@ -162,10 +218,17 @@ def test_auto_prune_never_deletes_or_closes_a_session_of_another_source(store):
 def test_delete_empty_and_orphan_sweep_take_only_the_configured_sources(store):
     _session(store, "empty-import", source="claude-code", n=0)
     _session(store, "empty-cron", source="cron", n=0)
-    assert store.job(delete_empty, now=time.time() + 2 * DAY, sources=["cron"])["sessions_deleted"] == 1
+    assert (
+        store.job(delete_empty, now=time.time() + 2 * DAY, sources=["cron"])["sessions_deleted"]
+        == 1
+    )
     child = multiprocessing.Process(target=_exit_now)
     child.start()
-    dead = {"host": socket.gethostname(), "pid": child.pid, "create_time": psutil.Process(child.pid).create_time()}
+    dead = {
+        "host": socket.gethostname(),
+        "pid": child.pid,
+        "create_time": psutil.Process(child.pid).create_time(),
+    }
     child.join()
     _session(store, "orphan-import", source="claude-code", owner=dead)
     _session(store, "orphan-cli", source="cli", owner=dead)
@@ -181,13 +244,24 @@ def test_the_writer_rechecks_the_source_a_prune_decided_on(store):
     ops the job appends must then be skipped: their ``only_if`` names the sources."""
     usage = {"input_tokens": 1, "output_tokens": 1}
     for sid in ("ended-placeholder", "open-placeholder"):
-        assert store.apply("usage.record", {"session_id": sid, "source": "cron", "usage": usage}) == []
-    assert store.apply("session.end", {"session_id": "ended-placeholder", "reason": "user_exit"}) == []
-    for sid in ("ended-placeholder", "open-placeholder"):  # pending: not applied when the job decides
+        assert (
+            store.apply("usage.record", {"session_id": sid, "source": "cron", "usage": usage}) == []
+        )
+    assert (
+        store.apply("session.end", {"session_id": "ended-placeholder", "reason": "user_exit"}) == []
+    )
+    for sid in (
+        "ended-placeholder",
+        "open-placeholder",
+    ):  # pending: not applied when the job decides
         store.spool.append("session.create", {"session_id": sid, "source": "claude-code"})
     far = time.time() + 60 * DAY
-    figures = auto_prune(store.conn, store.spool, stale_after_s=DAY, retention_s=30 * DAY, sources=["cron"], now=far)
-    assert figures["sessions_deleted"] == 1 and figures["sessions_closed"] == 1  # decided on the placeholders
+    figures = auto_prune(
+        store.conn, store.spool, stale_after_s=DAY, retention_s=30 * DAY, sources=["cron"], now=far
+    )
+    assert (
+        figures["sessions_deleted"] == 1 and figures["sessions_closed"] == 1
+    )  # decided on the placeholders
     assert store.drain() == []
     state = _sessions(store)
     assert set(state) == {"ended-placeholder", "open-placeholder"}
@@ -205,15 +279,29 @@ def test_orphan_sweep_closes_dead_owners_and_never_a_live_one(store):
     child.start()
     dead = {"host": host, "pid": child.pid, "create_time": psutil.Process(child.pid).create_time()}
     child.join()
-    _session(store, "live", source="cli", owner={"host": host, "pid": me.pid, "create_time": me.create_time()})
+    _session(
+        store,
+        "live",
+        source="cli",
+        owner={"host": host, "pid": me.pid, "create_time": me.create_time()},
+    )
     _session(store, "dead", source="cli", owner=dead)
-    _session(store, "recycled", source="cli", owner={"host": host, "pid": me.pid, "create_time": me.create_time() - 100})
-    _session(store, "other-host", source="cli", owner={"host": "elsewhere", "pid": 1, "create_time": 0.0})
+    _session(
+        store,
+        "recycled",
+        source="cli",
+        owner={"host": host, "pid": me.pid, "create_time": me.create_time() - 100},
+    )
+    _session(
+        store, "other-host", source="cli", owner={"host": "elsewhere", "pid": 1, "create_time": 0.0}
+    )
     figures = store.job(orphan_sweep)
     assert figures == {"checked": 3, "sessions_closed": 2}
     state = _sessions(store)
     assert state["live"][1] is None and state["other-host"][1] is None
     assert state["dead"][1] == state["recycled"][1] == "orphan_sweep"
     # an automatic end reason: the owner appending again reopens the session
-    store.apply("messages.append", {"session_id": "dead", "messages": [{"role": "user", "content": "back"}]})
+    store.apply(
+        "messages.append", {"session_id": "dead", "messages": [{"role": "user", "content": "back"}]}
+    )
     assert _sessions(store)["dead"][0] is None

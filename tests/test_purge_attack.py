@@ -1,5 +1,6 @@
 """Attacks on ``quill spool purge`` / ``sessions delete --purge``: each test is a
 failing reproduction of a defect found by running the feature as an operator would."""
+
 from __future__ import annotations
 
 import threading
@@ -7,10 +8,9 @@ import time
 from pathlib import Path
 
 import pytest
+from purge_helpers import PurgeHome, files_holding
 
 from quill.ops.purge.procedure import purge
-
-from purge_helpers import PurgeHome, files_holding
 
 
 def _three_sessions_two_deleted(h: PurgeHome) -> None:
@@ -54,7 +54,9 @@ def test_two_concurrent_purges_of_one_segment_keep_both_sessions_purged(tmp_path
     assert second_planned.wait(10)
 
     def first_step(name: str) -> None:
-        if name == "tmp-written":  # the first holds the segment lock; the second opens the segment now
+        if (
+            name == "tmp-written"
+        ):  # the first holds the segment lock; the second opens the segment now
             second_go.set()
             time.sleep(0.5)
 
@@ -86,7 +88,10 @@ def _rows(db: Path, sql: str) -> list[tuple]:
         conn.close()
 
 
-@pytest.mark.xfail(strict=True, reason="known limit (docs/operations.md): tombstoned records of x no longer claim the title / response_id, so a whole-spool replay gives them to another session")
+@pytest.mark.xfail(
+    strict=True,
+    reason="known limit (docs/operations.md): tombstoned records of x no longer claim the title / response_id, so a whole-spool replay gives them to another session",
+)
 def test_whole_spool_replay_after_purge_gives_the_kept_sessions_the_same_title_and_usage(tmp_path):
     """docs/ops.md: "a replay of the *whole* spool from before the delete gives the same
     sessions and content" (only row ids may differ). Two store rules look at *other*
@@ -97,19 +102,37 @@ def test_whole_spool_replay_after_purge_gives_the_kept_sessions_the_same_title_a
     usage row the live store never had: the rebuilt store is not the live one."""
     h = PurgeHome(tmp_path / "home")
     h.append("session.create", {"session_id": "x", "source": "cli", "title": "Shared title"})
-    h.append("usage.record", {"session_id": "x", "model": "gpt-4o", "response_id": "resp-1",
-                              "usage": {"prompt_tokens": 10, "completion_tokens": 2}})
+    h.append(
+        "usage.record",
+        {
+            "session_id": "x",
+            "model": "gpt-4o",
+            "response_id": "resp-1",
+            "usage": {"prompt_tokens": 10, "completion_tokens": 2},
+        },
+    )
     h.append("session.create", {"session_id": "b", "source": "cli", "title": "Shared title"})
-    h.append("usage.record", {"session_id": "b", "model": "gpt-4o", "response_id": "resp-1",
-                              "usage": {"prompt_tokens": 10, "completion_tokens": 2}})
+    h.append(
+        "usage.record",
+        {
+            "session_id": "b",
+            "model": "gpt-4o",
+            "response_id": "resp-1",
+            "usage": {"prompt_tokens": 10, "completion_tokens": 2},
+        },
+    )
     h.append("sessions.delete", {"session_ids": ["x"], "purge": True, "reason": "user_request"})
     h.drain()
-    live_b = (_rows(h.db, "SELECT title FROM sessions WHERE id = 'b'"),
-              _rows(h.db, "SELECT count(*) FROM usage WHERE session_id = 'b'"))
+    live_b = (
+        _rows(h.db, "SELECT title FROM sessions WHERE id = 'b'"),
+        _rows(h.db, "SELECT count(*) FROM usage WHERE session_id = 'b'"),
+    )
     h.purge("x")
     whole = _whole_spool_replay(h, tmp_path)
-    rebuilt_b = (_rows(whole, "SELECT title FROM sessions WHERE id = 'b'"),
-                 _rows(whole, "SELECT count(*) FROM usage WHERE session_id = 'b'"))
+    rebuilt_b = (
+        _rows(whole, "SELECT title FROM sessions WHERE id = 'b'"),
+        _rows(whole, "SELECT count(*) FROM usage WHERE session_id = 'b'"),
+    )
     assert rebuilt_b == live_b
 
 
@@ -117,7 +140,10 @@ class _Killed(Exception):
     """Stands for the kill -9 the real-process tests deliver at the same step."""
 
 
-@pytest.mark.xfail(strict=True, reason="known limit (docs/operations.md): a snapshot older than x's create + the purged spool gives the title / usage x had claimed to another session")
+@pytest.mark.xfail(
+    strict=True,
+    reason="known limit (docs/operations.md): a snapshot older than x's create + the purged spool gives the title / usage x had claimed to another session",
+)
 def test_snapshot_plus_spool_after_an_interrupted_purge_equals_the_live_store(tmp_path):
     """A purge interrupted after the spool rewrite and before its fresh snapshot (machine
     crash, kill -9 at step "segment-N") leaves the older snapshots in place; docs/ops.md says
@@ -131,11 +157,25 @@ def test_snapshot_plus_spool_after_an_interrupted_purge_equals_the_live_store(tm
     h.drain()
     snap = h.snapshot()  # a scheduled snapshot, before x existed
     h.append("session.create", {"session_id": "x", "source": "cli", "title": "Shared title"})
-    h.append("usage.record", {"session_id": "x", "model": "gpt-4o", "response_id": "resp-1",
-                              "usage": {"prompt_tokens": 10, "completion_tokens": 2}})
+    h.append(
+        "usage.record",
+        {
+            "session_id": "x",
+            "model": "gpt-4o",
+            "response_id": "resp-1",
+            "usage": {"prompt_tokens": 10, "completion_tokens": 2},
+        },
+    )
     h.append("session.create", {"session_id": "b", "source": "cli", "title": "Shared title"})
-    h.append("usage.record", {"session_id": "b", "model": "gpt-4o", "response_id": "resp-1",
-                              "usage": {"prompt_tokens": 10, "completion_tokens": 2}})
+    h.append(
+        "usage.record",
+        {
+            "session_id": "b",
+            "model": "gpt-4o",
+            "response_id": "resp-1",
+            "usage": {"prompt_tokens": 10, "completion_tokens": 2},
+        },
+    )
     h.append("sessions.delete", {"session_ids": ["x"], "purge": True, "reason": "user_request"})
     h.drain()
 
@@ -148,9 +188,10 @@ def test_snapshot_plus_spool_after_an_interrupted_purge_equals_the_live_store(tm
     except _Killed:
         pass
     assert snap.exists()
+    from rebuild_helpers import dump
+
     from quill.ops.recover.replay import replay
     from quill.spool import Quarantine
-    from rebuild_helpers import dump
 
     target = tmp_path / "rebuilt.db"
     shutil.copyfile(snap, target)
@@ -186,12 +227,19 @@ def test_replay_after_a_purge_sealed_a_torn_segment_reaches_the_records_after_it
     assert ack.position.segment == 2
     target = tmp_path / "rebuilt.db"
     replay(h.spool_dir, target, Position(1, 0), quarantine=Quarantine.for_store(target))
-    assert "a2 acknowledged after the purge" in [m[1] for m in _rows(target, "SELECT id, content FROM messages")]
+    assert "a2 acknowledged after the purge" in [
+        m[1] for m in _rows(target, "SELECT id, content FROM messages")
+    ]
     report = verify(h.spool_dir)
-    assert report["damaged"] or report["torn_writes"] or report["partial_tail"], report  # the torn line is reported
+    assert report["damaged"] or report["torn_writes"] or report["partial_tail"], (
+        report
+    )  # the torn line is reported
 
 
-@pytest.mark.xfail(strict=True, reason="known limit (docs/operations.md): a rebuild that never created x skips its delete, so x's branch child is not detached")
+@pytest.mark.xfail(
+    strict=True,
+    reason="known limit (docs/operations.md): a rebuild that never created x skips its delete, so x's branch child is not detached",
+)
 def test_whole_spool_replay_after_purge_detaches_the_branch_like_the_live_store(tmp_path):
     """Live, ``sessions.delete x`` detaches x's branch child c (parent_id/kind cleared). After
     the purge x's records are tombstones, so a rebuild that did not start with x in the store
@@ -204,7 +252,10 @@ def test_whole_spool_replay_after_purge_detaches_the_branch_like_the_live_store(
     h = PurgeHome(tmp_path / "home")
     h.append("session.create", {"session_id": "x", "source": "cli"})
     h.say("x", "WORD-x-secret")
-    h.append("session.create", {"session_id": "c", "source": "cli", "parent_id": "x", "parent_kind": "branch"})
+    h.append(
+        "session.create",
+        {"session_id": "c", "source": "cli", "parent_id": "x", "parent_kind": "branch"},
+    )
     h.say("c", "c keeps its words")
     h.append("sessions.delete", {"session_ids": ["x"], "purge": True, "reason": "user_request"})
     h.drain()
@@ -233,9 +284,11 @@ def test_a_rerun_removes_what_a_purge_killed_in_its_snapshot_step_left(tmp_path)
     h = PurgeHome(tmp_path / "home")
     _three_sessions_two_deleted(h)
     h.snapshots.mkdir(parents=True, exist_ok=True)
-    killed = [h.snapshots / ".snapshot-4242-1796099765745683090.tmp",
-              h.snapshots / ".snapshot-4242-1796099765745683090.tmp-wal",
-              h.snapshots / ".compact-4243-1796099748491266969.tmp-journal"]
+    killed = [
+        h.snapshots / ".snapshot-4242-1796099765745683090.tmp",
+        h.snapshots / ".snapshot-4242-1796099765745683090.tmp-wal",
+        h.snapshots / ".compact-4243-1796099748491266969.tmp-journal",
+    ]
     for path in killed:
         shutil.copyfile(h.db, path)
         with open(path, "ab") as f:
@@ -264,7 +317,9 @@ def test_a_purged_session_imported_again_comes_back(quill):
     again = quill.json("import", src)
     assert again[0]["new"] == 22
     quill.drain()
-    assert [(s["id"], s["message_count"]) for s in quill.json("sessions", "list", "--all")] == [(sid, 22)]
+    assert [(s["id"], s["message_count"]) for s in quill.json("sessions", "list", "--all")] == [
+        (sid, 22)
+    ]
     assert quill.json("import", src)[0]["new"] == 0  # still idempotent: a third import adds nothing
     # A plain delete (no purge) and a second re-import: the count moves on, the session comes back.
     quill.run("sessions", "delete", sid, "--yes")
@@ -272,7 +327,9 @@ def test_a_purged_session_imported_again_comes_back(quill):
     assert quill.json("sessions", "list", "--all") == []
     assert quill.json("import", src)[0]["new"] == 22
     quill.drain()
-    assert [(s["id"], s["message_count"]) for s in quill.json("sessions", "list", "--all")] == [(sid, 22)]
+    assert [(s["id"], s["message_count"]) for s in quill.json("sessions", "list", "--all")] == [
+        (sid, 22)
+    ]
 
 
 def test_a_purge_does_not_restart_the_retention_clock_of_the_segments_it_rewrites(tmp_path):
@@ -282,9 +339,9 @@ def test_a_purge_does_not_restart_the_retention_clock_of_the_segments_it_rewrite
     purge, and `quill spool status` shows them as new."""
     import os
 
+    from quill.spool import Position
     from quill.spool.retention import collectable
     from quill.spool.segments import segment_name
-    from quill.spool import Position
 
     h = PurgeHome(tmp_path / "home")
     _three_sessions_two_deleted(h)
@@ -340,8 +397,12 @@ def test_purge_after_a_purge_delete_scrubs_and_truncates_the_wal(tmp_path):
     h.drain()
     scrub = h.purge("x")["store_scrub"]
     assert scrub["vacuumed"] is True and scrub["wal_bytes_after"] == 0
-    assert _rows(h.db, "SELECT count(*) FROM job_runs WHERE job = 'scrub' AND outcome = 'ok'") == [(1,)]
-    assert [p.name for p in h.root.rglob("*") if p.is_file() and b"WORD-x-secret" in p.read_bytes()] == []
+    assert _rows(h.db, "SELECT count(*) FROM job_runs WHERE job = 'scrub' AND outcome = 'ok'") == [
+        (1,)
+    ]
+    assert [
+        p.name for p in h.root.rglob("*") if p.is_file() and b"WORD-x-secret" in p.read_bytes()
+    ] == []
 
 
 def _wait_for_the_lease(h: PurgeHome, timeout: float = 30) -> None:
@@ -410,8 +471,13 @@ def test_a_damaged_line_of_the_purged_session_is_reported(tmp_path):
     figures = h.purge("x")
     assert figures["quarantine_purged"]  # the quarantine entry of that line went
     left = files_holding(h.root, b"WORD-x")
-    reported = [k for k, v in figures.items() if k not in ("quarantine_purged",) and "1:" in str(v)
-                and k in ("damaged", "skipped", "not_purged", "left")]
+    reported = [
+        k
+        for k, v in figures.items()
+        if k not in ("quarantine_purged",)
+        and "1:" in str(v)
+        and k in ("damaged", "skipped", "not_purged", "left")
+    ]
     assert left == [] or reported, (left, figures)
 
 
@@ -434,4 +500,6 @@ def test_doctor_reports_an_interrupted_purge(quill):
     (quill.home / "spool" / ".purge-plan.json").write_text(_json.dumps(plan))
     checks = quill.json("doctor", check=False)
     checks = checks["checks"] if isinstance(checks, dict) else checks
-    assert any("purge" in (c["check"] + c["detail"]).lower() and c["status"] != "ok" for c in checks), checks
+    assert any(
+        "purge" in (c["check"] + c["detail"]).lower() and c["status"] != "ok" for c in checks
+    ), checks

@@ -3,6 +3,7 @@ dir, the live store (``state.db``, ``-wal``, ``-shm``) included, also when the p
 after kill -9; ``quill doctor``/``quill status`` report a ``--purge`` delete whose purge never
 ran (privacy). Real fleets and real kill -9; SQLite store (purge is
 SQLite-only)."""
+
 from __future__ import annotations
 
 import json
@@ -89,16 +90,25 @@ def test_purge_rerun_after_kill9_of_the_delete_and_the_writer_leaves_nothing(qui
         writer = rd.lease_holder("writer")["pid"]
         os.kill(writer, signal.SIGSTOP)  # the delete is spooled but not applied yet
         try:
-            cmd = subprocess.Popen(quill.argv("sessions", "delete", "torn2", "--yes", "--purge"),
-                                   env=quill_env(home), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            cmd = subprocess.Popen(
+                quill.argv("sessions", "delete", "torn2", "--yes", "--purge"),
+                env=quill_env(home),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
             spool = home / "spool"
-            _wait(lambda: any(b"sessions.delete" in p.read_bytes() for p in spool.glob("*.jsonl")),
-                  "the delete in the spool")
+            _wait(
+                lambda: any(b"sessions.delete" in p.read_bytes() for p in spool.glob("*.jsonl")),
+                "the delete in the spool",
+            )
             os.kill(cmd.pid, signal.SIGKILL)
             cmd.wait(10)
         finally:
             os.kill(writer, signal.SIGCONT)
-        _wait(lambda: "torn2" in _purge_check(quill)["detail"], "doctor to report the unfinished purge")
+        _wait(
+            lambda: "torn2" in _purge_check(quill)["detail"],
+            "doctor to report the unfinished purge",
+        )
         check = _purge_check(quill)
         assert check["status"] != "ok" and "quill spool purge torn2" in check["detail"], check
         status = quill.status()
@@ -144,7 +154,6 @@ def test_a_reader_blocking_the_scrubs_checkpoint_fails_the_purge_and_a_rerun_fin
     The purge must not report success then; a re-run once the reader is gone finishes it."""
     import apsw
     import pytest
-
     from purge_helpers import PurgeHome, files_holding
 
     from quill.ops.client.errors import StorageError

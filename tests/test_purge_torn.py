@@ -1,5 +1,6 @@
 """Purge and torn writes: a producer killed mid-append leaves a prefix of its record
 (``spool.torn``); when it belongs to a purged session it holds that session's text."""
+
 from __future__ import annotations
 
 from purge_helpers import PurgeHome, files_holding
@@ -17,8 +18,10 @@ def test_a_torn_write_of_a_purged_session_is_purged_too(tmp_path):
     h.append("session.create", {"session_id": "x", "source": "cli"})
     h.say("a", "a1")
     with open(h.spool_dir / segment_name(1), "ab") as f:  # a producer killed mid-write, twice
-        f.write(b'{"v":1,"op":"messages.append","batch":"t1","producer":"h:1:x","seq":1,"ts":1.0,'
-                b'"data":{"session_id":"x","messages":[{"role":"user","content":"WORD-x-torn sec')
+        f.write(
+            b'{"v":1,"op":"messages.append","batch":"t1","producer":"h:1:x","seq":1,"ts":1.0,'
+            b'"data":{"session_id":"x","messages":[{"role":"user","content":"WORD-x-torn sec'
+        )
     PurgeHome(h.root).say("a", "a2")  # the next producer terminates the torn tail
     with open(h.spool_dir / segment_name(1), "ab") as f:
         f.write(b'{"v":1,"op":"messages.append","batch":"t2","produ')
@@ -29,4 +32,6 @@ def test_a_torn_write_of_a_purged_session_is_purged_too(tmp_path):
     figures = h.purge("x")
     assert figures["damaged"] == [], figures
     assert files_holding(h.root, b"WORD-x-torn") == []
-    assert [e["reason"] for e in Quarantine(h.spool_dir).entries()] == ["torn-write"]  # t2 kept: no content
+    assert [e["reason"] for e in Quarantine(h.spool_dir).entries()] == [
+        "torn-write"
+    ]  # t2 kept: no content

@@ -1,5 +1,6 @@
 """`quill push`: refuse what can never be applied before acknowledging it; with --wait, tell
 applied from quarantined; on a timeout still print the acks so a producer can retry."""
+
 from __future__ import annotations
 
 import json
@@ -8,19 +9,31 @@ from quill.spool import START, SpoolReader
 
 
 def _spooled(home) -> int:
-    return len(list(SpoolReader(home / "spool").read(START, max_bytes=1 << 30))) if (home / "spool").exists() else 0
+    return (
+        len(list(SpoolReader(home / "spool").read(START, max_bytes=1 << 30)))
+        if (home / "spool").exists()
+        else 0
+    )
 
 
 def test_a_batch_with_an_invalid_message_is_refused_before_the_ack(quill, home):
-    proc = quill.run("push", "--session", "m", check=False,
-                     input='{"role":"user","content":"good"}\n{"role":"wizard","content":"bad"}')
+    proc = quill.run(
+        "push",
+        "--session",
+        "m",
+        check=False,
+        input='{"role":"user","content":"good"}\n{"role":"wizard","content":"bad"}',
+    )
     assert proc.returncode == 2 and "invalid-role" in proc.stderr and "message 1" in proc.stderr
     assert "nothing was pushed" in proc.stderr and _spooled(home) == 0
 
 
 def test_values_no_column_can_hold_are_refused(quill, home):
-    for data in ('{"session_id":"p","started_at":10000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000}', '{"session_id": 5}',
-                 '{"session_id":"p","messages":"not a list"}'):
+    for data in (
+        '{"session_id":"p","started_at":10000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000}',
+        '{"session_id": 5}',
+        '{"session_id":"p","messages":"not a list"}',
+    ):
         op = "messages.append" if "messages" in data else "session.create"
         proc = quill.run("push", check=False, input=f'{{"op":"{op}","data":{data}}}')
         assert proc.returncode == 2, data
@@ -28,25 +41,51 @@ def test_values_no_column_can_hold_are_refused(quill, home):
 
 
 def test_wait_reports_quarantined_batches_and_exits_1(quill, home, fleet):
-    quill.run("push", "--session", "w", "--wait", "30", input='{"role":"user","content":"one turn"}')
-    out = quill.run("push", "--wait", "30", "--json", check=False,
-                    input='{"op":"messages.rewind","data":{"session_id":"w","user_turn":7}}')
+    quill.run(
+        "push", "--session", "w", "--wait", "30", input='{"role":"user","content":"one turn"}'
+    )
+    out = quill.run(
+        "push",
+        "--wait",
+        "30",
+        "--json",
+        check=False,
+        input='{"op":"messages.rewind","data":{"session_id":"w","user_turn":7}}',
+    )
     assert out.returncode == 1
     [result] = json.loads(out.stdout)
     assert result["outcome"] == "quarantined" and result["reason"] == "no-such-turn"
-    ok = quill.json("push", "--wait", "30", input='{"op":"messages.rewind","data":{"session_id":"w","user_turn":1}}')
+    ok = quill.json(
+        "push",
+        "--wait",
+        "30",
+        input='{"op":"messages.rewind","data":{"session_id":"w","user_turn":1}}',
+    )
     assert ok[0]["outcome"] == "applied"
 
 
 def test_wait_timeout_still_prints_the_acks(quill, home):
-    out = quill.run("push", "--session", "t", "--wait", "0.5", "--json", check=False,
-                    input='{"role":"user","content":"x","id":"m1"}')
+    out = quill.run(
+        "push",
+        "--session",
+        "t",
+        "--wait",
+        "0.5",
+        "--json",
+        check=False,
+        input='{"role":"user","content":"x","id":"m1"}',
+    )
     assert out.returncode == 4
     [ack] = json.loads(out.stdout)
     assert ack["outcome"] == "pending" and ack["batch"] and ack["position"] == "1:0"
     # retrying with the same batch id is safe: it is applied once
-    retry = json.dumps({"op": "messages.append", "batch": ack["batch"],
-                        "data": {"session_id": "t", "messages": [{"role": "user", "content": "x", "id": "m1"}]}})
+    retry = json.dumps(
+        {
+            "op": "messages.append",
+            "batch": ack["batch"],
+            "data": {"session_id": "t", "messages": [{"role": "user", "content": "x", "id": "m1"}]},
+        }
+    )
     quill.run("push", input=retry)
     quill.run("run", "--until-idle", "--timeout", "60")
     assert [s["message_count"] for s in quill.json("sessions", "list")] == [1]
@@ -55,16 +94,29 @@ def test_wait_timeout_still_prints_the_acks(quill, home):
 def test_a_role_or_part_type_of_the_wrong_json_type_is_a_clear_refusal(quill, home):
     # An object or list where a string is expected is unhashable: a set-membership check on it
     # raised TypeError (a traceback) instead of the op rule's error.
-    for msg in ('{"role":{"a":1},"content":"x"}', '{"role":["user"],"content":"x"}', '[{"content":"x"}]'):
+    for msg in (
+        '{"role":{"a":1},"content":"x"}',
+        '{"role":["user"],"content":"x"}',
+        '[{"content":"x"}]',
+    ):
         proc = quill.run("push", "--session", "m", "--json", check=False, input=msg)
         error = json.loads(proc.stdout)["error"]
         assert proc.returncode == 2 and "invalid-role" in error["message"], msg
         assert "Traceback" not in proc.stderr and "None" not in error["message"]
     proc = quill.run("push", "--session", "m", "--json", check=False, input='{"content":"x"}')
     error = json.loads(proc.stdout)["error"]
-    assert proc.returncode == 2 and 'needs a "role"' in error["message"] and '{"content": "x"}' in error["message"]
-    proc = quill.run("push", "--session", "m", check=False,
-                     input='{"role":"user","content":[{"type":{"x":1},"text":"hi"},{"type":"text","text":"ok"}]}')
+    assert (
+        proc.returncode == 2
+        and 'needs a "role"' in error["message"]
+        and '{"content": "x"}' in error["message"]
+    )
+    proc = quill.run(
+        "push",
+        "--session",
+        "m",
+        check=False,
+        input='{"role":"user","content":[{"type":{"x":1},"text":"hi"},{"type":"text","text":"ok"}]}',
+    )
     assert proc.returncode == 0 and _spooled(home) == 1
 
 

@@ -3,6 +3,7 @@
 recover`` from an older snapshot, a live ``quill spool replay``, a ``replay --into`` scratch
 file, a writer re-reading the record — and a retry run twice applies once. Real data dirs,
 real ``quill`` subprocesses, real SQLite files."""
+
 from __future__ import annotations
 
 import json
@@ -14,21 +15,32 @@ REUSED = "11111111-1111-4111-8111-111111111111"
 
 
 def _contents(quill, sid: str = "s") -> list[str]:
-    return [m["content"] for m in quill.json("sessions", "show", sid, "--view", "audit")["messages"]]
+    return [
+        m["content"] for m in quill.json("sessions", "show", sid, "--view", "audit")["messages"]
+    ]
 
 
 def _quarantine_a_reused_batch(quill, home) -> dict:
     """A snapshot, then two appends under one batch id: the second (other content) is
     quarantined as ``batch-id-reused``. Returns its entry."""
     with Spool(home / "spool") as sp:
-        sp.append("messages.append", {"session_id": "s", "messages": [{"role": "user", "content": "first"}]})
+        sp.append(
+            "messages.append",
+            {"session_id": "s", "messages": [{"role": "user", "content": "first"}]},
+        )
     quill.drain()
     quill.run("snapshot")  # predates the refusal: a recover replays it again
     with Spool(home / "spool") as sp:
-        sp.append("messages.append", {"session_id": "s", "messages": [{"role": "user", "content": "turn one"}]},
-                  batch_id=REUSED)
-        sp.append("messages.append", {"session_id": "s", "messages": [{"role": "user", "content": "turn two"}]},
-                  batch_id=REUSED)
+        sp.append(
+            "messages.append",
+            {"session_id": "s", "messages": [{"role": "user", "content": "turn one"}]},
+            batch_id=REUSED,
+        )
+        sp.append(
+            "messages.append",
+            {"session_id": "s", "messages": [{"role": "user", "content": "turn two"}]},
+            batch_id=REUSED,
+        )
     quill.drain()
     [entry] = quill.json("spool", "quarantine", "list")["entries"]
     assert entry["reason"] == "batch-id-reused"
@@ -45,7 +57,11 @@ def test_recover_does_not_reopen_a_retried_entry(quill, home):
     quill.drain()
     assert quill.json("spool", "quarantine", "list")["entries"] == []
     assert quill.status()["spool"]["quarantined"] == 0
-    assert _contents(quill) == ["first", "turn one", "turn two"]  # the rebuild applied the retry once
+    assert _contents(quill) == [
+        "first",
+        "turn one",
+        "turn two",
+    ]  # the rebuild applied the retry once
 
 
 def test_replays_do_not_reopen_a_dropped_entry(quill, home, tmp_path):
@@ -58,7 +74,9 @@ def test_replays_do_not_reopen_a_dropped_entry(quill, home, tmp_path):
     assert quill.json("spool", "quarantine", "list")["entries"] == []
     # a scratch replay consults the live audit too
     scratch = tmp_path / "scratch.db"
-    proc = quill.run("spool", "replay", "--from", "1:0", "--into", str(scratch), "--json", check=False)
+    proc = quill.run(
+        "spool", "replay", "--from", "1:0", "--into", str(scratch), "--json", check=False
+    )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["rejected"] == 0
     assert quill.json("spool", "quarantine", "--store", str(scratch), "list")["entries"] == []
@@ -83,7 +101,10 @@ def test_a_retry_run_again_after_a_kill_between_append_and_resolve_applies_once(
 
 def test_a_refused_retry_can_itself_be_retried(quill, home):
     with Spool(home / "spool") as sp:  # refused: the session does not exist yet
-        sp.append("messages.compact", {"session_id": "later", "messages": [{"role": "user", "content": "sum"}]})
+        sp.append(
+            "messages.compact",
+            {"session_id": "later", "messages": [{"role": "user", "content": "sum"}]},
+        )
     quill.drain()
     [entry] = quill.json("spool", "quarantine", "list")["entries"]
     quill.run("spool", "quarantine", "retry", entry["id"])  # still no session: refused again
@@ -91,7 +112,10 @@ def test_a_refused_retry_can_itself_be_retried(quill, home):
     [again] = quill.json("spool", "quarantine", "list")["entries"]
     assert again["id"] != entry["id"] and again["reason"] == "unknown-session"
     with Spool(home / "spool") as sp:
-        sp.append("messages.append", {"session_id": "later", "messages": [{"role": "user", "content": "q"}]})
+        sp.append(
+            "messages.append",
+            {"session_id": "later", "messages": [{"role": "user", "content": "q"}]},
+        )
     assert quill.json("spool", "quarantine", "retry", again["id"])["batch"] != again["batch"]
     quill.drain()
     assert quill.json("spool", "quarantine", "list")["entries"] == []
@@ -107,11 +131,15 @@ def test_put_honours_retry_drop_and_purge_lines_of_the_audit(tmp_path):
     assert q.put(Position(1, 0), "invalid-field", "x", raw, rec) is None  # a writer re-reading it
     assert q.count() == 0
     # another line at that position (other bytes) is a different record: quarantined
-    assert q.put(Position(1, 0), "invalid-field", "x", raw.replace(b"b1", b"b2"), {**rec, "batch": "b2"})
+    assert q.put(
+        Position(1, 0), "invalid-field", "x", raw.replace(b"b1", b"b2"), {**rec, "batch": "b2"}
+    )
     # a purge keeps only op and batch: matched by position and batch
     gone = b'{"v":1,"op":"messages.append","batch":"b3","data":{"session_id":"gone"}}\n'
     assert q.put(Position(2, 0), "invalid-field", "x", gone, {"batch": "b3"}) is not None
-    assert q.purge(lambda r, pos: r.get("data", {}).get("session_id") == "gone", actor="t") == ["2:0"]
+    assert q.purge(lambda r, pos: r.get("data", {}).get("session_id") == "gone", actor="t") == [
+        "2:0"
+    ]
     assert q.put(Position(2, 0), "invalid-field", "x", gone, {"batch": "b3"}) is None
     # a scratch store's quarantine consults the live audit
     scratch = Quarantine.for_store(tmp_path / "scratch.db").consult(q)

@@ -1,16 +1,16 @@
 """Tool-call arguments are text, on the whole corpus: every word of every tool-call argument
 in the real transcripts (decoded as a reader decodes them, tokenised by the index's own
 tokenizer) is found by search. Split from test_search_text.py (same fixtures)."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
-
-from quill.store.search import textfold
-
 from conftest import CORPUS
 from semantics_helpers import Store
+
+from quill.store.search import textfold
 
 
 @pytest.fixture
@@ -57,29 +57,45 @@ def _argument_words(tool_calls_json: str) -> set[str]:
 @pytest.mark.corpus
 def test_every_word_of_every_tool_call_argument_in_the_corpus_is_found(store):
     if store.kind == "postgres":
-        pytest.skip("SQLite only: reads the FTS5 tools column directly (8 s of corpus); PostgreSQL's "
-                    "tool text (quill_tool_text) is checked through the API by the two tool-argument tests in test_search_text.py")
+        pytest.skip(
+            "SQLite only: reads the FTS5 tools column directly (8 s of corpus); PostgreSQL's "
+            "tool text (quill_tool_text) is checked through the API by the two tool-argument tests in test_search_text.py"
+        )
     from quill.ops.importers import iter_transcript_files, parse_file
+
     for p in iter_transcript_files([CORPUS]):
         parsed = parse_file(p)
         for s in parsed.sessions:
-            store.spool.append("messages.append", {"session_id": s.session["session_id"], "messages": s.messages})
+            store.spool.append(
+                "messages.append", {"session_id": s.session["session_id"], "messages": s.messages}
+            )
     store.drain()
     store.index()
-    rows = store.conn.execute("SELECT id, tool_calls FROM messages WHERE tool_calls IS NOT NULL").fetchall()
+    rows = store.conn.execute(
+        "SELECT id, tool_calls FROM messages WHERE tool_calls IS NOT NULL"
+    ).fetchall()
     assert len(rows) > 100
     checked = 0
     for mid, calls in rows:
         words = sorted(_argument_words(calls))
         for i in range(0, len(words), 200):
-            chunk = words[i:i + 200]
-            expr = "{tools} : (" + " AND ".join('"' + w.replace('"', '""') + '"' for w in chunk) + ")"
-            got = store.conn.execute("SELECT count(*) FROM messages_fts WHERE messages_fts MATCH ? AND rowid = ?",
-                                     (expr, mid)).fetchone()[0]
+            chunk = words[i : i + 200]
+            expr = (
+                "{tools} : (" + " AND ".join('"' + w.replace('"', '""') + '"' for w in chunk) + ")"
+            )
+            got = store.conn.execute(
+                "SELECT count(*) FROM messages_fts WHERE messages_fts MATCH ? AND rowid = ?",
+                (expr, mid),
+            ).fetchone()[0]
             if got != 1:
-                missing = [w for w in chunk if not store.conn.execute(
-                    "SELECT 1 FROM messages_fts WHERE messages_fts MATCH ? AND rowid = ?",
-                    ('{tools} : "' + w.replace('"', '""') + '"', mid)).fetchone()]
+                missing = [
+                    w
+                    for w in chunk
+                    if not store.conn.execute(
+                        "SELECT 1 FROM messages_fts WHERE messages_fts MATCH ? AND rowid = ?",
+                        ('{tools} : "' + w.replace('"', '""') + '"', mid),
+                    ).fetchone()
+                ]
                 raise AssertionError(f"message {mid}: words not found {missing[:20]}")
         checked += len(words)
     assert checked > 1000
@@ -88,17 +104,28 @@ def test_every_word_of_every_tool_call_argument_in_the_corpus_is_found(store):
     tried = 0
     with store.reader() as r:
         for mid, sid, calls in store.conn.execute(
-                "SELECT id, session_id, tool_calls FROM messages WHERE tool_calls LIKE '%\\n%' LIMIT 40").fetchall():
+            "SELECT id, session_id, tool_calls FROM messages WHERE tool_calls LIKE '%\\n%' LIMIT 40"
+        ).fetchall():
             for c in json.loads(calls):
                 args = c.get("function", {}).get("arguments")
-                values = json.loads(args).values() if isinstance(args, str) and args.startswith("{") else []
+                values = (
+                    json.loads(args).values()
+                    if isinstance(args, str) and args.startswith("{")
+                    else []
+                )
                 for v in values:
                     for line in str(v).split("\n")[1:3]:
                         word = next(iter(textfold.word_tokens(line)), None)
                         if word:
                             tried += 1
-                            got = r.search(f'"{word}"', limit=10_000, session_id=sid, kinds=["tool"],
-                                           projection="audit", context=False)
+                            got = r.search(
+                                f'"{word}"',
+                                limit=10_000,
+                                session_id=sid,
+                                kinds=["tool"],
+                                projection="audit",
+                                context=False,
+                            )
                             assert mid in {h["message_id"] for h in got}, (mid, word)
     assert tried > 20
 

@@ -1,6 +1,7 @@
 """`quill search --order relevance` and `Client.search(order=)` reach the store's bounded
 BM25 ranking (store/search/rank.py); an order the store cannot give is a usage error, not a
 traceback."""
+
 from __future__ import annotations
 
 import json
@@ -9,8 +10,10 @@ from quill import Client, InvalidInputError
 
 
 def test_relevance_order_through_the_cli_and_the_client(quill, home):
-    msgs = [{"role": "user", "content": "zebra zebra zebra"},                              # older, dense
-            {"role": "user", "content": "a long note " + "about other things " * 30 + "and one zebra"}]
+    msgs = [
+        {"role": "user", "content": "zebra zebra zebra"},  # older, dense
+        {"role": "user", "content": "a long note " + "about other things " * 30 + "and one zebra"},
+    ]
     quill.run("push", "--session", "z", input="\n".join(json.dumps(m) for m in msgs))
     quill.run("run", "--until-idle", "--timeout", "120")
     newest = [h["message_id"] for h in quill.json("search", "zebra")]
@@ -27,7 +30,13 @@ def test_relevance_order_through_the_cli_and_the_client(quill, home):
         raise AssertionError("an unknown order was accepted")
     # The human output says when more messages match than --limit shows (and not otherwise).
     one = quill.run("search", "zebra", "--limit", "1")
-    assert "more messages match; showing the newest 1" in one.stderr and "first 1 hit(s)" in one.stdout
+    assert (
+        "more messages match; showing the newest 1" in one.stderr and "first 1 hit(s)" in one.stdout
+    )
     two = quill.run("search", "zebra", "--limit", "2", "--order", "relevance")
-    assert "more messages match" not in two.stderr and "2 hit(s)" in two.stdout and "first" not in two.stdout
+    assert (
+        "more messages match" not in two.stderr
+        and "2 hit(s)" in two.stdout
+        and "first" not in two.stdout
+    )
     assert len(quill.json("search", "zebra", "--limit", "1")) == 1

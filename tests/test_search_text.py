@@ -1,6 +1,7 @@
 """Search without blind spots: tool-call arguments and reasoning as text,
 FTS5-consistent case folding, emoji, lone surrogates, any query bytes, snippets on the match,
 bounded context, routes said out loud. Real SQLite files through the real spool."""
+
 from __future__ import annotations
 
 import json
@@ -8,15 +9,14 @@ import subprocess
 
 import apsw
 import pytest
+from conftest import REPO, QuillCLI, quill_env
+from semantics_helpers import Store, assistant, tool, user
 
 from quill.spool import Spool
 from quill.store.search import hits as hits_mod
 from quill.store.search import plan as query
 from quill.store.search import run as search_mod
 from quill.store.search import textfold
-
-from conftest import quill_env, REPO, QuillCLI
-from semantics_helpers import Store, assistant, tool, user
 
 
 @pytest.fixture
@@ -30,16 +30,27 @@ def _call(call_id: str, name: str, args: object) -> dict:
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}
 
 
-ISSUE_ARGS = json.dumps({"new_string": "first line\nsecondword here\tthirdword \"quotedword\" plainword"})
+ISSUE_ARGS = json.dumps(
+    {"new_string": 'first line\nsecondword here\tthirdword "quotedword" plainword'}
+)
 
 
 # -- tool-call arguments are text ------------------------------------------------------------
 
+
 @pytest.mark.parametrize("indexed", [False, True])
 def test_tool_call_argument_words_after_escapes_are_found(store, indexed):
-    store.apply("messages.append", {"session_id": "s", "messages": [
-        user("edit the file"), assistant(None, tool_calls=[_call("c1", "edit", ISSUE_ARGS)]),
-        tool("c1", "ok", name="edit")]})
+    store.apply(
+        "messages.append",
+        {
+            "session_id": "s",
+            "messages": [
+                user("edit the file"),
+                assistant(None, tool_calls=[_call("c1", "edit", ISSUE_ARGS)]),
+                tool("c1", "ok", name="edit"),
+            ],
+        },
+    )
     if indexed:
         store.index()
     with store.reader() as r:
@@ -55,9 +66,13 @@ def test_tool_call_argument_words_after_escapes_are_found(store, indexed):
 
 @pytest.mark.parametrize("indexed", [False, True])
 def test_arguments_given_as_objects_nested_or_not_json_are_text_too(store, indexed):
-    calls = [_call("c1", "bash", {"cmd": "ls\nzebraword", "opts": {"deep": ["alpha\tomegaword", 4711]}}),
-             _call("c2", "note", "plain\ntext argument with yakword")]
-    store.apply("messages.append", {"session_id": "s", "messages": [assistant("calling", tool_calls=calls)]})
+    calls = [
+        _call("c1", "bash", {"cmd": "ls\nzebraword", "opts": {"deep": ["alpha\tomegaword", 4711]}}),
+        _call("c2", "note", "plain\ntext argument with yakword"),
+    ]
+    store.apply(
+        "messages.append", {"session_id": "s", "messages": [assistant("calling", tool_calls=calls)]}
+    )
     if indexed:
         store.index()
     with store.reader() as r:
@@ -67,8 +82,16 @@ def test_arguments_given_as_objects_nested_or_not_json_are_text_too(store, index
 
 @pytest.mark.parametrize("indexed", [False, True])
 def test_reasoning_is_searchable_and_filterable(store, indexed):
-    store.apply("messages.append", {"session_id": "s", "messages": [
-        user("question about zebras"), assistant("the answer", reasoning="I ponder quaggas and zebras deeply")]})
+    store.apply(
+        "messages.append",
+        {
+            "session_id": "s",
+            "messages": [
+                user("question about zebras"),
+                assistant("the answer", reasoning="I ponder quaggas and zebras deeply"),
+            ],
+        },
+    )
     if indexed:
         store.index()
     with store.reader() as r:
@@ -85,6 +108,7 @@ def test_reasoning_is_searchable_and_filterable(store, indexed):
 
 # -- case folding and emoji ----------------------------------------------------------------
 
+
 def test_fold_agrees_with_fts5_for_every_code_point():
     conn = apsw.Connection(":memory:")
     tok = conn.fts5_tokenizer("trigram", ["case_sensitive", "0"])
@@ -100,7 +124,16 @@ def test_fold_agrees_with_fts5_for_every_code_point():
             offset += 3 * len(c.encode("utf-8"))
 
 
-SCRIPTS = ["ЁЖик ёлка", "Äger ärger", "ΟΔΟΣ οδός", "Ǆemal", "ՀԱՅ", "Ａｂｃ", "𐐀𐐨x", "ſtraße STRASSE"]
+SCRIPTS = [
+    "ЁЖик ёлка",
+    "Äger ärger",
+    "ΟΔΟΣ οδός",
+    "Ǆemal",
+    "ՀԱՅ",
+    "Ａｂｃ",
+    "𐐀𐐨x",
+    "ſtraße STRASSE",
+]
 
 
 @pytest.mark.parametrize("indexed", [False, True])
@@ -117,8 +150,11 @@ def test_short_and_long_non_ascii_substrings_fold_alike_everywhere(store, indexe
                     if len(variant) != len(piece):
                         continue  # upper("ß") is "SS": a different string, not a fold of it
                     got = {h["message_id"] for h in r.search(variant, substring=True)}
-                    want = {h["message_id"] for h in r.search(variant, substring=True, projection="audit")
-                            if textfold.fold(variant) in textfold.fold(h["snippet"])}
+                    want = {
+                        h["message_id"]
+                        for h in r.search(variant, substring=True, projection="audit")
+                        if textfold.fold(variant) in textfold.fold(h["snippet"])
+                    }
                     assert got and got == want, (text, variant)
         assert len(r.search("ЁЖ", substring=True)) == 1 and len(r.search("ёж", substring=True)) == 1
         assert len(r.search("äG", substring=True)) == 1
@@ -126,8 +162,17 @@ def test_short_and_long_non_ascii_substrings_fold_alike_everywhere(store, indexe
 
 @pytest.mark.parametrize("indexed", [False, True])
 def test_emoji_queries_find_messages_that_contain_them(store, indexed):
-    store.apply("messages.append", {"session_id": "s", "messages": [
-        user("ship it 🚀 today"), assistant("party 🎉🎉🎉 time"), tool("c", "done ✅", name="bash")]})
+    store.apply(
+        "messages.append",
+        {
+            "session_id": "s",
+            "messages": [
+                user("ship it 🚀 today"),
+                assistant("party 🎉🎉🎉 time"),
+                tool("c", "done ✅", name="bash"),
+            ],
+        },
+    )
     if indexed:
         store.index()
     with store.reader() as r:
@@ -142,8 +187,11 @@ def test_emoji_queries_find_messages_that_contain_them(store, indexed):
 
 # -- lone surrogates at the producer ---------------------------------------------------------
 
+
 def test_lone_surrogates_become_the_replacement_character_at_the_producer(store):
-    store.apply("messages.append", {"session_id": "s", "messages": [user("caf\udce9 is it? \ud83d")]})
+    store.apply(
+        "messages.append", {"session_id": "s", "messages": [user("caf\udce9 is it? \ud83d")]}
+    )
     raw = b"".join(p.read_bytes() for p in sorted((store.root / "spool").glob("*.jsonl")))
     assert "caf\ufffd is it? \ufffd".encode() in raw
     assert b"caf?" not in raw
@@ -154,13 +202,19 @@ def test_lone_surrogates_become_the_replacement_character_at_the_producer(store)
 def test_surrogates_in_keys_and_nested_values_are_replaced_too(tmp_path):
     """No store: the producer's spool encoding (the same for both backends)."""
     sp = Spool(tmp_path / "spool")
-    sp.append("messages.append", {"session_id": "s", "messages": [
-        {"role": "user", "content": "x", "extra": {"k\udc80": ["v\udfff"]}}]})
+    sp.append(
+        "messages.append",
+        {
+            "session_id": "s",
+            "messages": [{"role": "user", "content": "x", "extra": {"k\udc80": ["v\udfff"]}}],
+        },
+    )
     raw = b"".join(p.read_bytes() for p in (tmp_path / "spool").glob("*.jsonl"))
     assert b"?" not in raw and "k\ufffd".encode() in raw and "v\ufffd".encode() in raw
 
 
 # -- any query bytes -----------------------------------------------------------------------
+
 
 def test_any_query_string_is_valid_at_the_api(store):
     store.apply("messages.append", {"session_id": "s\ufffd", "messages": [user("caf\udce9 menu")]})
@@ -175,14 +229,27 @@ def test_any_query_string_is_valid_at_the_api(store):
 def test_search_with_latin1_bytes_on_the_command_line(tmp_path):
     home = tmp_path / "home"
     s = Store(home)
-    s.apply("messages.append", {"session_id": "s", "messages": [user("caf\ufffd au lait"), user("plain")]})
+    s.apply(
+        "messages.append",
+        {"session_id": "s", "messages": [user("caf\ufffd au lait"), user("plain")]},
+    )
     s.index()
     s.close()
     cli = QuillCLI(home)
-    for args in ([b"search", b"caf\xe9"], [b"search", b"caf\xe9", b"--json"], [b"search", b"\xff\xfe", b"--substring"],
-                 [b"search", b"x", b"--session", b"\xe9"], [b"sessions", b"show", b"\xe9"]):
-        proc = subprocess.run([a.encode() if isinstance(a, str) else a for a in cli.argv()] + args,
-                              capture_output=True, env=quill_env(home), cwd=REPO, timeout=120)
+    for args in (
+        [b"search", b"caf\xe9"],
+        [b"search", b"caf\xe9", b"--json"],
+        [b"search", b"\xff\xfe", b"--substring"],
+        [b"search", b"x", b"--session", b"\xe9"],
+        [b"sessions", b"show", b"\xe9"],
+    ):
+        proc = subprocess.run(
+            [a.encode() if isinstance(a, str) else a for a in cli.argv()] + args,
+            capture_output=True,
+            env=quill_env(home),
+            cwd=REPO,
+            timeout=120,
+        )
         assert b"Traceback" not in proc.stderr, proc.stderr.decode(errors="replace")
         assert b"not valid UTF-8" in proc.stderr, args
         assert proc.returncode in (0, 3), (args, proc.returncode)
@@ -192,14 +259,21 @@ def test_search_with_latin1_bytes_on_the_command_line(tmp_path):
 
 # -- snippets on the match -----------------------------------------------------------------
 
+
 @pytest.mark.parametrize("indexed", [False, True])
 def test_snippets_contain_and_highlight_the_matched_words(store, indexed):
     filler = "lorem ipsum dolor " * 40
-    msgs = [user(filler + "then path.join(a, b) appears " + filler),
-            assistant("I will run it", tool_calls=[_call("c1", "bash", json.dumps(
-                {"cmd": filler + "node -e 'path.join(x)'"}))]),
-            tool("c1", filler * 3 + "\n\tError at PATH.JOIN(y)\n" + filler, name="bash"),
-            assistant("Pensé en café", reasoning=filler + "the JOIN of path segments")]
+    msgs = [
+        user(filler + "then path.join(a, b) appears " + filler),
+        assistant(
+            "I will run it",
+            tool_calls=[
+                _call("c1", "bash", json.dumps({"cmd": filler + "node -e 'path.join(x)'"}))
+            ],
+        ),
+        tool("c1", filler * 3 + "\n\tError at PATH.JOIN(y)\n" + filler, name="bash"),
+        assistant("Pensé en café", reasoning=filler + "the JOIN of path segments"),
+    ]
     store.apply("messages.append", {"session_id": "s", "messages": msgs})
     if indexed:
         store.index()
@@ -218,10 +292,9 @@ def test_snippets_contain_and_highlight_the_matched_words(store, indexed):
 def test_excerpt_centres_the_first_match():
     text = "a" * 1000 + " needle " + "b" * 1000
     snip, marks = hits_mod.excerpt(text, hits_mod.match_spans(text, "fts", ["needle"]))
-    (a, b), = marks
+    ((a, b),) = marks
     assert snip[a:b] == "needle"
     assert abs(a - (len(snip) - b)) <= 4  # as much before the match as after it
-
 
 
 def test_ascii_word_spans_are_the_tokenizers_matches():
@@ -229,6 +302,7 @@ def test_ascii_word_spans_are_the_tokenizers_matches():
     own tokenizer makes that equal a term or start with a prefix, on random ASCII text with
     separators, digits, underscores and mixed case."""
     import random
+
     rng = random.Random(17)
     alphabet = "abcXYZ019 _-.\n\t'\"/"
     for _ in range(5000):
@@ -237,23 +311,37 @@ def test_ascii_word_spans_are_the_tokenizers_matches():
         pool = [t for _, _, t in tokens] + ["ab", "c", "x", "0", "a1", "é"]
         want = set(rng.sample(pool, min(len(pool), rng.randint(1, 3))))
         prefixes = tuple(rng.sample(["a", "x", "b", "0", "ab", "ü"], rng.randint(0, 2)))
-        expected = [(a, b) for a, b, t in tokens if t in want or (prefixes and t.startswith(prefixes))]
-        assert hits_mod.match_spans(text, "fts", sorted(want), prefixes) == expected, (text, want, prefixes)
+        expected = [
+            (a, b) for a, b, t in tokens if t in want or (prefixes and t.startswith(prefixes))
+        ]
+        assert hits_mod.match_spans(text, "fts", sorted(want), prefixes) == expected, (
+            text,
+            want,
+            prefixes,
+        )
 
 
 def test_finder_equals_match_spans():
     """``hits.finder`` (the per-page matcher search uses) gives ``match_spans``' spans for
     every kind, on ASCII and non-ASCII text, with and without prefixes and terms."""
     import random
+
     rng = random.Random(31)
     alphabet = "abcXYZ019 _-.\n\t'é连Ü"
     for _ in range(3000):
         text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 80)))
         kind = rng.choice(["fts", "substring"])
         terms = rng.sample(["ab", "c", "x", "0", "a1", "é", "连", "ü", "b x"], rng.randint(0, 3))
-        prefixes = tuple(rng.sample(["a", "x", "b", "0", "ü"], rng.randint(0, 2))) if kind == "fts" else ()
+        prefixes = (
+            tuple(rng.sample(["a", "x", "b", "0", "ü"], rng.randint(0, 2))) if kind == "fts" else ()
+        )
         find = hits_mod.finder(kind, terms, prefixes)
-        assert find(text) == hits_mod.match_spans(text, kind, terms, prefixes), (text, kind, terms, prefixes)
+        assert find(text) == hits_mod.match_spans(text, kind, terms, prefixes), (
+            text,
+            kind,
+            terms,
+            prefixes,
+        )
 
 
 def test_snippet_finder_equals_excerpt_of_match_spans():
@@ -262,18 +350,29 @@ def test_snippet_finder_equals_excerpt_of_match_spans():
     long enough for the window, the span horizon and whitespace runs to matter, with long
     tokens (a prefix match longer than the window), narrow and default widths."""
     import random
+
     rng = random.Random(47)
     alphabets = ["ab c  x0\n\t", "abcXYZ019 _-.\n\t'é连Ü \u00a0", "a" * 20 + " b"]
     for _ in range(4000):
         alphabet = rng.choice(alphabets)
         text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 900)))
         kind = rng.choice(["fts", "fts", "substring"])
-        terms = rng.sample(["ab", "c", "x", "0", "a1", "é", "连", "ü", "b x", "aaaa"], rng.randint(0, 3))
-        prefixes = tuple(rng.sample(["a", "x", "b", "0", "ü"], rng.randint(0, 2))) if kind == "fts" else ()
+        terms = rng.sample(
+            ["ab", "c", "x", "0", "a1", "é", "连", "ü", "b x", "aaaa"], rng.randint(0, 3)
+        )
+        prefixes = (
+            tuple(rng.sample(["a", "x", "b", "0", "ü"], rng.randint(0, 2))) if kind == "fts" else ()
+        )
         width = rng.choice([hits_mod.SNIPPET_CHARS, hits_mod.SNIPPET_CHARS, 20, 400])
         spans = hits_mod.match_spans(text, kind, terms, prefixes)
         want = hits_mod.excerpt(text, spans, width) if spans else None
-        assert hits_mod.snippet_finder(kind, terms, prefixes, width)(text) == want, (text, kind, terms, prefixes, width)
+        assert hits_mod.snippet_finder(kind, terms, prefixes, width)(text) == want, (
+            text,
+            kind,
+            terms,
+            prefixes,
+            width,
+        )
 
 
 def test_excerpt_one_pass_equals_piecewise_collapse():
@@ -281,14 +380,21 @@ def test_excerpt_one_pass_equals_piecewise_collapse():
     and highlights of the piece-by-piece collapse, including overlapping spans, spans that
     start or end with whitespace (these take the piecewise path) and Unicode whitespace."""
     import random
+
     rng = random.Random(23)
     alphabet = "ab  \n\t\u00a0xé连"
     for _ in range(5000):
         text = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 300)))
-        spans = hits_mod.match_spans(text, "substring", rng.sample(["ab", "a", "b x", "xé", "连", " a"], 2))
+        spans = hits_mod.match_spans(
+            text, "substring", rng.sample(["ab", "a", "b x", "xé", "连", " a"], 2)
+        )
         width = rng.choice([20, 160])
         snippet, marks = hits_mod.excerpt(text, spans, width)
-        start = max(0, min(spans[0][0] - (width - (spans[0][1] - spans[0][0])) // 2, len(text) - width)) if spans else 0
+        start = (
+            max(0, min(spans[0][0] - (width - (spans[0][1] - spans[0][0])) // 2, len(text) - width))
+            if spans
+            else 0
+        )
         end = min(len(text), start + width)
         inside, pos = [], start
         for a, b in spans:
@@ -299,28 +405,48 @@ def test_excerpt_one_pass_equals_piecewise_collapse():
         out, want_marks = hits_mod._joined(text, start, end, inside)
         lead, body, prefix = len(out) - len(out.lstrip()), out.strip(), "…" if start > 0 else ""
         shift = len(prefix) - lead
-        want_marks = [[max(a + shift, len(prefix)), min(b + shift, len(prefix) + len(body))] for a, b in want_marks]
+        want_marks = [
+            [max(a + shift, len(prefix)), min(b + shift, len(prefix) + len(body))]
+            for a, b in want_marks
+        ]
         assert snippet == prefix + body + ("…" if end < len(text) else ""), text
         assert marks == [m for m in want_marks if m[0] < m[1]], text
 
+
 # -- bounded context -----------------------------------------------------------------------
+
 
 def test_context_neighbours_are_cut_to_a_bounded_preview(store):
     big = "x" * 3_000_000
-    store.apply("messages.append", {"session_id": "s", "messages": [
-        user("run it"), assistant("running needleword", tool_calls=[_call("c1", "bash", json.dumps({"cmd": big}))]),
-        tool("c1", big, name="bash"), assistant("done")]})
+    store.apply(
+        "messages.append",
+        {
+            "session_id": "s",
+            "messages": [
+                user("run it"),
+                assistant(
+                    "running needleword", tool_calls=[_call("c1", "bash", json.dumps({"cmd": big}))]
+                ),
+                tool("c1", big, name="bash"),
+                assistant("done"),
+            ],
+        },
+    )
     store.index()
     with store.reader() as r:
-        hit, = r.search("needleword")
+        (hit,) = r.search("needleword")
     size = len(json.dumps(hit, ensure_ascii=False))
     assert size < 4000, size
     assert hit["after"]["cut"] == {"content": 3_000_000}
-    assert hit["after"]["content"].startswith("xxx") and len(hit["after"]["content"]) <= hits_mod.PREVIEW_CHARS + 1
+    assert (
+        hit["after"]["content"].startswith("xxx")
+        and len(hit["after"]["content"]) <= hits_mod.PREVIEW_CHARS + 1
+    )
     assert hit["before"]["content"] == "run it" and "cut" not in hit["before"]
 
 
 # -- routes are said -----------------------------------------------------------------------
+
 
 def test_route_says_when_a_query_goes_to_a_narrower_index():
     assert search_mod.route("hello world") == {"route": "fts", "narrower": False, "note": None}
@@ -349,21 +475,33 @@ def test_cli_prints_the_route_note_on_stderr(tmp_path):
 def test_a_store_indexed_with_the_old_layout_is_re_indexed_on_open(tmp_path):
     """SQLite only: FTS5's index layout version (PostgreSQL's indexes are the server's)."""
     s = Store(tmp_path)
-    s.apply("messages.append", {"session_id": "s", "messages": [
-        assistant(None, tool_calls=[_call("c1", "edit", ISSUE_ARGS)])]})
+    s.apply(
+        "messages.append",
+        {
+            "session_id": "s",
+            "messages": [assistant(None, tool_calls=[_call("c1", "edit", ISSUE_ARGS)])],
+        },
+    )
     s.index()
     # What a store indexed before layouts were named looks like: one raw-JSON text column.
-    s.conn.execute("DROP TABLE messages_fts; CREATE VIRTUAL TABLE messages_fts USING fts5(text, content='', "
-                   "contentless_delete=1, tokenize='unicode61 remove_diacritics 2'); "
-                   "DELETE FROM state_meta WHERE key = 'fts_layout'")
+    s.conn.execute(
+        "DROP TABLE messages_fts; CREATE VIRTUAL TABLE messages_fts USING fts5(text, content='', "
+        "contentless_delete=1, tokenize='unicode61 remove_diacritics 2'); "
+        "DELETE FROM state_meta WHERE key = 'fts_layout'"
+    )
     with s.reader() as r:
         assert r.search_health()["fts_state"] == "layout"
-        assert len(r.search("secondword")) == 1  # not indexed in this layout: found by the tail scan
+        assert (
+            len(r.search("secondword")) == 1
+        )  # not indexed in this layout: found by the tail scan
     s.close()
     s = Store(tmp_path)  # opens the writer connection again
     cols = [row[1] for row in s.conn.execute("PRAGMA table_info(messages_fts)")]
     assert cols == ["content", "tools", "reasoning"]
-    assert s.conn.execute("SELECT value FROM state_meta WHERE key = 'fts_indexed_upto'").fetchone()[0] == "0"
+    assert (
+        s.conn.execute("SELECT value FROM state_meta WHERE key = 'fts_indexed_upto'").fetchone()[0]
+        == "0"
+    )
     s.index()
     with s.reader() as r:
         assert r.search_health()["fts_state"] == "ok"
@@ -373,32 +511,65 @@ def test_a_store_indexed_with_the_old_layout_is_re_indexed_on_open(tmp_path):
 
 # -- the page's context in two queries equals the per-hit reads ------------------------------
 
+
 def test_context_of_a_page_equals_each_hits_own_neighbours(store):
     from quill.store.read import projections
-    store.apply("messages.append", {"session_id": "a", "messages": [user(f"a{i} word") for i in range(6)]})
-    store.apply("messages.append", {"session_id": "b", "messages": [user("b0 word"), assistant("b1 word"),
-                                                                    user("b2 word"), assistant("b3 word")]})
+
+    store.apply(
+        "messages.append", {"session_id": "a", "messages": [user(f"a{i} word") for i in range(6)]}
+    )
+    store.apply(
+        "messages.append",
+        {
+            "session_id": "b",
+            "messages": [
+                user("b0 word"),
+                assistant("b1 word"),
+                user("b2 word"),
+                assistant("b3 word"),
+            ],
+        },
+    )
     assert store.apply("messages.rewind", {"session_id": "b", "user_turn": 2}) == []
-    store.apply("messages.append", {"session_id": "b", "messages": [user("b4 word"), assistant("b5 word")]})
+    store.apply(
+        "messages.append", {"session_id": "b", "messages": [user("b4 word"), assistant("b5 word")]}
+    )
     wm = store.conn.execute("SELECT max(id) FROM messages WHERE session_id = 'b'").fetchone()[0]
-    assert store.apply("messages.compact", {"session_id": "b", "watermark": wm, "tail_count": 1,
-                                            "messages": [user("[summary] word"), assistant("b5 word")]}) == []
+    assert (
+        store.apply(
+            "messages.compact",
+            {
+                "session_id": "b",
+                "watermark": wm,
+                "tail_count": 1,
+                "messages": [user("[summary] word"), assistant("b5 word")],
+            },
+        )
+        == []
+    )
     states = {r[0] for r in store.conn.execute("SELECT state FROM messages")}
     assert states == {"live", "compacted", "superseded", "rewound"}
     store.apply("messages.append", {"session_id": "b", "messages": [user("b6 word")]})
-    ids = [(sid, mid) for mid, sid in store.conn.execute("SELECT id, session_id FROM messages ORDER BY id")]
+    ids = [
+        (sid, mid)
+        for mid, sid in store.conn.execute("SELECT id, session_id FROM messages ORDER BY id")
+    ]
     assert len(ids) > 12
     with store.reader() as r:
         conn = r.conn
         for projection in ("display", "model", "audit"):
             many = projections.neighbors_many(conn, projection, ids)
             for sid, mid in ids:
-                assert many[mid] == projections.neighbors(conn, sid, projection, mid), (projection, mid)
+                assert many[mid] == projections.neighbors(conn, sid, projection, mid), (
+                    projection,
+                    mid,
+                )
         reps = projections.representatives(conn, [m for _, m in ids])
         assert reps == {m: projections.representative(conn, m) for _, m in ids}
         if store.kind == "sqlite":
             timings: dict = {}
             from quill.store.search import run as s
+
             got = s.search(conn, "word", limit=100, timings=timings)
             assert set(timings) == {"candidates_s", "page_s", "context_s"}
         else:
@@ -414,8 +585,13 @@ def test_a_query_of_only_excluded_terms_finds_nothing_and_says_why(store, indexe
     """`NOT emoji` had its NOT dropped as a dangling operator and returned the messages that
     *contain* emoji. Only excluded terms: nothing is sought, the route note
     says so (and for a query of punctuation only); the word NOT alone is still a word."""
-    store.apply("messages.append", {"session_id": "s", "messages": [
-        user("an emoji here"), assistant("plain text"), user("say NOT loudly")]})
+    store.apply(
+        "messages.append",
+        {
+            "session_id": "s",
+            "messages": [user("an emoji here"), assistant("plain text"), user("say NOT loudly")],
+        },
+    )
     if indexed:
         store.index()
     with store.reader() as r:
@@ -423,5 +599,8 @@ def test_a_query_of_only_excluded_terms_finds_nothing_and_says_why(store, indexe
         assert [h["snippet"] for h in r.search("text NOT emoji")] == ["plain text"]
         assert [h["snippet"] for h in r.search("NOT")] == ["say NOT loudly"]
     for text in ("NOT emoji", "==>"):
-        assert search_mod.route(text)["route"] == "none" and "nothing in this query" in search_mod.route(text)["note"]
+        assert (
+            search_mod.route(text)["route"] == "none"
+            and "nothing in this query" in search_mod.route(text)["note"]
+        )
     assert search_mod.route("emoji")["note"] is None and search_mod.route("")["note"] is None

@@ -1,16 +1,16 @@
 """Transcript semantics: atomic ops, encodings, compaction, rewind, replace,
 projections and their paging invariant, emptiness, titles, end reasons. Real SQLite files,
 driven through the real spool and ``apply_chunk``."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
+from semantics_helpers import Store, assistant, call, tool, user
 
 from quill.store.apply.normalize import ROW_COLUMNS, message_row
 from quill.store.read.projections import read
-
-from semantics_helpers import Store, assistant, call, tool, user
 
 
 @pytest.fixture
@@ -23,11 +23,15 @@ def store(tmp_path, backend):
 def _turns(n: int, word: str = "turn") -> list[dict]:
     out = []
     for i in range(n):
-        out += [user(f"{word} question {i}", id=f"{word}-u{i}"), assistant(f"{word} answer {i}", id=f"{word}-a{i}")]
+        out += [
+            user(f"{word} question {i}", id=f"{word}-u{i}"),
+            assistant(f"{word} answer {i}", id=f"{word}-a{i}"),
+        ]
     return out
 
 
 # -- atomic appends and encodings -------------------------------------------------------------
+
 
 def test_a_batch_with_one_invalid_row_lands_nothing_and_leaves_counters_unchanged(store):
     store.apply("messages.append", {"session_id": "s", "messages": _turns(1)})
@@ -40,20 +44,32 @@ def test_a_batch_with_one_invalid_row_lands_nothing_and_leaves_counters_unchange
     assert after_figs["messages"] == before[0]["messages"] == 2
     assert after_figs["fts_pending"] == before[0]["fts_pending"]
     assert after_figs["applied_batches"] == before[0]["applied_batches"]
-    assert (after_sess["message_count"], after_sess["unread"]) == (before[1]["message_count"], before[1]["unread"]) == (2, 2)
+    assert (
+        (after_sess["message_count"], after_sess["unread"])
+        == (before[1]["message_count"], before[1]["unread"])
+        == (2, 2)
+    )
 
 
 def test_an_append_that_would_give_a_call_two_live_results_is_rejected_naming_the_id(store):
-    store.apply("messages.append", {"session_id": "s", "messages": [
-        assistant(None, tool_calls=[call("t1")]), tool("t1", "out")]})
+    store.apply(
+        "messages.append",
+        {
+            "session_id": "s",
+            "messages": [assistant(None, tool_calls=[call("t1")]), tool("t1", "out")],
+        },
+    )
     before = store.rows("s")
-    assert store.apply("messages.append", {"session_id": "s", "messages": [
-        user("again"), tool("t1", "second result")]}) == ["duplicate-tool-result"]
+    assert store.apply(
+        "messages.append",
+        {"session_id": "s", "messages": [user("again"), tool("t1", "second result")]},
+    ) == ["duplicate-tool-result"]
     assert "'t1'" in store.last_rejects[0][1]
     assert store.rows("s") == before
     # Two results for one call inside a single batch are refused too.
-    assert store.apply("messages.append", {"session_id": "x", "messages": [tool("t9", "a"), tool("t9", "b")]}) \
-        == ["duplicate-tool-result"]
+    assert store.apply(
+        "messages.append", {"session_id": "x", "messages": [tool("t9", "a"), tool("t9", "b")]}
+    ) == ["duplicate-tool-result"]
     assert store.rows("x") == []
 
 
@@ -62,32 +78,45 @@ ENCODINGS = [None, 0, False, {}, "{}", "null", "[]", "", "not json {", [], "0"]
 
 @pytest.mark.parametrize("encoding", ENCODINGS)
 def test_empty_or_malformed_tool_calls_are_stored_as_no_tool_calls(store, encoding):
-    store.apply("messages.append", {"session_id": "s", "messages": [assistant("x", tool_calls=encoding)]})
+    store.apply(
+        "messages.append", {"session_id": "s", "messages": [assistant("x", tool_calls=encoding)]}
+    )
     assert store.conn.execute("SELECT tool_calls FROM messages").fetchone()[0] is None
 
 
 def test_batch_and_single_appends_store_identical_rows_for_every_tool_calls_encoding(store):
     calls = [call("c1"), call("c2", "read", '{"path": "a.py"}')]
     msgs = [assistant(f"m{i}", tool_calls=enc) for i, enc in enumerate(ENCODINGS)]
-    msgs += [assistant("list", tool_calls=calls), assistant("string", tool_calls=json.dumps(calls)),
-             assistant("double", tool_calls=json.dumps(json.dumps(calls))),
-             assistant("single object", tool_calls=calls[0])]
+    msgs += [
+        assistant("list", tool_calls=calls),
+        assistant("string", tool_calls=json.dumps(calls)),
+        assistant("double", tool_calls=json.dumps(json.dumps(calls))),
+        assistant("single object", tool_calls=calls[0]),
+    ]
     store.apply("messages.append", {"session_id": "batch", "messages": msgs})
     for m in msgs:
         store.apply("messages.append", {"session_id": "single", "messages": [m]})
     cols = "role, content, parts, tool_calls, tool_call_id, tool_name, reasoning, finish_reason, extra, state"
-    rows = {sid: store.conn.execute(f"SELECT {cols} FROM messages WHERE session_id = ? ORDER BY id", (sid,)).fetchall()
-            for sid in ("batch", "single")}
+    rows = {
+        sid: store.conn.execute(
+            f"SELECT {cols} FROM messages WHERE session_id = ? ORDER BY id", (sid,)
+        ).fetchall()
+        for sid in ("batch", "single")
+    }
     assert rows["batch"] == rows["single"]
     stored = [r[3] for r in rows["batch"]]
-    assert stored[:len(ENCODINGS)] == [None] * len(ENCODINGS)
-    assert [json.loads(s) for s in stored[len(ENCODINGS):len(ENCODINGS) + 3]] == [calls] * 3  # decoded once
+    assert stored[: len(ENCODINGS)] == [None] * len(ENCODINGS)
+    assert [json.loads(s) for s in stored[len(ENCODINGS) : len(ENCODINGS) + 3]] == [
+        calls
+    ] * 3  # decoded once
     assert json.loads(stored[-1]) == [calls[0]]
 
 
 def test_nuls_and_lone_surrogates_are_scrubbed_everywhere(store):
-    store.apply("messages.append", {"session_id": "s", "messages": [
-        user("a\x00b\ud800c", vendor={"k\udfff": ["x\x00y"]})]})
+    store.apply(
+        "messages.append",
+        {"session_id": "s", "messages": [user("a\x00b\ud800c", vendor={"k\udfff": ["x\x00y"]})]},
+    )
     with store.reader() as r:
         msg = r.get_messages("s", "model")[0]
     # The spool already replaces lone surrogates when it encodes; the store scrubs NULs.
@@ -100,9 +129,18 @@ def test_nuls_and_lone_surrogates_are_scrubbed_everywhere(store):
 
 
 def test_an_insane_timestamp_becomes_the_arrival_time_and_order_is_insertion_order(store):
-    store.apply("messages.append", {"session_id": "s", "messages": [
-        user("first", timestamp=8.4e252), user("second", timestamp="2021-01-01T00:00:00Z"),
-        user("third", timestamp="not-a-timestamp"), user("fourth", timestamp=-5)]})
+    store.apply(
+        "messages.append",
+        {
+            "session_id": "s",
+            "messages": [
+                user("first", timestamp=8.4e252),
+                user("second", timestamp="2021-01-01T00:00:00Z"),
+                user("third", timestamp="not-a-timestamp"),
+                user("fourth", timestamp=-5),
+            ],
+        },
+    )
     arrived = store.conn.execute("SELECT arrived_at FROM messages LIMIT 1").fetchone()[0]
     with store.reader() as r:
         got = r.get_messages("s", "audit")
@@ -112,13 +150,32 @@ def test_an_insane_timestamp_becomes_the_arrival_time_and_order_is_insertion_ord
 
 # -- compaction ---------------------------------------------------------------------------------
 
+
 def _compact_with_tail(store: Store) -> None:
-    store.apply("messages.append", {"session_id": "s", "messages": [
-        user("plan the migration", id="u0"), assistant("here is a plan", id="a0"),
-        user("what about the index", id="u1"), assistant("rebuild it with quokkas", id="a1")]})
-    store.apply("messages.compact", {"session_id": "s", "tail_count": 2, "messages": [
-        user("[summary] we planned a migration"),
-        user("what about the index", id="u1"), assistant("rebuild it with quokkas", id="a1")]})
+    store.apply(
+        "messages.append",
+        {
+            "session_id": "s",
+            "messages": [
+                user("plan the migration", id="u0"),
+                assistant("here is a plan", id="a0"),
+                user("what about the index", id="u1"),
+                assistant("rebuild it with quokkas", id="a1"),
+            ],
+        },
+    )
+    store.apply(
+        "messages.compact",
+        {
+            "session_id": "s",
+            "tail_count": 2,
+            "messages": [
+                user("[summary] we planned a migration"),
+                user("what about the index", id="u1"),
+                assistant("rebuild it with quokkas", id="a1"),
+            ],
+        },
+    )
 
 
 @pytest.mark.parametrize("indexed", [False, True])
@@ -132,7 +189,9 @@ def test_a_word_only_in_the_carried_tail_gives_exactly_one_default_search_hit(st
         audit_hits = r.search("quokkas", projection="audit")
         model = r.get_messages("s", "model")
     assert len(hits) == 1
-    assert hits[0]["message_id"] == store.ids("s", state="live")[-1]  # the carried copy the model sees
+    assert (
+        hits[0]["message_id"] == store.ids("s", state="live")[-1]
+    )  # the carried copy the model sees
     assert model[-1]["content"] == "rebuild it with quokkas"
     assert hits[0]["state"] == "live"
     assert sorted(h["state"] for h in audit_hits) == ["live", "superseded"]
@@ -144,21 +203,44 @@ def test_compaction_display_shows_each_carried_message_once_in_its_original_plac
         display = r.get_messages("s")
         model = r.get_messages("s", "model")
         audit = r.get_messages("s", "audit")
-    assert [m["content"] for m in display] == ["plan the migration", "here is a plan", "what about the index",
-                                               "rebuild it with quokkas", "[summary] we planned a migration"]
+    assert [m["content"] for m in display] == [
+        "plan the migration",
+        "here is a plan",
+        "what about the index",
+        "rebuild it with quokkas",
+        "[summary] we planned a migration",
+    ]
     assert [m["state"] for m in display] == ["compacted", "compacted", "live", "live", "live"]
-    assert [m["content"] for m in model] == ["[summary] we planned a migration", "what about the index",
-                                             "rebuild it with quokkas"]
-    assert [m["state"] for m in audit] == ["compacted", "compacted", "superseded", "superseded", "live", "live", "live"]
+    assert [m["content"] for m in model] == [
+        "[summary] we planned a migration",
+        "what about the index",
+        "rebuild it with quokkas",
+    ]
+    assert [m["state"] for m in audit] == [
+        "compacted",
+        "compacted",
+        "superseded",
+        "superseded",
+        "live",
+        "live",
+        "live",
+    ]
     assert "message_id" not in model[0] and model[1]["id"] == "u1"  # OpenAI shape, producer id kept
 
 
 def test_rows_after_the_watermark_are_kept_once_after_the_compacted_set(store):
     store.apply("messages.append", {"session_id": "s", "messages": _turns(2)})
     watermark = store.ids("s")[-1]
-    store.apply("messages.append", {"session_id": "s", "messages": [user("concurrent tail", id="late")]})
-    assert store.apply("messages.compact", {"session_id": "s", "watermark": watermark,
-                                            "messages": [user("[summary]")]}) == []
+    store.apply(
+        "messages.append", {"session_id": "s", "messages": [user("concurrent tail", id="late")]}
+    )
+    assert (
+        store.apply(
+            "messages.compact",
+            {"session_id": "s", "watermark": watermark, "messages": [user("[summary]")]},
+        )
+        == []
+    )
     with store.reader() as r:
         model = [m["content"] for m in r.get_messages("s", "model")]
         display = r.get_messages("s")
@@ -168,31 +250,70 @@ def test_rows_after_the_watermark_are_kept_once_after_the_compacted_set(store):
 
 
 def test_a_compaction_carrying_one_tool_result_twice_is_rejected_and_changes_nothing(store):
-    store.apply("messages.append", {"session_id": "s", "messages": [
-        user("go"), assistant(None, tool_calls=[call("t1")]), tool("t1", "result")]})
+    store.apply(
+        "messages.append",
+        {
+            "session_id": "s",
+            "messages": [
+                user("go"),
+                assistant(None, tool_calls=[call("t1")]),
+                tool("t1", "result"),
+            ],
+        },
+    )
     before = store.rows("s")
-    assert store.apply("messages.compact", {"session_id": "s", "messages": [
-        user("[summary]"), assistant(None, tool_calls=[call("t1")]), tool("t1", "result"), tool("t1", "result")]}) \
-        == ["duplicate-tool-result"]
+    assert store.apply(
+        "messages.compact",
+        {
+            "session_id": "s",
+            "messages": [
+                user("[summary]"),
+                assistant(None, tool_calls=[call("t1")]),
+                tool("t1", "result"),
+                tool("t1", "result"),
+            ],
+        },
+    ) == ["duplicate-tool-result"]
     assert "'t1'" in store.last_rejects[0][1]
     assert store.rows("s") == before
     # Carrying the call and its result once is fine: one live result, two on disk.
-    assert store.apply("messages.compact", {"session_id": "s", "tail_count": 2, "messages": [
-        user("[summary]"), assistant(None, tool_calls=[call("t1")]), tool("t1", "result")]}) == []
-    live = store.conn.execute("SELECT count(*) FROM messages WHERE tool_call_id = 't1' AND state = 'live'").fetchone()[0]
+    assert (
+        store.apply(
+            "messages.compact",
+            {
+                "session_id": "s",
+                "tail_count": 2,
+                "messages": [
+                    user("[summary]"),
+                    assistant(None, tool_calls=[call("t1")]),
+                    tool("t1", "result"),
+                ],
+            },
+        )
+        == []
+    )
+    live = store.conn.execute(
+        "SELECT count(*) FROM messages WHERE tool_call_id = 't1' AND state = 'live'"
+    ).fetchone()[0]
     assert (live, len(store.ids("s", tool_call_id="t1"))) == (1, 2)
 
 
 def test_a_tail_count_without_byte_identical_originals_is_refused(store):
     store.apply("messages.append", {"session_id": "s", "messages": _turns(1)})
     before = store.rows("s")
-    assert store.apply("messages.compact", {"session_id": "s", "tail_count": 1,
-                                            "messages": [user("[summary]"), assistant("edited answer")]}) \
-        == ["tail-mismatch"]
+    assert store.apply(
+        "messages.compact",
+        {
+            "session_id": "s",
+            "tail_count": 1,
+            "messages": [user("[summary]"), assistant("edited answer")],
+        },
+    ) == ["tail-mismatch"]
     assert store.rows("s") == before
 
 
 # -- rewind and replace -------------------------------------------------------------------------
+
 
 def test_rewind_to_a_user_message_gives_exactly_the_specified_row_counts(store):
     store.apply("messages.append", {"session_id": "s", "messages": _turns(3)})  # u0 a0 u1 a1 u2 a2
@@ -210,10 +331,14 @@ def test_rewind_to_a_non_user_message_is_refused_and_changes_nothing(store):
     store.apply("messages.append", {"session_id": "s", "messages": _turns(2)})
     before = store.rows("s")
     assistant_id = store.ids("s", role="assistant")[0]
-    assert store.apply("messages.rewind", {"session_id": "s", "message_id": assistant_id}) == ["not-a-user-message"]
+    assert store.apply("messages.rewind", {"session_id": "s", "message_id": assistant_id}) == [
+        "not-a-user-message"
+    ]
     assert store.apply("messages.rewind", {"session_id": "s", "user_turn": 3}) == ["no-such-turn"]
     assert store.apply("messages.rewind", {"session_id": "s", "user_turn": 0}) == ["no-such-turn"]
-    assert store.apply("messages.rewind", {"session_id": "s", "message_id": 10 ** 9}) == ["unknown-message"]
+    assert store.apply("messages.rewind", {"session_id": "s", "message_id": 10**9}) == [
+        "unknown-message"
+    ]
     assert store.rows("s") == before
 
 
@@ -243,27 +368,61 @@ def test_rewind_after_compaction_keeps_the_summary_and_the_compacted_history(sto
 def test_replace_regenerates_from_a_message_and_keeps_the_dropped_rows_as_rewound(store):
     store.apply("messages.append", {"session_id": "s", "messages": _turns(2)})
     last_answer = store.ids("s", role="assistant")[-1]
-    assert store.apply("messages.replace", {"session_id": "s", "from_message_id": last_answer,
-                                            "messages": [assistant("a better answer", id="a1")]}) == []
+    assert (
+        store.apply(
+            "messages.replace",
+            {
+                "session_id": "s",
+                "from_message_id": last_answer,
+                "messages": [assistant("a better answer", id="a1")],
+            },
+        )
+        == []
+    )
     with store.reader() as r:
         assert [m["content"] for m in r.get_messages("s", "model")][-1] == "a better answer"
         audit = r.get_messages("s", "audit")
     assert [m["state"] for m in audit] == ["live", "live", "live", "rewound", "live"]
-    assert store.apply("messages.replace", {"session_id": "s", "messages": [user("fresh start")]}) == []
+    assert (
+        store.apply("messages.replace", {"session_id": "s", "messages": [user("fresh start")]})
+        == []
+    )
     with store.reader() as r:
         assert [m["content"] for m in r.get_messages("s", "model")] == ["fresh start"]
 
 
 # -- projections: one display transcript ----------------------------------------------------------
 
+
 def _busy_session(store: Store) -> None:
-    store.apply("messages.append", {"session_id": "s", "messages": [
-        {"role": "system", "content": "be brief"}, *_turns(3),
-        assistant(None, tool_calls=[call("t1")]), tool("t1", "same output"),
-        assistant(None, tool_calls=[call("t2")]), tool("t2", "same output")]})
-    store.apply("messages.compact", {"session_id": "s", "tail_count": 3, "messages": [
-        {"role": "system", "content": "be brief"}, user("[summary]"),
-        tool("t1", "same output"), assistant(None, tool_calls=[call("t2")]), tool("t2", "same output")]})
+    store.apply(
+        "messages.append",
+        {
+            "session_id": "s",
+            "messages": [
+                {"role": "system", "content": "be brief"},
+                *_turns(3),
+                assistant(None, tool_calls=[call("t1")]),
+                tool("t1", "same output"),
+                assistant(None, tool_calls=[call("t2")]),
+                tool("t2", "same output"),
+            ],
+        },
+    )
+    store.apply(
+        "messages.compact",
+        {
+            "session_id": "s",
+            "tail_count": 3,
+            "messages": [
+                {"role": "system", "content": "be brief"},
+                user("[summary]"),
+                tool("t1", "same output"),
+                assistant(None, tool_calls=[call("t2")]),
+                tool("t2", "same output"),
+            ],
+        },
+    )
     store.apply("messages.append", {"session_id": "s", "messages": _turns(2, "after")})
 
 
@@ -273,13 +432,17 @@ def test_display_paging_offset_latest_and_after_id_are_slices_of_the_full_displa
     with store.reader() as r:
         full = r.get_messages("s")
         keys = [m["message_id"] for m in full]
-        assert len(keys) == len(set(keys)) == 16  # 11 originals (copies share their place) + summary + 4 new
+        assert (
+            len(keys) == len(set(keys)) == 16
+        )  # 11 originals (copies share their place) + summary + 4 new
         for limit in (1, 3, 5, 20):
             for offset in range(0, len(full) + 1, 2):
-                assert r.get_messages("s", limit=limit, offset=offset) == full[offset:offset + limit]
+                assert (
+                    r.get_messages("s", limit=limit, offset=offset) == full[offset : offset + limit]
+                )
             assert r.get_messages("s", limit=limit, latest=True) == full[-limit:]
         for i, m in enumerate(full):
-            assert r.get_messages("s", after_id=m["message_id"]) == full[i + 1:]
+            assert r.get_messages("s", after_id=m["message_id"]) == full[i + 1 :]
         assert r.export("s")["messages"] == full
 
 
@@ -287,7 +450,10 @@ def test_display_dedupes_tool_rows_by_tool_call_id_not_only_by_content(store):
     _busy_session(store)
     with store.reader() as r:
         tools = [m for m in r.get_messages("s") if m["role"] == "tool"]
-    assert [m["tool_call_id"] for m in tools] == ["t1", "t2"]  # same content, different calls: both shown
+    assert [m["tool_call_id"] for m in tools] == [
+        "t1",
+        "t2",
+    ]  # same content, different calls: both shown
 
 
 def test_search_context_is_the_display_neighbours_of_the_hit(store):
@@ -313,6 +479,7 @@ def test_projection_reads_reject_unknown_names_and_negative_pages(store):
 
 # -- sessions: emptiness, titles, end reasons, flags, read marks --------------------------------
 
+
 def test_a_session_whose_rows_are_all_rewound_or_compacted_is_not_empty(store):
     store.apply("messages.append", {"session_id": "rewound", "messages": _turns(1)})
     store.apply("messages.rewind", {"session_id": "rewound", "user_turn": 1})
@@ -330,21 +497,35 @@ def test_a_session_whose_rows_are_all_rewound_or_compacted_is_not_empty(store):
 
 
 def test_titles_are_unique_sanitized_limited_and_clearable(store):
-    assert store.apply("session.title", {"session_id": "a", "title": "  my\x00 pro\x07ject\n\u200b "}) == []
-    assert store.apply("session.title", {"session_id": "b", "title": "my pro ject"}) == ["duplicate-title"]
+    assert (
+        store.apply("session.title", {"session_id": "a", "title": "  my\x00 pro\x07ject\n\u200b "})
+        == []
+    )
+    assert store.apply("session.title", {"session_id": "b", "title": "my pro ject"}) == [
+        "duplicate-title"
+    ]
     assert "session a" in store.last_rejects[0][1]
-    assert store.apply("session.title", {"session_id": "b", "title": "x" * 201}) == ["title-too-long"]
-    store.apply("session.create", {"session_id": "c", "title": "my pro ject"})  # an import: kept, title dropped
-    assert store.apply("session.title", {"session_id": "d", "title": "\x01\x02"}) == []  # only control chars: cleared
+    assert store.apply("session.title", {"session_id": "b", "title": "x" * 201}) == [
+        "title-too-long"
+    ]
+    store.apply(
+        "session.create", {"session_id": "c", "title": "my pro ject"}
+    )  # an import: kept, title dropped
+    assert (
+        store.apply("session.title", {"session_id": "d", "title": "\x01\x02"}) == []
+    )  # only control chars: cleared
     with store.reader() as r:
         assert r.get_session("a")["title"] == "my pro ject"
         assert r.get_session("b") is None  # both refused ops changed nothing, not even a bare row
         assert r.get_session("c")["title"] is None
         assert r.get_session("d")["title"] is None  # several untitled sessions are fine
-    assert json.loads(store.conn.execute("SELECT meta FROM sessions WHERE id = 'c'").fetchone()[0]) == \
-        {"requested_title": "my pro ject"}
+    assert json.loads(
+        store.conn.execute("SELECT meta FROM sessions WHERE id = 'c'").fetchone()[0]
+    ) == {"requested_title": "my pro ject"}
     assert store.apply("session.title", {"session_id": "a", "title": ""}) == []  # empty clears
-    assert store.apply("session.title", {"session_id": "b", "title": "my pro\tject"}) == []  # now free
+    assert (
+        store.apply("session.title", {"session_id": "b", "title": "my pro\tject"}) == []
+    )  # now free
     with store.reader() as r:
         assert (r.get_session("a")["title"], r.get_session("b")["title"]) == (None, "my pro ject")
 
@@ -358,7 +539,10 @@ def test_first_end_reason_wins_and_only_automatic_ends_are_cleared_by_a_live_wri
     for sid in ("auto", "deliberate"):
         store.apply("messages.append", {"session_id": sid, "messages": [user("still here")]})
     with store.reader() as r:
-        assert (r.get_session("auto")["ended_at"], r.get_session("auto")["end_reason"]) == (None, None)
+        assert (r.get_session("auto")["ended_at"], r.get_session("auto")["end_reason"]) == (
+            None,
+            None,
+        )
         assert r.get_session("deliberate")["end_reason"] == "compression"
         assert len(r.get_messages("deliberate")) == 1  # the rows still land
 
@@ -373,12 +557,18 @@ def test_read_watermark_drives_unread_and_never_moves_back(store):
     store.apply("session.read", {"session_id": "s", "message_id": second})  # older: ignored
     with store.reader() as r:
         assert r.get_session("s")["unread"] == 0
-    assert store.apply("session.read", {"session_id": "s", "message_id": 10 ** 9}) == ["unknown-message"]
+    assert store.apply("session.read", {"session_id": "s", "message_id": 10**9}) == [
+        "unknown-message"
+    ]
 
 
 def test_flags_need_booleans_and_edges_need_a_known_kind(store):
     assert store.apply("session.flags", {"session_id": "s", "pinned": 1}) == ["invalid-field"]
     assert store.apply("session.flags", {"session_id": "s"}) == ["invalid-field"]
-    assert store.apply("session.create", {"session_id": "c", "parent_id": "p", "parent_kind": "fork"}) == ["invalid-field"]
-    assert store.apply("session.create", {"session_id": "c", "parent_id": "c", "parent_kind": "branch"}) == ["self-parent"]
+    assert store.apply(
+        "session.create", {"session_id": "c", "parent_id": "p", "parent_kind": "fork"}
+    ) == ["invalid-field"]
+    assert store.apply(
+        "session.create", {"session_id": "c", "parent_id": "c", "parent_kind": "branch"}
+    ) == ["self-parent"]
     assert store.conn.execute("SELECT count(*) FROM sessions").fetchone()[0] == 0

@@ -1,22 +1,50 @@
 """The read CLI over a real fleet run: filters, a readable transcript, export = every row."""
+
 from __future__ import annotations
 
 import json
 
 
 def _ops() -> str:
-    call = {"id": "c1", "type": "function", "function": {"name": "grep", "arguments": '{"pattern": "config"}'}}
+    call = {
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "grep", "arguments": '{"pattern": "config"}'},
+    }
     ops = [
-        {"op": "session.create", "data": {"session_id": "demo", "source": "cli", "title": "user_auth fix"}},
-        {"op": "session.create", "data": {"session_id": "other", "source": "cli", "title": "userXauth notes"}},
-        {"session_id": "demo", "messages": [
-            {"role": "user", "content": "where is [the] config parsed?"},
-            {"role": "assistant", "content": None, "tool_calls": [call]},
-            {"role": "tool", "tool_call_id": "c1", "name": "grep", "content": "ops/config.py:12: def load"},
-            {"role": "assistant", "content": "In ops/config.py"}]},
-        {"op": "messages.compact", "data": {"session_id": "demo", "tail_count": 1, "messages": [
-            {"role": "user", "content": "[summary] asked about config"},
-            {"role": "assistant", "content": "In ops/config.py"}]}},
+        {
+            "op": "session.create",
+            "data": {"session_id": "demo", "source": "cli", "title": "user_auth fix"},
+        },
+        {
+            "op": "session.create",
+            "data": {"session_id": "other", "source": "cli", "title": "userXauth notes"},
+        },
+        {
+            "session_id": "demo",
+            "messages": [
+                {"role": "user", "content": "where is [the] config parsed?"},
+                {"role": "assistant", "content": None, "tool_calls": [call]},
+                {
+                    "role": "tool",
+                    "tool_call_id": "c1",
+                    "name": "grep",
+                    "content": "ops/config.py:12: def load",
+                },
+                {"role": "assistant", "content": "In ops/config.py"},
+            ],
+        },
+        {
+            "op": "messages.compact",
+            "data": {
+                "session_id": "demo",
+                "tail_count": 1,
+                "messages": [
+                    {"role": "user", "content": "[summary] asked about config"},
+                    {"role": "assistant", "content": "In ops/config.py"},
+                ],
+            },
+        },
     ]
     return "\n".join(json.dumps(o) for o in ops)
 
@@ -29,15 +57,36 @@ def test_read_commands_show_filter_search_and_export_one_display_transcript(quil
     # `sessions export` writes Quill ops `quill import` takes back: every row with its state
     lines = quill.run("sessions", "export", "demo").stdout.splitlines()
     assert json.loads(lines[0])["quill_export"] == 1
-    rows = [r for o in map(json.loads, lines[1:]) if o["op"] == "messages.restore" for r in o["data"]["rows"]]
+    rows = [
+        r
+        for o in map(json.loads, lines[1:])
+        if o["op"] == "messages.restore"
+        for r in o["data"]["rows"]
+    ]
     audit = quill.json("sessions", "show", "demo", "--view", "audit")["messages"]
-    assert [(r["message"]["content"], r["state"]) for r in rows] == [(m["content"], m["state"]) for m in audit]
-    assert [m["content"] for m in shown["messages"]][-2:] == ["In ops/config.py", "[summary] asked about config"]
+    assert [(r["message"]["content"], r["state"]) for r in rows] == [
+        (m["content"], m["state"]) for m in audit
+    ]
+    assert [m["content"] for m in shown["messages"]][-2:] == [
+        "In ops/config.py",
+        "[summary] asked about config",
+    ]
     assert len(quill.json("sessions", "show", "demo", "--view", "model")["messages"]) == 2
     human = quill.run("sessions", "show", "demo").stdout
-    for needle in ("user", "assistant", "→ grep", "tool (grep) ← c1", "ops/config.py:12", "[the]", "[compacted]"):
+    for needle in (
+        "user",
+        "assistant",
+        "→ grep",
+        "tool (grep) ← c1",
+        "ops/config.py:12",
+        "[the]",
+        "[compacted]",
+    ):
         assert needle in human, needle
     hits = quill.json("search", "config.py")
-    assert [h["message_id"] for h in hits] == [shown["messages"][3]["message_id"], shown["messages"][2]["message_id"]]
+    assert [h["message_id"] for h in hits] == [
+        shown["messages"][3]["message_id"],
+        shown["messages"][2]["message_id"],
+    ]
     assert hits[0]["after"] == shown["messages"][4]
     assert quill.run("sessions", "show", "nope", check=False).returncode == 3

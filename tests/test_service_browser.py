@@ -2,6 +2,7 @@
 Playwright) against a real fleet — its `http` child serves the app — with the corpus imported
 plus one synthetic session carrying a tool call, a rewind, a compaction and a delegate child.
 Screenshots go under each test's tmp dir."""
+
 from __future__ import annotations
 
 import os
@@ -10,36 +11,77 @@ from pathlib import Path
 
 import httpx
 import pytest
-
-from quill.ops.service.tokens import TokenStore
-
 from conftest import CORPUS, QuillCLI, stop_fleet
 from service_helpers import free_port
 
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run"]
+from quill.ops.service.tokens import TokenStore
+
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 
 # chromium_path first: without a browser the module's fleet is never started.
 pytestmark = [pytest.mark.corpus, pytest.mark.usefixtures("chromium_path")]
 
-TOOL_CALL = {"id": "call_1", "type": "function",
-             "function": {"name": "run_shell", "arguments": '{"cmd": "pytest -q"}'}}
+TOOL_CALL = {
+    "id": "call_1",
+    "type": "function",
+    "function": {"name": "run_shell", "arguments": '{"cmd": "pytest -q"}'},
+}
 DEMO_OPS = [
-    {"op": "session.create", "data": {"session_id": "demo-parent", "source": "api", "title": "Refactor demo"}},
-    {"op": "messages.append", "data": {"session_id": "demo-parent", "messages": [
-        {"role": "user", "content": "plan the refactor"},
-        {"role": "assistant", "content": "running the tests first", "tool_calls": [TOOL_CALL]},
-        {"role": "tool", "tool_call_id": "call_1", "content": "3 passed in 0.4s"},
-        {"role": "assistant", "content": "all green"},
-        {"role": "user", "content": "try the zebra idea"},
-        {"role": "assistant", "content": "zebra answer"}]}},
+    {
+        "op": "session.create",
+        "data": {"session_id": "demo-parent", "source": "api", "title": "Refactor demo"},
+    },
+    {
+        "op": "messages.append",
+        "data": {
+            "session_id": "demo-parent",
+            "messages": [
+                {"role": "user", "content": "plan the refactor"},
+                {
+                    "role": "assistant",
+                    "content": "running the tests first",
+                    "tool_calls": [TOOL_CALL],
+                },
+                {"role": "tool", "tool_call_id": "call_1", "content": "3 passed in 0.4s"},
+                {"role": "assistant", "content": "all green"},
+                {"role": "user", "content": "try the zebra idea"},
+                {"role": "assistant", "content": "zebra answer"},
+            ],
+        },
+    },
     {"op": "messages.rewind", "data": {"session_id": "demo-parent", "user_turn": -1}},
-    {"op": "messages.compact", "data": {"session_id": "demo-parent", "messages": [
-        {"role": "user", "content": "[summary] we ran the tests: all green"}]}},
-    {"op": "session.create", "data": {"session_id": "demo-child", "source": "subagent", "title": "Child task",
-                                      "parent_id": "demo-parent", "parent_kind": "delegate"}},
-    {"op": "messages.append", "data": {"session_id": "demo-child", "messages": [
-        {"role": "user", "content": "check the lint"}]}},
+    {
+        "op": "messages.compact",
+        "data": {
+            "session_id": "demo-parent",
+            "messages": [{"role": "user", "content": "[summary] we ran the tests: all green"}],
+        },
+    },
+    {
+        "op": "session.create",
+        "data": {
+            "session_id": "demo-child",
+            "source": "subagent",
+            "title": "Child task",
+            "parent_id": "demo-parent",
+            "parent_kind": "delegate",
+        },
+    },
+    {
+        "op": "messages.append",
+        "data": {
+            "session_id": "demo-child",
+            "messages": [{"role": "user", "content": "check the lint"}],
+        },
+    },
 ]
 
 
@@ -76,6 +118,7 @@ def site(tmp_path_factory):
 @pytest.fixture(scope="module")
 def browser(chromium_path):
     from playwright.sync_api import sync_playwright
+
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=str(chromium_path), args=ARGS)
         yield b
@@ -141,7 +184,10 @@ def test_transcript_views_folded_tool_calls_markers_and_lineage(site, page):
     page.click("#views a[data-view=audit]")
     page.wait_for_url("**view=audit")
     assert page.locator(".marker-line.rewound").count() == 1
-    assert page.locator(".msg.rewound").count() == 2 and "zebra answer" in page.locator("main").inner_text()
+    assert (
+        page.locator(".msg.rewound").count() == 2
+        and "zebra answer" in page.locator("main").inner_text()
+    )
     _shot(page, "transcript-audit")
     page.click("#views a[data-view=model]")
     page.wait_for_url("**view=model")
@@ -153,15 +199,20 @@ def test_transcript_views_folded_tool_calls_markers_and_lineage(site, page):
     page.click("#lineage a[href='/sessions/demo-parent']")
     page.wait_for_url("**/sessions/demo-parent")
     page.goto(f"{base}/sessions/no-such-session")  # a browser gets a page, not JSON
-    assert "not-found" in page.locator("h1").inner_text() and "no-such-session" in page.locator("#error").inner_text()
+    assert (
+        "not-found" in page.locator("h1").inner_text()
+        and "no-such-session" in page.locator("#error").inner_text()
+    )
 
 
 def test_fleet_page_shows_workers_lag_and_quarantine(site, page):
     base, _, _ = site
     page.goto(f"{base}/fleet")
     assert "Fleet running" in page.locator("#fleet-state").inner_text()
-    rows = {r.locator("td").first.inner_text(): r.locator("td").nth(2).inner_text()
-            for r in page.locator("#workers tr").all()[1:]}
+    rows = {
+        r.locator("td").first.inner_text(): r.locator("td").nth(2).inner_text()
+        for r in page.locator("#workers tr").all()[1:]
+    }
     assert rows == {"writer": "yes", "scheduler": "yes", "consumer": "yes", "http": "yes"}
     assert "0 bytes" in page.locator("#spool").inner_text()
     assert page.locator("#halt").count() == 0
@@ -206,7 +257,9 @@ def test_usage_page_charts_what_the_store_records(site, page):
     assert int(cells[0]) == total["calls"] and int(cells[1]) == total["input_tokens"]
     assert cells[6] == f"{total['cost_usd']:.2f}"
     _shot(page, "usage")
-    if os.environ.get("QUILL_README_SHOT"):  # refresh docs/dashboard.png: QUILL_README_SHOT=1 pytest -k usage
+    if os.environ.get(
+        "QUILL_README_SHOT"
+    ):  # refresh docs/dashboard.png: QUILL_README_SHOT=1 pytest -k usage
         page.goto(f"{base}/sessions/demo-parent")
         page.locator("details.tool").first.locator("summary").click()
         page.screenshot(path=os.environ["QUILL_README_SHOT"])

@@ -1,18 +1,18 @@
 """The served OpenAPI document fuzzed by schemathesis against a real `quill serve` (real spool,
 real store): no 5xx anywhere, every error answer in the one error shape, responses that
 conform to the document. Hypothesis examples per operation are bounded to keep CI modest."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
 import schemathesis
+from conftest import QuillCLI
 from hypothesis import HealthCheck, given, settings
+from service_helpers import bearer, served
 
 from quill.ops.service.tokens import TokenStore
-
-from conftest import QuillCLI
-from service_helpers import bearer, served
 
 EXAMPLES = 30
 
@@ -50,7 +50,9 @@ def _operations(base: str) -> list:
 
 def _fuzz(operation, examples: int, run) -> None:
     @given(case=operation.as_strategy())
-    @settings(max_examples=examples, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @settings(
+        max_examples=examples, deadline=None, suppress_health_check=list(HealthCheck), database=None
+    )
     def check(case) -> None:
         run(case)
 
@@ -63,9 +65,15 @@ def test_no_server_errors_and_every_error_shaped(served_api):
         # Every built-in check (no 5xx, status codes, content types, response schemas …) plus
         # ours — except "schema-valid data is accepted": an op's data has rules no JSON schema
         # states (docs/ops.md), which the precheck answers with a shaped 422 and its reason.
-        _fuzz(operation, EXAMPLES, lambda case: case.call_and_validate(
-            headers=bearer(admin), additional_checks=[errors_are_shaped],
-            excluded_checks=[schemathesis.checks.positive_data_acceptance]))
+        _fuzz(
+            operation,
+            EXAMPLES,
+            lambda case: case.call_and_validate(
+                headers=bearer(admin),
+                additional_checks=[errors_are_shaped],
+                excluded_checks=[schemathesis.checks.positive_data_acceptance],
+            ),
+        )
 
 
 def test_without_a_token_every_route_answers_a_shaped_401(served_api):

@@ -1,4 +1,5 @@
 """The spool on real files and real processes: order, checksums, torn tails, rotation."""
+
 from __future__ import annotations
 
 import json
@@ -6,11 +7,10 @@ import os
 from pathlib import Path
 
 import pytest
+from conftest import run_processes, spool_producer
 
 from quill.spool import START, InvalidOpError, Position, Quarantine, Spool, SpoolReader
 from quill.spool.record import decode, encode
-
-from conftest import run_processes, spool_producer
 
 
 def _records(spool_dir: Path) -> list:
@@ -19,11 +19,18 @@ def _records(spool_dir: Path) -> list:
 
 def test_append_returns_positions_in_read_order(tmp_path):
     with Spool(tmp_path) as sp:
-        acks = [sp.append("messages.append", {"session_id": "s", "messages": [{"role": "user", "content": str(i)}]})
-                for i in range(50)]
+        acks = [
+            sp.append(
+                "messages.append",
+                {"session_id": "s", "messages": [{"role": "user", "content": str(i)}]},
+            )
+            for i in range(50)
+        ]
     entries = _records(tmp_path)
     assert [e.position for e in entries] == [a.position for a in acks]
-    assert [e.record["data"]["messages"][0]["content"] for e in entries] == [str(i) for i in range(50)]
+    assert [e.record["data"]["messages"][0]["content"] for e in entries] == [
+        str(i) for i in range(50)
+    ]
     assert [e.record["seq"] for e in entries] == list(range(1, 51))
 
 
@@ -54,7 +61,11 @@ def test_damaged_line_in_the_middle_hides_nothing_after_it(tmp_path):
     lines[1] = b"\x00" * (len(lines[1]) - 1) + b"\n"  # a zeroed block, as after a crash
     seg.write_bytes(b"".join(lines))
     entries = _records(tmp_path)
-    assert [e.record["data"]["session_id"] if e.record else None for e in entries] == ["s0", None, "s2"]
+    assert [e.record["data"]["session_id"] if e.record else None for e in entries] == [
+        "s0",
+        None,
+        "s2",
+    ]
     assert entries[1].damage.reason == "nul-bytes"
 
 
@@ -63,13 +74,23 @@ def test_torn_tail_is_isolated_from_the_next_append(tmp_path):
         sp.append("session.create", {"session_id": "before"})
     seg = tmp_path / "00000001.jsonl"
     with open(seg, "ab") as f:  # a producer killed mid-record: a prefix without its newline
-        f.write(encode({"v": 1, "op": "session.create", "batch": "x", "data": {"session_id": "torn"}})[:30])
+        f.write(
+            encode({"v": 1, "op": "session.create", "batch": "x", "data": {"session_id": "torn"}})[
+                :30
+            ]
+        )
     reader = SpoolReader(tmp_path)
-    assert [e.record["data"]["session_id"] for e in _records(tmp_path)] == ["before"]  # tail not yet a record
+    assert [e.record["data"]["session_id"] for e in _records(tmp_path)] == [
+        "before"
+    ]  # tail not yet a record
     with Spool(tmp_path) as other:
         other.append("session.create", {"session_id": "after"})
     entries = _records(tmp_path)
-    assert [e.record["data"]["session_id"] if e.record else "DAMAGED" for e in entries] == ["before", "DAMAGED", "after"]
+    assert [e.record["data"]["session_id"] if e.record else "DAMAGED" for e in entries] == [
+        "before",
+        "DAMAGED",
+        "after",
+    ]
     assert reader.end() == entries[-1].next
 
 
@@ -101,7 +122,10 @@ def test_a_torn_tail_in_a_full_segment_does_not_hide_the_next_segment(tmp_path):
     assert reader.seal_torn_tail(1) is False
     entries = _records(tmp_path)
     assert [e.record["data"]["session_id"] if e.record else e.damage.reason for e in entries] == [
-        "before", "torn-write", "after"]
+        "before",
+        "torn-write",
+        "after",
+    ]
     assert entries[1].next == Position(1, size) and entries[1].raw == b'{"v":1,"op":"sess'
 
 
@@ -111,7 +135,9 @@ def test_rotation_keeps_order_across_segments(tmp_path):
             sp.append("session.create", {"session_id": f"s{i:03d}", "meta": {"pad": "x" * 100}})
     segments = sorted(p.name for p in tmp_path.glob("*.jsonl"))
     assert len(segments) > 5
-    assert [e.record["data"]["session_id"] for e in _records(tmp_path)] == [f"s{i:03d}" for i in range(40)]
+    assert [e.record["data"]["session_id"] for e in _records(tmp_path)] == [
+        f"s{i:03d}" for i in range(40)
+    ]
     assert oct(os.stat(tmp_path / segments[0]).st_mode & 0o777) == "0o600"
 
 
@@ -156,19 +182,32 @@ def test_a_long_lived_handle_never_writes_into_a_collected_segment(tmp_path):
     size under the rotation limit, wrote into the unlinked file and acknowledged a record that
     nothing ever read. It must move to the newest segment instead."""
     from quill.spool import purge, retention
+
     spool_dir = tmp_path / "spool"
     agent = Spool(spool_dir, segment_bytes=4096)
-    agent.append("messages.append", {"session_id": "agent", "messages": [{"role": "user", "content": "first"}]})
+    agent.append(
+        "messages.append",
+        {"session_id": "agent", "messages": [{"role": "user", "content": "first"}]},
+    )
     assert purge.seal(spool_dir, 1)
     with Spool(spool_dir, segment_bytes=4096) as busy:
         while max(int(p.name.split(".")[0]) for p in spool_dir.glob("*.jsonl")) < 3:
-            busy.append("messages.append", {"session_id": "busy", "messages": [{"role": "user", "content": "x" * 900}]})
+            busy.append(
+                "messages.append",
+                {"session_id": "busy", "messages": [{"role": "user", "content": "x" * 900}]},
+            )
     top = Position(3, 0)
     gone = retention.collect(spool_dir, top, top, retention_s=0)
     assert gone["deleted"] == [1, 2]
-    ack = agent.append("messages.append", {"session_id": "agent", "messages": [{"role": "user", "content": "second"}]})
+    ack = agent.append(
+        "messages.append",
+        {"session_id": "agent", "messages": [{"role": "user", "content": "second"}]},
+    )
     assert ack.position.segment == 3
-    read = [e.record["data"]["messages"][0]["content"] for e in SpoolReader(spool_dir).read(Position(3, 0))
-            if e.record and e.record["data"]["session_id"] == "agent"]
+    read = [
+        e.record["data"]["messages"][0]["content"]
+        for e in SpoolReader(spool_dir).read(Position(3, 0))
+        if e.record and e.record["data"]["session_id"] == "agent"
+    ]
     assert read == ["second"]
     agent.close()

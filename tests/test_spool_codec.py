@@ -1,6 +1,7 @@
 """The spool's fast JSON path (msgspec) writes and reads exactly what the stdlib
 path would: every value decodes to what the producer passed, and every line decodes as
 ``json.loads`` decodes it."""
+
 from __future__ import annotations
 
 import json
@@ -13,8 +14,21 @@ from quill.spool import record
 from quill.spool.errors import DamagedRecordError
 
 TRICKY = [
-    {"s": "plain", "u": "é中🚀", "ctl": "a\nb\t\"q\"\\\x01", "empty": "", "none": None},
-    {"ints": [0, -1, 2 ** 53 + 1, 2 ** 63 - 1, 2 ** 63, 2 ** 64 - 1, 2 ** 64, -2 ** 63, -2 ** 63 - 1, 10 ** 30]},
+    {"s": "plain", "u": "é中🚀", "ctl": 'a\nb\t"q"\\\x01', "empty": "", "none": None},
+    {
+        "ints": [
+            0,
+            -1,
+            2**53 + 1,
+            2**63 - 1,
+            2**63,
+            2**64 - 1,
+            2**64,
+            -(2**63),
+            -(2**63) - 1,
+            10**30,
+        ]
+    },
     {"floats": [0.1, -0.0, 1e-05, 1e300, 5e-324, 123456789.123456789, 1.0, 2.5e-8]},
     {"tuple": (1, 2, ("x",)), "bools": [True, False], "nested": {"a": [{"b": [{}]}]}},
     {"keys": {1: "int key", 2.5: "float key", True: "bool key", None: "none key"}},
@@ -23,8 +37,15 @@ TRICKY = [
 
 
 def _body(data: dict) -> dict:
-    return {"v": record.VERSION, "op": "messages.append", "batch": "b", "producer": "p", "seq": 1,
-            "ts": 1764412345.125, "data": data}
+    return {
+        "v": record.VERSION,
+        "op": "messages.append",
+        "batch": "b",
+        "producer": "p",
+        "seq": 1,
+        "ts": 1764412345.125,
+        "data": data,
+    }
 
 
 @pytest.mark.parametrize("data", TRICKY)
@@ -34,7 +55,7 @@ def test_encoded_records_decode_to_what_the_stdlib_path_writes(data):
     raw = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     stdlib = json.loads(record._SURROGATE.sub("\ufffd", raw))  # what the stdlib path writes
     assert record.decode(line) == stdlib
-    body_bytes = line[:-record.CRC_SUFFIX_LEN] + b"}"
+    body_bytes = line[: -record.CRC_SUFFIX_LEN] + b"}"
     assert zlib.crc32(body_bytes) & 0xFFFFFFFF == int(line[-11:-3], 16)
 
 
@@ -50,11 +71,18 @@ def test_values_json_cannot_hold_are_refused(data):
         record.encode(_body(data))
 
 
-@pytest.mark.parametrize("text", [
-    b'{"a":NaN,"b":Infinity,"c":-Infinity}', b'{"s":"\\ud800x"}', b'{"n":123456789012345678901234567890}',
-    b'{"n":-9223372036854775809,"m":18446744073709551615}', b'{"f":1.5e-7,"g":-0.0,"k":"\\u00e9"}',
-    b'{"dup":1,"dup":2}', '{"utf16":"x"}'.encode("utf-16"),
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        b'{"a":NaN,"b":Infinity,"c":-Infinity}',
+        b'{"s":"\\ud800x"}',
+        b'{"n":123456789012345678901234567890}',
+        b'{"n":-9223372036854775809,"m":18446744073709551615}',
+        b'{"f":1.5e-7,"g":-0.0,"k":"\\u00e9"}',
+        b'{"dup":1,"dup":2}',
+        '{"utf16":"x"}'.encode("utf-16"),
+    ],
+)
 def test_lines_decode_exactly_as_the_stdlib_decodes_them(text):
     want = json.loads(text)
     got = record.loads(text)
@@ -77,8 +105,14 @@ def test_a_damaged_body_is_still_a_damaged_record():
         record.decode(line.replace(b'"x":1', b'"x":2'))
 
 
-@pytest.mark.parametrize("data", [{"messages": [{"role": "user", "content": "héllo ✓ 😀"}]}, {"n": 2**70, "x": 1.5e-7},
-                                  {"nested": [[{"a": None, "b": True}]], "s": "quote \" and \\ and \n"}])
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"messages": [{"role": "user", "content": "héllo ✓ 😀"}]},
+        {"n": 2**70, "x": 1.5e-7},
+        {"nested": [[{"a": None, "b": True}]], "s": 'quote " and \\ and \n'},
+    ],
+)
 def test_stdlib_codec_writes_records_that_decode_to_the_same_body(data):
     """`quill push` encodes with the stdlib (``fast=False``); the record must read back exactly
     as the msgspec-encoded one does."""
@@ -95,8 +129,12 @@ def test_producer_batch_ids_are_version_4_uuids(tmp_path):
     with Spool(tmp_path / "spool", fast_codec=False) as spool:
         ids = {spool.append("session.create", {"session_id": f"s{i}"}).batch_id for i in range(50)}
     assert len(ids) == 50
-    assert all(uuid.UUID(i).version == 4 and uuid.UUID(i).variant == uuid.RFC_4122 and str(uuid.UUID(i)) == i
-               for i in ids)
+    assert all(
+        uuid.UUID(i).version == 4
+        and uuid.UUID(i).variant == uuid.RFC_4122
+        and str(uuid.UUID(i)) == i
+        for i in ids
+    )
 
 
 # -- plain_json: the bodies whose msgspec round trip encode() does not re-check ------------------
@@ -105,12 +143,22 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 _PLAIN = st.recursive(
-    st.one_of(st.none(), st.booleans(), st.integers(), st.integers(min_value=-2 ** 200, max_value=2 ** 200),
-              st.floats(allow_nan=False, allow_infinity=False), st.text(st.characters(exclude_categories=("Cs",)))),
-    lambda inner: st.one_of(st.lists(inner, max_size=5),
-                            st.dictionaries(st.text(st.characters(exclude_categories=("Cs",)), max_size=8), inner,
-                                            max_size=5)),
-    max_leaves=25)
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(),
+        st.integers(min_value=-(2**200), max_value=2**200),
+        st.floats(allow_nan=False, allow_infinity=False),
+        st.text(st.characters(exclude_categories=("Cs",))),
+    ),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=5),
+        st.dictionaries(
+            st.text(st.characters(exclude_categories=("Cs",)), max_size=8), inner, max_size=5
+        ),
+    ),
+    max_leaves=25,
+)
 
 
 @settings(max_examples=500, deadline=None)
@@ -125,10 +173,26 @@ class _Str(str):
     pass
 
 
-@pytest.mark.parametrize("value", [
-    (1, 2), {1, 2}, frozenset(), b"bytes", bytearray(b"x"), float("nan"), float("inf"), -float("inf"),
-    {1: "int key"}, {None: 1}, {"ok": [1, {"deep": (1,)}]}, _Str("s"), {"k": _Str("v")}, [object()],
-    [1, [2, [3, [float("nan")]]]], 1j,
-])
+@pytest.mark.parametrize(
+    "value",
+    [
+        (1, 2),
+        {1, 2},
+        frozenset(),
+        b"bytes",
+        bytearray(b"x"),
+        float("nan"),
+        float("inf"),
+        -float("inf"),
+        {1: "int key"},
+        {None: 1},
+        {"ok": [1, {"deep": (1,)}]},
+        _Str("s"),
+        {"k": _Str("v")},
+        [object()],
+        [1, [2, [3, [float("nan")]]]],
+        1j,
+    ],
+)
 def test_anything_else_is_not_plain_and_keeps_the_round_trip_check(value):
     assert not record.plain_json(value)

@@ -3,19 +3,18 @@ rotation at a smaller ``segment_bytes``) and then garbage-collected together wit
 after it: its next append must go to the newest segment, never into the deleted file (an
 acknowledged record nobody can read). And ``wait`` on a batch the store never saw says so
 instead of calling it quarantined."""
+
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
 import pytest
+from conftest import stop_fleet
 
 import quill as quill_pkg
-from quill.spool import START, Ack, Position, Spool, SpoolReader
-from quill.spool import purge, retention
+from quill.spool import START, Ack, Position, Spool, SpoolReader, purge, retention
 from quill.spool.segments import list_segments
-
-from conftest import stop_fleet
 
 MSG = {"session_id": "agent", "messages": [{"role": "user", "content": "turn"}]}
 
@@ -24,7 +23,10 @@ def _fill_to_segment(spool_dir: Path, segment: int) -> None:
     """Another producer (rotating at 4 KiB) appends until segment ``segment`` exists."""
     with Spool(spool_dir, segment_bytes=4096) as busy:
         while max(list_segments(spool_dir)) < segment:
-            busy.append("messages.append", {"session_id": "busy", "messages": [{"role": "user", "content": "x" * 900}]})
+            busy.append(
+                "messages.append",
+                {"session_id": "busy", "messages": [{"role": "user", "content": "x" * 900}]},
+            )
 
 
 def _collect_all_but_newest(spool_dir: Path) -> list[int]:
@@ -46,7 +48,11 @@ def test_append_after_its_segment_was_collected_lands_in_the_newest(tmp_path, re
 
     second = agent.append("messages.append", MSG)
     assert second.position.segment == 3, f"acknowledged into a deleted segment: {second}"
-    read = {e.record["batch"]: e.position for e in SpoolReader(spool_dir).read(START, max_bytes=1 << 30) if e.record}
+    read = {
+        e.record["batch"]: e.position
+        for e in SpoolReader(spool_dir).read(START, max_bytes=1 << 30)
+        if e.record
+    }
     assert read[second.batch_id] == second.position
     agent.close()
 
@@ -73,9 +79,17 @@ def test_client_append_after_purge_and_spool_gc_is_applied(home, quill):
     fleet = quill.start_fleet()
     try:
         agent = quill_pkg.Client(home)
-        assert agent.wait(agent.append("agent", [{"role": "user", "content": "first turn"}]), 60).status == "applied"
+        assert (
+            agent.wait(
+                agent.append("agent", [{"role": "user", "content": "first turn"}]), 60
+            ).status
+            == "applied"
+        )
         other = quill_pkg.Client(home)
-        assert other.wait(other.append("secret", [{"role": "user", "content": "hunter2"}]), 60).status == "applied"
+        assert (
+            other.wait(other.append("secret", [{"role": "user", "content": "hunter2"}]), 60).status
+            == "applied"
+        )
         quill.run("sessions", "delete", "secret", "--yes", "--purge", "--wait", "60")
         _fill_to_segment(home / "spool", max(list_segments(home / "spool")) + 2)
         quill.wait_idle()
@@ -94,7 +108,9 @@ def test_wait_on_a_batch_the_store_never_saw_is_not_called_quarantined(home, qui
     client = quill_pkg.Client(home)
     real = client.append("s", [{"role": "user", "content": "hi"}])
     quill.drain()
-    ghost = Ack(real.position, "00000000-0000-4000-8000-000000000000")  # nothing was appended for it
+    ghost = Ack(
+        real.position, "00000000-0000-4000-8000-000000000000"
+    )  # nothing was appended for it
     outcome = client.wait(ghost, 10)
     assert outcome.status == "missing"
     assert outcome.reason == "not-found"

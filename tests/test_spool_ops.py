@@ -1,4 +1,5 @@
 """Spool operations: retention rules, `quill spool status|verify|replay`, read-your-writes timeout."""
+
 from __future__ import annotations
 
 import os
@@ -38,12 +39,19 @@ def test_retention_needs_applied_and_snapshot_covered_and_old(tmp_path):
     assert [s["segment"] for s in collectable(tmp_path, everything, Position(2, size2 - 1))] == [1]
     # the newest segment is never deleted, whatever the positions say
     result = collect(tmp_path, everything, everything)
-    assert result["deleted"] == [1, 2, 3] and sorted(p.name for p in tmp_path.glob("*.jsonl")) == ["00000004.jsonl"]
+    assert result["deleted"] == [1, 2, 3] and sorted(p.name for p in tmp_path.glob("*.jsonl")) == [
+        "00000004.jsonl"
+    ]
     assert result["bytes_freed"] > 0
 
 
 def test_spool_verify_exits_1_on_damage_and_names_the_position(quill, home):
-    quill.run("push", "--session", "v", input='{"role": "user", "content": "one"}\n{"role": "user", "content": "two"}')
+    quill.run(
+        "push",
+        "--session",
+        "v",
+        input='{"role": "user", "content": "one"}\n{"role": "user", "content": "two"}',
+    )
     quill.run("push", "--session", "v", input='{"role": "user", "content": "three"}')
     ok = quill.json("spool", "verify")
     assert ok["records"] == 2 and ok["damaged"] == []
@@ -56,14 +64,21 @@ def test_spool_verify_exits_1_on_damage_and_names_the_position(quill, home):
 
 
 def test_spool_replay_into_a_new_file_is_idempotent(quill, home, tmp_path):
-    quill.run("push", "--session", "r", input="\n".join(f'{{"role": "user", "content": "m{i}"}}' for i in range(30)))
+    quill.run(
+        "push",
+        "--session",
+        "r",
+        input="\n".join(f'{{"role": "user", "content": "m{i}"}}' for i in range(30)),
+    )
     target = tmp_path / "fresh.db"
     first = quill.json("spool", "replay", "--into", str(target))
     assert (first["applied"], first["rows"]) == (1, 30)
     again = quill.json("spool", "replay", "--into", str(target), "--from", "1:0")
     assert (again["applied"], again["duplicates"], again["rows"]) == (0, 1, 0)
     status = quill.json("spool", "status")
-    assert status["records_pending"] == 1 and status["cursor"] is None  # the live store was not touched
+    assert (
+        status["records_pending"] == 1 and status["cursor"] is None
+    )  # the live store was not touched
 
 
 def test_spool_replay_into_the_live_store_refuses_while_the_fleet_runs(quill, fleet, home):
@@ -87,6 +102,7 @@ def test_replay_never_applies_a_batch_that_was_refused(tmp_path):
     that covers it) must not apply it now that it would fit."""
     from quill.ops.recover.replay import replay
     from quill.store import Reader
+
     spool_dir, db = tmp_path / "spool", tmp_path / "state.db"
     with Spool(spool_dir) as sp:
         sp.append("session.create", {"session_id": "a", "title": "Fix login"})
@@ -105,13 +121,23 @@ def test_a_wait_timeout_says_why_the_writer_has_not_applied_it(quill, home, flee
     """With the fleet up and another process holding state.db locked, the
     timeout asked "is `quill run` running?". It now passes on what the writer reports."""
     import apsw
-    quill.run("push", "--session", "w", "--wait", "30", input='{"role": "user", "content": "first"}\n')
+
+    quill.run(
+        "push", "--session", "w", "--wait", "30", input='{"role": "user", "content": "first"}\n'
+    )
     blocker = apsw.Connection(str(home / "state.db"))
     blocker.execute("BEGIN EXCLUSIVE")
     try:
         # the writer waits WRITER_BUSY_MS (5 s) on the lock before it reports the error
-        proc = quill.run("push", "--session", "w", "--wait", "9", input='{"role": "user", "content": "x"}\n',
-                         check=False)
+        proc = quill.run(
+            "push",
+            "--session",
+            "w",
+            "--wait",
+            "9",
+            input='{"role": "user", "content": "x"}\n',
+            check=False,
+        )
     finally:
         blocker.execute("ROLLBACK")
         blocker.close()

@@ -6,9 +6,9 @@ the fragment with a lone ``\\n`` (append protocol step 3). The line is quarantin
 as ``torn-write``; ``spool verify`` exits 0 and ``doctor`` does not warn for it. A bit flip in
 an acknowledged record is still damage (exit 1). The byte-level rule is ``spool.torn``.
 """
+
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -17,14 +17,13 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import REPO, quill_env
 
 from quill.spool import TORN_WRITE, Quarantine, Spool, SpoolReader
 from quill.spool.record import encode
 from quill.spool.segments import START, list_segments, segment_name
 from quill.spool.torn import is_record_prefix
 from quill.store import Reader
-
-from conftest import REPO, quill_env
 
 #: A producer that appends large records for ever and logs each batch id once acknowledged.
 _PRODUCER = r"""
@@ -57,16 +56,35 @@ def _kill_mid_append(home: Path, acks: Path, tag: str) -> None:
     record is half written. Retries (a new producer) until a kill lands mid-write."""
     spool_dir = home / "spool"
     for attempt in range(20):
-        proc = subprocess.Popen([sys.executable, "-c", _PRODUCER, str(home), str(acks), f"{tag}{attempt}",
-                                 str(RECORD_BYTES)], env=quill_env(home), cwd=REPO)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                _PRODUCER,
+                str(home),
+                str(acks),
+                f"{tag}{attempt}",
+                str(RECORD_BYTES),
+            ],
+            env=quill_env(home),
+            cwd=REPO,
+        )
         try:
             deadline = time.monotonic() + 120
-            acked = lambda: sum(1 for line in acks.read_text().splitlines() if line.split()[1].startswith(f"{tag}{attempt}-"))
+            acked = lambda: sum(
+                1
+                for line in acks.read_text().splitlines()
+                if line.split()[1].startswith(f"{tag}{attempt}-")
+            )
             while not acks.exists() or not acked():
-                assert proc.poll() is None and time.monotonic() < deadline, "producer made no progress"
+                assert proc.poll() is None and time.monotonic() < deadline, (
+                    "producer made no progress"
+                )
                 time.sleep(0.01)
             while True:  # wait for a write in progress: the segment does not end in "\n"
-                assert proc.poll() is None and time.monotonic() < deadline, "no write in progress seen"
+                assert proc.poll() is None and time.monotonic() < deadline, (
+                    "no write in progress seen"
+                )
                 _, size, last = _last_byte(spool_dir)
                 if size and last != b"\n":
                     os.kill(proc.pid, signal.SIGKILL)
@@ -82,7 +100,9 @@ def _kill_mid_append(home: Path, acks: Path, tag: str) -> None:
     pytest.fail("no kill landed mid-write in 20 tries")
 
 
-def test_producer_killed_mid_append_of_large_records_is_a_torn_write_not_damage(quill, home, tmp_path):
+def test_producer_killed_mid_append_of_large_records_is_a_torn_write_not_damage(
+    quill, home, tmp_path
+):
     quill.run("push", "--session", "before", input='{"role": "user", "content": "before"}')
     acks = tmp_path / "acks"
     _kill_mid_append(home, acks, "a")
@@ -97,10 +117,14 @@ def test_producer_killed_mid_append_of_large_records_is_a_torn_write_not_damage(
         assert e["raw_bytes"] > 0 and e["raw"].startswith('{"v":1,"op":"messages.append"')
     acked = [line.split() for line in acks.read_text().splitlines()]
     with Reader(home / "state.db") as r:
-        ext_ids = {x for (x,) in r.conn.execute("SELECT ext_id FROM messages WHERE session_id = 'big'")}
+        ext_ids = {
+            x for (x,) in r.conn.execute("SELECT ext_id FROM messages WHERE session_id = 'big'")
+        }
         batches = {b for (b,) in r.conn.execute("SELECT batch_id FROM applied_batches")}
         assert {s["id"] for s in r.list_sessions()} >= {"before", "after", "big"}
-    assert {b for b, _ in acked} <= batches and {m for _, m in acked} <= ext_ids  # every ack applied
+    assert {b for b, _ in acked} <= batches and {
+        m for _, m in acked
+    } <= ext_ids  # every ack applied
 
     verify = quill.run("spool", "verify")  # exit 0: torn writes are not damage
     assert "0 damaged" in verify.stdout and "nothing acknowledged was lost" in verify.stdout
@@ -122,8 +146,17 @@ def test_producer_killed_mid_append_of_large_records_is_a_torn_write_not_damage(
 
 
 def _line(session: str, pad: int = 300) -> bytes:
-    return encode({"v": 1, "op": "session.create", "batch": session, "producer": "h:1:x", "seq": 1, "ts": 1.0,
-                   "data": {"session_id": session, "pad": "y" * pad}})
+    return encode(
+        {
+            "v": 1,
+            "op": "session.create",
+            "batch": session,
+            "producer": "h:1:x",
+            "seq": 1,
+            "ts": 1.0,
+            "data": {"session_id": session, "pad": "y" * pad},
+        }
+    )
 
 
 def test_every_cut_of_a_record_is_a_torn_write_and_no_bit_flip_is(tmp_path):

@@ -1,20 +1,20 @@
 """Records the writer cannot read must be refused before the ack or quarantined after it,
 never crash it: data nested deeper than the readers' recursion allows, and
 a checksummed line whose ``op`` is not a string. Real spool, real `quill` subprocesses."""
+
 from __future__ import annotations
 
 import json
 import zlib
 
 import pytest
+from conftest import QuillCLI
 
 from quill import Client
 from quill.ops.client.errors import InvalidInputError
 from quill.spool import Spool
-from quill.spool.record import MAX_NESTING, VERSION, decode, encode, nesting_ok
 from quill.spool.errors import DamagedRecordError, InvalidOpError
-
-from conftest import QuillCLI
+from quill.spool.record import MAX_NESTING, VERSION, decode, encode, nesting_ok
 
 
 def _nested(depth: int) -> list:
@@ -36,9 +36,11 @@ def _line(body: bytes) -> bytes:
 
 
 def _deep_line(depth: int, op: str = "messages.append") -> bytes:
-    return _line(b'{"v":1,"op":"%s","batch":"b-deep","producer":"other","seq":1,"ts":1.0,"data":{"session_id":'
-                 b'"deep","messages":[{"role":"user","content":"x","meta":%s%s}]}}'
-                 % (op.encode(), b"[" * depth, b"]" * depth))
+    return _line(
+        b'{"v":1,"op":"%s","batch":"b-deep","producer":"other","seq":1,"ts":1.0,"data":{"session_id":'
+        b'"deep","messages":[{"role":"user","content":"x","meta":%s%s}]}}'
+        % (op.encode(), b"[" * depth, b"]" * depth)
+    )
 
 
 def test_decode_refuses_what_it_cannot_read_as_a_record():
@@ -60,20 +62,48 @@ def test_producers_refuse_and_the_writer_quarantines_instead_of_crash_looping(tm
     with pytest.raises(InvalidInputError) as err:  # what was acked and then crash-looped the writer
         q.append("deep", deep)
     assert err.value.reason == "invalid-field"
-    pushed = quill.run("push", input=json.dumps({"op": ["messages.append"], "data": {}}) + "\n", check=False)
-    assert pushed.returncode == 2 and "Traceback" not in pushed.stderr and "unknown-op" in pushed.stderr
+    pushed = quill.run(
+        "push", input=json.dumps({"op": ["messages.append"], "data": {}}) + "\n", check=False
+    )
+    assert (
+        pushed.returncode == 2
+        and "Traceback" not in pushed.stderr
+        and "unknown-op" in pushed.stderr
+    )
     # A producer that bypasses the checks (another language, a raw Spool): acked, then quarantined.
     with Spool(home / "spool") as sp:
         sp.append("session.create", {"session_id": "before"})
-        with pytest.raises(InvalidOpError):  # a list op: refused like any unknown op, not a TypeError
+        with pytest.raises(
+            InvalidOpError
+        ):  # a list op: refused like any unknown op, not a TypeError
             sp.append(["messages.append"], {})
-        with pytest.raises(InvalidOpError):  # deeper than this stack can encode: refused, not a RecursionError
-            sp.append("messages.append", {"session_id": "deep", "messages": [{"role": "user", "meta": _nested(5000)}]})
+        with pytest.raises(
+            InvalidOpError
+        ):  # deeper than this stack can encode: refused, not a RecursionError
+            sp.append(
+                "messages.append",
+                {"session_id": "deep", "messages": [{"role": "user", "meta": _nested(5000)}]},
+            )
         with open(sp.dir / "00000001.jsonl", "ab") as fh:
             fh.write(_deep_line(985))
-            fh.write(encode({"v": VERSION, "op": ["messages.append"], "batch": "b-list", "producer": "other",
-                             "seq": 1, "ts": 1.0, "data": {}}, fast=False))
-        sp.append("messages.append", {"session_id": "after", "messages": [{"role": "user", "content": "still here"}]})
+            fh.write(
+                encode(
+                    {
+                        "v": VERSION,
+                        "op": ["messages.append"],
+                        "batch": "b-list",
+                        "producer": "other",
+                        "seq": 1,
+                        "ts": 1.0,
+                        "data": {},
+                    },
+                    fast=False,
+                )
+            )
+        sp.append(
+            "messages.append",
+            {"session_id": "after", "messages": [{"role": "user", "content": "still here"}]},
+        )
     ran = quill.run("run", "--until-idle", "--timeout", "120", check=False)
     assert ran.returncode == 0, ran.stderr[-2000:]
     status = quill.status()

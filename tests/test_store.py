@@ -2,19 +2,18 @@
 PostgreSQL schema): chunked apply with cursor, idempotency, quarantine of invalid ops, search
 over indexed and not-yet-indexed rows, the query sanitizer. The SQLite-only tests at the end
 say why they only make sense there."""
+
 from __future__ import annotations
 
 import json
 import string
 
 import apsw
-
 import pytest
+from semantics_helpers import Store
 
 from quill.store import Reader, open_writer
 from quill.store.search.plan import sanitize
-
-from semantics_helpers import Store
 
 
 @pytest.fixture
@@ -32,8 +31,14 @@ def drain(store, rejects):
 
 
 def _msgs(n, prefix="m"):
-    return [{"role": "user" if i % 2 == 0 else "assistant", "content": f"{prefix} {i}", "id": f"{prefix}{i}"}
-            for i in range(n)]
+    return [
+        {
+            "role": "user" if i % 2 == 0 else "assistant",
+            "content": f"{prefix} {i}",
+            "id": f"{prefix}{i}",
+        }
+        for i in range(n)
+    ]
 
 
 def test_cursor_commits_with_the_rows_and_replay_changes_nothing(store):
@@ -54,7 +59,9 @@ def test_cursor_commits_with_the_rows_and_replay_changes_nothing(store):
 def test_same_message_ids_in_a_new_batch_are_not_duplicated(store):
     spool, conn = store.spool, store.conn
     spool.append("messages.append", {"session_id": "s", "messages": _msgs(5)})
-    spool.append("messages.append", {"session_id": "s", "messages": _msgs(8)})  # a re-import that grew
+    spool.append(
+        "messages.append", {"session_id": "s", "messages": _msgs(8)}
+    )  # a re-import that grew
     result, _ = drain(store, [])
     assert result.rows == 8
     with store.reader() as r:
@@ -72,16 +79,39 @@ def test_a_batch_with_one_invalid_message_lands_nothing_and_is_quarantined(store
     assert rejects == [(str(entries[1].position), "invalid-role")]
     assert (result.applied, result.rejected, result.rows) == (2, 1, 5)
     with store.reader() as r:
-        assert [m["content"] for m in r.get_messages("s")] == ["ok 0", "ok 1", "ok 2", "after 0", "after 1"]
+        assert [m["content"] for m in r.get_messages("s")] == [
+            "ok 0",
+            "ok 1",
+            "ok 2",
+            "after 0",
+            "after 1",
+        ]
 
 
 def test_messages_keep_every_field_and_unknown_ones_verbatim(store):
     spool, conn = store.spool, store.conn
-    call = {"id": "call_1", "type": "function", "function": {"name": "bash", "arguments": '{"cmd": "ls"}'}}
+    call = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "bash", "arguments": '{"cmd": "ls"}'},
+    }
     msgs = [
-        {"role": "user", "content": [{"type": "text", "text": "look at this"}, {"type": "image_url", "image_url": {"url": "data:x"}}]},
-        {"role": "assistant", "content": None, "tool_calls": [call], "reasoning": "think", "finish_reason": "tool_calls",
-         "usage": {"prompt_tokens": 5}, "vendor_field": [1, {"a": None}]},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "look at this"},
+                {"type": "image_url", "image_url": {"url": "data:x"}},
+            ],
+        },
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [call],
+            "reasoning": "think",
+            "finish_reason": "tool_calls",
+            "usage": {"prompt_tokens": 5},
+            "vendor_field": [1, {"a": None}],
+        },
         {"role": "tool", "tool_call_id": "call_1", "name": "bash", "content": "file.txt"},
     ]
     spool.append("messages.append", {"session_id": "s", "messages": msgs})
@@ -94,7 +124,13 @@ def test_messages_keep_every_field_and_unknown_ones_verbatim(store):
 @pytest.mark.parametrize("encoding", [None, 0, False, {}, "{}", "null", "[]", "not json {", []])
 def test_empty_or_malformed_tool_calls_mean_no_tool_calls(store, encoding):
     spool, conn = store.spool, store.conn
-    spool.append("messages.append", {"session_id": "s", "messages": [{"role": "assistant", "content": "x", "tool_calls": encoding}]})
+    spool.append(
+        "messages.append",
+        {
+            "session_id": "s",
+            "messages": [{"role": "assistant", "content": "x", "tool_calls": encoding}],
+        },
+    )
     drain(store, [])
     with store.reader() as r:
         assert "tool_calls" not in r.get_messages("s", "model")[0]
@@ -103,7 +139,10 @@ def test_empty_or_malformed_tool_calls_mean_no_tool_calls(store, encoding):
 def test_tool_calls_given_as_a_json_string_are_stored_once_encoded(store):
     spool, conn = store.spool, store.conn
     calls = [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]
-    spool.append("messages.append", {"session_id": "s", "messages": [{"role": "assistant", "tool_calls": json.dumps(calls)}]})
+    spool.append(
+        "messages.append",
+        {"session_id": "s", "messages": [{"role": "assistant", "tool_calls": json.dumps(calls)}]},
+    )
     drain(store, [])
     raw = conn.execute("SELECT tool_calls FROM messages").fetchone()[0]
     assert json.loads(raw) == calls
@@ -111,10 +150,28 @@ def test_tool_calls_given_as_a_json_string_are_stored_once_encoded(store):
 
 def test_search_finds_rows_before_and_after_indexing(store):
     spool, conn = store.spool, store.conn
-    spool.append("messages.append", {"session_id": "a", "messages": [{"role": "user", "content": "the quokka jumps"}]})
-    spool.append("messages.append", {"session_id": "b", "messages": [
-        {"role": "assistant", "tool_calls": [{"id": "1", "type": "function",
-                                               "function": {"name": "bash", "arguments": "{\"cmd\": \"grep quokka\"}"}}]}]})
+    spool.append(
+        "messages.append",
+        {"session_id": "a", "messages": [{"role": "user", "content": "the quokka jumps"}]},
+    )
+    spool.append(
+        "messages.append",
+        {
+            "session_id": "b",
+            "messages": [
+                {
+                    "role": "assistant",
+                    "tool_calls": [
+                        {
+                            "id": "1",
+                            "type": "function",
+                            "function": {"name": "bash", "arguments": '{"cmd": "grep quokka"}'},
+                        }
+                    ],
+                }
+            ],
+        },
+    )
     drain(store, [])
     with store.reader() as r:
         before = {h["session_id"] for h in r.search("quokka")}
@@ -131,14 +188,29 @@ def test_search_finds_rows_before_and_after_indexing(store):
 
 def test_every_ascii_punctuation_between_two_words_is_a_valid_query(store):
     spool, conn = store.spool, store.conn
-    spool.append("messages.append", {"session_id": "s", "messages": [{"role": "user", "content": "alpha beta"}]})
+    spool.append(
+        "messages.append",
+        {"session_id": "s", "messages": [{"role": "user", "content": "alpha beta"}]},
+    )
     drain(store, [])
     store.index()
     with store.reader() as r:
         for ch in string.punctuation:
             r.search(f"alpha{ch}beta")  # must not raise
-        for q in ("#123", "src/main.py", "don't", "50%", "a@b.com", "chat-send*", '"alpha beta"',
-                  "alpha AND", "OR beta", "alpha OR beta", "NOT", '"unterminated'):
+        for q in (
+            "#123",
+            "src/main.py",
+            "don't",
+            "50%",
+            "a@b.com",
+            "chat-send*",
+            '"alpha beta"',
+            "alpha AND",
+            "OR beta",
+            "alpha OR beta",
+            "NOT",
+            '"unterminated',
+        ):
             r.search(q)
         assert r.search("alpha OR zzz")[0]["session_id"] == "s"
         assert r.search('"alpha beta"') and not r.search('"beta alpha"')
@@ -177,15 +249,20 @@ def test_reader_opens_paths_with_uri_special_characters(tmp_path):
         assert r.figures()["messages"] == 0
 
 
-@pytest.mark.parametrize("op,data", [
-    ("session.create", {"session_id": "p", "started_at": 10**400}),
-    ("session.end", {"session_id": "p", "ended_at": 10**400}),
-    ("session.read", {"session_id": "p", "message_id": 2**70}),
-])
+@pytest.mark.parametrize(
+    "op,data",
+    [
+        ("session.create", {"session_id": "p", "started_at": 10**400}),
+        ("session.end", {"session_id": "p", "ended_at": 10**400}),
+        ("session.read", {"session_id": "p", "message_id": 2**70}),
+    ],
+)
 def test_a_poison_record_is_quarantined_and_the_drain_goes_on(store, op, data):
     spool, conn = store.spool, store.conn
     spool.append(op, data)
-    spool.append("messages.append", {"session_id": "ok", "messages": [{"role": "user", "content": "after"}]})
+    spool.append(
+        "messages.append", {"session_id": "ok", "messages": [{"role": "user", "content": "after"}]}
+    )
     rejects: list = []
     result, entries = drain(store, rejects)
     assert [r[0] for r in rejects] == [str(entries[0].position)]
@@ -196,8 +273,9 @@ def test_a_poison_record_is_quarantined_and_the_drain_goes_on(store, op, data):
 
 def test_a_sqlite_with_the_wal_reset_bug_is_refused():
     """SQLite only: the linked SQLite library's version."""
-    from quill.store.sqlite.connection import check_sqlite_version
     from quill.store.errors import CantOpenError
+    from quill.store.sqlite.connection import check_sqlite_version
+
     check_sqlite_version("3.51.3")
     check_sqlite_version("3.54.1")
     for bad in ("3.51.2", "3.45.0", "3.40.1"):
@@ -234,20 +312,23 @@ def test_a_read_is_retried_after_an_io_error_and_a_persistent_one_surfaces(tmp_p
     """SQLite only: the fault is injected through an apsw VFS (PostgreSQL's I/O errors are the
     server's; a lost connection is covered by the PostgreSQL writer's reconnect tests)."""
     from quill.store.errors import StoreIOError
+
     store = Store(tmp_path)
-    store.apply("messages.append", {"session_id": "io", "messages": [{"role": "user", "content": "x"}]})
+    store.apply(
+        "messages.append", {"session_id": "io", "messages": [{"role": "user", "content": "x"}]}
+    )
     tmp = tmp_path
     vfs = _FlakyVFS()
     try:
         with Reader(tmp / "state.db", vfs="quill-flaky") as r:
             vfs.fail_reads = 1
-            assert r.figures()["messages"] == 1          # retried, then answered
+            assert r.figures()["messages"] == 1  # retried, then answered
             assert vfs.injected == 1
         with Reader(tmp / "state.db", vfs="quill-flaky") as r:  # a cold page cache
             vfs.fail_reads = 100
             with pytest.raises(StoreIOError):
-                r.get_messages("io")                     # persistent: surfaces, typed
-            assert vfs.injected > 1 + 1                  # it was retried before giving up
+                r.get_messages("io")  # persistent: surfaces, typed
+            assert vfs.injected > 1 + 1  # it was retried before giving up
     finally:
         vfs.unregister()
         store.close()

@@ -15,12 +15,12 @@ the factory a module may pass the URL on as a value (a job parameter, ``Leadersh
 Callers ask ``store.factory.capabilities(settings)`` (``kind``, ``local_file``, ``cluster``,
 ``maintenance_jobs``) and open through ``open_store``/``open_url``/``open_reader``.
 """
+
 from __future__ import annotations
 
 import ast
 
 import pytest
-
 from test_layers import production_modules
 
 FACTORY = "quill.store.factory"
@@ -41,16 +41,25 @@ def _mentions_url(node: ast.AST) -> bool:
     """True when ``node``'s subtree names the store URL (``x.store_url``, a name or the
     string key ``"store_url"``)."""
     for n in ast.walk(node):
-        if (isinstance(n, ast.Attribute) and n.attr in URL_NAMES
-                or isinstance(n, ast.Name) and n.id in URL_NAMES
-                or isinstance(n, ast.Constant) and n.value in URL_NAMES):
+        if (
+            isinstance(n, ast.Attribute)
+            and n.attr in URL_NAMES
+            or isinstance(n, ast.Name)
+            and n.id in URL_NAMES
+            or isinstance(n, ast.Constant)
+            and n.value in URL_NAMES
+        ):
             return True
     return False
 
 
 def _is_url(node: ast.AST) -> bool:
-    return (isinstance(node, ast.Attribute) and node.attr in URL_NAMES
-            or isinstance(node, ast.Name) and node.id in URL_NAMES)
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr in URL_NAMES
+        or isinstance(node, ast.Name)
+        and node.id in URL_NAMES
+    )
 
 
 def _callee(call: ast.Call) -> str | None:
@@ -110,32 +119,38 @@ def test_the_factory_itself_is_found_and_looks():
     assert findings(production_modules()[FACTORY].read_text()), "the walk must see the door"
 
 
-@pytest.mark.parametrize("source, kind", [
-    ("if cfg.store_url:\n    pass", "branch"),
-    ("x = None if cfg.store_url else cfg.state_db", "branch"),
-    ("ok = purge and cfg.store_url", "branch"),
-    ("ok = not settings.store_url", "branch"),
-    ("k = 'postgres' if store_url.startswith('postgres') else 'sqlite'", "branch"),
-    ("ok = [j for j in jobs if cfg.store_url]", "branch"),
-    ("assert kind(cfg.store_url) == 'postgres'", "branch"),
-    ("u = 'x+' + cfg.store_url.split('://', 1)[1]", "take apart"),
-    ("s = cfg.store_url[:10]", "take apart"),
-    ("pg = factory.is_postgres_url(u)", "call is_postgres_url"),
-    ("k = kind_of(u)", "call kind_of"),
-    ("b = PostgresBackend(cfg.store_url, spool_id='x')", "construct PostgresBackend"),
-    ("r = postgres.PgReader(url)", "construct PgReader"),
-    ("s = SqliteStore(path)", "construct SqliteStore"),
-])
+@pytest.mark.parametrize(
+    "source, kind",
+    [
+        ("if cfg.store_url:\n    pass", "branch"),
+        ("x = None if cfg.store_url else cfg.state_db", "branch"),
+        ("ok = purge and cfg.store_url", "branch"),
+        ("ok = not settings.store_url", "branch"),
+        ("k = 'postgres' if store_url.startswith('postgres') else 'sqlite'", "branch"),
+        ("ok = [j for j in jobs if cfg.store_url]", "branch"),
+        ("assert kind(cfg.store_url) == 'postgres'", "branch"),
+        ("u = 'x+' + cfg.store_url.split('://', 1)[1]", "take apart"),
+        ("s = cfg.store_url[:10]", "take apart"),
+        ("pg = factory.is_postgres_url(u)", "call is_postgres_url"),
+        ("k = kind_of(u)", "call kind_of"),
+        ("b = PostgresBackend(cfg.store_url, spool_id='x')", "construct PostgresBackend"),
+        ("r = postgres.PgReader(url)", "construct PgReader"),
+        ("s = SqliteStore(path)", "construct SqliteStore"),
+    ],
+)
 def test_the_walk_catches_each_way_of_looking(source, kind):
     assert kind in {k for _, k in findings(source)}
 
 
-@pytest.mark.parametrize("source", [
-    "params = {'url': cfg.store_url}",
-    "leader = Leadership(cfg.store_url, 'scheduler')",
-    "if capabilities(cfg).local_file:\n    pass",
-    "store = open_url(store_url, None, 'maintenance')",
-    "text = redact(cfg.store_url)",
-])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "params = {'url': cfg.store_url}",
+        "leader = Leadership(cfg.store_url, 'scheduler')",
+        "if capabilities(cfg).local_file:\n    pass",
+        "store = open_url(store_url, None, 'maintenance')",
+        "text = redact(cfg.store_url)",
+    ],
+)
 def test_passing_the_url_on_as_a_value_is_fine(source):
     assert findings(source) == []

@@ -3,6 +3,7 @@ keeps accepting, then `quill recover` with zero loss counted message by message,
 fleets (the in-process writer tier, tests/test_writer_inprocess.py, covers a damaged page's
 halt and swap, and a full disk). SQLite only: damage to the store file and its WAL
 (PostgreSQL's damage and recovery: test_pg_amcheck.py, test_pg_recovery.py)."""
+
 from __future__ import annotations
 
 import json
@@ -11,15 +12,22 @@ import shutil
 import time
 
 import apsw
+from conftest import damage_pages, stop_fleet
 
 from quill.store import Reader
 
-from conftest import damage_pages, stop_fleet
-
 
 def _push(quill, session: str, start: int, n: int, pad: int = 0) -> None:
-    lines = "\n".join(json.dumps({"role": "user", "id": f"{session}-{i}", "content": f"{session} message {i}" + " x" * pad})
-                      for i in range(start, start + n))
+    lines = "\n".join(
+        json.dumps(
+            {
+                "role": "user",
+                "id": f"{session}-{i}",
+                "content": f"{session} message {i}" + " x" * pad,
+            }
+        )
+        for i in range(start, start + n)
+    )
     quill.run("push", "--session", session, input=lines)
 
 
@@ -83,7 +91,9 @@ def test_unlinked_wal_halts_without_a_new_wal_and_recovers(quill, home, fleet):
     assert halt["cause"] == "ReplacedError" and "-wal" in halt["detail"]
     _push(quill, "w", 100, 50)  # producers are never blocked by a halted store
     time.sleep(1.0)
-    assert not os.path.exists(str(home / "state.db") + "-wal"), "a second WAL generation was started"
+    assert not os.path.exists(str(home / "state.db") + "-wal"), (
+        "a second WAL generation was started"
+    )
     status = quill.run("status", check=False)
     assert status.returncode == 1 and "HALTED" in status.stdout and "quill recover" in status.stdout
     _recover_and_check(quill, home, "w", 150)
@@ -108,7 +118,10 @@ def test_foreign_database_copied_over_the_same_inode_halts(quill, home, fleet, t
     conn = apsw.Connection(str(other))
     conn.execute("CREATE TABLE t(x); INSERT INTO t VALUES (1); PRAGMA application_id = 4242")
     conn.close()
-    with open(other, "rb") as src, open(home / "state.db", "r+b") as dst:  # like `cp other state.db`
+    with (
+        open(other, "rb") as src,
+        open(home / "state.db", "r+b") as dst,
+    ):  # like `cp other state.db`
         dst.write(src.read())
     halt = _wait_halt(home)
     assert halt["cause"] == "ReplacedError"
@@ -116,13 +129,16 @@ def test_foreign_database_copied_over_the_same_inode_halts(quill, home, fleet, t
     _recover_and_check(quill, home, "f", 40)
 
 
-def test_snapshot_during_a_halt_on_a_replaced_store_refuses_and_names_the_halt(quill, home, fleet, tmp_path):
+def test_snapshot_during_a_halt_on_a_replaced_store_refuses_and_names_the_halt(
+    quill, home, fleet, tmp_path
+):
     """Another data dir's state.db restored over this one while the fleet runs; the
     writer halts. `quill snapshot` then said "quill: error: not an error" (the backup API's
     SQLITE_CORRUPT came with the destination's SQLITE_OK message). It must say the writer is
     halted and to run `quill recover`, exit 1 (kind damaged), and keep no snapshot of the
     foreign file, so recover rebuilds this data dir's own history."""
     from conftest import QuillCLI
+
     other = QuillCLI(tmp_path / "other home")
     _push(other, "theirs", 0, 30, pad=100)
     other.drain()
@@ -143,7 +159,9 @@ def test_snapshot_during_a_halt_on_a_replaced_store_refuses_and_names_the_halt(q
     assert "quill: hint: run `quill recover`" in out.stderr, out.stderr
     js = quill.run("snapshot", "--json", check=False)
     error = json.loads(js.stdout)["error"]
-    assert js.returncode == 1 and error["kind"] == "damaged" and "halted" in error["message"], js.stdout
+    assert js.returncode == 1 and error["kind"] == "damaged" and "halted" in error["message"], (
+        js.stdout
+    )
     assert sorted(p.name for p in (home / "snapshots").glob("snapshot-*.db")) == before
     assert not list((home / "snapshots").glob(".snapshot-*")), "no temporary copy is left behind"
     _recover_and_check(quill, home, "mine", 10)
@@ -192,7 +210,9 @@ def test_recover_refuses_to_rebuild_from_a_spool_missing_its_history(quill, home
     segments[0].unlink()  # as spool GC would, once a (now lost) snapshot covered it
     (home / "state.db").unlink()
     proc = quill.run("recover", check=False)
-    assert proc.returncode == 1 and "--accept-loss" in proc.stderr and "segments 1..1" in proc.stderr
+    assert (
+        proc.returncode == 1 and "--accept-loss" in proc.stderr and "segments 1..1" in proc.stderr
+    )
     assert not (home / "state.db").exists()
     forced = quill.run("recover", "--accept-loss", "--json", check=False)
     assert forced.returncode == 0 and "WARNING" in forced.stderr
@@ -204,7 +224,10 @@ def test_quick_check_finding_damage_in_messages_halts_the_writer(quill, home):
     fleet = quill.start_fleet()
     try:
         out = quill.run("jobs", "run", "quick_check", "--wait", "60", "--json", check=False)
-        assert out.returncode == 1 and "canonical=['messages']" in json.loads(out.stdout)["run"]["error"]
+        assert (
+            out.returncode == 1
+            and "canonical=['messages']" in json.loads(out.stdout)["run"]["error"]
+        )
         halt = _wait_halt(home)
         assert halt["cause"] == "CorruptError" and "quick_check" in halt["detail"]
         st = quill.run("status", check=False)
@@ -240,7 +263,9 @@ def test_recover_salvages_rows_the_spool_no_longer_has(quill, home):
     assert out["salvage"]["salvaged_messages"] > 0 and out["salvage"]["unreadable_message_ids"] == 0
     assert _ids(home) == _expect("s", 60)  # every message: replayed or salvaged from the old file
     with Reader(home / "state.db") as r:
-        salvaged = r.conn.execute("SELECT count(*) FROM messages WHERE extra LIKE '%salvaged_from%'").fetchone()[0]
+        salvaged = r.conn.execute(
+            "SELECT count(*) FROM messages WHERE extra LIKE '%salvaged_from%'"
+        ).fetchone()[0]
     assert salvaged == out["salvage"]["salvaged_messages"]
 
 
@@ -251,22 +276,77 @@ def test_salvage_keeps_session_metadata_and_transcript_order(quill, home):
     home.mkdir(parents=True)
     (home / "config.toml").write_text("[spool]\nsegment_bytes = 4096\n")  # the smallest allowed
     pad = "x" * 4100  # every record fills its segment: one record per segment
-    first = [{"op": "session.create", "data": {"session_id": "root", "source": "cli", "title": "Root chain",
-                                               "meta": {"pad": pad}}},
-             {"op": "session.create", "data": {"session_id": "tip", "source": "cli", "title": "Tip", "model": "gpt-x",
-                                               "parent_id": "root", "parent_kind": "compression", "meta": {"pad": pad}}},
-             {"op": "usage.record", "data": {"session_id": "tip", "task": "title",
-                                             "usage": {"prompt_tokens": 10, "completion_tokens": 5}}},
-             {"op": "messages.append", "data": {"session_id": "tip", "messages": [
-                 {"role": "user", "content": "m1", "id": "m1"},
-                 {"role": "assistant", "content": "m2", "id": "m2", "pad": pad}]}}]
+    first = [
+        {
+            "op": "session.create",
+            "data": {
+                "session_id": "root",
+                "source": "cli",
+                "title": "Root chain",
+                "meta": {"pad": pad},
+            },
+        },
+        {
+            "op": "session.create",
+            "data": {
+                "session_id": "tip",
+                "source": "cli",
+                "title": "Tip",
+                "model": "gpt-x",
+                "parent_id": "root",
+                "parent_kind": "compression",
+                "meta": {"pad": pad},
+            },
+        },
+        {
+            "op": "usage.record",
+            "data": {
+                "session_id": "tip",
+                "task": "title",
+                "usage": {"prompt_tokens": 10, "completion_tokens": 5},
+            },
+        },
+        {
+            "op": "messages.append",
+            "data": {
+                "session_id": "tip",
+                "messages": [
+                    {"role": "user", "content": "m1", "id": "m1"},
+                    {"role": "assistant", "content": "m2", "id": "m2", "pad": pad},
+                ],
+            },
+        },
+    ]
     quill.run("push", input="\n".join(json.dumps(o) for o in first))
     assert len(list((home / "spool").glob("*.jsonl"))) == 3
-    quill.run("push", input=json.dumps({"op": "messages.append", "data": {"session_id": "tip", "messages": [
-        {"role": "user", "content": "m3", "id": "m3"}, {"role": "assistant", "content": "m4", "id": "m4", "pad": pad}]}}))
+    quill.run(
+        "push",
+        input=json.dumps(
+            {
+                "op": "messages.append",
+                "data": {
+                    "session_id": "tip",
+                    "messages": [
+                        {"role": "user", "content": "m3", "id": "m3"},
+                        {"role": "assistant", "content": "m4", "id": "m4", "pad": pad},
+                    ],
+                },
+            }
+        ),
+    )
     quill.drain()
-    quill.run("push", input=json.dumps({"op": "messages.append", "data": {"session_id": "tip", "messages": [
-        {"role": "user", "content": "m5", "id": "m5"}]}}))  # spooled, not yet in state.db
+    quill.run(
+        "push",
+        input=json.dumps(
+            {
+                "op": "messages.append",
+                "data": {
+                    "session_id": "tip",
+                    "messages": [{"role": "user", "content": "m5", "id": "m5"}],
+                },
+            }
+        ),
+    )  # spooled, not yet in state.db
     segments = sorted((home / "spool").glob("*.jsonl"))
     assert len(segments) == 5
     for seg in segments[:3]:  # the oldest segments, lost outside Quill's rules
@@ -276,8 +356,12 @@ def test_salvage_keeps_session_metadata_and_transcript_order(quill, home):
     assert out["salvage"]["salvaged_usage"] == 1
     with Reader(home / "state.db") as r:
         model = [m["content"] for m in r.get_messages("tip", projection="model")]
-        rows = {row[0]: row[1:] for row in r.conn.execute(
-            "SELECT id, title, source, model, parent_id, parent_kind FROM sessions")}
+        rows = {
+            row[0]: row[1:]
+            for row in r.conn.execute(
+                "SELECT id, title, source, model, parent_id, parent_kind FROM sessions"
+            )
+        }
         ids = [row[0] for row in r.conn.execute("SELECT ext_id FROM messages ORDER BY id")]
         assert [h["message_id"] for h in r.search("m1")] != []
     assert model == ["m1", "m2", "m3", "m4", "m5"]

@@ -3,19 +3,19 @@ drain is busy, failing jobs recorded and retried with backoff. Real huey queue, 
 SQLite only: VACUUM, FTS merge/optimize, snapshots and quick_check have no PostgreSQL
 counterpart (docs/backends.md, "Maintenance"); PostgreSQL's jobs are tested in
 test_cluster_jobs.py and test_pg_amcheck.py."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
 import structlog
+from semantics_helpers import Store
 
 from quill.jobs.prune import DAY, auto_prune
 from quill.jobs.queues import build
 from quill.jobs.store_jobs import vacuum
 from quill.workers.job_runner import StoreJobRunner
-
-from semantics_helpers import Store
 
 
 @pytest.fixture
@@ -28,8 +28,16 @@ def store(tmp_path):
 def _fill(store, sessions=30, per=40):
     for k in range(sessions):
         store.apply("session.create", {"session_id": f"s{k}", "source": "cron"})
-        store.apply("messages.append", {"session_id": f"s{k}", "messages": [
-            {"role": "user", "content": f"session {k} message {i} " + "lorem ipsum " * 40} for i in range(per)]})
+        store.apply(
+            "messages.append",
+            {
+                "session_id": f"s{k}",
+                "messages": [
+                    {"role": "user", "content": f"session {k} message {i} " + "lorem ipsum " * 40}
+                    for i in range(per)
+                ],
+            },
+        )
         store.apply("session.end", {"session_id": f"s{k}", "reason": "user_exit"})
     store.index()
 
@@ -38,6 +46,7 @@ def test_vacuum_skips_unless_worthwhile_and_shrinks_the_file_when_it_runs(store)
     _fill(store)
     assert vacuum(store.conn)["skipped"] == "free-page ratio below threshold"
     import time
+
     pruned = store.job(auto_prune, retention_s=DAY, now=time.time() + 10 * DAY, max_sessions=25)
     assert pruned["sessions_deleted"] == 25
     figures = vacuum(store.conn, min_free_ratio=0.2)
@@ -52,22 +61,25 @@ def test_idle_only_jobs_wait_for_the_drain_and_failures_are_retried(store, tmp_p
     queues = build(tmp_path / "queue.db")
     runner = StoreJobRunner(queues, structlog.get_logger(), store.spool)
     queues.enqueue("vacuum", min_free_ratio=0.0)
-    assert runner.run_one(store.backend, idle=False) is False      # busy: deferred
+    assert runner.run_one(store.backend, idle=False) is False  # busy: deferred
     assert queues.pending()["store"] == 1
-    assert runner.run_one(store.backend, idle=True) is True        # idle: runs
-    queues.enqueue("vacuum", min_free_ratio="not a number")     # fails with TypeError
+    assert runner.run_one(store.backend, idle=True) is True  # idle: runs
+    queues.enqueue("vacuum", min_free_ratio="not a number")  # fails with TypeError
     assert runner.run_one(store.backend, idle=True) is True
     runs = store.conn.execute("SELECT job, outcome, error FROM job_runs ORDER BY id").fetchall()
     assert [(j, o) for j, o, _ in runs] == [("vacuum", "ok"), ("vacuum", "error")]
     assert "TypeError" in runs[1][2]
-    assert queues.store.scheduled_count() == 1                  # a retry, with backoff
+    assert queues.store.scheduled_count() == 1  # a retry, with backoff
     [retry] = queues.store.scheduled()
     assert retry.retries == 1 and retry.eta is not None
-    assert json.loads(store.conn.execute("SELECT figures FROM job_runs WHERE outcome='ok'").fetchone()[0])
+    assert json.loads(
+        store.conn.execute("SELECT figures FROM job_runs WHERE outcome='ok'").fetchone()[0]
+    )
 
 
 def test_fts_merge_and_optimize_keep_search_answers_unchanged(store):
     from quill.jobs.store_jobs import fts_merge, fts_optimize
+
     _fill(store, sessions=5, per=40)
     with store.reader() as r:
         before = [h["message_id"] for h in r.search("lorem", limit=50)]
@@ -80,6 +92,7 @@ def test_fts_merge_and_optimize_keep_search_answers_unchanged(store):
 
 def test_snapshots_are_verified_stamped_and_only_the_newest_n_kept(store, tmp_path):
     from quill.jobs.worker_jobs import latest_snapshot, snapshot
+
     _fill(store, sessions=2, per=5)
     out = tmp_path / "snaps"
     results = [snapshot(str(tmp_path / "state.db"), str(out), keep=2) for _ in range(3)]
@@ -89,11 +102,13 @@ def test_snapshots_are_verified_stamped_and_only_the_newest_n_kept(store, tmp_pa
     path, position = latest_snapshot(out)
     assert str(position) == results[-1]["position"] and path.name == kept[-1]
     from quill.store.sqlite.swap import integrity
+
     assert integrity(path) == ["ok"]
 
 
 def test_integrity_check_passes_on_a_healthy_store(store, tmp_path):
     from quill.jobs.worker_jobs import integrity_check, quick_check
+
     _fill(store, sessions=2, per=5)
     assert integrity_check(str(tmp_path / "state.db"))["result"] == "ok"
     assert quick_check(str(tmp_path / "state.db"))["result"] == "ok"

@@ -8,6 +8,7 @@ Every table comes from the schema registry (``store.schema.TABLES``), so a table
 the schema is covered here without being named. Each case overwrites real pages of a real
 store file (found with dbstat), on a copy of one store filled through the real spool and
 apply path, so that every table holds rows."""
+
 from __future__ import annotations
 
 import base64
@@ -16,12 +17,11 @@ import shutil
 from pathlib import Path
 
 import pytest
+from semantics_helpers import Store
 
 from quill.store import schema
 from quill.store.sqlite.connection import open_reader, transaction
 from quill.store.sqlite.fts_repair import classify
-
-from semantics_helpers import Store
 
 WORDS = ("aardvark", "bumblebee", "cormorant", "dromedary", "echidna", "flamingo", "gazelle")
 
@@ -38,13 +38,20 @@ def pristine(tmp_path_factory) -> Path:
     for s in range(60):
         sid = f"s{s}"
         tools = [{"name": f"tool{s}", "description": "x" * 300}]
-        store.spool.append("session.create", {"session_id": sid, "tools": tools,
-                                              "system_prompt": f"prompt {s} " * 40})
-        msgs = [{"role": "user" if i % 2 else "assistant", "id": f"{sid}-{i}",
-                 "content": " ".join(WORDS[(i + k) % len(WORDS)] + str(i * k) for k in range(30)),
-                 "usage": {"prompt_tokens": i, "completion_tokens": 1},
-                 "response_id": f"r-{sid}-{i}"}
-                for i in range(25)]
+        store.spool.append(
+            "session.create",
+            {"session_id": sid, "tools": tools, "system_prompt": f"prompt {s} " * 40},
+        )
+        msgs = [
+            {
+                "role": "user" if i % 2 else "assistant",
+                "id": f"{sid}-{i}",
+                "content": " ".join(WORDS[(i + k) % len(WORDS)] + str(i * k) for k in range(30)),
+                "usage": {"prompt_tokens": i, "completion_tokens": 1},
+                "response_id": f"r-{sid}-{i}",
+            }
+            for i in range(25)
+        ]
         url = f"data:image/png;base64,{_image(s)}"
         msgs.append({"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}}]})
         store.spool.append("messages.append", {"session_id": sid, "messages": msgs})
@@ -56,14 +63,19 @@ def pristine(tmp_path_factory) -> Path:
     with transaction(store.conn):  # job history as the job runner writes it
         store.conn.executemany(
             "INSERT INTO job_runs(job, started_at, ended_at, outcome, figures) "
-            "VALUES (?, ?, ?, 'ok', '{}')", [(f"job{i}", i, i + 1) for i in range(200)])
+            "VALUES (?, ?, ?, 'ok', '{}')",
+            [(f"job{i}", i, i + 1) for i in range(200)],
+        )
     store.backend.close()
     store.spool.close()
     db = root / "state.db"
     conn = open_reader(db)
     try:
-        empty = [t for t in schema.STORE_TABLES
-                 if not conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]]
+        empty = [
+            t
+            for t in schema.STORE_TABLES
+            if not conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+        ]
         assert classify(conn) == {"canonical": [], "fts": []}
     finally:
         conn.close()
@@ -76,13 +88,17 @@ def _damage(db: Path, name: str) -> int:
     with random bytes; returns how many pages were overwritten."""
     conn = open_reader(db)
     try:
-        pages = [r[0] for r in conn.execute(
-            "SELECT pageno FROM dbstat WHERE name = ? ORDER BY pageno", (name,))]
+        pages = [
+            r[0]
+            for r in conn.execute(
+                "SELECT pageno FROM dbstat WHERE name = ? ORDER BY pageno", (name,)
+            )
+        ]
         page_size = conn.execute("PRAGMA page_size").fetchone()[0]
     finally:
         conn.close()
     assert pages, f"{name} has no pages in the store file"
-    chosen = pages[max(0, len(pages) // 2 - 1):][:3]
+    chosen = pages[max(0, len(pages) // 2 - 1) :][:3]
     with open(db, "r+b") as f:
         for p in chosen:
             f.seek((p - 1) * page_size)
@@ -109,8 +125,9 @@ def _fts_shadow_tables(db: Path) -> list[tuple[str, str]]:
 
 
 @pytest.mark.parametrize("table", schema.STORE_TABLES)
-def test_damage_in_a_store_table_is_classified_canonical_so_the_writer_halts(pristine, tmp_path,
-                                                                            table):
+def test_damage_in_a_store_table_is_classified_canonical_so_the_writer_halts(
+    pristine, tmp_path, table
+):
     db = tmp_path / "state.db"
     shutil.copy(pristine, db)
     _damage(db, table)
@@ -156,8 +173,9 @@ def test_rebuild_discards_only_the_fts_objects_of_a_damaged_index(pristine, tmp_
     shutil.copy(pristine, db)
     conn = open_reader(db)
     try:
-        rows = {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
-                for t in schema.STORE_TABLES}
+        rows = {
+            t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in schema.STORE_TABLES
+        }
     finally:
         conn.close()
     _damage(db, "messages_fts_data")

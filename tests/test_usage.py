@@ -1,4 +1,5 @@
 """Usage and cost: shapes as sent, placeholders, counting once, pricing, CLI."""
+
 from __future__ import annotations
 
 import csv
@@ -7,19 +8,31 @@ import json
 from collections import defaultdict
 
 import pytest
+from conftest import CORPUS
+from semantics_helpers import Store, assistant, user
 
 from quill.ops.importers import iter_transcript_files, parse_file
 from quill.store.apply.usage import normalize_usage, price_version
 
-from conftest import CORPUS
-from semantics_helpers import Store, assistant, user
-
-ANTHROPIC = {"input_tokens": 10, "cache_creation_input_tokens": 200, "cache_read_input_tokens": 3000,
-             "output_tokens": 50}
-OPENAI_CHAT = {"prompt_tokens": 1000, "completion_tokens": 300, "prompt_tokens_details": {"cached_tokens": 400},
-               "completion_tokens_details": {"reasoning_tokens": 120}}
-CODEX = {"input_tokens": 22606, "cached_input_tokens": 2432, "output_tokens": 351, "reasoning_output_tokens": 74,
-         "total_tokens": 22957}
+ANTHROPIC = {
+    "input_tokens": 10,
+    "cache_creation_input_tokens": 200,
+    "cache_read_input_tokens": 3000,
+    "output_tokens": 50,
+}
+OPENAI_CHAT = {
+    "prompt_tokens": 1000,
+    "completion_tokens": 300,
+    "prompt_tokens_details": {"cached_tokens": 400},
+    "completion_tokens_details": {"reasoning_tokens": 120},
+}
+CODEX = {
+    "input_tokens": 22606,
+    "cached_input_tokens": 2432,
+    "output_tokens": 351,
+    "reasoning_output_tokens": 74,
+    "total_tokens": 22957,
+}
 
 
 @pytest.fixture
@@ -30,48 +43,111 @@ def store(tmp_path, backend):
 
 
 def _usage(store, sid=None):
-    sql = ("SELECT session_id, message_id, response_id, task, model, input_tokens, output_tokens, cache_read_tokens, "
-           "cache_write_tokens, reasoning_tokens, cost_usd, price_version FROM usage")
-    rows = store.conn.execute(sql + (" WHERE session_id = ?" if sid else "") + " ORDER BY id",
-                              (sid,) if sid else ()).fetchall()
-    keys = ("session_id", "message_id", "response_id", "task", "model", "input", "output", "cache_read",
-            "cache_write", "reasoning", "cost", "price_version")
+    sql = (
+        "SELECT session_id, message_id, response_id, task, model, input_tokens, output_tokens, cache_read_tokens, "
+        "cache_write_tokens, reasoning_tokens, cost_usd, price_version FROM usage"
+    )
+    rows = store.conn.execute(
+        sql + (" WHERE session_id = ?" if sid else "") + " ORDER BY id", (sid,) if sid else ()
+    ).fetchall()
+    keys = (
+        "session_id",
+        "message_id",
+        "response_id",
+        "task",
+        "model",
+        "input",
+        "output",
+        "cache_read",
+        "cache_write",
+        "reasoning",
+        "cost",
+        "price_version",
+    )
     return [dict(zip(keys, r)) for r in rows]
 
 
 def test_shapes_as_sent_normalise_to_one_convention():
-    assert normalize_usage(ANTHROPIC) == {"input_tokens": 3210, "output_tokens": 50, "cache_read_tokens": 3000,
-                                          "cache_write_tokens": 200, "reasoning_tokens": 0}
-    assert normalize_usage(OPENAI_CHAT) == {"input_tokens": 1000, "output_tokens": 300, "cache_read_tokens": 400,
-                                            "cache_write_tokens": 0, "reasoning_tokens": 120}
-    assert normalize_usage(CODEX) == {"input_tokens": 22606, "output_tokens": 351, "cache_read_tokens": 2432,
-                                      "cache_write_tokens": 0, "reasoning_tokens": 74}
-    responses = {"input_tokens": 90, "input_tokens_details": {"cached_tokens": 30}, "output_tokens": 9,
-                 "output_tokens_details": {"reasoning_tokens": 4}}
+    assert normalize_usage(ANTHROPIC) == {
+        "input_tokens": 3210,
+        "output_tokens": 50,
+        "cache_read_tokens": 3000,
+        "cache_write_tokens": 200,
+        "reasoning_tokens": 0,
+    }
+    assert normalize_usage(OPENAI_CHAT) == {
+        "input_tokens": 1000,
+        "output_tokens": 300,
+        "cache_read_tokens": 400,
+        "cache_write_tokens": 0,
+        "reasoning_tokens": 120,
+    }
+    assert normalize_usage(CODEX) == {
+        "input_tokens": 22606,
+        "output_tokens": 351,
+        "cache_read_tokens": 2432,
+        "cache_write_tokens": 0,
+        "reasoning_tokens": 74,
+    }
+    responses = {
+        "input_tokens": 90,
+        "input_tokens_details": {"cached_tokens": 30},
+        "output_tokens": 9,
+        "output_tokens_details": {"reasoning_tokens": 4},
+    }
     assert normalize_usage(responses)["cache_read_tokens"] == 30
     assert normalize_usage(responses)["reasoning_tokens"] == 4
 
 
-@pytest.mark.parametrize("bad", [{"input_tokens": -1}, {"prompt_tokens": "10"}, {"output_tokens": 1.5},
-                                 {"prompt_tokens": 5, "prompt_tokens_details": {"cached_tokens": 9}}, [1, 2]])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"input_tokens": -1},
+        {"prompt_tokens": "10"},
+        {"output_tokens": 1.5},
+        {"prompt_tokens": 5, "prompt_tokens_details": {"cached_tokens": 9}},
+        [1, 2],
+    ],
+)
 def test_bad_usage_is_quarantined_with_its_reason_and_changes_nothing(store, bad):
     assert store.apply("usage.record", {"session_id": "s", "usage": bad}) == ["invalid-usage"]
-    assert store.apply("messages.append", {"session_id": "s", "messages": [assistant("hi", usage=bad)]}) \
-        == ["invalid-usage"]
+    assert store.apply(
+        "messages.append", {"session_id": "s", "messages": [assistant("hi", usage=bad)]}
+    ) == ["invalid-usage"]
     assert store.conn.execute("SELECT count(*) FROM sessions").fetchone()[0] == 0
     assert _usage(store) == []
 
 
 def test_usage_on_an_assistant_message_and_as_its_own_op(store):
-    assert store.apply("session.create", {"session_id": "s", "source": "cli", "model": "claude-sonnet-4-5"}) == []
-    assert store.apply("messages.append", {"session_id": "s", "messages": [
-        user("hi"), assistant("hello", usage=ANTHROPIC, response_id="msg_1")]}) == []
-    assert store.apply("usage.record", {"session_id": "s", "task": "title", "model": "gpt-4o-mini",
-                                        "usage": OPENAI_CHAT}) == []
+    assert (
+        store.apply(
+            "session.create", {"session_id": "s", "source": "cli", "model": "claude-sonnet-4-5"}
+        )
+        == []
+    )
+    assert (
+        store.apply(
+            "messages.append",
+            {
+                "session_id": "s",
+                "messages": [user("hi"), assistant("hello", usage=ANTHROPIC, response_id="msg_1")],
+            },
+        )
+        == []
+    )
+    assert (
+        store.apply(
+            "usage.record",
+            {"session_id": "s", "task": "title", "model": "gpt-4o-mini", "usage": OPENAI_CHAT},
+        )
+        == []
+    )
     rows = _usage(store)
     msg_id = store.ids("s", role="assistant")[0]
     assert [(r["task"], r["model"], r["message_id"], r["input"], r["output"]) for r in rows] == [
-        ("turn", "claude-sonnet-4-5", msg_id, 3210, 50), ("title", "gpt-4o-mini", None, 1000, 300)]
+        ("turn", "claude-sonnet-4-5", msg_id, 3210, 50),
+        ("title", "gpt-4o-mini", None, 1000, 300),
+    ]
     assert all(r["cost"] > 0 and r["price_version"] == price_version() for r in rows)
     # The message keeps its usage verbatim: a reader (and an export) sees what was sent.
     shown = store.reader().get_messages("s", "audit")[1]
@@ -88,14 +164,28 @@ def test_unknown_model_is_unpriced_never_zero(store):
         total = r.usage_totals()[0]
         by_model = {row["model"]: row for row in r.usage_totals(("model",))}
     assert total["unpriced"] == 1 and total["cost_usd"] == pytest.approx(rows[1]["cost"])
-    assert by_model["acme-frontier-9000"]["cost_usd"] is None and by_model["acme-frontier-9000"]["unpriced"] == 1
+    assert (
+        by_model["acme-frontier-9000"]["cost_usd"] is None
+        and by_model["acme-frontier-9000"]["unpriced"] == 1
+    )
 
 
 @pytest.mark.parametrize("order", ["usage-first", "create-first"])
 def test_usage_before_its_session_never_mints_a_wrong_session(store, order):
-    create = ("session.create", {"session_id": "s", "source": "telegram", "model": "gpt-5", "title": "Chat",
-                                 "started_at": 1_700_000_000})
-    usage = ("usage.record", {"session_id": "s", "source": "telegram", "task": "auxiliary", "usage": CODEX})
+    create = (
+        "session.create",
+        {
+            "session_id": "s",
+            "source": "telegram",
+            "model": "gpt-5",
+            "title": "Chat",
+            "started_at": 1_700_000_000,
+        },
+    )
+    usage = (
+        "usage.record",
+        {"session_id": "s", "source": "telegram", "task": "auxiliary", "usage": CODEX},
+    )
     ops = [usage, create] if order == "usage-first" else [create, usage]
     if order == "usage-first":
         store.apply(*usage)
@@ -106,8 +196,13 @@ def test_usage_before_its_session_never_mints_a_wrong_session(store, order):
         for op in ops:
             store.apply(*op)
     row = store.reader().get_session("s")
-    assert (row["source"], row["model"], row["title"], row["placeholder"], row["started_at"]) == \
-        ("telegram", "gpt-5", "Chat", False, 1_700_000_000)
+    assert (row["source"], row["model"], row["title"], row["placeholder"], row["started_at"]) == (
+        "telegram",
+        "gpt-5",
+        "Chat",
+        False,
+        1_700_000_000,
+    )
     assert row["usage"]["calls"] == 1 and row["usage"]["input_tokens"] == CODEX["input_tokens"]
 
 
@@ -125,25 +220,84 @@ def test_one_response_written_as_several_records_counts_once(store):
     """Claude Code writes one API response as one record per content block, repeating the
     usage (growing while it streams). The naive sum doubles it."""
     partial = {**ANTHROPIC, "output_tokens": 3}
-    store.apply("messages.append", {"session_id": "s", "messages": [
-        assistant("thinking…", usage=partial, response_id="msg_A", model="claude-sonnet-4-5", id="r1"),
-        assistant(None, usage=ANTHROPIC, response_id="msg_A", model="claude-sonnet-4-5", id="r2",
-                  tool_calls=[{"id": "c1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}])]})
-    store.apply("messages.append", {"session_id": "s", "messages": [
-        assistant("done", usage=ANTHROPIC, response_id="msg_A", model="claude-sonnet-4-5", id="r3")]})
+    store.apply(
+        "messages.append",
+        {
+            "session_id": "s",
+            "messages": [
+                assistant(
+                    "thinking…",
+                    usage=partial,
+                    response_id="msg_A",
+                    model="claude-sonnet-4-5",
+                    id="r1",
+                ),
+                assistant(
+                    None,
+                    usage=ANTHROPIC,
+                    response_id="msg_A",
+                    model="claude-sonnet-4-5",
+                    id="r2",
+                    tool_calls=[
+                        {
+                            "id": "c1",
+                            "type": "function",
+                            "function": {"name": "ls", "arguments": "{}"},
+                        }
+                    ],
+                ),
+            ],
+        },
+    )
+    store.apply(
+        "messages.append",
+        {
+            "session_id": "s",
+            "messages": [
+                assistant(
+                    "done", usage=ANTHROPIC, response_id="msg_A", model="claude-sonnet-4-5", id="r3"
+                )
+            ],
+        },
+    )
     rows = _usage(store)
     assert len(rows) == 1 and (rows[0]["input"], rows[0]["output"]) == (3210, 50)
     assert rows[0]["cost"] > 0
 
 
 def test_listing_and_show_carry_totals_and_cli_reports(quill):
-    ops = [{"op": "session.create", "data": {"session_id": "a", "source": "cli", "model": "gpt-5"}},
-           {"op": "messages.append", "data": {"session_id": "a", "messages": [
-               user("q"), assistant("a", usage=CODEX, response_id="r1", timestamp=1_760_000_000)]}},
-           {"op": "usage.record", "data": {"session_id": "a", "task": "compression", "usage": OPENAI_CHAT,
-                                           "ts": 1_760_090_000}},
-           {"op": "usage.record", "data": {"session_id": "b", "source": "cron", "model": "mystery-1",
-                                           "usage": ANTHROPIC, "ts": 1_760_090_000}}]
+    ops = [
+        {"op": "session.create", "data": {"session_id": "a", "source": "cli", "model": "gpt-5"}},
+        {
+            "op": "messages.append",
+            "data": {
+                "session_id": "a",
+                "messages": [
+                    user("q"),
+                    assistant("a", usage=CODEX, response_id="r1", timestamp=1_760_000_000),
+                ],
+            },
+        },
+        {
+            "op": "usage.record",
+            "data": {
+                "session_id": "a",
+                "task": "compression",
+                "usage": OPENAI_CHAT,
+                "ts": 1_760_090_000,
+            },
+        },
+        {
+            "op": "usage.record",
+            "data": {
+                "session_id": "b",
+                "source": "cron",
+                "model": "mystery-1",
+                "usage": ANTHROPIC,
+                "ts": 1_760_090_000,
+            },
+        },
+    ]
     quill.run("push", input="\n".join(json.dumps(o) for o in ops))
     quill.drain()
     listed = {s["id"]: s for s in quill.json("sessions", "list")}
@@ -157,8 +311,11 @@ def test_listing_and_show_carry_totals_and_cli_reports(quill):
     by_task = quill.json("usage", "--by", "task")
     assert {r["task"]: r["calls"] for r in by_task} == {"turn": 2, "compression": 1}
     by_day = quill.json("usage", "--by", "day", "--by", "source")
-    assert {(r["day"], r["source"]) for r in by_day} == {("2025-10-09", "cli"), ("2025-10-10", "cli"),
-                                                         ("2025-10-10", "cron")}
+    assert {(r["day"], r["source"]) for r in by_day} == {
+        ("2025-10-09", "cli"),
+        ("2025-10-10", "cli"),
+        ("2025-10-10", "cron"),
+    }
     since = quill.json("usage", "--since", "2025-10-10")
     assert since[0]["calls"] == 2
     rows = list(csv.DictReader(io.StringIO(quill.run("usage", "--by", "session", "--csv").stdout)))
@@ -176,15 +333,25 @@ def _independent_sums() -> dict[str, dict[str, int]]:
     per_response: dict[str, tuple[int, int]] = {}
     for path in sorted((CORPUS / "claude-code").iterdir()):
         text = path.read_text(encoding="utf-8")
-        records = json.loads(text) if path.suffix == ".json" else [json.loads(l) for l in text.splitlines()
-                                                                   if l.strip().startswith("{") and _ok(l)]
+        records = (
+            json.loads(text)
+            if path.suffix == ".json"
+            else [json.loads(l) for l in text.splitlines() if l.strip().startswith("{") and _ok(l)]
+        )
         for rec in records:
-            msg = rec.get("message") if isinstance(rec, dict) and rec.get("type") == "assistant" else None
+            msg = (
+                rec.get("message")
+                if isinstance(rec, dict) and rec.get("type") == "assistant"
+                else None
+            )
             if not isinstance(msg, dict) or not isinstance(msg.get("usage"), dict):
                 continue
             u = msg["usage"]
-            inp = (u.get("input_tokens") or 0) + (u.get("cache_read_input_tokens") or 0) \
+            inp = (
+                (u.get("input_tokens") or 0)
+                + (u.get("cache_read_input_tokens") or 0)
                 + (u.get("cache_creation_input_tokens") or 0)
+            )
             seen = per_response.get(msg["id"], (0, 0))
             per_response[msg["id"]] = (max(seen[0], inp), max(seen[1], u.get("output_tokens") or 0))
     out["claude-code"]["input_tokens"] = sum(v[0] for v in per_response.values())
@@ -218,28 +385,36 @@ def test_corpus_usage_totals_equal_an_independent_per_response_sum(quill):
     got = {r["source"]: r for r in quill.json("usage", "--by", "source")}
     want = _independent_sums()
     for source in ("claude-code", "codex"):
-        assert (got[source]["input_tokens"], got[source]["output_tokens"]) == \
-            (want[source]["input_tokens"], want[source]["output_tokens"]), source
+        assert (got[source]["input_tokens"], got[source]["output_tokens"]) == (
+            want[source]["input_tokens"],
+            want[source]["output_tokens"],
+        ), source
         assert got[source]["cost_usd"] > 0
     # a naive sum over records would have counted Claude Code's repeated usage again
     naive = 0
     for path in iter_transcript_files([CORPUS / "claude-code"]):
         for s in parse_file(path).sessions:
-            naive += sum(m["extra"]["usage"].get("output_tokens", 0) for m in s.messages
-                         if "usage" in (m.get("extra") or {}))
+            naive += sum(
+                m["extra"]["usage"].get("output_tokens", 0)
+                for m in s.messages
+                if "usage" in (m.get("extra") or {})
+            )
     assert naive > got["claude-code"]["output_tokens"]
     # re-importing counts nothing twice
     quill.run("import", str(CORPUS / "claude-code"), str(CORPUS / "codex"))
     quill.drain()
-    assert {r["source"]: r["input_tokens"] for r in quill.json("usage", "--by", "source")} == \
-        {k: v["input_tokens"] for k, v in got.items()}
+    assert {r["source"]: r["input_tokens"] for r in quill.json("usage", "--by", "source")} == {
+        k: v["input_tokens"] for k, v in got.items()
+    }
 
 
 def test_a_v2_store_is_migrated_to_hold_usage_keys_and_placeholders(tmp_path):
     """SQLite only: a v2 state.db file (no PostgreSQL store predates v3)."""
     import apsw
+
     from quill.store import open_writer, schema
     from quill.store.apply import usage
+
     db = tmp_path / "state.db"
     conn = apsw.Connection(str(db))
     conn.execute(schema.DDL.replace(usage.MIGRATION, "").replace(schema.BATCH_DIGEST, ""))
@@ -249,7 +424,9 @@ def test_a_v2_store_is_migrated_to_hold_usage_keys_and_placeholders(tmp_path):
     writer = open_writer(db)
     try:
         assert writer.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION
-        assert writer.execute("SELECT key, placeholder FROM sessions WHERE id = 'old'").fetchone() == (None, 0)
+        assert writer.execute(
+            "SELECT key, placeholder FROM sessions WHERE id = 'old'"
+        ).fetchone() == (None, 0)
         assert writer.execute("SELECT count(*) FROM usage").fetchone()[0] == 0
     finally:
         writer.close()

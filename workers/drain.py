@@ -14,13 +14,14 @@ transaction that also moves the store's cursor (the store contract's ``apply_chu
 It lives in ``workers`` (not ``store``) because draining is the writer's role: the caller
 must hold the writer lease of the spool, and nothing below the workers drains.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from quill.spool import Entry, Position, Quarantine, SpoolReader, START
+from quill.spool import START, Entry, Position, Quarantine, SpoolReader
 from quill.store.apply.chunk import ChunkResult, drain_chunk
 
 #: Bytes read per spool scan; bounds memory whatever the spool size.
@@ -48,9 +49,17 @@ class Drain:
     chunks; ``already_resolved`` counts refused records whose quarantine entry an operator had
     already retried or dropped (re-read after a restart: they stay resolved)."""
 
-    def __init__(self, store: Any, reader: SpoolReader, quarantine: Quarantine,
-                 chunk_rows: int, *, log: Any = None, event: str = "writer",
-                 max_bytes: int = READ_BYTES):
+    def __init__(
+        self,
+        store: Any,
+        reader: SpoolReader,
+        quarantine: Quarantine,
+        chunk_rows: int,
+        *,
+        log: Any = None,
+        event: str = "writer",
+        max_bytes: int = READ_BYTES,
+    ):
         self.store = store
         self.reader = reader
         self.quarantine = quarantine
@@ -72,8 +81,14 @@ class Drain:
     def step(self) -> Step:
         """Read and apply one chunk from ``cursor``; on success move ``cursor`` past it and
         add its figures to ``totals``. Raises the store error tree (nothing committed)."""
-        entries, result = drain_chunk(self.store.apply_chunk, self.reader, self.cursor,
-                                      self.chunk_rows, self.reject, max_bytes=self.max_bytes)
+        entries, result = drain_chunk(
+            self.store.apply_chunk,
+            self.reader,
+            self.cursor,
+            self.chunk_rows,
+            self.reject,
+            max_bytes=self.max_bytes,
+        )
         if not entries:
             return Step()
         self.cursor = entries[-1].next
@@ -81,13 +96,24 @@ class Drain:
         for key in TOTALS:
             self.totals[key] += getattr(result, key)
         if self.log is not None:
-            self.log.info(f"{self.event}.chunk", entries=len(entries), rows=result.rows,
-                          applied=result.applied, duplicates=result.duplicates,
-                          rejected=result.rejected, cursor=str(self.cursor))
+            self.log.info(
+                f"{self.event}.chunk",
+                entries=len(entries),
+                rows=result.rows,
+                applied=result.applied,
+                duplicates=result.duplicates,
+                rejected=result.rejected,
+                cursor=str(self.cursor),
+            )
         return Step(entries, result, sum(len(e.raw) for e in entries))
 
-    def until_empty(self, progress: Callable[[int], None] | None = None, *,
-                    stop: Any = None, seal_torn: bool = False) -> dict[str, int]:
+    def until_empty(
+        self,
+        progress: Callable[[int], None] | None = None,
+        *,
+        stop: Any = None,
+        seal_torn: bool = False,
+    ) -> dict[str, int]:
         """Step until the spool is drained to its end (or ``stop``, a ``threading.Event``, is
         set); ``progress(bytes)`` after each chunk. ``seal_torn``: then seal torn tails and
         go on, so the records behind them are read (only a lease holder may). Returns
@@ -110,12 +136,18 @@ class Drain:
         if path is None:
             self.already_resolved += 1
             if self.log is not None:
-                self.log.info(f"{self.event}.quarantine_resolved", position=str(entry.position),
-                              reason=reason)
+                self.log.info(
+                    f"{self.event}.quarantine_resolved", position=str(entry.position), reason=reason
+                )
             return
         if self.log is not None:
-            self.log.warning(f"{self.event}.quarantined", position=str(entry.position),
-                             reason=reason, detail=detail, path=str(path))
+            self.log.warning(
+                f"{self.event}.quarantined",
+                position=str(entry.position),
+                reason=reason,
+                detail=detail,
+                path=str(path),
+            )
 
     def seal_torn_tails(self) -> bool:
         """Terminate torn tails (a producer died mid-record) at or after the cursor's segment,

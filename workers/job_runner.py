@@ -11,6 +11,7 @@
 * The runner never holds a connection: each job runs through the store contract's
   ``run_job``, which hands the store's own connection to the job function.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -39,11 +40,15 @@ class StoreJobRunner:
         self.log = log
         self.spool = spool
         self.cfg = cfg
-        self.funcs = {catalog.RECORD_RUN: record_job_run, catalog.CLOSE_INTERRUPTED: close_interrupted,
-                      **{j.name: j.func for j in catalog.JOBS if j.kind == "store"}}
+        self.funcs = {
+            catalog.RECORD_RUN: record_job_run,
+            catalog.CLOSE_INTERRUPTED: close_interrupted,
+            **{j.name: j.func for j in catalog.JOBS if j.kind == "store"},
+        }
 
-    def run_one(self, store: Any, *, idle: bool,
-                on_start: Callable[[str], None] = lambda name: None) -> bool:
+    def run_one(
+        self, store: Any, *, idle: bool, on_start: Callable[[str], None] = lambda name: None
+    ) -> bool:
         """Run at most one queued job on ``store`` (``store.contract.Store``); returns True if
         one ran (or failed). ``idle``: the spool is drained (``needs_idle`` jobs may run).
         Raises ``CorruptError`` (the writer halts) and the retryable store errors of the
@@ -77,11 +82,20 @@ class StoreJobRunner:
             raise
         except Exception as exc:
             outcome, error = "error", "".join(traceback.format_exception_only(exc)).strip()
-            self.log.error("writer.job_failed", job=task.name, error=error, retries_left=task.retries)
+            self.log.error(
+                "writer.job_failed", job=task.name, error=error, retries_left=task.retries
+            )
             self._retry(task, spec)
         if recorded:
-            store.run_job(record_job_run, task.name, started, time.time(), outcome,
-                          {**figures, "runner": "writer"}, error)
+            store.run_job(
+                record_job_run,
+                task.name,
+                started,
+                time.time(),
+                outcome,
+                {**figures, "runner": "writer"},
+                error,
+            )
             self.log.info("writer.job", job=task.name, outcome=outcome, **figures)
         return True
 
@@ -92,6 +106,6 @@ class StoreJobRunner:
         if task.retries <= 0:
             return
         task.retries -= 1
-        delay = spec.retry_delay * (2 ** attempt)
+        delay = spec.retry_delay * (2**attempt)
         task.eta = utcnow() + dt.timedelta(seconds=delay)  # huey's clock: naive UTC (utc=True)
         self.queues.store.add_schedule(task)

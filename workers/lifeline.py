@@ -6,6 +6,7 @@ Two mechanisms, because each covers a gap of the other:
   command line — a parent that died *before* we armed either (while Python was starting)
   is caught by the first comparison, since we would already have been re-parented.
 """
+
 from __future__ import annotations
 
 import ctypes

@@ -8,6 +8,7 @@ and no grace limit (``misfire_grace_time=None``): a missed window, however long 
 once at the next start — a laptop asleep through the nightly ``quick_check`` still gets it
 (APScheduler 3 docs: ``None`` means "run no matter how late").
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -16,7 +17,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from apscheduler.events import EVENT_JOB_MISSED, EVENT_JOB_ERROR
+from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_MISSED
 from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
 from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy.engine import URL
@@ -27,9 +28,7 @@ from quill.jobs import schedule as schedule_db
 from quill.jobs.queues import fire_scheduled
 from quill.store import factory
 from quill.store.lease import Lease
-
 from quill.workers import FIRE_REF
-
 
 #: A standby scheduler (another host leads the cluster) tries to take over this often (s).
 STANDBY_RETRY_S = 2.0
@@ -80,7 +79,8 @@ def make_scheduler(cfg: Settings) -> BackgroundScheduler:
     return BackgroundScheduler(
         jobstores={"default": SQLAlchemyJobStore(url=jobstore_url(cfg))},
         job_defaults={"coalesce": True, "misfire_grace_time": None, "max_instances": 1},
-        timezone=dt.timezone.utc)
+        timezone=dt.UTC,
+    )
 
 
 def install_defaults(sched: BackgroundScheduler, cfg: Settings) -> list[str]:
@@ -101,8 +101,13 @@ def install_defaults(sched: BackgroundScheduler, cfg: Settings) -> list[str]:
             added.append(spec.name)
             continue
         if spec.trigger is not None and job is None:
-            sched.add_job(trigger=spec.trigger, id=spec.name, name=spec.name,
-                          **schedule_db.fire_args(spec.name, FIRE_REF), **spec.trigger_args)
+            sched.add_job(
+                trigger=spec.trigger,
+                id=spec.name,
+                name=spec.name,
+                **schedule_db.fire_args(spec.name, FIRE_REF),
+                **spec.trigger_args,
+            )
             added.append(spec.name)
     return added
 
@@ -128,9 +133,15 @@ def edit_schedules(cfg: Settings) -> Iterator[BackgroundScheduler]:
 
 def describe(sched: BackgroundScheduler) -> list[dict[str, Any]]:
     """Each scheduled job: id, job name, trigger text, next run time (ISO, None when paused)."""
-    return [{"id": j.id, "job": j.name, "trigger": str(j.trigger),
-             "next_run": j.next_run_time.isoformat() if j.next_run_time else None}
-            for j in sched.get_jobs()]
+    return [
+        {
+            "id": j.id,
+            "job": j.name,
+            "trigger": str(j.trigger),
+            "next_run": j.next_run_time.isoformat() if j.next_run_time else None,
+        }
+        for j in sched.get_jobs()
+    ]
 
 
 def _lead(cfg: Settings, log: Any, stop: threading.Event) -> Any:
@@ -138,6 +149,7 @@ def _lead(cfg: Settings, log: Any, stop: threading.Event) -> Any:
     scheduler per cluster, ``store.postgres.election``). Returns the ``Leadership`` (None
     on the embedded store, or when stopped while standing by)."""
     from quill.store.postgres.election import Leadership
+
     leader = Leadership(cfg.store_url, "scheduler")
     while not stop.is_set():
         if leader.try_lead():
@@ -164,10 +176,16 @@ def run(cfg: Settings, log: Any, stop: threading.Event) -> None:
             lease.release()
             return
     sched = make_scheduler(cfg)
-    sched.add_listener(lambda ev: log.warning("scheduler.missed", job=ev.job_id,
-                                              scheduled=str(ev.scheduled_run_time)), EVENT_JOB_MISSED)
-    sched.add_listener(lambda ev: log.error("scheduler.fire_failed", job=ev.job_id,
-                                            error=repr(ev.exception)), EVENT_JOB_ERROR)
+    sched.add_listener(
+        lambda ev: log.warning(
+            "scheduler.missed", job=ev.job_id, scheduled=str(ev.scheduled_run_time)
+        ),
+        EVENT_JOB_MISSED,
+    )
+    sched.add_listener(
+        lambda ev: log.error("scheduler.fire_failed", job=ev.job_id, error=repr(ev.exception)),
+        EVENT_JOB_ERROR,
+    )
     try:
         sched.start(paused=True)
         added = install_defaults(sched, cfg)
@@ -177,10 +195,20 @@ def run(cfg: Settings, log: Any, stop: threading.Event) -> None:
             if leader is not None and not leader.still_leader():
                 log.error("scheduler.leadership_lost")
                 break
-            due = [j for j in sched.get_jobs()
-                   if j.next_run_time and j.next_run_time <= dt.datetime.now(dt.timezone.utc)]
-            run_dir.publish("scheduler", {"ready": not due, "jobs": describe(sched),
-                                          **({"role": "leader"} if leader else {})}, strict=True)
+            due = [
+                j
+                for j in sched.get_jobs()
+                if j.next_run_time and j.next_run_time <= dt.datetime.now(dt.UTC)
+            ]
+            run_dir.publish(
+                "scheduler",
+                {
+                    "ready": not due,
+                    "jobs": describe(sched),
+                    **({"role": "leader"} if leader else {}),
+                },
+                strict=True,
+            )
             stop.wait(0.5 if due else 1.0)
             # Operators change schedules in schedule.db from `quill schedule ...`; waking up
             # re-reads the job store, so a change takes effect within a second.

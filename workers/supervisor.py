@@ -21,6 +21,7 @@
 * ``until_idle``: exit 0 once the spool is drained, the FTS index caught up, due scheduled
   jobs fired and both queues empty (observed twice in a row, 0.3 s apart).
 """
+
 from __future__ import annotations
 
 import collections
@@ -54,10 +55,12 @@ class Child:
     role: str
     argv: list[str]
     proc: subprocess.Popen | None = None
-    exits: collections.deque = field(default_factory=lambda: collections.deque(maxlen=CRASH_LOOP[0]))
+    exits: collections.deque = field(
+        default_factory=lambda: collections.deque(maxlen=CRASH_LOOP[0])
+    )
     restart_at: float = 0.0
     backoff: float = 0.5
-    restarts: int = 0              # exits since the fleet started (published for status/metrics)
+    restarts: int = 0  # exits since the fleet started (published for status/metrics)
     last_exit_code: int | None = None
     last_exit_at: float | None = None
     crash_loop: bool = False
@@ -71,16 +74,29 @@ class Child:
     def summary(self) -> dict[str, Any]:
         """What ``quill status`` shows for this child."""
         alive = self.proc is not None and self.proc.poll() is None
-        return {"pid": self.proc.pid if alive else None, "restarts": self.restarts,
-                "last_exit_code": self.last_exit_code, "last_exit_at": self.last_exit_at,
-                "crash_loop": self.crash_loop}
+        return {
+            "pid": self.proc.pid if alive else None,
+            "restarts": self.restarts,
+            "last_exit_code": self.last_exit_code,
+            "last_exit_at": self.last_exit_at,
+            "crash_loop": self.crash_loop,
+        }
 
 
 class Supervisor:
     """Runs the fleet for one data dir in the foreground. ``run()`` returns an exit code."""
 
-    def __init__(self, cfg: Settings, log: Any, *, worker_entry: str, http_entry: str,
-                 until_idle: bool = False, timeout: float | None = None, console: Any = None):
+    def __init__(
+        self,
+        cfg: Settings,
+        log: Any,
+        *,
+        worker_entry: str,
+        http_entry: str,
+        until_idle: bool = False,
+        timeout: float | None = None,
+        console: Any = None,
+    ):
         """``worker_entry``: the module each worker role runs as (``python -m worker_entry ROLE
         --home H --parent PID``); ``http_entry``: the module of the ``http`` child (same options,
         no role). ``console(text)``, when given, is told of every worker exit and restart (the
@@ -100,8 +116,16 @@ class Supervisor:
     @property
     def crash_loops(self) -> list[dict[str, Any]]:
         """Every role in a crash loop now: role, last exit code, log file."""
-        return [{"role": c.role, "last_code": c.last_exit_code, "restarts": c.restarts,
-                 "logs": str(self.cfg.logs_dir / f"{c.role}.log")} for c in self.children if c.crash_loop]
+        return [
+            {
+                "role": c.role,
+                "last_code": c.last_exit_code,
+                "restarts": c.restarts,
+                "logs": str(self.cfg.logs_dir / f"{c.role}.log"),
+            }
+            for c in self.children
+            if c.crash_loop
+        ]
 
     def run(self) -> int:
         lease = Lease(self.run_dir.lock("fleet")).acquire()
@@ -138,8 +162,9 @@ class Supervisor:
             if queues is not None:
                 writer = WriterStatus.from_json(self._live_status("writer"))
                 if writer.halted:
-                    self.log.error("supervisor.writer_halted",
-                                   **(writer.halt.to_json() if writer.halt else {}))
+                    self.log.error(
+                        "supervisor.writer_halted", **(writer.halt.to_json() if writer.halt else {})
+                    )
                     return EXIT_HALTED
                 idle_streak = idle_streak + 1 if self._fleet_idle(queues, writer) else 0
                 if idle_streak >= 2:
@@ -159,8 +184,14 @@ class Supervisor:
         consumer = self._live_status("consumer")
         fresh = time.time() - (writer.updated_at or 0) < 1.0
         pending = queues.pending()
-        return bool(writer.idle and fresh and sched.get("ready") and consumer.get("in_flight") == 0
-                    and pending["store"] == 0 and pending["worker"] == 0)
+        return bool(
+            writer.idle
+            and fresh
+            and sched.get("ready")
+            and consumer.get("in_flight") == 0
+            and pending["store"] == 0
+            and pending["worker"] == 0
+        )
 
     def _live_status(self, role: str) -> dict[str, Any]:
         child = next(c for c in self.children if c.role == role)
@@ -171,8 +202,11 @@ class Supervisor:
     def _start(self, child: Child) -> None:
         if child.last_exit_at is not None:
             self.console(f"quill: restarting the {child.role} (restart {child.restarts})")
-        child.proc = subprocess.Popen(child.argv, stdin=subprocess.DEVNULL,
-                                      env={**os.environ, "QUILL_HOME": str(self.cfg.home)})
+        child.proc = subprocess.Popen(
+            child.argv,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, "QUILL_HOME": str(self.cfg.home)},
+        )
         self.log.info("supervisor.child_started", child=child.role, child_pid=child.proc.pid)
         if child.restarts:
             self._publish()
@@ -197,15 +231,24 @@ class Supervisor:
         child.exits.append(now)
         child.restarts += 1
         child.last_exit_code, child.last_exit_at = code, time.time()
-        self.log.warning("supervisor.child_exited", child=child.role, code=code, child_pid=child.proc.pid)
+        self.log.warning(
+            "supervisor.child_exited", child=child.role, code=code, child_pid=child.proc.pid
+        )
         self.console(f"quill: the {child.role} (pid {child.proc.pid}) exited with code {code}")
         child.proc = None
         if len(child.exits) == CRASH_LOOP[0] and now - child.exits[0] < CRASH_LOOP[1]:
             if not child.crash_loop:
-                self.log.critical("supervisor.crash_loop", child=child.role, exits=len(child.exits),
-                                  window_s=CRASH_LOOP[1], last_code=code)
-                self.console(f"quill: the {child.role} is crash-looping ({len(child.exits)} exits in "
-                             f"{CRASH_LOOP[1]:g} s, last code {code}); see {self.cfg.logs_dir / (child.role + '.log')}")
+                self.log.critical(
+                    "supervisor.crash_loop",
+                    child=child.role,
+                    exits=len(child.exits),
+                    window_s=CRASH_LOOP[1],
+                    last_code=code,
+                )
+                self.console(
+                    f"quill: the {child.role} is crash-looping ({len(child.exits)} exits in "
+                    f"{CRASH_LOOP[1]:g} s, last code {code}); see {self.cfg.logs_dir / (child.role + '.log')}"
+                )
             child.crash_loop = True
             if self.until_idle:
                 self._publish()
@@ -215,7 +258,12 @@ class Supervisor:
             delay = child.max_delay(True)
         child.restart_at = now + delay
         child.backoff = min(child.backoff * 2, child.max_delay(False))
-        self.log.info("supervisor.restart_scheduled", child=child.role, restart_in_s=delay, crash_loop=child.crash_loop)
+        self.log.info(
+            "supervisor.restart_scheduled",
+            child=child.role,
+            restart_in_s=delay,
+            crash_loop=child.crash_loop,
+        )
         self._publish()
         return None
 
@@ -230,8 +278,12 @@ class Supervisor:
         limit = JOB_HUNG_AFTER_S if st.job else self.cfg.writer_hung_after_s
         age = time.time() - (st.updated_at if st.updated_at is not None else time.time())
         if age > limit:
-            self.log.error("supervisor.writer_hung", child_pid=writer.proc.pid, silent_s=round(age, 1),
-                           job=st.job)
+            self.log.error(
+                "supervisor.writer_hung",
+                child_pid=writer.proc.pid,
+                silent_s=round(age, 1),
+                job=st.job,
+            )
             writer.proc.kill()
 
     def _check_job_timeout(self) -> None:
@@ -244,18 +296,30 @@ class Supervisor:
         if not st.get("in_flight") or not st.get("timeout"):
             return
         if time.time() - st.get("started_at", time.time()) > st["timeout"]:
-            self.log.error("supervisor.job_timeout", job=st.get("last"), timeout_s=st["timeout"],
-                           child_pid=consumer.proc.pid)
+            self.log.error(
+                "supervisor.job_timeout",
+                job=st.get("last"),
+                timeout_s=st["timeout"],
+                child_pid=consumer.proc.pid,
+            )
             consumer.proc.kill()
 
     def _publish(self, state: str = "running", **extra: Any) -> None:
         loops = self.crash_loops
         try:
-            self.run_dir.publish("supervisor", {
-                "state": state, "until_idle": self.until_idle, "crash_loops": loops,
-                "crash_loop": loops[0] if loops else None,
-                "restarts": {c.role: c.restarts for c in self.children},
-                "children": {c.role: c.summary() for c in self.children}, **extra}, strict=True)
+            self.run_dir.publish(
+                "supervisor",
+                {
+                    "state": state,
+                    "until_idle": self.until_idle,
+                    "crash_loops": loops,
+                    "crash_loop": loops[0] if loops else None,
+                    "restarts": {c.role: c.restarts for c in self.children},
+                    "children": {c.role: c.summary() for c in self.children},
+                    **extra,
+                },
+                strict=True,
+            )
         except OSError as exc:  # a full disk must not take the supervisor down
             self.log.error("supervisor.status_unwritable", error=str(exc))
 

@@ -21,6 +21,7 @@ until the store says the halt ended (``serve_halted``). Producers keep appending
 ``run(stop)`` is ``initialize()``, then ``loop_once(now)`` until stopped, then ``shutdown()``;
 a test builds a writer in process and steps it with its own clock.
 """
+
 from __future__ import annotations
 
 import threading
@@ -30,11 +31,15 @@ from typing import Any
 from quill.home import Halt, RunDir, Settings, WriterStatus
 from quill.jobs.queues import build_for
 from quill.spool import Quarantine, Spool, SpoolReader
-from quill.store.errors import (CorruptError, DiskFullError, SharedMemoryError, StoreIOError,
-                                TransientError)
+from quill.store.errors import (
+    CorruptError,
+    DiskFullError,
+    SharedMemoryError,
+    StoreIOError,
+    TransientError,
+)
 from quill.store.factory import open_store
 from quill.store.lease import Lease
-
 from quill.workers import status
 from quill.workers.drain import Drain
 from quill.workers.job_runner import StoreJobRunner
@@ -59,20 +64,31 @@ class Writer:
         self.log = log
         self.run_dir = RunDir(cfg.home)
         self.lease = Lease(self.run_dir.lock("writer"))
-        self.store = store if store is not None else open_store(
-            cfg, log, run_dir=self.run_dir, writer=True, connect=False)
-        self.drain = Drain(self.store, SpoolReader(cfg.spool_dir), Quarantine(cfg.spool_dir),
-                           cfg.chunk_rows, log=log)
+        self.store = (
+            store
+            if store is not None
+            else open_store(cfg, log, run_dir=self.run_dir, writer=True, connect=False)
+        )
+        self.drain = Drain(
+            self.store,
+            SpoolReader(cfg.spool_dir),
+            Quarantine(cfg.spool_dir),
+            cfg.chunk_rows,
+            log=log,
+        )
         self.jobs: StoreJobRunner | None = None
         self.halt_cause: Halt | None = None  # set while halted
-        self.halt_recorded = False     # the store holds the halt record (else: try again)
-        self.done = False              # the writer must exit (to be restarted)
+        self.halt_recorded = False  # the store holds the halt record (else: try again)
+        self.done = False  # the writer must exit (to be restarted)
         self.error: str | None = None  # the retryable failure being waited out, else None
         # Chunk apply+commit latency (seconds), published for /metrics and `quill status`.
-        self.commit_hist: dict[str, Any] = {"counts": [0] * len(status.COMMIT_BUCKETS_S),
-                                            "count": 0, "sum": 0.0}
+        self.commit_hist: dict[str, Any] = {
+            "counts": [0] * len(status.COMMIT_BUCKETS_S),
+            "count": 0,
+            "sum": 0.0,
+        }
         self._was_busy = False
-        self._backoff: float | None = None   # the last retry pause; None after a success
+        self._backoff: float | None = None  # the last retry pause; None after a success
         self._last_idle_publish = float("-inf")
         self._idle_fields: dict[str, Any] = {}
 
@@ -108,16 +124,21 @@ class Writer:
         self.initialize()
         try:
             if self.halt_cause is not None:
-                raise CorruptError(f"the store is halted: {self.halt_cause.cause}: "
-                                   f"{self.halt_cause.detail}")
+                raise CorruptError(
+                    f"the store is halted: {self.halt_cause.cause}: {self.halt_cause.detail}"
+                )
             figures = self.store.connect()
             start = self.drain.start()
             self._job_runner()
             self.log.info("writer.started", backend=self.store.kind, cursor=str(start), **figures)
             while not (stop is not None and stop.is_set()) and self.step(time.monotonic()):
                 pass
-            return {"spool_id": self.store.spool_id, "from": str(start), "to": str(self.cursor),
-                    **self.totals}
+            return {
+                "spool_id": self.store.spool_id,
+                "from": str(start),
+                "to": str(self.cursor),
+                **self.totals,
+            }
         finally:
             self.shutdown()
 
@@ -148,8 +169,9 @@ class Writer:
             self.store.close()
         finally:
             self.lease.release()
-            self.log.info("writer.stopped", cursor=str(self.cursor), backend=self.store.kind,
-                          **self.totals)
+            self.log.info(
+                "writer.stopped", cursor=str(self.cursor), backend=self.store.kind, **self.totals
+            )
 
     def loop_once(self, now: float) -> float:
         """One turn: open the store if needed, then one unit of work (or one look while
@@ -243,23 +265,31 @@ class Writer:
         rows, detached = self.store.index_step(self.cfg.index_slice_rows)
         if detached:
             self.jobs.queues.enqueue("fts_rebuild")
-            self.log.error("writer.fts_detached", damaged=detached["damaged"],
-                           error=detached["error"])
+            self.log.error(
+                "writer.fts_detached", damaged=detached["damaged"], error=detached["error"]
+            )
         return rows
 
     def _job_started(self, name: str) -> None:
         self._publish(time.monotonic(), idle=False, job=name)
 
-    def _publish(self, now: float, *, idle: bool, error: str | None = None,
-                 job: str | None = None) -> None:
+    def _publish(
+        self, now: float, *, idle: bool, error: str | None = None, job: str | None = None
+    ) -> None:
         """Publish the writer's status; idle ones at most every ``IDLE_PUBLISH_S``."""
         if idle and now - self._last_idle_publish < IDLE_PUBLISH_S:
             return
         self._last_idle_publish = now if idle else float("-inf")
         fields = self.store.status_fields() if self.store.connected else {}
-        status = WriterStatus(idle=idle, cursor=str(self.cursor), job=job, error=error,
-                              commit_hist=self.commit_hist, backend=self.store.kind,
-                              spool_id=self.store.spool_id)
+        status = WriterStatus(
+            idle=idle,
+            cursor=str(self.cursor),
+            job=job,
+            error=error,
+            commit_hist=self.commit_hist,
+            backend=self.store.kind,
+            spool_id=self.store.spool_id,
+        )
         # The store's fields and the drain's totals name WriterStatus fields (ValueError if not).
         status = status._replace(**{**self._idle_fields, **fields, **self.totals})
         self.run_dir.publish("writer", status.to_json())
@@ -268,8 +298,13 @@ class Writer:
 
     def _halt(self, exc: Exception) -> None:
         """Enter the sticky halt for ``exc`` and have the store record it."""
-        self.halt_cause = Halt(type(exc).__name__, str(exc), time.time(),
-                               next=self.store.recover_hint, cursor=str(self.cursor))
+        self.halt_cause = Halt(
+            type(exc).__name__,
+            str(exc),
+            time.time(),
+            next=self.store.recover_hint,
+            cursor=str(self.cursor),
+        )
         self.halt_recorded = False
         self.log.critical("writer.halt", backend=self.store.kind, **self.halt_cause.to_json())
         self._record_halt()
@@ -283,15 +318,23 @@ class Writer:
             pass  # still damaged where the halt record lives: stay halted, try again
         except RETRYABLE as exc:
             self.store.disconnect()
-            self.log.warning("writer.retry", error=f"{type(exc).__name__}: {exc}",
-                             kind=type(exc).__name__)
+            self.log.warning(
+                "writer.retry", error=f"{type(exc).__name__}: {exc}", kind=type(exc).__name__
+            )
 
     def _serve_halt(self, now: float) -> float:
         """One look while halted: publish the halt, let the store say whether it ended
         (resume, or exit after a swap), and run bookkeeping jobs where the store allows."""
-        self.run_dir.publish("writer", WriterStatus(
-            halted=True, halt=self.halt_cause, cursor=str(self.cursor), backend=self.store.kind,
-            spool_id=self.store.spool_id).to_json())
+        self.run_dir.publish(
+            "writer",
+            WriterStatus(
+                halted=True,
+                halt=self.halt_cause,
+                cursor=str(self.cursor),
+                backend=self.store.kind,
+                spool_id=self.store.spool_id,
+            ).to_json(),
+        )
         try:
             if not self.halt_recorded:
                 self._record_halt()
@@ -302,8 +345,9 @@ class Writer:
                 self.done = True
                 return 0.0
             if action == "resume":
-                self.log.warning("writer.halt_lifted", backend=self.store.kind,
-                                 cursor=str(self.cursor))
+                self.log.warning(
+                    "writer.halt_lifted", backend=self.store.kind, cursor=str(self.cursor)
+                )
                 self.halt_cause = None
                 return 0.0
             if self.store.jobs_while_halted:
@@ -313,6 +357,7 @@ class Writer:
             pass  # still damaged where a job-run record or the halt lives: stay halted
         except RETRYABLE as exc:
             self.store.disconnect()
-            self.log.warning("writer.retry", error=f"{type(exc).__name__}: {exc}",
-                             kind=type(exc).__name__)
+            self.log.warning(
+                "writer.retry", error=f"{type(exc).__name__}: {exc}", kind=type(exc).__name__
+            )
         return self.store.halt_poll_s

@@ -11,6 +11,7 @@ per-turn producer command (``quill push`` with its common argv, ``ops/cli/push_f
 (``ops/cli/root.py``, which loads each command's module when that command runs).
 ``quill.ops.cli.cli`` is that group (resolved on first use).
 """
+
 from __future__ import annotations
 
 import sys
@@ -30,7 +31,9 @@ def _fast_push(argv: list[str]) -> int | None:
 
     try:
         with push.open_source(args.source) as stream:
-            return push.run(setup(args.home), stream, stream.name, args.session_id, args.wait_s, args.as_json)
+            return push.run(
+                setup(args.home), stream, stream.name, args.session_id, args.wait_s, args.as_json
+            )
     except Exception as exc:  # noqa: BLE001 — classified by type, as base.run does
         error = from_exception(exc)
         if error is None:
@@ -43,12 +46,14 @@ def main() -> None:
     argv = sys.argv[1:]
     if argv == ["--version"]:  # asked by scripts and installers: answered without click
         from quill import __version__
+
         print(f"quill {__version__}")
         sys.exit(0)
     code = _fast_push(argv) if "push" in argv else None
     if code is None:
         from quill.ops.cli.base import run
         from quill.ops.cli.root import cli as group
+
         code = run(group, argv)
     sys.exit(code)
 
@@ -56,5 +61,6 @@ def main() -> None:
 def __getattr__(name: str) -> Any:
     if name in ("cli", "COMMANDS"):  # the click group, built on first use (PEP 562)
         from quill.ops.cli import root
+
         return getattr(root, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,4 +1,5 @@
 """``quill snapshot``, ``quill recover``, ``quill doctor``."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -8,13 +9,13 @@ from rich.markup import escape
 from rich.table import Table
 
 from quill.jobs.queues import run_recorded
-from quill.store.errors import CantOpenError, CorruptError
-
 from quill.ops.cli import render
 from quill.ops.cli.base import emit_json, json_option
-from quill.ops.status.doctor import run_checks
 from quill.ops.client.errors import InvalidInputError
-from quill.ops.recover.sqlite import RecoverError, recover as do_recover
+from quill.ops.recover.sqlite import RecoverError
+from quill.ops.recover.sqlite import recover as do_recover
+from quill.ops.status.doctor import run_checks
+from quill.store.errors import CantOpenError, CorruptError
 from quill.store.factory import capabilities
 
 
@@ -27,9 +28,11 @@ def snapshot(cfg: Any, as_json: bool) -> None:
     from quill.jobs.queues import build_for, resolve_params
 
     if not capabilities(cfg).local_file:  # refused before anything runs
-        raise InvalidInputError("snapshots are of the embedded SQLite store; this data dir uses the PostgreSQL store",
-                                hint="back it up with PostgreSQL's tools: `pg_dump --format=custom` or a base backup "
-                                     "(docs/backends.md)")
+        raise InvalidInputError(
+            "snapshots are of the embedded SQLite store; this data dir uses the PostgreSQL store",
+            hint="back it up with PostgreSQL's tools: `pg_dump --format=custom` or a base backup "
+            "(docs/backends.md)",
+        )
     spec = catalog.get("snapshot")
     queues = build_for(cfg)
     try:
@@ -41,13 +44,18 @@ def snapshot(cfg: Any, as_json: bool) -> None:
     if as_json:
         emit_json(result)
     else:
-        click.echo(f"snapshot {result['path']} ({result['bytes']} bytes) covers spool position "
-                   f"{result['position']}; verified in {result['seconds']} s")
+        click.echo(
+            f"snapshot {result['path']} ({result['bytes']} bytes) covers spool position "
+            f"{result['position']}; verified in {result['seconds']} s"
+        )
 
 
 @click.command()
-@click.option("--accept-loss", is_flag=True,
-              help="Rebuild even though snapshot + spool no longer hold the full history.")
+@click.option(
+    "--accept-loss",
+    is_flag=True,
+    help="Rebuild even though snapshot + spool no longer hold the full history.",
+)
 @json_option
 @click.pass_obj
 def recover(cfg: Any, accept_loss: bool, as_json: bool) -> None:
@@ -62,24 +70,31 @@ def recover(cfg: Any, accept_loss: bool, as_json: bool) -> None:
         # replayed without a total.
         with render.progress(not as_json, unit="bytes") as bar:
             task = bar.add_task("replaying into the rebuilt store", total=None)
-            result = do_recover(cfg, accept_loss=accept_loss, progress=lambda n: bar.advance(task, n))
+            result = do_recover(
+                cfg, accept_loss=accept_loss, progress=lambda n: bar.advance(task, n)
+            )
     except (RecoverError, CorruptError) as exc:
         raise click.ClickException(str(exc))
     if result.get("history_gap"):
-        click.echo(f"quill: WARNING: rebuilt with history missing: {result['history_gap']}", err=True)
+        click.echo(
+            f"quill: WARNING: rebuilt with history missing: {result['history_gap']}", err=True
+        )
     if as_json:
         emit_json(result)
     else:
-        click.echo(f"recovered from {result['snapshot'] or 'an empty store'} + spool {result['from']} → {result['to']}: "
-                   f"{result['applied']} batch(es) replayed, {result['rows']} message rows; swapped in by "
-                   f"{result['swapped_by']}" + (f"; old files in {result['evidence']}" if result.get('evidence') else ""))
+        click.echo(
+            f"recovered from {result['snapshot'] or 'an empty store'} + spool {result['from']} → {result['to']}: "
+            f"{result['applied']} batch(es) replayed, {result['rows']} message rows; swapped in by "
+            f"{result['swapped_by']}"
+            + (f"; old files in {result['evidence']}" if result.get("evidence") else "")
+        )
 
 
 def _recover_postgres(cfg: Any, as_json: bool) -> None:
-    from quill.store.errors import StoreError
-
     from quill.ops import logs
     from quill.ops.recover.postgres import recover as pg_recover
+    from quill.store.errors import StoreError
+
     try:
         result = pg_recover(cfg, logs.configure(cfg.logs_dir, "recover"))
     except (StoreError, TimeoutError) as exc:
@@ -87,8 +102,12 @@ def _recover_postgres(cfg: Any, as_json: bool) -> None:
     if as_json:
         emit_json(result)
     else:
-        click.echo(f"replayed spool {result['spool_id']} into the PostgreSQL store {result['from']} → {result['to']}"
-                   f" by the {result['replayed_by']}: {result['applied']} batch(es), {result['rows']} message rows")
+        click.echo(
+            f"replayed spool {result['spool_id']} into the PostgreSQL store {result['from']} → {result['to']}"
+            f" by the {result['replayed_by']}: {result['applied']} batch(es), {result['rows']} message rows"
+        )
+
+
 def _damage_check(cfg: Any) -> dict[str, Any]:
     from quill.jobs import catalog
     from quill.jobs.queues import build_for, resolve_params
@@ -99,13 +118,25 @@ def _damage_check(cfg: Any) -> dict[str, Any]:
     try:
         figures = run_recorded(spec, build_for(cfg), resolve_params(spec, cfg, {}), runner="cli")
     except CorruptError as exc:
-        return {"check": "damage check", "status": "fail", "detail": f"{exc}; next: `quill recover`"}
-    return {"check": "damage check", "status": "ok", "detail": f"quick_check ok in {figures['seconds']} s"}
+        return {
+            "check": "damage check",
+            "status": "fail",
+            "detail": f"{exc}; next: `quill recover`",
+        }
+    return {
+        "check": "damage check",
+        "status": "ok",
+        "detail": f"quick_check ok in {figures['seconds']} s",
+    }
 
 
 @click.command()
-@click.option("--check", "damage_check", is_flag=True,
-              help="Also run the damage check (PRAGMA quick_check) now, as the hourly job does.")
+@click.option(
+    "--check",
+    "damage_check",
+    is_flag=True,
+    help="Also run the damage check (PRAGMA quick_check) now, as the hourly job does.",
+)
 @json_option
 @click.pass_context
 def doctor(ctx: click.Context, damage_check: bool, as_json: bool) -> None:
@@ -123,6 +154,8 @@ def doctor(ctx: click.Context, damage_check: bool, as_json: bool) -> None:
             table.add_column(col, overflow="fold")
         style = {"ok": "green", "warn": "yellow", "fail": "bold red"}
         for c in checks:
-            table.add_row(c["check"], f"[{style[c['status']]}]{c['status']}[/]", escape(c["detail"]))
+            table.add_row(
+                c["check"], f"[{style[c['status']]}]{c['status']}[/]", escape(c["detail"])
+            )
         render.console().print(table)
     ctx.exit(1 if any(c["status"] == "fail" for c in checks) else 0)

@@ -11,6 +11,7 @@ Commands raise ``quill.ops.client.errors`` types (``NotFoundError`` …), ``clic
 ``click.BadParameter`` for bad arguments, or ``click.ClickException`` for a plain failure;
 errors of the lower layers (spool, store, OS) are classified by type in ``run``.
 """
+
 from __future__ import annotations
 
 import sys
@@ -21,9 +22,24 @@ from typing import Any
 import click
 
 from quill.ops.cli.output import emit_json, report, wants_json
-from quill.ops.client.errors import AbortedError, Exit, InvalidInputError, QuillError, from_exception
+from quill.ops.client.errors import (
+    AbortedError,
+    Exit,
+    InvalidInputError,
+    QuillError,
+    from_exception,
+)
 
-__all__ = ["CONTEXT", "LazyGroup", "confirm", "emit_json", "json_option", "report", "run", "wants_json"]
+__all__ = [
+    "CONTEXT",
+    "LazyGroup",
+    "confirm",
+    "emit_json",
+    "json_option",
+    "report",
+    "run",
+    "wants_json",
+]
 
 #: Click context settings of the root group (inherited by every command): ``-h`` works like
 #: ``--help``; help fits a terminal up to 120 columns and is never hard-wrapped when stdout is
@@ -35,8 +51,12 @@ if not sys.stdout.isatty():
 
 def json_option(func: Callable[..., Any]) -> Callable[..., Any]:
     """The one ``--json`` option: adds an ``as_json`` parameter to the command."""
-    return click.option("--json", "as_json", is_flag=True,
-                        help="Print the result as JSON (errors too: {\"error\": {...}}).")(func)
+    return click.option(
+        "--json",
+        "as_json",
+        is_flag=True,
+        help='Print the result as JSON (errors too: {"error": {...}}).',
+    )(func)
 
 
 class LazyGroup(click.Group):
@@ -65,9 +85,11 @@ def confirm(question: str, *, yes: bool, as_json: bool) -> None:
     if yes:
         return
     if as_json or not sys.stdin.isatty():
-        raise InvalidInputError("this command asks for confirmation and cannot ask here "
-                                f"({'--json' if as_json else 'stdin is not a terminal'})",
-                                hint="pass --yes to confirm without a prompt")
+        raise InvalidInputError(
+            "this command asks for confirmation and cannot ask here "
+            f"({'--json' if as_json else 'stdin is not a terminal'})",
+            hint="pass --yes to confirm without a prompt",
+        )
     if not click.confirm(question, err=True):
         raise AbortedError("aborted: nothing was changed")
 
@@ -84,7 +106,9 @@ def _classify(exc: BaseException) -> QuillError | None:
         return InvalidInputError(exc.format_message(), hint=_usage_hint(exc))
     if isinstance(exc, click.ClickException):
         error = QuillError(exc.format_message())
-        error.exit_code = Exit(exc.exit_code) if exc.exit_code in Exit._value2member_map_ else Exit.FAILED
+        error.exit_code = (
+            Exit(exc.exit_code) if exc.exit_code in Exit._value2member_map_ else Exit.FAILED
+        )
         return error
     return from_exception(exc)
 
@@ -103,7 +127,9 @@ def run(group: click.Group, argv: Sequence[str] | None = None) -> int:
         if isinstance(exc.__context__, KeyboardInterrupt):
             click.echo("quill: interrupted", err=True)
             return Exit.INTERRUPTED
-        return report(AbortedError("aborted: no answer to the prompt; nothing was changed"), as_json)
+        return report(
+            AbortedError("aborted: no answer to the prompt; nothing was changed"), as_json
+        )
     except Exception as exc:  # noqa: BLE001 — classified by type below; unknown ones re-raised
         error = _classify(exc)
         if error is None:

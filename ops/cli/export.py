@@ -1,5 +1,6 @@
 """``quill export``: one session, a filter or everything, as Quill ops, Markdown, OpenAI chat
 JSONL or ShareGPT (ops/transfer/export.py)."""
+
 from __future__ import annotations
 
 import json
@@ -7,19 +8,24 @@ from typing import Any
 
 import click
 
-from quill.store.errors import CantOpenError
-from quill.store.read.reader import Reader
-
-from quill.ops.client.stores import open_reader, where
-
-from quill.ops.transfer import export
 from quill.ops.cli import render
 from quill.ops.cli.params import EPOCH
 from quill.ops.client.errors import no_key, no_session
+from quill.ops.client.stores import open_reader, where
+from quill.ops.transfer import export
+from quill.store.errors import CantOpenError
+from quill.store.read.reader import Reader
 
 
-def write_export(cfg: Any, out: Any, fmt: str, session_id: str | None, since: float | None, source: str | None,
-                 key: str | None) -> int:
+def write_export(
+    cfg: Any,
+    out: Any,
+    fmt: str,
+    session_id: str | None,
+    since: float | None,
+    source: str | None,
+    key: str | None,
+) -> int:
     """Write the export to ``out`` (a text stream); returns the number of sessions. Raises
     ``NotFoundError`` for a named session or key that does not exist."""
     try:
@@ -68,16 +74,37 @@ def _write_session(r: Reader, out: Any, fmt: str, n: int, sid: str) -> None:
 
 @click.command(name="export")
 @click.argument("session_id", required=False)
-@click.option("--format", "fmt", type=click.Choice(export.FORMATS), default="quill", show_default=True,
-              help="quill = op JSONL `quill import` takes back; markdown; openai = chat JSONL (model view); sharegpt.")
-@click.option("--since", type=EPOCH, help="Only sessions active at or after (epoch seconds or ISO date).")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(export.FORMATS),
+    default="quill",
+    show_default=True,
+    help="quill = op JSONL `quill import` takes back; markdown; openai = chat JSONL (model view); sharegpt.",
+)
+@click.option(
+    "--since", type=EPOCH, help="Only sessions active at or after (epoch seconds or ISO date)."
+)
 @click.option("--source", help="Only sessions from this source.")
 @click.option("--key", help="Only sessions of this conversation key.")
-@click.option("-o", "--output", type=click.File("w", encoding="utf-8"), default="-", show_default=True,
-              help="File to write.")
+@click.option(
+    "-o",
+    "--output",
+    type=click.File("w", encoding="utf-8"),
+    default="-",
+    show_default=True,
+    help="File to write.",
+)
 @click.pass_obj
-def export_cmd(cfg: Any, session_id: str | None, fmt: str, since: float | None, source: str | None,
-               key: str | None, output: Any) -> None:
+def export_cmd(
+    cfg: Any,
+    session_id: str | None,
+    fmt: str,
+    since: float | None,
+    source: str | None,
+    key: str | None,
+    output: Any,
+) -> None:
     """Export one session, the sessions matching --since/--source/--key, or everything.
     A Quill export imported into an empty data dir gives identical audit views, states,
     lineage, usage and attachments."""

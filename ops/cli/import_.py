@@ -1,4 +1,5 @@
 """``quill import``: transcript files and folders into the spool, with a progress bar."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,15 +8,14 @@ from typing import Any
 import click
 from rich.markup import escape
 
-from quill.spool import Spool, SpoolError
-
 from quill.ops.cli import render
 from quill.ops.cli.base import emit_json, json_option
 from quill.ops.client.errors import Exit, InvalidInputError, from_exception
+from quill.ops.importers import iter_transcript_files
 from quill.ops.transfer.export import import_export, is_quill_export
 from quill.ops.transfer.import_spool import import_file, open_store_view
 from quill.ops.transfer.pending_deletes import pending_deletes
-from quill.ops.importers import iter_transcript_files
+from quill.spool import Spool, SpoolError
 
 
 @click.command(name="import")
@@ -38,8 +38,10 @@ def import_(ctx: click.Context, paths: tuple[Path, ...], as_json: bool) -> None:
     con = render.console()
     store = open_store_view(cfg)
     try:
-        with Spool(cfg.spool_dir, segment_bytes=cfg.segment_bytes) as spool, \
-                render.progress(not as_json) as progress:
+        with (
+            Spool(cfg.spool_dir, segment_bytes=cfg.segment_bytes) as spool,
+            render.progress(not as_json) as progress,
+        ):
             pending = pending_deletes(spool.dir, store)  # once: the files below add no deletes
             task = progress.add_task("importing", total=len(files))
             for path in files:
@@ -49,7 +51,9 @@ def import_(ctx: click.Context, paths: tuple[Path, ...], as_json: bool) -> None:
                     else:
                         report.append(import_file(spool, path, store, pending).as_dict())
                 except ValueError as exc:
-                    raise InvalidInputError(f"{path}: {exc}; what was read before it was spooled") from exc
+                    raise InvalidInputError(
+                        f"{path}: {exc}; what was read before it was spooled"
+                    ) from exc
                 except SpoolError as exc:
                     error = from_exception(exc)
                     error.message = f"{path}: {error.message}"
@@ -60,8 +64,11 @@ def import_(ctx: click.Context, paths: tuple[Path, ...], as_json: bool) -> None:
             store.close()
     rejected = [e["path"] for e in report if e["format"] is None]
     if skipped_md:  # on stderr, so --json output stays one JSON value
-        click.echo(f"quill: skipped {len(skipped_md)} .md file(s) in the folders (documentation, not transcripts): "
-                   + ", ".join(str(p) for p in skipped_md), err=True)
+        click.echo(
+            f"quill: skipped {len(skipped_md)} .md file(s) in the folders (documentation, not transcripts): "
+            + ", ".join(str(p) for p in skipped_md),
+            err=True,
+        )
     if as_json:
         emit_json(report)
         ctx.exit(Exit.FAILED if rejected or not report else Exit.OK)
@@ -71,10 +78,15 @@ def import_(ctx: click.Context, paths: tuple[Path, ...], as_json: bool) -> None:
             con.print(f"[red]rejected[/red] {path}: format not recognised")
             continue
         from_file = e["new"] - e["new_from_compactions"]
-        con.print(f"{e['format']:<12} {path}: {e['sessions']} session(s); {e['messages']} message(s) read: "
-                  f"{from_file} new, {e['already_stored']} already stored"
-                  + (f"; {e['new_from_compactions']} compaction summary message(s) new" if e["new_from_compactions"]
-                     else ""))
+        con.print(
+            f"{e['format']:<12} {path}: {e['sessions']} session(s); {e['messages']} message(s) read: "
+            f"{from_file} new, {e['already_stored']} already stored"
+            + (
+                f"; {e['new_from_compactions']} compaction summary message(s) new"
+                if e["new_from_compactions"]
+                else ""
+            )
+        )
         for p in e["problems"]:
             where = f"{path}:{p['line']}" if p["line"] is not None else path
             con.print(f"  [yellow]{p['kind']}[/yellow] {where}: {escape(p['reason'])}")
@@ -82,11 +94,17 @@ def import_(ctx: click.Context, paths: tuple[Path, ...], as_json: bool) -> None:
     stored = sum(e["already_stored"] for e in report)
     recognised = len(report) - len(rejected)
     from quill.home import RunDir
+
     running = RunDir(cfg.home).fleet_running()
-    con.print(f"spooled {total} new message(s) from {recognised} file(s)"
-              + (f" ({stored} already stored)" if stored else "") + "; "
-              + ("the running fleet applies them" if running else "`quill run` applies them"))
+    con.print(
+        f"spooled {total} new message(s) from {recognised} file(s)"
+        + (f" ({stored} already stored)" if stored else "")
+        + "; "
+        + ("the running fleet applies them" if running else "`quill run` applies them")
+    )
     if rejected:
-        con.print(f"[red]{len(rejected)} file(s) not imported (format not recognised):[/red] "
-                  + ", ".join(escape(r) for r in rejected))
+        con.print(
+            f"[red]{len(rejected)} file(s) not imported (format not recognised):[/red] "
+            + ", ".join(escape(r) for r in rejected)
+        )
         ctx.exit(Exit.FAILED)

@@ -4,6 +4,7 @@ Schedules live in ``schedule.db`` (APScheduler's SQLAlchemy job store). The CLI 
 store through a paused scheduler instance — it never runs jobs itself — and the fleet's
 scheduler re-reads the store every second.
 """
+
 from __future__ import annotations
 
 import re
@@ -20,15 +21,14 @@ from rich.table import Table
 from quill.jobs import catalog
 from quill.jobs import schedule as schedule_db
 from quill.jobs.queues import build_for
-from quill.store.errors import CantOpenError
-from quill.workers import FIRE_REF
-from quill.workers.scheduler import describe, edit_schedules
-
 from quill.ops.cli import render
 from quill.ops.cli.base import emit_json, json_option
 from quill.ops.client.errors import Exit, NotFoundError, WaitTimeoutError
 from quill.ops.client.stores import open_reader
+from quill.store.errors import CantOpenError
 from quill.store.factory import capabilities
+from quill.workers import FIRE_REF
+from quill.workers.scheduler import describe, edit_schedules
 
 _EVERY = re.compile(r"^(\d+)\s*([smhd])$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
@@ -53,7 +53,9 @@ def _describe_default(default: dict[str, Any] | None) -> str:
         return "on demand"
     args = {k: v for k, v in default.items() if k != "trigger"}
     if default["trigger"] == "interval":  # "every 1 hour", "every 5 minutes"
-        return "every " + " ".join(f"{v} {k[:-1] if v == 1 and k.endswith('s') else k}" for k, v in args.items())
+        return "every " + " ".join(
+            f"{v} {k[:-1] if v == 1 and k.endswith('s') else k}" for k, v in args.items()
+        )
     return f"{default['trigger']} " + " ".join(f"{k}={v}" for k, v in args.items())
 
 
@@ -71,12 +73,18 @@ def jobs_list(cfg: Any, as_json: bool) -> None:
     last = {}
     for run in reversed(_history(cfg, None, 500)):
         last[run["job"]] = run
-    rows = [{"name": j.name, "runs_on": "writer" if j.kind == "store" else "job worker",
-             "description": j.description,
-             "default": _default_of(j),
-             "last_outcome": last.get(j.name, {}).get("outcome"),
-             "last_started_at": last.get(j.name, {}).get("started_at")} for j in catalog.JOBS
-            if not j.internal and j.backend in ("any", capabilities(cfg).kind)]
+    rows = [
+        {
+            "name": j.name,
+            "runs_on": "writer" if j.kind == "store" else "job worker",
+            "description": j.description,
+            "default": _default_of(j),
+            "last_outcome": last.get(j.name, {}).get("outcome"),
+            "last_started_at": last.get(j.name, {}).get("started_at"),
+        }
+        for j in catalog.JOBS
+        if not j.internal and j.backend in ("any", capabilities(cfg).kind)
+    ]
     if as_json:
         emit_json(rows)
         return
@@ -84,8 +92,13 @@ def jobs_list(cfg: Any, as_json: bool) -> None:
     for col in ("name", "runs on", "default", "last", "description"):
         table.add_column(col, overflow="fold")
     for r in rows:
-        table.add_row(r["name"], r["runs_on"], escape(_describe_default(r["default"])),
-                      f"{r['last_outcome'] or '-'} {render.when(r['last_started_at'])}", escape(r["description"]))
+        table.add_row(
+            r["name"],
+            r["runs_on"],
+            escape(_describe_default(r["default"])),
+            f"{r['last_outcome'] or '-'} {render.when(r['last_started_at'])}",
+            escape(r["description"]),
+        )
     render.console().print(table)
 
 
@@ -108,17 +121,31 @@ def _runnable(cfg: Any, name: str, hint: str) -> catalog.JobSpec:
     try:
         return catalog.runnable(name, cfg)
     except (KeyError, catalog.WrongStoreError) as exc:
-        raise click.BadParameter(f"{exc.args[0]}; nothing was queued or scheduled", param_hint=hint) from None
+        raise click.BadParameter(
+            f"{exc.args[0]}; nothing was queued or scheduled", param_hint=hint
+        ) from None
 
 
 @jobs.command(name="run")
 @click.argument("name")
-@click.option("--wait", "wait_s", type=click.FloatRange(min=0), default=None, help="Wait up to N seconds for the run's record.")
-@click.option("--mode", type=click.Choice(["passive", "full", "restart", "truncate"], case_sensitive=False),
-              default=None, help="wal_checkpoint only: checkpoint mode (default passive; truncate resets the WAL).")
+@click.option(
+    "--wait",
+    "wait_s",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Wait up to N seconds for the run's record.",
+)
+@click.option(
+    "--mode",
+    type=click.Choice(["passive", "full", "restart", "truncate"], case_sensitive=False),
+    default=None,
+    help="wal_checkpoint only: checkpoint mode (default passive; truncate resets the WAL).",
+)
 @json_option
 @click.pass_context
-def jobs_run(ctx: click.Context, name: str, wait_s: float | None, mode: str | None, as_json: bool) -> None:
+def jobs_run(
+    ctx: click.Context, name: str, wait_s: float | None, mode: str | None, as_json: bool
+) -> None:
     """Queue job NAME to run now (the running fleet executes it)."""
     from quill.home import RunDir
 
@@ -132,20 +159,28 @@ def jobs_run(ctx: click.Context, name: str, wait_s: float | None, mode: str | No
     build_for(cfg).enqueue(name, **({"mode": mode.upper()} if mode else {}))
     result: dict[str, Any] = {"job": name, "queued_at": queued_at}
     if wait_s is not None and not _fleet_soon(RunDir(cfg.home), min(wait_s, FLEET_GRACE_S)):
-        raise WaitTimeoutError(f"{name} is queued, but no fleet is running on {cfg.home}, so nothing will run it now",
-                               hint=f"start `quill run` (it runs {name} first); `quill jobs history --job {name}` "
-                                    "shows the outcome")
+        raise WaitTimeoutError(
+            f"{name} is queued, but no fleet is running on {cfg.home}, so nothing will run it now",
+            hint=f"start `quill run` (it runs {name} first); `quill jobs history --job {name}` "
+            "shows the outcome",
+        )
     if wait_s is not None:
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
-            runs = [r for r in _history(cfg, name, 5) if r["started_at"] >= queued_at - 1 and r["outcome"] != "running"]
+            runs = [
+                r
+                for r in _history(cfg, name, 5)
+                if r["started_at"] >= queued_at - 1 and r["outcome"] != "running"
+            ]
             if runs:
                 result["run"] = runs[0]
                 break
             time.sleep(0.2)
         else:
-            raise WaitTimeoutError(f"{name} queued but no run recorded within {wait_s:g} s",
-                                   hint=f"is `quill run` running? `quill jobs history --job {name}` shows the outcome later")
+            raise WaitTimeoutError(
+                f"{name} queued but no run recorded within {wait_s:g} s",
+                hint=f"is `quill run` running? `quill jobs history --job {name}` shows the outcome later",
+            )
     if as_json:
         emit_json(result)
     elif "run" in result:
@@ -173,8 +208,13 @@ def jobs_history(cfg: Any, job: str | None, limit: int, as_json: bool) -> None:
         table.add_column(col, overflow="fold")
     for r in runs:
         took = f"{(r['ended_at'] or r['started_at']) - r['started_at']:.2f}"
-        table.add_row(r["job"], render.when(r["started_at"]), took, r["outcome"] or "",
-                      escape(str(r["error"] or r["figures"])))
+        table.add_row(
+            r["job"],
+            render.when(r["started_at"]),
+            took,
+            r["outcome"] or "",
+            escape(str(r["error"] or r["figures"])),
+        )
     render.console().print(table)
 
 
@@ -197,19 +237,27 @@ def schedule_list(cfg: Any, as_json: bool) -> None:
     for col in ("id", "trigger", "next run (UTC)"):
         table.add_column(col)
     for r in rows:
-        table.add_row(escape(r["id"]), escape(r["trigger"]), r["next_run"] or "[yellow]paused[/yellow]")
+        table.add_row(
+            escape(r["id"]), escape(r["trigger"]), r["next_run"] or "[yellow]paused[/yellow]"
+        )
     render.console().print(table)
 
 
 def _trigger(every: str | None, cron: str | None) -> Any:
     if bool(every) == bool(cron):
-        raise click.UsageError("give exactly one of --every (e.g. 10m, 6h, 1d) or --cron ('30 3 * * *')")
+        raise click.UsageError(
+            "give exactly one of --every (e.g. 10m, 6h, 1d) or --cron ('30 3 * * *')"
+        )
     if every:
         m = _EVERY.match(every.strip())
         if not m:
-            raise click.BadParameter("use a number and a unit: 30s, 10m, 6h, 1d", param_hint="--every")
+            raise click.BadParameter(
+                "use a number and a unit: 30s, 10m, 6h, 1d", param_hint="--every"
+            )
         if int(m.group(1)) <= 0:
-            raise click.BadParameter("the interval must be at least 1 of its unit", param_hint="--every")
+            raise click.BadParameter(
+                "the interval must be at least 1 of its unit", param_hint="--every"
+            )
         return IntervalTrigger(**{_UNITS[m.group(2)]: int(m.group(1))}, timezone="UTC")
     try:
         return CronTrigger.from_crontab(cron, timezone="UTC")
@@ -221,11 +269,14 @@ def _trigger(every: str | None, cron: str | None) -> Any:
 @click.argument("job")
 @click.option("--every", help="Interval: 30s, 10m, 6h, 1d.")
 @click.option("--cron", help="Crontab expression, UTC: '30 3 * * *'.")
-@click.option("--id", "schedule_id", help="Schedule id (default: the job name; replaces that schedule).")
+@click.option(
+    "--id", "schedule_id", help="Schedule id (default: the job name; replaces that schedule)."
+)
 @json_option
 @click.pass_obj
-def schedule_add(cfg: Any, job: str, every: str | None, cron: str | None, schedule_id: str | None,
-                 as_json: bool) -> None:
+def schedule_add(
+    cfg: Any, job: str, every: str | None, cron: str | None, schedule_id: str | None, as_json: bool
+) -> None:
     """Schedule JOB (replacing the schedule with the same id).
 
     Without --id the schedule's id is the job name, so for a job with a default schedule
@@ -237,18 +288,30 @@ def schedule_add(cfg: Any, job: str, every: str | None, cron: str | None, schedu
     default = catalog.BY_NAME.get(sid)
     with edit_schedules(cfg) as sched:
         replaced = sched.get_job(sid)
-        added = sched.add_job(trigger=trigger, id=sid, name=job, replace_existing=True,
-                              **schedule_db.fire_args(spec.name, FIRE_REF))
-        result = {"id": added.id, "job": job, "trigger": str(added.trigger),
-                  "next_run": str(added.next_run_time) if added.next_run_time else None,
-                  "replaced": str(replaced.trigger) if replaced else None,
-                  "replaces_default": bool(default and default.trigger)}
+        added = sched.add_job(
+            trigger=trigger,
+            id=sid,
+            name=job,
+            replace_existing=True,
+            **schedule_db.fire_args(spec.name, FIRE_REF),
+        )
+        result = {
+            "id": added.id,
+            "job": job,
+            "trigger": str(added.trigger),
+            "next_run": str(added.next_run_time) if added.next_run_time else None,
+            "replaced": str(replaced.trigger) if replaced else None,
+            "replaces_default": bool(default and default.trigger),
+        }
     if as_json:
         emit_json(result)
         return
     if result["replaces_default"]:
-        click.echo(f"{sid}: this replaces the default schedule of {sid} ({_describe_default(_default_of(default))}); "
-                   f"it stays replaced across restarts. To keep the default and add another, use --id", err=True)
+        click.echo(
+            f"{sid}: this replaces the default schedule of {sid} ({_describe_default(_default_of(default))}); "
+            f"it stays replaced across restarts. To keep the default and add another, use --id",
+            err=True,
+        )
     elif replaced:
         click.echo(f"{sid}: replaces the schedule {replaced.trigger}", err=True)
     click.echo(f"{added.id}: {added.trigger}; next run {added.next_run_time}")
@@ -257,16 +320,24 @@ def schedule_add(cfg: Any, job: str, every: str | None, cron: str | None, schedu
 def _modify(ctx: click.Context, schedule_id: str, action: str, as_json: bool) -> None:
     cfg = ctx.obj
     asked = action
-    if action == "remove" and schedule_id in catalog.BY_NAME and catalog.BY_NAME[schedule_id].trigger:
+    if (
+        action == "remove"
+        and schedule_id in catalog.BY_NAME
+        and catalog.BY_NAME[schedule_id].trigger
+    ):
         # A default schedule is re-created at every start; removing it would not last.
         action = "pause"
-        click.echo(f"{schedule_id} is a default schedule: pausing it instead (it stays paused across restarts)",
-                   err=True)
+        click.echo(
+            f"{schedule_id} is a default schedule: pausing it instead (it stays paused across restarts)",
+            err=True,
+        )
     with edit_schedules(cfg) as sched:
         try:
             getattr(sched, f"{action}_job")(schedule_id)
         except JobLookupError:
-            raise NotFoundError(f"no schedule {schedule_id!r}", hint="`quill schedule list` shows the schedules")
+            raise NotFoundError(
+                f"no schedule {schedule_id!r}", hint="`quill schedule list` shows the schedules"
+            )
     if as_json:
         emit_json({"id": schedule_id, "asked": asked, "done": f"{action}d"})
     else:

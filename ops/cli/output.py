@@ -12,6 +12,7 @@ Error format (usage errors included):
 * with ``--json`` (stdout, so a consumer parsing stdout always gets JSON):
   ``{"error": {"kind", "message", "hint", "exit_code"}}``.
 """
+
 from __future__ import annotations
 
 import json
@@ -39,7 +40,7 @@ def wants_json(argv: Sequence[str]) -> bool:
     got to the option is still reported as JSON."""
     args = list(argv)
     if "--" in args:
-        args = args[:args.index("--")]
+        args = args[: args.index("--")]
     return "--json" in args
 
 

@@ -1,5 +1,6 @@
 """Click parameter types the command modules share: text from any bytes (``UTF8``), a time as
 epoch seconds or an ISO date (``EPOCH``) and a yes/no filter (``YESNO``)."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -25,8 +26,11 @@ class Utf8Text(click.ParamType):
             value.encode("utf-8")
         except UnicodeEncodeError:
             fixed = os.fsencode(value).decode("utf-8", errors="replace")
-            click.echo(f"quill: {param.human_readable_name if param else 'argument'} is not valid UTF-8; "
-                       f"undecodable bytes read as U+FFFD: {fixed!r}", err=True)
+            click.echo(
+                f"quill: {param.human_readable_name if param else 'argument'} is not valid UTF-8; "
+                f"undecodable bytes read as U+FFFD: {fixed!r}",
+                err=True,
+            )
             return fixed
         return value
 
@@ -56,7 +60,7 @@ class Epoch(click.ParamType):
         except ValueError:
             self.fail(f"{value!r} is neither epoch seconds nor an ISO date", param, ctx)
         if parsed.tzinfo is None:
-            parsed = parsed.replace(tzinfo=dt.timezone.utc)
+            parsed = parsed.replace(tzinfo=dt.UTC)
         return parsed.timestamp()
 
 

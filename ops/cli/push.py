@@ -1,5 +1,6 @@
 """``quill push`` as a click command (help, usage errors, unusual argv). The common argv skips
 click entirely (``ops/cli/push_fast.py``, called from ``quill.ops.cli.main``); both run ``push.run``."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -12,12 +13,21 @@ from quill.ops.cli.base import json_option
 
 @click.command()
 @click.argument("source", type=click.File("r", encoding="utf-8"), default="-")
-@click.option("--session", "session_id", help="Session id for bare messages and batches without one.")
-@click.option("--wait", "wait_s", type=click.FloatRange(min=0), default=None,
-              help="Wait up to N seconds until applied.")
+@click.option(
+    "--session", "session_id", help="Session id for bare messages and batches without one."
+)
+@click.option(
+    "--wait",
+    "wait_s",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Wait up to N seconds until applied.",
+)
 @json_option
 @click.pass_context
-def push(ctx: click.Context, source: Any, session_id: str | None, wait_s: float | None, as_json: bool) -> None:
+def push(
+    ctx: click.Context, source: Any, session_id: str | None, wait_s: float | None, as_json: bool
+) -> None:
     """Push a batch (JSON or JSONL, from a file or stdin) into the spool.
 
     Each value is an op ({"op", "data"}), a messages batch ({"session_id", "messages"}) or a

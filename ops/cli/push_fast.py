@@ -9,6 +9,7 @@ click parses the argv instead, so usage errors and help come from click alone. B
 ``run`` and print errors through ``ops/cli/output.py``: one output, one error format, one
 exit-code table (``ops/cli/push.py`` is the click command).
 """
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,8 @@ _NOTHING = "nothing was pushed"
 class PushArgs(NamedTuple):
     """The argv of ``quill [--home DIR] push [SOURCE] [--session S] [--wait N] [--json]``."""
 
-    home: str | None      # --home, else $QUILL_HOME (None: the default data dir)
-    source: str           # a file path or "-" (stdin)
+    home: str | None  # --home, else $QUILL_HOME (None: the default data dir)
+    source: str  # a file path or "-" (stdin)
     session_id: str | None
     wait_s: float | None  # seconds, finite and ≥ 0
     as_json: bool
@@ -88,6 +89,7 @@ def open_source(source: str) -> IO[str]:
     """The batch's text stream: stdin or the file, decoded as UTF-8 (strict), as click.File does."""
     if source == "-":
         import io
+
         return io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="strict")
     return open(source, encoding="utf-8")
 
@@ -98,7 +100,9 @@ def read_json_values(stream: Any, name: str) -> list[Any]:
     try:
         return _parse_json_values(stream.read(), name)
     except UnicodeDecodeError as exc:
-        raise InvalidInputError(f"{name}: not UTF-8 text ({exc.reason} at byte {exc.start}); {_NOTHING}")
+        raise InvalidInputError(
+            f"{name}: not UTF-8 text ({exc.reason} at byte {exc.start}); {_NOTHING}"
+        )
     except RecursionError:
         raise InvalidInputError(f"{name}: JSON nested too deeply; {_NOTHING}")
 
@@ -106,7 +110,9 @@ def read_json_values(stream: Any, name: str) -> list[Any]:
 def _parse_json_values(text: str, name: str) -> list[Any]:
     stripped = text.lstrip()
     if not stripped:
-        raise InvalidInputError(f"{name}: no input", hint="pipe JSON or JSONL into `quill push`, or give a file")
+        raise InvalidInputError(
+            f"{name}: no input", hint="pipe JSON or JSONL into `quill push`, or give a file"
+        )
     try:
         return [json.loads(stripped)]
     except json.JSONDecodeError:
@@ -117,21 +123,24 @@ def _parse_json_values(text: str, name: str) -> list[Any]:
             try:
                 values.append(json.loads(line))
             except json.JSONDecodeError as exc:
-                raise InvalidInputError(f"{name}:{lineno}: not JSON ({exc.msg} at column {exc.colno}); {_NOTHING}",
-                                        hint="give one JSON document, or one JSON value per line (JSONL)")
+                raise InvalidInputError(
+                    f"{name}:{lineno}: not JSON ({exc.msg} at column {exc.colno}); {_NOTHING}",
+                    hint="give one JSON document, or one JSON value per line (JSONL)",
+                )
     return values
 
 
-def run(cfg: Any, stream: Any, name: str, session_id: str | None, wait_s: float | None, as_json: bool) -> int:
+def run(
+    cfg: Any, stream: Any, name: str, session_id: str | None, wait_s: float | None, as_json: bool
+) -> int:
     """Push the values of ``stream`` into ``cfg``'s spool; print one line per op (or the
     ``--json`` list); return the exit code (``Exit``). Raises ``InvalidInputError`` for a
     batch that can never apply (nothing is pushed then) and the spool's errors."""
-    from quill.spool import Spool
-    from quill.store.errors import InvalidOpError
-    from quill.store.apply.precheck import precheck
-
-    from quill.ops.transfer import ingest
     from quill.ops.cli.output import echo, emit_json
+    from quill.ops.transfer import ingest
+    from quill.spool import Spool
+    from quill.store.apply.precheck import precheck
+    from quill.store.errors import InvalidOpError
 
     values = read_json_values(stream, name)
     index = 0
@@ -140,21 +149,28 @@ def run(cfg: Any, stream: Any, name: str, session_id: str | None, wait_s: float 
         for index, (op, data, _) in enumerate(ops):
             precheck(op, data)
     except InvalidOpError as exc:
-        raise InvalidInputError(f"batch {index}: {exc.reason}: {exc.detail}; {_NOTHING}", reason=exc.reason)
+        raise InvalidInputError(
+            f"batch {index}: {exc.reason}: {exc.detail}; {_NOTHING}", reason=exc.reason
+        )
     except ValueError as exc:
         raise InvalidInputError(f"{exc}; {_NOTHING}")
     if not ops:
-        raise InvalidInputError(f"{name}: no ops or messages in the input (an empty list?); {_NOTHING}",
-                                hint="push at least one op, messages batch or message")
+        raise InvalidInputError(
+            f"{name}: no ops or messages in the input (an empty list?); {_NOTHING}",
+            hint="push at least one op, messages batch or message",
+        )
     # One short-lived process, a few records: the stdlib codec beats importing msgspec.
     with Spool(cfg.spool_dir, segment_bytes=cfg.segment_bytes, fast_codec=False) as spool:
         acks = ingest.append_all(spool, ops)
-    result = [{"op": op, "batch": a.batch_id, "position": str(a.position)} for (op, _, _), a in zip(ops, acks)]
+    result = [
+        {"op": op, "batch": a.batch_id, "position": str(a.position)}
+        for (op, _, _), a in zip(ops, acks)
+    ]
     code = Exit.OK
     if wait_s is not None:
+        from quill.ops.client.wait import outcomes, wait_applied
         from quill.spool import WaitTimeoutError
 
-        from quill.ops.client.wait import outcomes, wait_applied
         try:
             waited = wait_applied(cfg, max(a.position for a in acks), wait_s)
         except WaitTimeoutError as exc:
@@ -172,6 +188,10 @@ def run(cfg: Any, stream: Any, name: str, session_id: str | None, wait_s: float 
         emit_json(result)
     else:
         for r in result:
-            extra = f"  {r['outcome']}" + (f": {r['reason']}: {r['detail']}" if r.get("reason") else "") if "outcome" in r else ""
+            extra = (
+                f"  {r['outcome']}" + (f": {r['reason']}: {r['detail']}" if r.get("reason") else "")
+                if "outcome" in r
+                else ""
+            )
             echo(f"{r['op']:<16} batch {r['batch']}  at {r['position']}{extra}")
     return int(code)

@@ -13,6 +13,7 @@ touching files by hand.
   run again — killed between its append and its resolve, or an entry re-opened by an older
   Quill — appends the same batch with the same op and data, which the store applies once.
 """
+
 from __future__ import annotations
 
 import getpass
@@ -24,13 +25,12 @@ from typing import Any
 
 import click
 
-from quill.spool import Quarantine, Spool
-from quill.spool.errors import DamagedRecordError
-from quill.spool.record import decode
-
 from quill.ops.cli.base import emit_json, json_option
 from quill.ops.client.errors import InvalidInputError, NotFoundError, QuillError
 from quill.ops.transfer.ingest import stable_batch_id
+from quill.spool import Quarantine, Spool
+from quill.spool.errors import DamagedRecordError
+from quill.spool.record import decode
 
 #: Reasons that mean the line itself is damaged (not the op's data): retrying trusts bytes
 #: that failed their checksum or shape check, so it needs --force.
@@ -54,8 +54,10 @@ def _entry(q: Quarantine, entry_id: str) -> dict[str, Any]:
     try:
         return q.get(entry_id)
     except KeyError:
-        raise NotFoundError(f"no quarantined entry {entry_id!r} in {q.dir}",
-                            hint="`quill spool quarantine list` shows the ids") from None
+        raise NotFoundError(
+            f"no quarantined entry {entry_id!r} in {q.dir}",
+            hint="`quill spool quarantine list` shows the ids",
+        ) from None
 
 
 def retry_batch_id(entry: dict[str, Any]) -> str:
@@ -70,8 +72,11 @@ def retry_op(entry: dict[str, Any], *, force: bool) -> tuple[str, dict[str, Any]
     ``unsupported-op`` refusal (never decided), else ``retry_batch_id``. Raises
     ``InvalidInputError`` when the raw line holds no complete op, or is damaged and not ``force``."""
     if entry["reason"] in DAMAGE_REASONS and not force:
-        raise InvalidInputError(f"entry {entry['id']} was quarantined as damaged ({entry['reason']}): "
-                                f"{entry['detail']}", hint="check `show` and retry with --force to trust its bytes")
+        raise InvalidInputError(
+            f"entry {entry['id']} was quarantined as damaged ({entry['reason']}): "
+            f"{entry['detail']}",
+            hint="check `show` and retry with --force to trust its bytes",
+        )
     try:
         body = decode(entry["raw"].encode())
     except DamagedRecordError:
@@ -79,16 +84,30 @@ def retry_op(entry: dict[str, Any], *, force: bool) -> tuple[str, dict[str, Any]
             body = json.loads(entry["raw"])
         except ValueError:
             body = None
-    if not isinstance(body, dict) or not isinstance(body.get("op"), str) or not isinstance(body.get("data"), dict):
-        raise InvalidInputError(f"entry {entry['id']} holds no complete op to retry (torn or unreadable line)",
-                                hint="`quill spool quarantine drop` it once you have recovered what you need")
-    keep = body.get("batch") if entry["reason"] == "unsupported-op" and isinstance(body.get("batch"), str) else None
+    if (
+        not isinstance(body, dict)
+        or not isinstance(body.get("op"), str)
+        or not isinstance(body.get("data"), dict)
+    ):
+        raise InvalidInputError(
+            f"entry {entry['id']} holds no complete op to retry (torn or unreadable line)",
+            hint="`quill spool quarantine drop` it once you have recovered what you need",
+        )
+    keep = (
+        body.get("batch")
+        if entry["reason"] == "unsupported-op" and isinstance(body.get("batch"), str)
+        else None
+    )
     return body["op"], body["data"], keep or retry_batch_id(entry)
 
 
 @click.group(name="quarantine")
-@click.option("--store", "store", type=click.Path(dir_okay=False, path_type=Path),
-              help="The quarantine of this store file (a `spool replay --into` target) instead of the live one.")
+@click.option(
+    "--store",
+    "store",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The quarantine of this store file (a `spool replay --into` target) instead of the live one.",
+)
 @click.pass_context
 def quarantine(ctx: click.Context, store: Path | None) -> None:
     """List, show, retry or drop quarantined records (the live store's by default)."""
@@ -101,8 +120,13 @@ def quarantine(ctx: click.Context, store: Path | None) -> None:
 def q_list(ctx: click.Context, as_json: bool) -> None:
     """Quarantined records in spool order: id (position), reason, op, batch, when."""
     q = _quarantine(ctx)
-    rows = [{k: e.get(k) for k in ("id", "reason", "op", "batch", "quarantined_at", "detail", "raw_bytes")}
-            for e in q.entries()]
+    rows = [
+        {
+            k: e.get(k)
+            for k in ("id", "reason", "op", "batch", "quarantined_at", "detail", "raw_bytes")
+        }
+        for e in q.entries()
+    ]
     if as_json:
         emit_json({"quarantine": str(q.dir), "entries": rows})
         return
@@ -128,14 +152,18 @@ def q_show(ctx: click.Context, entry_id: str, as_json: bool) -> None:
 
 @quarantine.command(name="retry")
 @click.argument("entry_id", metavar="ID")
-@click.option("--force", is_flag=True, help="Retry a line quarantined as damaged (its bytes failed a check).")
+@click.option(
+    "--force", is_flag=True, help="Retry a line quarantined as damaged (its bytes failed a check)."
+)
 @json_option
 @click.pass_context
 def q_retry(ctx: click.Context, entry_id: str, force: bool, as_json: bool) -> None:
     """Re-append the record's op through the spool; the writer applies (or refuses) it again."""
     if ctx.meta.get("quarantine_store"):
-        raise InvalidInputError("retry appends to the live spool; a scratch store's records are replayed, not retried",
-                                hint="replay again into the scratch file, or drop the entry")
+        raise InvalidInputError(
+            "retry appends to the live spool; a scratch store's records are replayed, not retried",
+            hint="replay again into the scratch file, or drop the entry",
+        )
     q = _quarantine(ctx)
     op, data, batch = retry_op(_entry(q, entry_id), force=force)
     with Spool(ctx.obj.spool_dir, segment_bytes=ctx.obj.segment_bytes) as sp:
@@ -145,8 +173,10 @@ def q_retry(ctx: click.Context, entry_id: str, force: bool, as_json: bool) -> No
     if as_json:
         emit_json(result)
     else:
-        click.echo(f"retried {result['id']} as {op} batch {ack.batch_id} at {ack.position}; "
-                   "`quill spool quarantine list` shows it again if the writer refuses it")
+        click.echo(
+            f"retried {result['id']} as {op} batch {ack.batch_id} at {ack.position}; "
+            "`quill spool quarantine list` shows it again if the writer refuses it"
+        )
 
 
 @quarantine.command(name="drop")
@@ -182,17 +212,33 @@ def adopt(ctx: click.Context, path: Path, as_json: bool) -> None:
                 continue
             try:
                 rec = decode(line if line.endswith(b"\n") else line + b"\n")
-                sp.append(rec["op"], rec["data"], batch_id=rec["batch"] if isinstance(rec["batch"], str) else None)
+                sp.append(
+                    rec["op"],
+                    rec["data"],
+                    batch_id=rec["batch"] if isinstance(rec["batch"], str) else None,
+                )
                 adopted += 1
             except (DamagedRecordError, QuillError, ValueError, TypeError) as exc:
-                damaged.append({"line": lineno, "reason": getattr(exc, "reason", type(exc).__name__),
-                                "detail": str(exc)})
+                damaged.append(
+                    {
+                        "line": lineno,
+                        "reason": getattr(exc, "reason", type(exc).__name__),
+                        "detail": str(exc),
+                    }
+                )
     os.rename(path, path.with_name(path.name + ".adopted"))
-    result = {"path": str(path), "adopted": adopted, "damaged": damaged, "renamed_to": path.name + ".adopted"}
+    result = {
+        "path": str(path),
+        "adopted": adopted,
+        "damaged": damaged,
+        "renamed_to": path.name + ".adopted",
+    }
     if as_json:
         emit_json(result)
     else:
-        click.echo(f"adopted {adopted} record(s) from {path} into {ctx.obj.spool_dir}; renamed to {result['renamed_to']}")
+        click.echo(
+            f"adopted {adopted} record(s) from {path} into {ctx.obj.spool_dir}; renamed to {result['renamed_to']}"
+        )
         for d in damaged:
             click.echo(f"  line {d['line']}: {d['reason']}: {d['detail']}")
     ctx.exit(1 if damaged else 0)

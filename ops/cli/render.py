@@ -1,5 +1,6 @@
 """Human output for the CLI: rich tables, transcripts and progress bars (``--json`` output is
 ``base.emit_json``)."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -7,10 +8,16 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 from rich.text import Text
-
 
 #: Width given to rich when stdout is not a terminal: wide enough that no line of ours is
 #: ever hard-wrapped (rich would otherwise assume 80 columns and fold ids and paths).
@@ -32,16 +39,22 @@ def progress(enabled: bool = True, *, unit: str = "items") -> Progress:
     gone when done. ``unit="bytes"`` shows sizes; otherwise counts."""
     con = Console(stderr=True)
     amount = DownloadColumn() if unit == "bytes" else MofNCompleteColumn()
-    return Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), amount,
-                    TimeRemainingColumn(), console=con, transient=True,
-                    disable=not enabled or not con.is_terminal)
+    return Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        amount,
+        TimeRemainingColumn(),
+        console=con,
+        transient=True,
+        disable=not enabled or not con.is_terminal,
+    )
 
 
 def when(ts: float | None) -> str:
     """Epoch seconds → ``YYYY-MM-DD HH:MM`` UTC (empty for None)."""
     if ts is None:
         return ""
-    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%d %H:%M")
+    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M")
 
 
 def _fits(ids: list[str], width: int, reserved: int) -> int | None:
@@ -57,7 +70,10 @@ def _print_list(con: Console, title: str, entries: list[tuple[str, Text | str]])
     con.print(title, markup=False)
     for ident, detail in entries:
         con.print(Text(ident, style="bold"), soft_wrap=True)
-        con.print(Text("  ").append(detail) if isinstance(detail, Text) else Text(f"  {detail}"), soft_wrap=True)
+        con.print(
+            Text("  ").append(detail) if isinstance(detail, Text) else Text(f"  {detail}"),
+            soft_wrap=True,
+        )
 
 
 def print_sessions(con: Console, rows: list[dict[str, Any]]) -> None:
@@ -79,24 +95,42 @@ def print_sessions(con: Console, rows: list[dict[str, Any]]) -> None:
     labels = [r.get("title") or (r.get("preview") or "").replace("\n", " ") for r in rows]
     id_width = _fits([r["id"] for r in rows], width, reserved)
     if id_width is None:
-        _print_list(con, title, [(r["id"], f"{label[:60]} · {r['message_count']} msg(s) · "
-                                            f"{when(r.get('last_active'))}") for r, label in zip(rows, labels)])
+        _print_list(
+            con,
+            title,
+            [
+                (
+                    r["id"],
+                    f"{label[:60]} · {r['message_count']} msg(s) · {when(r.get('last_active'))}",
+                )
+                for r, label in zip(rows, labels)
+            ],
+        )
         return
     table = Table(title=title, title_justify="left")
     # rich shrinks wrapable columns first: cap the (non-wrapping) title so the id keeps room.
-    title_width = max(10, width - id_width - sum(fixed.get(c, 0) for c in columns) - 3 * len(columns) - 1)
+    title_width = max(
+        10, width - id_width - sum(fixed.get(c, 0) for c in columns) - 3 * len(columns) - 1
+    )
     for col in columns:
         if col == "id":
             table.add_column(col, no_wrap=True, min_width=id_width)
         elif col == "title / preview":
             table.add_column(col, overflow="ellipsis", no_wrap=True, max_width=title_width)
         else:
-            table.add_column(col, no_wrap=True, justify="right" if col in ("msgs", "tokens") else "left")
+            table.add_column(
+                col, no_wrap=True, justify="right" if col in ("msgs", "tokens") else "left"
+            )
     for r, label in zip(rows, labels):
-        cells = {"id": escape(r["id"]), "source": escape(r.get("source") or ""), "title / preview": escape(label[:60]),
-                 "msgs": str(r["message_count"]), "tokens": tokens(r.get("usage")),
-                 "last active": when(r.get("last_active")),
-                 "ended": escape(r.get("end_reason") or "")}
+        cells = {
+            "id": escape(r["id"]),
+            "source": escape(r.get("source") or ""),
+            "title / preview": escape(label[:60]),
+            "msgs": str(r["message_count"]),
+            "tokens": tokens(r.get("usage")),
+            "last active": when(r.get("last_active")),
+            "ended": escape(r.get("end_reason") or ""),
+        }
         table.add_row(*(cells[c] for c in columns))
     con.print(table)
 
@@ -117,7 +151,9 @@ def cost(usage: dict[str, Any]) -> str:
     return text + (f" + {usage['unpriced']} unpriced" if usage.get("unpriced") else "")
 
 
-def print_search(con: Console, hits: list[dict[str, Any]], query: str, *, more: bool = False) -> None:
+def print_search(
+    con: Console, hits: list[dict[str, Any]], query: str, *, more: bool = False
+) -> None:
     """Search hits as a table; session ids are never split (as in ``print_sessions``: when the
     longest does not fit beside a 20-cell snippet, each hit is printed as lines). ``more``:
     more messages match than are shown (the title says "first N")."""
@@ -127,12 +163,23 @@ def print_search(con: Console, hits: list[dict[str, Any]], query: str, *, more: 
         snippet = Text(h["snippet"])
         for start, end in h.get("highlights", []):
             snippet.stylize("bold reverse", start, end)  # the matched words
-        role = h["role"] + ("" if h.get("matched_in", "text") == "text" else f" ({h['matched_in']})")
+        role = h["role"] + (
+            "" if h.get("matched_in", "text") == "text" else f" ({h['matched_in']})"
+        )
         rows.append((h, role, snippet))
     id_width = _fits([h["session_id"] for h in hits], con.width, 8 + 12 + 16 + 20 + 16)
     if id_width is None:
-        _print_list(con, title, [(h["session_id"], Text(f"#{h['message_id']} {role} {when(h.get('ts'))}: ")
-                                  .append(snippet)) for h, role, snippet in rows])
+        _print_list(
+            con,
+            title,
+            [
+                (
+                    h["session_id"],
+                    Text(f"#{h['message_id']} {role} {when(h.get('ts'))}: ").append(snippet),
+                )
+                for h, role, snippet in rows
+            ],
+        )
         return
     table = Table(title=title, title_justify="left")
     table.add_column("session", no_wrap=True, min_width=id_width)
@@ -140,30 +187,55 @@ def print_search(con: Console, hits: list[dict[str, Any]], query: str, *, more: 
         table.add_column(col, no_wrap=True)
     table.add_column("snippet", overflow="fold")
     for h, role, snippet in rows:
-        table.add_row(escape(h["session_id"]), str(h["message_id"]), escape(role), when(h.get("ts")), snippet)
+        table.add_row(
+            escape(h["session_id"]), str(h["message_id"]), escape(role), when(h.get("ts")), snippet
+        )
     con.print(table)
 
 
-_ROLE_STYLE = {"user": "bold cyan", "assistant": "bold green", "tool": "yellow", "system": "magenta",
-               "developer": "magenta"}
+_ROLE_STYLE = {
+    "user": "bold cyan",
+    "assistant": "bold green",
+    "tool": "yellow",
+    "system": "magenta",
+    "developer": "magenta",
+}
 
 
-def transcript(session: dict[str, Any], messages: list[dict[str, Any]], max_chars: int = 2000,
-               total: int | None = None) -> list[Any]:
+def transcript(
+    session: dict[str, Any],
+    messages: list[dict[str, Any]],
+    max_chars: int = 2000,
+    total: int | None = None,
+) -> list[Any]:
     """Renderables for a readable transcript: roles, text, tool calls and tool results.
     ``total``: how many messages the view holds when ``messages`` is only its last ones."""
     title = f"  title={session['title']!r}" if session.get("title") else ""  # no empty "title="
-    count = f"messages={len(messages)}" if total is None else f"last {len(messages)} of {total} messages"
-    out: list[Any] = [Text(f"session {session['id']}  source={session.get('source') or '-'}{title}  "
-                           f"{count}", style="bold")]
+    count = (
+        f"messages={len(messages)}"
+        if total is None
+        else f"last {len(messages)} of {total} messages"
+    )
+    out: list[Any] = [
+        Text(
+            f"session {session['id']}  source={session.get('source') or '-'}{title}  {count}",
+            style="bold",
+        )
+    ]
     usage = session.get("usage") or {}
     if usage.get("calls"):
-        out.append(Text(f"usage: {usage['calls']} call(s), {usage['input_tokens']} in "
-                        f"({usage['cache_read_tokens']} cache read, {usage['cache_write_tokens']} cache write), "
-                        f"{usage['output_tokens']} out ({usage['reasoning_tokens']} reasoning), {cost(usage)}",
-                        style="dim"))
+        out.append(
+            Text(
+                f"usage: {usage['calls']} call(s), {usage['input_tokens']} in "
+                f"({usage['cache_read_tokens']} cache read, {usage['cache_write_tokens']} cache write), "
+                f"{usage['output_tokens']} out ({usage['reasoning_tokens']} reasoning), {cost(usage)}",
+                style="dim",
+            )
+        )
     for m in messages:
-        number = f"[{m['message_id']}] " if "message_id" in m else ""  # the model view has no store ids
+        number = (
+            f"[{m['message_id']}] " if "message_id" in m else ""
+        )  # the model view has no store ids
         head = Text(f"\n{number}{m['role']}", style=_ROLE_STYLE.get(m["role"], "bold"))
         if m.get("name"):
             head.append(f" ({m['name']})")
@@ -175,12 +247,25 @@ def transcript(session: dict[str, Any], messages: list[dict[str, Any]], max_char
         out.append(head)
         content = m.get("content")
         if isinstance(content, list):
-            content = "\n".join(p.get("text", f"<{p.get('type')}>") if isinstance(p, dict) else str(p) for p in content)
+            content = "\n".join(
+                p.get("text", f"<{p.get('type')}>") if isinstance(p, dict) else str(p)
+                for p in content
+            )
         if content:
-            out.append(Text(content if len(content) <= max_chars else content[:max_chars] + f"… ({len(content)} chars)"))
+            out.append(
+                Text(
+                    content
+                    if len(content) <= max_chars
+                    else content[:max_chars] + f"… ({len(content)} chars)"
+                )
+            )
         for call in m.get("tool_calls") or []:
             fn = call.get("function", {}) if isinstance(call, dict) else {}
             args = str(fn.get("arguments", ""))
-            out.append(Text(f"  → {fn.get('name')}({args[:300]}{'…' if len(args) > 300 else ''})  id={call.get('id')}",
-                            style="yellow"))
+            out.append(
+                Text(
+                    f"  → {fn.get('name')}({args[:300]}{'…' if len(args) > 300 else ''})  id={call.get('id')}",
+                    style="yellow",
+                )
+            )
     return out

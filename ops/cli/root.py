@@ -3,14 +3,14 @@
 It imports only click and the configuration (``startup.setup``): each command's module is
 imported when that command runs (``LazyGroup``).
 """
+
 from __future__ import annotations
 
 import click
 
 from quill import __version__
-
-from quill.ops.cli.startup import setup
 from quill.ops.cli.base import CONTEXT, LazyGroup
+from quill.ops.cli.startup import setup
 
 #: command name -> "module:attribute", imported when the command is used.
 COMMANDS = {
@@ -35,8 +35,12 @@ COMMANDS = {
 
 @click.group(cls=LazyGroup, lazy=COMMANDS, context_settings=CONTEXT)
 @click.version_option(__version__, "--version", prog_name="quill", message="%(prog)s %(version)s")
-@click.option("--home", type=click.Path(file_okay=False), envvar="QUILL_HOME",
-              help="Data dir (default: $QUILL_HOME, else the XDG data dir).")
+@click.option(
+    "--home",
+    type=click.Path(file_okay=False),
+    envvar="QUILL_HOME",
+    help="Data dir (default: $QUILL_HOME, else the XDG data dir).",
+)
 @click.pass_context
 def cli(ctx: click.Context, home: str | None) -> None:
     """Quill keeps AI-agent transcripts safe: a durable spool, one writer, a searchable store."""

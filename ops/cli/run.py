@@ -1,58 +1,79 @@
 """``quill run``: the fleet in the foreground."""
+
 from __future__ import annotations
 
 import click
-
 
 from quill.ops.client.errors import Exit, StorageError, busy_with
 
 
 @click.command()
 @click.option("--until-idle", is_flag=True, help="Drain everything, run due jobs, then exit 0.")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="With --until-idle: give up after N seconds (exit 4).")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="With --until-idle: give up after N seconds (exit 4).",
+)
 @click.pass_context
 def run(ctx: click.Context, until_idle: bool, timeout: float | None) -> None:
     """Run the fleet (supervisor, writer, scheduler, job worker) in the foreground."""
     from quill.home import RunDir
+    from quill.ops import logs
     from quill.store.errors import LeaseHeldError
     from quill.workers.supervisor import Supervisor
-
-    from quill.ops import logs
 
     cfg = ctx.obj
     holder = RunDir(cfg.home).lease_holder("fleet")
     if holder:
-        raise StorageError(f"a fleet is already running on {cfg.home}: pid {holder['pid']} holds the store",
-                           hint="`quill status` shows it; stop it before starting another")
+        raise StorageError(
+            f"a fleet is already running on {cfg.home}: pid {holder['pid']} holds the store",
+            hint="`quill status` shows it; stop it before starting another",
+        )
     cfg.ensure_dirs()
     log = logs.configure(cfg.logs_dir, "supervisor", stderr=False)
     # Say where the data goes when nobody chose it: the default dir is easy to not notice.
     chosen = ctx.find_root().params.get("home") is not None
     where = "" if chosen else " (the default data dir: neither --home nor $QUILL_HOME is set)"
-    click.echo(f"quill: fleet on {cfg.home}{where} ({'until idle' if until_idle else 'Ctrl-C to stop'}); "
-               f"logs in {cfg.logs_dir}", err=True)
+    click.echo(
+        f"quill: fleet on {cfg.home}{where} ({'until idle' if until_idle else 'Ctrl-C to stop'}); "
+        f"logs in {cfg.logs_dir}",
+        err=True,
+    )
     before = _quarantined(cfg.spool_dir)
     try:
-        code = Supervisor(cfg, log, worker_entry="quill.ops.worker_main",
-                          http_entry="quill.ops.service",
-                          until_idle=until_idle, timeout=timeout,
-                          console=lambda text: click.echo(text, err=True)).run()
+        code = Supervisor(
+            cfg,
+            log,
+            worker_entry="quill.ops.worker_main",
+            http_entry="quill.ops.service",
+            until_idle=until_idle,
+            timeout=timeout,
+            console=lambda text: click.echo(text, err=True),
+        ).run()
     except LeaseHeldError as exc:
-        raise busy_with(exc, f"a fleet is already running on {cfg.home}",
-                        "`quill status` shows it; stop it before starting another") from None
+        raise busy_with(
+            exc,
+            f"a fleet is already running on {cfg.home}",
+            "`quill status` shows it; stop it before starting another",
+        ) from None
     _say_quarantined(cfg.spool_dir, before)
     if code:
-        why = {Exit.TIMEOUT: "not idle before --timeout",
-               Exit.HALTED: "the writer halted (`quill status` says why and what to run)",
-               Exit.CRASH_LOOP: "a worker is crash-looping"}.get(code, "see the logs")
-        click.echo(f"quill: fleet stopped with exit code {code}: {why}; logs in {cfg.logs_dir}", err=True)
+        why = {
+            Exit.TIMEOUT: "not idle before --timeout",
+            Exit.HALTED: "the writer halted (`quill status` says why and what to run)",
+            Exit.CRASH_LOOP: "a worker is crash-looping",
+        }.get(code, "see the logs")
+        click.echo(
+            f"quill: fleet stopped with exit code {code}: {why}; logs in {cfg.logs_dir}", err=True
+        )
     ctx.exit(code)
 
 
 def _quarantined(spool_dir) -> set[str]:
     """File names of the live store's quarantine entries (one file per entry)."""
     from quill.spool.quarantine import Quarantine
+
     folder = Quarantine(spool_dir).dir
     return {p.name for p in folder.glob("*.json")} if folder.is_dir() else set()
 
@@ -62,7 +83,9 @@ def _say_quarantined(spool_dir, before: set[str]) -> None:
     refused must not look like it went through: `quill import` only spools)."""
     import json
     from collections import Counter
+
     from quill.spool.quarantine import Quarantine
+
     new = sorted(_quarantined(spool_dir) - before)
     if not new:
         return
@@ -72,6 +95,9 @@ def _say_quarantined(spool_dir, before: set[str]) -> None:
             reasons[json.loads((folder / name).read_text("utf-8")).get("reason", "?")] += 1
         except (OSError, ValueError):
             reasons["?"] += 1
-    click.echo(f"quill: warning: {len(new)} record(s) quarantined during this run, not applied ("
-               + ", ".join(f"{r}: {n}" for r, n in sorted(reasons.items()))
-               + "); `quill spool quarantine list` shows them", err=True)
+    click.echo(
+        f"quill: warning: {len(new)} record(s) quarantined during this run, not applied ("
+        + ", ".join(f"{r}: {n}" for r, n in sorted(reasons.items()))
+        + "); `quill spool quarantine list` shows them",
+        err=True,
+    )

@@ -3,6 +3,7 @@
 The service modules (FastAPI, uvicorn) are imported only when ``serve`` runs, so the other
 commands stay fast to start.
 """
+
 from __future__ import annotations
 
 import json
@@ -13,17 +14,22 @@ from rich.markup import escape
 from rich.table import Table
 
 from quill.home import ANONYMOUS
-
 from quill.ops.cli import render
 from quill.ops.cli.base import emit_json, json_option
 from quill.ops.client.errors import InvalidInputError, NotFoundError
 
 
 @click.command()
-@click.option("--listen", default=None, help="HOST:PORT (default: [http] listen, else 127.0.0.1:8765).")
-@click.option("--anonymous", type=click.Choice(ANONYMOUS), default=None,
-              help="Who may call without a token: loopback peers (default), nobody, or anyone "
-                   "(an explicit override for a trusted network).")
+@click.option(
+    "--listen", default=None, help="HOST:PORT (default: [http] listen, else 127.0.0.1:8765)."
+)
+@click.option(
+    "--anonymous",
+    type=click.Choice(ANONYMOUS),
+    default=None,
+    help="Who may call without a token: loopback peers (default), nobody, or anyone "
+    "(an explicit override for a trusted network).",
+)
 @json_option
 @click.pass_obj
 def serve(cfg: Any, listen: str | None, anonymous: str | None, as_json: bool) -> None:
@@ -32,7 +38,8 @@ def serve(cfg: Any, listen: str | None, anonymous: str | None, as_json: bool) ->
     Appends are acknowledged (202) once fsync'd into the spool; `quill run` applies them.
     """
     from quill.ops import logs
-    from quill.ops.service.server import ListenError, is_loopback, parse_listen, serve as run_server
+    from quill.ops.service.server import ListenError, is_loopback, parse_listen
+    from quill.ops.service.server import serve as run_server
 
     listen = listen or cfg.http_listen or "127.0.0.1:8765"
     policy = anonymous or cfg.http_anonymous
@@ -43,22 +50,33 @@ def serve(cfg: Any, listen: str | None, anonymous: str | None, as_json: bool) ->
     cfg.ensure_dirs()
     log = logs.configure(cfg.logs_dir, "http")
     if policy == "any" and not is_loopback(host):
-        click.echo("quill: WARNING: --anonymous any on a non-loopback address: anyone who can reach "
-                   f"{host}:{port} can read and write transcripts", err=True)
+        click.echo(
+            "quill: WARNING: --anonymous any on a non-loopback address: anyone who can reach "
+            f"{host}:{port} can read and write transcripts",
+            err=True,
+        )
     from quill.ops.client.errors import QuillError
     from quill.ops.service.server import bind
+
     try:
         sock = bind(host, port)
     except OSError as exc:
-        raise QuillError(f"cannot listen on {host}:{port}: {exc.strerror or exc}",
-                         hint="another process (another `quill serve`, or a fleet run with http_listen) may "
-                              "hold it; choose another with --listen HOST:PORT") from None
+        raise QuillError(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc}",
+            hint="another process (another `quill serve`, or a fleet run with http_listen) may "
+            "hold it; choose another with --listen HOST:PORT",
+        ) from None
     url = f"http://{'[' + host + ']' if ':' in host else host}:{port}/"
     if as_json:  # one line on stdout, so a script can read where the service is
-        click.echo(json.dumps({"url": url, "listen": f"{host}:{port}", "anonymous": policy}), nl=True)
+        click.echo(
+            json.dumps({"url": url, "listen": f"{host}:{port}", "anonymous": policy}), nl=True
+        )
     else:
-        click.echo(f"quill: serving {url} (dashboard /, API /api/v1, metrics /metrics, OpenAPI /openapi.json); "
-                   f"anonymous callers: {policy}; logs in {cfg.logs_dir}", err=True)
+        click.echo(
+            f"quill: serving {url} (dashboard /, API /api/v1, metrics /metrics, OpenAPI /openapi.json); "
+            f"anonymous callers: {policy}; logs in {cfg.logs_dir}",
+            err=True,
+        )
     run_server(cfg, log, listen, anonymous=policy, sock=sock)
 
 
@@ -69,13 +87,20 @@ def token() -> None:
 
 @token.command(name="create")
 @click.argument("name")
-@click.option("--scope", "scopes", multiple=True, type=click.Choice(["read", "write", "admin"]), required=True,
-              help="Repeat for several: --scope read --scope write. admin implies read and write.")
+@click.option(
+    "--scope",
+    "scopes",
+    multiple=True,
+    type=click.Choice(["read", "write", "admin"]),
+    required=True,
+    help="Repeat for several: --scope read --scope write. admin implies read and write.",
+)
 @json_option
 @click.pass_obj
 def token_create(cfg: Any, name: str, scopes: tuple[str, ...], as_json: bool) -> None:
     """Create a token named NAME. It is printed once: store it now."""
     from quill.ops.service.tokens import TokenError, TokenStore
+
     cfg.ensure_dirs()
     try:
         secret, row = TokenStore(cfg.tokens_db).create(name, list(scopes))
@@ -85,8 +110,11 @@ def token_create(cfg: Any, name: str, scopes: tuple[str, ...], as_json: bool) ->
         emit_json({**row, "token": secret})
     else:
         click.echo(secret)
-        click.echo(f"token {row['id']} ({name}; scopes {' '.join(row['scopes'])}): shown once, "
-                   "send it as `Authorization: Bearer <token>`", err=True)
+        click.echo(
+            f"token {row['id']} ({name}; scopes {' '.join(row['scopes'])}): shown once, "
+            "send it as `Authorization: Bearer <token>`",
+            err=True,
+        )
 
 
 @token.command(name="list")
@@ -95,6 +123,7 @@ def token_create(cfg: Any, name: str, scopes: tuple[str, ...], as_json: bool) ->
 def token_list(cfg: Any, as_json: bool) -> None:
     """Every token: id, name, scopes, created, revoked (never the secret)."""
     from quill.ops.service.tokens import TokenStore
+
     rows = TokenStore(cfg.tokens_db).list()
     if as_json:
         emit_json(rows)
@@ -103,8 +132,13 @@ def token_list(cfg: Any, as_json: bool) -> None:
     for col in ("id", "name", "scopes", "created", "revoked"):
         table.add_column(col)
     for r in rows:
-        table.add_row(r["id"], escape(r["name"]), " ".join(r["scopes"]), render.when(r["created_at"]),
-                      render.when(r["revoked_at"]) or "-")
+        table.add_row(
+            r["id"],
+            escape(r["name"]),
+            " ".join(r["scopes"]),
+            render.when(r["created_at"]),
+            render.when(r["revoked_at"]) or "-",
+        )
     render.console().print(table)
 
 
@@ -115,6 +149,7 @@ def token_list(cfg: Any, as_json: bool) -> None:
 def token_revoke(cfg: Any, token_id: str, as_json: bool) -> None:
     """Revoke token TOKEN_ID (effective on the next request)."""
     from quill.ops.service.tokens import TokenError, TokenStore
+
     try:
         TokenStore(cfg.tokens_db).revoke(token_id)
     except TokenError as exc:

@@ -1,4 +1,5 @@
 """``quill spool status|verify|replay``."""
+
 from __future__ import annotations
 
 import shlex
@@ -8,19 +9,20 @@ from typing import Any
 
 import click
 
+from quill.home import RunDir
+from quill.ops.cli import render
+from quill.ops.cli.base import emit_json, json_option
+from quill.ops.client.errors import InvalidInputError, busy_with
+from quill.ops.client.wait import applied_position
+from quill.ops.recover.replay import replay as do_replay
+from quill.ops.recover.replay import total_bytes
+from quill.ops.recover.replay import verify as do_verify
 from quill.spool import Position, Quarantine, SpoolReader
 from quill.spool.reader import lag_seconds, stats
 from quill.spool.torn import TORN_SUMMARY
 from quill.store.errors import CantOpenError, LeaseHeldError
-from quill.home import RunDir
-from quill.store.lease import Lease
-
-from quill.ops.cli import render
-from quill.ops.cli.base import emit_json, json_option
-from quill.ops.client.errors import InvalidInputError, busy_with
-from quill.ops.recover.replay import replay as do_replay, total_bytes, verify as do_verify
-from quill.ops.client.wait import applied_position
 from quill.store.factory import capabilities
+from quill.store.lease import Lease
 
 
 def _progress(enabled: bool) -> Any:
@@ -38,18 +40,30 @@ def spool() -> None:
 def spool_status(cfg: Any, as_json: bool) -> None:
     """Segments, bytes, records pending, lag (seconds) and quarantined count."""
     cursor = applied_position(cfg)
-    data = {**stats(cfg.spool_dir, cursor), "cursor": str(cursor) if cursor else None,
-            "quarantined": Quarantine(cfg.spool_dir).count(), "torn_writes": Quarantine(cfg.spool_dir).torn_count()}
+    data = {
+        **stats(cfg.spool_dir, cursor),
+        "cursor": str(cursor) if cursor else None,
+        "quarantined": Quarantine(cfg.spool_dir).count(),
+        "torn_writes": Quarantine(cfg.spool_dir).torn_count(),
+    }
     start = cursor or Position(1, 0)
-    data["records_pending"] = sum(1 for _ in SpoolReader(cfg.spool_dir).read(start, max_bytes=1 << 40))
+    data["records_pending"] = sum(
+        1 for _ in SpoolReader(cfg.spool_dir).read(start, max_bytes=1 << 40)
+    )
     data["lag_s"] = round(lag_seconds(cfg.spool_dir, cursor, time.time()), 3)
     if as_json:
         emit_json(data)
         return
-    click.echo(f"segments {data['segments']}, {data['bytes']} bytes, end {data['end']}, cursor {data['cursor']}")
-    click.echo(f"pending  {data['records_pending']} record(s), {data['pending_bytes']} bytes, lag {data['lag_s']} s")
-    click.echo(f"quarantined {data['quarantined']} (in {cfg.spool_dir / 'quarantine'})"
-               + (f", of which {data['torn_writes']} {TORN_SUMMARY}" if data["torn_writes"] else ""))
+    click.echo(
+        f"segments {data['segments']}, {data['bytes']} bytes, end {data['end']}, cursor {data['cursor']}"
+    )
+    click.echo(
+        f"pending  {data['records_pending']} record(s), {data['pending_bytes']} bytes, lag {data['lag_s']} s"
+    )
+    click.echo(
+        f"quarantined {data['quarantined']} (in {cfg.spool_dir / 'quarantine'})"
+        + (f", of which {data['torn_writes']} {TORN_SUMMARY}" if data["torn_writes"] else "")
+    )
 
 
 @spool.command(name="verify")
@@ -66,8 +80,14 @@ def spool_verify(ctx: click.Context, as_json: bool) -> None:
     if as_json:
         emit_json(result)
     else:
-        click.echo(f"{result['records']} record(s) checked, {len(result['damaged'])} damaged, end {result['end']}"
-                   + (" (a partial tail is still being written or is torn)" if result["partial_tail"] else ""))
+        click.echo(
+            f"{result['records']} record(s) checked, {len(result['damaged'])} damaged, end {result['end']}"
+            + (
+                " (a partial tail is still being written or is torn)"
+                if result["partial_tail"]
+                else ""
+            )
+        )
         for d in result["damaged"]:
             click.echo(f"  {d['position']}: {d['reason']}: {d['detail']}")
         if result["torn_writes"]:
@@ -78,9 +98,14 @@ def spool_verify(ctx: click.Context, as_json: bool) -> None:
 
 
 @spool.command(name="replay")
-@click.option("--from", "from_", metavar="SEG:OFFSET", help="Start here (default: the target store's cursor).")
-@click.option("--into", type=click.Path(dir_okay=False, path_type=Path),
-              help="Replay into this store file instead of the live one (created if missing).")
+@click.option(
+    "--from", "from_", metavar="SEG:OFFSET", help="Start here (default: the target store's cursor)."
+)
+@click.option(
+    "--into",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Replay into this store file instead of the live one (created if missing).",
+)
 @json_option
 @click.pass_context
 def spool_replay(ctx: click.Context, from_: str | None, into: Path | None, as_json: bool) -> None:
@@ -95,9 +120,11 @@ def spool_replay(ctx: click.Context, from_: str | None, into: Path | None, as_js
         raise click.BadParameter(f"expected SEG:OFFSET, got {from_!r}", param_hint="--from")
     cfg = ctx.obj
     if into is None and not capabilities(cfg).local_file:  # refused before anything is written
-        raise InvalidInputError("a live replay writes the embedded SQLite store; this data dir uses the PostgreSQL store",
-                                hint="`quill recover` replays this host's spool into the PostgreSQL store from its "
-                                     "cursor; `--into FILE` replays into a new SQLite file")
+        raise InvalidInputError(
+            "a live replay writes the embedded SQLite store; this data dir uses the PostgreSQL store",
+            hint="`quill recover` replays this host's spool into the PostgreSQL store from its "
+            "cursor; `--into FILE` replays into a new SQLite file",
+        )
     if into is not None and into.resolve() == cfg.state_db.resolve():
         into = None  # --into the live store is a live replay (lease, live quarantine)
     lease = None
@@ -105,16 +132,26 @@ def spool_replay(ctx: click.Context, from_: str | None, into: Path | None, as_js
         try:
             lease = Lease(RunDir(cfg.home).lock("writer")).acquire()
         except LeaseHeldError as exc:
-            raise busy_with(exc, "cannot replay into the live store",
-                            "stop `quill run` first (Ctrl-C; `quill status` shows it), or replay --into a new file") \
-                from None
+            raise busy_with(
+                exc,
+                "cannot replay into the live store",
+                "stop `quill run` first (Ctrl-C; `quill status` shows it), or replay --into a new file",
+            ) from None
     target = into or cfg.state_db
     try:
         with _progress(not as_json) as bar:
-            task = bar.add_task("replaying", total=total_bytes(cfg.spool_dir, start or Position(1, 0)))
-            result = do_replay(cfg.spool_dir, target, start, chunk_rows=cfg.chunk_rows,
-                               synchronous=cfg.synchronous, progress=lambda n: bar.advance(task, n),
-                               quarantine=Quarantine.for_store(into) if into is not None else None)
+            task = bar.add_task(
+                "replaying", total=total_bytes(cfg.spool_dir, start or Position(1, 0))
+            )
+            result = do_replay(
+                cfg.spool_dir,
+                target,
+                start,
+                chunk_rows=cfg.chunk_rows,
+                synchronous=cfg.synchronous,
+                progress=lambda n: bar.advance(task, n),
+                quarantine=Quarantine.for_store(into) if into is not None else None,
+            )
     except CantOpenError as exc:
         raise click.ClickException(f"cannot open {target}: {exc}")
     finally:
@@ -124,12 +161,17 @@ def spool_replay(ctx: click.Context, from_: str | None, into: Path | None, as_js
     if as_json:
         emit_json(result)
     else:
-        click.echo(f"replayed {result['from']} → {result['to']} into {target}: {result['applied']} applied, "
-                   f"{result['duplicates']} already there, {result['rejected']} quarantined, "
-                   f"{result['rows']} message rows, {result['seconds']} s")
+        click.echo(
+            f"replayed {result['from']} → {result['to']} into {target}: {result['applied']} applied, "
+            f"{result['duplicates']} already there, {result['rejected']} quarantined, "
+            f"{result['rows']} message rows, {result['seconds']} s"
+        )
         if result["rejected"]:
-            click.echo(f"quill: {result['rejected']} record(s) quarantined in {result['quarantine']}; "
-                       f"`quill spool quarantine{' --store ' + shlex.quote(str(into)) if into else ''} list` shows them", err=True)
+            click.echo(
+                f"quill: {result['rejected']} record(s) quarantined in {result['quarantine']}; "
+                f"`quill spool quarantine{' --store ' + shlex.quote(str(into)) if into else ''} list` shows them",
+                err=True,
+            )
     ctx.exit(1 if result["rejected"] else 0)
 
 

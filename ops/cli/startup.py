@@ -1,6 +1,7 @@
 """What every ``quill`` command does first, click-free: the ``quill push`` fast path
 (``ops/cli/__init__.py``) and the click group (``ops/cli/root.py``) both call ``setup``, so
 neither imports the other for it."""
+
 from __future__ import annotations
 
 import os

@@ -1,4 +1,5 @@
 """``quill usage``: token and cost totals by session, model, source, task, provider and day."""
+
 from __future__ import annotations
 
 import csv
@@ -9,30 +10,46 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from quill.store.apply.usage import TOKEN_FIELDS
-from quill.store.read.usage import GROUPS, TOTAL_KEYS
-
 from quill.ops.cli import render
 from quill.ops.cli.base import emit_json, json_option
 from quill.ops.cli.params import EPOCH
 from quill.ops.cli.read import _note_no_store
 from quill.ops.client.client import Client
+from quill.store.apply.usage import TOKEN_FIELDS
+from quill.store.read.usage import GROUPS, TOTAL_KEYS
 
 
 @click.group(invoke_without_command=True)
-@click.option("--by", "by", multiple=True, type=click.Choice(list(GROUPS)),
-              help="Group by this (repeatable: --by day --by model). Default: one grand total.")
+@click.option(
+    "--by",
+    "by",
+    multiple=True,
+    type=click.Choice(list(GROUPS)),
+    help="Group by this (repeatable: --by day --by model). Default: one grand total.",
+)
 @click.option("--since", type=EPOCH, help="Calls at or after (epoch seconds or ISO date).")
 @click.option("--until", type=EPOCH, help="Calls at or before (epoch seconds or ISO date).")
 @click.option("--session", "session_id", help="Only this session.")
 @click.option("--source", help="Only sessions from this source.")
 @click.option("--model", help="Only this model.")
-@click.option("--task", help="Only this task (turn, compression, title, background_review, auxiliary ...).")
+@click.option(
+    "--task", help="Only this task (turn, compression, title, background_review, auxiliary ...)."
+)
 @json_option
 @click.option("--csv", "as_csv", is_flag=True, help="Rows as CSV (header line first).")
 @click.pass_context
-def usage(ctx: click.Context, by: tuple[str, ...], since: float | None, until: float | None, session_id: str | None,
-          source: str | None, model: str | None, task: str | None, as_json: bool, as_csv: bool) -> None:
+def usage(
+    ctx: click.Context,
+    by: tuple[str, ...],
+    since: float | None,
+    until: float | None,
+    session_id: str | None,
+    source: str | None,
+    model: str | None,
+    task: str | None,
+    as_json: bool,
+    as_csv: bool,
+) -> None:
     """Token usage and cost. Each API response is counted once; calls to models the price
     table does not know are reported as unpriced, never as $0. `quill usage reprice`
     re-prices records priced with an older price table."""
@@ -43,8 +60,9 @@ def usage(ctx: click.Context, by: tuple[str, ...], since: float | None, until: f
         raise click.UsageError("--json and --csv are exclusive")
     by = tuple(dict.fromkeys(by))
     _note_no_store(cfg)
-    rows = Client(config_=cfg).usage(by, since=since, until=until, session_id=session_id, source=source,
-                                     model=model, task=task)
+    rows = Client(config_=cfg).usage(
+        by, since=since, until=until, session_id=session_id, source=source, model=model, task=task
+    )
     if as_json:
         emit_json(rows)
     elif as_csv:
@@ -66,11 +84,16 @@ def _table(rows: list[dict[str, Any]], by: tuple[str, ...]) -> Table:
         table.add_column(col, justify="right", no_wrap=True)
     table.add_column("cost (USD)", justify="right", no_wrap=True)
     for r in rows:
-        table.add_row(*(escape(str(r[b]) if r[b] is not None else "-") for b in by), str(r["calls"]),
-                      *(f"{r[f]:,}" for f in TOKEN_FIELDS[:1] + TOKEN_FIELDS[2:4] + TOKEN_FIELDS[1:2] + TOKEN_FIELDS[4:]),
-                      render.cost(r))
+        table.add_row(
+            *(escape(str(r[b]) if r[b] is not None else "-") for b in by),
+            str(r["calls"]),
+            *(
+                f"{r[f]:,}"
+                for f in TOKEN_FIELDS[:1] + TOKEN_FIELDS[2:4] + TOKEN_FIELDS[1:2] + TOKEN_FIELDS[4:]
+            ),
+            render.cost(r),
+        )
     return table
-
 
 
 @usage.command(name="reprice")
@@ -87,5 +110,7 @@ def usage_reprice(cfg: Any, dry_run: bool, as_json: bool) -> None:
         emit_json(out)
         return
     how = " (dry run: nothing appended)" if dry_run else f" in {len(out['batches'])} op(s)"
-    click.echo(f"{out['repriced']} record(s) re-priced with {out['price_version']}{how}; "
-               f"{out['still_unpriced']} still unpriced; cost change {out['cost_change_usd']:+.6f} USD")
+    click.echo(
+        f"{out['repriced']} record(s) re-priced with {out['price_version']}{how}; "
+        f"{out['still_unpriced']} still unpriced; cost change {out['cost_change_usd']:+.6f} USD"
+    )

@@ -9,6 +9,7 @@ Cancellation: a write, once started, is finished before ``CancelledError`` propa
 caller never has to guess whether a cancelled append happened (it did; its ack is dropped,
 and a retry with the same ``batch_id`` is applied once).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -17,15 +18,40 @@ import os
 import time
 from typing import Any
 
-from quill.spool import Ack
-
 from quill.ops.client.client import WAIT_POLL_S, Client, Outcome, _check_ack
 from quill.ops.client.errors import InvalidInputError, WaitTimeoutError
+from quill.spool import Ack
 
-_WRITES = ("submit", "append", "create", "record_usage", "end", "compact", "rewind", "replace", "title", "flags",
-           "mark_read", "adopt_orphans", "delete_sessions", "purge_sessions", "reprice_usage")
-_READS = ("transcript", "messages", "session", "sessions", "search", "usage", "resume", "context", "orphans",
-          "search_health", "applied")
+_WRITES = (
+    "submit",
+    "append",
+    "create",
+    "record_usage",
+    "end",
+    "compact",
+    "rewind",
+    "replace",
+    "title",
+    "flags",
+    "mark_read",
+    "adopt_orphans",
+    "delete_sessions",
+    "purge_sessions",
+    "reprice_usage",
+)
+_READS = (
+    "transcript",
+    "messages",
+    "session",
+    "sessions",
+    "search",
+    "usage",
+    "resume",
+    "context",
+    "orphans",
+    "search_health",
+    "applied",
+)
 
 
 async def _finish_then_cancel(coro: Any) -> Any:
@@ -59,6 +85,7 @@ class AsyncClient:
             @functools.wraps(method)
             async def write(*args: Any, **kwargs: Any) -> Any:
                 return await _finish_then_cancel(asyncio.to_thread(method, *args, **kwargs))
+
             return write
         if name in _READS:
             method = getattr(self.sync, name)
@@ -66,6 +93,7 @@ class AsyncClient:
             @functools.wraps(method)
             async def read(*args: Any, **kwargs: Any) -> Any:
                 return await asyncio.to_thread(method, *args, **kwargs)
+
             return read
         raise AttributeError(f"'AsyncClient' object has no attribute {name!r}")
 
@@ -87,6 +115,8 @@ class AsyncClient:
         deadline = time.monotonic() + timeout
         while not await asyncio.to_thread(self.sync.applied, last):
             if time.monotonic() >= deadline:
-                raise WaitTimeoutError(f"record at {last.position} not applied within {timeout:g} s")
+                raise WaitTimeoutError(
+                    f"record at {last.position} not applied within {timeout:g} s"
+                )
             await asyncio.sleep(WAIT_POLL_S)
         return await asyncio.to_thread(self.sync.wait_all, acks, 0)

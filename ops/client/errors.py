@@ -19,6 +19,7 @@ Classification is by the type of the lower layer's exception (``quill.spool`` an
 packages stay import-free here: their error modules are looked up in ``sys.modules``, so
 this module costs nothing at import (the fast ``quill push`` path imports it).
 """
+
 from __future__ import annotations
 
 import sys
@@ -29,13 +30,13 @@ class Exit(IntEnum):
     """The one exit-code table shared by every ``quill`` command."""
 
     OK = 0
-    FAILED = 1        # failure, damage found, a batch quarantined
-    USAGE = 2         # bad arguments or input; nothing was changed
-    NOT_FOUND = 3     # no such session / job / schedule
-    TIMEOUT = 4       # waited and gave up (the work may still happen)
-    HALTED = 5        # `quill run`: the writer halted (`quill status` says why)
-    CRASH_LOOP = 6    # `quill run`: a worker keeps exiting
-    ABORTED = 7       # a confirmation was declined; nothing was changed
+    FAILED = 1  # failure, damage found, a batch quarantined
+    USAGE = 2  # bad arguments or input; nothing was changed
+    NOT_FOUND = 3  # no such session / job / schedule
+    TIMEOUT = 4  # waited and gave up (the work may still happen)
+    HALTED = 5  # `quill run`: the writer halted (`quill status` says why)
+    CRASH_LOOP = 6  # `quill run`: a worker keeps exiting
+    ABORTED = 7  # a confirmation was declined; nothing was changed
     INTERRUPTED = 130  # Ctrl-C (SIGINT), the shell's convention
 
 
@@ -62,8 +63,12 @@ class QuillError(Exception):
     def as_dict(self) -> dict:
         """The ``--json`` error object: ``{"kind", "message", "hint", "exit_code"}`` (``hint`` is
         ``null`` when there is nothing to add)."""
-        return {"kind": self.kind, "message": self.message, "hint": self.hint or None,
-                "exit_code": int(self.exit_code)}
+        return {
+            "kind": self.kind,
+            "message": self.message,
+            "hint": self.hint or None,
+            "exit_code": int(self.exit_code),
+        }
 
 
 class InvalidInputError(QuillError, ValueError):
@@ -87,8 +92,9 @@ class NotFoundError(QuillError, LookupError):
     exit_code = Exit.NOT_FOUND
 
 
-def no_session(session_ids: str | list[str], *, store_missing: bool = False,
-               deleted: bool = False) -> NotFoundError:
+def no_session(
+    session_ids: str | list[str], *, store_missing: bool = False, deleted: bool = False
+) -> NotFoundError:
     """The one "no such session" error (client, CLI and HTTP API alike): names the ids and,
     in ``hint``, where to look; ``store_missing`` when nothing has been applied yet;
     ``deleted`` when a ``sessions.delete`` of every one of them was applied (the hint then
@@ -97,21 +103,30 @@ def no_session(session_ids: str | list[str], *, store_missing: bool = False,
     what = f"no session {ids[0]!r}" if len(ids) == 1 else f"no sessions {', '.join(map(repr, ids))}"
     if deleted:
         import shlex
-        return NotFoundError(f"{what}: deleted already",
-                             hint="to remove its content from the spool and snapshots too: "
-                                  f"`quill spool purge {' '.join(shlex.quote(i) for i in ids)}`")
+
+        return NotFoundError(
+            f"{what}: deleted already",
+            hint="to remove its content from the spool and snapshots too: "
+            f"`quill spool purge {' '.join(shlex.quote(i) for i in ids)}`",
+        )
     if store_missing:
-        return NotFoundError(f"{what} (no store yet: nothing has been applied)",
-                             hint="push or import something, then `quill run` applies it")
+        return NotFoundError(
+            f"{what} (no store yet: nothing has been applied)",
+            hint="push or import something, then `quill run` applies it",
+        )
     return NotFoundError(what, hint="`quill sessions list` shows the session ids")
 
 
 def no_key(key: str, *, store_missing: bool = False) -> NotFoundError:
     """The one "no session has this conversation key" error."""
     if store_missing:
-        return NotFoundError(f"no session has key {key!r} (no store yet: nothing has been applied)",
-                             hint="push or import something, then `quill run` applies it")
-    return NotFoundError(f"no session has key {key!r}", hint="`quill sessions list --json` shows each session's key")
+        return NotFoundError(
+            f"no session has key {key!r} (no store yet: nothing has been applied)",
+            hint="push or import something, then `quill run` applies it",
+        )
+    return NotFoundError(
+        f"no session has key {key!r}", hint="`quill sessions list --json` shows each session's key"
+    )
 
 
 class WaitTimeoutError(QuillError, TimeoutError):
@@ -149,14 +164,18 @@ class SpoolFullError(QuillError):
     """The filesystem holding the spool is full; no partial record was left."""
 
     kind = "disk_full"
-    default_hint = "free disk space under the data dir, then retry the same call (nothing was appended)"
+    default_hint = (
+        "free disk space under the data dir, then retry the same call (nothing was appended)"
+    )
 
 
 class StoreBusyError(QuillError):
     """The store was locked (SQLITE_BUSY/LOCKED) past the retry budget."""
 
     kind = "busy"
-    default_hint = "retry shortly; the writer holds the store during a checkpoint or maintenance job"
+    default_hint = (
+        "retry shortly; the writer holds the store during a checkpoint or maintenance job"
+    )
 
 
 class StoreDamagedError(QuillError):
@@ -200,18 +219,25 @@ def from_exception(exc: BaseException) -> QuillError | None:
         return StorageError(text)
     if store_errors is not None and isinstance(exc, store_errors.StoreError):
         if isinstance(exc, store_errors.InvalidOpError):
-            return InvalidInputError(text, reason=exc.reason, hint="fix the op or message; nothing was appended")
+            return InvalidInputError(
+                text, reason=exc.reason, hint="fix the op or message; nothing was appended"
+            )
         if isinstance(exc, store_errors.TransientError):
             return StoreBusyError(text)
         if isinstance(exc, store_errors.HaltedError):
-            return StoreDamagedError(text, hint="run `quill recover`: it rebuilds the store from the newest snapshot "
-                                                "plus the spool and swaps it in (`quill status` shows the halt)")
+            return StoreDamagedError(
+                text,
+                hint="run `quill recover`: it rebuilds the store from the newest snapshot "
+                "plus the spool and swaps it in (`quill status` shows the halt)",
+            )
         if isinstance(exc, store_errors.CorruptError):
             return StoreDamagedError(text)
         if isinstance(exc, store_errors.DiskFullError):
             return StorageError(text, hint="free disk space under the data dir")
         if isinstance(exc, store_errors.LeaseHeldError):
-            return StorageError(text, hint="another process holds the store; stop it (`quill status` names it)")
+            return StorageError(
+                text, hint="another process holds the store; stop it (`quill status` names it)"
+            )
         return StorageError(text)
     if home is not None and isinstance(exc, home.ConfigError):
         return StorageError(text, hint="fix config.toml (docs/configuration.md lists every key)")

@@ -5,6 +5,7 @@ Each read opens a short-lived read-only store connection (``_reader``); before t
 exists, listings are empty and single-session reads raise ``NotFoundError``. Errors of the
 lower layers are re-raised as the public tree (``_public_errors``).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -13,11 +14,17 @@ from collections.abc import Iterator
 from typing import Any
 
 from quill.home import Settings
-
-from quill.ops.client.errors import InvalidInputError, NotFoundError, QuillError, from_exception, no_session
+from quill.ops.client.errors import (
+    InvalidInputError,
+    NotFoundError,
+    QuillError,
+    from_exception,
+    no_session,
+)
 from quill.ops.client.stores import where
 
 VIEWS = ("display", "model", "audit")
+
 
 @contextlib.contextmanager
 def _public_errors() -> Iterator[None]:
@@ -32,14 +39,19 @@ def _public_errors() -> Iterator[None]:
             raise
         raise public from exc
 
+
 def _check_numbers(*, limit: Any = 1, since: Any = None, until: Any = None) -> None:
     """Reads take a whole ``limit`` ≥ 1 and finite epoch seconds; anything else is refused
     (as the CLI refuses `--limit 0` or `--since nan`), never passed on to a query."""
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit < 2**63:
         raise InvalidInputError(f"limit must be a whole number ≥ 1, got {limit!r}")
     for name, value in (("since", since), ("until", until)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                  or not math.isfinite(value) or abs(value) >= 2**63):
+        if value is not None and (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+            or abs(value) >= 2**63
+        ):
             raise InvalidInputError(f"{name} must be finite epoch seconds, got {value!r}")
 
 
@@ -54,15 +66,21 @@ def _check_types(**values: Any) -> None:
         if name in _BOOLS:
             ok, want = isinstance(value, bool), "true or false"
         elif name in _LISTS:
-            ok, want = (isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value),
-                        "a list of strings")
+            ok, want = (
+                isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value),
+                "a list of strings",
+            )
         else:
             ok, want = isinstance(value, str), "a string"
         if not ok:
-            raise InvalidInputError(f"{name} must be {want}, got {type(value).__name__} {value!r:.80}")
+            raise InvalidInputError(
+                f"{name} must be {want}, got {type(value).__name__} {value!r:.80}"
+            )
 
 
-_BOOLS = frozenset({"include_hidden", "archived", "pinned", "hidden", "chains", "substring", "audit", "context"})
+_BOOLS = frozenset(
+    {"include_hidden", "archived", "pinned", "hidden", "chains", "substring", "audit", "context"}
+)
 _LISTS = frozenset({"kinds", "by"})
 _REQUIRED = frozenset({"session_id", "query", "view"})
 
@@ -76,9 +94,8 @@ class Reads:
     def _reader(self, missing: Exception | None) -> Iterator[Any]:
         """A read-only store connection; before the store exists, raise ``missing`` or yield
         None (an empty answer)."""
-        from quill.store.errors import CantOpenError
-
         from quill.ops.client.stores import open_reader
+        from quill.store.errors import CantOpenError
 
         with _public_errors():
             try:
@@ -91,7 +108,9 @@ class Reads:
             with reader:
                 yield reader
 
-    def transcript(self, session_id: str, view: str = "display", *, latest: int | None = None) -> dict[str, Any]:
+    def transcript(
+        self, session_id: str, view: str = "display", *, latest: int | None = None
+    ) -> dict[str, Any]:
         """``{"session", "chain", "messages", "context"}`` — ``quill sessions show ID --json``
         and ``GET /api/v1/sessions/{id}/messages``, read in one snapshot. ``view``: ``display``
         (what a UI shows), ``model`` (what the model is fed, OpenAI shape), ``audit`` (every row
@@ -102,7 +121,9 @@ class Reads:
         _check_types(session_id=session_id, view=view)
         if view not in VIEWS:
             raise InvalidInputError(f"view must be one of {', '.join(VIEWS)}, got {view!r}")
-        if latest is not None and (isinstance(latest, bool) or not isinstance(latest, int) or not 1 <= latest < 2**63):
+        if latest is not None and (
+            isinstance(latest, bool) or not isinstance(latest, int) or not 1 <= latest < 2**63
+        ):
             raise InvalidInputError(f"latest must be a whole number ≥ 1, got {latest!r}")
         missing = no_session(session_id, store_missing=True)
         with self._reader(missing) as r, r.snapshot():
@@ -116,7 +137,9 @@ class Reads:
             del context["history"]  # every change, with its place: the audit view's business
         return {"session": session, "chain": chain, "messages": messages, "context": context}
 
-    def messages(self, session_id: str, view: str = "display", *, latest: int | None = None) -> list[dict[str, Any]]:
+    def messages(
+        self, session_id: str, view: str = "display", *, latest: int | None = None
+    ) -> list[dict[str, Any]]:
         """A session's messages in ``view``, oldest first (``transcript(...)["messages"]``)."""
         return self.transcript(session_id, view, latest=latest)["messages"]
 
@@ -130,27 +153,65 @@ class Reads:
             raise no_session(session_id)
         return session
 
-    def sessions(self, *, source: str | None = None, limit: int = 50, include_hidden: bool = False,
-                 title_contains: str | None = None, since: float | None = None, until: float | None = None,
-                 archived: bool | None = None, pinned: bool | None = None, hidden: bool | None = None,
-                 chains: bool = False) -> list[dict[str, Any]]:
+    def sessions(
+        self,
+        *,
+        source: str | None = None,
+        limit: int = 50,
+        include_hidden: bool = False,
+        title_contains: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        archived: bool | None = None,
+        pinned: bool | None = None,
+        hidden: bool | None = None,
+        chains: bool = False,
+    ) -> list[dict[str, Any]]:
         """Sessions, most recently active first — ``quill sessions list --json``. ``since`` /
         ``until`` in epoch seconds; ``chains=True`` lists every session of a compression chain
         (default: one row per chain, its tip). Empty before the store exists."""
         _check_numbers(limit=limit, since=since, until=until)
-        _check_types(source=source, title_contains=title_contains, include_hidden=include_hidden,
-                     archived=archived, pinned=pinned, hidden=hidden, chains=chains)
+        _check_types(
+            source=source,
+            title_contains=title_contains,
+            include_hidden=include_hidden,
+            archived=archived,
+            pinned=pinned,
+            hidden=hidden,
+            chains=chains,
+        )
         with self._reader(None) as r:
             if r is None:
                 return []
-            return r.list_sessions(source=source, limit=limit, include_hidden=include_hidden,
-                                   title_contains=title_contains, since=since, until=until, archived=archived,
-                                   pinned=pinned, hidden=hidden, lineage="all" if chains else "tips")
+            return r.list_sessions(
+                source=source,
+                limit=limit,
+                include_hidden=include_hidden,
+                title_contains=title_contains,
+                since=since,
+                until=until,
+                archived=archived,
+                pinned=pinned,
+                hidden=hidden,
+                lineage="all" if chains else "tips",
+            )
 
-    def search(self, query: str, *, limit: int = 20, session_id: str | None = None, role: str | None = None,
-               source: str | None = None, since: float | None = None, until: float | None = None,
-               substring: bool = False, audit: bool = False, context: bool = True,
-               kinds: list[str] | None = None, order: str = "newest") -> list[dict[str, Any]]:
+    def search(
+        self,
+        query: str,
+        *,
+        limit: int = 20,
+        session_id: str | None = None,
+        role: str | None = None,
+        source: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        substring: bool = False,
+        audit: bool = False,
+        context: bool = True,
+        kinds: list[str] | None = None,
+        order: str = "newest",
+    ) -> list[dict[str, Any]]:
         """Full-text search, newest first — ``quill search QUERY --json`` (hits with their
         neighbouring messages as context; ``context=False`` leaves it out). Any text is a valid query. Empty before the store
         exists. When the index is being rebuilt after damage, results come from a bounded
@@ -160,8 +221,16 @@ class Reads:
         ``ts_rank`` on PostgreSQL); raises ``InvalidInputError`` for another order, or for a query or store
         it cannot rank."""
         _check_numbers(limit=limit, since=since, until=until)
-        _check_types(query=query, role=role, source=source, order=order, kinds=kinds,
-                     substring=substring, audit=audit, context=context)
+        _check_types(
+            query=query,
+            role=role,
+            source=source,
+            order=order,
+            kinds=kinds,
+            substring=substring,
+            audit=audit,
+            context=context,
+        )
         if session_id is not None:
             _check_types(session_id=session_id)
         if order not in ("newest", "relevance"):
@@ -170,14 +239,26 @@ class Reads:
             if r is None:
                 return []
             try:
-                return r.search(query, limit=limit, session_id=session_id, role=role, source=source, since=since,
-                                until=until, substring=substring, projection="audit" if audit else "display",
-                                context=context, **({"kinds": list(kinds)} if kinds else {}),
-                                **({"order": order} if order != "newest" else {}))
+                return r.search(
+                    query,
+                    limit=limit,
+                    session_id=session_id,
+                    role=role,
+                    source=source,
+                    since=since,
+                    until=until,
+                    substring=substring,
+                    projection="audit" if audit else "display",
+                    context=context,
+                    **({"kinds": list(kinds)} if kinds else {}),
+                    **({"order": order} if order != "newest" else {}),
+                )
             except ValueError as exc:  # the reader's refusal of a ranked query it cannot rank
                 if order == "newest":
                     raise
-                raise InvalidInputError(str(exc), hint="use the default order (newest first)") from None
+                raise InvalidInputError(
+                    str(exc), hint="use the default order (newest first)"
+                ) from None
 
     def resume(self, *, key: str | None = None, cwd: str | None = None) -> dict[str, Any]:
         """The session to resume for a conversation ``key`` (or working directory ``cwd``) —
@@ -188,16 +269,25 @@ class Reads:
             raise InvalidInputError("give exactly one of key or cwd")
         _check_types(key=key, cwd=cwd)
         if cwd is not None and len(cwd) > 1:
-            cwd = cwd.rstrip("/") or "/"   # `--cwd /repo/` names the directory importers record as /repo
+            cwd = (
+                cwd.rstrip("/") or "/"
+            )  # `--cwd /repo/` names the directory importers record as /repo
         what = f"key {key!r}" if key is not None else f"cwd {cwd!r}"
-        missing = NotFoundError(f"no session for {what} (no store at {where(self.config)} yet)",
-                                hint="push or import something, then `quill run` applies it")
+        missing = NotFoundError(
+            f"no session for {what} (no store at {where(self.config)} yet)",
+            hint="push or import something, then `quill run` applies it",
+        )
         with self._reader(missing) as r, r.snapshot():
             found = r.resume_target(key=key, cwd=cwd)
             if found is None:
-                raise NotFoundError(f"no session for {what}", hint=(
-                    "sessions get a key with session.create's `key`" if key is not None else
-                    "a session matches a cwd it started in exactly; `quill sessions list --json` shows each cwd"))
+                raise NotFoundError(
+                    f"no session for {what}",
+                    hint=(
+                        "sessions get a key with session.create's `key`"
+                        if key is not None
+                        else "a session matches a cwd it started in exactly; `quill sessions list --json` shows each cwd"
+                    ),
+                )
             found["session"] = r.get_session(found["session_id"])
         return found
 
@@ -217,15 +307,32 @@ class Reads:
         evidence is unambiguous (else ``reason``) — ``quill sessions orphans --json``."""
         from quill.store.read.resume import QUIET_WINDOW_S
 
-        if window_s is not None and (isinstance(window_s, bool) or not isinstance(window_s, (int, float))
-                                     or not 0 <= window_s < 2**63):
-            raise InvalidInputError(f"window_s must be a finite number of seconds ≥ 0, got {window_s!r:.80}")
+        if window_s is not None and (
+            isinstance(window_s, bool)
+            or not isinstance(window_s, (int, float))
+            or not 0 <= window_s < 2**63
+        ):
+            raise InvalidInputError(
+                f"window_s must be a finite number of seconds ≥ 0, got {window_s!r:.80}"
+            )
         with self._reader(None) as r:
-            return [] if r is None else r.orphans(window_s=QUIET_WINDOW_S if window_s is None else window_s)
+            return (
+                []
+                if r is None
+                else r.orphans(window_s=QUIET_WINDOW_S if window_s is None else window_s)
+            )
 
-    def usage(self, by: tuple[str, ...] | list[str] = (), *, since: float | None = None, until: float | None = None,
-              session_id: str | None = None, source: str | None = None, model: str | None = None,
-              task: str | None = None) -> list[dict[str, Any]]:
+    def usage(
+        self,
+        by: tuple[str, ...] | list[str] = (),
+        *,
+        since: float | None = None,
+        until: float | None = None,
+        session_id: str | None = None,
+        source: str | None = None,
+        model: str | None = None,
+        task: str | None = None,
+    ) -> list[dict[str, Any]]:
         """Token and cost totals — ``quill usage --json``: one row per group of ``by``
         (``session``, ``model``, ``source``, ``task``, ``provider``, ``day``), each with
         ``calls``, the token fields, ``cost_usd`` (USD; None when nothing is priced) and
@@ -240,14 +347,30 @@ class Reads:
             _check_types(session_id=session_id)
         bad = [b for b in by if b not in GROUPS]
         if bad:
-            raise InvalidInputError(f"unknown usage grouping {bad[0]!r}; choose from {', '.join(GROUPS)}")
+            raise InvalidInputError(
+                f"unknown usage grouping {bad[0]!r}; choose from {', '.join(GROUPS)}"
+            )
         with self._reader(None) as r:
-            rows = [] if r is None else r.usage_totals(tuple(dict.fromkeys(by)), since=since, until=until,
-                                                         session_id=session_id, source=source, model=model,
-                                                         task=task)
+            rows = (
+                []
+                if r is None
+                else r.usage_totals(
+                    tuple(dict.fromkeys(by)),
+                    since=since,
+                    until=until,
+                    session_id=session_id,
+                    source=source,
+                    model=model,
+                    task=task,
+                )
+            )
         return rows if rows or by else [empty_totals()]
 
     def search_health(self) -> dict[str, Any]:
         """``{"fts_state", "fts_pending", "degraded"}`` of the search index (empty store: ok)."""
         with self._reader(None) as r:
-            return {"fts_state": "ok", "fts_pending": 0, "degraded": False} if r is None else r.search_health()
+            return (
+                {"fts_state": "ok", "fts_pending": 0, "degraded": False}
+                if r is None
+                else r.search_health()
+            )

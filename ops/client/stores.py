@@ -6,6 +6,7 @@ commands, the client library, ``wait``, the HTTP API, the dashboard, status and 
 opens it here, so no command can read an empty ``state.db`` while the rows are in
 PostgreSQL.
 """
+
 from __future__ import annotations
 
 from typing import Any

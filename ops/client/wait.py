@@ -8,16 +8,16 @@ was retried or dropped) or ``missing``: the cursor is past the ack's position bu
 holds no trace of the batch — neither applied nor refused — so it was never read (reason
 ``not-found``). That is never called "quarantined": there is no entry to retry.
 """
+
 from __future__ import annotations
 
 import time
 from pathlib import Path
 from typing import Any
 
+from quill.ops.client.stores import open_reader
 from quill.spool import Ack, Position, Quarantine, WaitTimeoutError
 from quill.store.errors import CantOpenError
-
-from quill.ops.client.stores import open_reader
 
 
 def applied_position(cfg: Any) -> Position | None:
@@ -40,8 +40,10 @@ def wait_applied(cfg: Any, position: Position, timeout: float, poll: float = 0.0
         if cursor is not None and cursor > position:
             return time.monotonic() - start
         if time.monotonic() - start >= timeout:
-            raise WaitTimeoutError(f"record at {position} not applied within {timeout:g} s "
-                                   f"(store cursor: {cursor}); {why_not_applied(cfg)}")
+            raise WaitTimeoutError(
+                f"record at {position} not applied within {timeout:g} s "
+                f"(store cursor: {cursor}); {why_not_applied(cfg)}"
+            )
         time.sleep(poll)
 
 
@@ -50,8 +52,9 @@ def why_not_applied(cfg: Any) -> str:
     timeout message: no fleet, a halted writer, a writer retrying an error (``database is
     locked`` held by another process …), or a writer still busy behind a backlog. Only live
     processes' records are trusted (``quill.home.RunDir``)."""
-    from quill.store.sqlite.connection import WRITER_BUSY_MS
     from quill.home import RunDir, WriterStatus
+    from quill.store.sqlite.connection import WRITER_BUSY_MS
+
     rd = RunDir(cfg.home)
     if not rd.fleet_running():
         return "no fleet is running on this data dir: start `quill run` (the record is safe in the spool)"
@@ -63,8 +66,10 @@ def why_not_applied(cfg: Any) -> str:
         return "the writer has halted (see `quill doctor`; `quill recover` rebuilds the store)"
     if writer.error:
         return f"the writer is retrying after an error: {writer.error} (see `quill status`)"
-    return ("the writer is up but has not got to it yet (a backlog before it, or a lock it waits on for up to "
-            f"{WRITER_BUSY_MS // 1000} s before it reports one): see `quill status`")
+    return (
+        "the writer is up but has not got to it yet (a backlog before it, or a lock it waits on for up to "
+        f"{WRITER_BUSY_MS // 1000} s before it reports one): see `quill status`"
+    )
 
 
 def outcomes(cfg: Any, spool_dir: Path, acks: list[Ack]) -> list[dict[str, Any]]:
@@ -74,12 +79,21 @@ def outcomes(cfg: Any, spool_dir: Path, acks: list[Ack]) -> list[dict[str, Any]]
     marks = ", ".join("?" for _ in acks)
     ids = [a.batch_id for a in acks]
     with open_reader(cfg) as reader:
-        applied = dict(reader.conn.execute(
-            f"SELECT batch_id, position FROM applied_batches WHERE batch_id IN ({marks})", ids).fetchall())
-        refused = {b: reason for b, reason in reader.conn.execute(
-            f"SELECT batch_id, reason FROM rejected_batches WHERE batch_id IN ({marks})", ids)}
+        applied = dict(
+            reader.conn.execute(
+                f"SELECT batch_id, position FROM applied_batches WHERE batch_id IN ({marks})", ids
+            ).fetchall()
+        )
+        refused = {
+            b: reason
+            for b, reason in reader.conn.execute(
+                f"SELECT batch_id, reason FROM rejected_batches WHERE batch_id IN ({marks})", ids
+            )
+        }
     own = sum(applied.get(a.batch_id) == str(a.position) for a in acks)
-    quarantined = {e["position"]: e for e in Quarantine(spool_dir).entries()} if own < len(acks) else {}
+    quarantined = (
+        {e["position"]: e for e in Quarantine(spool_dir).entries()} if own < len(acks) else {}
+    )
     out = []
     for ack in acks:
         # Applied at another position: a retry of the same content (applied), or the batch id
@@ -88,11 +102,21 @@ def outcomes(cfg: Any, spool_dir: Path, acks: list[Ack]) -> list[dict[str, Any]]
             out.append({"outcome": "applied"})
         elif str(ack.position) in quarantined or ack.batch_id in refused:
             q = quarantined.get(str(ack.position), {})
-            out.append({"outcome": "quarantined", "reason": q.get("reason") or refused[ack.batch_id],
-                        "detail": q.get("detail", "")})
+            out.append(
+                {
+                    "outcome": "quarantined",
+                    "reason": q.get("reason") or refused[ack.batch_id],
+                    "detail": q.get("detail", ""),
+                }
+            )
         else:
-            out.append({"outcome": "missing", "reason": "not-found",
-                        "detail": f"the store's cursor is past {ack.position} but batch {ack.batch_id} was neither "
-                                  "applied nor quarantined: no record of it was read (`quill spool verify`, "
-                                  "`quill doctor`)"})
+            out.append(
+                {
+                    "outcome": "missing",
+                    "reason": "not-found",
+                    "detail": f"the store's cursor is past {ack.position} but batch {ack.batch_id} was neither "
+                    "applied nor quarantined: no record of it was read (`quill spool verify`, "
+                    "`quill doctor`)",
+                }
+            )
     return out

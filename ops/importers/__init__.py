@@ -37,16 +37,38 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from quill.ops.importers import claude_code, codex, gemini, openai_chat, sharegpt
 from quill.ops.importers.events import Compact, Event, Message, Rewind, SessionStart, Usage, collect
-from quill.ops.importers.jsonlines import (ImportedSession, ParsedFile, Problem, decode_line, iter_json_array, iter_jsonl,
-                         read_text)
+from quill.ops.importers.jsonlines import (
+    ImportedSession,
+    ParsedFile,
+    Problem,
+    decode_line,
+    iter_json_array,
+    iter_jsonl,
+    read_text,
+)
 
-__all__ = ["Problem", "ImportedSession", "ParsedFile", "Usage", "detect_format", "parse_file", "stream_file",
-           "iter_transcript_files", "FORMATS", "Event", "SessionStart", "Message", "Compact", "Rewind"]
+__all__ = [
+    "Problem",
+    "ImportedSession",
+    "ParsedFile",
+    "Usage",
+    "detect_format",
+    "parse_file",
+    "stream_file",
+    "iter_transcript_files",
+    "FORMATS",
+    "Event",
+    "SessionStart",
+    "Message",
+    "Compact",
+    "Rewind",
+]
 
 FORMATS = ("claude-code", "codex", "gemini-cli", "sharegpt", "openai-chat")
 _SAMPLE = 20  # transcript-carrying records that settle detection
@@ -130,9 +152,13 @@ def _classify_records(carriers: list[Any], head: list[Any]) -> str | None:
             fmt = _carrier_format(v)
             votes[fmt] = votes.get(fmt, 0) + 1
         return max(votes, key=lambda f: votes[f])
-    return _best([v for v in head if isinstance(v, dict)], [
-        (claude_code.FORMAT, claude_code.looks_like_record),
-        (codex.FORMAT, codex.looks_like_record)])
+    return _best(
+        [v for v in head if isinstance(v, dict)],
+        [
+            (claude_code.FORMAT, claude_code.looks_like_record),
+            (codex.FORMAT, codex.looks_like_record),
+        ],
+    )
 
 
 def _classify_array(values: list[Any]) -> str | None:
@@ -178,7 +204,9 @@ def detect_format(path: Path) -> str | None:
 def _sessions_as_events(sessions: list[ImportedSession]) -> Iterator[Event]:
     for s in sessions:
         wanted = set(s.opening)
-        yield SessionStart(s.session, s.legacy_id, [m for m in s.messages if not wanted or str(m["id"]) in wanted])
+        yield SessionStart(
+            s.session, s.legacy_id, [m for m in s.messages if not wanted or str(m["id"]) in wanted]
+        )
         for m in s.messages:
             yield Message(s.session["session_id"], m)
 
@@ -196,7 +224,9 @@ def stream_file(path: Path, problems: list[Problem]) -> tuple[str | None, Iterat
         problems.extend(array_problems)
         if fmt == claude_code.FORMAT:
             return fmt, claude_code.stream(path, lambda _p: elements, problems, "json-array")
-        return fmt, _sessions_as_events(openai_chat.parse_document(path, [v for _, v in elements], problems))
+        return fmt, _sessions_as_events(
+            openai_chat.parse_document(path, [v for _, v in elements], problems)
+        )
     if fmt == gemini.FORMAT:
         return fmt, gemini.stream(path, doc, problems)
     if doc is not _NO_DOC:
@@ -206,15 +236,21 @@ def stream_file(path: Path, problems: list[Problem]) -> tuple[str | None, Iterat
         return iter_jsonl(p, probs)
 
     if fmt == claude_code.FORMAT:
-        agents = [(a, lambda probs, a=a: iter_jsonl(a, probs)) for a in claude_code.subagent_files(path)]
+        agents = [
+            (a, lambda probs, a=a: iter_jsonl(a, probs)) for a in claude_code.subagent_files(path)
+        ]
         main = claude_code.session_file_of(path)
         links = (lambda probs, m=main: iter_jsonl(m, probs)) if main else None
         return fmt, claude_code.stream(path, records, problems, "jsonl", agents, links)
     if fmt == codex.FORMAT:
         return fmt, codex.stream(path, records, problems)
     if fmt == sharegpt.FORMAT:
-        return fmt, _sessions_as_events(sharegpt.parse_records(path, iter_jsonl(path, problems), problems))
-    return fmt, _sessions_as_events(openai_chat.parse_records(path, iter_jsonl(path, problems), problems))
+        return fmt, _sessions_as_events(
+            sharegpt.parse_records(path, iter_jsonl(path, problems), problems)
+        )
+    return fmt, _sessions_as_events(
+        openai_chat.parse_records(path, iter_jsonl(path, problems), problems)
+    )
 
 
 def parse_file(path: Path) -> ParsedFile:
@@ -226,7 +262,9 @@ def parse_file(path: Path) -> ParsedFile:
     return result
 
 
-def iter_transcript_files(paths: Iterable[Path], skipped: list[Path] | None = None) -> Iterator[Path]:
+def iter_transcript_files(
+    paths: Iterable[Path], skipped: list[Path] | None = None
+) -> Iterator[Path]:
     """Files as given; folders walked recursively in sorted order, skipping ``*.md`` (appended
     to ``skipped`` when given, so the caller can say so) and subagent files whose session file
     is there to import them (claude_code.subagent_files)."""

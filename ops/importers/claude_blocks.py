@@ -9,6 +9,7 @@ there are several), named after its call. Other blocks are kept in ``extra.other
 ``sess`` is the per-thread emitter (``claude_code.Emitter``): it supplies ``extra()`` and the
 tool-name map.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,7 +29,9 @@ def _image_part(block: dict) -> dict:
     base64 payload is a ``data:`` URL (the store keeps one copy per distinct payload)."""
     src = block.get("source") or {}
     if src.get("type") == "base64":
-        url = f"data:{src.get('media_type', 'application/octet-stream')};base64,{src.get('data', '')}"
+        url = (
+            f"data:{src.get('media_type', 'application/octet-stream')};base64,{src.get('data', '')}"
+        )
     elif src.get("type") == "text" and isinstance(src.get("data"), str):
         url = f"data:{src.get('media_type', 'text/plain')},{src['data']}"
     else:
@@ -67,7 +70,7 @@ def _tool_result_content(raw: Any) -> Any:
     return _content(texts, images)
 
 
-def assistant(sess: "Emitter", rec: dict, msg: dict, mid: str, ts: float | None) -> dict:
+def assistant(sess: Emitter, rec: dict, msg: dict, mid: str, ts: float | None) -> dict:
     raw = msg.get("content")
     texts, images, thinking, calls, sigs, other = [], [], [], [], [], []
     for block in raw if isinstance(raw, list) else []:
@@ -95,11 +98,18 @@ def assistant(sess: "Emitter", rec: dict, msg: dict, mid: str, ts: float | None)
         extra["thinking_signatures"] = sigs
     if other:
         extra["other_blocks"] = other
-    return make_message(mid, "assistant", _content(texts, images), tool_calls=calls,
-                        reasoning=join_text(thinking), timestamp=ts, extra=extra)
+    return make_message(
+        mid,
+        "assistant",
+        _content(texts, images),
+        tool_calls=calls,
+        reasoning=join_text(thinking),
+        timestamp=ts,
+        extra=extra,
+    )
 
 
-def user(sess: "Emitter", rec: dict, msg: dict, mid: str, ts: float | None) -> list[dict]:
+def user(sess: Emitter, rec: dict, msg: dict, mid: str, ts: float | None) -> list[dict]:
     raw = msg.get("content")
     if not isinstance(raw, list):
         text = raw if isinstance(raw, str) else (None if raw is None else json.dumps(raw))
@@ -116,16 +126,33 @@ def user(sess: "Emitter", rec: dict, msg: dict, mid: str, ts: float | None) -> l
             elif btype in BINARY_BLOCKS:
                 images.append(_image_part(block))
             else:
-                texts.append(block if isinstance(block, str) else json.dumps(block, ensure_ascii=False))
-        out.append(make_message(mid, "user", _content(texts, images), timestamp=ts,
-                                extra=sess.extra(rec, msg)))
+                texts.append(
+                    block if isinstance(block, str) else json.dumps(block, ensure_ascii=False)
+                )
+        out.append(
+            make_message(
+                mid, "user", _content(texts, images), timestamp=ts, extra=sess.extra(rec, msg)
+            )
+        )
     several = len(results) > 1 or bool(out)
     for n, block in enumerate(results):
         cid = str(block.get("tool_use_id") or "")
-        extra = sess.extra(rec, msg) if n == 0 else {"uuid": rec.get("uuid"), "parentUuid": rec.get("parentUuid")}
+        extra = (
+            sess.extra(rec, msg)
+            if n == 0
+            else {"uuid": rec.get("uuid"), "parentUuid": rec.get("parentUuid")}
+        )
         if "is_error" in block:
             extra["is_error"] = block["is_error"]
-        out.append(make_message(f"{mid}:{n}" if several else mid, "tool",
-                                _tool_result_content(block.get("content")), tool_call_id=cid or None,
-                                name=sess.tool_names.get(cid), timestamp=ts, extra=extra))
+        out.append(
+            make_message(
+                f"{mid}:{n}" if several else mid,
+                "tool",
+                _tool_result_content(block.get("content")),
+                tool_call_id=cid or None,
+                name=sess.tool_names.get(cid),
+                timestamp=ts,
+                extra=extra,
+            )
+        )
     return out

@@ -19,18 +19,34 @@ learns the tree, threads, titles and links; pass 2 re-reads the records and emit
   types are ignored and counted (``meta.ignored_record_types``, one "ignored" problem each);
 * titles: ``custom-title`` > ``ai-title`` > ``summary`` records.
 """
+
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 from quill.ops.importers import claude_blocks
-from quill.ops.importers.claude_scan import (KNOWN_TYPES, MAIN, Structure, Thread, parent_call, scan, summaries_of, thread_key,
-                          title_for)
+from quill.ops.importers.claude_scan import (
+    KNOWN_TYPES,
+    MAIN,
+    Structure,
+    Thread,
+    parent_call,
+    scan,
+    summaries_of,
+    thread_key,
+    title_for,
+)
 from quill.ops.importers.events import Compact, Event, Message, SessionStart
-from quill.ops.importers.jsonlines import Problem, content_session_id, parse_timestamp, shape_problem
+from quill.ops.importers.jsonlines import (
+    Problem,
+    content_session_id,
+    parse_timestamp,
+    shape_problem,
+)
 
 FORMAT = "claude-code"
 #: Types that carry the transcript: detection looks for these (see ``looks_like_transcript``).
@@ -44,20 +60,30 @@ Records = Callable[[list[Problem]], Iterable[tuple[int | None, Any]]]
 
 def looks_like_record(obj: Any) -> bool:
     """True for a dict that is plausibly a Claude Code record of a known type."""
-    if not isinstance(obj, dict) or not isinstance(obj.get("type"), str) or obj["type"] not in KNOWN_TYPES:
+    if (
+        not isinstance(obj, dict)
+        or not isinstance(obj.get("type"), str)
+        or obj["type"] not in KNOWN_TYPES
+    ):
         return False
     if obj["type"] == "summary":
         return "summary" in obj and "leafUuid" in obj
     if obj["type"] in MESSAGE_TYPES:
         return looks_like_transcript(obj)
-    return any(k in obj for k in ("sessionId", "uuid", "messageId", "customTitle", "aiTitle", "leafUuid"))
+    return any(
+        k in obj for k in ("sessionId", "uuid", "messageId", "customTitle", "aiTitle", "leafUuid")
+    )
 
 
 def looks_like_transcript(obj: Any) -> bool:
     """True for a record that carries the transcript: a user/assistant record with a
     ``message`` object and a ``uuid`` or ``sessionId`` (what detection keys on)."""
-    return (isinstance(obj, dict) and obj.get("type") in MESSAGE_TYPES and isinstance(obj.get("message"), dict)
-            and ("uuid" in obj or "sessionId" in obj))
+    return (
+        isinstance(obj, dict)
+        and obj.get("type") in MESSAGE_TYPES
+        and isinstance(obj.get("message"), dict)
+        and ("uuid" in obj or "sessionId" in obj)
+    )
 
 
 def subagent_files(path: Path) -> list[Path]:
@@ -84,19 +110,30 @@ class Emitter:
         self.tool_names: dict[str, str] = {}
         self.seen: dict[str, list[str]] = {}
 
-    def dedupe(self, mid: str, msg: dict, path: Path, line: int | None, problems: list[Problem]) -> str | None:
+    def dedupe(
+        self, mid: str, msg: dict, path: Path, line: int | None, problems: list[Problem]
+    ) -> str | None:
         """Resumed sessions re-write records under the same uuid: drop exact repeats."""
-        digest = hashlib.sha1(json.dumps([msg.get("role"), msg.get("content")], sort_keys=True,
-                                         default=str).encode("utf-8", "replace")).hexdigest()
+        digest = hashlib.sha1(
+            json.dumps([msg.get("role"), msg.get("content")], sort_keys=True, default=str).encode(
+                "utf-8", "replace"
+            )
+        ).hexdigest()
         if mid not in self.seen:
             self.seen[mid] = [digest]
             return mid
         where = f"record uuid {mid} repeated (a resumed session re-wrote it)"
         if digest in self.seen[mid]:
-            problems.append(Problem(str(path), line, "skipped", f"{where}; same content, later copy dropped"))
+            problems.append(
+                Problem(str(path), line, "skipped", f"{where}; same content, later copy dropped")
+            )
             return None
         self.seen[mid].append(digest)
-        problems.append(Problem(str(path), line, "repaired", f"{where} with different content; kept as a new id"))
+        problems.append(
+            Problem(
+                str(path), line, "repaired", f"{where} with different content; kept as a new id"
+            )
+        )
         return f"{mid}#{len(self.seen[mid])}"
 
     def extra(self, rec: dict, msg: dict) -> dict:
@@ -118,13 +155,20 @@ def _session_id(st: Structure, th: Thread, path: Path, legacy: bool = False) -> 
     if not base:
         main = st.threads.get((th.session_id, MAIN)) or th
         first = main.messages[0][1] if main.messages else None
-        base = Path(path).name if legacy or first is None else content_session_id(FORMAT, Path(path).name,
-                                                                                   first).split(":", 1)[1]
+        base = (
+            Path(path).name
+            if legacy or first is None
+            else content_session_id(FORMAT, Path(path).name, first).split(":", 1)[1]
+        )
     return f"{FORMAT}:{base}" if th.agent == MAIN else f"{FORMAT}:{base}:agent:{th.agent}"
 
 
 def _payload(st: Structure, th: Thread, path: Path, variant: str) -> dict:
-    meta: dict[str, Any] = {"source_file": Path(path).name, "variant": variant, "record_counts": dict(th.counts)}
+    meta: dict[str, Any] = {
+        "source_file": Path(path).name,
+        "variant": variant,
+        "record_counts": dict(th.counts),
+    }
     if th.first.get("gitBranch"):
         meta["git_branch"] = th.first["gitBranch"]
     if th.versions:
@@ -135,8 +179,15 @@ def _payload(st: Structure, th: Thread, path: Path, variant: str) -> dict:
         meta["compactions"] = th.compactions
     if not th.session_id:
         meta["session_id_synthesized"] = True
-    session = {"session_id": _session_id(st, th, path), "source": FORMAT, "title": title_for(st, th),
-               "model": th.first.get("model"), "cwd": th.first.get("cwd"), "started_at": th.started, "meta": meta}
+    session = {
+        "session_id": _session_id(st, th, path),
+        "source": FORMAT,
+        "title": title_for(st, th),
+        "model": th.first.get("model"),
+        "cwd": th.first.get("cwd"),
+        "started_at": th.started,
+        "meta": meta,
+    }
     if th.agent == MAIN:
         if summaries_of(st, th):
             meta["summaries"] = summaries_of(st, th)
@@ -152,8 +203,14 @@ def _payload(st: Structure, th: Thread, path: Path, variant: str) -> dict:
     return session
 
 
-def stream(path: Path, records: Records, problems: list[Problem], variant: str,
-           extra_files: Iterable[tuple[Path, Records]] = (), links: Records | None = None) -> Iterator[Event]:
+def stream(
+    path: Path,
+    records: Records,
+    problems: list[Problem],
+    variant: str,
+    extra_files: Iterable[tuple[Path, Records]] = (),
+    links: Records | None = None,
+) -> Iterator[Event]:
     """Events for one session file (``records(problems)`` re-reads it; pass 1 discards its
     problems so each is reported once) plus its subagent files, in that order. ``links``
     (a subagent file imported on its own: its session file) is scanned only for the tool
@@ -173,40 +230,61 @@ def stream(path: Path, records: Records, problems: list[Problem], variant: str,
         if th.session_id or not th.messages:
             yield SessionStart(payload)
         else:  # an older version named it by the file; message uuids are unique: match by id
-            yield SessionStart(payload, _session_id(st, th, path, legacy=True), [{"id": th.messages[0][1]}])
+            yield SessionStart(
+                payload, _session_id(st, th, path, legacy=True), [{"id": th.messages[0][1]}]
+            )
     for rtype, n in sorted(st.unknown_types.items()):
-        problems.append(Problem(str(path), None, "ignored", f"{n} record(s) of unknown type {rtype!r} ignored"))
+        problems.append(
+            Problem(str(path), None, "ignored", f"{n} record(s) of unknown type {rtype!r} ignored")
+        )
     ordinal = 0
     for fpath, read in files:
         for line, rec in read(problems):
             ordinal += 1
             if not isinstance(rec, dict) or not isinstance(rec.get("type"), str):
-                problems.append(Problem(str(fpath), line, "skipped", "record is not an object with a 'type'"))
+                problems.append(
+                    Problem(str(fpath), line, "skipped", "record is not an object with a 'type'")
+                )
                 continue
             if rec["type"] not in MESSAGE_TYPES:
                 continue
             try:
                 yield from _record(st, emitters, fpath, line, ordinal, rec, problems)
             except (TypeError, AttributeError, ValueError, KeyError, RecursionError) as exc:
-                problems.append(Problem(str(fpath), line, "skipped",
-                                        f"{rec['type']} record: {shape_problem(exc)}"))
+                problems.append(
+                    Problem(
+                        str(fpath), line, "skipped", f"{rec['type']} record: {shape_problem(exc)}"
+                    )
+                )
 
 
-def _record(st: Structure, emitters: dict, path: Path, line: int | None, ordinal: int, rec: dict,
-            problems: list[Problem]) -> Iterator[Event]:
+def _record(
+    st: Structure,
+    emitters: dict,
+    path: Path,
+    line: int | None,
+    ordinal: int,
+    rec: dict,
+    problems: list[Problem],
+) -> Iterator[Event]:
     uuid = rec.get("uuid") if isinstance(rec.get("uuid"), str) else None
     key = st.thread_of.get(uuid) if uuid else None
     sess: Emitter = emitters.get(key or thread_key(st, rec, uuid)) or next(iter(emitters.values()))
     msg = rec.get("message")
     if not isinstance(msg, dict):
-        problems.append(Problem(str(path), line, "skipped", f"{rec['type']} record without a 'message' object"))
+        problems.append(
+            Problem(str(path), line, "skipped", f"{rec['type']} record without a 'message' object")
+        )
         return
     mid = sess.dedupe(str(uuid or f"record:{ordinal}"), msg, path, line, problems)
     if mid is None:
         return
     ts = parse_timestamp(rec.get("timestamp"))
-    out = ([claude_blocks.assistant(sess, rec, msg, mid, ts)] if rec["type"] == "assistant"
-           else claude_blocks.user(sess, rec, msg, mid, ts))
+    out = (
+        [claude_blocks.assistant(sess, rec, msg, mid, ts)]
+        if rec["type"] == "assistant"
+        else claude_blocks.user(sess, rec, msg, mid, ts)
+    )
     if rec.get("isCompactSummary") and uuid in st.live:
         yield Compact(sess.session_id, out, info={"uuid": uuid})
         return

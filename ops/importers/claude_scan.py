@@ -24,20 +24,41 @@ few ids and flags, never message text) decides, before any message is emitted:
   prompt;
 * record type counts, including types this version does not know (ignored, counted).
 """
+
 from __future__ import annotations
 
 import bisect
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from quill.ops.importers.jsonlines import parse_timestamp
 
 #: Record types Claude Code is known to write that are not messages (counted, not imported).
 #: Anything else is an unknown type: ignored and reported with its count.
-KNOWN_TYPES = frozenset({
-    "user", "assistant", "system", "summary", "progress", "file-history-snapshot", "queue-operation",
-    "custom-title", "ai-title", "attachment", "last-prompt", "mode", "permission-mode", "agent-name",
-    "pr-link", "bridge-session", "atis-latch", "cost-state", "tag"})
+KNOWN_TYPES = frozenset(
+    {
+        "user",
+        "assistant",
+        "system",
+        "summary",
+        "progress",
+        "file-history-snapshot",
+        "queue-operation",
+        "custom-title",
+        "ai-title",
+        "attachment",
+        "last-prompt",
+        "mode",
+        "permission-mode",
+        "agent-name",
+        "pr-link",
+        "bridge-session",
+        "atis-latch",
+        "cost-state",
+        "tag",
+    }
+)
 TASK_TOOLS = ("Task", "Agent")
 MAIN = ""  # agent key of a session's main thread
 
@@ -46,13 +67,15 @@ MAIN = ""  # agent key of a session's main thread
 class Thread:
     """One conversation: a session's main thread or one subagent run (figures, no content)."""
 
-    session_id: str          # the transcript's sessionId ("" when records have none)
-    agent: str               # MAIN, or the agentId / sidechain root uuid
+    session_id: str  # the transcript's sessionId ("" when records have none)
+    agent: str  # MAIN, or the agentId / sidechain root uuid
     counts: dict[str, int] = field(default_factory=dict)
     first: dict[str, Any] = field(default_factory=dict)
     versions: list[str] = field(default_factory=list)
     started: float | None = None
-    messages: list[tuple[int, str]] = field(default_factory=list)  # (ordinal, uuid) of message records
+    messages: list[tuple[int, str]] = field(
+        default_factory=list
+    )  # (ordinal, uuid) of message records
     first_prompt: str | None = None
     compactions: list[dict] = field(default_factory=list)
 
@@ -62,17 +85,17 @@ class Structure:
     """What pass 1 learned about one file (see module doc)."""
 
     threads: dict[tuple[str, str], Thread] = field(default_factory=dict)
-    thread_of: dict[str, tuple[str, str]] = field(default_factory=dict)   # uuid -> thread key
+    thread_of: dict[str, tuple[str, str]] = field(default_factory=dict)  # uuid -> thread key
     parent: dict[str, str | None] = field(default_factory=dict)
     logical: dict[str, str] = field(default_factory=dict)
     tool_result_only: set[str] = field(default_factory=set)
     response_of: dict[str, str] = field(default_factory=dict)  # uuid -> assistant message.id
     ordinal: dict[str, int] = field(default_factory=dict)
-    live: set[str] = field(default_factory=set)            # filled by finish()
+    live: set[str] = field(default_factory=set)  # filled by finish()
     titles: dict[str, dict[str, str]] = field(default_factory=dict)  # sessionId -> kind -> title
     summaries: list[dict] = field(default_factory=list)
     task_prompts: dict[str, list[str]] = field(default_factory=dict)  # prompt -> tool_use ids
-    agent_calls: dict[str, str] = field(default_factory=dict)         # agentId -> tool_use id
+    agent_calls: dict[str, str] = field(default_factory=dict)  # agentId -> tool_use id
     unknown_types: dict[str, int] = field(default_factory=dict)
     loose: dict[str, int] = field(default_factory=dict)  # counts of records with no thread
     first_session: str | None = None
@@ -93,7 +116,9 @@ def _text(content: Any) -> str | None:
 
 def thread_key(st: Structure, rec: dict, uuid: str | None) -> tuple[str, str]:
     """The thread a record belongs to (assigns a new sidechain thread at a chain root)."""
-    sid = rec.get("sessionId") if isinstance(rec.get("sessionId"), str) else (st.first_session or "")
+    sid = (
+        rec.get("sessionId") if isinstance(rec.get("sessionId"), str) else (st.first_session or "")
+    )
     if not rec.get("isSidechain"):
         return (sid, MAIN)
     if isinstance(rec.get("agentId"), str) and rec["agentId"]:
@@ -127,11 +152,19 @@ def _note(st: Structure, ordinal: int, rec: dict) -> None:
     if rtype in ("custom-title", "ai-title"):
         title = rec.get("customTitle" if rtype == "custom-title" else "aiTitle") or rec.get("title")
         if isinstance(title, str) and title.strip():
-            sid = rec.get("sessionId") if isinstance(rec.get("sessionId"), str) else (st.first_session or "")
+            sid = (
+                rec.get("sessionId")
+                if isinstance(rec.get("sessionId"), str)
+                else (st.first_session or "")
+            )
             st.titles.setdefault(sid, {})[rtype] = title
         return
     uuid = rec.get("uuid") if isinstance(rec.get("uuid"), str) else None
-    if uuid is None and not isinstance(rec.get("sessionId"), str) and rtype not in ("user", "assistant"):
+    if (
+        uuid is None
+        and not isinstance(rec.get("sessionId"), str)
+        and rtype not in ("user", "assistant")
+    ):
         st.loose[rtype] = st.loose.get(rtype, 0) + 1  # e.g. a snapshot before the first message
         return
     key = thread_key(st, rec, uuid)
@@ -141,8 +174,13 @@ def _note(st: Structure, ordinal: int, rec: dict) -> None:
     _figures(th, rec)
     msg = rec.get("message") if isinstance(rec.get("message"), dict) else {}
     if rtype == "system" and rec.get("subtype") == "compact_boundary":
-        th.compactions.append({k: rec.get(k) for k in ("uuid", "logicalParentUuid", "timestamp", "compactMetadata")
-                               if rec.get(k) is not None})
+        th.compactions.append(
+            {
+                k: rec.get(k)
+                for k in ("uuid", "logicalParentUuid", "timestamp", "compactMetadata")
+                if rec.get(k) is not None
+            }
+        )
     if rtype == "user" and th.first_prompt is None and key[1] != MAIN:
         th.first_prompt = _text(msg.get("content"))
     if key[1] == MAIN:
@@ -158,8 +196,12 @@ def _note(st: Structure, ordinal: int, rec: dict) -> None:
     if rtype in ("user", "assistant"):
         th.messages.append((ordinal, uuid))
         content = msg.get("content")
-        if rtype == "user" and isinstance(content, list) and content and all(
-                isinstance(b, dict) and b.get("type") == "tool_result" for b in content):
+        if (
+            rtype == "user"
+            and isinstance(content, list)
+            and content
+            and all(isinstance(b, dict) and b.get("type") == "tool_result" for b in content)
+        ):
             st.tool_result_only.add(uuid)
         if rtype == "assistant" and isinstance(msg.get("id"), str):
             st.response_of[uuid] = msg["id"]
@@ -189,12 +231,23 @@ def _links(st: Structure, rtype: str, rec: dict, msg: dict) -> None:
     if rtype == "assistant":
         for b in content:
             if isinstance(b, dict) and b.get("type") == "tool_use" and b.get("name") in TASK_TOOLS:
-                prompt = (b.get("input") or {}).get("prompt") if isinstance(b.get("input"), dict) else None
+                prompt = (
+                    (b.get("input") or {}).get("prompt")
+                    if isinstance(b.get("input"), dict)
+                    else None
+                )
                 if isinstance(prompt, str) and isinstance(b.get("id"), str):
                     st.task_prompts.setdefault(prompt, []).append(b["id"])
     elif rtype == "user" and isinstance(rec.get("toolUseResult"), dict):
         agent = rec["toolUseResult"].get("agentId")
-        call = next((b.get("tool_use_id") for b in content if isinstance(b, dict) and b.get("type") == "tool_result"), None)
+        call = next(
+            (
+                b.get("tool_use_id")
+                for b in content
+                if isinstance(b, dict) and b.get("type") == "tool_result"
+            ),
+            None,
+        )
         if isinstance(agent, str) and isinstance(call, str):
             st.agent_calls[agent] = call
 
@@ -224,8 +277,11 @@ def finish(st: Structure) -> None:
             node = nxt
         live_responses = {st.response_of[u] for u in on if u in st.response_of}
         for _, u in th.messages:
-            if u in on or (u in st.tool_result_only and st.parent.get(u) in on) \
-                    or st.response_of.get(u) in live_responses:
+            if (
+                u in on
+                or (u in st.tool_result_only and st.parent.get(u) in on)
+                or st.response_of.get(u) in live_responses
+            ):
                 st.live.add(u)
 
 
@@ -233,7 +289,11 @@ def title_for(st: Structure, th: Thread) -> str | None:
     """The session title (custom > AI > summary), or None; subagent threads get none."""
     if th.agent != MAIN:
         return None
-    named = st.titles.get(th.session_id) or (st.titles.get("") if th.session_id == st.first_session else None) or {}
+    named = (
+        st.titles.get(th.session_id)
+        or (st.titles.get("") if th.session_id == st.first_session else None)
+        or {}
+    )
     if named.get("custom-title") or named.get("ai-title"):
         return named.get("custom-title") or named.get("ai-title")
     mine = summaries_of(st, th)
@@ -243,7 +303,11 @@ def title_for(st: Structure, th: Thread) -> str | None:
 def summaries_of(st: Structure, th: Thread) -> list[dict]:
     """The ``summary`` records of a main thread: those whose leaf is in its session (any of
     its threads); all of them when the file has one session."""
-    mine = [s for s in st.summaries if st.thread_of.get(s.get("leafUuid") or "", ("", ""))[0] == th.session_id]
+    mine = [
+        s
+        for s in st.summaries
+        if st.thread_of.get(s.get("leafUuid") or "", ("", ""))[0] == th.session_id
+    ]
     if not mine and len([k for k in st.threads if k[1] == MAIN]) == 1:
         mine = st.summaries
     return mine

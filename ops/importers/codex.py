@@ -34,22 +34,51 @@ of its first record>" (the file name alone, what older versions used, is offered
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 from quill.ops.importers.events import Compact, Event, Message, Rewind, SessionStart, Usage
-from quill.ops.importers.jsonlines import (Problem, content_session_id, join_text, make_message, make_tool_call, parse_timestamp,
-                         shape_problem)
+from quill.ops.importers.jsonlines import (
+    Problem,
+    content_session_id,
+    join_text,
+    make_message,
+    make_tool_call,
+    parse_timestamp,
+    shape_problem,
+)
 
 FORMAT = "codex"
-RECORD_TYPES = frozenset({"session_meta", "response_item", "event_msg", "turn_context", "compacted"})
+RECORD_TYPES = frozenset(
+    {"session_meta", "response_item", "event_msg", "turn_context", "compacted"}
+)
 #: ``response_item`` payload types this importer maps (others are ignored and counted).
-ITEM_TYPES = frozenset({"message", "reasoning", "function_call", "custom_tool_call", "local_shell_call",
-                        "web_search_call", "function_call_output", "custom_tool_call_output",
-                        "local_shell_call_output", "compaction"})
+ITEM_TYPES = frozenset(
+    {
+        "message",
+        "reasoning",
+        "function_call",
+        "custom_tool_call",
+        "local_shell_call",
+        "web_search_call",
+        "function_call_output",
+        "custom_tool_call_output",
+        "local_shell_call_output",
+        "compaction",
+    }
+)
 _ROLES = ("system", "developer", "user", "assistant", "tool")
-_META_KEYS = ("originator", "cli_version", "source", "thread_source", "model_provider", "git",
-              "instructions", "forked_from_id")
+_META_KEYS = (
+    "originator",
+    "cli_version",
+    "source",
+    "thread_source",
+    "model_provider",
+    "git",
+    "instructions",
+    "forked_from_id",
+)
 
 
 def looks_like_record(obj: Any) -> bool:
@@ -59,7 +88,11 @@ def looks_like_record(obj: Any) -> bool:
 
 def looks_like_line(obj: Any) -> bool:
     """True for any ``{type, payload: {...}}`` line (known type or one added later)."""
-    return isinstance(obj, dict) and isinstance(obj.get("type"), str) and isinstance(obj.get("payload"), dict)
+    return (
+        isinstance(obj, dict)
+        and isinstance(obj.get("type"), str)
+        and isinstance(obj.get("payload"), dict)
+    )
 
 
 def looks_like_transcript(obj: Any) -> bool:
@@ -84,8 +117,16 @@ def _parts_content(parts: Any) -> Any:
             url = url.get("url") if isinstance(url, dict) else url
             images.append({"type": "image_url", "image_url": {"url": url or ""}})
         elif part.get("type") == "input_file":  # a document; its data URL is stored once (blobs)
-            images.append({"type": "file", "file": {k: part[k] for k in ("file_data", "file_id", "filename")
-                                                    if part.get(k) is not None}})
+            images.append(
+                {
+                    "type": "file",
+                    "file": {
+                        k: part[k]
+                        for k in ("file_data", "file_id", "filename")
+                        if part.get(k) is not None
+                    },
+                }
+            )
         else:
             texts.append(json.dumps(part, ensure_ascii=False))
     text = join_text(texts)
@@ -100,7 +141,9 @@ class _Scan:
     def __init__(self) -> None:
         self.meta_payload: dict | None = None
         self.first_ts: Any = None
-        self.first_record: dict | None = None  # hashed into the id of a file without session_meta id
+        self.first_record: dict | None = (
+            None  # hashed into the id of a file without session_meta id
+        )
         self.models: list[str] = []
         self.counts: dict[str, int] = {}
         self.compactions: list[dict] = []
@@ -124,17 +167,32 @@ class _Scan:
             if self.meta_payload is None:
                 self.meta_payload = p
             else:
-                self.other_meta.append({"line": line, "id": p.get("id"), "timestamp": p.get("timestamp")})
+                self.other_meta.append(
+                    {"line": line, "id": p.get("id"), "timestamp": p.get("timestamp")}
+                )
         elif rtype == "turn_context":
             self.count("turns")
             if isinstance(p.get("model"), str) and p["model"] not in self.models:
                 self.models.append(p["model"])
         elif rtype == "compacted":
-            self.compactions.append({
-                "line": line, "timestamp": rec.get("timestamp"), "message": p.get("message"),
-                "replacement_history_items": len(p.get("replacement_history") or []),
-                **{k: p[k] for k in ("window_number", "window_id", "previous_window_id",
-                                     "first_window_id") if k in p}})
+            self.compactions.append(
+                {
+                    "line": line,
+                    "timestamp": rec.get("timestamp"),
+                    "message": p.get("message"),
+                    "replacement_history_items": len(p.get("replacement_history") or []),
+                    **{
+                        k: p[k]
+                        for k in (
+                            "window_number",
+                            "window_id",
+                            "previous_window_id",
+                            "first_window_id",
+                        )
+                        if k in p
+                    },
+                }
+            )
         else:
             self.count(f"{rtype}:{p.get('type')}")
             if rtype == "event_msg" and p.get("type") == "thread_name_updated":
@@ -154,7 +212,7 @@ class _State:
         self.tool_names: dict[str, str] = {}
         self.pending_reasoning: list[str] = []
         self.turn: dict = {}
-        self.live_ids: list[str] = []     # producer ids fed to the model, in order
+        self.live_ids: list[str] = []  # producer ids fed to the model, in order
         self.turn_starts: list[int] = []  # indexes into live_ids where a user turn starts
         self.last_user: int | None = None  # index of the last user message in live_ids
         self.usage_total: dict | None = None  # the last token_count's running total
@@ -186,7 +244,11 @@ def _part_texts(value: Any) -> list[Any]:
     its own text; any other JSON type holds none)."""
     if isinstance(value, str):
         return [value]
-    return [part.get("text") for part in value if isinstance(part, dict)] if isinstance(value, list) else []
+    return (
+        [part.get("text") for part in value if isinstance(part, dict)]
+        if isinstance(value, list)
+        else []
+    )
 
 
 def _item(st: _State, mid: str, p: dict, ts: float | None) -> dict | None:
@@ -203,12 +265,21 @@ def _item(st: _State, mid: str, p: dict, ts: float | None) -> dict | None:
             extra["original_role"], role = role, "user"
         if role == "assistant":
             extra["model"] = st.turn.get("model")
-        return make_message(mid, role, _parts_content(p.get("content")), timestamp=ts,
-                            reasoning=st.take_reasoning() if role == "assistant" else None, extra=extra)
+        return make_message(
+            mid,
+            role,
+            _parts_content(p.get("content")),
+            timestamp=ts,
+            reasoning=st.take_reasoning() if role == "assistant" else None,
+            extra=extra,
+        )
     if ptype in ("function_call", "custom_tool_call", "local_shell_call", "web_search_call"):
         cid = str(p.get("call_id") or p.get("id") or mid)
         if ptype == "function_call":
-            name, args = p.get("name") or "", p.get("arguments") if p.get("arguments") is not None else "{}"
+            name, args = (
+                p.get("name") or "",
+                p.get("arguments") if p.get("arguments") is not None else "{}",
+            )
         elif ptype == "custom_tool_call":
             name, args = p.get("name") or "", {"input": p.get("input")}
             extra["custom_tool"] = True
@@ -216,20 +287,35 @@ def _item(st: _State, mid: str, p: dict, ts: float | None) -> dict | None:
             name, args = ptype.removesuffix("_call"), p.get("action") or {}
         st.tool_names[cid] = name
         extra["model"] = st.turn.get("model")
-        return make_message(mid, "assistant", None, timestamp=ts, extra=extra,
-                            tool_calls=[make_tool_call(cid, name, args)], reasoning=st.take_reasoning())
+        return make_message(
+            mid,
+            "assistant",
+            None,
+            timestamp=ts,
+            extra=extra,
+            tool_calls=[make_tool_call(cid, name, args)],
+            reasoning=st.take_reasoning(),
+        )
     if ptype in ("function_call_output", "custom_tool_call_output", "local_shell_call_output"):
         cid = str(p.get("call_id") or "")
-        return make_message(mid, "tool", _parts_content(p.get("output")), timestamp=ts,
-                            tool_call_id=cid or None, name=st.tool_names.get(cid), extra=extra)
+        return make_message(
+            mid,
+            "tool",
+            _parts_content(p.get("output")),
+            timestamp=ts,
+            tool_call_id=cid or None,
+            name=st.tool_names.get(cid),
+            extra=extra,
+        )
     if ptype == "compaction":  # the encrypted summary a compaction feeds the model
         extra.update(compaction=True, encrypted_content=p.get("encrypted_content"))
         return make_message(mid, "assistant", None, timestamp=ts, extra=extra)
     return None
 
 
-def _opening(path: Path, records: Callable[[list[Problem]], Iterable[tuple[int | None, Any]]],
-             sid: str) -> list[dict]:
+def _opening(
+    path: Path, records: Callable[[list[Problem]], Iterable[tuple[int | None, Any]]], sid: str
+) -> list[dict]:
     """The first message of a rollout (read up to it, problems discarded): what a store
     made by an older version must hold under the file-name id for the import to keep it."""
     st = _State(sid, path, [])
@@ -245,8 +331,11 @@ def _opening(path: Path, records: Callable[[list[Problem]], Iterable[tuple[int |
     return []
 
 
-def stream(path: Path, records: Callable[[list[Problem]], Iterable[tuple[int | None, Any]]],
-           problems: list[Problem]) -> Iterator[Event]:
+def stream(
+    path: Path,
+    records: Callable[[list[Problem]], Iterable[tuple[int | None, Any]]],
+    problems: list[Problem],
+) -> Iterator[Event]:
     """Events of one rollout file (at most one session); ``records(problems)`` re-reads it."""
     scan = _Scan()
     for line, rec in records([]):
@@ -255,33 +344,60 @@ def stream(path: Path, records: Callable[[list[Problem]], Iterable[tuple[int | N
     if scan.meta_payload is None and not any(k.startswith("response_item:") for k in scan.counts):
         for line, rec in records(problems):  # report the damage; nothing to import
             if not looks_like_line(rec):
-                problems.append(Problem(str(path), line, "skipped", "not a Codex {timestamp, type, payload} record"))
+                problems.append(
+                    Problem(
+                        str(path), line, "skipped", "not a Codex {timestamp, type, payload} record"
+                    )
+                )
         return
     session = _session(path, scan, problems)
     if session["meta"].get("session_id_synthesized"):  # older versions named it by the file alone
-        yield SessionStart(session, f"{FORMAT}:{Path(path).name}", _opening(path, records, session["session_id"]))
+        yield SessionStart(
+            session, f"{FORMAT}:{Path(path).name}", _opening(path, records, session["session_id"])
+        )
     else:
         yield SessionStart(session)
     st = _State(session["session_id"], path, problems)
     for line, rec in records(problems):
         if not looks_like_line(rec):
-            problems.append(Problem(str(path), line, "skipped", "not a Codex {timestamp, type, payload} record"))
+            problems.append(
+                Problem(str(path), line, "skipped", "not a Codex {timestamp, type, payload} record")
+            )
             continue
         try:
             yield from _record(st, line, rec)
         except (TypeError, AttributeError, ValueError, KeyError, RecursionError) as exc:
-            problems.append(Problem(str(path), line, "skipped",
-                                    f"{rec['type']} record: {shape_problem(exc)}"))
+            problems.append(
+                Problem(str(path), line, "skipped", f"{rec['type']} record: {shape_problem(exc)}")
+            )
     if st.pending_reasoning:  # reasoning with nothing after it: keep it as its own message
-        yield Message(st.sid, make_message(st.next_id(None), "assistant", None, reasoning=st.take_reasoning()))
+        yield Message(
+            st.sid, make_message(st.next_id(None), "assistant", None, reasoning=st.take_reasoning())
+        )
     if scan.counts.get("ignored_items"):
-        kinds = sorted(k.split(":", 1)[1] for k in scan.counts
-                       if k.startswith("response_item:") and k.split(":", 1)[1] not in ITEM_TYPES)
-        problems.append(Problem(str(path), None, "ignored", f"{scan.counts['ignored_items']} response item(s) of "
-                                f"unknown type(s) {', '.join(kinds)} ignored"))
+        kinds = sorted(
+            k.split(":", 1)[1]
+            for k in scan.counts
+            if k.startswith("response_item:") and k.split(":", 1)[1] not in ITEM_TYPES
+        )
+        problems.append(
+            Problem(
+                str(path),
+                None,
+                "ignored",
+                f"{scan.counts['ignored_items']} response item(s) of "
+                f"unknown type(s) {', '.join(kinds)} ignored",
+            )
+        )
     if scan.counts.get("ignored_records"):
-        problems.append(Problem(str(path), None, "ignored",
-                                f"{scan.counts['ignored_records']} record(s) of unknown type(s) ignored"))
+        problems.append(
+            Problem(
+                str(path),
+                None,
+                "ignored",
+                f"{scan.counts['ignored_records']} record(s) of unknown type(s) ignored",
+            )
+        )
 
 
 def _record(st: _State, line: int | None, rec: dict) -> Iterator[Event]:
@@ -299,11 +415,23 @@ def _record(st: _State, line: int | None, rec: dict) -> Iterator[Event]:
     elif rtype == "compacted":
         history = p.get("replacement_history")
         if isinstance(history, list) and history:
-            out = [m for k, item in enumerate(history) if isinstance(item, dict)
-                   for m in [_item(st, st.next_id(line, f":r{k}"), item, ts)] if m is not None]
+            out = [
+                m
+                for k, item in enumerate(history)
+                if isinstance(item, dict)
+                for m in [_item(st, st.next_id(line, f":r{k}"), item, ts)]
+                if m is not None
+            ]
         else:
-            out = [make_message(st.next_id(line, ":summary"), "user", p.get("message") or "", timestamp=ts,
-                                extra={"compaction_summary": True})]
+            out = [
+                make_message(
+                    st.next_id(line, ":summary"),
+                    "user",
+                    p.get("message") or "",
+                    timestamp=ts,
+                    extra={"compaction_summary": True},
+                )
+            ]
         if out:
             st.live_ids = [m["id"] for m in out]
             st.turn_starts, st.last_user = [], None
@@ -314,15 +442,29 @@ def _record(st: _State, line: int | None, rec: dict) -> Iterator[Event]:
     elif rtype == "event_msg" and p.get("type") == "token_count":
         usage = _token_count(st, p)
         if usage is not None:
-            yield Usage(st.sid, {"usage": usage[0], "task": "turn", "model": st.turn.get("model"),
-                                 "ts": rec.get("timestamp"), "source": FORMAT,
-                                 "response_id": f"{st.sid}:total:{usage[1]}"})
+            yield Usage(
+                st.sid,
+                {
+                    "usage": usage[0],
+                    "task": "turn",
+                    "model": st.turn.get("model"),
+                    "ts": rec.get("timestamp"),
+                    "source": FORMAT,
+                    "response_id": f"{st.sid}:total:{usage[1]}",
+                },
+            )
     elif rtype == "event_msg" and p.get("type") == "thread_rolled_back":
         n = p.get("num_turns")
         if not isinstance(n, int) or isinstance(n, bool) or n <= 0 or n > len(st.turn_starts):
-            st.problems.append(Problem(st.path, line, "skipped" if not st.turn_starts else "repaired",
-                                       f"thread_rolled_back num_turns={n!r} but {len(st.turn_starts)} user turn(s) "
-                                       "are live here" + ("; rolled back all of them" if st.turn_starts else "")))
+            st.problems.append(
+                Problem(
+                    st.path,
+                    line,
+                    "skipped" if not st.turn_starts else "repaired",
+                    f"thread_rolled_back num_turns={n!r} but {len(st.turn_starts)} user turn(s) "
+                    "are live here" + ("; rolled back all of them" if st.turn_starts else ""),
+                )
+            )
         if isinstance(n, int) and not isinstance(n, bool) and n > 0 and st.turn_starts:
             cut = st.turn_starts[-min(n, len(st.turn_starts))]
             dropped = st.live_ids[cut:]
@@ -332,7 +474,13 @@ def _record(st: _State, line: int | None, rec: dict) -> Iterator[Event]:
                 yield Rewind(st.sid, dropped)
 
 
-_USAGE_KEYS = ("input_tokens", "cached_input_tokens", "output_tokens", "reasoning_output_tokens", "total_tokens")
+_USAGE_KEYS = (
+    "input_tokens",
+    "cached_input_tokens",
+    "output_tokens",
+    "reasoning_output_tokens",
+    "total_tokens",
+)
 
 
 def _token_count(st: _State, p: dict) -> tuple[dict, Any] | None:
@@ -347,14 +495,19 @@ def _token_count(st: _State, p: dict) -> tuple[dict, Any] | None:
     info = p.get("info")
     if not isinstance(info, dict) or not isinstance(info.get("last_token_usage"), dict):
         return None
-    total = info.get("total_token_usage") if isinstance(info.get("total_token_usage"), dict) else None
+    total = (
+        info.get("total_token_usage") if isinstance(info.get("total_token_usage"), dict) else None
+    )
     if total is not None and total == st.usage_total:
         return None
     usage = info["last_token_usage"]
     if total is not None:
         before = st.usage_total or {}
-        delta = {k: total.get(k, 0) - before.get(k, 0) for k in _USAGE_KEYS
-                 if isinstance(total.get(k, 0), int) and isinstance(before.get(k, 0), int)}
+        delta = {
+            k: total.get(k, 0) - before.get(k, 0)
+            for k in _USAGE_KEYS
+            if isinstance(total.get(k, 0), int) and isinstance(before.get(k, 0), int)
+        }
         if len(delta) == len(_USAGE_KEYS) and min(delta.values()) >= 0:
             usage = delta
     st.usage_total = total
@@ -370,8 +523,14 @@ def _session(path: Path, scan: _Scan, problems: list[Problem]) -> dict:
     if not sid:  # "<file name>:<hash of the first record>": the name alone is not unique
         sid = content_session_id(FORMAT, Path(path).name, scan.first_record).split(":", 1)[1]
         meta["session_id_synthesized"] = True
-        problems.append(Problem(str(path), None, "repaired",
-                                "no session_meta id; session id made from file name and first record"))
+        problems.append(
+            Problem(
+                str(path),
+                None,
+                "repaired",
+                "no session_meta id; session id made from file name and first record",
+            )
+        )
     for key in _META_KEYS:
         if mp.get(key) is not None:
             meta[key] = mp[key]
@@ -386,6 +545,12 @@ def _session(path: Path, scan: _Scan, problems: list[Problem]) -> dict:
         meta["compactions"] = scan.compactions
     if scan.other_meta:
         meta["other_session_meta"] = scan.other_meta
-    return {"session_id": f"{FORMAT}:{sid}", "source": FORMAT, "title": scan.title,
-            "model": scan.models[0] if scan.models else mp.get("model"), "cwd": mp.get("cwd"),
-            "started_at": parse_timestamp(mp.get("timestamp")) or parse_timestamp(scan.first_ts), "meta": meta}
+    return {
+        "session_id": f"{FORMAT}:{sid}",
+        "source": FORMAT,
+        "title": scan.title,
+        "model": scan.models[0] if scan.models else mp.get("model"),
+        "cwd": mp.get("cwd"),
+        "started_at": parse_timestamp(mp.get("timestamp")) or parse_timestamp(scan.first_ts),
+        "meta": meta,
+    }

@@ -18,10 +18,12 @@ open session (bench/importer_memory.py). Events, per session id:
 ``collect`` turns a stream into ``ImportedSession`` objects (for tests and small files):
 ``messages`` = every ``Message`` in order, plus ``rewound`` ids and ``compactions``.
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable, Union
+from typing import Union
 
 from quill.ops.importers.jsonlines import ImportedSession
 
@@ -89,8 +91,11 @@ def collect(events: Iterable[Event]) -> list[ImportedSession]:
         if isinstance(ev, SessionStart):
             sid = ev.session["session_id"]
             if sid not in sessions:
-                sessions[sid] = ImportedSession(session=ev.session, legacy_id=ev.legacy_id,
-                                                opening=[str(m["id"]) for m in ev.opening])
+                sessions[sid] = ImportedSession(
+                    session=ev.session,
+                    legacy_id=ev.legacy_id,
+                    opening=[str(m["id"]) for m in ev.opening],
+                )
             continue
         s = sessions[ev.session_id]
         if isinstance(ev, Message):
@@ -100,8 +105,14 @@ def collect(events: Iterable[Event]) -> list[ImportedSession]:
         elif isinstance(ev, Usage):
             s.usage.append(ev.data)
         elif isinstance(ev, Compact):
-            s.compactions.append({"after": len(s.messages), "messages": ev.messages,
-                                  "tail_count": ev.tail_count, **ev.info})
+            s.compactions.append(
+                {
+                    "after": len(s.messages),
+                    "messages": ev.messages,
+                    "tail_count": ev.tail_count,
+                    **ev.info,
+                }
+            )
         else:
             s.rewound.extend(ev.ext_ids)
     return list(sessions.values())

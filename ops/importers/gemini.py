@@ -17,15 +17,25 @@ a document without one gets "gemini-cli:<file name>:<hash of its first entry>" (
 appended as the chat goes on, so the first one stays), never the bare file name that
 same-named files in two folders would share (offered as ``legacy_id`` for older stores).
 """
+
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from quill.ops.importers.events import Event, Message, SessionStart
-from quill.ops.importers.jsonlines import (Problem, ShapeError, content_session_id, join_text, make_message, make_tool_call,
-                         parse_timestamp, shape_problem)
+from quill.ops.importers.jsonlines import (
+    Problem,
+    ShapeError,
+    content_session_id,
+    join_text,
+    make_message,
+    make_tool_call,
+    parse_timestamp,
+    shape_problem,
+)
 
 FORMAT = "gemini-cli"
 MESSAGE_TYPES = ("user", "gemini")
@@ -36,8 +46,9 @@ def looks_like_document(doc: Any) -> bool:
     if not isinstance(doc, dict) or not isinstance(doc.get("messages"), list):
         return False
     entries = doc["messages"]
-    return (all(isinstance(m, dict) and isinstance(m.get("type"), str) for m in entries)
-            and (any(m["type"] in MESSAGE_TYPES for m in entries) or (not entries and "sessionId" in doc)))
+    return all(isinstance(m, dict) and isinstance(m.get("type"), str) for m in entries) and (
+        any(m["type"] in MESSAGE_TYPES for m in entries) or (not entries and "sessionId" in doc)
+    )
 
 
 def _text(content: Any) -> Any:
@@ -54,8 +65,11 @@ def _text(content: Any) -> Any:
             mime = inline.get("mimeType") if isinstance(inline.get("mimeType"), str) else None
             mime = mime or "application/octet-stream"
             url = f"data:{mime};base64,{inline.get('data') or ''}"
-            files.append({"type": "image_url", "image_url": {"url": url}} if mime.startswith("image/")
-                         else {"type": "file", "file": {"file_data": url}})
+            files.append(
+                {"type": "image_url", "image_url": {"url": url}}
+                if mime.startswith("image/")
+                else {"type": "file", "file": {"file_data": url}}
+            )
         elif isinstance(p, dict) and isinstance(p.get("text"), str):
             texts.append(p["text"])
         else:
@@ -106,24 +120,45 @@ def _entry(sid: str, n: int, m: dict) -> list[dict]:
             continue
         cid = str(call.get("id") or f"{mid}:call:{k}")
         name = call.get("name") or ""
-        calls.append(make_tool_call(cid, name, call.get("args") if call.get("args") is not None else {}))
+        calls.append(
+            make_tool_call(cid, name, call.get("args") if call.get("args") is not None else {})
+        )
         if call.get("result") is not None or call.get("status") not in (None, "success"):
-            extra = {k2: call.get(k2) for k2 in ("status", "displayName", "resultDisplay", "timestamp")}
-            results.append(make_message(f"{mid}:{cid}", "tool", _result_text(call.get("result")), tool_call_id=cid,
-                                        name=name, timestamp=parse_timestamp(call.get("timestamp")) or ts,
-                                        extra=extra))
+            extra = {
+                k2: call.get(k2) for k2 in ("status", "displayName", "resultDisplay", "timestamp")
+            }
+            results.append(
+                make_message(
+                    f"{mid}:{cid}",
+                    "tool",
+                    _result_text(call.get("result")),
+                    tool_call_id=cid,
+                    name=name,
+                    timestamp=parse_timestamp(call.get("timestamp")) or ts,
+                    extra=extra,
+                )
+            )
     extra = {k: m.get(k) for k in ("model", "tokens")}
     if m.get("thoughts"):
         extra["thoughts"] = m["thoughts"]
-    main = make_message(mid, "assistant", _text(m.get("content")), tool_calls=calls,
-                        reasoning=_thoughts(m.get("thoughts")), timestamp=ts, extra=extra)
+    main = make_message(
+        mid,
+        "assistant",
+        _text(m.get("content")),
+        tool_calls=calls,
+        reasoning=_thoughts(m.get("thoughts")),
+        timestamp=ts,
+        extra=extra,
+    )
     return [main, *results]
 
 
 def stream(path: Path, doc: dict, problems: list[Problem]) -> Iterator[Event]:
     """Events of one Gemini CLI session document."""
     entries = doc.get("messages") or []
-    sid = doc.get("sessionId") if isinstance(doc.get("sessionId"), str) and doc["sessionId"] else None
+    sid = (
+        doc.get("sessionId") if isinstance(doc.get("sessionId"), str) and doc["sessionId"] else None
+    )
     counts: dict[str, int] = {}
     for m in entries:
         counts[m["type"]] = counts.get(m["type"], 0) + 1
@@ -136,20 +171,44 @@ def stream(path: Path, doc: dict, problems: list[Problem]) -> Iterator[Event]:
         meta["session_id_synthesized"] = True
         legacy = f"{FORMAT}:{Path(path).name}"
         session_id = content_session_id(FORMAT, Path(path).name, entries[:1])
-        problems.append(Problem(str(path), None, "repaired",
-                                "no sessionId; session id made from file name and first entry"))
+        problems.append(
+            Problem(
+                str(path),
+                None,
+                "repaired",
+                "no sessionId; session id made from file name and first entry",
+            )
+        )
         first = next((m for m in entries if m["type"] in MESSAGE_TYPES), None)
         try:
-            opening = _entry(session_id, entries.index(first), first)[:1] if first is not None else []
+            opening = (
+                _entry(session_id, entries.index(first), first)[:1] if first is not None else []
+            )
         except (TypeError, AttributeError, ValueError):
             opening = []
     else:
         session_id = f"{FORMAT}:{sid}"
-    model = next((m.get("model") for m in entries if m["type"] == "gemini" and isinstance(m.get("model"), str)), None)
-    yield SessionStart({"session_id": session_id, "source": FORMAT,
-                        "title": doc.get("summary") if isinstance(doc.get("summary"), str) else None,
-                        "model": model, "cwd": None, "started_at": parse_timestamp(doc.get("startTime")),
-                        "meta": meta}, legacy, opening)
+    model = next(
+        (
+            m.get("model")
+            for m in entries
+            if m["type"] == "gemini" and isinstance(m.get("model"), str)
+        ),
+        None,
+    )
+    yield SessionStart(
+        {
+            "session_id": session_id,
+            "source": FORMAT,
+            "title": doc.get("summary") if isinstance(doc.get("summary"), str) else None,
+            "model": model,
+            "cwd": None,
+            "started_at": parse_timestamp(doc.get("startTime")),
+            "meta": meta,
+        },
+        legacy,
+        opening,
+    )
     for n, m in enumerate(entries):
         if m["type"] not in MESSAGE_TYPES:
             continue
@@ -157,5 +216,8 @@ def stream(path: Path, doc: dict, problems: list[Problem]) -> Iterator[Event]:
             for msg in _entry(session_id, n, m):
                 yield Message(session_id, msg)
         except (TypeError, AttributeError, ValueError) as exc:
-            problems.append(Problem(str(path), None, "skipped",
-                                    f"messages[{n}] ({m['type']}): {shape_problem(exc)}"))
+            problems.append(
+                Problem(
+                    str(path), None, "skipped", f"messages[{n}] ({m['type']}): {shape_problem(exc)}"
+                )
+            )

@@ -16,10 +16,11 @@ shares (they live here, not in ``__init__``, to avoid import cycles).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 
 class ShapeError(ValueError):
@@ -31,7 +32,11 @@ class ShapeError(ValueError):
 def shape_problem(exc: Exception) -> str:
     """The problem text for an exception raised while mapping one record: a ``ShapeError``'s
     own message; anything else (a mapping bug the format module missed) with its type."""
-    return str(exc) if isinstance(exc, ShapeError) else f"unexpected shape: {type(exc).__name__}: {exc}"
+    return (
+        str(exc)
+        if isinstance(exc, ShapeError)
+        else f"unexpected shape: {type(exc).__name__}: {exc}"
+    )
 
 
 @dataclass(frozen=True)
@@ -113,11 +118,23 @@ def iter_jsonl(path: Path, problems: list[Problem]) -> Iterator[tuple[int, Any]]
                 continue
             values, error = decode_line(text)
             if error is None and len(values) > 1:
-                problems.append(Problem(str(path), lineno, "repaired",
-                                        f"{len(values)} JSON objects on one line; all recovered"))
+                problems.append(
+                    Problem(
+                        str(path),
+                        lineno,
+                        "repaired",
+                        f"{len(values)} JSON objects on one line; all recovered",
+                    )
+                )
             elif error is not None and values:
-                problems.append(Problem(str(path), lineno, "repaired",
-                                        f"recovered {len(values)} object(s), dropped the rest: {error}"))
+                problems.append(
+                    Problem(
+                        str(path),
+                        lineno,
+                        "repaired",
+                        f"recovered {len(values)} object(s), dropped the rest: {error}",
+                    )
+                )
             elif error is not None:
                 problems.append(Problem(str(path), lineno, "skipped", f"invalid JSON: {error}"))
             for value in values:
@@ -146,7 +163,7 @@ def iter_json_array(text: str, path: Path, problems: list[Problem]) -> Iterator[
         return line
 
     pos = _skip(text, pos + 1, _WS)
-    indent = text[text.rfind("\n", 0, pos) + 1:pos] if "\n" in text[:pos] else None
+    indent = text[text.rfind("\n", 0, pos) + 1 : pos] if "\n" in text[:pos] else None
     while True:
         pos = _skip(text, pos, _WS + ",")
         if pos >= end:
@@ -161,11 +178,23 @@ def iter_json_array(text: str, path: Path, problems: list[Problem]) -> Iterator[
             reason = getattr(exc, "msg", "nesting too deep")
             nxt = text.find("\n" + indent + "{", pos + 1) if indent is not None else -1
             if nxt < 0:
-                problems.append(Problem(str(path), start_line, "skipped",
-                                        f"array element unreadable ({reason}); rest of the array dropped"))
+                problems.append(
+                    Problem(
+                        str(path),
+                        start_line,
+                        "skipped",
+                        f"array element unreadable ({reason}); rest of the array dropped",
+                    )
+                )
                 return
-            problems.append(Problem(str(path), start_line, "skipped",
-                                    f"array element unreadable ({reason}); resumed at line {line_at(nxt + 1)}"))
+            problems.append(
+                Problem(
+                    str(path),
+                    start_line,
+                    "skipped",
+                    f"array element unreadable ({reason}); resumed at line {line_at(nxt + 1)}",
+                )
+            )
             pos = nxt + 1
             continue
         yield start_line, value
@@ -200,8 +229,11 @@ def content_session_id(fmt: str, file_name: str, source: Any) -> str:
     messages (``opening_length``). Hashing raw source, not parsed messages, keeps ids
     stable across importer versions. The file name stays in the id for the reader only."""
     import hashlib
+
     raw = json.dumps(source, sort_keys=True, ensure_ascii=False, default=str)
-    return f"{fmt}:{file_name}:{hashlib.sha256(raw.encode('utf-8', 'surrogatepass')).hexdigest()[:16]}"
+    return (
+        f"{fmt}:{file_name}:{hashlib.sha256(raw.encode('utf-8', 'surrogatepass')).hexdigest()[:16]}"
+    )
 
 
 def opening_length(roles: list[Any]) -> int:
@@ -235,18 +267,31 @@ def parse_timestamp(value: Any) -> float | None:
     except ValueError:
         return None
     if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
+        dt = dt.replace(tzinfo=UTC)
     return dt.timestamp()
 
 
-def make_message(id: str, role: str, content: Any = None, *, tool_calls: list | None = None,
-                 tool_call_id: str | None = None, name: str | None = None,
-                 reasoning: str | None = None, timestamp: float | None = None,
-                 extra: dict | None = None) -> dict:
+def make_message(
+    id: str,
+    role: str,
+    content: Any = None,
+    *,
+    tool_calls: list | None = None,
+    tool_call_id: str | None = None,
+    name: str | None = None,
+    reasoning: str | None = None,
+    timestamp: float | None = None,
+    extra: dict | None = None,
+) -> dict:
     """Build a message dict, leaving out keys whose value is None/empty extra."""
     msg: dict[str, Any] = {"id": id, "role": role, "content": content}
-    for key, value in (("tool_calls", tool_calls or None), ("tool_call_id", tool_call_id),
-                       ("name", name), ("reasoning", reasoning), ("timestamp", timestamp)):
+    for key, value in (
+        ("tool_calls", tool_calls or None),
+        ("tool_call_id", tool_call_id),
+        ("name", name),
+        ("reasoning", reasoning),
+        ("timestamp", timestamp),
+    ):
         if value is not None:
             msg[key] = value
     if extra:
@@ -258,8 +303,11 @@ def make_tool_call(call_id: str, name: str, arguments: Any) -> dict:
     """An OpenAI-style tool call; ``arguments`` is always a JSON string."""
     if not isinstance(arguments, str):
         arguments = json.dumps(arguments, ensure_ascii=False)
-    return {"id": call_id, "type": "function",
-            "function": {"name": name or "", "arguments": arguments}}
+    return {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": name or "", "arguments": arguments},
+    }
 
 
 def join_text(parts: list[str]) -> str | None:

@@ -24,27 +24,71 @@ JSON string); legacy ``function_call`` becomes a tool call; tool messages get
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
-from quill.ops.importers.jsonlines import (ImportedSession, Problem, content_session_id, join_text, line_session_id, make_message,
-                         make_tool_call, opening_length, parse_timestamp, shape_problem)
+from quill.ops.importers.jsonlines import (
+    ImportedSession,
+    Problem,
+    content_session_id,
+    join_text,
+    line_session_id,
+    make_message,
+    make_tool_call,
+    opening_length,
+    parse_timestamp,
+    shape_problem,
+)
 
 FORMAT = "openai-chat"
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
-MESSAGE_KEYS = frozenset({"role", "content", "name", "tool_calls", "tool_call_id", "function_call",
-                          "refusal", "reasoning", "reasoning_content", "thinking", "annotations",
-                          "audio", "id", "timestamp", "created_at", "weight", "metadata"})
+MESSAGE_KEYS = frozenset(
+    {
+        "role",
+        "content",
+        "name",
+        "tool_calls",
+        "tool_call_id",
+        "function_call",
+        "refusal",
+        "reasoning",
+        "reasoning_content",
+        "thinking",
+        "annotations",
+        "audio",
+        "id",
+        "timestamp",
+        "created_at",
+        "weight",
+        "metadata",
+    }
+)
 _REASONING_KEYS = ("reasoning", "reasoning_content", "thinking")
-_HANDLED = frozenset({"role", "content", "name", "tool_calls", "tool_call_id", "function_call",
-                      "timestamp", "created_at", *_REASONING_KEYS})
+_HANDLED = frozenset(
+    {
+        "role",
+        "content",
+        "name",
+        "tool_calls",
+        "tool_call_id",
+        "function_call",
+        "timestamp",
+        "created_at",
+        *_REASONING_KEYS,
+    }
+)
 
 
 def looks_like_message(obj: Any) -> bool:
     """A dict with a known role, only OpenAI message keys, and content or a call."""
-    return (isinstance(obj, dict) and isinstance(obj.get("role"), str) and obj["role"] in ROLES
-            and set(obj) <= MESSAGE_KEYS
-            and ("content" in obj or "tool_calls" in obj or "function_call" in obj))
+    return (
+        isinstance(obj, dict)
+        and isinstance(obj.get("role"), str)
+        and obj["role"] in ROLES
+        and set(obj) <= MESSAGE_KEYS
+        and ("content" in obj or "tool_calls" in obj or "function_call" in obj)
+    )
 
 
 def looks_like_conversation(obj: Any) -> bool:
@@ -107,38 +151,66 @@ def _message(i: int, m: dict, names: dict[str, str]) -> dict:
     if m.get("role") == "function":
         extra["original_role"] = "function"
     ts = parse_timestamp(m.get("timestamp", m.get("created_at")))
-    return make_message(str(i), role, _content(m.get("content")), tool_calls=calls,
-                        tool_call_id=tcid, name=name, reasoning=reasoning, timestamp=ts, extra=extra)
+    return make_message(
+        str(i),
+        role,
+        _content(m.get("content")),
+        tool_calls=calls,
+        tool_call_id=tcid,
+        name=name,
+        reasoning=reasoning,
+        timestamp=ts,
+        extra=extra,
+    )
 
 
-def _growing_session(path: Path, msgs: list, meta: dict, problems: list[Problem],
-                     model: Any = None) -> ImportedSession:
+def _growing_session(
+    path: Path, msgs: list, meta: dict, problems: list[Problem], model: Any = None
+) -> ImportedSession:
     """The one session of a whole file (it may grow by appended messages): its id hashes
     the opening messages as found in the file."""
     name = Path(path).name
     n = opening_length([m.get("role") if isinstance(m, dict) else None for m in msgs])
-    session = _session(content_session_id(FORMAT, name, msgs[:n]), msgs, meta, path, None, problems, model)
+    session = _session(
+        content_session_id(FORMAT, name, msgs[:n]), msgs, meta, path, None, problems, model
+    )
     session.legacy_id, session.opening = f"{FORMAT}:{name}", [str(i) for i in range(n)]
     return session
 
 
-def _session(sid: str, msgs: list, meta: dict, path: Path, line: int | None,
-             problems: list[Problem], model: Any = None) -> ImportedSession:
+def _session(
+    sid: str,
+    msgs: list,
+    meta: dict,
+    path: Path,
+    line: int | None,
+    problems: list[Problem],
+    model: Any = None,
+) -> ImportedSession:
     names: dict[str, str] = {}
     out = []
     for i, m in enumerate(msgs):
         if not looks_like_message(m):
-            problems.append(Problem(str(path), line, "skipped", f"message {i} is not an OpenAI chat message"))
+            problems.append(
+                Problem(str(path), line, "skipped", f"message {i} is not an OpenAI chat message")
+            )
             continue
         try:
             out.append(_message(i, m, names))
         except (TypeError, AttributeError, ValueError, KeyError, RecursionError) as exc:
-            problems.append(Problem(str(path), line, "skipped",
-                                    f"message {i}: {shape_problem(exc)}"))
+            problems.append(
+                Problem(str(path), line, "skipped", f"message {i}: {shape_problem(exc)}")
+            )
     times = [m["timestamp"] for m in out if m.get("timestamp") is not None]
-    session = {"session_id": sid, "source": FORMAT, "title": None,
-               "model": model if isinstance(model, str) else None, "cwd": None,
-               "started_at": min(times) if times else None, "meta": meta}
+    session = {
+        "session_id": sid,
+        "source": FORMAT,
+        "title": None,
+        "model": model if isinstance(model, str) else None,
+        "cwd": None,
+        "started_at": min(times) if times else None,
+        "meta": meta,
+    }
     return ImportedSession(session=session, messages=out)
 
 
@@ -153,8 +225,9 @@ def parse_document(path: Path, doc: Any, problems: list[Problem]) -> list[Import
     return [_growing_session(path, doc, meta, problems)]
 
 
-def parse_records(path: Path, records: Iterable[tuple[int | None, Any]],
-                  problems: list[Problem]) -> list[ImportedSession]:
+def parse_records(
+    path: Path, records: Iterable[tuple[int | None, Any]], problems: list[Problem]
+) -> list[ImportedSession]:
     """JSONL: either one message per line (one session) or one conversation per line."""
     name = Path(path).name
     records = list(records)
@@ -162,13 +235,22 @@ def parse_records(path: Path, records: Iterable[tuple[int | None, Any]],
         sessions, seen = [], {}
         for line, rec in records:
             if not looks_like_conversation(rec):
-                problems.append(Problem(str(path), line, "skipped", "not a {messages: [...]} conversation"))
+                problems.append(
+                    Problem(str(path), line, "skipped", "not a {messages: [...]} conversation")
+                )
                 continue
             legacy = line_session_id(FORMAT, name, line, seen)
             meta = {key: v for key, v in rec.items() if key not in ("messages", "model")}
             meta.update({"source_file": name, "line": line, "variant": "jsonl-conversations"})
-            session = _session(content_session_id(FORMAT, name, rec["messages"]), rec["messages"], meta, path,
-                               line, problems, rec.get("model"))
+            session = _session(
+                content_session_id(FORMAT, name, rec["messages"]),
+                rec["messages"],
+                meta,
+                path,
+                line,
+                problems,
+                rec.get("model"),
+            )
             session.legacy_id = legacy
             sessions.append(session)
         return sessions
@@ -180,4 +262,6 @@ def parse_records(path: Path, records: Iterable[tuple[int | None, Any]],
         msgs.append(rec)
     if not msgs:
         return []
-    return [_growing_session(path, msgs, {"source_file": name, "variant": "jsonl-messages"}, problems)]
+    return [
+        _growing_session(path, msgs, {"source_file": name, "variant": "jsonl-messages"}, problems)
+    ]

@@ -23,17 +23,36 @@ from __future__ import annotations
 import ast
 import json
 import re
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
-from quill.ops.importers.jsonlines import (ImportedSession, Problem, content_session_id, line_session_id, make_message, make_tool_call,
-                         parse_timestamp, shape_problem)
+from quill.ops.importers.jsonlines import (
+    ImportedSession,
+    Problem,
+    content_session_id,
+    line_session_id,
+    make_message,
+    make_tool_call,
+    parse_timestamp,
+    shape_problem,
+)
 
 FORMAT = "sharegpt"
-_ROLES = {"system": "system", "human": "user", "user": "user", "gpt": "assistant",
-          "assistant": "assistant", "model": "assistant", "chatgpt": "assistant", "bing": "assistant",
-          "tool": "tool", "function_response": "tool", "observation": "tool",
-          "function_call": "assistant"}
+_ROLES = {
+    "system": "system",
+    "human": "user",
+    "user": "user",
+    "gpt": "assistant",
+    "assistant": "assistant",
+    "model": "assistant",
+    "chatgpt": "assistant",
+    "bing": "assistant",
+    "tool": "tool",
+    "function_response": "tool",
+    "observation": "tool",
+    "function_call": "assistant",
+}
 _THINK = re.compile(r"<think>(.*?)</think>", re.S)
 _CALL = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.S)
 _RESP = re.compile(r"<tool_response>(.*?)(?:</tool_response>|\Z)", re.S)
@@ -88,7 +107,9 @@ class _Conversation:
         self.pending: list[tuple[str, str]] = []  # (synthetic call id, tool name)
 
     def problem(self, turn: int, reason: str) -> None:
-        self.problems.append(Problem(str(self.path), self.line, "repaired", f"turn {turn}: {reason}"))
+        self.problems.append(
+            Problem(str(self.path), self.line, "repaired", f"turn {turn}: {reason}")
+        )
 
     def assistant(self, i: int, value: str, extra: dict, is_call_turn: bool) -> None:
         bodies: list[str]
@@ -108,8 +129,17 @@ class _Conversation:
             calls.append(make_tool_call(cid, obj["name"], args if args is not None else {}))
             self.pending.append((cid, obj["name"]))
         content = "\n\n".join(x for x in [text, *kept] if x) or None
-        self.messages.append(make_message(str(i), "assistant", content, tool_calls=calls,
-                                          reasoning=reasoning, timestamp=self.ts, extra=extra))
+        self.messages.append(
+            make_message(
+                str(i),
+                "assistant",
+                content,
+                tool_calls=calls,
+                reasoning=reasoning,
+                timestamp=self.ts,
+                extra=extra,
+            )
+        )
 
     def match(self, name: str | None) -> tuple[str, str] | None:
         for n, (cid, cname) in enumerate(self.pending):
@@ -121,8 +151,17 @@ class _Conversation:
         bodies = _RESP.findall(value)
         if not bodies:
             hit = self.match(None)
-            self.messages.append(make_message(str(i), "tool", value, tool_call_id=hit and hit[0],
-                                              name=hit and hit[1], timestamp=self.ts, extra=extra))
+            self.messages.append(
+                make_message(
+                    str(i),
+                    "tool",
+                    value,
+                    tool_call_id=hit and hit[0],
+                    name=hit and hit[1],
+                    timestamp=self.ts,
+                    extra=extra,
+                )
+            )
             return
         for k, body in enumerate(bodies):
             obj = _loads_loose(body)
@@ -136,10 +175,17 @@ class _Conversation:
                 name, content = None, body.strip()
             hit = self.match(name)
             mid = str(i) if len(bodies) == 1 else f"{i}:{k}"
-            self.messages.append(make_message(mid, "tool", content if content is not None else body.strip(),
-                                              tool_call_id=hit[0] if hit else ex.get("source_tool_call_id"),
-                                              name=name or (hit and hit[1]), timestamp=self.ts,
-                                              extra=ex))
+            self.messages.append(
+                make_message(
+                    mid,
+                    "tool",
+                    content if content is not None else body.strip(),
+                    tool_call_id=hit[0] if hit else ex.get("source_tool_call_id"),
+                    name=name or (hit and hit[1]),
+                    timestamp=self.ts,
+                    extra=ex,
+                )
+            )
 
 
 def _turn(conv: _Conversation, i: int, turn: dict) -> None:
@@ -158,15 +204,18 @@ def _turn(conv: _Conversation, i: int, turn: dict) -> None:
         conv.messages.append(make_message(str(i), role, value, timestamp=conv.ts, extra=extra))
 
 
-def parse_records(path: Path, records: Iterable[tuple[int | None, Any]],
-                  problems: list[Problem]) -> list[ImportedSession]:
+def parse_records(
+    path: Path, records: Iterable[tuple[int | None, Any]], problems: list[Problem]
+) -> list[ImportedSession]:
     """One session per trajectory record; non-trajectory records are skipped."""
     sessions: list[ImportedSession] = []
     seen: dict[int | None, int] = {}
     name = Path(path).name
     for line, rec in records:
         if not looks_like_record(rec):
-            problems.append(Problem(str(path), line, "skipped", "not a {conversations: [{from, value}]} record"))
+            problems.append(
+                Problem(str(path), line, "skipped", "not a {conversations: [{from, value}]} record")
+            )
             continue
         legacy = line_session_id(FORMAT, name, line, seen)
         sid = content_session_id(FORMAT, name, rec["conversations"])
@@ -176,15 +225,25 @@ def parse_records(path: Path, records: Iterable[tuple[int | None, Any]],
             try:
                 _turn(conv, i, turn)
             except (TypeError, AttributeError, ValueError, KeyError, RecursionError) as exc:
-                problems.append(Problem(str(path), line, "skipped",
-                                        f"turn {i}: {shape_problem(exc)}"))
+                problems.append(
+                    Problem(str(path), line, "skipped", f"turn {i}: {shape_problem(exc)}")
+                )
         meta = {k: v for k, v in rec.items() if k not in ("conversations", "model")}
         meta.update({"source_file": name, "line": line})
-        if isinstance(rec.get("timestamp"), str) and ts is not None and not re.search(
-                r"(Z|[+-]\d\d:?\d\d)$", rec["timestamp"].strip()):
+        if (
+            isinstance(rec.get("timestamp"), str)
+            and ts is not None
+            and not re.search(r"(Z|[+-]\d\d:?\d\d)$", rec["timestamp"].strip())
+        ):
             meta["timestamp_naive_read_as_utc"] = True
-        session = {"session_id": sid, "source": FORMAT, "title": None,
-                   "model": rec.get("model") if isinstance(rec.get("model"), str) else None,
-                   "cwd": None, "started_at": ts, "meta": meta}
+        session = {
+            "session_id": sid,
+            "source": FORMAT,
+            "title": None,
+            "model": rec.get("model") if isinstance(rec.get("model"), str) else None,
+            "cwd": None,
+            "started_at": ts,
+            "meta": meta,
+        }
         sessions.append(ImportedSession(session=session, messages=conv.messages, legacy_id=legacy))
     return sessions

@@ -34,6 +34,7 @@ Contract (the SDK's ``memory/session.py`` docstrings):
 Two SDK runs on one session at once interleave at batch granularity (the SDK reads history
 once per run); Quill keeps both runs' batches whole and ordered.
 """
+
 from __future__ import annotations
 
 import copy
@@ -41,10 +42,14 @@ from typing import Any
 
 try:
     from agents.memory.session_settings import SessionSettings, resolve_session_limit
-except ImportError as exc:  # the SDK is the caller's dependency, not Quill's (pip install -e . lacks it)
-    raise ImportError("quill.integrations.openai_agents needs the OpenAI Agents SDK: "
-                      "pip install 'openai-agents>=0.21' (a Quill checkout: pip install -e '.[agents]')",
-                      name=exc.name) from exc
+except (
+    ImportError
+) as exc:  # the SDK is the caller's dependency, not Quill's (pip install -e . lacks it)
+    raise ImportError(
+        "quill.integrations.openai_agents needs the OpenAI Agents SDK: "
+        "pip install 'openai-agents>=0.21' (a Quill checkout: pip install -e '.[agents]')",
+        name=exc.name,
+    ) from exc
 
 from quill.ops.client.aclient import AsyncClient
 from quill.ops.client.errors import NotFoundError, QuarantinedError
@@ -61,7 +66,9 @@ _MOVED = ("stale-head", "not-live")
 
 def _text(parts: Any) -> str | None:
     if isinstance(parts, list):
-        texts = [p.get("text") for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str)]
+        texts = [
+            p.get("text") for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str)
+        ]
         return "\n".join(texts) if texts else None
     return parts if isinstance(parts, str) else None
 
@@ -73,15 +80,30 @@ def item_to_message(item: dict[str, Any]) -> dict[str, Any]:
     if kind in (None, "message") and isinstance(item.get("role"), str):
         message: dict[str, Any] = {"role": item["role"], "content": item.get("content")}
     elif kind == "function_call":
-        message = {"role": "assistant", "content": None, "tool_calls": [{
-            "id": item.get("call_id"), "type": "function",
-            "function": {"name": item.get("name"), "arguments": item.get("arguments")}}]}
+        message = {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": item.get("call_id"),
+                    "type": "function",
+                    "function": {"name": item.get("name"), "arguments": item.get("arguments")},
+                }
+            ],
+        }
     elif kind == "function_call_output":
         output = item.get("output")
-        message = {"role": "tool", "tool_call_id": item.get("call_id"),
-                   "content": output if isinstance(output, (str, list)) else _text(output)}
+        message = {
+            "role": "tool",
+            "tool_call_id": item.get("call_id"),
+            "content": output if isinstance(output, (str, list)) else _text(output),
+        }
     elif kind == "reasoning":
-        message = {"role": "assistant", "content": None, "reasoning": _text(item.get("summary")) or ""}
+        message = {
+            "role": "assistant",
+            "content": None,
+            "reasoning": _text(item.get("summary")) or "",
+        }
     else:  # hosted tool calls and outputs, compaction, item references …: kept, not searchable text
         message = {"role": "assistant", "content": None}
     message[ITEM_FIELD] = item
@@ -96,15 +118,26 @@ def message_to_items(message: dict[str, Any]) -> list[dict[str, Any]]:
         return [message[ITEM_FIELD]]
     role, content = message.get("role"), message.get("content")
     if role in ("tool", "function"):
-        return [{"type": "function_call_output", "call_id": message.get("tool_call_id"),
-                 "output": content if isinstance(content, (str, list)) else ""}]
+        return [
+            {
+                "type": "function_call_output",
+                "call_id": message.get("tool_call_id"),
+                "output": content if isinstance(content, (str, list)) else "",
+            }
+        ]
     items: list[dict[str, Any]] = []
     if content not in (None, "", []):
         items.append({"role": role, "content": content})
     for call in message.get("tool_calls") or []:
         fn = call.get("function", {}) if isinstance(call, dict) else {}
-        items.append({"type": "function_call", "call_id": call.get("id"), "name": fn.get("name"),
-                      "arguments": fn.get("arguments") or "{}"})
+        items.append(
+            {
+                "type": "function_call",
+                "call_id": call.get("id"),
+                "name": fn.get("name"),
+                "arguments": fn.get("arguments") or "{}",
+            }
+        )
     return items
 
 
@@ -117,9 +150,16 @@ class QuillSession:
     the SDK's ``SessionSettings`` (its ``limit`` is ``get_items``' default).
     """
 
-    def __init__(self, session_id: str, *, client: AsyncClient | None = None, home: str | None = None,
-                 source: str = "openai-agents", wait_timeout: float = 30.0,
-                 session_settings: SessionSettings | None = None):
+    def __init__(
+        self,
+        session_id: str,
+        *,
+        client: AsyncClient | None = None,
+        home: str | None = None,
+        source: str = "openai-agents",
+        wait_timeout: float = 30.0,
+        session_settings: SessionSettings | None = None,
+    ):
         self.session_id = session_id
         self.session_settings = session_settings or SessionSettings()
         self.client = client or AsyncClient(home)
@@ -129,9 +169,12 @@ class QuillSession:
     async def _applied(self, ack: Any, what: str) -> None:
         outcome = await self.client.wait(ack, self.wait_timeout)
         if not outcome.applied:
-            raise QuarantinedError(f"{what} on session {self.session_id!r} was refused: {outcome.reason}: "
-                                   f"{outcome.detail}", reason=outcome.reason or "unknown",
-                                   detail=outcome.detail or "")
+            raise QuarantinedError(
+                f"{what} on session {self.session_id!r} was refused: {outcome.reason}: "
+                f"{outcome.detail}",
+                reason=outcome.reason or "unknown",
+                detail=outcome.detail or "",
+            )
 
     async def _live(self, view: str, latest: int | None = None) -> list[dict[str, Any]]:
         try:
@@ -155,7 +198,9 @@ class QuillSession:
         ``WaitTimeoutError`` (durable; applied when the writer runs)."""
         if not items:
             return
-        ack = await self.client.append(self.session_id, [item_to_message(i) for i in items], source=self.source)
+        ack = await self.client.append(
+            self.session_id, [item_to_message(i) for i in items], source=self.source
+        )
         await self._applied(ack, "add_items")
 
     async def pop_item(self) -> dict[str, Any] | None:
@@ -166,16 +211,26 @@ class QuillSession:
             if not live:
                 return None
             head = live[-1]
-            ack = await self.client.replace(self.session_id, [], from_message_id=head["message_id"],
-                                            expect_head_id=head["message_id"])
+            ack = await self.client.replace(
+                self.session_id,
+                [],
+                from_message_id=head["message_id"],
+                expect_head_id=head["message_id"],
+            )
             outcome = await self.client.wait(ack, self.wait_timeout)
             if outcome.applied:
                 return copy.deepcopy(message_to_items(head)[-1])
             if outcome.reason not in _MOVED:
-                raise QuarantinedError(f"pop_item on session {self.session_id!r} was refused: {outcome.reason}",
-                                       reason=outcome.reason or "unknown", detail=outcome.detail or "")
-        raise QuarantinedError(f"pop_item on session {self.session_id!r}: the head kept moving",
-                               reason="stale-head", hint="another producer is appending to this session; retry")
+                raise QuarantinedError(
+                    f"pop_item on session {self.session_id!r} was refused: {outcome.reason}",
+                    reason=outcome.reason or "unknown",
+                    detail=outcome.detail or "",
+                )
+        raise QuarantinedError(
+            f"pop_item on session {self.session_id!r}: the head kept moving",
+            reason="stale-head",
+            hint="another producer is appending to this session; retry",
+        )
 
     async def clear_session(self) -> None:
         """Rewind every live item (kept for audit): ``get_items`` then returns ``[]``."""

@@ -15,6 +15,7 @@ Cost: one read of every segment file with a byte filter (only lines naming
 ``sessions.delete`` and ``purge``, then only lines naming a pending session's id as a JSON
 string, are decoded); no store write.
 """
+
 from __future__ import annotations
 
 import json
@@ -72,7 +73,11 @@ def pending(spool_dir: Path, db_path: Path) -> list[str]:
             if b"sessions.delete" not in line or b"purge" not in line:
                 continue
             rec = record.decode_lenient(line)
-            if not rec or rec.get("op") != "sessions.delete" or not isinstance(rec.get("data"), dict):
+            if (
+                not rec
+                or rec.get("op") != "sessions.delete"
+                or not isinstance(rec.get("data"), dict)
+            ):
                 continue
             if rec["data"].get("purge") is True:
                 for sid in rec["data"].get("session_ids") or []:
@@ -90,7 +95,11 @@ def pending(spool_dir: Path, db_path: Path) -> list[str]:
         if not any(n in line for n in needles):
             continue
         rec = record.decode_lenient(line)
-        if not rec or rec.get("op") in ("sessions.delete", PURGED_OP) or not isinstance(rec.get("data"), dict):
+        if (
+            not rec
+            or rec.get("op") in ("sessions.delete", PURGED_OP)
+            or not isinstance(rec.get("data"), dict)
+        ):
             continue
         sid = rec["data"].get("session_id")
         if isinstance(sid, str) and sid in bounds and pos < bounds[sid]:

@@ -35,6 +35,7 @@ written: re-running ``quill spool purge ID…`` finishes the job. A store rebuil
 remaining snapshot + spool equals the live store: tombstones apply as nothing, and the
 delete, replayed, detaches the same children (tests/test_purge.py).
 """
+
 from __future__ import annotations
 
 import json
@@ -46,14 +47,13 @@ from pathlib import Path
 from typing import Any
 
 from quill.home import DEFAULTS, SNAPSHOT_GLOB, RunDir
+from quill.ops.client.errors import InvalidInputError, NotFoundError, StorageError
+from quill.ops.purge.scrub import scrub_live_store
 from quill.spool import Entry, Position, Quarantine, SpoolReader, record
 from quill.spool import purge as spool_purge
 from quill.spool.segments import fsync_dir, list_segments
 from quill.store.errors import CantOpenError
 from quill.store.read.reader import Reader
-
-from quill.ops.client.errors import InvalidInputError, NotFoundError, StorageError
-from quill.ops.purge.scrub import scrub_live_store
 
 Step = Callable[[str], None]
 #: The closure of a purge in progress (session id → bound), in the spool directory: no
@@ -107,16 +107,22 @@ def _store_facts(db_path: Path, ids: set[str]) -> tuple[Position | None, set[str
     return (Position.parse(cursor) if cursor else None), present
 
 
-def plan(spool_dir: Path, db_path: Path, session_ids: list[str],
-         carried: dict[str, tuple[Position, str]] | None = None) -> Plan:
+def plan(
+    spool_dir: Path,
+    db_path: Path,
+    session_ids: list[str],
+    carried: dict[str, tuple[Position, str]] | None = None,
+) -> Plan:
     """Decide what to purge (module doc, step 1); ``carried``: bounds an interrupted run
     recorded (``PLAN_FILE``), kept for sessions still absent from the store. Raises ``InvalidInputError`` when a named
     session still exists in the store, ``NotFoundError`` when no applied ``sessions.delete``
     names it."""
     cursor, present = _store_facts(db_path, set(session_ids))
     if present:
-        raise InvalidInputError(f"session(s) {', '.join(sorted(present))} still exist in the store",
-                                hint="delete them first: `quill sessions delete ID --purge`")
+        raise InvalidInputError(
+            f"session(s) {', '.join(sorted(present))} still exist in the store",
+            hint="delete them first: `quill sessions delete ID --purge`",
+        )
     deletes: dict[str, tuple[Position, str]] = {}
     delegates: list[tuple[str, str, Position]] = []  # (parent, child, position of the create)
     for e in _entries(spool_dir):
@@ -128,13 +134,19 @@ def plan(spool_dir: Path, db_path: Path, session_ids: list[str],
             for sid in data.get("session_ids") or []:
                 if isinstance(sid, str):
                     deletes[sid] = (e.position, rec["batch"])
-        elif (rec["op"] == "session.create" and data.get("parent_kind") == "delegate"
-              and isinstance(data.get("parent_id"), str) and isinstance(data.get("session_id"), str)):
+        elif (
+            rec["op"] == "session.create"
+            and data.get("parent_kind") == "delegate"
+            and isinstance(data.get("parent_id"), str)
+            and isinstance(data.get("session_id"), str)
+        ):
             delegates.append((data["parent_id"], data["session_id"], e.position))
     missing = [s for s in session_ids if s not in deletes]
     if missing:
-        raise NotFoundError(f"no applied sessions.delete names {', '.join(missing)} in the spool",
-                            hint="purge follows a delete: `quill sessions delete ID --purge`")
+        raise NotFoundError(
+            f"no applied sessions.delete names {', '.join(missing)} in the spool",
+            hint="purge follows a delete: `quill sessions delete ID --purge`",
+        )
     bounds = {s: deletes[s] for s in session_ids}
     frontier = list(bounds)
     while frontier:  # delegate children that went with a purged parent
@@ -143,7 +155,9 @@ def plan(spool_dir: Path, db_path: Path, session_ids: list[str],
             if p == parent and child not in bounds and at < bounds[parent][0]:
                 bounds[child] = bounds[parent]
                 frontier.append(child)
-    for sid, bound in (carried or {}).items():  # an interrupted run's closure (its creates may be gone)
+    for sid, bound in (
+        carried or {}
+    ).items():  # an interrupted run's closure (its creates may be gone)
         bounds.setdefault(sid, bound)
     _, alive = _store_facts(db_path, set(bounds) - set(session_ids))
     for child in alive:  # pinned or archived delegates were kept: not ours to purge
@@ -182,7 +196,10 @@ def _save_plan(path: Path, p: Plan) -> None:
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     try:
-        os.write(fd, json.dumps({"bounds": {s: [str(pos), b] for s, (pos, b) in p.bounds.items()}}).encode())
+        os.write(
+            fd,
+            json.dumps({"bounds": {s: [str(pos), b] for s, (pos, b) in p.bounds.items()}}).encode(),
+        )
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -215,7 +232,11 @@ def interrupted(spool_dir: Path, db_path: Path | None = None) -> dict[str, Any] 
         if not ids:
             return None
         cause = "pending"
-    return {"sessions": ids, "cause": cause, "next": "quill spool purge " + (" ".join(ids) if ids else "ID…")}
+    return {
+        "sessions": ids,
+        "cause": cause,
+        "next": "quill spool purge " + (" ".join(ids) if ids else "ID…"),
+    }
 
 
 def _verify(spool_dir: Path, p: Plan) -> list[str]:
@@ -223,9 +244,17 @@ def _verify(spool_dir: Path, p: Plan) -> list[str]:
     return [str(e.position) for e in _entries(spool_dir) if p.wants(_body(e), e.position)]
 
 
-def purge(spool_dir: Path, db_path: Path, snapshots_dir: Path, session_ids: list[str], *,
-          actor: str = "unknown", snapshot_keep: int = DEFAULTS.snapshot_keep, on_step: Step | None = None,
-          enqueue_scrub: Callable[[], None] | None = None) -> dict[str, Any]:
+def purge(
+    spool_dir: Path,
+    db_path: Path,
+    snapshots_dir: Path,
+    session_ids: list[str],
+    *,
+    actor: str = "unknown",
+    snapshot_keep: int = DEFAULTS.snapshot_keep,
+    on_step: Step | None = None,
+    enqueue_scrub: Callable[[], None] | None = None,
+) -> dict[str, Any]:
     """Purge ``session_ids`` (deleted and applied) from the spool, quarantine and snapshots
     (module doc). Returns figures: ``{"sessions", "records_purged", "segments_rewritten",
     "sealed", "quarantine_purged", "snapshot", "snapshots_removed", "snapshots_compacted",
@@ -238,24 +267,44 @@ def purge(spool_dir: Path, db_path: Path, snapshots_dir: Path, session_ids: list
     (``plan``), ``WaitTimeoutError``/``StorageError`` (the scrub failed or a reader blocked its checkpoint: re-run),
     ``spool.purge.PurgeVerifyError`` or ``SpoolError`` (nothing half-done is left:
     re-run), ``CorruptError`` from a snapshot that fails its check."""
-    from quill.jobs.worker_jobs import compact_snapshot, snapshot, snapshot_position
 
     began = time.monotonic()
     spool_dir, snapshots_dir = Path(spool_dir), Path(snapshots_dir)
-    with spool_purge.exclusive(spool_dir):  # one purge at a time per data dir (spool.purge.LOCK_FILE)
-        figures = _purge_locked(spool_dir, db_path, snapshots_dir, session_ids, actor=actor,
-                                snapshot_keep=snapshot_keep, step=on_step or (lambda name: None),
-                                enqueue_scrub=enqueue_scrub)
+    with spool_purge.exclusive(
+        spool_dir
+    ):  # one purge at a time per data dir (spool.purge.LOCK_FILE)
+        figures = _purge_locked(
+            spool_dir,
+            db_path,
+            snapshots_dir,
+            session_ids,
+            actor=actor,
+            snapshot_keep=snapshot_keep,
+            step=on_step or (lambda name: None),
+            enqueue_scrub=enqueue_scrub,
+        )
     figures["seconds"] = round(time.monotonic() - began, 3)
     return figures
 
 
-def _purge_locked(spool_dir: Path, db_path: Path, snapshots_dir: Path, session_ids: list[str], *,
-                  actor: str, snapshot_keep: int, step: Step,
-                  enqueue_scrub: Callable[[], None] | None = None) -> dict[str, Any]:
+def _purge_locked(
+    spool_dir: Path,
+    db_path: Path,
+    snapshots_dir: Path,
+    session_ids: list[str],
+    *,
+    actor: str,
+    snapshot_keep: int,
+    step: Step,
+    enqueue_scrub: Callable[[], None] | None = None,
+) -> dict[str, Any]:
     """``purge``'s steps, run while holding the purge lock."""
-    from quill.jobs.worker_jobs import (compact_snapshot, remove_temp_leftovers, snapshot,
-                                        snapshot_position)
+    from quill.jobs.worker_jobs import (
+        compact_snapshot,
+        remove_temp_leftovers,
+        snapshot,
+        snapshot_position,
+    )
 
     plan_file = spool_dir / PLAN_FILE
     # Every temp file an interrupted purge can leave: segment rewrites, the plan's own temp,
@@ -285,11 +334,17 @@ def _purge_locked(spool_dir: Path, db_path: Path, snapshots_dir: Path, session_i
         step(f"segment-{segment}")
     left = _verify(spool_dir, p)
     if left:
-        raise spool_purge.PurgeVerifyError(int(left[0].split(":")[0]), f"records still present at {', '.join(left[:5])}")
+        raise spool_purge.PurgeVerifyError(
+            int(left[0].split(":")[0]), f"records still present at {', '.join(left[:5])}"
+        )
     quarantined = Quarantine(spool_dir).purge(lambda rec, pos: p.wants(rec, pos), actor=actor)
     step("quarantine")
-    figures: dict[str, Any] = {"snapshot": None, "snapshots_removed": [], "snapshots_compacted": [],
-                               "store_scrub": None}
+    figures: dict[str, Any] = {
+        "snapshot": None,
+        "snapshots_removed": [],
+        "snapshots_compacted": [],
+        "store_scrub": None,
+    }
     if Path(db_path).exists():
         # Before the fresh snapshot: every snapshot taken from here on copies a store whose
         # FTS segments, free space and freed pages no longer hold the deleted rows (optimize +
@@ -297,15 +352,24 @@ def _purge_locked(spool_dir: Path, db_path: Path, snapshots_dir: Path, session_i
         # and the main file and WAL lose their old pages (TRUNCATE checkpoint).
         scrubbed = figures["store_scrub"] = scrub_live_store(Path(db_path), enqueue_scrub)
         if scrubbed.get("wal_blocked_by_reader"):  # old pages still in state.db / -wal: not done
-            raise StorageError("the live store was rewritten but a reader blocked its TRUNCATE checkpoint: "
-                               "state.db and its WAL still hold the deleted rows' old pages",
-                               hint="re-run `quill spool purge " + " ".join(sorted(p.bounds)) + "` once "
-                                    "long searches or snapshots have finished")
+            raise StorageError(
+                "the live store was rewritten but a reader blocked its TRUNCATE checkpoint: "
+                "state.db and its WAL still hold the deleted rows' old pages",
+                hint="re-run `quill spool purge " + " ".join(sorted(p.bounds)) + "` once "
+                "long searches or snapshots have finished",
+            )
         step("scrubbed")
     if Path(db_path).exists():
         # Never a compacted copy of a file the writer halted on (its data dir is state.db's folder).
-        fresh = Path(snapshot(str(db_path), str(snapshots_dir), keep=snapshot_keep + 1, compact=True,
-                              halt_file=str(RunDir(Path(db_path).parent).halt_file))["path"])
+        fresh = Path(
+            snapshot(
+                str(db_path),
+                str(snapshots_dir),
+                keep=snapshot_keep + 1,
+                compact=True,
+                halt_file=str(RunDir(Path(db_path).parent).halt_file),
+            )["path"]
+        )
         figures["snapshot"] = fresh.name
         step("snapshot")
         newest_bound = max(b[0] for b in p.bounds.values())
@@ -320,6 +384,14 @@ def _purge_locked(spool_dir: Path, db_path: Path, snapshots_dir: Path, session_i
                 figures["snapshots_compacted"].append(old.name)
             step(f"snapshot-{old.name}")
     plan_file.unlink(missing_ok=True)
-    return {"sessions": sorted(p.bounds), "records_purged": purged, "segments_rewritten": rewritten,
-            "sealed": sealed, "quarantine_purged": quarantined, **figures, "damaged": p.damaged, "leftovers_removed": leftovers,
-            "leftovers_in_use": in_use}
+    return {
+        "sessions": sorted(p.bounds),
+        "records_purged": purged,
+        "segments_rewritten": rewritten,
+        "sealed": sealed,
+        "quarantine_purged": quarantined,
+        **figures,
+        "damaged": p.damaged,
+        "leftovers_removed": leftovers,
+        "leftovers_in_use": in_use,
+    }

@@ -13,6 +13,7 @@ later snapshot copies them. Only the writer writes ``state.db``
   as ``quill spool replay`` into the live store does, and runs the job the way the writer
   does: start row, the job on a writer connection, outcome row.
 """
+
 from __future__ import annotations
 
 import time
@@ -23,12 +24,11 @@ from typing import Any
 
 from quill.jobs import catalog
 from quill.jobs.store_jobs import RUNNING, record_job_run
-from quill.store.sqlite.connection import open_writer
+from quill.ops.client.errors import StorageError, WaitTimeoutError
 from quill.store.errors import CantOpenError, LeaseHeldError
 from quill.store.lease import Lease
 from quill.store.read.reader import Reader
-
-from quill.ops.client.errors import StorageError, WaitTimeoutError
+from quill.store.sqlite.connection import open_writer
 
 JOB = "scrub"
 #: Seconds ``scrub_live_store`` waits for a running writer to record the job (a VACUUM of a
@@ -45,8 +45,15 @@ def _offline(db_path: Path) -> dict[str, Any]:
         try:
             figures = catalog.get(JOB).func(conn)
         except Exception as exc:
-            record_job_run(conn, JOB, started, time.time(), "error", {"runner": "cli"},
-                           "".join(traceback.format_exception_only(exc)).strip())
+            record_job_run(
+                conn,
+                JOB,
+                started,
+                time.time(),
+                "error",
+                {"runner": "cli"},
+                "".join(traceback.format_exception_only(exc)).strip(),
+            )
             raise
         figures = {**figures, "runner": "cli"}
         record_job_run(conn, JOB, started, time.time(), "ok", figures)
@@ -63,24 +70,32 @@ def _through_writer(db_path: Path, enqueue: Callable[..., None], wait_s: float) 
     while time.monotonic() < deadline:
         try:
             with Reader(db_path) as r:
-                runs = [x for x in r.job_runs(job=JOB, limit=5)
-                        if x["started_at"] >= queued_at - 1 and x["outcome"] != RUNNING]
+                runs = [
+                    x
+                    for x in r.job_runs(job=JOB, limit=5)
+                    if x["started_at"] >= queued_at - 1 and x["outcome"] != RUNNING
+                ]
         except CantOpenError:
             runs = []
         if runs:
             run = runs[0]
             if run["outcome"] != "ok":
-                raise StorageError(f"the writer's {JOB} job ended {run['outcome']}: {run['error']}",
-                                       hint=f"`quill jobs history --job {JOB}`; then re-run the purge")
+                raise StorageError(
+                    f"the writer's {JOB} job ended {run['outcome']}: {run['error']}",
+                    hint=f"`quill jobs history --job {JOB}`; then re-run the purge",
+                )
             return dict(run["figures"] or {})
         time.sleep(0.2)
-    raise WaitTimeoutError(f"{JOB} is queued but the writer recorded no run within {wait_s:g} s",
-                           hint=f"is the writer halted? `quill status`; `quill jobs history --job {JOB}` "
-                                "shows the outcome later; then re-run the purge")
+    raise WaitTimeoutError(
+        f"{JOB} is queued but the writer recorded no run within {wait_s:g} s",
+        hint=f"is the writer halted? `quill status`; `quill jobs history --job {JOB}` "
+        "shows the outcome later; then re-run the purge",
+    )
 
 
-def scrub_live_store(db_path: Path, enqueue: Callable[..., None] | None = None,
-                     wait_s: float = WAIT_S) -> dict[str, Any]:
+def scrub_live_store(
+    db_path: Path, enqueue: Callable[..., None] | None = None, wait_s: float = WAIT_S
+) -> dict[str, Any]:
     """Scrub ``db_path`` (a data dir's ``state.db``: its run dir is ``db_path.parent/run``,
     ``quill.home.Settings``) through the writer (module doc). ``enqueue``: puts the ``scrub``
     job on this data dir's store queue (no parameters); without it a
@@ -101,6 +116,8 @@ def scrub_live_store(db_path: Path, enqueue: Callable[..., None] | None = None,
         finally:
             lease.release()
     if enqueue is None:
-        raise WaitTimeoutError("a writer is running and no store queue was given to reach it",
-                               hint="run `quill spool purge ID…` (it queues the scrub job for the writer)")
+        raise WaitTimeoutError(
+            "a writer is running and no store queue was given to reach it",
+            hint="run `quill spool purge ID…` (it queues the scrub job for the writer)",
+        )
     return _through_writer(db_path, enqueue, wait_s)

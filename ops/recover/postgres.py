@@ -9,6 +9,7 @@ runs ``quill recover`` (or simply keeps its writer running: a writer that loses 
 connection reconnects and re-reads its cursor, which is the same replay). There is no file to
 swap and no snapshot: the database is the server's to back up.
 """
+
 from __future__ import annotations
 
 import time
@@ -36,6 +37,7 @@ def recover(cfg: Any, log: Any) -> dict[str, Any]:
     except LeaseHeldError:
         pass
     from quill.spool.identity import load_or_create
+
     spool_id = load_or_create(cfg.spool_id_path)
     deadline = time.monotonic() + WAIT_FOR_WRITER_S
     while True:
@@ -43,11 +45,22 @@ def recover(cfg: Any, log: Any) -> dict[str, Any]:
         with open_reader(cfg, spool_id=spool_id) as reader:
             cursor = reader.figures()["cursor"]
         if cursor == f"{end.segment}:{end.offset}":
-            return {"backend": "postgres", "spool_id": spool_id, "from": None, "to": cursor, "applied": None,
-                    "duplicates": None, "rejected": None, "rows": None, "replayed_by": "writer",
-                    "halt_lifted": lifted}
+            return {
+                "backend": "postgres",
+                "spool_id": spool_id,
+                "from": None,
+                "to": cursor,
+                "applied": None,
+                "duplicates": None,
+                "rejected": None,
+                "rows": None,
+                "replayed_by": "writer",
+                "halt_lifted": lifted,
+            }
         if time.monotonic() > deadline:
-            raise TimeoutError(f"the running writer has not replayed the spool to {end} (store cursor {cursor})")
+            raise TimeoutError(
+                f"the running writer has not replayed the spool to {end} (store cursor {cursor})"
+            )
         time.sleep(0.5)
 
 
@@ -68,6 +81,7 @@ def lift_halt(cfg: Any, log: Any) -> dict[str, Any] | None:
     Raises ``CorruptError`` naming the problems while the damage is still there."""
     from quill.store.errors import CorruptError
     from quill.store.postgres import halt
+
     backend = open_store(cfg, log, spool_id="maintenance")
     try:
         cause = backend.run_job(halt.read)
@@ -75,8 +89,10 @@ def lift_halt(cfg: Any, log: Any) -> dict[str, Any] | None:
             return None
         check = backend.maintenance("integrity_check")
         if not check["ok"]:
-            raise CorruptError(f"the store is still damaged: {check['problems'][:5]}; REINDEX the damaged "
-                               "indexes (or restore from backup), then run quill recover again")
+            raise CorruptError(
+                f"the store is still damaged: {check['problems'][:5]}; REINDEX the damaged "
+                "indexes (or restore from backup), then run quill recover again"
+            )
         backend.run_job(halt.clear)
         log.warning("recover.halt_lifted", **cause)
         return cause

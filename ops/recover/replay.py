@@ -4,6 +4,7 @@ Replay applies spool records into a store with the writer's own drain loop (``wo
 cursor and batch ids committed with the rows), so it is idempotent: replaying a range twice,
 or a range the store already holds, changes nothing.
 """
+
 from __future__ import annotations
 
 import os
@@ -12,10 +13,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from quill.home import DEFAULTS
 from quill.spool import START, TORN_WRITE, Position, Quarantine, SpoolReader
 from quill.spool.segments import list_segments, segment_name
 from quill.store.factory import open_url
-from quill.home import DEFAULTS
 from quill.workers.drain import Drain
 
 Progress = Callable[[int], None]  # called with bytes consumed since the last call
@@ -49,18 +50,35 @@ def verify(spool_dir: Path, progress: Progress | None = None) -> dict[str, Any]:
             records += 1
             if e.damage is not None:
                 (torn if e.damage.reason == TORN_WRITE else damaged).append(
-                    {"position": str(e.position), "reason": e.damage.reason, "detail": e.damage.detail})
+                    {
+                        "position": str(e.position),
+                        "reason": e.damage.reason,
+                        "detail": e.damage.detail,
+                    }
+                )
         if progress:
             progress(sum(len(e.raw) for e in batch))
         pos = batch[-1].next
     end = reader.end()
-    return {"records": records, "damaged": damaged, "torn_writes": torn, "end": str(end),
-            "partial_tail": reader.has_partial_tail(end)}
+    return {
+        "records": records,
+        "damaged": damaged,
+        "torn_writes": torn,
+        "end": str(end),
+        "partial_tail": reader.has_partial_tail(end),
+    }
 
 
-def replay(spool_dir: Path, db_path: Path, start: Position | None, *, chunk_rows: int = 500,
-           synchronous: str = "NORMAL", progress: Progress | None = None,
-           quarantine: Quarantine | None = None) -> dict[str, Any]:
+def replay(
+    spool_dir: Path,
+    db_path: Path,
+    start: Position | None,
+    *,
+    chunk_rows: int = 500,
+    synchronous: str = "NORMAL",
+    progress: Progress | None = None,
+    quarantine: Quarantine | None = None,
+) -> dict[str, Any]:
     """Apply the spool from ``start`` (default: the store's own cursor, else the beginning)
     into the store at ``db_path`` (created if missing). The caller must hold the writer lease
     when ``db_path`` is the live store. Damaged or invalid records go to ``quarantine``
@@ -89,8 +107,14 @@ def replay(spool_dir: Path, db_path: Path, start: Position | None, *, chunk_rows
     finally:
         store.close()
     resolved = drain.already_resolved
-    return {"from": str(start), "to": str(drain.cursor), "applied": totals["applied"],
-            "duplicates": totals["duplicates"], "rejected": totals["rejected"] - resolved,
-            "rows": totals["rows"], "already_resolved": resolved,
-            "quarantine": str(quarantine.dir),
-            "seconds": round(time.monotonic() - began, 3)}
+    return {
+        "from": str(start),
+        "to": str(drain.cursor),
+        "applied": totals["applied"],
+        "duplicates": totals["duplicates"],
+        "rejected": totals["rejected"] - resolved,
+        "rows": totals["rows"],
+        "already_resolved": resolved,
+        "quarantine": str(quarantine.dir),
+        "seconds": round(time.monotonic() - began, 3),
+    }

@@ -5,6 +5,7 @@ Why this loses nothing: a spool segment is only deleted once a verified snapshot
 (``spool.retention``), so snapshot + remaining spool always hold every acknowledged batch;
 replay is idempotent (batch ids), so overlap between the two is harmless.
 """
+
 from __future__ import annotations
 
 import os
@@ -13,18 +14,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from quill.home import RunDir, Settings, WriterStatus
-from quill.jobs.worker_jobs import latest_snapshot, snapshot as take_snapshot
+from quill.home import DEFAULTS, RunDir, Settings, WriterStatus
+from quill.jobs.worker_jobs import latest_snapshot
+from quill.jobs.worker_jobs import snapshot as take_snapshot
+from quill.ops.recover.replay import Progress, replay
 from quill.spool import Position, SpoolReader
 from quill.spool.segments import list_segments
 from quill.store.errors import CorruptError, LeaseHeldError
-from quill.store.lease import Lease
 from quill.store.factory import open_url
-from quill.home import DEFAULTS
-from quill.store.sqlite.swap import integrity, stamp_generation, swap_in
+from quill.store.lease import Lease
 from quill.store.sqlite.salvage import salvage
-
-from quill.ops.recover.replay import Progress, replay
+from quill.store.sqlite.swap import integrity, stamp_generation, swap_in
 
 SWAP_WAIT_S = 30.0
 
@@ -47,8 +47,10 @@ def history_gap(cfg: Settings, snap_position: Position | None) -> str | None:
     if snap_position is None and segments[0] > 1:
         missing = list(range(1, segments[0])) + missing
     if missing:
-        return (f"spool segments {missing[0]}..{missing[-1]} are gone and no snapshot covers them "
-                f"(replay would start at {start}); rebuilding would silently drop those transcripts")
+        return (
+            f"spool segments {missing[0]}..{missing[-1]} are gone and no snapshot covers them "
+            f"(replay would start at {start}); rebuilding would silently drop those transcripts"
+        )
     return None
 
 
@@ -57,14 +59,18 @@ def deleted_sessions(spool_dir: Path) -> set[str]:
     bring back from the old file what a replayed delete removed."""
     first = list_segments(spool_dir)
     ids: set[str] = set()
-    for entry in SpoolReader(spool_dir).read(Position(first[0], 0) if first else Position(1, 0), max_bytes=1 << 62):
+    for entry in SpoolReader(spool_dir).read(
+        Position(first[0], 0) if first else Position(1, 0), max_bytes=1 << 62
+    ):
         rec = entry.record
         if rec and rec.get("op") == "sessions.delete" and isinstance(rec.get("data"), dict):
             ids.update(s for s in rec["data"].get("session_ids") or () if isinstance(s, str))
     return ids
 
 
-def rebuild(cfg: Settings, progress: Progress | None = None, *, accept_loss: bool = False) -> dict[str, Any]:
+def rebuild(
+    cfg: Settings, progress: Progress | None = None, *, accept_loss: bool = False
+) -> dict[str, Any]:
     """Build and verify a new store file next to the live one; returns figures incl. ``path``.
 
     Raises ``RecoverError`` when snapshot + spool do not hold the full history (a restored
@@ -73,18 +79,29 @@ def rebuild(cfg: Settings, progress: Progress | None = None, *, accept_loss: boo
     snap = latest_snapshot(cfg.snapshots_dir)
     gap = history_gap(cfg, snap[1] if snap else None)
     if gap and not accept_loss:
-        raise RecoverError(f"{gap}. Put a verified snapshot back into {cfg.snapshots_dir}, or rerun with "
-                           "--accept-loss to rebuild from what is left")
+        raise RecoverError(
+            f"{gap}. Put a verified snapshot back into {cfg.snapshots_dir}, or rerun with "
+            "--accept-loss to rebuild from what is left"
+        )
     if snap:
         shutil.copyfile(snap[0], work)
         os.chmod(work, 0o600)
-    result = replay(cfg.spool_dir, work, None, chunk_rows=cfg.chunk_rows, synchronous=cfg.synchronous,
-                    progress=progress)
-    if gap and cfg.state_db.exists():  # history is missing from the spool: take what the old file still has
+    result = replay(
+        cfg.spool_dir,
+        work,
+        None,
+        chunk_rows=cfg.chunk_rows,
+        synchronous=cfg.synchronous,
+        progress=progress,
+    )
+    if (
+        gap and cfg.state_db.exists()
+    ):  # history is missing from the spool: take what the old file still has
         store = open_url(None, work, "local", synchronous=cfg.synchronous)
         try:
-            result["salvage"] = store.run_job(lambda conn: salvage(
-                cfg.state_db, conn, exclude=deleted_sessions(cfg.spool_dir)))
+            result["salvage"] = store.run_job(
+                lambda conn: salvage(cfg.state_db, conn, exclude=deleted_sessions(cfg.spool_dir))
+            )
             while store.index(DEFAULTS.index_slice_rows):
                 pass
         finally:
@@ -92,16 +109,29 @@ def rebuild(cfg: Settings, progress: Progress | None = None, *, accept_loss: boo
     stamp_generation(work)
     check = integrity(work)
     if check != ["ok"]:
-        raise CorruptError(f"the rebuilt store {work} failed integrity_check: {'; '.join(check[:5])}")
-    if result.get("salvage", {}).get("salvaged_messages") or result.get("salvage", {}).get("filled_sessions"):
+        raise CorruptError(
+            f"the rebuilt store {work} failed integrity_check: {'; '.join(check[:5])}"
+        )
+    if result.get("salvage", {}).get("salvaged_messages") or result.get("salvage", {}).get(
+        "filled_sessions"
+    ):
         # Salvaged rows exist in no spool record: a verified snapshot of the rebuilt store must
         # cover them, or the next recovery (from an older snapshot + spool) would drop them again.
-        result["salvage"]["snapshot"] = take_snapshot(str(work), str(cfg.snapshots_dir), cfg.snapshot_keep)["path"]
-    return {"path": str(work), "snapshot": str(snap[0]) if snap else None, "history_gap": gap,
-            "snapshot_position": str(snap[1]) if snap else None, **result}
+        result["salvage"]["snapshot"] = take_snapshot(
+            str(work), str(cfg.snapshots_dir), cfg.snapshot_keep
+        )["path"]
+    return {
+        "path": str(work),
+        "snapshot": str(snap[0]) if snap else None,
+        "history_gap": gap,
+        "snapshot_position": str(snap[1]) if snap else None,
+        **result,
+    }
 
 
-def recover(cfg: Settings, *, progress: Progress | None = None, accept_loss: bool = False) -> dict[str, Any]:
+def recover(
+    cfg: Settings, *, progress: Progress | None = None, accept_loss: bool = False
+) -> dict[str, Any]:
     """Rebuild, then swap in: directly when no writer runs, else through the halted writer.
 
     Raises ``RecoverError`` when a healthy writer is running, or when the halted writer does
@@ -118,11 +148,15 @@ def recover(cfg: Settings, *, progress: Progress | None = None, accept_loss: boo
         held = False
     try:
         if not held and not halt:
-            raise RecoverError("the writer is running and the store is not halted; nothing to recover "
-                               "(stop `quill run` first to rebuild anyway)")
+            raise RecoverError(
+                "the writer is running and the store is not halted; nothing to recover "
+                "(stop `quill run` first to rebuild anyway)"
+            )
         report = rebuild(cfg, progress, accept_loss=accept_loss)
         if held:
-            report["evidence"] = str(swap_in(cfg.home / os.path.basename(report["path"]), cfg.state_db))
+            report["evidence"] = str(
+                swap_in(cfg.home / os.path.basename(report["path"]), cfg.state_db)
+            )
             rd.clear_halt()
             report["swapped_by"] = "recover"
             return report
@@ -141,5 +175,7 @@ def recover(cfg: Settings, *, progress: Progress | None = None, accept_loss: boo
             time.sleep(0.1)
     finally:
         rd.clear_swap()
-    raise RecoverError(f"the halted writer did not swap in {report['path']} within {SWAP_WAIT_S:g} s; "
-                       "stop `quill run` and run `quill recover` again")
+    raise RecoverError(
+        f"the halted writer did not swap in {report['path']} within {SWAP_WAIT_S:g} s; "
+        "stop `quill run` and run `quill recover` again"
+    )

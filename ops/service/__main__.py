@@ -3,6 +3,7 @@
 Started by the supervisor when ``[http] listen`` is set; publishes ``run/http.json`` so
 ``quill status`` shows it, and stops with its parent (``workers.lifeline``).
 """
+
 from __future__ import annotations
 
 import os
@@ -12,9 +13,8 @@ import click
 from quill import home as data_dir
 from quill.home import RunDir
 from quill.ops import logs
-from quill.workers.lifeline import follow_parent
-
 from quill.ops.service.server import serve
+from quill.workers.lifeline import follow_parent
 
 
 @click.command()

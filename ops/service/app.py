@@ -5,6 +5,7 @@ uvicorn (``server.py``). Logging: one structlog event per request with the metho
 *template*, the status, the duration and the token id — never the raw path or query (they
 may carry ids or a mistakenly pasted token), a token, or a filesystem path.
 """
+
 from __future__ import annotations
 
 import time
@@ -15,7 +16,6 @@ from fastapi.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from quill.ops.client.client import Client
-
 from quill.ops.service import api, dashboard, errors, metrics
 from quill.ops.service.auth import require
 
@@ -41,10 +41,19 @@ class _AccessLog:
             await self.app(scope, receive, tap)
         finally:
             route = scope.get("route")
-            principal = getattr(scope.get("state", {}).get("principal"), "token_id", None) \
-                if isinstance(scope.get("state"), dict) else None
-            self.log.info("http.request", method=scope["method"], route=getattr(route, "path", "(unrouted)"),
-                          status=status[0], ms=round((time.monotonic() - began) * 1000, 1), token_id=principal)
+            principal = (
+                getattr(scope.get("state", {}).get("principal"), "token_id", None)
+                if isinstance(scope.get("state"), dict)
+                else None
+            )
+            self.log.info(
+                "http.request",
+                method=scope["method"],
+                route=getattr(route, "path", "(unrouted)"),
+                status=status[0],
+                ms=round((time.monotonic() - began) * 1000, 1),
+                token_id=principal,
+            )
 
 
 #: Where the browsable API docs fetch Swagger UI's files: served here from the swagger-ui-bundle
@@ -63,27 +72,41 @@ def _install_docs(app: FastAPI) -> None:
 
     @app.get("/api/docs", include_in_schema=False)
     def api_docs() -> HTMLResponse:
-        return get_swagger_ui_html(openapi_url="/openapi.json", title="Quill API",
-                                   swagger_js_url=f"{DOCS_STATIC}/swagger-ui-bundle.js",
-                                   swagger_css_url=f"{DOCS_STATIC}/swagger-ui.css",
-                                   swagger_favicon_url=f"{DOCS_STATIC}/favicon-32x32.png")
+        return get_swagger_ui_html(
+            openapi_url="/openapi.json",
+            title="Quill API",
+            swagger_js_url=f"{DOCS_STATIC}/swagger-ui-bundle.js",
+            swagger_css_url=f"{DOCS_STATIC}/swagger-ui.css",
+            swagger_favicon_url=f"{DOCS_STATIC}/favicon-32x32.png",
+        )
 
 
 def create_app(cfg: Any, log: Any, *, anonymous: str | None = None) -> FastAPI:
     """The Quill service for data dir ``cfg.home``. ``anonymous`` overrides ``[http] anonymous``
     (``loopback`` | ``none`` | ``any``; see ``auth``)."""
-    app = FastAPI(title="Quill", version=VERSION, docs_url=None, redoc_url=None,
-                  openapi_url="/openapi.json",
-                  description="Durable store for AI-agent transcripts: append ops (202 once fsync'd), "
-                              "read transcripts, search, status, jobs. Bearer tokens with scopes "
-                              "read / write / admin (`quill token create`).")
+    app = FastAPI(
+        title="Quill",
+        version=VERSION,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url="/openapi.json",
+        description="Durable store for AI-agent transcripts: append ops (202 once fsync'd), "
+        "read transcripts, search, status, jobs. Bearer tokens with scopes "
+        "read / write / admin (`quill token create`).",
+    )
     app.state.cfg, app.state.log, app.state.anonymous = cfg, log, anonymous or cfg.http_anonymous
     app.state.client = Client(config_=cfg)  # per-thread spool handles inside (thread pool routes)
     errors.install(app, log)
     app.include_router(api.router)
 
-    @app.get("/metrics", dependencies=[Depends(require("read"))], response_class=Response,
-             responses={200: {"content": {metrics.CONTENT_TYPE: {}}, "description": "Prometheus text format"}})
+    @app.get(
+        "/metrics",
+        dependencies=[Depends(require("read"))],
+        response_class=Response,
+        responses={
+            200: {"content": {metrics.CONTENT_TYPE: {}}, "description": "Prometheus text format"}
+        },
+    )
     def prometheus(request: Request) -> Response:
         """Prometheus metrics (the same figures as ``quill status --json`` → ``metrics``)."""
         return Response(metrics.render(request.app.state.cfg), media_type=metrics.CONTENT_TYPE)

@@ -16,12 +16,13 @@ requires both to name a loopback host (``localhost``, 127.0.0.0/8, ``::1``); a t
 required otherwise. The dashboard cookie is ``SameSite=Strict`` and scoped to the service's own
 name, so a rebinding page never presents it.
 """
+
 from __future__ import annotations
 
 import ipaddress
 from collections.abc import Callable
-from urllib.parse import urlsplit
 from typing import Any
+from urllib.parse import urlsplit
 
 from fastapi import Request
 
@@ -76,8 +77,12 @@ def principal(request: Request) -> Principal:
     if token is not None:
         found = TokenStore(state.cfg.tokens_db).verify(token) if token else None
         if found is None:
-            raise ApiError(401, "unauthorized", "the token is malformed, unknown or revoked",
-                           headers={"WWW-Authenticate": 'Bearer error="invalid_token"'})
+            raise ApiError(
+                401,
+                "unauthorized",
+                "the token is malformed, unknown or revoked",
+                headers={"WWW-Authenticate": 'Bearer error="invalid_token"'},
+            )
         return found
     policy = state.anonymous
     peer = request.client.host if request.client else None
@@ -86,11 +91,19 @@ def principal(request: Request) -> Principal:
     if policy == "loopback" and _loopback(peer):
         if _names_loopback(request):
             return Principal(None, ANONYMOUS_SCOPES)
-        raise ApiError(401, "unauthorized", "anonymous access needs a loopback Host and Origin (a page of another "
-                       "site reaching 127.0.0.1 is refused); present a bearer token (`quill token create`)",
-                       headers={"WWW-Authenticate": "Bearer"})
-    raise ApiError(401, "unauthorized", "a bearer token is required (`quill token create`)",
-                   headers={"WWW-Authenticate": "Bearer"})
+        raise ApiError(
+            401,
+            "unauthorized",
+            "anonymous access needs a loopback Host and Origin (a page of another "
+            "site reaching 127.0.0.1 is refused); present a bearer token (`quill token create`)",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+    raise ApiError(
+        401,
+        "unauthorized",
+        "a bearer token is required (`quill token create`)",
+        headers={"WWW-Authenticate": "Bearer"},
+    )
 
 
 def require(scope: str) -> Callable[[Request], Any]:

@@ -7,12 +7,13 @@ model / audit views, tool calls folded, compaction and rewind markers, lineage l
 Authentication is the API's (``auth``): the sign-in form stores a token in an HttpOnly,
 SameSite=Strict cookie, so a cross-site form cannot trigger "run now".
 """
+
 from __future__ import annotations
 
 import datetime as dt
 import itertools
-import time
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,16 +24,15 @@ from fastapi.templating import Jinja2Templates
 from markupsafe import Markup, escape
 
 from quill.home import WriterStatus
-from quill.spool import Quarantine
-from quill.store.errors import CantOpenError
-from quill.store.read.reader import Reader
-
-from quill.ops.status import health
 from quill.ops.client.stores import open_reader
 from quill.ops.service import api, views
 from quill.ops.service.auth import COOKIE, principal
 from quill.ops.service.errors import ApiError
 from quill.ops.service.tokens import TokenStore
+from quill.ops.status import health
+from quill.spool import Quarantine
+from quill.store.errors import CantOpenError
+from quill.store.read.reader import Reader
 
 HERE = Path(__file__).parent
 templates = Jinja2Templates(directory=str(HERE / "templates"))
@@ -43,7 +43,7 @@ QUARANTINE_SHOWN = 20
 def _when(ts: Any) -> str:
     if not isinstance(ts, (int, float)) or isinstance(ts, bool):
         return ""
-    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%d %H:%M")
+    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M")
 
 
 def highlight(snippet: str, spans: list[list[int]] | None) -> Markup:
@@ -61,7 +61,9 @@ def highlight(snippet: str, spans: list[list[int]] | None) -> Markup:
 
 def _text(content: Any) -> str:
     if isinstance(content, list):
-        return "\n".join(p.get("text", f"<{p.get('type')}>") if isinstance(p, dict) else str(p) for p in content)
+        return "\n".join(
+            p.get("text", f"<{p.get('type')}>") if isinstance(p, dict) else str(p) for p in content
+        )
     return "" if content is None else str(content)
 
 
@@ -102,7 +104,7 @@ def _epoch(value: str | None) -> float | None:
     if not value:
         return None
     try:
-        return dt.datetime.fromisoformat(value).replace(tzinfo=dt.timezone.utc).timestamp()
+        return dt.datetime.fromisoformat(value).replace(tzinfo=dt.UTC).timestamp()
     except ValueError:
         raise ApiError(422, "invalid-request", f"{value!r} is not a date (YYYY-MM-DD)") from None
 
@@ -115,7 +117,11 @@ def install(app: FastAPI) -> None:
     """Mount the dashboard's pages and static files on ``app`` (kept out of the OpenAPI document)."""
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
     app.state.html_error = lambda request, status, reason, detail: templates.TemplateResponse(
-        request, "error.html", {"who": None, "status": status, "reason": reason, "detail": detail}, status_code=status)
+        request,
+        "error.html",
+        {"who": None, "status": status, "reason": reason, "detail": detail},
+        status_code=status,
+    )
 
     @app.exception_handler(_SignIn)
     async def _sign_in(request: Request, exc: _SignIn) -> Response:
@@ -127,17 +133,29 @@ def install(app: FastAPI) -> None:
 
     @app.get("/login", include_in_schema=False)
     def login_form(request: Request, next: str = "/sessions", error: str = "") -> HTMLResponse:
-        return _page(request, "login.html", next=next if next.startswith("/") and not next.startswith("//") else "/",
-                     error=error)
+        return _page(
+            request,
+            "login.html",
+            next=next if next.startswith("/") and not next.startswith("//") else "/",
+            error=error,
+        )
 
     @app.post("/login", include_in_schema=False)
     def login(request: Request, token: str = Form(...), next: str = Form("/sessions")) -> Response:
         if TokenStore(request.app.state.cfg.tokens_db).verify(token.strip()) is None:
-            return _page(request, "login.html", next=next, error="That token is unknown or revoked.")
+            return _page(
+                request, "login.html", next=next, error="That token is unknown or revoked."
+            )
         target = next if next.startswith("/") and not next.startswith("//") else "/sessions"
         response = RedirectResponse(target, status_code=303)
-        response.set_cookie(COOKIE, token.strip(), httponly=True, samesite="strict",
-                            secure=request.url.scheme == "https", max_age=7 * 86400)
+        response.set_cookie(
+            COOKIE,
+            token.strip(),
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+            max_age=7 * 86400,
+        )
         return response
 
     @app.post("/logout", include_in_schema=False)
@@ -147,29 +165,71 @@ def install(app: FastAPI) -> None:
         return response
 
     @app.get("/sessions", include_in_schema=False)
-    def sessions(request: Request, q: str = "", source: str = "", title: str = "", since: str = "",
-                 until: str = "", archived: str = "", pinned: str = "", lineage: str = "tips") -> HTMLResponse:
+    def sessions(
+        request: Request,
+        q: str = "",
+        source: str = "",
+        title: str = "",
+        since: str = "",
+        until: str = "",
+        archived: str = "",
+        pinned: str = "",
+        lineage: str = "tips",
+    ) -> HTMLResponse:
         _who(request)
-        filters = {"q": q, "source": source, "title": title, "since": since, "until": until,
-                   "archived": archived, "pinned": pinned, "lineage": lineage}
+        filters = {
+            "q": q,
+            "source": source,
+            "title": title,
+            "since": since,
+            "until": until,
+            "archived": archived,
+            "pinned": pinned,
+            "lineage": lineage,
+        }
         rows, hits, sources, degraded = [], [], [], False
         r = _open(request)
         if r is not None:
             with r:
-                sources = [s for (s,) in r.conn.execute(
-                    "SELECT DISTINCT source FROM sessions WHERE source IS NOT NULL ORDER BY source")]
+                sources = [
+                    s
+                    for (s,) in r.conn.execute(
+                        "SELECT DISTINCT source FROM sessions WHERE source IS NOT NULL ORDER BY source"
+                    )
+                ]
         client = request.app.state.client  # the rows and hits of the API and `quill … --json`
         with api.client_errors():
             if q.strip():
                 degraded = client.search_health()["degraded"]
-                hits = client.search(q, limit=PAGE_SESSIONS, source=source or None, since=_epoch(since),
-                                     until=_epoch(until), context=False)
+                hits = client.search(
+                    q,
+                    limit=PAGE_SESSIONS,
+                    source=source or None,
+                    since=_epoch(since),
+                    until=_epoch(until),
+                    context=False,
+                )
             else:
-                rows = client.sessions(source=source or None, limit=PAGE_SESSIONS, title_contains=title or None,
-                                       since=_epoch(since), until=_epoch(until), archived=_flag(archived),
-                                       pinned=_flag(pinned), chains=lineage == "all")
-        return _page(request, "sessions.html", rows=rows, hits=hits, f=filters, sources=sources,
-                     degraded=degraded, has_store=r is not None)
+                rows = client.sessions(
+                    source=source or None,
+                    limit=PAGE_SESSIONS,
+                    title_contains=title or None,
+                    since=_epoch(since),
+                    until=_epoch(until),
+                    archived=_flag(archived),
+                    pinned=_flag(pinned),
+                    chains=lineage == "all",
+                )
+        return _page(
+            request,
+            "sessions.html",
+            rows=rows,
+            hits=hits,
+            f=filters,
+            sources=sources,
+            degraded=degraded,
+            has_store=r is not None,
+        )
 
     @app.get("/sessions/{session_id:sid}", include_in_schema=False)
     def transcript(request: Request, session_id: str, view: str = "display") -> HTMLResponse:
@@ -182,25 +242,50 @@ def install(app: FastAPI) -> None:
         r = _open(request)
         if r is not None:
             with r:
-                children = r.conn.execute("SELECT id, parent_kind, title FROM sessions WHERE parent_id = ? "
-                                          "ORDER BY started_at, id", (session_id,)).fetchall()
+                children = r.conn.execute(
+                    "SELECT id, parent_kind, title FROM sessions WHERE parent_id = ? "
+                    "ORDER BY started_at, id",
+                    (session_id,),
+                ).fetchall()
         # Tool results are folded into the call that asked for them (shown on their own when
         # the call is not in this view, and always in the audit view).
-        results = {m.get("tool_call_id"): m for m in messages if m.get("role") == "tool" and m.get("tool_call_id")}
-        called = {c.get("id") for m in messages for c in (m.get("tool_calls") or []) if isinstance(c, dict)}
-        return _page(request, "transcript.html", s=found["session"], chain=found["chain"], view=view,
-                     messages=messages, results=results, called=called, children=children)
+        results = {
+            m.get("tool_call_id"): m
+            for m in messages
+            if m.get("role") == "tool" and m.get("tool_call_id")
+        }
+        called = {
+            c.get("id")
+            for m in messages
+            for c in (m.get("tool_calls") or [])
+            if isinstance(c, dict)
+        }
+        return _page(
+            request,
+            "transcript.html",
+            s=found["session"],
+            chain=found["chain"],
+            view=view,
+            messages=messages,
+            results=results,
+            called=called,
+            children=children,
+        )
 
     @app.get("/fleet", include_in_schema=False)
     def fleet(request: Request) -> HTMLResponse:
         _who(request)
         data = health.collect(request.app.state.cfg)
-        quarantine = list(itertools.islice(Quarantine(request.app.state.cfg.spool_dir).entries(),
-                                           QUARANTINE_SHOWN))
+        quarantine = list(
+            itertools.islice(
+                Quarantine(request.app.state.cfg.spool_dir).entries(), QUARANTINE_SHOWN
+            )
+        )
         published = data["fleet"]["writer"]
         writer = WriterStatus.from_json(published) if published else None
-        return _page(request, "fleet.html", d=data, quarantine=quarantine, roles=health.ROLES,
-                     writer=writer)
+        return _page(
+            request, "fleet.html", d=data, quarantine=quarantine, roles=health.ROLES, writer=writer
+        )
 
     @app.get("/jobs", include_in_schema=False)
     def jobs(request: Request, queued: str = "") -> HTMLResponse:
@@ -211,8 +296,14 @@ def install(app: FastAPI) -> None:
         if r is not None:
             with r:
                 history = views.guard(lambda: r.job_runs(limit=30))
-        return _page(request, "jobs.html", jobs=rows, history=history, queued=queued,
-                     admin=who.allows("admin"))
+        return _page(
+            request,
+            "jobs.html",
+            jobs=rows,
+            history=history,
+            queued=queued,
+            admin=who.allows("admin"),
+        )
 
     @app.post("/jobs/{name}/run", include_in_schema=False)
     def run_now(request: Request, name: str) -> Response:
@@ -231,7 +322,14 @@ def install(app: FastAPI) -> None:
             total = client.usage((), since=since)[0]
         for row in per_day + per_model:
             row["tokens"] = row["input_tokens"] + row["output_tokens"]
-        return _page(request, "usage.html", days=days, per_day=per_day, per_model=per_model, total=total,
-                     day_max=max([d["tokens"] for d in per_day] or [1]) or 1,
-                     cost_max=max([d["cost_usd"] or 0 for d in per_day] or [1]) or 1,
-                     model_max=max([m["tokens"] for m in per_model] or [1]) or 1)
+        return _page(
+            request,
+            "usage.html",
+            days=days,
+            per_day=per_day,
+            per_model=per_model,
+            total=total,
+            day_max=max([d["tokens"] for d in per_day] or [1]) or 1,
+            cost_max=max([d["cost_usd"] or 0 for d in per_day] or [1]) or 1,
+            model_max=max([m["tokens"] for m in per_model] or [1]) or 1,
+        )

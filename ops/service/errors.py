@@ -8,6 +8,7 @@ refused op (``unknown-op``, ``invalid-data``, ``invalid-field``, ``invalid-role`
 ``not-found``, ``method-not-allowed``, ``spool-full``, ``spool-unavailable``,
 ``store-unavailable``, ``internal``. Details never carry a filesystem path or a token.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -18,35 +19,66 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-_STATUS_REASONS = {400: "bad-request", 401: "unauthorized", 403: "forbidden", 404: "not-found",
-                   405: "method-not-allowed", 413: "body-too-large", 422: "invalid-request"}
+_STATUS_REASONS = {
+    400: "bad-request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not-found",
+    405: "method-not-allowed",
+    413: "body-too-large",
+    422: "invalid-request",
+}
 
 
 class ApiError(Exception):
     """Raise from a route to answer ``status`` with the shaped error body."""
 
-    def __init__(self, status: int, reason: str, detail: str, headers: dict[str, str] | None = None,
-                 extra: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        status: int,
+        reason: str,
+        detail: str,
+        headers: dict[str, str] | None = None,
+        extra: dict[str, Any] | None = None,
+    ):
         super().__init__(f"{reason}: {detail}")
         self.status, self.reason, self.detail = status, reason, detail
         self.headers, self.extra = headers, extra or {}
 
 
-def error_response(status: int, reason: str, detail: str, headers: dict[str, str] | None = None,
-                   request: Request | None = None, **extra: Any) -> Response:
+def error_response(
+    status: int,
+    reason: str,
+    detail: str,
+    headers: dict[str, str] | None = None,
+    request: Request | None = None,
+    **extra: Any,
+) -> Response:
     """The shaped error body as a response (an HTML page for a browser on a dashboard page)."""
     if request is not None and _wants_page(request):
         return request.app.state.html_error(request, status, reason, detail)
-    return JSONResponse({"error": {"status": status, "reason": reason, "detail": detail, **extra}},
-                        status_code=status, headers=headers)
+    return JSONResponse(
+        {"error": {"status": status, "reason": reason, "detail": detail, **extra}},
+        status_code=status,
+        headers=headers,
+    )
 
 
 #: OpenAPI schema of the error body (documented on every route).
 ERROR_SCHEMA = {
-    "type": "object", "required": ["error"],
-    "properties": {"error": {"type": "object", "required": ["status", "reason", "detail"],
-                             "properties": {"status": {"type": "integer"}, "reason": {"type": "string"},
-                                            "detail": {"type": "string"}}}},
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["status", "reason", "detail"],
+            "properties": {
+                "status": {"type": "integer"},
+                "reason": {"type": "string"},
+                "detail": {"type": "string"},
+            },
+        }
+    },
 }
 
 
@@ -60,7 +92,9 @@ def install(app: FastAPI, log: Any) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         reason = _STATUS_REASONS.get(exc.status_code, "error")
-        return error_response(exc.status_code, reason, str(exc.detail), getattr(exc, "headers", None), request)
+        return error_response(
+            exc.status_code, reason, str(exc.detail), getattr(exc, "headers", None), request
+        )
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -74,23 +108,37 @@ def install(app: FastAPI, log: Any) -> None:
             reason = "invalid-request"
         where = ".".join(str(p) for p in first.get("loc", ()))
         loc = list(first.get("loc", ()))
-        extra = {"op_index": loc[loc.index("ops") + 1]} if "ops" in loc[:-1] and isinstance(
-            loc[loc.index("ops") + 1], int) else {}
-        return error_response(422, reason, f"{where}: {first.get('msg', 'invalid request')}".strip(": "),
-                              None, request, **extra)
+        extra = (
+            {"op_index": loc[loc.index("ops") + 1]}
+            if "ops" in loc[:-1] and isinstance(loc[loc.index("ops") + 1], int)
+            else {}
+        )
+        return error_response(
+            422,
+            reason,
+            f"{where}: {first.get('msg', 'invalid request')}".strip(": "),
+            None,
+            request,
+            **extra,
+        )
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         # Logged by type and route only: an exception message may carry a path or a token.
         log.error("http.unexpected", error_type=type(exc).__name__, route=_route(request))
-        return error_response(500, "internal", f"unexpected {type(exc).__name__}; see the service log",
-                              None, request)
+        return error_response(
+            500, "internal", f"unexpected {type(exc).__name__}; see the service log", None, request
+        )
 
 
 def _wants_page(request: Request) -> bool:
     path = request.url.path
-    return (getattr(request.app.state, "html_error", None) is not None and "text/html" in request.headers.get("accept", "")
-            and not path.startswith("/api/") and path not in ("/metrics", "/openapi.json", "/healthz"))
+    return (
+        getattr(request.app.state, "html_error", None) is not None
+        and "text/html" in request.headers.get("accept", "")
+        and not path.startswith("/api/")
+        and path not in ("/metrics", "/openapi.json", "/healthz")
+    )
 
 
 def _route(request: Request) -> str:
@@ -140,8 +188,16 @@ class BodyLimit:
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
         # The same body and rendering as every other error (error_response's JSONResponse).
-        response = JSONResponse({"error": {"status": 413, "reason": "body-too-large",
-                                           "detail": f"request body over {self.max_bytes} bytes; "
-                                                     "split the batch into smaller requests"}},
-                                status_code=413, headers={"connection": "close"})
+        response = JSONResponse(
+            {
+                "error": {
+                    "status": 413,
+                    "reason": "body-too-large",
+                    "detail": f"request body over {self.max_bytes} bytes; "
+                    "split the batch into smaller requests",
+                }
+            },
+            status_code=413,
+            headers={"connection": "close"},
+        )
         await response(scope, receive, send)

@@ -4,13 +4,19 @@ A custom collector reads them at scrape time (nothing is cached or counted here)
 numbers are exactly those of ``quill status --json`` under ``"metrics"``. Metric names carry
 their unit (``_bytes``, ``_seconds``, ``_total``).
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client.core import (CollectorRegistry, CounterMetricFamily, GaugeMetricFamily,
-                                    HistogramMetricFamily, Metric)
+from prometheus_client.core import (
+    CollectorRegistry,
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.exposition import generate_latest
 
 from quill.ops.status import health
@@ -24,33 +30,47 @@ class _Collector:
 
     def collect(self) -> Iterator[Metric]:
         m = health.collect(self.cfg)["metrics"]
-        gauges = (("spool_pending_bytes", "spool bytes not yet applied by the writer"),
-                  ("spool_lag_seconds", "age of the oldest unapplied spool record"),
-                  ("quarantined_records", "records in spool/quarantine"),
-                  ("fts_pending_rows", "message rows not yet in the search index"),
-                  ("writer_halted", "1 while the writer is halted (see quill status for the command to run)"),
-                  ("jobs_overdue", "schedules whose next run passed over two minutes ago (no scheduler fired them)"),
-                  ("disk_free_bytes", "free bytes on the data dir's filesystem"))
+        gauges = (
+            ("spool_pending_bytes", "spool bytes not yet applied by the writer"),
+            ("spool_lag_seconds", "age of the oldest unapplied spool record"),
+            ("quarantined_records", "records in spool/quarantine"),
+            ("fts_pending_rows", "message rows not yet in the search index"),
+            (
+                "writer_halted",
+                "1 while the writer is halted (see quill status for the command to run)",
+            ),
+            (
+                "jobs_overdue",
+                "schedules whose next run passed over two minutes ago (no scheduler fired them)",
+            ),
+            ("disk_free_bytes", "free bytes on the data dir's filesystem"),
+        )
         for name, doc in gauges:
             yield GaugeMetricFamily(f"quill_{name}", doc, value=m[name])
-        for name, doc in (("ops_applied", "spool ops applied by the running writer"),
-                          ("ops_duplicate", "spool ops skipped as already applied (batch id seen)"),
-                          ("ops_rejected", "spool ops quarantined by the running writer"),
-                          ("rows_applied", "message rows written by the running writer")):
+        for name, doc in (
+            ("ops_applied", "spool ops applied by the running writer"),
+            ("ops_duplicate", "spool ops skipped as already applied (batch id seen)"),
+            ("ops_rejected", "spool ops quarantined by the running writer"),
+            ("rows_applied", "message rows written by the running writer"),
+        ):
             yield CounterMetricFamily(f"quill_{name}", doc, value=m[f"{name}_total"])
         hist = m["chunk_commit_seconds"]
         yield HistogramMetricFamily(
-            "quill_chunk_commit_seconds", "seconds to apply and commit one drain chunk",
+            "quill_chunk_commit_seconds",
+            "seconds to apply and commit one drain chunk",
             buckets=[*[(b, c) for b, c in hist["buckets"].items()], ("+Inf", hist["count"])],
-            sum_value=hist["sum"])
-        restarts = CounterMetricFamily("quill_worker_restarts", "fleet child exits followed by a restart",
-                                       labels=["role"])
+            sum_value=hist["sum"],
+        )
+        restarts = CounterMetricFamily(
+            "quill_worker_restarts", "fleet child exits followed by a restart", labels=["role"]
+        )
         for role, n in m["worker_restarts"].items():
             restarts.add_metric([role], n)
         yield restarts
         runs = CounterMetricFamily("quill_job_runs", "recorded job runs", labels=["job", "outcome"])
-        took = CounterMetricFamily("quill_job_run_seconds", "total seconds of recorded job runs",
-                                   labels=["job", "outcome"])
+        took = CounterMetricFamily(
+            "quill_job_run_seconds", "total seconds of recorded job runs", labels=["job", "outcome"]
+        )
         for row in m["job_runs"]:
             labels = [row["job"], row["outcome"] or "running"]
             runs.add_metric(labels, row["runs"])

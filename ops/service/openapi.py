@@ -2,6 +2,7 @@
 
 The checked-in ``docs/openapi.json`` must equal what ``/openapi.json`` serves (a test compares them).
 """
+
 from __future__ import annotations
 
 import json
@@ -9,7 +10,6 @@ import tempfile
 
 from quill import home as data_dir
 from quill.ops import logs
-
 from quill.ops.service.app import create_app
 
 

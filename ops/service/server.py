@@ -3,6 +3,7 @@
 uvicorn's own access log is off (it prints raw paths and queries); the app logs each request
 itself (``app._AccessLog``). ``listen`` is ``HOST:PORT`` (``[::1]:8765`` for IPv6).
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -52,15 +53,29 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve(cfg: Any, log: Any, listen: str, *, anonymous: str | None = None, on_started: Any = None,
-          sock: socket.socket | None = None) -> None:
+def serve(
+    cfg: Any,
+    log: Any,
+    listen: str,
+    *,
+    anonymous: str | None = None,
+    on_started: Any = None,
+    sock: socket.socket | None = None,
+) -> None:
     """Serve until SIGINT/SIGTERM, on ``sock`` when given (``bind``), else on ``listen``.
     Raises ``ListenError`` for a bad ``listen`` and ``OSError`` when it cannot be bound."""
     host, port = parse_listen(listen)
     sock = sock or bind(host, port)
     app = create_app(cfg, log, anonymous=anonymous)
-    config = uvicorn.Config(app, host=host, port=port, access_log=False, log_config=None,
-                            server_header=False, timeout_graceful_shutdown=5)
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        access_log=False,
+        log_config=None,
+        server_header=False,
+        timeout_graceful_shutdown=5,
+    )
     server = uvicorn.Server(config)
     if on_started is not None:
         app.router.on_startup.append(lambda: on_started(host, port))

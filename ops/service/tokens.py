@@ -9,6 +9,7 @@ Scopes: ``read`` (views, search, status, metrics), ``write`` (appends), ``admin`
 implies read and write). This module is the only owner of ``tokens.db``; the server opens it
 read-only per check, so ``quill token revoke`` takes effect on the next request.
 """
+
 from __future__ import annotations
 
 import base64
@@ -80,20 +81,37 @@ class TokenStore:
         token already has (names are how operators tell tokens apart in ``token list``)."""
         bad = sorted(set(scopes) - set(SCOPES))
         if bad or not scopes:
-            raise TokenError(f"scopes must be some of {', '.join(SCOPES)} (got {', '.join(bad) or 'none'})")
+            raise TokenError(
+                f"scopes must be some of {', '.join(SCOPES)} (got {', '.join(bad) or 'none'})"
+            )
         token_id = secrets.token_hex(4)
-        secret = base64.urlsafe_b64encode(secrets.token_bytes(32)).decode().rstrip("=").replace("_", "-")
-        row = {"id": token_id, "name": name, "scopes": sorted(set(scopes)), "created_at": time.time(),
-               "revoked_at": None}
+        secret = (
+            base64.urlsafe_b64encode(secrets.token_bytes(32)).decode().rstrip("=").replace("_", "-")
+        )
+        row = {
+            "id": token_id,
+            "name": name,
+            "scopes": sorted(set(scopes)),
+            "created_at": time.time(),
+            "revoked_at": None,
+        }
         conn = self._open(write=True)
         try:
-            with conn:  # one transaction: the name check and the insert (two creates race otherwise)
-                taken = conn.execute("SELECT id FROM tokens WHERE name = ? AND revoked_at IS NULL", (name,)).fetchone()
+            with (
+                conn
+            ):  # one transaction: the name check and the insert (two creates race otherwise)
+                taken = conn.execute(
+                    "SELECT id FROM tokens WHERE name = ? AND revoked_at IS NULL", (name,)
+                ).fetchone()
                 if taken:
-                    raise TokenError(f"token {taken[0]} is already named {name!r}; pick another name or revoke it "
-                                     f"first (`quill token revoke {taken[0]}`)")
-                conn.execute("INSERT INTO tokens VALUES (?, ?, ?, ?, ?, NULL)",
-                             (token_id, name, " ".join(row["scopes"]), _digest(secret), row["created_at"]))
+                    raise TokenError(
+                        f"token {taken[0]} is already named {name!r}; pick another name or revoke it "
+                        f"first (`quill token revoke {taken[0]}`)"
+                    )
+                conn.execute(
+                    "INSERT INTO tokens VALUES (?, ?, ?, ?, ?, NULL)",
+                    (token_id, name, " ".join(row["scopes"]), _digest(secret), row["created_at"]),
+                )
         finally:
             conn.close()
         return f"{_PREFIX}{token_id}_{secret}", row
@@ -104,19 +122,30 @@ class TokenStore:
             return []
         conn = self._open(write=False)
         try:
-            rows = conn.execute("SELECT id, name, scopes, created_at, revoked_at FROM tokens "
-                                "ORDER BY created_at").fetchall()
+            rows = conn.execute(
+                "SELECT id, name, scopes, created_at, revoked_at FROM tokens ORDER BY created_at"
+            ).fetchall()
         finally:
             conn.close()
-        return [{"id": r[0], "name": r[1], "scopes": r[2].split(), "created_at": r[3], "revoked_at": r[4]}
-                for r in rows]
+        return [
+            {
+                "id": r[0],
+                "name": r[1],
+                "scopes": r[2].split(),
+                "created_at": r[3],
+                "revoked_at": r[4],
+            }
+            for r in rows
+        ]
 
     def revoke(self, token_id: str) -> None:
         """Revoke a token by id (idempotent). Raises ``TokenError`` for an unknown id."""
         conn = self._open(write=True)
         try:
-            conn.execute("UPDATE tokens SET revoked_at = coalesce(revoked_at, ?) WHERE id = ?",
-                         (time.time(), token_id))
+            conn.execute(
+                "UPDATE tokens SET revoked_at = coalesce(revoked_at, ?) WHERE id = ?",
+                (time.time(), token_id),
+            )
             if conn.changes() == 0:
                 raise TokenError(f"no token with id {token_id!r}; see `quill token list`")
         finally:
@@ -126,13 +155,14 @@ class TokenStore:
         """The principal for a presented token, or None if it is malformed, unknown or revoked."""
         if not token.startswith(_PREFIX) or not self.path.exists():
             return None
-        token_id, sep, secret = token[len(_PREFIX):].partition("_")
+        token_id, sep, secret = token[len(_PREFIX) :].partition("_")
         if not sep or not secret:
             return None
         conn = self._open(write=False)
         try:
-            row = conn.execute("SELECT scopes, digest FROM tokens WHERE id = ? AND revoked_at IS NULL",
-                               (token_id,)).fetchone()
+            row = conn.execute(
+                "SELECT scopes, digest FROM tokens WHERE id = ? AND revoked_at IS NULL", (token_id,)
+            ).fetchone()
         finally:
             conn.close()
         if row is None or not hmac.compare_digest(row[1], _digest(secret)):

@@ -1,4 +1,5 @@
 """Read helpers shared by the JSON API and the dashboard, so both show the same thing."""
+
 from __future__ import annotations
 
 import time
@@ -6,13 +7,12 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from quill.jobs import catalog
+from quill.ops.client.stores import open_reader
+from quill.ops.service.errors import ApiError
+from quill.ops.status import health
 from quill.store.errors import StoreError
 from quill.store.read.reader import Reader
 from quill.workers.scheduler import describe, edit_schedules
-
-from quill.ops.status import health
-from quill.ops.client.stores import open_reader
-from quill.ops.service.errors import ApiError
 
 T = TypeVar("T")
 
@@ -22,7 +22,9 @@ def guard(read: Callable[[], T]) -> T:
     try:
         return read()
     except StoreError as exc:
-        raise ApiError(503, "store-unavailable", f"the store cannot answer ({type(exc).__name__})") from None
+        raise ApiError(
+            503, "store-unavailable", f"the store cannot answer ({type(exc).__name__})"
+        ) from None
     except ValueError as exc:
         raise ApiError(422, "invalid-request", str(exc)) from None
 
@@ -61,10 +63,18 @@ def jobs(cfg: Any) -> list[dict[str, Any]]:
         scheds = by_job.get(spec.name, [])
         next_runs = [health.epoch(s["next_run"]) for s in scheds if s.get("next_run")]
         due = min(next_runs) if next_runs else None
-        rows.append({"name": spec.name, "runs_on": "writer" if spec.kind == "store" else "job worker",
-                     "description": spec.description,
-                     "schedules": [{"id": s["id"], "trigger": s["trigger"], "next_run": s.get("next_run")}
-                                   for s in scheds],
-                     "next_run": due, "overdue": due is not None and due < now - health.OVERDUE_AFTER_S,
-                     "last_run": last.get(spec.name)})
+        rows.append(
+            {
+                "name": spec.name,
+                "runs_on": "writer" if spec.kind == "store" else "job worker",
+                "description": spec.description,
+                "schedules": [
+                    {"id": s["id"], "trigger": s["trigger"], "next_run": s.get("next_run")}
+                    for s in scheds
+                ],
+                "next_run": due,
+                "overdue": due is not None and due < now - health.OVERDUE_AFTER_S,
+                "last_run": last.get(spec.name),
+            }
+        )
     return rows

@@ -4,6 +4,7 @@ Each check is ``{"check", "status": ok|warn|fail, "detail"}``; any ``fail`` make
 exit 1. The SQLite floor is 3.51.3: earlier versions carry the WAL-reset corruption bug
 (docs/architecture.md, "The store").
 """
+
 from __future__ import annotations
 
 import os
@@ -16,17 +17,16 @@ from typing import Any
 import apsw
 
 from quill.home import RunDir, Settings, WriterStatus
+from quill.ops.client.stores import open_reader, where
+from quill.ops.purge.procedure import interrupted as interrupted_purge
+from quill.ops.status import health
 from quill.spool import Position, Quarantine
 from quill.spool.reader import lag_seconds, stats
-from quill.spool.torn import TORN_SUMMARY
 from quill.spool.segments import stray_segments
-from quill.store.sqlite.connection import MIN_SQLITE, shm_problem
+from quill.spool.torn import TORN_SUMMARY
 from quill.store.errors import StoreError
-
-from quill.ops.status import health
-from quill.ops.purge.procedure import interrupted as interrupted_purge
-from quill.ops.client.stores import open_reader, where
 from quill.store.factory import capabilities
+from quill.store.sqlite.connection import MIN_SQLITE, shm_problem
 
 FREE_WARN_BYTES = 1 << 30
 
@@ -36,23 +36,45 @@ def _version(text: str) -> tuple[int, ...]:
 
 
 def _check(name: str, ok: bool, detail: str, *, warn_only: bool = False) -> dict[str, Any]:
-    return {"check": name, "status": "ok" if ok else ("warn" if warn_only else "fail"), "detail": detail}
+    return {
+        "check": name,
+        "status": "ok" if ok else ("warn" if warn_only else "fail"),
+        "detail": detail,
+    }
 
 
 def run_checks(cfg: Settings) -> list[dict[str, Any]]:
     """All doctor checks for the data dir of ``cfg``."""
     out = []
     lib = apsw.sqlite_lib_version()
-    out.append(_check("sqlite (store)", _version(lib) >= MIN_SQLITE,
-                      f"apsw's SQLite {lib}; need ≥ {'.'.join(map(str, MIN_SQLITE))} (WAL-reset bug fix)"))
-    out.append(_check("sqlite (queue)", True,
-                      f"system SQLite {sqlite3.sqlite_version} for huey; queue.db uses journal_mode=TRUNCATE, not WAL"))
+    out.append(
+        _check(
+            "sqlite (store)",
+            _version(lib) >= MIN_SQLITE,
+            f"apsw's SQLite {lib}; need ≥ {'.'.join(map(str, MIN_SQLITE))} (WAL-reset bug fix)",
+        )
+    )
+    out.append(
+        _check(
+            "sqlite (queue)",
+            True,
+            f"system SQLite {sqlite3.sqlite_version} for huey; queue.db uses journal_mode=TRUNCATE, not WAL",
+        )
+    )
     if not capabilities(cfg).local_file:
         figures = _pg_checks(cfg, out)
         return out + _common_checks(cfg, figures)
     shm = shm_problem(cfg.state_db)
-    out.append(_check("shared memory", shm is None, shm + " — stop Quill, then delete it (SQLite rebuilds it "
-                      "from the WAL) or restore its owner and mode 600" if shm else "state.db-shm usable or absent"))
+    out.append(
+        _check(
+            "shared memory",
+            shm is None,
+            shm + " — stop Quill, then delete it (SQLite rebuilds it "
+            "from the WAL) or restore its owner and mode 600"
+            if shm
+            else "state.db-shm usable or absent",
+        )
+    )
     if shm:
         figures = None  # SQLite would read the store through it as if it were empty: don't
     elif cfg.state_db.exists():
@@ -61,19 +83,49 @@ def run_checks(cfg: Settings) -> list[dict[str, Any]]:
                 mode = r.conn.execute("PRAGMA journal_mode").fetchone()[0]
                 figures = r.figures()
                 overdue = health.overdue_jobs(cfg, r.conn)
-            out.append(_check("overdue jobs", not overdue, "; ".join(f"{o['job']}: {o['reason']}" for o in overdue)
-                              or "every scheduled job ran within twice its period", warn_only=True))
-            out.append(_check("journal mode", mode == "wal", f"state.db journal_mode={mode}" + (
-                "" if mode == "wal" else "; the writer puts it back into WAL at its next start and logs "
-                                         "writer.journal_mode_corrected"), warn_only=True))
-            out.append(_check("store", True, f"{figures['sessions']} sessions, {figures['messages']} messages, "
-                                              f"cursor {figures['cursor']}"))
+            out.append(
+                _check(
+                    "overdue jobs",
+                    not overdue,
+                    "; ".join(f"{o['job']}: {o['reason']}" for o in overdue)
+                    or "every scheduled job ran within twice its period",
+                    warn_only=True,
+                )
+            )
+            out.append(
+                _check(
+                    "journal mode",
+                    mode == "wal",
+                    f"state.db journal_mode={mode}"
+                    + (
+                        ""
+                        if mode == "wal"
+                        else "; the writer puts it back into WAL at its next start and logs "
+                        "writer.journal_mode_corrected"
+                    ),
+                    warn_only=True,
+                )
+            )
+            out.append(
+                _check(
+                    "store",
+                    True,
+                    f"{figures['sessions']} sessions, {figures['messages']} messages, "
+                    f"cursor {figures['cursor']}",
+                )
+            )
         except (StoreError, apsw.Error) as exc:
             out.append(_check("store", False, f"cannot read state.db: {type(exc).__name__}: {exc}"))
             figures = None
         w = health.wal_state(cfg, WriterStatus.from_json(RunDir(cfg.home).live("writer")))
-        out.append(_check("WAL size", not w["high"] and not w["blocked_by_reader_since"], health.describe_wal(w),
-                          warn_only=True))
+        out.append(
+            _check(
+                "WAL size",
+                not w["high"] and not w["blocked_by_reader_since"],
+                health.describe_wal(w),
+                warn_only=True,
+            )
+        )
     else:
         figures = None
         out.append(_check("store", True, "state.db not created yet (the writer creates it)"))
@@ -90,23 +142,59 @@ def _pg_checks(cfg: Settings, out: list[dict[str, Any]]) -> dict[str, Any] | Non
             pg = r.server_figures(time.time())
             overdue = health.overdue_jobs(cfg, r.conn)
     except StoreError as exc:
-        out.append(_check("store (postgresql)", False,
-                          f"cannot read {where(cfg)}: {type(exc).__name__}: {exc}"))
+        out.append(
+            _check(
+                "store (postgresql)",
+                False,
+                f"cannot read {where(cfg)}: {type(exc).__name__}: {exc}",
+            )
+        )
         return None
-    out.append(_check("store (postgresql)", True,
-                      f"PostgreSQL {pg['server_version']} at {pg['url']}: {figures['sessions']} sessions, "
-                      f"{figures['messages']} messages, store {pg['size_bytes']} bytes, database "
-                      f"{pg['database_bytes']} bytes; this host's cursor {figures['cursor']}"))
-    out.append(_check("cursors", True, "; ".join(f"{sp['spool_id']} at {sp['cursor']}, last commit {sp['age_s']} s ago"
-                                                 for sp in pg["spools"]) or "no spool applied yet"))
+    out.append(
+        _check(
+            "store (postgresql)",
+            True,
+            f"PostgreSQL {pg['server_version']} at {pg['url']}: {figures['sessions']} sessions, "
+            f"{figures['messages']} messages, store {pg['size_bytes']} bytes, database "
+            f"{pg['database_bytes']} bytes; this host's cursor {figures['cursor']}",
+        )
+    )
+    out.append(
+        _check(
+            "cursors",
+            True,
+            "; ".join(
+                f"{sp['spool_id']} at {sp['cursor']}, last commit {sp['age_s']} s ago"
+                for sp in pg["spools"]
+            )
+            or "no spool applied yet",
+        )
+    )
     a = pg["amcheck"]
     if a is None:
-        out.append(_check("amcheck", False, "pg_integrity_check has never run on this store", warn_only=True))
+        out.append(
+            _check(
+                "amcheck", False, "pg_integrity_check has never run on this store", warn_only=True
+            )
+        )
     else:
         detail = f"last pg_integrity_check {a['outcome']} at {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(a['at']))}"
-        out.append(_check("amcheck", a["outcome"] in ("ok", "running"), detail + (f": {a['error']}" if a.get("error") else "")))
-    out.append(_check("overdue jobs", not overdue, "; ".join(f"{o['job']}: {o['reason']}" for o in overdue)
-                      or "every scheduled job ran within twice its period", warn_only=True))
+        out.append(
+            _check(
+                "amcheck",
+                a["outcome"] in ("ok", "running"),
+                detail + (f": {a['error']}" if a.get("error") else ""),
+            )
+        )
+    out.append(
+        _check(
+            "overdue jobs",
+            not overdue,
+            "; ".join(f"{o['job']}: {o['reason']}" for o in overdue)
+            or "every scheduled job ran within twice its period",
+            warn_only=True,
+        )
+    )
     return figures
 
 
@@ -115,40 +203,92 @@ def _common_checks(cfg: Settings, figures: dict[str, Any] | None) -> list[dict[s
     spool lag (from this host's cursor in ``figures``), stray segments, quarantine."""
     out: list[dict[str, Any]] = []
     loose = []
-    for path in [cfg.home, cfg.spool_dir, cfg.run_dir, *cfg.home.glob("*.db"), *cfg.home.glob("*.db-*")]:
+    for path in [
+        cfg.home,
+        cfg.spool_dir,
+        cfg.run_dir,
+        *cfg.home.glob("*.db"),
+        *cfg.home.glob("*.db-*"),
+    ]:
         if path.exists() and stat.S_IMODE(os.stat(path).st_mode) & 0o077:
             loose.append(f"{path.name}={oct(stat.S_IMODE(os.stat(path).st_mode))}")
-    out.append(_check("file modes", not loose, "owner-only" if not loose else "group/other access: " + ", ".join(loose)))
+    out.append(
+        _check(
+            "file modes",
+            not loose,
+            "owner-only" if not loose else "group/other access: " + ", ".join(loose),
+        )
+    )
     rd = RunDir(cfg.home)
     for role in ("fleet", "writer", "scheduler"):
         holder = rd.lease_holder(role)
-        out.append(_check(f"{role} lease", True, f"held by pid {holder['pid']}" if holder else "free"))
+        out.append(
+            _check(f"{role} lease", True, f"held by pid {holder['pid']}" if holder else "free")
+        )
     writer = WriterStatus.from_json(rd.live("writer"))
     halt = rd.halt(cfg.state_db) or (writer.halt if writer.halted else None)
-    out.append(_check("halt", not halt, "not halted" if not halt else
-                      f"HALTED: {halt.cause}: {halt.detail} — run `{halt.next}`"))
+    out.append(
+        _check(
+            "halt",
+            not halt,
+            "not halted"
+            if not halt
+            else f"HALTED: {halt.cause}: {halt.detail} — run `{halt.next}`",
+        )
+    )
     free = shutil.disk_usage(next(p for p in (cfg.home, *cfg.home.parents) if p.exists())).free
     out.append(_check("free space", free > FREE_WARN_BYTES, f"{free} bytes free", warn_only=True))
     cursor = Position.parse(figures["cursor"]) if figures and figures.get("cursor") else None
     sp = stats(cfg.spool_dir, cursor) if cfg.spool_dir.exists() else {"pending_bytes": 0}
     lag = lag_seconds(cfg.spool_dir, cursor, time.time()) if cfg.spool_dir.exists() else 0.0
-    out.append(_check("spool lag", lag < 60, f"{sp['pending_bytes']} bytes pending, oldest {lag:.1f} s", warn_only=True))
+    out.append(
+        _check(
+            "spool lag",
+            lag < 60,
+            f"{sp['pending_bytes']} bytes pending, oldest {lag:.1f} s",
+            warn_only=True,
+        )
+    )
     stray = stray_segments(cfg.home, cfg.spool_dir) if cfg.home.exists() else []
-    out.append(_check("stray segments", not stray, "none: every segment is in the spool the writer drains" if not stray
-                      else f"{len(stray)} segment file(s) outside {cfg.spool_dir} hold acknowledged records the writer "
-                           f"never reads: {', '.join(str(p) for p in stray[:5])}; `quill spool adopt PATH` "
-                           "appends their records to the spool (batch ids kept, so nothing is applied twice)"))
+    out.append(
+        _check(
+            "stray segments",
+            not stray,
+            "none: every segment is in the spool the writer drains"
+            if not stray
+            else f"{len(stray)} segment file(s) outside {cfg.spool_dir} hold acknowledged records the writer "
+            f"never reads: {', '.join(str(p) for p in stray[:5])}; `quill spool adopt PATH` "
+            "appends their records to the spool (batch ids kept, so nothing is applied twice)",
+        )
+    )
     local = capabilities(cfg).local_file
     unfinished = interrupted_purge(cfg.spool_dir, cfg.state_db if local else None)
-    why = ("spool/.purge-plan.json left, no purge running" if unfinished and unfinished["cause"] == "plan-file"
-           else "an applied `sessions.delete --purge` whose records are still in the spool, no purge running")
-    out.append(_check("purge", not unfinished, "no interrupted purge" if not unfinished else
-                      f"a purge of {', '.join(unfinished['sessions']) or '?'} was interrupted ({why}): their "
-                      "content may still be in the spool, snapshots and the live store; "
-                      f"run `{unfinished['next']}` to finish it"))
+    why = (
+        "spool/.purge-plan.json left, no purge running"
+        if unfinished and unfinished["cause"] == "plan-file"
+        else "an applied `sessions.delete --purge` whose records are still in the spool, no purge running"
+    )
+    out.append(
+        _check(
+            "purge",
+            not unfinished,
+            "no interrupted purge"
+            if not unfinished
+            else f"a purge of {', '.join(unfinished['sessions']) or '?'} was interrupted ({why}): their "
+            "content may still be in the spool, snapshots and the live store; "
+            f"run `{unfinished['next']}` to finish it",
+        )
+    )
     quarantine = Quarantine(cfg.spool_dir)
     torn = quarantine.torn_count()
     q = quarantine.count() - torn
-    out.append(_check("quarantine", q == 0, f"{q} record(s) in {cfg.spool_dir / 'quarantine'}"
-                      + (f"; besides, {torn} {TORN_SUMMARY}" if torn else ""), warn_only=True))
+    out.append(
+        _check(
+            "quarantine",
+            q == 0,
+            f"{q} record(s) in {cfg.spool_dir / 'quarantine'}"
+            + (f"; besides, {torn} {TORN_SUMMARY}" if torn else ""),
+            warn_only=True,
+        )
+    )
     return out

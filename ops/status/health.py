@@ -6,6 +6,7 @@ live process's files count), overdue scheduled jobs, the WAL against the store, 
 ``collect(cfg)`` returns the status document (``quill status --json``); its ``"metrics"`` key
 holds the figures ``quill.ops.service.metrics`` exports, under the same names.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -17,16 +18,16 @@ import apsw
 
 from quill.home import RunDir, WriterStatus
 from quill.jobs.schedule import read_schedules
+from quill.ops.client.stores import open_reader
+from quill.ops.purge.procedure import interrupted as interrupted_purge
 from quill.spool import Position, Quarantine
-from quill.spool.reader import lag_seconds, stats as spool_stats
-from quill.store.sqlite.connection import shm_problem
+from quill.spool.reader import lag_seconds
+from quill.spool.reader import stats as spool_stats
 from quill.store.errors import CantOpenError, SharedMemoryError, StoreError
+from quill.store.factory import capabilities
+from quill.store.sqlite.connection import shm_problem
 from quill.workers import FIRE_REF
 from quill.workers.status import COMMIT_BUCKETS_S
-
-from quill.ops.purge.procedure import interrupted as interrupted_purge
-from quill.ops.client.stores import open_reader
-from quill.store.factory import capabilities
 
 #: Below this many free bytes producers and the writer are about to stall (a spool segment
 #: rotation plus a chunk's WAL growth need a few MiB; 64 MiB leaves margin).
@@ -44,7 +45,10 @@ def fleet_state(cfg: Any) -> dict[str, Any]:
     run, and how the previous run ended."""
     rd = RunDir(cfg.home)
     holder = rd.lease_holder("fleet")
-    out: dict[str, Any] = {"running": holder is not None, "supervisor_pid": holder["pid"] if holder else None}
+    out: dict[str, Any] = {
+        "running": holder is not None,
+        "supervisor_pid": holder["pid"] if holder else None,
+    }
     for role in ROLES:
         st = rd.last(role)
         if st is not None or role != "http":
@@ -60,9 +64,15 @@ def fleet_state(cfg: Any) -> dict[str, Any]:
     out["crash_loop"] = out["crash_loops"][0] if out["crash_loops"] else None
     out["children"] = sup.get("children") if current else None
     out["restarts"] = sup.get("restarts", {}) if current else {}
-    out["last_run"] = ({"exit_code": sup.get("exit_code"), "ended_at": sup.get("updated_at"),
-                        "crash_loops": sup.get("crash_loops") or []}
-                       if sup and not current and sup.get("state") == "stopped" else None)
+    out["last_run"] = (
+        {
+            "exit_code": sup.get("exit_code"),
+            "ended_at": sup.get("updated_at"),
+            "crash_loops": sup.get("crash_loops") or [],
+        }
+        if sup and not current and sup.get("state") == "stopped"
+        else None
+    )
     return out
 
 
@@ -89,18 +99,30 @@ def collect(cfg: Any) -> dict[str, Any]:
     except CantOpenError:
         data["store"], data["jobs"], data["overdue"] = None, [], overdue_jobs(cfg, None)
     except StoreError as exc:
-        data["store"], data["jobs"], data["overdue"] = {"error": f"{type(exc).__name__}: {exc}"}, [], []
+        data["store"], data["jobs"], data["overdue"] = (
+            {"error": f"{type(exc).__name__}: {exc}"},
+            [],
+            [],
+        )
     writer = WriterStatus.from_json(data["fleet"]["writer"])
     data["wal"] = wal_state(cfg, writer if writer.alive else None)
     store = data["store"] or {}
     cursor = Position.parse(store["cursor"]) if store.get("cursor") else None
     q = Quarantine(cfg.spool_dir)
     # torn_writes: entries that are a producer's unacknowledged partial write, not damage.
-    data["spool"] = {**spool_stats(cfg.spool_dir, cursor), "quarantined": q.count(), "torn_writes": q.torn_count()}
-    data["spool"]["interrupted_purge"] = interrupted_purge(cfg.spool_dir,
-                                                           cfg.state_db if local else None)
-    data["spool"]["lag_s"] = (round(lag_seconds(cfg.spool_dir, cursor, time.time()), 1)
-                              if data["spool"]["pending_bytes"] else 0.0)
+    data["spool"] = {
+        **spool_stats(cfg.spool_dir, cursor),
+        "quarantined": q.count(),
+        "torn_writes": q.torn_count(),
+    }
+    data["spool"]["interrupted_purge"] = interrupted_purge(
+        cfg.spool_dir, cfg.state_db if local else None
+    )
+    data["spool"]["lag_s"] = (
+        round(lag_seconds(cfg.spool_dir, cursor, time.time()), 1)
+        if data["spool"]["pending_bytes"]
+        else 0.0
+    )
     # Read, never written: on a full disk no process can publish its status, so free space is
     # measured here.
     existing = next(p for p in (cfg.home, *cfg.home.parents) if p.exists())
@@ -125,13 +147,23 @@ def _metrics(data: dict[str, Any], job_totals: list[dict[str, Any]]) -> dict[str
         "ops_duplicate_total": writer.duplicates,
         "ops_rejected_total": writer.rejected,
         "rows_applied_total": writer.rows,
-        "chunk_commit_seconds": {"buckets": dict(zip([str(b) for b in COMMIT_BUCKETS_S],
-                                                     commit.get("counts", [0] * len(COMMIT_BUCKETS_S)))),
-                                 "count": commit.get("count", 0), "sum": commit.get("sum", 0.0)},
+        "chunk_commit_seconds": {
+            "buckets": dict(
+                zip(
+                    [str(b) for b in COMMIT_BUCKETS_S],
+                    commit.get("counts", [0] * len(COMMIT_BUCKETS_S)),
+                )
+            ),
+            "count": commit.get("count", 0),
+            "sum": commit.get("sum", 0.0),
+        },
         "fts_pending_rows": store.get("fts_pending", 0),
         "writer_halted": 1 if fleet.get("halt") else 0,
-        "worker_restarts": {role: fleet["restarts"].get(role, 0) for role in ROLES
-                            if role != "http" or "http" in fleet["restarts"]},
+        "worker_restarts": {
+            role: fleet["restarts"].get(role, 0)
+            for role in ROLES
+            if role != "http" or "http" in fleet["restarts"]
+        },
         "job_runs": job_totals,
         "jobs_overdue": len(data.get("overdue") or []) + len(overdue_schedules(fleet, time.time())),
         "wal_bytes": data["wal"]["bytes"],
@@ -155,7 +187,7 @@ def epoch(value: Any) -> float:
         return float(value)
     parsed = dt.datetime.fromisoformat(str(value))
     if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=dt.timezone.utc)
+        parsed = parsed.replace(tzinfo=dt.UTC)
     return parsed.timestamp()
 
 
@@ -164,7 +196,9 @@ def epoch(value: Any) -> float:
 OVERDUE_PERIODS = 2
 
 
-def overdue_jobs(cfg: Any, conn: apsw.Connection | None, now: float | None = None) -> list[dict[str, Any]]:
+def overdue_jobs(
+    cfg: Any, conn: apsw.Connection | None, now: float | None = None
+) -> list[dict[str, Any]]:
     """Scheduled (not paused) jobs that are overdue: the last ``ok`` run is older than
     ``OVERDUE_PERIODS`` × the schedule's period, or there never was one although job runs
     have been recorded for longer than that (a brand-new data dir is not overdue).
@@ -181,18 +215,36 @@ def overdue_jobs(cfg: Any, conn: apsw.Connection | None, now: float | None = Non
     last_ok: dict[str, float] = {}
     since = None
     if conn is not None:
-        last_ok = dict(conn.execute("SELECT job, max(started_at) FROM job_runs WHERE outcome = 'ok' GROUP BY job"))
+        last_ok = dict(
+            conn.execute(
+                "SELECT job, max(started_at) FROM job_runs WHERE outcome = 'ok' GROUP BY job"
+            )
+        )
         since = conn.execute("SELECT min(started_at) FROM job_runs").fetchone()[0]
     out = []
     for job, period in sorted(periods.items()):
         limit = OVERDUE_PERIODS * period
         ok = last_ok.get(job)
         if ok is not None and now - ok > limit:
-            out.append({"job": job, "period_s": period, "last_ok": ok, "late_s": round(now - ok - period),
-                        "reason": f"last success {_ago(now - ok)} ago; runs every {_ago(period)}"})
+            out.append(
+                {
+                    "job": job,
+                    "period_s": period,
+                    "last_ok": ok,
+                    "late_s": round(now - ok - period),
+                    "reason": f"last success {_ago(now - ok)} ago; runs every {_ago(period)}",
+                }
+            )
         elif ok is None and since is not None and now - since > limit:
-            out.append({"job": job, "period_s": period, "last_ok": None, "late_s": round(now - since - period),
-                        "reason": f"never succeeded in {_ago(now - since)} of recorded runs; runs every {_ago(period)}"})
+            out.append(
+                {
+                    "job": job,
+                    "period_s": period,
+                    "last_ok": None,
+                    "late_s": round(now - since - period),
+                    "reason": f"never succeeded in {_ago(now - since)} of recorded runs; runs every {_ago(period)}",
+                }
+            )
     return out
 
 
@@ -217,27 +269,39 @@ def wal_state(cfg: Any, writer: WriterStatus | None) -> dict[str, Any]:
     checkpoints have been refused by a reader holding an old snapshot since then — the
     oldest reader Quill knows of (SQLite does not name readers). ``writer``: the live
     writer's status (``WriterStatus``) or None."""
+
     def size(path: Any) -> int:
         try:
             return path.stat().st_size
         except OSError:
             return 0
+
     wal = size(cfg.state_db.with_name(cfg.state_db.name + "-wal"))
     store = size(cfg.state_db)
     limit = max(WAL_WARN_FLOOR, int(WAL_WARN_RATIO * store))
     since = writer.wal_blocked_since if writer is not None else None
-    return {"bytes": wal, "store_bytes": store, "limit_bytes": limit, "high": wal > limit,
-            "blocked_by_reader_since": since}
+    return {
+        "bytes": wal,
+        "store_bytes": store,
+        "limit_bytes": limit,
+        "high": wal > limit,
+        "blocked_by_reader_since": since,
+    }
 
 
 def describe_wal(w: dict[str, Any], now: float | None = None) -> str:
     """One line for status/doctor."""
     now = time.time() if now is None else now
     from rich.filesize import decimal
-    text = (f"{decimal(w['bytes'])} (store {decimal(w['store_bytes'])}; "
-            f"flagged when over {decimal(w['limit_bytes'])})")
+
+    text = (
+        f"{decimal(w['bytes'])} (store {decimal(w['store_bytes'])}; "
+        f"flagged when over {decimal(w['limit_bytes'])})"
+    )
     if w["blocked_by_reader_since"]:
-        text += (f"; checkpoints blocked by a reader for {_ago(now - w['blocked_by_reader_since'])}: a read "
-                 "transaction holds an old snapshot (a long `quill search`/export, a backup, an open "
-                 "sqlite3 shell) — end it and the WAL is truncated within seconds")
+        text += (
+            f"; checkpoints blocked by a reader for {_ago(now - w['blocked_by_reader_since'])}: a read "
+            "transaction holds an old snapshot (a long `quill search`/export, a backup, an open "
+            "sqlite3 shell) — end it and the WAL is truncated within seconds"
+        )
     return text

@@ -18,6 +18,7 @@ chat JSONL or ShareGPT.
   reasoning as ``<think>`` blocks (Hermes style). ``openai`` carries no reasoning: it is the
   fine-tuning shape, which has no such field; ``quill`` is the lossless format.
 """
+
 from __future__ import annotations
 
 import html
@@ -26,24 +27,47 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from quill.store.apply import blobs
-from quill.store.read.reader import Reader
-from quill.store.apply.usage import TOKEN_FIELDS
-
 from quill.ops.transfer.ingest import stable_batch_id
+from quill.store.apply import blobs
+from quill.store.apply.usage import TOKEN_FIELDS
+from quill.store.read.reader import Reader
 
 FORMATS = ("quill", "markdown", "openai", "sharegpt")
 HEADER_KEY = "quill_export"
 #: Rows per ``messages.restore`` op (an op is one spool record and one transaction).
 RESTORE_CHUNK = 200
 
-_SESSION_COLS = ("id", "source", "model", "title", "cwd", "key", "parent_id", "parent_kind", "started_at",
-                 "ended_at", "end_reason", "archived", "pinned", "hidden", "meta", "owner_host", "owner_pid",
-                 "owner_started", "placeholder")
+_SESSION_COLS = (
+    "id",
+    "source",
+    "model",
+    "title",
+    "cwd",
+    "key",
+    "parent_id",
+    "parent_kind",
+    "started_at",
+    "ended_at",
+    "end_reason",
+    "archived",
+    "pinned",
+    "hidden",
+    "meta",
+    "owner_host",
+    "owner_pid",
+    "owner_started",
+    "placeholder",
+)
 
 
-def select_sessions(r: Reader, session_id: str | None = None, *, since: float | None = None,
-                    source: str | None = None, key: str | None = None) -> list[str]:
+def select_sessions(
+    r: Reader,
+    session_id: str | None = None,
+    *,
+    since: float | None = None,
+    source: str | None = None,
+    key: str | None = None,
+) -> list[str]:
     """Session ids to export, oldest first: one session, or every session matching the
     filters (``since``: active at or after, epoch s; ``source``; ``key``)."""
     where, args = ["1=1"], []
@@ -57,15 +81,24 @@ def select_sessions(r: Reader, session_id: str | None = None, *, since: float | 
         where.append("s.key = ?")
         args.append(key)
     if since is not None:
-        where.append("coalesce((SELECT max(m.ts) FROM messages m WHERE m.session_id = s.id), s.started_at) >= ?")
+        where.append(
+            "coalesce((SELECT max(m.ts) FROM messages m WHERE m.session_id = s.id), s.started_at) >= ?"
+        )
         args.append(since)
     with r.snapshot() as conn:
-        return [row[0] for row in conn.execute(
-            f"SELECT s.id FROM sessions s WHERE {' AND '.join(where)} ORDER BY s.created_at, s.id", args)]
+        return [
+            row[0]
+            for row in conn.execute(
+                f"SELECT s.id FROM sessions s WHERE {' AND '.join(where)} ORDER BY s.created_at, s.id",
+                args,
+            )
+        ]
 
 
 def _session_row(conn: Any, sid: str) -> dict[str, Any]:
-    row = conn.execute(f"SELECT {', '.join(_SESSION_COLS)} FROM sessions WHERE id = ?", (sid,)).fetchone()
+    row = conn.execute(
+        f"SELECT {', '.join(_SESSION_COLS)} FROM sessions WHERE id = ?", (sid,)
+    ).fetchone()
     return dict(zip(_SESSION_COLS, row))
 
 
@@ -76,15 +109,39 @@ def _audit_rows(conn: Any, sid: str) -> list[tuple[dict[str, Any], str, int | No
     a message field), blob references are inflated back to their payloads."""
     out = []
     cache: dict[str, str | None] = {}
-    for (mid, ext_id, role, content, parts, tool_calls, tool_call_id, tool_name, reasoning, finish_reason, ts,
-         extra, state, origin) in conn.execute(
-            "SELECT id, ext_id, role, content, parts, tool_calls, tool_call_id, tool_name, reasoning, finish_reason, "
-            "ts, extra, state, origin_id FROM messages WHERE session_id = ? ORDER BY id", (sid,)).fetchall():
-        msg: dict[str, Any] = {"role": role,
-                               "content": blobs.inflate(conn, json.loads(parts), cache) if parts else content}
-        for key, value in (("id", ext_id), ("tool_calls", json.loads(tool_calls) if tool_calls else None),
-                           ("tool_call_id", tool_call_id), ("name", tool_name), ("reasoning", reasoning),
-                           ("finish_reason", finish_reason), ("timestamp", ts)):
+    for (
+        mid,
+        ext_id,
+        role,
+        content,
+        parts,
+        tool_calls,
+        tool_call_id,
+        tool_name,
+        reasoning,
+        finish_reason,
+        ts,
+        extra,
+        state,
+        origin,
+    ) in conn.execute(
+        "SELECT id, ext_id, role, content, parts, tool_calls, tool_call_id, tool_name, reasoning, finish_reason, "
+        "ts, extra, state, origin_id FROM messages WHERE session_id = ? ORDER BY id",
+        (sid,),
+    ).fetchall():
+        msg: dict[str, Any] = {
+            "role": role,
+            "content": blobs.inflate(conn, json.loads(parts), cache) if parts else content,
+        }
+        for key, value in (
+            ("id", ext_id),
+            ("tool_calls", json.loads(tool_calls) if tool_calls else None),
+            ("tool_call_id", tool_call_id),
+            ("name", tool_name),
+            ("reasoning", reasoning),
+            ("finish_reason", finish_reason),
+            ("timestamp", ts),
+        ):
             if value is not None:
                 msg[key] = value
         if extra:
@@ -102,14 +159,35 @@ def quill_ops(r: Reader, sid: str) -> Iterator[dict[str, Any]]:
         usage = conn.execute(
             f"SELECT u.task, u.model, u.provider, u.source, u.response_id, u.ts, u.raw, m.ext_id, "
             f"{', '.join('u.' + f for f in TOKEN_FIELDS)} FROM usage u LEFT JOIN messages m ON m.id = u.message_id "
-            "WHERE u.session_id = ? ORDER BY u.id", (sid,)).fetchall()
+            "WHERE u.session_id = ? ORDER BY u.id",
+            (sid,),
+        ).fetchall()
     if not s["placeholder"]:
-        create = {"session_id": sid, **{k: s[k] for k in ("source", "model", "title", "cwd", "key", "parent_id",
-                                                           "parent_kind", "started_at") if s[k] is not None}}
+        create = {
+            "session_id": sid,
+            **{
+                k: s[k]
+                for k in (
+                    "source",
+                    "model",
+                    "title",
+                    "cwd",
+                    "key",
+                    "parent_id",
+                    "parent_kind",
+                    "started_at",
+                )
+                if s[k] is not None
+            },
+        }
         if s["meta"]:
             create["meta"] = json.loads(s["meta"])
         if s["owner_host"] or s["owner_pid"] is not None:
-            create["owner"] = {"host": s["owner_host"], "pid": s["owner_pid"], "create_time": s["owner_started"]}
+            create["owner"] = {
+                "host": s["owner_host"],
+                "pid": s["owner_pid"],
+                "create_time": s["owner_started"],
+            }
         first = changes.get(0) or [{}]
         create.update(first.pop(0))  # the prompt and tools set before any message
         if not first:
@@ -122,27 +200,50 @@ def quill_ops(r: Reader, sid: str) -> Iterator[dict[str, Any]]:
     for start, end in zip(stops, stops[1:] + [None]):
         for i, values in enumerate(changes.get(start, [])):
             change = {"session_id": sid, **values}
-            yield {**_op("session.create", change), "batch": stable_batch_id("export", "context", start, i, change)}
+            yield {
+                **_op("session.create", change),
+                "batch": stable_batch_id("export", "context", start, i, change),
+            }
         if end is None:
             break
-        chunk = [{"message": m, "state": state, "origin": position.get(origin) if origin is not None else None}
-                 for m, state, origin, _ in rows[start:end]]
+        chunk = [
+            {
+                "message": m,
+                "state": state,
+                "origin": position.get(origin) if origin is not None else None,
+            }
+            for m, state, origin, _ in rows[start:end]
+        ]
         data = {"session_id": sid, "offset": start, "rows": chunk}
-        if s["placeholder"]:  # no session.create to carry them: the restore re-creates the placeholder
+        if s[
+            "placeholder"
+        ]:  # no session.create to carry them: the restore re-creates the placeholder
             if s["source"]:
                 data["source"] = s["source"]
             if start == 0:
                 data["started_at"] = s["started_at"]
         yield _op("messages.restore", data)
     for task, model, provider, source, rid, ts, raw, ext, *_ in usage:
-        data = {"session_id": sid, "usage": json.loads(raw), "task": task, "model": model, "provider": provider,
-                "source": source, "response_id": rid, "ts": ts, "message_ext_id": ext}
+        data = {
+            "session_id": sid,
+            "usage": json.loads(raw),
+            "task": task,
+            "model": model,
+            "provider": provider,
+            "source": source,
+            "response_id": rid,
+            "ts": ts,
+            "message_ext_id": ext,
+        }
         yield _op("usage.record", {k: v for k, v in data.items() if v is not None})
     flags = {k: bool(s[k]) for k in ("archived", "pinned", "hidden") if s[k]}
     if flags:
         yield _op("session.flags", {"session_id": sid, **flags})
     if s["ended_at"] is not None:
-        yield _op("session.end", {"session_id": sid, "reason": s["end_reason"] or "ended", "ended_at": s["ended_at"]})
+        yield _op(
+            "session.end",
+            {"session_id": sid, "reason": s["end_reason"] or "ended", "ended_at": s["ended_at"]},
+        )
 
 
 def _context_changes(conn: Any, sid: str) -> dict[int, list[dict[str, Any]]]:
@@ -152,10 +253,17 @@ def _context_changes(conn: Any, sid: str) -> dict[int, list[dict[str, Any]]]:
     the same kind at the same point needs its own). 0 holds what was set before any message."""
     out: dict[int, list[dict[str, Any]]] = {}
     for kind, sha, after in conn.execute(
-            "SELECT c.kind, v.sha256, c.after_message_id FROM session_context c JOIN context_values v "
-            "ON v.id = c.value_id WHERE c.session_id = ? ORDER BY c.id", (sid,)).fetchall():
-        before = 0 if after is None else conn.execute(
-            "SELECT count(*) FROM messages WHERE session_id = ? AND id <= ?", (sid, after)).fetchone()[0]
+        "SELECT c.kind, v.sha256, c.after_message_id FROM session_context c JOIN context_values v "
+        "ON v.id = c.value_id WHERE c.session_id = ? ORDER BY c.id",
+        (sid,),
+    ).fetchall():
+        before = (
+            0
+            if after is None
+            else conn.execute(
+                "SELECT count(*) FROM messages WHERE session_id = ? AND id <= ?", (sid, after)
+            ).fetchone()[0]
+        )
         text = blobs.get(conn, sha)
         if text is None:
             continue  # a reference without its blob: nothing to carry (reported by doctor, not here)
@@ -205,27 +313,54 @@ def _function(call: Any) -> dict[str, Any]:
 def markdown(r: Reader, sid: str) -> str:
     """One session's display transcript as Markdown; tool calls and results folded."""
     session = r.get_session(sid) or {"id": sid}
-    out = [f"# {session.get('title') or sid}", "",
-           f"- session: `{sid}`" + (f" · source: {session['source']}" if session.get("source") else "")
-           + (f" · model: {session['model']}" if session.get("model") else ""), ""]
+    out = [
+        f"# {session.get('title') or sid}",
+        "",
+        f"- session: `{sid}`"
+        + (f" · source: {session['source']}" if session.get("source") else "")
+        + (f" · model: {session['model']}" if session.get("model") else ""),
+        "",
+    ]
     for m in r.get_messages(sid, "display"):
         content = m.get("content")
         if isinstance(content, list):
-            content = "\n".join(_part_text(p, f"[{p.get('type')}]" if isinstance(p, dict) else json.dumps(p))
-                                for p in content)
+            content = "\n".join(
+                _part_text(p, f"[{p.get('type')}]" if isinstance(p, dict) else json.dumps(p))
+                for p in content
+            )
         if m["role"] in ("tool", "function"):
-            out += [f"<details><summary>tool result{' · ' + html.escape(m['name']) if m.get('name') else ''}"
-                    "</summary>", "", *_fenced(str(content or "")), "", "</details>", ""]
+            out += [
+                f"<details><summary>tool result{' · ' + html.escape(m['name']) if m.get('name') else ''}"
+                "</summary>",
+                "",
+                *_fenced(str(content or "")),
+                "",
+                "</details>",
+                "",
+            ]
             continue
         out += [f"## {m['role']}", ""]
         if m.get("reasoning"):
-            out += ["<details><summary>reasoning</summary>", "", m["reasoning"], "", "</details>", ""]
+            out += [
+                "<details><summary>reasoning</summary>",
+                "",
+                m["reasoning"],
+                "",
+                "</details>",
+                "",
+            ]
         if content:
             out += [str(content), ""]
         for call in m.get("tool_calls") or []:
             fn = _function(call)
-            out += [f"<details><summary>tool call · {html.escape(str(fn.get('name')))}</summary>", "",
-                    *_fenced(str(fn.get("arguments", "")), "json"), "", "</details>", ""]
+            out += [
+                f"<details><summary>tool call · {html.escape(str(fn.get('name')))}</summary>",
+                "",
+                *_fenced(str(fn.get("arguments", "")), "json"),
+                "",
+                "</details>",
+                "",
+            ]
     return "\n".join(out)
 
 
@@ -238,13 +373,24 @@ def openai_chat(r: Reader, sid: str) -> dict[str, Any]:
     with r.snapshot():
         messages = [{k: m[k] for k in keep if k in m} for m in r.get_messages(sid, "model")]
         context = r.context(sid)
-    if context["system_prompt"] is not None and not (messages and messages[0]["role"] in ("system", "developer")):
+    if context["system_prompt"] is not None and not (
+        messages and messages[0]["role"] in ("system", "developer")
+    ):
         messages.insert(0, {"role": "system", "content": context["system_prompt"]})
-    return {"messages": messages, **({"tools": context["tools"]} if context["tools"] is not None else {})}
+    return {
+        "messages": messages,
+        **({"tools": context["tools"]} if context["tools"] is not None else {}),
+    }
 
 
-_SHAREGPT_ROLE = {"system": "system", "developer": "system", "user": "human", "assistant": "gpt",
-                  "tool": "tool", "function": "tool"}
+_SHAREGPT_ROLE = {
+    "system": "system",
+    "developer": "system",
+    "user": "human",
+    "assistant": "gpt",
+    "tool": "tool",
+    "function": "tool",
+}
 
 
 def sharegpt(r: Reader, sid: str) -> dict[str, Any]:
@@ -255,7 +401,11 @@ def sharegpt(r: Reader, sid: str) -> dict[str, Any]:
     for m in r.get_messages(sid, "model"):
         content = m.get("content")
         if isinstance(content, list):
-            content = "\n".join(t for t in (_part_text(p, None) for p in content if isinstance(p, dict)) if t is not None)
+            content = "\n".join(
+                t
+                for t in (_part_text(p, None) for p in content if isinstance(p, dict))
+                if t is not None
+            )
         value = content or ""
         if m.get("reasoning"):
             value = f"<think>\n{m['reasoning']}\n</think>\n{value}"
@@ -290,8 +440,16 @@ def read_export(path: Any) -> Iterator[tuple[int, dict[str, Any] | None, str | N
             except ValueError as exc:  # JSONDecodeError, and a line of undecodable bytes
                 yield lineno, None, f"not JSON: {exc}"
                 continue
-            if not isinstance(op, dict) or not isinstance(op.get("op"), str) or not isinstance(op.get("data"), dict):
-                yield lineno, None, "not a Quill op (an object with an 'op' string and a 'data' object)"
+            if (
+                not isinstance(op, dict)
+                or not isinstance(op.get("op"), str)
+                or not isinstance(op.get("data"), dict)
+            ):
+                yield (
+                    lineno,
+                    None,
+                    "not a Quill op (an object with an 'op' string and a 'data' object)",
+                )
                 continue
             yield lineno, op, None
 
@@ -300,7 +458,10 @@ def _applied(store: Any, batch: Any) -> bool:
     """Whether ``store`` (a reader, or None) has applied the batch id ``batch``."""
     if store is None or not isinstance(batch, str):
         return False
-    return store.conn.execute("SELECT 1 FROM applied_batches WHERE batch_id = ?", (batch,)).fetchone() is not None
+    return (
+        store.conn.execute("SELECT 1 FROM applied_batches WHERE batch_id = ?", (batch,)).fetchone()
+        is not None
+    )
 
 
 def import_export(spool: Any, path: Any, store: Any = None) -> dict[str, Any]:
@@ -335,6 +496,17 @@ def import_export(spool: Any, path: Any, store: Any = None) -> dict[str, Any]:
             sessions.setdefault(sid)
         if op["op"] == "messages.restore":
             rows += len(op["data"].get("rows") or [])
-    return {"path": str(path), "format": "quill-export", "skipped": None, "sessions": len(sessions),
-            "session_ids": list(sessions), "messages": rows + stored, "new": rows, "already_stored": stored,
-            "rewound": 0, "compactions": 0, "new_from_compactions": 0, "problems": problems}
+    return {
+        "path": str(path),
+        "format": "quill-export",
+        "skipped": None,
+        "sessions": len(sessions),
+        "session_ids": list(sessions),
+        "messages": rows + stored,
+        "new": rows,
+        "already_stored": stored,
+        "rewound": 0,
+        "compactions": 0,
+        "new_from_compactions": 0,
+        "problems": problems,
+    }

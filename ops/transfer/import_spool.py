@@ -41,21 +41,21 @@ session deleted once more (``deletions + 1`` in its batch ids, so none is a dupl
 deleted batches); one a conditional delete (``only_if``, a job's) names is skipped and
 reported, since only the writer can tell whether it will be deleted.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from quill.spool import Spool
-from quill.store.errors import InvalidOpError
-from quill.store.apply.normalize import COMPARED_COLUMNS, ROW_COLUMNS, message_row
-from quill.store.apply.sessions import clean_title
-from quill.store.read.reader import Reader
-
 from quill.ops.importers import Compact, Message, Problem, Rewind, SessionStart, Usage, stream_file
 from quill.ops.transfer.ingest import stable_batch_id
 from quill.ops.transfer.pending_deletes import PendingDeletes, pending_deletes
+from quill.spool import Spool
+from quill.store.apply.normalize import COMPARED_COLUMNS, ROW_COLUMNS, message_row
+from quill.store.apply.sessions import clean_title
+from quill.store.errors import InvalidOpError
+from quill.store.read.reader import Reader
 
 #: Messages per ``messages.append`` op: a batch is all-or-nothing, so smaller batches confine
 #: a bad message; 200 keeps records well under a megabyte for typical turns.
@@ -98,7 +98,11 @@ class _Session:
         of deletions once there was one, so a session deleted and imported again gets batch
         ids its deleted batches do not hold (they stay in ``applied_batches``); an import
         racing another of the same store state still derives the same ids."""
-        return stable_batch_id(*parts, {"deletions": self.deletions}) if self.deletions else stable_batch_id(*parts)
+        return (
+            stable_batch_id(*parts, {"deletions": self.deletions})
+            if self.deletions
+            else stable_batch_id(*parts)
+        )
 
 
 @dataclass
@@ -120,19 +124,34 @@ class FileReport:
     problems: list[Problem] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "format": self.format,
-                "skipped": None if self.format else "format not recognised",
-                "sessions": len(self.sessions), "session_ids": self.sessions, "messages": self.messages,
-                "new": self.new, "already_stored": self.stored, "rewound": self.rewound,
-                "compactions": self.compactions, "new_from_compactions": self.compacted_new,
-                "problems": [{"line": p.line, "kind": p.kind, "reason": p.reason} for p in self.problems]}
+        return {
+            "path": self.path,
+            "format": self.format,
+            "skipped": None if self.format else "format not recognised",
+            "sessions": len(self.sessions),
+            "session_ids": self.sessions,
+            "messages": self.messages,
+            "new": self.new,
+            "already_stored": self.stored,
+            "rewound": self.rewound,
+            "compactions": self.compactions,
+            "new_from_compactions": self.compacted_new,
+            "problems": [
+                {"line": p.line, "kind": p.kind, "reason": p.reason} for p in self.problems
+            ],
+        }
 
 
 class _Importer:
     """Turns one file's events into spool ops (see module doc)."""
 
-    def __init__(self, spool: Spool, store: Reader | None, report: FileReport,
-                 pending: PendingDeletes | None = None):
+    def __init__(
+        self,
+        spool: Spool,
+        store: Reader | None,
+        report: FileReport,
+        pending: PendingDeletes | None = None,
+    ):
         self.spool, self.store, self.report = spool, store, report
         self.pending = pending if pending is not None else PendingDeletes()
         self.sessions: dict[str, _Session] = {}
@@ -175,21 +194,33 @@ class _Importer:
         if payload.get("parent_id") in self.alias:
             payload = {**payload, "parent_id": self.alias[payload["parent_id"]]}
         if sid in self.sessions:  # the same conversation again (identical content): stored once
-            self.report.problems.append(Problem(self.report.path, payload.get("meta", {}).get("line"), "skipped",
-                                                f"same conversation as an earlier one in this file ({sid}); "
-                                                "stored once"))
+            self.report.problems.append(
+                Problem(
+                    self.report.path,
+                    payload.get("meta", {}).get("line"),
+                    "skipped",
+                    f"same conversation as an earlier one in this file ({sid}); stored once",
+                )
+            )
             return
         row = self.store.get_session(sid) if self.store else None
         parent = payload.get("parent_id") if payload.get("parent_kind") == "delegate" else None
         doomed = self._pending_delete(sid, row, parent)
         if isinstance(doomed, str):  # a conditional delete: only the writer knows its outcome
             self.sessions[sid] = _Session(sid, {}, False, set(), parent, skipped=True)
-            self.pending.conditional.setdefault(sid, doomed)  # its delegate children are skipped too
-            self.report.problems.append(Problem(
-                self.report.path, None, "skipped",
-                f"{sid} not imported: a conditional delete of it (reason {doomed!r}) is still pending in the spool, "
-                "and whether it applies is decided by the writer; import this file again once the writer has "
-                "applied it (`quill run --until-idle`)"))
+            self.pending.conditional.setdefault(
+                sid, doomed
+            )  # its delegate children are skipped too
+            self.report.problems.append(
+                Problem(
+                    self.report.path,
+                    None,
+                    "skipped",
+                    f"{sid} not imported: a conditional delete of it (reason {doomed!r}) is still pending in the spool, "
+                    "and whether it applies is decided by the writer; import this file again once the writer has "
+                    "applied it (`quill run --until-idle`)",
+                )
+            )
             return
         self.report.sessions.append(sid)
         deletions = self.store.deletions(sid) if self.store else 0
@@ -197,9 +228,14 @@ class _Importer:
             row, deletions = None, deletions + 1
             self.pending.certain.add(sid)  # its delegate children go with it
         known = self.store.message_states(sid) if row else {}
-        s = self.sessions[sid] = _Session(sid, known, any(s == "live" for s in known.values()),
-                                          self.store.usage_responses(sid) if row else set(), parent,
-                                          deletions=deletions)
+        s = self.sessions[sid] = _Session(
+            sid,
+            known,
+            any(s == "live" for s in known.values()),
+            self.store.usage_responses(sid) if row else set(),
+            parent,
+            deletions=deletions,
+        )
         if row is None:
             self.spool.append("session.create", payload, batch_id=s.batch_id("create", payload))
             return
@@ -208,13 +244,24 @@ class _Importer:
             return
         holder = self.store.title_holder(title)
         if holder is None:
-            self.spool.append("session.title", {"session_id": sid, "title": title},
-                              batch_id=s.batch_id("import-title", sid, title))
+            self.spool.append(
+                "session.title",
+                {"session_id": sid, "title": title},
+                batch_id=s.batch_id("import-title", sid, title),
+            )
         else:  # session.title would be refused (titles are unique): say so instead
-            self.report.problems.append(Problem(self.report.path, None, "skipped",
-                                                f"title {title!r} of {sid} not applied: session {holder} holds it"))
+            self.report.problems.append(
+                Problem(
+                    self.report.path,
+                    None,
+                    "skipped",
+                    f"title {title!r} of {sid} not applied: session {holder} holds it",
+                )
+            )
 
-    def _pending_delete(self, sid: str, row: dict[str, Any] | None, parent: str | None) -> bool | str:
+    def _pending_delete(
+        self, sid: str, row: dict[str, Any] | None, parent: str | None
+    ) -> bool | str:
         """True when an unconditional delete pending in the spool will remove ``sid`` (named,
         or a delegate child of a session it removes that is neither pinned nor archived, as
         ``store.apply.deletes`` takes children); the delete's reason when only a conditional
@@ -276,9 +323,11 @@ class _Importer:
         if not s.has_live:  # nothing live to summarise (e.g. a file that starts compacted)
             self._append(s, ev.messages)
         else:
-            self.spool.append("messages.compact", {"session_id": s.sid, "messages": ev.messages,
-                                                   "tail_count": ev.tail_count},
-                              batch_id=s.batch_id("import-compact", s.sid, ids))
+            self.spool.append(
+                "messages.compact",
+                {"session_id": s.sid, "messages": ev.messages, "tail_count": ev.tail_count},
+                batch_id=s.batch_id("import-compact", s.sid, ids),
+            )
         s.has_live = True
 
     def rewind(self, ev: Rewind) -> None:
@@ -311,13 +360,19 @@ class _Importer:
 
     def _append(self, s: _Session, messages: list[dict]) -> None:
         ids = [str(m["id"]) for m in messages]
-        self.spool.append("messages.append", {"session_id": s.sid, "messages": messages},
-                          batch_id=s.batch_id("import-append", s.sid, ids))
+        self.spool.append(
+            "messages.append",
+            {"session_id": s.sid, "messages": messages},
+            batch_id=s.batch_id("import-append", s.sid, ids),
+        )
 
     def _rewind(self, s: _Session, ids: list[str]) -> None:
         if ids:
-            self.spool.append("messages.rewind", {"session_id": s.sid, "ext_ids": ids},
-                              batch_id=s.batch_id("import-rewind", s.sid, ids))
+            self.spool.append(
+                "messages.rewind",
+                {"session_id": s.sid, "ext_ids": ids},
+                batch_id=s.batch_id("import-rewind", s.sid, ids),
+            )
             for i in ids:
                 s.known[i] = "rewound"
 
@@ -326,8 +381,9 @@ class _Importer:
             self.flush(s)
 
 
-def import_file(spool: Spool, path: Path, store: Reader | None,
-                pending: PendingDeletes | None = None) -> FileReport:
+def import_file(
+    spool: Spool, path: Path, store: Reader | None, pending: PendingDeletes | None = None
+) -> FileReport:
     """Import one file into ``spool`` (see module doc); returns its report. ``pending``: the
     deletes still in the spool (``pending_deletes``; read here when not given — a command
     importing many files reads it once). Raises ``OSError`` for an unreadable file and
@@ -358,9 +414,9 @@ def open_store_view(cfg: Any) -> Reader | None:
     still keep a repeat from being applied twice). Raises the store error tree when the store
     exists but cannot be read (damaged, or its server unreachable): deciding "new" without it
     would report every message as new."""
+    from quill.ops.client.stores import open_reader
     from quill.store.errors import CantOpenError
 
-    from quill.ops.client.stores import open_reader
     try:
         return open_reader(cfg)
     except CantOpenError:

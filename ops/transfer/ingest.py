@@ -5,6 +5,7 @@ so pushing or importing the same input twice yields the same batch ids and the s
 them once. Messages also carry per-session ids, so a transcript that grew since the last
 import adds only its new messages.
 """
+
 from __future__ import annotations
 
 import json
@@ -29,8 +30,11 @@ def stable_batch_id(*parts: Any) -> str:
     return str(uuid.uuid5(uuid.UUID(NAMESPACE), digest))
 
 
-def session_ops(session: dict[str, Any], messages: list[dict[str, Any]],
-                batch_messages: int = IMPORT_BATCH_MESSAGES) -> Iterator[tuple[str, dict, str]]:
+def session_ops(
+    session: dict[str, Any],
+    messages: list[dict[str, Any]],
+    batch_messages: int = IMPORT_BATCH_MESSAGES,
+) -> Iterator[tuple[str, dict, str]]:
     """``(op, data, batch_id)`` for one imported session: a create, then its messages in
     batches. Message ids missing from the source are filled with their index."""
     import hashlib
@@ -38,14 +42,25 @@ def session_ops(session: dict[str, Any], messages: list[dict[str, Any]],
     sid = session["session_id"]
     yield "session.create", session, stable_batch_id("create", session)
     for start in range(0, len(messages), batch_messages):
-        chunk = [m if m.get("id") is not None else {**m, "id": f"#{start + i}"}
-                 for i, m in enumerate(messages[start:start + batch_messages])]
-        yield ("messages.append", {"session_id": sid, "messages": chunk},
-               stable_batch_id("append", sid, [m["id"] for m in chunk],
-                               hashlib.sha256(json.dumps(chunk, sort_keys=True).encode()).hexdigest()))
+        chunk = [
+            m if m.get("id") is not None else {**m, "id": f"#{start + i}"}
+            for i, m in enumerate(messages[start : start + batch_messages])
+        ]
+        yield (
+            "messages.append",
+            {"session_id": sid, "messages": chunk},
+            stable_batch_id(
+                "append",
+                sid,
+                [m["id"] for m in chunk],
+                hashlib.sha256(json.dumps(chunk, sort_keys=True).encode()).hexdigest(),
+            ),
+        )
 
 
-def push_ops(items: Iterable[Any], session_id: str | None) -> Iterator[tuple[str, dict, str | None]]:
+def push_ops(
+    items: Iterable[Any], session_id: str | None
+) -> Iterator[tuple[str, dict, str | None]]:
     """Interpret pushed JSON values as ops.
 
     Accepted, per value: ``{"op": KIND, "data": {...}}`` (an op as is, optional ``"batch"``);
@@ -76,8 +91,10 @@ def push_ops(items: Iterable[Any], session_id: str | None) -> Iterator[tuple[str
         else:
             shown = json.dumps(item, ensure_ascii=False)
             shown = shown if len(shown) <= 80 else shown[:77] + "..."
-            hint = " (a message needs a \"role\")" if isinstance(item, dict) else ""
-            raise ValueError(f"value {index}: expected an op, a messages batch or a message{hint}, got {shown}")
+            hint = ' (a message needs a "role")' if isinstance(item, dict) else ""
+            raise ValueError(
+                f"value {index}: expected an op, a messages batch or a message{hint}, got {shown}"
+            )
     if loose:
         if not session_id:
             raise ValueError("bare messages need --session SESSION_ID")

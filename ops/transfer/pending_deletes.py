@@ -11,6 +11,7 @@ view) to the end of the spool; no store is read as "nothing applied" (cursor = t
 segment). Cost: one read of the unapplied part of the spool, with a byte filter (only lines
 naming ``sessions.delete`` are decoded).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

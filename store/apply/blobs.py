@@ -38,6 +38,7 @@ so a blob row exists exactly when a message that references it was committed. Th
 (the row's ``created_at``) is required and is the arrival time of that op, never the clock at
 apply time: a store rebuilt from a snapshot plus the spool must write the same row.
 """
+
 from __future__ import annotations
 
 import base64
@@ -165,7 +166,11 @@ def walk_extract(value: Any) -> tuple[Any, dict[str, str]]:
         if isinstance(v, dict):
             changed = False
             new: dict = {}
-            payload_key = isinstance(v.get("data"), str) and len(v["data"]) >= MIN_BLOB_CHARS and _declares_base64(v)
+            payload_key = (
+                isinstance(v.get("data"), str)
+                and len(v["data"]) >= MIN_BLOB_CHARS
+                and _declares_base64(v)
+            )
             for k, x in v.items():
                 y = cut(x) if payload_key and k == "data" and not _is_data_url(x) else walk(x)
                 changed = changed or y is not x
@@ -188,7 +193,11 @@ def _encode(payload: str) -> tuple[str, bytes]:
 
 
 def _decode(encoding: str, data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii") if encoding == "base64" else bytes(data).decode("utf-8", "surrogatepass")
+    return (
+        base64.b64encode(data).decode("ascii")
+        if encoding == "base64"
+        else bytes(data).decode("utf-8", "surrogatepass")
+    )
 
 
 def put(conn: apsw.Connection, payload: str, *, now: float) -> str:
@@ -211,8 +220,10 @@ def put_many(conn: apsw.Connection, blobs: dict[str, str], *, now: float) -> int
         if conn.execute("SELECT 1 FROM blobs WHERE sha256 = ?", (sha,)).fetchone():
             continue  # checked first: a repeat costs a lookup, never an encode
         encoding, data = _encode(payload)
-        conn.execute("INSERT INTO blobs (sha256, encoding, data, size, created_at) VALUES (?, ?, ?, ?, ?)",
-                     (sha, encoding, data, len(data), now))
+        conn.execute(
+            "INSERT INTO blobs (sha256, encoding, data, size, created_at) VALUES (?, ?, ?, ?, ?)",
+            (sha, encoding, data, len(data), now),
+        )
         inserted += 1
     return inserted
 

@@ -27,6 +27,7 @@ If any op's data is refused in the store phase (``InvalidOpError``, a usage erro
 SQLite refuses), ``apply_run`` raises and the caller rolls the whole run back and applies its
 ops one at a time, so the refused op is quarantined alone with its own reason.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -34,12 +35,17 @@ from typing import Any
 
 import apsw
 
-from quill.store.apply import blobs
-from quill.store.apply import usage
-from quill.store.apply.normalize import ROW_COLUMNS
+from quill.store.apply import blobs, usage
 from quill.store.apply.checks import check_append
+from quill.store.apply.messages import (
+    ID_FLOOR_KEY,
+    INSERT_STATE_ID,
+    check_tool_results,
+    cut_rows,
+    result_ids,
+)
+from quill.store.apply.normalize import ROW_COLUMNS
 from quill.store.apply.rules import ensure_session, reopen_if_automatic
-from quill.store.apply.messages import ID_FLOOR_KEY, INSERT_STATE_ID, check_tool_results, cut_rows, result_ids
 
 _EXT = ROW_COLUMNS.index("ext_id")
 _CHUNK = 500  # bound on SQL variables per IN (...) list
@@ -63,8 +69,14 @@ class Prepared:
     found: dict[str, str]
 
 
-def prepare(entry: Any, data: dict, batch: str, digest: str, arrived_at: float,
-            refused: tuple[type[BaseException], ...]) -> Prepared | None:
+def prepare(
+    entry: Any,
+    data: dict,
+    batch: str,
+    digest: str,
+    arrived_at: float,
+    refused: tuple[type[BaseException], ...],
+) -> Prepared | None:
     """The content check of ``messages_append`` on one op (``op_checks.check_append`` with
     usage left to the store phase, as the applier runs it), normalising its messages on the
     way. Returns the op ready for ``apply_run``, or None when the check fails with one of
@@ -81,8 +93,17 @@ def prepare(entry: Any, data: dict, batch: str, digest: str, arrived_at: float,
         checked = check_append(data, rows, usage=False)
     except refused:
         return None
-    return Prepared(entry, batch, digest, data["session_id"], data.get("source"), arrived_at, checked,
-                    data["messages"], found)
+    return Prepared(
+        entry,
+        batch,
+        digest,
+        data["session_id"],
+        data.get("source"),
+        arrived_at,
+        checked,
+        data["messages"],
+        found,
+    )
 
 
 def _seen(conn: apsw.Connection, run: list[Prepared]) -> dict[str, set[str]]:
@@ -96,17 +117,23 @@ def _seen(conn: apsw.Connection, run: list[Prepared]) -> dict[str, set[str]]:
         held = seen[sid] = set()
         ordered = sorted(ids)
         for start in range(0, len(ordered), _CHUNK):
-            part = ordered[start:start + _CHUNK]
-            held.update(x for (x,) in conn.execute(
-                f"SELECT ext_id FROM messages WHERE session_id = ? AND ext_id IN ({', '.join('?' for _ in part)})",
-                (sid, *part)))
+            part = ordered[start : start + _CHUNK]
+            held.update(
+                x
+                for (x,) in conn.execute(
+                    f"SELECT ext_id FROM messages WHERE session_id = ? AND ext_id IN ({', '.join('?' for _ in part)})",
+                    (sid, *part),
+                )
+            )
     return seen
 
 
 def _first_id(conn: apsw.Connection) -> int:
     """The id SQLite (or ``next_id``'s delete floor) gives the next inserted message."""
-    top, floor = conn.execute(f"SELECT (SELECT max(id) FROM messages), (SELECT CAST(value AS INTEGER) FROM "
-                              f"state_meta WHERE key = '{ID_FLOOR_KEY}')").fetchone()
+    top, floor = conn.execute(
+        f"SELECT (SELECT max(id) FROM messages), (SELECT CAST(value AS INTEGER) FROM "
+        f"state_meta WHERE key = '{ID_FLOOR_KEY}')"
+    ).fetchone()
     top = top or 0
     return floor + 1 if floor is not None and top < floor else top + 1
 
@@ -153,14 +180,22 @@ def apply_run(conn: apsw.Connection, run: list[Prepared], now: float) -> list[in
             values.append((first + i, op.sid, *row, op.arrived_at, op.batch, "live", None))
         next_id += len(fresh)
         if any(usage.carries_usage(m) for m in fresh_msgs):
-            usage.record_messages(conn, op.sid, list(zip(range(first, next_id), fresh_msgs)), op.source,
-                                  op.batch, op.arrived_at)
+            usage.record_messages(
+                conn,
+                op.sid,
+                list(zip(range(first, next_id), fresh_msgs)),
+                op.source,
+                op.batch,
+                op.arrived_at,
+            )
         tool_ids.setdefault(op.sid, set()).update(result_ids(fresh))
         written.append(len(fresh))
     conn.executemany(INSERT_STATE_ID, values)
     for sid, ids in tool_ids.items():
         if ids:
             check_tool_results(conn, sid, ids)
-    conn.executemany("INSERT INTO applied_batches (batch_id, position, applied_at, digest) VALUES (?, ?, ?, ?)",
-                     [(op.batch, str(op.entry.position), now, op.digest) for op in run])
+    conn.executemany(
+        "INSERT INTO applied_batches (batch_id, position, applied_at, digest) VALUES (?, ?, ?, ?)",
+        [(op.batch, str(op.entry.position), now, op.digest) for op in run],
+    )
     return written

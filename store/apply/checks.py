@@ -14,6 +14,7 @@ head (``stale-head``), turn counts (``no-such-turn`` beyond 0), title clashes
 
 Imports stay light (no SQLite connection, indexer or msgspec): ``quill push`` loads this.
 """
+
 from __future__ import annotations
 
 import math
@@ -22,12 +23,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from quill.store.errors import InvalidOpError
 from quill.store.apply.normalize import message_row, scrub
-from quill.store.apply.rules import no_nul, opt, session_id, session_id_problem
-from quill.store.apply.usage import _attrs as usage_holder  # where a message keeps its usage attributes
-from quill.store.apply.usage import carries_usage, check_call, check_usage_record
 from quill.store.apply.reprice import check_reprice
+from quill.store.apply.rules import no_nul, opt, session_id, session_id_problem
+from quill.store.apply.usage import (
+    _attrs as usage_holder,
+)  # where a message keeps its usage attributes
+from quill.store.apply.usage import carries_usage, check_call, check_usage_record
+from quill.store.errors import InvalidOpError
 
 EDGE_KINDS = frozenset({"compression", "branch", "reset", "delegate"})
 #: Titles longer than this (after sanitising) are refused, not truncated: a producer that
@@ -43,14 +46,17 @@ ACTOR_MAX_CHARS = 200
 STATES = ("live", "compacted", "superseded", "rewound")
 #: ``only_if`` keys and their JSON types.
 _CONDITIONS: dict[str, type | tuple[type, ...]] = {
-    "inactive_before": (int, float),  # skip if start or any message (ts or arrival) is at/after this
-    "ended_before": (int, float),     # skip unless ended strictly before this
-    "empty": bool,                    # true: skip if the session has any message row, any state
-    "unpinned": bool,                 # true: skip pinned or archived sessions
-    "open": bool,                     # true: skip ended sessions
-    "owner_pid": int,                 # skip unless the recorded owner pid is this one
-    "owner_started": (int, float),    # ... and the recorded owner start time is this one
-    "sources": list,                  # skip unless the session's source is one of these strings
+    "inactive_before": (
+        int,
+        float,
+    ),  # skip if start or any message (ts or arrival) is at/after this
+    "ended_before": (int, float),  # skip unless ended strictly before this
+    "empty": bool,  # true: skip if the session has any message row, any state
+    "unpinned": bool,  # true: skip pinned or archived sessions
+    "open": bool,  # true: skip ended sessions
+    "owner_pid": int,  # skip unless the recorded owner pid is this one
+    "owner_started": (int, float),  # ... and the recorded owner start time is this one
+    "sources": list,  # skip unless the session's source is one of these strings
 }
 _REWIND_TARGETS = "messages.rewind needs exactly one of message_id, ext_id, user_turn, ext_ids"
 
@@ -80,7 +86,9 @@ def clean_title(title: str | None) -> str | None:
         return None
     title = " ".join(_CONTROL.sub(" ", scrub(title)).split())
     if len(title) > TITLE_MAX_CHARS:
-        raise InvalidOpError("title-too-long", f"title has {len(title)} characters; the limit is {TITLE_MAX_CHARS}")
+        raise InvalidOpError(
+            "title-too-long", f"title has {len(title)} characters; the limit is {TITLE_MAX_CHARS}"
+        )
     return title or None
 
 
@@ -88,7 +96,9 @@ def key_field(data: dict) -> str | None:
     """``data['key']``: a non-empty string of ≤512 characters (scrubbed), or None."""
     key = opt(data, "key", str)
     if key is not None and (not key.strip() or len(key) > 512):
-        raise InvalidOpError("invalid-field", "key must be a non-empty string of at most 512 characters")
+        raise InvalidOpError(
+            "invalid-field", "key must be a non-empty string of at most 512 characters"
+        )
     return scrub(key) if key is not None else None
 
 
@@ -114,10 +124,15 @@ def check_create(data: dict) -> None:
         raise InvalidOpError("self-parent", f"session {sid!r} cannot be its own parent")
     owner = opt(data, "owner", dict) or {}
     pid, started = owner.get("pid"), owner.get("create_time")
-    if (not isinstance(pid, (int, type(None))) or not isinstance(started, (int, float, type(None)))
-            or any(isinstance(v, int) and abs(v) >= 2**63 for v in (pid, started))):  # an INTEGER column
-        raise InvalidOpError("invalid-field", "owner must be {host: str, pid: int, create_time: number} "
-                             "(integers within 64 bits)")
+    if (
+        not isinstance(pid, (int, type(None)))
+        or not isinstance(started, (int, float, type(None)))
+        or any(isinstance(v, int) and abs(v) >= 2**63 for v in (pid, started))
+    ):  # an INTEGER column
+        raise InvalidOpError(
+            "invalid-field",
+            "owner must be {host: str, pid: int, create_time: number} (integers within 64 bits)",
+        )
     no_nul(owner, "host")
     context.validate(data)
     clean_title(opt(data, "title", str))
@@ -130,10 +145,14 @@ def parse_conditions(data: dict) -> dict[str, Any]:
     for key, value in cond.items():
         kind = _CONDITIONS.get(key)
         if kind is None:
-            raise InvalidOpError("invalid-field", f"only_if has unknown key {key!r}; known: {sorted(_CONDITIONS)}")
+            raise InvalidOpError(
+                "invalid-field", f"only_if has unknown key {key!r}; known: {sorted(_CONDITIONS)}"
+            )
         kinds = kind if isinstance(kind, tuple) else (kind,)
         if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
-            raise InvalidOpError("invalid-field", f"only_if.{key} has the wrong type ({type(value).__name__})")
+            raise InvalidOpError(
+                "invalid-field", f"only_if.{key} has the wrong type ({type(value).__name__})"
+            )
         if isinstance(value, float) and not math.isfinite(value):
             raise InvalidOpError("invalid-field", f"only_if.{key} must be finite")
         if isinstance(value, list) and not all(isinstance(v, str) for v in value):
@@ -148,7 +167,9 @@ def check_end(data: dict) -> tuple[str, str, float | int | None, dict[str, Any]]
     sid = session_id(data)
     reason = opt(data, "reason", str) or "ended"
     if len(reason) > END_REASON_MAX_CHARS or _CONTROL.search(reason):
-        raise InvalidOpError("invalid-field", f"end reason must be ≤{END_REASON_MAX_CHARS} printable characters")
+        raise InvalidOpError(
+            "invalid-field", f"end reason must be ≤{END_REASON_MAX_CHARS} printable characters"
+        )
     ended = opt(data, "ended_at", (int, float))
     opt(data, "actor", str)
     return sid, reason, ended, parse_conditions(data)
@@ -161,7 +182,9 @@ def check_title(data: dict) -> tuple[str, str | None]:
     the store (the applier)."""
     sid = session_id(data)
     if "title" not in data:
-        raise InvalidOpError("invalid-field", "session.title needs 'title' (empty string or null clears)")
+        raise InvalidOpError(
+            "invalid-field", "session.title needs 'title' (empty string or null clears)"
+        )
     return sid, clean_title(opt(data, "title", str))
 
 
@@ -262,8 +285,11 @@ def check_rewind(data: dict) -> None:
     session_id(data)
     if "ext_ids" in data:
         ids = data["ext_ids"]
-        if (not isinstance(ids, list) or not ids
-                or not all(isinstance(x, (str, int)) and not isinstance(x, bool) for x in ids)):
+        if (
+            not isinstance(ids, list)
+            or not ids
+            or not all(isinstance(x, (str, int)) and not isinstance(x, bool) for x in ids)
+        ):
             raise InvalidOpError("invalid-field", "ext_ids must be a non-empty list of message ids")
         if any(k in data for k in ("message_id", "ext_id", "user_turn")):
             raise InvalidOpError("invalid-field", _REWIND_TARGETS)
@@ -273,7 +299,9 @@ def check_rewind(data: dict) -> None:
         if (mid is None and ext is None) == (turn is None):
             raise InvalidOpError("invalid-field", _REWIND_TARGETS)
         if turn == 0:
-            raise InvalidOpError("no-such-turn", "user_turn 0 names no turn (1 = the first, -1 = the last)")
+            raise InvalidOpError(
+                "no-such-turn", "user_turn 0 names no turn (1 = the first, -1 = the last)"
+            )
     opt(data, "expect_head_id", int)
 
 
@@ -287,13 +315,18 @@ def check_restore(data: dict, rows: RowsFn = message_rows) -> tuple[int, list[di
     offset = opt(data, "offset", int)
     items = data.get("rows")
     if offset is None or offset < 0 or not isinstance(items, list) or not items:
-        raise InvalidOpError("invalid-field", "messages.restore needs offset (≥ 0) and a non-empty rows list")
+        raise InvalidOpError(
+            "invalid-field", "messages.restore needs offset (≥ 0) and a non-empty rows list"
+        )
     for i, item in enumerate(items):
         if not isinstance(item, dict) or item.get("state") not in STATES:
-            raise InvalidOpError("invalid-field", f"rows[{i}] needs a message and a state in {STATES}")
+            raise InvalidOpError(
+                "invalid-field", f"rows[{i}] needs a message and a state in {STATES}"
+            )
         origin = item.get("origin")
-        if origin is not None and (not isinstance(origin, int) or isinstance(origin, bool)
-                                   or not 0 <= origin < offset + i):
+        if origin is not None and (
+            not isinstance(origin, int) or isinstance(origin, bool) or not 0 <= origin < offset + i
+        ):
             raise InvalidOpError("invalid-field", f"rows[{i}].origin must be an earlier position")
     opt(data, "started_at", (int, float))
     opt(data, "source", str)
@@ -313,9 +346,15 @@ def check_delete(data: dict) -> tuple[list[str], dict[str, Any]]:
     ``actor`` (short printable strings), ``purge`` a boolean, ``only_if``. Returns
     ``(unique session ids, conditions)``. Raises ``InvalidOpError('invalid-field')``."""
     ids = data.get("session_ids")
-    if (not isinstance(ids, list) or not ids or len(ids) > MAX_DELETE_IDS
-            or any(session_id_problem(s) for s in ids)):
-        raise InvalidOpError("invalid-field", f"session_ids must be a list of 1..{MAX_DELETE_IDS} session ids")
+    if (
+        not isinstance(ids, list)
+        or not ids
+        or len(ids) > MAX_DELETE_IDS
+        or any(session_id_problem(s) for s in ids)
+    ):
+        raise InvalidOpError(
+            "invalid-field", f"session_ids must be a list of 1..{MAX_DELETE_IDS} session ids"
+        )
     _label(data, "reason", REASON_MAX_CHARS, "deleted")
     _label(data, "actor", ACTOR_MAX_CHARS, "unknown")
     opt(data, "purge", bool)

@@ -9,6 +9,7 @@ Each op runs inside a SAVEPOINT: an invalid op is rolled back alone and handed t
 ``on_reject`` (which quarantines it durably *before* the commit), and the rest of the chunk
 is applied.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -21,9 +22,9 @@ from typing import Any, Protocol
 import apsw
 
 from quill.store.apply import bulk as bulk_append
-from quill.store.sqlite.connection import transaction
-from quill.store.errors import InvalidOpError
 from quill.store.apply.sessions import APPLIERS
+from quill.store.errors import InvalidOpError
+from quill.store.sqlite.connection import transaction
 
 
 class EntryLike(Protocol):
@@ -43,8 +44,14 @@ class EntryLike(Protocol):
 #: crash the writer. Corruption, I/O, busy and full errors are not in this list: they stop
 #: the chunk and are handled by the writer.
 _BAD_DATA: tuple[type[BaseException], ...] = (
-    OverflowError, TypeError, ValueError, RecursionError,
-    apsw.ConstraintError, apsw.MismatchError, apsw.TooBigError, apsw.RangeError,
+    OverflowError,
+    TypeError,
+    ValueError,
+    RecursionError,
+    apsw.ConstraintError,
+    apsw.MismatchError,
+    apsw.TooBigError,
+    apsw.RangeError,
 )
 
 #: ``on_reject(entry, reason, detail)``: called inside the transaction, before COMMIT.
@@ -116,8 +123,14 @@ class ApplyFn(Protocol):
     def __call__(self, entries: Sequence[EntryLike], on_reject: RejectFn) -> ChunkResult: ...
 
 
-def drain_chunk(apply: ApplyFn, reader: ReaderLike, position: Any, chunk_rows: int,
-                on_reject: RejectFn, max_bytes: int = 8 << 20) -> tuple[list[EntryLike], ChunkResult]:
+def drain_chunk(
+    apply: ApplyFn,
+    reader: ReaderLike,
+    position: Any,
+    chunk_rows: int,
+    on_reject: RejectFn,
+    max_bytes: int = 8 << 20,
+) -> tuple[list[EntryLike], ChunkResult]:
     """The one drain step shared by the writers of both backends, ``spool replay`` and
     ``recover``: read from ``position`` (at most ``max_bytes`` bytes), take one chunk of about
     ``chunk_rows`` message rows and apply it with the cursor (``apply``: the backend's
@@ -134,6 +147,7 @@ def op_digest(op: Any, data: Any) -> str:
     reused batch id carrying other content (quarantined: ``batch-id-reused``). Cost linear in
     the data's size (bench/RESULTS.md)."""
     import msgspec
+
     try:
         raw = msgspec.json.encode([op, data], order="sorted")
     except (TypeError, ValueError, OverflowError):  # not JSON-shaped: refused later by the op rules
@@ -159,7 +173,9 @@ class Ledger(Protocol):
         """Record ``batch`` as applied; False when another writer decided it meanwhile (the
         op's rows are then rolled back and it counts as a duplicate)."""
 
-    def record_rejected(self, conn: Any, batch: str, position: str, reason: str, now: float) -> None:
+    def record_rejected(
+        self, conn: Any, batch: str, position: str, reason: str, now: float
+    ) -> None:
         """Record ``batch`` as refused for its data (a replay skips it)."""
 
 
@@ -171,23 +187,37 @@ class SqliteLedger:
 
     def decided(self, conn: Any, batches: list[str]) -> dict[str, str | None]:
         import json
+
         ids = json.dumps(batches)
-        return {r[0]: r[1] for r in conn.execute(
-            "SELECT batch_id, digest FROM applied_batches WHERE batch_id IN (SELECT value FROM json_each(?1)) "
-            "UNION ALL SELECT batch_id, NULL FROM rejected_batches WHERE batch_id IN (SELECT value FROM json_each(?1))",
-            (ids,))}
+        return {
+            r[0]: r[1]
+            for r in conn.execute(
+                "SELECT batch_id, digest FROM applied_batches WHERE batch_id IN (SELECT value FROM json_each(?1)) "
+                "UNION ALL SELECT batch_id, NULL FROM rejected_batches WHERE batch_id IN (SELECT value FROM json_each(?1))",
+                (ids,),
+            )
+        }
 
     def record_applied(self, conn: Any, batch: str, position: str, now: float, digest: str) -> bool:
-        conn.execute("INSERT INTO applied_batches (batch_id, position, applied_at, digest) VALUES (?, ?, ?, ?)",
-                     (batch, position, now, digest))
+        conn.execute(
+            "INSERT INTO applied_batches (batch_id, position, applied_at, digest) VALUES (?, ?, ?, ?)",
+            (batch, position, now, digest),
+        )
         return True
 
-    def record_rejected(self, conn: Any, batch: str, position: str, reason: str, now: float) -> None:
-        conn.execute("INSERT OR IGNORE INTO rejected_batches (batch_id, position, reason, rejected_at) "
-                     "VALUES (?, ?, ?, ?)", (batch, position, reason, now))
+    def record_rejected(
+        self, conn: Any, batch: str, position: str, reason: str, now: float
+    ) -> None:
+        conn.execute(
+            "INSERT OR IGNORE INTO rejected_batches (batch_id, position, reason, rejected_at) "
+            "VALUES (?, ?, ?, ?)",
+            (batch, position, reason, now),
+        )
 
 
-def apply_chunk(conn: apsw.Connection, entries: Sequence[EntryLike], on_reject: RejectFn) -> ChunkResult:
+def apply_chunk(
+    conn: apsw.Connection, entries: Sequence[EntryLike], on_reject: RejectFn
+) -> ChunkResult:
     """Apply ``entries`` (consecutive, in spool order) to the SQLite store and advance the
     cursor past the last, in one ``BEGIN IMMEDIATE`` transaction.
 
@@ -203,12 +233,14 @@ def apply_chunk(conn: apsw.Connection, entries: Sequence[EntryLike], on_reject: 
             'INSERT INTO spool_cursor (id, segment, "offset", updated_at) VALUES (1, ?, ?, ?) '
             'ON CONFLICT (id) DO UPDATE SET segment = excluded.segment, "offset" = excluded."offset", '
             "updated_at = excluded.updated_at",
-            (last[0], last[1], now))
+            (last[0], last[1], now),
+        )
     return result
 
 
-def apply_entries(conn: Any, entries: Sequence[EntryLike], now: float, on_reject: RejectFn,
-                  ledger: Ledger) -> ChunkResult:
+def apply_entries(
+    conn: Any, entries: Sequence[EntryLike], now: float, on_reject: RejectFn, ledger: Ledger
+) -> ChunkResult:
     """Apply ``entries`` inside the caller's transaction, on either backend: the one copy of
     the op rules (docs/backends.md, "The contract"). A batch already decided — earlier, or
     earlier in this chunk — is a duplicate; a damaged record, an unknown op, a non-string
@@ -220,7 +252,9 @@ def apply_entries(conn: Any, entries: Sequence[EntryLike], now: float, on_reject
     as one run (``store.apply.bulk``) with the same outcome, row for row; an op the store
     refuses sends its run back to the op-at-a-time path above."""
     result = ChunkResult()
-    batches = [e.record["batch"] for e in entries if e.record and isinstance(e.record.get("batch"), str)]
+    batches = [
+        e.record["batch"] for e in entries if e.record and isinstance(e.record.get("batch"), str)
+    ]
     decided = ledger.decided(conn, batches) if batches else {}
     run: list[bulk_append.Prepared] = []
     for entry in entries:
@@ -235,8 +269,9 @@ def apply_entries(conn: Any, entries: Sequence[EntryLike], now: float, on_reject
     return result
 
 
-def _bulk_candidate(entry: EntryLike, now: float, decided: dict[str, str | None],
-                    ledger: Ledger) -> bulk_append.Prepared | None:
+def _bulk_candidate(
+    entry: EntryLike, now: float, decided: dict[str, str | None], ledger: Ledger
+) -> bulk_append.Prepared | None:
     """``entry`` prepared for a bulk run (and its batch marked decided), or None when it is
     not an undecided ``messages.append`` whose data passes the store-free checks: then it is
     applied alone by ``_apply_entry``, after the run so far."""
@@ -247,15 +282,23 @@ def _bulk_candidate(entry: EntryLike, now: float, decided: dict[str, str | None]
     if not isinstance(batch, str) or batch in decided or not isinstance(data, dict):
         return None
     digest = op_digest(rec["op"], data)
-    prepared = bulk_append.prepare(entry, data, batch, digest, arrival_time(rec, now),
-                                   (InvalidOpError, *ledger.bad_data))
+    prepared = bulk_append.prepare(
+        entry, data, batch, digest, arrival_time(rec, now), (InvalidOpError, *ledger.bad_data)
+    )
     if prepared is not None:
         decided[batch] = digest
     return prepared
 
 
-def _apply_run(conn: Any, run: list[bulk_append.Prepared], now: float, on_reject: RejectFn,
-               result: ChunkResult, decided: dict[str, str | None], ledger: Ledger) -> None:
+def _apply_run(
+    conn: Any,
+    run: list[bulk_append.Prepared],
+    now: float,
+    on_reject: RejectFn,
+    result: ChunkResult,
+    decided: dict[str, str | None],
+    ledger: Ledger,
+) -> None:
     """Apply a run of prepared appends together in one SAVEPOINT; when the store refuses any
     of them, roll the run back and apply its ops one at a time (the refused one is then
     quarantined alone with its reason, the others applied as before)."""
@@ -284,8 +327,15 @@ def _apply_run(conn: Any, run: list[bulk_append.Prepared], now: float, on_reject
         result.batches.append(op.batch)
 
 
-def _apply_entry(conn: Any, entry: EntryLike, now: float, on_reject: RejectFn, result: ChunkResult,
-                 decided: set[str], ledger: Ledger) -> None:
+def _apply_entry(
+    conn: Any,
+    entry: EntryLike,
+    now: float,
+    on_reject: RejectFn,
+    result: ChunkResult,
+    decided: set[str],
+    ledger: Ledger,
+) -> None:
     if entry.record is None:
         damage = entry.damage
         on_reject(entry, getattr(damage, "reason", "damaged"), str(damage))
@@ -300,16 +350,26 @@ def _apply_entry(conn: Any, entry: EntryLike, now: float, on_reject: RejectFn, r
             if prior is not None and prior != digest:
                 # Same batch id, other content: not a retry. Counting it as a duplicate would
                 # drop new content while its producer is told "applied"; quarantine it instead.
-                on_reject(entry, "batch-id-reused", f"batch id {batch!r} was already applied with other "
-                          "content; a retry must resend the same op and data, new content needs a new batch id")
+                on_reject(
+                    entry,
+                    "batch-id-reused",
+                    f"batch id {batch!r} was already applied with other "
+                    "content; a retry must resend the same op and data, new content needs a new batch id",
+                )
                 result.rejected += 1
                 return
-            result.duplicates += 1  # already decided: applied (same content), or refused for its data
+            result.duplicates += (
+                1  # already decided: applied (same content), or refused for its data
+            )
             return
-        decided[batch] = digest  # decided now, whatever the outcome: a repeat later in the chunk is too
+        decided[batch] = (
+            digest  # decided now, whatever the outcome: a repeat later in the chunk is too
+        )
     applier = APPLIERS.get(rec["op"])
     if applier is None:
-        on_reject(entry, "unsupported-op", f"op {rec['op']!r} is not applied by this version of Quill")
+        on_reject(
+            entry, "unsupported-op", f"op {rec['op']!r} is not applied by this version of Quill"
+        )
         result.rejected += 1
         return
     data = rec["data"]
@@ -326,15 +386,20 @@ def _apply_entry(conn: Any, entry: EntryLike, now: float, on_reject: RejectFn, r
             return
     except (InvalidOpError, *ledger.bad_data) as exc:
         _release(conn, rollback=True)
-        reason, detail = ((exc.reason, exc.detail) if isinstance(exc, InvalidOpError)
-                          else ("invalid-data", f"{type(exc).__name__}: {exc}"))
+        reason, detail = (
+            (exc.reason, exc.detail)
+            if isinstance(exc, InvalidOpError)
+            else ("invalid-data", f"{type(exc).__name__}: {exc}")
+        )
         if isinstance(batch, str):
             ledger.record_rejected(conn, batch, str(entry.position), reason, now)
         on_reject(entry, reason, detail)
         result.rejected += 1
         return
     except BaseException:
-        if conn.in_transaction and not getattr(conn, "closed", False):  # a lost connection has none left
+        if conn.in_transaction and not getattr(
+            conn, "closed", False
+        ):  # a lost connection has none left
             _release(conn, rollback=True)
         raise
     _release(conn, rollback=False)

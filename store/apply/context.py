@@ -9,6 +9,7 @@ tool reload, an edited prompt) adds a row in force for the messages after the se
 newest one at that point; the same value again adds nothing, so N sessions sharing one tool
 array grow the store by about the array once, not N times (bench/context_store.py).
 """
+
 from __future__ import annotations
 
 import json
@@ -71,14 +72,24 @@ def record(conn: apsw.Connection, sid: str, data: dict, batch_id: str, arrived_a
         text = _text(kind, data[kind])
         sha = blobs.put(conn, text, now=arrived_at)
         conn.execute("INSERT OR IGNORE INTO context_values (sha256) VALUES (?)", (sha,))
-        value_id = conn.execute("SELECT id FROM context_values WHERE sha256 = ?", (sha,)).fetchone()[0]
-        latest = conn.execute("SELECT value_id FROM session_context WHERE session_id = ? AND kind = ? "
-                              "ORDER BY id DESC LIMIT 1", (sid, kind)).fetchone()
+        value_id = conn.execute(
+            "SELECT id FROM context_values WHERE sha256 = ?", (sha,)
+        ).fetchone()[0]
+        latest = conn.execute(
+            "SELECT value_id FROM session_context WHERE session_id = ? AND kind = ? "
+            "ORDER BY id DESC LIMIT 1",
+            (sid, kind),
+        ).fetchone()
         if latest is not None and latest[0] == value_id:
             continue
-        after = conn.execute("SELECT max(id) FROM messages WHERE session_id = ?", (sid,)).fetchone()[0]
-        conn.execute("INSERT INTO session_context (session_id, kind, value_id, after_message_id) "
-                     "VALUES (?, ?, ?, ?)", (sid, kind, value_id, after))
+        after = conn.execute(
+            "SELECT max(id) FROM messages WHERE session_id = ?", (sid,)
+        ).fetchone()[0]
+        conn.execute(
+            "INSERT INTO session_context (session_id, kind, value_id, after_message_id) "
+            "VALUES (?, ?, ?, ?)",
+            (sid, kind, value_id, after),
+        )
         added += 1
     return added
 
@@ -86,11 +97,16 @@ def record(conn: apsw.Connection, sid: str, data: dict, batch_id: str, arrived_a
 def context(conn: apsw.Connection, sid: str) -> dict[str, Any]:
     """``{"system_prompt": str | None, "tools": list | None, "history": [{kind, sha256,
     after_message_id}]}``: the session's current prompt and tools and every change."""
-    rows = conn.execute("SELECT c.kind, v.sha256, c.after_message_id FROM session_context c "
-                        "JOIN context_values v ON v.id = c.value_id WHERE c.session_id = ? ORDER BY c.id",
-                        (sid,)).fetchall()
-    out: dict[str, Any] = {"system_prompt": None, "tools": None,
-                           "history": [{"kind": k, "sha256": s, "after_message_id": a} for k, s, a in rows]}
+    rows = conn.execute(
+        "SELECT c.kind, v.sha256, c.after_message_id FROM session_context c "
+        "JOIN context_values v ON v.id = c.value_id WHERE c.session_id = ? ORDER BY c.id",
+        (sid,),
+    ).fetchall()
+    out: dict[str, Any] = {
+        "system_prompt": None,
+        "tools": None,
+        "history": [{"kind": k, "sha256": s, "after_message_id": a} for k, s, a in rows],
+    }
     for kind, sha, _ in rows:
         text = blobs.get(conn, sha)
         out[kind] = json.loads(text) if kind == "tools" and text is not None else text
@@ -100,12 +116,25 @@ def context(conn: apsw.Connection, sid: str) -> dict[str, Any]:
 def drop(conn: apsw.Connection, sid: str) -> set[str]:
     """Delete ``sid``'s references; returns the SHA-256s no session references any more
     (their ``context_values`` rows are gone; the caller drops the blobs nothing else uses)."""
-    values = [r[0] for r in conn.execute("SELECT DISTINCT value_id FROM session_context WHERE session_id = ?",
-                                         (sid,)).fetchall()]
+    values = [
+        r[0]
+        for r in conn.execute(
+            "SELECT DISTINCT value_id FROM session_context WHERE session_id = ?", (sid,)
+        ).fetchall()
+    ]
     conn.execute("DELETE FROM session_context WHERE session_id = ?", (sid,))
     freed: set[str] = set()
     for value_id in values:
-        if conn.execute("SELECT 1 FROM session_context WHERE value_id = ? LIMIT 1", (value_id,)).fetchone() is None:
-            freed.add(conn.execute("SELECT sha256 FROM context_values WHERE id = ?", (value_id,)).fetchone()[0])
+        if (
+            conn.execute(
+                "SELECT 1 FROM session_context WHERE value_id = ? LIMIT 1", (value_id,)
+            ).fetchone()
+            is None
+        ):
+            freed.add(
+                conn.execute(
+                    "SELECT sha256 FROM context_values WHERE id = ?", (value_id,)
+                ).fetchone()[0]
+            )
             conn.execute("DELETE FROM context_values WHERE id = ?", (value_id,))
     return freed

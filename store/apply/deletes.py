@@ -8,6 +8,7 @@ as ``only_if`` conditions, and the applier re-checks them against the state *at 
 position*. That state is the same in the live store and in any rebuild (snapshot + replay),
 so application is deterministic and a stale decision is skipped instead of destroying new work.
 """
+
 from __future__ import annotations
 
 import re
@@ -15,12 +16,11 @@ from typing import Any
 
 import apsw
 
-from quill.store.apply import blobs
-from quill.store.apply import context
-from quill.store.sqlite.indexer import FTS_TABLES, fts_state, unindex
+from quill.store.apply import blobs, context
 from quill.store.apply.checks import check_delete
-from quill.store.apply.rules import atomic, opt
 from quill.store.apply.messages import ID_FLOOR_KEY
+from quill.store.apply.rules import atomic, opt
+from quill.store.sqlite.indexer import FTS_TABLES, fts_state, unindex
 
 _REF_LIKE = f"%{blobs.REF_PREFIX}%"
 _REF_RE = re.compile(re.escape(blobs.REF_PREFIX) + r"([0-9a-f]{64})")
@@ -28,8 +28,11 @@ _REF_RE = re.compile(re.escape(blobs.REF_PREFIX) + r"([0-9a-f]{64})")
 
 def conditions_hold(conn: apsw.Connection, sid: str, cond: dict[str, Any]) -> bool:
     """True if session ``sid`` exists and meets every condition in ``cond`` (see ``op_checks._CONDITIONS``)."""
-    row = conn.execute("SELECT started_at, ended_at, pinned, archived, owner_pid, owner_started, source FROM sessions "
-                       "WHERE id = ?", (sid,)).fetchone()
+    row = conn.execute(
+        "SELECT started_at, ended_at, pinned, archived, owner_pid, owner_started, source FROM sessions "
+        "WHERE id = ?",
+        (sid,),
+    ).fetchone()
     if row is None:
         return False
     started, ended, pinned, archived, owner_pid, owner_started, source = row
@@ -46,11 +49,16 @@ def conditions_hold(conn: apsw.Connection, sid: str, cond: dict[str, Any]) -> bo
     if "owner_started" in cond and owner_started != cond["owner_started"]:
         return False
     if "inactive_before" in cond:
-        newest = conn.execute("SELECT max(max(coalesce(ts, 0), arrived_at)) FROM messages WHERE session_id = ?",
-                              (sid,)).fetchone()[0]
+        newest = conn.execute(
+            "SELECT max(max(coalesce(ts, 0), arrived_at)) FROM messages WHERE session_id = ?",
+            (sid,),
+        ).fetchone()[0]
         if max(started or 0, newest or 0) >= cond["inactive_before"]:
             return False
-    if cond.get("empty") and conn.execute("SELECT 1 FROM messages WHERE session_id = ? LIMIT 1", (sid,)).fetchone():
+    if (
+        cond.get("empty")
+        and conn.execute("SELECT 1 FROM messages WHERE session_id = ? LIMIT 1", (sid,)).fetchone()
+    ):
         return False
     return True
 
@@ -68,8 +76,11 @@ def doomed(conn: apsw.Connection, sid: str, cond: dict[str, Any]) -> list[str]:
     while queue:
         cur = queue.pop()
         out.append(cur)
-        for (child,) in conn.execute("SELECT id FROM sessions WHERE parent_id = ? AND parent_kind = 'delegate' "
-                                     "AND pinned = 0 AND archived = 0 ORDER BY id", (cur,)).fetchall():
+        for (child,) in conn.execute(
+            "SELECT id FROM sessions WHERE parent_id = ? AND parent_kind = 'delegate' "
+            "AND pinned = 0 AND archived = 0 ORDER BY id",
+            (cur,),
+        ).fetchall():
             if child not in seen and (not cond or conditions_hold(conn, child, cond)):
                 seen.add(child)
                 queue.append(child)
@@ -86,35 +97,54 @@ def _delete_one(conn: apsw.Connection, sid: str, cond: dict[str, Any]) -> tuple[
     victims = doomed(conn, sid, cond)
     gone = set(victims)
     for sid in victims:
-        msg_ids = [r[0] for r in conn.execute("SELECT id FROM messages WHERE session_id = ?", (sid,))]
-        if isinstance(conn, apsw.Connection):  # SQLite's FTS5 tables; PostgreSQL indexes the rows themselves
+        msg_ids = [
+            r[0] for r in conn.execute("SELECT id FROM messages WHERE session_id = ?", (sid,))
+        ]
+        if isinstance(
+            conn, apsw.Connection
+        ):  # SQLite's FTS5 tables; PostgreSQL indexes the rows themselves
             unindex(conn, msg_ids)
         shas = _blob_refs(conn, sid) | context.drop(conn, sid)
-        if msg_ids and isinstance(conn, apsw.Connection):  # ids never come back (transcript_ops.next_id)
-            conn.execute(f"INSERT INTO state_meta (key, value) VALUES ('{ID_FLOOR_KEY}', ?) ON CONFLICT (key) DO UPDATE "
-                         "SET value = max(CAST(value AS INTEGER), excluded.value)", (max(msg_ids),))
+        if msg_ids and isinstance(
+            conn, apsw.Connection
+        ):  # ids never come back (transcript_ops.next_id)
+            conn.execute(
+                f"INSERT INTO state_meta (key, value) VALUES ('{ID_FLOOR_KEY}', ?) ON CONFLICT (key) DO UPDATE "
+                "SET value = max(CAST(value AS INTEGER), excluded.value)",
+                (max(msg_ids),),
+            )
         conn.execute("DELETE FROM messages WHERE session_id = ?", (sid,))
         conn.execute("DELETE FROM usage WHERE session_id = ?", (sid,))
         _drop_unreferenced(conn, shas)
         messages += len(msg_ids)
         # Invariant: no session is left naming a deleted parent.
-        for (child,) in conn.execute("SELECT id FROM sessions WHERE parent_id = ? ORDER BY id", (sid,)).fetchall():
+        for (child,) in conn.execute(
+            "SELECT id FROM sessions WHERE parent_id = ? ORDER BY id", (sid,)
+        ).fetchall():
             if child not in gone:
-                conn.execute("UPDATE sessions SET parent_id = NULL, parent_kind = NULL WHERE id = ?", (child,))
+                conn.execute(
+                    "UPDATE sessions SET parent_id = NULL, parent_kind = NULL WHERE id = ?",
+                    (child,),
+                )
                 detached += 1
         conn.execute("DELETE FROM sessions WHERE id = ?", (sid,))
         if conn.changes():
             sessions += 1
-            conn.execute("INSERT INTO session_deletions (session_id, deletions) VALUES (?, 1) ON CONFLICT (session_id) "
-                         "DO UPDATE SET deletions = session_deletions.deletions + 1", (sid,))
+            conn.execute(
+                "INSERT INTO session_deletions (session_id, deletions) VALUES (?, 1) ON CONFLICT (session_id) "
+                "DO UPDATE SET deletions = session_deletions.deletions + 1",
+                (sid,),
+            )
     return sessions, messages, detached
 
 
 def _blob_refs(conn: apsw.Connection, sid: str) -> set[str]:
     """SHA-256s of the blobs (store/apply/blobs.py) that ``sid``'s message rows reference."""
     shas: set[str] = set()
-    for parts, extra in conn.execute("SELECT parts, extra FROM messages WHERE session_id = ? AND "
-                                     "(parts LIKE ? OR extra LIKE ?)", (sid, _REF_LIKE, _REF_LIKE)):
+    for parts, extra in conn.execute(
+        "SELECT parts, extra FROM messages WHERE session_id = ? AND (parts LIKE ? OR extra LIKE ?)",
+        (sid, _REF_LIKE, _REF_LIKE),
+    ):
         for text in (parts, extra):
             if blobs.has_refs(text):
                 shas.update(_REF_RE.findall(text))
@@ -126,9 +156,16 @@ def _drop_unreferenced(conn: apsw.Connection, shas: set[str]) -> None:
     conversation's attachments go with it; one shared with another session stays)."""
     for sha in sorted(shas):
         like = f"%{blobs.REF_PREFIX}{sha}%"
-        if conn.execute("SELECT 1 FROM messages WHERE parts LIKE ? OR extra LIKE ? LIMIT 1",
-                        (like, like)).fetchone() is None and conn.execute(
-                "SELECT 1 FROM context_values WHERE sha256 = ? LIMIT 1", (sha,)).fetchone() is None:
+        if (
+            conn.execute(
+                "SELECT 1 FROM messages WHERE parts LIKE ? OR extra LIKE ? LIMIT 1", (like, like)
+            ).fetchone()
+            is None
+            and conn.execute(
+                "SELECT 1 FROM context_values WHERE sha256 = ? LIMIT 1", (sha,)
+            ).fetchone()
+            is None
+        ):
             conn.execute("DELETE FROM blobs WHERE sha256 = ?", (sha,))
 
 
@@ -138,8 +175,10 @@ def _lower_fts_watermark(conn: apsw.Connection) -> None:
     watermark must drop to the highest id that remains, or a reused id would be taken as
     indexed and never be searchable."""
     top = conn.execute("SELECT coalesce(max(id), 0) FROM messages").fetchone()[0]
-    conn.execute("UPDATE state_meta SET value = ? WHERE key = 'fts_indexed_upto' AND CAST(value AS INTEGER) > ?",
-                 (str(top), top))
+    conn.execute(
+        "UPDATE state_meta SET value = ? WHERE key = 'fts_indexed_upto' AND CAST(value AS INTEGER) > ?",
+        (str(top), top),
+    )
 
 
 @atomic
@@ -186,4 +225,6 @@ def _secure_delete(conn: apsw.Connection, on: bool) -> None:
     conn.execute(f"PRAGMA secure_delete = {1 if on else 0}")
     if fts_state(conn) == "ok":
         for table in FTS_TABLES:  # names come from the indexer's fixed tuple
-            conn.execute(f"INSERT INTO {table}({table}, rank) VALUES ('secure-delete', {1 if on else 0})")
+            conn.execute(
+                f"INSERT INTO {table}({table}, rank) VALUES ('secure-delete', {1 if on else 0})"
+            )

@@ -12,24 +12,28 @@ Invariants kept here (docs/architecture.md "The store"):
 Every applier runs its content check (``store.apply.checks``, shared with ``store.apply.precheck``),
 writes, then checks what needs the store; ``op_common.atomic`` undoes everything on error.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
 import apsw
 
-from quill.store.apply import blobs
-from quill.store.apply import usage
-from quill.store.errors import InvalidOpError
-from quill.store.apply.normalize import IDENTITY_COLUMNS, ROW_COLUMNS, identity, message_row, scrub
+from quill.store.apply import blobs, usage
 from quill.store.apply.checks import check_append, check_compact, check_replace, check_rewind
+from quill.store.apply.normalize import IDENTITY_COLUMNS, ROW_COLUMNS, identity, message_row, scrub
 from quill.store.apply.rules import atomic, ensure_session, opt, reopen_if_automatic, session_exists
+from quill.store.errors import InvalidOpError
 
 TOOL_RESULT_ROLES = ("tool", "function")
-_INSERT_STATE = (f"INSERT INTO messages (session_id, {', '.join(ROW_COLUMNS)}, arrived_at, batch_id, state, origin_id) "
-                 f"VALUES (?, {', '.join('?' for _ in ROW_COLUMNS)}, ?, ?, ?, ?)")
+_INSERT_STATE = (
+    f"INSERT INTO messages (session_id, {', '.join(ROW_COLUMNS)}, arrived_at, batch_id, state, origin_id) "
+    f"VALUES (?, {', '.join('?' for _ in ROW_COLUMNS)}, ?, ?, ?, ?)"
+)
 #: The same with an explicit id first (``next_id``; SQLite only).
-INSERT_STATE_ID = _INSERT_STATE.replace("(session_id,", "(id, session_id,").replace("VALUES (?,", "VALUES (?, ?,")
+INSERT_STATE_ID = _INSERT_STATE.replace("(session_id,", "(id, session_id,").replace(
+    "VALUES (?,", "VALUES (?, ?,"
+)
 #: ``state_meta`` key: the highest message id a ``sessions.delete`` removed (session_delete.py).
 ID_FLOOR_KEY = "message_id_floor"
 _CHUNK = 500  # bound on SQL variables per IN (...) list
@@ -37,8 +41,9 @@ _CHUNK = 500  # bound on SQL variables per IN (...) list
 
 #: Message keys whose values never hold a binary payload (text columns and ids): not walked
 #: by ``blobs.extract``. A plain-string ``content`` is text (searchable), never cut out.
-_NO_BLOB_KEYS = frozenset({"id", "role", "tool_calls", "tool_call_id", "name", "reasoning",
-                           "finish_reason", "timestamp"})
+_NO_BLOB_KEYS = frozenset(
+    {"id", "role", "tool_calls", "tool_call_id", "name", "reasoning", "finish_reason", "timestamp"}
+)
 
 
 def _cut_blobs(msg: object, found: dict[str, str]) -> object:
@@ -84,13 +89,21 @@ def next_id(conn: apsw.Connection) -> int | None:
     rebuild assigns the same ids."""
     if not isinstance(conn, apsw.Connection):
         return None
-    top, floor = conn.execute(f"SELECT (SELECT max(id) FROM messages), (SELECT CAST(value AS INTEGER) FROM "
-                              f"state_meta WHERE key = '{ID_FLOOR_KEY}')").fetchone()
+    top, floor = conn.execute(
+        f"SELECT (SELECT max(id) FROM messages), (SELECT CAST(value AS INTEGER) FROM "
+        f"state_meta WHERE key = '{ID_FLOOR_KEY}')"
+    ).fetchone()
     return floor + 1 if floor is not None and (top or 0) < floor else None
 
 
-def _insert(conn: apsw.Connection, sid: str, rows: Iterable[tuple], origins: Sequence[int | None] | None,
-            arrived_at: float, batch_id: str) -> int:
+def _insert(
+    conn: apsw.Connection,
+    sid: str,
+    rows: Iterable[tuple],
+    origins: Sequence[int | None] | None,
+    arrived_at: float,
+    batch_id: str,
+) -> int:
     rows = list(rows)
     origins = origins or [None] * len(rows)
     values = [(sid, *r, arrived_at, batch_id, "live", o) for r, o in zip(rows, origins)]
@@ -103,28 +116,44 @@ def _insert(conn: apsw.Connection, sid: str, rows: Iterable[tuple], origins: Seq
 
 def _set_state(conn: apsw.Connection, ids: Sequence[int], state: str) -> int:
     for start in range(0, len(ids), _CHUNK):
-        part = ids[start:start + _CHUNK]
-        conn.execute(f"UPDATE messages SET state = ? WHERE id IN ({', '.join('?' for _ in part)})", (state, *part))
+        part = ids[start : start + _CHUNK]
+        conn.execute(
+            f"UPDATE messages SET state = ? WHERE id IN ({', '.join('?' for _ in part)})",
+            (state, *part),
+        )
     return len(ids)
 
 
-def check_tool_results(conn: apsw.Connection, sid: str, call_ids: Iterable[str] | None = None) -> None:
+def check_tool_results(
+    conn: apsw.Connection, sid: str, call_ids: Iterable[str] | None = None
+) -> None:
     """Raise ``InvalidOpError('duplicate-tool-result')`` naming the first tool_call_id that has
     more than one live tool result in ``sid`` (checking ``call_ids`` only, or all when None)."""
-    base = (f"SELECT tool_call_id FROM messages WHERE session_id = ? AND state = 'live' "
-            f"AND tool_call_id IS NOT NULL AND role IN {TOOL_RESULT_ROLES!r}")
+    base = (
+        f"SELECT tool_call_id FROM messages WHERE session_id = ? AND state = 'live' "
+        f"AND tool_call_id IS NOT NULL AND role IN {TOOL_RESULT_ROLES!r}"
+    )
     groups = " GROUP BY tool_call_id HAVING count(*) > 1 ORDER BY tool_call_id LIMIT 1"
     if call_ids is None:
         queries = [(base + groups, (sid,))]
     else:
         ids = sorted(set(call_ids))
-        queries = [(base + f" AND tool_call_id IN ({', '.join('?' for _ in ids[i:i + _CHUNK])})" + groups,
-                    (sid, *ids[i:i + _CHUNK])) for i in range(0, len(ids), _CHUNK)]
+        queries = [
+            (
+                base
+                + f" AND tool_call_id IN ({', '.join('?' for _ in ids[i : i + _CHUNK])})"
+                + groups,
+                (sid, *ids[i : i + _CHUNK]),
+            )
+            for i in range(0, len(ids), _CHUNK)
+        ]
     for sql, args in queries:
         bad = conn.execute(sql, args).fetchone()
         if bad:
-            raise InvalidOpError("duplicate-tool-result",
-                                 f"session {sid!r} would have more than one live tool result for tool_call_id {bad[0]!r}")
+            raise InvalidOpError(
+                "duplicate-tool-result",
+                f"session {sid!r} would have more than one live tool result for tool_call_id {bad[0]!r}",
+            )
 
 
 def result_ids(rows: Iterable[tuple]) -> list[str]:
@@ -150,10 +179,14 @@ def messages_append(conn: apsw.Connection, data: dict, batch_id: str, arrived_at
     wanted = sorted({r[ext] for r in rows if r[ext] is not None})
     seen: set[str] = set()
     for start in range(0, len(wanted), _CHUNK):
-        part = wanted[start:start + _CHUNK]
-        seen.update(x for (x,) in conn.execute(
-            f"SELECT ext_id FROM messages WHERE session_id = ? AND ext_id IN ({', '.join('?' for _ in part)})",
-            (sid, *part)))
+        part = wanted[start : start + _CHUNK]
+        seen.update(
+            x
+            for (x,) in conn.execute(
+                f"SELECT ext_id FROM messages WHERE session_id = ? AND ext_id IN ({', '.join('?' for _ in part)})",
+                (sid, *part),
+            )
+        )
     fresh, fresh_msgs = [], []
     for row, msg in zip(rows, data["messages"]):
         if row[ext] is not None:
@@ -171,37 +204,61 @@ def messages_append(conn: apsw.Connection, data: dict, batch_id: str, arrived_at
     return written
 
 
-def _record_usage(conn: apsw.Connection, sid: str, msgs: list[dict], source: str | None, batch_id: str,
-                  arrived_at: float) -> None:
+def _record_usage(
+    conn: apsw.Connection,
+    sid: str,
+    msgs: list[dict],
+    source: str | None,
+    batch_id: str,
+    arrived_at: float,
+) -> None:
     """Usage carried by the messages ``_insert`` just wrote: this op's rows are the session's
     rows of ``batch_id`` (a batch id is one op), in id order = ``msgs`` order."""
     if any(usage.carries_usage(m) for m in msgs):
-        ids = [r[0] for r in conn.execute("SELECT id FROM messages WHERE session_id = ? AND batch_id = ? "
-                                          "ORDER BY id DESC LIMIT ?", (sid, batch_id, len(msgs)))][::-1]
+        ids = [
+            r[0]
+            for r in conn.execute(
+                "SELECT id FROM messages WHERE session_id = ? AND batch_id = ? "
+                "ORDER BY id DESC LIMIT ?",
+                (sid, batch_id, len(msgs)),
+            )
+        ][::-1]
         usage.record_messages(conn, sid, list(zip(ids, msgs)), source, batch_id, arrived_at)
 
 
 def _live(conn: apsw.Connection, sid: str) -> list[tuple]:
     """Live rows of ``sid`` in order: ``(id, origin_id, role, *IDENTITY_COLUMNS)``."""
-    return conn.execute(f"SELECT id, coalesce(origin_id, id), role, {', '.join(IDENTITY_COLUMNS)} FROM messages "
-                        "WHERE session_id = ? AND state = 'live' ORDER BY id", (sid,)).fetchall()
+    return conn.execute(
+        f"SELECT id, coalesce(origin_id, id), role, {', '.join(IDENTITY_COLUMNS)} FROM messages "
+        "WHERE session_id = ? AND state = 'live' ORDER BY id",
+        (sid,),
+    ).fetchall()
 
 
-def _target(conn: apsw.Connection, sid: str, data: dict, id_key: str, ext_key: str) -> tuple[int, str, str] | None:
+def _target(
+    conn: apsw.Connection, sid: str, data: dict, id_key: str, ext_key: str
+) -> tuple[int, str, str] | None:
     """``(id, role, state)`` of the row named by ``data[id_key]`` (store id) or
     ``data[ext_key]`` (producer id; the newest live row with it, else the newest row)."""
     mid, ext = opt(data, id_key, int), opt(data, ext_key, (str, int))
     if mid is not None and ext is not None:
         raise InvalidOpError("invalid-field", f"give {id_key!r} or {ext_key!r}, not both")
     if mid is not None:
-        row = conn.execute("SELECT id, role, state FROM messages WHERE id = ? AND session_id = ?", (mid, sid)).fetchone()
+        row = conn.execute(
+            "SELECT id, role, state FROM messages WHERE id = ? AND session_id = ?", (mid, sid)
+        ).fetchone()
     elif ext is not None:
-        row = conn.execute("SELECT id, role, state FROM messages WHERE session_id = ? AND ext_id = ? "
-                           "ORDER BY state = 'live' DESC, id DESC LIMIT 1", (sid, scrub(str(ext)))).fetchone()
+        row = conn.execute(
+            "SELECT id, role, state FROM messages WHERE session_id = ? AND ext_id = ? "
+            "ORDER BY state = 'live' DESC, id DESC LIMIT 1",
+            (sid, scrub(str(ext))),
+        ).fetchone()
     else:
         return None
     if row is None:
-        raise InvalidOpError("unknown-message", f"session {sid!r} has no message {mid if mid is not None else ext!r}")
+        raise InvalidOpError(
+            "unknown-message", f"session {sid!r} has no message {mid if mid is not None else ext!r}"
+        )
     return row
 
 
@@ -219,8 +276,11 @@ def _match_tail(before: list[tuple], tail: list[tuple]) -> list[int]:
         want = identity(tail[k])
         idx = next((i for i in range(limit - 1, -1, -1) if tuple(before[i][3:]) == want), None)
         if idx is None:
-            raise InvalidOpError("tail-mismatch", f"carried tail message {k} (role {tail[k][1]!r}) has no "
-                                                   "byte-identical live original at or below the watermark")
+            raise InvalidOpError(
+                "tail-mismatch",
+                f"carried tail message {k} (role {tail[k][1]!r}) has no "
+                "byte-identical live original at or below the watermark",
+            )
         matched.append(idx)
         limit = idx
     return matched[::-1]
@@ -250,14 +310,23 @@ def messages_compact(conn: apsw.Connection, data: dict, batch_id: str, arrived_a
     before = [r for r in live if watermark is None or r[0] <= watermark]
     after = [r for r in live if watermark is not None and r[0] > watermark]
     if not before:
-        raise InvalidOpError("nothing-to-compact", f"session {sid!r} has no live rows at or below the watermark")
-    head, tail = rows[:len(rows) - tail_count], rows[len(rows) - tail_count:]
+        raise InvalidOpError(
+            "nothing-to-compact", f"session {sid!r} has no live rows at or below the watermark"
+        )
+    head, tail = rows[: len(rows) - tail_count], rows[len(rows) - tail_count :]
     tail_idx = _match_tail(before, tail)
     origins: list[int | None] = []
     used = set(tail_idx)
     for row in head:  # a verbatim re-sent message outside the tail: link, keep the original visible
         want = identity(row)
-        idx = next((i for i in range(len(before) - 1, -1, -1) if i not in used and tuple(before[i][3:]) == want), None)
+        idx = next(
+            (
+                i
+                for i in range(len(before) - 1, -1, -1)
+                if i not in used and tuple(before[i][3:]) == want
+            ),
+            None,
+        )
         if idx is not None:
             used.add(idx)
         origins.append(before[idx][1] if idx is not None else None)
@@ -270,21 +339,30 @@ def messages_compact(conn: apsw.Connection, data: dict, batch_id: str, arrived_a
     if after:  # byte-exact clones with fresh ids, in order, after the compacted set
         cols = ", ".join(ROW_COLUMNS)
         for start in range(0, len(after), _CHUNK):
-            part = [r[0] for r in after[start:start + _CHUNK]]
+            part = [r[0] for r in after[start : start + _CHUNK]]
             conn.execute(
                 f"INSERT INTO messages (session_id, {cols}, arrived_at, batch_id, state, origin_id) "
                 f"SELECT session_id, {cols}, arrived_at, batch_id, 'live', coalesce(origin_id, id) FROM messages "
-                f"WHERE id IN ({', '.join('?' for _ in part)}) ORDER BY id", part)
+                f"WHERE id IN ({', '.join('?' for _ in part)}) ORDER BY id",
+                part,
+            )
         written += len(after)
     check_tool_results(conn, sid)
     return written
 
 
 def _user_turn(conn: apsw.Connection, sid: str, turn: int) -> int:
-    users = [r[0] for r in conn.execute(
-        "SELECT id FROM messages WHERE session_id = ? AND state = 'live' AND role = 'user' ORDER BY id", (sid,))]
+    users = [
+        r[0]
+        for r in conn.execute(
+            "SELECT id FROM messages WHERE session_id = ? AND state = 'live' AND role = 'user' ORDER BY id",
+            (sid,),
+        )
+    ]
     if turn == 0 or abs(turn) > len(users):
-        raise InvalidOpError("no-such-turn", f"session {sid!r} has {len(users)} live user turn(s); user_turn={turn}")
+        raise InvalidOpError(
+            "no-such-turn", f"session {sid!r} has {len(users)} live user turn(s); user_turn={turn}"
+        )
     return users[turn - 1] if turn > 0 else users[turn]
 
 
@@ -292,14 +370,23 @@ def _check_head(conn: apsw.Connection, sid: str, data: dict) -> None:
     expect = opt(data, "expect_head_id", int)
     if expect is None:
         return
-    head = conn.execute("SELECT max(id) FROM messages WHERE session_id = ? AND state = 'live'", (sid,)).fetchone()[0]
+    head = conn.execute(
+        "SELECT max(id) FROM messages WHERE session_id = ? AND state = 'live'", (sid,)
+    ).fetchone()[0]
     if head != expect:
-        raise InvalidOpError("stale-head", f"session {sid!r} live head is {head}, the op expected {expect}")
+        raise InvalidOpError(
+            "stale-head", f"session {sid!r} live head is {head}, the op expected {expect}"
+        )
 
 
 def _rewind_from(conn: apsw.Connection, sid: str, first: int) -> int:
-    ids = [r[0] for r in conn.execute(
-        "SELECT id FROM messages WHERE session_id = ? AND state = 'live' AND id >= ? ORDER BY id", (sid, first))]
+    ids = [
+        r[0]
+        for r in conn.execute(
+            "SELECT id FROM messages WHERE session_id = ? AND state = 'live' AND id >= ? ORDER BY id",
+            (sid, first),
+        )
+    ]
     return _set_state(conn, ids, "rewound")
 
 
@@ -314,10 +401,15 @@ def _rewind_branch(conn: apsw.Connection, sid: str, data: dict) -> int:
     wanted = sorted({scrub(str(x)) for x in ids})  # ids as message_row stores them
     flipped: list[int] = []
     for start in range(0, len(wanted), _CHUNK):
-        part = wanted[start:start + _CHUNK]
-        flipped += [r[0] for r in conn.execute(
-            f"SELECT id FROM messages WHERE session_id = ? AND state = 'live' "
-            f"AND ext_id IN ({', '.join('?' for _ in part)})", (sid, *part))]
+        part = wanted[start : start + _CHUNK]
+        flipped += [
+            r[0]
+            for r in conn.execute(
+                f"SELECT id FROM messages WHERE session_id = ? AND state = 'live' "
+                f"AND ext_id IN ({', '.join('?' for _ in part)})",
+                (sid, *part),
+            )
+        ]
     return _set_state(conn, sorted(flipped), "rewound")
 
 
@@ -345,9 +437,14 @@ def messages_rewind(conn: apsw.Connection, data: dict, batch_id: str, arrived_at
     else:
         target, role, state = named
         if role != "user":
-            raise InvalidOpError("not-a-user-message", f"message {target} is a {role!r} message; rewind targets user messages")
+            raise InvalidOpError(
+                "not-a-user-message",
+                f"message {target} is a {role!r} message; rewind targets user messages",
+            )
         if state != "live":
-            raise InvalidOpError("not-live", f"message {target} is {state}; only a live message can be rewound to")
+            raise InvalidOpError(
+                "not-live", f"message {target} is {state}; only a live message can be rewound to"
+            )
     _check_head(conn, sid, data)
     return _rewind_from(conn, sid, target)
 
@@ -365,7 +462,9 @@ def messages_replace(conn: apsw.Connection, data: dict, batch_id: str, arrived_a
     sid = data["session_id"]
     named = _target(conn, sid, data, "from_message_id", "from_ext_id")
     if named is not None and named[2] != "live":
-        raise InvalidOpError("not-live", f"message {named[0]} is {named[2]}; only live rows can be replaced")
+        raise InvalidOpError(
+            "not-live", f"message {named[0]} is {named[2]}; only live rows can be replaced"
+        )
     _check_head(conn, sid, data)
     ensure_session(conn, sid, arrived_at)
     _rewind_from(conn, sid, named[0] if named else 0)

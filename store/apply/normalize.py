@@ -13,6 +13,7 @@ Encoding rules (producers do send double-encoded tool calls and bad clocks):
 * every key not listed in ``KNOWN_FIELDS`` is kept verbatim in ``extra``.
 Batch and single appends share this one function, so they store identical rows.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -32,16 +33,39 @@ from json.encoder import encode_basestring as _encode_basestring
 _DEFAULT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).default
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
-KNOWN_FIELDS = frozenset({"id", "role", "content", "tool_calls", "tool_call_id", "name",
-                          "reasoning", "finish_reason", "timestamp", "extra"})
+KNOWN_FIELDS = frozenset(
+    {
+        "id",
+        "role",
+        "content",
+        "tool_calls",
+        "tool_call_id",
+        "name",
+        "reasoning",
+        "finish_reason",
+        "timestamp",
+        "extra",
+    }
+)
 TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
 _MIN_TS = 946684800.0  # 2000-01-01T00:00:00Z
 _MAX_FUTURE_S = 86400.0
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 #: Column order of a normalised row (matches the INSERTs in ``transcript_ops.py``).
-ROW_COLUMNS = ("ext_id", "role", "content", "parts", "tool_calls", "tool_call_id",
-               "tool_name", "reasoning", "finish_reason", "ts", "extra")
+ROW_COLUMNS = (
+    "ext_id",
+    "role",
+    "content",
+    "parts",
+    "tool_calls",
+    "tool_call_id",
+    "tool_name",
+    "reasoning",
+    "finish_reason",
+    "ts",
+    "extra",
+)
 #: The columns that make two rows "byte-identical" for compaction (tail originals, display
 #: dedupe): everything the model sees, including the tool fields; not ids, times or extras.
 IDENTITY_COLUMNS = ("role", "content", "parts", "tool_calls", "tool_call_id", "tool_name")
@@ -108,8 +132,11 @@ def _encode(value: Any) -> str:
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
     if isinstance(value, str):  # JSONEncoder.encode's own shortcut for a bare string
         return _encode_basestring(value)
-    return "".join(_c_make_encoder({}, _DEFAULT, _encode_basestring, None, ":", ",",
-                                   False, False, True)(value, 0))
+    return "".join(
+        _c_make_encoder({}, _DEFAULT, _encode_basestring, None, ":", ",", False, False, True)(
+            value, 0
+        )
+    )
 
 
 def _opt_str(msg: dict, key: str) -> str | None:
@@ -117,7 +144,9 @@ def _opt_str(msg: dict, key: str) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str):
-        raise InvalidOpError("invalid-field", f"message field {key!r} must be a string, got {type(value).__name__}")
+        raise InvalidOpError(
+            "invalid-field", f"message field {key!r} must be a string, got {type(value).__name__}"
+        )
     return scrub(value)
 
 
@@ -148,12 +177,21 @@ def content_columns(content: Any) -> tuple[str | None, str | None]:
     if isinstance(content, dict):
         content = [content]
     if isinstance(content, list):
-        texts = [p.get("text") for p in content
-                 if isinstance(p, dict) and isinstance(p.get("type"), str) and p["type"] in TEXT_PART_TYPES and isinstance(p.get("text"), str)]
+        texts = [
+            p.get("text")
+            for p in content
+            if isinstance(p, dict)
+            and isinstance(p.get("type"), str)
+            and p["type"] in TEXT_PART_TYPES
+            and isinstance(p.get("text"), str)
+        ]
         texts += [p for p in content if isinstance(p, str)]
         text = scrub("\n".join(texts)) if texts else None
         return text, dumps(content)
-    raise InvalidOpError("invalid-field", f"message content must be a string, a list of parts or null, got {type(content).__name__}")
+    raise InvalidOpError(
+        "invalid-field",
+        f"message content must be a string, a list of parts or null, got {type(content).__name__}",
+    )
 
 
 def timestamp(value: Any, arrived_at: float) -> float:
@@ -173,7 +211,7 @@ def timestamp(value: Any, arrived_at: float) -> float:
             parsed = None
         if parsed is not None:
             if parsed.tzinfo is None:
-                parsed = parsed.replace(tzinfo=dt.timezone.utc)
+                parsed = parsed.replace(tzinfo=dt.UTC)
             ts = parsed.timestamp()
     if ts is None or ts != ts or ts < _MIN_TS or ts > arrived_at + _MAX_FUTURE_S:
         return arrived_at
@@ -187,13 +225,17 @@ def message_row(msg: Any, arrived_at: float) -> tuple:
     wrong type. Nothing is written; callers apply a batch all-or-nothing.
     """
     if not isinstance(msg, dict):
-        raise InvalidOpError("invalid-message", f"a message must be a JSON object, got {type(msg).__name__}")
+        raise InvalidOpError(
+            "invalid-message", f"a message must be a JSON object, got {type(msg).__name__}"
+        )
     role = msg.get("role")
     if not isinstance(role, str) or role not in ROLES:  # a dict/list role is unhashable
         roles = ", ".join(sorted(ROLES))
         if role is None:
             raise InvalidOpError("invalid-role", f"message has no role; give one of {roles}")
-        raise InvalidOpError("invalid-role", f"message role {json.dumps(role, default=repr)} is not one of {roles}")
+        raise InvalidOpError(
+            "invalid-role", f"message role {json.dumps(role, default=repr)} is not one of {roles}"
+        )
     ext_id = msg.get("id")
     if ext_id is not None and (not isinstance(ext_id, (str, int)) or isinstance(ext_id, bool)):
         raise InvalidOpError("invalid-field", "message id must be a string or an integer")
@@ -205,10 +247,16 @@ def message_row(msg: Any, arrived_at: float) -> tuple:
     elif given_extra is not None:
         extra["extra"] = given_extra
     return (
-        None if ext_id is None else scrub(str(ext_id)), role, text, parts,
+        None if ext_id is None else scrub(str(ext_id)),
+        role,
+        text,
+        parts,
         tool_calls_json(msg.get("tool_calls")),
-        _opt_str(msg, "tool_call_id"), _opt_str(msg, "name"), _opt_str(msg, "reasoning"),
-        _opt_str(msg, "finish_reason"), timestamp(msg.get("timestamp"), arrived_at),
+        _opt_str(msg, "tool_call_id"),
+        _opt_str(msg, "name"),
+        _opt_str(msg, "reasoning"),
+        _opt_str(msg, "finish_reason"),
+        timestamp(msg.get("timestamp"), arrived_at),
         dumps(extra) if extra else None,
     )
 

@@ -9,6 +9,7 @@ the store's state (rewind targets, title clashes, tool result duplicates, restor
 whether a message is already held) are left to the writer, and ``ops.client.wait`` reports their
 outcome.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,9 +17,8 @@ from typing import Any
 
 from quill.spool import OP_KINDS
 from quill.spool.record import MAX_NESTING, nesting_ok
-
-from quill.store.errors import InvalidOpError
 from quill.store.apply.checks import CHECKS
+from quill.store.errors import InvalidOpError
 
 
 def precheck(op: str, data: Any) -> None:
@@ -34,7 +34,9 @@ def precheck(op: str, data: Any) -> None:
     if not isinstance(data, dict):
         raise InvalidOpError("invalid-data", "op data must be a JSON object")
     if not nesting_ok(data):  # before the checks below, which recurse
-        raise InvalidOpError("invalid-field", f"op data nests objects/arrays more than {MAX_NESTING} levels deep")
+        raise InvalidOpError(
+            "invalid-field", f"op data nests objects/arrays more than {MAX_NESTING} levels deep"
+        )
     CHECKS[op](data)
     _check_json(data)
 
@@ -47,6 +49,8 @@ def _check_json(data: dict) -> None:
     try:
         json.dumps(data, allow_nan=False, check_circular=False)
     except ValueError:
-        raise InvalidOpError("invalid-field", "op data holds NaN or Infinity, which JSON cannot carry") from None
+        raise InvalidOpError(
+            "invalid-field", "op data holds NaN or Infinity, which JSON cannot carry"
+        ) from None
     except (TypeError, RecursionError):
         return  # not JSON-shaped (a Python caller's object): the spool's own check refuses it

@@ -24,6 +24,7 @@ exact ``Decimal`` values of the same affine function, hence the same float. Wher
 too narrow to probe (width < 2 tokens) the full ``calc_price`` runs. tests/test_pricing.py
 compares the two for every model of the table, both tier sides and random counts.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -33,7 +34,12 @@ from typing import Any
 
 __all__ = ["price", "price_version"]
 
-_NO_TOKENS = {"input_tokens": 0, "cache_read_tokens": 0, "cache_write_tokens": 0, "output_tokens": 0}
+_NO_TOKENS = {
+    "input_tokens": 0,
+    "cache_read_tokens": 0,
+    "cache_write_tokens": 0,
+    "output_tokens": 0,
+}
 
 
 @functools.lru_cache(maxsize=1)
@@ -47,17 +53,21 @@ def price_version() -> str:
 def _usage(tokens: dict[str, int]) -> Any:
     import genai_prices  # noqa: PLC0415  (lazy: ~0.7 s, and only the writer prices)
 
-    return genai_prices.Usage(input_tokens=tokens["input_tokens"], output_tokens=tokens["output_tokens"],
-                              cache_read_tokens=tokens["cache_read_tokens"],
-                              cache_write_tokens=tokens["cache_write_tokens"])
+    return genai_prices.Usage(
+        input_tokens=tokens["input_tokens"],
+        output_tokens=tokens["output_tokens"],
+        cache_read_tokens=tokens["cache_read_tokens"],
+        cache_write_tokens=tokens["cache_write_tokens"],
+    )
 
 
 def _calc(tokens: dict[str, int], model: str, provider: str | None, when: dt.datetime) -> Decimal:
     """The package's own price of one call (raises ``LookupError`` for an unknown model)."""
     import genai_prices  # noqa: PLC0415
 
-    return genai_prices.calc_price(_usage(tokens), model, provider_id=provider,
-                                   genai_request_timestamp=when).total_price
+    return genai_prices.calc_price(
+        _usage(tokens), model, provider_id=provider, genai_request_timestamp=when
+    ).total_price
 
 
 @functools.lru_cache(maxsize=1024)
@@ -76,7 +86,16 @@ def _tier_starts(model_price: Any) -> tuple[int, ...]:
     """Sorted distinct ``start`` thresholds of the tiered prices of one ``ModelPrice``."""
     from genai_prices.types import TieredPrices  # noqa: PLC0415
 
-    return tuple(sorted({t.start for v in vars(model_price).values() if isinstance(v, TieredPrices) for t in v.tiers}))
+    return tuple(
+        sorted(
+            {
+                t.start
+                for v in vars(model_price).values()
+                if isinstance(v, TieredPrices)
+                for t in v.tiers
+            }
+        )
+    )
 
 
 def _window(info: Any, model_price: Any) -> int:
@@ -91,8 +110,9 @@ def _window_price(info: Any, window: int) -> Any:
 
 
 @functools.lru_cache(maxsize=4096)
-def _coefficients(model: str, provider: str | None, version: str, window: int, band: int
-                  ) -> tuple[Decimal, ...] | None:
+def _coefficients(
+    model: str, provider: str | None, version: str, window: int, band: int
+) -> tuple[Decimal, ...] | None:
     """``(c0, c_in, c_cr, c_cw, c_out)`` of tier band ``band`` of price window ``window`` of
     the model (module doc), or None when the band is narrower than the probes need.
 
@@ -111,7 +131,9 @@ def _band_coefficients(model_price: Any, band: int) -> tuple[Decimal, ...] | Non
         return None
 
     def at(**extra: int) -> Decimal:
-        return model_price.calc_price(_usage(dict(_NO_TOKENS, input_tokens=base) | extra))["total_price"]
+        return model_price.calc_price(_usage(dict(_NO_TOKENS, input_tokens=base) | extra))[
+            "total_price"
+        ]
 
     p = at()
     c_in = at(input_tokens=base + 1) - p
@@ -121,7 +143,9 @@ def _band_coefficients(model_price: Any, band: int) -> tuple[Decimal, ...] | Non
     return p - c_in * base, c_in, c_cr, c_cw, c_out
 
 
-def price(tokens: dict[str, int], model: str | None, provider: str | None, ts: float) -> float | None:
+def price(
+    tokens: dict[str, int], model: str | None, provider: str | None, ts: float
+) -> float | None:
     """Cost in USD of one call at time ``ts`` (epoch s), or None when the price table has no
     price for ``model`` (at ``provider`` when given): unpriced, never 0.
 
@@ -135,7 +159,7 @@ def price(tokens: dict[str, int], model: str | None, provider: str | None, ts: f
     info = _lookup(model, provider, version)
     if info is None:
         return None
-    when = dt.datetime.fromtimestamp(ts, tz=dt.timezone.utc)
+    when = dt.datetime.fromtimestamp(ts, tz=dt.UTC)
     model_price = info.get_prices(when)
     n_in = tokens["input_tokens"]
     band = sum(n_in > s for s in _tier_starts(model_price))
@@ -143,5 +167,10 @@ def price(tokens: dict[str, int], model: str | None, provider: str | None, ts: f
     if coef is None:
         return float(_calc(tokens, model, provider, when))
     c0, c_in, c_cr, c_cw, c_out = coef
-    return float(c0 + c_in * n_in + c_cr * tokens["cache_read_tokens"] + c_cw * tokens["cache_write_tokens"]
-                 + c_out * tokens["output_tokens"])
+    return float(
+        c0
+        + c_in * n_in
+        + c_cr * tokens["cache_read_tokens"]
+        + c_cw * tokens["cache_write_tokens"]
+        + c_out * tokens["output_tokens"]
+    )

@@ -19,14 +19,20 @@ a replay of appends cannot. Payload (docs/ops.md)::
 * the messages go through the same normaliser and blob store as ``messages.append``; usage
   is not derived from them (the export carries every usage row as ``usage.record``).
 """
+
 from __future__ import annotations
 
 import apsw
 
-from quill.store.errors import InvalidOpError
 from quill.store.apply.checks import STATES, check_restore
+from quill.store.apply.messages import (
+    _INSERT_STATE,
+    INSERT_STATE_ID,
+    _rows,
+    next_id,
+)  # one normaliser and blob path for every write
 from quill.store.apply.rules import atomic, ensure_session, opt
-from quill.store.apply.messages import _INSERT_STATE, INSERT_STATE_ID, _rows, next_id  # one normaliser and blob path for every write
+from quill.store.errors import InvalidOpError
 
 __all__ = ["STATES", "check_restore", "messages_restore"]
 
@@ -39,16 +45,37 @@ def messages_restore(conn: apsw.Connection, data: dict, batch_id: str, arrived_a
     stored once, by ``_rows``), ``restore-out-of-order`` (needs the store)."""
     offset, items, rows = check_restore(data, lambda messages: _rows(conn, messages, arrived_at))
     sid = data["session_id"]  # a valid id: check_restore
-    started = opt(data, "started_at", (int, float))  # a REAL column: an int beyond 64 bits binds as a float
-    ensure_session(conn, sid, arrived_at, opt(data, "source", str), None if started is None else float(started))
+    started = opt(
+        data, "started_at", (int, float)
+    )  # a REAL column: an int beyond 64 bits binds as a float
+    ensure_session(
+        conn, sid, arrived_at, opt(data, "source", str), None if started is None else float(started)
+    )
     held = conn.execute("SELECT count(*) FROM messages WHERE session_id = ?", (sid,)).fetchone()[0]
     if held != offset:
-        raise InvalidOpError("restore-out-of-order", f"session {sid!r} holds {held} rows; this chunk starts at {offset}")
-    ids = [r[0] for r in conn.execute("SELECT id FROM messages WHERE session_id = ? ORDER BY id", (sid,))]
+        raise InvalidOpError(
+            "restore-out-of-order",
+            f"session {sid!r} holds {held} rows; this chunk starts at {offset}",
+        )
+    ids = [
+        r[0]
+        for r in conn.execute("SELECT id FROM messages WHERE session_id = ? ORDER BY id", (sid,))
+    ]
     for item, row in zip(items, rows):
         origin = item.get("origin")
-        values = (sid, *row, arrived_at, batch_id, item["state"], ids[origin] if origin is not None else None)
+        values = (
+            sid,
+            *row,
+            arrived_at,
+            batch_id,
+            item["state"],
+            ids[origin] if origin is not None else None,
+        )
         first = next_id(conn)
-        conn.execute(*((_INSERT_STATE, values) if first is None else (INSERT_STATE_ID, (first, *values))))
-        ids.append(conn.execute("SELECT max(id) FROM messages WHERE session_id = ?", (sid,)).fetchone()[0])
+        conn.execute(
+            *((_INSERT_STATE, values) if first is None else (INSERT_STATE_ID, (first, *values)))
+        )
+        ids.append(
+            conn.execute("SELECT max(id) FROM messages WHERE session_id = ?", (sid,)).fetchone()[0]
+        )
     return len(rows)

@@ -5,6 +5,7 @@ Appliers (``store.apply.sessions.APPLIERS``) have the signature
 transaction. Invariant: an applier that raises changed nothing — ``atomic`` wraps each one in
 its own SAVEPOINT, so this holds even when it is called outside ``apply_chunk``.
 """
+
 from __future__ import annotations
 
 import functools
@@ -20,20 +21,43 @@ Applier = Callable[[apsw.Connection, dict, str, float], int]
 #: End reasons a live writer may clear by appending to the session again: the session was
 #: closed by machinery (disconnect, shutdown, reaping, eviction), not by a decision, so a
 #: later append continues the session.
-AUTOMATIC_END_REASONS = frozenset({
-    "agent_close", "ws_orphan_reap", "superseded_by_resume", "startup_orphan_reap",
-    "stale_sweep", "tui_shutdown", "ws_disconnect", "idle_timeout", "lru_evict", "orphan_sweep",
-})
+AUTOMATIC_END_REASONS = frozenset(
+    {
+        "agent_close",
+        "ws_orphan_reap",
+        "superseded_by_resume",
+        "startup_orphan_reap",
+        "stale_sweep",
+        "tui_shutdown",
+        "ws_disconnect",
+        "idle_timeout",
+        "lru_evict",
+        "orphan_sweep",
+    }
+)
 #: Deliberate end reasons (documented for producers); any reason *not* in
 #: ``AUTOMATIC_END_REASONS`` is treated as deliberate, so an unknown reason is never cleared.
-DELIBERATE_END_REASONS = frozenset({
-    "ended", "user_exit", "compression", "session_reset", "session_switch", "new_session",
-    "idle", "daily", "suspended", "resume_pending_expired", "branch", "delegate_done",
-})
+DELIBERATE_END_REASONS = frozenset(
+    {
+        "ended",
+        "user_exit",
+        "compression",
+        "session_reset",
+        "session_switch",
+        "new_session",
+        "idle",
+        "daily",
+        "suspended",
+        "resume_pending_expired",
+        "branch",
+        "delegate_done",
+    }
+)
 
 
 def atomic(applier: Applier) -> Applier:
     """Run ``applier`` in a SAVEPOINT: on any exception everything it wrote is rolled back."""
+
     @functools.wraps(applier)
     def run(conn: apsw.Connection, data: dict, batch_id: str, arrived_at: float) -> int:
         conn.execute("SAVEPOINT quill_applier")
@@ -45,6 +69,7 @@ def atomic(applier: Applier) -> Applier:
             raise
         conn.execute("RELEASE quill_applier")
         return rows
+
     return run
 
 
@@ -86,12 +111,20 @@ def opt(data: dict, key: str, kind: type | tuple[type, ...]) -> Any:
         return None
     kinds = kind if isinstance(kind, tuple) else (kind,)
     if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
-        raise InvalidOpError("invalid-field", f"{key!r} has the wrong type ({type(value).__name__})")
-    if isinstance(value, int) and not isinstance(value, bool) and str not in kinds:  # (str, int) ids are text
+        raise InvalidOpError(
+            "invalid-field", f"{key!r} has the wrong type ({type(value).__name__})"
+        )
+    if (
+        isinstance(value, int) and not isinstance(value, bool) and str not in kinds
+    ):  # (str, int) ids are text
         # What a column can hold: an INTEGER is 64-bit; a number stored as REAL must convert to
         # a float. (Exactly the values that would fail in the SQL binding or float().)
-        if (float not in kinds and abs(value) >= 2**63) or (float in kinds and abs(value) >= 2**1023):
-            raise InvalidOpError("invalid-field", f"{key!r} is out of range ({len(str(abs(value)))} digits)")
+        if (float not in kinds and abs(value) >= 2**63) or (
+            float in kinds and abs(value) >= 2**1023
+        ):
+            raise InvalidOpError(
+                "invalid-field", f"{key!r} is out of range ({len(str(abs(value)))} digits)"
+            )
     return value
 
 
@@ -107,18 +140,25 @@ def no_nul(data: dict, *keys: str) -> None:
             raise InvalidOpError("invalid-field", f"{key!r} must not contain NUL characters")
 
 
-def ensure_session(conn: apsw.Connection, sid: str, arrived_at: float, source: str | None = None,
-                   started_at: float | None = None) -> None:
+def ensure_session(
+    conn: apsw.Connection,
+    sid: str,
+    arrived_at: float,
+    source: str | None = None,
+    started_at: float | None = None,
+) -> None:
     """Create a *placeholder* session row if ``sid`` has none (ops may arrive before
     session.create); a placeholder still without a source takes ``source``. The later
     ``session.create`` completes the placeholder (its fields win) and clears the mark, so an
     op that arrives first never decides what the session is. ``started_at``
     (epoch s; default ``arrived_at``) is for a restored placeholder: an export carries it, so
     a re-import keeps the original start."""
-    conn.execute("INSERT INTO sessions (id, source, created_at, started_at, placeholder) VALUES (?, ?, ?, ?, 1) "
-                 "ON CONFLICT (id) DO UPDATE SET source = coalesce(sessions.source, excluded.source) "
-                 "WHERE sessions.placeholder = 1",
-                 (sid, source, arrived_at, arrived_at if started_at is None else started_at))
+    conn.execute(
+        "INSERT INTO sessions (id, source, created_at, started_at, placeholder) VALUES (?, ?, ?, ?, 1) "
+        "ON CONFLICT (id) DO UPDATE SET source = coalesce(sessions.source, excluded.source) "
+        "WHERE sessions.placeholder = 1",
+        (sid, source, arrived_at, arrived_at if started_at is None else started_at),
+    )
 
 
 def reopen_if_automatic(conn: apsw.Connection, sid: str) -> None:
@@ -127,7 +167,8 @@ def reopen_if_automatic(conn: apsw.Connection, sid: str) -> None:
     conn.execute(
         f"UPDATE sessions SET ended_at = NULL, end_reason = NULL WHERE id = ? AND ended_at IS NOT NULL "
         f"AND end_reason IN ({', '.join('?' for _ in AUTOMATIC_END_REASONS)})",
-        (sid, *sorted(AUTOMATIC_END_REASONS)))
+        (sid, *sorted(AUTOMATIC_END_REASONS)),
+    )
 
 
 def session_exists(conn: apsw.Connection, sid: str) -> bool:

@@ -9,28 +9,60 @@ acknowledged); what it checks after that needs the store. Payloads: docs/ops.md.
 
 This module holds the session ops; the transcript ops live in ``transcript_ops``.
 """
+
 from __future__ import annotations
 
 import apsw
 
 from quill.store.apply import context
-from quill.store.errors import InvalidOpError
-from quill.store.apply.normalize import dumps
-from quill.store.apply.checks import (EDGE_KINDS, TITLE_MAX_CHARS, check_create, check_end, check_flags, check_read, check_title,
-                        clean_title, key_field)
-from quill.store.apply.rules import AUTOMATIC_END_REASONS, DELIBERATE_END_REASONS, Applier, atomic, ensure_session, opt, session_id
+from quill.store.apply.checks import (
+    EDGE_KINDS,
+    TITLE_MAX_CHARS,
+    check_create,
+    check_end,
+    check_flags,
+    check_read,
+    check_title,
+    clean_title,
+    key_field,
+)
 from quill.store.apply.deletes import conditions_hold, sessions_delete
-from quill.store.apply.messages import messages_append, messages_compact, messages_replace, messages_rewind
-from quill.store.apply.restore import messages_restore
-from quill.store.apply.usage import usage_record
+from quill.store.apply.messages import (
+    messages_append,
+    messages_compact,
+    messages_replace,
+    messages_rewind,
+)
+from quill.store.apply.normalize import dumps
 from quill.store.apply.reprice import usage_reprice
+from quill.store.apply.restore import messages_restore
+from quill.store.apply.rules import (
+    AUTOMATIC_END_REASONS,
+    DELIBERATE_END_REASONS,
+    Applier,
+    atomic,
+    ensure_session,
+    opt,
+    session_id,
+)
+from quill.store.apply.usage import usage_record
+from quill.store.errors import InvalidOpError
 
-__all__ = ["APPLIERS", "AUTOMATIC_END_REASONS", "DELIBERATE_END_REASONS", "EDGE_KINDS", "TITLE_MAX_CHARS",
-           "check_create", "clean_title"]
+__all__ = [
+    "APPLIERS",
+    "AUTOMATIC_END_REASONS",
+    "DELIBERATE_END_REASONS",
+    "EDGE_KINDS",
+    "TITLE_MAX_CHARS",
+    "check_create",
+    "clean_title",
+]
 
 
 def _title_owner(conn: apsw.Connection, title: str, sid: str) -> str | None:
-    row = conn.execute("SELECT id FROM sessions WHERE title = ? AND id != ?", (title, sid)).fetchone()
+    row = conn.execute(
+        "SELECT id FROM sessions WHERE title = ? AND id != ?", (title, sid)
+    ).fetchone()
     return row[0] if row else None
 
 
@@ -82,10 +114,23 @@ def session_create(conn: apsw.Connection, data: dict, batch_id: str, arrived_at:
                owner_host = coalesce(excluded.owner_host, sessions.owner_host),
                owner_pid = coalesce(excluded.owner_pid, sessions.owner_pid),
                owner_started = coalesce(excluded.owner_started, sessions.owner_started)""",
-        (sid, opt(data, "source", str), opt(data, "model", str), title, opt(data, "cwd", str), parent, kind,
-         float(started) if started is not None else arrived_at, dumps(meta) if meta else None, arrived_at,
-         owner.get("host") if isinstance(owner.get("host"), str) else None, owner_pid, owner_started,
-         key_field(data)))
+        (
+            sid,
+            opt(data, "source", str),
+            opt(data, "model", str),
+            title,
+            opt(data, "cwd", str),
+            parent,
+            kind,
+            float(started) if started is not None else arrived_at,
+            dumps(meta) if meta else None,
+            arrived_at,
+            owner.get("host") if isinstance(owner.get("host"), str) else None,
+            owner_pid,
+            owner_started,
+            key_field(data),
+        ),
+    )
     context.record(conn, sid, data, batch_id, arrived_at)
     return 0
 
@@ -106,8 +151,10 @@ def session_end(conn: apsw.Connection, data: dict, batch_id: str, arrived_at: fl
     if "only_if" in data and not conditions_hold(conn, sid, cond):
         return 0
     ensure_session(conn, sid, arrived_at)
-    conn.execute("UPDATE sessions SET ended_at = ?, end_reason = ? WHERE id = ? AND ended_at IS NULL",
-                 (float(ended) if ended is not None else arrived_at, reason, sid))
+    conn.execute(
+        "UPDATE sessions SET ended_at = ?, end_reason = ? WHERE id = ? AND ended_at IS NULL",
+        (float(ended) if ended is not None else arrived_at, reason, sid),
+    )
     return 0
 
 
@@ -119,7 +166,9 @@ def session_title(conn: apsw.Connection, data: dict, batch_id: str, arrived_at: 
     ``invalid-field`` (``check_title``)."""
     sid, title = check_title(data)
     if title is not None and (owner := _title_owner(conn, title, sid)):
-        raise InvalidOpError("duplicate-title", f"title {title!r} is already used by session {owner}")
+        raise InvalidOpError(
+            "duplicate-title", f"title {title!r} is already used by session {owner}"
+        )
     ensure_session(conn, sid, arrived_at)
     conn.execute("UPDATE sessions SET title = ? WHERE id = ?", (title, sid))
     return 0
@@ -144,13 +193,23 @@ def session_read(conn: apsw.Connection, data: dict, batch_id: str, arrived_at: f
     (display rows above the watermark). Raises ``InvalidOpError``: ``invalid-field``
     (``check_read``), ``unknown-message`` (needs the store)."""
     sid, mid = check_read(data)
-    if mid is not None and not conn.execute("SELECT 1 FROM messages WHERE id = ? AND session_id = ?",
-                                            (mid, sid)).fetchone():
+    if (
+        mid is not None
+        and not conn.execute(
+            "SELECT 1 FROM messages WHERE id = ? AND session_id = ?", (mid, sid)
+        ).fetchone()
+    ):
         raise InvalidOpError("unknown-message", f"session {sid!r} has no message {mid}")
     if mid is None:
-        mid = conn.execute("SELECT max(id) FROM messages WHERE session_id = ? AND state IN ('live', 'compacted')", (sid,)).fetchone()[0]
+        mid = conn.execute(
+            "SELECT max(id) FROM messages WHERE session_id = ? AND state IN ('live', 'compacted')",
+            (sid,),
+        ).fetchone()[0]
     if mid is not None:
-        conn.execute("UPDATE sessions SET last_read_id = max(coalesce(last_read_id, 0), ?) WHERE id = ?", (mid, sid))
+        conn.execute(
+            "UPDATE sessions SET last_read_id = max(coalesce(last_read_id, 0), ?) WHERE id = ?",
+            (mid, sid),
+        )
     return 0
 
 

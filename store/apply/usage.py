@@ -27,6 +27,7 @@ is recorded in ``price_version`` so a store can be re-priced (store/apply/pricin
 without a table walk per call, to the same figure); a model the table does not know
 is stored with ``cost_usd`` NULL (unpriced), never $0.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -34,17 +35,25 @@ from typing import Any
 
 import apsw
 
-from quill.store.errors import InvalidOpError
 from quill.store.apply.normalize import dumps, scrub, timestamp
-from quill.store.apply.rules import atomic, ensure_session, no_nul, opt, session_id
 from quill.store.apply.pricing import price, price_version
+from quill.store.apply.rules import atomic, ensure_session, no_nul, opt, session_id
+from quill.store.errors import InvalidOpError
 
-TOKEN_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
+TOKEN_FIELDS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "reasoning_tokens",
+)
 #: Tasks producers are told about; any other short name is accepted (a new kind of call must
 #: not be refused) but must be a plain identifier.
 TASKS = ("turn", "compression", "title", "background_review", "auxiliary", "embedding")
 _QUILL_KEYS = frozenset({"cache_read_tokens", "cache_write_tokens", "reasoning_tokens"})
-_ANTHROPIC_KEYS = frozenset({"cache_creation_input_tokens", "cache_read_input_tokens", "cache_creation"})
+_ANTHROPIC_KEYS = frozenset(
+    {"cache_creation_input_tokens", "cache_read_input_tokens", "cache_creation"}
+)
 _MAX_TOKENS = 1 << 40  # ~1e12 tokens in one call is a producer bug, not a bill
 
 #: The usage table (part of ``schema.DDL``). Tokens: input = all prompt tokens including cache
@@ -79,13 +88,25 @@ CREATE INDEX IF NOT EXISTS usage_ts ON usage(ts);
 """
 #: Schema v2 → v3 (and the tail of a fresh store's DDL, so both paths run the same
 #: statements): the session columns ``key`` and ``placeholder``, then the table.
-MIGRATION = """
+MIGRATION = (
+    """
 ALTER TABLE sessions ADD COLUMN key TEXT;
 ALTER TABLE sessions ADD COLUMN placeholder INTEGER NOT NULL DEFAULT 0;
-""" + DDL
+"""
+    + DDL
+)
 
-__all__ = ["TASKS", "TOKEN_FIELDS", "check_call", "check_usage_record", "normalize_usage", "price", "record",
-           "record_messages", "usage_record"]
+__all__ = [
+    "TASKS",
+    "TOKEN_FIELDS",
+    "check_call",
+    "check_usage_record",
+    "normalize_usage",
+    "price",
+    "record",
+    "record_messages",
+    "usage_record",
+]
 
 
 def _count(obj: Any, *path: str) -> int:
@@ -96,10 +117,21 @@ def _count(obj: Any, *path: str) -> int:
         obj = obj.get(key)
     if obj is None:
         return 0
-    if isinstance(obj, bool) or not isinstance(obj, (int, float)) or obj != obj or obj < 0 or obj > _MAX_TOKENS:
-        raise InvalidOpError("invalid-usage", f"usage field {'.'.join(path)!r} must be a non-negative token count, got {obj!r}")
+    if (
+        isinstance(obj, bool)
+        or not isinstance(obj, (int, float))
+        or obj != obj
+        or obj < 0
+        or obj > _MAX_TOKENS
+    ):
+        raise InvalidOpError(
+            "invalid-usage",
+            f"usage field {'.'.join(path)!r} must be a non-negative token count, got {obj!r}",
+        )
     if isinstance(obj, float) and not obj.is_integer():
-        raise InvalidOpError("invalid-usage", f"usage field {'.'.join(path)!r} must be a whole number, got {obj!r}")
+        raise InvalidOpError(
+            "invalid-usage", f"usage field {'.'.join(path)!r} must be a whole number, got {obj!r}"
+        )
     return int(obj)
 
 
@@ -115,20 +147,39 @@ def normalize_usage(raw: Any) -> dict[str, int]:
     if keys & _QUILL_KEYS:
         out = {f: _count(raw, f) for f in TOKEN_FIELDS}
     elif keys & _ANTHROPIC_KEYS:
-        read, write = _count(raw, "cache_read_input_tokens"), _count(raw, "cache_creation_input_tokens")
-        out = {"input_tokens": _count(raw, "input_tokens") + read + write, "output_tokens": _count(raw, "output_tokens"),
-               "cache_read_tokens": read, "cache_write_tokens": write, "reasoning_tokens": 0}
+        read, write = (
+            _count(raw, "cache_read_input_tokens"),
+            _count(raw, "cache_creation_input_tokens"),
+        )
+        out = {
+            "input_tokens": _count(raw, "input_tokens") + read + write,
+            "output_tokens": _count(raw, "output_tokens"),
+            "cache_read_tokens": read,
+            "cache_write_tokens": write,
+            "reasoning_tokens": 0,
+        }
     elif "prompt_tokens" in keys or "completion_tokens" in keys:
-        out = {"input_tokens": _count(raw, "prompt_tokens"), "output_tokens": _count(raw, "completion_tokens"),
-               "cache_read_tokens": _count(raw, "prompt_tokens_details", "cached_tokens"), "cache_write_tokens": 0,
-               "reasoning_tokens": _count(raw, "completion_tokens_details", "reasoning_tokens")}
+        out = {
+            "input_tokens": _count(raw, "prompt_tokens"),
+            "output_tokens": _count(raw, "completion_tokens"),
+            "cache_read_tokens": _count(raw, "prompt_tokens_details", "cached_tokens"),
+            "cache_write_tokens": 0,
+            "reasoning_tokens": _count(raw, "completion_tokens_details", "reasoning_tokens"),
+        }
     else:  # OpenAI Responses / Codex (and the plain {input_tokens, output_tokens} both share)
-        out = {"input_tokens": _count(raw, "input_tokens"), "output_tokens": _count(raw, "output_tokens"),
-               "cache_read_tokens": (_count(raw, "input_tokens_details", "cached_tokens")
-                                     or _count(raw, "cached_input_tokens")),
-               "cache_write_tokens": 0,
-               "reasoning_tokens": (_count(raw, "output_tokens_details", "reasoning_tokens")
-                                    or _count(raw, "reasoning_output_tokens"))}
+        out = {
+            "input_tokens": _count(raw, "input_tokens"),
+            "output_tokens": _count(raw, "output_tokens"),
+            "cache_read_tokens": (
+                _count(raw, "input_tokens_details", "cached_tokens")
+                or _count(raw, "cached_input_tokens")
+            ),
+            "cache_write_tokens": 0,
+            "reasoning_tokens": (
+                _count(raw, "output_tokens_details", "reasoning_tokens")
+                or _count(raw, "reasoning_output_tokens")
+            ),
+        }
     if out["cache_read_tokens"] + out["cache_write_tokens"] > out["input_tokens"]:
         raise InvalidOpError("invalid-usage", "cache tokens exceed input tokens")
     if out["reasoning_tokens"] > out["output_tokens"]:
@@ -139,16 +190,34 @@ def normalize_usage(raw: Any) -> dict[str, int]:
 def _text(value: Any, key: str, limit: int = 256) -> str | None:
     if value is None:
         return None
-    if (not isinstance(value, (str, int)) or isinstance(value, bool) or not str(value) or len(str(value)) > limit
-            or "\x00" in str(value)):  # PostgreSQL text cannot hold NUL (op_common.no_nul)
-        raise InvalidOpError("invalid-field", f"{key!r} must be a non-empty string of at most {limit} characters "
-                             "without NUL")
+    if (
+        not isinstance(value, (str, int))
+        or isinstance(value, bool)
+        or not str(value)
+        or len(str(value)) > limit
+        or "\x00" in str(value)
+    ):  # PostgreSQL text cannot hold NUL (op_common.no_nul)
+        raise InvalidOpError(
+            "invalid-field",
+            f"{key!r} must be a non-empty string of at most {limit} characters without NUL",
+        )
     return str(value)
 
 
-def record(conn: apsw.Connection, sid: str, raw: Any, *, task: str, model: str | None, provider: str | None,
-           source: str | None, response_id: str | None, ts: float, batch_id: str,
-           message_id: int | None = None) -> int:
+def record(
+    conn: apsw.Connection,
+    sid: str,
+    raw: Any,
+    *,
+    task: str,
+    model: str | None,
+    provider: str | None,
+    source: str | None,
+    response_id: str | None,
+    ts: float,
+    batch_id: str,
+    message_id: int | None = None,
+) -> int:
     """Insert one usage row (returns 1), or merge into the row of an already counted
     ``response_id`` (returns 0), or record nothing for a usage with no tokens (0).
 
@@ -163,31 +232,57 @@ def record(conn: apsw.Connection, sid: str, raw: Any, *, task: str, model: str |
     if not any(tokens.values()):
         return 0  # e.g. Claude Code's "<synthetic>" error messages: no call was billed
     if response_id is not None:
-        known = conn.execute(f"SELECT id, {', '.join(TOKEN_FIELDS)}, model, provider, ts FROM usage "
-                             "WHERE response_id = ?", (response_id,)).fetchone()
+        known = conn.execute(
+            f"SELECT id, {', '.join(TOKEN_FIELDS)}, model, provider, ts FROM usage "
+            "WHERE response_id = ?",
+            (response_id,),
+        ).fetchone()
         if known is not None:
             merged = {f: max(tokens[f], known[1 + i]) for i, f in enumerate(TOKEN_FIELDS)}
-            if merged != dict(zip(TOKEN_FIELDS, known[1:1 + len(TOKEN_FIELDS)])):
+            if merged != dict(zip(TOKEN_FIELDS, known[1 : 1 + len(TOKEN_FIELDS)])):
                 cost = price(merged, known[-3], known[-2], known[-1])
-                conn.execute(f"UPDATE usage SET {', '.join(f + ' = ?' for f in TOKEN_FIELDS)}, cost_usd = ?, "
-                             "price_version = ?, raw = ? WHERE id = ?",
-                             (*merged.values(), cost, price_version() if cost is not None else None, dumps(raw),
-                              known[0]))
+                conn.execute(
+                    f"UPDATE usage SET {', '.join(f + ' = ?' for f in TOKEN_FIELDS)}, cost_usd = ?, "
+                    "price_version = ?, raw = ? WHERE id = ?",
+                    (
+                        *merged.values(),
+                        cost,
+                        price_version() if cost is not None else None,
+                        dumps(raw),
+                        known[0],
+                    ),
+                )
             return 0
     cost = price(tokens, model, provider, ts)
     conn.execute(
         f"""INSERT INTO usage (session_id, message_id, response_id, task, model, provider, source,
-                {', '.join(TOKEN_FIELDS)}, cost_usd, price_version, ts, day, raw, batch_id)
-            VALUES (?, ?, ?, ?, ?, ?, ?, {', '.join('?' for _ in TOKEN_FIELDS)}, ?, ?, ?, ?, ?, ?)""",
-        (sid, message_id, response_id, task, model, provider, source, *(tokens[f] for f in TOKEN_FIELDS),
-         cost, price_version() if cost is not None else None, ts,
-         dt.datetime.fromtimestamp(ts, tz=dt.timezone.utc).strftime("%Y-%m-%d"), dumps(raw), batch_id))
+                {", ".join(TOKEN_FIELDS)}, cost_usd, price_version, ts, day, raw, batch_id)
+            VALUES (?, ?, ?, ?, ?, ?, ?, {", ".join("?" for _ in TOKEN_FIELDS)}, ?, ?, ?, ?, ?, ?)""",
+        (
+            sid,
+            message_id,
+            response_id,
+            task,
+            model,
+            provider,
+            source,
+            *(tokens[f] for f in TOKEN_FIELDS),
+            cost,
+            price_version() if cost is not None else None,
+            ts,
+            dt.datetime.fromtimestamp(ts, tz=dt.UTC).strftime("%Y-%m-%d"),
+            dumps(raw),
+            batch_id,
+        ),
+    )
     return conn.changes()
 
 
 def _check_task(task: str) -> None:
     if not task.replace("_", "").isalnum() or len(task) > 64:
-        raise InvalidOpError("invalid-field", f"task must be an identifier such as {', '.join(TASKS)}")
+        raise InvalidOpError(
+            "invalid-field", f"task must be an identifier such as {', '.join(TASKS)}"
+        )
 
 
 def check_call(holder: dict) -> dict[str, Any]:
@@ -231,8 +326,14 @@ def carries_usage(msg: Any) -> bool:
     return isinstance(msg, dict) and _attrs(msg).get("usage") is not None
 
 
-def record_messages(conn: apsw.Connection, sid: str, inserted: list[tuple[int, dict]], source: str | None,
-                    batch_id: str, arrived_at: float) -> int:
+def record_messages(
+    conn: apsw.Connection,
+    sid: str,
+    inserted: list[tuple[int, dict]],
+    source: str | None,
+    batch_id: str,
+    arrived_at: float,
+) -> int:
     """Record the ``usage`` of each just-inserted message ``(store id, message dict)`` that
     carries one, on the message or in its ``extra`` (attributes beside it: model, provider,
     response_id, task; model defaults to the session's). Returns usage rows written. Raises
@@ -245,19 +346,28 @@ def record_messages(conn: apsw.Connection, sid: str, inserted: list[tuple[int, d
     for mid, msg in carrying:
         holder = _attrs(msg)
         attrs = fields(holder, row[0] if row else None)
-        written += record(conn, sid, holder["usage"], source=source or (row[1] if row else None),
-                          ts=timestamp(msg.get("timestamp"), arrived_at), batch_id=batch_id, message_id=mid,
-                          **attrs)
+        written += record(
+            conn,
+            sid,
+            holder["usage"],
+            source=source or (row[1] if row else None),
+            ts=timestamp(msg.get("timestamp"), arrived_at),
+            batch_id=batch_id,
+            message_id=mid,
+            **attrs,
+        )
     return written
 
 
 def fields(holder: dict, default_model: str | None = None) -> dict[str, Any]:
     """The optional usage attributes of a message or op: model, provider, response_id, task.
     Raises ``InvalidOpError('invalid-field')``."""
-    return {"model": _text(holder.get("model"), "model") or default_model,
-            "provider": _text(holder.get("provider"), "provider"),
-            "response_id": _text(holder.get("response_id"), "response_id", 512),
-            "task": _text(holder.get("task"), "task", 64) or "turn"}
+    return {
+        "model": _text(holder.get("model"), "model") or default_model,
+        "provider": _text(holder.get("provider"), "provider"),
+        "response_id": _text(holder.get("response_id"), "response_id", 512),
+        "task": _text(holder.get("task"), "task", 64) or "turn",
+    }
 
 
 @atomic
@@ -276,10 +386,20 @@ def usage_record(conn: apsw.Connection, data: dict, batch_id: str, arrived_at: f
     ensure_session(conn, sid, arrived_at, source)
     message_id = None
     if (ext := opt(data, "message_ext_id", str)) is not None:
-        row = conn.execute("SELECT min(id) FROM messages WHERE session_id = ? AND ext_id = ?",
-                           (sid, scrub(ext))).fetchone()  # a message id as message_row stores it
+        row = conn.execute(
+            "SELECT min(id) FROM messages WHERE session_id = ? AND ext_id = ?", (sid, scrub(ext))
+        ).fetchone()  # a message id as message_row stores it
         message_id = row[0] if row else None
     if attrs["model"] is None:
         row = conn.execute("SELECT model FROM sessions WHERE id = ?", (sid,)).fetchone()
         attrs["model"] = row[0] if row else None
-    return record(conn, sid, data["usage"], source=source, ts=ts, batch_id=batch_id, message_id=message_id, **attrs)
+    return record(
+        conn,
+        sid,
+        data["usage"],
+        source=source,
+        ts=ts,
+        batch_id=batch_id,
+        message_id=message_id,
+        **attrs,
+    )

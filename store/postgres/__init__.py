@@ -5,6 +5,7 @@
 for the contract, what differs from the embedded SQLite store, and the maintenance that
 replaces SQLite's.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -43,7 +44,9 @@ class PostgresBackend:
     def read_cursor(self) -> tuple[int, int] | None:
         return pg_apply.read_cursor(self.conn, self.spool_id)
 
-    def apply_chunk(self, entries: Sequence[Any], on_reject: Callable[[Any, str, str], None]) -> ChunkResult:
+    def apply_chunk(
+        self, entries: Sequence[Any], on_reject: Callable[[Any, str, str], None]
+    ) -> ChunkResult:
         return pg_apply.apply_chunk(self.conn, self.spool_id, entries, on_reject)
 
     def index(self, max_rows: int) -> int:
@@ -67,25 +70,45 @@ class PostgresBackend:
         if job == "analyze":
             for t in tables:
                 self.conn.execute(f"ANALYZE {t}")
-            dead = {r[0]: r[1] for r in self.conn.execute(
-                "SELECT relname, n_dead_tup FROM pg_stat_user_tables WHERE schemaname = current_schema()")}
+            dead = {
+                r[0]: r[1]
+                for r in self.conn.execute(
+                    "SELECT relname, n_dead_tup FROM pg_stat_user_tables WHERE schemaname = current_schema()"
+                )
+            }
             return {"tables": len(tables), "dead_tuples": dead}
         amcheck = schema.extension_schema(self.conn, "amcheck")
         problems: list[str] = []
-        indexes = [r[0] for r in self.conn.execute(
-            "SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
-            "JOIN pg_class t ON t.oid = i.indrelid JOIN pg_am a ON a.oid = c.relam "
-            "WHERE a.amname = 'btree' AND t.relnamespace = current_schema()::regnamespace ORDER BY 1")]
+        indexes = [
+            r[0]
+            for r in self.conn.execute(
+                "SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+                "JOIN pg_class t ON t.oid = i.indrelid JOIN pg_am a ON a.oid = c.relam "
+                "WHERE a.amname = 'btree' AND t.relnamespace = current_schema()::regnamespace ORDER BY 1"
+            )
+        ]
         for name in indexes:
             try:
-                self.conn.execute(f'SELECT "{amcheck}".bt_index_check(?::regclass, true)', (name,)).fetchall()
+                self.conn.execute(
+                    f'SELECT "{amcheck}".bt_index_check(?::regclass, true)', (name,)
+                ).fetchall()
             except CorruptError as exc:  # XX002: amcheck raises for the first violation it meets
                 problems.append(f"index {name}: {exc}")
         for t in tables:
-            problems += [f"{t} block {r[0]}: {r[1]}" for r in self.conn.execute(
-                f'SELECT blkno, msg FROM "{amcheck}".verify_heapam(?::regclass)', (t,))]
-        return {"ok": not problems, "problems": problems, "indexes_checked": len(indexes),
-                "tables_checked": len(tables), "tables": list(tables), "host": socket.gethostname()}
+            problems += [
+                f"{t} block {r[0]}: {r[1]}"
+                for r in self.conn.execute(
+                    f'SELECT blkno, msg FROM "{amcheck}".verify_heapam(?::regclass)', (t,)
+                )
+            ]
+        return {
+            "ok": not problems,
+            "problems": problems,
+            "indexes_checked": len(indexes),
+            "tables_checked": len(tables),
+            "tables": list(tables),
+            "host": socket.gethostname(),
+        }
 
     def close(self) -> None:
         with contextlib.suppress(Exception):

@@ -15,30 +15,41 @@ commits with the data"), per spool:
    a batch's rows get consecutive positions in that session.
 The op appliers are the shared ones (``store.apply.sessions.APPLIERS``), run through ``PgConnection``.
 """
+
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
 
 from quill.store.apply.chunk import ChunkResult, EntryLike, RejectFn, apply_entries
+from quill.store.apply.rules import session_id_problem
 from quill.store.contract import BadDataError
 from quill.store.errors import InvalidOpError
-from quill.store.apply.rules import session_id_problem
 from quill.store.postgres import halt
 from quill.store.postgres.connection import PgConnection
 
 #: Errors that mean "this op's data cannot be stored" (see store.apply._BAD_DATA): the op is
 #: quarantined and the drain goes on. BadDataError = SQLSTATE class 22/23 from the server.
-_BAD_DATA: tuple[type[BaseException], ...] = (InvalidOpError, BadDataError, OverflowError, TypeError,
-                                              ValueError, RecursionError)
+_BAD_DATA: tuple[type[BaseException], ...] = (
+    InvalidOpError,
+    BadDataError,
+    OverflowError,
+    TypeError,
+    ValueError,
+    RecursionError,
+)
 
-_LOCK_SQL = ("SELECT pg_advisory_xact_lock(k) FROM (SELECT DISTINCT hashtextextended(x, 0) AS k "
-             "FROM unnest(?::text[]) AS x ORDER BY k) AS keys")
+_LOCK_SQL = (
+    "SELECT pg_advisory_xact_lock(k) FROM (SELECT DISTINCT hashtextextended(x, 0) AS k "
+    "FROM unnest(?::text[]) AS x ORDER BY k) AS keys"
+)
 
 
 def read_cursor(conn: PgConnection, spool_id: str) -> tuple[int, int] | None:
     """This spool's committed cursor ``(segment, offset)``, or None before its first chunk."""
-    row = conn.execute('SELECT segment, "offset" FROM spool_cursor WHERE spool_id = ?', (spool_id,)).fetchone()
+    row = conn.execute(
+        'SELECT segment, "offset" FROM spool_cursor WHERE spool_id = ?', (spool_id,)
+    ).fetchone()
     return (row[0], row[1]) if row else None
 
 
@@ -46,7 +57,9 @@ def spool_ids(conn: PgConnection) -> list[str]:
     """Every spool id with a cursor row, sorted: the hosts whose writers have applied to this
     store (a host's sessions reach the store only through its writer, which moves its cursor
     in the same transaction)."""
-    return [r[0] for r in conn.execute("SELECT spool_id FROM spool_cursor ORDER BY spool_id").fetchall()]
+    return [
+        r[0] for r in conn.execute("SELECT spool_id FROM spool_cursor ORDER BY spool_id").fetchall()
+    ]
 
 
 def session_ids(entries: Sequence[EntryLike]) -> list[str]:
@@ -71,8 +84,12 @@ def _deletes(entries: Sequence[EntryLike]) -> list[str]:
     out: list[str] = []
     for e in entries:
         data = e.record.get("data") if e.record else None
-        if e.record and e.record.get("op") == "sessions.delete" and isinstance(data, dict) \
-                and isinstance(data.get("session_ids"), list):
+        if (
+            e.record
+            and e.record.get("op") == "sessions.delete"
+            and isinstance(data, dict)
+            and isinstance(data.get("session_ids"), list)
+        ):
             out += [s for s in data["session_ids"] if session_id_problem(s) is None]
     return out
 
@@ -96,7 +113,12 @@ def lock_sessions(conn: PgConnection, entries: Sequence[EntryLike]) -> list[str]
             break
         found: set[str] = set()
         while frontier:  # descendants visible now that the parents' locks are held
-            kids = [r[0] for r in conn.execute("SELECT id FROM sessions WHERE parent_id = ANY(?)", (frontier,))]
+            kids = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT id FROM sessions WHERE parent_id = ANY(?)", (frontier,)
+                )
+            ]
             frontier = [k for k in kids if k not in found and k not in held]
             found.update(frontier)
         todo = sorted(found)
@@ -121,21 +143,38 @@ class PgLedger:
 
     def decided(self, conn: PgConnection, batches: list[str]) -> dict[str, str | None]:
         # Every batch of the chunk in one round trip.
-        return {r[0]: r[1] for r in conn.execute(
-            "SELECT batch_id, digest FROM applied_batches WHERE batch_id = ANY(?1) UNION ALL "
-            "SELECT batch_id, NULL FROM rejected_batches WHERE batch_id = ANY(?1)", (batches,))}
+        return {
+            r[0]: r[1]
+            for r in conn.execute(
+                "SELECT batch_id, digest FROM applied_batches WHERE batch_id = ANY(?1) UNION ALL "
+                "SELECT batch_id, NULL FROM rejected_batches WHERE batch_id = ANY(?1)",
+                (batches,),
+            )
+        }
 
-    def record_applied(self, conn: PgConnection, batch: str, position: str, now: float, digest: str) -> bool:
-        conn.execute("INSERT INTO applied_batches (batch_id, spool_id, position, applied_at, digest) "
-                     "VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING", (batch, self.spool_id, position, now, digest))
+    def record_applied(
+        self, conn: PgConnection, batch: str, position: str, now: float, digest: str
+    ) -> bool:
+        conn.execute(
+            "INSERT INTO applied_batches (batch_id, spool_id, position, applied_at, digest) "
+            "VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            (batch, self.spool_id, position, now, digest),
+        )
         return conn.changes() > 0
 
-    def record_rejected(self, conn: PgConnection, batch: str, position: str, reason: str, now: float) -> None:
-        conn.execute("INSERT INTO rejected_batches (batch_id, spool_id, position, reason, rejected_at) "
-                     "VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING", (batch, self.spool_id, position, reason, now))
+    def record_rejected(
+        self, conn: PgConnection, batch: str, position: str, reason: str, now: float
+    ) -> None:
+        conn.execute(
+            "INSERT INTO rejected_batches (batch_id, spool_id, position, reason, rejected_at) "
+            "VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            (batch, self.spool_id, position, reason, now),
+        )
 
 
-def apply_chunk(conn: PgConnection, spool_id: str, entries: Sequence[EntryLike], on_reject: RejectFn) -> ChunkResult:
+def apply_chunk(
+    conn: PgConnection, spool_id: str, entries: Sequence[EntryLike], on_reject: RejectFn
+) -> ChunkResult:
     """Apply ``entries`` (consecutive, in spool order) and move ``spool_id``'s cursor past the
     last, in one transaction (the op rules: ``store.apply.chunk.apply_entries``). Raises the store
     error tree; then nothing is committed (``TransientError`` for a deadlock or a lost
@@ -152,7 +191,9 @@ def apply_chunk(conn: PgConnection, spool_id: str, entries: Sequence[EntryLike],
         conn.execute(
             'INSERT INTO spool_cursor (spool_id, segment, "offset", updated_at) VALUES (?, ?, ?, ?) '
             'ON CONFLICT (spool_id) DO UPDATE SET segment = excluded.segment, "offset" = excluded."offset", '
-            "updated_at = excluded.updated_at", (spool_id, last[0], last[1], now))
+            "updated_at = excluded.updated_at",
+            (spool_id, last[0], last[1], now),
+        )
         conn.execute("COMMIT")
     except BaseException:
         if not conn.closed and conn.in_transaction:

@@ -21,6 +21,7 @@ modules (an alias on every subquery in FROM, no ``LIMIT -1``).
 
 Every psycopg error leaves here as the store error tree (``store.postgres.errors``).
 """
+
 from __future__ import annotations
 
 import functools
@@ -106,8 +107,13 @@ class PgConnection:
             # pattern of ``left(content, 2000) ILIKE $1``, so it walks every row instead of
             # using the trigram index (bench/RESULTS.md). Also what PgBouncer in transaction
             # mode needs.
-            self.raw = psycopg.connect(url, autocommit=True, application_name=application_name,
-                                       connect_timeout=10, prepare_threshold=None)
+            self.raw = psycopg.connect(
+                url,
+                autocommit=True,
+                application_name=application_name,
+                connect_timeout=10,
+                prepare_threshold=None,
+            )
         self._changes = 0
 
     def execute(self, sql: str, args: Sequence[Any] | None = None) -> PgCursor:
@@ -148,6 +154,7 @@ def redact(url: str) -> str:
     """``url`` with any password replaced by ``***`` (in the userinfo part and in a
     ``password=`` query parameter), for status output and logs. Never raises."""
     from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
     try:
         parts = urlsplit(url)
         netloc = parts.netloc
@@ -159,7 +166,9 @@ def redact(url: str) -> str:
         if query:
             pairs = parse_qsl(query, keep_blank_values=True)
             if any(k == "password" for k, _ in pairs):
-                query = urlencode([(k, "***" if k == "password" else v) for k, v in pairs], safe="=,%*")
+                query = urlencode(
+                    [(k, "***" if k == "password" else v) for k, v in pairs], safe="=,%*"
+                )
         return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
     except ValueError:
         return "(unparseable URL)"

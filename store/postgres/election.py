@@ -14,6 +14,7 @@ session with a round trip and the scheduler stops running jobs when it fails. Tw
 overlap for at most one check interval; every job is idempotent, so an overlap costs a
 duplicate run, never a wrong result.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -38,7 +39,11 @@ class Leadership:
         try:
             if self.conn is None or self.conn.closed:
                 self.conn = PgConnection(self.url, application_name=f"quill-{self.role}-leader")
-            return bool(self.conn.execute(f"SELECT pg_try_advisory_lock({_KEY})", (self.role,)).fetchone()[0])
+            return bool(
+                self.conn.execute(f"SELECT pg_try_advisory_lock({_KEY})", (self.role,)).fetchone()[
+                    0
+                ]
+            )
         except StoreError:
             self.release()
             return False

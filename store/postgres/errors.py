@@ -15,6 +15,7 @@
 
 Source: PostgreSQL docs, Appendix A "PostgreSQL Error Codes".
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -23,15 +24,32 @@ from collections.abc import Iterator
 import psycopg
 
 from quill.store.contract import BadDataError
-from quill.store.errors import CorruptError, DiskFullError, ReadOnlyError, StoreError, StoreIOError, TransientError
+from quill.store.errors import (
+    CorruptError,
+    DiskFullError,
+    ReadOnlyError,
+    StoreError,
+    StoreIOError,
+    TransientError,
+)
 
 _BY_CODE: dict[str, type[StoreError]] = {
-    "40001": TransientError, "40P01": TransientError, "55P03": TransientError, "57014": TransientError,
-    "53100": DiskFullError, "58030": StoreIOError, "XX001": CorruptError, "XX002": CorruptError,
+    "40001": TransientError,
+    "40P01": TransientError,
+    "55P03": TransientError,
+    "57014": TransientError,
+    "53100": DiskFullError,
+    "58030": StoreIOError,
+    "XX001": CorruptError,
+    "XX002": CorruptError,
     "25006": ReadOnlyError,
 }
 _BY_CLASS: dict[str, type[StoreError]] = {
-    "08": TransientError, "57": TransientError, "53": TransientError, "22": BadDataError, "23": BadDataError,
+    "08": TransientError,
+    "57": TransientError,
+    "53": TransientError,
+    "22": BadDataError,
+    "23": BadDataError,
     "XX": CorruptError,
 }
 
@@ -44,7 +62,9 @@ def classify(exc: psycopg.Error) -> type[StoreError]:
     if code[:2] in _BY_CLASS:
         return _BY_CLASS[code[:2]]
     if not code and isinstance(exc, psycopg.DataError):
-        return BadDataError  # refused by psycopg before sending (a NUL in text): class 22 all the same
+        return (
+            BadDataError  # refused by psycopg before sending (a NUL in text): class 22 all the same
+        )
     if not code and isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)):
         return TransientError  # no server answer at all: unreachable, connection lost
     return StoreError

@@ -9,6 +9,7 @@ appending to their spools meanwhile and nothing is lost. ``quill recover`` clear
 amcheck passes again (after ``REINDEX`` or a restore). The row is bookkeeping, like the
 cursor, not canonical data: it is not an op.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,9 +23,17 @@ KEY = "halt"
 def declare(conn: Any, cause: str, detail: str, now: float) -> dict[str, Any]:
     """Set the store's halt (autocommitted); returns the recorded cause ``{"cause",
     "detail", "at", "next"}``."""
-    halt = {"cause": cause, "detail": detail, "at": now, "next": "quill recover (after REINDEX or a restore)"}
-    conn.execute("INSERT INTO state_meta (key, value) VALUES (?, ?) "
-                 "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (KEY, json.dumps(halt)))
+    halt = {
+        "cause": cause,
+        "detail": detail,
+        "at": now,
+        "next": "quill recover (after REINDEX or a restore)",
+    }
+    conn.execute(
+        "INSERT INTO state_meta (key, value) VALUES (?, ?) "
+        "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        (KEY, json.dumps(halt)),
+    )
     return halt
 
 

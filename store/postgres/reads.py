@@ -6,16 +6,17 @@ transaction (one committed state for every query inside, like a SQLite read tran
 Search goes to ``store.postgres.search``; there is no FTS watermark, so ``search_health``
 is always current and ``figures`` reports every spool's cursor.
 """
+
 from __future__ import annotations
 
 import json
 from typing import Any
 
 from quill.store.errors import CantOpenError
-from quill.store.read.reader import Reader, _retry_io
 from quill.store.postgres import schema
 from quill.store.postgres import search as pg_search
 from quill.store.postgres.connection import PgConnection, redact
+from quill.store.read.reader import Reader, _retry_io
 
 #: Tables whose size ``server_figures`` sums (the store's own, from the schema registry;
 #: APScheduler's job store lives in the same database but is not the store).
@@ -38,12 +39,29 @@ class PgReader(Reader):
         self.conn.execute("SET default_transaction_read_only = on")
 
     @_retry_io
-    def search(self, text: str, *, limit: int = 20, session_id: str | None = None, role: str | None = None,
-               source: str | None = None, projection: str = "display", **filters: Any) -> list[dict[str, Any]]:
+    def search(
+        self,
+        text: str,
+        *,
+        limit: int = 20,
+        session_id: str | None = None,
+        role: str | None = None,
+        source: str | None = None,
+        projection: str = "display",
+        **filters: Any,
+    ) -> list[dict[str, Any]]:
         """See ``Reader.search``; served by ``store.postgres.search``."""
         with self.snapshot() as conn:
-            return pg_search.search(conn, text, limit=limit, session_id=session_id, role=role, source=source,
-                                    projection=projection, **filters)
+            return pg_search.search(
+                conn,
+                text,
+                limit=limit,
+                session_id=session_id,
+                role=role,
+                source=source,
+                projection=projection,
+                **filters,
+            )
 
     def search_health(self) -> dict[str, Any]:
         """Indexes are maintained in the writer's transaction: never behind, never detached."""
@@ -54,14 +72,20 @@ class PgReader(Reader):
         """Counts for ``quill status``; ``cursor`` is this reader's spool's (``spool_id``),
         ``cursors`` every spool's ``{spool_id: "segment:offset"}``."""
         with self.snapshot() as c:
-            cursors = {r[0]: (f"{r[1]}:{r[2]}", r[3]) for r in
-                       c.execute('SELECT spool_id, segment, "offset", updated_at FROM spool_cursor ORDER BY spool_id')}
+            cursors = {
+                r[0]: (f"{r[1]}:{r[2]}", r[3])
+                for r in c.execute(
+                    'SELECT spool_id, segment, "offset", updated_at FROM spool_cursor ORDER BY spool_id'
+                )
+            }
             mine = cursors.get(self.spool_id) if self.spool_id else None
             return {
                 "backend": "postgres",
                 "sessions": c.execute("SELECT count(*) FROM sessions").fetchone()[0],
                 "messages": c.execute("SELECT count(*) FROM messages").fetchone()[0],
-                "fts_indexed_upto": c.execute("SELECT coalesce(max(id), 0) FROM messages").fetchone()[0],
+                "fts_indexed_upto": c.execute(
+                    "SELECT coalesce(max(id), 0) FROM messages"
+                ).fetchone()[0],
                 "fts_pending": 0,
                 "fts_state": "ok",
                 "cursor": mine[0] if mine else None,
@@ -83,15 +107,41 @@ class PgReader(Reader):
             size = c.execute(
                 "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
                 "WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r' "
-                "AND c.relname = ANY(?)", (list(_STORE_TABLES),)).fetchone()[0]
+                "AND c.relname = ANY(?)",
+                (list(_STORE_TABLES),),
+            ).fetchone()[0]
             db_bytes = c.execute("SELECT pg_database_size(current_database())").fetchone()[0]
             version = c.execute("SHOW server_version").fetchone()[0]
-            spools = [{"spool_id": r[0], "cursor": f"{r[1]}:{r[2]}", "updated_at": r[3],
-                       "age_s": round(max(0.0, now - r[3]), 1)} for r in
-                      c.execute('SELECT spool_id, segment, "offset", updated_at FROM spool_cursor ORDER BY spool_id')]
-            run = c.execute("SELECT started_at, outcome, error, figures FROM job_runs WHERE job = 'pg_integrity_check' "
-                            "ORDER BY started_at DESC LIMIT 1").fetchone()
-        amcheck = None if run is None else {"at": run[0], "outcome": run[1], "error": run[2],
-                                            "figures": json.loads(run[3] or "{}")}
-        return {"url": redact(self.url), "server_version": version, "size_bytes": int(size),
-                "database_bytes": int(db_bytes), "spools": spools, "amcheck": amcheck}
+            spools = [
+                {
+                    "spool_id": r[0],
+                    "cursor": f"{r[1]}:{r[2]}",
+                    "updated_at": r[3],
+                    "age_s": round(max(0.0, now - r[3]), 1),
+                }
+                for r in c.execute(
+                    'SELECT spool_id, segment, "offset", updated_at FROM spool_cursor ORDER BY spool_id'
+                )
+            ]
+            run = c.execute(
+                "SELECT started_at, outcome, error, figures FROM job_runs WHERE job = 'pg_integrity_check' "
+                "ORDER BY started_at DESC LIMIT 1"
+            ).fetchone()
+        amcheck = (
+            None
+            if run is None
+            else {
+                "at": run[0],
+                "outcome": run[1],
+                "error": run[2],
+                "figures": json.loads(run[3] or "{}"),
+            }
+        )
+        return {
+            "url": redact(self.url),
+            "server_version": version,
+            "size_bytes": int(size),
+            "database_bytes": int(db_bytes),
+            "spools": spools,
+            "amcheck": amcheck,
+        }

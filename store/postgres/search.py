@@ -14,19 +14,20 @@ so there is no unindexed tail and no watermark; the word index covers the first
 ``WORD_INDEX_CHARS`` characters of a message (FTS5 indexes all of it); an underscore splits
 words here (``foo_bar`` is ``foo`` + ``bar``), as in FTS5.
 """
+
 from __future__ import annotations
 
 import re
 from typing import Any
 
-from quill.store.search import hits as hits_mod
-from quill.store.read import projections
-from quill.store.search import plan as query
-from quill.store.search import rank
-from quill.store.schema import TRIGRAM_PREFIX_CHARS
-from quill.store.search.run import KINDS, SCAN_MAX_ROWS, _escape_like, _filters, _kinds
 from quill.store.postgres.connection import PgConnection
 from quill.store.postgres.schema import TRIGRAM_SCOPE
+from quill.store.read import projections
+from quill.store.schema import TRIGRAM_PREFIX_CHARS
+from quill.store.search import hits as hits_mod
+from quill.store.search import plan as query
+from quill.store.search import rank
+from quill.store.search.run import KINDS, SCAN_MAX_ROWS, _escape_like, _filters, _kinds
 
 _COLS = "m.id, m.session_id, m.role, m.content, m.tool_calls, m.ts, s.title, m.state"
 _WORD = re.compile(r"[^\W_]+")
@@ -68,9 +69,12 @@ INDEX_FIRST_MAX_ROWS = 5000
 
 def _estimate(conn: PgConnection, match: str, args: list[Any]) -> float:
     """The planner's estimate of rows matching ``match`` (EXPLAIN: planning only, no scan)."""
-    plan = conn.execute(f"EXPLAIN (FORMAT JSON) SELECT 1 FROM messages m WHERE {match}", args).fetchone()[0]
+    plan = conn.execute(
+        f"EXPLAIN (FORMAT JSON) SELECT 1 FROM messages m WHERE {match}", args
+    ).fetchone()[0]
     if isinstance(plan, str):
         import json
+
         plan = json.loads(plan)
     return float(plan[0]["Plan"]["Plan Rows"])
 
@@ -87,15 +91,26 @@ def _where(conn: PgConnection, plan: query.Plan, kinds: tuple[str, ...]) -> tupl
     for group in plan.groups:
         conds = []
         for t in group:
-            conds.append(("NOT " if t.negated else "") + f"left(m.content, {TRIGRAM_PREFIX_CHARS}) ILIKE ? ESCAPE '\\'")
+            conds.append(
+                ("NOT " if t.negated else "")
+                + f"left(m.content, {TRIGRAM_PREFIX_CHARS}) ILIKE ? ESCAPE '\\'"
+            )
             like_args.append("%" + _escape_like(t.text) + "%")
         likes.append("(" + " AND ".join(conds) + ")")
     scope = " AND ".join("m." + c.strip() for c in TRIGRAM_SCOPE.split(" AND "))
     return f"{scope} AND ({' OR '.join(likes)})", like_args
 
 
-def _indexed(conn: PgConnection, plan: query.Plan, cond: str, args: list[Any], below: int,
-             limit: int, rep: str, kinds: tuple[str, ...]) -> list[tuple]:
+def _indexed(
+    conn: PgConnection,
+    plan: query.Plan,
+    cond: str,
+    args: list[Any],
+    below: int,
+    limit: int,
+    rep: str,
+    kinds: tuple[str, ...],
+) -> list[tuple]:
     """``(id, display id)`` of up to ``limit`` matching rows below ``below``, newest first;
     ``rep`` is the SQL of the display id (``projections.REPRESENTATIVE_SQL`` or ``m.id``)."""
     if plan.kind == "scan":  # text and reasoning, as SQLite's scan
@@ -107,29 +122,48 @@ def _indexed(conn: PgConnection, plan: query.Plan, cond: str, args: list[Any], b
             conds = []
             for t in group:
                 pattern = "%" + _escape_like(t.text) + "%"
-                conds.append(("NOT " if t.negated else "") + "coalesce(" + " OR ".join(
-                    f"{c} ILIKE ? ESCAPE '\\'" for c in cols) + ", false)")
+                conds.append(
+                    ("NOT " if t.negated else "")
+                    + "coalesce("
+                    + " OR ".join(f"{c} ILIKE ? ESCAPE '\\'" for c in cols)
+                    + ", false)"
+                )
                 like_args += [pattern] * len(cols)
             likes.append("(" + " AND ".join(conds) + ")")
         return conn.execute(
             f"SELECT m.id, {rep} FROM (SELECT id FROM messages WHERE id < ? ORDER BY id DESC LIMIT ?) AS w "
             f"JOIN messages m ON m.id = w.id JOIN sessions s ON s.id = m.session_id "
             f"WHERE ({' OR '.join(likes)}) AND {cond} ORDER BY m.id DESC LIMIT ?",
-            (below, SCAN_MAX_ROWS, *like_args, *args, limit)).fetchall()
+            (below, SCAN_MAX_ROWS, *like_args, *args, limit),
+        ).fetchall()
     match, match_args = _where(conn, plan, kinds)
     if not match:
         return []
     order = "m.id + 0" if _estimate(conn, match, match_args) <= INDEX_FIRST_MAX_ROWS else "m.id"
-    rows = conn.execute(f"SELECT m.id, {rep} FROM messages m JOIN sessions s ON s.id = m.session_id "
-                        f"WHERE {match} AND {cond} AND m.id < ? ORDER BY {order} DESC LIMIT ?",
-                        (*match_args, *args, below, limit)).fetchall()
+    rows = conn.execute(
+        f"SELECT m.id, {rep} FROM messages m JOIN sessions s ON s.id = m.session_id "
+        f"WHERE {match} AND {cond} AND m.id < ? ORDER BY {order} DESC LIMIT ?",
+        (*match_args, *args, below, limit),
+    ).fetchall()
     return rows
 
 
-def search(conn: PgConnection, text: str, *, limit: int = 20, session_id: str | None = None,
-           role: str | None = None, source: str | None = None, projection: str = "display",
-           since: float | None = None, until: float | None = None, substring: bool = False,
-           context: bool = True, kinds: list[str] | None = None, order: str = "newest") -> list[dict[str, Any]]:
+def search(
+    conn: PgConnection,
+    text: str,
+    *,
+    limit: int = 20,
+    session_id: str | None = None,
+    role: str | None = None,
+    source: str | None = None,
+    projection: str = "display",
+    since: float | None = None,
+    until: float | None = None,
+    substring: bool = False,
+    context: bool = True,
+    kinds: list[str] | None = None,
+    order: str = "newest",
+) -> list[dict[str, Any]]:
     """Messages matching ``text``, newest first (or, with ``order="relevance"``, the newest
     ``rank.CANDIDATES`` word matches by ``ts_rank``: ``_ranked_page``), at most ``limit`` —
     the contract of ``store.search.run.search`` (hit keys, filters, projections, context). Raises
@@ -142,18 +176,30 @@ def search(conn: PgConnection, text: str, *, limit: int = 20, session_id: str | 
     kinds_t = _kinds(kinds)
     plan = query.plan(text, substring=substring)
     if order == "relevance" and plan.kind not in ("fts", "none"):
-        raise ValueError(f"ranked search needs a word query; {text!r} goes to the {plan.kind} route")
+        raise ValueError(
+            f"ranked search needs a word query; {text!r} goes to the {plan.kind} route"
+        )
     if plan.kind == "none" or limit <= 0:
         return []
     cond, args = _filters(projection, session_id, role, source, since, until)
     rep = f"coalesce({projections.REPRESENTATIVE_SQL}, m.id)" if projection == "display" else "m.id"
-    page = (_ranked_page(conn, plan, cond, args, rep, kinds_t, limit) if order == "relevance"
-            else _newest_page(conn, plan, cond, args, rep, kinds_t, limit))
+    page = (
+        _ranked_page(conn, plan, cond, args, rep, kinds_t, limit)
+        if order == "relevance"
+        else _newest_page(conn, plan, cond, args, rep, kinds_t, limit)
+    )
     return _hits(conn, plan, page, projection, context, kinds_t)
 
 
-def _ranked_page(conn: PgConnection, plan: query.Plan, cond: str, args: list[Any], rep: str,
-                 kinds: tuple[str, ...], limit: int) -> list[int]:
+def _ranked_page(
+    conn: PgConnection,
+    plan: query.Plan,
+    cond: str,
+    args: list[Any],
+    rep: str,
+    kinds: tuple[str, ...],
+    limit: int,
+) -> list[int]:
     """Display ids of the best ``limit`` of the newest ``rank.CANDIDATES`` visible matches.
 
     The score is PostgreSQL's ``ts_rank`` (every weight 1, as FTS5's bm25 weighs every
@@ -171,7 +217,8 @@ def _ranked_page(conn: PgConnection, plan: query.Plan, cond: str, args: list[Any
         f"ts_rank('{{1,1,1,1}}', m.words, to_tsquery('simple', quill_unaccent(?)), 1) AS score "
         f"FROM messages m JOIN sessions s ON s.id = m.session_id WHERE {match} AND {cond} "
         f"ORDER BY {order} DESC LIMIT ?) AS c ORDER BY score DESC, id DESC",
-        (match_args[0], *match_args, *args, rank.CANDIDATES)).fetchall()
+        (match_args[0], *match_args, *args, rank.CANDIDATES),
+    ).fetchall()
     page: list[int] = []
     seen: set[int] = set()
     for _fid, mid in rows:
@@ -183,10 +230,17 @@ def _ranked_page(conn: PgConnection, plan: query.Plan, cond: str, args: list[Any
     return page
 
 
-def _newest_page(conn: PgConnection, plan: query.Plan, cond: str, args: list[Any], rep: str,
-                 kinds_t: tuple[str, ...], limit: int) -> list[int]:
+def _newest_page(
+    conn: PgConnection,
+    plan: query.Plan,
+    cond: str,
+    args: list[Any],
+    rep: str,
+    kinds_t: tuple[str, ...],
+    limit: int,
+) -> list[int]:
     """Display ids of the newest ``limit`` visible matches, deduplicated by display position."""
-    below = 2 ** 62
+    below = 2**62
     page: list[int] = []
     seen: set[int] = set()
     batch = max(limit * 2, 20)
@@ -205,8 +259,14 @@ def _newest_page(conn: PgConnection, plan: query.Plan, cond: str, args: list[Any
     return page
 
 
-def _hits(conn: PgConnection, plan: query.Plan, page: list[int], projection: str, context: bool,
-          kinds_t: tuple[str, ...]) -> list[dict[str, Any]]:
+def _hits(
+    conn: PgConnection,
+    plan: query.Plan,
+    page: list[int],
+    projection: str,
+    context: bool,
+    kinds_t: tuple[str, ...],
+) -> list[dict[str, Any]]:
     """The hit dicts of ``page`` (display ids, in order) with snippets and context."""
     if not page:
         return []
@@ -214,11 +274,19 @@ def _hits(conn: PgConnection, plan: query.Plan, page: list[int], projection: str
     # one more (store.projections): two round trips for the context of a whole page.
     ncols, nargs = projections.neighbor_positions_sql(projection) if context else ("NULL, NULL", ())
     marks = ", ".join("?" for _ in page)
-    rows = {r[0]: r for r in conn.execute(
-        f"SELECT {_COLS}, {ncols}, m.reasoning FROM messages m JOIN sessions s ON s.id = m.session_id WHERE m.id IN ({marks})",
-        (*nargs, *page)).fetchall()}
+    rows = {
+        r[0]: r
+        for r in conn.execute(
+            f"SELECT {_COLS}, {ncols}, m.reasoning FROM messages m JOIN sessions s ON s.id = m.session_id WHERE m.id IN ({marks})",
+            (*nargs, *page),
+        ).fetchall()
+    }
     hits = [rows[mid] for mid in page if mid in rows]
-    around = projections.neighbor_rows(conn, projection, [(r[0], r[1], r[8], r[9]) for r in hits]) if context else {}
+    around = (
+        projections.neighbor_rows(conn, projection, [(r[0], r[1], r[8], r[9]) for r in hits])
+        if context
+        else {}
+    )
     out = []
     for r in hits:
         # The snippet comes from the text the query matched in (as on SQLite): the content,
@@ -234,8 +302,17 @@ def _hits(conn: PgConnection, plan: query.Plan, page: list[int], projection: str
                 matched_in, text_of, spans = kind, t, found_spans
                 break
         snip, marks = hits_mod.excerpt(text_of, spans)
-        hit = {"session_id": r[1], "message_id": r[0], "role": r[2], "state": r[7], "ts": r[5], "title": r[6],
-               "matched_in": matched_in, "snippet": snip, "highlights": marks}
+        hit = {
+            "session_id": r[1],
+            "message_id": r[0],
+            "role": r[2],
+            "state": r[7],
+            "ts": r[5],
+            "title": r[6],
+            "matched_in": matched_in,
+            "snippet": snip,
+            "highlights": marks,
+        }
         if context:
             before, after = around[r[0]]
             hit["before"] = None if before is None else hits_mod.preview(before)

@@ -16,6 +16,7 @@ What differs from the embedded SQLite store (``store.sqlite.store``), as capabil
   ``spool.retention_s`` are collected (there is no local snapshot; the database is the
   server's to back up, so keep the retention longer than the backup interval).
 """
+
 from __future__ import annotations
 
 import time
@@ -23,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 from quill.home import Halt
-
 from quill.store.capabilities import PostgresCapabilities
 from quill.store.contract import HaltAction, NullLog
 from quill.store.postgres import PostgresBackend, halt, schema
@@ -46,9 +46,16 @@ class PgStore(PostgresCapabilities, PostgresBackend):
     recover_hint = "quill recover (after REINDEX or a restore)"
     OPTIONS = ("log", "spool_dir", "retention_s", "application_name")
 
-    def __init__(self, url: str, spool_id: str, *, log: Any = None,
-                 spool_dir: Path | None = None, retention_s: float | None = None,
-                 application_name: str | None = None):
+    def __init__(
+        self,
+        url: str,
+        spool_id: str,
+        *,
+        log: Any = None,
+        spool_dir: Path | None = None,
+        retention_s: float | None = None,
+        application_name: str | None = None,
+    ):
         # The base class connects at construction; this store connects in ``connect``.
         self.url = url
         self.spool_id = spool_id
@@ -112,6 +119,7 @@ class PgStore(PostgresCapabilities, PostgresBackend):
         default the clock). The newest segment is never deleted. Returns ``{"deleted":
         [segment numbers], "bytes_freed"}``."""
         from quill.spool import retention
+
         return retention.collect(self.spool_dir, cursor, cursor, self.retention_s, now)
 
     def status_fields(self) -> dict[str, Any]:

@@ -6,6 +6,7 @@ continues the parent's conversation), ``branch`` (a user fork), ``reset`` (a new
 on the same route), ``delegate`` (a subagent run). Only compression edges are continuations;
 branch, reset and delegate children are never taken as the next link of a chain.
 """
+
 from __future__ import annotations
 
 import apsw
@@ -14,8 +15,10 @@ import apsw
 CHAIN_MAX = 1000
 
 #: SQL condition: session ``s`` is the tip of its chain (no compression child).
-IS_TIP_SQL = ("NOT EXISTS (SELECT 1 FROM sessions c WHERE c.parent_id = s.id "
-              "AND c.parent_kind = 'compression')")
+IS_TIP_SQL = (
+    "NOT EXISTS (SELECT 1 FROM sessions c WHERE c.parent_id = s.id "
+    "AND c.parent_kind = 'compression')"
+)
 
 _CONTINUATION = """
 SELECT c.id FROM sessions c
@@ -28,7 +31,9 @@ ORDER BY EXISTS (SELECT 1 FROM sessions g WHERE g.parent_id = c.id AND g.parent_
 
 
 def _parent(conn: apsw.Connection, sid: str) -> tuple[str | None, str | None] | None:
-    row = conn.execute("SELECT parent_id, parent_kind FROM sessions WHERE id = ?", (sid,)).fetchone()
+    row = conn.execute(
+        "SELECT parent_id, parent_kind FROM sessions WHERE id = ?", (sid,)
+    ).fetchone()
     return (row[0], row[1]) if row else None
 
 
@@ -40,7 +45,12 @@ def root_of(conn: apsw.Connection, session_id: str, *, max_len: int = CHAIN_MAX)
     back, seen, cur = [session_id], {session_id}, session_id
     while len(back) < max_len:
         parent, kind = _parent(conn, cur) or (None, None)
-        if parent is None or kind != "compression" or parent in seen or _parent(conn, parent) is None:
+        if (
+            parent is None
+            or kind != "compression"
+            or parent in seen
+            or _parent(conn, parent) is None
+        ):
             break
         back.append(parent)
         seen.add(parent)
@@ -48,7 +58,9 @@ def root_of(conn: apsw.Connection, session_id: str, *, max_len: int = CHAIN_MAX)
     return back[::-1]
 
 
-def compression_chain(conn: apsw.Connection, session_id: str, *, max_len: int = CHAIN_MAX) -> list[str]:
+def compression_chain(
+    conn: apsw.Connection, session_id: str, *, max_len: int = CHAIN_MAX
+) -> list[str]:
     """The compression chain through ``session_id``, root → tip (session ids).
 
     Walks parents over ``compression`` edges to the root, then children over ``compression``

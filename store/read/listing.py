@@ -15,20 +15,41 @@ Rules:
 * ``empty`` is an EXISTS probe over rows in *any* state: a session whose rows are all rewound
   or compacted is not empty (its ``message_count`` may still be 0).
 """
+
 from __future__ import annotations
 
-from typing import Any
-
 import json
+from typing import Any
 
 import apsw
 
 from quill.store.read import usage as usage_reads
 from quill.store.read.lineage import IS_TIP_SQL, root_of
 
-SESSION_KEYS = ("id", "source", "title", "model", "cwd", "started_at", "ended_at", "end_reason",
-                "parent_id", "parent_kind", "archived", "pinned", "hidden", "last_read_id",
-                "message_count", "unread", "empty", "last_active", "preview", "meta", "key", "placeholder")
+SESSION_KEYS = (
+    "id",
+    "source",
+    "title",
+    "model",
+    "cwd",
+    "started_at",
+    "ended_at",
+    "end_reason",
+    "parent_id",
+    "parent_kind",
+    "archived",
+    "pinned",
+    "hidden",
+    "last_read_id",
+    "message_count",
+    "unread",
+    "empty",
+    "last_active",
+    "preview",
+    "meta",
+    "key",
+    "placeholder",
+)
 PREVIEW_CHARS = 120
 
 _SELECT = f"""
@@ -54,11 +75,21 @@ def _like_literal(text: str) -> str:
     return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
-def list_sessions(conn: apsw.Connection, *, source: str | None = None, limit: int = 50,
-                  include_hidden: bool = False, archived: bool | None = None, pinned: bool | None = None,
-                  hidden: bool | None = None, title_contains: str | None = None,
-                  since: float | None = None, until: float | None = None, lineage: str = "tips",
-                  session_id: str | None = None) -> list[dict[str, Any]]:
+def list_sessions(
+    conn: apsw.Connection,
+    *,
+    source: str | None = None,
+    limit: int = 50,
+    include_hidden: bool = False,
+    archived: bool | None = None,
+    pinned: bool | None = None,
+    hidden: bool | None = None,
+    title_contains: str | None = None,
+    since: float | None = None,
+    until: float | None = None,
+    lineage: str = "tips",
+    session_id: str | None = None,
+) -> list[dict[str, Any]]:
     """Sessions, most recently active first, as dicts with ``SESSION_KEYS`` plus
     ``chain_root_id`` and ``chain_length`` (1 for a session outside any chain).
 
@@ -99,7 +130,10 @@ def list_sessions(conn: apsw.Connection, *, source: str | None = None, limit: in
         for flag in ("archived", "pinned", "hidden", "empty", "placeholder"):
             item[flag] = bool(item[flag])
         chain = root_of(conn, item["id"])
-        item["chain_root_id"], item["chain_length"] = (chain[0] if chain else item["id"]), max(1, len(chain))
+        item["chain_root_id"], item["chain_length"] = (
+            (chain[0] if chain else item["id"]),
+            max(1, len(chain)),
+        )
         out.append(item)
     _attach_usage(conn, out)
     return out
@@ -108,7 +142,7 @@ def list_sessions(conn: apsw.Connection, *, source: str | None = None, limit: in
 def _attach_usage(conn: apsw.Connection, items: list[dict[str, Any]]) -> None:
     """Give each listed session its usage totals (``usage_reads.TOTAL_KEYS``) under ``usage``."""
     for start in range(0, len(items), 500):
-        part = items[start:start + 500]
+        part = items[start : start + 500]
         for item in part:
             item["usage"] = usage_reads.empty_totals()
         by_id = {item["id"]: item for item in part}

@@ -13,6 +13,7 @@ Invariant: every display read — full, ``limit``/``offset`` pages, ``latest`` N
 keyset pages, search context, export — is a slice of the one ordered sequence ``read``
 computes with ``SELECT … ORDER BY position`` over the same deduplication.
 """
+
 from __future__ import annotations
 
 import json
@@ -29,9 +30,11 @@ PROJECTION_STATES: dict[str, tuple[str, ...]] = {
 }
 #: LIMIT value meaning "no limit" in both SQLite and PostgreSQL (SQLite's -1 is an error
 #: in PostgreSQL, and SQLite refuses NULL).
-NO_LIMIT = 2 ** 62
-MSG_COLS = ("id, session_id, ext_id, role, content, parts, tool_calls, tool_call_id, tool_name, "
-            "reasoning, finish_reason, ts, extra, state")
+NO_LIMIT = 2**62
+MSG_COLS = (
+    "id, session_id, ext_id, role, content, parts, tool_calls, tool_call_id, tool_name, "
+    "reasoning, finish_reason, ts, extra, state"
+)
 
 
 def states(projection: str) -> tuple[str, ...]:
@@ -46,13 +49,32 @@ def message_dict(row: tuple, *, with_meta: bool = True) -> dict[str, Any]:
     """A ``messages`` row (``MSG_COLS`` order) as an OpenAI-shaped dict; unknown fields come
     back verbatim. ``with_meta`` adds Quill's keys: ``message_id``, ``session_id``, ``state``,
     ``ts`` (epoch seconds)."""
-    (mid, sid, ext_id, role, content, parts, tool_calls, tool_call_id, tool_name,
-     reasoning, finish_reason, ts, extra, state) = row
+    (
+        mid,
+        sid,
+        ext_id,
+        role,
+        content,
+        parts,
+        tool_calls,
+        tool_call_id,
+        tool_name,
+        reasoning,
+        finish_reason,
+        ts,
+        extra,
+        state,
+    ) = row
     msg: dict[str, Any] = {"role": role, "content": json.loads(parts) if parts else content}
     if tool_calls:
         msg["tool_calls"] = json.loads(tool_calls)
-    for key, value in (("tool_call_id", tool_call_id), ("name", tool_name), ("reasoning", reasoning),
-                       ("finish_reason", finish_reason), ("id", ext_id)):
+    for key, value in (
+        ("tool_call_id", tool_call_id),
+        ("name", tool_name),
+        ("reasoning", reasoning),
+        ("finish_reason", finish_reason),
+        ("id", ext_id),
+    ):
         if value is not None:
             msg[key] = value
     if extra:
@@ -67,14 +89,18 @@ def _ordered_sql(projection: str, where_pos: str) -> str:
     Parameters: session id, *states, [position bound], limit, offset."""
     marks = ", ".join("?" for _ in states(projection))
     if projection != "display":
-        return (f"SELECT {MSG_COLS}, id AS pos FROM messages WHERE session_id = ? AND state IN ({marks}) "
-                f"{where_pos.replace('coalesce(origin_id, id)', 'id')} ORDER BY pos {{order}} LIMIT ? OFFSET ?")
+        return (
+            f"SELECT {MSG_COLS}, id AS pos FROM messages WHERE session_id = ? AND state IN ({marks}) "
+            f"{where_pos.replace('coalesce(origin_id, id)', 'id')} ORDER BY pos {{order}} LIMIT ? OFFSET ?"
+        )
     # Filtering by position before the window keeps whole partitions, so the dedupe is exact.
-    return (f"SELECT {MSG_COLS}, pos FROM ("
-            f"SELECT {MSG_COLS}, coalesce(origin_id, id) AS pos, row_number() OVER ("
-            f"PARTITION BY coalesce(origin_id, id) ORDER BY state = 'live' DESC, id DESC) AS rn "
-            f"FROM messages WHERE session_id = ? AND state IN ({marks}) {where_pos}"
-            f") AS d WHERE rn = 1 ORDER BY pos {{order}} LIMIT ? OFFSET ?")
+    return (
+        f"SELECT {MSG_COLS}, pos FROM ("
+        f"SELECT {MSG_COLS}, coalesce(origin_id, id) AS pos, row_number() OVER ("
+        f"PARTITION BY coalesce(origin_id, id) ORDER BY state = 'live' DESC, id DESC) AS rn "
+        f"FROM messages WHERE session_id = ? AND state IN ({marks}) {where_pos}"
+        f") AS d WHERE rn = 1 ORDER BY pos {{order}} LIMIT ? OFFSET ?"
+    )
 
 
 def position(conn: apsw.Connection, projection: str, message_id: int) -> int | None:
@@ -85,22 +111,34 @@ def position(conn: apsw.Connection, projection: str, message_id: int) -> int | N
     return row[0] if row else None
 
 
-def _rows(conn: apsw.Connection, session_id: str, projection: str, *, limit: int | None, offset: int,
-          latest: bool, pos_gt: int | None = None, pos_lt: int | None = None) -> list[dict[str, Any]]:
+def _rows(
+    conn: apsw.Connection,
+    session_id: str,
+    projection: str,
+    *,
+    limit: int | None,
+    offset: int,
+    latest: bool,
+    pos_gt: int | None = None,
+    pos_lt: int | None = None,
+) -> list[dict[str, Any]]:
     bounds, args = [], []
     for value, op in ((pos_gt, ">"), (pos_lt, "<")):
         if value is not None:
             bounds.append(f"AND coalesce(origin_id, id) {op} ?")
             args.append(value)
     sql = _ordered_sql(projection, " ".join(bounds)).format(order="DESC" if latest else "ASC")
-    rows = conn.execute(sql, (session_id, *states(projection), *args, NO_LIMIT if limit is None else limit,
-                              offset)).fetchall()
+    rows = conn.execute(
+        sql, (session_id, *states(projection), *args, NO_LIMIT if limit is None else limit, offset)
+    ).fetchall()
     if latest:
         rows.reverse()
     return inflate_rows(conn, [r[:-1] for r in rows], with_meta=projection != "model")
 
 
-def inflate_rows(conn: apsw.Connection, rows: list[tuple], *, with_meta: bool = True) -> list[dict[str, Any]]:
+def inflate_rows(
+    conn: apsw.Connection, rows: list[tuple], *, with_meta: bool = True
+) -> list[dict[str, Any]]:
     """``message_dict`` for each ``MSG_COLS`` row, with blob references in parts and extras
     replaced by the stored payloads (store/apply/blobs.py), so reads return what was written."""
     cache: dict[str, str | None] = {}
@@ -113,9 +151,17 @@ def inflate_rows(conn: apsw.Connection, rows: list[tuple], *, with_meta: bool = 
     return out
 
 
-def read(conn: apsw.Connection, session_id: str, projection: str = "display", *, limit: int | None = None,
-         offset: int = 0, latest: bool = False, after_id: int | None = None,
-         before_id: int | None = None) -> list[dict[str, Any]]:
+def read(
+    conn: apsw.Connection,
+    session_id: str,
+    projection: str = "display",
+    *,
+    limit: int | None = None,
+    offset: int = 0,
+    latest: bool = False,
+    after_id: int | None = None,
+    before_id: int | None = None,
+) -> list[dict[str, Any]]:
     """A session's messages in ``projection`` (list of dicts, see ``message_dict``; model rows
     carry no Quill keys), oldest first.
 
@@ -130,15 +176,25 @@ def read(conn: apsw.Connection, session_id: str, projection: str = "display", *,
     gt = lt = None
     if after_id is not None:
         pos = position(conn, projection, after_id)
-        gt = pos if pos is not None else 2 ** 62
+        gt = pos if pos is not None else 2**62
     if before_id is not None:
         pos = position(conn, projection, before_id)
         lt = pos if pos is not None else -1
-    return _rows(conn, session_id, projection, limit=limit, offset=offset, latest=latest, pos_gt=gt, pos_lt=lt)
+    return _rows(
+        conn,
+        session_id,
+        projection,
+        limit=limit,
+        offset=offset,
+        latest=latest,
+        pos_gt=gt,
+        pos_lt=lt,
+    )
 
 
-def neighbors(conn: apsw.Connection, session_id: str, projection: str,
-              message_id: int) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+def neighbors(
+    conn: apsw.Connection, session_id: str, projection: str, message_id: int
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """The messages just before and just after ``message_id`` in ``projection`` order (None at
     either end) — the same rows a full ``read`` shows around it. Cost: two index probes and
     two one-position reads, whatever the session's length."""
@@ -150,10 +206,25 @@ def neighbors(conn: apsw.Connection, session_id: str, projection: str,
     marks = ", ".join("?" for _ in sts)
     out: list[dict[str, Any] | None] = []
     for agg, op in (("max", "<"), ("min", ">")):
-        near = conn.execute(f"SELECT {agg}({col}) FROM messages WHERE session_id = ? "
-                            f"AND state IN ({marks}) AND {col} {op} ?", (session_id, *sts, pos)).fetchone()[0]
-        rows = [] if near is None else _rows(conn, session_id, projection, limit=1, offset=0, latest=False,
-                                             pos_gt=near - 1, pos_lt=near + 1)
+        near = conn.execute(
+            f"SELECT {agg}({col}) FROM messages WHERE session_id = ? "
+            f"AND state IN ({marks}) AND {col} {op} ?",
+            (session_id, *sts, pos),
+        ).fetchone()[0]
+        rows = (
+            []
+            if near is None
+            else _rows(
+                conn,
+                session_id,
+                projection,
+                limit=1,
+                offset=0,
+                latest=False,
+                pos_gt=near - 1,
+                pos_lt=near + 1,
+            )
+        )
         out.append(rows[0] if rows else None)
     return out[0], out[1]
 
@@ -165,7 +236,8 @@ def representative(conn: apsw.Connection, message_id: int) -> int:
         "SELECT r.id FROM messages m JOIN messages r ON r.session_id = m.session_id "
         "AND coalesce(r.origin_id, r.id) = coalesce(m.origin_id, m.id) "
         "WHERE m.id = ? AND r.state IN ('live', 'compacted') ORDER BY r.state = 'live' DESC, r.id DESC LIMIT 1",
-        (message_id,)).fetchone()
+        (message_id,),
+    ).fetchone()
     return row[0] if row else message_id
 
 
@@ -178,13 +250,17 @@ def neighbor_positions_sql(projection: str) -> tuple[str, tuple[str, ...]]:
     marks = ", ".join("?" for _ in sts)
     col = "coalesce({t}.origin_id, {t}.id)" if projection == "display" else "{t}.id"
     mine, theirs = col.format(t="m"), col.format(t="n")
-    sql = ", ".join(f"(SELECT {agg}({theirs}) FROM messages n WHERE n.session_id = m.session_id "
-                    f"AND n.state IN ({marks}) AND {theirs} {op} {mine})" for agg, op in (("max", "<"), ("min", ">")))
+    sql = ", ".join(
+        f"(SELECT {agg}({theirs}) FROM messages n WHERE n.session_id = m.session_id "
+        f"AND n.state IN ({marks}) AND {theirs} {op} {mine})"
+        for agg, op in (("max", "<"), ("min", ">"))
+    )
     return sql, (*sts, *sts)
 
 
-def neighbors_many(conn: apsw.Connection, projection: str,
-                   hits: list[tuple[str, int]]) -> dict[int, tuple[dict[str, Any] | None, dict[str, Any] | None]]:
+def neighbors_many(
+    conn: apsw.Connection, projection: str, hits: list[tuple[str, int]]
+) -> dict[int, tuple[dict[str, Any] | None, dict[str, Any] | None]]:
     """``neighbors`` for a page of ``(session_id, message_id)`` hits in two queries, whatever
     the page size: one finds each hit's adjacent positions (``neighbor_positions_sql``), one
     reads the rows at them (``neighbor_rows``). Returns ``{message_id: (before, after)}``."""
@@ -192,13 +268,16 @@ def neighbors_many(conn: apsw.Connection, projection: str,
         return {}
     cols, cargs = neighbor_positions_sql(projection)
     marks = ", ".join("?" for _ in hits)
-    near = conn.execute(f"SELECT m.id, m.session_id, {cols} FROM messages m WHERE m.id IN ({marks})",
-                        (*cargs, *[mid for _sid, mid in hits])).fetchall()
+    near = conn.execute(
+        f"SELECT m.id, m.session_id, {cols} FROM messages m WHERE m.id IN ({marks})",
+        (*cargs, *[mid for _sid, mid in hits]),
+    ).fetchall()
     return neighbor_rows(conn, projection, near)
 
 
-def neighbor_rows(conn: apsw.Connection, projection: str, near: list[tuple[int, str, int | None, int | None]]
-                  ) -> dict[int, tuple[dict[str, Any] | None, dict[str, Any] | None]]:
+def neighbor_rows(
+    conn: apsw.Connection, projection: str, near: list[tuple[int, str, int | None, int | None]]
+) -> dict[int, tuple[dict[str, Any] | None, dict[str, Any] | None]]:
     """The rows at the positions ``near`` names — ``(message_id, session_id, position before,
     position after)`` each — in one query: for display, each position's representative (live
     first, then the newest row: the rule ``_ordered_sql`` applies). Returns ``{message_id:
@@ -214,20 +293,28 @@ def neighbor_rows(conn: apsw.Connection, projection: str, near: list[tuple[int, 
         found = conn.execute(
             f"WITH w(wsid, wpos) AS (VALUES {values}) SELECT {MSG_COLS}, {col} FROM w JOIN messages "
             f"ON session_id = wsid AND {col} = wpos WHERE state IN ({marks})",
-            (*[v for pair in pairs for v in pair], *sts)).fetchall()
+            (*[v for pair in pairs for v in pair], *sts),
+        ).fetchall()
         for r in found:  # representative per position: live first, then the newest id
             key = (r[1], r[-1])
             best = rows.get(key)
             if best is None or ((r[13] == "live"), r[0]) > ((best[13] == "live"), best[0]):
                 rows[key] = r
     picked = sorted({id(r): r for r in rows.values()}.values(), key=lambda r: r[0])
-    dicts = dict(zip((r[0] for r in picked),
-                     inflate_rows(conn, [r[:-1] for r in picked], with_meta=projection != "model")))
+    dicts = dict(
+        zip(
+            (r[0] for r in picked),
+            inflate_rows(conn, [r[:-1] for r in picked], with_meta=projection != "model"),
+        )
+    )
     out: dict[int, tuple[dict[str, Any] | None, dict[str, Any] | None]] = {}
     for mid, sid, lo, hi in near:
         before = rows.get((sid, lo)) if lo is not None else None
         after = rows.get((sid, hi)) if hi is not None else None
-        out[mid] = (None if before is None else dicts[before[0]], None if after is None else dicts[after[0]])
+        out[mid] = (
+            None if before is None else dicts[before[0]],
+            None if after is None else dicts[after[0]],
+        )
     return out
 
 
@@ -236,7 +323,8 @@ def neighbor_rows(conn: apsw.Connection, projection: str, near: list[tuple[int, 
 REPRESENTATIVE_SQL = (
     "(SELECT r.id FROM messages r WHERE r.session_id = m.session_id "
     "AND coalesce(r.origin_id, r.id) = coalesce(m.origin_id, m.id) AND r.state IN ('live', 'compacted') "
-    "ORDER BY r.state = 'live' DESC, r.id DESC LIMIT 1)")
+    "ORDER BY r.state = 'live' DESC, r.id DESC LIMIT 1)"
+)
 
 
 def representatives(conn: apsw.Connection, message_ids: list[int]) -> dict[int, int]:
@@ -244,6 +332,7 @@ def representatives(conn: apsw.Connection, message_ids: list[int]) -> dict[int, 
     if not message_ids:
         return {}
     marks = ", ".join("?" for _ in message_ids)
-    rows = conn.execute(f"SELECT m.id, {REPRESENTATIVE_SQL} FROM messages m WHERE m.id IN ({marks})",
-                        message_ids).fetchall()
+    rows = conn.execute(
+        f"SELECT m.id, {REPRESENTATIVE_SQL} FROM messages m WHERE m.id IN ({marks})", message_ids
+    ).fetchall()
     return {mid: rep if rep is not None else mid for mid, rep in rows}

@@ -5,6 +5,7 @@ delegates to the modules that own each rule: ``projections`` (model / display / 
 ``listing`` (filters, chains, unread, emptiness), ``lineage`` (compression chains),
 ``search`` (word, trigram, scan). Every method maps SQLite errors to the store error tree.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -17,18 +18,14 @@ from typing import Any
 
 import apsw
 
-from quill.store.read import lineage
-from quill.store.read import listing
-from quill.store.read import projections
-from quill.store.read import resume
-from quill.store.read import usage as usage_reads
-from quill.store.apply.normalize import COMPARED_COLUMNS
 from quill.store.apply import context as context_mod
+from quill.store.apply.normalize import COMPARED_COLUMNS
+from quill.store.errors import CantOpenError, StoreIOError, mapped
+from quill.store.read import lineage, listing, projections, resume
+from quill.store.read import usage as usage_reads
 from quill.store.search import run as search_mod
 from quill.store.sqlite.connection import open_reader
-from quill.store.errors import CantOpenError, StoreIOError, mapped
 from quill.store.sqlite.indexer import fts_state, indexed_upto
-
 
 #: A read that fails with an I/O error is retried on the same connection this many times,
 #: ``IO_RETRY_DELAY_S`` × attempt apart: transient EIO (network filesystems, a busy disk)
@@ -39,18 +36,22 @@ IO_RETRY_DELAY_S = 0.05
 
 def _retry_io(method: Callable[..., Any]) -> Callable[..., Any]:
     """Retry a read-only method on ``StoreIOError`` (reads are idempotent)."""
+
     @functools.wraps(method)
-    def run(self: "Reader", *args: Any, **kwargs: Any) -> Any:
+    def run(self: Reader, *args: Any, **kwargs: Any) -> Any:
         for attempt in range(1, IO_RETRIES + 1):
             try:
                 return method(self, *args, **kwargs)
             except (StoreIOError, apsw.IOError) as exc:
                 if attempt == IO_RETRIES:
-                    raise (exc if isinstance(exc, StoreIOError) else StoreIOError(str(exc))) from exc
+                    raise (
+                        exc if isinstance(exc, StoreIOError) else StoreIOError(str(exc))
+                    ) from exc
                 if self.conn.in_transaction:
                     self.conn.execute("ROLLBACK")
                 time.sleep(IO_RETRY_DELAY_S * attempt)
         raise AssertionError("unreachable")
+
     return run
 
 
@@ -73,7 +74,7 @@ class Reader:
     def close(self) -> None:
         self.conn.close()
 
-    def __enter__(self) -> "Reader":
+    def __enter__(self) -> Reader:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -95,14 +96,29 @@ class Reader:
                     self.conn.execute("COMMIT")
 
     @_retry_io
-    def get_messages(self, session_id: str, projection: str = "display", *, limit: int | None = None,
-                     offset: int = 0, latest: bool = False, after_id: int | None = None) -> list[dict[str, Any]]:
+    def get_messages(
+        self,
+        session_id: str,
+        projection: str = "display",
+        *,
+        limit: int | None = None,
+        offset: int = 0,
+        latest: bool = False,
+        after_id: int | None = None,
+    ) -> list[dict[str, Any]]:
         """Messages of a session in ``projection``, oldest first (``projections.read``):
         ``limit``/``offset`` pages, ``latest=True`` for the last ``limit``, ``after_id`` for a
         keyset page. Raises ``ValueError`` for an unknown projection."""
         with self.snapshot() as conn:
-            return projections.read(conn, session_id, projection, limit=limit, offset=offset,
-                                    latest=latest, after_id=after_id)
+            return projections.read(
+                conn,
+                session_id,
+                projection,
+                limit=limit,
+                offset=offset,
+                latest=latest,
+                after_id=after_id,
+            )
 
     @_retry_io
     def export(self, session_id: str) -> dict[str, Any] | None:
@@ -111,25 +127,36 @@ class Reader:
             session = self.get_session(session_id)
             if session is None:
                 return None
-            return {"session": session, "chain": lineage.compression_chain(conn, session_id),
-                    "messages": projections.read(conn, session_id, "display")}
+            return {
+                "session": session,
+                "chain": lineage.compression_chain(conn, session_id),
+                "messages": projections.read(conn, session_id, "display"),
+            }
 
     @_retry_io
     def get_session(self, session_id: str) -> dict[str, Any] | None:
         """One session row (``listing.SESSION_KEYS`` + chain fields), or None."""
         with mapped():
-            rows = listing.list_sessions(self.conn, session_id=session_id, include_hidden=True, limit=1,
-                                         lineage="all")
+            rows = listing.list_sessions(
+                self.conn, session_id=session_id, include_hidden=True, limit=1, lineage="all"
+            )
         return rows[0] if rows else None
 
     @_retry_io
-    def list_sessions(self, *, source: str | None = None, limit: int = 50, include_hidden: bool = False,
-                      **filters: Any) -> list[dict[str, Any]]:
+    def list_sessions(
+        self,
+        *,
+        source: str | None = None,
+        limit: int = 50,
+        include_hidden: bool = False,
+        **filters: Any,
+    ) -> list[dict[str, Any]]:
         """Sessions most recently active first; see ``listing.list_sessions`` for the filters
         (archived, pinned, hidden, title_contains, since, until, lineage)."""
         with mapped():
-            return listing.list_sessions(self.conn, source=source, limit=limit, include_hidden=include_hidden,
-                                         **filters)
+            return listing.list_sessions(
+                self.conn, source=source, limit=limit, include_hidden=include_hidden, **filters
+            )
 
     @_retry_io
     def usage_totals(self, by: tuple[str, ...] = (), **filters: Any) -> list[dict[str, Any]]:
@@ -139,7 +166,9 @@ class Reader:
             return usage_reads.totals(self.conn, tuple(by), **filters)
 
     @_retry_io
-    def resume_target(self, *, key: str | None = None, cwd: str | None = None) -> dict[str, Any] | None:
+    def resume_target(
+        self, *, key: str | None = None, cwd: str | None = None
+    ) -> dict[str, Any] | None:
         """The session to resume for ``key`` or ``cwd`` (``resume.resume_target``): the tip
         of the newest compression chain, never a branch, delegate or hidden session."""
         with self.snapshot() as conn:
@@ -168,31 +197,47 @@ class Reader:
     def usage_responses(self, session_id: str) -> set[str]:
         """The ``response_id`` of every usage row of a session (calls already counted)."""
         with mapped():
-            return {r[0] for r in self.conn.execute(
-                "SELECT response_id FROM usage WHERE session_id = ? AND response_id IS NOT NULL", (session_id,))}
+            return {
+                r[0]
+                for r in self.conn.execute(
+                    "SELECT response_id FROM usage WHERE session_id = ? AND response_id IS NOT NULL",
+                    (session_id,),
+                )
+            }
 
     @_retry_io
     def has_session(self, session_id: str) -> bool:
         """True when a session row with this id exists (a primary-key probe, far cheaper
         than ``get_session``, which assembles the listing row)."""
         with mapped():
-            return self.conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is not None
+            return (
+                self.conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone()
+                is not None
+            )
 
     @_retry_io
     def is_empty(self, session_id: str) -> bool:
         """True when the session has no message row in any state (an EXISTS probe)."""
         with mapped():
-            return self.conn.execute("SELECT 1 FROM messages WHERE session_id = ? LIMIT 1",
-                                     (session_id,)).fetchone() is None
+            return (
+                self.conn.execute(
+                    "SELECT 1 FROM messages WHERE session_id = ? LIMIT 1", (session_id,)
+                ).fetchone()
+                is None
+            )
 
     @_retry_io
     def message_states(self, session_id: str) -> dict[str, str]:
         """``{producer id: state}`` of a session's rows that have a producer id (the newest
         row wins for an id held twice). Importers use it to spool only what is missing."""
         with mapped():
-            return {ext: state for ext, state in self.conn.execute(
-                "SELECT ext_id, state FROM messages WHERE session_id = ? AND ext_id IS NOT NULL ORDER BY id",
-                (session_id,))}
+            return {
+                ext: state
+                for ext, state in self.conn.execute(
+                    "SELECT ext_id, state FROM messages WHERE session_id = ? AND ext_id IS NOT NULL ORDER BY id",
+                    (session_id,),
+                )
+            }
 
     @_retry_io
     def message_identities(self, session_id: str, ext_ids: list[str]) -> dict[str, tuple]:
@@ -202,8 +247,10 @@ class Reader:
         out: dict[str, tuple] = {}
         with mapped():
             for ext, *values in self.conn.execute(
-                    f"SELECT ext_id, {', '.join(COMPARED_COLUMNS)} FROM messages WHERE session_id = ? AND ext_id IN "
-                    f"({','.join('?' * len(ext_ids))}) ORDER BY id", (session_id, *ext_ids)):
+                f"SELECT ext_id, {', '.join(COMPARED_COLUMNS)} FROM messages WHERE session_id = ? AND ext_id IN "
+                f"({','.join('?' * len(ext_ids))}) ORDER BY id",
+                (session_id, *ext_ids),
+            ):
                 out.setdefault(ext, tuple(values))
         return out
 
@@ -221,8 +268,9 @@ class Reader:
         if self.schema_version < 6:  # the table came with v6 (deletions before it were not counted)
             return 0
         with mapped():
-            row = self.conn.execute("SELECT deletions FROM session_deletions WHERE session_id = ?",
-                                    (session_id,)).fetchone()
+            row = self.conn.execute(
+                "SELECT deletions FROM session_deletions WHERE session_id = ?", (session_id,)
+            ).fetchone()
         return row[0] if row else 0
 
     @_retry_io
@@ -232,30 +280,60 @@ class Reader:
             return lineage.compression_chain(self.conn, session_id)
 
     @_retry_io
-    def search(self, text: str, *, limit: int = 20, session_id: str | None = None,
-               role: str | None = None, source: str | None = None, projection: str = "display",
-               **filters: Any) -> list[dict[str, Any]]:
+    def search(
+        self,
+        text: str,
+        *,
+        limit: int = 20,
+        session_id: str | None = None,
+        role: str | None = None,
+        source: str | None = None,
+        projection: str = "display",
+        **filters: Any,
+    ) -> list[dict[str, Any]]:
         """Messages matching ``text``, newest first (``search.search``: hits carry
         session_id, message_id, role, state, ts, title, matched_in, snippet, highlights, before,
         after). Extra filters: since, until, substring, context, kinds, order ("newest" or
         "relevance": bounded BM25 over the newest 1,000 matches, ``store.search.rank``)."""
         with self.snapshot() as conn:
-            return search_mod.search(conn, text, limit=limit, session_id=session_id, role=role,
-                                     source=source, projection=projection, **filters)
+            return search_mod.search(
+                conn,
+                text,
+                limit=limit,
+                session_id=session_id,
+                role=role,
+                source=source,
+                projection=projection,
+                **filters,
+            )
 
-    def search_route(self, text: str, *, substring: bool = False, kinds: list[str] | None = None) -> dict[str, Any]:
+    def search_route(
+        self, text: str, *, substring: bool = False, kinds: list[str] | None = None
+    ) -> dict[str, Any]:
         """How ``text`` will be searched (``search.route``): route, narrower, note."""
         return search_mod.route(text, substring=substring, kinds=kinds)
 
     @_retry_io
     def job_runs(self, *, job: str | None = None, limit: int = 20) -> list[dict[str, Any]]:
         """Recent job runs, newest first: job, started_at, ended_at, outcome, figures, error."""
-        sql = ("SELECT job, started_at, ended_at, outcome, figures, error FROM job_runs "
-               + ("WHERE job = ? " if job else "") + "ORDER BY id DESC LIMIT ?")
+        sql = (
+            "SELECT job, started_at, ended_at, outcome, figures, error FROM job_runs "
+            + ("WHERE job = ? " if job else "")
+            + "ORDER BY id DESC LIMIT ?"
+        )
         with mapped():
             rows = self.conn.execute(sql, ((job,) if job else ()) + (limit,)).fetchall()
-        return [{"job": r[0], "started_at": r[1], "ended_at": r[2], "outcome": r[3],
-                 "figures": json.loads(r[4] or "{}"), "error": r[5]} for r in rows]
+        return [
+            {
+                "job": r[0],
+                "started_at": r[1],
+                "ended_at": r[2],
+                "outcome": r[3],
+                "figures": json.loads(r[4] or "{}"),
+                "error": r[5],
+            }
+            for r in rows
+        ]
 
     @_retry_io
     def job_run_totals(self) -> list[dict[str, Any]]:
@@ -264,7 +342,8 @@ class Reader:
         with mapped():
             rows = self.conn.execute(
                 "SELECT job, outcome, count(*), coalesce(sum(ended_at - started_at), 0) FROM job_runs "
-                "GROUP BY job, outcome ORDER BY job, outcome").fetchall()
+                "GROUP BY job, outcome ORDER BY job, outcome"
+            ).fetchall()
         return [{"job": r[0], "outcome": r[1], "runs": r[2], "seconds": r[3]} for r in rows]
 
     @_retry_io
@@ -274,22 +353,31 @@ class Reader:
         with mapped():
             state = fts_state(self.conn)
             upto = indexed_upto(self.conn)
-            pending = self.conn.execute("SELECT count(*) FROM messages WHERE id > ?", (upto,)).fetchone()[0]
-        return {"fts_state": state, "fts_pending": pending,
-                "degraded": state != "ok" or pending > search_mod.SCAN_MAX_ROWS}
+            pending = self.conn.execute(
+                "SELECT count(*) FROM messages WHERE id > ?", (upto,)
+            ).fetchone()[0]
+        return {
+            "fts_state": state,
+            "fts_pending": pending,
+            "degraded": state != "ok" or pending > search_mod.SCAN_MAX_ROWS,
+        }
 
     @_retry_io
     def figures(self) -> dict[str, Any]:
         """Counts and positions for ``quill status``: sessions, messages, cursor, FTS lag."""
         with mapped():
             c = self.conn
-            cursor = c.execute('SELECT segment, "offset", updated_at FROM spool_cursor WHERE id = 1').fetchone()
+            cursor = c.execute(
+                'SELECT segment, "offset", updated_at FROM spool_cursor WHERE id = 1'
+            ).fetchone()
             upto = indexed_upto(c)
             return {
                 "sessions": c.execute("SELECT count(*) FROM sessions").fetchone()[0],
                 "messages": c.execute("SELECT count(*) FROM messages").fetchone()[0],
                 "fts_indexed_upto": upto,
-                "fts_pending": c.execute("SELECT count(*) FROM messages WHERE id > ?", (upto,)).fetchone()[0],
+                "fts_pending": c.execute(
+                    "SELECT count(*) FROM messages WHERE id > ?", (upto,)
+                ).fetchone()[0],
                 "fts_state": fts_state(c),
                 "cursor": f"{cursor[0]}:{cursor[1]}" if cursor else None,
                 "cursor_updated_at": cursor[2] if cursor else None,

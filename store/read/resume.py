@@ -15,6 +15,7 @@ Rules:
   with the key (and the predecessor as compression parent when none is recorded): the
   create only fills empty fields, so it goes through the spool like every change.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -27,7 +28,7 @@ from quill.store.read.lineage import compression_chain
 #: seconds before the orphan started (a crash between routing and create is seconds apart).
 QUIET_WINDOW_S = 900.0
 
-_ACTIVE = ("coalesce((SELECT max(m.ts) FROM messages m WHERE m.session_id = s.id), s.started_at)")
+_ACTIVE = "coalesce((SELECT max(m.ts) FROM messages m WHERE m.session_id = s.id), s.started_at)"
 
 __all__ = ["QUIET_WINDOW_S", "key_sessions", "orphans", "resume_target"]
 
@@ -36,13 +37,17 @@ def key_sessions(conn: apsw.Connection, key: str) -> list[str]:
     """Every session of the conversation ``key``: the sessions created with it and the
     compression chains through them (a continuation may not repeat the key), sorted."""
     ids: set[str] = set()
-    for (sid,) in conn.execute("SELECT id FROM sessions WHERE key = ? ORDER BY id", (key,)).fetchall():
+    for (sid,) in conn.execute(
+        "SELECT id FROM sessions WHERE key = ? ORDER BY id", (key,)
+    ).fetchall():
         ids.add(sid)
         ids.update(compression_chain(conn, sid))
     return sorted(ids)
 
 
-def resume_target(conn: apsw.Connection, *, key: str | None = None, cwd: str | None = None) -> dict[str, Any] | None:
+def resume_target(
+    conn: apsw.Connection, *, key: str | None = None, cwd: str | None = None
+) -> dict[str, Any] | None:
     """``{"session_id", "chain", "last_active", "candidates"}`` of the session to resume for
     ``key`` (or ``cwd``), or None when no session has it. ``chain`` = root → tip ids.
     Raises ``ValueError`` unless exactly one of ``key``/``cwd`` is given."""
@@ -52,12 +57,15 @@ def resume_target(conn: apsw.Connection, *, key: str | None = None, cwd: str | N
     rows = conn.execute(
         f"SELECT s.id FROM sessions s WHERE s.{column} = ? AND s.hidden = 0 "
         "AND (s.parent_kind IS NULL OR s.parent_kind NOT IN ('branch', 'delegate')) ORDER BY s.id",
-        (value,)).fetchall()
+        (value,),
+    ).fetchall()
     best: tuple[float, str, list[str]] | None = None
     for (sid,) in rows:
         chain = compression_chain(conn, sid)
         tip = chain[-1] if chain else sid
-        row = conn.execute(f"SELECT s.hidden, {_ACTIVE} FROM sessions s WHERE s.id = ?", (tip,)).fetchone()
+        row = conn.execute(
+            f"SELECT s.hidden, {_ACTIVE} FROM sessions s WHERE s.id = ?", (tip,)
+        ).fetchone()
         if row is None or row[0]:
             continue  # a hidden tip is never resumed
         candidate = (row[1] or 0.0, tip, chain)
@@ -65,7 +73,12 @@ def resume_target(conn: apsw.Connection, *, key: str | None = None, cwd: str | N
             best = candidate
     if best is None:
         return None
-    return {"session_id": best[1], "chain": best[2], "last_active": best[0], "candidates": len(rows)}
+    return {
+        "session_id": best[1],
+        "chain": best[2],
+        "last_active": best[0],
+        "candidates": len(rows),
+    }
 
 
 def orphans(conn: apsw.Connection, *, window_s: float = QUIET_WINDOW_S) -> list[dict[str, Any]]:
@@ -74,18 +87,27 @@ def orphans(conn: apsw.Connection, *, window_s: float = QUIET_WINDOW_S) -> list[
     set only when the evidence is unambiguous (``evidence``: ``parent_link`` or
     ``quiet_sibling``); otherwise ``reason`` says why it was left alone."""
     found = conn.execute(
-        f"""SELECT s.id, s.source, s.started_at, s.parent_id, s.parent_kind,
+        """SELECT s.id, s.source, s.started_at, s.parent_id, s.parent_kind,
                    (SELECT count(*) FROM messages m WHERE m.session_id = s.id)
             FROM sessions s
             WHERE s.key IS NULL AND s.hidden = 0
               AND (s.parent_kind IS NULL OR s.parent_kind NOT IN ('branch', 'delegate'))
               AND EXISTS (SELECT 1 FROM messages m WHERE m.session_id = s.id)
               AND EXISTS (SELECT 1 FROM sessions k WHERE k.source = s.source AND k.key IS NOT NULL)
-            ORDER BY s.started_at, s.id""").fetchall()
+            ORDER BY s.started_at, s.id"""
+    ).fetchall()
     out = []
     for sid, source, started, parent, kind, count in found:
-        item: dict[str, Any] = {"session_id": sid, "source": source, "started_at": started, "messages": count,
-                                "predecessor": None, "key": None, "evidence": None, "reason": None}
+        item: dict[str, Any] = {
+            "session_id": sid,
+            "source": source,
+            "started_at": started,
+            "messages": count,
+            "predecessor": None,
+            "key": None,
+            "evidence": None,
+            "reason": None,
+        }
         if parent is not None:
             prow = conn.execute("SELECT key FROM sessions WHERE id = ?", (parent,)).fetchone()
             if prow and prow[0] is not None:
@@ -99,13 +121,18 @@ def orphans(conn: apsw.Connection, *, window_s: float = QUIET_WINDOW_S) -> list[
                 WHERE s.source = ? AND s.key IS NOT NULL AND s.id != ? AND s.hidden = 0
                   AND {_ACTIVE} <= ? AND {_ACTIVE} >= ?
                 ORDER BY s.id""",
-            (source, sid, started, started - window_s)).fetchall()
+            (source, sid, started, started - window_s),
+        ).fetchall()
         if len(quiet) == 1:
             item.update(predecessor=quiet[0][0], key=quiet[0][1], evidence="quiet_sibling")
         elif not quiet:
-            item["reason"] = f"no keyed {source} session went quiet in the {window_s:g} s before it started"
+            item["reason"] = (
+                f"no keyed {source} session went quiet in the {window_s:g} s before it started"
+            )
         else:
-            item["reason"] = (f"ambiguous: {len(quiet)} keyed {source} sessions went quiet in the {window_s:g} s "
-                              f"before it started ({', '.join(q[0] for q in quiet[:5])})")
+            item["reason"] = (
+                f"ambiguous: {len(quiet)} keyed {source} sessions went quiet in the {window_s:g} s "
+                f"before it started ({', '.join(q[0] for q in quiet[:5])})"
+            )
         out.append(item)
     return out

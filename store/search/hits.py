@@ -10,6 +10,7 @@ neighbours cut to a bounded preview.
   field's path to its full length (characters or items). A page of hits then stays small
   whatever the neighbours hold (a tool output of megabytes is never inlined).
 """
+
 from __future__ import annotations
 
 import functools
@@ -43,7 +44,9 @@ def _pieces(text: str):
         start = end
 
 
-def match_spans(text: str, kind: str, terms: list[str], prefixes: tuple[str, ...] = ()) -> list[tuple[int, int]]:
+def match_spans(
+    text: str, kind: str, terms: list[str], prefixes: tuple[str, ...] = ()
+) -> list[tuple[int, int]]:
     """Character spans of ``terms`` in ``text``, in text order, from the first match to at
     least ``2 * SNIPPET_CHARS`` past it (more than a snippet centred on it can show). ``kind`` ``fts``: tokens equal to a
     term (or starting with one of ``prefixes``); else case-folded substrings."""
@@ -55,8 +58,11 @@ def match_spans(text: str, kind: str, terms: list[str], prefixes: tuple[str, ...
             return _ascii_word_spans(text, want, prefixes)
         spans: list[tuple[int, int]] = []
         for offset, piece in _pieces(text):
-            found = [(offset + s, offset + e) for s, e, tok in textfold.words(piece)
-                     if tok in want or (prefixes and tok.startswith(prefixes))]
+            found = [
+                (offset + s, offset + e)
+                for s, e, tok in textfold.words(piece)
+                if tok in want or (prefixes and tok.startswith(prefixes))
+            ]
             if spans:
                 return spans + found
             spans = found
@@ -77,8 +83,10 @@ def finder(kind: str, terms: list[str], prefixes: tuple[str, ...] = ()):
     the ASCII regex) done once for a page of hits instead of once per hit."""
     if kind != "fts" or not terms:
         return lambda text: match_spans(text, kind, terms, prefixes)
-    pattern = _word_pattern(tuple(sorted(w for w in set(terms) if w.isascii())),
-                            tuple(sorted(p for p in prefixes if p.isascii())))
+    pattern = _word_pattern(
+        tuple(sorted(w for w in set(terms) if w.isascii())),
+        tuple(sorted(p for p in prefixes if p.isascii())),
+    )
 
     def find(text: str) -> list[tuple[int, int]]:
         if not text:
@@ -86,11 +94,13 @@ def finder(kind: str, terms: list[str], prefixes: tuple[str, ...] = ()):
         if text.isascii():
             return _ascii_spans(text, pattern)
         return match_spans(text, kind, terms, prefixes)
+
     return find
 
 
-def snippet_finder(kind: str, terms: list[str], prefixes: tuple[str, ...] = (),
-                   width: int = SNIPPET_CHARS):
+def snippet_finder(
+    kind: str, terms: list[str], prefixes: tuple[str, ...] = (), width: int = SNIPPET_CHARS
+):
     """A function ``text -> (snippet, highlights) | None``, equal to ``excerpt(text, spans,
     width)`` with ``spans = finder(kind, terms, prefixes)(text)`` when there are spans and None
     when there are none. For ASCII text and a word query the spans are read only up to the
@@ -98,8 +108,10 @@ def snippet_finder(kind: str, terms: list[str], prefixes: tuple[str, ...] = (),
     find = finder(kind, terms, prefixes)
     if kind != "fts" or not terms:
         return lambda text: excerpt(text, spans, width) if (spans := find(text)) else None
-    pattern = _word_pattern(tuple(sorted(w for w in set(terms) if w.isascii())),
-                            tuple(sorted(p for p in prefixes if p.isascii())))
+    pattern = _word_pattern(
+        tuple(sorted(w for w in set(terms) if w.isascii())),
+        tuple(sorted(p for p in prefixes if p.isascii())),
+    )
 
     def snip(text: str) -> tuple[str, list[list[int]]] | None:
         if not text:
@@ -123,10 +135,13 @@ def snippet_finder(kind: str, terms: list[str], prefixes: tuple[str, ...] = (),
                 break
             spans.append(m.span())
         return _window_excerpt(text, start, end, spans)
+
     return snip
 
 
-def _ascii_word_spans(text: str, want: set[str], prefixes: tuple[str, ...]) -> list[tuple[int, int]]:
+def _ascii_word_spans(
+    text: str, want: set[str], prefixes: tuple[str, ...]
+) -> list[tuple[int, int]]:
     """Word spans of ASCII ``text``, from its first match to ``2 * SNIPPET_CHARS`` past it.
 
     For ASCII text the word index's tokenizer (unicode61, default token characters) makes
@@ -135,8 +150,13 @@ def _ascii_word_spans(text: str, want: set[str], prefixes: tuple[str, ...]) -> l
     lower-cased text bounded by non-alphanumerics on both sides (the prefix form runs to the
     token's end). Terms that are not ASCII can never equal an ASCII token. The regex runs in
     C and no token list is built (tests/test_search_text.py checks it against the tokenizer)."""
-    return _ascii_spans(text, _word_pattern(tuple(sorted(w for w in want if w.isascii())),
-                                            tuple(sorted(p for p in prefixes if p.isascii()))))
+    return _ascii_spans(
+        text,
+        _word_pattern(
+            tuple(sorted(w for w in want if w.isascii())),
+            tuple(sorted(p for p in prefixes if p.isascii())),
+        ),
+    )
 
 
 def _ascii_spans(text: str, pattern: re.Pattern[str] | None) -> list[tuple[int, int]]:
@@ -162,8 +182,10 @@ def _word_pattern(words: tuple[str, ...], prefixes: tuple[str, ...]) -> re.Patte
     alternative starts with its first character and only then looks behind it (``(?<!…)``
     two characters back: the one before the match must not be alphanumeric), so the regex
     engine can skip ahead to candidate first characters instead of trying every position."""
+
     def start(w: str) -> str:
         return re.escape(w[0]) + "(?<![0-9a-z].)" + re.escape(w[1:])
+
     alts = [start(w) + "(?![0-9a-z])" for w in sorted(words, key=len, reverse=True)]
     alts += [start(p) + "[0-9a-z]*" for p in prefixes]
     if not alts:
@@ -171,7 +193,9 @@ def _word_pattern(words: tuple[str, ...], prefixes: tuple[str, ...]) -> re.Patte
     return re.compile("|".join(alts), re.ASCII)
 
 
-def excerpt(text: str, spans: list[tuple[int, int]], width: int = SNIPPET_CHARS) -> tuple[str, list[list[int]]]:
+def excerpt(
+    text: str, spans: list[tuple[int, int]], width: int = SNIPPET_CHARS
+) -> tuple[str, list[list[int]]]:
     """``(snippet, highlights)``: a window of about ``width`` characters of ``text`` centred on
     the first span, whitespace runs collapsed, ``…`` where cut, and the ``[start, end)``
     offsets (in the snippet) of the spans inside the window."""
@@ -183,7 +207,9 @@ def excerpt(text: str, spans: list[tuple[int, int]], width: int = SNIPPET_CHARS)
     return _window_excerpt(text, start, min(len(text), start + width), spans)
 
 
-def _window_excerpt(text: str, start: int, end: int, spans: list[tuple[int, int]]) -> tuple[str, list[list[int]]]:
+def _window_excerpt(
+    text: str, start: int, end: int, spans: list[tuple[int, int]]
+) -> tuple[str, list[list[int]]]:
     """``excerpt`` once its window ``text[start:end]`` is known (spans in text order)."""
     inside: list[tuple[int, int]] = []
     pos = start
@@ -208,7 +234,9 @@ def _window_excerpt(text: str, start: int, end: int, spans: list[tuple[int, int]
     body = out.strip()
     prefix = "…" if start > 0 else ""
     shift = len(prefix) - lead
-    marks = [[max(a + shift, len(prefix)), min(b + shift, len(prefix) + len(body))] for a, b in marks]
+    marks = [
+        [max(a + shift, len(prefix)), min(b + shift, len(prefix) + len(body))] for a, b in marks
+    ]
     return prefix + body + ("…" if end < len(text) else ""), [m for m in marks if m[0] < m[1]]
 
 
@@ -216,7 +244,9 @@ def _window_excerpt(text: str, start: int, end: int, spans: list[tuple[int, int]
 _RUNS = re.compile(r"\s{2,}")
 
 
-def _collapsed_excerpt(text: str, start: int, end: int, inside: list[tuple[int, int]]) -> tuple[str, list[list[int]]]:
+def _collapsed_excerpt(
+    text: str, start: int, end: int, inside: list[tuple[int, int]]
+) -> tuple[str, list[list[int]]]:
     """``excerpt``'s result for the window ``text[start:end]`` and its ``inside`` spans when no
     span starts or ends with whitespace, equal to the piecewise ``_joined`` path
     (tests/test_search_text.py). The snippet body is the window with every whitespace run
@@ -232,7 +262,11 @@ def _collapsed_excerpt(text: str, start: int, end: int, inside: list[tuple[int, 
     shift = len(prefix) - start - lead
     # The runs lost len(window) - len(body) - the two end spaces in all: none, no regex pass.
     lost = len(window) - len(body) - lead - (1 if body and window[-1].isspace() else 0)
-    runs = [(m.end() + start, m.end() - m.start() - 1) for m in _RUNS.finditer(window)] if inside and lost else []
+    runs = (
+        [(m.end() + start, m.end() - m.start() - 1) for m in _RUNS.finditer(window)]
+        if inside and lost
+        else []
+    )
     if not runs:
         marks = [[s + shift, e + shift] for s, e in inside]
     else:
@@ -249,7 +283,9 @@ def _collapsed_excerpt(text: str, start: int, end: int, inside: list[tuple[int, 
     return prefix + body + ("…" if end < len(text) else ""), marks
 
 
-def _joined(text: str, start: int, end: int, inside: list[tuple[int, int]]) -> tuple[str, list[list[int]]]:
+def _joined(
+    text: str, start: int, end: int, inside: list[tuple[int, int]]
+) -> tuple[str, list[list[int]]]:
     """The window ``text[start:end]`` with whitespace runs collapsed (also across pieces) and
     the offsets of the ``inside`` spans in it, piece by piece."""
     out = ""
@@ -300,7 +336,12 @@ def _bound(value: Any, path: str, cut: dict[str, int], max_chars: int, max_items
         items = value[:max_items]  # a new plain list; only the items that need it are replaced
         for i, v in enumerate(items):
             t = type(v)
-            if t in _SCALARS or t is str and len(v) <= max_chars or not isinstance(v, (str, list, dict)):
+            if (
+                t in _SCALARS
+                or t is str
+                and len(v) <= max_chars
+                or not isinstance(v, (str, list, dict))
+            ):
                 continue  # kept as it is: no path is built for it
             items[i] = _bound(v, f"{path}[{i}]", cut, max_chars, max_items)
         return items
@@ -309,7 +350,12 @@ def _bound(value: Any, path: str, cut: dict[str, int], max_chars: int, max_items
         for k, v in value.items():
             # Scalars and short strings are kept as they are: no path is built for them.
             t = type(v)
-            if t in _SCALARS or t is str and len(v) <= max_chars or not isinstance(v, (str, list, dict)):
+            if (
+                t in _SCALARS
+                or t is str
+                and len(v) <= max_chars
+                or not isinstance(v, (str, list, dict))
+            ):
                 continue
             out[k] = _bound(v, f"{path}.{k}" if path else str(k), cut, max_chars, max_items)
         return out

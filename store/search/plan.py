@@ -16,21 +16,24 @@ goes to the trigram index when every term has ≥3 characters, else to a scan; e
 goes to the unicode61 word index. Rows outside an index are matched by ``matches`` with the
 index's own tokenizer and case folding (``textfold``), so indexed and unindexed rows agree.
 """
+
 from __future__ import annotations
 
 import re
 import unicodedata
 from dataclasses import dataclass, field
 
-from quill.store.search import textfold
 from quill.store.apply.normalize import scrub
+from quill.store.search import textfold
 
 _TOKEN = re.compile(r'"([^"]*)"?|(\S+)')
 _OPERATORS = frozenset({"AND", "OR", "NOT"})
 _WORD = re.compile(r"\w", re.UNICODE)
 #: CJK ideographs, kana, hangul, CJK punctuation/fullwidth forms.
-_CJK = re.compile(r"[\u2e80-\u2fff\u3000-\u30ff\u3100-\u31ff\u3400-\u4dbf\u4e00-\u9fff"
-                  r"\uac00-\ud7af\uf900-\ufaff\uff00-\uffef]")
+_CJK = re.compile(
+    r"[\u2e80-\u2fff\u3000-\u30ff\u3100-\u31ff\u3400-\u4dbf\u4e00-\u9fff"
+    r"\uac00-\ud7af\uf900-\ufaff\uff00-\uffef]"
+)
 #: Trigram queries need terms of at least this many characters (the tokenizer's n).
 TRIGRAM_MIN_CHARS = 3
 #: Longest query accepted; longer input is cut (a pasted log is not a query).
@@ -111,8 +114,10 @@ def _parts(query: str) -> list[str | Term]:
 
 
 def _expression(parts: list[str | Term], *, prefixes: bool) -> str:
-    return " ".join(p if isinstance(p, str) else _quote(p.text) + ("*" if p.prefix and prefixes else "")
-                    for p in parts)
+    return " ".join(
+        p if isinstance(p, str) else _quote(p.text) + ("*" if p.prefix and prefixes else "")
+        for p in parts
+    )
 
 
 def sanitize(query: str) -> str:
@@ -139,20 +144,32 @@ def _only_excluded(query: str, parts: list[str | Term]) -> bool:
     so nothing is sought (an index cannot list "every message without X"). ``_parts`` drops
     the leading ``NOT`` as a dangling operator, which would turn ``NOT x`` into ``x``."""
     first = _TOKEN.search(query[:MAX_QUERY_CHARS])
-    return (first is not None and first.group(2) == "NOT" and "OR" not in parts
-            and any(isinstance(p, Term) and p.text not in _OPERATORS for p in parts))
+    return (
+        first is not None
+        and first.group(2) == "NOT"
+        and "OR" not in parts
+        and any(isinstance(p, Term) and p.text not in _OPERATORS for p in parts)
+    )
 
 
 def phrases(query: str) -> list[str]:
     """The phrases of ``sanitize(query)`` in FTS5's phrase order (every term is one quoted
     phrase; operators are not phrases), each as a MATCH expression of its own."""
-    return [_quote(p.text) + ("*" if p.prefix else "") for p in _parts(scrub(query)) if isinstance(p, Term)]
+    return [
+        _quote(p.text) + ("*" if p.prefix else "")
+        for p in _parts(scrub(query))
+        if isinstance(p, Term)
+    ]
 
 
 def terms(query: str) -> list[str]:
     """Folded word tokens of ``query`` as the word index makes them (operators excluded)."""
-    return [t for p in _parts(scrub(query)) if isinstance(p, Term) and not p.negated
-            for t in textfold.word_tokens(p.text)]
+    return [
+        t
+        for p in _parts(scrub(query))
+        if isinstance(p, Term) and not p.negated
+        for t in textfold.word_tokens(p.text)
+    ]
 
 
 def plan(query: str, *, substring: bool = False) -> Plan:
@@ -181,8 +198,9 @@ def _has_phrase(tokens: list[str], term: Term) -> bool:
         return False
     n = len(want)
     for i in range(len(tokens) - n + 1):
-        if tokens[i:i + n - 1] == want[:-1] and (
-                tokens[i + n - 1] == want[-1] or term.prefix and tokens[i + n - 1].startswith(want[-1])):
+        if tokens[i : i + n - 1] == want[:-1] and (
+            tokens[i + n - 1] == want[-1] or term.prefix and tokens[i + n - 1].startswith(want[-1])
+        ):
             return True
     return False
 
@@ -197,6 +215,11 @@ def matches(p: Plan, text: str | list[str]) -> bool:
     texts = [text] if isinstance(text, str) else [t for t in text if t]
     if p.kind == "fts":
         tokens = [textfold.word_tokens(t) for t in texts]
-        return any(all(any(_has_phrase(tk, t) for tk in tokens) != t.negated for t in g) for g in p.groups)
+        return any(
+            all(any(_has_phrase(tk, t) for tk in tokens) != t.negated for t in g) for g in p.groups
+        )
     low = [textfold.fold(t) for t in texts]
-    return any(all(any(textfold.fold(t.text) in lt for lt in low) != t.negated for t in g) for g in p.groups)
+    return any(
+        all(any(textfold.fold(t.text) in lt for lt in low) != t.negated for t in g)
+        for g in p.groups
+    )

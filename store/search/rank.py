@@ -22,6 +22,7 @@ When every phrase is counted exactly, FTS5's own ``bm25()`` computes the scores 
 then bounded by the sample too, and C is faster than a Python auxiliary function on a small
 index). tests/test_search_rank.py checks the Python formula and both cases against FTS5.
 """
+
 from __future__ import annotations
 
 import math
@@ -69,16 +70,26 @@ def _doc_count(conn: apsw.Connection, phrase: str, sample: int) -> tuple[float, 
     """``(doc_count, exact)``."""
     n, low = conn.execute(
         "SELECT count(*), min(rowid) FROM (SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? "
-        f"ORDER BY rowid DESC LIMIT {int(sample)})", (phrase,)).fetchone()
+        f"ORDER BY rowid DESC LIMIT {int(sample)})",
+        (phrase,),
+    ).fetchone()
     if n < sample:
         return float(n), True
     # Two subqueries: each is one index probe; "SELECT min(id), max(id)" would scan the table.
-    first, last = conn.execute("SELECT (SELECT min(id) FROM messages), (SELECT max(id) FROM messages)").fetchone()
+    first, last = conn.execute(
+        "SELECT (SELECT min(id) FROM messages), (SELECT max(id) FROM messages)"
+    ).fetchone()
     return n * (last - first + 1) / max(last - low + 1, 1), False
 
 
-def bm25_bounded(conn: apsw.Connection, text: str, *, limit: int = 20, candidates: int = CANDIDATES,
-                 sample: int = DF_SAMPLE) -> list[tuple[int, float]]:
+def bm25_bounded(
+    conn: apsw.Connection,
+    text: str,
+    *,
+    limit: int = 20,
+    candidates: int = CANDIDATES,
+    sample: int = DF_SAMPLE,
+) -> list[tuple[int, float]]:
     """``(message id, score)`` of the best ``limit`` of the newest ``candidates`` rows of the
     word index matching ``text`` (any string: ``query.plan``), best first (lowest score, as
     FTS5's ``bm25()``; ties newest first). Visibility is not applied here (``ranked`` takes
@@ -91,13 +102,26 @@ def bm25_bounded(conn: apsw.Connection, text: str, *, limit: int = 20, candidate
     if plan.kind == "none":
         return []
     if plan.kind != "fts":
-        raise ValueError(f"ranked search needs a word query; {text!r} goes to the {plan.kind} route")
-    return ranked(conn, plan.match, query.phrases(text), limit=limit, candidates=candidates, sample=sample)
+        raise ValueError(
+            f"ranked search needs a word query; {text!r} goes to the {plan.kind} route"
+        )
+    return ranked(
+        conn, plan.match, query.phrases(text), limit=limit, candidates=candidates, sample=sample
+    )
 
 
-def ranked(conn: apsw.Connection, match: str, phrases: list[str], *, limit: int = 20,
-           candidates: int = CANDIDATES, sample: int = DF_SAMPLE, join: str = "", where: str = "1",
-           args: tuple[Any, ...] = ()) -> list[tuple[int, float]]:
+def ranked(
+    conn: apsw.Connection,
+    match: str,
+    phrases: list[str],
+    *,
+    limit: int = 20,
+    candidates: int = CANDIDATES,
+    sample: int = DF_SAMPLE,
+    join: str = "",
+    where: str = "1",
+    args: tuple[Any, ...] = (),
+) -> list[tuple[int, float]]:
     """``bm25_bounded`` for the FTS5 expression ``match`` whose phrases are ``phrases``
     (``query.phrases``: each one's document count is sampled), the candidates being the newest
     ``candidates`` rows of ``messages_fts f`` (joined with ``join``, e.g. ``JOIN messages m ON
@@ -108,33 +132,51 @@ def ranked(conn: apsw.Connection, match: str, phrases: list[str], *, limit: int 
     counted = [_doc_count(conn, p, sample) for p in phrases]
     sql = _RANKED_SQL.replace("{join}", join).replace("{where}", where)
     if all(exact for _, exact in counted):
-        return conn.execute(sql.format(score="bm25(messages_fts)", candidates=int(candidates), limit=int(limit)),
-                            (match, *args)).fetchall()
+        return conn.execute(
+            sql.format(score="bm25(messages_fts)", candidates=int(candidates), limit=int(limit)),
+            (match, *args),
+        ).fetchall()
     conn.register_fts5_function(_FUNCTION, _score)
     counts = [n for n, _ in counted]
     extra = "".join(", ?" for _ in counts)
-    return conn.execute(sql.format(score=f"{_FUNCTION}(messages_fts{extra})", candidates=int(candidates),
-                                   limit=int(limit)), (*counts, match, *args)).fetchall()
+    return conn.execute(
+        sql.format(
+            score=f"{_FUNCTION}(messages_fts{extra})", candidates=int(candidates), limit=int(limit)
+        ),
+        (*counts, match, *args),
+    ).fetchall()
 
 
 # The candidates: the newest matches (FTS5 hands rows out by rowid, descending, so only the
 # LIMIT rows are read and scored); then ordered by score. {join}/{where} are the caller's.
 # The LIMITs are literals: a LIMIT parameter on an FTS5 query makes SQLite re-prepare the
 # statement at every call (store/search/run.py, measured there).
-_RANKED_SQL = ("SELECT id, r FROM (SELECT f.rowid AS id, {score} AS r FROM messages_fts f {join} "
-               "WHERE messages_fts MATCH ? AND ({where}) ORDER BY f.rowid DESC LIMIT {candidates}) "
-               "ORDER BY r, id DESC LIMIT {limit}")
+_RANKED_SQL = (
+    "SELECT id, r FROM (SELECT f.rowid AS id, {score} AS r FROM messages_fts f {join} "
+    "WHERE messages_fts MATCH ? AND ({where}) ORDER BY f.rowid DESC LIMIT {candidates}) "
+    "ORDER BY r, id DESC LIMIT {limit}"
+)
 
 
-def ranked_with_counts(conn: apsw.Connection, match: str, counts: list[float], *, limit: int = 20,
-                       candidates: int = CANDIDATES) -> list[tuple[int, float]]:
+def ranked_with_counts(
+    conn: apsw.Connection,
+    match: str,
+    counts: list[float],
+    *,
+    limit: int = 20,
+    candidates: int = CANDIDATES,
+) -> list[tuple[int, float]]:
     """``bm25_bounded``'s ranking of the FTS5 expression ``match`` with the phrases'
     document counts given (``_score``, FTS5's formula in Python)."""
     conn.register_fts5_function(_FUNCTION, _score)
     args = "".join(", ?" for _ in counts)
     sql = _RANKED_SQL.replace("{join}", "").replace("{where}", "1")
-    return conn.execute(sql.format(score=f"{_FUNCTION}(messages_fts{args})", candidates=int(candidates),
-                                   limit=int(limit)), (*counts, match)).fetchall()
+    return conn.execute(
+        sql.format(
+            score=f"{_FUNCTION}(messages_fts{args})", candidates=int(candidates), limit=int(limit)
+        ),
+        (*counts, match),
+    ).fetchall()
 
 
 def describe() -> dict[str, Any]:

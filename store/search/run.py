@@ -20,6 +20,7 @@ Rules (architecture.md "Measured facts the schema relies on"):
   query reads the page's rows with their neighbours' positions and one the neighbours' rows;
   a tool-call text is built (json_tree) only for a hit whose snippet needs it.
 """
+
 from __future__ import annotations
 
 import time
@@ -27,14 +28,13 @@ from typing import Any
 
 import apsw
 
-from quill.store.search import hits as hits_mod
-from quill.store.read import projections
-from quill.store.search import plan as query
-from quill.store.search import rank
-from quill.store.search import textfold
-from quill.store.sqlite.indexer import search_state
 from quill.store.apply.normalize import scrub
+from quill.store.read import projections
 from quill.store.schema import KIND_COLUMNS, SEARCH_COLUMNS_SQL, TRIGRAM_PREFIX_CHARS, TRIGRAM_ROLES
+from quill.store.search import hits as hits_mod
+from quill.store.search import plan as query
+from quill.store.search import rank, textfold
+from quill.store.sqlite.indexer import search_state
 
 SNIPPET_CHARS = hits_mod.SNIPPET_CHARS
 #: Upper bound on rows a scan reads (newest first) before giving up: keeps a short-CJK
@@ -45,8 +45,10 @@ ORDERS = ("newest", "relevance")
 #: Search kinds: which text of a message a query looks in (``kinds=None``: all of them).
 KINDS = tuple(KIND_COLUMNS)
 #: Row shape every candidate query returns: ids, filters' columns and the index columns' texts.
-_COLS = ("m.id, m.session_id, m.role, m.ts, s.title, m.state, m.content, "
-         f"{SEARCH_COLUMNS_SQL['tools']}, m.reasoning")
+_COLS = (
+    "m.id, m.session_id, m.role, m.ts, s.title, m.state, m.content, "
+    f"{SEARCH_COLUMNS_SQL['tools']}, m.reasoning"
+)
 _TEXTS = slice(6, 9)  # content, tools, reasoning in a _COLS row
 _COLUMN_KIND = {col: kind for kind, col in KIND_COLUMNS.items()}
 
@@ -67,18 +69,33 @@ def _texts(plan: query.Plan, row: tuple, kinds: tuple[str, ...]) -> list[tuple[s
     if plan.kind == "trigram":
         ok = row[2] in TRIGRAM_ROLES and "text" in kinds
         return [("text", content[:TRIGRAM_PREFIX_CHARS])] if ok and content else []
-    by_kind = {"text": content, "tool": tools if plan.kind == "fts" else None, "reasoning": reasoning}
+    by_kind = {
+        "text": content,
+        "tool": tools if plan.kind == "fts" else None,
+        "reasoning": reasoning,
+    }
     return [(k, by_kind[k]) for k in kinds if by_kind[k]]
 
 
-def _filters(projection: str | None, session_id: str | None, role: str | None, source: str | None,
-             since: float | None, until: float | None) -> tuple[str, list[Any]]:
+def _filters(
+    projection: str | None,
+    session_id: str | None,
+    role: str | None,
+    source: str | None,
+    since: float | None,
+    until: float | None,
+) -> tuple[str, list[Any]]:
     """``(SQL condition over m and s, its parameters)``: the projection's visible states
     (none when ``projection`` is None) and the given filters; ``"1"`` when there is none."""
     sts = projections.states(projection) if projection is not None else ()
     conds, args = ([f"m.state IN ({', '.join('?' for _ in sts)})"], list(sts)) if sts else ([], [])
-    for cond, value in (("m.session_id = ?", session_id), ("m.role = ?", role), ("s.source = ?", source),
-                        ("m.ts >= ?", since), ("m.ts <= ?", until)):
+    for cond, value in (
+        ("m.session_id = ?", session_id),
+        ("m.role = ?", role),
+        ("s.source = ?", source),
+        ("m.ts >= ?", since),
+        ("m.ts <= ?", until),
+    ):
         if value is not None:
             conds.append(cond)
             args.append(scrub(value) if isinstance(value, str) else value)
@@ -90,16 +107,38 @@ def _escape_like(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
-def _tail(conn: apsw.Connection, plan: query.Plan, upto: int, cond: str, args: list[Any],
-          kinds: tuple[str, ...]) -> list[int]:
+def _tail(
+    conn: apsw.Connection,
+    plan: query.Plan,
+    upto: int,
+    cond: str,
+    args: list[Any],
+    kinds: tuple[str, ...],
+) -> list[int]:
     # Bounded newest-first: after an index rebuild the unindexed tail can be the whole store.
-    rows = conn.execute(f"SELECT {_COLS} FROM messages m JOIN sessions s ON s.id = m.session_id "
-                        f"WHERE m.id > ? AND {cond} ORDER BY m.id DESC LIMIT ?", (upto, *args, SCAN_MAX_ROWS)).fetchall()
-    return [r[0] for r in rows if (texts := _texts(plan, r, kinds)) and query.matches(plan, [t for _, t in texts])]
+    rows = conn.execute(
+        f"SELECT {_COLS} FROM messages m JOIN sessions s ON s.id = m.session_id "
+        f"WHERE m.id > ? AND {cond} ORDER BY m.id DESC LIMIT ?",
+        (upto, *args, SCAN_MAX_ROWS),
+    ).fetchall()
+    return [
+        r[0]
+        for r in rows
+        if (texts := _texts(plan, r, kinds)) and query.matches(plan, [t for _, t in texts])
+    ]
 
 
-def _indexed(conn: apsw.Connection, plan: query.Plan, upto: int, cond: str, args: list[Any],
-             below: int, limit: int, kinds: tuple[str, ...], display: bool) -> list[tuple[int, int]]:
+def _indexed(
+    conn: apsw.Connection,
+    plan: query.Plan,
+    upto: int,
+    cond: str,
+    args: list[Any],
+    below: int,
+    limit: int,
+    kinds: tuple[str, ...],
+    display: bool,
+) -> list[tuple[int, int]]:
     """``(id, display id)`` of up to ``limit`` matching rows below ``below``, newest first
     (the display id is the row's representative, ``projections.REPRESENTATIVE_SQL``, when
     ``display``; else the id itself). Only ids: texts, snippets and context are read for the
@@ -125,7 +164,8 @@ def _indexed(conn: apsw.Connection, plan: query.Plan, upto: int, cond: str, args
             f"SELECT m.id, {rep} FROM (SELECT id FROM messages WHERE id < ? ORDER BY id DESC LIMIT ?) AS w "
             f"JOIN messages m ON m.id = w.id {join} "
             f"WHERE ({' OR '.join(ors)}) AND {cond} ORDER BY m.id DESC LIMIT ?",
-            (below, SCAN_MAX_ROWS, *like_args, *args, limit)).fetchall()
+            (below, SCAN_MAX_ROWS, *like_args, *args, limit),
+        ).fetchall()
     if plan.kind == "trigram":
         if "text" not in kinds:
             return []
@@ -140,7 +180,8 @@ def _indexed(conn: apsw.Connection, plan: query.Plan, upto: int, cond: str, args
     return conn.execute(
         f"SELECT m.id, {rep} FROM {table} f JOIN messages m ON m.id = f.rowid {join} "
         f"WHERE {table} MATCH ? AND f.rowid <= ? AND f.rowid < ? AND {cond} ORDER BY f.rowid DESC LIMIT {int(limit)}",
-        (match, upto, below, *args)).fetchall()
+        (match, upto, below, *args),
+    ).fetchall()
 
 
 def _join(cond: str) -> str:
@@ -155,26 +196,48 @@ def route(text: str, *, substring: bool = False, kinds: list[str] | None = None)
     plan = query.plan(text, substring=substring)
     note = None
     if plan.kind == "trigram":
-        note = (f"substring search uses the trigram index, which covers only {' and '.join(TRIGRAM_ROLES)} "
-                f"message text (its first {TRIGRAM_PREFIX_CHARS} characters); tool calls, tool output "
-                "and reasoning are not searched")
+        note = (
+            f"substring search uses the trigram index, which covers only {' and '.join(TRIGRAM_ROLES)} "
+            f"message text (its first {TRIGRAM_PREFIX_CHARS} characters); tool calls, tool output "
+            "and reasoning are not searched"
+        )
     elif plan.kind == "scan":
         short = [t for g in plan.groups for t in g if len(t.text) < query.TRIGRAM_MIN_CHARS]
-        why = (f"short term(s) {', '.join(repr(t.text) for t in short)} (< {query.TRIGRAM_MIN_CHARS} characters)"
-               if short else "this query")
-        note = (f"{why} searched by a scan of the newest {SCAN_MAX_ROWS} messages' text and reasoning; "
-                "older messages and tool calls are not searched")
+        why = (
+            f"short term(s) {', '.join(repr(t.text) for t in short)} (< {query.TRIGRAM_MIN_CHARS} characters)"
+            if short
+            else "this query"
+        )
+        note = (
+            f"{why} searched by a scan of the newest {SCAN_MAX_ROWS} messages' text and reasoning; "
+            "older messages and tool calls are not searched"
+        )
     elif plan.kind == "none" and text.strip():
-        note = ("nothing in this query can be searched for: it has no letter, digit or symbol term, or "
-                "every term is excluded with NOT (add a term to look for)")
+        note = (
+            "nothing in this query can be searched for: it has no letter, digit or symbol term, or "
+            "every term is excluded with NOT (add a term to look for)"
+        )
     return {"route": plan.kind, "narrower": note is not None, "note": note}
 
 
-def search(conn: apsw.Connection, text: str, *, limit: int = 20, session_id: str | None = None,
-           role: str | None = None, source: str | None = None, projection: str = "display",
-           since: float | None = None, until: float | None = None, substring: bool = False,
-           context: bool = True, kinds: list[str] | None = None, order: str = "newest",
-           timings: dict[str, float] | None = None, clock: Any = time.perf_counter) -> list[dict[str, Any]]:
+def search(
+    conn: apsw.Connection,
+    text: str,
+    *,
+    limit: int = 20,
+    session_id: str | None = None,
+    role: str | None = None,
+    source: str | None = None,
+    projection: str = "display",
+    since: float | None = None,
+    until: float | None = None,
+    substring: bool = False,
+    context: bool = True,
+    kinds: list[str] | None = None,
+    order: str = "newest",
+    timings: dict[str, float] | None = None,
+    clock: Any = time.perf_counter,
+) -> list[dict[str, Any]]:
     """Messages matching ``text``, newest first (or by relevance, ``order``), at most ``limit``.
 
     Hits are dicts: ``session_id``, ``message_id``, ``role``, ``state``, ``ts``, ``title``,
@@ -206,7 +269,9 @@ def search(conn: apsw.Connection, text: str, *, limit: int = 20, session_id: str
     plan = query.plan(text, substring=substring)
     kinds_t = _kinds(kinds)
     if order == "relevance" and plan.kind not in ("fts", "none"):
-        raise ValueError(f"ranked search needs a word query; {text!r} goes to the {plan.kind} route")
+        raise ValueError(
+            f"ranked search needs a word query; {text!r} goes to the {plan.kind} route"
+        )
     if plan.kind == "none" or limit <= 0:
         return []
     cond, args = _filters(projection, session_id, role, source, since, until)
@@ -220,13 +285,17 @@ def search(conn: apsw.Connection, text: str, *, limit: int = 20, session_id: str
         return _hits(conn, plan, page, projection, context, kinds_t, t0, timings, clock)
     usable = state == "ok"
     upto = upto if usable else 0
-    found: list[int] = [] if plan.kind == "scan" or top <= upto else _tail(conn, plan, upto, cond, args, kinds_t)
+    found: list[int] = (
+        [] if plan.kind == "scan" or top <= upto else _tail(conn, plan, upto, cond, args, kinds_t)
+    )
     reps = projections.representatives(conn, found) if display else {}
     pairs = [(fid, reps.get(fid, fid)) for fid in found]
-    below = 2 ** 62
+    below = 2**62
     page: list[int] = []
     seen: set[int] = set()
-    batch = limit  # most pages need no more: filters are in the query; only display dedupe drops rows
+    batch = (
+        limit  # most pages need no more: filters are in the query; only display dedupe drops rows
+    )
     more = True  # an index query may still hold rows below ``below``
     while True:
         for _fid, mid in pairs:
@@ -255,8 +324,16 @@ def search(conn: apsw.Connection, text: str, *, limit: int = 20, session_id: str
     return _hits(conn, plan, page, projection, context, kinds_t, t0, timings, clock)
 
 
-def _ranked_page(conn: apsw.Connection, plan: query.Plan, text: str, upto: int, picked: tuple[str, list[Any]],
-                 projection: str, limit: int, kinds: tuple[str, ...]) -> list[int]:
+def _ranked_page(
+    conn: apsw.Connection,
+    plan: query.Plan,
+    text: str,
+    upto: int,
+    picked: tuple[str, list[Any]],
+    projection: str,
+    limit: int,
+    kinds: tuple[str, ...],
+) -> list[int]:
     """Display ids of the best ``limit`` visible rows of the ranked candidates, best first.
 
     The candidates are the newest ``rank.CANDIDATES`` indexed rows (at most ``upto``) that
@@ -273,23 +350,35 @@ def _ranked_page(conn: apsw.Connection, plan: query.Plan, text: str, upto: int, 
     join = f"JOIN messages m ON m.id = f.rowid {_join(cond)}" if args else ""
     try:
         # Every candidate ordered (limit = candidates): visibility and dedupe may drop some.
-        ranked = rank.ranked(conn, match, query.phrases(text), limit=rank.CANDIDATES,
-                             candidates=rank.CANDIDATES, sample=rank.DF_SAMPLE, join=join,
-                             where=f"f.rowid <= ? AND {cond}", args=(upto, *args))
+        ranked = rank.ranked(
+            conn,
+            match,
+            query.phrases(text),
+            limit=rank.CANDIDATES,
+            candidates=rank.CANDIDATES,
+            sample=rank.DF_SAMPLE,
+            join=join,
+            where=f"f.rowid <= ? AND {cond}",
+            args=(upto, *args),
+        )
     except (apsw.CorruptError, apsw.NotADBError):
         return []  # damaged index met by a reader: as newest-first, nothing ranked to offer
     ids = [i for i, _ in ranked]
     sts = projections.states(projection)
     rep = f"coalesce({projections.REPRESENTATIVE_SQL}, m.id)" if projection == "display" else "m.id"
-    sql = (f"SELECT m.id, {rep} FROM messages m WHERE m.id IN ({{marks}}) "
-           f"AND m.state IN ({', '.join('?' for _ in sts)})")
+    sql = (
+        f"SELECT m.id, {rep} FROM messages m WHERE m.id IN ({{marks}}) "
+        f"AND m.state IN ({', '.join('?' for _ in sts)})"
+    )
     page: list[int] = []
     seen: set[int] = set()
     at, chunk = 0, max(2 * limit, 20)
     while at < len(ids) and len(page) < limit:
-        part = ids[at:at + chunk]
+        part = ids[at : at + chunk]
         at, chunk = at + len(part), min(2 * chunk, rank.CANDIDATES)
-        shown = dict(conn.execute(sql.format(marks=", ".join("?" for _ in part)), (*part, *sts)).fetchall())
+        shown = dict(
+            conn.execute(sql.format(marks=", ".join("?" for _ in part)), (*part, *sts)).fetchall()
+        )
         for mid in part:
             if mid in shown and shown[mid] not in seen:
                 seen.add(shown[mid])
@@ -299,27 +388,65 @@ def _ranked_page(conn: apsw.Connection, plan: query.Plan, text: str, upto: int, 
     return page
 
 
-def _hits(conn: apsw.Connection, plan: query.Plan, page: list[int], projection: str, context: bool,
-          kinds_t: tuple[str, ...], t0: float, timings: dict[str, float] | None, clock: Any) -> list[dict[str, Any]]:
+def _hits(
+    conn: apsw.Connection,
+    plan: query.Plan,
+    page: list[int],
+    projection: str,
+    context: bool,
+    kinds_t: tuple[str, ...],
+    t0: float,
+    timings: dict[str, float] | None,
+    clock: Any,
+) -> list[dict[str, Any]]:
     """The hit dicts of ``page`` (display ids, in order) with snippets and context (``search``)."""
     t1 = clock()
     out: list[dict[str, Any]] = []
     near: list[tuple] = []
     if page:
         # The page's rows, titles and (with context) its neighbours' positions: one query.
-        ncols, nargs = projections.neighbor_positions_sql(projection) if context else ("NULL, NULL", ())
+        ncols, nargs = (
+            projections.neighbor_positions_sql(projection) if context else ("NULL, NULL", ())
+        )
         marks = ", ".join("?" for _ in page)
-        rows = {r[0]: r for r in conn.execute(
-            f"SELECT {_PAGE_COLS}, {ncols} FROM messages m JOIN sessions s ON s.id = m.session_id "
-            f"WHERE m.id IN ({marks})", (*nargs, *page))}
-        prefixes = tuple(w for g in plan.groups for t in g if t.prefix and not t.negated
-                         for w in textfold.word_tokens(t.text)[-1:]) if plan.kind == "fts" else ()
-        find = hits_mod.snippet_finder("fts" if plan.kind == "fts" else "substring", plan.terms, prefixes)
+        rows = {
+            r[0]: r
+            for r in conn.execute(
+                f"SELECT {_PAGE_COLS}, {ncols} FROM messages m JOIN sessions s ON s.id = m.session_id "
+                f"WHERE m.id IN ({marks})",
+                (*nargs, *page),
+            )
+        }
+        prefixes = (
+            tuple(
+                w
+                for g in plan.groups
+                for t in g
+                if t.prefix and not t.negated
+                for w in textfold.word_tokens(t.text)[-1:]
+            )
+            if plan.kind == "fts"
+            else ()
+        )
+        find = hits_mod.snippet_finder(
+            "fts" if plan.kind == "fts" else "substring", plan.terms, prefixes
+        )
         for mid in page:
             r = rows[mid]
             matched_in, snippet, marks_ = _snippet(conn, plan, r, kinds_t, find)
-            out.append({"session_id": r[1], "message_id": mid, "role": r[2], "state": r[5], "ts": r[3],
-                        "title": r[4], "matched_in": matched_in, "snippet": snippet, "highlights": marks_})
+            out.append(
+                {
+                    "session_id": r[1],
+                    "message_id": mid,
+                    "role": r[2],
+                    "state": r[5],
+                    "ts": r[3],
+                    "title": r[4],
+                    "matched_in": matched_in,
+                    "snippet": snippet,
+                    "highlights": marks_,
+                }
+            )
             near.append((mid, r[1], r[9], r[10]))
     t2 = clock()
     if context and out:
@@ -336,17 +463,21 @@ def _hits(conn: apsw.Connection, plan: query.Plan, page: list[int], projection: 
 
 #: Row shape of the page query: ids, hit fields, and the raw texts (``m.tool_calls`` as stored:
 #: its index text, ``SEARCH_COLUMNS_SQL['tools']``, is computed only when a snippet needs it).
-_PAGE_COLS = "m.id, m.session_id, m.role, m.ts, s.title, m.state, m.content, m.tool_calls, m.reasoning"
+_PAGE_COLS = (
+    "m.id, m.session_id, m.role, m.ts, s.title, m.state, m.content, m.tool_calls, m.reasoning"
+)
 
 
 def _tools_text(conn: apsw.Connection, message_id: int) -> str | None:
     """The word index's ``tools`` text of one message (what a tool-call snippet shows)."""
-    return conn.execute(f"SELECT {SEARCH_COLUMNS_SQL['tools']} FROM messages m WHERE m.id = ?",
-                        (message_id,)).fetchone()[0]
+    return conn.execute(
+        f"SELECT {SEARCH_COLUMNS_SQL['tools']} FROM messages m WHERE m.id = ?", (message_id,)
+    ).fetchone()[0]
 
 
-def _snippet(conn: apsw.Connection, plan: query.Plan, row: tuple, kinds: tuple[str, ...],
-             find: Any) -> tuple[str, str, list[list[int]]]:
+def _snippet(
+    conn: apsw.Connection, plan: query.Plan, row: tuple, kinds: tuple[str, ...], find: Any
+) -> tuple[str, str, list[list[int]]]:
     """``(matched_in, snippet, highlights)`` of a hit (a ``_PAGE_COLS`` row): from the first
     of its searched texts (``_texts``' rules and order) that holds a match, else the first
     non-empty one; the tools text is read only when the texts before it hold no match.
@@ -354,7 +485,9 @@ def _snippet(conn: apsw.Connection, plan: query.Plan, row: tuple, kinds: tuple[s
     None without a match)."""
     content, raw_tools, reasoning = row[6], row[7], row[8]
     if plan.kind == "trigram":
-        order: tuple[str, ...] = ("text",) if row[2] in TRIGRAM_ROLES and "text" in kinds and content else ()
+        order: tuple[str, ...] = (
+            ("text",) if row[2] in TRIGRAM_ROLES and "text" in kinds and content else ()
+        )
     else:
         order = kinds
     tools: Any = _UNREAD

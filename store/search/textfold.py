@@ -15,6 +15,7 @@ tokens). So:
 * ``words`` runs the index's own ``unicode61`` tokenizer (apsw ``fts5_tokenizer``), so a row
   matched in Python is matched exactly as the index would match it.
 """
+
 from __future__ import annotations
 
 import functools
@@ -25,10 +26,24 @@ import apsw
 WORD_TOKENIZER = ("unicode61", ["remove_diacritics", "2"])
 #: Blocks (start, end) holding every code point that has a case in Python's Unicode data;
 #: FTS5's fold data (Unicode 6.1) is a subset, so only these need asking.
-_CASED_BLOCKS = ((0x0, 0x600), (0x1000, 0x1100), (0x1300, 0x1400), (0x1C00, 0x2000), (0x2100, 0x2200),
-                 (0x2400, 0x2500), (0x2C00, 0x2E00), (0xA600, 0xA800), (0xAB00, 0xAC00), (0xFB00, 0xFC00),
-                 (0xFF00, 0x10000), (0x10400, 0x10600), (0x10C00, 0x10D00), (0x11800, 0x11900),
-                 (0x16E00, 0x16F00), (0x1E900, 0x1EA00))
+_CASED_BLOCKS = (
+    (0x0, 0x600),
+    (0x1000, 0x1100),
+    (0x1300, 0x1400),
+    (0x1C00, 0x2000),
+    (0x2100, 0x2200),
+    (0x2400, 0x2500),
+    (0x2C00, 0x2E00),
+    (0xA600, 0xA800),
+    (0xAB00, 0xAC00),
+    (0xFB00, 0xFC00),
+    (0xFF00, 0x10000),
+    (0x10400, 0x10600),
+    (0x10C00, 0x10D00),
+    (0x11800, 0x11900),
+    (0x16E00, 0x16F00),
+    (0x1E900, 0x1EA00),
+)
 
 
 @functools.cache
@@ -44,7 +59,9 @@ def _fold_table() -> dict[int, int]:
     tok = _connection().fts5_tokenizer("trigram", ["case_sensitive", "0"])
     chars = [chr(c) for a, b in _CASED_BLOCKS for c in range(a, b) if not 0xD800 <= c < 0xE000]
     data = "".join(c * 3 for c in chars).encode("utf-8")
-    folded = {start: text[0] for start, _end, text, *_ in tok(data, apsw.FTS5_TOKENIZE_DOCUMENT, None)}
+    folded = {
+        start: text[0] for start, _end, text, *_ in tok(data, apsw.FTS5_TOKENIZE_DOCUMENT, None)
+    }
     table, offset = {}, 0
     for c in chars:
         got = folded.get(offset, c)
@@ -86,9 +103,13 @@ def words(text: str) -> list[tuple[int, int, str]]:
 
 def word_tokens(text: str) -> list[str]:
     """Just the tokens of ``words(text)`` (cheaper: no offsets)."""
-    return [t[2] for t in _word_tokenizer()(text.encode("utf-8"), apsw.FTS5_TOKENIZE_DOCUMENT, None)]
+    return [
+        t[2] for t in _word_tokenizer()(text.encode("utf-8"), apsw.FTS5_TOKENIZE_DOCUMENT, None)
+    ]
 
 
 def register(conn: apsw.Connection) -> None:
     """Make ``quill_fold(text)`` (``fold``) callable in SQL on ``conn`` (for scans)."""
-    conn.create_scalar_function("quill_fold", lambda t: None if t is None else fold(t), 1, deterministic=True)
+    conn.create_scalar_function(
+        "quill_fold", lambda t: None if t is None else fold(t), 1, deterministic=True
+    )

@@ -6,14 +6,14 @@
 * Readers: a ``file:`` URI built from the *resolved* path with ``mode=ro``; the path is
   percent-quoted so names with ``?``, ``#`` or spaces open the right file.
 """
+
 from __future__ import annotations
 
 import contextlib
 import os
 import stat
-from collections.abc import Callable
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import apsw
@@ -42,8 +42,10 @@ def check_sqlite_version(version: str | None = None) -> None:
     """Raise ``CantOpenError`` if the SQLite that apsw links has the WAL-reset bug."""
     version = version or apsw.sqlite_lib_version()
     if tuple(int(x) for x in version.split(".")[:3]) < MIN_SQLITE:
-        raise CantOpenError(f"SQLite {version} has the WAL-reset corruption bug; Quill needs "
-                            f"≥ {'.'.join(map(str, MIN_SQLITE))} (upgrade apsw)")
+        raise CantOpenError(
+            f"SQLite {version} has the WAL-reset corruption bug; Quill needs "
+            f"≥ {'.'.join(map(str, MIN_SQLITE))} (upgrade apsw)"
+        )
 
 
 def shm_problem(path: Path) -> str | None:
@@ -74,8 +76,9 @@ def shm_problem(path: Path) -> str | None:
     return None
 
 
-def open_writer(path: Path, *, synchronous: str = "NORMAL",
-                on_journal_mode: Callable[[str], None] | None = None) -> apsw.Connection:
+def open_writer(
+    path: Path, *, synchronous: str = "NORMAL", on_journal_mode: Callable[[str], None] | None = None
+) -> apsw.Connection:
     """Open (creating if needed) ``state.db`` for writing and bring its schema to v1.
 
     Only the process holding the writer lease may call this. A store found in another
@@ -90,9 +93,13 @@ def open_writer(path: Path, *, synchronous: str = "NORMAL",
     problem = shm_problem(path)
     if problem:
         raise SharedMemoryError(problem)
-    existed = path.exists() and path.stat().st_size > 0  # a new file starts in rollback mode: no correction
+    existed = (
+        path.exists() and path.stat().st_size > 0
+    )  # a new file starts in rollback mode: no correction
     with mapped():
-        conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE)
+        conn = apsw.Connection(
+            str(path), flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
+        )
         conn.set_busy_timeout(WRITER_BUSY_MS)
         before = conn.execute("PRAGMA journal_mode").fetchone()[0]
         mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
@@ -115,8 +122,11 @@ def open_reader(path: Path, *, vfs: str | None = None) -> apsw.Connection:
     ``vfs`` names a registered SQLite VFS (default: the OS one); tests use it to inject I/O
     faults without mocking anything above SQLite."""
     with mapped():
-        conn = apsw.Connection(reader_uri(path), flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI,
-                               **({"vfs": vfs} if vfs else {}))
+        conn = apsw.Connection(
+            reader_uri(path),
+            flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI,
+            **({"vfs": vfs} if vfs else {}),
+        )
         conn.set_busy_timeout(READER_BUSY_MS)
     return conn
 

@@ -14,15 +14,16 @@ corruption: index detached, writes go on, search degrades, a job rebuilds it").
   removed with ``writable_schema`` and the orphaned pages are reclaimed by the VACUUM that
   follows (SQLite's documented way to discard an unreadable table).
 """
+
 from __future__ import annotations
 
 from typing import Any
 
 import apsw
 
-from quill.store.sqlite.connection import transaction
 from quill.store.errors import CorruptError, mapped
 from quill.store.schema import FTS_DDL, FTS_LAYOUT, FTS_TABLES, STORE_TABLES
+from quill.store.sqlite.connection import transaction
 
 #: Every table whose damage halts the writer: all but the search indexes (store.schema's
 #: registry, so a table added to the schema is never mistaken for index-only damage).
@@ -43,17 +44,24 @@ def classify(conn: apsw.Connection) -> dict[str, list[str]]:
     """``{"canonical": [damaged tables], "fts": [damaged FTS tables]}``, each list in registry
     order. ``canonical`` covers every table but the search indexes (bookkeeping included):
     the writer may keep writing only when it is empty and ``fts`` is not."""
-    return {"canonical": [t for t in CANONICAL_TABLES if not _table_ok(conn, t)],
-            "fts": [t for t in FTS_TABLES if not _table_ok(conn, t)]}
+    return {
+        "canonical": [t for t in CANONICAL_TABLES if not _table_ok(conn, t)],
+        "fts": [t for t in FTS_TABLES if not _table_ok(conn, t)],
+    }
 
 
 def detach(conn: apsw.Connection, reason: str) -> None:
     """Mark the indexes stale: no more index writes or index reads until ``rebuild``."""
     with transaction(conn):
-        conn.execute("INSERT INTO state_meta(key, value) VALUES ('fts_state', 'stale') "
-                     "ON CONFLICT(key) DO UPDATE SET value = 'stale'")
-        conn.execute("INSERT INTO state_meta(key, value) VALUES ('fts_stale_reason', ?) "
-                     "ON CONFLICT(key) DO UPDATE SET value = excluded.value", (reason,))
+        conn.execute(
+            "INSERT INTO state_meta(key, value) VALUES ('fts_state', 'stale') "
+            "ON CONFLICT(key) DO UPDATE SET value = 'stale'"
+        )
+        conn.execute(
+            "INSERT INTO state_meta(key, value) VALUES ('fts_stale_reason', ?) "
+            "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            (reason,),
+        )
 
 
 def rebuild(conn: apsw.Connection) -> dict[str, Any]:
@@ -71,8 +79,9 @@ def rebuild(conn: apsw.Connection) -> dict[str, Any]:
             conn.execute("PRAGMA writable_schema = ON")
             try:
                 conn.execute("BEGIN IMMEDIATE")
-                conn.execute(f"DELETE FROM sqlite_schema WHERE {_FTS_OBJECTS_SQL}",
-                             _FTS_OBJECTS_ARGS)
+                conn.execute(
+                    f"DELETE FROM sqlite_schema WHERE {_FTS_OBJECTS_SQL}", _FTS_OBJECTS_ARGS
+                )
                 version = conn.execute("PRAGMA schema_version").fetchone()[0]
                 conn.execute(f"PRAGMA schema_version = {version + 1}")
                 conn.execute("COMMIT")
@@ -81,6 +90,8 @@ def rebuild(conn: apsw.Connection) -> dict[str, Any]:
     with transaction(conn):
         conn.execute(FTS_DDL)
         conn.execute("UPDATE state_meta SET value = '0' WHERE key = 'fts_indexed_upto'")
-        conn.execute("INSERT OR REPLACE INTO state_meta(key, value) VALUES ('fts_layout', ?)", (FTS_LAYOUT,))
+        conn.execute(
+            "INSERT OR REPLACE INTO state_meta(key, value) VALUES ('fts_layout', ?)", (FTS_LAYOUT,)
+        )
         conn.execute("DELETE FROM state_meta WHERE key IN ('fts_state', 'fts_stale_reason')")
     return {"removed_by": removed, "needs_vacuum": removed == "writable_schema"}

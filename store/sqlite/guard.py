@@ -15,6 +15,7 @@ sticky halt *before* the next write:
 The header is read with ``pread`` on a descriptor opened once and closed only after the SQLite
 connection: closing *any* descriptor of a SQLite file drops the process's POSIX locks.
 """
+
 from __future__ import annotations
 
 import os
@@ -54,7 +55,9 @@ class FileGuard:
         self._ident = (st.st_dev, st.st_ino)
         self.generation = stamp
         if self._header_stamp() != stamp:
-            raise ReplacedError(f"{self.path}: header generation {self._header_stamp()} != {stamp} at open")
+            raise ReplacedError(
+                f"{self.path}: header generation {self._header_stamp()} != {stamp} at open"
+            )
         self._wal_ident = self._stat_ident(self.wal)
         self._mtime = st.st_mtime_ns
 
@@ -81,14 +84,18 @@ class FileGuard:
         if (st.st_dev, st.st_ino) != self._ident:
             raise ReplacedError(f"{self.path} was replaced (inode {self._ident[1]} → {st.st_ino})")
         if self._header_stamp() != self.generation:
-            raise ReplacedError(f"{self.path} holds another database (generation stamp "
-                                f"{self._header_stamp()} != {self.generation})")
+            raise ReplacedError(
+                f"{self.path} holds another database (generation stamp "
+                f"{self._header_stamp()} != {self.generation})"
+            )
         if st.st_mtime_ns != self._mtime:
             raise ReplacedError(f"{self.path} was modified by another process (mtime changed)")
         wal = self._stat_ident(self.wal)
         if self._wal_ident is not None and wal != self._wal_ident:
             what = "removed" if wal is None else "replaced"
-            raise ReplacedError(f"{self.wal} was {what} under the writer; refusing to start a new WAL")
+            raise ReplacedError(
+                f"{self.wal} was {what} under the writer; refusing to start a new WAL"
+            )
 
     def committed(self) -> None:
         """Record the file's state after one of our own commits (which may checkpoint)."""

@@ -11,15 +11,21 @@ Invariant: the indexes are keyed by message id and hold text only; visibility (`
 lives on ``messages`` and is filtered at query time, so compaction and rewind never touch an
 index.
 """
+
 from __future__ import annotations
 
 import apsw
 
 from quill.home import DEFAULTS
-
+from quill.store.schema import (
+    FTS_LAYOUT,
+    FTS_TABLES,
+    SEARCH_COLUMNS_SQL,
+    TRIGRAM_SCOPE_SQL,
+    TRIGRAM_TEXT_SQL,
+    fts_layout,
+)
 from quill.store.sqlite.connection import transaction
-from quill.store.schema import FTS_LAYOUT, SEARCH_COLUMNS_SQL, TRIGRAM_SCOPE_SQL, TRIGRAM_TEXT_SQL, fts_layout
-from quill.store.schema import FTS_TABLES
 
 
 def indexed_upto(conn: apsw.Connection) -> int:
@@ -44,7 +50,8 @@ def search_state(conn: apsw.Connection) -> tuple[str, int, int]:
     state, layout, upto, top = conn.execute(
         "SELECT (SELECT value FROM state_meta WHERE key = 'fts_state'), "
         "(SELECT value FROM state_meta WHERE key = 'fts_layout'), "
-        "(SELECT value FROM state_meta WHERE key = 'fts_indexed_upto'), (SELECT max(id) FROM messages)").fetchone()
+        "(SELECT value FROM state_meta WHERE key = 'fts_indexed_upto'), (SELECT max(id) FROM messages)"
+    ).fetchone()
     if state is None or state == "ok":
         state = "ok" if layout == FTS_LAYOUT else "layout"
     return state, int(upto) if upto is not None else 0, top or 0
@@ -59,18 +66,22 @@ def index_slice(conn: apsw.Connection, max_rows: int = DEFAULTS.index_slice_rows
         low = indexed_upto(conn)
         high = conn.execute(
             "SELECT max(id) FROM (SELECT id FROM messages WHERE id > ? ORDER BY id LIMIT ?)",
-            (low, max_rows)).fetchone()[0]
+            (low, max_rows),
+        ).fetchone()[0]
         if high is None:
             return 0
         conn.execute(
             f"INSERT INTO messages_fts (rowid, {', '.join(SEARCH_COLUMNS_SQL)}) "
             f"SELECT m.id, {', '.join(SEARCH_COLUMNS_SQL.values())} "
-            "FROM messages AS m WHERE m.id > ? AND m.id <= ? ORDER BY m.id", (low, high))
+            "FROM messages AS m WHERE m.id > ? AND m.id <= ? ORDER BY m.id",
+            (low, high),
+        )
         count = conn.changes()
         conn.execute(
             f"INSERT INTO messages_trigram (rowid, text) SELECT m.id, {TRIGRAM_TEXT_SQL} "
             f"FROM messages AS m WHERE m.id > ? AND m.id <= ? AND {TRIGRAM_SCOPE_SQL} ORDER BY m.id",
-            (low, high))
+            (low, high),
+        )
         conn.execute("UPDATE state_meta SET value = ? WHERE key = 'fts_indexed_upto'", (str(high),))
     return count
 
@@ -89,8 +100,10 @@ def unindex(conn: apsw.Connection, message_ids: list[int]) -> None:
     ids = [i for i in message_ids if i <= upto]
     for table in FTS_TABLES:  # names come from the fixed tuple above
         for start in range(0, len(ids), 500):
-            part = ids[start:start + 500]
-            conn.execute(f"DELETE FROM {table} WHERE rowid IN ({', '.join('?' for _ in part)})", part)
+            part = ids[start : start + 500]
+            conn.execute(
+                f"DELETE FROM {table} WHERE rowid IN ({', '.join('?' for _ in part)})", part
+            )
 
 
 def optimize(conn: apsw.Connection) -> None:

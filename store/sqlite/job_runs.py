@@ -3,6 +3,7 @@
 
 The same statements run on SQLite and on PostgreSQL (through ``PgConnection``'s translation).
 """
+
 from __future__ import annotations
 
 import json
@@ -16,21 +17,41 @@ RUNNING = "running"
 INTERRUPTED = "interrupted"
 
 
-def record_job_run(conn: Any, job: str, started_at: float, ended_at: float | None = None,
-                   outcome: str = RUNNING, figures: dict | None = None, error: str | None = None) -> dict[str, Any]:
+def record_job_run(
+    conn: Any,
+    job: str,
+    started_at: float,
+    ended_at: float | None = None,
+    outcome: str = RUNNING,
+    figures: dict | None = None,
+    error: str | None = None,
+) -> dict[str, Any]:
     """Record a job run in ``job_runs``: with ``outcome="running"`` (and no ``ended_at``) the
     start row, written *before* the work; later the same call with the final outcome updates
     that row (matched by ``job`` + ``started_at``), or inserts one if there was no start row.
     Used directly by the writer for store jobs and, through the ``record_job_run`` store
     task, by processes that cannot write the store (the job worker, ``quill snapshot``)."""
     with transaction(conn):
-        conn.execute("UPDATE job_runs SET ended_at = ?, outcome = ?, figures = ?, error = ? "
-                     "WHERE job = ? AND started_at = ? AND outcome IN (?, ?)",
-                     (ended_at, outcome, json.dumps(figures or {}), error, job, started_at, RUNNING, INTERRUPTED))
+        conn.execute(
+            "UPDATE job_runs SET ended_at = ?, outcome = ?, figures = ?, error = ? "
+            "WHERE job = ? AND started_at = ? AND outcome IN (?, ?)",
+            (
+                ended_at,
+                outcome,
+                json.dumps(figures or {}),
+                error,
+                job,
+                started_at,
+                RUNNING,
+                INTERRUPTED,
+            ),
+        )
         if conn.changes() == 0:
-            conn.execute("INSERT INTO job_runs (job, started_at, ended_at, outcome, figures, error) "
-                         "VALUES (?, ?, ?, ?, ?, ?)",
-                         (job, started_at, ended_at, outcome, json.dumps(figures or {}), error))
+            conn.execute(
+                "INSERT INTO job_runs (job, started_at, ended_at, outcome, figures, error) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (job, started_at, ended_at, outcome, json.dumps(figures or {}), error),
+            )
     return {}
 
 
@@ -42,8 +63,10 @@ def close_interrupted(conn: Any, runner: str, before: float) -> dict[str, Any]:
     # json_extract: the same statement runs on the PostgreSQL store.
     pattern = "%" + json.dumps({"runner": runner})[1:-1] + "%"
     with transaction(conn):
-        conn.execute("UPDATE job_runs SET outcome = ?, ended_at = coalesce(ended_at, ?), "
-                     "error = coalesce(error, 'the process running it died before it finished') "
-                     "WHERE outcome = ? AND started_at < ? AND figures LIKE ?",
-                     (INTERRUPTED, before, RUNNING, before, pattern))
+        conn.execute(
+            "UPDATE job_runs SET outcome = ?, ended_at = coalesce(ended_at, ?), "
+            "error = coalesce(error, 'the process running it died before it finished') "
+            "WHERE outcome = ? AND started_at < ? AND figures LIKE ?",
+            (INTERRUPTED, before, RUNNING, before, pattern),
+        )
         return {"interrupted": conn.changes()}

@@ -23,6 +23,7 @@ Two promises hold after salvage:
 Sessions named in ``exclude`` (deleted by a ``sessions.delete`` the rebuild applied) are not
 brought back from the old file.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,16 +33,34 @@ from typing import Any
 
 import apsw
 
+from quill.store.apply.normalize import ROW_COLUMNS
+from quill.store.apply.sessions import clean_title
+from quill.store.errors import InvalidOpError
 from quill.store.sqlite import fts_repair
 from quill.store.sqlite.connection import open_reader, transaction
-from quill.store.apply.normalize import ROW_COLUMNS
-from quill.store.errors import InvalidOpError
-from quill.store.apply.sessions import clean_title
 
 _MSG_COLS = ("session_id", *ROW_COLUMNS, "arrived_at", "state", "batch_id", "origin_id")
-_SESSION_COLS = ("id", "source", "model", "title", "cwd", "parent_id", "parent_kind", "started_at", "ended_at",
-                 "end_reason", "archived", "pinned", "hidden", "meta", "created_at", "owner_host", "owner_pid",
-                 "owner_started", "last_read_id")
+_SESSION_COLS = (
+    "id",
+    "source",
+    "model",
+    "title",
+    "cwd",
+    "parent_id",
+    "parent_kind",
+    "started_at",
+    "ended_at",
+    "end_reason",
+    "archived",
+    "pinned",
+    "hidden",
+    "meta",
+    "created_at",
+    "owner_host",
+    "owner_pid",
+    "owner_started",
+    "last_read_id",
+)
 #: Session columns added by schema v3 (store/apply/usage.py): conversation key, placeholder flag.
 _V3_SESSION_COLS = ("key", "placeholder")
 #: Filled from the old file only where the rebuilt row has NULL.
@@ -53,8 +72,10 @@ RANGE = 512
 def _rows_in(conn: apsw.Connection, lo: int, hi: int, bad: list[int]) -> list[tuple]:
     """Readable message rows with ``lo <= id < hi``; ids of unreadable single rows go to ``bad``."""
     try:
-        return conn.execute(f"SELECT id, {', '.join(_MSG_COLS)} FROM messages WHERE id >= ? AND id < ? ORDER BY id",
-                            (lo, hi)).fetchall()
+        return conn.execute(
+            f"SELECT id, {', '.join(_MSG_COLS)} FROM messages WHERE id >= ? AND id < ? ORDER BY id",
+            (lo, hi),
+        ).fetchall()
     except _DAMAGE:
         if hi - lo <= 1:
             bad.append(lo)
@@ -71,7 +92,12 @@ def _merge_session(target: apsw.Connection, old: dict[str, Any]) -> int:
         title = clean_title(old["title"]) if old["title"] else None
     except InvalidOpError:  # longer than today's limit: keep the row, not the title
         title = None
-    if title and target.execute("SELECT 1 FROM sessions WHERE title = ? AND id != ?", (title, sid)).fetchone():
+    if (
+        title
+        and target.execute(
+            "SELECT 1 FROM sessions WHERE title = ? AND id != ?", (title, sid)
+        ).fetchone()
+    ):
         meta = json.loads(old["meta"] or "{}")
         old = {**old, "meta": json.dumps({**meta, "requested_title": title}, separators=(",", ":"))}
         title = None
@@ -79,24 +105,32 @@ def _merge_session(target: apsw.Connection, old: dict[str, Any]) -> int:
     old = {**old, "placeholder": 1 if old["placeholder"] else 0}
     if not target.execute("SELECT 1 FROM sessions WHERE id = ?", (sid,)).fetchone():
         cols = [c for c in (*_SESSION_COLS, *_V3_SESSION_COLS) if c != "last_read_id"]
-        target.execute(f"INSERT INTO sessions ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})",
-                       [old[c] for c in cols])
+        target.execute(
+            f"INSERT INTO sessions ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})",
+            [old[c] for c in cols],
+        )
         return 1
     sets = [f"{c} = coalesce({c}, :{c})" for c in _FILL]
-    sets += ["title = coalesce(title, :title)",
-             "parent_kind = CASE WHEN parent_id IS NULL THEN :parent_kind ELSE parent_kind END",
-             "parent_id = coalesce(parent_id, :parent_id)",
-             "end_reason = CASE WHEN ended_at IS NULL THEN :end_reason ELSE end_reason END",
-             "ended_at = coalesce(ended_at, :ended_at)",
-             "started_at = min(coalesce(started_at, :started_at), coalesce(:started_at, started_at))",
-             "created_at = min(created_at, coalesce(:created_at, created_at))",
-             "archived = max(archived, :archived)", "pinned = max(pinned, :pinned)", "hidden = max(hidden, :hidden)",
-             "placeholder = min(placeholder, :placeholder)"]  # created in either file: not a placeholder
+    sets += [
+        "title = coalesce(title, :title)",
+        "parent_kind = CASE WHEN parent_id IS NULL THEN :parent_kind ELSE parent_kind END",
+        "parent_id = coalesce(parent_id, :parent_id)",
+        "end_reason = CASE WHEN ended_at IS NULL THEN :end_reason ELSE end_reason END",
+        "ended_at = coalesce(ended_at, :ended_at)",
+        "started_at = min(coalesce(started_at, :started_at), coalesce(:started_at, started_at))",
+        "created_at = min(created_at, coalesce(:created_at, created_at))",
+        "archived = max(archived, :archived)",
+        "pinned = max(pinned, :pinned)",
+        "hidden = max(hidden, :hidden)",
+        "placeholder = min(placeholder, :placeholder)",
+    ]  # created in either file: not a placeholder
     target.execute(f"UPDATE sessions SET {', '.join(sets)} WHERE id = :id", old)
     return 0
 
 
-def _order_keys(target: apsw.Connection, old_rows: dict[int, tuple[str, str]]) -> tuple[dict[int, tuple], dict[int, int]]:
+def _order_keys(
+    target: apsw.Connection, old_rows: dict[int, tuple[str, str]]
+) -> tuple[dict[int, tuple], dict[int, int]]:
     """Order keys for the rebuilt rows, and old id → rebuilt id for rows the rebuild reproduced.
     ``old_rows``: old id → (session id, batch id) for every readable row of the old file."""
     groups: dict[tuple[str, str], list[int]] = defaultdict(list)
@@ -106,7 +140,9 @@ def _order_keys(target: apsw.Connection, old_rows: dict[int, tuple[str, str]]) -
     keys: dict[int, tuple] = {}
     matched: dict[int, int] = {}
     prev = 0
-    for tid, sid, batch in target.execute("SELECT id, session_id, batch_id FROM messages ORDER BY id"):
+    for tid, sid, batch in target.execute(
+        "SELECT id, session_id, batch_id FROM messages ORDER BY id"
+    ):
         group = groups.get((sid, batch), [])
         n = seen[(sid, batch)]
         seen[(sid, batch)] = n + 1
@@ -123,23 +159,37 @@ def _renumber(target: apsw.Connection, keys: dict[int, tuple]) -> dict[int, int]
     """Give every message id 1…N in key order; ``origin_id`` and read marks follow.
     Returns the id map (id before → id after)."""
     mapping = {cur: n for n, cur in enumerate(sorted(keys, key=keys.__getitem__), 1)}
-    target.execute("CREATE TEMP TABLE IF NOT EXISTS salvage_map (old INTEGER PRIMARY KEY, new INTEGER NOT NULL)")
+    target.execute(
+        "CREATE TEMP TABLE IF NOT EXISTS salvage_map (old INTEGER PRIMARY KEY, new INTEGER NOT NULL)"
+    )
     target.execute("DELETE FROM temp.salvage_map")
-    target.executemany("INSERT INTO temp.salvage_map (old, new) VALUES (?, ?)", list(mapping.items()))
-    target.execute("UPDATE messages SET origin_id = (SELECT new FROM temp.salvage_map WHERE old = origin_id) "
-                   "WHERE origin_id IS NOT NULL")
-    target.execute("UPDATE sessions SET last_read_id = (SELECT new FROM temp.salvage_map WHERE old = last_read_id) "
-                   "WHERE last_read_id IS NOT NULL")
-    target.execute("UPDATE usage SET message_id = (SELECT new FROM temp.salvage_map WHERE old = message_id) "
-                   "WHERE message_id IS NOT NULL")
+    target.executemany(
+        "INSERT INTO temp.salvage_map (old, new) VALUES (?, ?)", list(mapping.items())
+    )
+    target.execute(
+        "UPDATE messages SET origin_id = (SELECT new FROM temp.salvage_map WHERE old = origin_id) "
+        "WHERE origin_id IS NOT NULL"
+    )
+    target.execute(
+        "UPDATE sessions SET last_read_id = (SELECT new FROM temp.salvage_map WHERE old = last_read_id) "
+        "WHERE last_read_id IS NOT NULL"
+    )
+    target.execute(
+        "UPDATE usage SET message_id = (SELECT new FROM temp.salvage_map WHERE old = message_id) "
+        "WHERE message_id IS NOT NULL"
+    )
     # Two passes through negative ids: no new id ever collides with an id not yet moved.
-    target.execute("UPDATE messages SET id = -(SELECT new FROM temp.salvage_map WHERE old = messages.id)")
+    target.execute(
+        "UPDATE messages SET id = -(SELECT new FROM temp.salvage_map WHERE old = messages.id)"
+    )
     target.execute("UPDATE messages SET id = -id")
     target.execute("DROP TABLE temp.salvage_map")
     return mapping
 
 
-def salvage(damaged: Path, target: apsw.Connection, exclude: set[str] | frozenset[str] = frozenset()) -> dict[str, Any]:
+def salvage(
+    damaged: Path, target: apsw.Connection, exclude: set[str] | frozenset[str] = frozenset()
+) -> dict[str, Any]:
     """Copy readable rows of ``damaged`` missing from ``target`` (the rebuilt writer
     connection), fill empty session columns and restore transcript order (module doc).
     ``exclude``: session ids not to bring back. Figures: sessions inserted / filled, messages
@@ -148,19 +198,31 @@ def salvage(damaged: Path, target: apsw.Connection, exclude: set[str] | frozense
     try:
         src = open_reader(damaged)
     except Exception as exc:  # noqa: BLE001 — an unopenable file simply has nothing to give
-        return {"salvaged_sessions": 0, "salvaged_messages": 0, "unreadable": f"{type(exc).__name__}: {exc}"}
+        return {
+            "salvaged_sessions": 0,
+            "salvaged_messages": 0,
+            "unreadable": f"{type(exc).__name__}: {exc}",
+        }
     known = {b for (b,) in target.execute("SELECT batch_id FROM applied_batches")}
     sessions = filled = messages = 0
     bad: list[int] = []
     try:
         try:
             top = src.execute("SELECT max(id) FROM messages").fetchone()[0] or 0
-            have = {r[1] for r in src.execute("PRAGMA table_info(sessions)")}  # an older schema lacks some
+            have = {
+                r[1] for r in src.execute("PRAGMA table_info(sessions)")
+            }  # an older schema lacks some
             cols = [c for c in (*_SESSION_COLS, *_V3_SESSION_COLS) if c in have]
-            srows = [{**dict.fromkeys(_V3_SESSION_COLS), **dict(zip(cols, r))} for r in
-                     src.execute(f"SELECT {', '.join(cols)} FROM sessions ORDER BY id")]
+            srows = [
+                {**dict.fromkeys(_V3_SESSION_COLS), **dict(zip(cols, r))}
+                for r in src.execute(f"SELECT {', '.join(cols)} FROM sessions ORDER BY id")
+            ]
         except _DAMAGE as exc:
-            return {"salvaged_sessions": 0, "salvaged_messages": 0, "unreadable": f"{type(exc).__name__}: {exc}"}
+            return {
+                "salvaged_sessions": 0,
+                "salvaged_messages": 0,
+                "unreadable": f"{type(exc).__name__}: {exc}",
+            }
         with transaction(target):
             present = {sid for (sid,) in target.execute("SELECT id FROM sessions")}
             for old in srows:
@@ -180,42 +242,70 @@ def salvage(damaged: Path, target: apsw.Connection, exclude: set[str] | frozense
                     if values["batch_id"] not in known:
                         fresh.append(values)
             keys, matched = _order_keys(target, old_rows)
-            base = max(top, target.execute("SELECT coalesce(max(id), 0) FROM messages").fetchone()[0]) + 1
+            base = (
+                max(top, target.execute("SELECT coalesce(max(id), 0) FROM messages").fetchone()[0])
+                + 1
+            )
             current = {**matched, **{v["id"]: base + v["id"] for v in fresh}}  # old id → id now
             for values in fresh:
                 extra = json.loads(values["extra"] or "{}")
                 extra["salvaged_from"] = {"file": str(damaged), "id": values["id"]}
                 values["extra"] = json.dumps(extra, separators=(",", ":"))
                 values["origin_id"] = current.get(values["origin_id"])
-                target.execute(f"INSERT INTO messages (id, {', '.join(_MSG_COLS)}) VALUES "
-                               f"(?, {', '.join('?' for _ in _MSG_COLS)})",
-                               [base + values["id"], *(values[c] for c in _MSG_COLS)])
+                target.execute(
+                    f"INSERT INTO messages (id, {', '.join(_MSG_COLS)}) VALUES "
+                    f"(?, {', '.join('?' for _ in _MSG_COLS)})",
+                    [base + values["id"], *(values[c] for c in _MSG_COLS)],
+                )
                 keys[base + values["id"]] = (values["id"], 0, 0)
                 messages += 1
             mapping = _renumber(target, keys) if messages else {i: i for i in keys}
-            for old in srows:  # read marks: the later (ids are transcript order now) of rebuilt and old
+            for (
+                old
+            ) in srows:  # read marks: the later (ids are transcript order now) of rebuilt and old
                 if old["last_read_id"] in current:
-                    target.execute("UPDATE sessions SET last_read_id = max(coalesce(last_read_id, 0), ?) WHERE id = ?",
-                                   (mapping[current[old["last_read_id"]]], old["id"]))
-            usage = _copy_usage(src, target, known, exclude - present,
-                                {old: mapping[cur] for old, cur in current.items()})
+                    target.execute(
+                        "UPDATE sessions SET last_read_id = max(coalesce(last_read_id, 0), ?) WHERE id = ?",
+                        (mapping[current[old["last_read_id"]]], old["id"]),
+                    )
+            usage = _copy_usage(
+                src,
+                target,
+                known,
+                exclude - present,
+                {old: mapping[cur] for old, cur in current.items()},
+            )
         if messages:
             _copy_blobs(src, target)
             fts_repair.rebuild(target)  # the indexes are keyed by message id
     finally:
         src.close()
-    return {"salvaged_sessions": sessions, "filled_sessions": filled, "salvaged_messages": messages,
-            "salvaged_usage": usage, "unreadable_message_ids": len(bad)}
+    return {
+        "salvaged_sessions": sessions,
+        "filled_sessions": filled,
+        "salvaged_messages": messages,
+        "salvaged_usage": usage,
+        "unreadable_message_ids": len(bad),
+    }
 
 
-def _copy_usage(src: apsw.Connection, target: apsw.Connection, known: set[str], exclude: set[str],
-                message_ids: dict[int, int]) -> int:
+def _copy_usage(
+    src: apsw.Connection,
+    target: apsw.Connection,
+    known: set[str],
+    exclude: set[str],
+    message_ids: dict[int, int],
+) -> int:
     """Copy readable usage rows (store/apply/usage.py) of batches the rebuild does not know;
     ``message_id`` follows ``message_ids`` (old id → final id; unknown → NULL). Returns rows
     copied (a ``response_id`` already counted is not counted twice)."""
     try:
         have = [r[1] for r in src.execute("PRAGMA table_info(usage)")]
-        rows = src.execute(f"SELECT {', '.join(have)} FROM usage ORDER BY id").fetchall() if have else []
+        rows = (
+            src.execute(f"SELECT {', '.join(have)} FROM usage ORDER BY id").fetchall()
+            if have
+            else []
+        )
     except (*_DAMAGE, apsw.SQLError):
         return 0
     cols = [c for c in have if c != "id"]
@@ -225,8 +315,10 @@ def _copy_usage(src: apsw.Connection, target: apsw.Connection, known: set[str], 
         if values["batch_id"] in known or values["session_id"] in exclude:
             continue
         values["message_id"] = message_ids.get(values["message_id"])
-        target.execute(f"INSERT OR IGNORE INTO usage ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})",
-                       [values[c] for c in cols])
+        target.execute(
+            f"INSERT OR IGNORE INTO usage ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})",
+            [values[c] for c in cols],
+        )
         copied += target.changes()
     return copied
 

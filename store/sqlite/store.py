@@ -14,6 +14,7 @@ It owns what writing one SQLite file needs, so the writer above it holds no apsw
 
 One writer per store, so the cursor is the single ``spool_cursor`` row.
 """
+
 from __future__ import annotations
 
 import errno
@@ -25,16 +26,14 @@ from typing import Any
 
 import apsw
 
-from quill.store.sqlite import fts_repair
+from quill.home import DEFAULTS, Halt
 from quill.store.apply.chunk import ChunkResult, apply_chunk, read_cursor
-from quill.store.sqlite.connection import open_writer
-from quill.home import Halt
-
 from quill.store.capabilities import SqliteCapabilities
 from quill.store.contract import HaltAction, NullLog
 from quill.store.errors import DiskFullError
+from quill.store.sqlite import fts_repair
+from quill.store.sqlite.connection import open_writer
 from quill.store.sqlite.guard import FileGuard
-from quill.home import DEFAULTS
 from quill.store.sqlite.indexer import index_slice, indexed_upto
 from quill.store.sqlite.job_runs import close_interrupted, record_job_run
 from quill.store.sqlite.wal import wal_bytes, wal_checkpoint
@@ -59,9 +58,18 @@ class SqliteStore(SqliteCapabilities):
     recover_hint = "quill recover"
     OPTIONS = ("synchronous", "writer", "run_dir", "log", "spool_dir", "snapshots_dir")
 
-    def __init__(self, path: Path, spool_id: str = "local", *, synchronous: str = "NORMAL",
-                 writer: bool = False, run_dir: Any = None, log: Any = None,
-                 spool_dir: Path | None = None, snapshots_dir: Path | None = None):
+    def __init__(
+        self,
+        path: Path,
+        spool_id: str = "local",
+        *,
+        synchronous: str = "NORMAL",
+        writer: bool = False,
+        run_dir: Any = None,
+        log: Any = None,
+        spool_dir: Path | None = None,
+        snapshots_dir: Path | None = None,
+    ):
         self.path = Path(path)
         self.spool_id = spool_id
         self.synchronous = synchronous
@@ -72,7 +80,7 @@ class SqliteStore(SqliteCapabilities):
         self.snapshots_dir = snapshots_dir
         self.conn: apsw.Connection | None = None
         self.guard: FileGuard | None = None
-        self._next_truncate = 0.0                     # monotonic s of the next idle TRUNCATE
+        self._next_truncate = 0.0  # monotonic s of the next idle TRUNCATE
         self._wal_blocked_since: float | None = None  # epoch s: a reader has held the WAL since
 
     # -- connection ------------------------------------------------------------------------
@@ -86,8 +94,11 @@ class SqliteStore(SqliteCapabilities):
         runs its predecessor left running and TRUNCATE a WAL a killed VACUUM left. Figures:
         ``interrupted_runs``. Raises the store error tree (the connection is then closed)."""
         try:
-            self.conn = open_writer(self.path, synchronous=self.synchronous,
-                                    on_journal_mode=self._journal_mode_corrected)
+            self.conn = open_writer(
+                self.path,
+                synchronous=self.synchronous,
+                on_journal_mode=self._journal_mode_corrected,
+            )
             if not self.writer:
                 return {}
             self.guard = FileGuard(self.conn, self.path)
@@ -102,9 +113,14 @@ class SqliteStore(SqliteCapabilities):
             raise
 
     def _journal_mode_corrected(self, old: str) -> None:
-        self.log.warning("writer.journal_mode_corrected", was=old, now="wal", path=str(self.path),
-                         why="the store was switched to another journal mode while Quill was "
-                             "stopped; Quill needs WAL (readers never block the writer)")
+        self.log.warning(
+            "writer.journal_mode_corrected",
+            was=old,
+            now="wal",
+            path=str(self.path),
+            why="the store was switched to another journal mode while Quill was "
+            "stopped; Quill needs WAL (readers never block the writer)",
+        )
 
     def disconnect(self, *, keep_wal: bool = False) -> None:
         """Close the file. ``keep_wal``: skip the checkpoint-on-close, so after damage the WAL
@@ -126,8 +142,9 @@ class SqliteStore(SqliteCapabilities):
     def read_cursor(self) -> tuple[int, int] | None:
         return read_cursor(self.conn)
 
-    def apply_chunk(self, entries: Sequence[Any],
-                    on_reject: Callable[[Any, str, str], None]) -> ChunkResult:
+    def apply_chunk(
+        self, entries: Sequence[Any], on_reject: Callable[[Any, str, str], None]
+    ) -> ChunkResult:
         return apply_chunk(self.conn, entries, on_reject)
 
     def check(self) -> None:
@@ -143,6 +160,7 @@ class SqliteStore(SqliteCapabilities):
 
     def index_step(self, max_rows: int) -> tuple[int, dict[str, Any] | None]:
         from quill.store.errors import CorruptError
+
         try:
             return index_slice(self.conn, max_rows), None
         except CorruptError as exc:
@@ -169,26 +187,33 @@ class SqliteStore(SqliteCapabilities):
         figures = wal_checkpoint(self.conn, "TRUNCATE")
         if figures["blocked_by_reader"]:
             self._wal_blocked_since = self._wal_blocked_since or time.time()
-            self.log.warning("writer.checkpoint_blocked",
-                             reason="blocked by a reader: a read transaction holds an old "
-                                    "snapshot, so the WAL cannot be reset yet; retried while idle",
-                             **figures)
+            self.log.warning(
+                "writer.checkpoint_blocked",
+                reason="blocked by a reader: a read transaction holds an old "
+                "snapshot, so the WAL cannot be reset yet; retried while idle",
+                **figures,
+            )
             return
         self._wal_blocked_since = None
-        record_job_run(self.conn, "wal_checkpoint", started, time.time(), "ok",
-                       {**figures, "runner": "writer"})
+        record_job_run(
+            self.conn, "wal_checkpoint", started, time.time(), "ok", {**figures, "runner": "writer"}
+        )
         self.log.info("writer.idle_truncate", **figures)
 
     def status_fields(self) -> dict[str, Any]:
-        return {"fts_indexed_upto": indexed_upto(self.conn) if self.conn is not None else None,
-                "wal_blocked_since": self._wal_blocked_since}
+        return {
+            "fts_indexed_upto": indexed_upto(self.conn) if self.conn is not None else None,
+            "wal_blocked_since": self._wal_blocked_since,
+        }
 
     def describe(self, exc: Exception) -> str:
         errno_ = self.conn.system_errno if self.conn is not None else 0
         if isinstance(exc, DiskFullError) or errno_ in (errno.ENOSPC, errno.EDQUOT):
             free = shutil.disk_usage(self.path.parent).free
-            return (f"disk full: {exc} ({free} bytes free on {self.path.parent}); "
-                    "the drain resumes when space returns")
+            return (
+                f"disk full: {exc} ({free} bytes free on {self.path.parent}); "
+                "the drain resumes when space returns"
+            )
         return f"{type(exc).__name__}: {exc}" + (f" (errno {errno_})" if errno_ else "")
 
     def run_job(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -214,15 +239,18 @@ class SqliteStore(SqliteCapabilities):
         built from the spool alone; that is complete only if the spool still starts at segment
         1 and no snapshot exists (spool GC removes what a snapshot covers)."""
         from quill.spool.segments import list_segments
+
         if self.path.exists() or self.spool_dir is None:
             return None
         segments = list_segments(self.spool_dir)
         snapshots = sorted(self.snapshots_dir.glob("snapshot-*.db")) if self.snapshots_dir else []
         if snapshots or (segments and segments[0] > 1):
-            return (f"{self.path} is missing and the spool alone no longer holds the full "
-                    f"history (oldest segment {segments[0] if segments else None}, "
-                    f"{len(snapshots)} snapshot(s)); `quill recover` restores the newest "
-                    "snapshot and replays the spool")
+            return (
+                f"{self.path} is missing and the spool alone no longer holds the full "
+                f"history (oldest segment {segments[0] if segments else None}, "
+                f"{len(snapshots)} snapshot(s)); `quill recover` restores the newest "
+                "snapshot and replays the spool"
+            )
         return None
 
     def halt(self, cause: Halt) -> bool:
@@ -235,6 +263,7 @@ class SqliteStore(SqliteCapabilities):
         """Honour a swap request of a waiting ``quill recover`` (we hold the lease and no
         connection): swap the rebuilt file in, clear the halt, and exit to be restarted."""
         from quill.store.sqlite.swap import swap_in
+
         request = self.run_dir.swap_request()  # only while its `quill recover` is waiting
         if not request:
             return "halted"
@@ -248,6 +277,7 @@ class SqliteStore(SqliteCapabilities):
 
     def reader(self) -> Any:
         from quill.store.read.reader import Reader
+
         return Reader(self.path)
 
     def maintenance(self, job: str) -> dict[str, Any]:

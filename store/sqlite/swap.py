@@ -3,6 +3,7 @@
 The rebuild itself (newest verified snapshot + spool replay) lives in ``ops.recover.sqlite``; this
 module owns the file-level steps, which must only run while no connection writes the store.
 """
+
 from __future__ import annotations
 
 import os
@@ -12,9 +13,8 @@ from pathlib import Path
 import apsw
 
 from quill.home import evidence_dir
-
-from quill.store.sqlite.connection import open_reader
 from quill.store.errors import mapped
+from quill.store.sqlite.connection import open_reader
 from quill.store.sqlite.guard import new_generation
 
 

@@ -4,6 +4,7 @@ A checkpoint copies committed WAL frames into ``state.db``; TRUNCATE also resets
 0 bytes. Readers on an older snapshot hold frames back, so every checkpoint here runs with a
 busy timeout of 0 and reports ``blocked_by_reader`` instead of stalling the writer.
 """
+
 from __future__ import annotations
 
 import os
@@ -11,8 +12,8 @@ from typing import Any
 
 import apsw
 
-from quill.store.sqlite.connection import WRITER_BUSY_MS
 from quill.store.errors import TransientError, mapped
+from quill.store.sqlite.connection import WRITER_BUSY_MS
 
 _CHECKPOINT_MODES = {
     "PASSIVE": apsw.SQLITE_CHECKPOINT_PASSIVE,
@@ -55,5 +56,11 @@ def wal_checkpoint(conn: apsw.Connection, mode: str = "PASSIVE") -> dict[str, An
         blocked = True
     finally:
         conn.set_busy_timeout(WRITER_BUSY_MS)
-    return {"mode": mode, "wal_bytes_before": before, "wal_bytes_after": wal_bytes(conn),
-            "log_frames": log_frames, "checkpointed_frames": done, "blocked_by_reader": blocked}
+    return {
+        "mode": mode,
+        "wal_bytes_before": before,
+        "wal_bytes_after": wal_bytes(conn),
+        "log_frames": log_frames,
+        "checkpointed_frames": done,
+        "blocked_by_reader": blocked,
+    }

@@ -96,7 +96,7 @@ def run(reps: int = 40) -> dict[str, Any]:
         }
         times: dict[str, list[float]] = {name: [] for name in cases}
         cpu: dict[str, list[float]] = {name: [] for name in cases}
-        for name, (argv, stdin) in cases.items():  # warm the page cache once
+        for argv, stdin in cases.values():  # warm the page cache once
             _time(argv, env, stdin)
         for _ in range(reps):
             for name, (argv, stdin) in cases.items():

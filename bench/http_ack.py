@@ -82,7 +82,7 @@ def run(n: int = 300, clients: int = 16) -> dict[str, Any]:
         try:
             spool = Spool(home / "spool")
             with httpx.Client() as http:
-                for i in range(n):  # interleaved: one direct append, one HTTP append
+                for _ in range(n):  # interleaved: one direct append, one HTTP append
                     t = time.perf_counter()
                     spool.append("messages.append", {"session_id": "floor", "messages": MESSAGES})
                     direct.append(time.perf_counter() - t)

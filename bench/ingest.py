@@ -157,7 +157,7 @@ def run_producers(
         "cpu_ms_per_call": ms(cpu_per_call),
         "errors": sum(r["errors"] for r in results),
         "error_sample": errors[0] if errors else None,
-        "samples": [(a, l) for r in results for a, l in zip(r["at"], r["lat"])]
+        "samples": [(at, lat) for r in results for at, lat in zip(r["at"], r["lat"])]
         if record_times
         else None,
         "cpu_s": sum(r.get("cpu_s", 0.0) for r in results),

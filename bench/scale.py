@@ -65,7 +65,7 @@ def build(n: int, d: Path, log) -> dict[str, Any]:
             break
         except queue.Empty:
             if not p.is_alive():
-                raise RuntimeError(f"drain process died (exit code {p.exitcode})")
+                raise RuntimeError(f"drain process died (exit code {p.exitcode})") from None
     p.join()
     res["spool_bytes"] = dir_bytes(d / "spool")
     res["db_bytes"] = sum(f.stat().st_size for f in d.glob("state.db*"))

@@ -245,8 +245,8 @@ def test_readable_and_training_formats(quill, tmp_path):
     assert md.startswith("# Fix it") and "<details><summary>tool call · ls</summary>" in md
     assert "<details><summary>tool result · ls</summary>" in md and "two files" in md
     chat = [
-        json.loads(l)
-        for l in quill.run("export", "--source", "cli", "--format", "openai").stdout.splitlines()
+        json.loads(line)
+        for line in quill.run("export", "--source", "cli", "--format", "openai").stdout.splitlines()
     ]
     assert len(chat) == 1 and [m["role"] for m in chat[0]["messages"]] == [
         "system",
@@ -257,8 +257,8 @@ def test_readable_and_training_formats(quill, tmp_path):
     ]
     assert chat[0]["messages"][2]["tool_calls"][0]["function"]["name"] == "ls"
     share = [
-        json.loads(l)
-        for l in quill.run("export", "--key", "k", "--format", "sharegpt").stdout.splitlines()
+        json.loads(line)
+        for line in quill.run("export", "--key", "k", "--format", "sharegpt").stdout.splitlines()
     ]
     assert [t["from"] for t in share[0]["conversations"]] == [
         "system",
@@ -292,13 +292,13 @@ def test_system_prompts_and_tools_round_trip_and_the_model_view_returns_them(qui
     reloaded = tools + [
         {"type": "function", "function": {"name": "cat", "parameters": {"type": "object"}}}
     ]
-    say = lambda sid, text: {
-        "op": "messages.append",
-        "data": {  # noqa: E731
-            "session_id": sid,
-            "messages": [{"role": "user", "content": text}],
-        },
-    }
+
+    def say(sid, text):
+        return {
+            "op": "messages.append",
+            "data": {"session_id": sid, "messages": [{"role": "user", "content": text}]},
+        }
+
     ops = [
         {
             "op": "session.create",

@@ -201,13 +201,12 @@ def test_restarts_are_counted_shown_and_printed_and_the_writer_comes_back_fast(q
             pid = _wait_for(lambda: _live_writer_pid(home), what="a live writer")
             os.kill(pid, signal.SIGKILL)
             _wait_for(
-                lambda: _live_writer_pid(home) not in (None, pid),
+                lambda killed=pid: _live_writer_pid(home) not in (None, killed),
                 timeout=30,
                 what="the writer back",
             )
-            consumer = _live_pid(
-                home, "consumer"
-            )  # once crash-looping it restarts only each minute
+            # once crash-looping the consumer restarts only each minute
+            consumer = _live_pid(home, "consumer")
             if i < 5 and consumer:
                 os.kill(consumer, signal.SIGKILL)
         # Every role in a crash loop is named (how many loop depends on how fast the

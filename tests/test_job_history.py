@@ -109,10 +109,13 @@ def test_consumer_killed_during_integrity_check_leaves_an_interrupted_run(quill,
             ),
             what="integrity_check to start",
         )
+
         # Let the check run in short slices; after each, keep it frozen while the writer (not
         # frozen) gets seconds to apply the start row — so even on a loaded machine the row is
         # in the store long before the check itself could finish. Then kill it mid-run.
-        running = lambda: [r for r in _runs(home, "integrity_check") if r["outcome"] == "running"]
+        def running():
+            return [r for r in _runs(home, "integrity_check") if r["outcome"] == "running"]
+
         for _ in range(60):
             os.kill(consumer, signal.SIGCONT)
             time.sleep(0.02)

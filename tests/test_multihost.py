@@ -16,13 +16,12 @@ import time
 from pathlib import Path
 
 import pytest
-
-psycopg = pytest.importorskip("psycopg")
-
 from conftest import REPO
 
 from quill.spool import Spool, SpoolReader
 from quill.spool.identity import load_or_create
+
+psycopg = pytest.importorskip("psycopg")
 
 HOSTS = 4
 BATCHES = 120  # per host

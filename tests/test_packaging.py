@@ -27,8 +27,8 @@ def _fake_wheel(dist: Path, name: str) -> Path:
     files = {
         f"{name}/__init__.py": "MARK = 'the other ops'\n",
         f"{name}-1.0.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n",
-        f"{name}-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: quill-test\nRoot-Is-Purelib: true\n"
-        "Tag: py3-none-any\n",
+        f"{name}-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: quill-test\n"
+        "Root-Is-Purelib: true\nTag: py3-none-any\n",
     }
     record = []
     for path, text in files.items():
@@ -129,8 +129,8 @@ def test_install_beside_a_package_named_ops_and_import_quill(wheel, tmp_path):
         )
         assert version.stdout.strip() == f"quill {quill.__version__}"
         append = (
-            "import quill; q = quill.Client(%r); print(q.append('s', [{'role': 'user', 'content': 'hi'}]))"
-            % str(home)
+            f"import quill; q = quill.Client({str(home)!r}); "
+            "print(q.append('s', [{'role': 'user', 'content': 'hi'}]))"
         )
         done = subprocess.run(
             [str(python), "-c", append], capture_output=True, text=True, cwd=tmp_path

@@ -31,7 +31,9 @@ TRICKY = [
     },
     {"floats": [0.1, -0.0, 1e-05, 1e300, 5e-324, 123456789.123456789, 1.0, 2.5e-8]},
     {"tuple": (1, 2, ("x",)), "bools": [True, False], "nested": {"a": [{"b": [{}]}]}},
-    {"keys": {1: "int key", 2.5: "float key", True: "bool key", None: "none key"}},
+    # True == 1 as a dict key, so the bool keys need a dict of their own to reach the encoder
+    {"keys": {1: "int key", 2.5: "float key", None: "none key"}},
+    {"bool keys": {True: "true key", False: "false key"}},
     {"surrogate": "caf\udce9", "key\udcff": "v"},
 ]
 

@@ -51,32 +51,29 @@ def _last_byte(spool_dir: Path) -> tuple[int, int, bytes]:
         return seg, size, os.pread(f.fileno(), 1, size - 1) if size else b""
 
 
+def _acked(acks: Path, producer: str) -> int:
+    """How many records the producer tagged ``producer`` has logged as acknowledged."""
+    if not acks.exists():
+        return 0
+    return sum(
+        1 for line in acks.read_text().splitlines() if line.split()[1].startswith(f"{producer}-")
+    )
+
+
 def _kill_mid_append(home: Path, acks: Path, tag: str) -> None:
     """Run a producer until it has one acknowledged record, then SIGKILL it while its next
     record is half written. Retries (a new producer) until a kill lands mid-write."""
     spool_dir = home / "spool"
     for attempt in range(20):
+        producer = f"{tag}{attempt}"
         proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                _PRODUCER,
-                str(home),
-                str(acks),
-                f"{tag}{attempt}",
-                str(RECORD_BYTES),
-            ],
+            [sys.executable, "-c", _PRODUCER, str(home), str(acks), producer, str(RECORD_BYTES)],
             env=quill_env(home),
             cwd=REPO,
         )
         try:
             deadline = time.monotonic() + 120
-            acked = lambda: sum(
-                1
-                for line in acks.read_text().splitlines()
-                if line.split()[1].startswith(f"{tag}{attempt}-")
-            )
-            while not acks.exists() or not acked():
+            while not _acked(acks, producer):
                 assert proc.poll() is None and time.monotonic() < deadline, (
                     "producer made no progress"
                 )

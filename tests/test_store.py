@@ -57,7 +57,7 @@ def test_cursor_commits_with_the_rows_and_replay_changes_nothing(store):
 
 
 def test_same_message_ids_in_a_new_batch_are_not_duplicated(store):
-    spool, conn = store.spool, store.conn
+    spool = store.spool
     spool.append("messages.append", {"session_id": "s", "messages": _msgs(5)})
     spool.append(
         "messages.append", {"session_id": "s", "messages": _msgs(8)}
@@ -69,7 +69,7 @@ def test_same_message_ids_in_a_new_batch_are_not_duplicated(store):
 
 
 def test_a_batch_with_one_invalid_message_lands_nothing_and_is_quarantined(store):
-    spool, conn = store.spool, store.conn
+    spool = store.spool
     spool.append("messages.append", {"session_id": "s", "messages": _msgs(3, "ok")})
     bad = _msgs(3, "bad") + [{"role": "wizard", "content": "nope"}]
     spool.append("messages.append", {"session_id": "s", "messages": bad})
@@ -89,7 +89,7 @@ def test_a_batch_with_one_invalid_message_lands_nothing_and_is_quarantined(store
 
 
 def test_messages_keep_every_field_and_unknown_ones_verbatim(store):
-    spool, conn = store.spool, store.conn
+    spool = store.spool
     call = {
         "id": "call_1",
         "type": "function",
@@ -123,7 +123,7 @@ def test_messages_keep_every_field_and_unknown_ones_verbatim(store):
 
 @pytest.mark.parametrize("encoding", [None, 0, False, {}, "{}", "null", "[]", "not json {", []])
 def test_empty_or_malformed_tool_calls_mean_no_tool_calls(store, encoding):
-    spool, conn = store.spool, store.conn
+    spool = store.spool
     spool.append(
         "messages.append",
         {
@@ -149,7 +149,7 @@ def test_tool_calls_given_as_a_json_string_are_stored_once_encoded(store):
 
 
 def test_search_finds_rows_before_and_after_indexing(store):
-    spool, conn = store.spool, store.conn
+    spool = store.spool
     spool.append(
         "messages.append",
         {"session_id": "a", "messages": [{"role": "user", "content": "the quokka jumps"}]},
@@ -187,7 +187,7 @@ def test_search_finds_rows_before_and_after_indexing(store):
 
 
 def test_every_ascii_punctuation_between_two_words_is_a_valid_query(store):
-    spool, conn = store.spool, store.conn
+    spool = store.spool
     spool.append(
         "messages.append",
         {"session_id": "s", "messages": [{"role": "user", "content": "alpha beta"}]},
@@ -225,7 +225,7 @@ def test_sanitizer_keeps_operators_only_between_terms():
 
 
 def test_session_end_first_reason_wins_and_title_rules(store):
-    spool, conn = store.spool, store.conn
+    spool = store.spool
     spool.append("session.create", {"session_id": "s", "title": "  My\x07 title\n"})
     spool.append("session.create", {"session_id": "t"})
     spool.append("session.title", {"session_id": "t", "title": "My title"})  # taken: rejected
@@ -258,7 +258,7 @@ def test_reader_opens_paths_with_uri_special_characters(tmp_path):
     ],
 )
 def test_a_poison_record_is_quarantined_and_the_drain_goes_on(store, op, data):
-    spool, conn = store.spool, store.conn
+    spool = store.spool
     spool.append(op, data)
     spool.append(
         "messages.append", {"session_id": "ok", "messages": [{"role": "user", "content": "after"}]}

@@ -336,7 +336,11 @@ def _independent_sums() -> dict[str, dict[str, int]]:
         records = (
             json.loads(text)
             if path.suffix == ".json"
-            else [json.loads(l) for l in text.splitlines() if l.strip().startswith("{") and _ok(l)]
+            else [
+                json.loads(line)
+                for line in text.splitlines()
+                if line.strip().startswith("{") and _ok(line)
+            ]
         )
         for rec in records:
             msg = (

@@ -80,12 +80,12 @@ def test_reprice_through_the_spool(quill, tmp_path):
     ]
     assert abs(quill.json("usage")[0]["cost_usd"] - (before - cost)) < 1e-9
     # the op is on record in the spool, with the numbers it applied
-    lines = [
-        json.loads(l)
+    records = [
+        json.loads(line)
         for seg in sorted((quill.home / "spool").glob("*.jsonl"))
-        for l in seg.read_text().splitlines()
+        for line in seg.read_text().splitlines()
     ]
-    [op] = [l for l in lines if l["op"] == "usage.reprice"]
+    [op] = [rec for rec in records if rec["op"] == "usage.reprice"]
     assert (
         op["data"]["rows"] == [[priced, OLD, cost]]
         and op["data"]["price_version"] == price_version()

@@ -250,8 +250,8 @@ def pg_store_url(pg_schemas) -> str:
 
 def pg_data_dir(root, url: str, n: int):
     """A data dir on the PostgreSQL store ``url`` with ``n`` messages (session ``<dir name>-s``)
-    appended to its spool and drained as its writer would (``ops.recover.postgres.drain``); returns the drain's
-    figures (``spool_id``, ``to`` cursor, …)."""
+    appended to its spool and drained as its writer would (``ops.recover.postgres.drain``);
+    returns the drain's figures (``spool_id``, ``to`` cursor, …)."""
     old = os.umask(
         0o077
     )  # as `quill` itself runs (owner-only files), so doctor's mode check passes
@@ -290,7 +290,8 @@ def backend(request) -> str | None:
 
 @pytest.fixture
 def env(tmp_path):
-    """A real spool dir and an open writer connection on a temp store: ``(spool, conn, tmp_path)``."""
+    """A real spool dir and an open writer connection on a temp store:
+    ``(spool, conn, tmp_path)``."""
     from quill.spool import Spool
     from quill.store import open_writer
 

@@ -1,6 +1,6 @@
 """Content-addressed blobs (store/apply/blobs.py) on both backends (a SQLite file, a PostgreSQL
-schema) through the real spool and the backend's apply: one copy per distinct payload, every read returns the original bytes, a refused op
-leaves nothing behind, a v1 store is migrated."""
+schema) through the real spool and the backend's apply: one copy per distinct payload, every
+read returns the original bytes, a refused op leaves nothing behind, a v1 store is migrated."""
 
 from __future__ import annotations
 

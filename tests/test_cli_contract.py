@@ -262,7 +262,8 @@ def test_push_imports_only_the_producer_side(home):
     assert "quill.ops.cli.push_fast" in loaded and "quill.store.apply.precheck" in loaded
 
 
-#: The common `quill push` argv skips these too (ops/cli/push_fast.py; bench/RESULTS.md has the cost).
+#: The common `quill push` argv skips these too (ops/cli/push_fast.py; bench/RESULTS.md has the
+#: cost).
 FAST_PUSH_SKIPS = ("click", "msgspec", "dataclasses", "uuid", "hashlib", "shutil")
 
 
@@ -291,14 +292,17 @@ PUSH_CASES = [
 
 @pytest.mark.parametrize("args,stdin", PUSH_CASES, ids=[" ".join(a) for a, _ in PUSH_CASES])
 def test_push_fast_path_and_click_path_print_the_same(tmp_path, args, stdin):
-    """`quill push` with a common argv runs without click (ops/cli/push_fast.py); the click command must
-    behave identically: same exit code, stdout and stderr (ids and positions aside)."""
+    """`quill push` with a common argv runs without click (ops/cli/push_fast.py); the click command
+    must behave identically: same exit code, stdout and stderr (ids and positions aside)."""
     import subprocess
     import sys
 
     from conftest import quill_env
 
-    via_click = "from quill.ops.cli import cli; from quill.ops.cli.base import run; import sys; sys.exit(run(cli))"
+    via_click = (
+        "from quill.ops.cli import cli; from quill.ops.cli.base import run; import sys; "
+        "sys.exit(run(cli))"
+    )
     out = []
     for code in ("from quill.ops.cli import main; main()", via_click):
         home = tmp_path / str(len(out))

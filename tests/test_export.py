@@ -16,8 +16,8 @@ _SESSION = (
     "archived, pinned, hidden, meta, owner_host, owner_pid, owner_started, placeholder"
 )
 _MESSAGE = (
-    "ext_id, role, content, parts, tool_calls, tool_call_id, tool_name, reasoning, finish_reason, ts, "
-    "extra, state"
+    "ext_id, role, content, parts, tool_calls, tool_call_id, tool_name, reasoning, finish_reason, "
+    "ts, extra, state"
 )
 _USAGE = (
     "task, model, provider, source, response_id, input_tokens, output_tokens, cache_read_tokens, "
@@ -34,7 +34,8 @@ def canonical(home) -> dict:
         # a placeholder's start travels with its messages (messages.restore's started_at); one
         # with no messages (made by a usage.record alone) starts at its import
         start = (
-            "CASE WHEN placeholder = 1 AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.session_id = sessions.id) "
+            "CASE WHEN placeholder = 1 AND NOT EXISTS "
+            "(SELECT 1 FROM messages m WHERE m.session_id = sessions.id) "
             "THEN NULL ELSE started_at END"
         )
         sessions = conn.execute(

@@ -174,7 +174,8 @@ def test_status_and_doctor_list_overdue_jobs(quill, home):
         with transaction(conn):
             conn.execute("DELETE FROM job_runs")
             conn.executemany(
-                "INSERT INTO job_runs (job, started_at, ended_at, outcome, figures) VALUES (?, ?, ?, ?, '{}')",
+                "INSERT INTO job_runs (job, started_at, ended_at, outcome, figures) "
+                "VALUES (?, ?, ?, ?, '{}')",
                 [
                     (
                         "wal_checkpoint",

@@ -298,7 +298,8 @@ def test_one_bad_field_is_refused_alone_with_an_op_rule_reason(op, tmp_path_fact
         try:
             for setup_op, setup_data in _SETUP:
                 store.spool.append(setup_op, setup_data)
-            # What a producer without the precheck would append (an old client, a hand-written line).
+            # What a producer without the precheck would append (an old client, a hand-written
+            # line).
             store.spool.append(op, data)
             store.spool.append(
                 "messages.append",

@@ -23,11 +23,14 @@ from conftest import QuillCLI, pg_data_dir
 from quill.spool import Spool
 
 DAMAGE = """
-CREATE FUNCTION probe_cmp(a text, b text) RETURNS int LANGUAGE sql IMMUTABLE AS $$ SELECT bttextcmp(a, b) $$;
+CREATE FUNCTION probe_cmp(a text, b text) RETURNS int LANGUAGE sql IMMUTABLE
+    AS $$ SELECT bttextcmp(a, b) $$;
 CREATE OPERATOR CLASS probe_ops FOR TYPE text USING btree AS
-    OPERATOR 1 <, OPERATOR 2 <=, OPERATOR 3 =, OPERATOR 4 >=, OPERATOR 5 >, FUNCTION 1 probe_cmp(text, text);
+    OPERATOR 1 <, OPERATOR 2 <=, OPERATOR 3 =, OPERATOR 4 >=, OPERATOR 5 >,
+    FUNCTION 1 probe_cmp(text, text);
 CREATE INDEX messages_probe ON messages (content probe_ops);
-CREATE OR REPLACE FUNCTION probe_cmp(a text, b text) RETURNS int LANGUAGE sql IMMUTABLE AS $$ SELECT -bttextcmp(a, b) $$;
+CREATE OR REPLACE FUNCTION probe_cmp(a text, b text) RETURNS int LANGUAGE sql IMMUTABLE
+    AS $$ SELECT -bttextcmp(a, b) $$;
 """
 
 

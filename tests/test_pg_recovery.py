@@ -39,7 +39,8 @@ def _url(conninfo: str) -> str:
     from psycopg.conninfo import conninfo_to_dict
 
     p = conninfo_to_dict(conninfo)
-    return f"postgresql://{p.get('user', 'postgres')}@{p.get('host', '127.0.0.1')}:{p.get('port', 5432)}/{p['dbname']}"
+    user, host, port = p.get("user", "postgres"), p.get("host", "127.0.0.1"), p.get("port", 5432)
+    return f"postgresql://{user}@{host}:{port}/{p['dbname']}"
 
 
 def _push(home: Path, host: int, start: int, count: int) -> list[str]:

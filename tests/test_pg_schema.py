@@ -31,8 +31,10 @@ def test_a_store_with_the_old_word_index_is_rebuilt_on_open_and_finds_reasoning(
             "INSERT INTO sessions (id, source, created_at, started_at) VALUES ('old', 'cli', 1, 1)"
         )
         conn.execute(
-            "INSERT INTO messages (session_id, role, content, reasoning, arrived_at, batch_id, state) "
-            "VALUES ('old', 'assistant', 'the answer at the café', 'pondering quaggas', 1, 'b-old', 'live')"
+            "INSERT INTO messages "
+            "(session_id, role, content, reasoning, arrived_at, batch_id, state) "
+            "VALUES ('old', 'assistant', 'the answer at the café', 'pondering quaggas', 1, "
+            "'b-old', 'live')"
         )
     s = Store(tmp_path, pg_store_url)  # opening migrates the layout
     try:
@@ -83,7 +85,8 @@ def test_dropping_one_stores_schema_leaves_the_others_search_working(tmp_path, p
         where = {
             r[0]: r[1]
             for r in conn.execute(
-                "SELECT e.extname, n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace"
+                "SELECT e.extname, n.nspname FROM pg_extension e "
+                "JOIN pg_namespace n ON n.oid = e.extnamespace"
             )
         }
         conn.execute(f'DROP SCHEMA "{schema}" CASCADE')

@@ -65,8 +65,8 @@ class Host:
 
     def commit(self) -> None:
         self.conn.execute(
-            'INSERT INTO spool_cursor (spool_id, segment, "offset", updated_at) VALUES (?, ?, ?, ?) '
-            "ON CONFLICT (spool_id) DO UPDATE SET segment = excluded.segment, "
+            'INSERT INTO spool_cursor (spool_id, segment, "offset", updated_at) '
+            "VALUES (?, ?, ?, ?) ON CONFLICT (spool_id) DO UPDATE SET segment = excluded.segment, "
             '"offset" = excluded."offset"',
             (self.spool_id, *self.last, time.time()),
         )

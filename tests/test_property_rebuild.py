@@ -3,13 +3,14 @@ verified snapshot + spool replay holds exactly the live store's canonical conten
 
 Each seeded sequence appends random ops of every kind (creates with lineage and owners,
 appends with tool calls and repeated producer ids, ends, titles, flags, read marks,
-compactions, rewinds, replaces, deletes, usage records — invalid ones included, which are quarantined)
-to a real spool, drains it with the writer's own drain step (``store.apply.chunk.drain_chunk``) in
-small random chunks, runs the real store jobs between chunks (auto-prune, delete-empty,
-orphan sweep — which append ops — plus VACUUM, FTS rebuild/optimize/merge, checkpoints) and
-takes real snapshots (``jobs.worker_jobs.snapshot``) at random points. At the end, the live
-store is compared with a replay of the whole spool and with each snapshot + replay
-(``ops.recover.replay.replay``), table by table (``CANONICAL``), every column.
+compactions, rewinds, replaces, deletes, usage records — invalid ones included, which are
+quarantined) to a real spool, drains it with the writer's own drain step
+(``store.apply.chunk.drain_chunk``) in small random chunks, runs the real store jobs between
+chunks (auto-prune, delete-empty, orphan sweep — which append ops — plus VACUUM, FTS
+rebuild/optimize/merge, checkpoints) and takes real snapshots (``jobs.worker_jobs.snapshot``)
+at random points. At the end, the live store is compared with a replay of the whole spool and
+with each snapshot + replay (``ops.recover.replay.replay``), table by table (``CANONICAL``),
+every column.
 
 Default run: ``QUILL_PROPERTY_N`` sequences (default 8, seeds 0…N-1); ``QUILL_PROPERTY_N=200``
 for the long run. ``QUILL_PROPERTY_SEED=k`` reruns one seed.
@@ -58,9 +59,11 @@ def check_seed(root: Path, seed: int, steps: int = 70) -> list[str]:
             if rebuilt.get(table) != live[table]:
                 extra = set(rebuilt.get(table, [])) - set(live[table])
                 missing = set(live[table]) - set(rebuilt.get(table, []))
+                run = "full replay" if snap is None else snap.name
                 diffs.append(
-                    f"seed {seed}, {'full replay' if snap is None else snap.name}: {table} differs; "
-                    f"only in rebuild {sorted(extra, key=str)[:3]}, only live {sorted(missing, key=str)[:3]}"
+                    f"seed {seed}, {run}: {table} differs; "
+                    f"only in rebuild {sorted(extra, key=str)[:3]}, "
+                    f"only live {sorted(missing, key=str)[:3]}"
                 )
     assert live["messages"] or live["sessions"] or True  # sequences may legitimately end empty
     return diffs
@@ -90,7 +93,8 @@ def test_the_property_check_can_fail(tmp_path):
 
 # -- the same property on the PostgreSQL store ----------------------------------------------------
 
-#: Seeds of the PostgreSQL run (each ~1 s): 2 by default, ``QUILL_PROPERTY_N`` under QUILL_TORTURE=1.
+#: Seeds of the PostgreSQL run (each ~1 s): 2 by default, ``QUILL_PROPERTY_N`` under
+#: QUILL_TORTURE=1.
 PG_SEEDS = SEEDS if os.environ.get("QUILL_TORTURE") == "1" else SEEDS[:2]
 
 

@@ -90,7 +90,8 @@ def _rows(db: Path, sql: str) -> list[tuple]:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="known limit (docs/operations.md): tombstoned records of x no longer claim the title / response_id, so a whole-spool replay gives them to another session",
+    reason="known limit (docs/operations.md): tombstoned records of x no longer claim the "
+    "title / response_id, so a whole-spool replay gives them to another session",
 )
 def test_whole_spool_replay_after_purge_gives_the_kept_sessions_the_same_title_and_usage(tmp_path):
     """docs/ops.md: "a replay of the *whole* spool from before the delete gives the same
@@ -142,7 +143,8 @@ class _Killed(Exception):
 
 @pytest.mark.xfail(
     strict=True,
-    reason="known limit (docs/operations.md): a snapshot older than x's create + the purged spool gives the title / usage x had claimed to another session",
+    reason="known limit (docs/operations.md): a snapshot older than x's create + the purged "
+    "spool gives the title / usage x had claimed to another session",
 )
 def test_snapshot_plus_spool_after_an_interrupted_purge_equals_the_live_store(tmp_path):
     """A purge interrupted after the spool rewrite and before its fresh snapshot (machine
@@ -238,7 +240,8 @@ def test_replay_after_a_purge_sealed_a_torn_segment_reaches_the_records_after_it
 
 @pytest.mark.xfail(
     strict=True,
-    reason="known limit (docs/operations.md): a rebuild that never created x skips its delete, so x's branch child is not detached",
+    reason="known limit (docs/operations.md): a rebuild that never created x skips its delete, "
+    "so x's branch child is not detached",
 )
 def test_whole_spool_replay_after_purge_detaches_the_branch_like_the_live_store(tmp_path):
     """Live, ``sessions.delete x`` detaches x's branch child c (parent_id/kind cleared). After

@@ -59,7 +59,8 @@ def test_every_word_of_every_tool_call_argument_in_the_corpus_is_found(store):
     if store.kind == "postgres":
         pytest.skip(
             "SQLite only: reads the FTS5 tools column directly (8 s of corpus); PostgreSQL's "
-            "tool text (quill_tool_text) is checked through the API by the two tool-argument tests in test_search_text.py"
+            "tool text (quill_tool_text) is checked through the API by the two tool-argument "
+            "tests in test_search_text.py"
         )
     from quill.ops.importers import iter_transcript_files, parse_file
 

@@ -96,7 +96,10 @@ def test_batch_and_single_appends_store_identical_rows_for_every_tool_calls_enco
     store.apply("messages.append", {"session_id": "batch", "messages": msgs})
     for m in msgs:
         store.apply("messages.append", {"session_id": "single", "messages": [m]})
-    cols = "role, content, parts, tool_calls, tool_call_id, tool_name, reasoning, finish_reason, extra, state"
+    cols = (
+        "role, content, parts, tool_calls, tool_call_id, tool_name, reasoning, finish_reason, "
+        "extra, state"
+    )
     rows = {
         sid: store.conn.execute(
             f"SELECT {cols} FROM messages WHERE session_id = ? ORDER BY id", (sid,)

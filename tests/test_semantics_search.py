@@ -131,7 +131,8 @@ def test_trigram_index_holds_only_its_documented_scope(store):
         assert "'user'" in scope and "'assistant'" in scope and "'tool'" not in scope
     else:
         n_fts = store.conn.execute(
-            "SELECT count(*) FROM messages_fts WHERE messages_fts MATCH 'one OR two OR three OR four'"
+            "SELECT count(*) FROM messages_fts "
+            "WHERE messages_fts MATCH 'one OR two OR three OR four'"
         ).fetchone()[0]
         n_tri = store.conn.execute(
             "SELECT count(*) FROM messages_trigram WHERE messages_trigram MATCH '数据库'"

@@ -495,7 +495,8 @@ WRONG_TYPED = [
 ]
 #: Raw bodies: Python's JSON reader takes NaN/Infinity, which the spool cannot hold.
 WRONG_RAW = [
-    b'{"ops": [{"op": "messages.append", "data": {"session_id": "w", "messages": [{"role": "user", "content": "x", "timestamp": NaN}]}}]}',
+    b'{"ops": [{"op": "messages.append", "data": {"session_id": "w", "messages": '
+    b'[{"role": "user", "content": "x", "timestamp": NaN}]}}]}',
     b'{"ops": [{"op": "session.create", "data": {"session_id": "w", "meta": {"x": Infinity}}}]}',
     b'{"messages": [{"role": "user", "content": "x", "k": -Infinity}]}',
 ]

@@ -87,7 +87,8 @@ DEMO_OPS = [
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
-    """A fleet (with its http child) over the imported corpus; yields (base URL, admin token, quill)."""
+    """A fleet (with its http child) over the imported corpus; yields
+    (base URL, admin token, quill)."""
     home = tmp_path_factory.mktemp("dash") / "quill home"
     home.mkdir()
     port = free_port()

@@ -18,7 +18,8 @@ EXAMPLES = 30
 
 
 def errors_are_shaped(ctx, response, case) -> None:
-    """Every 4xx/5xx body is {"error": {"status", "reason", "detail"}} with the response's status."""
+    """Every 4xx/5xx body is {"error": {"status", "reason", "detail"}} with the response's
+    status."""
     if response.status_code < 400:
         return None
     body = json.loads(response.content)

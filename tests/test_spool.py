@@ -109,8 +109,9 @@ def test_seal_torn_tail_when_no_producer_holds_the_segment(tmp_path):
 def test_a_torn_tail_in_a_full_segment_does_not_hide_the_next_segment(tmp_path):
     """Size-based rotation: a producer killed mid-write at the end of a full segment leaves a
     torn tail no later append terminates (producers move to the next segment). The reader
-    yields it as it stands (a record prefix: ``torn-write``, else a damaged ``torn-tail``) and reads on; ``seal_torn_tail``
-    leaves a sealed segment alone (that would move its end past a cursor already there)."""
+    yields it as it stands (a record prefix: ``torn-write``, else a damaged ``torn-tail``) and
+    reads on; ``seal_torn_tail`` leaves a sealed segment alone (that would move its end past a
+    cursor already there)."""
     with Spool(tmp_path, segment_bytes=200) as sp:
         sp.append("session.create", {"session_id": "before", "source": "cli", "pad": "x" * 150})
     with open(tmp_path / "00000001.jsonl", "ab") as f:

@@ -1,4 +1,5 @@
-"""Spool operations: retention rules, `quill spool status|verify|replay`, read-your-writes timeout."""
+"""Spool operations: retention rules, `quill spool status|verify|replay`, read-your-writes
+timeout."""
 
 from __future__ import annotations
 

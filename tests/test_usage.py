@@ -44,8 +44,9 @@ def store(tmp_path, backend):
 
 def _usage(store, sid=None):
     sql = (
-        "SELECT session_id, message_id, response_id, task, model, input_tokens, output_tokens, cache_read_tokens, "
-        "cache_write_tokens, reasoning_tokens, cost_usd, price_version FROM usage"
+        "SELECT session_id, message_id, response_id, task, model, input_tokens, output_tokens, "
+        "cache_read_tokens, cache_write_tokens, reasoning_tokens, cost_usd, price_version "
+        "FROM usage"
     )
     rows = store.conn.execute(
         sql + (" WHERE session_id = ?" if sid else "") + " ORDER BY id", (sid,) if sid else ()

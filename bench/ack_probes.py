@@ -143,10 +143,12 @@ def run(sizes, log) -> dict[str, Any]:
             r = sync_kinds(d, n, size)
         out["sync_kinds"].append(r)
         log(
-            f"§1 fdatasync {size:>6d} B: append (grows) p50 {r['append']['p50_ms']} p99 {r['append']['p99_ms']} "
-            f"mean {r['append']['mean_ms']} ms | overwrite (preallocated, zeroed) p50 {r['overwrite']['p50_ms']} "
+            f"§1 fdatasync {size:>6d} B: append (grows) p50 {r['append']['p50_ms']} "
+            f"p99 {r['append']['p99_ms']} mean {r['append']['mean_ms']} ms | "
+            f"overwrite (preallocated, zeroed) p50 {r['overwrite']['p50_ms']} "
             f"p99 {r['overwrite']['p99_ms']} mean {r['overwrite']['mean_ms']} ms | fallocate p50 "
-            f"{r['fallocate']['p50_ms']} p99 {r['fallocate']['p99_ms']} ms | overwrite ÷ append: mean "
+            f"{r['fallocate']['p50_ms']} p99 {r['fallocate']['p99_ms']} ms | "
+            f"overwrite ÷ append: mean "
             f"{r['overwrite_over_append_mean']} p99 {r['overwrite_over_append_p99']}"
         )
     out["append_cpu"] = cpu

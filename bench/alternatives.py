@@ -4,12 +4,15 @@ Every writer is opened once per producer process (``open``), then ``write(sessio
 returns only when those messages are durable by that system's own rules; ``close`` at the end.
 ``prepare(path)`` runs once, in the parent, before producers start (schema creation).
 
-* ``quill``      Quill's spool: ``Spool(dir).append("messages.append", …)``, one fsync'd record per call.
-* ``naive``      stdlib sqlite3, WAL, synchronous=FULL, FTS5 by triggers, one BEGIN IMMEDIATE per message
-                 (the reference design where every agent process writes the database itself).
+* ``quill``      Quill's spool: ``Spool(dir).append("messages.append", …)``, one fsync'd record
+                 per call.
+* ``naive``      stdlib sqlite3, WAL, synchronous=FULL, FTS5 by triggers, one BEGIN IMMEDIATE per
+                 message (the reference design where every agent process writes the database
+                 itself).
 * ``naive_turn`` the same store, one transaction per 5-message turn (a call of 10 = 2 transactions;
                  a call of 1 cannot form a turn, so it is one transaction per message).
-* ``agents``     OpenAI Agents SDK ``SQLiteSession(session_id, db_path).add_items(items)`` (file-backed).
+* ``agents``     OpenAI Agents SDK ``SQLiteSession(session_id, db_path).add_items(items)``
+                 (file-backed).
 * ``langgraph``  LangGraph ``SqliteSaver.put`` of one checkpoint per 5-message turn, holding the
                  thread's accumulated ``messages`` channel, as a MessagesState graph checkpoints it.
 """

@@ -149,7 +149,8 @@ def ingest(n: int, pg: str) -> list[dict[str, Any]]:
                     }
                 )
                 print(
-                    f"ingest {kind:8} writers={k}: {rows} rows in {wall:.1f} s = {rows / wall:,.0f} msgs/s",
+                    f"ingest {kind:8} writers={k}: {rows} rows in {wall:.1f} s = "
+                    f"{rows / wall:,.0f} msgs/s",
                     flush=True,
                 )
     base = results[0]["msgs_per_s"]
@@ -239,7 +240,8 @@ def ack_latency(pg: str, producers: int = 4, seconds: float = 8.0) -> list[dict[
                 }
             )
             print(
-                f"ack {kind:8}: {len(lat)} calls p50 {ms(pct(lat, 50))} ms p99 {ms(pct(lat, 99))} ms "
+                f"ack {kind:8}: {len(lat)} calls p50 {ms(pct(lat, 50))} ms "
+                f"p99 {ms(pct(lat, 99))} ms "
                 f"(writer applied {drained} rows meanwhile)",
                 flush=True,
             )
@@ -289,7 +291,8 @@ def search(n: int, pg: str, runs: int = 20) -> list[dict[str, Any]]:
             row["p95_pg_vs_sqlite"] = ratio(row["postgres_p95_ms"], row["sqlite_p95_ms"])
             out.append(row)
             print(
-                f"search {name:26} sqlite p95 {row['sqlite_p95_ms']} ms  postgres p95 {row['postgres_p95_ms']} ms"
+                f"search {name:26} sqlite p95 {row['sqlite_p95_ms']} ms  "
+                f"postgres p95 {row['postgres_p95_ms']} ms"
                 f"  ({row['p95_pg_vs_sqlite']}×)",
                 flush=True,
             )

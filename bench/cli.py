@@ -143,18 +143,19 @@ def main() -> None:
     result = run(args.reps)
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     print(
-        f"{'case':<26} {'min ms':>8} {'p50 ms':>8} {'p95 ms':>8} {'p50 - floor':>12} {'÷ floor':>8} {'CPU p50 ms':>11} "
-        f"{'÷ floor':>8}"
+        f"{'case':<26} {'min ms':>8} {'p50 ms':>8} {'p95 ms':>8} {'p50 - floor':>12} "
+        f"{'÷ floor':>8} {'CPU p50 ms':>11} {'÷ floor':>8}"
     )
     for r in result["rows"]:
         print(
-            f"{r['case']:<26} {r['min_ms']:>8} {r['p50_ms']:>8} {r['p95_ms']:>8} {r['p50_over_floor_ms']:>12} "
-            f"{r['ratio_to_floor']:>8}"
+            f"{r['case']:<26} {r['min_ms']:>8} {r['p50_ms']:>8} {r['p95_ms']:>8} "
+            f"{r['p50_over_floor_ms']:>12} {r['ratio_to_floor']:>8}"
             f" {r['cpu_p50_ms']:>11} {r['cpu_ratio_to_floor']:>8}"
         )
     print(f"heavy modules imported: {result['heavy_imports']}")
     print(
-        f"target {result['target']['goal']}: {result['target']['measured_ms']} ms → {result['target']['result']}"
+        f"target {result['target']['goal']}: {result['target']['measured_ms']} ms → "
+        f"{result['target']['result']}"
         " (on a loaded machine compare the ÷ floor ratios: the floor is measured in the same run)"
     )
     if args.out:

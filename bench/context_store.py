@@ -28,7 +28,8 @@ from .common import tempdir
 
 
 def tool_array(kb: int) -> list[dict]:
-    """A realistic tool array of about ``kb`` KB of JSON: named functions with descriptions and schemas."""
+    """A realistic tool array of about ``kb`` KB of JSON: named functions with descriptions and
+    schemas."""
     tools, size, i = [], 0, 0
     while size < kb * 1024:
         tool = {
@@ -104,8 +105,9 @@ def main() -> None:
         added = size - base
         print(f"{name:<10}{size / 1024:>12.1f}{added / 1024:>12.1f}{added / array_bytes:>15.2f}x")
     print(
-        f"shared adds {(sizes['shared'] - base) / 1024:.1f} KB (goal ≈ {array_bytes / 1024:.0f} KB, "
-        f"not {n * array_bytes / 1024 / 1024:.0f} MB); inline adds {(sizes['inline'] - base) / 1024 / 1024:.1f} MB"
+        f"shared adds {(sizes['shared'] - base) / 1024:.1f} KB "
+        f"(goal ≈ {array_bytes / 1024:.0f} KB, not {n * array_bytes / 1024 / 1024:.0f} MB); "
+        f"inline adds {(sizes['inline'] - base) / 1024 / 1024:.1f} MB"
     )
 
 

@@ -1,4 +1,5 @@
-"""Cost of content-derived import session ids: ``python -m bench.import_ids --base DIR [--lines 3000] [--rounds 3]``.
+"""Cost of content-derived import session ids: ``python -m bench.import_ids --base DIR
+[--lines 3000] [--rounds 3]``.
 
 ``DIR`` holds a checkout of the version to compare against as ``DIR/quill`` (e.g.
 ``git archive main | tar -x -C DIR/quill``). A ShareGPT file of ``--lines`` distinct
@@ -40,7 +41,8 @@ spool = Spool(root / "spool")
 if mode == "first":
     conn = open_writer(root / "state.db")
     t = time.perf_counter(); import_file(spool, src, None); t = time.perf_counter() - t
-    apply_chunk(conn, list(SpoolReader(root / "spool").read(START, max_bytes=1 << 40)), lambda *a: None)
+    entries = list(SpoolReader(root / "spool").read(START, max_bytes=1 << 40))
+    apply_chunk(conn, entries, lambda *a: None)
     conn.close()
     print(t)
 else:
@@ -90,7 +92,8 @@ def main() -> None:
         src = d / "traj.jsonl"
         build(src, args.lines)
         print(
-            f"{args.lines} ShareGPT conversations, {src.stat().st_size / 1e6:.1f} MB; load {os.getloadavg()[0]:.1f}"
+            f"{args.lines} ShareGPT conversations, {src.stat().st_size / 1e6:.1f} MB; "
+            f"load {os.getloadavg()[0]:.1f}"
         )
         print("round  first base/new (s)  reimport base/new (s)  legacy base/new (s)")
         for n in range(args.rounds):
@@ -108,7 +111,8 @@ def main() -> None:
                 )
             b, w = row["base"], row["new"]
             print(
-                f"{n + 1:>5}  {b[0]:.2f}/{w[0]:.2f} ({w[0] / b[0]:.2f}x)  {b[1]:.2f}/{w[1]:.2f} ({w[1] / b[1]:.2f}x)"
+                f"{n + 1:>5}  {b[0]:.2f}/{w[0]:.2f} ({w[0] / b[0]:.2f}x)  "
+                f"{b[1]:.2f}/{w[1]:.2f} ({w[1] / b[1]:.2f}x)"
                 f"  {b[2]:.2f}/{w[2]:.2f} ({w[2] / b[2]:.2f}x)"
             )
 

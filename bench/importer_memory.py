@@ -1,4 +1,5 @@
-"""Importer memory on a large transcript: ``python -m bench.importer_memory [--mb 100] [--no-drain]``.
+"""Importer memory on a large transcript: ``python -m bench.importer_memory [--mb 100]
+[--no-drain]``.
 
 An importer that collects a transcript in memory peaks at several times the file's size. This
 benchmark builds a ~``--mb`` MB Claude Code transcript from the real corpus
@@ -121,7 +122,8 @@ try:
     main()
 except SystemExit as exc:
     code = exc.code
-print(json.dumps({"exit": code, "peak_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}), file=sys.stderr)
+peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"exit": code, "peak_kb": peak_kb}), file=sys.stderr)
 """
 
 
@@ -212,9 +214,11 @@ def main() -> None:
     print(json.dumps(res, indent=2))
     verdict = "PASS" if res["import_under_goal"] else "FAIL"
     print(
-        f"import peak RSS {res['peak_mb']['import']} MB on a {res['transcript']['bytes'] / 2**20:.0f} MiB "
+        f"import peak RSS {res['peak_mb']['import']} MB "
+        f"on a {res['transcript']['bytes'] / 2**20:.0f} MiB "
         f"transcript (goal < {GOAL_MB} MB): {verdict}; floor {res['peak_mb']['floor']} MB "
-        f"(import {res['ratio_vs_floor']['import']}× floor, collect-all {res['ratio_vs_floor']['collect']}× floor)"
+        f"(import {res['ratio_vs_floor']['import']}× floor, "
+        f"collect-all {res['ratio_vs_floor']['collect']}× floor)"
     )
 
 

@@ -291,8 +291,10 @@ def run(sizes, log) -> dict[str, Any]:
                     **r,
                 }
                 log(
-                    f"§1 {wcls.name:11s} batch={batch:<2d} procs={procs:<2d} {r['msgs_per_s']:>9.1f} msg/s "
-                    f"p50={r['p50_ms']} ms p99={r['p99_ms']} ms errors={r['errors']} rounds={r['rounds_msgs_per_s']}"
+                    f"§1 {wcls.name:11s} batch={batch:<2d} procs={procs:<2d} "
+                    f"{r['msgs_per_s']:>9.1f} msg/s "
+                    f"p50={r['p50_ms']} ms p99={r['p99_ms']} ms errors={r['errors']} "
+                    f"rounds={r['rounds_msgs_per_s']}"
                 )
                 rows.append(row)
             log(
@@ -305,7 +307,8 @@ def run(sizes, log) -> dict[str, Any]:
     }
     for p in PROCS:
         log(
-            f"§1 bare 4 KiB write+fdatasync, {p:2d} process(es), pooled over its interleaved rounds: "
+            f"§1 bare 4 KiB write+fdatasync, {p:2d} process(es), "
+            "pooled over its interleaved rounds: "
             f"p50 {bare[p]['p50_ms']} ms p99 {bare[p]['p99_ms']} ms ({bare[p]['calls']} calls)"
         )
     # ratios: Quill / each alternative, same batch and procs

@@ -151,7 +151,8 @@ def run(quill_db: Path, n: int, work: Path, sizes, log) -> dict[str, Any]:
         log(
             f"§4 {who:6s} idle p99 {r['idle']['p99_ms']} ms | "
             + " | ".join(
-                f"{k} {r[k]['seconds']}s p99 {r[k]['p99_ms']} ms (x{r[k]['p99_over_idle']}, n={r[k]['n']})"
+                f"{k} {r[k]['seconds']}s p99 {r[k]['p99_ms']} ms "
+                f"(x{r[k]['p99_over_idle']}, n={r[k]['n']})"
                 for k in ("VACUUM", "FTS optimize", "TRUNCATE checkpoint")
             )
         )

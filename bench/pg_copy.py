@@ -1,9 +1,9 @@
 """Search p95 on PostgreSQL vs SQLite over the same large store, without draining
 a million messages through the PostgreSQL writer (~300 msgs/s here: about an hour).
 
-``python -m bench.pg_copy load STATE_DB --pg URL --schema NAME [--no-finish]`` creates Quill's PostgreSQL
-schema in a new schema ``NAME`` (``store.postgres`` through ``open_backend``: the same tables,
-generated ``words`` column and indexes a store gets), then copies the ``sessions`` and
+``python -m bench.pg_copy load STATE_DB --pg URL --schema NAME [--no-finish]`` creates Quill's
+PostgreSQL schema in a new schema ``NAME`` (``store.postgres`` through ``open_backend``: the
+same tables, generated ``words`` column and indexes a store gets), then copies the ``sessions`` and
 ``messages`` rows of an SQLite store built by ``bench.build_store`` — rows the writer's own
 apply path normalised — with ``COPY``. The two GIN indexes (word and trigram) are dropped
 before the copy and re-created from their own definitions after it (a bulk build instead of
@@ -68,7 +68,8 @@ def load(state_db: Path, base: str, schema: str, *, finish: bool = True) -> dict
         copied = {"messages": _copy(pg, src, schema, "messages", "WHERE id > ?", (above,))}
         pg.commit()
         print(
-            f"copied {copied['messages']:,} messages rows above id {above} ({time.perf_counter() - t0:.0f} s)",
+            f"copied {copied['messages']:,} messages rows above id {above} "
+            f"({time.perf_counter() - t0:.0f} s)",
             flush=True,
         )
         if finish:
@@ -82,7 +83,8 @@ def load(state_db: Path, base: str, schema: str, *, finish: bool = True) -> dict
                 pg.commit()
                 print(f"index {name} re-created ({time.perf_counter() - t0:.0f} s)", flush=True)
             pg.execute(
-                "SELECT setval(pg_get_serial_sequence('messages', 'id'), (SELECT max(id) FROM messages))"
+                "SELECT setval(pg_get_serial_sequence('messages', 'id'), "
+                "(SELECT max(id) FROM messages))"
             )
             pg.commit()
             pg.autocommit = True
@@ -104,8 +106,8 @@ def _copy(pg: Any, src: Any, schema: str, table: str, where: str, args: tuple) -
     theirs = {
         r[0]
         for r in pg.execute(
-            "SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND table_name = %s "
-            "AND is_generated = 'NEVER'",
+            "SELECT column_name FROM information_schema.columns "
+            "WHERE table_schema = %s AND table_name = %s AND is_generated = 'NEVER'",
             (schema, table),
         )
     }

@@ -4,9 +4,9 @@
 Builds a spool of ``--records`` message records (~540 bytes each, 16 MiB segments, one
 session in 400 records is the victim), applies it, takes a snapshot, then times
 (a) ``spool verify`` of the whole spool (one checksummed read: the baseline) and
-(b) ``ops.purge.procedure.purge`` of the victim after its ``sessions.delete`` (three spool scans, the
-rewrite of every segment holding the victim, the live store's scrub: FTS optimize + VACUUM +
-TRUNCATE checkpoint, a compacted fresh snapshot, the old one removed).
+(b) ``ops.purge.procedure.purge`` of the victim after its ``sessions.delete`` (three spool
+scans, the rewrite of every segment holding the victim, the live store's scrub: FTS optimize +
+VACUUM + TRUNCATE checkpoint, a compacted fresh snapshot, the old one removed).
 Reported: both in seconds and their ratio, with the spool size and what was rewritten, and
 the scrub's part (seconds of its optimize and VACUUM, share of the purge), and (c) the
 pending-purge check ``quill doctor`` / ``quill status`` run (``ops.purge.pending``) after it.

@@ -1,8 +1,9 @@
 """Run Quill's benchmark suite: ``python -m bench.run [--quick|--full] [--out PATH]``.
 
-Sections (docs/benchmarks.md): §1 acknowledged ingest vs alternatives, §1b paced producers, §2 searchable ingest vs
-raw ceilings, §3 search latency, §4 producer latency under maintenance, §5 scale. Prints rich
-tables and the target verdicts, and writes everything (with machine and versions) as JSON.
+Sections (docs/benchmarks.md): §1 acknowledged ingest vs alternatives, §1b paced producers, §2
+searchable ingest vs raw ceilings, §3 search latency, §4 producer latency under maintenance, §5
+scale. Prints rich tables and the target verdicts, and writes everything (with machine and
+versions) as JSON.
 """
 
 from __future__ import annotations
@@ -83,7 +84,8 @@ def targets(res: dict[str, Any]) -> list[dict[str, Any]]:
     pc = res.get("paced")
     if pc:
         add(
-            f"append p99, {pc['procs']} paced producers (1 call / {pc['interval_s'] * 1000:.0f} ms each) ÷ bare "
+            f"append p99, {pc['procs']} paced producers "
+            f"(1 call / {pc['interval_s'] * 1000:.0f} ms each) ÷ bare "
             "write+fdatasync p99 on the same schedule",
             f"{pc['quill_p99_over_bare']}× ({pc['quill']['p99_ms']} vs {pc['bare']['p99_ms']} ms)",
             "(context)",
@@ -123,7 +125,8 @@ def targets(res: dict[str, Any]) -> list[dict[str, Any]]:
     if largest:
         v = largest["ranked_bounded_p95_ms"]
         add(
-            f"ranked search (Reader.search order=relevance, bounded bm25) p95 at {largest['messages']:,}",
+            "ranked search (Reader.search order=relevance, bounded bm25) "
+            f"p95 at {largest['messages']:,}",
             f"{v} ms (FTS5 bm25(): {largest.get('fts5_bm25_bounded_p95_ms')} ms)",
             "< 20 ms (issue 17)",
             v < 20,
@@ -183,14 +186,16 @@ def tables(res: dict[str, Any], console: Console) -> None:
         console.print(t)
         for procs, b in (res["ingest"].get("bare_fsync") or {}).items():
             console.print(
-                f"  bare 4 KiB write+fdatasync, {procs} process(es): p50 {b['p50_ms']} ms, p99 {b['p99_ms']} ms"
+                f"  bare 4 KiB write+fdatasync, {procs} process(es): "
+                f"p50 {b['p50_ms']} ms, p99 {b['p99_ms']} ms"
             )
         for k, v in res["ingest"]["skipped"].items():
             console.print(f"  skipped {k}: {v}")
     if res.get("searchable"):
         s = res["searchable"]
         t = Table(
-            title=f"§2 Searchable ingest, spool → committed + FTS-indexed ({s['messages']:,} real msgs)"
+            title="§2 Searchable ingest, spool → committed + FTS-indexed "
+            f"({s['messages']:,} real msgs)"
         )
         for c in ("chunk", "rows/txn", "Quill msgs/s", "raw FTS msgs/s", "Quill / raw"):
             t.add_column(c, justify="right")
@@ -205,8 +210,9 @@ def tables(res: dict[str, Any], console: Console) -> None:
         console.print(t)
         a = s["at500"]
         console.print(
-            f"  chunk 500: Quill {a['quill']:,.0f}/s · raw FTS {a['raw_fts']:,.0f}/s · no-FTS ceiling "
-            f"{a['raw_nofts']:,.0f}/s · naive FTS writer {a['naive']:,.0f}/s (Quill ×{a['vs_naive']})"
+            f"  chunk 500: Quill {a['quill']:,.0f}/s · raw FTS {a['raw_fts']:,.0f}/s · "
+            f"no-FTS ceiling {a['raw_nofts']:,.0f}/s · "
+            f"naive FTS writer {a['naive']:,.0f}/s (Quill ×{a['vs_naive']})"
         )
     for sr in res.get("search") or []:
         t = Table(title=f"§3 Search at {sr['messages']:,} synthetic msgs (limit 20)")

@@ -71,7 +71,8 @@ def build(n: int, d: Path, log) -> dict[str, Any]:
     res["db_bytes"] = sum(f.stat().st_size for f in d.glob("state.db*"))
     res["spool_prep_s"] = round(prep, 1)
     log(
-        f"§5 built {n:>9,d} msgs: drain {res['msgs_per_s']:.0f} msg/s, writer RSS peak {res['rss_peak_mb']} MB, "
+        f"§5 built {n:>9,d} msgs: drain {res['msgs_per_s']:.0f} msg/s, "
+        f"writer RSS peak {res['rss_peak_mb']} MB, "
         f"spool {res['spool_bytes'] >> 20} MiB, db {res['db_bytes'] >> 20} MiB"
     )
     return res

@@ -46,18 +46,20 @@ RANKED_SQL = {
     ),
     "ranked common (FTS5 bm25(), newest 1k)": (
         "SELECT id FROM (SELECT rowid AS id, bm25(messages_fts) AS r FROM messages_fts "
-        f"WHERE messages_fts MATCH ? ORDER BY rowid DESC LIMIT {BOUNDED_CANDIDATES}) ORDER BY r LIMIT 20",
+        f"WHERE messages_fts MATCH ? ORDER BY rowid DESC LIMIT {BOUNDED_CANDIDATES}) "
+        "ORDER BY r LIMIT 20",
         f'"{COMMON}"',
     ),
     "ranked phrase (FTS5 bm25(), newest 1k)": (
         "SELECT id FROM (SELECT rowid AS id, bm25(messages_fts) AS r FROM messages_fts "
-        f"WHERE messages_fts MATCH ? ORDER BY rowid DESC LIMIT {BOUNDED_CANDIDATES}) ORDER BY r LIMIT 20",
+        f"WHERE messages_fts MATCH ? ORDER BY rowid DESC LIMIT {BOUNDED_CANDIDATES}) "
+        "ORDER BY r LIMIT 20",
         f'"{PHRASE}"',
     ),
 }
-#: Quill's ranked search through the read API (``order="relevance"``: store/search/rank.py's FTS5 bm25
-#: formula over the newest 1,000 matches, each phrase's document count sampled instead of
-#: counted over the whole index), and ``rank.bm25_bounded`` alone (ids and scores only).
+#: Quill's ranked search through the read API (``order="relevance"``: store/search/rank.py's
+#: FTS5 bm25 formula over the newest 1,000 matches, each phrase's document count sampled instead
+#: of counted over the whole index), and ``rank.bm25_bounded`` alone (ids and scores only).
 QUILL_RANKED = {
     "ranked common (Quill search, relevance)": COMMON,
     "ranked phrase (Quill search, relevance)": f'"{PHRASE}"',
@@ -68,18 +70,18 @@ RANK_ONLY = {
 }
 NAIVE_SQL = {
     "rare word": (
-        "SELECT m.* FROM messages_fts f JOIN messages m ON m.id = f.rowid WHERE messages_fts MATCH ? "
-        "ORDER BY f.rowid DESC LIMIT 20",
+        "SELECT m.* FROM messages_fts f JOIN messages m ON m.id = f.rowid "
+        "WHERE messages_fts MATCH ? ORDER BY f.rowid DESC LIMIT 20",
         f'"{RARE}"',
     ),
     "common word": (
-        "SELECT m.* FROM messages_fts f JOIN messages m ON m.id = f.rowid WHERE messages_fts MATCH ? "
-        "ORDER BY f.rowid DESC LIMIT 20",
+        "SELECT m.* FROM messages_fts f JOIN messages m ON m.id = f.rowid "
+        "WHERE messages_fts MATCH ? ORDER BY f.rowid DESC LIMIT 20",
         f'"{COMMON}"',
     ),
     "phrase": (
-        "SELECT m.* FROM messages_fts f JOIN messages m ON m.id = f.rowid WHERE messages_fts MATCH ? "
-        "ORDER BY f.rowid DESC LIMIT 20",
+        "SELECT m.* FROM messages_fts f JOIN messages m ON m.id = f.rowid "
+        "WHERE messages_fts MATCH ? ORDER BY f.rowid DESC LIMIT 20",
         f'"{PHRASE}"',
     ),
     "substring": (
@@ -281,7 +283,8 @@ def report(n: int, q: dict[str, Any], log, naive: dict[str, Any] | None = None) 
             )
             continue
         log(
-            f"§3 {n:>9,d} {k:36s} p50 {v['p50_ms']:>9} ms  p95 {v['p95_ms']:>9} ms  hits {v['hits']}"
+            f"§3 {n:>9,d} {k:36s} p50 {v['p50_ms']:>9} ms  p95 {v['p95_ms']:>9} ms  "
+            f"hits {v['hits']}"
             + (f"  ÷ bare FTS5 p95 {v['over_bare_p95']}×" if v.get("over_bare_p95") else "")
             + (f"  naive p50 {naive[k]['p50_ms']} ms" if naive and k in naive else "")
         )
@@ -326,8 +329,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     report(n, q, print)
     print(
-        f"load average before {load}, after {res['load_after']}; newest-first p95 {res['newest_first_p95_ms']} ms; "
-        f"ranked bounded p95 {res['ranked_bounded_p95_ms']} ms (FTS5 bm25() {res['fts5_bm25_bounded_p95_ms']} ms)"
+        f"load average before {load}, after {res['load_after']}; "
+        f"newest-first p95 {res['newest_first_p95_ms']} ms; "
+        f"ranked bounded p95 {res['ranked_bounded_p95_ms']} ms "
+        f"(FTS5 bm25() {res['fts5_bm25_bounded_p95_ms']} ms)"
     )
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

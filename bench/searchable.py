@@ -108,7 +108,8 @@ def _trigger_sql() -> str:
 
 
 def normalised_rows(n: int) -> list[tuple]:
-    """The rows Quill would insert for ``n`` real messages (``store.apply.normalize.message_row``)."""
+    """The rows Quill would insert for ``n`` real messages
+    (``store.apply.normalize.message_row``)."""
     from quill.store.apply.normalize import message_row
 
     now = time.time()
@@ -230,7 +231,8 @@ def run(sizes, log) -> dict[str, Any]:
                 entry["raw_nofts"] = raw_insert(d / "nofts.db", rows, eff, fts=False)
             out["sweep"].append(entry)
             log(
-                f"§2 chunk={chunk:<5d} quill {q['msgs_per_s']:>8.1f} msg/s  raw-FTS {raw['msgs_per_s']:>8.1f}  "
+                f"§2 chunk={chunk:<5d} quill {q['msgs_per_s']:>8.1f} msg/s  "
+                f"raw-FTS {raw['msgs_per_s']:>8.1f}  "
                 f"ratio {entry['quill_vs_raw_fts']}  cpu s {q_cpu:.2f} vs {raw_cpu:.2f} "
                 f"(cpu ratio {entry['quill_vs_raw_fts_cpu']})  rejected={q['rejected']}"
             )
@@ -250,7 +252,9 @@ def run(sizes, log) -> dict[str, Any]:
         "vs_raw_nofts": ratio(at500["quill"]["msgs_per_s"], at500["raw_nofts"]["msgs_per_s"]),
     }
     log(
-        f"§2 naive {out['naive']['msgs_per_s']} msg/s; no-FTS ceiling {out['at500']['raw_nofts']} msg/s; "
-        f"chunk 500 CPU s quill {at500['cpu_seconds']['quill']} vs raw FTS {at500['cpu_seconds']['raw_fts']}"
+        f"§2 naive {out['naive']['msgs_per_s']} msg/s; "
+        f"no-FTS ceiling {out['at500']['raw_nofts']} msg/s; "
+        f"chunk 500 CPU s quill {at500['cpu_seconds']['quill']} "
+        f"vs raw FTS {at500['cpu_seconds']['raw_fts']}"
     )
     return out

@@ -59,9 +59,9 @@ def check_seed(root: Path, seed: int, steps: int = 70) -> list[str]:
             if rebuilt.get(table) != live[table]:
                 extra = set(rebuilt.get(table, [])) - set(live[table])
                 missing = set(live[table]) - set(rebuilt.get(table, []))
-                run = "full replay" if snap is None else snap.name
+                rebuilt_from = "full replay" if snap is None else snap.name
                 diffs.append(
-                    f"seed {seed}, {run}: {table} differs; "
+                    f"seed {seed}, {rebuilt_from}: {table} differs; "
                     f"only in rebuild {sorted(extra, key=str)[:3]}, "
                     f"only live {sorted(missing, key=str)[:3]}"
                 )

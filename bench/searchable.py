@@ -97,7 +97,9 @@ def drain(
 def _trigger_sql() -> str:
     from quill.store.schema import SEARCH_COLUMNS_SQL, TRIGRAM_SCOPE_SQL, TRIGRAM_TEXT_SQL
 
-    new = lambda sql: sql.replace("m.", "new.")  # noqa: E731  (the expressions use alias m)
+    def new(sql):  # the expressions use the alias m; the trigger reads the row as new
+        return sql.replace("m.", "new.")
+
     return (
         f"CREATE TRIGGER bench_fts AFTER INSERT ON messages BEGIN "
         f"INSERT INTO messages_fts (rowid, {', '.join(SEARCH_COLUMNS_SQL)}) "

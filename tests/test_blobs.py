@@ -10,6 +10,8 @@ import hashlib
 import apsw
 import pytest
 from conftest import CORPUS
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from semantics_helpers import Store
 
 from quill.store import open_writer
@@ -227,9 +229,6 @@ def test_a_v1_store_is_migrated_to_hold_blobs(tmp_path):
 
 
 # -- the may_hold_payload shortcut: extract with it equals the full walk ------------------------
-
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
 
 _B64 = base64.b64encode(b"\x89PNG" * 400).decode()  # 2,136 characters
 _STRINGS = st.one_of(

@@ -198,7 +198,10 @@ def test_states_lineage_flags_and_usage_round_trip(quill, tmp_path):
     assert after["sessions"] == before["sessions"]
     assert after == before
     fresh = QuillCLI(tmp_path / "fresh")
-    strip = lambda t: [{k: v for k, v in m.items() if k != "message_id"} for m in t["messages"]]  # noqa: E731
+
+    def strip(t):
+        return [{k: v for k, v in m.items() if k != "message_id"} for m in t["messages"]]
+
     assert strip(fresh.json("sessions", "show", "s", "--view", "audit")) == strip(
         quill.json("sessions", "show", "s", "--view", "audit")
     )

@@ -10,6 +10,13 @@ from pathlib import Path
 
 import pytest
 from conftest import CORPUS
+from importers_helpers import (  # noqa: F401 (store: a fixture, used by name)
+    cc,
+    codex_assistant,
+    codex_user,
+    store,
+    write_jsonl,
+)
 
 from quill.ops.importers import parse_file
 
@@ -200,8 +207,6 @@ def test_run_says_when_records_were_quarantined(quill, tmp_path):
 
 
 # ------------------------------------------- id-less Claude Code, Codex and Gemini files
-
-from importers_helpers import cc, codex_assistant, codex_user, store, write_jsonl  # noqa: E402,F401 (store: fixture)
 
 
 def _idless_pairs(tmp_path: Path) -> dict[str, tuple[Path, Path, str]]:

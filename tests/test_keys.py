@@ -250,7 +250,10 @@ def test_delete_removes_messages_usage_and_unshared_attachments(store):
     _create(store, "child", parent_id="gone", parent_kind="delegate")
     _say(store, "child", "subagent work", 1_700_000_000)
     shared, own = blobs.sha256_of(_png(2)), blobs.sha256_of(_png(1))
-    count = lambda sql, *a: store.conn.execute(sql, a).fetchone()[0]  # noqa: E731
+
+    def count(sql, *a):
+        return store.conn.execute(sql, a).fetchone()[0]
+
     assert count("SELECT count(*) FROM blobs") == 2 and count("SELECT count(*) FROM usage") == 2
     kept_before = store.rows("kept")
 

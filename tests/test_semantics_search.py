@@ -301,7 +301,10 @@ def test_listing_filters_title_literally_and_hides_hidden_sessions_by_default(st
     store.apply("session.flags", {"session_id": "s2", "hidden": True})
     store.apply("session.flags", {"session_id": "s3", "archived": True, "pinned": True})
     with store.reader() as r:
-        ids = lambda **kw: sorted(s["id"] for s in r.list_sessions(**kw))  # noqa: E731
+
+        def ids(**kw):
+            return sorted(s["id"] for s in r.list_sessions(**kw))
+
         assert ids(title_contains="user_auth") == ["s1"]
         assert ids(title_contains="0%") == ["s4"]
         assert ids(title_contains="USER") == ["s1", "s3"]  # s2 hidden
@@ -358,7 +361,10 @@ def test_short_cjk_scan_honours_or_and_not(tmp_path, backend):
     )
     store.index()
     with store.reader() as r:
-        ids = lambda q: [h["message_id"] for h in r.search(q)]  # noqa: E731
+
+        def ids(q):
+            return [h["message_id"] for h in r.search(q)]
+
         first, second = ids("数据库")[0], ids("東京")[0]
         assert ids("数据库 OR 東京") == [second, first]
         assert ids("東京 OR 数据库") == [second, first]

@@ -9,6 +9,8 @@ import math
 import zlib
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from quill.spool import record
 from quill.spool.errors import DamagedRecordError
@@ -140,9 +142,6 @@ def test_producer_batch_ids_are_version_4_uuids(tmp_path):
 
 
 # -- plain_json: the bodies whose msgspec round trip encode() does not re-check ------------------
-
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
 
 _PLAIN = st.recursive(
     st.one_of(

@@ -100,7 +100,8 @@ JOBS: tuple[JobSpec, ...] = (
         "store",
         store_jobs.scrub,
         "FTS optimize + VACUUM + TRUNCATE checkpoint: no bytes of deleted rows left in the "
-        "live store (queued by `quill spool purge`; cost: one full rewrite of the store, figures in seconds)",
+        "live store (queued by `quill spool purge`; cost: one full rewrite of the store, "
+        "figures in seconds)",
         None,
         {},
         retries=0,

@@ -45,7 +45,8 @@ JOBS: tuple[JobSpec, ...] = (
         "wal_checkpoint",
         "store",
         store_jobs.wal_checkpoint,
-        "PASSIVE WAL checkpoint: bounds WAL growth (100k inserts without one left 0.5–1.15 GB of WAL)",
+        "PASSIVE WAL checkpoint: bounds WAL growth "
+        "(100k inserts without one left 0.5–1.15 GB of WAL)",
         "interval",
         {"minutes": 5},
     ),
@@ -78,7 +79,8 @@ JOBS: tuple[JobSpec, ...] = (
         "declare_corrupt",
         "store",
         store_jobs.declare_corrupt,
-        "halt the writer because a check found damage in the store's tables (queued by quick_check)",
+        "halt the writer because a check found damage in the store's tables "
+        "(queued by quick_check)",
         None,
         {},
         retries=0,
@@ -97,8 +99,9 @@ JOBS: tuple[JobSpec, ...] = (
         "scrub",
         "store",
         store_jobs.scrub,
-        "FTS optimize + VACUUM + TRUNCATE checkpoint: no bytes of deleted rows left in the live store "
-        "(queued by `quill spool purge`; cost: one full rewrite of the store, figures in seconds)",
+        "FTS optimize + VACUUM + TRUNCATE checkpoint: no bytes of deleted rows left in the "
+        "live store (queued by `quill spool purge`; cost: one full rewrite of the store, "
+        "figures in seconds)",
         None,
         {},
         retries=0,
@@ -145,8 +148,8 @@ JOBS: tuple[JobSpec, ...] = (
         "quick_check",
         "worker",
         worker_jobs.quick_check,
-        "PRAGMA quick_check on a read-only connection in the job worker: damage anywhere in the file "
-        "is found within an hour (DAMAGE_BOUND_S), off the drain path",
+        "PRAGMA quick_check on a read-only connection in the job worker: damage anywhere in "
+        "the file is found within an hour (DAMAGE_BOUND_S), off the drain path",
         "interval",
         {"hours": 1},
         params=lambda cfg: {"db_path": str(cfg.state_db), "queue_db": str(cfg.queue_db)},
@@ -198,7 +201,8 @@ JOBS: tuple[JobSpec, ...] = (
         "pg_analyze",
         "worker",
         pg_jobs.pg_analyze,
-        "PostgreSQL store: ANALYZE (fresh planner statistics after purges); autovacuum does the rest",
+        "PostgreSQL store: ANALYZE (fresh planner statistics after purges); "
+        "autovacuum does the rest",
         "cron",
         {"hour": 3, "minute": 45},
         params=lambda cfg: {"store_url": cfg.store_url},

@@ -49,7 +49,8 @@ _KEEP = "s.pinned = 0 AND s.archived = 0"
 
 
 def _in(values: tuple) -> str:
-    """Placeholders for ``IN (…)``; ``NULL`` for no values (matches nothing; ``IN ()`` is not portable SQL)."""
+    """Placeholders for ``IN (…)``; ``NULL`` for no values (matches nothing; ``IN ()`` is not
+    portable SQL)."""
     return ", ".join("?" for _ in values) or "NULL"
 
 
@@ -130,7 +131,8 @@ def auto_prune(
     stale = [
         r[0]
         for r in conn.execute(
-            f"SELECT s.id FROM sessions s WHERE s.ended_at IS NULL AND s.source IN ({_in(src)}) AND {_KEEP} "
+            "SELECT s.id FROM sessions s WHERE s.ended_at IS NULL "
+            f"AND s.source IN ({_in(src)}) AND {_KEEP} "
             f"AND {_NEWEST} < ? ORDER BY s.id LIMIT ?",
             (*src, idle_cut, max_sessions),
         )
@@ -146,7 +148,8 @@ def auto_prune(
     expired = [
         r[0]
         for r in conn.execute(
-            f"SELECT s.id FROM sessions s WHERE s.ended_at IS NOT NULL AND s.ended_at < ? AND s.source IN ({_in(src)}) "
+            "SELECT s.id FROM sessions s WHERE s.ended_at IS NOT NULL AND s.ended_at < ? "
+            f"AND s.source IN ({_in(src)}) "
             f"AND {_KEEP} AND {_NEWEST} < ? ORDER BY s.id LIMIT ?",
             (keep_cut, *src, keep_cut, max_sessions + 1),
         )
@@ -184,8 +187,10 @@ def delete_empty(
     empty = [
         r[0]
         for r in conn.execute(
-            f"SELECT s.id FROM sessions s WHERE s.created_at < ? AND s.source IN ({_in(src)}) AND {_KEEP} "
-            "AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.session_id = s.id) ORDER BY s.id LIMIT ?",
+            "SELECT s.id FROM sessions s WHERE s.created_at < ? "
+            f"AND s.source IN ({_in(src)}) AND {_KEEP} "
+            "AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.session_id = s.id) "
+            "ORDER BY s.id LIMIT ?",
             (cut, *src, max_sessions),
         )
     ]
@@ -208,15 +213,16 @@ def orphan_sweep(
     sources: list[str] | tuple[str, ...] = DEFAULTS.prune_sources,
     now: float | None = None,
 ) -> dict[str, Any]:
-    """Close open sessions of ``sources`` whose owner process (recorded by ``session.create``'s ``owner``)
-    on this host is dead — one ``session.end`` op each, reason ``orphan_sweep``, which a live
-    writer may clear by appending again. A pid that is alive with the recorded start time is a
-    live owner. The op only applies while the session still names that same owner."""
+    """Close open sessions of ``sources`` whose owner process (recorded by ``session.create``'s
+    ``owner``) on this host is dead — one ``session.end`` op each, reason ``orphan_sweep``, which
+    a live writer may clear by appending again. A pid that is alive with the recorded start time
+    is a live owner. The op only applies while the session still names that same owner."""
     host = host or socket.gethostname()
     now = time.time() if now is None else now
     src = tuple(sources)
     rows = conn.execute(
-        f"SELECT id, owner_pid, owner_started FROM sessions s WHERE ended_at IS NULL AND owner_pid IS NOT NULL "
+        "SELECT id, owner_pid, owner_started FROM sessions s "
+        "WHERE ended_at IS NULL AND owner_pid IS NOT NULL "
         f"AND owner_host = ? AND s.source IN ({_in(src)}) AND {_KEEP} ORDER BY id LIMIT ?",
         (host, *src, max_sessions),
     ).fetchall()

@@ -62,8 +62,9 @@ def fire_args(job: str, fire_ref: str) -> dict[str, Any]:
 def migrate(schedule_db: Path, fire_ref: str) -> list[str]:
     """Rewrite legacy rows of ``schedule_db`` in place (one transaction) to call ``fire_ref``
     with the job name; returns the ids of the schedules migrated. A missing file or table
-    means nothing to do. Rows whose callable is not a legacy Quill reference are left untouched. Raises ``sqlite3.Error``
-    when the file is unreadable (the scheduler would fail on it anyway)."""
+    means nothing to do. Rows whose callable is not a legacy Quill reference are left
+    untouched. Raises ``sqlite3.Error`` when the file is unreadable (the scheduler would fail on
+    it anyway)."""
     path = Path(schedule_db)
     if not path.exists():
         return []

@@ -31,8 +31,9 @@ class SpoolLocationError(SpoolError, ValueError):
     def __init__(self, path: str, found: list[str]):
         shown = ", ".join(found[:5]) + (" …" if len(found) > 5 else "")
         super().__init__(
-            f"{path} is neither a spool directory (segments NNNNNNNN.jsonl, quarantine/) nor a Quill data dir "
-            f"(spool/, state.db, config.toml); it holds {shown}. Pass the data dir or its spool/ folder"
+            f"{path} is neither a spool directory (segments NNNNNNNN.jsonl, quarantine/) "
+            "nor a Quill data dir (spool/, state.db, config.toml); "
+            f"it holds {shown}. Pass the data dir or its spool/ folder"
         )
         self.path = path
         self.found = found

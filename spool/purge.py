@@ -3,15 +3,18 @@
 A deleted session's original ops stay in the spool segments until retention removes them.
 Purging replaces each such line, in place, by a **tombstone of exactly the same length**:
 
-    {"v":1,"op":"spool.purged","batch":B,"producer":P,"seq":N,"ts":T,"data":{"purged_by":D},"pad":"   ","crc":"…"}
+    {"v":1,"op":"spool.purged","batch":B,"producer":P,"seq":N,"ts":T,
+     "data":{"purged_by":D},"pad":"   ","crc":"…"}
+
+(one line in the segment; wrapped here).
 
 Same length, because a record's position (segment, byte offset) is its identity everywhere:
 the store's cursor, snapshot stamps, quarantine entry ids, ``applied_batches.position`` and
 producers' acks all name byte offsets. Dropping the bytes would move every later record of
 the segment; a same-length tombstone moves nothing, keeps the line framing and CRC valid, and
 keeps the batch id, producer, sequence number and append time (no content), so replay
-records the batch as applied (a no-op, ``store.apply.sessions``) exactly as the live store did. The only
-thing a tombstone still tells is the purged line's length.
+records the batch as applied (a no-op, ``store.apply.sessions``) exactly as the live store
+did. The only thing a tombstone still tells is the purged line's length.
 
 Rewriting a segment (``rewrite``): under the segment's ``flock`` (no producer mid-write, no
 torn-tail sealer), read it, build the new bytes, write them to ``NAME.purge-tmp`` (a name no
@@ -135,10 +138,10 @@ def rewrite(
     """Replace the lines of sealed ``segment`` that start at the byte offsets in ``targets``
     by tombstones (module doc). A damaged target line is replaced when its JSON body still
     parses with a batch id (``record.decode_lenient``). Offsets that do not start such a
-    line, or that hold a tombstone already, are left alone and reported. Returns ``{"segment", "purged",
-    "skipped", "bytes"}``. Raises ``PurgeVerifyError`` (the segment is untouched) or
-    ``SpoolError``. ``on_step(name)`` is called between the steps (tests kill the process
-    there): ``"tmp-written"``, ``"renamed"``."""
+    line, or that hold a tombstone already, are left alone and reported. Returns
+    ``{"segment", "purged", "skipped", "bytes"}``. Raises ``PurgeVerifyError`` (the segment is
+    untouched) or ``SpoolError``. ``on_step(name)`` is called between the steps (tests kill the
+    process there): ``"tmp-written"``, ``"renamed"``."""
     spool_dir = Path(spool_dir)
     if segment >= max(list_segments(spool_dir), default=0):
         raise SpoolError(f"segment {segment_name(segment)} is the newest one; seal it first")
@@ -184,10 +187,10 @@ def rewrite(
         os.close(fd)
 
 
-#: One purge at a time per data dir: ``ops.purge.procedure.purge`` holds an exclusive ``flock`` on this
-#: file (in the spool directory; no reader, GC or stray-segment check matches it) from its
-#: leftover cleanup to its last step. Two purges rewriting the same segment, sharing the plan
-#: file, or one removing the other's temp files would undo each other's work.
+#: One purge at a time per data dir: ``ops.purge.procedure.purge`` holds an exclusive
+#: ``flock`` on this file (in the spool directory; no reader, GC or stray-segment check matches
+#: it) from its leftover cleanup to its last step. Two purges rewriting the same segment,
+#: sharing the plan file, or one removing the other's temp files would undo each other's work.
 LOCK_FILE = ".purge.lock"
 
 

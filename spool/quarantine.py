@@ -69,7 +69,8 @@ class Quarantine:
 
     @classmethod
     def for_store(cls, db_path: str | os.PathLike[str]) -> Quarantine:
-        """The quarantine of a store file other than the live one: ``<db>.quarantine/`` beside it."""
+        """The quarantine of a store file other than the live one: ``<db>.quarantine/``
+        beside it."""
         db_path = Path(db_path)
         return cls("", directory=db_path.with_name(db_path.name + ".quarantine"))
 
@@ -266,7 +267,8 @@ class Resolutions:
                 try:
                     line = json.loads(text)
                 except ValueError:
-                    continue  # a torn last audit line resolved nothing: its entry file is still there
+                    # a torn last audit line resolved nothing: its entry file is still there
+                    continue
                 if (
                     isinstance(line, dict)
                     and line.get("action") in RESOLVING

@@ -102,8 +102,8 @@ class SpoolReader:
                     if torn.is_record_prefix(tail)
                     else DamagedRecordError(
                         "torn-tail",
-                        f"{segment_name(pos.segment)} ends in {len(tail)} byte(s) without a newline "
-                        "and a later segment exists (a producer died mid-write)",
+                        f"{segment_name(pos.segment)} ends in {len(tail)} byte(s) "
+                        "without a newline and a later segment exists (a producer died mid-write)",
                     )
                 )
                 yield Entry(Position(pos.segment, offset), end, tail, None, damage)

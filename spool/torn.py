@@ -9,11 +9,12 @@ lone ``\\n`` (docs/spool-format.md, append protocol step 3). The record encoding
 ``is_record_prefix(fragment)`` proves that ``fragment`` (a line without its ``\\n``) is such a
 prefix: it opens like every record (``{"v":1,"op":"``), is an *incomplete* compact JSON text
 with no syntax error, its top-level keys are record keys in the producer's order (``v, op,
-batch, producer, seq, ts, data``, none repeated), and it has not reached the ``crc`` member. An acknowledged record
-damaged later keeps its full length, so a bit flip either leaves the crc member in place (the
-check fails as a ``checksum`` mismatch), breaks the JSON syntax, completes the object (a
-flipped key letter), or, when it hits the crc member's own bytes, still leaves the top-level
-``crc`` key or its 8 hex digits — none of which is an incomplete prefix without ``crc``.
+batch, producer, seq, ts, data``, none repeated), and it has not reached the ``crc`` member.
+An acknowledged record damaged later keeps its full length, so a bit flip either leaves the
+crc member in place (the check fails as a ``checksum`` mismatch), breaks the JSON syntax,
+completes the object (a flipped key letter), or, when it hits the crc member's own bytes,
+still leaves the top-level ``crc`` key or its 8 hex digits — none of which is an incomplete
+prefix without ``crc``.
 The one flip that yields such a prefix is a byte turned into ``\\n``, which splits a record
 in two: the rest is a line that is no record prefix, which is why the reader also requires
 what follows a torn line to be a record, another torn line, or the end of the segment
@@ -71,8 +72,9 @@ _BATCH = re.compile(rb',"batch":("(?:[^"\\]|\\.)*")')
 def torn_body(fragment: bytes) -> dict | None:
     """``{"op", "batch"?, "data"?: {"session_id"}}`` of a torn write, as far as its prefix
     reached (None when ``fragment`` is not one, ``is_record_prefix``): enough to attribute it
-    to a session and give it a same-length tombstone (purge), never to apply it. A data object that does not open with ``session_id`` gives no
-    session: such a line stays unattributed."""
+    to a session and give it a same-length tombstone (purge), never to apply it. A data
+    object that does not open with ``session_id`` gives no session: such a line stays
+    unattributed."""
     if not is_record_prefix(fragment):
         return None
     op = _OP.match(fragment)
@@ -158,7 +160,8 @@ def is_record_prefix(fragment: bytes) -> bool:
 def _key_ok(stack: list[bytes], keys: list[str], tok: bytes, *, partial: bool) -> bool:
     """Whether a top-level key (complete, or cut off when ``partial``) continues the
     producer's key order: a key of ``KEYS`` after the last one seen (a key may be absent, none
-    repeats, ``crc`` and unknown keys never pass); keys of nested objects (the op's data) are free."""
+    repeats, ``crc`` and unknown keys never pass); keys of nested objects (the op's data) are
+    free."""
     if len(stack) != 1:
         return True
     try:

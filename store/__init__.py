@@ -2,7 +2,8 @@
 
 ``open(settings)`` (``store.factory``) returns the data dir's store, SQLite or PostgreSQL,
 behind the contract ``Store`` (``store.contract``); only the writer process opens it for
-writing. Everyone else uses ``Reader``. Errors form one tree rooted at ``StoreError`` (``store.errors``).
+writing. Everyone else uses ``Reader``. Errors form one tree rooted at ``StoreError``
+(``store.errors``).
 
 The names below are resolved on first use (PEP 562): ``quill push`` imports only
 ``store.apply.precheck`` and must not pay for the appliers, reads and search (bench/cli.py).

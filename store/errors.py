@@ -3,7 +3,8 @@ never by message text.
 
     StoreError
     ├── TransientError        SQLITE_BUSY / SQLITE_LOCKED: retry later
-    ├── CorruptError          SQLITE_CORRUPT: sticky halt (architecture.md "Corruption stops writes, never loses data")
+    ├── CorruptError          SQLITE_CORRUPT: sticky halt (architecture.md "Corruption stops
+    │   │                     writes, never loses data")
     │   └── NotADatabaseError SQLITE_NOTADB
     ├── DiskFullError         SQLITE_FULL: pause the drain until space returns
     ├── StoreIOError          SQLITE_IOERR

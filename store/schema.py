@@ -44,7 +44,8 @@ ALTER TABLE applied_batches ADD COLUMN digest TEXT;
 #: An importer's batch ids are derived from what it imports (ops/ingest.stable_batch_id), so a
 #: session deleted and then imported again from the same file would get the ids its deleted
 #: batches hold in ``applied_batches`` and be dropped as duplicates; the importer adds this
-#: count to its ids (ops/transfer/import_spool.py). Written by ops only, so a rebuild has the same rows.
+#: count to its ids (ops/transfer/import_spool.py). Written by ops only, so a rebuild has the
+#: same rows.
 SESSION_DELETIONS = """
 CREATE TABLE IF NOT EXISTS session_deletions (
     session_id TEXT PRIMARY KEY,
@@ -55,7 +56,8 @@ CREATE TABLE IF NOT EXISTS session_deletions (
 #: The search indexes: derived data, rebuilt from ``messages`` when damaged (fts_repair.py).
 FTS_DDL = """
 CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5(
-    content, tools, reasoning, content='', contentless_delete=1, tokenize='unicode61 remove_diacritics 2'
+    content, tools, reasoning, content='', contentless_delete=1,
+    tokenize='unicode61 remove_diacritics 2'
 );
 
 CREATE VIRTUAL TABLE IF NOT EXISTS messages_trigram USING fts5(
@@ -223,8 +225,10 @@ STORE_TABLES: tuple[str, ...] = tuple(t for t, role in TABLES.items() if role !=
 #: Migrations: ``MIGRATIONS[v]`` takes a store from schema v to v + 1 (run in one transaction).
 MIGRATIONS: dict[int, str] = {
     1: blobs.DDL,  # v2: content-addressed blobs (store/apply/blobs.py)
-    2: usage.MIGRATION,  # v3: usage rows, sessions.key and sessions.placeholder (store/apply/usage.py)
-    3: context.DDL,  # v4: system prompts and tool arrays referenced by sessions (store/apply/context.py)
+    # v3: usage rows, sessions.key and sessions.placeholder (store/apply/usage.py)
+    2: usage.MIGRATION,
+    # v4: system prompts and tool arrays referenced by sessions (store/apply/context.py)
+    3: context.DDL,
     4: BATCH_DIGEST,  # v5: the content digest a batch was applied with (store.apply.op_digest)
     5: SESSION_DELETIONS,  # v6: deletions per session id (re-import after a delete)
 }
@@ -248,11 +252,14 @@ TRIGRAM_TEXT_SQL = f"substr(m.content, 1, {TRIGRAM_PREFIX_CHARS})"
 SEARCH_COLUMNS_SQL: dict[str, str] = {
     "content": "m.content",
     "tools": """(
-    SELECT group_concat(CASE WHEN j.type = 'text' AND json_valid(j.atom) AND json_type(j.atom) IN ('object', 'array')
-        THEN (SELECT group_concat(k.atom, ' ') FROM json_tree(j.atom) AS k WHERE k.type IN ('text', 'integer', 'real'))
+    SELECT group_concat(CASE WHEN j.type = 'text' AND json_valid(j.atom)
+                                  AND json_type(j.atom) IN ('object', 'array')
+        THEN (SELECT group_concat(k.atom, ' ') FROM json_tree(j.atom) AS k
+              WHERE k.type IN ('text', 'integer', 'real'))
         ELSE j.atom END, ' ')
     FROM json_tree(CASE WHEN json_valid(m.tool_calls) THEN m.tool_calls ELSE '[]' END) AS j
-    WHERE j.type IN ('text', 'integer', 'real') AND NOT (j.key IN ('id', 'type') AND instr(j.path, '.') = 0))""",
+    WHERE j.type IN ('text', 'integer', 'real')
+      AND NOT (j.key IN ('id', 'type') AND instr(j.path, '.') = 0))""",
     "reasoning": "m.reasoning",
 }
 #: Search kind (API/CLI) → word-index column.

@@ -1,10 +1,10 @@
 """The job-worker process: a huey consumer (one worker thread) for jobs that do not write
 the store.
 
-It publishes its status (``quill.home.RunDir``): tasks in flight, and for the running one its name, start
-time and timeout (from the job catalog), through huey's signals. "Idle" is decided from it,
-and the supervisor kills and restarts a consumer whose job outlives its timeout — a thread
-cannot be interrupted, a process can, and the consumer has no child processes that could
+It publishes its status (``quill.home.RunDir``): tasks in flight, and for the running one its
+name, start time and timeout (from the job catalog), through huey's signals. "Idle" is decided
+from it, and the supervisor kills and restarts a consumer whose job outlives its timeout — a
+thread cannot be interrupted, a process can, and the consumer has no child processes that could
 outlive it (huey's process workers did, after a kill -9).
 """
 

@@ -13,8 +13,8 @@
   with ``EXIT_CRASH_LOOP``, since idle cannot come.
 * A job-worker whose running job outlives its catalog ``timeout`` is killed and restarted.
 * A writer whose status heartbeat is older than ``writer.hung_after_s`` (default 120 s;
-  ``JOB_HUNG_AFTER_S`` while it reports a running store job) is taken for hung: SIGKILL, then restarted. Nothing is
-  lost: uncommitted work is replayed from the spool.
+  ``JOB_HUNG_AFTER_S`` while it reports a running store job) is taken for hung: SIGKILL, then
+  restarted. Nothing is lost: uncommitted work is replayed from the spool.
 * SIGTERM/SIGINT: forward SIGTERM to every child, wait up to ``STOP_TIMEOUT_S``, SIGKILL
   what is left. The writer finishes its chunk first, so nothing committed is lost and
   nothing uncommitted was acknowledged as applied.
@@ -247,7 +247,8 @@ class Supervisor:
                 )
                 self.console(
                     f"quill: the {child.role} is crash-looping ({len(child.exits)} exits in "
-                    f"{CRASH_LOOP[1]:g} s, last code {code}); see {self.cfg.logs_dir / (child.role + '.log')}"
+                    f"{CRASH_LOOP[1]:g} s, last code {code}); "
+                    f"see {self.cfg.logs_dir / (child.role + '.log')}"
                 )
             child.crash_loop = True
             if self.until_idle:

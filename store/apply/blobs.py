@@ -201,7 +201,8 @@ def _decode(encoding: str, data: bytes) -> str:
 
 
 def put(conn: apsw.Connection, payload: str, *, now: float) -> str:
-    """Store ``payload`` once (a repeat is a no-op) with ``created_at = now``; returns its sha256."""
+    """Store ``payload`` once (a repeat is a no-op) with ``created_at = now``; returns its
+    sha256."""
     sha = sha256_of(payload)
     put_many(conn, {sha: payload}, now=now)
     return sha

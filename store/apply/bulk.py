@@ -121,7 +121,8 @@ def _seen(conn: apsw.Connection, run: list[Prepared]) -> dict[str, set[str]]:
             held.update(
                 x
                 for (x,) in conn.execute(
-                    f"SELECT ext_id FROM messages WHERE session_id = ? AND ext_id IN ({', '.join('?' for _ in part)})",
+                    "SELECT ext_id FROM messages WHERE session_id = ? "
+                    f"AND ext_id IN ({', '.join('?' for _ in part)})",
                     (sid, *part),
                 )
             )

@@ -1,9 +1,9 @@
 """Every op kind's *content* rules, one check function per kind (``CHECKS``).
 
-One rule, one place: each applier (``store.apply.sessions.APPLIERS``) calls its kind's check before it
-touches the store, and ``store.apply.precheck`` calls the same function before a producer
-(``quill.Client``, ``quill push``, the HTTP API) is acknowledged. So an op the writer would
-quarantine for its content — a field of the wrong JSON type, a value no column can hold, a
+One rule, one place: each applier (``store.apply.sessions.APPLIERS``) calls its kind's check
+before it touches the store, and ``store.apply.precheck`` calls the same function before a
+producer (``quill.Client``, ``quill push``, the HTTP API) is acknowledged. So an op the writer
+would quarantine for its content — a field of the wrong JSON type, a value no column can hold, a
 missing required field, a title over the limit — is refused at the producer with the very
 reason the writer would give. A check raises ``InvalidOpError`` and returns what the applier
 needs. Rules that need the store's state stay with the appliers and are reported by
@@ -140,7 +140,8 @@ def check_create(data: dict) -> None:
 
 
 def parse_conditions(data: dict) -> dict[str, Any]:
-    """The op's ``only_if`` object (``_CONDITIONS``), validated. Raises ``InvalidOpError('invalid-field')``."""
+    """The op's ``only_if`` object (``_CONDITIONS``), validated. Raises
+    ``InvalidOpError('invalid-field')``."""
     cond = opt(data, "only_if", dict) or {}
     for key, value in cond.items():
         kind = _CONDITIONS.get(key)
@@ -190,7 +191,8 @@ def check_title(data: dict) -> tuple[str, str | None]:
 
 def check_flags(data: dict) -> tuple[str, dict[str, bool]]:
     """``session.flags``: at least one of ``archived``/``pinned``/``hidden``, each a boolean.
-    Returns ``(session id, flags)``. Raises ``InvalidOpError`` (``invalid-session-id``, ``invalid-field``)."""
+    Returns ``(session id, flags)``. Raises ``InvalidOpError`` (``invalid-session-id``,
+    ``invalid-field``)."""
     sid = session_id(data)
     flags = {k: data[k] for k in ("archived", "pinned", "hidden") if k in data}
     if not flags or not all(isinstance(v, bool) for v in flags.values()):

@@ -192,15 +192,18 @@ class SqliteLedger:
         return {
             r[0]: r[1]
             for r in conn.execute(
-                "SELECT batch_id, digest FROM applied_batches WHERE batch_id IN (SELECT value FROM json_each(?1)) "
-                "UNION ALL SELECT batch_id, NULL FROM rejected_batches WHERE batch_id IN (SELECT value FROM json_each(?1))",
+                "SELECT batch_id, digest FROM applied_batches "
+                "WHERE batch_id IN (SELECT value FROM json_each(?1)) "
+                "UNION ALL SELECT batch_id, NULL FROM rejected_batches "
+                "WHERE batch_id IN (SELECT value FROM json_each(?1))",
                 (ids,),
             )
         }
 
     def record_applied(self, conn: Any, batch: str, position: str, now: float, digest: str) -> bool:
         conn.execute(
-            "INSERT INTO applied_batches (batch_id, position, applied_at, digest) VALUES (?, ?, ?, ?)",
+            "INSERT INTO applied_batches (batch_id, position, applied_at, digest) "
+            "VALUES (?, ?, ?, ?)",
             (batch, position, now, digest),
         )
         return True
@@ -231,8 +234,8 @@ def apply_chunk(
         last = entries[-1].next
         conn.execute(
             'INSERT INTO spool_cursor (id, segment, "offset", updated_at) VALUES (1, ?, ?, ?) '
-            'ON CONFLICT (id) DO UPDATE SET segment = excluded.segment, "offset" = excluded."offset", '
-            "updated_at = excluded.updated_at",
+            "ON CONFLICT (id) DO UPDATE SET segment = excluded.segment, "
+            '"offset" = excluded."offset", updated_at = excluded.updated_at',
             (last[0], last[1], now),
         )
     return result
@@ -354,7 +357,8 @@ def _apply_entry(
                     entry,
                     "batch-id-reused",
                     f"batch id {batch!r} was already applied with other "
-                    "content; a retry must resend the same op and data, new content needs a new batch id",
+                    "content; a retry must resend the same op and data, "
+                    "new content needs a new batch id",
                 )
                 result.rejected += 1
                 return

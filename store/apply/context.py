@@ -34,7 +34,8 @@ CREATE TABLE IF NOT EXISTS session_context (
     session_id       TEXT NOT NULL,
     kind             TEXT NOT NULL CHECK (kind IN ('system_prompt', 'tools')),
     value_id         INTEGER NOT NULL,    -- context_values.id
-    after_message_id INTEGER              -- in force for this session's messages after this id (NULL: all)
+    -- in force for this session's messages after this id (NULL: all)
+    after_message_id INTEGER
 );
 CREATE INDEX IF NOT EXISTS session_context_session ON session_context(session_id);
 CREATE INDEX IF NOT EXISTS session_context_value ON session_context(value_id);
@@ -54,7 +55,8 @@ def _text(kind: str, value: Any) -> str:
 
 
 def validate(data: dict) -> None:
-    """Raise ``InvalidOpError('invalid-field')`` for a ``system_prompt``/``tools`` of the wrong shape."""
+    """Raise ``InvalidOpError('invalid-field')`` for a ``system_prompt``/``tools`` of the wrong
+    shape."""
     for kind in KINDS:
         if data.get(kind) is not None:
             _text(kind, data[kind])

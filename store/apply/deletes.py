@@ -27,10 +27,11 @@ _REF_RE = re.compile(re.escape(blobs.REF_PREFIX) + r"([0-9a-f]{64})")
 
 
 def conditions_hold(conn: apsw.Connection, sid: str, cond: dict[str, Any]) -> bool:
-    """True if session ``sid`` exists and meets every condition in ``cond`` (see ``op_checks._CONDITIONS``)."""
+    """True if session ``sid`` exists and meets every condition in ``cond`` (see
+    ``op_checks._CONDITIONS``)."""
     row = conn.execute(
-        "SELECT started_at, ended_at, pinned, archived, owner_pid, owner_started, source FROM sessions "
-        "WHERE id = ?",
+        "SELECT started_at, ended_at, pinned, archived, owner_pid, owner_started, source "
+        "FROM sessions WHERE id = ?",
         (sid,),
     ).fetchone()
     if row is None:
@@ -109,7 +110,8 @@ def _delete_one(conn: apsw.Connection, sid: str, cond: dict[str, Any]) -> tuple[
             conn, apsw.Connection
         ):  # ids never come back (transcript_ops.next_id)
             conn.execute(
-                f"INSERT INTO state_meta (key, value) VALUES ('{ID_FLOOR_KEY}', ?) ON CONFLICT (key) DO UPDATE "
+                f"INSERT INTO state_meta (key, value) VALUES ('{ID_FLOOR_KEY}', ?) "
+                "ON CONFLICT (key) DO UPDATE "
                 "SET value = max(CAST(value AS INTEGER), excluded.value)",
                 (max(msg_ids),),
             )
@@ -131,7 +133,8 @@ def _delete_one(conn: apsw.Connection, sid: str, cond: dict[str, Any]) -> tuple[
         if conn.changes():
             sessions += 1
             conn.execute(
-                "INSERT INTO session_deletions (session_id, deletions) VALUES (?, 1) ON CONFLICT (session_id) "
+                "INSERT INTO session_deletions (session_id, deletions) VALUES (?, 1) "
+                "ON CONFLICT (session_id) "
                 "DO UPDATE SET deletions = session_deletions.deletions + 1",
                 (sid,),
             )
@@ -176,7 +179,8 @@ def _lower_fts_watermark(conn: apsw.Connection) -> None:
     indexed and never be searchable."""
     top = conn.execute("SELECT coalesce(max(id), 0) FROM messages").fetchone()[0]
     conn.execute(
-        "UPDATE state_meta SET value = ? WHERE key = 'fts_indexed_upto' AND CAST(value AS INTEGER) > ?",
+        "UPDATE state_meta SET value = ? "
+        "WHERE key = 'fts_indexed_upto' AND CAST(value AS INTEGER) > ?",
         (str(top), top),
     )
 
@@ -193,10 +197,11 @@ def sessions_delete(conn: apsw.Connection, data: dict, batch_id: str, arrived_at
     children go with their parent unless pinned or archived or failing the same ``only_if``
     (then kept, like any other child: ``doomed``); other children are detached
     (``parent_id``/``parent_kind`` cleared). Returns 0 (rows written counts inserted rows). Raises
-    ``InvalidOpError('invalid-field')`` (``op_checks.check_delete``). ``purge`` (bool, optional): the request also purges
-    the sessions' copies outside the store (``ops.purge.procedure``); here it turns on secure deletion
-    for this op's rows. The op stays in the spool (and ``applied_batches``
-    records its position), so who deleted what and why is on record.
+    ``InvalidOpError('invalid-field')`` (``op_checks.check_delete``). ``purge`` (bool,
+    optional): the request also purges the sessions' copies outside the store
+    (``ops.purge.procedure``); here it turns on secure deletion for this op's rows. The op stays
+    in the spool (and ``applied_batches`` records its position), so who deleted what and why is
+    on record.
     """
     ids, cond = check_delete(data)
     purge = opt(data, "purge", bool) or False

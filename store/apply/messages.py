@@ -27,7 +27,8 @@ from quill.store.errors import InvalidOpError
 
 TOOL_RESULT_ROLES = ("tool", "function")
 _INSERT_STATE = (
-    f"INSERT INTO messages (session_id, {', '.join(ROW_COLUMNS)}, arrived_at, batch_id, state, origin_id) "
+    f"INSERT INTO messages (session_id, {', '.join(ROW_COLUMNS)}, "
+    "arrived_at, batch_id, state, origin_id) "
     f"VALUES (?, {', '.join('?' for _ in ROW_COLUMNS)}, ?, ?, ?, ?)"
 )
 #: The same with an explicit id first (``next_id``; SQLite only).
@@ -152,7 +153,8 @@ def check_tool_results(
         if bad:
             raise InvalidOpError(
                 "duplicate-tool-result",
-                f"session {sid!r} would have more than one live tool result for tool_call_id {bad[0]!r}",
+                f"session {sid!r} would have more than one live tool result "
+                f"for tool_call_id {bad[0]!r}",
             )
 
 
@@ -183,7 +185,8 @@ def messages_append(conn: apsw.Connection, data: dict, batch_id: str, arrived_at
         seen.update(
             x
             for (x,) in conn.execute(
-                f"SELECT ext_id FROM messages WHERE session_id = ? AND ext_id IN ({', '.join('?' for _ in part)})",
+                "SELECT ext_id FROM messages WHERE session_id = ? "
+                f"AND ext_id IN ({', '.join('?' for _ in part)})",
                 (sid, *part),
             )
         )
@@ -341,8 +344,10 @@ def messages_compact(conn: apsw.Connection, data: dict, batch_id: str, arrived_a
         for start in range(0, len(after), _CHUNK):
             part = [r[0] for r in after[start : start + _CHUNK]]
             conn.execute(
-                f"INSERT INTO messages (session_id, {cols}, arrived_at, batch_id, state, origin_id) "
-                f"SELECT session_id, {cols}, arrived_at, batch_id, 'live', coalesce(origin_id, id) FROM messages "
+                f"INSERT INTO messages (session_id, {cols}, "
+                "arrived_at, batch_id, state, origin_id) "
+                f"SELECT session_id, {cols}, arrived_at, batch_id, 'live', "
+                "coalesce(origin_id, id) FROM messages "
                 f"WHERE id IN ({', '.join('?' for _ in part)}) ORDER BY id",
                 part,
             )
@@ -355,7 +360,8 @@ def _user_turn(conn: apsw.Connection, sid: str, turn: int) -> int:
     users = [
         r[0]
         for r in conn.execute(
-            "SELECT id FROM messages WHERE session_id = ? AND state = 'live' AND role = 'user' ORDER BY id",
+            "SELECT id FROM messages "
+            "WHERE session_id = ? AND state = 'live' AND role = 'user' ORDER BY id",
             (sid,),
         )
     ]
@@ -383,7 +389,8 @@ def _rewind_from(conn: apsw.Connection, sid: str, first: int) -> int:
     ids = [
         r[0]
         for r in conn.execute(
-            "SELECT id FROM messages WHERE session_id = ? AND state = 'live' AND id >= ? ORDER BY id",
+            "SELECT id FROM messages "
+            "WHERE session_id = ? AND state = 'live' AND id >= ? ORDER BY id",
             (sid, first),
         )
     ]
@@ -419,9 +426,9 @@ def messages_rewind(conn: apsw.Connection, data: dict, batch_id: str, arrived_at
 
     The target is ``message_id`` (store id), ``ext_id`` (producer id) or ``user_turn`` (1 = the
     first live user message, -1 = the last; 0 and out-of-range are refused). The fourth form,
-    ``ext_ids`` (a list), flips exactly those live rows instead (see ``_rewind_branch``). The target must
-    be a live ``user`` row. Optional ``expect_head_id`` refuses the rewind unless the live head
-    is that id (compare-and-swap). Returns rows flipped. Raises ``InvalidOpError``:
+    ``ext_ids`` (a list), flips exactly those live rows instead (see ``_rewind_branch``). The
+    target must be a live ``user`` row. Optional ``expect_head_id`` refuses the rewind unless the
+    live head is that id (compare-and-swap). Returns rows flipped. Raises ``InvalidOpError``:
     ``invalid-field``, ``no-such-turn`` for turn 0 (``op_checks.check_rewind``); needing the
     store: ``unknown-message``, ``not-a-user-message``, ``not-live``, ``no-such-turn``,
     ``stale-head``.

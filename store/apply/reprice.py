@@ -83,7 +83,8 @@ def usage_reprice(conn: apsw.Connection, data: dict, batch_id: str, arrived_at: 
     rows = check_reprice(data)
     for rid, old, cost in rows:
         conn.execute(
-            "UPDATE usage SET cost_usd = ?, price_version = ? WHERE id = ? AND price_version IS NOT DISTINCT FROM ?",
+            "UPDATE usage SET cost_usd = ?, price_version = ? "
+            "WHERE id = ? AND price_version IS NOT DISTINCT FROM ?",
             (cost, data["price_version"], rid, old),
         )
     return 0

@@ -1,12 +1,13 @@
 """``messages.restore``: message rows written back exactly as an export recorded them.
 
-``quill export --format quill`` (ops/transfer/export.py) writes a session as ops; its messages travel
-in ``messages.restore`` so that importing the export into an empty store reproduces every
-row's state (live, compacted, superseded, rewound) and copy lineage (``origin_id``), which
-a replay of appends cannot. Payload (docs/ops.md)::
+``quill export --format quill`` (ops/transfer/export.py) writes a session as ops; its messages
+travel in ``messages.restore`` so that importing the export into an empty store reproduces
+every row's state (live, compacted, superseded, rewound) and copy lineage (``origin_id``),
+which a replay of appends cannot. Payload (docs/ops.md)::
 
     {"session_id": "s1", "offset": 0, "source": "cli", "started_at": 1767225600.0,
-     "rows": [{"message": {...OpenAI shape + extras...}, "state": "compacted", "origin": null}, ...]}
+     "rows": [{"message": {...OpenAI shape + extras...}, "state": "compacted",
+               "origin": null}, ...]}
 
 * ``offset`` = how many message rows the session holds before this op: a session's rows are
   restored in order, in chunks, and a chunk applies only at its place (else

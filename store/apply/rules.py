@@ -154,7 +154,8 @@ def ensure_session(
     (epoch s; default ``arrived_at``) is for a restored placeholder: an export carries it, so
     a re-import keeps the original start."""
     conn.execute(
-        "INSERT INTO sessions (id, source, created_at, started_at, placeholder) VALUES (?, ?, ?, ?, 1) "
+        "INSERT INTO sessions (id, source, created_at, started_at, placeholder) "
+        "VALUES (?, ?, ?, ?, 1) "
         "ON CONFLICT (id) DO UPDATE SET source = coalesce(sessions.source, excluded.source) "
         "WHERE sessions.placeholder = 1",
         (sid, source, arrived_at, arrived_at if started_at is None else started_at),
@@ -165,7 +166,8 @@ def reopen_if_automatic(conn: apsw.Connection, sid: str) -> None:
     """A live writer appending to a session ended for an automatic reason proves the session
     alive: clear the end. Deliberate ends (and unknown reasons) stay."""
     conn.execute(
-        f"UPDATE sessions SET ended_at = NULL, end_reason = NULL WHERE id = ? AND ended_at IS NOT NULL "
+        "UPDATE sessions SET ended_at = NULL, end_reason = NULL "
+        "WHERE id = ? AND ended_at IS NOT NULL "
         f"AND end_reason IN ({', '.join('?' for _ in AUTOMATIC_END_REASONS)})",
         (sid, *sorted(AUTOMATIC_END_REASONS)),
     )

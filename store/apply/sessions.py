@@ -72,10 +72,10 @@ def session_create(conn: apsw.Connection, data: dict, batch_id: str, arrived_at:
 
     Fields: source, model, title, cwd, system_prompt (string) and tools (array), stored once
     and referenced (store/apply/context.py), key (conversation identity: a chat id, a platform
-    thread, a working directory; ``resume`` reads by it), parent_id + parent_kind (compression | branch | reset |
-    delegate; both or neither), started_at (epoch s), meta (object), owner ({"host", "pid",
-    "create_time"}: the producing process, which the orphan sweep checks). A title another session
-    already holds is not applied (the session is still created) and is kept in
+    thread, a working directory; ``resume`` reads by it), parent_id + parent_kind (compression |
+    branch | reset | delegate; both or neither), started_at (epoch s), meta (object), owner
+    ({"host", "pid", "create_time"}: the producing process, which the orphan sweep checks). A
+    title another session already holds is not applied (the session is still created) and is kept in
     ``meta['requested_title']``: imports must not lose a session over a title. A
     *placeholder* row (made by an op that arrived first, ``op_common.ensure_session``) is
     completed: this create's source wins over the one the early op carried. Raises
@@ -95,10 +95,12 @@ def session_create(conn: apsw.Connection, data: dict, batch_id: str, arrived_at:
         title = None
     conn.execute(
         """INSERT INTO sessions (id, source, model, title, cwd, parent_id, parent_kind,
-                                 started_at, meta, created_at, owner_host, owner_pid, owner_started, key)
+                                 started_at, meta, created_at, owner_host, owner_pid,
+                                 owner_started, key)
            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
            ON CONFLICT (id) DO UPDATE SET
-               source = CASE WHEN sessions.placeholder = 1 THEN coalesce(excluded.source, sessions.source)
+               source = CASE WHEN sessions.placeholder = 1
+                             THEN coalesce(excluded.source, sessions.source)
                              ELSE coalesce(sessions.source, excluded.source) END,
                placeholder = 0,
                key = coalesce(sessions.key, excluded.key),

@@ -82,7 +82,8 @@ CREATE TABLE IF NOT EXISTS usage (
     raw                TEXT NOT NULL,   -- the usage object as sent (JSON)
     batch_id           TEXT NOT NULL
 );
-CREATE UNIQUE INDEX IF NOT EXISTS usage_response ON usage(response_id) WHERE response_id IS NOT NULL;
+CREATE UNIQUE INDEX IF NOT EXISTS usage_response ON usage(response_id)
+    WHERE response_id IS NOT NULL;
 CREATE INDEX IF NOT EXISTS usage_session ON usage(session_id);
 CREATE INDEX IF NOT EXISTS usage_ts ON usage(ts);
 """
@@ -242,8 +243,8 @@ def record(
             if merged != dict(zip(TOKEN_FIELDS, known[1 : 1 + len(TOKEN_FIELDS)])):
                 cost = price(merged, known[-3], known[-2], known[-1])
                 conn.execute(
-                    f"UPDATE usage SET {', '.join(f + ' = ?' for f in TOKEN_FIELDS)}, cost_usd = ?, "
-                    "price_version = ?, raw = ? WHERE id = ?",
+                    f"UPDATE usage SET {', '.join(f + ' = ?' for f in TOKEN_FIELDS)}, "
+                    "cost_usd = ?, price_version = ?, raw = ? WHERE id = ?",
                     (
                         *merged.values(),
                         cost,
@@ -257,7 +258,8 @@ def record(
     conn.execute(
         f"""INSERT INTO usage (session_id, message_id, response_id, task, model, provider, source,
                 {", ".join(TOKEN_FIELDS)}, cost_usd, price_version, ts, day, raw, batch_id)
-            VALUES (?, ?, ?, ?, ?, ?, ?, {", ".join("?" for _ in TOKEN_FIELDS)}, ?, ?, ?, ?, ?, ?)""",
+            VALUES (?, ?, ?, ?, ?, ?, ?, {", ".join("?" for _ in TOKEN_FIELDS)},
+                    ?, ?, ?, ?, ?, ?)""",
         (
             sid,
             message_id,
@@ -299,9 +301,9 @@ def check_call(holder: dict) -> dict[str, Any]:
 
 
 def check_usage_record(data: dict) -> tuple[str, str | None, dict[str, Any]]:
-    """``usage.record``'s content rules (``store.apply.checks.CHECKS``): ``usage`` present, ``source`` and
-    ``message_ext_id`` strings, then ``check_call``. Returns ``(session id, source,
-    attributes)``. Raises ``InvalidOpError`` (``invalid-session-id``, ``invalid-usage``,
+    """``usage.record``'s content rules (``store.apply.checks.CHECKS``): ``usage`` present,
+    ``source`` and ``message_ext_id`` strings, then ``check_call``. Returns ``(session id,
+    source, attributes)``. Raises ``InvalidOpError`` (``invalid-session-id``, ``invalid-usage``,
     ``invalid-field``)."""
     sid = session_id(data)
     if "usage" not in data:

@@ -73,7 +73,8 @@ class PostgresBackend:
             dead = {
                 r[0]: r[1]
                 for r in self.conn.execute(
-                    "SELECT relname, n_dead_tup FROM pg_stat_user_tables WHERE schemaname = current_schema()"
+                    "SELECT relname, n_dead_tup FROM pg_stat_user_tables "
+                    "WHERE schemaname = current_schema()"
                 )
             }
             return {"tables": len(tables), "dead_tuples": dead}
@@ -84,7 +85,8 @@ class PostgresBackend:
             for r in self.conn.execute(
                 "SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
                 "JOIN pg_class t ON t.oid = i.indrelid JOIN pg_am a ON a.oid = c.relam "
-                "WHERE a.amname = 'btree' AND t.relnamespace = current_schema()::regnamespace ORDER BY 1"
+                "WHERE a.amname = 'btree' AND t.relnamespace = current_schema()::regnamespace "
+                "ORDER BY 1"
             )
         ]
         for name in indexes:

@@ -9,11 +9,12 @@ commits with the data"), per spool:
 3. Ops on one session serialize across hosts: before touching anything the chunk takes
    ``pg_advisory_xact_lock(hashtextextended(session_id, 0))`` for every session it may touch
    (``lock_sessions``: ``data.session_id``, a create's parent, a delete's targets and their
-   descendants), in ascending key order (so two chunks can never wait on each other in a cycle; a hash
-   collision only over-serializes). The locks are released at COMMIT/ROLLBACK. Ops of one
-   session therefore apply one transaction at a time, each seeing the previous one's rows, and
-   a batch's rows get consecutive positions in that session.
-The op appliers are the shared ones (``store.apply.sessions.APPLIERS``), run through ``PgConnection``.
+   descendants), in ascending key order (so two chunks can never wait on each other in a
+   cycle; a hash collision only over-serializes). The locks are released at COMMIT/ROLLBACK.
+   Ops of one session therefore apply one transaction at a time, each seeing the previous
+   one's rows, and a batch's rows get consecutive positions in that session.
+The op appliers are the shared ones (``store.apply.sessions.APPLIERS``), run through
+``PgConnection``.
 """
 
 from __future__ import annotations
@@ -189,9 +190,10 @@ def apply_chunk(
         result = apply_entries(conn, entries, now, on_reject, PgLedger(spool_id))
         last = entries[-1].next
         conn.execute(
-            'INSERT INTO spool_cursor (spool_id, segment, "offset", updated_at) VALUES (?, ?, ?, ?) '
-            'ON CONFLICT (spool_id) DO UPDATE SET segment = excluded.segment, "offset" = excluded."offset", '
-            "updated_at = excluded.updated_at",
+            'INSERT INTO spool_cursor (spool_id, segment, "offset", updated_at) '
+            "VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (spool_id) DO UPDATE SET segment = excluded.segment, "
+            '"offset" = excluded."offset", updated_at = excluded.updated_at',
             (spool_id, last[0], last[1], now),
         )
         conn.execute("COMMIT")

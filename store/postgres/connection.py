@@ -1,10 +1,11 @@
 """A PostgreSQL connection (psycopg 3) that speaks the SQL the shared store modules write.
 
-The op appliers (``store.apply.sessions``, ``store.apply.messages``), projections, listings and lineage
-are written once, in the SQL subset both engines accept, against apsw's calling convention
-(``conn.execute(sql, args)`` returning an iterable cursor, ``executemany``, ``changes()``,
-``in_transaction``). ``PgConnection`` offers the same convention over psycopg, so those modules
-run unchanged on PostgreSQL. What it translates (``translate``) is a fixed, small list:
+The op appliers (``store.apply.sessions``, ``store.apply.messages``), projections, listings and
+lineage are written once, in the SQL subset both engines accept, against apsw's calling
+convention (``conn.execute(sql, args)`` returning an iterable cursor, ``executemany``,
+``changes()``, ``in_transaction``). ``PgConnection`` offers the same convention over psycopg,
+so those modules run unchanged on PostgreSQL. What it translates (``translate``) is a fixed,
+small list:
 
 * ``?`` and ``?NNN`` placeholders → ``%s`` (numbered ones re-ordered; a ``?`` inside a string
   literal or quoted identifier is left alone), every ``%`` doubled;

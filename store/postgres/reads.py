@@ -75,7 +75,8 @@ class PgReader(Reader):
             cursors = {
                 r[0]: (f"{r[1]}:{r[2]}", r[3])
                 for r in c.execute(
-                    'SELECT spool_id, segment, "offset", updated_at FROM spool_cursor ORDER BY spool_id'
+                    'SELECT spool_id, segment, "offset", updated_at FROM spool_cursor '
+                    "ORDER BY spool_id"
                 )
             }
             mine = cursors.get(self.spool_id) if self.spool_id else None
@@ -120,12 +121,13 @@ class PgReader(Reader):
                     "age_s": round(max(0.0, now - r[3]), 1),
                 }
                 for r in c.execute(
-                    'SELECT spool_id, segment, "offset", updated_at FROM spool_cursor ORDER BY spool_id'
+                    'SELECT spool_id, segment, "offset", updated_at FROM spool_cursor '
+                    "ORDER BY spool_id"
                 )
             ]
             run = c.execute(
-                "SELECT started_at, outcome, error, figures FROM job_runs WHERE job = 'pg_integrity_check' "
-                "ORDER BY started_at DESC LIMIT 1"
+                "SELECT started_at, outcome, error, figures FROM job_runs "
+                "WHERE job = 'pg_integrity_check' ORDER BY started_at DESC LIMIT 1"
             ).fetchone()
         amcheck = (
             None

@@ -49,10 +49,10 @@ _UNLOCK_SQL = "SELECT pg_advisory_unlock(hashtextextended('quill-migrate:' || cu
 #: change: SQLite compatibility functions, the search functions and indexes, the per-spool
 #: cursor and batch tables, autovacuum settings.
 PG_DDL = """
-CREATE OR REPLACE FUNCTION {s}.max(a bigint, b bigint) RETURNS bigint LANGUAGE sql IMMUTABLE PARALLEL SAFE
-    AS 'SELECT greatest(a, b)';
-CREATE OR REPLACE FUNCTION {s}.min(a bigint, b bigint) RETURNS bigint LANGUAGE sql IMMUTABLE PARALLEL SAFE
-    AS 'SELECT least(a, b)';
+CREATE OR REPLACE FUNCTION {s}.max(a bigint, b bigint) RETURNS bigint
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE AS 'SELECT greatest(a, b)';
+CREATE OR REPLACE FUNCTION {s}.min(a bigint, b bigint) RETURNS bigint
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE AS 'SELECT least(a, b)';
 CREATE OR REPLACE FUNCTION {s}.max(a double precision, b double precision) RETURNS double precision
     LANGUAGE sql IMMUTABLE PARALLEL SAFE AS 'SELECT greatest(a, b)';
 CREATE OR REPLACE FUNCTION {s}.min(a double precision, b double precision) RETURNS double precision
@@ -66,7 +66,8 @@ DECLARE extra text;
 BEGIN
     IF tool_calls IS NULL THEN RETURN coalesce(content, ''); END IF;
     BEGIN
-        SELECT string_agg(coalesce(t->'function'->>'name', '') || ' ' || coalesce(t->'function'->>'arguments', ''), ' ')
+        SELECT string_agg(coalesce(t->'function'->>'name', '') || ' '
+                          || coalesce(t->'function'->>'arguments', ''), ' ')
           INTO extra FROM jsonb_array_elements(tool_calls::jsonb) AS t;
     EXCEPTION WHEN others THEN extra := NULL;
     END;
@@ -103,7 +104,8 @@ BEGIN
                 END;
             END IF;
             IF args IS NOT NULL THEN
-                out := out || ' ' || coalesce((SELECT string_agg(v #>> '{{}}', ' ') FROM jsonb_path_query(args, 'strict $.**') AS v
+                out := out || ' ' || coalesce((SELECT string_agg(v #>> '{{}}', ' ')
+                                               FROM jsonb_path_query(args, 'strict $.**') AS v
                                                WHERE jsonb_typeof(v) IN ('string', 'number')), '');
             END IF;
         END LOOP;
@@ -124,7 +126,8 @@ $$;
 -- The word index document: text, tool calls and reasoning as weights A, B and C, so a query
 -- restricted to search kinds matches only their lexemes (tsquery 'word':AB). Each part is
 -- capped at WORD_INDEX_CHARS (a tsvector must stay under 1 MB).
-CREATE OR REPLACE FUNCTION {s}.quill_words(content text, tool_calls text, reasoning text) RETURNS tsvector
+CREATE OR REPLACE FUNCTION {s}.quill_words(content text, tool_calls text, reasoning text)
+RETURNS tsvector
 LANGUAGE sql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog AS $$
     SELECT setweight(to_tsvector('simple'::regconfig, {s}.quill_unaccent({punct_content})), 'A')
         || setweight(to_tsvector('simple'::regconfig, {s}.quill_unaccent({punct_tools})), 'B')
@@ -138,10 +141,12 @@ $$;
 ALTER TABLE messages ADD COLUMN IF NOT EXISTS words tsvector
     GENERATED ALWAYS AS ({s}.quill_words(content, tool_calls, reasoning)) STORED;
 CREATE INDEX IF NOT EXISTS messages_words ON messages USING gin (words);
-CREATE INDEX IF NOT EXISTS messages_trigram ON messages USING gin (left(content, {trigram_chars}) {trgm}.gin_trgm_ops)
+CREATE INDEX IF NOT EXISTS messages_trigram ON messages
+    USING gin (left(content, {trigram_chars}) {trgm}.gin_trgm_ops)
     WHERE {trigram_scope};
 -- Delete-heavy retention: vacuum after 2 % dead rows, not the default 20 %.
-ALTER TABLE messages SET (autovacuum_vacuum_scale_factor = 0.02, autovacuum_analyze_scale_factor = 0.02);
+ALTER TABLE messages SET (autovacuum_vacuum_scale_factor = 0.02,
+                          autovacuum_analyze_scale_factor = 0.02);
 
 CREATE TABLE IF NOT EXISTS spool_cursor (
     spool_id   text PRIMARY KEY,
@@ -301,15 +306,17 @@ def create(conn: PgConnection) -> None:
     """Bring the store's schema (in the connection's current schema) to ``SCHEMA_VERSION``.
 
     Needs the ``pg_trgm`` and ``unaccent`` extensions (created if missing: both are trusted
-    extensions from PostgreSQL 13). Raises ``CantOpenError`` for a store written by a newer Quill and the store
-    error tree on failure (the migration transaction is then rolled back whole).
+    extensions from PostgreSQL 13). Raises ``CantOpenError`` for a store written by a newer
+    Quill and the store error tree on failure (the migration transaction is then rolled back
+    whole).
     """
     conn.execute(_MIGRATE_LOCK_SQL)
     try:
         current = version(conn)
         if current > SCHEMA_VERSION:
             raise CantOpenError(
-                f"the PostgreSQL store has schema v{current}; this Quill knows up to v{SCHEMA_VERSION}"
+                f"the PostgreSQL store has schema v{current}; "
+                f"this Quill knows up to v{SCHEMA_VERSION}"
             )
         if current == SCHEMA_VERSION and _layout(conn) == PG_LAYOUT:
             return

@@ -3,9 +3,10 @@ rules (``projections.states``), display dedupe, newest-first order, snippets and
 SQLite's ``store.search.run``; only the index access differs.
 
 * ``fts`` plans → ``words @@ to_tsquery('simple', …)`` (``words`` is the stored
-  ``quill_words(content, tool_calls)`` column) on its GIN index. The tsquery is built from the plan's groups: a term's words joined by ``<->`` (a
-  phrase), a trailing ``*`` → ``:*`` (prefix), ``NOT`` → ``!``, AND within a group, OR
-  between groups. Words are split on non-alphanumerics on both sides, like FTS5 unicode61.
+  ``quill_words(content, tool_calls)`` column) on its GIN index. The tsquery is built from
+  the plan's groups: a term's words joined by ``<->`` (a phrase), a trailing ``*`` → ``:*``
+  (prefix), ``NOT`` → ``!``, AND within a group, OR between groups. Words are split on
+  non-alphanumerics on both sides, like FTS5 unicode61.
 * ``trigram`` plans → ``left(content, TRIGRAM_PREFIX_CHARS) ILIKE '%term%'`` under the
   trigram scope (pg_trgm GIN index, same scope as SQLite's trigram table).
 * ``scan`` plans (terms under 3 characters) → the same bounded newest-first LIKE scan.
@@ -131,7 +132,8 @@ def _indexed(
                 like_args += [pattern] * len(cols)
             likes.append("(" + " AND ".join(conds) + ")")
         return conn.execute(
-            f"SELECT m.id, {rep} FROM (SELECT id FROM messages WHERE id < ? ORDER BY id DESC LIMIT ?) AS w "
+            f"SELECT m.id, {rep} FROM "
+            "(SELECT id FROM messages WHERE id < ? ORDER BY id DESC LIMIT ?) AS w "
             f"JOIN messages m ON m.id = w.id JOIN sessions s ON s.id = m.session_id "
             f"WHERE ({' OR '.join(likes)}) AND {cond} ORDER BY m.id DESC LIMIT ?",
             (below, SCAN_MAX_ROWS, *like_args, *args, limit),
@@ -277,7 +279,9 @@ def _hits(
     rows = {
         r[0]: r
         for r in conn.execute(
-            f"SELECT {_COLS}, {ncols}, m.reasoning FROM messages m JOIN sessions s ON s.id = m.session_id WHERE m.id IN ({marks})",
+            f"SELECT {_COLS}, {ncols}, m.reasoning "
+            "FROM messages m JOIN sessions s ON s.id = m.session_id "
+            f"WHERE m.id IN ({marks})",
             (*nargs, *page),
         ).fetchall()
     }

@@ -1,5 +1,5 @@
-"""Session lineage: the one bounded walk of a compression chain (architecture.md "The store": "Lineage is
-explicit" — one function, one bound, so no caller walks a chain unbounded).
+"""Session lineage: the one bounded walk of a compression chain (architecture.md "The store":
+"Lineage is explicit" — one function, one bound, so no caller walks a chain unbounded).
 
 A session's ``parent_kind`` names the edge to its parent: ``compression`` (the child
 continues the parent's conversation), ``branch`` (a user fork), ``reset`` (a new conversation
@@ -23,7 +23,8 @@ IS_TIP_SQL = (
 _CONTINUATION = """
 SELECT c.id FROM sessions c
 WHERE c.parent_id = ? AND c.parent_kind = 'compression'
-ORDER BY EXISTS (SELECT 1 FROM sessions g WHERE g.parent_id = c.id AND g.parent_kind = 'compression') DESC,
+ORDER BY EXISTS (SELECT 1 FROM sessions g
+                 WHERE g.parent_id = c.id AND g.parent_kind = 'compression') DESC,
          c.ended_at IS NULL DESC,
          (SELECT max(m.id) FROM messages m WHERE m.session_id = c.id) DESC,
          c.created_at DESC, c.id

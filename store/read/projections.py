@@ -1,4 +1,5 @@
-"""The three projections of a session's transcript, on any connection (docs/architecture.md "The store").
+"""The three projections of a session's transcript, on any connection (docs/architecture.md
+"The store").
 
 * ``model``   – live rows only, in OpenAI message shape (no Quill keys), ordered by id: what
   the model is fed;
@@ -90,8 +91,10 @@ def _ordered_sql(projection: str, where_pos: str) -> str:
     marks = ", ".join("?" for _ in states(projection))
     if projection != "display":
         return (
-            f"SELECT {MSG_COLS}, id AS pos FROM messages WHERE session_id = ? AND state IN ({marks}) "
-            f"{where_pos.replace('coalesce(origin_id, id)', 'id')} ORDER BY pos {{order}} LIMIT ? OFFSET ?"
+            f"SELECT {MSG_COLS}, id AS pos FROM messages "
+            f"WHERE session_id = ? AND state IN ({marks}) "
+            f"{where_pos.replace('coalesce(origin_id, id)', 'id')} "
+            f"ORDER BY pos {{order}} LIMIT ? OFFSET ?"
         )
     # Filtering by position before the window keeps whole partitions, so the dedupe is exact.
     return (
@@ -235,7 +238,8 @@ def representative(conn: apsw.Connection, message_id: int) -> int:
     row = conn.execute(
         "SELECT r.id FROM messages m JOIN messages r ON r.session_id = m.session_id "
         "AND coalesce(r.origin_id, r.id) = coalesce(m.origin_id, m.id) "
-        "WHERE m.id = ? AND r.state IN ('live', 'compacted') ORDER BY r.state = 'live' DESC, r.id DESC LIMIT 1",
+        "WHERE m.id = ? AND r.state IN ('live', 'compacted') "
+        "ORDER BY r.state = 'live' DESC, r.id DESC LIMIT 1",
         (message_id,),
     ).fetchone()
     return row[0] if row else message_id
@@ -291,7 +295,8 @@ def neighbor_rows(
         pairs = sorted(wanted)
         values = ", ".join("(?, ?)" for _ in pairs)
         found = conn.execute(
-            f"WITH w(wsid, wpos) AS (VALUES {values}) SELECT {MSG_COLS}, {col} FROM w JOIN messages "
+            f"WITH w(wsid, wpos) AS (VALUES {values}) "
+            f"SELECT {MSG_COLS}, {col} FROM w JOIN messages "
             f"ON session_id = wsid AND {col} = wpos WHERE state IN ({marks})",
             (*[v for pair in pairs for v in pair], *sts),
         ).fetchall()
@@ -322,7 +327,8 @@ def neighbor_rows(
 #: (``representative``'s rule), NULL when the position has no visible row.
 REPRESENTATIVE_SQL = (
     "(SELECT r.id FROM messages r WHERE r.session_id = m.session_id "
-    "AND coalesce(r.origin_id, r.id) = coalesce(m.origin_id, m.id) AND r.state IN ('live', 'compacted') "
+    "AND coalesce(r.origin_id, r.id) = coalesce(m.origin_id, m.id) "
+    "AND r.state IN ('live', 'compacted') "
     "ORDER BY r.state = 'live' DESC, r.id DESC LIMIT 1)"
 )
 

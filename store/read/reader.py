@@ -200,7 +200,8 @@ class Reader:
             return {
                 r[0]
                 for r in self.conn.execute(
-                    "SELECT response_id FROM usage WHERE session_id = ? AND response_id IS NOT NULL",
+                    "SELECT response_id FROM usage "
+                    "WHERE session_id = ? AND response_id IS NOT NULL",
                     (session_id,),
                 )
             }
@@ -234,7 +235,8 @@ class Reader:
             return {
                 ext: state
                 for ext, state in self.conn.execute(
-                    "SELECT ext_id, state FROM messages WHERE session_id = ? AND ext_id IS NOT NULL ORDER BY id",
+                    "SELECT ext_id, state FROM messages "
+                    "WHERE session_id = ? AND ext_id IS NOT NULL ORDER BY id",
                     (session_id,),
                 )
             }
@@ -247,7 +249,8 @@ class Reader:
         out: dict[str, tuple] = {}
         with mapped():
             for ext, *values in self.conn.execute(
-                f"SELECT ext_id, {', '.join(COMPARED_COLUMNS)} FROM messages WHERE session_id = ? AND ext_id IN "
+                f"SELECT ext_id, {', '.join(COMPARED_COLUMNS)} FROM messages "
+                "WHERE session_id = ? AND ext_id IN "
                 f"({','.join('?' * len(ext_ids))}) ORDER BY id",
                 (session_id, *ext_ids),
             ):
@@ -341,8 +344,8 @@ class Reader:
         seconds over every recorded run; runs still going have outcome None and count 0 s)."""
         with mapped():
             rows = self.conn.execute(
-                "SELECT job, outcome, count(*), coalesce(sum(ended_at - started_at), 0) FROM job_runs "
-                "GROUP BY job, outcome ORDER BY job, outcome"
+                "SELECT job, outcome, count(*), coalesce(sum(ended_at - started_at), 0) "
+                "FROM job_runs GROUP BY job, outcome ORDER BY job, outcome"
             ).fetchall()
         return [{"job": r[0], "outcome": r[1], "runs": r[2], "seconds": r[3]} for r in rows]
 

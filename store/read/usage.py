@@ -76,7 +76,8 @@ def totals(
         args.extend(session_ids)
     cols = [GROUPS[b] for b in by]
     sql = (
-        f"SELECT {', '.join([*cols, _SUMS])} FROM usage u LEFT JOIN sessions s ON s.id = u.session_id "
+        f"SELECT {', '.join([*cols, _SUMS])} "
+        "FROM usage u LEFT JOIN sessions s ON s.id = u.session_id "
         f"WHERE {' AND '.join(where)}"
         + (f" GROUP BY {', '.join(cols)} ORDER BY {', '.join(cols)}" if cols else "")
     )

@@ -48,8 +48,9 @@ def match_spans(
     text: str, kind: str, terms: list[str], prefixes: tuple[str, ...] = ()
 ) -> list[tuple[int, int]]:
     """Character spans of ``terms`` in ``text``, in text order, from the first match to at
-    least ``2 * SNIPPET_CHARS`` past it (more than a snippet centred on it can show). ``kind`` ``fts``: tokens equal to a
-    term (or starting with one of ``prefixes``); else case-folded substrings."""
+    least ``2 * SNIPPET_CHARS`` past it (more than a snippet centred on it can show). ``kind``
+    ``fts``: tokens equal to a term (or starting with one of ``prefixes``); else case-folded
+    substrings."""
     if not text or not terms:
         return []
     if kind == "fts":

@@ -69,7 +69,8 @@ def doc_count(conn: apsw.Connection, phrase: str, sample: int = DF_SAMPLE) -> fl
 def _doc_count(conn: apsw.Connection, phrase: str, sample: int) -> tuple[float, bool]:
     """``(doc_count, exact)``."""
     n, low = conn.execute(
-        "SELECT count(*), min(rowid) FROM (SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? "
+        "SELECT count(*), min(rowid) FROM "
+        "(SELECT rowid FROM messages_fts WHERE messages_fts MATCH ? "
         f"ORDER BY rowid DESC LIMIT {int(sample)})",
         (phrase,),
     ).fetchone()

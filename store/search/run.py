@@ -161,7 +161,8 @@ def _indexed(
         if not cols:
             return []
         return conn.execute(
-            f"SELECT m.id, {rep} FROM (SELECT id FROM messages WHERE id < ? ORDER BY id DESC LIMIT ?) AS w "
+            f"SELECT m.id, {rep} FROM "
+            "(SELECT id FROM messages WHERE id < ? ORDER BY id DESC LIMIT ?) AS w "
             f"JOIN messages m ON m.id = w.id {join} "
             f"WHERE ({' OR '.join(ors)}) AND {cond} ORDER BY m.id DESC LIMIT ?",
             (below, SCAN_MAX_ROWS, *like_args, *args, limit),
@@ -179,7 +180,8 @@ def _indexed(
     # own run; bench/RESULTS.md). Batch sizes are few (limit × 2^k).
     return conn.execute(
         f"SELECT m.id, {rep} FROM {table} f JOIN messages m ON m.id = f.rowid {join} "
-        f"WHERE {table} MATCH ? AND f.rowid <= ? AND f.rowid < ? AND {cond} ORDER BY f.rowid DESC LIMIT {int(limit)}",
+        f"WHERE {table} MATCH ? AND f.rowid <= ? AND f.rowid < ? AND {cond} "
+        f"ORDER BY f.rowid DESC LIMIT {int(limit)}",
         (match, upto, below, *args),
     ).fetchall()
 
@@ -197,14 +199,16 @@ def route(text: str, *, substring: bool = False, kinds: list[str] | None = None)
     note = None
     if plan.kind == "trigram":
         note = (
-            f"substring search uses the trigram index, which covers only {' and '.join(TRIGRAM_ROLES)} "
-            f"message text (its first {TRIGRAM_PREFIX_CHARS} characters); tool calls, tool output "
+            "substring search uses the trigram index, which covers only "
+            f"{' and '.join(TRIGRAM_ROLES)} message text "
+            f"(its first {TRIGRAM_PREFIX_CHARS} characters); tool calls, tool output "
             "and reasoning are not searched"
         )
     elif plan.kind == "scan":
         short = [t for g in plan.groups for t in g if len(t.text) < query.TRIGRAM_MIN_CHARS]
         why = (
-            f"short term(s) {', '.join(repr(t.text) for t in short)} (< {query.TRIGRAM_MIN_CHARS} characters)"
+            f"short term(s) {', '.join(repr(t.text) for t in short)} "
+            f"(< {query.TRIGRAM_MIN_CHARS} characters)"
             if short
             else "this query"
         )
@@ -251,10 +255,11 @@ def search(
     message ``text``, ``tool`` calls (names and decoded arguments), ``reasoning``.
     ``order="relevance"`` ranks instead (``_ranked_page``): the newest ``rank.CANDIDATES``
     indexed matches that pass the filters (session, role, source, since, until; the
-    projection's visibility is applied to the ranked list), the visible ones best BM25 first (``rank.ranked``: FTS5's bm25(),
-    its scores exactly while every phrase is in at most ``rank.DF_SAMPLE`` rows), same hits;
-    rows not yet indexed are not ranked, and with the index detached (``search_health``
-    degraded) the answer is the newest-first one, as there are no index statistics to rank by.
+    projection's visibility is applied to the ranked list), the visible ones best BM25 first
+    (``rank.ranked``: FTS5's bm25(), its scores exactly while every phrase is in at most
+    ``rank.DF_SAMPLE`` rows), same hits; rows not yet indexed are not ranked, and with the
+    index detached (``search_health`` degraded) the answer is the newest-first one, as there
+    are no index statistics to rank by.
     ``timings``, when given, receives the seconds of each stage by ``clock`` (wall time by
     default; ``time.process_time`` for CPU): ``candidates_s`` (index, tail and display
     dedupe: ids with their display ids, one query per batch), ``page_s`` (the page's rows,
@@ -412,7 +417,8 @@ def _hits(
         rows = {
             r[0]: r
             for r in conn.execute(
-                f"SELECT {_PAGE_COLS}, {ncols} FROM messages m JOIN sessions s ON s.id = m.session_id "
+                f"SELECT {_PAGE_COLS}, {ncols} "
+                "FROM messages m JOIN sessions s ON s.id = m.session_id "
                 f"WHERE m.id IN ({marks})",
                 (*nargs, *page),
             )

@@ -66,13 +66,17 @@ def shm_problem(path: Path) -> str | None:
     if stat.S_ISLNK(st.st_mode):
         return f"{shm} is a symbolic link, not SQLite's own shared-memory file"
     if not stat.S_ISREG(st.st_mode):
-        return f"{shm} is not a regular file ({'a directory' if stat.S_ISDIR(st.st_mode) else 'a special file'})"
+        kind = "a directory" if stat.S_ISDIR(st.st_mode) else "a special file"
+        return f"{shm} is not a regular file ({kind})"
     if st.st_uid != os.geteuid():
         return f"{shm} belongs to uid {st.st_uid}, not to this user (uid {os.geteuid()})"
     try:
         os.close(os.open(shm, os.O_RDWR | os.O_CLOEXEC))
     except OSError as exc:
-        return f"{shm} cannot be opened read-write: {exc.strerror} (mode {oct(stat.S_IMODE(st.st_mode))})"
+        return (
+            f"{shm} cannot be opened read-write: {exc.strerror} "
+            f"(mode {oct(stat.S_IMODE(st.st_mode))})"
+        )
     return None
 
 

@@ -1,8 +1,9 @@
 """FTS-only damage: detach the search indexes, keep writing, rebuild them from ``messages``.
 
 The FTS tables are derived data: every word in them comes from ``messages``. So damage that
-is confined to them is not a reason to stop accepting transcripts (architecture.md, "Corruption stops writes, never loses data": "FTS-only
-corruption: index detached, writes go on, search degrades, a job rebuilds it").
+is confined to them is not a reason to stop accepting transcripts (architecture.md,
+"Corruption stops writes, never loses data": "FTS-only corruption: index detached, writes go
+on, search degrades, a job rebuilds it").
 
 * ``classify`` tells FTS-only damage from structural damage by which tables'
   ``PRAGMA integrity_check(TABLE)`` fails — by table, never by the error's text.

@@ -50,7 +50,8 @@ def search_state(conn: apsw.Connection) -> tuple[str, int, int]:
     state, layout, upto, top = conn.execute(
         "SELECT (SELECT value FROM state_meta WHERE key = 'fts_state'), "
         "(SELECT value FROM state_meta WHERE key = 'fts_layout'), "
-        "(SELECT value FROM state_meta WHERE key = 'fts_indexed_upto'), (SELECT max(id) FROM messages)"
+        "(SELECT value FROM state_meta WHERE key = 'fts_indexed_upto'), "
+        "(SELECT max(id) FROM messages)"
     ).fetchone()
     if state is None or state == "ok":
         state = "ok" if layout == FTS_LAYOUT else "layout"
@@ -79,7 +80,8 @@ def index_slice(conn: apsw.Connection, max_rows: int = DEFAULTS.index_slice_rows
         count = conn.changes()
         conn.execute(
             f"INSERT INTO messages_trigram (rowid, text) SELECT m.id, {TRIGRAM_TEXT_SQL} "
-            f"FROM messages AS m WHERE m.id > ? AND m.id <= ? AND {TRIGRAM_SCOPE_SQL} ORDER BY m.id",
+            "FROM messages AS m WHERE m.id > ? AND m.id <= ? "
+            f"AND {TRIGRAM_SCOPE_SQL} ORDER BY m.id",
             (low, high),
         )
         conn.execute("UPDATE state_meta SET value = ? WHERE key = 'fts_indexed_upto'", (str(high),))

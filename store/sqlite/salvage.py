@@ -160,7 +160,8 @@ def _renumber(target: apsw.Connection, keys: dict[int, tuple]) -> dict[int, int]
     Returns the id map (id before → id after)."""
     mapping = {cur: n for n, cur in enumerate(sorted(keys, key=keys.__getitem__), 1)}
     target.execute(
-        "CREATE TEMP TABLE IF NOT EXISTS salvage_map (old INTEGER PRIMARY KEY, new INTEGER NOT NULL)"
+        "CREATE TEMP TABLE IF NOT EXISTS salvage_map "
+        "(old INTEGER PRIMARY KEY, new INTEGER NOT NULL)"
     )
     target.execute("DELETE FROM temp.salvage_map")
     target.executemany(
@@ -171,7 +172,8 @@ def _renumber(target: apsw.Connection, keys: dict[int, tuple]) -> dict[int, int]
         "WHERE origin_id IS NOT NULL"
     )
     target.execute(
-        "UPDATE sessions SET last_read_id = (SELECT new FROM temp.salvage_map WHERE old = last_read_id) "
+        "UPDATE sessions "
+        "SET last_read_id = (SELECT new FROM temp.salvage_map WHERE old = last_read_id) "
         "WHERE last_read_id IS NOT NULL"
     )
     target.execute(
@@ -265,7 +267,8 @@ def salvage(
             ) in srows:  # read marks: the later (ids are transcript order now) of rebuilt and old
                 if old["last_read_id"] in current:
                     target.execute(
-                        "UPDATE sessions SET last_read_id = max(coalesce(last_read_id, 0), ?) WHERE id = ?",
+                        "UPDATE sessions SET last_read_id = max(coalesce(last_read_id, 0), ?) "
+                        "WHERE id = ?",
                         (mapping[current[old["last_read_id"]]], old["id"]),
                     )
             usage = _copy_usage(
@@ -316,7 +319,8 @@ def _copy_usage(
             continue
         values["message_id"] = message_ids.get(values["message_id"])
         target.execute(
-            f"INSERT OR IGNORE INTO usage ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})",
+            f"INSERT OR IGNORE INTO usage ({', '.join(cols)}) "
+            f"VALUES ({', '.join('?' for _ in cols)})",
             [values[c] for c in cols],
         )
         copied += target.changes()

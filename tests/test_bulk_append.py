@@ -23,7 +23,7 @@ from harness import RecordingDrain
 
 from quill.spool import Quarantine, Spool, SpoolReader
 from quill.store import open_writer
-from quill.store.apply.chunk import SqliteLedger
+from quill.store.apply.ledger import SqliteLedger
 from quill.store.factory import open_url
 
 SESSIONS = ["a", "b", "c", "d"]

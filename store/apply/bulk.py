@@ -37,7 +37,7 @@ import apsw
 
 from quill.store.apply import blobs, usage
 from quill.store.apply.checks import check_append
-from quill.store.apply.messages import (
+from quill.store.apply.message_rows import (
     ID_FLOOR_KEY,
     INSERT_STATE_ID,
     check_tool_results,

@@ -26,10 +26,12 @@ from typing import Any
 from quill.store.apply.normalize import message_row, scrub
 from quill.store.apply.reprice import check_reprice
 from quill.store.apply.rules import no_nul, opt, session_id, session_id_problem
-from quill.store.apply.usage import (
-    _attrs as usage_holder,
-)  # where a message keeps its usage attributes
-from quill.store.apply.usage import carries_usage, check_call, check_usage_record
+from quill.store.apply.usage_fields import (
+    carries_usage,
+    check_call,
+    check_usage_record,
+    usage_holder,  # where a message keeps its usage attributes
+)
 from quill.store.errors import InvalidOpError
 
 EDGE_KINDS = frozenset({"compression", "branch", "reset", "delegate"})

@@ -18,7 +18,7 @@ import apsw
 
 from quill.store.apply import blobs, context
 from quill.store.apply.checks import check_delete
-from quill.store.apply.messages import ID_FLOOR_KEY
+from quill.store.apply.message_rows import ID_FLOOR_KEY
 from quill.store.apply.rules import atomic, opt
 from quill.store.sqlite.indexer import FTS_TABLES, fts_state, unindex
 

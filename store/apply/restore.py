@@ -26,7 +26,7 @@ from __future__ import annotations
 import apsw
 
 from quill.store.apply.checks import STATES, check_restore
-from quill.store.apply.messages import (
+from quill.store.apply.message_rows import (
     _INSERT_STATE,
     INSERT_STATE_ID,
     _rows,

@@ -1,24 +1,12 @@
-"""Token usage and cost: normalising the shapes providers send, pricing, and the ``usage`` rows.
+"""Token usage and cost: the ``usage`` rows, their pricing, and the ``usage.record`` op.
 
 One row per model call. Usage arrives either on the assistant message the call
 produced (``usage`` on a message in ``messages.append`` / ``messages.replace``) or as its own
 ``usage.record`` op for calls that produce no stored message (title generation, compression,
 background review, embeddings). Payloads: docs/ops.md.
 
-Token fields, after normalising (the convention of the ``genai-prices`` package, which prices
-them): ``input_tokens`` = every prompt token *including* cache reads and cache writes;
-``cache_read_tokens`` and ``cache_write_tokens`` are parts of it; ``output_tokens`` includes
-``reasoning_tokens``. Shapes accepted as sent:
-
-* Quill's own: ``input_tokens, output_tokens, cache_read_tokens, cache_write_tokens,
-  reasoning_tokens``;
-* Anthropic: ``input_tokens`` (uncached only), ``cache_creation_input_tokens``,
-  ``cache_read_input_tokens``, ``output_tokens``;
-* OpenAI chat: ``prompt_tokens``, ``completion_tokens``, ``prompt_tokens_details.cached_tokens``,
-  ``completion_tokens_details.reasoning_tokens``;
-* OpenAI Responses / Codex: ``input_tokens`` (cached included), ``input_tokens_details
-  .cached_tokens`` or ``cached_input_tokens``, ``output_tokens``, ``output_tokens_details
-  .reasoning_tokens`` or ``reasoning_output_tokens``.
+Token fields and the provider shapes accepted: ``store.apply.usage_fields`` (normalising and
+the content rules, no store access); this module writes the rows.
 
 Counting once: a row's ``response_id`` (the provider's response/request id) is unique in the
 store, so the records Claude Code writes per content block, each repeating one response's
@@ -37,24 +25,18 @@ import apsw
 
 from quill.store.apply.normalize import dumps, scrub, timestamp
 from quill.store.apply.pricing import price, price_version
-from quill.store.apply.rules import atomic, ensure_session, no_nul, opt, session_id
-from quill.store.errors import InvalidOpError
-
-TOKEN_FIELDS = (
-    "input_tokens",
-    "output_tokens",
-    "cache_read_tokens",
-    "cache_write_tokens",
-    "reasoning_tokens",
+from quill.store.apply.rules import atomic, ensure_session, opt
+from quill.store.apply.usage_fields import (
+    TASKS,
+    TOKEN_FIELDS,
+    carries_usage,
+    check_call,
+    check_task,
+    check_usage_record,
+    fields,
+    normalize_usage,
+    usage_holder,
 )
-#: Tasks producers are told about; any other short name is accepted (a new kind of call must
-#: not be refused) but must be a plain identifier.
-TASKS = ("turn", "compression", "title", "background_review", "auxiliary", "embedding")
-_QUILL_KEYS = frozenset({"cache_read_tokens", "cache_write_tokens", "reasoning_tokens"})
-_ANTHROPIC_KEYS = frozenset(
-    {"cache_creation_input_tokens", "cache_read_input_tokens", "cache_creation"}
-)
-_MAX_TOKENS = 1 << 40  # ~1e12 tokens in one call is a producer bug, not a bill
 
 #: The usage table (part of ``schema.DDL``). Tokens: input = all prompt tokens including cache
 #: reads and writes; reasoning is part of output. cost_usd NULL = unpriced.
@@ -110,101 +92,6 @@ __all__ = [
 ]
 
 
-def _count(obj: Any, *path: str) -> int:
-    """A non-negative integer at ``path`` in ``obj`` (absent/None = 0), else ``invalid-usage``."""
-    for key in path:
-        if not isinstance(obj, dict):
-            return 0
-        obj = obj.get(key)
-    if obj is None:
-        return 0
-    if (
-        isinstance(obj, bool)
-        or not isinstance(obj, (int, float))
-        or obj != obj
-        or obj < 0
-        or obj > _MAX_TOKENS
-    ):
-        raise InvalidOpError(
-            "invalid-usage",
-            f"usage field {'.'.join(path)!r} must be a non-negative token count, got {obj!r}",
-        )
-    if isinstance(obj, float) and not obj.is_integer():
-        raise InvalidOpError(
-            "invalid-usage", f"usage field {'.'.join(path)!r} must be a whole number, got {obj!r}"
-        )
-    return int(obj)
-
-
-def normalize_usage(raw: Any) -> dict[str, int]:
-    """The ``TOKEN_FIELDS`` counts of a usage object in any accepted shape (module doc).
-
-    Raises ``InvalidOpError('invalid-usage')`` for a non-object, a negative or non-integer
-    count, or parts larger than their whole (cache > input, reasoning > output).
-    """
-    if not isinstance(raw, dict):
-        raise InvalidOpError("invalid-usage", f"usage must be an object, got {type(raw).__name__}")
-    keys = raw.keys()
-    if keys & _QUILL_KEYS:
-        out = {f: _count(raw, f) for f in TOKEN_FIELDS}
-    elif keys & _ANTHROPIC_KEYS:
-        read, write = (
-            _count(raw, "cache_read_input_tokens"),
-            _count(raw, "cache_creation_input_tokens"),
-        )
-        out = {
-            "input_tokens": _count(raw, "input_tokens") + read + write,
-            "output_tokens": _count(raw, "output_tokens"),
-            "cache_read_tokens": read,
-            "cache_write_tokens": write,
-            "reasoning_tokens": 0,
-        }
-    elif "prompt_tokens" in keys or "completion_tokens" in keys:
-        out = {
-            "input_tokens": _count(raw, "prompt_tokens"),
-            "output_tokens": _count(raw, "completion_tokens"),
-            "cache_read_tokens": _count(raw, "prompt_tokens_details", "cached_tokens"),
-            "cache_write_tokens": 0,
-            "reasoning_tokens": _count(raw, "completion_tokens_details", "reasoning_tokens"),
-        }
-    else:  # OpenAI Responses / Codex (and the plain {input_tokens, output_tokens} both share)
-        out = {
-            "input_tokens": _count(raw, "input_tokens"),
-            "output_tokens": _count(raw, "output_tokens"),
-            "cache_read_tokens": (
-                _count(raw, "input_tokens_details", "cached_tokens")
-                or _count(raw, "cached_input_tokens")
-            ),
-            "cache_write_tokens": 0,
-            "reasoning_tokens": (
-                _count(raw, "output_tokens_details", "reasoning_tokens")
-                or _count(raw, "reasoning_output_tokens")
-            ),
-        }
-    if out["cache_read_tokens"] + out["cache_write_tokens"] > out["input_tokens"]:
-        raise InvalidOpError("invalid-usage", "cache tokens exceed input tokens")
-    if out["reasoning_tokens"] > out["output_tokens"]:
-        raise InvalidOpError("invalid-usage", "reasoning tokens exceed output tokens")
-    return out
-
-
-def _text(value: Any, key: str, limit: int = 256) -> str | None:
-    if value is None:
-        return None
-    if (
-        not isinstance(value, (str, int))
-        or isinstance(value, bool)
-        or not str(value)
-        or len(str(value)) > limit
-        or "\x00" in str(value)
-    ):  # PostgreSQL text cannot hold NUL (op_common.no_nul)
-        raise InvalidOpError(
-            "invalid-field",
-            f"{key!r} must be a non-empty string of at most {limit} characters without NUL",
-        )
-    return str(value)
-
-
 def record(
     conn: apsw.Connection,
     sid: str,
@@ -229,7 +116,7 @@ def record(
     (``invalid-usage``, ``invalid-field``) before writing anything.
     """
     tokens = normalize_usage(raw)
-    _check_task(task)
+    check_task(task)
     if not any(tokens.values()):
         return 0  # e.g. Claude Code's "<synthetic>" error messages: no call was billed
     if response_id is not None:
@@ -244,7 +131,8 @@ def record(
                 cost = price(merged, known[-3], known[-2], known[-1])
                 conn.execute(
                     f"UPDATE usage SET {', '.join(f + ' = ?' for f in TOKEN_FIELDS)}, "
-                    "cost_usd = ?, price_version = ?, raw = ? WHERE id = ?",
+                    "cost_usd = ?, "
+                    "price_version = ?, raw = ? WHERE id = ?",
                     (
                         *merged.values(),
                         cost,
@@ -259,7 +147,7 @@ def record(
         f"""INSERT INTO usage (session_id, message_id, response_id, task, model, provider, source,
                 {", ".join(TOKEN_FIELDS)}, cost_usd, price_version, ts, day, raw, batch_id)
             VALUES (?, ?, ?, ?, ?, ?, ?, {", ".join("?" for _ in TOKEN_FIELDS)},
-                    ?, ?, ?, ?, ?, ?)""",
+                ?, ?, ?, ?, ?, ?)""",
         (
             sid,
             message_id,
@@ -280,54 +168,6 @@ def record(
     return conn.changes()
 
 
-def _check_task(task: str) -> None:
-    if not task.replace("_", "").isalnum() or len(task) > 64:
-        raise InvalidOpError(
-            "invalid-field", f"task must be an identifier such as {', '.join(TASKS)}"
-        )
-
-
-def check_call(holder: dict) -> dict[str, Any]:
-    """The content rules of one model call's usage: the attributes beside it (``fields``),
-    the usage object (``normalize_usage``), the task name, in the order ``record`` meets
-    them. ``holder`` is a message carrying ``usage`` (or its ``extra``) or a ``usage.record``
-    op's data. Returns the attributes (model not defaulted). Raises ``InvalidOpError``
-    (``invalid-field``, ``invalid-usage``). Shared by ``store.apply.precheck`` and the writer
-    (``store.apply.checks``)."""
-    attrs = fields(holder)
-    normalize_usage(holder.get("usage"))
-    _check_task(attrs["task"])
-    return attrs
-
-
-def check_usage_record(data: dict) -> tuple[str, str | None, dict[str, Any]]:
-    """``usage.record``'s content rules (``store.apply.checks.CHECKS``): ``usage`` present,
-    ``source`` and ``message_ext_id`` strings, then ``check_call``. Returns ``(session id,
-    source, attributes)``. Raises ``InvalidOpError`` (``invalid-session-id``, ``invalid-usage``,
-    ``invalid-field``)."""
-    sid = session_id(data)
-    if "usage" not in data:
-        raise InvalidOpError("invalid-usage", "usage.record needs a 'usage' object")
-    source = opt(data, "source", str)
-    no_nul(data, "source")
-    opt(data, "message_ext_id", str)
-    return sid, source, check_call(data)
-
-
-def _attrs(msg: dict) -> dict:
-    """Where a message's usage attributes are: the message itself, or — when it has no
-    ``usage`` key — its ``extra`` object (imports and exports keep unknown fields there; both
-    are stored as the same ``extra``)."""
-    if "usage" in msg or not isinstance(msg.get("extra"), dict):
-        return msg
-    return msg["extra"]
-
-
-def carries_usage(msg: Any) -> bool:
-    """Whether a message dict has a ``usage`` (on it or in its ``extra``)."""
-    return isinstance(msg, dict) and _attrs(msg).get("usage") is not None
-
-
 def record_messages(
     conn: apsw.Connection,
     sid: str,
@@ -346,7 +186,7 @@ def record_messages(
     row = conn.execute("SELECT model, source FROM sessions WHERE id = ?", (sid,)).fetchone()
     written = 0
     for mid, msg in carrying:
-        holder = _attrs(msg)
+        holder = usage_holder(msg)
         attrs = fields(holder, row[0] if row else None)
         written += record(
             conn,
@@ -359,17 +199,6 @@ def record_messages(
             **attrs,
         )
     return written
-
-
-def fields(holder: dict, default_model: str | None = None) -> dict[str, Any]:
-    """The optional usage attributes of a message or op: model, provider, response_id, task.
-    Raises ``InvalidOpError('invalid-field')``."""
-    return {
-        "model": _text(holder.get("model"), "model") or default_model,
-        "provider": _text(holder.get("provider"), "provider"),
-        "response_id": _text(holder.get("response_id"), "response_id", 512),
-        "task": _text(holder.get("task"), "task", 64) or "turn",
-    }
 
 
 @atomic

@@ -28,7 +28,7 @@ from quill.store.schema import TRIGRAM_PREFIX_CHARS
 from quill.store.search import hits as hits_mod
 from quill.store.search import plan as query
 from quill.store.search import rank
-from quill.store.search.run import KINDS, SCAN_MAX_ROWS, _escape_like, _filters, _kinds
+from quill.store.search.candidates import KINDS, SCAN_MAX_ROWS, _escape_like, _filters, _kinds
 
 _COLS = "m.id, m.session_id, m.role, m.content, m.tool_calls, m.ts, s.title, m.state"
 _WORD = re.compile(r"[^\W_]+")

@@ -1,0 +1,110 @@
+"""The ledger of applied and refused batches, per backend, and the op content digest.
+
+``apply_entries`` (``store.apply.chunk``) asks a ``Ledger`` which batch ids are already decided
+and records each op's outcome in the chunk's transaction; ``op_digest`` tells a retry of a batch
+(same content) from a reused batch id (other content). ``SqliteLedger`` is the embedded store's
+(``applied_batches``/``rejected_batches``); the PostgreSQL backend has its own
+(``store.postgres.apply``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Protocol
+
+import apsw
+
+#: Errors that mean "this op's data cannot be stored", not "the store is in trouble": values
+#: SQLite or Python cannot represent (an integer beyond 64 bits, 1e400 → inf → OverflowError,
+#: nesting past the recursion limit, a row over SQLite's size limit, a CHECK or NOT NULL
+#: constraint). The op is quarantined and the drain goes on; a poison record must never
+#: crash the writer. Corruption, I/O, busy and full errors are not in this list: they stop
+#: the chunk and are handled by the writer.
+_BAD_DATA: tuple[type[BaseException], ...] = (
+    OverflowError,
+    TypeError,
+    ValueError,
+    RecursionError,
+    apsw.ConstraintError,
+    apsw.MismatchError,
+    apsw.TooBigError,
+    apsw.RangeError,
+)
+
+
+def op_digest(op: Any, data: Any) -> str:
+    """Content digest of one op (hex, 32 chars): SHA-256 of its op name and data as JSON with
+    sorted keys, so a retry of the same op and data matches whatever key order or envelope
+    (producer, seq, timestamp) the retry has. Used to tell a retry (a duplicate) from a
+    reused batch id carrying other content (quarantined: ``batch-id-reused``). Cost linear in
+    the data's size (bench/RESULTS.md)."""
+    import msgspec
+
+    try:
+        raw = msgspec.json.encode([op, data], order="sorted")
+    except (TypeError, ValueError, OverflowError):  # not JSON-shaped: refused later by the op rules
+        raw = repr((op, data)).encode("utf-8", "surrogatepass")
+    return hashlib.sha256(raw).hexdigest()[:32]
+
+
+class Ledger(Protocol):
+    """What differs between backends in applying ops (``apply_entries``): where batch ids and
+    their outcomes are recorded, and which exceptions mean "this op's data cannot be stored"."""
+
+    bad_data: tuple[type[BaseException], ...]
+    #: Whether runs of plain ``messages.append`` ops may be applied together
+    #: (``store.apply.bulk``: SQLite, where the writer alone assigns message ids).
+    bulk_append: bool
+
+    def decided(self, conn: Any, batches: list[str]) -> dict[str, str | None]:
+        """The batch ids among ``batches`` already applied or refused (by any writer), each
+        with the content digest it was applied with (None: refused, or applied before digests
+        were recorded)."""
+
+    def record_applied(self, conn: Any, batch: str, position: str, now: float, digest: str) -> bool:
+        """Record ``batch`` as applied; False when another writer decided it meanwhile (the
+        op's rows are then rolled back and it counts as a duplicate)."""
+
+    def record_rejected(
+        self, conn: Any, batch: str, position: str, reason: str, now: float
+    ) -> None:
+        """Record ``batch`` as refused for its data (a replay skips it)."""
+
+
+class SqliteLedger:
+    """``applied_batches``/``rejected_batches`` of the embedded store (one writer per store)."""
+
+    bad_data = _BAD_DATA
+    bulk_append = True
+
+    def decided(self, conn: Any, batches: list[str]) -> dict[str, str | None]:
+        import json
+
+        ids = json.dumps(batches)
+        return {
+            r[0]: r[1]
+            for r in conn.execute(
+                "SELECT batch_id, digest FROM applied_batches "
+                "WHERE batch_id IN (SELECT value FROM json_each(?1)) "
+                "UNION ALL SELECT batch_id, NULL FROM rejected_batches "
+                "WHERE batch_id IN (SELECT value FROM json_each(?1))",
+                (ids,),
+            )
+        }
+
+    def record_applied(self, conn: Any, batch: str, position: str, now: float, digest: str) -> bool:
+        conn.execute(
+            "INSERT INTO applied_batches (batch_id, position, applied_at, digest) "
+            "VALUES (?, ?, ?, ?)",
+            (batch, position, now, digest),
+        )
+        return True
+
+    def record_rejected(
+        self, conn: Any, batch: str, position: str, reason: str, now: float
+    ) -> None:
+        conn.execute(
+            "INSERT OR IGNORE INTO rejected_batches (batch_id, position, reason, rejected_at) "
+            "VALUES (?, ?, ?, ?)",
+            (batch, position, reason, now),
+        )

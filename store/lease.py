@@ -42,6 +42,11 @@ class Lease:
         self._fd = fd
         return self
 
+    @property
+    def held(self) -> bool:
+        """True while this lease object holds its lock (between ``acquire`` and ``release``)."""
+        return self._fd >= 0
+
     def release(self) -> None:
         """Drop the lease (idempotent)."""
         if self._fd >= 0:

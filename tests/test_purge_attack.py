@@ -11,6 +11,7 @@ import pytest
 from purge_helpers import PurgeHome, files_holding
 
 from quill.ops.purge.procedure import purge
+from quill.workers.writer import Writer
 
 
 def _three_sessions_two_deleted(h: PurgeHome) -> None:
@@ -408,17 +409,13 @@ def test_purge_after_a_purge_delete_scrubs_and_truncates_the_wal(tmp_path):
     ] == []
 
 
-def _wait_for_the_lease(h: PurgeHome, timeout: float = 30) -> None:
-    """Return once some holder has the writer lease of ``h`` (a probe cannot take it)."""
-    from quill.home import RunDir
-    from quill.store.errors import LeaseHeldError
-    from quill.store.lease import Lease
-
+def _wait_for_the_lease(writer: Writer, thread: threading.Thread, timeout: float = 30) -> None:
+    """Return once ``writer`` (running in ``thread``) holds its lease. Watching the writer's
+    own lease object, not probing the lock: a probe in this process would hold the lock for
+    an instant, and a writer starting in that instant would fail to take it."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            Lease(RunDir(h.root).lock("writer")).acquire().release()
-        except LeaseHeldError:
+    while time.monotonic() < deadline and thread.is_alive():
+        if writer.lease.held:
             return
         time.sleep(0.02)
     raise AssertionError("the writer never took its lease")
@@ -430,7 +427,6 @@ def test_purge_later_queues_the_scrub_for_a_running_writer(tmp_path):
     (``workers.writer.Writer.run``: lease, drain, queued store jobs), in a thread."""
     from quill.jobs.queues import build_for
     from quill.ops import logs
-    from quill.workers.writer import Writer
 
     h = PurgeHome(tmp_path / "home")
     h.append("session.create", {"session_id": "x", "source": "cli"})
@@ -443,7 +439,7 @@ def test_purge_later_queues_the_scrub_for_a_running_writer(tmp_path):
     t = threading.Thread(target=writer.run, args=(stop,))
     t.start()
     try:
-        _wait_for_the_lease(h)  # held: the purge queues the scrub instead of running it
+        _wait_for_the_lease(writer, t)  # held: the purge queues the scrub instead of running it
         figures = h.purge("x", enqueue_scrub=lambda **kw: queues.enqueue("scrub", **kw))
     finally:
         stop.set()

@@ -23,7 +23,8 @@ from quill.store.factory import capabilities
 @json_option
 @click.pass_obj
 def snapshot(cfg: Any, as_json: bool) -> None:
-    """Take a verified snapshot now (backup API + integrity_check), stamped with its spool position."""
+    """Take a verified snapshot now (backup API + integrity_check), stamped with its spool
+    position."""
     from quill.jobs import catalog
     from quill.jobs.queues import build_for, resolve_params
 
@@ -40,7 +41,7 @@ def snapshot(cfg: Any, as_json: bool) -> None:
         # the writer applies the record, now if a fleet runs, else at the next `quill run`).
         result = run_recorded(spec, queues, resolve_params(spec, cfg, {}), runner="cli")
     except CantOpenError as exc:
-        raise click.ClickException(f"no store to snapshot: {exc}")
+        raise click.ClickException(f"no store to snapshot: {exc}") from exc
     if as_json:
         emit_json(result)
     else:
@@ -74,7 +75,7 @@ def recover(cfg: Any, accept_loss: bool, as_json: bool) -> None:
                 cfg, accept_loss=accept_loss, progress=lambda n: bar.advance(task, n)
             )
     except (RecoverError, CorruptError) as exc:
-        raise click.ClickException(str(exc))
+        raise click.ClickException(str(exc)) from exc
     if result.get("history_gap"):
         click.echo(
             f"quill: WARNING: rebuilt with history missing: {result['history_gap']}", err=True
@@ -83,7 +84,8 @@ def recover(cfg: Any, accept_loss: bool, as_json: bool) -> None:
         emit_json(result)
     else:
         click.echo(
-            f"recovered from {result['snapshot'] or 'an empty store'} + spool {result['from']} → {result['to']}: "
+            f"recovered from {result['snapshot'] or 'an empty store'} + spool "
+            f"{result['from']} → {result['to']}: "
             f"{result['applied']} batch(es) replayed, {result['rows']} message rows; swapped in by "
             f"{result['swapped_by']}"
             + (f"; old files in {result['evidence']}" if result.get("evidence") else "")
@@ -98,13 +100,15 @@ def _recover_postgres(cfg: Any, as_json: bool) -> None:
     try:
         result = pg_recover(cfg, logs.configure(cfg.logs_dir, "recover"))
     except (StoreError, TimeoutError) as exc:
-        raise click.ClickException(f"cannot replay into the PostgreSQL store: {exc}")
+        raise click.ClickException(f"cannot replay into the PostgreSQL store: {exc}") from exc
     if as_json:
         emit_json(result)
     else:
         click.echo(
-            f"replayed spool {result['spool_id']} into the PostgreSQL store {result['from']} → {result['to']}"
-            f" by the {result['replayed_by']}: {result['applied']} batch(es), {result['rows']} message rows"
+            f"replayed spool {result['spool_id']} into the PostgreSQL store "
+            f"{result['from']} → {result['to']}"
+            f" by the {result['replayed_by']}: {result['applied']} batch(es), "
+            f"{result['rows']} message rows"
         )
 
 

@@ -80,7 +80,8 @@ def _write_session(r: Reader, out: Any, fmt: str, n: int, sid: str) -> None:
     type=click.Choice(export.FORMATS),
     default="quill",
     show_default=True,
-    help="quill = op JSONL `quill import` takes back; markdown; openai = chat JSONL (model view); sharegpt.",
+    help="quill = op JSONL `quill import` takes back; markdown; "
+    "openai = chat JSONL (model view); sharegpt.",
 )
 @click.option(
     "--since", type=EPOCH, help="Only sessions active at or after (epoch seconds or ISO date)."

@@ -65,8 +65,8 @@ def import_(ctx: click.Context, paths: tuple[Path, ...], as_json: bool) -> None:
     rejected = [e["path"] for e in report if e["format"] is None]
     if skipped_md:  # on stderr, so --json output stays one JSON value
         click.echo(
-            f"quill: skipped {len(skipped_md)} .md file(s) in the folders (documentation, not transcripts): "
-            + ", ".join(str(p) for p in skipped_md),
+            f"quill: skipped {len(skipped_md)} .md file(s) in the folders "
+            "(documentation, not transcripts): " + ", ".join(str(p) for p in skipped_md),
             err=True,
         )
     if as_json:
@@ -79,7 +79,8 @@ def import_(ctx: click.Context, paths: tuple[Path, ...], as_json: bool) -> None:
             continue
         from_file = e["new"] - e["new_from_compactions"]
         con.print(
-            f"{e['format']:<12} {path}: {e['sessions']} session(s); {e['messages']} message(s) read: "
+            f"{e['format']:<12} {path}: {e['sessions']} session(s); "
+            f"{e['messages']} message(s) read: "
             f"{from_file} new, {e['already_stored']} already stored"
             + (
                 f"; {e['new_from_compactions']} compaction summary message(s) new"

@@ -179,7 +179,8 @@ def jobs_run(
         else:
             raise WaitTimeoutError(
                 f"{name} queued but no run recorded within {wait_s:g} s",
-                hint=f"is `quill run` running? `quill jobs history --job {name}` shows the outcome later",
+                hint=f"is `quill run` running? `quill jobs history --job {name}` shows "
+                "the outcome later",
             )
     if as_json:
         emit_json(result)
@@ -262,7 +263,7 @@ def _trigger(every: str | None, cron: str | None) -> Any:
     try:
         return CronTrigger.from_crontab(cron, timezone="UTC")
     except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--cron")
+        raise click.BadParameter(str(exc), param_hint="--cron") from None
 
 
 @schedule.command(name="add")
@@ -308,7 +309,8 @@ def schedule_add(
         return
     if result["replaces_default"]:
         click.echo(
-            f"{sid}: this replaces the default schedule of {sid} ({_describe_default(_default_of(default))}); "
+            f"{sid}: this replaces the default schedule of {sid} "
+            f"({_describe_default(_default_of(default))}); "
             f"it stays replaced across restarts. To keep the default and add another, use --id",
             err=True,
         )
@@ -328,7 +330,8 @@ def _modify(ctx: click.Context, schedule_id: str, action: str, as_json: bool) ->
         # A default schedule is re-created at every start; removing it would not last.
         action = "pause"
         click.echo(
-            f"{schedule_id} is a default schedule: pausing it instead (it stays paused across restarts)",
+            f"{schedule_id} is a default schedule: pausing it instead "
+            "(it stays paused across restarts)",
             err=True,
         )
     with edit_schedules(cfg) as sched:
@@ -337,7 +340,7 @@ def _modify(ctx: click.Context, schedule_id: str, action: str, as_json: bool) ->
         except JobLookupError:
             raise NotFoundError(
                 f"no schedule {schedule_id!r}", hint="`quill schedule list` shows the schedules"
-            )
+            ) from None
     if as_json:
         emit_json({"id": schedule_id, "asked": asked, "done": f"{action}d"})
     else:

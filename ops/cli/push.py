@@ -1,5 +1,6 @@
 """``quill push`` as a click command (help, usage errors, unusual argv). The common argv skips
-click entirely (``ops/cli/push_fast.py``, called from ``quill.ops.cli.main``); both run ``push.run``."""
+click entirely (``ops/cli/push_fast.py``, called from ``quill.ops.cli.main``); both run
+``push.run``."""
 
 from __future__ import annotations
 

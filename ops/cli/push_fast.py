@@ -102,9 +102,9 @@ def read_json_values(stream: Any, name: str) -> list[Any]:
     except UnicodeDecodeError as exc:
         raise InvalidInputError(
             f"{name}: not UTF-8 text ({exc.reason} at byte {exc.start}); {_NOTHING}"
-        )
+        ) from None
     except RecursionError:
-        raise InvalidInputError(f"{name}: JSON nested too deeply; {_NOTHING}")
+        raise InvalidInputError(f"{name}: JSON nested too deeply; {_NOTHING}") from None
 
 
 def _parse_json_values(text: str, name: str) -> list[Any]:
@@ -126,7 +126,7 @@ def _parse_json_values(text: str, name: str) -> list[Any]:
                 raise InvalidInputError(
                     f"{name}:{lineno}: not JSON ({exc.msg} at column {exc.colno}); {_NOTHING}",
                     hint="give one JSON document, or one JSON value per line (JSONL)",
-                )
+                ) from None
     return values
 
 
@@ -143,17 +143,19 @@ def run(
     from quill.store.errors import InvalidOpError
 
     values = read_json_values(stream, name)
-    index = 0
     try:
         ops = list(ingest.push_ops(values, session_id))
-        for index, (op, data, _) in enumerate(ops):
-            precheck(op, data)
-    except InvalidOpError as exc:
-        raise InvalidInputError(
-            f"batch {index}: {exc.reason}: {exc.detail}; {_NOTHING}", reason=exc.reason
-        )
     except ValueError as exc:
-        raise InvalidInputError(f"{exc}; {_NOTHING}")
+        raise InvalidInputError(f"{exc}; {_NOTHING}") from None
+    for index, (op, data, _) in enumerate(ops):
+        try:
+            precheck(op, data)
+        except InvalidOpError as exc:
+            raise InvalidInputError(
+                f"batch {index}: {exc.reason}: {exc.detail}; {_NOTHING}", reason=exc.reason
+            ) from None
+        except ValueError as exc:
+            raise InvalidInputError(f"{exc}; {_NOTHING}") from None
     if not ops:
         raise InvalidInputError(
             f"{name}: no ops or messages in the input (an empty list?); {_NOTHING}",

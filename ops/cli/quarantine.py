@@ -70,7 +70,8 @@ def retry_batch_id(entry: dict[str, Any]) -> str:
 def retry_op(entry: dict[str, Any], *, force: bool) -> tuple[str, dict[str, Any], str]:
     """(op, data, batch id) for re-appending ``entry``: the original batch id for an
     ``unsupported-op`` refusal (never decided), else ``retry_batch_id``. Raises
-    ``InvalidInputError`` when the raw line holds no complete op, or is damaged and not ``force``."""
+    ``InvalidInputError`` when the raw line holds no complete op, or is damaged and not
+    ``force``."""
     if entry["reason"] in DAMAGE_REASONS and not force:
         raise InvalidInputError(
             f"entry {entry['id']} was quarantined as damaged ({entry['reason']}): "
@@ -106,7 +107,8 @@ def retry_op(entry: dict[str, Any], *, force: bool) -> tuple[str, dict[str, Any]
     "--store",
     "store",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="The quarantine of this store file (a `spool replay --into` target) instead of the live one.",
+    help="The quarantine of this store file (a `spool replay --into` target) "
+    "instead of the live one.",
 )
 @click.pass_context
 def quarantine(ctx: click.Context, store: Path | None) -> None:
@@ -237,7 +239,8 @@ def adopt(ctx: click.Context, path: Path, as_json: bool) -> None:
         emit_json(result)
     else:
         click.echo(
-            f"adopted {adopted} record(s) from {path} into {ctx.obj.spool_dir}; renamed to {result['renamed_to']}"
+            f"adopted {adopted} record(s) from {path} into {ctx.obj.spool_dir}; "
+            f"renamed to {result['renamed_to']}"
         )
         for d in damaged:
             click.echo(f"  line {d['line']}: {d['reason']}: {d['detail']}")

@@ -31,7 +31,7 @@ def _reader(cfg: Any) -> Reader:
     except CantOpenError:
         raise NotFoundError(
             f"no store at {where(cfg)} yet", hint="push or import something, then `quill run`"
-        )
+        ) from None
 
 
 def _note_no_store(cfg: Any) -> None:
@@ -178,7 +178,8 @@ def sessions_export(ctx: click.Context, session_id: str) -> None:
     "kinds",
     multiple=True,
     type=click.Choice(search_mod.KINDS),
-    help="Where to look: message text, tool calls (names, arguments), reasoning. Repeatable; default all.",
+    help="Where to look: message text, tool calls (names, arguments), reasoning. "
+    "Repeatable; default all.",
 )
 @click.option("--source", type=UTF8)
 @click.option("--since", type=EPOCH, help="Messages at or after (epoch seconds or ISO date).")
@@ -192,7 +193,8 @@ def sessions_export(ctx: click.Context, session_id: str) -> None:
     type=click.Choice(["newest", "relevance"]),
     default="newest",
     show_default=True,
-    help="relevance: ranked over the newest 1,000 matches (word queries; BM25 on SQLite, ts_rank on PostgreSQL).",
+    help="relevance: ranked over the newest 1,000 matches "
+    "(word queries; BM25 on SQLite, ts_rank on PostgreSQL).",
 )
 @json_option
 @click.pass_obj
@@ -211,7 +213,8 @@ def search(
     order: str,
     as_json: bool,
 ) -> None:
-    """Full-text search over messages, newest first (or --order relevance). Any text is a valid query.
+    """Full-text search over messages, newest first (or --order relevance). Any text is a valid
+    query.
 
     Message text, tool calls (names and arguments) and reasoning are searched (--kind picks).
     Substring, CJK and emoji queries use narrower routes; a note on stderr says which."""
@@ -255,7 +258,8 @@ def search(
         render.print_search(render.console(), hits, query, more=more)
         if more:
             click.echo(
-                f"quill: more messages match; showing the {'best' if order == 'relevance' else 'newest'} "
+                "quill: more messages match; showing the "
+                f"{'best' if order == 'relevance' else 'newest'} "
                 f"{limit} (--limit N shows more)",
                 err=True,
             )
@@ -265,7 +269,8 @@ def search(
 @json_option
 @click.pass_context
 def status(ctx: click.Context, as_json: bool) -> None:
-    """Fleet, store, spool and job health at a glance (``--json``: the same figures /metrics exports)."""
+    """Fleet, store, spool and job health at a glance (``--json``: the same figures /metrics
+    exports)."""
     data = health.collect(ctx.obj)
     if as_json:
         emit_json(data)
@@ -279,17 +284,22 @@ def _print_status(d: dict[str, Any]) -> None:
     con = render.console()
     fleet = d["fleet"]
     con.print(f"[bold]quill[/bold] {d['home']}")
-    con.print(
-        f"fleet    {'[green]running[/green] (pid ' + str(fleet['supervisor_pid']) + ')' if fleet['running'] else '[yellow]not running[/yellow]'}"
+    running = (
+        "[green]running[/green] (pid " + str(fleet["supervisor_pid"]) + ")"
+        if fleet["running"]
+        else "[yellow]not running[/yellow]"
     )
+    con.print(f"fleet    {running}")
     if fleet["halt"]:
         h = fleet["halt"]
         con.print(
-            f"[bold red]HALTED[/bold red] {h.get('cause')}: {h.get('detail')}\n  next: [bold]{h.get('next')}[/bold]"
+            f"[bold red]HALTED[/bold red] {h.get('cause')}: {h.get('detail')}\n"
+            f"  next: [bold]{h.get('next')}[/bold]"
         )
     for c in fleet["crash_loops"]:
         con.print(
-            f"[bold red]CRASH LOOP[/bold red] the {c['role']} keeps exiting (last code {c['last_code']}); "
+            f"[bold red]CRASH LOOP[/bold red] the {c['role']} keeps exiting "
+            f"(last code {c['last_code']}); "
             f"see {c['logs']}"
         )
     for role, c in (fleet.get("children") or {}).items():
@@ -302,7 +312,8 @@ def _print_status(d: dict[str, Any]) -> None:
     if not fleet["running"] and last and last.get("exit_code"):
         roles = ", ".join(c["role"] for c in last["crash_loops"])
         con.print(
-            f"[yellow]last run stopped with exit code {last['exit_code']} at {render.when(last['ended_at'])}"
+            f"[yellow]last run stopped with exit code {last['exit_code']} at "
+            f"{render.when(last['ended_at'])}"
             + (f" (crash-looping: {roles})" if roles else "")
             + "[/yellow]"
         )
@@ -313,9 +324,12 @@ def _print_status(d: dict[str, Any]) -> None:
         con.print(f"[yellow]writer   {writer.error}[/yellow]")
     http = fleet.get("http")
     if fleet["running"] and http:
-        con.print(
-            f"http     {'serving http://' + http.get('listen', '?') + '/' if http.get('alive') else '[yellow]not running (restarting?)[/yellow]'}"
+        serving = (
+            "serving http://" + http.get("listen", "?") + "/"
+            if http.get("alive")
+            else "[yellow]not running (restarting?)[/yellow]"
         )
+        con.print(f"http     {serving}")
     s = d["store"]
     if s and s.get("error"):
         con.print(f"[bold red]store    unreadable: {s['error']}[/bold red]")
@@ -330,20 +344,23 @@ def _print_status(d: dict[str, Any]) -> None:
         con.print("store    (not created yet)")
     if d["disk"]["low"]:
         con.print(
-            f"[bold red]DISK ALMOST FULL[/bold red]: {d['disk']['free_bytes']} bytes free under {d['home']}; "
+            f"[bold red]DISK ALMOST FULL[/bold red]: {d['disk']['free_bytes']} bytes free "
+            f"under {d['home']}; "
             "appends fail and the drain pauses until space returns"
         )
     sp = d["spool"]
     con.print(
         f"spool    {sp['segments']} segment(s), {sp['bytes']} bytes, end {sp['end']}, "
-        f"{sp['pending_bytes']} bytes pending (lag {sp['lag_s']} s), {sp['quarantined']} quarantined"
+        f"{sp['pending_bytes']} bytes pending (lag {sp['lag_s']} s), "
+        f"{sp['quarantined']} quarantined"
         + (f" (of which {sp['torn_writes']} {TORN_SUMMARY})" if sp.get("torn_writes") else "")
     )
     if sp.get("interrupted_purge"):
         ip = sp["interrupted_purge"]
         con.print(
-            f"[bold red]PURGE INTERRUPTED[/bold red] of {', '.join(ip['sessions']) or '?'}: the content may "
-            f"still be in the spool, snapshots and the live store\n  next: [bold]{ip['next']}[/bold]"
+            f"[bold red]PURGE INTERRUPTED[/bold red] of {', '.join(ip['sessions']) or '?'}: "
+            "the content may still be in the spool, snapshots and the live store\n"
+            f"  next: [bold]{ip['next']}[/bold]"
         )
     w = d["wal"]
     if w["bytes"] or w["blocked_by_reader_since"]:
@@ -353,7 +370,8 @@ def _print_status(d: dict[str, Any]) -> None:
         con.print(f"[yellow]overdue  {o['job']}: {o['reason']}[/yellow]")
     for run in d["jobs"][:5]:
         con.print(
-            f"job      {run['job']:<15} {run['outcome']:<6} {render.when(run['started_at'])} {run.get('error') or ''}"
+            f"job      {run['job']:<15} {run['outcome']:<6} {render.when(run['started_at'])} "
+            f"{run.get('error') or ''}"
         )
 
 
@@ -362,7 +380,8 @@ def _print_pg_store(con: Any, s: dict[str, Any]) -> None:
     pg = s["postgres"]
     con.print(f"store    PostgreSQL {pg['server_version']} at {pg['url']}")
     con.print(
-        f"         {s['sessions']} sessions, {s['messages']} messages; store {filesize.decimal(pg['size_bytes'])}, "
+        f"         {s['sessions']} sessions, {s['messages']} messages; "
+        f"store {filesize.decimal(pg['size_bytes'])}, "
         f"database {filesize.decimal(pg['database_bytes'])}; this host's cursor {s['cursor']}"
     )
     for sp in pg["spools"]:

@@ -144,7 +144,8 @@ def tokens(usage: dict[str, Any] | None) -> str:
 
 
 def cost(usage: dict[str, Any]) -> str:
-    """``$1.2345``, with ``+ N unpriced`` when some calls have no price; ``unpriced`` when none has."""
+    """``$1.2345``, with ``+ N unpriced`` when some calls have no price; ``unpriced`` when none
+    has."""
     if usage.get("cost_usd") is None:
         return "unpriced" if usage.get("calls") else ""
     text = f"${usage['cost_usd']:.4f}"
@@ -227,8 +228,10 @@ def transcript(
         out.append(
             Text(
                 f"usage: {usage['calls']} call(s), {usage['input_tokens']} in "
-                f"({usage['cache_read_tokens']} cache read, {usage['cache_write_tokens']} cache write), "
-                f"{usage['output_tokens']} out ({usage['reasoning_tokens']} reasoning), {cost(usage)}",
+                f"({usage['cache_read_tokens']} cache read, "
+                f"{usage['cache_write_tokens']} cache write), "
+                f"{usage['output_tokens']} out ({usage['reasoning_tokens']} reasoning), "
+                f"{cost(usage)}",
                 style="dim",
             )
         )
@@ -264,7 +267,8 @@ def transcript(
             args = str(fn.get("arguments", ""))
             out.append(
                 Text(
-                    f"  → {fn.get('name')}({args[:300]}{'…' if len(args) > 300 else ''})  id={call.get('id')}",
+                    f"  → {fn.get('name')}({args[:300]}{'…' if len(args) > 300 else ''})  "
+                    f"id={call.get('id')}",
                     style="yellow",
                 )
             )

@@ -73,7 +73,8 @@ def serve(cfg: Any, listen: str | None, anonymous: str | None, as_json: bool) ->
         )
     else:
         click.echo(
-            f"quill: serving {url} (dashboard /, API /api/v1, metrics /metrics, OpenAPI /openapi.json); "
+            f"quill: serving {url} "
+            "(dashboard /, API /api/v1, metrics /metrics, OpenAPI /openapi.json); "
             f"anonymous callers: {policy}; logs in {cfg.logs_dir}",
             err=True,
         )

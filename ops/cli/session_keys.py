@@ -57,7 +57,8 @@ def sessions_resume(cfg: Any, key: str | None, cwd: str | None, as_json: bool) -
     "window_s",
     type=click.FloatRange(min=0),
     default=None,
-    help="Seconds before an orphan started in which its predecessor must have gone quiet (default 900).",
+    help="Seconds before an orphan started in which its predecessor must have gone quiet "
+    "(default 900).",
 )
 @json_option
 @click.pass_obj
@@ -166,27 +167,30 @@ def sessions_delete(
 def echo_purge(figures: dict[str, Any]) -> None:
     """The human summary of a purge's figures (``ops.purge.procedure.purge``)."""
     click.echo(
-        f"purged {figures['records_purged']} record(s) of {len(figures['sessions'])} session(s) from "
-        f"{len(figures['segments_rewritten'])} segment(s); quarantine entries: "
-        f"{len(figures['quarantine_purged'])}; snapshots removed: {len(figures['snapshots_removed'])}, "
+        f"purged {figures['records_purged']} record(s) of {len(figures['sessions'])} "
+        f"session(s) from {len(figures['segments_rewritten'])} segment(s); quarantine entries: "
+        f"{len(figures['quarantine_purged'])}; "
+        f"snapshots removed: {len(figures['snapshots_removed'])}, "
         f"compacted: {len(figures['snapshots_compacted'])}, new: {figures['snapshot'] or '-'}"
     )
     scrub = figures.get("store_scrub")
     if scrub:
         click.echo(
             f"live store scrubbed (FTS optimize {scrub.get('optimize_seconds')} s, VACUUM "
-            f"{scrub.get('vacuum_seconds')} s, WAL truncated) by the {scrub.get('runner', 'writer')}: "
+            f"{scrub.get('vacuum_seconds')} s, WAL truncated) "
+            f"by the {scrub.get('runner', 'writer')}: "
             f"{scrub['bytes_before']} -> {scrub['bytes_after']} bytes in {scrub['seconds']} s"
             + (
-                "; a reader blocked its TRUNCATE checkpoint: `quill jobs run wal_checkpoint --mode truncate` "
-                "once it is gone"
+                "; a reader blocked its TRUNCATE checkpoint: "
+                "`quill jobs run wal_checkpoint --mode truncate` once it is gone"
                 if scrub.get("wal_blocked_by_reader")
                 else ""
             )
         )
     if figures.get("damaged"):
         click.echo(
-            f"not purged: {len(figures['damaged'])} spool line(s) too damaged to tell whose they are, at "
+            f"not purged: {len(figures['damaged'])} spool line(s) too damaged to tell whose "
+            "they are, at "
             f"{', '.join(figures['damaged'][:10])}; they may hold the deleted content "
             "(`quill spool verify` lists them)",
             err=True,

@@ -55,10 +55,12 @@ def spool_status(cfg: Any, as_json: bool) -> None:
         emit_json(data)
         return
     click.echo(
-        f"segments {data['segments']}, {data['bytes']} bytes, end {data['end']}, cursor {data['cursor']}"
+        f"segments {data['segments']}, {data['bytes']} bytes, end {data['end']}, "
+        f"cursor {data['cursor']}"
     )
     click.echo(
-        f"pending  {data['records_pending']} record(s), {data['pending_bytes']} bytes, lag {data['lag_s']} s"
+        f"pending  {data['records_pending']} record(s), {data['pending_bytes']} bytes, "
+        f"lag {data['lag_s']} s"
     )
     click.echo(
         f"quarantined {data['quarantined']} (in {cfg.spool_dir / 'quarantine'})"
@@ -81,7 +83,8 @@ def spool_verify(ctx: click.Context, as_json: bool) -> None:
         emit_json(result)
     else:
         click.echo(
-            f"{result['records']} record(s) checked, {len(result['damaged'])} damaged, end {result['end']}"
+            f"{result['records']} record(s) checked, {len(result['damaged'])} damaged, "
+            f"end {result['end']}"
             + (
                 " (a partial tail is still being written or is torn)"
                 if result["partial_tail"]
@@ -117,11 +120,14 @@ def spool_replay(ctx: click.Context, from_: str | None, into: Path | None, as_js
     try:
         start = Position.parse(from_) if from_ else None
     except ValueError:
-        raise click.BadParameter(f"expected SEG:OFFSET, got {from_!r}", param_hint="--from")
+        raise click.BadParameter(
+            f"expected SEG:OFFSET, got {from_!r}", param_hint="--from"
+        ) from None
     cfg = ctx.obj
     if into is None and not capabilities(cfg).local_file:  # refused before anything is written
         raise InvalidInputError(
-            "a live replay writes the embedded SQLite store; this data dir uses the PostgreSQL store",
+            "a live replay writes the embedded SQLite store; "
+            "this data dir uses the PostgreSQL store",
             hint="`quill recover` replays this host's spool into the PostgreSQL store from its "
             "cursor; `--into FILE` replays into a new SQLite file",
         )
@@ -135,7 +141,8 @@ def spool_replay(ctx: click.Context, from_: str | None, into: Path | None, as_js
             raise busy_with(
                 exc,
                 "cannot replay into the live store",
-                "stop `quill run` first (Ctrl-C; `quill status` shows it), or replay --into a new file",
+                "stop `quill run` first (Ctrl-C; `quill status` shows it), "
+                "or replay --into a new file",
             ) from None
     target = into or cfg.state_db
     try:
@@ -153,7 +160,7 @@ def spool_replay(ctx: click.Context, from_: str | None, into: Path | None, as_js
                 quarantine=Quarantine.for_store(into) if into is not None else None,
             )
     except CantOpenError as exc:
-        raise click.ClickException(f"cannot open {target}: {exc}")
+        raise click.ClickException(f"cannot open {target}: {exc}") from exc
     finally:
         if lease:
             lease.release()
@@ -162,14 +169,16 @@ def spool_replay(ctx: click.Context, from_: str | None, into: Path | None, as_js
         emit_json(result)
     else:
         click.echo(
-            f"replayed {result['from']} → {result['to']} into {target}: {result['applied']} applied, "
+            f"replayed {result['from']} → {result['to']} into {target}: "
+            f"{result['applied']} applied, "
             f"{result['duplicates']} already there, {result['rejected']} quarantined, "
             f"{result['rows']} message rows, {result['seconds']} s"
         )
         if result["rejected"]:
             click.echo(
                 f"quill: {result['rejected']} record(s) quarantined in {result['quarantine']}; "
-                f"`quill spool quarantine{' --store ' + shlex.quote(str(into)) if into else ''} list` shows them",
+                f"`quill spool quarantine{' --store ' + shlex.quote(str(into)) if into else ''}"
+                " list` shows them",
                 err=True,
             )
     ctx.exit(1 if result["rejected"] else 0)

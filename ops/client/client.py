@@ -3,10 +3,10 @@
 ::
 
     import quill
-    q = quill.Client()                                   # data dir: argument, else $QUILL_HOME
+    q = quill.Client()                                 # data dir: argument, else $QUILL_HOME
     ack = q.append("s1", [{"role": "user", "content": "hi"}], source="my-agent")
-    q.wait(ack, timeout=10)                              # Outcome(status='applied')
-    q.messages("s1")                                     # what `quill sessions show s1 --json` lists
+    q.wait(ack, timeout=10)                            # Outcome(status='applied')
+    q.messages("s1")                                   # what `quill sessions show s1 --json` lists
 
 Writes are spool ops (docs/ops.md): each method checks its op the way the writer will
 (``store.apply.precheck``), so a batch that can never apply raises ``InvalidInputError`` before
@@ -24,7 +24,8 @@ single-threaded; concurrent handles group-commit their fsyncs), created on first
 re-created after ``fork`` (a pid check), so one ``Client`` may be shared by threads and used
 in a forked child. Reads open a short-lived read-only connection per call.
 
-Errors are ``quill.QuillError`` subclasses (``ops/client/errors.py``) whose ``hint`` says what to do.
+Errors are ``quill.QuillError`` subclasses (``ops/client/errors.py``) whose ``hint`` says what
+to do.
 
 This module holds the writes, ``wait`` and the writes that read first (orphans, deletes,
 re-pricing); the reads are ``ops/client/reads.py`` (``Reads``, a base class of ``Client``).
@@ -498,11 +499,11 @@ class Client(Reads):
         self, session_ids: list[str], *, after: Ack | None = None, timeout: float = 60.0
     ) -> dict[str, Any]:
         """``quill sessions delete --purge`` / ``quill spool purge``: remove deleted sessions'
-        content from spool segments, the quarantine and snapshots (``ops.purge.procedure``; figures as
-        it returns them). ``after``: the delete's ack, waited for up to ``timeout`` seconds
-        first. Raises ``WaitTimeoutError``, ``InvalidInputError`` (a session still exists, or
-        the store is PostgreSQL: not supported),
-        ``NotFoundError`` (no applied delete names it)."""
+        content from spool segments, the quarantine and snapshots (``ops.purge.procedure``;
+        figures as it returns them). ``after``: the delete's ack, waited for up to ``timeout``
+        seconds first. Raises ``WaitTimeoutError``, ``InvalidInputError`` (a session still
+        exists, or the store is PostgreSQL: not supported), ``NotFoundError`` (no applied delete
+        names it)."""
         from quill.jobs.queues import build_for
         from quill.ops.client.wait import wait_applied
         from quill.ops.purge import procedure as purge

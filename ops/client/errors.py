@@ -135,7 +135,10 @@ class WaitTimeoutError(QuillError, TimeoutError):
 
     kind = "timeout"
     exit_code = Exit.TIMEOUT
-    default_hint = "the batch is durable and is applied when a writer gets to it (`quill run` starts one, `quill status` shows it)"
+    default_hint = (
+        "the batch is durable and is applied when a writer gets to it "
+        "(`quill run` starts one, `quill status` shows it)"
+    )
 
 
 class AbortedError(QuillError):
@@ -152,7 +155,10 @@ class QuarantinedError(QuillError):
     (``Client.wait`` itself returns an ``Outcome`` instead)."""
 
     kind = "quarantined"
-    default_hint = "fix what the reason names and send the batch again; `quill spool status` counts quarantined records"
+    default_hint = (
+        "fix what the reason names and send the batch again; "
+        "`quill spool status` counts quarantined records"
+    )
 
     def __init__(self, message: str, *, reason: str, detail: str = "", hint: str | None = None):
         super().__init__(message, hint=hint)

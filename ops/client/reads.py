@@ -213,13 +213,13 @@ class Reads:
         order: str = "newest",
     ) -> list[dict[str, Any]]:
         """Full-text search, newest first — ``quill search QUERY --json`` (hits with their
-        neighbouring messages as context; ``context=False`` leaves it out). Any text is a valid query. Empty before the store
-        exists. When the index is being rebuilt after damage, results come from a bounded
-        scan (``search_health()`` says so). ``kinds`` limits where to look: ``text``,
-        ``tool`` (call names and arguments), ``reasoning`` (default: all). ``order="relevance"``
-        ranks word queries over the newest 1,000 matches (BM25 on SQLite, ``store/search/rank.py``;
-        ``ts_rank`` on PostgreSQL); raises ``InvalidInputError`` for another order, or for a query or store
-        it cannot rank."""
+        neighbouring messages as context; ``context=False`` leaves it out). Any text is a valid
+        query. Empty before the store exists. When the index is being rebuilt after damage,
+        results come from a bounded scan (``search_health()`` says so). ``kinds`` limits where
+        to look: ``text``, ``tool`` (call names and arguments), ``reasoning`` (default: all).
+        ``order="relevance"`` ranks word queries over the newest 1,000 matches (BM25 on SQLite,
+        ``store/search/rank.py``; ``ts_rank`` on PostgreSQL); raises ``InvalidInputError`` for
+        another order, or for a query or store it cannot rank."""
         _check_numbers(limit=limit, since=since, until=until)
         _check_types(
             query=query,
@@ -285,7 +285,8 @@ class Reads:
                     hint=(
                         "sessions get a key with session.create's `key`"
                         if key is not None
-                        else "a session matches a cwd it started in exactly; `quill sessions list --json` shows each cwd"
+                        else "a session matches a cwd it started in exactly; "
+                        "`quill sessions list --json` shows each cwd"
                     ),
                 )
             found["session"] = r.get_session(found["session_id"])

@@ -57,7 +57,10 @@ def why_not_applied(cfg: Any) -> str:
 
     rd = RunDir(cfg.home)
     if not rd.fleet_running():
-        return "no fleet is running on this data dir: start `quill run` (the record is safe in the spool)"
+        return (
+            "no fleet is running on this data dir: start `quill run` "
+            "(the record is safe in the spool)"
+        )
     published = rd.live("writer")
     if published is None:
         return "the fleet runs but its writer is not up (restarting?): see `quill status`"
@@ -67,8 +70,8 @@ def why_not_applied(cfg: Any) -> str:
     if writer.error:
         return f"the writer is retrying after an error: {writer.error} (see `quill status`)"
     return (
-        "the writer is up but has not got to it yet (a backlog before it, or a lock it waits on for up to "
-        f"{WRITER_BUSY_MS // 1000} s before it reports one): see `quill status`"
+        "the writer is up but has not got to it yet (a backlog before it, or a lock it waits on "
+        f"for up to {WRITER_BUSY_MS // 1000} s before it reports one): see `quill status`"
     )
 
 
@@ -114,7 +117,8 @@ def outcomes(cfg: Any, spool_dir: Path, acks: list[Ack]) -> list[dict[str, Any]]
                 {
                     "outcome": "missing",
                     "reason": "not-found",
-                    "detail": f"the store's cursor is past {ack.position} but batch {ack.batch_id} was neither "
+                    "detail": f"the store's cursor is past {ack.position} but batch "
+                    f"{ack.batch_id} was neither "
                     "applied nor quarantined: no record of it was read (`quill spool verify`, "
                     "`quill doctor`)",
                 }

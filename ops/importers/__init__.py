@@ -2,7 +2,8 @@
 
 Public API::
 
-    detect_format(path) -> "claude-code" | "codex" | "gemini-cli" | "sharegpt" | "openai-chat" | None
+    detect_format(path) -> "claude-code" | "codex" | "gemini-cli" | "sharegpt" | "openai-chat"
+                           | None
     stream_file(path, problems) -> (format, iterator of events)   # streaming, bounded memory
     parse_file(path) -> ParsedFile(path, format, sessions=[ImportedSession], problems=[Problem])
     iter_transcript_files(paths) -> files as given, folders walked recursively (sorted), no *.md

@@ -271,7 +271,8 @@ def finish(st: Structure) -> None:
                 logical = st.logical.get(node)
                 if logical in st.parent:
                     nxt = logical
-                else:  # continue at the leaf the restart replaced: the last message record before it
+                else:
+                    # Continue at the leaf the restart replaced: the last message record before it.
                     i = bisect.bisect_left(ordinals, st.ordinal[node]) - 1
                     nxt = th.messages[i][1] if i >= 0 else None
             node = nxt

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Union
 
 from quill.ops.importers.jsonlines import ImportedSession
 
@@ -81,7 +80,7 @@ class Usage:
     data: dict
 
 
-Event = Union[SessionStart, Message, Compact, Rewind, Usage]
+Event = SessionStart | Message | Compact | Rewind | Usage
 
 
 def collect(events: Iterable[Event]) -> list[ImportedSession]:

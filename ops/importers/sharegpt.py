@@ -142,7 +142,7 @@ class _Conversation:
         )
 
     def match(self, name: str | None) -> tuple[str, str] | None:
-        for n, (cid, cname) in enumerate(self.pending):
+        for n, (_, cname) in enumerate(self.pending):
             if name is not None and cname == name:
                 return self.pending.pop(n)
         return self.pending.pop(0) if self.pending else None

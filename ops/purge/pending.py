@@ -1,9 +1,9 @@
 """Purges asked for and not finished: what ``quill doctor`` and ``quill status`` report.
 
 A ``sessions.delete`` with ``purge: true`` asks for the session's copies outside the store
-to go (``ops.purge.procedure``). ``quill sessions delete --purge`` appends it, waits for the writer to
-apply it, then purges; a kill anywhere after the append (before the purge wrote its plan
-file, or a delete pushed with ``purge: true`` by another client that never ran the purge)
+to go (``ops.purge.procedure``). ``quill sessions delete --purge`` appends it, waits for the
+writer to apply it, then purges; a kill anywhere after the append (before the purge wrote its
+plan file, or a delete pushed with ``purge: true`` by another client that never ran the purge)
 leaves the content in the spool with nothing on disk saying so. So the spool itself is the
 evidence: a purge is **pending** for session S when an *applied* ``sessions.delete`` with
 ``purge: true`` names S (position before the store's cursor), S is absent from the store

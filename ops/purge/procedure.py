@@ -114,9 +114,9 @@ def plan(
     carried: dict[str, tuple[Position, str]] | None = None,
 ) -> Plan:
     """Decide what to purge (module doc, step 1); ``carried``: bounds an interrupted run
-    recorded (``PLAN_FILE``), kept for sessions still absent from the store. Raises ``InvalidInputError`` when a named
-    session still exists in the store, ``NotFoundError`` when no applied ``sessions.delete``
-    names it."""
+    recorded (``PLAN_FILE``), kept for sessions still absent from the store. Raises
+    ``InvalidInputError`` when a named session still exists in the store, ``NotFoundError`` when
+    no applied ``sessions.delete`` names it."""
     cursor, present = _store_facts(db_path, set(session_ids))
     if present:
         raise InvalidInputError(
@@ -258,15 +258,16 @@ def purge(
     """Purge ``session_ids`` (deleted and applied) from the spool, quarantine and snapshots
     (module doc). Returns figures: ``{"sessions", "records_purged", "segments_rewritten",
     "sealed", "quarantine_purged", "snapshot", "snapshots_removed", "snapshots_compacted",
-    "store_scrub", "damaged", "leftovers_removed", "leftovers_in_use", "seconds"}``; ``store_scrub``: the
-    figures of the ``scrub`` job the writer ran on the live store (step 5 of the module doc:
-    seconds of its optimize and VACUUM), ``enqueue_scrub(**params)`` queues it for a running
-    writer (``ops.purge.scrub``); ``damaged``: positions of
-    spool lines before the delete too damaged to tell whose they are (left, may hold content); ``leftovers_in_use``: snapshot temp
-    files of a live process (a snapshot job running now), left alone. Raises ``InvalidInputError``/``NotFoundError``
-    (``plan``), ``WaitTimeoutError``/``StorageError`` (the scrub failed or a reader blocked its checkpoint: re-run),
-    ``spool.purge.PurgeVerifyError`` or ``SpoolError`` (nothing half-done is left:
-    re-run), ``CorruptError`` from a snapshot that fails its check."""
+    "store_scrub", "damaged", "leftovers_removed", "leftovers_in_use", "seconds"}``;
+    ``store_scrub``: the figures of the ``scrub`` job the writer ran on the live store (step 5 of
+    the module doc: seconds of its optimize and VACUUM), ``enqueue_scrub(**params)`` queues it
+    for a running writer (``ops.purge.scrub``); ``damaged``: positions of spool lines before the
+    delete too damaged to tell whose they are (left, may hold content); ``leftovers_in_use``:
+    snapshot temp files of a live process (a snapshot job running now), left alone. Raises
+    ``InvalidInputError``/``NotFoundError`` (``plan``), ``WaitTimeoutError``/``StorageError``
+    (the scrub failed or a reader blocked its checkpoint: re-run),
+    ``spool.purge.PurgeVerifyError`` or ``SpoolError`` (nothing half-done is left: re-run),
+    ``CorruptError`` from a snapshot that fails its check."""
 
     began = time.monotonic()
     spool_dir, snapshots_dir = Path(spool_dir), Path(snapshots_dir)

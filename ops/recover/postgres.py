@@ -28,8 +28,9 @@ def recover(cfg: Any, log: Any) -> dict[str, Any]:
     """Replay the spool into the PostgreSQL store; returns ``{"backend": "postgres",
     "spool_id", "from", "to", "applied", "duplicates", "rejected", "rows", "replayed_by"}``
     (``replayed_by``: ``recover``, or ``writer`` when this host's writer is running and did the
-    replay while we waited) and ``halt_lifted`` (see ``lift_halt``). Raises the store error tree (``TransientError``: the server is
-    unreachable) and ``TimeoutError`` when a running writer does not catch up in time."""
+    replay while we waited) and ``halt_lifted`` (see ``lift_halt``). Raises the store error tree
+    (``TransientError``: the server is unreachable) and ``TimeoutError`` when a running writer
+    does not catch up in time."""
     lifted = lift_halt(cfg, log)
     try:
         result = drain(cfg, log)

@@ -1,11 +1,12 @@
 """The JSON API (``/api/v1``): the same operations as the CLI and ``quill.Client``.
 
-Appends take the CLI's path exactly: ``quill.store.apply.precheck`` on every op first (a batch the
-writer would certainly quarantine is refused with 422 and its ``reason``, and nothing of the
-request is appended), then ``quill.Client.submit`` per op (the spool append), which returns only after
-the record is fsync'd — so a 202 carries the batch id and spool position of a durable record.
-Reads go through ``quill.Client`` (the same results as the library and the CLI's ``--json``);
-the rest (usage, job history) through ``quill.store.read.reader.Reader``, one connection per request.
+Appends take the CLI's path exactly: ``quill.store.apply.precheck`` on every op first (a batch
+the writer would certainly quarantine is refused with 422 and its ``reason``, and nothing of the
+request is appended), then ``quill.Client.submit`` per op (the spool append), which returns only
+after the record is fsync'd — so a 202 carries the batch id and spool position of a durable
+record. Reads go through ``quill.Client`` (the same results as the library and the CLI's
+``--json``); the rest (usage, job history) through ``quill.store.read.reader.Reader``, one
+connection per request.
 """
 
 from __future__ import annotations
@@ -334,9 +335,10 @@ def search(
 ) -> dict[str, Any]:
     """Full-text search (``quill.Client.search`` hits), newest first, or with
     ``order=relevance`` ranked over the newest 1,000 matches (BM25 on SQLite, ``ts_rank`` on
-    PostgreSQL; a query that is not a word query — substring, CJK — is 422 ``invalid-request``). Any text is a valid query; ``kind`` (repeatable) limits
-    where to look; ``context=true`` adds each hit's neighbouring messages; ``degraded`` says
-    results come partly from a bounded scan (index rebuilding)."""
+    PostgreSQL; a query that is not a word query — substring, CJK — is 422 ``invalid-request``).
+    Any text is a valid query; ``kind`` (repeatable) limits where to look; ``context=true`` adds
+    each hit's neighbouring messages; ``degraded`` says results come partly from a bounded scan
+    (index rebuilding)."""
     with client_errors():
         hits = c.search(
             q,

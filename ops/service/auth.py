@@ -71,7 +71,8 @@ def presented_token(request: Request) -> str | None:
 
 
 def principal(request: Request) -> Principal:
-    """Authenticate the request. Raises ``ApiError`` 401 for a bad token or a refused anonymous caller."""
+    """Authenticate the request. Raises ``ApiError`` 401 for a bad token or a refused anonymous
+    caller."""
     state = request.app.state
     token = presented_token(request)
     if token is not None:

@@ -114,7 +114,8 @@ def _flag(value: str | None) -> bool | None:
 
 
 def install(app: FastAPI) -> None:
-    """Mount the dashboard's pages and static files on ``app`` (kept out of the OpenAPI document)."""
+    """Mount the dashboard's pages and static files on ``app`` (kept out of the OpenAPI
+    document)."""
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
     app.state.html_error = lambda request, status, reason, detail: templates.TemplateResponse(
         request,
@@ -194,7 +195,8 @@ def install(app: FastAPI) -> None:
                 sources = [
                     s
                     for (s,) in r.conn.execute(
-                        "SELECT DISTINCT source FROM sessions WHERE source IS NOT NULL ORDER BY source"
+                        "SELECT DISTINCT source FROM sessions WHERE source IS NOT NULL "
+                        "ORDER BY source"
                     )
                 ]
         client = request.app.state.client  # the rows and hits of the API and `quill … --json`

@@ -1,6 +1,8 @@
-"""Print the service's OpenAPI document: ``python -m quill.ops.service.openapi > docs/openapi.json``.
+"""Print the service's OpenAPI document:
+``python -m quill.ops.service.openapi > docs/openapi.json``.
 
-The checked-in ``docs/openapi.json`` must equal what ``/openapi.json`` serves (a test compares them).
+The checked-in ``docs/openapi.json`` must equal what ``/openapi.json`` serves (a test compares
+them).
 """
 
 from __future__ import annotations

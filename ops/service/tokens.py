@@ -97,16 +97,15 @@ class TokenStore:
         }
         conn = self._open(write=True)
         try:
-            with (
-                conn
-            ):  # one transaction: the name check and the insert (two creates race otherwise)
+            # One transaction: the name check and the insert (two creates race otherwise).
+            with conn:
                 taken = conn.execute(
                     "SELECT id FROM tokens WHERE name = ? AND revoked_at IS NULL", (name,)
                 ).fetchone()
                 if taken:
                     raise TokenError(
-                        f"token {taken[0]} is already named {name!r}; pick another name or revoke it "
-                        f"first (`quill token revoke {taken[0]}`)"
+                        f"token {taken[0]} is already named {name!r}; pick another name or "
+                        f"revoke it first (`quill token revoke {taken[0]}`)"
                     )
                 conn.execute(
                     "INSERT INTO tokens VALUES (?, ?, ?, ?, ?, NULL)",

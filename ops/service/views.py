@@ -30,7 +30,8 @@ def guard(read: Callable[[], T]) -> T:
 
 
 def session_or_404(r: Reader, session_id: str) -> dict[str, Any]:
-    """``{"session": row, "chain": root→tip ids}``; 404 ``not-found`` if there is no such session."""
+    """``{"session": row, "chain": root→tip ids}``; 404 ``not-found`` if there is no such
+    session."""
     with r.snapshot():
         session = guard(lambda: r.get_session(session_id))
         if session is None:

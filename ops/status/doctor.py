@@ -58,7 +58,8 @@ def run_checks(cfg: Settings) -> list[dict[str, Any]]:
         _check(
             "sqlite (queue)",
             True,
-            f"system SQLite {sqlite3.sqlite_version} for huey; queue.db uses journal_mode=TRUNCATE, not WAL",
+            f"system SQLite {sqlite3.sqlite_version} for huey; "
+            "queue.db uses journal_mode=TRUNCATE, not WAL",
         )
     )
     if not capabilities(cfg).local_file:
@@ -178,7 +179,10 @@ def _pg_checks(cfg: Settings, out: list[dict[str, Any]]) -> dict[str, Any] | Non
             )
         )
     else:
-        detail = f"last pg_integrity_check {a['outcome']} at {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(a['at']))}"
+        detail = (
+            f"last pg_integrity_check {a['outcome']} at "
+            f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(a['at']))}"
+        )
         out.append(
             _check(
                 "amcheck",
@@ -256,8 +260,9 @@ def _common_checks(cfg: Settings, figures: dict[str, Any] | None) -> list[dict[s
             not stray,
             "none: every segment is in the spool the writer drains"
             if not stray
-            else f"{len(stray)} segment file(s) outside {cfg.spool_dir} hold acknowledged records the writer "
-            f"never reads: {', '.join(str(p) for p in stray[:5])}; `quill spool adopt PATH` "
+            else f"{len(stray)} segment file(s) outside {cfg.spool_dir} hold acknowledged "
+            f"records the writer never reads: {', '.join(str(p) for p in stray[:5])}; "
+            "`quill spool adopt PATH` "
             "appends their records to the spool (batch ids kept, so nothing is applied twice)",
         )
     )
@@ -266,7 +271,8 @@ def _common_checks(cfg: Settings, figures: dict[str, Any] | None) -> list[dict[s
     why = (
         "spool/.purge-plan.json left, no purge running"
         if unfinished and unfinished["cause"] == "plan-file"
-        else "an applied `sessions.delete --purge` whose records are still in the spool, no purge running"
+        else "an applied `sessions.delete --purge` whose records are still in the spool, "
+        "no purge running"
     )
     out.append(
         _check(
@@ -274,8 +280,8 @@ def _common_checks(cfg: Settings, figures: dict[str, Any] | None) -> list[dict[s
             not unfinished,
             "no interrupted purge"
             if not unfinished
-            else f"a purge of {', '.join(unfinished['sessions']) or '?'} was interrupted ({why}): their "
-            "content may still be in the spool, snapshots and the live store; "
+            else f"a purge of {', '.join(unfinished['sessions']) or '?'} was interrupted "
+            f"({why}): their content may still be in the spool, snapshots and the live store; "
             f"run `{unfinished['next']}` to finish it",
         )
     )

@@ -242,7 +242,8 @@ def overdue_jobs(
                     "period_s": period,
                     "last_ok": None,
                     "late_s": round(now - since - period),
-                    "reason": f"never succeeded in {_ago(now - since)} of recorded runs; runs every {_ago(period)}",
+                    "reason": f"never succeeded in {_ago(now - since)} of recorded runs; "
+                    f"runs every {_ago(period)}",
                 }
             )
     return out
@@ -300,8 +301,8 @@ def describe_wal(w: dict[str, Any], now: float | None = None) -> str:
     )
     if w["blocked_by_reader_since"]:
         text += (
-            f"; checkpoints blocked by a reader for {_ago(now - w['blocked_by_reader_since'])}: a read "
-            "transaction holds an old snapshot (a long `quill search`/export, a backup, an open "
-            "sqlite3 shell) — end it and the WAL is truncated within seconds"
+            f"; checkpoints blocked by a reader for {_ago(now - w['blocked_by_reader_since'])}: "
+            "a read transaction holds an old snapshot (a long `quill search`/export, a backup, "
+            "an open sqlite3 shell) — end it and the WAL is truncated within seconds"
         )
     return text

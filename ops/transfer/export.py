@@ -82,14 +82,16 @@ def select_sessions(
         args.append(key)
     if since is not None:
         where.append(
-            "coalesce((SELECT max(m.ts) FROM messages m WHERE m.session_id = s.id), s.started_at) >= ?"
+            "coalesce((SELECT max(m.ts) FROM messages m WHERE m.session_id = s.id), "
+            "s.started_at) >= ?"
         )
         args.append(since)
     with r.snapshot() as conn:
         return [
             row[0]
             for row in conn.execute(
-                f"SELECT s.id FROM sessions s WHERE {' AND '.join(where)} ORDER BY s.created_at, s.id",
+                f"SELECT s.id FROM sessions s WHERE {' AND '.join(where)} "
+                "ORDER BY s.created_at, s.id",
                 args,
             )
         ]
@@ -125,8 +127,9 @@ def _audit_rows(conn: Any, sid: str) -> list[tuple[dict[str, Any], str, int | No
         state,
         origin,
     ) in conn.execute(
-        "SELECT id, ext_id, role, content, parts, tool_calls, tool_call_id, tool_name, reasoning, finish_reason, "
-        "ts, extra, state, origin_id FROM messages WHERE session_id = ? ORDER BY id",
+        "SELECT id, ext_id, role, content, parts, tool_calls, tool_call_id, tool_name, "
+        "reasoning, finish_reason, ts, extra, state, origin_id "
+        "FROM messages WHERE session_id = ? ORDER BY id",
         (sid,),
     ).fetchall():
         msg: dict[str, Any] = {
@@ -158,7 +161,8 @@ def quill_ops(r: Reader, sid: str) -> Iterator[dict[str, Any]]:
         changes = _context_changes(conn, sid)
         usage = conn.execute(
             f"SELECT u.task, u.model, u.provider, u.source, u.response_id, u.ts, u.raw, m.ext_id, "
-            f"{', '.join('u.' + f for f in TOKEN_FIELDS)} FROM usage u LEFT JOIN messages m ON m.id = u.message_id "
+            f"{', '.join('u.' + f for f in TOKEN_FIELDS)} "
+            "FROM usage u LEFT JOIN messages m ON m.id = u.message_id "
             "WHERE u.session_id = ? ORDER BY u.id",
             (sid,),
         ).fetchall()
@@ -266,7 +270,8 @@ def _context_changes(conn: Any, sid: str) -> dict[int, list[dict[str, Any]]]:
         )
         text = blobs.get(conn, sha)
         if text is None:
-            continue  # a reference without its blob: nothing to carry (reported by doctor, not here)
+            # A reference without its blob: nothing to carry (reported by doctor, not here).
+            continue
         at = out.setdefault(before, [{}])
         if kind in at[-1]:
             at.append({})
@@ -330,7 +335,8 @@ def markdown(r: Reader, sid: str) -> str:
             )
         if m["role"] in ("tool", "function"):
             out += [
-                f"<details><summary>tool result{' · ' + html.escape(m['name']) if m.get('name') else ''}"
+                "<details><summary>tool result"
+                f"{' · ' + html.escape(m['name']) if m.get('name') else ''}"
                 "</summary>",
                 "",
                 *_fenced(str(content or "")),
@@ -411,7 +417,8 @@ def sharegpt(r: Reader, sid: str) -> dict[str, Any]:
             value = f"<think>\n{m['reasoning']}\n</think>\n{value}"
         for call in m.get("tool_calls") or []:
             fn = _function(call)
-            value += f"\n<tool_call>\n{json.dumps({'name': fn.get('name'), 'arguments': fn.get('arguments')})}\n</tool_call>"
+            call_json = json.dumps({"name": fn.get("name"), "arguments": fn.get("arguments")})
+            value += f"\n<tool_call>\n{call_json}\n</tool_call>"
         turns.append({"from": _SHAREGPT_ROLE.get(m["role"], m["role"]), "value": value.strip()})
     return {"id": sid, "conversations": turns}
 

@@ -208,17 +208,17 @@ class _Importer:
         doomed = self._pending_delete(sid, row, parent)
         if isinstance(doomed, str):  # a conditional delete: only the writer knows its outcome
             self.sessions[sid] = _Session(sid, {}, False, set(), parent, skipped=True)
-            self.pending.conditional.setdefault(
-                sid, doomed
-            )  # its delegate children are skipped too
+            # Its delegate children are skipped too.
+            self.pending.conditional.setdefault(sid, doomed)
             self.report.problems.append(
                 Problem(
                     self.report.path,
                     None,
                     "skipped",
-                    f"{sid} not imported: a conditional delete of it (reason {doomed!r}) is still pending in the spool, "
-                    "and whether it applies is decided by the writer; import this file again once the writer has "
-                    "applied it (`quill run --until-idle`)",
+                    f"{sid} not imported: a conditional delete of it (reason {doomed!r}) is "
+                    "still pending in the spool, and whether it applies is decided by the "
+                    "writer; import this file again once the writer has applied it "
+                    "(`quill run --until-idle`)",
                 )
             )
             return

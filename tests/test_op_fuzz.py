@@ -32,7 +32,7 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 from semantics_helpers import Store
 
-from quill.ops.transfer import export
+from quill.ops.transfer import export, export_render
 from quill.spool.record import OP_KINDS
 from quill.store.apply.precheck import precheck
 from quill.store.errors import InvalidOpError
@@ -266,9 +266,9 @@ def check_reads(store: Store) -> None:
             r.get_session(sid)
             r.context(sid)
             list(export.quill_ops(r, sid))
-            export.markdown(r, sid)
-            json.dumps(export.openai_chat(r, sid))
-            json.dumps(export.sharegpt(r, sid))
+            export_render.markdown(r, sid)
+            json.dumps(export_render.openai_chat(r, sid))
+            json.dumps(export_render.sharegpt(r, sid))
         r.search("hello")
         r.search("done", session_id="s1")
         r.usage_totals(by=("session", "model", "task", "day"))
@@ -446,9 +446,9 @@ def test_exports_read_parts_and_calls_of_any_json_type(tmp_path):
             == []
         )
         with store.reader() as r:
-            md = export.markdown(r, "s")
+            md = export_render.markdown(r, "s")
             assert "kept" in md and "[text]" in md and "tool call · None" in md
-            turns = export.sharegpt(r, "s")["conversations"]
+            turns = export_render.sharegpt(r, "s")["conversations"]
             assert turns[0]["value"] == "kept"
             assert turns[1]["value"].count("<tool_call>") == 2
     finally:

@@ -1,5 +1,5 @@
 """``quill export``: one session, a filter or everything, as Quill ops, Markdown, OpenAI chat
-JSONL or ShareGPT (ops/transfer/export.py)."""
+JSONL or ShareGPT (ops/transfer/export.py, export_render.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from quill.ops.cli.params import EPOCH
 from quill.ops.client.errors import no_key, no_session
 from quill.ops.client.stores import open_reader, where
 from quill.ops.transfer import export
+from quill.ops.transfer.export_render import markdown, openai_chat, sharegpt
 from quill.store.errors import CantOpenError
 from quill.store.read.reader import Reader
 
@@ -66,9 +67,9 @@ def _write_session(r: Reader, out: Any, fmt: str, n: int, sid: str) -> None:
         for op in export.quill_ops(r, sid):
             out.write(json.dumps(op, ensure_ascii=False) + "\n")
     elif fmt == "markdown":
-        out.write(("\n---\n\n" if n else "") + export.markdown(r, sid) + "\n")
+        out.write(("\n---\n\n" if n else "") + markdown(r, sid) + "\n")
     else:
-        item = export.openai_chat(r, sid) if fmt == "openai" else export.sharegpt(r, sid)
+        item = openai_chat(r, sid) if fmt == "openai" else sharegpt(r, sid)
         out.write(json.dumps(item, ensure_ascii=False) + "\n")
 
 

@@ -12,7 +12,7 @@ from quill.ops.cli import render
 from quill.ops.cli.base import emit_json, json_option
 from quill.ops.client.errors import Exit, InvalidInputError, from_exception
 from quill.ops.importers import iter_transcript_files
-from quill.ops.transfer.export import import_export, is_quill_export
+from quill.ops.transfer.export_reimport import import_export, is_quill_export
 from quill.ops.transfer.import_spool import import_file, open_store_view
 from quill.ops.transfer.pending_deletes import pending_deletes
 from quill.spool import Spool, SpoolError

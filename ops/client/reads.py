@@ -1,5 +1,6 @@
 """The read half of ``quill.Client``: what the CLI prints with ``--json`` (``Reads`` is a base
-class of ``Client``; ``ops/client/client.py`` has the writes, ``wait`` and the module doc).
+class of ``Client``; ``ops/client/client.py`` has ``wait`` and the module doc, ``writes.py``
+and ``maintenance.py`` the writes).
 
 Each read opens a short-lived read-only store connection (``_reader``); before the store
 exists, listings are empty and single-session reads raise ``NotFoundError``. Errors of the

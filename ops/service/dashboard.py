@@ -25,7 +25,7 @@ from markupsafe import Markup, escape
 
 from quill.home import WriterStatus
 from quill.ops.client.stores import open_reader
-from quill.ops.service import api, views
+from quill.ops.service import api_common, api_jobs, views
 from quill.ops.service.auth import COOKIE, principal
 from quill.ops.service.errors import ApiError
 from quill.ops.service.tokens import TokenStore
@@ -200,7 +200,7 @@ def install(app: FastAPI) -> None:
                     )
                 ]
         client = request.app.state.client  # the rows and hits of the API and `quill … --json`
-        with api.client_errors():
+        with api_common.client_errors():
             if q.strip():
                 degraded = client.search_health()["degraded"]
                 hits = client.search(
@@ -238,7 +238,7 @@ def install(app: FastAPI) -> None:
         _who(request)
         if view not in ("display", "model", "audit"):
             view = "display"
-        with api.client_errors(f"session {session_id!r}"):
+        with api_common.client_errors(f"session {session_id!r}"):
             found = request.app.state.client.transcript(session_id, view)
         messages, children = found["messages"], []
         r = _open(request)
@@ -310,7 +310,7 @@ def install(app: FastAPI) -> None:
     @app.post("/jobs/{name}/run", include_in_schema=False)
     def run_now(request: Request, name: str) -> Response:
         _who(request, "admin")
-        api.queue_job(request, name)
+        api_jobs.queue_job(request, name)
         return RedirectResponse(f"/jobs?queued={name}", status_code=303)
 
     @app.get("/usage", include_in_schema=False)
@@ -318,7 +318,7 @@ def install(app: FastAPI) -> None:
         _who(request)
         since = time.time() - days * 86400 if days > 0 else None
         client = request.app.state.client
-        with api.client_errors():
+        with api_common.client_errors():
             per_day = client.usage(("day",), since=since)
             per_model = client.usage(("model",), since=since)
             total = client.usage((), since=since)[0]

@@ -17,13 +17,14 @@ chat JSONL or ShareGPT.
 * ``sharegpt`` — one ``{"id", "conversations": [{"from", "value"}]}`` line per session,
   reasoning as ``<think>`` blocks (Hermes style). ``openai`` carries no reasoning: it is the
   fine-tuning shape, which has no such field; ``quill`` is the lossless format.
+
+This module holds the session selection and the ``quill`` format; ``export_render.py`` the
+other three, ``export_reimport.py`` reading a ``quill`` export back (``quill import``).
 """
 
 from __future__ import annotations
 
-import html
 import json
-import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -128,8 +129,8 @@ def _audit_rows(conn: Any, sid: str) -> list[tuple[dict[str, Any], str, int | No
         origin,
     ) in conn.execute(
         "SELECT id, ext_id, role, content, parts, tool_calls, tool_call_id, tool_name, "
-        "reasoning, finish_reason, ts, extra, state, origin_id "
-        "FROM messages WHERE session_id = ? ORDER BY id",
+        "reasoning, finish_reason, ts, extra, state, origin_id FROM messages "
+        "WHERE session_id = ? ORDER BY id",
         (sid,),
     ).fetchall():
         msg: dict[str, Any] = {
@@ -219,9 +220,8 @@ def quill_ops(r: Reader, sid: str) -> Iterator[dict[str, Any]]:
             for m, state, origin, _ in rows[start:end]
         ]
         data = {"session_id": sid, "offset": start, "rows": chunk}
-        if s[
-            "placeholder"
-        ]:  # no session.create to carry them: the restore re-creates the placeholder
+        # a placeholder has no session.create to carry these: the restore re-creates it
+        if s["placeholder"]:
             if s["source"]:
                 data["source"] = s["source"]
             if start == 0:
@@ -270,7 +270,7 @@ def _context_changes(conn: Any, sid: str) -> dict[int, list[dict[str, Any]]]:
         )
         text = blobs.get(conn, sha)
         if text is None:
-            # A reference without its blob: nothing to carry (reported by doctor, not here).
+            # a reference without its blob: nothing to carry (reported by doctor, not here)
             continue
         at = out.setdefault(before, [{}])
         if kind in at[-1]:
@@ -286,234 +286,3 @@ def _op(op: str, data: dict[str, Any]) -> dict[str, Any]:
 def header(count: int) -> dict[str, Any]:
     """The first line of a Quill export."""
     return {HEADER_KEY: 1, "sessions": count, "format": "quill ops, one per line (docs/ops.md)"}
-
-
-def _fenced(text: str, info: str = "") -> list[str]:
-    """``text`` as a Markdown code block whose fence is longer than any run of backticks in
-    it (CommonMark: a fence closes only on a run at least as long), so tool output holding
-    its own fences cannot close the block early."""
-    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
-    fence = "`" * max(3, longest + 1)
-    return [fence + info, text, fence]
-
-
-def _part_text(part: Any, missing: str | None) -> str | None:
-    """A content part's text for a flat export: its ``text`` when that is a string, a bare
-    string part as is, else ``missing`` (``[type]``-style placeholder or None to drop it).
-    Parts are stored verbatim, so ``text`` may be any JSON value (null, a number, an object)."""
-    if isinstance(part, str):
-        return part
-    if isinstance(part, dict) and isinstance(part.get("text"), str):
-        return part["text"]
-    return missing
-
-
-def _function(call: Any) -> dict[str, Any]:
-    """A stored tool call's ``function`` object, or ``{}`` when the call or its ``function``
-    is not an object (tool calls are stored verbatim: ``function`` may be any JSON value)."""
-    fn = call.get("function") if isinstance(call, dict) else None
-    return fn if isinstance(fn, dict) else {}
-
-
-def markdown(r: Reader, sid: str) -> str:
-    """One session's display transcript as Markdown; tool calls and results folded."""
-    session = r.get_session(sid) or {"id": sid}
-    out = [
-        f"# {session.get('title') or sid}",
-        "",
-        f"- session: `{sid}`"
-        + (f" · source: {session['source']}" if session.get("source") else "")
-        + (f" · model: {session['model']}" if session.get("model") else ""),
-        "",
-    ]
-    for m in r.get_messages(sid, "display"):
-        content = m.get("content")
-        if isinstance(content, list):
-            content = "\n".join(
-                _part_text(p, f"[{p.get('type')}]" if isinstance(p, dict) else json.dumps(p))
-                for p in content
-            )
-        if m["role"] in ("tool", "function"):
-            out += [
-                "<details><summary>tool result"
-                f"{' · ' + html.escape(m['name']) if m.get('name') else ''}"
-                "</summary>",
-                "",
-                *_fenced(str(content or "")),
-                "",
-                "</details>",
-                "",
-            ]
-            continue
-        out += [f"## {m['role']}", ""]
-        if m.get("reasoning"):
-            out += [
-                "<details><summary>reasoning</summary>",
-                "",
-                m["reasoning"],
-                "",
-                "</details>",
-                "",
-            ]
-        if content:
-            out += [str(content), ""]
-        for call in m.get("tool_calls") or []:
-            fn = _function(call)
-            out += [
-                f"<details><summary>tool call · {html.escape(str(fn.get('name')))}</summary>",
-                "",
-                *_fenced(str(fn.get("arguments", "")), "json"),
-                "",
-                "</details>",
-                "",
-            ]
-    return "\n".join(out)
-
-
-def openai_chat(r: Reader, sid: str) -> dict[str, Any]:
-    """``{"messages": model view, "tools": [...]}`` (OpenAI chat fine-tuning shape, no Quill
-    keys): the session's stored system prompt (store/apply/context.py) leads the messages unless
-    the transcript already starts with a system or developer message; its tool array, when
-    one was sent, is ``tools``."""
-    keep = ("role", "content", "tool_calls", "tool_call_id", "name")
-    with r.snapshot():
-        messages = [{k: m[k] for k in keep if k in m} for m in r.get_messages(sid, "model")]
-        context = r.context(sid)
-    if context["system_prompt"] is not None and not (
-        messages and messages[0]["role"] in ("system", "developer")
-    ):
-        messages.insert(0, {"role": "system", "content": context["system_prompt"]})
-    return {
-        "messages": messages,
-        **({"tools": context["tools"]} if context["tools"] is not None else {}),
-    }
-
-
-_SHAREGPT_ROLE = {
-    "system": "system",
-    "developer": "system",
-    "user": "human",
-    "assistant": "gpt",
-    "tool": "tool",
-    "function": "tool",
-}
-
-
-def sharegpt(r: Reader, sid: str) -> dict[str, Any]:
-    """``{"id", "conversations": [{"from", "value"}]}`` from the model view; reasoning leads its
-    turn as a ``<think>`` block and tool calls follow as ``<tool_call>`` JSON blocks, as
-    Hermes-style ShareGPT does (and as the ShareGPT importer reads them back)."""
-    turns = []
-    for m in r.get_messages(sid, "model"):
-        content = m.get("content")
-        if isinstance(content, list):
-            content = "\n".join(
-                t
-                for t in (_part_text(p, None) for p in content if isinstance(p, dict))
-                if t is not None
-            )
-        value = content or ""
-        if m.get("reasoning"):
-            value = f"<think>\n{m['reasoning']}\n</think>\n{value}"
-        for call in m.get("tool_calls") or []:
-            fn = _function(call)
-            call_json = json.dumps({"name": fn.get("name"), "arguments": fn.get("arguments")})
-            value += f"\n<tool_call>\n{call_json}\n</tool_call>"
-        turns.append({"from": _SHAREGPT_ROLE.get(m["role"], m["role"]), "value": value.strip()})
-    return {"id": sid, "conversations": turns}
-
-
-def is_quill_export(path: Any) -> bool:
-    """Whether a file starts with a Quill export header line."""
-    try:
-        with open(path, "rb") as fh:
-            first = fh.readline(4096)
-        head = json.loads(first)
-    except (OSError, ValueError):
-        return False
-    return isinstance(head, dict) and head.get(HEADER_KEY) == 1
-
-
-def read_export(path: Any) -> Iterator[tuple[int, dict[str, Any] | None, str | None]]:
-    """``(line number, op, None)`` for each op of a Quill export after its header, or
-    ``(line number, None, reason)`` for a line that is not one (bad JSON, a cut-off last line,
-    a value that is not an op): the caller reports it and goes on, like every importer."""
-    with open(path, encoding="utf-8", errors="surrogateescape") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if lineno == 1 or not line.strip():
-                continue
-            try:
-                op = json.loads(line)
-            except ValueError as exc:  # JSONDecodeError, and a line of undecodable bytes
-                yield lineno, None, f"not JSON: {exc}"
-                continue
-            if (
-                not isinstance(op, dict)
-                or not isinstance(op.get("op"), str)
-                or not isinstance(op.get("data"), dict)
-            ):
-                yield (
-                    lineno,
-                    None,
-                    "not a Quill op (an object with an 'op' string and a 'data' object)",
-                )
-                continue
-            yield lineno, op, None
-
-
-def _applied(store: Any, batch: Any) -> bool:
-    """Whether ``store`` (a reader, or None) has applied the batch id ``batch``."""
-    if store is None or not isinstance(batch, str):
-        return False
-    return (
-        store.conn.execute("SELECT 1 FROM applied_batches WHERE batch_id = ?", (batch,)).fetchone()
-        is not None
-    )
-
-
-def import_export(spool: Any, path: Any, store: Any = None) -> dict[str, Any]:
-    """Append the ops of a Quill export to ``spool`` as they are (their batch ids make a
-    repeat a no-op); returns an import report entry. With ``store`` (a reader of the data
-    dir's store, ``import_spool.open_store_view``), an op whose batch id the store has
-    applied already is not appended again — the writer would only skip it — and its message
-    rows count as ``already_stored``, so a repeat says "0 new" and the spool does not grow.
-    A line that is not an op, or an op the spool refuses (``InvalidOpError``: unknown op,
-    data it cannot encode), is a problem of that line (``problems``: line, kind ``skipped``,
-    reason) and the rest of the file is appended. Raises ``quill.spool.SpoolError`` for other
-    I/O failures (disk full …)."""
-    from quill.spool.errors import InvalidOpError
-
-    sessions: dict[str, None] = {}
-    problems: list[dict[str, Any]] = []
-    rows = stored = 0
-    for lineno, op, reason in read_export(path):
-        if op is not None and _applied(store, op.get("batch")):
-            stored += len(op["data"].get("rows") or []) if op["op"] == "messages.restore" else 0
-            continue
-        if op is not None:
-            try:
-                spool.append(op["op"], op["data"], batch_id=op.get("batch"))
-            except InvalidOpError as exc:
-                reason = str(exc)
-        if reason is not None:
-            problems.append({"line": lineno, "kind": "skipped", "reason": reason})
-            continue
-        sid = op["data"].get("session_id")
-        if isinstance(sid, str):
-            sessions.setdefault(sid)
-        if op["op"] == "messages.restore":
-            rows += len(op["data"].get("rows") or [])
-    return {
-        "path": str(path),
-        "format": "quill-export",
-        "skipped": None,
-        "sessions": len(sessions),
-        "session_ids": list(sessions),
-        "messages": rows + stored,
-        "new": rows,
-        "already_stored": stored,
-        "rewound": 0,
-        "compactions": 0,
-        "new_from_compactions": 0,
-        "problems": problems,
-    }

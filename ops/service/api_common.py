@@ -1,0 +1,91 @@
+"""What every ``/api/v1`` route shares: the error responses each documents (``ERRORS``), the
+``{session_id:sid}`` path convertor, the ``quill.Client`` and read-only ``Reader`` request
+dependencies, and ``client_errors`` (``quill.Client``'s errors as shaped HTTP errors, also
+used by the dashboard).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from fastapi import Request
+from starlette.convertors import PathConvertor, register_url_convertor
+
+from quill.ops.client.client import Client
+from quill.ops.client.errors import (
+    InvalidInputError,
+    NotFoundError,
+    QuillError,
+)
+from quill.ops.client.errors import (
+    SpoolFullError as QuillSpoolFull,
+)
+from quill.ops.client.stores import open_reader
+from quill.ops.service.errors import ERROR_SCHEMA, ApiError
+from quill.store.errors import CantOpenError, StoreError
+from quill.store.read.reader import Reader
+
+ERRORS = {
+    code: {"description": desc, "content": {"application/json": {"schema": ERROR_SCHEMA}}}
+    for code, desc in (
+        (401, "no or bad token"),
+        (403, "token lacks the scope"),
+        (422, "invalid request"),
+        (503, "store or spool unavailable"),
+    )
+}
+
+
+class _SessionIdConvertor(PathConvertor):
+    """``{session_id:sid}``: any text, ``/`` and line breaks included. Starlette's ``path``
+    convertor is ``.*``, which stops at a newline, so an id holding one would match no route (an
+    undocumented 404) or, ending in one, would be cut to the text before
+    it; the id rule (``session_id_problem``, 422) then judges the whole id."""
+
+    regex = "(?s:.*)"
+
+
+register_url_convertor("sid", _SessionIdConvertor())
+
+
+@contextlib.contextmanager
+def client_errors(what: str = "") -> Iterator[None]:
+    """``quill.Client``'s public errors as shaped HTTP errors (details name no paths)."""
+    try:
+        yield
+    except InvalidInputError as exc:
+        raise ApiError(
+            422, exc.reason if exc.reason != "usage" else "invalid-request", str(exc)
+        ) from None
+    except NotFoundError:
+        raise ApiError(404, "not-found", f"no {what}" if what else "not found") from None
+    except QuillSpoolFull:
+        raise ApiError(
+            507, "spool-full", "the spool's disk is full; retry later with the same batch ids"
+        ) from None
+    except QuillError as exc:  # busy, damaged or unreadable store
+        raise ApiError(
+            503, "store-unavailable", f"{type(exc).__name__}: {exc.default_hint}"
+        ) from None
+
+
+def reader(request: Request) -> Iterator[Reader | None]:
+    """A read-only ``Reader`` for this request, or None before the store exists."""
+    try:
+        r = open_reader(request.app.state.cfg)
+    except CantOpenError:
+        yield None
+        return
+    except StoreError as exc:
+        raise ApiError(
+            503, "store-unavailable", f"the store cannot be opened ({type(exc).__name__})"
+        ) from None
+    try:
+        yield r
+    finally:
+        r.close()
+
+
+def client(request: Request) -> Client:
+    return request.app.state.client

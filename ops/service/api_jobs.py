@@ -1,0 +1,83 @@
+"""The fleet routes of the JSON API: ``/api/v1/status`` (``quill status --json``), the jobs,
+their run history (through ``quill.store.read.reader.Reader``, one connection per request)
+and queueing a run (``queue_job``, also used by the dashboard).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from fastapi import APIRouter, Depends, Query, Request
+from pydantic import BaseModel
+
+from quill.jobs import catalog
+from quill.jobs.queues import build_for
+from quill.ops.service import views
+from quill.ops.service.api_common import ERRORS, reader
+from quill.ops.service.auth import require
+from quill.ops.service.errors import ApiError
+from quill.ops.status import health
+from quill.store.read.reader import Reader
+
+router = APIRouter()
+
+
+class JobQueued(BaseModel):
+    job: str
+    queued_at: float
+
+
+@router.get("/status", dependencies=[Depends(require("read"))])
+def status(request: Request) -> dict[str, Any]:
+    """The ``quill status --json`` document (fleet, store, spool, disk, metrics)."""
+    return health.collect(request.app.state.cfg)
+
+
+@router.get("/jobs", dependencies=[Depends(require("read"))])
+def jobs(request: Request) -> list[dict[str, Any]]:
+    """Every job: where it runs, its schedule and next run, its last run, whether overdue."""
+    return views.jobs(request.app.state.cfg)
+
+
+@router.get("/jobs/history", dependencies=[Depends(require("read"))])
+def job_history(
+    r: Reader | None = Depends(reader),
+    job: str | None = None,
+    limit: int = Query(20, ge=1, le=1000),
+) -> list[dict[str, Any]]:
+    """Past job runs, newest first."""
+    return [] if r is None else views.guard(lambda: r.job_runs(job=job, limit=limit))
+
+
+@router.post(
+    "/jobs/{name}/run",
+    status_code=202,
+    response_model=JobQueued,
+    dependencies=[Depends(require("admin"))],
+    responses={
+        404: ERRORS[422] | {"description": "no such job"},
+        409: ERRORS[422] | {"description": "the job maintains the other kind of store"},
+    },
+)
+def run_job(name: str, request: Request) -> JobQueued:
+    """Queue a job to run now on the running fleet (``GET /api/v1/jobs/history`` shows the run)."""
+    return JobQueued(**queue_job(request, name))
+
+
+def queue_job(request: Request, name: str) -> dict[str, Any]:
+    """Enqueue ``name`` with parameters from the current config; raises 404 for an unknown
+    or internal job, 409 for a job that maintains the other kind of store (``catalog.runnable``)."""
+    cfg = request.app.state.cfg
+    try:
+        catalog.runnable(name, cfg)
+    except KeyError:
+        raise ApiError(404, "not-found", f"no job {name!r}; see GET /api/v1/jobs") from None
+    except catalog.WrongStoreError as exc:
+        raise ApiError(409, "wrong-store", str(exc)) from None
+    queued_at = time.time()
+    build_for(cfg).enqueue(name, **catalog.BY_NAME[name].params(cfg))
+    request.app.state.log.info(
+        "http.job_queued", job=name, token_id=request.state.principal.token_id
+    )
+    return {"job": name, "queued_at": queued_at}

@@ -1,0 +1,179 @@
+"""The read routes of the JSON API (``/api/v1/sessions`` …, ``/resume``, ``/search``,
+``/usage``): each goes through ``quill.Client``, so it answers what the library and the CLI's
+``--json`` answer.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from fastapi import APIRouter, Depends, Query
+
+from quill.ops.client.client import Client
+from quill.ops.service.api_common import ERRORS, client, client_errors
+from quill.ops.service.auth import require
+from quill.ops.service.errors import ApiError
+
+router = APIRouter()
+
+
+@router.get("/sessions", dependencies=[Depends(require("read"))])
+def list_sessions(
+    q: Client = Depends(client),
+    source: str | None = None,
+    limit: int = Query(50, ge=1, le=1000),
+    include_hidden: bool = False,
+    title: str | None = None,
+    since: float | None = None,
+    until: float | None = None,
+    archived: bool | None = None,
+    pinned: bool | None = None,
+    hidden: bool | None = None,
+    lineage: Literal["tips", "all"] = "tips",
+) -> list[dict[str, Any]]:
+    """Sessions, most recently active first (``since``/``until`` in epoch seconds) — the same
+    rows as ``quill.Client.sessions`` and ``quill sessions list --json``."""
+    with client_errors():
+        return q.sessions(
+            source=source,
+            limit=limit,
+            include_hidden=include_hidden,
+            title_contains=title,
+            since=since,
+            until=until,
+            archived=archived,
+            pinned=pinned,
+            hidden=hidden,
+            chains=lineage == "all",
+        )
+
+
+@router.get(
+    "/sessions/{session_id:sid}/messages",
+    dependencies=[Depends(require("read"))],
+    responses={404: ERRORS[422] | {"description": "no such session"}},
+)
+def get_messages(
+    session_id: str,
+    q: Client = Depends(client),
+    view: Literal["display", "model", "audit"] = "display",
+    latest: int | None = Query(None, ge=1, le=1_000_000),
+) -> dict[str, Any]:
+    """A transcript in one view: ``display`` (what a UI shows), ``model`` (what the model is
+    fed), ``audit`` (every row, rewound and superseded included); ``latest``: only the last N.
+    The same document as ``quill.Client.transcript`` / ``quill sessions show --json``."""
+    with client_errors(f"session {session_id!r}"):
+        found = q.transcript(session_id, view, latest=latest)
+    return {**found, "view": view}
+
+
+@router.get(
+    "/sessions/{session_id:sid}/resume",
+    dependencies=[Depends(require("read"))],
+    responses={404: ERRORS[422] | {"description": "no such session"}},
+)
+def resume(session_id: str, q: Client = Depends(client)) -> dict[str, Any]:
+    """What an agent needs to continue a session: the session, its chain and its model view."""
+    with client_errors(f"session {session_id!r}"):
+        return q.transcript(session_id, "model")
+
+
+@router.get(
+    "/sessions/{session_id:sid}",
+    dependencies=[Depends(require("read"))],
+    responses={404: ERRORS[422] | {"description": "no such session"}},
+)
+def get_session(session_id: str, q: Client = Depends(client)) -> dict[str, Any]:
+    """One session with its compression chain (root → tip)."""
+    with client_errors(f"session {session_id!r}"):
+        found = q.transcript(session_id, latest=1)
+    return {"session": found["session"], "chain": found["chain"]}
+
+
+@router.get(
+    "/resume",
+    dependencies=[Depends(require("read"))],
+    responses={404: ERRORS[422] | {"description": "no session has that key or cwd"}},
+)
+def resume_by_key(
+    q: Client = Depends(client), key: str | None = None, cwd: str | None = None
+) -> dict[str, Any]:
+    """The session to continue for a conversation ``key`` (or working directory ``cwd``), as
+    ``quill.Client.resume``: the tip of the newest compression chain, with its model view
+    (``messages``) and the system prompt and tools in force (``context``)."""
+    if (key is None) == (cwd is None):
+        raise ApiError(422, "invalid-request", "give exactly one of key or cwd")
+    with client_errors("session for that key" if key is not None else "session for that cwd"):
+        found = q.resume(key=key, cwd=cwd)
+        view = q.transcript(found["session_id"], "model")
+        found["messages"], found["context"] = view["messages"], view["context"]
+    return found
+
+
+@router.get("/search", dependencies=[Depends(require("read"))])
+def search(
+    q: str = Query(max_length=1000),
+    c: Client = Depends(client),
+    limit: int = Query(20, ge=1, le=1000),
+    session_id: str | None = None,
+    role: str | None = None,
+    source: str | None = None,
+    since: float | None = None,
+    until: float | None = None,
+    substring: bool = False,
+    audit: bool = False,
+    order: Literal["newest", "relevance"] = "newest",
+    context: bool = False,
+    kind: list[Literal["text", "tool", "reasoning"]] | None = Query(None),
+) -> dict[str, Any]:
+    """Full-text search (``quill.Client.search`` hits), newest first, or with
+    ``order=relevance`` ranked over the newest 1,000 matches (BM25 on SQLite, ``ts_rank`` on
+    PostgreSQL; a query that is not a word query — substring, CJK — is 422
+    ``invalid-request``). Any text is a valid query; ``kind`` (repeatable) limits where to
+    look; ``context=true`` adds each hit's neighbouring messages; ``degraded`` says results
+    come partly from a bounded scan (index rebuilding)."""
+    with client_errors():
+        hits = c.search(
+            q,
+            limit=limit,
+            session_id=session_id,
+            role=role,
+            source=source,
+            since=since,
+            until=until,
+            substring=substring,
+            audit=audit,
+            context=context,
+            kinds=kind,
+            order=order,
+        )
+        return {"hits": hits, "degraded": c.search_health()["degraded"]}
+
+
+UsageGroup = Literal["session", "model", "source", "task", "provider", "day"]
+
+
+@router.get("/usage", dependencies=[Depends(require("read"))])
+def usage(
+    q: Client = Depends(client),
+    by: list[UsageGroup] = Query([]),
+    since: float | None = None,
+    until: float | None = None,
+    session_id: str | None = None,
+    source: str | None = None,
+    model: str | None = None,
+    task: str | None = None,
+) -> list[dict[str, Any]]:
+    """Token and cost totals (``quill.Client.usage`` / ``quill usage --json``): one row per
+    group of ``by`` (repeatable), each with ``calls``, the token counts, ``cost_usd`` (None when
+    nothing in the group is priced) and ``unpriced``; no ``by``: one grand total."""
+    with client_errors():
+        return q.usage(
+            tuple(by),
+            since=since,
+            until=until,
+            session_id=session_id,
+            source=source,
+            model=model,
+            task=task,
+        )

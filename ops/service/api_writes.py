@@ -1,0 +1,138 @@
+"""The append routes of the JSON API: ``POST /api/v1/ops`` and
+``POST /api/v1/sessions/{id}/messages``, and their request and response models.
+
+Appends take the CLI's path exactly: ``quill.store.apply.precheck`` on every op first (a
+batch the writer would certainly quarantine is refused with 422 and its ``reason``, and
+nothing of the request is appended), then ``quill.Client.submit`` per op (the spool append),
+which returns only after the record is fsync'd — so a 202 carries the batch id and spool
+position of a durable record.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from fastapi import APIRouter, Depends, Request
+from pydantic import BaseModel, Field
+
+from quill.ops.client.errors import QuillError
+from quill.ops.client.errors import SpoolFullError as QuillSpoolFull
+from quill.ops.service.api_common import ERRORS
+from quill.ops.service.auth import require
+from quill.ops.service.errors import ApiError
+from quill.spool import OP_KINDS
+from quill.store.apply.precheck import precheck
+from quill.store.errors import InvalidOpError
+
+router = APIRouter()
+BATCH_ID = r"^[0-9A-Za-z][0-9A-Za-z._:-]{0,127}$"
+
+
+OpKind = Literal[tuple(sorted(OP_KINDS))]  # type: ignore[valid-type]  # the spool's op kinds
+
+
+class OpIn(BaseModel):
+    """One spool op: ``op`` is an op kind (``messages.append``, ``session.create`` …)."""
+
+    op: OpKind
+    data: dict[str, Any]
+    batch: str | None = Field(
+        default=None,
+        pattern=BATCH_ID,
+        description="idempotency key: a batch id is applied once (retry with the same one)",
+    )
+
+
+class OpsIn(BaseModel):
+    ops: list[OpIn] = Field(min_length=1)
+
+
+class MessagesIn(BaseModel):
+    messages: list[dict[str, Any]] = Field(min_length=1)
+    batch: str | None = Field(default=None, pattern=BATCH_ID)
+
+
+class AckOut(BaseModel):
+    op: str
+    batch: str
+    position: str = Field(description="spool position SEGMENT:OFFSET of the fsync'd record")
+
+
+class AcksOut(BaseModel):
+    acks: list[AckOut]
+
+
+def _append(request: Request, ops: list[tuple[str, Any, str | None]]) -> AcksOut:
+    app = request.app.state
+    messages = sum(
+        len(d.get("messages") or [])
+        for _, d, _ in ops
+        if isinstance(d, dict) and isinstance(d.get("messages"), list)
+    )
+    if messages > app.cfg.http_max_batch_messages:
+        raise ApiError(
+            413,
+            "batch-too-large",
+            f"{messages} messages in one request; the limit is "
+            f"{app.cfg.http_max_batch_messages} ([http] max_batch_messages)",
+        )
+    # Every op is checked before any is appended, so a refused request appends nothing.
+    for index, (op, data, _) in enumerate(ops):
+        try:
+            precheck(op, data)
+        except InvalidOpError as exc:
+            raise ApiError(
+                422,
+                exc.reason,
+                f"op {index}: {exc.detail}; nothing was appended",
+                extra={"op_index": index},
+            ) from None
+    acks: list[AckOut] = []
+    try:
+        for op, data, batch in ops:
+            ack = app.client.submit(op, data, batch_id=batch)  # returns once the record is fsync'd
+            acks.append(AckOut(op=op, batch=ack.batch_id, position=str(ack.position)))
+    except QuillSpoolFull:
+        raise ApiError(
+            507,
+            "spool-full",
+            "the spool's disk is full; retry later with the same batch ids",
+            extra={"acks": [a.model_dump() for a in acks]},
+        ) from None
+    except QuillError as exc:
+        app.log.error("http.spool_error", error_type=type(exc).__name__)
+        raise ApiError(
+            503,
+            "spool-unavailable",
+            "the spool refused the append; retry with the same batch ids",
+            extra={"acks": [a.model_dump() for a in acks]},
+        ) from None
+    return AcksOut(acks=acks)
+
+
+@router.post(
+    "/ops",
+    status_code=202,
+    response_model=AcksOut,
+    dependencies=[Depends(require("write"))],
+    responses={413: ERRORS[422] | {"description": "body or batch too large"}},
+)
+def append_ops(body: OpsIn, request: Request) -> AcksOut:
+    """Append ops, in order. 202 once every record is fsync'd into the spool; the writer applies
+    them shortly after (``GET /api/v1/sessions/{id}`` shows them)."""
+    return _append(request, [(o.op, o.data, o.batch) for o in body.ops])
+
+
+@router.post(
+    "/sessions/{session_id:sid}/messages",
+    status_code=202,
+    response_model=AcksOut,
+    dependencies=[Depends(require("write"))],
+    responses={413: ERRORS[422] | {"description": "body or batch too large"}},
+)
+def append_messages(session_id: str, body: MessagesIn, request: Request) -> AcksOut:
+    """Append messages to a session (one ``messages.append`` op; the session is created if new)."""
+    return _append(
+        request,
+        [("messages.append", {"session_id": session_id, "messages": body.messages}, body.batch)],
+    )

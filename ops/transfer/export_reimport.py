@@ -1,0 +1,108 @@
+"""Reading a Quill export back (``quill import`` of a file ``quill export --format quill``
+wrote, ``ops/transfer/export.py``): recognising its header, parsing its op lines, appending
+the ops to the spool as they are.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from quill.ops.transfer.export import HEADER_KEY
+
+
+def is_quill_export(path: Any) -> bool:
+    """Whether a file starts with a Quill export header line."""
+    try:
+        with open(path, "rb") as fh:
+            first = fh.readline(4096)
+        head = json.loads(first)
+    except (OSError, ValueError):
+        return False
+    return isinstance(head, dict) and head.get(HEADER_KEY) == 1
+
+
+def read_export(path: Any) -> Iterator[tuple[int, dict[str, Any] | None, str | None]]:
+    """``(line number, op, None)`` for each op of a Quill export after its header, or
+    ``(line number, None, reason)`` for a line that is not one (bad JSON, a cut-off last line,
+    a value that is not an op): the caller reports it and goes on, like every importer."""
+    with open(path, encoding="utf-8", errors="surrogateescape") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if lineno == 1 or not line.strip():
+                continue
+            try:
+                op = json.loads(line)
+            except ValueError as exc:  # JSONDecodeError, and a line of undecodable bytes
+                yield lineno, None, f"not JSON: {exc}"
+                continue
+            if (
+                not isinstance(op, dict)
+                or not isinstance(op.get("op"), str)
+                or not isinstance(op.get("data"), dict)
+            ):
+                yield (
+                    lineno,
+                    None,
+                    "not a Quill op (an object with an 'op' string and a 'data' object)",
+                )
+                continue
+            yield lineno, op, None
+
+
+def _applied(store: Any, batch: Any) -> bool:
+    """Whether ``store`` (a reader, or None) has applied the batch id ``batch``."""
+    if store is None or not isinstance(batch, str):
+        return False
+    return (
+        store.conn.execute("SELECT 1 FROM applied_batches WHERE batch_id = ?", (batch,)).fetchone()
+        is not None
+    )
+
+
+def import_export(spool: Any, path: Any, store: Any = None) -> dict[str, Any]:
+    """Append the ops of a Quill export to ``spool`` as they are (their batch ids make a
+    repeat a no-op); returns an import report entry. With ``store`` (a reader of the data
+    dir's store, ``import_spool.open_store_view``), an op whose batch id the store has
+    applied already is not appended again — the writer would only skip it — and its message
+    rows count as ``already_stored``, so a repeat says "0 new" and the spool does not grow.
+    A line that is not an op, or an op the spool refuses (``InvalidOpError``: unknown op,
+    data it cannot encode), is a problem of that line (``problems``: line, kind ``skipped``,
+    reason) and the rest of the file is appended. Raises ``quill.spool.SpoolError`` for other
+    I/O failures (disk full …)."""
+    from quill.spool.errors import InvalidOpError
+
+    sessions: dict[str, None] = {}
+    problems: list[dict[str, Any]] = []
+    rows = stored = 0
+    for lineno, op, reason in read_export(path):
+        if op is not None and _applied(store, op.get("batch")):
+            stored += len(op["data"].get("rows") or []) if op["op"] == "messages.restore" else 0
+            continue
+        if op is not None:
+            try:
+                spool.append(op["op"], op["data"], batch_id=op.get("batch"))
+            except InvalidOpError as exc:
+                reason = str(exc)
+        if reason is not None:
+            problems.append({"line": lineno, "kind": "skipped", "reason": reason})
+            continue
+        sid = op["data"].get("session_id")
+        if isinstance(sid, str):
+            sessions.setdefault(sid)
+        if op["op"] == "messages.restore":
+            rows += len(op["data"].get("rows") or [])
+    return {
+        "path": str(path),
+        "format": "quill-export",
+        "skipped": None,
+        "sessions": len(sessions),
+        "session_ids": list(sessions),
+        "messages": rows + stored,
+        "new": rows,
+        "already_stored": stored,
+        "rewound": 0,
+        "compactions": 0,
+        "new_from_compactions": 0,
+        "problems": problems,
+    }

@@ -19,7 +19,7 @@ COMMANDS = {
     "import": "quill.ops.cli.import_:import_",
     "sessions": "quill.ops.cli.read:sessions",
     "search": "quill.ops.cli.read:search",
-    "status": "quill.ops.cli.read:status",
+    "status": "quill.ops.cli.status:status",
     "snapshot": "quill.ops.cli.admin:snapshot",
     "recover": "quill.ops.cli.admin:recover",
     "doctor": "quill.ops.cli.admin:doctor",

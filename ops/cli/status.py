@@ -1,0 +1,154 @@
+"""``quill status``: fleet, store, spool and job health at a glance, from
+``ops.status.health.collect`` (the figures ``--json`` prints and ``/metrics`` exports)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+from rich import filesize
+
+from quill.home import WriterStatus
+from quill.ops.cli import render
+from quill.ops.cli.base import emit_json, json_option
+from quill.ops.client.errors import Exit
+from quill.ops.status import health
+from quill.spool.torn import TORN_SUMMARY
+
+
+@click.command()
+@json_option
+@click.pass_context
+def status(ctx: click.Context, as_json: bool) -> None:
+    """Fleet, store, spool and job health at a glance (``--json``: the same figures /metrics
+    exports)."""
+    data = health.collect(ctx.obj)
+    if as_json:
+        emit_json(data)
+    else:
+        _print_status(data)
+    if data["fleet"]["halt"] or (data["store"] or {}).get("error") or data["fleet"]["crash_loops"]:
+        ctx.exit(Exit.FAILED)
+
+
+def _print_status(d: dict[str, Any]) -> None:
+    con = render.console()
+    fleet = d["fleet"]
+    con.print(f"[bold]quill[/bold] {d['home']}")
+    running = (
+        "[green]running[/green] (pid " + str(fleet["supervisor_pid"]) + ")"
+        if fleet["running"]
+        else "[yellow]not running[/yellow]"
+    )
+    con.print(f"fleet    {running}")
+    if fleet["halt"]:
+        h = fleet["halt"]
+        con.print(
+            f"[bold red]HALTED[/bold red] {h.get('cause')}: {h.get('detail')}\n"
+            f"  next: [bold]{h.get('next')}[/bold]"
+        )
+    for c in fleet["crash_loops"]:
+        con.print(
+            f"[bold red]CRASH LOOP[/bold red] the {c['role']} keeps exiting "
+            f"(last code {c['last_code']}); "
+            f"see {c['logs']}"
+        )
+    for role, c in (fleet.get("children") or {}).items():
+        if c.get("restarts"):
+            con.print(
+                f"restarts {role}: {c['restarts']} (last exit code {c['last_exit_code']} at "
+                f"{render.when(c['last_exit_at'])})"
+            )
+    last = fleet.get("last_run")
+    if not fleet["running"] and last and last.get("exit_code"):
+        roles = ", ".join(c["role"] for c in last["crash_loops"])
+        con.print(
+            f"[yellow]last run stopped with exit code {last['exit_code']} at "
+            f"{render.when(last['ended_at'])}"
+            + (f" (crash-looping: {roles})" if roles else "")
+            + "[/yellow]"
+        )
+    writer = WriterStatus.from_json(fleet.get("writer"))
+    if fleet["running"] and fleet.get("writer") and not writer.alive:
+        con.print("[yellow]writer   not running (restarting?)[/yellow]")
+    elif writer.error:
+        con.print(f"[yellow]writer   {writer.error}[/yellow]")
+    http = fleet.get("http")
+    if fleet["running"] and http:
+        serving = (
+            "serving http://" + http.get("listen", "?") + "/"
+            if http.get("alive")
+            else "[yellow]not running (restarting?)[/yellow]"
+        )
+        con.print(f"http     {serving}")
+    s = d["store"]
+    if s and s.get("error"):
+        con.print(f"[bold red]store    unreadable: {s['error']}[/bold red]")
+    elif s and s.get("postgres"):
+        _print_pg_store(con, s)
+    elif s:
+        con.print(
+            f"store    {s['sessions']} sessions, {s['messages']} messages; cursor {s['cursor']}; "
+            f"FTS pending {s['fts_pending']}, index {s.get('fts_state', 'ok')}"
+        )
+    else:
+        con.print("store    (not created yet)")
+    if d["disk"]["low"]:
+        con.print(
+            f"[bold red]DISK ALMOST FULL[/bold red]: {d['disk']['free_bytes']} bytes free "
+            f"under {d['home']}; "
+            "appends fail and the drain pauses until space returns"
+        )
+    sp = d["spool"]
+    con.print(
+        f"spool    {sp['segments']} segment(s), {sp['bytes']} bytes, end {sp['end']}, "
+        f"{sp['pending_bytes']} bytes pending (lag {sp['lag_s']} s), "
+        f"{sp['quarantined']} quarantined"
+        + (f" (of which {sp['torn_writes']} {TORN_SUMMARY})" if sp.get("torn_writes") else "")
+    )
+    if sp.get("interrupted_purge"):
+        ip = sp["interrupted_purge"]
+        con.print(
+            f"[bold red]PURGE INTERRUPTED[/bold red] of {', '.join(ip['sessions']) or '?'}: "
+            "the content may still be in the spool, snapshots and the live store\n"
+            f"  next: [bold]{ip['next']}[/bold]"
+        )
+    w = d["wal"]
+    if w["bytes"] or w["blocked_by_reader_since"]:
+        style = "yellow" if w["high"] or w["blocked_by_reader_since"] else "default"
+        con.print(f"[{style}]WAL      {health.describe_wal(w)}[/{style}]")
+    for o in d["overdue"]:
+        con.print(f"[yellow]overdue  {o['job']}: {o['reason']}[/yellow]")
+    for run in d["jobs"][:5]:
+        con.print(
+            f"job      {run['job']:<15} {run['outcome']:<6} {render.when(run['started_at'])} "
+            f"{run.get('error') or ''}"
+        )
+
+
+def _print_pg_store(con: Any, s: dict[str, Any]) -> None:
+    """The store lines of a PostgreSQL store: server, sizes, every host's cursor, amcheck."""
+    pg = s["postgres"]
+    con.print(f"store    PostgreSQL {pg['server_version']} at {pg['url']}")
+    con.print(
+        f"         {s['sessions']} sessions, {s['messages']} messages; "
+        f"store {filesize.decimal(pg['size_bytes'])}, "
+        f"database {filesize.decimal(pg['database_bytes'])}; this host's cursor {s['cursor']}"
+    )
+    for sp in pg["spools"]:
+        con.print(
+            f"cursor   {sp['spool_id']:<28} {sp['cursor']:<14} last commit {sp['age_s']} s ago"
+        )
+    a = pg["amcheck"]
+    if a is None:
+        con.print("amcheck  never run (job pg_integrity_check)")
+    else:
+        style = (
+            "green"
+            if a["outcome"] == "ok"
+            else ("default" if a["outcome"] == "running" else "bold red")
+        )
+        con.print(
+            f"amcheck  [{style}]{a['outcome']}[/{style}] {render.when(a['at'])}"
+            + (f" {a['error']}" if a.get("error") else "")
+        )

@@ -5,7 +5,7 @@ like any other op. So the spool is the one log of every change, a store rebuilt 
 snapshot + replay drops what the live store dropped, and the op records who (``actor``) did
 what and why (``reason``) (docs/architecture.md, "The spool is the log of every change").
 
-Rules (docs/architecture.md "Jobs"; issue 6; field reports of prunes that deleted live work):
+Rules (docs/architecture.md "Jobs"; a prune must never delete live work):
 * pinned or archived sessions are never closed or deleted;
 * a session is stale only if *both* its start and its newest message are older than the
   window — newest = the later of the producer timestamp and the arrival time, so an old

@@ -71,11 +71,31 @@ def integrity_check(db_path: str, queue_db: str | None = None) -> dict[str, Any]
     return quick_check(db_path, queue_db, pragma="integrity_check")
 
 
+#: How long a check waits for a store file that does not exist yet (seconds): on a new data
+#: dir the scheduler may fire a missed check before the writer has created the file.
+STORE_APPEAR_WAIT_S = 30.0
+
+
+def _wait_for_store(db_path: Path, wait_s: float) -> None:
+    """Return once ``db_path`` exists; raises ``CantOpenError`` naming it after ``wait_s``
+    seconds without it (a check of no file is no finding either way)."""
+    deadline = time.monotonic() + wait_s
+    while not db_path.exists():
+        if time.monotonic() >= deadline:
+            raise CantOpenError(f"{db_path} does not exist (waited {wait_s:g} s for the writer)")
+        time.sleep(0.1)
+
+
 def quick_check(
-    db_path: str, queue_db: str | None = None, pragma: str = "quick_check"
+    db_path: str,
+    queue_db: str | None = None,
+    pragma: str = "quick_check",
+    wait_s: float = STORE_APPEAR_WAIT_S,
 ) -> dict[str, Any]:
     """``PRAGMA quick_check`` on a read-only connection (it reads the whole file, so it is
-    scheduled, never on the drain path; SQLite ≥ 3.44 checks FTS5 indexes too).
+    scheduled, never on the drain path; SQLite ≥ 3.44 checks FTS5 indexes too). A store file
+    that does not exist yet is waited for up to ``wait_s`` seconds (the writer creates it at
+    its first start), then ``CantOpenError``.
 
     On damage, the damaged tables are identified (``fts_repair.classify``); if only the
     search indexes are damaged and ``queue_db`` is given, the writer is asked to detach and
@@ -83,6 +103,7 @@ def quick_check(
     if pragma not in ("quick_check", "integrity_check"):
         raise ValueError(f"unknown check {pragma!r}")
     start = time.monotonic()
+    _wait_for_store(Path(db_path), wait_s)
     conn = open_reader(Path(db_path))
     try:
         try:

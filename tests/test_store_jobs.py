@@ -112,3 +112,27 @@ def test_integrity_check_passes_on_a_healthy_store(store, tmp_path):
     _fill(store, sessions=2, per=5)
     assert integrity_check(str(tmp_path / "state.db"))["result"] == "ok"
     assert quick_check(str(tmp_path / "state.db"))["result"] == "ok"
+
+
+def test_a_check_waits_for_a_store_the_writer_has_not_created_yet(store, tmp_path):
+    """On a new data dir the scheduler may fire a missed check before the writer created the
+    file: the check waits for it (then checks it) instead of recording an error; a file that
+    never appears is named in the error after the wait."""
+    import shutil
+    import threading
+
+    from quill.jobs.worker_jobs import quick_check
+    from quill.store.errors import CantOpenError
+
+    _fill(store, sessions=1, per=3)
+    store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    late = tmp_path / "late" / "state.db"
+    late.parent.mkdir()
+    timer = threading.Timer(0.5, shutil.copyfile, (tmp_path / "state.db", late))
+    timer.start()
+    try:
+        assert quick_check(str(late), wait_s=30)["result"] == "ok"
+    finally:
+        timer.cancel()
+    with pytest.raises(CantOpenError, match="never.db does not exist"):
+        quick_check(str(tmp_path / "never.db"), wait_s=0.3)

@@ -22,7 +22,7 @@ from huey import RedisHuey, SqliteHuey
 
 from quill.home import Settings
 from quill.jobs import catalog
-from quill.jobs.store_jobs import RUNNING, close_interrupted, record_job_run
+from quill.store.sqlite.job_runs import RUNNING, close_interrupted, record_job_run
 
 STORE_QUEUE = "quill-store"
 WORKER_QUEUE = "quill-jobs"

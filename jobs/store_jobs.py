@@ -16,11 +16,7 @@ from quill.store.errors import CorruptError, mapped
 from quill.store.sqlite import fts_repair
 from quill.store.sqlite.connection import transaction
 from quill.store.sqlite.indexer import FTS_TABLES, fts_state, optimize
-
-# The job-run records and the WAL checkpoint live in the store (its writer runs them too);
-# they are store jobs as well, under the names the catalog has always used.
-from quill.store.sqlite.job_runs import INTERRUPTED, RUNNING, close_interrupted, record_job_run  # noqa: F401
-from quill.store.sqlite.wal import wal_bytes, wal_checkpoint  # noqa: F401
+from quill.store.sqlite.wal import wal_bytes, wal_checkpoint
 
 
 def fts_optimize(conn: apsw.Connection) -> dict[str, Any]:

@@ -14,8 +14,8 @@ SECRET = "s3cret-pw"
 
 def test_status_and_doctor_show_the_postgresql_store_without_its_password(tmp_path, pg_store_url):
     from quill.jobs.pg_jobs import pg_integrity_check
-    from quill.jobs.store_jobs import record_job_run
     from quill.store.postgres import PgConnection
+    from quill.store.sqlite.job_runs import record_job_run
 
     # Trust authentication ignores the password: it is there to be redacted.
     url = pg_store_url.replace("postgresql://postgres@", f"postgresql://postgres:{SECRET}@", 1)

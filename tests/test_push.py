@@ -30,7 +30,7 @@ def test_a_batch_with_an_invalid_message_is_refused_before_the_ack(quill, home):
 
 def test_values_no_column_can_hold_are_refused(quill, home):
     for data in (
-        '{"session_id":"p","started_at":10000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000}',
+        '{"session_id":"p","started_at":1' + "0" * 400 + "}",
         '{"session_id": 5}',
         '{"session_id":"p","messages":"not a list"}',
     ):
@@ -115,7 +115,8 @@ def test_a_role_or_part_type_of_the_wrong_json_type_is_a_clear_refusal(quill, ho
         "--session",
         "m",
         check=False,
-        input='{"role":"user","content":[{"type":{"x":1},"text":"hi"},{"type":"text","text":"ok"}]}',
+        input='{"role":"user","content":[{"type":{"x":1},"text":"hi"},'
+        '{"type":"text","text":"ok"}]}',
     )
     assert proc.returncode == 0 and _spooled(home) == 1
 

@@ -37,7 +37,8 @@ def _line(body: bytes) -> bytes:
 
 def _deep_line(depth: int, op: str = "messages.append") -> bytes:
     return _line(
-        b'{"v":1,"op":"%s","batch":"b-deep","producer":"other","seq":1,"ts":1.0,"data":{"session_id":'
+        b'{"v":1,"op":"%s","batch":"b-deep","producer":"other","seq":1,"ts":1.0,'
+        b'"data":{"session_id":'
         b'"deep","messages":[{"role":"user","content":"x","meta":%s%s}]}}'
         % (op.encode(), b"[" * depth, b"]" * depth)
     )

@@ -24,9 +24,9 @@ from huey.utils import utcnow
 
 from quill.jobs import catalog
 from quill.jobs.queues import Queues, resolve_params
-from quill.jobs.store_jobs import RUNNING, close_interrupted, record_job_run
 from quill.spool import Spool
 from quill.store.errors import CorruptError
+from quill.store.sqlite.job_runs import RUNNING, close_interrupted, record_job_run
 
 
 class StoreJobRunner:

@@ -23,12 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from quill.jobs import catalog
-from quill.jobs.store_jobs import RUNNING, record_job_run
 from quill.ops.client.errors import StorageError, WaitTimeoutError
 from quill.store.errors import CantOpenError, LeaseHeldError
 from quill.store.lease import Lease
 from quill.store.read.reader import Reader
 from quill.store.sqlite.connection import open_writer
+from quill.store.sqlite.job_runs import RUNNING, record_job_run
 
 JOB = "scrub"
 #: Seconds ``scrub_live_store`` waits for a running writer to record the job (a VACUUM of a

@@ -195,7 +195,8 @@ _TYPES = (
     (re.compile(r"\s+REFERENCES\s+\w+\s*\(\w+\)", re.I), ""),
 )  # SQLite runs with foreign_keys=OFF
 _TABLE_NAME = re.compile(
-    r"^\s*(?:--[^\n]*\n\s*)*(?:CREATE\s+(?:UNIQUE\s+)?(?:TABLE|INDEX)\s+IF\s+NOT\s+EXISTS|ALTER\s+TABLE)\s+"
+    r"^\s*(?:--[^\n]*\n\s*)*"
+    r"(?:CREATE\s+(?:UNIQUE\s+)?(?:TABLE|INDEX)\s+IF\s+NOT\s+EXISTS|ALTER\s+TABLE)\s+"
     r"(\w+)(?:\s+ON\s+(\w+))?",
     re.I,
 )

@@ -220,21 +220,24 @@ class Run:
             if self.rng.random() < 0.5:
                 self.store.index(self.rng.randint(1, 50))
 
+    #: The store jobs a sequence runs between chunks (the prune jobs append ops to the spool;
+    #: the rest are SQLite maintenance).
+    JOBS = (
+        "auto_prune",
+        "delete_empty",
+        "orphan_sweep",
+        "vacuum",
+        "fts_rebuild",
+        "fts_optimize",
+        "fts_merge",
+        "wal_checkpoint",
+    )
+
     def job(self) -> None:
+        """Run one of ``JOBS``, chosen at random, at a random time ahead."""
         rng = self.rng
         now = time.time() + rng.choice([0.0, 2 * DAY, 100 * DAY])
-        name = rng.choice(
-            [
-                "auto_prune",
-                "delete_empty",
-                "orphan_sweep",
-                "vacuum",
-                "fts_rebuild",
-                "fts_optimize",
-                "fts_merge",
-                "wal_checkpoint",
-            ]
-        )
+        name = rng.choice(list(self.JOBS))
         if name == "auto_prune":
             prune.auto_prune(
                 self.conn,

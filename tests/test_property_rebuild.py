@@ -21,13 +21,11 @@ from __future__ import annotations
 import os
 import random
 import shutil
-import time
 from pathlib import Path
 
 import pytest
-from rebuild_helpers import CANONICAL, DAY, KEYS, SEEDS, Run, dump
+from rebuild_helpers import CANONICAL, KEYS, SEEDS, Run, dump
 
-from quill.jobs import prune
 from quill.jobs.worker_jobs import snapshot
 from quill.ops.recover.replay import replay
 from quill.spool import Quarantine, Spool, SpoolReader
@@ -120,6 +118,8 @@ class PgRun(Run):
     backup is the server's (tests/test_pg_recovery.py), so the property here is: a replay of
     the whole spool into an empty store equals the live one."""
 
+    JOBS = ("auto_prune", "delete_empty", "orphan_sweep")
+
     def __init__(self, root: Path, seed: int, url: str):
         from quill.store.factory import open_url as open_backend
 
@@ -147,24 +147,6 @@ class PgRun(Run):
             if not self.drainer.step().entries:
                 return
             done += 1
-
-    def job(self) -> None:
-        rng = self.rng
-        now = time.time() + rng.choice([0.0, 2 * DAY, 100 * DAY])
-        name = rng.choice(["auto_prune", "delete_empty", "orphan_sweep"])
-        if name == "auto_prune":
-            prune.auto_prune(
-                self.conn,
-                self.spool,
-                stale_after_s=DAY,
-                retention_s=30 * DAY,
-                now=now,
-                max_sessions=rng.randint(1, 4),
-            )
-        elif name == "delete_empty":
-            prune.delete_empty(self.conn, self.spool, now=now)
-        else:
-            prune.orphan_sweep(self.conn, self.spool)
 
     def sequence(self, steps: int) -> None:
         rng = self.rng

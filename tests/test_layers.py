@@ -19,12 +19,10 @@ from __future__ import annotations
 import ast
 import re
 import shutil
-import tomllib
 from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parent.parent
+from modules_helpers import REPO, production_modules
 
 #: Rank of each top-level name of the package; the root facade ranks with ops (module doc).
 LAYERS = {
@@ -37,36 +35,8 @@ LAYERS = {
     "quill.integrations": 5,
     "quill": 5,
 }
-#: Top-level folders of the repository that are not part of the installed package.
-NOT_INSTALLED = {"tests", "bench", "build", "docs", "out"}
 #: A string naming a Quill module, optionally with ``:attribute`` (a callable reference).
 MODULE_REF = re.compile(r"quill(\.[A-Za-z_]\w*)+(:[A-Za-z_][\w.]*)?")
-
-
-def _package_dirs() -> dict[str, Path]:
-    """``{package: folder}`` from pyproject's ``package-dir`` (quill = the repository root)."""
-    setuptools = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
-    return {name: (REPO / folder).resolve() for name, folder in setuptools["package-dir"].items()}
-
-
-def production_modules(root: Path = REPO) -> dict[str, Path]:
-    """``{dotted module name: file}`` of every module the wheel installs from ``root``."""
-    dirs = sorted(_package_dirs().items(), key=lambda kv: -len(kv[1].parts))
-    if root != REPO:
-        dirs = [(name, root / d.relative_to(REPO)) for name, d in dirs]
-    out = {}
-    for path in sorted(root.rglob("*.py")):
-        rel = path.relative_to(root)
-        if rel.parts[0] in NOT_INSTALLED or any(
-            p.startswith(".") or p.endswith(".egg-info") for p in rel.parts
-        ):
-            continue
-        package, folder = next((n, d) for n, d in dirs if path.is_relative_to(d))
-        parts = [*package.split("."), *path.relative_to(folder).with_suffix("").parts]
-        if parts[-1] == "__init__":
-            parts.pop()
-        out[".".join(parts)] = path
-    return out
 
 
 def layer(module: str) -> int | None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import ast
 
 import pytest
-from test_layers import production_modules
+from modules_helpers import production_modules
 
 FACTORY = "quill.store.factory"
 #: Modules allowed one kind of finding, and why.

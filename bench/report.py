@@ -10,6 +10,33 @@ import json
 import sys
 from typing import Any
 
+#: Column heads shared by this Markdown report and the console tables (bench/tables.py).
+INGEST_COLUMNS = (
+    "system",
+    "batch",
+    "procs",
+    "msgs/s",
+    "p50 ms",
+    "p99 ms",
+    "CPU ms/call",
+    "Quill ×",
+    "p99 ÷ bare (1 proc)",
+    "p99 ÷ bare (same procs)",
+    "errors",
+)
+SEARCHABLE_COLUMNS = ("chunk", "rows/txn", "Quill msgs/s", "raw FTS msgs/s", "Quill / raw")
+SCALE_COLUMNS = (
+    "messages",
+    "drain msgs/s",
+    "writer RSS MB",
+    "spool MiB",
+    "db MiB",
+    "rare p50 ms",
+    "common p50 ms",
+    "prune 10 % s",
+    "VACUUM s",
+)
+
 
 def _f(v: Any) -> str:
     if v is None:
@@ -59,19 +86,7 @@ def render(res: dict[str, Any]) -> str:
             "### §1 Acknowledged-durable ingest (real messages)",
             "",
             _table(
-                [
-                    "system",
-                    "batch",
-                    "procs",
-                    "msgs/s",
-                    "p50 ms",
-                    "p99 ms",
-                    "CPU ms/call",
-                    "Quill ×",
-                    "p99 ÷ bare (1 proc)",
-                    "p99 ÷ bare (same procs)",
-                    "errors",
-                ],
+                list(INGEST_COLUMNS),
                 [
                     [
                         r["system"],
@@ -104,7 +119,7 @@ def render(res: dict[str, Any]) -> str:
             f"### §2 Searchable ingest ({s['messages']:,} real messages; median of runs)",
             "",
             _table(
-                ["chunk", "rows/txn", "Quill msgs/s", "raw FTS msgs/s", "Quill / raw"],
+                list(SEARCHABLE_COLUMNS),
                 [
                     [
                         e["chunk"],
@@ -206,17 +221,7 @@ def render(res: dict[str, Any]) -> str:
             "### §5 Scale (synthetic messages)",
             "",
             _table(
-                [
-                    "messages",
-                    "drain msgs/s",
-                    "writer RSS MB",
-                    "spool MiB",
-                    "db MiB",
-                    "rare p50 ms",
-                    "common p50 ms",
-                    "prune 10 % s",
-                    "VACUUM s",
-                ],
+                list(SCALE_COLUMNS),
                 [
                     [
                         x["messages"],

@@ -66,3 +66,13 @@ def check_unchanged_except_tombstones(before: dict[int, bytes], after: dict[int,
                 assert rec_o["op"] != "sessions.delete"
                 tombs += 1
     return tombs
+
+
+def _rows(db: Path, sql: str) -> list[tuple]:
+    import apsw
+
+    conn = apsw.Connection(str(db), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        return conn.execute(sql).fetchall()
+    finally:
+        conn.close()

@@ -3,7 +3,7 @@ value (property test): parsing never raises — a record it cannot use is a prob
 line — and what it emits passes ``precheck`` or is refused with an op rule's reason.
 
 Bases: the head of one corpus file per format (claude-code, codex, sharegpt, the openai-chat
-trajectory) and the synthetic Gemini CLI session of tests/test_importers_structure.py.
+trajectory) and the synthetic Gemini CLI session of tests/test_importers_structure_records.py.
 ``QUILL_FUZZ_N`` sets the examples per base (default 30).
 """
 
@@ -26,7 +26,8 @@ from quill.store.errors import InvalidOpError
 
 N = int(os.environ.get("QUILL_FUZZ_N", "30"))
 
-#: The Gemini session of tests/test_importers_structure.py, its last user turn with an inline image.
+#: The Gemini session of tests/test_importers_structure_records.py, its last user turn with an
+#: inline image.
 GEMINI = json.loads(json.dumps(GEMINI_SESSION))
 GEMINI["messages"][-1]["content"] = [
     {"text": "thanks"},

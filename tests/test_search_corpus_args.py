@@ -1,6 +1,6 @@
 """Tool-call arguments are text, on the whole corpus: every word of every tool-call argument
 in the real transcripts (decoded as a reader decodes them, tokenised by the index's own
-tokenizer) is found by search. Split from test_search_text.py (same fixtures)."""
+tokenizer) is found by search. A companion of test_search_text_content.py (same fixtures)."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def test_every_word_of_every_tool_call_argument_in_the_corpus_is_found(store):
         pytest.skip(
             "SQLite only: reads the FTS5 tools column directly (8 s of corpus); PostgreSQL's "
             "tool text (quill_tool_text) is checked through the API by the two tool-argument "
-            "tests in test_search_text.py"
+            "tests in test_search_text_content.py"
         )
     from quill.ops.importers import iter_transcript_files, parse_file
 

@@ -150,7 +150,8 @@ def _ascii_word_spans(
     equal to a term (or starting with a prefix) is a regular-expression match in the
     lower-cased text bounded by non-alphanumerics on both sides (the prefix form runs to the
     token's end). Terms that are not ASCII can never equal an ASCII token. The regex runs in
-    C and no token list is built (tests/test_search_text.py checks it against the tokenizer)."""
+    C and no token list is built (tests/test_search_text_results.py checks it against the
+    tokenizer)."""
     return _ascii_spans(
         text,
         _word_pattern(
@@ -250,7 +251,7 @@ def _collapsed_excerpt(
 ) -> tuple[str, list[list[int]]]:
     """``excerpt``'s result for the window ``text[start:end]`` and its ``inside`` spans when no
     span starts or ends with whitespace, equal to the piecewise ``_joined`` path
-    (tests/test_search_text.py). The snippet body is the window with every whitespace run
+    (tests/test_search_text_results.py). The snippet body is the window with every whitespace run
     collapsed to one space and both ends stripped (``str.split``: the same whitespace as
     ``_SPACE``, ``str.isspace``). A span boundary then never lies inside a whitespace run, so
     its offset in the body is its offset in the window, minus what the runs wholly before it

@@ -9,7 +9,7 @@ strips diacritics and splits on its own token classes (``_`` separates words, em
 tokens). So:
 
 * ``fold`` maps each code point the way FTS5's case folding does; the table is read from the
-  linked SQLite's trigram tokenizer once per process (tests/test_search_text.py checks it
+  linked SQLite's trigram tokenizer once per process (tests/test_search_text_content.py checks it
   against every code point). One code point in, one out: offsets in the folded text are
   offsets in the original, which snippets rely on;
 * ``words`` runs the index's own ``unicode61`` tokenizer (apsw ``fts5_tokenizer``), so a row

@@ -31,7 +31,7 @@ class Halt(NamedTuple):
 
     cause: str  # the error class, e.g. "CorruptError", "StoreMissing"
     detail: str
-    at: float  # epoch s
+    at: float | None  # epoch s; None when the record's time is unreadable (never "now" or 0)
     next: str = "quill recover"  # the command that lifts it
     cursor: str | None = None  # the writer's spool cursor when it halted
     store_ino: int | None = ANY_STORE  # the store file's inode; None: the file was missing
@@ -55,7 +55,7 @@ class Halt(NamedTuple):
         return cls(
             str(data.get("cause", "halt")),
             str(data.get("detail", "see quill status")),
-            float(at) if isinstance(at, (int, float)) else 0.0,
+            float(at) if isinstance(at, (int, float)) and not isinstance(at, bool) else None,
             str(data.get("next", "quill recover")),
             str(data["cursor"]) if data.get("cursor") is not None else None,
             data.get("store_ino", ANY_STORE),

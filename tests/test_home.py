@@ -38,6 +38,9 @@ def test_a_halt_written_before_halts_named_their_file_still_applies(tmp_path):
     halt = rd.halt(tmp_path / "state.db")
     assert halt is not None and halt.store_ino == home.ANY_STORE and halt.next == "quill recover"
     assert "store_ino" not in halt.to_json()
+    assert halt.at is None  # an unreadable time stays unknown, never 0 or "now"
+    bad = Halt.from_json({"cause": "CorruptError", "at": "yesterday"})
+    assert bad is not None and bad.at is None
     rd.halt_file.write_text("{}")  # an empty record is no halt
     assert rd.halt(tmp_path / "state.db") is None
 

@@ -4,6 +4,7 @@ read-your-writes outcomes, reads equal to the CLI's --json, typed errors, thread
 from __future__ import annotations
 
 import asyncio
+import datetime
 import os
 import threading
 
@@ -129,6 +130,10 @@ def test_bad_input_raises_before_anything_is_appended(home):
         lambda: q.usage(since=float("nan")),
         lambda: q.sessions(limit=True),
         lambda: q.wait(pkg.Ack(None, "x"), -1),
+        # values a Python caller can pass that JSON cannot carry: refused as input, not TypeError
+        lambda: q.append("b", [{"role": "user", "content": "x", "meta": {"a", "b"}}]),
+        lambda: q.append("b", [{"role": "user", "content": "x", "at": datetime.datetime.now()}]),
+        lambda: q.submit("session.create", {"session_id": "b", "title": b"raw"}),
     ):
         with pytest.raises(pkg.InvalidInputError):
             call()

@@ -27,7 +27,8 @@ def precheck(op: str, data: Any) -> None:
     Reasons: ``unknown-op``, ``invalid-data`` (not an object), the kind's content reasons
     (``op_checks.CHECKS[op]``: ``invalid-field``, ``invalid-session-id``, ``invalid-role``,
     ``invalid-message``, ``invalid-usage``, ``title-too-long``, ``self-parent``,
-    ``no-such-turn``), and ``invalid-field`` for NaN/Infinity anywhere in ``data`` or nesting
+    ``no-such-turn``), and ``invalid-field`` for NaN/Infinity or a value that is not JSON (a
+    set, datetime, bytes) anywhere in ``data``, or nesting
     deeper than ``spool.record.MAX_NESTING``."""
     if not isinstance(op, str) or op not in OP_KINDS:  # a list op is unhashable: not a TypeError
         raise InvalidOpError("unknown-op", f"op {op!r} is not one of {sorted(OP_KINDS)}")
@@ -37,8 +38,8 @@ def precheck(op: str, data: Any) -> None:
         raise InvalidOpError(
             "invalid-field", f"op data nests objects/arrays more than {MAX_NESTING} levels deep"
         )
+    _check_json(data)  # before the kind's checks, which serialise parts of ``data``
     CHECKS[op](data)
-    _check_json(data)
 
 
 def _check_json(data: dict) -> None:
@@ -52,5 +53,7 @@ def _check_json(data: dict) -> None:
         raise InvalidOpError(
             "invalid-field", "op data holds NaN or Infinity, which JSON cannot carry"
         ) from None
-    except (TypeError, RecursionError):
-        return  # not JSON-shaped (a Python caller's object): the spool's own check refuses it
+    except TypeError as exc:  # a Python caller's set, datetime, bytes or other object
+        raise InvalidOpError(
+            "invalid-field", f"op data holds a value JSON cannot carry ({exc})"
+        ) from None

@@ -91,3 +91,15 @@ def test_ids_are_never_split_on_a_narrow_terminal(quill, home):
         assert code == 0 and any(LONG_ID in line for line in lines), (columns, out)
     code, out = _on_tty(quill, "sessions", "list", columns=200)
     assert "┃" in out  # wide enough: still a table
+
+
+def test_a_list_cut_at_its_limit_says_more_match(quill, home):
+    _seed(quill, 3)
+    quill.run("spool", "replay")
+    cut = quill.run("sessions", "list", "--limit", "2")
+    assert "3 session(s)" not in cut.stdout and "more sessions match" in cut.stderr
+    assert "2 session(s)" in cut.stdout
+    whole = quill.run("sessions", "list", "--limit", "3")
+    assert "more sessions match" not in whole.stderr and "3 session(s)" in whole.stdout
+    as_json = quill.run("sessions", "list", "--limit", "2", "--json")
+    assert len(json.loads(as_json.stdout)) == 2

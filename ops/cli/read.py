@@ -91,9 +91,10 @@ def sessions_list(
 ) -> None:
     """Sessions, most recently active first."""
     _note_no_store(cfg)
+    # One row past the limit tells whether more match, so the human output can say so.
     rows = Client(config_=cfg).sessions(
         source=source,
-        limit=limit,
+        limit=limit + (not as_json),
         include_hidden=include_hidden,
         title_contains=title_contains,
         since=since,
@@ -103,11 +104,19 @@ def sessions_list(
         hidden=_tristate(hidden),
         chains=all_chain,
     )
+    more = len(rows) > limit
+    del rows[limit:]
     if as_json:
         emit_json(rows)
     else:
         con = render.console()
         render.print_sessions(con, rows)
+        if more:
+            click.echo(
+                f"quill: more sessions match; showing the {limit} most recently active "
+                "(--limit N shows more)",
+                err=True,
+            )
 
 
 @sessions.command(name="show")

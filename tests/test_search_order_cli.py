@@ -40,3 +40,13 @@ def test_relevance_order_through_the_cli_and_the_client(quill, home):
         and "first" not in two.stdout
     )
     assert len(quill.json("search", "zebra", "--limit", "1")) == 1
+
+
+def test_search_in_a_session_the_store_lacks_is_not_found(quill, home):
+    quill.run("push", "--session", "z", input=json.dumps({"role": "user", "content": "zebra"}))
+    quill.run("run", "--until-idle", "--timeout", "120")
+    assert quill.json("search", "nothing-like-this", "--session", "z") == []  # exists: no hits
+    missing = quill.run("search", "zebra", "--session", "nosuch", check=False)
+    assert missing.returncode == 3 and "quill: error:" in missing.stderr, missing.stderr
+    as_json = quill.run("search", "zebra", "--session", "nosuch", "--json", check=False)
+    assert as_json.returncode == 3 and json.loads(as_json.stdout)["error"]["exit_code"] == 3

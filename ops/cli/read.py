@@ -246,6 +246,8 @@ def search(
     )
     more = len(hits) > limit
     del hits[limit:]
+    if session_id is not None and not hits:
+        client.session(session_id)  # NotFoundError (exit 3) for a session the store lacks
     state = client.search_health()["fts_state"]
     if state != "ok":
         why = (

@@ -134,6 +134,10 @@ def test_bad_input_raises_before_anything_is_appended(home):
         lambda: q.append("b", [{"role": "user", "content": "x", "meta": {"a", "b"}}]),
         lambda: q.append("b", [{"role": "user", "content": "x", "at": datetime.datetime.now()}]),
         lambda: q.submit("session.create", {"session_id": "b", "title": b"raw"}),
+        # a lone surrogate cannot be stored or read back under the same id
+        lambda: q.append("b\udc80", [{"role": "user", "content": "x"}]),
+        lambda: q.session("b\udc80"),
+        lambda: q.search("x", session_id="b\ud800"),
     ):
         with pytest.raises(pkg.InvalidInputError):
             call()

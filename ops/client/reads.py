@@ -61,6 +61,8 @@ def _check_types(**values: Any) -> None:
     naming it: text arguments (ids, filters, queries) are ``None`` or a string, flags ``None``
     or a bool, lists (``kinds``, ``by``) lists of strings. A wrong type would otherwise reach
     a set lookup, a string method or an SQL binding and surface as a raw TypeError."""
+    from quill.store.apply.rules import is_unicode
+
     for name, value in values.items():
         if value is None and name not in _REQUIRED:
             continue
@@ -72,7 +74,7 @@ def _check_types(**values: Any) -> None:
                 "a list of strings",
             )
         else:
-            ok, want = isinstance(value, str), "a string"
+            ok, want = isinstance(value, str) and is_unicode(value), "a string of valid Unicode"
         if not ok:
             raise InvalidInputError(
                 f"{name} must be {want}, got {type(value).__name__} {value!r:.80}"

@@ -81,16 +81,28 @@ def session_id_problem(sid: Any) -> str | None:
     """Why ``sid`` is not a valid session id, or None if it is. The one rule for every way in
     (docs/ops.md, "Common rules"): spool ops (``precheck`` and the writer), ``quill push``,
     the client and the HTTP API — a string of 1..512 characters with no control character
-    (C0, DEL, C1: they corrupt terminals and logs) and no leading or trailing whitespace (an
-    id that looks like another). ``/``, ``%`` and inner spaces are ordinary characters; the
-    HTTP API takes them percent-encoded in its paths."""
+    (C0, DEL, C1: they corrupt terminals and logs), no lone surrogate, and no leading or
+    trailing whitespace (an id that looks like another). ``/``, ``%`` and inner spaces are
+    ordinary characters; the HTTP API takes them percent-encoded in its paths."""
     if not isinstance(sid, str) or not sid or len(sid) > MAX_SESSION_ID:
         return f"session_id must be a non-empty string (≤{MAX_SESSION_ID} chars), got {sid!r}"
     if sid != sid.strip():
         return f"session_id must not start or end with whitespace, got {sid!r}"
     if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in sid):
         return f"session_id must not contain control characters, got {sid!r}"
+    if not is_unicode(sid):
+        return f"session_id must be valid Unicode (no lone surrogate), got {sid!r}"
     return None
+
+
+def is_unicode(text: str) -> bool:
+    """Whether ``text`` encodes to UTF-8: False for a lone surrogate (half of a broken UTF-16
+    pair, or a byte smuggled in by ``surrogateescape``), which no store or wire can carry."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def session_id(data: dict) -> str:

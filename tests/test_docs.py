@@ -130,3 +130,41 @@ def test_every_file_architecture_md_names_exists():
     for row in rows:
         files = re.findall(r"`([\w/]+\.py)`", row)
         assert 1 <= len(files) <= 3 and all((REPO / f).is_file() for f in files), row
+
+
+#: Backticked dotted names in the docs that are config keys or op kinds, not code.
+NOT_CODE = {"ops.md", "spool.retention_s", "spool.segment_bytes", "store.synchronous", "store.url"}
+NOT_CODE_PREFIXES = ("spool.purged", "spool.interrupted_purge")
+
+
+def _resolves(dotted: str) -> bool:
+    """Whether ``quill.<dotted>`` names a module, or an attribute reached from one."""
+    import importlib
+
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module("quill." + ".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for attr in parts[cut:]:
+            if not hasattr(obj, attr):
+                return False
+            obj = getattr(obj, attr)
+        return True
+    return False
+
+
+def test_every_module_the_docs_name_exists():
+    """A backticked ``store.x.y`` / ``ops.…`` / ``spool.…`` name in README or docs/ names a real
+    module or attribute (modules move; the docs must follow)."""
+    pattern = re.compile(r"`((?:store|ops|spool|jobs|workers|home)\.[A-Za-z_][\w.]*)")
+    stale = set()
+    for doc in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        for name in pattern.findall(doc.read_text()):
+            name = name.rstrip(".")
+            if name in NOT_CODE or name.startswith(NOT_CODE_PREFIXES):
+                continue
+            if not _resolves(name):
+                stale.add(f"{doc.name}: {name}")
+    assert not stale, sorted(stale)

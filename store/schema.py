@@ -262,6 +262,27 @@ SEARCH_COLUMNS_SQL: dict[str, str] = {
       AND NOT (j.key IN ('id', 'type') AND instr(j.path, '.') = 0))""",
     "reasoning": "m.reasoning",
 }
+#: The ``tools`` text as a read returns it: a BLOB, decoded by ``tools_text``. ``json_tree``
+#: decodes an escaped lone surrogate in stored argument JSON (``"\\ud83d"``, a cut emoji) into
+#: bytes that are not UTF-8, which a strict decode of a TEXT result would raise on.
+TOOLS_BLOB_SQL = f"CAST({SEARCH_COLUMNS_SQL['tools']} AS BLOB)"
+
+
+def tools_text(value: bytes | str | None) -> str | None:
+    """A ``TOOLS_BLOB_SQL`` result as text: bytes that are not UTF-8 become U+FFFD (what the
+    store's normaliser writes for a lone surrogate), so no stored row can make a read fail."""
+    if not isinstance(value, bytes):
+        return value
+    try:  # a lone surrogate, as SQLite writes it (3 bytes), is one character: one U+FFFD
+        text = value.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError:
+        text = value.decode("utf-8", "replace")
+    return _LONE_SURROGATE.sub("\ufffd", text)
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 #: Search kind (API/CLI) → word-index column.
 KIND_COLUMNS = {"text": "content", "tool": "tools", "reasoning": "reasoning"}
 #: Version of the index layout (columns, tokenizers, the expressions above). The indexes are

@@ -271,3 +271,31 @@ def test_a_query_of_only_excluded_terms_finds_nothing_and_says_why(store, indexe
             and "nothing in this query" in search_mod.route(text)["note"]
         )
     assert search_mod.route("emoji")["note"] is None and search_mod.route("")["note"] is None
+
+
+@pytest.mark.parametrize("indexed", [False, True])
+def test_an_escaped_lone_surrogate_in_stored_arguments_never_fails_a_search(store, indexed):
+    # Argument JSON cut inside an emoji: valid JSON text whose decoded value is a lone surrogate.
+    args = '{"q": "\\ud83d zxcvbnm", "deep": {"k": ["\\udc00 qwertyu"]}}'
+    store.apply(
+        "messages.append",
+        {
+            "session_id": "s",
+            "messages": [
+                user("look it up"),
+                assistant(None, tool_calls=[_call("c1", "web", args)]),
+            ],
+        },
+    )
+    if indexed:
+        store.index()
+    with store.reader() as r:
+        for query, kinds in (("zxcvbnm", None), ("qwertyu", ["tool"]), ("web", ["tool"])):
+            for order in ("newest", "relevance") if indexed else ("newest",):
+                got = r.search(query, kinds=kinds, order=order)
+                assert [h["message_id"] for h in got] == [2], (query, order)
+                assert got[0]["matched_in"] == "tool"
+                snippet = got[0]["snippet"]
+                snippet.encode("utf-8")  # valid text (SQLite: the lost character is U+FFFD)
+                assert query in snippet, snippet
+        assert len(r.search("zxcvbnm", substring=True)) <= 1  # substring route: no failure

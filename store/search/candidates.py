@@ -14,7 +14,13 @@ import apsw
 
 from quill.store.apply.normalize import scrub
 from quill.store.read import projections
-from quill.store.schema import KIND_COLUMNS, SEARCH_COLUMNS_SQL, TRIGRAM_PREFIX_CHARS, TRIGRAM_ROLES
+from quill.store.schema import (
+    KIND_COLUMNS,
+    TOOLS_BLOB_SQL,
+    TRIGRAM_PREFIX_CHARS,
+    TRIGRAM_ROLES,
+    tools_text,
+)
 from quill.store.search import plan as query
 from quill.store.search import rank, textfold
 
@@ -25,8 +31,7 @@ SCAN_MAX_ROWS = 200_000
 KINDS = tuple(KIND_COLUMNS)
 #: Row shape every candidate query returns: ids, filters' columns and the index columns' texts.
 _COLS = (
-    "m.id, m.session_id, m.role, m.ts, s.title, m.state, m.content, "
-    f"{SEARCH_COLUMNS_SQL['tools']}, m.reasoning"
+    f"m.id, m.session_id, m.role, m.ts, s.title, m.state, m.content, {TOOLS_BLOB_SQL}, m.reasoning"
 )
 _TEXTS = slice(6, 9)  # content, tools, reasoning in a _COLS row
 _COLUMN_KIND = {col: kind for kind, col in KIND_COLUMNS.items()}
@@ -45,6 +50,7 @@ def _texts(plan: query.Plan, row: tuple, kinds: tuple[str, ...]) -> list[tuple[s
     """``(kind, text)`` of a row that ``plan`` looks in: word queries every selected index
     column; trigram the indexed prefix of the content (its scope); scans content and reasoning."""
     content, tools, reasoning = row[_TEXTS]
+    tools = tools_text(tools)
     if plan.kind == "trigram":
         ok = row[2] in TRIGRAM_ROLES and "text" in kinds
         return [("text", content[:TRIGRAM_PREFIX_CHARS])] if ok and content else []

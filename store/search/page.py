@@ -12,7 +12,7 @@ from typing import Any
 import apsw
 
 from quill.store.read import projections
-from quill.store.schema import SEARCH_COLUMNS_SQL, TRIGRAM_PREFIX_CHARS, TRIGRAM_ROLES
+from quill.store.schema import TOOLS_BLOB_SQL, TRIGRAM_PREFIX_CHARS, TRIGRAM_ROLES, tools_text
 from quill.store.search import hits as hits_mod
 from quill.store.search import plan as query
 from quill.store.search import textfold
@@ -92,7 +92,7 @@ def _hits(
 
 
 #: Row shape of the page query: ids, hit fields, and the raw texts (``m.tool_calls`` as stored:
-#: its index text, ``SEARCH_COLUMNS_SQL['tools']``, is computed only when a snippet needs it).
+#: its index text, ``TOOLS_BLOB_SQL``, is computed only when a snippet needs it).
 _PAGE_COLS = (
     "m.id, m.session_id, m.role, m.ts, s.title, m.state, m.content, m.tool_calls, m.reasoning"
 )
@@ -100,9 +100,11 @@ _PAGE_COLS = (
 
 def _tools_text(conn: apsw.Connection, message_id: int) -> str | None:
     """The word index's ``tools`` text of one message (what a tool-call snippet shows)."""
-    return conn.execute(
-        f"SELECT {SEARCH_COLUMNS_SQL['tools']} FROM messages m WHERE m.id = ?", (message_id,)
-    ).fetchone()[0]
+    return tools_text(
+        conn.execute(
+            f"SELECT {TOOLS_BLOB_SQL} FROM messages m WHERE m.id = ?", (message_id,)
+        ).fetchone()[0]
+    )
 
 
 def _snippet(

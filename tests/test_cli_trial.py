@@ -281,3 +281,19 @@ def test_run_on_the_default_data_dir_says_so(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert f"fleet on {tmp_path / 'xdg' / 'quill'} (the default data dir" in proc.stderr
+
+
+def test_reasoning_shows_folded_in_the_text_view(quill):
+    long = "step " * 200 + "kangaroo"
+    msgs = [
+        {"role": "user", "content": "which route?"},
+        {"role": "assistant", "content": None, "reasoning": "weigh the\nshort route"},
+        {"role": "assistant", "content": "done", "reasoning": long},
+    ]
+    quill.run("push", "--session", "r", input="\n".join(json.dumps(m) for m in msgs))
+    quill.run("run", "--until-idle", "--timeout", "120")
+    shown = quill.run("sessions", "show", "r").stdout
+    assert "reasoning: weigh the short route" in shown  # one line: folded, not an empty card
+    assert f"… ({len(long)} chars)" in shown and "kangaroo" not in shown  # cut to a glimpse
+    audit = quill.json("sessions", "show", "r", "--view", "audit")
+    assert audit["messages"][2]["reasoning"] == long  # --json carries it whole

@@ -82,6 +82,16 @@ DEMO_OPS = [
             "messages": [{"role": "user", "content": "check the lint"}],
         },
     },
+    {
+        "op": "messages.append",
+        "data": {
+            "session_id": "demo-think",
+            "messages": [
+                {"role": "user", "content": "which route is shorter?"},
+                {"role": "assistant", "content": None, "reasoning": "weigh the kangaroo route"},
+            ],
+        },
+    },
 ]
 
 
@@ -204,6 +214,24 @@ def test_transcript_views_folded_tool_calls_markers_and_lineage(site, page):
         "not-found" in page.locator("h1").inner_text()
         and "no-such-session" in page.locator("#error").inner_text()
     )
+
+
+def test_reasoning_is_folded_on_its_card_and_a_reasoning_hit_opens_it(site, page):
+    base, _, _ = site
+    page.goto(f"{base}/sessions?q=kangaroo")
+    page.wait_for_selector("#hits")
+    hit = page.locator("tr.hit a").first
+    hit.click()
+    page.wait_for_url("**/sessions/demo-think**")
+    card = page.locator(".msg.assistant")
+    assert card.count() == 1
+    folded = card.locator("details.reasoning")
+    text = folded.locator("pre", has_text="kangaroo route")
+    assert "reasoning" in folded.locator("summary").inner_text()
+    assert not text.is_visible()  # folded until opened
+    folded.locator("summary").click()
+    assert text.is_visible()
+    _shot(page, "transcript-reasoning")
 
 
 def test_fleet_page_shows_workers_lag_and_quarantine(site, page):

@@ -248,6 +248,9 @@ def transcript(
             head.append(f" [{m['state']}]", style="dim")
         head.append(f"  {when(m.get('ts'))}", style="dim")
         out.append(head)
+        reasoning = m.get("reasoning")
+        if isinstance(reasoning, str) and reasoning:
+            out.append(_folded_reasoning(reasoning))
         content = m.get("content")
         if isinstance(content, list):
             content = "\n".join(
@@ -273,3 +276,17 @@ def transcript(
                 )
             )
     return out
+
+
+#: How much of a message's reasoning a text view shows: it is folded to a first glimpse.
+REASONING_PREVIEW_CHARS = 300
+
+
+def _folded_reasoning(reasoning: str) -> Text:
+    """A message's reasoning folded for a text view: ``reasoning: `` and its first
+    ``REASONING_PREVIEW_CHARS`` characters on one line, with its full length when cut (the
+    ``--json`` output and the audit view carry it whole)."""
+    flat = " ".join(reasoning.split())
+    cut = len(flat) > REASONING_PREVIEW_CHARS
+    shown = flat[:REASONING_PREVIEW_CHARS] + (f"… ({len(reasoning)} chars)" if cut else "")
+    return Text(f"  reasoning: {shown}", style="dim italic")

@@ -67,6 +67,8 @@ def test_a_dead_writers_halt_status_is_history_after_recover(quill, home):
         )
     finally:
         assert stop_fleet(fleet) == 0
+    said = fleet.stderr.read()  # the foreground fleet says so, not only the logs
+    assert "the writer halted (CorruptError" in said and "quill recover" in said, said
     # Stopped and halted: status shows the halt, exactly as a run reports it.
     st = quill.status()
     assert st["fleet"]["running"] is False and st["fleet"]["halt"]["cause"] == "CorruptError"

@@ -104,6 +104,7 @@ class Supervisor:
         self.cfg = cfg
         self.log = log
         self.console = console or (lambda text: None)
+        self._halt_said: tuple[str, str] | None = None  # the halt last told to the console
         self.run_dir = RunDir(cfg.home)
         self.until_idle = until_idle
         self.timeout = timeout
@@ -159,8 +160,9 @@ class Supervisor:
                     return code
             self._check_hung_writer()
             self._check_job_timeout()
+            writer = WriterStatus.from_json(self._live_status("writer"))
+            self._say_halt(writer)
             if queues is not None:
-                writer = WriterStatus.from_json(self._live_status("writer"))
                 if writer.halted:
                     self.log.error(
                         "supervisor.writer_halted", **(writer.halt.to_json() if writer.halt else {})
@@ -176,6 +178,22 @@ class Supervisor:
             time.sleep(0.3 if queues is not None else 0.5)
         self.log.info("supervisor.signal", signal=signal.Signals(self._stop_signal).name)
         return EXIT_OK
+
+    def _say_halt(self, writer: WriterStatus) -> None:
+        """Tell the console once when the writer halts (its cause and the command that lifts
+        it) and once when it runs again: a halted fleet otherwise looks like an idle one."""
+        halt = writer.halt if writer.halted else None
+        key = (halt.cause, halt.detail) if halt is not None else None
+        if key == self._halt_said:
+            return
+        if halt is not None:
+            self.console(
+                f"quill: the writer halted ({halt.cause}: {halt.detail}); nothing more is "
+                f"applied until `{halt.next}` (`quill status` shows the cause)"
+            )
+        elif self._halt_said is not None:
+            self.console("quill: the writer is applying again")
+        self._halt_said = key
 
     def _fleet_idle(self, queues: Any, writer: WriterStatus) -> bool:
         # Only what the current children published counts: a file left by a previous run

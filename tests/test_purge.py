@@ -280,6 +280,11 @@ def test_cli_purge_later_and_its_refusals(quill):
     # no writer running: the delete is spooled, the purge waits and says what to run later
     late = quill.run("sessions", "delete", "b", "--purge", "--yes", "--wait", "0.2", check=False)
     assert late.returncode == 4 and "quill spool purge b" in late.stderr
+    # with the default wait it does not sit out 60 s when no fleet would apply the delete
+    t0 = time.monotonic()
+    soon = quill.run("sessions", "delete", "b", "--purge", "--yes", check=False)
+    assert soon.returncode == 4 and "no fleet is running" in soon.stderr, soon.stderr
+    assert time.monotonic() - t0 < 30
     assert (
         quill.run("spool", "purge", "b", check=False).returncode == 2
     )  # not applied yet: still exists

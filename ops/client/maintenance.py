@@ -127,7 +127,7 @@ class Maintenance:
             )
         if after is not None:
             try:
-                wait_applied(self.config, after.position, timeout)
+                wait_applied(self.config, after.position, timeout, without_fleet=2.0)
             except SpoolWaitTimeout as exc:
                 raise WaitTimeoutError(
                     str(exc),

@@ -31,17 +31,35 @@ def applied_position(cfg: Any) -> Position | None:
     return Position.parse(cursor) if cursor else None
 
 
-def wait_applied(cfg: Any, position: Position, timeout: float, poll: float = 0.05) -> float:
+def wait_applied(
+    cfg: Any,
+    position: Position,
+    timeout: float,
+    poll: float = 0.05,
+    *,
+    without_fleet: float | None = None,
+) -> float:
     """Block until the record at ``position`` is past the cursor; returns the seconds waited.
-    Raises ``WaitTimeoutError`` after ``timeout`` seconds."""
+    Raises ``WaitTimeoutError`` after ``timeout`` seconds, or, when ``without_fleet`` is given,
+    as soon as no fleet has run on the data dir for that many seconds (nothing would apply
+    the record; a command that needs it applied says so at once instead of waiting out
+    ``timeout``)."""
+    from quill.home import RunDir
+
     start = time.monotonic()
+    fleet_seen = start
+    rd = RunDir(cfg.home)
     while True:
         cursor = applied_position(cfg)
         if cursor is not None and cursor > position:
             return time.monotonic() - start
-        if time.monotonic() - start >= timeout:
+        now = time.monotonic()
+        if without_fleet is not None and rd.fleet_running():
+            fleet_seen = now
+        gave_up = without_fleet is not None and now - fleet_seen >= without_fleet
+        if gave_up or now - start >= timeout:
             raise WaitTimeoutError(
-                f"record at {position} not applied within {timeout:g} s "
+                f"record at {position} not applied within {now - start:.3g} s "
                 f"(store cursor: {cursor}); {why_not_applied(cfg)}"
             )
         time.sleep(poll)

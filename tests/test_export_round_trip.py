@@ -369,3 +369,29 @@ def test_importing_an_export_again_spools_nothing(quill, tmp_path):
     report = fresh.json("import", str(out))[0]
     assert (report["new"], report["already_stored"]) == (0, 3)
     assert fresh.json("spool", "status") == before
+
+
+@pytest.mark.corpus
+def test_an_export_read_back_into_its_own_store_is_already_stored(quill, tmp_path):
+    """Imported transcripts (their batch ids are the importer's) exported and read back into
+    the same store: every row is already there, images included (stored as blob references),
+    so nothing is new and the writer quarantines nothing."""
+    quill.run(
+        "import",
+        str(
+            CORPUS / "claude-code" / "context-evaluator__51723c80-7be9-4bc5-9795-7bd86f32165d.jsonl"
+        ),
+    )
+    quill.run("push", "--session", "p", input=json.dumps({"role": "user", "content": "x"}))
+    quill.drain()
+    out = tmp_path / "export.jsonl"
+    quill.run("export", "-o", str(out))
+    usage = quill.json("usage", "--by", "session")
+    report = quill.json("import", str(out))[0]
+    assert report["new"] == 0 and report["already_stored"] == report["messages"] > 20, report
+    quill.drain()
+    assert quill.json("spool", "quarantine", "list")["entries"] == []
+    assert quill.json("usage", "--by", "session") == usage  # each API response counted once
+    again = tmp_path / "again.jsonl"
+    quill.run("export", "-o", str(again))
+    assert again.read_text() == out.read_text()

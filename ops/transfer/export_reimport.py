@@ -60,6 +60,37 @@ def _applied(store: Any, batch: Any) -> bool:
     )
 
 
+def _restored(store: Any, op: dict[str, Any]) -> bool:
+    """Whether ``store`` (a reader, or None) already holds a ``messages.restore`` chunk's rows,
+    the same messages at the same places (``normalize.COMPARED_COLUMNS``, in the session's
+    row order): an export read back into the store it came from. Its batch id is the
+    export's own, never applied there, and the writer would refuse the chunk as
+    ``restore-out-of-order``; it is already stored, not new."""
+    from quill.store.apply.message_rows import cut_rows
+    from quill.store.apply.normalize import COMPARED_COLUMNS, ROW_COLUMNS
+    from quill.store.errors import InvalidOpError
+
+    data = op["data"]
+    rows, offset, sid = data.get("rows"), data.get("offset"), data.get("session_id")
+    if store is None or op["op"] != "messages.restore" or not rows or not isinstance(sid, str):
+        return False
+    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+        return False
+    held = store.conn.execute(
+        f"SELECT {', '.join(COMPARED_COLUMNS)} FROM messages WHERE session_id = ? "
+        "ORDER BY id LIMIT ? OFFSET ?",
+        (sid, len(rows), offset),
+    ).fetchall()
+    if len(held) != len(rows):
+        return False
+    at = [ROW_COLUMNS.index(c) for c in COMPARED_COLUMNS]
+    try:  # rows as the writer would store them: binary payloads cut out as blob references
+        read, _ = cut_rows([i.get("message") if isinstance(i, dict) else None for i in rows], 0.0)
+    except InvalidOpError:
+        return False
+    return all(tuple(row[i] for i in at) == tuple(h) for row, h in zip(read, held))
+
+
 def import_export(spool: Any, path: Any, store: Any = None) -> dict[str, Any]:
     """Append the ops of a Quill export to ``spool`` as they are (their batch ids make a
     repeat a no-op); returns an import report entry. With ``store`` (a reader of the data
@@ -76,7 +107,7 @@ def import_export(spool: Any, path: Any, store: Any = None) -> dict[str, Any]:
     problems: list[dict[str, Any]] = []
     rows = stored = 0
     for lineno, op, reason in read_export(path):
-        if op is not None and _applied(store, op.get("batch")):
+        if op is not None and (_applied(store, op.get("batch")) or _restored(store, op)):
             stored += len(op["data"].get("rows") or []) if op["op"] == "messages.restore" else 0
             continue
         if op is not None:

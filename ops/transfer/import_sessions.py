@@ -19,7 +19,8 @@ from quill.ops.importers import Problem, SessionStart
 from quill.ops.transfer.ingest import stable_batch_id
 from quill.ops.transfer.pending_deletes import PendingDeletes
 from quill.spool import Spool
-from quill.store.apply.normalize import COMPARED_COLUMNS, ROW_COLUMNS, message_row
+from quill.store.apply.message_rows import cut_rows
+from quill.store.apply.normalize import COMPARED_COLUMNS, ROW_COLUMNS
 from quill.store.apply.sessions import clean_title
 from quill.store.errors import InvalidOpError
 from quill.store.read.reader import Reader
@@ -130,8 +131,8 @@ class SessionStarts:
                 if str(m["id"]) not in held:
                     return sid
                 continue
-            try:
-                row = message_row(m, 0.0)
+            try:  # as the writer stores it: binary payloads cut out as blob references
+                row = cut_rows([m], 0.0)[0][0]
             except InvalidOpError:
                 return sid
             if held.get(str(m["id"])) != tuple(row[ROW_COLUMNS.index(c)] for c in COMPARED_COLUMNS):

@@ -121,7 +121,15 @@ class PgStore(PostgresCapabilities, PostgresBackend):
     # -- the drain -------------------------------------------------------------------------
 
     def check(self) -> None:
-        """Nothing before a chunk: the halt is read inside each chunk's transaction."""
+        """Before each unit of work (a chunk, a store job, idle upkeep): renew the claim on
+        this spool id when ``RENEW_S`` has passed (chunks also renew it in their own
+        transaction), so a writer whose claim another holder took runs nothing more, not even
+        a queued store job. Raises ``SpoolClaimedError`` then. The halt is read inside each
+        chunk's transaction."""
+        now = time.monotonic()
+        if self.holder_token is not None and self.conn is not None and now >= self._next_renew:
+            claims.renew(self.conn, self.spool_id, self.holder_token)
+            self._next_renew = now + claims.RENEW_S
 
     def committed(self) -> None:
         """Nothing: there is no file guard."""
@@ -130,10 +138,6 @@ class PgStore(PostgresCapabilities, PostgresBackend):
         return 0, None
 
     def idle_work(self, now: float, cursor: Any, was_busy: bool) -> dict[str, Any]:
-        if self.holder_token is not None and now >= self._next_renew:
-            # Chunks renew the claim in their transaction; an idle writer renews it here.
-            claims.renew(self._ensure(), self.spool_id, self.holder_token)
-            self._next_renew = now + claims.RENEW_S
         if self.spool_dir is not None and now >= self._next_gc:
             self._next_gc = now + GC_INTERVAL_S
             gone = self.collect_spool(cursor)

@@ -28,6 +28,12 @@ def _boot_id() -> str | None:
         return None
 
 
+def boot_id() -> str | None:
+    """This boot's random id (``/proc/sys/kernel/random/boot_id``), None where there is none:
+    differs on every boot, and on each clone of a VM image."""
+    return _boot_id()
+
+
 def start_ticks(pid: int) -> int:
     """The kernel's start time of ``pid`` in clock ticks since boot: field 22 of
     ``/proc/<pid>/stat`` (proc(5)), parsed after the last ``)`` because the command name

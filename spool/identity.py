@@ -2,19 +2,27 @@
 
 On a shared (PostgreSQL) store every host's writer keeps its own cursor row, keyed by this id
 (docs/backends.md). The id is created once, on first use, as ``<hostname>-<12 hex>`` and kept
-in the data dir's ``spool-id`` file: it survives restarts, reinstalls and host renames. A data
-dir *copied* to a second machine carries the same id — give the copy a new one (delete its
-``spool-id`` before its first start) or the two writers will share one cursor.
+in the data dir's ``spool-id`` file: it survives restarts, reinstalls and host renames.
+
+A data dir *copied* (``cp -a``, a VM image, a restored backup) carries the same id, and an id
+read from a file proves nothing about who holds it. So a writer claims its id in the shared
+store (``store.postgres.claims``) as ``holder()``: a token derived from where this process
+runs, never stored in the data dir — the machine, its boot, the data dir's real path and the
+``spool-id`` file's inode. The same data dir restarted has the same holder and takes its own
+claim back at once; a copy has another and is refused while the claim is live. The way out
+for a copy is ``quill spool reidentify`` (``replace`` with ``new_id``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import socket
 import uuid
 from pathlib import Path
 
+from quill.home.identity import boot_id
 from quill.spool.errors import SpoolError
 from quill.spool.segments import fsync_dir
 
@@ -31,8 +39,7 @@ def load_or_create(path: Path) -> str:
         return _check(path, path.read_text(encoding="utf-8").strip())
     except FileNotFoundError:
         pass
-    host = re.sub(r"[^A-Za-z0-9.-]", "-", socket.gethostname())[:64] or "host"
-    new = f"{host}-{uuid.uuid4().hex[:12]}"
+    new = new_id()
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(new + "\n")
@@ -55,3 +62,52 @@ def _check(path: Path, value: str) -> str:
             "only if this data dir never wrote to a shared store"
         )
     return value
+
+
+def new_id() -> str:
+    """A fresh spool id: ``<hostname>-<12 hex>`` (random)."""
+    host = re.sub(r"[^A-Za-z0-9.-]", "-", socket.gethostname())[:64] or "host"
+    return f"{host}-{uuid.uuid4().hex[:12]}"
+
+
+def replace(path: Path, new: str) -> None:
+    """Make ``new`` the id stored at ``path``, atomically (fsync'd temp file renamed over
+    it, then the directory fsync'd): a crash leaves the old id or the new one. Raises
+    ``SpoolError`` for an invalid id, ``OSError`` when the file cannot be written."""
+    path = Path(path)
+    _check(path, new)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(new + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def _machine_id() -> str:
+    for name in ("/etc/machine-id", "/var/lib/dbus/machine-id"):
+        try:
+            with open(name, encoding="ascii") as f:
+                value = f.read().strip()
+        except OSError:
+            continue
+        if value:
+            return value
+    return "host:" + socket.gethostname()
+
+
+def holder(path: Path) -> dict[str, str | int]:
+    """Who claims the spool id stored at ``path`` (the data dir's ``spool-id``):
+    ``{"token", "host", "path", "pid"}``. ``token`` (32 hex) is a digest of the machine id,
+    the boot id, the data dir's real path, and the device and inode of ``path``: stable while
+    this data dir stays where it is on a running machine, different for a copy (another
+    path or inode), another machine, or a cloned VM (another boot). After a reboot the same
+    data dir is another holder: it takes its claim back once the claim expires. ``host``,
+    ``path`` and ``pid`` are for messages. Raises ``OSError`` when ``path`` is missing."""
+    path = Path(path)
+    st = os.stat(path)
+    home = os.path.realpath(path.parent)
+    parts = (_machine_id(), boot_id() or "", home, str(st.st_dev), str(st.st_ino))
+    token = hashlib.sha256("\0".join(parts).encode("utf-8", "surrogateescape")).hexdigest()
+    return {"token": token[:32], "host": socket.gethostname(), "path": home, "pid": os.getpid()}

@@ -10,7 +10,9 @@ file, ``quill.spool.identity``) and provides:
   crash replays at most the uncommitted chunk; every op is recorded by batch id (unique
   store-wide) in that transaction, so a replayed or re-sent batch is skipped; an invalid op is
   rolled back alone, handed to ``on_reject`` (which quarantines it before the commit) and the
-  rest applied. ``read_cursor()`` is this spool's committed cursor ``(segment, offset)``.
+  rest applied. ``read_cursor()`` is this spool's committed cursor ``(segment, offset)``;
+  ``read_cursor_proof()`` adds the proof of the entry before it (``spool.cursor_proof``),
+  which the drain checks against its own spool before resuming.
   Ops on one session serialize (SQLite: one writer per store; PostgreSQL: a per-session
   transaction lock), so transcript semantics hold whatever host wrote them.
 * the writer's life: ``connect``, ``check``/``committed`` around each unit of work,
@@ -111,10 +113,16 @@ class Store(Protocol):
     def read_cursor(self) -> tuple[int, int] | None:
         """This spool's committed cursor ``(segment, offset)``, or None before the first chunk."""
 
+    def read_cursor_proof(self) -> tuple[int, int, int | None, str | None] | None:
+        """This spool's committed cursor with its proof ``(segment, offset, proof_offset,
+        proof)`` (``spool.cursor_proof``; the proof is None for a cursor written before it
+        was kept), or None before the first chunk."""
+
     def apply_chunk(
         self, entries: Sequence[Any], on_reject: Callable[[Any, str, str], None]
     ) -> Any:
-        """Apply ``entries`` and move the cursor past them in one transaction; returns a
+        """Apply ``entries`` and move the cursor past them, with the proof of the last entry,
+        in one transaction; returns a
         ``store.apply.chunk.ChunkResult``. Raises the store error tree (nothing committed)."""
 
     def check(self) -> None:

@@ -15,6 +15,10 @@ never by message text.
     │                         it would copy what the writer refused; `quill recover`
     │                         (ReplacedError and HaltedError are CorruptErrors: StoreDamagedError)
     ├── LeaseHeldError        another process holds the writer lease
+    ├── SpoolMismatchError    this spool's place in the store is not its own: the writer halts
+    │   │                     (this host only) and applies nothing
+    │   ├── SpoolClaimedError   another live holder claims this spool id (a copied data dir)
+    │   └── CursorMismatchError the store's cursor does not belong to this spool
     └── InvalidOpError        an op's data breaks the rules: the record is quarantined
 """
 
@@ -89,6 +93,46 @@ class LeaseHeldError(StoreError):
         super().__init__(f"{lock_path} is held by another process ({desc})")
         self.lock_path = lock_path
         self.holder = holder
+
+
+class SpoolMismatchError(StoreError):
+    """This spool's place in the store is not its own (``SpoolClaimedError``,
+    ``CursorMismatchError``): applying would skip or double records, so the writer applies
+    nothing and halts on its own host (not store-wide). ``hint`` says what to do."""
+
+    hint = ""
+
+    def __init__(self, message: str, *, hint: str | None = None):
+        super().__init__(message)
+        if hint is not None:
+            self.hint = hint
+
+
+class SpoolClaimedError(SpoolMismatchError):
+    """Another holder (another data dir, host or boot) holds a live claim on this spool id in
+    the shared store (``store.postgres.claims``): typically a copied data dir. ``claim`` is
+    the holder's row (``holder``, ``host``, ``path``, ``pid``, ``deadline`` epoch s)."""
+
+    hint = (
+        "if this data dir is a copy of another host's, give it its own id with "
+        "`quill spool reidentify` (every record of its spool is then applied once, "
+        "under the new id)"
+    )
+
+    def __init__(self, message: str, claim: dict | None = None, *, hint: str | None = None):
+        super().__init__(message, hint=hint)
+        self.claim = claim or {}
+
+
+class CursorMismatchError(SpoolMismatchError):
+    """The cursor the store holds for this spool does not land on this spool's records
+    (``spool.cursor_proof``): a cursor shared, copied or restored from another spool."""
+
+    hint = (
+        "the store's cursor for this spool id is another spool's: on a shared store, "
+        "`quill spool reidentify` applies this spool once under a new id; on SQLite, "
+        "`quill recover` rebuilds the store from a snapshot and this spool"
+    )
 
 
 class InvalidOpError(StoreError, ValueError):

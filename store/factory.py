@@ -53,7 +53,7 @@ def open_url(
     """The store at ``url``: PostgreSQL for a ``postgresql://`` URL, else the SQLite file
     ``state_db`` (created if missing). ``kw`` goes to the store's constructor (SQLite:
     ``synchronous``, ``writer``, ``run_dir``, ``log``, ``spool_dir``, ``snapshots_dir``;
-    PostgreSQL: ``spool_dir``, ``retention_s``, ``log``, ``application_name``). With
+    PostgreSQL: ``spool_dir``, ``retention_s``, ``log``, ``application_name``, ``holder``). With
     ``connect`` False the store is returned unopened (the writer opens it in its retry loop).
     Raises ``ValueError`` for another scheme and the store error tree when opening fails."""
     if url is None or url == "":
@@ -87,16 +87,21 @@ def open_store(
     ``writer``: opened for the data dir's writer (it holds the writer lease): the SQLite
     store then keeps a file guard, runs its start-up upkeep and records its halt through
     ``run_dir`` (default: the data dir's ``quill.home.RunDir``).
-    ``spool_id``: defaults to the data dir's own (PostgreSQL) or ``"local"`` (SQLite).
+    ``spool_id``: defaults to the data dir's own (PostgreSQL) or ``"local"`` (SQLite); a
+    PostgreSQL writer of its own id then claims it (``store.postgres.claims``) when it connects.
     Raises the store error tree when ``connect`` and opening fails."""
     url = settings.store_url
     if writer and run_dir is None:
         run_dir = RunDir(settings.home)
+    holder = None
     if spool_id is None:
         if capabilities(url).cluster:
+            from quill.spool.identity import holder as spool_holder
             from quill.spool.identity import load_or_create
 
             spool_id = load_or_create(settings.spool_id_path)
+            # A writer claims its id in the shared store (store.postgres.claims).
+            holder = spool_holder(settings.spool_id_path) if writer else None
         else:
             spool_id = "local"
     return open_url(
@@ -111,6 +116,7 @@ def open_store(
         spool_dir=settings.spool_dir,
         snapshots_dir=settings.snapshots_dir,
         retention_s=settings.spool_retention_s,
+        holder=holder,
     )
 
 

@@ -32,7 +32,7 @@ import apsw
 
 from quill.store.apply import blobs, context, usage
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 #: v5: each applied batch keeps the digest of its op and data, so a batch id reused with other
 #: content is told from a retry (store/apply/chunk.py). NULL for batches applied before v5.
@@ -50,6 +50,25 @@ SESSION_DELETIONS = """
 CREATE TABLE IF NOT EXISTS session_deletions (
     session_id TEXT PRIMARY KEY,
     deletions  INTEGER NOT NULL
+);
+"""
+
+#: v7: the proof kept with the spool cursor (``spool.cursor_proof``: where the last applied
+#: entry starts and its digest; NULL for cursors written before v7), checked before a writer
+#: resumes; and the claims of spool ids by live holders (``store.postgres.claims``). One
+#: writer per file on SQLite, so ``spool_claims`` stays empty there; it exists on both
+#: backends because both hold the same tables.
+SPOOL_IDENTITY = """
+ALTER TABLE spool_cursor ADD COLUMN proof_offset INTEGER;
+ALTER TABLE spool_cursor ADD COLUMN proof TEXT;
+CREATE TABLE IF NOT EXISTS spool_claims (
+    spool_id   TEXT PRIMARY KEY,
+    holder     TEXT NOT NULL,
+    host       TEXT NOT NULL,
+    path       TEXT NOT NULL,
+    pid        INTEGER,
+    claimed_at REAL NOT NULL,
+    deadline   REAL NOT NULL
 );
 """
 
@@ -168,6 +187,7 @@ CREATE INDEX IF NOT EXISTS job_runs_job ON job_runs(job, started_at);
     + context.DDL
     + BATCH_DIGEST
     + SESSION_DELETIONS
+    + SPOOL_IDENTITY
 )
 
 #: Roles of the store's tables (``TABLES``), which decide what damage to a table means:
@@ -183,7 +203,14 @@ CANONICAL, BOOKKEEPING, FTS = "canonical", "bookkeeping", "fts"
 #: The tables that are bookkeeping; every other ordinary table of ``DDL`` is canonical, so a
 #: table added to ``DDL`` is canonical (its damage halts) without being named anywhere else.
 _BOOKKEEPING = frozenset(
-    {"state_meta", "spool_cursor", "applied_batches", "rejected_batches", "job_runs"}
+    {
+        "state_meta",
+        "spool_cursor",
+        "applied_batches",
+        "rejected_batches",
+        "job_runs",
+        "spool_claims",
+    }
 )
 
 _CREATE_TABLE = re.compile(
@@ -231,6 +258,7 @@ MIGRATIONS: dict[int, str] = {
     3: context.DDL,
     4: BATCH_DIGEST,  # v5: the content digest a batch was applied with (store.apply.op_digest)
     5: SESSION_DELETIONS,  # v6: deletions per session id (re-import after a delete)
+    6: SPOOL_IDENTITY,  # v7: the cursor's proof and the spool id claims
 }
 
 #: Trigram scope (see module doc): roles indexed and the indexed prefix of ``content``.

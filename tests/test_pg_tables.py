@@ -12,6 +12,7 @@ import psycopg
 from semantics_helpers import Store
 
 from quill.store import schema as sqlite_schema
+from quill.store.postgres import claims
 from quill.store.postgres import schema as pg_schema
 
 
@@ -43,6 +44,7 @@ def _fill(root, url: str) -> Store:
     store.conn.execute(
         "INSERT INTO job_runs(job, started_at, ended_at, outcome) VALUES ('probe', 1, 2, 'ok')"
     )
+    claims.claim(store.conn, "test-spool", {"token": "t", "host": "h", "path": "/p", "pid": 1})
     return store
 
 

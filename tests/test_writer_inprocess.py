@@ -275,8 +275,8 @@ def test_a_full_disk_pauses_the_drain_and_it_resumes_when_space_returns(tmp_path
                 )
             filler = mnt / "filler"
             with open(filler, "wb") as f:  # leave ~128 KiB: room for status, not for the rows
-                while shutil.disk_usage(mnt).free > 192 * 1024:
-                    f.write(b"\0" * 65536)
+                while shutil.disk_usage(mnt).free > 128 * 1024:  # in 4 KiB steps: not above
+                    f.write(b"\0" * 4096)
                     f.flush()
             pauses = [w.turn(1.0) for _ in range(6)]
             # The status file cannot be written on a full disk either: ask the writer.

@@ -21,8 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from quill.spool import START, Entry, Position, Quarantine, SpoolReader
+from quill.spool import START, Entry, Position, Quarantine, SpoolReader, cursor_proof
 from quill.store.apply.chunk import ChunkResult, drain_chunk
+from quill.store.errors import CursorMismatchError
 
 #: Bytes read per spool scan; bounds memory whatever the spool size.
 READ_BYTES = 8 << 20
@@ -73,9 +74,31 @@ class Drain:
 
     def start(self, default: Position = START) -> Position:
         """Set ``cursor`` to the store's committed cursor (``default`` before the first
-        chunk) and return it. Raises the store error tree."""
-        cur = self.store.read_cursor()
-        self.cursor = Position(*cur) if cur else default
+        chunk) and return it, once the cursor is proved to be this spool's: it must end the
+        entry the store applied last (``spool.cursor_proof.check``). Raises
+        ``CursorMismatchError`` (nothing applied; ``cursor`` unmoved) when it does not — a
+        cursor shared, copied or restored from another spool would otherwise skip records or
+        resume mid-line — and the rest of the store error tree."""
+        row = self.store.read_cursor_proof()
+        if not row:
+            self.cursor = default
+            return self.cursor
+        cursor = Position(row[0], row[1])
+        problem = cursor_proof.check(self.reader.dir, cursor, row[2], row[3])
+        if problem is not None:
+            if self.log is not None:
+                self.log.critical(f"{self.event}.cursor_mismatch", cursor=str(cursor), why=problem)
+            raise CursorMismatchError(
+                f"the store's cursor for spool {self.store.spool_id!r} does not belong to "
+                f"the spool in {self.reader.dir}: {problem}; nothing was applied"
+            )
+        if row[3] is None and self.log is not None:
+            self.log.warning(
+                f"{self.event}.cursor_unproved",
+                cursor=str(cursor),
+                why="written before cursors kept a proof: only its record boundary was checked",
+            )
+        self.cursor = cursor
         return self.cursor
 
     def step(self) -> Step:

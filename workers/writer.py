@@ -11,6 +11,11 @@ loop (docs/architecture.md, "Processes"):
    the spool is drained);
 4. when there is nothing to do: the store's idle upkeep, seal torn tails, publish "idle".
 
+Refusals: ``SpoolMismatchError`` (another live holder claims this spool id; the store's cursor
+is not this spool's) means applying would skip or double records. The writer applies nothing,
+publishes itself halted with the cause (``quill status``; ``quill run --until-idle`` exits 5),
+and looks again every ``REFUSED_RETRY_S``: only this host stops, the store is not halted.
+
 Failures: a retryable one (``TransientError``, ``DiskFullError``, ``StoreIOError``) committed
 nothing, so the writer publishes it, pauses (doubling up to ``MAX_BACKOFF_S``) and retries the
 same step. ``CorruptError`` is the sticky halt, the one path for every cause: the store
@@ -33,8 +38,10 @@ from quill.jobs.queues import build_for
 from quill.spool import Quarantine, Spool, SpoolReader
 from quill.store.errors import (
     CorruptError,
+    CursorMismatchError,
     DiskFullError,
     SharedMemoryError,
+    SpoolMismatchError,
     StoreIOError,
     TransientError,
 )
@@ -50,6 +57,9 @@ RETRYABLE = (TransientError, DiskFullError, StoreIOError)
 MAX_BACKOFF_S = 5.0
 #: The first pause after the store failed to open (seconds).
 OPEN_RETRY_FIRST_S = 0.5
+#: While refused (``SpoolMismatchError``) the writer looks again this often (seconds): a claim
+#: that expired may be taken over, with the cursor checked first.
+REFUSED_RETRY_S = 5.0
 #: While idle the loop turns every poll_interval; one status write per this many seconds is
 #: plenty for `quill status` and the supervisor's idle check.
 IDLE_PUBLISH_S = 0.25
@@ -79,6 +89,8 @@ class Writer:
         self.jobs: StoreJobRunner | None = None
         self.halt_cause: Halt | None = None  # set while halted
         self.halt_recorded = False  # the store holds the halt record (else: try again)
+        self.refusal: Halt | None = None  # set while refused (SpoolMismatchError)
+        self._refused_until = 0.0  # monotonic s of the next look while refused
         self.done = False  # the writer must exit (to be restarted)
         self.error: str | None = None  # the retryable failure being waited out, else None
         # Chunk apply+commit latency (seconds), published for /metrics and `quill status`.
@@ -181,12 +193,17 @@ class Writer:
             return 0.0
         if self.halt_cause is not None:
             return self._serve_halt(now)
+        if self.refusal is not None and now < self._refused_until:
+            self._publish_refusal()
+            return min(self._refused_until - now, REFUSED_RETRY_S)
         if not self.store.connected:
             pause = self._connect(now)
             if pause is not None:
                 return pause
         try:
             busy = self.step(now)
+        except SpoolMismatchError as exc:  # the claim was lost (taken over meanwhile)
+            return self._refuse(now, exc)
         except CorruptError as exc:  # includes ReplacedError
             self._halt(exc)
             return 0.0
@@ -202,14 +219,47 @@ class Writer:
             figures = self.store.connect()
             self.drain.start()
             self._job_runner()
+        except SpoolMismatchError as exc:  # this spool id or cursor is not ours: apply nothing
+            return self._refuse(now, exc)
         except CorruptError as exc:  # damaged before we even started: the same sticky halt
             self._halt(exc)
             return 0.0
         except RETRYABLE as exc:
             return self._retry(now, exc, "writer.open_retry", OPEN_RETRY_FIRST_S)
+        if self.refusal is not None:
+            self.log.warning("writer.refusal_lifted", cause=self.refusal.cause)
+            self.refusal = None
         self._backoff = None
         self.log.info("writer.started", backend=self.store.kind, cursor=str(self.cursor), **figures)
         return None
+
+    def _refuse(self, now: float, exc: SpoolMismatchError) -> float:
+        """Apply nothing: close the store, publish the refusal as this writer's halt (not the
+        store's) and return the pause before the next look (``REFUSED_RETRY_S``)."""
+        if isinstance(exc, CursorMismatchError) and not self.store.cluster:
+            next_step = "quill recover"  # SQLite: rebuild from a snapshot and this spool
+        else:
+            next_step = "quill spool reidentify"
+        cause = Halt(type(exc).__name__, str(exc), time.time(), next=next_step)
+        if self.refusal is None or self.refusal[:2] != cause[:2]:
+            self.log.critical("writer.refused", hint=exc.hint, **cause.to_json())
+        self.refusal = cause
+        self.store.disconnect()
+        self._refused_until = now + REFUSED_RETRY_S
+        self._publish_refusal()
+        return REFUSED_RETRY_S
+
+    def _publish_refusal(self) -> None:
+        self.run_dir.publish(
+            "writer",
+            WriterStatus(
+                halted=True,
+                halt=self.refusal,
+                cursor=str(self.cursor),
+                backend=self.store.kind,
+                spool_id=self.store.spool_id,
+            ).to_json(),
+        )
 
     def _retry(self, now: float, exc: Exception, event: str, first: float | None) -> float:
         """Publish a retryable failure and return the pause before retrying."""

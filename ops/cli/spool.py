@@ -206,3 +206,56 @@ def spool_purge(cfg: Any, session_ids: tuple[str, ...], as_json: bool) -> None:
         emit_json(figures)
     else:
         echo_purge(figures)
+
+
+@spool.command(name="reidentify")
+@json_option
+@click.pass_obj
+def spool_reidentify(cfg: Any, as_json: bool) -> None:
+    """Give this data dir's spool a new id (a copied data dir shares the original's).
+
+    The writer then applies this spool once under the new id, from the start of its spool:
+    the store's cursor for the old id is another spool's progress, not this one's, so it is
+    not carried over; records the store already holds (applied by the original before the
+    copy, or by this copy) are skipped by batch id, so nothing acknowledged is lost or doubled.
+    Run with the fleet stopped; only a shared (PostgreSQL) store uses spool ids."""
+    from quill.spool import identity
+    from quill.store.factory import open_store
+    from quill.store.postgres import claims
+
+    if not capabilities(cfg).cluster:
+        raise InvalidInputError(
+            "this data dir uses the embedded SQLite store, which has no spool id to share",
+            hint="spool ids name a data dir in a shared PostgreSQL store ([store] url)",
+        )
+    try:
+        lease = Lease(RunDir(cfg.home).lock("writer")).acquire()
+    except LeaseHeldError as exc:
+        raise busy_with(
+            exc, "cannot change the spool id while a writer runs", "stop `quill run` first"
+        ) from None
+    try:
+        old = identity.load_or_create(cfg.spool_id_path)
+        token = identity.holder(cfg.spool_id_path)["token"]
+        new = identity.new_id()
+        store = open_store(cfg, spool_id=old)  # the server must answer before anything changes
+        try:
+            # This data dir's own claim on the old id (it was the holder) goes; a claim
+            # another data dir holds stays theirs.
+            released = store.run_job(claims.release, old, token)
+        finally:
+            store.close()
+        with open(cfg.spool_id_path.with_name("spool-id.history"), "a", encoding="utf-8") as f:
+            f.write(f"{time.time():.3f} {old} -> {new}\n")
+        identity.replace(cfg.spool_id_path, new)
+    finally:
+        lease.release()
+    data = {"old": old, "new": new, "released_claim": released, "applied_from": "1:0"}
+    if as_json:
+        emit_json(data)
+        return
+    click.echo(f"spool id {old} → {new}")
+    click.echo(
+        "the writer applies this spool under the new id from its start when it next runs "
+        "(`quill run`); records the store already holds are skipped by batch id"
+    )

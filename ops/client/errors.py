@@ -240,6 +240,8 @@ def from_exception(exc: BaseException) -> QuillError | None:
             return StoreDamagedError(text)
         if isinstance(exc, store_errors.DiskFullError):
             return StorageError(text, hint="free disk space under the data dir")
+        if isinstance(exc, store_errors.SpoolMismatchError):
+            return StorageError(text, hint=exc.hint)
         if isinstance(exc, store_errors.LeaseHeldError):
             return StorageError(
                 text, hint="another process holds the store; stop it (`quill status` names it)"

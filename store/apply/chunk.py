@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 import apsw
 
+from quill.spool import cursor_proof
 from quill.store.apply import bulk as bulk_append
 from quill.store.apply.ledger import Ledger, SqliteLedger, op_digest
 from quill.store.apply.sessions import APPLIERS
@@ -93,6 +94,24 @@ def read_cursor(conn: apsw.Connection) -> tuple[int, int] | None:
     return (row[0], row[1]) if row else None
 
 
+def read_cursor_proof(conn: Any) -> tuple[int, int, int | None, str | None] | None:
+    """The committed cursor with its proof ``(segment, offset, proof_offset, proof)``
+    (``spool.cursor_proof``; the proof is None for a cursor written before it was kept), or
+    None before the first chunk."""
+    row = conn.execute(
+        'SELECT segment, "offset", proof_offset, proof FROM spool_cursor WHERE id = 1'
+    ).fetchone()
+    return tuple(row) if row else None
+
+
+def cursor_values(entries: Sequence[EntryLike]) -> tuple[int, int, int, str]:
+    """The cursor after ``entries`` and its proof: ``(segment, offset, proof_offset,
+    proof)``, where ``proof_offset`` is the start of the last entry (in the cursor's segment:
+    an entry never spans segments) and ``proof`` its digest (``spool.cursor_proof.proof``)."""
+    last = entries[-1]
+    return (last.next[0], last.next[1], last.position[1], cursor_proof.proof(last))
+
+
 class ReaderLike(Protocol):
     """What ``drain_chunk`` needs of a spool reader (``spool.SpoolReader`` satisfies it)."""
 
@@ -136,13 +155,14 @@ def apply_chunk(
     now = time.time()
     with transaction(conn):
         result = apply_entries(conn, entries, now, on_reject, SqliteLedger())
-        last = entries[-1].next
+        # The proof commits with the cursor: a resumed cursor is checked against it.
         conn.execute(
-            'INSERT INTO spool_cursor (id, segment, "offset", updated_at) VALUES (1, ?, ?, ?) '
+            'INSERT INTO spool_cursor (id, segment, "offset", proof_offset, proof, updated_at) '
+            "VALUES (1, ?, ?, ?, ?, ?) "
             "ON CONFLICT (id) DO UPDATE SET segment = excluded.segment, "
-            '"offset" = excluded."offset", '
-            "updated_at = excluded.updated_at",
-            (last[0], last[1], now),
+            '"offset" = excluded."offset", proof_offset = excluded.proof_offset, '
+            "proof = excluded.proof, updated_at = excluded.updated_at",
+            (*cursor_values(entries), now),
         )
     return result
 

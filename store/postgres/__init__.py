@@ -30,6 +30,9 @@ class PostgresBackend:
     (``TransientError`` when the server is unreachable: the writer retries)."""
 
     kind = "postgres"
+    #: The claim token this writer holds on its spool id (``store.postgres.claims``); None:
+    #: chunks apply unclaimed (the bare backend of tests and tools).
+    holder_token: str | None = None
 
     def __init__(self, url: str, spool_id: str):
         self.url = url
@@ -44,10 +47,13 @@ class PostgresBackend:
     def read_cursor(self) -> tuple[int, int] | None:
         return pg_apply.read_cursor(self.conn, self.spool_id)
 
+    def read_cursor_proof(self) -> tuple[int, int, int | None, str | None] | None:
+        return pg_apply.read_cursor_proof(self.conn, self.spool_id)
+
     def apply_chunk(
         self, entries: Sequence[Any], on_reject: Callable[[Any, str, str], None]
     ) -> ChunkResult:
-        return pg_apply.apply_chunk(self.conn, self.spool_id, entries, on_reject)
+        return pg_apply.apply_chunk(self.conn, self.spool_id, entries, on_reject, self.holder_token)
 
     def index(self, max_rows: int) -> int:
         """Nothing to do: GIN indexes are maintained in the writer's transaction."""

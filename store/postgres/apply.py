@@ -22,11 +22,17 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from quill.store.apply.chunk import ChunkResult, EntryLike, RejectFn, apply_entries
+from quill.store.apply.chunk import (
+    ChunkResult,
+    EntryLike,
+    RejectFn,
+    apply_entries,
+    cursor_values,
+)
 from quill.store.apply.rules import session_id_problem
 from quill.store.contract import BadDataError
 from quill.store.errors import InvalidOpError
-from quill.store.postgres import halt
+from quill.store.postgres import claims, halt
 from quill.store.postgres.connection import PgConnection
 
 #: Errors that mean "this op's data cannot be stored" (see store.apply._BAD_DATA): the op is
@@ -52,6 +58,18 @@ def read_cursor(conn: PgConnection, spool_id: str) -> tuple[int, int] | None:
         'SELECT segment, "offset" FROM spool_cursor WHERE spool_id = ?', (spool_id,)
     ).fetchone()
     return (row[0], row[1]) if row else None
+
+
+def read_cursor_proof(
+    conn: PgConnection, spool_id: str
+) -> tuple[int, int, int | None, str | None] | None:
+    """This spool's committed cursor with its proof ``(segment, offset, proof_offset,
+    proof)`` (``spool.cursor_proof``; None proof: written before it was kept), or None."""
+    row = conn.execute(
+        'SELECT segment, "offset", proof_offset, proof FROM spool_cursor WHERE spool_id = ?',
+        (spool_id,),
+    ).fetchone()
+    return tuple(row) if row else None
 
 
 def spool_ids(conn: PgConnection) -> list[str]:
@@ -174,27 +192,36 @@ class PgLedger:
 
 
 def apply_chunk(
-    conn: PgConnection, spool_id: str, entries: Sequence[EntryLike], on_reject: RejectFn
+    conn: PgConnection,
+    spool_id: str,
+    entries: Sequence[EntryLike],
+    on_reject: RejectFn,
+    holder: str | None = None,
 ) -> ChunkResult:
     """Apply ``entries`` (consecutive, in spool order) and move ``spool_id``'s cursor past the
-    last, in one transaction (the op rules: ``store.apply.chunk.apply_entries``). Raises the store
-    error tree; then nothing is committed (``TransientError`` for a deadlock or a lost
-    connection: retry the chunk; ``CorruptError`` while the store is halted)."""
+    last, with its proof, in one transaction (the op rules: ``store.apply.chunk.apply_entries``).
+    ``holder``: the claim token the writer holds (``store.postgres.claims``), renewed in the
+    transaction; None applies unclaimed (tests' bare backend). Raises the store error tree;
+    then nothing is committed (``TransientError`` for a deadlock or a lost connection: retry
+    the chunk; ``CorruptError`` while the store is halted; ``SpoolClaimedError`` when another
+    holder has the claim now)."""
     if not entries:
         return ChunkResult()
     now = time.time()
     conn.execute("BEGIN IMMEDIATE")
     try:
         halt.check(conn)  # damage found by amcheck on any host stops every writer
+        if holder is not None:
+            claims.fence(conn, spool_id, holder)  # no chunk applies under a lost claim
         lock_sessions(conn, entries)
         result = apply_entries(conn, entries, now, on_reject, PgLedger(spool_id))
-        last = entries[-1].next
         conn.execute(
-            'INSERT INTO spool_cursor (spool_id, segment, "offset", updated_at) '
-            "VALUES (?, ?, ?, ?) "
+            'INSERT INTO spool_cursor (spool_id, segment, "offset", proof_offset, proof, '
+            "updated_at) VALUES (?, ?, ?, ?, ?, ?) "
             "ON CONFLICT (spool_id) DO UPDATE SET segment = excluded.segment, "
-            '"offset" = excluded."offset", updated_at = excluded.updated_at',
-            (spool_id, last[0], last[1], now),
+            '"offset" = excluded."offset", proof_offset = excluded.proof_offset, '
+            "proof = excluded.proof, updated_at = excluded.updated_at",
+            (spool_id, *cursor_values(entries), now),
         )
         conn.execute("COMMIT")
     except BaseException:

@@ -154,6 +154,18 @@ CREATE TABLE IF NOT EXISTS spool_cursor (
     "offset"   bigint NOT NULL,
     updated_at double precision NOT NULL
 );
+ALTER TABLE spool_cursor ADD COLUMN IF NOT EXISTS proof_offset bigint;
+ALTER TABLE spool_cursor ADD COLUMN IF NOT EXISTS proof text;
+-- One live holder per spool id (store/postgres/claims.py); times are the server's epoch s.
+CREATE TABLE IF NOT EXISTS spool_claims (
+    spool_id   text PRIMARY KEY,
+    holder     text NOT NULL,
+    host       text NOT NULL,
+    path       text NOT NULL,
+    pid        bigint,
+    claimed_at double precision NOT NULL,
+    deadline   double precision NOT NULL
+);
 CREATE TABLE IF NOT EXISTS applied_batches (
     batch_id   text PRIMARY KEY,
     spool_id   text NOT NULL,

@@ -12,6 +12,9 @@ What differs from the embedded SQLite store (``store.sqlite.store``), as capabil
 * no FTS slices, guard or WAL checkpoints: PostgreSQL maintains its indexes in the
   transaction and its own storage. A halted writer keeps recording this host's job runs
   (bookkeeping, so a failed check shows in job history: ``jobs_while_halted``);
+* a writer claims its spool id before it applies anything (``store.postgres.claims``): a
+  copied data dir with the same id is refused (``SpoolClaimedError``) while the claim is
+  live; chunks renew the claim in their transaction, an idle writer every ``RENEW_S``;
 * idle upkeep is the spool's: segments the store has applied and older than
   ``spool.retention_s`` are collected (there is no local snapshot; the database is the
   server's to back up, so keep the retention longer than the backup interval).
@@ -26,7 +29,7 @@ from typing import Any
 from quill.home import Halt
 from quill.store.capabilities import PostgresCapabilities
 from quill.store.contract import HaltAction, NullLog
-from quill.store.postgres import PostgresBackend, halt, schema
+from quill.store.postgres import PostgresBackend, claims, halt, schema
 from quill.store.postgres.connection import PgConnection
 
 #: How often an idle writer collects its spool (seconds); the first time a minute after start.
@@ -44,7 +47,7 @@ class PgStore(PostgresCapabilities, PostgresBackend):
     retry_first_s: float | None = 0.5
     halt_poll_s = 2.0
     recover_hint = "quill recover (after REINDEX or a restore)"
-    OPTIONS = ("log", "spool_dir", "retention_s", "application_name")
+    OPTIONS = ("log", "spool_dir", "retention_s", "application_name", "holder")
 
     def __init__(
         self,
@@ -55,6 +58,7 @@ class PgStore(PostgresCapabilities, PostgresBackend):
         spool_dir: Path | None = None,
         retention_s: float | None = None,
         application_name: str | None = None,
+        holder: dict[str, Any] | None = None,
     ):
         # The base class connects at construction; this store connects in ``connect``.
         self.url = url
@@ -65,21 +69,41 @@ class PgStore(PostgresCapabilities, PostgresBackend):
         self.application_name = application_name or f"quill-writer:{spool_id}"
         self.conn: PgConnection | None = None
         self._next_gc = time.monotonic() + GC_FIRST_S
+        # The writer's claim on its spool id (store.postgres.claims); None: no claim taken.
+        self.holder = holder
+        self.holder_token = holder["token"] if holder else None
+        self._next_renew = 0.0
 
     @property
     def connected(self) -> bool:
         return self.conn is not None
 
     def connect(self) -> dict[str, Any]:
-        """Connect and create or migrate the schema. Raises ``TransientError`` when the
-        server cannot be reached (the connection is then closed)."""
+        """Connect, create or migrate the schema and, for a writer (``holder``), claim this
+        spool id before anything is applied (``claims.claim``). Figures: ``spool_id`` and the
+        claim's ``claim`` outcome (``taken_over`` is logged with the previous holder).
+        Raises ``TransientError`` when the server cannot be reached and ``SpoolClaimedError``
+        while another holder's claim is live (the connection is then closed)."""
         self.conn = PgConnection(self.url, application_name=self.application_name)
         try:
             schema.create(self.conn)
+            figures: dict[str, Any] = {"spool_id": self.spool_id}
+            if self.holder is not None:
+                got = claims.claim(self.conn, self.spool_id, self.holder)
+                self._next_renew = time.monotonic() + claims.RENEW_S
+                figures["claim"] = got["outcome"]
+                if got["previous"] is not None:
+                    self.log.warning(
+                        "writer.spool_claim_taken_over",
+                        spool_id=self.spool_id,
+                        previous=got["previous"],
+                        why="the previous holder's claim expired; the cursor is checked "
+                        "against this spool before anything is applied",
+                    )
         except BaseException:
             self.disconnect()
             raise
-        return {"spool_id": self.spool_id}
+        return figures
 
     def disconnect(self) -> None:
         if self.conn is not None:
@@ -97,7 +121,15 @@ class PgStore(PostgresCapabilities, PostgresBackend):
     # -- the drain -------------------------------------------------------------------------
 
     def check(self) -> None:
-        """Nothing before a chunk: the halt is read inside each chunk's transaction."""
+        """Before each unit of work (a chunk, a store job, idle upkeep): renew the claim on
+        this spool id when ``RENEW_S`` has passed (chunks also renew it in their own
+        transaction), so a writer whose claim another holder took runs nothing more, not even
+        a queued store job. Raises ``SpoolClaimedError`` then. The halt is read inside each
+        chunk's transaction."""
+        now = time.monotonic()
+        if self.holder_token is not None and self.conn is not None and now >= self._next_renew:
+            claims.renew(self.conn, self.spool_id, self.holder_token)
+            self._next_renew = now + claims.RENEW_S
 
     def committed(self) -> None:
         """Nothing: there is no file guard."""

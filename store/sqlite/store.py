@@ -27,7 +27,7 @@ from typing import Any
 import apsw
 
 from quill.home import DEFAULTS, Halt
-from quill.store.apply.chunk import ChunkResult, apply_chunk, read_cursor
+from quill.store.apply.chunk import ChunkResult, apply_chunk, read_cursor, read_cursor_proof
 from quill.store.capabilities import SqliteCapabilities
 from quill.store.contract import HaltAction, NullLog
 from quill.store.errors import DiskFullError
@@ -141,6 +141,9 @@ class SqliteStore(SqliteCapabilities):
 
     def read_cursor(self) -> tuple[int, int] | None:
         return read_cursor(self.conn)
+
+    def read_cursor_proof(self) -> tuple[int, int, int | None, str | None] | None:
+        return read_cursor_proof(self.conn)
 
     def apply_chunk(
         self, entries: Sequence[Any], on_reject: Callable[[Any, str, str], None]

@@ -212,6 +212,8 @@ def test_a_v1_store_is_migrated_to_hold_blobs(tmp_path):
         schema.DDL.replace(blobs.DDL, "")
         .replace(usage.MIGRATION, "")
         .replace(schema.BATCH_DIGEST, "")
+        .replace(schema.SESSION_DELETIONS, "")
+        .replace(schema.SPOOL_IDENTITY, "")
     )
     conn.execute(v1_ddl)
     conn.execute("PRAGMA user_version = 1")

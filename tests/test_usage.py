@@ -98,6 +98,31 @@ def test_shapes_as_sent_normalise_to_one_convention():
     }
     assert normalize_usage(responses)["cache_read_tokens"] == 30
     assert normalize_usage(responses)["reasoning_tokens"] == 4
+    # Gemini usageMetadata: thoughts are billed as output beside the candidates.
+    gemini = {
+        "promptTokenCount": 1200,
+        "cachedContentTokenCount": 1000,
+        "candidatesTokenCount": 50,
+        "thoughtsTokenCount": 300,
+        "toolUsePromptTokenCount": 7,
+        "totalTokenCount": 1557,
+    }
+    expected = {
+        "input_tokens": 1207,
+        "output_tokens": 350,
+        "cache_read_tokens": 1000,
+        "cache_write_tokens": 0,
+        "reasoning_tokens": 300,
+    }
+    assert normalize_usage(gemini) == expected
+    sdk = {
+        "prompt_token_count": 1200,
+        "cached_content_token_count": 1000,
+        "candidates_token_count": 50,
+        "thoughts_token_count": 300,
+        "tool_use_prompt_token_count": 7,
+    }
+    assert normalize_usage(sdk) == expected
 
 
 @pytest.mark.parametrize(
@@ -108,6 +133,11 @@ def test_shapes_as_sent_normalise_to_one_convention():
         {"output_tokens": 1.5},
         {"prompt_tokens": 5, "prompt_tokens_details": {"cached_tokens": 9}},
         [1, 2],
+        # shapes Quill cannot read are refused, never recorded as zero tokens
+        {},
+        {"tokens": {"input": 5, "output": 3}},
+        {"inputTokens": 5, "outputTokens": 3},
+        {"promptTokenCount": 5, "cachedContentTokenCount": 9},
     ],
 )
 def test_bad_usage_is_quarantined_with_its_reason_and_changes_nothing(store, bad):

@@ -16,7 +16,15 @@ them): ``input_tokens`` = every prompt token *including* cache reads and cache w
   ``completion_tokens_details.reasoning_tokens``;
 * OpenAI Responses / Codex: ``input_tokens`` (cached included), ``input_tokens_details
   .cached_tokens`` or ``cached_input_tokens``, ``output_tokens``, ``output_tokens_details
-  .reasoning_tokens`` or ``reasoning_output_tokens``.
+  .reasoning_tokens`` or ``reasoning_output_tokens``;
+* Gemini ``usageMetadata`` (camelCase as the REST API sends it, snake_case as the Python SDK
+  does): ``promptTokenCount`` (cached included) plus ``toolUsePromptTokenCount``,
+  ``cachedContentTokenCount``, ``candidatesTokenCount`` and ``thoughtsTokenCount`` — a
+  thinking model's thoughts are billed as output *beside* the candidates, so output is their
+  sum and reasoning the thoughts.
+
+A usage object in none of these shapes (no key any of them has) is refused as
+``invalid-usage``: a shape Quill cannot read is never recorded as zero tokens.
 """
 
 from __future__ import annotations
@@ -40,6 +48,21 @@ _QUILL_KEYS = frozenset({"cache_read_tokens", "cache_write_tokens", "reasoning_t
 _ANTHROPIC_KEYS = frozenset(
     {"cache_creation_input_tokens", "cache_read_input_tokens", "cache_creation"}
 )
+#: Gemini ``usageMetadata`` keys, as the REST API (camelCase) and the SDK (snake_case) spell them.
+_GEMINI = {
+    name: (camel, snake)
+    for name, camel, snake in (
+        ("prompt", "promptTokenCount", "prompt_token_count"),
+        ("tool_prompt", "toolUsePromptTokenCount", "tool_use_prompt_token_count"),
+        ("cached", "cachedContentTokenCount", "cached_content_token_count"),
+        ("candidates", "candidatesTokenCount", "candidates_token_count"),
+        ("thoughts", "thoughtsTokenCount", "thoughts_token_count"),
+        ("total", "totalTokenCount", "total_token_count"),
+    )
+}
+_GEMINI_KEYS = frozenset(k for pair in _GEMINI.values() for k in pair)
+#: Keys the Responses/Codex shape (the fall-through) needs at least one of.
+_PLAIN_KEYS = frozenset({"input_tokens", "output_tokens"})
 _MAX_TOKENS = 1 << 40  # ~1e12 tokens in one call is a producer bug, not a bill
 
 
@@ -100,6 +123,15 @@ def normalize_usage(raw: Any) -> dict[str, int]:
             "cache_write_tokens": 0,
             "reasoning_tokens": _count(raw, "completion_tokens_details", "reasoning_tokens"),
         }
+    elif keys & _GEMINI_KEYS:
+        out = _gemini(raw)
+    elif not keys & _PLAIN_KEYS:
+        shown = ", ".join(sorted(map(str, keys))[:8]) or "none"
+        raise InvalidOpError(
+            "invalid-usage",
+            f"usage shape not recognised (keys: {shown}); send Quill's, OpenAI's, "
+            "Anthropic's or Gemini's token fields (docs/ops.md)",
+        )
     else:  # OpenAI Responses / Codex (and the plain {input_tokens, output_tokens} both share)
         out = {
             "input_tokens": _count(raw, "input_tokens"),
@@ -119,6 +151,23 @@ def normalize_usage(raw: Any) -> dict[str, int]:
     if out["reasoning_tokens"] > out["output_tokens"]:
         raise InvalidOpError("invalid-usage", "reasoning tokens exceed output tokens")
     return out
+
+
+def _gemini(raw: dict) -> dict[str, int]:
+    """Gemini ``usageMetadata`` (module doc) as ``TOKEN_FIELDS`` counts."""
+
+    def count(name: str) -> int:
+        camel, snake = _GEMINI[name]
+        return _count(raw, camel if camel in raw else snake)
+
+    thoughts = count("thoughts")
+    return {
+        "input_tokens": count("prompt") + count("tool_prompt"),
+        "output_tokens": count("candidates") + thoughts,
+        "cache_read_tokens": count("cached"),
+        "cache_write_tokens": 0,
+        "reasoning_tokens": thoughts,
+    }
 
 
 def _text(value: Any, key: str, limit: int = 256) -> str | None:

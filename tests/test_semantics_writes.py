@@ -4,6 +4,7 @@ replace. Real SQLite files, driven through the real spool and ``apply_chunk``.""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from semantics_helpers import Store, assistant, call, tool, user
@@ -120,24 +121,25 @@ def test_nuls_and_lone_surrogates_are_scrubbed_everywhere(store):
     assert json.loads(cols["extra"]) == {"vendor": {"k\ufffd": ["xy"]}}
 
 
-def test_an_insane_timestamp_becomes_the_arrival_time_and_order_is_insertion_order(store):
-    store.apply(
-        "messages.append",
-        {
-            "session_id": "s",
-            "messages": [
-                user("first", timestamp=8.4e252),
-                user("second", timestamp="2021-01-01T00:00:00Z"),
-                user("third", timestamp="not-a-timestamp"),
-                user("fourth", timestamp=-5),
-            ],
-        },
-    )
+def test_timestamps_in_every_unit_are_read_right_and_unreadable_ones_refused(store):
+    when = 1767225600  # 2026-01-01T00:00:00Z
+    units = [when, when * 1000, when * 1_000_000, when * 1_000_000_000, str(when * 1000)]
+    readable = [user(f"m{i}", timestamp=v) for i, v in enumerate(units)]
+    readable += [
+        user("iso", timestamp="2026-01-01T00:00:00Z"),
+        user("none"),
+        user("e", timestamp=""),
+    ]
+    assert store.apply("messages.append", {"session_id": "s", "messages": readable}) == []
     arrived = store.conn.execute("SELECT arrived_at FROM messages LIMIT 1").fetchone()[0]
     with store.reader() as r:
         got = r.get_messages("s", "audit")
-    assert [m["content"] for m in got] == ["first", "second", "third", "fourth"]
-    assert [m["ts"] for m in got] == [arrived, 1609459200.0, arrived, arrived]
+    assert [m["ts"] for m in got] == [float(when)] * 6 + [arrived, arrived]
+    for bad in (8.4e252, "not-a-timestamp", -5, True, 12.5, time.time() + 30 * 86400, [when]):
+        batch = {"session_id": "t", "messages": [user("ok"), user("bad", timestamp=bad)]}
+        assert store.apply("messages.append", batch) == ["invalid-field"], bad
+    with store.reader() as r:
+        assert r.get_session("t") is None  # the whole batch refused, nothing re-dated
 
 
 # -- compaction ---------------------------------------------------------------------------------

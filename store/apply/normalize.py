@@ -194,27 +194,46 @@ def content_columns(content: Any) -> tuple[str | None, str | None]:
     )
 
 
+#: Epoch numbers by magnitude: below each bound, the unit it is read in (divisor to seconds).
+#: Present-day times are ~1.8e9 s, ~1.8e12 ms, ~1.8e15 µs, ~1.8e18 ns: the bounds sit three
+#: orders of magnitude apart, so no time after 2000 in one unit is read as another.
+_EPOCH_UNITS = ((1e11, 1.0), (1e14, 1e3), (1e17, 1e6), (1e20, 1e9))
+
+
 def timestamp(value: Any, arrived_at: float) -> float:
-    """Epoch seconds from a number or an ISO-8601 string; insane or missing → ``arrived_at``."""
+    """Epoch seconds from ``value``: a number in seconds, milliseconds, microseconds or
+    nanoseconds (told apart by magnitude, ``_EPOCH_UNITS``), a numeric string, or an ISO-8601
+    string (no zone = UTC). Absent (None or "") → ``arrived_at``. Raises
+    ``InvalidOpError('invalid-field')`` for a value that is present but not such a time, or
+    outside [2000-01-01, ``arrived_at`` + 1 day]: a time Quill cannot read is refused, never
+    silently replaced by the arrival time."""
+    if value is None or value == "":
+        return arrived_at
     ts: float | None = None
-    if isinstance(value, bool):
-        ts = None
-    elif isinstance(value, (int, float)):
+    if isinstance(value, str):
         try:
-            ts = float(value) / (1000.0 if value > 1e11 else 1.0)  # accept epoch milliseconds
+            value = float(value)
+        except ValueError:
+            try:
+                parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+            except ValueError:
+                parsed = None
+            if parsed is not None:
+                if parsed.tzinfo is None:
+                    parsed = parsed.replace(tzinfo=dt.UTC)
+                ts = parsed.timestamp()
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            size = abs(float(value))
+            ts = next((float(value) / div for bound, div in _EPOCH_UNITS if size < bound), None)
         except OverflowError:
             ts = None
-    elif isinstance(value, str) and value:
-        try:
-            parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError:
-            parsed = None
-        if parsed is not None:
-            if parsed.tzinfo is None:
-                parsed = parsed.replace(tzinfo=dt.UTC)
-            ts = parsed.timestamp()
     if ts is None or ts != ts or ts < _MIN_TS or ts > arrived_at + _MAX_FUTURE_S:
-        return arrived_at
+        raise InvalidOpError(
+            "invalid-field",
+            f"timestamp {str(value)[:60]!r} is not a time after 2000-01-01 and at most a day "
+            "ahead (epoch s, ms, µs or ns, or ISO-8601)",
+        )
     return ts
 
 

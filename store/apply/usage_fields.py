@@ -29,8 +29,10 @@ A usage object in none of these shapes (no key any of them has) is refused as
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
+from quill.store.apply.normalize import timestamp
 from quill.store.apply.rules import no_nul, opt, session_id
 from quill.store.errors import InvalidOpError
 
@@ -211,15 +213,16 @@ def check_call(holder: dict) -> dict[str, Any]:
 
 def check_usage_record(data: dict) -> tuple[str, str | None, dict[str, Any]]:
     """``usage.record``'s content rules (``store.apply.checks.CHECKS``): ``usage`` present,
-    ``source`` and ``message_ext_id`` strings, then ``check_call``. Returns ``(session id, source,
-    attributes)``. Raises ``InvalidOpError`` (``invalid-session-id``, ``invalid-usage``,
-    ``invalid-field``)."""
+    ``source`` and ``message_ext_id`` strings, ``ts`` a readable time, then ``check_call``.
+    Returns ``(session id, source, attributes)``. Raises ``InvalidOpError``
+    (``invalid-session-id``, ``invalid-usage``, ``invalid-field``)."""
     sid = session_id(data)
     if "usage" not in data:
         raise InvalidOpError("invalid-usage", "usage.record needs a 'usage' object")
     source = opt(data, "source", str)
     no_nul(data, "source")
     opt(data, "message_ext_id", str)
+    timestamp(data.get("ts"), time.time())  # present but unreadable: refused before the ack
     return sid, source, check_call(data)
 
 

@@ -201,3 +201,17 @@ def test_flags_need_booleans_and_edges_need_a_known_kind(store):
         "session.create", {"session_id": "c", "parent_id": "c", "parent_kind": "branch"}
     ) == ["self-parent"]
     assert store.conn.execute("SELECT count(*) FROM sessions").fetchone()[0] == 0
+
+
+def test_a_backfilled_session_starts_when_its_messages_say_and_date_filters_find_it(store):
+    old = 1735689600.0  # 2025-01-01: months before the batch arrives
+    batch = {
+        "session_id": "back",
+        "messages": [user("then", timestamp=old), assistant("reply", timestamp=old + 60)],
+    }
+    assert store.apply("messages.append", batch) == []
+    with store.reader() as r:
+        assert r.get_session("back")["started_at"] == old
+        found = r.list_sessions(since=old - 1, until=old + 3600)
+        assert [s["id"] for s in found] == ["back"]
+        assert r.list_sessions(until=old - 1) == []

@@ -45,9 +45,10 @@ from quill.store.apply.message_rows import (
     result_ids,
 )
 from quill.store.apply.normalize import ROW_COLUMNS
-from quill.store.apply.rules import ensure_session, reopen_if_automatic
+from quill.store.apply.rules import backdate_start, ensure_session, reopen_if_automatic
 
 _EXT = ROW_COLUMNS.index("ext_id")
+_TS = ROW_COLUMNS.index("ts")
 _CHUNK = 500  # bound on SQL variables per IN (...) list
 _MAX_ROWID = 2**63 - 1
 
@@ -158,6 +159,7 @@ def apply_run(conn: apsw.Connection, run: list[Prepared], now: float) -> list[in
     # cleared: nothing in a run of appends ends a session. The others are no-ops, skipped.
     sourced: dict[str, bool] = {}  # session id -> an ensure of this run gave it a source
     reopened: set[str] = set()
+    starts: dict[str, float] = {}  # session id -> its earliest new message time in this run
     for op in run:
         held = seen[op.sid]
         fresh, fresh_msgs = [], []
@@ -176,6 +178,9 @@ def apply_run(conn: apsw.Connection, run: list[Prepared], now: float) -> list[in
         if fresh and op.sid not in reopened:
             reopen_if_automatic(conn, op.sid)
             reopened.add(op.sid)
+        if fresh:
+            earliest = min(r[_TS] for r in fresh)
+            starts[op.sid] = min(earliest, starts.get(op.sid, earliest))
         first = next_id
         for i, row in enumerate(fresh):
             values.append((first + i, op.sid, *row, op.arrived_at, op.batch, "live", None))
@@ -191,6 +196,8 @@ def apply_run(conn: apsw.Connection, run: list[Prepared], now: float) -> list[in
             )
         tool_ids.setdefault(op.sid, set()).update(result_ids(fresh))
         written.append(len(fresh))
+    for sid, earliest in starts.items():
+        backdate_start(conn, sid, earliest)
     conn.executemany(INSERT_STATE_ID, values)
     for sid, ids in tool_ids.items():
         if ids:

@@ -32,8 +32,17 @@ from quill.store.apply.message_rows import (
     result_ids,
 )
 from quill.store.apply.normalize import ROW_COLUMNS, identity, scrub
-from quill.store.apply.rules import atomic, ensure_session, opt, reopen_if_automatic, session_exists
+from quill.store.apply.rules import (
+    atomic,
+    backdate_start,
+    ensure_session,
+    opt,
+    reopen_if_automatic,
+    session_exists,
+)
 from quill.store.errors import InvalidOpError
+
+_TS = ROW_COLUMNS.index("ts")  # a row's message time (its arrival time when it carries none)
 
 
 @atomic
@@ -73,6 +82,7 @@ def messages_append(conn: apsw.Connection, data: dict, batch_id: str, arrived_at
     ensure_session(conn, sid, arrived_at, source)
     if fresh:
         reopen_if_automatic(conn, sid)
+        backdate_start(conn, sid, min(r[_TS] for r in fresh))
     written = _insert(conn, sid, fresh, None, arrived_at, batch_id)
     check_tool_results(conn, sid, result_ids(fresh))
     _record_usage(conn, sid, fresh_msgs, source, batch_id, arrived_at)

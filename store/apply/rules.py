@@ -187,3 +187,14 @@ def reopen_if_automatic(conn: apsw.Connection, sid: str) -> None:
 
 def session_exists(conn: apsw.Connection, sid: str) -> bool:
     return conn.execute("SELECT 1 FROM sessions WHERE id = ?", (sid,)).fetchone() is not None
+
+
+def backdate_start(conn: Any, sid: str, earliest: float) -> None:
+    """Move session ``sid``'s ``started_at`` back to ``earliest`` (epoch s, its earliest new
+    message's time) when that is earlier: a backfilled session starts when its messages say,
+    not when they arrived, so date filters (started at or before ``--until``) find it. Both
+    append paths (``messages.messages_append``, ``bulk.apply_run``) call it."""
+    conn.execute(
+        "UPDATE sessions SET started_at = ? WHERE id = ? AND started_at > ?",
+        (earliest, sid, earliest),
+    )

@@ -344,9 +344,9 @@ def create(conn: PgConnection) -> None:
                 else [sqlite_schema.MIGRATIONS[v] for v in range(current, SCHEMA_VERSION)]
             )  # none: layout only
             for step in steps:
-                conn.raw.execute(translate_ddl(step).encode())
+                conn.execute_script(translate_ddl(step))
             if current:  # an older layout's words column holds vectors of the old document
-                conn.raw.execute(b"ALTER TABLE messages DROP COLUMN IF EXISTS words")
+                conn.execute_script("ALTER TABLE messages DROP COLUMN IF EXISTS words")
             punct = _punct_to_space(
                 f"left({_quote_ident(schema)}.quill_search_text(content, tool_calls), "
                 f"{WORD_INDEX_CHARS})"
@@ -359,7 +359,7 @@ def create(conn: PgConnection) -> None:
                     ("punct_reasoning", "coalesce(reasoning, '')"),
                 )
             }
-            conn.raw.execute(
+            conn.execute_script(
                 PG_DDL.format(
                     s=_quote_ident(schema),
                     trgm=_quote_ident(trgm),
@@ -369,7 +369,7 @@ def create(conn: PgConnection) -> None:
                     word_chars=WORD_INDEX_CHARS,
                     trigram_chars=TRIGRAM_PREFIX_CHARS,
                     trigram_scope=TRIGRAM_SCOPE,
-                ).encode()
+                )
             )
             conn.execute(
                 "INSERT INTO state_meta(key, value) VALUES ('schema_version', ?) "

@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from quill.spool.record import MAX_ID_BYTES, MAX_ID_CHARS, id_size_problem
 from quill.store.apply.normalize import message_row, scrub
 from quill.store.apply.reprice import check_reprice
 from quill.store.apply.rules import no_nul, opt, session_id, session_id_problem
@@ -97,9 +98,11 @@ def clean_title(title: str | None) -> str | None:
 def key_field(data: dict) -> str | None:
     """``data['key']``: a non-empty string of ≤512 characters (scrubbed), or None."""
     key = opt(data, "key", str)
-    if key is not None and (not key.strip() or len(key) > 512):
+    if key is not None and (not key.strip() or id_size_problem(key, "key")):
         raise InvalidOpError(
-            "invalid-field", "key must be a non-empty string of at most 512 characters"
+            "invalid-field",
+            f"key must be a non-empty string of at most {MAX_ID_CHARS} characters and "
+            f"{MAX_ID_BYTES} bytes (UTF-8)",
         )
     return scrub(key) if key is not None else None
 

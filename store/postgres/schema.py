@@ -39,6 +39,24 @@ from quill.store.schema import TRIGRAM_PREFIX_CHARS, TRIGRAM_ROLES
 
 #: Characters of a message's searchable text that enter the word index (see module doc).
 WORD_INDEX_CHARS = 100_000
+#: An upper bound on the bytes a tsvector spends per character of its (folded) text. A lexeme
+#: is a lowercased token (≤ 4 bytes a character); a hyphenated word or a URL (unaccent can
+#: bring back ``-``, ``.``, ``/``, ``@``) is indexed whole and by its parts, so a character
+#: is in at most 2 lexemes (8 bytes); each lexeme adds 1 alignment byte, a 2-byte position
+#: count and its first 2-byte position, and there are at most 1.5 tokens a character (7.5
+#: bytes). Further positions are ≤ 16,383 and distinct per lexeme: at most
+#: ``_POSITION_SLACK`` bytes a part. PostgreSQL refuses a tsvector whose lexemes and
+#: positions pass 1,048,575 bytes (SQLSTATE 54000, docs: "Limitations" of text search).
+WORD_BYTES_PER_CHAR = 16
+_POSITION_SLACK = 2 * 16_384
+_TSVECTOR_MAX = 1_048_575
+#: Folded characters (text + tool text + reasoning) below which the word document provably
+#: fits; above it the full document is tried first (``quill_words``).
+WORD_SAFE_CHARS = 56_000
+#: Characters of each part indexed when the full document is over the limit.
+WORD_FALLBACK_CHARS = 18_000
+assert WORD_SAFE_CHARS * WORD_BYTES_PER_CHAR + 3 * _POSITION_SLACK < _TSVECTOR_MAX
+assert 3 * WORD_FALLBACK_CHARS * WORD_BYTES_PER_CHAR + 3 * _POSITION_SLACK < _TSVECTOR_MAX
 #: Advisory lock key (session level) held while migrating: hashtext('quill-migrate').
 _MIGRATE_LOCK_SQL = (
     "SELECT pg_advisory_lock(hashtextextended('quill-migrate:' || current_schema(), 0))"
@@ -125,14 +143,33 @@ $$;
 
 -- The word index document: text, tool calls and reasoning as weights A, B and C, so a query
 -- restricted to search kinds matches only their lexemes (tsquery 'word':AB). Each part is
--- capped at WORD_INDEX_CHARS (a tsvector must stay under 1 MB).
+-- capped at WORD_INDEX_CHARS. A tsvector must stay under 1 MB (else SQLSTATE 54000, and the
+-- message could never be stored): up to WORD_SAFE_CHARS folded characters in all it provably
+-- does (WORD_BYTES_PER_CHAR); above, the full document is tried and, past the limit, each part
+-- is cut to WORD_FALLBACK_CHARS, which provably fits. The message itself is stored whole.
 CREATE OR REPLACE FUNCTION {s}.quill_words(content text, tool_calls text, reasoning text)
 RETURNS tsvector
-LANGUAGE sql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog AS $$
-    SELECT setweight(to_tsvector('simple'::regconfig, {s}.quill_unaccent({punct_content})), 'A')
-        || setweight(to_tsvector('simple'::regconfig, {s}.quill_unaccent({punct_tools})), 'B')
-        || setweight(to_tsvector('simple'::regconfig, {s}.quill_unaccent({punct_reasoning})), 'C')
-$$;
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog AS $$
+DECLARE
+    c text := {s}.quill_unaccent({punct_content});
+    t text := {s}.quill_unaccent({punct_tools});
+    r text := {s}.quill_unaccent({punct_reasoning});
+BEGIN
+    IF char_length(c) + char_length(t) + char_length(r) > {word_safe_chars} THEN
+        BEGIN
+            RETURN setweight(to_tsvector('simple'::regconfig, c), 'A')
+                || setweight(to_tsvector('simple'::regconfig, t), 'B')
+                || setweight(to_tsvector('simple'::regconfig, r), 'C');
+        EXCEPTION WHEN program_limit_exceeded THEN
+            c := left(c, {word_fallback_chars});
+            t := left(t, {word_fallback_chars});
+            r := left(r, {word_fallback_chars});
+        END;
+    END IF;
+    RETURN setweight(to_tsvector('simple'::regconfig, c), 'A')
+        || setweight(to_tsvector('simple'::regconfig, t), 'B')
+        || setweight(to_tsvector('simple'::regconfig, r), 'C');
+END $$;
 
 
 -- Stored, not an index expression: a search recheck or filter reads the vector instead of
@@ -261,8 +298,9 @@ SCHEMA_VERSION = sqlite_schema.SCHEMA_VERSION
 #: Version of what only PostgreSQL has (``PG_DDL``: search functions, the word index
 #: document). A store whose ``state_meta['pg_layout']`` differs gets ``PG_DDL`` again at
 #: open (idempotent; its ``words`` column is rebuilt: one rewrite of ``messages``).
-#: 2: search kinds (weights) and reasoning; 3: diacritics folded (unaccent).
-PG_LAYOUT = "3"
+#: 2: search kinds (weights) and reasoning; 3: diacritics folded (unaccent); 4: a word
+#: document over tsvector's 1 MB limit falls back to a shorter prefix instead of failing.
+PG_LAYOUT = "4"
 
 
 def _quote_ident(name: str) -> str:
@@ -367,6 +405,8 @@ def create(conn: PgConnection) -> None:
                     punct_to_space=punct,
                     **parts,
                     word_chars=WORD_INDEX_CHARS,
+                    word_safe_chars=WORD_SAFE_CHARS,
+                    word_fallback_chars=WORD_FALLBACK_CHARS,
                     trigram_chars=TRIGRAM_PREFIX_CHARS,
                     trigram_scope=TRIGRAM_SCOPE,
                 )

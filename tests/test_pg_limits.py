@@ -254,3 +254,32 @@ def test_a_message_past_the_tsvector_limit_is_stored_and_its_prefix_searchable(
         assert size == len(big["content"].encode())  # stored whole, only its index is cut
     finally:
         store.close()
+
+
+def test_the_word_functions_run_in_a_parallel_query(tmp_path, pg_store_url):
+    """Their EXCEPTION blocks start subtransactions, which parallel mode refuses (25000): they
+    must be labelled PARALLEL UNSAFE so the planner never runs them there (a rebuild of the
+    words column or an operator's query over it)."""
+    store = Store(tmp_path, pg_store_url)
+    try:
+        msg = {
+            "role": "assistant",
+            "content": "x",
+            "tool_calls": [
+                {
+                    "id": "c",
+                    "type": "function",
+                    "function": {"name": "grep", "arguments": '{"q": "needle"}'},
+                }
+            ],
+        }
+        assert store.apply("messages.append", {"session_id": "s", "messages": [msg]}) == []
+        with psycopg.connect(pg_store_url, autocommit=True) as c:
+            c.execute("SET force_parallel_mode = on")
+            n = c.execute(
+                "SELECT count(*) FROM messages "
+                "WHERE quill_words(content, tool_calls, reasoning) @@ 'needle'::tsquery"
+            ).fetchone()[0]
+        assert n == 1
+    finally:
+        store.close()

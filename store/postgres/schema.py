@@ -78,8 +78,11 @@ CREATE OR REPLACE FUNCTION {s}.min(a double precision, b double precision) RETUR
 
 -- The searchable text of a message: content plus tool-call names and arguments (as SQLite's
 -- SEARCH_TEXT_SQL). Malformed tool_calls contribute nothing instead of failing the insert.
+-- PARALLEL UNSAFE here and in every function with an EXCEPTION block or calling one: a block
+-- starts a subtransaction, which PostgreSQL refuses in parallel mode ("cannot start
+-- subtransactions during a parallel operation", SQLSTATE 25000).
 CREATE OR REPLACE FUNCTION {s}.quill_search_text(content text, tool_calls text) RETURNS text
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog AS $$
+LANGUAGE plpgsql IMMUTABLE PARALLEL UNSAFE SET search_path = pg_catalog AS $$
 DECLARE extra text;
 BEGIN
     IF tool_calls IS NULL THEN RETURN coalesce(content, ''); END IF;
@@ -98,7 +101,7 @@ END $$;
 -- already a separator for the parser. Nested replace() is several times cheaper
 -- than regexp_replace('[^[:alnum:]]+') here (bench/RESULTS.md).
 CREATE OR REPLACE FUNCTION {s}.quill_words(content text, tool_calls text) RETURNS tsvector
-LANGUAGE sql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog AS $$
+LANGUAGE sql IMMUTABLE PARALLEL UNSAFE SET search_path = pg_catalog AS $$
     SELECT to_tsvector('simple'::regconfig, {punct_to_space})
 $$;
 
@@ -107,7 +110,7 @@ $$;
 -- they are a JSON text (OpenAI's "arguments"), so words after an escaped newline or inside
 -- escaped quotes are words. Malformed JSON contributes nothing instead of failing the insert.
 CREATE OR REPLACE FUNCTION {s}.quill_tool_text(tool_calls text) RETURNS text
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog AS $$
+LANGUAGE plpgsql IMMUTABLE PARALLEL UNSAFE SET search_path = pg_catalog AS $$
 DECLARE t jsonb; args jsonb; out text := '';
 BEGIN
     IF tool_calls IS NULL THEN RETURN ''; END IF;
@@ -149,7 +152,7 @@ $$;
 -- is cut to WORD_FALLBACK_CHARS, which provably fits. The message itself is stored whole.
 CREATE OR REPLACE FUNCTION {s}.quill_words(content text, tool_calls text, reasoning text)
 RETURNS tsvector
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog AS $$
+LANGUAGE plpgsql IMMUTABLE PARALLEL UNSAFE SET search_path = pg_catalog AS $$
 DECLARE
     c text := {s}.quill_unaccent({punct_content});
     t text := {s}.quill_unaccent({punct_tools});

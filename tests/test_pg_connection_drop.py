@@ -108,3 +108,44 @@ def test_killing_the_writers_backend_mid_drain_is_retried_without_a_restart(tmp_
             "HAVING count(*) > 1) AS d"
         ).fetchone()[0]
     assert dup == 0
+
+
+def test_a_missing_table_halts_the_writer_and_a_bad_role_is_retried(tmp_path, pg_store_url):
+    """Structural (the store's ``messages`` table gone) → the sticky halt, recorded for every
+    host; this host's configuration (a role that does not exist, SQLSTATE 28000) → retried
+    with the error published. Neither one crashes the writer."""
+    from harness import InProcessWriter
+
+    from quill.store.postgres import PgConnection, halt
+
+    host = InProcessWriter(tmp_path / "host", pg_store_url)
+    try:
+        host.say("s", "one")
+        host.until_idle()
+        with psycopg.connect(pg_store_url, autocommit=True) as c:
+            c.execute("ALTER TABLE messages RENAME TO messages_away")
+        host.say("s", "two")
+        for _ in range(5):
+            host.turn()
+        st = host.status()
+        assert st.get("halted") and st["halt"]["cause"] == "StructuralError", st
+        conn = PgConnection(pg_store_url)
+        try:
+            assert halt.read(conn)["cause"] == "StructuralError"
+        finally:
+            conn.close()
+    finally:
+        host.close()
+
+    bad = pg_store_url.replace("postgresql://postgres@", "postgresql://no_such_role_x@", 1)
+    assert bad != pg_store_url
+    other = InProcessWriter(tmp_path / "other", bad)
+    try:
+        other.say("s2", "hello")
+        pauses = [other.turn() for _ in range(3)]
+        assert pauses[0] > 0 and pauses[1] >= pauses[0]  # backing off, not raising
+        st = other.status()
+        assert not st.get("halted") and "no_such_role_x" in (st.get("error") or ""), st
+        assert other.events("writer.open_retry"), "the retry is logged"
+    finally:
+        other.close()

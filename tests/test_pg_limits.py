@@ -146,6 +146,12 @@ def test_ids_at_the_limit_are_stored_on_both_backends(tmp_path, backend):
         ("session.create", {"session_id": _wide(300)}, None, "invalid-session-id"),
         ("session.create", {"session_id": "s", "key": _wide(300)}, None, "invalid-field"),
         (
+            "session.create",
+            {"session_id": "s", "parent_id": "p" * 600, "parent_kind": "branch"},
+            None,
+            "invalid-field",
+        ),
+        (
             "messages.append",
             {
                 "session_id": "s",

@@ -125,6 +125,9 @@ def check_create(data: dict) -> None:
         raise InvalidOpError("invalid-field", f"parent_kind must be one of {sorted(EDGE_KINDS)}")
     if (kind is None) != (parent is None):
         raise InvalidOpError("invalid-field", "parent_id and parent_kind go together")
+    too_long = None if parent is None else id_size_problem(parent, "parent_id")
+    if too_long:
+        raise InvalidOpError("invalid-field", too_long)
     if parent == sid:
         raise InvalidOpError("self-parent", f"session {sid!r} cannot be its own parent")
     owner = opt(data, "owner", dict) or {}

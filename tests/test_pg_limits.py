@@ -289,3 +289,42 @@ def test_the_word_functions_run_in_a_parallel_query(tmp_path, pg_store_url):
         assert n == 1
     finally:
         store.close()
+
+
+def test_the_client_and_the_http_api_refuse_a_long_id_in_their_error_format(tmp_path):
+    import httpx
+    from service_helpers import served
+
+    import quill as pkg
+
+    home = tmp_path / "home"
+    client = pkg.Client(home)
+    with pytest.raises(pkg.InvalidInputError) as refused:
+        client.append("s", [{"role": "user", "content": "x", "tool_call_id": "t" * 600}])
+    assert refused.value.reason == "invalid-field"
+    with pytest.raises(pkg.InvalidInputError) as refused:
+        client.append("s", [{"role": "user", "content": "x"}], batch_id="b" * 600)
+    assert refused.value.reason == "invalid-batch"
+
+    ok = {"op": "session.create", "data": {"session_id": "fine"}}
+    cases = [
+        (
+            {"op": "session.create", "data": {"session_id": "s2"}, "batch": "b" * 600},
+            "invalid-request",  # the API's own batch id pattern: ≤ 128 characters
+        ),
+        (
+            {
+                "op": "messages.append",
+                "data": {"session_id": "s2", "messages": [LONG_IDS["wide message id"]]},
+            },
+            "invalid-field",
+        ),
+    ]
+    with served(QuillCLI(home)) as base:
+        for bad, reason in cases:
+            r = httpx.post(f"{base}/api/v1/ops", json={"ops": [ok, bad]})
+            assert r.status_code == 422, r.text
+            err = r.json()["error"]
+            assert err["reason"] == reason and err["op_index"] == 1, err
+    spool = home / "spool"
+    assert not any(p.stat().st_size for p in spool.glob("*.jsonl"))

@@ -9,9 +9,9 @@
   (``store.postgres.apply``); across sessions they need not follow commit order, which is why
   search needs no watermark here: indexes are maintained by the server in the transaction.
 * Search: a GIN index over ``quill_words(content, tool_calls)`` (a ``simple`` tsvector of
-  the text, tool names and arguments, split on non-alphanumerics like FTS5's unicode61, capped
-  at ``WORD_INDEX_CHARS`` so one huge tool output can never exceed tsvector's 1 MB limit and
-  abort a chunk) and a ``pg_trgm`` GIN index over the first ``TRIGRAM_PREFIX_CHARS`` of
+  the text, tool names and arguments, split on non-alphanumerics like FTS5's unicode61,
+  bounded by ``store.postgres.words`` so no message can pass tsvector's 1 MB limit and be
+  refused) and a ``pg_trgm`` GIN index over the first ``TRIGRAM_PREFIX_CHARS`` of
   user/assistant text (the same scope as SQLite's trigram table).
 * SQLite's scalar ``max(a, b)``/``min(a, b)`` exist as functions, so the shared op appliers
   run unchanged.
@@ -30,33 +30,18 @@ still resolve when ``pg_restore`` runs with an empty search_path.
 from __future__ import annotations
 
 import re
-import string
 
 from quill.store import schema as sqlite_schema
 from quill.store.errors import CantOpenError
 from quill.store.postgres.connection import PgConnection
+from quill.store.postgres.words import (
+    WORD_FALLBACK_CHARS,
+    WORD_INDEX_CHARS,
+    WORD_SAFE_CHARS,
+    punct_to_space,
+)
 from quill.store.schema import TRIGRAM_PREFIX_CHARS, TRIGRAM_ROLES
 
-#: Characters of a message's searchable text that enter the word index (see module doc).
-WORD_INDEX_CHARS = 100_000
-#: An upper bound on the bytes a tsvector spends per character of its (folded) text. A lexeme
-#: is a lowercased token (≤ 4 bytes a character); a hyphenated word or a URL (unaccent can
-#: bring back ``-``, ``.``, ``/``, ``@``) is indexed whole and by its parts, so a character
-#: is in at most 2 lexemes (8 bytes); each lexeme adds 1 alignment byte, a 2-byte position
-#: count and its first 2-byte position, and there are at most 1.5 tokens a character (7.5
-#: bytes). Further positions are ≤ 16,383 and distinct per lexeme: at most
-#: ``_POSITION_SLACK`` bytes a part. PostgreSQL refuses a tsvector whose lexemes and
-#: positions pass 1,048,575 bytes (SQLSTATE 54000, docs: "Limitations" of text search).
-WORD_BYTES_PER_CHAR = 16
-_POSITION_SLACK = 2 * 16_384
-_TSVECTOR_MAX = 1_048_575
-#: Folded characters (text + tool text + reasoning) below which the word document provably
-#: fits; above it the full document is tried first (``quill_words``).
-WORD_SAFE_CHARS = 56_000
-#: Characters of each part indexed when the full document is over the limit.
-WORD_FALLBACK_CHARS = 18_000
-assert WORD_SAFE_CHARS * WORD_BYTES_PER_CHAR + 3 * _POSITION_SLACK < _TSVECTOR_MAX
-assert 3 * WORD_FALLBACK_CHARS * WORD_BYTES_PER_CHAR + 3 * _POSITION_SLACK < _TSVECTOR_MAX
 #: Advisory lock key (session level) held while migrating: hashtext('quill-migrate').
 _MIGRATE_LOCK_SQL = (
     "SELECT pg_advisory_lock(hashtextextended('quill-migrate:' || current_schema(), 0))"
@@ -228,13 +213,6 @@ _CREATE_TABLE = re.compile(r"^\s*CREATE\s+TABLE\s+IF\s+NOT\s+EXISTS\s+(\w+)", re
 _OWN_TABLES = frozenset(_CREATE_TABLE.findall(PG_DDL))
 
 
-def _punct_to_space(expr: str) -> str:
-    """SQL replacing every ASCII punctuation character of ``expr`` by a space."""
-    for ch in string.punctuation:
-        expr = f"replace({expr}, '{ch.replace(chr(39), chr(39) * 2)}', ' ')"
-    return expr
-
-
 _TYPES = (
     (
         re.compile(r"\bINTEGER\s+PRIMARY\s+KEY\b", re.I),
@@ -388,12 +366,12 @@ def create(conn: PgConnection) -> None:
                 conn.execute_script(translate_ddl(step))
             if current:  # an older layout's words column holds vectors of the old document
                 conn.execute_script("ALTER TABLE messages DROP COLUMN IF EXISTS words")
-            punct = _punct_to_space(
+            punct = punct_to_space(
                 f"left({_quote_ident(schema)}.quill_search_text(content, tool_calls), "
                 f"{WORD_INDEX_CHARS})"
             )
             parts = {
-                name: _punct_to_space(f"left({expr}, {WORD_INDEX_CHARS})")
+                name: punct_to_space(f"left({expr}, {WORD_INDEX_CHARS})")
                 for name, expr in (
                     ("punct_content", "coalesce(content, '')"),
                     ("punct_tools", f"{_quote_ident(schema)}.quill_tool_text(tool_calls)"),

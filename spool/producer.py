@@ -137,6 +137,11 @@ class Spool:
         if not isinstance(data, dict):
             raise InvalidOpError(f"op data must be a JSON object, got {type(data).__name__}")
         batch_id = batch_id or _uuid4()
+        if not isinstance(batch_id, str):
+            raise InvalidOpError(f"batch id must be a string, got {type(batch_id).__name__}")
+        problem = record.id_size_problem(batch_id, "batch id")
+        if problem:
+            raise InvalidOpError(problem)
         self._seq += 1
         body = {
             "v": record.VERSION,

@@ -98,6 +98,26 @@ def encode(body: dict[str, Any], *, fast: bool = True) -> bytes:
     return b"".join((memoryview(data)[:-1], _CRC_PREFIX, b"%08x" % crc, b'"}\n'))
 
 
+#: Longest id a record may carry (batch id, session id, message id, tool-call id, response id,
+#: session key), in characters and in UTF-8 bytes: both backends index ids, and PostgreSQL's
+#: B-tree refuses an index row over 2704 bytes (SQLSTATE 54000). Two ids in one index row
+#: (``messages(session_id, ext_id)``, ``(session_id, tool_call_id)``) stay under it.
+MAX_ID_CHARS = 512
+MAX_ID_BYTES = 1024
+
+
+def id_size_problem(value: str, name: str) -> str | None:
+    """Why the id ``value`` (named ``name`` in the message) is too long, or None when it
+    fits ``MAX_ID_CHARS`` and ``MAX_ID_BYTES`` (UTF-8; a lone surrogate counts 3 bytes)."""
+    if len(value) > MAX_ID_CHARS:
+        return f"{name} has {len(value)} characters; the limit is {MAX_ID_CHARS}"
+    if len(value) * 4 > MAX_ID_BYTES:  # only then can it pass the byte limit
+        size = len(value.encode("utf-8", "surrogatepass"))
+        if size > MAX_ID_BYTES:
+            return f"{name} is {size} bytes in UTF-8; the limit is {MAX_ID_BYTES}"
+    return None
+
+
 #: Deepest nesting of objects and arrays a producer may append (``store.apply.precheck``): readers
 #: decode recursively, against the interpreter's recursion limit (1,000 frames by default)
 #: minus their own stack, so a line must stay well inside it wherever it is read.

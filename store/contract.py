@@ -36,7 +36,18 @@ from quill.store.errors import StoreError
 
 class BadDataError(StoreError, ValueError):
     """The engine refused an op's values (PostgreSQL SQLSTATE class 22 data exception or 23
-    integrity violation: a number out of range, a constraint). The op is quarantined."""
+    integrity violation: a number out of range, a constraint). The op is quarantined with
+    reason ``quarantine_reason``."""
+
+    quarantine_reason = "invalid-data"
+
+
+class OverLimitError(BadDataError):
+    """A value of the op is over one of the engine's own limits (PostgreSQL SQLSTATE class 54
+    "program limit exceeded": an index row over 2704 bytes, a tsvector over 1 MB). The op can
+    never be stored, so it is quarantined (reason ``over-limit``) and the rest applied."""
+
+    quarantine_reason = "over-limit"
 
 
 #: Maintenance each backend runs on a schedule. SQLite's VACUUM, FTS optimize/merge and WAL

@@ -5,6 +5,7 @@ never by message text.
     ├── TransientError        SQLITE_BUSY / SQLITE_LOCKED: retry later
     ├── CorruptError          SQLITE_CORRUPT: sticky halt (architecture.md "Corruption stops
     │   │                     writes, never loses data")
+    │   ├── StructuralError   (PostgreSQL) a table/column/function of the store is missing
     │   └── NotADatabaseError SQLITE_NOTADB
     ├── DiskFullError         SQLITE_FULL: pause the drain until space returns
     ├── StoreIOError          SQLITE_IOERR
@@ -40,6 +41,13 @@ class TransientError(StoreError):
 
 class CorruptError(StoreError):
     """Structural damage (SQLITE_CORRUPT). The writer halts; recovery rebuilds the store."""
+
+
+class StructuralError(CorruptError):
+    """The database does not hold the store Quill made: a table, column, function or schema
+    it needs is missing (PostgreSQL SQLSTATE 42P01, 42703, 42883, 42704, 3F000). No retry
+    or quarantine can help, so the writer takes the sticky halt until an operator repairs
+    the store (``quill recover``)."""
 
 
 class NotADatabaseError(CorruptError):

@@ -147,9 +147,9 @@ def run(
         ops = list(ingest.push_ops(values, session_id))
     except ValueError as exc:
         raise InvalidInputError(f"{exc}; {_NOTHING}") from None
-    for index, (op, data, _) in enumerate(ops):
+    for index, (op, data, batch) in enumerate(ops):
         try:
-            precheck(op, data)
+            precheck(op, data, batch)
         except InvalidOpError as exc:
             raise InvalidInputError(
                 f"batch {index}: {exc.reason}: {exc.detail}; {_NOTHING}", reason=exc.reason

@@ -63,7 +63,7 @@ class Writes:
         from quill.store.errors import InvalidOpError
 
         try:
-            precheck(op, data)
+            precheck(op, data, batch_id)
         except InvalidOpError as exc:
             raise InvalidInputError(
                 f"{op}: {exc.reason}: {exc.detail}",

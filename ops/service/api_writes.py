@@ -77,9 +77,9 @@ def _append(request: Request, ops: list[tuple[str, Any, str | None]]) -> AcksOut
             f"{app.cfg.http_max_batch_messages} ([http] max_batch_messages)",
         )
     # Every op is checked before any is appended, so a refused request appends nothing.
-    for index, (op, data, _) in enumerate(ops):
+    for index, (op, data, batch) in enumerate(ops):
         try:
-            precheck(op, data)
+            precheck(op, data, batch)
         except InvalidOpError as exc:
             raise ApiError(
                 422,

@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from quill.spool.record import MAX_ID_BYTES, MAX_ID_CHARS, id_size_problem
 from quill.store.apply.normalize import message_row, scrub
 from quill.store.apply.reprice import check_reprice
 from quill.store.apply.rules import no_nul, opt, session_id, session_id_problem
@@ -97,9 +98,11 @@ def clean_title(title: str | None) -> str | None:
 def key_field(data: dict) -> str | None:
     """``data['key']``: a non-empty string of ≤512 characters (scrubbed), or None."""
     key = opt(data, "key", str)
-    if key is not None and (not key.strip() or len(key) > 512):
+    if key is not None and (not key.strip() or id_size_problem(key, "key")):
         raise InvalidOpError(
-            "invalid-field", "key must be a non-empty string of at most 512 characters"
+            "invalid-field",
+            f"key must be a non-empty string of at most {MAX_ID_CHARS} characters and "
+            f"{MAX_ID_BYTES} bytes (UTF-8)",
         )
     return scrub(key) if key is not None else None
 
@@ -122,6 +125,9 @@ def check_create(data: dict) -> None:
         raise InvalidOpError("invalid-field", f"parent_kind must be one of {sorted(EDGE_KINDS)}")
     if (kind is None) != (parent is None):
         raise InvalidOpError("invalid-field", "parent_id and parent_kind go together")
+    too_long = None if parent is None else id_size_problem(parent, "parent_id")
+    if too_long:
+        raise InvalidOpError("invalid-field", too_long)
     if parent == sid:
         raise InvalidOpError("self-parent", f"session {sid!r} cannot be its own parent")
     owner = opt(data, "owner", dict) or {}

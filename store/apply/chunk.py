@@ -21,6 +21,7 @@ from typing import Any, Protocol
 import apsw
 
 from quill.spool import cursor_proof
+from quill.spool.record import id_size_problem
 from quill.store.apply import bulk as bulk_append
 from quill.store.apply.ledger import Ledger, SqliteLedger, op_digest
 from quill.store.apply.sessions import APPLIERS
@@ -208,7 +209,12 @@ def _bulk_candidate(
     if rec is None or rec.get("op") != "messages.append":
         return None
     batch, data = rec.get("batch"), rec.get("data")
-    if not isinstance(batch, str) or batch in decided or not isinstance(data, dict):
+    if (
+        not isinstance(batch, str)
+        or batch in decided
+        or not isinstance(data, dict)
+        or id_size_problem(batch, "batch id")
+    ):
         return None
     digest = op_digest(rec["op"], data)
     prepared = bulk_append.prepare(
@@ -273,6 +279,13 @@ def _apply_entry(
     rec = entry.record
     batch = rec["batch"]
     digest = op_digest(rec["op"], rec["data"])
+    too_long = id_size_problem(batch, "batch id") if isinstance(batch, str) else None
+    if too_long:
+        # Refused before the ledger: no backend can key a row by it (PostgreSQL's index
+        # refuses it, SQLSTATE 54000), so it is quarantined without a rejected_batches row.
+        on_reject(entry, "invalid-batch", too_long)
+        result.rejected += 1
+        return
     if isinstance(batch, str):
         if batch in decided:
             prior = decided[batch]
@@ -319,7 +332,10 @@ def _apply_entry(
         reason, detail = (
             (exc.reason, exc.detail)
             if isinstance(exc, InvalidOpError)
-            else ("invalid-data", f"{type(exc).__name__}: {exc}")
+            else (
+                getattr(exc, "quarantine_reason", "invalid-data"),
+                f"{type(exc).__name__}: {exc}",
+            )
         )
         if isinstance(batch, str):
             ledger.record_rejected(conn, batch, str(entry.position), reason, now)

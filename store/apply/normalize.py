@@ -21,6 +21,7 @@ import json
 import re
 from typing import Any
 
+from quill.spool.record import id_size_problem
 from quill.store.errors import InvalidOpError
 
 try:
@@ -150,6 +151,24 @@ def _opt_str(msg: dict, key: str) -> str | None:
     return scrub(value)
 
 
+def _id(value: str | None, key: str) -> str | None:
+    """``value`` (a message's id or tool-call id) unless it is over the id limits
+    (``spool.record.id_size_problem``): then ``InvalidOpError('invalid-field')``."""
+    problem = None if value is None else id_size_problem(value, f"message field {key!r}")
+    if problem:
+        raise InvalidOpError("invalid-field", problem)
+    return value
+
+
+def _int_id(value: int) -> str:
+    """An integer message id as text; ``invalid-field`` when it has too many digits to convert
+    (Python refuses over 4300), which is over the id limit anyway."""
+    try:
+        return str(value)
+    except ValueError:
+        raise InvalidOpError("invalid-field", "message field 'id' is over the id limit") from None
+
+
 def tool_calls_json(value: Any) -> str | None:
     """Normalise a tool_calls value to a once-encoded JSON array, or None for "no calls"."""
     for _ in range(2):  # a JSON string, or a JSON string of a JSON string (double-encoded)
@@ -265,13 +284,15 @@ def message_row(msg: Any, arrived_at: float) -> tuple:
         extra = {**given_extra, **extra}
     elif given_extra is not None:
         extra["extra"] = given_extra
+    if ext_id is not None:
+        ext_id = _id(scrub(str(ext_id)) if isinstance(ext_id, str) else _int_id(ext_id), "id")
     return (
-        None if ext_id is None else scrub(str(ext_id)),
+        ext_id,
         role,
         text,
         parts,
         tool_calls_json(msg.get("tool_calls")),
-        _opt_str(msg, "tool_call_id"),
+        _id(_opt_str(msg, "tool_call_id"), "tool_call_id"),
         _opt_str(msg, "name"),
         _opt_str(msg, "reasoning"),
         _opt_str(msg, "finish_reason"),

@@ -16,15 +16,19 @@ import json
 from typing import Any
 
 from quill.spool import OP_KINDS
-from quill.spool.record import MAX_NESTING, nesting_ok
+from quill.spool.record import MAX_NESTING, id_size_problem, nesting_ok
 from quill.store.apply.checks import CHECKS
 from quill.store.errors import InvalidOpError
 
 
-def precheck(op: str, data: Any) -> None:
-    """Raise ``InvalidOpError`` if ``op``/``data`` can never be applied; return None if it may.
+def precheck(op: str, data: Any, batch_id: Any = None) -> None:
+    """Raise ``InvalidOpError`` if ``op``/``data`` (with the producer's ``batch_id``; None or
+    empty: the spool makes one) can never be applied; return None if it may.
 
-    Reasons: ``unknown-op``, ``invalid-data`` (not an object), the kind's content reasons
+    Reasons: ``unknown-op``, ``invalid-batch`` (a batch id that is not a string or is over
+    the id limits, ``spool.record.MAX_ID_CHARS``/``MAX_ID_BYTES``, which also bound every id
+    inside ``data``: no backend can key a row by a longer one), ``invalid-data`` (not an
+    object), the kind's content reasons
     (``op_checks.CHECKS[op]``: ``invalid-field``, ``invalid-session-id``, ``invalid-role``,
     ``invalid-message``, ``invalid-usage``, ``title-too-long``, ``self-parent``,
     ``no-such-turn``), and ``invalid-field`` for NaN/Infinity or a value that is not JSON (a
@@ -32,6 +36,12 @@ def precheck(op: str, data: Any) -> None:
     deeper than ``spool.record.MAX_NESTING``."""
     if not isinstance(op, str) or op not in OP_KINDS:  # a list op is unhashable: not a TypeError
         raise InvalidOpError("unknown-op", f"op {op!r} is not one of {sorted(OP_KINDS)}")
+    if batch_id:  # None or "": the spool makes one
+        if not isinstance(batch_id, str):
+            raise InvalidOpError("invalid-batch", "a batch id must be a string")
+        problem = id_size_problem(batch_id, "batch id")
+        if problem:
+            raise InvalidOpError("invalid-batch", problem)
     if not isinstance(data, dict):
         raise InvalidOpError("invalid-data", "op data must be a JSON object")
     if not nesting_ok(data):  # before the checks below, which recurse

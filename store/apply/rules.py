@@ -14,6 +14,7 @@ from typing import Any
 
 import apsw
 
+from quill.spool.record import MAX_ID_CHARS, id_size_problem
 from quill.store.errors import InvalidOpError
 
 Applier = Callable[[apsw.Connection, dict, str, float], int]
@@ -73,19 +74,23 @@ def atomic(applier: Applier) -> Applier:
     return run
 
 
-#: Longest session id, in characters.
-MAX_SESSION_ID = 512
+#: Longest session id, in characters (and at most ``spool.record.MAX_ID_BYTES`` UTF-8 bytes).
+MAX_SESSION_ID = MAX_ID_CHARS
 
 
 def session_id_problem(sid: Any) -> str | None:
     """Why ``sid`` is not a valid session id, or None if it is. The one rule for every way in
     (docs/ops.md, "Common rules"): spool ops (``precheck`` and the writer), ``quill push``,
-    the client and the HTTP API — a string of 1..512 characters with no control character
-    (C0, DEL, C1: they corrupt terminals and logs), no lone surrogate, and no leading or
-    trailing whitespace (an id that looks like another). ``/``, ``%`` and inner spaces are
-    ordinary characters; the HTTP API takes them percent-encoded in its paths."""
+    the client and the HTTP API — a string of 1..512 characters (≤ 1024 bytes in UTF-8: ids
+    are indexed, ``spool.record.MAX_ID_BYTES``) with no control character (C0, DEL, C1:
+    they corrupt terminals and logs), no lone surrogate, and no leading or trailing
+    whitespace (an id that looks like another). ``/``, ``%`` and inner spaces are ordinary
+    characters; the HTTP API takes them percent-encoded in its paths."""
     if not isinstance(sid, str) or not sid or len(sid) > MAX_SESSION_ID:
         return f"session_id must be a non-empty string (≤{MAX_SESSION_ID} chars), got {sid!r}"
+    too_long = id_size_problem(sid, "session_id")
+    if too_long:
+        return too_long
     if sid != sid.strip():
         return f"session_id must not start or end with whitespace, got {sid!r}"
     if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in sid):

@@ -32,6 +32,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from quill.spool.record import MAX_ID_CHARS, id_size_problem
 from quill.store.apply.normalize import timestamp
 from quill.store.apply.rules import no_nul, opt, session_id
 from quill.store.errors import InvalidOpError
@@ -172,6 +173,16 @@ def _gemini(raw: dict) -> dict[str, int]:
     }
 
 
+def _id_text(value: Any, key: str) -> str | None:
+    """An id attribute (``response_id``): ``_text`` within the id limits of every store
+    (``spool.record.id_size_problem``). Raises ``InvalidOpError('invalid-field')``."""
+    text = _text(value, key, MAX_ID_CHARS)
+    problem = None if text is None else id_size_problem(text, repr(key))
+    if problem:
+        raise InvalidOpError("invalid-field", problem)
+    return text
+
+
 def _text(value: Any, key: str, limit: int = 256) -> str | None:
     if value is None:
         return None
@@ -246,6 +257,6 @@ def fields(holder: dict, default_model: str | None = None) -> dict[str, Any]:
     return {
         "model": _text(holder.get("model"), "model") or default_model,
         "provider": _text(holder.get("provider"), "provider"),
-        "response_id": _text(holder.get("response_id"), "response_id", 512),
+        "response_id": _id_text(holder.get("response_id"), "response_id"),
         "task": _text(holder.get("task"), "task", 64) or "turn",
     }

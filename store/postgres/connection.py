@@ -120,8 +120,8 @@ class PgConnection:
     def execute(self, sql: str, args: Sequence[Any] | None = None) -> PgCursor:
         text, order = translate(sql)
         params = _args(order, args)
-        cur = self.raw.cursor()
-        with mapped():
+        with mapped():  # opening the cursor meets a lost connection first: map it too
+            cur = self.raw.cursor()
             cur.execute(text, params if params or "%s" in text or "%%" in text else None)
         self._changes = max(cur.rowcount, 0)
         return PgCursor(cur)
@@ -135,6 +135,12 @@ class PgConnection:
             cur.executemany(text, rows)
             self._changes = max(cur.rowcount, 0)
 
+    def execute_script(self, sql: str) -> None:
+        """Run ``sql`` (several statements, no placeholders, no translation) as one simple
+        query: schema DDL. Raises the store error tree."""
+        with mapped():
+            self.raw.execute(sql.encode())
+
     def changes(self) -> int:
         """Rows changed by the last statement (apsw's ``changes()``)."""
         return self._changes
@@ -144,7 +150,8 @@ class PgConnection:
         return self.raw.info.transaction_status != pq.TransactionStatus.IDLE
 
     def close(self) -> None:
-        self.raw.close()
+        with mapped():
+            self.raw.close()
 
     @property
     def closed(self) -> bool:

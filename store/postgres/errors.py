@@ -1,17 +1,30 @@
-"""psycopg errors → the store error tree, classified by SQLSTATE class (never message text).
+"""psycopg errors → the store error tree, classified by SQLSTATE (never message text).
+
+Every call into the driver on the store's paths (connect, cursor open, execute, fetch,
+commit as ``COMMIT``, close) runs inside ``mapped``; ``store.postgres.connection`` is the one
+module that calls psycopg.
 
     SQLSTATE                                   store error             writer does
-    08xxx connection exception, 57P0x shutdown TransientError          back off, reconnect, retry
-      (and psycopg.OperationalError without a SQLSTATE: server unreachable)
+    08xxx connection exception, 57xxx (57P01-03 TransientError          back off (0.5 s doubling
+      shutdown, 57014 cancelled)                                       to 5 s), reconnect, retry
+      (and psycopg.OperationalError/InterfaceError without a SQLSTATE: unreachable, lost)
     40001 serialization failure, 40P01 deadlock TransientError         retry the chunk
-    55P03 lock not available, 57014 cancelled  TransientError          retry
+    55P03 lock not available                    TransientError         retry
+    25006 read-only transaction (a standby)     TransientError         retry: a failover's
+                                                                       new primary takes it
+    28xxx authorization, 3D000 no such database, TransientError        retry; status shows it
+      42501 privilege (this host's role and configuration, not the store: fixed, it goes on)
     53100 disk full, 53xxx insufficient resources DiskFullError / TransientError
-    58030 io error                              StoreIOError
-    XX001 data corrupted, XX002 index corrupted CorruptError            sticky halt
-    25006 read-only transaction                 ReadOnlyError
+    58030 io error                              StoreIOError            retry
     22xxx data exception, 23xxx integrity       BadDataError            quarantine the op
       (and psycopg.DataError without a SQLSTATE: a value psycopg refuses to send, e.g. NUL in text)
-    anything else                               StoreError
+    54xxx program limit exceeded                OverLimitError          quarantine the op
+      (a value over a server limit: the record can never be stored, the rest is applied)
+    42P01/42703/42883/42704 undefined table,    StructuralError         sticky halt
+      column, function, object; 3F000 no such schema
+    XX001 data corrupted, XX002 index corrupted CorruptError            sticky halt
+    anything else                               StoreError              the writer exits and
+                                                                       the supervisor restarts it
 
 Source: PostgreSQL docs, Appendix A "PostgreSQL Error Codes".
 """
@@ -23,13 +36,13 @@ from collections.abc import Iterator
 
 import psycopg
 
-from quill.store.contract import BadDataError
+from quill.store.contract import BadDataError, OverLimitError
 from quill.store.errors import (
     CorruptError,
     DiskFullError,
-    ReadOnlyError,
     StoreError,
     StoreIOError,
+    StructuralError,
     TransientError,
 )
 
@@ -42,7 +55,14 @@ _BY_CODE: dict[str, type[StoreError]] = {
     "58030": StoreIOError,
     "XX001": CorruptError,
     "XX002": CorruptError,
-    "25006": ReadOnlyError,
+    "25006": TransientError,
+    "3D000": TransientError,
+    "42P01": StructuralError,
+    "42703": StructuralError,
+    "42883": StructuralError,
+    "42704": StructuralError,
+    "42501": TransientError,
+    "3F000": StructuralError,
 }
 _BY_CLASS: dict[str, type[StoreError]] = {
     "08": TransientError,
@@ -50,6 +70,8 @@ _BY_CLASS: dict[str, type[StoreError]] = {
     "53": TransientError,
     "22": BadDataError,
     "23": BadDataError,
+    "54": OverLimitError,
+    "28": TransientError,
     "XX": CorruptError,
 }
 

@@ -9,9 +9,9 @@
   (``store.postgres.apply``); across sessions they need not follow commit order, which is why
   search needs no watermark here: indexes are maintained by the server in the transaction.
 * Search: a GIN index over ``quill_words(content, tool_calls)`` (a ``simple`` tsvector of
-  the text, tool names and arguments, split on non-alphanumerics like FTS5's unicode61, capped
-  at ``WORD_INDEX_CHARS`` so one huge tool output can never exceed tsvector's 1 MB limit and
-  abort a chunk) and a ``pg_trgm`` GIN index over the first ``TRIGRAM_PREFIX_CHARS`` of
+  the text, tool names and arguments, split on non-alphanumerics like FTS5's unicode61,
+  bounded by ``store.postgres.words`` so no message can pass tsvector's 1 MB limit and be
+  refused) and a ``pg_trgm`` GIN index over the first ``TRIGRAM_PREFIX_CHARS`` of
   user/assistant text (the same scope as SQLite's trigram table).
 * SQLite's scalar ``max(a, b)``/``min(a, b)`` exist as functions, so the shared op appliers
   run unchanged.
@@ -30,15 +30,18 @@ still resolve when ``pg_restore`` runs with an empty search_path.
 from __future__ import annotations
 
 import re
-import string
 
 from quill.store import schema as sqlite_schema
 from quill.store.errors import CantOpenError
 from quill.store.postgres.connection import PgConnection
+from quill.store.postgres.words import (
+    WORD_FALLBACK_CHARS,
+    WORD_INDEX_CHARS,
+    WORD_SAFE_CHARS,
+    punct_to_space,
+)
 from quill.store.schema import TRIGRAM_PREFIX_CHARS, TRIGRAM_ROLES
 
-#: Characters of a message's searchable text that enter the word index (see module doc).
-WORD_INDEX_CHARS = 100_000
 #: Advisory lock key (session level) held while migrating: hashtext('quill-migrate').
 _MIGRATE_LOCK_SQL = (
     "SELECT pg_advisory_lock(hashtextextended('quill-migrate:' || current_schema(), 0))"
@@ -60,8 +63,11 @@ CREATE OR REPLACE FUNCTION {s}.min(a double precision, b double precision) RETUR
 
 -- The searchable text of a message: content plus tool-call names and arguments (as SQLite's
 -- SEARCH_TEXT_SQL). Malformed tool_calls contribute nothing instead of failing the insert.
+-- PARALLEL UNSAFE here and in every function with an EXCEPTION block or calling one: a block
+-- starts a subtransaction, which PostgreSQL refuses in parallel mode ("cannot start
+-- subtransactions during a parallel operation", SQLSTATE 25000).
 CREATE OR REPLACE FUNCTION {s}.quill_search_text(content text, tool_calls text) RETURNS text
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog AS $$
+LANGUAGE plpgsql IMMUTABLE PARALLEL UNSAFE SET search_path = pg_catalog AS $$
 DECLARE extra text;
 BEGIN
     IF tool_calls IS NULL THEN RETURN coalesce(content, ''); END IF;
@@ -80,7 +86,7 @@ END $$;
 -- already a separator for the parser. Nested replace() is several times cheaper
 -- than regexp_replace('[^[:alnum:]]+') here (bench/RESULTS.md).
 CREATE OR REPLACE FUNCTION {s}.quill_words(content text, tool_calls text) RETURNS tsvector
-LANGUAGE sql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog AS $$
+LANGUAGE sql IMMUTABLE PARALLEL UNSAFE SET search_path = pg_catalog AS $$
     SELECT to_tsvector('simple'::regconfig, {punct_to_space})
 $$;
 
@@ -89,7 +95,7 @@ $$;
 -- they are a JSON text (OpenAI's "arguments"), so words after an escaped newline or inside
 -- escaped quotes are words. Malformed JSON contributes nothing instead of failing the insert.
 CREATE OR REPLACE FUNCTION {s}.quill_tool_text(tool_calls text) RETURNS text
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog AS $$
+LANGUAGE plpgsql IMMUTABLE PARALLEL UNSAFE SET search_path = pg_catalog AS $$
 DECLARE t jsonb; args jsonb; out text := '';
 BEGIN
     IF tool_calls IS NULL THEN RETURN ''; END IF;
@@ -125,14 +131,33 @@ $$;
 
 -- The word index document: text, tool calls and reasoning as weights A, B and C, so a query
 -- restricted to search kinds matches only their lexemes (tsquery 'word':AB). Each part is
--- capped at WORD_INDEX_CHARS (a tsvector must stay under 1 MB).
+-- capped at WORD_INDEX_CHARS. A tsvector must stay under 1 MB (else SQLSTATE 54000, and the
+-- message could never be stored): up to WORD_SAFE_CHARS folded characters in all it provably
+-- does (WORD_BYTES_PER_CHAR); above, the full document is tried and, past the limit, each part
+-- is cut to WORD_FALLBACK_CHARS, which provably fits. The message itself is stored whole.
 CREATE OR REPLACE FUNCTION {s}.quill_words(content text, tool_calls text, reasoning text)
 RETURNS tsvector
-LANGUAGE sql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog AS $$
-    SELECT setweight(to_tsvector('simple'::regconfig, {s}.quill_unaccent({punct_content})), 'A')
-        || setweight(to_tsvector('simple'::regconfig, {s}.quill_unaccent({punct_tools})), 'B')
-        || setweight(to_tsvector('simple'::regconfig, {s}.quill_unaccent({punct_reasoning})), 'C')
-$$;
+LANGUAGE plpgsql IMMUTABLE PARALLEL UNSAFE SET search_path = pg_catalog AS $$
+DECLARE
+    c text := {s}.quill_unaccent({punct_content});
+    t text := {s}.quill_unaccent({punct_tools});
+    r text := {s}.quill_unaccent({punct_reasoning});
+BEGIN
+    IF char_length(c) + char_length(t) + char_length(r) > {word_safe_chars} THEN
+        BEGIN
+            RETURN setweight(to_tsvector('simple'::regconfig, c), 'A')
+                || setweight(to_tsvector('simple'::regconfig, t), 'B')
+                || setweight(to_tsvector('simple'::regconfig, r), 'C');
+        EXCEPTION WHEN program_limit_exceeded THEN
+            c := left(c, {word_fallback_chars});
+            t := left(t, {word_fallback_chars});
+            r := left(r, {word_fallback_chars});
+        END;
+    END IF;
+    RETURN setweight(to_tsvector('simple'::regconfig, c), 'A')
+        || setweight(to_tsvector('simple'::regconfig, t), 'B')
+        || setweight(to_tsvector('simple'::regconfig, r), 'C');
+END $$;
 
 
 -- Stored, not an index expression: a search recheck or filter reads the vector instead of
@@ -186,13 +211,6 @@ _CREATE_TABLE = re.compile(r"^\s*CREATE\s+TABLE\s+IF\s+NOT\s+EXISTS\s+(\w+)", re
 #: Tables whose PostgreSQL shape differs from SQLite's (per-spool cursor, store-wide batch
 #: ids recorded with their spool): the ones ``PG_DDL`` creates, skipped when translating.
 _OWN_TABLES = frozenset(_CREATE_TABLE.findall(PG_DDL))
-
-
-def _punct_to_space(expr: str) -> str:
-    """SQL replacing every ASCII punctuation character of ``expr`` by a space."""
-    for ch in string.punctuation:
-        expr = f"replace({expr}, '{ch.replace(chr(39), chr(39) * 2)}', ' ')"
-    return expr
 
 
 _TYPES = (
@@ -261,8 +279,9 @@ SCHEMA_VERSION = sqlite_schema.SCHEMA_VERSION
 #: Version of what only PostgreSQL has (``PG_DDL``: search functions, the word index
 #: document). A store whose ``state_meta['pg_layout']`` differs gets ``PG_DDL`` again at
 #: open (idempotent; its ``words`` column is rebuilt: one rewrite of ``messages``).
-#: 2: search kinds (weights) and reasoning; 3: diacritics folded (unaccent).
-PG_LAYOUT = "3"
+#: 2: search kinds (weights) and reasoning; 3: diacritics folded (unaccent); 4: a word
+#: document over tsvector's 1 MB limit falls back to a shorter prefix instead of failing.
+PG_LAYOUT = "4"
 
 
 def _quote_ident(name: str) -> str:
@@ -344,22 +363,22 @@ def create(conn: PgConnection) -> None:
                 else [sqlite_schema.MIGRATIONS[v] for v in range(current, SCHEMA_VERSION)]
             )  # none: layout only
             for step in steps:
-                conn.raw.execute(translate_ddl(step).encode())
+                conn.execute_script(translate_ddl(step))
             if current:  # an older layout's words column holds vectors of the old document
-                conn.raw.execute(b"ALTER TABLE messages DROP COLUMN IF EXISTS words")
-            punct = _punct_to_space(
+                conn.execute_script("ALTER TABLE messages DROP COLUMN IF EXISTS words")
+            punct = punct_to_space(
                 f"left({_quote_ident(schema)}.quill_search_text(content, tool_calls), "
                 f"{WORD_INDEX_CHARS})"
             )
             parts = {
-                name: _punct_to_space(f"left({expr}, {WORD_INDEX_CHARS})")
+                name: punct_to_space(f"left({expr}, {WORD_INDEX_CHARS})")
                 for name, expr in (
                     ("punct_content", "coalesce(content, '')"),
                     ("punct_tools", f"{_quote_ident(schema)}.quill_tool_text(tool_calls)"),
                     ("punct_reasoning", "coalesce(reasoning, '')"),
                 )
             }
-            conn.raw.execute(
+            conn.execute_script(
                 PG_DDL.format(
                     s=_quote_ident(schema),
                     trgm=_quote_ident(trgm),
@@ -367,9 +386,11 @@ def create(conn: PgConnection) -> None:
                     punct_to_space=punct,
                     **parts,
                     word_chars=WORD_INDEX_CHARS,
+                    word_safe_chars=WORD_SAFE_CHARS,
+                    word_fallback_chars=WORD_FALLBACK_CHARS,
                     trigram_chars=TRIGRAM_PREFIX_CHARS,
                     trigram_scope=TRIGRAM_SCOPE,
-                ).encode()
+                )
             )
             conn.execute(
                 "INSERT INTO state_meta(key, value) VALUES ('schema_version', ?) "

@@ -66,6 +66,10 @@ def pristine(tmp_path_factory) -> Path:
             "VALUES (?, ?, ?, 'ok', '{}')",
             [(f"job{i}", i, i + 1) for i in range(200)],
         )
+        # A lease row as the cluster election writes it (on PostgreSQL; SQLite has the table).
+        store.conn.execute(
+            "INSERT INTO leader_lease VALUES ('scheduler', 'host:1:token', 1, 1.0, 1.0, 16.0)"
+        )
     store.backend.close()
     store.spool.close()
     db = root / "state.db"

@@ -32,6 +32,7 @@ from typing import Any
 
 import psycopg
 from psycopg import pq
+from psycopg.conninfo import conninfo_to_dict
 
 from quill.store.postgres.errors import mapped
 
@@ -100,9 +101,17 @@ class PgConnection:
     like an apsw connection. Raises the store error tree (``CantOpenError`` when the server
     cannot be reached is a ``TransientError``: see ``store.postgres.errors``)."""
 
-    def __init__(self, url: str, *, application_name: str = "quill"):
+    def __init__(self, url: str, *, application_name: str = "quill", **conninfo: Any):
+        """``conninfo``: libpq connection parameters added to (or replacing) the defaults,
+        e.g. keepalives for a session whose waits must be bounded
+        (``store.postgres.election.SESSION_BOUNDS``); its ``options`` come after the URL's
+        own (a store URL may set its ``search_path`` there). Raises the store error tree."""
         self.url = url
+        params: dict[str, Any] = {"connect_timeout": 10, **conninfo}
         with mapped():
+            if "options" in params:
+                own = conninfo_to_dict(url).get("options")
+                params["options"] = f"{own} {params['options']}" if own else params["options"]
             # prepare_threshold=None: no server-side prepared statements. A prepared search
             # turns into a generic plan after five runs, and a generic plan cannot see the
             # pattern of ``left(content, 2000) ILIKE $1``, so it walks every row instead of
@@ -112,8 +121,8 @@ class PgConnection:
                 url,
                 autocommit=True,
                 application_name=application_name,
-                connect_timeout=10,
                 prepare_threshold=None,
+                **params,
             )
         self._changes = 0
 

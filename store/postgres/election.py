@@ -17,11 +17,11 @@ The rule, with its bounds (``LEASE_S``, ``RENEW_S``, ``MARGIN_S``):
   ``MARGIN_S`` before any standby can take over, as long as the two clocks' rates differ by
   less than ``MARGIN_S / LEASE_S`` (7 %; NTP keeps them within 0.05 %).
 * **Renewal is bounded.** The leader renews every ``RENEW_S`` on its own connection whose every
-  wait is bounded (``SESSION_BOUNDS``: connect timeout, TCP keepalives, ``tcp_user_timeout``,
-  ``statement_timeout``), so a renewal over a dead network fails within ``RENEWAL_BOUND_S``
-  instead of waiting for TCP's own timeouts (hours). A failed renewal is retried (on a new
-  connection) until the lease runs out; a renewal the server refuses (another holder, or the
-  row expired) ends leadership at once.
+  wait is bounded (``TCP_BOUNDS``: connect timeout, TCP keepalives, ``tcp_user_timeout``;
+  ``SESSION_SETTINGS``: statement and lock timeouts), so a renewal over a dead network fails
+  within ``RENEWAL_BOUND_S`` instead of waiting for TCP's own timeouts (hours). A failed
+  renewal is retried (on a new connection) until the lease runs out; a renewal the server
+  refuses (another holder, or the row expired) ends leadership at once.
 * **Takeover.** A leader that dies, hangs, is stopped (SIGSTOP, a closed laptop lid) or is cut
   off stops renewing; its row expires at most ``LEASE_S`` after its last renewal and a standby
   retrying every ``STANDBY_RETRY_S`` (``workers.scheduler``) takes over within
@@ -64,12 +64,12 @@ TCP_BOUNDS: dict[str, object] = {
     "keepalives_count": 2,
     "tcp_user_timeout": 4000,
 }
-#: The leader's session: ``TCP_BOUNDS``, and the server cancels a statement after 2 s and
-#: gives up a lock wait after 1 s (``options`` come after the URL's own).
-SESSION_BOUNDS: dict[str, object] = {
-    **TCP_BOUNDS,
-    "options": "-c statement_timeout=2000 -c lock_timeout=1000 "
-    "-c idle_in_transaction_session_timeout=5000",
+#: The leader's session, server side: a statement is cancelled after 2 s, a lock wait given
+#: up after 1 s.
+SESSION_SETTINGS: dict[str, str] = {
+    "statement_timeout": "2000",
+    "lock_timeout": "1000",
+    "idle_in_transaction_session_timeout": "5000",
 }
 #: Upper bound of one renewal or takeover attempt that cannot reach the server (s):
 #: connect timeout plus the TCP bound, with slack for the kernel's retransmission timer.
@@ -136,7 +136,10 @@ class Leadership:
         migration may outlast the leader session's statement timeout)."""
         if self.conn is None or self.conn.closed:
             conn = PgConnection(
-                self.url, application_name=f"quill-{self.role}-leader", **SESSION_BOUNDS
+                self.url,
+                application_name=f"quill-{self.role}-leader",
+                settings=SESSION_SETTINGS,
+                **TCP_BOUNDS,
             )
             try:
                 if conn.execute("SELECT to_regclass('leader_lease')").fetchone()[0] is None:

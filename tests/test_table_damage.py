@@ -66,7 +66,11 @@ def pristine(tmp_path_factory) -> Path:
             "VALUES (?, ?, ?, 'ok', '{}')",
             [(f"job{i}", i, i + 1) for i in range(200)],
         )
-        # A lease row as the cluster election writes it (on PostgreSQL; SQLite has the table).
+        # Rows as the cluster's claims and election write them (on PostgreSQL; SQLite has
+        # the tables).
+        store.conn.execute(
+            "INSERT INTO spool_claims VALUES ('spool', 'token', 'host', '/path', 1, 1.0, 61.0)"
+        )
         store.conn.execute(
             "INSERT INTO leader_lease VALUES ('scheduler', 'host:1:token', 1, 1.0, 1.0, 16.0)"
         )

@@ -32,7 +32,7 @@ import apsw
 
 from quill.store.apply import blobs, context, usage
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 #: v5: each applied batch keeps the digest of its op and data, so a batch id reused with other
 #: content is told from a retry (store/apply/chunk.py). NULL for batches applied before v5.
@@ -70,6 +70,22 @@ CREATE TABLE IF NOT EXISTS spool_claims (
     claimed_at REAL NOT NULL,
     deadline   REAL NOT NULL
 );
+"""
+
+#: Cluster leadership (``store.postgres.election``): one row per role (``scheduler``), held by
+#: the process named in ``holder`` until ``expires_at``. Times are the database server's clock
+#: (epoch s), so hosts' clocks never compare with each other; ``term`` grows by one at every
+#: change of holder. Used on a shared PostgreSQL store only (on SQLite one data dir's
+#: scheduler lease decides); the table exists on both so both hold the same tables.
+LEADER_LEASE = """
+CREATE TABLE IF NOT EXISTS leader_lease (
+    role        TEXT PRIMARY KEY,
+    holder      TEXT NOT NULL,       -- host:pid:random token of the holding process
+    term        INTEGER NOT NULL,
+    acquired_at REAL NOT NULL,
+    renewed_at  REAL NOT NULL,
+    expires_at  REAL NOT NULL
+) WITHOUT ROWID;
 """
 
 #: The search indexes: derived data, rebuilt from ``messages`` when damaged (fts_repair.py).
@@ -188,6 +204,7 @@ CREATE INDEX IF NOT EXISTS job_runs_job ON job_runs(job, started_at);
     + BATCH_DIGEST
     + SESSION_DELETIONS
     + SPOOL_IDENTITY
+    + LEADER_LEASE
 )
 
 #: Roles of the store's tables (``TABLES``), which decide what damage to a table means:
@@ -210,6 +227,7 @@ _BOOKKEEPING = frozenset(
         "rejected_batches",
         "job_runs",
         "spool_claims",
+        "leader_lease",
     }
 )
 
@@ -259,6 +277,7 @@ MIGRATIONS: dict[int, str] = {
     4: BATCH_DIGEST,  # v5: the content digest a batch was applied with (store.apply.op_digest)
     5: SESSION_DELETIONS,  # v6: deletions per session id (re-import after a delete)
     6: SPOOL_IDENTITY,  # v7: the cursor's proof and the spool id claims
+    7: LEADER_LEASE,  # v8: cluster leadership with an expiry (store.postgres.election)
 }
 
 #: Trigram scope (see module doc): roles indexed and the indexed prefix of ``content``.

@@ -214,6 +214,7 @@ def test_a_v1_store_is_migrated_to_hold_blobs(tmp_path):
         .replace(schema.BATCH_DIGEST, "")
         .replace(schema.SESSION_DELETIONS, "")
         .replace(schema.SPOOL_IDENTITY, "")
+        .replace(schema.LEADER_LEASE, "")
     )
     conn.execute(v1_ddl)
     conn.execute("PRAGMA user_version = 1")

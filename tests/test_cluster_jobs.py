@@ -1,5 +1,5 @@
 """Jobs on a cluster: huey queues on the real Redis server, one scheduler per
-cluster elected by a PostgreSQL advisory lock (real processes, real kill -9), PostgreSQL
+cluster elected by a lease in the store (real processes, real kill -9), PostgreSQL
 maintenance through amcheck and ANALYZE. PostgreSQL/Redis only by nature: the embedded
 store's queue and scheduler are covered by tests/test_jobs.py and tests/test_fleet.py."""
 

@@ -14,6 +14,7 @@ from semantics_helpers import Store
 from quill.store import schema as sqlite_schema
 from quill.store.postgres import claims
 from quill.store.postgres import schema as pg_schema
+from quill.store.postgres.election import Leadership
 
 
 def _fill(root, url: str) -> Store:
@@ -45,6 +46,9 @@ def _fill(root, url: str) -> Store:
         "INSERT INTO job_runs(job, started_at, ended_at, outcome) VALUES ('probe', 1, 2, 'ok')"
     )
     claims.claim(store.conn, "test-spool", {"token": "t", "host": "h", "path": "/p", "pid": 1})
+    leader = Leadership(store.backend.url, "probe")
+    assert leader.try_lead()  # a row in leader_lease
+    leader.release()
     return store
 
 

@@ -66,6 +66,14 @@ def pristine(tmp_path_factory) -> Path:
             "VALUES (?, ?, ?, 'ok', '{}')",
             [(f"job{i}", i, i + 1) for i in range(200)],
         )
+        # Rows as the cluster's claims and election write them (on PostgreSQL; SQLite has
+        # the tables).
+        store.conn.execute(
+            "INSERT INTO spool_claims VALUES ('spool', 'token', 'host', '/path', 1, 1.0, 61.0)"
+        )
+        store.conn.execute(
+            "INSERT INTO leader_lease VALUES ('scheduler', 'host:1:token', 1, 1.0, 1.0, 16.0)"
+        )
     store.backend.close()
     store.spool.close()
     db = root / "state.db"

@@ -69,15 +69,42 @@ def fire(job: str) -> None:
     fire_scheduled(_serving, job)
 
 
-def make_scheduler(cfg: Settings) -> BackgroundScheduler:
+class _LedScheduler(BackgroundScheduler):
+    """A BackgroundScheduler that looks at due jobs only while ``leader.holds()``: its own
+    thread fires jobs, so the check sits where it reads them from the shared job store (a
+    leader resumed after its lease ran out must neither fire nor advance a schedule)."""
+
+    def __init__(self, leader: Any, **options: Any):
+        self._leader = leader
+        super().__init__(**options)
+
+    def _process_jobs(self) -> float | None:
+        if self._leader is not None and not self._leader.holds():
+            return 1.0  # look again in a second; the run loop ends a lost leadership
+        return super()._process_jobs()
+
+
+def make_scheduler(cfg: Settings, leader: Any = None) -> BackgroundScheduler:
     """A BackgroundScheduler on the job store (``jobstore_url``) with Quill's job defaults
-    (not started). Legacy rows of ``schedule.db`` are migrated first
+    (not started), which runs jobs only while ``leader`` (a ``Leadership``, or None off a
+    cluster) holds its lease. Legacy rows of ``schedule.db`` are migrated first
     (``jobs.schedule.migrate``): APScheduler would drop a job whose callable no longer
-    imports, and their frozen paths must not be used."""
-    if not factory.capabilities(cfg).cluster:  # schedules in this data dir's schedule.db
+    imports, and their frozen paths must not be used. On a cluster the job store's
+    connections have bounded network waits (``TCP_BOUNDS``): a query on a dead network
+    fails in seconds instead of holding the scheduler's thread for hours."""
+    engine_options: dict[str, Any] = {}
+    if factory.capabilities(cfg).cluster:
+        from quill.store.postgres.election import TCP_BOUNDS
+
+        # No "options" here: SQLAlchemy would let it replace the URL's (its search_path).
+        engine_options = {"connect_args": dict(TCP_BOUNDS), "pool_pre_ping": True}
+    else:  # schedules in this data dir's schedule.db
         schedule_db.migrate(cfg.schedule_db, FIRE_REF)
-    return BackgroundScheduler(
-        jobstores={"default": SQLAlchemyJobStore(url=jobstore_url(cfg))},
+    return _LedScheduler(
+        leader,
+        jobstores={
+            "default": SQLAlchemyJobStore(url=jobstore_url(cfg), engine_options=engine_options)
+        },
         job_defaults={"coalesce": True, "misfire_grace_time": None, "max_instances": 1},
         timezone=dt.UTC,
     )
@@ -164,8 +191,9 @@ def _lead(cfg: Settings, log: Any, stop: threading.Event) -> Any:
 def run(cfg: Settings, log: Any, stop: threading.Event) -> None:
     """Run the scheduler until ``stop``. Raises ``LeaseHeldError`` if another runs in this
     data dir. On a shared PostgreSQL store only the elected leader runs schedules; the others
-    stand by, and a leader that loses its session stops (the supervisor restarts it as a
-    standby)."""
+    stand by, and a leader whose lease runs out stops (the supervisor restarts it as a
+    standby): its scheduler fires nothing once ``holds()`` is False, and this loop, which
+    renews the lease (``still_leader``, bounded), ends within a second after that."""
     run_dir = RunDir(cfg.home)
     lease = Lease(run_dir.lock("scheduler")).acquire()
     serve(cfg)
@@ -175,7 +203,7 @@ def run(cfg: Settings, log: Any, stop: threading.Event) -> None:
         if leader is None:
             lease.release()
             return
-    sched = make_scheduler(cfg)
+    sched = make_scheduler(cfg, leader)
     sched.add_listener(
         lambda ev: log.warning(
             "scheduler.missed", job=ev.job_id, scheduled=str(ev.scheduled_run_time)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import psycopg
@@ -77,6 +77,22 @@ def _args(order: tuple[int, ...] | None, args: Sequence[Any] | None) -> Sequence
     return args if order is None else tuple(args[i] for i in order)
 
 
+#: Server-side bounds on every Quill session: the server ends the session of a client that
+#: vanished (a host off the network, a closed laptop lid) within ~15 s — 5 s idle + 3
+#: keepalive probes 2 s apart, or 15 s of data left unacknowledged — instead of after TCP's
+#: defaults (7200 + 9 × 75 s), and notices a vanished client during a long statement every
+#: 5 s. Ending the session releases everything it holds: session and transaction advisory
+#: locks (``schema.create``'s migration lock, ``apply``'s per-session locks), row and table
+#: locks, an open transaction.
+SERVER_KEEPALIVES: dict[str, str] = {
+    "tcp_keepalives_idle": "5",
+    "tcp_keepalives_interval": "2",
+    "tcp_keepalives_count": "3",
+    "tcp_user_timeout": "15000",
+    "client_connection_check_interval": "5000",
+}
+
+
 class PgCursor:
     """The result of ``PgConnection.execute``: iterable, ``fetchone``, ``fetchall``."""
 
@@ -100,8 +116,22 @@ class PgConnection:
     like an apsw connection. Raises the store error tree (``CantOpenError`` when the server
     cannot be reached is a ``TransientError``: see ``store.postgres.errors``)."""
 
-    def __init__(self, url: str, *, application_name: str = "quill"):
+    def __init__(
+        self,
+        url: str,
+        *,
+        application_name: str = "quill",
+        settings: Mapping[str, str] | None = None,
+        **conninfo: Any,
+    ):
+        """``conninfo``: libpq connection parameters added to (or replacing) the defaults,
+        e.g. keepalives for a session whose waits must be bounded
+        (``store.postgres.election.TCP_BOUNDS``). ``settings``: server parameters for this
+        session, set after ``SERVER_KEEPALIVES`` (``set_config``, not the startup ``options``,
+        which a pooler may refuse and which would replace a URL's own). Raises the store
+        error tree."""
         self.url = url
+        params: dict[str, Any] = {"connect_timeout": 10, **conninfo}
         with mapped():
             # prepare_threshold=None: no server-side prepared statements. A prepared search
             # turns into a generic plan after five runs, and a generic plan cannot see the
@@ -112,9 +142,18 @@ class PgConnection:
                 url,
                 autocommit=True,
                 application_name=application_name,
-                connect_timeout=10,
                 prepare_threshold=None,
+                **params,
             )
+            try:
+                pairs = [*SERVER_KEEPALIVES.items(), *(settings or {}).items()]
+                self.raw.execute(
+                    "SELECT " + ", ".join("set_config(%s, %s, false)" for _ in pairs),
+                    [x for pair in pairs for x in pair],
+                )
+            except BaseException:
+                self.raw.close()
+                raise
         self._changes = 0
 
     def execute(self, sql: str, args: Sequence[Any] | None = None) -> PgCursor:

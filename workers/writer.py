@@ -11,6 +11,10 @@ loop (docs/architecture.md, "Processes"):
    the spool is drained);
 4. when there is nothing to do: the store's idle upkeep, seal torn tails, publish "idle".
 
+The job queue is optional to the drain: while it is unreachable (Redis down) the job runner
+runs no queued job and tries the queue again with backoff, and the writer applies the spool
+as ever, publishing the outage (``queue_error``, ``queue_down_since``) in its status.
+
 Failures: a retryable one (``TransientError``, ``DiskFullError``, ``StoreIOError``) committed
 nothing, so the writer publishes it, pauses (doubling up to ``MAX_BACKOFF_S``) and retries the
 same step. ``CorruptError`` is the sticky halt, the one path for every cause: the store
@@ -264,7 +268,7 @@ class Writer:
         decides) and queues their rebuild, while writes go on."""
         rows, detached = self.store.index_step(self.cfg.index_slice_rows)
         if detached:
-            self.jobs.queues.enqueue("fts_rebuild")
+            self.jobs.enqueue("fts_rebuild")  # held while the queue is unreachable
             self.log.error(
                 "writer.fts_detached", damaged=detached["damaged"], error=detached["error"]
             )
@@ -281,6 +285,8 @@ class Writer:
             return
         self._last_idle_publish = now if idle else float("-inf")
         fields = self.store.status_fields() if self.store.connected else {}
+        if self.jobs is not None:
+            fields = {**fields, **self.jobs.queue_fields()}
         status = WriterStatus(
             idle=idle,
             cursor=str(self.cursor),

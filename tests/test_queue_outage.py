@@ -197,9 +197,7 @@ def test_until_idle_with_redis_down_at_start_drains_the_spool_and_exits_8(
     assert sup["restarts"] == {"writer": 0, "scheduler": 0, "consumer": 0}, sup
 
 
-def test_jobs_run_and_status_with_redis_down_use_quills_error_format(
-    quill, home, private_redis
-):
+def test_jobs_run_and_status_with_redis_down_use_quills_error_format(quill, home, private_redis):
     _configure(home, private_redis.url)
     private_redis.stop()
     proc = quill.run("jobs", "run", "quick_check", check=False)
@@ -218,9 +216,7 @@ def test_jobs_run_and_status_with_redis_down_use_quills_error_format(
     assert st["queue"]["where"] == private_redis.url and st["queue"]["pending"] is None
 
 
-def test_the_writer_drains_without_the_queue_and_hands_over_what_it_owes(
-    tmp_path, private_redis
-):
+def test_the_writer_drains_without_the_queue_and_hands_over_what_it_owes(tmp_path, private_redis):
     w = InProcessWriter(tmp_path / "home", queue={"url": private_redis.url})
     try:
         private_redis.stop()

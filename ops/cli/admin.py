@@ -44,8 +44,7 @@ def snapshot(cfg: Any, as_json: bool) -> None:
         raise click.ClickException(f"no store to snapshot: {exc}") from exc
     if result.get("unrecorded"):  # taken, but the job queue could not carry its record
         click.echo(
-            f"quill: warning: this snapshot is not in `quill jobs history`: "
-            f"{result['unrecorded']}",
+            f"quill: warning: this snapshot is not in `quill jobs history`: {result['unrecorded']}",
             err=True,
         )
     if as_json:

@@ -214,6 +214,9 @@ def test_jobs_run_and_status_with_redis_down_use_quills_error_format(quill, home
     st = quill.status()
     assert st["queue"]["unavailable_since"] is not None
     assert st["queue"]["where"] == private_redis.url and st["queue"]["pending"] is None
+    doctor = quill.json("doctor", check=False)
+    check = next(c for c in doctor if c["check"] == "job queue")
+    assert check["status"] == "warn" and "unreachable since" in check["detail"]
 
 
 def test_the_writer_drains_without_the_queue_and_hands_over_what_it_owes(tmp_path, private_redis):

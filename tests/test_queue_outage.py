@@ -247,3 +247,27 @@ def test_the_writer_drains_without_the_queue_and_hands_over_what_it_owes(tmp_pat
         assert len(w.events("writer.queue_back")) == 1
     finally:
         w.close()
+
+
+def test_an_unopenable_queue_db_is_an_outage_too_and_the_writer_drains(tmp_path):
+    w = InProcessWriter(tmp_path / "home")
+    try:
+        w.cfg.queue_db.mkdir()  # SQLite cannot open a directory: SQLITE_CANTOPEN
+        for i in range(5):
+            w.say("s", f"message {i}")
+        w.until_idle()
+        with Reader(w.cfg.state_db) as r:
+            assert r.figures()["messages"] == 5
+        st = WriterStatus.from_json(w.status())
+        assert st.queue_down_since is not None and str(w.cfg.queue_db) in st.queue_error
+        w.cfg.queue_db.rmdir()
+        _until(
+            lambda: (
+                w.turn(1.0) is not None and WriterStatus.from_json(w.status()).queue_error is None
+            ),
+            30,
+            "the writer to open queue.db once it can",
+        )
+        assert len(w.events("writer.queue_back")) == 1
+    finally:
+        w.close()

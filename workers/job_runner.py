@@ -41,11 +41,17 @@ from quill.store.sqlite.job_runs import RUNNING, close_interrupted, record_job_r
 class StoreJobRunner:
     """Executes queued store jobs for one writer."""
 
-    def __init__(self, queues: Queues, log: Any, spool: Spool, cfg: Any = None):
-        """``spool``: the producer handle jobs with ``emits_ops`` append their ops to (the
-        data dir's own spool, which this writer drains). ``cfg``: the data dir's config, from
-        which each job's parameters are resolved when it runs (``resolve_params``)."""
-        self.queues = queues
+    def __init__(
+        self, queues: Queues | Callable[[], Queues], log: Any, spool: Spool, cfg: Any = None
+    ):
+        """``queues``: the queues, or a function that opens them (called at first use, and
+        again after it raised ``QueueUnavailableError``: an unopenable ``queue.db`` is an
+        outage like any other). ``spool``: the producer handle jobs with ``emits_ops`` append
+        their ops to (the data dir's own spool, which this writer drains). ``cfg``: the data
+        dir's config, from which each job's parameters are resolved when it runs
+        (``resolve_params``)."""
+        self._queues = queues if isinstance(queues, Queues) else None
+        self._open_queues = queues if self._queues is None else None
         self.log = log
         self.spool = spool
         self.cfg = cfg
@@ -56,6 +62,13 @@ class StoreJobRunner:
         }
         self.outage = QueueOutage("writer", log)
         self._owed: list[Callable[[], None]] = []  # puts to make once the queue is back
+
+    @property
+    def queues(self) -> Queues:
+        """The queues, opened on first use. Raises ``QueueUnavailableError``."""
+        if self._queues is None:
+            self._queues = self._open_queues()
+        return self._queues
 
     def queue_fields(self) -> dict[str, Any]:
         """``{"queue_error", "queue_down_since"}`` for the writer's status: the outage's

@@ -33,6 +33,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -118,6 +119,7 @@ class Supervisor:
             self.children.append(Child("http", [sys.executable, "-m", http_entry, *tail]))
         self._stop_signal: int | None = None
         self._queue_down: QueueUnavailableError | None = None  # until idle: the queue failed
+        self._queues: Any = None  # until idle: the queues, once opened
 
     @property
     def crash_loops(self) -> list[dict[str, Any]]:
@@ -157,7 +159,7 @@ class Supervisor:
         for child in self.children:
             self._start(child)
         idle_streak = 0
-        queues = build_for(self.cfg) if self.until_idle else None
+        queues = (lambda: build_for(self.cfg)) if self.until_idle else None
         while self._stop_signal is None:
             for child in self.children:
                 code = self._check(child)
@@ -183,14 +185,16 @@ class Supervisor:
         self.log.info("supervisor.signal", signal=signal.Signals(self._stop_signal).name)
         return EXIT_OK
 
-    def _fleet_idle(self, queues: Any, writer: WriterStatus) -> bool:
+    def _fleet_idle(self, queues: Callable[[], Any], writer: WriterStatus) -> bool:
         # Only what the current children published counts: a file left by a previous run
         # (or by a child just replaced) says nothing about now.
         sched = self._live_status("scheduler")
         consumer = self._live_status("consumer")
         fresh = time.time() - (writer.updated_at or 0) < 1.0
         try:
-            pending = queues.pending()
+            if self._queues is None:  # opened here: an unopenable queue.db is an outage too
+                self._queues = queues()
+            pending = self._queues.pending()
             self._queue_down = None
         except QueueUnavailableError as exc:  # jobs wait for it; the drain does not
             pending = None

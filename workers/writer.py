@@ -164,7 +164,7 @@ class Writer:
         store file is created first, before the queue is opened)."""
         if self.jobs is None:
             spool = Spool(self.cfg.spool_dir, segment_bytes=self.cfg.segment_bytes)
-            self.jobs = StoreJobRunner(build_for(self.cfg), self.log, spool, self.cfg)
+            self.jobs = StoreJobRunner(lambda: build_for(self.cfg), self.log, spool, self.cfg)
         return self.jobs
 
     def shutdown(self) -> None:

@@ -263,10 +263,10 @@ def queue_state(cfg: Any, writer: WriterStatus | None) -> dict[str, Any]:
     ``pending`` (``{"store", "worker"}`` tasks waiting, None when it cannot be counted), and
     while it is unreachable ``unavailable_since`` (epoch s) and ``error`` (else None).
 
-    A live writer's outage record wins (it has tried the queue every few seconds since the
-    outage began); otherwise the queue is asked once here. An absent ``queue.db`` is not
-    created (status writes nothing): nothing is queued there yet. Never raises for an
-    unreachable queue."""
+    The queue is asked here: when it answers, it is reachable (the workers take jobs again
+    at their next try, within 10 s); when it does not, the outage started when the live
+    writer first found it down, or now. An absent ``queue.db`` is not created (status writes
+    nothing): nothing is queued there yet. Never raises for an unreachable queue."""
     from quill.jobs.errors import QueueUnavailableError
     from quill.jobs.queues import build_for, redacted
 
@@ -281,6 +281,7 @@ def queue_state(cfg: Any, writer: WriterStatus | None) -> dict[str, Any]:
         return out
     try:
         out["pending"] = build_for(cfg).pending()
+        out["unavailable_since"] = out["error"] = None
     except QueueUnavailableError as exc:
         out["unavailable_since"] = out["unavailable_since"] or exc.since
         out["error"] = out["error"] or str(exc)

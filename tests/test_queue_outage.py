@@ -132,6 +132,7 @@ def test_a_redis_outage_keeps_the_fleet_up_and_draining_and_everything_resumes(
     quill, home, private_redis
 ):
     _configure(home, private_redis.url)
+    quill.run("schedule", "add", "spool_gc", "--every", "2s")  # fires during the outage
     fleet = quill.start_fleet()
     try:
         worker_pids(home)
@@ -155,12 +156,15 @@ def test_a_redis_outage_keeps_the_fleet_up_and_draining_and_everything_resumes(
             assert "Traceback" not in _log(home, role), _log(home, role)[-3000:]
         assert len(_events(home, "writer", "writer.queue_unavailable")) == 1
         assert len(_events(home, "consumer", "consumer.queue_unavailable")) == 1
+        sched = json.loads((home / "run" / "scheduler.json").read_text())
+        assert sched["unfired"] == ["spool_gc"] and sched["queue_down_since"], sched
 
         refused = quill.run("jobs", "run", "quick_check", check=False)
         assert refused.returncode == 8, refused.stderr
         assert refused.stderr.startswith("quill: error: the job queue at redis://127.0.0.1:")
 
         private_redis.start()
+        back_at = time.time()
         ran = quill.json("jobs", "run", "quick_check", "--wait", "120")
         assert ran["run"]["outcome"] == "ok", ran
         _until(
@@ -170,6 +174,14 @@ def test_a_redis_outage_keeps_the_fleet_up_and_draining_and_everything_resumes(
         )
         assert len(_events(home, "writer", "writer.queue_back")) == 1
         assert len(_events(home, "consumer", "consumer.queue_back")) == 1
+        _until(
+            lambda: any(
+                r["started_at"] >= back_at and r["outcome"] == "ok"
+                for r in quill.json("jobs", "history", "--job", "spool_gc")
+            ),
+            60,
+            "the held scheduled run to be queued and run",
+        )
         _append(home, 5, "back")
         _until(lambda: _messages(home / "state.db") == 25, 60, "appends after the outage")
         sup = _supervisor(home)

@@ -32,6 +32,7 @@ _LAZY: dict[str, str] = {
             "SpoolFullError",
             "StoreBusyError",
             "StoreDamagedError",
+            "QueueUnavailableError",
             "StorageError",
         )
     },

@@ -124,6 +124,8 @@ class WriterStatus(NamedTuple):
     chunks: int = 0  # chunk transactions committed
     fts_indexed_upto: int | None = None  # the search index watermark (a rowid)
     wal_blocked_since: float | None = None  # TRUNCATE checkpoints refused by a reader since
+    queue_error: str | None = None  # the job queue is unreachable: why (None when reachable)
+    queue_down_since: float | None = None  # ... since when (epoch s)
     # Read back only, never published by the writer: ``RunDir`` stamps ``pid`` and
     # ``updated_at`` on every file, and ``RunDir.last`` adds ``alive`` and ``age_s``.
     pid: int | None = None

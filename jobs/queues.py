@@ -19,9 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from huey import RedisHuey, SqliteHuey
+from huey.storage import BaseStorage, RedisStorage, SqliteStorage
 
 from quill.home import Settings
 from quill.jobs import catalog
+from quill.jobs.errors import QueueUnavailableError, guarded
 from quill.store.sqlite.job_runs import RUNNING, close_interrupted, record_job_run
 
 STORE_QUEUE = "quill-store"
@@ -43,14 +45,72 @@ class Queues:
         self.tasks[name](**params)
 
     def pending(self) -> dict[str, int]:
-        """Tasks waiting in each queue (not counting one being executed)."""
+        """Tasks waiting in each queue (not counting one being executed). Raises
+        ``QueueUnavailableError``, as every call into either queue does."""
         return {"store": self.store.pending_count(), "worker": self.worker.pending_count()}
+
+
+#: The storage methods huey's ``Huey`` and consumer call (every public one of its base).
+STORAGE_METHODS = tuple(
+    n for n, v in vars(BaseStorage).items() if callable(v) and not n.startswith("_")
+)
+
+
+def _guard(base: type[BaseStorage]) -> type[BaseStorage]:
+    """``base`` with every storage method (and the constructor: ``queue.db`` is opened
+    there) run under ``jobs.errors.guarded``: an unreachable queue raises
+    ``QueueUnavailableError`` from whichever call met it, never a raw driver error."""
+
+    def wrap(name: str) -> Any:
+        method = getattr(base, name)
+
+        def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+            with guarded(self.quill_where):
+                return method(self, *args, **kwargs)
+
+        call.__name__ = name
+        return call
+
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        self.quill_where = kwargs.pop("quill_where")
+        with guarded(self.quill_where):
+            base.__init__(self, *args, **kwargs)
+
+    methods = {n: wrap(n) for n in STORAGE_METHODS if hasattr(base, n)}
+    return type(f"Guarded{base.__name__}", (base,), {"__init__": init, **methods})
+
+
+GuardedRedisStorage = _guard(RedisStorage)
+GuardedSqliteStorage = _guard(SqliteStorage)
+#: Connecting to Redis gives up after this long (s), and so does a reply: an unreachable
+#: host (no route, a dropped link) must not hold the writer longer than this per try.
+REDIS_CONNECT_TIMEOUT_S = 2.0
+REDIS_REPLY_TIMEOUT_S = 5.0  # above huey's 1 s BRPOP wait
 
 
 def _huey(name: str, queue_db: Path) -> SqliteHuey:
     return SqliteHuey(
-        name, filename=str(queue_db), journal_mode="truncate", results=False, utc=True, timeout=10
+        name,
+        filename=str(queue_db),
+        journal_mode="truncate",
+        results=False,
+        utc=True,
+        timeout=10,
+        storage_class=GuardedSqliteStorage,
+        quill_where=str(queue_db),
     )
+
+
+def redacted(url: str) -> str:
+    """``url`` with its password (if any) replaced by ``***``, for messages and status."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rpartition("@")
+    user = netloc[0].partition(":")[0]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[2]}"))
 
 
 def redis_names(host_id: str, namespace: str = "quill") -> tuple[str, str]:
@@ -68,7 +128,21 @@ def redis_names(host_id: str, namespace: str = "quill") -> tuple[str, str]:
 def _redis_huey(name: str, url: str) -> RedisHuey:
     # Delivery is at most once (BRPOP, no acknowledgement): every job is idempotent and the
     # spool, not the queue, is the log of every change (docs/backends.md).
-    return RedisHuey(name, url=url, results=False, utc=True)
+    from redis import ConnectionPool
+
+    pool = ConnectionPool.from_url(
+        url,
+        socket_connect_timeout=REDIS_CONNECT_TIMEOUT_S,
+        socket_timeout=REDIS_REPLY_TIMEOUT_S,
+    )
+    return RedisHuey(
+        name,
+        connection_pool=pool,
+        results=False,
+        utc=True,
+        storage_class=GuardedRedisStorage,
+        quill_where=redacted(url),
+    )
 
 
 def build(
@@ -187,30 +261,52 @@ def run_recorded(
     """Run worker job ``spec`` here with ``params``, recording it in ``job_runs`` through the
     store queue: a start row (outcome ``running``, ``figures.runner``) sent *before* the work,
     then the outcome. A process killed mid-run leaves the start row, which the next start of
-    its ``runner`` marks ``interrupted``. Returns the job's figures; re-raises its error."""
+    its ``runner`` marks ``interrupted``. Returns the job's figures; re-raises its error.
+
+    The queue is optional to the work: when it is unreachable the job still runs (a snapshot
+    taken by ``quill snapshot`` while Redis is down is still taken), and the figures say why
+    the run is not in ``job_runs`` (``unrecorded``: the ``QueueUnavailableError`` text). A
+    job error is re-raised with a note naming each follow-up job that could not be queued."""
     started = time.time()
-    queues.tasks[catalog.RECORD_RUN](
-        job=spec.name, started_at=started, outcome=RUNNING, figures={"runner": runner}
+    unrecorded = _record(
+        queues, job=spec.name, started_at=started, outcome=RUNNING, figures={"runner": runner}
     )
     try:
         figures = spec.func(**params)
     except Exception as exc:
-        queues.tasks[catalog.RECORD_RUN](
+        if unrecorded is None:
+            _record(
+                queues,
+                job=spec.name,
+                started_at=started,
+                ended_at=time.time(),
+                outcome="error",
+                figures={"runner": runner},
+                error="".join(traceback.format_exception_only(exc)).strip(),
+            )
+        for name, followup in getattr(exc, "followups", ()):  # e.g. quick_check → fts_rebuild
+            try:
+                queues.enqueue(name, **followup)
+            except QueueUnavailableError as queue_exc:
+                exc.add_note(f"{name} was not queued: {queue_exc}")
+        raise  # huey logs it and retries with the spec's delay
+    if unrecorded is None:
+        unrecorded = _record(
+            queues,
             job=spec.name,
             started_at=started,
             ended_at=time.time(),
-            outcome="error",
-            figures={"runner": runner},
-            error="".join(traceback.format_exception_only(exc)).strip(),
+            outcome="ok",
+            figures={**figures, "runner": runner},
         )
-        for name, followup in getattr(exc, "followups", ()):  # e.g. quick_check → fts_rebuild
-            queues.enqueue(name, **followup)
-        raise  # huey logs it and retries with the spec's delay
-    queues.tasks[catalog.RECORD_RUN](
-        job=spec.name,
-        started_at=started,
-        ended_at=time.time(),
-        outcome="ok",
-        figures={**figures, "runner": runner},
-    )
-    return figures
+    return figures if unrecorded is None else {**figures, "unrecorded": str(unrecorded)}
+
+
+def _record(queues: Queues, **run: Any) -> QueueUnavailableError | None:
+    """Send one ``job_runs`` record through the store queue; the queue's error if it is
+    unreachable (nothing sent), else None."""
+    try:
+        queues.tasks[catalog.RECORD_RUN](**run)
+    except QueueUnavailableError as exc:
+        return exc
+    return None

@@ -6,6 +6,11 @@ name, start time and timeout (from the job catalog), through huey's signals. "Id
 from it, and the supervisor kills and restarts a consumer whose job outlives its timeout — a
 thread cannot be interrupted, a process can, and the consumer has no child processes that could
 outlive it (huey's process workers did, after a kill -9).
+
+An unreachable queue (Redis down: ``QueueUnavailableError``) neither ends nor floods the
+consumer: it waits with backoff (``jobs.outage.QueueOutage``), logs one line per outage (not a
+traceback per poll), publishes the outage in its status and takes jobs again once the queue
+answers.
 """
 
 from __future__ import annotations
@@ -17,7 +22,12 @@ from huey import signals
 
 from quill.home import RunDir, Settings
 from quill.jobs import catalog
-from quill.jobs.queues import build_for
+from quill.jobs.errors import QueueUnavailableError
+from quill.jobs.outage import QueueOutage
+from quill.jobs.queues import Queues, build_for
+
+#: The longest single wait (s) while the queue is down: a stop is noticed within this.
+WAIT_SLICE_S = 1.0
 
 
 def run(cfg: Settings, log: Any) -> None:
@@ -25,6 +35,7 @@ def run(cfg: Settings, log: Any) -> None:
     queues = build_for(cfg)  # queue.db, or the shared Redis of [queue] url
     run_dir = RunDir(cfg.home)
     in_flight = {"n": 0}
+    outage = QueueOutage("consumer", log)
 
     @queues.worker.signal(signals.SIGNAL_EXECUTING)
     def _started(signal: str, task: Any, *args: Any) -> None:
@@ -49,12 +60,66 @@ def run(cfg: Settings, log: Any) -> None:
         )
 
     run_dir.publish("consumer", {"in_flight": 0}, strict=True)
-    # One consumer per fleet: a run a previous consumer started and never finished (kill -9
-    # mid-check) is marked interrupted. Queued after that consumer's own records (FIFO).
-    queues.tasks[catalog.CLOSE_INTERRUPTED](runner="consumer", before=time.time())
     log.info("consumer.started")
     consumer = queues.worker.create_consumer(
         workers=1, worker_type="thread", periodic=False, initial_delay=0.05, max_delay=1.0
     )
+    _tolerate_outages(
+        queues,
+        outage,
+        consumer.stop_flag,
+        lambda: run_dir.publish("consumer", {"in_flight": in_flight["n"], **outage.fields()}),
+        time.time(),
+    )
     consumer.run()
     log.info("consumer.stopped")
+
+
+def _tolerate_outages(
+    queues: Queues, outage: QueueOutage, stop: Any, publish: Any, started: float
+) -> None:
+    """Route the consumer's two polls of the queue (its worker's ``dequeue``, its scheduler
+    thread's ``read_schedule``) through ``outage``: while the queue is down they answer
+    "nothing" (the worker after waiting out the backoff on ``stop``, in slices of at most
+    ``WAIT_SLICE_S``), so huey neither logs a traceback per poll nor spins. ``publish()``
+    writes the consumer's status (with ``outage.fields()``) when the outage starts or ends.
+
+    Before the first task is taken, the runs a previous consumer started and never finished
+    (kill -9 mid-check) are marked interrupted (``CLOSE_INTERRUPTED`` with ``before`` =
+    ``started``, queued after that consumer's own records: FIFO); while the queue is down
+    that waits too."""
+    huey = queues.worker
+    dequeue, read_schedule = huey.dequeue, huey.read_schedule
+    closed = {"done": False}
+
+    def guarded_dequeue() -> Any:
+        if not outage.ready():
+            stop.wait(min(outage.wait_s(), WAIT_SLICE_S))
+            return None
+        was_down = outage.down is not None
+        try:
+            if not closed["done"]:
+                queues.tasks[catalog.CLOSE_INTERRUPTED](runner="consumer", before=started)
+                closed["done"] = True
+            task = dequeue()
+        except QueueUnavailableError as exc:
+            outage.failed(exc)
+            if not was_down:
+                publish()
+            return None
+        outage.answered()
+        if was_down:
+            publish()
+        return task
+
+    def guarded_read_schedule(*args: Any, **kwargs: Any) -> list[Any]:
+        if outage.down is not None:
+            return []  # the worker's polls find out when the queue is back
+        try:
+            return read_schedule(*args, **kwargs)
+        except QueueUnavailableError as exc:
+            outage.failed(exc)
+            publish()
+            return []
+
+    huey.dequeue, huey.read_schedule = guarded_dequeue, guarded_read_schedule

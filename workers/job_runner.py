@@ -10,6 +10,13 @@
   stops the drain; only corruption (``CorruptError``) propagates, to halt the writer.
 * The runner never holds a connection: each job runs through the store contract's
   ``run_job``, which hands the store's own connection to the job function.
+* The queue is optional to the drain. When it is unreachable (``QueueUnavailableError``:
+  Redis down, ``queue.db`` locked) ``run_one`` runs nothing and returns False, so the writer
+  goes on applying the spool; the queue is tried again with backoff, the outage (since when,
+  why) is in ``queue_fields`` for the writer's status and logged without tracebacks
+  (``jobs.outage.QueueOutage``). What the runner
+  owes the queue (a task taken but put back, a retry, a job the writer queues) is held in
+  memory and handed over first when the queue is back: at most once, as huey delivers.
 """
 
 from __future__ import annotations
@@ -23,6 +30,8 @@ from typing import Any
 from huey.utils import utcnow
 
 from quill.jobs import catalog
+from quill.jobs.errors import QueueUnavailableError
+from quill.jobs.outage import QueueOutage
 from quill.jobs.queues import Queues, resolve_params
 from quill.spool import Spool
 from quill.store.errors import CorruptError
@@ -32,11 +41,17 @@ from quill.store.sqlite.job_runs import RUNNING, close_interrupted, record_job_r
 class StoreJobRunner:
     """Executes queued store jobs for one writer."""
 
-    def __init__(self, queues: Queues, log: Any, spool: Spool, cfg: Any = None):
-        """``spool``: the producer handle jobs with ``emits_ops`` append their ops to (the
-        data dir's own spool, which this writer drains). ``cfg``: the data dir's config, from
-        which each job's parameters are resolved when it runs (``resolve_params``)."""
-        self.queues = queues
+    def __init__(
+        self, queues: Queues | Callable[[], Queues], log: Any, spool: Spool, cfg: Any = None
+    ):
+        """``queues``: the queues, or a function that opens them (called at first use, and
+        again after it raised ``QueueUnavailableError``: an unopenable ``queue.db`` is an
+        outage like any other). ``spool``: the producer handle jobs with ``emits_ops`` append
+        their ops to (the data dir's own spool, which this writer drains). ``cfg``: the data
+        dir's config, from which each job's parameters are resolved when it runs
+        (``resolve_params``)."""
+        self._queues = queues if isinstance(queues, Queues) else None
+        self._open_queues = queues if self._queues is None else None
         self.log = log
         self.spool = spool
         self.cfg = cfg
@@ -45,6 +60,31 @@ class StoreJobRunner:
             catalog.CLOSE_INTERRUPTED: close_interrupted,
             **{j.name: j.func for j in catalog.JOBS if j.kind == "store"},
         }
+        self.outage = QueueOutage("writer", log)
+        self._owed: list[Callable[[], None]] = []  # puts to make once the queue is back
+
+    @property
+    def queues(self) -> Queues:
+        """The queues, opened on first use. Raises ``QueueUnavailableError``."""
+        if self._queues is None:
+            self._queues = self._open_queues()
+        return self._queues
+
+    def queue_fields(self) -> dict[str, Any]:
+        """``{"queue_error", "queue_down_since"}`` for the writer's status: the outage's
+        message and its start (epoch s), both None while the queue is reachable."""
+        return self.outage.fields()
+
+    def enqueue(self, name: str, **params: Any) -> None:
+        """Queue job ``name`` (``Queues.enqueue``); while the queue is unreachable it is held
+        and queued once the queue is back (the writer never waits for the queue)."""
+        if self.outage.down is None:
+            try:
+                self.queues.enqueue(name, **params)
+                return
+            except QueueUnavailableError as exc:
+                self.outage.failed(exc)
+        self._owed.append(lambda: self.queues.enqueue(name, **params))
 
     def run_one(
         self, store: Any, *, idle: bool, on_start: Callable[[str], None] = lambda name: None
@@ -55,16 +95,20 @@ class StoreJobRunner:
         job-run records; a job's own other failures are recorded and retried. ``on_start(name)``
         is called before a job runs (the writer publishes it, so a long job is not taken for
         a hung writer)."""
-        huey = self.queues.store
-        for due in huey.read_schedule():  # retries whose backoff has passed
-            huey.enqueue(due)
-        task = huey.dequeue()
+        if not self.outage.ready():
+            return False
+        try:
+            task = self._take()
+        except QueueUnavailableError as exc:
+            self.outage.failed(exc)
+            return False
+        self.outage.answered()
         if task is None:
             return False
         spec = catalog.BY_NAME.get(task.name)
         if spec is not None and spec.needs_idle and not idle:
-            huey.enqueue(task)  # back of the queue; runs once the drain is caught up
-            return False
+            self._put(lambda: self.queues.store.enqueue(task))  # back of the queue: runs
+            return False  # once the drain is caught up
         recorded = task.name not in (catalog.RECORD_RUN, catalog.CLOSE_INTERRUPTED)
         started = time.time()
         if recorded:  # the start row first: a run killed mid-way (VACUUM …) still shows up
@@ -99,6 +143,32 @@ class StoreJobRunner:
             self.log.info("writer.job", job=task.name, outcome=outcome, **figures)
         return True
 
+    def _take(self) -> Any:
+        """Hand over what is owed, move due retries to the queue, take the next task (or
+        None). Raises ``QueueUnavailableError``; whatever was taken but not handed back by
+        then is owed (kept in order, put first when the queue is back)."""
+        huey = self.queues.store
+        while self._owed:
+            self._owed[0]()
+            self._owed.pop(0)
+        due = list(huey.read_schedule())  # retries whose backoff has passed: popped now
+        while due:
+            try:
+                huey.enqueue(due[0])
+            except QueueUnavailableError:
+                self._owed += [lambda t=t: huey.enqueue(t) for t in due]
+                raise
+            due.pop(0)
+        return huey.dequeue()
+
+    def _put(self, put: Callable[[], None]) -> None:
+        """Make one put to the queue now, or owe it when the queue is unreachable."""
+        try:
+            put()
+        except QueueUnavailableError as exc:
+            self._owed.append(put)
+            self.outage.failed(exc)
+
     def _retry(self, task: Any, spec: catalog.JobSpec | None) -> None:
         if spec is None:
             return
@@ -108,4 +178,4 @@ class StoreJobRunner:
         task.retries -= 1
         delay = spec.retry_delay * (2**attempt)
         task.eta = utcnow() + dt.timedelta(seconds=delay)  # huey's clock: naive UTC (utc=True)
-        self.queues.store.add_schedule(task)
+        self._put(lambda: self.queues.store.add_schedule(task))

@@ -7,6 +7,12 @@ Misfire policy: ``coalesce=True`` (runs missed while the fleet was down collapse
 and no grace limit (``misfire_grace_time=None``): a missed window, however long ago, runs
 once at the next start — a laptop asleep through the nightly ``quick_check`` still gets it
 (APScheduler 3 docs: ``None`` means "run no matter how late").
+
+A run that fires while the job queue is unreachable (Redis down) is held, not dropped: the
+scheduler keeps it (``unfired`` in its status, one log line per outage through
+``jobs.outage.QueueOutage``) and queues it as soon as the queue answers. Held runs live in
+the scheduler's memory: a scheduler stopped before the queue is back loses them, and the job
+runs at its next scheduled time.
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ from sqlalchemy.engine import URL
 from quill.home import RunDir, Settings
 from quill.jobs import catalog
 from quill.jobs import schedule as schedule_db
+from quill.jobs.errors import QueueUnavailableError
+from quill.jobs.outage import QueueOutage
 from quill.jobs.queues import fire_scheduled
 from quill.store import factory
 from quill.store.lease import Lease
@@ -48,13 +56,38 @@ def jobstore_url(cfg: Settings) -> Any:
 #: The settings of the data dir whose schedules this process runs (``serve``). APScheduler
 #: calls ``fire`` with the job name only, so it finds them here, not in the persisted row.
 _serving: Settings | None = None
+#: Runs fired while the queue was unreachable, oldest first, and that outage (``serve``).
+_unfired: list[str] = []
+_outage: QueueOutage | None = None
+_held = threading.Lock()  # ``fire`` runs on APScheduler's threads, ``refire`` on ours
 
 
-def serve(settings: Settings) -> None:
+def serve(settings: Settings, log: Any = None) -> None:
     """Make ``fire`` queue on ``settings``' data dir: what ``run`` does before it starts
-    the scheduler (one data dir per process)."""
-    global _serving
+    the scheduler (one data dir per process). ``log`` gets the queue-outage lines."""
+    global _serving, _outage
     _serving = settings
+    _outage = QueueOutage("scheduler", log) if log is not None else None
+    _unfired.clear()
+
+
+def refire() -> list[str]:
+    """Queue the runs held while the queue was unreachable, oldest first, when the outage's
+    backoff allows a try; returns those still held. Never raises for the queue."""
+    with _held:
+        if not _unfired or (_outage is not None and not _outage.ready()):
+            return list(_unfired)
+        while _unfired:
+            try:
+                fire_scheduled(_serving, _unfired[0])
+            except QueueUnavailableError as exc:
+                if _outage is not None:
+                    _outage.failed(exc)
+                break
+            _unfired.pop(0)
+            if _outage is not None:
+                _outage.answered()
+        return list(_unfired)
 
 
 def fire(job: str) -> None:
@@ -63,10 +96,23 @@ def fire(job: str) -> None:
     with this host's id (``build_for``). Nothing about paths, queues or parameters is stored
     with the schedule; the job's parameters are resolved from the settings when it runs. A
     per-host job on a cluster goes on every host's store queue (``jobs.queues.fire_scheduled``).
-    Raises RuntimeError in a process that serves no data dir."""
+    While the queue is unreachable the run is held and queued once it answers (``refire``);
+    with no scheduler's log to tell (``serve`` without one) ``QueueUnavailableError`` is
+    raised instead. Raises RuntimeError in a process that serves no data dir."""
     if _serving is None:
         raise RuntimeError(f"no scheduler runs in this process: cannot fire {job!r}")
-    fire_scheduled(_serving, job)
+    with _held:
+        if job in _unfired:
+            return  # coalesced with the run already held, as APScheduler coalesces
+        try:
+            fire_scheduled(_serving, job)
+            if _outage is not None:
+                _outage.answered()
+        except QueueUnavailableError as exc:
+            if _outage is None:
+                raise
+            _outage.failed(exc)
+            _unfired.append(job)
 
 
 class _LedScheduler(BackgroundScheduler):
@@ -196,7 +242,7 @@ def run(cfg: Settings, log: Any, stop: threading.Event) -> None:
     renews the lease (``still_leader``, bounded), ends within a second after that."""
     run_dir = RunDir(cfg.home)
     lease = Lease(run_dir.lock("scheduler")).acquire()
-    serve(cfg)
+    serve(cfg, log)
     leader = None
     if factory.capabilities(cfg).cluster:  # one scheduler leads the cluster
         leader = _lead(cfg, log, stop)
@@ -228,11 +274,16 @@ def run(cfg: Settings, log: Any, stop: threading.Event) -> None:
                 for j in sched.get_jobs()
                 if j.next_run_time and j.next_run_time <= dt.datetime.now(dt.UTC)
             ]
+            held = refire()
             run_dir.publish(
                 "scheduler",
                 {
-                    "ready": not due,
+                    "ready": not due and not held,
+                    # every due run was fired, some are held for the unreachable queue
+                    "waiting_for_queue": not due and bool(held),
+                    "unfired": held,
                     "jobs": describe(sched),
+                    **(_outage.fields() if _outage is not None else {}),
                     **({"role": "leader"} if leader else {}),
                 },
                 strict=True,

@@ -19,7 +19,10 @@
   what is left. The writer finishes its chunk first, so nothing committed is lost and
   nothing uncommitted was acknowledged as applied.
 * ``until_idle``: exit 0 once the spool is drained, the FTS index caught up, due scheduled
-  jobs fired and both queues empty (observed twice in a row, 0.3 s apart).
+  jobs fired and both queues empty (observed twice in a row, 0.3 s apart). The queue is
+  optional to the drain: when it is unreachable (Redis down) the run ends the same way once
+  the spool is drained and the index caught up, with ``EXIT_QUEUE_UNAVAILABLE`` — queued
+  and due jobs wait for the queue, and the console says so.
 """
 
 from __future__ import annotations
@@ -30,10 +33,12 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from quill.home import RunDir, Settings, WriterStatus
+from quill.jobs.errors import QueueUnavailableError
 from quill.jobs.queues import build_for
 from quill.store.lease import Lease
 
@@ -41,6 +46,7 @@ ROLES = ("writer", "scheduler", "consumer")
 STOP_TIMEOUT_S = 15.0
 CRASH_LOOP = (5, 60.0)  # exits, within seconds
 EXIT_OK, EXIT_TIMEOUT, EXIT_HALTED, EXIT_CRASH_LOOP = 0, 4, 5, 6
+EXIT_QUEUE_UNAVAILABLE = 8  # until idle: the spool was drained, the job queue unreachable
 JOB_HUNG_AFTER_S = 3600.0
 CRASH_LOOP_BACKOFF_S = 60.0
 #: The writer's restart delay never exceeds this (seconds): while it is down nothing is
@@ -113,6 +119,8 @@ class Supervisor:
         if cfg.http_listen:  # [http] listen set: the API and dashboard run as one more child
             self.children.append(Child("http", [sys.executable, "-m", http_entry, *tail]))
         self._stop_signal: int | None = None
+        self._queue_down: QueueUnavailableError | None = None  # until idle: the queue failed
+        self._queues: Any = None  # until idle: the queues, once opened
 
     @property
     def crash_loops(self) -> list[dict[str, Any]]:
@@ -152,7 +160,7 @@ class Supervisor:
         for child in self.children:
             self._start(child)
         idle_streak = 0
-        queues = build_for(self.cfg) if self.until_idle else None
+        queues = (lambda: build_for(self.cfg)) if self.until_idle else None
         while self._stop_signal is None:
             for child in self.children:
                 code = self._check(child)
@@ -171,7 +179,7 @@ class Supervisor:
                 idle_streak = idle_streak + 1 if self._fleet_idle(queues, writer) else 0
                 if idle_streak >= 2:
                     self.log.info("supervisor.idle", seconds=round(time.monotonic() - started, 2))
-                    return EXIT_OK
+                    return self._idle_code()
                 if self.timeout is not None and time.monotonic() - started > self.timeout:
                     self.log.error("supervisor.idle_timeout", timeout=self.timeout)
                     return EXIT_TIMEOUT
@@ -195,21 +203,41 @@ class Supervisor:
             self.console("quill: the writer is applying again")
         self._halt_said = key
 
-    def _fleet_idle(self, queues: Any, writer: WriterStatus) -> bool:
+    def _fleet_idle(self, queues: Callable[[], Any], writer: WriterStatus) -> bool:
         # Only what the current children published counts: a file left by a previous run
         # (or by a child just replaced) says nothing about now.
         sched = self._live_status("scheduler")
         consumer = self._live_status("consumer")
         fresh = time.time() - (writer.updated_at or 0) < 1.0
-        pending = queues.pending()
+        try:
+            if self._queues is None:  # opened here: an unopenable queue.db is an outage too
+                self._queues = queues()
+            pending = self._queues.pending()
+            self._queue_down = None
+        except QueueUnavailableError as exc:  # jobs wait for it; the drain does not
+            pending = None
+            self._queue_down = self._queue_down or exc
         return bool(
             writer.idle
             and fresh
-            and sched.get("ready")
+            and (sched.get("ready") or (pending is None and sched.get("waiting_for_queue")))
             and consumer.get("in_flight") == 0
-            and pending["store"] == 0
-            and pending["worker"] == 0
+            and (pending is None or pending["store"] == pending["worker"] == 0)
         )
+
+    def _idle_code(self) -> int:
+        """The exit code of an until-idle run that reached idle: ``EXIT_OK``, or
+        ``EXIT_QUEUE_UNAVAILABLE`` (said on the console and in the log) when the queue could
+        not be read: the spool is drained, jobs wait."""
+        down = self._queue_down
+        if down is None:
+            return EXIT_OK
+        self.log.error("supervisor.idle_queue_unavailable", error=str(down), since=down.since)
+        self.console(
+            f"quill: the spool is drained, but {down}: queued and due jobs were not run "
+            "(they wait for the queue; `quill status` shows it)"
+        )
+        return EXIT_QUEUE_UNAVAILABLE
 
     def _live_status(self, role: str) -> dict[str, Any]:
         child = next(c for c in self.children if c.role == role)

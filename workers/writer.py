@@ -16,6 +16,10 @@ is not this spool's) means applying would skip or double records. The writer app
 publishes itself halted with the cause (``quill status``; ``quill run --until-idle`` exits 5),
 and looks again every ``REFUSED_RETRY_S``: only this host stops, the store is not halted.
 
+The job queue is optional to the drain: while it is unreachable (Redis down) the job runner
+runs no queued job and tries the queue again with backoff, and the writer applies the spool
+as ever, publishing the outage (``queue_error``, ``queue_down_since``) in its status.
+
 Failures: a retryable one (``TransientError``, ``DiskFullError``, ``StoreIOError``) committed
 nothing, so the writer publishes it, pauses (doubling up to ``MAX_BACKOFF_S``) and retries the
 same step. ``CorruptError`` is the sticky halt, the one path for every cause: the store
@@ -172,7 +176,7 @@ class Writer:
         store file is created first, before the queue is opened)."""
         if self.jobs is None:
             spool = Spool(self.cfg.spool_dir, segment_bytes=self.cfg.segment_bytes)
-            self.jobs = StoreJobRunner(build_for(self.cfg), self.log, spool, self.cfg)
+            self.jobs = StoreJobRunner(lambda: build_for(self.cfg), self.log, spool, self.cfg)
         return self.jobs
 
     def shutdown(self) -> None:
@@ -314,7 +318,7 @@ class Writer:
         decides) and queues their rebuild, while writes go on."""
         rows, detached = self.store.index_step(self.cfg.index_slice_rows)
         if detached:
-            self.jobs.queues.enqueue("fts_rebuild")
+            self.jobs.enqueue("fts_rebuild")  # held while the queue is unreachable
             self.log.error(
                 "writer.fts_detached", damaged=detached["damaged"], error=detached["error"]
             )
@@ -331,6 +335,8 @@ class Writer:
             return
         self._last_idle_publish = now if idle else float("-inf")
         fields = self.store.status_fields() if self.store.connected else {}
+        if self.jobs is not None:
+            fields = {**fields, **self.jobs.queue_fields()}
         status = WriterStatus(
             idle=idle,
             cursor=str(self.cursor),

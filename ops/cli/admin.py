@@ -42,6 +42,11 @@ def snapshot(cfg: Any, as_json: bool) -> None:
         result = run_recorded(spec, queues, resolve_params(spec, cfg, {}), runner="cli")
     except CantOpenError as exc:
         raise click.ClickException(f"no store to snapshot: {exc}") from exc
+    if result.get("unrecorded"):  # taken, but the job queue could not carry its record
+        click.echo(
+            f"quill: warning: this snapshot is not in `quill jobs history`: {result['unrecorded']}",
+            err=True,
+        )
     if as_json:
         emit_json(result)
     else:

@@ -63,6 +63,7 @@ def run(ctx: click.Context, until_idle: bool, timeout: float | None) -> None:
             Exit.TIMEOUT: "not idle before --timeout",
             Exit.HALTED: "the writer halted (`quill status` says why and what to run)",
             Exit.CRASH_LOOP: "a worker is crash-looping",
+            Exit.QUEUE_UNAVAILABLE: "the spool is drained; the job queue is unreachable",
         }.get(code, "see the logs")
         click.echo(
             f"quill: fleet stopped with exit code {code}: {why}; logs in {cfg.logs_dir}", err=True

@@ -73,6 +73,12 @@ def _print_status(d: dict[str, Any]) -> None:
         con.print("[yellow]writer   not running (restarting?)[/yellow]")
     elif writer.error:
         con.print(f"[yellow]writer   {writer.error}[/yellow]")
+    q = d["queue"]
+    if q["unavailable_since"]:
+        con.print(
+            f"[bold red]QUEUE UNREACHABLE[/bold red] since {render.when(q['unavailable_since'])}: "
+            f"{q['error']}\n  queued and scheduled jobs wait; the spool is applied as ever"
+        )
     http = fleet.get("http")
     if fleet["running"] and http:
         serving = (

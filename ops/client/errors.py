@@ -12,6 +12,8 @@ of its kind, so ``quill.Client`` users and ``quill`` command users see the same 
     ├── SpoolFullError              exit 1  the disk holding the spool is full: nothing partial
     ├── StoreBusyError              exit 1  the store is locked right now: retry
     ├── StoreDamagedError           exit 1  corruption found: the writer halts, `quill recover`
+    ├── QueueUnavailableError       exit 8  the job queue (Redis, queue.db) is unreachable:
+    │                                       nothing was queued; the spool is applied as ever
     └── StorageError                exit 1  other I/O / permission / unreadable data dir
 
 Classification is by the type of the lower layer's exception (``quill.spool`` and
@@ -37,6 +39,7 @@ class Exit(IntEnum):
     HALTED = 5  # `quill run`: the writer halted (`quill status` says why)
     CRASH_LOOP = 6  # `quill run`: a worker keeps exiting
     ABORTED = 7  # a confirmation was declined; nothing was changed
+    QUEUE_UNAVAILABLE = 8  # the job queue is unreachable (`quill run --until-idle`: drained)
     INTERRUPTED = 130  # Ctrl-C (SIGINT), the shell's convention
 
 
@@ -191,6 +194,18 @@ class StoreDamagedError(QuillError):
     default_hint = "run `quill status` (it names the cause), then `quill recover`"
 
 
+class QueueUnavailableError(QuillError):
+    """The job queue (the Redis server of ``[queue] url``, or ``queue.db``) cannot be
+    reached: nothing was queued. Appends and the drain do not need it."""
+
+    kind = "queue_unavailable"
+    exit_code = Exit.QUEUE_UNAVAILABLE
+    default_hint = (
+        "start or reach the queue's server (`[queue] url` in config.toml), then retry; "
+        "`quill status` shows since when it is unreachable"
+    )
+
+
 class StorageError(QuillError):
     """Any other I/O, permission or configuration problem with the data dir."""
 
@@ -213,6 +228,7 @@ def from_exception(exc: BaseException) -> QuillError | None:
         return exc
     spool_errors = sys.modules.get("quill.spool.errors")
     store_errors = sys.modules.get("quill.store.errors")
+    queue_errors = sys.modules.get("quill.jobs.errors")
     home = sys.modules.get("quill.home")
     text = str(exc)
     if spool_errors is not None and isinstance(exc, spool_errors.SpoolError):
@@ -247,6 +263,8 @@ def from_exception(exc: BaseException) -> QuillError | None:
                 text, hint="another process holds the store; stop it (`quill status` names it)"
             )
         return StorageError(text)
+    if queue_errors is not None and isinstance(exc, queue_errors.QueueUnavailableError):
+        return QueueUnavailableError(text)
     if home is not None and isinstance(exc, home.ConfigError):
         return StorageError(text, hint="fix config.toml (docs/configuration.md lists every key)")
     if isinstance(exc, OSError):

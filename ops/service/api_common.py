@@ -32,7 +32,7 @@ ERRORS = {
         (401, "no or bad token"),
         (403, "token lacks the scope"),
         (422, "invalid request"),
-        (503, "store or spool unavailable"),
+        (503, "store, spool or job queue unavailable"),
     )
 }
 

@@ -12,6 +12,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel
 
 from quill.jobs import catalog
+from quill.jobs.errors import QueueUnavailableError
 from quill.jobs.queues import build_for
 from quill.ops.service import views
 from quill.ops.service.api_common import ERRORS, reader
@@ -67,7 +68,8 @@ def run_job(name: str, request: Request) -> JobQueued:
 
 def queue_job(request: Request, name: str) -> dict[str, Any]:
     """Enqueue ``name`` with parameters from the current config; raises 404 for an unknown
-    or internal job, 409 for a job that maintains the other kind of store (``catalog.runnable``)."""
+    or internal job, 409 for a job that maintains the other kind of store (``catalog.runnable``),
+    503 when the job queue is unreachable (nothing queued)."""
     cfg = request.app.state.cfg
     try:
         catalog.runnable(name, cfg)
@@ -76,7 +78,10 @@ def queue_job(request: Request, name: str) -> dict[str, Any]:
     except catalog.WrongStoreError as exc:
         raise ApiError(409, "wrong-store", str(exc)) from None
     queued_at = time.time()
-    build_for(cfg).enqueue(name, **catalog.BY_NAME[name].params(cfg))
+    try:
+        build_for(cfg).enqueue(name, **catalog.BY_NAME[name].params(cfg))
+    except QueueUnavailableError as exc:  # nothing was queued; the spool needs no queue
+        raise ApiError(503, "queue-unavailable", str(exc)) from None
     request.app.state.log.info(
         "http.job_queued", job=name, token_id=request.state.principal.token_id
     )

@@ -39,6 +39,7 @@ class _Collector:
                 "writer_halted",
                 "1 while the writer is halted (see quill status for the command to run)",
             ),
+            ("queue_unavailable", "1 while the job queue (Redis or queue.db) is unreachable"),
             (
                 "jobs_overdue",
                 "schedules whose next run passed over two minutes ago (no scheduler fired them)",

@@ -35,6 +35,10 @@ def _version(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in text.split(".")[:3])
 
 
+def _when(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts))
+
+
 def _check(name: str, ok: bool, detail: str, *, warn_only: bool = False) -> dict[str, Any]:
     return {
         "check": name,
@@ -238,6 +242,18 @@ def _common_checks(cfg: Settings, figures: dict[str, Any] | None) -> list[dict[s
             "not halted"
             if not halt
             else f"HALTED: {halt.cause}: {halt.detail} — run `{halt.next}`",
+        )
+    )
+    queue = health.queue_state(cfg, writer if writer.alive else None)
+    out.append(
+        _check(
+            "job queue",
+            not queue["unavailable_since"],
+            f"{queue['where']}: {queue['pending']} pending"
+            if not queue["unavailable_since"]
+            else f"unreachable since {_when(queue['unavailable_since'])}: {queue['error']}; "
+            "appends are applied, queued and scheduled jobs wait",
+            warn_only=True,
         )
     )
     free = shutil.disk_usage(next(p for p in (cfg.home, *cfg.home.parents) if p.exists())).free

@@ -106,6 +106,7 @@ def collect(cfg: Any) -> dict[str, Any]:
         )
     writer = WriterStatus.from_json(data["fleet"]["writer"])
     data["wal"] = wal_state(cfg, writer if writer.alive else None)
+    data["queue"] = queue_state(cfg, writer if writer.alive else None)
     store = data["store"] or {}
     cursor = Position.parse(store["cursor"]) if store.get("cursor") else None
     q = Quarantine(cfg.spool_dir)
@@ -159,6 +160,7 @@ def _metrics(data: dict[str, Any], job_totals: list[dict[str, Any]]) -> dict[str
         },
         "fts_pending_rows": store.get("fts_pending", 0),
         "writer_halted": 1 if fleet.get("halt") else 0,
+        "queue_unavailable": 1 if data["queue"]["unavailable_since"] else 0,
         "worker_restarts": {
             role: fleet["restarts"].get(role, 0)
             for role in ROLES
@@ -254,6 +256,36 @@ def _ago(seconds: float) -> str:
         if seconds >= size:
             return f"{seconds / size:.1f} {unit}"
     return f"{seconds:.0f} s"
+
+
+def queue_state(cfg: Any, writer: WriterStatus | None) -> dict[str, Any]:
+    """The job queue: ``where`` (the Redis URL without password, or ``queue.db``),
+    ``pending`` (``{"store", "worker"}`` tasks waiting, None when it cannot be counted), and
+    while it is unreachable ``unavailable_since`` (epoch s) and ``error`` (else None).
+
+    The queue is asked here: when it answers, it is reachable (the workers take jobs again
+    at their next try, within 10 s); when it does not, the outage started when the live
+    writer first found it down, or now. An absent ``queue.db`` is not created (status writes
+    nothing): nothing is queued there yet. Never raises for an unreachable queue."""
+    from quill.jobs.errors import QueueUnavailableError
+    from quill.jobs.queues import build_for, redacted
+
+    out: dict[str, Any] = {
+        "where": redacted(cfg.queue_url) if cfg.queue_url else str(cfg.queue_db),
+        "pending": None,
+        "unavailable_since": writer.queue_down_since if writer is not None else None,
+        "error": writer.queue_error if writer is not None else None,
+    }
+    if not cfg.queue_url and not cfg.queue_db.exists():
+        out["pending"] = {"store": 0, "worker": 0}
+        return out
+    try:
+        out["pending"] = build_for(cfg).pending()
+        out["unavailable_since"] = out["error"] = None
+    except QueueUnavailableError as exc:
+        out["unavailable_since"] = out["unavailable_since"] or exc.since
+        out["error"] = out["error"] or str(exc)
+    return out
 
 
 #: The WAL is reported as too large above max(WAL_WARN_FLOOR, WAL_WARN_RATIO × store size):

@@ -1,0 +1,78 @@
+"""The job queue's one error: the queue cannot be reached right now.
+
+    QueueError
+    └── QueueUnavailableError   the Redis server of ``[queue] url`` refused, dropped or timed
+                                out a connection (redis-py ``ConnectionError`` /
+                                ``TimeoutError``, which include an authentication failure and
+                                a server still loading its data), or refused a write as a
+                                read-only replica; or ``queue.db`` was busy, locked, full,
+                                unreadable or could not be opened (SQLite primary result codes)
+
+Classified by exception type (and SQLite result code), never by message text. Every call
+into huey's storage goes through ``guarded`` (``jobs.queues`` installs it on both storage
+classes), so no caller ever sees a raw redis or sqlite3 error from the queue. Nothing is lost
+when it is raised: the spool, not the queue, is the log of every change; a job that could not
+be queued was not queued, and says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import time
+from collections.abc import Iterator
+
+#: SQLite primary result codes (sqlite3.h) that mean ``queue.db`` cannot be used right now.
+_SQLITE_UNAVAILABLE = frozenset({5, 6, 10, 13, 14})  # BUSY, LOCKED, IOERR, FULL, CANTOPEN
+
+
+class QueueError(Exception):
+    """Base of the job queue's errors."""
+
+
+class QueueUnavailableError(QueueError):
+    """The job queue cannot be reached: nothing was queued or taken by the failed call.
+    ``where`` names the queue (its URL without password, or the ``queue.db`` path),
+    ``cause`` the underlying error (``Type: message``), ``since`` the epoch seconds of the
+    failure (the caller that tracks an outage keeps the first one)."""
+
+    def __init__(self, where: str, cause: BaseException):
+        self.where = where
+        self.cause = f"{type(cause).__name__}: {cause}"
+        self.since = time.time()
+        super().__init__(f"the job queue at {where} is unreachable ({self.cause})")
+
+
+def _redis_types() -> tuple[type[BaseException], ...]:
+    try:
+        from redis import exceptions as rx
+    except ImportError:  # no Redis client: only queue.db can be in use
+        return ()
+    # ConnectionError covers AuthenticationError and BusyLoadingError; ReadOnlyError is the
+    # answer of a replica (a failover left us on one): writes cannot be queued there.
+    return (rx.ConnectionError, rx.TimeoutError, rx.ReadOnlyError)
+
+
+def unavailable(exc: BaseException) -> bool:
+    """Whether ``exc`` (raised by huey's storage) means the queue is unreachable now."""
+    if isinstance(exc, _redis_types()):
+        return True
+    if isinstance(exc, sqlite3.OperationalError):
+        code = getattr(exc, "sqlite_errorcode", None)
+        return code is not None and code & 0xFF in _SQLITE_UNAVAILABLE
+    return False
+
+
+@contextlib.contextmanager
+def guarded(where: str) -> Iterator[None]:
+    """Run a block that calls the queue's storage; re-raise what ``unavailable`` classifies
+    as ``QueueUnavailableError`` (the original chained). Anything else propagates as is: a
+    bug, or a reply the queue should never give."""
+    try:
+        yield
+    except QueueError:
+        raise
+    except Exception as exc:
+        if unavailable(exc):
+            raise QueueUnavailableError(where, exc) from exc
+        raise

@@ -25,7 +25,12 @@ def _sessions(w, n: int) -> None:
     for i in range(n):
         w.append(
             "session.create",
-            {"session_id": f"s{i:04d}", "source": "cli", "title": f"t{i}", "meta": {"pad": "x" * 300}},
+            {
+                "session_id": f"s{i:04d}",
+                "source": "cli",
+                "title": f"t{i}",
+                "meta": {"pad": "x" * 300},
+            },
         )
 
 

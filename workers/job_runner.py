@@ -45,6 +45,9 @@ class StoreJobRunner:
             catalog.CLOSE_INTERRUPTED: close_interrupted,
             **{j.name: j.func for j in catalog.JOBS if j.kind == "store"},
         }
+        #: ``(job, started_at)`` of the recorded run in progress; left set when the job raised
+        #: ``CorruptError``, so the writer's halt names the run it could not finish.
+        self.current: tuple[str, float] | None = None
 
     def run_one(
         self, store: Any, *, idle: bool, on_start: Callable[[str], None] = lambda name: None
@@ -67,8 +70,10 @@ class StoreJobRunner:
             return False
         recorded = task.name not in (catalog.RECORD_RUN, catalog.CLOSE_INTERRUPTED)
         started = time.time()
+        self.current = None
         if recorded:  # the start row first: a run killed mid-way (VACUUM …) still shows up
             store.run_job(record_job_run, task.name, started, None, RUNNING, {"runner": "writer"})
+            self.current = (task.name, started)
         on_start(task.name)
         outcome, figures, error = "ok", {}, None
         try:
@@ -86,6 +91,7 @@ class StoreJobRunner:
                 "writer.job_failed", job=task.name, error=error, retries_left=task.retries
             )
             self._retry(task, spec)
+        self.current = None
         if recorded:
             store.run_job(
                 record_job_run,

@@ -15,6 +15,9 @@ from quill.store.sqlite.connection import transaction
 RUNNING = "running"
 #: ``job_runs.outcome`` of a run whose process died before it finished (kill -9, power cut).
 INTERRUPTED = "interrupted"
+#: ``job_runs.outcome`` of a run that met structural damage (or declared it, ``declare_corrupt``)
+#: and ended in the writer's sticky halt: finished by whoever ends the halt, from the ``Halt``.
+HALTED = "halted"
 
 
 def record_job_run(

@@ -26,6 +26,7 @@ from quill.jobs import catalog
 from quill.jobs.queues import Queues, resolve_params
 from quill.spool import Spool
 from quill.store.errors import CorruptError
+from quill.store.sqlite import effects
 from quill.store.sqlite.job_runs import RUNNING, close_interrupted, record_job_run
 
 
@@ -72,7 +73,10 @@ class StoreJobRunner:
         started = time.time()
         self.current = None
         if recorded:  # the start row first: a run killed mid-way (VACUUM …) still shows up
-            store.run_job(record_job_run, task.name, started, None, RUNNING, {"runner": "writer"})
+            start = {"runner": "writer"}
+            if task.name in effects.JUDGED_JOBS and store.kind == "sqlite":  # judged if killed
+                start["before"] = store.run_job(effects.measure)
+            store.run_job(record_job_run, task.name, started, None, RUNNING, start)
             self.current = (task.name, started)
         on_start(task.name)
         outcome, figures, error = "ok", {}, None

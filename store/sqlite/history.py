@@ -22,16 +22,11 @@ import apsw
 
 from quill.home import Halt
 from quill.store.sqlite.connection import open_reader, transaction
-from quill.store.sqlite.job_runs import HALTED, INTERRUPTED, RUNNING
+from quill.store.sqlite.job_runs import HALT_JOB, HALTED, INTERRUPTED, RECOVER_JOB, RUNNING
 
 _COLS = ("id", "job", "started_at", "ended_at", "outcome", "figures", "error")
 _DAMAGE = (apsw.CorruptError, apsw.NotADBError, apsw.IOError)
 _RANGE = 256
-
-#: ``job_runs.job`` of the row for the writer's sticky halt (started at the halt, ended by
-#: the recovery) and of the row for the recovery itself.
-HALT_JOB = "writer_halt"
-RECOVER_JOB = "recover"
 
 
 def _read_range(conn: apsw.Connection, lo: int, hi: int, bad: list[int]) -> list[tuple]:

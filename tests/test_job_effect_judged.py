@@ -127,3 +127,70 @@ def test_a_vacuum_killed_after_its_commit_is_recorded_as_completed_from_its_effe
     assert runs[0]["figures"].get("skipped") and "judged" in runs[1]["figures"]
     w.close()
     json.dumps(runs)  # figures stay plain JSON
+
+
+#: The job worker's side of a snapshot run (``run_recorded``: records through the store
+#: queue); right after the verified copy is renamed into place, before the run records its
+#: end, it says so and waits for SIGKILL.
+SNAPSHOTTER = textwrap.dedent(
+    """
+    import os, sys, time
+    from pathlib import Path
+    from quill import home
+    from quill.jobs import catalog
+    from quill.jobs.queues import build_for, resolve_params, run_recorded
+
+    cfg = home.load(Path(sys.argv[1]))
+    marker = Path(sys.argv[2])
+    rename = os.replace
+
+    def rename_then_wait(src, dst):
+        rename(src, dst)
+        if Path(dst).name.startswith("snapshot-"):
+            marker.write_text(str(dst))
+            time.sleep(600)
+
+    os.replace = rename_then_wait
+    spec = catalog.get("snapshot")
+    run_recorded(spec, build_for(cfg), resolve_params(spec, cfg, {}), runner="consumer")
+    """
+)
+
+
+def test_a_snapshot_killed_after_its_verified_copy_is_recorded_as_completed(tmp_path):
+    from quill.jobs import catalog
+
+    w = InProcessWriter(tmp_path / "home")
+    w.say("s", *[f"message {k}" for k in range(20)])
+    w.until_idle()
+    marker = tmp_path / "snapshot-made"
+    script = tmp_path / "snapshotter.py"
+    script.write_text(SNAPSHOTTER)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(w.root), str(marker)], env=quill_env(w.root)
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists():
+            assert proc.poll() is None, "the snapshot process exited"
+            assert time.monotonic() < deadline, "the snapshot was never made"
+            time.sleep(0.02)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait()
+    w.until_idle()  # the writer applies the run's start row
+    # What a restarted job worker queues first (workers/consumer.py).
+    build_for(w.cfg).tasks[catalog.CLOSE_INTERRUPTED](
+        runner="consumer", before=time.time(), snapshots_dir=str(w.cfg.snapshots_dir)
+    )
+    w.until_idle()
+    with Reader(w.cfg.state_db) as r:
+        [run] = r.job_runs(job="snapshot")
+    made = os.path.basename(marker.read_text())
+    assert run["outcome"] == "ok", run
+    assert run["figures"]["judged"] == (
+        f"completed (judged from effect: verified snapshot {made} covering spool position "
+        f"{made.rsplit('-', 2)[1]}:{made.rsplit('-', 2)[2].removesuffix('.db')})"
+    )
+    w.close()

@@ -50,8 +50,11 @@ def run(cfg: Settings, log: Any) -> None:
 
     run_dir.publish("consumer", {"in_flight": 0}, strict=True)
     # One consumer per fleet: a run a previous consumer started and never finished (kill -9
-    # mid-check) is marked interrupted. Queued after that consumer's own records (FIFO).
-    queues.tasks[catalog.CLOSE_INTERRUPTED](runner="consumer", before=time.time())
+    # mid-check) is marked interrupted, or judged from its effect (a snapshot it made).
+    # Queued after that consumer's own records (FIFO).
+    queues.tasks[catalog.CLOSE_INTERRUPTED](
+        runner="consumer", before=time.time(), snapshots_dir=str(cfg.snapshots_dir)
+    )
     log.info("consumer.started")
     consumer = queues.worker.create_consumer(
         workers=1, worker_type="thread", periodic=False, initial_delay=0.05, max_delay=1.0

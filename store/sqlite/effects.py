@@ -13,14 +13,21 @@ still in the WAL, which the file size on disk does not show until a checkpoint).
 
 from __future__ import annotations
 
+import calendar
 import os
+import time
+from pathlib import Path
 from typing import Any
 
 import apsw
 
+from quill.home import SNAPSHOT_GLOB, parse_snapshot_name
+
 #: Store jobs whose interrupted runs are judged from the file: each runs a VACUUM, whose
 #: committed effect is an empty freelist and a smaller page count.
 JUDGED_JOBS = frozenset({"vacuum", "scrub"})
+#: The worker job whose interrupted runs are judged from ``snapshots/``.
+SNAPSHOT_JOB = "snapshot"
 
 
 def measure(conn: apsw.Connection) -> dict[str, int]:
@@ -66,3 +73,38 @@ def judge(before: dict[str, Any], now: dict[str, Any]) -> tuple[str, str] | None
             f"freelist still {n_free}, {n_pages} pages as at its start)",
         )
     return None
+
+
+def _snapshot_time(name: str) -> float:
+    """Epoch s a snapshot file name (``quill.home.snapshot_name``) was made at; ValueError if
+    ``name`` is not one."""
+    parts = Path(name).stem.split("-")  # snapshot, YYYYmmddTHHMMSS, ns, segment, offset
+    if len(parts) != 5:
+        raise ValueError(name)
+    return calendar.timegm(time.strptime(parts[1], "%Y%m%dT%H%M%S")) + int(parts[2]) / 1e9
+
+
+def judge_snapshot(
+    snapshots_dir: str | Path, started_at: float, closed_at: float
+) -> tuple[str, str] | None:
+    """``("ok", verdict)`` when ``snapshots_dir`` holds a verified snapshot made between the
+    run's start ``started_at`` and ``closed_at`` (epoch s): only a verified copy gets its final
+    name, which carries the time it was made and the spool position it covers. None when there
+    is none (the run died before, or its file was rotated away: not provable either way)."""
+    made = []
+    for path in Path(snapshots_dir).glob(SNAPSHOT_GLOB):
+        try:
+            at = _snapshot_time(path.name)
+            seg, off = parse_snapshot_name(path.name)
+        except ValueError:
+            continue
+        if started_at <= at <= closed_at:
+            made.append((at, path.name, seg, off))
+    if not made:
+        return None
+    _, name, seg, off = max(made)
+    return (
+        "ok",
+        f"completed (judged from effect: verified snapshot {name} covering spool position "
+        f"{seg}:{off})",
+    )

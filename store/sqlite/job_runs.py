@@ -63,13 +63,16 @@ def record_job_run(
     return {}
 
 
-def close_interrupted(conn: Any, runner: str, before: float) -> dict[str, Any]:
+def close_interrupted(
+    conn: Any, runner: str, before: float, snapshots_dir: str | None = None
+) -> dict[str, Any]:
     """Mark ``running`` rows of ``runner`` (the ``figures.runner`` of their start row: writer,
     consumer or cli) that started before ``before`` (epoch s) as ``interrupted``: the process
-    that ran them has been replaced, so they will never finish. A run of a job whose effect
-    the file shows (``effects.JUDGED_JOBS``, with ``figures.before`` from its start) is judged
-    from that effect instead: ``ok`` with ``figures.judged`` saying "completed (judged from
-    effect: …)" when its VACUUM committed, else ``interrupted`` with what the file shows.
+    that ran them has been replaced, so they will never finish. A run whose effect shows is
+    judged from it instead (``store.sqlite.effects``): a ``vacuum``/``scrub`` run (with
+    ``figures.before`` from its start) from the file, a ``snapshot`` run from
+    ``snapshots_dir`` when given; ``ok`` with ``figures.judged`` saying "completed (judged
+    from effect: …)" when the effect is there, else ``interrupted`` with what was found.
     Figures: ``interrupted`` (rows closed, judged ones included), ``judged`` (rows judged
     complete)."""
     # A LIKE on the JSON text record_job_run wrote (json.dumps: '"runner": "NAME"'), not
@@ -78,17 +81,21 @@ def close_interrupted(conn: Any, runner: str, before: float) -> dict[str, Any]:
     judged = 0
     with transaction(conn):
         rows = conn.execute(
-            "SELECT id, job, figures FROM job_runs "
+            "SELECT id, job, started_at, figures FROM job_runs "
             "WHERE outcome = ? AND started_at < ? AND figures LIKE ?",
             (RUNNING, before, pattern),
         ).fetchall()
         now: dict[str, Any] | None = None
-        for rid, job, raw in rows:
+        for rid, job, started, raw in rows:
             figures = json.loads(raw or "{}")
-            if job not in effects.JUDGED_JOBS or "before" not in figures:
+            if job in effects.JUDGED_JOBS and "before" in figures:
+                now = now if now is not None else effects.measure(conn)
+                verdict = effects.judge(figures["before"], now)
+                figures["after"] = now
+            elif job == effects.SNAPSHOT_JOB and snapshots_dir:
+                verdict = effects.judge_snapshot(snapshots_dir, started, before)
+            else:
                 continue
-            now = now if now is not None else effects.measure(conn)
-            verdict = effects.judge(figures["before"], now)
             if verdict is None:
                 continue
             outcome, text = verdict
@@ -100,7 +107,7 @@ def close_interrupted(conn: Any, runner: str, before: float) -> dict[str, Any]:
             conn.execute(
                 "UPDATE job_runs SET outcome = ?, ended_at = ?, figures = ?, error = ? "
                 "WHERE id = ?",
-                (outcome, before, json.dumps({**figures, "after": now}), error, rid),
+                (outcome, before, json.dumps(figures), error, rid),
             )
         conn.execute(
             "UPDATE job_runs SET outcome = ?, ended_at = coalesce(ended_at, ?), "

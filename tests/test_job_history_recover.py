@@ -33,7 +33,7 @@ def _worker_job(w, name: str) -> None:
 
 def _history(w) -> list[dict]:
     with Reader(w.cfg.state_db) as r:
-        return list(reversed(r.job_runs(limit=500)))
+        return list(reversed(r.job_runs(limit=5000)))
 
 
 def test_job_history_survives_recover_with_the_incident_and_nothing_left_running(w):
@@ -88,3 +88,45 @@ def test_job_history_survives_recover_with_the_incident_and_nothing_left_running
     order = [r["job"] for r in runs]
     assert order.index("snapshot") < order.index("fts_merge") < order.index("quick_check")
     assert order.index("quick_check") < order.index("writer_halt") < order.index("recover")
+
+
+def test_recover_carries_the_readable_job_runs_of_a_damaged_history_and_counts_the_rest(w):
+    """Damage in ``job_runs`` itself: recovery still succeeds, carries every readable row and
+    counts the unreadable ones instead of guessing them."""
+    from quill.ops.recover.sqlite import rebuild
+    from quill.store.sqlite.connection import open_writer, transaction
+
+    w.say("q", "hello")
+    w.until_idle()
+    _worker_job(w, "snapshot")
+    w.until_idle()  # the writer records the snapshot's run
+    w.writer.shutdown()
+    conn = open_writer(w.cfg.state_db)
+    try:
+        with transaction(conn):
+            for i in range(600):
+                conn.execute(
+                    "INSERT INTO job_runs (job, started_at, ended_at, outcome, figures) "
+                    "VALUES ('fts_merge', ?, ?, 'ok', ?)",
+                    (1000.0 + i, 1001.0 + i, '{"pad": "' + "x" * 200 + '"}'),
+                )
+        conn.wal_checkpoint(mode=3)
+    finally:
+        conn.close()
+    damage_pages(w.cfg.state_db, "job_runs", count=2, leaves_only=True)
+    w.writer = w.start()
+    w.turn()  # its start closes its predecessor's runs: a scan of job_runs meets the damage
+    assert w.writer.run_dir.halt(w.cfg.state_db) is not None
+    report = rebuild(w.cfg)
+    history = report["job_history"]
+    assert history["error"] is None
+    assert history["unreadable_rows"] > 0
+    assert 0 < history["carried"] < 600
+    w.writer.run_dir.request_swap(report["path"])
+    w.turn()
+    assert w.writer.done
+    w.restart()
+    w.until_idle()
+    merges = [r for r in _history(w) if r["job"] == "fts_merge"]
+    assert len(merges) + history["unreadable_rows"] == 600  # every row carried or counted
+    assert [r["job"] for r in _history(w)][-2:] == ["writer_halt", "recover"]

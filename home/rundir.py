@@ -35,14 +35,21 @@ class Halt(NamedTuple):
     next: str = "quill recover"  # the command that lifts it
     cursor: str | None = None  # the writer's spool cursor when it halted
     store_ino: int | None = ANY_STORE  # the store file's inode; None: the file was missing
+    #: The store job whose run met the damage (its ``job_runs`` row: name + ``started_at``,
+    #: epoch s), or None when the drain, the indexer or the open did. That row cannot be
+    #: finished in the damaged store; recovery finishes it as ``halted`` from this record.
+    job: str | None = None
+    job_started: float | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """The record as JSON-ready dict (``cursor``/``store_ino`` only when known)."""
+        """The record as JSON-ready dict (``cursor``/``store_ino``/``job`` only when known)."""
         out = {"cause": self.cause, "detail": self.detail, "at": self.at, "next": self.next}
         if self.cursor is not None:
             out["cursor"] = self.cursor
         if self.store_ino != ANY_STORE:
             out["store_ino"] = self.store_ino
+        if self.job is not None:
+            out["job"], out["job_started"] = self.job, self.job_started
         return out
 
     @classmethod
@@ -59,6 +66,10 @@ class Halt(NamedTuple):
             str(data.get("next", "quill recover")),
             str(data["cursor"]) if data.get("cursor") is not None else None,
             data.get("store_ino", ANY_STORE),
+            str(data["job"]) if data.get("job") is not None else None,
+            float(data["job_started"])
+            if isinstance(data.get("job_started"), (int, float))
+            else None,
         )
 
     def applies_to(self, store: Path) -> bool:

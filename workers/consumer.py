@@ -70,13 +70,19 @@ def run(cfg: Settings, log: Any) -> None:
         consumer.stop_flag,
         lambda: run_dir.publish("consumer", {"in_flight": in_flight["n"], **outage.fields()}),
         time.time(),
+        str(cfg.snapshots_dir),
     )
     consumer.run()
     log.info("consumer.stopped")
 
 
 def _tolerate_outages(
-    queues: Queues, outage: QueueOutage, stop: Any, publish: Any, started: float
+    queues: Queues,
+    outage: QueueOutage,
+    stop: Any,
+    publish: Any,
+    started: float,
+    snapshots_dir: str,
 ) -> None:
     """Route the consumer's two polls of the queue (its worker's ``dequeue``, its scheduler
     thread's ``read_schedule``) through ``outage``: while the queue is down they answer
@@ -85,9 +91,9 @@ def _tolerate_outages(
     writes the consumer's status (with ``outage.fields()``) when the outage starts or ends.
 
     Before the first task is taken, the runs a previous consumer started and never finished
-    (kill -9 mid-check) are marked interrupted (``CLOSE_INTERRUPTED`` with ``before`` =
-    ``started``, queued after that consumer's own records: FIFO); while the queue is down
-    that waits too."""
+    (kill -9 mid-check) are marked interrupted, or judged from their effect (a snapshot made
+    in ``snapshots_dir``) (``CLOSE_INTERRUPTED`` with ``before`` = ``started``, queued after
+    that consumer's own records: FIFO); while the queue is down that waits too."""
     huey = queues.worker
     dequeue, read_schedule = huey.dequeue, huey.read_schedule
     closed = {"done": False}
@@ -99,7 +105,9 @@ def _tolerate_outages(
         was_down = outage.down is not None
         try:
             if not closed["done"]:
-                queues.tasks[catalog.CLOSE_INTERRUPTED](runner="consumer", before=started)
+                queues.tasks[catalog.CLOSE_INTERRUPTED](
+                    runner="consumer", before=started, snapshots_dir=snapshots_dir
+                )
                 closed["done"] = True
             task = dequeue()
         except QueueUnavailableError as exc:

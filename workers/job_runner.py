@@ -35,6 +35,7 @@ from quill.jobs.outage import QueueOutage
 from quill.jobs.queues import Queues, resolve_params
 from quill.spool import Spool
 from quill.store.errors import CorruptError
+from quill.store.sqlite import effects
 from quill.store.sqlite.job_runs import RUNNING, close_interrupted, record_job_run
 
 
@@ -62,6 +63,9 @@ class StoreJobRunner:
         }
         self.outage = QueueOutage("writer", log)
         self._owed: list[Callable[[], None]] = []  # puts to make once the queue is back
+        #: ``(job, started_at)`` of the recorded run in progress; left set when the job raised
+        #: ``CorruptError``, so the writer's halt names the run it could not finish.
+        self.current: tuple[str, float] | None = None
 
     @property
     def queues(self) -> Queues:
@@ -111,8 +115,13 @@ class StoreJobRunner:
             return False  # once the drain is caught up
         recorded = task.name not in (catalog.RECORD_RUN, catalog.CLOSE_INTERRUPTED)
         started = time.time()
+        self.current = None
         if recorded:  # the start row first: a run killed mid-way (VACUUM …) still shows up
-            store.run_job(record_job_run, task.name, started, None, RUNNING, {"runner": "writer"})
+            start = {"runner": "writer"}
+            if task.name in effects.JUDGED_JOBS and store.kind == "sqlite":  # judged if killed
+                start["before"] = store.run_job(effects.measure)
+            store.run_job(record_job_run, task.name, started, None, RUNNING, start)
+            self.current = (task.name, started)
         on_start(task.name)
         outcome, figures, error = "ok", {}, None
         try:
@@ -130,6 +139,7 @@ class StoreJobRunner:
                 "writer.job_failed", job=task.name, error=error, retries_left=task.retries
             )
             self._retry(task, spec)
+        self.current = None
         if recorded:
             store.run_job(
                 record_job_run,

@@ -51,6 +51,7 @@ from quill.store.errors import (
 )
 from quill.store.factory import open_store
 from quill.store.lease import Lease
+from quill.store.sqlite.job_runs import HALTED, record_job_run
 from quill.workers import status
 from quill.workers.drain import Drain
 from quill.workers.job_runner import StoreJobRunner
@@ -353,13 +354,20 @@ class Writer:
     # -- the sticky halt -------------------------------------------------------------------
 
     def _halt(self, exc: Exception) -> None:
-        """Enter the sticky halt for ``exc`` and have the store record it."""
+        """Enter the sticky halt for ``exc`` and have the store record it (with the store job
+        whose run met it, if one did: its ``job_runs`` row stays ``running`` in the damaged
+        store, and whoever ends the halt finishes it from this record)."""
+        job = self.jobs.current if self.jobs is not None else None
+        if self.jobs is not None:
+            self.jobs.current = None
         self.halt_cause = Halt(
             type(exc).__name__,
             str(exc),
             time.time(),
             next=self.store.recover_hint,
             cursor=str(self.cursor),
+            job=job[0] if job else None,
+            job_started=job[1] if job else None,
         )
         self.halt_recorded = False
         self.log.critical("writer.halt", backend=self.store.kind, **self.halt_cause.to_json())
@@ -377,6 +385,23 @@ class Writer:
             self.log.warning(
                 "writer.retry", error=f"{type(exc).__name__}: {exc}", kind=type(exc).__name__
             )
+
+    def _finish_halted_job(self) -> None:
+        """The halt was lifted in place (the store was repaired, not replaced): finish the run
+        of the store job that met the damage, still ``running``, as ``halted`` with the cause.
+        Raises the store error tree (the caller stays halted and looks again)."""
+        cause = self.halt_cause
+        if cause is None or cause.job is None or cause.job_started is None:
+            return
+        self.store.run_job(
+            record_job_run,
+            cause.job,
+            cause.job_started,
+            time.time(),
+            HALTED,
+            {"runner": "writer", "halt_at": cause.at},
+            f"the writer halted on what this run met: {cause.cause}: {cause.detail}",
+        )
 
     def _serve_halt(self, now: float) -> float:
         """One look while halted: publish the halt, let the store say whether it ended
@@ -404,6 +429,7 @@ class Writer:
                 self.log.warning(
                     "writer.halt_lifted", backend=self.store.kind, cursor=str(self.cursor)
                 )
+                self._finish_halted_job()
                 self.halt_cause = None
                 return 0.0
             if self.store.jobs_while_halted:

@@ -18,6 +18,7 @@ from typing import Any
 from quill.spool import SpoolReader
 from quill.store.errors import LeaseHeldError
 from quill.store.factory import open_reader, open_store
+from quill.store.sqlite.job_runs import HALT_JOB, HALTED, RECOVER_JOB, record_job_run
 from quill.workers.writer import Writer
 
 #: How long ``recover`` waits for a running writer to replay the spool (seconds).
@@ -78,11 +79,13 @@ def drain(cfg: Any, log: Any, *, stop: Any = None) -> dict[str, Any]:
 def lift_halt(cfg: Any, log: Any) -> dict[str, Any] | None:
     """When the store is halted (``store.postgres.halt``: amcheck found damage), check it again
     with amcheck and lift the halt if it passes — after ``REINDEX INDEX …`` or a restore from
-    backup — so every host's writer resumes. Returns the lifted cause (None: not halted).
+    backup — so every host's writer resumes, and record the halt and this recovery in the job
+    history (``writer_halt``, ``recover``). Returns the lifted cause (None: not halted).
     Raises ``CorruptError`` naming the problems while the damage is still there."""
     from quill.store.errors import CorruptError
     from quill.store.postgres import halt
 
+    began = time.time()
     backend = open_store(cfg, log, spool_id="maintenance")
     try:
         cause = backend.run_job(halt.read)
@@ -96,6 +99,20 @@ def lift_halt(cfg: Any, log: Any) -> dict[str, Any] | None:
             )
         backend.run_job(halt.clear)
         log.warning("recover.halt_lifted", **cause)
+        # The halt row is gone with the halt: the job history keeps the incident.
+        now = time.time()
+        backend.run_job(
+            record_job_run,
+            HALT_JOB,
+            float(cause.get("at") or began),
+            now,
+            HALTED,
+            {"runner": "writer", **cause},
+            f"{cause.get('cause')}: {cause.get('detail')}",
+        )
+        backend.run_job(
+            record_job_run, RECOVER_JOB, began, now, "ok", {"runner": "cli", "halt_lifted": cause}
+        )
         return cause
     finally:
         backend.close()

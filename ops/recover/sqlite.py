@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from quill.home import DEFAULTS, RunDir, Settings, WriterStatus
+from quill.home import DEFAULTS, Halt, RunDir, Settings, WriterStatus
 from quill.jobs.worker_jobs import latest_snapshot
 from quill.jobs.worker_jobs import snapshot as take_snapshot
 from quill.ops.recover.replay import Progress, replay
@@ -23,6 +23,7 @@ from quill.spool.segments import list_segments
 from quill.store.errors import CorruptError, LeaseHeldError
 from quill.store.factory import open_url
 from quill.store.lease import Lease
+from quill.store.sqlite.history import carry_job_runs
 from quill.store.sqlite.salvage import salvage
 from quill.store.sqlite.swap import integrity, stamp_generation, swap_in
 
@@ -69,12 +70,22 @@ def deleted_sessions(spool_dir: Path) -> set[str]:
 
 
 def rebuild(
-    cfg: Settings, progress: Progress | None = None, *, accept_loss: bool = False
+    cfg: Settings,
+    progress: Progress | None = None,
+    *,
+    accept_loss: bool = False,
+    halt: Halt | None = None,
 ) -> dict[str, Any]:
-    """Build and verify a new store file next to the live one; returns figures incl. ``path``.
+    """Build and verify a new store file next to the live one; returns figures incl. ``path``
+    and ``job_history`` (``store.sqlite.history.carry_job_runs``: the damaged file's job runs,
+    the halt ``halt`` (default: the one recorded in ``run/``) and this recovery are recorded
+    in the new file, so the incident stays in ``quill jobs history``).
 
     Raises ``RecoverError`` when snapshot + spool do not hold the full history (a restored
     snapshot in ``snapshots/`` fixes that), unless ``accept_loss``."""
+    began = time.time()
+    if halt is None:
+        halt = RunDir(cfg.home).halt(cfg.state_db)
     work = cfg.home / f"state.db.recovering-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"
     snap = latest_snapshot(cfg.snapshots_dir)
     gap = history_gap(cfg, snap[1] if snap else None)
@@ -106,6 +117,22 @@ def rebuild(
                 pass
         finally:
             store.close()
+    store = open_url(None, work, "local", synchronous=cfg.synchronous)
+    try:
+        result["job_history"] = store.run_job(
+            carry_job_runs,
+            cfg.state_db,
+            halt=halt,
+            started_at=began,
+            now=time.time(),
+            figures={
+                "snapshot": str(snap[0]) if snap else None,
+                "snapshot_position": str(snap[1]) if snap else None,
+                **{k: result.get(k) for k in ("from", "to", "applied", "rejected", "rows")},
+            },
+        )
+    finally:
+        store.close()
     stamp_generation(work)
     check = integrity(work)
     if check != ["ok"]:
@@ -152,7 +179,7 @@ def recover(
                 "the writer is running and the store is not halted; nothing to recover "
                 "(stop `quill run` first to rebuild anyway)"
             )
-        report = rebuild(cfg, progress, accept_loss=accept_loss)
+        report = rebuild(cfg, progress, accept_loss=accept_loss, halt=halt)
         if held:
             report["evidence"] = str(
                 swap_in(cfg.home / os.path.basename(report["path"]), cfg.state_db)

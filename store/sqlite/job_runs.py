@@ -9,12 +9,20 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from quill.store.sqlite import effects
 from quill.store.sqlite.connection import transaction
 
 #: ``job_runs.outcome`` of a run that has started and not finished (yet).
 RUNNING = "running"
 #: ``job_runs.outcome`` of a run whose process died before it finished (kill -9, power cut).
 INTERRUPTED = "interrupted"
+#: ``job_runs.outcome`` of a run that met structural damage (or declared it, ``declare_corrupt``)
+#: and ended in the writer's sticky halt: finished by whoever ends the halt, from the ``Halt``.
+HALTED = "halted"
+#: ``job_runs.job`` of the rows recovery writes about an incident: the writer's sticky halt
+#: (started at the halt, ended by the recovery, outcome ``halted``) and the recovery itself.
+HALT_JOB = "writer_halt"
+RECOVER_JOB = "recover"
 
 
 def record_job_run(
@@ -55,18 +63,56 @@ def record_job_run(
     return {}
 
 
-def close_interrupted(conn: Any, runner: str, before: float) -> dict[str, Any]:
+def close_interrupted(
+    conn: Any, runner: str, before: float, snapshots_dir: str | None = None
+) -> dict[str, Any]:
     """Mark ``running`` rows of ``runner`` (the ``figures.runner`` of their start row: writer,
     consumer or cli) that started before ``before`` (epoch s) as ``interrupted``: the process
-    that ran them has been replaced, so they will never finish. Figures: rows marked."""
+    that ran them has been replaced, so they will never finish. A run whose effect shows is
+    judged from it instead (``store.sqlite.effects``): a ``vacuum``/``scrub`` run (with
+    ``figures.before`` from its start) from the file, a ``snapshot`` run from
+    ``snapshots_dir`` when given; ``ok`` with ``figures.judged`` saying "completed (judged
+    from effect: …)" when the effect is there, else ``interrupted`` with what was found.
+    Figures: ``interrupted`` (rows closed, judged ones included), ``judged`` (rows judged
+    complete)."""
     # A LIKE on the JSON text record_job_run wrote (json.dumps: '"runner": "NAME"'), not
     # json_extract: the same statement runs on the PostgreSQL store.
     pattern = "%" + json.dumps({"runner": runner})[1:-1] + "%"
+    judged = 0
     with transaction(conn):
+        rows = conn.execute(
+            "SELECT id, job, started_at, figures FROM job_runs "
+            "WHERE outcome = ? AND started_at < ? AND figures LIKE ?",
+            (RUNNING, before, pattern),
+        ).fetchall()
+        now: dict[str, Any] | None = None
+        for rid, job, started, raw in rows:
+            figures = json.loads(raw or "{}")
+            if job in effects.JUDGED_JOBS and "before" in figures:
+                now = now if now is not None else effects.measure(conn)
+                verdict = effects.judge(figures["before"], now)
+                figures["after"] = now
+            elif job == effects.SNAPSHOT_JOB and snapshots_dir:
+                verdict = effects.judge_snapshot(snapshots_dir, started, before)
+            else:
+                continue
+            if verdict is None:
+                continue
+            outcome, text = verdict
+            if outcome == "ok":
+                judged += 1
+                figures["judged"], error = text, None
+            else:
+                error = text
+            conn.execute(
+                "UPDATE job_runs SET outcome = ?, ended_at = ?, figures = ?, error = ? "
+                "WHERE id = ?",
+                (outcome, before, json.dumps(figures), error, rid),
+            )
         conn.execute(
             "UPDATE job_runs SET outcome = ?, ended_at = coalesce(ended_at, ?), "
             "error = coalesce(error, 'the process running it died before it finished') "
             "WHERE outcome = ? AND started_at < ? AND figures LIKE ?",
             (INTERRUPTED, before, RUNNING, before, pattern),
         )
-        return {"interrupted": conn.changes()}
+        return {"interrupted": len(rows), "judged": judged}

@@ -30,7 +30,7 @@ from quill.home import DEFAULTS, Halt
 from quill.store.apply.chunk import ChunkResult, apply_chunk, read_cursor, read_cursor_proof
 from quill.store.capabilities import SqliteCapabilities
 from quill.store.contract import HaltAction, NullLog
-from quill.store.errors import DiskFullError
+from quill.store.errors import DiskFullError, mapped
 from quill.store.sqlite import fts_repair
 from quill.store.sqlite.connection import open_writer
 from quill.store.sqlite.guard import FileGuard
@@ -102,8 +102,9 @@ class SqliteStore(SqliteCapabilities):
             if not self.writer:
                 return {}
             self.guard = FileGuard(self.conn, self.path)
-            closed = close_interrupted(self.conn, "writer", time.time())["interrupted"]
-            self._truncate(time.monotonic())
+            with mapped():
+                closed = close_interrupted(self.conn, "writer", time.time())["interrupted"]
+                self._truncate(time.monotonic())
             # Both are our own commits (the checkpoint writes state.db): the guard must know,
             # or the first check reads the new mtime as another process's write.
             self.guard.committed()
@@ -139,8 +140,14 @@ class SqliteStore(SqliteCapabilities):
 
     # -- the drain -------------------------------------------------------------------------
 
+    # Every statement the writer runs goes through ``mapped()`` here, at the one door between
+    # the writer and the connection: an apsw error raised by any of them (a SELECT of a store
+    # job outside a transaction included) reaches the writer classified by result code, so
+    # SQLITE_CORRUPT/SQLITE_NOTADB is a ``CorruptError`` and halts at once, whoever met it.
+
     def read_cursor(self) -> tuple[int, int] | None:
-        return read_cursor(self.conn)
+        with mapped():
+            return read_cursor(self.conn)
 
     def read_cursor_proof(self) -> tuple[int, int, int | None, str | None] | None:
         return read_cursor_proof(self.conn)
@@ -148,7 +155,8 @@ class SqliteStore(SqliteCapabilities):
     def apply_chunk(
         self, entries: Sequence[Any], on_reject: Callable[[Any, str, str], None]
     ) -> ChunkResult:
-        return apply_chunk(self.conn, entries, on_reject)
+        with mapped():
+            return apply_chunk(self.conn, entries, on_reject)
 
     def check(self) -> None:
         if self.guard is not None:
@@ -159,24 +167,28 @@ class SqliteStore(SqliteCapabilities):
             self.guard.committed()
 
     def index(self, max_rows: int = DEFAULTS.index_slice_rows) -> int:
-        return index_slice(self.conn, max_rows)
+        with mapped():
+            return index_slice(self.conn, max_rows)
 
     def index_step(self, max_rows: int) -> tuple[int, dict[str, Any] | None]:
         from quill.store.errors import CorruptError
 
         try:
-            return index_slice(self.conn, max_rows), None
+            with mapped():
+                return index_slice(self.conn, max_rows), None
         except CorruptError as exc:
-            damaged = fts_repair.classify(self.conn)
-            if damaged["canonical"] or not damaged["fts"]:
-                raise
-            error = f"{type(exc).__name__}: {exc}"
-            fts_repair.detach(self.conn, f"{error}; damaged: {damaged['fts']}")
+            with mapped():
+                damaged = fts_repair.classify(self.conn)
+                if damaged["canonical"] or not damaged["fts"]:
+                    raise
+                error = f"{type(exc).__name__}: {exc}"
+                fts_repair.detach(self.conn, f"{error}; damaged: {damaged['fts']}")
             return 0, {"damaged": damaged["fts"], "error": str(exc)}
 
     def idle_work(self, now: float, cursor: Any, was_busy: bool) -> dict[str, Any]:
         if was_busy or now >= self._next_truncate:  # idle: the moment to TRUNCATE
-            self._truncate(now)
+            with mapped():
+                self._truncate(now)
         return {"wal_blocked_since": self._wal_blocked_since}
 
     def _truncate(self, now: float) -> None:
@@ -204,10 +216,9 @@ class SqliteStore(SqliteCapabilities):
         self.log.info("writer.idle_truncate", **figures)
 
     def status_fields(self) -> dict[str, Any]:
-        return {
-            "fts_indexed_upto": indexed_upto(self.conn) if self.conn is not None else None,
-            "wal_blocked_since": self._wal_blocked_since,
-        }
+        with mapped():
+            upto = indexed_upto(self.conn) if self.conn is not None else None
+        return {"fts_indexed_upto": upto, "wal_blocked_since": self._wal_blocked_since}
 
     def describe(self, exc: Exception) -> str:
         errno_ = self.conn.system_errno if self.conn is not None else 0
@@ -220,7 +231,11 @@ class SqliteStore(SqliteCapabilities):
         return f"{type(exc).__name__}: {exc}" + (f" (errno {errno_})" if errno_ else "")
 
     def run_job(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        return func(self.conn, *args, **kwargs)
+        """Run ``func(conn, *args, **kwargs)`` on the writer's connection. Raises the store
+        error tree for any apsw error the job lets out (``mapped``): a job that meets
+        SQLITE_CORRUPT raises ``CorruptError`` and the writer halts, as the drain would."""
+        with mapped():
+            return func(self.conn, *args, **kwargs)
 
     # -- the sticky halt -------------------------------------------------------------------
 
@@ -289,6 +304,7 @@ class SqliteStore(SqliteCapabilities):
         if job not in self.maintenance_jobs:
             raise ValueError(f"{job!r} is not a maintenance job of the {self.kind} store")
         if job == "integrity_check":
-            problems = [r[0] for r in self.conn.execute("PRAGMA quick_check")]
+            with mapped():
+                problems = [r[0] for r in self.conn.execute("PRAGMA quick_check")]
             return {"ok": problems == ["ok"], "problems": [p for p in problems if p != "ok"]}
         raise ValueError(f"{job!r} runs as a scheduled store job (jobs.store_jobs) on SQLite")

@@ -21,7 +21,8 @@ Durability and concurrency contract (docs/architecture.md, "The spool"):
   syncs for all who wrote before it. "Durable before the ack" is unchanged: an ack follows an
   ``fdatasync`` that began after the record's ``write`` returned;
 * rotation by size: a producer that finds the active segment at or past ``segment_bytes``
-  creates the next one (``O_EXCL``) and fsyncs the directory. A producer that finds, under
+  terminates a torn tail it ends in (``\n``, synced), then creates the next one (``O_EXCL``)
+  and fsyncs the directory, so a sealed segment always ends in ``\n``. A producer that finds, under
   its segment's lock, that the next segment already exists moves to the newest one instead of
   writing: that is how ``spool.purge.seal`` retires a segment before it is full (one
   ``stat`` per append), so "once N+1 exists nothing but a ``\n`` is written to N" holds;
@@ -137,13 +138,16 @@ class Spool:
         if not isinstance(data, dict):
             raise InvalidOpError(f"op data must be a JSON object, got {type(data).__name__}")
         batch_id = batch_id or _uuid4()
-        self._seq += 1
+        # The sequence number is consumed only once the line is written (``_write``): an
+        # append refused before that leaves no gap, so a gap in a producer's numbers is a
+        # record lost from the spool (``spool.integrity``).
+        seq = self._seq + 1
         body = {
             "v": record.VERSION,
             "op": op,
             "batch": batch_id,
             "producer": self.producer_id,
-            "seq": self._seq,
+            "seq": seq,
             "ts": time.time(),
             "data": data,
         }
@@ -156,7 +160,7 @@ class Spool:
                 f"op data nests too deeply to encode (readers accept at most "
                 f"{record.MAX_NESTING} levels)"
             ) from None
-        offset = self._write(line)
+        offset = self._write(line, seq)
         return Ack(Position(self._segment, offset), batch_id)
 
     def close(self) -> None:
@@ -175,7 +179,18 @@ class Spool:
 
     # -- internals -----------------------------------------------------------------------
 
-    def _write(self, line: bytes) -> int:
+    def _seal_tail(self, fd: int, size: int) -> None:
+        """Terminate a torn tail of the locked, full segment before its successor is created,
+        and make the ``\n`` durable first: a sealed segment then always ends in ``\n``, so
+        one that does not was cut short (``spool.integrity``), never merely torn."""
+        if size > 0 and os.pread(fd, 1, size - 1) != b"\n":
+            self._write_all(fd, size, b"\n")
+            try:
+                os.fdatasync(fd)
+            except OSError as exc:
+                raise self._os_error(exc) from exc
+
+    def _write(self, line: bytes, seq: int) -> int:
         while True:
             fd = self._active_fd()
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -196,6 +211,9 @@ class Spool:
                 full = sealed or unlinked or st.st_size >= self.segment_bytes
                 if not full:
                     offset = self._write_locked(fd, st.st_size, line)
+                    self._seq = seq  # consumed only by a line that was written
+                elif not (sealed or unlinked):
+                    self._seal_tail(fd, st.st_size)
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)
             if full:

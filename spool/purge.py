@@ -108,6 +108,12 @@ def seal(spool_dir: Path, segment: int) -> bool:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         nxt = spool_dir / segment_name(segment + 1)
+        # A torn tail is terminated (and made durable) before the successor exists, as the
+        # producers' rotation does: a sealed segment ends in "\n" unless it was cut short.
+        size = os.fstat(fd).st_size
+        if size and not os.path.exists(nxt) and os.pread(fd, 1, size - 1) != b"\n":
+            os.write(fd, b"\n")
+            os.fdatasync(fd)
         try:
             new = os.open(nxt, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
         except FileExistsError:

@@ -21,6 +21,7 @@ from quill.jobs.schedule import read_schedules
 from quill.ops.client.stores import open_reader
 from quill.ops.purge.procedure import interrupted as interrupted_purge
 from quill.spool import Position, Quarantine
+from quill.spool.integrity import assess
 from quill.spool.reader import lag_seconds
 from quill.spool.reader import stats as spool_stats
 from quill.store.errors import CantOpenError, SharedMemoryError, StoreError
@@ -114,6 +115,8 @@ def collect(cfg: Any) -> dict[str, Any]:
         **spool_stats(cfg.spool_dir, cursor),
         "quarantined": q.count(),
         "torn_writes": q.torn_count(),
+        # Segment structure against the cursor (spool.integrity; `spool verify` reads records).
+        "integrity": assess(cfg.spool_dir, cursor=cursor).as_dict(),
     }
     data["spool"]["interrupted_purge"] = interrupted_purge(
         cfg.spool_dir, cfg.state_db if local else None

@@ -14,7 +14,9 @@ doctor``. It weighs:
   and its records lie in the spool in that order, so a number skipped between two of its
   records is a record that is gone (or damaged beyond decoding); while segment 1 is still
   present (nothing was garbage-collected) numbers missing before a producer's first record
-  are gone too. A producer's *last* records lost leave no gap: no evidence counts them;
+  are gone too. A producer's *last* records lost leave no gap: no evidence counts them. A
+  purge tombstone keeps its record's producer and number; one written without them (by an
+  older purge) may explain one gap, so gaps count as loss only beyond such tombstones;
 * **checksums** (``scan=True``): every line decoded (``SpoolReader``); a damaged line is
   loss, a proven torn write (``spool.torn``) is not.
 
@@ -31,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from quill.spool.purge import PURGED_OP
 from quill.spool.reader import SpoolReader
 from quill.spool.segments import Position, list_segments, segment_name
 from quill.spool.torn import TORN_WRITE
@@ -208,6 +211,7 @@ def _scan(
     reader = SpoolReader(d)
     last_seq: dict[str, int] = {}
     missing: dict[str, int] = {}
+    unattributed = 0
     gc_free = segments[0] == 1  # segment 1 present: no record was ever garbage-collected
     pos = Position(segments[0], 0)
     while True:
@@ -226,7 +230,10 @@ def _scan(
                 continue
             producer, seq = e.record.get("producer"), e.record.get("seq")
             if not isinstance(producer, str) or type(seq) is not int:
-                continue  # a record without a sequence number tells nothing about gaps
+                # A purge tombstone that had no room for them (older purges) stands for one
+                # record of some producer: it may explain one gap.
+                unattributed += e.record.get("op") == PURGED_OP
+                continue
             prev = last_seq.get(producer)
             expected = prev + 1 if prev is not None else (1 if gc_free else seq)
             if seq > expected:
@@ -236,4 +243,5 @@ def _scan(
         if progress:
             progress(sum(len(e.raw) for e in batch))
         pos = batch[-1].next
-    out.missing_by_producer = dict(sorted(missing.items()))
+    if sum(missing.values()) > unattributed:
+        out.missing_by_producer = dict(sorted(missing.items()))

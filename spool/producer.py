@@ -43,7 +43,7 @@ from typing import Any, NamedTuple
 
 from quill.home import DEFAULTS
 from quill.spool import record
-from quill.spool.errors import InvalidOpError, SpoolError, SpoolFullError
+from quill.spool.errors import InvalidOpError, RecordTooLargeError, SpoolError, SpoolFullError
 from quill.spool.segments import (
     FILE_MODE,
     Position,
@@ -93,6 +93,9 @@ class Spool:
     ``group_commit=True`` shares one ``fdatasync`` among concurrent appends (module doc);
     the default runs one per append.
     ``producer_id`` defaults to ``host:pid:random``; ``seq`` counts this handle's appends.
+    ``max_record_bytes`` bounds one encoded line (``[spool] max_record_bytes``): a larger
+    record is refused before anything is written (``RecordTooLargeError``), so the writer never
+    meets a record it would refuse for its size.
     ``fast_codec=False`` encodes with the stdlib ``json`` instead of msgspec (``record.encode``;
     the same record format): cheaper for a process that appends once and exits.
     """
@@ -103,6 +106,7 @@ class Spool:
         *,
         producer_id: str | None = None,
         segment_bytes: int = DEFAULTS.segment_bytes,
+        max_record_bytes: int = DEFAULTS.max_record_bytes,
         fsync: bool = True,
         group_commit: bool = False,
         fast_codec: bool = True,
@@ -114,6 +118,7 @@ class Spool:
             producer_id or f"{os.uname().nodename}:{os.getpid()}:{os.urandom(4).hex()}"
         )
         self.segment_bytes = segment_bytes
+        self.max_record_bytes = max_record_bytes
         self._fsync = fsync
         self._fast_codec = (
             fast_codec  # False: stdlib JSON for a process writing one record (record.encode)
@@ -160,8 +165,34 @@ class Spool:
                 f"op data nests too deeply to encode (readers accept at most "
                 f"{record.MAX_NESTING} levels)"
             ) from None
+        self.check_size(len(line))
         offset = self._write(line, seq)
         return Ack(Position(self._segment, offset), batch_id)
+
+    def check_size(self, size: int) -> None:
+        """Raise ``RecordTooLargeError`` when a line of ``size`` bytes exceeds the limit."""
+        if size > self.max_record_bytes:
+            raise RecordTooLargeError(size, self.max_record_bytes)
+
+    def fits(self, op: str, data: dict[str, Any], batch_id: str | None = None) -> None:
+        """Raise ``RecordTooLargeError`` when ``op``/``data`` would encode past the limit (the
+        envelope measured at its largest): for callers that must refuse a multi-op request
+        before appending any of it. Costs one encode of ``data``; raises ``InvalidOpError``
+        for data that cannot be encoded."""
+        body = {
+            "v": record.VERSION,
+            "op": op,
+            "batch": batch_id or _uuid4(),
+            "producer": self.producer_id,
+            "seq": 2**63,
+            "ts": time.time(),
+            "data": data,
+        }
+        try:
+            line = record.encode(body, fast=self._fast_codec)
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise InvalidOpError(f"op data cannot be encoded: {exc}") from None
+        self.check_size(len(line))
 
     def close(self) -> None:
         """Close the cached descriptors. The handle may be used again afterwards."""

@@ -73,13 +73,17 @@ def tombstone(original: dict[str, Any], length: int, purged_by: str) -> bytes:
     """A ``spool.purged`` line of exactly ``length`` bytes (``\\n`` included) for the record
     body ``original``: its batch id, producer, seq and ts, ``data.purged_by`` = the batch id
     of the ``sessions.delete`` that asked for the purge, padded with spaces. Drops the
-    optional fields (producer, seq, ts, then purged_by) if the line would not fit; raises
+    optional fields if the line would not fit — ts first, then purged_by, producer and seq
+    last (they keep the producer's sequence numbers whole: ``spool.integrity``); raises
     ``SpoolError`` if even the smallest tombstone is longer than ``length`` (a record always
     holds at least a batch id and data, so this does not happen with Quill's own records)."""
     base = {"v": record.VERSION, "op": PURGED_OP, "batch": original.get("batch")}
-    extras = [{k: original[k] for k in ("producer", "seq", "ts") if k in original}, {}]
+    full = {k: original[k] for k in ("producer", "seq", "ts") if k in original}
+    who = {k: original[k] for k in ("producer", "seq") if k in original}
     for extra, data in (
-        (extras[0], {"purged_by": purged_by}),
+        (full, {"purged_by": purged_by}),
+        (who, {"purged_by": purged_by}),
+        (who, {}),
         ({}, {"purged_by": purged_by}),
         ({}, {}),
     ):

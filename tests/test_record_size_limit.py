@@ -102,3 +102,14 @@ def test_http_refuses_a_record_over_the_limit_with_413(quill, home):
             f"{base}/api/v1/sessions/s/messages", json={"messages": [_msg(1000)]}, timeout=30
         )
         assert ok.status_code == 202, ok.text
+
+
+def test_the_default_limit_refuses_what_main_acknowledged(home):
+    """No config: a message past the default 64 MiB is refused, not acknowledged and left for
+    the writer to choke on."""
+    home.mkdir(parents=True)
+    client = Client(home)
+    with pytest.raises(InvalidInputError) as info:
+        client.append("s", [_msg(64 * 1024 * 1024)])  # the default limit
+    assert info.value.reason == "record-too-large"
+    assert list_segments(home / "spool") == [] or _spool_bytes(home) == 0

@@ -89,7 +89,8 @@ def test_a_sealed_segment_cut_to_60_percent_is_loss_counted_by_producer(quill, h
     # status (segment structure only, the same classification) says so and exits 1 too
     proc = quill.run("status", "--json", check=False)
     assert proc.returncode == 1
-    assert json.loads(proc.stdout)["spool"]["integrity"]["lost"]
+    status = json.loads(proc.stdout)
+    assert status["spool"]["integrity"]["lost"] and status["metrics"]["spool_loss_detected"] == 1
     assert "ACKNOWLEDGED RECORDS LOST" in quill.run("status", check=False).stdout
     assert quill.run("spool", "status", check=False).returncode == 1
 
@@ -140,7 +141,9 @@ def test_a_torn_tail_of_the_active_segment_is_proven_harmless(quill, home):
     doctor = {c["check"]: c for c in quill.json("doctor", check=False)}
     assert doctor["spool integrity"]["status"] == "ok"
     assert "nothing acknowledged was lost" in doctor["spool integrity"]["detail"]
-    assert not quill.json("status", check=False)["spool"]["integrity"]["lost"]
+    status = quill.json("status", check=False)
+    assert not status["spool"]["integrity"]["lost"]
+    assert status["metrics"]["spool_loss_detected"] == 0
 
 
 def test_rotation_terminates_a_torn_tail_before_sealing(tmp_path):

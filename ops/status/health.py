@@ -144,6 +144,7 @@ def _metrics(data: dict[str, Any], job_totals: list[dict[str, Any]]) -> dict[str
         "spool_pending_bytes": data["spool"]["pending_bytes"],
         "spool_lag_seconds": data["spool"]["lag_s"],
         "quarantined_records": data["spool"]["quarantined"],
+        "spool_loss_detected": 1 if data["spool"]["integrity"]["lost"] else 0,
         # Counters of the running writer process (they restart from 0 with it; Prometheus'
         # rate() handles counter resets).
         "ops_applied_total": writer.applied,

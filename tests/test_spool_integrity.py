@@ -95,6 +95,37 @@ def test_a_sealed_segment_cut_to_60_percent_is_loss_counted_by_producer(quill, h
     assert quill.run("spool", "status", check=False).returncode == 1
 
 
+def test_a_sealed_segment_cut_at_a_line_boundary_is_shorter_than_recorded(quill, home):
+    """A cut that leaves whole lines (no torn tail) is still loss: the sealer recorded the
+    segment's size, and here only the producers' *last* records are lost (no sequence gap)."""
+    spool_dir = home / "spool"
+    spools = _fill(spool_dir, rounds=20)
+    for p, sp in enumerate(spools):  # small last records: they share the newest segment
+        sp.append("session.end", {"session_id": f"s{p}"})
+        sp.close()
+    # Another producer with a small rotation size seals the newest segment and moves on.
+    with Spool(spool_dir, segment_bytes=1) as sp:
+        sp.append("session.create", {"session_id": "later"})
+    last_seg = list_segments(spool_dir)[-1]
+    seg = spool_dir / segment_name(last_seg - 1)
+    lines = _lines(seg)
+    # Cut the trailing lines that are each their producer's last record: whole lines, and
+    # no later record of the same producer shows a gap.
+    cut, seen = len(lines), set()
+    while cut > 1 and lines[cut - 1][2]["producer"] not in seen:
+        seen.add(lines[cut - 1][2]["producer"])
+        cut -= 1
+    assert cut < len(lines)
+    seg.write_bytes(seg.read_bytes()[: lines[cut][0]])
+    proc = quill.run("spool", "verify", "--json", check=False)
+    assert proc.returncode == 1, proc.stdout
+    report = json.loads(proc.stdout)
+    assert report["missing_by_producer"] == {}  # no gap shows it: the recorded size does
+    assert [t["segment"] for t in report["truncated"]] == [last_seg - 1]
+    assert "shorter than" in report["truncated"][0]["detail"]
+    assert quill.run("status", check=False).returncode == 1
+
+
 def test_a_deleted_middle_segment_is_loss(quill, home):
     spool_dir = home / "spool"
     for sp in _fill(spool_dir):

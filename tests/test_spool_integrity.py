@@ -13,6 +13,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import httpx
+from service_helpers import served
+
 from quill.spool import Spool
 from quill.spool.integrity import assess
 from quill.spool.segments import list_segments, segment_name
@@ -136,6 +139,9 @@ def test_a_deleted_middle_segment_is_loss(quill, home):
     report = _assert_reported_as_loss(quill, _detectable(spool_dir, lost))
     assert report["missing_segments"] == [3]
     assert quill.run("status", check=False).returncode == 1
+    with served(quill) as base:  # the dashboard's fleet page says it too
+        page = httpx.get(f"{base}/fleet", timeout=30).text
+    assert 'id="spool-loss"' in page and "00000003.jsonl" in page
 
 
 def test_a_byte_flipped_in_a_sealed_segment_is_loss_of_that_producers_record(quill, home):

@@ -7,7 +7,8 @@ doctor``. It weighs:
   oldest first and never the newest, so a number missing between the first and the last
   segment is a segment lost; a *sealed* segment (one with a successor) is final, and the
   sealer terminates any torn tail before it creates the successor (``producer._seal_tail``,
-  ``purge.seal``), so a sealed segment that is empty or ends without ``\\n`` was cut short;
+  ``purge.seal``) and records its final size (``segments.SEALS_FILE``), so a sealed segment
+  that is empty, ends without ``\\n`` or is shorter than its recorded size was cut short;
   a segment shorter than the store's cursor into it lost bytes the store had applied;
 * **per-producer sequence numbers** (``scan=True``): a producer handle numbers its records
   1, 2, 3 … and consumes a number only once its line is written (``producer.Spool.append``),
@@ -35,7 +36,7 @@ from typing import Any
 
 from quill.spool.purge import PURGED_OP
 from quill.spool.reader import SpoolReader
-from quill.spool.segments import Position, list_segments, segment_name
+from quill.spool.segments import Position, list_segments, sealed_sizes, segment_name
 from quill.spool.torn import TORN_WRITE
 
 #: Verdicts, worst first.
@@ -149,8 +150,9 @@ def assess(
         return out
     present = set(segments)
     out.missing_segments = [n for n in range(segments[0], segments[-1]) if n not in present]
+    recorded = sealed_sizes(d)
     for n in segments[:-1]:  # sealed: a later segment exists
-        problem = _sealed_problem(d / segment_name(n))
+        problem = _sealed_problem(d / segment_name(n), recorded.get(n))
         if problem:
             out.truncated.append({"segment": n, **problem})
     if cursor is not None and cursor.segment in present:
@@ -180,8 +182,9 @@ def _size(path: Path) -> int | None:
         return None
 
 
-def _sealed_problem(path: Path) -> dict[str, Any] | None:
-    """Why sealed segment ``path`` was cut short, or None when it ends whole."""
+def _sealed_problem(path: Path, recorded: int | None) -> dict[str, Any] | None:
+    """Why sealed segment ``path`` was cut short, or None when it ends whole and is no
+    shorter than the size ``recorded`` when it was sealed (None: not recorded)."""
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
@@ -193,6 +196,13 @@ def _sealed_problem(path: Path) -> dict[str, Any] | None:
             "size": 0,
             "detail": f"{path.name} is empty although a later segment exists "
             "(a segment is sealed only once it holds records): it was cut to nothing",
+        }
+    if recorded is not None and size < recorded:
+        return {
+            "size": size,
+            "detail": f"{path.name} is {size} bytes, shorter than the {recorded} bytes "
+            "recorded when it was sealed: it was cut short, the acknowledged records in the "
+            f"last {recorded - size} bytes are lost",
         }
     if last != b"\n":
         return {

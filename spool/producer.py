@@ -50,6 +50,7 @@ from quill.spool.segments import (
     ensure_dir,
     fsync_dir,
     list_segments,
+    record_seal,
     resolve_spool_dir,
     segment_name,
 )
@@ -213,13 +214,16 @@ class Spool:
     def _seal_tail(self, fd: int, size: int) -> None:
         """Terminate a torn tail of the locked, full segment before its successor is created,
         and make the ``\n`` durable first: a sealed segment then always ends in ``\n``, so
-        one that does not was cut short (``spool.integrity``), never merely torn."""
-        if size > 0 and os.pread(fd, 1, size - 1) != b"\n":
-            self._write_all(fd, size, b"\n")
-            try:
+        one that does not was cut short (``spool.integrity``), never merely torn. Its final
+        size is recorded (``segments.record_seal``): one found shorter later was cut too."""
+        try:
+            if size > 0 and os.pread(fd, 1, size - 1) != b"\n":
+                self._write_all(fd, size, b"\n")
+                size += 1
                 os.fdatasync(fd)
-            except OSError as exc:
-                raise self._os_error(exc) from exc
+            record_seal(self.dir, self._segment, size)
+        except OSError as exc:
+            raise self._os_error(exc) from exc
 
     def _write(self, line: bytes, seq: int) -> int:
         while True:

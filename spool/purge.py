@@ -40,7 +40,14 @@ from typing import Any
 
 from quill.spool import record
 from quill.spool.errors import SpoolError
-from quill.spool.segments import FILE_MODE, Position, fsync_dir, list_segments, segment_name
+from quill.spool.segments import (
+    FILE_MODE,
+    Position,
+    fsync_dir,
+    list_segments,
+    record_seal,
+    segment_name,
+)
 
 #: The op of a tombstone. Not in ``record.OP_KINDS``: producers can never append it; the store
 #: applies it as a no-op.
@@ -115,9 +122,13 @@ def seal(spool_dir: Path, segment: int) -> bool:
         # A torn tail is terminated (and made durable) before the successor exists, as the
         # producers' rotation does: a sealed segment ends in "\n" unless it was cut short.
         size = os.fstat(fd).st_size
-        if size and not os.path.exists(nxt) and os.pread(fd, 1, size - 1) != b"\n":
+        if os.path.exists(nxt):
+            return False  # a producer rotated first (and sealed it)
+        if size and os.pread(fd, 1, size - 1) != b"\n":
             os.write(fd, b"\n")
             os.fdatasync(fd)
+            size += 1
+        record_seal(spool_dir, segment, size)
         try:
             new = os.open(nxt, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
         except FileExistsError:

@@ -93,7 +93,8 @@ class Spool:
     Not thread-safe: give each thread its own ``Spool`` (they may share the directory).
     ``group_commit=True`` shares one ``fdatasync`` among concurrent appends (module doc);
     the default runs one per append.
-    ``producer_id`` defaults to ``host:pid:random``; ``seq`` counts this handle's appends.
+    ``producer_id`` defaults to ``host:pid:random``; ``seq`` counts this handle's appends. Give
+    each handle its own id: ``spool verify`` finds lost records by gaps in each id's numbers.
     ``max_record_bytes`` bounds one encoded line (``[spool] max_record_bytes``): a larger
     record is refused before anything is written (``RecordTooLargeError``), so the writer never
     meets a record it would refuse for its size.

@@ -18,8 +18,9 @@ doctor``. It weighs:
   are gone too. A producer's *last* records lost leave no gap: no evidence counts them. A
   purge tombstone keeps its record's producer and number; one written without them (by an
   older purge) may explain one gap, so gaps count as loss only beyond such tombstones;
-* **checksums** (``scan=True``): every line decoded (``SpoolReader``); a damaged line is
-  loss, a proven torn write (``spool.torn``) is not.
+* **checksums**: with ``scan=True`` every line decoded (``SpoolReader``); a damaged line is
+  loss, a proven torn write (``spool.torn``) is not. Without a scan, the lines the writer
+  quarantined as damaged (``DAMAGE_REASONS``) count.
 
 "Nothing acknowledged was lost" is said (``verdict == "torn-writes-only"``) only when the
 evidence proves it: the spool was scanned, the only irregular lines are proven torn writes,
@@ -35,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from quill.spool.purge import PURGED_OP
+from quill.spool.quarantine import Quarantine
 from quill.spool.reader import SpoolReader
 from quill.spool.segments import Position, list_segments, sealed_sizes, segment_name
 from quill.spool.torn import TORN_WRITE
@@ -44,6 +46,11 @@ LOSS = "loss"
 UNPROVEN = "unproven"  # structure intact, records not scanned (status): no loss found
 TORN_ONLY = "torn-writes-only"
 INTACT = "intact"
+
+#: Quarantine reasons that mean a line's bytes were damaged (``record.decode``, the reader's
+#: cut sealed tail): the acknowledged record it held is lost. Other reasons (a record the store
+#: refused by its rules, a newer format) keep the record intact in the quarantine.
+DAMAGE_REASONS = frozenset({"bad-json", "checksum", "nul-bytes", "shape", "torn-tail"})
 
 #: What ``summary`` says of a proven torn-writes-only spool.
 NOTHING_LOST = "nothing acknowledged was lost"
@@ -99,8 +106,9 @@ class Assessment:
                 )
             if self.verdict == UNPROVEN:
                 return (
-                    "segments consecutive and sealed whole (records not scanned: "
-                    "`quill spool verify` checks checksums and sequence numbers)"
+                    "segments consecutive and sealed whole, no line quarantined as damaged "
+                    "(records not read here: `quill spool verify` checks every checksum and "
+                    "sequence number)"
                 )
             return f"{self.records} record(s), every sequence number accounted for"
         parts = []
@@ -126,6 +134,7 @@ class Assessment:
             "scanned": self.scanned,
             "missing_segments": self.missing_segments,
             "truncated": self.truncated,
+            "damaged_lines": len(self.damaged),
             "missing_by_producer": self.missing_by_producer,
             "missing_records": self.missing_records,
         }
@@ -168,6 +177,12 @@ def assess(
             )
     if scan:
         _scan(d, segments, out, progress)
+    else:  # the lines the writer already found damaged (it decoded each one it drained)
+        out.damaged = [
+            {"position": pos, "reason": reason, "detail": "quarantined by the writer as damaged"}
+            for pos, reason in Quarantine(d).reasons()
+            if reason in DAMAGE_REASONS
+        ]
     return out
 
 

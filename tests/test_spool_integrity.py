@@ -156,6 +156,11 @@ def test_a_byte_flipped_in_a_sealed_segment_is_loss_of_that_producers_record(qui
     seg.write_bytes(bytes(data))
     report = _assert_reported_as_loss(quill, {rec["producer"]: 1})
     assert [d["reason"] for d in report["damaged"]] == ["checksum"]
+    # status reads no records itself: the line the writer quarantined as damaged counts
+    quill.drain()
+    proc = quill.run("status", "--json", check=False)
+    assert proc.returncode == 1
+    assert json.loads(proc.stdout)["spool"]["integrity"]["damaged_lines"] == 1
 
 
 def test_a_torn_tail_of_the_active_segment_is_proven_harmless(quill, home):

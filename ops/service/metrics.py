@@ -36,8 +36,8 @@ class _Collector:
             ("quarantined_records", "records in spool/quarantine"),
             (
                 "spool_loss_detected",
-                "1 while the spool's segments show acknowledged records lost "
-                "(a segment missing or cut short; quill spool verify counts them)",
+                "1 while the spool shows acknowledged records lost (a segment missing or "
+                "cut short, a line quarantined as damaged; quill spool verify counts them)",
             ),
             ("fts_pending_rows", "message rows not yet in the search index"),
             (

@@ -47,6 +47,10 @@ class Settings(NamedTuple):
     index_slice_rows: int = 2000
     #: Spool rotation size: keeps segment counts small while GC still frees space usefully.
     segment_bytes: int = 64 * 1024 * 1024
+    #: The largest spool record (one encoded line, bytes) a producer appends: every producer
+    #: (client, `quill push`, HTTP) refuses a larger one before the ack, because the writer's
+    #: memory for one record is a multiple of its size (docs/configuration.md gives it).
+    max_record_bytes: int = 64 * 1024 * 1024
     poll_interval: float = 0.05
     writer_hung_after_s: float = 120.0
     snapshot_keep: int = 5
@@ -126,6 +130,7 @@ _SECTIONS = {
     ("writer", "poll_interval"): "poll_interval",
     ("writer", "hung_after_s"): "writer_hung_after_s",
     ("spool", "segment_bytes"): "segment_bytes",
+    ("spool", "max_record_bytes"): "max_record_bytes",
     ("snapshots", "keep"): "snapshot_keep",
     ("spool", "retention_s"): "spool_retention_s",
     ("prune", "stale_after_s"): "stale_after_s",
@@ -145,6 +150,7 @@ _MINIMUM: dict[str, tuple[float, bool]] = {
     "poll_interval": (0, False),
     "writer_hung_after_s": (0, False),
     "segment_bytes": (4096, True),
+    "max_record_bytes": (4096, True),
     "spool_retention_s": (0, True),
     "snapshot_keep": (1, True),
     "stale_after_s": (0, True),
@@ -152,6 +158,10 @@ _MINIMUM: dict[str, tuple[float, bool]] = {
     "http_max_body_bytes": (1024, True),
     "http_max_batch_messages": (1, True),
 }
+#: Largest allowed value of a numeric setting. A record must stay below what the stores take
+#: in one value (SQLite's default SQLITE_MAX_LENGTH is 10^9 bytes, PostgreSQL's field limit
+#: 1 GB) with room for the writer's copies of it (docs/configuration.md).
+_MAXIMUM: dict[str, float] = {"max_record_bytes": 512 * 1024 * 1024}
 _TYPES = {"int": int, "float": (int, float), "str": str, "str | None": str, "tuple[str, ...]": list}
 
 
@@ -165,6 +175,8 @@ def _check(path: Path, key: str, name: str, value: Any, annotation: str) -> None
                 f"{path}: {key} must be a finite number "
                 f"{'≥' if inclusive else '>'} {low:g}, got {value!r}"
             )
+    if name in _MAXIMUM and value > _MAXIMUM[name]:
+        raise ConfigError(f"{path}: {key} must be ≤ {_MAXIMUM[name]:g}, got {value!r}")
 
 
 def load(home: str | os.PathLike[str] | None = None) -> Settings:

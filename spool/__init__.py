@@ -14,6 +14,7 @@ _LAZY = {
         (
             "DamagedRecordError",
             "InvalidOpError",
+            "RecordTooLargeError",
             "SpoolError",
             "SpoolFullError",
             "SpoolLocationError",

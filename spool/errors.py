@@ -43,6 +43,19 @@ class InvalidOpError(SpoolError, ValueError):
     """A producer asked to append something that is not a valid op (unknown kind, bad shape)."""
 
 
+class RecordTooLargeError(InvalidOpError):
+    """A record whose encoded line (``size`` bytes) exceeds the spool's ``limit``
+    (``[spool] max_record_bytes``): refused before anything is written, so never acknowledged."""
+
+    def __init__(self, size: int, limit: int):
+        super().__init__(
+            f"the record is {size} bytes encoded; the limit is {limit} bytes "
+            "([spool] max_record_bytes): nothing was appended"
+        )
+        self.size = size
+        self.limit = limit
+
+
 class DamagedRecordError(SpoolError):
     """A spool line that cannot be decoded: bad JSON, checksum mismatch, unknown version, NULs.
 

@@ -21,7 +21,8 @@ Durability and concurrency contract (docs/architecture.md, "The spool"):
   syncs for all who wrote before it. "Durable before the ack" is unchanged: an ack follows an
   ``fdatasync`` that began after the record's ``write`` returned;
 * rotation by size: a producer that finds the active segment at or past ``segment_bytes``
-  creates the next one (``O_EXCL``) and fsyncs the directory. A producer that finds, under
+  terminates a torn tail it ends in (``\n``, synced), then creates the next one (``O_EXCL``)
+  and fsyncs the directory, so a sealed segment always ends in ``\n``. A producer that finds, under
   its segment's lock, that the next segment already exists moves to the newest one instead of
   writing: that is how ``spool.purge.seal`` retires a segment before it is full (one
   ``stat`` per append), so "once N+1 exists nothing but a ``\n`` is written to N" holds;
@@ -42,13 +43,14 @@ from typing import Any, NamedTuple
 
 from quill.home import DEFAULTS
 from quill.spool import record
-from quill.spool.errors import InvalidOpError, SpoolError, SpoolFullError
+from quill.spool.errors import InvalidOpError, RecordTooLargeError, SpoolError, SpoolFullError
 from quill.spool.segments import (
     FILE_MODE,
     Position,
     ensure_dir,
     fsync_dir,
     list_segments,
+    record_seal,
     resolve_spool_dir,
     segment_name,
 )
@@ -91,7 +93,11 @@ class Spool:
     Not thread-safe: give each thread its own ``Spool`` (they may share the directory).
     ``group_commit=True`` shares one ``fdatasync`` among concurrent appends (module doc);
     the default runs one per append.
-    ``producer_id`` defaults to ``host:pid:random``; ``seq`` counts this handle's appends.
+    ``producer_id`` defaults to ``host:pid:random``; ``seq`` counts this handle's appends. Give
+    each handle its own id: ``spool verify`` finds lost records by gaps in each id's numbers.
+    ``max_record_bytes`` bounds one encoded line (``[spool] max_record_bytes``): a larger
+    record is refused before anything is written (``RecordTooLargeError``), so the writer never
+    meets a record it would refuse for its size.
     ``fast_codec=False`` encodes with the stdlib ``json`` instead of msgspec (``record.encode``;
     the same record format): cheaper for a process that appends once and exits.
     """
@@ -102,6 +108,7 @@ class Spool:
         *,
         producer_id: str | None = None,
         segment_bytes: int = DEFAULTS.segment_bytes,
+        max_record_bytes: int = DEFAULTS.max_record_bytes,
         fsync: bool = True,
         group_commit: bool = False,
         fast_codec: bool = True,
@@ -113,6 +120,7 @@ class Spool:
             producer_id or f"{os.uname().nodename}:{os.getpid()}:{os.urandom(4).hex()}"
         )
         self.segment_bytes = segment_bytes
+        self.max_record_bytes = max_record_bytes
         self._fsync = fsync
         self._fast_codec = (
             fast_codec  # False: stdlib JSON for a process writing one record (record.encode)
@@ -142,13 +150,16 @@ class Spool:
         problem = record.id_size_problem(batch_id, "batch id")
         if problem:
             raise InvalidOpError(problem)
-        self._seq += 1
+        # The sequence number is consumed only once the line is written (``_write``): an
+        # append refused before that leaves no gap, so a gap in a producer's numbers is a
+        # record lost from the spool (``spool.integrity``).
+        seq = self._seq + 1
         body = {
             "v": record.VERSION,
             "op": op,
             "batch": batch_id,
             "producer": self.producer_id,
-            "seq": self._seq,
+            "seq": seq,
             "ts": time.time(),
             "data": data,
         }
@@ -161,8 +172,34 @@ class Spool:
                 f"op data nests too deeply to encode (readers accept at most "
                 f"{record.MAX_NESTING} levels)"
             ) from None
-        offset = self._write(line)
+        self.check_size(len(line))
+        offset = self._write(line, seq)
         return Ack(Position(self._segment, offset), batch_id)
+
+    def check_size(self, size: int) -> None:
+        """Raise ``RecordTooLargeError`` when a line of ``size`` bytes exceeds the limit."""
+        if size > self.max_record_bytes:
+            raise RecordTooLargeError(size, self.max_record_bytes)
+
+    def fits(self, op: str, data: dict[str, Any], batch_id: str | None = None) -> None:
+        """Raise ``RecordTooLargeError`` when ``op``/``data`` would encode past the limit (the
+        envelope measured at its largest): for callers that must refuse a multi-op request
+        before appending any of it. Costs one encode of ``data``; raises ``InvalidOpError``
+        for data that cannot be encoded."""
+        body = {
+            "v": record.VERSION,
+            "op": op,
+            "batch": batch_id or _uuid4(),
+            "producer": self.producer_id,
+            "seq": 2**63,
+            "ts": time.time(),
+            "data": data,
+        }
+        try:
+            line = record.encode(body, fast=self._fast_codec)
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise InvalidOpError(f"op data cannot be encoded: {exc}") from None
+        self.check_size(len(line))
 
     def close(self) -> None:
         """Close the cached descriptors. The handle may be used again afterwards."""
@@ -180,7 +217,21 @@ class Spool:
 
     # -- internals -----------------------------------------------------------------------
 
-    def _write(self, line: bytes) -> int:
+    def _seal_tail(self, fd: int, size: int) -> None:
+        """Terminate a torn tail of the locked, full segment before its successor is created,
+        and make the ``\n`` durable first: a sealed segment then always ends in ``\n``, so
+        one that does not was cut short (``spool.integrity``), never merely torn. Its final
+        size is recorded (``segments.record_seal``): one found shorter later was cut too."""
+        try:
+            if size > 0 and os.pread(fd, 1, size - 1) != b"\n":
+                self._write_all(fd, size, b"\n")
+                size += 1
+                os.fdatasync(fd)
+            record_seal(self.dir, self._segment, size)
+        except OSError as exc:
+            raise self._os_error(exc) from exc
+
+    def _write(self, line: bytes, seq: int) -> int:
         while True:
             fd = self._active_fd()
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -201,6 +252,9 @@ class Spool:
                 full = sealed or unlinked or st.st_size >= self.segment_bytes
                 if not full:
                     offset = self._write_locked(fd, st.st_size, line)
+                    self._seq = seq  # consumed only by a line that was written
+                elif not (sealed or unlinked):
+                    self._seal_tail(fd, st.st_size)
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)
             if full:

@@ -40,7 +40,14 @@ from typing import Any
 
 from quill.spool import record
 from quill.spool.errors import SpoolError
-from quill.spool.segments import FILE_MODE, Position, fsync_dir, list_segments, segment_name
+from quill.spool.segments import (
+    FILE_MODE,
+    Position,
+    fsync_dir,
+    list_segments,
+    record_seal,
+    segment_name,
+)
 
 #: The op of a tombstone. Not in ``record.OP_KINDS``: producers can never append it; the store
 #: applies it as a no-op.
@@ -73,13 +80,17 @@ def tombstone(original: dict[str, Any], length: int, purged_by: str) -> bytes:
     """A ``spool.purged`` line of exactly ``length`` bytes (``\\n`` included) for the record
     body ``original``: its batch id, producer, seq and ts, ``data.purged_by`` = the batch id
     of the ``sessions.delete`` that asked for the purge, padded with spaces. Drops the
-    optional fields (producer, seq, ts, then purged_by) if the line would not fit; raises
+    optional fields if the line would not fit — ts first, then purged_by, producer and seq
+    last (they keep the producer's sequence numbers whole: ``spool.integrity``); raises
     ``SpoolError`` if even the smallest tombstone is longer than ``length`` (a record always
     holds at least a batch id and data, so this does not happen with Quill's own records)."""
     base = {"v": record.VERSION, "op": PURGED_OP, "batch": original.get("batch")}
-    extras = [{k: original[k] for k in ("producer", "seq", "ts") if k in original}, {}]
+    full = {k: original[k] for k in ("producer", "seq", "ts") if k in original}
+    who = {k: original[k] for k in ("producer", "seq") if k in original}
     for extra, data in (
-        (extras[0], {"purged_by": purged_by}),
+        (full, {"purged_by": purged_by}),
+        (who, {"purged_by": purged_by}),
+        (who, {}),
         ({}, {"purged_by": purged_by}),
         ({}, {}),
     ):
@@ -108,6 +119,16 @@ def seal(spool_dir: Path, segment: int) -> bool:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         nxt = spool_dir / segment_name(segment + 1)
+        # A torn tail is terminated (and made durable) before the successor exists, as the
+        # producers' rotation does: a sealed segment ends in "\n" unless it was cut short.
+        size = os.fstat(fd).st_size
+        if os.path.exists(nxt):
+            return False  # a producer rotated first (and sealed it)
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            os.write(fd, b"\n")
+            os.fdatasync(fd)
+            size += 1
+        record_seal(spool_dir, segment, size)
         try:
             new = os.open(nxt, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
         except FileExistsError:

@@ -34,6 +34,8 @@ from quill.spool.torn import TORN_WRITE
 AUDIT_FILE = "audit.jsonl"
 #: The ``reason`` member near the start of an entry file (``put`` writes it second).
 _REASON = re.compile(rb'"reason": "([^"]*)"')
+#: The ``position`` member at the start of an entry file (``put`` writes it first).
+_POSITION = re.compile(rb'"position": "([^"]*)"')
 
 
 class Quarantine:
@@ -230,6 +232,23 @@ class Quarantine:
     def count(self) -> int:
         """Number of quarantined entries."""
         return sum(1 for _ in self.dir.glob("*.json")) if self.dir.exists() else 0
+
+    def reasons(self) -> list[tuple[str, str]]:
+        """``(position, reason)`` of every entry, in spool order. Reads only the head of each
+        file (``put`` writes ``position`` and ``reason`` first)."""
+        if not self.dir.exists():
+            return []
+        out = []
+        for path in sorted(self.dir.glob("*.json")):
+            try:
+                with open(path, "rb") as f:
+                    head = f.read(256)
+            except FileNotFoundError:
+                continue  # resolved meanwhile
+            pos, reason = _POSITION.search(head), _REASON.search(head)
+            if pos and reason:
+                out.append((pos.group(1).decode(), reason.group(1).decode()))
+        return out
 
     def torn_count(self) -> int:
         """Number of entries quarantined as ``torn-write`` (a producer's unacknowledged partial

@@ -3,9 +3,10 @@
 Only complete lines (ending in ``\\n``) are records. A tail without ``\\n`` is "not yet
 written" while a producer may still be writing it; once no producer holds the segment's lock
 (checked with a non-blocking ``flock``), the tail is torn for good, and ``seal_torn_tail``
-terminates it so the next read yields it as a damaged line to quarantine. In a segment that
-is no longer the newest (rotation, or a purge sealed it) the reader yields such a torn tail
-itself, as it stands, as a damaged entry (reason ``torn-tail``) and goes on to the next
+terminates it so the next read yields it as a damaged line to quarantine. A segment that is
+no longer the newest (rotation, or a purge sealed it) had any torn tail terminated by its
+sealer, so a tail without ``\n`` there means the file was cut short: the reader yields it,
+as it stands, as a damaged entry (reason ``torn-tail``, loss) and goes on to the next
 segment. A damaged line never hides the lines after it: each line is decoded on its own.
 
 A line (or sealed tail) proven to be a producer's torn write — a strict prefix of a record
@@ -97,14 +98,14 @@ class SpoolReader:
                     pos = Position(pos.segment, offset)
                     continue
                 end = Position(pos.segment, offset + len(tail))
-                damage = (
-                    torn_write(len(tail))
-                    if torn.is_record_prefix(tail)
-                    else DamagedRecordError(
-                        "torn-tail",
-                        f"{segment_name(pos.segment)} ends in {len(tail)} byte(s) "
-                        "without a newline and a later segment exists (a producer died mid-write)",
-                    )
+                # Whoever seals a segment terminates its torn tail first (producer rotation,
+                # ``purge.seal``), so a sealed segment never ends without "\n" unless it was
+                # cut short afterwards: even a record prefix here is loss, not a torn write.
+                damage = DamagedRecordError(
+                    "torn-tail",
+                    f"{segment_name(pos.segment)} ends in {len(tail)} byte(s) without a "
+                    "newline and a later segment exists: the segment was cut short "
+                    "(acknowledged records after the cut are lost)",
                 )
                 yield Entry(Position(pos.segment, offset), end, tail, None, damage)
                 budget -= len(tail)
@@ -234,8 +235,7 @@ def torn_write(size: int) -> DamagedRecordError:
     """The ``torn-write`` refusal of a proven torn line of ``size`` bytes (``torn``)."""
     return DamagedRecordError(
         TORN_WRITE,
-        f"unacknowledged partial write of {size} byte(s) (a producer died "
-        "mid-append): nothing acknowledged was lost",
+        f"unacknowledged partial write of {size} byte(s) (a producer died mid-append)",
     )
 
 

@@ -101,6 +101,44 @@ def stray_segments(home: Path, spool_dir: Path) -> list[Path]:
     return sorted(found)
 
 
+#: Beside the segments: one line ``NUMBER SIZE`` per sealed segment, appended (and synced) by
+#: the sealer under the segment's lock before the successor exists, so a sealed segment found
+#: shorter than its line was cut short (``spool.integrity``). Readers, GC and the stray check
+#: ignore it; a segment sealed before this file existed has no line.
+SEALS_FILE = ".seals"
+
+
+def record_seal(spool_dir: Path, segment: int, size: int) -> None:
+    """Append ``segment``'s final ``size`` to ``SEALS_FILE`` and sync it. Raises ``OSError``."""
+    fd = os.open(
+        Path(spool_dir) / SEALS_FILE,
+        os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
+        FILE_MODE,
+    )
+    try:
+        os.write(fd, f"{segment} {size}\n".encode())
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
+
+
+def sealed_sizes(spool_dir: Path) -> dict[int, int]:
+    """``{segment: size recorded when it was sealed}`` from ``SEALS_FILE`` (empty without
+    one). A line cut by a crash mid-write is skipped; for a segment recorded twice (two
+    producers saw it full at once: the same size) the largest counts."""
+    try:
+        text = (Path(spool_dir) / SEALS_FILE).read_bytes().decode("ascii", "replace")
+    except FileNotFoundError:
+        return {}
+    out: dict[int, int] = {}
+    for line in text.split("\n")[:-1]:  # the last piece has no "\n": unfinished
+        parts = line.split()
+        if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
+            n, size = int(parts[0]), int(parts[1])
+            out[n] = max(out.get(n, 0), size)
+    return out
+
+
 def ensure_dir(path: Path) -> None:
     """Create ``path`` (and parents) owner-only; chmod on the path, never via an fd."""
     path.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)

@@ -29,10 +29,9 @@ import re
 #: Reason of a line proven to be a torn, never-acknowledged write: not damage. The reader
 #: yields it, the drain quarantines it (bytes kept), verify/doctor/status report it apart.
 TORN_WRITE = "torn-write"
-#: How verify, doctor and status name such lines, after their count.
-TORN_SUMMARY = (
-    "unacknowledged partial write(s) (a producer died mid-append): nothing acknowledged was lost"
-)
+#: How verify, doctor and status name such lines, after their count. Whether anything
+#: acknowledged was lost besides is for ``spool.integrity`` to say, from all the evidence.
+TORN_SUMMARY = "unacknowledged partial write(s) (a producer died mid-append)"
 #: How every record line begins (``record.encode`` writes the body's keys in this order).
 HEAD = b'{"v":1,"op":"'
 #: The top-level keys of a record body before ``crc``, in the order producers write them.

@@ -108,10 +108,11 @@ def test_seal_torn_tail_when_no_producer_holds_the_segment(tmp_path):
 
 def test_a_torn_tail_in_a_full_segment_does_not_hide_the_next_segment(tmp_path):
     """Size-based rotation: a producer killed mid-write at the end of a full segment leaves a
-    torn tail no later append terminates (producers move to the next segment). The reader
-    yields it as it stands (a record prefix: ``torn-write``, else a damaged ``torn-tail``) and
-    reads on; ``seal_torn_tail`` leaves a sealed segment alone (that would move its end past a
-    cursor already there)."""
+    torn tail; the producer that rotates terminates it first (a sealed segment ends in a
+    newline), so it is a proven ``torn-write`` and the reader reads on. A sealed segment that
+    ends without a newline was cut short afterwards: the reader yields its tail as it stands
+    as a damaged ``torn-tail`` and reads on; ``seal_torn_tail`` leaves a sealed segment alone
+    (that would move its end past a cursor already there)."""
     with Spool(tmp_path, segment_bytes=200) as sp:
         sp.append("session.create", {"session_id": "before", "source": "cli", "pad": "x" * 150})
     with open(tmp_path / "00000001.jsonl", "ab") as f:
@@ -127,7 +128,15 @@ def test_a_torn_tail_in_a_full_segment_does_not_hide_the_next_segment(tmp_path):
         "torn-write",
         "after",
     ]
-    assert entries[1].next == Position(1, size) and entries[1].raw == b'{"v":1,"op":"sess'
+    assert entries[1].next == Position(1, size) and entries[1].raw == b'{"v":1,"op":"sess\n'
+    with open(tmp_path / "00000001.jsonl", "r+b") as f:  # cut short after it was sealed
+        f.truncate(size - 1)
+    entries = _records(tmp_path)
+    assert [e.record["data"]["session_id"] if e.record else e.damage.reason for e in entries] == [
+        "before",
+        "torn-tail",
+        "after",
+    ]
 
 
 def test_rotation_keeps_order_across_segments(tmp_path):

@@ -129,7 +129,8 @@ def test_producer_killed_mid_append_of_large_records_is_a_torn_write_not_damage(
     assert report["damaged"] == [] and len(report["torn_writes"]) == len(torn)
     doctor = {c["check"]: c for c in quill.json("doctor", check=False)}
     assert doctor["quarantine"]["status"] == "ok", doctor["quarantine"]
-    assert "nothing acknowledged was lost" in doctor["quarantine"]["detail"]
+    assert doctor["spool integrity"]["status"] == "ok", doctor["spool integrity"]
+    assert "nothing acknowledged was lost" in doctor["spool integrity"]["detail"]
     status = quill.json("spool", "status")
     assert (status["quarantined"], status["torn_writes"]) == (len(torn), len(torn))
 

@@ -168,7 +168,11 @@ def q_retry(ctx: click.Context, entry_id: str, force: bool, as_json: bool) -> No
         )
     q = _quarantine(ctx)
     op, data, batch = retry_op(_entry(q, entry_id), force=force)
-    with Spool(ctx.obj.spool_dir, segment_bytes=ctx.obj.segment_bytes) as sp:
+    with Spool(
+        ctx.obj.spool_dir,
+        segment_bytes=ctx.obj.segment_bytes,
+        max_record_bytes=ctx.obj.max_record_bytes,
+    ) as sp:
         ack = sp.append(op, data, batch_id=batch)
     line = q.resolve(entry_id, "retry", _actor(), batch=ack.batch_id, position=str(ack.position))
     result = {"id": line["id"], "op": op, "batch": ack.batch_id, "position": str(ack.position)}
@@ -208,7 +212,14 @@ def adopt(ctx: click.Context, path: Path, as_json: bool) -> None:
     if path.resolve().parent == ctx.obj.spool_dir.resolve():
         raise InvalidInputError(f"{path} is a segment of the live spool already")
     adopted, damaged = 0, []
-    with Spool(ctx.obj.spool_dir, segment_bytes=ctx.obj.segment_bytes) as sp, open(path, "rb") as f:
+    with (
+        Spool(
+            ctx.obj.spool_dir,
+            segment_bytes=ctx.obj.segment_bytes,
+            max_record_bytes=ctx.obj.max_record_bytes,
+        ) as sp,
+        open(path, "rb") as f,
+    ):
         for lineno, line in enumerate(f, 1):
             if not line.strip():
                 continue

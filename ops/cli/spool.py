@@ -12,12 +12,13 @@ import click
 from quill.home import RunDir
 from quill.ops.cli import render
 from quill.ops.cli.base import emit_json, json_option
-from quill.ops.client.errors import InvalidInputError, busy_with
+from quill.ops.client.errors import Exit, InvalidInputError, busy_with
 from quill.ops.client.wait import applied_position
 from quill.ops.recover.replay import replay as do_replay
 from quill.ops.recover.replay import total_bytes
 from quill.ops.recover.replay import verify as do_verify
 from quill.spool import Position, Quarantine, SpoolReader
+from quill.spool.integrity import assess
 from quill.spool.reader import lag_seconds, stats
 from quill.spool.torn import TORN_SUMMARY
 from quill.store.errors import CantOpenError, LeaseHeldError
@@ -36,15 +37,19 @@ def spool() -> None:
 
 @spool.command(name="status")
 @json_option
-@click.pass_obj
-def spool_status(cfg: Any, as_json: bool) -> None:
-    """Segments, bytes, records pending, lag (seconds) and quarantined count."""
+@click.pass_context
+def spool_status(ctx: click.Context, as_json: bool) -> None:
+    """Segments, bytes, records pending, lag (seconds), quarantined count and the segments'
+    integrity (``spool.integrity``, without reading every record: `spool verify` does).
+    Exit 1 when the segments show acknowledged records lost."""
+    cfg = ctx.obj
     cursor = applied_position(cfg)
     data = {
         **stats(cfg.spool_dir, cursor),
         "cursor": str(cursor) if cursor else None,
         "quarantined": Quarantine(cfg.spool_dir).count(),
         "torn_writes": Quarantine(cfg.spool_dir).torn_count(),
+        "integrity": assess(cfg.spool_dir, cursor=cursor).as_dict(),
     }
     start = cursor or Position(1, 0)
     data["records_pending"] = sum(
@@ -53,7 +58,7 @@ def spool_status(cfg: Any, as_json: bool) -> None:
     data["lag_s"] = round(lag_seconds(cfg.spool_dir, cursor, time.time()), 3)
     if as_json:
         emit_json(data)
-        return
+        ctx.exit(int(Exit.FAILED) if data["integrity"]["lost"] else 0)
     click.echo(
         f"segments {data['segments']}, {data['bytes']} bytes, end {data['end']}, "
         f"cursor {data['cursor']}"
@@ -66,14 +71,20 @@ def spool_status(cfg: Any, as_json: bool) -> None:
         f"quarantined {data['quarantined']} (in {cfg.spool_dir / 'quarantine'})"
         + (f", of which {data['torn_writes']} {TORN_SUMMARY}" if data["torn_writes"] else "")
     )
+    click.echo(f"integrity {data['integrity']['summary']}")
+    if data["integrity"]["lost"]:
+        ctx.exit(int(Exit.FAILED))
 
 
 @spool.command(name="verify")
 @json_option
 @click.pass_context
 def spool_verify(ctx: click.Context, as_json: bool) -> None:
-    """Check every record's checksum; exit 1 if any is damaged. Lines proven to be a
-    producer's unacknowledged partial write (torn-write) are listed apart and are not damage."""
+    """Check every record's checksum and every producer's sequence numbers; exit 1 when
+    acknowledged records cannot be accounted for (a damaged line, a segment missing or cut
+    short, a gap in a producer's sequence numbers), with what is missing by producer. Lines
+    proven to be a producer's unacknowledged partial write (torn-write) are listed apart and
+    are not damage."""
     cfg = ctx.obj
     first = Position(1, 0)
     with _progress(not as_json) as bar:
@@ -94,10 +105,13 @@ def spool_verify(ctx: click.Context, as_json: bool) -> None:
         for d in result["damaged"]:
             click.echo(f"  {d['position']}: {d['reason']}: {d['detail']}")
         if result["torn_writes"]:
-            click.echo(f"{len(result['torn_writes'])} %s:" % TORN_SUMMARY)
+            click.echo(f"{len(result['torn_writes'])} unacknowledged partial write(s):")
             for d in result["torn_writes"]:
                 click.echo(f"  {d['position']}: {d['reason']}: {d['detail']}")
-    ctx.exit(1 if result["damaged"] else 0)
+        for producer, n in result["missing_by_producer"].items():
+            click.echo(f"  producer {producer}: {n} record(s) missing (sequence gaps)")
+        click.echo(result["summary"])
+    ctx.exit(1 if result["lost"] else 0)
 
 
 @spool.command(name="replay")

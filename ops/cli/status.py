@@ -27,7 +27,12 @@ def status(ctx: click.Context, as_json: bool) -> None:
         emit_json(data)
     else:
         _print_status(data)
-    if data["fleet"]["halt"] or (data["store"] or {}).get("error") or data["fleet"]["crash_loops"]:
+    if (
+        data["fleet"]["halt"]
+        or (data["store"] or {}).get("error")
+        or data["fleet"]["crash_loops"]
+        or data["spool"]["integrity"]["lost"]
+    ):
         ctx.exit(Exit.FAILED)
 
 
@@ -112,6 +117,8 @@ def _print_status(d: dict[str, Any]) -> None:
         f"{sp['quarantined']} quarantined"
         + (f" (of which {sp['torn_writes']} {TORN_SUMMARY})" if sp.get("torn_writes") else "")
     )
+    if sp["integrity"]["lost"]:
+        con.print(f"[bold red]SPOOL[/bold red]    {sp['integrity']['summary']}")
     if sp.get("interrupted_purge"):
         ip = sp["interrupted_purge"]
         con.print(

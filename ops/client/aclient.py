@@ -51,6 +51,7 @@ _READS = (
     "orphans",
     "search_health",
     "applied",
+    "fits",  # measures a record; appends nothing
 )
 
 

@@ -234,6 +234,13 @@ def from_exception(exc: BaseException) -> QuillError | None:
     if spool_errors is not None and isinstance(exc, spool_errors.SpoolError):
         if isinstance(exc, spool_errors.SpoolFullError):
             return SpoolFullError(text)
+        if isinstance(exc, spool_errors.RecordTooLargeError):
+            return InvalidInputError(
+                text,
+                reason="record-too-large",
+                hint="split the content over several messages or batches, or raise "
+                "[spool] max_record_bytes in config.toml (docs/configuration.md)",
+            )
         if isinstance(exc, spool_errors.InvalidOpError):
             return InvalidInputError(text, hint="fix the op or message; nothing was appended")
         if isinstance(exc, spool_errors.WaitTimeoutError):

@@ -51,14 +51,27 @@ class Writes:
         # None: first use in this thread; another pid: a forked child holding the parent's copy
         if handle is None or handle.pid != os.getpid():
             handle = self._local.handle = _Handle(
-                Spool(self.config.spool_dir, segment_bytes=self.config.segment_bytes)
+                Spool(
+                    self.config.spool_dir,
+                    segment_bytes=self.config.segment_bytes,
+                    max_record_bytes=self.config.max_record_bytes,
+                )
             )
         return handle.spool
+
+    def fits(self, op: str, data: dict[str, Any], *, batch_id: str | None = None) -> None:
+        """Refuse, before anything is appended, an op whose spool record would exceed
+        ``[spool] max_record_bytes``: raises ``InvalidInputError`` (reason
+        ``record-too-large``). For callers that append several ops and must append none of
+        them when one is refused (``submit`` checks each record itself)."""
+        with _public_errors():
+            self._spool().fits(op, data, batch_id)
 
     def submit(self, op: str, data: dict[str, Any], *, batch_id: str | None = None) -> Ack:
         """Append any op (``op`` one of docs/ops.md's kinds, ``data`` its payload) durably and
         return its ``Ack``. Raises ``InvalidInputError`` (with ``reason``) if the op can never
-        apply — nothing is appended then — ``SpoolFullError`` or ``StorageError``."""
+        apply — ``record-too-large`` past ``[spool] max_record_bytes``; nothing is appended
+        then — ``SpoolFullError`` or ``StorageError``."""
         from quill.store.apply.precheck import precheck
         from quill.store.errors import InvalidOpError
 

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from quill.home import DEFAULTS
-from quill.spool import START, TORN_WRITE, Position, Quarantine, SpoolReader
+from quill.spool import Position, Quarantine, SpoolReader
+from quill.spool.integrity import assess
 from quill.spool.segments import list_segments, segment_name
 from quill.store.factory import open_url
 from quill.workers.drain import Drain
@@ -33,39 +34,25 @@ def total_bytes(spool_dir: Path, start: Position) -> int:
 
 
 def verify(spool_dir: Path, progress: Progress | None = None) -> dict[str, Any]:
-    """Check every record's checksum and shape. Returns ``{"records", "damaged": [{position,
-    reason, detail}], "torn_writes": [{position, reason, detail}], "end", "partial_tail"}``;
-    ``torn_writes`` are lines proven to be a producer's never-acknowledged partial write
-    (reason ``torn-write``, ``spool.torn``), not damage; ``partial_tail`` is True when the
-    newest segment ends without a newline (a write in progress, or a torn one)."""
+    """Check every record's checksum and shape and every producer's sequence numbers, and
+    classify what is missing (``spool.integrity.assess``, the one classification status and
+    doctor use). Returns ``{"records", "damaged": [{position, reason, detail}], "torn_writes":
+    [{position, reason, detail}], "end", "partial_tail"}`` plus the assessment (``verdict``,
+    ``lost``, ``summary``, ``missing_segments``, ``truncated``, ``missing_by_producer``,
+    ``missing_records``); ``torn_writes`` are lines proven to be a producer's
+    never-acknowledged partial write (reason ``torn-write``, ``spool.torn``), not damage;
+    ``partial_tail`` is True when the newest segment ends without a newline (a write in
+    progress, or a torn one)."""
+    found = assess(spool_dir, scan=True, progress=progress)
     reader = SpoolReader(spool_dir)
-    first = list_segments(spool_dir)
-    pos = Position(first[0], 0) if first else START
-    records, damaged, torn = 0, [], []
-    while True:
-        batch = list(reader.read(pos, max_bytes=32 << 20))
-        if not batch:
-            break
-        for e in batch:
-            records += 1
-            if e.damage is not None:
-                (torn if e.damage.reason == TORN_WRITE else damaged).append(
-                    {
-                        "position": str(e.position),
-                        "reason": e.damage.reason,
-                        "detail": e.damage.detail,
-                    }
-                )
-        if progress:
-            progress(sum(len(e.raw) for e in batch))
-        pos = batch[-1].next
     end = reader.end()
     return {
-        "records": records,
-        "damaged": damaged,
-        "torn_writes": torn,
+        "records": found.records,
+        "damaged": found.damaged,
+        "torn_writes": found.torn_writes,
         "end": str(end),
         "partial_tail": reader.has_partial_tail(end),
+        **found.as_dict(),
     }
 
 

@@ -15,7 +15,7 @@ from typing import Any, Literal
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, Field
 
-from quill.ops.client.errors import QuillError
+from quill.ops.client.errors import InvalidInputError, QuillError
 from quill.ops.client.errors import SpoolFullError as QuillSpoolFull
 from quill.ops.service.api_common import ERRORS
 from quill.ops.service.auth import require
@@ -87,6 +87,11 @@ def _append(request: Request, ops: list[tuple[str, Any, str | None]]) -> AcksOut
                 f"op {index}: {exc.detail}; nothing was appended",
                 extra={"op_index": index},
             ) from None
+        if len(ops) > 1:  # a single op is measured by the append itself (no second encode)
+            try:
+                app.client.fits(op, data, batch_id=batch)
+            except InvalidInputError as exc:
+                raise _refused(index, exc) from None
     acks: list[AckOut] = []
     try:
         for op, data, batch in ops:
@@ -99,6 +104,8 @@ def _append(request: Request, ops: list[tuple[str, Any, str | None]]) -> AcksOut
             "the spool's disk is full; retry later with the same batch ids",
             extra={"acks": [a.model_dump() for a in acks]},
         ) from None
+    except InvalidInputError as exc:  # the record the one op would make is too large
+        raise _refused(len(acks), exc) from None
     except QuillError as exc:
         app.log.error("http.spool_error", error_type=type(exc).__name__)
         raise ApiError(
@@ -108,6 +115,18 @@ def _append(request: Request, ops: list[tuple[str, Any, str | None]]) -> AcksOut
             extra={"acks": [a.model_dump() for a in acks]},
         ) from None
     return AcksOut(acks=acks)
+
+
+def _refused(index: int, exc: InvalidInputError) -> ApiError:
+    """The answer for op ``index`` refused by the spool before anything was appended: 413
+    ``record-too-large`` (``[spool] max_record_bytes``), else 422 with the refusal's reason."""
+    too_large = exc.reason == "record-too-large"
+    return ApiError(
+        413 if too_large else 422,
+        exc.reason if too_large else "invalid-data",
+        f"op {index}: {exc.message}",
+        extra={"op_index": index},
+    )
 
 
 @router.post(

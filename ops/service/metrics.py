@@ -34,6 +34,11 @@ class _Collector:
             ("spool_pending_bytes", "spool bytes not yet applied by the writer"),
             ("spool_lag_seconds", "age of the oldest unapplied spool record"),
             ("quarantined_records", "records in spool/quarantine"),
+            (
+                "spool_loss_detected",
+                "1 while the spool shows acknowledged records lost (a segment missing or "
+                "cut short, a line quarantined as damaged; quill spool verify counts them)",
+            ),
             ("fts_pending_rows", "message rows not yet in the search index"),
             (
                 "writer_halted",

@@ -21,6 +21,7 @@ from quill.ops.client.stores import open_reader, where
 from quill.ops.purge.procedure import interrupted as interrupted_purge
 from quill.ops.status import health
 from quill.spool import Position, Quarantine
+from quill.spool.integrity import assess
 from quill.spool.reader import lag_seconds, stats
 from quill.spool.segments import stray_segments
 from quill.spool.torn import TORN_SUMMARY
@@ -301,6 +302,10 @@ def _common_checks(cfg: Settings, figures: dict[str, Any] | None) -> list[dict[s
             f"run `{unfinished['next']}` to finish it",
         )
     )
+    # Every record read: checksums, segment structure and sequence numbers (spool.integrity,
+    # the classification `spool verify` and `status` use).
+    found = assess(cfg.spool_dir, cursor=cursor, scan=True)
+    out.append(_check("spool integrity", not found.lost, found.summary()))
     quarantine = Quarantine(cfg.spool_dir)
     torn = quarantine.torn_count()
     q = quarantine.count() - torn

@@ -21,6 +21,7 @@ from quill.jobs.schedule import read_schedules
 from quill.ops.client.stores import open_reader
 from quill.ops.purge.procedure import interrupted as interrupted_purge
 from quill.spool import Position, Quarantine
+from quill.spool.integrity import assess
 from quill.spool.reader import lag_seconds
 from quill.spool.reader import stats as spool_stats
 from quill.store.errors import CantOpenError, SharedMemoryError, StoreError
@@ -115,6 +116,8 @@ def collect(cfg: Any) -> dict[str, Any]:
         **spool_stats(cfg.spool_dir, cursor),
         "quarantined": q.count(),
         "torn_writes": q.torn_count(),
+        # Segment structure against the cursor (spool.integrity; `spool verify` reads records).
+        "integrity": assess(cfg.spool_dir, cursor=cursor).as_dict(),
     }
     data["spool"]["interrupted_purge"] = interrupted_purge(
         cfg.spool_dir, cfg.state_db if local else None
@@ -142,6 +145,7 @@ def _metrics(data: dict[str, Any], job_totals: list[dict[str, Any]]) -> dict[str
         "spool_pending_bytes": data["spool"]["pending_bytes"],
         "spool_lag_seconds": data["spool"]["lag_s"],
         "quarantined_records": data["spool"]["quarantined"],
+        "spool_loss_detected": 1 if data["spool"]["integrity"]["lost"] else 0,
         # Counters of the running writer process (they restart from 0 with it; Prometheus'
         # rate() handles counter resets).
         "ops_applied_total": writer.applied,

@@ -16,8 +16,10 @@ Rules the schema encodes (docs/architecture.md, "The store"; the measured facts 
   watermark, as ``messages_fts``.
 * ``messages.origin_id`` is explicit copy lineage written at copy time: a row copied by a
   compaction (carried tail, re-sequenced late rows, verbatim re-sent messages) points at the
-  row it copies (always the first original, never a copy). ``coalesce(origin_id, id)`` is
-  the row's display position; the display projection keeps one row per position.
+  row it copies (always the first original, never a copy). ``messages.pos`` (the original's
+  ``seq``) is the row's display position; the display projection keeps one row per position.
+* ``messages.seq`` is transcript order within a session (by acknowledgement time, then spool
+  position: store/apply/order.py); ids are arrival order, unique, never reused.
 * Titles are unique among titled sessions (partial unique index; NULL = untitled).
 * ``sessions.placeholder`` = 1 marks a row made by an op that arrived before the session's
   ``session.create``; the create completes it (its fields win) and clears the mark.
@@ -30,9 +32,9 @@ import re
 
 import apsw
 
-from quill.store.apply import blobs, context, usage
+from quill.store.apply import blobs, context, order, usage
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 #: v5: each applied batch keeps the digest of its op and data, so a batch id reused with other
 #: content is told from a retry (store/apply/chunk.py). NULL for batches applied before v5.
@@ -168,6 +170,7 @@ CREATE INDEX IF NOT EXISTS job_runs_job ON job_runs(job, started_at);
     + context.DDL
     + BATCH_DIGEST
     + SESSION_DELETIONS
+    + order.MIGRATION
 )
 
 #: Roles of the store's tables (``TABLES``), which decide what damage to a table means:
@@ -231,6 +234,7 @@ MIGRATIONS: dict[int, str] = {
     3: context.DDL,
     4: BATCH_DIGEST,  # v5: the content digest a batch was applied with (store.apply.op_digest)
     5: SESSION_DELETIONS,  # v6: deletions per session id (re-import after a delete)
+    6: order.MIGRATION,  # v7: transcript order by acknowledgement (store/apply/order.py)
 }
 
 #: Trigram scope (see module doc): roles indexed and the indexed prefix of ``content``.

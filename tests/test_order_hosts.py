@@ -186,3 +186,80 @@ def test_a_replay_of_both_spools_in_the_other_order_equals_the_live_interleaved_
                 ).fetchall()
             )
     assert rows[0] == rows[1] and [r[0] for r in rows[0]] == list(range(1, 13))
+
+
+# -- the same rule on SQLite: one spool, so keys only grow along it ----------------------------
+
+
+def _drain_local(home: Path) -> dict:
+    from quill.workers.writer import Writer
+
+    return Writer(config.load(home), logs.configure(None, "test")).until_idle()
+
+
+def test_one_spool_keeps_its_order_on_sqlite_when_its_clock_steps_back(tmp_path):
+    """SQLite: a host whose clock steps back (NTP, a VM resumed) keeps its own order: the ack
+    time is clamped along the spool, so every op lands at its session's end, as before."""
+    home = _host(tmp_path / "solo", None)
+    spool = Spool(home / "spool")
+    for n, ts in enumerate((1_800_000_010.0, 1_800_000_000.0, 1_800_000_005.0, 1_800_000_020.0)):
+        _append_at(spool, ts, {"session_id": "c", "messages": [_msg("h", n)]})
+    spool.close()
+    _drain_local(home)
+    want = [f"h {n}" for n in range(4)]
+    assert _contents(Client(home).messages("c", "audit")) == want
+    import apsw
+
+    conn = apsw.Connection(str(home / "state.db"), flags=apsw.SQLITE_OPEN_READONLY)
+    rows = conn.execute("SELECT id, seq, ack_us FROM messages ORDER BY id").fetchall()
+    clamp = conn.execute("SELECT ack_us FROM spool_cursor").fetchone()[0]
+    conn.close()
+    assert [r[1] for r in rows] == [1, 2, 3, 4]  # seq follows ids on one spool
+    assert [r[2] for r in rows] == [1_800_000_010_000_000] * 3 + [1_800_000_020_000_000]
+    assert clamp == 1_800_000_020_000_000
+
+
+def test_a_v6_store_keeps_its_order_through_the_migration(tmp_path):
+    """SQLite only (a file of an older schema): rows written before the order columns keep
+    their id order, a compaction copy keeps its original's display place, and the next op
+    goes after them."""
+    import apsw
+
+    from quill.store import open_writer, schema
+    from quill.store.apply import order
+
+    db = tmp_path / "state.db"
+    conn = apsw.Connection(str(db))
+    conn.execute(schema.DDL.replace(order.MIGRATION, ""))
+    conn.execute("PRAGMA user_version = 6")
+    conn.execute("INSERT INTO sessions (id, source, created_at) VALUES ('old', 'cli', 1.0)")
+    for mid, content, state, origin in (
+        (1, "q", "compacted", None),
+        (2, "a", "superseded", None),
+        (3, "summary", "live", None),
+        (4, "a", "live", 2),
+    ):
+        conn.execute(
+            "INSERT INTO messages (id, session_id, role, content, arrived_at, batch_id, state, "
+            "origin_id) VALUES (?, 'old', 'user', ?, 1.0, 'b', ?, ?)",
+            (mid, content, state, origin),
+        )
+    conn.close()
+    writer = open_writer(db)
+    try:
+        assert writer.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION
+        assert writer.execute("SELECT id, seq, pos FROM messages ORDER BY id").fetchall() == [
+            (1, 1, 1),
+            (2, 2, 2),
+            (3, 3, 3),
+            (4, 4, 2),
+        ]
+        from quill.store.apply.messages import messages_append
+
+        messages_append(writer, {"session_id": "old", "messages": [_msg("n", 1)]}, "b2", 2.0)
+        from quill.store.read import projections
+
+        display = _contents(projections.read(writer, "old", "display"))
+        assert display == ["q", "a", "summary", "n 1"]
+    finally:
+        writer.close()

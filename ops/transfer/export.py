@@ -252,7 +252,7 @@ def quill_ops(r: Reader, sid: str) -> Iterator[dict[str, Any]]:
 
 def _context_changes(conn: Any, sid: str) -> dict[int, list[dict[str, Any]]]:
     """The session's system prompt / tools changes (store/apply/context.py), keyed by how many of
-    its message rows (in ``seq`` order) existed when each was made: ``{rows before: [{"system_prompt":
+    its message rows (in seq order) existed when each was made: ``{rows before: [{"system_prompt":
     str, "tools": list}, …]}``, one dict per ``session.create`` to send (a second change of
     the same kind at the same point needs its own). 0 holds what was set before any message."""
     out: dict[int, list[dict[str, Any]]] = {}

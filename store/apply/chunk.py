@@ -182,9 +182,7 @@ def apply_entries(
     keys = {id(e): clock.key(e.record, e.position) for e in entries}
     for entry in entries:
         key = keys[id(entry)]
-        prepared = (
-            _bulk_candidate(entry, now, decided, ledger, key) if ledger.bulk_append else None
-        )
+        prepared = _bulk_candidate(entry, now, decided, ledger, key) if ledger.bulk_append else None
         if prepared is not None:
             run.append(prepared)
             continue

@@ -100,9 +100,9 @@ def place(conn: Any, sid: str, n: int, key: OrderKey) -> int:
         (sid, *key),
     ).fetchone()[0]
     if later is None:
-        top = conn.execute(
-            "SELECT max(seq) FROM messages WHERE session_id = ?", (sid,)
-        ).fetchone()[0]
+        top = conn.execute("SELECT max(seq) FROM messages WHERE session_id = ?", (sid,)).fetchone()[
+            0
+        ]
         return (top or 0) + 1
     if n:
         conn.execute(

@@ -126,7 +126,6 @@ CREATE INDEX IF NOT EXISTS messages_session ON messages(session_id, id);
 -- messages.append skips ids the session already holds (idempotent re-import).
 CREATE INDEX IF NOT EXISTS messages_ext
     ON messages(session_id, ext_id) WHERE ext_id IS NOT NULL;
-CREATE INDEX IF NOT EXISTS messages_display ON messages(session_id, coalesce(origin_id, id));
 CREATE INDEX IF NOT EXISTS messages_tool_result
     ON messages(session_id, tool_call_id) WHERE tool_call_id IS NOT NULL;
 

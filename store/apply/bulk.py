@@ -38,7 +38,7 @@ from typing import Any
 
 import apsw
 
-from quill.store.apply import blobs, usage
+from quill.store.apply import blobs, order, usage
 from quill.store.apply.checks import check_append
 from quill.store.apply.message_rows import (
     ID_FLOOR_KEY,
@@ -152,14 +152,8 @@ def _tops(conn: apsw.Connection, run: list[Prepared]) -> dict[str, int] | None:
     last: dict[str, tuple] = {}
     for op in run:
         if op.sid not in tops:
-            seq, *key = conn.execute(
-                "SELECT seq, ack_us, ack_tag, ack_at FROM messages WHERE session_id = ? "
-                "ORDER BY ack_us DESC, ack_tag DESC, ack_at DESC LIMIT 1",
-                (op.sid,),
-            ).fetchone() or (None, 0, 0, 0)
-            tops[op.sid] = conn.execute(
-                "SELECT coalesce(max(seq), 0) FROM messages WHERE session_id = ?", (op.sid,)
-            ).fetchone()[0]
+            seq, *key = order.last_row(conn, op.sid)
+            tops[op.sid] = seq or 0
             last[op.sid] = tuple(key) if seq is not None else (-1, -1, -1)
         if op.key < last[op.sid]:
             return None

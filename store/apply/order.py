@@ -95,15 +95,13 @@ def place(conn: Any, sid: str, n: int, key: OrderKey) -> int:
     ``seq`` the first takes (the others follow it): after every row whose key is not later
     than ``key``, before the first that is. The rows after it move up by ``n`` (``seq``, and
     ``pos`` of the rows placed at them), so ``seq`` stays 1..N without gaps or repeats."""
-    later = conn.execute(
+    top, *last = last_row(conn, sid)
+    if top is None or key >= tuple(last):  # the usual case: one index probe
+        return (top or 0) + 1
+    later = conn.execute(  # a late arrival: scan the session (its rows, by messages_seq)
         f"SELECT min(seq) FROM messages WHERE session_id = ? AND {_COLS} > (?, ?, ?)",
         (sid, *key),
     ).fetchone()[0]
-    if later is None:
-        top = conn.execute("SELECT max(seq) FROM messages WHERE session_id = ?", (sid,)).fetchone()[
-            0
-        ]
-        return (top or 0) + 1
     if n:
         conn.execute(
             "UPDATE messages SET seq = seq + ? WHERE session_id = ? AND seq >= ?",
@@ -114,6 +112,18 @@ def place(conn: Any, sid: str, n: int, key: OrderKey) -> int:
             (n, sid, later),
         )
     return later
+
+
+def last_row(conn: Any, sid: str) -> tuple[int | None, int, int, int]:
+    """``(seq, ack_us, ack_tag, ack_at)`` of the session's last row in ``seq`` order
+    (``(None, 0, 0, 0)`` for no rows). Invariant: ``seq`` order is key order (every row is
+    placed by its key), so this row holds the session's latest key."""
+    row = conn.execute(
+        "SELECT seq, ack_us, ack_tag, ack_at FROM messages WHERE session_id = ? "
+        "ORDER BY seq DESC LIMIT 1",
+        (sid,),
+    ).fetchone()
+    return tuple(row) if row else (None, 0, 0, 0)
 
 
 def positions_of(conn: Any, ids: list[int]) -> dict[int, int]:
@@ -159,7 +169,7 @@ ALTER TABLE messages ADD COLUMN ack_at INTEGER NOT NULL DEFAULT 0;"""
     + RESEQUENCE_BY_ID
     + """CREATE INDEX IF NOT EXISTS messages_seq ON messages(session_id, seq);
 CREATE INDEX IF NOT EXISTS messages_pos ON messages(session_id, pos);
-CREATE INDEX IF NOT EXISTS messages_order ON messages(session_id, ack_us, ack_tag, ack_at);
+DROP INDEX IF EXISTS messages_display;
 ALTER TABLE spool_cursor ADD COLUMN ack_us INTEGER;
 """
 )

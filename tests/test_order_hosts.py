@@ -36,6 +36,47 @@ def _drain(home: Path) -> dict:
     return drain(config.load(home), logs.configure(None, "test"))
 
 
+def _writer_process(home: Path) -> None:
+    """Run this data dir's writer as a fleet runs it (``quill.ops.worker_main writer``) until
+    it has applied its whole spool, then stop it with SIGTERM."""
+    import signal
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    from quill.spool import SpoolReader
+    from quill.spool.identity import load_or_create
+
+    end = SpoolReader(home / "spool").end()
+    sid = load_or_create(home / "spool-id")
+    url = config.load(home).store_url
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "quill.ops.worker_main", "writer", "--home", str(home)],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with psycopg.connect(url) as conn:
+                    row = conn.execute(
+                        'SELECT segment, "offset" FROM spool_cursor WHERE spool_id = %s', (sid,)
+                    ).fetchone()
+            except psycopg.errors.UndefinedTable:  # the writer has not created the store yet
+                row = None
+            if row == (end.segment, end.offset):
+                break
+            assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+            assert time.monotonic() < deadline, "the writer did not drain its spool"
+            time.sleep(0.1)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+
+
 def _turn(i: int) -> dict:
     return {"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i}", "id": f"t{i}"}
 
@@ -65,17 +106,19 @@ def _contents(rows: list[dict]) -> list[str]:
     return [m["content"] for m in rows]
 
 
-@pytest.mark.parametrize("turns", [6, 20])
+@pytest.mark.parametrize(
+    ("turns", "drain"), [(6, _writer_process), (20, _drain)], ids=["6-processes", "20-in-process"]
+)
 def test_two_hosts_alternating_turns_read_in_ack_order_when_the_later_host_drains_first(
-    tmp_path, pg_store_url, turns
+    tmp_path, pg_store_url, turns, drain
 ):
     a, b = _host(tmp_path / "a", pg_store_url), _host(tmp_path / "b", pg_store_url)
     clients = [Client(a), Client(b)]
     for i in range(turns):  # A sends the even turns, B the odd ones, 10 ms apart
         clients[i % 2].append("s", [_turn(i)], source="agent")
         time.sleep(0.01)
-    _drain(b)  # every one of B's turns is applied before any of A's
-    _drain(a)
+    drain(b)  # every one of B's turns is applied before any of A's
+    drain(a)
     want = [f"turn {i}" for i in range(turns)]
     for client in clients:  # either host reads the same transcript
         for view in ("display", "model", "audit"):

@@ -16,8 +16,10 @@ Rules the schema encodes (docs/architecture.md, "The store"; the measured facts 
   watermark, as ``messages_fts``.
 * ``messages.origin_id`` is explicit copy lineage written at copy time: a row copied by a
   compaction (carried tail, re-sequenced late rows, verbatim re-sent messages) points at the
-  row it copies (always the first original, never a copy). ``coalesce(origin_id, id)`` is
-  the row's display position; the display projection keeps one row per position.
+  row it copies (always the first original, never a copy). ``messages.pos`` (the original's
+  ``seq``) is the row's display position; the display projection keeps one row per position.
+* ``messages.seq`` is transcript order within a session (by acknowledgement time, then spool
+  position: store/apply/order.py); ids are arrival order, unique, never reused.
 * Titles are unique among titled sessions (partial unique index; NULL = untitled).
 * ``sessions.placeholder`` = 1 marks a row made by an op that arrived before the session's
   ``session.create``; the create completes it (its fields win) and clears the mark.
@@ -30,9 +32,9 @@ import re
 
 import apsw
 
-from quill.store.apply import blobs, context, usage
+from quill.store.apply import blobs, context, order, usage
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 #: v5: each applied batch keeps the digest of its op and data, so a batch id reused with other
 #: content is told from a retry (store/apply/chunk.py). NULL for batches applied before v5.
@@ -159,7 +161,6 @@ CREATE INDEX IF NOT EXISTS messages_session ON messages(session_id, id);
 -- messages.append skips ids the session already holds (idempotent re-import).
 CREATE INDEX IF NOT EXISTS messages_ext
     ON messages(session_id, ext_id) WHERE ext_id IS NOT NULL;
-CREATE INDEX IF NOT EXISTS messages_display ON messages(session_id, coalesce(origin_id, id));
 CREATE INDEX IF NOT EXISTS messages_tool_result
     ON messages(session_id, tool_call_id) WHERE tool_call_id IS NOT NULL;
 
@@ -205,6 +206,7 @@ CREATE INDEX IF NOT EXISTS job_runs_job ON job_runs(job, started_at);
     + SESSION_DELETIONS
     + SPOOL_IDENTITY
     + LEADER_LEASE
+    + order.MIGRATION
 )
 
 #: Roles of the store's tables (``TABLES``), which decide what damage to a table means:
@@ -278,6 +280,7 @@ MIGRATIONS: dict[int, str] = {
     5: SESSION_DELETIONS,  # v6: deletions per session id (re-import after a delete)
     6: SPOOL_IDENTITY,  # v7: the cursor's proof and the spool id claims
     7: LEADER_LEASE,  # v8: cluster leadership with an expiry (store.postgres.election)
+    8: order.MIGRATION,  # v9: transcript order by acknowledgement (store/apply/order.py)
 }
 
 #: Trigram scope (see module doc): roles indexed and the indexed prefix of ``content``.

@@ -206,7 +206,7 @@ def test_a_v1_store_is_migrated_to_hold_blobs(tmp_path):
     db = tmp_path / "state.db"
     conn = apsw.Connection(str(db))
     from quill.store import schema
-    from quill.store.apply import usage
+    from quill.store.apply import order, usage
 
     v1_ddl = (
         schema.DDL.replace(blobs.DDL, "")
@@ -215,6 +215,7 @@ def test_a_v1_store_is_migrated_to_hold_blobs(tmp_path):
         .replace(schema.SESSION_DELETIONS, "")
         .replace(schema.SPOOL_IDENTITY, "")
         .replace(schema.LEADER_LEASE, "")
+        .replace(order.MIGRATION, "")
     )
     conn.execute(v1_ddl)
     conn.execute("PRAGMA user_version = 1")

@@ -275,9 +275,9 @@ def test_a_full_disk_pauses_the_drain_and_it_resumes_when_space_returns(tmp_path
                 )
             filler = mnt / "filler"
             with open(filler, "wb") as f:  # leave ~128 KiB: room for status, not for the rows
-                while shutil.disk_usage(mnt).free > 128 * 1024:  # in 4 KiB steps: not above
-                    f.write(b"\0" * 4096)
-                    f.flush()
+                while (free := shutil.disk_usage(mnt).free) > 132 * 1024:
+                    f.write(b"\0" * (65536 if free > 256 * 1024 else 4096))  # whatever the
+                    f.flush()  # store's own size, the same room is left
             pauses = [w.turn(1.0) for _ in range(6)]
             # The status file cannot be written on a full disk either: ask the writer.
             assert "disk full" in w.writer.error and w.writer.halt_cause is None

@@ -3,7 +3,7 @@ chat JSONL or ShareGPT.
 
 * ``quill`` — Quill's own op JSONL, one ``{"op", "batch", "data"}`` per line, starting with a
   header line ``{"quill_export": 1, ...}``. Per session: ``session.create`` (every field),
-  ``messages.restore`` chunks (every row in id order, with its state and copy lineage),
+  ``messages.restore`` chunks (every row in transcript order, with its state and copy lineage),
   ``usage.record`` per usage row, ``session.flags`` and ``session.end`` when set. The system
   prompt and tool array travel in the ``session.create`` (and a later change, a tool reload,
   as a ``session.create`` placed after the rows the session held then). Batch ids
@@ -106,7 +106,7 @@ def _session_row(conn: Any, sid: str) -> dict[str, Any]:
 
 
 def _audit_rows(conn: Any, sid: str) -> list[tuple[dict[str, Any], str, int | None, int]]:
-    """``(message dict, state, origin store id, store id)`` for every row, in id order. The
+    """``(message dict, state, origin store id, store id)`` for every row, in ``seq`` order. The
     dict is what ``messages.append`` would store as this exact row: the stored ``extra``
     travels as the message's ``extra`` object (not flattened, so no extra key can collide with
     a message field), blob references are inflated back to their payloads."""
@@ -130,7 +130,7 @@ def _audit_rows(conn: Any, sid: str) -> list[tuple[dict[str, Any], str, int | No
     ) in conn.execute(
         "SELECT id, ext_id, role, content, parts, tool_calls, tool_call_id, tool_name, "
         "reasoning, finish_reason, ts, extra, state, origin_id FROM messages "
-        "WHERE session_id = ? ORDER BY id",
+        "WHERE session_id = ? ORDER BY seq",
         (sid,),
     ).fetchall():
         msg: dict[str, Any] = {
@@ -252,7 +252,7 @@ def quill_ops(r: Reader, sid: str) -> Iterator[dict[str, Any]]:
 
 def _context_changes(conn: Any, sid: str) -> dict[int, list[dict[str, Any]]]:
     """The session's system prompt / tools changes (store/apply/context.py), keyed by how many of
-    its message rows (in id order) existed when each was made: ``{rows before: [{"system_prompt":
+    its message rows (in seq order) existed when each was made: ``{rows before: [{"system_prompt":
     str, "tools": list}, …]}``, one dict per ``session.create`` to send (a second change of
     the same kind at the same point needs its own). 0 holds what was set before any message."""
     out: dict[int, list[dict[str, Any]]] = {}
@@ -265,7 +265,9 @@ def _context_changes(conn: Any, sid: str) -> dict[int, list[dict[str, Any]]]:
             0
             if after is None
             else conn.execute(
-                "SELECT count(*) FROM messages WHERE session_id = ? AND id <= ?", (sid, after)
+                "SELECT count(*) FROM messages WHERE session_id = ? AND seq <= "
+                "(SELECT seq FROM messages WHERE id = ?)",
+                (sid, after),
             ).fetchone()[0]
         )
         text = blobs.get(conn, sha)

@@ -12,6 +12,9 @@ Invariant: the store after ``apply_run`` is row for row the store the op-at-a-ti
 (``transcript_ops.messages_append`` per op, in spool order) would leave — same message ids,
 arrival times, usage rows, session rows, blobs. How each step keeps it:
 
+* order: each op's rows take the next ``seq`` values of its session (``_tops``), as
+  ``order.place`` gives an op whose key is later than every row of its session; a run
+  where that does not hold is left to the op-at-a-time path;
 * ids: SQLite gives a new row max(id) + 1 (or the delete floor + 1, ``next_id``), so an op's
   rows take consecutive ids after the previous op's; they are computed up front and written
   explicitly, so usage rows can name them without reading them back;
@@ -35,7 +38,7 @@ from typing import Any
 
 import apsw
 
-from quill.store.apply import blobs, usage
+from quill.store.apply import blobs, order, usage
 from quill.store.apply.checks import check_append
 from quill.store.apply.message_rows import (
     ID_FLOOR_KEY,
@@ -68,6 +71,7 @@ class Prepared:
     rows: list[tuple]
     msgs: list
     found: dict[str, str]
+    key: tuple[int, int, int] = (0, 0, 0)  # its order key (store.apply.order), set by the chunk
 
 
 def prepare(
@@ -140,6 +144,24 @@ def _first_id(conn: apsw.Connection) -> int:
     return floor + 1 if floor is not None and top < floor else top + 1
 
 
+def _tops(conn: apsw.Connection, run: list[Prepared]) -> dict[str, int] | None:
+    """Per session of the run: its highest ``seq`` (0 when it has no rows), or None when an
+    op of the run is not later (order key) than every row its session holds and than the
+    run's earlier ops: it must be placed among them (``order.place``), which the op-at-a-time
+    path does. On one spool keys only grow, so a run is always at its sessions' ends."""
+    tops: dict[str, int] = {}
+    last: dict[str, tuple] = {}
+    for op in run:
+        if op.sid not in tops:
+            seq, *key = order.last_row(conn, op.sid)
+            tops[op.sid] = seq or 0
+            last[op.sid] = tuple(key) if seq is not None else (-1, -1, -1)
+        if op.key < last[op.sid]:
+            return None
+        last[op.sid] = op.key
+    return tops
+
+
 def apply_run(conn: apsw.Connection, run: list[Prepared], now: float) -> list[int] | None:
     """Write ``run`` (consecutive appends in spool order, each batch undecided) inside the
     caller's transaction, and record each batch in ``applied_batches`` (``applied_at`` =
@@ -150,6 +172,9 @@ def apply_run(conn: apsw.Connection, run: list[Prepared], now: float) -> list[in
     seen = _seen(conn, run)
     next_id = _first_id(conn)
     if next_id + sum(len(op.rows) for op in run) >= _MAX_ROWID:
+        return None
+    tops = _tops(conn, run)
+    if tops is None:
         return None
     values: list[tuple] = []
     written: list[int] = []
@@ -182,8 +207,13 @@ def apply_run(conn: apsw.Connection, run: list[Prepared], now: float) -> list[in
             earliest = min(r[_TS] for r in fresh)
             starts[op.sid] = min(earliest, starts.get(op.sid, earliest))
         first = next_id
+        top = tops[op.sid]
         for i, row in enumerate(fresh):
-            values.append((first + i, op.sid, *row, op.arrived_at, op.batch, "live", None))
+            values.append(
+                (first + i, op.sid, *row, op.arrived_at, op.batch, "live", None)
+                + (top + 1 + i, top + 1 + i, *op.key)
+            )
+        tops[op.sid] = top + len(fresh)
         next_id += len(fresh)
         if any(usage.carries_usage(m) for m in fresh_msgs):
             usage.record_messages(

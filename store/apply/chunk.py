@@ -23,6 +23,7 @@ import apsw
 from quill.spool import cursor_proof
 from quill.spool.record import id_size_problem
 from quill.store.apply import bulk as bulk_append
+from quill.store.apply import order
 from quill.store.apply.ledger import Ledger, SqliteLedger, op_digest
 from quill.store.apply.sessions import APPLIERS
 from quill.store.errors import InvalidOpError
@@ -155,21 +156,28 @@ def apply_chunk(
         return ChunkResult()
     now = time.time()
     with transaction(conn):
-        result = apply_entries(conn, entries, now, on_reject, SqliteLedger())
+        floor = conn.execute("SELECT ack_us FROM spool_cursor WHERE id = 1").fetchone()
+        clock = order.Clock(0, floor[0] if floor else None)  # one spool: no tie-break tag
+        result = apply_entries(conn, entries, now, on_reject, SqliteLedger(), clock)
         # The proof commits with the cursor: a resumed cursor is checked against it.
         conn.execute(
-            'INSERT INTO spool_cursor (id, segment, "offset", proof_offset, proof, updated_at) '
-            "VALUES (1, ?, ?, ?, ?, ?) "
+            'INSERT INTO spool_cursor (id, segment, "offset", proof_offset, proof, updated_at, '
+            "ack_us) VALUES (1, ?, ?, ?, ?, ?, ?) "
             "ON CONFLICT (id) DO UPDATE SET segment = excluded.segment, "
             '"offset" = excluded."offset", proof_offset = excluded.proof_offset, '
-            "proof = excluded.proof, updated_at = excluded.updated_at",
-            (*cursor_values(entries), now),
+            "proof = excluded.proof, updated_at = excluded.updated_at, ack_us = excluded.ack_us",
+            (*cursor_values(entries), now, clock.floor_us),
         )
     return result
 
 
 def apply_entries(
-    conn: Any, entries: Sequence[EntryLike], now: float, on_reject: RejectFn, ledger: Ledger
+    conn: Any,
+    entries: Sequence[EntryLike],
+    now: float,
+    on_reject: RejectFn,
+    ledger: Ledger,
+    clock: order.Clock | None = None,
 ) -> ChunkResult:
     """Apply ``entries`` inside the caller's transaction, on either backend: the one copy of
     the op rules (docs/backends.md, "The contract"). A batch already decided — earlier, or
@@ -180,27 +188,37 @@ def apply_entries(
     applied. Any other error rolls the op back and propagates (the chunk is not committed).
     With ``ledger.bulk_append`` (SQLite), consecutive plain ``messages.append`` ops are applied
     as one run (``store.apply.bulk``) with the same outcome, row for row; an op the store
-    refuses sends its run back to the op-at-a-time path above."""
+    refuses sends its run back to the op-at-a-time path above.
+    ``clock`` (``store.apply.order.Clock``, this spool's) gives each entry its order key, in
+    spool order, whatever its outcome, so a replay computes the same keys; the caller stores
+    ``clock.floor_us`` with the cursor. None: a fresh clock (tag 0, floor 0)."""
+    clock = clock if clock is not None else order.Clock(0, None)
     result = ChunkResult()
     batches = [
         e.record["batch"] for e in entries if e.record and isinstance(e.record.get("batch"), str)
     ]
     decided = ledger.decided(conn, batches) if batches else {}
     run: list[bulk_append.Prepared] = []
+    keys = {id(e): clock.key(e.record, e.position) for e in entries}
     for entry in entries:
-        prepared = _bulk_candidate(entry, now, decided, ledger) if ledger.bulk_append else None
+        key = keys[id(entry)]
+        prepared = _bulk_candidate(entry, now, decided, ledger, key) if ledger.bulk_append else None
         if prepared is not None:
             run.append(prepared)
             continue
         _apply_run(conn, run, now, on_reject, result, decided, ledger)
         run = []
-        _apply_entry(conn, entry, now, on_reject, result, decided, ledger)
+        _apply_entry(conn, entry, now, on_reject, result, decided, ledger, key)
     _apply_run(conn, run, now, on_reject, result, decided, ledger)
     return result
 
 
 def _bulk_candidate(
-    entry: EntryLike, now: float, decided: dict[str, str | None], ledger: Ledger
+    entry: EntryLike,
+    now: float,
+    decided: dict[str, str | None],
+    ledger: Ledger,
+    key: order.OrderKey,
 ) -> bulk_append.Prepared | None:
     """``entry`` prepared for a bulk run (and its batch marked decided), or None when it is
     not an undecided ``messages.append`` whose data passes the store-free checks: then it is
@@ -220,6 +238,8 @@ def _bulk_candidate(
     prepared = bulk_append.prepare(
         entry, data, batch, digest, arrival_time(rec, now), (InvalidOpError, *ledger.bad_data)
     )
+    if prepared is not None:
+        prepared.key = key
     if prepared is not None:
         decided[batch] = digest
     return prepared
@@ -253,7 +273,7 @@ def _apply_run(
         for op in run:
             del decided[op.batch]
         for op in run:
-            _apply_entry(conn, op.entry, now, on_reject, result, decided, ledger)
+            _apply_entry(conn, op.entry, now, on_reject, result, decided, ledger, op.key)
         return
     _release(conn, "bulk", rollback=False)
     for op, rows in zip(run, written):
@@ -270,6 +290,7 @@ def _apply_entry(
     result: ChunkResult,
     decided: set[str],
     ledger: Ledger,
+    key: order.OrderKey,
 ) -> None:
     if entry.record is None:
         damage = entry.damage
@@ -322,7 +343,8 @@ def _apply_entry(
             raise InvalidOpError("invalid-batch", "batch id must be a string")
         if not isinstance(data, dict):
             raise InvalidOpError("invalid-data", "op data must be a JSON object")
-        rows = applier(conn, data, batch, arrival_time(rec, now))
+        with order.applying(key):
+            rows = applier(conn, data, batch, arrival_time(rec, now))
         if not ledger.record_applied(conn, batch, str(entry.position), now, digest):
             _release(conn, rollback=True)
             result.duplicates += 1

@@ -84,9 +84,10 @@ def record(conn: apsw.Connection, sid: str, data: dict, batch_id: str, arrived_a
         ).fetchone()
         if latest is not None and latest[0] == value_id:
             continue
-        after = conn.execute(
-            "SELECT max(id) FROM messages WHERE session_id = ?", (sid,)
-        ).fetchone()[0]
+        last = conn.execute(
+            "SELECT id FROM messages WHERE session_id = ? ORDER BY seq DESC LIMIT 1", (sid,)
+        ).fetchone()
+        after = last[0] if last else None
         conn.execute(
             "INSERT INTO session_context (session_id, kind, value_id, after_message_id) "
             "VALUES (?, ?, ?, ?)",

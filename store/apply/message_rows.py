@@ -3,8 +3,9 @@ bulk append (``store.apply.bulk``), restore and deletes: validated rows with the
 payloads cut out, the insert statements and next id, state flips, the live-tool-result
 check, and the lookups of a session's live rows and of the row an op names.
 
-Invariants: ids are insertion order and never reused (``next_id``, ``ID_FLOOR_KEY``); at most
-one *live* tool result per (session, tool_call_id) (``check_tool_results``).
+Invariants: ids are insertion order and never reused (``next_id``, ``ID_FLOOR_KEY``); a
+session's transcript order is ``seq``, placed by the op's order key (``store.apply.order``);
+at most one *live* tool result per (session, tool_call_id) (``check_tool_results``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Iterable, Sequence
 
 import apsw
 
-from quill.store.apply import blobs
+from quill.store.apply import blobs, order
 from quill.store.apply.normalize import IDENTITY_COLUMNS, ROW_COLUMNS, message_row, scrub
 from quill.store.apply.rules import opt
 from quill.store.errors import InvalidOpError
@@ -21,8 +22,8 @@ from quill.store.errors import InvalidOpError
 TOOL_RESULT_ROLES = ("tool", "function")
 _INSERT_STATE = (
     f"INSERT INTO messages (session_id, {', '.join(ROW_COLUMNS)}, "
-    "arrived_at, batch_id, state, origin_id) "
-    f"VALUES (?, {', '.join('?' for _ in ROW_COLUMNS)}, ?, ?, ?, ?)"
+    "arrived_at, batch_id, state, origin_id, seq, pos, ack_us, ack_tag, ack_at) "
+    f"VALUES (?, {', '.join('?' for _ in ROW_COLUMNS)}, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 #: The same with an explicit id first (``next_id``; SQLite only).
 INSERT_STATE_ID = _INSERT_STATE.replace("(session_id,", "(id, session_id,").replace(
@@ -98,9 +99,19 @@ def _insert(
     arrived_at: float,
     batch_id: str,
 ) -> int:
+    """Insert ``rows`` as live rows of ``sid`` (``origins``: each row's compaction original, a
+    root row id, or None), placed in the session's order by the op's order key
+    (``order.place``); a copy's display position is its original's. Returns rows inserted."""
     rows = list(rows)
     origins = origins or [None] * len(rows)
-    values = [(sid, *r, arrived_at, batch_id, "live", o) for r, o in zip(rows, origins)]
+    key = order.current(arrived_at)
+    first_seq = order.place(conn, sid, len(rows), key) if rows else 0
+    opos = order.positions_of(conn, [o for o in origins if o is not None])
+    values = [
+        (sid, *r, arrived_at, batch_id, "live", o, first_seq + i)
+        + ((opos[o] if o is not None else first_seq + i), *key)
+        for i, (r, o) in enumerate(zip(rows, origins))
+    ]
     first = next_id(conn) if values else None
     if first is not None:  # the rows after the first follow it (max(id) + 1)
         conn.execute(INSERT_STATE_ID, (first, *values.pop(0)))
@@ -158,10 +169,11 @@ def result_ids(rows: Iterable[tuple]) -> list[str]:
 
 
 def _live(conn: apsw.Connection, sid: str) -> list[tuple]:
-    """Live rows of ``sid`` in order: ``(id, origin_id, role, *IDENTITY_COLUMNS)``."""
+    """Live rows of ``sid`` in transcript order (``seq``):
+    ``(id, origin_id, role, *IDENTITY_COLUMNS)``."""
     return conn.execute(
         f"SELECT id, coalesce(origin_id, id), role, {', '.join(IDENTITY_COLUMNS)} FROM messages "
-        "WHERE session_id = ? AND state = 'live' ORDER BY id",
+        "WHERE session_id = ? AND state = 'live' ORDER BY seq",
         (sid,),
     ).fetchall()
 
@@ -181,7 +193,7 @@ def _target(
     elif ext is not None:
         row = conn.execute(
             "SELECT id, role, state FROM messages WHERE session_id = ? AND ext_id = ? "
-            "ORDER BY state = 'live' DESC, id DESC LIMIT 1",
+            "ORDER BY state = 'live' DESC, seq DESC LIMIT 1",
             (sid, scrub(str(ext))),
         ).fetchone()
     else:

@@ -3,7 +3,9 @@
 
 Invariants kept here (docs/architecture.md "The store"):
 * nothing is DELETEd: compaction and rewind only flip ``messages.state`` and insert rows;
-* ids are insertion order, and insertion order is transcript order;
+* ids are insertion order; transcript order is ``seq``, placed by each op's order key
+  (acknowledgement time, then spool: ``store.apply.order``), so "after", "head", "turn" and
+  "watermark" below are in ``seq`` order;
 * at most one *live* tool result per (session, tool_call_id): an op that would break it is
   rejected whole (``duplicate-tool-result``, naming the id);
 * a copy made by a compaction carries ``origin_id`` = the first original's id, so every
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import apsw
 
-from quill.store.apply import usage
+from quill.store.apply import order, usage
 from quill.store.apply.checks import check_append, check_compact, check_replace, check_rewind
 from quill.store.apply.message_rows import (
     _CHUNK,
@@ -143,7 +145,8 @@ def messages_compact(conn: apsw.Connection, data: dict, batch_id: str, arrived_a
     compacted set) is inserted as the new live rows; its last ``tail_count`` messages are the
     verbatim carried tail, whose byte-identical originals become ``superseded`` (so a word in
     the tail is found once). Live rows above the watermark (arrived during the summary) are
-    cloned byte-exactly after the compacted set and their originals become ``superseded``.
+    cloned byte-exactly after the compacted set (a row acknowledged after this op, from another
+    host, at its own place in acknowledgement order) and their originals become ``superseded``.
     Other compacted-set messages identical to a compacted row are linked to it (``origin_id``)
     so display shows them once. Returns rows inserted.
     Raises ``InvalidOpError``: ``invalid-field``/message reasons (``op_checks.check_compact``);
@@ -156,8 +159,12 @@ def messages_compact(conn: apsw.Connection, data: dict, batch_id: str, arrived_a
         raise InvalidOpError("unknown-session", f"no session {sid!r} to compact")
     watermark = _watermark(conn, sid, data)
     live = _live(conn, sid)
-    before = [r for r in live if watermark is None or r[0] <= watermark]
-    after = [r for r in live if watermark is not None and r[0] > watermark]
+    mark = None if watermark is None else order.seq_of(conn, watermark)
+    seqs = dict(
+        conn.execute("SELECT id, seq FROM messages WHERE session_id = ? AND state = 'live'", (sid,))
+    )
+    before = [r for r in live if mark is None or seqs[r[0]] <= mark]
+    after = [r for r in live if mark is not None and seqs[r[0]] > mark]
     if not before:
         raise InvalidOpError(
             "nothing-to-compact", f"session {sid!r} has no live rows at or below the watermark"
@@ -187,15 +194,21 @@ def messages_compact(conn: apsw.Connection, data: dict, batch_id: str, arrived_a
     written = _insert(conn, sid, rows, origins, arrived_at, batch_id)
     if after:  # byte-exact clones with fresh ids, in order, after the compacted set
         cols = ", ".join(ROW_COLUMNS)
-        for start in range(0, len(after), _CHUNK):
-            part = [r[0] for r in after[start : start + _CHUNK]]
+        key = order.current(arrived_at)
+        for r in after:
+            # A row acknowledged before this op (it arrived during the summary) goes right
+            # after the compacted set; one acknowledged after it (another host's, applied
+            # first) keeps its own place in acknowledgement order, beside its original.
+            own = conn.execute(
+                "SELECT ack_us, ack_tag, ack_at FROM messages WHERE id = ?", (r[0],)
+            ).fetchone()
+            at = max(key, tuple(own))
             conn.execute(
                 f"INSERT INTO messages (session_id, {cols}, arrived_at, batch_id, state, "
-                "origin_id) "
+                "origin_id, seq, pos, ack_us, ack_tag, ack_at) "
                 f"SELECT session_id, {cols}, arrived_at, batch_id, 'live', "
-                "coalesce(origin_id, id) FROM messages "
-                f"WHERE id IN ({', '.join('?' for _ in part)}) ORDER BY id",
-                part,
+                "coalesce(origin_id, id), ?, pos, ?, ?, ? FROM messages WHERE id = ?",
+                (order.place(conn, sid, 1, at), *at, r[0]),
             )
         written += len(after)
     check_tool_results(conn, sid)
@@ -207,7 +220,7 @@ def _user_turn(conn: apsw.Connection, sid: str, turn: int) -> int:
         r[0]
         for r in conn.execute(
             "SELECT id FROM messages WHERE session_id = ? AND state = 'live' AND role = 'user' "
-            "ORDER BY id",
+            "ORDER BY seq",
             (sid,),
         )
     ]
@@ -222,22 +235,27 @@ def _check_head(conn: apsw.Connection, sid: str, data: dict) -> None:
     expect = opt(data, "expect_head_id", int)
     if expect is None:
         return
-    head = conn.execute(
-        "SELECT max(id) FROM messages WHERE session_id = ? AND state = 'live'", (sid,)
-    ).fetchone()[0]
+    top = conn.execute(
+        "SELECT id FROM messages WHERE session_id = ? AND state = 'live' ORDER BY seq DESC LIMIT 1",
+        (sid,),
+    ).fetchone()
+    head = top[0] if top else None
     if head != expect:
         raise InvalidOpError(
             "stale-head", f"session {sid!r} live head is {head}, the op expected {expect}"
         )
 
 
-def _rewind_from(conn: apsw.Connection, sid: str, first: int) -> int:
+def _rewind_from(conn: apsw.Connection, sid: str, first: int | None) -> int:
+    """Flip message ``first`` (an id; None: from the start) and every live row after it in
+    transcript order to ``rewound``; returns rows flipped."""
+    start = 0 if first is None else order.seq_of(conn, first)
     ids = [
         r[0]
         for r in conn.execute(
-            "SELECT id FROM messages WHERE session_id = ? AND state = 'live' AND id >= ? "
-            "ORDER BY id",
-            (sid, first),
+            "SELECT id FROM messages WHERE session_id = ? AND state = 'live' AND seq >= ? "
+            "ORDER BY seq",
+            (sid, start),
         )
     ]
     return _set_state(conn, ids, "rewound")
@@ -320,7 +338,7 @@ def messages_replace(conn: apsw.Connection, data: dict, batch_id: str, arrived_a
         )
     _check_head(conn, sid, data)
     ensure_session(conn, sid, arrived_at)
-    _rewind_from(conn, sid, named[0] if named else 0)
+    _rewind_from(conn, sid, named[0] if named else None)
     written = _insert(conn, sid, rows, None, arrived_at, batch_id)
     check_tool_results(conn, sid, result_ids(rows))
     _record_usage(conn, sid, data["messages"], opt(data, "source", str), batch_id, arrived_at)

@@ -203,14 +203,18 @@ def session_read(conn: apsw.Connection, data: dict, batch_id: str, arrived_at: f
     ):
         raise InvalidOpError("unknown-message", f"session {sid!r} has no message {mid}")
     if mid is None:
-        mid = conn.execute(
-            "SELECT max(id) FROM messages WHERE session_id = ? AND state IN ('live', 'compacted')",
+        top = conn.execute(
+            "SELECT id FROM messages WHERE session_id = ? AND state IN ('live', 'compacted') "
+            "ORDER BY seq DESC LIMIT 1",
             (sid,),
-        ).fetchone()[0]
-    if mid is not None:
+        ).fetchone()
+        mid = top[0] if top else None
+    if mid is not None:  # the mark only moves forward, in transcript order (seq)
         conn.execute(
-            "UPDATE sessions SET last_read_id = max(coalesce(last_read_id, 0), ?) WHERE id = ?",
-            (mid, sid),
+            "UPDATE sessions SET last_read_id = ? WHERE id = ? AND (last_read_id IS NULL OR "
+            "(SELECT seq FROM messages WHERE id = ?) >= "
+            "coalesce((SELECT seq FROM messages WHERE id = last_read_id), 0))",
+            (mid, sid, mid),
         )
     return 0
 

@@ -217,8 +217,9 @@ def usage_record(conn: apsw.Connection, data: dict, batch_id: str, arrived_at: f
     ensure_session(conn, sid, arrived_at, source)
     message_id = None
     if (ext := opt(data, "message_ext_id", str)) is not None:
-        row = conn.execute(
-            "SELECT min(id) FROM messages WHERE session_id = ? AND ext_id = ?", (sid, scrub(ext))
+        row = conn.execute(  # the first in transcript order (a copy comes after its original)
+            "SELECT id FROM messages WHERE session_id = ? AND ext_id = ? ORDER BY seq LIMIT 1",
+            (sid, scrub(ext)),
         ).fetchone()  # a message id as message_row stores it
         message_id = row[0] if row else None
     if attrs["model"] is None:

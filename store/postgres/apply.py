@@ -12,7 +12,9 @@ commits with the data"), per spool:
    descendants), in ascending key order (so two chunks can never wait on each other in a
    cycle; a hash collision only over-serializes). The locks are released at COMMIT/ROLLBACK.
    Ops of one session therefore apply one transaction at a time, each seeing the previous
-   one's rows, and a batch's rows get consecutive positions in that session.
+   one's rows, and a batch's rows get consecutive positions in that session: placed by the
+   op's order key (``store.apply.order``: acknowledgement time, spool tag, spool position),
+   before rows another host's writer applied first when those were acknowledged later.
 The op appliers are the shared ones (``store.apply.sessions.APPLIERS``), run through
 ``PgConnection``.
 """
@@ -22,6 +24,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+from quill.store.apply import order
 from quill.store.apply.chunk import (
     ChunkResult,
     EntryLike,
@@ -214,14 +217,18 @@ def apply_chunk(
         if holder is not None:
             claims.fence(conn, spool_id, holder)  # no chunk applies under a lost claim
         lock_sessions(conn, entries)
-        result = apply_entries(conn, entries, now, on_reject, PgLedger(spool_id))
+        floor = conn.execute(
+            "SELECT ack_us FROM spool_cursor WHERE spool_id = ?", (spool_id,)
+        ).fetchone()
+        clock = order.Clock(order.spool_tag(spool_id), floor[0] if floor else None)
+        result = apply_entries(conn, entries, now, on_reject, PgLedger(spool_id), clock)
         conn.execute(
             'INSERT INTO spool_cursor (spool_id, segment, "offset", proof_offset, proof, '
-            "updated_at) VALUES (?, ?, ?, ?, ?, ?) "
+            "updated_at, ack_us) VALUES (?, ?, ?, ?, ?, ?, ?) "
             "ON CONFLICT (spool_id) DO UPDATE SET segment = excluded.segment, "
             '"offset" = excluded."offset", proof_offset = excluded.proof_offset, '
-            "proof = excluded.proof, updated_at = excluded.updated_at",
-            (spool_id, *cursor_values(entries), now),
+            "proof = excluded.proof, updated_at = excluded.updated_at, ack_us = excluded.ack_us",
+            (spool_id, *cursor_values(entries), now, clock.floor_us),
         )
         conn.execute("COMMIT")
     except BaseException:

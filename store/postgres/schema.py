@@ -191,6 +191,8 @@ CREATE TABLE IF NOT EXISTS spool_claims (
     claimed_at double precision NOT NULL,
     deadline   double precision NOT NULL
 );
+-- The clamped acknowledgement time of the spool's last applied record (store/apply/order.py).
+ALTER TABLE spool_cursor ADD COLUMN IF NOT EXISTS ack_us bigint;
 CREATE TABLE IF NOT EXISTS applied_batches (
     batch_id   text PRIMARY KEY,
     spool_id   text NOT NULL,

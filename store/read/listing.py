@@ -56,17 +56,18 @@ _SELECT = f"""
 SELECT * FROM (
   SELECT s.id, s.source, s.title, s.model, s.cwd, s.started_at, s.ended_at, s.end_reason,
          s.parent_id, s.parent_kind, s.archived, s.pinned, s.hidden, s.last_read_id,
-         (SELECT count(DISTINCT coalesce(m.origin_id, m.id)) FROM messages m
+         (SELECT count(DISTINCT m.pos) FROM messages m
             WHERE m.session_id = s.id
             AND m.state IN ('live', 'compacted')) AS message_count,
-         (SELECT count(DISTINCT coalesce(m.origin_id, m.id)) FROM messages m
+         (SELECT count(DISTINCT m.pos) FROM messages m
             WHERE m.session_id = s.id
-            AND m.state IN ('live', 'compacted') AND m.id > coalesce(s.last_read_id, 0)) AS unread,
+            AND m.state IN ('live', 'compacted') AND m.seq > coalesce(
+                (SELECT r.seq FROM messages r WHERE r.id = s.last_read_id), 0)) AS unread,
          NOT EXISTS (SELECT 1 FROM messages m WHERE m.session_id = s.id) AS empty,
          (SELECT max(m.ts) FROM messages m WHERE m.session_id = s.id) AS last_active,
          (SELECT substr(m.content, 1, {PREVIEW_CHARS}) FROM messages m WHERE m.session_id = s.id
             AND m.role = 'user' AND m.state IN ('live', 'compacted')
-            ORDER BY coalesce(m.origin_id, m.id) LIMIT 1) AS preview,
+            ORDER BY m.pos LIMIT 1) AS preview,
          s.meta, s.key, s.placeholder
   FROM sessions s {{where}}
 ) AS listed {{outer}}

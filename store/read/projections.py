@@ -1,13 +1,15 @@
 """The three projections of a session's transcript, on any connection (docs/architecture.md
 "The store").
 
-* ``model``   – live rows only, in OpenAI message shape (no Quill keys), ordered by id: what
-  the model is fed;
-* ``display`` – live + compacted rows, one row per display position
-  ``coalesce(origin_id, id)`` (a compaction copy shares its original's position); the
-  representative of a position is its live row, else its newest row; ordered by position, so
+* ``model``   – live rows only, in OpenAI message shape (no Quill keys), in transcript order
+  ``seq`` (acknowledgement order, store/apply/order.py): what the model is fed;
+* ``display`` – live + compacted rows, one row per display position ``pos`` (a compaction
+  copy shares its original's position, the original's ``seq``); the representative of a
+  position is its live row, else its latest row (highest ``seq``); ordered by position, so
   a carried message appears once, where it first appeared;
-* ``audit``   – every row with its state, ordered by id.
+* ``audit``   – every row with its state, in ``seq`` order.
+Message ids name rows (cursors, read marks, rewind targets); they are arrival order, not
+transcript order: every order and bound here is by ``seq``/``pos``.
 Structured fields (parts, tool_calls, extra) are JSON-decoded exactly once, here.
 
 Invariant: every display read — full, ``limit``/``offset`` pages, ``latest`` N, ``after_id``
@@ -91,25 +93,31 @@ def _ordered_sql(projection: str, where_pos: str) -> str:
     marks = ", ".join("?" for _ in states(projection))
     if projection != "display":
         return (
-            f"SELECT {MSG_COLS}, id AS pos FROM messages "
+            f"SELECT {MSG_COLS}, seq AS p FROM messages "
             f"WHERE session_id = ? AND state IN ({marks}) "
-            f"{where_pos.replace('coalesce(origin_id, id)', 'id')} "
-            f"ORDER BY pos {{order}} LIMIT ? OFFSET ?"
+            f"{where_pos.format(col='seq')} "
+            f"ORDER BY p {{order}} LIMIT ? OFFSET ?"
         )
     # Filtering by position before the window keeps whole partitions, so the dedupe is exact.
     return (
-        f"SELECT {MSG_COLS}, pos FROM ("
-        f"SELECT {MSG_COLS}, coalesce(origin_id, id) AS pos, row_number() OVER ("
-        f"PARTITION BY coalesce(origin_id, id) ORDER BY state = 'live' DESC, id DESC) AS rn "
-        f"FROM messages WHERE session_id = ? AND state IN ({marks}) {where_pos}"
-        f") AS d WHERE rn = 1 ORDER BY pos {{order}} LIMIT ? OFFSET ?"
+        f"SELECT {MSG_COLS}, p FROM ("
+        f"SELECT {MSG_COLS}, pos AS p, row_number() OVER ("
+        f"PARTITION BY pos ORDER BY state = 'live' DESC, seq DESC) AS rn "
+        f"FROM messages WHERE session_id = ? AND state IN ({marks}) "
+        f"{where_pos.format(col='pos')}"
+        f") AS d WHERE rn = 1 ORDER BY p {{order}} LIMIT ? OFFSET ?"
     )
 
 
+def _col(projection: str, table: str = "") -> str:
+    """The position column of ``projection`` (``pos`` for display, else ``seq``)."""
+    return f"{table}{'pos' if projection == 'display' else 'seq'}"
+
+
 def position(conn: apsw.Connection, projection: str, message_id: int) -> int | None:
-    """The position of ``message_id`` in a projection's order (its id, or for display its
-    ``coalesce(origin_id, id)``), or None for an unknown id."""
-    col = "coalesce(origin_id, id)" if projection == "display" else "id"
+    """The position of ``message_id`` in a projection's order (its ``seq``, or for display its
+    ``pos``), or None for an unknown id."""
+    col = _col(projection)
     row = conn.execute(f"SELECT {col} FROM messages WHERE id = ?", (message_id,)).fetchone()
     return row[0] if row else None
 
@@ -128,7 +136,7 @@ def _rows(
     bounds, args = [], []
     for value, op in ((pos_gt, ">"), (pos_lt, "<")):
         if value is not None:
-            bounds.append(f"AND coalesce(origin_id, id) {op} ?")
+            bounds.append(f"AND {{col}} {op} ?")
             args.append(value)
     sql = _ordered_sql(projection, " ".join(bounds)).format(order="DESC" if latest else "ASC")
     rows = conn.execute(
@@ -205,7 +213,7 @@ def neighbors(
     if pos is None:
         return None, None
     sts = states(projection)
-    col = "coalesce(origin_id, id)" if projection == "display" else "id"
+    col = _col(projection)
     marks = ", ".join("?" for _ in sts)
     out: list[dict[str, Any] | None] = []
     for agg, op in (("max", "<"), ("min", ">")):
@@ -237,9 +245,9 @@ def representative(conn: apsw.Connection, message_id: int) -> int:
     ``message_id`` itself when its position has no visible row."""
     row = conn.execute(
         "SELECT r.id FROM messages m JOIN messages r ON r.session_id = m.session_id "
-        "AND coalesce(r.origin_id, r.id) = coalesce(m.origin_id, m.id) "
+        "AND r.pos = m.pos "
         "WHERE m.id = ? AND r.state IN ('live', 'compacted') "
-        "ORDER BY r.state = 'live' DESC, r.id DESC LIMIT 1",
+        "ORDER BY r.state = 'live' DESC, r.seq DESC LIMIT 1",
         (message_id,),
     ).fetchone()
     return row[0] if row else message_id
@@ -248,12 +256,11 @@ def representative(conn: apsw.Connection, message_id: int) -> int:
 def neighbor_positions_sql(projection: str) -> tuple[str, tuple[str, ...]]:
     """Two SQL columns over a row aliased ``m``: the positions just before and just after
     ``m``'s own position in its session's ``projection`` order (NULL at an end), and their
-    parameters. For display the positions are ``coalesce(origin_id, id)``, so ``m`` may be
-    any row of its position (the messages_display index serves both probes)."""
+    parameters. For display the positions are ``pos``, so ``m`` may be any row of its
+    position (the messages_pos and messages_seq indexes serve the probes)."""
     sts = states(projection)
     marks = ", ".join("?" for _ in sts)
-    col = "coalesce({t}.origin_id, {t}.id)" if projection == "display" else "{t}.id"
-    mine, theirs = col.format(t="m"), col.format(t="n")
+    mine, theirs = _col(projection, "m."), _col(projection, "n.")
     sql = ", ".join(
         f"(SELECT {agg}({theirs}) FROM messages n WHERE n.session_id = m.session_id "
         f"AND n.state IN ({marks}) AND {theirs} {op} {mine})"
@@ -288,7 +295,7 @@ def neighbor_rows(
     (before, after)}`` as ``message_dict``s with blobs inflated (None at an end)."""
     sts = states(projection)
     marks = ", ".join("?" for _ in sts)
-    col = "coalesce(origin_id, id)" if projection == "display" else "id"
+    col = _col(projection)
     wanted = {(sid, p) for _mid, sid, lo, hi in near for p in (lo, hi) if p is not None}
     rows: dict[tuple[str, int], tuple] = {}
     if wanted:
@@ -296,20 +303,20 @@ def neighbor_rows(
         values = ", ".join("(?, ?)" for _ in pairs)
         found = conn.execute(
             f"WITH w(wsid, wpos) AS (VALUES {values}) "
-            f"SELECT {MSG_COLS}, {col} FROM w JOIN messages "
+            f"SELECT {MSG_COLS}, {col}, seq FROM w JOIN messages "
             f"ON session_id = wsid AND {col} = wpos WHERE state IN ({marks})",
             (*[v for pair in pairs for v in pair], *sts),
         ).fetchall()
-        for r in found:  # representative per position: live first, then the newest id
-            key = (r[1], r[-1])
+        for r in found:  # representative per position: live first, then the latest seq
+            key = (r[1], r[-2])
             best = rows.get(key)
-            if best is None or ((r[13] == "live"), r[0]) > ((best[13] == "live"), best[0]):
+            if best is None or ((r[13] == "live"), r[-1]) > ((best[13] == "live"), best[-1]):
                 rows[key] = r
     picked = sorted({id(r): r for r in rows.values()}.values(), key=lambda r: r[0])
     dicts = dict(
         zip(
             (r[0] for r in picked),
-            inflate_rows(conn, [r[:-1] for r in picked], with_meta=projection != "model"),
+            inflate_rows(conn, [r[:-2] for r in picked], with_meta=projection != "model"),
         )
     )
     out: dict[int, tuple[dict[str, Any] | None, dict[str, Any] | None]] = {}
@@ -327,9 +334,9 @@ def neighbor_rows(
 #: (``representative``'s rule), NULL when the position has no visible row.
 REPRESENTATIVE_SQL = (
     "(SELECT r.id FROM messages r WHERE r.session_id = m.session_id "
-    "AND coalesce(r.origin_id, r.id) = coalesce(m.origin_id, m.id) "
+    "AND r.pos = m.pos "
     "AND r.state IN ('live', 'compacted') "
-    "ORDER BY r.state = 'live' DESC, r.id DESC LIMIT 1)"
+    "ORDER BY r.state = 'live' DESC, r.seq DESC LIMIT 1)"
 )
 
 

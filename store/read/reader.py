@@ -236,7 +236,7 @@ class Reader:
                 ext: state
                 for ext, state in self.conn.execute(
                     "SELECT ext_id, state FROM messages "
-                    "WHERE session_id = ? AND ext_id IS NOT NULL ORDER BY id",
+                    "WHERE session_id = ? AND ext_id IS NOT NULL ORDER BY seq",
                     (session_id,),
                 )
             }
@@ -251,7 +251,7 @@ class Reader:
             for ext, *values in self.conn.execute(
                 f"SELECT ext_id, {', '.join(COMPARED_COLUMNS)} FROM messages "
                 "WHERE session_id = ? AND ext_id IN "
-                f"({','.join('?' * len(ext_ids))}) ORDER BY id",
+                f"({','.join('?' * len(ext_ids))}) ORDER BY seq",
                 (session_id, *ext_ids),
             ):
                 out.setdefault(ext, tuple(values))

@@ -33,6 +33,7 @@ from typing import Any
 
 import apsw
 
+from quill.store.apply import order
 from quill.store.apply.normalize import ROW_COLUMNS
 from quill.store.apply.sessions import clean_title
 from quill.store.errors import InvalidOpError
@@ -262,6 +263,8 @@ def salvage(
                 keys[base + values["id"]] = (values["id"], 0, 0)
                 messages += 1
             mapping = _renumber(target, keys) if messages else {i: i for i in keys}
+            if messages:  # ids are transcript order again: seq/pos follow them
+                target.execute(order.RESEQUENCE_BY_ID)
             for (
                 old
             ) in srows:  # read marks: the later (ids are transcript order now) of rebuilt and old

@@ -1,0 +1,175 @@
+"""Transcript order within a session: by acknowledgement, the same on every host and replay.
+
+A session's messages are ordered by ``messages.seq`` (1, 2, 3 … per session), and display
+places a compaction copy at its original's place with ``messages.pos`` (the original's
+``seq``; a row's own ``seq`` when it is no copy). ``seq`` follows each row's *order key*
+``(ack_us, ack_tag, ack_at)``, then insertion order within one op:
+
+* ``ack_us`` – the op's acknowledgement time in integer microseconds: its spool record's
+  ``ts`` (taken by the producer as it appends, on its host's clock), raised to the previous
+  record of the same spool when it is earlier (``Clock``). So one spool's records keep spool
+  order whatever its host's clock does (a step back, concurrent producers), and two hosts'
+  records interleave by the time each host's clock gave them;
+* ``ack_tag`` – the tie-break between spools: the first 63 bits of BLAKE2b-64 of the spool
+  id (``spool_tag``; 0 on a store fed by one spool, SQLite);
+* ``ack_at`` – the record's spool position, ``segment << 40 | offset``.
+
+The key is unique per op (a spool position is), and it is computed from the spool alone (the
+records, their positions, the spool id, and the previous record's clamped time, kept in the
+spool's cursor row), so a replay of the spools into an empty store, or from a snapshot,
+writes the same ``seq``/``pos`` whatever order the hosts' records arrive in.
+
+An op whose key is earlier than rows the session already holds (another host's writer applied
+them first) is inserted before them: ``place`` moves the later rows' ``seq`` and ``pos`` up.
+Ids never move (clients keep them); ids are arrival order, ``seq`` is transcript order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any
+
+#: ``(ack_us, ack_tag, ack_at)``: see the module doc.
+OrderKey = tuple[int, int, int]
+#: The order key of the op being applied (set by ``store.apply.chunk`` around each applier).
+_CURRENT: ContextVar[OrderKey | None] = ContextVar("quill_order_key", default=None)
+_AT_BITS = 40  # a segment is at most 64 MiB (< 2**40 bytes)
+_COLS = "(ack_us, ack_tag, ack_at)"
+
+
+def spool_tag(spool_id: str) -> int:
+    """The tie-break of a spool id: BLAKE2b-64 of its UTF-8 bytes, shifted to 63 bits (a
+    non-negative SQL integer). ``''`` (a store fed by one spool) gives 0."""
+    if not spool_id:
+        return 0
+    digest = hashlib.blake2b(spool_id.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1
+
+
+class Clock:
+    """The clamped acknowledgement time along one spool (see the module doc).
+
+    ``floor_us`` is the previous record's ``ack_us`` (0 before the first; stored in the
+    spool's cursor row, ``spool_cursor.ack_us``, so it commits with the rows)."""
+
+    def __init__(self, tag: int, floor_us: int | None):
+        self.tag = tag
+        self.floor_us = floor_us or 0
+
+    def key(self, record: dict[str, Any] | None, position: Any) -> OrderKey:
+        """The order key of the record at ``position`` (a ``(segment, offset)`` pair); a
+        record without a usable ``ts`` (not a finite positive number) or a damaged one
+        (``record`` None) takes the previous record's time. Advances the floor."""
+        ts = record.get("ts") if isinstance(record, dict) else None
+        us = self.floor_us
+        if isinstance(ts, (int, float)) and not isinstance(ts, bool) and math.isfinite(ts):
+            if 0 < ts < 2**62 / 1e6:
+                us = max(us, round(ts * 1_000_000))
+        self.floor_us = us
+        return (us, self.tag, (int(position[0]) << _AT_BITS) | int(position[1]))
+
+
+@contextmanager
+def applying(key: OrderKey) -> Iterator[None]:
+    """Make ``key`` the order key of the rows the op applied inside the block inserts."""
+    token = _CURRENT.set(key)
+    try:
+        yield
+    finally:
+        _CURRENT.reset(token)
+
+
+def current(arrived_at: float) -> OrderKey:
+    """The order key of the op being applied; for an applier called outside a chunk (tests,
+    tools), ``(arrived_at in µs, 0, 0)``, whose ties keep insertion order."""
+    key = _CURRENT.get()
+    return key if key is not None else (round(arrived_at * 1_000_000), 0, 0)
+
+
+def place(conn: Any, sid: str, n: int, key: OrderKey) -> int:
+    """Make room for ``n`` rows with order key ``key`` in session ``sid`` and return the
+    ``seq`` the first takes (the others follow it): after every row whose key is not later
+    than ``key``, before the first that is. The rows after it move up by ``n`` (``seq``, and
+    ``pos`` of the rows placed at them), so ``seq`` stays 1..N without gaps or repeats."""
+    top, *last = last_row(conn, sid)
+    if top is None or key >= tuple(last):  # the usual case: one index probe
+        return (top or 0) + 1
+    later = conn.execute(  # a late arrival: scan the session (its rows, by messages_seq)
+        f"SELECT min(seq) FROM messages WHERE session_id = ? AND {_COLS} > (?, ?, ?)",
+        (sid, *key),
+    ).fetchone()[0]
+    if n:
+        conn.execute(
+            "UPDATE messages SET seq = seq + ? WHERE session_id = ? AND seq >= ?",
+            (n, sid, later),
+        )
+        conn.execute(
+            "UPDATE messages SET pos = pos + ? WHERE session_id = ? AND pos >= ?",
+            (n, sid, later),
+        )
+    return later
+
+
+def last_row(conn: Any, sid: str) -> tuple[int | None, int, int, int]:
+    """``(seq, ack_us, ack_tag, ack_at)`` of the session's last row in ``seq`` order
+    (``(None, 0, 0, 0)`` for no rows). Invariant: ``seq`` order is key order (every row is
+    placed by its key), so this row holds the session's latest key."""
+    row = conn.execute(
+        "SELECT seq, ack_us, ack_tag, ack_at FROM messages WHERE session_id = ? "
+        "ORDER BY seq DESC LIMIT 1",
+        (sid,),
+    ).fetchone()
+    return tuple(row) if row else (None, 0, 0, 0)
+
+
+def positions_of(conn: Any, ids: list[int]) -> dict[int, int]:
+    """``{id: pos}`` of the rows ``ids`` (compaction origins: their display position)."""
+    out: dict[int, int] = {}
+    wanted = sorted(set(ids))
+    for start in range(0, len(wanted), 500):
+        part = wanted[start : start + 500]
+        out.update(
+            conn.execute(
+                f"SELECT id, pos FROM messages WHERE id IN ({', '.join('?' for _ in part)})",
+                part,
+            ).fetchall()
+        )
+    return out
+
+
+def seq_of(conn: Any, message_id: int) -> int | None:
+    """The ``seq`` of message ``message_id``, or None for an unknown id."""
+    row = conn.execute("SELECT seq FROM messages WHERE id = ?", (message_id,)).fetchone()
+    return row[0] if row else None
+
+
+#: Every session's ``seq`` renumbered 1..N in id order and ``pos`` recomputed from it: for rows
+#: whose order is their id order (rows written before v9; a salvage, which renumbers ids into
+#: transcript order itself, store/sqlite/salvage.py).
+RESEQUENCE_BY_ID = """
+UPDATE messages SET seq = r.rn FROM (SELECT id AS rid, row_number() OVER (
+    PARTITION BY session_id ORDER BY id) AS rn FROM messages) AS r WHERE r.rid = messages.id;
+UPDATE messages SET pos = coalesce(
+    (SELECT o.seq FROM messages AS o WHERE o.id = messages.origin_id), seq);
+"""
+
+#: v9 of the schema: the order columns, filled for existing rows in their id order (the order
+#: they were read in before), with key 0 so that they precede every later op.
+MIGRATION = (
+    """
+ALTER TABLE messages ADD COLUMN seq INTEGER;
+ALTER TABLE messages ADD COLUMN pos INTEGER;
+ALTER TABLE messages ADD COLUMN ack_us INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE messages ADD COLUMN ack_tag INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE messages ADD COLUMN ack_at INTEGER NOT NULL DEFAULT 0;"""
+    + RESEQUENCE_BY_ID
+    + """CREATE INDEX IF NOT EXISTS messages_seq ON messages(session_id, seq);
+CREATE INDEX IF NOT EXISTS messages_pos ON messages(session_id, pos);
+DROP INDEX IF EXISTS messages_display;
+ALTER TABLE spool_cursor ADD COLUMN ack_us INTEGER;
+"""
+)

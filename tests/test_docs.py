@@ -132,9 +132,16 @@ def test_every_file_architecture_md_names_exists():
         assert 1 <= len(files) <= 3 and all((REPO / f).is_file() for f in files), row
 
 
-#: Backticked dotted names in the docs that are config keys or op kinds, not code.
-NOT_CODE = {"ops.md", "spool.retention_s", "spool.segment_bytes", "store.synchronous", "store.url"}
+#: Backticked dotted names in the docs that are files or op kinds, not code (config keys,
+#: ``section.key`` of ``config.toml``, are told apart by ``_config_keys``).
+NOT_CODE = {"ops.md"}
 NOT_CODE_PREFIXES = ("spool.purged", "spool.interrupted_purge")
+
+
+def _config_keys() -> set[str]:
+    from quill.home import settings
+
+    return {f"{section}.{key}" for section, key in settings._SECTIONS}
 
 
 def _resolves(dotted: str) -> bool:
@@ -159,11 +166,11 @@ def test_every_module_the_docs_name_exists():
     """A backticked ``store.x.y`` / ``ops.…`` / ``spool.…`` name in README or docs/ names a real
     module or attribute (modules move; the docs must follow)."""
     pattern = re.compile(r"`((?:store|ops|spool|jobs|workers|home)\.[A-Za-z_][\w.]*)")
-    stale = set()
+    stale, config = set(), _config_keys()
     for doc in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
         for name in pattern.findall(doc.read_text()):
             name = name.rstrip(".")
-            if name in NOT_CODE or name.startswith(NOT_CODE_PREFIXES):
+            if name in NOT_CODE or name in config or name.startswith(NOT_CODE_PREFIXES):
                 continue
             if not _resolves(name):
                 stale.add(f"{doc.name}: {name}")

@@ -95,6 +95,8 @@ def test_the_fire_reference_names_the_schedulers_fire_and_needs_a_served_data_di
 
 
 RUNNING_KEYS = {
+    "queue_error",
+    "queue_down_since",
     "idle",
     "halted",
     "cursor",

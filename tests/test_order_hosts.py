@@ -89,11 +89,11 @@ def _append_at(spool: Spool, ts: float, data: dict) -> None:
         "op": "messages.append",
         "batch": f"b-{spool.dir.parent.name}-{ts}-{data['messages'][0]['id']}",
         "producer": spool.producer_id,
-        "seq": 1,
+        "seq": spool._seq + 1,
         "ts": ts,
         "data": data,
     }
-    spool._write(record.encode(body))
+    spool._write(record.encode(body), body["seq"])
 
 
 def spool_tag(spool_id: str) -> int:
@@ -273,7 +273,8 @@ def test_a_v6_store_keeps_its_order_through_the_migration(tmp_path):
 
     db = tmp_path / "state.db"
     conn = apsw.Connection(str(db))
-    conn.execute(schema.DDL.replace(order.MIGRATION, ""))
+    v6 = schema.DDL.replace(schema.SPOOL_IDENTITY, "").replace(schema.LEADER_LEASE, "")
+    conn.execute(v6.replace(order.MIGRATION, ""))
     conn.execute("PRAGMA user_version = 6")
     conn.execute("INSERT INTO sessions (id, source, created_at) VALUES ('old', 'cli', 1.0)")
     for mid, content, state, origin in (

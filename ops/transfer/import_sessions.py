@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -132,7 +133,7 @@ class SessionStarts:
                     return sid
                 continue
             try:  # as the writer stores it: binary payloads cut out as blob references
-                row = cut_rows([m], 0.0)[0][0]
+                row = cut_rows([m], time.time())[0][0]
             except InvalidOpError:
                 return sid
             if held.get(str(m["id"])) != tuple(row[ROW_COLUMNS.index(c)] for c in COMPARED_COLUMNS):

@@ -212,3 +212,114 @@ def _check_surfaces(quill: QuillCLI, kind: str, writer: WriterStatus, pending: i
         assert metrics.status_code == 200, (kind, metrics.text)
         assert f"quill_spool_pending_bytes {float(pending)}" in metrics.text, metrics.text
         assert f"quill_writer_halted {1.0 if halted else 0.0}" in metrics.text
+
+
+# -- the lag while the store cannot be read ---------------------------------------------------
+
+PG_BIN = Path("/usr/lib/postgresql/15/bin")
+
+
+@pytest.fixture
+def private_pg():
+    """A private PostgreSQL server (initdb + pg_ctl as user postgres, on a free port) that the
+    test may stop: never the shared one. Yields ``(url, stop)``."""
+    import subprocess
+    import tempfile
+
+    from service_helpers import free_port
+
+    if not (PG_BIN / "initdb").exists() or os.geteuid() != 0:
+        pytest.skip("needs PostgreSQL 15 binaries and root (to run them as user postgres)")
+    tmp = Path(tempfile.mkdtemp(prefix="quill-pg-", dir="/tmp"))
+    shutil.chown(tmp, "postgres")
+    data, port = tmp / "data", free_port()
+
+    def pg(*argv: str) -> None:
+        subprocess.run(["runuser", "-u", "postgres", "--", *argv], check=True, capture_output=True)
+
+    pg(str(PG_BIN / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres")
+    opts = f"-p {port} -k {tmp} -c listen_addresses=127.0.0.1 -c fsync=off"
+    pg(str(PG_BIN / "pg_ctl"), "-D", str(data), "-o", opts, "-w", "-l", str(tmp / "log"), "start")
+    stopped = []
+
+    def stop() -> None:
+        pg(str(PG_BIN / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop")
+        stopped.append(True)
+
+    try:
+        yield f"postgresql://postgres@127.0.0.1:{port}/postgres", stop
+    finally:
+        if not stopped:
+            stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_a_stopped_postgresql_shows_the_lag_from_the_published_cursor(tmp_path, private_pg):
+    """A PostgreSQL stop: the store cannot be read, the writer retries and keeps publishing
+    its cursor; status, doctor and /metrics show the tail behind that cursor as pending (and
+    its small lag), not the whole spool with the age of its first record."""
+    url, stop = private_pg
+    w = InProcessWriter(tmp_path / "home", url)
+    try:
+        with Spool(w.cfg.spool_dir) as sp:
+            for s in range(20):
+                msgs = [{"role": "user", "content": f"old {s} {i} " + "x" * 400} for i in range(50)]
+                sp.append("messages.append", {"session_id": f"s{s}", "messages": msgs})
+        w.until_idle()
+        stop()
+        with Spool(w.cfg.spool_dir) as sp:
+            for i in range(5):
+                sp.append(
+                    "messages.append",
+                    {
+                        "session_id": "new",
+                        "messages": [{"role": "user", "content": f"during the stop {i}"}],
+                    },
+                )
+        for _ in range(5):
+            w.turn(60.0)  # the writer retries, publishing its error and its cursor
+        published = WriterStatus.from_json(w.status())
+        assert published.error and published.cursor, published
+        cursor = Position.parse(published.cursor)
+        end = sum(p.stat().st_size for p in w.cfg.spool_dir.glob("*.jsonl"))
+        pending = end - cursor.offset
+        assert 0 < pending < end // 20
+
+        quill = QuillCLI(w.root)
+        st = quill.status()
+        sp = st["spool"]
+        assert sp["pending_bytes"] == pending, (pending, end, sp)  # main: the whole spool
+        assert sp["cursor_source"] == "writer", sp
+        assert st["store"]["state"] == "unreadable", st["store"]
+        assert sp["lag_s"] < 60 and sp["cursor_age_s"] < 60, sp
+        assert st["metrics"]["spool_lag_seconds"] == sp["lag_s"]
+        human = quill.run("status", check=False)
+        assert f"{pending} bytes pending" in human.stdout and "writer published" in human.stdout
+        checks = {c["check"]: c for c in quill.json("doctor", check=False)}
+        assert f"{pending} bytes pending" in checks["spool lag"]["detail"], checks["spool lag"]
+        with served(quill) as base:
+            text = httpx.get(f"{base}/metrics", timeout=30).text
+        assert f"quill_spool_pending_bytes {float(pending)}" in text, text
+        assert "quill_store_readable 0.0" in text
+    finally:
+        w.close()
+
+
+def test_status_says_unknown_when_no_cursor_was_ever_published(tmp_path):
+    """A store that cannot be read and no writer record: pending and lag are unknown (None,
+    absent from /metrics), not the whole spool."""
+    cfg = make_home(tmp_path / "home")
+    with Spool(cfg.spool_dir) as sp:
+        sp.append(
+            "messages.append", {"session_id": "a", "messages": [{"role": "user", "content": "hi"}]}
+        )
+    drain(cfg.home)
+    (cfg.run_dir / "writer.json").unlink()
+    cfg.state_db.write_bytes(os.urandom(8192))  # not a database any more
+    quill = QuillCLI(cfg.home)
+    st = quill.status()
+    assert st["spool"]["pending_bytes"] is None and st["spool"]["lag_s"] is None, st["spool"]
+    assert st["spool"]["cursor_source"] == "unknown", st["spool"]
+    assert st["store"]["state"] == "unreadable", st["store"]
+    assert st["metrics"]["spool_lag_seconds"] is None
+    assert "pending unknown" in quill.run("status", check=False).stdout

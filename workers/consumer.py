@@ -23,7 +23,7 @@ from quill.jobs.queues import build_for
 def run(cfg: Settings, log: Any) -> None:
     """Run the consumer until SIGTERM/SIGINT (huey installs its own handlers)."""
     queues = build_for(cfg)  # queue.db, or the shared Redis of [queue] url
-    run_dir = RunDir(cfg.home)
+    run_dir = RunDir(cfg.home, log)  # a full disk is reported, never fatal
     in_flight = {"n": 0}
 
     @queues.worker.signal(signals.SIGNAL_EXECUTING)
@@ -48,7 +48,7 @@ def run(cfg: Settings, log: Any) -> None:
             "consumer", {"in_flight": in_flight["n"], "last": task.name, "last_signal": signal}
         )
 
-    run_dir.publish("consumer", {"in_flight": 0}, strict=True)
+    run_dir.publish("consumer", {"in_flight": 0})
     # One consumer per fleet: a run a previous consumer started and never finished (kill -9
     # mid-check) is marked interrupted. Queued after that consumer's own records (FIFO).
     queues.tasks[catalog.CLOSE_INTERRUPTED](runner="consumer", before=time.time())

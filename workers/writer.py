@@ -62,7 +62,7 @@ class Writer:
     def __init__(self, cfg: Settings, log: Any, *, store: Any = None):
         self.cfg = cfg
         self.log = log
-        self.run_dir = RunDir(cfg.home)
+        self.run_dir = RunDir(cfg.home, log)  # a full disk is reported, never fatal
         self.lease = Lease(self.run_dir.lock("writer"))
         self.store = (
             store
@@ -146,6 +146,10 @@ class Writer:
         """Take the writer lease and honour a halt recorded before we started. The store is
         opened by the first ``loop_once``. Raises ``LeaseHeldError``."""
         self.lease.acquire()
+        if self.lease.unrecorded:
+            self.log.warning(
+                "writer.lease_unrecorded", file=str(self.lease.path), error=self.lease.unrecorded
+            )
         try:
             cause = self.store.startup_halt()
         except BaseException:
@@ -311,9 +315,9 @@ class Writer:
 
     def _record_halt(self) -> None:
         try:
-            if not self.store.halt(self.halt_cause):
-                self.log.error("writer.halt_unrecorded", path=str(self.run_dir.halt_file))
-            self.halt_recorded = True
+            # False: the disk refused run/halt.json (reported by RunDir, throttled); retried
+            # at every look while halted, which waits for it (``_serve_halt``).
+            self.halt_recorded = self.store.halt(self.halt_cause)
         except CorruptError:
             pass  # still damaged where the halt record lives: stay halted, try again
         except RETRYABLE as exc:
@@ -330,7 +334,7 @@ class Writer:
             WriterStatus(
                 halted=True,
                 halt=self.halt_cause,
-                cursor=str(self.cursor),
+                cursor=str(self.cursor) if self.cursor is not None else None,
                 backend=self.store.kind,
                 spool_id=self.store.spool_id,
             ).to_json(),

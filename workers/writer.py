@@ -28,7 +28,7 @@ import threading
 import time
 from typing import Any
 
-from quill.home import Halt, RunDir, Settings, WriterStatus
+from quill.home import Halt, RunDir, Settings, Throttle, WriterStatus
 from quill.jobs.queues import build_for
 from quill.spool import Quarantine, Spool, SpoolReader
 from quill.store.errors import (
@@ -90,6 +90,9 @@ class Writer:
         self._was_busy = False
         self._backoff: float | None = None  # the last retry pause; None after a success
         self._last_idle_publish = float("-inf")
+        # While halted the store is looked at every halt_poll_s (0.5 s): a retryable failure
+        # there (a PostgreSQL server that went away) is logged once per MAX_BACKOFF_S.
+        self._halted_retry = Throttle(MAX_BACKOFF_S)
         self._idle_fields: dict[str, Any] = {}
 
     @property
@@ -322,8 +325,16 @@ class Writer:
             pass  # still damaged where the halt record lives: stay halted, try again
         except RETRYABLE as exc:
             self.store.disconnect()
+            self._halted_warning(exc)
+
+    def _halted_warning(self, exc: Exception) -> None:
+        suppressed = self._halted_retry.ready("writer.retry")
+        if suppressed is not None:
             self.log.warning(
-                "writer.retry", error=f"{type(exc).__name__}: {exc}", kind=type(exc).__name__
+                "writer.retry",
+                error=f"{type(exc).__name__}: {exc}",
+                kind=type(exc).__name__,
+                suppressed=suppressed,
             )
 
     def _serve_halt(self, now: float) -> float:
@@ -361,7 +372,5 @@ class Writer:
             pass  # still damaged where a job-run record or the halt lives: stay halted
         except RETRYABLE as exc:
             self.store.disconnect()
-            self.log.warning(
-                "writer.retry", error=f"{type(exc).__name__}: {exc}", kind=type(exc).__name__
-            )
+            self._halted_warning(exc)
         return self.store.halt_poll_s

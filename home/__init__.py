@@ -9,6 +9,7 @@ name is re-exported here (``from quill.home import RunDir``).
   deciding whether a run-directory record is current needs.
 * ``quill.home.rundir``: ``RunDir`` and the typed records it keeps (``Halt``, ``SwapRequest``,
   ``WriterStatus``).
+* ``quill.home.throttle``: ``Throttle``, the one rule for warnings that repeat.
 
 Every command imports this package, the per-turn ``quill push`` included, so it stays cheap:
 records are NamedTuples (no ``dataclasses``/``inspect``), and ``psutil`` and ``tomllib`` are
@@ -56,6 +57,7 @@ from quill.home.rundir import (
     read_halt,
 )
 from quill.home.settings import ANONYMOUS, DAY, DEFAULTS, ConfigError, Settings, load
+from quill.home.throttle import Throttle
 
 __all__ = [
     "CONFIG_TOML",
@@ -94,4 +96,5 @@ __all__ = [
     "SwapRequest",
     "WriterStatus",
     "read_halt",
+    "Throttle",
 ]

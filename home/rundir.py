@@ -16,6 +16,11 @@ from typing import Any, NamedTuple
 
 from quill.home.identity import holder_alive, process_identity, read_holder
 from quill.home.layout import RUN_DIR
+from quill.home.throttle import Throttle
+
+#: A bookkeeping file that cannot be written (a full disk) is reported at most this often
+#: per file (``Throttle``); each later publish retries it.
+UNWRITABLE_REPORT_S = 5.0
 
 # -- run-directory records --------------------------------------------------------------------
 
@@ -192,12 +197,21 @@ class RunDir:
     The rule every reader follows: a status file or request counts only while the process that
     wrote it is alive *and* serves this data dir (a copied data dir carries the original's
     files); anything else is history. A halt counts while the store file it names is in place.
+
+    Status files and the halt record are bookkeeping: a full or failing disk (any ``OSError``)
+    never takes their publisher down. ``publish`` and ``record_halt`` return False, the next
+    one retries, and ``log`` (a structlog-style logger, optional) gets ``run_dir.unwritable``
+    (``file``, ``errno``, ``error``, ``suppressed``) at most every ``UNWRITABLE_REPORT_S`` per
+    file, then ``run_dir.writable_again`` once a write succeeds.
     """
 
-    def __init__(self, home: Path):
+    def __init__(self, home: Path, log: Any = None):
         self.home = Path(home)
         self.path = self.home / RUN_DIR
         self._me: dict[str, Any] | None = None
+        self.log = log
+        self._throttle = Throttle(UNWRITABLE_REPORT_S)
+        self._failing: set[str] = set()
 
     def lock(self, name: str) -> Path:
         """Path of lease ``name`` (one of ``LEASES``; ValueError otherwise)."""
@@ -230,17 +244,39 @@ class RunDir:
         os.chmod(tmp, 0o600)
         os.replace(tmp, path)
 
-    def publish(self, role: str, data: dict[str, Any], *, strict: bool = False) -> bool:
-        """Replace ``role``'s status with ``data`` + this process's identity + ``updated_at``
-        (epoch s). A full or read-only disk is not fatal (status is advisory; the publisher
-        must keep doing its real work): returns False, unless ``strict`` (raises OSError)."""
+    def _bookkeeping(self, path: Path, data: dict[str, Any]) -> bool:
+        """Write a bookkeeping file; an ``OSError`` is reported (class doc), never raised."""
         try:
-            self._write(self.status_file(role), data)
-            return True
-        except OSError:
-            if strict:
-                raise
+            self._write(path, data)
+        except OSError as exc:
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            try:  # a half-written temp file holds the space the next try needs
+                tmp.unlink(missing_ok=True)
+            except OSError:
+                pass
+            self._failing.add(path.name)
+            suppressed = self._throttle.ready(path.name)
+            if self.log is not None and suppressed is not None:
+                self.log.warning(
+                    "run_dir.unwritable",
+                    file=str(path),
+                    errno=exc.errno,
+                    error=exc.strerror or str(exc),
+                    suppressed=suppressed,
+                )
             return False
+        if path.name in self._failing:
+            self._failing.discard(path.name)
+            self._throttle.clear(path.name)
+            if self.log is not None:
+                self.log.info("run_dir.writable_again", file=str(path))
+        return True
+
+    def publish(self, role: str, data: dict[str, Any]) -> bool:
+        """Replace ``role``'s status with ``data`` + this process's identity + ``updated_at``
+        (epoch s). Returns False when the disk refused it (class doc: reported, never raised;
+        status is advisory and the publisher must keep doing its real work)."""
+        return self._bookkeeping(self.status_file(role), data)
 
     def record_halt(self, halt: Halt, store: Path) -> bool:
         """Record ``halt`` about the store file ``store`` (its inode, or None when it is
@@ -249,11 +285,7 @@ class RunDir:
             ino: int | None = os.stat(store).st_ino
         except OSError:
             ino = None
-        try:
-            self._write(self.halt_file, halt._replace(store_ino=ino).to_json())
-            return True
-        except OSError:
-            return False
+        return self._bookkeeping(self.halt_file, halt._replace(store_ino=ino).to_json())
 
     def clear_halt(self) -> None:
         self.halt_file.unlink(missing_ok=True)

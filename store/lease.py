@@ -25,6 +25,8 @@ class Lease:
     def __init__(self, lock_path: Path):
         self.path = Path(lock_path)
         self._fd = -1
+        #: Why the holder's identity could not be written at ``acquire`` (None: it was).
+        self.unrecorded: str | None = None
 
     def acquire(self) -> Lease:
         """Take the lease or raise ``LeaseHeldError`` naming the live holder."""
@@ -35,10 +37,18 @@ class Lease:
         except BlockingIOError:
             os.close(fd)
             raise LeaseHeldError(str(self.path), read_holder(self.path)) from None
-        os.ftruncate(fd, 0)
         # The path too: a copied data dir carries this file, naming a live process that does
-        # not hold *its* lease.
-        os.pwrite(fd, json.dumps({**process_identity(), "path": str(self.path)}).encode(), 0)
+        # not hold *its* lease. Written over the old identity, then cut to length (never cut
+        # first: a full disk could then refuse the block the old one held). The identity is
+        # bookkeeping: the flock is the lease, so a full disk (any OSError here) leaves it
+        # held and unnamed (``unrecorded``: the error) rather than taking the holder down.
+        body = json.dumps({**process_identity(), "path": str(self.path)}).encode()
+        self.unrecorded = None
+        try:
+            os.pwrite(fd, body, 0)
+            os.ftruncate(fd, len(body))
+        except OSError as exc:
+            self.unrecorded = f"{exc.strerror or exc} (errno {exc.errno})"
         self._fd = fd
         return self
 

@@ -33,7 +33,7 @@ WAIT_SLICE_S = 1.0
 def run(cfg: Settings, log: Any) -> None:
     """Run the consumer until SIGTERM/SIGINT (huey installs its own handlers)."""
     queues = build_for(cfg)  # queue.db, or the shared Redis of [queue] url
-    run_dir = RunDir(cfg.home)
+    run_dir = RunDir(cfg.home, log)  # a full disk is reported, never fatal
     in_flight = {"n": 0}
     outage = QueueOutage("consumer", log)
 
@@ -59,7 +59,7 @@ def run(cfg: Settings, log: Any) -> None:
             "consumer", {"in_flight": in_flight["n"], "last": task.name, "last_signal": signal}
         )
 
-    run_dir.publish("consumer", {"in_flight": 0}, strict=True)
+    run_dir.publish("consumer", {"in_flight": 0})
     log.info("consumer.started")
     consumer = queues.worker.create_consumer(
         workers=1, worker_type="thread", periodic=False, initial_delay=0.05, max_delay=1.0

@@ -224,11 +224,12 @@ def _lead(cfg: Settings, log: Any, stop: threading.Event) -> Any:
     from quill.store.postgres.election import Leadership
 
     leader = Leadership(cfg.store_url, "scheduler")
+    run_dir = RunDir(cfg.home, log)
     while not stop.is_set():
         if leader.try_lead():
             log.info("scheduler.leading")
             return leader
-        RunDir(cfg.home).publish("scheduler", {"ready": True, "role": "standby", "jobs": []})
+        run_dir.publish("scheduler", {"ready": True, "role": "standby", "jobs": []})
         stop.wait(STANDBY_RETRY_S)
     leader.release()
     return None
@@ -240,8 +241,10 @@ def run(cfg: Settings, log: Any, stop: threading.Event) -> None:
     stand by, and a leader whose lease runs out stops (the supervisor restarts it as a
     standby): its scheduler fires nothing once ``holds()`` is False, and this loop, which
     renews the lease (``still_leader``, bounded), ends within a second after that."""
-    run_dir = RunDir(cfg.home)
+    run_dir = RunDir(cfg.home, log)  # a full disk is reported, never fatal
     lease = Lease(run_dir.lock("scheduler")).acquire()
+    if lease.unrecorded:
+        log.warning("scheduler.lease_unrecorded", file=str(lease.path), error=lease.unrecorded)
     serve(cfg, log)
     leader = None
     if factory.capabilities(cfg).cluster:  # one scheduler leads the cluster
@@ -286,7 +289,6 @@ def run(cfg: Settings, log: Any, stop: threading.Event) -> None:
                     **(_outage.fields() if _outage is not None else {}),
                     **({"role": "leader"} if leader else {}),
                 },
-                strict=True,
             )
             stop.wait(0.5 if due else 1.0)
             # Operators change schedules in schedule.db from `quill schedule ...`; waking up

@@ -111,7 +111,7 @@ class Supervisor:
         self.log = log
         self.console = console or (lambda text: None)
         self._halt_said: tuple[str, str] | None = None  # the halt last told to the console
-        self.run_dir = RunDir(cfg.home)
+        self.run_dir = RunDir(cfg.home, log)  # a full disk is reported, never fatal
         self.until_idle = until_idle
         self.timeout = timeout
         tail = ["--home", str(cfg.home), "--parent", str(os.getpid())]
@@ -138,6 +138,10 @@ class Supervisor:
 
     def run(self) -> int:
         lease = Lease(self.run_dir.lock("fleet")).acquire()
+        if lease.unrecorded:
+            self.log.warning(
+                "supervisor.lease_unrecorded", file=str(lease.path), error=lease.unrecorded
+            )
         previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
         self._publish()
         code = EXIT_OK
@@ -353,22 +357,18 @@ class Supervisor:
 
     def _publish(self, state: str = "running", **extra: Any) -> None:
         loops = self.crash_loops
-        try:
-            self.run_dir.publish(
-                "supervisor",
-                {
-                    "state": state,
-                    "until_idle": self.until_idle,
-                    "crash_loops": loops,
-                    "crash_loop": loops[0] if loops else None,
-                    "restarts": {c.role: c.restarts for c in self.children},
-                    "children": {c.role: c.summary() for c in self.children},
-                    **extra,
-                },
-                strict=True,
-            )
-        except OSError as exc:  # a full disk must not take the supervisor down
-            self.log.error("supervisor.status_unwritable", error=str(exc))
+        self.run_dir.publish(  # a full disk is reported (throttled), never fatal
+            "supervisor",
+            {
+                "state": state,
+                "until_idle": self.until_idle,
+                "crash_loops": loops,
+                "crash_loop": loops[0] if loops else None,
+                "restarts": {c.role: c.restarts for c in self.children},
+                "children": {c.role: c.summary() for c in self.children},
+                **extra,
+            },
+        )
 
     def _stop_children(self) -> None:
         live = [c for c in self.children if c.proc is not None and c.proc.poll() is None]

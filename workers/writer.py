@@ -37,7 +37,7 @@ import threading
 import time
 from typing import Any
 
-from quill.home import Halt, RunDir, Settings, WriterStatus
+from quill.home import Halt, RunDir, Settings, Throttle, WriterStatus
 from quill.jobs.queues import build_for
 from quill.spool import Quarantine, Spool, SpoolReader
 from quill.store.errors import (
@@ -77,7 +77,7 @@ class Writer:
     def __init__(self, cfg: Settings, log: Any, *, store: Any = None):
         self.cfg = cfg
         self.log = log
-        self.run_dir = RunDir(cfg.home)
+        self.run_dir = RunDir(cfg.home, log)  # a full disk is reported, never fatal
         self.lease = Lease(self.run_dir.lock("writer"))
         self.store = (
             store
@@ -107,6 +107,9 @@ class Writer:
         self._was_busy = False
         self._backoff: float | None = None  # the last retry pause; None after a success
         self._last_idle_publish = float("-inf")
+        # While halted the store is looked at every halt_poll_s (0.5 s): a retryable failure
+        # there (a PostgreSQL server that went away) is logged once per MAX_BACKOFF_S.
+        self._halted_retry = Throttle(MAX_BACKOFF_S)
         self._idle_fields: dict[str, Any] = {}
 
     @property
@@ -163,6 +166,10 @@ class Writer:
         """Take the writer lease and honour a halt recorded before we started. The store is
         opened by the first ``loop_once``. Raises ``LeaseHeldError``."""
         self.lease.acquire()
+        if self.lease.unrecorded:
+            self.log.warning(
+                "writer.lease_unrecorded", file=str(self.lease.path), error=self.lease.unrecorded
+            )
         try:
             cause = self.store.startup_halt()
         except BaseException:
@@ -379,15 +386,23 @@ class Writer:
 
     def _record_halt(self) -> None:
         try:
-            if not self.store.halt(self.halt_cause):
-                self.log.error("writer.halt_unrecorded", path=str(self.run_dir.halt_file))
-            self.halt_recorded = True
+            # False: the disk refused run/halt.json (reported by RunDir, throttled); retried
+            # at every look while halted, which waits for it (``_serve_halt``).
+            self.halt_recorded = self.store.halt(self.halt_cause)
         except CorruptError:
             pass  # still damaged where the halt record lives: stay halted, try again
         except RETRYABLE as exc:
             self.store.disconnect()
+            self._halted_warning(exc)
+
+    def _halted_warning(self, exc: Exception) -> None:
+        suppressed = self._halted_retry.ready("writer.retry")
+        if suppressed is not None:
             self.log.warning(
-                "writer.retry", error=f"{type(exc).__name__}: {exc}", kind=type(exc).__name__
+                "writer.retry",
+                error=f"{type(exc).__name__}: {exc}",
+                kind=type(exc).__name__,
+                suppressed=suppressed,
             )
 
     def _finish_halted_job(self) -> None:
@@ -415,7 +430,7 @@ class Writer:
             WriterStatus(
                 halted=True,
                 halt=self.halt_cause,
-                cursor=str(self.cursor),
+                cursor=str(self.cursor) if self.cursor is not None else None,
                 backend=self.store.kind,
                 spool_id=self.store.spool_id,
             ).to_json(),
@@ -443,7 +458,5 @@ class Writer:
             pass  # still damaged where a job-run record or the halt lives: stay halted
         except RETRYABLE as exc:
             self.store.disconnect()
-            self.log.warning(
-                "writer.retry", error=f"{type(exc).__name__}: {exc}", kind=type(exc).__name__
-            )
+            self._halted_warning(exc)
         return self.store.halt_poll_s

@@ -13,13 +13,12 @@ from quill.home import RunDir
 from quill.ops.cli import render
 from quill.ops.cli.base import emit_json, json_option
 from quill.ops.client.errors import Exit, InvalidInputError, busy_with
-from quill.ops.client.wait import applied_position
 from quill.ops.recover.replay import replay as do_replay
 from quill.ops.recover.replay import total_bytes
 from quill.ops.recover.replay import verify as do_verify
+from quill.ops.status import guard
 from quill.spool import Position, Quarantine, SpoolReader
 from quill.spool.integrity import assess
-from quill.spool.reader import lag_seconds, stats
 from quill.spool.torn import TORN_SUMMARY
 from quill.store.errors import CantOpenError, LeaseHeldError
 from quill.store.factory import capabilities
@@ -39,23 +38,26 @@ def spool() -> None:
 @json_option
 @click.pass_context
 def spool_status(ctx: click.Context, as_json: bool) -> None:
-    """Segments, bytes, records pending, lag (seconds), quarantined count and the segments'
-    integrity (``spool.integrity``, without reading every record: `spool verify` does).
-    Exit 1 when the segments show acknowledged records lost."""
+    """Segments, bytes, records pending, lag (seconds; from the store's cursor, else the one
+    the writer last published, else unknown), quarantined count and the segments' integrity
+    (``spool.integrity``, without reading every record: `spool verify` does). Exit 1 when the
+    segments show acknowledged records lost."""
     cfg = ctx.obj
-    cursor = applied_position(cfg)
+    found = guard.read_store(cfg, lambda r: r.figures()["cursor"])
+    sp = guard.progress(cfg, found, found.value)
+    cursor = Position.parse(sp["cursor"]) if sp["cursor"] else None
     data = {
-        **stats(cfg.spool_dir, cursor),
-        "cursor": str(cursor) if cursor else None,
+        **sp,
+        "store": found.state if found.ok else f"{found.state}: {found.error}",
         "quarantined": Quarantine(cfg.spool_dir).count(),
         "torn_writes": Quarantine(cfg.spool_dir).torn_count(),
         "integrity": assess(cfg.spool_dir, cursor=cursor).as_dict(),
     }
-    start = cursor or Position(1, 0)
-    data["records_pending"] = sum(
-        1 for _ in SpoolReader(cfg.spool_dir).read(start, max_bytes=1 << 40)
+    data["records_pending"] = (
+        sum(1 for _ in SpoolReader(cfg.spool_dir).read(cursor or Position(1, 0), max_bytes=1 << 40))
+        if sp["cursor_source"] != "unknown"
+        else None
     )
-    data["lag_s"] = round(lag_seconds(cfg.spool_dir, cursor, time.time()), 3)
     if as_json:
         emit_json(data)
         ctx.exit(int(Exit.FAILED) if data["integrity"]["lost"] else 0)
@@ -63,10 +65,7 @@ def spool_status(ctx: click.Context, as_json: bool) -> None:
         f"segments {data['segments']}, {data['bytes']} bytes, end {data['end']}, "
         f"cursor {data['cursor']}"
     )
-    click.echo(
-        f"pending  {data['records_pending']} record(s), {data['pending_bytes']} bytes, "
-        f"lag {data['lag_s']} s"
-    )
+    click.echo(f"pending  {data['records_pending']} record(s), {guard.describe_progress(data)}")
     click.echo(
         f"quarantined {data['quarantined']} (in {cfg.spool_dir / 'quarantine'})"
         + (f", of which {data['torn_writes']} {TORN_SUMMARY}" if data["torn_writes"] else "")

@@ -12,7 +12,7 @@ from quill.home import WriterStatus
 from quill.ops.cli import render
 from quill.ops.cli.base import emit_json, json_option
 from quill.ops.client.errors import Exit
-from quill.ops.status import health
+from quill.ops.status import guard, health
 from quill.spool.torn import TORN_SUMMARY
 
 
@@ -113,7 +113,7 @@ def _print_status(d: dict[str, Any]) -> None:
     sp = d["spool"]
     con.print(
         f"spool    {sp['segments']} segment(s), {sp['bytes']} bytes, end {sp['end']}, "
-        f"{sp['pending_bytes']} bytes pending (lag {sp['lag_s']} s), "
+        f"{guard.describe_progress(sp)}, "
         f"{sp['quarantined']} quarantined"
         + (f" (of which {sp['torn_writes']} {TORN_SUMMARY})" if sp.get("torn_writes") else "")
     )
@@ -126,6 +126,8 @@ def _print_status(d: dict[str, Any]) -> None:
             "the content may still be in the spool, snapshots and the live store\n"
             f"  next: [bold]{ip['next']}[/bold]"
         )
+    if sp.get("purge_check") == "unknown":
+        con.print("[yellow]purge    pending purges unknown until the store can be read[/yellow]")
     w = d["wal"]
     if w["bytes"] or w["blocked_by_reader_since"]:
         style = "yellow" if w["high"] or w["blocked_by_reader_since"] else "default"

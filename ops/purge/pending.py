@@ -25,7 +25,7 @@ from typing import Any
 from quill.spool import Position, record
 from quill.spool.purge import PURGED_OP
 from quill.spool.segments import list_segments, segment_name
-from quill.store.errors import CantOpenError, StoreError
+from quill.store.errors import CantOpenError
 from quill.store.read.reader import Reader
 
 
@@ -46,44 +46,51 @@ def _lines(spool_dir: Path) -> Any:
 
 
 def _store(db_path: Path) -> Reader | None:
+    """A reader on ``db_path``, None when it has no Quill schema yet (nothing applied)."""
     try:
         return Reader(db_path)
-    except (CantOpenError, StoreError):
+    except CantOpenError:
         return None
 
 
-def pending(spool_dir: Path, db_path: Path) -> list[str]:
-    """Session ids with a pending purge (module doc), sorted; empty when none or when the
-    store cannot be opened (nothing is applied then)."""
-    spool_dir, db_path = Path(spool_dir), Path(db_path)
-    if not db_path.exists() or not spool_dir.exists():
+def pending(spool_dir: Path, db_path: Path | None = None, *, reader: Any = None) -> list[str]:
+    """Session ids with a pending purge (module doc), sorted; empty when none or when there is
+    no store yet (nothing is applied then). The store is ``reader`` (an open ``Reader``: its
+    store errors propagate, for the caller's guard, ``ops.status.guard.read_store``) or the
+    SQLite file ``db_path`` (opened here; raises the store error tree when it is damaged)."""
+    spool_dir = Path(spool_dir)
+    if not spool_dir.exists():
         return []
-    reader = _store(db_path)
-    if reader is None:
+    if reader is not None:
+        return _pending(spool_dir, reader)
+    if db_path is None or not Path(db_path).exists():
         return []
-    with reader as r:
-        cursor = r.figures()["cursor"]
-        if not cursor:
-            return []
-        cursor_pos = Position.parse(cursor)
-        bounds: dict[str, Position] = {}
-        for pos, line in _lines(spool_dir):
-            if pos >= cursor_pos:
-                break
-            if b"sessions.delete" not in line or b"purge" not in line:
-                continue
-            rec = record.decode_lenient(line)
-            if (
-                not rec
-                or rec.get("op") != "sessions.delete"
-                or not isinstance(rec.get("data"), dict)
-            ):
-                continue
-            if rec["data"].get("purge") is True:
-                for sid in rec["data"].get("session_ids") or []:
-                    if isinstance(sid, str):
-                        bounds[sid] = pos  # the newest applied purge delete of sid
-        bounds = {s: b for s, b in bounds.items() if r.get_session(s) is None}
+    opened = _store(Path(db_path))
+    if opened is None:
+        return []
+    with opened as r:
+        return _pending(spool_dir, r)
+
+
+def _pending(spool_dir: Path, r: Any) -> list[str]:
+    cursor = r.figures()["cursor"]
+    if not cursor:
+        return []
+    cursor_pos = Position.parse(cursor)
+    bounds: dict[str, Position] = {}
+    for pos, line in _lines(spool_dir):
+        if pos >= cursor_pos:
+            break
+        if b"sessions.delete" not in line or b"purge" not in line:
+            continue
+        rec = record.decode_lenient(line)
+        if not rec or rec.get("op") != "sessions.delete" or not isinstance(rec.get("data"), dict):
+            continue
+        if rec["data"].get("purge") is True:
+            for sid in rec["data"].get("session_ids") or []:
+                if isinstance(sid, str):
+                    bounds[sid] = pos  # the newest applied purge delete of sid
+    bounds = {s: b for s, b in bounds.items() if r.get_session(s) is None}
     if not bounds:
         return []
     needles = {json.dumps(s).encode(): s for s in bounds}

@@ -207,7 +207,9 @@ def _save_plan(path: Path, p: Plan) -> None:
     fsync_dir(path.parent)
 
 
-def interrupted(spool_dir: Path, db_path: Path | None = None) -> dict[str, Any] | None:
+def interrupted(
+    spool_dir: Path, db_path: Path | None = None, *, reader: Any = None
+) -> dict[str, Any] | None:
     """An unfinished purge while no purge holds the purge lock: ``PLAN_FILE`` present (the
     run was killed after its plan; the deleted content may still be in the spool, snapshots
     and the live store), or, given ``db_path`` (the SQLite store), a **pending** one
@@ -215,7 +217,9 @@ def interrupted(spool_dir: Path, db_path: Path | None = None) -> dict[str, Any] 
     all tombstoned, e.g. ``sessions delete --purge`` killed before its purge step). Returns
     ``{"sessions": [ids], "cause": "plan-file" | "pending", "next": the command that
     finishes it}`` or None (no purge asked for is unfinished). A plan file that cannot be
-    read is reported with the same command (the re-run rewrites it)."""
+    read is reported with the same command (the re-run rewrites it). ``reader``: an open
+    reader on the store instead of ``db_path`` (status and doctor pass theirs, inside their
+    store guard); with neither, only the plan file is looked at. Store errors propagate."""
     from quill.ops.purge.pending import pending
 
     spool_dir = Path(spool_dir)
@@ -228,7 +232,11 @@ def interrupted(spool_dir: Path, db_path: Path | None = None) -> dict[str, Any] 
             ids = []
         cause = "plan-file"
     else:
-        ids = pending(spool_dir, Path(db_path)) if db_path is not None else []
+        ids = (
+            pending(spool_dir, Path(db_path) if db_path is not None else None, reader=reader)
+            if db_path is not None or reader is not None
+            else []
+        )
         if not ids:
             return None
         cause = "pending"

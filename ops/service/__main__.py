@@ -7,6 +7,8 @@ Started by the supervisor when ``[http] listen`` is set; publishes ``run/http.js
 from __future__ import annotations
 
 import os
+import threading
+import time
 
 import click
 
@@ -29,7 +31,15 @@ def main(home: str, parent: int | None) -> None:
         follow_parent(parent, log)
 
     def started(host: str, port: int) -> None:
-        RunDir(cfg.home).publish("http", {"listen": f"{host}:{port}", "ready": True})
+        rd, record = RunDir(cfg.home, log), {"listen": f"{host}:{port}", "ready": True}
+        if rd.publish("http", record):
+            return
+
+        def retry() -> None:  # a full disk refused it (reported): published once it is back
+            while not rd.publish("http", record):
+                time.sleep(1.0)
+
+        threading.Thread(target=retry, name="http-status", daemon=True).start()
 
     serve(cfg, log, cfg.http_listen, on_started=started)
 

@@ -33,6 +33,12 @@ class _Collector:
         gauges = (
             ("spool_pending_bytes", "spool bytes not yet applied by the writer"),
             ("spool_lag_seconds", "age of the oldest unapplied spool record"),
+            (
+                "spool_cursor_age_seconds",
+                "age of the applied cursor the spool figures use (0: the store's own; more: "
+                "the one the writer published, the store being unreadable)",
+            ),
+            ("store_readable", "0 while the store cannot be read (status shows why)"),
             ("quarantined_records", "records in spool/quarantine"),
             (
                 "spool_loss_detected",
@@ -52,6 +58,8 @@ class _Collector:
             ("disk_free_bytes", "free bytes on the data dir's filesystem"),
         )
         for name, doc in gauges:
+            if m[name] is None:
+                continue  # unknown (no applied cursor anywhere): absent, never a made-up 0
             yield GaugeMetricFamily(f"quill_{name}", doc, value=m[name])
         for name, doc in (
             ("ops_applied", "spool ops applied by the running writer"),

@@ -7,9 +7,9 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from quill.jobs import catalog
-from quill.ops.client.stores import open_reader
 from quill.ops.service.errors import ApiError
 from quill.ops.status import health
+from quill.ops.status.guard import read_store
 from quill.store.errors import StoreError
 from quill.store.read.reader import Reader
 from quill.workers.scheduler import describe, edit_schedules
@@ -43,12 +43,10 @@ def jobs(cfg: Any) -> list[dict[str, Any]]:
     """Every catalog job with its schedule(s), next run, last run and ``overdue`` flag (a
     schedule whose next run time passed ``health.OVERDUE_AFTER_S`` ago: no scheduler fired it)."""
     last: dict[str, dict[str, Any]] = {}
-    try:
-        with open_reader(cfg) as r:
-            for run in reversed(r.job_runs(limit=500)):
-                last[run["job"]] = run
-    except StoreError:
-        pass  # no store yet (or unreadable): jobs still list, without history
+    # No store yet (or unreadable): jobs still list, without history.
+    found = read_store(cfg, lambda r: r.job_runs(limit=500))
+    for run in reversed(found.value or []):
+        last[run["job"]] = run
     scheduler = health.fleet_state(cfg).get("scheduler") or {}
     if scheduler.get("alive") and "jobs" in scheduler:
         schedules = scheduler["jobs"]  # what the running scheduler last published (≤ 1 s old)

@@ -17,15 +17,13 @@ from typing import Any
 import apsw
 
 from quill.home import RunDir, Settings, WriterStatus
-from quill.ops.client.stores import open_reader, where
+from quill.ops.client.stores import where
 from quill.ops.purge.procedure import interrupted as interrupted_purge
-from quill.ops.status import health
+from quill.ops.status import guard, health
 from quill.spool import Position, Quarantine
 from quill.spool.integrity import assess
-from quill.spool.reader import lag_seconds, stats
 from quill.spool.segments import stray_segments
 from quill.spool.torn import TORN_SUMMARY
-from quill.store.errors import StoreError
 from quill.store.factory import capabilities
 from quill.store.sqlite.connection import MIN_SQLITE, shm_problem
 
@@ -68,8 +66,7 @@ def run_checks(cfg: Settings) -> list[dict[str, Any]]:
         )
     )
     if not capabilities(cfg).local_file:
-        figures = _pg_checks(cfg, out)
-        return out + _common_checks(cfg, figures)
+        return out + _common_checks(cfg, _pg_checks(cfg, out))
     shm = shm_problem(cfg.state_db)
     out.append(
         _check(
@@ -81,14 +78,12 @@ def run_checks(cfg: Settings) -> list[dict[str, Any]]:
             else "state.db-shm usable or absent",
         )
     )
-    if shm:
-        figures = None  # SQLite would read the store through it as if it were empty: don't
-    elif cfg.state_db.exists():
-        try:
-            with open_reader(cfg) as r:
-                mode = r.conn.execute("PRAGMA journal_mode").fetchone()[0]
-                figures = r.figures()
-                overdue = health.overdue_jobs(cfg, r.conn)
+    if shm:  # SQLite would read the store through it as if it were empty: don't
+        return out + _common_checks(cfg, guard.StoreRead("unreadable", error=shm))
+    if cfg.state_db.exists():
+        found = guard.read_store(cfg, lambda r: _sqlite_read(cfg, r))
+        if found.ok:
+            figures, mode, overdue, _ = found.value
             out.append(
                 _check(
                     "overdue jobs",
@@ -120,9 +115,10 @@ def run_checks(cfg: Settings) -> list[dict[str, Any]]:
                     f"cursor {figures['cursor']}",
                 )
             )
-        except (StoreError, apsw.Error) as exc:
-            out.append(_check("store", False, f"cannot read state.db: {type(exc).__name__}: {exc}"))
-            figures = None
+        elif found.state == "missing":
+            out.append(_check("store", True, "state.db has no schema yet (the writer adds it)"))
+        else:
+            out.append(_check("store", False, f"cannot read state.db: {found.error}"))
         w = health.wal_state(cfg, WriterStatus.from_json(RunDir(cfg.home).live("writer")))
         out.append(
             _check(
@@ -132,30 +128,39 @@ def run_checks(cfg: Settings) -> list[dict[str, Any]]:
                 warn_only=True,
             )
         )
-    else:
-        figures = None
-        out.append(_check("store", True, "state.db not created yet (the writer creates it)"))
-    return out + _common_checks(cfg, figures)
+        return out + _common_checks(cfg, found)
+    out.append(_check("store", True, "state.db not created yet (the writer creates it)"))
+    return out + _common_checks(cfg, guard.StoreRead("missing"))
 
 
-def _pg_checks(cfg: Settings, out: list[dict[str, Any]]) -> dict[str, Any] | None:
+def _sqlite_read(cfg: Settings, r: Any) -> tuple[Any, ...]:
+    """Everything doctor reads from a SQLite store, in one guarded read: figures, journal
+    mode, overdue jobs, pending purges."""
+    mode = r.conn.execute("PRAGMA journal_mode").fetchone()[0]
+    figures = r.figures()
+    overdue = health.overdue_jobs(cfg, r.conn)
+    return figures, mode, overdue, interrupted_purge(cfg.spool_dir, reader=r)
+
+
+def _pg_checks(cfg: Settings, out: list[dict[str, Any]]) -> guard.StoreRead:
     """Checks of a PostgreSQL store (``[store] url``): reachable with a Quill schema, its
-    figures, every host's cursor, the last amcheck run, overdue jobs. Returns the store
-    figures (None when unreadable). The password in the URL is never shown."""
-    try:
-        with open_reader(cfg) as r:
-            figures = r.figures()
-            pg = r.server_figures(time.time())
-            overdue = health.overdue_jobs(cfg, r.conn)
-    except StoreError as exc:
+    figures, every host's cursor, the last amcheck run, overdue jobs. Returns the guarded
+    read (its value: the store figures). The password in the URL is never shown."""
+    found = guard.read_store(
+        cfg,
+        lambda r: (r.figures(), r.server_figures(time.time()), health.overdue_jobs(cfg, r.conn)),
+    )
+    if not found.ok:
         out.append(
             _check(
                 "store (postgresql)",
                 False,
-                f"cannot read {where(cfg)}: {type(exc).__name__}: {exc}",
+                f"cannot read {where(cfg)}: "
+                + (found.error or "CantOpenError: no Quill schema in that database"),
             )
         )
-        return None
+        return found
+    figures, pg, overdue = found.value
     out.append(
         _check(
             "store (postgresql)",
@@ -204,12 +209,13 @@ def _pg_checks(cfg: Settings, out: list[dict[str, Any]]) -> dict[str, Any] | Non
             warn_only=True,
         )
     )
-    return figures
+    return found._replace(value=(figures, None))
 
 
-def _common_checks(cfg: Settings, figures: dict[str, Any] | None) -> list[dict[str, Any]]:
+def _common_checks(cfg: Settings, found: guard.StoreRead) -> list[dict[str, Any]]:
     """The data dir's own checks, whatever the store: file modes, leases, halt, free space,
-    spool lag (from this host's cursor in ``figures``), stray segments, quarantine."""
+    spool lag (``guard.progress``: this host's cursor from the store when ``found`` read it,
+    else the one the writer published), stray segments, purge, quarantine."""
     out: list[dict[str, Any]] = []
     loose = []
     for path in [
@@ -259,14 +265,13 @@ def _common_checks(cfg: Settings, figures: dict[str, Any] | None) -> list[dict[s
     )
     free = shutil.disk_usage(next(p for p in (cfg.home, *cfg.home.parents) if p.exists())).free
     out.append(_check("free space", free > FREE_WARN_BYTES, f"{free} bytes free", warn_only=True))
-    cursor = Position.parse(figures["cursor"]) if figures and figures.get("cursor") else None
-    sp = stats(cfg.spool_dir, cursor) if cfg.spool_dir.exists() else {"pending_bytes": 0}
-    lag = lag_seconds(cfg.spool_dir, cursor, time.time()) if cfg.spool_dir.exists() else 0.0
+    figures = found.value[0] if found.ok else None
+    sp = guard.progress(cfg, found, figures["cursor"] if figures else None)
     out.append(
         _check(
             "spool lag",
-            lag < 60,
-            f"{sp['pending_bytes']} bytes pending, oldest {lag:.1f} s",
+            sp["lag_s"] is not None and sp["lag_s"] < 60,
+            guard.describe_progress(sp),
             warn_only=True,
         )
     )
@@ -284,7 +289,10 @@ def _common_checks(cfg: Settings, figures: dict[str, Any] | None) -> list[dict[s
         )
     )
     local = capabilities(cfg).local_file
-    unfinished = interrupted_purge(cfg.spool_dir, cfg.state_db if local else None)
+    if local and found.state == "unreadable":
+        unfinished = interrupted_purge(cfg.spool_dir)  # the plan file; pending needs the store
+    else:
+        unfinished = found.value[-1] if found.ok and local else interrupted_purge(cfg.spool_dir)
     why = (
         "spool/.purge-plan.json left, no purge running"
         if unfinished and unfinished["cause"] == "plan-file"
@@ -304,8 +312,9 @@ def _common_checks(cfg: Settings, figures: dict[str, Any] | None) -> list[dict[s
     )
     # Every record read: checksums, segment structure and sequence numbers (spool.integrity,
     # the classification `spool verify` and `status` use).
-    found = assess(cfg.spool_dir, cursor=cursor, scan=True)
-    out.append(_check("spool integrity", not found.lost, found.summary()))
+    cursor = Position.parse(sp["cursor"]) if sp["cursor"] else None
+    integrity = assess(cfg.spool_dir, cursor=cursor, scan=True)
+    out.append(_check("spool integrity", not integrity.lost, integrity.summary()))
     quarantine = Quarantine(cfg.spool_dir)
     torn = quarantine.torn_count()
     q = quarantine.count() - torn

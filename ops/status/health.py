@@ -18,15 +18,11 @@ import apsw
 
 from quill.home import RunDir, WriterStatus
 from quill.jobs.schedule import read_schedules
-from quill.ops.client.stores import open_reader
 from quill.ops.purge.procedure import interrupted as interrupted_purge
+from quill.ops.status import guard
 from quill.spool import Position, Quarantine
 from quill.spool.integrity import assess
-from quill.spool.reader import lag_seconds
-from quill.spool.reader import stats as spool_stats
-from quill.store.errors import CantOpenError, SharedMemoryError, StoreError
 from quill.store.factory import capabilities
-from quill.store.sqlite.connection import shm_problem
 from quill.workers import FIRE_REF
 from quill.workers.status import COMMIT_BUCKETS_S
 
@@ -80,59 +76,62 @@ def fleet_state(cfg: Any) -> dict[str, Any]:
 def collect(cfg: Any) -> dict[str, Any]:
     """The status document: home, fleet, store figures, recent jobs, spool, disk, metrics.
 
-    Never raises for a damaged or missing store: that is when status must still answer
-    (``store`` is then None or ``{"error": ...}``).
+    Never raises for a damaged, missing or unreachable store: that is when status must still
+    answer. Every store read goes through ``guard.read_store``; ``store`` is then None (not
+    created yet) or ``{"state": "unreadable", "error": ...}``, and the spool figures come from
+    the cursor the writer published (``guard.progress``: ``cursor_source``, ``cursor_age_s``;
+    ``pending_bytes``/``lag_s`` None when unknown).
     """
     data: dict[str, Any] = {"home": str(cfg.home), "fleet": fleet_state(cfg)}
-    totals: list[dict[str, Any]] = []
     local = capabilities(cfg).local_file
-    shm = shm_problem(cfg.state_db) if local else None
-    try:
-        if shm:  # SQLite would read the store through it as if it were empty
-            raise SharedMemoryError(shm)
-        with open_reader(cfg) as r:
-            data["store"] = r.figures()
-            if not local:
-                data["store"]["postgres"] = r.server_figures(time.time())
-            data["jobs"] = r.job_runs(limit=10)
-            totals = r.job_run_totals()
-            data["overdue"] = overdue_jobs(cfg, r.conn)
-    except CantOpenError:
+
+    def read(r: Any) -> dict[str, Any]:
+        figures = r.figures()
+        if not local:
+            figures["postgres"] = r.server_figures(time.time())
+        return {
+            "store": figures,
+            "jobs": r.job_runs(limit=10),
+            "totals": r.job_run_totals(),
+            "overdue": overdue_jobs(cfg, r.conn),
+            # A purge is pending only against the applied cursor (ops.purge.pending).
+            "purge": interrupted_purge(cfg.spool_dir, reader=r if local else None),
+        }
+
+    found = guard.read_store(cfg, read)
+    got = found.value or {}
+    if found.ok:
+        data["store"], data["jobs"], data["overdue"] = got["store"], got["jobs"], got["overdue"]
+    elif found.state == "missing":
         data["store"], data["jobs"], data["overdue"] = None, [], overdue_jobs(cfg, None)
-    except StoreError as exc:
-        data["store"], data["jobs"], data["overdue"] = (
-            {"error": f"{type(exc).__name__}: {exc}"},
-            [],
-            [],
-        )
+    else:
+        data["store"] = {"state": "unreadable", "error": found.error}
+        data["jobs"], data["overdue"] = [], []
     writer = WriterStatus.from_json(data["fleet"]["writer"])
     data["wal"] = wal_state(cfg, writer if writer.alive else None)
     data["queue"] = queue_state(cfg, writer if writer.alive else None)
-    store = data["store"] or {}
-    cursor = Position.parse(store["cursor"]) if store.get("cursor") else None
     q = Quarantine(cfg.spool_dir)
+    sp = guard.progress(cfg, found, (got.get("store") or {}).get("cursor"))
     # torn_writes: entries that are a producer's unacknowledged partial write, not damage.
+    cursor = Position.parse(sp["cursor"]) if sp["cursor"] else None
     data["spool"] = {
-        **spool_stats(cfg.spool_dir, cursor),
+        **sp,
         "quarantined": q.count(),
         "torn_writes": q.torn_count(),
         # Segment structure against the cursor (spool.integrity; `spool verify` reads records).
         "integrity": assess(cfg.spool_dir, cursor=cursor).as_dict(),
     }
-    data["spool"]["interrupted_purge"] = interrupted_purge(
-        cfg.spool_dir, cfg.state_db if local else None
+    # Without the store a pending purge cannot be judged; a plan file left behind can.
+    data["spool"]["interrupted_purge"] = (
+        got["purge"] if found.ok else interrupted_purge(cfg.spool_dir)
     )
-    data["spool"]["lag_s"] = (
-        round(lag_seconds(cfg.spool_dir, cursor, time.time()), 1)
-        if data["spool"]["pending_bytes"]
-        else 0.0
-    )
+    data["spool"]["purge_check"] = "unknown" if local and found.state == "unreadable" else "done"
     # Read, never written: on a full disk no process can publish its status, so free space is
     # measured here.
     existing = next(p for p in (cfg.home, *cfg.home.parents) if p.exists())
     free = shutil.disk_usage(existing).free
     data["disk"] = {"free_bytes": free, "low": free < LOW_DISK_BYTES}
-    data["metrics"] = _metrics(data, totals)
+    data["metrics"] = _metrics(data, got.get("totals") or [])
     return data
 
 
@@ -142,8 +141,11 @@ def _metrics(data: dict[str, Any], job_totals: list[dict[str, Any]]) -> dict[str
     writer = WriterStatus.from_json(fleet.get("writer"))
     commit = writer.commit_hist or {}
     return {
+        # None (not exported) when the applied cursor is unknown: never the whole spool.
         "spool_pending_bytes": data["spool"]["pending_bytes"],
         "spool_lag_seconds": data["spool"]["lag_s"],
+        "spool_cursor_age_seconds": data["spool"]["cursor_age_s"],
+        "store_readable": 0 if (store.get("state") == "unreadable") else 1,
         "quarantined_records": data["spool"]["quarantined"],
         "spool_loss_detected": 1 if data["spool"]["integrity"]["lost"] else 0,
         # Counters of the running writer process (they restart from 0 with it; Prometheus'

@@ -26,7 +26,7 @@ from typing import Any
 
 import apsw
 
-from quill.home import DEFAULTS, Halt
+from quill.home import DEFAULTS, Halt, Throttle
 from quill.store.apply.chunk import ChunkResult, apply_chunk, read_cursor, read_cursor_proof
 from quill.store.capabilities import SqliteCapabilities
 from quill.store.contract import HaltAction, NullLog
@@ -81,6 +81,9 @@ class SqliteStore(SqliteCapabilities):
         self.conn: apsw.Connection | None = None
         self.guard: FileGuard | None = None
         self._next_truncate = 0.0  # monotonic s of the next idle TRUNCATE
+        # An attempt follows every busy spell, so under load a blocked TRUNCATE repeats many
+        # times a second: its warning is logged once per TRUNCATE_RETRY_S, with the count.
+        self._blocked_warning = Throttle(TRUNCATE_RETRY_S)
         self._wal_blocked_since: float | None = None  # epoch s: a reader has held the WAL since
 
     # -- connection ------------------------------------------------------------------------
@@ -202,14 +205,18 @@ class SqliteStore(SqliteCapabilities):
         figures = wal_checkpoint(self.conn, "TRUNCATE")
         if figures["blocked_by_reader"]:
             self._wal_blocked_since = self._wal_blocked_since or time.time()
-            self.log.warning(
-                "writer.checkpoint_blocked",
-                reason="blocked by a reader: a read transaction holds an old "
-                "snapshot, so the WAL cannot be reset yet; retried while idle",
-                **figures,
-            )
+            suppressed = self._blocked_warning.ready("checkpoint_blocked", now)
+            if suppressed is not None:
+                self.log.warning(
+                    "writer.checkpoint_blocked",
+                    reason="blocked by a reader: a read transaction holds an old "
+                    "snapshot, so the WAL cannot be reset yet; retried while idle",
+                    suppressed=suppressed,
+                    **figures,
+                )
             return
         self._wal_blocked_since = None
+        self._blocked_warning.clear("checkpoint_blocked")
         record_job_run(
             self.conn, "wal_checkpoint", started, time.time(), "ok", {**figures, "runner": "writer"}
         )

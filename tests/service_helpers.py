@@ -33,7 +33,7 @@ def served(quill: QuillCLI, *args: str, host: str = "127.0.0.1") -> Iterator[str
     )
     base = f"http://{'127.0.0.1' if host in ('0.0.0.0', '127.0.0.1') else host}:{port}"
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 120  # a loaded 2-core machine: imports take ~20 s
         while True:
             try:
                 if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:

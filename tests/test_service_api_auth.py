@@ -220,3 +220,100 @@ def test_a_web_page_rebound_to_loopback_gets_no_anonymous_access(quill, home):
         )  # a token is the caller's own credential, whatever the page's name
     quill.drain()
     assert quill.json("sessions", "show", "s1")["session"]["id"] == "s1"
+
+
+#: A client run as another OS user (``runuser``): the system Python, which every account may
+#: execute (the project's venv lives under /root). Prints the status code of one request.
+_OTHER_USER_GET = (
+    "import sys, urllib.request, urllib.error\n"
+    "try:\n"
+    "    print(urllib.request.urlopen(sys.argv[1], timeout=20).status)\n"
+    "except urllib.error.HTTPError as e:\n"
+    "    print(e.code)\n"
+)
+
+
+def _as_user(user: str, url: str) -> int:
+    import subprocess
+
+    out = subprocess.run(
+        ["runuser", "-u", user, "--", "/usr/bin/python3", "-c", _OTHER_USER_GET, url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return int(out.stdout.strip())
+
+
+def test_anonymous_access_is_only_for_the_user_the_service_runs_as(quill, home):
+    """Another local account reaches 127.0.0.1 too: it gets no anonymous access (the data dir
+    is the owner's, 0700); the owner's own clients do; a token works for anyone."""
+    import pwd
+
+    if os.geteuid() != 0:
+        import pytest
+
+        pytest.skip("needs root to run a client as a second OS user (runuser)")
+    pwd.getpwnam("nobody")
+    quill.run("push", "--session", "s1", input='{"role": "user", "content": "a secret"}\n')
+    with served(quill) as base:
+        url = f"{base}/api/v1/sessions"
+        assert _as_user("nobody", url) == 401
+        assert _as_user("root", url) == 200 and httpx.get(url).status_code == 200
+        secret = token(quill, "read")
+        h = bearer(secret)
+        assert httpx.get(url, headers=h).status_code == 200
+        # over IPv6 loopback as well
+        assert _as_user("nobody", f"{base}/healthz") == 200  # public: no data
+        assert _as_user("nobody", f"{base}/api/v1/search?q=secret") == 401
+
+
+def test_a_cookie_signed_state_change_from_another_origin_is_refused(quill, home):
+    """SameSite=Strict does not separate ports of one host: a page on another local port
+    POSTs with the admin's cookie. A cookie-authenticated state change must be same-origin;
+    the job is not queued. The dashboard's own form (its Origin) still works."""
+    admin = token(quill, "admin")
+    with served(quill, "--anonymous", "none") as base:
+        cookies = {"quill_token": admin}
+        history = f"{base}/api/v1/jobs/history"
+        before = httpx.get(history, headers=bearer(admin)).json()
+        for headers in (
+            {"Origin": "http://127.0.0.1:18769"},
+            {"Referer": "http://127.0.0.1:18769/attack.html"},
+            {"Origin": "null"},
+            {},
+        ):
+            r = httpx.post(
+                f"{base}/jobs/wal_checkpoint/run",
+                cookies=cookies,
+                headers=headers,
+                follow_redirects=False,
+            )
+            assert r.status_code in (303, 403) and "queued=" not in r.headers.get("location", ""), (
+                headers,
+                r.status_code,
+                r.headers,
+            )
+            r = httpx.post(
+                f"{base}/api/v1/jobs/wal_checkpoint/run", cookies=cookies, headers=headers
+            )
+            _shaped(r, 403, "forbidden")
+        r = httpx.post(
+            f"{base}/login",
+            data={"token": admin, "next": "/jobs"},
+            headers={"Origin": "http://127.0.0.1:18769"},
+            follow_redirects=False,
+        )
+        _shaped(r, 403, "forbidden")
+        assert httpx.get(history, headers=bearer(admin)).json() == before
+        own = httpx.post(
+            f"{base}/jobs/wal_checkpoint/run",
+            cookies=cookies,
+            headers={"Origin": base},
+            follow_redirects=False,
+        )
+        assert own.status_code == 303 and "queued=wal_checkpoint" in own.headers["location"]
+        # a bearer token (API clients) needs no Origin
+        api = httpx.post(f"{base}/api/v1/jobs/wal_checkpoint/run", headers=bearer(admin))
+        assert api.status_code in (200, 202), api.text

@@ -26,7 +26,7 @@ from markupsafe import Markup, escape
 from quill.home import WriterStatus
 from quill.ops.client.stores import open_reader
 from quill.ops.service import api_common, api_jobs, views
-from quill.ops.service.auth import COOKIE, principal
+from quill.ops.service.auth import COOKIE, principal, require_same_origin
 from quill.ops.service.errors import ApiError
 from quill.ops.service.tokens import TokenStore
 from quill.ops.status import health
@@ -143,6 +143,7 @@ def install(app: FastAPI) -> None:
 
     @app.post("/login", include_in_schema=False)
     def login(request: Request, token: str = Form(...), next: str = Form("/sessions")) -> Response:
+        require_same_origin(request)  # no page elsewhere signs a browser in as someone else
         if TokenStore(request.app.state.cfg.tokens_db).verify(token.strip()) is None:
             return _page(
                 request, "login.html", next=next, error="That token is unknown or revoked."
@@ -160,7 +161,8 @@ def install(app: FastAPI) -> None:
         return response
 
     @app.post("/logout", include_in_schema=False)
-    def logout() -> Response:
+    def logout(request: Request) -> Response:
+        require_same_origin(request)
         response = RedirectResponse("/login", status_code=303)
         response.delete_cookie(COOKIE)
         return response

@@ -219,6 +219,36 @@ def test_a_refused_batch_raises_with_the_reason(home, fleet):
     asyncio.run(main())
 
 
+def test_settings_as_a_dict_and_close_behave_as_the_sdks_own_sessions(home, fleet):
+    """``session_settings`` may be a dict (converted and checked, as SQLiteSession does), and
+    ``close()`` exists and is idempotent; a closed session refuses further calls."""
+    items = [{"role": "user", "content": f"m{i}"} for i in range(3)]
+
+    async def main() -> None:
+        ours = QuillSession("settings", home=home, session_settings={"limit": 2})
+        theirs = SQLiteSession("settings", session_settings={"limit": 2})
+        for s in (ours, theirs):
+            assert s.session_settings == SessionSettings(limit=2)
+            await s.add_items(items)
+            assert await s.get_items() == items[-2:]
+            s.close()
+            s.close()
+            with pytest.raises(RuntimeError):
+                await s.get_items()
+        with pytest.raises((TypeError, ValueError)):
+            QuillSession("bad", home=home, session_settings={"no_such_field": 1})
+        with pytest.raises((TypeError, ValueError)):
+            SQLiteSession("bad", session_settings={"no_such_field": 1})
+        # a Runner given a dict-configured session runs (it read .limit off a dict before)
+        model = ScriptedModel([[assistant_message("hi")]])
+        agent = Agent(name="a", model=model)
+        session = QuillSession("runner", home=home, session_settings={"limit": 10})
+        await Runner.run(agent, "hello", session=session, run_config=RC)
+        assert [i.get("role") for i in await session.get_items()] == ["user", "assistant"]
+
+    asyncio.run(main())
+
+
 def test_without_the_sdk_the_import_error_says_what_to_install():
     # A real interpreter in which `agents` cannot be imported (as after `pip install -e .`):
     # it used to fail with a bare "No module named 'agents'".

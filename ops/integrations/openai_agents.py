@@ -51,6 +51,14 @@ except (
         name=exc.name,
     ) from exc
 
+try:  # SDK >= 0.24 converts and checks a dict of settings as its own sessions do
+    from agents.memory.session_settings import coerce_session_settings
+except ImportError:  # older SDKs: a dict of SessionSettings' fields
+
+    def coerce_session_settings(value: Any) -> SessionSettings:
+        return SessionSettings(**value) if isinstance(value, dict) else value
+
+
 from quill.ops.client.aclient import AsyncClient
 from quill.ops.client.errors import NotFoundError, QuarantinedError
 
@@ -158,13 +166,29 @@ class QuillSession:
         home: str | None = None,
         source: str = "openai-agents",
         wait_timeout: float = 30.0,
-        session_settings: SessionSettings | None = None,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
     ):
         self.session_id = session_id
-        self.session_settings = session_settings or SessionSettings()
+        # A dict is converted and checked as the SDK's own sessions do (a bad key or value
+        # raises here, not later inside Runner.run).
+        self.session_settings = (
+            coerce_session_settings(session_settings)
+            if session_settings is not None
+            else SessionSettings()
+        )
         self.client = client or AsyncClient(home)
         self.source = source
         self.wait_timeout = wait_timeout
+        self._closed = False
+
+    def close(self) -> None:
+        """Close the session (idempotent): later calls raise ``RuntimeError``, as on the SDK's
+        own sessions. Nothing is lost: every item ``add_items`` returned from is durable."""
+        self._closed = True
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("QuillSession is closed")
 
     async def _applied(self, ack: Any, what: str) -> None:
         outcome = await self.client.wait(ack, self.wait_timeout)
@@ -185,6 +209,7 @@ class QuillSession:
     async def get_items(self, limit: int | None = None) -> list[dict[str, Any]]:
         """The latest ``limit`` items, oldest first (all when ``limit`` and the settings'
         limit are None; ``[]`` when ≤ 0). Deep copies: callers may mutate them."""
+        self._check_open()
         limit = resolve_session_limit(limit, self.session_settings)
         if limit is not None and limit <= 0:
             return []
@@ -196,6 +221,7 @@ class QuillSession:
         """Append ``items`` as one batch and return once it is applied. An empty list is a
         no-op. Raises ``quill.InvalidInputError`` (nothing appended), ``QuarantinedError``,
         ``WaitTimeoutError`` (durable; applied when the writer runs)."""
+        self._check_open()
         if not items:
             return
         ack = await self.client.append(
@@ -206,6 +232,7 @@ class QuillSession:
     async def pop_item(self) -> dict[str, Any] | None:
         """Rewind the newest live item and return it (``None`` when there is none). Nothing
         is deleted: the item stays in the audit view."""
+        self._check_open()
         for _ in range(POP_ATTEMPTS):
             live = [m for m in await self._live("audit") if m.get("state") == "live"]
             if not live:
@@ -234,6 +261,7 @@ class QuillSession:
 
     async def clear_session(self) -> None:
         """Rewind every live item (kept for audit): ``get_items`` then returns ``[]``."""
+        self._check_open()
         if not await self._live("model", latest=1):
             return
         await self._applied(await self.client.replace(self.session_id, []), "clear_session")

@@ -109,7 +109,13 @@ def word_tokens(text: str) -> list[str]:
 
 
 def register(conn: apsw.Connection) -> None:
-    """Make ``quill_fold(text)`` (``fold``) callable in SQL on ``conn`` (for scans)."""
-    conn.create_scalar_function(
-        "quill_fold", lambda t: None if t is None else fold(t), 1, deterministic=True
-    )
+    """Make ``quill_fold(text)`` (``fold``) callable in SQL on ``conn`` (for scans). A BLOB
+    argument is a tool-call text (``schema.TOOLS_BLOB_SQL``), decoded by ``tools_text``."""
+    from quill.store.schema import tools_text
+
+    def _fold(t: str | bytes | None) -> str | None:
+        if isinstance(t, bytes):
+            t = tools_text(t)
+        return None if t is None else fold(t)
+
+    conn.create_scalar_function("quill_fold", _fold, 1, deterministic=True)

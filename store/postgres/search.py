@@ -180,7 +180,7 @@ def _indexed(
 
 def search(conn: PgConnection, text: str, **kw: Any) -> list[dict[str, Any]]:
     """The hits of ``search_page`` (same arguments; no per-session cap unless given)."""
-    return search_page(conn, text, **kw)["hits"]
+    return search_page(conn, text, count=False, **kw)["hits"]
 
 
 def search_page(
@@ -199,6 +199,7 @@ def search_page(
     kinds: list[str] | None = None,
     order: str = "newest",
     per_session: int | None = None,
+    count: bool = True,
 ) -> dict[str, Any]:
     """Messages matching ``text``, newest first (or, with ``order="relevance"``, the newest
     ``rank.CANDIDATES`` word matches by ``ts_rank``: ``_ranked_page``), at most ``limit``,
@@ -221,7 +222,7 @@ def search_page(
         return group_mod.empty(cap)
     cond, args = _filters(projection, session_id, role, source, since, until)
     rep = f"coalesce({projections.REPRESENTATIVE_SQL}, m.id)" if projection == "display" else "m.id"
-    page = group_mod.Page(limit, cap)
+    page = group_mod.Page(limit, cap, count)
     exhausted = (
         _ranked_page(conn, plan, cond, args, rep, kinds_t, page)
         if order == "relevance"
@@ -278,7 +279,7 @@ def _newest_page(
     and the per-session cap are the page's); True when every candidate was offered. A
     trigram plan merges the index's matches with a scan of the rows it does not wholly
     cover, as on SQLite."""
-    first = max(page.limit * 2, 50)
+    first = max(page.limit * 2, 50 if page.count else 20)
     sources = [_batches(conn, plan, cond, args, rep, kinds_t, first, rest=False)]
     if plan.kind == "trigram":
         sources.append(_batches(conn, plan, cond, args, rep, kinds_t, first, rest=True))

@@ -9,7 +9,8 @@ session and in all, until it holds ``COUNT_MAX`` of them.
 Why a bounded count and not an exact total: counting every match of a common word reads
 every row that holds it (the whole store, for ``the``), where a page reads only a page's
 worth; ``COUNT_MAX`` keeps the cost of the count to at most that many index rows. Below the
-bound the total is exact (``total_exact``); at it the total is a lower bound ("1000+").
+bound the total is exact (``total_exact``); at it the total is a lower bound ("1000+"),
+unless every candidate was read anyway (a capped page that never filled).
 Filling a capped page may need more candidates than the count does (the newest 5,000 matches
 may all be one session's); that walk stops after ``FILL_MAX`` candidates.
 """
@@ -30,10 +31,13 @@ class Page:
     """Collects display ids (``offer``) into a capped page and counts matches.
 
     ``limit``: hits wanted (>= 1); ``per_session``: most hits from one session (None or 0:
-    no cap)."""
+    no cap); ``count``: False stops as soon as the page is full (no total wanted)."""
 
-    def __init__(self, limit: int, per_session: int | None):  # noqa: D107 - see class doc
+    def __init__(  # noqa: D107 - see class doc
+        self, limit: int, per_session: int | None, count: bool = True
+    ):
         self.limit = limit
+        self.count = count
         self.per_session = per_session or None
         self.ids: list[int] = []
         self.seen: set[int] = set()
@@ -61,20 +65,22 @@ class Page:
     def done(self) -> bool:
         """True when no further candidate can change the page and the count is at its bound."""
         filled = self.full or len(self.seen) >= FILL_MAX
-        return filled and len(self.seen) >= COUNT_MAX
+        return filled and (not self.count or len(self.seen) >= COUNT_MAX)
 
     def result(
         self, hits: list[dict[str, Any]], exhausted: bool, titles: dict[str, Any]
     ) -> dict[str, Any]:
-        """The search result: ``hits`` (the page's hit dicts, in order), ``total`` (distinct
-        matches counted), ``total_exact`` (True when every candidate was counted:
-        ``exhausted`` and below ``COUNT_MAX``), ``more`` (matches exist beyond ``hits``),
-        ``per_session`` (the cap, None for none) and ``sessions``: one entry per session
-        with a match counted, in order of its best hit — ``session_id``, ``title`` (from
-        ``titles``), ``shown`` (hits on this page) and ``matches`` (its matches counted;
-        exact when ``total_exact``)."""
+        """The search result:
+
+        * ``hits``: the page's hit dicts, in order;
+        * ``total``: distinct matches counted; ``total_exact``: True when every candidate
+          was counted (``exhausted``), else ``total`` is a lower bound (>= ``COUNT_MAX``);
+        * ``more``: matches exist beyond ``hits``; ``per_session``: the cap (None: none);
+        * ``sessions``: one entry per session with a match counted, in order of its best
+          hit: ``session_id``, ``title`` (from ``titles``), ``shown`` (hits on this page)
+          and ``matches`` (its matches counted; exact when ``total_exact``)."""
         total = len(self.seen)
-        exact = exhausted and total < COUNT_MAX
+        exact = exhausted  # every candidate counted (a page that never filled reads them all)
         return {
             "hits": hits,
             "total": total,

@@ -93,7 +93,7 @@ def route(text: str, *, substring: bool = False, kinds: list[str] | None = None)
 def search(conn: apsw.Connection, text: str, **kw: Any) -> list[dict[str, Any]]:
     """The hits of ``search_page`` (same arguments; no per-session cap unless
     ``per_session`` is given): the list every caller before the grouped result used."""
-    return search_page(conn, text, **kw)["hits"]
+    return search_page(conn, text, count=False, **kw)["hits"]
 
 
 def search_page(
@@ -112,6 +112,7 @@ def search_page(
     kinds: list[str] | None = None,
     order: str = "newest",
     per_session: int | None = None,
+    count: bool = True,
     timings: dict[str, float] | None = None,
     clock: Any = time.perf_counter,
 ) -> dict[str, Any]:
@@ -145,7 +146,8 @@ def search_page(
     ``context_s`` (the neighbours' rows, one query, cut to previews) — for the benchmark.
     Raises ``ValueError`` for an unknown projection, kind or order, and for a ranked query
     that is not a word query (substring, CJK and scan routes have no word index to rank by);
-    otherwise any query string is accepted.
+    ``count=False`` stops at a full page (``search``: no total wanted; ``total`` then counts
+    only the candidates read). Otherwise any query string is accepted.
     """
     if order not in ORDERS:
         raise ValueError(f"search order must be one of {list(ORDERS)}, got {order!r}")
@@ -160,7 +162,7 @@ def search_page(
         return group.empty(cap)
     cond, args = _filters(projection, session_id, role, source, since, until)
     display = projection == "display"
-    page = group.Page(limit, cap)
+    page = group.Page(limit, cap, count)
     t0 = clock()
     # Detached (damaged) indexes are not read: everything counts as the unindexed tail.
     state, upto, top = search_state(conn)
@@ -197,7 +199,7 @@ def _newest(
             return False
     if not usable and plan.kind != "scan":
         return True  # the tail (bounded as a scan) was everything there is to read
-    first = max(page.limit, 50)
+    first = max(page.limit, 50) if page.count else page.limit
     sources = [_batches(conn, plan, upto, cond, args, kinds, display, first, rest=False)]
     if plan.kind == "trigram":
         # The trigram index sees only the first characters of user/assistant text; every row

@@ -11,7 +11,6 @@ from semantics_helpers import Store, assistant, user
 from service_helpers import served
 
 from quill.ops.client.client import Client
-from quill.store.search.group import COUNT_MAX
 
 
 @pytest.fixture
@@ -72,6 +71,8 @@ def test_a_chatty_session_does_not_hide_the_others(store, word, order):
 
 
 def test_the_count_is_bounded_and_says_so(store):
+    from quill.store.search.group import COUNT_MAX
+
     _chatty(store, n=COUNT_MAX + 5)
     store.index()
     with store.reader() as r:

@@ -161,9 +161,10 @@ def _indexed(
         for group in plan.groups:
             conds = []
             for t in group:
-                anycol = " OR ".join(f"instr(quill_fold({c}), ?) > 0" for c in cols)
+                folded = textfold.fold(t.text)
+                tests = [_contains(c, folded, like_args) for c in cols]
+                anycol = " OR ".join(tests)
                 conds.append(("NOT " if t.negated else "") + f"coalesce({anycol}, 0)")
-                like_args.extend([textfold.fold(t.text)] * len(cols))
             ors.append("(" + " AND ".join(conds) + ")")
         outside = f"NOT {trigram_covered_sql(kinds)} AND " if rest else ""
         return conn.execute(
@@ -190,6 +191,31 @@ def _indexed(
         f"ORDER BY f.rowid DESC LIMIT {int(limit)}",
         (match, upto, below, *args),
     ).fetchall()
+
+
+def _contains(col: str, folded: str, args: list[Any]) -> str:
+    """SQL: the text ``col`` holds the folded term ``folded`` once folded as FTS5 folds
+    (``quill_fold``); appends the test's arguments to ``args``. Cheaper forms that are exact:
+
+    * a term no character folds into (CJK, emoji, digits: ``textfold.fold_free``) is in the
+      folded text exactly where it is in the raw text: ``instr`` in C, no Python call;
+    * for message text, SQLite's ``lower()`` folds ASCII as FTS5 does and leaves other
+      characters alone, so a match in ``lower(col)`` is a match in the folded text, and a
+      text that is all ASCII (``length = octet_length``) has no other: only the rest (rows
+      holding non-ASCII text without an ASCII-folded match) are folded in Python. The tools
+      text is a BLOB (``TOOLS_BLOB_SQL``): it always takes the Python fold."""
+    if textfold.fold_free(folded):
+        args.append(folded)
+        return f"instr({col}, ?) > 0"
+    if col == TOOLS_BLOB_SQL:
+        args.append(folded)
+        return f"instr(quill_fold({col}), ?) > 0"
+    args.extend([folded, folded])
+    return (
+        f"(CASE WHEN instr(lower({col}), ?) > 0 THEN 1 "
+        f"WHEN length({col}) = octet_length({col}) THEN 0 "
+        f"ELSE instr(quill_fold({col}), ?) > 0 END)"
+    )
 
 
 def _join(cond: str) -> str:

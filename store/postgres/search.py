@@ -8,8 +8,12 @@ SQLite's ``store.search.run``; only the index access differs.
   (prefix), ``NOT`` → ``!``, AND within a group, OR between groups. Words are split on
   non-alphanumerics on both sides, like FTS5 unicode61.
 * ``trigram`` plans → ``left(content, TRIGRAM_PREFIX_CHARS) ILIKE '%term%'`` under the
-  trigram scope (pg_trgm GIN index, same scope as SQLite's trigram table).
-* ``scan`` plans (terms under 3 characters) → the same bounded newest-first LIKE scan.
+  trigram scope (pg_trgm GIN index, same scope as SQLite's trigram table), merged newest
+  first with the bounded scan of every row the index does not wholly cover (``_covered``),
+  so a trigram query looks in the same texts as a shorter query it contains.
+* ``scan`` plans (terms under 3 characters) → the same bounded newest-first ILIKE scan of
+  text, tool-call text (``quill_tool_text``) and reasoning.
+* Pages are capped per session with a bounded count (``store.search.group``, shared).
 Differences from SQLite (docs/backends.md): indexes are updated in the writer's transaction,
 so there is no unindexed tail and no watermark; the word index covers the first
 ``WORD_INDEX_CHARS`` characters of a message (FTS5 indexes all of it); an underscore splits

@@ -122,7 +122,10 @@ def _covered(kinds: tuple[str, ...]) -> str:
     ``candidates.trigram_covered_sql``)."""
     if "text" not in kinds:
         return "false"
-    conds = [f"m.role IN {TRIGRAM_ROLES!r}", f"length(m.content) <= {TRIGRAM_PREFIX_CHARS}"]
+    conds = [
+        f"m.role IN {TRIGRAM_ROLES!r}",
+        f"coalesce(length(m.content), 0) <= {TRIGRAM_PREFIX_CHARS}",
+    ]
     if "reasoning" in kinds:
         conds.append("coalesce(m.reasoning, '') = ''")
     if "tool" in kinds:

@@ -67,7 +67,10 @@ def trigram_covered_sql(kinds: tuple[str, ...]) -> str:
     every other row is scanned (``_indexed(..., rest=True)``)."""
     if "text" not in kinds:
         return "0"
-    conds = [f"m.role IN {TRIGRAM_ROLES!r}", f"length(m.content) <= {TRIGRAM_PREFIX_CHARS}"]
+    conds = [
+        f"m.role IN {TRIGRAM_ROLES!r}",
+        f"coalesce(length(m.content), 0) <= {TRIGRAM_PREFIX_CHARS}",
+    ]
     if "reasoning" in kinds:
         conds.append("coalesce(m.reasoning, '') = ''")
     if "tool" in kinds:

@@ -187,7 +187,7 @@ def test_a_query_of_only_operator_words_searches_for_them(quill):
     )
     quill.run("run", "--until-idle", "--timeout", "60")
     for q in ("AND", "OR", "NOT"):
-        assert len(quill.json("search", q)) == 1, q
+        assert len(quill.json("search", q)["hits"]) == 1, q
 
 
 def test_export_then_import_keeps_an_implicit_sessions_start(quill, tmp_path):

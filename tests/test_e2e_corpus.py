@@ -82,7 +82,7 @@ def test_import_corpus_into_running_fleet(quill, fleet):
             phrase = _phrase(s.messages)
             if phrase is None:
                 continue
-            hits = quill.json("search", phrase, "--limit", "200", "--audit")
+            hits = quill.json("search", phrase, "--limit", "200", "--audit")["hits"]
             assert s.session["session_id"] in {h["session_id"] for h in hits}, (p.path, phrase)
 
     # Importing the corpus a second time spools nothing and changes no count.

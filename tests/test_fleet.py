@@ -113,7 +113,7 @@ def test_push_wait_gives_read_your_writes(quill, home, fleet):
         input='{"role": "user", "content": "read your writes please"}',
     )
     assert out[0]["outcome"] == "applied"
-    hits = quill.json("search", "writes")
+    hits = quill.json("search", "writes")["hits"]
     assert [h["session_id"] for h in hits] == ["rw"]
 
 

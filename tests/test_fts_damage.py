@@ -39,7 +39,7 @@ def test_detached_index_search_scans_and_says_so(tmp_path, quill, home):
         assert [h["session_id"] for h in r.search("zebra")] == ["s"]  # found by the scan
     store.close()
     proc = quill.run("search", "zebra", "--json")
-    assert json.loads(proc.stdout)[0]["session_id"] == "s" and "degraded" in proc.stderr
+    assert json.loads(proc.stdout)["hits"][0]["session_id"] == "s" and "degraded" in proc.stderr
 
 
 def test_damaged_fts_pages_are_detected_writes_go_on_and_rebuild_restores_search(quill, home):
@@ -75,8 +75,8 @@ def test_damaged_fts_pages_are_detected_writes_go_on_and_rebuild_restores_search
             time.sleep(0.3)
         assert rebuilt, "fts_rebuild did not run"
         assert not (home / "run" / "halt.json").exists()
-        assert quill.json("search", "aardvark", "--limit", "5")[0]["session_id"] == "old"
-        assert quill.json("search", "bumblebee", "--limit", "5")[0]["session_id"] == "new"
+        assert quill.json("search", "aardvark", "--limit", "5")["hits"][0]["session_id"] == "old"
+        assert quill.json("search", "bumblebee", "--limit", "5")["hits"][0]["session_id"] == "new"
         with Reader(home / "state.db") as r:
             assert r.figures()["messages"] == 3200
             assert [x[0] for x in r.conn.execute("PRAGMA integrity_check")] == ["ok"]

@@ -70,7 +70,7 @@ def test_same_named_chat_files_in_two_folders_are_two_sessions(quill, tmp_path):
     held = sessions(quill)
     assert sorted(held.values()) == [[m["content"] for m in A], [m["content"] for m in B]]
     assert all(sid.startswith("openai-chat:chat.json:") for sid in held)
-    assert len(quill.json("search", "bravo")) == 1 and quarantined(quill) == 0
+    assert len(quill.json("search", "bravo")["hits"]) == 1 and quarantined(quill) == 0
     again = quill.json("import", str(tmp_path / "coll"))
     assert [(e["new"], e["already_stored"]) for e in again] == [(0, 2), (0, 3)]
 

@@ -64,16 +64,16 @@ def test_prune_then_recover_does_not_bring_the_pruned_chain_back(quill, home):
     ]
     quill.run("push", input="\n".join(json.dumps(o) for o in ops))
     quill.run("run", "--until-idle", "--timeout", "120")
-    assert len(quill.json("search", "prunedword")) == 2
+    assert len(quill.json("search", "prunedword")["hits"]) == 2
     quill.run("snapshot")
     time.sleep(1.5)  # past the 1 s retention
     quill.run("jobs", "run", "auto_prune")
     quill.run("run", "--until-idle", "--timeout", "120")
-    assert quill.json("search", "prunedword") == []
+    assert quill.json("search", "prunedword")["hits"] == []
     for path in home.glob("state.db*"):
         path.unlink()
     quill.run("recover")
-    assert quill.json("search", "prunedword") == []
+    assert quill.json("search", "prunedword")["hits"] == []
     assert quill.json("sessions", "list") == []
     [delete] = [
         json.loads(line)

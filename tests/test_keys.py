@@ -304,7 +304,7 @@ def test_cli_delete_by_id_and_by_key_goes_through_the_spool(quill):
     assert quill.run("sessions", "delete", "b", "--key", "x", check=False).returncode == 2
     quill.drain()
     assert [s["id"] for s in quill.json("sessions", "list", "--all")] == ["c"]
-    assert quill.json("search", "three") == []
+    assert quill.json("search", "three")["hits"] == []
     # deleting it again (an interrupted `delete --purge` re-run): not found, and the hint
     # names the command that finishes the purge
     again = quill.run("sessions", "delete", "b", "--purge", "--yes", check=False)

@@ -48,7 +48,7 @@ def test_every_read_surface_reads_the_postgresql_store(tmp_path, pg_store_url):
     assert "h-s" in [s["id"] for s in cli.json("sessions", "list", "--json")]
     shown = cli.json("sessions", "show", "h-s", "--json")
     assert len(shown["messages"]) == 4
-    assert [h["session_id"] for h in cli.json("search", WORD, "--json")] == ["h-s"]
+    assert [h["session_id"] for h in cli.json("search", WORD, "--json")["hits"]] == ["h-s"]
     out = tmp_path / "export.jsonl"
     proc = cli.run("export", "-o", str(out))
     assert WORD in out.read_text() and "no store" not in proc.stderr

@@ -119,7 +119,7 @@ def test_a_refused_retry_can_itself_be_retried(quill, home):
     assert quill.json("spool", "quarantine", "retry", again["id"])["batch"] != again["batch"]
     quill.drain()
     assert quill.json("spool", "quarantine", "list")["entries"] == []
-    assert [h["session_id"] for h in quill.json("search", "sum")] == ["later"]
+    assert [h["session_id"] for h in quill.json("search", "sum")["hits"]] == ["later"]
 
 
 def test_put_honours_retry_drop_and_purge_lines_of_the_audit(tmp_path):

@@ -244,7 +244,7 @@ def test_search_with_latin1_bytes_on_the_command_line(tmp_path):
         assert b"not valid UTF-8" in proc.stderr, args
         assert proc.returncode in (0, 3), (args, proc.returncode)
         if args[-1] == b"--json":
-            assert [h["snippet"] for h in json.loads(proc.stdout)] == ["caf\ufffd au lait"]
+            assert [h["snippet"] for h in json.loads(proc.stdout)["hits"]] == ["caf\ufffd au lait"]
 
 
 @pytest.mark.parametrize("indexed", [False, True])

@@ -235,7 +235,7 @@ def test_cli_prints_the_route_note_on_stderr(tmp_path):
     cli = QuillCLI(home)
     proc = cli.run("search", "数据", "--json")
     assert "scan of the newest" in proc.stderr
-    assert [h["snippet"] for h in json.loads(proc.stdout)] == ["数据库 ready"]
+    assert [h["snippet"] for h in json.loads(proc.stdout)["hits"]] == ["数据库 ready"]
     assert "scan" not in cli.run("search", "ready").stderr
 
 

@@ -83,7 +83,7 @@ def test_read_commands_show_filter_search_and_export_one_display_transcript(quil
         "[compacted]",
     ):
         assert needle in human, needle
-    hits = quill.json("search", "config.py")
+    hits = quill.json("search", "config.py")["hits"]
     assert [h["message_id"] for h in hits] == [
         shown["messages"][3]["message_id"],
         shown["messages"][2]["message_id"],

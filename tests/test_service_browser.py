@@ -92,6 +92,20 @@ DEMO_OPS = [
             ],
         },
     },
+    # One older match in a quiet session, then a chatty session with many newer ones.
+    {"op": "session.create", "data": {"session_id": "demo-quiet", "title": "Quiet wombat"}},
+    {
+        "op": "messages.append",
+        "data": {"session_id": "demo-quiet", "messages": [{"role": "user", "content": "wombat"}]},
+    },
+    {"op": "session.create", "data": {"session_id": "demo-chatty", "title": "Chatty wombats"}},
+    {
+        "op": "messages.append",
+        "data": {
+            "session_id": "demo-chatty",
+            "messages": [{"role": "assistant", "content": f"wombat {i}"} for i in range(60)],
+        },
+    },
 ]
 
 
@@ -176,6 +190,27 @@ def test_sessions_list_filters_and_search_with_highlighted_snippets(site, page):
     first.click()
     page.wait_for_url(f"**{target}**")
     assert page.locator(".msg").count() > 0
+
+
+def test_search_shows_every_matching_session_and_counts_the_rest(site, page):
+    """A chatty session shows at most 3 hits and a link to its other matches; the older
+    quiet session is still on the page; the count line gives the total."""
+    base, _, _ = site
+    page.goto(f"{base}/sessions")
+    page.fill("input[name=q]", "wombat")
+    page.press("input[name=q]", "Enter")
+    page.wait_for_selector("#hits")
+    sessions = page.locator("tr.hit td:first-child a").all_inner_texts()
+    assert sessions == ["Chatty wombats"] * 3 + ["Quiet wombat"]
+    assert page.locator("#hit-count").inner_text().startswith("4 of 61 hit(s)")
+    more = page.locator("tr.more a")
+    assert more.all_inner_texts() == ["57 more in Chatty wombats"]
+    _shot(page, "search-grouped")
+    more.click()
+    page.wait_for_selector("#hits")
+    assert page.locator("tr.hit").count() == 50  # the page size, all from the one session
+    assert "in session demo-chatty" in page.locator("#hit-count").inner_text()
+    assert set(page.locator("tr.hit td:first-child a").all_inner_texts()) == {"Chatty wombats"}
 
 
 def test_transcript_views_folded_tool_calls_markers_and_lineage(site, page):

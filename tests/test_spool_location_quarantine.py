@@ -135,5 +135,5 @@ def test_quarantine_list_show_retry_and_drop(quill, home):
     assert [(a["action"], a["id"]) for a in audit] == [("retry", compact), ("drop", title)]
     assert audit[1]["entry"]["reason"] == "title-too-long" and audit[1]["actor"].startswith("user:")
     assert quill.status()["spool"]["quarantined"] == 0
-    hits = quill.json("search", "sum")
+    hits = quill.json("search", "sum")["hits"]
     assert [h["session_id"] for h in hits] == ["later"]

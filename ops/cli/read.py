@@ -18,6 +18,7 @@ from quill.store.errors import CantOpenError
 from quill.store.factory import capabilities
 from quill.store.read.reader import Reader
 from quill.store.search import run as search_mod
+from quill.store.search.group import PER_SESSION
 
 _LIST_HINT = "`quill sessions list` shows the session ids"
 
@@ -202,6 +203,13 @@ def sessions_export(ctx: click.Context, session_id: str) -> None:
     help="relevance: ranked over the newest 1,000 matches "
     "(word queries; BM25 on SQLite, ts_rank on PostgreSQL).",
 )
+@click.option(
+    "--per-session",
+    type=click.IntRange(0, 10_000),
+    default=PER_SESSION,
+    show_default=True,
+    help="Most hits shown from one session (0: no cap); the rest are counted per session.",
+)
 @json_option
 @click.pass_obj
 def search(
@@ -217,22 +225,25 @@ def search(
     substring: bool,
     audit: bool,
     order: str,
+    per_session: int,
     as_json: bool,
 ) -> None:
     """Full-text search over messages, newest first (or --order relevance). Any text is a valid
     query.
 
     Message text, tool calls (names and arguments) and reasoning are searched (--kind picks).
-    Substring, CJK and emoji queries use narrower routes; a note on stderr says which."""
+    At most --per-session hits come from one session; the matches are counted (up to 1,000)
+    per session and in all. --json prints {"hits", "total", "total_exact", "more",
+    "per_session", "sessions"}. Substring, CJK and emoji queries use a trigram index and a
+    bounded scan; a note on stderr says what is searched."""
     _note_no_store(cfg)
     route = search_mod.route(query, substring=substring, kinds=list(kinds) or None)
     if route["note"]:
         click.echo(f"quill: {route['note']}", err=True)
     client = Client(config_=cfg)
-    # One hit past the limit tells whether more match, so the human output can say so.
-    hits = client.search(
+    result = client.search_results(
         query,
-        limit=limit + (not as_json),
+        limit=limit,
         session_id=session_id,
         role=role,
         source=source,
@@ -243,9 +254,9 @@ def search(
         context=as_json,
         kinds=list(kinds) or None,
         order=order,
+        per_session=per_session,
     )
-    more = len(hits) > limit
-    del hits[limit:]
+    hits = result["hits"]
     if session_id is not None and not hits:
         client.session(session_id)  # NotFoundError (exit 3) for a session the store lacks
     state = client.search_health()["fts_state"]
@@ -261,14 +272,19 @@ def search(
             err=True,
         )
     if as_json:
-        emit_json(hits)
+        emit_json(result)
     else:
-        render.print_search(render.console(), hits, query, more=more)
-        if more:
+        render.print_search(render.console(), hits, query, result=result)
+        if result["more"]:
             click.echo(
                 "quill: more messages match; showing the "
-                f"{'best' if order == 'relevance' else 'newest'} "
-                f"{limit} (--limit N shows more)",
+                f"{'best' if order == 'relevance' else 'newest'} {len(hits)}"
+                + (
+                    f", at most {result['per_session']} per session"
+                    if result["per_session"]
+                    else ""
+                )
+                + " (--limit N, --per-session N, --session ID show more)",
                 err=True,
             )
 

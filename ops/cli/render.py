@@ -153,12 +153,38 @@ def cost(usage: dict[str, Any]) -> str:
 
 
 def print_search(
-    con: Console, hits: list[dict[str, Any]], query: str, *, more: bool = False
+    con: Console,
+    hits: list[dict[str, Any]],
+    query: str,
+    *,
+    more: bool = False,
+    result: dict[str, Any] | None = None,
 ) -> None:
     """Search hits as a table; session ids are never split (as in ``print_sessions``: when the
     longest does not fit beside a 20-cell snippet, each hit is printed as lines). ``more``:
-    more messages match than are shown (the title says "first N")."""
-    title = f"{'first ' if more else ''}{len(hits)} hit(s) for {query!r}"
+    more messages match than are shown (the title says "first N"). ``result`` (a
+    ``Client.search_results`` dict) puts the bounded total in the title and, under the hits,
+    a line per session whose matches were not all shown."""
+    if result is not None:
+        total = f"{result['total']}{'' if result['total_exact'] else '+'}"
+        title = f"{len(hits)} of {total} hit(s) for {query!r}"
+    else:
+        title = f"{'first ' if more else ''}{len(hits)} hit(s) for {query!r}"
+    _print_hits(con, hits, title)
+    if result is None:
+        return
+    for s in result["sessions"]:
+        if s["matches"] > s["shown"]:
+            at_least = "" if result["total_exact"] else "at least "
+            con.print(
+                f"  {escape(s['session_id'])}: {s['shown']} of {at_least}{s['matches']} "
+                "hit(s) shown",
+                soft_wrap=True,
+                highlight=False,
+            )
+
+
+def _print_hits(con: Console, hits: list[dict[str, Any]], title: str) -> None:
     rows = []
     for h in hits:
         snippet = Text(h["snippet"])

@@ -45,6 +45,7 @@ _READS = (
     "session",
     "sessions",
     "search",
+    "search_results",
     "usage",
     "resume",
     "context",

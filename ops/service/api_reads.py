@@ -8,11 +8,13 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Query
+from pydantic import BaseModel
 
 from quill.ops.client.client import Client
 from quill.ops.service.api_common import ERRORS, client, client_errors
 from quill.ops.service.auth import require
 from quill.ops.service.errors import ApiError
+from quill.store.search.group import PER_SESSION
 
 router = APIRouter()
 
@@ -110,7 +112,28 @@ def resume_by_key(
     return found
 
 
-@router.get("/search", dependencies=[Depends(require("read"))])
+class SessionMatches(BaseModel):
+    """One session's share of a search: hits shown on this page and matches counted."""
+
+    session_id: str
+    title: str | None
+    shown: int
+    matches: int
+
+
+class SearchResult(BaseModel):
+    """A page of search hits (``quill.Client.search_results``) and the bounded count."""
+
+    hits: list[dict[str, Any]]
+    total: int
+    total_exact: bool
+    more: bool
+    per_session: int | None
+    sessions: list[SessionMatches]
+    degraded: bool
+
+
+@router.get("/search", dependencies=[Depends(require("read"))], response_model=SearchResult)
 def search(
     q: str = Query(max_length=1000),
     c: Client = Depends(client),
@@ -125,15 +148,21 @@ def search(
     order: Literal["newest", "relevance"] = "newest",
     context: bool = False,
     kind: list[Literal["text", "tool", "reasoning"]] | None = Query(None),
+    per_session: int = Query(PER_SESSION, ge=0, le=1000),
 ) -> dict[str, Any]:
-    """Full-text search (``quill.Client.search`` hits), newest first, or with
-    ``order=relevance`` ranked over the newest 1,000 matches (BM25 on SQLite, ``ts_rank`` on
-    PostgreSQL; a query that is not a word query — substring, CJK — is 422
+    """Full-text search (``quill.Client.search_results``, as ``quill search --json``), newest
+    first, or with ``order=relevance`` ranked over the newest 1,000 matches (BM25 on SQLite,
+    ``ts_rank`` on PostgreSQL; a query that is not a word query — substring, CJK — is 422
     ``invalid-request``). Any text is a valid query; ``kind`` (repeatable) limits where to
-    look; ``context=true`` adds each hit's neighbouring messages; ``degraded`` says results
-    come partly from a bounded scan (index rebuilding)."""
+    look; ``context=true`` adds each hit's neighbouring messages. At most ``per_session``
+    hits come from one session (0: no cap; ignored with ``session_id``). The answer:
+    ``hits``; ``total`` matching messages counted up to 1,000 (exact when ``total_exact``,
+    else a lower bound); ``more`` (matches beyond ``hits``); ``per_session``; ``sessions``
+    (``session_id``, ``title``, ``shown``, ``matches`` for every session with a counted
+    match, best first); ``degraded`` says results come partly from a bounded scan (index
+    rebuilding)."""
     with client_errors():
-        hits = c.search(
+        result = c.search_results(
             q,
             limit=limit,
             session_id=session_id,
@@ -146,8 +175,9 @@ def search(
             context=context,
             kinds=kind,
             order=order,
+            per_session=per_session,
         )
-        return {"hits": hits, "degraded": c.search_health()["degraded"]}
+        return {**result, "degraded": c.search_health()["degraded"]}
 
 
 UsageGroup = Literal["session", "model", "source", "task", "provider", "day"]

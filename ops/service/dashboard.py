@@ -178,10 +178,12 @@ def install(app: FastAPI) -> None:
         archived: str = "",
         pinned: str = "",
         lineage: str = "tips",
+        session: str = "",
     ) -> HTMLResponse:
         _who(request)
         filters = {
             "q": q,
+            "session": session,
             "source": source,
             "title": title,
             "since": since,
@@ -190,7 +192,7 @@ def install(app: FastAPI) -> None:
             "pinned": pinned,
             "lineage": lineage,
         }
-        rows, hits, sources, degraded = [], [], [], False
+        rows, hits, sources, degraded, found = [], [], [], False, None
         r = _open(request)
         if r is not None:
             with r:
@@ -205,14 +207,18 @@ def install(app: FastAPI) -> None:
         with api_common.client_errors():
             if q.strip():
                 degraded = client.search_health()["degraded"]
-                hits = client.search(
+                # At most PER_SESSION hits per session (all of one session's with ``session``);
+                # a session with more says how many, linking to them.
+                found = client.search_results(
                     q,
                     limit=PAGE_SESSIONS,
+                    session_id=session or None,
                     source=source or None,
                     since=_epoch(since),
                     until=_epoch(until),
                     context=False,
                 )
+                hits = found["hits"]
             else:
                 rows = client.sessions(
                     source=source or None,
@@ -229,6 +235,8 @@ def install(app: FastAPI) -> None:
             "sessions.html",
             rows=rows,
             hits=hits,
+            found=found,
+            more_after=_more_after(found),
             f=filters,
             sources=sources,
             degraded=degraded,
@@ -337,3 +345,16 @@ def install(app: FastAPI) -> None:
             cost_max=max([d["cost_usd"] or 0 for d in per_day] or [1]) or 1,
             model_max=max([m["tokens"] for m in per_model] or [1]) or 1,
         )
+
+
+def _more_after(found: dict[str, Any] | None) -> dict[int, dict[str, Any]]:
+    """``{message id: session entry}``: the last shown hit of each session whose matches are
+    not all shown, where the dashboard says how many more it has (``search_results``)."""
+    if not found:
+        return {}
+    last = {h["session_id"]: h["message_id"] for h in found["hits"]}
+    return {
+        last[s["session_id"]]: s
+        for s in found["sessions"]
+        if s["matches"] > s["shown"] and s["session_id"] in last
+    }

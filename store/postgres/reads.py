@@ -63,6 +63,32 @@ class PgReader(Reader):
                 **filters,
             )
 
+    @_retry_io
+    def search_page(
+        self,
+        text: str,
+        *,
+        limit: int = 20,
+        session_id: str | None = None,
+        role: str | None = None,
+        source: str | None = None,
+        projection: str = "display",
+        **filters: Any,
+    ) -> dict[str, Any]:
+        """``search`` with the per-session cap (``per_session``) and the bounded count:
+        ``{hits, total, total_exact, more, per_session, sessions}`` (``store.search.group``)."""
+        with self.snapshot() as conn:
+            return pg_search.search_page(
+                conn,
+                text,
+                limit=limit,
+                session_id=session_id,
+                role=role,
+                source=source,
+                projection=projection,
+                **filters,
+            )
+
     def search_health(self) -> dict[str, Any]:
         """Indexes are maintained in the writer's transaction: never behind, never detached."""
         return {"fts_state": "ok", "fts_pending": 0, "degraded": False}

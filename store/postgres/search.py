@@ -8,8 +8,12 @@ SQLite's ``store.search.run``; only the index access differs.
   (prefix), ``NOT`` → ``!``, AND within a group, OR between groups. Words are split on
   non-alphanumerics on both sides, like FTS5 unicode61.
 * ``trigram`` plans → ``left(content, TRIGRAM_PREFIX_CHARS) ILIKE '%term%'`` under the
-  trigram scope (pg_trgm GIN index, same scope as SQLite's trigram table).
-* ``scan`` plans (terms under 3 characters) → the same bounded newest-first LIKE scan.
+  trigram scope (pg_trgm GIN index, same scope as SQLite's trigram table), merged newest
+  first with the bounded scan of every row the index does not wholly cover (``_covered``),
+  so a trigram query looks in the same texts as a shorter query it contains.
+* ``scan`` plans (terms under 3 characters) → the same bounded newest-first ILIKE scan of
+  text, tool-call text (``quill_tool_text``) and reasoning.
+* Pages are capped per session with a bounded count (``store.search.group``, shared).
 Differences from SQLite (docs/backends.md): indexes are updated in the writer's transaction,
 so there is no unindexed tail and no watermark; the word index covers the first
 ``WORD_INDEX_CHARS`` characters of a message (FTS5 indexes all of it); an underscore splits
@@ -18,13 +22,16 @@ words here (``foo_bar`` is ``foo`` + ``bar``), as in FTS5.
 
 from __future__ import annotations
 
+import heapq
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from quill.store.postgres.connection import PgConnection
 from quill.store.postgres.schema import TRIGRAM_SCOPE
 from quill.store.read import projections
-from quill.store.schema import TRIGRAM_PREFIX_CHARS
+from quill.store.schema import TRIGRAM_PREFIX_CHARS, TRIGRAM_ROLES
+from quill.store.search import group as group_mod
 from quill.store.search import hits as hits_mod
 from quill.store.search import plan as query
 from quill.store.search import rank
@@ -102,6 +109,30 @@ def _where(conn: PgConnection, plan: query.Plan, kinds: tuple[str, ...]) -> tupl
     return f"{scope} AND ({' OR '.join(likes)})", like_args
 
 
+#: The substring routes' texts (kind → SQL over ``m``), as SQLite's ``SCAN_COLUMNS_SQL``.
+SCAN_COLUMNS_SQL = {
+    "text": "m.content",
+    "reasoning": "m.reasoning",
+    "tool": "quill_tool_text(m.tool_calls)",
+}
+
+
+def _covered(kinds: tuple[str, ...]) -> str:
+    """SQL condition: the trigram index wholly covers the row's searched texts (as SQLite's
+    ``candidates.trigram_covered_sql``)."""
+    if "text" not in kinds:
+        return "false"
+    conds = [
+        f"m.role IN {TRIGRAM_ROLES!r}",
+        f"coalesce(length(m.content), 0) <= {TRIGRAM_PREFIX_CHARS}",
+    ]
+    if "reasoning" in kinds:
+        conds.append("coalesce(m.reasoning, '') = ''")
+    if "tool" in kinds:
+        conds.append("coalesce(m.tool_calls, '[]') = '[]'")
+    return "(" + " AND ".join(conds) + ")"
+
+
 def _indexed(
     conn: PgConnection,
     plan: query.Plan,
@@ -111,11 +142,14 @@ def _indexed(
     limit: int,
     rep: str,
     kinds: tuple[str, ...],
+    rest: bool = False,
 ) -> list[tuple]:
-    """``(id, display id)`` of up to ``limit`` matching rows below ``below``, newest first;
-    ``rep`` is the SQL of the display id (``projections.REPRESENTATIVE_SQL`` or ``m.id``)."""
-    if plan.kind == "scan":  # text and reasoning, as SQLite's scan
-        cols = [c for k, c in (("text", "m.content"), ("reasoning", "m.reasoning")) if k in kinds]
+    """``(id, display id, session id)`` of up to ``limit`` matching rows below ``below``,
+    newest first; ``rep`` is the SQL of the display id (``projections.REPRESENTATIVE_SQL`` or
+    ``m.id``). A scan plan, or a trigram plan with ``rest`` (the rows the trigram index does
+    not wholly cover), scans the newest ``SCAN_MAX_ROWS`` rows below ``below``."""
+    if plan.kind == "scan" or rest:  # text, reasoning and tool calls, as SQLite's scan
+        cols = [c for k, c in SCAN_COLUMNS_SQL.items() if k in kinds]
         if not cols:
             return []
         likes, like_args = [], []
@@ -131,11 +165,12 @@ def _indexed(
                 )
                 like_args += [pattern] * len(cols)
             likes.append("(" + " AND ".join(conds) + ")")
+        outside = f"NOT {_covered(kinds)} AND " if rest else ""
         return conn.execute(
-            f"SELECT m.id, {rep} FROM "
+            f"SELECT m.id, {rep}, m.session_id FROM "
             "(SELECT id FROM messages WHERE id < ? ORDER BY id DESC LIMIT ?) AS w "
             f"JOIN messages m ON m.id = w.id JOIN sessions s ON s.id = m.session_id "
-            f"WHERE ({' OR '.join(likes)}) AND {cond} ORDER BY m.id DESC LIMIT ?",
+            f"WHERE {outside}({' OR '.join(likes)}) AND {cond} ORDER BY m.id DESC LIMIT ?",
             (below, SCAN_MAX_ROWS, *like_args, *args, limit),
         ).fetchall()
     match, match_args = _where(conn, plan, kinds)
@@ -143,14 +178,19 @@ def _indexed(
         return []
     order = "m.id + 0" if _estimate(conn, match, match_args) <= INDEX_FIRST_MAX_ROWS else "m.id"
     rows = conn.execute(
-        f"SELECT m.id, {rep} FROM messages m JOIN sessions s ON s.id = m.session_id "
+        f"SELECT m.id, {rep}, m.session_id FROM messages m JOIN sessions s ON s.id = m.session_id "
         f"WHERE {match} AND {cond} AND m.id < ? ORDER BY {order} DESC LIMIT ?",
         (*match_args, *args, below, limit),
     ).fetchall()
     return rows
 
 
-def search(
+def search(conn: PgConnection, text: str, **kw: Any) -> list[dict[str, Any]]:
+    """The hits of ``search_page`` (same arguments; no per-session cap unless given)."""
+    return search_page(conn, text, count=False, **kw)["hits"]
+
+
+def search_page(
     conn: PgConnection,
     text: str,
     *,
@@ -165,14 +205,17 @@ def search(
     context: bool = True,
     kinds: list[str] | None = None,
     order: str = "newest",
-) -> list[dict[str, Any]]:
+    per_session: int | None = None,
+    count: bool = True,
+) -> dict[str, Any]:
     """Messages matching ``text``, newest first (or, with ``order="relevance"``, the newest
-    ``rank.CANDIDATES`` word matches by ``ts_rank``: ``_ranked_page``), at most ``limit`` —
-    the contract of ``store.search.run.search`` (hit keys, filters, projections, context). Raises
-    ``ValueError`` for an unknown projection, kind or order, and for a ranked query that is
-    not a word query. ``kinds`` (text, tool, reasoning; None = all) select the weights of the
-    word index, the trigram index (text only) and the scan (text and reasoning). Any query
-    string is accepted."""
+    ``rank.CANDIDATES`` word matches by ``ts_rank``: ``_ranked_page``), at most ``limit``,
+    at most ``per_session`` per session, with the bounded count — the contract of
+    ``store.search.run.search_page`` (result keys, hit keys, filters, projections, context).
+    Raises ``ValueError`` for an unknown projection, kind or order, and for a ranked query
+    that is not a word query. ``kinds`` (text, tool, reasoning; None = all) select the
+    weights of the word index and the texts the substring routes look in (the trigram index
+    for what it covers, a bounded scan for the rest). Any query string is accepted."""
     if order not in ("newest", "relevance"):
         raise ValueError(f"search order must be one of ['newest', 'relevance'], got {order!r}")
     kinds_t = _kinds(kinds)
@@ -181,16 +224,19 @@ def search(
         raise ValueError(
             f"ranked search needs a word query; {text!r} goes to the {plan.kind} route"
         )
+    cap = None if session_id is not None else per_session
     if plan.kind == "none" or limit <= 0:
-        return []
+        return group_mod.empty(cap)
     cond, args = _filters(projection, session_id, role, source, since, until)
     rep = f"coalesce({projections.REPRESENTATIVE_SQL}, m.id)" if projection == "display" else "m.id"
-    page = (
-        _ranked_page(conn, plan, cond, args, rep, kinds_t, limit)
+    page = group_mod.Page(limit, cap, count)
+    exhausted = (
+        _ranked_page(conn, plan, cond, args, rep, kinds_t, page)
         if order == "relevance"
-        else _newest_page(conn, plan, cond, args, rep, kinds_t, limit)
+        else _newest_page(conn, plan, cond, args, rep, kinds_t, page)
     )
-    return _hits(conn, plan, page, projection, context, kinds_t)
+    hits = _hits(conn, plan, page.ids, projection, context, kinds_t)
+    return page.result(hits, exhausted, group_mod.titles(conn, list(page.matches)))
 
 
 def _ranked_page(
@@ -200,9 +246,10 @@ def _ranked_page(
     args: list[Any],
     rep: str,
     kinds: tuple[str, ...],
-    limit: int,
-) -> list[int]:
-    """Display ids of the best ``limit`` of the newest ``rank.CANDIDATES`` visible matches.
+    page: group_mod.Page,
+) -> bool:
+    """Offer the newest ``rank.CANDIDATES`` visible matches to ``page``, best first; True
+    when there were fewer (the count is exact).
 
     The score is PostgreSQL's ``ts_rank`` (every weight 1, as FTS5's bm25 weighs every
     column 1; normalisation 1: divided by 1 + log(document length), so a dense short message
@@ -212,24 +259,18 @@ def _ranked_page(
     hidden rows never take a candidate's place."""
     match, match_args = _where(conn, plan, kinds)
     if not match:
-        return []
+        return True
     order = "m.id + 0" if _estimate(conn, match, match_args) <= INDEX_FIRST_MAX_ROWS else "m.id"
     rows = conn.execute(
-        f"SELECT id, rep FROM (SELECT m.id, {rep} AS rep, "
+        f"SELECT id, rep, sid FROM (SELECT m.id, {rep} AS rep, m.session_id AS sid, "
         f"ts_rank('{{1,1,1,1}}', m.words, to_tsquery('simple', quill_unaccent(?)), 1) AS score "
         f"FROM messages m JOIN sessions s ON s.id = m.session_id WHERE {match} AND {cond} "
         f"ORDER BY {order} DESC LIMIT ?) AS c ORDER BY score DESC, id DESC",
         (match_args[0], *match_args, *args, rank.CANDIDATES),
     ).fetchall()
-    page: list[int] = []
-    seen: set[int] = set()
-    for _fid, mid in rows:
-        if mid not in seen:
-            seen.add(mid)
-            page.append(mid)
-            if len(page) >= limit:
-                break
-    return page
+    for _fid, mid, sid in rows:
+        page.offer(mid, sid)
+    return len(rows) < rank.CANDIDATES
 
 
 def _newest_page(
@@ -239,26 +280,45 @@ def _newest_page(
     args: list[Any],
     rep: str,
     kinds_t: tuple[str, ...],
-    limit: int,
-) -> list[int]:
-    """Display ids of the newest ``limit`` visible matches, deduplicated by display position."""
-    below = 2**62
-    page: list[int] = []
-    seen: set[int] = set()
-    batch = max(limit * 2, 20)
-    while len(page) < limit:
-        found = _indexed(conn, plan, cond, args, below, batch, rep, kinds_t)
-        for _fid, mid in found:
-            if mid in seen:
-                continue
-            seen.add(mid)
-            page.append(mid)
-            if len(page) >= limit:
-                break
-        if not found or (plan.kind != "scan" and len(found) < batch):
-            break  # a scan pages window by window, as on SQLite
-        below = found[-1][0]
-    return page
+    page: group_mod.Page,
+) -> bool:
+    """Offer the visible matches newest first to ``page`` until it is done (display dedupe
+    and the per-session cap are the page's); True when every candidate was offered. A
+    trigram plan merges the index's matches with a scan of the rows it does not wholly
+    cover, as on SQLite."""
+    first = max(page.limit * 2, 50 if page.count else 20)
+    sources = [_batches(conn, plan, cond, args, rep, kinds_t, first, rest=False)]
+    if plan.kind == "trigram":
+        sources.append(_batches(conn, plan, cond, args, rep, kinds_t, first, rest=True))
+    for _fid, mid, sid in heapq.merge(*sources, key=lambda row: -row[0]):
+        page.offer(mid, sid)
+        if page.done:
+            return False
+    return True
+
+
+def _batches(
+    conn: PgConnection,
+    plan: query.Plan,
+    cond: str,
+    args: list[Any],
+    rep: str,
+    kinds: tuple[str, ...],
+    first: int,
+    *,
+    rest: bool,
+) -> Iterator[tuple]:
+    """``_indexed``'s rows newest first, a batch at a time, read only as they are consumed
+    (a scan pages window by window until a window holds no match, as on SQLite)."""
+    below, batch = 2**62, first
+    scan = plan.kind == "scan" or rest
+    while True:
+        rows = _indexed(conn, plan, cond, args, below, batch, rep, kinds, rest)
+        yield from rows
+        if not rows or (not scan and len(rows) < batch):
+            return
+        below = rows[-1][0]
+        batch = min(batch * 2, 1000)
 
 
 def _hits(
@@ -279,7 +339,7 @@ def _hits(
     rows = {
         r[0]: r
         for r in conn.execute(
-            f"SELECT {_COLS}, {ncols}, m.reasoning "
+            f"SELECT {_COLS}, {ncols}, m.reasoning, quill_tool_text(m.tool_calls) "
             "FROM messages m JOIN sessions s ON s.id = m.session_id "
             f"WHERE m.id IN ({marks})",
             (*nargs, *page),
@@ -297,7 +357,7 @@ def _hits(
         # the tool calls, the reasoning, among the kinds searched; a row whose match spans
         # none of them shows the first.
         mode = "fts" if plan.kind == "fts" else "substring"
-        by_kind = {"text": r[3], "tool": r[4] if plan.kind == "fts" else None, "reasoning": r[10]}
+        by_kind = {"text": r[3], "tool": r[11], "reasoning": r[10]}
         texts = [(k, by_kind[k]) for k in kinds_t if by_kind[k]]
         matched_in, text_of, spans = (texts[0] + ([],)) if texts else ("text", "", [])
         for kind, t in texts:

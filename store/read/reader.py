@@ -310,6 +310,32 @@ class Reader:
                 **filters,
             )
 
+    @_retry_io
+    def search_page(
+        self,
+        text: str,
+        *,
+        limit: int = 20,
+        session_id: str | None = None,
+        role: str | None = None,
+        source: str | None = None,
+        projection: str = "display",
+        **filters: Any,
+    ) -> dict[str, Any]:
+        """``search`` with the per-session cap (``per_session``) and the bounded count:
+        ``{hits, total, total_exact, more, per_session, sessions}`` (``store.search.group``)."""
+        with self.snapshot() as conn:
+            return search_mod.search_page(
+                conn,
+                text,
+                limit=limit,
+                session_id=session_id,
+                role=role,
+                source=source,
+                projection=projection,
+                **filters,
+            )
+
     def search_route(
         self, text: str, *, substring: bool = False, kinds: list[str] | None = None
     ) -> dict[str, Any]:

@@ -21,8 +21,8 @@ from quill.store.schema import (
     TRIGRAM_ROLES,
     tools_text,
 )
+from quill.store.search import group, rank, textfold
 from quill.store.search import plan as query
-from quill.store.search import rank, textfold
 
 #: Upper bound on rows a scan reads (newest first) before giving up: keeps a short-CJK
 #: query on a huge store to a bounded cost; older matches beyond it are not reported.
@@ -47,19 +47,35 @@ def _kinds(kinds: list[str] | tuple[str, ...] | None) -> tuple[str, ...]:
 
 
 def _texts(plan: query.Plan, row: tuple, kinds: tuple[str, ...]) -> list[tuple[str, str]]:
-    """``(kind, text)`` of a row that ``plan`` looks in: word queries every selected index
-    column; trigram the indexed prefix of the content (its scope); scans content and reasoning."""
+    """``(kind, text)`` of a row that ``plan`` looks in: every selected kind's whole text, for
+    every route (the word index holds all of them; the substring routes match the same texts,
+    so a longer query never looks in less than a shorter query it contains)."""
     content, tools, reasoning = row[_TEXTS]
-    tools = tools_text(tools)
-    if plan.kind == "trigram":
-        ok = row[2] in TRIGRAM_ROLES and "text" in kinds
-        return [("text", content[:TRIGRAM_PREFIX_CHARS])] if ok and content else []
-    by_kind = {
-        "text": content,
-        "tool": tools if plan.kind == "fts" else None,
-        "reasoning": reasoning,
-    }
+    by_kind = {"text": content, "tool": tools_text(tools), "reasoning": reasoning}
     return [(k, by_kind[k]) for k in kinds if by_kind[k]]
+
+
+#: The substring routes' texts (kind → SQL over a row aliased ``m``), scanned in this order:
+#: the tool-call text last, as it is the costly one (``json_tree``) and OR stops early.
+SCAN_COLUMNS_SQL = {"text": "m.content", "reasoning": "m.reasoning", "tool": TOOLS_BLOB_SQL}
+
+
+def trigram_covered_sql(kinds: tuple[str, ...]) -> str:
+    """SQL condition (row ``m``): every text of the row that ``kinds`` select is inside the
+    trigram index's view (a user/assistant row whose whole content is in the indexed prefix,
+    with no reasoning or tool calls searched). For those rows the index answers exactly;
+    every other row is scanned (``_indexed(..., rest=True)``)."""
+    if "text" not in kinds:
+        return "0"
+    conds = [
+        f"m.role IN {TRIGRAM_ROLES!r}",
+        f"coalesce(length(m.content), 0) <= {TRIGRAM_PREFIX_CHARS}",
+    ]
+    if "reasoning" in kinds:
+        conds.append("coalesce(m.reasoning, '') = ''")
+    if "tool" in kinds:
+        conds.append("coalesce(m.tool_calls, '[]') = '[]'")
+    return "(" + " AND ".join(conds) + ")"
 
 
 def _filters(
@@ -99,7 +115,9 @@ def _tail(
     cond: str,
     args: list[Any],
     kinds: tuple[str, ...],
-) -> list[int]:
+) -> list[tuple[int, str]]:
+    """``(id, session id)`` of the matching rows above ``upto`` (not yet indexed), newest
+    first, matched in Python over the same texts as every route (``_texts``)."""
     # Bounded newest-first: after an index rebuild the unindexed tail can be the whole store.
     rows = conn.execute(
         f"SELECT {_COLS} FROM messages m JOIN sessions s ON s.id = m.session_id "
@@ -107,7 +125,7 @@ def _tail(
         (upto, *args, SCAN_MAX_ROWS),
     ).fetchall()
     return [
-        r[0]
+        (r[0], r[1])
         for r in rows
         if (texts := _texts(plan, r, kinds)) and query.matches(plan, [t for _, t in texts])
     ]
@@ -123,33 +141,40 @@ def _indexed(
     limit: int,
     kinds: tuple[str, ...],
     display: bool,
-) -> list[tuple[int, int]]:
-    """``(id, display id)`` of up to ``limit`` matching rows below ``below``, newest first
-    (the display id is the row's representative, ``projections.REPRESENTATIVE_SQL``, when
-    ``display``; else the id itself). Only ids: texts, snippets and context are read for the
-    page of hits alone (``search``)."""
+    rest: bool = False,
+) -> list[tuple[int, int, str]]:
+    """``(id, display id, session id)`` of up to ``limit`` matching rows below ``below``,
+    newest first (the display id is the row's representative,
+    ``projections.REPRESENTATIVE_SQL``, when ``display``; else the id itself). Only ids:
+    texts, snippets and context are read for the page of hits alone (``search``).
+
+    A scan plan, or a trigram plan with ``rest``, scans the newest ``SCAN_MAX_ROWS`` rows
+    below ``below`` (with ``rest``: only the rows the trigram index does not wholly cover,
+    ``trigram_covered_sql``); otherwise the word or trigram index answers."""
     rep = f"coalesce({projections.REPRESENTATIVE_SQL}, m.id)" if display else "m.id"
     join = _join(cond)
-    if plan.kind == "scan":
-        # Every OR-group, each an AND of (NOT) substring tests over the scanned columns, folded
-        # as FTS5 folds (quill_fold): the same logic as query.matches.
-        cols = [c for k, c in (("text", "m.content"), ("reasoning", "m.reasoning")) if k in kinds]
+    if plan.kind == "scan" or rest:
+        # Every OR-group, each an AND of (NOT) substring tests over the scanned texts, folded
+        # as FTS5 folds (quill_fold): the same logic as query.matches over _texts.
+        cols = [c for k, c in SCAN_COLUMNS_SQL.items() if k in kinds]
+        if not cols:
+            return []
         textfold.register(conn)
         ors, like_args = [], []
         for group in plan.groups:
             conds = []
             for t in group:
-                anycol = " OR ".join(f"instr(quill_fold({c}), ?) > 0" for c in cols)
+                folded = textfold.fold(t.text)
+                tests = [_contains(c, folded, like_args) for c in cols]
+                anycol = " OR ".join(tests)
                 conds.append(("NOT " if t.negated else "") + f"coalesce({anycol}, 0)")
-                like_args.extend([textfold.fold(t.text)] * len(cols))
             ors.append("(" + " AND ".join(conds) + ")")
-        if not cols:
-            return []
+        outside = f"NOT {trigram_covered_sql(kinds)} AND " if rest else ""
         return conn.execute(
-            f"SELECT m.id, {rep} FROM "
+            f"SELECT m.id, {rep}, m.session_id FROM "
             "(SELECT id FROM messages WHERE id < ? ORDER BY id DESC LIMIT ?) AS w "
             f"JOIN messages m ON m.id = w.id {join} "
-            f"WHERE ({' OR '.join(ors)}) AND {cond} ORDER BY m.id DESC LIMIT ?",
+            f"WHERE {outside}({' OR '.join(ors)}) AND {cond} ORDER BY m.id DESC LIMIT ?",
             (below, SCAN_MAX_ROWS, *like_args, *args, limit),
         ).fetchall()
     if plan.kind == "trigram":
@@ -164,11 +189,36 @@ def _indexed(
     # plan-relevant and re-prepares the whole statement at every bind (as costly as the query's
     # own run; bench/RESULTS.md). Batch sizes are few (limit × 2^k).
     return conn.execute(
-        f"SELECT m.id, {rep} FROM {table} f JOIN messages m ON m.id = f.rowid {join} "
-        f"WHERE {table} MATCH ? AND f.rowid <= ? AND f.rowid < ? AND {cond} "
+        f"SELECT m.id, {rep}, m.session_id FROM {table} f JOIN messages m ON m.id = f.rowid "
+        f"{join} WHERE {table} MATCH ? AND f.rowid <= ? AND f.rowid < ? AND {cond} "
         f"ORDER BY f.rowid DESC LIMIT {int(limit)}",
         (match, upto, below, *args),
     ).fetchall()
+
+
+def _contains(col: str, folded: str, args: list[Any]) -> str:
+    """SQL: the text ``col`` holds the folded term ``folded`` once folded as FTS5 folds
+    (``quill_fold``); appends the test's arguments to ``args``. Cheaper forms that are exact:
+
+    * a term no character folds into (CJK, emoji, digits: ``textfold.fold_free``) is in the
+      folded text exactly where it is in the raw text: ``instr`` in C, no Python call;
+    * for message text, SQLite's ``lower()`` folds ASCII as FTS5 does and leaves other
+      characters alone, so a match in ``lower(col)`` is a match in the folded text, and a
+      text that is all ASCII (``length = octet_length``) has no other: only the rest (rows
+      holding non-ASCII text without an ASCII-folded match) are folded in Python. The tools
+      text is a BLOB (``TOOLS_BLOB_SQL``): it always takes the Python fold."""
+    if textfold.fold_free(folded):
+        args.append(folded)
+        return f"instr({col}, ?) > 0"
+    if col == TOOLS_BLOB_SQL:
+        args.append(folded)
+        return f"instr(quill_fold({col}), ?) > 0"
+    args.extend([folded, folded])
+    return (
+        f"(CASE WHEN instr(lower({col}), ?) > 0 THEN 1 "
+        f"WHEN length({col}) = octet_length({col}) THEN 0 "
+        f"ELSE instr(quill_fold({col}), ?) > 0 END)"
+    )
 
 
 def _join(cond: str) -> str:
@@ -183,18 +233,19 @@ def _ranked_page(
     upto: int,
     picked: tuple[str, list[Any]],
     projection: str,
-    limit: int,
     kinds: tuple[str, ...],
-) -> list[int]:
-    """Display ids of the best ``limit`` visible rows of the ranked candidates, best first.
+    page: group.Page,
+) -> bool:
+    """Offer the visible ranked candidates to ``page``, best first; True when every
+    candidate was offered and there were fewer than ``rank.CANDIDATES`` (the count is exact).
 
     The candidates are the newest ``rank.CANDIDATES`` indexed rows (at most ``upto``) that
     match and pass the caller's filters ``picked`` (``_filters`` without a projection): the
     filters bound the candidate set. Visibility (the projection's states) and display dedupe
     are applied to the ranked list, in order, a chunk of ids at a time, so only the rows the
-    page needs are read: checking a state reads the message row, and a thousand rows scattered
-    over a large store cost more than the ranking itself. Rows above
-    ``upto`` have no index statistics and are not ranked (``search_health``: pending)."""
+    page and its bounded count (``group``) need are read: checking a state reads the message
+    row. Rows above ``upto`` have no index statistics and are not ranked (``search_health``:
+    pending)."""
     match = plan.match
     if kinds != KINDS:
         match = "{" + " ".join(KIND_COLUMNS[k] for k in kinds) + "} : (" + match + ")"
@@ -214,27 +265,25 @@ def _ranked_page(
             args=(upto, *args),
         )
     except (apsw.CorruptError, apsw.NotADBError):
-        return []  # damaged index met by a reader: as newest-first, nothing ranked to offer
+        return True  # damaged index met by a reader: as newest-first, nothing ranked to offer
     ids = [i for i, _ in ranked]
     sts = projections.states(projection)
     rep = f"coalesce({projections.REPRESENTATIVE_SQL}, m.id)" if projection == "display" else "m.id"
     sql = (
-        f"SELECT m.id, {rep} FROM messages m WHERE m.id IN ({{marks}}) "
+        f"SELECT m.id, {rep}, m.session_id FROM messages m WHERE m.id IN ({{marks}}) "
         f"AND m.state IN ({', '.join('?' for _ in sts)})"
     )
-    page: list[int] = []
-    seen: set[int] = set()
-    at, chunk = 0, max(2 * limit, 20)
-    while at < len(ids) and len(page) < limit:
+    at, chunk = 0, max(2 * page.limit, 20)
+    while at < len(ids) and not page.done:
         part = ids[at : at + chunk]
         at, chunk = at + len(part), min(2 * chunk, rank.CANDIDATES)
-        shown = dict(
-            conn.execute(sql.format(marks=", ".join("?" for _ in part)), (*part, *sts)).fetchall()
-        )
+        shown = {
+            mid: (rep_id, sid)
+            for mid, rep_id, sid in conn.execute(
+                sql.format(marks=", ".join("?" for _ in part)), (*part, *sts)
+            ).fetchall()
+        }
         for mid in part:
-            if mid in shown and shown[mid] not in seen:
-                seen.add(shown[mid])
-                page.append(shown[mid])
-                if len(page) >= limit:
-                    break
-    return page
+            if mid in shown:
+                page.offer(*shown[mid])
+    return at >= len(ids) and len(ids) < rank.CANDIDATES

@@ -12,7 +12,7 @@ from typing import Any
 import apsw
 
 from quill.store.read import projections
-from quill.store.schema import TOOLS_BLOB_SQL, TRIGRAM_PREFIX_CHARS, TRIGRAM_ROLES, tools_text
+from quill.store.schema import TOOLS_BLOB_SQL, tools_text
 from quill.store.search import hits as hits_mod
 from quill.store.search import plan as query
 from quill.store.search import textfold
@@ -116,25 +116,17 @@ def _snippet(
     ``find`` is ``hits.snippet_finder`` of the plan's terms (text -> snippet and highlights,
     None without a match)."""
     content, raw_tools, reasoning = row[6], row[7], row[8]
-    if plan.kind == "trigram":
-        order: tuple[str, ...] = (
-            ("text",) if row[2] in TRIGRAM_ROLES and "text" in kinds and content else ()
-        )
-    else:
-        order = kinds
     tools: Any = _UNREAD
     first: tuple[str, str] | None = None
-    for kind in order:
+    for kind in kinds:  # every route looks in the same texts (candidates._texts)
         if kind == "text":
-            text = content[:TRIGRAM_PREFIX_CHARS] if plan.kind == "trigram" else content
+            text = content
         elif kind == "reasoning":
             text = reasoning
-        elif plan.kind == "fts":
+        else:
             if tools is _UNREAD:
                 tools = _tools_text(conn, row[0]) if raw_tools else None
             text = tools
-        else:
-            continue
         if not text:
             continue
         found = find(text)

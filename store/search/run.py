@@ -26,13 +26,16 @@ This module holds the route and the paging loop; the candidate queries are in
 
 from __future__ import annotations
 
+import heapq
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import apsw
 
 from quill.store.read import projections
 from quill.store.schema import TRIGRAM_PREFIX_CHARS, TRIGRAM_ROLES
+from quill.store.search import group
 from quill.store.search import hits as hits_mod
 from quill.store.search import plan as query
 from quill.store.search.candidates import (
@@ -51,7 +54,7 @@ SNIPPET_CHARS = hits_mod.SNIPPET_CHARS
 #: Result orders: ``newest`` first (the default) or by ``relevance`` (bounded BM25, ``rank``).
 ORDERS = ("newest", "relevance")
 #: Re-exported: callers read the search kinds and the scan bound here.
-__all__ = ["KINDS", "ORDERS", "SCAN_MAX_ROWS", "SNIPPET_CHARS", "route", "search"]
+__all__ = ["KINDS", "ORDERS", "SCAN_MAX_ROWS", "SNIPPET_CHARS", "route", "search", "search_page"]
 
 
 def route(text: str, *, substring: bool = False, kinds: list[str] | None = None) -> dict[str, Any]:
@@ -62,10 +65,10 @@ def route(text: str, *, substring: bool = False, kinds: list[str] | None = None)
     note = None
     if plan.kind == "trigram":
         note = (
-            "substring search uses the trigram index, which covers only "
-            f"{' and '.join(TRIGRAM_ROLES)} message text "
-            f"(its first {TRIGRAM_PREFIX_CHARS} characters); tool calls, tool output "
-            "and reasoning are not searched"
+            "substring search uses the trigram index for the first "
+            f"{TRIGRAM_PREFIX_CHARS} characters of {' and '.join(TRIGRAM_ROLES)} text and a scan "
+            f"of the newest {SCAN_MAX_ROWS} messages for the rest (tool calls and output, "
+            "reasoning, longer text); older messages' rest is not searched"
         )
     elif plan.kind == "scan":
         short = [t for g in plan.groups for t in g if len(t.text) < query.TRIGRAM_MIN_CHARS]
@@ -76,8 +79,8 @@ def route(text: str, *, substring: bool = False, kinds: list[str] | None = None)
             else "this query"
         )
         note = (
-            f"{why} searched by a scan of the newest {SCAN_MAX_ROWS} messages' text and reasoning; "
-            "older messages and tool calls are not searched"
+            f"{why} searched by a scan of the newest {SCAN_MAX_ROWS} messages "
+            "(text, tool calls, reasoning); older messages are not searched"
         )
     elif plan.kind == "none" and text.strip():
         note = (
@@ -87,7 +90,13 @@ def route(text: str, *, substring: bool = False, kinds: list[str] | None = None)
     return {"route": plan.kind, "narrower": note is not None, "note": note}
 
 
-def search(
+def search(conn: apsw.Connection, text: str, **kw: Any) -> list[dict[str, Any]]:
+    """The hits of ``search_page`` (same arguments; no per-session cap unless
+    ``per_session`` is given): the list every caller before the grouped result used."""
+    return search_page(conn, text, count=False, **kw)["hits"]
+
+
+def search_page(
     conn: apsw.Connection,
     text: str,
     *,
@@ -102,10 +111,15 @@ def search(
     context: bool = True,
     kinds: list[str] | None = None,
     order: str = "newest",
+    per_session: int | None = None,
+    count: bool = True,
     timings: dict[str, float] | None = None,
     clock: Any = time.perf_counter,
-) -> list[dict[str, Any]]:
-    """Messages matching ``text``, newest first (or by relevance, ``order``), at most ``limit``.
+) -> dict[str, Any]:
+    """Messages matching ``text``, newest first (or by relevance, ``order``), at most ``limit``,
+    at most ``per_session`` from one session (None or 0: no cap; ignored with
+    ``session_id``), with a bounded count of every match: ``group.Page.result`` — ``hits``,
+    ``total``, ``total_exact``, ``more``, ``per_session``, ``sessions``.
 
     Hits are dicts: ``session_id``, ``message_id``, ``role``, ``state``, ``ts``, ``title``,
     ``matched_in`` (``text`` | ``tool`` | ``reasoning``: where the snippet comes from),
@@ -114,8 +128,10 @@ def search(
     messages in the projection's order (display dicts as ``projections.read`` returns them,
     cut to a bounded preview by ``hits.preview``, or None at an end).
     ``since``/``until`` bound the message timestamp (epoch seconds). ``substring=True``
-    searches substrings (trigram scope) instead of words. ``kinds`` limits where to look:
-    message ``text``, ``tool`` calls (names and decoded arguments), ``reasoning``.
+    searches substrings instead of words. ``kinds`` limits where to look:
+    message ``text``, ``tool`` calls (names and decoded arguments), ``reasoning``; every route
+    looks in the same texts (a substring route through the trigram index for what it covers
+    and a bounded scan for the rest).
     ``order="relevance"`` ranks instead (``_ranked_page``): the newest ``rank.CANDIDATES``
     indexed matches that pass the filters (session, role, source, since, until; the
     projection's visibility is applied to the ranked list), the visible ones best BM25 first
@@ -124,13 +140,14 @@ def search(
     rows not yet indexed are not ranked, and with the index detached (``search_health``
     degraded) the answer is the newest-first one, as there are no index statistics to rank by.
     ``timings``, when given, receives the seconds of each stage by ``clock`` (wall time by
-    default; ``time.process_time`` for CPU): ``candidates_s`` (index, tail and display
-    dedupe: ids with their display ids, one query per batch), ``page_s`` (the page's rows,
-    titles, neighbour positions — one query — and snippets) and ``context_s`` (the
-    neighbours' rows, one query, cut to previews) — for the benchmark.
+    default; ``time.process_time`` for CPU): ``candidates_s`` (index, tail, display
+    dedupe and the bounded count: ids with their display ids, one query per batch),
+    ``page_s`` (the page's rows, titles, neighbour positions — one query — and snippets) and
+    ``context_s`` (the neighbours' rows, one query, cut to previews) — for the benchmark.
     Raises ``ValueError`` for an unknown projection, kind or order, and for a ranked query
     that is not a word query (substring, CJK and scan routes have no word index to rank by);
-    otherwise any query string is accepted.
+    ``count=False`` stops at a full page (``search``: no total wanted; ``total`` then counts
+    only the candidates read). Otherwise any query string is accepted.
     """
     if order not in ORDERS:
         raise ValueError(f"search order must be one of {list(ORDERS)}, got {order!r}")
@@ -140,53 +157,88 @@ def search(
         raise ValueError(
             f"ranked search needs a word query; {text!r} goes to the {plan.kind} route"
         )
+    cap = None if session_id is not None else per_session
     if plan.kind == "none" or limit <= 0:
-        return []
+        return group.empty(cap)
     cond, args = _filters(projection, session_id, role, source, since, until)
     display = projection == "display"
+    page = group.Page(limit, cap, count)
     t0 = clock()
     # Detached (damaged) indexes are not read: everything counts as the unindexed tail.
     state, upto, top = search_state(conn)
     if order == "relevance" and state == "ok":
         picked = _filters(None, session_id, role, source, since, until)
-        page = _ranked_page(conn, plan, text, upto, picked, projection, limit, kinds_t)
-        return _hits(conn, plan, page, projection, context, kinds_t, t0, timings, clock)
+        exhausted = _ranked_page(conn, plan, text, upto, picked, projection, kinds_t, page)
+    else:
+        exhausted = _newest(conn, plan, (state, upto, top), cond, args, kinds_t, display, page)
+    hits = _hits(conn, plan, page.ids, projection, context, kinds_t, t0, timings, clock)
+    return page.result(hits, exhausted, group.titles(conn, list(page.matches)))
+
+
+def _newest(
+    conn: apsw.Connection,
+    plan: query.Plan,
+    index: tuple[str, int, int],
+    cond: str,
+    args: list[Any],
+    kinds: tuple[str, ...],
+    display: bool,
+    page: group.Page,
+) -> bool:
+    """Offer the matches newest first to ``page`` until it is ``done``; True when every
+    candidate was offered. ``index`` is ``search_state``: (state, watermark, newest id)."""
+    state, upto, top = index
     usable = state == "ok"
     upto = upto if usable else 0
-    found: list[int] = (
-        [] if plan.kind == "scan" or top <= upto else _tail(conn, plan, upto, cond, args, kinds_t)
-    )
-    reps = projections.representatives(conn, found) if display else {}
-    pairs = [(fid, reps.get(fid, fid)) for fid in found]
-    below = 2**62
-    page: list[int] = []
-    seen: set[int] = set()
-    batch = (
-        limit  # most pages need no more: filters are in the query; only display dedupe drops rows
-    )
-    more = True  # an index query may still hold rows below ``below``
+    # Rows above the watermark (all of them when the index is not usable) are matched here.
+    found = [] if plan.kind == "scan" or top <= upto else _tail(conn, plan, upto, cond, args, kinds)
+    reps = projections.representatives(conn, [i for i, _ in found]) if display else {}
+    for fid, sid in found:
+        page.offer(reps.get(fid, fid), sid)
+        if page.done:
+            return False
+    if not usable and plan.kind != "scan":
+        return True  # the tail (bounded as a scan) was everything there is to read
+    first = max(page.limit, 50) if page.count else page.limit
+    sources = [_batches(conn, plan, upto, cond, args, kinds, display, first, rest=False)]
+    if plan.kind == "trigram":
+        # The trigram index sees only the first characters of user/assistant text; every row
+        # holding more (other roles, longer text, reasoning, tool calls) is scanned as the
+        # scan route scans, so a longer query never looks in less than a shorter one would.
+        sources.append(_batches(conn, plan, upto, cond, args, kinds, display, first, rest=True))
+    for _fid, mid, sid in heapq.merge(*sources, key=lambda row: -row[0]):
+        page.offer(mid, sid)
+        if page.done:
+            return False
+    return True
+
+
+def _batches(
+    conn: apsw.Connection,
+    plan: query.Plan,
+    upto: int,
+    cond: str,
+    args: list[Any],
+    kinds: tuple[str, ...],
+    display: bool,
+    first: int,
+    *,
+    rest: bool,
+) -> Iterator[tuple[int, int, str]]:
+    """``_indexed``'s rows newest first, a batch at a time, read only as they are consumed."""
+    below, batch = 2**62, first
+    scan = plan.kind == "scan" or rest
     while True:
-        for _fid, mid in pairs:
-            if mid in seen:
-                continue
-            seen.add(mid)
-            page.append(mid)
-            if len(page) >= limit:
-                break
-        if len(page) >= limit:
-            break
-        if not more or (not usable and plan.kind != "scan"):
-            break
         try:
-            pairs = _indexed(conn, plan, upto, cond, args, below, batch, kinds_t, display)
+            rows = _indexed(conn, plan, upto, cond, args, below, batch, kinds, display, rest)
         except (apsw.CorruptError, apsw.NotADBError):
-            pairs = []  # damaged index met by a reader: the tail scan is all we can offer
-        if not pairs:
-            break
-        # An fts/trigram batch shorter than asked is every row its conditions admit: the next
-        # one (same conditions, ids below this one's last) would be empty — one query saved
-        # for rare words. A scan's next batch reads another window of rows, so it goes on.
-        more = len(pairs) >= batch or plan.kind == "scan"
-        below = pairs[-1][0]
+            return  # damaged index met by a reader: the tail scan is all we can offer
+        yield from rows
+        # An index batch shorter than asked is every row its conditions admit: the next one
+        # (same conditions, ids below this one's last) would be empty — one query saved for
+        # rare words. A scan's next batch reads another window of rows, so it goes on until
+        # a window holds no match.
+        if not rows or (not scan and len(rows) < batch):
+            return
+        below = rows[-1][0]
         batch = min(batch * 2, 1000)
-    return _hits(conn, plan, page, projection, context, kinds_t, t0, timings, clock)

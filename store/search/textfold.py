@@ -71,6 +71,20 @@ def _fold_table() -> dict[int, int]:
     return table
 
 
+@functools.cache
+def _fold_targets() -> frozenset[str]:
+    """Characters some other character folds to (``A`` → ``a``: ``a`` is one)."""
+    return frozenset(chr(c) for c in _fold_table().values())
+
+
+def fold_free(term: str) -> bool:
+    """True when a folded ``term`` holds no character that another character folds to (CJK,
+    emoji, digits, most symbols): then ``term`` is in ``fold(text)`` exactly where it is in
+    ``text`` itself, and a scan can test the raw text in SQL (``instr``) without folding
+    every row in Python. U+FFFD is excluded: a tool-call text turns bytes into it on decode."""
+    return not any(c in _fold_targets() or c == "\ufffd" for c in term)
+
+
 def fold(text: str) -> str:
     """``text`` case-folded the way FTS5 folds it (same length, code point for code point)."""
     return text.translate(_fold_table())
@@ -109,7 +123,13 @@ def word_tokens(text: str) -> list[str]:
 
 
 def register(conn: apsw.Connection) -> None:
-    """Make ``quill_fold(text)`` (``fold``) callable in SQL on ``conn`` (for scans)."""
-    conn.create_scalar_function(
-        "quill_fold", lambda t: None if t is None else fold(t), 1, deterministic=True
-    )
+    """Make ``quill_fold(text)`` (``fold``) callable in SQL on ``conn`` (for scans). A BLOB
+    argument is a tool-call text (``schema.TOOLS_BLOB_SQL``), decoded by ``tools_text``."""
+    from quill.store.schema import tools_text
+
+    def _fold(t: str | bytes | None) -> str | None:
+        if isinstance(t, bytes):
+            t = tools_text(t)
+        return None if t is None else fold(t)
+
+    conn.create_scalar_function("quill_fold", _fold, 1, deterministic=True)

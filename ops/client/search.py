@@ -1,0 +1,166 @@
+"""Search reads of ``Client`` (a base class, as ``reads.Reads``): ``search`` (the hit list)
+and ``search_results`` (hits capped per session, with a bounded total)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from quill.ops.client.errors import InvalidInputError
+from quill.ops.client.reads import _check_numbers, _check_types
+from quill.store.search.group import COUNT_MAX, PER_SESSION
+
+
+class Search:
+    """``search`` and ``search_results``; needs ``Reads._reader``."""
+
+    def search(
+        self,
+        query: str,
+        *,
+        limit: int = 20,
+        session_id: str | None = None,
+        role: str | None = None,
+        source: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        substring: bool = False,
+        audit: bool = False,
+        context: bool = True,
+        kinds: list[str] | None = None,
+        order: str = "newest",
+        per_session: int | None = None,
+    ) -> list[dict[str, Any]]:
+        """Full-text search, newest first: the hit list of ``search_results`` (hits with
+        their neighbouring messages as context; ``context=False`` leaves it out), with no
+        per-session cap unless ``per_session`` is given and no total. Any text is a valid
+        query. Empty before the store exists. When the index is being rebuilt after damage,
+        results come from a bounded scan (``search_health()`` says so). ``kinds`` limits where
+        to look: ``text``, ``tool`` (call names and arguments), ``reasoning`` (default: all).
+        ``order="relevance"`` ranks word queries over the newest 1,000 matches (BM25 on SQLite,
+        ``store/search/rank.py``; ``ts_rank`` on PostgreSQL); raises ``InvalidInputError`` for
+        another order, or for a query or store it cannot rank."""
+        return self._search(
+            query,
+            dict(
+                limit=limit,
+                session_id=session_id,
+                role=role,
+                source=source,
+                since=since,
+                until=until,
+                substring=substring,
+                audit=audit,
+                context=context,
+                kinds=kinds,
+                order=order,
+                per_session=per_session,
+            ),
+            page=False,
+        )["hits"]
+
+    def search_results(
+        self,
+        query: str,
+        *,
+        limit: int = 20,
+        session_id: str | None = None,
+        role: str | None = None,
+        source: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        substring: bool = False,
+        audit: bool = False,
+        context: bool = True,
+        kinds: list[str] | None = None,
+        order: str = "newest",
+        per_session: int | None = PER_SESSION,
+    ) -> dict[str, Any]:
+        """``search`` grouped — ``quill search QUERY --json`` and ``GET /api/v1/search``:
+        ``{"hits": [...], "total": int, "total_exact": bool, "more": bool, "per_session":
+        int | None, "sessions": [{"session_id", "title", "shown", "matches"}]}``.
+
+        At most ``per_session`` hits (default 3; None or 0: no cap; ignored with
+        ``session_id``) come from one session, so one chatty session cannot hide the others;
+        ``sessions`` lists every session with a counted match in order of its best hit, with
+        how many of its hits are shown and how many matched. ``total`` counts matching
+        messages up to 1,000 (``store.search.group.COUNT_MAX``): exact when ``total_exact``,
+        else a lower bound ("1000+"); ``more`` says matches exist beyond ``hits``. Arguments
+        and errors as ``search``."""
+        return self._search(
+            query,
+            dict(
+                limit=limit,
+                session_id=session_id,
+                role=role,
+                source=source,
+                since=since,
+                until=until,
+                substring=substring,
+                audit=audit,
+                context=context,
+                kinds=kinds,
+                order=order,
+                per_session=per_session,
+            ),
+            page=True,
+        )
+
+    def _search(self, query: str, a: dict[str, Any], *, page: bool) -> dict[str, Any]:
+        """Check the arguments ``a`` and run the reader's ``search_page`` (``page``: with the
+        bounded count) or ``search`` (wrapped as ``{"hits": ...}``)."""
+        _check_numbers(limit=a["limit"], since=a["since"], until=a["until"])
+        per_session = a.pop("per_session")
+        if per_session is not None and (
+            isinstance(per_session, bool)
+            or not isinstance(per_session, int)
+            or not 0 <= per_session < 2**31
+        ):
+            raise InvalidInputError(
+                f"per_session must be a whole number ≥ 0 or None, got {per_session!r}"
+            )
+        _check_types(
+            query=query,
+            role=a["role"],
+            source=a["source"],
+            order=a["order"],
+            kinds=a["kinds"],
+            substring=a["substring"],
+            audit=a["audit"],
+            context=a["context"],
+        )
+        if a["session_id"] is not None:
+            _check_types(session_id=a["session_id"])
+        order, kinds = a.pop("order"), a.pop("kinds")
+        if order not in ("newest", "relevance"):
+            raise InvalidInputError(f"order must be 'newest' or 'relevance', got {order!r}")
+        audit = a.pop("audit")
+        with self._reader(None) as r:  # type: ignore[attr-defined]
+            if r is None:
+                return {
+                    "hits": [],
+                    "total": 0,
+                    "total_exact": True,
+                    "more": False,
+                    "per_session": None if a["session_id"] is not None else per_session or None,
+                    "sessions": [],
+                }
+            kw = dict(
+                a,
+                projection="audit" if audit else "display",
+                **({"kinds": list(kinds)} if kinds else {}),
+                **({"order": order} if order != "newest" else {}),
+                **({"per_session": per_session} if per_session else {}),
+            )
+            try:
+                if page:
+                    return r.search_page(query, **kw)
+                return {"hits": r.search(query, **kw)}
+            except ValueError as exc:  # the reader's refusal of a ranked query it cannot rank
+                if order == "newest":
+                    raise
+                raise InvalidInputError(
+                    str(exc), hint="use the default order (newest first)"
+                ) from None
+
+
+__all__ = ["COUNT_MAX", "PER_SESSION", "Search"]

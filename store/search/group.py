@@ -1,0 +1,118 @@
+"""A page of search hits capped per session, with a bounded count of every match.
+
+A search walks its candidates best first (newest first, or by rank) and offers each display
+id with its session to a ``Page``. The page keeps the first ``limit`` of them, at most
+``per_session`` from any one session (so one chatty session cannot fill the whole list and
+hide every other session that matches), and counts every distinct match it is offered, per
+session and in all, until it holds ``COUNT_MAX`` of them.
+
+Why a bounded count and not an exact total: counting every match of a common word reads
+every row that holds it (the whole store, for ``the``), where a page reads only a page's
+worth; ``COUNT_MAX`` keeps the cost of the count to at most that many index rows. Below the
+bound the total is exact (``total_exact``); at it the total is a lower bound ("1000+"),
+unless every candidate was read anyway (a capped page that never filled).
+Filling a capped page may need more candidates than the count does (the newest 5,000 matches
+may all be one session's); that walk stops after ``FILL_MAX`` candidates.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: Matches counted at most (``total`` is exact below this, a lower bound at it).
+COUNT_MAX = 1000
+#: Candidates offered at most while a capped page still has room (then the page is short).
+FILL_MAX = 20_000
+#: Default hits per session on the CLI, HTTP and dashboard (``None``/0: no cap).
+PER_SESSION = 3
+
+
+class Page:
+    """Collects display ids (``offer``) into a capped page and counts matches.
+
+    ``limit``: hits wanted (>= 1); ``per_session``: most hits from one session (None or 0:
+    no cap); ``count``: False stops as soon as the page is full (no total wanted)."""
+
+    def __init__(  # noqa: D107 - see class doc
+        self, limit: int, per_session: int | None, count: bool = True
+    ):
+        self.limit = limit
+        self.count = count
+        self.per_session = per_session or None
+        self.ids: list[int] = []
+        self.seen: set[int] = set()
+        self.shown: dict[str, int] = {}
+        self.matches: dict[str, int] = {}  # in first-seen order (dicts keep insertion order)
+
+    def offer(self, display_id: int, session_id: str) -> None:
+        """Count ``display_id`` (once) and put it on the page if the page and its session
+        have room."""
+        if display_id in self.seen:
+            return
+        self.seen.add(display_id)
+        self.matches[session_id] = self.matches.get(session_id, 0) + 1
+        shown = self.shown.get(session_id, 0)
+        if len(self.ids) < self.limit and (self.per_session is None or shown < self.per_session):
+            self.ids.append(display_id)
+            self.shown[session_id] = shown + 1
+
+    @property
+    def full(self) -> bool:
+        """True when the page has ``limit`` hits."""
+        return len(self.ids) >= self.limit
+
+    @property
+    def done(self) -> bool:
+        """True when no further candidate can change the page and the count is at its bound."""
+        filled = self.full or len(self.seen) >= FILL_MAX
+        return filled and (not self.count or len(self.seen) >= COUNT_MAX)
+
+    def result(
+        self, hits: list[dict[str, Any]], exhausted: bool, titles: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The search result:
+
+        * ``hits``: the page's hit dicts, in order;
+        * ``total``: distinct matches counted; ``total_exact``: True when every candidate
+          was counted (``exhausted``), else ``total`` is a lower bound (>= ``COUNT_MAX``);
+        * ``more``: matches exist beyond ``hits``; ``per_session``: the cap (None: none);
+        * ``sessions``: one entry per session with a match counted, in order of its best
+          hit: ``session_id``, ``title`` (from ``titles``), ``shown`` (hits on this page)
+          and ``matches`` (its matches counted; exact when ``total_exact``)."""
+        total = len(self.seen)
+        exact = exhausted  # every candidate counted (a page that never filled reads them all)
+        return {
+            "hits": hits,
+            "total": total,
+            "total_exact": exact,
+            "more": total > len(hits) or not exact,
+            "per_session": self.per_session,
+            "sessions": [
+                {
+                    "session_id": sid,
+                    "title": titles.get(sid),
+                    "shown": self.shown.get(sid, 0),
+                    "matches": n,
+                }
+                for sid, n in self.matches.items()
+            ],
+        }
+
+
+def titles(conn: Any, session_ids: list[str]) -> dict[str, Any]:
+    """``{session_id: title}`` of ``session_ids`` (one query; works on both backends)."""
+    if not session_ids:
+        return {}
+    out: dict[str, Any] = {}
+    for at in range(0, len(session_ids), 500):
+        part = session_ids[at : at + 500]
+        marks = ", ".join("?" for _ in part)
+        out.update(
+            conn.execute(f"SELECT id, title FROM sessions WHERE id IN ({marks})", part).fetchall()
+        )
+    return out
+
+
+def empty(per_session: int | None) -> dict[str, Any]:
+    """The result of a search that has nothing to look for."""
+    return Page(1, per_session).result([], True, {})

@@ -84,3 +84,124 @@ def test_results_of_an_abandoned_branch_stay_rewound(tmp_path):
     ]
     pf = parse_file(write_jsonl(tmp_path / "fork.jsonl", recs))
     assert sorted(pf.sessions[0].rewound) == ["a1", "a2", "r1", "u1"]
+
+
+# -------------------------------------------------------------------- carried user input
+
+
+def test_queued_command_attachment_is_a_user_message(store, tmp_path):
+    # A prompt typed while the agent works is written only as an attachment record, in the
+    # parentUuid chain; the next assistant record hangs off it.
+    recs = [
+        cc("u1", "user", "refactor the parser", None),
+        cc("a1", "assistant", _tool_use("t1"), "u1", msg_id="m1"),
+        cc("r1", "user", _tool_result("t1", "ok"), "a1"),
+        {
+            "parentUuid": "r1",
+            "isSidechain": False,
+            "type": "attachment",
+            "attachment": {
+                "type": "queued_command",
+                "prompt": "and add a wombat test too",
+                "commandMode": "prompt",
+                "origin": {"kind": "human"},
+            },
+            "uuid": "q1",
+            "timestamp": "2026-01-01T00:00:02.000Z",
+            "sessionId": "s1",
+            "cwd": "/w",
+            "version": "2.1.0",
+        },
+        cc("a2", "assistant", "adding the test", "q1"),
+    ]
+    store.imp(write_jsonl(tmp_path / "q.jsonl", recs))
+    model = store.view("claude-code:s1", "model")
+    assert [(m["id"], m["role"]) for m in model] == [
+        ("u1", "user"),
+        ("a1", "assistant"),
+        ("r1", "tool"),
+        ("q1", "user"),
+        ("a2", "assistant"),
+    ]
+    assert model[3]["content"] == "and add a wombat test too"
+    assert store.session("claude-code:s1")["meta"]["record_counts"]["attachment"] == 1
+    with Reader(store.root / "state.db") as r:
+        assert len(r.search("wombat")) == 1
+
+
+def _progress(uuid, parent, agent, inner, call="task1"):
+    return {
+        "parentUuid": parent,
+        "isSidechain": False,
+        "type": "progress",
+        "data": {
+            "type": "agent_progress",
+            "prompt": "find the numbat",
+            "agentId": agent,
+            "normalizedMessages": [],
+            "message": inner,
+        },
+        "toolUseID": f"agent_msg_{uuid}",
+        "parentToolUseID": call,
+        "uuid": uuid,
+        "timestamp": "2026-01-01T00:00:01.000Z",
+        "sessionId": "s1",
+        "cwd": "/w",
+        "version": "2.1.0",
+    }
+
+
+def _inner(uuid, role, content, msg_id=None):
+    msg = {"role": role, "content": content}
+    if role == "assistant":
+        msg.update({"id": msg_id or "msg_" + uuid, "model": "claude-x", "type": "message"})
+    return {"type": role, "message": msg, "uuid": uuid, "timestamp": "2026-01-01T00:00:01Z"}
+
+
+def _task_session():
+    """A main thread whose Task call ran a subagent carried only by agent_progress records."""
+    task = [{"type": "tool_use", "id": "task1", "name": "Task", "input": {"prompt": "find"}}]
+    return [
+        cc("u1", "user", "delegate it", None),
+        cc("a1", "assistant", task, "u1"),
+        _progress("p1", "a1", "ag1", _inner("i1", "user", "find the numbat")),
+        _progress("p2", "p1", "ag1", _inner("i2", "assistant", _tool_use("st1", "Grep"))),
+        _progress("p3", "p2", "ag1", _inner("i3", "user", _tool_result("st1", "numbat.py"))),
+        _progress("p3b", "p3", "ag1", _inner("i3", "user", _tool_result("st1", "numbat.py"))),
+        _progress("p4", "p3b", "ag1", _inner("i4", "assistant", "it is in numbat.py")),
+        cc("r1", "user", _tool_result("task1", "it is in numbat.py"), "a1"),
+        cc("a2", "assistant", "found it", "r1"),
+    ]
+
+
+def test_subagent_run_carried_only_by_agent_progress_is_a_delegate_child(store, tmp_path):
+    store.imp(write_jsonl(tmp_path / "s1.jsonl", _task_session()))
+    child = store.session("claude-code:s1:agent:ag1")
+    assert child["parent_id"] == "claude-code:s1"
+    assert child["parent_kind"] == "delegate"
+    assert child["meta"]["parent_tool_call_id"] == "task1"
+    model = store.view("claude-code:s1:agent:ag1", "model")
+    assert [(m["id"], m["role"]) for m in model] == [
+        ("i1", "user"),
+        ("i2", "assistant"),
+        ("i3", "tool"),
+        ("i4", "assistant"),
+    ]
+    assert [c["function"]["name"] for c in model[1]["tool_calls"]] == ["Grep"]
+    parent = [m["id"] for m in store.view("claude-code:s1", "model")]
+    assert parent == ["u1", "a1", "r1", "a2"]
+
+
+def test_agent_progress_of_a_run_with_its_own_file_is_not_imported_twice(tmp_path):
+    main = write_jsonl(tmp_path / "s1.jsonl", _task_session())
+    sub = [
+        cc("i1", "user", "find the numbat", None, isSidechain=True, agentId="ag1"),
+        cc("i2", "assistant", _tool_use("st1", "Grep"), "i1", isSidechain=True, agentId="ag1"),
+        cc("i3", "user", _tool_result("st1", "numbat.py"), "i2", isSidechain=True, agentId="ag1"),
+        cc("i4", "assistant", "it is in numbat.py", "i3", isSidechain=True, agentId="ag1"),
+    ]
+    write_jsonl(tmp_path / "s1" / "subagents" / "agent-ag1.jsonl", sub)
+    pf = parse_file(main)
+    ids = {s.session["session_id"]: [m["id"] for m in s.messages] for s in pf.sessions}
+    assert ids["claude-code:s1:agent:ag1"] == ["i1", "i2", "i3", "i4"]
+    assert not [p for p in pf.problems if p.kind == "skipped"]

@@ -34,6 +34,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from quill.ops.importers.claude_carried import progress_agent
 from quill.ops.importers.jsonlines import parse_timestamp
 
 #: Record types Claude Code is known to write that are not messages (counted, not imported).
@@ -101,6 +102,7 @@ class Structure:
     task_prompts: dict[str, list[str]] = field(default_factory=dict)  # prompt -> tool_use ids
     agent_calls: dict[str, str] = field(default_factory=dict)  # agentId -> tool_use id
     unknown_types: dict[str, int] = field(default_factory=dict)
+    progress_agents: set[str] = field(default_factory=set)  # agent ids agent_progress carries
     loose: dict[str, int] = field(default_factory=dict)  # counts of records with no thread
     first_session: str | None = None
 
@@ -150,6 +152,9 @@ def _note(st: Structure, ordinal: int, rec: dict) -> None:
         return
     if st.first_session is None and isinstance(rec.get("sessionId"), str):
         st.first_session = rec["sessionId"]
+    agent = progress_agent(rec)
+    if agent is not None:
+        st.progress_agents.add(agent)
     if rtype == "summary":
         st.summaries.append({"summary": rec.get("summary"), "leafUuid": rec.get("leafUuid")})
         return
@@ -189,6 +194,8 @@ def _note(st: Structure, ordinal: int, rec: dict) -> None:
         th.first_prompt = _text(msg.get("content"))
     if key[1] == MAIN:
         _links(st, rtype, rec, msg)
+    elif isinstance(rec.get("parentToolUseID"), str):  # a run carried by agent_progress
+        st.agent_calls.setdefault(key[1], rec["parentToolUseID"])
     if uuid is None or uuid in st.ordinal:
         return  # a re-written record (resumed session) keeps its first place in the tree
     st.thread_of[uuid] = key

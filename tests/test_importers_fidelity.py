@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from importers_helpers import (  # noqa: F401 (store: fixture)
     cc,
+    codex_assistant,
+    codex_line,
+    codex_user,
     store,
     texts,
     write_jsonl,
@@ -205,3 +208,140 @@ def test_agent_progress_of_a_run_with_its_own_file_is_not_imported_twice(tmp_pat
     ids = {s.session["session_id"]: [m["id"] for m in s.messages] for s in pf.sessions}
     assert ids["claude-code:s1:agent:ag1"] == ["i1", "i2", "i3", "i4"]
     assert not [p for p in pf.problems if p.kind == "skipped"]
+
+
+# -------------------------------------------------------------------- Codex layouts and usage
+
+#: A rollout as Codex wrote it before the {timestamp, type, payload} envelope: a bare header,
+#: state lines and bare response items without timestamps (openai/codex rollout.rs, 2025).
+LEGACY_ROLLOUT = [
+    {
+        "id": "5973b6c0-94b8-487b-a530-2aeb6098ae0e",
+        "timestamp": "2025-05-07T17:24:21.123Z",
+        "instructions": None,
+        "git": {"commit_hash": "abc123", "branch": "main"},
+    },
+    {"record_type": "state"},
+    {
+        "type": "message",
+        "id": None,
+        "role": "user",
+        "content": [{"type": "input_text", "text": "list the capybara files"}],
+    },
+    {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "opaque"},
+    {
+        "type": "function_call",
+        "id": "fc_1",
+        "name": "shell",
+        "arguments": '{"command":["ls"]}',
+        "call_id": "call_1",
+    },
+    {"type": "function_call_output", "call_id": "call_1", "output": "capybara.md"},
+    {"record_type": "state", "previous_response_id": "resp_1"},
+    {
+        "type": "message",
+        "id": None,
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": "one capybara file"}],
+    },
+]
+
+
+def test_codex_rollout_before_the_envelope_format_is_imported(store, tmp_path):
+    path = write_jsonl(tmp_path / "rollout-2025-05-07T17-24-21-5973b6c0.jsonl", LEGACY_ROLLOUT)
+    assert parse_file(path).format == "codex"
+    store.imp(path)
+    sid = "codex:5973b6c0-94b8-487b-a530-2aeb6098ae0e"
+    session = store.session(sid)
+    assert session["meta"]["git"] == {"commit_hash": "abc123", "branch": "main"}
+    assert session["meta"]["counts"]["state"] == 2
+    model = store.view(sid, "model")
+    assert [m["role"] for m in model] == ["user", "assistant", "tool", "assistant"]
+    assert model[1]["tool_calls"][0]["function"]["name"] == "shell"
+    assert model[2]["tool_call_id"] == "call_1" and model[2]["content"] == "capybara.md"
+    with Reader(store.root / "state.db") as r:
+        assert len(r.search("capybara")) == 3
+
+
+def _tokens(total, last=None):
+    info = {"total_token_usage": total}
+    if last is not None:
+        info["last_token_usage"] = last
+    return codex_line("event_msg", {"type": "token_count", "info": info})
+
+
+def _u(inp, out):
+    return {
+        "input_tokens": inp,
+        "cached_input_tokens": 0,
+        "output_tokens": out,
+        "reasoning_output_tokens": 0,
+        "total_tokens": inp + out,
+    }
+
+
+def test_codex_token_count_with_only_the_running_total_records_each_call(tmp_path):
+    recs = [
+        codex_line("session_meta", {"id": "tk"}),
+        codex_user("q"),
+        _tokens(_u(100, 10)),
+        codex_assistant("a"),
+        _tokens(_u(100, 10)),  # a repeat (rate-limit update): no new call
+        _tokens(_u(250, 30)),
+        _tokens(_u(400, 45), last=_u(150, 15)),
+    ]
+    pf = parse_file(write_jsonl(tmp_path / "rollout.jsonl", recs))
+    calls = [
+        (u["usage"]["input_tokens"], u["usage"]["output_tokens"]) for u in pf.sessions[0].usage
+    ]
+    assert calls == [(100, 10), (150, 20), (150, 15)]
+
+
+def test_codex_total_that_went_down_without_last_usage_is_reported_not_zero(tmp_path):
+    recs = [
+        codex_line("session_meta", {"id": "tk2"}),
+        codex_user("q"),
+        _tokens(_u(100, 10)),
+        _tokens(_u(40, 5)),  # restarted count, no last_token_usage: unknown
+    ]
+    pf = parse_file(write_jsonl(tmp_path / "rollout.jsonl", recs))
+    assert [u["usage"]["input_tokens"] for u in pf.sessions[0].usage] == [100]
+    assert [(p.line, p.kind) for p in pf.problems] == [(4, "skipped")]
+
+
+# -------------------------------------------------------------------- Codex turn boundaries
+
+
+def _turn(turn_id):
+    return codex_line("turn_context", {"turn_id": turn_id, "model": "gpt-x", "cwd": "/w"})
+
+
+def test_codex_rollback_uses_turn_context_when_a_turn_has_no_user_message_echo(store, tmp_path):
+    recs = [
+        codex_line("session_meta", {"id": "rb3"}),
+        codex_user("# AGENTS.md instructions for /w\n<INSTRUCTIONS>x</INSTRUCTIONS>"),
+        _turn("t1"),
+        codex_user("turn one"),
+        codex_line("event_msg", {"type": "user_message", "message": "turn one"}),
+        codex_assistant("answer one"),
+        _turn("t2"),
+        codex_user("<environment_context>\n  <cwd>/w</cwd>\n</environment_context>"),
+        codex_user("turn two platypus"),  # no user_message echo for this turn
+        codex_assistant("answer two platypus"),
+        codex_line("event_msg", {"type": "thread_rolled_back", "num_turns": 1}),
+        _turn("t3"),
+        codex_user("turn two again"),
+        codex_line("event_msg", {"type": "user_message", "message": "turn two again"}),
+        codex_assistant("answer two again"),
+    ]
+    store.imp(write_jsonl(tmp_path / "rollout.jsonl", recs))
+    model = texts(store.view("codex:rb3", "model"))
+    assert model[1:] == [
+        "turn one",
+        "answer one",
+        "<environment_context>\n  <cwd>/w</cwd>\n</environment_context>",
+        "turn two again",
+        "answer two again",
+    ]
+    with Reader(store.root / "state.db") as r:
+        assert r.search("platypus") == []

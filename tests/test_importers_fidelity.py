@@ -127,7 +127,9 @@ def test_queued_command_attachment_is_a_user_message(store, tmp_path):
         ("a2", "assistant"),
     ]
     assert model[3]["content"] == "and add a wombat test too"
-    assert store.session("claude-code:s1")["meta"]["record_counts"]["attachment"] == 1
+    counts = store.session("claude-code:s1")["meta"]["record_counts"]
+    assert (counts["attachment"], counts["carried:attachment:queued_command"]) == (1, 1)
+    assert counts["user"] == 2
     with Reader(store.root / "state.db") as r:
         assert len(r.search("wombat")) == 1
 

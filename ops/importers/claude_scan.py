@@ -34,7 +34,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from quill.ops.importers.claude_carried import progress_agent
+from quill.ops.importers.claude_carried import CARRIED, progress_agent
 from quill.ops.importers.jsonlines import parse_timestamp
 
 #: Record types Claude Code is known to write that are not messages (counted, not imported).
@@ -227,7 +227,9 @@ def _note(st: Structure, ordinal: int, rec: dict) -> None:
 
 
 def _figures(th: Thread, rec: dict) -> None:
-    th.counts[rec["type"]] = th.counts.get(rec["type"], 0) + 1
+    # a message record made from a carrier is counted apart: counts are of the file's records
+    kind = f"carried:{rec[CARRIED]}" if CARRIED in rec else rec["type"]
+    th.counts[kind] = th.counts.get(kind, 0) + 1
     for key in ("cwd", "gitBranch", "version"):
         if rec.get(key) and key not in th.first:
             th.first[key] = rec[key]

@@ -5,6 +5,7 @@ Codex rollout layouts, usage fields and turn boundaries older or newer versions 
 
 from __future__ import annotations
 
+import pytest
 from importers_helpers import (  # noqa: F401 (store: fixture)
     cc,
     codex_assistant,
@@ -315,23 +316,31 @@ def test_codex_total_that_went_down_without_last_usage_is_reported_not_zero(tmp_
 
 
 def _turn(turn_id):
-    return codex_line("turn_context", {"turn_id": turn_id, "model": "gpt-x", "cwd": "/w"})
+    p = {"model": "gpt-x", "cwd": "/w"}
+    if not turn_id.startswith("old"):  # older versions wrote turn_context without a turn_id
+        p["turn_id"] = turn_id
+    return codex_line("turn_context", p)
 
 
-def test_codex_rollback_uses_turn_context_when_a_turn_has_no_user_message_echo(store, tmp_path):
+@pytest.mark.parametrize("ids", [("t1", "t2", "t3"), ("old1", "old2", "old3")])
+def test_codex_rollback_uses_turn_context_when_a_turn_has_no_user_message_echo(
+    store, tmp_path, ids
+):
+    t1, t2, t3 = ids
     recs = [
         codex_line("session_meta", {"id": "rb3"}),
         codex_user("# AGENTS.md instructions for /w\n<INSTRUCTIONS>x</INSTRUCTIONS>"),
-        _turn("t1"),
+        _turn(t1),
         codex_user("turn one"),
         codex_line("event_msg", {"type": "user_message", "message": "turn one"}),
         codex_assistant("answer one"),
-        _turn("t2"),
+        _turn(t2),
         codex_user("<environment_context>\n  <cwd>/w</cwd>\n</environment_context>"),
         codex_user("turn two platypus"),  # no user_message echo for this turn
         codex_assistant("answer two platypus"),
         codex_line("event_msg", {"type": "thread_rolled_back", "num_turns": 1}),
-        _turn("t3"),
+        _turn(t3),
+        _turn(t3),  # written again within the turn: no new turn
         codex_user("turn two again"),
         codex_line("event_msg", {"type": "user_message", "message": "turn two again"}),
         codex_assistant("answer two again"),

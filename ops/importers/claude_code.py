@@ -14,6 +14,9 @@ learns the tree, threads, titles and links; pass 2 re-reads the records and emit
 * records off the active path (see claude_scan) are emitted ``rewound``;
 * an ``isCompactSummary`` record on the active path is a compaction: its message becomes the
   compacted set (what the model was fed from then on);
+* messages carried by bookkeeping records (``claude_carried``): a ``queued_command``
+  attachment (a prompt typed while the agent worked) is a ``user`` message; a subagent run
+  carried only by ``agent_progress`` records is a delegate child like any other run;
 * ``system``, ``progress``, ``file-history-snapshot``, ``queue-operation`` and other known
   bookkeeping records are not messages (counted in ``meta.record_counts``); unknown record
   types are ignored and counted (``meta.ignored_record_types``, one "ignored" problem each);
@@ -29,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from quill.ops.importers import claude_blocks
+from quill.ops.importers.claude_carried import expand
 from quill.ops.importers.claude_scan import (
     KNOWN_TYPES,
     MAIN,
@@ -216,7 +220,12 @@ def stream(
     (a subagent file imported on its own: its session file) is scanned only for the tool
     calls that started subagents, never imported."""
     files = [(Path(path), records), *extra_files]
-    st = scan(rec for _, read in files for rec in read([]))
+    st = scan(rec for _, read in files for rec in expand(read([]), frozenset()))
+    # Subagent runs only agent_progress records carry (no subagent file, no inline sidechain
+    # records of that agent) are expanded into sidechain records: a second pass 1 then.
+    carried = frozenset(st.progress_agents - {k[1] for k in st.threads if k[1] != MAIN})
+    if carried:
+        st = scan(rec for _, read in files for rec in expand(read([]), carried))
     if links is not None:
         parent = scan(links([]))
         st.agent_calls.update(parent.agent_calls)
@@ -239,7 +248,7 @@ def stream(
         )
     ordinal = 0
     for fpath, read in files:
-        for line, rec in read(problems):
+        for line, rec in expand(read(problems), carried):
             ordinal += 1
             if not isinstance(rec, dict) or not isinstance(rec.get("type"), str):
                 problems.append(

@@ -14,9 +14,11 @@ few ids and flags, never message text) decides, before any message is emitted:
   when that record exists, else at the thread's last message record before the root (the
   leaf the restart replaced), so only a real fork (two children of one record) abandons
   anything. Off-path records that the model
-  still saw stay live: a tool-result record whose parent is on the path (parallel tool calls
-  answer off the main chain) and the other blocks of an on-path API response (same
-  ``message.id``). Every other off-path message record is on an abandoned (rewound) branch;
+  still saw stay live, transitively (a record live for one of these reasons passes it on):
+  the other blocks of a live API response (same ``message.id``), and a tool-result record
+  whose parent is live or that answers a tool call of a live record (parallel tool calls
+  answer off the main chain). Every other off-path message record is on an abandoned
+  (rewound) branch;
 * **titles**: ``custom-title`` (set by the user) wins over ``ai-title`` over ``summary``
   records (the summary whose ``leafUuid`` is in the session, last one wins);
 * **links**: a subagent thread's parent tool call: the Task/Agent ``tool_use`` whose
@@ -32,6 +34,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from quill.ops.importers.claude_carried import CARRIED, progress_agent
 from quill.ops.importers.jsonlines import parse_timestamp
 
 #: Record types Claude Code is known to write that are not messages (counted, not imported).
@@ -90,6 +93,8 @@ class Structure:
     logical: dict[str, str] = field(default_factory=dict)
     tool_result_only: set[str] = field(default_factory=set)
     response_of: dict[str, str] = field(default_factory=dict)  # uuid -> assistant message.id
+    call_record: dict[str, str] = field(default_factory=dict)  # tool_use id -> record uuid
+    answers: dict[str, list[str]] = field(default_factory=dict)  # result uuid -> tool_use ids
     ordinal: dict[str, int] = field(default_factory=dict)
     live: set[str] = field(default_factory=set)  # filled by finish()
     titles: dict[str, dict[str, str]] = field(default_factory=dict)  # sessionId -> kind -> title
@@ -97,6 +102,7 @@ class Structure:
     task_prompts: dict[str, list[str]] = field(default_factory=dict)  # prompt -> tool_use ids
     agent_calls: dict[str, str] = field(default_factory=dict)  # agentId -> tool_use id
     unknown_types: dict[str, int] = field(default_factory=dict)
+    progress_agents: set[str] = field(default_factory=set)  # agent ids agent_progress carries
     loose: dict[str, int] = field(default_factory=dict)  # counts of records with no thread
     first_session: str | None = None
 
@@ -146,6 +152,9 @@ def _note(st: Structure, ordinal: int, rec: dict) -> None:
         return
     if st.first_session is None and isinstance(rec.get("sessionId"), str):
         st.first_session = rec["sessionId"]
+    agent = progress_agent(rec)
+    if agent is not None:
+        st.progress_agents.add(agent)
     if rtype == "summary":
         st.summaries.append({"summary": rec.get("summary"), "leafUuid": rec.get("leafUuid")})
         return
@@ -185,6 +194,8 @@ def _note(st: Structure, ordinal: int, rec: dict) -> None:
         th.first_prompt = _text(msg.get("content"))
     if key[1] == MAIN:
         _links(st, rtype, rec, msg)
+    elif isinstance(rec.get("parentToolUseID"), str):  # a run carried by agent_progress
+        st.agent_calls.setdefault(key[1], rec["parentToolUseID"])
     if uuid is None or uuid in st.ordinal:
         return  # a re-written record (resumed session) keeps its first place in the tree
     st.thread_of[uuid] = key
@@ -203,12 +214,22 @@ def _note(st: Structure, ordinal: int, rec: dict) -> None:
             and all(isinstance(b, dict) and b.get("type") == "tool_result" for b in content)
         ):
             st.tool_result_only.add(uuid)
+            st.answers[uuid] = [
+                b["tool_use_id"] for b in content if isinstance(b.get("tool_use_id"), str)
+            ]
         if rtype == "assistant" and isinstance(msg.get("id"), str):
             st.response_of[uuid] = msg["id"]
+        if rtype == "assistant" and isinstance(content, list):
+            for b in content:
+                if isinstance(b, dict) and b.get("type") == "tool_use":
+                    if isinstance(b.get("id"), str):
+                        st.call_record.setdefault(b["id"], uuid)
 
 
 def _figures(th: Thread, rec: dict) -> None:
-    th.counts[rec["type"]] = th.counts.get(rec["type"], 0) + 1
+    # a message record made from a carrier is counted apart: counts are of the file's records
+    kind = f"carried:{rec[CARRIED]}" if CARRIED in rec else rec["type"]
+    th.counts[kind] = th.counts.get(kind, 0) + 1
     for key in ("cwd", "gitBranch", "version"):
         if rec.get(key) and key not in th.first:
             th.first[key] = rec[key]
@@ -276,14 +297,40 @@ def finish(st: Structure) -> None:
                     i = bisect.bisect_left(ordinals, st.ordinal[node]) - 1
                     nxt = th.messages[i][1] if i >= 0 else None
             node = nxt
-        live_responses = {st.response_of[u] for u in on if u in st.response_of}
-        for _, u in th.messages:
-            if (
-                u in on
-                or (u in st.tool_result_only and st.parent.get(u) in on)
-                or st.response_of.get(u) in live_responses
-            ):
-                st.live.add(u)
+        _spread(st, th, on)
+
+
+def _spread(st: Structure, th: Thread, on: set[str]) -> None:
+    """Add to ``st.live`` the thread's active path ``on`` and every record live for another
+    reason, transitively: a block of a live API response (same ``message.id``), and a
+    tool-result record whose parent is live or that answers a call made by a live record.
+    Liveness flows through records live for such a reason, not only through the path
+    (parallel calls A1 -> A2 of one response: A2's result hangs off A2, which is off the
+    path). A walk over reverse edges from the path: each record is queued at most once."""
+    by_response: dict[str, list[str]] = {}
+    by_source: dict[str, list[str]] = {}  # live record uuid -> result records it makes live
+    for _, u in th.messages:
+        if u in st.response_of:
+            by_response.setdefault(st.response_of[u], []).append(u)
+        if u in st.tool_result_only:
+            sources = [st.parent.get(u), *(st.call_record.get(c) for c in st.answers.get(u, ()))]
+            for src in {s for s in sources if s is not None}:
+                by_source.setdefault(src, []).append(u)
+    live = set(on)
+    todo = list(on)
+    seen_responses: set[str] = set()
+    while todo:
+        u = todo.pop()
+        nxt = list(by_source.get(u, ()))
+        resp = st.response_of.get(u)
+        if resp is not None and resp not in seen_responses:
+            seen_responses.add(resp)
+            nxt.extend(by_response.get(resp, ()))
+        for v in nxt:
+            if v not in live:
+                live.add(v)
+                todo.append(v)
+    st.live |= live
 
 
 def title_for(st: Structure, th: Thread) -> str | None:

@@ -20,10 +20,17 @@ the session meta, turn models and thread names):
   record with only ``message`` gives a one-message summary. Summarised in
   ``meta.compactions`` too;
 * an ``event_msg`` ``thread_rolled_back {num_turns}`` rewinds the messages of the last
-  ``num_turns`` user turns (a turn starts at the user message an ``event_msg user_message``
-  echoes; injected context such as AGENTS.md is not a turn);
+  ``num_turns`` user turns. A turn starts at the user message an ``event_msg user_message``
+  echoes, and at the first typed prompt after a ``turn_context`` of a new ``turn_id`` (a turn
+  whose prompt has no echo); injected context such as AGENTS.md or an
+  ``<environment_context>`` block is not a turn;
 * ``event_msg`` ``thread_name_updated`` gives the title (the last one wins);
-* ``event_msg`` ``token_count`` -> a ``Usage`` event per model call (``_token_count``);
+* ``event_msg`` ``token_count`` -> a ``Usage`` event per model call: the change of the
+  running ``total_token_usage`` (``last_token_usage`` only when the total went down;
+  ``_token_count``);
+* rollouts written before the envelope (a bare ``{id, timestamp, instructions, git}`` header,
+  ``{"record_type": "state"}`` lines, bare response items without timestamps) are read as
+  their envelope form (``envelope``): header -> ``session_meta``, state -> counted;
 * record types this version does not know are ignored and counted (``meta.counts``).
 
 Session id: "codex:<session_meta id>"; a rollout without one gets "codex:<file name>:<hash
@@ -45,11 +52,78 @@ from quill.ops.importers.codex_scan import RECORD_TYPES, Scan, session_of
 from quill.ops.importers.events import Event, Message, SessionStart
 from quill.ops.importers.jsonlines import Problem, make_message, shape_problem
 
-__all__ = ["FORMAT", "looks_like_line", "looks_like_record", "looks_like_transcript", "stream"]
+Records = Callable[[list[Problem]], Iterable[tuple[int | None, Any]]]
+
+__all__ = [
+    "FORMAT",
+    "enveloped",
+    "looks_like_line",
+    "looks_like_record",
+    "looks_like_transcript",
+    "stream",
+]
+
+#: Keys of the bare session header rollouts had before ``session_meta`` (openai/codex
+#: codex-rs/core/src/rollout.rs: ``SessionMeta {id, timestamp, instructions}``, later with
+#: ``git``, then ``cwd``/``originator``/``cli_version``).
+_HEADER_KEYS = frozenset(
+    {"id", "timestamp", "instructions", "git", "cwd", "originator", "cli_version", "model"}
+)
+#: Bare response items a pre-envelope rollout holds, with the key each one must have.
+_BARE_ITEMS = {
+    "message": "role",
+    "reasoning": "summary",
+    "function_call": "call_id",
+    "function_call_output": "call_id",
+    "local_shell_call": "action",
+    "custom_tool_call": "call_id",
+    "custom_tool_call_output": "call_id",
+}
+
+
+def _legacy_header(obj: Any) -> bool:
+    return (
+        isinstance(obj, dict)
+        and isinstance(obj.get("id"), str)
+        and isinstance(obj.get("timestamp"), str)
+        and set(obj) <= _HEADER_KEYS
+    )
+
+
+def _bare_item(obj: Any) -> bool:
+    return (
+        isinstance(obj, dict)
+        and "payload" not in obj
+        and isinstance(obj.get("type"), str)
+        and _BARE_ITEMS.get(obj["type"]) in obj
+    )
+
+
+def envelope(obj: Any) -> Any:
+    """A line of the pre-envelope layout in today's ``{timestamp, type, payload}`` form (the
+    bare header -> ``session_meta``, a ``{"record_type": "state"}`` line -> ``state``, a bare
+    response item -> ``response_item`` with no timestamp); any other value unchanged."""
+    if _legacy_header(obj):
+        return {"timestamp": obj["timestamp"], "type": "session_meta", "payload": obj}
+    if isinstance(obj, dict) and obj.get("record_type") == "state" and "type" not in obj:
+        return {"type": "state", "payload": {k: v for k, v in obj.items() if k != "record_type"}}
+    if _bare_item(obj):
+        return {"timestamp": obj.get("timestamp"), "type": "response_item", "payload": obj}
+    return obj
+
+
+def enveloped(records: Records) -> Records:
+    """``records`` with every line passed through ``envelope`` (both layouts read alike)."""
+
+    def read(problems: list[Problem]) -> Iterator[tuple[int | None, Any]]:
+        return ((line, envelope(rec)) for line, rec in records(problems))
+
+    return read
 
 
 def looks_like_record(obj: Any) -> bool:
-    """True for a dict shaped like one Codex rollout line of a known type."""
+    """True for a dict shaped like one Codex rollout line of a known type (either layout)."""
+    obj = envelope(obj)
     return looks_like_line(obj) and obj["type"] in RECORD_TYPES
 
 
@@ -63,13 +137,13 @@ def looks_like_line(obj: Any) -> bool:
 
 
 def looks_like_transcript(obj: Any) -> bool:
-    """True for a line that carries the transcript (what detection keys on)."""
+    """True for a line that carries the transcript (what detection keys on), in either
+    layout (``envelope``)."""
+    obj = envelope(obj)
     return looks_like_line(obj) and obj["type"] in ("session_meta", "response_item")
 
 
-def _opening(
-    path: Path, records: Callable[[list[Problem]], Iterable[tuple[int | None, Any]]], sid: str
-) -> list[dict]:
+def _opening(path: Path, records: Records, sid: str) -> list[dict]:
     """The first message of a rollout (read up to it, problems discarded): what a store
     made by an older version must hold under the file-name id for the import to keep it."""
     st = State(sid, path, [])
@@ -85,12 +159,10 @@ def _opening(
     return []
 
 
-def stream(
-    path: Path,
-    records: Callable[[list[Problem]], Iterable[tuple[int | None, Any]]],
-    problems: list[Problem],
-) -> Iterator[Event]:
-    """Events of one rollout file (at most one session); ``records(problems)`` re-reads it."""
+def stream(path: Path, records: Records, problems: list[Problem]) -> Iterator[Event]:
+    """Events of one rollout file (at most one session); ``records(problems)`` re-reads it.
+    Pre-envelope lines are read as their envelope form (``envelope``)."""
+    records = enveloped(records)
     scan = Scan()
     for line, rec in records([]):
         if looks_like_line(rec):

@@ -10,6 +10,7 @@ total); ``record_events`` maps one record, ``_item`` one ``response_item`` paylo
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -90,6 +91,13 @@ class State:
         self.turn_starts: list[int] = []  # indexes into live_ids where a user turn starts
         self.last_user: int | None = None  # index of the last user message in live_ids
         self.usage_total: dict | None = None  # the last token_count's running total
+        self.turn_open = False  # a turn_context began a turn whose prompt is not seen yet
+
+    def mark_turn(self, index: int) -> None:
+        """A user turn starts at ``live_ids[index]`` (once: an echo of the prompt a
+        ``turn_context`` already marked adds nothing)."""
+        if not self.turn_starts or self.turn_starts[-1] != index:
+            self.turn_starts.append(index)
 
     def next_id(self, line: int | None, suffix: str = "") -> str:
         k = self.ids.get((line, suffix), 0)
@@ -111,6 +119,18 @@ class State:
         text = join_text(self.pending_reasoning)
         self.pending_reasoning = []
         return text
+
+
+#: Context Codex injects as user-role messages (not a prompt the user typed): AGENTS.md,
+#: and whole-message tag blocks such as <environment_context>, <user_instructions>, <skill>.
+_INJECTED = re.compile(r"\A\s*(# AGENTS\.md instructions|<([a-z_]+)>[\s\S]*</\2>\s*\Z)")
+
+
+def _injected(content: Any) -> bool:
+    """True for a user message that is injected context rather than a typed prompt."""
+    if isinstance(content, list):
+        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return isinstance(content, str) and bool(_INJECTED.match(content))
 
 
 def _part_texts(value: Any) -> list[Any]:
@@ -195,9 +215,14 @@ def record_events(st: State, line: int | None, rec: dict) -> Iterator[Event]:
         if msg is not None:
             if msg["role"] == "user":
                 st.last_user = len(st.live_ids)
+                if st.turn_open and not _injected(msg.get("content")):
+                    st.mark_turn(st.last_user)  # the first real prompt of a new turn
+                    st.turn_open = False
             st.live_ids.append(msg["id"])
             yield Message(st.sid, msg)
     elif rtype == "turn_context":
+        if not p.get("turn_id") or p.get("turn_id") != st.turn.get("turn_id"):
+            st.turn_open = True  # a new turn: its first real user prompt starts it
         st.turn = p
     elif rtype == "compacted":
         history = p.get("replacement_history")
@@ -224,10 +249,9 @@ def record_events(st: State, line: int | None, rec: dict) -> Iterator[Event]:
             st.turn_starts, st.last_user = [], None
             yield Compact(st.sid, out, info={"line": line})
     elif rtype == "event_msg" and p.get("type") == "user_message" and st.last_user is not None:
-        if not st.turn_starts or st.turn_starts[-1] != st.last_user:
-            st.turn_starts.append(st.last_user)
+        st.mark_turn(st.last_user)
     elif rtype == "event_msg" and p.get("type") == "token_count":
-        usage = _token_count(st, p)
+        usage = _token_count(st, p, line)
         if usage is not None:
             yield Usage(
                 st.sid,
@@ -256,7 +280,7 @@ def record_events(st: State, line: int | None, rec: dict) -> Iterator[Event]:
             cut = st.turn_starts[-min(n, len(st.turn_starts))]
             dropped = st.live_ids[cut:]
             st.live_ids, st.turn_starts = st.live_ids[:cut], [t for t in st.turn_starts if t < cut]
-            st.last_user = None
+            st.last_user, st.turn_open = None, False
             if dropped:
                 yield Rewind(st.sid, dropped)
 
@@ -270,33 +294,50 @@ _USAGE_KEYS = (
 )
 
 
-def _token_count(st: State, p: dict) -> tuple[dict, Any] | None:
+def _token_count(st: State, p: dict, line: int | None = None) -> tuple[dict, Any] | None:
     """``(usage, name)`` of the model call a ``token_count`` event reports, or None for a
-    repeat. Codex repeats an event (rate-limit updates, resumes) with the same cumulative
-    ``total_token_usage``: a call is new only when that total changed, and the total names it
-    (the ``response_id``) so re-imports count it once. The usage is the change of the running
-    total — usually equal to ``last_token_usage``, but a call with no event of its own (the
-    corpus has rollouts whose total grows by more than ``last_token_usage`` says) is only in
-    the total. A total that went down (a
-    resumed rollout restarting its count) falls back to ``last_token_usage``."""
+    repeat or an event with no usage. Codex repeats an event (rate-limit updates, resumes)
+    with the same cumulative ``total_token_usage``: a call is new only when that total
+    changed, and the total names it (the ``response_id``) so re-imports count it once. The
+    usage is the change of the running total: usually equal to ``last_token_usage``, but a
+    call with no event of its own (the corpus has rollouts whose total grows by more than
+    ``last_token_usage`` says) is only in the total, and some versions write only the total.
+    A total that went down (a resumed rollout restarting its count) falls back to
+    ``last_token_usage``; with none, the call's usage cannot be told: reported, not recorded
+    (never as zero)."""
     info = p.get("info")
-    if not isinstance(info, dict) or not isinstance(info.get("last_token_usage"), dict):
+    if not isinstance(info, dict):
         return None
+    last = info.get("last_token_usage") if isinstance(info.get("last_token_usage"), dict) else None
     total = (
         info.get("total_token_usage") if isinstance(info.get("total_token_usage"), dict) else None
     )
+    if total is None and last is None:
+        return None
     if total is not None and total == st.usage_total:
         return None
-    usage = info["last_token_usage"]
+    usage = last
     if total is not None:
         before = st.usage_total or {}
+        # Only counters the total holds: a missing one is unknown, not zero.
         delta = {
-            k: total.get(k, 0) - before.get(k, 0)
+            k: total[k] - before.get(k, 0)
             for k in _USAGE_KEYS
-            if isinstance(total.get(k, 0), int) and isinstance(before.get(k, 0), int)
+            if isinstance(total.get(k), int) and isinstance(before.get(k, 0), int)
         }
-        if len(delta) == len(_USAGE_KEYS) and min(delta.values()) >= 0:
+        if delta and min(delta.values()) >= 0 and max(delta.values()) > 0:
             usage = delta
-    st.usage_total = total
+        st.usage_total = total
+    if usage is None:
+        st.problems.append(
+            Problem(
+                st.path,
+                line,
+                "skipped",
+                "token_count total_token_usage went down and there is no last_token_usage: "
+                "this call's usage is unknown, not recorded",
+            )
+        )
+        return None
     name = total.get("total_tokens") if total is not None else None
     return usage, (name if name is not None else json.dumps(usage, sort_keys=True))

@@ -13,7 +13,7 @@ from quill.ops.importers.codex_items import FORMAT, ITEM_TYPES
 from quill.ops.importers.jsonlines import Problem, content_session_id, parse_timestamp
 
 RECORD_TYPES = frozenset(
-    {"session_meta", "response_item", "event_msg", "turn_context", "compacted"}
+    {"session_meta", "response_item", "event_msg", "turn_context", "compacted", "state"}
 )
 _META_KEYS = (
     "originator",
@@ -65,6 +65,8 @@ class Scan:
             self.count("turns")
             if isinstance(p.get("model"), str) and p["model"] not in self.models:
                 self.models.append(p["model"])
+        elif rtype == "state":  # pre-envelope {"record_type": "state"}: bookkeeping
+            self.count("state")
         elif rtype == "compacted":
             self.compactions.append(
                 {

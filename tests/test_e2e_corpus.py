@@ -36,6 +36,7 @@ def test_import_corpus_into_running_fleet(quill, fleet):
         "claude-code",
         "codex",
         "gemini-cli",
+        "copilot-cli",
         "sharegpt",
         "openai-chat",
     }

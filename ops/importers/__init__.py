@@ -42,7 +42,15 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from quill.ops.importers import claude_code, codex, gemini, openai_chat, sharegpt
+from quill.ops.importers import (
+    claude_code,
+    codex,
+    copilot,
+    gemini,
+    gemini_log,
+    openai_chat,
+    sharegpt,
+)
 from quill.ops.importers.events import Compact, Event, Message, Rewind, SessionStart, Usage, collect
 from quill.ops.importers.jsonlines import (
     ImportedSession,
@@ -71,7 +79,7 @@ __all__ = [
     "Rewind",
 ]
 
-FORMATS = ("claude-code", "codex", "gemini-cli", "sharegpt", "openai-chat")
+FORMATS = ("claude-code", "codex", "gemini-cli", "copilot-cli", "sharegpt", "openai-chat")
 _SAMPLE = 20  # transcript-carrying records that settle detection
 #: Non-blank lines read at most while looking for transcript-carrying records: a real Claude
 #: Code file had 160 progress records before its 33 messages; bookkeeping runs are short.
@@ -127,6 +135,10 @@ def _carrier_format(value: Any) -> str | None:
         return claude_code.FORMAT
     if codex.looks_like_transcript(value):
         return codex.FORMAT
+    if gemini_log.looks_like_record(value):
+        return gemini_log.FORMAT
+    if copilot.looks_like_record(value):
+        return copilot.FORMAT
     if sharegpt.looks_like_record(value):
         return sharegpt.FORMAT
     if openai_chat.looks_like_conversation(value) or openai_chat.looks_like_message(value):
@@ -228,7 +240,7 @@ def stream_file(path: Path, problems: list[Problem]) -> tuple[str | None, Iterat
         return fmt, _sessions_as_events(
             openai_chat.parse_document(path, [v for _, v in elements], problems)
         )
-    if fmt == gemini.FORMAT:
+    if fmt == gemini.FORMAT and doc is not _NO_DOC:  # a whole document (older .json)
         return fmt, gemini.stream(path, doc, problems)
     if doc is not _NO_DOC:
         return fmt, _sessions_as_events(openai_chat.parse_document(path, doc, problems))
@@ -245,6 +257,10 @@ def stream_file(path: Path, problems: list[Problem]) -> tuple[str | None, Iterat
         return fmt, claude_code.stream(path, records, problems, "jsonl", agents, links)
     if fmt == codex.FORMAT:
         return fmt, codex.stream(path, records, problems)
+    if fmt == gemini_log.FORMAT:
+        return fmt, gemini_log.stream(path, problems)
+    if fmt == copilot.FORMAT:
+        return fmt, copilot.stream(path, problems)
     if fmt == sharegpt.FORMAT:
         return fmt, _sessions_as_events(
             sharegpt.parse_records(path, iter_jsonl(path, problems), problems)
@@ -268,7 +284,7 @@ def iter_transcript_files(
 ) -> Iterator[Path]:
     """Files as given; folders walked recursively in sorted order, skipping ``*.md`` (appended
     to ``skipped`` when given, so the caller can say so) and subagent files whose session file
-    is there to import them (claude_code.subagent_files)."""
+    is there to import them (claude_code / gemini_log ``subagent_files``)."""
     for p in paths:
         p = Path(p)
         if not p.is_dir():
@@ -280,4 +296,8 @@ def iter_transcript_files(
             found.extend(Path(root) / f for f in files if not f.lower().endswith(".md"))
             if skipped is not None:
                 skipped.extend(sorted(Path(root) / f for f in files if f.lower().endswith(".md")))
-        yield from (f for f in sorted(found) if claude_code.session_file_of(f) is None)
+        yield from (
+            f
+            for f in sorted(found)
+            if claude_code.session_file_of(f) is None and gemini_log.session_file_of(f) is None
+        )

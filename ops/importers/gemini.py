@@ -38,6 +38,8 @@ from quill.ops.importers.jsonlines import (
 )
 
 FORMAT = "gemini-cli"
+#: extra key naming why an entry's tokens were not recorded (reported as a problem)
+USAGE_PROBLEM = "usage_unreadable"
 MESSAGE_TYPES = ("user", "gemini")
 
 
@@ -106,8 +108,48 @@ def _result_text(result: Any) -> Any:
     return join_text(texts)
 
 
-def _entry(sid: str, n: int, m: dict) -> list[dict]:
-    mid = str(m.get("id") or f"entry:{n}")
+#: Gemini CLI ``tokens`` keys -> the ``usageMetadata`` fields they were copied from
+#: (chatRecordingService.recordMessageTokens); the store reads that shape (usage_fields).
+TOKEN_KEYS = {
+    "input": "promptTokenCount",
+    "output": "candidatesTokenCount",
+    "cached": "cachedContentTokenCount",
+    "thoughts": "thoughtsTokenCount",
+    "tool": "toolUsePromptTokenCount",
+    "total": "totalTokenCount",
+}
+
+
+def usage_of(tokens: Any) -> dict | None:
+    """A ``gemini`` entry's ``tokens`` -> a Gemini ``usageMetadata`` object, or None when the
+    entry has none (absent or null: the call's usage was never recorded).
+
+    Raises ShapeError for tokens Quill cannot read (not an object, no known key, a count that
+    is not a non-negative integer): the entry is then reported, never counted as zero."""
+    if tokens is None:
+        return None
+    if not isinstance(tokens, dict) or not any(k in tokens for k in TOKEN_KEYS):
+        raise ShapeError(f"tokens unreadable: {json.dumps(tokens, default=str)[:200]}")
+    usage = {}
+    for key, field in TOKEN_KEYS.items():
+        value = tokens.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ShapeError(f"tokens.{key} must be a non-negative integer, got {value!r}")
+        usage[field] = value
+    return usage
+
+
+def _entry(sid: str, n: int, m: dict, mid: str | None = None) -> list[dict]:
+    """Messages of one ``user``/``gemini`` entry: the entry's own message, then a ``tool``
+    message per tool call that has a result. ``mid``: the Quill id (default the entry's
+    ``id``). A ``gemini`` entry's ``tokens`` become its ``usage`` (Gemini ``usageMetadata``)
+    with ``response_id`` ``<session id>:<entry id>``, so every copy of the entry (re-appended,
+    or carried over by a compaction) is one call; unreadable tokens leave the message without
+    usage and name the reason in ``extra[USAGE_PROBLEM]`` (the caller reports it). Raises
+    ShapeError on a malformed entry."""
+    mid = mid or str(m.get("id") or f"entry:{n}")
     ts = parse_timestamp(m.get("timestamp"))
     if m["type"] == "user":
         return [make_message(mid, "user", _text(m.get("content")), timestamp=ts)]
@@ -139,6 +181,13 @@ def _entry(sid: str, n: int, m: dict) -> list[dict]:
                 )
             )
     extra = {k: m.get(k) for k in ("model", "tokens")}
+    try:
+        usage = usage_of(m.get("tokens"))
+    except ShapeError as exc:  # the message stays; the call is reported, not counted as 0
+        usage, extra[USAGE_PROBLEM] = None, str(exc)
+    if usage is not None:
+        extra["usage"] = usage
+        extra["response_id"] = f"{sid}:{m.get('id') or mid}"
     if m.get("thoughts"):
         extra["thoughts"] = m["thoughts"]
     main = make_message(
@@ -151,6 +200,15 @@ def _entry(sid: str, n: int, m: dict) -> list[dict]:
         extra=extra,
     )
     return [main, *results]
+
+
+def usage_problem(path: Path, where: str, msg: dict, problems: list[Problem]) -> None:
+    """Report a message whose tokens could not be read (``extra[USAGE_PROBLEM]``)."""
+    reason = (msg.get("extra") or {}).get(USAGE_PROBLEM)
+    if reason:
+        problems.append(
+            Problem(str(path), None, "skipped", f"{where}: usage not recorded: {reason}")
+        )
 
 
 def stream(path: Path, doc: dict, problems: list[Problem]) -> Iterator[Event]:
@@ -214,6 +272,7 @@ def stream(path: Path, doc: dict, problems: list[Problem]) -> Iterator[Event]:
             continue
         try:
             for msg in _entry(session_id, n, m):
+                usage_problem(path, f"messages[{n}]", msg, problems)
                 yield Message(session_id, msg)
         except (TypeError, AttributeError, ValueError) as exc:
             problems.append(

@@ -2,8 +2,8 @@
 
 Public API::
 
-    detect_format(path) -> "claude-code" | "codex" | "gemini-cli" | "sharegpt" | "openai-chat"
-                           | None
+    detect_format(path) -> "claude-code" | "codex" | "gemini-cli" | "copilot-cli" | "sharegpt"
+                           | "openai-chat" | None
     stream_file(path, problems) -> (format, iterator of events)   # streaming, bounded memory
     parse_file(path) -> ParsedFile(path, format, sessions=[ImportedSession], problems=[Problem])
     iter_transcript_files(paths) -> files as given, folders walked recursively (sorted), no *.md
@@ -15,7 +15,8 @@ The format is sniffed from the CONTENT, never the extension:
 
 * JSON lines (the first line decodes to one object): detection keys on the records that
   carry the transcript - Claude Code user/assistant records, Codex ``session_meta`` /
-  ``response_item`` lines, ShareGPT ``{conversations}``, OpenAI chat messages or
+  ``response_item`` lines, Gemini CLI log metadata/message lines, Copilot CLI events,
+  ShareGPT ``{conversations}``, OpenAI chat messages or
   ``{"messages": [...]}`` - found within the first ``SNIFF_LINES`` lines, whatever
   bookkeeping records (summaries, titles, snapshots, types that do not exist yet) come first;
   the format with most such records wins. A file with none falls back to "most of the first

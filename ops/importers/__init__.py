@@ -2,8 +2,8 @@
 
 Public API::
 
-    detect_format(path) -> "claude-code" | "codex" | "gemini-cli" | "copilot-cli" | "sharegpt"
-                           | "openai-chat" | None
+    detect_format(path) -> "claude-code" | "codex" | "gemini-cli" | "copilot-cli" | "opencode"
+                           | "sharegpt" | "openai-chat" | None
     stream_file(path, problems) -> (format, iterator of events)   # streaming, bounded memory
     parse_file(path) -> ParsedFile(path, format, sessions=[ImportedSession], problems=[Problem])
     iter_transcript_files(paths) -> files as given, folders walked recursively (sorted), no *.md
@@ -23,7 +23,8 @@ The format is sniffed from the CONTENT, never the extension:
   records are known types of one format" (e.g. a Claude file holding only a title);
 * a top-level JSON array (first byte ``[``, e.g. pretty-printed): every readable element
   must be a Claude Code record, or every one an OpenAI chat message;
-* a JSON object document: a Gemini CLI session, or ``{"messages": [OpenAI messages]}``;
+* a JSON object document: a Gemini CLI session, an opencode export, or ``{"messages":
+  [OpenAI messages]}``;
 * anything else (Markdown, other agents' JSON) -> None.
 
 Session and message ids are deterministic, so re-importing a file yields the same ids. A
@@ -50,6 +51,7 @@ from quill.ops.importers import (
     gemini,
     gemini_log,
     openai_chat,
+    opencode,
     sharegpt,
 )
 from quill.ops.importers.events import Compact, Event, Message, Rewind, SessionStart, Usage, collect
@@ -80,7 +82,15 @@ __all__ = [
     "Rewind",
 ]
 
-FORMATS = ("claude-code", "codex", "gemini-cli", "copilot-cli", "sharegpt", "openai-chat")
+FORMATS = (
+    "claude-code",
+    "codex",
+    "gemini-cli",
+    "copilot-cli",
+    "opencode",
+    "sharegpt",
+    "openai-chat",
+)
 _SAMPLE = 20  # transcript-carrying records that settle detection
 #: Non-blank lines read at most while looking for transcript-carrying records: a real Claude
 #: Code file had 160 progress records before its 33 messages; bookkeeping runs are short.
@@ -196,6 +206,8 @@ def _sniff(path: Path) -> tuple[str | None, Any]:
         carriers, head = _sample_jsonl(path)
         if len(head) == 1 and gemini.looks_like_document(head[0]):  # a one-line document
             return gemini.FORMAT, head[0]
+        if len(head) == 1 and opencode.looks_like_document(head[0]):
+            return opencode.FORMAT, head[0]
         return _classify_records(carriers, head), _NO_DOC
     if first == "[":
         problems: list[Problem] = []
@@ -207,6 +219,8 @@ def _sniff(path: Path) -> tuple[str | None, Any]:
         return _classify_records(*_sample_jsonl(path)), _NO_DOC
     if gemini.looks_like_document(doc):
         return gemini.FORMAT, doc
+    if opencode.looks_like_document(doc):
+        return opencode.FORMAT, doc
     return (openai_chat.FORMAT if openai_chat.looks_like_conversation(doc) else None), doc
 
 
@@ -243,6 +257,8 @@ def stream_file(path: Path, problems: list[Problem]) -> tuple[str | None, Iterat
         )
     if fmt == gemini.FORMAT and doc is not _NO_DOC:  # a whole document (older .json)
         return fmt, gemini.stream(path, doc, problems)
+    if fmt == opencode.FORMAT:
+        return fmt, opencode.stream(path, doc, problems)
     if doc is not _NO_DOC:
         return fmt, _sessions_as_events(openai_chat.parse_document(path, doc, problems))
 

@@ -3,7 +3,9 @@ value (property test): parsing never raises — a record it cannot use is a prob
 line — and what it emits passes ``precheck`` or is refused with an op rule's reason.
 
 Bases: the head of one corpus file per format (claude-code, codex, sharegpt, the openai-chat
-trajectory) and the synthetic Gemini CLI session of tests/test_importers_structure_records.py.
+trajectory, Copilot CLI events), the synthetic Gemini CLI session of
+tests/test_importers_structure_records.py and log of tests/gemini_log_helpers.py, and a real
+opencode export (../shared/samples/opencode).
 ``QUILL_FUZZ_N`` sets the examples per base (default 30).
 """
 
@@ -16,6 +18,7 @@ from pathlib import Path
 import pytest
 from conftest import CORPUS
 from fuzz_helpers import JSON_VALUES, RAW_ERROR, paths, replaced
+from gemini_log_helpers import MAIN as GEMINI_LOG
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 from importers_helpers import GEMINI_SESSION
@@ -39,13 +42,29 @@ JSONL = {
     "claude-code": ("claude-code/agentv__acc53d32-5580-4747-9273-e2acff2ba566.jsonl", 30),
     "codex": ("codex/agentv__rollout-019ed836-b1da-78f1-8a0c-e598363d10f4.jsonl", 40),
     "sharegpt": ("sharegpt/hermeswith__trajectory_samples.jsonl", 2),
+    "copilot-cli": (
+        "other/agentv__copilot-cli-events-10fb4666-56f0-4352-90fc-715caf95b418.jsonl",
+        40,
+    ),
 }
+OPENCODE = (
+    CORPUS.parent
+    / "samples/opencode/dark-factory__jolly-eagle__ses_39b5d713cffeRgAoxPIwS3Plus.json"
+)
+#: base name -> the format it is read as
+FORMAT_OF = {"gemini-cli-log": "gemini-cli"}
 
 
 def _base(name: str) -> tuple[str, object]:
     """``(file suffix, document)``: a list of records for JSON lines, else one JSON value."""
     if name == "gemini-cli":
         return ".json", GEMINI
+    if name == "gemini-cli-log":
+        return ".jsonl", GEMINI_LOG
+    if name == "opencode":
+        if not OPENCODE.is_file():
+            pytest.skip(f"sample absent: {OPENCODE}")
+        return ".json", json.loads(OPENCODE.read_text())
     if not CORPUS.is_dir():
         pytest.skip(f"corpus absent: no transcripts at {CORPUS}")
     if name == "openai-chat":
@@ -65,12 +84,25 @@ def _write(path: Path, suffix: str, doc: object) -> None:
         path.write_text(json.dumps(doc))
 
 
-@pytest.mark.parametrize("name", ["claude-code", "codex", "sharegpt", "openai-chat", "gemini-cli"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "claude-code",
+        "codex",
+        "sharegpt",
+        "openai-chat",
+        "gemini-cli",
+        "gemini-cli-log",
+        "copilot-cli",
+        "opencode",
+    ],
+)
 def test_one_bad_field_never_crashes_an_import(name, tmp_path_factory):
     suffix, doc = _base(name)
     base_dir = tmp_path_factory.mktemp("base")
     _write(base_dir / f"t{suffix}", suffix, doc)
-    assert parse_file(base_dir / f"t{suffix}").format == name  # the base itself is recognised
+    # the base itself is recognised
+    assert parse_file(base_dir / f"t{suffix}").format == FORMAT_OF.get(name, name)
 
     @settings(
         max_examples=N,

@@ -55,7 +55,8 @@ def looks_like_record(obj: Any) -> bool:
     ``type`` of ``CARRIERS`` whose ``data`` object has that type's key."""
     return (
         isinstance(obj, dict)
-        and obj.get("type") in CARRIERS
+        and isinstance(obj.get("type"), str)
+        and obj["type"] in CARRIERS
         and isinstance(obj.get("data"), dict)
         and CARRIERS[obj["type"]] in obj["data"]
         and isinstance(obj.get("id"), str)

@@ -163,7 +163,7 @@ def _replay(path: Path, problems: list[Problem]) -> _Log:
     for line, rec in iter_jsonl(path, problems):
         if not isinstance(rec, dict):
             problems.append(Problem(str(path), line, "skipped", "not a JSON object"))
-        elif "$rewindTo" in rec:
+        elif isinstance(rec.get("$rewindTo"), str):  # the CLI's isRewindRecord
             log.count("rewind")
             log.rewind(rec["$rewindTo"])
         elif "$set" in rec:

@@ -14,7 +14,7 @@ def ts(n: int) -> str:
     return f"2026-05-03T16:{n // 60:02d}:{n % 60:02d}.000Z"
 
 
-def _tokens(i: int, o: int, cached: int = 0, thoughts: int = 0) -> dict:
+def tokens(i: int, o: int, cached: int = 0, thoughts: int = 0) -> dict:
     return {
         "input": i,
         "output": o,
@@ -58,7 +58,7 @@ AGENT = call("invoke_agent_2", "codebase_investigator", {"objective": "find tmp"
 THOUGHT = [{"subject": "Listing", "description": "Run ls.", "timestamp": ts(4)}]
 C1 = {"id": "c1", "timestamp": ts(30), "type": "user", "content": [{"text": "<state_snapshot>"}]}
 C2 = {"id": "c2", "timestamp": ts(30), "type": "gemini", "content": [{"text": "Got it."}]}
-G5 = gem("g5", 21, "Two files, a and b.", tokens=_tokens(300, 30))
+G5 = gem("g5", 21, "Two files, a and b.", tokens=tokens(300, 30))
 U3 = user("u3", "never mind; summarise", 20)
 
 #: The main log, line by line as Gemini CLI appends it: a message re-appended whole as its tool
@@ -75,23 +75,23 @@ MAIN = [
     user("u1", "list files", 2),
     set_(lastUpdated=ts(2)),
     gem("g1", 5, calls=[LS], thoughts=THOUGHT),
-    gem("g1", 5, calls=[LS], thoughts=THOUGHT, tokens=_tokens(100, 10, cached=40, thoughts=7)),
+    gem("g1", 5, calls=[LS], thoughts=THOUGHT, tokens=tokens(100, 10, cached=40, thoughts=7)),
     gem(
         "g1",
         5,
         calls=[{**LS, **call("run_shell_command_1", "run_shell_command", {}, 6, "a\nb")}],
         thoughts=THOUGHT,
-        tokens=_tokens(100, 10, cached=40, thoughts=7),
+        tokens=tokens(100, 10, cached=40, thoughts=7),
     ),
-    gem("g2", 7, "There are two files.", tokens=_tokens(120, 8)),
+    gem("g2", 7, "There are two files.", tokens=tokens(120, 8)),
     user("u2", "delete them", 10),
     gem(
         "g3",
         11,
         calls=[call(AGENT["id"], AGENT["name"], AGENT["args"], 12, "found", agentId="sub-1")],
-        tokens=_tokens(150, 12),
+        tokens=tokens(150, 12),
     ),
-    gem("g4", 13, "Deleted.", tokens=_tokens(170, 3)),
+    gem("g4", 13, "Deleted.", tokens=tokens(170, 3)),
     {"$rewindTo": "u2"},
     U3,
     G5,
@@ -99,15 +99,15 @@ MAIN = [
     set_(messages=[C1, C2, U3, G5], lastUpdated=ts(30)),
     user("u4", "thanks", 31),
     set_(messages=[C1, C2, U3, G5]),
-    gem("g6", 33, "Bye.", tokens=_tokens(90, 2)),
+    gem("g6", 33, "Bye.", tokens=tokens(90, 2)),
     {"$set": {"lastUpdated": ts(33)}},
 ]
 SUB = [
     {"sessionId": "sub-1", "projectHash": PROJECT, "startTime": ts(11), "kind": "subagent"},
     user("s1", "find tmp", 11),
     gem("s2", 11, calls=[call("glob_1", "glob", {"pattern": "tmp*"}, 11)]),
-    gem("s2", 11, calls=[call("glob_1", "glob", {}, 11, "tmp1")], tokens=_tokens(50, 5)),
-    gem("s3", 12, "found", tokens=_tokens(60, 1)),
+    gem("s2", 11, calls=[call("glob_1", "glob", {}, 11, "tmp1")], tokens=tokens(50, 5)),
+    gem("s3", 12, "found", tokens=tokens(60, 1)),
 ]
 
 

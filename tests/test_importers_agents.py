@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 from conftest import CORPUS
-from gemini_log_helpers import MAIN, SID, gem, ts, user, write_logs
+from gemini_log_helpers import MAIN, SID, gem, tokens, ts, user, write_logs
 from importers_helpers import store, write_jsonl  # noqa: F401 (store: fixture)
 
 from quill.ops.importers import detect_format, iter_transcript_files, parse_file
@@ -218,3 +218,16 @@ def test_copilot_cli_synthetic_events(store, tmp_path):
     assert (model[2]["tool_call_id"], model[2]["name"]) == ("t1", "bash")
     counts = store.session("copilot-cli:cp1")["meta"]["record_counts"]
     assert counts["abort"] == 1 and counts["assistant.turn_start"] == 1
+
+
+def test_gemini_tokens_that_arrive_after_an_import_are_recorded_by_the_next(store, tmp_path):
+    head = [MAIN[0], user("u1", "a", 1), gem("g1", 2, "b")]  # the answer, tokens not yet in
+    path = write_jsonl(tmp_path / "session-grow.jsonl", head)
+    store.imp(path)
+    assert usage_rows(store, f"gemini-cli:{SID}") == []
+    write_jsonl(path, [*head, gem("g1", 2, "b", tokens=tokens(40, 4))])  # re-appended whole
+    store.imp(path)
+    (row,) = usage_rows(store, f"gemini-cli:{SID}")
+    assert (row["calls"], row["input_tokens"], row["output_tokens"]) == (1, 40, 4)
+    store.imp(path)
+    assert usage_rows(store, f"gemini-cli:{SID}")[0]["calls"] == 1  # counted once

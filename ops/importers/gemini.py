@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from quill.ops.importers.events import Event, Message, SessionStart
+from quill.ops.importers.events import Event, Message, SessionStart, Usage
 from quill.ops.importers.jsonlines import (
     Problem,
     ShapeError,
@@ -38,8 +38,6 @@ from quill.ops.importers.jsonlines import (
 )
 
 FORMAT = "gemini-cli"
-#: extra key naming why an entry's tokens were not recorded (reported as a problem)
-USAGE_PROBLEM = "usage_unreadable"
 MESSAGE_TYPES = ("user", "gemini")
 
 
@@ -144,11 +142,8 @@ def usage_of(tokens: Any) -> dict | None:
 def _entry(sid: str, n: int, m: dict, mid: str | None = None) -> list[dict]:
     """Messages of one ``user``/``gemini`` entry: the entry's own message, then a ``tool``
     message per tool call that has a result. ``mid``: the Quill id (default the entry's
-    ``id``). A ``gemini`` entry's ``tokens`` become its ``usage`` (Gemini ``usageMetadata``)
-    with ``response_id`` ``<session id>:<entry id>``, so every copy of the entry (re-appended,
-    or carried over by a compaction) is one call; unreadable tokens leave the message without
-    usage and name the reason in ``extra[USAGE_PROBLEM]`` (the caller reports it). Raises
-    ShapeError on a malformed entry."""
+    ``id``); ``tokens`` stay in extra (the call's usage: ``call_usage``). Raises ShapeError
+    on a malformed entry."""
     mid = mid or str(m.get("id") or f"entry:{n}")
     ts = parse_timestamp(m.get("timestamp"))
     if m["type"] == "user":
@@ -181,13 +176,6 @@ def _entry(sid: str, n: int, m: dict, mid: str | None = None) -> list[dict]:
                 )
             )
     extra = {k: m.get(k) for k in ("model", "tokens")}
-    try:
-        usage = usage_of(m.get("tokens"))
-    except ShapeError as exc:  # the message stays; the call is reported, not counted as 0
-        usage, extra[USAGE_PROBLEM] = None, str(exc)
-    if usage is not None:
-        extra["usage"] = usage
-        extra["response_id"] = f"{sid}:{m.get('id') or mid}"
     if m.get("thoughts"):
         extra["thoughts"] = m["thoughts"]
     main = make_message(
@@ -202,13 +190,28 @@ def _entry(sid: str, n: int, m: dict, mid: str | None = None) -> list[dict]:
     return [main, *results]
 
 
-def usage_problem(path: Path, where: str, msg: dict, problems: list[Problem]) -> None:
-    """Report a message whose tokens could not be read (``extra[USAGE_PROBLEM]``)."""
-    reason = (msg.get("extra") or {}).get(USAGE_PROBLEM)
-    if reason:
-        problems.append(
-            Problem(str(path), None, "skipped", f"{where}: usage not recorded: {reason}")
-        )
+def call_usage(
+    path: Path, sid: str, m: dict, eid: str, problems: list[Problem], where: str
+) -> Iterator[Event]:
+    """The ``Usage`` of a ``gemini`` entry's model call: its ``tokens`` as Gemini
+    ``usageMetadata``, ``response_id`` ``<session id>:<entry id eid>`` (every copy of an entry —
+    re-appended, carried by a compaction, in a ``.json`` and its ``.jsonl`` — is one call). A
+    usage record, not a field of the message, so tokens that arrive after the message was
+    imported are recorded by the next import. Unreadable tokens are reported, no call made."""
+    if m.get("type") != "gemini":
+        return
+    try:
+        usage = usage_of(m.get("tokens"))
+    except ShapeError as exc:
+        problems.append(Problem(str(path), None, "skipped", f"{where}: usage not recorded: {exc}"))
+        return
+    if usage is not None:
+        data = {"usage": usage, "response_id": f"{sid}:{eid}", "task": "turn"}
+        if isinstance(m.get("model"), str):
+            data["model"] = m["model"]
+        if parse_timestamp(m.get("timestamp")) is not None:
+            data["ts"] = parse_timestamp(m.get("timestamp"))
+        yield Usage(sid, data)
 
 
 def stream(path: Path, doc: dict, problems: list[Problem]) -> Iterator[Event]:
@@ -271,12 +274,15 @@ def stream(path: Path, doc: dict, problems: list[Problem]) -> Iterator[Event]:
         if m["type"] not in MESSAGE_TYPES:
             continue
         try:
-            for msg in _entry(session_id, n, m):
-                usage_problem(path, f"messages[{n}]", msg, problems)
-                yield Message(session_id, msg)
+            msgs = _entry(session_id, n, m)
         except (TypeError, AttributeError, ValueError) as exc:
             problems.append(
                 Problem(
                     str(path), None, "skipped", f"messages[{n}] ({m['type']}): {shape_problem(exc)}"
                 )
             )
+            continue
+        for msg in msgs:
+            yield Message(session_id, msg)
+        eid = str(m.get("id") or f"entry:{n}")
+        yield from call_usage(path, session_id, m, eid, problems, f"messages[{n}]")

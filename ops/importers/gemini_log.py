@@ -196,8 +196,6 @@ def _messages(path: Path, sid: str, slot: _Slot, problems: list[Problem]) -> lis
     except (TypeError, AttributeError, ValueError) as exc:
         problems.append(Problem(str(path), slot.line, "skipped", shape_problem(exc)))
         return []
-    for m in out:
-        gemini.usage_problem(path, f"message {slot.qid}", m, problems)
     return out
 
 
@@ -264,8 +262,12 @@ def _events(
     yield SessionStart(session)
     for step in log.steps:
         if step[0] == "msg":
-            for m in _messages(path, sid, step[1], problems):
+            slot = step[1]
+            for m in _messages(path, sid, slot, problems):
                 yield Message(sid, m)
+            yield from gemini.call_usage(
+                path, sid, slot.rec, slot.rec["id"], problems, f"message {slot.qid}"
+            )
         elif step[0] == "rewind":
             ids = [m["id"] for s in step[1] for m in _messages(path, sid, s, [])]
             if ids:

@@ -5,7 +5,7 @@ line — and what it emits passes ``precheck`` or is refused with an op rule's r
 Bases: the head of one corpus file per format (claude-code, codex, sharegpt, the openai-chat
 trajectory, Copilot CLI events), the synthetic Gemini CLI session of
 tests/test_importers_structure_records.py and log of tests/gemini_log_helpers.py, and a real
-opencode export (../shared/samples/opencode).
+opencode export (tests/samples/opencode).
 ``QUILL_FUZZ_N`` sets the examples per base (default 30).
 """
 
@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import CORPUS
+from conftest import CORPUS, REPO
 from fuzz_helpers import JSON_VALUES, RAW_ERROR, paths, replaced
 from gemini_log_helpers import MAIN as GEMINI_LOG
 from hypothesis import HealthCheck, given, note, settings
@@ -48,8 +48,7 @@ JSONL = {
     ),
 }
 OPENCODE = (
-    CORPUS.parent
-    / "samples/opencode/dark-factory__jolly-eagle__ses_39b5d713cffeRgAoxPIwS3Plus.json"
+    REPO / "tests/samples/opencode/dark-factory__jolly-eagle__ses_39b5d713cffeRgAoxPIwS3Plus.json"
 )
 #: base name -> the format it is read as
 FORMAT_OF = {"gemini-cli-log": "gemini-cli"}

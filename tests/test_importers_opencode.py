@@ -1,5 +1,5 @@
 """opencode session exports (``opencode export``) imported through the real spool into a real
-SQLite store: real public exports (../shared/samples/opencode, SOURCES.md there) with counts
+SQLite store: real public exports (tests/samples/opencode, SOURCES.md there) with counts
 taken independently from the files, and a small synthetic export in the same shape."""
 
 from __future__ import annotations
@@ -8,13 +8,13 @@ import json
 from collections import Counter
 
 import pytest
-from conftest import CORPUS
+from conftest import REPO
 from importers_helpers import store  # noqa: F401 (store: fixture)
 
 from quill.ops.importers import detect_format, parse_file
 from quill.store import Reader
 
-SAMPLES = CORPUS.parent / "samples" / "opencode"
+SAMPLES = REPO / "tests" / "samples" / "opencode"
 
 
 def usage_row(store, sid):

@@ -72,7 +72,7 @@ def test_aider_history_sessions_roles_and_usage(tmp_path):
             "task": "turn",
             "source": "aider",
             "ts": 1722886382.0,
-            "response_id": f"{s['session_id']}:3",
+            "response_id": f"{s['session_id']}:3:0",
             "model": "gpt-4o",
         }
     ]

@@ -23,9 +23,11 @@ two-space line breaks). The writer's rules:
 
 Usage: ``> Tokens: 5,244 sent, 604 received. Cost: ...`` reports one model call ->
 ``usage.record`` (``prompt_tokens``/``completion_tokens``; ``response_id`` =
-``<session>:<message id>``; ``ts`` = the run's start, the only time the file has). Reports
-with rounded counts (``2.3k``) or cache figures (whose meaning changed between aider
-versions) are not recorded - counted in ``meta.usage_not_recorded`` - never guessed.
+``<session>:<message id>:<line in the message>``, as one output block can report several
+calls; ``ts`` = the run's start, the only time the file has). Not recorded, and counted in
+``meta.usage_not_recorded``, never guessed: reports with rounded counts (``2.3k``) or with
+cache figures (whose meaning changed between aider versions), and 0 sent / 0 received (a
+failed call: nothing to record).
 The session's model is the first ``Model: <name>`` / ``Main model: <name>`` line.
 Session id: ``aider:<file>:<hash of the header line and the first line after it>``; text
 before the first header (if any) is a session of its own. Message id = its index in the run.
@@ -180,13 +182,13 @@ def stream(path: Path, problems: list[Problem]) -> Iterator[Event]:
             mid = str(n)
             counts[kind] += 1
             if kind == "tool":
-                for ln in lines:
+                for k, ln in enumerate(lines):
                     mm = MODEL.match(ln)
                     if mm and model is None:
                         model = mm.group(1)
                     if TOKENS.match(ln):
                         report = token_report(ln)
-                        if report is None:
+                        if report is None or not any(report.values()):
                             not_recorded += 1
                             continue
                         usage.append(
@@ -195,7 +197,7 @@ def stream(path: Path, problems: list[Problem]) -> Iterator[Event]:
                                 "task": "turn",
                                 "source": FORMAT,
                                 "ts": started,
-                                "response_id": f"{sid}:{mid}",
+                                "response_id": f"{sid}:{mid}:{k}",
                             }
                         )
             messages.append(

@@ -14,7 +14,8 @@ Mapping (one event at most one message; id = ``event:<id>``):
   of its ``model_response`` (``choices[0].message.tool_calls``; content = that message's
   text, ``reasoning_content`` -> reasoning) and the response's ``usage`` (``response_id`` =
   the response id, so actions of one multi-call response count it once). Later actions of
-  the same response add no message;
+  the same response add no message; a call id that comes again in the session is stored as
+  ``<id>#<n>`` (``jsonlines.CallIds``) and its results follow it;
 * an observation with ``tool_call_metadata`` -> a ``tool`` message (``tool_call_id``, name =
   ``function_name``, ``extras``/``success``/``cause`` in extra); one without it that answers
   a tool-call action through ``cause`` is linked the same way;
@@ -40,6 +41,7 @@ from typing import Any
 
 from quill.ops.importers.events import Event, Message, SessionStart
 from quill.ops.importers.jsonlines import (
+    CallIds,
     Problem,
     content_session_id,
     make_message,
@@ -115,6 +117,7 @@ class _Session:
         self.path, self.sid, self.problems = path, sid, problems
         self.responses: set[str] = set()  # model responses already emitted
         self.calls: dict[Any, tuple[str, str]] = {}  # action event id -> (call id, name)
+        self.ids = CallIds()  # stored call ids, unique in the session
 
     def action(self, ev: dict) -> list[dict]:
         args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
@@ -142,25 +145,26 @@ class _Session:
     def _tool_action(self, ev, tcm, args, mid, ts, base) -> list[dict]:
         resp = tcm.get("model_response") if isinstance(tcm.get("model_response"), dict) else {}
         cid, name = str(tcm.get("tool_call_id") or f"{mid}:call"), tcm.get("function_name") or ""
-        self.calls[ev["id"]] = (cid, name)
         rid = resp.get("id")
         if isinstance(rid, str) and rid in self.responses:
+            self.calls[ev["id"]] = (self.ids.result(cid), name)
             return []  # another call of a response already stored with all its calls
         choice = (resp.get("choices") or [{}])[0] if isinstance(resp.get("choices"), list) else {}
         msg = choice.get("message") if isinstance(choice, dict) else None
         msg = msg if isinstance(msg, dict) else {}
+        source = [c for c in msg.get("tool_calls") or [] if isinstance(c, dict) and c.get("id")]
+        if cid not in {str(c["id"]) for c in source}:  # no model response: the action's own call
+            rest = {k: v for k, v in args.items() if k != "thought"}
+            source.append({"id": cid, "function": {"name": name, "arguments": rest}})
         calls = [
             make_tool_call(
-                str(c.get("id")),
+                self.ids.call(str(c["id"])),
                 (c.get("function") or {}).get("name") or "",
                 (c.get("function") or {}).get("arguments") or "{}",
             )
-            for c in msg.get("tool_calls") or []
-            if isinstance(c, dict) and c.get("id")
+            for c in source
         ]
-        if cid not in {c["id"] for c in calls}:
-            rest = {k: v for k, v in args.items() if k != "thought"}
-            calls.append(make_tool_call(cid, name, rest))
+        self.calls[ev["id"]] = (self.ids.result(cid), name)
         content = msg.get("content") if isinstance(msg.get("content"), str) else args.get("thought")
         extra: dict[str, Any] = {**base, "model": resp.get("model")}
         if isinstance(rid, str):
@@ -196,7 +200,7 @@ class _Session:
         obs, mid, ts = ev["observation"], f"event:{ev['id']}", parse_timestamp(ev.get("timestamp"))
         tcm = ev.get("tool_call_metadata")
         link = (
-            (str(tcm.get("tool_call_id")), tcm.get("function_name") or "")
+            (self.ids.result(str(tcm.get("tool_call_id"))), tcm.get("function_name") or "")
             if isinstance(tcm, dict) and tcm.get("tool_call_id")
             else self.calls.get(ev.get("cause"))
         )

@@ -15,7 +15,8 @@ Mapping (message id = ``history:<index>``):
   unless the content does not hold it). Tool calls: the function-calling variant's
   ``tool_calls`` as they are; otherwise the ``action`` string is one synthesized call,
   id ``<message id>:action``, named by the command's first word, arguments
-  ``{"command": action}``;
+  ``{"command": action}``; a call id the file reuses (demonstration replays do) is stored
+  as ``<id>#<n>`` (``jsonlines.CallIds``; the source ids in ``extra.source_tool_call_ids``);
 * the message answering an action - ``role: tool`` with ``tool_call_ids`` (function
   calling), or the next non-demo ``user`` message after an assistant action (the classic
   variant, where SWE-agent sends the observation as user text) - becomes a ``tool`` message
@@ -36,6 +37,7 @@ from typing import Any
 
 from quill.ops.importers.events import Event, Message, SessionStart, Usage
 from quill.ops.importers.jsonlines import (
+    CallIds,
     Problem,
     content_session_id,
     make_message,
@@ -61,13 +63,15 @@ def looks_like_document(doc: Any) -> bool:
     )
 
 
-def _tool_calls(m: dict, mid: str) -> list[dict]:
+def _tool_calls(m: dict, mid: str, ids: CallIds) -> list[dict]:
     calls = []
     for c in m.get("tool_calls") or []:
         if isinstance(c, dict) and c.get("id"):
             fn = c.get("function") if isinstance(c.get("function"), dict) else {}
             calls.append(
-                make_tool_call(str(c["id"]), fn.get("name") or "", fn.get("arguments") or "{}")
+                make_tool_call(
+                    ids.call(str(c["id"])), fn.get("name") or "", fn.get("arguments") or "{}"
+                )
             )
     action = m.get("action")
     if not calls and isinstance(action, str) and action.strip():
@@ -80,6 +84,7 @@ def _messages(doc: dict) -> Iterator[dict]:
     hist, steps = doc["history"], doc["trajectory"]
     pending: dict | None = None  # the last assistant call not answered yet (classic variant)
     names: dict[str, str] = {}
+    ids = CallIds()
     step = 0
     for n, m in enumerate(hist):
         mid, role = f"history:{n}", m["role"]
@@ -90,18 +95,21 @@ def _messages(doc: dict) -> Iterator[dict]:
         }
         content = m.get("content")
         if role == "assistant":
-            calls = _tool_calls(m, mid)
+            calls = _tool_calls(m, mid, ids)
             names.update({c["id"]: c["function"]["name"] for c in calls})
             thought = m.get("thought") if isinstance(m.get("thought"), str) else None
             hidden = thought if thought and thought.strip() not in str(content or "") else None
             extra.update(thought=thought, action=m.get("action"))
+            source = [str(c.get("id")) for c in m.get("tool_calls") or [] if isinstance(c, dict)]
+            if source and source != [c["id"] for c in calls]:
+                extra["source_tool_call_ids"] = source  # a reused id was made unique
             pending = calls[0] if calls and not m.get("is_demo") else None
             yield make_message(
                 mid, "assistant", content, tool_calls=calls, reasoning=hidden, extra=extra
             )
             continue
-        ids = m.get("tool_call_ids") if isinstance(m.get("tool_call_ids"), list) else None
-        answer = str(ids[0]) if ids else None
+        result_ids = m.get("tool_call_ids") if isinstance(m.get("tool_call_ids"), list) else None
+        answer = ids.result(str(result_ids[0])) if result_ids else None
         if answer is None and role == "user" and pending is not None and not m.get("is_demo"):
             answer = pending["id"]
         if answer is not None:
@@ -110,7 +118,7 @@ def _messages(doc: dict) -> Iterator[dict]:
                 extra.update(state=s.get("state"), execution_time=s.get("execution_time"))
             step += 1
             pending = None
-            extra.update(swe_agent_role=role, tool_call_ids=ids if ids and len(ids) > 1 else None)
+            extra.update(swe_agent_role=role, tool_call_ids=result_ids)
             yield make_message(
                 mid, "tool", content, tool_call_id=answer, name=names.get(answer), extra=extra
             )

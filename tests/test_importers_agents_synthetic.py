@@ -7,7 +7,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from importers_helpers import store  # noqa: F401 (a fixture, used by name)
+
 from quill.ops.importers import detect_format, iter_transcript_files, parse_file
+from quill.store import Reader
 
 # aider's writer: header "\n# aider chat started at ...\n\n"; user_input "\n#### a  \n#### b  \n";
 # tool_output "> x  \n" (a multi-line tool_output prefixes only its first line); ai_output
@@ -301,3 +304,40 @@ def test_swe_agent_function_calling_and_zero_stats(tmp_path):
     assert s.messages[3]["extra"]["execution_time"] == 0.1
     assert s.usage == []  # a replay counts no tokens: nothing recorded, never zero
     assert s.session["model"] == "replay"
+
+
+def test_reused_tool_call_ids_are_stored_unique(store, tmp_path):  # noqa: F811
+    """A call id a session uses twice (SWE-agent replays, logs that number calls afresh each
+    turn) would give two live results for one id, which the store refuses for the whole
+    batch (duplicate-tool-result): each later use is stored as ``<id>#<n>``."""
+
+    def turn(cmd):
+        return [
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "call_0", "type": "function",
+                 "function": {"name": "bash", "arguments": json.dumps({"cmd": cmd})}}]},
+            {"role": "tool", "tool_call_id": "call_0", "content": f"ran {cmd}"},
+        ]  # fmt: skip
+
+    chat = tmp_path / "chat.json"
+    chat.write_text(json.dumps([{"role": "user", "content": "go"}, *turn("ls"), *turn("pwd")]))
+    traj = tmp_path / "replay.traj"
+    doc = {
+        "history": [{"role": "user", "content": "ISSUE", "agent": "main"}]
+        + [
+            {**m, "agent": "main", "tool_call_ids": [m["tool_call_id"]]} if m["role"] == "tool"
+            else {**m, "agent": "main", "action": "x"}
+            for m in turn("ls") + turn("pwd")
+        ],
+        "trajectory": [{"action": "x", "observation": "o"}] * 2,
+        "info": {},
+    }  # fmt: skip
+    traj.write_text(json.dumps(doc))
+    for path in (chat, traj):
+        s = parse_file(path).sessions[0]
+        calls = [c["id"] for m in s.messages for c in m.get("tool_calls") or []]
+        results = [m["tool_call_id"] for m in s.messages if m["role"] == "tool"]
+        assert calls == results == ["call_0", "call_0#1"], path
+        store.imp(path)  # drained: nothing quarantined
+        with Reader(store.db) as r:
+            assert r.get_session(s.session["session_id"])["message_count"] == len(s.messages)

@@ -3,7 +3,8 @@ value (property test): parsing never raises — a record it cannot use is a prob
 line — and what it emits passes ``precheck`` or is refused with an op rule's reason.
 
 Bases: the head of one corpus file per format (claude-code, codex, sharegpt, the openai-chat
-trajectory) and the synthetic Gemini CLI session of tests/test_importers_structure_records.py.
+trajectory, an OpenHands trajectory, a SWE-agent .traj) and the synthetic Gemini CLI session
+of tests/test_importers_structure_records.py.
 ``QUILL_FUZZ_N`` sets the examples per base (default 30).
 """
 
@@ -42,12 +43,21 @@ JSONL = {
 }
 
 
+OPENHANDS = "other/openhands__trajs__basic_gui_mode.json"
+SWE_AGENT = "other/swe-agent__gpt4__pydicom__pydicom-1458.traj"
+
+
 def _base(name: str) -> tuple[str, object]:
     """``(file suffix, document)``: a list of records for JSON lines, else one JSON value."""
     if name == "gemini-cli":
         return ".json", GEMINI
     if not CORPUS.is_dir():
         pytest.skip(f"corpus absent: no transcripts at {CORPUS}")
+    if name == "openhands":
+        return ".json", json.loads((CORPUS / OPENHANDS).read_text())[:10]
+    if name == "swe-agent":
+        doc = json.loads((CORPUS / SWE_AGENT).read_text())
+        return ".json", {**doc, "history": doc["history"][:8], "trajectory": doc["trajectory"][:3]}
     if name == "openai-chat":
         doc = json.loads(
             (CORPUS / "openai-chat/mini-swe-agent__github_issue.traj.json").read_text()
@@ -65,7 +75,10 @@ def _write(path: Path, suffix: str, doc: object) -> None:
         path.write_text(json.dumps(doc))
 
 
-@pytest.mark.parametrize("name", ["claude-code", "codex", "sharegpt", "openai-chat", "gemini-cli"])
+@pytest.mark.parametrize(
+    "name",
+    ["claude-code", "codex", "sharegpt", "openai-chat", "gemini-cli", "openhands", "swe-agent"],
+)
 def test_one_bad_field_never_crashes_an_import(name, tmp_path_factory):
     suffix, doc = _base(name)
     base_dir = tmp_path_factory.mktemp("base")

@@ -43,6 +43,7 @@ from quill.ops.importers.events import Event, Message, SessionStart
 from quill.ops.importers.jsonlines import (
     CallIds,
     Problem,
+    ShapeError,
     content_session_id,
     make_message,
     make_tool_call,
@@ -229,10 +230,47 @@ class _Session:
         return []
 
 
+def _check(ev: dict) -> None:
+    """Raise ``ShapeError`` naming the first field of ``ev`` whose JSON type cannot be read."""
+    for key in ("id", "cause"):
+        v = ev.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, str))):
+            raise ShapeError(f"{key} must be a number or a string, got {type(v).__name__}")
+    for key in ("args", "extras", "tool_call_metadata"):
+        if ev.get(key) is not None and not isinstance(ev[key], dict):
+            raise ShapeError(f"{key} must be an object, got {type(ev[key]).__name__}")
+    tcm = ev.get("tool_call_metadata") or {}
+    for key, types in (
+        ("tool_call_id", (str, int)),
+        ("function_name", str),
+        ("model_response", dict),
+    ):
+        if tcm.get(key) is not None and not isinstance(tcm[key], types):
+            raise ShapeError(f"tool_call_metadata.{key} has type {type(tcm[key]).__name__}")
+    resp = tcm.get("model_response") or {}
+    if resp.get("id") is not None and not isinstance(resp["id"], str):
+        raise ShapeError(f"model_response.id must be a string, got {type(resp['id']).__name__}")
+    choices = resp.get("choices")
+    if choices is not None and not (
+        isinstance(choices, list) and all(isinstance(c, dict) for c in choices)
+    ):
+        raise ShapeError("model_response.choices must be a list of objects")
+    msg = (choices or [{}])[0].get("message") if choices else None
+    if msg is not None and not isinstance(msg, dict):
+        raise ShapeError(f"model_response message must be an object, got {type(msg).__name__}")
+    calls = (msg or {}).get("tool_calls")
+    if calls is not None and not (
+        isinstance(calls, list)
+        and all(isinstance(c, dict) and isinstance(c.get("function") or {}, dict) for c in calls)
+    ):
+        raise ShapeError("model_response tool_calls must be a list of {id, function} objects")
+
+
 def _events(path: Path, sid: str, events: list[dict], problems: list[Problem]) -> Iterator[Event]:
     st = _Session(path, sid, problems)
     for n, ev in enumerate(events):
         try:
+            _check(ev)
             msgs = st.action(ev) if "action" in ev else st.observation(ev)
         except (TypeError, AttributeError, ValueError) as exc:
             problems.append(Problem(str(path), None, "skipped", f"event {n}: {shape_problem(exc)}"))
@@ -287,13 +325,16 @@ def stream_instances(
             continue
         evs = rec["history"]
         sid = content_session_id(FORMAT, Path(path).name, [rec["instance_id"], evs[:1]])
-        metrics = rec.get("metrics") if isinstance(rec.get("metrics"), dict) else {}
+        metrics, metadata, result = (
+            rec.get(k) if isinstance(rec.get(k), dict) else {}
+            for k in ("metrics", "metadata", "test_result")
+        )
         meta = {
             "instance_id": rec["instance_id"],
             "error": rec.get("error"),
-            "agent_class": (rec.get("metadata") or {}).get("agent_class"),
+            "agent_class": metadata.get("agent_class"),
             "accumulated_token_usage": metrics.get("accumulated_token_usage"),
-            "git_patch": (rec.get("test_result") or {}).get("git_patch"),
+            "git_patch": result.get("git_patch"),
         }
         yield _session(
             path,

@@ -39,6 +39,9 @@ def test_import_corpus_into_running_fleet(quill, fleet):
         "copilot-cli",
         "sharegpt",
         "openai-chat",
+        "openhands",
+        "swe-agent",
+        "aider",
     }
     sessions_of = {s.session["session_id"]: s for p in supported for s in p.sessions}
 

@@ -3,9 +3,9 @@ value (property test): parsing never raises — a record it cannot use is a prob
 line — and what it emits passes ``precheck`` or is refused with an op rule's reason.
 
 Bases: the head of one corpus file per format (claude-code, codex, sharegpt, the openai-chat
-trajectory, Copilot CLI events), the synthetic Gemini CLI session of
-tests/test_importers_structure_records.py and log of tests/gemini_log_helpers.py, and a real
-opencode export (tests/samples/opencode).
+trajectory, Copilot CLI events, an OpenHands trajectory, a SWE-agent .traj), the synthetic
+Gemini CLI session of tests/test_importers_structure_records.py and log of
+tests/gemini_log_helpers.py, and a real opencode export (tests/samples/opencode).
 ``QUILL_FUZZ_N`` sets the examples per base (default 30).
 """
 
@@ -54,6 +54,10 @@ OPENCODE = (
 FORMAT_OF = {"gemini-cli-log": "gemini-cli"}
 
 
+OPENHANDS = "other/openhands__trajs__basic_gui_mode.json"
+SWE_AGENT = "other/swe-agent__gpt4__pydicom__pydicom-1458.traj"
+
+
 def _base(name: str) -> tuple[str, object]:
     """``(file suffix, document)``: a list of records for JSON lines, else one JSON value."""
     if name == "gemini-cli":
@@ -66,6 +70,11 @@ def _base(name: str) -> tuple[str, object]:
         return ".json", json.loads(OPENCODE.read_text())
     if not CORPUS.is_dir():
         pytest.skip(f"corpus absent: no transcripts at {CORPUS}")
+    if name == "openhands":
+        return ".json", json.loads((CORPUS / OPENHANDS).read_text())[:10]
+    if name == "swe-agent":
+        doc = json.loads((CORPUS / SWE_AGENT).read_text())
+        return ".json", {**doc, "history": doc["history"][:8], "trajectory": doc["trajectory"][:3]}
     if name == "openai-chat":
         doc = json.loads(
             (CORPUS / "openai-chat/mini-swe-agent__github_issue.traj.json").read_text()
@@ -94,6 +103,8 @@ def _write(path: Path, suffix: str, doc: object) -> None:
         "gemini-cli-log",
         "copilot-cli",
         "opencode",
+        "openhands",
+        "swe-agent",
     ],
 )
 def test_one_bad_field_never_crashes_an_import(name, tmp_path_factory):

@@ -21,7 +21,6 @@ from quill.ops.importers import (
 from quill.ops.importers.jsonlines import iter_jsonl
 
 #: files of ``other/`` in formats Quill reads (name fragments)
-READ_OTHER = ("gemini", "copilot")
 GLUED = "claude-code/entireio-cli__130d7b7e-5801-4345-9bd6-f32fd9b8429b.jsonl"
 
 # file -> (sessions, messages, problems); cross-checked below by independent counting
@@ -317,10 +316,16 @@ def test_openai_chat_corpus(corpus):
     assert [m["id"] for m in s.messages] == [str(i) for i in range(len(arr))]
 
 
+#: Files of ``other/`` in formats Quill reads (tests/test_importers_agents_corpus.py).
+READ_OTHER = ("gemini", "copilot", "aider__", "openhands__", "swe-agent__")
+
+
+def _unread(p: Path) -> bool:
+    return not any(key in p.name for key in READ_OTHER)
+
+
 @pytest.mark.parametrize(
-    "path",
-    [p for p in corpus_files("other") if not any(k in p.name for k in ("gemini", "copilot"))],
-    ids=lambda p: p.name,
+    "path", [p for p in corpus_files("other") if _unread(p)], ids=lambda p: p.name
 )
 def test_other_formats_are_not_detected(corpus, path):
     assert detect_format(path) is None
@@ -343,8 +348,8 @@ def test_reparse_is_stable_and_ids_unique(corpus):
 def test_iter_transcript_files(corpus, tmp_path):
     files = list(iter_transcript_files([corpus]))
     assert files == sorted(files)
-    assert not any(f.suffix == ".md" for f in files)
-    assert len(files) == 20
+    assert [f.name for f in files if f.suffix == ".md"] == ["aider__chat-history.md"]
+    assert len(files) == 21
     explicit = corpus / "FORMATS.md"
     assert list(iter_transcript_files([explicit])) == [explicit]
     (tmp_path / "b").mkdir()
@@ -380,5 +385,5 @@ def test_random_damage_never_raises(corpus, tmp_path):
                 isinstance(p, Problem) and p.kind in ("skipped", "repaired", "ignored")
                 for p in pf.problems
             )
-            if src.parent.name == "other" and not any(k in src.name for k in READ_OTHER):
+            if src.parent.name == "other" and _unread(src):
                 assert pf.format is None

@@ -24,7 +24,8 @@ from quill.spool import Spool, SpoolError
 @click.pass_context
 def import_(ctx: click.Context, paths: tuple[Path, ...], as_json: bool) -> None:
     """Import transcript files or folders (Claude Code, Codex, Gemini CLI, ShareGPT/Hermes,
-    OpenAI chat; docs/importers.md) and Quill's own exports (`quill export`).
+    OpenAI chat, OpenHands, SWE-agent, aider chat history; docs/importers.md) and Quill's own
+    exports (`quill export`).
 
     The format is detected per file. Re-importing is cheap and safe: only messages the store
     does not hold yet are spooled ("0 new" otherwise). Bad lines are reported (file, line,
@@ -70,7 +71,8 @@ def import_(ctx: click.Context, paths: tuple[Path, ...], as_json: bool) -> None:
     if skipped_md:  # on stderr, so --json output stays one JSON value
         click.echo(
             f"quill: skipped {len(skipped_md)} .md file(s) in the folders "
-            "(documentation, not transcripts): " + ", ".join(str(p) for p in skipped_md),
+            "(documentation, not transcripts or aider chat histories): "
+            + ", ".join(str(p) for p in skipped_md),
             err=True,
         )
     if as_json:

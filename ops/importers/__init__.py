@@ -3,10 +3,12 @@
 Public API::
 
     detect_format(path) -> "claude-code" | "codex" | "gemini-cli" | "copilot-cli" | "opencode"
-                           | "sharegpt" | "openai-chat" | None
+                           | "sharegpt" | "openai-chat" | "openhands" | "swe-agent" | "aider"
+                           | None
     stream_file(path, problems) -> (format, iterator of events)   # streaming, bounded memory
     parse_file(path) -> ParsedFile(path, format, sessions=[ImportedSession], problems=[Problem])
     iter_transcript_files(paths) -> files as given, folders walked recursively (sorted), no *.md
+                                    but aider chat histories
 
 Events (``events.py``): ``SessionStart``, ``Message``, ``Compact``, ``Rewind``; the CLI spools
 them as ops (ops/transfer/import_spool.py); ``parse_file`` collects them (tests, small files).
@@ -25,7 +27,10 @@ The format is sniffed from the CONTENT, never the extension:
   must be a Claude Code record, or every one an OpenAI chat message;
 * a JSON object document: a Gemini CLI session, an opencode export, or ``{"messages":
   [OpenAI messages]}``;
-* anything else (Markdown, other agents' JSON) -> None.
+* a JSON array of OpenHands events, or OpenHands evaluation records (JSON lines or one
+  object ``{instance_id, history}``); a SWE-agent ``.traj`` document ``{history, trajectory}``;
+* text with an ``# aider chat started at`` header line in its first lines: aider history;
+* anything else (other Markdown, other agents' JSON) -> None.
 
 Session and message ids are deterministic, so re-importing a file yields the same ids. A
 format with no conversation id of its own gets a content-derived one
@@ -45,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from quill.ops.importers import (
+    aider,
     claude_code,
     codex,
     copilot,
@@ -52,7 +58,9 @@ from quill.ops.importers import (
     gemini_log,
     openai_chat,
     opencode,
+    openhands,
     sharegpt,
+    swe_agent,
 )
 from quill.ops.importers.events import Compact, Event, Message, Rewind, SessionStart, Usage, collect
 from quill.ops.importers.jsonlines import (
@@ -90,6 +98,9 @@ FORMATS = (
     "opencode",
     "sharegpt",
     "openai-chat",
+    "openhands",
+    "swe-agent",
+    "aider",
 )
 _SAMPLE = 20  # transcript-carrying records that settle detection
 #: Non-blank lines read at most while looking for transcript-carrying records: a real Claude
@@ -152,6 +163,8 @@ def _carrier_format(value: Any) -> str | None:
         return copilot.FORMAT
     if sharegpt.looks_like_record(value):
         return sharegpt.FORMAT
+    if openhands.looks_like_instance(value):
+        return openhands.FORMAT
     if openai_chat.looks_like_conversation(value) or openai_chat.looks_like_message(value):
         return openai_chat.FORMAT
     return None
@@ -193,6 +206,8 @@ def _classify_array(values: list[Any]) -> str | None:
         return claude_code.FORMAT
     if openai_chat.looks_like_message_list(values):
         return openai_chat.FORMAT
+    if openhands.looks_like_events(values):
+        return openhands.FORMAT
     return None
 
 
@@ -201,13 +216,15 @@ def _sniff(path: Path) -> tuple[str | None, Any]:
     object document, or ``(elements, problems)`` for a top-level array."""
     first = _first_char(path)
     if first not in ("[", "{"):
-        return None, _NO_DOC
+        return (aider.FORMAT if aider.looks_like_history(path) else None), _NO_DOC
     if _first_line_is_object(path):
         carriers, head = _sample_jsonl(path)
         if len(head) == 1 and gemini.looks_like_document(head[0]):  # a one-line document
             return gemini.FORMAT, head[0]
         if len(head) == 1 and opencode.looks_like_document(head[0]):
             return opencode.FORMAT, head[0]
+        if len(head) == 1 and swe_agent.looks_like_document(head[0]):
+            return swe_agent.FORMAT, head[0]
         return _classify_records(carriers, head), _NO_DOC
     if first == "[":
         problems: list[Problem] = []
@@ -221,6 +238,10 @@ def _sniff(path: Path) -> tuple[str | None, Any]:
         return gemini.FORMAT, doc
     if opencode.looks_like_document(doc):
         return opencode.FORMAT, doc
+    if swe_agent.looks_like_document(doc):
+        return swe_agent.FORMAT, doc
+    if openhands.looks_like_instance(doc):
+        return openhands.FORMAT, doc
     return (openai_chat.FORMAT if openai_chat.looks_like_conversation(doc) else None), doc
 
 
@@ -247,11 +268,15 @@ def stream_file(path: Path, problems: list[Problem]) -> tuple[str | None, Iterat
     fmt, doc = _sniff(path)
     if fmt is None:
         return None, iter(())
+    if fmt == aider.FORMAT:
+        return fmt, aider.stream(path, problems)
     if isinstance(doc, tuple):  # top-level JSON array
         elements, array_problems = doc
         problems.extend(array_problems)
         if fmt == claude_code.FORMAT:
             return fmt, claude_code.stream(path, lambda _p: elements, problems, "json-array")
+        if fmt == openhands.FORMAT:
+            return fmt, openhands.stream_events(path, [v for _, v in elements], problems)
         return fmt, _sessions_as_events(
             openai_chat.parse_document(path, [v for _, v in elements], problems)
         )
@@ -259,6 +284,10 @@ def stream_file(path: Path, problems: list[Problem]) -> tuple[str | None, Iterat
         return fmt, gemini.stream(path, doc, problems)
     if fmt == opencode.FORMAT:
         return fmt, opencode.stream(path, doc, problems)
+    if fmt == swe_agent.FORMAT:
+        return fmt, swe_agent.stream(path, doc, problems)
+    if fmt == openhands.FORMAT and doc is not _NO_DOC:
+        return fmt, openhands.stream_instances(path, [(None, doc)], problems)
     if doc is not _NO_DOC:
         return fmt, _sessions_as_events(openai_chat.parse_document(path, doc, problems))
 
@@ -278,6 +307,8 @@ def stream_file(path: Path, problems: list[Problem]) -> tuple[str | None, Iterat
         return fmt, gemini_log.stream(path, problems)
     if fmt == copilot.FORMAT:
         return fmt, copilot.stream(path, problems)
+    if fmt == openhands.FORMAT:
+        return fmt, openhands.stream_instances(path, iter_jsonl(path, problems), problems)
     if fmt == sharegpt.FORMAT:
         return fmt, _sessions_as_events(
             sharegpt.parse_records(path, iter_jsonl(path, problems), problems)
@@ -299,9 +330,10 @@ def parse_file(path: Path) -> ParsedFile:
 def iter_transcript_files(
     paths: Iterable[Path], skipped: list[Path] | None = None
 ) -> Iterator[Path]:
-    """Files as given; folders walked recursively in sorted order, skipping ``*.md`` (appended
-    to ``skipped`` when given, so the caller can say so) and subagent files whose session file
-    is there to import them (claude_code / gemini_log ``subagent_files``)."""
+    """Files as given; folders walked recursively in sorted order, skipping ``*.md`` other than
+    aider chat histories (the skipped ones appended to ``skipped`` when given, so the caller
+    can say so) and subagent files whose session file is there to import them
+    (claude_code / gemini_log ``subagent_files``)."""
     for p in paths:
         p = Path(p)
         if not p.is_dir():
@@ -310,9 +342,11 @@ def iter_transcript_files(
         found: list[Path] = []
         for root, dirs, files in os.walk(p):
             dirs.sort()
-            found.extend(Path(root) / f for f in files if not f.lower().endswith(".md"))
+            md = {f for f in files if f.lower().endswith(".md")}
+            md -= {f for f in md if aider.looks_like_history(Path(root) / f)}
+            found.extend(Path(root) / f for f in files if f not in md)
             if skipped is not None:
-                skipped.extend(sorted(Path(root) / f for f in files if f.lower().endswith(".md")))
+                skipped.extend(sorted(Path(root) / f for f in md))
         yield from (
             f
             for f in sorted(found)

@@ -314,3 +314,27 @@ def join_text(parts: list[str]) -> str | None:
     """Join non-empty text pieces with blank lines; None when nothing is left."""
     kept = [p for p in parts if isinstance(p, str) and p != ""]
     return "\n\n".join(kept) if kept else None
+
+
+class CallIds:
+    """Tool call ids made unique within one session, for a source that reuses them.
+
+    The store keeps at most one live tool result per (session, tool_call_id)
+    (``duplicate-tool-result``, docs/ops.md), so a call id that comes again (SWE-agent
+    demonstration replays repeat ids) must get a fresh one or its whole batch is refused.
+    ``call(id)`` -> the id to store: the source id the first time, ``<id>#<n>`` for its n-th
+    reuse; ``result(id)`` -> the stored id of the latest call with that source id (the one a
+    result answers), or ``id`` itself when no call had it."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, int] = {}
+        self._latest: dict[str, str] = {}
+
+    def call(self, source_id: str) -> str:
+        n = self._seen.get(source_id, 0)
+        self._seen[source_id] = n + 1
+        self._latest[source_id] = source_id if n == 0 else f"{source_id}#{n}"
+        return self._latest[source_id]
+
+    def result(self, source_id: str) -> str:
+        return self._latest.get(source_id, source_id)

@@ -18,7 +18,9 @@ of the same name hold different conversations, so they get different ids (docs/i
 Message id = its index in the session ("0", "1", ...). ``tool_calls`` are
 normalised (missing ids synthesised as "call_<index>_<k>", arguments made a
 JSON string); legacy ``function_call`` becomes a tool call; tool messages get
-``name`` from the matching call when absent.
+``name`` from the matching call when absent. A call id the session reuses (some logs number
+calls ``call_0``, ``call_1`` afresh each turn) is stored as ``<id>#<n>`` and its results
+follow it (``jsonlines.CallIds``): the store keeps one live result per call id.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from quill.ops.importers.jsonlines import (
+    CallIds,
     ImportedSession,
     Problem,
     content_session_id,
@@ -124,14 +127,14 @@ def _content(raw: Any) -> Any:
     return parts if has_media else join_text(texts)
 
 
-def _message(i: int, m: dict, names: dict[str, str]) -> dict:
+def _message(i: int, m: dict, names: dict[str, str], ids: CallIds) -> dict:
     role = "tool" if m.get("role") == "function" else str(m.get("role"))
     calls = []
     for k, call in enumerate(m.get("tool_calls") or []):
         if not isinstance(call, dict):
             continue
         fn = call.get("function") if isinstance(call.get("function"), dict) else {}
-        cid = str(call.get("id") or f"call_{i}_{k}")
+        cid = ids.call(str(call.get("id") or f"call_{i}_{k}"))  # unique in the session
         name = fn.get("name") or call.get("name") or ""
         names[cid] = name
         args = fn.get("arguments", call.get("arguments"))
@@ -142,7 +145,7 @@ def _message(i: int, m: dict, names: dict[str, str]) -> dict:
         names[cid] = fc.get("name") or ""
         calls.append(make_tool_call(cid, fc.get("name") or "", fc.get("arguments") or {}))
     tcid = m.get("tool_call_id")
-    tcid = str(tcid) if tcid is not None else None
+    tcid = ids.result(str(tcid)) if tcid is not None else None
     name = m.get("name") if isinstance(m.get("name"), str) else None
     if role == "tool" and name is None and tcid:
         name = names.get(tcid)
@@ -188,6 +191,7 @@ def _session(
     model: Any = None,
 ) -> ImportedSession:
     names: dict[str, str] = {}
+    ids = CallIds()
     out = []
     for i, m in enumerate(msgs):
         if not looks_like_message(m):
@@ -196,7 +200,7 @@ def _session(
             )
             continue
         try:
-            out.append(_message(i, m, names))
+            out.append(_message(i, m, names, ids))
         except (TypeError, AttributeError, ValueError, KeyError, RecursionError) as exc:
             problems.append(
                 Problem(str(path), line, "skipped", f"message {i}: {shape_problem(exc)}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 
 import pytest
 from conftest import CORPUS
@@ -92,15 +93,16 @@ def test_message_rows_equal_the_stdlib_rows_on_the_corpus(monkeypatch):
     and the corpus exercises the encoded columns (parts, tool calls, extras)."""
     from quill.ops.importers import iter_transcript_files, parse_file
 
+    NOW = time.time()  # the arrival: every message time is before it  # noqa: N806
     msgs = [
         m
         for p in iter_transcript_files([CORPUS])
         for s in parse_file(p).sessions
         for m in s.messages
     ]
-    rows = [message_row(m, 1.7e9) for m in msgs]
+    rows = [message_row(m, NOW) for m in msgs]
     monkeypatch.setattr(normalize, "_encode", _stdlib)
-    assert rows == [message_row(m, 1.7e9) for m in msgs]
+    assert rows == [message_row(m, NOW) for m in msgs]
     assert len(msgs) > 1000
     for col in ("parts", "tool_calls", "extra"):
         assert any(r[normalize.ROW_COLUMNS.index(col)] for r in rows), col

@@ -58,8 +58,13 @@ def wait_applied(
             fleet_seen = now
         gave_up = without_fleet is not None and now - fleet_seen >= without_fleet
         if gave_up or now - start >= timeout:
+            within = (
+                f"after no fleet ran for {without_fleet:g} s"
+                if gave_up
+                else (f"within {timeout:g} s")
+            )
             raise WaitTimeoutError(
-                f"record at {position} not applied within {now - start:.3g} s "
+                f"record at {position} not applied {within} "
                 f"(store cursor: {cursor}); {why_not_applied(cfg)}"
             )
         time.sleep(poll)

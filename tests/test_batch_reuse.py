@@ -50,7 +50,8 @@ def test_the_client_is_told_quarantined_for_a_reused_id(quill, home):
     first = q.append("dup", [{"role": "user", "content": "once"}], batch_id="fixed-1")
     retry = q.append("dup", [{"role": "user", "content": "once"}], batch_id="fixed-1")
     reused = q.append("other", [{"role": "user", "content": "lostmessage"}], batch_id="fixed-1")
-    quill.run("run", "--until-idle", "--timeout", "120")
+    ran = quill.run("run", "--until-idle", "--timeout", "120", check=False)
+    assert ran.returncode == 1 and "batch-id-reused: 1" in ran.stderr  # a batch quarantined
     outcomes = q.wait_all([first, retry, reused], timeout=30)
     assert [o.status for o in outcomes] == ["applied", "applied", "quarantined"]
     assert outcomes[2].reason == "batch-id-reused"

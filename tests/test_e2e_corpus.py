@@ -46,7 +46,8 @@ def test_import_corpus_into_running_fleet(quill, fleet):
     sessions_of = {s.session["session_id"]: s for p in supported for s in p.sessions}
 
     proc = quill.run("import", str(CORPUS), "--json", check=False)
-    assert proc.returncode == 1  # the corpus holds formats Quill does not read: each is named
+    # every transcript of the corpus is in a format Quill reads (its *.md docs are named apart)
+    assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert {e["path"] for e in report if e["format"]} == {p.path for p in supported}
     assert {e["path"] for e in report if not e["format"]} == {

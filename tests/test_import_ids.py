@@ -48,8 +48,11 @@ def sessions(quill) -> dict[str, list[str]]:
 
 
 def run_until_idle(quill) -> str:
-    """``quill run --until-idle``; returns its stderr (where quarantines are reported)."""
-    return quill.run("run", "--until-idle", "--timeout", "60").stderr
+    """``quill run --until-idle``; returns its stderr (where quarantines are reported). Exit 1
+    exactly when it reports records quarantined (the README's exit codes)."""
+    ran = quill.run("run", "--until-idle", "--timeout", "60", check=False)
+    assert ran.returncode == (1 if "quarantined during this run" in ran.stderr else 0), ran.stderr
+    return ran.stderr
 
 
 def drain(quill) -> None:

@@ -57,13 +57,16 @@ def run(ctx: click.Context, until_idle: bool, timeout: float | None) -> None:
             f"a fleet is already running on {cfg.home}",
             "`quill status` shows it; stop it before starting another",
         ) from None
-    _say_quarantined(cfg.spool_dir, before)
+    refused = _say_quarantined(cfg.spool_dir, before)
+    if code == 0 and refused:
+        code = int(Exit.FAILED)  # a batch quarantined: the README's exit 1, not "all applied"
     if code:
         why = {
             Exit.TIMEOUT: "not idle before --timeout",
             Exit.HALTED: "the writer halted (`quill status` says why and what to run)",
             Exit.CRASH_LOOP: "a worker is crash-looping",
             Exit.QUEUE_UNAVAILABLE: "the spool is drained; the job queue is unreachable",
+            Exit.FAILED: "records were quarantined, not applied (above)",
         }.get(code, "see the logs")
         click.echo(
             f"quill: fleet stopped with exit code {code}: {why}; logs in {cfg.logs_dir}", err=True
@@ -79,17 +82,19 @@ def _quarantined(spool_dir) -> set[str]:
     return {p.name for p in folder.glob("*.json")} if folder.is_dir() else set()
 
 
-def _say_quarantined(spool_dir, before: set[str]) -> None:
+def _say_quarantined(spool_dir, before: set[str]) -> int:
     """On stderr: records this run quarantined, counted by reason (an import whose ops were
-    refused must not look like it went through: `quill import` only spools)."""
+    refused must not look like it went through: `quill import` only spools). Returns how many
+    were refused or damaged; a producer's torn write (never acknowledged) is not counted."""
     import json
     from collections import Counter
 
     from quill.spool.quarantine import Quarantine
+    from quill.spool.torn import TORN_WRITE
 
     new = sorted(_quarantined(spool_dir) - before)
     if not new:
-        return
+        return 0
     folder, reasons = Quarantine(spool_dir).dir, Counter()
     for name in new:
         try:
@@ -102,3 +107,4 @@ def _say_quarantined(spool_dir, before: set[str]) -> None:
         + "); `quill spool quarantine list` shows them",
         err=True,
     )
+    return sum(n for reason, n in reasons.items() if reason != TORN_WRITE)

@@ -16,7 +16,7 @@ from fastapi.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from quill.ops.client.client import Client
-from quill.ops.service import api, dashboard, errors, metrics
+from quill.ops.service import api, dashboard, errors, guard, metrics
 from quill.ops.service.auth import require
 
 VERSION = "1"
@@ -118,6 +118,12 @@ def create_app(cfg: Any, log: Any, *, anonymous: str | None = None) -> FastAPI:
 
     _install_docs(app)
     dashboard.install(app)
-    app.add_middleware(errors.BodyLimit, max_bytes=cfg.http_max_body_bytes)
+    app.add_middleware(
+        errors.BodyLimit, max_bytes=cfg.http_max_body_bytes, timeout_s=cfg.http_body_timeout_s
+    )
     app.add_middleware(_AccessLog, log=log)
+    # Outermost: a throttled request costs no body read and no route.
+    app.add_middleware(
+        guard.RequestBudget, rate=cfg.http_requests_per_s, burst=cfg.http_request_burst
+    )
     return app

@@ -52,26 +52,36 @@ SESSION_KEYS = (
 )
 PREVIEW_CHARS = 120
 
+#: A listing in two steps, so its cost does not depend on what the messages hold: ``page``
+#: orders every matching session by its ordering key alone (``max(ts)`` comes from the
+#: ``messages_session_ts`` index, never from the rows) and keeps ``LIMIT`` of them; only
+#: those get the per-session aggregates, which read message rows.
 _SELECT = f"""
-SELECT * FROM (
-  SELECT s.id, s.source, s.title, s.model, s.cwd, s.started_at, s.ended_at, s.end_reason,
-         s.parent_id, s.parent_kind, s.archived, s.pinned, s.hidden, s.last_read_id,
-         (SELECT count(DISTINCT m.pos) FROM messages m
-            WHERE m.session_id = s.id
-            AND m.state IN ('live', 'compacted')) AS message_count,
-         (SELECT count(DISTINCT m.pos) FROM messages m
-            WHERE m.session_id = s.id
-            AND m.state IN ('live', 'compacted') AND m.seq > coalesce(
-                (SELECT r.seq FROM messages r WHERE r.id = s.last_read_id), 0)) AS unread,
-         NOT EXISTS (SELECT 1 FROM messages m WHERE m.session_id = s.id) AS empty,
-         (SELECT max(m.ts) FROM messages m WHERE m.session_id = s.id) AS last_active,
-         (SELECT substr(m.content, 1, {PREVIEW_CHARS}) FROM messages m WHERE m.session_id = s.id
-            AND m.role = 'user' AND m.state IN ('live', 'compacted')
-            ORDER BY m.pos LIMIT 1) AS preview,
-         s.meta, s.key, s.placeholder
+WITH keyed AS (
+  SELECT s.id AS id, s.started_at AS started_at,
+         (SELECT max(m.ts) FROM messages m WHERE m.session_id = s.id) AS last_active
   FROM sessions s {{where}}
-) AS listed {{outer}}
-ORDER BY coalesce(last_active, started_at) DESC, id DESC LIMIT ?"""
+), page AS (
+  SELECT id, last_active, coalesce(last_active, started_at) AS active FROM keyed {{outer}}
+  ORDER BY coalesce(last_active, started_at) DESC, id DESC LIMIT ?
+)
+SELECT s.id, s.source, s.title, s.model, s.cwd, s.started_at, s.ended_at, s.end_reason,
+       s.parent_id, s.parent_kind, s.archived, s.pinned, s.hidden, s.last_read_id,
+       (SELECT count(DISTINCT m.pos) FROM messages m
+          WHERE m.session_id = s.id
+          AND m.state IN ('live', 'compacted')) AS message_count,
+       (SELECT count(DISTINCT m.pos) FROM messages m
+          WHERE m.session_id = s.id
+          AND m.state IN ('live', 'compacted') AND m.seq > coalesce(
+              (SELECT r.seq FROM messages r WHERE r.id = s.last_read_id), 0)) AS unread,
+       NOT EXISTS (SELECT 1 FROM messages m WHERE m.session_id = s.id) AS empty,
+       page.last_active,
+       (SELECT substr(m.content, 1, {PREVIEW_CHARS}) FROM messages m WHERE m.session_id = s.id
+          AND m.role = 'user' AND m.state IN ('live', 'compacted')
+          ORDER BY m.pos LIMIT 1) AS preview,
+       s.meta, s.key, s.placeholder
+FROM page JOIN sessions s ON s.id = page.id
+ORDER BY page.active DESC, page.id DESC"""
 
 
 def _like_literal(text: str) -> str:

@@ -62,18 +62,26 @@ DOCS_STATIC = "/api/docs/static"
 
 
 def _install_docs(app: FastAPI) -> None:
-    """``/api/docs``: Swagger UI for ``/openapi.json`` with every file served by this app."""
+    """``/api/docs``: Swagger UI for the OpenAPI document with every file served by this app
+    (the document translated to 3.0, ``openapi30``: this Swagger UI cannot read 3.1)."""
     from fastapi.openapi.docs import get_swagger_ui_html
     from fastapi.responses import HTMLResponse
     from fastapi.staticfiles import StaticFiles
     from swagger_ui_bundle import swagger_ui_path
 
+    from quill.ops.service.openapi30 import downgrade
+
     app.mount(DOCS_STATIC, StaticFiles(directory=swagger_ui_path), name="swagger-ui")
+
+    @app.get("/api/docs/openapi.json", include_in_schema=False)
+    def api_docs_document() -> dict:
+        """The OpenAPI document in version 3.0, which this Swagger UI (4.15) can render."""
+        return downgrade(app.openapi())
 
     @app.get("/api/docs", include_in_schema=False)
     def api_docs() -> HTMLResponse:
         return get_swagger_ui_html(
-            openapi_url="/openapi.json",
+            openapi_url="/api/docs/openapi.json",
             title="Quill API",
             swagger_js_url=f"{DOCS_STATIC}/swagger-ui-bundle.js",
             swagger_css_url=f"{DOCS_STATIC}/swagger-ui.css",

@@ -89,8 +89,11 @@ def _who(request: Request, scope: str = "read") -> Any:
 
 
 def _page(request: Request, name: str, **ctx: Any) -> HTMLResponse:
+    """Render ``name``; every signed-in page says when the store is behind the spool or the
+    writer is halted (``views.store_behind``), so what it shows is not taken as complete."""
     who = getattr(request.state, "principal", None)
-    return templates.TemplateResponse(request, name, {"who": who, **ctx})
+    behind = views.store_behind(request.app.state.cfg) if who is not None else None
+    return templates.TemplateResponse(request, name, {"who": who, "behind": behind, **ctx})
 
 
 def _open(request: Request) -> Reader | None:

@@ -77,3 +77,42 @@ def jobs(cfg: Any) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def store_behind(cfg: Any) -> dict[str, Any] | None:
+    """What a dashboard page must say above its content when the store does not show
+    everything accepted: ``{"halted": bool, "running": bool, "pending_bytes": int, "lag_s":
+    float, "detail": str}`` when the writer is halted or spool records are not applied yet
+    (the figures of ``quill status``: ``spool.pending_bytes``, ``spool.lag_s``, the halt);
+    None when the store is current. Never raises for a missing or unreadable store: then the
+    store is behind everything in the spool."""
+    from quill.spool import Position
+    from quill.spool.reader import lag_seconds
+    from quill.spool.reader import stats as spool_stats
+
+    fleet = health.fleet_state(cfg)
+    cursor = None
+    try:
+        with open_reader(cfg) as r:
+            found = r.figures().get("cursor")
+        cursor = Position.parse(found) if found else None
+    except StoreError:
+        pass  # no store (yet) or an unreadable one: everything in the spool is pending
+    pending = spool_stats(cfg.spool_dir, cursor)["pending_bytes"]
+    halt = fleet.get("halt")
+    if not pending and not halt:
+        return None
+    lag = round(lag_seconds(cfg.spool_dir, cursor, time.time()), 1) if pending else 0.0
+    if halt:
+        detail = f"The writer is halted ({halt.get('cause')}): run {halt.get('next')}"
+    elif not fleet["running"]:
+        detail = "The fleet is not running (start it with `quill run`)"
+    else:
+        detail = "The writer is catching up"
+    return {
+        "halted": bool(halt),
+        "running": fleet["running"],
+        "pending_bytes": pending,
+        "lag_s": lag,
+        "detail": detail,
+    }

@@ -41,7 +41,10 @@ def session_or_404(r: Reader, session_id: str) -> dict[str, Any]:
 
 def jobs(cfg: Any) -> list[dict[str, Any]]:
     """Every catalog job with its schedule(s), next run, last run and ``overdue`` flag (a
-    schedule whose next run time passed ``health.OVERDUE_AFTER_S`` ago: no scheduler fired it)."""
+    schedule whose next run time passed ``health.OVERDUE_AFTER_S`` ago: no scheduler fired it),
+    and whether a user may run it now on this store: ``runnable`` (bool) and, when not,
+    ``not_runnable`` (why: an internal job, or one that maintains the other kind of store;
+    ``catalog.runnable``, the check ``POST /api/v1/jobs/{name}/run`` makes)."""
     last: dict[str, dict[str, Any]] = {}
     # No store yet (or unreadable): jobs still list, without history.
     found = read_store(cfg, lambda r: r.job_runs(limit=500))
@@ -62,6 +65,13 @@ def jobs(cfg: Any) -> list[dict[str, Any]]:
         scheds = by_job.get(spec.name, [])
         next_runs = [health.epoch(s["next_run"]) for s in scheds if s.get("next_run")]
         due = min(next_runs) if next_runs else None
+        try:
+            catalog.runnable(spec.name, cfg)
+            why_not = None
+        except KeyError:
+            why_not = "internal: run by the fleet itself"
+        except catalog.WrongStoreError as exc:
+            why_not = str(exc)
         rows.append(
             {
                 "name": spec.name,
@@ -74,6 +84,8 @@ def jobs(cfg: Any) -> list[dict[str, Any]]:
                 "next_run": due,
                 "overdue": due is not None and due < now - health.OVERDUE_AFTER_S,
                 "last_run": last.get(spec.name),
+                "runnable": why_not is None,
+                "not_runnable": why_not,
             }
         )
     return rows

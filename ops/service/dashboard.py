@@ -32,11 +32,13 @@ from quill.ops.service.tokens import TokenStore
 from quill.ops.status import health
 from quill.spool import Quarantine
 from quill.store.errors import CantOpenError
+from quill.store.read.listing import cursor_of
 from quill.store.read.reader import Reader
 
 HERE = Path(__file__).parent
 templates = Jinja2Templates(directory=str(HERE / "templates"))
 PAGE_SESSIONS = 50
+MAX_PAGE_SESSIONS = 1000  # as the API's ``limit``
 QUARANTINE_SHOWN = 20
 
 
@@ -222,8 +224,11 @@ def install(app: FastAPI) -> None:
         pinned: str = "",
         lineage: str = "tips",
         session: str = "",
+        limit: int = PAGE_SESSIONS,
+        after: str = "",
     ) -> HTMLResponse:
         _who(request)
+        limit = min(max(limit, 1), MAX_PAGE_SESSIONS)
         filters = {
             "q": q,
             "session": session,
@@ -254,7 +259,7 @@ def install(app: FastAPI) -> None:
                 # a session with more says how many, linking to them.
                 found = client.search_results(
                     q,
-                    limit=PAGE_SESSIONS,
+                    limit=limit,
                     session_id=session or None,
                     source=source or None,
                     since=_epoch(since),
@@ -264,8 +269,9 @@ def install(app: FastAPI) -> None:
                 hits = found["hits"]
             else:
                 rows = client.sessions(
+                    after=after or None,
                     source=source or None,
-                    limit=PAGE_SESSIONS,
+                    limit=limit + 1,
                     title_contains=title or None,
                     since=_epoch(since),
                     until=_epoch(until),
@@ -273,10 +279,18 @@ def install(app: FastAPI) -> None:
                     pinned=_flag(pinned),
                     chains=lineage == "all",
                 )
+        next_url = None
+        if len(rows) > limit:  # one row past the page: there is a next page
+            rows = rows[:limit]
+            next_url = str(request.url.include_query_params(after=cursor_of(rows[-1])))
+            next_url = next_url[next_url.index("/sessions") :]  # same origin: path and query
         return _page(
             request,
             "sessions.html",
             rows=rows,
+            limit=limit,
+            next_url=next_url,
+            paged=bool(after),
             hits=hits,
             found=found,
             more_after=_more_after(found),

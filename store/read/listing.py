@@ -18,7 +18,9 @@ Rules:
 
 from __future__ import annotations
 
+import base64
 import json
+import math
 from typing import Any
 
 import apsw
@@ -62,8 +64,8 @@ WITH keyed AS (
          (SELECT max(m.ts) FROM messages m WHERE m.session_id = s.id) AS last_active
   FROM sessions s {{where}}
 ), page AS (
-  SELECT id, last_active, coalesce(last_active, started_at) AS active FROM keyed {{outer}}
-  ORDER BY coalesce(last_active, started_at) DESC, id DESC LIMIT ?
+  SELECT id, last_active, coalesce(last_active, started_at, 0) AS active FROM keyed {{outer}}
+  ORDER BY coalesce(last_active, started_at, 0) DESC, id DESC LIMIT ?
 )
 SELECT s.id, s.source, s.title, s.model, s.cwd, s.started_at, s.ended_at, s.end_reason,
        s.parent_id, s.parent_kind, s.archived, s.pinned, s.hidden, s.last_read_id,
@@ -84,6 +86,33 @@ FROM page JOIN sessions s ON s.id = page.id
 ORDER BY page.active DESC, page.id DESC"""
 
 
+def cursor_of(row: dict[str, Any]) -> str:
+    """The keyset cursor just after listed ``row``: pass it as ``after`` for the next page.
+    Opaque text (URL-safe); stable under concurrent writes (a page continues strictly after
+    this row's ordering key, so no session is repeated; one whose activity moves it ahead of
+    the cursor meanwhile is, by definition, on an earlier page)."""
+    active = row["last_active"] if row["last_active"] is not None else row["started_at"]
+    key = json.dumps([active if active is not None else 0, row["id"]], separators=(",", ":"))
+    return base64.urlsafe_b64encode(key.encode()).decode().rstrip("=")
+
+
+def parse_cursor(cursor: str) -> tuple[float, str]:
+    """``cursor_of``'s ``(active, id)``; raises ``ValueError`` for anything else."""
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        active, sid = json.loads(base64.urlsafe_b64decode(padded.encode("ascii")))
+    except (ValueError, TypeError, UnicodeError):
+        raise ValueError(f"not a listing cursor: {cursor[:40]!r}") from None
+    if (
+        not isinstance(active, (int, float))
+        or isinstance(active, bool)
+        or not math.isfinite(active)
+        or not isinstance(sid, str)
+    ):
+        raise ValueError(f"not a listing cursor: {cursor[:40]!r}")
+    return float(active), sid
+
+
 def _like_literal(text: str) -> str:
     return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
@@ -102,9 +131,11 @@ def list_sessions(
     until: float | None = None,
     lineage: str = "tips",
     session_id: str | None = None,
+    after: str | None = None,
 ) -> list[dict[str, Any]]:
     """Sessions, most recently active first, as dicts with ``SESSION_KEYS`` plus
     ``chain_root_id`` and ``chain_length`` (1 for a session outside any chain).
+    ``after``: a ``cursor_of`` a row of the previous page (keyset pagination).
 
     ``archived``/``pinned``/``hidden``: None = either, True/False = only those. ``hidden=True``
     implies including hidden sessions. Raises ``ValueError`` for an unknown ``lineage``.
@@ -132,10 +163,18 @@ def list_sessions(
         args.append(until)
     if lineage == "tips" and session_id is None:
         where.append(IS_TIP_SQL)
-    outer, outer_args = "", []
+    outer, outer_args = ["1=1"], []
     if since is not None:
-        outer, outer_args = "WHERE coalesce(last_active, started_at) >= ?", [since]
-    sql = _SELECT.format(where="WHERE " + " AND ".join(where), outer=outer)
+        outer.append("coalesce(last_active, started_at) >= ?")
+        outer_args.append(since)
+    if after is not None:
+        active, last_id = parse_cursor(after)
+        outer.append(
+            "(coalesce(last_active, started_at, 0) < ? "
+            "OR (coalesce(last_active, started_at, 0) = ? AND id < ?))"
+        )
+        outer_args += [active, active, last_id]
+    sql = _SELECT.format(where="WHERE " + " AND ".join(where), outer="WHERE " + " AND ".join(outer))
     out = []
     for row in conn.execute(sql, (*args, *outer_args, limit)).fetchall():
         item = dict(zip(SESSION_KEYS, row))

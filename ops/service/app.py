@@ -16,7 +16,7 @@ from fastapi.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from quill.ops.client.client import Client
-from quill.ops.service import api, dashboard, errors, guard, metrics
+from quill.ops.service import api, api_common, dashboard, errors, guard, metrics
 from quill.ops.service.auth import require
 
 VERSION = "1"
@@ -112,7 +112,8 @@ def create_app(cfg: Any, log: Any, *, anonymous: str | None = None) -> FastAPI:
         dependencies=[Depends(require("read"))],
         response_class=Response,
         responses={
-            200: {"content": {metrics.CONTENT_TYPE: {}}, "description": "Prometheus text format"}
+            200: {"content": {metrics.CONTENT_TYPE: {}}, "description": "Prometheus text format"},
+            **{code: api_common.ERRORS[code] for code in (401, 403, 429)},
         },
     )
     def prometheus(request: Request) -> Response:

@@ -94,9 +94,10 @@ def install(app: FastAPI, log: Any) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         reason = _STATUS_REASONS.get(exc.status_code, "error")
-        return error_response(
-            exc.status_code, reason, str(exc.detail), getattr(exc, "headers", None), request
-        )
+        headers = getattr(exc, "headers", None)
+        if exc.status_code == 405:
+            headers = {**(headers or {}), "Allow": _allowed(request)}
+        return error_response(exc.status_code, reason, str(exc.detail), headers, request)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -131,6 +132,20 @@ def install(app: FastAPI, log: Any) -> None:
         return error_response(
             500, "internal", f"unexpected {type(exc).__name__}; see the service log", None, request
         )
+
+
+def _allowed(request: Request) -> str:
+    """The methods some route of the app answers at this request's path (Starlette's 405 names
+    only the first route whose path matched, e.g. ``POST`` where a ``GET`` route shares it)."""
+    from starlette.routing import Match
+
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        # PARTIAL: the path matches, the method does not; FULL cannot happen here.
+        match, _ = route.matches(request.scope)
+        if match != Match.NONE and getattr(route, "methods", None):
+            methods |= set(route.methods)
+    return ", ".join(sorted(methods))
 
 
 def _wants_page(request: Request) -> bool:

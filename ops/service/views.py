@@ -103,13 +103,9 @@ def store_behind(cfg: Any) -> dict[str, Any] | None:
     from quill.spool.reader import stats as spool_stats
 
     fleet = health.fleet_state(cfg)
-    cursor = None
-    try:
-        with open_reader(cfg) as r:
-            found = r.figures().get("cursor")
-        cursor = Position.parse(found) if found else None
-    except StoreError:
-        pass  # no store (yet) or an unreadable one: everything in the spool is pending
+    # No store (yet) or an unreadable one: everything in the spool is pending.
+    found = read_store(cfg, lambda r: r.figures().get("cursor"))
+    cursor = Position.parse(found.value) if found.ok and found.value else None
     pending = spool_stats(cfg.spool_dir, cursor)["pending_bytes"]
     halt = fleet.get("halt")
     if not pending and not halt:

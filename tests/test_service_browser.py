@@ -314,7 +314,7 @@ def test_usage_page_charts_what_the_store_records(site, page):
     per_model = httpx.get(f"{base}/api/v1/usage", params={"by": "model"}).json()
     assert total["calls"] > 0 and per_day and per_model  # the corpus carries provider usage
     page.goto(f"{base}/usage")
-    from quill.ops.service.dashboard import human_number, usd
+    from quill.ops.service.formats import human_number, usd
 
     # A time axis: one slot per calendar day, a bar only on the days with usage.
     assert page.locator("#chart-day g.day").count() >= len(per_day)

@@ -41,7 +41,7 @@ def test_pages_say_the_store_is_behind_while_messages_are_pending(quill):
 
 
 def test_usage_charts_have_a_time_axis_and_costs_that_do_not_round_to_zero(quill):
-    from quill.ops.service.dashboard import human_number, usd
+    from quill.ops.service.formats import human_number, usd
 
     day = 86400
     start = (int(time.time()) // day - 10) * day + 3600  # ten days ago, 01:00 UTC

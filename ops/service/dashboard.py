@@ -28,6 +28,7 @@ from quill.ops.client.stores import open_reader
 from quill.ops.service import api_common, api_jobs, views
 from quill.ops.service.auth import COOKIE, principal, require_same_origin
 from quill.ops.service.errors import ApiError
+from quill.ops.service.formats import day_axis, human_number, usd
 from quill.ops.service.tokens import TokenStore
 from quill.ops.status import health
 from quill.spool import Quarantine
@@ -67,44 +68,6 @@ def _text(content: Any) -> str:
             p.get("text", f"<{p.get('type')}>") if isinstance(p, dict) else str(p) for p in content
         )
     return "" if content is None else str(content)
-
-
-def human_number(value: Any) -> str:
-    """``27946415`` → ``"27.9M"``, ``12500`` → ``"12.5k"``, ``812`` → ``"812"``; "-" for None."""
-    if value is None:
-        return "-"
-    for size, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= size:
-            return f"{value / size:.3g}{unit}"
-    return f"{value:g}"
-
-
-def usd(value: Any) -> str:
-    """A cost in dollars that never rounds a real cost to zero: ``$12.35``, ``$0.0045``,
-    ``$0.000012`` (two significant digits under a cent), ``$0`` for zero; "unpriced" for None."""
-    if value is None:
-        return "unpriced"
-    if value == 0:
-        return "$0"
-    if abs(value) >= 0.01:
-        return f"${value:,.2f}"
-    return f"${value:.2g}" if abs(value) >= 1e-4 else f"${value:.2e}"
-
-
-def day_axis(per_day: list[dict[str, Any]], since: float | None) -> list[dict[str, Any]]:
-    """``per_day`` rows (``day`` = ``YYYY-MM-DD``) on a time axis: one slot per calendar day
-    from ``since`` (or the first day with usage) to the last day with usage, ``{"day", "row"}``
-    with ``row`` None on a day without usage (drawn as a gap, not squeezed out)."""
-    if not per_day:
-        return []
-    rows = {r["day"]: r for r in per_day if r.get("day")}
-    first = dt.date.fromisoformat(min(rows))
-    if since is not None:
-        first = min(first, dt.datetime.fromtimestamp(since, dt.UTC).date())
-    last = dt.date.fromisoformat(max(rows))
-    span = (last - first).days + 1
-    days = [(first + dt.timedelta(days=i)).isoformat() for i in range(span)]
-    return [{"day": d, "row": rows.get(d)} for d in days]
 
 
 templates.env.filters["when"] = _when

@@ -62,6 +62,14 @@ class Settings(NamedTuple):
     http_anonymous: str = "loopback"
     http_max_body_bytes: int = 8 * 1024 * 1024
     http_max_batch_messages: int = 2000
+    #: Seconds a connection may take to send a request head, and a request body.
+    http_header_timeout_s: float = 10.0
+    http_body_timeout_s: float = 60.0
+    #: Open connections at most (lowered to fit the descriptor limit; ops/service/guard.py).
+    http_max_connections: int = 512
+    #: Requests a second one client (peer address) may start on average, and at once.
+    http_requests_per_s: float = 200.0
+    http_request_burst: int = 400
     #: ``[store] url``: ``postgresql://…`` puts the store on a shared PostgreSQL server
     #: (docs/backends.md); None = the embedded SQLite file ``state.db``.
     store_url: str | None = None
@@ -140,6 +148,11 @@ _SECTIONS = {
     ("http", "anonymous"): "http_anonymous",
     ("http", "max_body_bytes"): "http_max_body_bytes",
     ("http", "max_batch_messages"): "http_max_batch_messages",
+    ("http", "header_timeout_s"): "http_header_timeout_s",
+    ("http", "body_timeout_s"): "http_body_timeout_s",
+    ("http", "max_connections"): "http_max_connections",
+    ("http", "requests_per_s"): "http_requests_per_s",
+    ("http", "request_burst"): "http_request_burst",
 }
 
 #: Smallest allowed value of each numeric setting, and whether it may equal that bound
@@ -157,6 +170,11 @@ _MINIMUM: dict[str, tuple[float, bool]] = {
     "retention_s": (0, True),
     "http_max_body_bytes": (1024, True),
     "http_max_batch_messages": (1, True),
+    "http_header_timeout_s": (0, False),
+    "http_body_timeout_s": (0, False),
+    "http_max_connections": (8, True),
+    "http_requests_per_s": (0, False),
+    "http_request_burst": (1, True),
 }
 #: Largest allowed value of a numeric setting. A record must stay below what the stores take
 #: in one value (SQLite's default SQLITE_MAX_LENGTH is 10^9 bytes, PostgreSQL's field limit

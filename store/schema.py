@@ -34,7 +34,7 @@ import apsw
 
 from quill.store.apply import blobs, context, order, usage
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 #: v5: each applied batch keeps the digest of its op and data, so a batch id reused with other
 #: content is told from a retry (store/apply/chunk.py). NULL for batches applied before v5.
@@ -100,6 +100,16 @@ CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5(
 CREATE VIRTUAL TABLE IF NOT EXISTS messages_trigram USING fts5(
     text, content='', contentless_delete=1, tokenize='trigram case_sensitive 0'
 );
+"""
+
+#: v10: a listing's per-session figures from indexes alone (``store.read.listing``): the
+#: latest message time (the ordering key, read for every session) and the counts by state.
+#: Read from the rows they would walk a large message's overflow pages (``ts`` and ``state``
+#: are stored after ``content``), so one 50 MB message would slow every listing.
+MESSAGES_SESSION_TS = """
+CREATE INDEX IF NOT EXISTS messages_session_ts ON messages(session_id, ts);
+CREATE INDEX IF NOT EXISTS messages_session_state
+    ON messages(session_id, pos, state, seq);
 """
 
 DDL = (
@@ -207,6 +217,7 @@ CREATE INDEX IF NOT EXISTS job_runs_job ON job_runs(job, started_at);
     + SPOOL_IDENTITY
     + LEADER_LEASE
     + order.MIGRATION
+    + MESSAGES_SESSION_TS
 )
 
 #: Roles of the store's tables (``TABLES``), which decide what damage to a table means:
@@ -281,6 +292,7 @@ MIGRATIONS: dict[int, str] = {
     6: SPOOL_IDENTITY,  # v7: the cursor's proof and the spool id claims
     7: LEADER_LEASE,  # v8: cluster leadership with an expiry (store.postgres.election)
     8: order.MIGRATION,  # v9: transcript order by acknowledgement (store/apply/order.py)
+    9: MESSAGES_SESSION_TS,  # v10: a listing's per-session figures from indexes
 }
 
 #: Trigram scope (see module doc): roles indexed and the indexed prefix of ``content``.

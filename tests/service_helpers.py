@@ -19,9 +19,10 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def served(quill: QuillCLI, *args: str, host: str = "127.0.0.1") -> Iterator[str]:
+def served(quill: QuillCLI, *args: str, host: str = "127.0.0.1", preexec_fn=None) -> Iterator[str]:
     """Run `quill serve --listen HOST:PORT ARGS…` until the block ends; yields the base URL
-    (always on 127.0.0.1 unless ``host`` is a connectable address)."""
+    (always on 127.0.0.1 unless ``host`` is a connectable address). ``preexec_fn`` runs in
+    the child before it starts (e.g. to lower its descriptor limit)."""
     port = free_port()
     proc = subprocess.Popen(
         quill.argv("serve", "--listen", f"{host}:{port}", *args),
@@ -30,6 +31,7 @@ def served(quill: QuillCLI, *args: str, host: str = "127.0.0.1") -> Iterator[str
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=preexec_fn,
     )
     base = f"http://{'127.0.0.1' if host in ('0.0.0.0', '127.0.0.1') else host}:{port}"
     try:

@@ -84,6 +84,6 @@ def test_api_docs_load_nothing_from_outside(svc):
     assert page.status_code == 200
     refs = re.findall(r'(?:src|href)="([^"]+)"', page.text)
     assert refs and all(r.startswith("/") for r in refs), refs
-    assert "cdn" not in page.text.lower() and "url: '/openapi.json'" in page.text
+    assert "cdn" not in page.text.lower() and "url: '/api/docs/openapi.json'" in page.text
     for ref in refs:
         assert httpx.get(base + ref).status_code == 200, ref

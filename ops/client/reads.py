@@ -169,10 +169,13 @@ class Reads:
         pinned: bool | None = None,
         hidden: bool | None = None,
         chains: bool = False,
+        after: str | None = None,
     ) -> list[dict[str, Any]]:
         """Sessions, most recently active first — ``quill sessions list --json``. ``since`` /
         ``until`` in epoch seconds; ``chains=True`` lists every session of a compression chain
-        (default: one row per chain, its tip). Empty before the store exists."""
+        (default: one row per chain, its tip). ``after``: the ``cursor`` of the last row of
+        the previous page (``quill.store.read.listing.cursor_of``). Empty before the store
+        exists. Raises ``InvalidInputError`` for a malformed cursor."""
         _check_numbers(limit=limit, since=since, until=until)
         _check_types(
             source=source,
@@ -182,11 +185,20 @@ class Reads:
             pinned=pinned,
             hidden=hidden,
             chains=chains,
+            after=after,
         )
+        if after is not None:
+            from quill.store.read.listing import parse_cursor
+
+            try:
+                parse_cursor(after)
+            except ValueError as exc:
+                raise InvalidInputError(str(exc)) from None
         with self._reader(None) as r:
             if r is None:
                 return []
             return r.list_sessions(
+                after=after,
                 source=source,
                 limit=limit,
                 include_hidden=include_hidden,

@@ -32,6 +32,7 @@ ERRORS = {
         (401, "no or bad token"),
         (403, "token lacks the scope"),
         (422, "invalid request"),
+        (429, "too many requests from this client (too-many-requests; see Retry-After)"),
         (503, "store, spool or job queue unavailable"),
     )
 }

@@ -7,20 +7,41 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import BaseModel
 
 from quill.ops.client.client import Client
 from quill.ops.service.api_common import ERRORS, client, client_errors
 from quill.ops.service.auth import require
 from quill.ops.service.errors import ApiError
+from quill.store.read.listing import cursor_of
 from quill.store.search.group import PER_SESSION
 
 router = APIRouter()
 
 
-@router.get("/sessions", dependencies=[Depends(require("read"))])
+@router.get(
+    "/sessions",
+    dependencies=[Depends(require("read"))],
+    responses={
+        200: {
+            "headers": {
+                "X-Next-Cursor": {
+                    "description": "present when there are more sessions: pass it as "
+                    "`after` for the next page",
+                    "schema": {"type": "string"},
+                },
+                "Link": {
+                    "description": 'the next page as `<url>; rel="next"` (when there is one)',
+                    "schema": {"type": "string"},
+                },
+            }
+        }
+    },
+)
 def list_sessions(
+    request: Request,
+    response: Response,
     q: Client = Depends(client),
     source: str | None = None,
     limit: int = Query(50, ge=1, le=1000),
@@ -32,13 +53,17 @@ def list_sessions(
     pinned: bool | None = None,
     hidden: bool | None = None,
     lineage: Literal["tips", "all"] = "tips",
+    after: str | None = None,
 ) -> list[dict[str, Any]]:
     """Sessions, most recently active first (``since``/``until`` in epoch seconds) — the same
-    rows as ``quill.Client.sessions`` and ``quill sessions list --json``."""
+    rows as ``quill.Client.sessions`` and ``quill sessions list --json``. At most ``limit``;
+    when there are more, the ``X-Next-Cursor`` header (and ``Link: rel="next"``) gives the
+    ``after`` value of the next page (keyset pagination: stable under concurrent writes)."""
     with client_errors():
-        return q.sessions(
+        rows = q.sessions(
+            after=after,
             source=source,
-            limit=limit,
+            limit=limit + 1,
             include_hidden=include_hidden,
             title_contains=title,
             since=since,
@@ -48,6 +73,13 @@ def list_sessions(
             hidden=hidden,
             chains=lineage == "all",
         )
+    if len(rows) > limit:
+        rows = rows[:limit]
+        cursor = cursor_of(rows[-1])
+        response.headers["X-Next-Cursor"] = cursor
+        url = request.url.include_query_params(after=cursor)
+        response.headers["Link"] = f'<{url.path}?{url.query}>; rel="next"'
+    return rows
 
 
 @router.get(

@@ -25,6 +25,13 @@ from quill.store.apply.precheck import precheck
 from quill.store.errors import InvalidOpError
 
 router = APIRouter()
+
+#: What a write may answer besides ``ERRORS``: each with the shaped error body.
+WRITE_ERRORS = {
+    400: ERRORS[422] | {"description": "the body is not UTF-8 (bad-request)"},
+    408: ERRORS[422] | {"description": "the body did not arrive in time (body-timeout)"},
+    413: ERRORS[422] | {"description": "body or batch too large"},
+}
 BATCH_ID = r"^[0-9A-Za-z][0-9A-Za-z._:-]{0,127}$"
 
 
@@ -134,7 +141,7 @@ def _refused(index: int, exc: InvalidInputError) -> ApiError:
     status_code=202,
     response_model=AcksOut,
     dependencies=[Depends(require("write"))],
-    responses={413: ERRORS[422] | {"description": "body or batch too large"}},
+    responses=WRITE_ERRORS,
 )
 def append_ops(body: OpsIn, request: Request) -> AcksOut:
     """Append ops, in order. 202 once every record is fsync'd into the spool; the writer applies
@@ -147,7 +154,7 @@ def append_ops(body: OpsIn, request: Request) -> AcksOut:
     status_code=202,
     response_model=AcksOut,
     dependencies=[Depends(require("write"))],
-    responses={413: ERRORS[422] | {"description": "body or batch too large"}},
+    responses=WRITE_ERRORS,
 )
 def append_messages(session_id: str, body: MessagesIn, request: Request) -> AcksOut:
     """Append messages to a session (one ``messages.append`` op; the session is created if new)."""

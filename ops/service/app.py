@@ -16,7 +16,7 @@ from fastapi.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from quill.ops.client.client import Client
-from quill.ops.service import api, dashboard, errors, metrics
+from quill.ops.service import api, api_common, dashboard, errors, guard, metrics
 from quill.ops.service.auth import require
 
 VERSION = "1"
@@ -62,18 +62,26 @@ DOCS_STATIC = "/api/docs/static"
 
 
 def _install_docs(app: FastAPI) -> None:
-    """``/api/docs``: Swagger UI for ``/openapi.json`` with every file served by this app."""
+    """``/api/docs``: Swagger UI for the OpenAPI document with every file served by this app
+    (the document translated to 3.0, ``openapi30``: this Swagger UI cannot read 3.1)."""
     from fastapi.openapi.docs import get_swagger_ui_html
     from fastapi.responses import HTMLResponse
     from fastapi.staticfiles import StaticFiles
     from swagger_ui_bundle import swagger_ui_path
 
+    from quill.ops.service.openapi30 import downgrade
+
     app.mount(DOCS_STATIC, StaticFiles(directory=swagger_ui_path), name="swagger-ui")
+
+    @app.get("/api/docs/openapi.json", include_in_schema=False)
+    def api_docs_document() -> dict:
+        """The OpenAPI document in version 3.0, which this Swagger UI (4.15) can render."""
+        return downgrade(app.openapi())
 
     @app.get("/api/docs", include_in_schema=False)
     def api_docs() -> HTMLResponse:
         return get_swagger_ui_html(
-            openapi_url="/openapi.json",
+            openapi_url="/api/docs/openapi.json",
             title="Quill API",
             swagger_js_url=f"{DOCS_STATIC}/swagger-ui-bundle.js",
             swagger_css_url=f"{DOCS_STATIC}/swagger-ui.css",
@@ -104,7 +112,8 @@ def create_app(cfg: Any, log: Any, *, anonymous: str | None = None) -> FastAPI:
         dependencies=[Depends(require("read"))],
         response_class=Response,
         responses={
-            200: {"content": {metrics.CONTENT_TYPE: {}}, "description": "Prometheus text format"}
+            200: {"content": {metrics.CONTENT_TYPE: {}}, "description": "Prometheus text format"},
+            **{code: api_common.ERRORS[code] for code in (401, 403, 429)},
         },
     )
     def prometheus(request: Request) -> Response:
@@ -118,6 +127,12 @@ def create_app(cfg: Any, log: Any, *, anonymous: str | None = None) -> FastAPI:
 
     _install_docs(app)
     dashboard.install(app)
-    app.add_middleware(errors.BodyLimit, max_bytes=cfg.http_max_body_bytes)
+    app.add_middleware(
+        errors.BodyLimit, max_bytes=cfg.http_max_body_bytes, timeout_s=cfg.http_body_timeout_s
+    )
     app.add_middleware(_AccessLog, log=log)
+    # Outermost: a throttled request costs no body read and no route.
+    app.add_middleware(
+        guard.RequestBudget, rate=cfg.http_requests_per_s, burst=cfg.http_request_burst
+    )
     return app

@@ -28,15 +28,18 @@ from quill.ops.client.stores import open_reader
 from quill.ops.service import api_common, api_jobs, views
 from quill.ops.service.auth import COOKIE, principal, require_same_origin
 from quill.ops.service.errors import ApiError
+from quill.ops.service.formats import day_axis, human_number, usd
 from quill.ops.service.tokens import TokenStore
 from quill.ops.status import health
 from quill.spool import Quarantine
 from quill.store.errors import CantOpenError
+from quill.store.read.listing import cursor_of
 from quill.store.read.reader import Reader
 
 HERE = Path(__file__).parent
 templates = Jinja2Templates(directory=str(HERE / "templates"))
 PAGE_SESSIONS = 50
+MAX_PAGE_SESSIONS = 1000  # as the API's ``limit``
 QUARANTINE_SHOWN = 20
 
 
@@ -68,6 +71,8 @@ def _text(content: Any) -> str:
 
 
 templates.env.filters["when"] = _when
+templates.env.filters["num"] = human_number
+templates.env.filters["usd"] = usd
 templates.env.filters["text"] = _text
 templates.env.filters["pretty"] = lambda v: json.dumps(v, indent=2, ensure_ascii=False, default=str)
 templates.env.globals["highlight"] = highlight
@@ -89,8 +94,11 @@ def _who(request: Request, scope: str = "read") -> Any:
 
 
 def _page(request: Request, name: str, **ctx: Any) -> HTMLResponse:
+    """Render ``name``; every signed-in page says when the store is behind the spool or the
+    writer is halted (``views.store_behind``), so what it shows is not taken as complete."""
     who = getattr(request.state, "principal", None)
-    return templates.TemplateResponse(request, name, {"who": who, **ctx})
+    behind = views.store_behind(request.app.state.cfg) if who is not None else None
+    return templates.TemplateResponse(request, name, {"who": who, "behind": behind, **ctx})
 
 
 def _open(request: Request) -> Reader | None:
@@ -179,8 +187,11 @@ def install(app: FastAPI) -> None:
         pinned: str = "",
         lineage: str = "tips",
         session: str = "",
+        limit: int = PAGE_SESSIONS,
+        after: str = "",
     ) -> HTMLResponse:
         _who(request)
+        limit = min(max(limit, 1), MAX_PAGE_SESSIONS)
         filters = {
             "q": q,
             "session": session,
@@ -211,7 +222,7 @@ def install(app: FastAPI) -> None:
                 # a session with more says how many, linking to them.
                 found = client.search_results(
                     q,
-                    limit=PAGE_SESSIONS,
+                    limit=limit,
                     session_id=session or None,
                     source=source or None,
                     since=_epoch(since),
@@ -221,8 +232,9 @@ def install(app: FastAPI) -> None:
                 hits = found["hits"]
             else:
                 rows = client.sessions(
+                    after=after or None,
                     source=source or None,
-                    limit=PAGE_SESSIONS,
+                    limit=limit + 1,
                     title_contains=title or None,
                     since=_epoch(since),
                     until=_epoch(until),
@@ -230,10 +242,18 @@ def install(app: FastAPI) -> None:
                     pinned=_flag(pinned),
                     chains=lineage == "all",
                 )
+        next_url = None
+        if len(rows) > limit:  # one row past the page: there is a next page
+            rows = rows[:limit]
+            next_url = str(request.url.include_query_params(after=cursor_of(rows[-1])))
+            next_url = next_url[next_url.index("/sessions") :]  # same origin: path and query
         return _page(
             request,
             "sessions.html",
             rows=rows,
+            limit=limit,
+            next_url=next_url,
+            paged=bool(after),
             hits=hits,
             found=found,
             more_after=_more_after(found),
@@ -334,11 +354,15 @@ def install(app: FastAPI) -> None:
             total = client.usage((), since=since)[0]
         for row in per_day + per_model:
             row["tokens"] = row["input_tokens"] + row["output_tokens"]
+        axis = day_axis(per_day, since)
         return _page(
             request,
             "usage.html",
             days=days,
             per_day=per_day,
+            axis=axis,
+            # Label about a dozen days whatever the span, so the labels never overlap.
+            label_every=max(1, len(axis) // 12),
             per_model=per_model,
             total=total,
             day_max=max([d["tokens"] for d in per_day] or [1]) or 1,

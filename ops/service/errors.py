@@ -5,12 +5,14 @@ Every error response is JSON ``{"error": {"status": int, "reason": str, "detail"
 refused op (``unknown-op``, ``invalid-data``, ``invalid-field``, ``invalid-role`` …, from
 ``quill.store.apply.precheck``), and for the service itself: ``body-too-large``,
 ``batch-too-large``, ``invalid-json``, ``invalid-request``, ``unauthorized``, ``forbidden``,
-``not-found``, ``method-not-allowed``, ``spool-full``, ``spool-unavailable``,
-``store-unavailable``, ``internal``. Details never carry a filesystem path or a token.
+``not-found``, ``method-not-allowed``, ``body-timeout`` (408), ``too-many-requests`` (429),
+``spool-full``, ``spool-unavailable``, ``store-unavailable``, ``internal``. Details never
+carry a filesystem path or a token.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -92,9 +94,10 @@ def install(app: FastAPI, log: Any) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         reason = _STATUS_REASONS.get(exc.status_code, "error")
-        return error_response(
-            exc.status_code, reason, str(exc.detail), getattr(exc, "headers", None), request
-        )
+        headers = getattr(exc, "headers", None)
+        if exc.status_code == 405:
+            headers = {**(headers or {}), "Allow": _allowed(request)}
+        return error_response(exc.status_code, reason, str(exc.detail), headers, request)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -131,6 +134,20 @@ def install(app: FastAPI, log: Any) -> None:
         )
 
 
+def _allowed(request: Request) -> str:
+    """The methods some route of the app answers at this request's path (Starlette's 405 names
+    only the first route whose path matched, e.g. ``POST`` where a ``GET`` route shares it)."""
+    from starlette.routing import Match
+
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        # PARTIAL: the path matches, the method does not; FULL cannot happen here.
+        match, _ = route.matches(request.scope)
+        if match != Match.NONE and getattr(route, "methods", None):
+            methods |= set(route.methods)
+    return ", ".join(sorted(methods))
+
+
 def _wants_page(request: Request) -> bool:
     path = request.url.path
     return (
@@ -151,8 +168,8 @@ class BodyLimit:
     before the route runs (Content-Length checked first, the streamed size always), so an
     oversized push never reaches the spool and never sits in memory past the limit."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int):
-        self.app, self.max_bytes = app, max_bytes
+    def __init__(self, app: ASGIApp, max_bytes: int, timeout_s: float = 60.0):
+        self.app, self.max_bytes, self.timeout_s = app, max_bytes, timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
@@ -162,18 +179,24 @@ class BodyLimit:
         if length is not None and length.isdigit() and int(length) > self.max_bytes:
             await self._refuse(scope, receive, send)
             return
-        chunks, size, more = [], 0, True
-        while more:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            body = message.get("body", b"")
-            size += len(body)
-            if size > self.max_bytes:
-                await self._refuse(scope, receive, send)
-                return
-            chunks.append(body)
-            more = message.get("more_body", False)
+        chunks: list[bytes] = []
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                if not await self._read(receive, chunks):
+                    return
+        except TimeoutError:
+            await _send_error(
+                scope,
+                receive,
+                send,
+                408,
+                "body-timeout",
+                f"request body not received within {self.timeout_s:g} s",
+            )
+            return
+        except _TooLarge:
+            await self._refuse(scope, receive, send)
+            return
         whole = b"".join(chunks)
         sent = False
 
@@ -186,18 +209,45 @@ class BodyLimit:
 
         await self.app(scope, replay, send)
 
+    async def _read(self, receive: Receive, chunks: list[bytes]) -> bool:
+        """Collect the body into ``chunks``; False when the client went away. Raises
+        ``_TooLarge`` past ``max_bytes``."""
+        size, more = 0, True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return False
+            body = message.get("body", b"")
+            size += len(body)
+            if size > self.max_bytes:
+                raise _TooLarge
+            chunks.append(body)
+            more = message.get("more_body", False)
+        return True
+
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
-        # The same body and rendering as every other error (error_response's JSONResponse).
-        response = JSONResponse(
-            {
-                "error": {
-                    "status": 413,
-                    "reason": "body-too-large",
-                    "detail": f"request body over {self.max_bytes} bytes; "
-                    "split the batch into smaller requests",
-                }
-            },
-            status_code=413,
-            headers={"connection": "close"},
+        await _send_error(
+            scope,
+            receive,
+            send,
+            413,
+            "body-too-large",
+            f"request body over {self.max_bytes} bytes; split the batch into smaller requests",
         )
-        await response(scope, receive, send)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+async def _send_error(
+    scope: Scope, receive: Receive, send: Send, status: int, reason: str, detail: str
+) -> None:
+    # The same body and rendering as every other error (error_response's JSONResponse); the
+    # connection closes since the rest of the body is not read.
+    response = JSONResponse(
+        {"error": {"status": status, "reason": reason, "detail": detail}},
+        status_code=status,
+        headers={"connection": "close"},
+    )
+    await response(scope, receive, send)

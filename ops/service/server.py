@@ -12,6 +12,7 @@ from typing import Any
 
 import uvicorn
 
+from quill.ops.service import guard
 from quill.ops.service.app import create_app
 
 
@@ -39,14 +40,15 @@ def is_loopback(host: str) -> bool:
 
 def bind(host: str, port: int) -> socket.socket:
     """A listening TCP socket on ``host:port`` (as uvicorn binds one: SO_REUSEADDR, backlog
-    2048). Bound before anything says the service is up, so a port already in use is an
-    ``OSError`` here (errno EADDRINUSE) instead of uvicorn's exit after a success line."""
+    ``guard.ACCEPT_BATCH``). Bound before anything says the service is up, so a port already
+    in use is an ``OSError`` here (errno EADDRINUSE) instead of uvicorn's exit after a success
+    line."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
-        sock.listen(2048)
+        sock.listen(guard.ACCEPT_BATCH)
     except BaseException:
         sock.close()
         raise
@@ -75,6 +77,7 @@ def serve(
         log_config=None,
         server_header=False,
         timeout_graceful_shutdown=5,
+        **guard.uvicorn_settings(cfg),
     )
     server = uvicorn.Server(config)
     if on_started is not None:

@@ -41,7 +41,10 @@ def session_or_404(r: Reader, session_id: str) -> dict[str, Any]:
 
 def jobs(cfg: Any) -> list[dict[str, Any]]:
     """Every catalog job with its schedule(s), next run, last run and ``overdue`` flag (a
-    schedule whose next run time passed ``health.OVERDUE_AFTER_S`` ago: no scheduler fired it)."""
+    schedule whose next run time passed ``health.OVERDUE_AFTER_S`` ago: no scheduler fired it),
+    and whether a user may run it now on this store: ``runnable`` (bool) and, when not,
+    ``not_runnable`` (why: an internal job, or one that maintains the other kind of store;
+    ``catalog.runnable``, the check ``POST /api/v1/jobs/{name}/run`` makes)."""
     last: dict[str, dict[str, Any]] = {}
     # No store yet (or unreadable): jobs still list, without history.
     found = read_store(cfg, lambda r: r.job_runs(limit=500))
@@ -62,6 +65,13 @@ def jobs(cfg: Any) -> list[dict[str, Any]]:
         scheds = by_job.get(spec.name, [])
         next_runs = [health.epoch(s["next_run"]) for s in scheds if s.get("next_run")]
         due = min(next_runs) if next_runs else None
+        try:
+            catalog.runnable(spec.name, cfg)
+            why_not = None
+        except KeyError:
+            why_not = "internal: run by the fleet itself"
+        except catalog.WrongStoreError as exc:
+            why_not = str(exc)
         rows.append(
             {
                 "name": spec.name,
@@ -74,6 +84,43 @@ def jobs(cfg: Any) -> list[dict[str, Any]]:
                 "next_run": due,
                 "overdue": due is not None and due < now - health.OVERDUE_AFTER_S,
                 "last_run": last.get(spec.name),
+                "runnable": why_not is None,
+                "not_runnable": why_not,
             }
         )
     return rows
+
+
+def store_behind(cfg: Any) -> dict[str, Any] | None:
+    """What a dashboard page must say above its content when the store does not show
+    everything accepted: ``{"halted": bool, "running": bool, "pending_bytes": int, "lag_s":
+    float, "detail": str}`` when the writer is halted or spool records are not applied yet
+    (the figures of ``quill status``: ``spool.pending_bytes``, ``spool.lag_s``, the halt);
+    None when the store is current. Never raises for a missing or unreadable store: then the
+    store is behind everything in the spool."""
+    from quill.spool import Position
+    from quill.spool.reader import lag_seconds
+    from quill.spool.reader import stats as spool_stats
+
+    fleet = health.fleet_state(cfg)
+    # No store (yet) or an unreadable one: everything in the spool is pending.
+    found = read_store(cfg, lambda r: r.figures().get("cursor"))
+    cursor = Position.parse(found.value) if found.ok and found.value else None
+    pending = spool_stats(cfg.spool_dir, cursor)["pending_bytes"]
+    halt = fleet.get("halt")
+    if not pending and not halt:
+        return None
+    lag = round(lag_seconds(cfg.spool_dir, cursor, time.time()), 1) if pending else 0.0
+    if halt:
+        detail = f"The writer is halted ({halt.get('cause')}): run {halt.get('next')}"
+    elif not fleet["running"]:
+        detail = "The fleet is not running (start it with `quill run`)"
+    else:
+        detail = "The writer is catching up"
+    return {
+        "halted": bool(halt),
+        "running": fleet["running"],
+        "pending_bytes": pending,
+        "lag_s": lag,
+        "detail": detail,
+    }

@@ -129,7 +129,9 @@ class PgReader(Reader):
         cursor: ``spool_id``, ``cursor`` "segment:offset", ``updated_at`` epoch s, ``age_s``
         since that writer last committed), and ``amcheck``: the last ``pg_integrity_check``
         run recorded in the shared job history (``at``, ``outcome``, ``error``, ``figures``)
-        or None when it never ran."""
+        or None when it never ran, and ``leaders``: each role's lease row (``role``,
+        ``holder`` host:pid:token, ``term``, ``renewed_at``, ``expires_at`` in the server's
+        epoch s, ``expired``: past its expiry by the server's clock), empty when none."""
         with self.snapshot() as c:
             size = c.execute(
                 "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
@@ -149,6 +151,14 @@ class PgReader(Reader):
                 for r in c.execute(
                     'SELECT spool_id, segment, "offset", updated_at FROM spool_cursor '
                     "ORDER BY spool_id"
+                )
+            ]
+            leaders = [
+                dict(zip(("role", "holder", "term", "renewed_at", "expires_at", "expired"), r))
+                for r in c.execute(
+                    "SELECT role, holder, term, renewed_at, expires_at, "
+                    "expires_at < extract(epoch FROM clock_timestamp()) "
+                    "FROM leader_lease ORDER BY role"
                 )
             ]
             run = c.execute(
@@ -172,4 +182,5 @@ class PgReader(Reader):
             "database_bytes": int(db_bytes),
             "spools": spools,
             "amcheck": amcheck,
+            "leaders": leaders,
         }

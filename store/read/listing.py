@@ -18,7 +18,9 @@ Rules:
 
 from __future__ import annotations
 
+import base64
 import json
+import math
 from typing import Any
 
 import apsw
@@ -52,26 +54,63 @@ SESSION_KEYS = (
 )
 PREVIEW_CHARS = 120
 
+#: A listing in two steps, so its cost does not depend on what the messages hold: ``page``
+#: orders every matching session by its ordering key alone (``max(ts)`` comes from the
+#: ``messages_session_ts`` index, never from the rows) and keeps ``LIMIT`` of them; only
+#: those get the per-session aggregates, which read message rows.
 _SELECT = f"""
-SELECT * FROM (
-  SELECT s.id, s.source, s.title, s.model, s.cwd, s.started_at, s.ended_at, s.end_reason,
-         s.parent_id, s.parent_kind, s.archived, s.pinned, s.hidden, s.last_read_id,
-         (SELECT count(DISTINCT m.pos) FROM messages m
-            WHERE m.session_id = s.id
-            AND m.state IN ('live', 'compacted')) AS message_count,
-         (SELECT count(DISTINCT m.pos) FROM messages m
-            WHERE m.session_id = s.id
-            AND m.state IN ('live', 'compacted') AND m.seq > coalesce(
-                (SELECT r.seq FROM messages r WHERE r.id = s.last_read_id), 0)) AS unread,
-         NOT EXISTS (SELECT 1 FROM messages m WHERE m.session_id = s.id) AS empty,
-         (SELECT max(m.ts) FROM messages m WHERE m.session_id = s.id) AS last_active,
-         (SELECT substr(m.content, 1, {PREVIEW_CHARS}) FROM messages m WHERE m.session_id = s.id
-            AND m.role = 'user' AND m.state IN ('live', 'compacted')
-            ORDER BY m.pos LIMIT 1) AS preview,
-         s.meta, s.key, s.placeholder
+WITH keyed AS (
+  SELECT s.id AS id, s.started_at AS started_at,
+         (SELECT max(m.ts) FROM messages m WHERE m.session_id = s.id) AS last_active
   FROM sessions s {{where}}
-) AS listed {{outer}}
-ORDER BY coalesce(last_active, started_at) DESC, id DESC LIMIT ?"""
+), page AS (
+  SELECT id, last_active, coalesce(last_active, started_at, 0) AS active FROM keyed {{outer}}
+  ORDER BY coalesce(last_active, started_at, 0) DESC, id DESC LIMIT ?
+)
+SELECT s.id, s.source, s.title, s.model, s.cwd, s.started_at, s.ended_at, s.end_reason,
+       s.parent_id, s.parent_kind, s.archived, s.pinned, s.hidden, s.last_read_id,
+       (SELECT count(DISTINCT m.pos) FROM messages m
+          WHERE m.session_id = s.id
+          AND m.state IN ('live', 'compacted')) AS message_count,
+       (SELECT count(DISTINCT m.pos) FROM messages m
+          WHERE m.session_id = s.id
+          AND m.state IN ('live', 'compacted') AND m.seq > coalesce(
+              (SELECT r.seq FROM messages r WHERE r.id = s.last_read_id), 0)) AS unread,
+       NOT EXISTS (SELECT 1 FROM messages m WHERE m.session_id = s.id) AS empty,
+       page.last_active,
+       (SELECT substr(m.content, 1, {PREVIEW_CHARS}) FROM messages m WHERE m.session_id = s.id
+          AND m.role = 'user' AND m.state IN ('live', 'compacted')
+          ORDER BY m.pos LIMIT 1) AS preview,
+       s.meta, s.key, s.placeholder
+FROM page JOIN sessions s ON s.id = page.id
+ORDER BY page.active DESC, page.id DESC"""
+
+
+def cursor_of(row: dict[str, Any]) -> str:
+    """The keyset cursor just after listed ``row``: pass it as ``after`` for the next page.
+    Opaque text (URL-safe); stable under concurrent writes (a page continues strictly after
+    this row's ordering key, so no session is repeated; one whose activity moves it ahead of
+    the cursor meanwhile is, by definition, on an earlier page)."""
+    active = row["last_active"] if row["last_active"] is not None else row["started_at"]
+    key = json.dumps([active if active is not None else 0, row["id"]], separators=(",", ":"))
+    return base64.urlsafe_b64encode(key.encode()).decode().rstrip("=")
+
+
+def parse_cursor(cursor: str) -> tuple[float, str]:
+    """``cursor_of``'s ``(active, id)``; raises ``ValueError`` for anything else."""
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        active, sid = json.loads(base64.urlsafe_b64decode(padded.encode("ascii")))
+    except (ValueError, TypeError, UnicodeError):
+        raise ValueError(f"not a listing cursor: {cursor[:40]!r}") from None
+    if (
+        not isinstance(active, (int, float))
+        or isinstance(active, bool)
+        or not math.isfinite(active)
+        or not isinstance(sid, str)
+    ):
+        raise ValueError(f"not a listing cursor: {cursor[:40]!r}")
+    return float(active), sid
 
 
 def _like_literal(text: str) -> str:
@@ -92,9 +131,11 @@ def list_sessions(
     until: float | None = None,
     lineage: str = "tips",
     session_id: str | None = None,
+    after: str | None = None,
 ) -> list[dict[str, Any]]:
     """Sessions, most recently active first, as dicts with ``SESSION_KEYS`` plus
     ``chain_root_id`` and ``chain_length`` (1 for a session outside any chain).
+    ``after``: a ``cursor_of`` a row of the previous page (keyset pagination).
 
     ``archived``/``pinned``/``hidden``: None = either, True/False = only those. ``hidden=True``
     implies including hidden sessions. Raises ``ValueError`` for an unknown ``lineage``.
@@ -122,10 +163,18 @@ def list_sessions(
         args.append(until)
     if lineage == "tips" and session_id is None:
         where.append(IS_TIP_SQL)
-    outer, outer_args = "", []
+    outer, outer_args = ["1=1"], []
     if since is not None:
-        outer, outer_args = "WHERE coalesce(last_active, started_at) >= ?", [since]
-    sql = _SELECT.format(where="WHERE " + " AND ".join(where), outer=outer)
+        outer.append("coalesce(last_active, started_at) >= ?")
+        outer_args.append(since)
+    if after is not None:
+        active, last_id = parse_cursor(after)
+        outer.append(
+            "(coalesce(last_active, started_at, 0) < ? "
+            "OR (coalesce(last_active, started_at, 0) = ? AND id < ?))"
+        )
+        outer_args += [active, active, last_id]
+    sql = _SELECT.format(where="WHERE " + " AND ".join(where), outer="WHERE " + " AND ".join(outer))
     out = []
     for row in conn.execute(sql, (*args, *outer_args, limit)).fetchall():
         item = dict(zip(SESSION_KEYS, row))

@@ -395,3 +395,29 @@ def test_an_export_read_back_into_its_own_store_is_already_stored(quill, tmp_pat
     again = tmp_path / "again.jsonl"
     quill.run("export", "-o", str(again))
     assert again.read_text() == out.read_text()
+
+
+def test_an_export_into_a_store_holding_another_session_of_that_id_says_so(quill, tmp_path):
+    """Store B has its own session "same"; A's export of "same" can only be refused there:
+    the import names it as a conflict, spools nothing for it and exits 1, instead of saying
+    "1 new" and leaving the writer to quarantine it."""
+    other = QuillCLI(tmp_path / "a")
+    other.run("push", "--session", "same", input=json.dumps({"role": "user", "content": "A"}))
+    other.run("push", "--session", "mine", input=json.dumps({"role": "user", "content": "A2"}))
+    other.drain()
+    out = tmp_path / "a.jsonl"
+    other.run("export", "-o", str(out))
+    quill.run("push", "--session", "same", input=json.dumps({"role": "user", "content": "B"}))
+    quill.drain()
+    before = quill.json("spool", "status")["end"]
+    proc = quill.run("import", str(out), "--json", check=False)
+    assert proc.returncode == 1, proc.stderr
+    (entry,) = json.loads(proc.stdout)
+    assert [p["kind"] for p in entry["problems"]] == ["conflict"] and entry["new"] == 1
+    human = quill.run("import", str(out), check=False)
+    assert human.returncode == 1 and "conflict" in human.stdout
+    quill.drain()
+    assert quill.json("spool", "quarantine", "list")["entries"] == []
+    assert [m["content"] for m in quill.json("sessions", "show", "same")["messages"]] == ["B"]
+    assert [m["content"] for m in quill.json("sessions", "show", "mine")["messages"]] == ["A2"]
+    assert quill.json("spool", "status")["end"] != before  # "mine" was spooled

@@ -68,6 +68,9 @@ def import_(ctx: click.Context, paths: tuple[Path, ...], as_json: bool) -> None:
         if store is not None:
             store.close()
     rejected = [e["path"] for e in report if e["format"] is None]
+    # Rows the store could only refuse (another store's session of the same id): not spooled,
+    # and the import is not a success.
+    conflicts = sum(p["kind"] == "conflict" for e in report for p in e["problems"])
     if skipped_md:  # on stderr, so --json output stays one JSON value
         click.echo(
             f"quill: skipped {len(skipped_md)} .md file(s) in the folders "
@@ -77,7 +80,7 @@ def import_(ctx: click.Context, paths: tuple[Path, ...], as_json: bool) -> None:
         )
     if as_json:
         emit_json(report)
-        ctx.exit(Exit.FAILED if rejected or not report else Exit.OK)
+        ctx.exit(Exit.FAILED if rejected or conflicts or not report else Exit.OK)
     for e in report:
         path = escape(e["path"])
         if e["format"] is None:
@@ -109,9 +112,15 @@ def import_(ctx: click.Context, paths: tuple[Path, ...], as_json: bool) -> None:
         + "; "
         + ("the running fleet applies them" if running else "`quill run` applies them")
     )
+    if conflicts:
+        con.print(
+            f"[red]{conflicts} part(s) not imported: their sessions hold other messages in this "
+            "store (listed above as conflict)[/red]"
+        )
     if rejected:
         con.print(
             f"[red]{len(rejected)} file(s) not imported (format not recognised):[/red] "
             + ", ".join(escape(r) for r in rejected)
         )
+    if rejected or conflicts:
         ctx.exit(Exit.FAILED)

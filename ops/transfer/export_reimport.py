@@ -61,12 +61,18 @@ def _applied(store: Any, batch: Any) -> bool:
     )
 
 
-def _restored(store: Any, op: dict[str, Any]) -> bool:
-    """Whether ``store`` (a reader, or None) already holds a ``messages.restore`` chunk's rows,
-    the same messages at the same places (``normalize.COMPARED_COLUMNS``, in the session's
-    row order): an export read back into the store it came from. Its batch id is the
-    export's own, never applied there, and the writer would refuse the chunk as
-    ``restore-out-of-order``; it is already stored, not new."""
+#: ``_restore_state`` outcomes.
+NEW, STORED, CONFLICT = "new", "stored", "conflict"
+
+
+def _restore_state(store: Any, op: dict[str, Any]) -> str:
+    """What ``store`` (a reader, or None) makes of a ``messages.restore`` chunk: ``STORED``
+    when the session holds its rows already, the same messages at the same places
+    (``normalize.COMPARED_COLUMNS``, in the session's row order: an export read back into the
+    store it came from; its batch id is the export's own, never applied there);
+    ``CONFLICT`` when the session holds other rows at or after the chunk's place (the writer
+    could only refuse it as ``restore-out-of-order``: another store's session of the same
+    id); else ``NEW``."""
     from quill.store.apply.message_rows import cut_rows
     from quill.store.apply.normalize import COMPARED_COLUMNS, ROW_COLUMNS
     from quill.store.errors import InvalidOpError
@@ -74,23 +80,26 @@ def _restored(store: Any, op: dict[str, Any]) -> bool:
     data = op["data"]
     rows, offset, sid = data.get("rows"), data.get("offset"), data.get("session_id")
     if store is None or op["op"] != "messages.restore" or not rows or not isinstance(sid, str):
-        return False
+        return NEW
     if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
-        return False
+        return NEW  # the writer refuses it with its reason
     held = store.conn.execute(
         f"SELECT {', '.join(COMPARED_COLUMNS)} FROM messages WHERE session_id = ? "
         "ORDER BY seq LIMIT ? OFFSET ?",
         (sid, len(rows), offset),
     ).fetchall()
+    if not held:
+        return NEW
     if len(held) != len(rows):
-        return False
+        return CONFLICT
     at = [ROW_COLUMNS.index(c) for c in COMPARED_COLUMNS]
     try:  # rows as the writer would store them: binary payloads cut out as blob references
         messages = [i.get("message") if isinstance(i, dict) else None for i in rows]
         read, _ = cut_rows(messages, time.time())  # times are not compared
     except InvalidOpError:
-        return False
-    return all(tuple(row[i] for i in at) == tuple(h) for row, h in zip(read, held))
+        return NEW  # the writer refuses it with its reason
+    same = all(tuple(row[i] for i in at) == tuple(h) for row, h in zip(read, held))
+    return STORED if same else CONFLICT
 
 
 def import_export(spool: Any, path: Any, store: Any = None) -> dict[str, Any]:
@@ -99,26 +108,36 @@ def import_export(spool: Any, path: Any, store: Any = None) -> dict[str, Any]:
     dir's store, ``import_spool.open_store_view``), an op whose batch id the store has
     applied already is not appended again — the writer would only skip it — and its message
     rows count as ``already_stored``, so a repeat says "0 new" and the spool does not grow.
-    A line that is not an op, or an op the spool refuses (``InvalidOpError``: unknown op,
-    data it cannot encode), is a problem of that line (``problems``: line, kind ``skipped``,
-    reason) and the rest of the file is appended. Raises ``quill.spool.SpoolError`` for other
-    I/O failures (disk full …)."""
+    A line that is not an op, an op the spool refuses (``InvalidOpError``: unknown op, data it
+    cannot encode), or a restore chunk whose session the store holds with other messages
+    (``_restore_state``: the writer could only quarantine it) is a problem of that line
+    (``problems``: line, kind ``skipped`` — ``conflict`` for the restore chunk — reason) and
+    the rest of the file is appended.
+    Raises ``quill.spool.SpoolError`` for other I/O failures (disk full …)."""
     from quill.spool.errors import InvalidOpError
 
     sessions: dict[str, None] = {}
     problems: list[dict[str, Any]] = []
     rows = stored = 0
     for lineno, op, reason in read_export(path):
-        if op is not None and (_applied(store, op.get("batch")) or _restored(store, op)):
+        state = NEW if op is None or _applied(store, op.get("batch")) else _restore_state(store, op)
+        if op is not None and (state == STORED or _applied(store, op.get("batch"))):
             stored += len(op["data"].get("rows") or []) if op["op"] == "messages.restore" else 0
             continue
-        if op is not None:
+        if state == CONFLICT:  # never spooled: the writer could only quarantine it
+            reason = (
+                f"session {op['data']['session_id']!r} in this store holds other messages "
+                "where this export's rows would go; import it into another data dir, or "
+                "delete that session first"
+            )
+        elif op is not None:
             try:
                 spool.append(op["op"], op["data"], batch_id=op.get("batch"))
             except InvalidOpError as exc:
                 reason = str(exc)
         if reason is not None:
-            problems.append({"line": lineno, "kind": "skipped", "reason": reason})
+            kind = "conflict" if state == CONFLICT else "skipped"
+            problems.append({"line": lineno, "kind": kind, "reason": reason})
             continue
         sid = op["data"].get("session_id")
         if isinstance(sid, str):

@@ -252,3 +252,25 @@ def test_restarts_are_counted_shown_and_printed_and_the_writer_comes_back_fast(q
         and "restarting the writer" in console
         and "crash-looping" in console
     )
+
+
+def test_a_reader_meeting_a_damaged_page_gets_the_writer_to_check_now(quill, home):
+    """Pages of `messages` damaged while the fleet was stopped: the writer does not read
+    them, so it goes on applying until a check finds the damage. A reader that meets it says
+    so, and queues a quick_check, so the writer (which owns the halt) halts now, not at the
+    next scheduled check (hourly)."""
+    _push(quill, "d", 400)
+    quill.drain()
+    damage_pages(home / "state.db", "messages", count=6, leaves_only=True)
+    fleet = quill.start_fleet()
+    try:
+        proc = quill.run("search", "message", "--substring", "--limit", "1000", check=False)
+        assert proc.returncode != 0 and "quick_check was queued" in proc.stderr, proc.stderr
+        _wait_for(
+            lambda: (quill.status()["fleet"].get("writer") or {}).get("halted"),
+            timeout=90,
+            what="the writer to halt after the queued check",
+        )
+    finally:
+        assert stop_fleet(fleet) == 0
+    assert quill.status()["fleet"]["halt"]["cause"] == "CorruptError"

@@ -191,7 +191,10 @@ class StoreDamagedError(QuillError):
     """The store file is damaged (SQLITE_CORRUPT / NOTADB) or was replaced."""
 
     kind = "damaged"
-    default_hint = "run `quill status` (it names the cause), then `quill recover`"
+    default_hint = (
+        "`quill status` shows whether the writer halted on it; `quill recover` rebuilds the "
+        "store from the newest snapshot plus the spool"
+    )
 
 
 class QueueUnavailableError(QuillError):

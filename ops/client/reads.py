@@ -19,6 +19,7 @@ from quill.ops.client.errors import (
     InvalidInputError,
     NotFoundError,
     QuillError,
+    StoreDamagedError,
     from_exception,
     no_session,
 )
@@ -39,6 +40,20 @@ def _public_errors() -> Iterator[None]:
         if public is None:
             raise
         raise public from exc
+
+
+def _ask_for_check(cfg: Any) -> str:
+    """A reader met a damaged page: queue ``quick_check`` so the writer, which owns the halt,
+    checks the store now instead of at its next scheduled check. Returns what happened, for
+    the error message (the queue may be unreachable; the check then runs on schedule)."""
+    from quill.jobs.errors import QueueUnavailableError as QueueDown
+    from quill.jobs.queues import build_for
+
+    try:
+        build_for(cfg).enqueue("quick_check")
+    except QueueDown as exc:
+        return f"could not queue a quick_check ({exc}); it runs on its schedule"
+    return "a quick_check was queued: the writer halts if it confirms the damage"
 
 
 def _check_numbers(*, limit: Any = 1, since: Any = None, until: Any = None) -> None:
@@ -98,7 +113,7 @@ class Reads:
         """A read-only store connection; before the store exists, raise ``missing`` or yield
         None (an empty answer)."""
         from quill.ops.client.stores import open_reader
-        from quill.store.errors import CantOpenError
+        from quill.store.errors import CantOpenError, CorruptError, HaltedError
 
         with _public_errors():
             try:
@@ -108,8 +123,17 @@ class Reads:
                     raise missing from None
                 yield None
                 return
-            with reader:
-                yield reader
+            try:
+                with reader:
+                    yield reader
+            except CorruptError as exc:
+                if isinstance(exc, HaltedError):
+                    raise
+                raise StoreDamagedError(
+                    f"{exc} ({_ask_for_check(self.config)})",
+                    hint="`quill status` shows the halt once the check confirms the damage; "
+                    "`quill recover` rebuilds the store from the newest snapshot plus the spool",
+                ) from exc
 
     def transcript(
         self, session_id: str, view: str = "display", *, latest: int | None = None

@@ -74,6 +74,7 @@ class Host:
         self.epoch = 0  # bumped at every start and kill of the fleet
         self.starts = 0
         self.writer_kills: list[float] = []
+        self.kills_since_start = 0  # writer kills the live supervisor has seen
         self.producers: list[subprocess.Popen] = []
         self.names = [f"h{index}p{j}" for j in range(PRODUCERS_PER_HOST)]
 
@@ -100,6 +101,7 @@ class Host:
         from quill.home import RunDir
 
         self.starts += 1
+        self.kills_since_start = 0
         err = open(self.home / f"fleet-{self.starts}.err", "w")  # noqa: SIM115 — the child's
         self.fleet = subprocess.Popen(
             self.cli.argv("run"), env=quill_env(self.home), cwd=REPO, stdout=err, stderr=err
@@ -128,6 +130,7 @@ class Host:
         except ProcessLookupError:
             return False
         self.writer_kills.append(time.monotonic())
+        self.kills_since_start += 1
         return True
 
     def kill_fleet(self) -> None:
@@ -215,6 +218,8 @@ class Sampler(threading.Thread):
             self.violation(s, "pending/lag unknown without saying so (or the reverse)")
         if s["halt"]:
             self.violation(s, f"halt shown: {s['halt']}")
+        if s["crash_loops"]:
+            self.violation(s, f"crash loop shown: {s['crash_loops']}")
         if s["quarantined"]:
             self.violation(s, f"{s['quarantined']} records quarantined")
         if steady and s["running"] != up:
@@ -365,6 +370,7 @@ def test_hosts_under_kills_and_server_restarts_store_every_ack_once_and_status_t
             lag0_unchecked=sampler.unchecked,
             violations=len(sampler.violations),
             restarts={h.index: _restarts(h) for h in hosts},
+            writer_kills_since_start={h.index: h.kills_since_start for h in hosts},
         )
 
         # Read back through the client: each acknowledged message exactly once, in order.
@@ -422,6 +428,10 @@ def test_hosts_under_kills_and_server_restarts_store_every_ack_once_and_status_t
     assert figures["rejected"] == 0, figures
     assert exits == [0] * HOSTS, exits
     assert not sampler.violations, sampler.violations[:20]
+    # No restart the test did not cause: a worker that died of the server restarts shows here.
+    for h in hosts:
+        want = {"writer": h.kills_since_start, "scheduler": 0, "consumer": 0}
+        assert figures["restarts"][h.index] == want, (h.index, figures["restarts"])
     for s in final:
         assert s["pending"] == 0 and s["lag"] == 0.0 and s["source"] == "store", s
         assert not s["halt"] and not s["crash_loops"] and not s["queue_down"], s

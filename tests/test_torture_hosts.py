@@ -17,8 +17,15 @@ status says 0 pending, lag 0, no halt, no crash loop.
 
 PostgreSQL and Redis by nature (a multi-host store). A few minutes of real time on two busy
 cores, so only under ``QUILL_TORTURE=1``; ``QUILL_TORTURE_S`` sets the producing time
-(default 180 s), ``QUILL_TORTURE_SEED`` the chaos (default 24), ``QUILL_TORTURE_REPORT`` a
-file for the figures (also printed)."""
+(default 180 s), ``QUILL_TORTURE_SEED`` the chaos (default 24), ``QUILL_TORTURE_SHARE`` how
+often a producer writes to the session every host writes (every 15th message by default),
+``QUILL_TORTURE_REPORT`` a file for the figures (also printed).
+
+Every 3rd message (``QUILL_TORTURE_SHARE=3``) stalls the drain: a writer that fell behind
+(its fleet killed, the server restarted) applies its backlog of the shared session as late
+insertions, each moving every later row of the session (``store/apply/order.py`` ``place``),
+in one chunk transaction that holds the session's lock for minutes while the other hosts'
+writers wait on it (docs/backends.md, "Torture run")."""
 
 from __future__ import annotations
 
@@ -264,11 +271,12 @@ def test_hosts_under_kills_and_server_restarts_store_every_ack_once_and_status_t
 ):
     duration = float(os.environ.get("QUILL_TORTURE_S", "180"))
     rng = random.Random(int(os.environ.get("QUILL_TORTURE_SEED", "24")))
+    share = int(os.environ.get("QUILL_TORTURE_SHARE", "15"))
     pg = PrivatePostgres().start()
     rds = PrivateRedis(tmp_path / "redis").start()
     hosts = [Host(tmp_path, i, pg.url, rds.url) for i in range(HOSTS)]
     sampler = Sampler(hosts, pg.url)
-    figures: dict = {"hosts": HOSTS, "producers": HOSTS * PRODUCERS_PER_HOST}
+    figures: dict = {"hosts": HOSTS, "producers": HOSTS * PRODUCERS_PER_HOST, "share": share}
     events: list[tuple[float, str]] = []
     started = time.monotonic()
     try:
@@ -280,7 +288,7 @@ def test_hosts_under_kills_and_server_restarts_store_every_ack_once_and_status_t
                 h.producers.append(
                     subprocess.Popen(
                         [sys.executable, str(PRODUCER), str(h.home), name, str(h.acks_file(name))]
-                        + [str(end)],
+                        + [str(end), str(share)],
                         cwd=REPO,
                         env=quill_env(h.home),
                         stderr=subprocess.PIPE,
@@ -404,6 +412,7 @@ def test_hosts_under_kills_and_server_restarts_store_every_ack_once_and_status_t
         )
     finally:
         sampler.stopping.set()
+        figures["hosts_at_end"] = [_diagnose(h, pg.url, sampler) for h in hosts]
         for h in hosts:
             for p in h.producers:
                 if p.poll() is None:
@@ -436,6 +445,34 @@ def test_hosts_under_kills_and_server_restarts_store_every_ack_once_and_status_t
         assert s["pending"] == 0 and s["lag"] == 0.0 and s["source"] == "store", s
         assert not s["halt"] and not s["crash_loops"] and not s["queue_down"], s
         assert s["running"] and s["quarantined"] == 0, s
+
+
+def _diagnose(host: Host, store_url: str, sampler: Sampler) -> dict:
+    """What a failed run needs to be understood: the host's last status sample, its writer's
+    published record, its spool's end and the store's cursor for its spool id."""
+    from quill.home import RunDir
+    from quill.spool import SpoolReader
+    from quill.spool.identity import load_or_create
+
+    out: dict = {"host": host.index}
+    try:
+        out["last_sample"] = [s for s in sampler.samples if s["host"] == host.index][-1:]
+        writer = RunDir(host.home.resolve()).last("writer") or {}
+        keep = ("pid", "alive", "cursor", "error", "halted", "halt", "idle", "queue_error")
+        out["writer"] = {k: writer.get(k) for k in keep}
+        out["spool_end"] = str(SpoolReader(host.home / "spool").end())
+        spool_id = load_or_create(host.home / "spool-id")
+        with psycopg.connect(store_url, connect_timeout=3) as conn:
+            row = conn.execute(
+                'SELECT segment, "offset" FROM spool_cursor WHERE spool_id = %s', (spool_id,)
+            ).fetchone()
+        out["store_cursor"] = row
+        log = host.home / "logs" / "writer.log"
+        lines = log.read_text().splitlines() if log.exists() else []
+        out["writer_log_tail"] = [ln[:400] for ln in lines if '"error"' in ln or "Trace" in ln][-5:]
+    except Exception as exc:  # noqa: BLE001 — a diagnosis must not hide the failure
+        out["diagnosis_error"] = repr(exc)
+    return out
 
 
 def _restarts(host: Host) -> dict:

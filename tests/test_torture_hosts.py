@@ -82,6 +82,7 @@ class Host:
         self.starts = 0
         self.writer_kills: list[float] = []
         self.kills_since_start = 0  # writer kills the live supervisor has seen
+        self.orphan_kills = 0
         self.producers: list[subprocess.Popen] = []
         self.names = [f"h{index}p{j}" for j in range(PRODUCERS_PER_HOST)]
 
@@ -129,15 +130,25 @@ class Host:
         return live["pid"] if live else None
 
     def kill_writer(self) -> bool:
+        """``kill -9`` of the live writer. A writer that is not the live supervisor's child
+        is the killed fleet's, still finishing its chunk (the SIGTERM its parent's death
+        sent waits for it): killed too, counted in ``orphan_kills``, no restart expected."""
         pid = self.worker("writer")
         if pid is None:
             return False
         try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            ours = self.fleet is not None and int(stat.rsplit(")", 1)[1].split()[1]) == (
+                self.fleet.pid
+            )
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
+        except (ProcessLookupError, FileNotFoundError):
             return False
         self.writer_kills.append(time.monotonic())
-        self.kills_since_start += 1
+        if ours:
+            self.kills_since_start += 1
+        else:
+            self.orphan_kills += 1
         return True
 
     def kill_fleet(self) -> None:
@@ -379,6 +390,7 @@ def test_hosts_under_kills_and_server_restarts_store_every_ack_once_and_status_t
             violations=len(sampler.violations),
             restarts={h.index: _restarts(h) for h in hosts},
             writer_kills_since_start={h.index: h.kills_since_start for h in hosts},
+            orphan_writer_kills=sum(h.orphan_kills for h in hosts),
         )
 
         # Read back through the client: each acknowledged message exactly once, in order.

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 from conftest import stop_fleet, worker_pids
 from harness import InProcessWriter
+from private_servers import PrivateRedis
 
 from quill.home import WriterStatus
 from quill.spool import Spool
@@ -26,43 +25,6 @@ pytestmark = pytest.mark.skipif(
     shutil.which("redis-server") is None, reason="redis-server is not installed"
 )
 redis = pytest.importorskip("redis")
-
-
-class PrivateRedis:
-    """A redis-server of this test only, on a free port, in ``folder``, saving nothing."""
-
-    def __init__(self, folder: Path):
-        self.folder = folder
-        folder.mkdir(parents=True, exist_ok=True)
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> PrivateRedis:
-        self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", ""]
-            + ["--appendonly", "no", "--dir", str(self.folder)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                with redis.Redis.from_url(self.url, socket_connect_timeout=1) as client:
-                    client.ping()
-                return self
-            except redis.RedisError:
-                if time.monotonic() > deadline or self.proc.poll() is not None:
-                    raise
-                time.sleep(0.05)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(20)
-        self.proc = None
 
 
 @pytest.fixture

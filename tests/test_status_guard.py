@@ -23,6 +23,7 @@ import httpx
 import pytest
 from conftest import QuillCLI
 from harness import InProcessWriter, drain, make_home
+from private_servers import PrivatePostgres, private_pg_missing
 from service_helpers import served
 
 from quill.home import RunDir, WriterStatus
@@ -216,42 +217,18 @@ def _check_surfaces(quill: QuillCLI, kind: str, writer: WriterStatus, pending: i
 
 # -- the lag while the store cannot be read ---------------------------------------------------
 
-PG_BIN = Path("/usr/lib/postgresql/15/bin")
-
 
 @pytest.fixture
 def private_pg():
-    """A private PostgreSQL server (initdb + pg_ctl as user postgres, on a free port) that the
-    test may stop: never the shared one. Yields ``(url, stop)``."""
-    import subprocess
-    import tempfile
-
-    from service_helpers import free_port
-
-    if not (PG_BIN / "initdb").exists() or os.geteuid() != 0:
-        pytest.skip("needs PostgreSQL 15 binaries and root (to run them as user postgres)")
-    tmp = Path(tempfile.mkdtemp(prefix="quill-pg-", dir="/tmp"))
-    shutil.chown(tmp, "postgres")
-    data, port = tmp / "data", free_port()
-
-    def pg(*argv: str) -> None:
-        subprocess.run(["runuser", "-u", "postgres", "--", *argv], check=True, capture_output=True)
-
-    pg(str(PG_BIN / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres")
-    opts = f"-p {port} -k {tmp} -c listen_addresses=127.0.0.1 -c fsync=off"
-    pg(str(PG_BIN / "pg_ctl"), "-D", str(data), "-o", opts, "-w", "-l", str(tmp / "log"), "start")
-    stopped = []
-
-    def stop() -> None:
-        pg(str(PG_BIN / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop")
-        stopped.append(True)
-
+    """A private PostgreSQL server (``private_servers.PrivatePostgres``) that the test may
+    stop: never the shared one. Yields ``(url, stop)``."""
+    if reason := private_pg_missing():
+        pytest.skip(reason)
+    server = PrivatePostgres().start()
     try:
-        yield f"postgresql://postgres@127.0.0.1:{port}/postgres", stop
+        yield server.url, server.stop
     finally:
-        if not stopped:
-            stop()
-        shutil.rmtree(tmp, ignore_errors=True)
+        server.close()
 
 
 def test_a_stopped_postgresql_shows_the_lag_from_the_published_cursor(tmp_path, private_pg):

@@ -1,0 +1,503 @@
+"""The multi-host torture run: several hosts (data dirs, each running a real ``quill run``
+fleet) on ONE private PostgreSQL store and ONE private Redis queue (servers of this test only,
+started from scratch: the shared ones are never restarted). Producers on every host (real
+client processes, ``torture_producer.py``) append numbered messages and log every ack. Under
+them: random ``kill -9`` of writers (the supervisor restarts them) and of whole fleets
+(supervisor and workers; the test starts the fleet again), one PostgreSQL restart (``pg_ctl
+stop -m immediate``, ``start`` 8 s later) and one Redis restart (its queue is lost with it:
+Redis keeps nothing here).
+
+``quill status --json`` is sampled on every host throughout and each sample is judged against
+what the test knows (``_judge``): it never says 0 bytes pending while an ack logged before the
+call is not applied in the store, its ``cursor_source`` matches whether the store could be
+read, it shows no halt, and the fleet is running exactly when the test has it running. At the
+end every acknowledged message is read back through the client exactly once, each producer's
+messages in its own order in every session, nothing quarantined or rejected, and every host's
+status says 0 pending, lag 0, no halt, no crash loop.
+
+PostgreSQL and Redis by nature (a multi-host store). A few minutes of real time on two busy
+cores, so only under ``QUILL_TORTURE=1``; ``QUILL_TORTURE_S`` sets the producing time
+(default 180 s), ``QUILL_TORTURE_SEED`` the chaos (default 24), ``QUILL_TORTURE_SHARE`` how
+often a producer writes to the session every host writes (every 15th message by default),
+``QUILL_TORTURE_REPORT`` a file for the figures (also printed).
+
+Every 3rd message (``QUILL_TORTURE_SHARE=3``) stalls the drain: a writer that fell behind
+(its fleet killed, the server restarted) applies its backlog of the shared session as late
+insertions, each moving every later row of the session (``store/apply/order.py`` ``place``),
+in one chunk transaction that holds the session's lock for minutes while the other hosts'
+writers wait on it (docs/backends.md, "Torture run")."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import QuillCLI, quill_env
+from private_servers import PrivatePostgres, PrivateRedis, private_pg_missing
+from run_resources import REPO
+
+pytestmark = [
+    pytest.mark.skipif(
+        os.environ.get("QUILL_TORTURE") != "1",
+        reason="multi-host torture run: minutes of real time with its own PostgreSQL and Redis "
+        "servers; set QUILL_TORTURE=1",
+    ),
+    pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server is missing"),
+    pytest.mark.skipif(bool(private_pg_missing()), reason=private_pg_missing() or ""),
+]
+psycopg = pytest.importorskip("psycopg")
+
+HOSTS = 3
+PRODUCERS_PER_HOST = 2
+PRODUCER = Path(__file__).with_name("torture_producer.py")
+#: At most this many writer kills per host in any 60 s: the supervisor calls 5 exits in
+#: 60 s a crash loop, and the test's own kills must not be one.
+WRITER_KILLS_PER_MIN = 3
+#: Seconds the PostgreSQL server stays stopped in its restart.
+PG_DOWN_S = 8.0
+
+
+class Host:
+    """One data dir with its fleet (``quill run``), producers and ack logs."""
+
+    def __init__(self, root: Path, index: int, store_url: str, queue_url: str):
+        self.index = index
+        self.home = root / f"host{index}"
+        self.home.mkdir(parents=True)
+        (self.home / "config.toml").write_text(
+            f'[store]\nurl = "{store_url}"\n[queue]\nurl = "{queue_url}"\n'
+        )
+        self.cli = QuillCLI(self.home)
+        self.fleet: subprocess.Popen | None = None
+        self.epoch = 0  # bumped at every start and kill of the fleet
+        self.starts = 0
+        self.writer_kills: list[float] = []
+        self.kills_since_start = 0  # writer kills the live supervisor has seen
+        self.orphan_kills = 0
+        self.producers: list[subprocess.Popen] = []
+        self.names = [f"h{index}p{j}" for j in range(PRODUCERS_PER_HOST)]
+
+    def acks_file(self, name: str) -> Path:
+        return self.home / f"acks-{name}.jsonl"
+
+    def acked(self) -> list[dict]:
+        """Every ack logged so far (a line being written is not one yet)."""
+        out = []
+        for name in self.names:
+            path = self.acks_file(name)
+            if not path.exists():
+                continue
+            for line in path.read_text().splitlines():
+                try:
+                    out.append({**json.loads(line), "producer": name})
+                except ValueError:
+                    pass  # the line being written
+        return out
+
+    def start_fleet(self) -> None:
+        """``quill run`` in the background (stderr to a file: a pipe nobody reads fills up),
+        returned once its supervisor holds the fleet lease."""
+        from quill.home import RunDir
+
+        self.starts += 1
+        self.kills_since_start = 0
+        err = open(self.home / f"fleet-{self.starts}.err", "w")  # noqa: SIM115 — the child's
+        self.fleet = subprocess.Popen(
+            self.cli.argv("run"), env=quill_env(self.home), cwd=REPO, stdout=err, stderr=err
+        )
+        err.close()
+        rd = RunDir(self.home.resolve())
+        deadline = time.monotonic() + 120
+        while not rd.fleet_running():
+            assert self.fleet.poll() is None, (self.home / f"fleet-{self.starts}.err").read_text()
+            assert time.monotonic() < deadline, "the fleet did not start"
+            time.sleep(0.05)
+        self.epoch += 1
+
+    def worker(self, role: str) -> int | None:
+        from quill.home import RunDir
+
+        live = RunDir(self.home.resolve()).live(role)
+        return live["pid"] if live else None
+
+    def kill_writer(self) -> bool:
+        """``kill -9`` of the live writer. A writer that is not the live supervisor's child
+        is the killed fleet's, still finishing its chunk (the SIGTERM its parent's death
+        sent waits for it): killed too, counted in ``orphan_kills``, no restart expected."""
+        pid = self.worker("writer")
+        if pid is None:
+            return False
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            ours = self.fleet is not None and int(stat.rsplit(")", 1)[1].split()[1]) == (
+                self.fleet.pid
+            )
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, FileNotFoundError):
+            return False
+        self.writer_kills.append(time.monotonic())
+        if ours:
+            self.kills_since_start += 1
+        else:
+            self.orphan_kills += 1
+        return True
+
+    def kill_fleet(self) -> None:
+        """``kill -9`` of the supervisor and every worker at once (a host that loses power)."""
+        assert self.fleet is not None
+        # Every child of the supervisor, published or still starting (a worker left alive
+        # would get SIGTERM from its parent's death and finish its chunk first).
+        children = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == self.fleet.pid:
+                    children.append(int(stat.parent.name))
+            except (OSError, ValueError, IndexError):
+                pass
+        pids = [self.fleet.pid, *children] + [
+            p for p in (self.worker(r) for r in ("writer", "scheduler", "consumer")) if p
+        ]
+        self.epoch += 1
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.fleet.wait(30)
+        self.fleet = None
+
+    def stop_fleet(self) -> int:
+        assert self.fleet is not None
+        self.fleet.send_signal(signal.SIGTERM)
+        code = self.fleet.wait(60)
+        self.fleet = None
+        self.epoch += 1
+        return code
+
+
+class Sampler(threading.Thread):
+    """Samples ``quill status --json`` on each host in turn until stopped, judging each."""
+
+    def __init__(self, hosts: list[Host], store_url: str):
+        super().__init__(daemon=True)
+        self.hosts, self.store_url = hosts, store_url
+        self.samples: list[dict] = []
+        self.violations: list[dict] = []
+        self.unchecked = 0
+        self.stopping = threading.Event()
+        self.failure: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            i = 0
+            while not self.stopping.is_set():
+                self.sample(self.hosts[i % len(self.hosts)])
+                i += 1
+        except BaseException as exc:  # noqa: BLE001 — reported by the test thread
+            self.failure = exc
+
+    def sample(self, host: Host) -> dict:
+        acked = host.acked()  # every one of these was durable before the call began
+        epoch, up = host.epoch, host.fleet is not None
+        at = time.time()
+        proc = host.cli.run("status", "--json", check=False, timeout=180)
+        try:
+            doc = json.loads(proc.stdout)
+        except ValueError:
+            doc = None
+        sample = {"host": host.index, "at": at, "took": time.time() - at, "code": proc.returncode}
+        if doc is None or "spool" not in doc:
+            self.violation(sample, f"no status document: {proc.stdout[-300:]} {proc.stderr[-300:]}")
+            return sample
+        sp, fleet = doc["spool"], doc["fleet"]
+        sample.update(
+            pending=sp["pending_bytes"],
+            lag=sp["lag_s"],
+            source=sp["cursor_source"],
+            store=(doc["store"] or {}).get("state", "ok") if doc["store"] else None,
+            running=fleet["running"],
+            crash_loops=[c.get("role") for c in fleet["crash_loops"]],
+            halt=fleet["halt"],
+            quarantined=sp["quarantined"],
+            queue_down=doc["queue"].get("unavailable_since") is not None,
+            acked=len(acked),
+        )
+        self.samples.append(sample)
+        self._judge(host, sample, acked, epoch == host.epoch, up)
+        return sample
+
+    def _judge(self, host: Host, s: dict, acked: list[dict], steady: bool, up: bool) -> None:
+        if s["store"] == "unreadable":
+            if s["source"] not in ("writer", "unknown"):
+                self.violation(s, f"store unreadable but cursor_source {s['source']}")
+        elif s["source"] != "store":
+            self.violation(s, f"store readable but cursor_source {s['source']}")
+        if (s["pending"] is None or s["lag"] is None) != (s["source"] == "unknown"):
+            self.violation(s, "pending/lag unknown without saying so (or the reverse)")
+        if s["halt"]:
+            self.violation(s, f"halt shown: {s['halt']}")
+        if s["crash_loops"]:
+            self.violation(s, f"crash loop shown: {s['crash_loops']}")
+        if s["quarantined"]:
+            self.violation(s, f"{s['quarantined']} records quarantined")
+        if steady and s["running"] != up:
+            self.violation(s, f"fleet running={s['running']} while the test has it up={up}")
+        if s["pending"] == 0 and acked:
+            missing = self.unapplied([a["batch"] for a in acked])
+            if missing is None:
+                self.unchecked += 1
+            elif missing:
+                self.violation(s, f"0 bytes pending while {len(missing)} acked batches unapplied")
+
+    def unapplied(self, batches: list[str]) -> list[str] | None:
+        """The batches not applied in the store now (None: the store cannot be asked now)."""
+        try:
+            with psycopg.connect(self.store_url, connect_timeout=3) as conn:
+                got = {
+                    r[0]
+                    for r in conn.execute(
+                        "SELECT batch_id FROM applied_batches WHERE batch_id = ANY(%s)", (batches,)
+                    )
+                }
+        except psycopg.Error:
+            return None
+        return [b for b in batches if b not in got]
+
+    def violation(self, sample: dict, what: str) -> None:
+        self.violations.append({**sample, "what": what})
+
+
+def _until(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(1.0)
+
+
+def test_hosts_under_kills_and_server_restarts_store_every_ack_once_and_status_tells_the_truth(
+    tmp_path,
+):
+    duration = float(os.environ.get("QUILL_TORTURE_S", "180"))
+    rng = random.Random(int(os.environ.get("QUILL_TORTURE_SEED", "24")))
+    share = int(os.environ.get("QUILL_TORTURE_SHARE", "15"))
+    pg = PrivatePostgres().start()
+    rds = PrivateRedis(tmp_path / "redis").start()
+    hosts = [Host(tmp_path, i, pg.url, rds.url) for i in range(HOSTS)]
+    sampler = Sampler(hosts, pg.url)
+    figures: dict = {"hosts": HOSTS, "producers": HOSTS * PRODUCERS_PER_HOST, "share": share}
+    events: list[tuple[float, str]] = []
+    started = time.monotonic()
+    try:
+        for h in hosts:
+            h.start_fleet()
+        end = time.time() + duration
+        for h in hosts:
+            for name in h.names:
+                h.producers.append(
+                    subprocess.Popen(
+                        [sys.executable, str(PRODUCER), str(h.home), name, str(h.acks_file(name))]
+                        + [str(end), str(share)],
+                        cwd=REPO,
+                        env=quill_env(h.home),
+                        stderr=subprocess.PIPE,
+                    )
+                )
+        sampler.start()
+        t0 = time.monotonic()
+        pg_at, redis_at = t0 + duration * 0.35, t0 + duration * 0.65
+        down: Host | None = None  # the one host whose fleet is killed, until restarted
+        up_again_at = 0.0
+        writer_kills = fleet_kills = 0
+        while time.monotonic() < t0 + duration:
+            time.sleep(rng.uniform(3.0, 7.0))
+            now = time.monotonic()
+            if pg_at and now >= pg_at:
+                events.append((now - t0, "pg stop -m immediate"))
+                pg.stop("immediate")
+                time.sleep(PG_DOWN_S)  # long enough for status samples to see it away
+                pg.start()
+                pg_at = 0.0
+                events.append((time.monotonic() - t0, "pg back"))
+            elif redis_at and now >= redis_at:
+                events.append((now - t0, "redis stop"))
+                rds.stop()
+                time.sleep(3.0)
+                rds.start()
+                redis_at = 0.0
+                events.append((time.monotonic() - t0, "redis back"))
+            if down is not None and now >= up_again_at:
+                down.start_fleet()
+                events.append((time.monotonic() - t0, f"fleet {down.index} started"))
+                down = None
+            elif down is None and rng.random() < 0.25:
+                down = rng.choice(hosts)
+                down.kill_fleet()
+                fleet_kills += 1
+                up_again_at = time.monotonic() + rng.uniform(2.0, 8.0)
+                events.append((time.monotonic() - t0, f"fleet {down.index} kill -9"))
+            candidates = [
+                h
+                for h in hosts
+                if h is not down
+                and sum(1 for k in h.writer_kills if k > now - 60) < WRITER_KILLS_PER_MIN
+            ]
+            if candidates:
+                victim = rng.choice(candidates)
+                if victim.kill_writer():
+                    writer_kills += 1
+                    events.append((time.monotonic() - t0, f"writer {victim.index} kill -9"))
+            assert sampler.failure is None, sampler.failure
+        if down is not None:
+            down.start_fleet()
+        for h in hosts:
+            for p in h.producers:
+                assert p.wait(120) == 0, p.stderr.read().decode()[-3000:]
+        produced_s = time.monotonic() - t0
+
+        def drained() -> bool:
+            for h in hosts:
+                s = sampler.sample(h)
+                if s.get("pending") != 0 or s.get("source") != "store":
+                    return False
+            return True
+
+        _until(drained, 600, "every host's spool applied")
+        drain_s = time.monotonic() - t0 - produced_s
+        time.sleep(35.0)  # the supervisors' crash-loop flags clear after 30 s up
+        final = [sampler.sample(h) for h in hosts]
+        sampler.stopping.set()
+        sampler.join(300)
+        assert sampler.failure is None, sampler.failure
+        exits = [h.stop_fleet() for h in hosts]
+        figures.update(
+            seconds=round(time.monotonic() - started),
+            producing_s=round(produced_s),
+            drain_s=round(drain_s),
+            writer_kills=writer_kills,
+            fleet_kills=fleet_kills,
+            pg_restarts=1 if not pg_at else 0,
+            redis_restarts=1 if not redis_at else 0,
+            status_samples=len(sampler.samples),
+            samples_store_unreadable=sum(s.get("store") == "unreadable" for s in sampler.samples),
+            samples_queue_down=sum(bool(s.get("queue_down")) for s in sampler.samples),
+            samples_pending=sum(bool(s.get("pending")) for s in sampler.samples),
+            max_lag_s=max((s.get("lag") or 0.0) for s in sampler.samples),
+            samples_crash_loop=sum(bool(s.get("crash_loops")) for s in sampler.samples),
+            lag0_unchecked=sampler.unchecked,
+            violations=len(sampler.violations),
+            restarts={h.index: _restarts(h) for h in hosts},
+            writer_kills_since_start={h.index: h.kills_since_start for h in hosts},
+            orphan_writer_kills=sum(h.orphan_kills for h in hosts),
+        )
+
+        # Read back through the client: each acknowledged message exactly once, in order.
+        import quill
+
+        acked = [a for h in hosts for a in h.acked()]
+        sessions = {a["session"] for a in acked}
+        seen: dict[tuple[str, int], int] = {}
+        order_breaks = []
+        for i, session in enumerate(sorted(sessions)):
+            client = quill.Client(hosts[i % HOSTS].home)
+            last: dict[str, int] = {}
+            for m in client.messages(session):
+                producer, n = m["content"].split()
+                key = (producer, int(n[1:]))
+                seen[key] = seen.get(key, 0) + 1
+                if last.get(producer, -1) >= key[1]:
+                    order_breaks.append((session, producer, last[producer], key[1]))
+                last[producer] = key[1]
+        want = {(a["producer"], a["n"]) for a in acked}
+        with psycopg.connect(pg.url) as conn:
+            rejected = conn.execute("SELECT count(*) FROM rejected_batches").fetchone()[0]
+        figures.update(
+            acked=len(acked),
+            stored=sum(seen.values()),
+            doubles=sum(c - 1 for c in seen.values() if c > 1),
+            lost=len(want - set(seen)),
+            unacked_stored=len(set(seen) - want),
+            order_breaks=len(order_breaks),
+            rejected=rejected,
+        )
+    finally:
+        sampler.stopping.set()
+        figures["hosts_at_end"] = [_diagnose(h, pg.url, sampler) for h in hosts]
+        for h in hosts:
+            for p in h.producers:
+                if p.poll() is None:
+                    p.kill()
+            if h.fleet is not None and h.fleet.poll() is None:
+                h.fleet.send_signal(signal.SIGTERM)
+                try:
+                    h.fleet.wait(60)
+                except subprocess.TimeoutExpired:
+                    h.fleet.kill()
+        rds.stop()
+        pg.close()
+        figures["events"] = [f"{t:.0f}s {what}" for t, what in events]
+        figures["violation_list"] = sampler.violations[:20]
+        print("TORTURE FIGURES", json.dumps(figures, indent=1, default=str))
+        if os.environ.get("QUILL_TORTURE_REPORT"):
+            Path(os.environ["QUILL_TORTURE_REPORT"]).write_text(json.dumps(figures, default=str))
+
+    assert figures["writer_kills"] >= duration // 36 and figures["fleet_kills"] >= 1, figures
+    assert figures["lost"] == 0 and figures["doubles"] == 0, figures
+    assert figures["unacked_stored"] == 0 and not order_breaks, order_breaks[:10]
+    assert figures["rejected"] == 0, figures
+    assert exits == [0] * HOSTS, exits
+    assert not sampler.violations, sampler.violations[:20]
+    # No restart the test did not cause: a worker that died of the server restarts shows here.
+    for h in hosts:
+        want = {"writer": h.kills_since_start, "scheduler": 0, "consumer": 0}
+        assert figures["restarts"][h.index] == want, (h.index, figures["restarts"])
+    for s in final:
+        assert s["pending"] == 0 and s["lag"] == 0.0 and s["source"] == "store", s
+        assert not s["halt"] and not s["crash_loops"] and not s["queue_down"], s
+        assert s["running"] and s["quarantined"] == 0, s
+
+
+def _diagnose(host: Host, store_url: str, sampler: Sampler) -> dict:
+    """What a failed run needs to be understood: the host's last status sample, its writer's
+    published record, its spool's end and the store's cursor for its spool id."""
+    from quill.home import RunDir
+    from quill.spool import SpoolReader
+    from quill.spool.identity import load_or_create
+
+    out: dict = {"host": host.index}
+    try:
+        out["last_sample"] = [s for s in sampler.samples if s["host"] == host.index][-1:]
+        writer = RunDir(host.home.resolve()).last("writer") or {}
+        keep = ("pid", "alive", "cursor", "error", "halted", "halt", "idle", "queue_error")
+        out["writer"] = {k: writer.get(k) for k in keep}
+        out["spool_end"] = str(SpoolReader(host.home / "spool").end())
+        spool_id = load_or_create(host.home / "spool-id")
+        with psycopg.connect(store_url, connect_timeout=3) as conn:
+            row = conn.execute(
+                'SELECT segment, "offset" FROM spool_cursor WHERE spool_id = %s', (spool_id,)
+            ).fetchone()
+        out["store_cursor"] = row
+        log = host.home / "logs" / "writer.log"
+        lines = log.read_text().splitlines() if log.exists() else []
+        out["writer_log_tail"] = [ln[:400] for ln in lines if '"error"' in ln or "Trace" in ln][-5:]
+    except Exception as exc:  # noqa: BLE001 — a diagnosis must not hide the failure
+        out["diagnosis_error"] = repr(exc)
+    return out
+
+
+def _restarts(host: Host) -> dict:
+    """The live supervisor's restart counts by role (its last status record)."""
+    from quill.home import RunDir
+
+    return (RunDir(host.home.resolve()).last("supervisor") or {}).get("restarts", {})

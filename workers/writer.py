@@ -42,35 +42,24 @@ from quill.jobs.queues import build_for
 from quill.spool import Quarantine, Spool, SpoolReader
 from quill.store.errors import (
     CorruptError,
-    CursorMismatchError,
-    DiskFullError,
     SharedMemoryError,
     SpoolMismatchError,
-    StoreIOError,
-    TransientError,
 )
 from quill.store.factory import open_store
 from quill.store.lease import Lease
-from quill.store.sqlite.job_runs import HALTED, record_job_run
 from quill.workers import status
 from quill.workers.drain import Drain
 from quill.workers.job_runner import StoreJobRunner
+from quill.workers.writer_halt import MAX_BACKOFF_S, REFUSED_RETRY_S, RETRYABLE, HaltAndRefusal
 
-#: Failures after which nothing of the step was committed: pause, then retry.
-RETRYABLE = (TransientError, DiskFullError, StoreIOError)
-#: The longest pause between retries (seconds).
-MAX_BACKOFF_S = 5.0
 #: The first pause after the store failed to open (seconds).
 OPEN_RETRY_FIRST_S = 0.5
-#: While refused (``SpoolMismatchError``) the writer looks again this often (seconds): a claim
-#: that expired may be taken over, with the cursor checked first.
-REFUSED_RETRY_S = 5.0
 #: While idle the loop turns every poll_interval; one status write per this many seconds is
 #: plenty for `quill status` and the supervisor's idle check.
 IDLE_PUBLISH_S = 0.25
 
 
-class Writer:
+class Writer(HaltAndRefusal):
     """One writer for the data dir of ``cfg`` (``quill.home.Settings``), logging to ``log``.
     ``store``: the store to drive (default: ``store.open`` of the data dir, for its writer)."""
 
@@ -249,34 +238,6 @@ class Writer:
         self.log.info("writer.started", backend=self.store.kind, cursor=str(self.cursor), **figures)
         return None
 
-    def _refuse(self, now: float, exc: SpoolMismatchError) -> float:
-        """Apply nothing: close the store, publish the refusal as this writer's halt (not the
-        store's) and return the pause before the next look (``REFUSED_RETRY_S``)."""
-        if isinstance(exc, CursorMismatchError) and not self.store.cluster:
-            next_step = "quill recover"  # SQLite: rebuild from a snapshot and this spool
-        else:
-            next_step = "quill spool reidentify"
-        cause = Halt(type(exc).__name__, str(exc), time.time(), next=next_step)
-        if self.refusal is None or self.refusal[:2] != cause[:2]:
-            self.log.critical("writer.refused", hint=exc.hint, **cause.to_json())
-        self.refusal = cause
-        self.store.disconnect()
-        self._refused_until = now + REFUSED_RETRY_S
-        self._publish_refusal()
-        return REFUSED_RETRY_S
-
-    def _publish_refusal(self) -> None:
-        self.run_dir.publish(
-            "writer",
-            WriterStatus(
-                halted=True,
-                halt=self.refusal,
-                cursor=str(self.cursor),
-                backend=self.store.kind,
-                spool_id=self.store.spool_id,
-            ).to_json(),
-        )
-
     def _retry(self, now: float, exc: Exception, event: str, first: float | None) -> float:
         """Publish a retryable failure and return the pause before retrying."""
         error = self.error = self.store.describe(exc)
@@ -361,102 +322,3 @@ class Writer:
         # The store's fields and the drain's totals name WriterStatus fields (ValueError if not).
         status = status._replace(**{**self._idle_fields, **fields, **self.totals})
         self.run_dir.publish("writer", status.to_json())
-
-    # -- the sticky halt -------------------------------------------------------------------
-
-    def _halt(self, exc: Exception) -> None:
-        """Enter the sticky halt for ``exc`` and have the store record it (with the store job
-        whose run met it, if one did: its ``job_runs`` row stays ``running`` in the damaged
-        store, and whoever ends the halt finishes it from this record)."""
-        job = self.jobs.current if self.jobs is not None else None
-        if self.jobs is not None:
-            self.jobs.current = None
-        self.halt_cause = Halt(
-            type(exc).__name__,
-            str(exc),
-            time.time(),
-            next=self.store.recover_hint,
-            cursor=str(self.cursor),
-            job=job[0] if job else None,
-            job_started=job[1] if job else None,
-        )
-        self.halt_recorded = False
-        self.log.critical("writer.halt", backend=self.store.kind, **self.halt_cause.to_json())
-        self._record_halt()
-
-    def _record_halt(self) -> None:
-        try:
-            # False: the disk refused run/halt.json (reported by RunDir, throttled); retried
-            # at every look while halted, which waits for it (``_serve_halt``).
-            self.halt_recorded = self.store.halt(self.halt_cause)
-        except CorruptError:
-            pass  # still damaged where the halt record lives: stay halted, try again
-        except RETRYABLE as exc:
-            self.store.disconnect()
-            self._halted_warning(exc)
-
-    def _halted_warning(self, exc: Exception) -> None:
-        suppressed = self._halted_retry.ready("writer.retry")
-        if suppressed is not None:
-            self.log.warning(
-                "writer.retry",
-                error=f"{type(exc).__name__}: {exc}",
-                kind=type(exc).__name__,
-                suppressed=suppressed,
-            )
-
-    def _finish_halted_job(self) -> None:
-        """The halt was lifted in place (the store was repaired, not replaced): finish the run
-        of the store job that met the damage, still ``running``, as ``halted`` with the cause.
-        Raises the store error tree (the caller stays halted and looks again)."""
-        cause = self.halt_cause
-        if cause is None or cause.job is None or cause.job_started is None:
-            return
-        self.store.run_job(
-            record_job_run,
-            cause.job,
-            cause.job_started,
-            time.time(),
-            HALTED,
-            {"runner": "writer", "halt_at": cause.at},
-            f"the writer halted on what this run met: {cause.cause}: {cause.detail}",
-        )
-
-    def _serve_halt(self, now: float) -> float:
-        """One look while halted: publish the halt, let the store say whether it ended
-        (resume, or exit after a swap), and run bookkeeping jobs where the store allows."""
-        self.run_dir.publish(
-            "writer",
-            WriterStatus(
-                halted=True,
-                halt=self.halt_cause,
-                cursor=str(self.cursor) if self.cursor is not None else None,
-                backend=self.store.kind,
-                spool_id=self.store.spool_id,
-            ).to_json(),
-        )
-        try:
-            if not self.halt_recorded:
-                self._record_halt()
-                if not self.halt_recorded:
-                    return self.store.halt_poll_s
-            action = self.store.serve_halted()
-            if action == "exit":
-                self.done = True
-                return 0.0
-            if action == "resume":
-                self.log.warning(
-                    "writer.halt_lifted", backend=self.store.kind, cursor=str(self.cursor)
-                )
-                self._finish_halted_job()
-                self.halt_cause = None
-                return 0.0
-            if self.store.jobs_while_halted:
-                while self._job_runner().run_one(self.store, idle=True):
-                    pass
-        except CorruptError:
-            pass  # still damaged where a job-run record or the halt lives: stay halted
-        except RETRYABLE as exc:
-            self.store.disconnect()
-            self._halted_warning(exc)
-        return self.store.halt_poll_s

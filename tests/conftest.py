@@ -6,9 +6,9 @@ import contextlib
 import json
 import os
 import signal
-import tempfile
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 

@@ -60,7 +60,7 @@ def main(role: str, home_dir: str, parent: int | None) -> None:
             from quill.ops.transfer.watch_ingest import ingest_session
             from quill.workers.watch import Watcher
 
-            Watcher(settings, log, ingest_session(settings)).run(stop)
+            Watcher(settings, log, ingest_session(settings, log)).run(stop)
         else:
             from quill.workers import consumer
 

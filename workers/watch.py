@@ -18,6 +18,8 @@ role's entry in ``ops/worker_main.py``: this layer may not import the importers)
   last-copy-wins records), so a due file is imported whole, and what makes that cheap and
   exact is the import path's own rule: messages the store already holds are not spooled, and
   every batch id is derived from content, and the writer skips producer ids a session holds.
+  A JSON-lines file is read only up to its mark's size: the importers read a file twice
+  (structure, then content), and both passes must see the same records while it grows.
   The mark is taken *before* the import reads the file and saved (fsync'd) only after the
   ingest returned, i.e. after every spool append of it was acknowledged durable. A kill -9
   at any point therefore either finds the old mark (the file is imported again: same content,
@@ -57,10 +59,13 @@ DEBOUNCE_MS = 400
 LEASE_RETRY_S = 2.0
 
 #: ``ingest_session()`` opens what one round of imports needs (spool, store view) and yields
-#: ``ingest(path) -> report``; ``report["format"]`` is None when no importer recognised the
-#: file. ``ingest`` raises ``OSError`` (file unreadable) or ``ValueError`` (bad input); any
-#: other error (a spool or store failure) propagates and stops the watcher without saving.
-IngestSession = Callable[[], contextlib.AbstractContextManager[Callable[[Path], dict[str, Any]]]]
+#: ``ingest(path, size) -> report``: import the first ``size`` bytes (the mark's);
+#: ``report["format"]`` is None when no importer recognised the file. ``ingest`` raises
+#: ``OSError`` (file unreadable) or ``ValueError`` (bad input); any other error (a spool or
+#: store failure) propagates and stops the watcher without saving.
+IngestSession = Callable[
+    [], contextlib.AbstractContextManager[Callable[[Path, int], dict[str, Any]]]
+]
 
 
 class Mark(NamedTuple):
@@ -300,7 +305,9 @@ class Watcher:
         self.log.warning("watch.unreadable", path=path, reason=reason)
         return True
 
-    def _import(self, ingest: Callable[[Path], dict[str, Any]], path: str, counts: dict) -> None:
+    def _import(
+        self, ingest: Callable[[Path, int], dict[str, Any]], path: str, counts: dict
+    ) -> None:
         # The mark is taken before the import reads the file, so it never claims more than
         # was read; saved only once ingest returned (every spool append acknowledged).
         try:
@@ -313,7 +320,7 @@ class Watcher:
             return
         try:
             kind = change_kind(self.state.files.get(path), mark, Path(path))
-            report = ingest(Path(path))
+            report = ingest(Path(path), mark.size)
         except FileNotFoundError:
             return
         except (OSError, ValueError) as exc:

@@ -29,7 +29,7 @@ def watch(ctx: click.Context, once: bool, as_json: bool) -> None:
     cfg = ctx.obj
     cfg.ensure_dirs()
     log = logs.configure(cfg.logs_dir, "watch", stderr=False)
-    watcher = Watcher(cfg, log, ingest_session(cfg))
+    watcher = Watcher(cfg, log, ingest_session(cfg, log))
     try:
         if once:
             counts = watcher.once()

@@ -299,9 +299,12 @@ def stream_file(
         return iter_jsonl(p, probs, limit)
 
     if fmt == claude_code.FORMAT:
-        agents = [
-            (a, lambda probs, a=a: iter_jsonl(a, probs)) for a in claude_code.subagent_files(path)
-        ]
+        # live (``limit``): a subagent file grows too; both passes read its size at the start
+        sizes = {
+            a: (os.stat(a).st_size if limit is not None else None)
+            for a in claude_code.subagent_files(path)
+        }
+        agents = [(a, lambda probs, a=a: iter_jsonl(a, probs, sizes[a])) for a in sizes]
         main = claude_code.session_file_of(path)
         links = (lambda probs, m=main: iter_jsonl(m, probs)) if main else None
         return fmt, claude_code.stream(path, records, problems, "jsonl", agents, links)

@@ -25,7 +25,7 @@ from quill.spool.integrity import assess
 from quill.store.factory import capabilities
 from quill.workers import FIRE_REF
 from quill.workers.status import COMMIT_BUCKETS_S
-from quill.workers.watch import WatchState, lag
+from quill.workers.watch_state import WatchState, lag
 
 #: Below this many free bytes producers and the writer are about to stall (a spool segment
 #: rotation plus a chunk's WAL growth need a few MiB; 64 MiB leaves margin).

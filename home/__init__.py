@@ -28,6 +28,7 @@ from quill.home.identity import (
 
 # Dependency order: layout < settings, identity < rundir.
 from quill.home.layout import (
+    AGENT_ROOTS,
     CONFIG_TOML,
     DATA_DIR_MARKERS,
     EVIDENCE_DIR,
@@ -41,6 +42,8 @@ from quill.home.layout import (
     SPOOL_ID,
     STATE_DB,
     TOKENS_DB,
+    WATCH_STATE,
+    agent_home,
     default_home,
     evidence_dir,
     parse_snapshot_name,
@@ -60,6 +63,9 @@ from quill.home.settings import ANONYMOUS, DAY, DEFAULTS, ConfigError, Settings,
 from quill.home.throttle import Throttle
 
 __all__ = [
+    "AGENT_ROOTS",
+    "WATCH_STATE",
+    "agent_home",
     "CONFIG_TOML",
     "DATA_DIR_MARKERS",
     "EVIDENCE_DIR",

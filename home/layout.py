@@ -20,6 +20,17 @@ SCHEDULE_DB = "schedule.db"  # the embedded APScheduler job store
 TOKENS_DB = "tokens.db"  # HTTP API tokens
 SPOOL_ID = "spool-id"  # this data dir's stable spool id
 CONFIG_TOML = "config.toml"  # optional settings (``load``)
+#: The watcher's durable per-file positions and unreadable files (``quill.workers.watch``).
+WATCH_STATE = "watch-state.json"
+#: Where each coding agent writes its sessions, relative to the user's home directory: the
+#: roots ``[watch] default_roots`` follows (docs/configuration.md).
+AGENT_ROOTS = {
+    "claude-code": ".claude/projects",
+    "codex": ".codex/sessions",
+    "gemini-cli": ".gemini/tmp",
+    "copilot-cli": ".copilot/session-state",
+    "opencode": ".local/share/opencode/storage",
+}
 #: A verified snapshot is ``snapshot-<UTC time>-<ns>-<segment>-<offset>.db`` (``snapshot_name``).
 SNAPSHOT_GLOB = "snapshot-*.db"
 #: Entries that make a directory a Quill data dir (a producer handed one appends to its spool/).
@@ -54,6 +65,13 @@ def parse_snapshot_name(name: str) -> tuple[int, int]:
 def evidence_dir(home: Path, stamp: str) -> Path:
     """Where a swap sets the replaced store files aside: ``evidence/state-<stamp>``."""
     return Path(home) / EVIDENCE_DIR / f"state-{stamp}"
+
+
+def agent_home() -> Path:
+    """The home directory whose agent folders (``AGENT_ROOTS``) are watched by default:
+    ``$QUILL_AGENT_HOME`` when set (another user's home, or an empty folder in tests), else
+    the current user's home."""
+    return Path(os.environ.get("QUILL_AGENT_HOME") or Path.home()).expanduser()
 
 
 def default_home() -> Path:

@@ -180,8 +180,8 @@ class WriterStatus(NamedTuple):
 
 # -- the run directory ------------------------------------------------------------------------
 
-ROLES = ("supervisor", "writer", "scheduler", "consumer", "http")
-LEASES = ("fleet", "writer", "scheduler")
+ROLES = ("supervisor", "writer", "scheduler", "consumer", "http", "watch")
+LEASES = ("fleet", "writer", "scheduler", "watch")
 
 
 class RunDir:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from quill.home.layout import (
+    AGENT_ROOTS,
     CONFIG_TOML,
     LOGS_DIR,
     QUEUE_DB,
@@ -23,6 +24,8 @@ from quill.home.layout import (
     SPOOL_ID,
     STATE_DB,
     TOKENS_DB,
+    WATCH_STATE,
+    agent_home,
     default_home,
 )
 
@@ -76,11 +79,35 @@ class Settings(NamedTuple):
     #: ``[queue] url``: ``redis://…`` puts the job queue on a shared Redis server; None = the
     #: embedded SQLite queue ``queue.db``.
     queue_url: str | None = None
+    #: ``[watch]``: the fleet's watcher follows agent transcript folders as they are written
+    #: (docs/operations.md, "Live capture"). ``enabled``: run it; ``default_roots``: follow the
+    #: standard agent folders (``layout.AGENT_ROOTS``) of the user; ``roots``: more folders;
+    #: ``rescan_s``: seconds between full rescans that catch events the OS dropped.
+    watch_enabled: bool = True
+    watch_default_roots: bool = True
+    watch_roots: tuple[str, ...] = ()
+    watch_rescan_s: float = 30.0
 
     @property
     def spool_id_path(self) -> Path:
         """The file holding this data dir's stable spool id (``quill.spool.identity``)."""
         return self.home / SPOOL_ID
+
+    @property
+    def watch_state(self) -> Path:
+        """The watcher's per-file positions (``quill.workers.watch``)."""
+        return self.home / WATCH_STATE
+
+    @property
+    def watch_paths(self) -> list[Path]:
+        """The folders the watcher follows, in order, without repeats: the standard agent
+        folders under ``agent_home()`` (when ``watch_default_roots``), then ``watch_roots``
+        (``~`` expanded). Folders that do not exist yet are included (watched once they do)."""
+        paths = (
+            [agent_home() / rel for rel in AGENT_ROOTS.values()] if self.watch_default_roots else []
+        )
+        paths += [Path(r).expanduser() for r in self.watch_roots]
+        return list(dict.fromkeys(p.absolute() for p in paths))
 
     @property
     def state_db(self) -> Path:
@@ -153,6 +180,10 @@ _SECTIONS = {
     ("http", "max_connections"): "http_max_connections",
     ("http", "requests_per_s"): "http_requests_per_s",
     ("http", "request_burst"): "http_request_burst",
+    ("watch", "enabled"): "watch_enabled",
+    ("watch", "default_roots"): "watch_default_roots",
+    ("watch", "roots"): "watch_roots",
+    ("watch", "rescan_s"): "watch_rescan_s",
 }
 
 #: Smallest allowed value of each numeric setting, and whether it may equal that bound
@@ -175,16 +206,25 @@ _MINIMUM: dict[str, tuple[float, bool]] = {
     "http_max_connections": (8, True),
     "http_requests_per_s": (0, False),
     "http_request_burst": (1, True),
+    "watch_rescan_s": (0, False),
 }
 #: Largest allowed value of a numeric setting. A record must stay below what the stores take
 #: in one value (SQLite's default SQLITE_MAX_LENGTH is 10^9 bytes, PostgreSQL's field limit
 #: 1 GB) with room for the writer's copies of it (docs/configuration.md).
 _MAXIMUM: dict[str, float] = {"max_record_bytes": 512 * 1024 * 1024}
-_TYPES = {"int": int, "float": (int, float), "str": str, "str | None": str, "tuple[str, ...]": list}
+_TYPES = {
+    "int": int,
+    "float": (int, float),
+    "str": str,
+    "str | None": str,
+    "tuple[str, ...]": list,
+    "bool": bool,
+}
 
 
 def _check(path: Path, key: str, name: str, value: Any, annotation: str) -> None:
-    if not isinstance(value, _TYPES[annotation]) or isinstance(value, bool):
+    wrong = isinstance(value, bool) != (annotation == "bool")
+    if not isinstance(value, _TYPES[annotation]) or wrong:
         raise ConfigError(f"{path}: {key} has the wrong type ({type(value).__name__})")
     if name in _MINIMUM:
         low, inclusive = _MINIMUM[name]
@@ -226,6 +266,8 @@ def load(home: str | os.PathLike[str] | None = None) -> Settings:
             if name is None:
                 raise ConfigError(f"{path}: unknown setting {section}.{key}")
             _check(path, f"{section}.{key}", name, value, types[name])
+            if isinstance(value, list) and not all(isinstance(v, str) for v in value):
+                raise ConfigError(f"{path}: {section}.{key} must be a list of strings")
             changes[name] = tuple(value) if isinstance(value, list) else value
     scheme = {k: (changes.get(k) or "").split(":", 1)[0] for k in ("store_url", "queue_url")}
     if changes.get("store_url") and scheme["store_url"] not in ("postgresql", "postgres"):

@@ -1,10 +1,13 @@
 """Entry point of a fleet child:
-``python -m quill.ops.worker_main {writer|scheduler|consumer} --home DIR [--parent PID]``.
+``python -m quill.ops.worker_main {writer|scheduler|consumer|watch} --home DIR
+[--parent PID]``.
 
 The composition root of a worker process, which is why it sits in ``ops`` and not in
 ``workers``: started by the supervisor, it reads the settings once (``quill.home.load``), sets up
 JSON logging (``ops.logs``), turns SIGTERM/SIGINT into a graceful stop, ties its life to the
-supervisor's (``workers.lifeline``) and runs the role until stopped.
+supervisor's (``workers.lifeline``) and runs the role until stopped. The ``watch`` role is
+composed here: the loop of ``workers/watch.py`` with the spool import of
+``ops/transfer/watch_ingest.py`` (a worker may not import the importers).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ EXIT_LEASE_HELD = 75
 
 
 @click.command()
-@click.argument("role", type=click.Choice(["writer", "scheduler", "consumer"]))
+@click.argument("role", type=click.Choice(["writer", "scheduler", "consumer", "watch"]))
 @click.option("--home", "home_dir", required=True, type=click.Path(file_okay=False))
 @click.option("--parent", type=int, default=None, help="Supervisor pid: stop when it is gone.")
 def main(role: str, home_dir: str, parent: int | None) -> None:
@@ -53,6 +56,11 @@ def main(role: str, home_dir: str, parent: int | None) -> None:
             from quill.workers import scheduler
 
             scheduler.run(settings, log, stop)
+        elif role == "watch":
+            from quill.ops.transfer.watch_ingest import ingest_session
+            from quill.workers.watch import Watcher
+
+            Watcher(settings, log, ingest_session(settings, log)).run(stop)
         else:
             from quill.workers import consumer
 

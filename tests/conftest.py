@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -20,6 +21,10 @@ from run_resources import CORPUS, REPO  # noqa: E402,F401  (tests import them fr
 #: Finds PostgreSQL, Redis, chromium and the corpus by itself; provides ``pg_url``,
 #: ``redis_url``, ``chromium_path`` and the ``corpus`` marker.
 pytest_plugins = ["run_resources"]
+
+#: Every fleet a test starts runs the watcher (``[watch]`` is on by default): it must follow an
+#: empty folder, never the agent folders of whoever runs the tests.
+os.environ["QUILL_AGENT_HOME"] = tempfile.mkdtemp(prefix="quill-agents-")
 
 
 def quill_env(home: Path) -> dict[str, str]:

@@ -65,6 +65,8 @@ def test_every_config_key_is_documented_with_its_default():
         default = defaults[name]
         if default is None:
             assert "absent" in row, row
+        elif isinstance(default, bool):
+            assert f"`{str(default).lower()}`" in row, row
         elif isinstance(default, tuple):
             assert str(list(default)).replace("'", '"') in row, row
         elif isinstance(default, str):

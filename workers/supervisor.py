@@ -1,7 +1,9 @@
 """The supervisor: starts the fleet, restarts what dies, stops it all cleanly.
 
 * Children are real processes (``python -m ENTRY ROLE --home H``): writer, scheduler,
-  consumer, plus ``http`` when ``[http] listen`` is set. The entry modules are handed in by
+  consumer, plus ``watch`` (live capture of agent folders, ``workers/watch.py``) when
+  ``[watch] enabled`` and the run is not ``until_idle`` (a drain-and-exit run captures
+  nothing new), plus ``http`` when ``[http] listen`` is set. The entry modules are handed in by
   ``quill run``: they are composition roots in ``ops``, a layer above this one.
   One fleet per data dir (``run/fleet.lock``).
 * A child that exits is restarted after a backoff (0.5 s doubling to 10 s). Five exits within
@@ -115,7 +117,8 @@ class Supervisor:
         self.until_idle = until_idle
         self.timeout = timeout
         tail = ["--home", str(cfg.home), "--parent", str(os.getpid())]
-        self.children = [Child(r, [sys.executable, "-m", worker_entry, r, *tail]) for r in ROLES]
+        roles = [*ROLES, "watch"] if cfg.watch_enabled and not until_idle else ROLES
+        self.children = [Child(r, [sys.executable, "-m", worker_entry, r, *tail]) for r in roles]
         if cfg.http_listen:  # [http] listen set: the API and dashboard run as one more child
             self.children.append(Child("http", [sys.executable, "-m", http_entry, *tail]))
         self._stop_signal: int | None = None

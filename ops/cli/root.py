@@ -30,6 +30,7 @@ COMMANDS = {
     "export": "quill.ops.cli.export:export_cmd",
     "serve": "quill.ops.cli.service:serve",
     "token": "quill.ops.cli.service:token",
+    "watch": "quill.ops.cli.watch:watch",
 }
 
 

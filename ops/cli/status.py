@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 from rich import filesize
+from rich.markup import escape
 
 from quill.home import WriterStatus
 from quill.ops.cli import render
@@ -132,6 +133,7 @@ def _print_status(d: dict[str, Any]) -> None:
     if w["bytes"] or w["blocked_by_reader_since"]:
         style = "yellow" if w["high"] or w["blocked_by_reader_since"] else "default"
         con.print(f"[{style}]WAL      {health.describe_wal(w)}[/{style}]")
+    _print_watch(con, d["watch"], fleet["running"])
     for o in d["overdue"]:
         con.print(f"[yellow]overdue  {o['job']}: {o['reason']}[/yellow]")
     for run in d["jobs"][:5]:
@@ -139,6 +141,36 @@ def _print_status(d: dict[str, Any]) -> None:
             f"job      {run['job']:<15} {run['outcome']:<6} {render.when(run['started_at'])} "
             f"{run.get('error') or ''}"
         )
+
+
+def _print_watch(con: Any, w: dict[str, Any], running: bool) -> None:
+    """The live-capture lines: roots followed, how far behind, files it could not read."""
+    if not w.get("enabled"):
+        con.print("watch    off ([watch] enabled = false)")
+        return
+    if w.get("error"):
+        con.print(f"[bold red]watch    state unreadable: {escape(w['error'])}[/bold red]")
+        return
+    roots = [r["path"] for r in w["roots"] if r["exists"]]
+    watcher = w.get("watcher") or {}
+    who = (
+        f"watcher pid {watcher.get('pid')}"
+        if watcher.get("alive")
+        else ("[yellow]watcher not running (restarting?)[/yellow]" if running else "not running")
+    )
+    behind = (
+        "up to date"
+        if not w["pending"]
+        else (f"[yellow]{w['pending']} file(s) pending, {w['bytes_behind']} bytes behind[/yellow]")
+    )
+    con.print(
+        f"watch    {len(roots)} folder(s) ({', '.join(escape(r) for r in roots) or 'none exist'})"
+        f", {w['files']} file(s); {behind}; {who}"
+    )
+    if w.get("state_damaged"):
+        con.print(f"[yellow]watch    state was unreadable ({w['state_damaged']}); re-imported[/]")
+    for u in w["unreadable"]:
+        con.print(f"[yellow]unread   {escape(u['path'])}: {escape(u['reason'])}[/yellow]")
 
 
 def _print_pg_store(con: Any, s: dict[str, Any]) -> None:

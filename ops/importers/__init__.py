@@ -260,10 +260,14 @@ def _sessions_as_events(sessions: list[ImportedSession]) -> Iterator[Event]:
             yield Message(s.session["session_id"], m)
 
 
-def stream_file(path: Path, problems: list[Problem]) -> tuple[str | None, Iterator[Event]]:
+def stream_file(
+    path: Path, problems: list[Problem], limit: int | None = None
+) -> tuple[str | None, Iterator[Event]]:
     """``(format, events)`` for one file; problems are appended to ``problems`` while the
     events are consumed. Claude Code and Codex JSONL stream (two passes over the file, memory
-    bounded by the largest record); other formats are small and parsed whole."""
+    bounded by the largest record); other formats are small and parsed whole. ``limit``: the
+    bytes of a JSON-lines file that is still growing to read (``iter_jsonl``), so both passes
+    see the same records (live capture; a whole document is read in one pass anyway)."""
     path = Path(path)
     fmt, doc = _sniff(path)
     if fmt is None:
@@ -292,12 +296,15 @@ def stream_file(path: Path, problems: list[Problem]) -> tuple[str | None, Iterat
         return fmt, _sessions_as_events(openai_chat.parse_document(path, doc, problems))
 
     def records(probs: list[Problem], p: Path = path) -> Iterator[tuple[int, Any]]:
-        return iter_jsonl(p, probs)
+        return iter_jsonl(p, probs, limit)
 
     if fmt == claude_code.FORMAT:
-        agents = [
-            (a, lambda probs, a=a: iter_jsonl(a, probs)) for a in claude_code.subagent_files(path)
-        ]
+        # live (``limit``): a subagent file grows too; both passes read its size at the start
+        sizes = {
+            a: (os.stat(a).st_size if limit is not None else None)
+            for a in claude_code.subagent_files(path)
+        }
+        agents = [(a, lambda probs, a=a: iter_jsonl(a, probs, sizes[a])) for a in sizes]
         main = claude_code.session_file_of(path)
         links = (lambda probs, m=main: iter_jsonl(m, probs)) if main else None
         return fmt, claude_code.stream(path, records, problems, "jsonl", agents, links)

@@ -105,18 +105,29 @@ def decode_line(text: str) -> tuple[list[Any], str | None]:
         values.append(value)
 
 
-def iter_jsonl(path: Path, problems: list[Problem]) -> Iterator[tuple[int, Any]]:
+def iter_jsonl(
+    path: Path, problems: list[Problem], limit: int | None = None
+) -> Iterator[tuple[int, Any]]:
     """Yield ``(line_number, value)`` for every JSON value in a JSON-lines file.
 
     Line numbers are 1-based physical lines. Problems are appended to
     ``problems`` as they are found; iteration always continues to the end.
+    ``limit``: read only the first ``limit`` bytes (a file an agent is still appending to:
+    every pass over it then sees the same records); a line they end inside of, or an
+    unterminated last line that does not decode, is still being written: left out, unreported.
     """
     with open(path, "rb") as fh:
+        consumed = 0
         for lineno, raw in enumerate(fh, 1):
+            consumed += len(raw)
+            if limit is not None and consumed > limit:
+                return
             text = raw.decode("utf-8", errors="replace")
             if not text.strip(_WS):
                 continue
             values, error = decode_line(text)
+            if error is not None and limit is not None and not raw.endswith(b"\n"):
+                return
             if error is None and len(values) > 1:
                 problems.append(
                     Problem(

@@ -56,6 +56,9 @@ class _Collector:
                 "schedules whose next run passed over two minutes ago (no scheduler fired them)",
             ),
             ("disk_free_bytes", "free bytes on the data dir's filesystem"),
+            ("watch_pending_files", "watched agent files new or changed since last imported"),
+            ("watch_bytes_behind", "bytes of watched agent files not yet imported"),
+            ("watch_unreadable_files", "watched agent files that could not be read"),
         )
         for name, doc in gauges:
             if m[name] is None:

@@ -25,6 +25,7 @@ from quill.spool.integrity import assess
 from quill.store.factory import capabilities
 from quill.workers import FIRE_REF
 from quill.workers.status import COMMIT_BUCKETS_S
+from quill.workers.watch_state import WatchState, lag
 
 #: Below this many free bytes producers and the writer are about to stall (a spool segment
 #: rotation plus a chunk's WAL growth need a few MiB; 64 MiB leaves margin).
@@ -131,6 +132,7 @@ def collect(cfg: Any) -> dict[str, Any]:
     existing = next(p for p in (cfg.home, *cfg.home.parents) if p.exists())
     free = shutil.disk_usage(existing).free
     data["disk"] = {"free_bytes": free, "low": free < LOW_DISK_BYTES}
+    data["watch"] = watch_state(cfg)
     data["metrics"] = _metrics(data, got.get("totals") or [])
     return data
 
@@ -176,7 +178,24 @@ def _metrics(data: dict[str, Any], job_totals: list[dict[str, Any]]) -> dict[str
         "jobs_overdue": len(data.get("overdue") or []) + len(overdue_schedules(fleet, time.time())),
         "wal_bytes": data["wal"]["bytes"],
         "disk_free_bytes": data["disk"]["free_bytes"],
+        "watch_pending_files": data["watch"].get("pending", 0),
+        "watch_bytes_behind": data["watch"].get("bytes_behind", 0),
+        "watch_unreadable_files": len(data["watch"].get("unreadable", [])),
     }
+
+
+def watch_state(cfg: Any) -> dict[str, Any]:
+    """What live capture follows and how far behind it is (``workers.watch.lag``: roots,
+    files, pending, bytes_behind, unreadable with reasons), plus ``enabled`` and ``watcher``
+    (what the watcher last published; ``alive`` says whether it runs). An unreadable state
+    file is reported as ``error``, never as "nothing behind"."""
+    if not cfg.watch_enabled:
+        return {"enabled": False}
+    out: dict[str, Any] = {"enabled": True, "watcher": RunDir(cfg.home).last("watch")}
+    try:
+        return {**out, **lag(cfg, WatchState.load(cfg.watch_state))}
+    except OSError as exc:
+        return {**out, "error": f"{cfg.watch_state}: {exc.strerror or exc}"}
 
 
 def overdue_schedules(fleet: dict[str, Any], now: float) -> list[str]:

@@ -184,14 +184,19 @@ class _Importer(SessionStarts):
 
 
 def import_file(
-    spool: Spool, path: Path, store: Reader | None, pending: PendingDeletes | None = None
+    spool: Spool,
+    path: Path,
+    store: Reader | None,
+    pending: PendingDeletes | None = None,
+    limit: int | None = None,
 ) -> FileReport:
     """Import one file into ``spool`` (see module doc); returns its report. ``pending``: the
     deletes still in the spool (``pending_deletes``; read here when not given — a command
-    importing many files reads it once). Raises ``OSError`` for an unreadable file and
-    ``quill.spool.SpoolError`` when appending fails."""
+    importing many files reads it once). ``limit``: read only the first ``limit`` bytes of a
+    JSON-lines file an agent is still writing (``stream_file``). Raises ``OSError`` for an
+    unreadable file and ``quill.spool.SpoolError`` when appending fails."""
     report = FileReport(path=str(path), format=None)
-    report.format, events = stream_file(Path(path), report.problems)
+    report.format, events = stream_file(Path(path), report.problems, limit)
     if pending is None:
         pending = pending_deletes(spool.dir, store)
     imp = _Importer(spool, store, report, pending)

@@ -1,0 +1,235 @@
+"""Live capture (``quill watch``, the fleet's ``watch`` worker): agent folders followed as
+agents write them, every message stored exactly once through kill -9 of the watcher at any
+point, files rewritten, truncated, renamed or deleted, and what ``quill status`` says.
+
+Every check compares with a direct ``quill import`` of the final files into a fresh data dir
+(the same importers, so the same rows), never with counts the watcher reports about itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from conftest import CORPUS, QuillCLI, quill_env, stop_fleet
+from watch_helpers import row_diff, start_writer, stored_rows, usage_count, watch_config
+
+pytestmark = pytest.mark.corpus
+
+CLAUDE = sorted((CORPUS / "claude-code").glob("*.jsonl"))
+CODEX = sorted((CORPUS / "codex").glob("*.jsonl"))
+
+
+def direct_import(tmp: Path, files: list[Path]) -> tuple[list[tuple], int]:
+    """The rows and usage count a plain ``quill import`` of ``files`` stores."""
+    ref = QuillCLI(tmp / "reference")
+    ref.run("import", *map(str, files))
+    ref.run("run", "--until-idle", "--timeout", "120")
+    return stored_rows(ref.home), usage_count(ref.home)
+
+
+def drained(quill: QuillCLI, *, files: int | None = None, timeout: float = 120) -> dict:
+    """Wait until the running fleet's watcher has nothing pending (following ``files`` files
+    when given) and the writer has applied and indexed the spool; the status document."""
+    deadline = time.monotonic() + timeout
+    while True:
+        st = json.loads(quill.run("status", "--json", check=False).stdout)
+        w, store = st["watch"], st["store"] or {}
+        if (
+            w["pending"] == 0
+            and (files is None or w["files"] == files)
+            and st["spool"]["pending_bytes"] == 0
+            and store.get("fts_pending", 1) == 0
+            and (w.get("watcher") or {}).get("alive")
+        ):
+            return st
+        assert time.monotonic() < deadline, f"not caught up: {w}, spool {st['spool']}"
+        time.sleep(0.5)
+
+
+def watcher_pid(home: Path) -> int | None:
+    from quill.home import RunDir
+
+    holder = RunDir(home.resolve()).lease_holder("watch")
+    return holder["pid"] if holder else None
+
+
+def test_fleet_watch_exactly_once_through_kill9_and_after_delete(tmp_path, quill):
+    """Writers append real Claude Code and Codex files line by line while the fleet's watcher
+    is SIGKILLed at random points; every message ends up stored exactly once (as a direct
+    import stores it), the watched files are byte-identical to what the agents wrote, and
+    the sessions stay after the agents delete their files."""
+    rng = random.Random(int(os.environ.get("WATCH_SEED", time.time())))
+    agents = tmp_path / "agents"
+    claude, codex = agents / "claude" / "proj", agents / "codex" / "2026" / "12"
+    sources = [CLAUDE[3], CLAUDE[5], CLAUDE[7], CODEX[1]]
+    pairs = [(s, (codex if s in CODEX else claude) / s.name) for s in sources]
+    watch_config(quill.home, [agents / "claude", agents / "codex"], rescan_s=1.0)
+    fleet = quill.start_fleet()
+    kills = 0
+    try:
+        writers = [start_writer(pairs[:2], 0.02), start_writer(pairs[2:], 0.02)]
+        # kill -9 at random points while the agents write (4 kills: a fifth within 60 s
+        # would be a crash loop, which the supervisor slows down on purpose)
+        while any(w.poll() is None for w in writers) and kills < 4:
+            time.sleep(rng.uniform(0.5, 2.5))
+            pid = watcher_pid(quill.home)
+            if pid is not None:
+                os.kill(pid, signal.SIGKILL)
+                kills += 1
+        for w in writers:
+            assert w.wait(timeout=300) == 0
+        drained(quill, files=len(pairs))
+        for src, dst in pairs:  # the watcher changed nothing in the watched folders
+            assert dst.read_bytes() == src.read_bytes()
+        expected_rows, expected_usage = direct_import(tmp_path, [d for _s, d in pairs])
+        for _src, dst in pairs:  # the agents delete their sessions
+            dst.unlink()
+        st = drained(quill, files=0)
+        assert st["watch"]["unreadable"] == []
+    finally:
+        assert stop_fleet(fleet) == 0
+    assert kills >= 2, "the watcher was not killed while the agents wrote"
+    rows = stored_rows(quill.home)
+    assert len(expected_rows) > 100
+    assert rows == expected_rows, row_diff(rows, expected_rows)
+    assert usage_count(quill.home) == expected_usage
+
+
+def test_watch_once_killed_at_random_points_stores_each_message_once(tmp_path, quill):
+    """A one-off watcher SIGKILLed again and again at random points of its import (files
+    growing between kills) leaves every message stored once: re-reading after a crash spools
+    the same content with the same batch ids, and the store skips what it holds."""
+    rng = random.Random(int(os.environ.get("WATCH_SEED", time.time())))
+    root = tmp_path / "agents"
+    files = [CLAUDE[6], CLAUDE[3], CODEX[2], CODEX[1]]
+    lines = {src: src.read_bytes().splitlines(keepends=True) for src in files}
+    dst = {src: root / ("codex" if src in CODEX else "claude") / src.name for src in files}
+    for d in dst.values():
+        d.parent.mkdir(parents=True, exist_ok=True)
+    watch_config(quill.home, [root])
+    argv = quill.argv("watch", "--once")
+    rounds = 12
+    for i in range(1, rounds + 1):
+        for src in files:  # each file grows by another slice, as its agent writes on
+            with open(dst[src], "wb") as f:
+                f.write(b"".join(lines[src][: len(lines[src]) * i // rounds]))
+        proc = subprocess.Popen(argv, env=quill_env(quill.home), stdout=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.05, 1.2))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        if i % 4 == 0:  # the writer applies what was spooled so far, as a fleet would
+            quill.run("run", "--until-idle", "--timeout", "120")
+    done = json.loads(quill.run("watch", "--once", "--json").stdout)
+    assert done["imported"] <= len(files)
+    quill.run("run", "--until-idle", "--timeout", "120")
+    expected_rows, expected_usage = direct_import(tmp_path, list(dst.values()))
+    rows = stored_rows(quill.home)
+    assert len(expected_rows) > 1000
+    assert rows == expected_rows, row_diff(rows, expected_rows)
+    assert usage_count(quill.home) == expected_usage
+    again = json.loads(quill.run("watch", "--once", "--json").stdout)
+    assert again == {"imported": 0, "new_messages": 0, "rewritten": 0, "gone": 0}
+
+
+def test_rewrite_on_resume_truncation_and_rename(tmp_path, quill):
+    """A file replaced by a rewrite holding the same prefix plus more (Claude Code on
+    resume), then truncated in place, then grown again, then renamed: each time the new
+    content is stored and nothing twice; what the truncation took away stays stored."""
+    src = CLAUDE[0]
+    lines = src.read_bytes().splitlines(keepends=True)
+    root = tmp_path / "agents" / "proj"
+    root.mkdir(parents=True)
+    f = root / src.name
+    watch_config(quill.home, [root.parent])
+
+    def once() -> dict:
+        out = json.loads(quill.run("watch", "--once", "--json").stdout)
+        quill.run("run", "--until-idle", "--timeout", "120")
+        return out
+
+    f.write_bytes(b"".join(lines[:60]))
+    assert once()["imported"] == 1
+    first = stored_rows(quill.home)
+    # resume: the agent writes a new file with the same prefix plus more, and renames it over
+    tmp = root / ".resume.tmp"
+    tmp.write_bytes(b"".join(lines[:150]))
+    os.replace(tmp, f)
+    out = once()
+    assert out["rewritten"] == 1 and out["new_messages"] > 0
+    full_150 = stored_rows(quill.home)
+    assert set(first) <= set(full_150)
+    assert full_150 == direct_import(tmp_path / "r150", [f])[0]
+    # truncated in place: nothing is lost, nothing added
+    os.truncate(f, len(b"".join(lines[:40])))
+    out = once()
+    assert out["rewritten"] == 1 and out["new_messages"] == 0
+    assert stored_rows(quill.home) == full_150
+    # grown again to the whole file
+    f.write_bytes(b"".join(lines))
+    once()
+    whole = direct_import(tmp_path / "rall", [src])[0]
+    assert stored_rows(quill.home) == whole
+    # renamed: the old path is gone, the new one holds nothing new
+    f.rename(root / "renamed.jsonl")
+    out = once()
+    assert out == {"imported": 1, "new_messages": 0, "rewritten": 0, "gone": 1}
+    assert stored_rows(quill.home) == whole
+
+
+def test_status_says_what_is_watched_how_far_behind_and_what_is_unreadable(tmp_path, quill):
+    root = tmp_path / "agents"
+    root.mkdir()
+    session = root / "s.jsonl"
+    lines = CLAUDE[1].read_bytes().splitlines(keepends=True)
+    session.write_bytes(b"".join(lines[:10]))
+    (root / "notes.json").write_text('{"not": "a transcript"}')
+    watch_config(quill.home, [root, tmp_path / "not-yet"])
+    quill.run("watch", "--once")
+    extra = b"".join(lines[10:20])
+    with open(session, "ab") as f:
+        f.write(extra)
+    st = json.loads(quill.run("status", "--json").stdout)["watch"]
+    assert st["enabled"] is True
+    assert st["roots"] == [
+        {"path": str(root), "exists": True},
+        {"path": str(tmp_path / "not-yet"), "exists": False},
+    ]
+    assert st["files"] == 1 and st["pending"] == 1 and st["bytes_behind"] == len(extra)
+    assert [(u["path"], u["reason"]) for u in st["unreadable"]] == [
+        (str(root / "notes.json"), "format not recognised")
+    ]
+    human = quill.run("status").stdout
+    assert "1 file(s) pending" in human and f"{len(extra)} bytes behind" in human
+    assert "notes.json: format not recognised" in human
+    quill.run("watch", "--once")
+    st = json.loads(quill.run("status", "--json").stdout)["watch"]
+    assert st["pending"] == 0 and st["bytes_behind"] == 0 and len(st["unreadable"]) == 1
+    (quill.home / "config.toml").write_text("[watch]\nenabled = false\n")
+    assert json.loads(quill.run("status", "--json").stdout)["watch"] == {"enabled": False}
+
+
+def test_a_second_watcher_is_refused_while_one_runs(tmp_path, quill):
+    root = tmp_path / "agents"
+    root.mkdir()
+    watch_config(quill.home, [root])
+    proc = subprocess.Popen(quill.argv("watch"), env=quill_env(quill.home))
+    try:
+        deadline = time.monotonic() + 30
+        while watcher_pid(quill.home) is None:
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.1)
+        second = quill.run("watch", "--once", check=False)
+        assert second.returncode != 0 and "another watcher" in second.stderr
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    shutil.rmtree(root)
+    assert quill.run("watch", "--once").returncode == 0

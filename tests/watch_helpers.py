@@ -1,0 +1,78 @@
+"""Helpers of the live-capture tests (tests/test_watch.py) and bench/watch_lag.py: agent
+writers as real processes, a data dir whose watcher follows temp folders, the stored rows."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+#: A writer process: ``python -c WRITER DELAY SRC DST [SRC DST ...]`` appends the lines of each
+#: SRC to its DST one line at a time (flushed, round-robin over the files, ``DELAY`` seconds
+#: between lines), as an agent appends its transcript.
+WRITER = r"""
+import sys, time
+delay = float(sys.argv[1])
+pairs = list(zip(sys.argv[2::2], sys.argv[3::2]))
+sources = [open(s, "rb").readlines() for s, _ in pairs]
+outs = [open(d, "ab", buffering=0) for _, d in pairs]
+i = 0
+while any(i < len(lines) for lines in sources):
+    for lines, out in zip(sources, outs):
+        if i < len(lines):
+            out.write(lines[i])
+    i += 1
+    time.sleep(delay)
+"""
+
+
+def start_writer(pairs: list[tuple[Path, Path]], delay: float) -> subprocess.Popen:
+    """A writer process appending each source file to its destination line by line."""
+    argv = [sys.executable, "-c", WRITER, str(delay)]
+    for src, dst in pairs:
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        argv += [str(src), str(dst)]
+    return subprocess.Popen(argv)
+
+
+def watch_config(home: Path, roots: list[Path], rescan_s: float = 1.0) -> None:
+    """Write ``home``'s config.toml: the watcher follows ``roots`` only."""
+    home.mkdir(parents=True, exist_ok=True)
+    listed = ", ".join(json.dumps(str(r)) for r in roots)
+    (home / "config.toml").write_text(
+        f"[watch]\ndefault_roots = false\nroots = [{listed}]\nrescan_s = {rescan_s}\n"
+    )
+
+
+def stored_rows(home: Path) -> list[tuple]:
+    """Every message row of ``home``'s store as ``(session, ext_id, role, content, state)``,
+    sorted (a multiset: a message stored twice appears twice)."""
+    conn = sqlite3.connect(f"file:{home / 'state.db'}?mode=ro", uri=True)
+    try:
+        rows = conn.execute(
+            "SELECT session_id, ext_id, role, coalesce(content, ''), state FROM messages"
+        ).fetchall()
+    finally:
+        conn.close()
+    return sorted(rows)
+
+
+def usage_count(home: Path) -> int:
+    """Usage records stored in ``home``'s store."""
+    conn = sqlite3.connect(f"file:{home / 'state.db'}?mode=ro", uri=True)
+    try:
+        return conn.execute("SELECT count(*) FROM usage").fetchone()[0]
+    finally:
+        conn.close()
+
+
+def row_diff(got: list[tuple], expected: list[tuple]) -> list[str]:
+    """Rows stored more often than ``expected`` holds them (``+``) or less (``-``), for an
+    assertion message (content cut to 60 characters)."""
+    from collections import Counter
+
+    a, b = Counter(got), Counter(expected)
+    out = [f"+ {r[:3]} {r[3][:60]!r} {r[4]}" for r in (a - b).elements()]
+    return out + [f"- {r[:3]} {r[3][:60]!r} {r[4]}" for r in (b - a).elements()]

@@ -1,0 +1,188 @@
+"""The watcher's durable state and what it compares (``workers/watch.py`` has the loop):
+``Mark`` (what a file looked like when it was imported), ``WatchState`` (``watch-state.json``
+in the data dir, fsync'd), ``scan`` of the roots and ``lag`` (how far behind, for
+``quill status``). Stat and read only: nothing here writes under a watched root."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from quill.home import Settings
+
+WATCHED_SUFFIXES = (".jsonl", ".json")
+#: Bytes of a file's start hashed into its mark: a rewrite that changes the opening (a new
+#: session in the same path) is told from growth even when the size grew.
+HEAD_BYTES = 4096
+
+
+class Mark(NamedTuple):
+    """What a file looked like when it was last imported (sizes in bytes, mtime in ns)."""
+
+    dev: int
+    ino: int
+    size: int
+    mtime_ns: int
+    head: str
+
+    def same_stat(self, st: os.stat_result) -> bool:
+        return (self.dev, self.ino, self.size, self.mtime_ns) == (
+            st.st_dev,
+            st.st_ino,
+            st.st_size,
+            st.st_mtime_ns,
+        )
+
+
+def head_hash(path: Path, size: int) -> str:
+    """sha256 (hex, 32 chars) of the first ``min(size, HEAD_BYTES)`` bytes of ``path``.
+    Raises ``OSError``."""
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read(min(size, HEAD_BYTES))).hexdigest()[:32]
+
+
+def mark_of(path: Path) -> Mark:
+    """The current mark of ``path`` (raises ``OSError``)."""
+    st = os.stat(path)
+    return Mark(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, head_hash(path, st.st_size))
+
+
+def change_kind(old: Mark | None, new: Mark, path: Path) -> str:
+    """``"new"`` (never imported), ``"rewritten"`` (another inode, smaller, or its first bytes
+    differ from those ``old`` hashed) or ``"grown"``. Raises ``OSError``."""
+    if old is None:
+        return "new"
+    if (old.dev, old.ino) != (new.dev, new.ino) or new.size < old.size:
+        return "rewritten"
+    same = new.head if old.size >= HEAD_BYTES else head_hash(path, old.size)
+    return "grown" if same == old.head else "rewritten"
+
+
+class WatchState:
+    """The watcher's durable state (``Settings.watch_state``): ``files`` maps a path to the
+    ``Mark`` it was imported at; ``unreadable`` maps a path to ``{"reason", "at", "mark"}``.
+    ``save`` replaces the file atomically and fsyncs it and its folder."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.files: dict[str, Mark] = {}
+        self.unreadable: dict[str, dict[str, Any]] = {}
+        self.damaged: str | None = None  # why the saved state could not be read (then empty)
+
+    @classmethod
+    def load(cls, path: Path) -> WatchState:
+        """The saved state, or an empty one when there is none. A state file that cannot be
+        decoded is set aside as empty with ``damaged`` saying why: every file is then imported
+        again, which stores nothing twice (module doc). Raises ``OSError`` when unreadable."""
+        state = cls(path)
+        try:
+            raw = Path(path).read_bytes()
+        except FileNotFoundError:
+            return state
+        try:
+            data = json.loads(raw)
+            state.files = {p: Mark(*m) for p, m in data["files"].items()}
+            state.unreadable = {
+                p: {**u, "mark": Mark(*u["mark"]) if u.get("mark") else None}
+                for p, u in data["unreadable"].items()
+            }
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            state.files, state.unreadable = {}, {}
+            state.damaged = f"{type(exc).__name__}: {exc}"
+        return state
+
+    def save(self) -> None:
+        """Write the state durably (temp file, fsync, rename, fsync of the folder)."""
+        body = {
+            "files": {p: list(m) for p, m in self.files.items()},
+            "unreadable": {
+                p: {**u, "mark": list(u["mark"]) if u.get("mark") else None}
+                for p, u in self.unreadable.items()
+            },
+        }
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(body, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+        fd = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def watched(path: str | Path) -> bool:
+    """Whether a file name is one the watcher follows (suffix, not hidden)."""
+    name = os.path.basename(path)
+    return name.endswith(WATCHED_SUFFIXES) and not name.startswith(".")
+
+
+def scan(roots: Iterable[Path]) -> tuple[dict[str, os.stat_result], dict[str, str]]:
+    """Every watched file under ``roots`` with its stat, and the files (or folders) that
+    could not be listed or stat'ed with the reason. Symlinks are not followed into folders."""
+    found: dict[str, os.stat_result] = {}
+    errors: dict[str, str] = {}
+
+    def on_error(exc: OSError) -> None:
+        errors[str(exc.filename)] = exc.strerror or type(exc).__name__
+
+    for root in roots:
+        if not root.is_dir():
+            continue
+        for folder, _dirs, names in os.walk(root, onerror=on_error):
+            for name in names:
+                if not watched(name):
+                    continue
+                path = os.path.join(folder, name)
+                try:
+                    st = os.stat(path)
+                except FileNotFoundError:
+                    continue  # gone between listing and stat
+                except OSError as exc:
+                    errors[path] = exc.strerror or type(exc).__name__
+                    continue
+                if os.path.isfile(path):
+                    found[path] = st
+    return found, errors
+
+
+def lag(cfg: Settings, state: WatchState | None = None) -> dict[str, Any]:
+    """How far behind the watcher of ``cfg`` is, from its saved state and a scan of the roots
+    (stat only): ``roots`` [{path, exists}], ``files`` (imported and followed), ``pending``
+    (files new or changed since their mark), ``bytes_behind`` (bytes grown past the marks,
+    whole size for new or rewritten files), ``unreadable`` [{path, reason, at}] and
+    ``state_damaged`` (why the saved state was unreadable, else None)."""
+    state = state or WatchState.load(cfg.watch_state)
+    roots = cfg.watch_paths
+    found, errors = scan(roots)
+    pending, behind = 0, 0
+    for path, st in found.items():
+        old = state.files.get(path)
+        bad = state.unreadable.get(path)
+        if old is not None and old.same_stat(st):
+            continue
+        if bad is not None and bad.get("mark") and bad["mark"].same_stat(st):
+            continue
+        pending += 1
+        grew = old is not None and (old.dev, old.ino) == (st.st_dev, st.st_ino)
+        behind += st.st_size - old.size if grew and st.st_size >= old.size else st.st_size
+    unreadable = [
+        {"path": p, "reason": u["reason"], "at": u.get("at")} for p, u in state.unreadable.items()
+    ]
+    unreadable += [
+        {"path": p, "reason": r, "at": None} for p, r in errors.items() if p not in state.unreadable
+    ]
+    return {
+        "roots": [{"path": str(r), "exists": r.is_dir()} for r in roots],
+        "files": sum(1 for p in state.files if p in found),
+        "pending": pending,
+        "bytes_behind": behind,
+        "unreadable": sorted(unreadable, key=lambda u: u["path"]),
+        "state_damaged": state.damaged,
+    }

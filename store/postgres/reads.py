@@ -27,6 +27,8 @@ class PgReader(Reader):
     """A read-only view of the store at ``url``. Raises ``CantOpenError`` when it has no Quill
     schema yet, ``TransientError`` when the server cannot be reached."""
 
+    search_engine = pg_search  # ``Reader.search``/``search_page`` through PostgreSQL's
+
     def __init__(self, url: str, *, spool_id: str | None = None):  # noqa: D107 - see class doc
         self.path = None
         self.url = url
@@ -37,57 +39,6 @@ class PgReader(Reader):
             self.conn.close()
             raise CantOpenError("the PostgreSQL store has no Quill schema yet")
         self.conn.execute("SET default_transaction_read_only = on")
-
-    @_retry_io
-    def search(
-        self,
-        text: str,
-        *,
-        limit: int = 20,
-        session_id: str | None = None,
-        role: str | None = None,
-        source: str | None = None,
-        projection: str = "display",
-        **filters: Any,
-    ) -> list[dict[str, Any]]:
-        """See ``Reader.search``; served by ``store.postgres.search``."""
-        with self.snapshot() as conn:
-            return pg_search.search(
-                conn,
-                text,
-                limit=limit,
-                session_id=session_id,
-                role=role,
-                source=source,
-                projection=projection,
-                **filters,
-            )
-
-    @_retry_io
-    def search_page(
-        self,
-        text: str,
-        *,
-        limit: int = 20,
-        session_id: str | None = None,
-        role: str | None = None,
-        source: str | None = None,
-        projection: str = "display",
-        **filters: Any,
-    ) -> dict[str, Any]:
-        """``search`` with the per-session cap (``per_session``) and the bounded count:
-        ``{hits, total, total_exact, more, per_session, sessions}`` (``store.search.group``)."""
-        with self.snapshot() as conn:
-            return pg_search.search_page(
-                conn,
-                text,
-                limit=limit,
-                session_id=session_id,
-                role=role,
-                source=source,
-                projection=projection,
-                **filters,
-            )
 
     def search_health(self) -> dict[str, Any]:
         """Indexes are maintained in the writer's transaction: never behind, never detached."""

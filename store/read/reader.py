@@ -59,6 +59,10 @@ class Reader:
     """A read-only view of a store file. Raises ``CantOpenError`` if it does not exist.
     Every public read retries briefly after an I/O error (``IO_RETRIES``)."""
 
+    #: The module that serves ``search``/``search_page`` (``search(conn, text, **filters)``,
+    #: ``search_page(...)``): SQLite's; ``PgReader`` names PostgreSQL's.
+    search_engine: Any = search_mod
+
     def __init__(self, db_path: Path, *, vfs: str | None = None):
         self.path = Path(db_path)
         self.conn: apsw.Connection = open_reader(self.path, vfs=vfs)
@@ -299,7 +303,7 @@ class Reader:
         after). Extra filters: since, until, substring, context, kinds, order ("newest" or
         "relevance": bounded BM25 over the newest 1,000 matches, ``store.search.rank``)."""
         with self.snapshot() as conn:
-            return search_mod.search(
+            return self.search_engine.search(
                 conn,
                 text,
                 limit=limit,
@@ -325,7 +329,7 @@ class Reader:
         """``search`` with the per-session cap (``per_session``) and the bounded count:
         ``{hits, total, total_exact, more, per_session, sessions}`` (``store.search.group``)."""
         with self.snapshot() as conn:
-            return search_mod.search_page(
+            return self.search_engine.search_page(
                 conn,
                 text,
                 limit=limit,

@@ -58,8 +58,10 @@ def run(ctx: click.Context, until_idle: bool, timeout: float | None) -> None:
             "`quill status` shows it; stop it before starting another",
         ) from None
     refused = _say_quarantined(cfg.spool_dir, before)
-    if code == 0 and refused:
-        code = int(Exit.FAILED)  # a batch quarantined: the README's exit 1, not "all applied"
+    if until_idle and code == 0 and refused:
+        # A drain-and-exit run is a batch job: a batch quarantined is exit 1, not "all applied"
+        # (a fleet stopped by a signal exits 0 after saying so above).
+        code = int(Exit.FAILED)
     if code:
         why = {
             Exit.TIMEOUT: "not idle before --timeout",

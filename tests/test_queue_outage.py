@@ -105,7 +105,7 @@ def test_a_redis_outage_keeps_the_fleet_up_and_draining_and_everything_resumes(
         # Several idle checks of the queue by the writer and polls by the consumer.
         time.sleep(max(0.0, down_at + 8 - time.time()))
         sup = _supervisor(home)
-        assert sup["restarts"] == {"writer": 0, "scheduler": 0, "consumer": 0}, sup
+        assert set(sup["restarts"].values()) == {0}, sup  # no worker restarted
         assert sup["crash_loops"] == []
         st = quill.status()
         assert st["queue"]["unavailable_since"] is not None
@@ -147,7 +147,7 @@ def test_a_redis_outage_keeps_the_fleet_up_and_draining_and_everything_resumes(
         _append(home, 5, "back")
         _until(lambda: _messages(home / "state.db") == 25, 60, "appends after the outage")
         sup = _supervisor(home)
-        assert sup["restarts"] == {"writer": 0, "scheduler": 0, "consumer": 0}, sup
+        assert set(sup["restarts"].values()) == {0}, sup  # no worker restarted
         assert sup["crash_loops"] == []
     finally:
         code = stop_fleet(fleet)
@@ -168,7 +168,7 @@ def test_until_idle_with_redis_down_at_start_drains_the_spool_and_exits_8(
     assert _messages(home / "state.db") == 40
     sup = _supervisor(home)
     assert sup["exit_code"] == 8 and sup["crash_loops"] == []
-    assert sup["restarts"] == {"writer": 0, "scheduler": 0, "consumer": 0}, sup
+    assert set(sup["restarts"].values()) == {0}, sup  # no worker restarted
 
 
 def test_jobs_run_and_status_with_redis_down_use_quills_error_format(quill, home, private_redis):

@@ -460,8 +460,9 @@ def test_hosts_under_kills_and_server_restarts_store_every_ack_once_and_status_t
     assert not sampler.violations, sampler.violations[:20]
     # No restart the test did not cause: a worker that died of the server restarts shows here.
     for h in hosts:
-        want = {"writer": h.kills_since_start, "scheduler": 0, "consumer": 0}
-        assert figures["restarts"][h.index] == want, (h.index, figures["restarts"])
+        got = figures["restarts"][h.index]
+        want = {**dict.fromkeys(got, 0), "writer": h.kills_since_start}  # every other role: 0
+        assert got == want, (h.index, figures["restarts"])
     for s in final:
         assert s["pending"] == 0 and s["lag"] == 0.0 and s["source"] == "store", s
         assert not s["halt"] and not s["crash_loops"] and not s["queue_down"], s

@@ -18,7 +18,7 @@ from conftest import QuillCLI, quill_env, stop_fleet
 from quill.home import RunDir
 
 CANARY = "my key is sk-canary-7731xyz please forget it"
-WORDS = [b"canary", b"7731", b"forget", b"please"]
+WORDS = [b"canary", b"7731xyz", b"forget", b"please"]  # "7731" alone: any logged number
 
 
 def holding(root: Path, needles: list[bytes]) -> dict[str, list[str]]:

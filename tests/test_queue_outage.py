@@ -39,6 +39,13 @@ def _configure(home: Path, url: str) -> None:
     (home / "config.toml").write_text(f'[queue]\nurl = "{url}"\n')
 
 
+def _consumer_status(home) -> dict:
+    try:
+        return json.loads((home / "run" / "consumer.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
 def _append(home: Path, batches: int, tag: str) -> None:
     with Spool(home / "spool") as sp:
         for b in range(batches):
@@ -98,6 +105,10 @@ def test_a_redis_outage_keeps_the_fleet_up_and_draining_and_everything_resumes(
     fleet = quill.start_fleet()
     try:
         worker_pids(home)
+        # The consumer's first task (closing runs a previous consumer left) done: Redis dying in
+        # the middle of a task makes huey itself log one traceback for that task's bookkeeping
+        # (a known limit, docs/operations.md); this test is about the outage between tasks.
+        _until(lambda: "last" in _consumer_status(home), 60, "the consumer's first task")
         private_redis.stop()
         down_at = time.time()
         _append(home, 20, "down")

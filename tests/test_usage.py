@@ -441,30 +441,3 @@ def test_corpus_usage_totals_equal_an_independent_per_response_sum(quill):
     assert {r["source"]: r["input_tokens"] for r in quill.json("usage", "--by", "source")} == {
         k: v["input_tokens"] for k, v in got.items()
     }
-
-
-def test_a_v2_store_is_migrated_to_hold_usage_keys_and_placeholders(tmp_path):
-    """SQLite only: a v2 state.db file (no PostgreSQL store predates v3)."""
-    import apsw
-
-    from quill.store import open_writer, schema
-    from quill.store.apply import order, usage
-
-    db = tmp_path / "state.db"
-    conn = apsw.Connection(str(db))
-    v2 = schema.DDL.replace(usage.MIGRATION, "").replace(schema.BATCH_DIGEST, "")
-    v2 = v2.replace(schema.SESSION_DELETIONS, "").replace(schema.SPOOL_IDENTITY, "")
-    v2 = v2.replace(schema.LEADER_LEASE, "").replace(order.MIGRATION, "")
-    conn.execute(v2.replace(schema.MESSAGES_SESSION_TS, ""))
-    conn.execute("PRAGMA user_version = 2")
-    conn.execute("INSERT INTO sessions (id, source, created_at) VALUES ('old', 'cli', 1.0)")
-    conn.close()
-    writer = open_writer(db)
-    try:
-        assert writer.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION
-        assert writer.execute(
-            "SELECT key, placeholder FROM sessions WHERE id = 'old'"
-        ).fetchone() == (None, 0)
-        assert writer.execute("SELECT count(*) FROM usage").fetchone()[0] == 0
-    finally:
-        writer.close()

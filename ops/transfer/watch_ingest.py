@@ -67,7 +67,7 @@ def ingest_session(cfg: Any, log: Any = None) -> Callable[[], Any]:
 
                 def ingest(path: Path, size: int) -> dict[str, Any]:
                     try:
-                        report = import_file(spool, path, store, pending, size)  # type: ignore[arg-type]
+                        report = import_file(spool, path, store, pending, size)
                         return report.as_dict()
                     finally:
                         if spool.last is not None:

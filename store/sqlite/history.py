@@ -23,25 +23,15 @@ import apsw
 from quill.home import Halt
 from quill.store.sqlite.connection import open_reader, transaction
 from quill.store.sqlite.job_runs import HALT_JOB, HALTED, INTERRUPTED, RECOVER_JOB, RUNNING
+from quill.store.sqlite.salvage import readable_rows
 
 _COLS = ("id", "job", "started_at", "ended_at", "outcome", "figures", "error")
-_DAMAGE = (apsw.CorruptError, apsw.NotADBError, apsw.IOError)
 _RANGE = 256
 
 
 def _read_range(conn: apsw.Connection, lo: int, hi: int, bad: list[int]) -> list[tuple]:
     """Readable rows with ``lo <= id < hi``; ids of unreadable single rows go to ``bad``."""
-    try:
-        return conn.execute(
-            f"SELECT {', '.join(_COLS)} FROM job_runs WHERE id >= ? AND id < ? ORDER BY id",
-            (lo, hi),
-        ).fetchall()
-    except _DAMAGE:
-        if hi - lo <= 1:
-            bad.append(lo)
-            return []
-        mid = (lo + hi) // 2
-        return _read_range(conn, lo, mid, bad) + _read_range(conn, mid, hi, bad)
+    return readable_rows(conn, "job_runs", ", ".join(_COLS), lo, hi, bad)
 
 
 def read_job_runs(path: Path) -> tuple[list[tuple], dict[str, Any]]:

@@ -70,19 +70,28 @@ _DAMAGE = (apsw.CorruptError, apsw.NotADBError, apsw.IOError)
 RANGE = 512
 
 
-def _rows_in(conn: apsw.Connection, lo: int, hi: int, bad: list[int]) -> list[tuple]:
-    """Readable message rows with ``lo <= id < hi``; ids of unreadable single rows go to ``bad``."""
+def readable_rows(
+    conn: apsw.Connection, table: str, cols: str, lo: int, hi: int, bad: list[int]
+) -> list[tuple]:
+    """Readable rows of ``table`` (``cols``, SQL) with ``lo <= id < hi``, in id order, from a
+    damaged file: a range that fails is halved until single rows, whose ids go to ``bad``."""
     try:
         return conn.execute(
-            f"SELECT id, {', '.join(_MSG_COLS)} FROM messages WHERE id >= ? AND id < ? ORDER BY id",
-            (lo, hi),
+            f"SELECT {cols} FROM {table} WHERE id >= ? AND id < ? ORDER BY id", (lo, hi)
         ).fetchall()
     except _DAMAGE:
         if hi - lo <= 1:
             bad.append(lo)
             return []
         mid = (lo + hi) // 2
-        return _rows_in(conn, lo, mid, bad) + _rows_in(conn, mid, hi, bad)
+        return readable_rows(conn, table, cols, lo, mid, bad) + readable_rows(
+            conn, table, cols, mid, hi, bad
+        )
+
+
+def _rows_in(conn: apsw.Connection, lo: int, hi: int, bad: list[int]) -> list[tuple]:
+    """Readable message rows with ``lo <= id < hi``; ids of unreadable single rows go to ``bad``."""
+    return readable_rows(conn, "messages", f"id, {', '.join(_MSG_COLS)}", lo, hi, bad)
 
 
 def _merge_session(target: apsw.Connection, old: dict[str, Any]) -> int:

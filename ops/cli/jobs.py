@@ -7,31 +7,21 @@ scheduler re-reads the store every second.
 
 from __future__ import annotations
 
-import re
 import time
 from typing import Any
 
 import click
-from apscheduler.jobstores.base import JobLookupError
-from apscheduler.triggers.cron import CronTrigger
-from apscheduler.triggers.interval import IntervalTrigger
 from rich.markup import escape
 from rich.table import Table
 
 from quill.jobs import catalog
-from quill.jobs import schedule as schedule_db
 from quill.jobs.queues import build_for
 from quill.ops.cli import render
 from quill.ops.cli.base import emit_json, json_option
-from quill.ops.client.errors import Exit, NotFoundError, WaitTimeoutError
+from quill.ops.client.errors import Exit, WaitTimeoutError
 from quill.ops.client.stores import open_reader
 from quill.store.errors import CantOpenError
 from quill.store.factory import capabilities
-from quill.workers import FIRE_REF
-from quill.workers.scheduler import describe, edit_schedules
-
-_EVERY = re.compile(r"^(\d+)\s*([smhd])$")
-_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 
 
 def _history(cfg: Any, job: str | None, limit: int) -> list[dict[str, Any]]:
@@ -42,12 +32,12 @@ def _history(cfg: Any, job: str | None, limit: int) -> list[dict[str, Any]]:
         return []
 
 
-def _default_of(spec: Any) -> dict[str, Any] | None:
+def default_of(spec: Any) -> dict[str, Any] | None:
     """A catalog job's default schedule as JSON values (None: on demand only)."""
     return {"trigger": spec.trigger, **spec.trigger_args} if spec.trigger else None
 
 
-def _describe_default(default: dict[str, Any] | None) -> str:
+def describe_default(default: dict[str, Any] | None) -> str:
     """``{"trigger": "interval", "minutes": 5}`` → ``every 5 minutes``; cron fields as given."""
     if default is None:
         return "on demand"
@@ -78,7 +68,7 @@ def jobs_list(cfg: Any, as_json: bool) -> None:
             "name": j.name,
             "runs_on": "writer" if j.kind == "store" else "job worker",
             "description": j.description,
-            "default": _default_of(j),
+            "default": default_of(j),
             "last_outcome": last.get(j.name, {}).get("outcome"),
             "last_started_at": last.get(j.name, {}).get("started_at"),
         }
@@ -95,7 +85,7 @@ def jobs_list(cfg: Any, as_json: bool) -> None:
         table.add_row(
             r["name"],
             r["runs_on"],
-            escape(_describe_default(r["default"])),
+            escape(describe_default(r["default"])),
             f"{r['last_outcome'] or '-'} {render.when(r['last_started_at'])}",
             escape(r["description"]),
         )
@@ -116,7 +106,7 @@ def _fleet_soon(rd: Any, grace_s: float) -> bool:
     return True
 
 
-def _runnable(cfg: Any, name: str, hint: str) -> catalog.JobSpec:
+def runnable_job(cfg: Any, name: str, hint: str) -> catalog.JobSpec:
     """``catalog.runnable`` for this data dir, its refusals as usage errors (nothing queued)."""
     try:
         return catalog.runnable(name, cfg)
@@ -150,7 +140,7 @@ def jobs_run(
     from quill.home import RunDir
 
     cfg = ctx.obj
-    _runnable(cfg, name, "NAME")
+    runnable_job(cfg, name, "NAME")
     if mode is not None and name != "wal_checkpoint":
         raise click.BadParameter("only wal_checkpoint takes a mode", param_hint="--mode")
     cfg.home.mkdir(parents=True, exist_ok=True)
@@ -217,158 +207,3 @@ def jobs_history(cfg: Any, job: str | None, limit: int, as_json: bool) -> None:
             escape(str(r["error"] or r["figures"])),
         )
     render.console().print(table)
-
-
-@click.group()
-def schedule() -> None:
-    """When jobs run: list, add, pause, resume, remove schedules (persisted)."""
-
-
-@schedule.command(name="list")
-@json_option
-@click.pass_obj
-def schedule_list(cfg: Any, as_json: bool) -> None:
-    """Every schedule with its trigger and next run time (none = paused)."""
-    with edit_schedules(cfg) as sched:
-        rows = describe(sched)
-    if as_json:
-        emit_json(rows)
-        return
-    table = Table(title="schedules", title_justify="left")
-    for col in ("id", "trigger", "next run (UTC)"):
-        table.add_column(col)
-    for r in rows:
-        table.add_row(
-            escape(r["id"]), escape(r["trigger"]), r["next_run"] or "[yellow]paused[/yellow]"
-        )
-    render.console().print(table)
-
-
-def _trigger(every: str | None, cron: str | None) -> Any:
-    if bool(every) == bool(cron):
-        raise click.UsageError(
-            "give exactly one of --every (e.g. 10m, 6h, 1d) or --cron ('30 3 * * *')"
-        )
-    if every:
-        m = _EVERY.match(every.strip())
-        if not m:
-            raise click.BadParameter(
-                "use a number and a unit: 30s, 10m, 6h, 1d", param_hint="--every"
-            )
-        if int(m.group(1)) <= 0:
-            raise click.BadParameter(
-                "the interval must be at least 1 of its unit", param_hint="--every"
-            )
-        return IntervalTrigger(**{_UNITS[m.group(2)]: int(m.group(1))}, timezone="UTC")
-    try:
-        return CronTrigger.from_crontab(cron, timezone="UTC")
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--cron") from None
-
-
-@schedule.command(name="add")
-@click.argument("job")
-@click.option("--every", help="Interval: 30s, 10m, 6h, 1d.")
-@click.option("--cron", help="Crontab expression, UTC: '30 3 * * *'.")
-@click.option(
-    "--id", "schedule_id", help="Schedule id (default: the job name; replaces that schedule)."
-)
-@json_option
-@click.pass_obj
-def schedule_add(
-    cfg: Any, job: str, every: str | None, cron: str | None, schedule_id: str | None, as_json: bool
-) -> None:
-    """Schedule JOB (replacing the schedule with the same id).
-
-    Without --id the schedule's id is the job name, so for a job with a default schedule
-    (`quill jobs list`) this replaces the default; give --id to add a second schedule.
-    """
-    spec = _runnable(cfg, job, "JOB")
-    trigger = _trigger(every, cron)
-    sid = schedule_id or job
-    default = catalog.BY_NAME.get(sid)
-    with edit_schedules(cfg) as sched:
-        replaced = sched.get_job(sid)
-        added = sched.add_job(
-            trigger=trigger,
-            id=sid,
-            name=job,
-            replace_existing=True,
-            **schedule_db.fire_args(spec.name, FIRE_REF),
-        )
-        result = {
-            "id": added.id,
-            "job": job,
-            "trigger": str(added.trigger),
-            "next_run": str(added.next_run_time) if added.next_run_time else None,
-            "replaced": str(replaced.trigger) if replaced else None,
-            "replaces_default": bool(default and default.trigger),
-        }
-    if as_json:
-        emit_json(result)
-        return
-    if result["replaces_default"]:
-        click.echo(
-            f"{sid}: this replaces the default schedule of {sid} "
-            f"({_describe_default(_default_of(default))}); "
-            f"it stays replaced across restarts. To keep the default and add another, use --id",
-            err=True,
-        )
-    elif replaced:
-        click.echo(f"{sid}: replaces the schedule {replaced.trigger}", err=True)
-    click.echo(f"{added.id}: {added.trigger}; next run {added.next_run_time}")
-
-
-def _modify(ctx: click.Context, schedule_id: str, action: str, as_json: bool) -> None:
-    cfg = ctx.obj
-    asked = action
-    if (
-        action == "remove"
-        and schedule_id in catalog.BY_NAME
-        and catalog.BY_NAME[schedule_id].trigger
-    ):
-        # A default schedule is re-created at every start; removing it would not last.
-        action = "pause"
-        click.echo(
-            f"{schedule_id} is a default schedule: pausing it instead "
-            "(it stays paused across restarts)",
-            err=True,
-        )
-    with edit_schedules(cfg) as sched:
-        try:
-            getattr(sched, f"{action}_job")(schedule_id)
-        except JobLookupError:
-            raise NotFoundError(
-                f"no schedule {schedule_id!r}", hint="`quill schedule list` shows the schedules"
-            ) from None
-    if as_json:
-        emit_json({"id": schedule_id, "asked": asked, "done": f"{action}d"})
-    else:
-        click.echo(f"{schedule_id}: {action}d")
-
-
-@schedule.command(name="pause")
-@click.argument("schedule_id")
-@json_option
-@click.pass_context
-def schedule_pause(ctx: click.Context, schedule_id: str, as_json: bool) -> None:
-    """Pause a schedule (it keeps its trigger)."""
-    _modify(ctx, schedule_id, "pause", as_json)
-
-
-@schedule.command(name="resume")
-@click.argument("schedule_id")
-@json_option
-@click.pass_context
-def schedule_resume(ctx: click.Context, schedule_id: str, as_json: bool) -> None:
-    """Resume a paused schedule."""
-    _modify(ctx, schedule_id, "resume", as_json)
-
-
-@schedule.command(name="remove")
-@click.argument("schedule_id")
-@json_option
-@click.pass_context
-def schedule_remove(ctx: click.Context, schedule_id: str, as_json: bool) -> None:
-    """Remove a schedule you added (a default schedule is paused instead: it would come back)."""
-    _modify(ctx, schedule_id, "remove", as_json)

@@ -24,7 +24,7 @@ COMMANDS = {
     "recover": "quill.ops.cli.admin:recover",
     "doctor": "quill.ops.cli.admin:doctor",
     "jobs": "quill.ops.cli.jobs:jobs",
-    "schedule": "quill.ops.cli.jobs:schedule",
+    "schedule": "quill.ops.cli.schedule:schedule",
     "spool": "quill.ops.cli.spool:spool",
     "usage": "quill.ops.cli.usage:usage",
     "export": "quill.ops.cli.export:export_cmd",

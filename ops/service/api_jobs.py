@@ -13,7 +13,6 @@ from pydantic import BaseModel
 
 from quill.jobs import catalog
 from quill.jobs.errors import QueueUnavailableError
-from quill.jobs.queues import build_for
 from quill.ops.service import views
 from quill.ops.service.api_common import ERRORS, reader
 from quill.ops.service.auth import require
@@ -77,6 +76,8 @@ def queue_job(request: Request, name: str) -> dict[str, Any]:
         raise ApiError(404, "not-found", f"no job {name!r}; see GET /api/v1/jobs") from None
     except catalog.WrongStoreError as exc:
         raise ApiError(409, "wrong-store", str(exc)) from None
+    from quill.jobs.queues import build_for  # huey (and redis) only when a job is queued
+
     queued_at = time.time()
     try:
         build_for(cfg).enqueue(name, **catalog.BY_NAME[name].params(cfg))

@@ -12,7 +12,6 @@ from quill.ops.status import health
 from quill.ops.status.guard import read_store
 from quill.store.errors import StoreError
 from quill.store.read.reader import Reader
-from quill.workers.scheduler import describe, edit_schedules
 
 T = TypeVar("T")
 
@@ -53,7 +52,10 @@ def jobs(cfg: Any) -> list[dict[str, Any]]:
     scheduler = health.fleet_state(cfg).get("scheduler") or {}
     if scheduler.get("alive") and "jobs" in scheduler:
         schedules = scheduler["jobs"]  # what the running scheduler last published (≤ 1 s old)
-    else:
+    else:  # imported here: APScheduler and SQLAlchemy cost start-up time and no request needs
+        # them while a scheduler runs
+        from quill.workers.scheduler import describe, edit_schedules
+
         with edit_schedules(cfg) as sched:
             schedules = describe(sched)
     by_job: dict[str, list[dict[str, Any]]] = {}

@@ -259,7 +259,8 @@ def search(
     hits = result["hits"]
     if session_id is not None and not hits:
         client.session(session_id)  # NotFoundError (exit 3) for a session the store lacks
-    state = client.search_health()["fts_state"]
+    health = client.search_health()
+    state = health["fts_state"]
     if state != "ok":
         why = (
             "is being rebuilt for a new index layout"
@@ -268,7 +269,14 @@ def search(
         )
         click.echo(
             f"quill: search is degraded: the search index {why}; "
-            f"results come from a scan of the newest {search_mod.SCAN_MAX_ROWS} messages",
+            f"results come from a scan of the newest {search_mod.TAIL_MAX_ROWS} messages",
+            err=True,
+        )
+    elif health["degraded"]:
+        click.echo(
+            f"quill: search is degraded: {health['fts_pending']} messages are not yet indexed "
+            f"(the index is being refilled); only the newest {search_mod.TAIL_MAX_ROWS} of them "
+            "are searched",
             err=True,
         )
     if as_json:

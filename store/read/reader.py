@@ -23,6 +23,7 @@ from quill.store.apply.normalize import COMPARED_COLUMNS
 from quill.store.errors import CantOpenError, StoreIOError, mapped
 from quill.store.read import lineage, listing, projections, resume
 from quill.store.read import usage as usage_reads
+from quill.store.search import candidates
 from quill.store.search import run as search_mod
 from quill.store.sqlite.connection import open_reader
 from quill.store.sqlite.indexer import fts_state, indexed_upto
@@ -382,7 +383,9 @@ class Reader:
     @_retry_io
     def search_health(self) -> dict[str, Any]:
         """``{"fts_state": ok|stale, "fts_pending": rows not yet indexed, "degraded": bool}``:
-        degraded means results come partly from a bounded scan (index detached or behind)."""
+        degraded means some messages are not searched: the index is detached, or more
+        than ``TAIL_MAX_ROWS`` messages wait to be indexed (after a rebuild), of which only the
+        newest are scanned."""
         with mapped():
             state = fts_state(self.conn)
             upto = indexed_upto(self.conn)
@@ -392,7 +395,7 @@ class Reader:
         return {
             "fts_state": state,
             "fts_pending": pending,
-            "degraded": state != "ok" or pending > search_mod.SCAN_MAX_ROWS,
+            "degraded": state != "ok" or pending > candidates.TAIL_MAX_ROWS,
         }
 
     @_retry_io

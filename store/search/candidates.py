@@ -8,6 +8,7 @@ Candidates are ids only: texts, snippets and context are read for the page of hi
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import apsw
@@ -27,6 +28,11 @@ from quill.store.search import plan as query
 #: Upper bound on rows a scan reads (newest first) before giving up: keeps a short-CJK
 #: query on a huge store to a bounded cost; older matches beyond it are not reported.
 SCAN_MAX_ROWS = 200_000
+#: Upper bound on not-yet-indexed rows a search reads and matches in Python (newest first).
+#: Normally the tail is the few rows the indexer has not reached; after an index rebuild it is
+#: the whole store, and reading all of it made every search take tens of seconds. Rows past
+#: the bound are not searched until indexed; ``search_health`` reports ``degraded``.
+TAIL_MAX_ROWS = 10_000
 #: Search kinds: which text of a message a query looks in (``kinds=None``: all of them).
 KINDS = tuple(KIND_COLUMNS)
 #: Row shape every candidate query returns: ids, filters' columns and the index columns' texts.
@@ -115,20 +121,26 @@ def _tail(
     cond: str,
     args: list[Any],
     kinds: tuple[str, ...],
-) -> list[tuple[int, str]]:
-    """``(id, session id)`` of the matching rows above ``upto`` (not yet indexed), newest
-    first, matched in Python over the same texts as every route (``_texts``)."""
-    # Bounded newest-first: after an index rebuild the unindexed tail can be the whole store.
-    rows = conn.execute(
-        f"SELECT {_COLS} FROM messages m JOIN sessions s ON s.id = m.session_id "
-        f"WHERE m.id > ? AND {cond} ORDER BY m.id DESC LIMIT ?",
-        (upto, *args, SCAN_MAX_ROWS),
-    ).fetchall()
-    return [
-        (r[0], r[1])
-        for r in rows
-        if (texts := _texts(plan, r, kinds)) and query.matches(plan, [t for _, t in texts])
-    ]
+) -> Iterator[list[tuple[int, str]]]:
+    """Batches of ``(id, session id)`` of the matching rows above ``upto`` (not yet indexed),
+    newest first, matched in Python over the same texts as every route (``_texts``). Rows are
+    read a window at a time as batches are consumed, so a page filled by the newest rows
+    stops early; at most ``TAIL_MAX_ROWS`` rows are read in all."""
+    below, window, left = 2**62, 250, TAIL_MAX_ROWS
+    while left > 0:
+        rows = conn.execute(
+            f"SELECT {_COLS} FROM messages m JOIN sessions s ON s.id = m.session_id "
+            f"WHERE m.id > ? AND m.id < ? AND {cond} ORDER BY m.id DESC LIMIT ?",
+            (upto, below, *args, min(window, left)),
+        ).fetchall()
+        if not rows:
+            return
+        yield [
+            (r[0], r[1])
+            for r in rows
+            if (texts := _texts(plan, r, kinds)) and query.matches(plan, [t for _, t in texts])
+        ]
+        below, left, window = rows[-1][0], left - len(rows), min(window * 2, 2000)
 
 
 def _indexed(

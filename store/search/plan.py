@@ -19,6 +19,7 @@ index's own tokenizer and case folding (``textfold``), so indexed and unindexed 
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from dataclasses import dataclass, field
@@ -192,17 +193,45 @@ def plan(query: str, *, substring: bool = False) -> Plan:
     return Plan("fts", _expression(parts, prefixes=True), groups, words)
 
 
-def _has_phrase(tokens: list[str], term: Term) -> bool:
-    want = textfold.word_tokens(term.text)
+#: Joins a text's word tokens for phrase matching; never inside a token (unicode61 tokens are
+#: letters, digits and the like), so a phrase is a substring of the joined tokens exactly when
+#: its tokens stand in a row starting at a token boundary (``_Column.has``).
+_SEP = "\x01"
+
+
+@functools.lru_cache(maxsize=512)
+def _needle(text: str, prefix: bool) -> str | None:
+    """A term's tokens joined by ``_SEP`` as they must appear in a tokenised ``_Column`` (the
+    last token open-ended when ``prefix``); None when the term has no word token (no match)."""
+    want = textfold.word_tokens(text)
     if not want:
-        return False
-    n = len(want)
-    for i in range(len(tokens) - n + 1):
-        if tokens[i : i + n - 1] == want[:-1] and (
-            tokens[i + n - 1] == want[-1] or term.prefix and tokens[i + n - 1].startswith(want[-1])
-        ):
-            return True
-    return False
+        return None
+    return _SEP + _SEP.join(want) + ("" if prefix else _SEP)
+
+
+class _Column:
+    """One index column's text as ``matches`` reads it: tokenised (``_joined``) only when a
+    cheaper test cannot settle a term. For ASCII text, unicode61's tokens are its lower-cased
+    runs of letters and digits, so a term whose tokens are not all substrings of
+    ``text.lower()`` cannot be in it."""
+
+    __slots__ = ("text", "_lower", "_joined")
+
+    def __init__(self, text: str):
+        self.text = text
+        self._lower = text.lower() if text.isascii() else None
+        self._joined: str | None = None
+
+    def has(self, term: Term) -> bool:
+        """Whether ``term`` (a word, a phrase, a prefix) is in this text as FTS5 matches it."""
+        needle = _needle(term.text, term.prefix)
+        if needle is None:
+            return False
+        if self._lower is not None and not all(w in self._lower for w in needle.split(_SEP) if w):
+            return False
+        if self._joined is None:
+            self._joined = _SEP + _SEP.join(textfold.word_tokens(self.text)) + _SEP
+        return needle in self._joined
 
 
 def matches(p: Plan, text: str | list[str]) -> bool:
@@ -214,10 +243,8 @@ def matches(p: Plan, text: str | list[str]) -> bool:
         return False
     texts = [text] if isinstance(text, str) else [t for t in text if t]
     if p.kind == "fts":
-        tokens = [textfold.word_tokens(t) for t in texts]
-        return any(
-            all(any(_has_phrase(tk, t) for tk in tokens) != t.negated for t in g) for g in p.groups
-        )
+        columns = [_Column(t) for t in texts]
+        return any(all(any(c.has(t) for c in columns) != t.negated for t in g) for g in p.groups)
     low = [textfold.fold(t) for t in texts]
     return any(
         all(any(textfold.fold(t.text) in lt for lt in low) != t.negated for t in g)

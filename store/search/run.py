@@ -41,6 +41,7 @@ from quill.store.search import plan as query
 from quill.store.search.candidates import (
     KINDS,
     SCAN_MAX_ROWS,
+    TAIL_MAX_ROWS,
     _filters,
     _indexed,
     _kinds,
@@ -54,7 +55,16 @@ SNIPPET_CHARS = hits_mod.SNIPPET_CHARS
 #: Result orders: ``newest`` first (the default) or by ``relevance`` (bounded BM25, ``rank``).
 ORDERS = ("newest", "relevance")
 #: Re-exported: callers read the search kinds and the scan bound here.
-__all__ = ["KINDS", "ORDERS", "SCAN_MAX_ROWS", "SNIPPET_CHARS", "route", "search", "search_page"]
+__all__ = [
+    "KINDS",
+    "ORDERS",
+    "SCAN_MAX_ROWS",
+    "SNIPPET_CHARS",
+    "TAIL_MAX_ROWS",
+    "route",
+    "search",
+    "search_page",
+]
 
 
 def route(text: str, *, substring: bool = False, kinds: list[str] | None = None) -> dict[str, Any]:
@@ -191,12 +201,13 @@ def _newest(
     usable = state == "ok"
     upto = upto if usable else 0
     # Rows above the watermark (all of them when the index is not usable) are matched here.
-    found = [] if plan.kind == "scan" or top <= upto else _tail(conn, plan, upto, cond, args, kinds)
-    reps = projections.representatives(conn, [i for i, _ in found]) if display else {}
-    for fid, sid in found:
-        page.offer(reps.get(fid, fid), sid)
-        if page.done:
-            return False
+    if plan.kind != "scan" and top > upto:
+        for found in _tail(conn, plan, upto, cond, args, kinds):
+            reps = projections.representatives(conn, [i for i, _ in found]) if display else {}
+            for fid, sid in found:
+                page.offer(reps.get(fid, fid), sid)
+                if page.done:
+                    return False
     if not usable and plan.kind != "scan":
         return True  # the tail (bounded as a scan) was everything there is to read
     first = max(page.limit, 50) if page.count else page.limit

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import Annotated, Literal
 
-from fastapi import Request
+from fastapi import Query, Request
 from starlette.convertors import PathConvertor, register_url_convertor
 
 from quill.ops.client.client import Client
@@ -23,8 +24,17 @@ from quill.ops.client.errors import (
 )
 from quill.ops.client.stores import open_reader
 from quill.ops.service.errors import ERROR_SCHEMA, ApiError
+from quill.store.apply.normalize import ROLES
 from quill.store.errors import CantOpenError, StoreError
 from quill.store.read.reader import Reader
+
+#: A time bound of a read: finite epoch seconds, as ``Client`` takes them (others are refused).
+EpochSeconds = Annotated[
+    float | None,
+    Query(allow_inf_nan=False, gt=-(2**63), lt=2**63, description="epoch seconds"),
+]
+#: A message role, as the store accepts them (``store.apply.normalize.ROLES``).
+Role = Literal[tuple(sorted(ROLES))]  # type: ignore[valid-type]
 
 ERRORS = {
     code: {"description": desc, "content": {"application/json": {"schema": ERROR_SCHEMA}}}

@@ -11,7 +11,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import BaseModel
 
 from quill.ops.client.client import Client
-from quill.ops.service.api_common import ERRORS, client, client_errors
+from quill.ops.service.api_common import ERRORS, EpochSeconds, Role, client, client_errors
 from quill.ops.service.auth import require
 from quill.ops.service.errors import ApiError
 from quill.store.read.listing import cursor_of
@@ -47,8 +47,8 @@ def list_sessions(
     limit: int = Query(50, ge=1, le=1000),
     include_hidden: bool = False,
     title: str | None = None,
-    since: float | None = None,
-    until: float | None = None,
+    since: EpochSeconds = None,
+    until: EpochSeconds = None,
     archived: bool | None = None,
     pinned: bool | None = None,
     hidden: bool | None = None,
@@ -130,7 +130,9 @@ def get_session(session_id: str, q: Client = Depends(client)) -> dict[str, Any]:
     responses={404: ERRORS[422] | {"description": "no session has that key or cwd"}},
 )
 def resume_by_key(
-    q: Client = Depends(client), key: str | None = None, cwd: str | None = None
+    q: Client = Depends(client),
+    key: str | None = Query(None, description="a conversation key; give exactly one of key, cwd"),
+    cwd: str | None = Query(None, description="a working directory; exactly one of key, cwd"),
 ) -> dict[str, Any]:
     """The session to continue for a conversation ``key`` (or working directory ``cwd``), as
     ``quill.Client.resume``: the tip of the newest compression chain, with its model view
@@ -171,10 +173,10 @@ def search(
     c: Client = Depends(client),
     limit: int = Query(20, ge=1, le=1000),
     session_id: str | None = None,
-    role: str | None = None,
+    role: Role | None = None,
     source: str | None = None,
-    since: float | None = None,
-    until: float | None = None,
+    since: EpochSeconds = None,
+    until: EpochSeconds = None,
     substring: bool = False,
     audit: bool = False,
     order: Literal["newest", "relevance"] = "newest",
@@ -219,8 +221,8 @@ UsageGroup = Literal["session", "model", "source", "task", "provider", "day"]
 def usage(
     q: Client = Depends(client),
     by: list[UsageGroup] = Query([]),
-    since: float | None = None,
-    until: float | None = None,
+    since: EpochSeconds = None,
+    until: EpochSeconds = None,
     session_id: str | None = None,
     source: str | None = None,
     model: str | None = None,

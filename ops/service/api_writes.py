@@ -21,6 +21,7 @@ from quill.ops.service.api_common import ERRORS
 from quill.ops.service.auth import require
 from quill.ops.service.errors import ApiError
 from quill.spool import OP_KINDS
+from quill.store.apply.normalize import ROLES
 from quill.store.apply.precheck import precheck
 from quill.store.errors import InvalidOpError
 
@@ -54,8 +55,41 @@ class OpsIn(BaseModel):
     ops: list[OpIn] = Field(min_length=1)
 
 
+#: What a message is (the schema generated clients build from; the store's checks,
+#: ``store.apply.normalize.message_row``, decide): a ``role``, and the known fields' types.
+#: Other keys are kept as the message's extra fields.
+MESSAGE_SCHEMA = {
+    "type": "object",
+    "required": ["role"],
+    "properties": {
+        "role": {"type": "string", "enum": sorted(ROLES)},
+        "content": {
+            "anyOf": [
+                {"type": "string"},
+                {"type": "array", "items": {"type": "object"}},
+                {"type": "null"},
+            ],
+            "description": "text, or content parts ({type: text|image_url|…})",
+        },
+        "id": {"anyOf": [{"type": "string", "maxLength": 512}, {"type": "integer"}]},
+        "tool_calls": {"type": "array", "items": {"type": "object"}},
+        "tool_call_id": {"type": "string", "maxLength": 512},
+        "name": {"type": "string"},
+        "reasoning": {"type": "string"},
+        "finish_reason": {"type": "string"},
+        "timestamp": {
+            "anyOf": [{"type": "number"}, {"type": "string"}],
+            "description": "epoch seconds (s, ms, µs or ns) or ISO 8601",
+        },
+    },
+    "additionalProperties": True,
+}
+
+
 class MessagesIn(BaseModel):
-    messages: list[dict[str, Any]] = Field(min_length=1)
+    messages: list[dict[str, Any]] = Field(
+        min_length=1, json_schema_extra={"items": MESSAGE_SCHEMA}
+    )
     batch: str | None = Field(default=None, pattern=BATCH_ID)
 
 

@@ -131,6 +131,7 @@ def search(state_db: Path, base: str, schema: str, runs: int) -> list[dict[str, 
     load_before = os.getloadavg()
     for name, kw in QUERIES:
         row: dict[str, Any] = {"query": name}
+        found: dict[str, list[int]] = {}
         for kind, reader in readers.items():
             reader.search(**kw)  # warm
             ts = []
@@ -143,7 +144,10 @@ def search(state_db: Path, base: str, schema: str, runs: int) -> list[dict[str, 
                 ms(pct(ts, 95)),
                 len(hits),
             )
+            found[kind] = [h["message_id"] for h in hits]
         row["p95_pg_vs_sqlite"] = ratio(row["postgres_p95_ms"], row["sqlite_p95_ms"])
+        # The copy keeps SQLite's ids, so equal pages are equal id lists, in order.
+        row["same_hits"] = found["sqlite"] == found["postgres"]
         print(json.dumps(row), flush=True)
         out.append(row)
     print(f"load average before {load_before}, after {os.getloadavg()}", flush=True)

@@ -35,6 +35,7 @@ from quill.store.read import projections
 from quill.store.schema import TRIGRAM_PREFIX_CHARS, TRIGRAM_ROLES
 from quill.store.search import group as group_mod
 from quill.store.search import hits as hits_mod
+from quill.store.search import page as page_mod
 from quill.store.search import plan as query
 from quill.store.search import rank, textfold
 from quill.store.search.candidates import KINDS, SCAN_MAX_ROWS, _escape_like, _filters, _kinds
@@ -361,20 +362,17 @@ def _hits(
         else {}
     )
     out = []
+    find = page_mod.snippet_finder(plan)
     for r in hits:
-        # The snippet comes from the text the query matched in (as on SQLite): the content,
-        # the tool calls, the reasoning, among the kinds searched; a row whose match spans
-        # none of them shows the first.
-        mode = "fts" if plan.kind == "fts" else "substring"
+        # The snippet comes from the text the query matched in (as on SQLite): the first of
+        # the kinds searched whose text holds a match, else the first non-empty one.
         by_kind = {"text": r[3], "tool": r[11], "reasoning": r[10]}
         texts = [(k, by_kind[k]) for k in kinds_t if by_kind[k]]
-        matched_in, text_of, spans = (texts[0] + ([],)) if texts else ("text", "", [])
-        for kind, t in texts:
-            found_spans = hits_mod.match_spans(t, mode, plan.terms)
-            if found_spans:
-                matched_in, text_of, spans = kind, t, found_spans
-                break
-        snip, marks = hits_mod.excerpt(text_of, spans)
+        found = next(((k, f) for k, t in texts if (f := find(t)) is not None), None)
+        if found is None:
+            kind, text_of = texts[0] if texts else ("text", r[3] or r[11] or r[10] or "")
+            found = (kind, hits_mod.excerpt(text_of, []))
+        matched_in, (snip, marks) = found
         hit = {
             "session_id": r[1],
             "message_id": r[0],

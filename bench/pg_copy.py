@@ -122,7 +122,9 @@ def _copy(pg: Any, src: Any, schema: str, table: str, where: str, args: tuple) -
     return n
 
 
-def search(state_db: Path, base: str, schema: str, runs: int) -> list[dict[str, Any]]:
+def search(
+    state_db: Path, base: str, schema: str, runs: int, only: set[str] | None = None
+) -> list[dict[str, Any]]:
     from quill.store.postgres.reads import PgReader
     from quill.store.read.reader import Reader
 
@@ -130,6 +132,8 @@ def search(state_db: Path, base: str, schema: str, runs: int) -> list[dict[str, 
     readers = {"sqlite": Reader(state_db), "postgres": PgReader(_url(base, schema))}
     load_before = os.getloadavg()
     for name, kw in QUERIES:
+        if only and name not in only:
+            continue
         row: dict[str, Any] = {"query": name}
         found: dict[str, list[int]] = {}
         for kind, reader in readers.items():
@@ -165,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pg", default="postgresql://postgres@127.0.0.1:5432/postgres")
     ap.add_argument("--schema", required=True)
     ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--only", help="search: comma-separated query names (default: all)")
     ap.add_argument("--drop", action="store_true", help="drop the schema after searching")
     ap.add_argument(
         "--no-finish", action="store_true", help="load: copy messages only (resume later)"
@@ -173,7 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.action == "load":
         load(args.state_db, args.pg, args.schema, finish=not args.no_finish)
     else:
-        search(args.state_db, args.pg, args.schema, args.runs)
+        only = set(args.only.split(",")) if args.only else None
+        search(args.state_db, args.pg, args.schema, args.runs, only)
         if args.drop:
             import psycopg
 

@@ -35,6 +35,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from quill.store.postgres.connection import PgConnection
+from quill.store.postgres.errors import mapped
 from quill.store.search import plan as query
 
 #: An fts condition whose density bound is at most this many rows is read index-first
@@ -51,6 +52,7 @@ WALK_MIN_DENSITY = 0.05
 #: statistics a bound could come from).
 TRIGRAM_DENSITY = 0.01
 _WORD = re.compile(r"[^\W_]+")
+TOP_SQL = "SELECT coalesce(max(id), 0) FROM messages"
 
 
 def _rows(plan_json: Any) -> list[float]:
@@ -62,12 +64,14 @@ def _rows(plan_json: Any) -> list[float]:
     return [float(b["Plan Rows"]) for b in branches]
 
 
-def bound(conn: PgConnection, plan: query.Plan, weights: str) -> tuple[float, float]:
-    """``(rows, table_rows)``: an upper bound on the rows an ``fts`` plan matches and the
-    table's row estimate, from one EXPLAIN (planning only). Each word of a term is estimated
-    alone (``'word':W``, ``'prefix':*W`` for a trailing prefix; ``weights`` as in
-    ``search.tsquery``); a term matches no more rows than its rarest word, an AND group no
-    more than its rarest positive term, the query no more than the sum of its groups."""
+def bound(conn: PgConnection, plan: query.Plan, weights: str) -> tuple[float, float, int]:
+    """``(rows, table_rows, top)``: an upper bound on the rows an ``fts`` plan matches, the
+    table's row estimate (both from one EXPLAIN: planning only) and the newest id (0: none).
+    Each word of a term is estimated alone (``'word':W``, ``'prefix':*W`` for a trailing
+    prefix; ``weights`` as in ``search.tsquery``); a term matches no more rows than its
+    rarest word, an AND group no more than its rarest positive term, the query no more than
+    the sum of its groups.
+    Raises the store error tree."""
     lexemes: list[str] = []
     groups: list[list[list[int]]] = []
     for group in plan.groups:
@@ -86,10 +90,14 @@ def bound(conn: PgConnection, plan: query.Plan, weights: str) -> tuple[float, fl
             groups.append(terms)
     one = "SELECT 1 FROM messages m WHERE m.words @@ to_tsquery('simple', quill_unaccent(?))"
     sql = " UNION ALL ".join([one] * len(lexemes) + ["SELECT 1 FROM messages m"])
-    found = _rows(conn.execute(f"EXPLAIN (FORMAT JSON) {sql}", lexemes).fetchone()[0])
+    # One round trip for both statements (pipeline mode): the newest id starts the windows.
+    with mapped(), conn.raw.pipeline():
+        explained = conn.execute(f"EXPLAIN (FORMAT JSON) {sql}", lexemes)
+        newest_id = conn.execute(TOP_SQL)
+    found = _rows(explained.fetchone()[0])
     est, table = found[:-1], max(found[-1], 1.0)
     upper = sum(min(min(est[i] for i in term) for term in terms) for terms in groups)
-    return min(upper, table), table
+    return min(upper, table), table, newest_id.fetchone()[0]
 
 
 def _hidden(match: str) -> str:
@@ -109,12 +117,14 @@ def newest(
     *,
     density: float | None,
     table_rows: float,
+    top: int | None = None,
 ) -> Iterator[tuple]:
     """``(id, display id, session id)`` of the rows matching ``match`` and ``cond``, newest
     first, read a batch at a time as consumed (batches of ``first``, doubling up to 1000).
     ``density``: an upper bound on the fraction of rows matching (None: unknown, windows
     start at ``TRIGRAM_DENSITY``); ``table_rows``: the table's row estimate. ``rep`` is the
-    SQL of the display id. Raises the store error tree."""
+    SQL of the display id; ``top``: the newest id when already read. Raises the store error
+    tree."""
     join = "JOIN sessions s ON s.id = m.session_id " if "s." in cond else ""
     select = f"SELECT m.id, {rep}, m.session_id FROM messages m {join}WHERE "
     if density is not None and density * table_rows <= INDEX_FIRST_MAX_ROWS:
@@ -122,7 +132,8 @@ def newest(
         return
     walk = density is not None and density >= WALK_MIN_DENSITY
     d = density if density else TRIGRAM_DENSITY
-    top = conn.execute("SELECT coalesce(max(id), 0) FROM messages").fetchone()[0]
+    if top is None:
+        top = conn.execute(TOP_SQL).fetchone()[0]
     # Walk: the planner sees the constants (a common word: it walks the key); otherwise
     # the constants are hidden and the ids come in arbitrary order (+ 0), so only the
     # bitmaps' intersection can serve the window.

@@ -11,7 +11,9 @@ a million incremental GIN inserts), then ``ANALYZE``. The schema is kept for ``s
 
 ``python -m bench.pg_copy search STATE_DB --pg URL --schema NAME [--runs N]``: the §3
 queries (``bench.search.QUERIES``) through both public reader APIs, warm, p50/p95 each and
-PostgreSQL ÷ SQLite; ``--drop`` removes the schema afterwards.
+PostgreSQL ÷ SQLite, whether both returned the same hits, and the heap rows and table blocks one
+PostgreSQL search read (load-independent); ``--only`` picks query names, ``--drop`` removes the
+schema afterwards.
 """
 
 from __future__ import annotations
@@ -122,7 +124,32 @@ def _copy(pg: Any, src: Any, schema: str, table: str, where: str, args: tuple) -
     return n
 
 
-def search(state_db: Path, base: str, schema: str, runs: int) -> list[dict[str, Any]]:
+def _heap_reads(url: str, kw: dict[str, Any]) -> tuple[int, int]:
+    """Heap rows fetched and table blocks read from ``messages`` by one warm search with
+    ``kw`` (the server's counters for the search's own transaction): figures the machine's
+    load does not move."""
+    from quill.store.postgres import search as pg_search
+    from quill.store.postgres.connection import PgConnection
+
+    conn = PgConnection(url)
+    try:
+        pg_search.search(conn, **kw)  # warm
+        conn.execute("BEGIN")
+        pg_search.search(conn, **kw)
+        rows, blocks = conn.execute(
+            "SELECT pg_stat_get_xact_tuples_fetched('messages'::regclass), "
+            "pg_stat_get_xact_blocks_hit('messages'::regclass) "
+            "+ pg_stat_get_xact_blocks_fetched('messages'::regclass)"
+        ).fetchone()
+        conn.execute("COMMIT")
+        return rows, blocks
+    finally:
+        conn.close()
+
+
+def search(
+    state_db: Path, base: str, schema: str, runs: int, only: set[str] | None = None
+) -> list[dict[str, Any]]:
     from quill.store.postgres.reads import PgReader
     from quill.store.read.reader import Reader
 
@@ -130,7 +157,10 @@ def search(state_db: Path, base: str, schema: str, runs: int) -> list[dict[str, 
     readers = {"sqlite": Reader(state_db), "postgres": PgReader(_url(base, schema))}
     load_before = os.getloadavg()
     for name, kw in QUERIES:
+        if only and name not in only:
+            continue
         row: dict[str, Any] = {"query": name}
+        found: dict[str, list[int]] = {}
         for kind, reader in readers.items():
             reader.search(**kw)  # warm
             ts = []
@@ -143,7 +173,13 @@ def search(state_db: Path, base: str, schema: str, runs: int) -> list[dict[str, 
                 ms(pct(ts, 95)),
                 len(hits),
             )
+            found[kind] = [h["message_id"] for h in hits]
         row["p95_pg_vs_sqlite"] = ratio(row["postgres_p95_ms"], row["sqlite_p95_ms"])
+        row["postgres_heap_rows"], row["postgres_table_blocks"] = _heap_reads(
+            _url(base, schema), kw
+        )
+        # The copy keeps SQLite's ids, so equal pages are equal id lists, in order.
+        row["same_hits"] = found["sqlite"] == found["postgres"]
         print(json.dumps(row), flush=True)
         out.append(row)
     print(f"load average before {load_before}, after {os.getloadavg()}", flush=True)
@@ -161,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pg", default="postgresql://postgres@127.0.0.1:5432/postgres")
     ap.add_argument("--schema", required=True)
     ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--only", help="search: comma-separated query names (default: all)")
     ap.add_argument("--drop", action="store_true", help="drop the schema after searching")
     ap.add_argument(
         "--no-finish", action="store_true", help="load: copy messages only (resume later)"
@@ -169,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.action == "load":
         load(args.state_db, args.pg, args.schema, finish=not args.no_finish)
     else:
-        search(args.state_db, args.pg, args.schema, args.runs)
+        only = set(args.only.split(",")) if args.only else None
+        search(args.state_db, args.pg, args.schema, args.runs, only)
         if args.drop:
             import psycopg
 

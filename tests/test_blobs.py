@@ -353,3 +353,38 @@ def test_extract_with_the_shortcut_equals_the_full_walk_on_the_corpus():
                     cut += bool(blobs.walk_extract(value)[1])
                 n += 1
     assert n > 1000 and cut > 0
+
+
+class _Counting:
+    """A real store connection that counts the statements reading the blobs table."""
+
+    def __init__(self, conn):
+        self.conn, self.blob_reads = conn, 0
+
+    def execute(self, sql, args=()):
+        self.blob_reads += "FROM blobs" in sql
+        return self.conn.execute(sql, args)
+
+
+def test_a_page_of_rows_reads_all_its_blobs_in_one_query(store):
+    """Search context and page reads inflate many rows at once (projections.inflate_rows):
+    every payload they reference is one query, not a round trip per reference."""
+    from quill.store.read import projections
+
+    images = [_png(100 + i) for i in range(6)]
+    msgs = [
+        {
+            "id": f"m{i}",
+            "role": "user",
+            "content": [{"type": "image_url", "image_url": {"url": f"data:image/png;base64,{p}"}}],
+        }
+        for i, p in enumerate(images)
+    ]
+    assert store.apply("messages.append", {"session_id": "s", "messages": msgs}) == []
+    rows = store.conn.execute(
+        f"SELECT {projections.MSG_COLS} FROM messages WHERE session_id = ? ORDER BY id", ("s",)
+    ).fetchall()
+    counting = _Counting(store.conn)
+    got = projections.inflate_rows(counting, rows)
+    assert [m["content"] for m in got] == [m["content"] for m in msgs]
+    assert counting.blob_reads == 1

@@ -111,7 +111,14 @@ def _audit_rows(conn: Any, sid: str) -> list[tuple[dict[str, Any], str, int | No
     travels as the message's ``extra`` object (not flattened, so no extra key can collide with
     a message field), blob references are inflated back to their payloads."""
     out = []
-    cache: dict[str, str | None] = {}
+    rows = conn.execute(
+        "SELECT id, ext_id, role, content, parts, tool_calls, tool_call_id, tool_name, "
+        "reasoning, finish_reason, ts, extra, state, origin_id FROM messages "
+        "WHERE session_id = ? ORDER BY seq",
+        (sid,),
+    ).fetchall()
+    # Every payload the session references in one query, not one per distinct reference.
+    cache = blobs.get_many(conn, blobs.referenced(t for r in rows for t in (r[4], r[11])))
     for (
         mid,
         ext_id,
@@ -127,12 +134,7 @@ def _audit_rows(conn: Any, sid: str) -> list[tuple[dict[str, Any], str, int | No
         extra,
         state,
         origin,
-    ) in conn.execute(
-        "SELECT id, ext_id, role, content, parts, tool_calls, tool_call_id, tool_name, "
-        "reasoning, finish_reason, ts, extra, state, origin_id FROM messages "
-        "WHERE session_id = ? ORDER BY seq",
-        (sid,),
-    ).fetchall():
+    ) in rows:
         msg: dict[str, Any] = {
             "role": role,
             "content": blobs.inflate(conn, json.loads(parts), cache) if parts else content,

@@ -44,6 +44,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import re
 from typing import Any
 
 import apsw
@@ -233,6 +234,29 @@ def get(conn: apsw.Connection, sha256: str) -> str | None:
     """The exact payload stored under ``sha256``, or None."""
     row = conn.execute("SELECT encoding, data FROM blobs WHERE sha256 = ?", (sha256,)).fetchone()
     return _decode(*row) if row else None
+
+
+_REFS = re.compile(re.escape(REF_PREFIX) + "([0-9a-f]{64})")
+
+
+def referenced(texts: Any) -> set[str]:
+    """The sha256s referenced anywhere in ``texts`` (stored JSON texts; None skipped)."""
+    return {sha for t in texts if t for sha in _REFS.findall(t)}
+
+
+def get_many(conn: apsw.Connection, shas: set[str]) -> dict[str, str | None]:
+    """``{sha256: payload or None}`` for every sha in ``shas``, in one query per 500 (a
+    page of rows is inflated from this instead of one round trip per reference)."""
+    out: dict[str, str | None] = dict.fromkeys(shas)
+    wanted = sorted(shas)
+    for at in range(0, len(wanted), 500):
+        part = wanted[at : at + 500]
+        marks = ", ".join("?" for _ in part)
+        for sha, encoding, data in conn.execute(
+            f"SELECT sha256, encoding, data FROM blobs WHERE sha256 IN ({marks})", part
+        ).fetchall():
+            out[sha] = _decode(encoding, data)
+    return out
 
 
 def inflate(conn: apsw.Connection, value: Any, cache: dict[str, str | None] | None = None) -> Any:

@@ -23,18 +23,21 @@ words here (``foo_bar`` is ``foo`` + ``bar``), as in FTS5.
 from __future__ import annotations
 
 import heapq
+import itertools
 import re
 from collections.abc import Iterator
 from typing import Any
 
+from quill.store.postgres import windows
 from quill.store.postgres.connection import PgConnection
 from quill.store.postgres.schema import TRIGRAM_SCOPE
 from quill.store.read import projections
 from quill.store.schema import TRIGRAM_PREFIX_CHARS, TRIGRAM_ROLES
 from quill.store.search import group as group_mod
 from quill.store.search import hits as hits_mod
+from quill.store.search import page as page_mod
 from quill.store.search import plan as query
-from quill.store.search import rank
+from quill.store.search import rank, textfold
 from quill.store.search.candidates import KINDS, SCAN_MAX_ROWS, _escape_like, _filters, _kinds
 
 _COLS = "m.id, m.session_id, m.role, m.content, m.tool_calls, m.ts, s.title, m.state"
@@ -43,11 +46,16 @@ _WORD = re.compile(r"[^\W_]+")
 WEIGHTS = {"text": "A", "tool": "B", "reasoning": "C"}
 
 
+def _weights(kinds: tuple[str, ...]) -> str:
+    """The weight letters ``kinds`` restrict a lexeme to ("" for every kind)."""
+    return "" if set(kinds) == set(KINDS) else "".join(WEIGHTS[k] for k in kinds)
+
+
 def tsquery(plan: query.Plan, kinds: tuple[str, ...] = KINDS) -> str:
     """The ``to_tsquery('simple', …)`` text for an ``fts`` plan, or ``""`` when no group
     keeps a positive term (nothing can match). ``kinds`` narrower than all restrict every
     lexeme to their weights (``'word':AB``)."""
-    weights = "" if set(kinds) == set(KINDS) else "".join(WEIGHTS[k] for k in kinds)
+    weights = _weights(kinds)
     groups = []
     for group in plan.groups:
         parts = []
@@ -63,28 +71,6 @@ def tsquery(plan: query.Plan, kinds: tuple[str, ...] = KINDS) -> str:
         if any(not p.startswith("!") for p in parts):
             groups.append("(" + " & ".join(parts) + ")")
     return " | ".join(groups)
-
-
-#: A match condition the planner expects on at most this many rows is searched index-first
-#: (GIN bitmap, then the newest ``limit`` of the matches: ``ORDER BY m.id + 0``, an order the
-#: primary key cannot supply); a more common one walks the primary key newest-first, where
-#: matches come quickly. Either plan alone has a bad case (the
-#: backwards walk for a term only old rows hold; index-first for a term in many rows, each
-#: orders of magnitude slower than the other plan), so the planner's own row estimate for the
-#: condition picks one. Measured in bench/backends.py; figures in bench/RESULTS.md.
-INDEX_FIRST_MAX_ROWS = 5000
-
-
-def _estimate(conn: PgConnection, match: str, args: list[Any]) -> float:
-    """The planner's estimate of rows matching ``match`` (EXPLAIN: planning only, no scan)."""
-    plan = conn.execute(
-        f"EXPLAIN (FORMAT JSON) SELECT 1 FROM messages m WHERE {match}", args
-    ).fetchone()[0]
-    if isinstance(plan, str):
-        import json
-
-        plan = json.loads(plan)
-    return float(plan[0]["Plan"]["Plan Rows"])
 
 
 def _where(conn: PgConnection, plan: query.Plan, kinds: tuple[str, ...]) -> tuple[str, list[Any]]:
@@ -133,7 +119,20 @@ def _covered(kinds: tuple[str, ...]) -> str:
     return "(" + " AND ".join(conds) + ")"
 
 
-def _indexed(
+def _contains(col: str, term: str, args: list[Any]) -> str:
+    """SQL: ``col`` holds ``term`` as ``ILIKE '%term%'`` finds it (appends the argument).
+    ILIKE lowercases text and pattern with ``lower()`` before matching, so a term no
+    character folds into (``textfold.fold_free``: CJK, digits, emoji) that ``lower()``
+    leaves as it is is found exactly where ``strpos`` finds it, without lowercasing the text
+    (3–4× cheaper per scanned row)."""
+    if textfold.fold_free(term) and term.lower() == term:
+        args.append(term)
+        return f"strpos({col}, ?) > 0"
+    args.append("%" + _escape_like(term) + "%")
+    return f"{col} ILIKE ? ESCAPE '\\'"
+
+
+def _scan(
     conn: PgConnection,
     plan: query.Plan,
     cond: str,
@@ -144,45 +143,29 @@ def _indexed(
     kinds: tuple[str, ...],
     rest: bool = False,
 ) -> list[tuple]:
-    """``(id, display id, session id)`` of up to ``limit`` matching rows below ``below``,
-    newest first; ``rep`` is the SQL of the display id (``projections.REPRESENTATIVE_SQL`` or
-    ``m.id``). A scan plan, or a trigram plan with ``rest`` (the rows the trigram index does
-    not wholly cover), scans the newest ``SCAN_MAX_ROWS`` rows below ``below``."""
-    if plan.kind == "scan" or rest:  # text, reasoning and tool calls, as SQLite's scan
-        cols = [c for k, c in SCAN_COLUMNS_SQL.items() if k in kinds]
-        if not cols:
-            return []
-        likes, like_args = [], []
-        for group in plan.groups:
-            conds = []
-            for t in group:
-                pattern = "%" + _escape_like(t.text) + "%"
-                conds.append(
-                    ("NOT " if t.negated else "")
-                    + "coalesce("
-                    + " OR ".join(f"{c} ILIKE ? ESCAPE '\\'" for c in cols)
-                    + ", false)"
-                )
-                like_args += [pattern] * len(cols)
-            likes.append("(" + " AND ".join(conds) + ")")
-        outside = f"NOT {_covered(kinds)} AND " if rest else ""
-        return conn.execute(
-            f"SELECT m.id, {rep}, m.session_id FROM "
-            "(SELECT id FROM messages WHERE id < ? ORDER BY id DESC LIMIT ?) AS w "
-            f"JOIN messages m ON m.id = w.id JOIN sessions s ON s.id = m.session_id "
-            f"WHERE {outside}({' OR '.join(likes)}) AND {cond} ORDER BY m.id DESC LIMIT ?",
-            (below, SCAN_MAX_ROWS, *like_args, *args, limit),
-        ).fetchall()
-    match, match_args = _where(conn, plan, kinds)
-    if not match:
+    """``(id, display id, session id)`` of up to ``limit`` matching rows among the newest
+    ``SCAN_MAX_ROWS`` rows below ``below``, newest first, for a scan plan or (``rest``) the
+    rows the trigram index does not wholly cover; ``rep`` is the SQL of the display id
+    (``projections.REPRESENTATIVE_SQL`` or ``m.id``). Text, reasoning and tool-call text are
+    searched, as SQLite's scan does."""
+    cols = [c for k, c in SCAN_COLUMNS_SQL.items() if k in kinds]
+    if not cols:
         return []
-    order = "m.id + 0" if _estimate(conn, match, match_args) <= INDEX_FIRST_MAX_ROWS else "m.id"
-    rows = conn.execute(
-        f"SELECT m.id, {rep}, m.session_id FROM messages m JOIN sessions s ON s.id = m.session_id "
-        f"WHERE {match} AND {cond} AND m.id < ? ORDER BY {order} DESC LIMIT ?",
-        (*match_args, *args, below, limit),
+    likes, like_args = [], []
+    for group in plan.groups:
+        conds = []
+        for t in group:
+            tests = " OR ".join(_contains(c, t.text, like_args) for c in cols)
+            conds.append(("NOT " if t.negated else "") + f"coalesce({tests}, false)")
+        likes.append("(" + " AND ".join(conds) + ")")
+    outside = f"NOT {_covered(kinds)} AND " if rest else ""
+    return conn.execute(
+        f"SELECT m.id, {rep}, m.session_id FROM "
+        "(SELECT id FROM messages WHERE id < ? ORDER BY id DESC LIMIT ?) AS w "
+        f"JOIN messages m ON m.id = w.id JOIN sessions s ON s.id = m.session_id "
+        f"WHERE {outside}({' OR '.join(likes)}) AND {cond} ORDER BY m.id DESC LIMIT ?",
+        (below, SCAN_MAX_ROWS, *like_args, *args, limit),
     ).fetchall()
-    return rows
 
 
 def search(conn: PgConnection, text: str, **kw: Any) -> list[dict[str, Any]]:
@@ -236,7 +219,11 @@ def search_page(
         else _newest_page(conn, plan, cond, args, rep, kinds_t, page)
     )
     hits = _hits(conn, plan, page.ids, projection, context, kinds_t)
-    return page.result(hits, exhausted, group_mod.titles(conn, list(page.matches)))
+    # The hits carry their sessions' titles; only sessions counted without a hit on the page
+    # are read (usually none: one round trip less).
+    titles = {h["session_id"]: h["title"] for h in hits}
+    titles.update(group_mod.titles(conn, [sid for sid in page.matches if sid not in titles]))
+    return page.result(hits, exhausted, titles)
 
 
 def _ranked_page(
@@ -257,20 +244,23 @@ def _ranked_page(
     order the same candidates by different, documented formulas. Ties go newest first. The
     candidates pass the projection's states here (SQLite filters visibility after ranking), so
     hidden rows never take a candidate's place."""
-    match, match_args = _where(conn, plan, kinds)
-    if not match:
-        return True
-    order = "m.id + 0" if _estimate(conn, match, match_args) <= INDEX_FIRST_MAX_ROWS else "m.id"
-    rows = conn.execute(
-        f"SELECT id, rep, sid FROM (SELECT m.id, {rep} AS rep, m.session_id AS sid, "
-        f"ts_rank('{{1,1,1,1}}', m.words, to_tsquery('simple', quill_unaccent(?)), 1) AS score "
-        f"FROM messages m JOIN sessions s ON s.id = m.session_id WHERE {match} AND {cond} "
-        f"ORDER BY {order} DESC LIMIT ?) AS c ORDER BY score DESC, id DESC",
-        (match_args[0], *match_args, *args, rank.CANDIDATES),
-    ).fetchall()
-    for _fid, mid, sid in rows:
+    cands = list(
+        itertools.islice(
+            _index_rows(conn, plan, cond, args, rep, kinds, rank.CANDIDATES), rank.CANDIDATES
+        )
+    )
+    if cands:
+        scores = dict(
+            conn.execute(
+                "SELECT m.id, ts_rank('{1,1,1,1}', m.words, to_tsquery('simple', "
+                "quill_unaccent(?)), 1) FROM messages m WHERE m.id = ANY(?)",
+                (tsquery(plan, kinds), [c[0] for c in cands]),
+            ).fetchall()
+        )
+        cands.sort(key=lambda c: (scores[c[0]], c[0]), reverse=True)
+    for _fid, mid, sid in cands:
         page.offer(mid, sid)
-    return len(rows) < rank.CANDIDATES
+    return len(cands) < rank.CANDIDATES
 
 
 def _newest_page(
@@ -286,7 +276,7 @@ def _newest_page(
     and the per-session cap are the page's); True when every candidate was offered. A
     trigram plan merges the index's matches with a scan of the rows it does not wholly
     cover, as on SQLite."""
-    first = max(page.limit * 2, 50 if page.count else 20)
+    first = max(page.limit, 50) if page.count else page.limit  # as SQLite's batches
     sources = [_batches(conn, plan, cond, args, rep, kinds_t, first, rest=False)]
     if plan.kind == "trigram":
         sources.append(_batches(conn, plan, cond, args, rep, kinds_t, first, rest=True))
@@ -308,17 +298,41 @@ def _batches(
     *,
     rest: bool,
 ) -> Iterator[tuple]:
-    """``_indexed``'s rows newest first, a batch at a time, read only as they are consumed
-    (a scan pages window by window until a window holds no match, as on SQLite)."""
-    below, batch = 2**62, first
-    scan = plan.kind == "scan" or rest
-    while True:
-        rows = _indexed(conn, plan, cond, args, below, batch, rep, kinds, rest)
-        yield from rows
-        if not rows or (not scan and len(rows) < batch):
-            return
-        below = rows[-1][0]
-        batch = min(batch * 2, 1000)
+    """The matching rows newest first, a batch at a time, read only as they are consumed:
+    a scan (or the trigram plan's ``rest``) pages ``_scan`` window by window until a window
+    holds no match, as on SQLite; an index route reads through ``windows.newest``."""
+    if plan.kind == "scan" or rest:
+        below, batch = 2**62, first
+        while True:
+            rows = _scan(conn, plan, cond, args, below, batch, rep, kinds, rest)
+            yield from rows
+            if not rows:
+                return
+            below = rows[-1][0]
+            batch = min(batch * 2, 1000)
+    yield from _index_rows(conn, plan, cond, args, rep, kinds, first)
+
+
+def _index_rows(
+    conn: PgConnection,
+    plan: query.Plan,
+    cond: str,
+    args: list[Any],
+    rep: str,
+    kinds: tuple[str, ...],
+    first: int,
+) -> Iterator[tuple]:
+    """``windows.newest`` over the word index (with its density bound) or the trigram index."""
+    match, match_args = _where(conn, plan, kinds)
+    if not match:
+        return iter(())
+    density, table, top = None, 0.0, None
+    if plan.kind == "fts":
+        upper, table, top = windows.bound(conn, plan, _weights(kinds))
+        density = upper / table
+    return windows.newest(
+        conn, match, match_args, cond, args, rep, first, density=density, table_rows=table, top=top
+    )
 
 
 def _hits(
@@ -352,20 +366,17 @@ def _hits(
         else {}
     )
     out = []
+    find = page_mod.snippet_finder(plan)
     for r in hits:
-        # The snippet comes from the text the query matched in (as on SQLite): the content,
-        # the tool calls, the reasoning, among the kinds searched; a row whose match spans
-        # none of them shows the first.
-        mode = "fts" if plan.kind == "fts" else "substring"
+        # The snippet comes from the text the query matched in (as on SQLite): the first of
+        # the kinds searched whose text holds a match, else the first non-empty one.
         by_kind = {"text": r[3], "tool": r[11], "reasoning": r[10]}
         texts = [(k, by_kind[k]) for k in kinds_t if by_kind[k]]
-        matched_in, text_of, spans = (texts[0] + ([],)) if texts else ("text", "", [])
-        for kind, t in texts:
-            found_spans = hits_mod.match_spans(t, mode, plan.terms)
-            if found_spans:
-                matched_in, text_of, spans = kind, t, found_spans
-                break
-        snip, marks = hits_mod.excerpt(text_of, spans)
+        found = next(((k, f) for k, t in texts if (f := find(t)) is not None), None)
+        if found is None:
+            kind, text_of = texts[0] if texts else ("text", r[3] or r[11] or r[10] or "")
+            found = (kind, hits_mod.excerpt(text_of, []))
+        matched_in, (snip, marks) = found
         hit = {
             "session_id": r[1],
             "message_id": r[0],

@@ -152,7 +152,8 @@ def inflate_rows(
 ) -> list[dict[str, Any]]:
     """``message_dict`` for each ``MSG_COLS`` row, with blob references in parts and extras
     replaced by the stored payloads (store/apply/blobs.py), so reads return what was written."""
-    cache: dict[str, str | None] = {}
+    # Every payload the rows reference in one query, not one per reference.
+    cache = blobs.get_many(conn, blobs.referenced(t for r in rows for t in (r[5], r[12])))
     out = []
     for r in rows:
         msg = message_dict(r, with_meta=with_meta)

@@ -18,6 +18,25 @@ from quill.store.search import plan as query
 from quill.store.search import textfold
 
 
+def snippet_finder(plan: query.Plan) -> Any:
+    """``hits.snippet_finder`` for ``plan``'s terms, with the words its prefix terms
+    (``conf*``) start (both backends' snippets: text -> (snippet, highlights) | None)."""
+    prefixes = (
+        tuple(
+            w
+            for g in plan.groups
+            for t in g
+            if t.prefix and not t.negated
+            for w in textfold.word_tokens(t.text)[-1:]
+        )
+        if plan.kind == "fts"
+        else ()
+    )
+    return hits_mod.snippet_finder(
+        "fts" if plan.kind == "fts" else "substring", plan.terms, prefixes
+    )
+
+
 def _hits(
     conn: apsw.Connection,
     plan: query.Plan,
@@ -47,20 +66,7 @@ def _hits(
                 (*nargs, *page),
             )
         }
-        prefixes = (
-            tuple(
-                w
-                for g in plan.groups
-                for t in g
-                if t.prefix and not t.negated
-                for w in textfold.word_tokens(t.text)[-1:]
-            )
-            if plan.kind == "fts"
-            else ()
-        )
-        find = hits_mod.snippet_finder(
-            "fts" if plan.kind == "fts" else "substring", plan.terms, prefixes
-        )
+        find = snippet_finder(plan)
         for mid in page:
             r = rows[mid]
             matched_in, snippet, marks_ = _snippet(conn, plan, r, kinds_t, find)

@@ -12,7 +12,7 @@ Invariant: the store after ``apply_run`` is row for row the store the op-at-a-ti
 (``transcript_ops.messages_append`` per op, in spool order) would leave — same message ids,
 arrival times, usage rows, session rows, blobs. How each step keeps it:
 
-* order: each op's rows take the next ``seq`` values of its session (``_tops``), as
+* order: each op's rows take the next ``seq`` labels of its session (``_tops``), as
   ``order.place`` gives an op whose key is later than every row of its session; a run
   where that does not hold is left to the op-at-a-time path;
 * ids: SQLite gives a new row max(id) + 1 (or the delete floor + 1, ``next_id``), so an op's
@@ -211,9 +211,9 @@ def apply_run(conn: apsw.Connection, run: list[Prepared], now: float) -> list[in
         for i, row in enumerate(fresh):
             values.append(
                 (first + i, op.sid, *row, op.arrived_at, op.batch, "live", None)
-                + (top + 1 + i, top + 1 + i, *op.key)
+                + (top + order.STRIDE * (i + 1), top + order.STRIDE * (i + 1), *op.key)
             )
-        tops[op.sid] = top + len(fresh)
+        tops[op.sid] = top + order.STRIDE * len(fresh)
         next_id += len(fresh)
         if any(usage.carries_usage(m) for m in fresh_msgs):
             usage.record_messages(

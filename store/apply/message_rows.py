@@ -105,12 +105,11 @@ def _insert(
     rows = list(rows)
     origins = origins or [None] * len(rows)
     key = order.current(arrived_at)
-    first_seq = order.place(conn, sid, len(rows), key) if rows else 0
+    seqs = order.place(conn, sid, len(rows), key)
     opos = order.positions_of(conn, [o for o in origins if o is not None])
     values = [
-        (sid, *r, arrived_at, batch_id, "live", o, first_seq + i)
-        + ((opos[o] if o is not None else first_seq + i), *key)
-        for i, (r, o) in enumerate(zip(rows, origins))
+        (sid, *r, arrived_at, batch_id, "live", o, s) + ((opos[o] if o is not None else s), *key)
+        for r, o, s in zip(rows, origins, seqs)
     ]
     first = next_id(conn) if values else None
     if first is not None:  # the rows after the first follow it (max(id) + 1)

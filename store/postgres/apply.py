@@ -156,9 +156,10 @@ class PgLedger:
     rolled back as a duplicate."""
 
     bad_data = _BAD_DATA
-    #: Op at a time: several hosts insert into one identity sequence, so ids are not
-    #: known before the insert (store.bulk_append needs them).
-    bulk_append = False
+    #: Runs of appends together (store.apply.bulk): ids are drawn from the identity sequence
+    #: up front (``message_ids``), and a batch another host decided meanwhile sends the run
+    #: back to the op-at-a-time path (``record_applied_many``).
+    bulk_append = True
 
     def __init__(self, spool_id: str):
         self.spool_id = spool_id
@@ -183,6 +184,36 @@ class PgLedger:
             (batch, self.spool_id, position, now, digest),
         )
         return conn.changes() > 0
+
+    def message_ids(self, conn: PgConnection, n: int) -> list[int]:
+        """``n`` ids from ``messages``' identity sequence, ascending, in one round trip.
+        Within a session they follow commit order: the chunk holds the session's lock."""
+        if n <= 0:
+            return []
+        return [
+            r[0]
+            for r in conn.execute(
+                "SELECT nextval(pg_get_serial_sequence('messages', 'id')) AS id "
+                "FROM generate_series(1, ?) ORDER BY id",
+                (n,),
+            )
+        ]
+
+    def record_applied_many(
+        self, conn: PgConnection, rows: list[tuple[str, str, float, str]]
+    ) -> bool:
+        """One statement for the run's batches; False when any was taken meanwhile (another
+        host carrying the same batch), so the caller rolls the run back."""
+        if not rows:
+            return True
+        batches, positions, times, digests = (list(c) for c in zip(*rows))
+        conn.execute(
+            "INSERT INTO applied_batches (batch_id, spool_id, position, applied_at, digest) "
+            "SELECT b, ?, p, t, d FROM unnest(?::text[], ?::text[], ?::float8[], ?::text[]) "
+            "AS u(b, p, t, d) ON CONFLICT DO NOTHING",
+            (self.spool_id, batches, positions, times, digests),
+        )
+        return conn.changes() == len(rows)
 
     def record_rejected(
         self, conn: PgConnection, batch: str, position: str, reason: str, now: float

@@ -6,7 +6,8 @@ SAVEPOINTs, an ext-id probe, an id probe, a tool-result probe, a usage id probe,
 spread over such pieces; bench/RESULTS.md). Here a run of appends is validated
 in Python first (``prepare``: no store access), then written with one ext-id probe and one
 tool-result check per session, one id probe, one ``executemany`` of every message row and one
-of every ``applied_batches`` row, all inside one SAVEPOINT. On PostgreSQL that turns ~10
+of every ``applied_batches`` row (PostgreSQL: one COPY of the rows), all inside one
+SAVEPOINT. On PostgreSQL that turns ~10
 round trips per op into ~1.3 (bench/RESULTS.md).
 
 Invariant: the store after ``apply_run`` is row for row the store the op-at-a-time path
@@ -48,7 +49,6 @@ from quill.store.apply import blobs, order, usage
 from quill.store.apply.checks import check_append
 from quill.store.apply.message_rows import (
     ID_FLOOR_KEY,
-    INSERT_STATE_ID,
     check_tool_results,
     cut_rows,
     result_ids,
@@ -249,7 +249,7 @@ def apply_run(conn: Any, run: list[Prepared], now: float, ledger: Any) -> list[i
         written.append(len(fresh))
     for sid, earliest in starts.items():
         backdate_start(conn, sid, earliest)
-    conn.executemany(INSERT_STATE_ID, values)
+    ledger.insert_rows(conn, values)
     for sid, call_ids in tool_ids.items():
         if call_ids:
             check_tool_results(conn, sid, call_ids)

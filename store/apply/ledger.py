@@ -74,6 +74,9 @@ class Ledger(Protocol):
         """``n`` increasing ids for new message rows of a bulk run, or None when the store
         cannot give them (the run is then applied op at a time)."""
 
+    def insert_rows(self, conn: Any, rows: list[tuple]) -> None:
+        """Insert a bulk run's message rows (``message_rows.STATE_ID_COLUMNS`` order)."""
+
     def record_applied_many(self, conn: Any, rows: list[tuple[str, str, float, str]]) -> bool:
         """Record each ``(batch, position, now, digest)`` as applied; False when any batch was
         decided by another writer meanwhile (the caller rolls the run back)."""
@@ -112,6 +115,11 @@ class SqliteLedger:
         from quill.store.apply.bulk import sqlite_ids
 
         return sqlite_ids(conn, n)
+
+    def insert_rows(self, conn: Any, rows: list[tuple]) -> None:
+        from quill.store.apply.message_rows import INSERT_STATE_ID
+
+        conn.executemany(INSERT_STATE_ID, rows)
 
     def record_applied_many(self, conn: Any, rows: list[tuple[str, str, float, str]]) -> bool:
         # One writer per store: nothing else can decide a batch meanwhile.

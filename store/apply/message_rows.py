@@ -29,6 +29,16 @@ _INSERT_STATE = (
 INSERT_STATE_ID = _INSERT_STATE.replace("(session_id,", "(id, session_id,").replace(
     "VALUES (?,", "VALUES (?, ?,"
 )
+#: The columns of ``INSERT_STATE_ID``, in its order (a bulk run's rows: ``Ledger.insert_rows``).
+STATE_ID_COLUMNS = (
+    "id",
+    "session_id",
+    *ROW_COLUMNS,
+    "arrived_at",
+    "batch_id",
+    "state",
+    "origin_id",
+) + ("seq", "pos", "ack_us", "ack_tag", "ack_at")
 #: ``state_meta`` key: the highest message id a ``sessions.delete`` removed (session_delete.py).
 ID_FLOOR_KEY = "message_id_floor"
 _CHUNK = 500  # bound on SQL variables per IN (...) list

@@ -32,6 +32,7 @@ from quill.store.apply.chunk import (
     apply_entries,
     cursor_values,
 )
+from quill.store.apply.message_rows import STATE_ID_COLUMNS
 from quill.store.apply.rules import session_id_problem
 from quill.store.contract import BadDataError
 from quill.store.errors import InvalidOpError
@@ -198,6 +199,13 @@ class PgLedger:
                 (n,),
             )
         ]
+
+    def insert_rows(self, conn: PgConnection, rows: list[tuple]) -> None:
+        """The run's message rows in one ``COPY … FROM STDIN`` (one statement, parsed and
+        planned once, where an INSERT per row is parsed and planned per row). A value the
+        server refuses fails the COPY (class 22/23: ``BadDataError``), and the run goes op
+        at a time."""
+        conn.copy_rows("messages", STATE_ID_COLUMNS, rows)
 
     def record_applied_many(
         self, conn: PgConnection, rows: list[tuple[str, str, float, str]]

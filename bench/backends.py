@@ -6,7 +6,9 @@ same run. ``python -m bench.backends [--pg URL] [--ingest N] [--search N]``.
    ``apply_chunk``, chunks of 500 rows; indexes maintained in the transaction), against ONE
    SQLite writer draining all N (``apply_chunk`` + FTS ``index_slice``, as workers/writer.py
    does: searchable when done on both). Messages/s = N ÷ wall time from start to the last
-   commit.
+   commit. Each PostgreSQL figure is printed next to the bulk ceiling measured right after it:
+   PostgreSQL's own COPY of the same rows into Quill's tables and indexes
+   (``bench.backends_ceiling``), and writer ÷ ceiling.
 2. Producer ack latency: 4 producer processes append batch-10 calls (fsync'd) for a fixed
    time while a writer drains the same spool into SQLite, then into PostgreSQL. The ack is
    the spool append; the database is not on its path, so p99 must not move.
@@ -30,6 +32,7 @@ from typing import Any
 from quill.spool import START, Spool, SpoolReader
 from quill.store.apply.chunk import take_chunk
 
+from .backends_ceiling import ceiling
 from .common import machine, ms, pct, ratio, tempdir
 from .messages import calls, synthetic_messages
 from .search import QUERIES
@@ -148,11 +151,19 @@ def ingest(n: int, pg: str) -> list[dict[str, Any]]:
                         "msgs_per_s": round(rows / wall),
                     }
                 )
-                print(
+                line = (
                     f"ingest {kind:8} writers={k}: {rows} rows in {wall:.1f} s = "
-                    f"{rows / wall:,.0f} msgs/s",
-                    flush=True,
+                    f"{rows / wall:,.0f} msgs/s"
                 )
+                if kind == "postgres":  # the same rows through PostgreSQL's own COPY, now
+                    bulk = ceiling(pg, url, tmp / f"ceiling{k}")
+                    results[-1]["bulk_ceiling"] = bulk
+                    results[-1]["vs_bulk_ceiling"] = ratio(rows / wall, bulk["rows_per_s"])
+                    line += (
+                        f"; COPY ceiling {bulk['rows_per_s']:,} rows/s; "
+                        f"writer ÷ ceiling = {results[-1]['vs_bulk_ceiling']}"
+                    )
+                print(line, flush=True)
     base = results[0]["msgs_per_s"]
     for r in results:
         r["vs_sqlite_1_writer"] = ratio(r["msgs_per_s"], base)

@@ -186,9 +186,10 @@ def apply_entries(
     ``InvalidOpError`` or one of ``ledger.bad_data`` is rolled back alone, recorded as
     refused, handed to ``on_reject`` (which quarantines it before the commit), and the rest
     applied. Any other error rolls the op back and propagates (the chunk is not committed).
-    With ``ledger.bulk_append`` (SQLite), consecutive plain ``messages.append`` ops are applied
-    as one run (``store.apply.bulk``) with the same outcome, row for row; an op the store
-    refuses sends its run back to the op-at-a-time path above.
+    With ``ledger.bulk_append`` (both backends), consecutive plain ``messages.append`` ops
+    are applied as one run (``store.apply.bulk``) with the same outcome, row for row; an op
+    the store refuses, or a batch another writer decided meanwhile, sends its run back to the
+    op-at-a-time path above.
     ``clock`` (``store.apply.order.Clock``, this spool's) gives each entry its order key, in
     spool order, whatever its outcome, so a replay computes the same keys; the caller stores
     ``clock.floor_us`` with the cursor. None: a fresh clock (tag 0, floor 0)."""
@@ -261,8 +262,8 @@ def _apply_run(
         return
     conn.execute("SAVEPOINT bulk")
     try:
-        written = bulk_append.apply_run(conn, run, now)
-    except (InvalidOpError, *ledger.bad_data):
+        written = bulk_append.apply_run(conn, run, now, ledger)
+    except (InvalidOpError, bulk_append.RunConflict, *ledger.bad_data):
         written = None
     except BaseException:
         if conn.in_transaction and not getattr(conn, "closed", False):

@@ -53,7 +53,7 @@ class Ledger(Protocol):
 
     bad_data: tuple[type[BaseException], ...]
     #: Whether runs of plain ``messages.append`` ops may be applied together
-    #: (``store.apply.bulk``: SQLite, where the writer alone assigns message ids).
+    #: (``store.apply.bulk``, with ids from ``message_ids``).
     bulk_append: bool
 
     def decided(self, conn: Any, batches: list[str]) -> dict[str, str | None]:
@@ -69,6 +69,17 @@ class Ledger(Protocol):
         self, conn: Any, batch: str, position: str, reason: str, now: float
     ) -> None:
         """Record ``batch`` as refused for its data (a replay skips it)."""
+
+    def message_ids(self, conn: Any, n: int) -> list[int] | None:
+        """``n`` increasing ids for new message rows of a bulk run, or None when the store
+        cannot give them (the run is then applied op at a time)."""
+
+    def insert_rows(self, conn: Any, rows: list[tuple]) -> None:
+        """Insert a bulk run's message rows (``message_rows.STATE_ID_COLUMNS`` order)."""
+
+    def record_applied_many(self, conn: Any, rows: list[tuple[str, str, float, str]]) -> bool:
+        """Record each ``(batch, position, now, digest)`` as applied; False when any batch was
+        decided by another writer meanwhile (the caller rolls the run back)."""
 
 
 class SqliteLedger:
@@ -97,6 +108,25 @@ class SqliteLedger:
             "INSERT INTO applied_batches (batch_id, position, applied_at, digest) "
             "VALUES (?, ?, ?, ?)",
             (batch, position, now, digest),
+        )
+        return True
+
+    def message_ids(self, conn: Any, n: int) -> list[int] | None:
+        from quill.store.apply.bulk import sqlite_ids
+
+        return sqlite_ids(conn, n)
+
+    def insert_rows(self, conn: Any, rows: list[tuple]) -> None:
+        from quill.store.apply.message_rows import INSERT_STATE_ID
+
+        conn.executemany(INSERT_STATE_ID, rows)
+
+    def record_applied_many(self, conn: Any, rows: list[tuple[str, str, float, str]]) -> bool:
+        # One writer per store: nothing else can decide a batch meanwhile.
+        conn.executemany(
+            "INSERT INTO applied_batches (batch_id, position, applied_at, digest) "
+            "VALUES (?, ?, ?, ?)",
+            rows,
         )
         return True
 

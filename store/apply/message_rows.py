@@ -29,6 +29,16 @@ _INSERT_STATE = (
 INSERT_STATE_ID = _INSERT_STATE.replace("(session_id,", "(id, session_id,").replace(
     "VALUES (?,", "VALUES (?, ?,"
 )
+#: The columns of ``INSERT_STATE_ID``, in its order (a bulk run's rows: ``Ledger.insert_rows``).
+STATE_ID_COLUMNS = (
+    "id",
+    "session_id",
+    *ROW_COLUMNS,
+    "arrived_at",
+    "batch_id",
+    "state",
+    "origin_id",
+) + ("seq", "pos", "ack_us", "ack_tag", "ack_at")
 #: ``state_meta`` key: the highest message id a ``sessions.delete`` removed (session_delete.py).
 ID_FLOOR_KEY = "message_id_floor"
 _CHUNK = 500  # bound on SQL variables per IN (...) list
@@ -105,12 +115,11 @@ def _insert(
     rows = list(rows)
     origins = origins or [None] * len(rows)
     key = order.current(arrived_at)
-    first_seq = order.place(conn, sid, len(rows), key) if rows else 0
+    seqs = order.place(conn, sid, len(rows), key)
     opos = order.positions_of(conn, [o for o in origins if o is not None])
     values = [
-        (sid, *r, arrived_at, batch_id, "live", o, first_seq + i)
-        + ((opos[o] if o is not None else first_seq + i), *key)
-        for i, (r, o) in enumerate(zip(rows, origins))
+        (sid, *r, arrived_at, batch_id, "live", o, s) + ((opos[o] if o is not None else s), *key)
+        for r, o, s in zip(rows, origins, seqs)
     ]
     first = next_id(conn) if values else None
     if first is not None:  # the rows after the first follow it (max(id) + 1)

@@ -208,7 +208,7 @@ def messages_compact(conn: apsw.Connection, data: dict, batch_id: str, arrived_a
                 "origin_id, seq, pos, ack_us, ack_tag, ack_at) "
                 f"SELECT session_id, {cols}, arrived_at, batch_id, 'live', "
                 "coalesce(origin_id, id), ?, pos, ?, ?, ? FROM messages WHERE id = ?",
-                (order.place(conn, sid, 1, at), *at, r[0]),
+                (order.place(conn, sid, 1, at)[0], *at, r[0]),
             )
         written += len(after)
     check_tool_results(conn, sid)

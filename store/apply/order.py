@@ -20,8 +20,15 @@ spool's cursor row), so a replay of the spools into an empty store, or from a sn
 writes the same ``seq``/``pos`` whatever order the hosts' records arrive in.
 
 An op whose key is earlier than rows the session already holds (another host's writer applied
-them first) is inserted before them: ``place`` moves the later rows' ``seq`` and ``pos`` up.
-Ids never move (clients keep them); ids are arrival order, ``seq`` is transcript order.
+them first) is inserted before them, in the gap ``seq`` leaves there: rows appended at a
+session's end are ``STRIDE`` apart, so ``place`` gives a late op labels between its two
+neighbours and moves no row. Only when a gap is used up does it relabel, and then only a window
+of rows after the insertion point, doubled until it reaches a gap with room (``_relabel``):
+the cost of a late op depends on how crowded its gap is, never on the session's length.
+So ``seq`` is an increasing label, not a dense 1..N rank: ``seq`` *order* is the order key's
+order (and ``pos`` follows its row's ``seq``); a replay in another order gives the same order,
+not necessarily the same labels. Ids never move (clients keep them); ids are arrival order,
+``seq`` is transcript order.
 """
 
 from __future__ import annotations
@@ -39,6 +46,15 @@ OrderKey = tuple[int, int, int]
 _CURRENT: ContextVar[OrderKey | None] = ContextVar("quill_order_key", default=None)
 _AT_BITS = 40  # a segment is at most 64 MiB (< 2**40 bytes)
 _COLS = "(ack_us, ack_tag, ack_at)"
+#: The gap between the labels of rows appended at a session's end (room for late rows).
+STRIDE = 1 << 20
+#: The largest gap a late row leaves after the row before it (so that a run of late rows into
+#: one gap, each after the last, uses it up linearly rather than by halving).
+_LATE_STEP = 1 << 12
+#: The smallest gap a relabelled window is spread with.
+_MIN_GAP = 1 << 6
+#: Every label is below this (readers use 2**62 as "after every row"): 2**42 rows at ``STRIDE``.
+LABEL_LIMIT = 1 << 62
 
 
 def spool_tag(spool_id: str) -> int:
@@ -90,28 +106,84 @@ def current(arrived_at: float) -> OrderKey:
     return key if key is not None else (round(arrived_at * 1_000_000), 0, 0)
 
 
-def place(conn: Any, sid: str, n: int, key: OrderKey) -> int:
-    """Make room for ``n`` rows with order key ``key`` in session ``sid`` and return the
-    ``seq`` the first takes (the others follow it): after every row whose key is not later
-    than ``key``, before the first that is. The rows after it move up by ``n`` (``seq``, and
-    ``pos`` of the rows placed at them), so ``seq`` stays 1..N without gaps or repeats."""
+def place(conn: Any, sid: str, n: int, key: OrderKey) -> list[int]:
+    """Room for ``n`` rows with order key ``key`` in session ``sid``: the ``n`` increasing
+    ``seq`` labels they take, after every row whose key is not later than ``key`` and before
+    the first that is. Usually no row moves (a row at the end, or a late one into a gap with
+    room); otherwise a window of later rows is relabelled (``seq``, and ``pos`` of the rows
+    placed at them), keeping their order. Labels stay below ``LABEL_LIMIT``."""
+    if n <= 0:
+        return []
     top, *last = last_row(conn, sid)
     if top is None or key >= tuple(last):  # the usual case: one index probe
-        return (top or 0) + 1
-    later = conn.execute(  # a late arrival: scan the session (its rows, by messages_seq)
-        f"SELECT min(seq) FROM messages WHERE session_id = ? AND {_COLS} > (?, ?, ?)",
+        base = top or 0
+        return [base + STRIDE * (i + 1) for i in range(n)]
+    # A late arrival: the last row not later than it, found from the session's end backwards
+    # (seq order is key order, so the rows after it are exactly the later ones).
+    row = conn.execute(
+        f"SELECT seq FROM messages WHERE session_id = ? AND {_COLS} <= (?, ?, ?) "
+        "ORDER BY seq DESC LIMIT 1",
         (sid, *key),
+    ).fetchone()
+    lo = row[0] if row else 0
+    nxt = conn.execute(
+        "SELECT seq FROM messages WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT 1",
+        (sid, lo),
     ).fetchone()[0]
-    if n:
+    step = min(_LATE_STEP, (nxt - lo) // (n + 1))
+    if step >= 1:  # room in the gap: nothing moves
+        return [lo + step * (i + 1) for i in range(n)]
+    return _relabel(conn, sid, lo, n)
+
+
+def _relabel(conn: Any, sid: str, lo: int, n: int) -> list[int]:
+    """Make room for ``n`` labels right after ``lo`` by spreading the ``k`` rows after it over
+    the gap up to the next row, with ``k`` doubled (1, 2, 4, …) until the spread leaves at
+    least ``_MIN_GAP`` between labels, or the window reaches the session's end (then rows are
+    ``STRIDE`` apart again). Returns the ``n`` new labels."""
+    k = 1
+    while True:
+        after = [
+            r[0]
+            for r in conn.execute(
+                "SELECT seq FROM messages WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+                (sid, lo, k + 1),
+            )
+        ]
+        window, bound = after[:k], (after[k] if len(after) > k else None)
+        if bound is None:
+            step = STRIDE
+        else:
+            step = (bound - lo) // (n + len(window) + 1)
+            if step < _MIN_GAP:
+                k *= 2
+                continue
+        labels = [lo + step * (i + 1) for i in range(n + len(window))]
+        _move(conn, sid, lo, dict(zip(window, labels[n:])))
+        return labels[:n]
+
+
+def _move(conn: Any, sid: str, lo: int, moves: dict[int, int]) -> None:
+    """Relabel the rows of ``sid`` whose ``seq`` is a key of ``moves`` (every row in
+    ``(lo, max(moves)]``) to its value, and ``pos`` with them. The old labels are first negated
+    so that no row is matched twice while old and new labels overlap."""
+    if not moves:
+        return
+    hi = max(moves)
+    for col in ("seq", "pos"):
         conn.execute(
-            "UPDATE messages SET seq = seq + ? WHERE session_id = ? AND seq >= ?",
-            (n, sid, later),
+            f"UPDATE messages SET {col} = -{col} WHERE session_id = ? AND {col} > ? AND {col} <= ?",
+            (sid, lo, hi),
         )
-        conn.execute(
-            "UPDATE messages SET pos = pos + ? WHERE session_id = ? AND pos >= ?",
-            (n, sid, later),
-        )
-    return later
+        pairs = sorted(moves.items())
+        for start in range(0, len(pairs), 400):
+            part = pairs[start : start + 400]
+            values = ", ".join("(CAST(? AS BIGINT), CAST(? AS BIGINT))" for _ in part)
+            conn.execute(
+                f"UPDATE messages SET {col} = v.column2 FROM (VALUES {values}) AS v "
+                f"WHERE messages.session_id = ? AND messages.{col} = v.column1",
+                (*(x for old, new in part for x in (-old, new)), sid),
+            )
 
 
 def last_row(conn: Any, sid: str) -> tuple[int | None, int, int, int]:

@@ -67,7 +67,7 @@ def messages_restore(conn: apsw.Connection, data: dict, batch_id: str, arrived_a
     for item, row in zip(items, rows):
         origin = item.get("origin")
         origin_id = ids[origin] if origin is not None else None
-        seq = order.place(conn, sid, 1, key)
+        seq = order.place(conn, sid, 1, key)[0]
         pos = order.positions_of(conn, [origin_id])[origin_id] if origin_id is not None else seq
         values = (sid, *row, arrived_at, batch_id, item["state"], origin_id, seq, pos, *key)
         first = next_id(conn)

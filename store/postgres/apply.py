@@ -32,6 +32,7 @@ from quill.store.apply.chunk import (
     apply_entries,
     cursor_values,
 )
+from quill.store.apply.message_rows import STATE_ID_COLUMNS
 from quill.store.apply.rules import session_id_problem
 from quill.store.contract import BadDataError
 from quill.store.errors import InvalidOpError
@@ -156,9 +157,10 @@ class PgLedger:
     rolled back as a duplicate."""
 
     bad_data = _BAD_DATA
-    #: Op at a time: several hosts insert into one identity sequence, so ids are not
-    #: known before the insert (store.bulk_append needs them).
-    bulk_append = False
+    #: Runs of appends together (store.apply.bulk): ids are drawn from the identity sequence
+    #: up front (``message_ids``), and a batch another host decided meanwhile sends the run
+    #: back to the op-at-a-time path (``record_applied_many``).
+    bulk_append = True
 
     def __init__(self, spool_id: str):
         self.spool_id = spool_id
@@ -183,6 +185,43 @@ class PgLedger:
             (batch, self.spool_id, position, now, digest),
         )
         return conn.changes() > 0
+
+    def message_ids(self, conn: PgConnection, n: int) -> list[int]:
+        """``n`` ids from ``messages``' identity sequence, ascending, in one round trip.
+        Within a session they follow commit order: the chunk holds the session's lock."""
+        if n <= 0:
+            return []
+        return [
+            r[0]
+            for r in conn.execute(
+                "SELECT nextval(pg_get_serial_sequence('messages', 'id')) AS id "
+                "FROM generate_series(1, ?) ORDER BY id",
+                (n,),
+            )
+        ]
+
+    def insert_rows(self, conn: PgConnection, rows: list[tuple]) -> None:
+        """The run's message rows in one ``COPY … FROM STDIN`` (one statement, parsed and
+        planned once, where an INSERT per row is parsed and planned per row). A value the
+        server refuses fails the COPY (class 22/23: ``BadDataError``), and the run goes op
+        at a time."""
+        conn.copy_rows("messages", STATE_ID_COLUMNS, rows)
+
+    def record_applied_many(
+        self, conn: PgConnection, rows: list[tuple[str, str, float, str]]
+    ) -> bool:
+        """One statement for the run's batches; False when any was taken meanwhile (another
+        host carrying the same batch), so the caller rolls the run back."""
+        if not rows:
+            return True
+        batches, positions, times, digests = (list(c) for c in zip(*rows))
+        conn.execute(
+            "INSERT INTO applied_batches (batch_id, spool_id, position, applied_at, digest) "
+            "SELECT b, ?, p, t, d FROM unnest(?::text[], ?::text[], ?::float8[], ?::text[]) "
+            "AS u(b, p, t, d) ON CONFLICT DO NOTHING",
+            (self.spool_id, batches, positions, times, digests),
+        )
+        return conn.changes() == len(rows)
 
     def record_rejected(
         self, conn: PgConnection, batch: str, position: str, reason: str, now: float

@@ -174,6 +174,17 @@ class PgConnection:
             cur.executemany(text, rows)
             self._changes = max(cur.rowcount, 0)
 
+    def copy_rows(self, table: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+        """``COPY table (columns) FROM STDIN`` of ``rows`` (text format: each value as its
+        text). ``table`` and ``columns`` are trusted names (the schema's own, never input).
+        Raises the store error tree."""
+        names = ", ".join(f'"{c}"' for c in columns)
+        with mapped(), self.raw.cursor() as cur:
+            with cur.copy(f"COPY {table} ({names}) FROM STDIN") as copy:
+                for row in rows:
+                    copy.write_row(row)
+            self._changes = max(cur.rowcount, 0)
+
     def execute_script(self, sql: str) -> None:
         """Run ``sql`` (several statements, no placeholders, no translation) as one simple
         query: schema DDL. Raises the store error tree."""

@@ -2,7 +2,7 @@
 trigrams anywhere, and search keeps only the rows whose indexed text holds the term itself.
 These rows hold every trigram of the query in the wrong order or apart, in other cases, with
 the term negated or too long for the index to be asked for all its trigrams; the answer must
-be exactly the rows holding the query (as FTS5 phrases answered with positions). SQLite only:
+be exactly the rows holding the query (as FTS5 phrases answered with positions). SQLite
 only: the PostgreSQL substring route does not use this index."""
 
 from __future__ import annotations

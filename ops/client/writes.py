@@ -76,7 +76,7 @@ class Writes:
         from quill.store.errors import InvalidOpError
 
         try:
-            precheck(op, data, batch_id)
+            plain = precheck(op, data, batch_id)
         except InvalidOpError as exc:
             raise InvalidInputError(
                 f"{op}: {exc.reason}: {exc.detail}",
@@ -84,7 +84,7 @@ class Writes:
                 hint="fix the op or its messages (docs/ops.md); nothing was appended",
             ) from None
         with _public_errors():
-            return self._spool().append(op, data, batch_id=batch_id)
+            return self._spool().append(op, data, batch_id=batch_id, plain=plain)
 
     def append(
         self,

@@ -131,7 +131,9 @@ class Spool:
         self._next_path = ""
         ensure_dir(self.dir)
 
-    def append(self, op: str, data: dict[str, Any], *, batch_id: str | None = None) -> Ack:
+    def append(
+        self, op: str, data: dict[str, Any], *, batch_id: str | None = None, plain: bool = False
+    ) -> Ack:
         """Append one op durably and return its ``Ack`` (position, batch id).
 
         ``op`` must be one of ``record.OP_KINDS``; ``data`` a JSON-serialisable dict. Reusing a
@@ -139,6 +141,9 @@ class Spool:
         Raises ``InvalidOpError`` (bad op/data, nesting too deep to encode), ``SpoolFullError``
         (ENOSPC; nothing partial is left) or ``SpoolError`` (other I/O failures, with the OS
         error chained).
+        ``plain=True`` says the caller found ``record.plain_json(data)`` true (``precheck``
+        returns it): the encoder skips that walk of ``data``. Only pass what was checked: a
+        value that is not plain (NaN, a tuple, bytes) would be written as msgspec renders it.
         """
         if not isinstance(op, str) or op not in record.OP_KINDS:  # a list op is unhashable
             raise InvalidOpError(f"unknown op {op!r}; expected one of {sorted(record.OP_KINDS)}")
@@ -164,7 +169,7 @@ class Spool:
             "data": data,
         }
         try:
-            line = record.encode(body, fast=self._fast_codec)
+            line = record.encode(body, fast=self._fast_codec, plain=plain)
         except (TypeError, ValueError) as exc:
             raise InvalidOpError(f"op data is not JSON-serialisable: {exc}") from None
         except RecursionError:

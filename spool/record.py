@@ -57,7 +57,7 @@ _CRC_PREFIX = b',"crc":"'
 CRC_SUFFIX_LEN = len(_CRC_PREFIX) + 8 + len(b'"}\n')
 
 
-def encode(body: dict[str, Any], *, fast: bool = True) -> bytes:
+def encode(body: dict[str, Any], *, fast: bool = True, plain: bool = False) -> bytes:
     """Serialise a record body to one checksummed line (bytes, ending in ``\\n``).
 
     ``fast=False`` skips msgspec and takes the stdlib path (the same record format; readers
@@ -68,7 +68,8 @@ def encode(body: dict[str, Any], *, fast: bool = True) -> bytes:
     base64 and int keys as strings, which the stdlib path below refuses or renders itself, so
     the bytes written always decode to what the producer passed. For a ``plain_json`` body
     that round trip holds by construction and is not run (the check costs more than the
-    encode itself; bench/RESULTS.md).
+    encode itself; bench/RESULTS.md). ``plain=True``: the caller has found
+    ``plain_json(body)`` true already (``Spool.append(plain=True)``), so it is not walked again.
     Anything msgspec cannot encode (lone surrogates, unknown types) takes the stdlib path.
 
     Stdlib path: ``ensure_ascii=False`` keeps non-ASCII text readable; ``allow_nan=False``
@@ -83,7 +84,7 @@ def encode(body: dict[str, Any], *, fast: bool = True) -> bytes:
         encoder, decoder, error = _msgspec()
         try:
             data = encoder.encode(body)
-            if not plain_json(body) and decoder.decode(data) != body:
+            if not (plain or plain_json(body)) and decoder.decode(data) != body:
                 data = b""
         except (TypeError, ValueError, error):
             data = b""

@@ -13,7 +13,9 @@ Rules the schema encodes (docs/architecture.md, "The store"; the measured facts 
   trigram index slows ingest and more than doubles the file) makes it *scoped*: only
   ``user``/``assistant`` rows, only their text ``content``, only its first
   ``TRIGRAM_PREFIX_CHARS`` characters. It is filled by the same bulk slices, under the same
-  watermark, as ``messages_fts``.
+  watermark, as ``messages_fts``. It keeps no positions (``detail=none``, layout 3: a sixth of
+  the bytes of ``detail=full``, bench/disk.py): it finds the rows holding a term's trigrams,
+  and search keeps those whose indexed text holds the term (store/search/candidates.py).
 * ``messages.origin_id`` is explicit copy lineage written at copy time: a row copied by a
   compaction (carried tail, re-sequenced late rows, verbatim re-sent messages) points at the
   row it copies (always the first original, never a copy). ``messages.pos`` (the original's
@@ -98,7 +100,7 @@ CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5(
 );
 
 CREATE VIRTUAL TABLE IF NOT EXISTS messages_trigram USING fts5(
-    text, content='', contentless_delete=1, tokenize='trigram case_sensitive 0'
+    text, content='', contentless_delete=1, detail=none, tokenize='trigram case_sensitive 0'
 );
 """
 
@@ -351,7 +353,7 @@ KIND_COLUMNS = {"text": "content", "tool": "tools", "reasoning": "reasoning"}
 #: derived data: a store whose ``state_meta['fts_layout']`` differs is re-indexed from
 #: ``messages`` when the writer opens it (``ensure_fts_layout``), and readers treat its
 #: indexes as stale until then. Independent of ``SCHEMA_VERSION`` (no canonical row changes).
-FTS_LAYOUT = "2"
+FTS_LAYOUT = "3"
 
 
 def create(conn: apsw.Connection) -> None:

@@ -76,15 +76,24 @@ class Writes:
         from quill.store.errors import InvalidOpError
 
         try:
-            precheck(op, data, batch_id)
+            plain = precheck(op, data, batch_id)
         except InvalidOpError as exc:
             raise InvalidInputError(
                 f"{op}: {exc.reason}: {exc.detail}",
                 reason=exc.reason,
                 hint="fix the op or its messages (docs/ops.md); nothing was appended",
             ) from None
+        return self._append_checked(op, data, batch_id=batch_id, plain=plain)
+
+    def _append_checked(
+        self, op: str, data: dict[str, Any], *, batch_id: str | None = None, plain: bool = False
+    ) -> Ack:
+        """``submit`` for a caller that has run ``store.apply.precheck.precheck`` on this op
+        itself (the HTTP API checks every op of a request before appending any): one fsync'd
+        append, no second check. ``plain`` is what that precheck returned. Raises
+        ``InvalidInputError`` (``record-too-large``), ``SpoolFullError`` or ``StorageError``."""
         with _public_errors():
-            return self._spool().append(op, data, batch_id=batch_id)
+            return self._spool().append(op, data, batch_id=batch_id, plain=plain)
 
     def append(
         self,

@@ -117,10 +117,12 @@ def _append(request: Request, ops: list[tuple[str, Any, str | None]]) -> AcksOut
             f"{messages} messages in one request; the limit is "
             f"{app.cfg.http_max_batch_messages} ([http] max_batch_messages)",
         )
-    # Every op is checked before any is appended, so a refused request appends nothing.
+    # Every op is checked before any is appended, so a refused request appends nothing; the
+    # appends below do not check again (``_append_checked``).
+    plain: list[bool] = []
     for index, (op, data, batch) in enumerate(ops):
         try:
-            precheck(op, data, batch)
+            plain.append(precheck(op, data, batch))
         except InvalidOpError as exc:
             raise ApiError(
                 422,
@@ -135,8 +137,9 @@ def _append(request: Request, ops: list[tuple[str, Any, str | None]]) -> AcksOut
                 raise _refused(index, exc) from None
     acks: list[AckOut] = []
     try:
-        for op, data, batch in ops:
-            ack = app.client.submit(op, data, batch_id=batch)  # returns once the record is fsync'd
+        for (op, data, batch), is_plain in zip(ops, plain):
+            # Returns once the record is fsync'd.
+            ack = app.client._append_checked(op, data, batch_id=batch, plain=is_plain)
             acks.append(AckOut(op=op, batch=ack.batch_id, position=str(ack.position)))
     except QuillSpoolFull:
         raise ApiError(

@@ -16,14 +16,16 @@ import json
 from typing import Any
 
 from quill.spool import OP_KINDS
-from quill.spool.record import MAX_NESTING, id_size_problem, nesting_ok
+from quill.spool.record import MAX_NESTING, id_size_problem, nesting_ok, plain_json
 from quill.store.apply.checks import CHECKS
 from quill.store.errors import InvalidOpError
 
 
-def precheck(op: str, data: Any, batch_id: Any = None) -> None:
+def precheck(op: str, data: Any, batch_id: Any = None) -> bool:
     """Raise ``InvalidOpError`` if ``op``/``data`` (with the producer's ``batch_id``; None or
-    empty: the spool makes one) can never be applied; return None if it may.
+    empty: the spool makes one) can never be applied. Returns whether ``data`` is plain JSON
+    (``spool.record.plain_json``), for ``Spool.append(plain=...)``: the spool then need not
+    walk it again.
 
     Reasons: ``unknown-op``, ``invalid-batch`` (a batch id that is not a string or is over
     the id limits, ``spool.record.MAX_ID_CHARS``/``MAX_ID_BYTES``, which also bound every id
@@ -48,8 +50,14 @@ def precheck(op: str, data: Any, batch_id: Any = None) -> None:
         raise InvalidOpError(
             "invalid-field", f"op data nests objects/arrays more than {MAX_NESTING} levels deep"
         )
-    _check_json(data)  # before the kind's checks, which serialise parts of ``data``
+    # Before the kind's checks, which serialise parts of ``data``. A plain value (the usual
+    # case: what a JSON decoder gives) always serialises, so only another is serialised to
+    # find what JSON cannot carry (one walk instead of one encode of the whole op).
+    plain = plain_json(data)
+    if not plain:
+        _check_json(data)
     CHECKS[op](data)
+    return plain
 
 
 def _check_json(data: dict) -> None:

@@ -20,6 +20,7 @@ from quill.store.schema import (
     TOOLS_BLOB_SQL,
     TRIGRAM_PREFIX_CHARS,
     TRIGRAM_ROLES,
+    TRIGRAM_TEXT_SQL,
     tools_text,
 )
 from quill.store.search import group, rank, textfold
@@ -172,27 +173,24 @@ def _indexed(
         if not cols:
             return []
         textfold.register(conn)
-        ors, like_args = [], []
-        for group in plan.groups:
-            conds = []
-            for t in group:
-                folded = textfold.fold(t.text)
-                tests = [_contains(c, folded, like_args) for c in cols]
-                anycol = " OR ".join(tests)
-                conds.append(("NOT " if t.negated else "") + f"coalesce({anycol}, 0)")
-            ors.append("(" + " AND ".join(conds) + ")")
+        ors, like_args = _substring_sql(plan, cols)
         outside = f"NOT {trigram_covered_sql(kinds)} AND " if rest else ""
         return conn.execute(
             f"SELECT m.id, {rep}, m.session_id FROM "
             "(SELECT id FROM messages WHERE id < ? ORDER BY id DESC LIMIT ?) AS w "
             f"JOIN messages m ON m.id = w.id {join} "
-            f"WHERE {outside}({' OR '.join(ors)}) AND {cond} ORDER BY m.id DESC LIMIT ?",
+            f"WHERE {outside}{ors} AND {cond} ORDER BY m.id DESC LIMIT ?",
             (below, SCAN_MAX_ROWS, *like_args, *args, limit),
         ).fetchall()
     if plan.kind == "trigram":
         if "text" not in kinds:
             return []
-        table, match = "messages_trigram", plan.match
+        # The index (detail=none) answers "holds these trigrams": a superset, made exact by
+        # the same substring tests the scan route makes, over the text the index was fed.
+        table, match = "messages_trigram", trigram_match(plan)
+        textfold.register(conn)
+        exact, exact_args = _substring_sql(plan, [TRIGRAM_TEXT_SQL])
+        cond, args = f"{exact} AND {cond}", [*exact_args, *args]
     else:
         table, match = "messages_fts", plan.match
         if kinds != KINDS:
@@ -206,6 +204,48 @@ def _indexed(
         f"ORDER BY f.rowid DESC LIMIT {int(limit)}",
         (match, upto, below, *args),
     ).fetchall()
+
+
+#: Most trigrams of one term the index is asked for: any subset of a term's trigrams gives a
+#: superset of its rows, and the substring test decides; a pasted line stays a cheap query.
+TRIGRAMS_PER_TERM = 16
+
+
+def trigram_match(plan: query.Plan) -> str:
+    """The MATCH expression of a trigram ``plan`` for ``messages_trigram`` (``detail=none``:
+    no positions, so no phrases): every OR-group becomes the AND of up to
+    ``TRIGRAMS_PER_TERM`` distinct trigrams of each of its positive terms (spread over the
+    term). Negated terms are left to the substring test: "lacks a trigram" is not "lacks the
+    term". Each trigram is a 3-character quoted string, which the trigram tokenizer makes one
+    token. The rows it matches are a superset of the plan's; ``_substring_sql`` is exact."""
+    ors = []
+    for group_ in plan.groups:
+        grams: dict[str, None] = {}
+        for t in group_:
+            if t.negated:
+                continue
+            folded = textfold.fold(t.text)
+            found = list(dict.fromkeys(folded[i : i + 3] for i in range(len(folded) - 2)))
+            step = max(1, -(-len(found) // TRIGRAMS_PER_TERM))
+            grams.update(dict.fromkeys(found[::step] + found[-1:]))
+        ors.append("(" + " AND ".join('"' + g.replace('"', '""') + '"' for g in grams) + ")")
+    return " OR ".join(ors)
+
+
+def _substring_sql(plan: query.Plan, cols: list[str]) -> tuple[str, list[Any]]:
+    """``(SQL condition, its arguments)``: a row satisfies ``plan``'s OR-groups, each an AND
+    of (NOT) case-folded substring tests where a term holds when one of ``cols`` (SQL text
+    expressions over ``m``) holds it — ``query.matches`` in SQL. Needs ``textfold.register``
+    on the connection for non-ASCII text."""
+    ors, args = [], []
+    for group_ in plan.groups:
+        conds = []
+        for t in group_:
+            folded = textfold.fold(t.text)
+            anycol = " OR ".join(_contains(c, folded, args) for c in cols)
+            conds.append(("NOT " if t.negated else "") + f"coalesce({anycol}, 0)")
+        ors.append("(" + " AND ".join(conds) + ")")
+    return "(" + " OR ".join(ors) + ")", args
 
 
 def _contains(col: str, folded: str, args: list[Any]) -> str:

@@ -183,7 +183,9 @@ def _export(request: Request, body: bytes, kind: str, encoding: str) -> Response
         else:
             groups.append(group)
     links = state.otlp_links.links([g.span for g in groups])
-    ops = otlp_map.collapse(links + groups)  # links first: a session keeps its first meta
+    ops = otlp_map.collapse(
+        links + groups, state.cfg.max_record_bytes // 2
+    )  # links first: a session keeps its first meta
     if ops:
         try:
             _append(request, ops)  # returns once every record is fsync'd

@@ -252,25 +252,50 @@ def span_ops(span: Span) -> SpanOps:
     return SpanOps(span, ops)
 
 
-def collapse(groups: list[SpanOps]) -> list[Op]:
-    """The ops of accepted spans, in order, each message appended once per request: a span's
-    messages already carried by an earlier span of the same session are left out (the store
-    would skip them), and an append left empty is dropped. Batch ids are re-derived for a
-    reduced op (its content changed)."""
+def collapse(groups: list[SpanOps], max_bytes: int) -> list[Op]:
+    """The ops of accepted spans, in order, with what one request repeats taken out (the
+    store would skip it; fewer ops are fewer fsyncs before the ack):
+
+    * a message already carried by an earlier span of the same session is left out;
+    * a ``session.create`` equal to the session's previous one in the request is dropped
+      (it would fill nothing);
+    * appends to one session with no ``session.create`` of it between them (a system prompt
+      in force from a point on) are merged, up to ``max_bytes`` of message JSON.
+
+    A changed op gets the batch id of its new content: the same export gives the same ops
+    again (a retry is a duplicate), another batching other ids whose messages the store skips.
+    """
     seen: dict[str, set[str]] = {}
+    creates: dict[str, dict[str, Any]] = {}
+    merging: dict[str, tuple[int, int]] = {}  # session -> (index in out, message bytes)
     out: list[Op] = []
     for group in groups:
         for op, data, batch in group.ops:
+            sid = data["session_id"]
+            if op == "session.create":
+                if creates.get(sid) != data:
+                    creates[sid] = data
+                    merging.pop(sid, None)
+                    out.append((op, data, batch))
+                continue
             if op != "messages.append":
                 out.append((op, data, batch))
                 continue
-            held = seen.setdefault(data["session_id"], set())
+            held = seen.setdefault(sid, set())
             fresh = [m for m in data["messages"] if m["id"] not in held]
             held.update(m["id"] for m in fresh)
-            if len(fresh) == len(data["messages"]):
-                out.append((op, data, batch))
-            elif fresh:
-                out.append(_append(group.span, data["session_id"], fresh))
+            size = sum(len(json.dumps(m)) for m in fresh)
+            if not fresh:
+                continue
+            at, had = merging.get(sid, (-1, 0))
+            if at >= 0 and had + size <= max_bytes:
+                fresh = out[at][1]["messages"] + fresh
+                out[at] = _append(group.span, sid, fresh)
+                merging[sid] = (at, had + size)
+            else:
+                merging[sid] = (len(out), size)
+                unchanged = len(fresh) == len(data["messages"])
+                out.append((op, data, batch) if unchanged else _append(group.span, sid, fresh))
     return out
 
 

@@ -103,11 +103,13 @@ def test_json_export_gzip_and_plain_retry(svc):
     _check(svc, history, spans)
 
 
-def test_spans_out_of_order_across_requests_give_the_same_transcript(svc):
+@pytest.mark.parametrize("order", ["finished", "reversed"])
+def test_spans_across_requests_in_any_order_give_the_same_transcript(svc, order):
     history, spans = run_agent(PROMPTS)
     out = exporter(svc["base"], svc["tokens"]["write"], gzip_=True)
-    # Every span in its own request, last finished first; then a shuffled JSON re-send.
-    for span in reversed(spans):
+    # Every span in its own request: as each finished (a child agent before the tool span
+    # that ran it), or last finished first; then a shuffled JSON re-send.
+    for span in spans if order == "finished" else reversed(spans):
         assert out.export([span]) is SpanExportResult.SUCCESS
     shuffled = list(spans)
     random.Random(7).shuffle(shuffled)

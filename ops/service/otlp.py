@@ -168,7 +168,8 @@ def _export(request: Request, body: bytes, kind: str, encoding: str) -> Response
     except OtlpError as exc:
         return _status(exc.status, exc.message, kind)
     groups, ignored, rejected = [], 0, []
-    for span in otlp_map.spans_of(export):
+    spans = otlp_map.spans_of(export)
+    for span in spans:
         if not span.genai:
             ignored += 1
             continue
@@ -182,7 +183,8 @@ def _export(request: Request, body: bytes, kind: str, encoding: str) -> Response
             rejected.append(problem)
         else:
             groups.append(group)
-    links = state.otlp_links.links([g.span for g in groups])
+    accepted = {id(g.span) for g in groups}
+    links = state.otlp_links.links([s for s in spans if not s.genai or id(s) in accepted])
     ops = otlp_map.collapse(
         links + groups, state.cfg.max_record_bytes // 2
     )  # links first: a session keeps its first meta

@@ -221,7 +221,7 @@ def _tool(span: Span) -> list[Op]:
 def _agent(span: Span) -> list[Op]:
     data: dict[str, Any] = {"session_id": span.session_id, "source": SOURCE}
     name = _text_attr(span, "gen_ai.agent.name")
-    if name:
+    if name and not span.parent:  # under a parent: the link names it (a session keeps 1 meta)
         data["meta"] = {"agent": name}
     if span.start_ns:
         data["started_at"] = span.start_ns / 1e9
@@ -320,17 +320,20 @@ class DelegateLinks:
             table.popitem(last=False)
 
     def links(self, spans: list[Span]) -> list[SpanOps]:
-        """The ``session.create`` links (child, ``delegate``) that ``spans`` complete, as
-        ``SpanOps`` of the child span. A link is offered again each time its parent is
-        exported (a retry): the same batch id, applied once."""
+        """The ``session.create`` ops that ``spans`` (every span of an export: GenAI spans
+        accepted, and the others) complete for agent spans under a parent, as ``SpanOps`` of
+        the agent span: a ``delegate`` link when the parent is a GenAI span of another
+        session, else the agent's name. Offered again each time the parent is exported (a
+        retry): the same batch id, applied once."""
         out = []
         with self.lock:
             for s in spans:
                 call = s.attrs.get("gen_ai.tool.call.id")
+                session = s.session_id if s.genai else None
                 self._remember(
                     self.sessions,
                     (s.trace, s.span),
-                    (s.session_id, call if isinstance(call, str) else None),
+                    (session, call if isinstance(call, str) else None),
                 )
                 if s.operation in AGENT_OPERATIONS and s.parent:
                     waiting = self.waiting.get((s.trace, s.parent), [])
@@ -342,19 +345,24 @@ class DelegateLinks:
             for key in parents:
                 parent = self.sessions.get(key)
                 for child in self.waiting.get(key, []) if parent else []:
-                    if parent[0] != child.session_id:
-                        out.append(SpanOps(child, [_link(child, parent[0], parent[1])]))
+                    op = _link(child, *parent)
+                    if op is not None:
+                        out.append(SpanOps(child, [op]))
         return out
 
 
-def _link(child: Span, parent_session: str, call_id: str | None) -> Op:
-    data: dict[str, Any] = {
-        "session_id": child.session_id,
-        "source": SOURCE,
-        "parent_id": parent_session,
-        "parent_kind": "delegate",
+def _link(child: Span, parent_session: str | None, call_id: str | None) -> Op | None:
+    """The agent span ``child``'s ``session.create`` once its parent is known: a ``delegate``
+    child of ``parent_session`` when that is another session (``meta``: the agent name and the
+    parent tool span's call id), else its name alone (None without one)."""
+    data: dict[str, Any] = {"session_id": child.session_id, "source": SOURCE}
+    delegate = parent_session is not None and parent_session != child.session_id
+    if delegate:
+        data |= {"parent_id": parent_session, "parent_kind": "delegate"}
+    meta = {
+        "agent": _text_attr(child, "gen_ai.agent.name"),
+        "parent_tool_call_id": call_id if delegate else None,
     }
-    meta = {"agent": _text_attr(child, "gen_ai.agent.name"), "parent_tool_call_id": call_id}
-    if any(meta.values()):  # the agent span's own meta and more: a session keeps its first meta
+    if any(meta.values()):
         data["meta"] = {k: v for k, v in meta.items() if v}
-    return _op(child, "session.create", data)
+    return _op(child, "session.create", data) if len(data) > 2 else None

@@ -243,7 +243,7 @@ def span_ops(span: Span) -> SpanOps:
         op in CHAT_OPERATIONS
         or "gen_ai.input.messages" in span.attrs
         or "gen_ai.output.messages" in span.attrs
-        or any(e.name == "gen_ai.choice" or e.name in gm._EVENT_ROLES for e in span.events)
+        or any(e.name == "gen_ai.choice" or e.name in gm.EVENT_ROLES for e in span.events)
     ):
         ops = _chat(span)
     else:

@@ -176,7 +176,8 @@ def conversation(genai: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-_EVENT_ROLES = {
+#: Older-form message event name → role.
+EVENT_ROLES = {
     "gen_ai.system.message": "system",
     "gen_ai.user.message": "user",
     "gen_ai.assistant.message": "assistant",
@@ -224,11 +225,11 @@ def event_messages(events: Any) -> tuple[list[dict[str, Any]], list[dict[str, An
     inputs, choices = [], []
     for event in events:
         fields = attributes(event.attributes)
-        if event.name in _EVENT_ROLES:
+        if event.name in EVENT_ROLES:
             role = (
                 fields.get("role")
                 if isinstance(fields.get("role"), str)
-                else _EVENT_ROLES[event.name]
+                else EVENT_ROLES[event.name]
             )
             inputs.append(_event_message(role, fields))
         elif event.name == "gen_ai.choice":

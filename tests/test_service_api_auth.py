@@ -34,12 +34,14 @@ ROUTES = {
     ("POST", "/api/v1/jobs/{name}/run"): "admin",
     ("GET", "/metrics"): "read",
     ("GET", "/healthz"): None,
+    ("POST", "/v1/traces"): "write",
 }
 BODIES = {
     "/api/v1/ops": {
         "ops": [{"op": "messages.append", "data": {"session_id": "m", "messages": [MSG]}}]
     },
     "/api/v1/sessions/{session_id}/messages": {"messages": [MSG]},
+    "/v1/traces": {},  # an empty OTLP JSON export
 }
 PARAMS = {"/api/v1/search": {"q": "hello"}, "/api/v1/resume": {"key": "k1"}}
 

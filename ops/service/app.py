@@ -16,7 +16,7 @@ from fastapi.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from quill.ops.client.client import Client
-from quill.ops.service import api, api_common, dashboard, errors, guard, metrics
+from quill.ops.service import api, api_common, dashboard, errors, guard, metrics, otlp, otlp_map
 from quill.ops.service.auth import require
 
 VERSION = "1"
@@ -106,6 +106,8 @@ def create_app(cfg: Any, log: Any, *, anonymous: str | None = None) -> FastAPI:
     app.state.client = Client(config_=cfg)  # per-thread spool handles inside (thread pool routes)
     errors.install(app, log)
     app.include_router(api.router)
+    app.state.otlp_links = otlp_map.DelegateLinks()  # agent spans waiting for their parent
+    app.include_router(otlp.router)  # POST /v1/traces (OTLP/HTTP)
 
     @app.get(
         "/metrics",

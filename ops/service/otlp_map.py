@@ -1,0 +1,368 @@
+"""OTLP trace exports → spool ops: which spans are GenAI spans, which session each belongs to,
+and the ops each one makes (docs/importers.md, "OpenTelemetry GenAI traces").
+
+* **Session**: ``otlp:<gen_ai.conversation.id>`` (or ``session.id``, on the span or its
+  resource) when present, else ``otlp:<trace id>``. Decided from the span alone, so a span
+  exported twice, or in another request, lands in the same session.
+* **chat** spans (``gen_ai.operation.name`` ``chat`` / ``text_completion`` /
+  ``generate_content``, or any span carrying messages): ``session.create`` (``model``,
+  ``system_prompt`` from ``gen_ai.system_instructions``), ``messages.append`` of inputs then
+  outputs (``otlp_messages``: chained ids collapse repeated history), and ``usage.record``
+  (one call per span: ``response_id`` = ``gen_ai.response.id``, else ``otlp:<trace>:<span>``).
+* **execute_tool** spans: the ``tool`` message of ``gen_ai.tool.call.id`` with
+  ``gen_ai.tool.call.result``.
+* **invoke_agent** / **create_agent** spans: ``session.create`` (agent name in ``meta``); an
+  agent span whose parent span belongs to another session is a ``delegate`` child of it
+  (``DelegateLinks``), ``meta.parent_tool_call_id`` = the parent tool span's call id. A
+  session keeps the first ``meta`` it is given, so a link goes before the other ops of an
+  export, and carries the agent name too.
+* **embeddings** spans: ``usage.record`` with ``task`` ``embedding``.
+* Spans with no ``gen_ai.*`` attribute or event are not GenAI: ignored and counted.
+
+Every op's batch id is derived from the trace id, span id and a digest of the op, so a
+retried export is a duplicate the store skips, and the same span in another batching (after
+``collapse``) never reuses a batch id with other content.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from quill.ops.service import otlp_messages as gm
+
+SOURCE = "otlp"
+CHAT_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
+AGENT_OPERATIONS = frozenset({"invoke_agent", "create_agent"})
+#: ``gen_ai.usage.*`` attribute → Quill usage field (docs/ops.md "Usage").
+USAGE_FIELDS = {
+    "gen_ai.usage.input_tokens": "input_tokens",
+    "gen_ai.usage.output_tokens": "output_tokens",
+    "gen_ai.usage.cache_read.input_tokens": "cache_read_tokens",
+    "gen_ai.usage.cache_creation.input_tokens": "cache_write_tokens",
+    "gen_ai.usage.reasoning.output_tokens": "reasoning_tokens",
+}
+
+Op = tuple[str, dict[str, Any], str]  # (op kind, data, batch id)
+
+
+@dataclass
+class Span:
+    """One span of an export, decoded: ids as lowercase hex, times in epoch ns."""
+
+    trace: str
+    span: str
+    parent: str
+    name: str
+    start_ns: int
+    end_ns: int
+    attrs: dict[str, Any]
+    events: Any  # the protobuf's repeated Span.Event
+    resource: dict[str, Any]
+
+    @property
+    def operation(self) -> str | None:
+        op = self.attrs.get("gen_ai.operation.name")
+        return op if isinstance(op, str) else None
+
+    @property
+    def genai(self) -> bool:
+        return any(k.startswith("gen_ai.") for k in self.attrs) or any(
+            e.name.startswith("gen_ai.") for e in self.events
+        )
+
+    @property
+    def session_id(self) -> str:
+        for source in (self.attrs, self.resource):
+            for key in ("gen_ai.conversation.id", "session.id"):
+                if isinstance(source.get(key), str) and source[key].strip():
+                    return f"{SOURCE}:{source[key].strip()}"
+        return f"{SOURCE}:{self.trace}"
+
+
+@dataclass
+class SpanOps:
+    """The ops one GenAI span makes, in order (empty: a GenAI span with nothing to store)."""
+
+    span: Span
+    ops: list[Op] = field(default_factory=list)
+
+
+def spans_of(request: Any) -> list[Span]:
+    """Every span of an ``ExportTraceServiceRequest``, decoded, in start order (then ids)."""
+    out = []
+    for rs in request.resource_spans:
+        resource = gm.attributes(rs.resource.attributes)
+        for ss in rs.scope_spans:
+            for s in ss.spans:
+                out.append(
+                    Span(
+                        trace=s.trace_id.hex(),
+                        span=s.span_id.hex(),
+                        parent=s.parent_span_id.hex(),
+                        name=s.name,
+                        start_ns=s.start_time_unix_nano,
+                        end_ns=s.end_time_unix_nano,
+                        attrs=gm.attributes(s.attributes),
+                        events=s.events,
+                        resource=resource,
+                    )
+                )
+    return sorted(out, key=lambda s: (s.start_ns, s.trace, s.span))
+
+
+def batch_id(span: Span, op: str, data: dict[str, Any]) -> str:
+    """``otlp:<trace>:<span>:<op>:<digest>``: the same op of the same span, the same id."""
+    digest = hashlib.sha256(json.dumps([op, data], sort_keys=True).encode()).hexdigest()[:16]
+    return f"{SOURCE}:{span.trace}:{span.span}:{op.split('.')[-1]}:{digest}"
+
+
+def _op(span: Span, op: str, data: dict[str, Any]) -> Op:
+    return (op, data, batch_id(span, op, data))
+
+
+def _text_attr(span: Span, *keys: str) -> str | None:
+    for key in keys:
+        if isinstance(span.attrs.get(key), str) and span.attrs[key]:
+            return span.attrs[key]
+    return None
+
+
+def _usage(span: Span, task: str) -> Op | None:
+    """The span's ``usage.record`` (None without token counts). Raises
+    ``GenAIContentError`` for a count that is not a whole number ≥ 0 (never read as 0)."""
+    usage = {}
+    for key, name in USAGE_FIELDS.items():
+        raw = span.attrs.get(key)
+        if raw is None:
+            continue
+        if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
+            raise gm.GenAIContentError(f"{key} is not a whole number ≥ 0: {raw!r}")
+        usage[name] = raw
+    if not usage:
+        return None
+    data = {
+        "session_id": span.session_id,
+        "source": SOURCE,
+        "task": task,
+        "response_id": _text_attr(span, "gen_ai.response.id")
+        or f"{SOURCE}:{span.trace}:{span.span}",
+        "usage": usage,
+    }
+    model = _text_attr(span, "gen_ai.response.model", "gen_ai.request.model")
+    provider = _text_attr(span, "gen_ai.provider.name", "gen_ai.system")
+    if model:
+        data["model"] = model
+    if provider:
+        data["provider"] = provider
+    if span.end_ns:
+        data["ts"] = span.end_ns / 1e9
+    return _op(span, "usage.record", data)
+
+
+def _chat(span: Span) -> list[Op]:
+    inputs = gm.message_list(span.attrs.get("gen_ai.input.messages"), "gen_ai.input.messages")
+    outputs = gm.message_list(span.attrs.get("gen_ai.output.messages"), "gen_ai.output.messages")
+    if not inputs and not outputs:
+        inputs, outputs = gm.event_messages(span.events)
+    sid = span.session_id
+    create: dict[str, Any] = {"session_id": sid, "source": SOURCE}
+    model = _text_attr(span, "gen_ai.request.model", "gen_ai.response.model")
+    prompt = gm.instructions(span.attrs.get("gen_ai.system_instructions"))
+    if model:
+        create["model"] = model
+    if prompt:
+        create["system_prompt"] = prompt
+    tools = gm.structured(span.attrs.get("gen_ai.tool.definitions"), "gen_ai.tool.definitions")
+    if isinstance(tools, list) and tools:
+        create["tools"] = tools
+    ops = [_op(span, "session.create", create)]
+    if inputs or outputs:
+        ops.append(_append(span, sid, _stamp_outputs(span, inputs, outputs)))
+    usage = _usage(span, "turn")
+    return ops + ([usage] if usage else [])
+
+
+def _stamp_outputs(span: Span, inputs: list, outputs: list) -> list[dict[str, Any]]:
+    """The span's messages; those made from its outputs carry the span's end as timestamp."""
+    messages = gm.conversation(inputs)
+    carried = {m["id"] for m in messages}
+    everything = gm.conversation(inputs + outputs)
+    for m in everything:
+        if m["id"] not in carried and span.end_ns:
+            m["timestamp"] = span.end_ns / 1e9
+    return everything
+
+
+def _append(span: Span, sid: str, messages: list[dict[str, Any]]) -> Op:
+    return _op(span, "messages.append", {"session_id": sid, "source": SOURCE, "messages": messages})
+
+
+def _tool(span: Span) -> list[Op]:
+    call_id = span.attrs.get("gen_ai.tool.call.id")
+    if not isinstance(call_id, str) or "gen_ai.tool.call.result" not in span.attrs:
+        return []
+    raw = span.attrs["gen_ai.tool.call.result"]
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)  # a structured result recorded as JSON text
+        except ValueError:
+            pass  # a plain text result
+    msg = gm.tool_message(call_id, span.attrs.get("gen_ai.tool.name"), raw)
+    if span.end_ns:
+        msg["timestamp"] = span.end_ns / 1e9
+    return [_append(span, span.session_id, [msg])]
+
+
+def _agent(span: Span) -> list[Op]:
+    data: dict[str, Any] = {"session_id": span.session_id, "source": SOURCE}
+    name = _text_attr(span, "gen_ai.agent.name")
+    if name and not span.parent:  # under a parent: the link names it (a session keeps 1 meta)
+        data["meta"] = {"agent": name}
+    if span.start_ns:
+        data["started_at"] = span.start_ns / 1e9
+    return [_op(span, "session.create", data)]
+
+
+def span_ops(span: Span) -> SpanOps:
+    """The ops of one GenAI span (module doc). Raises ``GenAIContentError`` when its GenAI
+    content is unreadable (the span is rejected whole)."""
+    op = span.operation
+    if op == "execute_tool":
+        ops = _tool(span)
+    elif op in AGENT_OPERATIONS:
+        ops = _agent(span)
+    elif op == "embeddings":
+        usage = _usage(span, "embedding")
+        ops = [usage] if usage else []
+    elif (
+        op in CHAT_OPERATIONS
+        or "gen_ai.input.messages" in span.attrs
+        or "gen_ai.output.messages" in span.attrs
+        or any(e.name == "gen_ai.choice" or e.name in gm.EVENT_ROLES for e in span.events)
+    ):
+        ops = _chat(span)
+    else:
+        usage = _usage(span, "turn")
+        ops = [usage] if usage else []
+    return SpanOps(span, ops)
+
+
+def collapse(groups: list[SpanOps], max_bytes: int) -> list[Op]:
+    """The ops of accepted spans, in order, with what one request repeats taken out (the
+    store would skip it; fewer ops are fewer fsyncs before the ack):
+
+    * a message already carried by an earlier span of the same session is left out;
+    * a ``session.create`` equal to the session's previous one in the request is dropped
+      (it would fill nothing);
+    * appends to one session with no ``session.create`` of it between them (a system prompt
+      in force from a point on) are merged, up to ``max_bytes`` of message JSON.
+
+    A changed op gets the batch id of its new content: the same export gives the same ops
+    again (a retry is a duplicate), another batching other ids whose messages the store skips.
+    """
+    seen: dict[str, set[str]] = {}
+    creates: dict[str, dict[str, Any]] = {}
+    merging: dict[str, tuple[int, int]] = {}  # session -> (index in out, message bytes)
+    out: list[Op] = []
+    for group in groups:
+        for op, data, batch in group.ops:
+            sid = data["session_id"]
+            if op == "session.create":
+                if creates.get(sid) != data:
+                    creates[sid] = data
+                    merging.pop(sid, None)
+                    out.append((op, data, batch))
+                continue
+            if op != "messages.append":
+                out.append((op, data, batch))
+                continue
+            held = seen.setdefault(sid, set())
+            fresh = [m for m in data["messages"] if m["id"] not in held]
+            held.update(m["id"] for m in fresh)
+            size = sum(len(json.dumps(m)) for m in fresh)
+            if not fresh:
+                continue
+            at, had = merging.get(sid, (-1, 0))
+            if at >= 0 and had + size <= max_bytes:
+                fresh = out[at][1]["messages"] + fresh
+                out[at] = _append(group.span, sid, fresh)
+                merging[sid] = (at, had + size)
+            else:
+                merging[sid] = (len(out), size)
+                unchanged = len(fresh) == len(data["messages"])
+                out.append((op, data, batch) if unchanged else _append(group.span, sid, fresh))
+    return out
+
+
+class DelegateLinks:
+    """Which session each recent GenAI span belongs to, to make an agent span whose parent
+    span is in another session a ``delegate`` child of it, whichever export brings the parent
+    (a child span ends, so is exported, before its parent). In memory and bounded (``capacity``
+    spans of each kind, oldest forgotten): a link whose parent comes after a restart or after
+    ``capacity`` other spans is not made (the child's transcript is stored all the same).
+    Thread-safe: routes run in a thread pool."""
+
+    def __init__(self, capacity: int = 100_000):
+        self.capacity = capacity
+        self.lock = threading.Lock()
+        self.sessions: OrderedDict[tuple[str, str], tuple[str, str | None]] = OrderedDict()
+        self.waiting: OrderedDict[tuple[str, str], list[Span]] = OrderedDict()
+
+    def _remember(self, table: OrderedDict, key: Any, value: Any) -> None:
+        table[key] = value
+        table.move_to_end(key)
+        while len(table) > self.capacity:
+            table.popitem(last=False)
+
+    def links(self, spans: list[Span]) -> list[SpanOps]:
+        """The ``session.create`` ops that ``spans`` (every span of an export: GenAI spans
+        accepted, and the others) complete for agent spans under a parent, as ``SpanOps`` of
+        the agent span: a ``delegate`` link when the parent is a GenAI span of another
+        session, else the agent's name. Offered again each time the parent is exported (a
+        retry): the same batch id, applied once."""
+        out = []
+        with self.lock:
+            for s in spans:
+                call = s.attrs.get("gen_ai.tool.call.id")
+                session = s.session_id if s.genai else None
+                self._remember(
+                    self.sessions,
+                    (s.trace, s.span),
+                    (session, call if isinstance(call, str) else None),
+                )
+                if s.operation in AGENT_OPERATIONS and s.parent:
+                    waiting = self.waiting.get((s.trace, s.parent), [])
+                    if all(w.span != s.span for w in waiting):
+                        self._remember(self.waiting, (s.trace, s.parent), [*waiting, s])
+            parents = {(s.trace, s.span) for s in spans} | {
+                (s.trace, s.parent) for s in spans if s.operation in AGENT_OPERATIONS
+            }
+            for key in parents:
+                parent = self.sessions.get(key)
+                for child in self.waiting.get(key, []) if parent else []:
+                    op = _link(child, *parent)
+                    if op is not None:
+                        out.append(SpanOps(child, [op]))
+        return out
+
+
+def _link(child: Span, parent_session: str | None, call_id: str | None) -> Op | None:
+    """The agent span ``child``'s ``session.create`` once its parent is known: a ``delegate``
+    child of ``parent_session`` when that is another session (``meta``: the agent name and the
+    parent tool span's call id), else its name alone (None without one)."""
+    data: dict[str, Any] = {"session_id": child.session_id, "source": SOURCE}
+    delegate = parent_session is not None and parent_session != child.session_id
+    if delegate:
+        data |= {"parent_id": parent_session, "parent_kind": "delegate"}
+    meta = {
+        "agent": _text_attr(child, "gen_ai.agent.name"),
+        "parent_tool_call_id": call_id if delegate else None,
+    }
+    if any(meta.values()):
+        data["meta"] = {k: v for k, v in meta.items() if v}
+    return _op(child, "session.create", data) if len(data) > 2 else None

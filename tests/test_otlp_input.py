@@ -1,0 +1,193 @@
+"""`POST /v1/traces` with input that is not a clean GenAI export: the older event form of the
+GenAI conventions, bad bodies (OTLP error answers), and spans without GenAI attributes or
+with unreadable GenAI content (partial success); nothing wrong is stored."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import httpx
+import pytest
+from google.rpc.status_pb2 import Status
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+from opentelemetry.sdk.trace.export import SpanExportResult
+from otlp_helpers import capture, exporter, otlp_json
+from test_otlp import svc  # noqa: F401  (the module's server fixture)
+
+from quill.ops.client.client import Client
+from quill.ops.client.errors import NotFoundError
+
+
+def _post(svc, body: bytes, kind: str, token: str = "write", **headers) -> httpx.Response:
+    headers = {"Authorization": f"Bearer {svc['tokens'][token]}", "Content-Type": kind, **headers}
+    return httpx.post(f"{svc['base']}/v1/traces", content=body, headers=headers, timeout=60)
+
+
+def _event_form_spans():
+    """A chat span in the older event form (as OpenTelemetry's OpenAI instrumentation wrote
+    it), then a tool-execution span, then a second chat span repeating the history."""
+    provider, memory = capture()
+    tracer = provider.get_tracer("legacy")
+    with tracer.start_as_current_span("handle request"):  # one trace (not a GenAI span)
+        with tracer.start_as_current_span("chat gpt-4o") as span:
+            span.set_attributes(
+                {
+                    "gen_ai.operation.name": "chat",
+                    "gen_ai.system": "openai",
+                    "gen_ai.request.model": "gpt-4o",
+                    "gen_ai.response.model": "gpt-4o-2024-08-06",
+                    "gen_ai.response.id": "chatcmpl-legacy-1",
+                    "gen_ai.usage.input_tokens": 100,
+                    "gen_ai.usage.output_tokens": 20,
+                }
+            )
+            span.add_event("gen_ai.system.message", {"content": "You are terse."})
+            span.add_event("gen_ai.user.message", {"content": "Weather in Paris?"})
+            call = {
+                "id": "call_1",
+                "type": "function",
+                "function": {"name": "weather", "arguments": '{"city":"Paris"}'},
+            }
+            span.add_event(
+                "gen_ai.choice",
+                {
+                    "index": 0,
+                    "finish_reason": "tool_calls",
+                    "message": json.dumps({"tool_calls": [call]}),
+                },
+            )
+        with tracer.start_as_current_span("execute_tool weather") as span:
+            span.set_attributes(
+                {
+                    "gen_ai.operation.name": "execute_tool",
+                    "gen_ai.tool.name": "weather",
+                    "gen_ai.tool.call.id": "call_1",
+                    "gen_ai.tool.call.result": "rainy, 12 C",
+                }
+            )
+        with tracer.start_as_current_span("chat gpt-4o") as span:
+            span.set_attributes(
+                {
+                    "gen_ai.operation.name": "chat",
+                    "gen_ai.system": "openai",
+                    "gen_ai.request.model": "gpt-4o",
+                    "gen_ai.response.id": "chatcmpl-legacy-2",
+                    "gen_ai.usage.input_tokens": 140,
+                    "gen_ai.usage.output_tokens": 8,
+                }
+            )
+            span.add_event("gen_ai.system.message", {"content": "You are terse."})
+            span.add_event("gen_ai.user.message", {"content": "Weather in Paris?"})
+            span.add_event("gen_ai.assistant.message", {"tool_calls": json.dumps([call])})
+            span.add_event("gen_ai.tool.message", {"content": "rainy, 12 C", "id": "call_1"})
+            span.add_event(
+                "gen_ai.choice",
+                {"index": 0, "finish_reason": "stop", "message": json.dumps({"content": "Rainy."})},
+            )
+    return list(memory.get_finished_spans())
+
+
+def test_older_event_form_is_read(svc):
+    spans = _event_form_spans()
+    assert exporter(svc["base"], svc["tokens"]["write"]).export(spans) is SpanExportResult.SUCCESS
+    svc["quill"].drain()
+    client = Client(home=str(svc["home"]))
+    sid = f"otlp:{spans[0].context.trace_id:032x}"  # no conversation id: the trace
+    got = client.transcript(sid)["messages"]
+    assert [(m["role"], m.get("content"), m.get("tool_call_id")) for m in got] == [
+        ("system", "You are terse.", None),
+        ("user", "Weather in Paris?", None),
+        ("assistant", None, None),
+        ("tool", "rainy, 12 C", "call_1"),
+        ("assistant", "Rainy.", None),
+    ]
+    assert got[2]["tool_calls"][0]["function"] == {
+        "name": "weather",
+        "arguments": '{"city":"Paris"}',
+    }
+    [usage] = client.usage(session_id=sid)
+    assert (usage["calls"], usage["input_tokens"], usage["output_tokens"]) == (2, 240, 28)
+    assert usage["cost_usd"] is not None and usage["cost_usd"] > 0  # priced like other usage
+
+
+@pytest.mark.parametrize("kind", ["application/x-protobuf", "application/json"])
+def test_malformed_body_is_400_in_the_requests_encoding(svc, kind):
+    body = b"\xff\x00garbage{" if kind.endswith("protobuf") else b'{"resourceSpans": ['
+    resp = _post(svc, body, kind)
+    assert resp.status_code == 400 and resp.headers["content-type"] == kind
+    status = Status.FromString(resp.content) if kind.endswith("protobuf") else resp.json()
+    assert (status.code if isinstance(status, Status) else status["code"]) == 400
+    bad_ids = {"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "zz", "spanId": "00"}]}]}]}
+    assert _post(svc, json.dumps(bad_ids).encode(), "application/json").status_code == 400
+
+
+def test_wrong_content_type_encoding_and_scope(svc):
+    assert _post(svc, b"{}", "text/plain").status_code == 415
+    assert _post(svc, b"{}", "application/json", **{"Content-Encoding": "br"}).status_code == 415
+    assert _post(svc, b"{}", "application/json", token="read").status_code == 403
+
+
+def test_oversized_body_and_gzip_bomb_are_413(svc):
+    big = b"\n" + b"x" * 300_000
+    assert _post(svc, big, "application/x-protobuf").status_code == 413
+    bomb = gzip.compress(b"\0" * 5_000_000)  # 5 MB of zeros in a few KB
+    assert len(bomb) < 200_000
+    resp = _post(svc, bomb, "application/x-protobuf", **{"Content-Encoding": "gzip"})
+    assert resp.status_code == 413
+    assert Status.FromString(resp.content).code == 413
+
+
+def test_non_genai_and_unreadable_spans_get_a_partial_success(svc):
+    provider, memory = capture()
+    tracer = provider.get_tracer("app")
+    with tracer.start_as_current_span("GET /health") as plain:
+        plain.set_attribute("http.method", "GET")
+    with tracer.start_as_current_span("chat broken") as broken:
+        broken.set_attributes(
+            {
+                "gen_ai.operation.name": "chat",
+                "gen_ai.conversation.id": "otlp-broken",
+                "gen_ai.input.messages": "[{not json",
+            }
+        )
+    with tracer.start_as_current_span("chat negative") as negative:
+        negative.set_attributes(
+            {
+                "gen_ai.operation.name": "chat",
+                "gen_ai.conversation.id": "otlp-negative",
+                "gen_ai.usage.input_tokens": -5,
+                "gen_ai.output.messages": json.dumps(
+                    [{"role": "assistant", "parts": [{"type": "text", "content": "x"}]}]
+                ),
+            }
+        )
+    with tracer.start_as_current_span("chat fine") as fine:
+        fine.set_attributes(
+            {
+                "gen_ai.operation.name": "chat",
+                "gen_ai.conversation.id": "otlp-fine",
+                "gen_ai.input.messages": json.dumps(
+                    [{"role": "user", "parts": [{"type": "text", "content": "hello"}]}]
+                ),
+            }
+        )
+    spans = list(memory.get_finished_spans())
+    resp = _post(svc, encode_spans(spans).SerializeToString(), "application/x-protobuf")
+    assert resp.status_code == 200
+    answer = ExportTraceServiceResponse.FromString(resp.content).partial_success
+    assert answer.rejected_spans == 2
+    assert "gen_ai.input.messages is not JSON" in answer.error_message
+    assert "gen_ai.usage.input_tokens" in answer.error_message
+    assert "1 span(s) without GenAI attributes ignored" in answer.error_message
+    as_json = _post(svc, json.dumps(otlp_json(spans[:1])).encode(), "application/json").json()
+    assert as_json["partialSuccess"] == {
+        "errorMessage": "1 span(s) without GenAI attributes ignored"
+    }
+    svc["quill"].drain()
+    client = Client(home=str(svc["home"]))
+    assert [m["content"] for m in client.transcript("otlp:otlp-fine")["messages"]] == ["hello"]
+    for sid in ("otlp:otlp-broken", "otlp:otlp-negative", f"otlp:{spans[0].context.trace_id:032x}"):
+        with pytest.raises(NotFoundError):
+            client.transcript(sid)

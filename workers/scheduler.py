@@ -235,6 +235,14 @@ def _lead(cfg: Settings, log: Any, stop: threading.Event) -> Any:
     return None
 
 
+def close(sched: BackgroundScheduler) -> None:
+    """Shut ``sched`` down if it started. A start that failed (its job store unreachable, a
+    PostgreSQL outage) leaves it not running, and APScheduler's ``shutdown`` would then raise
+    ``SchedulerNotRunningError`` over the error that ended the run."""
+    if sched.running:
+        sched.shutdown(wait=True)
+
+
 def run(cfg: Settings, log: Any, stop: threading.Event) -> None:
     """Run the scheduler until ``stop``. Raises ``LeaseHeldError`` if another runs in this
     data dir. On a shared PostgreSQL store only the elected leader runs schedules; the others
@@ -295,7 +303,7 @@ def run(cfg: Settings, log: Any, stop: threading.Event) -> None:
             # re-reads the job store, so a change takes effect within a second.
             sched.wakeup()
     finally:
-        sched.shutdown(wait=True)
+        close(sched)
         if leader is not None:
             leader.release()
         lease.release()

@@ -125,7 +125,7 @@ JOBS: tuple[JobSpec, ...] = (
         "delete_empty",
         "store",
         prune.delete_empty,
-        "delete sessions with no message rows in any state (EXISTS probe), after a grace day",
+        "delete ended sessions with no message rows in any state, a day after their end",
         "cron",
         {"hour": 3, "minute": 15},
         params=lambda cfg: {"sources": list(cfg.prune_sources)},

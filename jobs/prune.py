@@ -178,20 +178,23 @@ def delete_empty(
     sources: list[str] | tuple[str, ...] = DEFAULTS.prune_sources,
     now: float | None = None,
 ) -> dict[str, Any]:
-    """Delete sessions of ``sources`` with no message rows in any state, created more than
-    ``grace_s`` ago (a producer may create a session before its first append), never pinned
-    or archived: one ``sessions.delete`` op, reason ``empty``. Figures: sessions to delete
-    (an empty delegate child going with its parent included)."""
+    """Delete sessions of ``sources`` with no message rows in any state, *ended* more than
+    ``grace_s`` ago, never pinned or archived: one ``sessions.delete`` op, reason ``empty``.
+    An open session is never deleted, however old: its producer may create it long before
+    its first append (a chat opened and left); an abandoned one is ended by
+    ``orphan_sweep``/``auto_prune``'s stale close first. Figures: sessions to delete (an
+    empty delegate child going with its parent included)."""
     now = time.time() if now is None else now
     cut, src = now - grace_s, tuple(sources)
     empty = [
         r[0]
         for r in conn.execute(
             "SELECT s.id FROM sessions s WHERE s.created_at < ? "
+            "AND s.ended_at IS NOT NULL AND s.ended_at < ? "
             f"AND s.source IN ({_in(src)}) AND {_KEEP} "
             "AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.session_id = s.id) "
             "ORDER BY s.id LIMIT ?",
-            (cut, *src, max_sessions),
+            (cut, cut, *src, max_sessions),
         )
     ]
     sessions, _ = _delete_op(
@@ -200,7 +203,7 @@ def delete_empty(
         empty,
         "empty",
         "job:delete_empty",
-        {"empty": True, "inactive_before": cut, "sources": list(src)},
+        {"empty": True, "ended_before": cut, "inactive_before": cut, "sources": list(src)},
     )
     return {"sessions_deleted": sessions}
 

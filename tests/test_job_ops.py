@@ -165,6 +165,7 @@ def test_stale_close_is_skipped_when_the_session_was_active_after_the_decision(s
 def test_running_a_job_twice_before_the_drain_is_harmless(store):
     for sid in ("a", "b"):
         store.apply("session.create", {"session_id": sid, "source": "cron"})
+        store.apply("session.end", {"session_id": sid, "reason": "agent_close"})
     later = time.time() + 2 * DAY
     assert delete_empty(store.conn, store.spool, now=later)["sessions_deleted"] == 2
     assert (
@@ -173,7 +174,35 @@ def test_running_a_job_twice_before_the_drain_is_harmless(store):
     assert store.drain() == []
     assert store.conn.execute("SELECT count(*) FROM sessions").fetchone()[0] == 0
     assert len(_records(store, "sessions.delete")) == 2
-    assert store.conn.execute("SELECT count(*) FROM applied_batches").fetchone()[0] == 4
+    # 2 creates, 2 ends, 2 deletes: the repeat applied once
+    assert store.conn.execute("SELECT count(*) FROM applied_batches").fetchone()[0] == 6
+
+
+def test_delete_empty_keeps_an_open_session_however_old_and_deletes_an_ended_one(store):
+    """The reference deletes only *ended* empty sessions; Quill deleted one still open (a chat
+    created before its first message) once the fixed one-day grace passed. The grace now
+    counts from the end, and the op's ``ended_before`` re-checks it when applied."""
+    for sid in ("open", "ended", "just-ended"):
+        store.apply("session.create", {"session_id": sid, "source": "cron"})
+    store.apply("session.end", {"session_id": "ended", "reason": "agent_close"})
+    later = time.time() + 5 * DAY
+    store.apply(
+        "session.end", {"session_id": "just-ended", "reason": "agent_close", "ended_at": later}
+    )
+    assert delete_empty(store.conn, store.spool, now=later + 1)["sessions_deleted"] == 1
+    assert store.drain() == []
+    left = {r[0] for r in store.conn.execute("SELECT id FROM sessions")}
+    assert left == {"open", "just-ended"}
+    [op] = _records(store, "sessions.delete")
+    assert op["data"]["session_ids"] == ["ended"]
+    # decided while ended, reopened by an append before the delete applies: kept
+    store.apply("session.end", {"session_id": "open", "reason": "agent_close"})
+    assert delete_empty(store.conn, store.spool, now=later + 2 * DAY)["sessions_deleted"] == 2
+    store.spool.append(
+        "messages.append", {"session_id": "open", "messages": [{"role": "user", "content": "x"}]}
+    )
+    assert store.drain() == []
+    assert {r[0] for r in store.conn.execute("SELECT id FROM sessions")} == {"open"}
 
 
 def test_message_ids_are_never_reused_after_a_delete_and_new_rows_are_searchable(store):

@@ -224,6 +224,7 @@ STATE_REASONS = frozenset(
         "tail-mismatch",
         "nothing-to-compact",
         "restore-out-of-order",
+        "missing-blob",
     }
 )
 

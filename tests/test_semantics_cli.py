@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 
+import pytest
+from conftest import CORPUS
+
 
 def _ops() -> str:
     call = {
@@ -90,3 +93,26 @@ def test_read_commands_show_filter_search_and_export_one_display_transcript(quil
     ]
     assert hits[0]["after"] == shown["messages"][4]
     assert quill.run("sessions", "show", "nope", check=False).returncode == 3
+
+
+@pytest.mark.corpus
+def test_subagent_runs_are_left_out_of_the_default_session_list(quill):
+    """A real Claude Code session that fanned out to 5 Task subagents listed as 6 sessions by
+    default; the reference's pickers hide delegate runs (reached from their parent).
+    ``--chains`` and the client's ``chains=True`` still list every session."""
+    from quill import Client
+
+    quill.run(
+        "import",
+        str(CORPUS / "claude-code" / "d-kimuson__fe5e1c67-53e7-4862-81ae-d0e013e3270b.jsonl"),
+    )
+    quill.drain()
+    parent = "claude-code:fe5e1c67-53e7-4862-81ae-d0e013e3270b"
+    assert [s["id"] for s in quill.json("sessions", "list")] == [parent]
+    every = quill.json("sessions", "list", "--chains")
+    delegates = [s for s in every if s["parent_kind"] == "delegate"]
+    assert len(every) == 6 and len(delegates) == 5
+    assert {s["parent_id"] for s in delegates} == {parent}
+    client = Client(quill.home)
+    assert [s["id"] for s in client.sessions()] == [parent]
+    assert len(client.sessions(chains=True)) == 6

@@ -159,6 +159,31 @@ def test_titles_are_unique_sanitized_limited_and_clearable(store):
         assert (r.get_session("a")["title"], r.get_session("b")["title"]) == (None, "my pro ject")
 
 
+def test_a_continuation_renamed_to_its_roots_title_takes_it_over(store):
+    """The reference: root "X", continuation renamed "X" — accepted, the root left untitled.
+    Quill refused it as ``duplicate-title``. A session outside the chain still may not."""
+    store.apply("session.create", {"session_id": "root", "title": "X"})
+    store.apply("session.end", {"session_id": "root", "reason": "compression"})
+    for sid, parent in (("mid", "root"), ("tip", "mid")):
+        store.apply(
+            "session.create",
+            {"session_id": sid, "parent_id": parent, "parent_kind": "compression"},
+        )
+    store.apply("session.create", {"session_id": "stranger"})
+    store.apply(
+        "session.create", {"session_id": "fork", "parent_id": "root", "parent_kind": "branch"}
+    )
+    assert store.apply("session.title", {"session_id": "tip", "title": "X"}) == []
+    for sid in ("stranger", "fork"):  # not a continuation of "tip"'s chain
+        assert store.apply("session.title", {"session_id": sid, "title": "X"}) == [
+            "duplicate-title"
+        ]
+    assert store.apply("session.title", {"session_id": "mid", "title": "X"}) == []  # and back
+    with store.reader() as r:
+        titles = {s: r.get_session(s)["title"] for s in ("root", "mid", "tip", "stranger")}
+    assert titles == {"root": None, "mid": "X", "tip": None, "stranger": None}
+
+
 def test_first_end_reason_wins_and_only_automatic_ends_are_cleared_by_a_live_writer(store):
     store.apply("session.end", {"session_id": "auto", "reason": "ws_disconnect"})
     store.apply("session.end", {"session_id": "auto", "reason": "user_exit"})

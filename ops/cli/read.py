@@ -72,7 +72,8 @@ def _tristate(value: str | None) -> bool | None:
     "--chains/--tips",
     "all_chain",
     default=False,
-    help="--tips (default): one row per compression chain, its tip; --chains: every session.",
+    help="--tips (default): one row per compression chain, its tip, no subagent runs; "
+    "--chains: every session.",
 )
 @json_option
 @click.pass_obj

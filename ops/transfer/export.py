@@ -8,6 +8,12 @@ chat JSONL or ShareGPT.
   prompt and tool array travel in the ``session.create`` (and a later change, a tool reload,
   as a ``session.create`` placed after the rows the session held then). Batch ids
   are derived from the content, so importing the same export twice applies it once.
+  A binary payload the store keeps once (store/apply/blobs.py) travels once per session: its
+  first row carries it inline, every later row of the session keeps the store's reference
+  (``quill-blob:<sha256>``) and its ``messages.restore`` op names that hash in ``blob_refs``,
+  so the import refuses the op (``missing-blob``) rather than keep a reference it cannot
+  resolve. A session's export is self-contained: a payload shared by two sessions is inline
+  in each.
   ``quill import`` recognises the header and appends the ops as they are; into an empty data
   dir that gives identical audit views, states, lineage, usage and attachments (the
   last-read watermark, a store id, is not carried).
@@ -105,11 +111,15 @@ def _session_row(conn: Any, sid: str) -> dict[str, Any]:
     return dict(zip(_SESSION_COLS, row))
 
 
-def _audit_rows(conn: Any, sid: str) -> list[tuple[dict[str, Any], str, int | None, int]]:
-    """``(message dict, state, origin store id, store id)`` for every row, in ``seq`` order. The
-    dict is what ``messages.append`` would store as this exact row: the stored ``extra``
-    travels as the message's ``extra`` object (not flattened, so no extra key can collide with
-    a message field), blob references are inflated back to their payloads."""
+def _audit_rows(
+    conn: Any, sid: str
+) -> list[tuple[dict[str, Any], str, int | None, int, frozenset[str]]]:
+    """``(message dict, state, origin store id, store id, kept refs)`` for every row, in
+    ``seq`` order. The dict is what ``messages.append`` would store as this exact row: the
+    stored ``extra`` travels as the message's ``extra`` object (not flattened, so no extra key
+    can collide with a message field). A blob reference is inflated back to its payload the
+    first time the session's rows meet it; later ones stay references, and ``kept refs`` holds
+    their hashes (module doc)."""
     out = []
     rows = conn.execute(
         "SELECT id, ext_id, role, content, parts, tool_calls, tool_call_id, tool_name, "
@@ -119,6 +129,7 @@ def _audit_rows(conn: Any, sid: str) -> list[tuple[dict[str, Any], str, int | No
     ).fetchall()
     # Every payload the session references in one query, not one per distinct reference.
     cache = blobs.get_many(conn, blobs.referenced(t for r in rows for t in (r[4], r[11])))
+    sent: set[str] = set()
     for (
         mid,
         ext_id,
@@ -135,9 +146,10 @@ def _audit_rows(conn: Any, sid: str) -> list[tuple[dict[str, Any], str, int | No
         state,
         origin,
     ) in rows:
+        kept: set[str] = set()
         msg: dict[str, Any] = {
             "role": role,
-            "content": blobs.inflate(conn, json.loads(parts), cache) if parts else content,
+            "content": _inflate_once(conn, parts, cache, sent, kept) if parts else content,
         }
         for key, value in (
             ("id", ext_id),
@@ -151,9 +163,45 @@ def _audit_rows(conn: Any, sid: str) -> list[tuple[dict[str, Any], str, int | No
             if value is not None:
                 msg[key] = value
         if extra:
-            msg["extra"] = blobs.inflate(conn, json.loads(extra), cache)
-        out.append((msg, state, origin, mid))
+            msg["extra"] = _inflate_once(conn, extra, cache, sent, kept)
+        out.append((msg, state, origin, mid, frozenset(kept)))
     return out
+
+
+def _inflate_once(
+    conn: Any, text: str, cache: dict[str, str | None], sent: set[str], kept: set[str]
+) -> Any:
+    """The stored JSON ``text`` (a row's parts or extra) parsed, with each reference to a
+    stored blob whose hash is not in ``sent`` replaced by its payload (and the hash added to
+    ``sent``); a reference already in ``sent`` stays as it is and its hash goes into ``kept``.
+    A reference to no stored blob is producer text (``blobs.inflate``) and stays, in neither
+    set."""
+    value = json.loads(text)
+    if not blobs.has_refs(text):
+        return value
+
+    def walk(v: Any) -> Any:
+        if isinstance(v, str):
+            found = blobs.parse_ref(v)
+            if found is None:
+                return v
+            prefix, sha = found
+            if sha not in cache:
+                cache[sha] = blobs.get(conn, sha)
+            if cache[sha] is None:
+                return v
+            if sha in sent:
+                kept.add(sha)
+                return v
+            sent.add(sha)
+            return prefix + cache[sha]
+        if isinstance(v, list):
+            return [walk(x) for x in v]
+        if isinstance(v, dict):
+            return {k: walk(x) for k, x in v.items()}
+        return v
+
+    return walk(value)
 
 
 def quill_ops(r: Reader, sid: str) -> Iterator[dict[str, Any]]:
@@ -200,7 +248,7 @@ def quill_ops(r: Reader, sid: str) -> Iterator[dict[str, Any]]:
         if not first:
             changes.pop(0, None)
         yield _op("session.create", create)
-    position = {mid: i for i, (_, _, _, mid) in enumerate(rows)}
+    position = {mid: i for i, (_, _, _, mid, _) in enumerate(rows)}
     # A later change (a tool reload) is re-sent where it happened: after the rows the session
     # held then, so the import records it after the same message (store/apply/context.py).
     stops = sorted({*range(0, len(rows), RESTORE_CHUNK), *changes, len(rows)})
@@ -219,9 +267,12 @@ def quill_ops(r: Reader, sid: str) -> Iterator[dict[str, Any]]:
                 "state": state,
                 "origin": position.get(origin) if origin is not None else None,
             }
-            for m, state, origin, _ in rows[start:end]
+            for m, state, origin, _, _ in rows[start:end]
         ]
         data = {"session_id": sid, "offset": start, "rows": chunk}
+        refs = sorted(set().union(*(kept for *_, kept in rows[start:end])))
+        if refs:
+            data["blob_refs"] = refs
         # a placeholder has no session.create to carry these: the restore re-creates it
         if s["placeholder"]:
             if s["source"]:

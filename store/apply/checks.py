@@ -318,9 +318,10 @@ def check_rewind(data: dict) -> None:
 def check_restore(data: dict, rows: RowsFn = message_rows) -> tuple[int, list[dict], list]:
     """``messages.restore``: ``offset`` ≥ 0, a non-empty ``rows`` list of ``{message, state,
     origin}`` (a state in ``STATES``, origin an earlier position or null), ``started_at`` a
-    number, ``source`` a string, each message valid. Its usage is not checked: restore
-    derives none (the export carries usage as ``usage.record``). Returns ``(offset, items,
-    message rows)``. ``restore-out-of-order`` needs the store."""
+    number, ``source`` a string, ``blob_refs`` a list of hashes, each message valid. Its
+    usage is not checked: restore derives none (the export carries usage as
+    ``usage.record``). Returns ``(offset, items, message rows)``. ``restore-out-of-order`` and
+    ``missing-blob`` need the store."""
     session_id(data)
     offset = opt(data, "offset", int)
     items = data.get("rows")
@@ -341,7 +342,24 @@ def check_restore(data: dict, rows: RowsFn = message_rows) -> tuple[int, list[di
     opt(data, "started_at", (int, float))
     opt(data, "source", str)
     no_nul(data, "source")
+    restore_blob_refs(data)
     return offset, items, rows([item.get("message") for item in items])
+
+
+def restore_blob_refs(data: dict) -> list[str]:
+    """A restore's ``blob_refs``: the blob hashes (64 lowercase hex characters each) its rows
+    hold as references rather than inline, at most one per row's worth of references; ``[]``
+    when absent. Raises ``InvalidOpError('invalid-field')``. Whether each is stored needs the
+    store (``missing-blob``, store/apply/restore.py)."""
+    refs = data.get("blob_refs", [])
+    if not isinstance(refs, list) or not all(
+        isinstance(r, str) and len(r) == 64 and all(c in "0123456789abcdef" for c in r)
+        for r in refs
+    ):
+        raise InvalidOpError(
+            "invalid-field", "blob_refs must be a list of SHA-256 hashes (64 lowercase hex)"
+        )
+    return refs
 
 
 def _label(data: dict, key: str, limit: int, default: str) -> str:

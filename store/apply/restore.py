@@ -15,6 +15,10 @@ which a replay of appends cannot. Payload (docs/ops.md)::
   the op can never duplicate or interleave rows;
 * ``source`` / ``started_at`` (optional) = those of a session that had no ``session.create``
   (a placeholder): they make the placeholder the op creates the same as the exported one;
+* ``blob_refs`` (optional) = hashes of blobs the rows hold as references (``quill-blob:<sha>``)
+  instead of inline: the export sends a payload once per session, so its later rows refer
+  to a blob an earlier op (or this one) stored; one the store lacks refuses the op
+  (``missing-blob``) instead of storing a reference nothing resolves;
 * ``origin`` = the 0-based position (in the session's row order) of the row this one is a
   copy of, earlier than itself;
 * the messages go through the same normaliser and blob store as ``messages.append``; usage
@@ -26,7 +30,7 @@ from __future__ import annotations
 import apsw
 
 from quill.store.apply import order
-from quill.store.apply.checks import STATES, check_restore
+from quill.store.apply.checks import STATES, check_restore, restore_blob_refs
 from quill.store.apply.message_rows import (
     _INSERT_STATE,
     INSERT_STATE_ID,
@@ -44,7 +48,8 @@ def messages_restore(conn: apsw.Connection, data: dict, batch_id: str, arrived_a
     """Insert ``data['rows']`` verbatim (state, origin) at position ``offset`` of the session.
     Returns rows inserted. Raises ``InvalidOpError``: ``invalid-field`` and message reasons
     (``op_checks.check_restore``, run first; its messages are normalised and their blobs
-    stored once, by ``_rows``), ``restore-out-of-order`` (needs the store)."""
+    stored once, by ``_rows``), ``missing-blob`` and ``restore-out-of-order`` (need the
+    store)."""
     offset, items, rows = check_restore(data, lambda messages: _rows(conn, messages, arrived_at))
     sid = data["session_id"]  # a valid id: check_restore
     started = opt(
@@ -59,6 +64,14 @@ def messages_restore(conn: apsw.Connection, data: dict, batch_id: str, arrived_a
             "restore-out-of-order",
             f"session {sid!r} holds {held} rows; this chunk starts at {offset}",
         )
+    # after _rows stored this op's own payloads: a reference may name one of them
+    for sha in restore_blob_refs(data):
+        if conn.execute("SELECT 1 FROM blobs WHERE sha256 = ?", (sha,)).fetchone() is None:
+            raise InvalidOpError(
+                "missing-blob",
+                f"a row of session {sid!r} refers to blob {sha} the store does not hold "
+                "(the export's earlier op carrying it was not applied)",
+            )
     ids = [
         r[0]
         for r in conn.execute("SELECT id FROM messages WHERE session_id = ? ORDER BY seq", (sid,))

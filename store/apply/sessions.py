@@ -47,6 +47,7 @@ from quill.store.apply.rules import (
 )
 from quill.store.apply.usage import usage_record
 from quill.store.errors import InvalidOpError
+from quill.store.read.lineage import root_of
 
 __all__ = [
     "APPLIERS",
@@ -64,6 +65,13 @@ def _title_owner(conn: apsw.Connection, title: str, sid: str) -> str | None:
         "SELECT id FROM sessions WHERE title = ? AND id != ?", (title, sid)
     ).fetchone()
     return row[0] if row else None
+
+
+def _same_lineage(conn: apsw.Connection, a: str, b: str) -> bool:
+    """Whether sessions ``a`` and ``b`` (both stored) descend over compression edges from
+    one root (``lineage.root_of``)."""
+    root_a, root_b = root_of(conn, a), root_of(conn, b)
+    return bool(root_a) and bool(root_b) and root_a[0] == root_b[0]
 
 
 @atomic
@@ -163,15 +171,20 @@ def session_end(conn: apsw.Connection, data: dict, batch_id: str, arrived_at: fl
 @atomic
 def session_title(conn: apsw.Connection, data: dict, batch_id: str, arrived_at: float) -> int:
     """Set a session's title (sanitised by ``clean_title``); an empty or all-control title
-    clears it. Titles are unique among titled sessions. Raises ``InvalidOpError``:
+    clears it. Titles are unique among titled sessions; a title held by another session of the
+    same compression chain (root, earlier or later continuation) moves to this one, the
+    holder left untitled, as the reference does. Raises ``InvalidOpError``:
     ``duplicate-title`` (naming the holder; the one rule needing the store), ``title-too-long``,
     ``invalid-field`` (``check_title``)."""
     sid, title = check_title(data)
-    if title is not None and (owner := _title_owner(conn, title, sid)):
+    owner = _title_owner(conn, title, sid) if title is not None else None
+    if owner is not None and not _same_lineage(conn, owner, sid):
         raise InvalidOpError(
             "duplicate-title", f"title {title!r} is already used by session {owner}"
         )
     ensure_session(conn, sid, arrived_at)
+    if owner is not None:  # a continuation taking its chain's title: the title moves
+        conn.execute("UPDATE sessions SET title = NULL WHERE id = ?", (owner,))
     conn.execute("UPDATE sessions SET title = ? WHERE id = ?", (title, sid))
     return 0
 

@@ -6,8 +6,8 @@ Rules:
   case-insensitive;
 * the date range selects sessions *active during* [since, until]: started at or before
   ``until`` and last active at or after ``since`` (epoch seconds);
-* by default a compression chain is one row, its tip (``lineage='tips'``); ``'all'`` lists
-  every session;
+* by default a compression chain is one row, its tip, and delegate (subagent) sessions are
+  left out (``lineage='tips'``); ``'all'`` lists every session;
 * ``message_count`` counts display positions; ``preview`` is the first user message in display
   order; ``unread`` counts display positions after the last-read watermark;
 * ``usage`` = the session's token and cost totals (``usage_reads``); ``key`` its conversation
@@ -162,7 +162,10 @@ def list_sessions(
         where.append("s.started_at <= ?")
         args.append(until)
     if lineage == "tips" and session_id is None:
+        # a subagent run is reached from its parent, as the reference's pickers do: one
+        # agent's fan-out would otherwise fill the default list
         where.append(IS_TIP_SQL)
+        where.append("(s.parent_kind IS NULL OR s.parent_kind != 'delegate')")
     outer, outer_args = ["1=1"], []
     if since is not None:
         outer.append("coalesce(last_active, started_at) >= ?")

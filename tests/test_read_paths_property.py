@@ -1,0 +1,211 @@
+"""What was imported reads back the same through every read path (property test).
+
+Random messages — text with lone surrogates, NULs, control and bidi characters, CJK and
+emoji, 70,000-character values; content parts holding a binary payload (stored once as a
+blob); deeply nested and arbitrary JSON extras; tool calls whose arguments hold the same odd
+text; reasoning — are appended through ``quill.Client`` and drained by the production writer
+into a real SQLite store. Then every read path must give back what the store's normaliser
+kept (``normalize.scrub``: NULs dropped, lone surrogates → U+FFFD; nothing else changed):
+
+* ``Reader.get_messages`` (audit view) and ``quill.Client.transcript`` / ``messages``;
+* ``GET /api/v1/sessions/{id}/messages?view=audit`` on a real ``quill serve``;
+* ``quill export --format quill`` (each row's message, blob references resolved) and the
+  readable formats (``markdown``, ``openai``, ``sharegpt``) at least do not fail;
+* search: each message's marker word through the word route, the trigram (substring) route
+  and the tool-call kind, from the client and from HTTP; ``sessions()`` listing counts.
+
+The read paths were found by listing ``store/read``, ``store/search``, ``ops/client/reads.py``,
+``ops/client/search.py``, ``ops/service/api_reads.py`` and ``ops/transfer/export*.py``.
+``QUILL_FUZZ_N`` sets the examples (default 8).
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import json
+import os
+
+import httpx
+import pytest
+from conftest import QuillCLI
+from fuzz_helpers import JSON_VALUES
+from harness import drain
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from service_helpers import bearer, served, token
+
+from quill import Client
+from quill.ops.transfer import export, export_render
+from quill.store.apply.normalize import scrub, scrub_json
+from quill.store.read.reader import Reader
+
+N = int(os.environ.get("QUILL_FUZZ_N", "8"))
+_IDS = itertools.count()
+
+_PIECES = st.sampled_from(
+    ["\ud800", "\udfff", "\x00", "a\x00b", "é中🚀", "你好世界", "\u202e", "\t\n", "\x07", '"\\']
+) | st.text(max_size=12)
+_HUGE = st.just("y" * 70_000)
+
+
+def _deep(depth: int) -> object:
+    value: object = "bottom"
+    for i in range(depth):
+        value = {"k": [value, i]}
+    return value
+
+
+@st.composite
+def messages(draw) -> list[dict]:
+    """1–3 messages, each holding a unique marker word (returned in ``extra["marker"]``)."""
+    out = []
+    for _ in range(draw(st.integers(1, 3))):
+        marker = f"zqmark{next(_IDS)}x"
+        odd = "".join(draw(st.lists(_PIECES, max_size=6)))
+        text = f"{odd} {marker} {draw(_PIECES)}"
+        if draw(st.booleans()):
+            text += draw(_HUGE)
+        shape = draw(st.sampled_from(["text", "parts", "tool_call", "reasoning"]))
+        extra = {
+            "marker": marker,
+            "junk": draw(JSON_VALUES),
+            "deep": _deep(draw(st.integers(1, 60))),
+        }
+        if shape == "text":
+            msg = {"role": draw(st.sampled_from(["user", "assistant"])), "content": text}
+        elif shape == "parts":
+            payload = base64.b64encode(draw(st.binary(min_size=800, max_size=1200))).decode()
+            msg = {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": text},
+                    {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{payload}"}},
+                ],
+            }
+        elif shape == "tool_call":
+            # json.dumps escapes a lone surrogate (a cut emoji): "\ud83d" in the argument text
+            args = json.dumps({"q": text[:200] + "\ud83d", "nested": draw(JSON_VALUES)})
+            msg = {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": marker,
+                        "type": "function",
+                        "function": {"name": "grep", "arguments": args},
+                    }
+                ],
+            }
+        else:
+            msg = {"role": "assistant", "content": odd or "-", "reasoning": text}
+        msg["extra_fields"] = extra
+        out.append(msg)
+    return out
+
+
+def _expected(msg: dict) -> dict:
+    """The fields the store keeps, as the normaliser leaves them."""
+    out = {"role": msg["role"], "content": scrub_json(msg.get("content"))}
+    if msg.get("tool_calls"):
+        calls = scrub_json(msg["tool_calls"])
+        out["tool_calls"] = calls
+    if msg.get("reasoning") is not None:
+        out["reasoning"] = scrub(msg["reasoning"])
+    return out
+
+
+def _kept(msg: dict) -> dict:
+    """The same fields of a message as a read path returns it."""
+    out = {"role": msg["role"], "content": msg.get("content")}
+    if msg.get("tool_calls"):
+        out["tool_calls"] = msg["tool_calls"]
+    if msg.get("reasoning") is not None:
+        out["reasoning"] = msg["reasoning"]
+    return out
+
+
+@pytest.fixture(scope="module")
+def served_store(tmp_path_factory):
+    quill = QuillCLI(tmp_path_factory.mktemp("readpaths") / "home")
+    quill.run("push", "--session", "warm", input=json.dumps({"role": "user", "content": "x"}))
+    drain(quill.home)
+    tok = token(quill, "read")
+    with served(quill) as base:
+        yield quill, base, bearer(tok)
+
+
+def test_every_read_path_returns_what_was_imported(served_store):
+    quill, base, auth = served_store
+    client = Client(quill.home)
+    http = httpx.Client(base_url=base, headers=auth, timeout=60)
+
+    @settings(
+        max_examples=N,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(messages())
+    def check(msgs):
+        sid = f"fuzz-{next(_IDS)}"
+        sent = []
+        for m in msgs:  # extra_fields are the message's own extra keys
+            extra = m.pop("extra_fields")
+            sent.append({**m, **extra})
+        client.append(sid, sent, source="fuzz")
+        drain(quill.home)
+        want = [_expected(m) for m in sent]
+        markers = [m["marker"] for m in sent]
+
+        with Reader(quill.home / "state.db") as r:
+            audit = r.get_messages(sid, "audit")
+            readable = [
+                export_render.markdown(r, sid),
+                export_render.openai_chat(r, sid),
+                export_render.sharegpt(r, sid),
+            ]
+            ops = list(export.quill_ops(r, sid))
+        assert [_kept(m) for m in audit] == want
+        assert [m["marker"] for m in audit] == [scrub(x) for x in markers]
+        assert [m.get("deep") for m in audit] == [m["deep"] for m in sent]
+        assert [m.get("junk") for m in audit] == [scrub_json(m["junk"]) for m in sent]
+        assert all(readable)
+
+        assert [_kept(m) for m in client.messages(sid, "audit")] == want
+        got = http.get(f"/api/v1/sessions/{sid}/messages", params={"view": "audit"})
+        assert got.status_code == 200, got.text
+        assert [_kept(m) for m in got.json()["messages"]] == want
+
+        rows = [
+            row["message"]
+            for op in ops
+            if op["op"] == "messages.restore"
+            for row in op["data"]["rows"]
+        ]
+        assert [_kept(m) for m in rows] == want  # each payload inline (once per session)
+        assert [m["extra"]["deep"] for m in rows] == [m["deep"] for m in sent]
+
+        (listed,) = [s for s in client.sessions(source="fuzz", limit=1000) if s["id"] == sid]
+        assert listed["message_count"] == len(sent)
+
+        for m, marker in zip(sent, markers):
+            kinds = (
+                ["tool"]
+                if m.get("tool_calls")
+                else ["reasoning"]
+                if m.get("reasoning")
+                else ["text"]
+            )
+            for substring in (False, True):
+                hits = client.search(marker, session_id=sid, substring=substring, context=False)
+                assert [h["session_id"] for h in hits] == [sid], (marker, substring, hits)
+                hits = client.search(marker, session_id=sid, kinds=kinds, substring=substring)
+                assert len(hits) == 1, (marker, kinds, substring)
+            found = http.get("/api/v1/search", params={"q": marker, "session_id": sid})
+            assert found.status_code == 200, found.text
+            assert len(found.json()["hits"]) == 1
+
+    check()
+    out = quill.home.parent / "all.jsonl"
+    quill.run("export", "-o", str(out))  # the CLI over every session at once
+    assert out.stat().st_size > 0

@@ -313,7 +313,7 @@ def _common_checks(cfg: Settings, found: guard.StoreRead) -> list[dict[str, Any]
     # Every record read: checksums, segment structure and sequence numbers (spool.integrity,
     # the classification `spool verify` and `status` use).
     cursor = Position.parse(sp["cursor"]) if sp["cursor"] else None
-    integrity = assess(cfg.spool_dir, cursor=cursor, scan=True)
+    integrity = assess(cfg.spool_dir, cursor=cursor, scan=True, max_line=cfg.max_record_bytes)
     out.append(_check("spool integrity", not integrity.lost, integrity.summary()))
     quarantine = Quarantine(cfg.spool_dir)
     torn = quarantine.torn_count()

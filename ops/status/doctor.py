@@ -251,7 +251,8 @@ def _common_checks(cfg: Settings, found: guard.StoreRead) -> list[dict[str, Any]
             else f"HALTED: {halt.cause}: {halt.detail} — run `{halt.next}`",
         )
     )
-    queue = health.queue_state(cfg, writer if writer.alive else None)
+    others = {role: rd.last(role) for role in ("scheduler", "consumer")}
+    queue = health.queue_state(cfg, writer if writer.alive else None, others)
     out.append(
         _check(
             "job queue",
@@ -260,6 +261,20 @@ def _common_checks(cfg: Settings, found: guard.StoreRead) -> list[dict[str, Any]
             if not queue["unavailable_since"]
             else f"unreachable since {_when(queue['unavailable_since'])}: {queue['error']}; "
             "appends are applied, queued and scheduled jobs wait",
+            warn_only=True,
+        )
+    )
+    sched = others["scheduler"] or {}
+    unwritable = bool(sched.get("alive") and sched.get("schedule_error"))
+    out.append(
+        _check(
+            "schedule store",
+            not unwritable,
+            "writable"
+            if not unwritable
+            else f"unwritable since {_when(sched['schedule_unwritable_since'])}: "
+            f"{sched['schedule_error']}; next run times of "
+            f"{', '.join(sched.get('schedule_held') or [])} held in memory, jobs fire on time",
             warn_only=True,
         )
     )

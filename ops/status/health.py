@@ -110,7 +110,8 @@ def collect(cfg: Any) -> dict[str, Any]:
         data["jobs"], data["overdue"] = [], []
     writer = WriterStatus.from_json(data["fleet"]["writer"])
     data["wal"] = wal_state(cfg, writer if writer.alive else None)
-    data["queue"] = queue_state(cfg, writer if writer.alive else None)
+    others = {role: data["fleet"].get(role) for role in ("scheduler", "consumer")}
+    data["queue"] = queue_state(cfg, writer if writer.alive else None, others)
     q = Quarantine(cfg.spool_dir)
     sp = guard.progress(cfg, found, (got.get("store") or {}).get("cursor"))
     # torn_writes: entries that are a producer's unacknowledged partial write, not damage.
@@ -283,30 +284,42 @@ def _ago(seconds: float) -> str:
     return f"{seconds:.0f} s"
 
 
-def queue_state(cfg: Any, writer: WriterStatus | None) -> dict[str, Any]:
+def queue_state(
+    cfg: Any, writer: WriterStatus | None, others: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """The job queue: ``where`` (the Redis URL without password, or ``queue.db``),
     ``pending`` (``{"store", "worker"}`` tasks waiting, None when it cannot be counted), and
-    while it is unreachable ``unavailable_since`` (epoch s) and ``error`` (else None).
+    while it is unreachable ``unavailable_since`` (epoch s) and ``error`` (else None), with
+    ``reported_by`` (the roles whose own calls fail, or None).
 
-    The queue is asked here: when it answers, it is reachable (the workers take jobs again
-    at their next try, within 10 s); when it does not, the outage started when the live
-    writer first found it down, or now. An absent ``queue.db`` is not created (status writes
-    nothing): nothing is queued there yet. Never raises for an unreachable queue."""
+    The queue is asked here, by reading: when that fails the queue is unreachable. A read
+    that answers does not prove that the workers can write to it (a full disk under
+    ``queue.db`` takes reads, not writes), so an outage a live process reports (the writer,
+    and ``others``: ``{role: published status}`` of the scheduler and consumer, each with
+    ``alive``) stands until that process's own next try succeeds (within 10 s of the queue's
+    return). An absent ``queue.db`` is not created (status writes nothing): nothing is queued
+    there yet. Never raises for an unreachable queue."""
     from quill.jobs.errors import QueueUnavailableError
     from quill.jobs.queues import build_for, redacted
 
+    reports = {"writer": (writer.queue_down_since, writer.queue_error)} if writer else {}
+    for role, st in (others or {}).items():
+        if st and st.get("alive"):
+            reports[role] = (st.get("queue_down_since"), st.get("queue_error"))
+    reports = {role: r for role, r in reports.items() if r[0] is not None}
+    first = min(reports.values(), default=(None, None))
     out: dict[str, Any] = {
         "where": redacted(cfg.queue_url) if cfg.queue_url else str(cfg.queue_db),
         "pending": None,
-        "unavailable_since": writer.queue_down_since if writer is not None else None,
-        "error": writer.queue_error if writer is not None else None,
+        "unavailable_since": first[0],
+        "error": first[1],
+        "reported_by": sorted(reports) or None,
     }
     if not cfg.queue_url and not cfg.queue_db.exists():
         out["pending"] = {"store": 0, "worker": 0}
         return out
     try:
         out["pending"] = build_for(cfg).pending()
-        out["unavailable_since"] = out["error"] = None
     except QueueUnavailableError as exc:
         out["unavailable_since"] = out["unavailable_since"] or exc.since
         out["error"] = out["error"] or str(exc)

@@ -16,7 +16,7 @@ import psycopg
 from harness import make_home
 from test_bookkeeping_enospc import _worker
 
-from quill.home import RunDir, runner_tag
+from quill.home import RunDir, process_identity
 from quill.jobs.queues import build_for
 from quill.spool import Spool
 
@@ -117,7 +117,9 @@ def test_a_killed_pg_writers_running_job_is_closed_by_the_next_writer(tmp_path, 
             "claim": "tok-c",
         },
     )
-    here_live = _fake_run(pg_store_url, runner_tag("writer", spool_id="D")["holder"])
+    me = process_identity()  # this test process: alive, on this host
+    here = {"host": os.uname().nodename, **me, "spool_id": "D", "claim": None}
+    here_live = _fake_run(pg_store_url, here)
 
     writer = _worker(cfg.home, "writer")  # the next writer of this spool id
     try:

@@ -31,7 +31,7 @@ from huey.utils import utcnow
 
 from quill.home import runner_tag
 from quill.jobs import catalog
-from quill.jobs.errors import QueueUnavailableError
+from quill.jobs.errors import QueueDamagedError, QueueUnavailableError
 from quill.jobs.outage import QueueOutage
 from quill.jobs.queues import Queues, resolve_params
 from quill.spool import Spool
@@ -106,6 +106,8 @@ class StoreJobRunner:
             task = self._take()
         except QueueUnavailableError as exc:
             self.outage.failed(exc)
+            if isinstance(exc, QueueDamagedError) and self._open_queues is not None:
+                self._queues = None  # opened afresh at the next try: the file moved aside
             return False
         self.outage.answered()
         if task is None:

@@ -87,6 +87,12 @@ def _print_status(d: dict[str, Any]) -> None:
             + (f" (reported by {', '.join(q['reported_by'])})" if q.get("reported_by") else "")
             + "\n  queued and scheduled jobs wait; the spool is applied as ever"
         )
+    if d.get("schedule", {}).get("readable") is False:
+        con.print(
+            f"[bold red]SCHEDULE UNREADABLE[/bold red]: {d['schedule']['error']}\n"
+            "  move schedule.db aside: the scheduler recreates the default schedules "
+            "(your own changes to them are lost; the spool and the store are not)"
+        )
     sched = fleet.get("scheduler") or {}
     if sched.get("alive") and sched.get("schedule_error"):
         con.print(

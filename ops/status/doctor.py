@@ -266,18 +266,23 @@ def _common_checks(cfg: Settings, found: guard.StoreRead) -> list[dict[str, Any]
     )
     sched = others["scheduler"] or {}
     unwritable = bool(sched.get("alive") and sched.get("schedule_error"))
-    out.append(
-        _check(
-            "schedule store",
-            not unwritable,
-            "writable"
-            if not unwritable
-            else f"unwritable since {_when(sched['schedule_unwritable_since'])}: "
-            f"{sched['schedule_error']}; next run times of "
-            f"{', '.join(sched.get('schedule_held') or [])} held in memory, jobs fire on time",
-            warn_only=True,
+    readable = health.schedule_state(cfg)
+    if readable["readable"] is False:
+        out.append(_check("schedule store", False, f"{readable['error']}; move it aside"))
+    else:
+        out.append(
+            _check(
+                "schedule store",
+                not unwritable,
+                "writable"
+                if not unwritable
+                else f"unwritable since {_when(sched['schedule_unwritable_since'])}: "
+                f"{sched['schedule_error']}; next run times of "
+                f"{', '.join(sched.get('schedule_held') or [])} held in memory, "
+                "jobs fire on time",
+                warn_only=True,
+            )
         )
-    )
     free = shutil.disk_usage(next(p for p in (cfg.home, *cfg.home.parents) if p.exists())).free
     out.append(_check("free space", free > FREE_WARN_BYTES, f"{free} bytes free", warn_only=True))
     figures = found.value[0] if found.ok else None

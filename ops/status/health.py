@@ -17,7 +17,7 @@ from typing import Any
 import apsw
 
 from quill.home import RunDir, WriterStatus
-from quill.jobs.schedule import read_schedules
+from quill.jobs.schedule import ScheduleUnreadableError, read_schedules
 from quill.ops.purge.procedure import interrupted as interrupted_purge
 from quill.ops.status import guard
 from quill.spool import Position, Quarantine
@@ -110,6 +110,7 @@ def collect(cfg: Any) -> dict[str, Any]:
         data["jobs"], data["overdue"] = [], []
     writer = WriterStatus.from_json(data["fleet"]["writer"])
     data["wal"] = wal_state(cfg, writer if writer.alive else None)
+    data["schedule"] = schedule_state(cfg)
     others = {role: data["fleet"].get(role) for role in ("scheduler", "consumer")}
     data["queue"] = queue_state(cfg, writer if writer.alive else None, others)
     q = Quarantine(cfg.spool_dir)
@@ -232,10 +233,15 @@ def overdue_jobs(
     have been recorded for longer than that (a brand-new data dir is not overdue).
 
     ``conn`` is a read connection on the store (None: no store yet, so nothing ran).
-    Each item: ``job``, ``period_s``, ``last_ok`` (epoch s or None), ``late_s``, ``reason``."""
+    Each item: ``job``, ``period_s``, ``last_ok`` (epoch s or None), ``late_s``, ``reason``.
+    An unreadable ``schedule.db`` gives [] here: ``schedule_state`` reports it beside."""
     now = time.time() if now is None else now
     periods: dict[str, float] = {}
-    for s in read_schedules(cfg.schedule_db, FIRE_REF):
+    try:
+        schedules = read_schedules(cfg.schedule_db, FIRE_REF)
+    except ScheduleUnreadableError:
+        schedules = []  # said by schedule_state, in the same document
+    for s in schedules:
         if not s["paused"] and s["period_s"]:
             periods[s["job"]] = min(periods.get(s["job"], s["period_s"]), s["period_s"])
     if not periods:
@@ -275,6 +281,19 @@ def overdue_jobs(
                 }
             )
     return out
+
+
+def schedule_state(cfg: Any) -> dict[str, Any]:
+    """The persisted schedule as status sees it: ``{"readable": True, "error": None}``, or
+    ``readable`` False with why (``schedule.db`` damaged, locked, unreadable). A shared
+    PostgreSQL job store is read by the scheduler only: ``readable`` None there."""
+    if not capabilities(cfg).local_file:
+        return {"readable": None, "error": None}
+    try:
+        read_schedules(cfg.schedule_db, FIRE_REF)
+    except ScheduleUnreadableError as exc:
+        return {"readable": False, "error": str(exc)}
+    return {"readable": True, "error": None}
 
 
 def _ago(seconds: float) -> str:

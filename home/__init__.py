@@ -23,6 +23,8 @@ from quill.home.identity import (
     holder_alive,
     process_identity,
     read_holder,
+    runner_dead,
+    runner_tag,
     start_ticks,
 )
 
@@ -91,6 +93,8 @@ __all__ = [
     "load",
     "BOOT_SHIFT_S",
     "holder_alive",
+    "runner_dead",
+    "runner_tag",
     "process_identity",
     "read_holder",
     "start_ticks",

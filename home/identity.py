@@ -89,6 +89,42 @@ def holder_alive(holder: dict[str, Any]) -> bool:
         return False
 
 
+def runner_tag(role: str, **ids: Any) -> dict[str, Any]:
+    """Who runs a job, for the figures of its ``job_runs`` rows: ``{"runner": role, "holder":
+    {"host", "boot_id", "pid", "start_ticks", **ids}}`` — this process, pid-reuse-safe
+    (``process_identity``), on this host (its name) and boot. ``ids``: what else names the
+    runner's claim (the writer: its ``spool_id`` and spool ``claim`` token on a shared store).
+    Whoever closes a dead runner's rows checks the holder (``runner_dead``). Never raises:
+    without ``/proc`` ``start_ticks`` is None (such a holder is never proved dead by pid)."""
+    import socket
+
+    import psutil
+
+    pid = os.getpid()
+    try:
+        ticks: int | None = start_ticks(pid)
+    except psutil.NoSuchProcess:  # no /proc here
+        ticks = None
+    holder = {"host": socket.gethostname(), "boot_id": _boot_id(), "pid": pid, "start_ticks": ticks}
+    return {"runner": role, "holder": {**holder, **ids}}
+
+
+def runner_dead(holder: dict[str, Any]) -> bool | None:
+    """Whether the process a ``runner_tag`` holder names is gone, as far as this host can
+    tell: True when it ran on this host in an earlier boot, or in this boot and is no longer
+    that process (``holder_alive``); False when it still runs; None when it ran on another
+    host (only that host, or a claim it held, can tell)."""
+    import socket
+
+    if holder.get("host") != socket.gethostname():
+        return None
+    if holder.get("boot_id") != _boot_id():
+        return True
+    if holder.get("start_ticks") is None:
+        return None
+    return not holder_alive(holder)
+
+
 def read_holder(lock_path: Path) -> dict[str, Any]:
     """The holder recorded in a lease's lock file ({} when none or unreadable)."""
     try:

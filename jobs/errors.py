@@ -2,11 +2,16 @@
 
     QueueError
     └── QueueUnavailableError   the Redis server of ``[queue] url`` refused, dropped or timed
-                                out a connection (redis-py ``ConnectionError`` /
-                                ``TimeoutError``, which include an authentication failure and
-                                a server still loading its data), or refused a write as a
-                                read-only replica; or ``queue.db`` was busy, locked, full,
-                                unreadable or could not be opened (SQLite primary result codes)
+        │                       out a connection (redis-py ``ConnectionError`` /
+        │                       ``TimeoutError``, which include an authentication failure and
+        │                       a server still loading its data), or refused a write as a
+        │                       read-only replica; or ``queue.db`` was busy, locked, full,
+        │                       unreadable or could not be opened (SQLite primary result codes)
+        └── QueueDamagedError   ``queue.db`` is damaged or not a database (SQLITE_CORRUPT,
+                                SQLITE_NOTADB): an outage like the others to every caller (they
+                                stay up and try again), which lasts until an operator moves
+                                the file aside (a new one is created; what it held is lost,
+                                the spool is not)
 
 Classified by exception type (and SQLite result code), never by message text. Every call
 into huey's storage goes through ``guarded`` (``jobs.queues`` installs it on both storage
@@ -24,6 +29,8 @@ from collections.abc import Iterator
 
 #: SQLite primary result codes (sqlite3.h) that mean ``queue.db`` cannot be used right now.
 _SQLITE_UNAVAILABLE = frozenset({5, 6, 10, 13, 14})  # BUSY, LOCKED, IOERR, FULL, CANTOPEN
+#: ... and that mean it is damaged: it will not answer until it is replaced.
+_SQLITE_DAMAGED = frozenset({11, 26})  # CORRUPT, NOTADB
 
 
 class QueueError(Exception):
@@ -41,6 +48,26 @@ class QueueUnavailableError(QueueError):
         self.cause = f"{type(cause).__name__}: {cause}"
         self.since = time.time()
         super().__init__(f"the job queue at {where} is unreachable ({self.cause})")
+
+
+class QueueDamagedError(QueueUnavailableError):
+    """``queue.db`` is damaged (``where``: its path; ``cause`` as above): nothing was queued
+    or taken. It stays so until the file is moved aside; the spool, not the queue, holds
+    every change, so only jobs waiting in it are lost (run them again with ``quill jobs
+    run``)."""
+
+    def __init__(self, where: str, cause: BaseException):
+        super().__init__(where, cause)
+        self.args = (
+            f"the job queue at {where} is damaged ({self.cause}): move it aside and Quill "
+            "creates a new one (jobs waiting in it are lost; the spool is not)",
+        )
+
+
+def damaged(exc: BaseException) -> bool:
+    """Whether ``exc`` (raised by huey's storage) means ``queue.db`` is damaged."""
+    code = getattr(exc, "sqlite_errorcode", None) if isinstance(exc, sqlite3.Error) else None
+    return code is not None and code & 0xFF in _SQLITE_DAMAGED
 
 
 def _redis_types() -> tuple[type[BaseException], ...]:
@@ -73,6 +100,8 @@ def guarded(where: str) -> Iterator[None]:
     except QueueError:
         raise
     except Exception as exc:
+        if damaged(exc):
+            raise QueueDamagedError(where, exc) from exc
         if unavailable(exc):
             raise QueueUnavailableError(where, exc) from exc
         raise

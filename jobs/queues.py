@@ -21,7 +21,7 @@ from typing import Any
 from huey import RedisHuey, SqliteHuey
 from huey.storage import BaseStorage, RedisStorage, SqliteStorage
 
-from quill.home import Settings
+from quill.home import Settings, runner_tag
 from quill.jobs import catalog
 from quill.jobs.errors import QueueUnavailableError, guarded
 from quill.store.sqlite.job_runs import RUNNING, close_interrupted, record_job_run
@@ -268,9 +268,8 @@ def run_recorded(
     the run is not in ``job_runs`` (``unrecorded``: the ``QueueUnavailableError`` text). A
     job error is re-raised with a note naming each follow-up job that could not be queued."""
     started = time.time()
-    unrecorded = _record(
-        queues, job=spec.name, started_at=started, outcome=RUNNING, figures={"runner": runner}
-    )
+    tag = runner_tag(runner)  # this process: a row it leaves running is proved gone later
+    unrecorded = _record(queues, job=spec.name, started_at=started, outcome=RUNNING, figures=tag)
     try:
         figures = spec.func(**params)
     except Exception as exc:
@@ -281,7 +280,7 @@ def run_recorded(
                 started_at=started,
                 ended_at=time.time(),
                 outcome="error",
-                figures={"runner": runner},
+                figures=tag,
                 error="".join(traceback.format_exception_only(exc)).strip(),
             )
         for name, followup in getattr(exc, "followups", ()):  # e.g. quick_check → fts_rebuild
@@ -297,7 +296,7 @@ def run_recorded(
             started_at=started,
             ended_at=time.time(),
             outcome="ok",
-            figures={**figures, "runner": runner},
+            figures={**figures, **tag},
         )
     return figures if unrecorded is None else {**figures, "unrecorded": str(unrecorded)}
 

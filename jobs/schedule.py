@@ -97,24 +97,42 @@ def migrate(schedule_db: Path, fire_ref: str) -> list[str]:
         conn.close()
 
 
+class ScheduleUnreadableError(Exception):
+    """``schedule.db`` cannot be read (damaged, not a database, locked, unreadable): classified
+    by SQLite result code. ``path`` is the file, ``cause`` the driver's error (``Type: text``)."""
+
+    def __init__(self, path: Path, cause: BaseException):
+        self.path = path
+        self.cause = f"{type(cause).__name__}: {cause}"
+        super().__init__(f"the schedule at {path} cannot be read ({self.cause})")
+
+
+#: SQLite's generic result code: here, the job store's table does not exist yet.
+_SQLITE_ERROR = 1
+
+
 def read_schedules(schedule_db: Path, fire_ref: str) -> list[dict[str, Any]]:
     """Every Quill schedule (a call of ``fire_ref`` or of a legacy reference) in
     ``schedule_db``, read-only (no scheduler started): ``id``,
     ``job``, ``trigger`` (text), ``paused``, ``next_run`` (aware datetime or None) and
     ``period_s`` (seconds between two consecutive fire times from now; None when the
-    trigger never fires again). Legacy rows are understood too. [] when there is no file."""
+    trigger never fires again). Legacy rows are understood too. [] when there is no file or
+    no table yet. Raises ``ScheduleUnreadableError`` when the file cannot be read."""
     import datetime as dt
 
     path = Path(schedule_db)
     if not path.exists():
         return []
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
     try:
-        rows = conn.execute(f"SELECT id, job_state FROM {TABLE}").fetchall()
-    except sqlite3.OperationalError:  # no table yet
-        return []
-    finally:
-        conn.close()
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
+        try:
+            rows = conn.execute(f"SELECT id, job_state FROM {TABLE}").fetchall()
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        if getattr(exc, "sqlite_errorcode", None) == _SQLITE_ERROR:  # no table yet
+            return []
+        raise ScheduleUnreadableError(path, exc) from exc
     out = []
     now = dt.datetime.now(dt.UTC)
     for job_id, blob in rows:

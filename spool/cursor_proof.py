@@ -11,7 +11,11 @@ only when they hold the same record at the same place.
 
 The digest is over what a purge keeps (``spool.purge``: a same-length tombstone keeps the
 batch id, producer, sequence number and length): batch, producer, seq and the line's length.
-A damaged line (no record) is digested by its bytes; purge never rewrites one.
+A damaged line (no record) is digested by its bytes; purge never rewrites one. A line over
+the record-size limit is never read whole (``spool.lines``): its digest is computed while it
+is streamed past, the same value. A change of ``[spool] max_record_bytes`` can turn the line
+before a cursor from a record into an over-limit line or back; ``check`` accepts the proof in
+either form, so that change never reads as another spool's cursor.
 """
 
 from __future__ import annotations
@@ -21,11 +25,13 @@ import os
 from pathlib import Path
 from typing import Any
 
+from quill.home import DEFAULTS
+from quill.spool.lines import envelope
 from quill.spool.segments import Position, list_segments, segment_name
 
-#: Bytes read to find the proved entry: one line of the spool (records are bounded by the
-#: producer's size limit, far below this).
-_READ_BYTES = 64 << 20
+#: Bytes read to find the proved entry: one line of the spool (its reader streams past a line
+#: over the limit, so this bounds nothing but the count of lines).
+_READ_BYTES = 1
 
 
 def proof(entry: Any) -> str:
@@ -33,11 +39,29 @@ def proof(entry: Any) -> str:
     producer, sequence number and byte length when it holds a record, else of its bytes."""
     rec = entry.record
     if rec is not None and isinstance(rec.get("batch"), str):
-        key = "\0".join(
-            (rec["batch"], str(rec.get("producer")), str(rec.get("seq")), str(len(entry.raw)))
-        ).encode("utf-8", "surrogatepass")
-        return hashlib.sha256(b"record\0" + key).hexdigest()
+        return _record_proof(rec, len(entry.raw))
+    over = getattr(entry, "over", None)
+    if over is not None:  # over the limit: the digest of all its bytes, taken while streaming
+        return over.digest
     return hashlib.sha256(b"raw\0" + bytes(entry.raw)).hexdigest()
+
+
+def _record_proof(rec: dict[str, Any], size: int) -> str:
+    key = "\0".join((rec["batch"], str(rec.get("producer")), str(rec.get("seq")), str(size)))
+    return hashlib.sha256(b"record\0" + key.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _forms(entry: Any) -> set[str]:
+    """Every proof ``entry`` may carry in a store: ``proof(entry)``, and the other form the
+    same line takes under another record-size limit (module doc)."""
+    forms = {proof(entry)}
+    if entry.record is not None:  # read whole now; maybe over the limit when applied
+        forms.add(hashlib.sha256(b"raw\0" + bytes(entry.raw)).hexdigest())
+    elif entry.over is not None:  # over the limit now; maybe a record when applied
+        env = envelope(entry.over.head)
+        if env is not None and isinstance(env["batch"], str):
+            forms.add(_record_proof(env, entry.over.size))
+    return forms
 
 
 def check(
@@ -45,6 +69,8 @@ def check(
     cursor: Position,
     proof_offset: int | None,
     expected: str | None,
+    *,
+    max_line: int = DEFAULTS.max_record_bytes,
 ) -> str | None:
     """Whether the store's ``cursor`` belongs to the spool at ``spool_dir``: None when it
     does, else what is wrong (one sentence).
@@ -55,7 +81,8 @@ def check(
     of its segment, right after a ``\\n``, or at the end of a sealed segment (a torn tail).
     Either way a cursor past the end of the spool is refused. A cursor in a segment that
     retention deleted (a later segment exists) cannot be checked and is accepted: retention
-    deletes only segments the cursor is past."""
+    deletes only segments the cursor is past. ``max_line``: the reader's line limit (the
+    data dir's ``[spool] max_record_bytes``)."""
     from quill.spool.reader import SpoolReader
 
     spool_dir = Path(spool_dir)
@@ -79,14 +106,15 @@ def check(
     if cursor.offset == 0 or proof_offset >= cursor.offset:
         return f"the cursor {cursor} does not follow the entry it names ({proof_offset})"
     start = Position(cursor.segment, proof_offset)
-    entry = next(iter(SpoolReader(spool_dir).read(start, max_bytes=_READ_BYTES)), None)
+    reader = SpoolReader(spool_dir, max_line=max_line)
+    entry = next(iter(reader.read(start, max_bytes=_READ_BYTES)), None)
     if entry is None or entry.position != start or entry.next != cursor:
         found = "nothing" if entry is None else f"an entry from {entry.position} to {entry.next}"
         return (
             f"the cursor {cursor} does not end the entry the store applied last "
             f"(at {start}); this spool has {found} there: the cursor is another spool's"
         )
-    if proof(entry) != expected:
+    if expected not in _forms(entry):
         return (
             f"the entry before the cursor {cursor} (at {start}) is not the one the store "
             "applied: the cursor is another spool's"

@@ -20,7 +20,12 @@ doctor``. It weighs:
   older purge) may explain one gap, so gaps count as loss only beyond such tombstones;
 * **checksums**: with ``scan=True`` every line decoded (``SpoolReader``); a damaged line is
   loss, a proven torn write (``spool.torn``) is not. Without a scan, the lines the writer
-  quarantined as damaged (``DAMAGE_REASONS``) count.
+  quarantined as damaged (``DAMAGE_REASONS``) count;
+* **over-limit lines** (scan): a line longer than ``[spool] max_record_bytes`` (written by a
+  producer that did not enforce it) is streamed past, never read whole (``spool.lines``). It
+  is no loss — its bytes are intact, and the writer keeps them in the quarantine — so it is
+  listed apart (``over_limit``), and its envelope (producer, sequence number) still counts
+  as sequence evidence.
 
 "Nothing acknowledged was lost" is said (``verdict == "torn-writes-only"``) only when the
 evidence proves it: the spool was scanned, the only irregular lines are proven torn writes,
@@ -35,6 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from quill.home import DEFAULTS
+from quill.spool.lines import OVER_LIMIT, envelope
 from quill.spool.purge import PURGED_OP
 from quill.spool.quarantine import Quarantine
 from quill.spool.reader import SpoolReader
@@ -62,7 +69,8 @@ class Assessment:
 
     * ``missing_segments``: segment numbers absent between the first and the last;
     * ``truncated``: ``{"segment", "size", "detail"}`` per segment cut short;
-    * ``damaged`` / ``torn_writes``: ``{"position", "reason", "detail"}`` per line (scan);
+    * ``damaged`` / ``torn_writes`` / ``over_limit``: ``{"position", "reason", "detail"}``
+      per line (scan);
     * ``missing_by_producer``: ``{producer id: records missing}`` from sequence gaps (scan);
     * ``records``: lines read (scan), ``scanned``: whether lines were read at all.
     """
@@ -73,6 +81,7 @@ class Assessment:
     truncated: list[dict[str, Any]] = field(default_factory=list)
     damaged: list[dict[str, Any]] = field(default_factory=list)
     torn_writes: list[dict[str, Any]] = field(default_factory=list)
+    over_limit: list[dict[str, Any]] = field(default_factory=list)
     missing_by_producer: dict[str, int] = field(default_factory=dict)
     records: int = 0
 
@@ -135,6 +144,7 @@ class Assessment:
             "missing_segments": self.missing_segments,
             "truncated": self.truncated,
             "damaged_lines": len(self.damaged),
+            "over_limit": self.over_limit,
             "missing_by_producer": self.missing_by_producer,
             "missing_records": self.missing_records,
         }
@@ -146,11 +156,13 @@ def assess(
     cursor: Position | None = None,
     scan: bool = False,
     progress: Callable[[int], None] | None = None,
+    max_line: int = DEFAULTS.max_record_bytes,
 ) -> Assessment:
     """Classify the spool at ``spool_dir`` (module doc). ``cursor``: the store's applied
     position, when known (a segment shorter than it lost applied bytes). ``scan`` reads every
     line (checksums, sequence numbers: time linear in the spool's bytes); without it only
-    sizes and last bytes are read. ``progress`` is called with bytes read. Never raises for a
+    sizes and last bytes are read. ``progress`` is called with bytes read. ``max_line``: the
+    longest line read whole (``[spool] max_record_bytes``). Never raises for a
     damaged spool; raises ``OSError`` only when the directory cannot be read."""
     d = Path(spool_dir)
     segments = list_segments(d)
@@ -176,7 +188,7 @@ def assess(
                 }
             )
     if scan:
-        _scan(d, segments, out, progress)
+        _scan(d, segments, out, progress, max_line)
     else:  # the lines the writer already found damaged (it decoded each one it drained)
         out.damaged = [
             {"position": pos, "reason": reason, "detail": "quarantined by the writer as damaged"}
@@ -230,10 +242,14 @@ def _sealed_problem(path: Path, recorded: int | None) -> dict[str, Any] | None:
 
 
 def _scan(
-    d: Path, segments: list[int], out: Assessment, progress: Callable[[int], None] | None
+    d: Path,
+    segments: list[int],
+    out: Assessment,
+    progress: Callable[[int], None] | None,
+    max_line: int,
 ) -> None:
-    """Read every line: damaged and torn lines, and per-producer sequence gaps."""
-    reader = SpoolReader(d)
+    """Read every line: damaged, torn and over-limit lines, and per-producer sequence gaps."""
+    reader = SpoolReader(d, max_line=max_line)
     last_seq: dict[str, int] = {}
     missing: dict[str, int] = {}
     unattributed = 0
@@ -245,7 +261,13 @@ def _scan(
             break
         for e in batch:
             out.records += 1
-            if e.damage is not None:
+            rec = e.record
+            if e.damage is not None and e.damage.reason == OVER_LIMIT:
+                out.over_limit.append(
+                    {"position": str(e.position), "reason": OVER_LIMIT, "detail": e.damage.detail}
+                )
+                rec = envelope(e.raw) or {}
+            elif e.damage is not None:
                 item = {
                     "position": str(e.position),
                     "reason": e.damage.reason,
@@ -253,11 +275,11 @@ def _scan(
                 }
                 (out.torn_writes if e.damage.reason == TORN_WRITE else out.damaged).append(item)
                 continue
-            producer, seq = e.record.get("producer"), e.record.get("seq")
+            producer, seq = rec.get("producer"), rec.get("seq")
             if not isinstance(producer, str) or type(seq) is not int:
                 # A purge tombstone that had no room for them (older purges) stands for one
                 # record of some producer: it may explain one gap.
-                unattributed += e.record.get("op") == PURGED_OP
+                unattributed += rec.get("op") == PURGED_OP
                 continue
             prev = last_seq.get(producer)
             expected = prev + 1 if prev is not None else (1 if gc_free else seq)
@@ -266,7 +288,7 @@ def _scan(
             if prev is None or seq > prev:
                 last_seq[producer] = seq
         if progress:
-            progress(sum(len(e.raw) for e in batch))
+            progress(sum(e.size for e in batch))
         pos = batch[-1].next
     if sum(missing.values()) > unattributed:
         out.missing_by_producer = dict(sorted(missing.items()))

@@ -15,6 +15,11 @@ entry the audit says was retried, dropped or purged (same position and the same 
 the same batch where a purge left no raw text), so a recover or replay from an older snapshot,
 a replay into a scratch file (which also consults the live spool's audit, ``consult``) and a
 writer re-reading a record after a restart all leave the operator's decision standing.
+
+A line over the record-size limit (``spool.lines``) is never read whole: its entry holds the
+line's first bytes as ``raw`` and its whole length in ``raw_bytes``, and its bytes are copied
+from the segment, in the kernel, to ``<entry>.line`` beside it (``raw_file``), so nothing is
+lost when the segment is collected. Resolving or purging the entry removes that file too.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from quill.spool import record
+from quill.spool.lines import HEAD_BYTES
 from quill.spool.segments import FILE_MODE, Position, ensure_dir, fsync_dir
 from quill.spool.torn import TORN_WRITE
 
@@ -112,6 +118,7 @@ class Quarantine:
         }
         self._append_audit(line)
         path.unlink()
+        path.with_suffix(LINE_SUFFIX).unlink(missing_ok=True)
         fsync_dir(self.dir)
         return line
 
@@ -136,7 +143,9 @@ class Quarantine:
                         "batch": entry.get("batch"),
                     }
                 )
-                self._path(entry["position"]).unlink()
+                path = self._path(entry["position"])
+                path.unlink()
+                path.with_suffix(LINE_SUFFIX).unlink(missing_ok=True)
                 gone.append(entry["position"])
         if gone:
             fsync_dir(self.dir)
@@ -187,6 +196,8 @@ class Quarantine:
         detail: str,
         raw: bytes,
         record: dict[str, Any] | None = None,
+        *,
+        source: tuple[Path, int] | None = None,
     ) -> Path | None:
         """Durably store a quarantined line; returns the entry's path, or None when the audit
         says an operator already resolved this record (``resolution``): then nothing is written.
@@ -194,21 +205,27 @@ class Quarantine:
         ``reason`` is a short tag (``checksum``, ``bad-json``, ``invalid-op`` ...), ``detail``
         the human explanation, ``raw`` the exact bytes of the line (kept as UTF-8 text with
         replacement characters, plus its length, so the entry is readable and self-contained).
+        ``source``: ``(segment path, line length)`` of a line over the limit, of which ``raw``
+        is only the head: the line is copied from ``position.offset`` of that segment to the
+        entry's ``.line`` file (module doc) without passing through this process's memory.
+        Raises ``OSError`` (nothing is recorded then: the caller's chunk is not committed).
         """
         if self.resolution(position, raw, (record or {}).get("batch")) is not None:
             return None
         ensure_dir(self.dir)
+        path = self.dir / f"{position.segment:08d}-{position.offset:012d}.json"
         entry = {
             "position": str(position),
             "reason": reason,
             "detail": detail,
             "quarantined_at": time.time(),
-            "raw_bytes": len(raw),
-            "raw": raw.decode("utf-8", errors="replace"),
+            "raw_bytes": len(raw) if source is None else source[1],
+            "raw": raw[: HEAD_BYTES if source else len(raw)].decode("utf-8", errors="replace"),
             "batch": (record or {}).get("batch"),
             "op": (record or {}).get("op"),
         }
-        path = self.dir / f"{position.segment:08d}-{position.offset:012d}.json"
+        if source is not None:
+            entry["raw_file"] = _copy_line(source[0], position.offset, source[1], path)
         tmp = path.with_suffix(".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
         try:
@@ -308,6 +325,35 @@ class Resolutions:
             elif (entry.get("batch") if entry is not None else line.get("batch")) == batch:
                 return line
         return None
+
+
+#: Suffix of the file holding the whole bytes of an over-limit line beside its entry.
+LINE_SUFFIX = ".line"
+
+
+def _copy_line(segment: Path, offset: int, size: int, entry: Path) -> str:
+    """Copy ``size`` bytes at ``offset`` of ``segment`` to ``entry``'s ``.line`` file
+    (``os.copy_file_range``: in the kernel), fsynced; returns the file's name. Raises
+    ``OSError``, also when the segment ends before ``size`` bytes were copied."""
+    target = entry.with_suffix(LINE_SUFFIX)
+    tmp = target.with_suffix(".line-tmp")
+    src = os.open(segment, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        dst = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
+        try:
+            done = 0
+            while done < size:
+                n = os.copy_file_range(src, dst, size - done, offset + done, done)
+                if n == 0:
+                    raise OSError(f"{segment} ended {size - done} byte(s) short of its line")
+                done += n
+            os.fsync(dst)
+        finally:
+            os.close(dst)
+    finally:
+        os.close(src)
+    os.replace(tmp, target)
+    return target.name
 
 
 #: Audit actions that take an entry out of the quarantine for good.

@@ -12,6 +12,11 @@ segment. A damaged line never hides the lines after it: each line is decoded on 
 A line (or sealed tail) proven to be a producer's torn write — a strict prefix of a record
 ending where a torn-tail repair ``\n`` was written (``spool.torn``) — is yielded with reason
 ``torn-write``: never acknowledged, so not damage; it is quarantined with its bytes all the same.
+
+A line longer than ``max_line`` (``[spool] max_record_bytes``; only a producer that did not
+enforce the limit writes one) is never read whole (``spool.lines``): it is yielded with reason
+``over-limit``, its first bytes as ``raw`` and its size and digest in ``over``, and the reader
+goes on with the next line. So one line costs at most ``max_line`` bytes of memory.
 """
 
 from __future__ import annotations
@@ -23,8 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from quill.home import DEFAULTS
 from quill.spool import record, torn
 from quill.spool.errors import DamagedRecordError
+from quill.spool.lines import OVER_LIMIT, OverLimit, over_limit_detail, read_line
 from quill.spool.segments import Position, list_segments, segment_name
 from quill.spool.torn import TORN_WRITE
 
@@ -38,7 +45,9 @@ class Entry:
 
     ``position`` is where the line starts and ``next`` where the line after it starts (the
     cursor value once this line is applied). Exactly one of ``record`` (a decoded body) or
-    ``damage`` (why it could not be decoded) is set; ``raw`` is the line's bytes.
+    ``damage`` (why it could not be decoded) is set; ``raw`` is the line's bytes — only its
+    first ``lines.HEAD_BYTES`` when the line is over the limit (``over`` is then set: size and
+    digest of the whole line; ``damage.reason`` is ``over-limit``).
     """
 
     position: Position
@@ -46,13 +55,24 @@ class Entry:
     raw: bytes
     record: dict[str, Any] | None
     damage: DamagedRecordError | None
+    over: OverLimit | None = None
+
+    @property
+    def size(self) -> int:
+        """The line's length in bytes (``next - position``), whether or not ``raw`` holds it all."""
+        return self.over.size if self.over is not None else len(self.raw)
 
 
 class SpoolReader:
-    """Reads a spool directory from a position. Stateless between calls; safe to reuse."""
+    """Reads a spool directory from a position. Stateless between calls; safe to reuse.
+    ``max_line``: the longest line read whole (bytes, ``\\n`` included): the data dir's
+    ``[spool] max_record_bytes``; a longer line is yielded as ``over-limit`` (module doc)."""
 
-    def __init__(self, spool_dir: str | os.PathLike[str]):
+    def __init__(
+        self, spool_dir: str | os.PathLike[str], *, max_line: int = DEFAULTS.max_record_bytes
+    ):
         self.dir = Path(spool_dir)
+        self.max_line = max_line
 
     def read(self, start: Position, *, max_bytes: int = 8 << 20) -> Iterator[Entry]:
         """Yield entries from ``start`` on, stopping after about ``max_bytes`` of lines.
@@ -73,7 +93,20 @@ class SpoolReader:
                 f.seek(pos.offset)
                 offset = pos.offset
                 while budget > 0:
-                    line = f.readline()
+                    got = read_line(f, self.max_line)
+                    if isinstance(got, OverLimit):
+                        line = got.head
+                        if not got.terminated:
+                            break  # a tail still being written, or torn: as below
+                        nxt = Position(pos.segment, offset + got.size)
+                        damage = DamagedRecordError(
+                            OVER_LIMIT, over_limit_detail(got.size, self.max_line)
+                        )
+                        yield Entry(Position(pos.segment, offset), nxt, got.head, None, damage, got)
+                        offset = nxt.offset
+                        budget -= got.size
+                        continue
+                    line = got
                     if not line or not line.endswith(b"\n"):
                         break
                     nxt = Position(pos.segment, offset + len(line))
@@ -94,21 +127,24 @@ class SpoolReader:
                 tail = self._sealed_tail(pos.segment, offset)
                 if tail is None:
                     return  # a tail still being written (or torn): wait, or seal_torn_tail()
-                if b"\n" in tail:  # completed while we looked: read those lines
-                    pos = Position(pos.segment, offset)
+                over = tail if isinstance(tail, OverLimit) else None
+                if over.terminated if over else b"\n" in tail:
+                    pos = Position(pos.segment, offset)  # completed while we looked: read it
                     continue
-                end = Position(pos.segment, offset + len(tail))
+                size = over.size if over else len(tail)
+                end = Position(pos.segment, offset + size)
                 # Whoever seals a segment terminates its torn tail first (producer rotation,
                 # ``purge.seal``), so a sealed segment never ends without "\n" unless it was
                 # cut short afterwards: even a record prefix here is loss, not a torn write.
                 damage = DamagedRecordError(
                     "torn-tail",
-                    f"{segment_name(pos.segment)} ends in {len(tail)} byte(s) without a "
+                    f"{segment_name(pos.segment)} ends in {size} byte(s) without a "
                     "newline and a later segment exists: the segment was cut short "
                     "(acknowledged records after the cut are lost)",
                 )
-                yield Entry(Position(pos.segment, offset), end, tail, None, damage)
-                budget -= len(tail)
+                raw = over.head if over else tail
+                yield Entry(Position(pos.segment, offset), end, raw, None, damage, over)
+                budget -= size
                 offset = end.offset
             later = self._next_segment(Position(pos.segment, offset))
             if later is None:
@@ -127,7 +163,9 @@ class SpoolReader:
         with open(path, "rb", buffering=_READ_BUFFER) as f:
             f.seek(after)
             while True:
-                line = f.readline()
+                line = read_line(f, self.max_line)
+                if isinstance(line, OverLimit):
+                    return False  # not provably a record: the fragment stays damage
                 if not line:
                     return True
                 if not line.endswith(b"\n"):  # being written after the repair (or torn again)
@@ -160,29 +198,28 @@ class SpoolReader:
                 tail_start = lo
         return Position(segments[-1], 0)
 
-    def _sealed_tail(self, segment: int, offset: int) -> bytes | None:
+    def _sealed_tail(self, segment: int, offset: int) -> bytes | OverLimit | None:
         """The bytes from ``offset`` to the end of ``segment`` when its tail is torn for good:
         a later segment exists and no producer holds the segment's lock. A producer writes
         only while holding that lock and checks for a later segment under it first (a
         rotation or a purge creates the later one under the same lock), so once both hold no
         byte is ever appended: the tail is final, and it must not hide the later segments'
         records. None when it may still be written (the newest segment, or a writer holds the
-        lock): wait. The result may contain ``\n`` if the write completed meanwhile."""
+        lock): wait. The result ends with ``\n`` if the write completed meanwhile; a tail
+        longer than ``max_line`` comes back as an ``OverLimit`` (never read whole)."""
         if self._next_segment(Position(segment, offset)) is None:
             return None
         try:
-            fd = os.open(self.dir / segment_name(segment), os.O_RDONLY | os.O_CLOEXEC)
+            f = open(self.dir / segment_name(segment), "rb", buffering=_READ_BUFFER)
         except FileNotFoundError:
             return None
-        try:
+        with f:  # closing drops the flock
             try:
-                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                fcntl.flock(f.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
             except BlockingIOError:
                 return None
-            size = os.fstat(fd).st_size
-            return os.pread(fd, size - offset, offset) if size > offset else None
-        finally:
-            os.close(fd)
+            f.seek(offset)
+            return read_line(f, self.max_line) or None
 
     def seal_torn_tail(self, segment: int) -> bool:
         """Terminate a torn tail of ``segment`` if no producer is writing it.
@@ -265,7 +302,8 @@ def stats(spool_dir: str | os.PathLike[str], cursor: Position | None) -> dict[st
 
 def lag_seconds(spool_dir: str | os.PathLike[str], cursor: Position | None, now: float) -> float:
     """Age in seconds of the oldest record not yet applied (0.0 when nothing is pending):
-    how far behind the writer is. Reads at most the first MiB past ``cursor``."""
+    how far behind the writer is. Reads at most the first MiB past ``cursor`` (and one line of
+    at most the default record limit)."""
     start = cursor or Position(min(list_segments(Path(spool_dir)), default=1), 0)
     oldest = next(
         (

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from quill.spool import START, Entry, Position, Quarantine, SpoolReader, cursor_proof
+from quill.spool.lines import envelope
+from quill.spool.segments import segment_name
 from quill.store.apply.chunk import ChunkResult, drain_chunk
 from quill.store.errors import CursorMismatchError
 
@@ -84,7 +86,9 @@ class Drain:
             self.cursor = default
             return self.cursor
         cursor = Position(row[0], row[1])
-        problem = cursor_proof.check(self.reader.dir, cursor, row[2], row[3])
+        problem = cursor_proof.check(
+            self.reader.dir, cursor, row[2], row[3], max_line=self.reader.max_line
+        )
         if problem is not None:
             if self.log is not None:
                 self.log.critical(f"{self.event}.cursor_mismatch", cursor=str(cursor), why=problem)
@@ -128,7 +132,7 @@ class Drain:
                 rejected=result.rejected,
                 cursor=str(self.cursor),
             )
-        return Step(entries, result, sum(len(e.raw) for e in entries))
+        return Step(entries, result, sum(e.size for e in entries))
 
     def until_empty(
         self,
@@ -154,8 +158,21 @@ class Drain:
     def reject(self, entry: Entry, reason: str, detail: str) -> None:
         """Quarantine a refused op with its reason (called inside the chunk's transaction,
         before its commit). A record the quarantine's audit says an operator already retried
-        or dropped stays resolved (counted in ``already_resolved``)."""
-        path = self.quarantine.put(entry.position, reason, detail, entry.raw, entry.record)
+        or dropped stays resolved (counted in ``already_resolved``). A line over the limit is
+        copied to the quarantine from its segment, never read whole (``Quarantine.put``)."""
+        over = getattr(entry, "over", None)
+        if over is None:
+            path = self.quarantine.put(entry.position, reason, detail, entry.raw, entry.record)
+        else:
+            segment = self.reader.dir / segment_name(entry.position.segment)
+            path = self.quarantine.put(
+                entry.position,
+                reason,
+                detail,
+                entry.raw,
+                envelope(entry.raw),
+                source=(segment, over.size),
+            )
         if path is None:
             self.already_resolved += 1
             if self.log is not None:

@@ -29,8 +29,9 @@ from typing import Any
 
 from huey.utils import utcnow
 
+from quill.home import runner_tag
 from quill.jobs import catalog
-from quill.jobs.errors import QueueUnavailableError
+from quill.jobs.errors import QueueDamagedError, QueueUnavailableError
 from quill.jobs.outage import QueueOutage
 from quill.jobs.queues import Queues, resolve_params
 from quill.spool import Spool
@@ -105,6 +106,8 @@ class StoreJobRunner:
             task = self._take()
         except QueueUnavailableError as exc:
             self.outage.failed(exc)
+            if isinstance(exc, QueueDamagedError) and self._open_queues is not None:
+                self._queues = None  # opened afresh at the next try: the file moved aside
             return False
         self.outage.answered()
         if task is None:
@@ -116,8 +119,11 @@ class StoreJobRunner:
         recorded = task.name not in (catalog.RECORD_RUN, catalog.CLOSE_INTERRUPTED)
         started = time.time()
         self.current = None
+        # Who runs it (host, boot, pid, start ticks; the spool and its claim): whoever finds
+        # the row still running after this process died can prove it gone and close it.
+        tag = writer_tag(store)
         if recorded:  # the start row first: a run killed mid-way (VACUUM …) still shows up
-            start = {"runner": "writer"}
+            start = dict(tag)
             if task.name in effects.JUDGED_JOBS and store.kind == "sqlite":  # judged if killed
                 start["before"] = store.run_job(effects.measure)
             store.run_job(record_job_run, task.name, started, None, RUNNING, start)
@@ -147,7 +153,7 @@ class StoreJobRunner:
                 started,
                 time.time(),
                 outcome,
-                {**figures, "runner": "writer"},
+                {**figures, **tag},
                 error,
             )
             self.log.info("writer.job", job=task.name, outcome=outcome, **figures)
@@ -189,3 +195,9 @@ class StoreJobRunner:
         delay = spec.retry_delay * (2**attempt)
         task.eta = utcnow() + dt.timedelta(seconds=delay)  # huey's clock: naive UTC (utc=True)
         self._put(lambda: self.queues.store.add_schedule(task))
+
+
+def writer_tag(store: Any) -> dict[str, Any]:
+    """The ``runner`` figures of a job run by this writer (``home.runner_tag``): its process,
+    with the spool id it writes for and, on a shared store, its claim on it."""
+    return runner_tag("writer", spool_id=store.spool_id, claim=getattr(store, "holder_token", None))

@@ -13,6 +13,12 @@ scheduler keeps it (``unfired`` in its status, one log line per outage through
 ``jobs.outage.QueueOutage``) and queues it as soon as the queue answers. Held runs live in
 the scheduler's memory: a scheduler stopped before the queue is back loses them, and the job
 runs at its next scheduled time.
+
+A schedule's next run time that ``schedule.db`` cannot take (a full disk) is held in memory
+and written once it can (``jobs.jobstore.HeldJobStore``): the scheduler goes on firing on
+time, publishes what is held and why (``schedule_error``, ``schedule_unwritable_since``,
+``schedule_held``) and logs it at most every few seconds. Edits from ``quill schedule`` are
+never held: they fail with the error.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from quill.home import RunDir, Settings
 from quill.jobs import catalog
 from quill.jobs import schedule as schedule_db
 from quill.jobs.errors import QueueUnavailableError
+from quill.jobs.jobstore import HeldJobStore
 from quill.jobs.outage import QueueOutage
 from quill.jobs.queues import fire_scheduled
 from quill.store import factory
@@ -130,14 +137,16 @@ class _LedScheduler(BackgroundScheduler):
         return super()._process_jobs()
 
 
-def make_scheduler(cfg: Settings, leader: Any = None) -> BackgroundScheduler:
+def make_scheduler(cfg: Settings, leader: Any = None, log: Any = None) -> BackgroundScheduler:
     """A BackgroundScheduler on the job store (``jobstore_url``) with Quill's job defaults
     (not started), which runs jobs only while ``leader`` (a ``Leadership``, or None off a
     cluster) holds its lease. Legacy rows of ``schedule.db`` are migrated first
     (``jobs.schedule.migrate``): APScheduler would drop a job whose callable no longer
     imports, and their frozen paths must not be used. On a cluster the job store's
     connections have bounded network waits (``TCP_BOUNDS``): a query on a dead network
-    fails in seconds instead of holding the scheduler's thread for hours."""
+    fails in seconds instead of holding the scheduler's thread for hours. With ``log`` (the
+    fleet's scheduler) writes the job store cannot take are held and retried
+    (``HeldJobStore``, reported to ``log``); without it (edits) they raise."""
     engine_options: dict[str, Any] = {}
     if factory.capabilities(cfg).cluster:
         from quill.store.postgres.election import TCP_BOUNDS
@@ -146,14 +155,20 @@ def make_scheduler(cfg: Settings, leader: Any = None) -> BackgroundScheduler:
         engine_options = {"connect_args": dict(TCP_BOUNDS), "pool_pre_ping": True}
     else:  # schedules in this data dir's schedule.db
         schedule_db.migrate(cfg.schedule_db, FIRE_REF)
-    return _LedScheduler(
+    url = jobstore_url(cfg)
+    store = (
+        HeldJobStore(url=url, engine_options=engine_options, log=log)
+        if log is not None
+        else SQLAlchemyJobStore(url=url, engine_options=engine_options)
+    )
+    sched = _LedScheduler(
         leader,
-        jobstores={
-            "default": SQLAlchemyJobStore(url=jobstore_url(cfg), engine_options=engine_options)
-        },
+        jobstores={"default": store},
         job_defaults={"coalesce": True, "misfire_grace_time": None, "max_instances": 1},
         timezone=dt.UTC,
     )
+    sched.job_store = store  # the one job store: its held writes go in the status
+    return sched
 
 
 def install_defaults(sched: BackgroundScheduler, cfg: Settings) -> list[str]:
@@ -260,7 +275,7 @@ def run(cfg: Settings, log: Any, stop: threading.Event) -> None:
         if leader is None:
             lease.release()
             return
-    sched = make_scheduler(cfg, leader)
+    sched = make_scheduler(cfg, leader, log)
     sched.add_listener(
         lambda ev: log.warning(
             "scheduler.missed", job=ev.job_id, scheduled=str(ev.scheduled_run_time)
@@ -295,6 +310,7 @@ def run(cfg: Settings, log: Any, stop: threading.Event) -> None:
                     "unfired": held,
                     "jobs": describe(sched),
                     **(_outage.fields() if _outage is not None else {}),
+                    **sched.job_store.fields(),
                     **({"role": "leader"} if leader else {}),
                 },
             )

@@ -75,7 +75,7 @@ class Writer(HaltAndRefusal):
         )
         self.drain = Drain(
             self.store,
-            SpoolReader(cfg.spool_dir),
+            SpoolReader(cfg.spool_dir, max_line=cfg.max_record_bytes),
             Quarantine(cfg.spool_dir),
             cfg.chunk_rows,
             log=log,

@@ -26,6 +26,7 @@ from quill.store.errors import (
     TransientError,
 )
 from quill.store.sqlite.job_runs import HALTED, record_job_run
+from quill.workers.job_runner import writer_tag
 
 #: Failures after which nothing of the step was committed: pause, then retry.
 RETRYABLE = (TransientError, DiskFullError, StoreIOError)
@@ -135,7 +136,7 @@ class HaltAndRefusal:
             cause.job_started,
             time.time(),
             HALTED,
-            {"runner": "writer", "halt_at": cause.at},
+            {**writer_tag(self.store), "halt_at": cause.at},
             f"the writer halted on what this run met: {cause.cause}: {cause.detail}",
         )
 

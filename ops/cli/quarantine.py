@@ -30,6 +30,7 @@ from quill.ops.client.errors import InvalidInputError, NotFoundError, QuillError
 from quill.ops.transfer.ingest import stable_batch_id
 from quill.spool import Quarantine, Spool
 from quill.spool.errors import DamagedRecordError
+from quill.spool.lines import OVER_LIMIT, OverLimit, iter_lines, over_limit_detail
 from quill.spool.record import decode
 
 #: Reasons that mean the line itself is damaged (not the op's data): retrying trusts bytes
@@ -167,7 +168,10 @@ def q_retry(ctx: click.Context, entry_id: str, force: bool, as_json: bool) -> No
             hint="replay again into the scratch file, or drop the entry",
         )
     q = _quarantine(ctx)
-    op, data, batch = retry_op(_entry(q, entry_id), force=force)
+    entry = _entry(q, entry_id)
+    if entry.get("raw_file"):  # an over-limit line: ``raw`` is its head, the file all of it
+        entry["raw"] = (q.dir / entry["raw_file"]).read_bytes().decode("utf-8", "replace")
+    op, data, batch = retry_op(entry, force=force)
     with Spool(
         ctx.obj.spool_dir,
         segment_bytes=ctx.obj.segment_bytes,
@@ -212,15 +216,17 @@ def adopt(ctx: click.Context, path: Path, as_json: bool) -> None:
     if path.resolve().parent == ctx.obj.spool_dir.resolve():
         raise InvalidInputError(f"{path} is a segment of the live spool already")
     adopted, damaged = 0, []
-    with (
-        Spool(
-            ctx.obj.spool_dir,
-            segment_bytes=ctx.obj.segment_bytes,
-            max_record_bytes=ctx.obj.max_record_bytes,
-        ) as sp,
-        open(path, "rb") as f,
-    ):
-        for lineno, line in enumerate(f, 1):
+    with Spool(
+        ctx.obj.spool_dir,
+        segment_bytes=ctx.obj.segment_bytes,
+        max_record_bytes=ctx.obj.max_record_bytes,
+    ) as sp:
+        limit = ctx.obj.max_record_bytes
+        for lineno, (_, line) in enumerate(iter_lines(path, limit), 1):
+            if isinstance(line, OverLimit):  # never read whole; it stays in the file
+                detail = over_limit_detail(line.size, limit)
+                damaged.append({"line": lineno, "reason": OVER_LIMIT, "detail": detail})
+                continue
             if not line.strip():
                 continue
             try:

@@ -54,7 +54,12 @@ def spool_status(ctx: click.Context, as_json: bool) -> None:
         "integrity": assess(cfg.spool_dir, cursor=cursor).as_dict(),
     }
     data["records_pending"] = (
-        sum(1 for _ in SpoolReader(cfg.spool_dir).read(cursor or Position(1, 0), max_bytes=1 << 40))
+        sum(
+            1
+            for _ in SpoolReader(cfg.spool_dir, max_line=cfg.max_record_bytes).read(
+                cursor or Position(1, 0), max_bytes=1 << 40
+            )
+        )
         if sp["cursor_source"] != "unknown"
         else None
     )
@@ -88,7 +93,9 @@ def spool_verify(ctx: click.Context, as_json: bool) -> None:
     first = Position(1, 0)
     with _progress(not as_json) as bar:
         task = bar.add_task("verifying", total=total_bytes(cfg.spool_dir, first))
-        result = do_verify(cfg.spool_dir, lambda n: bar.advance(task, n))
+        result = do_verify(
+            cfg.spool_dir, lambda n: bar.advance(task, n), max_line=cfg.max_record_bytes
+        )
     if as_json:
         emit_json(result)
     else:

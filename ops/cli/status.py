@@ -83,7 +83,24 @@ def _print_status(d: dict[str, Any]) -> None:
     if q["unavailable_since"]:
         con.print(
             f"[bold red]QUEUE UNREACHABLE[/bold red] since {render.when(q['unavailable_since'])}: "
-            f"{q['error']}\n  queued and scheduled jobs wait; the spool is applied as ever"
+            f"{q['error']}"
+            + (f" (reported by {', '.join(q['reported_by'])})" if q.get("reported_by") else "")
+            + "\n  queued and scheduled jobs wait; the spool is applied as ever"
+        )
+    if d.get("schedule", {}).get("readable") is False:
+        con.print(
+            f"[bold red]SCHEDULE UNREADABLE[/bold red]: {d['schedule']['error']}\n"
+            "  move schedule.db aside: the scheduler recreates the default schedules "
+            "(your own changes to them are lost; the spool and the store are not)"
+        )
+    sched = fleet.get("scheduler") or {}
+    if sched.get("alive") and sched.get("schedule_error"):
+        con.print(
+            "[bold red]SCHEDULE UNWRITABLE[/bold red] since "
+            f"{render.when(sched['schedule_unwritable_since'])}: {sched['schedule_error']}\n"
+            "  jobs fire on time; the next run times of "
+            f"{', '.join(sched.get('schedule_held') or [])} are held in memory until the "
+            "schedule's file takes them (lost only if the scheduler stops first)"
         )
     http = fleet.get("http")
     if fleet["running"] and http:

@@ -273,6 +273,10 @@ def from_exception(exc: BaseException) -> QuillError | None:
                 text, hint="another process holds the store; stop it (`quill status` names it)"
             )
         return StorageError(text)
+    if queue_errors is not None and isinstance(exc, queue_errors.QueueDamagedError):
+        return QueueUnavailableError(
+            text, hint="move the damaged queue file aside, then retry (a new one is created)"
+        )
     if queue_errors is not None and isinstance(exc, queue_errors.QueueUnavailableError):
         return QueueUnavailableError(text)
     if home is not None and isinstance(exc, home.ConfigError):

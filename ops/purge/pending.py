@@ -22,7 +22,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from quill.home import DEFAULTS
 from quill.spool import Position, record
+from quill.spool.lines import OverLimit, iter_lines
 from quill.spool.purge import PURGED_OP
 from quill.spool.segments import list_segments, segment_name
 from quill.store.errors import CantOpenError
@@ -31,18 +33,14 @@ from quill.store.read.reader import Reader
 
 def _lines(spool_dir: Path) -> Any:
     """(Position, raw line) for every line of every segment, oldest first; a segment that
-    vanished (GC) is skipped."""
+    vanished (GC) is skipped. Bounded memory: of a line over the default record-size limit
+    only its head is given (``spool.lines``), which names its op and session."""
     for n in list_segments(spool_dir):
         try:
-            data = (spool_dir / segment_name(n)).read_bytes()
+            for offset, line in iter_lines(spool_dir / segment_name(n), DEFAULTS.max_record_bytes):
+                yield Position(n, offset), line.head if isinstance(line, OverLimit) else line
         except FileNotFoundError:
             continue
-        offset = 0
-        while offset < len(data):
-            nl = data.find(b"\n", offset)
-            end = len(data) if nl < 0 else nl + 1
-            yield Position(n, offset), data[offset:end]
-            offset = end
 
 
 def _store(db_path: Path) -> Reader | None:

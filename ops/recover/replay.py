@@ -33,7 +33,12 @@ def total_bytes(spool_dir: Path, start: Position) -> int:
     return max(total, 0)
 
 
-def verify(spool_dir: Path, progress: Progress | None = None) -> dict[str, Any]:
+def verify(
+    spool_dir: Path,
+    progress: Progress | None = None,
+    *,
+    max_line: int = DEFAULTS.max_record_bytes,
+) -> dict[str, Any]:
     """Check every record's checksum and shape and every producer's sequence numbers, and
     classify what is missing (``spool.integrity.assess``, the one classification status and
     doctor use). Returns ``{"records", "damaged": [{position, reason, detail}], "torn_writes":
@@ -42,9 +47,10 @@ def verify(spool_dir: Path, progress: Progress | None = None) -> dict[str, Any]:
     ``missing_records``); ``torn_writes`` are lines proven to be a producer's
     never-acknowledged partial write (reason ``torn-write``, ``spool.torn``), not damage;
     ``partial_tail`` is True when the newest segment ends without a newline (a write in
-    progress, or a torn one)."""
-    found = assess(spool_dir, scan=True, progress=progress)
-    reader = SpoolReader(spool_dir)
+    progress, or a torn one). ``max_line``: the longest line read whole (``[spool]
+    max_record_bytes``); longer ones are listed in ``over_limit``."""
+    found = assess(spool_dir, scan=True, progress=progress, max_line=max_line)
+    reader = SpoolReader(spool_dir, max_line=max_line)
     end = reader.end()
     return {
         "records": found.records,
@@ -65,12 +71,15 @@ def replay(
     synchronous: str = "NORMAL",
     progress: Progress | None = None,
     quarantine: Quarantine | None = None,
+    max_line: int = DEFAULTS.max_record_bytes,
 ) -> dict[str, Any]:
     """Apply the spool from ``start`` (default: the store's own cursor, else the beginning)
     into the store at ``db_path`` (created if missing). The caller must hold the writer lease
     when ``db_path`` is the live store. Damaged or invalid records go to ``quarantine``
     (default: the spool's own, i.e. the live store's; a replay into another file passes
-    ``Quarantine.for_store(db_path)`` so its refusals stay beside that file).
+    ``Quarantine.for_store(db_path)`` so its refusals stay beside that file). ``max_line``:
+    the record-size limit (``[spool] max_record_bytes``): a longer line is quarantined as
+    ``over-limit`` without being read whole.
 
     Returns figures: ``{"from", "to", "applied", "duplicates", "rejected", "already_resolved",
     "rows", "seconds"}``: ``rejected`` counts the records quarantined, ``already_resolved`` the
@@ -82,7 +91,8 @@ def replay(
     # A scratch store's quarantine also honours the live audit: an entry an operator retried
     # or dropped is not re-opened beside a scratch copy either (same positions, same records).
     quarantine = quarantine.consult(live) if quarantine is not None else live
-    drain = Drain(store, SpoolReader(spool_dir), quarantine, chunk_rows, max_bytes=32 << 20)
+    reader = SpoolReader(spool_dir, max_line=max_line)
+    drain = Drain(store, reader, quarantine, chunk_rows, max_bytes=32 << 20)
     try:
         if start is None:
             start = drain.start(Position(min(list_segments(spool_dir), default=1), 0))

@@ -55,12 +55,13 @@ def history_gap(cfg: Settings, snap_position: Position | None) -> str | None:
     return None
 
 
-def deleted_sessions(spool_dir: Path) -> set[str]:
+def deleted_sessions(spool_dir: Path, max_line: int) -> set[str]:
     """Session ids named by any ``sessions.delete`` still in the spool: salvage must not
-    bring back from the old file what a replayed delete removed."""
+    bring back from the old file what a replayed delete removed. ``max_line``: the
+    record-size limit (a longer line is no delete this store applied)."""
     first = list_segments(spool_dir)
     ids: set[str] = set()
-    for entry in SpoolReader(spool_dir).read(
+    for entry in SpoolReader(spool_dir, max_line=max_line).read(
         Position(first[0], 0) if first else Position(1, 0), max_bytes=1 << 62
     ):
         rec = entry.record
@@ -104,6 +105,7 @@ def rebuild(
         chunk_rows=cfg.chunk_rows,
         synchronous=cfg.synchronous,
         progress=progress,
+        max_line=cfg.max_record_bytes,
     )
     if (
         gap and cfg.state_db.exists()
@@ -111,7 +113,11 @@ def rebuild(
         store = open_url(None, work, "local", synchronous=cfg.synchronous)
         try:
             result["salvage"] = store.run_job(
-                lambda conn: salvage(cfg.state_db, conn, exclude=deleted_sessions(cfg.spool_dir))
+                lambda conn: salvage(
+                    cfg.state_db,
+                    conn,
+                    exclude=deleted_sessions(cfg.spool_dir, cfg.max_record_bytes),
+                )
             )
             while store.index(DEFAULTS.index_slice_rows):
                 pass

@@ -251,7 +251,8 @@ def _common_checks(cfg: Settings, found: guard.StoreRead) -> list[dict[str, Any]
             else f"HALTED: {halt.cause}: {halt.detail} — run `{halt.next}`",
         )
     )
-    queue = health.queue_state(cfg, writer if writer.alive else None)
+    others = {role: rd.last(role) for role in ("scheduler", "consumer")}
+    queue = health.queue_state(cfg, writer if writer.alive else None, others)
     out.append(
         _check(
             "job queue",
@@ -263,6 +264,25 @@ def _common_checks(cfg: Settings, found: guard.StoreRead) -> list[dict[str, Any]
             warn_only=True,
         )
     )
+    sched = others["scheduler"] or {}
+    unwritable = bool(sched.get("alive") and sched.get("schedule_error"))
+    readable = health.schedule_state(cfg)
+    if readable["readable"] is False:
+        out.append(_check("schedule store", False, f"{readable['error']}; move it aside"))
+    else:
+        out.append(
+            _check(
+                "schedule store",
+                not unwritable,
+                "writable"
+                if not unwritable
+                else f"unwritable since {_when(sched['schedule_unwritable_since'])}: "
+                f"{sched['schedule_error']}; next run times of "
+                f"{', '.join(sched.get('schedule_held') or [])} held in memory, "
+                "jobs fire on time",
+                warn_only=True,
+            )
+        )
     free = shutil.disk_usage(next(p for p in (cfg.home, *cfg.home.parents) if p.exists())).free
     out.append(_check("free space", free > FREE_WARN_BYTES, f"{free} bytes free", warn_only=True))
     figures = found.value[0] if found.ok else None
@@ -313,7 +333,7 @@ def _common_checks(cfg: Settings, found: guard.StoreRead) -> list[dict[str, Any]
     # Every record read: checksums, segment structure and sequence numbers (spool.integrity,
     # the classification `spool verify` and `status` use).
     cursor = Position.parse(sp["cursor"]) if sp["cursor"] else None
-    integrity = assess(cfg.spool_dir, cursor=cursor, scan=True)
+    integrity = assess(cfg.spool_dir, cursor=cursor, scan=True, max_line=cfg.max_record_bytes)
     out.append(_check("spool integrity", not integrity.lost, integrity.summary()))
     quarantine = Quarantine(cfg.spool_dir)
     torn = quarantine.torn_count()

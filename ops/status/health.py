@@ -17,7 +17,7 @@ from typing import Any
 import apsw
 
 from quill.home import RunDir, WriterStatus
-from quill.jobs.schedule import read_schedules
+from quill.jobs.schedule import ScheduleUnreadableError, read_schedules
 from quill.ops.purge.procedure import interrupted as interrupted_purge
 from quill.ops.status import guard
 from quill.spool import Position, Quarantine
@@ -110,7 +110,9 @@ def collect(cfg: Any) -> dict[str, Any]:
         data["jobs"], data["overdue"] = [], []
     writer = WriterStatus.from_json(data["fleet"]["writer"])
     data["wal"] = wal_state(cfg, writer if writer.alive else None)
-    data["queue"] = queue_state(cfg, writer if writer.alive else None)
+    data["schedule"] = schedule_state(cfg)
+    others = {role: data["fleet"].get(role) for role in ("scheduler", "consumer")}
+    data["queue"] = queue_state(cfg, writer if writer.alive else None, others)
     q = Quarantine(cfg.spool_dir)
     sp = guard.progress(cfg, found, (got.get("store") or {}).get("cursor"))
     # torn_writes: entries that are a producer's unacknowledged partial write, not damage.
@@ -231,10 +233,15 @@ def overdue_jobs(
     have been recorded for longer than that (a brand-new data dir is not overdue).
 
     ``conn`` is a read connection on the store (None: no store yet, so nothing ran).
-    Each item: ``job``, ``period_s``, ``last_ok`` (epoch s or None), ``late_s``, ``reason``."""
+    Each item: ``job``, ``period_s``, ``last_ok`` (epoch s or None), ``late_s``, ``reason``.
+    An unreadable ``schedule.db`` gives [] here: ``schedule_state`` reports it beside."""
     now = time.time() if now is None else now
     periods: dict[str, float] = {}
-    for s in read_schedules(cfg.schedule_db, FIRE_REF):
+    try:
+        schedules = read_schedules(cfg.schedule_db, FIRE_REF)
+    except ScheduleUnreadableError:
+        schedules = []  # said by schedule_state, in the same document
+    for s in schedules:
         if not s["paused"] and s["period_s"]:
             periods[s["job"]] = min(periods.get(s["job"], s["period_s"]), s["period_s"])
     if not periods:
@@ -276,6 +283,19 @@ def overdue_jobs(
     return out
 
 
+def schedule_state(cfg: Any) -> dict[str, Any]:
+    """The persisted schedule as status sees it: ``{"readable": True, "error": None}``, or
+    ``readable`` False with why (``schedule.db`` damaged, locked, unreadable). A shared
+    PostgreSQL job store is read by the scheduler only: ``readable`` None there."""
+    if not capabilities(cfg).local_file:
+        return {"readable": None, "error": None}
+    try:
+        read_schedules(cfg.schedule_db, FIRE_REF)
+    except ScheduleUnreadableError as exc:
+        return {"readable": False, "error": str(exc)}
+    return {"readable": True, "error": None}
+
+
 def _ago(seconds: float) -> str:
     for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
         if seconds >= size:
@@ -283,30 +303,42 @@ def _ago(seconds: float) -> str:
     return f"{seconds:.0f} s"
 
 
-def queue_state(cfg: Any, writer: WriterStatus | None) -> dict[str, Any]:
+def queue_state(
+    cfg: Any, writer: WriterStatus | None, others: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """The job queue: ``where`` (the Redis URL without password, or ``queue.db``),
     ``pending`` (``{"store", "worker"}`` tasks waiting, None when it cannot be counted), and
-    while it is unreachable ``unavailable_since`` (epoch s) and ``error`` (else None).
+    while it is unreachable ``unavailable_since`` (epoch s) and ``error`` (else None), with
+    ``reported_by`` (the roles whose own calls fail, or None).
 
-    The queue is asked here: when it answers, it is reachable (the workers take jobs again
-    at their next try, within 10 s); when it does not, the outage started when the live
-    writer first found it down, or now. An absent ``queue.db`` is not created (status writes
-    nothing): nothing is queued there yet. Never raises for an unreachable queue."""
+    The queue is asked here, by reading: when that fails the queue is unreachable. A read
+    that answers does not prove that the workers can write to it (a full disk under
+    ``queue.db`` takes reads, not writes), so an outage a live process reports (the writer,
+    and ``others``: ``{role: published status}`` of the scheduler and consumer, each with
+    ``alive``) stands until that process's own next try succeeds (within 10 s of the queue's
+    return). An absent ``queue.db`` is not created (status writes nothing): nothing is queued
+    there yet. Never raises for an unreachable queue."""
     from quill.jobs.errors import QueueUnavailableError
     from quill.jobs.queues import build_for, redacted
 
+    reports = {"writer": (writer.queue_down_since, writer.queue_error)} if writer else {}
+    for role, st in (others or {}).items():
+        if st and st.get("alive"):
+            reports[role] = (st.get("queue_down_since"), st.get("queue_error"))
+    reports = {role: r for role, r in reports.items() if r[0] is not None}
+    first = min(reports.values(), default=(None, None))
     out: dict[str, Any] = {
         "where": redacted(cfg.queue_url) if cfg.queue_url else str(cfg.queue_db),
         "pending": None,
-        "unavailable_since": writer.queue_down_since if writer is not None else None,
-        "error": writer.queue_error if writer is not None else None,
+        "unavailable_since": first[0],
+        "error": first[1],
+        "reported_by": sorted(reports) or None,
     }
     if not cfg.queue_url and not cfg.queue_db.exists():
         out["pending"] = {"store": 0, "worker": 0}
         return out
     try:
         out["pending"] = build_for(cfg).pending()
-        out["unavailable_since"] = out["error"] = None
     except QueueUnavailableError as exc:
         out["unavailable_since"] = out["unavailable_since"] or exc.since
         out["error"] = out["error"] or str(exc)

@@ -8,8 +8,9 @@ command asks here first and decides as if the pending deletes were applied
 
 Invariant: records are read from the store's cursor (every record before it is already in the
 view) to the end of the spool; no store is read as "nothing applied" (cursor = the oldest
-segment). Cost: one read of the unapplied part of the spool, with a byte filter (only lines
-naming ``sessions.delete`` are decoded).
+segment). Cost: one read of the unapplied part of the spool, a line at a time (a line over the
+record-size limit is streamed past, ``spool.lines``: the writer refuses it, so it deletes
+nothing), with a byte filter (only lines naming ``sessions.delete`` are decoded).
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from quill.home import DEFAULTS
 from quill.spool import Position, record
 from quill.spool.errors import DamagedRecordError
+from quill.spool.lines import OverLimit, iter_lines
 from quill.spool.segments import list_segments, segment_name
 
 OP = "sessions.delete"
@@ -67,19 +70,11 @@ def pending_deletes_from(spool_dir: str | Path, start: Position | None) -> Pendi
         if start is not None and n < start.segment:
             continue
         skip = start.offset if start is not None and n == start.segment else 0
-        try:
-            with open(spool_dir / segment_name(n), "rb") as fh:  # the unapplied part only
-                fh.seek(skip)
-                data = fh.read()
+        try:  # the unapplied part only
+            lines = list(_deletes(spool_dir / segment_name(n), skip))
         except FileNotFoundError:  # collected meanwhile: it was applied, so not pending
             continue
-        offset = 0
-        while offset < len(data):
-            nl = data.find(b"\n", offset)
-            end = len(data) if nl < 0 else nl + 1
-            line, offset = data[offset:end], end
-            if _NEEDLE not in line:
-                continue
+        for line in lines:
             try:  # strict: a damaged delete is quarantined by the writer, never applied
                 rec = record.decode(line)
             except DamagedRecordError:
@@ -96,3 +91,11 @@ def pending_deletes_from(spool_dir: str | Path, start: Position | None) -> Pendi
     for sid in found.certain:
         found.conditional.pop(sid, None)
     return found
+
+
+def _deletes(path: Path, start: int) -> Any:
+    """The lines of the segment at ``path`` from byte ``start`` that name the op (byte filter),
+    read a line at a time; lines over the record-size limit are skipped unread."""
+    for _, line in iter_lines(path, DEFAULTS.max_record_bytes, start):
+        if not isinstance(line, OverLimit) and _NEEDLE in line:
+            yield line

@@ -15,6 +15,11 @@ What differs from the embedded SQLite store (``store.sqlite.store``), as capabil
 * a writer claims its spool id before it applies anything (``store.postgres.claims``): a
   copied data dir with the same id is refused (``SpoolClaimedError``) while the claim is
   live; chunks renew the claim in their transaction, an idle writer every ``RENEW_S``;
+* a writer that died mid-job (``kill -9``) leaves its run ``running``; whoever next holds that
+  spool id's claim closes it as ``interrupted`` at connect, as the SQLite writer does, and so
+  does any writer for a run whose spool claim has expired or changed hands (a host gone for
+  good): each run names its process and claim (``home.runner_tag``), so a live writer's run on
+  another host is never closed (``close_dead_runs``);
 * idle upkeep is the spool's: segments the store has applied and older than
   ``spool.retention_s`` are collected (there is no local snapshot; the database is the
   server's to back up, so keep the retention longer than the backup interval).
@@ -26,11 +31,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from quill.home import Halt
+from quill.home import Halt, runner_dead
 from quill.store.capabilities import PostgresCapabilities
 from quill.store.contract import HaltAction, NullLog
 from quill.store.postgres import PostgresBackend, claims, halt, schema
 from quill.store.postgres.connection import PgConnection
+from quill.store.sqlite.job_runs import close_interrupted
 
 #: How often an idle writer collects its spool (seconds); the first time a minute after start.
 GC_INTERVAL_S = 3600.0
@@ -80,8 +86,10 @@ class PgStore(PostgresCapabilities, PostgresBackend):
 
     def connect(self) -> dict[str, Any]:
         """Connect, create or migrate the schema and, for a writer (``holder``), claim this
-        spool id before anything is applied (``claims.claim``). Figures: ``spool_id`` and the
-        claim's ``claim`` outcome (``taken_over`` is logged with the previous holder).
+        spool id before anything is applied (``claims.claim``), then close the job runs dead
+        writers left running (``close_dead_runs``). Figures: ``spool_id``, the claim's
+        ``claim`` outcome (``taken_over`` is logged with the previous holder) and
+        ``interrupted_runs``.
         Raises ``TransientError`` when the server cannot be reached and ``SpoolClaimedError``
         while another holder's claim is live (the connection is then closed)."""
         self.conn = PgConnection(self.url, application_name=self.application_name)
@@ -100,10 +108,32 @@ class PgStore(PostgresCapabilities, PostgresBackend):
                         why="the previous holder's claim expired; the cursor is checked "
                         "against this spool before anything is applied",
                     )
+                figures["interrupted_runs"] = self.close_dead_runs()["interrupted"]
         except BaseException:
             self.disconnect()
             raise
         return figures
+
+    def close_dead_runs(self) -> dict[str, Any]:
+        """Mark ``interrupted`` the writer job runs left ``running`` by a writer that is gone
+        (``job_runs.close_interrupted``): one of this spool id (this writer holds its claim,
+        so any other writer of it is gone), one whose process this host proves gone, or one
+        whose spool claim has expired or passed to another holder since it started. Runs of
+        live writers, here or on other hosts, are left alone; so are rows from before runs
+        named their writer. Returns its figures. Raises the store error tree."""
+        live = {c["spool_id"]: c for c in claims.claims(self.conn) if c["expires_in_s"] > 0}
+
+        def judge(holder: dict[str, Any]) -> bool | None:
+            spool_id = holder.get("spool_id")
+            if spool_id == self.spool_id:
+                return True
+            here = runner_dead(holder)  # this host's process: its pid is the evidence
+            if here is not None or spool_id is None:
+                return here
+            claim = live.get(spool_id)
+            return claim is None or claim["holder"] != holder.get("claim")
+
+        return self.run_job(close_interrupted, "writer", float("inf"), judge=judge, untagged=False)
 
     def disconnect(self) -> None:
         if self.conn is not None:

@@ -7,8 +7,11 @@ The same statements run on SQLite and on PostgreSQL (through ``PgConnection``'s 
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Callable
 from typing import Any
 
+from quill.home import runner_dead
 from quill.store.sqlite import effects
 from quill.store.sqlite.connection import transaction
 
@@ -64,17 +67,31 @@ def record_job_run(
 
 
 def close_interrupted(
-    conn: Any, runner: str, before: float, snapshots_dir: str | None = None
+    conn: Any,
+    runner: str,
+    before: float,
+    snapshots_dir: str | None = None,
+    *,
+    exclusive: bool = False,
+    judge: Callable[[dict[str, Any]], bool | None] | None = None,
+    untagged: bool = True,
 ) -> dict[str, Any]:
     """Mark ``running`` rows of ``runner`` (the ``figures.runner`` of their start row: writer,
     consumer or cli) that started before ``before`` (epoch s) as ``interrupted``: the process
-    that ran them has been replaced, so they will never finish. A run whose effect shows is
+    that ran them has been replaced, so they will never finish. ``exclusive``: the caller
+    holds ``runner``'s exclusive lease (the SQLite writer), so every such row is another
+    process's, gone. Otherwise a row whose start names its process (``figures.holder``,
+    ``home.runner_tag``) is closed only when that process is proved gone: by ``judge(holder)``
+    (True/False; None: it cannot tell), else on this host by ``home.runner_dead``; a row it
+    cannot prove gone (another host's) is left running — so a restart never closes a run
+    another live process is still doing. Rows written before runners named their process
+    are closed by ``runner`` alone, unless ``untagged`` is False. A run whose effect shows is
     judged from it instead (``store.sqlite.effects``): a ``vacuum``/``scrub`` run (with
     ``figures.before`` from its start) from the file, a ``snapshot`` run from
     ``snapshots_dir`` when given; ``ok`` with ``figures.judged`` saying "completed (judged
     from effect: …)" when the effect is there, else ``interrupted`` with what was found.
     Figures: ``interrupted`` (rows closed, judged ones included), ``judged`` (rows judged
-    complete)."""
+    complete), ``left_running`` (rows whose process may still run)."""
     # A LIKE on the JSON text record_job_run wrote (json.dumps: '"runner": "NAME"'), not
     # json_extract: the same statement runs on the PostgreSQL store.
     pattern = "%" + json.dumps({"runner": runner})[1:-1] + "%"
@@ -86,8 +103,20 @@ def close_interrupted(
             (RUNNING, before, pattern),
         ).fetchall()
         now: dict[str, Any] | None = None
+        closed = []
+        ended = min(before, time.time())  # ``before`` may be +inf: "whenever it started"
         for rid, job, started, raw in rows:
             figures = json.loads(raw or "{}")
+            holder = figures.get("holder")
+            if not exclusive and isinstance(holder, dict):
+                dead = judge(holder) if judge is not None else None
+                if dead is None:
+                    dead = runner_dead(holder)
+                if not dead:
+                    continue  # its process may still run: it finishes the row itself
+            elif not exclusive and not untagged:
+                continue
+            closed.append(rid)
             if job in effects.JUDGED_JOBS and "before" in figures:
                 now = now if now is not None else effects.measure(conn)
                 verdict = effects.judge(figures["before"], now)
@@ -107,12 +136,14 @@ def close_interrupted(
             conn.execute(
                 "UPDATE job_runs SET outcome = ?, ended_at = ?, figures = ?, error = ? "
                 "WHERE id = ?",
-                (outcome, before, json.dumps(figures), error, rid),
+                (outcome, ended, json.dumps(figures), error, rid),
             )
-        conn.execute(
-            "UPDATE job_runs SET outcome = ?, ended_at = coalesce(ended_at, ?), "
-            "error = coalesce(error, 'the process running it died before it finished') "
-            "WHERE outcome = ? AND started_at < ? AND figures LIKE ?",
-            (INTERRUPTED, before, RUNNING, before, pattern),
-        )
-        return {"interrupted": len(rows), "judged": judged}
+        for rid in closed:
+            conn.execute(
+                "UPDATE job_runs SET outcome = ?, ended_at = coalesce(ended_at, ?), "
+                "error = coalesce(error, 'the process running it died before it finished') "
+                "WHERE id = ? AND outcome = ?",
+                (INTERRUPTED, ended, rid, RUNNING),
+            )
+        left = len(rows) - len(closed)
+        return {"interrupted": len(closed), "judged": judged, "left_running": left}

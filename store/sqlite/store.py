@@ -106,7 +106,8 @@ class SqliteStore(SqliteCapabilities):
                 return {}
             self.guard = FileGuard(self.conn, self.path)
             with mapped():
-                closed = close_interrupted(self.conn, "writer", time.time())["interrupted"]
+                closed = close_interrupted(self.conn, "writer", time.time(), exclusive=True)
+                closed = closed["interrupted"]
                 self._truncate(time.monotonic())
             # Both are our own commits (the checkpoint writes state.db): the guard must know,
             # or the first check reads the new mtime as another process's write.

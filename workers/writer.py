@@ -187,9 +187,15 @@ class Writer(HaltAndRefusal):
     def _listen(self) -> None:
         """Open the spool's doorbell (lease held: we are its one listener). Where none can be
         made the writer polls every ``poll_interval``, as it did before doorbells."""
-        self.doorbell = doorbell.listen(self.cfg.spool_dir / DOORBELL)
+        path = self.cfg.spool_dir / DOORBELL
+        try:
+            self.doorbell = doorbell.listen(path)
+        except OSError as exc:  # e.g. a folder in its place: reported, and the writer polls
+            self.log.error("writer.doorbell_unusable", path=str(path), error=str(exc))
+            self.doorbell = None
+            return
         if self.doorbell is None:
-            self.log.warning("writer.no_doorbell", path=str(self.cfg.spool_dir / DOORBELL))
+            self.log.warning("writer.no_doorbell", path=str(path))
 
     def _job_runner(self) -> StoreJobRunner:
         """The store-job runner, made once the store is open (as late as possible: a new

@@ -32,8 +32,17 @@ from pathlib import Path
 #: is raised: a doorbell in an unexpected state is a fault to see, not to hide.
 _NOBODY = (errno.ENOENT, errno.ENXIO, errno.EAGAIN)
 #: Errors that mean a doorbell cannot be made in this place (a read-only or full disk, no
-#: permission, a file system without named pipes): the listener then polls, as before.
-CANNOT_LISTEN = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT)
+#: permission, a file system without named pipes, a file where its folder belongs): the
+#: listener then polls, as before doorbells.
+CANNOT_LISTEN = (
+    errno.EACCES,
+    errno.EPERM,
+    errno.EROFS,
+    errno.ENOSPC,
+    errno.EDQUOT,
+    errno.EEXIST,
+    errno.ENOTDIR,
+)
 _RING_FLAGS = os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC
 
 

@@ -60,6 +60,8 @@ from quill.workers.writer_halt import MAX_BACKOFF_S, REFUSED_RETRY_S, RETRYABLE,
 
 #: The first pause after the store failed to open (seconds).
 OPEN_RETRY_FIRST_S = 0.5
+#: An idle writer waiting for its doorbell sees a stop within this many seconds.
+STOP_LOOK_S = 0.1
 #: While idle the loop turns every poll_interval; one status write per this many seconds is
 #: plenty for `quill status` and the supervisor's idle check.
 IDLE_PUBLISH_S = 0.25
@@ -131,13 +133,20 @@ class Writer(HaltAndRefusal):
                 if pause <= 0:
                     continue
                 if self._idle and self.doorbell is not None:
-                    # Idle: a producer's ring (or the poll interval, if one is lost) wakes us;
-                    # a stop is seen within the poll interval.
-                    self.doorbell.wait(pause)
+                    self._idle_wait(pause, stop)
                 else:  # a backoff, a halt, a refusal: rings must not cut these short
                     stop.wait(pause)
         finally:
             self.shutdown()
+
+    def _idle_wait(self, pause: float, stop: threading.Event) -> None:
+        """Wait until a producer rings the doorbell or ``pause`` seconds pass (the poll that
+        bounds a lost ring); ``stop`` is looked at every ``STOP_LOOK_S`` meanwhile."""
+        deadline = time.monotonic() + pause
+        while not stop.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0 or self.doorbell.wait(min(left, STOP_LOOK_S)):
+                return
 
     def until_idle(self, stop: threading.Event | None = None) -> dict[str, Any]:
         """Drain the spool to its end as the running writer would (chunks, index slices,

@@ -9,7 +9,8 @@ store's cursor past it — what every ``Runner.run`` with a ``QuillSession`` pay
 
     .venv/bin/python -m bench.read_your_writes [--calls 200] [--pg postgresql://…]
 
-Prints p50/p95/mean per system and the ratio Quill ÷ SQLiteSession (goal: ≤ 3×).
+Prints p50/p95/mean per system, the durable append alone (the floor under ``add_items``: one
+``fdatasync`` of a growing file), and the ratio Quill ÷ SQLiteSession (goal: ≤ 3×).
 """
 
 from __future__ import annotations
@@ -51,6 +52,19 @@ async def _timed(session, calls: int) -> list[float]:
     return out
 
 
+async def _appends(client, calls: int) -> list[float]:
+    """The durable ack alone (the fsync'd spool append), no wait: the floor under add_items."""
+    from quill.integrations.openai_agents import item_to_message
+
+    out = []
+    for i in range(calls):
+        messages = [item_to_message(item) for item in _turn(i)]
+        t0 = time.perf_counter()
+        await client.append("bench-append", messages, source="openai-agents")
+        out.append(time.perf_counter() - t0)
+    return out
+
+
 def sqlite_session(tmp: Path, calls: int) -> list[float]:
     """The SDK's SQLiteSession on a file: per-call seconds."""
     from agents.memory import SQLiteSession
@@ -62,8 +76,9 @@ def sqlite_session(tmp: Path, calls: int) -> list[float]:
         session.close()
 
 
-def quill_session(tmp: Path, calls: int, pg: str | None) -> list[float]:
-    """QuillSession over a real fleet on a fresh data dir: per-call seconds."""
+def quill_session(tmp: Path, calls: int, pg: str | None) -> tuple[list[float], list[float]]:
+    """QuillSession over a real fleet on a fresh data dir: per-call seconds of ``add_items``,
+    then of the same items' bare append (acked, not waited for)."""
     home = tmp / "home"
     home.mkdir()
     if pg:  # a schema of its own, first on the search_path (as the tests do)
@@ -84,7 +99,8 @@ def quill_session(tmp: Path, calls: int, pg: str | None) -> list[float]:
         client = AsyncClient(home)
         session = QuillSession("bench", client=client, wait_timeout=60)
         asyncio.run(session.add_items(_turn(-1)))  # the fleet is up and the store made
-        return asyncio.run(_timed(session, calls))
+        applied = asyncio.run(_timed(session, calls))
+        return applied, asyncio.run(_appends(client, calls))
     finally:
         fleet.send_signal(signal.SIGTERM)
         fleet.wait(timeout=60)
@@ -113,11 +129,12 @@ def main() -> None:
     args = ap.parse_args()
     with tempdir("quill-ryw-") as tmp:
         base = sqlite_session(tmp, args.calls)
-        quill = quill_session(tmp, args.calls, args.pg)
+        quill, appends = quill_session(tmp, args.calls, args.pg)
     backend = "PostgreSQL" if args.pg else "SQLite"
     print(f"read-your-writes, {args.calls} calls of 2 items each ({backend} store)")
     print(_line("SDK SQLiteSession.add_items", base))
     print(_line("QuillSession.add_items (applied)", quill))
+    print(_line("  of which the durable append alone", appends))
     print(
         f"ratio Quill / SQLiteSession: p50 {pct(quill, 50) / pct(base, 50):.1f}x, "
         f"mean {statistics.fmean(quill) / statistics.fmean(base):.1f}x (goal <= 3x)"

@@ -139,4 +139,4 @@ class AsyncClient:
             if bell is not None:
                 loop.remove_reader(bell.fileno())
                 bell.close(remove=True)
-        return await asyncio.to_thread(self.sync.wait_all, acks, 0)
+        return await asyncio.to_thread(self.sync._outcomes, acks)  # all are past the cursor

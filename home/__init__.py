@@ -44,6 +44,7 @@ from quill.home.layout import (
     SPOOL_ID,
     STATE_DB,
     TOKENS_DB,
+    WAITERS_DIR,
     WATCH_STATE,
     agent_home,
     default_home,
@@ -66,6 +67,7 @@ from quill.home.throttle import Throttle
 
 __all__ = [
     "AGENT_ROOTS",
+    "WAITERS_DIR",
     "WATCH_STATE",
     "agent_home",
     "CONFIG_TOML",

@@ -13,6 +13,7 @@ STATE_DB = "state.db"  # the SQLite store (WAL)
 SPOOL_DIR = "spool"  # segments + quarantine/ (docs/spool-format.md)
 SNAPSHOTS_DIR = "snapshots"  # verified store snapshots
 RUN_DIR = "run"  # leases and process records (``RunDir``)
+WAITERS_DIR = "waiters"  # in run/: waiting clients' doorbells (``home.doorbell``)
 LOGS_DIR = "logs"  # JSON logs, one file per role
 EVIDENCE_DIR = "evidence"  # store files set aside by a swap (``quill recover``)
 QUEUE_DB = "queue.db"  # the embedded huey queues

@@ -24,6 +24,7 @@ from quill.home.layout import (
     SPOOL_ID,
     STATE_DB,
     TOKENS_DB,
+    WAITERS_DIR,
     WATCH_STATE,
     agent_home,
     default_home,
@@ -136,6 +137,11 @@ class Settings(NamedTuple):
     @property
     def run_dir(self) -> Path:
         return self.home / RUN_DIR
+
+    @property
+    def waiters_dir(self) -> Path:
+        """Where clients waiting for the writer keep their doorbells (``home.doorbell``)."""
+        return self.home / RUN_DIR / WAITERS_DIR
 
     @property
     def logs_dir(self) -> Path:

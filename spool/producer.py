@@ -20,6 +20,9 @@ Durability and concurrency contract (docs/architecture.md, "The spool"):
   ``fdatasync`` covered it: it returns without syncing. Everyone else waits for the lock and
   syncs for all who wrote before it. "Durable before the ack" is unchanged: an ack follows an
   ``fdatasync`` that began after the record's ``write`` returned;
+* once the record is durable, the writer's doorbell (``segments.DOORBELL``, a named pipe,
+  ``quill.home.doorbell``) is rung so an idle writer drains at once; a ring nobody hears (no
+  writer) or that fails (kept in ``ring_error``) costs only the writer's poll interval;
 * rotation by size: a producer that finds the active segment at or past ``segment_bytes``
   terminates a torn tail it ends in (``\n``, synced), then creates the next one (``O_EXCL``)
   and fsyncs the directory, so a sealed segment always ends in ``\n``. A producer that finds, under
@@ -42,9 +45,11 @@ import time
 from typing import Any, NamedTuple
 
 from quill.home import DEFAULTS
+from quill.home.doorbell import ring
 from quill.spool import record
 from quill.spool.errors import InvalidOpError, RecordTooLargeError, SpoolError, SpoolFullError
 from quill.spool.segments import (
+    DOORBELL,
     FILE_MODE,
     Position,
     ensure_dir,
@@ -129,6 +134,9 @@ class Spool:
         self._segment = 0
         self._fd = -1
         self._next_path = ""
+        self._doorbell = os.fspath(self.dir / DOORBELL)
+        #: The last failure to ring the writer's doorbell (``OSError``), else None.
+        self.ring_error: OSError | None = None
         ensure_dir(self.dir)
 
     def append(
@@ -179,6 +187,11 @@ class Spool:
             ) from None
         self.check_size(len(line))
         offset = self._write(line, seq)
+        # Durable now: wake the idle writer (a ring nobody hears costs only its poll interval).
+        try:
+            ring(self._doorbell)
+        except OSError as exc:  # the ack stands: the record is durable and the writer polls
+            self.ring_error = exc
         return Ack(Position(self._segment, offset), batch_id)
 
     def check_size(self, size: int) -> None:

@@ -57,8 +57,11 @@ def list_segments(spool_dir: Path) -> list[int]:
     return sorted(int(m.group(1)) for n in names if (m := SEGMENT_RE.match(n)))
 
 
+#: The writer's doorbell in the spool directory (``quill.home.doorbell``): producers ring it
+#: after an append is durable. Not a segment; readers and GC ignore it.
+DOORBELL = ".doorbell"
 #: Entries a spool directory may hold besides its segments.
-_SPOOL_ENTRIES = ("quarantine",)
+_SPOOL_ENTRIES = ("quarantine", DOORBELL)
 
 
 def resolve_spool_dir(path: str | os.PathLike[str]) -> Path:

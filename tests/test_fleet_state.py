@@ -92,7 +92,8 @@ def test_a_copied_data_dir_does_not_borrow_the_originals_live_processes(
 
     worker_pids(home)
     copy = tmp_path / "copy"
-    shutil.copytree(home, copy, ignore=shutil.ignore_patterns("*.db-shm"))
+    # A live writer's doorbell is a named pipe, which shutil cannot copy (`cp -a` can).
+    shutil.copytree(home, copy, ignore=shutil.ignore_patterns("*.db-shm", ".doorbell"))
     st = type(quill)(copy).status()
     assert st["fleet"]["running"] is False
     assert all(not (st["fleet"][r] or {}).get("alive") for r in ("writer", "scheduler", "consumer"))

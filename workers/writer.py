@@ -9,7 +9,12 @@ loop (docs/architecture.md, "Processes"):
 2. bring search up by one bounded slice (``index_step``);
 3. run at most one queued store job (``workers.job_runner``; ``needs_idle`` ones only when
    the spool is drained);
-4. when there is nothing to do: the store's idle upkeep, seal torn tails, publish "idle".
+4. when there is nothing to do: the store's idle upkeep, seal torn tails, publish "idle",
+   and wait for the spool's doorbell (``quill.home.doorbell``: a producer rings it after an
+   append is durable) or ``poll_interval``, whichever comes first.
+
+After each committed chunk the writer rings every waiting client's doorbell
+(``run/waiters/``), so read-your-writes costs about the drain of the op, not a poll interval.
 
 Refusals: ``SpoolMismatchError`` (another live holder claims this spool id; the store's cursor
 is not this spool's) means applying would skip or double records. The writer applies nothing,
@@ -37,9 +42,10 @@ import threading
 import time
 from typing import Any
 
-from quill.home import Halt, RunDir, Settings, Throttle, WriterStatus
+from quill.home import Halt, RunDir, Settings, Throttle, WriterStatus, doorbell
 from quill.jobs.queues import build_for
 from quill.spool import Quarantine, Spool, SpoolReader
+from quill.spool.segments import DOORBELL
 from quill.store.errors import (
     CorruptError,
     SharedMemoryError,
@@ -54,6 +60,8 @@ from quill.workers.writer_halt import MAX_BACKOFF_S, REFUSED_RETRY_S, RETRYABLE,
 
 #: The first pause after the store failed to open (seconds).
 OPEN_RETRY_FIRST_S = 0.5
+#: An idle writer waiting for its doorbell sees a stop within this many seconds.
+STOP_LOOK_S = 0.1
 #: While idle the loop turns every poll_interval; one status write per this many seconds is
 #: plenty for `quill status` and the supervisor's idle check.
 IDLE_PUBLISH_S = 0.25
@@ -100,6 +108,9 @@ class Writer(HaltAndRefusal):
         # there (a PostgreSQL server that went away) is logged once per MAX_BACKOFF_S.
         self._halted_retry = Throttle(MAX_BACKOFF_S)
         self._idle_fields: dict[str, Any] = {}
+        self.doorbell: doorbell.Doorbell | None = None  # producers ring it (``initialize``)
+        self._idle = False  # the last loop_once found nothing to do
+        self._ring_warn = Throttle(MAX_BACKOFF_S)
 
     @property
     def cursor(self) -> Any:
@@ -119,10 +130,23 @@ class Writer(HaltAndRefusal):
         try:
             while not stop.is_set() and not self.done:
                 pause = self.loop_once(time.monotonic())
-                if pause > 0:
+                if pause <= 0:
+                    continue
+                if self._idle and self.doorbell is not None:
+                    self._idle_wait(pause, stop)
+                else:  # a backoff, a halt, a refusal: rings must not cut these short
                     stop.wait(pause)
         finally:
             self.shutdown()
+
+    def _idle_wait(self, pause: float, stop: threading.Event) -> None:
+        """Wait until a producer rings the doorbell or ``pause`` seconds pass (the poll that
+        bounds a lost ring); ``stop`` is looked at every ``STOP_LOOK_S`` meanwhile."""
+        deadline = time.monotonic() + pause
+        while not stop.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0 or self.doorbell.wait(min(left, STOP_LOOK_S)):
+                return
 
     def until_idle(self, stop: threading.Event | None = None) -> dict[str, Any]:
         """Drain the spool to its end as the running writer would (chunks, index slices,
@@ -155,6 +179,7 @@ class Writer(HaltAndRefusal):
         """Take the writer lease and honour a halt recorded before we started. The store is
         opened by the first ``loop_once``. Raises ``LeaseHeldError``."""
         self.lease.acquire()
+        self._listen()
         if self.lease.unrecorded:
             self.log.warning(
                 "writer.lease_unrecorded", file=str(self.lease.path), error=self.lease.unrecorded
@@ -167,6 +192,19 @@ class Writer(HaltAndRefusal):
         if cause:
             self.log.error("writer.halted", **cause.to_json())
             self.halt_cause, self.halt_recorded = cause, True
+
+    def _listen(self) -> None:
+        """Open the spool's doorbell (lease held: we are its one listener). Where none can be
+        made the writer polls every ``poll_interval``, as it did before doorbells."""
+        path = self.cfg.spool_dir / DOORBELL
+        try:
+            self.doorbell = doorbell.listen(path)
+        except OSError as exc:  # e.g. a folder in its place: reported, and the writer polls
+            self.log.error("writer.doorbell_unusable", path=str(path), error=str(exc))
+            self.doorbell = None
+            return
+        if self.doorbell is None:
+            self.log.warning("writer.no_doorbell", path=str(path))
 
     def _job_runner(self) -> StoreJobRunner:
         """The store-job runner, made once the store is open (as late as possible: a new
@@ -185,6 +223,9 @@ class Writer(HaltAndRefusal):
         try:
             self.store.close()
         finally:
+            if self.doorbell is not None:
+                self.doorbell.close(remove=True)  # before the lease: the next writer's to make
+                self.doorbell = None
             self.lease.release()
             self.log.info(
                 "writer.stopped", cursor=str(self.cursor), backend=self.store.kind, **self.totals
@@ -194,6 +235,7 @@ class Writer(HaltAndRefusal):
         """One turn: open the store if needed, then one unit of work (or one look while
         halted). ``now``: monotonic seconds. Returns the seconds to wait before the next turn
         (0: there is more to do). Never raises the store's retryable or corruption errors."""
+        self._idle = False
         if self.done:
             return 0.0
         if self.halt_cause is not None:
@@ -215,6 +257,7 @@ class Writer(HaltAndRefusal):
         except RETRYABLE as exc:
             return self._retry(now, exc, "writer.retry", self.store.retry_first_s)
         self._backoff, self.error = None, None
+        self._idle = not busy
         return 0.0 if busy else self.cfg.poll_interval
 
     def _connect(self, now: float) -> float | None:
@@ -271,6 +314,7 @@ class Writer(HaltAndRefusal):
         done = self.drain.step()
         if done.entries:
             status.observe(self.commit_hist, time.monotonic() - began)  # read+apply+commit
+            self._wake_waiters()
             self._publish(now, idle=False)
             self._index()
             self.jobs.run_one(self.store, idle=False, on_start=self._job_started)
@@ -285,6 +329,16 @@ class Writer(HaltAndRefusal):
         sealed = self.drain.seal_torn_tails()
         self._publish(now, idle=not sealed)
         return sealed
+
+    def _wake_waiters(self) -> None:
+        """The cursor moved (committed): ring the clients waiting for it. A failure is logged
+        (throttled), never fatal: a waiter that is not woken still looks every poll."""
+        try:
+            doorbell.ring_all(self.cfg.waiters_dir)
+        except OSError as exc:
+            suppressed = self._ring_warn.ready("ring")
+            if suppressed is not None:
+                self.log.warning("writer.ring_failed", error=str(exc), suppressed=suppressed)
 
     def _index(self) -> int:
         """One search-index slice; damage confined to the indexes detaches them (the store

@@ -2,8 +2,9 @@
 
 Every method is a coroutine with the same arguments, result and errors as ``Client``'s. The
 blocking work (an fsync'd append, a SQLite read) runs in a worker thread
-(``asyncio.to_thread``) so the event loop never stalls on disk; ``wait`` polls with
-``asyncio.sleep`` and holds no thread while it waits.
+(``asyncio.to_thread``) so the event loop never stalls on disk; ``wait`` is woken by the
+writer's ring after a commit (an event-loop reader on its doorbell, ``quill.home.doorbell``),
+looks again every ``WAIT_POLL_S`` in case a ring was lost, and holds no thread while it waits.
 
 Cancellation: a write, once started, is finished before ``CancelledError`` propagates, so the
 caller never has to guess whether a cancelled append happened (it did; its ack is dropped,
@@ -18,6 +19,7 @@ import os
 import time
 from typing import Any
 
+from quill.home import doorbell
 from quill.ops.client.client import WAIT_POLL_S, Client, Outcome, _check_ack
 from quill.ops.client.errors import InvalidInputError, WaitTimeoutError
 from quill.spool import Ack
@@ -107,7 +109,8 @@ class AsyncClient:
         return (await self.wait_all([ack], timeout))[0]
 
     async def wait_all(self, acks: list[Ack], timeout: float = 30.0) -> list[Outcome]:
-        """``Client.wait_all`` without blocking the event loop (polls every 20 ms)."""
+        """``Client.wait_all`` without blocking the event loop (woken by the writer's ring;
+        looks again every ``WAIT_POLL_S`` seconds if a ring is lost)."""
         acks = [_check_ack(a) for a in acks]
         if not acks:
             return []
@@ -115,10 +118,25 @@ class AsyncClient:
             raise InvalidInputError(f"timeout must be ≥ 0 seconds, got {timeout!r}")
         last = max(acks, key=lambda a: a.position)
         deadline = time.monotonic() + timeout
-        while not await asyncio.to_thread(self.sync.applied, last):
-            if time.monotonic() >= deadline:
-                raise WaitTimeoutError(
-                    f"record at {last.position} not applied within {timeout:g} s"
-                )
-            await asyncio.sleep(WAIT_POLL_S)
-        return await asyncio.to_thread(self.sync.wait_all, acks, 0)
+        # Listen before the first look: the writer rings after each commit (home.doorbell).
+        bell = doorbell.listen(doorbell.waiter_path(self.sync.config.waiters_dir))
+        rung = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        if bell is not None:
+            loop.add_reader(bell.fileno(), lambda: (bell.clear(), rung.set()))
+        try:
+            while not await asyncio.to_thread(self.sync.applied, last):
+                if time.monotonic() >= deadline:
+                    raise WaitTimeoutError(
+                        f"record at {last.position} not applied within {timeout:g} s"
+                    )
+                try:  # the ring, or the poll interval if a ring was lost
+                    await asyncio.wait_for(rung.wait(), WAIT_POLL_S)
+                except TimeoutError:
+                    pass  # no ring: look anyway (the poll that bounds a lost ring)
+                rung.clear()
+        finally:
+            if bell is not None:
+                loop.remove_reader(bell.fileno())
+                bell.close(remove=True)
+        return await asyncio.to_thread(self.sync._outcomes, acks)  # all are past the cursor

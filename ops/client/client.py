@@ -50,8 +50,9 @@ from quill.ops.client.writes import Writes
 from quill.spool import Ack
 
 __all__ = ["VIEWS", "WAIT_POLL_S", "Client", "Outcome"]
-#: Polling interval of ``wait`` (seconds): the writer commits in chunks every few ms, so 20 ms
-#: keeps read-your-writes latency low without a busy loop.
+#: How often ``wait`` looks at the store's cursor if no ring came (seconds): the writer rings
+#: every waiting client after each commit (``quill.home.doorbell``), so this only bounds what a
+#: lost ring costs.
 WAIT_POLL_S = 0.02
 
 
@@ -126,7 +127,7 @@ class Client(Maintenance, Writes, Search, Reads):
             return []
         if not timeout >= 0:
             raise InvalidInputError(f"timeout must be ≥ 0 seconds, got {timeout!r}")
-        from quill.ops.client.wait import outcomes, wait_applied
+        from quill.ops.client.wait import wait_applied
         from quill.spool import WaitTimeoutError as SpoolWaitTimeout
 
         last = max(acks, key=lambda a: a.position)
@@ -137,6 +138,12 @@ class Client(Maintenance, Writes, Search, Reads):
                 f"batch {last.batch_id} (spool position {last.position}) not applied "
                 f"within {timeout:g} s"
             ) from None
+        return self._outcomes(acks)
+
+    def _outcomes(self, acks: list[Ack]) -> list[Outcome]:
+        """The outcome of each ack already past the store's cursor (``ops.client.wait``)."""
+        from quill.ops.client.wait import outcomes
+
         with _public_errors():
             found = outcomes(self.config, self.config.spool_dir, acks)
         return [

@@ -40,34 +40,48 @@ def wait_applied(
     without_fleet: float | None = None,
 ) -> float:
     """Block until the record at ``position`` is past the cursor; returns the seconds waited.
+    The writer rings this wait's doorbell (``quill.home.doorbell``) after each commit; ``poll``
+    (seconds) bounds what a lost ring costs.
     Raises ``WaitTimeoutError`` after ``timeout`` seconds, or, when ``without_fleet`` is given,
     as soon as no fleet has run on the data dir for that many seconds (nothing would apply
     the record; a command that needs it applied says so at once instead of waiting out
     ``timeout``)."""
-    from quill.home import RunDir
+    from quill.home import RunDir, doorbell
 
     start = time.monotonic()
     fleet_seen = start
     rd = RunDir(cfg.home)
-    while True:
-        cursor = applied_position(cfg)
-        if cursor is not None and cursor > position:
-            return time.monotonic() - start
-        now = time.monotonic()
-        if without_fleet is not None and rd.fleet_running():
-            fleet_seen = now
-        gave_up = without_fleet is not None and now - fleet_seen >= without_fleet
-        if gave_up or now - start >= timeout:
-            within = (
-                f"after no fleet ran for {without_fleet:g} s"
-                if gave_up
-                else (f"within {timeout:g} s")
-            )
-            raise WaitTimeoutError(
-                f"record at {position} not applied {within} "
-                f"(store cursor: {cursor}); {why_not_applied(cfg)}"
-            )
-        time.sleep(poll)
+    cursor = applied_position(cfg)
+    if cursor is not None and cursor > position:  # applied already: no doorbell needed
+        return time.monotonic() - start
+    # Listen before the next look: a commit after it rings us (module doc of home.doorbell).
+    bell = doorbell.listen(doorbell.waiter_path(cfg.waiters_dir))
+    try:
+        while True:
+            cursor = applied_position(cfg)
+            if cursor is not None and cursor > position:
+                return time.monotonic() - start
+            now = time.monotonic()
+            if without_fleet is not None and rd.fleet_running():
+                fleet_seen = now
+            gave_up = without_fleet is not None and now - fleet_seen >= without_fleet
+            if gave_up or now - start >= timeout:
+                within = (
+                    f"after no fleet ran for {without_fleet:g} s"
+                    if gave_up
+                    else (f"within {timeout:g} s")
+                )
+                raise WaitTimeoutError(
+                    f"record at {position} not applied {within} "
+                    f"(store cursor: {cursor}); {why_not_applied(cfg)}"
+                )
+            if bell is not None:
+                bell.wait(poll)  # the writer's ring after a commit, or the poll if it was lost
+            else:
+                time.sleep(poll)
+    finally:
+        if bell is not None:
+            bell.close(remove=True)
 
 
 def why_not_applied(cfg: Any) -> str:

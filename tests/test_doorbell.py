@@ -1,0 +1,187 @@
+"""Read-your-writes without polling: an append wakes the idle writer and a commit wakes the
+waiting client (``quill.home.doorbell``), on both backends; a lost or impossible ring costs
+only the old poll interval, never a record.
+
+Each test runs the production writer (``Writer.run``) in a thread on a real data dir and makes
+the poll that used to do the waking far longer than the test's timeout, so only a ring can
+make the test pass in time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from harness import make_home
+
+import quill
+from quill.home import WriterStatus, doorbell
+from quill.ops import logs
+from quill.ops.client.wait import wait_applied
+from quill.spool.segments import DOORBELL
+from quill.workers.writer import Writer
+
+#: The poll every test makes too long to matter: passing in time needs a ring.
+LONG_POLL_S = 60.0
+#: How long a test waits for what a ring delivers in milliseconds (generous: a loaded box).
+TIMEOUT_S = 20.0
+
+
+class WriterThread:
+    """The production writer of ``cfg``'s data dir, run in a thread until ``close``."""
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.stop = threading.Event()
+        self.writer = Writer(cfg, logs.configure(cfg.logs_dir, "writer"))
+        self.errors: list[BaseException] = []
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.writer.run(self.stop)
+        except BaseException as exc:
+            self.errors.append(exc)
+
+    def idle(self) -> None:
+        """Return once the writer has published itself idle (it then waits for a ring)."""
+        deadline = time.monotonic() + TIMEOUT_S
+        while time.monotonic() < deadline:
+            published = self.writer.run_dir.last("writer")
+            if published and WriterStatus.from_json(published).idle:
+                return
+            time.sleep(0.01)
+        raise AssertionError(f"the writer never went idle: {self.errors}")
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(timeout=TIMEOUT_S)
+        assert not self.thread.is_alive(), "the writer did not stop"
+        assert not self.errors, self.errors
+
+
+@pytest.fixture
+def writer_home(tmp_path, backend):
+    """A data dir on each backend whose idle writer would poll only every ``LONG_POLL_S``."""
+    cfg = make_home(tmp_path / "home", backend, writer={"poll_interval": LONG_POLL_S})
+    w = WriterThread(cfg)
+    w.idle()
+    yield w
+    w.close()
+
+
+def test_an_append_wakes_the_idle_writer(writer_home):
+    q = quill.Client(writer_home.cfg.home)
+    ack = q.append("s", [{"role": "user", "content": "ring"}])
+    assert q.wait(ack, timeout=TIMEOUT_S).applied  # the writer's own poll is 60 s away
+    assert [m["content"] for m in q.messages("s")] == ["ring"]
+
+
+def test_a_commit_wakes_the_waiting_client(tmp_path, backend):
+    """The record is acked with no writer running; the wait is listening before the writer
+    starts, so only the writer's ring after its commit can end it before its 60 s poll."""
+    cfg = make_home(tmp_path / "home", backend)
+    ack = quill.Client(cfg.home).append("s", [{"role": "user", "content": "ring"}])
+    waited: list[float] = []
+    waiter = threading.Thread(
+        target=lambda: waited.append(wait_applied(cfg, ack.position, 2 * LONG_POLL_S, LONG_POLL_S))
+    )
+    waiter.start()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and not (
+        cfg.waiters_dir.exists() and any(cfg.waiters_dir.iterdir())
+    ):
+        time.sleep(0.01)  # until the wait listens (it never does without doorbells)
+    w = WriterThread(cfg)
+    try:
+        waiter.join(timeout=TIMEOUT_S)
+        assert waited, "the wait was not woken by the writer's commit"
+        assert not list(cfg.waiters_dir.iterdir())  # the wait removed its doorbell
+    finally:
+        w.close()
+        waiter.join()
+
+
+def test_a_commit_wakes_the_waiting_async_client(tmp_path, monkeypatch):
+    from quill.integrations.openai_agents import QuillSession
+    from quill.ops.client import aclient
+
+    cfg = make_home(tmp_path / "home")
+    monkeypatch.setattr(aclient, "WAIT_POLL_S", LONG_POLL_S)
+    w = WriterThread(cfg)
+    try:
+        w.idle()
+        session = QuillSession("s", client=quill.AsyncClient(cfg.home))
+
+        async def turn() -> list:
+            for i in range(3):  # each add_items returns only once applied
+                await session.add_items([{"role": "user", "content": f"turn {i}"}])
+            return await session.get_items()
+
+        items = asyncio.run(asyncio.wait_for(turn(), TIMEOUT_S))
+        assert [i["content"] for i in items] == ["turn 0", "turn 1", "turn 2"]
+    finally:
+        w.close()
+
+
+def test_without_a_doorbell_the_writer_polls_and_loses_nothing(tmp_path):
+    """A folder where the writer's doorbell belongs: the writer says so and polls."""
+    cfg = make_home(tmp_path / "home")
+    (cfg.spool_dir / DOORBELL).mkdir()
+    w = WriterThread(cfg)
+    try:
+        q = quill.Client(cfg.home)
+        acks = [q.append("s", [{"role": "user", "content": f"m{i}"}]) for i in range(5)]
+        assert all(o.applied for o in q.wait_all(acks, timeout=TIMEOUT_S))
+        assert len(q.messages("s")) == 5
+    finally:
+        w.close()
+    log = (cfg.logs_dir / "writer.log").read_text()
+    assert "writer.doorbell_unusable" in log
+
+
+def test_a_waiter_that_cannot_listen_polls(tmp_path):
+    """A file where the waiters' folder belongs: ``wait`` falls back to its poll."""
+    cfg = make_home(tmp_path / "home")
+    cfg.waiters_dir.write_text("not a folder")
+    w = WriterThread(cfg)
+    try:
+        q = quill.Client(cfg.home)
+        assert q.wait(q.append("s", [{"role": "user", "content": "x"}]), TIMEOUT_S).applied
+    finally:
+        w.close()
+
+
+def test_leftovers_of_a_killed_writer_and_waiter_are_reused_or_removed(tmp_path):
+    """A ``kill -9`` leaves the writer's pipe (reused by the next writer) and a waiter's
+    pipe nobody reads (removed by the writer's next ring)."""
+    cfg = make_home(tmp_path / "home")
+    os.mkfifo(cfg.spool_dir / DOORBELL, 0o600)
+    cfg.waiters_dir.mkdir(parents=True, exist_ok=True)
+    dead = cfg.waiters_dir / "1-dead"
+    os.mkfifo(dead, 0o600)
+    w = WriterThread(cfg)
+    try:
+        w.idle()
+        q = quill.Client(cfg.home)
+        assert q.wait(q.append("s", [{"role": "user", "content": "x"}]), TIMEOUT_S).applied
+        assert not dead.exists()
+        assert stat.S_ISFIFO(os.lstat(cfg.spool_dir / DOORBELL).st_mode)
+    finally:
+        w.close()
+    assert not (cfg.spool_dir / DOORBELL).exists()  # a stopped writer removes its pipe
+
+
+def test_ring_never_writes_into_a_regular_file(tmp_path: Path):
+    path = tmp_path / "not-a-pipe"
+    path.write_bytes(b"")
+    with pytest.raises(OSError):
+        doorbell.ring(path)
+    assert path.read_bytes() == b""
+    assert doorbell.ring(tmp_path / "nobody") is False

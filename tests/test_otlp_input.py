@@ -191,3 +191,37 @@ def test_non_genai_and_unreadable_spans_get_a_partial_success(svc):
     for sid in ("otlp:otlp-broken", "otlp:otlp-negative", f"otlp:{spans[0].context.trace_id:032x}"):
         with pytest.raises(NotFoundError):
             client.transcript(sid)
+
+
+def test_a_late_export_keeps_the_spans_times_not_its_arrival(svc):
+    """A span exported an hour after it ran (a batch held through an outage): its input is
+    stamped with the span's start, its output with its end, so the question stays first."""
+    provider, memory = capture()
+    tracer = provider.get_tracer("late")
+    start_ns = 1_796_000_000 * 10**9  # a fixed past moment (2026-11-29)
+    span = tracer.start_span("chat late", start_time=start_ns)
+    span.set_attributes(
+        {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.conversation.id": "otlp-late",
+            "gen_ai.input.messages": json.dumps(
+                [{"role": "user", "parts": [{"type": "text", "content": "question"}]}]
+            ),
+            "gen_ai.output.messages": json.dumps(
+                [{"role": "assistant", "parts": [{"type": "text", "content": "answer"}]}]
+            ),
+        }
+    )
+    span.end(end_time=start_ns + 2 * 10**9)
+    resp = _post(
+        svc,
+        encode_spans(list(memory.get_finished_spans())).SerializeToString(),
+        "application/x-protobuf",
+    )
+    assert resp.status_code == 200
+    svc["quill"].drain()
+    got = Client(home=str(svc["home"])).transcript("otlp:otlp-late")["messages"]
+    assert [(m["role"], m["ts"]) for m in got] == [
+        ("user", pytest.approx(1_796_000_000)),
+        ("assistant", pytest.approx(1_796_000_002)),
+    ]

@@ -188,13 +188,18 @@ def _chat(span: Span) -> list[Op]:
 
 
 def _stamp_outputs(span: Span, inputs: list, outputs: list) -> list[dict[str, Any]]:
-    """The span's messages; those made from its outputs carry the span's end as timestamp."""
+    """The span's messages with the span's times: those made from its inputs carry its start
+    (they were sent before the call began; the arrival of a late export is no time of theirs),
+    those made from its outputs its end. A message already stored from an earlier span keeps
+    its first time (the store keeps the first of a message id)."""
     messages = gm.conversation(inputs)
     carried = {m["id"] for m in messages}
     everything = gm.conversation(inputs + outputs)
     for m in everything:
         if m["id"] not in carried and span.end_ns:
             m["timestamp"] = span.end_ns / 1e9
+        elif m["id"] in carried and span.start_ns and "timestamp" not in m:
+            m["timestamp"] = span.start_ns / 1e9
     return everything
 
 

@@ -34,6 +34,23 @@ def boot_id() -> str | None:
     return _boot_id()
 
 
+def machine_id() -> str:
+    """This installation's id (``/etc/machine-id``, else D-Bus's copy, else ``host:`` and the
+    host name): stable across reboots; a cloned VM image keeps it unless regenerated (its
+    ``boot_id`` differs)."""
+    for name in ("/etc/machine-id", "/var/lib/dbus/machine-id"):
+        try:
+            with open(name, encoding="ascii") as f:
+                value = f.read().strip()
+        except OSError:
+            continue
+        if value:
+            return value
+    import socket
+
+    return "host:" + socket.gethostname()
+
+
 def start_ticks(pid: int) -> int:
     """The kernel's start time of ``pid`` in clock ticks since boot: field 22 of
     ``/proc/<pid>/stat`` (proc(5)), parsed after the last ``)`` because the command name

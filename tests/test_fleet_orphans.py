@@ -96,6 +96,7 @@ def test_an_orphaned_writer_inside_its_chunk_is_stopped_not_taken_for_a_crash_lo
         assert _alive(orphan)
 
         second = quill.start_fleet()
+        _no_crash_loop(home, 8.0)  # five exits of a writer refused its lease take ~5 s
         seen = _wait(
             lambda: (_supervisor(home).get("orphans") or {}).get("writer"),
             "the new fleet to report the orphaned writer",
@@ -127,6 +128,15 @@ def test_an_orphaned_writer_inside_its_chunk_is_stopped_not_taken_for_a_crash_lo
     assert [r[0] for r in rows] == ["x", "y"]  # once each
     log = (home / "logs" / "supervisor.log").read_text(errors="replace")
     assert "supervisor.orphan" in log and "supervisor.crash_loop" not in log
+
+
+def _no_crash_loop(home: Path, seconds: float) -> None:
+    """Sample the new fleet's status for ``seconds``: no role may be in a crash loop."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        sup = _supervisor(home)
+        assert not sup.get("crash_loops"), sup
+        time.sleep(0.2)
 
 
 def _count(url: str) -> int:
@@ -165,6 +175,7 @@ def test_frozen_orphans_of_every_role_are_killed_and_replaced(tmp_path):
         first.wait(10)
 
         second = quill.start_fleet()
+        _no_crash_loop(home, 8.0)
         seen = _wait(
             lambda: set(_supervisor(home).get("orphans") or {}) >= set(ROLES),
             "the new fleet to find an orphan of every role",

@@ -96,18 +96,16 @@ def test_an_orphaned_writer_inside_its_chunk_is_stopped_not_taken_for_a_crash_lo
         assert _alive(orphan)
 
         second = quill.start_fleet()
-        _no_crash_loop(home, 8.0)  # five exits of a writer refused its lease take ~5 s
         seen = _wait(
-            lambda: (_supervisor(home).get("orphans") or {}).get("writer"),
-            "the new fleet to report the orphaned writer",
+            lambda: _orphan_reported(home, "writer"), "the new fleet to report the orphaned writer"
         )
         assert seen["pid"] == orphan, seen
-        st = quill.status()
-        assert st["fleet"]["orphans"]["writer"]["pid"] == orphan
-        assert not st["fleet"]["crash_loops"], st["fleet"]
         text = quill.run("status", check=False).stdout
-        assert "ORPHANED the writer" in text and "CRASH LOOP" not in text, text
-
+        if _alive(orphan):  # still alive after status returned: status had to show it
+            assert "ORPHANED the writer" in text, text
+        assert "CRASH LOOP" not in text, text
+        _no_crash_loop(home, 6.0)  # a writer refused its lease five times takes ~5 s
+        assert not quill.status()["fleet"]["crash_loops"]
         _wait(lambda: not _alive(orphan), "the orphan to be killed", GRACE_BOUND_S)
         lock.execute("ROLLBACK")  # the new writer's chunk goes through
         _wait(lambda: _count(pg_store_url) == 2, "the second message to be applied")
@@ -128,6 +126,13 @@ def test_an_orphaned_writer_inside_its_chunk_is_stopped_not_taken_for_a_crash_lo
     assert [r[0] for r in rows] == ["x", "y"]  # once each
     log = (home / "logs" / "supervisor.log").read_text(errors="replace")
     assert "supervisor.orphan" in log and "supervisor.crash_loop" not in log
+
+
+def _orphan_reported(home: Path, role: str) -> dict | None:
+    """The orphan of ``role`` the live supervisor reports; asserts no crash loop meanwhile."""
+    sup = _supervisor(home)
+    assert not sup.get("crash_loops"), sup
+    return (sup.get("orphans") or {}).get(role)
 
 
 def _no_crash_loop(home: Path, seconds: float) -> None:
@@ -175,12 +180,11 @@ def test_frozen_orphans_of_every_role_are_killed_and_replaced(tmp_path):
         first.wait(10)
 
         second = quill.start_fleet()
-        _no_crash_loop(home, 8.0)
-        seen = _wait(
-            lambda: set(_supervisor(home).get("orphans") or {}) >= set(ROLES),
+        _wait(
+            lambda: all(_orphan_reported(home, r) for r in ROLES),
             "the new fleet to find an orphan of every role",
         )
-        assert seen
+        _no_crash_loop(home, 6.0)
         assert not quill.status()["fleet"]["crash_loops"]
         for role, pid in old.items():
             _wait(lambda pid=pid: not _alive(pid), f"the orphaned {role} to die", GRACE_BOUND_S)

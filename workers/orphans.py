@@ -98,6 +98,16 @@ class OrphanStopper:
         #: role → ``{"pid", "parent", "since" (epoch s), "killed" (bool)}`` while one is alive.
         self.seen: dict[str, dict[str, Any]] = {}
 
+    def look(self, run_dir: RunDir, role: str, entries: dict[str, str]) -> tuple[bool, bool]:
+        """Find (``orphan_of``) and act on the orphan doing ``role``: ``(waits, changed)``,
+        whether the role's new child must wait and whether ``seen`` changed. ``entries``: the
+        modules fleet children run as, ``{"worker": …, "http": …}``."""
+        http = role == "http"
+        before = {r: dict(o) for r, o in self.seen.items()}
+        found = orphan_of(run_dir, role, entries["http" if http else "worker"], with_role=not http)
+        waits = self.handle(role, found)
+        return waits, self.seen != before
+
     def handle(self, role: str, orphan: dict[str, Any] | None) -> bool:
         """Act on ``orphan`` (``orphan_of``'s answer for ``role``). True while it is alive:
         the role's new child must wait. Returns False (and forgets it) once it is gone."""

@@ -48,7 +48,7 @@ from quill.jobs.errors import QueueUnavailableError
 from quill.jobs.queues import build_for
 from quill.store.lease import Lease
 from quill.workers.lifeline import EXIT_LEASE_HELD
-from quill.workers.orphans import OrphanStopper, orphan_of
+from quill.workers.orphans import OrphanStopper
 
 ROLES = ("writer", "scheduler", "consumer")
 STOP_TIMEOUT_S = 15.0
@@ -342,13 +342,8 @@ class Supervisor:
         role (``workers.orphans``: proved by its records, command line and dead parent); it
         is asked to stop, then killed after ``ORPHAN_GRACE_S``. A change is published
         (``orphans`` in the supervisor's status)."""
-        http = child.role == "http"
-        entry = self.entries["http" if http else "worker"]
-        before = dict(self.orphans.seen)
-        waits = self.orphans.handle(
-            child.role, orphan_of(self.run_dir, child.role, entry, with_role=not http)
-        )
-        if self.orphans.seen != before:
+        waits, changed = self.orphans.look(self.run_dir, child.role, self.entries)
+        if changed:
             self._publish()
         return waits
 

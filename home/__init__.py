@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from quill.home.identity import (
     BOOT_SHIFT_S,
+    boot_id,
     holder_alive,
     process_identity,
     read_holder,
@@ -94,6 +95,7 @@ __all__ = [
     "Settings",
     "load",
     "BOOT_SHIFT_S",
+    "boot_id",
     "holder_alive",
     "runner_dead",
     "runner_tag",

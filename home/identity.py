@@ -34,19 +34,41 @@ def boot_id() -> str | None:
     return _boot_id()
 
 
+def machine_id() -> str:
+    """This installation's id (``/etc/machine-id``, else D-Bus's copy, else ``host:`` and the
+    host name): stable across reboots; a cloned VM image keeps it unless regenerated (its
+    ``boot_id`` differs)."""
+    for name in ("/etc/machine-id", "/var/lib/dbus/machine-id"):
+        try:
+            with open(name, encoding="ascii") as f:
+                value = f.read().strip()
+        except OSError:
+            continue
+        if value:
+            return value
+    import socket
+
+    return "host:" + socket.gethostname()
+
+
 def start_ticks(pid: int) -> int:
     """The kernel's start time of ``pid`` in clock ticks since boot: field 22 of
     ``/proc/<pid>/stat`` (proc(5)), parsed after the last ``)`` because the command name
     (field 2) may contain spaces and parentheses. Raises ``psutil.NoSuchProcess`` when the
-    process is gone (or there is no ``/proc``)."""
+    process is gone (or there is no ``/proc``), a zombie included: it has exited and holds
+    nothing (no lock, no port), only its exit status waits for a parent that may never reap
+    it (an orphan whose init does not)."""
     try:
         with open(f"/proc/{int(pid)}/stat", "rb") as f:
             text = f.read()
     except OSError:
+        text = b""
+    fields = text[text.rindex(b")") + 2 :].split() if b")" in text else []
+    if len(fields) < 20 or fields[0] == b"Z":
         import psutil
 
-        raise psutil.NoSuchProcess(pid) from None
-    return int(text[text.rindex(b")") + 2 :].split()[19])
+        raise psutil.NoSuchProcess(pid)
+    return int(fields[19])
 
 
 def process_identity(pid: int | None = None) -> dict[str, Any]:

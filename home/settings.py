@@ -77,6 +77,17 @@ class Settings(NamedTuple):
     #: ``[store] url``: ``postgresql://…`` puts the store on a shared PostgreSQL server
     #: (docs/backends.md); None = the embedded SQLite file ``state.db``.
     store_url: str | None = None
+    #: Client-side bounds on every PostgreSQL connection Quill opens (``pg_client_params``):
+    #: a server or network that stops answering is given up on within about
+    #: ``store_tcp_user_timeout_s`` (data sent and unacknowledged) or
+    #: ``idle + interval × count`` s (nothing in flight: a long statement, an idle session),
+    #: instead of TCP's defaults (hours), and a connection attempt within
+    #: ``store_connect_timeout_s``.
+    store_connect_timeout_s: float = 10.0
+    store_keepalives_idle_s: float = 10.0
+    store_keepalives_interval_s: float = 5.0
+    store_keepalives_count: int = 3
+    store_tcp_user_timeout_s: float = 30.0
     #: ``[queue] url``: ``redis://…`` puts the job queue on a shared Redis server; None = the
     #: embedded SQLite queue ``queue.db``.
     queue_url: str | None = None
@@ -88,6 +99,22 @@ class Settings(NamedTuple):
     watch_default_roots: bool = True
     watch_roots: tuple[str, ...] = ()
     watch_rescan_s: float = 30.0
+
+    def pg_client_params(self) -> dict[str, int]:
+        """libpq connection parameters bounding a PostgreSQL connection's network waits
+        (``store_*`` fields): ``connect_timeout`` (s), ``keepalives`` (on),
+        ``keepalives_idle``/``keepalives_interval`` (s), ``keepalives_count`` and
+        ``tcp_user_timeout`` (ms). Whole seconds, rounded up, at least 1 (libpq takes
+        integers)."""
+        up = lambda s: max(1, math.ceil(s))  # noqa: E731 - a one-line unit conversion
+        return {
+            "connect_timeout": up(self.store_connect_timeout_s),
+            "keepalives": 1,
+            "keepalives_idle": up(self.store_keepalives_idle_s),
+            "keepalives_interval": up(self.store_keepalives_interval_s),
+            "keepalives_count": int(self.store_keepalives_count),
+            "tcp_user_timeout": up(self.store_tcp_user_timeout_s) * 1000,
+        }
 
     @property
     def spool_id_path(self) -> Path:
@@ -165,6 +192,11 @@ DEFAULTS = Settings(home=Path())
 _SECTIONS = {
     ("store", "synchronous"): "synchronous",
     ("store", "url"): "store_url",
+    ("store", "connect_timeout_s"): "store_connect_timeout_s",
+    ("store", "keepalives_idle_s"): "store_keepalives_idle_s",
+    ("store", "keepalives_interval_s"): "store_keepalives_interval_s",
+    ("store", "keepalives_count"): "store_keepalives_count",
+    ("store", "tcp_user_timeout_s"): "store_tcp_user_timeout_s",
     ("queue", "url"): "queue_url",
     ("writer", "chunk_rows"): "chunk_rows",
     ("writer", "index_slice_rows"): "index_slice_rows",
@@ -196,6 +228,11 @@ _SECTIONS = {
 #: (docs/configuration.md lists the same ranges).
 _MINIMUM: dict[str, tuple[float, bool]] = {
     "chunk_rows": (1, True),
+    "store_connect_timeout_s": (0, False),
+    "store_keepalives_idle_s": (0, False),
+    "store_keepalives_interval_s": (0, False),
+    "store_keepalives_count": (1, True),
+    "store_tcp_user_timeout_s": (0, False),
     "index_slice_rows": (1, True),
     "poll_interval": (0, False),
     "writer_hung_after_s": (0, False),

@@ -16,24 +16,25 @@ from __future__ import annotations
 from typing import Any
 
 
-def _backend(store_url: str) -> Any:
+def _backend(store_url: str, client: dict[str, Any] | None) -> Any:
     # The maintenance connection has no spool: it never applies ops. (psycopg is loaded only
     # by processes that use a PostgreSQL store: store.factory imports it on demand.)
     from quill.store.factory import open_url
 
-    return open_url(store_url, None, "maintenance")
+    return open_url(store_url, None, "maintenance", client=client)
 
 
-def pg_analyze(store_url: str) -> dict[str, Any]:
-    """ANALYZE the store's tables; figures: ``tables``, ``dead_tuples`` per table."""
-    backend = _backend(store_url)
+def pg_analyze(store_url: str, client: dict[str, Any] | None = None) -> dict[str, Any]:
+    """ANALYZE the store's tables; figures: ``tables``, ``dead_tuples`` per table.
+    ``client``: libpq bounds on the connection (``Settings.pg_client_params``)."""
+    backend = _backend(store_url, client)
     try:
         return backend.maintenance("analyze")
     finally:
         backend.close()
 
 
-def pg_integrity_check(store_url: str) -> dict[str, Any]:
+def pg_integrity_check(store_url: str, client: dict[str, Any] | None = None) -> dict[str, Any]:
     """amcheck over the store; figures: ``ok``, ``problems``, ``indexes_checked``,
     ``tables_checked``, ``tables`` (their names). When damage is found the store is halted for
     every host's writer (``store.postgres.halt``: the same sticky halt SQLite's check causes,
@@ -44,7 +45,7 @@ def pg_integrity_check(store_url: str) -> dict[str, Any]:
     from quill.store.errors import CorruptError
     from quill.store.postgres import halt
 
-    backend = _backend(store_url)
+    backend = _backend(store_url, client)
     try:
         result = backend.maintenance("integrity_check")
         if not result["ok"]:

@@ -34,7 +34,7 @@ from typing import Any
 
 import apsw
 
-from quill.home import DEFAULTS, holder_alive
+from quill.home import DEFAULTS, boot_id, holder_alive
 from quill.spool import Spool
 from quill.store.apply.deletes import doomed as delete_closure
 
@@ -218,22 +218,40 @@ def orphan_sweep(
 ) -> dict[str, Any]:
     """Close open sessions of ``sources`` whose owner process (recorded by ``session.create``'s
     ``owner``) on this host is dead — one ``session.end`` op each, reason ``orphan_sweep``, which
-    a live writer may clear by appending again. A pid that is alive with the recorded start time
-    is a live owner. The op only applies while the session still names that same owner."""
+    a live writer may clear by appending again. The op only applies while the session still
+    names that same owner. Returns ``{"checked", "sessions_closed", "other_boot"}``.
+
+    An owner is judged with the proof the leases use (``home.holder_alive``), never by its
+    pid and host name alone (a pid is recycled; a cloned machine keeps its host name):
+
+    * with ``boot_id`` and ``start_ticks``: of this boot, alive only as the very process that
+      started at that tick; of another boot (``other_boot``) it is not judged here: a process of
+      an earlier boot of this machine is gone, but one on a clone that shares the host name is
+      alive, and the two cannot be told apart from here (the stale sweep ends it if it stays
+      idle, ``auto_prune``);
+    * without them (a producer that sent only ``create_time``): alive while a process with that
+      pid started at that time (to the clock tick; ``holder_alive``'s rule for such records)."""
     host = host or socket.gethostname()
     now = time.time() if now is None else now
     src = tuple(sources)
     rows = conn.execute(
-        "SELECT id, owner_pid, owner_started FROM sessions s "
+        "SELECT id, owner_pid, owner_started, owner_boot, owner_ticks FROM sessions s "
         "WHERE ended_at IS NULL AND owner_pid IS NOT NULL "
         f"AND owner_host = ? AND s.source IN ({_in(src)}) AND {_KEEP} ORDER BY id LIMIT ?",
         (host, *src, max_sessions),
     ).fetchall()
-    dead = [
-        (sid, pid, started)
-        for sid, pid, started in rows
-        if not holder_alive({"pid": pid, "create_time": started})
-    ]
+    here = boot_id()
+    dead, other_boot = [], 0
+    for sid, pid, started, boot, ticks in rows:
+        if boot is not None and ticks is not None:
+            if boot != here:
+                other_boot += 1
+                continue
+            alive = holder_alive({"pid": pid, "start_ticks": ticks, "boot_id": boot})
+        else:
+            alive = holder_alive({"pid": pid, "create_time": started})
+        if not alive:
+            dead.append((sid, pid, started))
     for sid, pid, started in dead:
         cond = {
             "owner_pid": pid,
@@ -241,4 +259,4 @@ def orphan_sweep(
             **({"owner_started": started} if started is not None else {}),
         }
         _end_ops(spool, [sid], "orphan_sweep", "job:orphan_sweep", now, cond)
-    return {"checked": len(rows), "sessions_closed": len(dead)}
+    return {"checked": len(rows), "sessions_closed": len(dead), "other_boot": other_boot}

@@ -309,16 +309,25 @@ TEMP_GLOBS = (".snapshot-*.tmp*", ".compact-*.tmp*")
 
 def remove_temp_leftovers(snapshots_dir: Path) -> tuple[list[str], list[str]]:
     """Delete the temp files (``TEMP_GLOBS``) of snapshots/compactions whose process is gone.
-    The writing process's pid is in the name (``.snapshot-PID-NS.tmp``); a temp of a live pid
-    may be a snapshot job running now, so it is kept and returned as in use. Returns
-    ``(removed names, kept names)``. Raises ``OSError`` from unlink."""
+    The writing process's pid and the time it named the file are in the name
+    (``.snapshot-PID-NS.tmp``); a temp of a live process that had started by then may be a
+    snapshot job running now, so it is kept and returned as in use. A pid alone proves nothing
+    (recycled, or another machine's in a copied data dir): a process that started after the
+    file was named did not write it. Returns ``(removed names, kept names)``. Raises
+    ``OSError`` from unlink."""
     import psutil
 
     removed, kept = [], []
     d = Path(snapshots_dir)
     for path in sorted({p for pattern in TEMP_GLOBS for p in d.glob(pattern)}):
-        pid = path.name.split("-")[1]
-        if pid.isdigit() and psutil.pid_exists(int(pid)):
+        parts = path.name.split(".")[1].split("-")  # kind, pid, ns
+        try:
+            writer = psutil.Process(int(parts[1]))
+            named = int(parts[2]) / 1e9
+            in_use = writer.status() != psutil.STATUS_ZOMBIE and writer.create_time() <= named + 1
+        except (psutil.Error, IndexError, ValueError):
+            in_use = False
+        if in_use:
             kept.append(path.name)
             continue
         path.unlink(missing_ok=True)

@@ -22,11 +22,7 @@ import click
 from quill import home
 from quill.ops import logs
 from quill.store.errors import LeaseHeldError
-from quill.workers.lifeline import follow_parent
-
-#: Exit code of a child whose lease another process holds: EX_TEMPFAIL, so the supervisor
-#: backs off and retries.
-EXIT_LEASE_HELD = 75
+from quill.workers.lifeline import EXIT_LEASE_HELD, follow_parent
 
 
 @click.command()

@@ -22,7 +22,7 @@ import socket
 import uuid
 from pathlib import Path
 
-from quill.home.identity import boot_id
+from quill.home.identity import boot_id, machine_id
 from quill.spool.errors import SpoolError
 from quill.spool.segments import fsync_dir
 
@@ -85,18 +85,6 @@ def replace(path: Path, new: str) -> None:
     fsync_dir(path.parent)
 
 
-def _machine_id() -> str:
-    for name in ("/etc/machine-id", "/var/lib/dbus/machine-id"):
-        try:
-            with open(name, encoding="ascii") as f:
-                value = f.read().strip()
-        except OSError:
-            continue
-        if value:
-            return value
-    return "host:" + socket.gethostname()
-
-
 def holder(path: Path) -> dict[str, str | int]:
     """Who claims the spool id stored at ``path`` (the data dir's ``spool-id``):
     ``{"token", "host", "path", "pid"}``. ``token`` (32 hex) is a digest of the machine id,
@@ -108,6 +96,6 @@ def holder(path: Path) -> dict[str, str | int]:
     path = Path(path)
     st = os.stat(path)
     home = os.path.realpath(path.parent)
-    parts = (_machine_id(), boot_id() or "", home, str(st.st_dev), str(st.st_ino))
+    parts = (machine_id(), boot_id() or "", home, str(st.st_dev), str(st.st_ino))
     token = hashlib.sha256("\0".join(parts).encode("utf-8", "surrogateescape")).hexdigest()
     return {"token": token[:32], "host": socket.gethostname(), "path": home, "pid": os.getpid()}

@@ -53,7 +53,8 @@ def open_url(
     """The store at ``url``: PostgreSQL for a ``postgresql://`` URL, else the SQLite file
     ``state_db`` (created if missing). ``kw`` goes to the store's constructor (SQLite:
     ``synchronous``, ``writer``, ``run_dir``, ``log``, ``spool_dir``, ``snapshots_dir``;
-    PostgreSQL: ``spool_dir``, ``retention_s``, ``log``, ``application_name``, ``holder``). With
+    PostgreSQL: ``spool_dir``, ``retention_s``, ``log``, ``application_name``, ``holder``,
+    ``client``: libpq bounds, ``Settings.pg_client_params``). With
     ``connect`` False the store is returned unopened (the writer opens it in its retry loop).
     Raises ``ValueError`` for another scheme and the store error tree when opening fails."""
     if url is None or url == "":
@@ -117,6 +118,7 @@ def open_store(
         snapshots_dir=settings.snapshots_dir,
         retention_s=settings.spool_retention_s,
         holder=holder,
+        client=settings.pg_client_params(),
     )
 
 
@@ -137,7 +139,7 @@ def open_reader(settings: Settings, *, spool_id: str | None = None) -> ReaderLik
         from quill.spool.identity import load_or_create
 
         spool_id = load_or_create(settings.spool_id_path)
-    return PgReader(settings.store_url, spool_id=spool_id)
+    return PgReader(settings.store_url, spool_id=spool_id, client=settings.pg_client_params())
 
 
 def location(settings: Settings) -> str:

@@ -36,7 +36,16 @@ import apsw
 
 from quill.store.apply import blobs, context, order, usage
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
+
+#: v11: the proof of a session owner's identity (``owner.boot_id``, ``owner.start_ticks``:
+#: ``quill.home.process_identity``), so the orphan sweep tells a live owner from a dead one
+#: exactly — the same boot, the same start tick — and leaves alone an owner of another boot
+#: that shares the host name (a cloned machine), which it cannot check (``jobs.prune``).
+OWNER_PROOF = """
+ALTER TABLE sessions ADD COLUMN owner_boot TEXT;
+ALTER TABLE sessions ADD COLUMN owner_ticks INTEGER;
+"""
 
 #: v5: each applied batch keeps the digest of its op and data, so a batch id reused with other
 #: content is told from a retry (store/apply/chunk.py). NULL for batches applied before v5.
@@ -220,6 +229,7 @@ CREATE INDEX IF NOT EXISTS job_runs_job ON job_runs(job, started_at);
     + LEADER_LEASE
     + order.MIGRATION
     + MESSAGES_SESSION_TS
+    + OWNER_PROOF
 )
 
 #: Roles of the store's tables (``TABLES``), which decide what damage to a table means:
@@ -295,6 +305,7 @@ MIGRATIONS: dict[int, str] = {
     7: LEADER_LEASE,  # v8: cluster leadership with an expiry (store.postgres.election)
     8: order.MIGRATION,  # v9: transcript order by acknowledgement (store/apply/order.py)
     9: MESSAGES_SESSION_TS,  # v10: a listing's per-session figures from indexes
+    10: OWNER_PROOF,  # v11: the owner's boot id and start ticks (the orphan sweep's proof)
 }
 
 #: Trigram scope (see module doc): roles indexed and the indexed prefix of ``content``.

@@ -149,3 +149,55 @@ def test_a_missing_table_halts_the_writer_and_a_bad_role_is_retried(tmp_path, pg
         assert other.events("writer.open_retry"), "the retry is logged"
     finally:
         other.close()
+
+
+def test_until_idle_retries_a_dropped_connection_instead_of_failing(tmp_path, pg_store_url):
+    """``Writer.until_idle`` (``quill recover``'s drain on PostgreSQL, ``ops.recover.postgres``)
+    rides out its backend being killed mid-drain, three times: every message applied once,
+    each drop logged as ``writer.retry``, and the call returns its figures instead of raising."""
+    import threading
+
+    from harness import make_home
+
+    from quill.ops import logs
+    from quill.ops.recover.postgres import drain
+    from quill.spool import Spool
+    from quill.spool.identity import load_or_create
+
+    cfg = make_home(tmp_path / "host", pg_store_url, writer={"chunk_rows": 5})
+    spool = Spool(cfg.spool_dir)
+    for i in range(MESSAGES):
+        spool.append(
+            "messages.append",
+            {"session_id": f"s{i % 7}", "messages": [{"role": "user", "content": f"m{i}"}]},
+        )
+    spool.close()
+    sid = load_or_create(cfg.spool_id_path)
+    log = logs.configure(cfg.logs_dir, "writer")
+    outcome: dict = {}
+
+    def run() -> None:
+        try:
+            outcome["figures"] = drain(cfg, log)
+        except Exception as exc:  # the assertion below names it
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    killed, floor = 0, 0
+    try:
+        for _ in range(3):
+            floor = _wait(
+                lambda floor=floor: c if floor < (c := _count(pg_store_url)) < MESSAGES else None,
+                "the drain to apply more of the spool",
+            )
+            pids = _wait(lambda: _writer_backends(pg_store_url, sid), "the drain's backend")
+            killed += _terminate(pg_store_url, pids)
+    finally:
+        thread.join(300)
+    assert killed >= 3
+    assert "error" not in outcome, outcome
+    assert outcome["figures"]["applied"] > 0
+    assert _count(pg_store_url) == MESSAGES
+    text = (cfg.logs_dir / "writer.log").read_text(errors="replace")
+    assert text.count('"writer.retry"') >= 3 and "TransientError" in text

@@ -17,6 +17,7 @@ def test_a_v2_store_is_migrated_to_hold_usage_keys_and_placeholders(tmp_path):
     v2 = schema.DDL.replace(usage.MIGRATION, "").replace(schema.BATCH_DIGEST, "")
     v2 = v2.replace(schema.SESSION_DELETIONS, "").replace(schema.SPOOL_IDENTITY, "")
     v2 = v2.replace(schema.LEADER_LEASE, "").replace(order.MIGRATION, "")
+    v2 = v2.replace(schema.OWNER_PROOF, "")
     conn.execute(v2.replace(schema.MESSAGES_SESSION_TS, ""))
     conn.execute("PRAGMA user_version = 2")
     conn.execute("INSERT INTO sessions (id, source, created_at) VALUES ('old', 'cli', 1.0)")
@@ -28,5 +29,8 @@ def test_a_v2_store_is_migrated_to_hold_usage_keys_and_placeholders(tmp_path):
             "SELECT key, placeholder FROM sessions WHERE id = 'old'"
         ).fetchone() == (None, 0)
         assert writer.execute("SELECT count(*) FROM usage").fetchone()[0] == 0
+        assert writer.execute(
+            "SELECT owner_boot, owner_ticks FROM sessions WHERE id = 'old'"
+        ).fetchone() == (None, None)
     finally:
         writer.close()

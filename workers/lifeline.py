@@ -18,6 +18,9 @@ import time
 from typing import Any
 
 _PR_SET_PDEATHSIG = 1
+#: Exit code of a fleet child whose role's lease another process holds: EX_TEMPFAIL, so the
+#: supervisor backs off and retries (or waits for an orphan to stop: ``workers.orphans``).
+EXIT_LEASE_HELD = 75
 
 
 def arm_death_signal(sig: int) -> bool:

@@ -13,6 +13,10 @@
   is the exception: nothing is applied while it is down, so its delay never exceeds
   ``WRITER_MAX_DELAY_S``, crash loop or not. With ``until_idle`` a crash loop ends the run
   with ``EXIT_CRASH_LOOP``, since idle cannot come.
+* A child orphaned by a supervisor that died (``kill -9``) may still do its role, holding
+  its lease or port while it finishes its chunk: the role's new child waits until it is
+  gone (``workers.orphans``: proved this data dir's, asked to stop, killed after 15 s). An
+  exit for a lease such an orphan holds is waiting, not a crash; status shows the orphan.
 * A job-worker whose running job outlives its catalog ``timeout`` is killed and restarted.
 * A writer whose status heartbeat is older than ``writer.hung_after_s`` (default 120 s;
   ``JOB_HUNG_AFTER_S`` while it reports a running store job) is taken for hung: SIGKILL, then
@@ -43,6 +47,8 @@ from quill.home import RunDir, Settings, WriterStatus
 from quill.jobs.errors import QueueUnavailableError
 from quill.jobs.queues import build_for
 from quill.store.lease import Lease
+from quill.workers.lifeline import EXIT_LEASE_HELD
+from quill.workers.orphans import OrphanStopper
 
 ROLES = ("writer", "scheduler", "consumer")
 STOP_TIMEOUT_S = 15.0
@@ -116,6 +122,8 @@ class Supervisor:
         self.run_dir = RunDir(cfg.home, log)  # a full disk is reported, never fatal
         self.until_idle = until_idle
         self.timeout = timeout
+        self.entries = {"http": http_entry, "worker": worker_entry}
+        self.orphans = OrphanStopper(log, self.console)
         tail = ["--home", str(cfg.home), "--parent", str(os.getpid())]
         roles = [*ROLES, "watch"] if cfg.watch_enabled and not until_idle else ROLES
         self.children = [Child(r, [sys.executable, "-m", worker_entry, r, *tail]) for r in roles]
@@ -165,7 +173,8 @@ class Supervisor:
     def _supervise(self) -> int:
         started = time.monotonic()
         for child in self.children:
-            self._start(child)
+            if not self._orphan_waits(child):
+                self._start(child)
         idle_streak = 0
         queues = (lambda: build_for(self.cfg)) if self.until_idle else None
         while self._stop_signal is None:
@@ -268,7 +277,7 @@ class Supervisor:
         """Restart ``child`` if it exited; returns an exit code when the fleet must stop."""
         now = time.monotonic()
         if child.proc is None:
-            if now >= child.restart_at:
+            if now >= child.restart_at and not self._orphan_waits(child):
                 self._start(child)
             return None
         code = child.proc.poll()
@@ -280,6 +289,13 @@ class Supervisor:
                     self.console(f"quill: the {child.role} has stayed up for 30 s: crash loop over")
                     child.crash_loop = False
                     self._publish()
+            return None
+        if code == EXIT_LEASE_HELD and self._orphan_waits(child):
+            # Not a crash: an orphan of the fleet that died holds the role's lease. The child
+            # starts once it is gone (``_orphan_waits``), so this exit is not counted.
+            self.log.warning("supervisor.child_waits_for_orphan", child=child.role, code=code)
+            child.proc = None
+            child.restart_at = now
             return None
         child.exits.append(now)
         child.restarts += 1
@@ -320,6 +336,16 @@ class Supervisor:
         )
         self._publish()
         return None
+
+    def _orphan_waits(self, child: Child) -> bool:
+        """True while an orphan of a fleet of this data dir that died still does ``child``'s
+        role (``workers.orphans``: proved by its records, command line and dead parent); it
+        is asked to stop, then killed after ``ORPHAN_GRACE_S``. A change is published
+        (``orphans`` in the supervisor's status)."""
+        waits, changed = self.orphans.look(self.run_dir, child.role, self.entries)
+        if changed:
+            self._publish()
+        return waits
 
     def _check_hung_writer(self) -> None:
         writer = next(c for c in self.children if c.role == "writer")
@@ -369,6 +395,8 @@ class Supervisor:
                 "crash_loop": loops[0] if loops else None,
                 "restarts": {c.role: c.restarts for c in self.children},
                 "children": {c.role: c.summary() for c in self.children},
+                # role → the orphan of a dead fleet being stopped (``workers.orphans``).
+                "orphans": {r: dict(o) for r, o in self.orphans.seen.items()},
                 **extra,
             },
         )

@@ -123,9 +123,12 @@ def token_create(cfg: Any, name: str, scopes: tuple[str, ...], as_json: bool) ->
 @click.pass_obj
 def token_list(cfg: Any, as_json: bool) -> None:
     """Every token: id, name, scopes, created, revoked (never the secret)."""
-    from quill.ops.service.tokens import TokenStore
+    from quill.ops.service.tokens import TokenError, TokenStore
 
-    rows = TokenStore(cfg.tokens_db).list()
+    try:
+        rows = TokenStore(cfg.tokens_db).list()
+    except TokenError as exc:  # a copied tokens.db: the message names `quill token rebind`
+        raise InvalidInputError(str(exc)) from None
     if as_json:
         emit_json(rows)
         return
@@ -149,10 +152,12 @@ def token_list(cfg: Any, as_json: bool) -> None:
 @click.pass_obj
 def token_revoke(cfg: Any, token_id: str, as_json: bool) -> None:
     """Revoke token TOKEN_ID (effective on the next request)."""
-    from quill.ops.service.tokens import TokenError, TokenStore
+    from quill.ops.service.tokens import TokenError, TokensCopiedError, TokenStore
 
     try:
         TokenStore(cfg.tokens_db).revoke(token_id)
+    except TokensCopiedError as exc:
+        raise InvalidInputError(str(exc)) from None
     except TokenError as exc:
         raise NotFoundError(str(exc), hint="`quill token list` shows the token ids") from None
     if as_json:
@@ -164,3 +169,28 @@ def token_revoke(cfg: Any, token_id: str, as_json: bool) -> None:
 def register(cli: click.Group) -> None:
     cli.add_command(serve)
     cli.add_command(token)
+
+
+@token.command(name="rebind")
+@click.option(
+    "--revoke-all",
+    is_flag=True,
+    help="Also revoke every token: a copy gets its own (`quill token create`).",
+)
+@json_option
+@click.pass_obj
+def token_rebind(cfg: Any, revoke_all: bool, as_json: bool) -> None:
+    """Bind tokens.db to this data dir. A tokens.db copied with a data dir (cp -a, a VM image,
+    a restored backup) refuses every token until its owner runs this."""
+    from quill.ops.service.tokens import TokenStore
+
+    cfg.ensure_dirs()
+    active = TokenStore(cfg.tokens_db).rebind(revoke_all=revoke_all)
+    if as_json:
+        emit_json({"home": str(cfg.home), "active_tokens": active, "revoked_all": revoke_all})
+    else:
+        click.echo(
+            f"quill: tokens.db bound to {cfg.home}; {active} token(s) accepted here"
+            + (" (every earlier token revoked)" if revoke_all else ""),
+            err=True,
+        )

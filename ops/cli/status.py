@@ -59,6 +59,13 @@ def _print_status(d: dict[str, Any]) -> None:
             f"(last code {c['last_code']}); "
             f"see {c['logs']}"
         )
+    for role, o in (fleet.get("orphans") or {}).items():
+        con.print(
+            f"[yellow]ORPHANED[/yellow] the {role} (pid {o['pid']}) of a fleet that died "
+            f"(pid {o['parent']}) still runs since {render.when(o['since'])}; "
+            + ("killed" if o.get("killed") else "asked to stop (killed after 15 s)")
+            + f"; the new {role} starts once it is gone"
+        )
     for role, c in (fleet.get("children") or {}).items():
         if c.get("restarts"):
             con.print(

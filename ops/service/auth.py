@@ -43,7 +43,7 @@ from fastapi import Request
 
 from quill.ops.service.errors import ApiError
 from quill.ops.service.peer import peer_uid
-from quill.ops.service.tokens import Principal, TokenStore
+from quill.ops.service.tokens import Principal, TokensCopiedError, TokenStore
 
 COOKIE = "quill_token"
 ANONYMOUS_SCOPES = frozenset({"read", "write"})
@@ -146,7 +146,10 @@ def principal(request: Request) -> Principal:
     ):
         require_same_origin(request)
     if token is not None:
-        found = TokenStore(state.cfg.tokens_db).verify(token) if token else None
+        try:
+            found = TokenStore(state.cfg.tokens_db).verify(token) if token else None
+        except TokensCopiedError as exc:  # the server's file, not the caller's token
+            raise ApiError(503, "tokens-copied", str(exc)) from None
         if found is None:
             raise ApiError(
                 401,

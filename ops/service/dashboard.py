@@ -29,7 +29,7 @@ from quill.ops.service import api_common, api_jobs, views
 from quill.ops.service.auth import COOKIE, principal, require_same_origin
 from quill.ops.service.errors import ApiError
 from quill.ops.service.formats import day_axis, human_number, usd
-from quill.ops.service.tokens import TokenStore
+from quill.ops.service.tokens import TokensCopiedError, TokenStore
 from quill.ops.status import health
 from quill.spool import Quarantine
 from quill.store.errors import CantOpenError
@@ -152,7 +152,11 @@ def install(app: FastAPI) -> None:
     @app.post("/login", include_in_schema=False)
     def login(request: Request, token: str = Form(...), next: str = Form("/sessions")) -> Response:
         require_same_origin(request)  # no page elsewhere signs a browser in as someone else
-        if TokenStore(request.app.state.cfg.tokens_db).verify(token.strip()) is None:
+        try:
+            found = TokenStore(request.app.state.cfg.tokens_db).verify(token.strip())
+        except TokensCopiedError as exc:
+            return _page(request, "login.html", next=next, error=str(exc))
+        if found is None:
             return _page(
                 request, "login.html", next=next, error="That token is unknown or revoked."
             )

@@ -68,6 +68,12 @@ def serve(
     Raises ``ListenError`` for a bad ``listen`` and ``OSError`` when it cannot be bound."""
     host, port = parse_listen(listen)
     sock = sock or bind(host, port)
+    from quill.ops.service.tokens import TokensCopiedError, TokenStore
+
+    try:
+        TokenStore(cfg.tokens_db).bind()  # a tokens.db from before bindings: bound here
+    except TokensCopiedError as exc:  # every token is refused until the owner decides
+        log.error("http.tokens_copied", error=str(exc))
     app = create_app(cfg, log, anonymous=anonymous)
     config = uvicorn.Config(
         app,

@@ -8,6 +8,15 @@ verification stays a microsecond on every request. Comparison is constant-time.
 Scopes: ``read`` (views, search, status, metrics), ``write`` (appends), ``admin`` (run jobs;
 implies read and write). This module is the only owner of ``tokens.db``; the server opens it
 read-only per check, so ``quill token revoke`` takes effect on the next request.
+
+A ``tokens.db`` copied with its data dir (``cp -a``, a VM image, a restored backup) would let
+the copy accept the original's secrets. So the file is *bound* to where it lives: a digest of
+the machine id, the data dir's real path and the file's device and inode (``binding``; no
+boot id: tokens outlive reboots), recorded at the first write and checked on every use. A
+copy (another path or inode, another machine) refuses every token with ``TokensCopiedError``,
+which names the way out: ``quill token rebind`` (accept them here) or ``quill token rebind
+--revoke-all`` (give the copy its own). A file from before bindings is bound by its first
+write (``quill serve`` binds it at start).
 """
 
 from __future__ import annotations
@@ -24,6 +33,8 @@ from typing import Any
 
 import apsw
 
+from quill.home.identity import machine_id
+
 SCOPES = ("read", "write", "admin")
 _PREFIX = "quill_"
 _SCHEMA = """
@@ -38,8 +49,41 @@ CREATE TABLE IF NOT EXISTS tokens (
 """
 
 
+_BINDING = """
+CREATE TABLE IF NOT EXISTS binding (
+    one       INTEGER PRIMARY KEY CHECK (one = 1),
+    digest    TEXT NOT NULL,         -- binding(path) when bound
+    home      TEXT NOT NULL,         -- the data dir's real path then (for messages)
+    bound_at  REAL NOT NULL
+);
+"""
+
+
 class TokenError(Exception):
     """A token operation failed: unknown scope, unknown token id."""
+
+
+class TokensCopiedError(TokenError):
+    """``tokens.db`` is bound to another data dir or machine: it was copied here. Its tokens
+    are refused until ``quill token rebind``; ``bound_home`` is where it was bound."""
+
+    def __init__(self, path: Path, bound_home: str):
+        self.bound_home = bound_home
+        super().__init__(
+            f"{path} was bound to the data dir {bound_home} (or another machine or file) and "
+            "copied here, so its tokens are refused; run `quill token rebind` to accept them "
+            "on this data dir, or `quill token rebind --revoke-all` to revoke them and create "
+            "new ones (`quill token create`)"
+        )
+
+
+def binding(path: Path) -> str:
+    """The identity a ``tokens.db`` at ``path`` is bound to: a digest (32 hex) of the machine
+    id, the data dir's real path and the file's device and inode. Raises ``OSError`` when
+    ``path`` is missing."""
+    st = os.stat(path)
+    parts = (machine_id(), os.path.realpath(Path(path).parent), str(st.st_dev), str(st.st_ino))
+    return hashlib.sha256("\0".join(parts).encode("utf-8", "surrogateescape")).hexdigest()[:32]
 
 
 @dataclass(frozen=True)
@@ -64,16 +108,67 @@ class TokenStore:
         self.path = Path(path)
 
     def _open(self, *, write: bool) -> apsw.Connection:
+        """A connection whose file is proved this data dir's (``_check_binding``); a write
+        connection binds an unbound file first. Raises ``TokensCopiedError``."""
         if write:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = apsw.Connection(str(self.path))
             conn.setbusytimeout(5000)
-            conn.execute(_SCHEMA)
+            conn.execute(_SCHEMA + _BINDING)
             os.chmod(self.path, 0o600)
-            return conn
-        conn = apsw.Connection(str(self.path), flags=apsw.SQLITE_OPEN_READONLY)
-        conn.setbusytimeout(5000)
+            conn.execute(
+                "INSERT OR IGNORE INTO binding VALUES (1, ?, ?, ?)",
+                (binding(self.path), os.path.realpath(self.path.parent), time.time()),
+            )
+        else:
+            conn = apsw.Connection(str(self.path), flags=apsw.SQLITE_OPEN_READONLY)
+            conn.setbusytimeout(5000)
+        try:
+            self._check_binding(conn)
+        except BaseException:
+            conn.close()
+            raise
         return conn
+
+    def _check_binding(self, conn: apsw.Connection) -> None:
+        has = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'binding'"
+        ).fetchone()
+        row = conn.execute("SELECT digest, home FROM binding").fetchone() if has else None
+        if row is not None and row[0] != binding(self.path):
+            raise TokensCopiedError(self.path, row[1])
+
+    def bind(self) -> None:
+        """Bind an unbound ``tokens.db`` (one from before bindings) here; a no-op when there is
+        none or it is bound here. Raises ``TokensCopiedError`` when it is bound elsewhere."""
+        if self.path.exists():
+            self._open(write=True).close()
+
+    def rebind(self, *, revoke_all: bool = False) -> int:
+        """Bind ``tokens.db`` to this data dir whatever it was bound to (``quill token
+        rebind``: the owner accepts a copy's tokens here); ``revoke_all``: revoke every token
+        too (a copy that must not share the original's secrets). Returns the number of tokens
+        that are now accepted here."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = apsw.Connection(str(self.path))
+        try:
+            conn.setbusytimeout(5000)
+            with conn:
+                conn.execute(_SCHEMA + _BINDING)
+                os.chmod(self.path, 0o600)
+                conn.execute(
+                    "INSERT OR REPLACE INTO binding VALUES (1, ?, ?, ?)",
+                    (binding(self.path), os.path.realpath(self.path.parent), time.time()),
+                )
+                if revoke_all:
+                    conn.execute(
+                        "UPDATE tokens SET revoked_at = ? WHERE revoked_at IS NULL", (time.time(),)
+                    )
+                return conn.execute(
+                    "SELECT count(*) FROM tokens WHERE revoked_at IS NULL"
+                ).fetchone()[0]
+        finally:
+            conn.close()
 
     def create(self, name: str, scopes: list[str]) -> tuple[str, dict[str, Any]]:
         """Create a token; returns ``(token, row)``. The token is shown once, never stored.
@@ -151,7 +246,8 @@ class TokenStore:
             conn.close()
 
     def verify(self, token: str) -> Principal | None:
-        """The principal for a presented token, or None if it is malformed, unknown or revoked."""
+        """The principal for a presented token, or None if it is malformed, unknown or revoked.
+        Raises ``TokensCopiedError`` when ``tokens.db`` is bound to another data dir."""
         if not token.startswith(_PREFIX) or not self.path.exists():
             return None
         token_id, sep, secret = token[len(_PREFIX) :].partition("_")

@@ -61,6 +61,8 @@ def fleet_state(cfg: Any) -> dict[str, Any]:
     out["crash_loops"] = (sup.get("crash_loops") or []) if current else []
     out["crash_loop"] = out["crash_loops"][0] if out["crash_loops"] else None
     out["children"] = sup.get("children") if current else None
+    # role → an orphan of a fleet that died, being stopped before its role restarts.
+    out["orphans"] = (sup.get("orphans") or {}) if current else {}
     out["restarts"] = sup.get("restarts", {}) if current else {}
     out["last_run"] = (
         {

@@ -63,6 +63,8 @@ _SESSION_COLS = (
     "owner_host",
     "owner_pid",
     "owner_started",
+    "owner_boot",
+    "owner_ticks",
     "placeholder",
 )
 
@@ -242,6 +244,8 @@ def quill_ops(r: Reader, sid: str) -> Iterator[dict[str, Any]]:
                 "host": s["owner_host"],
                 "pid": s["owner_pid"],
                 "create_time": s["owner_started"],
+                **({"boot_id": s["owner_boot"]} if s["owner_boot"] is not None else {}),
+                **({"start_ticks": s["owner_ticks"]} if s["owner_ticks"] is not None else {}),
             }
         first = changes.get(0) or [{}]
         create.update(first.pop(0))  # the prompt and tools set before any message

@@ -132,16 +132,23 @@ def check_create(data: dict) -> None:
         raise InvalidOpError("self-parent", f"session {sid!r} cannot be its own parent")
     owner = opt(data, "owner", dict) or {}
     pid, started = owner.get("pid"), owner.get("create_time")
+    boot, ticks = owner.get("boot_id"), owner.get("start_ticks")
     if (
         not isinstance(pid, (int, type(None)))
         or not isinstance(started, (int, float, type(None)))
-        or any(isinstance(v, int) and abs(v) >= 2**63 for v in (pid, started))
-    ):  # an INTEGER column
+        or not isinstance(boot, (str, type(None)))
+        or not isinstance(ticks, (int, type(None)))
+        or any(isinstance(v, bool) for v in (pid, ticks))
+        or any(isinstance(v, int) and abs(v) >= 2**63 for v in (pid, started, ticks))
+        or (isinstance(boot, str) and len(boot) > 64)
+    ):  # INTEGER columns
         raise InvalidOpError(
             "invalid-field",
-            "owner must be {host: str, pid: int, create_time: number} (integers within 64 bits)",
+            "owner must be {host: str, pid: int, create_time: number, boot_id: str (at most 64), "
+            "start_ticks: int} (integers within 64 bits)",
         )
     no_nul(owner, "host")
+    no_nul(owner, "boot_id")
     context.validate(data)
     clean_title(opt(data, "title", str))
     key_field(data)

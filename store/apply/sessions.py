@@ -82,7 +82,8 @@ def session_create(conn: apsw.Connection, data: dict, batch_id: str, arrived_at:
     and referenced (store/apply/context.py), key (conversation identity: a chat id, a platform
     thread, a working directory; ``resume`` reads by it), parent_id + parent_kind (compression |
     branch | reset | delegate; both or neither), started_at (epoch s), meta (object), owner
-    ({"host", "pid", "create_time"}: the producing process, which the orphan sweep checks). A
+    ({"host", "pid", "create_time", "boot_id", "start_ticks"}: the producing process as
+    ``quill.home.process_identity`` gives it, which the orphan sweep checks). A
     title another session already holds is not applied (the session is still created) and is kept in
     ``meta['requested_title']``: imports must not lose a session over a title. A
     *placeholder* row (made by an op that arrived first, ``op_common.ensure_session``) is
@@ -104,8 +105,8 @@ def session_create(conn: apsw.Connection, data: dict, batch_id: str, arrived_at:
     conn.execute(
         """INSERT INTO sessions (id, source, model, title, cwd, parent_id, parent_kind,
                                  started_at, meta, created_at, owner_host, owner_pid,
-                                 owner_started, key)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                                 owner_started, owner_boot, owner_ticks, key)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
            ON CONFLICT (id) DO UPDATE SET
                source = CASE WHEN sessions.placeholder = 1
                              THEN coalesce(excluded.source, sessions.source)
@@ -123,7 +124,12 @@ def session_create(conn: apsw.Connection, data: dict, batch_id: str, arrived_at:
                meta = coalesce(sessions.meta, excluded.meta),
                owner_host = coalesce(excluded.owner_host, sessions.owner_host),
                owner_pid = coalesce(excluded.owner_pid, sessions.owner_pid),
-               owner_started = coalesce(excluded.owner_started, sessions.owner_started)""",
+               owner_started = coalesce(excluded.owner_started, sessions.owner_started),
+               -- the proof goes with the pid it proves: a new owner without one clears it
+               owner_boot = CASE WHEN excluded.owner_pid IS NULL THEN sessions.owner_boot
+                                 ELSE excluded.owner_boot END,
+               owner_ticks = CASE WHEN excluded.owner_pid IS NULL THEN sessions.owner_ticks
+                                  ELSE excluded.owner_ticks END""",
         (
             sid,
             opt(data, "source", str),
@@ -138,6 +144,8 @@ def session_create(conn: apsw.Connection, data: dict, batch_id: str, arrived_at:
             owner.get("host") if isinstance(owner.get("host"), str) else None,
             owner_pid,
             owner_started,
+            owner.get("boot_id") if owner_pid is not None else None,
+            owner.get("start_ticks") if owner_pid is not None else None,
             key_field(data),
         ),
     )

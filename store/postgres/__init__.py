@@ -34,10 +34,13 @@ class PostgresBackend:
     #: chunks apply unclaimed (the bare backend of tests and tools).
     holder_token: str | None = None
 
-    def __init__(self, url: str, spool_id: str):
+    def __init__(self, url: str, spool_id: str, *, client: dict[str, Any] | None = None):
+        """``client``: libpq parameters bounding the connection's network waits
+        (``Settings.pg_client_params``; None: the defaults')."""
         self.url = url
         self.spool_id = spool_id
-        self.conn = PgConnection(url, application_name=f"quill-writer:{spool_id}")
+        self.client = dict(client or {})
+        self.conn = PgConnection(url, application_name=f"quill-writer:{spool_id}", **self.client)
         try:
             schema.create(self.conn)
         except BaseException:

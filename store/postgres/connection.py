@@ -33,6 +33,7 @@ from typing import Any
 import psycopg
 from psycopg import pq
 
+from quill.home import DEFAULTS
 from quill.store.postgres.errors import mapped
 
 _TOKENS = re.compile(r"""('(?:[^']|'')*')|("(?:[^"]|"")*")|(\?\d*)|(%)|(\bLIKE\b)""", re.S | re.I)
@@ -125,13 +126,15 @@ class PgConnection:
         **conninfo: Any,
     ):
         """``conninfo``: libpq connection parameters added to (or replacing) the defaults,
-        e.g. keepalives for a session whose waits must be bounded
-        (``store.postgres.election.TCP_BOUNDS``). ``settings``: server parameters for this
-        session, set after ``SERVER_KEEPALIVES`` (``set_config``, not the startup ``options``,
-        which a pooler may refuse and which would replace a URL's own). Raises the store
-        error tree."""
+        which bound every network wait on the client side (``Settings.pg_client_params`` of
+        ``DEFAULTS``: connect timeout, TCP keepalives, ``tcp_user_timeout``). Callers pass a
+        data dir's own (``**cfg.pg_client_params()``), or tighter ones for a session whose
+        waits must be shorter (``store.postgres.election.TCP_BOUNDS``). ``settings``: server
+        parameters for this session, set after ``SERVER_KEEPALIVES`` (``set_config``, not the
+        startup ``options``, which a pooler may refuse and which would replace a URL's own).
+        Raises the store error tree."""
         self.url = url
-        params: dict[str, Any] = {"connect_timeout": 10, **conninfo}
+        params: dict[str, Any] = {**DEFAULTS.pg_client_params(), **conninfo}
         with mapped():
             # prepare_threshold=None: no server-side prepared statements. A prepared search
             # turns into a generic plan after five runs, and a generic plan cannot see the

@@ -29,11 +29,14 @@ class PgReader(Reader):
 
     search_engine = pg_search  # ``Reader.search``/``search_page`` through PostgreSQL's
 
-    def __init__(self, url: str, *, spool_id: str | None = None):  # noqa: D107 - see class doc
+    def __init__(  # noqa: D107 - see class doc
+        self, url: str, *, spool_id: str | None = None, client: dict[str, Any] | None = None
+    ):
         self.path = None
         self.url = url
         self.spool_id = spool_id
-        self.conn = PgConnection(url, application_name="quill-reader")
+        # client: libpq bounds on the connection's network waits (Settings.pg_client_params).
+        self.conn = PgConnection(url, application_name="quill-reader", **(client or {}))
         self.schema_version = schema.version(self.conn)
         if self.schema_version == 0:
             self.conn.close()

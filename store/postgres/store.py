@@ -53,7 +53,7 @@ class PgStore(PostgresCapabilities, PostgresBackend):
     retry_first_s: float | None = 0.5
     halt_poll_s = 2.0
     recover_hint = "quill recover (after REINDEX or a restore)"
-    OPTIONS = ("log", "spool_dir", "retention_s", "application_name", "holder")
+    OPTIONS = ("log", "spool_dir", "retention_s", "application_name", "holder", "client")
 
     def __init__(
         self,
@@ -65,9 +65,11 @@ class PgStore(PostgresCapabilities, PostgresBackend):
         retention_s: float | None = None,
         application_name: str | None = None,
         holder: dict[str, Any] | None = None,
+        client: dict[str, Any] | None = None,
     ):
         # The base class connects at construction; this store connects in ``connect``.
         self.url = url
+        self.client = dict(client or {})  # libpq bounds (Settings.pg_client_params)
         self.spool_id = spool_id
         self.log = log if log is not None else NullLog()
         self.spool_dir = spool_dir
@@ -92,7 +94,7 @@ class PgStore(PostgresCapabilities, PostgresBackend):
         ``interrupted_runs``.
         Raises ``TransientError`` when the server cannot be reached and ``SpoolClaimedError``
         while another holder's claim is live (the connection is then closed)."""
-        self.conn = PgConnection(self.url, application_name=self.application_name)
+        self.conn = PgConnection(self.url, application_name=self.application_name, **self.client)
         try:
             schema.create(self.conn)
             figures: dict[str, Any] = {"spool_id": self.spool_id}

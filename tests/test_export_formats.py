@@ -71,7 +71,11 @@ def test_readable_and_training_formats(quill, tmp_path):
         "tool",
         "gpt",
     ]
-    assert "<tool_call>" in share[0]["conversations"][2]["value"]
+    call = (
+        share[0]["conversations"][2]["value"].split("<tool_call>\n")[1].split("\n</tool_call>")[0]
+    )
+    # Hermes-style: the arguments object itself, not OpenAI's JSON text of it
+    assert json.loads(call) == {"name": "ls", "arguments": {"path": "."}}
     assert share[0]["conversations"][4]["value"] == "<think>\ncount the lines\n</think>\ntwo files"
     # the ShareGPT importer reads the reasoning back (not dropped)
     (tmp_path / "share.jsonl").write_text(json.dumps(share[0]) + "\n")

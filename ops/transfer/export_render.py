@@ -124,6 +124,19 @@ _SHAREGPT_ROLE = {
 }
 
 
+def _arguments(fn: dict[str, Any]) -> Any:
+    """A call's arguments as Hermes-style ShareGPT writes them: the JSON object itself, not
+    OpenAI's JSON text of it; text that is not a JSON object stays text."""
+    args = fn.get("arguments")
+    if isinstance(args, str):
+        try:
+            parsed = json.loads(args)
+        except ValueError:
+            return args
+        return parsed if isinstance(parsed, dict) else args
+    return args
+
+
 def sharegpt(r: Reader, sid: str) -> dict[str, Any]:
     """``{"id", "conversations": [{"from", "value"}]}`` from the model view; reasoning leads its
     turn as a ``<think>`` block and tool calls follow as ``<tool_call>`` JSON blocks, as
@@ -142,7 +155,7 @@ def sharegpt(r: Reader, sid: str) -> dict[str, Any]:
             value = f"<think>\n{m['reasoning']}\n</think>\n{value}"
         for call in m.get("tool_calls") or []:
             fn = _function(call)
-            call_json = json.dumps({"name": fn.get("name"), "arguments": fn.get("arguments")})
+            call_json = json.dumps({"name": fn.get("name"), "arguments": _arguments(fn)})
             value += f"\n<tool_call>\n{call_json}\n</tool_call>"
         turns.append({"from": _SHAREGPT_ROLE.get(m["role"], m["role"]), "value": value.strip()})
     return {"id": sid, "conversations": turns}

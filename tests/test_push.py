@@ -78,6 +78,8 @@ def test_wait_timeout_still_prints_the_acks(quill, home):
     assert out.returncode == 4
     [ack] = json.loads(out.stdout)
     assert ack["outcome"] == "pending" and ack["batch"] and ack["position"] == "1:0"
+    # the one error format on stderr: what ran out, and that the records are durable
+    assert out.stderr.startswith("quill: error: ") and "quill: hint: " in out.stderr
     # retrying with the same batch id is safe: it is applied once
     retry = json.dumps(
         {

@@ -184,7 +184,12 @@ def run(
         try:
             waited = wait_applied(cfg, max(a.position for a in acks), wait_s)
         except WaitTimeoutError as exc:
-            echo(f"quill: {exc}", err=True)
+            # The records are durable (acknowledged below); only the wait ran out. --json keeps
+            # the ack list (with "outcome": "pending") so a script can wait on those batches.
+            echo(f"quill: error: {exc}", err=True)
+            echo(
+                "quill: hint: the records are durable and are applied once a writer runs", err=True
+            )
             for r in result:
                 r["outcome"] = "pending"
             code = Exit.TIMEOUT

@@ -233,3 +233,18 @@ def test_a_second_watcher_is_refused_while_one_runs(tmp_path, quill):
         assert proc.wait(timeout=30) == 0
     shutil.rmtree(root)
     assert quill.run("watch", "--once").returncode == 0
+
+
+def test_quill_run_says_which_agent_folders_it_captures(quill, home, tmp_path):
+    """The fleet copies transcripts from outside its data dir: it says so at start, naming
+    the folders, and says nothing when [watch] is off."""
+    agents = tmp_path / "agent-transcripts"
+    agents.mkdir()
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.toml").write_text(
+        f'[watch]\ndefault_roots = false\nroots = ["{agents}"]\n', encoding="utf-8"
+    )
+    said = quill.run("run", "--until-idle", "--timeout", "120").stderr
+    assert f"capturing the coding-agent transcripts in {agents}" in said
+    (home / "config.toml").write_text("[watch]\nenabled = false\n", encoding="utf-8")
+    assert "capturing" not in quill.run("run", "--until-idle", "--timeout", "120").stderr

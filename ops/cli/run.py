@@ -40,6 +40,13 @@ def run(ctx: click.Context, until_idle: bool, timeout: float | None) -> None:
         f"logs in {cfg.logs_dir}",
         err=True,
     )
+    watched = [str(p) for p in cfg.watch_paths if p.is_dir()] if cfg.watch_enabled else []
+    if watched:  # transcripts copied from outside the data dir: never a silent surprise
+        click.echo(
+            f"quill: capturing the coding-agent transcripts in {', '.join(watched)} into "
+            f"{cfg.home} as they are written ([watch] enabled = false in config.toml to stop)",
+            err=True,
+        )
     before = _quarantined(cfg.spool_dir)
     try:
         code = Supervisor(

@@ -110,10 +110,14 @@ class Reader:
         offset: int = 0,
         latest: bool = False,
         after_id: int | None = None,
+        before_id: int | None = None,
+        clip: int | None = None,
     ) -> list[dict[str, Any]]:
         """Messages of a session in ``projection``, oldest first (``projections.read``):
-        ``limit``/``offset`` pages, ``latest=True`` for the last ``limit``, ``after_id`` for a
-        keyset page. Raises ``ValueError`` for an unknown projection."""
+        ``limit``/``offset`` pages, ``latest=True`` for the last ``limit``, ``after_id`` /
+        ``before_id`` for keyset pages, ``clip`` (characters) for a page that shows only the
+        start of each text, at a cost that does not grow with the largest message. Raises
+        ``ValueError`` for an unknown projection or a bad limit, offset or clip."""
         with self.snapshot() as conn:
             return projections.read(
                 conn,
@@ -123,6 +127,8 @@ class Reader:
                 offset=offset,
                 latest=latest,
                 after_id=after_id,
+                before_id=before_id,
+                clip=clip,
             )
 
     @_retry_io

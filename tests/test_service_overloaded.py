@@ -81,6 +81,9 @@ def test_descriptor_exhaustion_answers_503_overloaded_and_the_server_recovers(tm
                     time.sleep(1.2)  # asyncio pauses accepting for 1 s after EMFILE
                     continue
                 assert r.status_code == 200, r.text
+                # Never "no store yet": a store open that failed for want of descriptors
+                # is not an empty store.
+                assert [x["id"] for x in r.json()] == ["s1"], answers
                 s = socket.create_connection(("127.0.0.1", port))
                 s.sendall(b"GET /api/v1/sessions HTTP/1.1\r\nHost: 127.0.0.1\r\n")
                 held.append(s)

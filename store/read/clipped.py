@@ -46,6 +46,17 @@ def _large(name: str, size: int | None, clip: int) -> bool:
     return size is not None and name in (*TEXT_COLUMNS, *STRUCT_COLUMNS) and size > limit
 
 
+def index_hint(conn: Any, name: str) -> str:
+    """`` INDEXED BY name`` for a SQLite connection whose store has that index (a store
+    older than schema v10, not yet migrated, lacks the position indexes), else ""."""
+    if not isinstance(conn, apsw.Connection):
+        return ""
+    found = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = ?", (name,)
+    ).fetchone()
+    return f" INDEXED BY {name}" if found else ""
+
+
 def _prefix(conn: Any, column: str, message_id: int, clip: int) -> str:
     """The first ``clip`` characters of a message's text ``column`` (SQLite: read through a
     blob handle, at most 4 bytes a character; a character cut at the end is dropped)."""
@@ -139,7 +150,7 @@ def _sqlite_large_row(
     row[fields.index("state")] = state
     if fields.index("ts") > first:
         row[fields.index("ts")] = conn.execute(
-            "SELECT ts FROM messages INDEXED BY messages_session_ts "
+            f"SELECT ts FROM messages{index_hint(conn, 'messages_session_ts')} "
             "WHERE session_id = ? AND id = ?",
             (row[fields.index("session_id")], mid),
         ).fetchone()[0]

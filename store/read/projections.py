@@ -144,7 +144,7 @@ def _rows(
     if clip is not None:
         # Ids and states from the index alone (a SQLite row read for them would walk a large
         # value's overflow chain), then each row as ``clipped`` reads it.
-        hint = " INDEXED BY messages_session_state" if isinstance(conn, apsw.Connection) else ""
+        hint = clipped.index_hint(conn, "messages_session_state")
         sql = _ordered_sql(projection, " ".join(bounds), "id, state", hint)
     else:
         sql = _ordered_sql(projection, " ".join(bounds))

@@ -31,6 +31,7 @@ _LAZY: dict[str, str] = {
             "QuarantinedError",
             "SpoolFullError",
             "StoreBusyError",
+            "OverloadedError",
             "StoreDamagedError",
             "QueueUnavailableError",
             "StorageError",

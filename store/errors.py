@@ -3,6 +3,7 @@ never by message text.
 
     StoreError
     ├── TransientError        SQLITE_BUSY / SQLITE_LOCKED: retry later
+    │   └── DescriptorsExhaustedError  EMFILE / ENFILE (by errno) while opening: retry later
     ├── CorruptError          SQLITE_CORRUPT: sticky halt (architecture.md "Corruption stops
     │   │                     writes, never loses data")
     │   ├── StructuralError   (PostgreSQL) a table/column/function of the store is missing
@@ -26,7 +27,10 @@ never by message text.
 from __future__ import annotations
 
 import contextlib
+import errno
+import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import apsw
 
@@ -37,6 +41,33 @@ class StoreError(Exception):
 
 class TransientError(StoreError):
     """The database was busy or locked; the operation may succeed if retried."""
+
+
+#: errno values meaning the process (EMFILE) or the system (ENFILE) has no descriptor left.
+EXHAUSTED_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE})
+
+
+class DescriptorsExhaustedError(TransientError):
+    """Opening the store needed a file descriptor and none was left (errno EMFILE or
+    ENFILE): the store is there and fine, the process is overloaded; retry later. Never a
+    ``CantOpenError``, which callers read as "no store yet"."""
+
+
+def cant_open_cause(path: Path | str, system_errno: int | None = None) -> StoreError | None:
+    """``DescriptorsExhaustedError`` when a failed open of ``path`` was descriptor
+    exhaustion, else None. Classified by errno: ``system_errno`` (SQLite's
+    ``sqlite3_system_errno`` of a connection that exists) or, when the open itself failed
+    and SQLite kept no handle, the errno of opening ``path`` again now."""
+    if system_errno is None:
+        try:
+            os.close(os.open(path, os.O_RDONLY | os.O_CLOEXEC))
+        except OSError as exc:
+            system_errno = exc.errno
+    if system_errno in EXHAUSTED_ERRNOS:
+        return DescriptorsExhaustedError(
+            f"no file descriptor left to open the store ({errno.errorcode[system_errno]})"
+        )
+    return None
 
 
 class CorruptError(StoreError):

@@ -11,6 +11,7 @@ of its kind, so ``quill.Client`` users and ``quill`` command users see the same 
     ├── QuarantinedError            exit 1  the writer refused a batch (``reason``); it is kept
     ├── SpoolFullError              exit 1  the disk holding the spool is full: nothing partial
     ├── StoreBusyError              exit 1  the store is locked right now: retry
+    ├── OverloadedError             exit 1  no file descriptor left (EMFILE/ENFILE): retry
     ├── StoreDamagedError           exit 1  corruption found: the writer halts, `quill recover`
     ├── QueueUnavailableError       exit 8  the job queue (Redis, queue.db) is unreachable:
     │                                       nothing was queued; the spool is applied as ever
@@ -24,8 +25,12 @@ this module costs nothing at import (the fast ``quill push`` path imports it).
 
 from __future__ import annotations
 
+import errno
 import sys
 from enum import IntEnum
+
+#: EMFILE (this process) and ENFILE (the system): no file descriptor left.
+_EXHAUSTED = frozenset({errno.EMFILE, errno.ENFILE})
 
 
 class Exit(IntEnum):
@@ -187,6 +192,17 @@ class StoreBusyError(QuillError):
     )
 
 
+class OverloadedError(QuillError):
+    """The process (EMFILE) or the system (ENFILE) had no file descriptor left to open the
+    store, a file or a socket: nothing is wrong with the data; retry shortly."""
+
+    kind = "overloaded"
+    default_hint = (
+        "retry shortly; if it lasts, raise the descriptor limit (`ulimit -n`, LimitNOFILE=) "
+        "or find what holds descriptors (`ls /proc/PID/fd`)"
+    )
+
+
 class StoreDamagedError(QuillError):
     """The store file is damaged (SQLITE_CORRUPT / NOTADB) or was replaced."""
 
@@ -249,7 +265,11 @@ def from_exception(exc: BaseException) -> QuillError | None:
         if isinstance(exc, spool_errors.WaitTimeoutError):
             return WaitTimeoutError(text)
         return StorageError(text)
+    if isinstance(exc, OSError) and exc.errno in _EXHAUSTED:
+        return OverloadedError(exc.strerror or str(exc))
     if store_errors is not None and isinstance(exc, store_errors.StoreError):
+        if isinstance(exc, store_errors.DescriptorsExhaustedError):
+            return OverloadedError(text)
         if isinstance(exc, store_errors.InvalidOpError):
             return InvalidInputError(
                 text, reason=exc.reason, hint="fix the op or message; nothing was appended"

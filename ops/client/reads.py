@@ -136,28 +136,46 @@ class Reads:
                 ) from exc
 
     def transcript(
-        self, session_id: str, view: str = "display", *, latest: int | None = None
+        self,
+        session_id: str,
+        view: str = "display",
+        *,
+        latest: int | None = None,
+        before_id: int | None = None,
+        clip: int | None = None,
     ) -> dict[str, Any]:
         """``{"session", "chain", "messages", "context"}`` — ``quill sessions show ID --json``
         and ``GET /api/v1/sessions/{id}/messages``, read in one snapshot. ``view``: ``display``
         (what a UI shows), ``model`` (what the model is fed, OpenAI shape), ``audit`` (every row
         with its state). ``context``: the system prompt and tool array in force
         (``{"system_prompt", "tools"}``, None when never sent; the audit view adds ``history``,
-        every change, as ``context()``). ``latest``: only the last N.
-        Raises ``NotFoundError`` for an unknown session."""
+        every change, as ``context()``). ``latest``: only the last N. ``before_id``: only
+        messages positioned before that message id (the next older page). ``clip``: texts cut
+        to that many characters and large fields left unread, each cut named in the
+        message's ``clipped`` (a page for reading, never an exact copy: see
+        ``store.read.projections.read``). Raises ``NotFoundError`` for an unknown session,
+        ``InvalidInputError`` for a bad argument."""
         _check_types(session_id=session_id, view=view)
         if view not in VIEWS:
             raise InvalidInputError(f"view must be one of {', '.join(VIEWS)}, got {view!r}")
-        if latest is not None and (
-            isinstance(latest, bool) or not isinstance(latest, int) or not 1 <= latest < 2**63
-        ):
-            raise InvalidInputError(f"latest must be a whole number ≥ 1, got {latest!r}")
+        for name, value in (("latest", latest), ("before_id", before_id), ("clip", clip)):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < 2**63
+            ):
+                raise InvalidInputError(f"{name} must be a whole number ≥ 1, got {value!r}")
         missing = no_session(session_id, store_missing=True)
         with self._reader(missing) as r, r.snapshot():
             session = r.get_session(session_id)
             if session is None:
                 raise no_session(session_id)
-            messages = r.get_messages(session_id, view, limit=latest, latest=latest is not None)
+            messages = r.get_messages(
+                session_id,
+                view,
+                limit=latest,
+                latest=latest is not None,
+                before_id=before_id,
+                clip=clip,
+            )
             chain = r.compression_chain(session_id)
             context = r.context(session_id)
         if view != "audit":

@@ -17,15 +17,16 @@ from quill.ops.client.client import Client
 from quill.ops.client.errors import (
     InvalidInputError,
     NotFoundError,
+    OverloadedError,
     QuillError,
 )
 from quill.ops.client.errors import (
     SpoolFullError as QuillSpoolFull,
 )
 from quill.ops.client.stores import open_reader
-from quill.ops.service.errors import ERROR_SCHEMA, ApiError
+from quill.ops.service.errors import ERROR_SCHEMA, ApiError, overloaded
 from quill.store.apply.normalize import ROLES
-from quill.store.errors import CantOpenError, StoreError
+from quill.store.errors import CantOpenError, DescriptorsExhaustedError, StoreError
 from quill.store.read.reader import Reader
 
 #: A time bound of a read: finite epoch seconds, as ``Client`` takes them (others are refused).
@@ -75,6 +76,8 @@ def client_errors(what: str = "") -> Iterator[None]:
         raise ApiError(
             507, "spool-full", "the spool's disk is full; retry later with the same batch ids"
         ) from None
+    except OverloadedError:
+        raise overloaded() from None
     except QuillError as exc:  # busy, damaged or unreadable store
         raise ApiError(
             503, "store-unavailable", f"{type(exc).__name__}: {exc.default_hint}"
@@ -88,6 +91,8 @@ def reader(request: Request) -> Iterator[Reader | None]:
     except CantOpenError:
         yield None
         return
+    except DescriptorsExhaustedError:
+        raise overloaded("the store") from None
     except StoreError as exc:
         raise ApiError(
             503, "store-unavailable", f"the store cannot be opened ({type(exc).__name__})"

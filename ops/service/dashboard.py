@@ -41,6 +41,10 @@ templates = Jinja2Templates(directory=str(HERE / "templates"))
 PAGE_SESSIONS = 50
 MAX_PAGE_SESSIONS = 1000  # as the API's ``limit``
 QUARANTINE_SHOWN = 20
+#: A transcript page shows the latest ``PAGE_MESSAGES`` messages (older ones a link away),
+#: each text read only up to ``TEXT_CLIP`` characters (the template shows at most that).
+PAGE_MESSAGES = 200
+TEXT_CLIP = 20_000
 
 
 def _when(ts: Any) -> str:
@@ -268,13 +272,23 @@ def install(app: FastAPI) -> None:
         )
 
     @app.get("/sessions/{session_id:sid}", include_in_schema=False)
-    def transcript(request: Request, session_id: str, view: str = "display") -> HTMLResponse:
+    def transcript(
+        request: Request, session_id: str, view: str = "display", before: int | None = None
+    ) -> HTMLResponse:
         _who(request)
         if view not in ("display", "model", "audit"):
             view = "display"
+        if before is not None and not 1 <= before < 2**63:
+            raise ApiError(422, "invalid-request", f"before must be a message id ≥ 1, got {before}")
         with api_common.client_errors(f"session {session_id!r}"):
-            found = request.app.state.client.transcript(session_id, view)
+            # One more than a page: whether older messages exist, without counting them.
+            found = request.app.state.client.transcript(
+                session_id, view, latest=PAGE_MESSAGES + 1, before_id=before, clip=TEXT_CLIP
+            )
         messages, children = found["messages"], []
+        older = len(messages) > PAGE_MESSAGES
+        if older:
+            messages = messages[1:]
         r = _open(request)
         if r is not None:
             with r:
@@ -306,6 +320,8 @@ def install(app: FastAPI) -> None:
             results=results,
             called=called,
             children=children,
+            older=messages[0]["message_id"] if older else None,
+            paged=before is not None,
         )
 
     @app.get("/fleet", include_in_schema=False)

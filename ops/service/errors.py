@@ -6,13 +6,15 @@ refused op (``unknown-op``, ``invalid-data``, ``invalid-field``, ``invalid-role`
 ``quill.store.apply.precheck``), and for the service itself: ``body-too-large``,
 ``batch-too-large``, ``invalid-json``, ``invalid-request``, ``unauthorized``, ``forbidden``,
 ``not-found``, ``method-not-allowed``, ``body-timeout`` (408), ``too-many-requests`` (429),
-``spool-full``, ``spool-unavailable``, ``store-unavailable``, ``internal``. Details never
-carry a filesystem path or a token.
+``spool-full``, ``spool-unavailable``, ``store-unavailable``, ``overloaded`` (503 with
+``Retry-After``: no file descriptor was left, EMFILE/ENFILE, to open the store, a file or a
+socket), ``internal``. Details never carry a filesystem path or a token.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -20,6 +22,42 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+#: errno values of descriptor exhaustion: this process (EMFILE), the system (ENFILE).
+EXHAUSTED_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE})
+#: Seconds an ``overloaded`` answer asks the client to wait (descriptors free as the
+#: requests in progress finish, within a second or so).
+OVERLOADED_RETRY_S = 1
+
+
+def overloaded(what: str = "the request") -> ApiError:
+    """The 503 ``overloaded`` answer (with ``Retry-After``) for descriptor exhaustion."""
+    return ApiError(
+        503,
+        "overloaded",
+        f"no file descriptor was left for {what}; retry shortly",
+        {"Retry-After": str(OVERLOADED_RETRY_S)},
+    )
+
+
+def is_exhaustion(exc: BaseException | None) -> bool:
+    """True when ``exc`` or an exception it was raised from (``__cause__``/``__context__``)
+    is descriptor exhaustion: an ``OSError`` with errno EMFILE/ENFILE, the store's
+    ``DescriptorsExhaustedError`` or the client's ``OverloadedError`` (by type and errno,
+    never by message text)."""
+    from quill.ops.client.errors import OverloadedError
+    from quill.store.errors import DescriptorsExhaustedError
+
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, (DescriptorsExhaustedError, OverloadedError)) or (
+            isinstance(exc, OSError) and exc.errno in EXHAUSTED_ERRNOS
+        ):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
 
 _STATUS_REASONS = {
     400: "bad-request",
@@ -127,6 +165,10 @@ def install(app: FastAPI, log: Any) -> None:
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        if is_exhaustion(exc):  # overload, not a bug: the client should come back
+            log.warning("http.overloaded", error_type=type(exc).__name__, route=_route(request))
+            busy = overloaded()
+            return error_response(busy.status, busy.reason, busy.detail, busy.headers, request)
         # Logged by type and route only: an exception message may carry a path or a token.
         log.error("http.unexpected", error_type=type(exc).__name__, route=_route(request))
         return error_response(

@@ -13,6 +13,7 @@ socket, the uid from the kernel.
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import struct
 
@@ -43,7 +44,8 @@ def _forms(host: str, port: int) -> set[str]:
 def peer_uid(client: tuple[str, int], server: tuple[str, int]) -> int | None:
     """The uid owning the client end of the loopback TCP connection ``client`` → ``server``
     (each ``(address, port)`` as the accepted socket reports them), or None when the kernel's
-    tables do not show it (not Linux, not loopback, or the connection already closed)."""
+    tables do not show it (not Linux, not loopback, or the connection already closed).
+    Raises ``OSError`` (EMFILE/ENFILE) when no descriptor was left to read the tables."""
     try:
         if not ipaddress.ip_address(client[0]).is_loopback and not _mapped_loopback(client[0]):
             return None
@@ -59,8 +61,10 @@ def peer_uid(client: tuple[str, int], server: tuple[str, int]) -> int | None:
                     fields = line.split()
                     if len(fields) > 7 and fields[1] in local and fields[2] in remote:
                         return int(fields[7])
-        except OSError:
-            continue
+        except OSError as exc:
+            if exc.errno in (errno.EMFILE, errno.ENFILE):
+                raise  # out of descriptors: overload (a 503), never "another user"
+            continue  # no such table (no IPv6): the other one answers
     return None
 
 

@@ -25,6 +25,7 @@ from typing import Any
 import apsw
 
 from quill.store.apply import blobs
+from quill.store.read import clipped
 
 PROJECTION_STATES: dict[str, tuple[str, ...]] = {
     "model": ("live",),
@@ -87,23 +88,24 @@ def message_dict(row: tuple, *, with_meta: bool = True) -> dict[str, Any]:
     return msg
 
 
-def _ordered_sql(projection: str, where_pos: str) -> str:
-    """SQL yielding ``MSG_COLS`` + ``pos`` of a session's projection, in projection order.
+def _ordered_sql(projection: str, where_pos: str, cols: str = MSG_COLS, hint: str = "") -> str:
+    """SQL yielding ``cols`` (default ``MSG_COLS``) + position of a session's projection, in
+    projection order; ``hint`` follows the table name (SQLite's ``INDEXED BY``).
     Parameters: session id, *states, [position bound], limit, offset."""
     marks = ", ".join("?" for _ in states(projection))
     if projection != "display":
         return (
-            f"SELECT {MSG_COLS}, seq AS p FROM messages "
+            f"SELECT {cols}, seq AS p FROM messages{hint} "
             f"WHERE session_id = ? AND state IN ({marks}) "
             f"{where_pos.format(col='seq')} "
             f"ORDER BY p {{order}} LIMIT ? OFFSET ?"
         )
     # Filtering by position before the window keeps whole partitions, so the dedupe is exact.
     return (
-        f"SELECT {MSG_COLS}, p FROM ("
-        f"SELECT {MSG_COLS}, pos AS p, row_number() OVER ("
+        f"SELECT {cols}, p FROM ("
+        f"SELECT {cols}, pos AS p, row_number() OVER ("
         f"PARTITION BY pos ORDER BY state = 'live' DESC, seq DESC) AS rn "
-        f"FROM messages WHERE session_id = ? AND state IN ({marks}) "
+        f"FROM messages{hint} WHERE session_id = ? AND state IN ({marks}) "
         f"{where_pos.format(col='pos')}"
         f") AS d WHERE rn = 1 ORDER BY p {{order}} LIMIT ? OFFSET ?"
     )
@@ -132,19 +134,36 @@ def _rows(
     latest: bool,
     pos_gt: int | None = None,
     pos_lt: int | None = None,
+    clip: int | None = None,
 ) -> list[dict[str, Any]]:
     bounds, args = [], []
     for value, op in ((pos_gt, ">"), (pos_lt, "<")):
         if value is not None:
             bounds.append(f"AND {{col}} {op} ?")
             args.append(value)
-    sql = _ordered_sql(projection, " ".join(bounds)).format(order="DESC" if latest else "ASC")
+    if clip is not None:
+        # Ids and states from the index alone (a SQLite row read for them would walk a large
+        # value's overflow chain), then each row as ``clipped`` reads it.
+        hint = clipped.index_hint(conn, "messages_session_state")
+        sql = _ordered_sql(projection, " ".join(bounds), "id, state", hint)
+    else:
+        sql = _ordered_sql(projection, " ".join(bounds))
+    sql = sql.format(order="DESC" if latest else "ASC")
     rows = conn.execute(
         sql, (session_id, *states(projection), *args, NO_LIMIT if limit is None else limit, offset)
     ).fetchall()
     if latest:
         rows.reverse()
-    return inflate_rows(conn, [r[:-1] for r in rows], with_meta=projection != "model")
+    if clip is None:
+        return inflate_rows(conn, [r[:-1] for r in rows], with_meta=projection != "model")
+    plain, cuts = clipped.rows(conn, MSG_COLS, [(r[0], r[1]) for r in rows], clip)
+    out = []
+    for row, cut in zip(plain, cuts):
+        msg = message_dict(row)  # blob references stay references: nothing large is read
+        if cut:
+            msg["clipped"] = cut
+        out.append(msg)
+    return out
 
 
 def inflate_rows(
@@ -173,6 +192,7 @@ def read(
     latest: bool = False,
     after_id: int | None = None,
     before_id: int | None = None,
+    clip: int | None = None,
 ) -> list[dict[str, Any]]:
     """A session's messages in ``projection`` (list of dicts, see ``message_dict``; model rows
     carry no Quill keys), oldest first.
@@ -180,11 +200,18 @@ def read(
     ``limit``/``offset`` page from the start; ``latest=True`` takes the last ``limit`` rows
     (skipping ``offset`` from the end) and still returns them oldest first; ``after_id`` /
     ``before_id`` (message ids) keep only rows positioned after / before that message.
-    Raises ``ValueError`` for an unknown projection or a negative limit/offset.
+    ``clip`` (characters, for pages that show the start of each text): texts longer than
+    ``clip`` come back as their first ``clip`` characters, structured fields over
+    ``clipped.STRUCT_MAX_BYTES`` as absent, blob references uninflated, each cut named in
+    the message's ``clipped`` (``{field: full size in bytes}``); every view then carries
+    Quill's keys. Cost per row does not grow with the row's size (``store/read/clipped.py``).
+    Raises ``ValueError`` for an unknown projection, a negative limit/offset or ``clip`` < 1.
     """
     states(projection)
     if (limit is not None and limit < 0) or offset < 0:
         raise ValueError("limit and offset must be ≥ 0")
+    if clip is not None and (isinstance(clip, bool) or not isinstance(clip, int) or clip < 1):
+        raise ValueError("clip must be a whole number of characters ≥ 1")
     gt = lt = None
     if after_id is not None:
         pos = position(conn, projection, after_id)
@@ -201,6 +228,7 @@ def read(
         latest=latest,
         pos_gt=gt,
         pos_lt=lt,
+        clip=clip,
     )
 
 

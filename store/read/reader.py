@@ -20,7 +20,7 @@ import apsw
 
 from quill.store.apply import context as context_mod
 from quill.store.apply.normalize import COMPARED_COLUMNS
-from quill.store.errors import CantOpenError, StoreIOError, mapped
+from quill.store.errors import CantOpenError, StoreError, StoreIOError, cant_open_cause, mapped
 from quill.store.read import lineage, listing, projections, resume
 from quill.store.read import usage as usage_reads
 from quill.store.search import candidates
@@ -57,7 +57,8 @@ def _retry_io(method: Callable[..., Any]) -> Callable[..., Any]:
 
 
 class Reader:
-    """A read-only view of a store file. Raises ``CantOpenError`` if it does not exist.
+    """A read-only view of a store file. Raises ``CantOpenError`` if it does not exist,
+    ``DescriptorsExhaustedError`` when no file descriptor was left to open it.
     Every public read retries briefly after an I/O error (``IO_RETRIES``)."""
 
     #: The module that serves ``search``/``search_page`` (``search(conn, text, **filters)``,
@@ -67,8 +68,15 @@ class Reader:
     def __init__(self, db_path: Path, *, vfs: str | None = None):
         self.path = Path(db_path)
         self.conn: apsw.Connection = open_reader(self.path, vfs=vfs)
-        with mapped():
-            version = self.conn.execute("PRAGMA user_version").fetchone()[0]
+        try:
+            with mapped():  # the first read opens the WAL and its index: more descriptors
+                version = self.conn.execute("PRAGMA user_version").fetchone()[0]
+        except StoreError as exc:
+            cause = cant_open_cause(self.path, self.conn.system_errno)
+            self.conn.close()
+            if cause is not None:
+                raise cause from exc
+            raise
         if version == 0:  # the writer created the file but has not committed the schema yet
             self.conn.close()
             raise CantOpenError(f"{self.path} has no Quill schema yet")
@@ -110,10 +118,14 @@ class Reader:
         offset: int = 0,
         latest: bool = False,
         after_id: int | None = None,
+        before_id: int | None = None,
+        clip: int | None = None,
     ) -> list[dict[str, Any]]:
         """Messages of a session in ``projection``, oldest first (``projections.read``):
-        ``limit``/``offset`` pages, ``latest=True`` for the last ``limit``, ``after_id`` for a
-        keyset page. Raises ``ValueError`` for an unknown projection."""
+        ``limit``/``offset`` pages, ``latest=True`` for the last ``limit``, ``after_id`` /
+        ``before_id`` for keyset pages, ``clip`` (characters) for a page that shows only the
+        start of each text, at a cost that does not grow with the largest message. Raises
+        ``ValueError`` for an unknown projection or a bad limit, offset or clip."""
         with self.snapshot() as conn:
             return projections.read(
                 conn,
@@ -123,6 +135,8 @@ class Reader:
                 offset=offset,
                 latest=latest,
                 after_id=after_id,
+                before_id=before_id,
+                clip=clip,
             )
 
     @_retry_io

@@ -19,7 +19,7 @@ from pathlib import Path
 import apsw
 
 from quill.store import schema
-from quill.store.errors import CantOpenError, SharedMemoryError, mapped
+from quill.store.errors import CantOpenError, SharedMemoryError, cant_open_cause, mapped
 
 #: The writer waits this long for a lock before SQLITE_BUSY (ms). Only readers and the
 #: backup API can contend with the single writer, and they hold locks briefly.
@@ -122,16 +122,23 @@ def open_writer(
 
 
 def open_reader(path: Path, *, vfs: str | None = None) -> apsw.Connection:
-    """Open ``state.db`` read-only. Raises ``CantOpenError`` when it does not exist yet.
+    """Open ``state.db`` read-only. Raises ``CantOpenError`` when it does not exist yet,
+    ``DescriptorsExhaustedError`` when no file descriptor was left to open it.
     ``vfs`` names a registered SQLite VFS (default: the OS one); tests use it to inject I/O
     faults without mocking anything above SQLite."""
-    with mapped():
-        conn = apsw.Connection(
-            reader_uri(path),
-            flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI,
-            **({"vfs": vfs} if vfs else {}),
-        )
-        conn.set_busy_timeout(READER_BUSY_MS)
+    try:
+        with mapped():
+            conn = apsw.Connection(
+                reader_uri(path),
+                flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI,
+                **({"vfs": vfs} if vfs else {}),
+            )
+    except CantOpenError as exc:
+        cause = cant_open_cause(path)  # out of descriptors is not "no store yet"
+        if cause is not None:
+            raise cause from exc
+        raise
+    conn.set_busy_timeout(READER_BUSY_MS)
     return conn
 
 

@@ -1,0 +1,157 @@
+"""Clipped message reads: what a page that shows the first characters of each text needs,
+at a cost that does not grow with the size of the largest message (the dashboard's
+transcript page; exact reads — the API, export, ``quill sessions show`` — never clip).
+
+Rule: the page's ids come from the position indexes alone (``projections`` orders them);
+then each row's field sizes come from ``octet_length``, which both backends answer from the
+value's header (SQLite's record header, PostgreSQL's TOAST pointer). A row whose texts fit
+``clip`` and whose structured fields fit ``STRUCT_MAX_BYTES`` is read whole. A larger row:
+
+* PostgreSQL: every field read, a long text as ``substr`` (a slice of a TOASTed value
+  fetches only the chunks it needs), a long structured field not at all;
+* SQLite: a record stores its fields one after the other, a large one on a chain of
+  overflow pages, so reaching any field after a large one reads the whole chain. The row
+  gives the fields before its first large one, that one as a prefix when it is a text
+  (incremental blob I/O reads only the first overflow pages; ``substr`` would load the
+  whole value), ``state`` and ``ts`` from indexes (``messages_session_state``,
+  ``messages_session_ts``); the fields after it are not read.
+
+Every field not returned whole is named in the message's ``clipped``: ``{field: full size
+in bytes}``. Blob references are left as references (``store/apply/blobs.py``).
+"""
+
+from __future__ import annotations
+
+import codecs
+from typing import Any
+
+import apsw
+
+#: The text columns read as a prefix when long, and the structured ones left unread.
+TEXT_COLUMNS = ("content", "reasoning")
+STRUCT_COLUMNS = ("parts", "tool_calls", "extra")
+#: A structured field up to this many bytes is read whole in a clipped read (a tool call's
+#: arguments are shown in full on the page); a longer one is left unread.
+STRUCT_MAX_BYTES = 256 * 1024
+#: Numeric fields: ``octet_length`` of a number renders it, so it would read the value.
+_NUMBERS = ("id", "ts")
+
+
+def _fields(msg_cols: str) -> list[str]:
+    return [c.strip() for c in msg_cols.split(",")]
+
+
+def _large(name: str, size: int | None, clip: int) -> bool:
+    limit = clip if name in TEXT_COLUMNS else STRUCT_MAX_BYTES
+    return size is not None and name in (*TEXT_COLUMNS, *STRUCT_COLUMNS) and size > limit
+
+
+def index_hint(conn: Any, name: str) -> str:
+    """`` INDEXED BY name`` for a SQLite connection whose store has that index (a store
+    older than schema v10, not yet migrated, lacks the position indexes), else ""."""
+    if not isinstance(conn, apsw.Connection):
+        return ""
+    found = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = ?", (name,)
+    ).fetchone()
+    return f" INDEXED BY {name}" if found else ""
+
+
+def _prefix(conn: Any, column: str, message_id: int, clip: int) -> str:
+    """The first ``clip`` characters of a message's text ``column`` (SQLite: read through a
+    blob handle, at most 4 bytes a character; a character cut at the end is dropped)."""
+    with conn.blob_open("main", "messages", column, message_id, False) as blob:
+        data = blob.read(4 * clip)
+    return codecs.getincrementaldecoder("utf-8")().decode(data, final=False)[:clip]
+
+
+def _pg_columns(fields: list[str], clip: int) -> str:
+    """PostgreSQL select list: long texts sliced, long structured fields NULL."""
+    out = []
+    for name in fields:
+        if name in TEXT_COLUMNS:
+            out.append(
+                f"CASE WHEN octet_length({name}) <= {clip} THEN {name} "
+                f"ELSE substr({name}, 1, {clip}) END"
+            )
+        elif name in STRUCT_COLUMNS:
+            out.append(f"CASE WHEN octet_length({name}) <= {STRUCT_MAX_BYTES} THEN {name} END")
+        else:
+            out.append(name)
+    return ", ".join(out)
+
+
+def rows(
+    conn: Any, msg_cols: str, page: list[tuple[int, str]], clip: int
+) -> tuple[list[tuple], list[dict[str, int]]]:
+    """``MSG_COLS`` rows for ``page`` (``(message id, state)`` in order) with long fields cut
+    as the module says, and per row ``{field: full size in bytes}`` of what was not returned
+    whole. ``clip`` is a whole number of characters (inlined in SQL: an ``int``, never
+    caller text)."""
+    clip = int(clip)
+    fields = _fields(msg_cols)
+    if not page:
+        return [], []
+    ids = [mid for mid, _state in page]
+    marks = ", ".join("?" for _ in ids)
+    texts = [f for f in fields if f not in _NUMBERS]
+    sizes = {
+        r[0]: dict(zip(texts, r[1:]))
+        for r in conn.execute(
+            f"SELECT id, {', '.join(f'octet_length({f})' for f in texts)} "
+            f"FROM messages WHERE id IN ({marks})",
+            ids,
+        )
+    }
+    sqlite = isinstance(conn, apsw.Connection)
+    whole = [i for i in ids if not any(_large(f, n, clip) for f, n in sizes[i].items())]
+    got: dict[int, tuple] = {}
+    if whole or not sqlite:
+        wanted = whole if sqlite else ids
+        cols = msg_cols if sqlite else _pg_columns(fields, clip)
+        got = {
+            r[0]: r
+            for r in conn.execute(
+                f"SELECT {cols} FROM messages WHERE id IN ({', '.join('?' for _ in wanted)})",
+                wanted,
+            )
+        }
+    out, cuts = [], []
+    for mid, state in page:
+        size = sizes[mid]
+        if mid in got:
+            row = list(got[mid])
+        else:
+            row = _sqlite_large_row(conn, fields, mid, state, size, clip)
+        cut = {}
+        for i, name in enumerate(fields):
+            value, full = row[i], size.get(name)
+            if full is None or (isinstance(value, str) and len(value.encode()) >= full):
+                continue
+            if value is None or _large(name, full, clip):
+                cut[name] = full
+        out.append(tuple(row))
+        cuts.append(cut)
+    return out, cuts
+
+
+def _sqlite_large_row(
+    conn: apsw.Connection, fields: list[str], mid: int, state: str, size: dict, clip: int
+) -> list[Any]:
+    """The fields before the row's first large one, that one's prefix when it is a text,
+    ``state`` and ``ts`` (from indexes) and None for the rest (never reached: see above)."""
+    first = next(i for i, f in enumerate(fields) if _large(f, size.get(f), clip))
+    head = conn.execute(
+        f"SELECT {', '.join(fields[:first])} FROM messages WHERE id = ?", (mid,)
+    ).fetchone()
+    row: list[Any] = [*head, *([None] * (len(fields) - first))]
+    if fields[first] in TEXT_COLUMNS:
+        row[first] = _prefix(conn, fields[first], mid, clip)
+    row[fields.index("state")] = state
+    if fields.index("ts") > first:
+        row[fields.index("ts")] = conn.execute(
+            f"SELECT ts FROM messages{index_hint(conn, 'messages_session_ts')} "
+            "WHERE session_id = ? AND id = ?",
+            (row[fields.index("session_id")], mid),
+        ).fetchone()[0]
+    return row

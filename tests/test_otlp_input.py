@@ -5,6 +5,7 @@ with unreadable GenAI content (partial success); nothing wrong is stored."""
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 
 import httpx
@@ -225,3 +226,66 @@ def test_a_late_export_keeps_the_spans_times_not_its_arrival(svc):
         ("user", pytest.approx(1_796_000_000)),
         ("assistant", pytest.approx(1_796_000_002)),
     ]
+
+
+def _chat(conv: str, inputs: list, *, trace: str = "5b8efff798038103d269b633813fc60c") -> dict:
+    """One OTLP JSON chat span of conversation ``conv`` carrying ``inputs`` (GenAI messages)."""
+    span_id = hashlib.sha256(json.dumps([conv, inputs]).encode()).hexdigest()[:16]
+    attrs = {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.conversation.id": conv,
+        "gen_ai.input.messages": inputs if isinstance(inputs, str) else json.dumps(inputs),
+    }
+    return {
+        "traceId": trace,
+        "spanId": span_id,
+        "name": "chat",
+        "startTimeUnixNano": "1796000000000000000",
+        "endTimeUnixNano": "1796000001000000000",
+        "attributes": [{"key": k, "value": {"stringValue": v}} for k, v in attrs.items()],
+    }
+
+
+def _export_json(spans: list[dict]) -> bytes:
+    return json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]}).encode()
+
+
+def _user(text: str) -> dict:
+    return {"role": "user", "parts": [{"type": "text", "content": text}]}
+
+
+def test_one_unreadable_span_is_rejected_alone_never_the_export(svc):
+    """Parts that are not a list of objects, messages nested past what can be read, a trace id
+    that is no id: each span is rejected with its reason; the good conversation is stored."""
+    deep = "[" * 5000 + "]" * 5000
+    spans = [
+        _chat("otlp-good", [_user("kept")]),
+        _chat("otlp-parts", [{"role": "user", "parts": 5}]),
+        _chat("otlp-deep", deep),
+        {**_chat("otlp-noid", [_user("no identity")]), "traceId": ""},
+    ]
+    resp = _post(svc, _export_json(spans), "application/json")
+    assert resp.status_code == 200, resp.text
+    partial = resp.json()["partialSuccess"]
+    assert int(partial["rejectedSpans"]) == 3
+    for why in ("parts are not a list of objects", "nested too deep", "invalid trace or span id"):
+        assert why in partial["errorMessage"]
+    svc["quill"].drain()
+    client = Client(home=str(svc["home"]))
+    assert [m["content"] for m in client.transcript("otlp:otlp-good")["messages"]] == ["kept"]
+    for sid in ("otlp:otlp-parts", "otlp:otlp-deep", "otlp:otlp-noid", "otlp:"):
+        with pytest.raises(NotFoundError):
+            client.transcript(sid)
+    deep_body = b'{"resourceSpans": ' + b"[" * 5000 + b"]" * 5000 + b"}"
+    assert _post(svc, deep_body, "application/json").status_code == 400
+
+
+def test_a_long_conversation_is_not_refused_for_the_history_each_span_repeats(svc):
+    """Every chat span carries the whole history: past the JSON API's message count limit
+    (2,000 per request) each turn must still be stored, not answered 413."""
+    history = [_user(f"m{i}") for i in range(2100)]
+    resp = _post(svc, _export_json([_chat("otlp-long", history)]), "application/json")
+    assert resp.status_code == 200, resp.text
+    svc["quill"].drain()
+    got = Client(home=str(svc["home"])).transcript("otlp:otlp-long")["messages"]
+    assert len(got) == 2100 and got[-1]["content"] == "m2099"

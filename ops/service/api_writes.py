@@ -103,14 +103,16 @@ class AcksOut(BaseModel):
     acks: list[AckOut]
 
 
-def _append(request: Request, ops: list[tuple[str, Any, str | None]]) -> AcksOut:
+def _append(
+    request: Request, ops: list[tuple[str, Any, str | None]], *, count_messages: bool = True
+) -> AcksOut:
     app = request.app.state
     messages = sum(
         len(d.get("messages") or [])
         for _, d, _ in ops
         if isinstance(d, dict) and isinstance(d.get("messages"), list)
     )
-    if messages > app.cfg.http_max_batch_messages:
+    if count_messages and messages > app.cfg.http_max_batch_messages:
         raise ApiError(
             413,
             "batch-too-large",

@@ -128,10 +128,12 @@ def decode(body: bytes, kind: str, encoding: str, limit: int) -> ExportTraceServ
         doc = json.loads(raw)
     except (ValueError, UnicodeDecodeError):
         raise OtlpError(400, "the body is not JSON") from None
+    except RecursionError:
+        raise OtlpError(400, "the body is nested too deep to read") from None
     _hex_ids(doc)
     try:
         json_format.ParseDict(doc, request, ignore_unknown_fields=True)
-    except (json_format.ParseError, TypeError, ValueError, binascii.Error) as exc:
+    except (json_format.ParseError, TypeError, ValueError, binascii.Error, RecursionError) as exc:
         raise OtlpError(400, f"the body is not an ExportTraceServiceRequest: {exc}") from None
     return request
 
@@ -173,6 +175,11 @@ def _export(request: Request, body: bytes, kind: str, encoding: str) -> Response
         if not span.genai:
             ignored += 1
             continue
+        if len(span.trace) != 32 or len(span.span) != 16 or span.trace.strip("0") == "":
+            # OTLP: a 16-byte trace id and an 8-byte span id, never all zero. Without one a
+            # span has no identity: conversations would merge, retries would not dedupe.
+            rejected.append(f"span {span.span or '?'}: invalid trace or span id")
+            continue
         try:
             group = otlp_map.span_ops(span)
         except GenAIContentError as exc:
@@ -190,7 +197,10 @@ def _export(request: Request, body: bytes, kind: str, encoding: str) -> Response
     )  # links first: a session keeps its first meta
     if ops:
         try:
-            _append(request, ops)  # returns once every record is fsync'd
+            # Each chat span repeats its conversation's history, which the store already
+            # holds: the message count limit of JSON appends would refuse every turn of a long
+            # conversation (and exporters do not retry a 413). The body limit still bounds it.
+            _append(request, ops, count_messages=False)  # returns once every record is fsync'd
         except ApiError as exc:
             retry = exc.status in (503, 507)
             return _status(

@@ -23,6 +23,7 @@ span that ran it), so it is stored once.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 from typing import Any
@@ -36,8 +37,8 @@ class GenAIContentError(ValueError):
 
 
 def value(v: AnyValue) -> Any:
-    """An OTLP ``AnyValue`` as plain Python: str, bool, int, float, list, dict, bytes, or
-    None (unset)."""
+    """An OTLP ``AnyValue`` as plain Python: str, bool, int, float, list, dict, or None
+    (unset); bytes become base64 text, as in OTLP JSON."""
     kind = v.WhichOneof("value")
     if kind is None:
         return None
@@ -45,6 +46,8 @@ def value(v: AnyValue) -> Any:
         return [value(x) for x in v.array_value.values]
     if kind == "kvlist_value":
         return {kv.key: value(kv.value) for kv in v.kvlist_value.values}
+    if kind == "bytes_value":  # as OTLP JSON writes bytes: base64 text (a blob part's content)
+        return base64.b64encode(v.bytes_value).decode("ascii")
     return getattr(v, kind)
 
 
@@ -61,6 +64,8 @@ def structured(raw: Any, what: str) -> Any:
             return json.loads(raw)
         except ValueError:
             raise GenAIContentError(f"{what} is not JSON") from None
+        except RecursionError:
+            raise GenAIContentError(f"{what} is nested too deep to read") from None
     return raw
 
 
@@ -75,6 +80,12 @@ def message_list(raw: Any, what: str) -> list[dict[str, Any]]:
         isinstance(m, dict) and isinstance(m.get("role"), str) for m in got
     ):
         raise GenAIContentError(f"{what} is not a list of messages with a role")
+    for m in got:
+        parts = m.get("parts")
+        if parts is not None and (
+            not isinstance(parts, list) or not all(isinstance(p, dict) for p in parts)
+        ):
+            raise GenAIContentError(f"{what}: a message's parts are not a list of objects")
     return got
 
 

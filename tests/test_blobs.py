@@ -217,6 +217,7 @@ def test_a_v1_store_is_migrated_to_hold_blobs(tmp_path):
         .replace(schema.LEADER_LEASE, "")
         .replace(order.MIGRATION, "")
         .replace(schema.MESSAGES_SESSION_TS, "")
+        .replace(schema.OWNER_PROOF, "")
     )
     conn.execute(v1_ddl)
     conn.execute("PRAGMA user_version = 1")

@@ -283,7 +283,11 @@ def test_a_v6_store_keeps_its_order_through_the_migration(tmp_path):
     db = tmp_path / "state.db"
     conn = apsw.Connection(str(db))
     v6 = schema.DDL.replace(schema.SPOOL_IDENTITY, "").replace(schema.LEADER_LEASE, "")
-    conn.execute(v6.replace(order.MIGRATION, "").replace(schema.MESSAGES_SESSION_TS, ""))
+    conn.execute(
+        v6.replace(order.MIGRATION, "")
+        .replace(schema.MESSAGES_SESSION_TS, "")
+        .replace(schema.OWNER_PROOF, "")
+    )
     conn.execute("PRAGMA user_version = 6")
     conn.execute("INSERT INTO sessions (id, source, created_at) VALUES ('old', 'cli', 1.0)")
     for mid, content, state, origin in (

@@ -31,6 +31,12 @@ def _session(store, sid, source="cron", n=2, **extra):
         assert store.apply("messages.append", {"session_id": sid, "messages": msgs}) == []
 
 
+def _end(store, *sids):
+    """End sessions now: ``delete_empty`` only ever takes ended ones."""
+    for sid in sids:
+        assert store.apply("session.end", {"session_id": sid, "reason": "user_exit"}) == []
+
+
 def _sessions(store):
     return {
         r[0]: r[1:]
@@ -43,6 +49,7 @@ def test_a_session_whose_rows_are_all_rewound_survives_delete_empty(store):
     assert store.apply("messages.rewind", {"session_id": "rewound", "user_turn": 1}) == []
     assert store.ids("rewound", state="live") == []
     _session(store, "really-empty", n=0)
+    _end(store, "rewound", "really-empty")
     later = time.time() + 2 * DAY
     figures = store.job(delete_empty, now=later)
     assert figures["sessions_deleted"] == 1
@@ -192,6 +199,7 @@ def test_delete_empty_keeps_a_delegate_child_that_has_messages(store):
         parent_id="empty-parent",
         parent_kind="delegate",
     )
+    _end(store, "empty-parent", "empty-child")
     figures = store.job(delete_empty, now=time.time() + 2 * DAY)
     state = _sessions(store)
     assert set(state) == {"working-child"} and state["working-child"][2] is None
@@ -218,6 +226,7 @@ def test_auto_prune_never_deletes_or_closes_a_session_of_another_source(store):
 def test_delete_empty_and_orphan_sweep_take_only_the_configured_sources(store):
     _session(store, "empty-import", source="claude-code", n=0)
     _session(store, "empty-cron", source="cron", n=0)
+    _end(store, "empty-import", "empty-cron")
     assert (
         store.job(delete_empty, now=time.time() + 2 * DAY, sources=["cron"])["sessions_deleted"]
         == 1
@@ -296,7 +305,7 @@ def test_orphan_sweep_closes_dead_owners_and_never_a_live_one(store):
         store, "other-host", source="cli", owner={"host": "elsewhere", "pid": 1, "create_time": 0.0}
     )
     figures = store.job(orphan_sweep)
-    assert figures == {"checked": 3, "sessions_closed": 2}
+    assert figures == {"checked": 3, "sessions_closed": 2, "other_boot": 0}
     state = _sessions(store)
     assert state["live"][1] is None and state["other-host"][1] is None
     assert state["dead"][1] == state["recycled"][1] == "orphan_sweep"

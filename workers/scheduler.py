@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -38,15 +39,18 @@ from quill.home import RunDir, Settings
 from quill.jobs import catalog
 from quill.jobs import schedule as schedule_db
 from quill.jobs.errors import QueueUnavailableError
-from quill.jobs.jobstore import HeldJobStore
+from quill.jobs.jobstore import HeldJobStore, storage_trouble
 from quill.jobs.outage import QueueOutage
 from quill.jobs.queues import fire_scheduled
 from quill.store import factory
+from quill.store.errors import TransientError
 from quill.store.lease import Lease
 from quill.workers import FIRE_REF
 
 #: A standby scheduler (another host leads the cluster) tries to take over this often (s).
 STANDBY_RETRY_S = 2.0
+#: While the store cannot be reached, the standby's pause between tries doubles up to this (s).
+OUTAGE_RETRY_MAX_S = 8.0
 
 
 def jobstore_url(cfg: Settings) -> Any:
@@ -232,22 +236,65 @@ def describe(sched: BackgroundScheduler) -> list[dict[str, Any]]:
     ]
 
 
-def _lead(cfg: Settings, log: Any, stop: threading.Event) -> Any:
-    """On a shared PostgreSQL store: stand by until this host leads the cluster (one
-    scheduler per cluster, ``store.postgres.election``). Returns the ``Leadership`` (None
-    on the embedded store, or when stopped while standing by)."""
-    from quill.store.postgres.election import Leadership
+def store_unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` (from the election or the shared job store) means the PostgreSQL store
+    cannot be reached now, by type: Quill's ``TransientError`` (SQLSTATE classes 08, 57, …,
+    or no answer), or a connection failure under SQLAlchemy (``jobs.jobstore.storage_trouble``).
+    The scheduler then waits for the store as a standby instead of exiting."""
+    return isinstance(exc, TransientError) or storage_trouble(exc)
 
-    leader = Leadership(cfg.store_url, "scheduler")
-    run_dir = RunDir(cfg.home, log)
+
+class _Standby:
+    """Why this host's scheduler is not leading, as its status says it
+    (``{"standby_reason", "store_error", "store_unreachable_since"}``) and when to try the
+    lease again: every ``STANDBY_RETRY_S`` while another host leads, backing off (doubling
+    to ``OUTAGE_RETRY_MAX_S``) while the store cannot be reached."""
+
+    def __init__(self) -> None:
+        self.reason = "another host leads the cluster"
+        self.error: str | None = None
+        self.since: float | None = None  # epoch s: the store unreachable since
+        self.wait_s = STANDBY_RETRY_S
+
+    def unreachable(self, exc: BaseException, log: Any) -> None:
+        if self.since is None:
+            self.since, self.wait_s = time.time(), STANDBY_RETRY_S
+            log.error("scheduler.store_unreachable", error=str(exc))
+        else:
+            self.wait_s = min(self.wait_s * 2, OUTAGE_RETRY_MAX_S)
+        self.reason, self.error = "the store cannot be reached", str(exc)
+
+    def reachable(self, log: Any) -> None:
+        if self.since is not None:
+            log.warning("scheduler.store_back", down_s=round(time.time() - self.since, 1))
+        self.reason, self.error, self.since = "another host leads the cluster", None, None
+        self.wait_s = STANDBY_RETRY_S
+
+    def fields(self) -> dict[str, Any]:
+        return {
+            "standby_reason": self.reason,
+            "store_error": self.error,
+            "store_unreachable_since": self.since,
+        }
+
+
+def _lead(leader: Any, log: Any, stop: threading.Event, run_dir: RunDir, standby: _Standby) -> bool:
+    """Stand by until ``leader`` (a ``Leadership``) takes the cluster's lease; True then,
+    False when stopped first. Publishes the standby status with its reason at every try."""
     while not stop.is_set():
         if leader.try_lead():
+            standby.reachable(log)
             log.info("scheduler.leading")
-            return leader
-        run_dir.publish("scheduler", {"ready": True, "role": "standby", "jobs": []})
-        stop.wait(STANDBY_RETRY_S)
-    leader.release()
-    return None
+            return True
+        if leader.unreachable is not None:
+            standby.unreachable(leader.unreachable, log)
+        else:
+            standby.reachable(log)
+        run_dir.publish(
+            "scheduler", {"ready": True, "role": "standby", "jobs": [], **standby.fields()}
+        )
+        stop.wait(standby.wait_s)
+    return False
 
 
 def close(sched: BackgroundScheduler) -> None:
@@ -261,20 +308,50 @@ def close(sched: BackgroundScheduler) -> None:
 def run(cfg: Settings, log: Any, stop: threading.Event) -> None:
     """Run the scheduler until ``stop``. Raises ``LeaseHeldError`` if another runs in this
     data dir. On a shared PostgreSQL store only the elected leader runs schedules; the others
-    stand by, and a leader whose lease runs out stops (the supervisor restarts it as a
-    standby): its scheduler fires nothing once ``holds()`` is False, and this loop, which
-    renews the lease (``still_leader``, bounded), ends within a second after that."""
+    stand by. A leader that loses its lease (it could not renew it in time: the store was
+    unreachable, or the process was stopped) or meets an unreachable store stops leading at
+    once: its scheduler fires nothing once ``holds()`` is False and is shut down within a
+    second; the process stays up as a standby, says why in its status, tries the lease again
+    with backoff while the store is unreachable, and leads again once it wins it."""
     run_dir = RunDir(cfg.home, log)  # a full disk is reported, never fatal
     lease = Lease(run_dir.lock("scheduler")).acquire()
     if lease.unrecorded:
         log.warning("scheduler.lease_unrecorded", file=str(lease.path), error=lease.unrecorded)
     serve(cfg, log)
-    leader = None
-    if factory.capabilities(cfg).cluster:  # one scheduler leads the cluster
-        leader = _lead(cfg, log, stop)
-        if leader is None:
-            lease.release()
+    try:
+        if not factory.capabilities(cfg).cluster:
+            _schedule(cfg, log, stop, run_dir, None)
             return
+        from quill.store.postgres.election import Leadership
+
+        leader = Leadership(cfg.store_url, "scheduler")  # one scheduler leads the cluster
+        standby = _Standby()
+        while _lead(leader, log, stop, run_dir, standby):
+            try:
+                _schedule(cfg, log, stop, run_dir, leader)
+                if not stop.is_set():
+                    standby.reason = "leadership lost: the lease could not be renewed in time"
+            except Exception as exc:
+                if not store_unreachable(exc):
+                    raise
+                standby.unreachable(exc, log)
+            finally:
+                leader.release()
+            if not stop.is_set():
+                run_dir.publish(
+                    "scheduler", {"ready": True, "role": "standby", "jobs": [], **standby.fields()}
+                )
+                stop.wait(standby.wait_s)
+        leader.release()  # a standby's connection
+    finally:
+        lease.release()
+        log.info("scheduler.stopped")
+
+
+def _schedule(cfg: Settings, log: Any, stop: threading.Event, run_dir: RunDir, leader: Any) -> None:
+    """Run the schedules until ``stop``, or — with ``leader`` (a ``Leadership``) — until it no
+    longer holds the lease (``still_leader``: renewed here, bounded). Raises what the job
+    store raises (``store_unreachable`` for an outage)."""
     sched = make_scheduler(cfg, leader, log)
     sched.add_listener(
         lambda ev: log.warning(
@@ -294,7 +371,7 @@ def run(cfg: Settings, log: Any, stop: threading.Event) -> None:
         while not stop.is_set():
             if leader is not None and not leader.still_leader():
                 log.error("scheduler.leadership_lost")
-                break
+                return
             due = [
                 j
                 for j in sched.get_jobs()
@@ -320,7 +397,3 @@ def run(cfg: Settings, log: Any, stop: threading.Event) -> None:
             sched.wakeup()
     finally:
         close(sched)
-        if leader is not None:
-            leader.release()
-        lease.release()
-        log.info("scheduler.stopped")

@@ -166,7 +166,7 @@ def test_a_frozen_scheduler_fires_nothing_when_continued_and_the_standby_fires_i
     """Real scheduler workers (``quill.ops.worker_main scheduler``) on one store, a schedule
     firing every second: a fired run lands in the firing host's queue.db. The leader frozen
     right after a fire is replaced within the bound, and once continued it fires nothing
-    more and leaves. (Its scheduler thread wakes with runs overdue; the new leader has moved
+    more and stands by. (Its scheduler thread wakes with runs overdue; the new leader has moved
     them on in the shared job store, and the lease check in ``_LedScheduler`` stops a run
     read before that.) It stays up as a standby."""
     from conftest import QuillCLI

@@ -25,7 +25,8 @@ Every 3rd message (``QUILL_TORTURE_SHARE=3``) makes a writer that fell behind (i
 killed, the server restarted) apply its backlog of the shared session as late insertions:
 each chunk of them is one bulk run placed through the order-key index
 (``store/apply/order.py`` ``plan``); before that, chunks of 500 such ops took 47–125 s and
-the drain lagged up to ~370 s, with nothing lost, doubled or out of order (docs/backends.md, "Torture run")."""
+the drain lagged up to ~370 s, with nothing lost, doubled or out of order
+(docs/backends.md, "Torture run")."""
 
 from __future__ import annotations
 

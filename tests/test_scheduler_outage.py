@@ -90,3 +90,59 @@ def test_a_leader_cut_off_from_the_store_stands_by_and_leads_again_without_a_res
             if worker.poll() is None:
                 worker.kill()
                 worker.wait()
+
+
+def test_what_the_scheduler_takes_for_a_store_outage(pg_store_url):
+    """Classified by type and SQLSTATE, never by text: a server nobody answers at, a session
+    the server ends (57P01) and a serialization failure are outages to wait out as a standby;
+    a statement the server refuses is not (the scheduler fails loudly)."""
+    import psycopg
+    import sqlalchemy
+    from sqlalchemy import exc as sa_exc
+
+    from quill.store.errors import StoreError, TransientError
+    from quill.workers.standby import store_unreachable
+
+    def raised(url: str, sql: str) -> BaseException:
+        engine = sqlalchemy.create_engine(url.replace("postgresql://", "postgresql+psycopg://"))
+        try:
+            with engine.connect() as conn:
+                conn.exec_driver_sql(sql)
+        except sa_exc.DBAPIError as exc:
+            return exc
+        finally:
+            engine.dispose()
+        raise AssertionError(f"{sql} did not fail")
+
+    closed = "postgresql://postgres@127.0.0.1:1/postgres?connect_timeout=2"
+    assert store_unreachable(raised(closed, "SELECT 1"))
+    assert store_unreachable(raised(pg_store_url, "SELECT pg_terminate_backend(pg_backend_pid())"))
+    serialization = "DO $$ BEGIN RAISE EXCEPTION USING ERRCODE = 'serialization_failure'; END $$"
+    assert store_unreachable(raised(pg_store_url, serialization))
+    refused = raised(pg_store_url, "SELECT * FROM no_such_table")
+    assert isinstance(refused.orig, psycopg.Error) and not store_unreachable(refused)
+    assert store_unreachable(TransientError("gone")) and not store_unreachable(StoreError("x"))
+
+
+def test_a_per_host_run_fired_while_the_store_is_unreachable_is_held(tmp_path, redis_url):
+    """A per-host job's fan-out reads the shared store's hosts; with the store unreachable the
+    run is held for ``refire`` (as a run fired while the queue is down), not lost to an error
+    in APScheduler's thread."""
+    import structlog
+    from harness import make_home
+
+    from quill.workers import scheduler
+
+    cfg = make_home(
+        tmp_path / "home",
+        "postgresql://postgres@127.0.0.1:1/postgres",
+        queue={"url": redis_url},
+        store={"connect_timeout_s": 2},
+    )
+    scheduler.serve(cfg, structlog.get_logger())
+    try:
+        scheduler.fire("orphan_sweep")
+        assert scheduler._unfired == ["orphan_sweep"]
+    finally:
+        scheduler._unfired.clear()
+        scheduler._serving = None

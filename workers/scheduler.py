@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -39,18 +38,14 @@ from quill.home import RunDir, Settings
 from quill.jobs import catalog
 from quill.jobs import schedule as schedule_db
 from quill.jobs.errors import QueueUnavailableError
-from quill.jobs.jobstore import HeldJobStore, storage_trouble
+from quill.jobs.jobstore import HeldJobStore
 from quill.jobs.outage import QueueOutage
 from quill.jobs.queues import fire_scheduled
 from quill.store import factory
 from quill.store.errors import TransientError
 from quill.store.lease import Lease
 from quill.workers import FIRE_REF
-
-#: A standby scheduler (another host leads the cluster) tries to take over this often (s).
-STANDBY_RETRY_S = 2.0
-#: While the store cannot be reached, the standby's pause between tries doubles up to this (s).
-OUTAGE_RETRY_MAX_S = 8.0
+from quill.workers.standby import Standby, store_unreachable
 
 
 def jobstore_url(cfg: Settings) -> Any:
@@ -107,9 +102,11 @@ def fire(job: str) -> None:
     with this host's id (``build_for``). Nothing about paths, queues or parameters is stored
     with the schedule; the job's parameters are resolved from the settings when it runs. A
     per-host job on a cluster goes on every host's store queue (``jobs.queues.fire_scheduled``).
-    While the queue is unreachable the run is held and queued once it answers (``refire``);
-    with no scheduler's log to tell (``serve`` without one) ``QueueUnavailableError`` is
-    raised instead. Raises RuntimeError in a process that serves no data dir."""
+    While the queue (or, for such a fan-out, the store) is unreachable the run is held and
+    queued once it answers (``refire``; a store still unreachable then makes the leader
+    stand by, and the run stays held); with no scheduler's log to tell (``serve`` without
+    one) ``QueueUnavailableError`` or ``TransientError`` is raised instead. Raises
+    RuntimeError in a process that serves no data dir."""
     if _serving is None:
         raise RuntimeError(f"no scheduler runs in this process: cannot fire {job!r}")
     with _held:
@@ -123,6 +120,11 @@ def fire(job: str) -> None:
             if _outage is None:
                 raise
             _outage.failed(exc)
+            _unfired.append(job)
+        except TransientError as exc:  # a per-host job's fan-out reads the shared store
+            if _outage is None:
+                raise
+            _outage.log.error("scheduler.fire_held", job=job, error=str(exc))
             _unfired.append(job)
 
 
@@ -236,49 +238,7 @@ def describe(sched: BackgroundScheduler) -> list[dict[str, Any]]:
     ]
 
 
-def store_unreachable(exc: BaseException) -> bool:
-    """Whether ``exc`` (from the election or the shared job store) means the PostgreSQL store
-    cannot be reached now, by type: Quill's ``TransientError`` (SQLSTATE classes 08, 57, …,
-    or no answer), or a connection failure under SQLAlchemy (``jobs.jobstore.storage_trouble``).
-    The scheduler then waits for the store as a standby instead of exiting."""
-    return isinstance(exc, TransientError) or storage_trouble(exc)
-
-
-class _Standby:
-    """Why this host's scheduler is not leading, as its status says it
-    (``{"standby_reason", "store_error", "store_unreachable_since"}``) and when to try the
-    lease again: every ``STANDBY_RETRY_S`` while another host leads, backing off (doubling
-    to ``OUTAGE_RETRY_MAX_S``) while the store cannot be reached."""
-
-    def __init__(self) -> None:
-        self.reason = "another host leads the cluster"
-        self.error: str | None = None
-        self.since: float | None = None  # epoch s: the store unreachable since
-        self.wait_s = STANDBY_RETRY_S
-
-    def unreachable(self, exc: BaseException, log: Any) -> None:
-        if self.since is None:
-            self.since, self.wait_s = time.time(), STANDBY_RETRY_S
-            log.error("scheduler.store_unreachable", error=str(exc))
-        else:
-            self.wait_s = min(self.wait_s * 2, OUTAGE_RETRY_MAX_S)
-        self.reason, self.error = "the store cannot be reached", str(exc)
-
-    def reachable(self, log: Any) -> None:
-        if self.since is not None:
-            log.warning("scheduler.store_back", down_s=round(time.time() - self.since, 1))
-        self.reason, self.error, self.since = "another host leads the cluster", None, None
-        self.wait_s = STANDBY_RETRY_S
-
-    def fields(self) -> dict[str, Any]:
-        return {
-            "standby_reason": self.reason,
-            "store_error": self.error,
-            "store_unreachable_since": self.since,
-        }
-
-
-def _lead(leader: Any, log: Any, stop: threading.Event, run_dir: RunDir, standby: _Standby) -> bool:
+def _lead(leader: Any, log: Any, stop: threading.Event, run_dir: RunDir, standby: Standby) -> bool:
     """Stand by until ``leader`` (a ``Leadership``) takes the cluster's lease; True then,
     False when stopped first. Publishes the standby status with its reason at every try."""
     while not stop.is_set():
@@ -325,7 +285,7 @@ def run(cfg: Settings, log: Any, stop: threading.Event) -> None:
         from quill.store.postgres.election import Leadership
 
         leader = Leadership(cfg.store_url, "scheduler")  # one scheduler leads the cluster
-        standby = _Standby()
+        standby = Standby()
         while _lead(leader, log, stop, run_dir, standby):
             try:
                 _schedule(cfg, log, stop, run_dir, leader)

@@ -27,7 +27,7 @@ The rule, with its bounds (``LEASE_S``, ``RENEW_S``, ``MARGIN_S``):
   other process can have led meanwhile, since the row would name that one.
 * **Takeover.** A leader that dies, hangs, is stopped (SIGSTOP, a closed laptop lid) or is cut
   off stops renewing; its row expires at most ``LEASE_S`` after its last renewal and a standby
-  retrying every ``STANDBY_RETRY_S`` (``workers.scheduler``) takes over within
+  retrying every ``STANDBY_RETRY_S`` (``workers.standby``) takes over within
   ``LEASE_S + STANDBY_RETRY_S`` (17 s) of the leader's last renewal. A leader that stops
   gracefully (``release``) expires its row at once: the next standby try takes over.
 

@@ -40,7 +40,7 @@ from quill.store.postgres.words import (
     WORD_SAFE_CHARS,
     punct_to_space,
 )
-from quill.store.schema import TRIGRAM_PREFIX_CHARS, TRIGRAM_ROLES
+from quill.store.search.columns import TRIGRAM_PREFIX_CHARS, TRIGRAM_ROLES
 
 #: Advisory lock key (session level) held while migrating: hashtext('quill-migrate').
 _MIGRATE_LOCK_SQL = (

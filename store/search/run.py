@@ -34,7 +34,6 @@ from typing import Any
 import apsw
 
 from quill.store.read import projections
-from quill.store.schema import TRIGRAM_PREFIX_CHARS, TRIGRAM_ROLES
 from quill.store.search import group
 from quill.store.search import hits as hits_mod
 from quill.store.search import plan as query
@@ -48,6 +47,7 @@ from quill.store.search.candidates import (
     _ranked_page,
     _tail,
 )
+from quill.store.search.columns import TRIGRAM_PREFIX_CHARS, TRIGRAM_ROLES
 from quill.store.search.page import _hits
 from quill.store.sqlite.indexer import search_state
 

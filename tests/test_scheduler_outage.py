@@ -68,6 +68,8 @@ def test_a_leader_cut_off_from_the_store_stands_by_and_leads_again_without_a_res
         )
         assert cut["standby_reason"] == "the store cannot be reached", cut
         assert cut["store_unreachable_since"], cut
+        human = QuillCLI(home).run("status", check=False, timeout=120).stdout
+        assert "scheduler standing by" in human and "cannot be reached" in human, human
         fired = _queued(home)
         time.sleep(3)
         assert _queued(home) == fired, "a scheduler cut off from the store fired"

@@ -39,6 +39,7 @@ from quill.ops.importers.jsonlines import (
     parse_timestamp,
     shape_problem,
 )
+from quill.ops.importers.source import Source, opened
 
 FORMAT = "copilot-cli"
 #: event types that carry the transcript (what detection keys on) -> a ``data`` key each has
@@ -160,11 +161,18 @@ def _session(path: Path, st: _State, first: Any) -> dict:
     }
 
 
-def stream(path: Path, problems: list[Problem]) -> Iterator[Event]:
-    """Events of one Copilot CLI events.jsonl. Pass 1 reads the session header, model and
-    counts (the header can come late in a resumed log); pass 2 emits the messages."""
+def stream(path: Path | Source, problems: list[Problem]) -> Iterator[Event]:
+    """Events of one Copilot CLI events.jsonl (a ``Source``: one version, or a path opened
+    once). Pass 1 reads the session header, model and counts (the header can come late in a
+    resumed log); pass 2 emits the messages; both read the same descriptor."""
+    with opened(path) as src:
+        yield from _stream(src, problems)
+
+
+def _stream(src: Source, problems: list[Problem]) -> Iterator[Event]:
+    path = src.path
     st, first = _State(), None
-    for _line, ev in iter_jsonl(path, []):
+    for _line, ev in iter_jsonl(src, []):
         if first is None:
             first = ev
         if not isinstance(ev, dict) or not isinstance(ev.get("type"), str):
@@ -180,7 +188,7 @@ def stream(path: Path, problems: list[Problem]) -> Iterator[Event]:
     session = _session(path, st, first)
     sid = session["session_id"]
     yield SessionStart(session)
-    for line, ev in iter_jsonl(path, problems):
+    for line, ev in iter_jsonl(src, problems):
         if not (isinstance(ev, dict) and isinstance(ev.get("type"), str)):
             problems.append(Problem(str(path), line, "skipped", "not an event object"))
             continue

@@ -281,6 +281,9 @@ def stream_file(path: Path | Source, problems: list[Problem]) -> tuple[str | Non
     except BaseException:
         src.close()
         raise
+    if fmt is None:
+        src.close()
+        return None, events
     return fmt, _closing(events, src)
 
 

@@ -109,6 +109,11 @@ class Source:
             os.close(self.fd)
         self.fd = -1
 
+    def __del__(self) -> None:  # an owner that dropped its source without closing it
+        if getattr(self, "_owned", False) and getattr(self, "fd", -1) >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
     def __enter__(self) -> Source:
         return self
 

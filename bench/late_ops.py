@@ -18,13 +18,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
 from typing import Any
+
+from .common import at_revision
 
 PG_URL = os.environ.get("QUILL_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 _READ = (
@@ -115,27 +116,6 @@ def run(late: int, rows: int, url: str) -> dict[str, Any]:
     }
 
 
-def _baseline(rev: str, late: int, rows: int, url: str) -> dict[str, Any]:
-    """``run`` under the ``quill`` of git revision ``rev`` (same machine, same run)."""
-    root = Path(__file__).resolve().parent.parent
-    with tempfile.TemporaryDirectory(prefix="quill-bench-base-") as tmp:
-        archive = subprocess.run(
-            ["git", "-C", str(root), "archive", "--prefix=quill/", rev],
-            check=True,
-            capture_output=True,
-        ).stdout
-        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
-        out = subprocess.run(
-            [sys.executable, "-m", "bench.late_ops", str(late), str(rows), "--url", url, "--json"],
-            cwd=root,
-            env=dict(os.environ, PYTHONPATH=tmp),
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout
-    return json.loads(out)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("late", nargs="?", type=int, default=500)
@@ -144,7 +124,10 @@ def main() -> None:
     ap.add_argument("--baseline", metavar="REV")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    base = _baseline(args.baseline, args.late, args.rows, args.url) if args.baseline else None
+    base = None
+    if args.baseline:
+        sizes = (str(args.late), str(args.rows))
+        base = at_revision("bench.late_ops", args.baseline, *sizes, "--url", args.url, "--json")
     res = run(args.late, args.rows, args.url)
     if args.json:
         print(json.dumps(res))

@@ -17,6 +17,8 @@ and the ops each one makes (docs/importers.md, "OpenTelemetry GenAI traces").
   session keeps the first ``meta`` it is given, so a link goes before the other ops of an
   export, and carries the agent name too.
 * **embeddings** spans: ``usage.record`` with ``task`` ``embedding``.
+* OpenInference spans (``openinference.span.kind``) are read as the GenAI attributes they
+  mean (``otlp_openinference``).
 * Spans with no ``gen_ai.*`` attribute or event are not GenAI: ignored and counted.
 
 Every op's batch id is derived from the trace id, span id and a digest of the op, so a
@@ -34,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from quill.ops.service import otlp_messages as gm
+from quill.ops.service import otlp_openinference as oi
 
 SOURCE = "otlp"
 CHAT_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
@@ -71,8 +74,10 @@ class Span:
 
     @property
     def genai(self) -> bool:
-        return any(k.startswith("gen_ai.") for k in self.attrs) or any(
-            e.name.startswith("gen_ai.") for e in self.events
+        return (
+            any(k.startswith("gen_ai.") for k in self.attrs)
+            or any(e.name.startswith("gen_ai.") for e in self.events)
+            or oi.is_genai(self.attrs)
         )
 
     @property
@@ -236,6 +241,7 @@ def _agent(span: Span) -> list[Op]:
 def span_ops(span: Span) -> SpanOps:
     """The ops of one GenAI span (module doc). Raises ``GenAIContentError`` when its GenAI
     content is unreadable (the span is rejected whole)."""
+    span.attrs = oi.to_genai(span.attrs)  # OpenInference spans: read as what they mean
     op = span.operation
     if op == "execute_tool":
         ops = _tool(span)

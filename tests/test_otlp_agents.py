@@ -14,19 +14,18 @@ import json
 import uuid
 from typing import Any
 
+import agents
 import httpx
+import openinference.instrumentation.openai_agents as oi_agents
 import pytest
 from openai import AsyncOpenAI
+from openinference.instrumentation import using_session
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace.export import SpanExportResult
 from otlp_helpers import capture, exporter, post_json, stored
 from test_otlp import svc  # noqa: F401  (the module's server fixture)
 
 from quill.ops.client.client import Client
-
-agents = pytest.importorskip("agents")
-oi_agents = pytest.importorskip("openinference.instrumentation.openai_agents")
-from openinference.instrumentation import using_session  # noqa: E402
 
 PROMPTS = ["what is x?", "compare x and y", "and z?"]
 

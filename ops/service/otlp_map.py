@@ -169,7 +169,7 @@ def _usage(span: Span, task: str) -> Op | None:
     return _op(span, "usage.record", data)
 
 
-def _chat(span: Span) -> list[Op]:
+def _chat(span: Span, chains: dict | None) -> list[Op]:
     inputs = gm.message_list(span.attrs.get("gen_ai.input.messages"), "gen_ai.input.messages")
     outputs = gm.message_list(span.attrs.get("gen_ai.output.messages"), "gen_ai.output.messages")
     if not inputs and not outputs:
@@ -187,29 +187,29 @@ def _chat(span: Span) -> list[Op]:
         create["tools"] = tools
     ops = [_op(span, "session.create", create)]
     if inputs or outputs:
-        ops.append(_append(span, sid, _stamp_outputs(span, inputs, outputs)))
+        ops.append(_append(span, sid, _stamp_outputs(span, inputs, outputs, chains)))
     usage = _usage(span, "turn")
     return ops + ([usage] if usage else [])
 
 
-def _stamp_outputs(span: Span, inputs: list, outputs: list) -> list[dict[str, Any]]:
+def _stamp_outputs(span: Span, inputs: list, outputs: list, chains: dict | None) -> list:
     """The span's messages with the span's times: those made from its inputs carry its start
     (they were sent before the call began; the arrival of a late export is no time of theirs),
     those made from its outputs its end. A message already stored from an earlier span keeps
     its first time (the store keeps the first of a message id)."""
-    messages = gm.conversation(inputs)
-    carried = {m["id"] for m in messages}
-    everything = gm.conversation(inputs + outputs)
-    for m in everything:
-        if m["id"] not in carried and span.end_ns:
+    everything, carried = gm.conversation(inputs + outputs, len(inputs), chains, span.session_id)
+    for i, m in enumerate(everything):
+        if i >= carried and span.end_ns:
             m["timestamp"] = span.end_ns / 1e9
-        elif m["id"] in carried and span.start_ns and "timestamp" not in m:
+        elif i < carried and span.start_ns and "timestamp" not in m:
             m["timestamp"] = span.start_ns / 1e9
     return everything
 
 
 def _append(span: Span, sid: str, messages: list[dict[str, Any]]) -> Op:
-    return _op(span, "messages.append", {"session_id": sid, "source": SOURCE, "messages": messages})
+    """A ``messages.append`` without its batch id (None): ``collapse`` names the append it
+    becomes (a span's carries its whole history; most of it is left out)."""
+    return ("messages.append", {"session_id": sid, "source": SOURCE, "messages": messages}, None)
 
 
 def _tool(span: Span) -> list[Op]:
@@ -238,8 +238,9 @@ def _agent(span: Span) -> list[Op]:
     return [_op(span, "session.create", data)]
 
 
-def span_ops(span: Span) -> SpanOps:
-    """The ops of one GenAI span (module doc). Raises ``GenAIContentError`` when its GenAI
+def span_ops(span: Span, chains: dict | None = None) -> SpanOps:
+    """The ops of one GenAI span (module doc); ``chains``: one dict per export, shared by its
+    spans (``otlp_messages.conversation``). Raises ``GenAIContentError`` when its GenAI
     content is unreadable (the span is rejected whole)."""
     span.attrs = oi.to_genai(span.attrs)  # OpenInference spans: read as what they mean
     op = span.operation
@@ -256,7 +257,7 @@ def span_ops(span: Span) -> SpanOps:
         or "gen_ai.output.messages" in span.attrs
         or any(e.name == "gen_ai.choice" or e.name in gm.EVENT_ROLES for e in span.events)
     ):
-        ops = _chat(span)
+        ops = _chat(span, chains)
     else:
         usage = _usage(span, "turn")
         ops = [usage] if usage else []
@@ -280,6 +281,7 @@ def collapse(groups: list[SpanOps], max_bytes: int) -> list[Op]:
     creates: dict[str, dict[str, Any]] = {}
     merging: dict[str, tuple[int, int]] = {}  # session -> (index in out, message bytes)
     out: list[Op] = []
+    by: dict[int, Span] = {}  # index in out of an append -> the span that last added to it
     for group in groups:
         for op, data, batch in group.ops:
             sid = data["session_id"]
@@ -294,20 +296,28 @@ def collapse(groups: list[SpanOps], max_bytes: int) -> list[Op]:
                 continue
             held = seen.setdefault(sid, set())
             fresh = [m for m in data["messages"] if m["id"] not in held]
-            held.update(m["id"] for m in fresh)
-            size = sum(len(json.dumps(m)) for m in fresh)
             if not fresh:
                 continue
+            held.update(m["id"] for m in fresh)
+            size = sum(len(json.dumps(m)) for m in fresh)
             at, had = merging.get(sid, (-1, 0))
             if at >= 0 and had + size <= max_bytes:
-                fresh = out[at][1]["messages"] + fresh
-                out[at] = _append(group.span, sid, fresh)
+                out[at][1]["messages"].extend(fresh)
                 merging[sid] = (at, had + size)
             else:
                 merging[sid] = (len(out), size)
-                unchanged = len(fresh) == len(data["messages"])
-                out.append((op, data, batch) if unchanged else _append(group.span, sid, fresh))
-    return out
+                out.append((op, {"session_id": sid, "source": SOURCE, "messages": fresh}, None))
+            by[merging[sid][0]] = group.span
+    # Batch ids once every merge is done: hashing a merged list at each merge was quadratic.
+    return [
+        (op, data, batch or batch_id(by[i], op, data)) for i, (op, data, batch) in enumerate(out)
+    ]
+
+
+def placeholder_batch(span: Span, op: str) -> str:
+    """A batch id of the length ``batch_id`` gives ``op`` of ``span``, for checks of an op
+    whose id is decided later (``collapse``)."""
+    return f"{SOURCE}:{span.trace}:{span.span}:{op.split('.')[-1]}:{'0' * 16}"
 
 
 class DelegateLinks:

@@ -13,7 +13,7 @@ and the ops each one makes (docs/importers.md, "OpenTelemetry GenAI traces").
   ``gen_ai.tool.call.result``.
 * **invoke_agent** / **create_agent** spans: ``session.create`` (agent name in ``meta``); an
   agent span whose parent span belongs to another session is a ``delegate`` child of it
-  (``DelegateLinks``), ``meta.parent_tool_call_id`` = the parent tool span's call id. A
+  (``otlp_links.DelegateLinks``), ``meta.parent_tool_call_id`` = the parent tool span's call id. A
   session keeps the first ``meta`` it is given, so a link goes before the other ops of an
   export, and carries the agent name too.
 * **embeddings** spans: ``usage.record`` with ``task`` ``embedding``.
@@ -30,8 +30,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -318,72 +316,3 @@ def placeholder_batch(span: Span, op: str) -> str:
     """A batch id of the length ``batch_id`` gives ``op`` of ``span``, for checks of an op
     whose id is decided later (``collapse``)."""
     return f"{SOURCE}:{span.trace}:{span.span}:{op.split('.')[-1]}:{'0' * 16}"
-
-
-class DelegateLinks:
-    """Which session each recent GenAI span belongs to, to make an agent span whose parent
-    span is in another session a ``delegate`` child of it, whichever export brings the parent
-    (a child span ends, so is exported, before its parent). In memory and bounded (``capacity``
-    spans of each kind, oldest forgotten): a link whose parent comes after a restart or after
-    ``capacity`` other spans is not made (the child's transcript is stored all the same).
-    Thread-safe: routes run in a thread pool."""
-
-    def __init__(self, capacity: int = 100_000):
-        self.capacity = capacity
-        self.lock = threading.Lock()
-        self.sessions: OrderedDict[tuple[str, str], tuple[str, str | None]] = OrderedDict()
-        self.waiting: OrderedDict[tuple[str, str], list[Span]] = OrderedDict()
-
-    def _remember(self, table: OrderedDict, key: Any, value: Any) -> None:
-        table[key] = value
-        table.move_to_end(key)
-        while len(table) > self.capacity:
-            table.popitem(last=False)
-
-    def links(self, spans: list[Span]) -> list[SpanOps]:
-        """The ``session.create`` ops that ``spans`` (every span of an export: GenAI spans
-        accepted, and the others) complete for agent spans under a parent, as ``SpanOps`` of
-        the agent span: a ``delegate`` link when the parent is a GenAI span of another
-        session, else the agent's name. Offered again each time the parent is exported (a
-        retry): the same batch id, applied once."""
-        out = []
-        with self.lock:
-            for s in spans:
-                call = s.attrs.get("gen_ai.tool.call.id")
-                session = s.session_id if s.genai else None
-                self._remember(
-                    self.sessions,
-                    (s.trace, s.span),
-                    (session, call if isinstance(call, str) else None),
-                )
-                if s.operation in AGENT_OPERATIONS and s.parent:
-                    waiting = self.waiting.get((s.trace, s.parent), [])
-                    if all(w.span != s.span for w in waiting):
-                        self._remember(self.waiting, (s.trace, s.parent), [*waiting, s])
-            parents = {(s.trace, s.span) for s in spans} | {
-                (s.trace, s.parent) for s in spans if s.operation in AGENT_OPERATIONS
-            }
-            for key in parents:
-                parent = self.sessions.get(key)
-                for child in self.waiting.get(key, []) if parent else []:
-                    op = _link(child, *parent)
-                    if op is not None:
-                        out.append(SpanOps(child, [op]))
-        return out
-
-
-def _link(child: Span, parent_session: str | None, call_id: str | None) -> Op | None:
-    """The agent span ``child``'s ``session.create`` once its parent is known: a ``delegate``
-    child of ``parent_session`` when that is another session (``meta``: the agent name and the
-    parent tool span's call id), else its name alone (None without one)."""
-    data: dict[str, Any] = {"session_id": child.session_id, "source": SOURCE}
-    delegate = parent_session is not None and parent_session != child.session_id
-    if delegate:
-        data |= {"parent_id": parent_session, "parent_kind": "delegate"}
-    meta = {
-        "agent": _text_attr(child, "gen_ai.agent.name"),
-        "parent_tool_call_id": call_id if delegate else None,
-    }
-    if any(meta.values()):
-        data["meta"] = {k: v for k, v in meta.items() if v}
-    return _op(child, "session.create", data) if len(data) > 2 else None

@@ -268,3 +268,53 @@ def test_agents_sdk_spans_one_per_request_last_first(svc, instrumented):
     for span in reversed(spans):
         assert out.export([span]) is SpanExportResult.SUCCESS
     _check(svc, session, history, responses, "responses")
+
+
+def test_openinference_spans_that_cannot_be_read_are_rejected_alone(svc):
+    """An LLM span whose tool schema is not JSON is rejected with its reason; a CHAIN span is
+    not GenAI (counted, not rejected); a readable LLM span beside them is stored, reasoning and
+    image parts included."""
+    provider, memory = capture()
+    tracer = provider.get_tracer("openinference")
+    session = f"oi-{uuid.uuid4().hex[:8]}"
+    base = {"openinference.span.kind": "LLM", "session.id": session, "llm.model_name": "gpt-4o"}
+    with tracer.start_as_current_span("workflow") as chain:
+        chain.set_attribute("openinference.span.kind", "CHAIN")
+        with tracer.start_as_current_span("bad") as bad:
+            bad.set_attributes(base | {"llm.tools.0.tool.json_schema": "{not json"})
+        with tracer.start_as_current_span("good") as good:
+            good.set_attributes(
+                base
+                | {
+                    "llm.input_messages.0.message.role": "user",
+                    "llm.input_messages.0.message.contents.0.message_content.type": "text",
+                    "llm.input_messages.0.message.contents.0.message_content.text": "what is it?",
+                    "llm.input_messages.0.message.contents.1.message_content.type": "image",
+                    "llm.input_messages.0.message.contents.1.message_content.image.image.url": (
+                        "https://example.com/a.png"
+                    ),
+                    "llm.output_messages.0.message.role": "assistant",
+                    "llm.output_messages.0.message.contents.0.message_content.type": "reasoning",
+                    "llm.output_messages.0.message.contents.0.message_content.text": "a cat?",
+                    "llm.output_messages.0.message.contents.1.message_content.type": "text",
+                    "llm.output_messages.0.message.contents.1.message_content.text": "A cat.",
+                    "llm.token_count.prompt": 12,
+                    "llm.token_count.completion": 3,
+                }
+            )
+    resp = post_json(svc["base"], svc["tokens"]["write"], list(memory.get_finished_spans()))
+    assert resp.status_code == 200, resp.text
+    partial = resp.json()["partialSuccess"]
+    assert int(partial["rejectedSpans"]) == 1
+    assert "tool.json_schema is not JSON" in partial["errorMessage"]
+    assert "1 span(s) without GenAI attributes ignored" in partial["errorMessage"]
+    svc["quill"].drain()
+    client = Client(home=str(svc["home"]))
+    user, answer = client.transcript(f"otlp:{session}")["messages"]
+    assert (user["role"], user["content"]) == ("user", "what is it?")
+    assert user["parts"] == [
+        {"type": "uri", "modality": "image", "uri": "https://example.com/a.png"}
+    ]
+    assert (answer["content"], answer["reasoning"]) == ("A cat.", "a cat?")
+    [usage] = client.usage(session_id=f"otlp:{session}")
+    assert (usage["calls"], usage["input_tokens"], usage["output_tokens"]) == (1, 12, 3)

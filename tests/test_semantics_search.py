@@ -219,6 +219,8 @@ def test_hits_carry_ids_role_snippet_context_and_obey_filters(store):
 
 def _chain(store: Store) -> None:
     store.apply("session.create", {"session_id": "root", "source": "cli"})
+    # before root is ended for compression (later appends to it are refused)
+    store.apply("messages.append", {"session_id": "root", "messages": [user("hello from root")]})
     for parent, child, kind in (
         ("root", "c1", "compression"),
         ("c1", "c2", "compression"),
@@ -240,7 +242,6 @@ def _chain(store: Store) -> None:
         store.apply(
             "messages.append", {"session_id": child, "messages": [user(f"hello from {child}")]}
         )
-    store.apply("messages.append", {"session_id": "root", "messages": [user("hello from root")]})
 
 
 def test_the_walk_returns_exactly_the_compression_chain_from_any_member(store):

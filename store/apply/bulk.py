@@ -54,7 +54,12 @@ from quill.store.apply.message_rows import (
     result_ids,
 )
 from quill.store.apply.normalize import ROW_COLUMNS
-from quill.store.apply.rules import backdate_start, ensure_session, reopen_if_automatic
+from quill.store.apply.rules import (
+    backdate_start,
+    ensure_session,
+    refuse_if_compressed,
+    reopen_if_automatic,
+)
 
 _EXT = ROW_COLUMNS.index("ext_id")
 _TS = ROW_COLUMNS.index("ts")
@@ -202,6 +207,8 @@ def apply_run(conn: Any, run: list[Prepared], now: float, ledger: Any) -> list[i
                 held.add(ext)
             fresh.append(row)
             fresh_msgs.append(msg)
+        if fresh:  # before any id is taken: a PostgreSQL sequence is not rolled back
+            refuse_if_compressed(conn, op.sid, "messages.append")
         fresh_of.append((fresh, fresh_msgs))
     ids = ledger.message_ids(conn, sum(len(f) for f, _ in fresh_of))
     if ids is None:

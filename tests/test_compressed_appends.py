@@ -130,3 +130,31 @@ def test_producers_are_told_the_reason(home, fleet, quill):
     )
     assert pushed.returncode == 1 and "session-compressed" in pushed.stdout + pushed.stderr
     assert [m["content"] for m in client.messages("root", view="audit")] == ["before the split"]
+
+
+def test_an_http_append_is_acked_then_quarantined_with_the_reason(quill):
+    """The HTTP API acknowledges after fsync (whether the session was ended is the store's,
+    which may be behind the spool), and the writer quarantines the append with its reason
+    and the continuation to use; ``quill spool quarantine list`` shows it."""
+    import httpx
+    from service_helpers import served
+
+    ops = [
+        {"op": "messages.append", "data": {"session_id": "root", "messages": [user("one")]}},
+        {"op": "session.end", "data": {"session_id": "root", "reason": "compression"}},
+        {
+            "op": "session.create",
+            "data": {"session_id": "tip", "parent_id": "root", "parent_kind": "compression"},
+        },
+    ]
+    with served(quill) as base:
+        assert httpx.post(f"{base}/api/v1/ops", json={"ops": ops}).status_code == 202
+        late = httpx.post(
+            f"{base}/api/v1/sessions/root/messages", json={"messages": [user("late")]}
+        )
+        assert late.status_code == 202, late.text
+        quill.drain()
+        shown = httpx.get(f"{base}/api/v1/sessions/root/messages", params={"view": "audit"})
+        assert [m["content"] for m in shown.json()["messages"]] == ["one"]
+    (entry,) = quill.json("spool", "quarantine", "list", "--json")["entries"]
+    assert entry["reason"] == "session-compressed" and "'tip'" in entry["detail"]

@@ -57,7 +57,13 @@ from quill.store.apply.message_rows import (
     result_ids,
 )
 from quill.store.apply.normalize import ROW_COLUMNS
-from quill.store.apply.rules import backdate_start, ensure_session, reopen_if_automatic
+from quill.store.apply.rules import (
+    backdate_start,
+    compressed_among,
+    ensure_session,
+    refuse_if_compressed,
+    reopen_if_automatic,
+)
 
 _EXT = ROW_COLUMNS.index("ext_id")
 _TS = ROW_COLUMNS.index("ts")
@@ -204,6 +210,9 @@ def apply_run(conn: Any, run: list[Prepared], now: float, ledger: Any) -> list[i
             fresh.append(row)
             fresh_msgs.append(msg)
         fresh_of.append((fresh, fresh_msgs))
+    # Before any id is taken (a PostgreSQL sequence is not rolled back); one query per run.
+    for sid in compressed_among(conn, {op.sid for op, (f, _) in zip(run, fresh_of) if f}):
+        refuse_if_compressed(conn, sid, "messages.append")
     labels_of = _labels(run, conn, [len(f) for f, _ in fresh_of])
     if labels_of is None:
         return None

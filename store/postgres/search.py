@@ -94,11 +94,14 @@ def _where(conn: PgConnection, plan: query.Plan, kinds: tuple[str, ...]) -> tupl
     return f"{scope} AND ({' OR '.join(likes)})", like_args
 
 
+#: A message's tool text (search kind "tool"): its tool-call text and, on a tool result, the
+#: tool's name (``schema.quill_tool_text``), as SQLite's ``tools`` column.
+_TOOL_TEXT = "quill_tool_text(m.tool_calls, m.role, m.tool_name)"
 #: The substring routes' texts (kind → SQL over ``m``), as SQLite's ``SCAN_COLUMNS_SQL``.
 SCAN_COLUMNS_SQL = {
     "text": "m.content",
     "reasoning": "m.reasoning",
-    "tool": "quill_tool_text(m.tool_calls)",
+    "tool": _TOOL_TEXT,
 }
 
 
@@ -347,7 +350,7 @@ def _hits(
     rows = {
         r[0]: r
         for r in conn.execute(
-            f"SELECT {_COLS}, {ncols}, m.reasoning, quill_tool_text(m.tool_calls) "
+            f"SELECT {_COLS}, {ncols}, m.reasoning, {_TOOL_TEXT} "
             "FROM messages m JOIN sessions s ON s.id = m.session_id "
             f"WHERE m.id IN ({marks})",
             (*nargs, *page),

@@ -123,7 +123,7 @@ def _contains(col: str, term: str, args: list[Any]) -> str:
     ILIKE lowercases text and pattern with ``lower()`` before matching, so a term no
     character folds into (``textfold.fold_free``: CJK, digits, emoji) that ``lower()``
     leaves as it is is found exactly where ``strpos`` finds it, without lowercasing the text
-    (3–4× cheaper per scanned row)."""
+    (much cheaper per scanned row; figure in bench/RESULTS.md)."""
     if textfold.fold_free(term) and term.lower() == term:
         args.append(term)
         return f"strpos({col}, ?) > 0"

@@ -57,7 +57,9 @@ SCALE_COLUMNS = (
 )
 TARGET_COLUMNS = ("target", "measured", "goal", "result")
 #: Columns that hold names, not figures (left-aligned on the console).
-TEXT_COLUMNS = frozenset({"case", "system", "phase", "query", "target", "goal", "result"})
+TEXT_COLUMNS = frozenset(
+    {"case", "variant", "system", "phase", "query", "target", "goal", "result"}
+)
 
 
 class Section(NamedTuple):

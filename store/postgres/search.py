@@ -36,8 +36,15 @@ from quill.store.search import hits as hits_mod
 from quill.store.search import page as page_mod
 from quill.store.search import plan as query
 from quill.store.search import rank, textfold
-from quill.store.search.candidates import KINDS, SCAN_MAX_ROWS, _escape_like, _filters, _kinds
-from quill.store.search.columns import TRIGRAM_PREFIX_CHARS, TRIGRAM_ROLES
+from quill.store.search.candidates import (
+    KINDS,
+    SCAN_MAX_ROWS,
+    _escape_like,
+    _filters,
+    _kinds,
+    trigram_covered_sql,
+)
+from quill.store.search.columns import TRIGRAM_PREFIX_CHARS
 
 _COLS = "m.id, m.session_id, m.role, m.content, m.tool_calls, m.ts, s.title, m.state"
 _WORD = re.compile(r"[^\W_]+")
@@ -103,19 +110,9 @@ SCAN_COLUMNS_SQL = {
 
 
 def _covered(kinds: tuple[str, ...]) -> str:
-    """SQL condition: the trigram index wholly covers the row's searched texts (as SQLite's
-    ``candidates.trigram_covered_sql``)."""
-    if "text" not in kinds:
-        return "false"
-    conds = [
-        f"m.role IN {TRIGRAM_ROLES!r}",
-        f"coalesce(length(m.content), 0) <= {TRIGRAM_PREFIX_CHARS}",
-    ]
-    if "reasoning" in kinds:
-        conds.append("coalesce(m.reasoning, '') = ''")
-    if "tool" in kinds:
-        conds.append("coalesce(m.tool_calls, '[]') = '[]'")
-    return "(" + " AND ".join(conds) + ")"
+    """SQL condition: the trigram index wholly covers the row's searched texts (SQLite's
+    ``candidates.trigram_covered_sql``, in PostgreSQL's dialect)."""
+    return trigram_covered_sql(kinds, "false")
 
 
 def _contains(col: str, term: str, args: list[Any]) -> str:

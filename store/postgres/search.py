@@ -41,10 +41,10 @@ from quill.store.search.candidates import (
     SCAN_MAX_ROWS,
     _escape_like,
     _filters,
-    _kinds,
     trigram_covered_sql,
 )
 from quill.store.search.columns import TRIGRAM_PREFIX_CHARS
+from quill.store.search.request import SearchArgs, begin
 
 _COLS = "m.id, m.session_id, m.role, m.content, m.tool_calls, m.ts, s.title, m.state"
 _WORD = re.compile(r"[^\W_]+")
@@ -169,24 +169,7 @@ def search(conn: PgConnection, text: str, **kw: Any) -> list[dict[str, Any]]:
     return search_page(conn, text, count=False, **kw)["hits"]
 
 
-def search_page(
-    conn: PgConnection,
-    text: str,
-    *,
-    limit: int = 20,
-    session_id: str | None = None,
-    role: str | None = None,
-    source: str | None = None,
-    projection: str = "display",
-    since: float | None = None,
-    until: float | None = None,
-    substring: bool = False,
-    context: bool = True,
-    kinds: list[str] | None = None,
-    order: str = "newest",
-    per_session: int | None = None,
-    count: bool = True,
-) -> dict[str, Any]:
+def search_page(conn: PgConnection, text: str, **kw: Any) -> dict[str, Any]:
     """Messages matching ``text``, newest first (or, with ``order="relevance"``, the newest
     ``rank.CANDIDATES`` word matches by ``ts_rank``: ``_ranked_page``), at most ``limit``,
     at most ``per_session`` per session, with the bounded count — the contract of
@@ -194,27 +177,22 @@ def search_page(
     Raises ``ValueError`` for an unknown projection, kind or order, and for a ranked query
     that is not a word query. ``kinds`` (text, tool, reasoning; None = all) select the
     weights of the word index and the texts the substring routes look in (the trigram index
-    for what it covers, a bounded scan for the rest). Any query string is accepted."""
-    if order not in ("newest", "relevance"):
-        raise ValueError(f"search order must be one of ['newest', 'relevance'], got {order!r}")
-    kinds_t = _kinds(kinds)
-    plan = query.plan(text, substring=substring)
-    if order == "relevance" and plan.kind not in ("fts", "none"):
-        raise ValueError(
-            f"ranked search needs a word query; {text!r} goes to the {plan.kind} route"
-        )
-    cap = None if session_id is not None else per_session
-    if plan.kind == "none" or limit <= 0:
-        return group_mod.empty(cap)
-    cond, args = _filters(projection, session_id, role, source, since, until)
-    rep = f"coalesce({projections.REPRESENTATIVE_SQL}, m.id)" if projection == "display" else "m.id"
-    page = group_mod.Page(limit, cap, count)
+    for what it covers, a bounded scan for the rest). Any query string is accepted. Keyword
+    arguments: ``store.search.request.SearchArgs`` (shared with SQLite)."""
+    a = SearchArgs(**kw)  # TypeError for a name that is not a search argument
+    started = begin(text, a)
+    if isinstance(started, dict):
+        return started
+    plan, kinds_t, page = started
+    cond, args = _filters(a.projection, *a.filters)
+    display = a.projection == "display"
+    rep = f"coalesce({projections.REPRESENTATIVE_SQL}, m.id)" if display else "m.id"
     exhausted = (
         _ranked_page(conn, plan, cond, args, rep, kinds_t, page)
-        if order == "relevance"
+        if a.order == "relevance"
         else _newest_page(conn, plan, cond, args, rep, kinds_t, page)
     )
-    hits = _hits(conn, plan, page.ids, projection, context, kinds_t)
+    hits = _hits(conn, plan, page.ids, a.projection, a.context, kinds_t)
     # The hits carry their sessions' titles; only sessions counted without a hit on the page
     # are read (usually none: one round trip less).
     titles = {h["session_id"]: h["title"] for h in hits}

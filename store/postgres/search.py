@@ -40,11 +40,10 @@ from quill.store.search.candidates import (
     KINDS,
     SCAN_MAX_ROWS,
     _escape_like,
-    _filters,
     trigram_covered_sql,
 )
 from quill.store.search.columns import TRIGRAM_PREFIX_CHARS
-from quill.store.search.request import SearchArgs, begin
+from quill.store.search.request import begin
 
 _COLS = "m.id, m.session_id, m.role, m.content, m.tool_calls, m.ts, s.title, m.state"
 _WORD = re.compile(r"[^\W_]+")
@@ -179,14 +178,13 @@ def search_page(conn: PgConnection, text: str, **kw: Any) -> dict[str, Any]:
     weights of the word index and the texts the substring routes look in (the trigram index
     for what it covers, a bounded scan for the rest). Any query string is accepted. Keyword
     arguments: ``store.search.request.SearchArgs`` (shared with SQLite)."""
-    a = SearchArgs(**kw)  # TypeError for a name that is not a search argument
-    started = begin(text, a)
+    started = begin(text, kw)
     if isinstance(started, dict):
         return started
-    plan, kinds_t, page = started
-    cond, args = _filters(a.projection, *a.filters)
-    display = a.projection == "display"
-    rep = f"coalesce({projections.REPRESENTATIVE_SQL}, m.id)" if display else "m.id"
+    a, plan, kinds_t, page, cond, args = started
+    rep = (
+        f"coalesce({projections.REPRESENTATIVE_SQL}, m.id)" if a.projection == "display" else "m.id"
+    )
     exhausted = (
         _ranked_page(conn, plan, cond, args, rep, kinds_t, page)
         if a.order == "relevance"

@@ -7,11 +7,11 @@ made (``begin``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from quill.store.search import group
 from quill.store.search import plan as query
-from quill.store.search.candidates import _kinds
+from quill.store.search.candidates import _filters, _kinds
 
 #: Result orders: newest first, or ranked over the newest matches (``store.search.rank``).
 ORDERS = ("newest", "relevance")
@@ -48,13 +48,25 @@ class SearchArgs:
         return self.session_id, self.role, self.source, self.since, self.until
 
 
-def begin(
-    text: str, a: SearchArgs
-) -> tuple[query.Plan, tuple[str, ...], group.Page] | dict[str, Any]:
-    """``(plan, kinds, page)`` for a search of ``text`` with ``a``, or the empty result
-    (``group.empty``) when nothing can match (a query with no term, ``limit`` ≤ 0). Raises
-    ``ValueError`` for an unknown order or kind, and for a ranked query that is not a word
-    query (substring, CJK and scan routes have no word index to rank by)."""
+class Start(NamedTuple):
+    """What ``begin`` makes of a search: its arguments, plan, kinds, page, and the filter
+    condition (SQL over rows ``m`` and sessions ``s``) with its arguments."""
+
+    a: SearchArgs
+    plan: query.Plan
+    kinds: tuple[str, ...]
+    page: group.Page
+    cond: str
+    args: list[Any]
+
+
+def begin(text: str, kw: dict[str, Any]) -> Start | dict[str, Any]:
+    """The ``Start`` of a search of ``text`` with keyword arguments ``kw`` (``SearchArgs``),
+    or the empty result (``group.empty``) when nothing can match (a query with no term,
+    ``limit`` ≤ 0). Raises ``TypeError`` for a name that is not a search argument,
+    ``ValueError`` for an unknown order, kind or projection, and for a ranked query that is
+    not a word query (substring, CJK and scan routes have no word index to rank by)."""
+    a = SearchArgs(**kw)
     if a.order not in ORDERS:
         raise ValueError(f"search order must be one of {list(ORDERS)}, got {a.order!r}")
     plan = query.plan(text, substring=a.substring)
@@ -66,4 +78,5 @@ def begin(
     cap = None if a.session_id is not None else a.per_session
     if plan.kind == "none" or a.limit <= 0:
         return group.empty(cap)
-    return plan, kinds, group.Page(a.limit, cap, a.count)
+    cond, args = _filters(a.projection, *a.filters)
+    return Start(a, plan, kinds, group.Page(a.limit, cap, a.count), cond, args)

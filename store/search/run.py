@@ -47,7 +47,7 @@ from quill.store.search.candidates import (
 )
 from quill.store.search.columns import TRIGRAM_PREFIX_CHARS, TRIGRAM_ROLES
 from quill.store.search.page import _hits
-from quill.store.search.request import ORDERS, SearchArgs, begin
+from quill.store.search.request import ORDERS, begin
 from quill.store.sqlite.indexer import search_state
 
 SNIPPET_CHARS = hits_mod.SNIPPET_CHARS
@@ -145,13 +145,10 @@ def search_page(
     only the candidates read). Otherwise any query string is accepted. Keyword arguments:
     ``store.search.request.SearchArgs`` (shared with PostgreSQL), plus ``timings`` and ``clock``.
     """
-    a = SearchArgs(**kw)  # TypeError for a name that is not a search argument
-    started = begin(text, a)
+    started = begin(text, kw)
     if isinstance(started, dict):
         return started
-    plan, kinds_t, page = started
-    cond, args = _filters(a.projection, *a.filters)
-    display = a.projection == "display"
+    a, plan, kinds_t, page, cond, args = started
     t0 = clock()
     # Detached (damaged) indexes are not read: everything counts as the unindexed tail.
     state, upto, top = search_state(conn)
@@ -159,6 +156,7 @@ def search_page(
         picked = _filters(None, *a.filters)
         exhausted = _ranked_page(conn, plan, text, upto, picked, a.projection, kinds_t, page)
     else:
+        display = a.projection == "display"
         exhausted = _newest(conn, plan, (state, upto, top), cond, args, kinds_t, display, page)
     hits = _hits(conn, plan, page.ids, a.projection, a.context, kinds_t, t0, timings, clock)
     return page.result(hits, exhausted, group.titles(conn, list(page.matches)))

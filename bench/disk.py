@@ -9,7 +9,7 @@ table, an index, an FTS5 shadow table); FTS5 shadow tables are summed under thei
 * JSON bytes: each message as the producer sent it, compact JSON (``msgspec``), UTF-8 — the
   smallest faithful text form, so the ratio is not flattered by whitespace.
 * ``store ÷ JSON``: the whole file (page count × page size, free pages included) ÷ JSON bytes.
-  Goal (issue 29): ≤ 1.5× with both FTS indexes.
+  Goal: ≤ 1.5× with both FTS indexes.
 * ``--kind synthetic``: ``bench.messages.synthetic_messages`` (the scale workload; no large
   tool outputs). ``--kind real``: the shared corpus cycled (``real_stream``: real tool outputs,
   images, parts).

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -206,17 +207,28 @@ def edit_schedules(cfg: Settings) -> Iterator[BackgroundScheduler]:
 
     APScheduler 3 processes due jobs once when a *paused* BackgroundScheduler shuts down (its
     loop sees STOPPED, not PAUSED); removing the job store first makes the shutdown a no-op,
-    so an edit can never consume a due run that belongs to the fleet's scheduler.
+    so an edit can never consume a due run that belongs to the fleet's scheduler. Raises
+    ``ScheduleUnreadableError`` when ``schedule.db`` cannot be read or written (damaged,
+    locked, full), whether on opening it or within the ``with`` body.
     """
     cfg.ensure_dirs()
-    sched = make_scheduler(cfg)
-    sched.start(paused=True)
-    try:
-        install_defaults(sched, cfg)
-        yield sched
-    finally:
-        sched.remove_jobstore("default", shutdown=True)
-        sched.shutdown(wait=False)
+    with _guarded(cfg):
+        sched = make_scheduler(cfg)
+        sched.start(paused=True)
+        try:
+            install_defaults(sched, cfg)
+            yield sched
+        finally:
+            sched.remove_jobstore("default", shutdown=True)
+            sched.shutdown(wait=False)
+
+
+def _guarded(cfg: Settings) -> Any:
+    """``jobs.schedule.guarded`` on this data dir's ``schedule.db``; nothing on a shared
+    PostgreSQL job store (its errors are the store's)."""
+    if factory.capabilities(cfg).cluster:
+        return contextlib.nullcontext()
+    return schedule_db.guarded(cfg.schedule_db)
 
 
 def describe(sched: BackgroundScheduler) -> list[dict[str, Any]]:
@@ -263,7 +275,15 @@ def run(cfg: Settings, log: Any, stop: threading.Event) -> None:
     data dir. On a shared PostgreSQL store only the elected leader runs schedules; the others
     stand by, and a leader whose lease runs out stops (the supervisor restarts it as a
     standby): its scheduler fires nothing once ``holds()`` is False, and this loop, which
-    renews the lease (``still_leader``, bounded), ends within a second after that."""
+    renews the lease (``still_leader``, bounded), ends within a second after that.
+
+    A damaged ``schedule.db`` (``ScheduleUnreadableError.damaged``, met on opening it or at
+    any later read) does not end the process: the scheduler fires nothing, publishes the
+    damage (``schedule_damaged``, ``schedule_damaged_since``), logs it once, and starts again
+    by itself once the file is replaced or moved aside (``_await_replacement``). It does not
+    rebuild the schedule from the catalog's defaults in the meantime: ``schedule.db`` also
+    holds the operator's edits (a paused prune, an added snapshot), and firing without them
+    would run what an operator stopped (docs/operations.md, "A damaged schedule")."""
     run_dir = RunDir(cfg.home, log)  # a full disk is reported, never fatal
     lease = Lease(run_dir.lock("scheduler")).acquire()
     if lease.unrecorded:
@@ -275,6 +295,60 @@ def run(cfg: Settings, log: Any, stop: threading.Event) -> None:
         if leader is None:
             lease.release()
             return
+    try:
+        while not stop.is_set():
+            try:
+                with _guarded(cfg):
+                    _run_schedules(cfg, log, stop, leader, run_dir)
+                break  # stopped, or the leadership was lost
+            except schedule_db.ScheduleUnreadableError as exc:
+                if not exc.damaged:
+                    raise
+                _await_replacement(cfg, log, stop, run_dir, exc)
+    finally:
+        if leader is not None:
+            leader.release()
+        lease.release()
+        log.info("scheduler.stopped")
+
+
+def _await_replacement(
+    cfg: Settings, log: Any, stop: threading.Event, run_dir: RunDir, exc: Any
+) -> None:
+    """Fire nothing while ``schedule.db`` is the damaged file ``exc`` met: publish that every
+    second (``ready`` False, ``schedule_damaged`` = the error, ``schedule_damaged_since``),
+    log it once, and return once the file's identity (``jobs.schedule.fingerprint``: inode,
+    size, mtime) changes — replaced, moved aside (the scheduler then creates a new file with
+    the default schedules) or rewritten — or on ``stop``."""
+    path = cfg.schedule_db
+    before, since = schedule_db.fingerprint(path), time.time()
+    log.error(
+        "scheduler.schedule_damaged",
+        file=str(path),
+        error=str(exc),
+        action="nothing fires until schedule.db is replaced or moved aside",
+    )
+    while not stop.is_set():
+        run_dir.publish(
+            "scheduler",
+            {
+                "ready": False,
+                "jobs": [],
+                "schedule_damaged": str(exc),
+                "schedule_damaged_since": since,
+            },
+        )
+        stop.wait(1.0)
+        if schedule_db.fingerprint(path) != before:
+            log.warning("scheduler.schedule_replaced", down_s=round(time.time() - since, 1))
+            return
+
+
+def _run_schedules(
+    cfg: Settings, log: Any, stop: threading.Event, leader: Any, run_dir: RunDir
+) -> None:
+    """Start APScheduler on the job store and publish the scheduler's status every second
+    until ``stop`` or a lost leadership. Raises what the job store raises (``run`` guards it)."""
     sched = make_scheduler(cfg, leader, log)
     sched.add_listener(
         lambda ev: log.warning(
@@ -320,7 +394,3 @@ def run(cfg: Settings, log: Any, stop: threading.Event) -> None:
             sched.wakeup()
     finally:
         close(sched)
-        if leader is not None:
-            leader.release()
-        lease.release()
-        log.info("scheduler.stopped")

@@ -41,10 +41,11 @@ def session_or_404(r: Reader, session_id: str) -> dict[str, Any]:
 def jobs(cfg: Any) -> list[dict[str, Any]]:
     """Every catalog job with its schedule(s), next run, last run and ``overdue`` flag (a
     schedule whose next run time passed ``health.OVERDUE_AFTER_S`` ago: no scheduler fired it),
-    and whether a user may run it now on this store (``schedules`` None and ``schedule_error``
-    the reason when the schedule cannot be read; else ``schedule_error`` None): ``runnable`` (bool) and, when not,
+    and whether a user may run it now on this store: ``runnable`` (bool) and, when not,
     ``not_runnable`` (why: an internal job, or one that maintains the other kind of store;
-    ``catalog.runnable``, the check ``POST /api/v1/jobs/{name}/run`` makes)."""
+    ``catalog.runnable``, the check ``POST /api/v1/jobs/{name}/run`` makes). When the schedule
+    cannot be read (a damaged ``schedule.db``) ``schedules`` is None and ``schedule_error``
+    says why; else ``schedule_error`` is None."""
     last: dict[str, dict[str, Any]] = {}
     # No store yet (or unreadable): jobs still list, without history.
     found = read_store(cfg, lambda r: r.job_runs(limit=500))

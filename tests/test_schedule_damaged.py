@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from starlette.testclient import TestClient
 
 from quill import home as data_dir
 from quill.home import RunDir
@@ -20,6 +21,8 @@ from quill.ops import logs
 from quill.ops.cli import cli
 from quill.ops.cli.base import run
 from quill.ops.service import views
+from quill.ops.service.app import create_app
+from quill.ops.service.tokens import TokenStore
 from quill.ops.status import health
 from quill.ops.status.doctor import run_checks
 from quill.workers import scheduler
@@ -83,6 +86,14 @@ def test_status_doctor_and_the_job_list_report_the_state(damaged, capsys):
     assert rows and all(
         r["schedules"] is None and "schedule.db" in r["schedule_error"] for r in rows
     )
+    secret, _row = TokenStore(damaged.tokens_db).create("t", ["read"])
+    app = create_app(damaged, logs.configure(None, "web"), anonymous="none")
+    auth = {"Authorization": f"Bearer {secret}"}
+    with TestClient(app, base_url="http://127.0.0.1") as web:
+        page = web.get("/jobs", headers=auth)
+        assert page.status_code == 200 and 'id="schedule-unreadable"' in page.text, page.text
+        api = web.get("/api/v1/jobs", headers=auth)
+        assert api.status_code == 200 and api.json()[0]["schedules"] is None, api.text
     assert health.overdue_jobs(damaged, None) == []
 
 

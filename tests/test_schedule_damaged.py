@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from starlette.testclient import TestClient
+from test_bookkeeping_enospc import _events as events
 
 from quill import home as data_dir
 from quill.home import RunDir
@@ -98,16 +99,7 @@ def test_status_doctor_and_the_job_list_report_the_state(damaged, capsys):
 
 
 def _events(cfg, name: str) -> list[dict]:
-    path = cfg.logs_dir / "scheduler.log"
-    found = []
-    for line in path.read_text().splitlines() if path.exists() else ():
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if event.get("event") == name:
-            found.append(event)
-    return found
+    return events(cfg.logs_dir / "scheduler.log", name)
 
 
 def _wait(cond, timeout: float = 30.0) -> None:

@@ -44,7 +44,7 @@ from quill.jobs.queues import fire_scheduled
 from quill.store import factory
 from quill.store.errors import TransientError
 from quill.store.lease import Lease
-from quill.workers import FIRE_REF
+from quill.workers import FIRE_REF, schedule_damage
 from quill.workers.standby import Standby, store_unreachable
 
 
@@ -212,17 +212,20 @@ def edit_schedules(cfg: Settings) -> Iterator[BackgroundScheduler]:
 
     APScheduler 3 processes due jobs once when a *paused* BackgroundScheduler shuts down (its
     loop sees STOPPED, not PAUSED); removing the job store first makes the shutdown a no-op,
-    so an edit can never consume a due run that belongs to the fleet's scheduler.
+    so an edit can never consume a due run that belongs to the fleet's scheduler. Raises
+    ``ScheduleUnreadableError`` when ``schedule.db`` cannot be read or written (damaged,
+    locked, full), whether on opening it or within the ``with`` body.
     """
     cfg.ensure_dirs()
-    sched = make_scheduler(cfg)
-    sched.start(paused=True)
-    try:
-        install_defaults(sched, cfg)
-        yield sched
-    finally:
-        sched.remove_jobstore("default", shutdown=True)
-        sched.shutdown(wait=False)
+    with schedule_damage.guarded(cfg):
+        sched = make_scheduler(cfg)
+        sched.start(paused=True)
+        try:
+            install_defaults(sched, cfg)
+            yield sched
+        finally:
+            sched.remove_jobstore("default", shutdown=True)
+            sched.shutdown(wait=False)
 
 
 def describe(sched: BackgroundScheduler) -> list[dict[str, Any]]:
@@ -272,7 +275,9 @@ def run(cfg: Settings, log: Any, stop: threading.Event) -> None:
     unreachable, or the process was stopped) or meets an unreachable store stops leading at
     once: its scheduler fires nothing once ``holds()`` is False and is shut down within a
     second; the process stays up as a standby, says why in its status, tries the lease again
-    with backoff while the store is unreachable, and leads again once it wins it."""
+    with backoff while the store is unreachable, and leads again once it wins it. A damaged
+    ``schedule.db`` does not end it either: it fires nothing until the file is replaced or
+    moved aside, then starts again by itself (``workers.schedule_damage``)."""
     run_dir = RunDir(cfg.home, log)  # a full disk is reported, never fatal
     lease = Lease(run_dir.lock("scheduler")).acquire()
     if lease.unrecorded:
@@ -280,7 +285,15 @@ def run(cfg: Settings, log: Any, stop: threading.Event) -> None:
     serve(cfg, log)
     try:
         if not factory.capabilities(cfg).cluster:
-            _schedule(cfg, log, stop, run_dir, None)
+            while not stop.is_set():
+                try:
+                    with schedule_damage.guarded(cfg):
+                        _schedule(cfg, log, stop, run_dir, None)
+                    return
+                except schedule_db.ScheduleUnreadableError as exc:
+                    if not exc.damaged:
+                        raise
+                    schedule_damage.await_replacement(cfg, log, stop, run_dir, exc)
             return
         from quill.store.postgres.election import Leadership
 

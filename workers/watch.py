@@ -41,6 +41,7 @@ role's entry in ``ops/worker_main.py``: this layer may not import the importers)
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import threading
 import time
@@ -49,6 +50,8 @@ from pathlib import Path
 from typing import Any
 
 from quill.home import RunDir, Settings
+from quill.home.throttle import Throttle
+from quill.spool.errors import SpoolFullError
 from quill.store.errors import LeaseHeldError
 from quill.store.lease import Lease
 from quill.workers.watch_state import WatchState, change_kind, mark_of, scan, watched
@@ -58,6 +61,16 @@ STEP_MS = 50
 DEBOUNCE_MS = 400
 #: Seconds between looks at the watch lease while another watcher holds it.
 LEASE_RETRY_S = 2.0
+#: A round that meets a full disk (the spool, or ``watch-state.json``) is reported at most
+#: once per this many seconds and left to the next round (a change, or the rescan).
+FULL_REPORT_S = 5.0
+_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` means the disk under the data dir is full (by type and errno)."""
+    return isinstance(exc, SpoolFullError) or (isinstance(exc, OSError) and exc.errno in _FULL)
+
 
 #: ``ingest_session()`` opens what one round of imports needs (spool, store view) and yields
 #: ``ingest(path, fd, size) -> report``: import the first ``size`` bytes (the mark's) of the
@@ -82,6 +95,8 @@ class Watcher:
         self.run_dir = RunDir(cfg.home)
         self.totals = {"imported": 0, "new_messages": 0, "rewritten": 0, "gone": 0}
         self.last_scan_at: float | None = None
+        self.full: str | None = None  # why the last round stopped on a full disk
+        self._throttle = Throttle(FULL_REPORT_S)
 
     # -- one round -------------------------------------------------------------------------
 
@@ -224,14 +239,12 @@ class Watcher:
         with self._lease(stop, wait) as held:
             if not held:
                 return
-            self.round()
-            self.publish()
+            self._round()
             while not stop.is_set():
                 roots = [r for r in self.cfg.watch_paths if r.is_dir()]
                 if not roots:
                     stop.wait(self.cfg.watch_rescan_s)
-                    self.round()
-                    self.publish()
+                    self._round()
                     continue
                 self._follow(roots, stop)
         self.publish("stopped")
@@ -254,14 +267,36 @@ class Watcher:
             raise_interrupt=False,
         ):
             if changes:
-                self.round(p for _c, p in changes)
-                self.publish()
+                self._round(p for _c, p in changes)
             if time.monotonic() >= next_scan:
                 next_scan = time.monotonic() + rescan
-                self.round()
-                self.publish()
+                self._round()
                 if [r for r in self.cfg.watch_paths if r.is_dir()] != roots:
                     return
+
+    def _round(self, paths: Iterable[str] | None = None) -> None:
+        """``round(paths)`` then ``publish``, riding out a full disk: the round stops there,
+        is logged (``watch.disk_full``, at most every ``FULL_REPORT_S``, ``suppressed``
+        counting the rest; ``watch.disk_writable_again`` once a round completes) and published
+        (``waiting: disk full …``), and the next round — the next change, or the rescan within
+        ``watch_rescan_s`` — tries again. Nothing is lost: a mark not saved is kept in memory
+        when its import was acknowledged, else the file is imported again (same batch ids)."""
+        try:
+            self.round(paths)
+        except Exception as exc:
+            if not disk_full(exc):
+                raise
+            self.full = f"{type(exc).__name__}: {exc}"
+            left_out = self._throttle.ready("full")
+            if left_out is not None:
+                self.log.error("watch.disk_full", error=self.full, suppressed=left_out)
+            self.publish(f"waiting: disk full ({self.full}); retried at the next change or rescan")
+            return
+        if self.full is not None:
+            self.full = None
+            self._throttle.clear("full")
+            self.log.warning("watch.disk_writable_again")
+        self.publish()
 
     def once(self) -> dict[str, int]:
         """One full round under the ``watch`` lease (``quill watch --once``); raises

@@ -94,13 +94,19 @@ def _print_status(d: dict[str, Any]) -> None:
             + (f" (reported by {', '.join(q['reported_by'])})" if q.get("reported_by") else "")
             + "\n  queued and scheduled jobs wait; the spool is applied as ever"
         )
+    sched = fleet.get("scheduler") or {}
     if d.get("schedule", {}).get("readable") is False:
+        waiting = (
+            f"\n  the scheduler fires nothing since {render.when(sched['schedule_damaged_since'])}"
+            " and starts again by itself once the file is replaced or moved aside"
+            if sched.get("alive") and sched.get("schedule_damaged")
+            else ""
+        )
         con.print(
             f"[bold red]SCHEDULE UNREADABLE[/bold red]: {d['schedule']['error']}\n"
             "  move schedule.db aside: the scheduler recreates the default schedules "
-            "(your own changes to them are lost; the spool and the store are not)"
+            "(your own changes to them are lost; the spool and the store are not)" + waiting
         )
-    sched = fleet.get("scheduler") or {}
     if sched.get("alive") and sched.get("schedule_error"):
         con.print(
             "[bold red]SCHEDULE UNWRITABLE[/bold red] since "

@@ -15,6 +15,8 @@ of its kind, so ``quill.Client`` users and ``quill`` command users see the same 
     ├── StoreDamagedError           exit 1  corruption found: the writer halts, `quill recover`
     ├── QueueUnavailableError       exit 8  the job queue (Redis, queue.db) is unreachable:
     │                                       nothing was queued; the spool is applied as ever
+    ├── ScheduleUnreadableError     exit 1  ``schedule.db`` is damaged, locked or unreadable:
+    │                                       no schedule was read or changed
     └── StorageError                exit 1  other I/O / permission / unreadable data dir
 
 Classification is by the type of the lower layer's exception (``quill.spool`` and
@@ -225,6 +227,26 @@ class QueueUnavailableError(QuillError):
     )
 
 
+class ScheduleUnreadableError(QuillError):
+    """``schedule.db`` cannot be read or written (damaged, not a database, locked, full):
+    nothing was read or changed. ``damaged``: the file itself is bad (it stays so until it is
+    replaced or moved aside), else it is busy or out of reach right now."""
+
+    kind = "schedule_unreadable"
+
+    def __init__(self, message: str, *, damaged: bool, hint: str | None = None):
+        if hint is None and damaged:
+            hint = (
+                "move schedule.db aside: the scheduler recreates the default schedules by "
+                "itself (your own `quill schedule` changes in it are lost; re-apply them); "
+                "`quill status` shows the state"
+            )
+        elif hint is None:
+            hint = "retry shortly; if it lasts, check the data dir's free space (`quill doctor`)"
+        super().__init__(message, hint=hint)
+        self.damaged = damaged
+
+
 class StorageError(QuillError):
     """Any other I/O, permission or configuration problem with the data dir."""
 
@@ -299,6 +321,9 @@ def from_exception(exc: BaseException) -> QuillError | None:
         )
     if queue_errors is not None and isinstance(exc, queue_errors.QueueUnavailableError):
         return QueueUnavailableError(text)
+    schedule = sys.modules.get("quill.jobs.schedule")
+    if schedule is not None and isinstance(exc, schedule.ScheduleUnreadableError):
+        return ScheduleUnreadableError(text, damaged=exc.damaged)
     if home is not None and isinstance(exc, home.ConfigError):
         return StorageError(text, hint="fix config.toml (docs/configuration.md lists every key)")
     if isinstance(exc, OSError):

@@ -21,12 +21,15 @@ import os
 EXHAUSTED_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE})
 
 
-def is_exhaustion(exc: BaseException | None) -> bool:
-    """True when ``exc`` or an exception it was raised from (``__cause__``/``__context__``)
-    is an ``OSError`` with errno EMFILE/ENFILE, or any exception with a truthy
-    ``descriptors_exhausted`` class attribute (each tree's exhaustion error sets it)."""
+def is_exhaustion(exc: BaseException | None, *, chain: bool = True) -> bool:
+    """True when ``exc`` (or, with ``chain``, an exception it was raised from:
+    ``__cause__``/``__context__``) is an ``OSError`` with errno EMFILE/ENFILE, or any
+    exception with a truthy ``descriptors_exhausted`` class attribute (each tree's
+    exhaustion error sets it)."""
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
+        if not chain and seen:
+            break
         seen.add(id(exc))
         if getattr(exc, "descriptors_exhausted", False) or (
             isinstance(exc, OSError) and exc.errno in EXHAUSTED_ERRNOS

@@ -247,7 +247,9 @@ def public(name: str, store: str | None = None) -> JobSpec:
     spec = BY_NAME.get(name)
     if spec is None or spec.internal:
         known = sorted(
-            j.name for j in JOBS if not j.internal and (store is None or j.backend in ("any", store))
+            j.name
+            for j in JOBS
+            if not j.internal and (store is None or j.backend in ("any", store))
         )
         raise KeyError(f"unknown job {name!r}; known jobs: {', '.join(known)}")
     return spec

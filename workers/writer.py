@@ -25,7 +25,8 @@ The job queue is optional to the drain: while it is unreachable (Redis down) the
 runs no queued job and tries the queue again with backoff, and the writer applies the spool
 as ever, publishing the outage (``queue_error``, ``queue_down_since``) in its status.
 
-Failures: a retryable one (``TransientError``, ``DiskFullError``, ``StoreIOError``) committed
+Failures: a retryable one (``TransientError``, ``DiskFullError``, ``StoreIOError``, or no file
+descriptor left, ``quill.home.descriptors``, to open the store or a spool file) committed
 nothing, so the writer publishes it, pauses (doubling up to ``MAX_BACKOFF_S``) and retries the
 same step. ``CorruptError`` is the sticky halt, the one path for every cause: the store
 records the cause (SQLite ``run/halt.json``, PostgreSQL the store-wide halt row) and the
@@ -42,7 +43,7 @@ import threading
 import time
 from typing import Any
 
-from quill.home import Halt, RunDir, Settings, Throttle, WriterStatus, doorbell
+from quill.home import Halt, RunDir, Settings, Throttle, WriterStatus, doorbell, is_exhaustion
 from quill.jobs.queues import build_for
 from quill.spool import Quarantine, Spool, SpoolReader
 from quill.spool.segments import DOORBELL
@@ -299,6 +300,10 @@ class Writer(HaltAndRefusal):
             return 0.0
         except RETRYABLE as exc:
             return self._retry(now, exc, "writer.retry", self.store.retry_first_s)
+        except OSError as exc:  # the spool's own files: only a lack of descriptors is passing
+            if not is_exhaustion(exc, chain=False):
+                raise
+            return self._retry(now, exc, "writer.retry", self.store.retry_first_s)
         self._backoff, self.error = None, None
         self._idle = not busy
         return 0.0 if busy else self.cfg.poll_interval
@@ -314,6 +319,10 @@ class Writer(HaltAndRefusal):
             self._halt(exc)
             return 0.0
         except RETRYABLE as exc:
+            return self._retry(now, exc, "writer.open_retry", OPEN_RETRY_FIRST_S)
+        except OSError as exc:  # reading the spool's cursor proof: as in loop_once
+            if not is_exhaustion(exc, chain=False):
+                raise
             return self._retry(now, exc, "writer.open_retry", OPEN_RETRY_FIRST_S)
         if self.refusal is not None:
             self.log.warning("writer.refusal_lifted", cause=self.refusal.cause)

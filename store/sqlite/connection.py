@@ -18,8 +18,15 @@ from pathlib import Path
 
 import apsw
 
+from quill.home.descriptors import EXHAUSTED_ERRNOS
 from quill.store import schema
-from quill.store.errors import CantOpenError, SharedMemoryError, cant_open_cause, mapped
+from quill.store.errors import (
+    CantOpenError,
+    DescriptorsExhaustedError,
+    SharedMemoryError,
+    cant_open_cause,
+    mapped,
+)
 
 #: The writer waits this long for a lock before SQLITE_BUSY (ms). Only readers and the
 #: backup API can contend with the single writer, and they hold locks briefly.
@@ -55,7 +62,8 @@ def shm_problem(path: Path) -> str | None:
     write, writes fail as "attempt to write a readonly database". Usable means:
     a regular file (not a symlink), owned by this user, that this process can open
     read-write. Fix: stop every Quill process, then delete the -shm file (SQLite rebuilds it
-    from the WAL at the next open) or restore its owner and mode 600."""
+    from the WAL at the next open) or restore its owner and mode 600. Raises
+    ``DescriptorsExhaustedError`` when no descriptor was left to open it (not a bad file)."""
     shm = Path(str(path) + "-shm")
     try:
         st = os.lstat(shm)
@@ -73,6 +81,8 @@ def shm_problem(path: Path) -> str | None:
     try:
         os.close(os.open(shm, os.O_RDWR | os.O_CLOEXEC))
     except OSError as exc:
+        if exc.errno in EXHAUSTED_ERRNOS:
+            raise DescriptorsExhaustedError.of(exc.errno) from exc
         return (
             f"{shm} cannot be opened read-write: {exc.strerror} "
             f"(mode {oct(stat.S_IMODE(st.st_mode))})"

@@ -90,6 +90,20 @@ def shm_problem(path: Path) -> str | None:
     return None
 
 
+#: ``PRAGMA auto_vacuum`` of every store: INCREMENTAL keeps pointer-map pages, through which
+#: SQLite finds the next page of a large value's overflow chain without reading the page
+#: itself, so a read of a field stored after a 50 MB value costs a few pages, not 50 MB
+#: (``store/read/clipped.py``). It frees nothing by itself (no ``incremental_vacuum`` is
+#: run): space comes back through the ``vacuum`` job, as before. A store made before it
+#: gets it at its next ``vacuum`` job (``jobs.store_jobs``).
+AUTO_VACUUM = "INCREMENTAL"
+
+
+def has_pointer_map(conn: apsw.Connection) -> bool:
+    """Whether the store keeps pointer-map pages (``AUTO_VACUUM`` or FULL): one header read."""
+    return conn.execute("PRAGMA auto_vacuum").fetchone()[0] != 0
+
+
 def open_writer(
     path: Path, *, synchronous: str = "NORMAL", on_journal_mode: Callable[[str], None] | None = None
 ) -> apsw.Connection:
@@ -115,6 +129,8 @@ def open_writer(
             str(path), flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
         )
         conn.set_busy_timeout(WRITER_BUSY_MS)
+        if not existed:  # only before the first table: later, a VACUUM sets it
+            conn.execute(f"PRAGMA auto_vacuum={AUTO_VACUUM}")
         before = conn.execute("PRAGMA journal_mode").fetchone()[0]
         mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
         if before.lower() != "wal" and mode.lower() == "wal" and existed and on_journal_mode:

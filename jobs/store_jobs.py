@@ -39,8 +39,11 @@ def fts_merge(conn: apsw.Connection, pages: int = 500) -> dict[str, Any]:
 
 
 def _vacuum(conn: apsw.Connection) -> None:
-    """VACUUM, keeping (or adding) the store's pointer-map pages (``AUTO_VACUUM``)."""
-    conn.execute(f"PRAGMA auto_vacuum={AUTO_VACUUM}")
+    """VACUUM, keeping (or adding) the store's pointer-map pages (``AUTO_VACUUM``). The
+    pragma only when they are missing: setting it commits, and the VACUUM's commit is the
+    first one (``store.sqlite.effects`` judges a killed run from that)."""
+    if not has_pointer_map(conn):
+        conn.execute(f"PRAGMA auto_vacuum={AUTO_VACUUM}")
     conn.execute("VACUUM")
 
 

@@ -11,7 +11,8 @@ Rules:
 * ``message_count`` counts display positions; ``preview`` is the first user message in display
   order that is not injected context (``extra.injected``, set by the importers for an
   AGENTS.md, an environment block, a slash command's wrapper … : matched in the compact
-  JSON text, the same on both backends); ``unread`` counts display positions after the last-read watermark;
+  JSON text, the same on both backends); ``unread`` counts display positions after the
+  last-read watermark;
 * ``usage`` = the session's token and cost totals (``usage_reads``); ``key`` its conversation
   key; ``placeholder`` = true while no ``session.create`` has arrived for it;
 * ``empty`` is an EXISTS probe over rows in *any* state: a session whose rows are all rewound

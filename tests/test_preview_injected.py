@@ -51,3 +51,25 @@ def test_preview_is_the_first_typed_prompt_not_injected_context(tmp_path, quill)
         assert not preview.startswith(("# AGENTS.md", "<")), (name, preview[:200])
         if typed:
             assert preview.startswith(typed), (name, preview[:200])
+
+
+def test_the_preview_skips_injected_messages_on_postgresql_too(tmp_path, pg_store_url):
+    from conftest import pg_data_dir
+
+    from quill import home as config
+    from quill.ops import logs
+    from quill.ops.recover.postgres import drain as pg_drain
+
+    home = tmp_path / "h"
+    pg_data_dir(home, pg_store_url, 0)
+    client = Client(str(home))
+    client.append(
+        "pg-injected",
+        [
+            {"role": "user", "content": "# AGENTS.md instructions …", "extra": {"injected": True}},
+            {"role": "user", "content": '100% typed, with a "quote"'},
+        ],
+    )
+    pg_drain(config.load(home), logs.configure(None, "test"))
+    [row] = [r for r in client.sessions() if r["id"] == "pg-injected"]
+    assert row["preview"] == '100% typed, with a "quote"', row

@@ -75,6 +75,13 @@ def main() -> None:
         assert web["any"].get("/healthz").status_code == 200
         Client(config_=cfg).append("s0", [{"role": "user", "content": "warm"}])
         build_for(cfg).pending()
+        for _ in range(100):  # the writer drains what is pending and is idle, store open
+            pause = writer.loop_once(time.monotonic())
+            if pause > 0 and writer.error is None and writer.store.connected:
+                break
+        # A record in a segment of its own ([spool] segment_bytes is the minimum): applying
+        # it opens a spool file the writer does not hold yet.
+        Client(config_=cfg).append("s4", [{"role": "user", "content": "z" * 5000}])
         gc.collect()
         try:
             out["writer_open"] = _outcome(lambda: open_writer(cfg.state_db))
@@ -85,6 +92,10 @@ def main() -> None:
             out["client_append"] = _outcome(
                 lambda: Client(config_=cfg).append("s2", [{"role": "user", "content": "x"}])
             )
+            _HELD.extend(_fill())
+            out["writer_spool_pause"] = writer.loop_once(time.monotonic())
+            out["writer_spool_error"] = writer.error
+            writer.store.disconnect()  # the next turn opens the store again
             _HELD.extend(_fill())
             out["writer_loop_pause"] = writer.loop_once(time.monotonic())
             out["writer_error"] = writer.error

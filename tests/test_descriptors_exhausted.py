@@ -22,7 +22,7 @@ from quill.ops.service.tokens import TokenStore
 
 
 def test_every_open_meets_exhaustion_as_overloaded_and_the_writer_retries(tmp_path, pg_url):
-    cfg = make_home(tmp_path / "h")
+    cfg = make_home(tmp_path / "h", spool={"segment_bytes": 4096})
     Client(config_=cfg).append("s1", [{"role": "user", "content": "hello"}])
     drain(cfg.home)
     token, _row = TokenStore(cfg.tokens_db).create("probe", ["read", "write", "admin"])
@@ -49,6 +49,7 @@ def test_every_open_meets_exhaustion_as_overloaded_and_the_writer_retries(tmp_pa
     assert out["tokens"] == "DescriptorsExhaustedError", out
     assert out["queue"] == "QueueOverloadedError", out
     assert out["client_append"] == "OverloadedError", out
+    assert out["writer_spool_pause"] > 0 and "Errno 24" in out["writer_spool_error"], out
     assert out["writer_loop_pause"] > 0 and "DescriptorsExhausted" in out["writer_error"], out
     for name, (status, retry_after, body) in out["http"].items():
         assert status == 503 and retry_after == "1", (name, status, body)

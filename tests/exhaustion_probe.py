@@ -2,7 +2,8 @@
 every file descriptor taken, each way Quill opens a file or a socket on a request path or
 in a worker loop is tried once, and what it raised (or answered) is printed as JSON.
 
-argv: data dir, a token with read/write/admin scopes, a PostgreSQL URL (or "-")."""
+argv: data dir, a token with read/write/admin scopes, a PostgreSQL URL (or "-"); or
+``watch`` and a data dir whose watcher follows a folder holding an agent's file."""
 
 from __future__ import annotations
 
@@ -48,7 +49,35 @@ def _fill() -> list[int]:
         return held
 
 
+def watch(root: Path) -> None:
+    """The watcher's round with every descriptor taken, then with them back: the agent
+    file must not be set aside as unreadable, and the next round imports it."""
+    from quill.ops.transfer.watch_ingest import ingest_session
+    from quill.workers.watch import Watcher
+
+    cfg = home.load(root)
+    log = logs.configure(None, "watch")
+    watcher = Watcher(cfg, log, ingest_session(cfg, log))
+    out: dict = {}
+    gc.collect()
+    files = [str(f) for r in cfg.watch_paths for f in Path(r).glob("*.jsonl")]
+    try:
+        _HELD.extend(_fill())
+        out["event"] = watcher.round(files)  # a change event: stat, then the import
+        _HELD.extend(_fill())
+        out["first"] = watcher.round()  # a full scan
+    finally:
+        for fd in _HELD:
+            os.close(fd)
+    out["unreadable"] = sorted(watcher.state.unreadable)
+    out["second"] = watcher.round()
+    print(json.dumps(out))
+
+
 def main() -> None:
+    if sys.argv[1] == "watch":
+        watch(Path(sys.argv[2]))
+        return
     root, token, pg_url = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
     cfg = home.load(root)
     headers = {"Authorization": f"Bearer {token}"}

@@ -55,3 +55,28 @@ def test_every_open_meets_exhaustion_as_overloaded_and_the_writer_retries(tmp_pa
         assert status == 503 and retry_after == "1", (name, status, body)
         assert json.loads(body)["error"]["reason"] == "overloaded", (name, body)
     assert out["writer_recovered"] and out["read_after"] == 200, out
+
+
+def test_the_watcher_does_not_set_a_file_aside_for_want_of_descriptors(tmp_path):
+    from conftest import CORPUS
+    from watch_helpers import watch_config
+
+    folder = tmp_path / "agent"
+    folder.mkdir()
+    name = "claude-code/context-evaluator__51723c80-7be9-4bc5-9795-7bd86f32165d.jsonl"
+    (folder / "session.jsonl").write_bytes((CORPUS / name).read_bytes())
+    watch_config(tmp_path / "h", [folder])
+    argv = ["prlimit", "--nofile=128:128", "--", sys.executable]
+    run = subprocess.run(
+        [*argv, str(REPO / "tests/exhaustion_probe.py"), "watch", str(tmp_path / "h")],
+        env=quill_env(tmp_path / "h"),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    assert out["event"]["imported"] == 0 and out["first"]["imported"] == 0, out
+    assert out["unreadable"] == [], out
+    assert out["second"]["imported"] == 1 and out["second"]["new_messages"] > 0, out

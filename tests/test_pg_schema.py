@@ -97,3 +97,32 @@ def test_dropping_one_stores_schema_leaves_the_others_search_working(tmp_path, p
             assert [h["session_id"] for h in r.search("cafe")] == ["s"]
     finally:
         s.close()
+
+
+def test_a_layout_4_store_gains_the_order_key_index_and_keeps_its_word_vectors(
+    tmp_path, pg_store_url
+):
+    """Layout 5 adds ``messages_ack`` (late ops: store/apply/order.py ``gaps``). A store at
+    layout 4 gets it on open without its ``words`` column being rebuilt (no rewrite of
+    ``messages``): the column's position and every row's vector stay."""
+    s = Store(tmp_path, pg_store_url)
+    s.apply("messages.append", {"session_id": "s", "messages": [user("zebras at dawn")]})
+    s.close()
+    column = (
+        "SELECT attnum FROM pg_attribute WHERE attrelid = 'messages'::regclass AND attname = %s"
+    )
+    with psycopg.connect(pg_store_url, autocommit=True) as conn:
+        conn.execute("DROP INDEX messages_ack")
+        conn.execute("UPDATE state_meta SET value = '4' WHERE key = 'pg_layout'")
+        words_at = conn.execute(column, ("words",)).fetchone()[0]
+    s = Store(tmp_path, pg_store_url)  # opening migrates the layout
+    try:
+        with s.reader() as r:
+            assert [h["session_id"] for h in r.search("zebras")] == ["s"]
+    finally:
+        s.close()
+    with psycopg.connect(pg_store_url, autocommit=True) as conn:
+        assert conn.execute(column, ("words",)).fetchone()[0] == words_at
+        assert conn.execute("SELECT to_regclass('messages_ack')").fetchone()[0] is not None
+        layout = conn.execute("SELECT value FROM state_meta WHERE key = 'pg_layout'").fetchone()
+        assert layout == (PG_LAYOUT,)

@@ -14,12 +14,18 @@ role's entry in ``ops/worker_main.py``: this layer may not import the importers)
   mtime and a hash of its first ``HEAD_BYTES``. A file whose stat differs from its mark is
   due; a different inode, a smaller size or a different head hash make it *rewritten* (Claude
   Code rewrites a file on resume, an agent may truncate or replace one), else it *grew*.
+* One version per import: a due file is opened once; its mark is taken from that descriptor
+  (``fstat``, head read with ``pread``) and the import reads only that descriptor, up to
+  the mark's size (``ops/importers/source.py``). A file renamed over the path while it is
+  read (an agent's atomic rewrite) is therefore never mixed with the one being read: this
+  round imports the opened version and records its inode; the next scan finds another inode
+  at the path and imports the new version as *rewritten*.
 * Exactly once: the importers need a whole file's context (message trees, session headers,
   last-copy-wins records), so a due file is imported whole, and what makes that cheap and
   exact is the import path's own rule: messages the store already holds are not spooled, and
   every batch id is derived from content, and the writer skips producer ids a session holds.
-  A JSON-lines file is read only up to its mark's size: the importers read a file twice
-  (structure, then content), and both passes must see the same records while it grows.
+  A file is read only up to its mark's size: the importers read a file more than once
+  (sniffing, structure, content), and every pass must see the same records while it grows.
   The mark is taken *before* the import reads the file and saved (fsync'd) only after the
   ingest returned, i.e. after every spool append of it was acknowledged durable. A kill -9
   at any point therefore either finds the old mark (the file is imported again: same content,
@@ -54,12 +60,13 @@ DEBOUNCE_MS = 400
 LEASE_RETRY_S = 2.0
 
 #: ``ingest_session()`` opens what one round of imports needs (spool, store view) and yields
-#: ``ingest(path, size) -> report``: import the first ``size`` bytes (the mark's);
+#: ``ingest(path, fd, size) -> report``: import the first ``size`` bytes (the mark's) of the
+#: version open on ``fd`` (the watcher's descriptor: every read is from it; it stays open);
 #: ``report["format"]`` is None when no importer recognised the file. ``ingest`` raises
 #: ``OSError`` (file unreadable) or ``ValueError`` (bad input); any other error (a spool or
 #: store failure) propagates and stops the watcher without saving.
 IngestSession = Callable[
-    [], contextlib.AbstractContextManager[Callable[[Path, int], dict[str, Any]]]
+    [], contextlib.AbstractContextManager[Callable[[Path, int, int], dict[str, Any]]]
 ]
 
 
@@ -156,12 +163,13 @@ class Watcher:
         return True
 
     def _import(
-        self, ingest: Callable[[Path, int], dict[str, Any]], path: str, counts: dict
+        self, ingest: Callable[[Path, int, int], dict[str, Any]], path: str, counts: dict
     ) -> None:
-        # The mark is taken before the import reads the file, so it never claims more than
-        # was read; saved only once ingest returned (every spool append acknowledged).
+        # One descriptor: the mark is taken from it before the import reads it, so it names
+        # the version read and never claims more than was read; saved only once ingest
+        # returned (every spool append acknowledged).
         try:
-            mark = mark_of(Path(path))
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
         except FileNotFoundError:
             return  # gone since the scan: the next scan forgets it
         except OSError as exc:
@@ -169,8 +177,22 @@ class Watcher:
             self._save()
             return
         try:
-            kind = change_kind(self.state.files.get(path), mark, Path(path))
-            report = ingest(Path(path), mark.size)
+            self._import_version(ingest, path, fd, counts)
+        finally:
+            os.close(fd)
+
+    def _import_version(
+        self, ingest: Callable[[Path, int, int], dict[str, Any]], path: str, fd: int, counts: dict
+    ) -> None:
+        try:
+            mark = mark_of(fd)
+        except OSError as exc:
+            self._note_unreadable(path, exc.strerror or type(exc).__name__)
+            self.state.save()
+            return
+        try:
+            kind = change_kind(self.state.files.get(path), mark, fd)
+            report = ingest(Path(path), fd, mark.size)
         except FileNotFoundError:
             return
         except Exception as exc:

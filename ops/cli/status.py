@@ -109,6 +109,12 @@ def _print_status(d: dict[str, Any]) -> None:
             f"{', '.join(sched.get('schedule_held') or [])} are held in memory until the "
             "schedule's file takes them (lost only if the scheduler stops first)"
         )
+    if sched.get("alive") and sched.get("store_error"):
+        con.print(
+            "[yellow]scheduler standing by[/yellow]: the store cannot be reached since "
+            f"{render.when(sched['store_unreachable_since'])}: {sched['store_error']}\n"
+            "  no schedule fires from this host; it leads again once the store answers"
+        )
     http = fleet.get("http")
     if fleet["running"] and http:
         serving = (

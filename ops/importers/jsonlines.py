@@ -23,6 +23,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from quill.ops.importers.source import Source, opened
+
 
 class ShapeError(ValueError):
     """A record field of the wrong JSON type (a list where an object belongs …); the message
@@ -106,28 +108,24 @@ def decode_line(text: str) -> tuple[list[Any], str | None]:
         values.append(value)
 
 
-def iter_jsonl(
-    path: Path, problems: list[Problem], limit: int | None = None
-) -> Iterator[tuple[int, Any]]:
-    """Yield ``(line_number, value)`` for every JSON value in a JSON-lines file.
+def iter_jsonl(src: Source | Path, problems: list[Problem]) -> Iterator[tuple[int, Any]]:
+    """Yield ``(line_number, value)`` for every JSON value in a JSON-lines file: a ``Source``
+    (one version, read up to its size) or a path (opened once here).
 
     Line numbers are 1-based physical lines. Problems are appended to
     ``problems`` as they are found; iteration always continues to the end.
-    ``limit``: read only the first ``limit`` bytes (a file an agent is still appending to:
-    every pass over it then sees the same records); a line they end inside of, or an
-    unterminated last line that does not decode, is still being written: left out, unreported.
+    A ``live`` source (a file an agent is still appending to): a line its size ends inside
+    of, or an unterminated last line that does not decode, is still being written: left out,
+    unreported. Raises ``OSError`` when a path cannot be opened.
     """
-    with open(path, "rb") as fh:
-        consumed = 0
+    with opened(src) as source, source.reader() as fh:
+        path, live = source.path, source.live
         for lineno, raw in enumerate(fh, 1):
-            consumed += len(raw)
-            if limit is not None and consumed > limit:
-                return
             text = raw.decode("utf-8", errors="replace")
             if not text.strip(_WS):
                 continue
             values, error = decode_line(text)
-            if error is not None and limit is not None and not raw.endswith(b"\n"):
+            if error is not None and live and not raw.endswith(b"\n"):
                 return
             if error is None and len(values) > 1:
                 problems.append(
@@ -218,9 +216,11 @@ def _skip(text: str, pos: int, chars: str) -> int:
     return pos
 
 
-def read_text(path: Path) -> str:
-    """Read a whole file as text (UTF-8, BOM stripped, bad bytes replaced)."""
-    return Path(path).read_bytes().decode("utf-8-sig", errors="replace")
+def read_text(src: Source | Path) -> str:
+    """A whole file as text (UTF-8, BOM stripped, bad bytes replaced): a ``Source``'s
+    version, or a path opened once. Raises ``OSError``."""
+    with opened(src) as source:
+        return source.read_bytes().decode("utf-8-sig", errors="replace")
 
 
 def line_session_id(fmt: str, file_name: str, line: int | None, seen: dict[int | None, int]) -> str:

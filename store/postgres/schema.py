@@ -170,6 +170,9 @@ CREATE INDEX IF NOT EXISTS messages_words ON messages USING gin (words);
 CREATE INDEX IF NOT EXISTS messages_trigram ON messages
     USING gin (left(content, {trigram_chars}) {trgm}.gin_trgm_ops)
     WHERE {trigram_scope};
+-- Where a late op goes (store/apply/order.py ``gaps``): a session's last row not later than
+-- an order key, in one probe wherever the gap is (the seq index would read every later row).
+CREATE INDEX IF NOT EXISTS messages_ack ON messages (session_id, ack_us, ack_tag, ack_at, seq);
 -- Delete-heavy retention: vacuum after 2 % dead rows, not the default 20 %.
 ALTER TABLE messages SET (autovacuum_vacuum_scale_factor = 0.02,
                           autovacuum_analyze_scale_factor = 0.02);
@@ -283,8 +286,12 @@ SCHEMA_VERSION = sqlite_schema.SCHEMA_VERSION
 #: document). A store whose ``state_meta['pg_layout']`` differs gets ``PG_DDL`` again at
 #: open (idempotent; its ``words`` column is rebuilt: one rewrite of ``messages``).
 #: 2: search kinds (weights) and reasoning; 3: diacritics folded (unaccent); 4: a word
-#: document over tsvector's 1 MB limit falls back to a shorter prefix instead of failing.
-PG_LAYOUT = "4"
+#: document over tsvector's 1 MB limit falls back to a shorter prefix instead of failing;
+#: 5: the order-key index ``messages_ack``.
+PG_LAYOUT = "5"
+#: The layout whose word document (``quill_words``) is today's: a store at it or later keeps
+#: its ``words`` column through a migration (no rewrite of ``messages``).
+WORDS_LAYOUT = 4
 
 
 def _quote_ident(name: str) -> str:
@@ -320,7 +327,8 @@ def create(conn: PgConnection) -> None:
                 f"the PostgreSQL store has schema v{current}; "
                 f"this Quill knows up to v{SCHEMA_VERSION}"
             )
-        if current == SCHEMA_VERSION and _layout(conn) == PG_LAYOUT:
+        layout = _layout(conn) if current else None
+        if current == SCHEMA_VERSION and layout == PG_LAYOUT:
             return
         trgm = extension_schema(conn, "pg_trgm")
         ua = extension_schema(conn, "unaccent")
@@ -334,7 +342,9 @@ def create(conn: PgConnection) -> None:
             )  # none: layout only
             for step in steps:
                 conn.execute_script(translate_ddl(step))
-            if current:  # an older layout's words column holds vectors of the old document
+            words_kept = layout is not None and layout.isdigit() and int(layout) >= WORDS_LAYOUT
+            if current and not words_kept:
+                # an older layout's words column holds vectors of the old document
                 conn.execute_script("ALTER TABLE messages DROP COLUMN IF EXISTS words")
             punct = punct_to_space(
                 f"left({_quote_ident(schema)}.quill_search_text(content, tool_calls), "

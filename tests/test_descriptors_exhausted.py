@@ -21,29 +21,28 @@ from quill.ops.client.client import Client
 from quill.ops.service.tokens import TokenStore
 
 
-def test_every_open_meets_exhaustion_as_overloaded_and_the_writer_retries(tmp_path, pg_url):
-    cfg = make_home(tmp_path / "h", spool={"segment_bytes": 4096})
-    Client(config_=cfg).append("s1", [{"role": "user", "content": "hello"}])
-    drain(cfg.home)
-    token, _row = TokenStore(cfg.tokens_db).create("probe", ["read", "write", "admin"])
-    Client(config_=cfg).append("s1", [{"role": "user", "content": "pending"}])  # for the writer
-    argv = [
-        "prlimit",
-        "--nofile=256:256",
-        "--",
-        sys.executable,
-        str(REPO / "tests/exhaustion_probe.py"),
-    ]
+def _probe(home, nofile: int, *args: str) -> dict:
+    """``tests/exhaustion_probe.py args`` under ``prlimit --nofile``: what it printed."""
+    argv = ["prlimit", f"--nofile={nofile}:{nofile}", "--", sys.executable]
     run = subprocess.run(
-        [*argv, str(cfg.home), token, pg_url],
-        env=quill_env(cfg.home),
+        [*argv, str(REPO / "tests/exhaustion_probe.py"), *args],
+        env=quill_env(home),
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert run.returncode == 0, run.stderr[-3000:]
-    out = json.loads(run.stdout.strip().splitlines()[-1])
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def test_every_open_meets_exhaustion_as_overloaded_and_the_writer_retries(tmp_path, pg_url):
+    cfg = make_home(tmp_path / "h", spool={"segment_bytes": 4096})
+    Client(config_=cfg).append("s1", [{"role": "user", "content": "hello"}])
+    drain(cfg.home)
+    token, _row = TokenStore(cfg.tokens_db).create("probe", ["read", "write", "admin"])
+    Client(config_=cfg).append("s1", [{"role": "user", "content": "pending"}])  # for the writer
+    out = _probe(cfg.home, 256, str(cfg.home), token, pg_url)
     assert out["writer_open"] == "DescriptorsExhaustedError", out
     assert out["pg_connect"] == "DescriptorsExhaustedError", out
     assert out["tokens"] == "DescriptorsExhaustedError", out
@@ -66,17 +65,7 @@ def test_the_watcher_does_not_set_a_file_aside_for_want_of_descriptors(tmp_path)
     name = "claude-code/context-evaluator__51723c80-7be9-4bc5-9795-7bd86f32165d.jsonl"
     (folder / "session.jsonl").write_bytes((CORPUS / name).read_bytes())
     watch_config(tmp_path / "h", [folder])
-    argv = ["prlimit", "--nofile=128:128", "--", sys.executable]
-    run = subprocess.run(
-        [*argv, str(REPO / "tests/exhaustion_probe.py"), "watch", str(tmp_path / "h")],
-        env=quill_env(tmp_path / "h"),
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    out = json.loads(run.stdout.strip().splitlines()[-1])
+    out = _probe(tmp_path / "h", 128, "watch", str(tmp_path / "h"))
     assert out["event"]["imported"] == 0 and out["first"]["imported"] == 0, out
     assert out["unreadable"] == [], out
     assert out["second"]["imported"] == 1 and out["second"]["new_messages"] > 0, out

@@ -49,7 +49,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from quill.home import RunDir, Settings
+from quill.home import RunDir, Settings, is_exhaustion
 from quill.home.throttle import Throttle
 from quill.spool.errors import SpoolFullError
 from quill.store.errors import LeaseHeldError
@@ -106,7 +106,13 @@ class Watcher:
         counts ``{"imported", "new_messages", "rewritten", "gone"}``."""
         counts = dict.fromkeys(self.totals, 0)
         if paths is None:
-            found, errors = scan(self.cfg.watch_paths)
+            try:
+                found, errors = scan(self.cfg.watch_paths)
+            except OSError as exc:
+                if not is_exhaustion(exc, chain=False):
+                    raise
+                self.log.warning("watch.overloaded", error=exc.strerror)
+                return counts  # nothing forgotten, nothing marked: the next round scans again
             gone = [p for p in self.state.files if p not in found]
             self.last_scan_at = time.time()
         else:
@@ -128,15 +134,32 @@ class Watcher:
             self.state.unreadable.pop(p, None)
             counts["gone"] += 1
         if due:
-            with self.ingest_session() as ingest:
-                for p in due:
-                    self._import(ingest, p, counts)
-                    changed = False  # _import saved the state
+            try:
+                with self.ingest_session() as ingest:
+                    for p in due:
+                        self._import(ingest, p, counts)
+                        changed = False  # _import saved the state
+            except Exception as exc:
+                if not is_exhaustion(exc, chain=False):
+                    raise
+                # No descriptor to open the spool or the store: every file stays due.
+                self.log.warning("watch.overloaded", error=type(exc).__name__, due=len(due))
         if changed:
-            self.state.save()
+            self._save()
         for k, v in counts.items():
             self.totals[k] += v
         return counts
+
+    def _save(self) -> None:
+        """Write the watch state; with no descriptor left to write it, keep it in memory for
+        the next save (the imports it records are in the spool already: a restart before
+        then imports them again, and the store skips what it holds)."""
+        try:
+            self.state.save()
+        except OSError as exc:
+            if not is_exhaustion(exc, chain=False):
+                raise
+            self.log.warning("watch.state_unsaved", error=exc.strerror)
 
     def _due(self, path: str, st: os.stat_result) -> bool:
         old = self.state.files.get(path)
@@ -166,7 +189,7 @@ class Watcher:
             return  # gone since the scan: the next scan forgets it
         except OSError as exc:
             self._note_unreadable(path, exc.strerror or type(exc).__name__)
-            self.state.save()
+            self._save()
             return
         try:
             self._import_version(ingest, path, fd, counts)
@@ -187,12 +210,20 @@ class Watcher:
             report = ingest(Path(path), fd, mark.size)
         except FileNotFoundError:
             return
-        except (OSError, ValueError) as exc:
+        except Exception as exc:
+            if is_exhaustion(exc, chain=False):
+                # No descriptor left (to read the file or append to the spool): the file is
+                # fine, so it is not marked unreadable at this content (which would skip it
+                # until it changes); the next round imports it.
+                self.log.warning("watch.overloaded", path=path, error=f"{type(exc).__name__}")
+                return
+            if disk_full(exc) or not isinstance(exc, (OSError, ValueError)):
+                raise  # a full disk is ridden out by ``_round``; the file itself is fine
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             self.state.unreadable[path] = {"reason": reason, "at": time.time(), "mark": mark}
             self.state.files.pop(path, None)
             self.log.warning("watch.unreadable", path=path, reason=reason)
-            self.state.save()
+            self._save()
             return
         if report.get("format") is None:
             self.state.unreadable[path] = {
@@ -207,7 +238,7 @@ class Watcher:
             counts["imported"] += 1
             counts["new_messages"] += report.get("new", 0)
             counts["rewritten"] += kind == "rewritten"
-        self.state.save()
+        self._save()
         self.log.info(
             "watch.imported",
             path=path,

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from quill.home import Settings
+from quill.home import Settings, is_exhaustion
 
 WATCHED_SUFFIXES = (".jsonl", ".json")
 #: Bytes of a file's start hashed into its mark: a rewrite that changes the opening (a new
@@ -132,11 +132,15 @@ def watched(path: str | Path) -> bool:
 
 def scan(roots: Iterable[Path]) -> tuple[dict[str, os.stat_result], dict[str, str]]:
     """Every watched file under ``roots`` with its stat, and the files (or folders) that
-    could not be listed or stat'ed with the reason. Symlinks are not followed into folders."""
+    could not be listed or stat'ed with the reason. Symlinks are not followed into folders.
+    Raises ``OSError`` (EMFILE/ENFILE) when no descriptor was left to list a folder: a scan
+    missing a folder would read as its files gone, so there is no partial answer."""
     found: dict[str, os.stat_result] = {}
     errors: dict[str, str] = {}
 
     def on_error(exc: OSError) -> None:
+        if is_exhaustion(exc, chain=False):
+            raise exc
         errors[str(exc.filename)] = exc.strerror or type(exc).__name__
 
     for root in roots:

@@ -27,12 +27,10 @@ this module costs nothing at import (the fast ``quill push`` path imports it).
 
 from __future__ import annotations
 
-import errno
 import sys
 from enum import IntEnum
 
-#: EMFILE (this process) and ENFILE (the system): no file descriptor left.
-_EXHAUSTED = frozenset({errno.EMFILE, errno.ENFILE})
+from quill.home.descriptors import is_exhaustion
 
 
 class Exit(IntEnum):
@@ -199,6 +197,7 @@ class OverloadedError(QuillError):
     store, a file or a socket: nothing is wrong with the data; retry shortly."""
 
     kind = "overloaded"
+    descriptors_exhausted = True  # quill.home.descriptors.is_exhaustion
     default_hint = (
         "retry shortly; if it lasts, raise the descriptor limit (`ulimit -n`, LimitNOFILE=) "
         "or find what holds descriptors (`ls /proc/PID/fd`)"
@@ -272,6 +271,8 @@ def from_exception(exc: BaseException) -> QuillError | None:
     queue_errors = sys.modules.get("quill.jobs.errors")
     home = sys.modules.get("quill.home")
     text = str(exc)
+    if is_exhaustion(exc, chain=False):  # any layer's: an OSError, the spool's or the store's own
+        return OverloadedError(exc.strerror if isinstance(exc, OSError) and exc.strerror else text)
     if spool_errors is not None and isinstance(exc, spool_errors.SpoolError):
         if isinstance(exc, spool_errors.SpoolFullError):
             return SpoolFullError(text)
@@ -287,11 +288,7 @@ def from_exception(exc: BaseException) -> QuillError | None:
         if isinstance(exc, spool_errors.WaitTimeoutError):
             return WaitTimeoutError(text)
         return StorageError(text)
-    if isinstance(exc, OSError) and exc.errno in _EXHAUSTED:
-        return OverloadedError(exc.strerror or str(exc))
     if store_errors is not None and isinstance(exc, store_errors.StoreError):
-        if isinstance(exc, store_errors.DescriptorsExhaustedError):
-            return OverloadedError(text)
         if isinstance(exc, store_errors.InvalidOpError):
             return InvalidInputError(
                 text, reason=exc.reason, hint="fix the op or message; nothing was appended"

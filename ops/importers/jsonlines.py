@@ -16,6 +16,7 @@ shares (they live here, not in ``__init__``, to avoid import cycles).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -349,3 +350,38 @@ class CallIds:
 
     def result(self, source_id: str) -> str:
         return self._latest.get(source_id, source_id)
+
+
+#: The ``extra`` key (value ``true``) of a user-role message the agent injected rather than
+#: the user typed: an instructions file (AGENTS.md), an environment or permissions block, a
+#: slash command's wrapper and output, a hook's or a reminder's text, Claude Code's
+#: ``isMeta`` records. It stays a user message (the model saw it as one); listings take a
+#: session's preview from the first user message without it (``store/read/listing.py``).
+INJECTED = "injected"
+#: Text that is injected context as a whole: the AGENTS.md preamble Codex writes, or one or
+#: more whole tag blocks and nothing else (``<environment_context>…</environment_context>``,
+#: ``<command-name>…</command-name><local-command-stdout>…``, ``<system-reminder>…``).
+_INJECTED_TEXT = re.compile(
+    r"\A\s*(?:# AGENTS\.md instructions|(?:<([a-z][a-z_-]*)>[\s\S]*?</\1>\s*)+\Z)"
+)
+#: Longer texts are not checked as tag blocks (a typed prompt can be long; the pattern's
+#: cost grows with the text): only the AGENTS.md preamble, by its start.
+_INJECTED_SCAN_CHARS = 256 * 1024
+
+
+def injected_text(content: Any) -> bool:
+    """Whether ``content`` (a string, or a list of parts with ``text``) is injected context as
+    a whole (``_INJECTED_TEXT``) rather than a prompt the user typed."""
+    if isinstance(content, list):
+        content = "".join(p.get("text") or "" for p in content if isinstance(p, dict))
+    if not isinstance(content, str):
+        return False
+    if len(content) > _INJECTED_SCAN_CHARS:
+        return content.lstrip().startswith("# AGENTS.md instructions")
+    return bool(_INJECTED_TEXT.match(content))
+
+
+def mark_injected(msg: dict) -> dict:
+    """``msg`` (a ``make_message`` dict) with ``extra[INJECTED] = True``; returns it."""
+    msg.setdefault("extra", {})[INJECTED] = True
+    return msg

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
@@ -16,6 +17,7 @@ import pytest
 
 pytest.register_assert_rewrite("run_resources")  # imported here, before pytest loads it below
 import harness  # noqa: E402  (imported first: a test's later sys.path may hold a dir named so)
+from cli_forkserver import ForkServer  # noqa: E402
 from run_resources import CORPUS, REPO  # noqa: E402,F401  (tests import them from here)
 
 #: Finds PostgreSQL, Redis, chromium and the corpus by itself; provides ``pg_url``,
@@ -33,6 +35,11 @@ def quill_env(home: Path) -> dict[str, str]:
     return env
 
 
+#: This test process's CLI fork server (started on first use, stopped when the process ends).
+_FORK_SERVER = ForkServer(REPO)
+atexit.register(_FORK_SERVER.close)
+
+
 class QuillCLI:
     """Runs ``python -m quill.ops.cli``-equivalent commands against one data dir."""
 
@@ -45,15 +52,22 @@ class QuillCLI:
     def run(
         self, *args: str, input: str | None = None, check: bool = True, timeout: float = 300
     ) -> subprocess.CompletedProcess:
-        proc = subprocess.run(
-            self.argv(*args),
-            input=input,
-            capture_output=True,
-            text=True,
-            env=quill_env(self.home),
-            timeout=timeout,
-            cwd=REPO,
-        )
+        """``quill ARGS`` in a process of its own (forked from the CLI fork server when it can
+        be, ``cli_forkserver``), its output captured as text; raises ``AssertionError`` on a
+        non-zero exit with ``check``, ``subprocess.TimeoutExpired``."""
+        env = quill_env(self.home)
+        if _FORK_SERVER.usable(env):
+            proc = _FORK_SERVER.run(list(args), env, input, timeout)
+        else:
+            proc = subprocess.run(
+                self.argv(*args),
+                input=input,
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=timeout,
+                cwd=REPO,
+            )
         if check and proc.returncode != 0:
             raise AssertionError(
                 f"quill {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"

@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 import selectors
+import shutil
 import socket
 import subprocess
 import sys
@@ -50,14 +51,16 @@ def _startup_env(env: dict[str, str]) -> dict[str, str]:
 
 
 def _preload() -> None:
-    """Import the entry point and every command's module, as the first call of each would."""
+    """Import every module of the package (a command imports its own when it runs: the
+    server does it once for all; ``__main__`` modules, which run on import, are left out)."""
+    import pkgutil
     from importlib import import_module
 
-    import quill.ops.cli  # noqa: F401
-    from quill.ops.cli.root import COMMANDS
+    import quill
 
-    for target in COMMANDS.values():
-        import_module(target.partition(":")[0])
+    for found in pkgutil.walk_packages(quill.__path__, "quill."):
+        if not found.name.endswith(".__main__"):
+            import_module(found.name)
 
 
 def serve(path: str) -> None:
@@ -219,24 +222,52 @@ class ForkServer:
                 self.env = dict(env)
         return _startup_env(env) == _startup_env(self.env)
 
-    def run(
-        self, args: list[str], env: dict[str, str], input: str | None, timeout: float
-    ) -> subprocess.CompletedProcess:
-        """Run ``quill ARGS`` forked; raises ``subprocess.TimeoutExpired`` (after SIGKILL)."""
+    def _fork(
+        self, args: list[str], env: dict[str, str], fds: list[int]
+    ) -> tuple[socket.socket, int]:
+        """Fork ``quill ARGS`` with ``fds`` as its stdin, stdout and stderr: the connection
+        that will carry its exit code, and its pid."""
         self._ensure()
         umask = os.umask(0o022)
         os.umask(umask)
         request = {"args": args, "env": env, "cwd": str(self.cwd), "umask": umask}
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            conn.connect(self.path)
+            socket.send_fds(conn, [json.dumps(request).encode()], fds)
+            return conn, json.loads(conn.recv(MAX_MESSAGE))["pid"]
+        except BaseException:
+            conn.close()
+            raise
+
+    def popen(
+        self, args: list[str], env: dict[str, str], stdout: bool, text: bool
+    ) -> ForkedProcess:
+        """``subprocess.Popen`` of ``quill ARGS`` (stdin from /dev/null; stderr captured,
+        stdout too when ``stdout`` else discarded), forked."""
+        folder = tempfile.mkdtemp(prefix="quill-cli-out-")
+        paths = [os.path.join(folder, "stdout"), os.path.join(folder, "stderr")]
+        opened = [os.open(os.devnull, os.O_RDONLY)]
+        try:
+            for path, keep in zip(paths, (stdout, True)):
+                target = path if keep else os.devnull
+                opened.append(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
+            conn, pid = self._fork(args, env, opened)
+        finally:
+            for fd in opened:
+                os.close(fd)
+        return ForkedProcess(conn, pid, args, paths[0] if stdout else None, paths[1], text)
+
+    def run(
+        self, args: list[str], env: dict[str, str], input: str | None, timeout: float
+    ) -> subprocess.CompletedProcess:
+        """Run ``quill ARGS`` forked; raises ``subprocess.TimeoutExpired`` (after SIGKILL)."""
         with (
             _stdin(input) as stdin,
             tempfile.TemporaryFile() as out,
             tempfile.TemporaryFile() as err,
-            socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as conn,
         ):
-            conn.connect(self.path)
-            fds = [stdin.fileno(), out.fileno(), err.fileno()]
-            socket.send_fds(conn, [json.dumps(request).encode()], fds)
-            pid = json.loads(conn.recv(MAX_MESSAGE))["pid"]
+            conn, pid = self._fork(args, env, [stdin.fileno(), out.fileno(), err.fileno()])
             conn.settimeout(timeout)
             try:
                 reply = conn.recv(MAX_MESSAGE)
@@ -245,6 +276,8 @@ class ForkServer:
                 conn.settimeout(None)
                 conn.recv(MAX_MESSAGE)
                 raise subprocess.TimeoutExpired(args, timeout, _text(out), _text(err)) from None
+            finally:
+                conn.close()
             returncode = json.loads(reply)["returncode"]
             return subprocess.CompletedProcess(args, returncode, _text(out), _text(err))
 
@@ -273,3 +306,75 @@ def _text(f) -> str:
     """What ``subprocess.run(text=True)`` returns for the bytes written to ``f``."""
     f.seek(0)
     return f.read().decode(_encoding()).replace("\r\n", "\n").replace("\r", "\n")
+
+
+class ForkedProcess:
+    """What the tests use of ``subprocess.Popen`` for a forked ``quill`` command: ``pid``,
+    ``returncode``, ``poll``, ``wait``, ``send_signal``, ``terminate``, ``kill``,
+    ``communicate`` and ``stdout``/``stderr`` (files the process appends to, read as a pipe
+    would be: what was not read yet; None when not captured)."""
+
+    def __init__(
+        self, conn: socket.socket, pid: int, args: list[str], out: str | None, err: str, text: bool
+    ):
+        self._conn, self.pid, self.args, self.returncode = conn, pid, args, None
+        self.stdout = _Output(out, text) if out else None
+        self.stderr = _Output(err, text)
+        self._folder = os.path.dirname(err)
+
+    def _reply(self, data: bytes) -> int:
+        if not data:
+            raise RuntimeError("the CLI fork server went away")
+        self.returncode = json.loads(data)["returncode"]
+        self._conn.close()
+        return self.returncode
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                return self._reply(self._conn.recv(MAX_MESSAGE, socket.MSG_DONTWAIT))
+            except BlockingIOError:
+                return None
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            self._conn.settimeout(timeout)
+            try:
+                return self._reply(self._conn.recv(MAX_MESSAGE))
+            except TimeoutError:
+                raise subprocess.TimeoutExpired(self.args, timeout) from None
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(15)
+
+    def kill(self) -> None:
+        self.send_signal(9)
+
+    def communicate(self, input: None = None, timeout: float | None = None) -> tuple[Any, Any]:
+        self.wait(timeout)
+        return (self.stdout.read() if self.stdout else None), self.stderr.read()
+
+    def __del__(self) -> None:
+        shutil.rmtree(self._folder, ignore_errors=True)
+
+
+class _Output:
+    """A captured stream of a forked process, read from where the last read stopped."""
+
+    def __init__(self, path: str, text: bool):
+        self.path, self.text, self.offset = path, text, 0
+
+    def read(self) -> Any:
+        with open(self.path, "rb") as f:
+            f.seek(self.offset)
+            data = f.read()
+        self.offset += len(data)
+        if self.text:
+            return data.decode(_encoding()).replace("\r\n", "\n").replace("\r", "\n")
+        return data

@@ -17,7 +17,7 @@ import pytest
 
 pytest.register_assert_rewrite("run_resources")  # imported here, before pytest loads it below
 import harness  # noqa: E402  (imported first: a test's later sys.path may hold a dir named so)
-from cli_forkserver import ForkServer  # noqa: E402
+from cli_forkserver import ForkedProcess, ForkServer  # noqa: E402
 from run_resources import CORPUS, REPO  # noqa: E402,F401  (tests import them from here)
 
 #: Finds PostgreSQL, Redis, chromium and the corpus by itself; provides ``pg_url``,
@@ -74,6 +74,23 @@ class QuillCLI:
             )
         return proc
 
+    def popen(self, *args: str, stdout: bool = False) -> subprocess.Popen | ForkedProcess:
+        """``quill ARGS`` started in the background (forked when it can be, as ``run``),
+        stdin from /dev/null, stderr captured as text (``proc.stderr.read()``), stdout too
+        with ``stdout`` (else discarded)."""
+        env = quill_env(self.home)
+        if _FORK_SERVER.usable(env):
+            return _FORK_SERVER.popen(list(args), env, stdout=stdout, text=True)
+        return subprocess.Popen(
+            self.argv(*args),
+            env=env,
+            cwd=REPO,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE if stdout else subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
     def json(self, *args: str, **kw) -> object:
         return json.loads(self.run(*args, "--json", **kw).stdout)
 
@@ -90,14 +107,7 @@ class QuillCLI:
         lease (as an operator would see it running before using it)."""
         from quill.home import RunDir
 
-        proc = subprocess.Popen(
-            self.argv("run"),
-            env=quill_env(self.home),
-            cwd=REPO,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        proc = self.popen("run")
         rd = RunDir(Path(self.home).resolve())
         deadline = time.monotonic() + 60
         while not rd.fleet_running() and proc.poll() is None and time.monotonic() < deadline:
@@ -223,6 +233,20 @@ def home(tmp_path: Path) -> Path:
 @pytest.fixture
 def quill(home: Path) -> QuillCLI:
     return QuillCLI(home)
+
+
+@pytest.fixture
+def writer(home: Path):
+    """The production writer of ``home`` running in a thread of the test process
+    (``harness.WriterThread``): for tests of what clients and the CLI see once a writer
+    applies, not of the fleet's lifecycle (``fleet``). Raises at teardown what it raised."""
+    from quill.home import load
+
+    cfg = load(home)
+    cfg.ensure_dirs()
+    thread = harness.WriterThread(cfg)
+    yield thread
+    thread.close()
 
 
 @pytest.fixture

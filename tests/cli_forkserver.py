@@ -187,10 +187,24 @@ class ForkServer:
         self.path = ""
         self.lock = threading.Lock()
 
+    def start(self, env: dict[str, str]) -> None:
+        """Start the server with ``env`` (the environment of a cold call, ``QUILL_HOME``
+        aside) without waiting for it: its imports overlap the first tests."""
+        with self.lock:
+            self.env = dict(env)
+            if self.proc is None or self.proc.poll() is not None:
+                self._start()
+
     def _ensure(self) -> None:
+        """Wait until the server listens (its imports take seconds, minutes on a loaded
+        machine); start it again if it died. Raises ``RuntimeError`` if it cannot start."""
         with self.lock:
             if self.proc is None or self.proc.poll() is not None:
                 self._start()
+            while not os.path.exists(self.path):
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"the CLI fork server exited {self.proc.returncode}")
+                time.sleep(0.02)
 
     def _start(self) -> None:
         folder = tempfile.mkdtemp(prefix="quill-cli-fork-")
@@ -207,11 +221,6 @@ class ForkServer:
             env=self.env,
             cwd=self.cwd,
         )
-        deadline = time.monotonic() + 120
-        while not os.path.exists(self.path):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the CLI fork server did not start ({self.proc.poll()})")
-            time.sleep(0.02)
 
     def usable(self, env: dict[str, str]) -> bool:
         """Whether a call with ``env`` gets the same interpreter as a cold start would."""

@@ -35,9 +35,22 @@ def quill_env(home: Path) -> dict[str, str]:
     return env
 
 
-#: This test process's CLI fork server (started on first use, stopped when the process ends).
+#: This test process's CLI fork server (started with the session, stopped when the process
+#: ends).
 _FORK_SERVER = ForkServer(REPO)
 atexit.register(_FORK_SERVER.close)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Start the CLI fork server now, with the environment every CLI call gets (the run's
+    resources plugin has set it up by now), unless calls are to be cold."""
+    controller = not hasattr(session.config, "workerinput") and session.config.getoption(
+        "dist", "no"
+    ) not in ("no", None)  # pytest-xdist's controller runs no test
+    if not controller and os.environ.get("QUILL_TEST_COLD_CLI") != "1":
+        env = quill_env(Path(os.devnull))
+        env.pop("QUILL_HOME")
+        _FORK_SERVER.start(env)
 
 
 class QuillCLI:

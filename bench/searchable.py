@@ -95,7 +95,7 @@ def drain(
 
 
 def _trigger_sql() -> str:
-    from quill.store.schema import SEARCH_COLUMNS_SQL, TRIGRAM_SCOPE_SQL, TRIGRAM_TEXT_SQL
+    from quill.store.search.columns import SEARCH_COLUMNS_SQL, TRIGRAM_SCOPE_SQL, TRIGRAM_TEXT_SQL
 
     def new(sql):  # the expressions use the alias m; the trigger reads the row as new
         return sql.replace("m.", "new.")

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from harness import RecordingDrain
 
 from quill.spool import Quarantine, Spool, SpoolReader
@@ -87,6 +88,14 @@ class Store:
     def close(self) -> None:
         self.backend.close()
         self.spool.close()
+
+
+@pytest.fixture
+def store(tmp_path, backend):
+    """A ``Store`` on the backend under test, closed after the test."""
+    s = Store(tmp_path, backend)
+    yield s
+    s.close()
 
 
 def user(text: str, **kw: Any) -> dict[str, Any]:

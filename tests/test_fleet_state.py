@@ -16,7 +16,7 @@ from semantics_helpers import Store
 
 from quill.home import holder_alive, process_identity
 from quill.jobs.prune import orphan_sweep
-from quill.workers.supervisor import CRASH_LOOP_BACKOFF_S, WRITER_MAX_DELAY_S
+from quill.workers.child import CRASH_LOOP_BACKOFF_S, WRITER_MAX_DELAY_S
 
 
 def _push(quill, session: str, n: int) -> None:

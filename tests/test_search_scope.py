@@ -9,10 +9,10 @@ import random
 import pytest
 from semantics_helpers import Store, assistant, call, tool, user
 
-from quill.store.schema import TRIGRAM_PREFIX_CHARS
 from quill.store.search import plan as query
 from quill.store.search import run as search_run
 from quill.store.search import textfold
+from quill.store.search.columns import TRIGRAM_PREFIX_CHARS
 
 
 @pytest.fixture

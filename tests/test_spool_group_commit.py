@@ -10,7 +10,7 @@ import struct
 from conftest import run_processes
 
 from quill.spool import START, Spool, SpoolReader
-from quill.spool.producer import SYNC_FILE
+from quill.spool.group_commit import SYNC_FILE
 from quill.spool.segments import list_segments, segment_name
 
 _SYNCED = struct.Struct(">QQQ")

@@ -33,68 +33,27 @@
 
 from __future__ import annotations
 
-import collections
 import os
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from quill.home import RunDir, Settings, WriterStatus
 from quill.jobs.errors import QueueUnavailableError
 from quill.jobs.queues import build_for
 from quill.store.lease import Lease
+from quill.workers.child import CRASH_LOOP, Child
 from quill.workers.lifeline import EXIT_LEASE_HELD
 from quill.workers.orphans import OrphanStopper
 
 ROLES = ("writer", "scheduler", "consumer")
 STOP_TIMEOUT_S = 15.0
-CRASH_LOOP = (5, 60.0)  # exits, within seconds
 EXIT_OK, EXIT_TIMEOUT, EXIT_HALTED, EXIT_CRASH_LOOP = 0, 4, 5, 6
 EXIT_QUEUE_UNAVAILABLE = 8  # until idle: the spool was drained, the job queue unreachable
 JOB_HUNG_AFTER_S = 3600.0
-CRASH_LOOP_BACKOFF_S = 60.0
-#: The writer's restart delay never exceeds this (seconds): while it is down nothing is
-#: applied. A writer that fails at once costs one short-lived process per second at most.
-WRITER_MAX_DELAY_S = 1.0
-
-
-@dataclass
-class Child:
-    """A supervised child process and its restart history."""
-
-    role: str
-    argv: list[str]
-    proc: subprocess.Popen | None = None
-    exits: collections.deque = field(
-        default_factory=lambda: collections.deque(maxlen=CRASH_LOOP[0])
-    )
-    restart_at: float = 0.0
-    backoff: float = 0.5
-    restarts: int = 0  # exits since the fleet started (published for status/metrics)
-    last_exit_code: int | None = None
-    last_exit_at: float | None = None
-    crash_loop: bool = False
-
-    def max_delay(self, crash_loop: bool) -> float:
-        """Longest restart delay for this role (seconds)."""
-        if self.role == "writer":
-            return WRITER_MAX_DELAY_S
-        return CRASH_LOOP_BACKOFF_S if crash_loop else 10.0
-
-    def summary(self) -> dict[str, Any]:
-        """What ``quill status`` shows for this child."""
-        alive = self.proc is not None and self.proc.poll() is None
-        return {
-            "pid": self.proc.pid if alive else None,
-            "restarts": self.restarts,
-            "last_exit_code": self.last_exit_code,
-            "last_exit_at": self.last_exit_at,
-            "crash_loop": self.crash_loop,
-        }
 
 
 class Supervisor:

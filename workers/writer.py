@@ -57,6 +57,7 @@ from quill.workers import status
 from quill.workers.drain import Drain
 from quill.workers.job_runner import StoreJobRunner
 from quill.workers.writer_halt import MAX_BACKOFF_S, REFUSED_RETRY_S, RETRYABLE, HaltAndRefusal
+from quill.workers.writer_until_idle import UntilIdle
 
 #: The first pause after the store failed to open (seconds).
 OPEN_RETRY_FIRST_S = 0.5
@@ -65,12 +66,9 @@ STOP_LOOK_S = 0.1
 #: While idle the loop turns every poll_interval; one status write per this many seconds is
 #: plenty for `quill status` and the supervisor's idle check.
 IDLE_PUBLISH_S = 0.25
-#: ``until_idle`` gives up after failing this long without one successful step (seconds):
-#: long enough to ride out a server restart or a failover, short enough for a command.
-UNTIL_IDLE_GIVE_UP_S = 300.0
 
 
-class Writer(HaltAndRefusal):
+class Writer(HaltAndRefusal, UntilIdle):
     """One writer for the data dir of ``cfg`` (``quill.home.Settings``), logging to ``log``.
     ``store``: the store to drive (default: ``store.open`` of the data dir, for its writer)."""
 
@@ -150,73 +148,6 @@ class Writer(HaltAndRefusal):
             left = deadline - time.monotonic()
             if left <= 0 or self.doorbell.wait(min(left, STOP_LOOK_S)):
                 return
-
-    def until_idle(
-        self, stop: threading.Event | None = None, *, give_up_s: float = UNTIL_IDLE_GIVE_UP_S
-    ) -> dict[str, Any]:
-        """Drain the spool to its end as the running writer would (chunks, index slices,
-        queued store jobs, torn tails sealed), then stop; for ``quill recover`` and tests.
-        A retryable failure (``RETRYABLE``: a dropped connection, a server restarting, a
-        full disk) is retried as the running writer retries it (the same pause, reconnect
-        and cursor re-read, logged ``writer.retry``) until ``give_up_s`` seconds pass
-        without a successful step; then the last one is raised. Returns the totals plus
-        ``spool_id``, ``from`` and ``to`` cursors. Raises ``LeaseHeldError`` while a writer
-        runs, the store error tree, and ``CorruptError`` when the store is halted."""
-        self.initialize()
-        try:
-            if self.halt_cause is not None:
-                raise CorruptError(
-                    f"the store is halted: {self.halt_cause.cause}: {self.halt_cause.detail}"
-                )
-            figures = self._retrying(self._open_and_start, stop, give_up_s)
-            if figures is None:  # stopped before the store could be opened
-                return {"spool_id": self.store.spool_id, "from": None, "to": None, **self.totals}
-            start = self.cursor
-            self.log.info("writer.started", backend=self.store.kind, cursor=str(start), **figures)
-            while self._retrying(lambda: self.step(time.monotonic()), stop, give_up_s):
-                pass
-            return {
-                "spool_id": self.store.spool_id,
-                "from": str(start),
-                "to": str(self.cursor),
-                **self.totals,
-            }
-        finally:
-            self.shutdown()
-
-    def _open_and_start(self) -> dict[str, Any]:
-        """Open the store, read (and prove) its cursor, make the job runner; the figures of
-        ``store.connect``. Raises the store error tree."""
-        figures = self.store.connect()
-        self.drain.start()
-        self._job_runner()
-        return figures
-
-    def _retrying(self, step: Any, stop: threading.Event | None, give_up_s: float) -> Any:
-        """``step()``'s result, retrying a ``RETRYABLE`` failure after the writer's pause
-        (reopening the store and re-reading its cursor when the store drops its connection
-        on errors) until ``give_up_s`` s have passed since the first failure; None when
-        ``stop`` is set first. Raises the last failure after that, and anything else at once."""
-        failing_since: float | None = None
-        while stop is None or not stop.is_set():
-            now = time.monotonic()
-            try:
-                if not self.store.connected and step is not self._open_and_start:
-                    self._open_and_start()
-                result = step()
-            except RETRYABLE as exc:
-                failing_since = now if failing_since is None else failing_since
-                if now - failing_since >= give_up_s:
-                    raise
-                pause = self._retry(now, exc, "writer.retry", self.store.retry_first_s)
-                if stop is not None:
-                    stop.wait(pause)
-                else:
-                    time.sleep(pause)
-                continue
-            self._backoff, self.error = None, None
-            return result
-        return None
 
     def initialize(self) -> None:
         """Take the writer lease and honour a halt recorded before we started. The store is

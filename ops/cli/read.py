@@ -213,22 +213,7 @@ def sessions_export(ctx: click.Context, session_id: str) -> None:
 )
 @json_option
 @click.pass_obj
-def search(
-    cfg: Any,
-    query: str,
-    limit: int,
-    session_id: str | None,
-    role: str | None,
-    kinds: tuple[str, ...],
-    source: str | None,
-    since: float | None,
-    until: float | None,
-    substring: bool,
-    audit: bool,
-    order: str,
-    per_session: int,
-    as_json: bool,
-) -> None:
+def search(cfg: Any, query: str, kinds: tuple[str, ...], as_json: bool, **params: Any) -> None:
     """Full-text search over messages, newest first (or --order relevance). Any text is a valid
     query.
 
@@ -238,28 +223,15 @@ def search(
     "per_session", "sessions"}. Substring, CJK and emoji queries use a trigram index and a
     bounded scan; a note on stderr says what is searched."""
     _note_no_store(cfg)
-    route = search_mod.route(query, substring=substring, kinds=list(kinds) or None)
+    # ``params``: the other options, named as the search parameters (``SearchParams``).
+    route = search_mod.route(query, substring=params["substring"], kinds=list(kinds) or None)
     if route["note"]:
         click.echo(f"quill: {route['note']}", err=True)
     client = Client(config_=cfg)
-    result = client.search_results(
-        query,
-        limit=limit,
-        session_id=session_id,
-        role=role,
-        source=source,
-        since=since,
-        until=until,
-        substring=substring,
-        audit=audit,
-        context=as_json,
-        kinds=list(kinds) or None,
-        order=order,
-        per_session=per_session,
-    )
+    result = client.search_results(query, context=as_json, kinds=list(kinds) or None, **params)
     hits = result["hits"]
-    if session_id is not None and not hits:
-        client.session(session_id)  # NotFoundError (exit 3) for a session the store lacks
+    if params["session_id"] is not None and not hits:
+        client.session(params["session_id"])  # NotFoundError (exit 3): the store lacks it
     health = client.search_health()
     state = health["fts_state"]
     if state != "ok":
@@ -287,7 +259,7 @@ def search(
         if result["more"]:
             click.echo(
                 "quill: more messages match; showing the "
-                f"{'best' if order == 'relevance' else 'newest'} {len(hits)}"
+                f"{'best' if params['order'] == 'relevance' else 'newest'} {len(hits)}"
                 + (
                     f", at most {result['per_session']} per session"
                     if result["per_session"]

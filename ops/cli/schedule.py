@@ -156,28 +156,24 @@ def _modify(ctx: click.Context, schedule_id: str, action: str, as_json: bool) ->
         click.echo(f"{schedule_id}: {action}d")
 
 
-@schedule.command(name="pause")
-@click.argument("schedule_id")
-@json_option
-@click.pass_context
-def schedule_pause(ctx: click.Context, schedule_id: str, as_json: bool) -> None:
-    """Pause a schedule (it keeps its trigger)."""
-    _modify(ctx, schedule_id, "pause", as_json)
+def _modify_command(action: str, doc: str) -> None:
+    """Register ``quill schedule ACTION SCHEDULE_ID [--json]`` (``_modify``), with ``doc`` as
+    its help."""
+
+    @schedule.command(name=action, help=doc)
+    @click.argument("schedule_id")
+    @json_option
+    @click.pass_context
+    def command(ctx: click.Context, schedule_id: str, as_json: bool) -> None:
+        _modify(ctx, schedule_id, action, as_json)
 
 
-@schedule.command(name="resume")
-@click.argument("schedule_id")
-@json_option
-@click.pass_context
-def schedule_resume(ctx: click.Context, schedule_id: str, as_json: bool) -> None:
-    """Resume a paused schedule."""
-    _modify(ctx, schedule_id, "resume", as_json)
-
-
-@schedule.command(name="remove")
-@click.argument("schedule_id")
-@json_option
-@click.pass_context
-def schedule_remove(ctx: click.Context, schedule_id: str, as_json: bool) -> None:
-    """Remove a schedule you added (a default schedule is paused instead: it would come back)."""
-    _modify(ctx, schedule_id, "remove", as_json)
+for _action, _doc in (
+    ("pause", "Pause a schedule (it keeps its trigger)."),
+    ("resume", "Resume a paused schedule."),
+    (
+        "remove",
+        "Remove a schedule you added (a default schedule is paused instead: it would come back).",
+    ),
+):
+    _modify_command(_action, _doc)

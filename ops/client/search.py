@@ -3,6 +3,8 @@ and ``search_results`` (hits capped per session, with a bounded total)."""
 
 from __future__ import annotations
 
+import inspect
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from quill.ops.client.errors import InvalidInputError
@@ -10,26 +12,66 @@ from quill.ops.client.reads import _check_numbers, _check_types
 from quill.store.search.group import COUNT_MAX, PER_SESSION
 
 
+@dataclass(frozen=True)
+class SearchParams:
+    """Every search parameter but the query, with its default: the one definition behind
+    ``Client.search`` and ``Client.search_results`` (their signatures are made from it, the
+    arguments checked by ``Search._search``), ``quill search`` (which passes its options on
+    by these names) and ``GET /api/v1/search``. ``per_session`` defaults to no cap here and
+    to ``PER_SESSION`` in ``search_results``."""
+
+    limit: int = 20
+    session_id: str | None = None
+    role: str | None = None
+    source: str | None = None
+    since: float | None = None
+    until: float | None = None
+    substring: bool = False
+    audit: bool = False
+    context: bool = True
+    kinds: list[str] | None = None
+    order: str = "newest"
+    per_session: int | None = None
+
+
+#: The names of the search parameters (``SearchParams``), in order.
+SEARCH_PARAMS = tuple(f.name for f in fields(SearchParams))
+
+
+def _params(given: dict[str, Any], **defaults: Any) -> dict[str, Any]:
+    """``given`` over ``defaults`` over ``SearchParams``' defaults, as a dict. Raises
+    ``TypeError`` for a name that is not a search parameter."""
+    unknown = sorted(set(given) - set(SEARCH_PARAMS))
+    if unknown:
+        raise TypeError(f"search() got an unexpected keyword argument {unknown[0]!r}")
+    return {**asdict(SearchParams()), **defaults, **given}
+
+
+def _signature(per_session: int | None) -> inspect.Signature:
+    """``(self, query: str, *, <every SearchParams field>)``, ``per_session`` defaulting to
+    ``per_session``: what ``help()`` and ``inspect`` show for the two search methods."""
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    return inspect.Signature(
+        [
+            inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+            inspect.Parameter("query", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=str),
+            *(
+                inspect.Parameter(
+                    f.name,
+                    keyword,
+                    default=per_session if f.name == "per_session" else f.default,
+                    annotation=f.type,
+                )
+                for f in fields(SearchParams)
+            ),
+        ]
+    )
+
+
 class Search:
     """``search`` and ``search_results``; needs ``Reads._reader``."""
 
-    def search(
-        self,
-        query: str,
-        *,
-        limit: int = 20,
-        session_id: str | None = None,
-        role: str | None = None,
-        source: str | None = None,
-        since: float | None = None,
-        until: float | None = None,
-        substring: bool = False,
-        audit: bool = False,
-        context: bool = True,
-        kinds: list[str] | None = None,
-        order: str = "newest",
-        per_session: int | None = None,
-    ) -> list[dict[str, Any]]:
+    def search(self, query: str, **params: Any) -> list[dict[str, Any]]:
         """Full-text search, newest first: the hit list of ``search_results`` (hits with
         their neighbouring messages as context; ``context=False`` leaves it out), with no
         per-session cap unless ``per_session`` is given and no total. Any text is a valid
@@ -38,43 +80,10 @@ class Search:
         to look: ``text``, ``tool`` (call names and arguments), ``reasoning`` (default: all).
         ``order="relevance"`` ranks word queries over the newest 1,000 matches (BM25 on SQLite,
         ``store/search/rank.py``; ``ts_rank`` on PostgreSQL); raises ``InvalidInputError`` for
-        another order, or for a query or store it cannot rank."""
-        return self._search(
-            query,
-            dict(
-                limit=limit,
-                session_id=session_id,
-                role=role,
-                source=source,
-                since=since,
-                until=until,
-                substring=substring,
-                audit=audit,
-                context=context,
-                kinds=kinds,
-                order=order,
-                per_session=per_session,
-            ),
-            page=False,
-        )["hits"]
+        another order, or for a query or store it cannot rank. Parameters: ``SearchParams``."""
+        return self._search(query, _params(params), page=False)["hits"]
 
-    def search_results(
-        self,
-        query: str,
-        *,
-        limit: int = 20,
-        session_id: str | None = None,
-        role: str | None = None,
-        source: str | None = None,
-        since: float | None = None,
-        until: float | None = None,
-        substring: bool = False,
-        audit: bool = False,
-        context: bool = True,
-        kinds: list[str] | None = None,
-        order: str = "newest",
-        per_session: int | None = PER_SESSION,
-    ) -> dict[str, Any]:
+    def search_results(self, query: str, **params: Any) -> dict[str, Any]:
         """``search`` grouped — ``quill search QUERY --json`` and ``GET /api/v1/search``:
         ``{"hits": [...], "total": int, "total_exact": bool, "more": bool, "per_session":
         int | None, "sessions": [{"session_id", "title", "shown", "matches"}]}``.
@@ -86,24 +95,10 @@ class Search:
         messages up to 1,000 (``store.search.group.COUNT_MAX``): exact when ``total_exact``,
         else a lower bound ("1000+"); ``more`` says matches exist beyond ``hits``. Arguments
         and errors as ``search``."""
-        return self._search(
-            query,
-            dict(
-                limit=limit,
-                session_id=session_id,
-                role=role,
-                source=source,
-                since=since,
-                until=until,
-                substring=substring,
-                audit=audit,
-                context=context,
-                kinds=kinds,
-                order=order,
-                per_session=per_session,
-            ),
-            page=True,
-        )
+        return self._search(query, _params(params, per_session=PER_SESSION), page=True)
+
+    search.__signature__ = _signature(None)  # type: ignore[attr-defined]
+    search_results.__signature__ = _signature(PER_SESSION)  # type: ignore[attr-defined]
 
     def _search(self, query: str, a: dict[str, Any], *, page: bool) -> dict[str, Any]:
         """Check the arguments ``a`` and run the reader's ``search_page`` (``page``: with the
@@ -163,4 +158,4 @@ class Search:
                 ) from None
 
 
-__all__ = ["COUNT_MAX", "PER_SESSION", "Search"]
+__all__ = ["COUNT_MAX", "PER_SESSION", "SEARCH_PARAMS", "Search", "SearchParams"]

@@ -9,7 +9,7 @@ evidence: a purge is **pending** for session S when an *applied* ``sessions.dele
 ``purge: true`` names S (position before the store's cursor), S is absent from the store
 (a purge refuses a session that exists), and a record before that delete still carries
 ``data.session_id`` = S and is not a tombstone or a delete (the records a purge keeps,
-``ops.purge.procedure._KEPT_OPS``). A completed purge tombstoned all of them, so it is not pending.
+``ops.purge.plan._KEPT_OPS``). A completed purge tombstoned all of them, so it is not pending.
 
 Cost: one read of every segment file with a byte filter (only lines naming
 ``sessions.delete`` and ``purge``, then only lines naming a pending session's id as a JSON

@@ -5,7 +5,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from dataclasses import asdict, dataclass
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import BaseModel
@@ -167,22 +168,38 @@ class SearchResult(BaseModel):
     degraded: bool
 
 
+@dataclass
+class SearchQuery:
+    """The query parameters of ``GET /api/v1/search`` besides ``q``: the search parameters
+    (``ops.client.search.SearchParams``, checked against them by tests/test_search_params.py)
+    with the HTTP API's bounds; ``kind`` (repeatable) is ``kinds``, and ``context`` is off
+    unless asked for."""
+
+    limit: Annotated[int, Query(ge=1, le=1000)] = 20
+    session_id: str | None = None
+    role: Role | None = None
+    source: str | None = None
+    since: EpochSeconds = None
+    until: EpochSeconds = None
+    substring: bool = False
+    audit: bool = False
+    order: Literal["newest", "relevance"] = "newest"
+    context: bool = False
+    kind: Annotated[list[Literal["text", "tool", "reasoning"]] | None, Query()] = None
+    per_session: Annotated[int, Query(ge=0, le=1000)] = PER_SESSION
+
+    def params(self) -> dict[str, Any]:
+        """The client's keyword arguments (``SearchParams`` names)."""
+        out = asdict(self)
+        out["kinds"] = out.pop("kind")
+        return out
+
+
 @router.get("/search", dependencies=[Depends(require("read"))], response_model=SearchResult)
 def search(
     q: str = Query(max_length=1000),
     c: Client = Depends(client),
-    limit: int = Query(20, ge=1, le=1000),
-    session_id: str | None = None,
-    role: Role | None = None,
-    source: str | None = None,
-    since: EpochSeconds = None,
-    until: EpochSeconds = None,
-    substring: bool = False,
-    audit: bool = False,
-    order: Literal["newest", "relevance"] = "newest",
-    context: bool = False,
-    kind: list[Literal["text", "tool", "reasoning"]] | None = Query(None),
-    per_session: int = Query(PER_SESSION, ge=0, le=1000),
+    params: SearchQuery = Depends(),
 ) -> dict[str, Any]:
     """Full-text search (``quill.Client.search_results``, as ``quill search --json``), newest
     first, or with ``order=relevance`` ranked over the newest 1,000 matches (BM25 on SQLite,
@@ -196,21 +213,7 @@ def search(
     match, best first); ``degraded`` says results come partly from a bounded scan (index
     rebuilding)."""
     with client_errors():
-        result = c.search_results(
-            q,
-            limit=limit,
-            session_id=session_id,
-            role=role,
-            source=source,
-            since=since,
-            until=until,
-            substring=substring,
-            audit=audit,
-            context=context,
-            kinds=kind,
-            order=order,
-            per_session=per_session,
-        )
+        result = c.search_results(q, **params.params())
         return {**result, "degraded": c.search_health()["degraded"]}
 
 

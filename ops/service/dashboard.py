@@ -12,23 +12,20 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
-import json
 import time
-from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
-from fastapi.templating import Jinja2Templates
-from markupsafe import Markup, escape
 
 from quill.home import WriterStatus
 from quill.ops.client.stores import open_reader
 from quill.ops.service import api_common, api_jobs, views
 from quill.ops.service.auth import COOKIE, principal, require_same_origin
+from quill.ops.service.dashboard_templates import HERE, templates
 from quill.ops.service.errors import ApiError
-from quill.ops.service.formats import day_axis, human_number, usd
+from quill.ops.service.formats import day_axis
 from quill.ops.service.tokens import TokensCopiedError, TokenStore
 from quill.ops.status import health
 from quill.spool import Quarantine
@@ -36,8 +33,6 @@ from quill.store.errors import CantOpenError
 from quill.store.read.listing import cursor_of
 from quill.store.read.reader import Reader
 
-HERE = Path(__file__).parent
-templates = Jinja2Templates(directory=str(HERE / "templates"))
 PAGE_SESSIONS = 50
 MAX_PAGE_SESSIONS = 1000  # as the API's ``limit``
 QUARANTINE_SHOWN = 20
@@ -45,41 +40,6 @@ QUARANTINE_SHOWN = 20
 #: each text read only up to ``TEXT_CLIP`` characters (the template shows at most that).
 PAGE_MESSAGES = 200
 TEXT_CLIP = 20_000
-
-
-def _when(ts: Any) -> str:
-    if not isinstance(ts, (int, float)) or isinstance(ts, bool):
-        return ""
-    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M")
-
-
-def highlight(snippet: str, spans: list[list[int]] | None) -> Markup:
-    """``snippet`` HTML-escaped with each ``[start, end)`` character span of the search hit's
-    ``highlights`` (computed by the store's search, which knows how it matched) in <mark>."""
-    out, at = [], 0
-    for start, end in sorted(spans or []):
-        if start < at or end > len(snippet) or start >= end:
-            continue  # overlapping or out of range: never cut the text
-        out += [str(escape(snippet[at:start])), f"<mark>{escape(snippet[start:end])}</mark>"]
-        at = end
-    out.append(str(escape(snippet[at:])))
-    return Markup("".join(out))
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, list):
-        return "\n".join(
-            p.get("text", f"<{p.get('type')}>") if isinstance(p, dict) else str(p) for p in content
-        )
-    return "" if content is None else str(content)
-
-
-templates.env.filters["when"] = _when
-templates.env.filters["num"] = human_number
-templates.env.filters["usd"] = usd
-templates.env.filters["text"] = _text
-templates.env.filters["pretty"] = lambda v: json.dumps(v, indent=2, ensure_ascii=False, default=str)
-templates.env.globals["highlight"] = highlight
 
 
 class _SignIn(Exception):

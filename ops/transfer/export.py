@@ -181,29 +181,7 @@ def _inflate_once(
     value = json.loads(text)
     if not blobs.has_refs(text):
         return value
-
-    def walk(v: Any) -> Any:
-        if isinstance(v, str):
-            found = blobs.parse_ref(v)
-            if found is None:
-                return v
-            prefix, sha = found
-            if sha not in cache:
-                cache[sha] = blobs.get(conn, sha)
-            if cache[sha] is None:
-                return v
-            if sha in sent:
-                kept.add(sha)
-                return v
-            sent.add(sha)
-            return prefix + cache[sha]
-        if isinstance(v, list):
-            return [walk(x) for x in v]
-        if isinstance(v, dict):
-            return {k: walk(x) for k, x in v.items()}
-        return v
-
-    return walk(value)
+    return blobs.inflate(conn, value, cache, sent=sent, kept=kept)
 
 
 def quill_ops(r: Reader, sid: str) -> Iterator[dict[str, Any]]:

@@ -259,12 +259,22 @@ def get_many(conn: apsw.Connection, shas: set[str]) -> dict[str, str | None]:
     return out
 
 
-def inflate(conn: apsw.Connection, value: Any, cache: dict[str, str | None] | None = None) -> Any:
+def inflate(
+    conn: apsw.Connection,
+    value: Any,
+    cache: dict[str, str | None] | None = None,
+    *,
+    sent: set[str] | None = None,
+    kept: set[str] | None = None,
+) -> Any:
     """``value`` with every reference to a stored blob replaced by its payload.
 
     A reference whose blob is unknown is left as is (producer text that only looks like a
     reference). ``cache`` (sha256 → payload) may be shared across the messages of one read
-    so a repeated image is fetched once.
+    so a repeated image is fetched once. With ``sent`` (and ``kept``), each payload is
+    inflated once across calls (the export sends it once per session): a reference whose
+    hash is already in ``sent`` stays a reference and its hash goes into ``kept``; an
+    inflated one's hash is added to ``sent``.
     """
     cache = {} if cache is None else cache
 
@@ -276,7 +286,14 @@ def inflate(conn: apsw.Connection, value: Any, cache: dict[str, str | None] | No
             prefix, sha = found
             if sha not in cache:
                 cache[sha] = get(conn, sha)
-            return prefix + cache[sha] if cache[sha] is not None else v
+            if cache[sha] is None:
+                return v
+            if sent is not None:
+                if sha in sent:
+                    kept.add(sha)
+                    return v
+                sent.add(sha)
+            return prefix + cache[sha]
         if isinstance(v, list):
             return [walk(x) for x in v]
         if isinstance(v, dict):

@@ -46,7 +46,7 @@ from typing import Any
 import apsw
 
 from quill.store.apply import blobs, order, usage
-from quill.store.apply.checks import check_append
+from quill.store.apply.message_checks import check_append
 from quill.store.apply.message_rows import (
     ID_FLOOR_KEY,
     check_tool_results,

@@ -19,20 +19,21 @@ from __future__ import annotations
 
 import math
 import re
-import time
 from collections.abc import Callable
 from typing import Any
 
 from quill.spool.record import MAX_ID_BYTES, MAX_ID_CHARS, id_size_problem
-from quill.store.apply.normalize import message_row, scrub
+from quill.store.apply.message_checks import (
+    check_append,
+    check_compact,
+    check_replace,
+    check_restore,
+    check_rewind,
+)
+from quill.store.apply.normalize import scrub
 from quill.store.apply.reprice import check_reprice
 from quill.store.apply.rules import no_nul, opt, session_id, session_id_problem
-from quill.store.apply.usage_fields import (
-    carries_usage,
-    check_call,
-    check_usage_record,
-    usage_holder,  # where a message keeps its usage attributes
-)
+from quill.store.apply.usage_fields import check_usage_record
 from quill.store.errors import InvalidOpError
 
 EDGE_KINDS = frozenset({"compression", "branch", "reset", "delegate"})
@@ -45,8 +46,6 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u20
 MAX_DELETE_IDS = 10_000
 REASON_MAX_CHARS = 64
 ACTOR_MAX_CHARS = 200
-#: Row states a ``messages.restore`` may carry.
-STATES = ("live", "compacted", "superseded", "rewound")
 #: ``only_if`` keys and their JSON types.
 _CONDITIONS: dict[str, type | tuple[type, ...]] = {
     "inactive_before": (
@@ -61,24 +60,6 @@ _CONDITIONS: dict[str, type | tuple[type, ...]] = {
     "owner_started": (int, float),  # ... and the recorded owner start time is this one
     "sources": list,  # skip unless the session's source is one of these strings
 }
-_REWIND_TARGETS = "messages.rewind needs exactly one of message_id, ext_id, user_turn, ext_ids"
-
-#: ``rows(messages) -> rows``: how a message op's messages become rows. Precheck uses
-#: ``message_rows`` (the normaliser alone); the writer passes ``transcript_ops._rows``, the
-#: same normaliser plus the blob store, so a message is normalised once per apply.
-RowsFn = Callable[[list], list]
-
-
-def message_rows(messages: list) -> list[tuple]:
-    """``normalize.message_row`` of each message (arrival = now), its index in the error."""
-    now = time.time()
-    out = []
-    for i, msg in enumerate(messages):
-        try:
-            out.append(message_row(msg, now))
-        except InvalidOpError as exc:
-            raise InvalidOpError(exc.reason, f"message {i}: {exc.detail}") from None
-    return out
 
 
 def clean_title(title: str | None) -> str | None:
@@ -219,154 +200,6 @@ def check_read(data: dict) -> tuple[str, int | None]:
     """``session.read``: ``message_id`` an integer within 64 bits, or absent. Returns
     ``(session id, message id)``. ``unknown-message`` needs the store (the applier)."""
     return session_id(data), opt(data, "message_id", int)
-
-
-def _target_fields(data: dict, id_key: str, ext_key: str) -> tuple[int | None, str | int | None]:
-    """A message named by store id ``id_key`` or producer id ``ext_key`` (one, or neither)."""
-    mid, ext = opt(data, id_key, int), opt(data, ext_key, (str, int))
-    if mid is not None and ext is not None:
-        raise InvalidOpError("invalid-field", f"give {id_key!r} or {ext_key!r}, not both")
-    return mid, ext
-
-
-def _messages(data: dict, rows: RowsFn, *, allow_empty: bool = True) -> list:
-    messages = data.get("messages")
-    if not isinstance(messages, list):
-        raise InvalidOpError("invalid-field", "this op needs a 'messages' list")
-    if not messages and not allow_empty:
-        raise InvalidOpError("invalid-field", "'messages' must not be empty")
-    return rows(messages)
-
-
-def check_usage_of(messages: list) -> None:
-    """The usage rules (``usage.check_call``) of each message carrying a ``usage``, on it or
-    in its ``extra``. Raises ``InvalidOpError`` (``invalid-usage``, ``invalid-field``)."""
-    for i, msg in enumerate(messages):
-        if carries_usage(msg):
-            try:
-                check_call(usage_holder(msg))
-            except InvalidOpError as exc:
-                raise InvalidOpError(exc.reason, f"message {i}: {exc.detail}") from None
-
-
-def check_append(data: dict, rows: RowsFn = message_rows, *, usage: bool = True) -> list:
-    """``messages.append``: a ``messages`` list of valid messages, ``source`` a string, the
-    usage each message carries. Returns the rows. ``usage=False`` (the writer) leaves usage
-    to the applier, which checks it on the messages it inserts: one whose producer id the
-    session already holds (or an earlier message of the batch has) is skipped whole, and
-    which ones the session holds only the store knows — so precheck, checking every
-    message, is at most stricter, and only for such a message."""
-    session_id(data)
-    out = _messages(data, rows)
-    opt(data, "source", str)
-    no_nul(data, "source")
-    if usage:
-        check_usage_of(data["messages"])
-    return out
-
-
-def check_compact(data: dict, rows: RowsFn = message_rows) -> tuple[list, int]:
-    """``messages.compact``: a non-empty ``messages`` list of valid messages, ``tail_count``
-    in 0..len(messages), ``watermark`` (store id) or ``watermark_ext_id``, not both. Usage on
-    these messages is not recorded (they are copies), so it is not checked. Returns ``(rows,
-    tail_count)``. ``unknown-session``, ``unknown-message`` and ``tail-mismatch`` need the store."""
-    session_id(data)
-    out = _messages(data, rows, allow_empty=False)
-    tail_count = opt(data, "tail_count", int) or 0
-    if not 0 <= tail_count <= len(out):
-        raise InvalidOpError("invalid-field", f"tail_count must be between 0 and {len(out)}")
-    _target_fields(data, "watermark", "watermark_ext_id")
-    return out, tail_count
-
-
-def check_replace(data: dict, rows: RowsFn = message_rows) -> list:
-    """``messages.replace``: a ``messages`` list of valid messages, ``from_message_id`` or
-    ``from_ext_id`` (not both), ``expect_head_id`` an integer, ``source`` a string, the usage
-    each message carries (all are inserted). Returns the rows."""
-    session_id(data)
-    out = _messages(data, rows)
-    _target_fields(data, "from_message_id", "from_ext_id")
-    opt(data, "expect_head_id", int)
-    opt(data, "source", str)
-    no_nul(data, "source")
-    check_usage_of(data["messages"])
-    return out
-
-
-def check_rewind(data: dict) -> None:
-    """``messages.rewind``: exactly one target — ``message_id`` (integer), ``ext_id``
-    (string or integer), ``user_turn`` (integer, not 0: ``no-such-turn``), or ``ext_ids`` (a
-    non-empty list of string/integer ids) — and ``expect_head_id`` an integer. Raises
-    ``InvalidOpError`` (``invalid-field``, ``no-such-turn``); whether the target exists, is
-    a live user message, and the head matches needs the store."""
-    session_id(data)
-    if "ext_ids" in data:
-        ids = data["ext_ids"]
-        if (
-            not isinstance(ids, list)
-            or not ids
-            or not all(isinstance(x, (str, int)) and not isinstance(x, bool) for x in ids)
-        ):
-            raise InvalidOpError("invalid-field", "ext_ids must be a non-empty list of message ids")
-        if any(k in data for k in ("message_id", "ext_id", "user_turn")):
-            raise InvalidOpError("invalid-field", _REWIND_TARGETS)
-    else:
-        turn = opt(data, "user_turn", int)
-        mid, ext = _target_fields(data, "message_id", "ext_id")
-        if (mid is None and ext is None) == (turn is None):
-            raise InvalidOpError("invalid-field", _REWIND_TARGETS)
-        if turn == 0:
-            raise InvalidOpError(
-                "no-such-turn", "user_turn 0 names no turn (1 = the first, -1 = the last)"
-            )
-    opt(data, "expect_head_id", int)
-
-
-def check_restore(data: dict, rows: RowsFn = message_rows) -> tuple[int, list[dict], list]:
-    """``messages.restore``: ``offset`` ≥ 0, a non-empty ``rows`` list of ``{message, state,
-    origin}`` (a state in ``STATES``, origin an earlier position or null), ``started_at`` a
-    number, ``source`` a string, ``blob_refs`` a list of hashes, each message valid. Its
-    usage is not checked: restore derives none (the export carries usage as
-    ``usage.record``). Returns ``(offset, items, message rows)``. ``restore-out-of-order`` and
-    ``missing-blob`` need the store."""
-    session_id(data)
-    offset = opt(data, "offset", int)
-    items = data.get("rows")
-    if offset is None or offset < 0 or not isinstance(items, list) or not items:
-        raise InvalidOpError(
-            "invalid-field", "messages.restore needs offset (≥ 0) and a non-empty rows list"
-        )
-    for i, item in enumerate(items):
-        if not isinstance(item, dict) or item.get("state") not in STATES:
-            raise InvalidOpError(
-                "invalid-field", f"rows[{i}] needs a message and a state in {STATES}"
-            )
-        origin = item.get("origin")
-        if origin is not None and (
-            not isinstance(origin, int) or isinstance(origin, bool) or not 0 <= origin < offset + i
-        ):
-            raise InvalidOpError("invalid-field", f"rows[{i}].origin must be an earlier position")
-    opt(data, "started_at", (int, float))
-    opt(data, "source", str)
-    no_nul(data, "source")
-    restore_blob_refs(data)
-    return offset, items, rows([item.get("message") for item in items])
-
-
-def restore_blob_refs(data: dict) -> list[str]:
-    """A restore's ``blob_refs``: the blob hashes (64 lowercase hex characters each) its rows
-    hold as references rather than inline, at most one per row's worth of references; ``[]``
-    when absent. Raises ``InvalidOpError('invalid-field')``. Whether each is stored needs the
-    store (``missing-blob``, store/apply/restore.py)."""
-    refs = data.get("blob_refs", [])
-    if not isinstance(refs, list) or not all(
-        isinstance(r, str) and len(r) == 64 and all(c in "0123456789abcdef" for c in r)
-        for r in refs
-    ):
-        raise InvalidOpError(
-            "invalid-field", "blob_refs must be a list of SHA-256 hashes (64 lowercase hex)"
-        )
-    return refs
 
 
 def _label(data: dict, key: str, limit: int, default: str) -> str:

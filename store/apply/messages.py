@@ -22,7 +22,12 @@ from __future__ import annotations
 import apsw
 
 from quill.store.apply import order, usage
-from quill.store.apply.checks import check_append, check_compact, check_replace, check_rewind
+from quill.store.apply.message_checks import (
+    check_append,
+    check_compact,
+    check_replace,
+    check_rewind,
+)
 from quill.store.apply.message_rows import (
     _CHUNK,
     _insert,

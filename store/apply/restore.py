@@ -30,7 +30,7 @@ from __future__ import annotations
 import apsw
 
 from quill.store.apply import order
-from quill.store.apply.checks import STATES, check_restore, restore_blob_refs
+from quill.store.apply.message_checks import STATES, check_restore, restore_blob_refs
 from quill.store.apply.message_rows import (
     _INSERT_STATE,
     INSERT_STATE_ID,

@@ -19,6 +19,7 @@ from quill.store.errors import CorruptError
 from quill.store.postgres import apply as pg_apply
 from quill.store.postgres import schema
 from quill.store.postgres.connection import PgConnection
+from quill.store.postgres.extensions import extension_schema
 from quill.store.postgres.reads import PgReader
 
 __all__ = ["PgConnection", "PgReader", "PostgresBackend"]
@@ -87,7 +88,7 @@ class PostgresBackend:
                 )
             }
             return {"tables": len(tables), "dead_tuples": dead}
-        amcheck = schema.extension_schema(self.conn, "amcheck")
+        amcheck = extension_schema(self.conn, "amcheck")
         problems: list[str] = []
         indexes = [
             r[0]

@@ -16,7 +16,8 @@ from quill.store.errors import CantOpenError
 from quill.store.postgres import schema
 from quill.store.postgres import search as pg_search
 from quill.store.postgres.connection import PgConnection, redact
-from quill.store.read.reader import Reader, _retry_io
+from quill.store.read.io_retry import retry_io
+from quill.store.read.reader import Reader
 
 #: Tables whose size ``server_figures`` sums (the store's own, from the schema registry;
 #: APScheduler's job store lives in the same database but is not the store).
@@ -47,7 +48,7 @@ class PgReader(Reader):
         """Indexes are maintained in the writer's transaction: never behind, never detached."""
         return {"fts_state": "ok", "fts_pending": 0, "degraded": False}
 
-    @_retry_io
+    @retry_io
     def figures(self) -> dict[str, Any]:
         """Counts for ``quill status``; ``cursor`` is this reader's spool's (``spool_id``),
         ``cursors`` every spool's ``{spool_id: "segment:offset"}``."""
@@ -75,7 +76,7 @@ class PgReader(Reader):
                 "applied_batches": c.execute("SELECT count(*) FROM applied_batches").fetchone()[0],
             }
 
-    @_retry_io
+    @retry_io
     def server_figures(self, now: float) -> dict[str, Any]:
         """What ``quill status``/``doctor`` show of a PostgreSQL store: ``url`` (password
         redacted), ``server_version``, ``size_bytes`` (the store's tables with their indexes

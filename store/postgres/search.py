@@ -22,7 +22,6 @@ words here (``foo_bar`` is ``foo`` + ``bar``), as in FTS5.
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import re
 from collections.abc import Iterator
@@ -32,13 +31,13 @@ from quill.store.postgres import windows
 from quill.store.postgres.connection import PgConnection
 from quill.store.postgres.schema import TRIGRAM_SCOPE
 from quill.store.read import projections
-from quill.store.schema import TRIGRAM_PREFIX_CHARS, TRIGRAM_ROLES
 from quill.store.search import group as group_mod
 from quill.store.search import hits as hits_mod
 from quill.store.search import page as page_mod
 from quill.store.search import plan as query
 from quill.store.search import rank, textfold
 from quill.store.search.candidates import KINDS, SCAN_MAX_ROWS, _escape_like, _filters, _kinds
+from quill.store.search.columns import TRIGRAM_PREFIX_CHARS, TRIGRAM_ROLES
 
 _COLS = "m.id, m.session_id, m.role, m.content, m.tool_calls, m.ts, s.title, m.state"
 _WORD = re.compile(r"[^\W_]+")
@@ -276,15 +275,11 @@ def _newest_page(
     and the per-session cap are the page's); True when every candidate was offered. A
     trigram plan merges the index's matches with a scan of the rows it does not wholly
     cover, as on SQLite."""
-    first = max(page.limit, 50) if page.count else page.limit  # as SQLite's batches
+    first = group_mod.first_batch(page)
     sources = [_batches(conn, plan, cond, args, rep, kinds_t, first, rest=False)]
     if plan.kind == "trigram":
         sources.append(_batches(conn, plan, cond, args, rep, kinds_t, first, rest=True))
-    for _fid, mid, sid in heapq.merge(*sources, key=lambda row: -row[0]):
-        page.offer(mid, sid)
-        if page.done:
-            return False
-    return True
+    return group_mod.offer_merged(page, sources)
 
 
 def _batches(
@@ -300,16 +295,15 @@ def _batches(
 ) -> Iterator[tuple]:
     """The matching rows newest first, a batch at a time, read only as they are consumed:
     a scan (or the trigram plan's ``rest``) pages ``_scan`` window by window until a window
-    holds no match, as on SQLite; an index route reads through ``windows.newest``."""
+    holds no match (``group.newest_batches``, as on SQLite); an index route reads through
+    ``windows.newest``."""
     if plan.kind == "scan" or rest:
-        below, batch = 2**62, first
-        while True:
-            rows = _scan(conn, plan, cond, args, below, batch, rep, kinds, rest)
-            yield from rows
-            if not rows:
-                return
-            below = rows[-1][0]
-            batch = min(batch * 2, 1000)
+        yield from group_mod.newest_batches(
+            lambda below, batch: _scan(conn, plan, cond, args, below, batch, rep, kinds, rest),
+            first,
+            scan=True,
+        )
+        return
     yield from _index_rows(conn, plan, cond, args, rep, kinds, first)
 
 

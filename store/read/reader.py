@@ -9,10 +9,7 @@ delegates to the modules that own each rule: ``projections`` (model / display / 
 from __future__ import annotations
 
 import contextlib
-import functools
-import json
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,43 +17,16 @@ import apsw
 
 from quill.store.apply import context as context_mod
 from quill.store.apply.normalize import COMPARED_COLUMNS
-from quill.store.errors import CantOpenError, StoreError, StoreIOError, cant_open_cause, mapped
+from quill.store.errors import CantOpenError, StoreError, cant_open_cause, mapped
 from quill.store.read import lineage, listing, projections, resume
 from quill.store.read import usage as usage_reads
-from quill.store.search import candidates
+from quill.store.read.io_retry import retry_io
+from quill.store.read.status_reads import StatusReads
 from quill.store.search import run as search_mod
 from quill.store.sqlite.connection import open_reader
-from quill.store.sqlite.indexer import fts_state, indexed_upto
-
-#: A read that fails with an I/O error is retried on the same connection this many times,
-#: ``IO_RETRY_DELAY_S`` × attempt apart: transient EIO (network filesystems, a busy disk)
-#: should not fail a UI's read; a persistent one still surfaces as ``StoreIOError``.
-IO_RETRIES = 3
-IO_RETRY_DELAY_S = 0.05
 
 
-def _retry_io(method: Callable[..., Any]) -> Callable[..., Any]:
-    """Retry a read-only method on ``StoreIOError`` (reads are idempotent)."""
-
-    @functools.wraps(method)
-    def run(self: Reader, *args: Any, **kwargs: Any) -> Any:
-        for attempt in range(1, IO_RETRIES + 1):
-            try:
-                return method(self, *args, **kwargs)
-            except (StoreIOError, apsw.IOError) as exc:
-                if attempt == IO_RETRIES:
-                    raise (
-                        exc if isinstance(exc, StoreIOError) else StoreIOError(str(exc))
-                    ) from exc
-                if self.conn.in_transaction:
-                    self.conn.execute("ROLLBACK")
-                time.sleep(IO_RETRY_DELAY_S * attempt)
-        raise AssertionError("unreachable")
-
-    return run
-
-
-class Reader:
+class Reader(StatusReads):
     """A read-only view of a store file. Raises ``CantOpenError`` if it does not exist,
     ``DescriptorsExhaustedError`` when no file descriptor was left to open it.
     Every public read retries briefly after an I/O error (``IO_RETRIES``)."""
@@ -108,7 +78,7 @@ class Reader:
                 if self.conn.in_transaction:  # an I/O error makes SQLite roll back by itself
                     self.conn.execute("COMMIT")
 
-    @_retry_io
+    @retry_io
     def get_messages(
         self,
         session_id: str,
@@ -139,7 +109,7 @@ class Reader:
                 clip=clip,
             )
 
-    @_retry_io
+    @retry_io
     def export(self, session_id: str) -> dict[str, Any] | None:
         """``{"session": …, "messages": display transcript, "chain": root→tip ids}`` or None."""
         with self.snapshot() as conn:
@@ -152,7 +122,7 @@ class Reader:
                 "messages": projections.read(conn, session_id, "display"),
             }
 
-    @_retry_io
+    @retry_io
     def get_session(self, session_id: str) -> dict[str, Any] | None:
         """One session row (``listing.SESSION_KEYS`` + chain fields), or None."""
         with mapped():
@@ -161,7 +131,7 @@ class Reader:
             )
         return rows[0] if rows else None
 
-    @_retry_io
+    @retry_io
     def list_sessions(
         self,
         *,
@@ -177,14 +147,14 @@ class Reader:
                 self.conn, source=source, limit=limit, include_hidden=include_hidden, **filters
             )
 
-    @_retry_io
+    @retry_io
     def usage_totals(self, by: tuple[str, ...] = (), **filters: Any) -> list[dict[str, Any]]:
         """Token and cost totals grouped by ``by`` (session, model, source, task, provider,
         day); filters since, until, session_id, source, model, task (``usage_reads.totals``)."""
         with mapped():
             return usage_reads.totals(self.conn, tuple(by), **filters)
 
-    @_retry_io
+    @retry_io
     def resume_target(
         self, *, key: str | None = None, cwd: str | None = None
     ) -> dict[str, Any] | None:
@@ -193,26 +163,26 @@ class Reader:
         with self.snapshot() as conn:
             return resume.resume_target(conn, key=key, cwd=cwd)
 
-    @_retry_io
+    @retry_io
     def key_sessions(self, key: str) -> list[str]:
         """Session ids of the conversation ``key`` (``resume.key_sessions``)."""
         with self.snapshot() as conn:
             return resume.key_sessions(conn, key)
 
-    @_retry_io
+    @retry_io
     def orphans(self, *, window_s: float = resume.QUIET_WINDOW_S) -> list[dict[str, Any]]:
         """Message-bearing sessions that never got their key (``resume.orphans``)."""
         with self.snapshot() as conn:
             return resume.orphans(conn, window_s=window_s)
 
-    @_retry_io
+    @retry_io
     def context(self, session_id: str) -> dict[str, Any]:
         """The session's system prompt and tool array (current, and every change), stored
         once per distinct value (``context.context``)."""
         with self.snapshot() as conn:
             return context_mod.context(conn, session_id)
 
-    @_retry_io
+    @retry_io
     def usage_responses(self, session_id: str) -> set[str]:
         """The ``response_id`` of every usage row of a session (calls already counted)."""
         with mapped():
@@ -225,7 +195,7 @@ class Reader:
                 )
             }
 
-    @_retry_io
+    @retry_io
     def has_session(self, session_id: str) -> bool:
         """True when a session row with this id exists (a primary-key probe, far cheaper
         than ``get_session``, which assembles the listing row)."""
@@ -235,7 +205,7 @@ class Reader:
                 is not None
             )
 
-    @_retry_io
+    @retry_io
     def is_empty(self, session_id: str) -> bool:
         """True when the session has no message row in any state (an EXISTS probe)."""
         with mapped():
@@ -246,7 +216,7 @@ class Reader:
                 is None
             )
 
-    @_retry_io
+    @retry_io
     def message_states(self, session_id: str) -> dict[str, str]:
         """``{producer id: state}`` of a session's rows that have a producer id (the newest
         row wins for an id held twice). Importers use it to spool only what is missing."""
@@ -260,7 +230,7 @@ class Reader:
                 )
             }
 
-    @_retry_io
+    @retry_io
     def message_identities(self, session_id: str, ext_ids: list[str]) -> dict[str, tuple]:
         """``{producer id: row values in normalize.COMPARED_COLUMNS order}`` of the session's
         rows with those ids (the first row wins for an id held twice): how an import tells
@@ -276,14 +246,14 @@ class Reader:
                 out.setdefault(ext, tuple(values))
         return out
 
-    @_retry_io
+    @retry_io
     def title_holder(self, title: str) -> str | None:
         """The session holding exactly ``title`` (titles are unique), or None."""
         with mapped():
             row = self.conn.execute("SELECT id FROM sessions WHERE title = ?", (title,)).fetchone()
         return row[0] if row else None
 
-    @_retry_io
+    @retry_io
     def deletions(self, session_id: str) -> int:
         """How many times ``session_id`` was deleted (``sessions.delete``; 0 = never). Importers
         put it in their batch ids so a deleted session can be imported again (schema v6)."""
@@ -295,13 +265,13 @@ class Reader:
             ).fetchone()
         return row[0] if row else 0
 
-    @_retry_io
+    @retry_io
     def compression_chain(self, session_id: str) -> list[str]:
         """Session ids of the compression chain through ``session_id``, root → tip."""
         with mapped():
             return lineage.compression_chain(self.conn, session_id)
 
-    @_retry_io
+    @retry_io
     def search(
         self,
         text: str,
@@ -329,7 +299,7 @@ class Reader:
                 **filters,
             )
 
-    @_retry_io
+    @retry_io
     def search_page(
         self,
         text: str,
@@ -360,76 +330,3 @@ class Reader:
     ) -> dict[str, Any]:
         """How ``text`` will be searched (``search.route``): route, narrower, note."""
         return search_mod.route(text, substring=substring, kinds=kinds)
-
-    @_retry_io
-    def job_runs(self, *, job: str | None = None, limit: int = 20) -> list[dict[str, Any]]:
-        """Recent job runs, newest first: job, started_at, ended_at, outcome, figures, error."""
-        sql = (
-            "SELECT job, started_at, ended_at, outcome, figures, error FROM job_runs "
-            + ("WHERE job = ? " if job else "")
-            + "ORDER BY id DESC LIMIT ?"
-        )
-        with mapped():
-            rows = self.conn.execute(sql, ((job,) if job else ()) + (limit,)).fetchall()
-        return [
-            {
-                "job": r[0],
-                "started_at": r[1],
-                "ended_at": r[2],
-                "outcome": r[3],
-                "figures": json.loads(r[4] or "{}"),
-                "error": r[5],
-            }
-            for r in rows
-        ]
-
-    @_retry_io
-    def job_run_totals(self) -> list[dict[str, Any]]:
-        """Per job and outcome: ``{"job", "outcome", "runs", "seconds"}`` (total run time in
-        seconds over every recorded run; runs still going have outcome None and count 0 s)."""
-        with mapped():
-            rows = self.conn.execute(
-                "SELECT job, outcome, count(*), coalesce(sum(ended_at - started_at), 0) "
-                "FROM job_runs GROUP BY job, outcome ORDER BY job, outcome"
-            ).fetchall()
-        return [{"job": r[0], "outcome": r[1], "runs": r[2], "seconds": r[3]} for r in rows]
-
-    @_retry_io
-    def search_health(self) -> dict[str, Any]:
-        """``{"fts_state": ok|stale, "fts_pending": rows not yet indexed, "degraded": bool}``:
-        degraded means some messages are not searched: the index is detached, or more
-        than ``TAIL_MAX_ROWS`` messages wait to be indexed (after a rebuild), of which only the
-        newest are scanned."""
-        with mapped():
-            state = fts_state(self.conn)
-            upto = indexed_upto(self.conn)
-            pending = self.conn.execute(
-                "SELECT count(*) FROM messages WHERE id > ?", (upto,)
-            ).fetchone()[0]
-        return {
-            "fts_state": state,
-            "fts_pending": pending,
-            "degraded": state != "ok" or pending > candidates.TAIL_MAX_ROWS,
-        }
-
-    @_retry_io
-    def figures(self) -> dict[str, Any]:
-        """Counts and positions for ``quill status``: sessions, messages, cursor, FTS lag."""
-        with mapped():
-            c = self.conn
-            cursor = c.execute(
-                'SELECT segment, "offset", updated_at FROM spool_cursor WHERE id = 1'
-            ).fetchone()
-            upto = indexed_upto(c)
-            return {
-                "sessions": c.execute("SELECT count(*) FROM sessions").fetchone()[0],
-                "messages": c.execute("SELECT count(*) FROM messages").fetchone()[0],
-                "fts_indexed_upto": upto,
-                "fts_pending": c.execute(
-                    "SELECT count(*) FROM messages WHERE id > ?", (upto,)
-                ).fetchone()[0],
-                "fts_state": fts_state(c),
-                "cursor": f"{cursor[0]}:{cursor[1]}" if cursor else None,
-                "cursor_updated_at": cursor[2] if cursor else None,
-                "applied_batches": c.execute("SELECT count(*) FROM applied_batches").fetchone()[0],
-            }

@@ -15,7 +15,9 @@ import apsw
 
 from quill.store.apply.normalize import scrub
 from quill.store.read import projections
-from quill.store.schema import (
+from quill.store.search import group, rank, textfold
+from quill.store.search import plan as query
+from quill.store.search.columns import (
     KIND_COLUMNS,
     TOOLS_BLOB_SQL,
     TRIGRAM_PREFIX_CHARS,
@@ -23,8 +25,6 @@ from quill.store.schema import (
     TRIGRAM_TEXT_SQL,
     tools_text,
 )
-from quill.store.search import group, rank, textfold
-from quill.store.search import plan as query
 
 #: Upper bound on rows a scan reads (newest first) before giving up: keeps a short-CJK
 #: query on a huge store to a bounded cost; older matches beyond it are not reported.

@@ -17,6 +17,8 @@ may all be one session's); that walk stops after ``FILL_MAX`` candidates.
 
 from __future__ import annotations
 
+import heapq
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 #: Matches counted at most (``total`` is exact below this, a lower bound at it).
@@ -25,6 +27,8 @@ COUNT_MAX = 1000
 FILL_MAX = 20_000
 #: Default hits per session on the CLI, HTTP and dashboard (``None``/0: no cap).
 PER_SESSION = 3
+#: Rows a newest-first batch asks for at most (batches double up to it).
+MAX_BATCH = 1000
 
 
 class Page:
@@ -116,3 +120,38 @@ def titles(conn: Any, session_ids: list[str]) -> dict[str, Any]:
 def empty(per_session: int | None) -> dict[str, Any]:
     """The result of a search that has nothing to look for."""
     return Page(1, per_session).result([], True, {})
+
+
+def first_batch(page: Page) -> int:
+    """Rows the first newest-first batch asks for: a page's worth, or at least 50 when the
+    page counts (the count reads on past a full page)."""
+    return max(page.limit, 50) if page.count else page.limit
+
+
+def newest_batches(
+    fetch: Callable[[int, int], list[tuple]], first: int, *, scan: bool
+) -> Iterator[tuple]:
+    """Matching rows newest first, a batch at a time, read only as they are consumed (both
+    backends). ``fetch(below, n)``: at most ``n`` rows whose id (``row[0]``) is below
+    ``below``, newest first. Batches double from ``first`` up to ``MAX_BATCH``. An index
+    batch shorter than asked is every row its conditions admit, so it is the last (one query
+    saved for rare words); a ``scan`` batch reads a window of rows, so a scan goes on until
+    a window holds no match."""
+    below, batch = 2**62, first
+    while True:
+        rows = fetch(below, batch)
+        yield from rows
+        if not rows or (not scan and len(rows) < batch):
+            return
+        below = rows[-1][0]
+        batch = min(batch * 2, MAX_BATCH)
+
+
+def offer_merged(page: Page, sources: Iterable[Iterator[tuple]]) -> bool:
+    """Offer the rows of ``sources`` (each ``(id, display id, session id)``, newest first),
+    merged newest first, to ``page`` until it is ``done``; True when every row was offered."""
+    for _fid, mid, sid in heapq.merge(*sources, key=lambda row: -row[0]):
+        page.offer(mid, sid)
+        if page.done:
+            return False
+    return True

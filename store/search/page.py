@@ -12,10 +12,10 @@ from typing import Any
 import apsw
 
 from quill.store.read import projections
-from quill.store.schema import TOOLS_BLOB_SQL, tools_text
 from quill.store.search import hits as hits_mod
 from quill.store.search import plan as query
 from quill.store.search import textfold
+from quill.store.search.columns import TOOLS_BLOB_SQL, tools_text
 
 
 def snippet_finder(plan: query.Plan) -> Any:

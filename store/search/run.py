@@ -26,7 +26,6 @@ This module holds the route and the paging loop; the candidate queries are in
 
 from __future__ import annotations
 
-import heapq
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -34,7 +33,6 @@ from typing import Any
 import apsw
 
 from quill.store.read import projections
-from quill.store.schema import TRIGRAM_PREFIX_CHARS, TRIGRAM_ROLES
 from quill.store.search import group
 from quill.store.search import hits as hits_mod
 from quill.store.search import plan as query
@@ -48,6 +46,7 @@ from quill.store.search.candidates import (
     _ranked_page,
     _tail,
 )
+from quill.store.search.columns import TRIGRAM_PREFIX_CHARS, TRIGRAM_ROLES
 from quill.store.search.page import _hits
 from quill.store.sqlite.indexer import search_state
 
@@ -210,18 +209,14 @@ def _newest(
                     return False
     if not usable and plan.kind != "scan":
         return True  # the tail (bounded as a scan) was everything there is to read
-    first = max(page.limit, 50) if page.count else page.limit
+    first = group.first_batch(page)
     sources = [_batches(conn, plan, upto, cond, args, kinds, display, first, rest=False)]
     if plan.kind == "trigram":
         # The trigram index sees only the first characters of user/assistant text; every row
         # holding more (other roles, longer text, reasoning, tool calls) is scanned as the
         # scan route scans, so a longer query never looks in less than a shorter one would.
         sources.append(_batches(conn, plan, upto, cond, args, kinds, display, first, rest=True))
-    for _fid, mid, sid in heapq.merge(*sources, key=lambda row: -row[0]):
-        page.offer(mid, sid)
-        if page.done:
-            return False
-    return True
+    return group.offer_merged(page, sources)
 
 
 def _batches(
@@ -236,20 +231,14 @@ def _batches(
     *,
     rest: bool,
 ) -> Iterator[tuple[int, int, str]]:
-    """``_indexed``'s rows newest first, a batch at a time, read only as they are consumed."""
-    below, batch = 2**62, first
-    scan = plan.kind == "scan" or rest
-    while True:
+    """``_indexed``'s rows newest first, a batch at a time, read only as they are consumed
+    (``group.newest_batches``); a damaged index met by a reader ends them: the tail scan is
+    all we can offer."""
+
+    def fetch(below: int, batch: int) -> list[tuple]:
         try:
-            rows = _indexed(conn, plan, upto, cond, args, below, batch, kinds, display, rest)
+            return _indexed(conn, plan, upto, cond, args, below, batch, kinds, display, rest)
         except (apsw.CorruptError, apsw.NotADBError):
-            return  # damaged index met by a reader: the tail scan is all we can offer
-        yield from rows
-        # An index batch shorter than asked is every row its conditions admit: the next one
-        # (same conditions, ids below this one's last) would be empty — one query saved for
-        # rare words. A scan's next batch reads another window of rows, so it goes on until
-        # a window holds no match.
-        if not rows or (not scan and len(rows) < batch):
-            return
-        below = rows[-1][0]
-        batch = min(batch * 2, 1000)
+            return []
+
+    return group.newest_batches(fetch, first, scan=plan.kind == "scan" or rest)

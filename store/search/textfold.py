@@ -124,8 +124,8 @@ def word_tokens(text: str) -> list[str]:
 
 def register(conn: apsw.Connection) -> None:
     """Make ``quill_fold(text)`` (``fold``) callable in SQL on ``conn`` (for scans). A BLOB
-    argument is a tool-call text (``schema.TOOLS_BLOB_SQL``), decoded by ``tools_text``."""
-    from quill.store.schema import tools_text
+    argument is a tool-call text (``search.columns.TOOLS_BLOB_SQL``), decoded by ``tools_text``."""
+    from quill.store.search.columns import tools_text
 
     def _fold(t: str | bytes | None) -> str | None:
         if isinstance(t, bytes):

@@ -17,14 +17,8 @@ from __future__ import annotations
 import apsw
 
 from quill.home import DEFAULTS
-from quill.store.schema import (
-    FTS_LAYOUT,
-    FTS_TABLES,
-    SEARCH_COLUMNS_SQL,
-    TRIGRAM_SCOPE_SQL,
-    TRIGRAM_TEXT_SQL,
-    fts_layout,
-)
+from quill.store.schema import FTS_LAYOUT, FTS_TABLES, fts_layout
+from quill.store.search.columns import SEARCH_COLUMNS_SQL, TRIGRAM_SCOPE_SQL, TRIGRAM_TEXT_SQL
 from quill.store.sqlite.connection import transaction
 
 

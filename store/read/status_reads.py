@@ -1,0 +1,91 @@
+"""The reads behind ``quill status`` and ``quill jobs history``: job runs and their totals,
+search health, and the store's figures (counts, cursor, FTS lag). Mixed into
+``store.read.reader.Reader``; ``PgReader`` overrides ``search_health`` and ``figures``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from quill.store.errors import mapped
+from quill.store.read.io_retry import retry_io
+from quill.store.search import candidates
+from quill.store.sqlite.indexer import fts_state, indexed_upto
+
+
+class StatusReads:
+    """Job history, search health and figures over ``self.conn`` (a read-only connection)."""
+
+    @retry_io
+    def job_runs(self, *, job: str | None = None, limit: int = 20) -> list[dict[str, Any]]:
+        """Recent job runs, newest first: job, started_at, ended_at, outcome, figures, error."""
+        sql = (
+            "SELECT job, started_at, ended_at, outcome, figures, error FROM job_runs "
+            + ("WHERE job = ? " if job else "")
+            + "ORDER BY id DESC LIMIT ?"
+        )
+        with mapped():
+            rows = self.conn.execute(sql, ((job,) if job else ()) + (limit,)).fetchall()
+        return [
+            {
+                "job": r[0],
+                "started_at": r[1],
+                "ended_at": r[2],
+                "outcome": r[3],
+                "figures": json.loads(r[4] or "{}"),
+                "error": r[5],
+            }
+            for r in rows
+        ]
+
+    @retry_io
+    def job_run_totals(self) -> list[dict[str, Any]]:
+        """Per job and outcome: ``{"job", "outcome", "runs", "seconds"}`` (total run time in
+        seconds over every recorded run; runs still going have outcome None and count 0 s)."""
+        with mapped():
+            rows = self.conn.execute(
+                "SELECT job, outcome, count(*), coalesce(sum(ended_at - started_at), 0) "
+                "FROM job_runs GROUP BY job, outcome ORDER BY job, outcome"
+            ).fetchall()
+        return [{"job": r[0], "outcome": r[1], "runs": r[2], "seconds": r[3]} for r in rows]
+
+    @retry_io
+    def search_health(self) -> dict[str, Any]:
+        """``{"fts_state": ok|stale, "fts_pending": rows not yet indexed, "degraded": bool}``:
+        degraded means some messages are not searched: the index is detached, or more
+        than ``TAIL_MAX_ROWS`` messages wait to be indexed (after a rebuild), of which only the
+        newest are scanned."""
+        with mapped():
+            state = fts_state(self.conn)
+            upto = indexed_upto(self.conn)
+            pending = self.conn.execute(
+                "SELECT count(*) FROM messages WHERE id > ?", (upto,)
+            ).fetchone()[0]
+        return {
+            "fts_state": state,
+            "fts_pending": pending,
+            "degraded": state != "ok" or pending > candidates.TAIL_MAX_ROWS,
+        }
+
+    @retry_io
+    def figures(self) -> dict[str, Any]:
+        """Counts and positions for ``quill status``: sessions, messages, cursor, FTS lag."""
+        with mapped():
+            c = self.conn
+            cursor = c.execute(
+                'SELECT segment, "offset", updated_at FROM spool_cursor WHERE id = 1'
+            ).fetchone()
+            upto = indexed_upto(c)
+            return {
+                "sessions": c.execute("SELECT count(*) FROM sessions").fetchone()[0],
+                "messages": c.execute("SELECT count(*) FROM messages").fetchone()[0],
+                "fts_indexed_upto": upto,
+                "fts_pending": c.execute(
+                    "SELECT count(*) FROM messages WHERE id > ?", (upto,)
+                ).fetchone()[0],
+                "fts_state": fts_state(c),
+                "cursor": f"{cursor[0]}:{cursor[1]}" if cursor else None,
+                "cursor_updated_at": cursor[2] if cursor else None,
+                "applied_batches": c.execute("SELECT count(*) FROM applied_batches").fetchone()[0],
+            }

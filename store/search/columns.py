@@ -1,0 +1,63 @@
+"""What the search indexes hold, as SQL over a message row aliased ``m``: the word index's
+columns (``SEARCH_COLUMNS_SQL``, and the search kinds that select them), the scope and text of
+the trigram index (``store.schema``'s module doc says why it is scoped), and the decoding of
+the tool-call text. The tables themselves are ``store.schema.FTS_DDL``; a change here is a
+new ``store.schema.FTS_LAYOUT``.
+"""
+
+from __future__ import annotations
+
+import re
+
+#: Trigram scope (``store.schema``'s module doc): roles indexed, indexed prefix of ``content``.
+TRIGRAM_ROLES = ("user", "assistant")
+TRIGRAM_PREFIX_CHARS = 2000
+#: SQL condition (row aliased ``m``) for rows the trigram index covers.
+TRIGRAM_SCOPE_SQL = f"m.role IN {TRIGRAM_ROLES!r} AND m.content IS NOT NULL AND m.content != ''"
+#: SQL expression: the trigram-indexed text of a row aliased ``m``.
+TRIGRAM_TEXT_SQL = f"substr(m.content, 1, {TRIGRAM_PREFIX_CHARS})"
+
+#: The word index's columns (``messages_fts``), each an SQL expression over a row aliased ``m``:
+#: * ``content`` – the message text;
+#: * ``tools`` – the tool calls as text: every string and number in ``tool_calls`` (names
+#:   and arguments, not the call ids/types), with a string that is itself a JSON object or
+#:   array (OpenAI's ``arguments``) decoded once more, so words after an escaped newline or
+#:   tab or inside escaped quotes are words, not ``nsecondword``;
+#: * ``reasoning`` – reasoning/thinking text.
+#: The search kinds (``text``/``tool``/``reasoning``) select these columns.
+SEARCH_COLUMNS_SQL: dict[str, str] = {
+    "content": "m.content",
+    "tools": """(
+    SELECT group_concat(CASE WHEN j.type = 'text' AND json_valid(j.atom)
+                                  AND json_type(j.atom) IN ('object', 'array')
+        THEN (SELECT group_concat(k.atom, ' ') FROM json_tree(j.atom) AS k
+              WHERE k.type IN ('text', 'integer', 'real'))
+        ELSE j.atom END, ' ')
+    FROM json_tree(CASE WHEN json_valid(m.tool_calls) THEN m.tool_calls ELSE '[]' END) AS j
+    WHERE j.type IN ('text', 'integer', 'real')
+      AND NOT (j.key IN ('id', 'type') AND instr(j.path, '.') = 0))""",
+    "reasoning": "m.reasoning",
+}
+#: The ``tools`` text as a read returns it: a BLOB, decoded by ``tools_text``. ``json_tree``
+#: decodes an escaped lone surrogate in stored argument JSON (``"\\ud83d"``, a cut emoji) into
+#: bytes that are not UTF-8, which a strict decode of a TEXT result would raise on.
+TOOLS_BLOB_SQL = f"CAST({SEARCH_COLUMNS_SQL['tools']} AS BLOB)"
+
+
+def tools_text(value: bytes | str | None) -> str | None:
+    """A ``TOOLS_BLOB_SQL`` result as text: bytes that are not UTF-8 become U+FFFD (what the
+    store's normaliser writes for a lone surrogate), so no stored row can make a read fail."""
+    if not isinstance(value, bytes):
+        return value
+    try:  # a lone surrogate, as SQLite writes it (3 bytes), is one character: one U+FFFD
+        text = value.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError:
+        text = value.decode("utf-8", "replace")
+    return _LONE_SURROGATE.sub("\ufffd", text)
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+#: Search kind (API/CLI) → word-index column.
+KIND_COLUMNS = {"text": "content", "tool": "tools", "reasoning": "reasoning"}

@@ -291,9 +291,14 @@ class ForkServer:
             return subprocess.CompletedProcess(args, returncode, _text(out), _text(err))
 
     def close(self) -> None:
+        """Stop the server: it exits when its stdin closes, or is killed if still importing."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.stdin.close()
-            self.proc.wait(30)
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
 
 
 def _stdin(input: str | None):

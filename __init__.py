@@ -34,6 +34,7 @@ _LAZY: dict[str, str] = {
             "OverloadedError",
             "StoreDamagedError",
             "QueueUnavailableError",
+            "ScheduleUnreadableError",
             "StorageError",
         )
     },

@@ -29,8 +29,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from quill.spool import START, Spool, SpoolReader
-from quill.store.apply.chunk import take_chunk
+from quill.spool import Quarantine, Spool, SpoolReader
+from quill.workers.drain import Drain
 
 from .backends_ceiling import ceiling
 from .common import machine, ms, pct, ratio, tempdir
@@ -58,21 +58,24 @@ def _open(kind: str, root: Path, url: str | None, spool_id: str):
     return open_backend(url if kind == "postgres" else None, root / "state.db", spool_id)
 
 
+def _drainer(backend: Any, spool_dir: str) -> Drain:
+    """The one drain loop (``workers.drain.Drain``) from ``backend``'s cursor, in chunks of
+    ``CHUNK_ROWS`` rows, as the writer drains."""
+    drain = Drain(backend, SpoolReader(spool_dir), Quarantine(Path(spool_dir)), CHUNK_ROWS)
+    drain.start()
+    return drain
+
+
 def _drain(
     kind: str, root: str, spool_dir: str, url: str | None, spool_id: str, barrier: Any, out: Any
 ) -> None:
     backend = _open(kind, Path(root), url, spool_id)
-    reader = SpoolReader(spool_dir)
-    cursor = START
+    drain = _drainer(backend, spool_dir)
     barrier.wait()
     t0 = time.perf_counter()
     rows = 0
-    while True:
-        entries = take_chunk(reader.read(cursor, max_bytes=8 << 20), CHUNK_ROWS)
-        if not entries:
-            break
-        rows += backend.apply_chunk(entries, lambda *a: None).rows
-        cursor = entries[-1].next
+    while (step := drain.step()).entries:
+        rows += step.result.rows
         backend.index(2000)
     while backend.index(100_000):  # SQLite: the FTS tail too, so both end searchable
         pass
@@ -199,14 +202,12 @@ def _drain_forever(
     kind: str, root: str, spool_dir: str, url: str | None, stop: Any, out: Any
 ) -> None:
     backend = _open(kind, Path(root), url, "ack-bench")
-    reader, cursor, rows = SpoolReader(spool_dir), START, 0
+    drain, rows = _drainer(backend, spool_dir), 0
     while not stop.is_set():
-        entries = take_chunk(reader.read(cursor, max_bytes=8 << 20), CHUNK_ROWS)
-        if entries:
-            rows += backend.apply_chunk(entries, lambda *a: None).rows
-            cursor = entries[-1].next
+        step = drain.step()
+        rows += step.result.rows
         backend.index(2000)
-        if not entries:
+        if not step.entries:
             time.sleep(0.05)
     out.put(rows)
     backend.close()

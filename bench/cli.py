@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .common import ms, pct, ratio, tempdir
+from .tables import print_table
 
 HEAVY = (
     "sqlalchemy",
@@ -142,16 +143,21 @@ def main() -> None:
     args = parser.parse_args()
     result = run(args.reps)
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-    print(
-        f"{'case':<26} {'min ms':>8} {'p50 ms':>8} {'p95 ms':>8} {'p50 - floor':>12} "
-        f"{'÷ floor':>8} {'CPU p50 ms':>11} {'÷ floor':>8}"
+    keys = ("case", "min_ms", "p50_ms", "p95_ms", "p50_over_floor_ms", "ratio_to_floor")
+    print_table(
+        None,
+        (
+            "case",
+            "min ms",
+            "p50 ms",
+            "p95 ms",
+            "p50 - floor",
+            "÷ floor",
+            "CPU p50 ms",
+            "CPU ÷ floor",
+        ),
+        [[r[k] for k in (*keys, "cpu_p50_ms", "cpu_ratio_to_floor")] for r in result["rows"]],
     )
-    for r in result["rows"]:
-        print(
-            f"{r['case']:<26} {r['min_ms']:>8} {r['p50_ms']:>8} {r['p95_ms']:>8} "
-            f"{r['p50_over_floor_ms']:>12} {r['ratio_to_floor']:>8}"
-            f" {r['cpu_p50_ms']:>11} {r['cpu_ratio_to_floor']:>8}"
-        )
     print(f"heavy modules imported: {result['heavy_imports']}")
     print(
         f"target {result['target']['goal']}: {result['target']['measured_ms']} ms → "

@@ -127,3 +127,31 @@ def machine() -> dict[str, Any]:
     except Exception:
         info["tmp_fs"] = None
     return info
+
+
+def at_revision(module: str, rev: str, *args: str) -> Any:
+    """The JSON that ``python -m <module> *args`` prints under the ``quill`` of git revision
+    ``rev`` (``git archive`` into a temp dir put first on ``PYTHONPATH``; the bench code is
+    this tree's): a baseline measured on the same machine in the same run. Raises
+    ``subprocess.CalledProcessError`` when git or the run fails."""
+    import json
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    with tempfile.TemporaryDirectory(prefix="quill-bench-base-") as tmp:
+        archive = subprocess.run(
+            ["git", "-C", str(root), "archive", "--prefix=quill/", rev],
+            check=True,
+            capture_output=True,
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        out = subprocess.run(
+            [sys.executable, "-m", module, *args],
+            cwd=root,
+            env=dict(os.environ, PYTHONPATH=tmp),
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+    return json.loads(out)

@@ -1,7 +1,7 @@
 """Prompt/tool store size: ``python -m bench.context_store [--sessions 1000] [--kb 30]``.
 
 Agents send the same large tool array (and system prompt) with every session.
-This benchmark applies, through the real spool and the writer's ``apply_chunk``, N
+This benchmark applies, through the real spool and the writer's drain (``Drain``), N
 ``session.create`` ops into three fresh stores and reports each store's growth (SQLite pages
 in use × page size, after a checkpoint):
 
@@ -21,10 +21,13 @@ import argparse
 import json
 from pathlib import Path
 
-from quill.spool import START, Spool, SpoolReader
-from quill.store import apply_chunk, open_writer
+from quill.spool import Quarantine, Spool, SpoolReader
+from quill.store import open_writer
+from quill.store.factory import open_url
+from quill.workers.drain import Drain
 
 from .common import tempdir
+from .tables import print_table
 
 
 def tool_array(kb: int) -> list[dict]:
@@ -58,11 +61,13 @@ def _store_bytes(root: Path, ops: list[tuple[str, dict]]) -> int:
     for op, data in ops:
         spool.append(op, data)
     spool.close()
+    store = open_url(None, root / "state.db", "bench")
+    try:  # the one drain loop, in chunks of about 500 rows
+        Drain(store, SpoolReader(root / "spool"), Quarantine(root / "spool"), 500).until_empty()
+    finally:
+        store.close()
     conn = open_writer(root / "state.db")
     try:
-        entries = list(SpoolReader(root / "spool").read(START, max_bytes=1 << 40))
-        for start in range(0, len(entries), 500):
-            apply_chunk(conn, entries[start : start + 500], lambda e, reason, detail: None)
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         pages, free, size = (
             conn.execute(f"PRAGMA {p}").fetchone()[0]
@@ -100,10 +105,11 @@ def main() -> None:
             sizes[name] = _store_bytes(root, ops)
     base = sizes["baseline"]
     print(f"{n} sessions sharing one tool array of {array_bytes / 1024:.1f} KB")
-    print(f"{'variant':<10}{'store KB':>12}{'added KB':>12}{'added / array':>16}")
-    for name, size in sizes.items():
-        added = size - base
-        print(f"{name:<10}{size / 1024:>12.1f}{added / 1024:>12.1f}{added / array_bytes:>15.2f}x")
+    print_table(
+        None,
+        ("variant", "store KB", "added KB", "added ÷ array"),
+        [[k, v / 1024, (v - base) / 1024, (v - base) / array_bytes] for k, v in sizes.items()],
+    )
     print(
         f"shared adds {(sizes['shared'] - base) / 1024:.1f} KB "
         f"(goal ≈ {array_bytes / 1024:.0f} KB, not {n * array_bytes / 1024 / 1024:.0f} MB); "

@@ -9,7 +9,7 @@ table, an index, an FTS5 shadow table); FTS5 shadow tables are summed under thei
 * JSON bytes: each message as the producer sent it, compact JSON (``msgspec``), UTF-8 — the
   smallest faithful text form, so the ratio is not flattered by whitespace.
 * ``store ÷ JSON``: the whole file (page count × page size, free pages included) ÷ JSON bytes.
-  Goal (issue 29): ≤ 1.5× with both FTS indexes.
+  Goal: ≤ 1.5× with both FTS indexes.
 * ``--kind synthetic``: ``bench.messages.synthetic_messages`` (the scale workload; no large
   tool outputs). ``--kind real``: the shared corpus cycled (``real_stream``: real tool outputs,
   images, parts).
@@ -22,16 +22,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from .common import tempdir
+from .common import at_revision, tempdir
 from .messages import real_stream, synthetic_messages
 
 #: Chunk and index-slice rows of the build (bench.build_store's defaults: a faster build with
@@ -113,24 +110,7 @@ def run(n: int, kind: str) -> dict[str, Any]:
 
 def _baseline(rev: str, n: int, kind: str) -> dict[str, Any]:
     """``run(n, kind)`` under the ``quill`` of git revision ``rev`` (same machine, same run)."""
-    root = Path(__file__).resolve().parent.parent
-    with tempfile.TemporaryDirectory(prefix="quill-bench-base-") as tmp:
-        archive = subprocess.run(
-            ["git", "-C", str(root), "archive", "--prefix=quill/", rev],
-            check=True,
-            capture_output=True,
-        ).stdout
-        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
-        env = dict(os.environ, PYTHONPATH=tmp)
-        out = subprocess.run(
-            [sys.executable, "-m", "bench.disk", str(n), "--kind", kind, "--json"],
-            cwd=root,
-            env=env,
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout
-    return json.loads(out)
+    return at_revision("bench.disk", rev, str(n), "--kind", kind, "--json")
 
 
 def table(results: list[tuple[str, dict[str, Any]]]) -> str:

@@ -1,9 +1,10 @@
 """§2 Searchable ingest: messages/s from the spool to committed, FTS-indexed rows.
 
 * Quill: a spool of real messages (calls of 10, sessions of 50) is drained exactly as the
-  writer's loop does it (``workers/writer.py`` ``_step``): ``take_chunk`` of ``chunk_rows`` →
-  ``apply_chunk`` (rows + batch ids + cursor in one transaction) → ``index_slice`` (bulk FTS,
-  2,000 rows) after each chunk, then the index is brought fully up to date. The clock stops
+  writer's loop does it (``workers/writer.py`` ``_step``): the one drain loop
+  (``workers.drain.Drain``: a chunk of ``chunk_rows``, rows + batch ids + cursor in one
+  transaction) → the store's ``index`` (bulk FTS, 2,000 rows) after each chunk, then the
+  index is brought fully up to date. The clock stops
   when every row is committed *and* indexed.
 * raw FTS ceiling: plain apsw ``executemany`` of the very same, already normalised rows into
   the same schema (``store.schema``), with per-row FTS triggers that fill the same two FTS
@@ -53,35 +54,23 @@ def drain(
     """Drain the spool into a fresh store like the writer's loop; returns figures."""
     from quill.spool import Quarantine, SpoolReader
     from quill.spool.segments import Position, list_segments
-    from quill.store import apply_chunk, index_slice, open_writer
-    from quill.store.apply.chunk import take_chunk
+    from quill.store.factory import open_url
+    from quill.workers.drain import Drain
 
     t0, c0 = time.perf_counter(), time.process_time()
-    conn = open_writer(db_path)
-    reader = SpoolReader(spool_dir)
+    store = open_url(None, db_path, "bench")
     quarantine = Quarantine(spool_dir)
-    rejected: list[str] = []
-
-    def reject(e, reason, detail):
-        rejected.append(reason)
-        quarantine.put(e.position, reason, detail, e.raw, e.record)
-
-    pos = Position(min(list_segments(spool_dir), default=1), 0)
-    rows = chunks = 0
-    while True:
-        entries = take_chunk(reader.read(pos, max_bytes=8 << 20), chunk_rows)
-        if not entries:
-            break
-        res = apply_chunk(conn, entries, reject)
-        rows += res.rows
-        chunks += 1
-        pos = entries[-1].next
-        index_slice(conn, index_slice_rows)
+    drain = Drain(store, SpoolReader(spool_dir), quarantine, chunk_rows)
+    drain.start(Position(min(list_segments(spool_dir), default=1), 0))
+    while drain.step().entries:  # the one drain loop, then one index slice, as the writer
+        store.index(index_slice_rows)
     committed = time.perf_counter() - t0
-    while index_slice(conn, index_slice_rows):
+    while store.index(index_slice_rows):
         pass
     seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
-    conn.close()
+    store.close()
+    rows, chunks = drain.totals["rows"], drain.totals["chunks"]
+    rejected = [e["reason"] for e in quarantine.entries()]
     return {
         "rows": rows,
         "chunks": chunks,

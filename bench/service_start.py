@@ -32,6 +32,7 @@ from quill.home import RunDir
 
 from .cli import _quill, heavy_imports
 from .common import ms, pct, ratio, tempdir
+from .tables import print_table
 
 MESSAGE = '{"role": "user", "content": "one agent turn"}\n'
 
@@ -169,12 +170,12 @@ def main() -> None:
     args = parser.parse_args()
     result = run(args.reps)
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-    print(f"{'case':<26} {'p50 ms':>9} {'p95 ms':>9} {'÷ floor':>8} {'CPU ms':>8} {'÷ floor':>8}")
-    for r in result["rows"]:
-        print(
-            f"{r['case']:<26} {r['p50_ms']:>9} {r['p95_ms']:>9} {r['ratio_to_floor']:>8}"
-            f" {r['cpu_p50_ms']:>8} {r['cpu_ratio_to_floor']:>8}"
-        )
+    keys = ("case", "p50_ms", "p95_ms", "ratio_to_floor", "cpu_p50_ms", "cpu_ratio_to_floor")
+    print_table(
+        None,
+        ("case", "p50 ms", "p95 ms", "÷ floor", "CPU ms", "CPU ÷ floor"),
+        [[r[k] for k in keys] for r in result["rows"]],
+    )
     print(
         f"jobs run --wait: the job itself {result['job_own_p50_ms']} ms (p50), the rest "
         f"{result['jobs_wait_overhead_p50_ms']} ms is start-up, queueing and waiting"

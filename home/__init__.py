@@ -10,6 +10,8 @@ name is re-exported here (``from quill.home import RunDir``).
 * ``quill.home.rundir``: ``RunDir`` and the typed records it keeps (``Halt``, ``SwapRequest``,
   ``WriterStatus``).
 * ``quill.home.throttle``: ``Throttle``, the one rule for warnings that repeat.
+* ``quill.home.descriptors``: descriptor exhaustion (EMFILE/ENFILE) decided by errno for
+  every layer (``is_exhaustion``, ``exhausted_now``).
 
 Every command imports this package, the per-turn ``quill push`` included, so it stays cheap:
 records are NamedTuples (no ``dataclasses``/``inspect``), and ``psutil`` and ``tomllib`` are
@@ -18,6 +20,7 @@ imported only when used (tests/test_cli_contract.py checks the push path).
 
 from __future__ import annotations
 
+from quill.home.descriptors import EXHAUSTED_ERRNOS, exhausted_now, is_exhaustion
 from quill.home.identity import (
     BOOT_SHIFT_S,
     boot_id,
@@ -36,6 +39,7 @@ from quill.home.layout import (
     DATA_DIR_MARKERS,
     EVIDENCE_DIR,
     LOGS_DIR,
+    OTLP_LINKS_DB,
     QUEUE_DB,
     RUN_DIR,
     SCHEDULE_DB,
@@ -84,6 +88,7 @@ __all__ = [
     "SPOOL_ID",
     "STATE_DB",
     "TOKENS_DB",
+    "OTLP_LINKS_DB",
     "default_home",
     "evidence_dir",
     "parse_snapshot_name",
@@ -111,4 +116,7 @@ __all__ = [
     "WriterStatus",
     "read_halt",
     "Throttle",
+    "EXHAUSTED_ERRNOS",
+    "exhausted_now",
+    "is_exhaustion",
 ]

@@ -19,6 +19,7 @@ EVIDENCE_DIR = "evidence"  # store files set aside by a swap (``quill recover``)
 QUEUE_DB = "queue.db"  # the embedded huey queues
 SCHEDULE_DB = "schedule.db"  # the embedded APScheduler job store
 TOKENS_DB = "tokens.db"  # HTTP API tokens
+OTLP_LINKS_DB = "otlp-links.db"  # OTLP agent spans' delegate links (``otlp_links``)
 SPOOL_ID = "spool-id"  # this data dir's stable spool id
 CONFIG_TOML = "config.toml"  # optional settings (``load``)
 #: The watcher's durable per-file positions and unreadable files (``quill.workers.watch``).

@@ -4,7 +4,8 @@ whether what they say is current; the records kept there are typed: the writer's
 writer's published status (``WriterStatus``).
 
 Records are NamedTuples, not dataclasses: every command, the per-turn ``quill push`` included,
-imports ``quill.home``, and ``dataclasses`` imports ``inspect`` (≈8 ms, bench/cli.py)."""
+imports ``quill.home``, and ``dataclasses`` imports ``inspect``, a measurable part of that
+process's start (bench/cli.py; figure in bench/RESULTS.md)."""
 
 from __future__ import annotations
 

@@ -32,6 +32,9 @@ from quill.home.layout import (
 
 #: Who may call the HTTP API without a token: loopback peers only, nobody, or anyone.
 ANONYMOUS = ("loopback", "none", "any")
+#: The URL schemes of a ``[store] url`` (a PostgreSQL store). Checked here when the setting is
+#: loaded or written; ``store.factory`` is the one place that opens a store by it.
+STORE_SCHEMES = ("postgresql", "postgres")
 DAY = 24 * 3600.0
 
 
@@ -313,7 +316,7 @@ def load(home: str | os.PathLike[str] | None = None) -> Settings:
                 raise ConfigError(f"{path}: {section}.{key} must be a list of strings")
             changes[name] = tuple(value) if isinstance(value, list) else value
     scheme = {k: (changes.get(k) or "").split(":", 1)[0] for k in ("store_url", "queue_url")}
-    if changes.get("store_url") and scheme["store_url"] not in ("postgresql", "postgres"):
+    if changes.get("store_url") and scheme["store_url"] not in STORE_SCHEMES:
         raise ConfigError(f"{path}: store.url must be a postgresql:// URL")
     if changes.get("queue_url") and scheme["queue_url"] not in ("redis", "rediss", "unix"):
         raise ConfigError(f"{path}: queue.url must be a redis:// URL")

@@ -240,12 +240,17 @@ RECORD_RUN = "record_job_run"
 CLOSE_INTERRUPTED = "close_interrupted"
 
 
-def public(name: str) -> JobSpec:
+def public(name: str, store: str | None = None) -> JobSpec:
     """The user-runnable job ``name``; raises ``KeyError`` listing the known ones (internal
-    jobs such as ``declare_corrupt`` need arguments only Quill supplies)."""
+    jobs such as ``declare_corrupt`` need arguments only Quill supplies). ``store``
+    (``"sqlite"`` | ``"postgres"``): list only the jobs that kind of store can run."""
     spec = BY_NAME.get(name)
     if spec is None or spec.internal:
-        known = sorted(j.name for j in JOBS if not j.internal)
+        known = sorted(
+            j.name
+            for j in JOBS
+            if not j.internal and (store is None or j.backend in ("any", store))
+        )
         raise KeyError(f"unknown job {name!r}; known jobs: {', '.join(known)}")
     return spec
 
@@ -262,8 +267,8 @@ def runnable(name: str, settings: Any) -> JobSpec:
     no file to work on over PostgreSQL."""
     from quill.store.factory import capabilities
 
-    spec = public(name)
     store = capabilities(settings).kind
+    spec = public(name, store)
     if spec.backend not in ("any", store):
         label = {"postgres": "a PostgreSQL store", "sqlite": "the SQLite store"}
         where = "[store] url is set" if store == "postgres" else "no [store] url in config.toml"

@@ -7,6 +7,9 @@
         │                       a server still loading its data), or refused a write as a
         │                       read-only replica; or ``queue.db`` was busy, locked, full,
         │                       unreadable or could not be opened (SQLite primary result codes)
+        ├── QueueOverloadedError  no file descriptor was left (EMFILE/ENFILE,
+        │                       ``quill.home.descriptors``) to open ``queue.db`` or a socket
+        │                       to Redis: retry shortly (HTTP: 503 ``overloaded``)
         └── QueueDamagedError   ``queue.db`` is damaged or not a database (SQLITE_CORRUPT,
                                 SQLITE_NOTADB): an outage like the others to every caller (they
                                 stay up and try again), which lasts until an operator moves
@@ -26,6 +29,8 @@ import contextlib
 import sqlite3
 import time
 from collections.abc import Iterator
+
+from quill.home.descriptors import exhausted_now
 
 #: SQLite primary result codes (sqlite3.h) that mean ``queue.db`` cannot be used right now.
 _SQLITE_UNAVAILABLE = frozenset({5, 6, 10, 13, 14})  # BUSY, LOCKED, IOERR, FULL, CANTOPEN
@@ -48,6 +53,13 @@ class QueueUnavailableError(QueueError):
         self.cause = f"{type(cause).__name__}: {cause}"
         self.since = time.time()
         super().__init__(f"the job queue at {where} is unreachable ({self.cause})")
+
+
+class QueueOverloadedError(QueueUnavailableError):
+    """The queue could not be reached because this process (or the system) had no file
+    descriptor left to open ``queue.db`` or a socket: the queue itself is fine."""
+
+    descriptors_exhausted = True
 
 
 class QueueDamagedError(QueueUnavailableError):
@@ -103,5 +115,7 @@ def guarded(where: str) -> Iterator[None]:
         if damaged(exc):
             raise QueueDamagedError(where, exc) from exc
         if unavailable(exc):
-            raise QueueUnavailableError(where, exc) from exc
+            # sqlite3 and redis-py keep no errno for a failed open: ask the kernel again.
+            kind = QueueOverloadedError if exhausted_now() else QueueUnavailableError
+            raise kind(where, exc) from exc
         raise

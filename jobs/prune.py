@@ -33,8 +33,9 @@ import time
 from typing import Any
 
 import apsw
+import psutil
 
-from quill.home import DEFAULTS, boot_id, holder_alive
+from quill.home import BOOT_SHIFT_S, DEFAULTS, boot_id, holder_alive
 from quill.spool import Spool
 from quill.store.apply.deletes import doomed as delete_closure
 
@@ -225,10 +226,14 @@ def orphan_sweep(
     pid and host name alone (a pid is recycled; a cloned machine keeps its host name):
 
     * with ``boot_id`` and ``start_ticks``: of this boot, alive only as the very process that
-      started at that tick; of another boot (``other_boot``) it is not judged here: a process of
-      an earlier boot of this machine is gone, but one on a clone that shares the host name is
-      alive, and the two cannot be told apart from here (the stale sweep ends it if it stays
-      idle, ``auto_prune``);
+      started at that tick; of another boot, dead when it started before this boot began
+      (``owner_started`` earlier than the kernel's boot time, less ``BOOT_SHIFT_S``): every
+      process of an earlier boot of this machine did, and none of them outlived it. One that
+      started after this boot began is no process of this machine (a clone sharing the host
+      name): not judged here (``other_boot``; the stale sweep ends it if it stays idle,
+      ``auto_prune``). The one case this cannot tell apart — a same-named clone's process
+      started before this machine booted — is closed too, and an end by the sweep is
+      automatic: the owner's next append reopens the session, nothing is lost;
     * without them (a producer that sent only ``create_time``): alive while a process with that
       pid started at that time (to the clock tick; ``holder_alive``'s rule for such records)."""
     host = host or socket.gethostname()
@@ -240,12 +245,15 @@ def orphan_sweep(
         f"AND owner_host = ? AND s.source IN ({_in(src)}) AND {_KEEP} ORDER BY id LIMIT ?",
         (host, *src, max_sessions),
     ).fetchall()
-    here = boot_id()
+    here, booted = boot_id(), psutil.boot_time() - BOOT_SHIFT_S
     dead, other_boot = [], 0
     for sid, pid, started, boot, ticks in rows:
         if boot is not None and ticks is not None:
             if boot != here:
-                other_boot += 1
+                if started is not None and started < booted:  # an earlier boot: gone
+                    dead.append((sid, pid, started))
+                else:
+                    other_boot += 1
                 continue
             alive = holder_alive({"pid": pid, "start_ticks": ticks, "boot_id": boot})
         else:

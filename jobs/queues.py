@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from huey.storage import BaseStorage, RedisStorage, SqliteStorage
 
 from quill.home import Settings, runner_tag
 from quill.jobs import catalog
-from quill.jobs.errors import QueueUnavailableError, guarded
+from quill.jobs.errors import QueueUnavailableError, damaged, guarded
 from quill.store.sqlite.job_runs import RUNNING, close_interrupted, record_job_run
 
 STORE_QUEUE = "quill-store"
@@ -59,14 +60,22 @@ STORAGE_METHODS = tuple(
 def _guard(base: type[BaseStorage]) -> type[BaseStorage]:
     """``base`` with every storage method (and the constructor: ``queue.db`` is opened
     there) run under ``jobs.errors.guarded``: an unreachable queue raises
-    ``QueueUnavailableError`` from whichever call met it, never a raw driver error."""
+    ``QueueUnavailableError`` from whichever call met it, never a raw driver error. Before
+    each call ``quill_fresh`` may open the storage afresh (``_Reopening``); a call that finds
+    it damaged marks it ``quill_stale`` so the next one does."""
 
     def wrap(name: str) -> Any:
         method = getattr(base, name)
 
         def call(self: Any, *args: Any, **kwargs: Any) -> Any:
             with guarded(self.quill_where):
-                return method(self, *args, **kwargs)
+                try:
+                    self.quill_fresh()
+                    return method(self, *args, **kwargs)
+                except Exception as exc:
+                    if damaged(exc):
+                        self.quill_stale = True
+                    raise
 
         call.__name__ = name
         return call
@@ -77,11 +86,48 @@ def _guard(base: type[BaseStorage]) -> type[BaseStorage]:
             base.__init__(self, *args, **kwargs)
 
     methods = {n: wrap(n) for n in STORAGE_METHODS if hasattr(base, n)}
-    return type(f"Guarded{base.__name__}", (base,), {"__init__": init, **methods})
+    return type(
+        f"Guarded{base.__name__}",
+        (base,),
+        {"__init__": init, "quill_stale": False, "quill_fresh": lambda self: None, **methods},
+    )
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    """``(device, inode)`` of ``path``; None when there is no such file."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+class _Reopening(_guard(SqliteStorage)):  # type: ignore[misc]
+    """huey's ``SqliteStorage`` (guarded) that follows ``queue.db`` by its path: a connection
+    stays on the inode it opened, so once a damaged file is moved aside (or the file is
+    replaced or deleted) every later call would still meet the old one, until a restart.
+    Before each call the connection is closed and the schema created afresh (a new file has
+    no tables) when the path names another file than the connection's (one ``stat``) or the
+    previous call found the file damaged; the old connection's file is never written again."""
+
+    quill_opened: tuple[int, int] | None = None
+
+    def _create_connection(self) -> Any:
+        conn = super()._create_connection()
+        self.quill_opened = _identity(self.filename)  # sqlite3.connect created the file
+        return conn
+
+    def quill_fresh(self) -> None:
+        moved = self._conn is not None and _identity(self.filename) != self.quill_opened
+        if not (self.quill_stale or moved):
+            return
+        self.quill_stale = False
+        SqliteStorage.close(self)
+        self.initialize_schema()  # opens, creates the tables if missing, closes
 
 
 GuardedRedisStorage = _guard(RedisStorage)
-GuardedSqliteStorage = _guard(SqliteStorage)
+GuardedSqliteStorage = _Reopening
 #: Connecting to Redis gives up after this long (s), and so does a reply: an unreachable
 #: host (no route, a dropped link) must not hold the writer longer than this per try.
 REDIS_CONNECT_TIMEOUT_S = 2.0

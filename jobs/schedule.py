@@ -21,8 +21,11 @@ APScheduler opens the file, keeping id, trigger, next run time (None = paused) a
 
 from __future__ import annotations
 
+import contextlib
+import os
 import pickle
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -99,16 +102,56 @@ def migrate(schedule_db: Path, fire_ref: str) -> list[str]:
 
 class ScheduleUnreadableError(Exception):
     """``schedule.db`` cannot be read (damaged, not a database, locked, unreadable): classified
-    by SQLite result code. ``path`` is the file, ``cause`` the driver's error (``Type: text``)."""
+    by SQLite result code. ``path`` is the file, ``cause`` the driver's error (``Type: text``),
+    ``damaged`` whether the file itself is bad (SQLITE_CORRUPT, SQLITE_NOTADB: it stays so
+    until it is replaced or moved aside) rather than busy or out of reach right now."""
 
     def __init__(self, path: Path, cause: BaseException):
         self.path = path
         self.cause = f"{type(cause).__name__}: {cause}"
+        self.damaged = _code(cause) in _SQLITE_DAMAGED
         super().__init__(f"the schedule at {path} cannot be read ({self.cause})")
 
 
 #: SQLite's generic result code: here, the job store's table does not exist yet.
 _SQLITE_ERROR = 1
+#: SQLite primary result codes of a damaged file: CORRUPT, NOTADB.
+_SQLITE_DAMAGED = frozenset({11, 26})
+
+
+def _code(exc: BaseException) -> int | None:
+    """The SQLite primary result code of ``exc`` (a ``sqlite3.Error``, or SQLAlchemy's
+    wrapper of one), None when it carries none."""
+    exc = getattr(exc, "orig", None) or exc
+    code = getattr(exc, "sqlite_errorcode", None) if isinstance(exc, sqlite3.Error) else None
+    return None if code is None else code & 0xFF
+
+
+@contextlib.contextmanager
+def guarded(schedule_db: Path) -> Iterator[None]:
+    """Run a block that reads or edits ``schedule_db`` (directly, or through APScheduler's
+    SQLAlchemy job store): an SQLite error with a result code other than the generic one
+    (damaged, not a database, busy, locked, I/O, full, cannot open) is re-raised as
+    ``ScheduleUnreadableError`` (the original chained); anything else propagates as is."""
+    try:
+        yield
+    except ScheduleUnreadableError:
+        raise
+    except Exception as exc:
+        code = _code(exc)
+        if code is None or code == _SQLITE_ERROR:
+            raise
+        raise ScheduleUnreadableError(Path(schedule_db), exc) from exc
+
+
+def fingerprint(schedule_db: Path) -> tuple[int, int, int, int] | None:
+    """``(device, inode, size, mtime ns)`` of ``schedule_db``, None when it does not exist:
+    a damaged file is known to be replaced, moved aside or rewritten when this changes."""
+    try:
+        st = os.stat(schedule_db)
+    except FileNotFoundError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def read_schedules(schedule_db: Path, fire_ref: str) -> list[dict[str, Any]]:

@@ -14,7 +14,7 @@ import apsw
 
 from quill.store.errors import CorruptError, mapped
 from quill.store.sqlite import fts_repair
-from quill.store.sqlite.connection import transaction
+from quill.store.sqlite.connection import AUTO_VACUUM, has_pointer_map, transaction
 from quill.store.sqlite.indexer import FTS_TABLES, fts_state, optimize
 from quill.store.sqlite.wal import wal_bytes, wal_checkpoint
 
@@ -38,20 +38,32 @@ def fts_merge(conn: apsw.Connection, pages: int = 500) -> dict[str, Any]:
     return {"pages_written": conn.total_changes() - before}
 
 
+def _vacuum(conn: apsw.Connection) -> None:
+    """VACUUM, keeping (or adding) the store's pointer-map pages (``AUTO_VACUUM``). The
+    pragma only when they are missing: setting it commits, and the VACUUM's commit is the
+    first one (``store.sqlite.effects`` judges a killed run from that)."""
+    if not has_pointer_map(conn):
+        conn.execute(f"PRAGMA auto_vacuum={AUTO_VACUUM}")
+    conn.execute("VACUUM")
+
+
 def vacuum(
     conn: apsw.Connection, min_free_ratio: float = 0.2, headroom: float = 1.2
 ) -> dict[str, Any]:
     """VACUUM when worthwhile: only if free pages are at least ``min_free_ratio`` of the file
     and the disk has ``headroom`` × the file size free (VACUUM writes a full copy, and the
     following checkpoint is as large as the database: 22–27 s and ~2 GB at 1M messages).
-    Then a TRUNCATE checkpoint. Figures: bytes before/after, free ratio, or why it skipped."""
+    Then a TRUNCATE checkpoint. A store without pointer-map pages (made before
+    ``AUTO_VACUUM``) is vacuumed whatever its free pages, once, to gain them
+    (``pointer_map_added``). Figures: bytes before/after, free ratio, or why it skipped."""
     path = conn.filename
     with mapped():
         pages = conn.execute("PRAGMA page_count").fetchone()[0]
         free = conn.execute("PRAGMA freelist_count").fetchone()[0]
+        convert = not has_pointer_map(conn)
     ratio = free / pages if pages else 0.0
     before = os.stat(path).st_size + wal_bytes(conn)
-    if ratio < min_free_ratio:
+    if ratio < min_free_ratio and not convert:
         return {
             "skipped": "free-page ratio below threshold",
             "free_ratio": round(ratio, 4),
@@ -63,10 +75,11 @@ def vacuum(
     start = time.monotonic()
     try:
         with mapped():
-            conn.execute("VACUUM")
+            _vacuum(conn)
     finally:  # after any attempt, failed ones included: a VACUUM's WAL is as big as the store
         cp = wal_checkpoint(conn, "TRUNCATE")
     return {
+        **({"pointer_map_added": True} if convert else {}),
         "bytes_before": before,
         "bytes_after": os.stat(path).st_size + wal_bytes(conn),
         "free_ratio": round(ratio, 4),
@@ -117,7 +130,7 @@ def scrub(conn: apsw.Connection, vacuum: bool = True) -> dict[str, Any]:
                 with transaction(conn):
                     optimize(conn)
             optimize_s = round(time.monotonic() - start, 3)
-            conn.execute("VACUUM")
+            _vacuum(conn)
             vacuum_s = round(time.monotonic() - start - optimize_s, 3)
     finally:  # after any attempt, failed ones included: a VACUUM's WAL is as big as the store
         while True:

@@ -23,6 +23,14 @@ class SpoolFullError(SpoolError):
         self.free_bytes = free_bytes
 
 
+class DescriptorsExhaustedError(SpoolError):
+    """No file descriptor was left (errno EMFILE or ENFILE, ``quill.home.descriptors``) to
+    open a segment, its seal record or the doorbell: nothing was appended and nothing is
+    wrong with the spool; retry shortly (HTTP: 503 ``overloaded``)."""
+
+    descriptors_exhausted = True
+
+
 class SpoolLocationError(SpoolError, ValueError):
     """A producer was pointed at a directory that is neither a spool directory nor a Quill
     data dir (or at a file): appending there would acknowledge records no writer drains.

@@ -44,9 +44,16 @@ import time
 from typing import Any, NamedTuple
 
 from quill.home import DEFAULTS
+from quill.home.descriptors import EXHAUSTED_ERRNOS
 from quill.home.doorbell import ring
 from quill.spool import record
-from quill.spool.errors import InvalidOpError, RecordTooLargeError, SpoolError, SpoolFullError
+from quill.spool.errors import (
+    DescriptorsExhaustedError,
+    InvalidOpError,
+    RecordTooLargeError,
+    SpoolError,
+    SpoolFullError,
+)
 from quill.spool.group_commit import GroupCommit
 from quill.spool.segments import (
     DOORBELL,
@@ -310,6 +317,8 @@ class Spool(GroupCommit):
             import shutil
 
             return SpoolFullError(str(path), shutil.disk_usage(self.dir).free)
+        if exc.errno in EXHAUSTED_ERRNOS:
+            return DescriptorsExhaustedError(f"no file descriptor left to append to {path}")
         return SpoolError(f"cannot append to {path}: {exc}")
 
     def _active_fd(self) -> int:

@@ -17,10 +17,11 @@ records the batch as applied (a no-op, ``store.apply.sessions``) exactly as the 
 did. The only thing a tombstone still tells is the purged line's length.
 
 Rewriting a segment (``rewrite``): under the segment's ``flock`` (no producer mid-write, no
-torn-tail sealer), read it, build the new bytes, write them to ``NAME.purge-tmp`` (a name no
-reader, GC or stray-segment check matches), fsync, read the temp file back and verify it
-line by line (same length, every other line byte-identical, each replaced line a tombstone of
-the same batch), ``rename`` it over the segment, fsync the directory. A crash leaves either
+torn-tail sealer), stream it into ``NAME.purge-tmp`` (a name no reader, GC or stray-segment
+check matches) with each target line replaced, fsync, read the temp file back against the
+segment and verify it (same length, every other byte identical, each replaced line a
+tombstone of the same batch), ``rename`` it over the segment, fsync the directory. Every step
+reads and writes in 1 MiB blocks: memory does not grow with the segment. A crash leaves either
 the old file or the new one (and maybe a temp file, removed by the next run); re-running is
 idempotent, because tombstones are never targets.
 
@@ -33,11 +34,12 @@ from __future__ import annotations
 
 import fcntl
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from quill.home import DEFAULTS
 from quill.spool import record
 from quill.spool.errors import SpoolError
 from quill.spool.segments import (
@@ -143,26 +145,72 @@ def seal(spool_dir: Path, segment: int) -> bool:
         os.close(fd)
 
 
-def _lines(data: bytes) -> Iterable[tuple[int, bytes]]:
-    """(offset, line) for each line of ``data``; a final piece without ``\\n`` is yielded as is."""
-    offset = 0
-    while offset < len(data):
-        nl = data.find(b"\n", offset)
-        end = len(data) if nl < 0 else nl + 1
-        yield offset, data[offset:end]
-        offset = end
+#: Bytes read or copied at once while rewriting a segment (``rewrite``'s memory bound).
+COPY_BLOCK = 1 << 20
+
+
+def _line_at(fd: int, offset: int, size: int, limit: int) -> bytes | None:
+    """The line of ``fd`` starting at byte ``offset`` with its ``\\n``, read in blocks of at
+    most ``COPY_BLOCK``; None when it is longer than ``limit`` bytes or the file ends before
+    its ``\\n`` (a torn line). Holds at most ``limit`` + one block."""
+    parts: list[bytes] = []
+    got = 0
+    while offset + got < size and got <= limit:
+        block = os.pread(fd, min(COPY_BLOCK, limit + 1 - got, size - offset - got), offset + got)
+        if not block:
+            break
+        nl = block.find(b"\n")
+        if nl >= 0:
+            parts.append(block[: nl + 1])
+            got += nl + 1
+            return b"".join(parts) if got <= limit else None
+        parts.append(block)
+        got += len(block)
+    return None
+
+
+def _choose(
+    fd: int, size: int, targets: set[int], limit: int
+) -> tuple[list[tuple[int, int, dict[str, Any]]], list[int]]:
+    """Which ``targets`` get a tombstone: ``([(offset, length, envelope)], skipped)``, by
+    offset. A target is skipped when it does not start a line (the byte before it is not a
+    ``\\n``), its line is torn or longer than ``limit``, its body has no batch id even as far as
+    it parses (``record.decode_lenient``), or it is a tombstone already. ``envelope`` keeps
+    only what a tombstone carries (batch, producer, seq, ts): one line is read at a time."""
+    chosen, skipped = [], []
+    for offset in sorted(targets):
+        starts = offset == 0 or (0 < offset < size and os.pread(fd, 1, offset - 1) == b"\n")
+        line = _line_at(fd, offset, size, limit) if starts else None
+        rec = record.decode_lenient(line) if line is not None else None
+        if rec is None or not isinstance(rec.get("batch"), str) or is_tombstone(rec):
+            skipped.append(offset)
+            continue
+        keep = {k: rec[k] for k in ("batch", "producer", "seq", "ts") if k in rec}
+        chosen.append((offset, len(line), keep))
+    return chosen, skipped
 
 
 def rewrite(
-    spool_dir: Path, segment: int, targets: set[int], purged_by: str, on_step: Any = None
+    spool_dir: Path,
+    segment: int,
+    targets: set[int],
+    purged_by: str,
+    on_step: Any = None,
+    *,
+    max_line: int = DEFAULTS.max_record_bytes,
 ) -> dict[str, Any]:
     """Replace the lines of sealed ``segment`` that start at the byte offsets in ``targets``
     by tombstones (module doc). A damaged target line is replaced when its JSON body still
     parses with a batch id (``record.decode_lenient``). Offsets that do not start such a
-    line, or that hold a tombstone already, are left alone and reported. Returns
+    line, that start one longer than ``max_line`` bytes (never read whole; the plan never
+    targets one), or that hold a tombstone already, are left alone and reported. Returns
     ``{"segment", "purged", "skipped", "bytes"}``. Raises ``PurgeVerifyError`` (the segment is
     untouched) or ``SpoolError``. ``on_step(name)`` is called between the steps (tests kill the
-    process there): ``"tmp-written"``, ``"renamed"``."""
+    process there): ``"tmp-written"``, ``"renamed"``.
+
+    Memory is bounded whatever the segment's size: the segment is streamed (read, copied and
+    verified in blocks of ``COPY_BLOCK`` = 1 MiB); at most one target line (≤ ``max_line``),
+    its tombstone and two blocks are held at once, plus a few small fields per target."""
     spool_dir = Path(spool_dir)
     if segment >= max(list_segments(spool_dir), default=0):
         raise SpoolError(f"segment {segment_name(segment)} is the newest one; seal it first")
@@ -172,26 +220,11 @@ def rewrite(
     try:
         st = os.fstat(fd)
         size = st.st_size
-        old = os.pread(fd, size, 0)
-        new, purged, skipped = bytearray(), [], []
-        for offset, line in _lines(old):
-            # A damaged target (the plan attributed it by its JSON body) is tombstoned too.
-            rec = (
-                record.decode_lenient(line) if offset in targets and line.endswith(b"\n") else None
-            )
-            if rec is not None and not isinstance(rec.get("batch"), str):
-                rec = None  # no batch id to keep: leave it, reported as skipped
-            if rec is not None and not is_tombstone(rec):
-                new += tombstone(rec, len(line), purged_by)
-                purged.append(offset)
-            else:
-                if offset in targets:
-                    skipped.append(offset)
-                new += line
-        if not purged:
+        chosen, skipped = _choose(fd, size, targets, max_line)
+        if not chosen:
             return {"segment": segment, "purged": 0, "skipped": skipped, "bytes": size}
-        _write_synced(tmp, bytes(new))
-        _verify(tmp, segment, old, set(purged))
+        _write_synced(tmp, fd, size, chosen, purged_by)
+        _verify(tmp, fd, segment, size, chosen)
         if on_step:
             on_step("tmp-written")
         os.rename(tmp, path)
@@ -201,7 +234,7 @@ def rewrite(
         if on_step:
             on_step("renamed")
         fsync_dir(spool_dir)
-        return {"segment": segment, "purged": len(purged), "skipped": skipped, "bytes": size}
+        return {"segment": segment, "purged": len(chosen), "skipped": skipped, "bytes": size}
     except OSError as exc:
         raise SpoolError(f"cannot rewrite {path}: {exc}") from exc
     finally:
@@ -285,36 +318,72 @@ def _decode(line: bytes) -> dict[str, Any] | None:
         return None
 
 
-def _write_synced(path: Path, data: bytes) -> None:
+def _copy(src: int, dst: int, start: int, end: int) -> None:
+    """Copy bytes ``[start, end)`` of ``src`` to the current position of ``dst``, a block at
+    a time."""
+    while start < end:
+        block = os.pread(src, min(COPY_BLOCK, end - start), start)
+        if not block:
+            raise SpoolError(f"the segment ended at {start} while {end} bytes were expected")
+        view = memoryview(block)
+        while view:
+            view = view[os.write(dst, view) :]
+        start += len(block)
+
+
+def _write_synced(
+    path: Path, src: int, size: int, chosen: list[tuple[int, int, dict[str, Any]]], by: str
+) -> None:
+    """Write ``src``'s ``size`` bytes to ``path`` with each chosen line replaced by its
+    tombstone (``_choose``), then fsync."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
+        pos = 0
+        for offset, length, keep in chosen:
+            _copy(src, fd, pos, offset)
+            view = memoryview(tombstone(keep, length, by))
+            while view:
+                view = view[os.write(fd, view) :]
+            pos = offset + length
+        _copy(src, fd, pos, size)
         os.fsync(fd)
     finally:
         os.close(fd)
     os.chmod(path, FILE_MODE)
 
 
-def _verify(tmp: Path, segment: int, old: bytes, purged: set[int]) -> None:
-    """Read ``tmp`` back: same length, same line boundaries, every line outside ``purged``
-    byte-identical, every line in it a valid tombstone of the same batch."""
-    new = tmp.read_bytes()
-    if len(new) != len(old):
-        raise PurgeVerifyError(segment, f"length {len(new)} != {len(old)}")
-    for (off, line), (off2, line2) in zip(_lines(old), _lines(new), strict=True):
-        if off != off2 or len(line) != len(line2):
-            raise PurgeVerifyError(segment, f"line boundary moved at {off}")
-        if off not in purged:
-            if line != line2:
-                raise PurgeVerifyError(segment, f"line at {off} changed")
-            continue
-        rec, was = _decode(line2), record.decode_lenient(line)
-        if not is_tombstone(rec) or was is None or rec.get("batch") != was.get("batch"):
-            raise PurgeVerifyError(
-                segment, f"line at {off} is not a tombstone of batch {was and was.get('batch')}"
-            )
+def _same(old: int, new: int, start: int, end: int, segment: int) -> None:
+    """Raise ``PurgeVerifyError`` unless bytes ``[start, end)`` of ``old`` and ``new`` match."""
+    while start < end:
+        n = min(COPY_BLOCK, end - start)
+        if os.pread(old, n, start) != os.pread(new, n, start):
+            raise PurgeVerifyError(segment, f"bytes changed between {start} and {start + n}")
+        start += n
+
+
+def _verify(
+    tmp: Path, old: int, segment: int, size: int, chosen: list[tuple[int, int, dict[str, Any]]]
+) -> None:
+    """Read ``tmp`` back against the segment (``old``), a block at a time: the same length,
+    every byte outside the chosen lines identical (so every line boundary stays), every chosen
+    line one line (a single ``\\n``, at its end) holding a valid tombstone of the same batch."""
+    new = os.open(tmp, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        if os.fstat(new).st_size != size:
+            raise PurgeVerifyError(segment, f"length {os.fstat(new).st_size} != {size}")
+        pos = 0
+        for offset, length, keep in chosen:
+            _same(old, new, pos, offset, segment)
+            line = os.pread(new, length, offset)
+            rec = _decode(line) if line.count(b"\n") == 1 and line.endswith(b"\n") else None
+            if not is_tombstone(rec) or rec.get("batch") != keep["batch"]:
+                raise PurgeVerifyError(
+                    segment, f"line at {offset} is not a tombstone of batch {keep['batch']}"
+                )
+            pos = offset + length
+        _same(old, new, pos, size, segment)
+    finally:
+        os.close(new)
 
 
 __all__ = [

@@ -34,6 +34,8 @@ from pathlib import Path
 
 import apsw
 
+from quill.home.descriptors import EXHAUSTED_ERRNOS, exhausted_now
+
 
 class StoreError(Exception):
     """Base of every error the ``store`` package raises."""
@@ -43,14 +45,18 @@ class TransientError(StoreError):
     """The database was busy or locked; the operation may succeed if retried."""
 
 
-#: errno values meaning the process (EMFILE) or the system (ENFILE) has no descriptor left.
-EXHAUSTED_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE})
-
-
 class DescriptorsExhaustedError(TransientError):
-    """Opening the store needed a file descriptor and none was left (errno EMFILE or
-    ENFILE): the store is there and fine, the process is overloaded; retry later. Never a
-    ``CantOpenError``, which callers read as "no store yet"."""
+    """Opening the store (a SQLite file, its WAL or index, or a PostgreSQL connection)
+    needed a file descriptor and none was left (errno EMFILE or ENFILE,
+    ``quill.home.descriptors``): the store is there and fine, the process is overloaded;
+    retry later. Never a ``CantOpenError``, which callers read as "no store yet"."""
+
+    descriptors_exhausted = True
+
+    @classmethod
+    def of(cls, system_errno: int) -> DescriptorsExhaustedError:
+        """The error for exhaustion errno ``system_errno`` (EMFILE or ENFILE)."""
+        return cls(f"no file descriptor left to open the store ({errno.errorcode[system_errno]})")
 
 
 def cant_open_cause(path: Path | str, system_errno: int | None = None) -> StoreError | None:
@@ -64,9 +70,7 @@ def cant_open_cause(path: Path | str, system_errno: int | None = None) -> StoreE
         except OSError as exc:
             system_errno = exc.errno
     if system_errno in EXHAUSTED_ERRNOS:
-        return DescriptorsExhaustedError(
-            f"no file descriptor left to open the store ({errno.errorcode[system_errno]})"
-        )
+        return DescriptorsExhaustedError.of(system_errno)
     return None
 
 
@@ -211,8 +215,19 @@ SHM_RESULT_CODES = frozenset(
 )
 
 
+#: apsw errors SQLite gives when it could not open a file (the database, its WAL, its
+#: -shm index or a temporary file): descriptor exhaustion shows as one of these.
+_OPEN_FAILURES = (apsw.CantOpenError, apsw.IOError)
+
+
 def translate(exc: apsw.Error) -> StoreError:
-    """Map an apsw exception to the store tree (a plain ``StoreError`` when unclassified)."""
+    """Map an apsw exception to the store tree (a plain ``StoreError`` when unclassified).
+    A failure to open a file while no descriptor is left is ``DescriptorsExhaustedError``
+    (the errno, asked again by ``exhausted_now``: SQLite's result code does not carry it)."""
+    if isinstance(exc, _OPEN_FAILURES):
+        exhausted = exhausted_now()
+        if exhausted is not None:
+            return DescriptorsExhaustedError.of(exhausted)
     if getattr(exc, "extendedresult", None) in SHM_RESULT_CODES:
         return SharedMemoryError(
             f"{exc} (shared-memory WAL index: stop Quill and delete state.db-shm)"

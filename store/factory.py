@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from quill.home import RunDir, Settings
+from quill.home.settings import STORE_SCHEMES
 from quill.store.capabilities import Capabilities, PostgresCapabilities, SqliteCapabilities
 from quill.store.contract import ReaderLike, Store
 
-SCHEMES = ("postgresql", "postgres")
+SCHEMES = STORE_SCHEMES
 
 
 def is_postgres_url(url: str | None) -> bool:

@@ -312,7 +312,7 @@ MIGRATIONS: dict[int, str] = {
 #: derived data: a store whose ``state_meta['fts_layout']`` differs is re-indexed from
 #: ``messages`` when the writer opens it (``ensure_fts_layout``), and readers treat its
 #: indexes as stale until then. Independent of ``SCHEMA_VERSION`` (no canonical row changes).
-FTS_LAYOUT = "3"
+FTS_LAYOUT = "4"  # 4: a tool result's tool name in the tools column
 
 
 def create(conn: apsw.Connection) -> None:

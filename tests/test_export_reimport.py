@@ -7,22 +7,14 @@ import json
 
 import pytest
 from conftest import CORPUS, QuillCLI
+from export_helpers import three_session_export
 
 
 def test_importing_an_export_again_spools_nothing(quill, tmp_path):
     """The README's promise for every import: a repeat spools only what the store lacks. An
     export imported a second time said "N new" and doubled the spool; its
     ops whose batch ids the store has applied are now skipped and counted as stored."""
-    for i in range(3):
-        quill.run(
-            "push",
-            "--session",
-            f"s{i}",
-            input=json.dumps({"role": "user", "content": f"message {i}"}) + "\n",
-        )
-    quill.drain()
-    out = tmp_path / "export.jsonl"
-    quill.run("export", "-o", str(out))
+    out = three_session_export(quill, tmp_path)
     fresh = QuillCLI(tmp_path / "fresh")
     assert fresh.json("import", str(out))[0]["new"] == 3  # a store without them: everything is new
     fresh.drain()

@@ -10,6 +10,7 @@ import json
 
 import pytest
 from conftest import CORPUS, QuillCLI
+from export_helpers import three_session_export
 
 from quill.store.sqlite.connection import open_reader
 
@@ -310,16 +311,7 @@ def test_a_cut_off_export_is_imported_up_to_its_bad_lines_and_the_other_files_to
     """A truncated or edited export (e.g. `head -c` of an export) is reported line
     by line like any other format and the rest of it, and of the other files named, is still
     imported (it stopped the whole import with exit 2 and no file name)."""
-    for i in range(3):
-        quill.run(
-            "push",
-            "--session",
-            f"s{i}",
-            input=json.dumps({"role": "user", "content": f"message {i}"}) + "\n",
-        )
-    quill.drain()
-    out = tmp_path / "export.jsonl"
-    quill.run("export", "-o", str(out))
+    out = three_session_export(quill, tmp_path)
     lines = out.read_text(encoding="utf-8").splitlines(keepends=True)
     folder = tmp_path / "in"
     folder.mkdir()

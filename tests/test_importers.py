@@ -12,7 +12,6 @@ from importers_helpers import all_messages, text_of
 
 from quill.ops.importers import (
     ImportedSession,
-    ParsedFile,
     Problem,
     detect_format,
     iter_transcript_files,
@@ -331,18 +330,6 @@ def test_every_corpus_file_is_in_a_format_quill_reads(corpus):
     assert not unread, unread
     for path in corpus_files("other"):
         assert detect_format(path) is not None, path.name
-
-
-def test_text_of_no_known_format_is_not_detected(tmp_path):
-    for name, text in (
-        ("notes.md", "# Meeting notes\n\n- item\n"),
-        ("data.json", '{"rows": [1, 2, 3]}'),
-        ("log.jsonl", '{"level": "info", "msg": "started"}\n'),
-    ):
-        path = tmp_path / name
-        path.write_text(text)
-        assert detect_format(path) is None, name
-        assert parse_file(path) == ParsedFile(str(path), None, [], [])
 
 
 def test_reparse_is_stable_and_ids_unique(corpus):

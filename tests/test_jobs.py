@@ -83,6 +83,18 @@ def test_runnable_matches_the_job_to_the_store_kind():
         catalog.runnable("declare_corrupt", None)
 
 
+def test_an_unknown_job_lists_only_the_jobs_this_store_kind_runs():
+    from quill.jobs import catalog
+
+    with pytest.raises(KeyError) as sqlite:
+        catalog.runnable("nosuchjob", None)
+    assert "vacuum" in str(sqlite.value) and "pg_" not in str(sqlite.value)
+    with pytest.raises(KeyError) as pg:
+        catalog.runnable("nosuchjob", "postgresql://x/y")
+    assert "pg_analyze" in str(pg.value) and "vacuum" not in str(pg.value)
+    assert "auto_prune" in str(pg.value)  # a job for either kind is listed for both
+
+
 def test_schedule_changes_survive_a_fleet_restart(quill, home):
     quill.run("schedule", "add", "snapshot", "--every", "2h")
     quill.run("schedule", "pause", "quick_check")

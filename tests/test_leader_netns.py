@@ -43,7 +43,7 @@ CONTENDER = textwrap.dedent(
     """
     import sys, time
     from quill.store.postgres.election import Leadership
-    from quill.workers.scheduler import STANDBY_RETRY_S
+    from quill.workers.standby import STANDBY_RETRY_S
 
     url, log = sys.argv[1], sys.argv[2]
     leader = Leadership(url, "scheduler")

@@ -5,7 +5,9 @@ ticks), never by pid and host name alone: on both backends, with real processes.
   process that started a whole second later (which the older ``create_time`` rule takes for
   the same process with a moved boot-time estimate).
 * A cloned machine (same host name, another boot) must not make a live owner look dead: the
-  owner's pid does not exist here, but its boot is not this one, so it is not judged here.
+  owner's pid does not exist here, but its boot is not this one and it started after this
+  boot began, so it is not judged here. An owner of an earlier boot of this machine (it
+  started before this boot began) is dead, and closed at once.
 * The owner that is this very process, at its start tick, is alive; one whose process exited is
   dead.
 """
@@ -17,6 +19,7 @@ import subprocess
 import sys
 import time
 
+import psutil
 import pytest
 from semantics_helpers import Store
 
@@ -129,3 +132,29 @@ def test_a_resumed_session_takes_its_new_owners_proof(store):
     assert tuple(row) == (None, None)
     bad = {**_owner(me), "start_ticks": "soon"}
     assert store.apply("session.create", {"session_id": "t", "owner": bad}) == ["invalid-field"]
+
+
+def test_an_owner_from_an_earlier_boot_of_this_machine_is_closed_at_once(store):
+    """An owner of another boot whose process started before this boot began (a reboot killed
+    it) is closed by the first sweep, not left to the stale sweep; one of another boot that
+    started after this boot began is no process of this machine (a clone with this host name)
+    and stays open. A live owner's next append reopens a swept session."""
+    if boot_id() is None:
+        pytest.skip("needs /proc/sys/kernel/random/boot_id")
+    me = process_identity()
+    booted = psutil.boot_time()
+    owners = {
+        "rebooted": _owner(me, boot_id="0" * 8 + "-earlier", create_time=booted - 3600.0),
+        "clone": _owner(me, boot_id="0" * 8 + "-clone", create_time=time.time() - 5.0),
+    }
+    for sid, owner in owners.items():
+        assert (
+            store.apply("session.create", {"session_id": sid, "source": "cli", "owner": owner})
+            == []
+        )
+    result = orphan_sweep(store.conn, store.spool)
+    assert _closed(store) == {"rebooted"}
+    assert (result["sessions_closed"], result["other_boot"]) == (1, 1), result
+    msgs = [{"role": "user", "content": "still here"}]
+    store.apply("messages.append", {"session_id": "rebooted", "messages": msgs})
+    assert _closed(store) == set()

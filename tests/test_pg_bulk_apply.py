@@ -20,10 +20,16 @@ from quill.spool import START, Quarantine, Spool, SpoolReader
 from quill.store.apply.chunk import take_chunk
 from quill.store.factory import open_url
 from quill.store.postgres import connection as pg_connection
+from quill.store.postgres import schema as pg_schema
 from quill.store.postgres.apply import PgLedger
+from quill.store.schema import CANONICAL
 
-#: The tables compared, and the columns that hold when the drain ran, not what it stored.
-TABLES = ("sessions", "messages", "usage", "applied_batches", "rejected_batches", "blobs")
+#: The tables compared (from the schema registry): every canonical table and the batch ledgers,
+#: and the columns that hold when the drain ran, not what it stored.
+TABLES = tuple(t for t, role in pg_schema.TABLES.items() if role == CANONICAL) + (
+    "applied_batches",
+    "rejected_batches",
+)
 VOLATILE = {"applied_at", "rejected_at"}
 #: Surrogate keys drawn from a sequence that a rolled-back run also draws from: not compared.
 SURROGATE = {("usage", "id")}

@@ -284,7 +284,8 @@ def test_the_word_functions_run_in_a_parallel_query(tmp_path, pg_store_url):
             c.execute("SET force_parallel_mode = on")
             n = c.execute(
                 "SELECT count(*) FROM messages "
-                "WHERE quill_words(content, tool_calls, reasoning) @@ 'needle'::tsquery"
+                "WHERE quill_words(content, tool_calls, reasoning, role, tool_name) "
+                "@@ 'needle'::tsquery"
             ).fetchone()[0]
         assert n == 1
     finally:

@@ -6,9 +6,9 @@ searchable by kind and without diacritics. Real server."""
 from __future__ import annotations
 
 import psycopg
-from semantics_helpers import Store, assistant, user
+from semantics_helpers import Store, assistant, call, tool, user
 
-from quill.store.postgres.schema import PG_LAYOUT
+from quill.store.postgres.schema import PG_LAYOUT, WORDS_LAYOUT
 
 
 def test_a_store_with_the_old_word_index_is_rebuilt_on_open_and_finds_reasoning(
@@ -97,3 +97,44 @@ def test_dropping_one_stores_schema_leaves_the_others_search_working(tmp_path, p
             assert [h["session_id"] for h in r.search("cafe")] == ["s"]
     finally:
         s.close()
+
+
+def test_a_layout_4_store_gains_the_order_key_index_and_the_current_word_document(
+    tmp_path, pg_store_url
+):
+    """Layout 5 adds ``messages_ack`` (late ops: store/apply/order.py ``gaps``); layout 6 puts a
+    tool result's tool name into the word document. A store at layout 4 gets both on open: its
+    ``words`` column is rebuilt (it is older than ``WORDS_LAYOUT``) and holds the tool name."""
+    s = Store(tmp_path, pg_store_url)
+    s.apply("messages.append", {"session_id": "s", "messages": [user("zebras at dawn")]})
+    s.apply(
+        "messages.append",
+        {
+            "session_id": "s",
+            "messages": [
+                assistant(None, tool_calls=[call("c1", "Gazelle", "{}")]),
+                tool("c1", "ok", name="Gazelle"),
+            ],
+        },
+    )
+    s.close()
+    column = (
+        "SELECT attnum FROM pg_attribute WHERE attrelid = 'messages'::regclass AND attname = %s"
+    )
+    assert WORDS_LAYOUT > 4
+    with psycopg.connect(pg_store_url, autocommit=True) as conn:
+        conn.execute("DROP INDEX messages_ack")
+        conn.execute("UPDATE state_meta SET value = '4' WHERE key = 'pg_layout'")
+        words_at = conn.execute(column, ("words",)).fetchone()[0]
+    s = Store(tmp_path, pg_store_url)  # opening migrates the layout
+    try:
+        with s.reader() as r:
+            assert [h["session_id"] for h in r.search("zebras")] == ["s"]
+            assert sorted(h["role"] for h in r.search("Gazelle")) == ["assistant", "tool"]
+    finally:
+        s.close()
+    with psycopg.connect(pg_store_url, autocommit=True) as conn:
+        assert conn.execute(column, ("words",)).fetchone()[0] != words_at  # rebuilt
+        assert conn.execute("SELECT to_regclass('messages_ack')").fetchone()[0] is not None
+        layout = conn.execute("SELECT value FROM state_meta WHERE key = 'pg_layout'").fetchone()
+        assert layout == (PG_LAYOUT,)

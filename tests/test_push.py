@@ -128,3 +128,35 @@ def test_malformed_json_names_the_line_and_column_and_gives_a_hint(quill, home):
     error = json.loads(proc.stdout)["error"]
     assert proc.returncode == 2 and "<stdin>:2" in error["message"] and "column" in error["message"]
     assert error["hint"] and _spooled(home) == 0
+
+
+def test_ctrl_c_during_wait_says_interrupted_and_exits_130_without_a_traceback(quill, home):
+    """Ctrl-C on `quill push --wait` (no fleet, so it waits): the same one line and exit code
+    130 as every click command, not a Python traceback; the batch stays spooled."""
+    import signal
+    import subprocess
+    import time
+
+    from conftest import REPO, quill_env
+
+    proc = subprocess.Popen(
+        quill.argv("push", "--session", "ci", "--wait", "60"),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=quill_env(home),
+        cwd=REPO,
+    )
+    proc.stdin.write('{"role":"user","content":"interrupted wait"}\n')
+    proc.stdin.close()
+    deadline = time.monotonic() + 60
+    while _spooled(home) == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)  # now inside the wait
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=30)
+    err = proc.stderr.read()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "quill: interrupted" in err
+    assert _spooled(home) == 1

@@ -8,11 +8,17 @@ into a real SQLite store. Then every read path must give back what the store's n
 kept (``normalize.scrub``: NULs dropped, lone surrogates → U+FFFD; nothing else changed):
 
 * ``Reader.get_messages`` (audit view) and ``quill.Client.transcript`` / ``messages``;
-* ``GET /api/v1/sessions/{id}/messages?view=audit`` on a real ``quill serve``;
-* ``quill export --format quill`` (each row's message, blob references resolved) and the
-  readable formats (``markdown``, ``openai``, ``sharegpt``) at least do not fail;
+* ``GET /api/v1/sessions/{id}/messages?view=audit`` on a real ``quill serve``, whole and as
+  its latest page (``latest=``);
+* the dashboard on that server: the transcript page (``/sessions/{id}``, display and audit,
+  clipped texts), the session list and its search (``/sessions?q=``);
+* export in every format, written as ``quill export`` writes it (``ops.cli.export``): ``quill``
+  (each row's message, blob references resolved) and the readable formats (``markdown``,
+  ``openai``, ``sharegpt``), each valid UTF-8 (JSON lines that parse) holding every
+  message's marker it carries; then ``quill export`` of every session in each format;
 * search: each message's marker word through the word route, the trigram (substring) route
-  and the tool-call kind, from the client and from HTTP; ``sessions()`` listing counts.
+  and its kind (a tool result's marker is also in its tool name), from the client and from
+  HTTP; ``sessions()`` listing counts.
 
 The read paths were found by listing ``store/read``, ``store/search``, ``ops/client/reads.py``,
 ``ops/client/search.py``, ``ops/service/api_reads.py`` and ``ops/transfer/export*.py``.
@@ -22,9 +28,12 @@ The read paths were found by listing ``store/read``, ``store/search``, ``ops/cli
 from __future__ import annotations
 
 import base64
+import html
+import io
 import itertools
 import json
 import os
+import re
 
 import httpx
 import pytest
@@ -36,7 +45,9 @@ from hypothesis import strategies as st
 from service_helpers import bearer, served, token
 
 from quill import Client
-from quill.ops.transfer import export, export_render
+from quill.ops.cli.export import _write_session
+from quill.ops.transfer import export
+from quill.store.apply import blobs
 from quill.store.apply.normalize import scrub, scrub_json
 from quill.store.read.reader import Reader
 
@@ -66,7 +77,7 @@ def messages(draw) -> list[dict]:
         text = f"{odd} {marker} {draw(_PIECES)}"
         if draw(st.booleans()):
             text += draw(_HUGE)
-        shape = draw(st.sampled_from(["text", "parts", "tool_call", "reasoning"]))
+        shape = draw(st.sampled_from(["text", "parts", "tool_call", "tool_result", "reasoning"]))
         extra = {
             "marker": marker,
             "junk": draw(JSON_VALUES),
@@ -97,6 +108,13 @@ def messages(draw) -> list[dict]:
                     }
                 ],
             }
+        elif shape == "tool_result":
+            msg = {
+                "role": "tool",
+                "tool_call_id": f"call-{marker}",
+                "name": f"{odd[:20]}_{marker}",
+                "content": text,
+            }
         else:
             msg = {"role": "assistant", "content": odd or "-", "reasoning": text}
         msg["extra_fields"] = extra
@@ -112,6 +130,8 @@ def _expected(msg: dict) -> dict:
         out["tool_calls"] = calls
     if msg.get("reasoning") is not None:
         out["reasoning"] = scrub(msg["reasoning"])
+    if msg["role"] == "tool":
+        out.update(tool_call_id=scrub(msg["tool_call_id"]), name=scrub(msg["name"]))
     return out
 
 
@@ -122,7 +142,51 @@ def _kept(msg: dict) -> dict:
         out["tool_calls"] = msg["tool_calls"]
     if msg.get("reasoning") is not None:
         out["reasoning"] = msg["reasoning"]
+    if msg["role"] == "tool":
+        out.update(tool_call_id=msg.get("tool_call_id"), name=msg.get("name"))
     return out
+
+
+def _exports(r: Reader, sid: str) -> dict[str, str]:
+    """The session in every export format, as ``quill export`` writes it."""
+    out = {}
+    for fmt in export.FORMATS:
+        buf = io.StringIO()
+        _write_session(r, buf, fmt, 0, sid)
+        out[fmt] = buf.getvalue()
+    return out
+
+
+def _strings(value: object):
+    """Every string (keys too) in a decoded JSON value."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield k
+            yield from _strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _strings(v)
+
+
+def _check_exports(texts: dict[str, str], sent: list[dict]) -> None:
+    """Each format is valid UTF-8 with no NUL, its JSON lines parse to values whose strings
+    hold no NUL or lone surrogate (an escaped one, ``"\\ud800"``, would decode to one), and
+    it carries every message's marker that the format keeps (``openai`` has no reasoning).
+    A tool call's ``arguments`` is a JSON text: escapes inside it are its characters."""
+    for fmt, text in texts.items():
+        text.encode("utf-8")  # strict: a lone surrogate would raise here
+        assert "\x00" not in text, fmt
+        if fmt != "markdown":
+            for line in text.split("\n")[:-1]:  # JSON lines: \n only (U+2028 is text)
+                for value in _strings(json.loads(line)):
+                    value.encode("utf-8")
+                    assert "\x00" not in value, fmt
+        for m in sent:
+            if fmt == "openai" and m.get("reasoning"):
+                continue
+            assert m["marker"] in text, (fmt, m["marker"])
 
 
 @pytest.fixture(scope="module")
@@ -159,22 +223,37 @@ def test_every_read_path_returns_what_was_imported(served_store):
 
         with Reader(quill.home / "state.db") as r:
             audit = r.get_messages(sid, "audit")
-            readable = [
-                export_render.markdown(r, sid),
-                export_render.openai_chat(r, sid),
-                export_render.sharegpt(r, sid),
-            ]
+            exports = _exports(r, sid)
             ops = list(export.quill_ops(r, sid))
+            # A payload repeated in the session travels inline once; later rows keep the
+            # store's reference (the import resolves it): resolve it here the same way.
+            ops = json.loads(
+                re.sub(
+                    re.escape(blobs.REF_PREFIX) + "([0-9a-f]{64})",
+                    lambda ref: blobs.get(r.conn, ref.group(1)),
+                    json.dumps(ops),
+                )
+            )
         assert [_kept(m) for m in audit] == want
         assert [m["marker"] for m in audit] == [scrub(x) for x in markers]
         assert [m.get("deep") for m in audit] == [m["deep"] for m in sent]
         assert [m.get("junk") for m in audit] == [scrub_json(m["junk"]) for m in sent]
-        assert all(readable)
+        _check_exports(exports, sent)
 
         assert [_kept(m) for m in client.messages(sid, "audit")] == want
         got = http.get(f"/api/v1/sessions/{sid}/messages", params={"view": "audit"})
         assert got.status_code == 200, got.text
         assert [_kept(m) for m in got.json()["messages"]] == want
+        page = http.get(f"/api/v1/sessions/{sid}/messages", params={"view": "audit", "latest": 1})
+        assert page.status_code == 200, page.text
+        assert [_kept(m) for m in page.json()["messages"]] == want[-1:]
+        for view in ("display", "audit"):  # the dashboard's transcript page (clipped texts)
+            shown = httpx.get(f"{base}/sessions/{sid}", params={"view": view}, timeout=60)
+            assert shown.status_code == 200, shown.text
+            for marker in markers:
+                assert marker in shown.text, (view, marker)
+        listing = httpx.get(f"{base}/sessions", params={"q": markers[0]}, timeout=60)
+        assert listing.status_code == 200 and html.escape(sid) in listing.text
 
         rows = [
             row["message"]
@@ -182,7 +261,7 @@ def test_every_read_path_returns_what_was_imported(served_store):
             if op["op"] == "messages.restore"
             for row in op["data"]["rows"]
         ]
-        assert [_kept(m) for m in rows] == want  # each payload inline (once per session)
+        assert [_kept(m) for m in rows] == want
         assert [m["extra"]["deep"] for m in rows] == [m["deep"] for m in sent]
 
         (listed,) = [s for s in client.sessions(source="fuzz", limit=1000) if s["id"] == sid]
@@ -191,7 +270,7 @@ def test_every_read_path_returns_what_was_imported(served_store):
         for m, marker in zip(sent, markers):
             kinds = (
                 ["tool"]
-                if m.get("tool_calls")
+                if m.get("tool_calls") or m["role"] == "tool"  # a result: by its tool name
                 else ["reasoning"]
                 if m.get("reasoning")
                 else ["text"]
@@ -206,6 +285,7 @@ def test_every_read_path_returns_what_was_imported(served_store):
             assert len(found.json()["hits"]) == 1
 
     check()
-    out = quill.home.parent / "all.jsonl"
-    quill.run("export", "-o", str(out))  # the CLI over every session at once
-    assert out.stat().st_size > 0
+    for fmt in export.FORMATS:  # the CLI over every session at once, in each format
+        out = quill.home.parent / f"all.{fmt}"
+        quill.run("export", "--format", fmt, "-o", str(out))
+        assert out.read_text(encoding="utf-8", errors="strict").count("zqmark") > 0

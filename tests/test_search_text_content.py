@@ -44,10 +44,16 @@ def test_tool_call_argument_words_after_escapes_are_found(store, indexed):
     if indexed:
         store.index()
     with store.reader() as r:
-        for word in ("first", "secondword", "thirdword", "quotedword", "plainword", "edit"):
+        for word in ("first", "secondword", "thirdword", "quotedword", "plainword"):
             got = r.search(word, kinds=["tool"])
             assert [h["role"] for h in got] == ["assistant"], word
             assert got[0]["matched_in"] == "tool"
+        # the tool's name finds the call and its result (newest first)
+        got = r.search("edit", kinds=["tool"])
+        assert [(h["role"], h["matched_in"]) for h in got] == [
+            ("tool", "tool"),
+            ("assistant", "tool"),
+        ]
         assert r.search("nsecondword") == [] and r.search("tthirdword") == []
         assert r.search("secondword", kinds=["text"]) == []
         assert r.search("c1") == [] and r.search("function") == []  # call ids/types are not text

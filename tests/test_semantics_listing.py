@@ -8,6 +8,8 @@ from semantics_helpers import Store, store, user  # noqa: F401 (store: fixture)
 
 def _chain(store: Store) -> None:
     store.apply("session.create", {"session_id": "root", "source": "cli"})
+    # before root is ended for compression (later appends to it are refused)
+    store.apply("messages.append", {"session_id": "root", "messages": [user("hello from root")]})
     for parent, child, kind in (
         ("root", "c1", "compression"),
         ("c1", "c2", "compression"),
@@ -29,7 +31,6 @@ def _chain(store: Store) -> None:
         store.apply(
             "messages.append", {"session_id": child, "messages": [user(f"hello from {child}")]}
         )
-    store.apply("messages.append", {"session_id": "root", "messages": [user("hello from root")]})
 
 
 def test_the_walk_returns_exactly_the_compression_chain_from_any_member(store):

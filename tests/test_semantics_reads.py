@@ -187,7 +187,7 @@ def test_a_continuation_renamed_to_its_roots_title_takes_it_over(store):
 def test_first_end_reason_wins_and_only_automatic_ends_are_cleared_by_a_live_writer(store):
     store.apply("session.end", {"session_id": "auto", "reason": "ws_disconnect"})
     store.apply("session.end", {"session_id": "auto", "reason": "user_exit"})
-    store.apply("session.end", {"session_id": "deliberate", "reason": "compression"})
+    store.apply("session.end", {"session_id": "deliberate", "reason": "session_reset"})
     with store.reader() as r:
         assert r.get_session("auto")["end_reason"] == "ws_disconnect"
     for sid in ("auto", "deliberate"):
@@ -197,7 +197,7 @@ def test_first_end_reason_wins_and_only_automatic_ends_are_cleared_by_a_live_wri
             None,
             None,
         )
-        assert r.get_session("deliberate")["end_reason"] == "compression"
+        assert r.get_session("deliberate")["end_reason"] == "session_reset"
         assert len(r.get_messages("deliberate")) == 1  # the rows still land
 
 

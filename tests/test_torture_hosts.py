@@ -21,13 +21,12 @@ cores, so only under ``QUILL_TORTURE=1``; ``QUILL_TORTURE_S`` sets the producing
 often a producer writes to the session every host writes (every 15th message by default),
 ``QUILL_TORTURE_REPORT`` a file for the figures (also printed).
 
-Every 3rd message (``QUILL_TORTURE_SHARE=3``) slows the drain: a writer that fell behind
-(its fleet killed, the server restarted) applies its backlog of the shared session as late
-insertions. They no longer move later rows (``store/apply/order.py`` ``place`` uses the gaps
-in ``seq``), but a chunk holding late ops is applied op at a time and each late op finds its
-place by scanning back over the later rows, under the session's lock: at 60 s on a loaded
-2-core machine, chunks of 500 such ops took 47–125 s and the drain lagged up to ~370 s, with
-nothing lost, doubled or out of order (docs/backends.md, "Torture run")."""
+Every 3rd message (``QUILL_TORTURE_SHARE=3``) makes a writer that fell behind (its fleet
+killed, the server restarted) apply its backlog of the shared session as late insertions:
+each chunk of them is one bulk run placed through the order-key index
+(``store/apply/order.py`` ``plan``); before that, chunks of 500 such ops took 47–125 s and
+the drain lagged up to ~370 s, with nothing lost, doubled or out of order
+(docs/backends.md, "Torture run")."""
 
 from __future__ import annotations
 

@@ -61,8 +61,21 @@ def test_a_huge_message_does_not_change_what_the_transcript_page_reads(tmp_path)
     client.append(
         "huge",
         [
-            {"role": "assistant", "content": "é" + "x" * BIG, "ts": now + 10},
-            {"role": "assistant", "content": "ok", "reasoning": "r" * BIG, "ts": now + 11},
+            {
+                "role": "assistant",
+                "content": "é" + "x" * BIG,
+                "reasoning": "why",
+                "finish_reason": "stop",
+                "mood": "calm",
+                "ts": now + 10,
+            },
+            {
+                "role": "assistant",
+                "content": "ok",
+                "reasoning": "r" * BIG,
+                "finish_reason": "length",
+                "ts": now + 11,
+            },
             {
                 "role": "assistant",
                 "content": None,
@@ -91,10 +104,13 @@ def test_a_huge_message_does_not_change_what_the_transcript_page_reads(tmp_path)
     clipped = client.transcript("huge", clip=TEXT_CLIP)["messages"]
     assert clipped[5]["content"] == ("é" + "x" * BIG)[:TEXT_CLIP]
     assert clipped[5]["clipped"]["content"] == BIG + 2  # bytes: "é" is two
-    # SQLite leaves the fields stored after a large one unread, and names them.
-    assert set(clipped[5]["clipped"]) <= {"content", "extra"}
+    # Every field stored after a large one is read too; only the large one is cut.
+    assert clipped[5]["clipped"] == {"content": BIG + 2}
+    assert clipped[5]["reasoning"] == "why" and clipped[5]["finish_reason"] == "stop"
+    assert clipped[5]["mood"] == "calm"
     assert clipped[5]["ts"] == pytest.approx(now + 10) and clipped[5]["state"] == "live"
     assert clipped[6]["reasoning"] == "r" * TEXT_CLIP and clipped[6]["content"] == "ok"
+    assert clipped[6]["finish_reason"] == "length" and clipped[6]["clipped"] == {"reasoning": BIG}
     assert "tool_calls" not in clipped[7] and "tool_calls" in clipped[7]["clipped"]
     assert clipped[7]["clipped"]["tool_calls"] > BIG
 
@@ -163,3 +179,35 @@ def test_a_bad_clip_is_refused(tmp_path, clip):
     drain(cfg.home)
     with pytest.raises(InvalidInputError):
         client.transcript("s", clip=clip)
+
+
+def test_a_store_without_pointer_maps_gains_them_at_its_vacuum_and_then_reads_every_field(
+    tmp_path,
+):
+    """A store made before pointer-map pages leaves the fields after a large one unread (and
+    names them); its next ``vacuum`` job adds the pages, and the same page then has them."""
+    import apsw
+
+    from quill.jobs.store_jobs import vacuum
+
+    cfg = make_home(tmp_path / "h")
+    client, now = Client(config_=cfg), time.time()
+    big = 1024 * 1024
+    client.append(
+        "old",
+        [{"role": "assistant", "content": "x" * big, "finish_reason": "stop", "ts": now}],
+    )
+    drain(cfg.home)
+    conn = apsw.Connection(str(cfg.state_db))
+    conn.execute("PRAGMA auto_vacuum=NONE")
+    conn.execute("VACUUM")  # as a store made before the setting
+    assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 0
+    before = client.transcript("old", clip=TEXT_CLIP)["messages"][0]
+    assert before.get("finish_reason") is None and "finish_reason" in before["clipped"]
+    figures = vacuum(conn)
+    assert figures["pointer_map_added"] is True, figures
+    assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] != 0
+    conn.close()
+    after = client.transcript("old", clip=TEXT_CLIP)["messages"][0]
+    assert after["finish_reason"] == "stop" and after["clipped"] == {"content": big}
+    assert after["content"] == "x" * TEXT_CLIP

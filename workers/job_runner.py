@@ -29,7 +29,7 @@ from typing import Any
 
 from huey.utils import utcnow
 
-from quill.home import runner_tag
+from quill.home import is_exhaustion, runner_tag
 from quill.jobs import catalog
 from quill.jobs.errors import QueueDamagedError, QueueUnavailableError
 from quill.jobs.outage import QueueOutage
@@ -144,7 +144,7 @@ class StoreJobRunner:
             self.log.error(
                 "writer.job_failed", job=task.name, error=error, retries_left=task.retries
             )
-            self._retry(task, spec)
+            self._retry(task, spec, overloaded=is_exhaustion(exc))
         self.current = None
         if recorded:
             store.run_job(
@@ -185,13 +185,18 @@ class StoreJobRunner:
             self._owed.append(put)
             self.outage.failed(exc)
 
-    def _retry(self, task: Any, spec: catalog.JobSpec | None) -> None:
+    def _retry(self, task: Any, spec: catalog.JobSpec | None, *, overloaded: bool) -> None:
+        """Queue ``task`` again after a failure, ``spec.retry_delay`` doubling per attempt,
+        while it has retries left. A failure for want of a file descriptor
+        (``overloaded``) says nothing about the job: it is queued again after the job's
+        delay whatever its retries, without using one up."""
         if spec is None:
             return
         attempt = spec.retries - task.retries  # 0 for the first failure
-        if task.retries <= 0:
+        if task.retries <= 0 and not overloaded:
             return
-        task.retries -= 1
+        if not overloaded:
+            task.retries -= 1
         delay = spec.retry_delay * (2**attempt)
         task.eta = utcnow() + dt.timedelta(seconds=delay)  # huey's clock: naive UTC (utc=True)
         self._put(lambda: self.queues.store.add_schedule(task))

@@ -42,11 +42,10 @@ from quill.jobs.jobstore import HeldJobStore
 from quill.jobs.outage import QueueOutage
 from quill.jobs.queues import fire_scheduled
 from quill.store import factory
+from quill.store.errors import TransientError
 from quill.store.lease import Lease
-from quill.workers import FIRE_REF
-
-#: A standby scheduler (another host leads the cluster) tries to take over this often (s).
-STANDBY_RETRY_S = 2.0
+from quill.workers import FIRE_REF, schedule_damage
+from quill.workers.standby import Standby, store_unreachable
 
 
 def jobstore_url(cfg: Settings) -> Any:
@@ -103,9 +102,11 @@ def fire(job: str) -> None:
     with this host's id (``build_for``). Nothing about paths, queues or parameters is stored
     with the schedule; the job's parameters are resolved from the settings when it runs. A
     per-host job on a cluster goes on every host's store queue (``jobs.queues.fire_scheduled``).
-    While the queue is unreachable the run is held and queued once it answers (``refire``);
-    with no scheduler's log to tell (``serve`` without one) ``QueueUnavailableError`` is
-    raised instead. Raises RuntimeError in a process that serves no data dir."""
+    While the queue (or, for such a fan-out, the store) is unreachable the run is held and
+    queued once it answers (``refire``; a store still unreachable then makes the leader
+    stand by, and the run stays held); with no scheduler's log to tell (``serve`` without
+    one) ``QueueUnavailableError`` or ``TransientError`` is raised instead. Raises
+    RuntimeError in a process that serves no data dir."""
     if _serving is None:
         raise RuntimeError(f"no scheduler runs in this process: cannot fire {job!r}")
     with _held:
@@ -119,6 +120,11 @@ def fire(job: str) -> None:
             if _outage is None:
                 raise
             _outage.failed(exc)
+            _unfired.append(job)
+        except TransientError as exc:  # a per-host job's fan-out reads the shared store
+            if _outage is None:
+                raise
+            _outage.log.error("scheduler.fire_held", job=job, error=str(exc))
             _unfired.append(job)
 
 
@@ -206,17 +212,20 @@ def edit_schedules(cfg: Settings) -> Iterator[BackgroundScheduler]:
 
     APScheduler 3 processes due jobs once when a *paused* BackgroundScheduler shuts down (its
     loop sees STOPPED, not PAUSED); removing the job store first makes the shutdown a no-op,
-    so an edit can never consume a due run that belongs to the fleet's scheduler.
+    so an edit can never consume a due run that belongs to the fleet's scheduler. Raises
+    ``ScheduleUnreadableError`` when ``schedule.db`` cannot be read or written (damaged,
+    locked, full), whether on opening it or within the ``with`` body.
     """
     cfg.ensure_dirs()
-    sched = make_scheduler(cfg)
-    sched.start(paused=True)
-    try:
-        install_defaults(sched, cfg)
-        yield sched
-    finally:
-        sched.remove_jobstore("default", shutdown=True)
-        sched.shutdown(wait=False)
+    with schedule_damage.guarded(cfg):
+        sched = make_scheduler(cfg)
+        sched.start(paused=True)
+        try:
+            install_defaults(sched, cfg)
+            yield sched
+        finally:
+            sched.remove_jobstore("default", shutdown=True)
+            sched.shutdown(wait=False)
 
 
 def describe(sched: BackgroundScheduler) -> list[dict[str, Any]]:
@@ -232,22 +241,23 @@ def describe(sched: BackgroundScheduler) -> list[dict[str, Any]]:
     ]
 
 
-def _lead(cfg: Settings, log: Any, stop: threading.Event) -> Any:
-    """On a shared PostgreSQL store: stand by until this host leads the cluster (one
-    scheduler per cluster, ``store.postgres.election``). Returns the ``Leadership`` (None
-    on the embedded store, or when stopped while standing by)."""
-    from quill.store.postgres.election import Leadership
-
-    leader = Leadership(cfg.store_url, "scheduler")
-    run_dir = RunDir(cfg.home, log)
+def _lead(leader: Any, log: Any, stop: threading.Event, run_dir: RunDir, standby: Standby) -> bool:
+    """Stand by until ``leader`` (a ``Leadership``) takes the cluster's lease; True then,
+    False when stopped first. Publishes the standby status with its reason at every try."""
     while not stop.is_set():
         if leader.try_lead():
+            standby.reachable(log)
             log.info("scheduler.leading")
-            return leader
-        run_dir.publish("scheduler", {"ready": True, "role": "standby", "jobs": []})
-        stop.wait(STANDBY_RETRY_S)
-    leader.release()
-    return None
+            return True
+        if leader.unreachable is not None:
+            standby.unreachable(leader.unreachable, log)
+        else:
+            standby.reachable(log)
+        run_dir.publish(
+            "scheduler", {"ready": True, "role": "standby", "jobs": [], **standby.fields()}
+        )
+        stop.wait(standby.wait_s)
+    return False
 
 
 def close(sched: BackgroundScheduler) -> None:
@@ -261,20 +271,60 @@ def close(sched: BackgroundScheduler) -> None:
 def run(cfg: Settings, log: Any, stop: threading.Event) -> None:
     """Run the scheduler until ``stop``. Raises ``LeaseHeldError`` if another runs in this
     data dir. On a shared PostgreSQL store only the elected leader runs schedules; the others
-    stand by, and a leader whose lease runs out stops (the supervisor restarts it as a
-    standby): its scheduler fires nothing once ``holds()`` is False, and this loop, which
-    renews the lease (``still_leader``, bounded), ends within a second after that."""
+    stand by. A leader that loses its lease (it could not renew it in time: the store was
+    unreachable, or the process was stopped) or meets an unreachable store stops leading at
+    once: its scheduler fires nothing once ``holds()`` is False and is shut down within a
+    second; the process stays up as a standby, says why in its status, tries the lease again
+    with backoff while the store is unreachable, and leads again once it wins it. A damaged
+    ``schedule.db`` does not end it either: it fires nothing until the file is replaced or
+    moved aside, then starts again by itself (``workers.schedule_damage``)."""
     run_dir = RunDir(cfg.home, log)  # a full disk is reported, never fatal
     lease = Lease(run_dir.lock("scheduler")).acquire()
     if lease.unrecorded:
         log.warning("scheduler.lease_unrecorded", file=str(lease.path), error=lease.unrecorded)
     serve(cfg, log)
-    leader = None
-    if factory.capabilities(cfg).cluster:  # one scheduler leads the cluster
-        leader = _lead(cfg, log, stop)
-        if leader is None:
-            lease.release()
+    try:
+        if not factory.capabilities(cfg).cluster:
+            while not stop.is_set():
+                try:
+                    with schedule_damage.guarded(cfg):
+                        _schedule(cfg, log, stop, run_dir, None)
+                    return
+                except schedule_db.ScheduleUnreadableError as exc:
+                    if not exc.damaged:
+                        raise
+                    schedule_damage.await_replacement(cfg, log, stop, run_dir, exc)
             return
+        from quill.store.postgres.election import Leadership
+
+        leader = Leadership(cfg.store_url, "scheduler")  # one scheduler leads the cluster
+        standby = Standby()
+        while _lead(leader, log, stop, run_dir, standby):
+            try:
+                _schedule(cfg, log, stop, run_dir, leader)
+                if not stop.is_set():
+                    standby.reason = "leadership lost: the lease could not be renewed in time"
+            except Exception as exc:
+                if not store_unreachable(exc):
+                    raise
+                standby.unreachable(exc, log)
+            finally:
+                leader.release()
+            if not stop.is_set():
+                run_dir.publish(
+                    "scheduler", {"ready": True, "role": "standby", "jobs": [], **standby.fields()}
+                )
+                stop.wait(standby.wait_s)
+        leader.release()  # a standby's connection
+    finally:
+        lease.release()
+        log.info("scheduler.stopped")
+
+
+def _schedule(cfg: Settings, log: Any, stop: threading.Event, run_dir: RunDir, leader: Any) -> None:
+    """Run the schedules until ``stop``, or — with ``leader`` (a ``Leadership``) — until it no
+    longer holds the lease (``still_leader``: renewed here, bounded). Raises what the job
+    store raises (``store_unreachable`` for an outage)."""
     sched = make_scheduler(cfg, leader, log)
     sched.add_listener(
         lambda ev: log.warning(
@@ -294,7 +344,7 @@ def run(cfg: Settings, log: Any, stop: threading.Event) -> None:
         while not stop.is_set():
             if leader is not None and not leader.still_leader():
                 log.error("scheduler.leadership_lost")
-                break
+                return
             due = [
                 j
                 for j in sched.get_jobs()
@@ -320,7 +370,3 @@ def run(cfg: Settings, log: Any, stop: threading.Event) -> None:
             sched.wakeup()
     finally:
         close(sched)
-        if leader is not None:
-            leader.release()
-        lease.release()
-        log.info("scheduler.stopped")

@@ -195,7 +195,12 @@ class Supervisor:
         return bool(
             writer.idle
             and fresh
-            and (sched.get("ready") or (pending is None and sched.get("waiting_for_queue")))
+            # a scheduler waiting out a damaged schedule.db fires nothing: nothing to wait for
+            and (
+                sched.get("ready")
+                or sched.get("schedule_damaged")
+                or (pending is None and sched.get("waiting_for_queue"))
+            )
             and consumer.get("in_flight") == 0
             and (pending is None or pending["store"] == pending["worker"] == 0)
         )

@@ -14,12 +14,18 @@ role's entry in ``ops/worker_main.py``: this layer may not import the importers)
   mtime and a hash of its first ``HEAD_BYTES``. A file whose stat differs from its mark is
   due; a different inode, a smaller size or a different head hash make it *rewritten* (Claude
   Code rewrites a file on resume, an agent may truncate or replace one), else it *grew*.
+* One version per import: a due file is opened once; its mark is taken from that descriptor
+  (``fstat``, head read with ``pread``) and the import reads only that descriptor, up to
+  the mark's size (``ops/importers/source.py``). A file renamed over the path while it is
+  read (an agent's atomic rewrite) is therefore never mixed with the one being read: this
+  round imports the opened version and records its inode; the next scan finds another inode
+  at the path and imports the new version as *rewritten*.
 * Exactly once: the importers need a whole file's context (message trees, session headers,
   last-copy-wins records), so a due file is imported whole, and what makes that cheap and
   exact is the import path's own rule: messages the store already holds are not spooled, and
   every batch id is derived from content, and the writer skips producer ids a session holds.
-  A JSON-lines file is read only up to its mark's size: the importers read a file twice
-  (structure, then content), and both passes must see the same records while it grows.
+  A file is read only up to its mark's size: the importers read a file more than once
+  (sniffing, structure, content), and every pass must see the same records while it grows.
   The mark is taken *before* the import reads the file and saved (fsync'd) only after the
   ingest returned, i.e. after every spool append of it was acknowledged durable. A kill -9
   at any point therefore either finds the old mark (the file is imported again: same content,
@@ -35,6 +41,7 @@ role's entry in ``ops/worker_main.py``: this layer may not import the importers)
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import threading
 import time
@@ -42,7 +49,9 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from quill.home import RunDir, Settings
+from quill.home import RunDir, Settings, is_exhaustion
+from quill.home.throttle import Throttle
+from quill.spool.errors import SpoolFullError
 from quill.store.errors import LeaseHeldError
 from quill.store.lease import Lease
 from quill.workers.watch_state import WatchState, change_kind, mark_of, scan, watched
@@ -52,14 +61,25 @@ STEP_MS = 50
 DEBOUNCE_MS = 400
 #: Seconds between looks at the watch lease while another watcher holds it.
 LEASE_RETRY_S = 2.0
+#: A round that meets a full disk (the spool, or ``watch-state.json``) is reported at most
+#: once per this many seconds and left to the next round (a change, or the rescan).
+FULL_REPORT_S = 5.0
+_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` means the disk under the data dir is full (by type and errno)."""
+    return isinstance(exc, SpoolFullError) or (isinstance(exc, OSError) and exc.errno in _FULL)
+
 
 #: ``ingest_session()`` opens what one round of imports needs (spool, store view) and yields
-#: ``ingest(path, size) -> report``: import the first ``size`` bytes (the mark's);
+#: ``ingest(path, fd, size) -> report``: import the first ``size`` bytes (the mark's) of the
+#: version open on ``fd`` (the watcher's descriptor: every read is from it; it stays open);
 #: ``report["format"]`` is None when no importer recognised the file. ``ingest`` raises
 #: ``OSError`` (file unreadable) or ``ValueError`` (bad input); any other error (a spool or
 #: store failure) propagates and stops the watcher without saving.
 IngestSession = Callable[
-    [], contextlib.AbstractContextManager[Callable[[Path, int], dict[str, Any]]]
+    [], contextlib.AbstractContextManager[Callable[[Path, int, int], dict[str, Any]]]
 ]
 
 
@@ -75,6 +95,8 @@ class Watcher:
         self.run_dir = RunDir(cfg.home)
         self.totals = {"imported": 0, "new_messages": 0, "rewritten": 0, "gone": 0}
         self.last_scan_at: float | None = None
+        self.full: str | None = None  # why the last round stopped on a full disk
+        self._throttle = Throttle(FULL_REPORT_S)
 
     # -- one round -------------------------------------------------------------------------
 
@@ -84,7 +106,13 @@ class Watcher:
         counts ``{"imported", "new_messages", "rewritten", "gone"}``."""
         counts = dict.fromkeys(self.totals, 0)
         if paths is None:
-            found, errors = scan(self.cfg.watch_paths)
+            try:
+                found, errors = scan(self.cfg.watch_paths)
+            except OSError as exc:
+                if not is_exhaustion(exc, chain=False):
+                    raise
+                self.log.warning("watch.overloaded", error=exc.strerror)
+                return counts  # nothing forgotten, nothing marked: the next round scans again
             gone = [p for p in self.state.files if p not in found]
             self.last_scan_at = time.time()
         else:
@@ -106,15 +134,32 @@ class Watcher:
             self.state.unreadable.pop(p, None)
             counts["gone"] += 1
         if due:
-            with self.ingest_session() as ingest:
-                for p in due:
-                    self._import(ingest, p, counts)
-                    changed = False  # _import saved the state
+            try:
+                with self.ingest_session() as ingest:
+                    for p in due:
+                        self._import(ingest, p, counts)
+                        changed = False  # _import saved the state
+            except Exception as exc:
+                if not is_exhaustion(exc, chain=False):
+                    raise
+                # No descriptor to open the spool or the store: every file stays due.
+                self.log.warning("watch.overloaded", error=type(exc).__name__, due=len(due))
         if changed:
-            self.state.save()
+            self._save()
         for k, v in counts.items():
             self.totals[k] += v
         return counts
+
+    def _save(self) -> None:
+        """Write the watch state; with no descriptor left to write it, keep it in memory for
+        the next save (the imports it records are in the spool already: a restart before
+        then imports them again, and the store skips what it holds)."""
+        try:
+            self.state.save()
+        except OSError as exc:
+            if not is_exhaustion(exc, chain=False):
+                raise
+            self.log.warning("watch.state_unsaved", error=exc.strerror)
 
     def _due(self, path: str, st: os.stat_result) -> bool:
         old = self.state.files.get(path)
@@ -133,29 +178,52 @@ class Watcher:
         return True
 
     def _import(
-        self, ingest: Callable[[Path, int], dict[str, Any]], path: str, counts: dict
+        self, ingest: Callable[[Path, int, int], dict[str, Any]], path: str, counts: dict
     ) -> None:
-        # The mark is taken before the import reads the file, so it never claims more than
-        # was read; saved only once ingest returned (every spool append acknowledged).
+        # One descriptor: the mark is taken from it before the import reads it, so it names
+        # the version read and never claims more than was read; saved only once ingest
+        # returned (every spool append acknowledged).
         try:
-            mark = mark_of(Path(path))
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
         except FileNotFoundError:
             return  # gone since the scan: the next scan forgets it
+        except OSError as exc:
+            self._note_unreadable(path, exc.strerror or type(exc).__name__)
+            self._save()
+            return
+        try:
+            self._import_version(ingest, path, fd, counts)
+        finally:
+            os.close(fd)
+
+    def _import_version(
+        self, ingest: Callable[[Path, int, int], dict[str, Any]], path: str, fd: int, counts: dict
+    ) -> None:
+        try:
+            mark = mark_of(fd)
         except OSError as exc:
             self._note_unreadable(path, exc.strerror or type(exc).__name__)
             self.state.save()
             return
         try:
-            kind = change_kind(self.state.files.get(path), mark, Path(path))
-            report = ingest(Path(path), mark.size)
+            kind = change_kind(self.state.files.get(path), mark, fd)
+            report = ingest(Path(path), fd, mark.size)
         except FileNotFoundError:
             return
-        except (OSError, ValueError) as exc:
+        except Exception as exc:
+            if is_exhaustion(exc, chain=False):
+                # No descriptor left (to read the file or append to the spool): the file is
+                # fine, so it is not marked unreadable at this content (which would skip it
+                # until it changes); the next round imports it.
+                self.log.warning("watch.overloaded", path=path, error=f"{type(exc).__name__}")
+                return
+            if disk_full(exc) or not isinstance(exc, (OSError, ValueError)):
+                raise  # a full disk is ridden out by ``_round``; the file itself is fine
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             self.state.unreadable[path] = {"reason": reason, "at": time.time(), "mark": mark}
             self.state.files.pop(path, None)
             self.log.warning("watch.unreadable", path=path, reason=reason)
-            self.state.save()
+            self._save()
             return
         if report.get("format") is None:
             self.state.unreadable[path] = {
@@ -170,7 +238,7 @@ class Watcher:
             counts["imported"] += 1
             counts["new_messages"] += report.get("new", 0)
             counts["rewritten"] += kind == "rewritten"
-        self.state.save()
+        self._save()
         self.log.info(
             "watch.imported",
             path=path,
@@ -202,14 +270,12 @@ class Watcher:
         with self._lease(stop, wait) as held:
             if not held:
                 return
-            self.round()
-            self.publish()
+            self._round()
             while not stop.is_set():
                 roots = [r for r in self.cfg.watch_paths if r.is_dir()]
                 if not roots:
                     stop.wait(self.cfg.watch_rescan_s)
-                    self.round()
-                    self.publish()
+                    self._round()
                     continue
                 self._follow(roots, stop)
         self.publish("stopped")
@@ -232,14 +298,36 @@ class Watcher:
             raise_interrupt=False,
         ):
             if changes:
-                self.round(p for _c, p in changes)
-                self.publish()
+                self._round(p for _c, p in changes)
             if time.monotonic() >= next_scan:
                 next_scan = time.monotonic() + rescan
-                self.round()
-                self.publish()
+                self._round()
                 if [r for r in self.cfg.watch_paths if r.is_dir()] != roots:
                     return
+
+    def _round(self, paths: Iterable[str] | None = None) -> None:
+        """``round(paths)`` then ``publish``, riding out a full disk: the round stops there,
+        is logged (``watch.disk_full``, at most every ``FULL_REPORT_S``, ``suppressed``
+        counting the rest; ``watch.disk_writable_again`` once a round completes) and published
+        (``waiting: disk full …``), and the next round — the next change, or the rescan within
+        ``watch_rescan_s`` — tries again. Nothing is lost: a mark not saved is kept in memory
+        when its import was acknowledged, else the file is imported again (same batch ids)."""
+        try:
+            self.round(paths)
+        except Exception as exc:
+            if not disk_full(exc):
+                raise
+            self.full = f"{type(exc).__name__}: {exc}"
+            left_out = self._throttle.ready("full")
+            if left_out is not None:
+                self.log.error("watch.disk_full", error=self.full, suppressed=left_out)
+            self.publish(f"waiting: disk full ({self.full}); retried at the next change or rescan")
+            return
+        if self.full is not None:
+            self.full = None
+            self._throttle.clear("full")
+            self.log.warning("watch.disk_writable_again")
+        self.publish()
 
     def once(self) -> dict[str, int]:
         """One full round under the ``watch`` lease (``quill watch --once``); raises

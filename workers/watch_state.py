@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from quill.home import Settings
+from quill.home import Settings, is_exhaustion
 
 WATCHED_SUFFIXES = (".jsonl", ".json")
 #: Bytes of a file's start hashed into its mark: a rewrite that changes the opening (a new
@@ -38,27 +38,34 @@ class Mark(NamedTuple):
         )
 
 
-def head_hash(path: Path, size: int) -> str:
-    """sha256 (hex, 32 chars) of the first ``min(size, HEAD_BYTES)`` bytes of ``path``.
-    Raises ``OSError``."""
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read(min(size, HEAD_BYTES))).hexdigest()[:32]
+def head_hash(fd: int, size: int) -> str:
+    """sha256 (hex, 32 chars) of the first ``min(size, HEAD_BYTES)`` bytes of the file open
+    on ``fd`` (read at offset 0 without moving the descriptor). Raises ``OSError``."""
+    want, data = min(size, HEAD_BYTES), b""
+    while len(data) < want:
+        chunk = os.pread(fd, want - len(data), len(data))
+        if not chunk:
+            break
+        data += chunk
+    return hashlib.sha256(data).hexdigest()[:32]
 
 
-def mark_of(path: Path) -> Mark:
-    """The current mark of ``path`` (raises ``OSError``)."""
-    st = os.stat(path)
-    return Mark(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, head_hash(path, st.st_size))
+def mark_of(fd: int) -> Mark:
+    """The mark of the version of a file open on ``fd``: what the import of that descriptor
+    reads, whatever has been renamed over its path since (raises ``OSError``)."""
+    st = os.fstat(fd)
+    return Mark(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, head_hash(fd, st.st_size))
 
 
-def change_kind(old: Mark | None, new: Mark, path: Path) -> str:
+def change_kind(old: Mark | None, new: Mark, fd: int) -> str:
     """``"new"`` (never imported), ``"rewritten"`` (another inode, smaller, or its first bytes
-    differ from those ``old`` hashed) or ``"grown"``. Raises ``OSError``."""
+    differ from those ``old`` hashed) or ``"grown"``; ``fd``: the version ``new`` was taken
+    from. Raises ``OSError``."""
     if old is None:
         return "new"
     if (old.dev, old.ino) != (new.dev, new.ino) or new.size < old.size:
         return "rewritten"
-    same = new.head if old.size >= HEAD_BYTES else head_hash(path, old.size)
+    same = new.head if old.size >= HEAD_BYTES else head_hash(fd, old.size)
     return "grown" if same == old.head else "rewritten"
 
 
@@ -125,11 +132,15 @@ def watched(path: str | Path) -> bool:
 
 def scan(roots: Iterable[Path]) -> tuple[dict[str, os.stat_result], dict[str, str]]:
     """Every watched file under ``roots`` with its stat, and the files (or folders) that
-    could not be listed or stat'ed with the reason. Symlinks are not followed into folders."""
+    could not be listed or stat'ed with the reason. Symlinks are not followed into folders.
+    Raises ``OSError`` (EMFILE/ENFILE) when no descriptor was left to list a folder: a scan
+    missing a folder would read as its files gone, so there is no partial answer."""
     found: dict[str, os.stat_result] = {}
     errors: dict[str, str] = {}
 
     def on_error(exc: OSError) -> None:
+        if is_exhaustion(exc, chain=False):
+            raise exc
         errors[str(exc.filename)] = exc.strerror or type(exc).__name__
 
     for root in roots:

@@ -25,7 +25,8 @@ The job queue is optional to the drain: while it is unreachable (Redis down) the
 runs no queued job and tries the queue again with backoff, and the writer applies the spool
 as ever, publishing the outage (``queue_error``, ``queue_down_since``) in its status.
 
-Failures: a retryable one (``TransientError``, ``DiskFullError``, ``StoreIOError``) committed
+Failures: a retryable one (``TransientError``, ``DiskFullError``, ``StoreIOError``, or no file
+descriptor left, ``quill.home.descriptors``, to open the store or a spool file) committed
 nothing, so the writer publishes it, pauses (doubling up to ``MAX_BACKOFF_S``) and retries the
 same step. ``CorruptError`` is the sticky halt, the one path for every cause: the store
 records the cause (SQLite ``run/halt.json``, PostgreSQL the store-wide halt row) and the
@@ -56,7 +57,13 @@ from quill.store.lease import Lease
 from quill.workers import status
 from quill.workers.drain import Drain
 from quill.workers.job_runner import StoreJobRunner
-from quill.workers.writer_halt import MAX_BACKOFF_S, REFUSED_RETRY_S, RETRYABLE, HaltAndRefusal
+from quill.workers.writer_halt import (
+    MAX_BACKOFF_S,
+    REFUSED_RETRY_S,
+    RETRYABLE,
+    HaltAndRefusal,
+    passing,
+)
 from quill.workers.writer_until_idle import UntilIdle
 
 #: The first pause after the store failed to open (seconds).
@@ -228,7 +235,9 @@ class Writer(HaltAndRefusal, UntilIdle):
         except CorruptError as exc:  # includes ReplacedError
             self._halt(exc)
             return 0.0
-        except RETRYABLE as exc:
+        except (*RETRYABLE, OSError) as exc:
+            if not passing(exc):
+                raise
             return self._retry(now, exc, "writer.retry", self.store.retry_first_s)
         self._backoff, self.error = None, None
         self._idle = not busy
@@ -244,7 +253,9 @@ class Writer(HaltAndRefusal, UntilIdle):
         except CorruptError as exc:  # damaged before we even started: the same sticky halt
             self._halt(exc)
             return 0.0
-        except RETRYABLE as exc:
+        except (*RETRYABLE, OSError) as exc:
+            if not passing(exc):
+                raise
             return self._retry(now, exc, "writer.open_retry", OPEN_RETRY_FIRST_S)
         if self.refusal is not None:
             self.log.warning("writer.refusal_lifted", cause=self.refusal.cause)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from quill.home import Halt, Throttle, WriterStatus
+from quill.home import Halt, Throttle, WriterStatus, is_exhaustion
 from quill.store.errors import (
     CorruptError,
     CursorMismatchError,
@@ -30,6 +30,15 @@ from quill.workers.job_runner import writer_tag
 
 #: Failures after which nothing of the step was committed: pause, then retry.
 RETRYABLE = (TransientError, DiskFullError, StoreIOError)
+
+
+def passing(exc: BaseException) -> bool:
+    """Whether ``exc`` is a failure to pause on and retry: a ``RETRYABLE`` store error, or no
+    file descriptor left to open a spool file (an ``OSError`` EMFILE/ENFILE,
+    ``quill.home.descriptors``; the store's own is a ``TransientError`` already)."""
+    return isinstance(exc, RETRYABLE) or is_exhaustion(exc, chain=False)
+
+
 #: The longest pause between retries (seconds).
 MAX_BACKOFF_S = 5.0
 #: While refused (``SpoolMismatchError``) the writer looks again this often (seconds): a claim

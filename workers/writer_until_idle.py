@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from quill.store.errors import CorruptError
-from quill.workers.writer_halt import RETRYABLE
+from quill.workers.writer_halt import RETRYABLE, passing
 
 #: ``until_idle`` gives up after failing this long without one successful step (seconds):
 #: long enough to ride out a server restart or a failover, short enough for a command.
@@ -75,7 +75,9 @@ class UntilIdle:
                 if not self.store.connected and step is not self._open_and_start:
                     self._open_and_start()
                 result = step()
-            except RETRYABLE as exc:
+            except (*RETRYABLE, OSError) as exc:
+                if not passing(exc):
+                    raise
                 failing_since = now if failing_since is None else failing_since
                 if now - failing_since >= give_up_s:
                     raise

@@ -34,6 +34,11 @@ def _fast_push(argv: list[str]) -> int | None:
             return push.run(
                 setup(args.home), stream, stream.name, args.session_id, args.wait_s, args.as_json
             )
+    except KeyboardInterrupt:  # Ctrl-C (e.g. during --wait): as the click commands say it
+        from quill.ops.client.errors import Exit
+
+        print("\nquill: interrupted", file=sys.stderr)
+        return Exit.INTERRUPTED
     except Exception as exc:  # noqa: BLE001 — classified by type, as base.run does
         error = from_exception(exc)
         if error is None:

@@ -12,6 +12,7 @@ from quill.ops.cli import render
 from quill.ops.cli.base import emit_json, json_option
 from quill.ops.client.errors import Exit, InvalidInputError, from_exception
 from quill.ops.importers import iter_transcript_files
+from quill.ops.importers.source import Source
 from quill.ops.transfer.export_reimport import import_export, is_quill_export
 from quill.ops.transfer.import_spool import import_file, open_store_view
 from quill.ops.transfer.pending_deletes import pending_deletes
@@ -51,10 +52,11 @@ def import_(ctx: click.Context, paths: tuple[Path, ...], as_json: bool) -> None:
             task = progress.add_task("importing", total=len(files))
             for path in files:
                 try:
-                    if is_quill_export(path):  # `quill export` output: its ops as they are
-                        report.append(import_export(spool, path, store))
-                    else:
-                        report.append(import_file(spool, path, store, pending).as_dict())
+                    with Source.open(path) as src:  # one version, read from one descriptor
+                        if is_quill_export(src):  # `quill export` output: its ops as they are
+                            report.append(import_export(spool, src, store))
+                        else:
+                            report.append(import_file(spool, src, store, pending).as_dict())
                 except ValueError as exc:
                     raise InvalidInputError(
                         f"{path}: {exc}; what was read before it was spooled"

@@ -19,6 +19,8 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
+from quill.ops.human import usd
+
 #: Width given to rich when stdout is not a terminal: wide enough that no line of ours is
 #: ever hard-wrapped (rich would otherwise assume 80 columns and fold ids and paths).
 UNWRAPPED_WIDTH = 1_000_000
@@ -144,11 +146,12 @@ def tokens(usage: dict[str, Any] | None) -> str:
 
 
 def cost(usage: dict[str, Any]) -> str:
-    """``$1.2345``, with ``+ N unpriced`` when some calls have no price; ``unpriced`` when none
-    has."""
+    """``$1.23`` or ``$0.0045`` (``quill.ops.human.usd``: significant digits under a cent,
+    as the dashboard), with ``+ N unpriced`` when some calls have no price; ``unpriced``
+    when none has."""
     if usage.get("cost_usd") is None:
         return "unpriced" if usage.get("calls") else ""
-    text = f"${usage['cost_usd']:.4f}"
+    text = usd(usage["cost_usd"])
     return text + (f" + {usage['unpriced']} unpriced" if usage.get("unpriced") else "")
 
 

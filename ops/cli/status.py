@@ -94,13 +94,19 @@ def _print_status(d: dict[str, Any]) -> None:
             + (f" (reported by {', '.join(q['reported_by'])})" if q.get("reported_by") else "")
             + "\n  queued and scheduled jobs wait; the spool is applied as ever"
         )
+    sched = fleet.get("scheduler") or {}
     if d.get("schedule", {}).get("readable") is False:
+        waiting = (
+            f"\n  the scheduler fires nothing since {render.when(sched['schedule_damaged_since'])}"
+            " and starts again by itself once the file is replaced or moved aside"
+            if sched.get("alive") and sched.get("schedule_damaged")
+            else ""
+        )
         con.print(
             f"[bold red]SCHEDULE UNREADABLE[/bold red]: {d['schedule']['error']}\n"
             "  move schedule.db aside: the scheduler recreates the default schedules "
-            "(your own changes to them are lost; the spool and the store are not)"
+            "(your own changes to them are lost; the spool and the store are not)" + waiting
         )
-    sched = fleet.get("scheduler") or {}
     if sched.get("alive") and sched.get("schedule_error"):
         con.print(
             "[bold red]SCHEDULE UNWRITABLE[/bold red] since "
@@ -108,6 +114,12 @@ def _print_status(d: dict[str, Any]) -> None:
             "  jobs fire on time; the next run times of "
             f"{', '.join(sched.get('schedule_held') or [])} are held in memory until the "
             "schedule's file takes them (lost only if the scheduler stops first)"
+        )
+    if sched.get("alive") and sched.get("store_error"):
+        con.print(
+            "[yellow]scheduler standing by[/yellow]: the store cannot be reached since "
+            f"{render.when(sched['store_unreachable_since'])}: {sched['store_error']}\n"
+            "  no schedule fires from this host; it leads again once the store answers"
         )
     http = fleet.get("http")
     if fleet["running"] and http:

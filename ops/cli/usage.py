@@ -112,5 +112,6 @@ def usage_reprice(cfg: Any, dry_run: bool, as_json: bool) -> None:
     how = " (dry run: nothing appended)" if dry_run else f" in {len(out['batches'])} op(s)"
     click.echo(
         f"{out['repriced']} record(s) re-priced with {out['price_version']}{how}; "
-        f"{out['still_unpriced']} still unpriced; cost change {out['cost_change_usd']:+.6f} USD"
+        f"{out['still_unpriced']} still unpriced; cost change "
+        f"{'+' if out['cost_change_usd'] >= 0 else ''}{render.usd(out['cost_change_usd'])}"
     )

@@ -15,6 +15,8 @@ of its kind, so ``quill.Client`` users and ``quill`` command users see the same 
     ├── StoreDamagedError           exit 1  corruption found: the writer halts, `quill recover`
     ├── QueueUnavailableError       exit 8  the job queue (Redis, queue.db) is unreachable:
     │                                       nothing was queued; the spool is applied as ever
+    ├── ScheduleUnreadableError     exit 1  ``schedule.db`` is damaged, locked or unreadable:
+    │                                       no schedule was read or changed
     └── StorageError                exit 1  other I/O / permission / unreadable data dir
 
 Classification is by the type of the lower layer's exception (``quill.spool`` and
@@ -25,12 +27,10 @@ this module costs nothing at import (the fast ``quill push`` path imports it).
 
 from __future__ import annotations
 
-import errno
 import sys
 from enum import IntEnum
 
-#: EMFILE (this process) and ENFILE (the system): no file descriptor left.
-_EXHAUSTED = frozenset({errno.EMFILE, errno.ENFILE})
+from quill.home.descriptors import is_exhaustion
 
 
 class Exit(IntEnum):
@@ -197,6 +197,7 @@ class OverloadedError(QuillError):
     store, a file or a socket: nothing is wrong with the data; retry shortly."""
 
     kind = "overloaded"
+    descriptors_exhausted = True  # quill.home.descriptors.is_exhaustion
     default_hint = (
         "retry shortly; if it lasts, raise the descriptor limit (`ulimit -n`, LimitNOFILE=) "
         "or find what holds descriptors (`ls /proc/PID/fd`)"
@@ -225,6 +226,26 @@ class QueueUnavailableError(QuillError):
     )
 
 
+class ScheduleUnreadableError(QuillError):
+    """``schedule.db`` cannot be read or written (damaged, not a database, locked, full):
+    nothing was read or changed. ``damaged``: the file itself is bad (it stays so until it is
+    replaced or moved aside), else it is busy or out of reach right now."""
+
+    kind = "schedule_unreadable"
+
+    def __init__(self, message: str, *, damaged: bool, hint: str | None = None):
+        if hint is None and damaged:
+            hint = (
+                "move schedule.db aside: the scheduler recreates the default schedules by "
+                "itself (your own `quill schedule` changes in it are lost; re-apply them); "
+                "`quill status` shows the state"
+            )
+        elif hint is None:
+            hint = "retry shortly; if it lasts, check the data dir's free space (`quill doctor`)"
+        super().__init__(message, hint=hint)
+        self.damaged = damaged
+
+
 class StorageError(QuillError):
     """Any other I/O, permission or configuration problem with the data dir."""
 
@@ -250,6 +271,8 @@ def from_exception(exc: BaseException) -> QuillError | None:
     queue_errors = sys.modules.get("quill.jobs.errors")
     home = sys.modules.get("quill.home")
     text = str(exc)
+    if is_exhaustion(exc, chain=False):  # any layer's: an OSError, the spool's or the store's own
+        return OverloadedError(exc.strerror if isinstance(exc, OSError) and exc.strerror else text)
     if spool_errors is not None and isinstance(exc, spool_errors.SpoolError):
         if isinstance(exc, spool_errors.SpoolFullError):
             return SpoolFullError(text)
@@ -265,11 +288,7 @@ def from_exception(exc: BaseException) -> QuillError | None:
         if isinstance(exc, spool_errors.WaitTimeoutError):
             return WaitTimeoutError(text)
         return StorageError(text)
-    if isinstance(exc, OSError) and exc.errno in _EXHAUSTED:
-        return OverloadedError(exc.strerror or str(exc))
     if store_errors is not None and isinstance(exc, store_errors.StoreError):
-        if isinstance(exc, store_errors.DescriptorsExhaustedError):
-            return OverloadedError(text)
         if isinstance(exc, store_errors.InvalidOpError):
             return InvalidInputError(
                 text, reason=exc.reason, hint="fix the op or message; nothing was appended"
@@ -299,6 +318,9 @@ def from_exception(exc: BaseException) -> QuillError | None:
         )
     if queue_errors is not None and isinstance(exc, queue_errors.QueueUnavailableError):
         return QueueUnavailableError(text)
+    schedule = sys.modules.get("quill.jobs.schedule")
+    if schedule is not None and isinstance(exc, schedule.ScheduleUnreadableError):
+        return ScheduleUnreadableError(text, damaged=exc.damaged)
     if home is not None and isinstance(exc, home.ConfigError):
         return StorageError(text, hint="fix config.toml (docs/configuration.md lists every key)")
     if isinstance(exc, OSError):

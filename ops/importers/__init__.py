@@ -72,6 +72,7 @@ from quill.ops.importers.jsonlines import (
     iter_jsonl,
     read_text,
 )
+from quill.ops.importers.source import Source, opened
 
 __all__ = [
     "Problem",
@@ -83,6 +84,7 @@ __all__ = [
     "stream_file",
     "iter_transcript_files",
     "FORMATS",
+    "Source",
     "Event",
     "SessionStart",
     "Message",
@@ -109,8 +111,8 @@ SNIFF_LINES = 5000
 _NO_DOC = object()
 
 
-def _first_char(path: Path) -> str:
-    with open(path, "rb") as fh:
+def _first_char(src: Source) -> str:
+    with src.reader() as fh:
         while chunk := fh.read(4096):
             text = chunk.decode("utf-8", errors="replace").lstrip(" \t\r\n\ufeff")
             if text:
@@ -118,9 +120,9 @@ def _first_char(path: Path) -> str:
     return ""
 
 
-def _first_line_is_object(path: Path) -> bool:
+def _first_line_is_object(src: Source) -> bool:
     """True when the first non-blank line decodes completely to JSON object(s)."""
-    with open(path, "rb") as fh:
+    with src.reader() as fh:
         for raw in fh:
             text = raw.decode("utf-8", errors="replace")
             if text.strip(" \t\r\n\ufeff"):
@@ -129,12 +131,12 @@ def _first_line_is_object(path: Path) -> bool:
     return False
 
 
-def _sample_jsonl(path: Path) -> tuple[list[Any], list[Any]]:
+def _sample_jsonl(src: Source) -> tuple[list[Any], list[Any]]:
     """``(carriers, head)``: up to _SAMPLE transcript-carrying values within the first
     SNIFF_LINES non-blank lines, and the first _SAMPLE decodable values (fallback)."""
     carriers: list[Any] = []
     head: list[Any] = []
-    with open(path, "rb") as fh:
+    with src.reader() as fh:
         seen = 0
         for raw in fh:
             text = raw.decode("utf-8", errors="replace")
@@ -211,14 +213,14 @@ def _classify_array(values: list[Any]) -> str | None:
     return None
 
 
-def _sniff(path: Path) -> tuple[str | None, Any]:
+def _sniff(src: Source) -> tuple[str | None, Any]:
     """-> (format, parsed content): ``_NO_DOC`` for JSON lines, a dict for an
     object document, or ``(elements, problems)`` for a top-level array."""
-    first = _first_char(path)
+    first = _first_char(src)
     if first not in ("[", "{"):
-        return (aider.FORMAT if aider.looks_like_history(path) else None), _NO_DOC
-    if _first_line_is_object(path):
-        carriers, head = _sample_jsonl(path)
+        return (aider.FORMAT if aider.looks_like_history(src) else None), _NO_DOC
+    if _first_line_is_object(src):
+        carriers, head = _sample_jsonl(src)
         if len(head) == 1 and gemini.looks_like_document(head[0]):  # a one-line document
             return gemini.FORMAT, head[0]
         if len(head) == 1 and opencode.looks_like_document(head[0]):
@@ -228,12 +230,12 @@ def _sniff(path: Path) -> tuple[str | None, Any]:
         return _classify_records(carriers, head), _NO_DOC
     if first == "[":
         problems: list[Problem] = []
-        elements = list(iter_json_array(read_text(path), path, problems))
+        elements = list(iter_json_array(read_text(src), src.path, problems))
         return _classify_array([v for _, v in elements]), (elements, problems)
     try:
-        doc = json.loads(read_text(path))
+        doc = json.loads(read_text(src))
     except (ValueError, RecursionError):
-        return _classify_records(*_sample_jsonl(path)), _NO_DOC
+        return _classify_records(*_sample_jsonl(src)), _NO_DOC
     if gemini.looks_like_document(doc):
         return gemini.FORMAT, doc
     if opencode.looks_like_document(doc):
@@ -245,9 +247,11 @@ def _sniff(path: Path) -> tuple[str | None, Any]:
     return (openai_chat.FORMAT if openai_chat.looks_like_conversation(doc) else None), doc
 
 
-def detect_format(path: Path) -> str | None:
-    """The transcript format of ``path`` sniffed from its content, or None."""
-    return _sniff(Path(path))[0]
+def detect_format(path: Path | Source) -> str | None:
+    """The transcript format of ``path`` sniffed from its content, or None. Raises
+    ``OSError``."""
+    with opened(path) as src:
+        return _sniff(src)[0]
 
 
 def _sessions_as_events(sessions: list[ImportedSession]) -> Iterator[Event]:
@@ -260,20 +264,43 @@ def _sessions_as_events(sessions: list[ImportedSession]) -> Iterator[Event]:
             yield Message(s.session["session_id"], m)
 
 
-def stream_file(
-    path: Path, problems: list[Problem], limit: int | None = None
-) -> tuple[str | None, Iterator[Event]]:
+def stream_file(path: Path | Source, problems: list[Problem]) -> tuple[str | None, Iterator[Event]]:
     """``(format, events)`` for one file; problems are appended to ``problems`` while the
-    events are consumed. Claude Code and Codex JSONL stream (two passes over the file, memory
-    bounded by the largest record); other formats are small and parsed whole. ``limit``: the
-    bytes of a JSON-lines file that is still growing to read (``iter_jsonl``), so both passes
-    see the same records (live capture; a whole document is read in one pass anyway)."""
-    path = Path(path)
-    fmt, doc = _sniff(path)
+    events are consumed. ``path``: a ``Source`` (one version of the file, opened by the
+    caller, who closes it after the events) or a path, opened here once and closed when the
+    events are exhausted or dropped. Every read, from sniffing to the last pass, comes from
+    that one descriptor up to its size (``source.py``), so a file replaced or grown meanwhile
+    is never read as a mix of versions. Claude Code and Codex JSONL stream (two passes,
+    memory bounded by the largest record); other formats are small and parsed whole. Raises
+    ``OSError`` when the file cannot be opened."""
+    if isinstance(path, Source):
+        return _stream(path, problems)
+    src = Source.open(path)
+    try:
+        fmt, events = _stream(src, problems)
+    except BaseException:
+        src.close()
+        raise
+    if fmt is None:
+        src.close()
+        return None, events
+    return fmt, _closing(events, src)
+
+
+def _closing(events: Iterator[Event], src: Source) -> Iterator[Event]:
+    try:
+        yield from events
+    finally:
+        src.close()
+
+
+def _stream(src: Source, problems: list[Problem]) -> tuple[str | None, Iterator[Event]]:
+    path = src.path
+    fmt, doc = _sniff(src)
     if fmt is None:
         return None, iter(())
     if fmt == aider.FORMAT:
-        return fmt, aider.stream(path, problems)
+        return fmt, aider.stream(src, problems)
     if isinstance(doc, tuple):  # top-level JSON array
         elements, array_problems = doc
         problems.extend(array_problems)
@@ -295,33 +322,34 @@ def stream_file(
     if doc is not _NO_DOC:
         return fmt, _sessions_as_events(openai_chat.parse_document(path, doc, problems))
 
-    def records(probs: list[Problem], p: Path = path) -> Iterator[tuple[int, Any]]:
-        return iter_jsonl(p, probs, limit)
+    def records(probs: list[Problem]) -> Iterator[tuple[int, Any]]:
+        return iter_jsonl(src, probs)
 
     if fmt == claude_code.FORMAT:
-        # live (``limit``): a subagent file grows too; both passes read its size at the start
-        sizes = {
-            a: (os.stat(a).st_size if limit is not None else None)
-            for a in claude_code.subagent_files(path)
-        }
-        agents = [(a, lambda probs, a=a: iter_jsonl(a, probs, sizes[a])) for a in sizes]
+        agents = []
+        for a in claude_code.subagent_files(path):
+            try:
+                agent = src.sibling(a)
+            except FileNotFoundError:
+                continue  # deleted since the folder was listed
+            agents.append((a, lambda probs, s=agent: iter_jsonl(s, probs)))
         main = claude_code.session_file_of(path)
-        links = (lambda probs, m=main: iter_jsonl(m, probs)) if main else None
+        links = (lambda probs, m=src.sibling(main): iter_jsonl(m, probs)) if main else None
         return fmt, claude_code.stream(path, records, problems, "jsonl", agents, links)
     if fmt == codex.FORMAT:
         return fmt, codex.stream(path, records, problems)
     if fmt == gemini_log.FORMAT:
-        return fmt, gemini_log.stream(path, problems)
+        return fmt, gemini_log.stream(src, problems)
     if fmt == copilot.FORMAT:
-        return fmt, copilot.stream(path, problems)
+        return fmt, copilot.stream(src, problems)
     if fmt == openhands.FORMAT:
-        return fmt, openhands.stream_instances(path, iter_jsonl(path, problems), problems)
+        return fmt, openhands.stream_instances(path, iter_jsonl(src, problems), problems)
     if fmt == sharegpt.FORMAT:
         return fmt, _sessions_as_events(
-            sharegpt.parse_records(path, iter_jsonl(path, problems), problems)
+            sharegpt.parse_records(path, iter_jsonl(src, problems), problems)
         )
     return fmt, _sessions_as_events(
-        openai_chat.parse_records(path, iter_jsonl(path, problems), problems)
+        openai_chat.parse_records(path, iter_jsonl(src, problems), problems)
     )
 
 

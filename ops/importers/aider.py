@@ -49,6 +49,7 @@ from quill.ops.importers.jsonlines import (
     make_message,
     parse_timestamp,
 )
+from quill.ops.importers.source import Source, opened
 
 FORMAT = "aider"
 HEADER = re.compile(r"^# aider chat started at (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\s*$")
@@ -59,9 +60,9 @@ _FENCE_OPEN = ("```", "<source")
 _FENCE_CLOSE = ("```", "</source")
 
 
-def looks_like_history(path: Path) -> bool:
+def looks_like_history(path: Path | Source) -> bool:
     """True when one of the first ``SNIFF_LINES`` lines is an aider session header."""
-    with open(path, "rb") as fh:
+    with opened(path) as src, src.reader() as fh:
         for n, raw in enumerate(fh):
             if n >= SNIFF_LINES:
                 return False
@@ -108,7 +109,7 @@ class _Run:
             self.blocks.append((kind, lines))
 
 
-def _runs(path: Path) -> Iterator[_Run]:
+def _runs(src: Source) -> Iterator[_Run]:
     """The runs of the file in order, each complete (a run is small: one aider session)."""
     run = _Run(None, None)
     kind: str | None = None
@@ -121,7 +122,7 @@ def _runs(path: Path) -> Iterator[_Run]:
             run.add(kind, buf)
         kind, buf = None, []
 
-    with open(path, "rb") as fh:
+    with src.reader() as fh:
         for raw in fh:
             line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
             blank = not line.strip()
@@ -167,10 +168,16 @@ def _runs(path: Path) -> Iterator[_Run]:
         yield run
 
 
-def stream(path: Path, problems: list[Problem]) -> Iterator[Event]:
+def stream(path: Path | Source, problems: list[Problem]) -> Iterator[Event]:
     """Events of one aider chat history file: a session per run."""
-    name = Path(path).name
-    for run in _runs(path):
+    with opened(path) as src:
+        yield from _stream(src, problems)
+
+
+def _stream(src: Source, problems: list[Problem]) -> Iterator[Event]:
+    path = src.path
+    name = path.name
+    for run in _runs(src):
         sid = content_session_id(FORMAT, name, [run.header or "", run.first_line or ""])
         started = parse_timestamp(run.started.replace(" ", "T")) if run.started else None
         model = None

@@ -15,7 +15,12 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from quill.ops.importers.jsonlines import join_text, make_message, make_tool_call
+from quill.ops.importers.jsonlines import (
+    join_text,
+    make_message,
+    make_tool_call,
+    mark_injected,
+)
 
 if TYPE_CHECKING:
     from quill.ops.importers.claude_code import Emitter
@@ -109,11 +114,21 @@ def assistant(sess: Emitter, rec: dict, msg: dict, mid: str, ts: float | None) -
     )
 
 
+def _user(msg: dict) -> dict:
+    """A user message marked ``INJECTED`` when Claude Code wrote it rather than the user: an
+    ``isMeta`` record (a slash command's expanded prompt, a caveat, hook feedback). Text
+    that is only tag blocks (``<command-name>``, ``<system-reminder>`` …) is marked for
+    every format (``events.Message``)."""
+    if (msg.get("extra") or {}).get("isMeta") is True:
+        mark_injected(msg)
+    return msg
+
+
 def user(sess: Emitter, rec: dict, msg: dict, mid: str, ts: float | None) -> list[dict]:
     raw = msg.get("content")
     if not isinstance(raw, list):
         text = raw if isinstance(raw, str) else (None if raw is None else json.dumps(raw))
-        return [make_message(mid, "user", text, timestamp=ts, extra=sess.extra(rec, msg))]
+        return [_user(make_message(mid, "user", text, timestamp=ts, extra=sess.extra(rec, msg)))]
     results = [b for b in raw if isinstance(b, dict) and b.get("type") == "tool_result"]
     rest = [b for b in raw if not (isinstance(b, dict) and b.get("type") == "tool_result")]
     out: list[dict] = []
@@ -130,8 +145,10 @@ def user(sess: Emitter, rec: dict, msg: dict, mid: str, ts: float | None) -> lis
                     block if isinstance(block, str) else json.dumps(block, ensure_ascii=False)
                 )
         out.append(
-            make_message(
-                mid, "user", _content(texts, images), timestamp=ts, extra=sess.extra(rec, msg)
+            _user(
+                make_message(
+                    mid, "user", _content(texts, images), timestamp=ts, extra=sess.extra(rec, msg)
+                )
             )
         )
     several = len(results) > 1 or bool(out)

@@ -10,17 +10,19 @@ total); ``record_events`` maps one record, ``_item`` one ``response_item`` paylo
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from quill.ops.importers.events import Compact, Event, Message, Rewind, Usage
 from quill.ops.importers.jsonlines import (
+    INJECTED,
     Problem,
+    injected_text,
     join_text,
     make_message,
     make_tool_call,
+    mark_injected,
     parse_timestamp,
 )
 
@@ -121,18 +123,6 @@ class State:
         return text
 
 
-#: Context Codex injects as user-role messages (not a prompt the user typed): AGENTS.md,
-#: and whole-message tag blocks such as <environment_context>, <user_instructions>, <skill>.
-_INJECTED = re.compile(r"\A\s*(# AGENTS\.md instructions|<([a-z_]+)>[\s\S]*</\2>\s*\Z)")
-
-
-def _injected(content: Any) -> bool:
-    """True for a user message that is injected context rather than a typed prompt."""
-    if isinstance(content, list):
-        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-    return isinstance(content, str) and bool(_INJECTED.match(content))
-
-
 def _part_texts(value: Any) -> list[Any]:
     """The ``text`` of each part of a reasoning ``summary``/``content`` list (a bare string is
     its own text; any other JSON type holds none)."""
@@ -159,7 +149,7 @@ def _item(st: State, mid: str, p: dict, ts: float | None) -> dict | None:
             extra["original_role"], role = role, "user"
         if role == "assistant":
             extra["model"] = st.turn.get("model")
-        return make_message(
+        msg = make_message(
             mid,
             role,
             _parts_content(p.get("content")),
@@ -167,6 +157,8 @@ def _item(st: State, mid: str, p: dict, ts: float | None) -> dict | None:
             reasoning=st.take_reasoning() if role == "assistant" else None,
             extra=extra,
         )
+        # AGENTS.md, <environment_context>, <user_instructions> …: context, not a prompt.
+        return mark_injected(msg) if role == "user" and injected_text(msg["content"]) else msg
     if ptype in ("function_call", "custom_tool_call", "local_shell_call", "web_search_call"):
         cid = str(p.get("call_id") or p.get("id") or mid)
         if ptype == "function_call":
@@ -215,7 +207,8 @@ def record_events(st: State, line: int | None, rec: dict) -> Iterator[Event]:
         if msg is not None:
             if msg["role"] == "user":
                 st.last_user = len(st.live_ids)
-                if st.turn_open and not _injected(msg.get("content")):
+                injected = (msg.get("extra") or {}).get(INJECTED)
+                if st.turn_open and not injected:
                     st.mark_turn(st.last_user)  # the first real prompt of a new turn
                     st.turn_open = False
             st.live_ids.append(msg["id"])

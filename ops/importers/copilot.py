@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from quill.ops.importers.copilot_agents import AGENT_EVENTS, Agents, shutdown_usage
 from quill.ops.importers.events import Event, Message, SessionStart
 from quill.ops.importers.jsonlines import (
     Problem,
@@ -39,6 +40,7 @@ from quill.ops.importers.jsonlines import (
     parse_timestamp,
     shape_problem,
 )
+from quill.ops.importers.source import Source, opened
 
 FORMAT = "copilot-cli"
 #: event types that carry the transcript (what detection keys on) -> a ``data`` key each has
@@ -77,6 +79,7 @@ class _State:
         self.counts: dict[str, int] = {}
         self.start: dict | None = None
         self.model: str | None = None
+        self.agents = Agents()
 
 
 def _message(st: _State, ev: dict) -> dict | None:
@@ -160,11 +163,18 @@ def _session(path: Path, st: _State, first: Any) -> dict:
     }
 
 
-def stream(path: Path, problems: list[Problem]) -> Iterator[Event]:
-    """Events of one Copilot CLI events.jsonl. Pass 1 reads the session header, model and
-    counts (the header can come late in a resumed log); pass 2 emits the messages."""
+def stream(path: Path | Source, problems: list[Problem]) -> Iterator[Event]:
+    """Events of one Copilot CLI events.jsonl (a ``Source``: one version, or a path opened
+    once). Pass 1 reads the session header, model and counts (the header can come late in a
+    resumed log); pass 2 emits the messages; both read the same descriptor."""
+    with opened(path) as src:
+        yield from _stream(src, problems)
+
+
+def _stream(src: Source, problems: list[Problem]) -> Iterator[Event]:
+    path = src.path
     st, first = _State(), None
-    for _line, ev in iter_jsonl(path, []):
+    for _line, ev in iter_jsonl(src, []):
         if first is None:
             first = ev
         if not isinstance(ev, dict) or not isinstance(ev.get("type"), str):
@@ -175,12 +185,15 @@ def stream(path: Path, problems: list[Problem]) -> Iterator[Event]:
             st.start = ev
         elif ev["type"] == "session.model_change" and st.model is None:
             st.model = data.get("newModel") if isinstance(data.get("newModel"), str) else None
-        elif ev["type"] == "assistant.message" and st.model is None:
+        elif ev["type"] in AGENT_EVENTS:
+            st.agents.note(ev, data)
+        elif ev["type"] == "assistant.message" and st.model is None and not st.agents.of(ev):
             st.model = data.get("model") if isinstance(data.get("model"), str) else None
     session = _session(path, st, first)
     sid = session["session_id"]
     yield SessionStart(session)
-    for line, ev in iter_jsonl(path, problems):
+    started: set[str] = set()
+    for line, ev in iter_jsonl(src, problems):
         if not (isinstance(ev, dict) and isinstance(ev.get("type"), str)):
             problems.append(Problem(str(path), line, "skipped", "not an event object"))
             continue
@@ -189,10 +202,21 @@ def stream(path: Path, problems: list[Problem]) -> Iterator[Event]:
             continue
         try:
             msg = _message(st, ev)
+            if ev["type"] == "session.shutdown":
+                yield from shutdown_usage(sid, ev)
         except (TypeError, AttributeError, ValueError) as exc:
             problems.append(
                 Problem(str(path), line, "skipped", f"{ev['type']}: {shape_problem(exc)}")
             )
             continue
-        if msg is not None:
+        if msg is None:
+            continue
+        agent = st.agents.of(ev)
+        if agent is None:
             yield Message(sid, msg)
+            continue
+        child = f"{sid}:agent:{agent}"
+        if agent not in started:  # a delegate child, started at its first message
+            started.add(agent)
+            yield SessionStart(st.agents.session(agent, child, session))
+        yield Message(child, msg)

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from quill.ops.importers.jsonlines import ImportedSession
+from quill.ops.importers.jsonlines import INJECTED, ImportedSession, injected_text, mark_injected
 
 
 @dataclass
@@ -51,6 +51,9 @@ class Message:
     message: dict
     rewound: bool = False
 
+    def __post_init__(self) -> None:
+        mark_if_injected(self.message)
+
 
 @dataclass
 class Compact:
@@ -61,6 +64,10 @@ class Compact:
     messages: list[dict]
     tail_count: int = 0
     info: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for message in self.messages:
+            mark_if_injected(message)
 
 
 @dataclass
@@ -115,3 +122,14 @@ def collect(events: Iterable[Event]) -> list[ImportedSession]:
         else:
             s.rewound.extend(ev.ext_ids)
     return list(sessions.values())
+
+
+def mark_if_injected(message: dict) -> None:
+    """Mark a user message whose text is injected context as a whole (``INJECTED``), for
+    every format alike: an agent's own wrapper text never becomes a session's preview."""
+    if (
+        message.get("role") == "user"
+        and not (message.get("extra") or {}).get(INJECTED)
+        and injected_text(message.get("content"))
+    ):
+        mark_injected(message)

@@ -36,6 +36,7 @@ from typing import Any
 from quill.ops.importers import gemini
 from quill.ops.importers.events import Compact, Event, Message, Rewind, SessionStart
 from quill.ops.importers.jsonlines import Problem, iter_jsonl, parse_timestamp, shape_problem
+from quill.ops.importers.source import Source, opened
 
 FORMAT = gemini.FORMAT
 ENTRY_TYPES = ("user", "gemini", "info", "error", "warning")
@@ -59,36 +60,40 @@ def looks_like_record(obj: Any) -> bool:
     )
 
 
-def _first_record(path: Path) -> dict | None:
+def _first_record(path: Path | Source) -> dict | None:
     for _, value in iter_jsonl(path, []):
         return value if isinstance(value, dict) else None
     return None
 
 
-def _session_of(path: Path) -> str | None:
+def _session_of(path: Path | Source) -> str | None:
     first = _first_record(path)
     sid = first.get("sessionId") if first else None
     return sid if isinstance(sid, str) and sid else None
 
 
-def subagent_files(path: Path) -> list[Path]:
+def subagent_files(path: Path | Source) -> list[Path]:
     """Subagent logs Gemini CLI wrote for the session log ``path``: ``<dir>/<its session
     id>/*.jsonl``, sorted."""
     sid = _session_of(path)
-    folder = Path(path).parent / sid if sid and "/" not in sid and sid not in (".", "..") else None
+    folder = _path(path).parent / sid if sid and "/" not in sid and sid not in (".", "..") else None
     return sorted(folder.glob("*.jsonl")) if folder is not None and folder.is_dir() else []
 
 
-def session_file_of(path: Path) -> Path | None:
+def session_file_of(path: Path, src: Source | None = None) -> Path | None:
     """For ``chats/<parent id>/<id>.jsonl``: the parent's ``chats/session-*.jsonl`` log when
-    it is there (its first line names ``<parent id>``), else None."""
+    it is there (its first line names ``<parent id>``), else None. ``src``: the import's
+    source, through which each candidate is opened once (``Source.sibling``)."""
     path = Path(path)
     if path.suffix != ".jsonl" or path.name.startswith("session-"):
         return None
     parent_id = path.parent.name
     for cand in sorted(path.parent.parent.glob(f"session-*-{parent_id[:8]}.jsonl")):
-        if _session_of(cand) == parent_id:
-            return cand
+        try:
+            if _session_of(src.sibling(cand) if src is not None else cand) == parent_id:
+                return cand
+        except FileNotFoundError:
+            continue  # gone since the folder was listed
     return None
 
 
@@ -158,9 +163,13 @@ class _Log:
             self.message(m, line, "checkpoint_copies")
 
 
-def _replay(path: Path, problems: list[Problem]) -> _Log:
-    log = _Log()
-    for line, rec in iter_jsonl(path, problems):
+def _path(src: Path | Source) -> Path:
+    return src.path if isinstance(src, Source) else Path(src)
+
+
+def _replay(src: Path | Source, problems: list[Problem]) -> _Log:
+    log, path = _Log(), _path(src)
+    for line, rec in iter_jsonl(src, problems):
         if not isinstance(rec, dict):
             problems.append(Problem(str(path), line, "skipped", "not a JSON object"))
         elif isinstance(rec.get("$rewindTo"), str):  # the CLI's isRewindRecord
@@ -199,7 +208,8 @@ def _messages(path: Path, sid: str, slot: _Slot, problems: list[Problem]) -> lis
     return out
 
 
-def _session(path: Path, log: _Log, parent: tuple[str, dict[str, str]] | None) -> dict:
+def _session(src: Source, log: _Log, parent: tuple[str, dict[str, str]] | None) -> dict:
+    path = src.path
     meta: dict[str, Any] = {"source_file": Path(path).name, "record_counts": dict(log.counts)}
     meta.update((k, log.meta[k]) for k in _META_KEYS if log.meta.get(k) is not None)
     sid = f"{FORMAT}:{log.meta['sessionId']}"
@@ -222,7 +232,8 @@ def _session(path: Path, log: _Log, parent: tuple[str, dict[str, str]] | None) -
     if parent is not None or parent_id:
         session["parent_id"] = parent[0] if parent else f"{FORMAT}:{parent_id}"
         session["parent_kind"] = "delegate"
-        calls = parent[1] if parent else _agent_calls(session_file_of(path))
+        main = None if parent else session_file_of(path, src)
+        calls = parent[1] if parent else _agent_calls(src.sibling(main) if main else None)
         call = calls.get(log.meta["sessionId"])
         if call:
             meta["parent_tool_call_id"] = call
@@ -233,7 +244,7 @@ def _slots(step: tuple) -> list[_Slot]:
     return [step[1]] if step[0] == "msg" else step[1]
 
 
-def _agent_calls(path: Path | None) -> dict[str, str]:
+def _agent_calls(path: Source | None) -> dict[str, str]:
     """Subagent session id -> the id of the parent's tool call that ran it (``agentId``)."""
     if path is None:
         return {}
@@ -252,12 +263,13 @@ def _calls_of(log: _Log) -> dict[str, str]:
 
 
 def _events(
-    path: Path, log: _Log, problems: list[Problem], parent: tuple[str, dict] | None = None
+    src: Source, log: _Log, problems: list[Problem], parent: tuple[str, dict] | None = None
 ) -> Iterator[Event]:
+    path = src.path
     if not isinstance(log.meta.get("sessionId"), str) or not log.meta["sessionId"]:
         problems.append(Problem(str(path), None, "skipped", "no metadata line with a sessionId"))
         return
-    session = _session(path, log, parent)
+    session = _session(src, log, parent)
     sid = session["session_id"]
     yield SessionStart(session)
     for step in log.steps:
@@ -278,14 +290,20 @@ def _events(
                 yield Compact(sid, msgs, step[2], info={"line": step[1][0].line})
 
 
-def stream(path: Path, problems: list[Problem]) -> Iterator[Event]:
+def stream(path: Path | Source, problems: list[Problem]) -> Iterator[Event]:
     """Events of one Gemini CLI log and of the subagent logs next to it (``subagent_files``).
-    Logs are small (the CLI itself reads them whole), so each is replayed in memory."""
-    log = _replay(Path(path), problems)
-    yield from _events(Path(path), log, problems)
-    sid = log.meta.get("sessionId")
-    if not isinstance(sid, str):
-        return
-    calls = _calls_of(log)
-    for child in subagent_files(Path(path)):
-        yield from _events(child, _replay(child, problems), problems, (f"{FORMAT}:{sid}", calls))
+    Logs are small (the CLI itself reads them whole), so each is replayed in memory; each
+    file is read from one descriptor (``path``: a ``Source``, or a path opened once)."""
+    with opened(path) as src:
+        log = _replay(src, problems)
+        yield from _events(src, log, problems)
+        sid = log.meta.get("sessionId")
+        if not isinstance(sid, str):
+            return
+        calls = _calls_of(log)
+        for child in subagent_files(src):
+            try:
+                c = src.sibling(child)
+            except FileNotFoundError:
+                continue  # deleted since the folder was listed
+            yield from _events(c, _replay(c, problems), problems, (f"{FORMAT}:{sid}", calls))

@@ -16,11 +16,14 @@ shares (they live here, not in ``__init__``, to avoid import cycles).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from quill.ops.importers.source import Source, opened
 
 
 class ShapeError(ValueError):
@@ -105,28 +108,24 @@ def decode_line(text: str) -> tuple[list[Any], str | None]:
         values.append(value)
 
 
-def iter_jsonl(
-    path: Path, problems: list[Problem], limit: int | None = None
-) -> Iterator[tuple[int, Any]]:
-    """Yield ``(line_number, value)`` for every JSON value in a JSON-lines file.
+def iter_jsonl(src: Source | Path, problems: list[Problem]) -> Iterator[tuple[int, Any]]:
+    """Yield ``(line_number, value)`` for every JSON value in a JSON-lines file: a ``Source``
+    (one version, read up to its size) or a path (opened once here).
 
     Line numbers are 1-based physical lines. Problems are appended to
     ``problems`` as they are found; iteration always continues to the end.
-    ``limit``: read only the first ``limit`` bytes (a file an agent is still appending to:
-    every pass over it then sees the same records); a line they end inside of, or an
-    unterminated last line that does not decode, is still being written: left out, unreported.
+    A ``live`` source (a file an agent is still appending to): a line its size ends inside
+    of, or an unterminated last line that does not decode, is still being written: left out,
+    unreported. Raises ``OSError`` when a path cannot be opened.
     """
-    with open(path, "rb") as fh:
-        consumed = 0
+    with opened(src) as source, source.reader() as fh:
+        path, live = source.path, source.live
         for lineno, raw in enumerate(fh, 1):
-            consumed += len(raw)
-            if limit is not None and consumed > limit:
-                return
             text = raw.decode("utf-8", errors="replace")
             if not text.strip(_WS):
                 continue
             values, error = decode_line(text)
-            if error is not None and limit is not None and not raw.endswith(b"\n"):
+            if error is not None and live and not raw.endswith(b"\n"):
                 return
             if error is None and len(values) > 1:
                 problems.append(
@@ -217,9 +216,11 @@ def _skip(text: str, pos: int, chars: str) -> int:
     return pos
 
 
-def read_text(path: Path) -> str:
-    """Read a whole file as text (UTF-8, BOM stripped, bad bytes replaced)."""
-    return Path(path).read_bytes().decode("utf-8-sig", errors="replace")
+def read_text(src: Source | Path) -> str:
+    """A whole file as text (UTF-8, BOM stripped, bad bytes replaced): a ``Source``'s
+    version, or a path opened once. Raises ``OSError``."""
+    with opened(src) as source:
+        return source.read_bytes().decode("utf-8-sig", errors="replace")
 
 
 def line_session_id(fmt: str, file_name: str, line: int | None, seen: dict[int | None, int]) -> str:
@@ -349,3 +350,38 @@ class CallIds:
 
     def result(self, source_id: str) -> str:
         return self._latest.get(source_id, source_id)
+
+
+#: The ``extra`` key (value ``true``) of a user-role message the agent injected rather than
+#: the user typed: an instructions file (AGENTS.md), an environment or permissions block, a
+#: slash command's wrapper and output, a hook's or a reminder's text, Claude Code's
+#: ``isMeta`` records. It stays a user message (the model saw it as one); listings take a
+#: session's preview from the first user message without it (``store/read/listing.py``).
+INJECTED = "injected"
+#: Text that is injected context as a whole: the AGENTS.md preamble Codex writes, or one or
+#: more whole tag blocks and nothing else (``<environment_context>…</environment_context>``,
+#: ``<command-name>…</command-name><local-command-stdout>…``, ``<system-reminder>…``).
+_INJECTED_TEXT = re.compile(
+    r"\A\s*(?:# AGENTS\.md instructions|(?:<([a-z][a-z_-]*)>[\s\S]*?</\1>\s*)+\Z)"
+)
+#: Longer texts are not checked as tag blocks (a typed prompt can be long; the pattern's
+#: cost grows with the text): only the AGENTS.md preamble, by its start.
+_INJECTED_SCAN_CHARS = 256 * 1024
+
+
+def injected_text(content: Any) -> bool:
+    """Whether ``content`` (a string, or a list of parts with ``text``) is injected context as
+    a whole (``_INJECTED_TEXT``) rather than a prompt the user typed."""
+    if isinstance(content, list):
+        content = "".join(p.get("text") or "" for p in content if isinstance(p, dict))
+    if not isinstance(content, str):
+        return False
+    if len(content) > _INJECTED_SCAN_CHARS:
+        return content.lstrip().startswith("# AGENTS.md instructions")
+    return bool(_INJECTED_TEXT.match(content))
+
+
+def mark_injected(msg: dict) -> dict:
+    """``msg`` (a ``make_message`` dict) with ``extra[INJECTED] = True``; returns it."""
+    msg.setdefault("extra", {})[INJECTED] = True
+    return msg

@@ -22,6 +22,9 @@ Mapping (one event at most one message; id = ``event:<id>``):
 * ``recall`` observations (workspace context, microagent knowledge) and ``error``
   observations no action answers -> ``user`` messages (OpenHands sends both to the model as
   user text), marked ``extra.openhands_observation``;
+* a ``delegate`` action's run (the events the delegate agent added to the stream before the
+  closing ``delegate`` observation) -> a ``delegate`` child session
+  ``<session id>:delegate:<action event id>`` (``openhands_delegates``);
 * ``change_agent_state``, ``recall`` actions, ``null`` and ``agent_state_changed``
   observations and unknown shapes -> no message; every event type is counted in
   ``meta.event_counts``.
@@ -39,6 +42,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from quill.ops.importers import openhands_delegates as delegates
 from quill.ops.importers.events import Event, Message, SessionStart
 from quill.ops.importers.jsonlines import (
     CallIds,
@@ -279,6 +283,27 @@ def _events(path: Path, sid: str, events: list[dict], problems: list[Problem]) -
             yield Message(sid, m)
 
 
+def _with_runs(path: Path, sid: str, evs: list, problems: list[Problem]) -> Iterator[Event]:
+    """The main agent's messages, then each delegate run with messages as a ``delegate``
+    child session ``<sid>:delegate:<action event id>`` (``openhands_delegates``)."""
+    main, runs = delegates.split(evs)
+    yield from _events(path, sid, main, problems)
+    children: dict[int, str] = {}
+    for run in runs:
+        child = sid + run.session_suffix()
+        msgs = list(_events(path, child, run.events, problems))
+        if not msgs:
+            continue  # a parent's own history: the action and its result, nothing between
+        children[id(run)] = child
+        start = _session(path, child, run.events, {"delegate": run.meta()}, None)
+        start.session["parent_id"] = children.get(id(run.parent), sid) if run.parent else sid
+        start.session["parent_kind"] = "delegate"
+        if "parent_tool_call_id" in run.meta():
+            start.session["meta"]["parent_tool_call_id"] = run.meta()["parent_tool_call_id"]
+        yield start
+        yield from msgs
+
+
 def _session(
     path: Path, sid: str, events: list[dict], meta: dict, title: str | None
 ) -> SessionStart:
@@ -312,7 +337,7 @@ def stream_events(path: Path, events: list[Any], problems: list[Problem]) -> Ite
     evs = [e for e in events if looks_like_event(e)]
     sid = content_session_id(FORMAT, Path(path).name, evs[:1])
     yield _session(path, sid, evs, {}, None)
-    yield from _events(path, sid, evs, problems)
+    yield from _with_runs(path, sid, evs, problems)
 
 
 def stream_instances(
@@ -343,4 +368,4 @@ def stream_instances(
             {k: v for k, v in meta.items() if v is not None},
             str(rec["instance_id"]),
         )
-        yield from _events(path, sid, evs, problems)
+        yield from _with_runs(path, sid, evs, problems)

@@ -12,11 +12,11 @@ from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel
 
 from quill.jobs import catalog
-from quill.jobs.errors import QueueUnavailableError
+from quill.jobs.errors import QueueOverloadedError, QueueUnavailableError
 from quill.ops.service import views
 from quill.ops.service.api_common import ERRORS, reader
 from quill.ops.service.auth import require
-from quill.ops.service.errors import ApiError
+from quill.ops.service.errors import ApiError, overloaded
 from quill.ops.status import health
 from quill.store.read.reader import Reader
 
@@ -81,6 +81,8 @@ def queue_job(request: Request, name: str) -> dict[str, Any]:
     queued_at = time.time()
     try:
         build_for(cfg).enqueue(name, **catalog.BY_NAME[name].params(cfg))
+    except QueueOverloadedError:  # no descriptor for queue.db or a socket: come back soon
+        raise overloaded("the job queue") from None
     except QueueUnavailableError as exc:  # nothing was queued; the spool needs no queue
         raise ApiError(503, "queue-unavailable", str(exc)) from None
     request.app.state.log.info(

@@ -15,11 +15,11 @@ from typing import Any, Literal
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, Field
 
-from quill.ops.client.errors import InvalidInputError, QuillError
+from quill.ops.client.errors import InvalidInputError, OverloadedError, QuillError
 from quill.ops.client.errors import SpoolFullError as QuillSpoolFull
 from quill.ops.service.api_common import ERRORS
 from quill.ops.service.auth import require
-from quill.ops.service.errors import ApiError
+from quill.ops.service.errors import ApiError, overloaded
 from quill.spool import OP_KINDS
 from quill.store.apply.normalize import ROLES
 from quill.store.apply.precheck import precheck
@@ -152,6 +152,10 @@ def _append(
         ) from None
     except InvalidInputError as exc:  # the record the one op would make is too large
         raise _refused(len(acks), exc) from None
+    except OverloadedError:  # no descriptor for a segment: nothing of this op was appended
+        busy = overloaded("the spool")
+        busy.extra = {"acks": [a.model_dump() for a in acks]}
+        raise busy from None
     except QuillError as exc:
         app.log.error("http.spool_error", error_type=type(exc).__name__)
         raise ApiError(

@@ -15,8 +15,9 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from quill.home import OTLP_LINKS_DB
 from quill.ops.client.client import Client
-from quill.ops.service import api, api_common, dashboard, errors, guard, metrics, otlp, otlp_map
+from quill.ops.service import api, api_common, dashboard, errors, guard, metrics, otlp, otlp_links
 from quill.ops.service.auth import require
 
 VERSION = "1"
@@ -106,7 +107,8 @@ def create_app(cfg: Any, log: Any, *, anonymous: str | None = None) -> FastAPI:
     app.state.client = Client(config_=cfg)  # per-thread spool handles inside (thread pool routes)
     errors.install(app, log)
     app.include_router(api.router)
-    app.state.otlp_links = otlp_map.DelegateLinks()  # agent spans waiting for their parent
+    # Agent spans waiting for their parent span, kept across restarts.
+    app.state.otlp_links = otlp_links.DelegateLinks(cfg.home / OTLP_LINKS_DB)
     app.include_router(otlp.router)  # POST /v1/traces (OTLP/HTTP)
 
     @app.get(

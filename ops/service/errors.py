@@ -14,7 +14,6 @@ socket), ``internal``. Details never carry a filesystem path or a token.
 from __future__ import annotations
 
 import asyncio
-import errno
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -23,8 +22,8 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-#: errno values of descriptor exhaustion: this process (EMFILE), the system (ENFILE).
-EXHAUSTED_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE})
+from quill.home.descriptors import is_exhaustion
+
 #: Seconds an ``overloaded`` answer asks the client to wait (descriptors free as the
 #: requests in progress finish, within a second or so).
 OVERLOADED_RETRY_S = 1
@@ -38,25 +37,6 @@ def overloaded(what: str = "the request") -> ApiError:
         f"no file descriptor was left for {what}; retry shortly",
         {"Retry-After": str(OVERLOADED_RETRY_S)},
     )
-
-
-def is_exhaustion(exc: BaseException | None) -> bool:
-    """True when ``exc`` or an exception it was raised from (``__cause__``/``__context__``)
-    is descriptor exhaustion: an ``OSError`` with errno EMFILE/ENFILE, the store's
-    ``DescriptorsExhaustedError`` or the client's ``OverloadedError`` (by type and errno,
-    never by message text)."""
-    from quill.ops.client.errors import OverloadedError
-    from quill.store.errors import DescriptorsExhaustedError
-
-    seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if isinstance(exc, (DescriptorsExhaustedError, OverloadedError)) or (
-            isinstance(exc, OSError) and exc.errno in EXHAUSTED_ERRNOS
-        ):
-            return True
-        exc = exc.__cause__ or exc.__context__
-    return False
 
 
 _STATUS_REASONS = {

@@ -150,16 +150,29 @@ def _status(status: int, message: str, kind: str, headers: dict | None = None) -
     return Response(body, status_code=status, media_type=kind, headers=headers)
 
 
-def _refusal(group: otlp_map.SpanOps, client: Any) -> str | None:
-    """Why the store would refuse one of the span's ops (its first), or None."""
+def _refusal(group: otlp_map.SpanOps, client: Any, checked: dict[str, set[str]]) -> str | None:
+    """Why the store would refuse one of the span's ops (its first), or None. ``checked``:
+    the message ids of each session that earlier accepted spans of the export passed; an
+    append is checked for its other messages only (what ``collapse`` leaves of it), so a long
+    conversation's spans cost what they add. The ids pass on when the whole span does."""
+    passed = []
     for op, data, batch in group.ops:
+        if op == "messages.append":
+            held = checked.get(data["session_id"], set())
+            data = {**data, "messages": [m for m in data["messages"] if m["id"] not in held]}
+            if not data["messages"]:
+                continue
+            passed.append(data)
         try:
+            batch = batch or otlp_map.placeholder_batch(group.span, op)
             precheck(op, data, batch)
             client.fits(op, data, batch_id=batch)
         except InvalidOpError as exc:
             return f"span {group.span.span}: {op}: {exc.reason}: {exc.detail}"
         except InvalidInputError as exc:
             return f"span {group.span.span}: {op}: {exc.reason}"
+    for data in passed:
+        checked.setdefault(data["session_id"], set()).update(m["id"] for m in data["messages"])
     return None
 
 
@@ -170,6 +183,8 @@ def _export(request: Request, body: bytes, kind: str, encoding: str) -> Response
     except OtlpError as exc:
         return _status(exc.status, exc.message, kind)
     groups, ignored, rejected = [], 0, []
+    chains: dict = {}  # conversations walked by this export's spans (otlp_messages)
+    checked: dict[str, set[str]] = {}
     spans = otlp_map.spans_of(export)
     for span in spans:
         if not span.genai:
@@ -181,11 +196,11 @@ def _export(request: Request, body: bytes, kind: str, encoding: str) -> Response
             rejected.append(f"span {span.span or '?'}: invalid trace or span id")
             continue
         try:
-            group = otlp_map.span_ops(span)
+            group = otlp_map.span_ops(span, chains)
         except GenAIContentError as exc:
             rejected.append(f"span {span.span}: {exc}")
             continue
-        problem = _refusal(group, state.client)
+        problem = _refusal(group, state.client, checked)
         if problem:
             rejected.append(problem)
         else:

@@ -13,10 +13,12 @@ and the ops each one makes (docs/importers.md, "OpenTelemetry GenAI traces").
   ``gen_ai.tool.call.result``.
 * **invoke_agent** / **create_agent** spans: ``session.create`` (agent name in ``meta``); an
   agent span whose parent span belongs to another session is a ``delegate`` child of it
-  (``DelegateLinks``), ``meta.parent_tool_call_id`` = the parent tool span's call id. A
+  (``otlp_links.DelegateLinks``), ``meta.parent_tool_call_id`` = the parent tool span's call id. A
   session keeps the first ``meta`` it is given, so a link goes before the other ops of an
   export, and carries the agent name too.
 * **embeddings** spans: ``usage.record`` with ``task`` ``embedding``.
+* OpenInference spans (``openinference.span.kind``) are read as the GenAI attributes they
+  mean (``otlp_openinference``).
 * Spans with no ``gen_ai.*`` attribute or event are not GenAI: ignored and counted.
 
 Every op's batch id is derived from the trace id, span id and a digest of the op, so a
@@ -28,12 +30,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
 from quill.ops.service import otlp_messages as gm
+from quill.ops.service import otlp_openinference as oi
 
 SOURCE = "otlp"
 CHAT_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
@@ -71,8 +72,10 @@ class Span:
 
     @property
     def genai(self) -> bool:
-        return any(k.startswith("gen_ai.") for k in self.attrs) or any(
-            e.name.startswith("gen_ai.") for e in self.events
+        return (
+            any(k.startswith("gen_ai.") for k in self.attrs)
+            or any(e.name.startswith("gen_ai.") for e in self.events)
+            or oi.is_genai(self.attrs)
         )
 
     @property
@@ -164,7 +167,7 @@ def _usage(span: Span, task: str) -> Op | None:
     return _op(span, "usage.record", data)
 
 
-def _chat(span: Span) -> list[Op]:
+def _chat(span: Span, chains: dict | None) -> list[Op]:
     inputs = gm.message_list(span.attrs.get("gen_ai.input.messages"), "gen_ai.input.messages")
     outputs = gm.message_list(span.attrs.get("gen_ai.output.messages"), "gen_ai.output.messages")
     if not inputs and not outputs:
@@ -182,29 +185,29 @@ def _chat(span: Span) -> list[Op]:
         create["tools"] = tools
     ops = [_op(span, "session.create", create)]
     if inputs or outputs:
-        ops.append(_append(span, sid, _stamp_outputs(span, inputs, outputs)))
+        ops.append(_append(span, sid, _stamp_outputs(span, inputs, outputs, chains)))
     usage = _usage(span, "turn")
     return ops + ([usage] if usage else [])
 
 
-def _stamp_outputs(span: Span, inputs: list, outputs: list) -> list[dict[str, Any]]:
+def _stamp_outputs(span: Span, inputs: list, outputs: list, chains: dict | None) -> list:
     """The span's messages with the span's times: those made from its inputs carry its start
     (they were sent before the call began; the arrival of a late export is no time of theirs),
     those made from its outputs its end. A message already stored from an earlier span keeps
     its first time (the store keeps the first of a message id)."""
-    messages = gm.conversation(inputs)
-    carried = {m["id"] for m in messages}
-    everything = gm.conversation(inputs + outputs)
-    for m in everything:
-        if m["id"] not in carried and span.end_ns:
+    everything, carried = gm.conversation(inputs + outputs, len(inputs), chains, span.session_id)
+    for i, m in enumerate(everything):
+        if i >= carried and span.end_ns:
             m["timestamp"] = span.end_ns / 1e9
-        elif m["id"] in carried and span.start_ns and "timestamp" not in m:
+        elif i < carried and span.start_ns and "timestamp" not in m:
             m["timestamp"] = span.start_ns / 1e9
     return everything
 
 
 def _append(span: Span, sid: str, messages: list[dict[str, Any]]) -> Op:
-    return _op(span, "messages.append", {"session_id": sid, "source": SOURCE, "messages": messages})
+    """A ``messages.append`` without its batch id (None): ``collapse`` names the append it
+    becomes (a span's carries its whole history; most of it is left out)."""
+    return ("messages.append", {"session_id": sid, "source": SOURCE, "messages": messages}, None)
 
 
 def _tool(span: Span) -> list[Op]:
@@ -233,9 +236,11 @@ def _agent(span: Span) -> list[Op]:
     return [_op(span, "session.create", data)]
 
 
-def span_ops(span: Span) -> SpanOps:
-    """The ops of one GenAI span (module doc). Raises ``GenAIContentError`` when its GenAI
+def span_ops(span: Span, chains: dict | None = None) -> SpanOps:
+    """The ops of one GenAI span (module doc); ``chains``: one dict per export, shared by its
+    spans (``otlp_messages.conversation``). Raises ``GenAIContentError`` when its GenAI
     content is unreadable (the span is rejected whole)."""
+    span.attrs = oi.to_genai(span.attrs)  # OpenInference spans: read as what they mean
     op = span.operation
     if op == "execute_tool":
         ops = _tool(span)
@@ -250,7 +255,7 @@ def span_ops(span: Span) -> SpanOps:
         or "gen_ai.output.messages" in span.attrs
         or any(e.name == "gen_ai.choice" or e.name in gm.EVENT_ROLES for e in span.events)
     ):
-        ops = _chat(span)
+        ops = _chat(span, chains)
     else:
         usage = _usage(span, "turn")
         ops = [usage] if usage else []
@@ -274,6 +279,7 @@ def collapse(groups: list[SpanOps], max_bytes: int) -> list[Op]:
     creates: dict[str, dict[str, Any]] = {}
     merging: dict[str, tuple[int, int]] = {}  # session -> (index in out, message bytes)
     out: list[Op] = []
+    by: dict[int, Span] = {}  # index in out of an append -> the span that last added to it
     for group in groups:
         for op, data, batch in group.ops:
             sid = data["session_id"]
@@ -288,86 +294,25 @@ def collapse(groups: list[SpanOps], max_bytes: int) -> list[Op]:
                 continue
             held = seen.setdefault(sid, set())
             fresh = [m for m in data["messages"] if m["id"] not in held]
-            held.update(m["id"] for m in fresh)
-            size = sum(len(json.dumps(m)) for m in fresh)
             if not fresh:
                 continue
+            held.update(m["id"] for m in fresh)
+            size = sum(len(json.dumps(m)) for m in fresh)
             at, had = merging.get(sid, (-1, 0))
             if at >= 0 and had + size <= max_bytes:
-                fresh = out[at][1]["messages"] + fresh
-                out[at] = _append(group.span, sid, fresh)
+                out[at][1]["messages"].extend(fresh)
                 merging[sid] = (at, had + size)
             else:
                 merging[sid] = (len(out), size)
-                unchanged = len(fresh) == len(data["messages"])
-                out.append((op, data, batch) if unchanged else _append(group.span, sid, fresh))
-    return out
+                out.append((op, {"session_id": sid, "source": SOURCE, "messages": fresh}, None))
+            by[merging[sid][0]] = group.span
+    # Batch ids once every merge is done: hashing a merged list at each merge was quadratic.
+    return [
+        (op, data, batch or batch_id(by[i], op, data)) for i, (op, data, batch) in enumerate(out)
+    ]
 
 
-class DelegateLinks:
-    """Which session each recent GenAI span belongs to, to make an agent span whose parent
-    span is in another session a ``delegate`` child of it, whichever export brings the parent
-    (a child span ends, so is exported, before its parent). In memory and bounded (``capacity``
-    spans of each kind, oldest forgotten): a link whose parent comes after a restart or after
-    ``capacity`` other spans is not made (the child's transcript is stored all the same).
-    Thread-safe: routes run in a thread pool."""
-
-    def __init__(self, capacity: int = 100_000):
-        self.capacity = capacity
-        self.lock = threading.Lock()
-        self.sessions: OrderedDict[tuple[str, str], tuple[str, str | None]] = OrderedDict()
-        self.waiting: OrderedDict[tuple[str, str], list[Span]] = OrderedDict()
-
-    def _remember(self, table: OrderedDict, key: Any, value: Any) -> None:
-        table[key] = value
-        table.move_to_end(key)
-        while len(table) > self.capacity:
-            table.popitem(last=False)
-
-    def links(self, spans: list[Span]) -> list[SpanOps]:
-        """The ``session.create`` ops that ``spans`` (every span of an export: GenAI spans
-        accepted, and the others) complete for agent spans under a parent, as ``SpanOps`` of
-        the agent span: a ``delegate`` link when the parent is a GenAI span of another
-        session, else the agent's name. Offered again each time the parent is exported (a
-        retry): the same batch id, applied once."""
-        out = []
-        with self.lock:
-            for s in spans:
-                call = s.attrs.get("gen_ai.tool.call.id")
-                session = s.session_id if s.genai else None
-                self._remember(
-                    self.sessions,
-                    (s.trace, s.span),
-                    (session, call if isinstance(call, str) else None),
-                )
-                if s.operation in AGENT_OPERATIONS and s.parent:
-                    waiting = self.waiting.get((s.trace, s.parent), [])
-                    if all(w.span != s.span for w in waiting):
-                        self._remember(self.waiting, (s.trace, s.parent), [*waiting, s])
-            parents = {(s.trace, s.span) for s in spans} | {
-                (s.trace, s.parent) for s in spans if s.operation in AGENT_OPERATIONS
-            }
-            for key in parents:
-                parent = self.sessions.get(key)
-                for child in self.waiting.get(key, []) if parent else []:
-                    op = _link(child, *parent)
-                    if op is not None:
-                        out.append(SpanOps(child, [op]))
-        return out
-
-
-def _link(child: Span, parent_session: str | None, call_id: str | None) -> Op | None:
-    """The agent span ``child``'s ``session.create`` once its parent is known: a ``delegate``
-    child of ``parent_session`` when that is another session (``meta``: the agent name and the
-    parent tool span's call id), else its name alone (None without one)."""
-    data: dict[str, Any] = {"session_id": child.session_id, "source": SOURCE}
-    delegate = parent_session is not None and parent_session != child.session_id
-    if delegate:
-        data |= {"parent_id": parent_session, "parent_kind": "delegate"}
-    meta = {
-        "agent": _text_attr(child, "gen_ai.agent.name"),
-        "parent_tool_call_id": call_id if delegate else None,
-    }
-    if any(meta.values()):
-        data["meta"] = {k: v for k, v in meta.items() if v}
-    return _op(child, "session.create", data) if len(data) > 2 else None
+def placeholder_batch(span: Span, op: str) -> str:
+    """A batch id of the length ``batch_id`` gives ``op`` of ``span``, for checks of an op
+    whose id is decided later (``collapse``)."""
+    return f"{SOURCE}:{span.trace}:{span.span}:{op.split('.')[-1]}:{'0' * 16}"

@@ -175,16 +175,40 @@ def to_quill(msg: dict[str, Any], message_id: str) -> list[dict[str, Any]]:
     return out
 
 
-def conversation(genai: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """A span's GenAI messages in conversation order (inputs, then outputs) → Quill messages
-    with chained ids (module doc)."""
-    chain, out = hashlib.sha256(), []
-    for msg in genai:
-        key = {"role": msg.get("role"), "parts": msg.get("parts")}
-        chain.update(json.dumps(key, sort_keys=True, separators=(",", ":")).encode())
-        chain.update(b"\n")
-        out.extend(to_quill(msg, "m:" + chain.copy().hexdigest()[:32]))
-    return out
+def conversation(
+    genai: list[dict[str, Any]], carried: int = 0, chains: dict | None = None, key: str = ""
+) -> tuple[list[dict[str, Any]], int]:
+    """A span's GenAI messages in conversation order (inputs, then outputs) → ``(Quill
+    messages with chained ids (module doc), how many of them come from the first
+    ``carried`` GenAI messages)``.
+
+    ``chains`` (one dict per export, ``key`` the session) remembers the last conversation
+    walked for each key: a span repeating it reuses each message's id and Quill form while its
+    messages compare equal, so a long conversation's spans cost what they add, not their whole
+    history each (the messages returned are copies: callers stamp them)."""
+    last = chains.get(key, []) if chains is not None else []
+    chain, out, entries, n_carried, same = hashlib.sha256(), [], [], 0, True
+    for i, msg in enumerate(genai):
+        part = {"role": msg.get("role"), "parts": msg.get("parts")}
+        same = same and i < len(last) and last[i][0] == part
+        if same and last[i][3] == msg:
+            entry = last[i]
+        else:
+            if same:
+                chain = last[i][1]
+            else:
+                chain = chain.copy()  # entries keep their own state: never update a kept one
+                chain.update(json.dumps(part, sort_keys=True, separators=(",", ":")).encode())
+                chain.update(b"\n")
+            entry = (part, chain, to_quill(msg, "m:" + chain.hexdigest()[:32]), msg)
+        chain = entry[1]
+        entries.append(entry)
+        out.extend(dict(m) for m in entry[2])
+        if i < carried:
+            n_carried = len(out)
+    if chains is not None:
+        chains[key] = entries
+    return out, n_carried
 
 
 #: Older-form message event name → role.

@@ -13,9 +13,10 @@ socket, the uid from the kernel.
 
 from __future__ import annotations
 
-import errno
 import ipaddress
 import struct
+
+from quill.home.descriptors import EXHAUSTED_ERRNOS
 
 #: The kernel's socket tables, one per address family (docs: proc(5), /proc/net/tcp).
 TABLES = ("/proc/net/tcp", "/proc/net/tcp6")
@@ -62,7 +63,7 @@ def peer_uid(client: tuple[str, int], server: tuple[str, int]) -> int | None:
                     if len(fields) > 7 and fields[1] in local and fields[2] in remote:
                         return int(fields[7])
         except OSError as exc:
-            if exc.errno in (errno.EMFILE, errno.ENFILE):
+            if exc.errno in EXHAUSTED_ERRNOS:
                 raise  # out of descriptors: overload (a 503), never "another user"
             continue  # no such table (no IPv6): the other one answers
     return None

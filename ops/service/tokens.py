@@ -109,7 +109,21 @@ class TokenStore:
 
     def _open(self, *, write: bool) -> apsw.Connection:
         """A connection whose file is proved this data dir's (``_check_binding``); a write
-        connection binds an unbound file first. Raises ``TokensCopiedError``."""
+        connection binds an unbound file first. Raises ``TokensCopiedError``, and
+        ``quill.store.errors.DescriptorsExhaustedError`` when no file descriptor was left
+        to open it (every request with a token opens it: 503 ``overloaded``, not 500)."""
+        try:
+            return self._open_checked(write=write)
+        except apsw.Error as exc:
+            from quill.store.errors import DescriptorsExhaustedError, translate
+
+            mapped = translate(exc)
+            if isinstance(mapped, DescriptorsExhaustedError):
+                raise mapped from exc
+            raise
+
+    def _open_checked(self, *, write: bool) -> apsw.Connection:
+        """``_open`` without the exhaustion check."""
         if write:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = apsw.Connection(str(self.path))

@@ -43,21 +43,15 @@ def jobs(cfg: Any) -> list[dict[str, Any]]:
     schedule whose next run time passed ``health.OVERDUE_AFTER_S`` ago: no scheduler fired it),
     and whether a user may run it now on this store: ``runnable`` (bool) and, when not,
     ``not_runnable`` (why: an internal job, or one that maintains the other kind of store;
-    ``catalog.runnable``, the check ``POST /api/v1/jobs/{name}/run`` makes)."""
+    ``catalog.runnable``, the check ``POST /api/v1/jobs/{name}/run`` makes). When the schedule
+    cannot be read (a damaged ``schedule.db``) ``schedules`` is None and ``schedule_error``
+    says why; else ``schedule_error`` is None."""
     last: dict[str, dict[str, Any]] = {}
     # No store yet (or unreadable): jobs still list, without history.
     found = read_store(cfg, lambda r: r.job_runs(limit=500))
     for run in reversed(found.value or []):
         last[run["job"]] = run
-    scheduler = health.fleet_state(cfg).get("scheduler") or {}
-    if scheduler.get("alive") and "jobs" in scheduler:
-        schedules = scheduler["jobs"]  # what the running scheduler last published (≤ 1 s old)
-    else:  # imported here: APScheduler and SQLAlchemy cost start-up time and no request needs
-        # them while a scheduler runs
-        from quill.workers.scheduler import describe, edit_schedules
-
-        with edit_schedules(cfg) as sched:
-            schedules = describe(sched)
+    schedules, unreadable = _schedules(cfg)
     by_job: dict[str, list[dict[str, Any]]] = {}
     for s in schedules:
         by_job.setdefault(s.get("job") or s["id"], []).append(s)
@@ -79,10 +73,13 @@ def jobs(cfg: Any) -> list[dict[str, Any]]:
                 "name": spec.name,
                 "runs_on": "writer" if spec.kind == "store" else "job worker",
                 "description": spec.description,
-                "schedules": [
+                "schedules": None
+                if unreadable
+                else [
                     {"id": s["id"], "trigger": s["trigger"], "next_run": s.get("next_run")}
                     for s in scheds
                 ],
+                "schedule_error": unreadable,
                 "next_run": due,
                 "overdue": due is not None and due < now - health.OVERDUE_AFTER_S,
                 "last_run": last.get(spec.name),
@@ -91,6 +88,27 @@ def jobs(cfg: Any) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def _schedules(cfg: Any) -> tuple[list[dict[str, Any]], str | None]:
+    """``(schedules, None)``: what the running scheduler last published (at most a second
+    old), else ``schedule.db`` read through a paused scheduler; ``([], why)`` when the schedule
+    cannot be read (a damaged ``schedule.db``, which a running scheduler reports too)."""
+    scheduler = health.fleet_state(cfg).get("scheduler") or {}
+    if scheduler.get("alive") and scheduler.get("schedule_damaged"):
+        return [], scheduler["schedule_damaged"]
+    if scheduler.get("alive") and "jobs" in scheduler:
+        return scheduler["jobs"], None
+    # Imported here: APScheduler and SQLAlchemy cost start-up time and no request needs them
+    # while a scheduler runs.
+    from quill.jobs.schedule import ScheduleUnreadableError
+    from quill.workers.scheduler import describe, edit_schedules
+
+    try:
+        with edit_schedules(cfg) as sched:
+            return describe(sched), None
+    except ScheduleUnreadableError as exc:
+        return [], str(exc)
 
 
 def store_behind(cfg: Any) -> dict[str, Any] | None:

@@ -44,8 +44,8 @@ HEADER_KEY = "quill_export"
 #: Rows per ``messages.restore`` op (an op is one spool record and one transaction).
 RESTORE_CHUNK = 200
 
-_SESSION_COLS = (
-    "id",
+#: The session fields a ``session.create`` carries as they are stored.
+_CREATE_FIELDS = (
     "source",
     "model",
     "title",
@@ -54,6 +54,10 @@ _SESSION_COLS = (
     "parent_id",
     "parent_kind",
     "started_at",
+)
+_SESSION_COLS = (
+    "id",
+    *_CREATE_FIELDS,
     "ended_at",
     "end_reason",
     "archived",
@@ -200,20 +204,7 @@ def quill_ops(r: Reader, sid: str) -> Iterator[dict[str, Any]]:
     if not s["placeholder"]:
         create = {
             "session_id": sid,
-            **{
-                k: s[k]
-                for k in (
-                    "source",
-                    "model",
-                    "title",
-                    "cwd",
-                    "key",
-                    "parent_id",
-                    "parent_kind",
-                    "started_at",
-                )
-                if s[k] is not None
-            },
+            **{k: s[k] for k in _CREATE_FIELDS if s[k] is not None},
         }
         if s["meta"]:
             create["meta"] = json.loads(s["meta"])

@@ -5,18 +5,21 @@ the ops to the spool as they are.
 
 from __future__ import annotations
 
+import io
 import json
 import time
 from collections.abc import Iterator
 from typing import Any
 
+from quill.ops.importers.source import Source, opened
 from quill.ops.transfer.export import HEADER_KEY
 
 
 def is_quill_export(path: Any) -> bool:
-    """Whether a file starts with a Quill export header line."""
+    """Whether a file (a path, or a ``Source``: one version read from one descriptor) starts
+    with a Quill export header line."""
     try:
-        with open(path, "rb") as fh:
+        with opened(path) as src, src.reader() as fh:
             first = fh.readline(4096)
         head = json.loads(first)
     except (OSError, ValueError):
@@ -27,8 +30,12 @@ def is_quill_export(path: Any) -> bool:
 def read_export(path: Any) -> Iterator[tuple[int, dict[str, Any] | None, str | None]]:
     """``(line number, op, None)`` for each op of a Quill export after its header, or
     ``(line number, None, reason)`` for a line that is not one (bad JSON, a cut-off last line,
-    a value that is not an op): the caller reports it and goes on, like every importer."""
-    with open(path, encoding="utf-8", errors="surrogateescape") as fh:
+    a value that is not an op): the caller reports it and goes on, like every importer.
+    ``path``: a path or a ``Source`` (every read from its one descriptor)."""
+    with (
+        opened(path) as src,
+        io.TextIOWrapper(src.reader(), encoding="utf-8", errors="surrogateescape") as fh,
+    ):
         for lineno, line in enumerate(fh, 1):
             if lineno == 1 or not line.strip():
                 continue
@@ -145,7 +152,7 @@ def import_export(spool: Any, path: Any, store: Any = None) -> dict[str, Any]:
         if op["op"] == "messages.restore":
             rows += len(op["data"].get("rows") or [])
     return {
-        "path": str(path),
+        "path": str(path.path if isinstance(path, Source) else path),
         "format": "quill-export",
         "skipped": None,
         "sessions": len(sessions),

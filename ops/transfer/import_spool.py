@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from quill.ops.importers import Compact, Message, Rewind, SessionStart, Usage, stream_file
+from quill.ops.importers.source import Source, opened
 from quill.ops.transfer.import_sessions import FileReport, SessionStarts, SessionState
 from quill.ops.transfer.pending_deletes import PendingDeletes, pending_deletes
 from quill.spool import Spool
@@ -185,18 +186,25 @@ class _Importer(SessionStarts):
 
 def import_file(
     spool: Spool,
-    path: Path,
+    path: Path | Source,
     store: Reader | None,
     pending: PendingDeletes | None = None,
-    limit: int | None = None,
 ) -> FileReport:
-    """Import one file into ``spool`` (see module doc); returns its report. ``pending``: the
-    deletes still in the spool (``pending_deletes``; read here when not given — a command
-    importing many files reads it once). ``limit``: read only the first ``limit`` bytes of a
-    JSON-lines file an agent is still writing (``stream_file``). Raises ``OSError`` for an
-    unreadable file and ``quill.spool.SpoolError`` when appending fails."""
-    report = FileReport(path=str(path), format=None)
-    report.format, events = stream_file(Path(path), report.problems, limit)
+    """Import one file into ``spool`` (see module doc); returns its report. ``path``: a
+    path (opened once here) or a ``Source`` the caller opened (one version of a file an
+    agent is still writing: the watcher's); every read is from that one descriptor
+    (``stream_file``). ``pending``: the deletes still in the spool (``pending_deletes``;
+    read here when not given — a command importing many files reads it once). Raises
+    ``OSError`` for an unreadable file and ``quill.spool.SpoolError`` when appending fails."""
+    with opened(path) as src:
+        return _import(spool, src, store, pending)
+
+
+def _import(
+    spool: Spool, src: Source, store: Reader | None, pending: PendingDeletes | None
+) -> FileReport:
+    report = FileReport(path=str(src.path), format=None)
+    report.format, events = stream_file(src, report.problems)
     if pending is None:
         pending = pending_deletes(spool.dir, store)
     imp = _Importer(spool, store, report, pending)

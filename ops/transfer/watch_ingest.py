@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from quill.ops.client.wait import wait_applied
+from quill.ops.importers.source import Source
 from quill.ops.transfer.import_spool import import_file, open_store_view
 from quill.ops.transfer.pending_deletes import pending_deletes
 from quill.spool import Ack, Position, Spool, WaitTimeoutError
@@ -44,7 +45,9 @@ class _Tracked:
 def ingest_session(cfg: Any, log: Any = None) -> Callable[[], Any]:
     """A ``workers.watch.IngestSession`` for data dir ``cfg``: each call waits for the previous
     round to be applied (module doc), opens the spool and a fresh read-only store view (None
-    before any store exists) and yields ``ingest(path) -> FileReport.as_dict()``. Raises what
+    before any store exists) and yields ``ingest(path, fd, size) -> FileReport.as_dict()``:
+    import the first ``size`` bytes of the version open on ``fd`` (the watcher's descriptor,
+    left open: every read is from it, ``importers.source``). Raises what
     ``import_file`` raises (``OSError`` for an unreadable file, ``ValueError`` for bad input,
     ``SpoolError``) and the store error tree when the store exists but cannot be read."""
     from quill.home import RunDir
@@ -52,7 +55,7 @@ def ingest_session(cfg: Any, log: Any = None) -> Callable[[], Any]:
     spooled: list[Position] = []  # the last position the previous rounds appended
 
     @contextlib.contextmanager
-    def session() -> Iterator[Callable[[Path, int], dict[str, Any]]]:
+    def session() -> Iterator[Callable[[Path, int, int], dict[str, Any]]]:
         if spooled and RunDir(cfg.home).fleet_running():
             try:
                 wait_applied(cfg, spooled[-1], APPLY_WAIT_S, without_fleet=1.0)
@@ -65,10 +68,10 @@ def ingest_session(cfg: Any, log: Any = None) -> Callable[[], Any]:
                 spool = _Tracked(raw)
                 pending = pending_deletes(spool.dir, store)  # imports add no deletes
 
-                def ingest(path: Path, size: int) -> dict[str, Any]:
+                def ingest(path: Path, fd: int, size: int) -> dict[str, Any]:
                     try:
-                        report = import_file(spool, path, store, pending, size)
-                        return report.as_dict()
+                        with Source(path, fd, size, live=True, owned=False) as src:
+                            return import_file(spool, src, store, pending).as_dict()
                     finally:
                         if spool.last is not None:
                             spooled[:] = [spool.last]

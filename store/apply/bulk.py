@@ -15,9 +15,12 @@ Invariant: the store after ``apply_run`` is row for row the store the op-at-a-ti
 arrival times, usage rows, session rows, blobs (on PostgreSQL the same rows with ids from the
 same sequence, which may skip values, as a rolled-back op's do). How each step keeps it:
 
-* order: each op's rows take the next ``seq`` labels of its session (``_tops``), as
-  ``order.place`` gives an op whose key is later than every row of its session; a run
-  where that does not hold is left to the op-at-a-time path;
+* order: each op's rows take the ``seq`` labels ``order.plan`` gives the run's ops of their
+  session together: the next labels after its last row, or for an op acknowledged before
+  rows another host applied first (a late op) labels in the gap before them, in the same
+  order ``order.place`` gives op by op (the label values may differ: the gap is shared
+  among the run's late rows at once). Labels are planned before any row of the run is
+  written, with the session locked (PostgreSQL) or the store written by this one writer;
 * ids: SQLite gives a new row max(id) + 1 (or the delete floor + 1, ``next_id``), so an op's
   rows take consecutive ids after the previous op's; PostgreSQL's identity sequence gives
   increasing ids, and within a session they follow commit order because the chunk holds the
@@ -54,7 +57,13 @@ from quill.store.apply.message_rows import (
     result_ids,
 )
 from quill.store.apply.normalize import ROW_COLUMNS
-from quill.store.apply.rules import backdate_start, ensure_session, reopen_if_automatic
+from quill.store.apply.rules import (
+    backdate_start,
+    compressed_among,
+    ensure_session,
+    refuse_if_compressed,
+    reopen_if_automatic,
+)
 
 _EXT = ROW_COLUMNS.index("ext_id")
 _TS = ROW_COLUMNS.index("ts")
@@ -140,22 +149,23 @@ def _seen(conn: apsw.Connection, run: list[Prepared]) -> dict[str, set[str]]:
     return seen
 
 
-def _tops(conn: apsw.Connection, run: list[Prepared]) -> dict[str, int] | None:
-    """Per session of the run: its highest ``seq`` (0 when it has no rows), or None when an
-    op of the run is not later (order key) than every row its session holds and than the
-    run's earlier ops: it must be placed among them (``order.place``), which the op-at-a-time
-    path does. On one spool keys only grow, so a run is always at its sessions' ends."""
-    tops: dict[str, int] = {}
-    last: dict[str, tuple] = {}
-    for op in run:
-        if op.sid not in tops:
-            seq, *key = order.last_row(conn, op.sid)
-            tops[op.sid] = seq or 0
-            last[op.sid] = tuple(key) if seq is not None else (-1, -1, -1)
-        if op.key < last[op.sid]:
+def _labels(run: list[Prepared], conn: Any, counts: list[int]) -> list[list[int]] | None:
+    """The ``seq`` labels of each op's ``counts[i]`` new rows (``order.plan`` per session:
+    after the session's last row, or — an op acknowledged before rows another host's writer
+    applied first — in the gap before them), or None when a session's ops are not in
+    increasing key order (never on one spool, whose keys only grow): the op-at-a-time path
+    places them."""
+    by_sid: dict[str, list[int]] = {}
+    for i, op in enumerate(run):
+        by_sid.setdefault(op.sid, []).append(i)
+    out: list[list[int]] = [[] for _ in run]
+    for sid, idx in by_sid.items():
+        planned = order.plan(conn, sid, [(run[i].key, counts[i]) for i in idx])
+        if planned is None:
             return None
-        last[op.sid] = op.key
-    return tops
+        for i, labels in zip(idx, planned):
+            out[i] = labels
+    return out
 
 
 class RunConflict(Exception):
@@ -181,15 +191,12 @@ def apply_run(conn: Any, run: list[Prepared], now: float, ledger: Any) -> list[i
     caller's transaction, and record each batch in ``applied_batches`` (``applied_at`` =
     ``now``, epoch s) through ``ledger`` (``store.apply.ledger.Ledger``: its ``message_ids``
     and ``record_applied_many``). Returns the rows each op inserted, or None — having written
-    nothing — when the ledger has no ids for them or an op is late in its session (the caller
-    applies the ops one at a time). Raises ``InvalidOpError`` or a data error of
+    nothing — when the ledger has no ids for them or a session's ops are out of key order (the
+    caller applies the ops one at a time). Raises ``InvalidOpError`` or a data error of
     ``ledger.bad_data`` when an op is refused, ``RunConflict`` when a batch was decided
     meanwhile: the caller must roll back what was written (it runs in a SAVEPOINT the caller
     owns)."""
     seen = _seen(conn, run)
-    tops = _tops(conn, run)
-    if tops is None:
-        return None
     fresh_of: list[tuple[list[tuple], list]] = []  # per op: its new rows and their messages
     for op in run:
         held = seen[op.sid]
@@ -203,6 +210,12 @@ def apply_run(conn: Any, run: list[Prepared], now: float, ledger: Any) -> list[i
             fresh.append(row)
             fresh_msgs.append(msg)
         fresh_of.append((fresh, fresh_msgs))
+    # Before any id is taken (a PostgreSQL sequence is not rolled back); one query per run.
+    for sid in compressed_among(conn, {op.sid for op, (f, _) in zip(run, fresh_of) if f}):
+        refuse_if_compressed(conn, sid, "messages.append")
+    labels_of = _labels(run, conn, [len(f) for f, _ in fresh_of])
+    if labels_of is None:
+        return None
     ids = ledger.message_ids(conn, sum(len(f) for f, _ in fresh_of))
     if ids is None:
         return None
@@ -216,7 +229,7 @@ def apply_run(conn: Any, run: list[Prepared], now: float, ledger: Any) -> list[i
     sourced: dict[str, bool] = {}  # session id -> an ensure of this run gave it a source
     reopened: set[str] = set()
     starts: dict[str, float] = {}  # session id -> its earliest new message time in this run
-    for op, (fresh, fresh_msgs) in zip(run, fresh_of):
+    for op, (fresh, fresh_msgs), labels in zip(run, fresh_of, labels_of):
         blobs.put_many(conn, op.found, now=op.arrived_at)
         if op.sid not in sourced or (op.source is not None and not sourced[op.sid]):
             ensure_session(conn, op.sid, op.arrived_at, op.source)
@@ -228,13 +241,11 @@ def apply_run(conn: Any, run: list[Prepared], now: float, ledger: Any) -> list[i
             earliest = min(r[_TS] for r in fresh)
             starts[op.sid] = min(earliest, starts.get(op.sid, earliest))
         first = next_id
-        top = tops[op.sid]
-        for i, row in enumerate(fresh):
+        for i, (row, seq) in enumerate(zip(fresh, labels)):
             values.append(
                 (ids[first + i], op.sid, *row, op.arrived_at, op.batch, "live", None)
-                + (top + order.STRIDE * (i + 1), top + order.STRIDE * (i + 1), *op.key)
+                + (seq, seq, *op.key)
             )
-        tops[op.sid] = top + order.STRIDE * len(fresh)
         next_id += len(fresh)
         if any(usage.carries_usage(m) for m in fresh_msgs):
             usage.record_messages(

@@ -44,6 +44,7 @@ from quill.store.apply.rules import (
     backdate_start,
     ensure_session,
     opt,
+    refuse_if_compressed,
     reopen_if_automatic,
     session_exists,
 )
@@ -61,7 +62,8 @@ def messages_append(conn: apsw.Connection, data: dict, batch_id: str, arrived_at
     ones. Appending reopens a session ended for an automatic reason. Returns rows inserted.
     Raises ``InvalidOpError``: the content reasons of ``op_checks.check_append`` (invalid
     message → its reason; the usage of the messages inserted, ``_record_usage``),
-    ``duplicate-tool-result`` (needs the store).
+    ``duplicate-tool-result`` and ``session-compressed`` (new rows for a session ended for
+    compression, ``rules.refuse_if_compressed``) need the store.
     """
     rows = check_append(data, lambda messages: _rows(conn, messages, arrived_at), usage=False)
     sid, source = data["session_id"], data.get("source")
@@ -87,7 +89,8 @@ def messages_append(conn: apsw.Connection, data: dict, batch_id: str, arrived_at
         fresh.append(row)
         fresh_msgs.append(msg)
     ensure_session(conn, sid, arrived_at, source)
-    if fresh:
+    if fresh:  # a re-sent batch already held changes nothing, so it is not refused
+        refuse_if_compressed(conn, sid, "messages.append")
         reopen_if_automatic(conn, sid)
         backdate_start(conn, sid, min(r[_TS] for r in fresh))
     written = _insert(conn, sid, fresh, None, arrived_at, batch_id)
@@ -156,10 +159,12 @@ def messages_compact(conn: apsw.Connection, data: dict, batch_id: str, arrived_a
     so display shows them once. Returns rows inserted.
     Raises ``InvalidOpError``: ``invalid-field``/message reasons (``op_checks.check_compact``);
     needing the store: ``unknown-session``, ``unknown-message``, ``nothing-to-compact``,
-    ``tail-mismatch``, ``duplicate-tool-result``.
+    ``tail-mismatch``, ``duplicate-tool-result``, ``session-compressed`` (the session was ended
+    for compression: ``rules.refuse_if_compressed``).
     """
     rows, tail_count = check_compact(data, lambda messages: _rows(conn, messages, arrived_at))
     sid = data["session_id"]
+    refuse_if_compressed(conn, sid, "messages.compact")
     if not session_exists(conn, sid):
         raise InvalidOpError("unknown-session", f"no session {sid!r} to compact")
     watermark = _watermark(conn, sid, data)
@@ -300,10 +305,11 @@ def messages_rewind(conn: apsw.Connection, data: dict, batch_id: str, arrived_at
     the live head is that id (compare-and-swap). Returns rows flipped. Raises ``InvalidOpError``:
     ``invalid-field``, ``no-such-turn`` for turn 0 (``op_checks.check_rewind``); needing the
     store: ``unknown-message``, ``not-a-user-message``, ``not-live``, ``no-such-turn``,
-    ``stale-head``.
+    ``stale-head``, ``session-compressed``.
     """
     check_rewind(data)
     sid = data["session_id"]
+    refuse_if_compressed(conn, sid, "messages.rewind")
     if "ext_ids" in data:
         return _rewind_branch(conn, sid, data)
     turn = opt(data, "user_turn", int)
@@ -332,10 +338,11 @@ def messages_replace(conn: apsw.Connection, data: dict, batch_id: str, arrived_a
     as live rows (producer ids are not deduplicated here: an edit may reuse its id).
     Returns rows inserted. Raises ``InvalidOpError``: ``invalid-field``, message and usage
     reasons (``op_checks.check_replace``); needing the store: ``unknown-message``,
-    ``not-live``, ``stale-head``, ``duplicate-tool-result``.
+    ``not-live``, ``stale-head``, ``duplicate-tool-result``, ``session-compressed``.
     """
     rows = check_replace(data, lambda messages: _rows(conn, messages, arrived_at))
     sid = data["session_id"]
+    refuse_if_compressed(conn, sid, "messages.replace")
     named = _target(conn, sid, data, "from_message_id", "from_ext_id")
     if named is not None and named[2] != "live":
         raise InvalidOpError(

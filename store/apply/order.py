@@ -118,22 +118,80 @@ def place(conn: Any, sid: str, n: int, key: OrderKey) -> list[int]:
     if top is None or key >= tuple(last):  # the usual case: one index probe
         base = top or 0
         return [base + STRIDE * (i + 1) for i in range(n)]
-    # A late arrival: the last row not later than it, found from the session's end backwards
-    # (seq order is key order, so the rows after it are exactly the later ones).
-    row = conn.execute(
-        f"SELECT seq FROM messages WHERE session_id = ? AND {_COLS} <= (?, ?, ?) "
-        "ORDER BY seq DESC LIMIT 1",
-        (sid, *key),
-    ).fetchone()
-    lo = row[0] if row else 0
-    nxt = conn.execute(
-        "SELECT seq FROM messages WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT 1",
-        (sid, lo),
-    ).fetchone()[0]
+    # A late arrival: the last row not later than it and the row after it (the rows after
+    # it are exactly the later ones, seq order being key order).
+    ((lo, nxt),) = gaps(conn, sid, [key])
     step = min(_LATE_STEP, (nxt - lo) // (n + 1))
     if step >= 1:  # room in the gap: nothing moves
         return [lo + step * (i + 1) for i in range(n)]
     return _relabel(conn, sid, lo, n)
+
+
+def gaps(conn: Any, sid: str, keys: list[OrderKey]) -> list[tuple[int, int | None]]:
+    """For each of ``keys``, in one statement: ``(lo, nxt)``, the ``seq`` of the session's
+    last row whose key is not later (0 when none is) and of the row right after it (None
+    when ``lo`` is the last). Each ``lo`` is one probe of the key index on PostgreSQL
+    (``messages_ack``: session, key, seq), wherever the gap is; without it (SQLite, whose one
+    spool never sends a late op) the session's rows are read."""
+    values = ", ".join("(CAST(? AS BIGINT), CAST(? AS BIGINT), CAST(? AS BIGINT), ?)" for _ in keys)
+    rows = conn.execute(
+        "SELECT f.i, f.lo, (SELECT min(n.seq) FROM messages AS n "
+        "WHERE n.session_id = ? AND n.seq > f.lo) FROM (SELECT k.column4 AS i, "
+        "coalesce((SELECT m.seq FROM messages AS m WHERE m.session_id = ? "
+        "AND (m.ack_us, m.ack_tag, m.ack_at) <= (k.column1, k.column2, k.column3) "
+        "ORDER BY m.ack_us DESC, m.ack_tag DESC, m.ack_at DESC, m.seq DESC LIMIT 1), 0) AS lo "
+        f"FROM (VALUES {values}) AS k) AS f ORDER BY f.i",
+        (sid, sid, *(x for i, key in enumerate(keys) for x in (*key, i))),
+    ).fetchall()
+    return [(r[1], r[2]) for r in rows]
+
+
+def plan(conn: Any, sid: str, items: list[tuple[OrderKey, int]]) -> list[list[int]] | None:
+    """Labels for several ops of session ``sid`` at once (a bulk run, store/apply/bulk.py):
+    ``items`` are ``(key, n)`` in increasing key order (else None: the caller places them one
+    at a time). Returns each item's ``n`` labels, in the order ``place`` called op by op
+    would give them, relabelling (``_relabel``) only a gap too crowded for the late rows sent
+    into it. Late items cost one statement (``gaps``) for all of them, plus one per
+    relabelled gap; the others take ``STRIDE`` steps after the session's last row. Nothing
+    is inserted: the caller writes rows with these labels before anything else places rows
+    in ``sid``."""
+    if any(b[0] < a[0] for a, b in zip(items, items[1:])):
+        return None
+    out: list[list[int]] = [[] for _ in items]
+    top, *last = last_row(conn, sid)
+    # Keys increase along items, so the late ones (before the session's last row) come first.
+    late = [i for i, (key, n) in enumerate(items) if top is not None and key < tuple(last)]
+    tail = range(len(late), len(items))
+    moved = False
+    while late:
+        bounds = gaps(conn, sid, [items[i][0] for i in late])
+        j, again = 0, False
+        while j < len(late):
+            lo, nxt = bounds[j]
+            k = j
+            while k < len(late) and bounds[k][0] == lo:  # sent into one gap, in key order
+                k += 1
+            total = sum(items[i][1] for i in late[j:k])
+            step = min(_LATE_STEP, (nxt - lo) // (total + 1)) if total else 1
+            if step >= 1:
+                labels = [lo + step * (x + 1) for x in range(total)]
+            else:  # rows after ``lo`` move: the bounds of later gaps are read again
+                labels = _relabel(conn, sid, lo, total)
+                moved = again = True
+            for i in late[j:k]:
+                out[i], labels = labels[: items[i][1]], labels[items[i][1] :]
+            j = k
+            if again:
+                break
+        late = late[j:] if again else []
+    if moved:  # a relabelled window that reached the session's end spread it out
+        top = last_row(conn, sid)[0]
+    base = top or 0
+    for i in tail:
+        n = items[i][1]
+        out[i] = [base + STRIDE * (x + 1) for x in range(n)]
+        base += STRIDE * n
+    return out
 
 
 def _relabel(conn: Any, sid: str, lo: int, n: int) -> list[int]:

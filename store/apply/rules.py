@@ -16,6 +16,7 @@ import apsw
 
 from quill.spool.record import MAX_ID_CHARS, id_size_problem
 from quill.store.errors import InvalidOpError
+from quill.store.read.lineage import compression_chain
 
 Applier = Callable[[apsw.Connection, dict, str, float], int]
 
@@ -202,4 +203,46 @@ def backdate_start(conn: Any, sid: str, earliest: float) -> None:
     conn.execute(
         "UPDATE sessions SET started_at = ? WHERE id = ? AND started_at > ?",
         (earliest, sid, earliest),
+    )
+
+
+def compressed_among(conn: Any, sids: set[str]) -> set[str]:
+    """The ids among ``sids`` of sessions ended for compression, in one statement (the bulk
+    path asks once per run, not once per op; ``refuse_if_compressed`` then says why)."""
+    ordered, found = sorted(sids), set()
+    for at in range(0, len(ordered), 500):  # bound on SQL variables per statement
+        part = ordered[at : at + 500]
+        marks = ", ".join("?" * len(part))
+        rows = conn.execute(
+            f"SELECT id FROM sessions WHERE end_reason = 'compression' AND id IN ({marks})",
+            tuple(part),
+        ).fetchall()
+        found.update(row[0] for row in rows)
+    return found
+
+
+def refuse_if_compressed(conn: Any, sid: str, what: str) -> None:
+    """Raise ``InvalidOpError('session-compressed')`` when session ``sid`` was ended for
+    compression (``end_reason`` ``compression``). Its conversation goes on in a continuation
+    (a ``parent_kind`` ``compression`` child), and every listing, resume and default search
+    shows the chain's tip, so rows added to the ended session would be stored where no user
+    looks. The op (``what`` names it in the detail) is refused whole, so it is quarantined with
+    this reason and its producer's ``wait`` reports it; the detail names the live
+    continuation to send it to instead (or says none exists yet). Every transcript write
+    (append with new rows, replace, compact, rewind) calls this; reading is unaffected."""
+    row = conn.execute("SELECT end_reason FROM sessions WHERE id = ?", (sid,)).fetchone()
+    if row is None or row[0] != "compression":
+        return
+    chain = compression_chain(conn, sid)
+    tip = chain[-1] if chain and chain[-1] != sid else None
+    where = (
+        f"its live continuation is session {tip!r}: send the messages there"
+        if tip is not None
+        else "no continuation of it is stored yet: send the messages to the session that "
+        "continues it"
+    )
+    raise InvalidOpError(
+        "session-compressed",
+        f"{what} refused: session {sid!r} was ended for compression, so rows added to it "
+        f"would be hidden behind its continuation; {where}",
     )

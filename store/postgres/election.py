@@ -22,9 +22,12 @@ The rule, with its bounds (``LEASE_S``, ``RENEW_S``, ``MARGIN_S``):
   within ``RENEWAL_BOUND_S`` instead of waiting for TCP's own timeouts (hours). A failed
   renewal is retried (on a new connection) until the lease runs out; a renewal the server
   refuses (another holder, or the row expired) ends leadership at once.
+* **Taking it back.** A process whose lease row still names it (its release could not reach
+  the server, or it stopped leading on an unreachable job store) takes it again at once: no
+  other process can have led meanwhile, since the row would name that one.
 * **Takeover.** A leader that dies, hangs, is stopped (SIGSTOP, a closed laptop lid) or is cut
   off stops renewing; its row expires at most ``LEASE_S`` after its last renewal and a standby
-  retrying every ``STANDBY_RETRY_S`` (``workers.scheduler``) takes over within
+  retrying every ``STANDBY_RETRY_S`` (``workers.standby``) takes over within
   ``LEASE_S + STANDBY_RETRY_S`` (17 s) of the leader's last renewal. A leader that stops
   gracefully (``release``) expires its row at once: the next standby try takes over.
 
@@ -82,7 +85,7 @@ VALUES (?, ?, 1, {_NOW}, {_NOW}, {_NOW} + ?)
 ON CONFLICT (role) DO UPDATE
     SET holder = excluded.holder, term = l.term + 1, acquired_at = excluded.acquired_at,
         renewed_at = excluded.renewed_at, expires_at = excluded.expires_at
-    WHERE l.expires_at < excluded.acquired_at
+    WHERE l.expires_at < excluded.acquired_at OR l.holder = excluded.holder
 RETURNING term"""
 _RENEW = f"""
 UPDATE leader_lease SET renewed_at = {_NOW}, expires_at = {_NOW} + ?
@@ -129,6 +132,9 @@ class Leadership:
         #: renewal that succeeded.
         self._valid_until = 0.0
         self._renewed_at = 0.0
+        #: Why the last ``try_lead`` could not reach the server (the ``StoreError``), else
+        #: None: a standby's status tells "unreachable" from "another process leads".
+        self.unreachable: StoreError | None = None
 
     def _connect(self) -> PgConnection:
         """The leader's bounded session; a store not created (or migrated) yet is brought to
@@ -178,9 +184,11 @@ class Leadership:
         sent = clock()
         try:
             row = self._connect().execute(_TAKE, (self.role, self.holder, self.lease_s)).fetchone()
-        except StoreError:
+        except StoreError as exc:
             self._close()
+            self.unreachable = exc
             return False
+        self.unreachable = None
         if row is None:
             return False
         self.term, self._renewed_at = int(row[0]), sent

@@ -25,6 +25,9 @@ module that calls psycopg.
     XX001 data corrupted, XX002 index corrupted CorruptError            sticky halt
     anything else                               StoreError              the writer exits and
                                                                        the supervisor restarts it
+    no SQLSTATE while no descriptor is left     DescriptorsExhaustedError  back off, retry
+      (EMFILE/ENFILE: libpq keeps the errno in its message text only, so it is asked
+      again by ``quill.home.descriptors.exhausted_now``)
 
 Source: PostgreSQL docs, Appendix A "PostgreSQL Error Codes".
 """
@@ -36,9 +39,11 @@ from collections.abc import Iterator
 
 import psycopg
 
+from quill.home.descriptors import exhausted_now
 from quill.store.contract import BadDataError, OverLimitError
 from quill.store.errors import (
     CorruptError,
+    DescriptorsExhaustedError,
     DiskFullError,
     StoreError,
     StoreIOError,
@@ -79,6 +84,12 @@ _BY_CLASS: dict[str, type[StoreError]] = {
 def classify(exc: psycopg.Error) -> type[StoreError]:
     """The store error class for a psycopg error (by ``sqlstate``)."""
     code = exc.sqlstate or ""
+    if (
+        code[:2] in ("", "08")
+        and isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError))
+        and exhausted_now()
+    ):
+        return DescriptorsExhaustedError  # no socket (or file) to be had: not the server
     if code in _BY_CODE:
         return _BY_CODE[code]
     if code[:2] in _BY_CLASS:

@@ -41,7 +41,7 @@ from quill.store.postgres.words import (
     WORD_SAFE_CHARS,
     punct_to_space,
 )
-from quill.store.search.columns import TRIGRAM_PREFIX_CHARS, TRIGRAM_ROLES
+from quill.store.search.columns import TOOL_RESULT_ROLES, TRIGRAM_PREFIX_CHARS, TRIGRAM_ROLES
 
 #: Advisory lock key (session level) held while migrating: hashtext('quill-migrate').
 _MIGRATE_LOCK_SQL = (
@@ -121,6 +121,17 @@ BEGIN
     RETURN out;
 END $$;
 
+-- The tool text of a message as SQLite's tools column holds it: a tool result's tool name
+-- (tool_name on a tool/function row: searching "Bash" finds the calls and their results)
+-- before the tool-call text.
+CREATE OR REPLACE FUNCTION {s}.quill_tool_text(tool_calls text, role text, tool_name text)
+RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL UNSAFE SET search_path = pg_catalog AS $$
+    SELECT CASE WHEN role IN {tool_result_roles} AND tool_name IS NOT NULL
+                THEN tool_name || ' ' ELSE '' END
+           || {s}.quill_tool_text(tool_calls)
+$$;
+
 -- Diacritics folded as FTS5's remove_diacritics does ("café" is found by "cafe"), with the
 -- unaccent extension's own dictionary named explicitly: unaccent() is only STABLE because
 -- its default dictionary follows search_path; with the dictionary fixed it is immutable.
@@ -136,7 +147,10 @@ $$;
 -- message could never be stored): up to WORD_SAFE_CHARS folded characters in all it provably
 -- does (WORD_BYTES_PER_CHAR); above, the full document is tried and, past the limit, each part
 -- is cut to WORD_FALLBACK_CHARS, which provably fits. The message itself is stored whole.
-CREATE OR REPLACE FUNCTION {s}.quill_words(content text, tool_calls text, reasoning text)
+-- Layout 5 added role and tool_name: the older signature goes (its column went first).
+DROP FUNCTION IF EXISTS {s}.quill_words(text, text, text);
+CREATE OR REPLACE FUNCTION {s}.quill_words(
+    content text, tool_calls text, reasoning text, role text, tool_name text)
 RETURNS tsvector
 LANGUAGE plpgsql IMMUTABLE PARALLEL UNSAFE SET search_path = pg_catalog AS $$
 DECLARE
@@ -165,11 +179,14 @@ END $$;
 -- re-parsing the text (an expression index makes a rare-word search re-run the function on
 -- every row the planner walks).
 ALTER TABLE messages ADD COLUMN IF NOT EXISTS words tsvector
-    GENERATED ALWAYS AS ({s}.quill_words(content, tool_calls, reasoning)) STORED;
+    GENERATED ALWAYS AS ({s}.quill_words(content, tool_calls, reasoning, role, tool_name)) STORED;
 CREATE INDEX IF NOT EXISTS messages_words ON messages USING gin (words);
 CREATE INDEX IF NOT EXISTS messages_trigram ON messages
     USING gin (left(content, {trigram_chars}) {trgm}.gin_trgm_ops)
     WHERE {trigram_scope};
+-- Where a late op goes (store/apply/order.py ``gaps``): a session's last row not later than
+-- an order key, in one probe wherever the gap is (the seq index would read every later row).
+CREATE INDEX IF NOT EXISTS messages_ack ON messages (session_id, ack_us, ack_tag, ack_at, seq);
 -- Delete-heavy retention: vacuum after 2 % dead rows, not the default 20 %.
 ALTER TABLE messages SET (autovacuum_vacuum_scale_factor = 0.02,
                           autovacuum_analyze_scale_factor = 0.02);
@@ -283,8 +300,13 @@ SCHEMA_VERSION = sqlite_schema.SCHEMA_VERSION
 #: document). A store whose ``state_meta['pg_layout']`` differs gets ``PG_DDL`` again at
 #: open (idempotent; its ``words`` column is rebuilt: one rewrite of ``messages``).
 #: 2: search kinds (weights) and reasoning; 3: diacritics folded (unaccent); 4: a word
-#: document over tsvector's 1 MB limit falls back to a shorter prefix instead of failing.
-PG_LAYOUT = "4"
+#: document over tsvector's 1 MB limit falls back to a shorter prefix instead of failing;
+#: 5: the order-key index ``messages_ack``; 6: a tool result's tool name is in its tool text
+#: (``quill_tool_text(tool_calls, role, tool_name)``, a new word document).
+PG_LAYOUT = "6"
+#: The layout whose word document (``quill_words``) is today's: a store at it or later keeps
+#: its ``words`` column through a migration (no rewrite of ``messages``).
+WORDS_LAYOUT = 6
 
 
 def _quote_ident(name: str) -> str:
@@ -320,7 +342,8 @@ def create(conn: PgConnection) -> None:
                 f"the PostgreSQL store has schema v{current}; "
                 f"this Quill knows up to v{SCHEMA_VERSION}"
             )
-        if current == SCHEMA_VERSION and _layout(conn) == PG_LAYOUT:
+        layout = _layout(conn) if current else None
+        if current == SCHEMA_VERSION and layout == PG_LAYOUT:
             return
         trgm = extension_schema(conn, "pg_trgm")
         ua = extension_schema(conn, "unaccent")
@@ -334,7 +357,9 @@ def create(conn: PgConnection) -> None:
             )  # none: layout only
             for step in steps:
                 conn.execute_script(translate_ddl(step))
-            if current:  # an older layout's words column holds vectors of the old document
+            words_kept = layout is not None and layout.isdigit() and int(layout) >= WORDS_LAYOUT
+            if current and not words_kept:
+                # an older layout's words column holds vectors of the old document
                 conn.execute_script("ALTER TABLE messages DROP COLUMN IF EXISTS words")
             punct = punct_to_space(
                 f"left({_quote_ident(schema)}.quill_search_text(content, tool_calls), "
@@ -344,7 +369,10 @@ def create(conn: PgConnection) -> None:
                 name: punct_to_space(f"left({expr}, {WORD_INDEX_CHARS})")
                 for name, expr in (
                     ("punct_content", "coalesce(content, '')"),
-                    ("punct_tools", f"{_quote_ident(schema)}.quill_tool_text(tool_calls)"),
+                    (
+                        "punct_tools",
+                        f"{_quote_ident(schema)}.quill_tool_text(tool_calls, role, tool_name)",
+                    ),
                     ("punct_reasoning", "coalesce(reasoning, '')"),
                 )
             }
@@ -360,6 +388,7 @@ def create(conn: PgConnection) -> None:
                     word_fallback_chars=WORD_FALLBACK_CHARS,
                     trigram_chars=TRIGRAM_PREFIX_CHARS,
                     trigram_scope=TRIGRAM_SCOPE,
+                    tool_result_roles=repr(TOOL_RESULT_ROLES),
                 )
             )
             conn.execute(

@@ -36,8 +36,14 @@ from quill.store.search import hits as hits_mod
 from quill.store.search import page as page_mod
 from quill.store.search import plan as query
 from quill.store.search import rank, textfold
-from quill.store.search.candidates import KINDS, SCAN_MAX_ROWS, _escape_like, _filters, _kinds
-from quill.store.search.columns import TRIGRAM_PREFIX_CHARS, TRIGRAM_ROLES
+from quill.store.search.candidates import (
+    KINDS,
+    SCAN_MAX_ROWS,
+    _escape_like,
+    trigram_covered_sql,
+)
+from quill.store.search.columns import TRIGRAM_PREFIX_CHARS
+from quill.store.search.request import begin
 
 _COLS = "m.id, m.session_id, m.role, m.content, m.tool_calls, m.ts, s.title, m.state"
 _WORD = re.compile(r"[^\W_]+")
@@ -94,28 +100,21 @@ def _where(conn: PgConnection, plan: query.Plan, kinds: tuple[str, ...]) -> tupl
     return f"{scope} AND ({' OR '.join(likes)})", like_args
 
 
+#: A message's tool text (search kind "tool"): its tool-call text and, on a tool result, the
+#: tool's name (``schema.quill_tool_text``), as SQLite's ``tools`` column.
+_TOOL_TEXT = "quill_tool_text(m.tool_calls, m.role, m.tool_name)"
 #: The substring routes' texts (kind → SQL over ``m``), as SQLite's ``SCAN_COLUMNS_SQL``.
 SCAN_COLUMNS_SQL = {
     "text": "m.content",
     "reasoning": "m.reasoning",
-    "tool": "quill_tool_text(m.tool_calls)",
+    "tool": _TOOL_TEXT,
 }
 
 
 def _covered(kinds: tuple[str, ...]) -> str:
-    """SQL condition: the trigram index wholly covers the row's searched texts (as SQLite's
-    ``candidates.trigram_covered_sql``)."""
-    if "text" not in kinds:
-        return "false"
-    conds = [
-        f"m.role IN {TRIGRAM_ROLES!r}",
-        f"coalesce(length(m.content), 0) <= {TRIGRAM_PREFIX_CHARS}",
-    ]
-    if "reasoning" in kinds:
-        conds.append("coalesce(m.reasoning, '') = ''")
-    if "tool" in kinds:
-        conds.append("coalesce(m.tool_calls, '[]') = '[]'")
-    return "(" + " AND ".join(conds) + ")"
+    """SQL condition: the trigram index wholly covers the row's searched texts (SQLite's
+    ``candidates.trigram_covered_sql``, in PostgreSQL's dialect)."""
+    return trigram_covered_sql(kinds, "false")
 
 
 def _contains(col: str, term: str, args: list[Any]) -> str:
@@ -123,7 +122,7 @@ def _contains(col: str, term: str, args: list[Any]) -> str:
     ILIKE lowercases text and pattern with ``lower()`` before matching, so a term no
     character folds into (``textfold.fold_free``: CJK, digits, emoji) that ``lower()``
     leaves as it is is found exactly where ``strpos`` finds it, without lowercasing the text
-    (3–4× cheaper per scanned row)."""
+    (much cheaper per scanned row; figure in bench/RESULTS.md)."""
     if textfold.fold_free(term) and term.lower() == term:
         args.append(term)
         return f"strpos({col}, ?) > 0"
@@ -172,24 +171,7 @@ def search(conn: PgConnection, text: str, **kw: Any) -> list[dict[str, Any]]:
     return search_page(conn, text, count=False, **kw)["hits"]
 
 
-def search_page(
-    conn: PgConnection,
-    text: str,
-    *,
-    limit: int = 20,
-    session_id: str | None = None,
-    role: str | None = None,
-    source: str | None = None,
-    projection: str = "display",
-    since: float | None = None,
-    until: float | None = None,
-    substring: bool = False,
-    context: bool = True,
-    kinds: list[str] | None = None,
-    order: str = "newest",
-    per_session: int | None = None,
-    count: bool = True,
-) -> dict[str, Any]:
+def search_page(conn: PgConnection, text: str, **kw: Any) -> dict[str, Any]:
     """Messages matching ``text``, newest first (or, with ``order="relevance"``, the newest
     ``rank.CANDIDATES`` word matches by ``ts_rank``: ``_ranked_page``), at most ``limit``,
     at most ``per_session`` per session, with the bounded count — the contract of
@@ -197,27 +179,21 @@ def search_page(
     Raises ``ValueError`` for an unknown projection, kind or order, and for a ranked query
     that is not a word query. ``kinds`` (text, tool, reasoning; None = all) select the
     weights of the word index and the texts the substring routes look in (the trigram index
-    for what it covers, a bounded scan for the rest). Any query string is accepted."""
-    if order not in ("newest", "relevance"):
-        raise ValueError(f"search order must be one of ['newest', 'relevance'], got {order!r}")
-    kinds_t = _kinds(kinds)
-    plan = query.plan(text, substring=substring)
-    if order == "relevance" and plan.kind not in ("fts", "none"):
-        raise ValueError(
-            f"ranked search needs a word query; {text!r} goes to the {plan.kind} route"
-        )
-    cap = None if session_id is not None else per_session
-    if plan.kind == "none" or limit <= 0:
-        return group_mod.empty(cap)
-    cond, args = _filters(projection, session_id, role, source, since, until)
-    rep = f"coalesce({projections.REPRESENTATIVE_SQL}, m.id)" if projection == "display" else "m.id"
-    page = group_mod.Page(limit, cap, count)
+    for what it covers, a bounded scan for the rest). Any query string is accepted. Keyword
+    arguments: ``store.search.request.SearchArgs`` (shared with SQLite)."""
+    started = begin(text, kw)
+    if isinstance(started, dict):
+        return started
+    a, plan, kinds_t, page, cond, args = started
+    rep = (
+        f"coalesce({projections.REPRESENTATIVE_SQL}, m.id)" if a.projection == "display" else "m.id"
+    )
     exhausted = (
         _ranked_page(conn, plan, cond, args, rep, kinds_t, page)
-        if order == "relevance"
+        if a.order == "relevance"
         else _newest_page(conn, plan, cond, args, rep, kinds_t, page)
     )
-    hits = _hits(conn, plan, page.ids, projection, context, kinds_t)
+    hits = _hits(conn, plan, page.ids, a.projection, a.context, kinds_t)
     # The hits carry their sessions' titles; only sessions counted without a hit on the page
     # are read (usually none: one round trip less).
     titles = {h["session_id"]: h["title"] for h in hits}
@@ -347,7 +323,7 @@ def _hits(
     rows = {
         r[0]: r
         for r in conn.execute(
-            f"SELECT {_COLS}, {ncols}, m.reasoning, quill_tool_text(m.tool_calls) "
+            f"SELECT {_COLS}, {ncols}, m.reasoning, {_TOOL_TEXT} "
             "FROM messages m JOIN sessions s ON s.id = m.session_id "
             f"WHERE m.id IN ({marks})",
             (*nargs, *page),

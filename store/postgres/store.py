@@ -41,6 +41,9 @@ from quill.store.sqlite.job_runs import close_interrupted
 #: How often an idle writer collects its spool (seconds); the first time a minute after start.
 GC_INTERVAL_S = 3600.0
 GC_FIRST_S = 60.0
+#: The clock difference (s) allowed between a writer's host and the PostgreSQL server when a
+#: run's start (the writer's clock) is compared with a claim's time (the server's).
+CLOCK_SKEW_S = 300.0
 
 
 class PgStore(PostgresCapabilities, PostgresBackend):
@@ -121,8 +124,11 @@ class PgStore(PostgresCapabilities, PostgresBackend):
         (``job_runs.close_interrupted``): one of this spool id (this writer holds its claim,
         so any other writer of it is gone), one whose process this host proves gone, or one
         whose spool claim has expired or passed to another holder since it started. Runs of
-        live writers, here or on other hosts, are left alone; so are rows from before runs
-        named their writer. Returns its figures. Raises the store error tree."""
+        live writers, here or on other hosts, are left alone. A row from before runs named
+        their writer (no ``holder``) is closed when every live claim was taken more than
+        ``CLOCK_SKEW_S`` after it started: none of the writers alive now was running then,
+        and a writer runs jobs only while it holds its claim (``claimed_at`` stays while the
+        same holder renews). Returns its figures. Raises the store error tree."""
         live = {c["spool_id"]: c for c in claims.claims(self.conn) if c["expires_in_s"] > 0}
 
         def judge(holder: dict[str, Any]) -> bool | None:
@@ -135,7 +141,13 @@ class PgStore(PostgresCapabilities, PostgresBackend):
             claim = live.get(spool_id)
             return claim is None or claim["holder"] != holder.get("claim")
 
-        return self.run_job(close_interrupted, "writer", float("inf"), judge=judge, untagged=False)
+        def nobody_then(started_at: float) -> bool:
+            # claimed_at is the server's clock, started_at the writer's: a margin for skew.
+            return all(c["claimed_at"] > started_at + CLOCK_SKEW_S for c in live.values())
+
+        return self.run_job(
+            close_interrupted, "writer", float("inf"), judge=judge, untagged=nobody_then
+        )
 
     def disconnect(self) -> None:
         if self.conn is not None:

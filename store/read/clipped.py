@@ -10,10 +10,14 @@ value's header (SQLite's record header, PostgreSQL's TOAST pointer). A row whose
 * PostgreSQL: every field read, a long text as ``substr`` (a slice of a TOASTed value
   fetches only the chunks it needs), a long structured field not at all;
 * SQLite: a record stores its fields one after the other, a large one on a chain of
-  overflow pages, so reaching any field after a large one reads the whole chain. The row
-  gives the fields before its first large one, that one as a prefix when it is a text
-  (incremental blob I/O reads only the first overflow pages; ``substr`` would load the
-  whole value), ``state`` and ``ts`` from indexes (``messages_session_state``,
+  overflow pages. With pointer-map pages (``store.sqlite.connection.AUTO_VACUUM``) SQLite
+  steps along a chain through them without reading its pages, so every field is read as on
+  PostgreSQL: the small ones whole, a long text as a prefix through incremental blob I/O
+  (``substr`` would load the whole value), a long structured field not at all; the cost is
+  a few pointer-map pages (one per ~800 pages of value). A store made before that setting,
+  until its next ``vacuum`` job, reaching any field after a large one would read the whole
+  chain, so the row gives the fields before its first large one, that one as a prefix when
+  it is a text, ``state`` and ``ts`` from indexes (``messages_session_state``,
   ``messages_session_ts``); the fields after it are not read.
 
 Every field not returned whole is named in the message's ``clipped``: ``{field: full size
@@ -26,6 +30,8 @@ import codecs
 from typing import Any
 
 import apsw
+
+from quill.store.sqlite.connection import has_pointer_map
 
 #: The text columns read as a prefix when long, and the structured ones left unread.
 TEXT_COLUMNS = ("content", "reasoning")
@@ -116,11 +122,14 @@ def rows(
                 wanted,
             )
         }
+    mapped = sqlite and len(got) < len(ids) and has_pointer_map(conn)
     out, cuts = [], []
     for mid, state in page:
         size = sizes[mid]
         if mid in got:
             row = list(got[mid])
+        elif mapped:
+            row = _sqlite_mapped_row(conn, fields, mid, size, clip)
         else:
             row = _sqlite_large_row(conn, fields, mid, state, size, clip)
         cut = {}
@@ -133,6 +142,26 @@ def rows(
         out.append(tuple(row))
         cuts.append(cut)
     return out, cuts
+
+
+def _sqlite_mapped_row(
+    conn: apsw.Connection, fields: list[str], mid: int, size: dict, clip: int
+) -> list[Any]:
+    """Every field of a row with large ones, on a store with pointer-map pages: the others
+    in one ``SELECT``, each large text as its prefix, each large structured field None."""
+    large = {f for f in fields if _large(f, size.get(f), clip)}
+    small = [f for f in fields if f not in large]
+    values = dict(
+        zip(
+            small,
+            conn.execute(
+                f"SELECT {', '.join(small)} FROM messages WHERE id = ?", (mid,)
+            ).fetchone(),
+        )
+    )
+    for name in large & set(TEXT_COLUMNS):
+        values[name] = _prefix(conn, name, mid, clip)
+    return [values.get(f) for f in fields]
 
 
 def _sqlite_large_row(

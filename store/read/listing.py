@@ -9,7 +9,10 @@ Rules:
 * by default a compression chain is one row, its tip, and delegate (subagent) sessions are
   left out (``lineage='tips'``); ``'all'`` lists every session;
 * ``message_count`` counts display positions; ``preview`` is the first user message in display
-  order; ``unread`` counts display positions after the last-read watermark;
+  order that is not injected context (``extra.injected``, set by the importers for an
+  AGENTS.md, an environment block, a slash command's wrapper … : matched in the compact
+  JSON text, the same on both backends); ``unread`` counts display positions after the
+  last-read watermark;
 * ``usage`` = the session's token and cost totals (``usage_reads``); ``key`` its conversation
   key; ``placeholder`` = true while no ``session.create`` has arrived for it;
 * ``empty`` is an EXISTS probe over rows in *any* state: a session whose rows are all rewound
@@ -80,6 +83,7 @@ SELECT s.id, s.source, s.title, s.model, s.cwd, s.started_at, s.ended_at, s.end_
        page.last_active,
        (SELECT substr(m.content, 1, {PREVIEW_CHARS}) FROM messages m WHERE m.session_id = s.id
           AND m.role = 'user' AND m.state IN ('live', 'compacted')
+          AND (m.extra IS NULL OR m.extra NOT LIKE '%"injected":true%')
           ORDER BY m.pos LIMIT 1) AS preview,
        s.meta, s.key, s.placeholder
 FROM page JOIN sessions s ON s.id = page.id

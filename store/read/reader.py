@@ -272,58 +272,22 @@ class Reader(StatusReads):
             return lineage.compression_chain(self.conn, session_id)
 
     @retry_io
-    def search(
-        self,
-        text: str,
-        *,
-        limit: int = 20,
-        session_id: str | None = None,
-        role: str | None = None,
-        source: str | None = None,
-        projection: str = "display",
-        **filters: Any,
-    ) -> list[dict[str, Any]]:
-        """Messages matching ``text``, newest first (``search.search``: hits carry
+    def search(self, text: str, **filters: Any) -> list[dict[str, Any]]:
+        """Messages matching ``text``, newest first (``search_engine.search``: hits carry
         session_id, message_id, role, state, ts, title, matched_in, snippet, highlights, before,
-        after). Extra filters: since, until, substring, context, kinds, order ("newest" or
-        "relevance": bounded BM25 over the newest 1,000 matches, ``store.search.rank``)."""
+        after). Filters (``store.search.run.search_page``'s, the one list for both backends):
+        limit (20), session_id, role, source, projection ("display"), since, until, substring,
+        context, kinds, order ("newest" or "relevance": bounded BM25 over the newest 1,000
+        matches, ``store.search.rank``), per_session."""
         with self.snapshot() as conn:
-            return self.search_engine.search(
-                conn,
-                text,
-                limit=limit,
-                session_id=session_id,
-                role=role,
-                source=source,
-                projection=projection,
-                **filters,
-            )
+            return self.search_engine.search(conn, text, **filters)
 
     @retry_io
-    def search_page(
-        self,
-        text: str,
-        *,
-        limit: int = 20,
-        session_id: str | None = None,
-        role: str | None = None,
-        source: str | None = None,
-        projection: str = "display",
-        **filters: Any,
-    ) -> dict[str, Any]:
+    def search_page(self, text: str, **filters: Any) -> dict[str, Any]:
         """``search`` with the per-session cap (``per_session``) and the bounded count:
         ``{hits, total, total_exact, more, per_session, sessions}`` (``store.search.group``)."""
         with self.snapshot() as conn:
-            return self.search_engine.search_page(
-                conn,
-                text,
-                limit=limit,
-                session_id=session_id,
-                role=role,
-                source=source,
-                projection=projection,
-                **filters,
-            )
+            return self.search_engine.search_page(conn, text, **filters)
 
     def search_route(
         self, text: str, *, substring: bool = False, kinds: list[str] | None = None

@@ -67,13 +67,14 @@ def _texts(plan: query.Plan, row: tuple, kinds: tuple[str, ...]) -> list[tuple[s
 SCAN_COLUMNS_SQL = {"text": "m.content", "reasoning": "m.reasoning", "tool": TOOLS_BLOB_SQL}
 
 
-def trigram_covered_sql(kinds: tuple[str, ...]) -> str:
+def trigram_covered_sql(kinds: tuple[str, ...], false: str = "0") -> str:
     """SQL condition (row ``m``): every text of the row that ``kinds`` select is inside the
     trigram index's view (a user/assistant row whose whole content is in the indexed prefix,
     with no reasoning or tool calls searched). For those rows the index answers exactly;
-    every other row is scanned (``_indexed(..., rest=True)``)."""
+    every other row is scanned (``_indexed(..., rest=True)``). Both backends use it;
+    ``false``: the dialect's false (SQLite ``0``, PostgreSQL ``false``)."""
     if "text" not in kinds:
-        return "0"
+        return false
     conds = [
         f"m.role IN {TRIGRAM_ROLES!r}",
         f"coalesce(length(m.content), 0) <= {TRIGRAM_PREFIX_CHARS}",

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import re
 
+#: Roles of tool-result rows: their ``tool_name`` is the tool's name (on other roles ``name`` is
+#: a participant's name, not searchable as a tool).
+TOOL_RESULT_ROLES = ("tool", "function")
 #: Trigram scope (``store.schema``'s module doc): roles indexed, indexed prefix of ``content``.
 TRIGRAM_ROLES = ("user", "assistant")
 TRIGRAM_PREFIX_CHARS = 2000
@@ -19,25 +22,35 @@ TRIGRAM_TEXT_SQL = f"substr(m.content, 1, {TRIGRAM_PREFIX_CHARS})"
 
 #: The word index's columns (``messages_fts``), each an SQL expression over a row aliased ``m``:
 #: * ``content`` – the message text;
-#: * ``tools`` – the tool calls as text: every string and number in ``tool_calls`` (names
-#:   and arguments, not the call ids/types), with a string that is itself a JSON object or
-#:   array (OpenAI's ``arguments``) decoded once more, so words after an escaped newline or
-#:   tab or inside escaped quotes are words, not ``nsecondword``;
+#: * ``tools`` – the tool calls as text: the tool's name on a tool result (``tool_name`` of a
+#:   ``TOOL_RESULT_ROLES`` row, so searching ``Bash`` finds the calls and their results) and
+#:   every string and number in ``tool_calls`` (names and arguments, not the call ids/types),
+#:   with a string that is itself a JSON object or array (OpenAI's ``arguments``) decoded once
+#:   more, so words after an escaped newline or tab or inside escaped quotes are words, not
+#:   ``nsecondword``;
 #: * ``reasoning`` – reasoning/thinking text.
 #: The search kinds (``text``/``tool``/``reasoning``) select these columns.
 SEARCH_COLUMNS_SQL: dict[str, str] = {
     "content": "m.content",
-    "tools": """(
+    "tools": f"""(
     SELECT group_concat(CASE WHEN j.type = 'text' AND json_valid(j.atom)
                                   AND json_type(j.atom) IN ('object', 'array')
         THEN (SELECT group_concat(k.atom, ' ') FROM json_tree(j.atom) AS k
               WHERE k.type IN ('text', 'integer', 'real'))
         ELSE j.atom END, ' ')
-    FROM json_tree(CASE WHEN json_valid(m.tool_calls) THEN m.tool_calls ELSE '[]' END) AS j
+    FROM (SELECT 'text' AS type, m.tool_name AS atom, '' AS key, '$' AS path
+          WHERE m.role IN {TOOL_RESULT_ROLES!r} AND m.tool_name IS NOT NULL
+          UNION ALL SELECT type, atom, key, path FROM json_tree(
+              CASE WHEN json_valid(m.tool_calls) THEN m.tool_calls ELSE '[]' END)) AS j
     WHERE j.type IN ('text', 'integer', 'real')
       AND NOT (j.key IN ('id', 'type') AND instr(j.path, '.') = 0))""",
     "reasoning": "m.reasoning",
 }
+#: SQL (row ``m``): non-NULL when the row has a ``tools`` text (tool calls, or a tool result's
+#: tool name): a snippet reads that text only then.
+HAS_TOOLS_SQL = (
+    f"coalesce(m.tool_calls, CASE WHEN m.role IN {TOOL_RESULT_ROLES!r} THEN m.tool_name END)"
+)
 #: The ``tools`` text as a read returns it: a BLOB, decoded by ``tools_text``. ``json_tree``
 #: decodes an escaped lone surrogate in stored argument JSON (``"\\ud83d"``, a cut emoji) into
 #: bytes that are not UTF-8, which a strict decode of a TEXT result would raise on.

@@ -15,7 +15,7 @@ from quill.store.read import projections
 from quill.store.search import hits as hits_mod
 from quill.store.search import plan as query
 from quill.store.search import textfold
-from quill.store.search.columns import TOOLS_BLOB_SQL, tools_text
+from quill.store.search.columns import HAS_TOOLS_SQL, TOOLS_BLOB_SQL, tools_text
 
 
 def snippet_finder(plan: query.Plan) -> Any:
@@ -97,10 +97,11 @@ def _hits(
     return out
 
 
-#: Row shape of the page query: ids, hit fields, and the raw texts (``m.tool_calls`` as stored:
-#: its index text, ``TOOLS_BLOB_SQL``, is computed only when a snippet needs it).
+#: Row shape of the page query: ids, hit fields, and the raw texts (in place of the tools text,
+#: ``HAS_TOOLS_SQL``: its index text, ``TOOLS_BLOB_SQL``, is computed only when a snippet needs
+#: it).
 _PAGE_COLS = (
-    "m.id, m.session_id, m.role, m.ts, s.title, m.state, m.content, m.tool_calls, m.reasoning"
+    f"m.id, m.session_id, m.role, m.ts, s.title, m.state, m.content, {HAS_TOOLS_SQL}, m.reasoning"
 )
 
 

@@ -42,17 +42,15 @@ from quill.store.search.candidates import (
     TAIL_MAX_ROWS,
     _filters,
     _indexed,
-    _kinds,
     _ranked_page,
     _tail,
 )
 from quill.store.search.columns import TRIGRAM_PREFIX_CHARS, TRIGRAM_ROLES
 from quill.store.search.page import _hits
+from quill.store.search.request import ORDERS, begin
 from quill.store.sqlite.indexer import search_state
 
 SNIPPET_CHARS = hits_mod.SNIPPET_CHARS
-#: Result orders: ``newest`` first (the default) or by ``relevance`` (bounded BM25, ``rank``).
-ORDERS = ("newest", "relevance")
 #: Re-exported: callers read the search kinds and the scan bound here.
 __all__ = [
     "KINDS",
@@ -109,21 +107,9 @@ def search_page(
     conn: apsw.Connection,
     text: str,
     *,
-    limit: int = 20,
-    session_id: str | None = None,
-    role: str | None = None,
-    source: str | None = None,
-    projection: str = "display",
-    since: float | None = None,
-    until: float | None = None,
-    substring: bool = False,
-    context: bool = True,
-    kinds: list[str] | None = None,
-    order: str = "newest",
-    per_session: int | None = None,
-    count: bool = True,
     timings: dict[str, float] | None = None,
     clock: Any = time.perf_counter,
+    **kw: Any,
 ) -> dict[str, Any]:
     """Messages matching ``text``, newest first (or by relevance, ``order``), at most ``limit``,
     at most ``per_session`` from one session (None or 0: no cap; ignored with
@@ -156,31 +142,23 @@ def search_page(
     Raises ``ValueError`` for an unknown projection, kind or order, and for a ranked query
     that is not a word query (substring, CJK and scan routes have no word index to rank by);
     ``count=False`` stops at a full page (``search``: no total wanted; ``total`` then counts
-    only the candidates read). Otherwise any query string is accepted.
+    only the candidates read). Otherwise any query string is accepted. Keyword arguments:
+    ``store.search.request.SearchArgs`` (shared with PostgreSQL), plus ``timings`` and ``clock``.
     """
-    if order not in ORDERS:
-        raise ValueError(f"search order must be one of {list(ORDERS)}, got {order!r}")
-    plan = query.plan(text, substring=substring)
-    kinds_t = _kinds(kinds)
-    if order == "relevance" and plan.kind not in ("fts", "none"):
-        raise ValueError(
-            f"ranked search needs a word query; {text!r} goes to the {plan.kind} route"
-        )
-    cap = None if session_id is not None else per_session
-    if plan.kind == "none" or limit <= 0:
-        return group.empty(cap)
-    cond, args = _filters(projection, session_id, role, source, since, until)
-    display = projection == "display"
-    page = group.Page(limit, cap, count)
+    started = begin(text, kw)
+    if isinstance(started, dict):
+        return started
+    a, plan, kinds_t, page, cond, args = started
     t0 = clock()
     # Detached (damaged) indexes are not read: everything counts as the unindexed tail.
     state, upto, top = search_state(conn)
-    if order == "relevance" and state == "ok":
-        picked = _filters(None, session_id, role, source, since, until)
-        exhausted = _ranked_page(conn, plan, text, upto, picked, projection, kinds_t, page)
+    if a.order == "relevance" and state == "ok":
+        picked = _filters(None, *a.filters)
+        exhausted = _ranked_page(conn, plan, text, upto, picked, a.projection, kinds_t, page)
     else:
+        display = a.projection == "display"
         exhausted = _newest(conn, plan, (state, upto, top), cond, args, kinds_t, display, page)
-    hits = _hits(conn, plan, page.ids, projection, context, kinds_t, t0, timings, clock)
+    hits = _hits(conn, plan, page.ids, a.projection, a.context, kinds_t, t0, timings, clock)
     return page.result(hits, exhausted, group.titles(conn, list(page.matches)))
 
 

@@ -18,8 +18,15 @@ from pathlib import Path
 
 import apsw
 
+from quill.home.descriptors import EXHAUSTED_ERRNOS
 from quill.store import schema
-from quill.store.errors import CantOpenError, SharedMemoryError, cant_open_cause, mapped
+from quill.store.errors import (
+    CantOpenError,
+    DescriptorsExhaustedError,
+    SharedMemoryError,
+    cant_open_cause,
+    mapped,
+)
 
 #: The writer waits this long for a lock before SQLITE_BUSY (ms). Only readers and the
 #: backup API can contend with the single writer, and they hold locks briefly.
@@ -55,7 +62,8 @@ def shm_problem(path: Path) -> str | None:
     write, writes fail as "attempt to write a readonly database". Usable means:
     a regular file (not a symlink), owned by this user, that this process can open
     read-write. Fix: stop every Quill process, then delete the -shm file (SQLite rebuilds it
-    from the WAL at the next open) or restore its owner and mode 600."""
+    from the WAL at the next open) or restore its owner and mode 600. Raises
+    ``DescriptorsExhaustedError`` when no descriptor was left to open it (not a bad file)."""
     shm = Path(str(path) + "-shm")
     try:
         st = os.lstat(shm)
@@ -73,11 +81,27 @@ def shm_problem(path: Path) -> str | None:
     try:
         os.close(os.open(shm, os.O_RDWR | os.O_CLOEXEC))
     except OSError as exc:
+        if exc.errno in EXHAUSTED_ERRNOS:
+            raise DescriptorsExhaustedError.of(exc.errno) from exc
         return (
             f"{shm} cannot be opened read-write: {exc.strerror} "
             f"(mode {oct(stat.S_IMODE(st.st_mode))})"
         )
     return None
+
+
+#: ``PRAGMA auto_vacuum`` of every store: INCREMENTAL keeps pointer-map pages, through which
+#: SQLite finds the next page of a large value's overflow chain without reading the page
+#: itself, so a read of a field stored after a 50 MB value costs a few pages, not 50 MB
+#: (``store/read/clipped.py``). It frees nothing by itself (no ``incremental_vacuum`` is
+#: run): space comes back through the ``vacuum`` job, as before. A store made before it
+#: gets it at its next ``vacuum`` job (``jobs.store_jobs``).
+AUTO_VACUUM = "INCREMENTAL"
+
+
+def has_pointer_map(conn: apsw.Connection) -> bool:
+    """Whether the store keeps pointer-map pages (``AUTO_VACUUM`` or FULL): one header read."""
+    return conn.execute("PRAGMA auto_vacuum").fetchone()[0] != 0
 
 
 def open_writer(
@@ -105,6 +129,8 @@ def open_writer(
             str(path), flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
         )
         conn.set_busy_timeout(WRITER_BUSY_MS)
+        if not existed:  # only before the first table: later, a VACUUM sets it
+            conn.execute(f"PRAGMA auto_vacuum={AUTO_VACUUM}")
         before = conn.execute("PRAGMA journal_mode").fetchone()[0]
         mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
         if before.lower() != "wal" and mode.lower() == "wal" and existed and on_journal_mode:

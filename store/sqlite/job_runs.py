@@ -25,6 +25,14 @@ HALTED = "halted"
 #: ``job_runs.job`` of the rows recovery writes about an incident: the writer's sticky halt
 #: (started at the halt, ended by the recovery, outcome ``halted``) and the recovery itself.
 HALT_JOB = "writer_halt"
+#: ``job_runs.error`` of a run closed because the process running it is gone.
+DIED = "the process running it died before it finished"
+#: ... of a run from before runs named their process, closed because no process alive now
+#: can have started it (``close_interrupted``'s ``untagged``).
+UNKNOWN_HOLDER = (
+    "interrupted (unknown holder, from before runs named their process): no writer alive "
+    "now was running when it started"
+)
 RECOVER_JOB = "recover"
 
 
@@ -74,7 +82,7 @@ def close_interrupted(
     *,
     exclusive: bool = False,
     judge: Callable[[dict[str, Any]], bool | None] | None = None,
-    untagged: bool = True,
+    untagged: bool | Callable[[float], bool] = True,
 ) -> dict[str, Any]:
     """Mark ``running`` rows of ``runner`` (the ``figures.runner`` of their start row: writer,
     consumer or cli) that started before ``before`` (epoch s) as ``interrupted``: the process
@@ -85,7 +93,9 @@ def close_interrupted(
     (True/False; None: it cannot tell), else on this host by ``home.runner_dead``; a row it
     cannot prove gone (another host's) is left running — so a restart never closes a run
     another live process is still doing. Rows written before runners named their process
-    are closed by ``runner`` alone, unless ``untagged`` is False. A run whose effect shows is
+    are closed by ``runner`` alone, unless ``untagged`` is False; when it is a callable,
+    ``untagged(started_at)`` says whether no live process can be running such a row (its
+    error then says so: ``UNKNOWN_HOLDER``). A run whose effect shows is
     judged from it instead (``store.sqlite.effects``): a ``vacuum``/``scrub`` run (with
     ``figures.before`` from its start) from the file, a ``snapshot`` run from
     ``snapshots_dir`` when given; ``ok`` with ``figures.judged`` saying "completed (judged
@@ -103,7 +113,7 @@ def close_interrupted(
             (RUNNING, before, pattern),
         ).fetchall()
         now: dict[str, Any] | None = None
-        closed = []
+        closed, unknown = [], set()
         ended = min(before, time.time())  # ``before`` may be +inf: "whenever it started"
         for rid, job, started, raw in rows:
             figures = json.loads(raw or "{}")
@@ -114,6 +124,10 @@ def close_interrupted(
                     dead = runner_dead(holder)
                 if not dead:
                     continue  # its process may still run: it finishes the row itself
+            elif not exclusive and callable(untagged):
+                if not untagged(started):
+                    continue  # a live process may have started it
+                unknown.add(rid)
             elif not exclusive and not untagged:
                 continue
             closed.append(rid)
@@ -141,9 +155,8 @@ def close_interrupted(
         for rid in closed:
             conn.execute(
                 "UPDATE job_runs SET outcome = ?, ended_at = coalesce(ended_at, ?), "
-                "error = coalesce(error, 'the process running it died before it finished') "
-                "WHERE id = ? AND outcome = ?",
-                (INTERRUPTED, ended, rid, RUNNING),
+                "error = coalesce(error, ?) WHERE id = ? AND outcome = ?",
+                (INTERRUPTED, ended, UNKNOWN_HOLDER if rid in unknown else DIED, rid, RUNNING),
             )
         left = len(rows) - len(closed)
         return {"interrupted": len(closed), "judged": judged, "left_running": left}

@@ -1,0 +1,38 @@
+"""How numbers read to a person, the same in the CLI's tables and the dashboard's pages
+(``--json`` and the API keep the exact values): ``human_number`` for counts, ``usd`` for
+costs."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+#: Significant digits a cost under a cent keeps (``$0.0045``, ``$0.000012``).
+COST_DIGITS = 2
+
+
+def human_number(value: Any) -> str:
+    """``27946415`` → ``"27.9M"``, ``12500`` → ``"12.5k"``, ``812`` → ``"812"``; "-" for None."""
+    if value is None:
+        return "-"
+    for size, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= size:
+            return f"{value / size:.3g}{unit}"
+    return f"{value:g}"
+
+
+def usd(value: Any) -> str:
+    """A cost in dollars (float) that never rounds a real cost to zero: cents from a cent up
+    (``$12.35``, ``$1,234.50``), ``COST_DIGITS`` significant digits below, in plain
+    notation (``$0.0045``, ``$0.000012``, ``$0.00000034``); ``$0`` for zero, "unpriced"
+    for None."""
+    if value is None:
+        return "unpriced"
+    if value == 0:
+        return "$0"
+    sign = "-" if value < 0 else ""
+    value = abs(value)
+    if value >= 0.01:
+        return f"{sign}${value:,.2f}"
+    # Rounded to significant digits, then written out without an exponent.
+    return f"{sign}${Decimal(f'{value:.{COST_DIGITS}g}'):f}"

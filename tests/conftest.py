@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
@@ -16,6 +17,7 @@ import pytest
 
 pytest.register_assert_rewrite("run_resources")  # imported here, before pytest loads it below
 import harness  # noqa: E402  (imported first: a test's later sys.path may hold a dir named so)
+from cli_forkserver import ForkedProcess, ForkServer  # noqa: E402
 from run_resources import CORPUS, REPO  # noqa: E402,F401  (tests import them from here)
 
 #: Finds PostgreSQL, Redis, chromium and the corpus by itself; provides ``pg_url``,
@@ -33,6 +35,24 @@ def quill_env(home: Path) -> dict[str, str]:
     return env
 
 
+#: This test process's CLI fork server (started with the session, stopped when the process
+#: ends).
+_FORK_SERVER = ForkServer(REPO)
+atexit.register(_FORK_SERVER.close)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Start the CLI fork server now, with the environment every CLI call gets (the run's
+    resources plugin has set it up by now), unless calls are to be cold."""
+    controller = not hasattr(session.config, "workerinput") and session.config.getoption(
+        "dist", "no"
+    ) not in ("no", None)  # pytest-xdist's controller runs no test
+    if not controller and os.environ.get("QUILL_TEST_COLD_CLI") != "1":
+        env = quill_env(Path(os.devnull))
+        env.pop("QUILL_HOME")
+        _FORK_SERVER.start(env)
+
+
 class QuillCLI:
     """Runs ``python -m quill.ops.cli``-equivalent commands against one data dir."""
 
@@ -45,20 +65,44 @@ class QuillCLI:
     def run(
         self, *args: str, input: str | None = None, check: bool = True, timeout: float = 300
     ) -> subprocess.CompletedProcess:
-        proc = subprocess.run(
-            self.argv(*args),
-            input=input,
-            capture_output=True,
-            text=True,
-            env=quill_env(self.home),
-            timeout=timeout,
-            cwd=REPO,
-        )
+        """``quill ARGS`` in a process of its own (forked from the CLI fork server when it can
+        be, ``cli_forkserver``), its output captured as text; raises ``AssertionError`` on a
+        non-zero exit with ``check``, ``subprocess.TimeoutExpired``."""
+        env = quill_env(self.home)
+        if _FORK_SERVER.usable(env):
+            proc = _FORK_SERVER.run(list(args), env, input, timeout)
+        else:
+            proc = subprocess.run(
+                self.argv(*args),
+                input=input,
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=timeout,
+                cwd=REPO,
+            )
         if check and proc.returncode != 0:
             raise AssertionError(
                 f"quill {' '.join(args)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
             )
         return proc
+
+    def popen(self, *args: str, stdout: bool = False) -> subprocess.Popen | ForkedProcess:
+        """``quill ARGS`` started in the background (forked when it can be, as ``run``),
+        stdin from /dev/null, stderr captured as text (``proc.stderr.read()``), stdout too
+        with ``stdout`` (else discarded)."""
+        env = quill_env(self.home)
+        if _FORK_SERVER.usable(env):
+            return _FORK_SERVER.popen(list(args), env, stdout=stdout, text=True)
+        return subprocess.Popen(
+            self.argv(*args),
+            env=env,
+            cwd=REPO,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE if stdout else subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
 
     def json(self, *args: str, **kw) -> object:
         return json.loads(self.run(*args, "--json", **kw).stdout)
@@ -76,14 +120,7 @@ class QuillCLI:
         lease (as an operator would see it running before using it)."""
         from quill.home import RunDir
 
-        proc = subprocess.Popen(
-            self.argv("run"),
-            env=quill_env(self.home),
-            cwd=REPO,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        proc = self.popen("run")
         rd = RunDir(Path(self.home).resolve())
         deadline = time.monotonic() + 60
         while not rd.fleet_running() and proc.poll() is None and time.monotonic() < deadline:
@@ -209,6 +246,20 @@ def home(tmp_path: Path) -> Path:
 @pytest.fixture
 def quill(home: Path) -> QuillCLI:
     return QuillCLI(home)
+
+
+@pytest.fixture
+def writer(home: Path):
+    """The production writer of ``home`` running in a thread of the test process
+    (``harness.WriterThread``): for tests of what clients and the CLI see once a writer
+    applies, not of the fleet's lifecycle (``fleet``). Raises at teardown what it raised."""
+    from quill.home import load
+
+    cfg = load(home)
+    cfg.ensure_dirs()
+    thread = harness.WriterThread(cfg)
+    yield thread
+    thread.close()
 
 
 @pytest.fixture

@@ -8,16 +8,19 @@ real ones in a temp data dir; the writer logs JSON lines to ``logs/writer.log`` 
 A unit of work takes milliseconds, so halt, FTS detach, job deferral and disk-full behaviour
 are checked here; real fleets stay for lifecycle, signals and ``kill -9``.
 
-Three ways in, all on the production ``Writer`` and ``Drain``: ``InProcessWriter`` steps one
-writer turn by turn; ``Home`` (and ``drain``, also ``QuillCLI.drain`` in conftest) drains a
-data dir to its end as ``quill run --until-idle``'s writer does, without the fleet (a fleet
-start costs about 2 CPU s); ``RecordingDrain`` is the bare drain loop over a store, noting
+Four ways in, all on the production ``Writer`` and ``Drain``: ``InProcessWriter`` steps one
+writer turn by turn; ``WriterThread`` runs one (``Writer.run``) in a thread for producers and
+readers to meet (the ``writer`` fixture in conftest); ``Home`` (and ``drain``, also
+``QuillCLI.drain`` in conftest) drains a data dir to its end as ``quill run --until-idle``'s
+writer does, without the fleet (a fleet start costs about 3 CPU s: four interpreters);
+``RecordingDrain`` is the bare drain loop over a store, noting
 each refusal, for tests of the appliers themselves.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -73,6 +76,46 @@ def drain(root: Path) -> dict[str, Any]:
     cfg = home.load(Path(root))
     cfg.ensure_dirs()
     return Writer(cfg, logs.configure(cfg.logs_dir, "writer")).until_idle()
+
+
+class WriterThread:
+    """The production writer of ``cfg``'s data dir (``Writer.run``), run in a thread of this
+    process until ``close``: the writer a producer and a reader meet, without a fleet (for
+    tests of clients and waits, not of the fleet's lifecycle). ``close`` raises what the
+    writer raised."""
+
+    #: Seconds ``idle`` and ``close`` wait (generous: a loaded machine).
+    TIMEOUT_S = 20.0
+
+    def __init__(self, cfg: home.Settings):
+        self.cfg = cfg
+        self.stop = threading.Event()
+        self.writer = Writer(cfg, logs.configure(cfg.logs_dir, "writer"))
+        self.errors: list[BaseException] = []
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.writer.run(self.stop)
+        except BaseException as exc:  # reported by close(), in the test's thread
+            self.errors.append(exc)
+
+    def idle(self) -> None:
+        """Return once the writer has published itself idle (it then waits for a ring)."""
+        deadline = time.monotonic() + self.TIMEOUT_S
+        while time.monotonic() < deadline:
+            published = self.writer.run_dir.last("writer")
+            if published and home.WriterStatus.from_json(published).idle:
+                return
+            time.sleep(0.01)
+        raise AssertionError(f"the writer never went idle: {self.errors}")
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(timeout=self.TIMEOUT_S)
+        assert not self.thread.is_alive(), "the writer did not stop"
+        assert not self.errors, self.errors
 
 
 class InProcessWriter:

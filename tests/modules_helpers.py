@@ -3,6 +3,7 @@ imports (tests/test_layers.py, tests/test_store_door.py) walk."""
 
 from __future__ import annotations
 
+import os
 import tomllib
 from pathlib import Path
 
@@ -24,15 +25,28 @@ def production_modules(root: Path = REPO) -> dict[str, Path]:
     if root != REPO:
         dirs = [(name, root / d.relative_to(REPO)) for name, d in dirs]
     out = {}
-    for path in sorted(root.rglob("*.py")):
-        rel = path.relative_to(root)
-        if rel.parts[0] in NOT_INSTALLED or any(
-            p.startswith(".") or p.endswith(".egg-info") for p in rel.parts
-        ):
-            continue
+    for path in _sources(root):
         package, folder = next((n, d) for n, d in dirs if path.is_relative_to(d))
         parts = [*package.split("."), *path.relative_to(folder).with_suffix("").parts]
         if parts[-1] == "__init__":
             parts.pop()
         out[".".join(parts)] = path
     return out
+
+
+def _sources(root: Path) -> list[Path]:
+    """The ``.py`` files under ``root``, sorted, outside ``NOT_INSTALLED`` and hidden or
+    ``.egg-info`` folders; those folders are not entered (a virtualenv in ``.venv`` holds
+    tens of thousands of files)."""
+    found = []
+    for folder, dirs, files in os.walk(root):
+        top = Path(folder) == root
+        dirs[:] = [
+            d
+            for d in dirs
+            if not d.startswith(".")
+            and not d.endswith(".egg-info")
+            and not (top and d in NOT_INSTALLED)
+        ]
+        found += [Path(folder) / f for f in files if f.endswith(".py")]
+    return sorted(found)

@@ -24,14 +24,19 @@ def served(quill: QuillCLI, *args: str, host: str = "127.0.0.1", preexec_fn=None
     (always on 127.0.0.1 unless ``host`` is a connectable address). ``preexec_fn`` runs in
     the child before it starts (e.g. to lower its descriptor limit)."""
     port = free_port()
-    proc = subprocess.Popen(
-        quill.argv("serve", "--listen", f"{host}:{port}", *args),
-        env=quill_env(quill.home),
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=preexec_fn,
+    argv = ("serve", "--listen", f"{host}:{port}", *args)
+    proc = (
+        quill.popen(*argv, stdout=True)
+        if preexec_fn is None
+        else subprocess.Popen(
+            quill.argv(*argv),
+            env=quill_env(quill.home),
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=preexec_fn,
+        )
     )
     base = f"http://{'127.0.0.1' if host in ('0.0.0.0', '127.0.0.1') else host}:{port}"
     try:

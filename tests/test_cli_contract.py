@@ -348,5 +348,5 @@ def test_push_session_option_is_never_ignored(quill):
     )
     assert proc.returncode == 2 and "--session is 'b'" in proc.stderr
     quill.run("push", "--session", "c", input='{"op": "session.create", "data": {"source": "cli"}}')
-    quill.run("run", "--until-idle")
+    quill.drain()
     assert quill.json("sessions", "show", "c")["session"]["id"] == "c"

@@ -24,7 +24,7 @@ def _seed(quill: QuillCLI) -> None:
         {"op": "session.create", "data": {"session_id": "b"}},
     ]
     quill.run("push", input="\n".join(json.dumps(o) for o in ops))
-    quill.run("run", "--until-idle", "--timeout", "60")
+    quill.drain()
 
 
 def _answer_on_tty(cli: QuillCLI, answer: bytes, *args: str) -> tuple[int, str]:
@@ -58,7 +58,7 @@ def test_delete_of_an_unknown_session_is_not_found_and_deletes_nothing(quill):
             quill.run("sessions", "delete", *args, "--yes", "--json", check=False).stdout
         )["error"]
         assert error["kind"] == "not_found" and error["exit_code"] == 3
-    quill.run("run", "--until-idle", "--timeout", "60")
+    quill.drain()
     assert {s["id"] for s in quill.json("sessions", "list", "--all")} == {"a", "b"}
 
 
@@ -80,7 +80,7 @@ def test_delete_never_skips_the_prompt_silently(quill):
         and "stdin is not a terminal" in piped.stderr
         and "--yes" in piped.stderr
     )
-    quill.run("run", "--until-idle", "--timeout", "60")
+    quill.drain()
     assert {s["id"] for s in quill.json("sessions", "list", "--all")} == {"a", "b"}
 
 
@@ -92,7 +92,7 @@ def test_declining_the_prompt_is_a_clean_abort_with_its_own_exit_code(quill):
     ), out
     code, out = _answer_on_tty(quill, b"y\n", "sessions", "delete", "b")
     assert code == 0 and "spooled" in out, out
-    quill.run("run", "--until-idle", "--timeout", "60")
+    quill.drain()
     assert [s["id"] for s in quill.json("sessions", "list", "--all")] == ["a"]
 
 
@@ -188,7 +188,7 @@ def test_a_query_of_only_operator_words_searches_for_them(quill):
     quill.run(
         "push", "--session", "s", input='{"role": "user", "content": "salt and pepper, or not"}'
     )
-    quill.run("run", "--until-idle", "--timeout", "60")
+    quill.drain()
     for q in ("AND", "OR", "NOT"):
         assert len(quill.json("search", q)["hits"]) == 1, q
 
@@ -197,7 +197,7 @@ def test_export_then_import_keeps_an_implicit_sessions_start(quill, tmp_path):
     """A session made by its first messages (no session.create: a placeholder) kept its
     messages but got the re-import's time as started_at."""
     quill.run("push", "--session", "implicit", input='{"role": "user", "content": "hello"}')
-    quill.run("run", "--until-idle", "--timeout", "60")
+    quill.drain()
     before = quill.json("sessions", "show", "implicit")["session"]
     exported = tmp_path / "all.jsonl"
     quill.run("export", "-o", str(exported))
@@ -206,7 +206,7 @@ def test_export_then_import_keeps_an_implicit_sessions_start(quill, tmp_path):
     )  # a re-import a second later would otherwise stamp a start equal within rounding
     other = QuillCLI(tmp_path / "other")
     other.run("import", str(exported))
-    other.run("run", "--until-idle", "--timeout", "60")
+    other.drain()
     after = other.json("sessions", "show", "implicit")["session"]
     assert (
         after["started_at"] == before["started_at"]
@@ -231,7 +231,7 @@ def test_import_summary_says_what_each_count_is_and_names_skipped_md_files(quill
     first = quill.run("import", str(folder))
     assert "2 message(s) read: 2 new, 0 already stored" in first.stdout, first.stdout
     assert "skipped 1 .md file(s)" in first.stderr and "notes.md" in first.stderr
-    quill.run("run", "--until-idle", "--timeout", "60")
+    quill.drain()
     again = quill.run("import", str(folder))
     assert "2 message(s) read: 0 new, 2 already stored" in again.stdout, again.stdout
     entry = json.loads(quill.run("import", str(folder), "--json").stdout)[0]
@@ -264,7 +264,7 @@ def test_cosmetics_no_empty_title_no_one_hours_no_other_store_jobs(quill):
     quill.run(
         "push", input='{"op": "session.title", "data": {"session_id": "s", "title": "Fix it"}}'
     )
-    quill.run("run", "--until-idle", "--timeout", "60")
+    quill.drain()
     assert "title='Fix it'" in quill.run("sessions", "show", "s").stdout
     listed = quill.run("jobs", "list").stdout
     assert "every 1 hours" not in listed and "every 1 days" not in listed
@@ -294,7 +294,7 @@ def test_reasoning_shows_folded_in_the_text_view(quill):
         {"role": "assistant", "content": "done", "reasoning": long},
     ]
     quill.run("push", "--session", "r", input="\n".join(json.dumps(m) for m in msgs))
-    quill.run("run", "--until-idle", "--timeout", "120")
+    quill.drain()
     shown = quill.run("sessions", "show", "r").stdout
     assert "reasoning: weigh the short route" in shown  # one line: folded, not an empty card
     assert f"… ({len(long)} chars)" in shown and "kangaroo" not in shown  # cut to a glimpse

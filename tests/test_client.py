@@ -1,4 +1,5 @@
-"""`pkg.Client` / `pkg.AsyncClient` against a real data dir and a real fleet: durable acks,
+"""`pkg.Client` / `pkg.AsyncClient` against a real data dir and the production writer (in a
+thread: the ``writer`` fixture; the fleet's lifecycle is test_fleet's): durable acks,
 read-your-writes outcomes, reads equal to the CLI's --json, typed errors, threads, fork."""
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def _spooled(home) -> int:
     )
 
 
-def test_append_is_durable_and_wait_says_applied(home, fleet):
+def test_append_is_durable_and_wait_says_applied(home, writer):
     q = pkg.Client(home)
     ack = q.append("s1", TURN, source="agent", model="gpt-x")
     assert isinstance(ack, pkg.Ack) and _spooled(home) == 2  # session.create (model) + the messages
@@ -46,7 +47,7 @@ def test_append_is_durable_and_wait_says_applied(home, fleet):
     assert session["source"] == "agent" and session["model"] == "gpt-x"
 
 
-def test_every_op_method_applies(home, fleet):
+def test_every_op_method_applies(home, writer):
     q = pkg.Client(home)
     acks = [
         q.create("s2", source="agent", title="Fix login"),
@@ -76,7 +77,7 @@ def test_every_op_method_applies(home, fleet):
     assert s["title"] == "Fix the login" and s["pinned"] and s["end_reason"] == "user_exit"
 
 
-def test_wait_reports_quarantined_with_the_reason(home, fleet):
+def test_wait_reports_quarantined_with_the_reason(home, writer):
     q = pkg.Client(home)
     q.wait(q.append("w", [{"role": "user", "content": "one"}]), timeout=60)
     outcome = q.wait(q.rewind("w", user_turn=7), timeout=60)
@@ -85,7 +86,7 @@ def test_wait_reports_quarantined_with_the_reason(home, fleet):
     )
 
 
-def test_reads_equal_the_cli_json(home, quill, fleet):
+def test_reads_equal_the_cli_json(home, quill, writer):
     q = pkg.Client(home)
     q.wait(q.append("r1", TURN, source="agent"), timeout=60)
     q.wait(q.create("r2", source="other", title="second"), timeout=60)
@@ -232,7 +233,7 @@ def test_async_client_has_every_client_method():
     assert not missing, f"AsyncClient lacks coroutine versions of {missing}"
 
 
-def test_async_client(home, fleet):
+def test_async_client(home, writer):
     async def main() -> None:
         aq = pkg.AsyncClient(home)
         acks = await asyncio.gather(

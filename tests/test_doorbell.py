@@ -17,53 +17,17 @@ import time
 from pathlib import Path
 
 import pytest
-from harness import make_home
+from harness import WriterThread, make_home
 
 import quill
-from quill.home import WriterStatus, doorbell
-from quill.ops import logs
+from quill.home import doorbell
 from quill.ops.client.wait import wait_applied
 from quill.spool.segments import DOORBELL
-from quill.workers.writer import Writer
 
 #: The poll every test makes too long to matter: passing in time needs a ring.
 LONG_POLL_S = 60.0
 #: How long a test waits for what a ring delivers in milliseconds (generous: a loaded box).
-TIMEOUT_S = 20.0
-
-
-class WriterThread:
-    """The production writer of ``cfg``'s data dir, run in a thread until ``close``."""
-
-    def __init__(self, cfg):
-        self.cfg = cfg
-        self.stop = threading.Event()
-        self.writer = Writer(cfg, logs.configure(cfg.logs_dir, "writer"))
-        self.errors: list[BaseException] = []
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        try:
-            self.writer.run(self.stop)
-        except BaseException as exc:
-            self.errors.append(exc)
-
-    def idle(self) -> None:
-        """Return once the writer has published itself idle (it then waits for a ring)."""
-        deadline = time.monotonic() + TIMEOUT_S
-        while time.monotonic() < deadline:
-            published = self.writer.run_dir.last("writer")
-            if published and WriterStatus.from_json(published).idle:
-                return
-            time.sleep(0.01)
-        raise AssertionError(f"the writer never went idle: {self.errors}")
-
-    def close(self) -> None:
-        self.stop.set()
-        self.thread.join(timeout=TIMEOUT_S)
-        assert not self.thread.is_alive(), "the writer did not stop"
-        assert not self.errors, self.errors
+TIMEOUT_S = WriterThread.TIMEOUT_S
 
 
 @pytest.fixture

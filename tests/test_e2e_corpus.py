@@ -105,7 +105,7 @@ def test_tool_calls_and_results_survive_the_round_trip(quill):
     codex = sorted((CORPUS / "codex").glob("*.jsonl"))[0]
     parsed = parse_file(codex)
     quill.run("import", str(codex))
-    quill.run("run", "--until-idle", "--timeout", "120")
+    quill.drain()
     sid = parsed.sessions[0].session["session_id"]
     shown = quill.json("sessions", "show", sid, "--view", "model")
     messages = shown["messages"]
@@ -138,6 +138,6 @@ def test_malformed_line_is_reported_and_the_rest_of_the_file_lands(quill, tmp_pa
     assert [(p["line"], p["kind"]) for p in problems] == [(idx + 1, "skipped")]
     human = quill.run("import", str(broken)).stdout
     assert f"broken.jsonl:{idx + 1}" in human
-    quill.run("run", "--until-idle", "--timeout", "120")
+    quill.drain()
     sessions = quill.json("sessions", "list")
     assert [s["message_count"] for s in sessions] == [len(good.messages) - 1]

@@ -43,12 +43,8 @@ def test_detached_index_search_scans_and_says_so(tmp_path, quill, home):
 
 
 def test_damaged_fts_pages_are_detected_writes_go_on_and_rebuild_restores_search(quill, home):
-    fleet = quill.start_fleet()
-    try:
-        _push(quill, "old", 0, 3000, "aardvark")
-        quill.wait_idle()
-    finally:
-        assert stop_fleet(fleet) == 0
+    _push(quill, "old", 0, 3000, "aardvark")
+    quill.drain()
     damage_pages(home / "state.db", "messages_fts_data")
     conn = open_reader(home / "state.db")
     try:

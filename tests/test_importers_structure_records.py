@@ -241,7 +241,7 @@ def test_reimport_through_the_cli_reports_0_new(quill, tmp_path):
         tmp_path / "g.jsonl", [cc("u1", "user", "hello", None), cc("a1", "assistant", "hi", "u1")]
     )
     assert "spooled 2 new message(s)" in quill.run("import", str(path)).stdout
-    quill.run("run", "--until-idle", "--timeout", "120")
+    quill.drain()
     out = quill.run("import", str(path)).stdout
     assert "spooled 0 new message(s) from 1 file(s) (2 already stored)" in " ".join(out.split())
     assert quill.json("import", str(path))[0]["new"] == 0

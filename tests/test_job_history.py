@@ -55,7 +55,7 @@ def _ballast(home, mb: int) -> None:
 
 def _seed(quill, home, mb: int = 0) -> None:
     quill.run("push", "--session", "s", input='{"role": "user", "content": "hello"}')
-    quill.run("run", "--until-idle", "--timeout", "120")
+    quill.run("run", "--until-idle", "--timeout", "120")  # installs the schedules
     if mb:
         _ballast(home, mb)
 

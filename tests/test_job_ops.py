@@ -63,7 +63,7 @@ def test_prune_then_recover_does_not_bring_the_pruned_chain_back(quill, home):
         {"op": "session.end", "data": {"session_id": "tip", "reason": "user_exit"}},
     ]
     quill.run("push", input="\n".join(json.dumps(o) for o in ops))
-    quill.run("run", "--until-idle", "--timeout", "120")
+    quill.drain()
     assert len(quill.json("search", "prunedword")["hits"]) == 2
     quill.run("snapshot")
     time.sleep(1.5)  # past the 1 s retention
@@ -114,7 +114,7 @@ def test_quill_jobs_run_prunes_only_the_configured_sources(quill, home):
         },
     ]
     quill.run("push", input="\n".join(json.dumps(o) for o in ops))
-    quill.run("run", "--until-idle", "--timeout", "120")
+    quill.drain()
     time.sleep(1.5)  # past the 1 s windows
     for job in ("auto_prune", "delete_empty", "orphan_sweep"):
         quill.run("jobs", "run", job)

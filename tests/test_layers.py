@@ -17,6 +17,7 @@ quill.spool`` runs it first, so an eager import there would be an edge from ever
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import shutil
 from pathlib import Path
@@ -50,8 +51,16 @@ def layer(module: str) -> int | None:
 
 def imports(module: str, path: Path) -> list[tuple[int, str]]:
     """``(line, target module)`` of every Quill import and module reference in ``path``."""
-    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    package = path.name == "__init__.py"
+    return list(_imports_of(module, package, path.read_text(encoding="utf-8")))
+
+
+@functools.cache
+def _imports_of(module: str, is_package: bool, source: str) -> tuple[tuple[int, str], ...]:
+    """``imports`` of ``source``: each text is parsed once per process (the tests walk the
+    package, and copies of it that differ in one file, several times)."""
+    tree = ast.parse(source, module)
+    package = module if is_package else module.rpartition(".")[0]
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -71,7 +80,7 @@ def imports(module: str, path: Path) -> list[tuple[int, str]]:
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
             if MODULE_REF.fullmatch(node.value):
                 found.append((node.lineno, node.value.partition(":")[0]))
-    return [(line, t) for line, t in found if t == "quill" or t.startswith("quill.")]
+    return tuple((line, t) for line, t in found if t == "quill" or t.startswith("quill."))
 
 
 def _resolves_to(target: str, modules: dict[str, Path]) -> str:

@@ -1,6 +1,7 @@
 """`quill.integrations.openai_agents.QuillSession` with the real `openai-agents` package: the
-SDK's own Runner with a scripted model (no network) over a real fleet; the stored transcript
-equals what the SDK's SQLiteSession holds for the same script; pop/clear never delete."""
+SDK's own Runner with a scripted model (no network) over the production writer (in a thread:
+the ``writer`` fixture); the stored transcript equals what the SDK's SQLiteSession holds for
+the same script; pop/clear never delete."""
 
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ async def _converse(make_session) -> tuple[ScriptedModel, list]:
     return model, results
 
 
-def test_runner_turns_with_tool_calls_store_what_the_sdk_holds(home, fleet):
+def test_runner_turns_with_tool_calls_store_what_the_sdk_holds(home, writer):
     client = pkg.AsyncClient(home)
 
     async def main() -> None:
@@ -84,7 +85,7 @@ def test_runner_turns_with_tool_calls_store_what_the_sdk_holds(home, fleet):
     asyncio.run(main())
 
 
-def test_streamed_and_sync_runs_use_the_same_session(home, fleet):
+def test_streamed_and_sync_runs_use_the_same_session(home, writer):
     session = QuillSession("streamed", home=home)
     model = ScriptedModel([[assistant_message("first")], [assistant_message("second")]])
     agent = Agent(name="a", model=model)
@@ -142,7 +143,7 @@ ITEMS = [
 ]
 
 
-def test_every_item_shape_round_trips_and_limits(home, fleet):
+def test_every_item_shape_round_trips_and_limits(home, writer):
     session = QuillSession("shapes", home=home)
     assert isinstance(session, Session)
 
@@ -167,7 +168,7 @@ def test_every_item_shape_round_trips_and_limits(home, fleet):
     asyncio.run(main())
 
 
-def test_pop_and_clear_rewind_and_never_delete(home, fleet):
+def test_pop_and_clear_rewind_and_never_delete(home, writer):
     client = pkg.AsyncClient(home)
     session = QuillSession("undo", client=client)
 
@@ -205,7 +206,7 @@ def test_add_items_without_a_writer_times_out_clearly(home):
     assert "quill run" in err.value.hint
 
 
-def test_a_refused_batch_raises_with_the_reason(home, fleet):
+def test_a_refused_batch_raises_with_the_reason(home, writer):
     session = QuillSession("dup", home=home)
     output = {"type": "function_call_output", "call_id": "c", "output": "once"}
 
@@ -219,7 +220,7 @@ def test_a_refused_batch_raises_with_the_reason(home, fleet):
     asyncio.run(main())
 
 
-def test_settings_as_a_dict_and_close_behave_as_the_sdks_own_sessions(home, fleet):
+def test_settings_as_a_dict_and_close_behave_as_the_sdks_own_sessions(home, writer):
     """``session_settings`` may be a dict (converted and checked, as SQLiteSession does), and
     ``close()`` exists and is idempotent; a closed session refuses further calls."""
     items = [{"role": "user", "content": f"m{i}"} for i in range(3)]

@@ -40,7 +40,7 @@ def test_values_no_column_can_hold_are_refused(quill, home):
     assert _spooled(home) == 0
 
 
-def test_wait_reports_quarantined_batches_and_exits_1(quill, home, fleet):
+def test_wait_reports_quarantined_batches_and_exits_1(quill, home, writer):
     quill.run(
         "push", "--session", "w", "--wait", "30", input='{"role":"user","content":"one turn"}'
     )
@@ -89,7 +89,7 @@ def test_wait_timeout_still_prints_the_acks(quill, home):
         }
     )
     quill.run("push", input=retry)
-    quill.run("run", "--until-idle", "--timeout", "60")
+    quill.drain()
     assert [s["message_count"] for s in quill.json("sessions", "list")] == [1]
 
 

@@ -15,7 +15,7 @@ def test_relevance_order_through_the_cli_and_the_client(quill, home):
         {"role": "user", "content": "a long note " + "about other things " * 30 + "and one zebra"},
     ]
     quill.run("push", "--session", "z", input="\n".join(json.dumps(m) for m in msgs))
-    quill.run("run", "--until-idle", "--timeout", "120")
+    quill.drain()
     newest = [h["message_id"] for h in quill.json("search", "zebra")["hits"]]
     ranked = [
         h["message_id"] for h in quill.json("search", "zebra", "--order", "relevance")["hits"]
@@ -42,7 +42,7 @@ def test_relevance_order_through_the_cli_and_the_client(quill, home):
 
 def test_search_in_a_session_the_store_lacks_is_not_found(quill, home):
     quill.run("push", "--session", "z", input=json.dumps({"role": "user", "content": "zebra"}))
-    quill.run("run", "--until-idle", "--timeout", "120")
+    quill.drain()
     assert (
         quill.json("search", "nothing-like-this", "--session", "z")["hits"] == []
     )  # exists: no hits

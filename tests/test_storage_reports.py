@@ -34,7 +34,7 @@ def _wait_for(predicate, timeout: float = 90.0, what: str = "condition"):
 
 def test_damage_in_the_messages_table_is_found_within_the_bound(quill, home):
     _push(quill, "d", 0, 600)
-    quill.run("run", "--until-idle", "--timeout", "120")
+    quill.drain()
     quill.run("snapshot")
     quill.run("schedule", "add", "quick_check", "--every", "3s")  # a small configured bound
     damage_pages(home / "state.db", "messages", leaves_only=True)  # no write will touch these pages
@@ -57,7 +57,7 @@ def test_damage_in_the_messages_table_is_found_within_the_bound(quill, home):
 
 def test_doctor_check_on_a_healthy_store_is_ok_and_recorded(quill, home):
     _push(quill, "h", 0, 20)
-    quill.run("run", "--until-idle", "--timeout", "120")
+    quill.run("run", "--until-idle", "--timeout", "120")  # installs the schedules
     checks = {c["check"]: c for c in quill.json("doctor", "--check")}
     assert checks["damage check"]["status"] == "ok"
     quill.run("run", "--until-idle", "--timeout", "120")
@@ -71,7 +71,7 @@ def test_doctor_check_on_a_healthy_store_is_ok_and_recorded(quill, home):
 
 def test_a_journal_mode_switched_while_stopped_is_corrected_and_logged(quill, home):
     _push(quill, "j", 0, 5)
-    quill.run("run", "--until-idle", "--timeout", "120")
+    quill.drain()
     conn = apsw.Connection(str(home / "state.db"))
     assert conn.execute("PRAGMA journal_mode=DELETE").fetchone()[0] == "delete"
     conn.close()
@@ -92,7 +92,7 @@ def test_an_unusable_shm_is_named_in_status_and_doctor_and_the_writer_does_not_c
     quill, home
 ):
     _push(quill, "s", 0, 5)
-    quill.run("run", "--until-idle", "--timeout", "120")
+    quill.drain()
     shm = home / "state.db-shm"
     shm.unlink(missing_ok=True)
     shm.mkdir()  # SQLite would read the store as empty through it

@@ -31,7 +31,7 @@ def direct_import(tmp: Path, files: list[Path]) -> tuple[list[tuple], int]:
     """The rows and usage count a plain ``quill import`` of ``files`` stores."""
     ref = QuillCLI(tmp / "reference")
     ref.run("import", *map(str, files))
-    ref.run("run", "--until-idle", "--timeout", "120")
+    ref.drain()
     return stored_rows(ref.home), usage_count(ref.home)
 
 
@@ -126,10 +126,10 @@ def test_watch_once_killed_at_random_points_stores_each_message_once(tmp_path, q
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         if i % 4 == 0:  # the writer applies what was spooled so far, as a fleet would
-            quill.run("run", "--until-idle", "--timeout", "120")
+            quill.drain()
     done = json.loads(quill.run("watch", "--once", "--json").stdout)
     assert done["imported"] <= len(files)
-    quill.run("run", "--until-idle", "--timeout", "120")
+    quill.drain()
     expected_rows, expected_usage = direct_import(tmp_path, list(dst.values()))
     rows = stored_rows(quill.home)
     assert len(expected_rows) > 1000
@@ -152,7 +152,7 @@ def test_rewrite_on_resume_truncation_and_rename(tmp_path, quill):
 
     def once() -> dict:
         out = json.loads(quill.run("watch", "--once", "--json").stdout)
-        quill.run("run", "--until-idle", "--timeout", "120")
+        quill.drain()
         return out
 
     f.write_bytes(b"".join(lines[:60]))

@@ -147,7 +147,7 @@ class QuillCLI:
         raise AssertionError(f"fleet not idle after {timeout} s: {self.status()}")
 
 
-def worker_pids(home: Path, timeout: float = 30) -> list[int]:
+def worker_pids(home: Path, timeout: float = 90) -> list[int]:
     """Pids of writer, scheduler and consumer once each *live* process has published its
     status (a file left by an earlier run's dead process does not count)."""
     from quill.home import RunDir

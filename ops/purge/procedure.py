@@ -55,7 +55,7 @@ from quill.ops.purge.plan import (
     spool_entries,
 )
 from quill.ops.purge.scrub import scrub_live_store
-from quill.spool import Quarantine
+from quill.spool import Quarantine, purge_lock
 from quill.spool import purge as spool_purge
 from quill.spool.segments import list_segments
 
@@ -78,7 +78,7 @@ def interrupted(
     from quill.ops.purge.pending import pending
 
     spool_dir = Path(spool_dir)
-    if spool_purge.running(spool_dir):
+    if purge_lock.running(spool_dir):
         return None
     if (spool_dir / PLAN_FILE).exists():
         try:
@@ -136,9 +136,9 @@ def purge(
 
     began = time.monotonic()
     spool_dir, snapshots_dir = Path(spool_dir), Path(snapshots_dir)
-    with spool_purge.exclusive(
+    with purge_lock.exclusive(
         spool_dir
-    ):  # one purge at a time per data dir (spool.purge.LOCK_FILE)
+    ):  # one purge at a time per data dir (spool.purge_lock.LOCK_FILE)
         figures = _purge_locked(
             spool_dir,
             db_path,

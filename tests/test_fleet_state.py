@@ -65,6 +65,10 @@ def test_a_dead_writers_halt_status_is_history_after_recover(quill, home):
             lambda: (quill.status()["fleet"].get("writer") or {}).get("halted"),
             what="the writer to halt",
         )
+        _wait_for(  # the supervisor's next poll tells the console (and its log)
+            lambda: "supervisor.halt_reported" in (home / "logs" / "supervisor.log").read_text(),
+            what="the supervisor to report the halt",
+        )
     finally:
         assert stop_fleet(fleet) == 0
     said = fleet.stderr.read()  # the foreground fleet says so, not only the logs

@@ -174,6 +174,7 @@ class Supervisor:
                 f"quill: the writer halted ({halt.cause}: {halt.detail}); nothing more is "
                 f"applied until `{halt.next}` (`quill status` shows the cause)"
             )
+            self.log.warning("supervisor.halt_reported", cause=halt.cause, next=halt.next)
         elif self._halt_said is not None:
             self.console("quill: the writer is applying again")
         self._halt_said = key

@@ -16,7 +16,7 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.exporter.otlp.proto.http import Compression
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from pydantic_ai import Agent, InstrumentationSettings, RunContext
 from pydantic_ai.capabilities import Instrumentation
@@ -195,3 +195,15 @@ def usage_of(history: list[ModelMessage]) -> tuple[int, int, int]:
         sum(m.usage.input_tokens for m in responses),
         sum(m.usage.output_tokens for m in responses),
     )
+
+
+def export_twice_as_configured(svc: dict[str, Any], spans: list[ReadableSpan], monkeypatch) -> None:
+    """Export ``spans`` with the stock exporter configured as the README says (the two standard
+    variables, nothing else), then again: the retried export must be applied once."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", f"{svc['base']}/v1/traces")
+    monkeypatch.setenv(
+        "OTEL_EXPORTER_OTLP_TRACES_HEADERS", f"Authorization=Bearer%20{svc['tokens']['write']}"
+    )
+    out = OTLPSpanExporter()
+    assert out.export(spans) is SpanExportResult.SUCCESS
+    assert out.export(spans) is SpanExportResult.SUCCESS

@@ -9,11 +9,11 @@ import random
 
 import pytest
 from conftest import QuillCLI
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 from opentelemetry.sdk.trace.export import SpanExportResult
 from otlp_helpers import (
     expected,
+    export_twice_as_configured,
     exporter,
     post_json,
     run_agent,
@@ -82,14 +82,7 @@ def _check(svc, history, spans) -> None:
 
 def test_protobuf_export_stores_the_frameworks_history_once(svc, monkeypatch):
     history, spans = run_agent(PROMPTS)
-    # Configured as the README says: the two standard exporter variables, nothing else.
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", f"{svc['base']}/v1/traces")
-    monkeypatch.setenv(
-        "OTEL_EXPORTER_OTLP_TRACES_HEADERS", f"Authorization=Bearer%20{svc['tokens']['write']}"
-    )
-    out = OTLPSpanExporter()
-    assert out.export(spans) is SpanExportResult.SUCCESS
-    assert out.export(spans) is SpanExportResult.SUCCESS  # a retried export: applied once
+    export_twice_as_configured(svc, spans, monkeypatch)  # the README's set-up; a retry
     _check(svc, history, spans)
 
 

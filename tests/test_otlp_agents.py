@@ -20,9 +20,8 @@ import openinference.instrumentation.openai_agents as oi_agents
 import pytest
 from openai import AsyncOpenAI
 from openinference.instrumentation import using_session
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace.export import SpanExportResult
-from otlp_helpers import capture, exporter, post_json, stored
+from otlp_helpers import capture, export_twice_as_configured, exporter, post_json, stored
 from test_otlp import svc  # noqa: F401  (the module's server fixture)
 
 from quill.ops.client.client import Client
@@ -242,13 +241,7 @@ def _check(svc, session, history, responses, api) -> None:
 @pytest.mark.parametrize("api", ["responses", "chat"])
 def test_agents_sdk_protobuf_export_equals_its_history(svc, instrumented, monkeypatch, api):
     session, history, responses, spans = run_sdk(instrumented, api)
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", f"{svc['base']}/v1/traces")
-    monkeypatch.setenv(
-        "OTEL_EXPORTER_OTLP_TRACES_HEADERS", f"Authorization=Bearer%20{svc['tokens']['write']}"
-    )
-    out = OTLPSpanExporter()
-    assert out.export(spans) is SpanExportResult.SUCCESS
-    assert out.export(spans) is SpanExportResult.SUCCESS  # a retried export: applied once
+    export_twice_as_configured(svc, spans, monkeypatch)  # the README's set-up; a retry
     _check(svc, session, history, responses, api)
 
 

@@ -129,29 +129,46 @@ def machine() -> dict[str, Any]:
     return info
 
 
-def at_revision(module: str, rev: str, *args: str) -> Any:
-    """The JSON that ``python -m <module> *args`` prints under the ``quill`` of git revision
-    ``rev`` (``git archive`` into a temp dir put first on ``PYTHONPATH``; the bench code is
-    this tree's): a baseline measured on the same machine in the same run. Raises
-    ``subprocess.CalledProcessError`` when git or the run fails."""
+@contextlib.contextmanager
+def revision_tree(rev: str | None) -> Iterator[str]:
+    """A temp dir holding ``quill`` as of git revision ``rev`` (``git archive``; empty when
+    ``rev`` is None), removed on exit: put it first on ``PYTHONPATH`` to run the bench code of
+    this tree against that revision. Raises ``subprocess.CalledProcessError`` when git fails."""
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    with tempfile.TemporaryDirectory(prefix="quill-bench-base-") as tmp:
+        if rev is not None:
+            archive = subprocess.run(
+                ["git", "-C", str(root), "archive", "--prefix=quill/", rev],
+                check=True,
+                capture_output=True,
+            ).stdout
+            subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        yield tmp
+
+
+def run_json(module: str, tree: str, *args: str) -> Any:
+    """The JSON that ``python -m <module> *args`` prints with ``tree`` (``revision_tree``)
+    first on ``PYTHONPATH``. Raises ``subprocess.CalledProcessError`` when the run fails."""
     import json
     import subprocess
     import sys
 
-    root = Path(__file__).resolve().parent.parent
-    with tempfile.TemporaryDirectory(prefix="quill-bench-base-") as tmp:
-        archive = subprocess.run(
-            ["git", "-C", str(root), "archive", "--prefix=quill/", rev],
-            check=True,
-            capture_output=True,
-        ).stdout
-        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
-        out = subprocess.run(
-            [sys.executable, "-m", module, *args],
-            cwd=root,
-            env=dict(os.environ, PYTHONPATH=tmp),
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=Path(__file__).resolve().parent.parent,
+        env=dict(os.environ, PYTHONPATH=tree),
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     return json.loads(out)
+
+
+def at_revision(module: str, rev: str, *args: str) -> Any:
+    """The JSON that ``python -m <module> *args`` prints under the ``quill`` of git revision
+    ``rev``: a baseline measured on the same machine in the same run. Raises
+    ``subprocess.CalledProcessError`` when git or the run fails."""
+    with revision_tree(rev) as tree:
+        return run_json(module, tree, *args)

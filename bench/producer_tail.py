@@ -15,15 +15,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from .alternatives import BY_NAME, QuillSpool
-from .common import ms, pct, tempdir
+from .common import ms, pct, revision_tree, run_json, tempdir
 from .ingest import bare_fsync, run_producers
 
 
@@ -56,19 +53,6 @@ def one(kind: str, procs: int, seconds: float) -> dict[str, Any]:
         return run_producers(kind, d, procs, 10, seconds, keep_lats=True)
 
 
-def _baseline_one(root: Path, tree: str, kind: str, procs: int, seconds: float) -> dict:
-    out = subprocess.run(
-        [sys.executable, "-m", "bench.producer_tail", "--one", kind, "--procs", str(procs)]
-        + ["--seconds", str(seconds)],
-        cwd=root,
-        env=dict(os.environ, PYTHONPATH=tree),
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    return json.loads(out)
-
-
 def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     lats = [x for r in runs for x in r["lats"]]
     calls = sum(r["calls"] for r in runs)
@@ -94,17 +78,10 @@ def main(argv: list[str] | None = None) -> int:
         r = one(args.one, args.procs, args.seconds)
         print(json.dumps({k: r[k] for k in ("lats", "calls", "cpu_s")}))
         return 0
-    root = Path(__file__).resolve().parent.parent
     systems = [("floor", None)] + [(k, None) for k in KINDS]
     runs: dict[str, list[dict[str, Any]]] = {}
-    with tempfile.TemporaryDirectory(prefix="quill-bench-base-") as tree:
+    with revision_tree(args.baseline) as tree:
         if args.baseline:
-            archive = subprocess.run(
-                ["git", "-C", str(root), "archive", "--prefix=quill/", args.baseline],
-                check=True,
-                capture_output=True,
-            ).stdout
-            subprocess.run(["tar", "-x", "-C", tree], input=archive, check=True)
             systems += [(f"{k} @{args.baseline}", k) for k in KINDS]
         for rnd in range(args.rounds):
             order = systems[rnd % len(systems) :] + systems[: rnd % len(systems)]
@@ -114,7 +91,16 @@ def main(argv: list[str] | None = None) -> int:
                         r = bare_fsync(d, args.procs, args.seconds, keep_lats=True)
                     r["cpu_s"] = 0.0
                 elif base_kind:
-                    r = _baseline_one(root, tree, base_kind, args.procs, args.seconds)
+                    r = run_json(
+                        "bench.producer_tail",
+                        tree,
+                        "--one",
+                        base_kind,
+                        "--procs",
+                        str(args.procs),
+                        "--seconds",
+                        str(args.seconds),
+                    )
                 else:
                     r = one(label, args.procs, args.seconds)
                 runs.setdefault(label, []).append(r)

@@ -300,3 +300,11 @@ def test_status_says_unknown_when_no_cursor_was_ever_published(tmp_path):
     assert st["store"]["state"] == "unreadable", st["store"]
     assert st["metrics"]["spool_lag_seconds"] is None
     assert "pending unknown" in quill.run("status", check=False).stdout
+
+
+def test_status_of_a_data_dir_with_no_spool_yet_names_no_python_none(tmp_path):
+    """A fresh data dir (nothing pushed): every figure is a word a reader understands; the
+    spool's end is "(empty)", never Python's ``None``."""
+    out = QuillCLI(tmp_path / "fresh").run("status", check=False).stdout
+    assert "spool    0 segment(s)" in out and "end (empty)" in out, out
+    assert "None" not in out, out

@@ -149,7 +149,8 @@ def _print_status(d: dict[str, Any]) -> None:
         )
     sp = d["spool"]
     con.print(
-        f"spool    {sp['segments']} segment(s), {sp['bytes']} bytes, end {sp['end']}, "
+        f"spool    {sp['segments']} segment(s), {sp['bytes']} bytes, "
+        f"end {sp['end'] if sp['end'] is not None else '(empty)'}, "
         f"{guard.describe_progress(sp)}, "
         f"{sp['quarantined']} quarantined"
         + (f" (of which {sp['torn_writes']} {TORN_SUMMARY})" if sp.get("torn_writes") else "")

@@ -162,7 +162,14 @@ def test_a_hung_writer_is_killed_and_replaced(quill, home):
         hung = json.loads((home / "run" / "writer.json").read_text())["pid"]
         os.kill(hung, signal.SIGSTOP)
         quill.run("push", "--session", "h", input='{"role": "user", "content": "two"}')
-        st = quill.wait_idle(timeout=60)
+        # The replacement may apply "two" before it first publishes its status (the run dir
+        # still names the hung pid then): wait for the replacement's own record too.
+        deadline = time.monotonic() + 60
+        while True:
+            st = quill.wait_idle(timeout=60)
+            if st["fleet"]["writer"]["pid"] != hung or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
         assert st["fleet"]["writer"]["pid"] != hung and not _alive(hung)
         assert [s["message_count"] for s in quill.json("sessions", "list")] == [2]
     finally:

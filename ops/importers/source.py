@@ -84,7 +84,8 @@ class Source:
 
     def reader(self) -> BinaryIO:
         """A new buffered binary reader over bytes ``[0, size)`` (its own position)."""
-        return io.BufferedReader(_Window(self.fd, self.size), READ_BUFFER)  # type: ignore[return-value]
+        window = _Window(self.fd, self.size)
+        return io.BufferedReader(window, READ_BUFFER)  # type: ignore[return-value]
 
     def read_bytes(self) -> bytes:
         """The whole version (``size`` bytes, fewer if the inode shrank since)."""

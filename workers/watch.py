@@ -111,7 +111,7 @@ class Watcher:
             except OSError as exc:
                 if not is_exhaustion(exc, chain=False):
                     raise
-                self.log.warning("watch.overloaded", error=exc.strerror)
+                self._overloaded(error=exc.strerror)
                 return counts  # nothing forgotten, nothing marked: the next round scans again
             gone = [p for p in self.state.files if p not in found]
             self.last_scan_at = time.time()
@@ -143,7 +143,7 @@ class Watcher:
                 if not is_exhaustion(exc, chain=False):
                     raise
                 # No descriptor to open the spool or the store: every file stays due.
-                self.log.warning("watch.overloaded", error=type(exc).__name__, due=len(due))
+                self._overloaded(error=type(exc).__name__, due=len(due))
         if changed:
             self._save()
         for k, v in counts.items():
@@ -160,6 +160,13 @@ class Watcher:
             if not is_exhaustion(exc, chain=False):
                 raise
             self.log.warning("watch.state_unsaved", error=exc.strerror)
+
+    def _overloaded(self, **fields: Any) -> None:
+        """Log ``watch.overloaded`` (no descriptor left) at most every ``FULL_REPORT_S``, as a
+        full disk is logged; ``suppressed`` counts the reports left out meanwhile."""
+        left_out = self._throttle.ready("overloaded")
+        if left_out is not None:
+            self.log.warning("watch.overloaded", suppressed=left_out, **fields)
 
     def _due(self, path: str, st: os.stat_result) -> bool:
         old = self.state.files.get(path)
@@ -215,7 +222,7 @@ class Watcher:
                 # No descriptor left (to read the file or append to the spool): the file is
                 # fine, so it is not marked unreadable at this content (which would skip it
                 # until it changes); the next round imports it.
-                self.log.warning("watch.overloaded", path=path, error=f"{type(exc).__name__}")
+                self._overloaded(path=path, error=type(exc).__name__)
                 return
             if disk_full(exc) or not isinstance(exc, (OSError, ValueError)):
                 raise  # a full disk is ridden out by ``_round``; the file itself is fine

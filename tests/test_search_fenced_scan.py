@@ -22,6 +22,7 @@ from quill.store.search import candidates, textfold
 from quill.store.search import run as search_mod
 
 OLD_UNCOVERED = 1500  # tool calls and results below the page, none holding the term
+PG_BULK = 30_000  # more tool results on PostgreSQL (see _fill)
 NEWEST = 60  # newest groups: a covered match, a tool call and its result (no match)
 #: The scan's window query (old and new shapes both read ids this way) and its count.
 _SCAN_SQL = "SELECT id FROM messages WHERE id < ?"
@@ -41,6 +42,16 @@ def _fill(store: Store) -> list[int]:
         old.append(assistant(None, tool_calls=[call(f"o{i}", "bash", f'{{"cmd": "ls {i}"}}')]))
         old.append(tool(f"o{i}", f"listing {i}: a.txt b.txt"))
     assert store.apply("messages.append", {"session_id": "s", "messages": old}) == []
+    if store.kind == "postgres":
+        # PostgreSQL plans a table this small as one sequential scan whatever the query reads;
+        # with PG_BULK more tool results (bulk SQL: the writer would take minutes) it walks the
+        # key as on a real store.
+        store.conn.execute(
+            "INSERT INTO messages (session_id, role, content, tool_name, ts, arrived_at, state, "
+            "batch_id, pos, seq) SELECT 's', 'tool', 'listing ' || g, 'bash', g, g, 'live', "
+            "'bulk', g, g FROM generate_series(100000, 100000 + ? - 1) AS g",
+            (PG_BULK,),
+        )
     new = []
     for i in range(NEWEST):
         new.append(user(f"please check the parsedconf setting {i}"))
@@ -61,14 +72,20 @@ def _fill(store: Store) -> list[int]:
 def _read(store: Store, text: str) -> tuple[int, list[int]]:
     """(rows the search read by the backend's counter, hit ids) of a substring search."""
     if store.kind == "postgres":
+        # Rows read from the table and its indexes (an index scan counts its heap fetches on
+        # the index). The counters hold what this backend has not yet reported (earlier
+        # transactions too): the search's rows are the difference, inside one transaction.
         conn = store.conn
+        counter = (
+            "SELECT sum(pg_stat_get_xact_tuples_fetched(r) + pg_stat_get_xact_tuples_returned(r))"
+            " FROM (SELECT 'messages'::regclass::oid AS r UNION ALL SELECT indexrelid FROM "
+            "pg_index WHERE indrelid = 'messages'::regclass) AS t"
+        )
         conn.execute("BEGIN")
         try:
+            before = conn.execute(counter).fetchone()[0]
             hits = pg_search.search(conn, text, substring=True, limit=20, context=False)
-            read = conn.execute(
-                "SELECT pg_stat_get_xact_tuples_fetched('messages'::regclass) "
-                "+ pg_stat_get_xact_tuples_returned('messages'::regclass)"
-            ).fetchone()[0]
+            read = conn.execute(counter).fetchone()[0] - before
         finally:
             conn.execute("COMMIT")
         return read, [h["message_id"] for h in hits]

@@ -21,7 +21,9 @@ Rules (architecture.md "Measured facts the schema relies on"):
   a tool-call text is built (json_tree) only for a hit whose snippet needs it.
 
 This module holds the route and the paging loop; the candidate queries are in
-``store.search.candidates``, the page of hits (snippets, context) in ``store.search.page``.
+``store.search.candidates``, the merge of the trigram index with the scan of the rows it does
+not cover in ``store.search.fence``, the page of hits (snippets, context) in
+``store.search.page``.
 """
 
 from __future__ import annotations

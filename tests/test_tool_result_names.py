@@ -228,3 +228,41 @@ def test_each_formats_results_sent_one_message_per_batch_are_found_by_tool_name(
     name = max(set(expected.values()), key=list(expected.values()).count)
     hits = client.search(name, kinds=["tool"], limit=1000)
     assert any(h["role"] == "tool" for h in hits), name
+
+
+def test_results_posted_over_http_are_found_by_tool_name(quill, home, writer):
+    """``POST /api/v1/sessions/{id}/messages``: the real rollout's first call and its output
+    posted as two requests, the output without a name; the search endpoint finds it by name."""
+    import time
+
+    import httpx
+    from service_helpers import served
+
+    items = _rollout_items()
+    first = next(i for i in items if i.get("type") == "function_call")
+    output = next(
+        i
+        for i in items
+        if i.get("type") == "function_call_output" and i["call_id"] == first["call_id"]
+    )
+    posted = [
+        {"role": "user", "content": "run it"},
+        assistant(None, tool_calls=[call(first["call_id"], first["name"], first["arguments"])]),
+        _bare(first["call_id"], output["output"]),
+    ]
+    with served(quill) as base:
+        for msgs in (posted[:2], posted[2:]):
+            r = httpx.post(f"{base}/api/v1/sessions/h/messages", json={"messages": msgs})
+            assert r.status_code == 202, r.text
+        deadline = time.monotonic() + 60
+        while True:
+            got = httpx.get(f"{base}/api/v1/sessions/h/messages")
+            if got.status_code == 200 and len(got.json()["messages"]) == 3:
+                break
+            assert time.monotonic() < deadline, got.text
+            time.sleep(0.2)
+        assert got.json()["messages"][2].get("name") == "exec_command"
+        hits = httpx.get(
+            f"{base}/api/v1/search", params={"q": "exec_command", "kinds": "tool"}
+        ).json()["hits"]
+        assert sorted(h["role"] for h in hits) == ["assistant", "tool"]

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import itertools
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from semantics_helpers import Store
 from test_read_paths_property import N, _expected, _kept, messages

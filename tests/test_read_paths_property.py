@@ -297,7 +297,8 @@ def test_every_read_path_returns_what_was_imported(served_store):
         for view in ("display", "audit", "model"):
             assert quill.run("sessions", "show", sid, "--view", view).stdout
         json.loads(quill.run("sessions", "show", sid, "--json").stdout)
-    for args in (("zqmark*",), ("zqmark",), ("zqm", "--substring"), ("zq", "--substring")):
+    marker = client.messages(shown[0], "audit")[0]["marker"]
+    for args in ((marker,), ("zqmark*",), ("zqm", "--substring"), ("zq", "--substring")):
         assert "fuzz-" in quill.run("search", *args, "--limit", "50").stdout, args
         assert json.loads(quill.run("search", *args, "--json").stdout)["hits"], args
     assert quill.run("search", "zqmark*", "--order", "relevance").returncode == 0

@@ -389,7 +389,7 @@ def compare(rev: str, base: dict[str, Any], q: dict[str, Any]) -> str:
     ]
     for k, v in q.items():
         b = base.get(k)
-        if k.startswith("cpu per call") and b:
+        if k.startswith("cpu per call") and b and "quill" in v and "quill" in b:
             lines.append(
                 f"| {k} (CPU ms, Quill) | {b['quill']} | {v['quill']} | "
                 f"{ratio(v['quill'], b['quill'])} | |"

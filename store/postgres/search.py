@@ -143,13 +143,14 @@ def _scan(
     rest: bool = False,
     lo: int = 0,
     cap: int | None = None,
+    whole: bool = False,
 ) -> list[tuple]:
     """``(id, display id, session id)`` of up to ``limit`` matching rows among the newest
-    ``cap`` rows (None: ``SCAN_MAX_ROWS``) below ``below`` with ``id >= lo``, newest first, for
-    a scan plan or (``rest``) the rows the trigram index does not wholly cover (``fence.Scan``
-    picks ``lo`` and ``cap``); ``rep`` is the SQL of the display id
-    (``projections.REPRESENTATIVE_SQL`` or ``m.id``). Text, reasoning and tool-call text are
-    searched, as SQLite's scan does."""
+    ``cap`` rows (None: ``SCAN_MAX_ROWS``) below ``below`` with ``id >= lo`` (``whole``: every
+    row of that window), newest first, for a scan plan or (``rest``) the rows the trigram
+    index does not wholly cover (``fence.Scan`` picks ``lo``, ``cap`` and ``whole``); ``rep``
+    is the SQL of the display id (``projections.REPRESENTATIVE_SQL`` or ``m.id``). Text,
+    reasoning and tool-call text are searched, as SQLite's scan does."""
     cols = [c for k, c in SCAN_COLUMNS_SQL.items() if k in kinds]
     if not cols:
         return []
@@ -161,6 +162,13 @@ def _scan(
             conds.append(("NOT " if t.negated else "") + f"coalesce({tests}, false)")
         likes.append("(" + " AND ".join(conds) + ")")
     outside = f"NOT {_covered(kinds)} AND " if rest else ""
+    if whole:  # one walk down the key, no second lookup of each row
+        return conn.execute(
+            f"SELECT m.id, {rep}, m.session_id FROM messages m "
+            "JOIN sessions s ON s.id = m.session_id WHERE m.id < ? AND m.id >= ? AND "
+            f"{outside}({' OR '.join(likes)}) AND {cond} ORDER BY m.id DESC LIMIT ?",
+            (below, lo, *like_args, *args, limit),
+        ).fetchall()
     return conn.execute(
         f"SELECT m.id, {rep}, m.session_id FROM "
         f"({WINDOW_SQL}) AS w "
@@ -275,7 +283,18 @@ def _newest_page(
     top = conn.execute(windows.TOP_SQL).fetchone()[0]
     scan = fence.Scan(
         lambda below, lo, n, cap: _scan(
-            conn, plan, cond, args, below, n, rep, kinds_t, rest=True, lo=lo, cap=cap
+            conn,
+            plan,
+            cond,
+            args,
+            below,
+            n,
+            rep,
+            kinds_t,
+            rest=True,
+            lo=lo,
+            cap=cap,
+            whole=cap is None,
         ),
         lambda below, lo, cap: window_rows(conn, below, lo, cap),
         top=top,

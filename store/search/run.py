@@ -201,10 +201,22 @@ def _newest(
     # route scans, so a longer query never looks in less than a shorter one would. The scan
     # reads only down to the index match the merge places next (``fence``).
 
-    def fetch(below: int, lo: int, n: int, cap: int) -> list[tuple] | None:
+    def fetch(below: int, lo: int, n: int, cap: int | None) -> list[tuple] | None:
         try:
             return _indexed(
-                conn, plan, upto, cond, args, below, n, kinds, display, rest=True, lo=lo, cap=cap
+                conn,
+                plan,
+                upto,
+                cond,
+                args,
+                below,
+                n,
+                kinds,
+                display,
+                rest=True,
+                lo=lo,
+                cap=cap,
+                whole=cap is None,
             )
         except (apsw.CorruptError, apsw.NotADBError):
             return None

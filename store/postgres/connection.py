@@ -236,9 +236,7 @@ class PgConnection:
     @property
     def in_transaction(self) -> bool:
         """True inside a transaction, a read snapshot whose ``BEGIN`` is deferred included."""
-        return (
-            self._begin_pending or self.raw.info.transaction_status != pq.TransactionStatus.IDLE
-        )
+        return self._begin_pending or self.raw.info.transaction_status != pq.TransactionStatus.IDLE
 
     def close(self) -> None:
         self._begin_pending = False

@@ -58,7 +58,8 @@ def _sql(projection: str, context: bool, ids: str) -> tuple[str, tuple[Any, ...]
     names = "hid, hsid, hrole, hcontent, htools, hts, htitle, hstate, pb, pa, hreason, htool"
     return (
         f"SELECT h.*, pb_row.*, pa_row.* FROM (SELECT {_COLS}, {ncols}, m.reasoning, "
-        f"{TOOL_TEXT} FROM messages m JOIN sessions s ON s.id = m.session_id WHERE {ids}) "
+        f"{TOOL_TEXT} FROM messages m JOIN sessions s ON s.id = m.session_id WHERE {ids} "
+        "OFFSET 0) "
         f"AS h({names}) {probe('pb')} {probe('pa')}",
         nargs,
         (*sts, *sts),

@@ -3,10 +3,11 @@ protocol trace: round trips, statements run and statements the server had to par
 plan) anew. Load-independent figures, for tests and benchmarks that must show a change in
 the number of round trips, never a timing.
 
-A round trip is a run of messages the client sent followed by a run of messages it read:
-the client waited for the server once. Several statements sent together (pipeline mode)
-are one round trip; a statement run through a named prepared statement is a ``Bind`` and an
-``Execute`` without a ``Parse``.
+A round trip is one ``ReadyForQuery`` the server sent: the end of a simple query or of an
+extended-protocol ``Sync``, which the client waits for before it goes on. Several statements
+sent together before one ``Sync`` (pipeline mode) are one round trip, however the client's
+reads and writes interleave on the socket; a statement run through a named prepared
+statement is a ``Bind`` and an ``Execute`` without a ``Parse``.
 """
 
 from __future__ import annotations
@@ -35,15 +36,13 @@ class Wire:
 
 
 def _count(trace: str, into: Wire) -> None:
-    side = None
     for line in trace.splitlines():
         parts = line.split("\t")
         if len(parts) < 3:
             continue
         direction, kind = parts[0], parts[2]
-        if direction == "B" and side == "F":
+        if direction == "B" and kind == "ReadyForQuery":
             into.round_trips += 1
-        side = direction
         if direction != "F":
             continue
         if kind in ("Query", "Execute"):

@@ -31,7 +31,7 @@ from .search import QUERIES
 BARE = ("rare word", "common word", "phrase")
 
 
-def _wire() -> Any:
+def wire_module() -> Any:
     """This tree's ``store/postgres/wire.py``, loaded from its file (a baseline revision's
     ``quill`` may not have it)."""
     path = Path(__file__).resolve().parent.parent / "store" / "postgres" / "wire.py"
@@ -56,12 +56,9 @@ def _times(fn: Any, runs: int) -> list[float]:
 def measure(url: str, runs: int, only: set[str] | None = None) -> dict[str, Any]:
     """``{"queries": {name: {times, ids, round_trips, statements}}, "floor": {name: times}}``
     (times in seconds) for the store at ``url``."""
-    from quill.store.postgres.connection import PgConnection
     from quill.store.postgres.reads import PgReader
-    from quill.store.postgres.search import tsquery
-    from quill.store.search import plan as query
 
-    wire = _wire()
+    wire = wire_module()
     out: dict[str, Any] = {"queries": {}, "floor": {}}
     reader = PgReader(url)
     try:
@@ -79,6 +76,18 @@ def measure(url: str, runs: int, only: set[str] | None = None) -> dict[str, Any]
             }
     finally:
         reader.close()
+    out["floor"] = floor(url, runs, only)
+    return out
+
+
+def floor(url: str, runs: int, only: set[str] | None = None) -> dict[str, list[float]]:
+    """``{name: times (s)}`` of ``SELECT 1`` and of the bare word queries (module doc) on a
+    ``PgConnection`` to ``url``."""
+    from quill.store.postgres.connection import PgConnection
+    from quill.store.postgres.search import tsquery
+    from quill.store.search import plan as query
+
+    out: dict[str, Any] = {"floor": {}}
     conn = PgConnection(url)
     try:
         out["floor"]["SELECT 1"] = _times(lambda: conn.execute("SELECT 1").fetchall(), runs)
@@ -96,7 +105,7 @@ def measure(url: str, runs: int, only: set[str] | None = None) -> dict[str, Any]
                 )
     finally:
         conn.close()
-    return out
+    return out["floor"]
 
 
 def main(argv: list[str] | None = None) -> int:

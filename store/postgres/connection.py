@@ -16,9 +16,11 @@ small list:
   read snapshot, ``Reader.snapshot``) → ``BEGIN ISOLATION LEVEL REPEATABLE READ``, which gives
   a reader one committed state for all its queries, as a SQLite read transaction does.
 
-A read snapshot's ``BEGIN`` is not sent on its own: it goes in one round trip with the first
-statement of the snapshot (pipeline mode; the snapshot is taken by that first statement
-either way), and a snapshot that ran no statement ends without a round trip.
+A read snapshot's ``BEGIN`` is not sent on its own: it goes in one simple query with the first
+statement of the snapshot (the snapshot is taken by that first statement either way), and a
+snapshot that ran no statement ends without a round trip. Measured with psycopg 3.3 (BEGIN,
+one indexed SELECT, COMMIT; loaded 2-core machine, p50): separate statements 0.19–0.20 ms,
+BEGIN and the SELECT in pipeline mode 0.24–0.28 ms, in one simple query 0.13 ms.
 
 SQLite's two-argument scalar ``max(a, b)``/``min(a, b)`` exist as SQL functions in the store
 schema (``store.postgres.schema``). Everything else must be written portably by the shared
@@ -182,13 +184,16 @@ class PgConnection:
         params = _args(order, args)
         bind = params if params or "%s" in text or "%%" in text else None
         with mapped():  # opening the cursor meets a lost connection first: map it too
-            cur = self.raw.cursor()
             if self._begin_pending:
+                # One simple query holding both statements: the arguments are bound on the
+                # client (psycopg's ClientCursor quotes them as literals), the server plans
+                # with their values as it does an unnamed extended-protocol statement.
                 self._begin_pending = False
-                with self.raw.pipeline():
-                    self.raw.execute(SNAPSHOT_BEGIN)
-                    cur.execute(text, bind)
+                cur = psycopg.ClientCursor(self.raw)
+                cur.execute(f"{SNAPSHOT_BEGIN}; {text}", bind)
+                cur.nextset()
             else:
+                cur = self.raw.cursor()
                 cur.execute(text, bind)
         self._changes = max(cur.rowcount, 0)
         return PgCursor(cur)

@@ -24,10 +24,10 @@ from quill.store.postgres.connection import PgConnection
 
 @dataclass
 class Wire:
-    """Counts of one ``traced`` block: ``round_trips``; ``statements`` (simple ``Query``
-    messages plus extended-protocol ``Execute`` messages); ``parses`` (``Query`` plus
-    ``Parse``: statements the server parsed and planned in the block); ``sql``: the text of
-    each statement parsed, in order."""
+    """Counts of one ``traced`` block: ``round_trips``; ``statements``: simple ``Query``
+    messages (one may hold several statements, ``;``-separated) plus extended-protocol
+    ``Execute`` messages; ``parses`` (``Query`` plus ``Parse``: texts the server parsed and
+    planned in the block); ``sql``: each of those texts as the trace quotes it, in order."""
 
     round_trips: int = 0
     statements: int = 0

@@ -155,16 +155,17 @@ def newest(
     *,
     density: float | None,
     table_rows: float,
+    top: int | None = None,
     fetch: Fetch | None = None,
 ) -> Iterator[tuple]:
     """``(id, display id, session id)`` of the rows matching ``match`` and ``cond``, newest
     first, read a batch at a time as consumed (batches of ``first``, doubling up to 1000).
     ``density``: an upper bound on the fraction of rows matching (None: unknown, windows
     start at ``TRIGRAM_DENSITY``); ``table_rows``: the table's row estimate. ``rep`` is the
-    SQL of the display id. ``fetch`` runs the first statement (default: ``conn``): its
-    SELECT names the columns ``id``, ``d`` (display id), ``sid`` and maybe more (``top``,
-    the newest id) after them; ``fetch`` returns rows holding at least those columns, in
-    the statement's order. Raises the store error tree."""
+    SQL of the display id; ``top``: the newest id when already read. ``fetch`` runs the
+    first statement (default: ``conn``): its SELECT names the columns ``id``, ``d`` (display
+    id), ``sid`` and maybe more (``top``, the newest id) after them; ``fetch`` returns rows
+    holding at least those columns, in the statement's order. Raises the store error tree."""
     run = fetch or (lambda sql, a: conn.execute(sql, a).fetchall())
     join = "JOIN sessions s ON s.id = m.session_id " if "s." in cond else ""
     cols = f"SELECT m.id AS id, {rep} AS d, m.session_id AS sid"
@@ -184,7 +185,7 @@ def newest(
     # The first window is open above: it starts ``width`` below the newest id this
     # connection last saw (``_top``), so rows added since are in it too (the window is
     # only wider); its statement returns the newest id now (an InitPlan, run once).
-    hint = _top(conn)
+    hint = _top(conn) if top is None else top
     lo = max(hint + 1 - width, 0)
     rows = run(
         f"{cols}, ({TOP_SQL}) AS top FROM messages m {join}WHERE {where} AND m.id >= ?{order}",

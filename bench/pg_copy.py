@@ -12,7 +12,8 @@ a million incremental GIN inserts), then ``ANALYZE``. The schema is kept for ``s
 ``python -m bench.pg_copy search STATE_DB --pg URL --schema NAME [--runs N]``: the §3
 queries (``bench.search.QUERIES``) through both public reader APIs, warm, p50/p95 each and
 PostgreSQL ÷ SQLite, whether both returned the same hits, and the heap rows and table blocks one
-PostgreSQL search read (load-independent); ``--only`` picks query names, ``--drop`` removes the
+PostgreSQL search read (load-independent); ``--only NAME`` (repeatable: names hold commas)
+picks queries, ``--drop`` removes the
 schema afterwards. PostgreSQL is timed by ``bench.pg_floor`` in a subprocess, which also
 gives the round trips and statements of one search and PostgreSQL's floor (``SELECT 1``, the
 bare GIN query of each word query); ``--baseline REV`` times the ``quill`` of git revision
@@ -179,7 +180,7 @@ def search(
             lite[name] = (ts, [h["message_id"] for h in hits])
     trees = {"postgres": None, **({"baseline": baseline} if baseline else {})}
     pg: dict[str, dict[str, Any]] = {k: {"queries": {}, "floor": {}} for k in trees}
-    args = [url, "--runs", str(runs)] + (["--only", ",".join(sorted(only))] if only else [])
+    args = [url, "--runs", str(runs)] + [a for n in sorted(only or ()) for a in ("--only", n)]
     for _ in range(rounds):  # alternate the trees so both see the same load
         for kind, rev in trees.items():
             with revision_tree(rev) as tree:
@@ -232,7 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=1, help="search: rounds of every tree")
     ap.add_argument("--baseline", help="search: also time the quill of this git revision")
-    ap.add_argument("--only", help="search: comma-separated query names (default: all)")
+    ap.add_argument(
+        "--only", action="append", help="search: a query name, repeatable (default: all)"
+    )
     ap.add_argument("--drop", action="store_true", help="drop the schema after searching")
     ap.add_argument(
         "--no-finish", action="store_true", help="load: copy messages only (resume later)"
@@ -241,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.action == "load":
         load(args.state_db, args.pg, args.schema, finish=not args.no_finish)
     else:
-        only = set(args.only.split(",")) if args.only else None
+        only = set(args.only) if args.only else None
         search(args.state_db, args.pg, args.schema, args.runs, only, args.baseline, args.rounds)
         if args.drop:
             import psycopg

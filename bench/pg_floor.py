@@ -1,5 +1,5 @@
 """PostgreSQL search against PostgreSQL's own floor, on a store that already holds messages:
-``python -m bench.pg_floor URL [--runs N] [--only NAMES]`` prints one JSON object.
+``python -m bench.pg_floor URL [--runs N] [--only NAME ...]`` prints one JSON object.
 
 For each query of §3 (``bench.search.QUERIES``) through the public reader API
 (``PgReader.search``, limit 20, newest first, warm): the run times (s), the hits' message ids,
@@ -114,9 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("url", help="a PostgreSQL store URL (with its search_path)")
     ap.add_argument("--runs", type=int, default=20)
-    ap.add_argument("--only", help="comma-separated query names (default: all)")
+    ap.add_argument("--only", action="append", help="a query name, repeatable (default: all)")
     args = ap.parse_args(argv)
-    only = set(args.only.split(",")) if args.only else None
+    only = set(args.only) if args.only else None
     print(json.dumps(measure(args.url, args.runs, only)))
     return 0
 

@@ -3,9 +3,10 @@ texts a snippet is cut from, and (with context) its visible neighbours, read by 
 statement, and usually by the statement that found the page's candidates (``Prefetch``).
 
 A neighbour is the row just before or after the hit in its session's projection order: the
-visible row at the adjacent position (``projections.neighbor_positions_sql``), and, where
-several rows share that position (display), the live one, then the newest (``seq``): the
-rule ``projections.neighbor_rows`` applies, here as a ``LATERAL`` probe per hit.
+visible row at the adjacent position, and, where several rows share that position
+(display), the live one, then the newest (``seq``): the rule of
+``projections.neighbor_positions_sql`` and ``projections.neighbor_rows``, here as one
+``LATERAL`` probe per side and hit (ordered by position, then that rule, first row).
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from quill.store.search import hits as hits_mod
 from quill.store.search import page as page_mod
 from quill.store.search import plan as query
 
-#: Columns of a hit row before its neighbours': _COLS (8), the two neighbour positions,
-#: reasoning, tool text.
+#: Columns of a hit row before its neighbours': _COLS (8), two unused (NULL), reasoning,
+#: tool text.
 _COLS = "m.id, m.session_id, m.role, m.content, m.tool_calls, m.ts, s.title, m.state"
 _HIT_WIDTH = 12
 _MSG_WIDTH = len(projections.MSG_COLS.split(","))
@@ -42,27 +43,26 @@ def _sql(projection: str, context: bool, ids: str) -> tuple[str, tuple[Any, ...]
             (),
             (),
         )
-    ncols, nargs = projections.neighbor_positions_sql(projection)
     sts = projections.states(projection)
     marks = ", ".join("?" for _ in sts)
     col = "pos" if projection == "display" else "seq"
     near = ", ".join(f"n.{c.strip()}" for c in projections.MSG_COLS.split(","))
 
-    def probe(at: str) -> str:
+    def probe(alias: str, op: str, order: str) -> str:
+        # The visible row nearest before/after the hit in its session's order; of several
+        # at that position the live one, then the newest (``projections.neighbor_rows``).
         return (
-            f"LEFT JOIN LATERAL (SELECT {near} FROM messages n WHERE n.session_id = h.hsid "
-            f"AND n.{col} = h.{at} AND n.state IN ({marks}) "
-            f"ORDER BY n.state = 'live' DESC, n.seq DESC LIMIT 1) AS {at}_row ON true"
+            f"LEFT JOIN LATERAL (SELECT {near} FROM messages n WHERE n.session_id = "
+            f"m.session_id AND n.state IN ({marks}) AND n.{col} {op} m.{col} ORDER BY "
+            f"n.{col} {order}, n.state = 'live' DESC, n.seq DESC LIMIT 1) AS {alias} ON true"
         )
 
-    names = "hid, hsid, hrole, hcontent, htools, hts, htitle, hstate, pb, pa, hreason, htool"
     return (
-        f"SELECT h.*, pb_row.*, pa_row.* FROM (SELECT {_COLS}, {ncols}, m.reasoning, "
-        f"{TOOL_TEXT} FROM messages m JOIN sessions s ON s.id = m.session_id WHERE {ids} "
-        "OFFSET 0) "
-        f"AS h({names}) {probe('pb')} {probe('pa')}",
-        nargs,
+        f"SELECT {_COLS.replace('m.id,', 'm.id AS hid,', 1)}, NULL, NULL, m.reasoning, "
+        f"{TOOL_TEXT}, nb.*, na.* FROM messages m JOIN sessions s ON s.id = m.session_id "
+        f"{probe('nb', '<', 'DESC')} {probe('na', '>', 'ASC')} WHERE {ids}",
         (*sts, *sts),
+        (),
     )
 
 

@@ -19,12 +19,23 @@ from pathlib import Path
 
 import pytest
 from conftest import CORPUS, QuillCLI, quill_env, stop_fleet
-from watch_helpers import row_diff, start_writer, stored_rows, usage_count, watch_config
+from gemini_log_helpers import MAIN, PROJECT, SID, SUB
+from watch_helpers import (
+    interleave,
+    row_diff,
+    start_agent,
+    stored_rows,
+    usage_count,
+    watch_config,
+)
 
 pytestmark = pytest.mark.corpus
 
 CLAUDE = sorted((CORPUS / "claude-code").glob("*.jsonl"))
 CODEX = sorted((CORPUS / "codex").glob("*.jsonl"))
+GEMINI_JSON = (
+    CORPUS / "other" / "entireio-cli__gemini-cli-session-f7633853-6663-4dbb-bbf4-6159afa29df8.json"
+)
 
 
 def direct_import(tmp: Path, files: list[Path]) -> tuple[list[tuple], int]:
@@ -61,21 +72,72 @@ def watcher_pid(home: Path) -> int | None:
     return holder["pid"] if holder else None
 
 
+def _lines(data: bytes) -> list[bytes]:
+    return data.splitlines(keepends=True)
+
+
+def _agent_plans(agents: Path) -> list[list[tuple[str, str, bytes | None]]]:
+    """Real corpus sessions written the agents' own ways, as two agent processes' steps:
+    Claude Code and Codex appending line by line; a Claude Code session resumed halfway (a
+    rewrite renamed over the file, then appended to); a Gemini CLI line log that re-appends
+    messages whole, checkpoints and rewinds (``gemini_log_helpers``, the CLI's writer rules)
+    with its subagent log; a Gemini CLI ``.json`` session rewritten in place as it grows."""
+    claude, codex = agents / "claude" / "proj", agents / "codex" / "2026" / "12"
+    chats = agents / "gemini" / PROJECT / "chats"
+
+    def appended(src: Path | bytes, dst: Path) -> list:
+        data = src if isinstance(src, bytes) else src.read_bytes()
+        return [("append", str(dst), line) for line in _lines(data)]
+
+    resumed_src = _lines(CLAUDE[5].read_bytes())
+    half = len(resumed_src) // 2
+    resumed = claude / CLAUDE[5].name
+    resume = [
+        *appended(b"".join(resumed_src[:half]), resumed),
+        ("replace", str(resumed), b"".join(resumed_src[: half + half // 2])),
+        *appended(b"".join(resumed_src[half + half // 2 :]), resumed),
+    ]
+    doc = json.loads(GEMINI_JSON.read_text())
+    doc_dst = str(chats / GEMINI_JSON.name.split("__", 1)[1])
+    rewritten = [
+        ("rewrite", doc_dst, json.dumps({**doc, "messages": doc["messages"][:i]}).encode())
+        for i in range(1, len(doc["messages"]) + 1)
+    ]
+    jsonl = lambda recs: "".join(json.dumps(r) + "\n" for r in recs).encode()  # noqa: E731
+    log = appended(jsonl(MAIN), chats / f"session-2026-05-03T16-00-{SID[:8]}.jsonl")
+    sub = appended(jsonl(SUB), chats / SID / "sub-1.jsonl")
+    return [
+        interleave(
+            appended(CLAUDE[3], claude / CLAUDE[3].name), appended(CODEX[1], codex / CODEX[1].name)
+        ),
+        interleave(resume, log, sub, rewritten),
+    ]
+
+
+def _final(plans: list[list]) -> dict[str, bytes]:
+    """Each written file's bytes once every step ran."""
+    out: dict[str, bytes] = {}
+    for op, dst, data in (step for plan in plans for step in plan):
+        out[dst] = out.get(dst, b"") + data if op == "append" else data
+    return out
+
+
 def test_fleet_watch_exactly_once_through_kill9_and_after_delete(tmp_path, quill):
-    """Writers append real Claude Code and Codex files line by line while the fleet's watcher
-    is SIGKILLed at random points; every message ends up stored exactly once (as a direct
-    import stores it), the watched files are byte-identical to what the agents wrote, and
-    the sessions stay after the agents delete their files."""
+    """Agent processes write real sessions the agents' own ways (append line by line, a
+    rewrite renamed over the file on resume, Gemini's re-appended messages, checkpoints and
+    rewinds, a session document rewritten in place) while the fleet's watcher is SIGKILLed at
+    random points; every message ends up stored exactly once (as a direct import of the final
+    files stores it), the watched files are byte-identical to what the agents wrote, and the
+    sessions stay after the agents delete their files."""
     rng = random.Random(int(os.environ.get("WATCH_SEED", time.time())))
     agents = tmp_path / "agents"
-    claude, codex = agents / "claude" / "proj", agents / "codex" / "2026" / "12"
-    sources = [CLAUDE[3], CLAUDE[5], CLAUDE[7], CODEX[1]]
-    pairs = [(s, (codex if s in CODEX else claude) / s.name) for s in sources]
-    watch_config(quill.home, [agents / "claude", agents / "codex"], rescan_s=1.0)
+    plans = _agent_plans(agents)
+    final = _final(plans)
+    watch_config(quill.home, [agents / "claude", agents / "codex", agents / "gemini"], rescan_s=1.0)
     fleet = quill.start_fleet()
     kills = 0
     try:
-        writers = [start_writer(pairs[:2], 0.02), start_writer(pairs[2:], 0.02)]
+        writers = [start_agent(tmp_path / f"plan{i}", p, 0.02) for i, p in enumerate(plans)]
         # kill -9 at random points while the agents write (4 kills: a fifth within 60 s
         # would be a crash loop, which the supervisor slows down on purpose)
         while any(w.poll() is None for w in writers) and kills < 4:
@@ -86,12 +148,12 @@ def test_fleet_watch_exactly_once_through_kill9_and_after_delete(tmp_path, quill
                 kills += 1
         for w in writers:
             assert w.wait(timeout=300) == 0
-        drained(quill, files=len(pairs))
-        for src, dst in pairs:  # the watcher changed nothing in the watched folders
-            assert dst.read_bytes() == src.read_bytes()
-        expected_rows, expected_usage = direct_import(tmp_path, [d for _s, d in pairs])
-        for _src, dst in pairs:  # the agents delete their sessions
-            dst.unlink()
+        drained(quill, files=len(final))
+        for dst, data in final.items():  # the watcher changed nothing in the watched folders
+            assert Path(dst).read_bytes() == data, dst
+        expected_rows, expected_usage = direct_import(tmp_path, [agents])
+        for dst in final:  # the agents delete their sessions
+            Path(dst).unlink()
         st = drained(quill, files=0)
         assert st["watch"]["unreadable"] == []
     finally:
@@ -99,6 +161,7 @@ def test_fleet_watch_exactly_once_through_kill9_and_after_delete(tmp_path, quill
     assert kills >= 2, "the watcher was not killed while the agents wrote"
     rows = stored_rows(quill.home)
     assert len(expected_rows) > 100
+    assert {r[0].split(":")[0] for r in expected_rows} >= {"claude-code", "codex", "gemini-cli"}
     assert rows == expected_rows, row_diff(rows, expected_rows)
     assert usage_count(quill.home) == expected_usage
 

@@ -37,6 +37,49 @@ def start_writer(pairs: list[tuple[Path, Path]], delay: float) -> subprocess.Pop
     return subprocess.Popen(argv)
 
 
+#: An agent process: ``python -c AGENT PLAN DELAY`` runs the steps pickled in PLAN, ``DELAY``
+#: seconds apart, each as an agent writes its transcript: ``("append", dst, bytes)`` (one
+#: unbuffered write at the end), ``("replace", dst, bytes)`` (a new file renamed over the path,
+#: as Claude Code rewrites a session it resumes), ``("rewrite", dst, bytes)`` (truncated and
+#: written in place, as Gemini CLI writes its ``.json`` sessions), ``("delete", dst, None)``.
+AGENT = r"""
+import os, pickle, sys, time
+steps = pickle.load(open(sys.argv[1], "rb"))
+delay = float(sys.argv[2])
+for op, dst, data in steps:
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    if op == "append":
+        with open(dst, "ab", buffering=0) as f:
+            f.write(data)
+    elif op == "replace":
+        with open(dst + ".resume.tmp", "wb") as f:
+            f.write(data)
+        os.replace(dst + ".resume.tmp", dst)
+    elif op == "rewrite":
+        with open(dst, "wb") as f:
+            f.write(data)
+    elif op == "delete":
+        os.unlink(dst)
+    time.sleep(delay)
+"""
+
+
+def start_agent(plan: Path, steps: list[tuple[str, str, bytes | None]], delay: float):
+    """An agent process running ``steps`` (see ``AGENT``), pickled to ``plan``."""
+    import pickle
+
+    plan.write_bytes(pickle.dumps(steps))
+    return subprocess.Popen([sys.executable, "-c", AGENT, str(plan), str(delay)])
+
+
+def interleave(*plans: list) -> list:
+    """The steps of several agents round-robin, as agents running side by side write."""
+    out, n = [], max(len(p) for p in plans)
+    for i in range(n):
+        out += [p[i] for p in plans if i < len(p)]
+    return out
+
+
 def watch_config(home: Path, roots: list[Path], rescan_s: float = 1.0) -> None:
     """Write ``home``'s config.toml: the watcher follows ``roots`` only."""
     home.mkdir(parents=True, exist_ok=True)

@@ -190,8 +190,10 @@ def _print_watch(con: Any, w: dict[str, Any], running: bool) -> None:
         return
     roots = [r["path"] for r in w["roots"] if r["exists"]]
     watcher = w.get("watcher") or {}
+    state = watcher.get("state")
     who = (
         f"watcher pid {watcher.get('pid')}"
+        + (f" [yellow]({escape(state)})[/yellow]" if state and state != "watching" else "")
         if watcher.get("alive")
         else ("[yellow]watcher not running (restarting?)[/yellow]" if running else "not running")
     )

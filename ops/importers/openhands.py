@@ -19,9 +19,13 @@ Mapping (one event at most one message; id = ``event:<id>``):
 * an observation with ``tool_call_metadata`` -> a ``tool`` message (``tool_call_id``, name =
   ``function_name``, ``extras``/``success``/``cause`` in extra); one without it that answers
   a tool-call action through ``cause`` is linked the same way;
-* ``recall`` observations (workspace context, microagent knowledge) and ``error``
-  observations no action answers -> ``user`` messages (OpenHands sends both to the model as
-  user text), marked ``extra.openhands_observation``;
+* ``recall`` observations (workspace context, microagent knowledge), ``error``
+  observations no action answers and ``condense`` observations (a condensation summary) ->
+  ``user`` messages (OpenHands sends them to the model as user text), marked
+  ``extra.openhands_observation``;
+* a ``condensation`` action -> a compaction: what the model is fed from then on (the events
+  no condensation forgot, the latest summary as a ``user`` message) is the compacted set
+  (``openhands_condense``); ``condensation_request`` actions leave the model's view;
 * a ``delegate`` action's run (the events the delegate agent added to the stream before the
   closing ``delegate`` observation) -> a ``delegate`` child session
   ``<session id>:delegate:<action event id>`` (``openhands_delegates``);
@@ -42,6 +46,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from quill.ops.importers import openhands_condense as condense
 from quill.ops.importers import openhands_delegates as delegates
 from quill.ops.importers.events import Event, Message, SessionStart
 from quill.ops.importers.jsonlines import (
@@ -58,7 +63,7 @@ from quill.ops.importers.jsonlines import (
 FORMAT = "openhands"
 SOURCES = ("user", "agent", "environment")
 #: Observations OpenHands turns into user text for the model when no tool call answers them.
-USER_OBSERVATIONS = ("recall", "error")
+USER_OBSERVATIONS = ("recall", "error", "condense")
 
 
 def looks_like_event(value: Any) -> bool:
@@ -271,16 +276,19 @@ def _check(ev: dict) -> None:
 
 
 def _events(path: Path, sid: str, events: list[dict], problems: list[Problem]) -> Iterator[Event]:
-    st = _Session(path, sid, problems)
+    st, view = _Session(path, sid, problems), condense.View(sid)
     for n, ev in enumerate(events):
         try:
             _check(ev)
             msgs = st.action(ev) if "action" in ev else st.observation(ev)
+            compact = view.add(ev, msgs)
         except (TypeError, AttributeError, ValueError) as exc:
             problems.append(Problem(str(path), None, "skipped", f"event {n}: {shape_problem(exc)}"))
             continue
         for m in msgs:
             yield Message(sid, m)
+        if compact is not None:
+            yield compact
 
 
 def _with_runs(path: Path, sid: str, evs: list, problems: list[Problem]) -> Iterator[Event]:

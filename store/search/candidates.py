@@ -311,7 +311,7 @@ def _ranked_page(
     are applied to the ranked list, in order, a chunk of ids at a time, so only the rows the
     page and its bounded count (``group``) need are read: checking a state reads the message
     row. Rows above ``upto`` have no index statistics and are not ranked (``search_health``:
-    pending)."""
+    pending); the caller offers them after these (``run._offer_tail``)."""
     match = plan.match
     if kinds != KINDS:
         match = "{" + " ".join(KIND_COLUMNS[k] for k in kinds) + "} : (" + match + ")"

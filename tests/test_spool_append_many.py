@@ -135,3 +135,50 @@ def test_a_full_disk_mid_request_acks_what_reached_the_disk(tmp_path):
         assert [e.record["batch"] for e in entries] == ["first"] + [f"b{n}" for n in range(1, 40)]
         assert [e.record["seq"] for e in entries] == list(range(1, 41))
         assert len(list_segments(spool_dir)) == 1
+
+
+def test_the_api_answers_a_full_disk_mid_request_with_the_acks_of_what_is_durable(tmp_path):
+    """``POST /api/v1/ops`` (the real app) whose spool fills part-way through the request:
+    507 ``spool-full`` listing the acks of the ops made durable; the retry with the same batch
+    ids applies every op once."""
+    from harness import drain, make_home
+    from starlette.testclient import TestClient
+
+    from quill.ops import logs
+    from quill.ops.client.client import Client
+    from quill.ops.service.app import create_app
+    from quill.ops.service.tokens import TokenStore
+
+    cfg = make_home(tmp_path / "home")
+    with small_tmpfs(cfg.spool_dir, "1m"):
+        secret = TokenStore(cfg.tokens_db).create("w", ["write"])[0]
+        app = create_app(cfg, logs.configure(None, "api"), anonymous="none")
+        ops = [
+            {"op": op, "data": {**data, "session_id": "full"}, "batch": batch}
+            for op, data, batch in (_op(n, size=1500) for n in range(1, 40))
+        ]
+        auth = {"Authorization": f"Bearer {secret}"}
+        with TestClient(app, base_url="http://127.0.0.1") as web:
+            first = {"op": "messages.append", "data": _op(0)[1] | {"session_id": "full"}}
+            assert web.post("/api/v1/ops", json={"ops": [first]}, headers=auth).status_code == 202
+            filler = cfg.spool_dir / "filler"
+            fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
+            try:
+                while True:
+                    os.write(fd, b"\0" * 4096)
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC
+            os.ftruncate(fd, os.fstat(fd).st_size - 3 * 4096)
+            os.close(fd)
+            r = web.post("/api/v1/ops", json={"ops": ops}, headers=auth)
+            assert r.status_code == 507, r.text
+            error = r.json()["error"]
+            assert error["reason"] == "spool-full"
+            acked = [a["batch"] for a in error["acks"]]
+            assert 0 < len(acked) < 39 and acked == [f"b{n}" for n in range(1, len(acked) + 1)]
+            filler.unlink()
+            again = web.post("/api/v1/ops", json={"ops": ops}, headers=auth)
+            assert again.status_code == 202, again.text
+        drain(cfg.home)
+        got = Client(home=str(cfg.home)).transcript("full")["messages"]
+        assert [m["id"] for m in got] == [f"m{n}" for n in range(40)]  # each once

@@ -25,6 +25,20 @@ def _op(n: int, size: int = 100) -> tuple[str, dict, str]:
     return "messages.append", {"session_id": "s", "messages": [message]}, f"b{n}"
 
 
+def _fill_but(filler, pages: int):
+    """Fill the filesystem holding ``filler`` (a new file), then free ``pages`` 4 KiB pages
+    of it: room for a few records, not for all. Returns the file (unlink it for room)."""
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
+    try:
+        while True:
+            os.write(fd, b"\0" * 4096)
+    except OSError as exc:
+        assert exc.errno == errno.ENOSPC
+    os.ftruncate(fd, os.fstat(fd).st_size - pages * 4096)
+    os.close(fd)
+    return filler
+
+
 def _entries(spool_dir) -> list:
     return [e for e in SpoolReader(spool_dir).read(Position(1, 0), max_bytes=1 << 24)]
 
@@ -112,15 +126,7 @@ def test_a_full_disk_mid_request_acks_what_reached_the_disk(tmp_path):
         spool_dir.mkdir()
         with Spool(spool_dir, producer_id="p") as sp:
             sp.append(*_op(0)[:2], batch_id="first")  # the segment exists, its size known
-            filler = fs / "filler"
-            fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
-            try:  # fill the disk, then free room for a few records, not for all
-                while True:
-                    os.write(fd, b"\0" * 4096)
-            except OSError as exc:
-                assert exc.errno == errno.ENOSPC
-            os.ftruncate(fd, os.fstat(fd).st_size - 3 * 4096)
-            os.close(fd)
+            filler = _fill_but(fs / "filler", 3)
             with pytest.raises(SpoolFullError) as caught:
                 sp.append_many([_op(n, size=1500) for n in range(1, 40)])
             acked = [a.batch_id for a in caught.value.acks]
@@ -161,15 +167,7 @@ def test_the_api_answers_a_full_disk_mid_request_with_the_acks_of_what_is_durabl
         with TestClient(app, base_url="http://127.0.0.1") as web:
             first = {"op": "messages.append", "data": _op(0)[1] | {"session_id": "full"}}
             assert web.post("/api/v1/ops", json={"ops": [first]}, headers=auth).status_code == 202
-            filler = cfg.spool_dir / "filler"
-            fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
-            try:
-                while True:
-                    os.write(fd, b"\0" * 4096)
-            except OSError as exc:
-                assert exc.errno == errno.ENOSPC
-            os.ftruncate(fd, os.fstat(fd).st_size - 3 * 4096)
-            os.close(fd)
+            filler = _fill_but(cfg.spool_dir / "filler", 3)
             r = web.post("/api/v1/ops", json={"ops": ops}, headers=auth)
             assert r.status_code == 507, r.text
             error = r.json()["error"]

@@ -37,10 +37,15 @@ def status(ctx: click.Context, as_json: bool) -> None:
         ctx.exit(Exit.FAILED)
 
 
+def _t(value: Any) -> str:
+    """``value`` as console text: square brackets in it are printed, never read as markup."""
+    return escape(str(value))
+
+
 def _print_status(d: dict[str, Any]) -> None:
     con = render.console()
     fleet = d["fleet"]
-    con.print(f"[bold]quill[/bold] {d['home']}")
+    con.print(f"[bold]quill[/bold] {_t(d['home'])}")
     running = (
         "[green]running[/green] (pid " + str(fleet["supervisor_pid"]) + ")"
         if fleet["running"]
@@ -50,14 +55,14 @@ def _print_status(d: dict[str, Any]) -> None:
     if fleet["halt"]:
         h = fleet["halt"]
         con.print(
-            f"[bold red]HALTED[/bold red] {h.get('cause')}: {h.get('detail')}\n"
-            f"  next: [bold]{h.get('next')}[/bold]"
+            f"[bold red]HALTED[/bold red] {_t(h.get('cause'))}: {_t(h.get('detail'))}\n"
+            f"  next: [bold]{_t(h.get('next'))}[/bold]"
         )
     for c in fleet["crash_loops"]:
         con.print(
             f"[bold red]CRASH LOOP[/bold red] the {c['role']} keeps exiting "
             f"(last code {c['last_code']}); "
-            f"see {c['logs']}"
+            f"see {_t(c['logs'])}"
         )
     for role, o in (fleet.get("orphans") or {}).items():
         con.print(
@@ -85,12 +90,12 @@ def _print_status(d: dict[str, Any]) -> None:
     if fleet["running"] and fleet.get("writer") and not writer.alive:
         con.print("[yellow]writer   not running (restarting?)[/yellow]")
     elif writer.error:
-        con.print(f"[yellow]writer   {writer.error}[/yellow]")
+        con.print(f"[yellow]writer   {_t(writer.error)}[/yellow]")
     q = d["queue"]
     if q["unavailable_since"]:
         con.print(
             f"[bold red]QUEUE UNREACHABLE[/bold red] since {render.when(q['unavailable_since'])}: "
-            f"{q['error']}"
+            f"{_t(q['error'])}"
             + (f" (reported by {', '.join(q['reported_by'])})" if q.get("reported_by") else "")
             + "\n  queued and scheduled jobs wait; the spool is applied as ever"
         )
@@ -103,35 +108,35 @@ def _print_status(d: dict[str, Any]) -> None:
             else ""
         )
         con.print(
-            f"[bold red]SCHEDULE UNREADABLE[/bold red]: {d['schedule']['error']}\n"
+            f"[bold red]SCHEDULE UNREADABLE[/bold red]: {_t(d['schedule']['error'])}\n"
             "  move schedule.db aside: the scheduler recreates the default schedules "
             "(your own changes to them are lost; the spool and the store are not)" + waiting
         )
     if sched.get("alive") and sched.get("schedule_error"):
         con.print(
             "[bold red]SCHEDULE UNWRITABLE[/bold red] since "
-            f"{render.when(sched['schedule_unwritable_since'])}: {sched['schedule_error']}\n"
+            f"{render.when(sched['schedule_unwritable_since'])}: {_t(sched['schedule_error'])}\n"
             "  jobs fire on time; the next run times of "
-            f"{', '.join(sched.get('schedule_held') or [])} are held in memory until the "
+            f"{_t(', '.join(sched.get('schedule_held') or []))} are held in memory until the "
             "schedule's file takes them (lost only if the scheduler stops first)"
         )
     if sched.get("alive") and sched.get("store_error"):
         con.print(
             "[yellow]scheduler standing by[/yellow]: the store cannot be reached since "
-            f"{render.when(sched['store_unreachable_since'])}: {sched['store_error']}\n"
+            f"{render.when(sched['store_unreachable_since'])}: {_t(sched['store_error'])}\n"
             "  no schedule fires from this host; it leads again once the store answers"
         )
     http = fleet.get("http")
     if fleet["running"] and http:
         serving = (
-            "serving http://" + http.get("listen", "?") + "/"
+            "serving http://" + _t(http.get("listen", "?")) + "/"
             if http.get("alive")
             else "[yellow]not running (restarting?)[/yellow]"
         )
         con.print(f"http     {serving}")
     s = d["store"]
     if s and s.get("error"):
-        con.print(f"[bold red]store    unreadable: {s['error']}[/bold red]")
+        con.print(f"[bold red]store    unreadable: {_t(s['error'])}[/bold red]")
     elif s and s.get("postgres"):
         _print_pg_store(con, s)
     elif s:
@@ -144,46 +149,46 @@ def _print_status(d: dict[str, Any]) -> None:
     if d["disk"]["low"]:
         con.print(
             f"[bold red]DISK ALMOST FULL[/bold red]: {d['disk']['free_bytes']} bytes free "
-            f"under {d['home']}; "
+            f"under {_t(d['home'])}; "
             "appends fail and the drain pauses until space returns"
         )
     sp = d["spool"]
     con.print(
         f"spool    {sp['segments']} segment(s), {sp['bytes']} bytes, "
         f"end {sp['end'] if sp['end'] is not None else '(empty)'}, "
-        f"{guard.describe_progress(sp)}, "
+        f"{_t(guard.describe_progress(sp))}, "
         f"{sp['quarantined']} quarantined"
         + (f" (of which {sp['torn_writes']} {TORN_SUMMARY})" if sp.get("torn_writes") else "")
     )
     if sp["integrity"]["lost"]:
-        con.print(f"[bold red]SPOOL[/bold red]    {sp['integrity']['summary']}")
+        con.print(f"[bold red]SPOOL[/bold red]    {_t(sp['integrity']['summary'])}")
     if sp.get("interrupted_purge"):
         ip = sp["interrupted_purge"]
         con.print(
-            f"[bold red]PURGE INTERRUPTED[/bold red] of {', '.join(ip['sessions']) or '?'}: "
+            f"[bold red]PURGE INTERRUPTED[/bold red] of {_t(', '.join(ip['sessions']) or '?')}: "
             "the content may still be in the spool, snapshots and the live store\n"
-            f"  next: [bold]{ip['next']}[/bold]"
+            f"  next: [bold]{_t(ip['next'])}[/bold]"
         )
     if sp.get("purge_check") == "unknown":
         con.print("[yellow]purge    pending purges unknown until the store can be read[/yellow]")
     w = d["wal"]
     if w["bytes"] or w["blocked_by_reader_since"]:
         style = "yellow" if w["high"] or w["blocked_by_reader_since"] else "default"
-        con.print(f"[{style}]WAL      {health.describe_wal(w)}[/{style}]")
+        con.print(f"[{style}]WAL      {_t(health.describe_wal(w))}[/{style}]")
     _print_watch(con, d["watch"], fleet["running"])
     for o in d["overdue"]:
-        con.print(f"[yellow]overdue  {o['job']}: {o['reason']}[/yellow]")
+        con.print(f"[yellow]overdue  {o['job']}: {_t(o['reason'])}[/yellow]")
     for run in d["jobs"][:5]:
         con.print(
             f"job      {run['job']:<15} {run['outcome']:<6} {render.when(run['started_at'])} "
-            f"{run.get('error') or ''}"
+            f"{_t(run.get('error') or '')}"
         )
 
 
 def _print_watch(con: Any, w: dict[str, Any], running: bool) -> None:
     """The live-capture lines: roots followed, how far behind, files it could not read."""
     if not w.get("enabled"):
-        con.print("watch    off ([watch] enabled = false)")
+        con.print("watch    off (\\[watch] enabled = false)")
         return
     if w.get("error"):
         con.print(f"[bold red]watch    state unreadable: {escape(w['error'])}[/bold red]")
@@ -207,7 +212,9 @@ def _print_watch(con: Any, w: dict[str, Any], running: bool) -> None:
         f", {w['files']} file(s); {behind}; {who}"
     )
     if w.get("state_damaged"):
-        con.print(f"[yellow]watch    state was unreadable ({w['state_damaged']}); re-imported[/]")
+        con.print(
+            f"[yellow]watch    state was unreadable ({_t(w['state_damaged'])}); re-imported[/]"
+        )
     for u in w["unreadable"]:
         con.print(f"[yellow]unread   {escape(u['path'])}: {escape(u['reason'])}[/yellow]")
 
@@ -215,7 +222,7 @@ def _print_watch(con: Any, w: dict[str, Any], running: bool) -> None:
 def _print_pg_store(con: Any, s: dict[str, Any]) -> None:
     """The store lines of a PostgreSQL store: server, sizes, every host's cursor, amcheck."""
     pg = s["postgres"]
-    con.print(f"store    PostgreSQL {pg['server_version']} at {pg['url']}")
+    con.print(f"store    PostgreSQL {pg['server_version']} at {_t(pg['url'])}")
     con.print(
         f"         {s['sessions']} sessions, {s['messages']} messages; "
         f"store {filesize.decimal(pg['size_bytes'])}, "
@@ -223,7 +230,7 @@ def _print_pg_store(con: Any, s: dict[str, Any]) -> None:
     )
     for sp in pg["spools"]:
         con.print(
-            f"cursor   {sp['spool_id']:<28} {sp['cursor']:<14} last commit {sp['age_s']} s ago"
+            f"cursor   {_t(sp['spool_id']):<28} {sp['cursor']:<14} last commit {sp['age_s']} s ago"
         )
     a = pg["amcheck"]
     if a is None:
@@ -236,5 +243,5 @@ def _print_pg_store(con: Any, s: dict[str, Any]) -> None:
         )
         con.print(
             f"amcheck  [{style}]{a['outcome']}[/{style}] {render.when(a['at'])}"
-            + (f" {a['error']}" if a.get("error") else "")
+            + (f" {_t(a['error'])}" if a.get("error") else "")
         )

@@ -207,8 +207,17 @@ def _stream(src: Source, problems: list[Problem]) -> Iterator[Event]:
                                 "response_id": f"{sid}:{mid}:{k}",
                             }
                         )
+            # aider writes no time per message, only the run's start: every message of the
+            # run happened at or after it, and the import's own time would date a
+            # months-old run as today's (newest in every listing).
             messages.append(
-                make_message(mid, kind, "\n".join(lines), name="aider" if kind == "tool" else None)
+                make_message(
+                    mid,
+                    kind,
+                    "\n".join(lines),
+                    name="aider" if kind == "tool" else None,
+                    timestamp=started,
+                )
             )
         meta: dict[str, Any] = {
             "source_file": name,

@@ -63,6 +63,21 @@ class TokenError(Exception):
     """A token operation failed: unknown scope, unknown token id."""
 
 
+class TokensUnavailableError(TokenError):
+    """``tokens.db`` cannot be read or written now: another process holds its lock past the
+    busy timeout (a ``sqlite3`` shell, a ``quill token`` command, a backup), or an I/O error
+    (SQLITE_BUSY, SQLITE_LOCKED, SQLITE_IOERR by apsw exception type). Nothing was changed;
+    retry shortly (HTTP: 503 ``tokens-unavailable`` with ``Retry-After``)."""
+
+    def __init__(self, path: Path, cause: BaseException):
+        self.cause = f"{type(cause).__name__}: {cause}"
+        super().__init__(f"{path.name} cannot be used now ({self.cause}); retry shortly")
+
+
+#: apsw exception types (SQLite primary result codes) of a ``tokens.db`` that passes by itself.
+_UNAVAILABLE = (apsw.BusyError, apsw.LockedError, apsw.IOError)
+
+
 class TokensCopiedError(TokenError):
     """``tokens.db`` is bound to another data dir or machine: it was copied here. Its tokens
     are refused until ``quill token rebind``; ``bound_home`` is where it was bound."""
@@ -120,6 +135,8 @@ class TokenStore:
             mapped = translate(exc)
             if isinstance(mapped, DescriptorsExhaustedError):
                 raise mapped from exc
+            if isinstance(exc, _UNAVAILABLE):
+                raise TokensUnavailableError(self.path, exc) from exc
             raise
 
     def _open_checked(self, *, write: bool) -> apsw.Connection:
@@ -154,7 +171,8 @@ class TokenStore:
 
     def bind(self) -> None:
         """Bind an unbound ``tokens.db`` (one from before bindings) here; a no-op when there is
-        none or it is bound here. Raises ``TokensCopiedError`` when it is bound elsewhere."""
+        none or it is bound here. Raises ``TokensCopiedError`` when it is bound elsewhere and
+        ``TokensUnavailableError`` when it cannot be written now."""
         if self.path.exists():
             self._open(write=True).close()
 
@@ -261,7 +279,8 @@ class TokenStore:
 
     def verify(self, token: str) -> Principal | None:
         """The principal for a presented token, or None if it is malformed, unknown or revoked.
-        Raises ``TokensCopiedError`` when ``tokens.db`` is bound to another data dir."""
+        Raises ``TokensCopiedError`` when ``tokens.db`` is bound to another data dir and
+        ``TokensUnavailableError`` when it cannot be read now (locked, I/O)."""
         if not token.startswith(_PREFIX) or not self.path.exists():
             return None
         token_id, sep, secret = token[len(_PREFIX) :].partition("_")
@@ -272,6 +291,8 @@ class TokenStore:
             row = conn.execute(
                 "SELECT scopes, digest FROM tokens WHERE id = ? AND revoked_at IS NULL", (token_id,)
             ).fetchone()
+        except _UNAVAILABLE as exc:
+            raise TokensUnavailableError(self.path, exc) from exc
         finally:
             conn.close()
         if row is None or not hmac.compare_digest(row[1], _digest(secret)):

@@ -24,7 +24,7 @@ from quill import home as data_dir
 from quill.home import RunDir
 from quill.jobs.queues import build_for
 from quill.ops import logs
-from quill.ops.service import metrics
+from quill.ops.service import metrics, views
 from quill.ops.status import health
 from quill.ops.status.doctor import run_checks
 from quill.workers import scheduler
@@ -176,6 +176,10 @@ def test_a_scheduler_started_on_a_locked_schedule_waits_and_resumes(cfg, holder)
             assert st["ready"] is False and st["jobs"] == [] and st["schedule_unavailable_since"]
             assert "locked" in st["schedule_unavailable"] and st["schedule_retry_s"] >= 1
             _assert_reported_locked(cfg)
+            rows = views.jobs(cfg)  # the dashboard's /jobs and GET /api/v1/jobs
+            assert rows and all(
+                r["schedules"] is None and "locked" in r["schedule_error"] for r in rows
+            ), rows
             assert not _log(cfg, "scheduler.started")  # fired nothing from memory
             assert 1 <= len(_log(cfg, "scheduler.schedule_unavailable")) <= 2  # bounded
             lock.__exit__(None, None, None)

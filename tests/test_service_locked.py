@@ -7,6 +7,8 @@ retried. Real ``quill serve`` process, real lock holder process, real OTLP spans
 
 from __future__ import annotations
 
+import json
+
 import httpx
 from conftest import QuillCLI
 from otlp_helpers import post_json, run_agent
@@ -14,6 +16,8 @@ from service_helpers import served
 from test_schedule_locked import held_lock
 
 from quill.home import OTLP_LINKS_DB
+from quill.ops.cli import cli
+from quill.ops.cli.base import run
 from quill.ops.client.client import Client
 from quill.ops.service.tokens import TokenStore
 
@@ -62,3 +66,22 @@ def test_an_otlp_export_meeting_locked_links_is_retryable_and_stored_on_retry(tm
     quill.drain()
     sessions = Client(home=str(home)).sessions()
     assert any(s["id"].startswith("otlp:") for s in sessions), sessions
+
+
+def test_token_commands_say_tokens_db_is_locked(tmp_path, capsys):
+    home = tmp_path / "home"
+    home.mkdir()
+    TokenStore(home / "tokens.db").create("w", ["read"])
+    commands = [
+        ["token", "create", "x", "--scope", "read"],
+        ["token", "list"],
+        ["token", "revoke", "deadbeef"],
+        ["token", "rebind"],
+    ]
+    with held_lock(home / "tokens.db", "python"):
+        for argv in commands:
+            code = run(cli, ["--home", str(home), *argv, "--json"])
+            out = capsys.readouterr()
+            assert code != 0 and "Traceback" not in out.err + out.out, (argv, out)
+            error = json.loads(out.out)["error"]
+            assert error["kind"] == "busy" and "tokens.db" in error["message"], (argv, error)

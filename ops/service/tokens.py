@@ -22,11 +22,13 @@ write (``quill serve`` binds it at start).
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import hmac
 import os
 import secrets
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -169,6 +171,15 @@ class TokenStore:
         if row is not None and row[0] != binding(self.path):
             raise TokensCopiedError(self.path, row[1])
 
+    @contextlib.contextmanager
+    def _available(self) -> Iterator[None]:
+        """Statements on an open ``tokens.db``: a lock or I/O error becomes
+        ``TokensUnavailableError`` (nothing was changed: the transaction rolled back)."""
+        try:
+            yield
+        except _UNAVAILABLE as exc:
+            raise TokensUnavailableError(self.path, exc) from exc
+
     def bind(self) -> None:
         """Bind an unbound ``tokens.db`` (one from before bindings) here; a no-op when there is
         none or it is bound here. Raises ``TokensCopiedError`` when it is bound elsewhere and
@@ -180,7 +191,14 @@ class TokenStore:
         """Bind ``tokens.db`` to this data dir whatever it was bound to (``quill token
         rebind``: the owner accepts a copy's tokens here); ``revoke_all``: revoke every token
         too (a copy that must not share the original's secrets). Returns the number of tokens
-        that are now accepted here."""
+        that are now accepted here. Raises ``TokensUnavailableError`` when the file cannot be
+        written now (locked by another process, I/O)."""
+        try:
+            return self._rebind(revoke_all=revoke_all)
+        except _UNAVAILABLE as exc:
+            raise TokensUnavailableError(self.path, exc) from exc
+
+    def _rebind(self, *, revoke_all: bool = False) -> int:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         conn = apsw.Connection(str(self.path))
         try:
@@ -225,7 +243,7 @@ class TokenStore:
         conn = self._open(write=True)
         try:
             # One transaction: the name check and the insert (two creates race otherwise).
-            with conn:
+            with self._available(), conn:
                 taken = conn.execute(
                     "SELECT id FROM tokens WHERE name = ? AND revoked_at IS NULL", (name,)
                 ).fetchone()
@@ -248,9 +266,11 @@ class TokenStore:
             return []
         conn = self._open(write=False)
         try:
-            rows = conn.execute(
-                "SELECT id, name, scopes, created_at, revoked_at FROM tokens ORDER BY created_at"
-            ).fetchall()
+            with self._available():
+                rows = conn.execute(
+                    "SELECT id, name, scopes, created_at, revoked_at FROM tokens"
+                    " ORDER BY created_at"
+                ).fetchall()
         finally:
             conn.close()
         return [
@@ -268,10 +288,11 @@ class TokenStore:
         """Revoke a token by id (idempotent). Raises ``TokenError`` for an unknown id."""
         conn = self._open(write=True)
         try:
-            conn.execute(
-                "UPDATE tokens SET revoked_at = coalesce(revoked_at, ?) WHERE id = ?",
-                (time.time(), token_id),
-            )
+            with self._available():
+                conn.execute(
+                    "UPDATE tokens SET revoked_at = coalesce(revoked_at, ?) WHERE id = ?",
+                    (time.time(), token_id),
+                )
             if conn.changes() == 0:
                 raise TokenError(f"no token with id {token_id!r}; see `quill token list`")
         finally:

@@ -7,6 +7,7 @@ it boundedly, and resumes firing by itself once the lock is released."""
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import shutil
 import subprocess
@@ -225,3 +226,17 @@ def _epoch(iso: str) -> float:
     import datetime as dt
 
     return dt.datetime.fromisoformat(iso).timestamp()
+
+
+def test_schedule_commands_say_the_file_is_locked(cfg, capsys):
+    from quill.ops.cli import cli
+    from quill.ops.cli.base import run
+
+    with held_lock(cfg.schedule_db, "python"):
+        for argv in (["schedule", "list"], ["schedule", "pause", "snapshot"]):
+            code = run(cli, ["--home", str(cfg.home), *argv, "--json"])
+            out = capsys.readouterr()
+            assert code == 1 and "Traceback" not in out.err + out.out, (argv, out)
+            error = json.loads(out.out)["error"]
+            assert error["kind"] == "schedule_unreadable" and "locked" in error["message"]
+            assert "lock" in error["hint"] and "move schedule.db aside" not in error["hint"]

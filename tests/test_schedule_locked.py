@@ -168,7 +168,7 @@ def _queued(cfg) -> int:
 
 
 @pytest.mark.parametrize("holder", HOLDERS)
-def test_a_scheduler_started_on_a_locked_schedule_waits_and_resumes(cfg, holder):
+def test_a_scheduler_started_on_a_locked_schedule_waits_and_resumes(cfg, holder, capsys):
     lock = held_lock(cfg.schedule_db, holder)
     lock.__enter__()  # held before the scheduler starts, released while it runs
     try:
@@ -177,6 +177,13 @@ def test_a_scheduler_started_on_a_locked_schedule_waits_and_resumes(cfg, holder)
             assert st["ready"] is False and st["jobs"] == [] and st["schedule_unavailable_since"]
             assert "locked" in st["schedule_unavailable"] and st["schedule_retry_s"] >= 1
             _assert_reported_locked(cfg)
+            from quill.ops.cli import cli
+            from quill.ops.cli.base import run
+
+            assert run(cli, ["--home", str(cfg.home), "status"]) == 0
+            text = capsys.readouterr().out
+            assert "SCHEDULE LOCKED" in text and "the scheduler has waited" in text, text
+            assert "move schedule.db aside" not in text, text
             rows = views.jobs(cfg)  # the dashboard's /jobs and GET /api/v1/jobs
             assert rows and all(
                 r["schedules"] is None and "locked" in r["schedule_error"] for r in rows

@@ -96,6 +96,7 @@ class PostgresBackend:
                 "SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
                 "JOIN pg_class t ON t.oid = i.indrelid JOIN pg_am a ON a.oid = c.relam "
                 "WHERE a.amname = 'btree' AND t.relnamespace = current_schema()::regnamespace "
+                "AND i.indisvalid "  # amcheck refuses an index still being built (concurrently)
                 "ORDER BY 1"
             )
         ]

@@ -22,7 +22,8 @@ One schema, one migration list for both backends: the tables are SQLite's DDL
 (a fixed list of type spellings); ``PG_DDL`` adds what only PostgreSQL has. The version is
 ``state_meta['schema_version']``. ``create`` migrates in one transaction under a session
 advisory lock, so several hosts starting at once migrate exactly once, and it refuses a store
-written by a newer Quill.
+written by a newer Quill. The order-key index (``store.postgres.order_index``) is built there
+only while ``messages`` is empty; on a store with rows a writer builds it concurrently, after.
 Functions are created schema-qualified (``SET search_path`` on each), so index expressions
 still resolve when ``pg_restore`` runs with an empty search_path.
 """
@@ -33,6 +34,7 @@ import re
 
 from quill.store import schema as sqlite_schema
 from quill.store.errors import CantOpenError
+from quill.store.postgres import order_index
 from quill.store.postgres.connection import PgConnection
 from quill.store.postgres.ddl import PG_DDL
 from quill.store.postgres.extensions import extension_schema
@@ -215,6 +217,9 @@ def create(conn: PgConnection) -> None:
                     tool_result_roles=repr(TOOL_RESULT_ROLES),
                 )
             )
+            if conn.execute("SELECT NOT EXISTS (SELECT 1 FROM messages)").fetchone()[0]:
+                # an empty table indexes at once; with rows, a writer builds it concurrently
+                conn.execute(order_index.CREATE_SQL)
             conn.execute(
                 "INSERT INTO state_meta(key, value) VALUES ('schema_version', ?) "
                 "ON CONFLICT (key) DO UPDATE SET value = excluded.value",

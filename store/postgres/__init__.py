@@ -18,7 +18,7 @@ from quill.store.contract import MAINTENANCE_JOBS
 from quill.store.errors import CorruptError
 from quill.store.postgres import apply as pg_apply
 from quill.store.postgres import schema
-from quill.store.postgres.connection import PgConnection
+from quill.store.postgres.connection import WRITER_SESSION, PgConnection
 from quill.store.postgres.extensions import extension_schema
 from quill.store.postgres.reads import PgReader
 
@@ -41,7 +41,12 @@ class PostgresBackend:
         self.url = url
         self.spool_id = spool_id
         self.client = dict(client or {})
-        self.conn = PgConnection(url, application_name=f"quill-writer:{spool_id}", **self.client)
+        self.conn = PgConnection(
+            url,
+            application_name=f"quill-writer:{spool_id}",
+            settings=WRITER_SESSION,
+            **self.client,
+        )
         try:
             schema.create(self.conn)
         except BaseException:

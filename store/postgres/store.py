@@ -38,7 +38,7 @@ from quill.home import Halt, runner_dead
 from quill.store.capabilities import PostgresCapabilities
 from quill.store.contract import HaltAction, NullLog
 from quill.store.postgres import PostgresBackend, claims, halt, order_index, schema
-from quill.store.postgres.connection import PgConnection
+from quill.store.postgres.connection import WRITER_SESSION, PgConnection
 from quill.store.sqlite.job_runs import close_interrupted
 
 #: How often an idle writer collects its spool (seconds); the first time a minute after start.
@@ -101,7 +101,12 @@ class PgStore(PostgresCapabilities, PostgresBackend):
         ``interrupted_runs``.
         Raises ``TransientError`` when the server cannot be reached and ``SpoolClaimedError``
         while another holder's claim is live (the connection is then closed)."""
-        self.conn = PgConnection(self.url, application_name=self.application_name, **self.client)
+        self.conn = PgConnection(
+            self.url,
+            application_name=self.application_name,
+            settings=WRITER_SESSION,
+            **self.client,
+        )
         try:
             schema.create(self.conn)
             figures: dict[str, Any] = {"spool_id": self.spool_id}

@@ -81,6 +81,17 @@ def _waiting_on_lock(url: str, application_prefix: str) -> bool:
         )
 
 
+def _holds_advisory(url: str, application_prefix: str) -> bool:
+    with psycopg.connect(url, autocommit=True) as conn:
+        return bool(
+            conn.execute(
+                "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+                "WHERE a.application_name LIKE %s AND l.locktype = 'advisory' AND l.granted",
+                (application_prefix + "%",),
+            ).fetchone()[0]
+        )
+
+
 def _in_thread(fn) -> tuple[threading.Thread, dict]:
     out: dict = {}
 
@@ -114,11 +125,12 @@ def test_a_writer_frozen_mid_chunk_frees_the_sessions_lock_within_the_bound(tmp_
             "messages.append",
             {"session_id": "shared", "messages": [{"role": "user", "content": "b0"}]},
         )
-    gate = psycopg.connect(url)  # A's chunk stops right after it locked the session
-    gate.execute("LOCK TABLE spool_cursor IN ACCESS EXCLUSIVE MODE")
+    gate = psycopg.connect(url)  # A's chunk stops at its first read of messages
+    gate.execute("LOCK TABLE messages IN ACCESS EXCLUSIVE MODE")
     child = _child(tmp_path, str(home), BOUND_MS, "drain")
     try:
         _wait(lambda: _waiting_on_lock(url, "quill-writer:"), 60, "A's chunk to reach the gate")
+        assert _holds_advisory(url, "quill-writer:")  # inside the chunk: the session is locked
         os.kill(child.pid, signal.SIGSTOP)
         gate.rollback()  # A's statement completes on the server; A itself is frozen
         b = open_url(url, tmp_path / "b.db", "host-b")
@@ -128,7 +140,12 @@ def test_a_writer_frozen_mid_chunk_frees_the_sessions_lock_within_the_bound(tmp_
             thread, out = _in_thread(lambda: b.apply_chunk(entries, lambda *a: None).applied)
             thread.join(30)
             waited = time.monotonic() - began
-            assert out.get("value") == 1, f"B still waiting for frozen A after {waited:.1f} s"
+            with psycopg.connect(url, autocommit=True) as c:
+                act = c.execute(
+                    "SELECT application_name, state, wait_event_type, wait_event, left(query, 80) "
+                    "FROM pg_stat_activity WHERE application_name LIKE 'quill%'"
+                ).fetchall()
+            assert out.get("value") == 1, f"B waiting for frozen A after {waited:.1f} s: {act}"
         finally:
             b.close()
         assert waited < 15, waited

@@ -18,6 +18,7 @@ import sys
 import textwrap
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import psycopg
@@ -45,7 +46,7 @@ _CHILD = textwrap.dedent(
         out = drain(config.load(Path(sys.argv[1])), logs.configure(None, "test"))
         print(json.dumps({"applied": out.get("applied")}), flush=True)
     else:
-        conn = connection.PgConnection(sys.argv[1], settings=bound)
+        conn = connection.PgConnection(sys.argv[1], application_name=sys.argv[4], settings=bound)
         schema.create(conn)
         print("migrated", flush=True)
     """
@@ -70,24 +71,24 @@ def _wait(cond, timeout: float, what: str):
     pytest.fail(f"timed out after {timeout} s waiting for {what}")
 
 
-def _waiting_on_lock(url: str, application_prefix: str) -> bool:
+def _waiting_on_lock(url: str, application: str) -> bool:
     with psycopg.connect(url, autocommit=True) as conn:
         return bool(
             conn.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE %s "
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s "
                 "AND wait_event_type = 'Lock'",
-                (application_prefix + "%",),
+                (application,),
             ).fetchone()[0]
         )
 
 
-def _holds_advisory(url: str, application_prefix: str) -> bool:
+def _holds_advisory(url: str, application: str) -> bool:
     with psycopg.connect(url, autocommit=True) as conn:
         return bool(
             conn.execute(
                 "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
-                "WHERE a.application_name LIKE %s AND l.locktype = 'advisory' AND l.granted",
-                (application_prefix + "%",),
+                "WHERE a.application_name = %s AND l.locktype = 'advisory' AND l.granted",
+                (application,),
             ).fetchone()[0]
         )
 
@@ -115,6 +116,8 @@ def test_a_writer_frozen_mid_chunk_frees_the_sessions_lock_within_the_bound(tmp_
     open_url(url, tmp_path / "init.db", "init").close()  # the schema, before anyone waits
     home = tmp_path / "host-a"
     home.mkdir()
+    spool_id = "frozen-" + uuid.uuid4().hex[:12]  # names A's session on the shared server
+    (home / "spool-id").write_text(spool_id)
     (home / "config.toml").write_text(f'[store]\nurl = "{url}"\n')
     with Spool(home / "spool", fsync=False) as sp:
         for i in range(5):
@@ -129,8 +132,14 @@ def test_a_writer_frozen_mid_chunk_frees_the_sessions_lock_within_the_bound(tmp_
     gate.execute("LOCK TABLE messages IN ACCESS EXCLUSIVE MODE")
     child = _child(tmp_path, str(home), BOUND_MS, "drain")
     try:
-        _wait(lambda: _waiting_on_lock(url, "quill-writer:"), 60, "A's chunk to reach the gate")
-        assert _holds_advisory(url, "quill-writer:")  # inside the chunk: the session is locked
+        _wait(  # inside the chunk: the session locked, the next statement at the gate
+            lambda: (
+                _waiting_on_lock(url, f"quill-writer:{spool_id}")
+                and _holds_advisory(url, f"quill-writer:{spool_id}")
+            ),
+            60,
+            "A's chunk to reach the gate",
+        )
         os.kill(child.pid, signal.SIGSTOP)
         gate.rollback()  # A's statement completes on the server; A itself is frozen
         b = open_url(url, tmp_path / "b.db", "host-b")
@@ -143,7 +152,7 @@ def test_a_writer_frozen_mid_chunk_frees_the_sessions_lock_within_the_bound(tmp_
             with psycopg.connect(url, autocommit=True) as c:
                 act = c.execute(
                     "SELECT application_name, state, wait_event_type, wait_event, left(query, 80) "
-                    "FROM pg_stat_activity WHERE application_name LIKE 'quill%'"
+                    "FROM pg_stat_activity WHERE datname = current_database()"
                 ).fetchall()
             assert out.get("value") == 1, f"B waiting for frozen A after {waited:.1f} s: {act}"
         finally:
@@ -178,9 +187,10 @@ def test_a_migration_frozen_mid_way_frees_the_migration_lock_within_the_bound(
         conn.execute("UPDATE state_meta SET value = '5' WHERE key = 'pg_layout'")
     gate = psycopg.connect(url)  # the migration stops at its first statement on messages
     gate.execute("LOCK TABLE messages IN ACCESS SHARE MODE")
-    child = _child(tmp_path, url, BOUND_MS, "migrate")
+    name = "quill-migrate-" + uuid.uuid4().hex[:12]  # names its session on the shared server
+    child = _child(tmp_path, url, BOUND_MS, "migrate", name)
     try:
-        _wait(lambda: _waiting_on_lock(url, "quill"), 60, "the migration to reach the gate")
+        _wait(lambda: _waiting_on_lock(url, name), 60, "the migration to reach the gate")
         os.kill(child.pid, signal.SIGSTOP)
         gate.rollback()
         began = time.monotonic()

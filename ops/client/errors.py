@@ -321,6 +321,8 @@ def from_exception(exc: BaseException) -> QuillError | None:
     schedule = sys.modules.get("quill.jobs.schedule")
     if schedule is not None and isinstance(exc, schedule.ScheduleUnreadableError):
         return ScheduleUnreadableError(text, damaged=exc.damaged)
+    if home is not None and isinstance(exc, home.DataDirError):
+        return StorageError(text, hint=exc.hint)
     if home is not None and isinstance(exc, home.ConfigError):
         return StorageError(text, hint="fix config.toml (docs/configuration.md lists every key)")
     if isinstance(exc, OSError):

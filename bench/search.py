@@ -16,6 +16,7 @@ by triggers) queried the obvious ways (``ORDER BY rank``, ``ORDER BY rowid DESC`
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
 from pathlib import Path
@@ -291,10 +292,11 @@ def report(n: int, q: dict[str, Any], log, naive: dict[str, Any] | None = None) 
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m bench.search STORE [--reps N] [--out PATH]``: §3 on an existing store (one
-    built by ``bench.build_store``), without building one; prints the lines and writes JSON."""
+    """``python -m bench.search STORE [--reps N] [--out PATH] [--baseline REV] [--json]``: §3 on
+    an existing store (one built by ``bench.build_store``), without building one; prints the
+    lines (with ``--baseline``, a table against revision REV measured on the same store in the
+    same run) and writes JSON."""
     import argparse
-    import json
     import os
 
     from .common import machine
@@ -305,14 +307,33 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("store", type=Path, help="state.db of a synthetic store (bench.build_store)")
     ap.add_argument("--reps", type=int, default=60)
     ap.add_argument("--out", type=Path, default=None, help="JSON results file")
+    ap.add_argument(
+        "--baseline",
+        metavar="REV",
+        help="also measure git revision REV's search on the same store, in the same run "
+        "(a subprocess on an exported copy, before and after this tree's)",
+    )
+    ap.add_argument("--json", action="store_true", help="print this tree's latencies as JSON only")
     args = ap.parse_args(argv)
     from quill.store.read.reader import Reader
 
+    if args.json:
+        print(json.dumps(quill_latencies(args.store, args.reps), default=str))
+        return 0
     with Reader(args.store) as r:
         n = r.conn.execute("SELECT count(*) FROM messages").fetchone()[0]
     began = time.monotonic()
     load = os.getloadavg()
+    base = _baseline(args.baseline, args.store, args.reps) if args.baseline else None
     q = quill_latencies(args.store, args.reps)
+    if base is not None:
+        # The baseline again after this tree: a load that changed during the run shows as two
+        # baseline figures apart; the comparison takes the better of the two.
+        again = _baseline(args.baseline, args.store, args.reps)
+        base = {
+            k: min((b, a), key=lambda v: v.get("p95_ms", 0)) if "p95_ms" in b else b
+            for (k, b), a in zip(base.items(), again.values())
+        }
     res = {
         "messages": n,
         "quill": q,
@@ -328,6 +349,9 @@ def main(argv: list[str] | None = None) -> int:
         v["p95_ms"] for k, v in q.items() if "FTS5 bm25(), newest 1k" in k
     )
     report(n, q, print)
+    if base is not None:
+        res["baseline"] = {"rev": args.baseline, "quill": base}
+        print(compare(args.baseline, base, q))
     print(
         f"load average before {load}, after {res['load_after']}; "
         f"newest-first p95 {res['newest_first_p95_ms']} ms; "
@@ -338,6 +362,31 @@ def main(argv: list[str] | None = None) -> int:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(res, indent=2, default=str))
     return 0
+
+
+def _baseline(rev: str, store: Path, reps: int) -> dict[str, Any]:
+    """``quill_latencies`` under the ``quill`` of git revision ``rev`` (same store, same run)."""
+    from .common import at_revision
+
+    return at_revision("bench.search", rev, str(store), "--reps", str(reps), "--json")
+
+
+def compare(rev: str, base: dict[str, Any], q: dict[str, Any]) -> str:
+    """A markdown table of p50/p95 of every timed query: ``rev`` and this tree, and the ratio
+    of this tree's p95 to the baseline's."""
+    lines = [
+        f"| query | {rev} p50 / p95 ms | this tree p50 / p95 ms | p95 ÷ {rev} | hits same count |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for k, v in q.items():
+        b = base.get(k)
+        if not isinstance(v, dict) or "p95_ms" not in v or not b or "p95_ms" not in b:
+            continue
+        lines.append(
+            f"| {k} | {b['p50_ms']} / {b['p95_ms']} | {v['p50_ms']} / {v['p95_ms']} | "
+            f"{ratio(v['p95_ms'], b['p95_ms'])} | {b['hits'] == v['hits']} |"
+        )
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

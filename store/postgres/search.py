@@ -31,16 +31,17 @@ from quill.store.postgres import windows
 from quill.store.postgres.connection import PgConnection
 from quill.store.postgres.schema import TRIGRAM_SCOPE
 from quill.store.read import projections
+from quill.store.search import candidates, fence, rank, textfold
 from quill.store.search import group as group_mod
 from quill.store.search import hits as hits_mod
 from quill.store.search import page as page_mod
 from quill.store.search import plan as query
-from quill.store.search import rank, textfold
 from quill.store.search.candidates import (
     KINDS,
-    SCAN_MAX_ROWS,
+    WINDOW_SQL,
     _escape_like,
     trigram_covered_sql,
+    window_rows,
 )
 from quill.store.search.columns import TRIGRAM_PREFIX_CHARS
 from quill.store.search.request import begin
@@ -140,10 +141,13 @@ def _scan(
     rep: str,
     kinds: tuple[str, ...],
     rest: bool = False,
+    lo: int = 0,
+    cap: int | None = None,
 ) -> list[tuple]:
     """``(id, display id, session id)`` of up to ``limit`` matching rows among the newest
-    ``SCAN_MAX_ROWS`` rows below ``below``, newest first, for a scan plan or (``rest``) the
-    rows the trigram index does not wholly cover; ``rep`` is the SQL of the display id
+    ``cap`` rows (None: ``SCAN_MAX_ROWS``) below ``below`` with ``id >= lo``, newest first, for
+    a scan plan or (``rest``) the rows the trigram index does not wholly cover (``fence.Scan``
+    picks ``lo`` and ``cap``); ``rep`` is the SQL of the display id
     (``projections.REPRESENTATIVE_SQL`` or ``m.id``). Text, reasoning and tool-call text are
     searched, as SQLite's scan does."""
     cols = [c for k, c in SCAN_COLUMNS_SQL.items() if k in kinds]
@@ -159,10 +163,10 @@ def _scan(
     outside = f"NOT {_covered(kinds)} AND " if rest else ""
     return conn.execute(
         f"SELECT m.id, {rep}, m.session_id FROM "
-        "(SELECT id FROM messages WHERE id < ? ORDER BY id DESC LIMIT ?) AS w "
+        f"({WINDOW_SQL}) AS w "
         f"JOIN messages m ON m.id = w.id JOIN sessions s ON s.id = m.session_id "
         f"WHERE {outside}({' OR '.join(likes)}) AND {cond} ORDER BY m.id DESC LIMIT ?",
-        (below, SCAN_MAX_ROWS, *like_args, *args, limit),
+        (below, lo, candidates.SCAN_MAX_ROWS if cap is None else cap, *like_args, *args, limit),
     ).fetchall()
 
 
@@ -250,37 +254,36 @@ def _newest_page(
     """Offer the visible matches newest first to ``page`` until it is done (display dedupe
     and the per-session cap are the page's); True when every candidate was offered. A
     trigram plan merges the index's matches with a scan of the rows it does not wholly
-    cover, as on SQLite."""
+    cover, read only down to the index match the merge places next (``fence``), as on
+    SQLite."""
     first = group_mod.first_batch(page)
-    sources = [_batches(conn, plan, cond, args, rep, kinds_t, first, rest=False)]
-    if plan.kind == "trigram":
-        sources.append(_batches(conn, plan, cond, args, rep, kinds_t, first, rest=True))
-    return group_mod.offer_merged(page, sources)
-
-
-def _batches(
-    conn: PgConnection,
-    plan: query.Plan,
-    cond: str,
-    args: list[Any],
-    rep: str,
-    kinds: tuple[str, ...],
-    first: int,
-    *,
-    rest: bool,
-) -> Iterator[tuple]:
-    """The matching rows newest first, a batch at a time, read only as they are consumed:
-    a scan (or the trigram plan's ``rest``) pages ``_scan`` window by window until a window
-    holds no match (``group.newest_batches``, as on SQLite); an index route reads through
-    ``windows.newest``."""
-    if plan.kind == "scan" or rest:
-        yield from group_mod.newest_batches(
-            lambda below, batch: _scan(conn, plan, cond, args, below, batch, rep, kinds, rest),
-            first,
-            scan=True,
+    if plan.kind == "scan":
+        return group_mod.offer_merged(
+            page,
+            [
+                group_mod.newest_batches(
+                    lambda below, n: _scan(conn, plan, cond, args, below, n, rep, kinds_t),
+                    first,
+                    scan=True,
+                )
+            ],
         )
-        return
-    yield from _index_rows(conn, plan, cond, args, rep, kinds, first)
+    if plan.kind != "trigram":
+        return group_mod.offer_merged(
+            page, [_index_rows(conn, plan, cond, args, rep, kinds_t, first)]
+        )
+    top = conn.execute(windows.TOP_SQL).fetchone()[0]
+    scan = fence.Scan(
+        lambda below, lo, n, cap: _scan(
+            conn, plan, cond, args, below, n, rep, kinds_t, rest=True, lo=lo, cap=cap
+        ),
+        lambda below, lo, cap: window_rows(conn, below, lo, cap),
+        top=top,
+        first=first,
+        max_rows=candidates.SCAN_MAX_ROWS,
+    )
+    indexed = _index_rows(conn, plan, cond, args, rep, kinds_t, first, top=top)
+    return fence.offer_fenced(page, indexed, scan)
 
 
 def _index_rows(
@@ -291,12 +294,14 @@ def _index_rows(
     rep: str,
     kinds: tuple[str, ...],
     first: int,
+    top: int | None = None,
 ) -> Iterator[tuple]:
-    """``windows.newest`` over the word index (with its density bound) or the trigram index."""
+    """``windows.newest`` over the word index (with its density bound) or the trigram index;
+    ``top``: the newest id when already read."""
     match, match_args = _where(conn, plan, kinds)
     if not match:
         return iter(())
-    density, table, top = None, 0.0, None
+    density, table = None, 0.0
     if plan.kind == "fts":
         upper, table, top = windows.bound(conn, plan, _weights(kinds))
         density = upper / table

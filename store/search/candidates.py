@@ -145,6 +145,17 @@ def _tail(
         below, left, window = rows[-1][0], left - len(rows), min(window * 2, 2000)
 
 
+#: The ids a scan reads: the newest ``cap`` rows with ``lo <= id < below`` (parameters
+#: below, lo, cap), walked down the primary key (both backends).
+WINDOW_SQL = "SELECT id FROM messages WHERE id < ? AND id >= ? ORDER BY id DESC LIMIT ?"
+
+
+def window_rows(conn: Any, below: int, lo: int, cap: int) -> int:
+    """Rows (matching or not) with ``lo <= id < below``, at most ``cap``: what a scan of that
+    window reads (``fence.Scan``'s count; works on both backends)."""
+    return conn.execute(f"SELECT count(*) FROM ({WINDOW_SQL}) AS w", (below, lo, cap)).fetchone()[0]
+
+
 def _indexed(
     conn: apsw.Connection,
     plan: query.Plan,
@@ -156,15 +167,18 @@ def _indexed(
     kinds: tuple[str, ...],
     display: bool,
     rest: bool = False,
+    lo: int = 0,
+    cap: int | None = None,
 ) -> list[tuple[int, int, str]]:
     """``(id, display id, session id)`` of up to ``limit`` matching rows below ``below``,
     newest first (the display id is the row's representative,
     ``projections.REPRESENTATIVE_SQL``, when ``display``; else the id itself). Only ids:
     texts, snippets and context are read for the page of hits alone (``search``).
 
-    A scan plan, or a trigram plan with ``rest``, scans the newest ``SCAN_MAX_ROWS`` rows
-    below ``below`` (with ``rest``: only the rows the trigram index does not wholly cover,
-    ``trigram_covered_sql``); otherwise the word or trigram index answers."""
+    A scan plan, or a trigram plan with ``rest``, scans the newest ``cap`` rows (None:
+    ``SCAN_MAX_ROWS``) below ``below`` with ``id >= lo`` (with ``rest``: only the rows the
+    trigram index does not wholly cover, ``trigram_covered_sql``; ``fence.Scan`` picks ``lo``
+    and ``cap``); otherwise the word or trigram index answers."""
     rep = f"coalesce({projections.REPRESENTATIVE_SQL}, m.id)" if display else "m.id"
     join = _join(cond)
     if plan.kind == "scan" or rest:
@@ -178,10 +192,9 @@ def _indexed(
         outside = f"NOT {trigram_covered_sql(kinds)} AND " if rest else ""
         return conn.execute(
             f"SELECT m.id, {rep}, m.session_id FROM "
-            "(SELECT id FROM messages WHERE id < ? ORDER BY id DESC LIMIT ?) AS w "
-            f"JOIN messages m ON m.id = w.id {join} "
+            f"({WINDOW_SQL}) AS w JOIN messages m ON m.id = w.id {join} "
             f"WHERE {outside}{ors} AND {cond} ORDER BY m.id DESC LIMIT ?",
-            (below, SCAN_MAX_ROWS, *like_args, *args, limit),
+            (below, lo, SCAN_MAX_ROWS if cap is None else cap, *like_args, *args, limit),
         ).fetchall()
     if plan.kind == "trigram":
         if "text" not in kinds:

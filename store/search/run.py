@@ -21,7 +21,9 @@ Rules (architecture.md "Measured facts the schema relies on"):
   a tool-call text is built (json_tree) only for a hit whose snippet needs it.
 
 This module holds the route and the paging loop; the candidate queries are in
-``store.search.candidates``, the page of hits (snippets, context) in ``store.search.page``.
+``store.search.candidates``, the merge of the trigram index with the scan of the rows it does
+not cover in ``store.search.fence``, the page of hits (snippets, context) in
+``store.search.page``.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from typing import Any
 import apsw
 
 from quill.store.read import projections
-from quill.store.search import group
+from quill.store.search import candidates, fence, group
 from quill.store.search import hits as hits_mod
 from quill.store.search import plan as query
 from quill.store.search.candidates import (
@@ -44,6 +46,7 @@ from quill.store.search.candidates import (
     _indexed,
     _ranked_page,
     _tail,
+    window_rows,
 )
 from quill.store.search.columns import TRIGRAM_PREFIX_CHARS, TRIGRAM_ROLES
 from quill.store.search.page import _hits
@@ -188,13 +191,27 @@ def _newest(
     if not usable and plan.kind != "scan":
         return True  # the tail (bounded as a scan) was everything there is to read
     first = group.first_batch(page)
-    sources = [_batches(conn, plan, upto, cond, args, kinds, display, first, rest=False)]
-    if plan.kind == "trigram":
-        # The trigram index sees only the first characters of user/assistant text; every row
-        # holding more (other roles, longer text, reasoning, tool calls) is scanned as the
-        # scan route scans, so a longer query never looks in less than a shorter one would.
-        sources.append(_batches(conn, plan, upto, cond, args, kinds, display, first, rest=True))
-    return group.offer_merged(page, sources)
+    indexed = _batches(conn, plan, upto, cond, args, kinds, display, first)
+    if plan.kind != "trigram":
+        return group.offer_merged(page, [indexed])
+    # The trigram index sees only the first characters of user/assistant text; every row
+    # holding more (other roles, longer text, reasoning, tool calls) is scanned as the scan
+    # route scans, so a longer query never looks in less than a shorter one would. The scan
+    # reads only down to the index match the merge places next (``fence``).
+
+    def fetch(below: int, lo: int, n: int, cap: int) -> list[tuple] | None:
+        try:
+            return _indexed(
+                conn, plan, upto, cond, args, below, n, kinds, display, rest=True, lo=lo, cap=cap
+            )
+        except (apsw.CorruptError, apsw.NotADBError):
+            return None
+
+    def count(below: int, lo: int, cap: int) -> int:
+        return window_rows(conn, below, lo, cap)
+
+    scan = fence.Scan(fetch, count, top=top, first=first, max_rows=candidates.SCAN_MAX_ROWS)
+    return fence.offer_fenced(page, indexed, scan)
 
 
 def _batches(
@@ -206,8 +223,6 @@ def _batches(
     kinds: tuple[str, ...],
     display: bool,
     first: int,
-    *,
-    rest: bool,
 ) -> Iterator[tuple[int, int, str]]:
     """``_indexed``'s rows newest first, a batch at a time, read only as they are consumed
     (``group.newest_batches``); a damaged index met by a reader ends them: the tail scan is
@@ -215,8 +230,8 @@ def _batches(
 
     def fetch(below: int, batch: int) -> list[tuple]:
         try:
-            return _indexed(conn, plan, upto, cond, args, below, batch, kinds, display, rest)
+            return _indexed(conn, plan, upto, cond, args, below, batch, kinds, display)
         except (apsw.CorruptError, apsw.NotADBError):
             return []
 
-    return group.newest_batches(fetch, first, scan=plan.kind == "scan" or rest)
+    return group.newest_batches(fetch, first, scan=plan.kind == "scan")

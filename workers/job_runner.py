@@ -35,11 +35,10 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from huey.utils import utcnow
-
 from quill.home import is_exhaustion, runner_tag
 from quill.jobs import catalog
 from quill.jobs.errors import QueueDamagedError, QueueUnavailableError
+from quill.jobs.huey_lazy import utcnow
 from quill.jobs.outage import QueueOutage
 from quill.jobs.queues import Queues, resolve_params
 from quill.spool import Spool

@@ -327,6 +327,8 @@ def from_exception(exc: BaseException) -> QuillError | None:
             else None
         )
         return ScheduleUnreadableError(text, damaged=exc.damaged, hint=hint)
+    if home is not None and isinstance(exc, home.DataDirError):
+        return StorageError(text, hint=exc.hint)
     if home is not None and isinstance(exc, home.ConfigError):
         return StorageError(text, hint="fix config.toml (docs/configuration.md lists every key)")
     if isinstance(exc, OSError):

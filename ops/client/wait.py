@@ -12,6 +12,7 @@ holds no trace of the batch — neither applied nor refused — so it was never 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +80,49 @@ def wait_applied(
                 bell.wait(poll)  # the writer's ring after a commit, or the poll if it was lost
             else:
                 time.sleep(poll)
+    finally:
+        if bell is not None:
+            bell.close(remove=True)
+
+
+#: How often (s) a wait for a job's run looks without a ring: what a lost ring costs.
+JOB_POLL_S = 0.2
+
+
+def wait_job_run(
+    waiters_dir: Path,
+    runs: Callable[[], list[dict[str, Any]]],
+    queued_at: float,
+    timeout: float,
+    poll: float = JOB_POLL_S,
+) -> dict[str, Any] | None:
+    """The newest finished run (``outcome`` not ``running``) that ``runs()`` lists (the job's
+    recent ``job_runs`` rows, newest first) started at or after ``queued_at`` (epoch s, less
+    a second of clock skew); None when none is recorded within ``timeout`` seconds.
+
+    The writer rings the waiters' doorbells in ``waiters_dir`` after each job it runs or
+    records (``quill.home.doorbell``), so the run is read as soon as it is committed; ``poll``
+    bounds what a lost ring costs. Raises what ``runs`` raises."""
+    from quill.home import doorbell
+    from quill.store.sqlite.job_runs import RUNNING
+
+    def finished() -> dict[str, Any] | None:
+        done = [r for r in runs() if r["started_at"] >= queued_at - 1 and r["outcome"] != RUNNING]
+        return done[0] if done else None
+
+    deadline = time.monotonic() + timeout
+    # Listen before the first look: a run recorded after it rings us (home.doorbell).
+    bell = doorbell.listen(doorbell.waiter_path(waiters_dir))
+    try:
+        while True:
+            run = finished()
+            left = deadline - time.monotonic()
+            if run is not None or left <= 0:
+                return run
+            if bell is not None:
+                bell.wait(min(poll, left))
+            else:
+                time.sleep(min(poll, left))
     finally:
         if bell is not None:
             bell.close(remove=True)

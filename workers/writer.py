@@ -73,8 +73,6 @@ STOP_LOOK_S = 0.1
 #: While idle the loop turns every poll_interval; one status write per this many seconds is
 #: plenty for `quill status` and the supervisor's idle check.
 IDLE_PUBLISH_S = 0.25
-#: A busy writer publishes its status at most this often (seconds; ``_publish_busy``).
-BUSY_PUBLISH_S = 0.1
 
 
 class Writer(HaltAndRefusal, UntilIdle):
@@ -114,7 +112,6 @@ class Writer(HaltAndRefusal, UntilIdle):
         self._was_busy = False
         self._backoff: float | None = None  # the last retry pause; None after a success
         self._last_idle_publish = float("-inf")
-        self._last_busy_publish = float("-inf")
         # While halted the store is looked at every halt_poll_s (0.5 s): a retryable failure
         # there (a PostgreSQL server that went away) is logged once per MAX_BACKOFF_S.
         self._halted_retry = Throttle(MAX_BACKOFF_S)
@@ -301,7 +298,7 @@ class Writer(HaltAndRefusal, UntilIdle):
         done = self.drain.step(on_commit=self._wake_waiters)
         if done.entries:
             status.observe(self.commit_hist, time.monotonic() - began)  # read+apply+commit
-            self._publish_busy(now)
+            self._publish(now, idle=False)
             self._index()
             self.jobs.run_one(self.store, idle=False, on_start=self._job_started)
             self._was_busy = True
@@ -336,17 +333,6 @@ class Writer(HaltAndRefusal, UntilIdle):
                 "writer.fts_detached", damaged=detached["damaged"], error=detached["error"]
             )
         return rows
-
-    def _publish_busy(self, now: float) -> None:
-        """Publish a busy status at most every ``BUSY_PUBLISH_S``: a commit's status write is
-        off the next op's path while ops keep coming. The idle status after any busy turn is
-        published at once (``_last_idle_publish`` reset), so a drained writer's published
-        cursor is always its last commit's."""
-        if now - self._last_busy_publish >= BUSY_PUBLISH_S:
-            self._last_busy_publish = now
-            self._publish(now, idle=False)
-        else:
-            self._last_idle_publish = float("-inf")
 
     def _job_started(self, name: str) -> None:
         self._publish(time.monotonic(), idle=False, job=name)

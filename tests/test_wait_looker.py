@@ -70,3 +70,21 @@ def test_a_looker_follows_a_replaced_store_file(tmp_path):
         assert first.position < at_first <= second.position
         os.replace(new, cfg.state_db)  # swapped in under the waiting client
         assert look.cursor() > second.position
+
+
+def test_the_drain_rings_only_after_the_commit(tmp_path):
+    """``Drain.step``'s ``on_commit`` (where the writer rings its waiting clients) runs once
+    per committed chunk, when a fresh reader already sees the cursor past it — and never
+    when there was nothing to apply."""
+    from harness import InProcessWriter
+
+    w = InProcessWriter(tmp_path / "home", writer={"chunk_rows": 1})
+    w.until_idle()  # the store is made
+    acks = [quill.Client(w.cfg.home).append("s", [{"role": "user", "content": t}]) for t in "ab"]
+    seen = []
+    drain = w.writer.drain
+    for _ in acks:
+        drain.step(on_commit=lambda: seen.append(applied_position(w.cfg)))
+    assert [c > a.position for c, a in zip(seen, acks)] == [True, True]
+    assert not drain.step(on_commit=lambda: seen.append("rung")).entries
+    assert len(seen) == 2

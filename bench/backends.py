@@ -14,7 +14,9 @@ same run. ``python -m bench.backends [--pg URL] [--ingest N] [--search N]``.
    the spool append; the database is not on its path, so p99 must not move.
 3. Search p50/p95 through the public reader API (``Reader.search`` / ``PgReader.search``,
    limit 20, newest first, with context) on the same N synthetic messages in both stores,
-   warm, 20 runs per query (the queries of bench/search.py).
+   warm, 20 runs per query (the queries of bench/search.py), with the round trips and
+   statements one PostgreSQL search costs, and PostgreSQL's own floor in the same run
+   (``bench.pg_floor``: ``SELECT 1`` and the bare word query of each term).
 Prints a table and writes ``bench/out/backends.json``. Ratios only compare figures of one run.
 """
 
@@ -35,6 +37,7 @@ from quill.workers.drain import Drain
 from .backends_ceiling import ceiling
 from .common import machine, ms, pct, ratio, tempdir
 from .messages import calls, synthetic_messages
+from .pg_floor import floor, wire_module
 from .search import QUERIES
 
 CTX = mp.get_context("fork")
@@ -269,6 +272,8 @@ def search(n: int, pg: str, runs: int = 20) -> list[dict[str, Any]]:
     with tempdir("quill-bench-search") as tmp, PgSchema(pg) as url:
         _fill(tmp / "spool", n, seed=7, prefix="s")
         timings: dict[str, dict[str, list[float]]] = {}
+        trips: dict[str, tuple[int, int]] = {}
+        wire = wire_module()
         for kind in ("sqlite", "postgres"):
             barrier, q = CTX.Barrier(2), CTX.Queue()
             p = CTX.Process(
@@ -295,19 +300,36 @@ def search(n: int, pg: str, runs: int = 20) -> list[dict[str, Any]]:
                         reader.search(**kw)
                         ts.append(time.perf_counter() - t)
                     timings.setdefault(name, {})[kind] = ts
+                    if kind == "postgres":
+                        with wire.traced(reader.conn) as w:
+                            reader.search(**kw)
+                        trips[name] = (w.round_trips, w.statements)
             backend.close()
+        floors = floor(url, runs)
         for name, by in timings.items():
             row = {"query": name, "messages": n}
             for kind, ts in by.items():
                 row[f"{kind}_p50_ms"], row[f"{kind}_p95_ms"] = ms(pct(ts, 50)), ms(pct(ts, 95))
             row["p95_pg_vs_sqlite"] = ratio(row["postgres_p95_ms"], row["sqlite_p95_ms"])
+            row["postgres_round_trips"], row["postgres_statements"] = trips[name]
             out.append(row)
             print(
                 f"search {name:26} sqlite p95 {row['sqlite_p95_ms']} ms  "
                 f"postgres p95 {row['postgres_p95_ms']} ms"
-                f"  ({row['p95_pg_vs_sqlite']}×)",
+                f"  ({row['p95_pg_vs_sqlite']}×; {trips[name][0]} round trips, "
+                f"{trips[name][1]} statements)",
                 flush=True,
             )
+        for name, ts in floors.items():
+            row = {"floor": name, "postgres_p50_ms": ms(pct(ts, 50))}
+            row["postgres_p95_ms"] = ms(pct(ts, 95))
+            out.append(row)
+            print(
+                f"floor  {name:34} postgres p50 {row['postgres_p50_ms']} ms "
+                f"p95 {row['postgres_p95_ms']} ms",
+                flush=True,
+            )
+    print(f"load average {os.getloadavg()}", flush=True)
     return out
 
 

@@ -35,7 +35,9 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-def _serve(home: Any, port: int) -> subprocess.Popen:
+def _serve(home: Any, port: int, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """`quill serve` on ``home`` at 127.0.0.1:``port`` (``env``: the process's environment,
+    e.g. a baseline tree first on ``PYTHONPATH``), once it answers ``/healthz``."""
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -49,6 +51,7 @@ def _serve(home: Any, port: int) -> subprocess.Popen:
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        env=env,
     )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:

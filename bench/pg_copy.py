@@ -12,8 +12,12 @@ a million incremental GIN inserts), then ``ANALYZE``. The schema is kept for ``s
 ``python -m bench.pg_copy search STATE_DB --pg URL --schema NAME [--runs N]``: the §3
 queries (``bench.search.QUERIES``) through both public reader APIs, warm, p50/p95 each and
 PostgreSQL ÷ SQLite, whether both returned the same hits, and the heap rows and table blocks one
-PostgreSQL search read (load-independent); ``--only`` picks query names, ``--drop`` removes the
-schema afterwards.
+PostgreSQL search read (load-independent); ``--only NAME`` (repeatable: names hold commas)
+picks queries, ``--drop`` removes the
+schema afterwards. PostgreSQL is timed by ``bench.pg_floor`` in a subprocess, which also
+gives the round trips and statements of one search and PostgreSQL's floor (``SELECT 1``, the
+bare GIN query of each word query); ``--baseline REV`` times the ``quill`` of git revision
+``REV`` on the same store too, alternating with this tree for ``--rounds`` rounds (same run).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .common import ms, pct, ratio
+from .common import ms, pct, ratio, revision_tree, run_json
 from .search import QUERIES
 
 
@@ -148,43 +152,73 @@ def _heap_reads(url: str, kw: dict[str, Any]) -> tuple[int, int]:
 
 
 def search(
-    state_db: Path, base: str, schema: str, runs: int, only: set[str] | None = None
+    state_db: Path,
+    base: str,
+    schema: str,
+    runs: int,
+    only: set[str] | None = None,
+    baseline: str | None = None,
+    rounds: int = 1,
 ) -> list[dict[str, Any]]:
-    from quill.store.postgres.reads import PgReader
+    """One row per query (and per floor query): p50/p95 on each backend (and the baseline
+    revision's PostgreSQL), ratios, round trips, same hits. Prints each row as JSON."""
     from quill.store.read.reader import Reader
 
-    out = []
-    readers = {"sqlite": Reader(state_db), "postgres": PgReader(_url(base, schema))}
+    url = _url(base, schema)
     load_before = os.getloadavg()
-    for name, kw in QUERIES:
-        if only and name not in only:
-            continue
-        row: dict[str, Any] = {"query": name}
-        found: dict[str, list[int]] = {}
-        for kind, reader in readers.items():
+    lite: dict[str, tuple[list[float], list[int]]] = {}
+    with Reader(state_db) as reader:
+        for name, kw in QUERIES:
+            if only and name not in only:
+                continue
             reader.search(**kw)  # warm
             ts = []
             for _ in range(runs):
                 t = time.perf_counter()
                 hits = reader.search(**kw)
                 ts.append(time.perf_counter() - t)
-            row[f"{kind}_p50_ms"], row[f"{kind}_p95_ms"], row[f"{kind}_hits"] = (
-                ms(pct(ts, 50)),
-                ms(pct(ts, 95)),
-                len(hits),
-            )
-            found[kind] = [h["message_id"] for h in hits]
-        row["p95_pg_vs_sqlite"] = ratio(row["postgres_p95_ms"], row["sqlite_p95_ms"])
+            lite[name] = (ts, [h["message_id"] for h in hits])
+    trees = {"postgres": None, **({"baseline": baseline} if baseline else {})}
+    pg: dict[str, dict[str, Any]] = {k: {"queries": {}, "floor": {}} for k in trees}
+    args = [url, "--runs", str(runs)] + [a for n in sorted(only or ()) for a in ("--only", n)]
+    for _ in range(rounds):  # alternate the trees so both see the same load
+        for kind, rev in trees.items():
+            with revision_tree(rev) as tree:
+                got = run_json("bench.pg_floor", tree, *args)
+            for part in ("queries", "floor"):
+                for name, v in got[part].items():
+                    have = pg[kind][part].setdefault(name, v if part == "queries" else [])
+                    if part == "queries":
+                        if have is not v:
+                            have["times"] += v["times"]
+                    else:
+                        have += v
+    out = []
+    for name, (ts, ids) in lite.items():
+        row: dict[str, Any] = {"query": name, "sqlite_p50_ms": ms(pct(ts, 50))}
+        row["sqlite_p95_ms"] = ms(pct(ts, 95))
+        for kind in trees:
+            q = pg[kind]["queries"][name]
+            row[f"{kind}_p50_ms"] = ms(pct(q["times"], 50))
+            row[f"{kind}_p95_ms"] = ms(pct(q["times"], 95))
+            row[f"{kind}_vs_sqlite_p95"] = ratio(row[f"{kind}_p95_ms"], row["sqlite_p95_ms"])
+            row[f"{kind}_round_trips"] = q["round_trips"]
+            row[f"{kind}_statements"] = q["statements"]
+            # The copy keeps SQLite's ids, so equal pages are equal id lists, in order.
+            row[f"{kind}_same_hits"] = q["ids"] == ids
         row["postgres_heap_rows"], row["postgres_table_blocks"] = _heap_reads(
-            _url(base, schema), kw
+            url, dict(QUERIES)[name]
         )
-        # The copy keeps SQLite's ids, so equal pages are equal id lists, in order.
-        row["same_hits"] = found["sqlite"] == found["postgres"]
+        print(json.dumps(row), flush=True)
+        out.append(row)
+    for name in pg["postgres"]["floor"]:
+        row = {"floor": name}
+        for kind in trees:
+            ts = pg[kind]["floor"][name]
+            row[f"{kind}_p50_ms"], row[f"{kind}_p95_ms"] = ms(pct(ts, 50)), ms(pct(ts, 95))
         print(json.dumps(row), flush=True)
         out.append(row)
     print(f"load average before {load_before}, after {os.getloadavg()}", flush=True)
-    for reader in readers.values():
-        reader.close()
     return out
 
 
@@ -197,7 +231,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pg", default="postgresql://postgres@127.0.0.1:5432/postgres")
     ap.add_argument("--schema", required=True)
     ap.add_argument("--runs", type=int, default=20)
-    ap.add_argument("--only", help="search: comma-separated query names (default: all)")
+    ap.add_argument("--rounds", type=int, default=1, help="search: rounds of every tree")
+    ap.add_argument("--baseline", help="search: also time the quill of this git revision")
+    ap.add_argument(
+        "--only", action="append", help="search: a query name, repeatable (default: all)"
+    )
     ap.add_argument("--drop", action="store_true", help="drop the schema after searching")
     ap.add_argument(
         "--no-finish", action="store_true", help="load: copy messages only (resume later)"
@@ -206,8 +244,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.action == "load":
         load(args.state_db, args.pg, args.schema, finish=not args.no_finish)
     else:
-        only = set(args.only.split(",")) if args.only else None
-        search(args.state_db, args.pg, args.schema, args.runs, only)
+        only = set(args.only) if args.only else None
+        search(args.state_db, args.pg, args.schema, args.runs, only, args.baseline, args.rounds)
         if args.drop:
             import psycopg
 

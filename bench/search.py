@@ -214,6 +214,15 @@ def quill_latencies(db: Path, reps: int) -> dict[str, Any]:
             cpu["quill ÷ bare"] = ratio(cpu["quill"], cpu["bare FTS5"])
             cpu["no context ÷ bare"] = ratio(cpu["quill, no context"], cpu["bare FTS5"])
             out[f"cpu per call: {name}"] = cpu
+        # Substring and CJK (trigram index merged with the scan of the rows it does not
+        # cover): CPU per call with context, few reps (an unfenced scan costs ~0.5 s a call).
+        for name, kw in (
+            ("substring", dict(text=SUBSTRING, substring=True)),
+            ("CJK", dict(text=CJK)),
+        ):
+            out[f"cpu per call: {name}"] = {
+                "quill": _cpu(lambda kw=kw: r.search(limit=20, **kw), max(3, reps // 10))
+            }
         # Ranked, bounded: Quill's ranked search vs FTS5's bm25() over the same candidates.
         sql, arg = RANKED_SQL["ranked common (FTS5 bm25(), newest 1k)"]
         few = max(3, reps // 4)
@@ -380,6 +389,12 @@ def compare(rev: str, base: dict[str, Any], q: dict[str, Any]) -> str:
     ]
     for k, v in q.items():
         b = base.get(k)
+        if k.startswith("cpu per call") and b and "quill" in v and "quill" in b:
+            lines.append(
+                f"| {k} (CPU ms, Quill) | {b['quill']} | {v['quill']} | "
+                f"{ratio(v['quill'], b['quill'])} | |"
+            )
+            continue
         if not isinstance(v, dict) or "p95_ms" not in v or not b or "p95_ms" not in b:
             continue
         lines.append(

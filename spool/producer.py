@@ -8,8 +8,11 @@ Durability and concurrency contract (docs/architecture.md, "The spool"):
 * before writing, a segment whose last byte is not ``\\n`` (a producer was killed mid-write)
   gets a lone ``\\n``: the torn fragment becomes its own damaged line, which the drain
   quarantines, and never fuses with the new record;
-* ``fdatasync`` after the lock is released, before ``append`` returns. Concurrent producers
-  already share the filesystem's journal commit (ext4/jbd2 batches concurrent fdatasyncs).
+* ``fdatasync`` after the lock is released, before ``append`` returns; ``append_many``
+  writes all its records first and covers them with one ``fdatasync`` (one per segment when
+  a rotation falls inside: the old segment is synced before its descriptor is given up).
+  Concurrent producers already share the filesystem's journal commit (ext4/jbd2 batches
+  concurrent fdatasyncs).
   ``group_commit=True`` adds a user-space group commit (off by default: on a 2-core machine
   it lowers the 16-producer p50 but raises the p99, and the p99 is the target;
   bench/RESULTS.md has the figures). With it, the syncer holds an exclusive
@@ -40,13 +43,13 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
-import time
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from quill.home import DEFAULTS
 from quill.home.descriptors import EXHAUSTED_ERRNOS
 from quill.home.doorbell import ring
-from quill.spool import record
+from quill.spool import envelope
 from quill.spool.errors import (
     DescriptorsExhaustedError,
     InvalidOpError,
@@ -68,17 +71,6 @@ from quill.spool.segments import (
 )
 
 _FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
-
-
-def _uuid4() -> str:
-    """A random UUID (version 4, RFC 9562 §5.4) as its canonical 36-character text: the
-    ``str(uuid.uuid4())`` value, without importing ``uuid`` (which imports ``platform``; the
-    producer runs once per agent turn in `quill push`, bench/cli.py)."""
-    raw = bytearray(os.urandom(16))
-    raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
-    raw[8] = (raw[8] & 0x3F) | 0x80  # variant 10xx (RFC 9562)
-    h = raw.hex()
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 class Ack(NamedTuple):
@@ -131,6 +123,9 @@ class Spool(GroupCommit):
             fast_codec  # False: stdlib JSON for a process writing one record (record.encode)
         )
         self._seq = 0
+        # Records written to the active segment and not yet fdatasync'd (``_sync_pending``),
+        # and where the last of them ends. Zero between calls: nothing is acked unsynced.
+        self._unsynced = self._unsynced_end = 0
         self._segment = 0
         self._fd = -1
         self._next_path = ""
@@ -153,46 +148,70 @@ class Spool(GroupCommit):
         returns it): the encoder skips that walk of ``data``. Only pass what was checked: a
         value that is not plain (NaN, a tuple, bytes) would be written as msgspec renders it.
         """
-        if not isinstance(op, str) or op not in record.OP_KINDS:  # a list op is unhashable
-            raise InvalidOpError(f"unknown op {op!r}; expected one of {sorted(record.OP_KINDS)}")
-        if not isinstance(data, dict):
-            raise InvalidOpError(f"op data must be a JSON object, got {type(data).__name__}")
-        batch_id = batch_id or _uuid4()
-        if not isinstance(batch_id, str):
-            raise InvalidOpError(f"batch id must be a string, got {type(batch_id).__name__}")
-        problem = record.id_size_problem(batch_id, "batch id")
-        if problem:
-            raise InvalidOpError(problem)
-        # The sequence number is consumed only once the line is written (``_write``): an
-        # append refused before that leaves no gap, so a gap in a producer's numbers is a
-        # record lost from the spool (``spool.integrity``).
-        seq = self._seq + 1
-        body = {
-            "v": record.VERSION,
-            "op": op,
-            "batch": batch_id,
-            "producer": self.producer_id,
-            "seq": seq,
-            "ts": time.time(),
-            "data": data,
-        }
+        return self.append_many([(op, data, batch_id)], plain=(plain,))[0]
+
+    def append_many(
+        self,
+        ops: Sequence[tuple[str, dict[str, Any], str | None]],
+        *,
+        plain: Sequence[bool] | None = None,
+    ) -> list[Ack]:
+        """Append ``ops`` (``(op, data, batch_id or None)`` each, as for ``append``) in order,
+        durable together: every record is written, then one ``fdatasync`` covers them all
+        (one per segment when a rotation falls inside), and only then does this return their
+        ``Ack``s, in order. ``plain``: ``append``'s flag per op.
+
+        Every record is encoded and measured before any is written, so an op refused for its
+        content (``InvalidOpError``, ``RecordTooLargeError``) appends nothing. An I/O failure
+        after some records were written raises the ``SpoolError`` with ``acks``: the acks of
+        the records made durable before it (a prefix of ``ops``, possibly empty); the rest
+        are not acknowledged (a retry with the same batch ids applies each once).
+        """
+        flags = plain if plain is not None else (False,) * len(ops)
+        if len(flags) != len(ops):
+            raise InvalidOpError(f"{len(flags)} plain flags for {len(ops)} ops")
+        lines = [
+            envelope.line(
+                op,
+                data,
+                batch_id,
+                producer=self.producer_id,
+                seq=self._seq + 1 + index,
+                fast=self._fast_codec,
+                plain=is_plain,
+                limit=self.max_record_bytes,
+            )
+            for index, ((op, data, batch_id), is_plain) in enumerate(zip(ops, flags))
+        ]
+        acks: list[Ack] = []
         try:
-            line = record.encode(body, fast=self._fast_codec, plain=plain)
-        except (TypeError, ValueError) as exc:
-            raise InvalidOpError(f"op data is not JSON-serialisable: {exc}") from None
-        except RecursionError:
-            raise InvalidOpError(
-                f"op data nests too deeply to encode (readers accept at most "
-                f"{record.MAX_NESTING} levels)"
-            ) from None
-        self.check_size(len(line))
-        offset = self._write(line, seq)
-        # Durable now: wake the idle writer (a ring nobody hears costs only its poll interval).
+            for line, batch_id in lines:
+                offset = self._write(line, self._seq + 1)
+                acks.append(Ack(Position(self._segment, offset), batch_id))
+            self._sync_pending()
+        except BaseException as exc:
+            if self._unsynced_end > 0:  # a write failed, not a sync: sync what came before
+                try:
+                    self._sync_pending()
+                except SpoolError:
+                    pass  # the failure raised below is the one to report
+            durable = acks[: len(acks) - self._unsynced]
+            self._unsynced = self._unsynced_end = 0  # never carried into another call's ack
+            if isinstance(exc, SpoolError):
+                exc.acks = durable
+            if durable:
+                self._ring()
+            raise
+        self._ring()
+        return acks
+
+    def _ring(self) -> None:
+        """Durable now: wake the idle writer (a ring nobody hears costs only its poll
+        interval; a failed one is kept in ``ring_error``, the ack stands)."""
         try:
             ring(self._doorbell)
-        except OSError as exc:  # the ack stands: the record is durable and the writer polls
+        except OSError as exc:
             self.ring_error = exc
-        return Ack(Position(self._segment, offset), batch_id)
 
     def check_size(self, size: int) -> None:
         """Raise ``RecordTooLargeError`` when a line of ``size`` bytes exceeds the limit."""
@@ -204,20 +223,15 @@ class Spool(GroupCommit):
         envelope measured at its largest): for callers that must refuse a multi-op request
         before appending any of it. Costs one encode of ``data``; raises ``InvalidOpError``
         for data that cannot be encoded."""
-        body = {
-            "v": record.VERSION,
-            "op": op,
-            "batch": batch_id or _uuid4(),
-            "producer": self.producer_id,
-            "seq": 2**63,
-            "ts": time.time(),
-            "data": data,
-        }
-        try:
-            line = record.encode(body, fast=self._fast_codec)
-        except (TypeError, ValueError, RecursionError) as exc:
-            raise InvalidOpError(f"op data cannot be encoded: {exc}") from None
-        self.check_size(len(line))
+        envelope.line(
+            op,
+            data,
+            batch_id,
+            producer=self.producer_id,
+            seq=2**63,
+            fast=self._fast_codec,
+            limit=self.max_record_bytes,
+        )
 
     def close(self) -> None:
         """Close the cached descriptors. The handle may be used again afterwards."""
@@ -276,17 +290,33 @@ class Spool(GroupCommit):
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)
             if full:
+                # Records this handle wrote to the old segment are made durable before its
+                # descriptor is given up (``append_many``: one sync per segment).
+                self._sync_pending()
                 self._rotate(unlinked=unlinked)
                 continue
-            if self._fsync:
-                try:
-                    if self._group:
-                        self._group_sync(fd, offset + len(line))
-                    else:
-                        os.fdatasync(fd)
-                except OSError as exc:
-                    raise self._os_error(exc) from exc
+            self._unsynced += 1
+            self._unsynced_end = offset + len(line)
             return offset
+
+    def _sync_pending(self) -> None:
+        """Make the records this handle wrote to its active segment since the last sync
+        durable: one ``fdatasync`` (or a group commit's) covering bytes ``[0, end)``, which
+        holds every one of them. Raises ``SpoolError``; the records stay pending then."""
+        if not self._unsynced:
+            return
+        if self._fsync:
+            try:
+                if self._group:
+                    self._group_sync(self._fd, self._unsynced_end)
+                else:
+                    os.fdatasync(self._fd)
+            except OSError as exc:
+                # Never retried: a second fdatasync after a failed one can report success for
+                # pages the kernel already dropped. These records are not acknowledged.
+                self._unsynced_end = -1
+                raise self._os_error(exc) from exc
+        self._unsynced = self._unsynced_end = 0
 
     def _write_locked(self, fd: int, size: int, line: bytes) -> int:
         """Write ``line`` at the end of the locked segment; returns the record's offset."""

@@ -6,6 +6,7 @@ the same script; pop/clear never delete."""
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 
@@ -264,3 +265,51 @@ def test_without_the_sdk_the_import_error_says_what_to_install():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("ImportError |") and "pip install 'openai-agents" in out.stdout
+
+
+def test_the_protocol_cases_inside_the_sqlite_only_sdk_tests(home, writer):
+    """What the SDK tests that run on SQLiteSession only (they reach into its connection pool,
+    file lock and transactions) also say of the protocol, on both sessions: a failed
+    ``add_items`` leaves nothing behind and the session usable; a session is used from
+    several event loops, one after another and at once; two sessions of one store (one file)
+    written at once keep their own items."""
+
+    async def failed_then_usable(s) -> None:
+        with pytest.raises((TypeError, ValueError)):  # SQLite: TypeError; Quill: InvalidInput
+            await s.add_items([{"role": "user", "content": object()}])
+        await s.add_items([{"role": "user", "content": "after failure"}])
+        assert [i.get("content") for i in await s.get_items()] == ["after failure"]
+
+    def loops(s) -> None:
+        other = asyncio.new_event_loop()
+        thread = threading.Thread(target=other.run_forever)
+        thread.start()
+        try:
+            for turn in range(3):  # each asyncio.run is a new loop and a new executor
+                asyncio.run(s.add_items([{"role": "user", "content": f"turn {turn}"}]))
+            asyncio.run_coroutine_threadsafe(
+                s.add_items([{"role": "user", "content": "other loop"}]), other
+            ).result(timeout=60)
+        finally:
+            other.call_soon_threadsafe(other.stop)
+            thread.join(timeout=10)
+            other.close()
+        got = asyncio.run(s.get_items())
+        assert [i["content"] for i in got] == ["turn 0", "turn 1", "turn 2", "other loop"]
+
+    async def two_at_once(one, two) -> None:
+        await asyncio.gather(
+            one.add_items([{"role": "user", "content": "one"}]),
+            two.add_items([{"role": "user", "content": "two"}]),
+        )
+        assert [i["content"] for i in await one.get_items()] == ["one"]
+        assert [i["content"] for i in await two.get_items()] == ["two"]
+
+    db = home / "sdk.db"
+    for make in (
+        lambda sid: SQLiteSession(sid, db),
+        lambda sid: QuillSession(sid, home=home),
+    ):
+        asyncio.run(failed_then_usable(make("failed")))
+        loops(make("loops"))
+        asyncio.run(two_at_once(make("one"), make("two")))

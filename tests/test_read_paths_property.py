@@ -18,7 +18,10 @@ kept (``normalize.scrub``: NULs dropped, lone surrogates → U+FFFD; nothing els
   message's marker it carries; then ``quill export`` of every session in each format;
 * search: each message's marker word through the word route, the trigram (substring) route
   and its kind (a tool result's marker is also in its tool name), from the client and from
-  HTTP; ``sessions()`` listing counts.
+  HTTP; ``sessions()`` listing counts;
+* the CLI: ``quill sessions list``, ``quill sessions show`` in each view and ``--json``, and
+  ``quill search`` by word, prefix, substring, short scan and rank, text and ``--json``.
+Every search route and transcript view on both backends: ``test_read_paths_routes.py``.
 
 The read paths were found by listing ``store/read``, ``store/search``, ``ops/client/reads.py``,
 ``ops/client/search.py``, ``ops/service/api_reads.py`` and ``ops/transfer/export*.py``.
@@ -285,6 +288,20 @@ def test_every_read_path_returns_what_was_imported(served_store):
             assert len(found.json()["hits"]) == 1
 
     check()
+    # The CLI's own views over what the examples stored, text and --json: the listing, a
+    # transcript in each view, and search by word, substring, short scan and rank.
+    listed = quill.run("sessions", "list", "--source", "fuzz", "--limit", "1000").stdout
+    shown = [s["id"] for s in client.sessions(source="fuzz", limit=1000)]
+    assert all(sid in listed for sid in shown)
+    for sid in shown[:3]:
+        for view in ("display", "audit", "model"):
+            assert quill.run("sessions", "show", sid, "--view", view).stdout
+        json.loads(quill.run("sessions", "show", sid, "--json").stdout)
+    marker = client.messages(shown[0], "audit")[0]["marker"]
+    for args in ((marker,), ("zqmark*",), ("zqm", "--substring"), ("zq", "--substring")):
+        assert "fuzz-" in quill.run("search", *args, "--limit", "50").stdout, args
+        assert json.loads(quill.run("search", *args, "--json").stdout)["hits"], args
+    assert quill.run("search", "zqmark*", "--order", "relevance").returncode == 0
     for fmt in export.FORMATS:  # the CLI over every session at once, in each format
         out = quill.home.parent / f"all.{fmt}"
         quill.run("export", "--format", fmt, "-o", str(out))

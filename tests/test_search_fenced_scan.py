@@ -18,14 +18,15 @@ import pytest
 from semantics_helpers import Store, assistant, call, tool, user
 
 from quill.store.postgres import search as pg_search
-from quill.store.search import candidates, textfold
+from quill.store.search import candidates, fence, textfold
 from quill.store.search import run as search_mod
 
 OLD_UNCOVERED = 1500  # tool calls and results below the page, none holding the term
 PG_BULK = 30_000  # more tool results on PostgreSQL (see _fill)
 NEWEST = 60  # newest groups: a covered match, a tool call and its result (no match)
-#: The scan's window query (old and new shapes both read ids this way) and its count.
-_SCAN_SQL = "SELECT id FROM messages WHERE id < ?"
+#: What the SQL of the scan's statements holds: the rows' window (its count too), or the test
+#: of the rows the trigram index does not cover.
+_SCAN_SQL = ("SELECT id FROM messages WHERE id < ?", "NOT (m.role IN")
 
 
 @pytest.fixture
@@ -92,7 +93,7 @@ def _read(store: Store, text: str) -> tuple[int, list[int]]:
     steps = []
 
     def profile(event: dict) -> None:
-        if _SCAN_SQL in event["sql"]:
+        if any(part in event["sql"] for part in _SCAN_SQL):
             steps.append(event["stmt_status"]["SQLITE_STMTSTATUS_VM_STEP"])
 
     store.conn.trace_v2(apsw.SQLITE_TRACE_PROFILE, profile, id="fenced-scan-test")
@@ -186,3 +187,49 @@ def test_hits_follow_the_scan_bound_on_random_stores(store, seed, monkeypatch):
             )
             want = _oracle(msgs, ids, "parsedconf", bound, limit)
             assert [h["message_id"] for h in got] == want, (bound, limit)
+
+
+def _chain(ids: list[int], hits: set[int], bound: int) -> list[int]:
+    """The scan's rule over ``ids`` (newest first): each match within ``bound`` rows below
+    the previous one, the first within the newest ``bound``."""
+    out, last = [], -1
+    for pos, i in enumerate(ids):
+        if i in hits:
+            if pos - last > bound:
+                break
+            out.append(i)
+            last = pos
+    return out
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_a_scan_read_down_to_any_fences_finds_what_its_bound_allows(seed):
+    """``fence.Scan`` on its own contract (``fetch``/``count`` over a list of ids with gaps,
+    as the SQL windows answer them): whatever fences it is read down to, in whatever steps
+    and batch sizes, it yields the rows of the rule, newest first, each once."""
+    rng = random.Random(seed)
+    ids = sorted(rng.sample(range(1, 400), rng.randint(0, 120)), reverse=True)
+    hits = {i for i in ids if rng.random() < rng.choice((0.02, 0.2, 0.6))}
+    bound = rng.choice((1, 2, 5, 17, 1000))
+    calls = []
+
+    def fetch(below: int, lo: int, n: int, cap: int) -> list[tuple]:
+        window = [i for i in ids if lo <= i < below][:cap]
+        calls.append((below, lo))
+        return [(i, i, "s") for i in window if i in hits][:n]
+
+    def count(below: int, lo: int, cap: int) -> int:
+        return min(cap, sum(1 for i in ids if lo <= i < below))
+
+    scan = fence.Scan(
+        fetch, count, top=max(ids, default=0), first=rng.choice((1, 2, 20)), max_rows=bound
+    )
+    got: list[int] = []
+    fences = sorted(rng.sample(range(0, 401), rng.randint(0, 8)), reverse=True) + [0]
+    for f in fences:
+        rows = list(scan.above(f))
+        assert all(r[0] >= f for r in rows)
+        got += [r[0] for r in rows]
+    assert got == _chain(ids, hits, bound)
+    # Reads stay above the fences: no window goes below the fence it was read for.
+    assert all(lo in fences for _below, lo in calls)

@@ -210,3 +210,28 @@ def test_ranked_search_needs_a_word_query_and_a_known_order(store):
                 r.search(text, order="relevance", **kw)
         with pytest.raises(ValueError):
             r.search("alpha", order="best")
+
+
+def test_a_committed_message_not_yet_indexed_is_found_when_ranking(tmp_path):
+    """Rows above the index watermark have no statistics to rank by; they follow the ranked
+    hits, newest first, so ``order="relevance"`` never finds less than newest-first."""
+    s = Store(tmp_path)
+    try:
+        s.apply("messages.append", {"session_id": "a", "messages": [user("wombat one")]})
+        s.index()
+        fresh = [
+            user("wombat two"),
+            {"role": "assistant", "content": "-", "reasoning": "a wombat thought"},
+            {"role": "assistant", "content": "wombat " + "y" * 70_000},
+        ]
+        s.apply("messages.append", {"session_id": "a", "messages": fresh})
+        with s.reader() as r:
+            newest = r.search("wombat", limit=10)
+            ranked = r.search("wombat", limit=10, order="relevance")
+            page = r.search_page("wombat", order="relevance", per_session=None)
+        assert len(newest) == 4
+        assert sorted(h["message_id"] for h in ranked) == sorted(h["message_id"] for h in newest)
+        assert ranked[0]["snippet"].startswith("wombat one")  # the indexed, ranked hit first
+        assert page["total"] == 4 and page["total_exact"]
+    finally:
+        s.close()

@@ -6,8 +6,10 @@
     result = await Runner.run(agent, "hi", session=QuillSession("conversation-1"))
 
 Each SDK item becomes one Quill message (so search, the display view and maintenance work on
-it): role, text and tool columns are derived from the item — ``function_call`` → an assistant
-message with one tool call, ``function_call_output`` → a ``tool`` message, ``reasoning`` → an
+it): role, text and tool columns are derived from the item — ``function_call`` and
+``custom_tool_call`` → an assistant message with one tool call, ``function_call_output`` and
+``custom_tool_call_output`` → a ``tool`` message (the writer names it from its call, even one
+added in an earlier batch: ``store.apply.tool_names``), ``reasoning`` → an
 assistant message whose ``reasoning`` is the summary — and the item itself is kept verbatim in
 the message's ``openai_agents_item`` field, which is what ``get_items`` returns. Item ids are
 *not* used as Quill message ids: the SDK reuses them (``assistant_message()``'s
@@ -87,19 +89,20 @@ def item_to_message(item: dict[str, Any]) -> dict[str, Any]:
     kind = item.get("type")
     if kind in (None, "message") and isinstance(item.get("role"), str):
         message: dict[str, Any] = {"role": item["role"], "content": item.get("content")}
-    elif kind == "function_call":
+    elif kind in ("function_call", "custom_tool_call"):
+        args = item.get("arguments") if kind == "function_call" else item.get("input")
         message = {
             "role": "assistant",
             "content": None,
             "tool_calls": [
                 {
                     "id": item.get("call_id"),
-                    "type": "function",
-                    "function": {"name": item.get("name"), "arguments": item.get("arguments")},
+                    "type": "function" if kind == "function_call" else "custom",
+                    "function": {"name": item.get("name"), "arguments": args},
                 }
             ],
         }
-    elif kind == "function_call_output":
+    elif kind in ("function_call_output", "custom_tool_call_output"):
         output = item.get("output")
         message = {
             "role": "tool",

@@ -120,7 +120,7 @@ def _append(
             f"{app.cfg.http_max_batch_messages} ([http] max_batch_messages)",
         )
     # Every op is checked before any is appended, so a refused request appends nothing; the
-    # appends below do not check again (``_append_checked``).
+    # appends below do not check again (``_append_many_checked``).
     plain: list[bool] = []
     for index, (op, data, batch) in enumerate(ops):
         try:
@@ -137,24 +137,28 @@ def _append(
                 app.client.fits(op, data, batch_id=batch)
             except InvalidInputError as exc:
                 raise _refused(index, exc) from None
-    acks: list[AckOut] = []
+
+    def done(exc: Exception) -> list[dict[str, Any]]:
+        """The acks of the ops made durable before ``exc`` (a prefix of the request)."""
+        durable = getattr(exc, "acks", [])
+        return [_ack_out(op, a).model_dump() for (op, _, _), a in zip(ops, durable)]
+
     try:
-        for (op, data, batch), is_plain in zip(ops, plain):
-            # Returns once the record is fsync'd.
-            ack = app.client._append_checked(op, data, batch_id=batch, plain=is_plain)
-            acks.append(AckOut(op=op, batch=ack.batch_id, position=str(ack.position)))
-    except QuillSpoolFull:
+        # One fdatasync covers every record of the request; returns once they are durable.
+        acks = app.client._append_many_checked(ops, plain)
+    except QuillSpoolFull as exc:
         raise ApiError(
             507,
             "spool-full",
             "the spool's disk is full; retry later with the same batch ids",
-            extra={"acks": [a.model_dump() for a in acks]},
+            extra={"acks": done(exc)},
         ) from None
-    except InvalidInputError as exc:  # the record the one op would make is too large
-        raise _refused(len(acks), exc) from None
-    except OverloadedError:  # no descriptor for a segment: nothing of this op was appended
+    except InvalidInputError as exc:
+        # Only a single op's record can be too large here: ``fits`` measured each of several.
+        raise _refused(0, exc) from None
+    except OverloadedError as exc:  # no descriptor for a segment: the rest was not appended
         busy = overloaded("the spool")
-        busy.extra = {"acks": [a.model_dump() for a in acks]}
+        busy.extra = {"acks": done(exc)}
         raise busy from None
     except QuillError as exc:
         app.log.error("http.spool_error", error_type=type(exc).__name__)
@@ -162,9 +166,13 @@ def _append(
             503,
             "spool-unavailable",
             "the spool refused the append; retry with the same batch ids",
-            extra={"acks": [a.model_dump() for a in acks]},
+            extra={"acks": done(exc)},
         ) from None
-    return AcksOut(acks=acks)
+    return AcksOut(acks=[_ack_out(op, a) for (op, _, _), a in zip(ops, acks)])
+
+
+def _ack_out(op: str, ack: Any) -> AckOut:
+    return AckOut(op=op, batch=ack.batch_id, position=str(ack.position))
 
 
 def _refused(index: int, exc: InvalidInputError) -> ApiError:

@@ -12,8 +12,6 @@ import json
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from quill.spool import Ack, Spool
-
 #: UUIDv5 namespace of stable batch ids (a constant: changing it would re-import everything).
 NAMESPACE = "6f1d8a52-3c1e-4b9e-9a57-0c3d3f6b1e42"
 #: Messages per ``messages.append`` op for imports: a batch is all-or-nothing, so smaller
@@ -107,8 +105,3 @@ def _same_session(data: dict, session_id: str, index: int) -> str:
     if given not in (None, "", session_id):
         raise ValueError(f"value {index} is for session {given!r} but --session is {session_id!r}")
     return session_id
-
-
-def append_all(spool: Spool, ops: Iterable[tuple[str, dict, str | None]]) -> list[Ack]:
-    """Append each op durably, in order; returns the acks."""
-    return [spool.append(op, data, batch_id=batch) for op, data, batch in ops]

@@ -48,7 +48,7 @@ from typing import Any
 
 import apsw
 
-from quill.store.apply import blobs, order, usage
+from quill.store.apply import blobs, order, tool_names, usage
 from quill.store.apply.message_checks import check_append
 from quill.store.apply.message_rows import (
     ID_FLOOR_KEY,
@@ -210,6 +210,8 @@ def apply_run(conn: Any, run: list[Prepared], now: float, ledger: Any) -> list[i
             fresh.append(row)
             fresh_msgs.append(msg)
         fresh_of.append((fresh, fresh_msgs))
+    filled = tool_names.fill_run(conn, [(op.sid, f) for op, (f, _) in zip(run, fresh_of)])
+    fresh_of = [(rows, msgs) for rows, (_, msgs) in zip(filled, fresh_of)]
     # Before any id is taken (a PostgreSQL sequence is not rolled back); one query per run.
     for sid in compressed_among(conn, {op.sid for op, (f, _) in zip(run, fresh_of) if f}):
         refuse_if_compressed(conn, sid, "messages.append")

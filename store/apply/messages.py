@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import apsw
 
-from quill.store.apply import order, usage
+from quill.store.apply import order, tool_names, usage
 from quill.store.apply.message_checks import (
     check_append,
     check_compact,
@@ -93,6 +93,7 @@ def messages_append(conn: apsw.Connection, data: dict, batch_id: str, arrived_at
         refuse_if_compressed(conn, sid, "messages.append")
         reopen_if_automatic(conn, sid)
         backdate_start(conn, sid, min(r[_TS] for r in fresh))
+    fresh = tool_names.fill(conn, sid, fresh)
     written = _insert(conn, sid, fresh, None, arrived_at, batch_id)
     check_tool_results(conn, sid, result_ids(fresh))
     _record_usage(conn, sid, fresh_msgs, source, batch_id, arrived_at)
@@ -133,7 +134,7 @@ def _match_tail(before: list[tuple], tail: list[tuple]) -> list[int]:
     limit = len(before)
     for k in range(len(tail) - 1, -1, -1):
         want = identity(tail[k])
-        idx = next((i for i in range(limit - 1, -1, -1) if tuple(before[i][3:]) == want), None)
+        idx = next((i for i in range(limit - 1, -1, -1) if _same(before[i][3:], want)), None)
         if idx is None:
             raise InvalidOpError(
                 "tail-mismatch",
@@ -143,6 +144,30 @@ def _match_tail(before: list[tuple], tail: list[tuple]) -> list[int]:
         matched.append(idx)
         limit = idx
     return matched[::-1]
+
+
+def _same(stored: tuple, want: tuple) -> bool:
+    """Whether a stored row's ``IDENTITY_COLUMNS`` values match a re-sent message's: equal,
+    except that a re-sent tool result without a tool name matches whatever name the stored
+    row holds (the writer names results from their calls: ``store.apply.tool_names``)."""
+    stored = tuple(stored)
+    if stored == want:
+        return True
+    return want[0] in ("tool", "function") and want[-1] is None and stored[:-1] == want[:-1]
+
+
+def _named_like(
+    conn: apsw.Connection, sid: str, rows: list[tuple], originals: list[tuple | None]
+) -> list[tuple]:
+    """``rows`` of a compaction with each unnamed tool result named as its matched original
+    (``originals[i]``: the stored row ``rows[i]`` copies, ``_live``'s shape, or None), so a
+    copy stays byte-identical; the others named from their calls (``tool_names.fill``)."""
+    name_at = ROW_COLUMNS.index("tool_name")
+    rows = [
+        (*r[:name_at], o[-1], *r[name_at + 1 :]) if o is not None and r[name_at] is None else r
+        for r, o in zip(rows, originals)
+    ]
+    return tool_names.fill(conn, sid, rows)
 
 
 @atomic
@@ -183,20 +208,25 @@ def messages_compact(conn: apsw.Connection, data: dict, batch_id: str, arrived_a
     tail_idx = _match_tail(before, tail)
     origins: list[int | None] = []
     used = set(tail_idx)
+    matched: list[int | None] = []  # per row of ``rows``: the index of its original in before
     for row in head:  # a verbatim re-sent message outside the tail: link, keep the original visible
         want = identity(row)
         idx = next(
             (
                 i
                 for i in range(len(before) - 1, -1, -1)
-                if i not in used and tuple(before[i][3:]) == want
+                if i not in used and _same(before[i][3:], want)
             ),
             None,
         )
         if idx is not None:
             used.add(idx)
         origins.append(before[idx][1] if idx is not None else None)
+        matched.append(idx)
     origins += [before[i][1] for i in tail_idx]
+    rows = _named_like(
+        conn, sid, rows, [None if i is None else before[i] for i in matched + tail_idx]
+    )
     superseded = [before[i][0] for i in tail_idx] + [r[0] for r in after]
     tail_set = set(tail_idx)
     _set_state(conn, [r[0] for i, r in enumerate(before) if i not in tail_set], "compacted")
@@ -351,6 +381,7 @@ def messages_replace(conn: apsw.Connection, data: dict, batch_id: str, arrived_a
     _check_head(conn, sid, data)
     ensure_session(conn, sid, arrived_at)
     _rewind_from(conn, sid, named[0] if named else None)
+    rows = tool_names.fill(conn, sid, rows)
     written = _insert(conn, sid, rows, None, arrived_at, batch_id)
     check_tool_results(conn, sid, result_ids(rows))
     _record_usage(conn, sid, data["messages"], opt(data, "source", str), batch_id, arrived_at)

@@ -27,14 +27,13 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from quill.store.postgres import hits as pg_hits
 from quill.store.postgres import windows
 from quill.store.postgres.connection import PgConnection
 from quill.store.postgres.schema import TRIGRAM_SCOPE
 from quill.store.read import projections
 from quill.store.search import candidates, fence, rank, textfold
 from quill.store.search import group as group_mod
-from quill.store.search import hits as hits_mod
-from quill.store.search import page as page_mod
 from quill.store.search import plan as query
 from quill.store.search.candidates import (
     KINDS,
@@ -46,7 +45,6 @@ from quill.store.search.candidates import (
 from quill.store.search.columns import TRIGRAM_PREFIX_CHARS
 from quill.store.search.request import begin
 
-_COLS = "m.id, m.session_id, m.role, m.content, m.tool_calls, m.ts, s.title, m.state"
 _WORD = re.compile(r"[^\W_]+")
 #: Search kind → the weight its words carry in ``words`` (``schema.quill_words``).
 WEIGHTS = {"text": "A", "tool": "B", "reasoning": "C"}
@@ -101,9 +99,7 @@ def _where(conn: PgConnection, plan: query.Plan, kinds: tuple[str, ...]) -> tupl
     return f"{scope} AND ({' OR '.join(likes)})", like_args
 
 
-#: A message's tool text (search kind "tool"): its tool-call text and, on a tool result, the
-#: tool's name (``schema.quill_tool_text``), as SQLite's ``tools`` column.
-_TOOL_TEXT = "quill_tool_text(m.tool_calls, m.role, m.tool_name)"
+_TOOL_TEXT = pg_hits.TOOL_TEXT
 #: The substring routes' texts (kind → SQL over ``m``), as SQLite's ``SCAN_COLUMNS_SQL``.
 SCAN_COLUMNS_SQL = {
     "text": "m.content",
@@ -143,13 +139,14 @@ def _scan(
     rest: bool = False,
     lo: int = 0,
     cap: int | None = None,
+    whole: bool = False,
 ) -> list[tuple]:
     """``(id, display id, session id)`` of up to ``limit`` matching rows among the newest
-    ``cap`` rows (None: ``SCAN_MAX_ROWS``) below ``below`` with ``id >= lo``, newest first, for
-    a scan plan or (``rest``) the rows the trigram index does not wholly cover (``fence.Scan``
-    picks ``lo`` and ``cap``); ``rep`` is the SQL of the display id
-    (``projections.REPRESENTATIVE_SQL`` or ``m.id``). Text, reasoning and tool-call text are
-    searched, as SQLite's scan does."""
+    ``cap`` rows (None: ``SCAN_MAX_ROWS``) below ``below`` with ``id >= lo`` (``whole``: every
+    row of that window), newest first, for a scan plan or (``rest``) the rows the trigram
+    index does not wholly cover (``fence.Scan`` picks ``lo``, ``cap`` and ``whole``); ``rep``
+    is the SQL of the display id (``projections.REPRESENTATIVE_SQL`` or ``m.id``). Text,
+    reasoning and tool-call text are searched, as SQLite's scan does."""
     cols = [c for k, c in SCAN_COLUMNS_SQL.items() if k in kinds]
     if not cols:
         return []
@@ -161,6 +158,13 @@ def _scan(
             conds.append(("NOT " if t.negated else "") + f"coalesce({tests}, false)")
         likes.append("(" + " AND ".join(conds) + ")")
     outside = f"NOT {_covered(kinds)} AND " if rest else ""
+    if whole:  # one walk down the key, no second lookup of each row
+        return conn.execute(
+            f"SELECT m.id, {rep}, m.session_id FROM messages m "
+            "JOIN sessions s ON s.id = m.session_id WHERE m.id < ? AND m.id >= ? AND "
+            f"{outside}({' OR '.join(likes)}) AND {cond} ORDER BY m.id DESC LIMIT ?",
+            (below, lo, *like_args, *args, limit),
+        ).fetchall()
     return conn.execute(
         f"SELECT m.id, {rep}, m.session_id FROM "
         f"({WINDOW_SQL}) AS w "
@@ -192,12 +196,16 @@ def search_page(conn: PgConnection, text: str, **kw: Any) -> dict[str, Any]:
     rep = (
         f"coalesce({projections.REPRESENTATIVE_SQL}, m.id)" if a.projection == "display" else "m.id"
     )
+    # A word search's first candidate statement reads the hits of the page it finds too
+    # (usually the whole page: one statement); the rest are read after.
+    pre = pg_hits.Prefetch(conn, a.projection, a.context, a.limit)
     exhausted = (
         _ranked_page(conn, plan, cond, args, rep, kinds_t, page)
         if a.order == "relevance"
-        else _newest_page(conn, plan, cond, args, rep, kinds_t, page)
+        else _newest_page(conn, plan, cond, args, rep, kinds_t, page, pre)
     )
-    hits = _hits(conn, plan, page.ids, a.projection, a.context, kinds_t)
+    found = pg_hits.rows(conn, page.ids, a.projection, a.context, pre.rows)
+    hits = pg_hits.dicts(conn, plan, found, a.projection, a.context, kinds_t)
     # The hits carry their sessions' titles; only sessions counted without a hit on the page
     # are read (usually none: one round trip less).
     titles = {h["session_id"]: h["title"] for h in hits}
@@ -250,6 +258,7 @@ def _newest_page(
     rep: str,
     kinds_t: tuple[str, ...],
     page: group_mod.Page,
+    pre: pg_hits.Prefetch,
 ) -> bool:
     """Offer the visible matches newest first to ``page`` until it is done (display dedupe
     and the per-session cap are the page's); True when every candidate was offered. A
@@ -268,14 +277,25 @@ def _newest_page(
                 )
             ],
         )
-    if plan.kind != "trigram":
+    if plan.kind != "trigram":  # a word plan's first statement runs through ``pre``
         return group_mod.offer_merged(
-            page, [_index_rows(conn, plan, cond, args, rep, kinds_t, first)]
+            page, [_index_rows(conn, plan, cond, args, rep, kinds_t, first, fetch=pre)]
         )
     top = conn.execute(windows.TOP_SQL).fetchone()[0]
     scan = fence.Scan(
         lambda below, lo, n, cap: _scan(
-            conn, plan, cond, args, below, n, rep, kinds_t, rest=True, lo=lo, cap=cap
+            conn,
+            plan,
+            cond,
+            args,
+            below,
+            n,
+            rep,
+            kinds_t,
+            rest=True,
+            lo=lo,
+            cap=cap,
+            whole=cap is None,
         ),
         lambda below, lo, cap: window_rows(conn, below, lo, cap),
         top=top,
@@ -295,77 +315,27 @@ def _index_rows(
     kinds: tuple[str, ...],
     first: int,
     top: int | None = None,
+    fetch: windows.Fetch | None = None,
 ) -> Iterator[tuple]:
     """``windows.newest`` over the word index (with its density bound) or the trigram index;
-    ``top``: the newest id when already read."""
+    ``top``: the newest id when already read; ``fetch``: runs the first statement."""
     match, match_args = _where(conn, plan, kinds)
     if not match:
         return iter(())
     density, table = None, 0.0
     if plan.kind == "fts":
-        upper, table, top = windows.bound(conn, plan, _weights(kinds))
+        upper, table = windows.bound(conn, plan, _weights(kinds))
         density = upper / table
     return windows.newest(
-        conn, match, match_args, cond, args, rep, first, density=density, table_rows=table, top=top
+        conn,
+        match,
+        match_args,
+        cond,
+        args,
+        rep,
+        first,
+        density=density,
+        table_rows=table,
+        top=top,
+        fetch=fetch,
     )
-
-
-def _hits(
-    conn: PgConnection,
-    plan: query.Plan,
-    page: list[int],
-    projection: str,
-    context: bool,
-    kinds_t: tuple[str, ...],
-) -> list[dict[str, Any]]:
-    """The hit dicts of ``page`` (display ids, in order) with snippets and context."""
-    if not page:
-        return []
-    # The page's rows with their neighbours' positions in one query, the neighbours' rows in
-    # one more (store.projections): two round trips for the context of a whole page.
-    ncols, nargs = projections.neighbor_positions_sql(projection) if context else ("NULL, NULL", ())
-    marks = ", ".join("?" for _ in page)
-    rows = {
-        r[0]: r
-        for r in conn.execute(
-            f"SELECT {_COLS}, {ncols}, m.reasoning, {_TOOL_TEXT} "
-            "FROM messages m JOIN sessions s ON s.id = m.session_id "
-            f"WHERE m.id IN ({marks})",
-            (*nargs, *page),
-        ).fetchall()
-    }
-    hits = [rows[mid] for mid in page if mid in rows]
-    around = (
-        projections.neighbor_rows(conn, projection, [(r[0], r[1], r[8], r[9]) for r in hits])
-        if context
-        else {}
-    )
-    out = []
-    find = page_mod.snippet_finder(plan)
-    for r in hits:
-        # The snippet comes from the text the query matched in (as on SQLite): the first of
-        # the kinds searched whose text holds a match, else the first non-empty one.
-        by_kind = {"text": r[3], "tool": r[11], "reasoning": r[10]}
-        texts = [(k, by_kind[k]) for k in kinds_t if by_kind[k]]
-        found = next(((k, f) for k, t in texts if (f := find(t)) is not None), None)
-        if found is None:
-            kind, text_of = texts[0] if texts else ("text", r[3] or r[11] or r[10] or "")
-            found = (kind, hits_mod.excerpt(text_of, []))
-        matched_in, (snip, marks) = found
-        hit = {
-            "session_id": r[1],
-            "message_id": r[0],
-            "role": r[2],
-            "state": r[7],
-            "ts": r[5],
-            "title": r[6],
-            "matched_in": matched_in,
-            "snippet": snip,
-            "highlights": marks,
-        }
-        if context:
-            before, after = around[r[0]]
-            hit["before"] = None if before is None else hits_mod.preview(before)
-            hit["after"] = None if after is None else hits_mod.preview(after)
-        out.append(hit)
-    return out

@@ -24,6 +24,12 @@ rarest word of each AND group bounding the group: an upper bound that holds for 
 words. Words that fill the page within a few rows (``WALK_MIN_DENSITY``) keep the
 backwards primary-key walk, inside a window too; words the bound puts at a few thousand rows
 or fewer are fetched index-first, as before (their heap rows are the matches).
+
+Round trips: the per-word estimates are kept per connection for ``ESTIMATE_TTL_S`` (they are
+the planner's statistics, which change only when ``ANALYZE`` runs, and they size windows,
+never decide a hit), so a repeated word costs no EXPLAIN; the newest id is read by the first
+window's own statement; and the caller may run the first statement itself (``fetch``), to
+read the page's hits and context with it (``store.postgres.hits``).
 """
 
 from __future__ import annotations
@@ -31,11 +37,12 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterator
+import time
+import weakref
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from quill.store.postgres.connection import PgConnection
-from quill.store.postgres.errors import mapped
 from quill.store.search import plan as query
 
 #: An fts condition whose density bound is at most this many rows is read index-first
@@ -51,8 +58,19 @@ WALK_MIN_DENSITY = 0.05
 #: The density a trigram window is first sized for (PostgreSQL keeps no per-trigram
 #: statistics a bound could come from).
 TRIGRAM_DENSITY = 0.01
+#: Seconds a word's row estimate (and the table's) is reused on one connection before it is
+#: asked again: the staleness a window's size may have (never a hit's).
+ESTIMATE_TTL_S = 60.0
 _WORD = re.compile(r"[^\W_]+")
 TOP_SQL = "SELECT coalesce(max(id), 0) FROM messages"
+_TABLE = ""  # the cache's key of the whole table's row estimate
+_TOP = "top"  # the cache's key of the newest id last seen (no lexeme: those are quoted)
+#: Per connection: ``{lexeme, _TABLE or _TOP: (rows estimated or id, monotonic time)}``.
+_ESTIMATES: weakref.WeakKeyDictionary[PgConnection, dict[str, tuple[float, float]]] = (
+    weakref.WeakKeyDictionary()
+)
+#: The first statement of a read: ``fetch(sql, args) -> rows`` (see ``newest``).
+Fetch = Callable[[str, Sequence[Any]], list[tuple]]
 
 
 def _rows(plan_json: Any) -> list[float]:
@@ -64,13 +82,40 @@ def _rows(plan_json: Any) -> list[float]:
     return [float(b["Plan Rows"]) for b in branches]
 
 
-def bound(conn: PgConnection, plan: query.Plan, weights: str) -> tuple[float, float, int]:
-    """``(rows, table_rows, top)``: an upper bound on the rows an ``fts`` plan matches, the
-    table's row estimate (both from one EXPLAIN: planning only) and the newest id (0: none).
-    Each word of a term is estimated alone (``'word':W``, ``'prefix':*W`` for a trailing
-    prefix; ``weights`` as in ``search.tsquery``); a term matches no more rows than its
-    rarest word, an AND group no more than its rarest positive term, the query no more than
-    the sum of its groups.
+def _estimates(conn: PgConnection, lexemes: list[str]) -> tuple[list[float], float]:
+    """The planner's row estimate of each of ``lexemes`` alone and of the whole table, from
+    this connection's cache when younger than ``ESTIMATE_TTL_S``, else from one EXPLAIN
+    (planning only) of the ones missing. Raises the store error tree."""
+    cache = _ESTIMATES.setdefault(conn, {})
+    now = time.monotonic()
+    wanted = list(dict.fromkeys([*lexemes, _TABLE]))
+    stale = [k for k in wanted if k not in cache or now - cache[k][1] > ESTIMATE_TTL_S]
+    if stale:
+        words = [k for k in stale if k != _TABLE]
+        one = "SELECT 1 FROM messages m WHERE m.words @@ to_tsquery('simple', quill_unaccent(?))"
+        sql = " UNION ALL ".join([one] * len(words) + ["SELECT 1 FROM messages m"])
+        found = _rows(conn.execute(f"EXPLAIN (FORMAT JSON) {sql}", words).fetchone()[0])
+        for k, rows in zip([*words, _TABLE], found):
+            cache[k] = (rows, now)
+    return [cache[k][0] for k in lexemes], max(cache[_TABLE][0], 1.0)
+
+
+def _top(conn: PgConnection) -> int:
+    """The newest id this connection saw within ``ESTIMATE_TTL_S`` (``newest`` keeps it), or
+    read now. Raises the store error tree."""
+    seen = _ESTIMATES.setdefault(conn, {}).get(_TOP)
+    if seen is None or time.monotonic() - seen[1] > ESTIMATE_TTL_S:
+        seen = (conn.execute(TOP_SQL).fetchone()[0], time.monotonic())
+        _ESTIMATES[conn][_TOP] = seen
+    return int(seen[0])
+
+
+def bound(conn: PgConnection, plan: query.Plan, weights: str) -> tuple[float, float]:
+    """``(rows, table_rows)``: an upper bound on the rows an ``fts`` plan matches and the
+    table's row estimate (the planner's, through ``_estimates``). Each word of a term is
+    estimated alone (``'word':W``, ``'prefix':*W`` for a trailing prefix; ``weights`` as in
+    ``search.tsquery``); a term matches no more rows than its rarest word, an AND group no
+    more than its rarest positive term, the query no more than the sum of its groups.
     Raises the store error tree."""
     lexemes: list[str] = []
     groups: list[list[list[int]]] = []
@@ -88,16 +133,9 @@ def bound(conn: PgConnection, plan: query.Plan, weights: str) -> tuple[float, fl
             terms.append(idx)
         if terms:
             groups.append(terms)
-    one = "SELECT 1 FROM messages m WHERE m.words @@ to_tsquery('simple', quill_unaccent(?))"
-    sql = " UNION ALL ".join([one] * len(lexemes) + ["SELECT 1 FROM messages m"])
-    # One round trip for both statements (pipeline mode): the newest id starts the windows.
-    with mapped(), conn.raw.pipeline():
-        explained = conn.execute(f"EXPLAIN (FORMAT JSON) {sql}", lexemes)
-        newest_id = conn.execute(TOP_SQL)
-    found = _rows(explained.fetchone()[0])
-    est, table = found[:-1], max(found[-1], 1.0)
+    est, table = _estimates(conn, lexemes)
     upper = sum(min(min(est[i] for i in term) for term in terms) for terms in groups)
-    return min(upper, table), table, newest_id.fetchone()[0]
+    return min(upper, table), table
 
 
 def _hidden(match: str) -> str:
@@ -118,49 +156,65 @@ def newest(
     density: float | None,
     table_rows: float,
     top: int | None = None,
+    fetch: Fetch | None = None,
 ) -> Iterator[tuple]:
     """``(id, display id, session id)`` of the rows matching ``match`` and ``cond``, newest
     first, read a batch at a time as consumed (batches of ``first``, doubling up to 1000).
     ``density``: an upper bound on the fraction of rows matching (None: unknown, windows
     start at ``TRIGRAM_DENSITY``); ``table_rows``: the table's row estimate. ``rep`` is the
-    SQL of the display id; ``top``: the newest id when already read. Raises the store error
-    tree."""
+    SQL of the display id; ``top``: the newest id when already read. ``fetch`` runs the
+    first statement (default: ``conn``): its SELECT names the columns ``id``, ``d`` (display
+    id), ``sid`` and maybe more (``top``, the newest id) after them; ``fetch`` returns rows
+    holding at least those columns, in the statement's order. Raises the store error tree."""
+    run = fetch or (lambda sql, a: conn.execute(sql, a).fetchall())
     join = "JOIN sessions s ON s.id = m.session_id " if "s." in cond else ""
-    select = f"SELECT m.id, {rep}, m.session_id FROM messages m {join}WHERE "
+    cols = f"SELECT m.id AS id, {rep} AS d, m.session_id AS sid"
+    select = f"{cols} FROM messages m {join}WHERE "
     if density is not None and density * table_rows <= INDEX_FIRST_MAX_ROWS:
-        yield from _index_first(conn, select, match, match_args, cond, args, 2**62, first)
+        yield from _index_first(conn, select, match, match_args, cond, args, 2**62, first, run)
         return
     walk = density is not None and density >= WALK_MIN_DENSITY
     d = density if density else TRIGRAM_DENSITY
-    if top is None:
-        top = conn.execute(TOP_SQL).fetchone()[0]
     # Walk: the planner sees the constants (a common word: it walks the key); otherwise
     # the constants are hidden and the ids come in arbitrary order (+ 0), so only the
     # bitmaps' intersection can serve the window.
-    sql = (
-        f"{select}{match if walk else _hidden(match)} AND {cond} AND m.id >= ? AND m.id < ? "
-        f"ORDER BY {'m.id' if walk else 'm.id + 0'} DESC LIMIT ?"
-    )
-    below, batch = top + 1, first
+    order = f" ORDER BY {'m.id' if walk else 'm.id + 0'} DESC LIMIT ?"
+    where = f"{match if walk else _hidden(match)} AND {cond}"
+    sql = f"{select}{where} AND m.id >= ? AND m.id < ?{order}"
     width = max(math.ceil(WINDOW_MATCHES * first / max(d, 1e-9)), 4 * first)
+    # The first window is open above: it starts ``width`` below the newest id this
+    # connection last saw (``_top``), so rows added since are in it too (the window is
+    # only wider); its statement returns the newest id now (an InitPlan, run once).
+    hint = _top(conn) if top is None else top
+    lo = max(hint + 1 - width, 0)
+    rows = run(
+        f"{cols}, ({TOP_SQL}) AS top FROM messages m {join}WHERE {where} AND m.id >= ?{order}",
+        (*match_args, *args, lo, first),
+    )
+    top = rows[0][3] if rows else hint
+    _ESTIMATES.setdefault(conn, {})[_TOP] = (top, time.monotonic())
+    rows = [r[:3] for r in rows]
+    below, batch = top + 1, first
     scanned = found = 0  # ids the finished windows covered, and the matches they held
-    while below > 0:
-        lo = max(below - width, 0)
-        rows = conn.execute(sql, (*match_args, *args, lo, below, batch)).fetchall()
+    while True:
         yield from rows
         found += len(rows)
         if len(rows) == batch:  # the window may hold more: go on below the last row
             scanned += below - rows[-1][0]
             below, batch = rows[-1][0], min(batch * 2, 1000)
-            continue
-        scanned += below - lo
-        below, width = lo, width * GROWTH
-        # Sparser than the bound said: when the density seen so far puts the rows left
-        # below at few matches, read them index-first (each heap row a match) rather than
-        # through ever wider windows (a wide key range costs its own bitmap).
-        if below > 0 and (found + 1) / scanned * below <= INDEX_FIRST_MAX_ROWS:
-            yield from _index_first(conn, select, match, match_args, cond, args, below, batch)
+        else:
+            scanned += below - lo
+            below, width = lo, width * GROWTH
+            # Sparser than the bound said: when the density seen so far puts the rows left
+            # below at few matches, read them index-first (each heap row a match) rather
+            # than through ever wider windows (a wide key range costs its own bitmap).
+            if below > 0 and (found + 1) / scanned * below <= INDEX_FIRST_MAX_ROWS:
+                yield from _index_first(conn, select, match, match_args, cond, args, below, batch)
+                return
+        if below <= 0:
             return
+        lo = max(below - width, 0)
+        rows = conn.execute(sql, (*match_args, *args, lo, below, batch)).fetchall()
 
 
 def _index_first(
@@ -172,14 +226,16 @@ def _index_first(
     args: list[Any],
     below: int,
     batch: int,
+    run: Fetch | None = None,
 ) -> Iterator[tuple]:
     """The matches below ``below``, newest first in batches from ``batch``: the GIN bitmap,
-    then the newest of the matches (``ORDER BY m.id + 0``: an order the key cannot give)."""
+    then the newest of the matches (``ORDER BY m.id + 0``: an order the key cannot give).
+    ``run``: how the first statement is run (``newest``'s ``fetch``)."""
+    sql = f"{select}{match} AND {cond} AND m.id < ? ORDER BY m.id + 0 DESC LIMIT ?"
     while True:
-        rows = conn.execute(
-            f"{select}{match} AND {cond} AND m.id < ? ORDER BY m.id + 0 DESC LIMIT ?",
-            (*match_args, *args, below, batch),
-        ).fetchall()
+        a = (*match_args, *args, below, batch)
+        rows = run(sql, a) if run else conn.execute(sql, a).fetchall()
+        run = None
         yield from rows
         if len(rows) < batch:
             return

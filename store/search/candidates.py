@@ -169,6 +169,7 @@ def _indexed(
     rest: bool = False,
     lo: int = 0,
     cap: int | None = None,
+    whole: bool = False,
 ) -> list[tuple[int, int, str]]:
     """``(id, display id, session id)`` of up to ``limit`` matching rows below ``below``,
     newest first (the display id is the row's representative,
@@ -176,9 +177,10 @@ def _indexed(
     texts, snippets and context are read for the page of hits alone (``search``).
 
     A scan plan, or a trigram plan with ``rest``, scans the newest ``cap`` rows (None:
-    ``SCAN_MAX_ROWS``) below ``below`` with ``id >= lo`` (with ``rest``: only the rows the
-    trigram index does not wholly cover, ``trigram_covered_sql``; ``fence.Scan`` picks ``lo``
-    and ``cap``); otherwise the word or trigram index answers."""
+    ``SCAN_MAX_ROWS``) below ``below`` with ``id >= lo``, or with ``whole`` every row of that
+    window (with ``rest``: only the rows the trigram index does not wholly cover,
+    ``trigram_covered_sql``; ``fence.Scan`` picks ``lo``, ``cap`` and ``whole``); otherwise
+    the word or trigram index answers."""
     rep = f"coalesce({projections.REPRESENTATIVE_SQL}, m.id)" if display else "m.id"
     join = _join(cond)
     if plan.kind == "scan" or rest:
@@ -190,6 +192,13 @@ def _indexed(
         textfold.register(conn)
         ors, like_args = _substring_sql(plan, cols)
         outside = f"NOT {trigram_covered_sql(kinds)} AND " if rest else ""
+        if whole:  # one walk down the key, no second lookup of each row
+            return conn.execute(
+                f"SELECT m.id, {rep}, m.session_id FROM messages m {join} "
+                f"WHERE m.id < ? AND m.id >= ? AND {outside}{ors} AND {cond} "
+                "ORDER BY m.id DESC LIMIT ?",
+                (below, lo, *like_args, *args, limit),
+            ).fetchall()
         return conn.execute(
             f"SELECT m.id, {rep}, m.session_id FROM "
             f"({WINDOW_SQL}) AS w JOIN messages m ON m.id = w.id {join} "
@@ -311,7 +320,7 @@ def _ranked_page(
     are applied to the ranked list, in order, a chunk of ids at a time, so only the rows the
     page and its bounded count (``group``) need are read: checking a state reads the message
     row. Rows above ``upto`` have no index statistics and are not ranked (``search_health``:
-    pending)."""
+    pending); the caller offers them after these (``run._offer_tail``)."""
     match = plan.match
     if kinds != KINDS:
         match = "{" + " ".join(KIND_COLUMNS[k] for k in kinds) + "} : (" + match + ")"

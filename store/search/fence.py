@@ -25,9 +25,9 @@ from collections.abc import Callable, Iterable, Iterator
 from quill.store.search.group import COUNT_MAX, MAX_BATCH, Page
 
 #: ``fetch(below, lo, n, cap)``: at most ``n`` matching rows ``(id, display id, session id)``
-#: with ``lo <= id < below``, newest first, among the newest ``cap`` rows of that range (None:
-#: the source could not be read, which ends the scan).
-Fetch = Callable[[int, int, int, int], list[tuple] | None]
+#: with ``lo <= id < below``, newest first, among the newest ``cap`` rows of that range (``cap``
+#: None: every row of it); None when the source could not be read, which ends the scan.
+Fetch = Callable[[int, int, int, "int | None"], "list[tuple] | None"]
 #: ``count(below, lo, cap)``: rows (matching or not) with ``lo <= id < below``, at most ``cap``.
 Count = Callable[[int, int, int], int]
 
@@ -59,9 +59,8 @@ class Scan:
             # The ids are distinct integers: at most (anchor - fence) rows lie in the window,
             # so when that is within the bound no row of it can be past the bound.
             near = self._anchor - fence <= self._max
-            if near:
-                cap = self._max
-            else:
+            cap: int | None = None  # near: the whole window, read in one walk down the key
+            if not near:
                 if self._used is None:
                     self._used = self._count(self._anchor, self._below, self._max)
                 cap = self._max - self._used
@@ -79,8 +78,8 @@ class Scan:
                 self._batch = min(self._batch * 2, MAX_BATCH)
                 continue
             # Every match among the rows read was returned.
-            read = None if near else self._count(self._below, fence, cap)
-            if read is not None and read >= cap:
+            read = None if cap is None else self._count(self._below, fence, cap)
+            if read is not None and cap is not None and read >= cap:
                 # The bound stopped the read inside the window (or at its last row).
                 if not rows:
                     self.done = True  # no match within the bound: the scan ends here

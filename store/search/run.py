@@ -135,7 +135,8 @@ def search_page(
     projection's visibility is applied to the ranked list), the visible ones best BM25 first
     (``rank.ranked``: FTS5's bm25(), its scores exactly while every phrase is in at most
     ``rank.DF_SAMPLE`` rows), same hits;
-    rows not yet indexed are not ranked, and with the index detached (``search_health``
+    rows not yet indexed are not ranked: they follow the ranked hits, newest first (a
+    committed message is found by every order), and with the index detached (``search_health``
     degraded) the answer is the newest-first one, as there are no index statistics to rank by.
     ``timings``, when given, receives the seconds of each stage by ``clock`` (wall time by
     default; ``time.process_time`` for CPU): ``candidates_s`` (index, tail, display
@@ -158,6 +159,11 @@ def search_page(
     if a.order == "relevance" and state == "ok":
         picked = _filters(None, *a.filters)
         exhausted = _ranked_page(conn, plan, text, upto, picked, a.projection, kinds_t, page)
+        if top > upto and not page.done:  # committed, not yet indexed: found, after the ranked
+            display = a.projection == "display"
+            exhausted = _offer_tail(conn, plan, upto, cond, args, kinds_t, display, page) and (
+                exhausted
+            )
     else:
         display = a.projection == "display"
         exhausted = _newest(conn, plan, (state, upto, top), cond, args, kinds_t, display, page)
@@ -182,12 +188,8 @@ def _newest(
     upto = upto if usable else 0
     # Rows above the watermark (all of them when the index is not usable) are matched here.
     if plan.kind != "scan" and top > upto:
-        for found in _tail(conn, plan, upto, cond, args, kinds):
-            reps = projections.representatives(conn, [i for i, _ in found]) if display else {}
-            for fid, sid in found:
-                page.offer(reps.get(fid, fid), sid)
-                if page.done:
-                    return False
+        if not _offer_tail(conn, plan, upto, cond, args, kinds, display, page):
+            return False
     if not usable and plan.kind != "scan":
         return True  # the tail (bounded as a scan) was everything there is to read
     first = group.first_batch(page)
@@ -199,10 +201,22 @@ def _newest(
     # route scans, so a longer query never looks in less than a shorter one would. The scan
     # reads only down to the index match the merge places next (``fence``).
 
-    def fetch(below: int, lo: int, n: int, cap: int) -> list[tuple] | None:
+    def fetch(below: int, lo: int, n: int, cap: int | None) -> list[tuple] | None:
         try:
             return _indexed(
-                conn, plan, upto, cond, args, below, n, kinds, display, rest=True, lo=lo, cap=cap
+                conn,
+                plan,
+                upto,
+                cond,
+                args,
+                below,
+                n,
+                kinds,
+                display,
+                rest=True,
+                lo=lo,
+                cap=cap,
+                whole=cap is None,
             )
         except (apsw.CorruptError, apsw.NotADBError):
             return None
@@ -212,6 +226,27 @@ def _newest(
 
     scan = fence.Scan(fetch, count, top=top, first=first, max_rows=candidates.SCAN_MAX_ROWS)
     return fence.offer_fenced(page, indexed, scan)
+
+
+def _offer_tail(
+    conn: apsw.Connection,
+    plan: query.Plan,
+    upto: int,
+    cond: str,
+    args: list[Any],
+    kinds: tuple[str, ...],
+    display: bool,
+    page: group.Page,
+) -> bool:
+    """Offer the matching rows above the index watermark ``upto`` (``_tail``: newest first,
+    a bounded scan) to ``page`` as their display rows; False when the page was done first."""
+    for found in _tail(conn, plan, upto, cond, args, kinds):
+        reps = projections.representatives(conn, [i for i, _ in found]) if display else {}
+        for fid, sid in found:
+            page.offer(reps.get(fid, fid), sid)
+            if page.done:
+                return False
+    return True
 
 
 def _batches(

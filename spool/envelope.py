@@ -1,0 +1,72 @@
+"""A producer's record line: the envelope (version, op, batch id, producer, seq, time) around
+an op's data, checked and encoded (``record.encode``), for ``spool.producer.Spool``."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from quill.spool import record
+from quill.spool.errors import InvalidOpError, RecordTooLargeError
+
+
+def uuid4() -> str:
+    """A random UUID (version 4, RFC 9562 §5.4) as its canonical 36-character text: the
+    ``str(uuid.uuid4())`` value, without importing ``uuid`` (which imports ``platform``; the
+    producer runs once per agent turn in `quill push`, bench/cli.py)."""
+    raw = bytearray(os.urandom(16))
+    raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
+    raw[8] = (raw[8] & 0x3F) | 0x80  # variant 10xx (RFC 9562)
+    h = raw.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def line(
+    op: str,
+    data: dict[str, Any],
+    batch_id: str | None,
+    *,
+    producer: str,
+    seq: int,
+    fast: bool,
+    limit: int,
+    plain: bool = False,
+) -> tuple[bytes, str]:
+    """``(the record's encoded line, its batch id)``; a fresh UUID when ``batch_id`` is None.
+
+    Raises ``InvalidOpError`` (``op`` not one of ``record.OP_KINDS``, ``data`` not a dict or
+    not encodable, nesting past ``record.MAX_NESTING``, a bad batch id) or
+    ``RecordTooLargeError`` (the line is over ``limit`` bytes). ``fast``/``plain``: as
+    ``record.encode``."""
+    if not isinstance(op, str) or op not in record.OP_KINDS:  # a list op is unhashable
+        raise InvalidOpError(f"unknown op {op!r}; expected one of {sorted(record.OP_KINDS)}")
+    if not isinstance(data, dict):
+        raise InvalidOpError(f"op data must be a JSON object, got {type(data).__name__}")
+    batch_id = batch_id or uuid4()
+    if not isinstance(batch_id, str):
+        raise InvalidOpError(f"batch id must be a string, got {type(batch_id).__name__}")
+    problem = record.id_size_problem(batch_id, "batch id")
+    if problem:
+        raise InvalidOpError(problem)
+    body = {
+        "v": record.VERSION,
+        "op": op,
+        "batch": batch_id,
+        "producer": producer,
+        "seq": seq,
+        "ts": time.time(),
+        "data": data,
+    }
+    try:
+        encoded = record.encode(body, fast=fast, plain=plain)
+    except (TypeError, ValueError) as exc:
+        raise InvalidOpError(f"op data is not JSON-serialisable: {exc}") from None
+    except RecursionError:
+        raise InvalidOpError(
+            f"op data nests too deeply to encode (readers accept at most "
+            f"{record.MAX_NESTING} levels)"
+        ) from None
+    if len(encoded) > limit:
+        raise RecordTooLargeError(len(encoded), limit)
+    return encoded, batch_id

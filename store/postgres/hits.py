@@ -1,0 +1,156 @@
+"""The hits of a PostgreSQL search page: each display id's row with its session's title, the
+texts a snippet is cut from, and (with context) its visible neighbours, read by one
+statement, and usually by the statement that found the page's candidates (``Prefetch``).
+
+A neighbour is the row just before or after the hit in its session's projection order: the
+visible row at the adjacent position, and, where several rows share that position
+(display), the live one, then the newest (``seq``): the rule of
+``projections.neighbor_positions_sql`` and ``projections.neighbor_rows``, here as one
+``LATERAL`` probe per side and hit (ordered by position, then that rule, first row).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from quill.store.postgres.connection import PgConnection
+from quill.store.read import projections
+from quill.store.search import hits as hits_mod
+from quill.store.search import page as page_mod
+from quill.store.search import plan as query
+
+#: Columns of a hit row before its neighbours': _COLS (8), two unused (NULL), reasoning,
+#: tool text.
+_COLS = "m.id, m.session_id, m.role, m.content, m.tool_calls, m.ts, s.title, m.state"
+_HIT_WIDTH = 12
+_MSG_WIDTH = len(projections.MSG_COLS.split(","))
+#: A message's tool text (search kind "tool"): its tool-call text and, on a tool result, the
+#: tool's name (``schema.quill_tool_text``), as SQLite's ``tools`` column.
+TOOL_TEXT = "quill_tool_text(m.tool_calls, m.role, m.tool_name)"
+
+
+def _sql(projection: str, context: bool, ids: str) -> tuple[str, tuple[Any, ...], tuple]:
+    """``(sql, head, tail)``: SQL of the hit rows of the display ids ``ids`` selects (an SQL
+    condition on ``m.id``; its parameters go between ``head`` and ``tail``): ``_HIT_WIDTH``
+    columns, then with ``context`` the ``MSG_COLS`` of the row before and of the row after
+    (NULLs at an end)."""
+    if not context:
+        return (
+            f"SELECT {_COLS.replace('m.id,', 'm.id AS hid,', 1)}, NULL, NULL, m.reasoning, "
+            f"{TOOL_TEXT} "
+            f"FROM messages m JOIN sessions s ON s.id = m.session_id WHERE {ids}",
+            (),
+            (),
+        )
+    sts = projections.states(projection)
+    marks = ", ".join("?" for _ in sts)
+    col = "pos" if projection == "display" else "seq"
+    near = ", ".join(f"n.{c.strip()}" for c in projections.MSG_COLS.split(","))
+
+    def probe(alias: str, op: str, order: str) -> str:
+        # The visible row nearest before/after the hit in its session's order; of several
+        # at that position the live one, then the newest (``projections.neighbor_rows``).
+        return (
+            f"LEFT JOIN LATERAL (SELECT {near} FROM messages n WHERE n.session_id = "
+            f"m.session_id AND n.state IN ({marks}) AND n.{col} {op} m.{col} ORDER BY "
+            f"n.{col} {order}, n.state = 'live' DESC, n.seq DESC LIMIT 1) AS {alias} ON true"
+        )
+
+    return (
+        f"SELECT {_COLS.replace('m.id,', 'm.id AS hid,', 1)}, NULL, NULL, m.reasoning, "
+        f"{TOOL_TEXT}, nb.*, na.* FROM messages m JOIN sessions s ON s.id = m.session_id "
+        f"{probe('nb', '<', 'DESC')} {probe('na', '>', 'ASC')} WHERE {ids}",
+        (*sts, *sts),
+        (),
+    )
+
+
+class Prefetch:
+    """Runs a search's first candidate statement (``windows.newest``'s ``fetch``) with the
+    hit rows of the first ``limit`` display ids it finds joined on, so a page filled by its
+    first batch costs one statement. ``rows``: ``{display id: hit row}`` read so far."""
+
+    def __init__(self, conn: PgConnection, projection: str, context: bool, limit: int):
+        self.conn, self.projection, self.context, self.limit = conn, projection, context, limit
+        self.rows: dict[int, tuple] = {}
+
+    def __call__(self, sql: str, args: Sequence[Any]) -> list[tuple]:
+        """The candidate statement's rows (its own columns), newest first; keeps the hit rows
+        of its first ``limit`` distinct display ids. Raises the store error tree."""
+        hit_sql, head, tail = _sql(self.projection, self.context, "m.id IN (SELECT d FROM f)")
+        width = _HIT_WIDTH + (2 * _MSG_WIDTH if self.context else 0)
+        rows = self.conn.execute(
+            f"WITH c AS MATERIALIZED ({sql}), "
+            f"f AS (SELECT d, max(id) AS at FROM c GROUP BY d ORDER BY at DESC LIMIT ?), "
+            f"p AS ({hit_sql}) "
+            "SELECT c.*, p.* FROM c LEFT JOIN f ON f.at = c.id "
+            "LEFT JOIN p ON p.hid = f.d ORDER BY c.id DESC",
+            (*args, self.limit, *head, *tail),
+        ).fetchall()
+        for r in rows:
+            if r[-width] is not None:
+                self.rows[r[-width]] = r[-width:]
+        return [r[:-width] for r in rows]
+
+
+def rows(
+    conn: PgConnection, page: list[int], projection: str, context: bool, have: dict[int, tuple]
+) -> list[tuple]:
+    """The hit rows of ``page`` (display ids), in order: those in ``have`` and the rest read
+    in one statement. Raises the store error tree."""
+    missing = [i for i in page if i not in have]
+    if missing:
+        sql, head, tail = _sql(projection, context, "m.id = ANY(?)")
+        read = conn.execute(sql, (*head, missing, *tail)).fetchall()
+        have = {**have, **{r[0]: r for r in read}}
+    return [have[i] for i in page if i in have]
+
+
+def dicts(
+    conn: PgConnection,
+    plan: query.Plan,
+    found: list[tuple],
+    projection: str,
+    context: bool,
+    kinds_t: tuple[str, ...],
+) -> list[dict[str, Any]]:
+    """The hit dicts of the hit rows ``found`` (``rows``), with snippets and context."""
+    mid = _HIT_WIDTH + _MSG_WIDTH
+    near = [n for r in found for n in (r[_HIT_WIDTH:mid], r[mid:]) if context and n[0] is not None]
+    unique = {n[0]: n for n in near}
+    inflated = dict(
+        zip(
+            unique,
+            projections.inflate_rows(conn, list(unique.values()), with_meta=projection != "model"),
+        )
+    )
+    out = []
+    find = page_mod.snippet_finder(plan)
+    for r in found:
+        # The snippet comes from the text the query matched in (as on SQLite): the first of
+        # the kinds searched whose text holds a match, else the first non-empty one.
+        by_kind = {"text": r[3], "tool": r[11], "reasoning": r[10]}
+        texts = [(k, by_kind[k]) for k in kinds_t if by_kind[k]]
+        hit_found = next(((k, f) for k, t in texts if (f := find(t)) is not None), None)
+        if hit_found is None:
+            kind, text_of = texts[0] if texts else ("text", r[3] or r[11] or r[10] or "")
+            hit_found = (kind, hits_mod.excerpt(text_of, []))
+        matched_in, (snip, marks) = hit_found
+        hit = {
+            "session_id": r[1],
+            "message_id": r[0],
+            "role": r[2],
+            "state": r[7],
+            "ts": r[5],
+            "title": r[6],
+            "matched_in": matched_in,
+            "snippet": snip,
+            "highlights": marks,
+        }
+        if context:
+            before, after = r[_HIT_WIDTH], r[mid]
+            hit["before"] = None if before is None else hits_mod.preview(inflated[before])
+            hit["after"] = None if after is None else hits_mod.preview(inflated[after])
+        out.append(hit)
+    return out

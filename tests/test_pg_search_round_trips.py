@@ -1,0 +1,144 @@
+"""A PostgreSQL word search costs two round trips: its read snapshot's ``BEGIN`` goes in one
+query with the statement that finds the page's candidates and reads their hits and context,
+then the ``COMMIT``. Round trips and statements are counted from libpq's own protocol trace
+(``store.postgres.wire``), never timed. Before, a search with context was six round trips
+and seven statements (BEGIN; EXPLAIN of the words with max(id); candidates; hits; neighbours;
+COMMIT), each statement planned by the server and each round trip a wait for a core."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+from semantics_helpers import Store
+
+from quill.store.postgres import windows, wire
+
+
+@pytest.fixture(scope="module")
+def pg_store_url(request):
+    """One schema for the module's store (dropped afterwards)."""
+    import uuid
+
+    from run_resources import require
+
+    pg_url = require(request, "postgres")["url"]
+    name = "t_" + uuid.uuid4().hex[:12]
+    with psycopg.connect(pg_url, autocommit=True) as c:
+        c.execute(f'CREATE SCHEMA "{name}"')
+    sep = "&" if "?" in pg_url else "?"
+    yield f"{pg_url}{sep}options=-csearch_path%3D{name},public"
+    with psycopg.connect(pg_url, autocommit=True) as c:
+        c.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory, pg_store_url):
+    """Six sessions of 50 messages; the snapshot test adds one row at the end."""
+    s = Store(tmp_path_factory.mktemp("trips"), pg_store_url)
+    msgs = []
+    for i in range(300):
+        text = f"routine status line {i} all good"
+        if i % 3 == 0:
+            text = f"deploy step {i} failed: connection refused by host"
+        if i == 150:
+            text = "a quasar appeared in the logs"
+        msgs.append({"role": "user" if i % 2 else "assistant", "content": text})
+    for at in range(0, 300, 50):  # six sessions of 50
+        sid = f"s{at // 50}"
+        assert s.apply("messages.append", {"session_id": sid, "messages": msgs[at : at + 50]}) == []
+    s.conn.execute("ANALYZE")
+    yield s
+    s.close()
+
+
+ROUTES = {
+    "as configured": {},
+    "index-first": dict(INDEX_FIRST_MAX_ROWS=10**12),
+    "windows over the bitmaps": dict(INDEX_FIRST_MAX_ROWS=0, WALK_MIN_DENSITY=2.0),
+    "windows walking the key": dict(INDEX_FIRST_MAX_ROWS=0, WALK_MIN_DENSITY=0.0),
+}
+QUERIES = {
+    "rare word": dict(text="quasar"),
+    "common word": dict(text="status"),
+    "common word, no context": dict(text="status", context=False),
+    "phrase": dict(text='"connection refused"'),
+    "display projection, capped per session": dict(text="deploy", per_session=100),
+}
+
+
+@pytest.mark.parametrize("route", list(ROUTES))
+@pytest.mark.parametrize("query", list(QUERIES))
+def test_a_warm_word_search_is_two_round_trips_and_one_planned_query(
+    store, route, query, monkeypatch
+):
+    for name, value in ROUTES[route].items():
+        monkeypatch.setattr(windows, name, value)
+    kw = QUERIES[query]
+    with store.reader() as r:
+        first = r.search(limit=20, **kw)  # cold: the words' estimates are read once
+        with wire.traced(r.conn) as w:
+            hits = r.search(limit=20, **kw)
+    assert hits == first and hits
+    if "context" not in kw:
+        assert all("before" in h and "after" in h for h in hits)
+    assert w.round_trips == 2, w.sql
+    # The snapshot's BEGIN with one statement (candidates, hits and context), then COMMIT.
+    assert len(w.sql) == 2 and w.sql[1] == '"COMMIT"', w.sql
+    one = w.sql[0]
+    assert one.startswith('"BEGIN ISOLATION LEVEL REPEATABLE READ; ') and one.count(";") == 1
+    assert "words @@" in one and "quill_tool_text" in one
+    assert ("LATERAL" in one) == (kw.get("context", True)), one
+
+
+def test_a_page_the_first_statement_does_not_fill_reads_the_rest_once(store):
+    """A per-session cap keeps 2 of each session's hits: the page's ids are not the first
+    ``limit`` candidates the first statement read hits for, so the missing ones are read in
+    one more statement (not one per hit), and the hits are still right."""
+    with store.reader() as r:
+        r.search(limit=10, text="deploy")
+        with wire.traced(r.conn) as w:
+            page = r.search_page("deploy", limit=10, per_session=2)
+    hits = page["hits"]
+    assert [h["session_id"] for h in hits] == [f"s{5 - i // 2}" for i in range(10)]
+    for h in hits:  # "deploy step N": its neighbours are lines N-1 and N+1 of its session
+        n = int(h["snippet"].split()[2])
+        assert h["before"]["content"] == f"routine status line {n - 1} all good"
+        last = n % 50 == 49
+        assert (h["after"] is None) if last else (h["after"]["content"].split()[3] == str(n + 1))
+    assert sum("= ANY(" in s for s in w.sql) == 1, w.sql  # the hits the first did not read
+    assert page["total"] == 99  # every third of 300, but the one about a quasar
+
+
+def test_the_word_estimates_are_asked_again_once_stale(store, monkeypatch):
+    """The per-word estimates size the windows and are reused for ``ESTIMATE_TTL_S``: a
+    bounded staleness (at 0 s every search plans its EXPLAIN again)."""
+    with store.reader() as r:
+        r.search(text="status")
+        with wire.traced(r.conn) as warm:
+            r.search(text="status")
+        monkeypatch.setattr(windows, "ESTIMATE_TTL_S", 0.0)
+        with wire.traced(r.conn) as stale:
+            r.search(text="status")
+    assert not any("EXPLAIN" in s for s in warm.sql)
+    assert any("EXPLAIN" in s for s in stale.sql)
+
+
+def test_a_deferred_begin_still_gives_one_snapshot(store, pg_store_url):
+    """The snapshot's BEGIN travels with its first statement: what that statement saw is what
+    every later one sees, whatever commits in between; a snapshot that ran nothing costs no
+    round trip."""
+    with store.reader() as r:
+        with wire.traced(r.conn) as idle:
+            with r.snapshot():
+                pass
+        assert idle.round_trips == 0
+        with r.snapshot() as c:
+            before = c.execute("SELECT count(*) FROM messages").fetchone()[0]
+            with psycopg.connect(pg_store_url, autocommit=True) as other:
+                other.execute(
+                    "INSERT INTO messages (session_id, role, content, ts, arrived_at, state, "
+                    "batch_id, pos, seq) VALUES ('s0', 'user', 'late', 1, 1, 'live', 'x', "
+                    "1000, 1000)"
+                )
+            assert c.execute("SELECT count(*) FROM messages").fetchone()[0] == before
+        assert r.conn.execute("SELECT count(*) FROM messages").fetchone()[0] == before + 1

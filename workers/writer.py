@@ -294,10 +294,10 @@ class Writer(HaltAndRefusal, UntilIdle):
 
     def _step(self, now: float) -> bool:
         began = time.monotonic()
-        done = self.drain.step()
+        # Waiting clients are rung as soon as the chunk is committed, before its log line.
+        done = self.drain.step(on_commit=self._wake_waiters)
         if done.entries:
             status.observe(self.commit_hist, time.monotonic() - began)  # read+apply+commit
-            self._wake_waiters()
             self._publish(now, idle=False)
             self._index()
             if self.jobs.run_one(self.store, idle=False, on_start=self._job_started):

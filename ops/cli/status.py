@@ -103,7 +103,7 @@ def _print_status(d: dict[str, Any]) -> None:
     schedule = d.get("schedule", {})
     if schedule.get("state") in ("locked", "unavailable") and sched.get("alive"):
         con.print(
-            f"[bold red]SCHEDULE {schedule['state'].upper()}[/bold red]: {schedule['error']}\n"
+            f"[bold red]SCHEDULE {schedule['state'].upper()}[/bold red]: {_t(schedule['error'])}\n"
             f"  the scheduler has waited {schedule['waiting_s']:.0f} s and fires nothing "
             "meanwhile; it resumes by itself once the file answers"
             + (
@@ -115,7 +115,7 @@ def _print_status(d: dict[str, Any]) -> None:
         )
     elif schedule.get("state") in ("locked", "unavailable"):
         con.print(
-            f"[bold red]SCHEDULE {schedule['state'].upper()}[/bold red]: {schedule['error']}\n"
+            f"[bold red]SCHEDULE {schedule['state'].upper()}[/bold red]: {_t(schedule['error'])}\n"
             "  a running scheduler waits for it and resumes by itself"
         )
     elif schedule.get("readable") is False:

@@ -53,7 +53,8 @@ from quill.ops.importers.source import Source, opened
 
 FORMAT = "aider"
 HEADER = re.compile(r"^# aider chat started at (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\s*$")
-MODEL = re.compile(r"^(?:Main )?[Mm]odels?: (\S+)")
+# aider marks a model with prompt caching on by a "⚡" after its name: not part of the id
+MODEL = re.compile(r"^(?:Main )?[Mm]odels?: (\S+?)⚡?(?:\s|$)")
 TOKENS = re.compile(r"^Tokens: (.*?\breceived)\b")
 SNIFF_LINES = 5000
 _FENCE_OPEN = ("```", "<source")

@@ -266,3 +266,34 @@ def test_results_posted_over_http_are_found_by_tool_name(quill, home, writer):
             f"{base}/api/v1/search", params={"q": "exec_command", "kinds": "tool"}
         ).json()["hits"]
         assert sorted(h["role"] for h in hits) == ["assistant", "tool"]
+
+
+#: Call ids that JSON escapes in the stored ``tool_calls`` (quote, backslash, control
+#: character), beside ones it keeps as they are.
+ESCAPED_IDS = ['call"1', "call\\2", "call\x013", "call_4", "c%5", "cé6"]
+
+
+def test_a_call_id_json_escapes_names_its_result_live_as_in_a_rebuild(tmp_path, backend, request):
+    """A result whose call came in an earlier op is named from the stored call whatever its id
+    holds: the live store (op at a time) and one rebuilt from the spool (one bulk run, where
+    the call is among the run's own rows) name the same results."""
+    import shutil
+
+    live = Store(tmp_path / "live", backend)
+    for i, cid in enumerate(ESCAPED_IDS):
+        calls = [{"id": cid, "type": "function", "function": {"name": f"t{i}", "arguments": ""}}]
+        msgs = [{"role": "assistant", "content": "", "tool_calls": calls}]
+        live.apply("messages.append", {"session_id": "s", "messages": msgs})
+        live.apply("messages.append", {"session_id": "s", "messages": [_bare(cid, f"out {i}")]})
+    shutil.copytree(tmp_path / "live" / "spool", tmp_path / "rebuilt" / "spool")
+    # the rebuilt store on a schema of its own
+    url = None if backend is None else request.getfixturevalue("pg_schemas")()
+    rebuilt = Store(tmp_path / "rebuilt", url)
+    try:
+        assert rebuilt.drain() == []
+        want = [("s", cid, f"t{i}") for i, cid in enumerate(ESCAPED_IDS)]
+        assert _tool_rows(live) == want
+        assert _tool_rows(rebuilt) == want
+    finally:
+        live.backend.close()
+        rebuilt.backend.close()

@@ -25,7 +25,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from quill.store.apply.normalize import ROW_COLUMNS
+from quill.store.apply.normalize import ROW_COLUMNS, dumps
 
 _ROLE = ROW_COLUMNS.index("role")
 _CALLS = ROW_COLUMNS.index("tool_calls")
@@ -73,8 +73,14 @@ def rows_names(rows: Iterable[tuple]) -> dict[str, str]:
     return out
 
 
-def _like(text: str) -> str:
-    """A LIKE pattern finding ``text`` anywhere (``\\`` escapes)."""
+def _like(call_id: str) -> str:
+    """A LIKE pattern finding the call id ``call_id`` anywhere in a stored ``tool_calls`` value
+    (``\\`` escapes). The value is JSON written by ``normalize.dumps``, where an id holding a
+    quote, a backslash or a control character is escaped (``\\"``): the pattern is that
+    encoded form, else such a call would be found only by a bulk run (from the run's own rows),
+    never once stored, and a store rebuilt from the spool would name results the live one
+    left unnamed."""
+    text = dumps(call_id)[1:-1]
     return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 

@@ -200,7 +200,15 @@ class PgConnection:
                 # with their values as it does an unnamed extended-protocol statement.
                 self._begin_pending = False
                 cur = psycopg.ClientCursor(self.raw)
-                cur.execute(f"{SNAPSHOT_BEGIN}; {text}", bind)
+                try:
+                    cur.execute(f"{SNAPSHOT_BEGIN}; {text}", bind)
+                except BaseException:
+                    # Refused before the BEGIN ran (an argument the client cannot send, a
+                    # query the server cannot parse): no snapshot was taken, and the next
+                    # statement must take it, not run outside it in autocommit.
+                    if self.raw.info.transaction_status == pq.TransactionStatus.IDLE:
+                        self._begin_pending = True
+                    raise
                 cur.nextset()
             else:
                 cur = self.raw.cursor()

@@ -85,20 +85,32 @@ def needs_substring(text: str) -> bool:
     return has_cjk(text) or has_symbol(text)
 
 
-def _parts(query: str) -> list[str | Term]:
-    """Terms and operators of ``query``, with dangling operators already dropped."""
+def _searchable(text: str, words: bool) -> bool:
+    """Whether a term can match: it holds a symbol (found by substring), or a word token
+    (``words``: the word index's tokens, so ``_`` alone, which no index row holds as a token,
+    is no term of a word search) or a word character (a substring search finds ``_``)."""
+    if has_symbol(text):
+        return True
+    return bool(textfold.word_tokens(text)) if words else bool(_WORD.search(text))
+
+
+def _parts(query: str, *, words: bool = True) -> list[str | Term]:
+    """Terms and operators of ``query``, with dangling operators already dropped. ``words``:
+    for a word search (a term without a word token is dropped, as the index, the scan of rows
+    it does not cover and the PostgreSQL query all would find nothing for it), else for a
+    substring search."""
     parts: list[str | Term] = []
     for match in _TOKEN.finditer(query[:MAX_QUERY_CHARS]):
         phrase, word = match.group(1), match.group(2)
         if phrase is not None:
-            if _WORD.search(phrase) or has_symbol(phrase):
+            if _searchable(phrase, words):
                 parts.append(Term(" ".join(phrase.split())))
             continue
         if word in _OPERATORS:
             parts.append(word)
             continue
         body = word.rstrip("*")
-        if _WORD.search(body) or has_symbol(body):
+        if _searchable(body, words):
             parts.append(Term(body, prefix=word.endswith("*")))
     cleaned: list[str | Term] = []
     for part in parts:
@@ -178,13 +190,17 @@ def plan(query: str, *, substring: bool = False) -> Plan:
     ``terms`` of the plan are what a snippet highlights: folded word tokens (``fts``) or
     folded substrings (``trigram``/``scan``) of the positive terms."""
     query = scrub(query)
-    parts = _parts(query)
+    parts = _parts(query, words=False)
+    texts = [p.text for p in parts if isinstance(p, Term)]
+    substring = substring or any(needs_substring(t) for t in texts)
+    if not substring:
+        parts = _parts(query)
+        texts = [p.text for p in parts if isinstance(p, Term)]
     groups = _groups(parts)
     if not groups or _only_excluded(query, parts):
         return Plan("none")
-    texts = [p.text for p in parts if isinstance(p, Term)]
     positive = [t.text for g in groups for t in g if not t.negated]
-    if substring or any(needs_substring(t) for t in texts):
+    if substring:
         folded = list(dict.fromkeys(textfold.fold(t) for t in positive))
         if all(len(t) >= TRIGRAM_MIN_CHARS for t in texts):
             return Plan("trigram", _expression(parts, prefixes=False), groups, folded)

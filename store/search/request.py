@@ -64,9 +64,15 @@ def begin(text: str, kw: dict[str, Any]) -> Start | dict[str, Any]:
     """The ``Start`` of a search of ``text`` with keyword arguments ``kw`` (``SearchArgs``),
     or the empty result (``group.empty``) when nothing can match (a query with no term,
     ``limit`` ≤ 0). Raises ``TypeError`` for a name that is not a search argument,
-    ``ValueError`` for an unknown order, kind or projection, and for a ranked query that is
+    ``ValueError`` for an unknown order, kind or projection, a ``since``/``until`` that is not
+    a finite number within 64 bits, and for a ranked query that is
     not a word query (substring, CJK and scan routes have no word index to rank by)."""
     a = SearchArgs(**kw)
+    for name, bound in (("since", a.since), ("until", a.until)):
+        # NaN compares as NULL on SQLite (nothing matches) but above every number on
+        # PostgreSQL; an int past 64 bits overflows SQLite's binding only: refuse both alike.
+        if bound is not None and not (-(2.0**63) < bound < 2.0**63):
+            raise ValueError(f"search {name} must be finite epoch seconds, got {bound!r}")
     if a.order not in ORDERS:
         raise ValueError(f"search order must be one of {list(ORDERS)}, got {a.order!r}")
     plan = query.plan(text, substring=a.substring)

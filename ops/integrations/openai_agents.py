@@ -288,11 +288,16 @@ class QuillSession:
         items are rewound (audit view). ``prune_prefix(item)`` marks the expired items of the
         oldest run of live history: they are rewound in the same op, and the live items
         between them and the suffix are re-appended verbatim ahead of ``output``. ``None``
-        (the SDK then reads ``get_items``) for a subclass, which may transform items, for an
+        (the SDK then reads ``get_items``) for a subclass overriding ``get_items`` or
+        ``add_items`` (it may transform items: the hook would bypass that), for an
         SDK without the hook, and when a message stands for other than one item (written by
         another producer in chat shape). Raises ``QuarantinedError`` for any other refusal."""
         self._check_open()
-        if type(self) is not QuillSession or _CompactionSnapshot is None or limit <= 0:
+        transforms = (
+            type(self).get_items is not QuillSession.get_items
+            or type(self).add_items is not QuillSession.add_items
+        )
+        if transforms or _CompactionSnapshot is None or limit <= 0:
             return None
         rows = await self._live_rows(limit + 1)
         complete = len(rows) <= limit

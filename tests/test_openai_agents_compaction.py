@@ -128,3 +128,110 @@ def test_no_snapshot_where_the_hook_would_bypass_a_transform(home, writer):
             await closed._get_compaction_snapshot(4)
 
     asyncio.run(main())
+
+
+class GatedClient(pkg.AsyncClient):
+    """An ``AsyncClient`` whose compaction ``replace`` is submitted (durable in the spool) and
+    then held until ``release`` is set: the run is cancelled while the op is in flight."""
+
+    def __init__(self, home, compacted):
+        super().__init__(home)
+        self.compacted = compacted
+        self.started = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def replace(self, session_id, messages, **kwargs):
+        # AsyncClient forwards its methods through __getattr__ (super() does not reach it)
+        ack = await super().__getattr__("replace")(session_id, messages, **kwargs)
+        if [m.get("openai_agents_item") for m in messages] == self.compacted:
+            self.started.set()
+            await self.release.wait()
+        return ack
+
+
+@pytest.mark.parametrize("retry_streamed", [False, True], ids=["run", "streamed"])
+def test_handoff_resume_after_cancelled_compaction_commits(home, writer, retry_streamed):
+    """The SDK's case of the same name (``tests/test_run_impl_resume_paths.py``), which holds
+    ``SQLiteSession``'s commit through its private ``_insert_items``, built on Quill's terms:
+    the run is cancelled while the compaction's replace is in flight; it settles, and the
+    resumed run continues from the compacted history."""
+    from agents import Agent, RunConfig, Runner, handoff
+    from agents.handoffs import HandoffInputData
+    from agents.items import MessageOutputItem
+    from agents.memory import OpenAIResponsesCompactionSession
+    from agents.testing import ScriptedModel, assistant_message, function_call
+
+    compacted = [{"role": "assistant", "content": "compacted history"}]
+    client = GatedClient(home, compacted)
+    rc = RunConfig(tracing_disabled=True)
+    calls = []
+
+    async def compact(**kwargs):
+        calls.append(kwargs)
+        return type("Compacted", (), {"output": compacted, "usage": None})()
+
+    async def main() -> None:
+        session = OpenAIResponsesCompactionSession(
+            "cancelled-compaction",
+            QuillSession("cancelled-compaction", client=client),
+            client=type("C", (), {"responses": type("R", (), {"compact": staticmethod(compact)})}),
+            compaction_mode="input",
+            should_trigger_compaction=lambda ctx: ctx["response_id"] == "resp-handoff",
+        )
+        model = ScriptedModel(
+            [
+                {
+                    "output": [
+                        assistant_message("delegating"),
+                        function_call("transfer_to_delegate", {}, call_id="handoff-1"),
+                    ],
+                    "response_id": "resp-handoff",
+                },
+                {"output": [assistant_message("done")], "response_id": "resp-delegate"},
+            ]
+        )
+        delegate = Agent(name="delegate", model=model)
+
+        def retain_message(data: HandoffInputData) -> HandoffInputData:
+            kept = tuple(i for i in data.new_items if isinstance(i, MessageOutputItem))
+            return data.clone(new_items=kept)
+
+        triage = Agent(
+            name="triage",
+            model=model,
+            handoffs=[handoff(delegate, input_filter=retain_message)],
+        )
+        result = Runner.run_streamed(triage, "hello", session=session, run_config=rc)
+
+        async def drain() -> None:
+            async for _ in result.stream_events():
+                pass
+
+        consumer = asyncio.create_task(drain())
+        try:
+            await asyncio.wait_for(client.started.wait(), timeout=30)
+            result.cancel()
+            client.release.set()
+            await asyncio.wait_for(consumer, timeout=30)
+            assert await session.get_items() == compacted
+            assert len(model.calls) == 1
+            state = result.to_state()
+            assert state._pending_session_write is None
+            if retry_streamed:
+                resumed = Runner.run_streamed(triage, state, session=session, run_config=rc)
+                async for _ in resumed.stream_events():
+                    pass
+            else:
+                resumed = await Runner.run(triage, state, session=session, run_config=rc)
+            assert resumed.final_output == "done" and len(model.calls) == 2 and len(calls) == 1
+            final = resumed.new_items[-1].to_input_item()
+            assert await session.get_items() == compacted + [final]
+            # the compacted-away history is kept (rewound), not deleted
+            audit = await client.messages("cancelled-compaction", view="audit")
+            assert "hello" in str([m for m in audit if m["state"] == "rewound"])
+        finally:
+            client.release.set()
+            result.cancel()
+            await asyncio.gather(consumer, return_exceptions=True)
+
+    asyncio.run(main())

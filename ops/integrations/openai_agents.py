@@ -30,8 +30,13 @@ Contract (the SDK's ``memory/session.py`` docstrings):
   pops never return the same item (the loser's op is refused — ``stale-head`` / ``not-live``,
   kept in the quarantine — and it looks again).
 * ``clear_session()`` never deletes: every live item is rewound; the session id stays, and
-  the next ``add_items`` continues it as a fresh conversation. The SDK's compaction wrapper
-  (``clear_session`` + ``add_items(compacted)``) is recorded as a rewind plus new items.
+  the next ``add_items`` continues it as a fresh conversation.
+* ``_get_compaction_snapshot(limit)``: the private hook through which the SDK's
+  ``OpenAIResponsesCompactionSession`` compacts automatically, as on its own sessions. Its
+  ``replace_suffix`` is one ``messages.replace`` guarded by ``expect_head_id``: the replaced
+  items are rewound (kept for audit) and the compacted output appended, or nothing changes
+  when the session moved since the read. The wrapper's manual path (``clear_session`` +
+  ``add_items(compacted)``) is likewise a rewind plus new items.
 
 Two SDK runs on one session at once interleave at batch granularity (the SDK reads history
 once per run); Quill keeps both runs' batches whole and ordered.

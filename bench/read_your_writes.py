@@ -8,9 +8,13 @@ store's cursor past it — what every ``Runner.run`` with a ``QuillSession`` pay
 ``--pg URL`` uses a PostgreSQL store (a fresh schema of that database) instead of SQLite.
 
     .venv/bin/python -m bench.read_your_writes [--calls 200] [--pg postgresql://…]
+        [--baseline REV] [--json]
 
 Prints p50/p95/mean per system, the durable append alone (the floor under ``add_items``: one
 ``fdatasync`` of a growing file), and the ratio Quill ÷ SQLiteSession (goal: ≤ 3×).
+``--baseline REV`` also measures Quill as of git revision ``REV`` in the same run (alternating
+rounds, so load drifts hit both alike). The fleet's watcher is off (``[watch] enabled =
+false``): nothing but the benchmark's own appends reaches the writer.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import time
 import uuid
 from pathlib import Path
 
-from .common import pct, tempdir
+from .common import pct, revision_tree, run_json, tempdir
 
 
 def _turn(i: int) -> list[dict]:
@@ -88,7 +92,10 @@ def quill_session(tmp: Path, calls: int, pg: str | None) -> tuple[list[float], l
         with psycopg.connect(pg, autocommit=True) as conn:
             conn.execute(f'CREATE SCHEMA "{schema}"')
         url = f"{pg}{'&' if '?' in pg else '?'}options=-csearch_path%3D{schema},public"
-        (home / "config.toml").write_text(f"[store]\nurl = {json.dumps(url)}\n")
+        config = f"[store]\nurl = {json.dumps(url)}\n"
+    else:
+        config = ""
+    (home / "config.toml").write_text(config + "[watch]\nenabled = false\n")
     env = {**os.environ, "QUILL_HOME": str(home)}
     quill = [sys.executable, "-c", "from quill.ops.cli import main; main()"]
     fleet = subprocess.Popen([*quill, "run"], env=env, stdout=subprocess.DEVNULL)
@@ -122,23 +129,71 @@ def _line(name: str, s: list[float]) -> str:
     )
 
 
+def _stats(s: list[float]) -> dict[str, float]:
+    return {"p50": pct(s, 50), "p95": pct(s, 95), "mean": statistics.fmean(s)}
+
+
+def measure(calls: int, pg: str | None) -> dict:
+    """One round: per-call seconds of each system, as ``_stats`` dicts."""
+    with tempdir("quill-ryw-") as tmp:
+        base = sqlite_session(tmp, calls)
+        quill, appends = quill_session(tmp, calls, pg)
+    return {"sqlite": _stats(base), "quill": _stats(quill), "append": _stats(appends)}
+
+
+def _line(name: str, s: dict[str, float]) -> str:
+    return (
+        f"{name:<34} p50 {s['p50'] * 1e3:7.2f} ms  p95 {s['p95'] * 1e3:7.2f} ms  "
+        f"mean {s['mean'] * 1e3:7.2f} ms"
+    )
+
+
+def _report(label: str, r: dict) -> None:
+    print(f"-- {label}")
+    print(_line("SDK SQLiteSession.add_items", r["sqlite"]))
+    print(_line("QuillSession.add_items (applied)", r["quill"]))
+    print(_line("  of which the durable append alone", r["append"]))
+    q, b = r["quill"], r["sqlite"]
+    print(
+        f"ratio Quill / SQLiteSession: p50 {q['p50'] / b['p50']:.1f}x, "
+        f"mean {q['mean'] / b['mean']:.1f}x (goal <= 3x)"
+    )
+
+
+def _median(rounds: list[dict]) -> dict:
+    """Per system and figure, the median over rounds."""
+    return {
+        k: {f: statistics.median(r[k][f] for r in rounds) for f in rounds[0][k]} for k in rounds[0]
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--pg", default=None, help="PostgreSQL URL: a PostgreSQL store")
+    ap.add_argument("--baseline", default=None, help="git revision to measure in the same run")
+    ap.add_argument("--rounds", type=int, default=1, help="alternating rounds per revision")
+    ap.add_argument("--json", action="store_true", help="print one round as JSON")
     args = ap.parse_args()
-    with tempdir("quill-ryw-") as tmp:
-        base = sqlite_session(tmp, args.calls)
-        quill, appends = quill_session(tmp, args.calls, args.pg)
+    one = ["--calls", str(args.calls), "--json"] + (["--pg", args.pg] if args.pg else [])
+    if args.json:
+        print(json.dumps(measure(args.calls, args.pg)))
+        return
+    mine, base = [], []
+    with revision_tree(args.baseline) as tree:
+        for _ in range(args.rounds):
+            if args.baseline:
+                base.append(run_json("bench.read_your_writes", tree, *one))
+            mine.append(measure(args.calls, args.pg))
     backend = "PostgreSQL" if args.pg else "SQLite"
-    print(f"read-your-writes, {args.calls} calls of 2 items each ({backend} store)")
-    print(_line("SDK SQLiteSession.add_items", base))
-    print(_line("QuillSession.add_items (applied)", quill))
-    print(_line("  of which the durable append alone", appends))
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(
-        f"ratio Quill / SQLiteSession: p50 {pct(quill, 50) / pct(base, 50):.1f}x, "
-        f"mean {statistics.fmean(quill) / statistics.fmean(base):.1f}x (goal <= 3x)"
+        f"read-your-writes, {args.calls} calls of 2 items each ({backend} store), "
+        f"{args.rounds} round(s), load average {load}"
     )
+    if base:
+        _report(f"baseline {args.baseline} (median of rounds)", _median(base))
+    _report("this tree (median of rounds)", _median(mine))
 
 
 if __name__ == "__main__":

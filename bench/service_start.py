@@ -9,6 +9,9 @@ load hits them alike:
   ``jobs history``) — the rest is process start-up, queueing and waiting;
 - ``quill status --json``.
 
+``--baseline REV`` runs every case under git revision REV as well (its own data dir and
+fleet), interleaved with this tree's: before and after in one run.
+
 Wall times swing with load on a shared machine; CPU time (user + sys of the child) does not
 count waiting for a core, so the CPU ratio to the floor is the figure to compare across runs.
 Also lists the heavy modules each command loads.
@@ -31,7 +34,7 @@ from typing import Any
 from quill.home import RunDir
 
 from .cli import _quill, heavy_imports
-from .common import ms, pct, ratio, tempdir
+from .common import ms, pct, ratio, revision_tree, tempdir
 from .tables import print_table
 
 MESSAGE = '{"role": "user", "content": "one agent turn"}\n'
@@ -107,40 +110,65 @@ def _fleet(quill: list[str], env: dict[str, str], home: Path) -> subprocess.Pope
     raise RuntimeError("quill run did not start within 120 s")
 
 
-def run(reps: int = 8) -> dict[str, Any]:
-    """``reps`` interleaved rounds of each case; p50 wall and CPU in ms, ratios to the floor."""
-    with tempdir("bench-service") as home:
-        env = {**os.environ, "QUILL_HOME": str(home)}
-        quill = _quill()
-        _run([*quill, "push", "--session", "bench"], env, MESSAGE)
-        fleet = _fleet(quill, env, home)
+def _system(quill: list[str], env: dict[str, str], home: Path) -> subprocess.Popen:
+    """A data dir at ``home`` with one pushed message and a running fleet (the watcher off:
+    a bench never captures this machine's agent folders)."""
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.toml").write_text("[watch]\nenabled = false\n")
+    _run([*quill, "push", "--session", "bench"], env, MESSAGE)
+    return _fleet(quill, env, home)
+
+
+def run(reps: int = 8, baseline: str | None = None) -> dict[str, Any]:
+    """``reps`` interleaved rounds of each case; p50 wall and CPU in ms, ratios to the floor.
+    ``baseline`` (a git revision): each case also runs under that revision's ``quill`` (its
+    own data dir and fleet), interleaved with this tree's, so both meet the same load."""
+    quill = _quill()
+    with tempdir("bench-service") as root, revision_tree(baseline) as tree:
+        systems = {"": {**os.environ, "QUILL_HOME": str(root / "this")}}
+        if baseline:
+            pythonpath = os.pathsep.join(p for p in (tree, os.environ.get("PYTHONPATH")) if p)
+            systems[f" @{baseline}"] = {
+                **os.environ,
+                "QUILL_HOME": str(root / "base"),
+                "PYTHONPATH": pythonpath,
+            }
+        fleets = [_system(quill, env, Path(env["QUILL_HOME"])) for env in systems.values()]
         try:
             job = [*quill, "jobs", "run", "wal_checkpoint", "--wait", "30", "--json"]
-            _run(job, env)  # the fleet's first run; warms the page cache too
+            for env in systems.values():
+                _run(job, env)  # the fleet's first run; warms the page cache too
             wall: dict[str, list[float]] = {}
             cpu: dict[str, list[float]] = {}
-            job_own: list[float] = []
+            job_own: dict[str, list[float]] = {}
 
             def add(name: str, w: float, c: float) -> None:
                 wall.setdefault(name, []).append(w)
                 cpu.setdefault(name, []).append(c)
 
             for _ in range(reps):
-                w, c, _out = _run([sys.executable, "-c", "pass"], env)
+                w, c, _out = _run([sys.executable, "-c", "pass"], systems[""])
                 add("floor: python -c pass", w, c)
-                add("quill serve → /healthz", *_serve_once(quill, env))
-                w, c, out = _run(job, env)
-                add("quill jobs run --wait", w, c)
-                job_own.append(_job_seconds(out))
-                w, c, _out = _run([*quill, "status", "--json"], env)
-                add("quill status --json", w, c)
+                for tag, env in systems.items():
+                    add(f"quill serve → /healthz{tag}", *_serve_once(quill, env))
+                    w, c, out = _run(job, env)
+                    add(f"quill jobs run --wait{tag}", w, c)
+                    job_own.setdefault(tag, []).append(_job_seconds(out))
+                    w, c, _out = _run([*quill, "status", "--json"], env)
+                    add(f"quill status --json{tag}", w, c)
             loaded = {
-                "jobs run": heavy_imports(["jobs", "run", "wal_checkpoint"], env, None),
-                "status": heavy_imports(["status", "--json"], env, None),
+                f"{cmd}{tag}": heavy_imports(argv, env, None)
+                for tag, env in systems.items()
+                for cmd, argv in (
+                    ("jobs run", ["jobs", "run", "wal_checkpoint"]),
+                    ("status", ["status", "--json"]),
+                )
             }
         finally:
-            fleet.terminate()
-            fleet.wait(timeout=60)
+            for fleet in fleets:
+                fleet.terminate()
+            for fleet in fleets:
+                fleet.wait(timeout=60)
     floor_w = pct(wall["floor: python -c pass"], 50)
     floor_c = pct(cpu["floor: python -c pass"], 50)
     rows = [
@@ -154,11 +182,18 @@ def run(reps: int = 8) -> dict[str, Any]:
         }
         for name, w in wall.items()
     ]
+    waits = {
+        tag or "this tree": {
+            "job_own_p50_ms": ms(pct(own, 50)),
+            "overhead_p50_ms": ms(pct(wall[f"quill jobs run --wait{tag}"], 50) - pct(own, 50)),
+        }
+        for tag, own in job_own.items()
+    }
     return {
         "reps": reps,
+        "baseline": baseline,
         "rows": rows,
-        "job_own_p50_ms": ms(pct(job_own, 50)),
-        "jobs_wait_overhead_p50_ms": ms(pct(wall["quill jobs run --wait"], 50) - pct(job_own, 50)),
+        "jobs_wait": waits,
         "heavy_imports": loaded,
     }
 
@@ -167,8 +202,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=8)
     parser.add_argument("--out", type=Path)
+    parser.add_argument(
+        "--baseline", metavar="REV", help="also run each case under git revision REV"
+    )
     args = parser.parse_args()
-    result = run(args.reps)
+    result = run(args.reps, args.baseline)
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     keys = ("case", "p50_ms", "p95_ms", "ratio_to_floor", "cpu_p50_ms", "cpu_ratio_to_floor")
     print_table(
@@ -176,10 +214,11 @@ def main() -> None:
         ("case", "p50 ms", "p95 ms", "÷ floor", "CPU ms", "CPU ÷ floor"),
         [[r[k] for k in keys] for r in result["rows"]],
     )
-    print(
-        f"jobs run --wait: the job itself {result['job_own_p50_ms']} ms (p50), the rest "
-        f"{result['jobs_wait_overhead_p50_ms']} ms is start-up, queueing and waiting"
-    )
+    for tag, w in result["jobs_wait"].items():
+        print(
+            f"jobs run --wait ({tag}): the job itself {w['job_own_p50_ms']} ms (p50), the rest "
+            f"{w['overhead_p50_ms']} ms is start-up, queueing and waiting"
+        )
     print(f"heavy modules imported: {result['heavy_imports']}")
     if args.out:
         args.out.write_text(json.dumps(result, indent=2))

@@ -67,7 +67,16 @@ from quill.home.rundir import (
     WriterStatus,
     read_halt,
 )
-from quill.home.settings import ANONYMOUS, DAY, DEFAULTS, ConfigError, Settings, load
+from quill.home.settings import (
+    ANONYMOUS,
+    DAY,
+    DEFAULTS,
+    ConfigError,
+    DataDirError,
+    Settings,
+    check_home,
+    load,
+)
 from quill.home.throttle import Throttle
 
 __all__ = [
@@ -97,6 +106,8 @@ __all__ = [
     "DAY",
     "DEFAULTS",
     "ConfigError",
+    "DataDirError",
+    "check_home",
     "Settings",
     "load",
     "BOOT_SHIFT_S",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import stat
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -40,6 +41,50 @@ DAY = 24 * 3600.0
 
 class ConfigError(Exception):
     """``config.toml`` is unreadable or holds an unknown key or a bad value."""
+
+
+class DataDirError(ConfigError):
+    """The data dir's path cannot be a data dir: it names a file, lies under a file, or this
+    user cannot enter and read it. ``path`` is the data dir, ``hint`` what to do."""
+
+    def __init__(self, path: Path, problem: str, hint: str):
+        super().__init__(f"the data dir {path} {problem}")
+        self.path, self.hint = path, hint
+
+
+#: How every data dir error ends: where a data dir is chosen.
+_CHOOSE = (
+    "use another folder as the data dir (`--home`, `QUILL_HOME` or `quill.Client(path)`; "
+    "it is created on first use)"
+)
+
+
+def check_home(home: Path) -> None:
+    """Raise ``DataDirError`` unless ``home`` is a folder this user can enter and read, or
+    does not exist yet (it is created on first use). Never creates anything."""
+    try:
+        st = os.stat(home)
+    except FileNotFoundError:
+        return
+    except NotADirectoryError:
+        raise DataDirError(
+            home, "lies under a file, not a folder", f"{_CHOOSE}, or move that file aside"
+        ) from None
+    except PermissionError:
+        raise DataDirError(
+            home,
+            "cannot be reached by this user (permission denied on a folder above it)",
+            f"run Quill as the data dir's owner, or {_CHOOSE}",
+        ) from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise DataDirError(home, "is a file, not a folder", f"{_CHOOSE}, or move the file aside")
+    if not os.access(home, os.R_OK | os.X_OK):
+        raise DataDirError(
+            home,
+            "cannot be read by this user (its owner keeps it to itself: mode "
+            f"{stat.S_IMODE(st.st_mode):04o}, owner uid {st.st_uid})",
+            f"run Quill as its owner, or {_CHOOSE}",
+        )
 
 
 class Settings(NamedTuple):
@@ -285,11 +330,13 @@ def _check(path: Path, key: str, name: str, value: Any, annotation: str) -> None
 
 def load(home: str | os.PathLike[str] | None = None) -> Settings:
     """The ``Settings`` of data dir ``home`` (default: ``default_home()``), applying its
-    ``config.toml`` when there is one. Raises ``ConfigError`` for an unreadable file, an
-    unknown key, a wrongly typed value or a value out of range."""
+    ``config.toml`` when there is one. Raises ``DataDirError`` (a ``ConfigError``) when
+    ``home`` cannot be a data dir (``check_home``), and ``ConfigError`` for an unreadable
+    file, an unknown key, a wrongly typed value or a value out of range."""
     settings = Settings(
         home=Path(home).expanduser().resolve() if home else default_home().resolve()
     )
+    check_home(settings.home)
     path = settings.home / CONFIG_TOML
     if not path.exists():
         return settings

@@ -11,17 +11,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from quill.home import RunDir, Settings
-from quill.jobs import pg_jobs, prune, store_jobs, worker_jobs
 
 
 @dataclass(frozen=True)
 class JobSpec:
     """One job. ``trigger``/``trigger_args`` are APScheduler 3 trigger arguments for the
-    default schedule; ``params(cfg)`` gives the job's keyword arguments from ``Settings``."""
+    default schedule; ``params(cfg)`` gives the job's keyword arguments from ``Settings``.
+    ``target`` (``"module:function"``) is the job's code, imported by ``func`` on first use:
+    listing, queueing or scheduling a job loads none of them (their stores, psutil …)."""
 
     name: str
     kind: str  # "store" | "worker"
-    func: Callable[..., dict[str, Any]]
+    target: str
     description: str
     trigger: str | None  # None: run on demand only (never scheduled by default)
     trigger_args: dict[str, Any]
@@ -39,12 +40,21 @@ class JobSpec:
     per_host: bool = False  # store jobs about this host (its processes): on a cluster a scheduled
     # run is queued on every host's store queue (queues.fire_scheduled)
 
+    @property
+    def func(self) -> Callable[..., dict[str, Any]]:
+        """The job's function (``target`` imported). Raises ``ImportError`` when its module
+        cannot be imported."""
+        import importlib
+
+        module, _, attr = self.target.partition(":")
+        return getattr(importlib.import_module(module), attr)
+
 
 JOBS: tuple[JobSpec, ...] = (
     JobSpec(
         "wal_checkpoint",
         "store",
-        store_jobs.wal_checkpoint,
+        "quill.jobs.store_jobs:wal_checkpoint",
         "PASSIVE WAL checkpoint: bounds WAL growth "
         "(100k inserts without one left 0.5–1.15 GB of WAL)",
         "interval",
@@ -53,7 +63,7 @@ JOBS: tuple[JobSpec, ...] = (
     JobSpec(
         "fts_optimize",
         "store",
-        store_jobs.fts_optimize,
+        "quill.jobs.store_jobs:fts_optimize",
         "merge the FTS5 index into one b-tree (fewer segments, faster queries)",
         "cron",
         {"hour": 3, "minute": 30},
@@ -62,7 +72,7 @@ JOBS: tuple[JobSpec, ...] = (
     JobSpec(
         "fts_merge",
         "store",
-        store_jobs.fts_merge,
+        "quill.jobs.store_jobs:fts_merge",
         "one bounded incremental FTS5 merge step (segments stay few between optimizes)",
         "interval",
         {"minutes": 30},
@@ -70,7 +80,7 @@ JOBS: tuple[JobSpec, ...] = (
     JobSpec(
         "fts_rebuild",
         "store",
-        store_jobs.fts_rebuild,
+        "quill.jobs.store_jobs:fts_rebuild",
         "rebuild search indexes detached after damage (queued automatically when found)",
         None,
         {},
@@ -78,7 +88,7 @@ JOBS: tuple[JobSpec, ...] = (
     JobSpec(
         "declare_corrupt",
         "store",
-        store_jobs.declare_corrupt,
+        "quill.jobs.store_jobs:declare_corrupt",
         "halt the writer because a check found damage in the store's tables "
         "(queued by quick_check)",
         None,
@@ -89,7 +99,7 @@ JOBS: tuple[JobSpec, ...] = (
     JobSpec(
         "vacuum",
         "store",
-        store_jobs.vacuum,
+        "quill.jobs.store_jobs:vacuum",
         "VACUUM when free pages ≥ 20 % and the disk has room for the copy; then TRUNCATE the WAL",
         "cron",
         {"day_of_week": "sun", "hour": 4, "minute": 30},
@@ -98,7 +108,7 @@ JOBS: tuple[JobSpec, ...] = (
     JobSpec(
         "scrub",
         "store",
-        store_jobs.scrub,
+        "quill.jobs.store_jobs:scrub",
         "FTS optimize + VACUUM + TRUNCATE checkpoint: no bytes of deleted rows left in the "
         "live store (queued by `quill spool purge`; cost: one full rewrite of the store, "
         "figures in seconds)",
@@ -109,7 +119,7 @@ JOBS: tuple[JobSpec, ...] = (
     JobSpec(
         "auto_prune",
         "store",
-        prune.auto_prune,
+        "quill.jobs.prune:auto_prune",
         "close stale open sessions of automatic sources, then delete ended sessions past retention",
         "cron",
         {"hour": 3, "minute": 0},
@@ -124,7 +134,7 @@ JOBS: tuple[JobSpec, ...] = (
     JobSpec(
         "delete_empty",
         "store",
-        prune.delete_empty,
+        "quill.jobs.prune:delete_empty",
         "delete ended sessions with no message rows in any state, a day after their end",
         "cron",
         {"hour": 3, "minute": 15},
@@ -135,7 +145,7 @@ JOBS: tuple[JobSpec, ...] = (
     JobSpec(
         "orphan_sweep",
         "store",
-        prune.orphan_sweep,
+        "quill.jobs.prune:orphan_sweep",
         "close open sessions whose owner process on this host is dead (pid + start time)",
         "interval",
         {"minutes": 10},
@@ -147,7 +157,7 @@ JOBS: tuple[JobSpec, ...] = (
     JobSpec(
         "quick_check",
         "worker",
-        worker_jobs.quick_check,
+        "quill.jobs.worker_jobs:quick_check",
         "PRAGMA quick_check on a read-only connection in the job worker: damage anywhere in "
         "the file is found within an hour (DAMAGE_BOUND_S), off the drain path",
         "interval",
@@ -159,7 +169,7 @@ JOBS: tuple[JobSpec, ...] = (
     JobSpec(
         "integrity_check",
         "worker",
-        worker_jobs.integrity_check,
+        "quill.jobs.worker_jobs:integrity_check",
         "full PRAGMA integrity_check (indexes against tables); damage handled as by quick_check",
         "cron",
         {"day_of_week": "sun", "hour": 5, "minute": 0},
@@ -170,7 +180,7 @@ JOBS: tuple[JobSpec, ...] = (
     JobSpec(
         "snapshot",
         "worker",
-        worker_jobs.snapshot,
+        "quill.jobs.worker_jobs:snapshot",
         "verified backup-API snapshot stamped with its spool position",
         "interval",
         {"hours": 6},
@@ -185,7 +195,7 @@ JOBS: tuple[JobSpec, ...] = (
     JobSpec(
         "spool_gc",
         "worker",
-        worker_jobs.spool_gc,
+        "quill.jobs.worker_jobs:spool_gc",
         "delete spool segments that are applied, snapshot-covered and past retention",
         "interval",
         {"hours": 1},
@@ -200,7 +210,7 @@ JOBS: tuple[JobSpec, ...] = (
     JobSpec(
         "pg_analyze",
         "worker",
-        pg_jobs.pg_analyze,
+        "quill.jobs.pg_jobs:pg_analyze",
         "PostgreSQL store: ANALYZE (fresh planner statistics after purges); "
         "autovacuum does the rest",
         "cron",
@@ -212,7 +222,7 @@ JOBS: tuple[JobSpec, ...] = (
     JobSpec(
         "pg_integrity_check",
         "worker",
-        pg_jobs.pg_integrity_check,
+        "quill.jobs.pg_jobs:pg_integrity_check",
         "PostgreSQL store: amcheck (bt_index_check with heapallindexed, verify_heapam)",
         "cron",
         {"day_of_week": "sun", "hour": 5, "minute": 0},

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+import sys
 import time
 from collections.abc import Iterator
 
@@ -83,9 +84,10 @@ def damaged(exc: BaseException) -> bool:
 
 
 def _redis_types() -> tuple[type[BaseException], ...]:
-    try:
-        from redis import exceptions as rx
-    except ImportError:  # no Redis client: only queue.db can be in use
+    # Only a loaded Redis client can have raised one of its errors: a data dir whose queue is
+    # queue.db never loads it (quill.jobs.huey_lazy), and classifying must not either.
+    rx = sys.modules.get("redis.exceptions")
+    if rx is None:
         return ()
     # ConnectionError covers AuthenticationError and BusyLoadingError; ReadOnlyError is the
     # answer of a replica (a failover left us on one): writes cannot be queued there.

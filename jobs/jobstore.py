@@ -14,7 +14,9 @@ and one when they succeed again.
 Only storage failures are held (``storage_trouble``: SQLite result codes BUSY, LOCKED,
 IOERR, FULL, CANTOPEN, READONLY; a PostgreSQL connection failure); anything else propagates.
 A held write is lost only if the scheduler stops before the file takes it: the schedule then
-runs from the last time written, at most one run early (coalesced), never skipped.
+runs from the last time written, at most one run early (coalesced), never skipped. A *read*
+that meets storage trouble never ends the scheduler's thread either (``get_next_run_time``);
+the scheduler's loop reports it (``workers.schedule_damage.ScheduleOutage``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
@@ -33,6 +36,8 @@ from quill.home.throttle import Throttle
 _SQLITE_STORAGE = frozenset({5, 6, 8, 10, 13, 14})  # BUSY LOCKED READONLY IOERR FULL CANTOPEN
 #: At most one "still unwritable" line per this many seconds.
 REPORT_EVERY_S = 5.0
+#: Seconds until APScheduler's thread reads the schedule again after a read failed.
+READ_RETRY_S = 1.0
 _REMOVED = object()  # a held removal
 
 
@@ -180,8 +185,18 @@ class HeldJobStore(SQLAlchemyJobStore):
         return [j for j in self.get_all_jobs() if j.next_run_time and j.next_run_time <= now]
 
     def get_next_run_time(self) -> Any:
-        """The earliest next run time (held state counted), None when every job is paused."""
-        times = [j.next_run_time for j in self.get_all_jobs() if j.next_run_time]
+        """The earliest next run time (held state counted), None when every job is paused.
+        A read that meets ``storage_trouble`` (the file locked by another process past the
+        busy timeout) answers ``READ_RETRY_S`` from now: APScheduler calls this outside its
+        own error handling, so raising would end the scheduler's thread for good, while a
+        wake-up soon makes it read again (its ``get_due_jobs`` failures it retries itself)."""
+        try:
+            jobs = self.get_all_jobs()
+        except sa_exc.OperationalError as exc:
+            if not storage_trouble(exc):
+                raise
+            return datetime.now(UTC) + timedelta(seconds=READ_RETRY_S)
+        times = [j.next_run_time for j in jobs if j.next_run_time]
         return min(times) if times else None
 
     def lookup_job(self, job_id: str) -> Any:

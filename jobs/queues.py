@@ -19,12 +19,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from huey import RedisHuey, SqliteHuey
-from huey.storage import BaseStorage, RedisStorage, SqliteStorage
-
 from quill.home import Settings, runner_tag
+from quill.home.doorbell import ring
 from quill.jobs import catalog
 from quill.jobs.errors import QueueUnavailableError, damaged, guarded
+from quill.jobs.huey_lazy import (
+    BaseStorage,
+    RedisHuey,
+    RedisStorage,
+    SqliteHuey,
+    SqliteStorage,
+    redis_storage,
+)
+from quill.spool.segments import DOORBELL
 from quill.store.sqlite.job_runs import RUNNING, close_interrupted, record_job_run
 
 STORE_QUEUE = "quill-store"
@@ -38,12 +45,22 @@ class Queues:
     store: SqliteHuey
     worker: SqliteHuey
     tasks: dict[str, Any] = field(default_factory=dict)
+    #: The doorbell of the writer that takes this store queue (``spool.segments.DOORBELL``
+    #: of the data dir), rung after a store job is queued; None: nobody is woken.
+    writer_doorbell: Path | None = None
 
     def enqueue(self, name: str, **params: Any) -> None:
-        """Enqueue job ``name`` with keyword ``params`` on the queue its kind uses."""
+        """Enqueue job ``name`` with keyword ``params`` on the queue its kind uses; a store
+        job wakes the idle writer (``writer_doorbell``) so it runs now, not at the next poll."""
         if name not in self.tasks:
             catalog.get(name)  # raises KeyError naming the known jobs
         self.tasks[name](**params)
+        spec = catalog.BY_NAME.get(name)  # None: an internal task, which the writer runs
+        if (spec is None or spec.kind == "store") and self.writer_doorbell is not None:
+            try:
+                ring(self.writer_doorbell)
+            except OSError:
+                pass  # latency only: the writer polls too, and reports its own doorbell
 
     def pending(self) -> dict[str, int]:
         """Tasks waiting in each queue (not counting one being executed). Raises
@@ -174,6 +191,7 @@ def redis_names(host_id: str, namespace: str = "quill") -> tuple[str, str]:
 def _redis_huey(name: str, url: str) -> RedisHuey:
     # Delivery is at most once (BRPOP, no acknowledgement): every job is idempotent and the
     # spool, not the queue, is the log of every change (docs/backends.md).
+    redis_storage()  # the driver is loaded only for a data dir whose queue is on Redis
     from redis import ConnectionPool
 
     pool = ConnectionPool.from_url(
@@ -217,14 +235,18 @@ def build(
 def build_for(cfg: Settings) -> Queues:
     """``build`` for a data dir's configuration (``quill.home.Settings``): Redis when
     ``[queue] url`` is set (queue names from the data dir's spool id), else ``queue.db``;
-    worker jobs run from it resolve their parameters from ``cfg``."""
+    worker jobs run from it resolve their parameters from ``cfg``, and a store job queued
+    through it wakes the data dir's writer."""
     if cfg.queue_url:
         from quill.spool.identity import load_or_create
 
-        return build(
+        queues = build(
             cfg.queue_db, url=cfg.queue_url, host_id=load_or_create(cfg.spool_id_path), cfg=cfg
         )
-    return build(cfg.queue_db, cfg=cfg)
+    else:
+        queues = build(cfg.queue_db, cfg=cfg)
+    queues.writer_doorbell = cfg.spool_dir / DOORBELL
+    return queues
 
 
 def fire_scheduled(cfg: Settings, name: str) -> list[str] | None:
@@ -274,12 +296,23 @@ def _register(queues: Queues, cfg: Settings | None = None) -> Queues:
         if spec.kind == "store":
             queues.tasks[spec.name] = queues.store.task(
                 name=spec.name, retries=spec.retries, retry_delay=spec.retry_delay
-            )(spec.func)
+            )(_deferred(spec))
         else:
             queues.tasks[spec.name] = queues.worker.task(
                 name=spec.name, retries=spec.retries, retry_delay=spec.retry_delay
             )(_recorded(spec, queues, cfg))
     return queues
+
+
+def _deferred(spec: catalog.JobSpec) -> Any:
+    """A function that runs ``spec``'s code, imported at the first call: a process that only
+    queues jobs never loads what they run (``JobSpec.target``)."""
+
+    def run(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        return spec.func(*args, **kwargs)
+
+    run.__name__ = spec.name
+    return run
 
 
 def resolve_params(

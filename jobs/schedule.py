@@ -32,6 +32,11 @@ from typing import Any
 #: Callables that older Quill versions stored, each with kwargs ``{queue_db, job, params}``.
 LEGACY_REFS = ("jobs.schedule:fire", "quill.jobs.schedule:fire")
 TABLE = "apscheduler_jobs"
+#: Seconds a connection to ``schedule.db`` waits for another process's lock before
+#: SQLITE_BUSY (the scheduler's, ``migrate``'s and an edit's; Python's sqlite3 default).
+BUSY_S = 5.0
+#: ... and a status read's: ``quill status`` must answer while the file is locked.
+STATUS_BUSY_S = 1.0
 
 
 def fire(
@@ -71,7 +76,7 @@ def migrate(schedule_db: Path, fire_ref: str) -> list[str]:
     path = Path(schedule_db)
     if not path.exists():
         return []
-    conn = sqlite3.connect(str(path), timeout=10)
+    conn = sqlite3.connect(str(path), timeout=BUSY_S)
     try:
         if not conn.execute(
             "SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (TABLE,)
@@ -104,12 +109,18 @@ class ScheduleUnreadableError(Exception):
     """``schedule.db`` cannot be read (damaged, not a database, locked, unreadable): classified
     by SQLite result code. ``path`` is the file, ``cause`` the driver's error (``Type: text``),
     ``damaged`` whether the file itself is bad (SQLITE_CORRUPT, SQLITE_NOTADB: it stays so
-    until it is replaced or moved aside) rather than busy or out of reach right now."""
+    until it is replaced or moved aside) rather than busy or out of reach right now;
+    ``locked`` whether another connection held a lock past the busy timeout (SQLITE_BUSY,
+    SQLITE_LOCKED: it passes when that connection ends its transaction). ``state`` is one
+    word for both: ``damaged``, ``locked`` or ``unavailable`` (I/O, full, cannot open)."""
 
     def __init__(self, path: Path, cause: BaseException):
         self.path = path
         self.cause = f"{type(cause).__name__}: {cause}"
-        self.damaged = _code(cause) in _SQLITE_DAMAGED
+        code = _code(cause)
+        self.damaged = code in _SQLITE_DAMAGED
+        self.locked = code in _SQLITE_LOCKED
+        self.state = "damaged" if self.damaged else "locked" if self.locked else "unavailable"
         super().__init__(f"the schedule at {path} cannot be read ({self.cause})")
 
 
@@ -117,6 +128,8 @@ class ScheduleUnreadableError(Exception):
 _SQLITE_ERROR = 1
 #: SQLite primary result codes of a damaged file: CORRUPT, NOTADB.
 _SQLITE_DAMAGED = frozenset({11, 26})
+#: ... of a lock another connection holds: BUSY, LOCKED.
+_SQLITE_LOCKED = frozenset({5, 6})
 
 
 def _code(exc: BaseException) -> int | None:
@@ -154,20 +167,23 @@ def fingerprint(schedule_db: Path) -> tuple[int, int, int, int] | None:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-def read_schedules(schedule_db: Path, fire_ref: str) -> list[dict[str, Any]]:
+def read_schedules(
+    schedule_db: Path, fire_ref: str, *, busy_s: float = BUSY_S
+) -> list[dict[str, Any]]:
     """Every Quill schedule (a call of ``fire_ref`` or of a legacy reference) in
     ``schedule_db``, read-only (no scheduler started): ``id``,
     ``job``, ``trigger`` (text), ``paused``, ``next_run`` (aware datetime or None) and
     ``period_s`` (seconds between two consecutive fire times from now; None when the
     trigger never fires again). Legacy rows are understood too. [] when there is no file or
-    no table yet. Raises ``ScheduleUnreadableError`` when the file cannot be read."""
+    no table yet. ``busy_s``: seconds to wait for another process's lock. Raises
+    ``ScheduleUnreadableError`` when the file cannot be read (``locked`` after ``busy_s``)."""
     import datetime as dt
 
     path = Path(schedule_db)
     if not path.exists():
         return []
     try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=busy_s)
         try:
             rows = conn.execute(f"SELECT id, job_state FROM {TABLE}").fetchall()
         finally:

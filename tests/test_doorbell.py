@@ -149,3 +149,45 @@ def test_ring_never_writes_into_a_regular_file(tmp_path: Path):
         doorbell.ring(path)
     assert path.read_bytes() == b""
     assert doorbell.ring(tmp_path / "nobody") is False
+
+
+def test_a_queued_job_wakes_the_idle_writer_and_its_recorded_run_wakes_the_wait(tmp_path):
+    """A store job queued as ``quill jobs run`` queues it, waited for as ``--wait`` waits (the
+    wait listens first): the writer's poll and the wait's own are both 60 s away, so only the
+    two rings (the queue's to the idle writer, the writer's to the waiter once the run is
+    recorded) end it in time. ``wal_checkpoint`` appends nothing to the spool, so no commit
+    of a chunk rings instead. The rings are the same on both backends (the writer's loop)."""
+    from quill.jobs.queues import build_for
+    from quill.ops.client.stores import open_reader
+    from quill.ops.client.wait import wait_job_run
+
+    cfg = make_home(tmp_path / "home", writer={"poll_interval": LONG_POLL_S})
+    w = WriterThread(cfg)
+    got: list = []
+
+    def runs() -> list:
+        with open_reader(cfg) as r:
+            return r.job_runs(job="wal_checkpoint", limit=5)
+
+    try:
+        w.idle()
+        queued_at = time.time()
+        waiter = threading.Thread(
+            target=lambda: got.append(
+                wait_job_run(cfg.waiters_dir, runs, queued_at, 2 * LONG_POLL_S, LONG_POLL_S)
+            ),
+            daemon=True,  # a failed run is reported at once, not after the 60 s poll
+        )
+        waiter.start()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and not (
+            cfg.waiters_dir.exists() and any(cfg.waiters_dir.iterdir())
+        ):
+            time.sleep(0.01)  # until the wait listens
+        build_for(cfg).enqueue("wal_checkpoint")
+        waiter.join(timeout=TIMEOUT_S)
+        assert got, "the wait was not woken: no ring reached the writer or the wait"
+    finally:
+        w.close()
+    assert got[0]["outcome"] == "ok" and got[0]["figures"]["runner"] == "writer"
+    assert not list(cfg.waiters_dir.iterdir())  # the wait removed its doorbell

@@ -8,6 +8,8 @@ from __future__ import annotations
 import psycopg
 from semantics_helpers import Store, assistant, call, tool, user
 
+from quill.store.postgres import order_index
+from quill.store.postgres.connection import PgConnection
 from quill.store.postgres.schema import PG_LAYOUT, WORDS_LAYOUT
 
 
@@ -103,8 +105,9 @@ def test_a_layout_4_store_gains_the_order_key_index_and_the_current_word_documen
     tmp_path, pg_store_url
 ):
     """Layout 5 adds ``messages_ack`` (late ops: store/apply/order.py ``gaps``); layout 6 puts a
-    tool result's tool name into the word document. A store at layout 4 gets both on open: its
-    ``words`` column is rebuilt (it is older than ``WORDS_LAYOUT``) and holds the tool name."""
+    tool result's tool name into the word document. A store at layout 4 gets the word document
+    on open (its ``words`` column is rebuilt: it is older than ``WORDS_LAYOUT``) and the index
+    from ``order_index.ensure``, outside the migration (a writer runs it concurrently)."""
     s = Store(tmp_path, pg_store_url)
     s.apply("messages.append", {"session_id": "s", "messages": [user("zebras at dawn")]})
     s.apply(
@@ -135,6 +138,15 @@ def test_a_layout_4_store_gains_the_order_key_index_and_the_current_word_documen
         s.close()
     with psycopg.connect(pg_store_url, autocommit=True) as conn:
         assert conn.execute(column, ("words",)).fetchone()[0] != words_at  # rebuilt
+        # not in the migration's transaction: on a store with rows a writer builds it
+        # concurrently (tests/test_pg_order_index.py)
+        assert conn.execute("SELECT to_regclass('messages_ack')").fetchone()[0] is None
+    built = PgConnection(pg_store_url)
+    try:
+        assert order_index.ensure(built)["outcome"] == "built"
+    finally:
+        built.close()
+    with psycopg.connect(pg_store_url, autocommit=True) as conn:
         assert conn.execute("SELECT to_regclass('messages_ack')").fetchone()[0] is not None
         layout = conn.execute("SELECT value FROM state_meta WHERE key = 'pg_layout'").fetchone()
         assert layout == (PG_LAYOUT,)

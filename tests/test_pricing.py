@@ -104,6 +104,32 @@ def test_a_model_without_provider_resolves_like_genai_prices():
 
 
 @pytest.mark.parametrize(
+    "model, provider, bare",
+    [
+        ("openai/gpt-4o", None, ("gpt-4o", "openai")),
+        ("anthropic/claude-3-5-sonnet-20241022", None, ("claude-3-5-sonnet-20241022", None)),
+        ("openai/gpt-4o", "openai", ("gpt-4o", "openai")),  # the provider said twice
+        ("gemini/gemini-2.5-pro", None, ("gemini-2.5-pro", "google")),
+        ("bedrock/anthropic.claude-3-sonnet-20240229-v1:0", None, None),
+        ("xai/grok-2", None, None),  # LiteLLM's name for the table's x-ai
+        ("openrouter/openai/gpt-4o", None, None),
+    ],
+)
+def test_a_litellm_model_id_is_priced_as_genai_prices_reads_litellm(model, provider, bare):
+    """LiteLLM writes ``<provider>/<model>``; genai-prices reads that itself when asked as
+    LiteLLM (``provider_id="litellm"``, its provider-name mapping): priced to that exact
+    figure, and to the bare model's price where the table has both."""
+    ts = dt.datetime(2026, 6, 1, tzinfo=dt.UTC).timestamp()
+    for tokens in _token_cases(random.Random(11), ()):
+        got = price(tokens, model, provider, ts)
+        assert got is not None and got == _reference(tokens, model, pricing.LITELLM, ts)
+        if bare is not None:
+            assert got == _reference(tokens, *bare, ts)
+    assert price(tokens, "nosuchprovider/gpt-4o", None, ts) is None
+    assert price(tokens, "openai/no-such-model", None, ts) is None
+
+
+@pytest.mark.parametrize(
     "model, provider",
     [
         ("<synthetic>", None),

@@ -179,6 +179,10 @@ def test_hosts_under_kills_and_server_restarts_store_every_ack_once_and_status_t
             samples_crash_loop=sum(bool(s.get("crash_loops")) for s in sampler.samples),
             lag0_unchecked=sampler.unchecked,
             violations=len(sampler.violations),
+            violations_seen=[
+                {k: v.get(k) for k in ("host", "at", "what", "source", "store", "pending")}
+                for v in sampler.violations
+            ],
             restarts={h.index: _restarts(h) for h in hosts},
             writer_kills_since_start={h.index: h.kills_since_start for h in hosts},
             orphan_writer_kills=sum(h.orphan_kills for h in hosts),

@@ -137,9 +137,13 @@ class Host:
                 pass
         self.fleet.wait(30)
         self.fleet = None
+        # Again once it is down: a sample that read (epoch, up) in between, with the new
+        # epoch but the fleet still set, must not be judged steady.
+        self.epoch += 1
 
     def stop_fleet(self) -> int:
         assert self.fleet is not None
+        self.epoch += 1
         self.fleet.send_signal(signal.SIGTERM)
         code = self.fleet.wait(60)
         self.fleet = None

@@ -18,11 +18,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from huey import signals
-
 from quill.home import RunDir, Settings
 from quill.jobs import catalog
 from quill.jobs.errors import QueueUnavailableError
+from quill.jobs.huey_lazy import signals
 from quill.jobs.outage import QueueOutage
 from quill.jobs.queues import Queues, build_for
 

@@ -105,9 +105,11 @@ class Drain:
         self.cursor = cursor
         return self.cursor
 
-    def step(self) -> Step:
+    def step(self, on_commit: Callable[[], None] | None = None) -> Step:
         """Read and apply one chunk from ``cursor``; on success move ``cursor`` past it and
-        add its figures to ``totals``. Raises the store error tree (nothing committed)."""
+        add its figures to ``totals``. ``on_commit``: called once a chunk is committed, before
+        anything else (the writer rings its waiting clients there). Raises the store error
+        tree (nothing committed)."""
         entries, result = drain_chunk(
             self.store.apply_chunk,
             self.reader,
@@ -118,6 +120,8 @@ class Drain:
         )
         if not entries:
             return Step()
+        if on_commit is not None:
+            on_commit()
         self.cursor = entries[-1].next
         self.totals["chunks"] += 1
         for key in TOTALS:

@@ -17,6 +17,14 @@
   (``jobs.outage.QueueOutage``). What the runner
   owes the queue (a task taken but put back, a retry, a job the writer queues) is held in
   memory and handed over first when the queue is back: at most once, as huey delivers.
+* The store is optional to the queue too. When a write of the job history meets a store that
+  cannot take it now (``RETRYABLE``: ``state.db`` locked by another process past the busy
+  timeout, a full disk), nothing taken is dropped: a job whose start row could not be
+  written goes back on the queue unrun; a ``record_job_run`` from the job worker goes back
+  too; a finished job's outcome row is held in memory and written first at the next try
+  (lost only if the writer stops before; its start row is then closed as interrupted). A job
+  that itself meets such a failure is retried without using up one of its retries. The
+  error is raised to the writer, which backs off and says why in its status.
 """
 
 from __future__ import annotations
@@ -27,17 +35,21 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from huey.utils import utcnow
-
 from quill.home import is_exhaustion, runner_tag
 from quill.jobs import catalog
 from quill.jobs.errors import QueueDamagedError, QueueUnavailableError
+from quill.jobs.huey_lazy import utcnow
 from quill.jobs.outage import QueueOutage
 from quill.jobs.queues import Queues, resolve_params
 from quill.spool import Spool
-from quill.store.errors import CorruptError
+from quill.store.errors import CorruptError, DiskFullError, StoreIOError, TransientError
 from quill.store.sqlite import effects
 from quill.store.sqlite.job_runs import RUNNING, close_interrupted, record_job_run
+
+#: Store failures after which nothing of the statement was committed and that pass by
+#: themselves (a lock held by another process, a full disk, an I/O error): the writer pauses
+#: and retries; a job or job-run record they interrupt is kept, never dropped.
+RETRYABLE = (TransientError, DiskFullError, StoreIOError)
 
 
 class StoreJobRunner:
@@ -67,6 +79,8 @@ class StoreJobRunner:
         #: ``(job, started_at)`` of the recorded run in progress; left set when the job raised
         #: ``CorruptError``, so the writer's halt names the run it could not finish.
         self.current: tuple[str, float] | None = None
+        #: Outcome rows of finished jobs the store could not take yet, oldest first.
+        self._records: list[tuple[Any, ...]] = []
 
     @property
     def queues(self) -> Queues:
@@ -100,6 +114,9 @@ class StoreJobRunner:
         job-run records; a job's own other failures are recorded and retried. ``on_start(name)``
         is called before a job runs (the writer publishes it, so a long job is not taken for
         a hung writer)."""
+        while self._records:  # outcomes the store could not take: theirs is the first write
+            store.run_job(record_job_run, *self._records[0])
+            self._records.pop(0)
         if not self.outage.ready():
             return False
         try:
@@ -124,9 +141,13 @@ class StoreJobRunner:
         tag = writer_tag(store)
         if recorded:  # the start row first: a run killed mid-way (VACUUM …) still shows up
             start = dict(tag)
-            if task.name in effects.JUDGED_JOBS and store.kind == "sqlite":  # judged if killed
-                start["before"] = store.run_job(effects.measure)
-            store.run_job(record_job_run, task.name, started, None, RUNNING, start)
+            try:
+                if task.name in effects.JUDGED_JOBS and store.kind == "sqlite":  # judged if killed
+                    start["before"] = store.run_job(effects.measure)
+                store.run_job(record_job_run, task.name, started, None, RUNNING, start)
+            except RETRYABLE:
+                self._put(lambda: self.queues.store.enqueue(task))  # taken, not begun: kept
+                raise
             self.current = (task.name, started)
         on_start(task.name)
         outcome, figures, error = "ok", {}, None
@@ -140,22 +161,22 @@ class StoreJobRunner:
         except CorruptError:
             raise
         except Exception as exc:
+            if not recorded and isinstance(exc, RETRYABLE):  # a job-run record: kept
+                self._put(lambda: self.queues.store.enqueue(task))
+                raise
             outcome, error = "error", "".join(traceback.format_exception_only(exc)).strip()
             self.log.error(
                 "writer.job_failed", job=task.name, error=error, retries_left=task.retries
             )
-            self._retry(task, spec, overloaded=is_exhaustion(exc))
+            # Neither a lock nor descriptors running out say anything about the job.
+            self._retry(task, spec, overloaded=is_exhaustion(exc) or isinstance(exc, RETRYABLE))
         self.current = None
         if recorded:
-            store.run_job(
-                record_job_run,
-                task.name,
-                started,
-                time.time(),
-                outcome,
-                {**figures, **tag},
-                error,
+            self._records.append(
+                (task.name, started, time.time(), outcome, {**figures, **tag}, error)
             )
+            store.run_job(record_job_run, *self._records[0])
+            self._records.pop(0)
             self.log.info("writer.job", job=task.name, outcome=outcome, **figures)
         return True
 

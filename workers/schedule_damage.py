@@ -1,4 +1,4 @@
-"""The scheduler's answer to a damaged ``schedule.db``: fire nothing, say so, resume by itself.
+"""The scheduler's answer to a damaged or locked ``schedule.db``: say so, resume by itself.
 
 ``schedule.db`` holds the catalog's default schedules *and* the operator's ``quill schedule``
 edits (a paused prune, a removed default, an added snapshot): only the file knows the edits.
@@ -8,6 +8,14 @@ paused and say nothing of the edits lost (docs/operations.md, "A damaged schedul
 queue.db"). It stays up, publishes the damage every second, logs it once, and starts again
 within a second of the file being replaced, moved aside (a new file gets the defaults) or
 rewritten.
+
+A ``schedule.db`` that is sound but cannot be read *now* (another process holds a lock past
+the busy timeout: a ``sqlite3`` shell in a transaction, a backup tool; or an I/O error, a
+full disk, a file that cannot be opened) passes by itself: ``ScheduleOutage`` tries again
+with backoff (``RETRY_FIRST_S`` doubling to ``RETRY_MAX_S``), publishes the state and since
+when, and logs it once when it starts (then at most every ``RETRY_MAX_S``) and once when the
+file answers again. A scheduler already running goes on running (its job store holds writes
+and its thread retries reads, ``jobs.jobstore``), so nothing it fired or owes is lost.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ import time
 from typing import Any
 
 from quill.home import RunDir, Settings
+from quill.home.throttle import Throttle
 from quill.jobs import schedule as schedule_db
 from quill.store import factory
 
@@ -29,6 +38,77 @@ def guarded(cfg: Settings) -> Any:
     if factory.capabilities(cfg).cluster:
         return contextlib.nullcontext()
     return schedule_db.guarded(cfg.schedule_db)
+
+
+#: Backoff of a schedule that cannot be read now: the first wait, doubling up to the last (s).
+RETRY_FIRST_S = 1.0
+RETRY_MAX_S = 30.0
+
+
+class ScheduleOutage:
+    """A ``schedule.db`` that cannot be read now (``ScheduleUnreadableError`` not ``damaged``):
+    since when, why, and the backoff before the next try. ``log``: a structlog-style logger.
+    One per scheduler process; not thread-safe (the scheduler's main loop only)."""
+
+    def __init__(self, log: Any):
+        self.log = log
+        self.since: float | None = None
+        self.error: str | None = None
+        self.locked = False
+        self.wait_s: float | None = None
+        self._throttle = Throttle(RETRY_MAX_S)
+
+    def failed(self, exc: schedule_db.ScheduleUnreadableError) -> float:
+        """Count a failed read of the schedule (``exc``); returns the seconds to wait before
+        the next try. Logs ``scheduler.schedule_unavailable`` at the first failure, then at
+        most every ``RETRY_MAX_S`` with the number left out."""
+        if self.since is None:
+            self.since = time.time()
+        self.error, self.locked = str(exc), exc.locked
+        self.wait_s = RETRY_FIRST_S if self.wait_s is None else min(self.wait_s * 2, RETRY_MAX_S)
+        left_out = self._throttle.ready("unavailable")
+        if left_out is not None:
+            self.log.error(
+                "scheduler.schedule_unavailable",
+                state=exc.state,
+                error=self.error,
+                since=self.since,
+                retry_s=self.wait_s,
+                suppressed=left_out,
+            )
+        return self.wait_s
+
+    def answered(self) -> None:
+        """The schedule was read: the outage (if any) is over, logged with its length."""
+        if self.since is not None:
+            self.log.warning(
+                "scheduler.schedule_available_again", down_s=round(time.time() - self.since, 1)
+            )
+        self.since = self.error = self.wait_s = None
+        self.locked = False
+        self._throttle.clear("unavailable")
+
+    def fields(self) -> dict[str, Any]:
+        """For the scheduler's status: ``schedule_unavailable`` (the error, None while the
+        schedule answers), ``schedule_locked`` (a lock held by another process),
+        ``schedule_unavailable_since`` (epoch s) and ``schedule_retry_s`` (the wait now)."""
+        return {
+            "schedule_unavailable": self.error,
+            "schedule_locked": self.locked,
+            "schedule_unavailable_since": self.since,
+            "schedule_retry_s": self.wait_s,
+        }
+
+    def wait(self, stop: threading.Event, run_dir: RunDir, status: dict[str, Any]) -> None:
+        """Wait out the backoff (``wait_s``) or ``stop``, publishing ``status`` with these
+        fields every second (``ready`` False): a status reader sees the wait as it goes."""
+        deadline = time.monotonic() + (self.wait_s or RETRY_FIRST_S)
+        while not stop.is_set():
+            run_dir.publish("scheduler", {**status, "ready": False, **self.fields()})
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            stop.wait(min(1.0, left))
 
 
 def await_replacement(

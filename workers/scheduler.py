@@ -161,6 +161,7 @@ def make_scheduler(cfg: Settings, leader: Any = None, log: Any = None) -> Backgr
         engine_options = {"connect_args": dict(TCP_BOUNDS), "pool_pre_ping": True}
     else:  # schedules in this data dir's schedule.db
         schedule_db.migrate(cfg.schedule_db, FIRE_REF)
+        engine_options = {"connect_args": {"timeout": schedule_db.BUSY_S}}
     url = jobstore_url(cfg)
     store = (
         HeldJobStore(url=url, engine_options=engine_options, log=log)
@@ -230,6 +231,10 @@ def edit_schedules(cfg: Settings) -> Iterator[BackgroundScheduler]:
 
 def describe(sched: BackgroundScheduler) -> list[dict[str, Any]]:
     """Each scheduled job: id, job name, trigger text, next run time (ISO, None when paused)."""
+    return _describe(sched.get_jobs())
+
+
+def _describe(jobs: list[Any]) -> list[dict[str, Any]]:
     return [
         {
             "id": j.id,
@@ -237,8 +242,25 @@ def describe(sched: BackgroundScheduler) -> list[dict[str, Any]]:
             "trigger": str(j.trigger),
             "next_run": j.next_run_time.isoformat() if j.next_run_time else None,
         }
-        for j in sched.get_jobs()
+        for j in jobs
     ]
+
+
+def _status(
+    jobs: list[dict[str, Any]], due: list[Any], held: list[str], sched: Any, leader: Any
+) -> dict[str, Any]:
+    """The running scheduler's status: ``jobs`` (``_describe``), the runs ``due`` now and
+    those ``held`` for the unreachable queue, the held writes of its job store."""
+    return {
+        "ready": not due and not held,
+        # every due run was fired, some are held for the unreachable queue
+        "waiting_for_queue": not due and bool(held),
+        "unfired": held,
+        "jobs": jobs,
+        **(_outage.fields() if _outage is not None else {}),
+        **sched.job_store.fields(),
+        **({"role": "leader"} if leader else {}),
+    }
 
 
 def _lead(leader: Any, log: Any, stop: threading.Event, run_dir: RunDir, standby: Standby) -> bool:
@@ -277,7 +299,9 @@ def run(cfg: Settings, log: Any, stop: threading.Event) -> None:
     second; the process stays up as a standby, says why in its status, tries the lease again
     with backoff while the store is unreachable, and leads again once it wins it. A damaged
     ``schedule.db`` does not end it either: it fires nothing until the file is replaced or
-    moved aside, then starts again by itself (``workers.schedule_damage``)."""
+    moved aside, then starts again by itself, and one that is locked by another process (or
+    meets an I/O error) is waited out with backoff, said in the status (``schedule_locked``,
+    ``schedule_unavailable_since``) and resumed from (``workers.schedule_damage``)."""
     run_dir = RunDir(cfg.home, log)  # a full disk is reported, never fatal
     lease = Lease(run_dir.lock("scheduler")).acquire()
     if lease.unrecorded:
@@ -285,15 +309,18 @@ def run(cfg: Settings, log: Any, stop: threading.Event) -> None:
     serve(cfg, log)
     try:
         if not factory.capabilities(cfg).cluster:
+            outage = schedule_damage.ScheduleOutage(log)
             while not stop.is_set():
                 try:
                     with schedule_damage.guarded(cfg):
-                        _schedule(cfg, log, stop, run_dir, None)
+                        _schedule(cfg, log, stop, run_dir, None, outage)
                     return
                 except schedule_db.ScheduleUnreadableError as exc:
-                    if not exc.damaged:
-                        raise
-                    schedule_damage.await_replacement(cfg, log, stop, run_dir, exc)
+                    if exc.damaged:
+                        schedule_damage.await_replacement(cfg, log, stop, run_dir, exc)
+                        continue
+                    outage.failed(exc)  # locked, I/O: it passes by itself
+                    outage.wait(stop, run_dir, {"jobs": []})
             return
         from quill.store.postgres.election import Leadership
 
@@ -321,10 +348,20 @@ def run(cfg: Settings, log: Any, stop: threading.Event) -> None:
         log.info("scheduler.stopped")
 
 
-def _schedule(cfg: Settings, log: Any, stop: threading.Event, run_dir: RunDir, leader: Any) -> None:
+def _schedule(
+    cfg: Settings,
+    log: Any,
+    stop: threading.Event,
+    run_dir: RunDir,
+    leader: Any,
+    outage: schedule_damage.ScheduleOutage | None = None,
+) -> None:
     """Run the schedules until ``stop``, or — with ``leader`` (a ``Leadership``) — until it no
     longer holds the lease (``still_leader``: renewed here, bounded). Raises what the job
-    store raises (``store_unreachable`` for an outage)."""
+    store raises (``store_unreachable`` for an outage). With ``outage`` (a ``schedule.db``)
+    a read of the running schedule that meets a lock or an I/O error does not end it: the
+    state is published with the schedules last read and the read tried again with backoff;
+    a damaged file (``ScheduleUnreadableError.damaged``) is raised."""
     sched = make_scheduler(cfg, leader, log)
     sched.add_listener(
         lambda ev: log.warning(
@@ -340,30 +377,30 @@ def _schedule(cfg: Settings, log: Any, stop: threading.Event, run_dir: RunDir, l
         sched.start(paused=True)
         added = install_defaults(sched, cfg)
         sched.resume()  # runs anything due now (coalesced) before we report ready
-        log.info("scheduler.started", added=added, jobs=describe(sched))
+        jobs = sched.get_jobs()
+        if outage is not None:
+            outage.answered()
+        log.info("scheduler.started", added=added, jobs=_describe(jobs))
         while not stop.is_set():
             if leader is not None and not leader.still_leader():
                 log.error("scheduler.leadership_lost")
                 return
-            due = [
-                j
-                for j in sched.get_jobs()
-                if j.next_run_time and j.next_run_time <= dt.datetime.now(dt.UTC)
-            ]
+            try:
+                with schedule_damage.guarded(cfg):
+                    jobs = sched.get_jobs()
+            except schedule_db.ScheduleUnreadableError as exc:
+                if outage is None or exc.damaged:
+                    raise
+                outage.failed(exc)  # the scheduler's thread retries by itself meanwhile
+                outage.wait(stop, run_dir, _status(_describe(jobs), [], [], sched, leader))
+                sched.wakeup()
+                continue
+            if outage is not None:
+                outage.answered()
+            now = dt.datetime.now(dt.UTC)
+            due = [j for j in jobs if j.next_run_time and j.next_run_time <= now]
             held = refire()
-            run_dir.publish(
-                "scheduler",
-                {
-                    "ready": not due and not held,
-                    # every due run was fired, some are held for the unreachable queue
-                    "waiting_for_queue": not due and bool(held),
-                    "unfired": held,
-                    "jobs": describe(sched),
-                    **(_outage.fields() if _outage is not None else {}),
-                    **sched.job_store.fields(),
-                    **({"role": "leader"} if leader else {}),
-                },
-            )
+            run_dir.publish("scheduler", _status(_describe(jobs), due, held, sched, leader))
             stop.wait(0.5 if due else 1.0)
             # Operators change schedules in schedule.db from `quill schedule ...`; waking up
             # re-reads the job store, so a change takes effect within a second.

@@ -294,18 +294,20 @@ class Writer(HaltAndRefusal, UntilIdle):
 
     def _step(self, now: float) -> bool:
         began = time.monotonic()
-        done = self.drain.step()
+        # Waiting clients are rung as soon as the chunk is committed, before its log line.
+        done = self.drain.step(on_commit=self._wake_waiters)
         if done.entries:
             status.observe(self.commit_hist, time.monotonic() - began)  # read+apply+commit
-            self._wake_waiters()
             self._publish(now, idle=False)
             self._index()
-            self.jobs.run_one(self.store, idle=False, on_start=self._job_started)
+            if self.jobs.run_one(self.store, idle=False, on_start=self._job_started):
+                self._wake_waiters()
             self._was_busy = True
             return True
         if self._index():
             return True
         if self.jobs.run_one(self.store, idle=True, on_start=self._job_started):
+            self._wake_waiters()  # its run is recorded: `quill jobs run --wait` reads it now
             return True
         self._idle_fields = self.store.idle_work(now, self.cursor, self._was_busy)
         self._was_busy = False
@@ -314,8 +316,9 @@ class Writer(HaltAndRefusal, UntilIdle):
         return sealed
 
     def _wake_waiters(self) -> None:
-        """The cursor moved (committed): ring the clients waiting for it. A failure is logged
-        (throttled), never fatal: a waiter that is not woken still looks every poll."""
+        """The cursor moved or a job's run was recorded (committed): ring the clients waiting
+        for either. A failure is logged (throttled), never fatal: a waiter that is not woken
+        still looks every poll."""
         try:
             doorbell.ring_all(self.cfg.waiters_dir)
         except OSError as exc:

@@ -20,16 +20,10 @@ from quill.home import Halt, Throttle, WriterStatus, is_exhaustion
 from quill.store.errors import (
     CorruptError,
     CursorMismatchError,
-    DiskFullError,
     SpoolMismatchError,
-    StoreIOError,
-    TransientError,
 )
 from quill.store.sqlite.job_runs import HALTED, record_job_run
-from quill.workers.job_runner import writer_tag
-
-#: Failures after which nothing of the step was committed: pause, then retry.
-RETRYABLE = (TransientError, DiskFullError, StoreIOError)
+from quill.workers.job_runner import RETRYABLE, writer_tag
 
 
 def passing(exc: BaseException) -> bool:

@@ -155,23 +155,16 @@ def jobs_run(
             "shows the outcome",
         )
     if wait_s is not None:
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline:
-            runs = [
-                r
-                for r in _history(cfg, name, 5)
-                if r["started_at"] >= queued_at - 1 and r["outcome"] != "running"
-            ]
-            if runs:
-                result["run"] = runs[0]
-                break
-            time.sleep(0.2)
-        else:
+        from quill.ops.client.wait import wait_job_run
+
+        run = wait_job_run(cfg.waiters_dir, lambda: _history(cfg, name, 5), queued_at, wait_s)
+        if run is None:
             raise WaitTimeoutError(
                 f"{name} queued but no run recorded within {wait_s:g} s",
                 hint=f"is `quill run` running? `quill jobs history --job {name}` shows "
                 "the outcome later",
             )
+        result["run"] = run
     if as_json:
         emit_json(result)
     elif "run" in result:

@@ -78,8 +78,6 @@ def parse_argv(argv: list[str]) -> PushArgs | None:
         else:  # -h, --help, --, unknown options: click's business
             return None
     home = home if home is not None else os.environ.get("QUILL_HOME") or None
-    if home is not None and os.path.exists(home) and not os.path.isdir(home):
-        return None  # click.Path(file_okay=False) reports it
     if source not in (None, "-") and not os.path.isfile(source):
         return None  # click.File reports it
     return PushArgs(home, source or "-", session_id, wait_s, as_json)

@@ -38,7 +38,7 @@ COMMANDS = {
 @click.version_option(__version__, "--version", prog_name="quill", message="%(prog)s %(version)s")
 @click.option(
     "--home",
-    type=click.Path(file_okay=False),
+    type=click.Path(),  # what it names is checked by quill.home.load, for every entry point
     envvar="QUILL_HOME",
     help="Data dir (default: $QUILL_HOME, else the XDG data dir).",
 )

@@ -16,7 +16,13 @@ from rich.table import Table
 from quill.home import ANONYMOUS
 from quill.ops.cli import render
 from quill.ops.cli.base import emit_json, json_option
-from quill.ops.client.errors import InvalidInputError, NotFoundError
+from quill.ops.client.errors import InvalidInputError, NotFoundError, StoreBusyError
+
+#: What to do when tokens.db is locked by another process.
+TOKENS_BUSY_HINT = (
+    "another process holds tokens.db's lock (a sqlite3 shell, another `quill token`); "
+    "retry once it ends its transaction (`fuser tokens.db` names it)"
+)
 
 
 @click.command()
@@ -100,11 +106,13 @@ def token() -> None:
 @click.pass_obj
 def token_create(cfg: Any, name: str, scopes: tuple[str, ...], as_json: bool) -> None:
     """Create a token named NAME. It is printed once: store it now."""
-    from quill.ops.service.tokens import TokenError, TokenStore
+    from quill.ops.service.tokens import TokenError, TokenStore, TokensUnavailableError
 
     cfg.ensure_dirs()
     try:
         secret, row = TokenStore(cfg.tokens_db).create(name, list(scopes))
+    except TokensUnavailableError as exc:
+        raise StoreBusyError(str(exc), hint=TOKENS_BUSY_HINT) from None
     except TokenError as exc:
         raise InvalidInputError(str(exc)) from None
     if as_json:
@@ -123,10 +131,12 @@ def token_create(cfg: Any, name: str, scopes: tuple[str, ...], as_json: bool) ->
 @click.pass_obj
 def token_list(cfg: Any, as_json: bool) -> None:
     """Every token: id, name, scopes, created, revoked (never the secret)."""
-    from quill.ops.service.tokens import TokenError, TokenStore
+    from quill.ops.service.tokens import TokenError, TokenStore, TokensUnavailableError
 
     try:
         rows = TokenStore(cfg.tokens_db).list()
+    except TokensUnavailableError as exc:
+        raise StoreBusyError(str(exc), hint=TOKENS_BUSY_HINT) from None
     except TokenError as exc:  # a copied tokens.db: the message names `quill token rebind`
         raise InvalidInputError(str(exc)) from None
     if as_json:
@@ -152,10 +162,17 @@ def token_list(cfg: Any, as_json: bool) -> None:
 @click.pass_obj
 def token_revoke(cfg: Any, token_id: str, as_json: bool) -> None:
     """Revoke token TOKEN_ID (effective on the next request)."""
-    from quill.ops.service.tokens import TokenError, TokensCopiedError, TokenStore
+    from quill.ops.service.tokens import (
+        TokenError,
+        TokensCopiedError,
+        TokenStore,
+        TokensUnavailableError,
+    )
 
     try:
         TokenStore(cfg.tokens_db).revoke(token_id)
+    except TokensUnavailableError as exc:
+        raise StoreBusyError(str(exc), hint=TOKENS_BUSY_HINT) from None
     except TokensCopiedError as exc:
         raise InvalidInputError(str(exc)) from None
     except TokenError as exc:
@@ -182,10 +199,13 @@ def register(cli: click.Group) -> None:
 def token_rebind(cfg: Any, revoke_all: bool, as_json: bool) -> None:
     """Bind tokens.db to this data dir. A tokens.db copied with a data dir (cp -a, a VM image,
     a restored backup) refuses every token until its owner runs this."""
-    from quill.ops.service.tokens import TokenStore
+    from quill.ops.service.tokens import TokenStore, TokensUnavailableError
 
     cfg.ensure_dirs()
-    active = TokenStore(cfg.tokens_db).rebind(revoke_all=revoke_all)
+    try:
+        active = TokenStore(cfg.tokens_db).rebind(revoke_all=revoke_all)
+    except TokensUnavailableError as exc:
+        raise StoreBusyError(str(exc), hint=TOKENS_BUSY_HINT) from None
     if as_json:
         emit_json({"home": str(cfg.home), "active_tokens": active, "revoked_all": revoke_all})
     else:

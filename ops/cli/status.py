@@ -95,7 +95,25 @@ def _print_status(d: dict[str, Any]) -> None:
             + "\n  queued and scheduled jobs wait; the spool is applied as ever"
         )
     sched = fleet.get("scheduler") or {}
-    if d.get("schedule", {}).get("readable") is False:
+    schedule = d.get("schedule", {})
+    if schedule.get("state") in ("locked", "unavailable") and sched.get("alive"):
+        con.print(
+            f"[bold red]SCHEDULE {schedule['state'].upper()}[/bold red]: {schedule['error']}\n"
+            f"  the scheduler has waited {schedule['waiting_s']:.0f} s and fires nothing "
+            "meanwhile; it resumes by itself once the file answers"
+            + (
+                " (end the transaction of the process holding its lock: a sqlite3 shell, a "
+                "backup; `fuser schedule.db` names it)"
+                if schedule["state"] == "locked"
+                else ""
+            )
+        )
+    elif schedule.get("state") in ("locked", "unavailable"):
+        con.print(
+            f"[bold red]SCHEDULE {schedule['state'].upper()}[/bold red]: {schedule['error']}\n"
+            "  a running scheduler waits for it and resumes by itself"
+        )
+    elif schedule.get("readable") is False:
         waiting = (
             f"\n  the scheduler fires nothing since {render.when(sched['schedule_damaged_since'])}"
             " and starts again by itself once the file is replaced or moved aside"

@@ -22,6 +22,7 @@ from typing import Any
 from quill.home import doorbell
 from quill.ops.client.client import WAIT_POLL_S, Client, Outcome, _check_ack
 from quill.ops.client.errors import InvalidInputError, WaitTimeoutError
+from quill.ops.client.wait import Looker
 from quill.spool import Ack
 
 _WRITES = (
@@ -124,8 +125,13 @@ class AsyncClient:
         loop = asyncio.get_running_loop()
         if bell is not None:
             loop.add_reader(bell.fileno(), lambda: (bell.clear(), rung.set()))
+        look = Looker(self.sync.config)  # one reader for every look of this wait
         try:
-            while not await asyncio.to_thread(self.sync.applied, last):
+            while True:
+                # One thread hop per look: the cursor, and the outcomes once it is past.
+                found = await asyncio.to_thread(self.sync._look, look, last, acks)
+                if found is not None:
+                    return found
                 if time.monotonic() >= deadline:
                     raise WaitTimeoutError(
                         f"record at {last.position} not applied within {timeout:g} s"
@@ -139,4 +145,4 @@ class AsyncClient:
             if bell is not None:
                 loop.remove_reader(bell.fileno())
                 bell.close(remove=True)
-        return await asyncio.to_thread(self.sync._outcomes, acks)  # all are past the cursor
+            look.close()

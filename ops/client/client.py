@@ -127,18 +127,35 @@ class Client(Maintenance, Writes, Search, Reads):
             return []
         if not timeout >= 0:
             raise InvalidInputError(f"timeout must be ≥ 0 seconds, got {timeout!r}")
-        from quill.ops.client.wait import wait_applied
+        from quill.ops.client.wait import Looker, wait_applied
         from quill.spool import WaitTimeoutError as SpoolWaitTimeout
 
         last = max(acks, key=lambda a: a.position)
-        try:
-            wait_applied(self.config, last.position, timeout, poll=WAIT_POLL_S)
-        except SpoolWaitTimeout:
-            raise WaitTimeoutError(
-                f"batch {last.batch_id} (spool position {last.position}) not applied "
-                f"within {timeout:g} s"
-            ) from None
-        return self._outcomes(acks)
+        with _public_errors(), Looker(self.config) as look:  # one reader for every look
+            try:
+                wait_applied(self.config, last.position, timeout, poll=WAIT_POLL_S, look=look)
+            except SpoolWaitTimeout:
+                raise WaitTimeoutError(
+                    f"batch {last.batch_id} (spool position {last.position}) not applied "
+                    f"within {timeout:g} s"
+                ) from None
+            return self._as_outcomes(acks, look.outcomes(acks))
+
+    def _look(self, look: Any, last: Ack, acks: list[Ack]) -> list[Outcome] | None:
+        """One look on ``look`` (a ``wait.Looker``): the outcomes of ``acks`` once ``last``
+        (the furthest of them) is past the cursor, else None."""
+        with _public_errors():
+            cursor = look.cursor()
+            if cursor is None or not cursor > last.position:
+                return None
+            return self._as_outcomes(acks, look.outcomes(acks))
+
+    @staticmethod
+    def _as_outcomes(acks: list[Ack], found: list[dict[str, Any]]) -> list[Outcome]:
+        return [
+            Outcome(o["outcome"], a.batch_id, o.get("reason"), o.get("detail"))
+            for a, o in zip(acks, found)
+        ]
 
     def _outcomes(self, acks: list[Ack]) -> list[Outcome]:
         """The outcome of each ack already past the store's cursor (``ops.client.wait``)."""
@@ -146,10 +163,7 @@ class Client(Maintenance, Writes, Search, Reads):
 
         with _public_errors():
             found = outcomes(self.config, self.config.spool_dir, acks)
-        return [
-            Outcome(o["outcome"], a.batch_id, o.get("reason"), o.get("detail"))
-            for a, o in zip(acks, found)
-        ]
+        return self._as_outcomes(acks, found)
 
     def applied(self, ack: Ack) -> bool:
         """Whether the writer has dealt with ``ack`` yet (never blocks). Raises

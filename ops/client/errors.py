@@ -320,7 +320,15 @@ def from_exception(exc: BaseException) -> QuillError | None:
         return QueueUnavailableError(text)
     schedule = sys.modules.get("quill.jobs.schedule")
     if schedule is not None and isinstance(exc, schedule.ScheduleUnreadableError):
-        return ScheduleUnreadableError(text, damaged=exc.damaged)
+        hint = (
+            "another process holds schedule.db's lock (a sqlite3 shell, a backup; `fuser "
+            "schedule.db` names it): retry once it ends its transaction"
+            if getattr(exc, "locked", False)
+            else None
+        )
+        return ScheduleUnreadableError(text, damaged=exc.damaged, hint=hint)
+    if home is not None and isinstance(exc, home.DataDirError):
+        return StorageError(text, hint=exc.hint)
     if home is not None and isinstance(exc, home.ConfigError):
         return StorageError(text, hint="fix config.toml (docs/configuration.md lists every key)")
     if isinstance(exc, OSError):

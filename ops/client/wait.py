@@ -11,7 +11,10 @@ holds no trace of the batch — neither applied nor refused — so it was never 
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +26,72 @@ from quill.store.errors import CantOpenError
 def applied_position(cfg: Any) -> Position | None:
     """``cfg``'s store's committed cursor of this data dir's spool (``stores.open_reader``),
     or None when nothing was applied yet."""
-    try:
-        with open_reader(cfg) as reader:
-            cursor = reader.figures()["cursor"]
-    except CantOpenError:
-        return None
-    return Position.parse(cursor) if cursor else None
+    with Looker(cfg) as look:
+        return look.cursor()
+
+
+class Looker:
+    """Repeated looks at ``cfg``'s store for one wait: its committed cursor and the outcomes
+    of acks past it, on one reader opened at the first look and kept for the rest (a look
+    costs one row read, not a connection). A ``state.db`` replaced meanwhile (``quill
+    recover`` swaps a rebuilt file in) is noticed by its inode and reopened, so a wait never
+    watches a file the writer no longer commits to. Raises the store error tree (an
+    unreachable server is ``TransientError``); a store not made yet reads as no cursor."""
+
+    def __init__(self, cfg: Any):
+        self.cfg = cfg
+        self.reader: Any = None
+        self._inode: int | None = None
+
+    def __enter__(self) -> Looker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the reader (idempotent)."""
+        if self.reader is not None:
+            reader, self.reader = self.reader, None
+            reader.close()
+
+    def _state_db_inode(self) -> int | None:
+        """``state.db``'s inode now (None: no such file)."""
+        try:
+            return os.stat(self.cfg.state_db).st_ino
+        except FileNotFoundError:
+            return None
+
+    def _open(self) -> Any:
+        """The reader, (re)opened when there is none or ``state.db`` was replaced since it
+        was opened (PostgreSQL readers have ``path`` None: nothing to swap); None when the
+        store does not exist yet."""
+        if self.reader is not None:
+            if self.reader.path is None or self._state_db_inode() == self._inode:
+                return self.reader
+            self.close()
+        # The inode before the open: a swap between the two is seen at the next look.
+        inode = self._state_db_inode()
+        try:
+            self.reader = open_reader(self.cfg)
+        except CantOpenError:
+            return None
+        self._inode = inode
+        return self.reader
+
+    def cursor(self) -> Position | None:
+        """The committed cursor, or None when nothing was applied yet."""
+        reader = self._open()
+        cursor = reader.applied_cursor() if reader is not None else None
+        return Position.parse(cursor) if cursor else None
+
+    def outcomes(self, acks: list[Ack]) -> list[dict[str, Any]]:
+        """``outcomes`` of ``acks`` (all past the cursor) read on this looker's reader.
+        Raises ``CantOpenError`` when the store does not exist."""
+        reader = self._open()
+        if reader is None:
+            raise CantOpenError(f"{self.cfg.state_db} does not exist")
+        return _outcomes(reader, self.cfg.spool_dir, acks)
 
 
 def wait_applied(
@@ -38,6 +101,7 @@ def wait_applied(
     poll: float = 0.05,
     *,
     without_fleet: float | None = None,
+    look: Looker | None = None,
 ) -> float:
     """Block until the record at ``position`` is past the cursor; returns the seconds waited.
     The writer rings this wait's doorbell (``quill.home.doorbell``) after each commit; ``poll``
@@ -45,40 +109,85 @@ def wait_applied(
     Raises ``WaitTimeoutError`` after ``timeout`` seconds, or, when ``without_fleet`` is given,
     as soon as no fleet has run on the data dir for that many seconds (nothing would apply
     the record; a command that needs it applied says so at once instead of waiting out
-    ``timeout``)."""
+    ``timeout``). ``look``: the caller's ``Looker`` (kept open for its ``outcomes``), else
+    one of this wait's own."""
     from quill.home import RunDir, doorbell
 
     start = time.monotonic()
     fleet_seen = start
     rd = RunDir(cfg.home)
-    cursor = applied_position(cfg)
-    if cursor is not None and cursor > position:  # applied already: no doorbell needed
-        return time.monotonic() - start
-    # Listen before the next look: a commit after it rings us (module doc of home.doorbell).
-    bell = doorbell.listen(doorbell.waiter_path(cfg.waiters_dir))
+    with Looker(cfg) if look is None else contextlib.nullcontext(look) as look:
+        cursor = look.cursor()
+        if cursor is not None and cursor > position:  # applied already: no doorbell needed
+            return time.monotonic() - start
+        # Listen before the next look: a commit after it rings us (module doc of home.doorbell).
+        bell = doorbell.listen(doorbell.waiter_path(cfg.waiters_dir))
+        try:
+            while True:
+                cursor = look.cursor()
+                if cursor is not None and cursor > position:
+                    return time.monotonic() - start
+                now = time.monotonic()
+                if without_fleet is not None and rd.fleet_running():
+                    fleet_seen = now
+                gave_up = without_fleet is not None and now - fleet_seen >= without_fleet
+                if gave_up or now - start >= timeout:
+                    within = (
+                        f"after no fleet ran for {without_fleet:g} s"
+                        if gave_up
+                        else (f"within {timeout:g} s")
+                    )
+                    raise WaitTimeoutError(
+                        f"record at {position} not applied {within} "
+                        f"(store cursor: {cursor}); {why_not_applied(cfg)}"
+                    )
+                if bell is not None:
+                    bell.wait(poll)  # the writer's ring after a commit, or the poll if lost
+                else:
+                    time.sleep(poll)
+        finally:
+            if bell is not None:
+                bell.close(remove=True)
+
+
+#: How often (s) a wait for a job's run looks without a ring: what a lost ring costs.
+JOB_POLL_S = 0.2
+
+
+def wait_job_run(
+    waiters_dir: Path,
+    runs: Callable[[], list[dict[str, Any]]],
+    queued_at: float,
+    timeout: float,
+    poll: float = JOB_POLL_S,
+) -> dict[str, Any] | None:
+    """The newest finished run (``outcome`` not ``running``) that ``runs()`` lists (the job's
+    recent ``job_runs`` rows, newest first) started at or after ``queued_at`` (epoch s, less
+    a second of clock skew); None when none is recorded within ``timeout`` seconds.
+
+    The writer rings the waiters' doorbells in ``waiters_dir`` after each job it runs or
+    records (``quill.home.doorbell``), so the run is read as soon as it is committed; ``poll``
+    bounds what a lost ring costs. Raises what ``runs`` raises."""
+    from quill.home import doorbell
+    from quill.store.sqlite.job_runs import RUNNING
+
+    def finished() -> dict[str, Any] | None:
+        done = [r for r in runs() if r["started_at"] >= queued_at - 1 and r["outcome"] != RUNNING]
+        return done[0] if done else None
+
+    deadline = time.monotonic() + timeout
+    # Listen before the first look: a run recorded after it rings us (home.doorbell).
+    bell = doorbell.listen(doorbell.waiter_path(waiters_dir))
     try:
         while True:
-            cursor = applied_position(cfg)
-            if cursor is not None and cursor > position:
-                return time.monotonic() - start
-            now = time.monotonic()
-            if without_fleet is not None and rd.fleet_running():
-                fleet_seen = now
-            gave_up = without_fleet is not None and now - fleet_seen >= without_fleet
-            if gave_up or now - start >= timeout:
-                within = (
-                    f"after no fleet ran for {without_fleet:g} s"
-                    if gave_up
-                    else (f"within {timeout:g} s")
-                )
-                raise WaitTimeoutError(
-                    f"record at {position} not applied {within} "
-                    f"(store cursor: {cursor}); {why_not_applied(cfg)}"
-                )
+            run = finished()
+            left = deadline - time.monotonic()
+            if run is not None or left <= 0:
+                return run
             if bell is not None:
-                bell.wait(poll)  # the writer's ring after a commit, or the poll if it was lost
+                bell.wait(min(poll, left))
             else:
-                time.sleep(poll)
+                time.sleep(min(poll, left))
     finally:
         if bell is not None:
             bell.close(remove=True)
@@ -116,20 +225,25 @@ def outcomes(cfg: Any, spool_dir: Path, acks: list[Ack]) -> list[dict[str, Any]]
     """For acks already past the cursor, per ack in order: ``{"outcome": "applied"}``,
     ``{"outcome": "quarantined", "reason", "detail"}``, or ``{"outcome": "missing", "reason":
     "not-found", "detail"}`` when the store has no record of the batch (module doc)."""
+    with open_reader(cfg) as reader:
+        return _outcomes(reader, spool_dir, acks)
+
+
+def _outcomes(reader: Any, spool_dir: Path, acks: list[Ack]) -> list[dict[str, Any]]:
+    """``outcomes`` read on an open ``reader``."""
     marks = ", ".join("?" for _ in acks)
     ids = [a.batch_id for a in acks]
-    with open_reader(cfg) as reader:
-        applied = dict(
-            reader.conn.execute(
-                f"SELECT batch_id, position FROM applied_batches WHERE batch_id IN ({marks})", ids
-            ).fetchall()
+    applied = dict(
+        reader.conn.execute(
+            f"SELECT batch_id, position FROM applied_batches WHERE batch_id IN ({marks})", ids
+        ).fetchall()
+    )
+    refused = {
+        b: reason
+        for b, reason in reader.conn.execute(
+            f"SELECT batch_id, reason FROM rejected_batches WHERE batch_id IN ({marks})", ids
         )
-        refused = {
-            b: reason
-            for b, reason in reader.conn.execute(
-                f"SELECT batch_id, reason FROM rejected_batches WHERE batch_id IN ({marks})", ids
-            )
-        }
+    }
     own = sum(applied.get(a.batch_id) == str(a.position) for a in acks)
     quarantined = (
         {e["position"]: e for e in Quarantine(spool_dir).entries()} if own < len(acks) else {}

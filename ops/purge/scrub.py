@@ -64,28 +64,27 @@ def _offline(db_path: Path) -> dict[str, Any]:
 
 def _through_writer(db_path: Path, enqueue: Callable[..., None], wait_s: float) -> dict[str, Any]:
     """Queue the job for the running writer and wait for its outcome in ``job_runs``."""
-    queued_at = time.time()
-    enqueue()
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
+    from quill.home import RUN_DIR, WAITERS_DIR
+    from quill.ops.client.wait import wait_job_run
+
+    def runs() -> list[dict[str, Any]]:
         try:
             with Reader(db_path) as r:
-                runs = [
-                    x
-                    for x in r.job_runs(job=JOB, limit=5)
-                    if x["started_at"] >= queued_at - 1 and x["outcome"] != RUNNING
-                ]
+                return r.job_runs(job=JOB, limit=5)
         except CantOpenError:
-            runs = []
-        if runs:
-            run = runs[0]
-            if run["outcome"] != "ok":
-                raise StorageError(
-                    f"the writer's {JOB} job ended {run['outcome']}: {run['error']}",
-                    hint=f"`quill jobs history --job {JOB}`; then re-run the purge",
-                )
-            return dict(run["figures"] or {})
-        time.sleep(0.2)
+            return []
+
+    queued_at = time.time()
+    enqueue()
+    waiters = db_path.parent / RUN_DIR / WAITERS_DIR  # the data dir's (Settings.waiters_dir)
+    run = wait_job_run(waiters, runs, queued_at, wait_s)
+    if run is not None:
+        if run["outcome"] != "ok":
+            raise StorageError(
+                f"the writer's {JOB} job ended {run['outcome']}: {run['error']}",
+                hint=f"`quill jobs history --job {JOB}`; then re-run the purge",
+            )
+        return dict(run["figures"] or {})
     raise WaitTimeoutError(
         f"{JOB} is queued but the writer recorded no run within {wait_s:g} s",
         hint=f"is the writer halted? `quill status`; `quill jobs history --job {JOB}` "

@@ -43,10 +43,18 @@ from fastapi import Request
 
 from quill.ops.service.errors import ApiError
 from quill.ops.service.peer import peer_uid
-from quill.ops.service.tokens import Principal, TokensCopiedError, TokenStore
+from quill.ops.service.tokens import (
+    Principal,
+    TokensCopiedError,
+    TokenStore,
+    TokensUnavailableError,
+)
 
 COOKIE = "quill_token"
 ANONYMOUS_SCOPES = frozenset({"read", "write"})
+#: Seconds a ``tokens-unavailable`` answer asks the client to wait (a lock on ``tokens.db``
+#: held past its 5 s busy timeout is a transaction someone left open).
+TOKENS_RETRY_S = 5
 
 
 def _loopback(host: str | None) -> bool:
@@ -150,6 +158,10 @@ def principal(request: Request) -> Principal:
             found = TokenStore(state.cfg.tokens_db).verify(token) if token else None
         except TokensCopiedError as exc:  # the server's file, not the caller's token
             raise ApiError(503, "tokens-copied", str(exc)) from None
+        except TokensUnavailableError as exc:  # locked by another process: it passes
+            raise ApiError(
+                503, "tokens-unavailable", str(exc), {"Retry-After": str(TOKENS_RETRY_S)}
+            ) from None
         if found is None:
             raise ApiError(
                 401,

@@ -26,7 +26,7 @@ from quill.ops.service.auth import COOKIE, principal, require_same_origin
 from quill.ops.service.dashboard_templates import HERE, templates
 from quill.ops.service.errors import ApiError
 from quill.ops.service.formats import day_axis
-from quill.ops.service.tokens import TokensCopiedError, TokenStore
+from quill.ops.service.tokens import TokensCopiedError, TokenStore, TokensUnavailableError
 from quill.ops.status import health
 from quill.spool import Quarantine
 from quill.store.errors import CantOpenError
@@ -118,7 +118,7 @@ def install(app: FastAPI) -> None:
         require_same_origin(request)  # no page elsewhere signs a browser in as someone else
         try:
             found = TokenStore(request.app.state.cfg.tokens_db).verify(token.strip())
-        except TokensCopiedError as exc:
+        except (TokensCopiedError, TokensUnavailableError) as exc:
             return _page(request, "login.html", next=next, error=str(exc))
         if found is None:
             return _page(

@@ -8,7 +8,9 @@ refused op (``unknown-op``, ``invalid-data``, ``invalid-field``, ``invalid-role`
 ``not-found``, ``method-not-allowed``, ``body-timeout`` (408), ``too-many-requests`` (429),
 ``spool-full``, ``spool-unavailable``, ``store-unavailable``, ``overloaded`` (503 with
 ``Retry-After``: no file descriptor was left, EMFILE/ENFILE, to open the store, a file or a
-socket), ``internal``. Details never carry a filesystem path or a token.
+socket), ``tokens-copied`` and ``tokens-unavailable`` (503: ``tokens.db`` bound to another
+data dir, or locked by another process now, with ``Retry-After``), ``internal``. Details
+never carry a filesystem path or a token.
 """
 
 from __future__ import annotations

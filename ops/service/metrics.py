@@ -20,6 +20,7 @@ from prometheus_client.core import (
 from prometheus_client.exposition import generate_latest
 
 from quill.ops.status import health
+from quill.ops.status.schedule import STATES as SCHEDULE_STATES
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -64,6 +65,23 @@ class _Collector:
             if m[name] is None:
                 continue  # unknown (no applied cursor anywhere): absent, never a made-up 0
             yield GaugeMetricFamily(f"quill_{name}", doc, value=m[name])
+        state = GaugeMetricFamily(
+            "quill_schedule_state",
+            "1 for the schedule's state, 0 for the others: ok, damaged (schedule.db must be "
+            "moved aside), locked (another process holds its lock), unavailable (I/O), "
+            "unwritable (next run times held in memory), unknown (a shared job store)",
+            labels=["state"],
+        )
+        for name in SCHEDULE_STATES:
+            state.add_metric([name], 1 if m["schedule_state"] == name else 0)
+        yield state
+        if m["scheduler_waiting_seconds"] is not None:
+            yield GaugeMetricFamily(
+                "quill_scheduler_waiting_seconds",
+                "seconds the live scheduler has waited for its schedule (damaged, locked, "
+                "unavailable or unwritable); 0 while it reads and writes it",
+                value=m["scheduler_waiting_seconds"],
+            )
         for name, doc in (
             ("ops_applied", "spool ops applied by the running writer"),
             ("ops_duplicate", "spool ops skipped as already applied (batch id seen)"),

@@ -49,6 +49,7 @@ from quill.ops.service.api_common import ERRORS
 from quill.ops.service.api_writes import _append
 from quill.ops.service.auth import require
 from quill.ops.service.errors import ApiError
+from quill.ops.service.otlp_links import LinksUnavailableError
 from quill.ops.service.otlp_messages import GenAIContentError
 from quill.store.apply.precheck import precheck
 from quill.store.errors import InvalidOpError
@@ -206,7 +207,11 @@ def _export(request: Request, body: bytes, kind: str, encoding: str) -> Response
         else:
             groups.append(group)
     accepted = {id(g.span) for g in groups}
-    links = state.otlp_links.links([s for s in spans if not s.genai or id(s) in accepted])
+    try:
+        links = state.otlp_links.links([s for s in spans if not s.genai or id(s) in accepted])
+    except LinksUnavailableError as exc:  # retried by the exporter; nothing appended yet
+        state.log.warning("otlp.links_unavailable", error=str(exc))
+        return _status(503, str(exc), kind, headers={"Retry-After": "1"})
     ops = otlp_map.collapse(
         links + groups, state.cfg.max_record_bytes // 2
     )  # links first: a session keeps its first meta

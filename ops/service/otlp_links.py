@@ -39,6 +39,18 @@ CREATE TABLE IF NOT EXISTS waiting (trace TEXT NOT NULL, parent TEXT NOT NULL,
 """
 
 
+class LinksUnavailableError(Exception):
+    """``otlp-links.db`` cannot be written now: another process holds its write lock past
+    the busy timeout, or an I/O error or a full disk (SQLITE_BUSY, SQLITE_LOCKED,
+    SQLITE_IOERR, SQLITE_FULL by apsw exception type). Nothing of the export was recorded
+    (its transaction rolled back); the export is answered 503 with ``Retry-After``, which an
+    OTLP exporter retries (a 500 it would drop)."""
+
+
+#: apsw exception types (SQLite primary result codes) of a file that passes by itself.
+_UNAVAILABLE = (apsw.BusyError, apsw.LockedError, apsw.IOError, apsw.FullError)
+
+
 class DelegateLinks:
     """Make an agent span whose parent span is in another session a ``delegate`` child of
     it, whichever export (before or after a restart) brings the parent. ``path`` None: in
@@ -68,7 +80,14 @@ class DelegateLinks:
         accepted, and the others) complete for agent spans under a parent, as ``SpanOps`` of
         the agent span: a ``delegate`` link when the parent is a GenAI span of another
         session, else the agent's name. Offered again each time the parent is exported (a
-        retry): the same batch id, applied once."""
+        retry): the same batch id, applied once. Raises ``LinksUnavailableError`` (nothing
+        recorded) when the file cannot be written now."""
+        try:
+            return self._links(spans)
+        except _UNAVAILABLE as exc:
+            raise LinksUnavailableError(f"otlp-links.db: {type(exc).__name__}: {exc}") from exc
+
+    def _links(self, spans: list[Span]) -> list[SpanOps]:
         out = []
         with self.lock, self.conn:
             for s in spans:

@@ -55,6 +55,22 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def bind_tokens(cfg: Any, log: Any) -> None:
+    """Bind a ``tokens.db`` from before bindings to this data dir (``TokenStore.bind``) as
+    the server starts. Never raises for the file: one bound elsewhere is logged (every token
+    is refused until the owner decides), and one that cannot be written now (locked by
+    another process, I/O) is logged and left unbound: the server serves, its tokens are
+    checked as ever (an unbound file's tokens are accepted) and the next start binds it."""
+    from quill.ops.service.tokens import TokensCopiedError, TokenStore, TokensUnavailableError
+
+    try:
+        TokenStore(cfg.tokens_db).bind()
+    except TokensCopiedError as exc:
+        log.error("http.tokens_copied", error=str(exc))
+    except TokensUnavailableError as exc:
+        log.warning("http.tokens_unbound", error=str(exc))
+
+
 def serve(
     cfg: Any,
     log: Any,
@@ -68,12 +84,7 @@ def serve(
     Raises ``ListenError`` for a bad ``listen`` and ``OSError`` when it cannot be bound."""
     host, port = parse_listen(listen)
     sock = sock or bind(host, port)
-    from quill.ops.service.tokens import TokensCopiedError, TokenStore
-
-    try:
-        TokenStore(cfg.tokens_db).bind()  # a tokens.db from before bindings: bound here
-    except TokensCopiedError as exc:  # every token is refused until the owner decides
-        log.error("http.tokens_copied", error=str(exc))
+    bind_tokens(cfg, log)
     app = create_app(cfg, log, anonymous=anonymous)
     config = uvicorn.Config(
         app,

@@ -22,11 +22,13 @@ write (``quill serve`` binds it at start).
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import hmac
 import os
 import secrets
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,6 +63,21 @@ CREATE TABLE IF NOT EXISTS binding (
 
 class TokenError(Exception):
     """A token operation failed: unknown scope, unknown token id."""
+
+
+class TokensUnavailableError(TokenError):
+    """``tokens.db`` cannot be read or written now: another process holds its lock past the
+    busy timeout (a ``sqlite3`` shell, a ``quill token`` command, a backup), or an I/O error
+    (SQLITE_BUSY, SQLITE_LOCKED, SQLITE_IOERR by apsw exception type). Nothing was changed;
+    retry shortly (HTTP: 503 ``tokens-unavailable`` with ``Retry-After``)."""
+
+    def __init__(self, path: Path, cause: BaseException):
+        self.cause = f"{type(cause).__name__}: {cause}"
+        super().__init__(f"{path.name} cannot be used now ({self.cause}); retry shortly")
+
+
+#: apsw exception types (SQLite primary result codes) of a ``tokens.db`` that passes by itself.
+_UNAVAILABLE = (apsw.BusyError, apsw.LockedError, apsw.IOError)
 
 
 class TokensCopiedError(TokenError):
@@ -120,6 +137,8 @@ class TokenStore:
             mapped = translate(exc)
             if isinstance(mapped, DescriptorsExhaustedError):
                 raise mapped from exc
+            if isinstance(exc, _UNAVAILABLE):
+                raise TokensUnavailableError(self.path, exc) from exc
             raise
 
     def _open_checked(self, *, write: bool) -> apsw.Connection:
@@ -152,9 +171,19 @@ class TokenStore:
         if row is not None and row[0] != binding(self.path):
             raise TokensCopiedError(self.path, row[1])
 
+    @contextlib.contextmanager
+    def _available(self) -> Iterator[None]:
+        """Statements on an open ``tokens.db``: a lock or I/O error becomes
+        ``TokensUnavailableError`` (nothing was changed: the transaction rolled back)."""
+        try:
+            yield
+        except _UNAVAILABLE as exc:
+            raise TokensUnavailableError(self.path, exc) from exc
+
     def bind(self) -> None:
         """Bind an unbound ``tokens.db`` (one from before bindings) here; a no-op when there is
-        none or it is bound here. Raises ``TokensCopiedError`` when it is bound elsewhere."""
+        none or it is bound here. Raises ``TokensCopiedError`` when it is bound elsewhere and
+        ``TokensUnavailableError`` when it cannot be written now."""
         if self.path.exists():
             self._open(write=True).close()
 
@@ -162,7 +191,14 @@ class TokenStore:
         """Bind ``tokens.db`` to this data dir whatever it was bound to (``quill token
         rebind``: the owner accepts a copy's tokens here); ``revoke_all``: revoke every token
         too (a copy that must not share the original's secrets). Returns the number of tokens
-        that are now accepted here."""
+        that are now accepted here. Raises ``TokensUnavailableError`` when the file cannot be
+        written now (locked by another process, I/O)."""
+        try:
+            return self._rebind(revoke_all=revoke_all)
+        except _UNAVAILABLE as exc:
+            raise TokensUnavailableError(self.path, exc) from exc
+
+    def _rebind(self, *, revoke_all: bool = False) -> int:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         conn = apsw.Connection(str(self.path))
         try:
@@ -207,7 +243,7 @@ class TokenStore:
         conn = self._open(write=True)
         try:
             # One transaction: the name check and the insert (two creates race otherwise).
-            with conn:
+            with self._available(), conn:
                 taken = conn.execute(
                     "SELECT id FROM tokens WHERE name = ? AND revoked_at IS NULL", (name,)
                 ).fetchone()
@@ -230,9 +266,11 @@ class TokenStore:
             return []
         conn = self._open(write=False)
         try:
-            rows = conn.execute(
-                "SELECT id, name, scopes, created_at, revoked_at FROM tokens ORDER BY created_at"
-            ).fetchall()
+            with self._available():
+                rows = conn.execute(
+                    "SELECT id, name, scopes, created_at, revoked_at FROM tokens"
+                    " ORDER BY created_at"
+                ).fetchall()
         finally:
             conn.close()
         return [
@@ -250,10 +288,11 @@ class TokenStore:
         """Revoke a token by id (idempotent). Raises ``TokenError`` for an unknown id."""
         conn = self._open(write=True)
         try:
-            conn.execute(
-                "UPDATE tokens SET revoked_at = coalesce(revoked_at, ?) WHERE id = ?",
-                (time.time(), token_id),
-            )
+            with self._available():
+                conn.execute(
+                    "UPDATE tokens SET revoked_at = coalesce(revoked_at, ?) WHERE id = ?",
+                    (time.time(), token_id),
+                )
             if conn.changes() == 0:
                 raise TokenError(f"no token with id {token_id!r}; see `quill token list`")
         finally:
@@ -261,7 +300,8 @@ class TokenStore:
 
     def verify(self, token: str) -> Principal | None:
         """The principal for a presented token, or None if it is malformed, unknown or revoked.
-        Raises ``TokensCopiedError`` when ``tokens.db`` is bound to another data dir."""
+        Raises ``TokensCopiedError`` when ``tokens.db`` is bound to another data dir and
+        ``TokensUnavailableError`` when it cannot be read now (locked, I/O)."""
         if not token.startswith(_PREFIX) or not self.path.exists():
             return None
         token_id, sep, secret = token[len(_PREFIX) :].partition("_")
@@ -272,6 +312,8 @@ class TokenStore:
             row = conn.execute(
                 "SELECT scopes, digest FROM tokens WHERE id = ? AND revoked_at IS NULL", (token_id,)
             ).fetchone()
+        except _UNAVAILABLE as exc:
+            raise TokensUnavailableError(self.path, exc) from exc
         finally:
             conn.close()
         if row is None or not hmac.compare_digest(row[1], _digest(secret)):

@@ -93,10 +93,13 @@ def jobs(cfg: Any) -> list[dict[str, Any]]:
 def _schedules(cfg: Any) -> tuple[list[dict[str, Any]], str | None]:
     """``(schedules, None)``: what the running scheduler last published (at most a second
     old), else ``schedule.db`` read through a paused scheduler; ``([], why)`` when the schedule
-    cannot be read (a damaged ``schedule.db``, which a running scheduler reports too)."""
+    cannot be read (a damaged ``schedule.db``, which a running scheduler reports too, or one
+    locked since the scheduler started: it has read none yet)."""
     scheduler = health.fleet_state(cfg).get("scheduler") or {}
     if scheduler.get("alive") and scheduler.get("schedule_damaged"):
         return [], scheduler["schedule_damaged"]
+    if scheduler.get("alive") and scheduler.get("schedule_unavailable") and not scheduler["jobs"]:
+        return [], scheduler["schedule_unavailable"]  # locked since it started: none read yet
     if scheduler.get("alive") and "jobs" in scheduler:
         return scheduler["jobs"], None
     # Imported here: APScheduler and SQLAlchemy cost start-up time and no request needs them

@@ -266,8 +266,23 @@ def _common_checks(cfg: Settings, found: guard.StoreRead) -> list[dict[str, Any]
     )
     sched = others["scheduler"] or {}
     unwritable = bool(sched.get("alive") and sched.get("schedule_error"))
-    readable = health.schedule_state(cfg)
-    if readable["readable"] is False:
+    readable = health.schedule_state(cfg, sched)
+    if readable["state"] in ("locked", "unavailable"):
+        waited = (
+            f"; the scheduler has waited {readable['waiting_s']:.0f} s and resumes by itself"
+            if readable["waiting_s"]
+            else ""
+        )
+        hint = "; end the transaction of the process holding its lock (`fuser schedule.db`)"
+        out.append(
+            _check(
+                "schedule store",
+                False,
+                f"{readable['state']}: {readable['error']}{waited}"
+                + (hint if readable["state"] == "locked" else ""),
+            )
+        )
+    elif readable["readable"] is False:
         out.append(_check("schedule store", False, f"{readable['error']}; move it aside"))
     else:
         out.append(

@@ -17,9 +17,10 @@ from typing import Any
 import apsw
 
 from quill.home import RunDir, WriterStatus
-from quill.jobs.schedule import ScheduleUnreadableError, read_schedules
+from quill.jobs.schedule import STATUS_BUSY_S, ScheduleUnreadableError, read_schedules
 from quill.ops.purge.procedure import interrupted as interrupted_purge
 from quill.ops.status import guard
+from quill.ops.status.schedule import schedule_state
 from quill.spool import Position, Quarantine
 from quill.spool.integrity import assess
 from quill.store.factory import capabilities
@@ -112,8 +113,8 @@ def collect(cfg: Any) -> dict[str, Any]:
         data["jobs"], data["overdue"] = [], []
     writer = WriterStatus.from_json(data["fleet"]["writer"])
     data["wal"] = wal_state(cfg, writer if writer.alive else None)
-    data["schedule"] = schedule_state(cfg)
     others = {role: data["fleet"].get(role) for role in ("scheduler", "consumer")}
+    data["schedule"] = schedule_state(cfg, others["scheduler"])
     data["queue"] = queue_state(cfg, writer if writer.alive else None, others)
     q = Quarantine(cfg.spool_dir)
     sp = guard.progress(cfg, found, (got.get("store") or {}).get("cursor"))
@@ -173,6 +174,9 @@ def _metrics(data: dict[str, Any], job_totals: list[dict[str, Any]]) -> dict[str
         "fts_pending_rows": store.get("fts_pending", 0),
         "writer_halted": 1 if fleet.get("halt") else 0,
         "queue_unavailable": 1 if data["queue"]["unavailable_since"] else 0,
+        # One of schedule.STATES, and how long the live scheduler has waited (None: none runs).
+        "schedule_state": data["schedule"]["state"],
+        "scheduler_waiting_seconds": data["schedule"]["waiting_s"],
         "worker_restarts": {
             role: fleet["restarts"].get(role, 0)
             for role in ROLES
@@ -240,7 +244,7 @@ def overdue_jobs(
     now = time.time() if now is None else now
     periods: dict[str, float] = {}
     try:
-        schedules = read_schedules(cfg.schedule_db, FIRE_REF)
+        schedules = read_schedules(cfg.schedule_db, FIRE_REF, busy_s=STATUS_BUSY_S)
     except ScheduleUnreadableError:
         schedules = []  # said by schedule_state, in the same document
     for s in schedules:
@@ -283,19 +287,6 @@ def overdue_jobs(
                 }
             )
     return out
-
-
-def schedule_state(cfg: Any) -> dict[str, Any]:
-    """The persisted schedule as status sees it: ``{"readable": True, "error": None}``, or
-    ``readable`` False with why (``schedule.db`` damaged, locked, unreadable). A shared
-    PostgreSQL job store is read by the scheduler only: ``readable`` None there."""
-    if not capabilities(cfg).local_file:
-        return {"readable": None, "error": None}
-    try:
-        read_schedules(cfg.schedule_db, FIRE_REF)
-    except ScheduleUnreadableError as exc:
-        return {"readable": False, "error": str(exc)}
-    return {"readable": True, "error": None}
 
 
 def _ago(seconds: float) -> str:

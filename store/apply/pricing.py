@@ -32,7 +32,12 @@ import functools
 from decimal import Decimal
 from typing import Any
 
-__all__ = ["price", "price_version"]
+__all__ = ["LITELLM", "price", "price_version"]
+
+#: The provider id under which genai-prices reads a model id ``<provider>/<model>`` the way
+#: LiteLLM writes them (``openai/gpt-4o``, ``bedrock/…``, ``vertex_ai/…``), mapping LiteLLM's
+#: provider names to its own: a model id with a ``/`` that misses as given is looked up so.
+LITELLM = "litellm"
 
 _NO_TOKENS = {
     "input_tokens": 0,
@@ -147,7 +152,8 @@ def price(
     tokens: dict[str, int], model: str | None, provider: str | None, ts: float
 ) -> float | None:
     """Cost in USD of one call at time ``ts`` (epoch s), or None when the price table has no
-    price for ``model`` (at ``provider`` when given): unpriced, never 0.
+    price for ``model`` (at ``provider`` when given; a ``provider/model`` id is also tried as
+    LiteLLM writes it, ``LITELLM``): unpriced, never 0.
 
     ``tokens``: normalised counts (``usage.normalize_usage``). Equal to
     ``float(genai_prices.calc_price(...).total_price)`` for the same arguments (module doc).
@@ -157,6 +163,11 @@ def price(
     provider = provider or None
     version = price_version()
     info = _lookup(model, provider, version)
+    if info is None and "/" in model and provider != LITELLM:
+        # A LiteLLM-style id (``openai/gpt-4o``, ``bedrock/anthropic.claude-…``): the table
+        # reads its prefix as the provider itself when asked as LiteLLM's.
+        provider = LITELLM
+        info = _lookup(model, provider, version)
     if info is None:
         return None
     when = dt.datetime.fromtimestamp(ts, tz=dt.UTC)

@@ -18,7 +18,7 @@ from quill.store.contract import MAINTENANCE_JOBS
 from quill.store.errors import CorruptError
 from quill.store.postgres import apply as pg_apply
 from quill.store.postgres import schema
-from quill.store.postgres.connection import PgConnection
+from quill.store.postgres.connection import WRITER_SESSION, PgConnection
 from quill.store.postgres.extensions import extension_schema
 from quill.store.postgres.reads import PgReader
 
@@ -41,7 +41,12 @@ class PostgresBackend:
         self.url = url
         self.spool_id = spool_id
         self.client = dict(client or {})
-        self.conn = PgConnection(url, application_name=f"quill-writer:{spool_id}", **self.client)
+        self.conn = PgConnection(
+            url,
+            application_name=f"quill-writer:{spool_id}",
+            settings=WRITER_SESSION,
+            **self.client,
+        )
         try:
             schema.create(self.conn)
         except BaseException:
@@ -96,6 +101,7 @@ class PostgresBackend:
                 "SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
                 "JOIN pg_class t ON t.oid = i.indrelid JOIN pg_am a ON a.oid = c.relam "
                 "WHERE a.amname = 'btree' AND t.relnamespace = current_schema()::regnamespace "
+                "AND i.indisvalid "  # amcheck refuses an index still being built (concurrently)
                 "ORDER BY 1"
             )
         ]

@@ -104,6 +104,16 @@ SERVER_KEEPALIVES: dict[str, str] = {
 SNAPSHOT_BEGIN = "BEGIN ISOLATION LEVEL REPEATABLE READ"
 
 
+#: Server-side bound on a session that writes (a writer's, a migration's): a transaction left
+#: idle this long (ms) between statements — its process frozen (SIGSTOP, a debugger, a VM
+#: paused) while the network stays up, so keepalives never end it — is ended by the server
+#: (SQLSTATE 25P03, a ``TransientError``), releasing its locks: the per-session advisory
+#: locks of ``store.postgres.apply``, the migration lock, claim rows. A chunk's statements
+#: follow each other within milliseconds; nothing a writer does waits this long in between.
+#: Readers are not bounded so (an export may pause between pages of one snapshot).
+WRITER_SESSION: dict[str, str] = {"idle_in_transaction_session_timeout": "60000"}
+
+
 class PgCursor:
     """The result of ``PgConnection.execute``: iterable, ``fetchone``, ``fetchall`` (None:
     a statement with no result, such as a deferred ``BEGIN``)."""

@@ -140,9 +140,8 @@ CREATE INDEX IF NOT EXISTS messages_words ON messages USING gin (words);
 CREATE INDEX IF NOT EXISTS messages_trigram ON messages
     USING gin (left(content, {trigram_chars}) {trgm}.gin_trgm_ops)
     WHERE {trigram_scope};
--- Where a late op goes (store/apply/order.py ``gaps``): a session's last row not later than
--- an order key, in one probe wherever the gap is (the seq index would read every later row).
-CREATE INDEX IF NOT EXISTS messages_ack ON messages (session_id, ack_us, ack_tag, ack_at, seq);
+-- The order-key index messages_ack is not here: on a store with rows it is built without
+-- blocking writers, outside this transaction (store/postgres/order_index.py).
 -- Delete-heavy retention: vacuum after 2 % dead rows, not the default 20 %.
 ALTER TABLE messages SET (autovacuum_vacuum_scale_factor = 0.02,
                           autovacuum_analyze_scale_factor = 0.02);

@@ -47,7 +47,7 @@ import uuid
 
 from quill.store.errors import StoreError
 from quill.store.postgres import schema
-from quill.store.postgres.connection import PgConnection
+from quill.store.postgres.connection import WRITER_SESSION, PgConnection
 
 #: How long a taken or renewed lease lasts on the server's clock (s).
 LEASE_S = 15.0
@@ -150,7 +150,10 @@ class Leadership:
             try:
                 if conn.execute("SELECT to_regclass('leader_lease')").fetchone()[0] is None:
                     migrator = PgConnection(
-                        self.url, application_name="quill-migrate", **TCP_BOUNDS
+                        self.url,
+                        application_name="quill-migrate",
+                        settings=WRITER_SESSION,
+                        **TCP_BOUNDS,
                     )
                     try:
                         schema.create(migrator)

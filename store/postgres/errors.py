@@ -12,6 +12,8 @@ module that calls psycopg.
     55P03 lock not available                    TransientError         retry
     25006 read-only transaction (a standby)     TransientError         retry: a failover's
                                                                        new primary takes it
+    25P03 idle-in-transaction timeout           TransientError         reconnect, retry (the
+      (the server ended a session left idle in a transaction: its process was frozen)
     28xxx authorization, 3D000 no such database, TransientError        retry; status shows it
       42501 privilege (this host's role and configuration, not the store: fixed, it goes on)
     53100 disk full, 53xxx insufficient resources DiskFullError / TransientError
@@ -61,6 +63,7 @@ _BY_CODE: dict[str, type[StoreError]] = {
     "XX001": CorruptError,
     "XX002": CorruptError,
     "25006": TransientError,
+    "25P03": TransientError,
     "3D000": TransientError,
     "42P01": StructuralError,
     "42703": StructuralError,

@@ -49,6 +49,17 @@ class PgReader(Reader):
         return {"fts_state": "ok", "fts_pending": 0, "degraded": False}
 
     @retry_io
+    def applied_cursor(self) -> str | None:
+        """This reader's spool's committed cursor ``"segment:offset"`` (None before its
+        writer's first commit, or with no ``spool_id``): one row read, for ``wait``."""
+        if not self.spool_id:
+            return None
+        row = self.conn.execute(
+            'SELECT segment, "offset" FROM spool_cursor WHERE spool_id = ?', (self.spool_id,)
+        ).fetchone()
+        return f"{row[0]}:{row[1]}" if row else None
+
+    @retry_io
     def figures(self) -> dict[str, Any]:
         """Counts for ``quill status``; ``cursor`` is this reader's spool's (``spool_id``),
         ``cursors`` every spool's ``{spool_id: "segment:offset"}``."""

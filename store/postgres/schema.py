@@ -20,9 +20,10 @@ One schema, one migration list for both backends: the tables are SQLite's DDL
 (``store.schema.DDL``) and a store at version v is migrated with SQLite's own
 ``store.schema.MIGRATIONS[v]``, both translated into PostgreSQL's dialect by ``translate_ddl``
 (a fixed list of type spellings); ``PG_DDL`` adds what only PostgreSQL has. The version is
-``state_meta['schema_version']``. ``create`` migrates in one transaction under a session
+``state_meta['schema_version']``. ``create`` migrates in one transaction under a transaction
 advisory lock, so several hosts starting at once migrate exactly once, and it refuses a store
-written by a newer Quill.
+written by a newer Quill. The order-key index (``store.postgres.order_index``) is built there
+only while ``messages`` is empty; on a store with rows a writer builds it concurrently, after.
 Functions are created schema-qualified (``SET search_path`` on each), so index expressions
 still resolve when ``pg_restore`` runs with an empty search_path.
 """
@@ -33,6 +34,7 @@ import re
 
 from quill.store import schema as sqlite_schema
 from quill.store.errors import CantOpenError
+from quill.store.postgres import order_index
 from quill.store.postgres.connection import PgConnection
 from quill.store.postgres.ddl import PG_DDL
 from quill.store.postgres.extensions import extension_schema
@@ -44,11 +46,13 @@ from quill.store.postgres.words import (
 )
 from quill.store.search.columns import TOOL_RESULT_ROLES, TRIGRAM_PREFIX_CHARS, TRIGRAM_ROLES
 
-#: Advisory lock key (session level) held while migrating: hashtext('quill-migrate').
+#: Advisory lock (transaction level) held while migrating, keyed by the schema: it ends with
+#: the migration's transaction, so a migrator frozen mid-way holds it no longer than its
+#: session's bound on an idle transaction (``connection.WRITER_SESSION``), and one cut off the
+#: network no longer than the server's keepalives (``connection.SERVER_KEEPALIVES``).
 _MIGRATE_LOCK_SQL = (
-    "SELECT pg_advisory_lock(hashtextextended('quill-migrate:' || current_schema(), 0))"
+    "SELECT pg_advisory_xact_lock(hashtextextended('quill-migrate:' || current_schema(), 0))"
 )
-_UNLOCK_SQL = "SELECT pg_advisory_unlock(hashtextextended('quill-migrate:' || current_schema(), 0))"
 
 
 _CREATE_TABLE = re.compile(r"^\s*CREATE\s+TABLE\s+IF\s+NOT\s+EXISTS\s+(\w+)", re.I | re.M)
@@ -154,82 +158,98 @@ def create(conn: PgConnection) -> None:
     """Bring the store's schema (in the connection's current schema) to ``SCHEMA_VERSION``.
 
     Needs the ``pg_trgm`` and ``unaccent`` extensions (created if missing: both are trusted
-    extensions from PostgreSQL 13). Raises ``CantOpenError`` for a store written by a newer
-    Quill and the store error tree on failure (the migration transaction is then rolled back
-    whole).
+    extensions from PostgreSQL 13). The migration runs in one transaction holding the
+    migration lock (transaction level), and reads the version again once it holds it, so
+    several hosts starting at once migrate exactly once. Raises ``CantOpenError`` for a store
+    written by a newer Quill and the store error tree on failure (the migration transaction is
+    then rolled back whole).
     """
-    conn.execute(_MIGRATE_LOCK_SQL)
+    if not _due(conn):
+        return
+    trgm = extension_schema(conn, "pg_trgm")
+    ua = extension_schema(conn, "unaccent")
+    schema = conn.execute("SELECT current_schema()").fetchone()[0]
+    conn.execute("BEGIN IMMEDIATE")
     try:
-        current = version(conn)
-        if current > SCHEMA_VERSION:
-            raise CantOpenError(
-                f"the PostgreSQL store has schema v{current}; "
-                f"this Quill knows up to v{SCHEMA_VERSION}"
-            )
-        layout = _layout(conn) if current else None
-        if current == SCHEMA_VERSION and layout == PG_LAYOUT:
-            return
-        trgm = extension_schema(conn, "pg_trgm")
-        ua = extension_schema(conn, "unaccent")
-        schema = conn.execute("SELECT current_schema()").fetchone()[0]
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            steps = (
-                [sqlite_schema.DDL]
-                if current == 0
-                else [sqlite_schema.MIGRATIONS[v] for v in range(current, SCHEMA_VERSION)]
-            )  # none: layout only
-            for step in steps:
-                conn.execute_script(translate_ddl(step))
-            words_kept = layout is not None and layout.isdigit() and int(layout) >= WORDS_LAYOUT
-            if current and not words_kept:
-                # an older layout's words column holds vectors of the old document
-                conn.execute_script("ALTER TABLE messages DROP COLUMN IF EXISTS words")
-            punct = punct_to_space(
-                f"left({_quote_ident(schema)}.quill_search_text(content, tool_calls), "
-                f"{WORD_INDEX_CHARS})"
-            )
-            parts = {
-                name: punct_to_space(f"left({expr}, {WORD_INDEX_CHARS})")
-                for name, expr in (
-                    ("punct_content", "coalesce(content, '')"),
-                    (
-                        "punct_tools",
-                        f"{_quote_ident(schema)}.quill_tool_text(tool_calls, role, tool_name)",
-                    ),
-                    ("punct_reasoning", "coalesce(reasoning, '')"),
-                )
-            }
-            conn.execute_script(
-                PG_DDL.format(
-                    s=_quote_ident(schema),
-                    trgm=_quote_ident(trgm),
-                    ua=_quote_ident(ua),
-                    punct_to_space=punct,
-                    **parts,
-                    word_chars=WORD_INDEX_CHARS,
-                    word_safe_chars=WORD_SAFE_CHARS,
-                    word_fallback_chars=WORD_FALLBACK_CHARS,
-                    trigram_chars=TRIGRAM_PREFIX_CHARS,
-                    trigram_scope=TRIGRAM_SCOPE,
-                    tool_result_roles=repr(TOOL_RESULT_ROLES),
-                )
-            )
-            conn.execute(
-                "INSERT INTO state_meta(key, value) VALUES ('schema_version', ?) "
-                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                (str(SCHEMA_VERSION),),
-            )
-            conn.execute(
-                "INSERT INTO state_meta(key, value) VALUES ('pg_layout', ?) "
-                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                (PG_LAYOUT,),
-            )
+        conn.execute(_MIGRATE_LOCK_SQL)
+        if not _due(conn):  # another host migrated while we waited for the lock
             conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-    finally:
-        if not conn.closed:
-            conn.execute(_UNLOCK_SQL)
+            return
+        current = version(conn)
+        layout = _layout(conn) if current else None
+        _migrate(conn, current, layout, schema, trgm, ua)
+        conn.execute("COMMIT")
+    except BaseException:
+        if not conn.closed and conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+def _due(conn: PgConnection) -> bool:
+    """Whether the store needs a migration (False: at ``SCHEMA_VERSION`` and ``PG_LAYOUT``).
+    Raises ``CantOpenError`` for a store written by a newer Quill."""
+    current = version(conn)
+    if current > SCHEMA_VERSION:
+        raise CantOpenError(
+            f"the PostgreSQL store has schema v{current}; this Quill knows up to v{SCHEMA_VERSION}"
+        )
+    return not (current == SCHEMA_VERSION and _layout(conn) == PG_LAYOUT)
+
+
+def _migrate(
+    conn: PgConnection, current: int, layout: str | None, schema: str, trgm: str, ua: str
+) -> None:
+    """The migration's statements, in the caller's transaction (module doc)."""
+    steps = (
+        [sqlite_schema.DDL]
+        if current == 0
+        else [sqlite_schema.MIGRATIONS[v] for v in range(current, SCHEMA_VERSION)]
+    )  # none: layout only
+    for step in steps:
+        conn.execute_script(translate_ddl(step))
+    words_kept = layout is not None and layout.isdigit() and int(layout) >= WORDS_LAYOUT
+    if current and not words_kept:
+        # an older layout's words column holds vectors of the old document
+        conn.execute_script("ALTER TABLE messages DROP COLUMN IF EXISTS words")
+    punct = punct_to_space(
+        f"left({_quote_ident(schema)}.quill_search_text(content, tool_calls), {WORD_INDEX_CHARS})"
+    )
+    parts = {
+        name: punct_to_space(f"left({expr}, {WORD_INDEX_CHARS})")
+        for name, expr in (
+            ("punct_content", "coalesce(content, '')"),
+            (
+                "punct_tools",
+                f"{_quote_ident(schema)}.quill_tool_text(tool_calls, role, tool_name)",
+            ),
+            ("punct_reasoning", "coalesce(reasoning, '')"),
+        )
+    }
+    conn.execute_script(
+        PG_DDL.format(
+            s=_quote_ident(schema),
+            trgm=_quote_ident(trgm),
+            ua=_quote_ident(ua),
+            punct_to_space=punct,
+            **parts,
+            word_chars=WORD_INDEX_CHARS,
+            word_safe_chars=WORD_SAFE_CHARS,
+            word_fallback_chars=WORD_FALLBACK_CHARS,
+            trigram_chars=TRIGRAM_PREFIX_CHARS,
+            trigram_scope=TRIGRAM_SCOPE,
+            tool_result_roles=repr(TOOL_RESULT_ROLES),
+        )
+    )
+    if conn.execute("SELECT NOT EXISTS (SELECT 1 FROM messages)").fetchone()[0]:
+        # an empty table indexes at once; with rows, a writer builds it concurrently
+        conn.execute(order_index.CREATE_SQL)
+    conn.execute(
+        "INSERT INTO state_meta(key, value) VALUES ('schema_version', ?) "
+        "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        (str(SCHEMA_VERSION),),
+    )
+    conn.execute(
+        "INSERT INTO state_meta(key, value) VALUES ('pg_layout', ?) "
+        "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        (PG_LAYOUT,),
+    )

@@ -20,6 +20,9 @@ What differs from the embedded SQLite store (``store.sqlite.store``), as capabil
   does any writer for a run whose spool claim has expired or changed hands (a host gone for
   good): each run names its process and claim (``home.runner_tag``), so a live writer's run on
   another host is never closed (``close_dead_runs``);
+* a writer that finds the order-key index missing or ``INVALID`` (a store migrated from an
+  older layout, a restore) builds it concurrently in a thread (``store.postgres.order_index``)
+  while it applies; one build at a time store-wide;
 * idle upkeep is the spool's: segments the store has applied and older than
   ``spool.retention_s`` are collected (there is no local snapshot; the database is the
   server's to back up, so keep the retention longer than the backup interval).
@@ -34,8 +37,8 @@ from typing import Any
 from quill.home import Halt, runner_dead
 from quill.store.capabilities import PostgresCapabilities
 from quill.store.contract import HaltAction, NullLog
-from quill.store.postgres import PostgresBackend, claims, halt, schema
-from quill.store.postgres.connection import PgConnection
+from quill.store.postgres import PostgresBackend, claims, halt, order_index, schema
+from quill.store.postgres.connection import WRITER_SESSION, PgConnection
 from quill.store.sqlite.job_runs import close_interrupted
 
 #: How often an idle writer collects its spool (seconds); the first time a minute after start.
@@ -84,6 +87,7 @@ class PgStore(PostgresCapabilities, PostgresBackend):
         self.holder = holder
         self.holder_token = holder["token"] if holder else None
         self._next_renew = 0.0
+        self._index_builder: order_index.Builder | None = None
 
     @property
     def connected(self) -> bool:
@@ -97,7 +101,12 @@ class PgStore(PostgresCapabilities, PostgresBackend):
         ``interrupted_runs``.
         Raises ``TransientError`` when the server cannot be reached and ``SpoolClaimedError``
         while another holder's claim is live (the connection is then closed)."""
-        self.conn = PgConnection(self.url, application_name=self.application_name, **self.client)
+        self.conn = PgConnection(
+            self.url,
+            application_name=self.application_name,
+            settings=WRITER_SESSION,
+            **self.client,
+        )
         try:
             schema.create(self.conn)
             figures: dict[str, Any] = {"spool_id": self.spool_id}
@@ -114,6 +123,7 @@ class PgStore(PostgresCapabilities, PostgresBackend):
                         "against this spool before anything is applied",
                     )
                 figures["interrupted_runs"] = self.close_dead_runs()["interrupted"]
+                self._build_order_index()
         except BaseException:
             self.disconnect()
             raise
@@ -149,12 +159,31 @@ class PgStore(PostgresCapabilities, PostgresBackend):
             close_interrupted, "writer", float("inf"), judge=judge, untagged=nobody_then
         )
 
+    def _build_order_index(self) -> None:
+        """Start the thread that builds the order-key index concurrently
+        (``order_index.Builder``) when the store lacks a valid one and no such thread of this
+        store runs; the writer goes on applying meanwhile."""
+        if self._index_builder is not None and self._index_builder.alive:
+            return
+        if order_index.state(self.conn) != "valid":
+            self.log.info(
+                "store.order_index_building",
+                index=order_index.NAME,
+                why="built concurrently: writers go on; late ops are slower until it is done",
+            )
+            self._index_builder = order_index.Builder(self.url, self.log, self.client).start()
+
     def disconnect(self) -> None:
         if self.conn is not None:
             super().close()
             self.conn = None
 
     def close(self) -> None:
+        """Disconnect, and stop a build of the order-key index in progress (it is left
+        ``INVALID``; the next writer to connect builds it again)."""
+        if self._index_builder is not None:
+            self._index_builder.stop()
+            self._index_builder = None
         self.disconnect()
 
     def _ensure(self) -> PgConnection:

@@ -69,6 +69,16 @@ class StatusReads:
         }
 
     @retry_io
+    def applied_cursor(self) -> str | None:
+        """The committed spool cursor ``"segment:offset"`` (None before the first commit): one
+        row read, for ``wait``'s looks (``figures`` also counts every table)."""
+        with mapped():
+            row = self.conn.execute(
+                'SELECT segment, "offset" FROM spool_cursor WHERE id = 1'
+            ).fetchone()
+        return f"{row[0]}:{row[1]}" if row else None
+
+    @retry_io
     def figures(self) -> dict[str, Any]:
         """Counts and positions for ``quill status``: sessions, messages, cursor, FTS lag."""
         with mapped():

@@ -333,6 +333,8 @@ class QuillSession:
                     kept = [m[ITEM_FIELD] for m in older[expired:] if ITEM_FIELD in m]
                     if len(kept) != len(older) - expired:  # a chat-shape message: keep all
                         kept, first = [], rows[start]["message_id"]
+            # An unchanged head means an unchanged live history: every op either appends
+            # (a new, higher head id) or rewinds a suffix that includes the head.
             ack = await self.client.replace(
                 self.session_id,
                 [item_to_message(i) for i in kept + list(output)],

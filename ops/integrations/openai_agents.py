@@ -333,8 +333,10 @@ class QuillSession:
                     kept = [m[ITEM_FIELD] for m in older[expired:] if ITEM_FIELD in m]
                     if len(kept) != len(older) - expired:  # a chat-shape message: keep all
                         kept, first = [], rows[start]["message_id"]
-            # An unchanged head means an unchanged live history: every op either appends
-            # (a new, higher head id) or rewinds a suffix that includes the head.
+            # An unchanged head means an unchanged live history: every op of one host either
+            # appends a new head or rewinds a suffix that includes it. (A row from another
+            # host's spool, ordered by its acknowledgement, can land below the head: it is
+            # then rewound with the suffix, kept for audit, as with pop_item.)
             ack = await self.client.replace(
                 self.session_id,
                 [item_to_message(i) for i in kept + list(output)],

@@ -30,8 +30,13 @@ Contract (the SDK's ``memory/session.py`` docstrings):
   pops never return the same item (the loser's op is refused — ``stale-head`` / ``not-live``,
   kept in the quarantine — and it looks again).
 * ``clear_session()`` never deletes: every live item is rewound; the session id stays, and
-  the next ``add_items`` continues it as a fresh conversation. The SDK's compaction wrapper
-  (``clear_session`` + ``add_items(compacted)``) is recorded as a rewind plus new items.
+  the next ``add_items`` continues it as a fresh conversation.
+* ``_get_compaction_snapshot(limit)``: the private hook through which the SDK's
+  ``OpenAIResponsesCompactionSession`` compacts automatically, as on its own sessions. Its
+  ``replace_suffix`` is one ``messages.replace`` guarded by ``expect_head_id``: the replaced
+  items are rewound (kept for audit) and the compacted output appended, or nothing changes
+  when the session moved since the read. The wrapper's manual path (``clear_session`` +
+  ``add_items(compacted)``) is likewise a rewind plus new items.
 
 Two SDK runs on one session at once interleave at batch granularity (the SDK reads history
 once per run); Quill keeps both runs' batches whole and ordered.
@@ -40,6 +45,7 @@ once per run); Quill keeps both runs' batches whole and ordered.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import Any
 
 try:
@@ -60,6 +66,11 @@ except ImportError:  # older SDKs: a dict of SessionSettings' fields
     def coerce_session_settings(value: Any) -> SessionSettings:
         return SessionSettings(**value) if isinstance(value, dict) else value
 
+
+try:  # SDK >= 0.24: the hook through which OpenAIResponsesCompactionSession compacts a suffix
+    from agents.memory.session import _CompactionSnapshot
+except ImportError:  # older SDKs compact by clear_session + add_items only
+    _CompactionSnapshot = None
 
 from quill.ops.client.aclient import AsyncClient
 from quill.ops.client.errors import NotFoundError, QuarantinedError
@@ -261,6 +272,89 @@ class QuillSession:
             reason="stale-head",
             hint="another producer is appending to this session; retry",
         )
+
+    async def _live_rows(self, latest: int) -> list[dict[str, Any]]:
+        """The newest ``latest`` live messages with their ids, oldest first (all when the
+        session has fewer)."""
+        window = await self._live("display", latest=latest)
+        if all(m.get("state") == "live" for m in window):
+            return window
+        # Compacted rows in the window: only the audit view, filtered, is exact.
+        return [m for m in await self._live("audit") if m.get("state") == "live"][-latest:]
+
+    async def _get_compaction_snapshot(
+        self, limit: int, *, prune_prefix: Callable[[dict[str, Any]], bool] | None = None
+    ) -> Any:
+        """The SDK's compaction hook (``agents.memory.session._CompactionSnapshot``): the
+        newest ``limit`` items, whether they are the whole live history, and
+        ``replace_suffix(start, output) -> bool``, which replaces ``items[start:]`` by
+        ``output`` in one ``messages.replace`` guarded by ``expect_head_id`` (``False``, nothing
+        changed, when the session moved since the read). Nothing is deleted: the replaced
+        items are rewound (audit view). ``prune_prefix(item)`` marks the expired items of the
+        oldest run of live history: they are rewound in the same op, and the live items
+        between them and the suffix are re-appended verbatim ahead of ``output``. ``None``
+        (the SDK then reads ``get_items``) for a subclass overriding ``get_items`` or
+        ``add_items`` (it may transform items: the hook would bypass that), for an
+        SDK without the hook, and when a message stands for other than one item (written by
+        another producer in chat shape). Raises ``QuarantinedError`` for any other refusal."""
+        self._check_open()
+        transforms = (
+            type(self).get_items is not QuillSession.get_items
+            or type(self).add_items is not QuillSession.add_items
+        )
+        if transforms or _CompactionSnapshot is None or limit <= 0:
+            return None
+        rows = await self._live_rows(limit + 1)
+        complete = len(rows) <= limit
+        rows = rows[-limit:]
+        if any(len(message_to_items(m)) != 1 for m in rows):
+            return None
+        items = [copy.deepcopy(message_to_items(m)[0]) for m in rows]
+
+        async def replace_suffix(start: int, output: list[dict[str, Any]]) -> bool:
+            if not rows[start:]:
+                return False
+            head, first = rows[-1]["message_id"], rows[start]["message_id"]
+            kept: list[dict[str, Any]] = []
+            if prune_prefix is not None:
+                older = [
+                    m
+                    for m in await self._live("audit")
+                    if m.get("state") == "live" and m["message_id"] < first
+                ]
+                expired = 0
+                for m in older:
+                    found = message_to_items(m)
+                    if len(found) != 1 or not prune_prefix(found[0]):
+                        break
+                    expired += 1
+                if expired:
+                    first = older[0]["message_id"]
+                    kept = [m[ITEM_FIELD] for m in older[expired:] if ITEM_FIELD in m]
+                    if len(kept) != len(older) - expired:  # a chat-shape message: keep all
+                        kept, first = [], rows[start]["message_id"]
+            # An unchanged head means an unchanged live history: every op of one host either
+            # appends a new head or rewinds a suffix that includes it. (A row from another
+            # host's spool, ordered by its acknowledgement, can land below the head: it is
+            # then rewound with the suffix, kept for audit, as with pop_item.)
+            ack = await self.client.replace(
+                self.session_id,
+                [item_to_message(i) for i in kept + list(output)],
+                from_message_id=first,
+                expect_head_id=head,
+            )
+            outcome = await self.client.wait(ack, self.wait_timeout)
+            if outcome.applied:
+                return True
+            if outcome.reason in _MOVED:
+                return False
+            raise QuarantinedError(
+                f"compaction on session {self.session_id!r} was refused: {outcome.reason}",
+                reason=outcome.reason or "unknown",
+                detail=outcome.detail or "",
+            )
+
+        return _CompactionSnapshot(items, complete, replace_suffix)
 
     async def clear_session(self) -> None:
         """Rewind every live item (kept for audit): ``get_items`` then returns ``[]``."""

@@ -2,12 +2,13 @@
 on ``QuillSession``.
 
 Every test of the vendored modules runs twice: ``[SQLiteSession]`` as the SDK ships it, and
-``[QuillSession]`` with the module's ``SQLiteSession`` name bound to a factory that takes the
-same arguments and returns a ``QuillSession``. Each ``db_path`` a test names becomes a real
-Quill data dir (the same path: the same data dir, as the same file is the same database), with
-the production writer (``workers.writer.Writer``) running in a thread of this process, so
-``add_items`` returns only once that writer applied the batch. ``":memory:"`` (the default)
-is a fresh data dir per session, as it is a fresh database per ``SQLiteSession``.
+``[QuillSession]`` with the module's ``SQLiteSession`` name bound to a ``QuillSession``
+subclass that takes ``SQLiteSession``'s constructor arguments. Each ``db_path`` a test
+names becomes a real Quill data dir (the same path: the same data dir, as the same file is
+the same database), with the production writer (``workers.writer.Writer``) running in a
+thread of this process, so ``add_items`` returns only once that writer applied the batch.
+``":memory:"`` (the default) is a fresh data dir per session, as it is a fresh database per
+``SQLiteSession``.
 
 ``SQLITE_ONLY`` names the tests that exercise ``SQLiteSession``'s own implementation (its
 connection pool, file locks, rows corrupted by raw SQL, transaction rollback after a dropped
@@ -38,6 +39,14 @@ _CORRUPT = (
 )
 _LOCK = "SQLiteSession's shared per-file lock (_file_locks, _file_lock_counts)"
 _ROLLBACK = "a table dropped under SQLiteSession by raw SQL to make its transaction fail"
+_TRIGGER = (
+    "a trigger created in SQLiteSession's table by raw SQL fails the compaction's insert "
+    "(sqlite3.IntegrityError); Quill's replace is one op applied whole by the writer or refused"
+)
+_GATE = (
+    "holds SQLiteSession's transaction open by patching its private _insert_items(conn, items), "
+    "a helper of its SQLite connection, not of the session protocol"
+)
 
 #: Tests of SQLiteSession's implementation, not of the session protocol (run on SQLite only).
 SQLITE_ONLY = {
@@ -56,6 +65,9 @@ SQLITE_ONLY = {
     "test_sqlite_session_failed_add_items_releases_write_lock": _ROLLBACK,
     "test_sqlite_session_failed_clear_session_rolls_back": _ROLLBACK,
     "test_sqlite_session_failed_pop_item_releases_write_lock": _ROLLBACK,
+    "test_suffix_transaction_rolls_back_failed_insert": _TRIGGER,
+    "test_failed_encrypted_suffix_transaction_preserves_original_tokens": _TRIGGER,
+    "test_cancelled_suffix_transaction_settles_before_newer_append": _GATE,
 }
 
 
@@ -110,18 +122,23 @@ def session_class(request, tmp_path, monkeypatch):
         pytest.skip(f"tests SQLiteSession's implementation: {reason}")
     homes = QuillHomes(tmp_path / "quill")
 
-    def quill_session(
-        session_id: str,
-        db_path: Any = ":memory:",
-        sessions_table: str = "agent_sessions",
-        messages_table: str = "agent_messages",
-        session_settings: Any = None,
-    ) -> QuillSession:
-        return QuillSession(
-            session_id, client=homes.client(db_path), session_settings=session_settings
-        )
+    class QuillSQLiteSession(QuillSession):
+        """``SQLiteSession``'s constructor, a ``QuillSession`` underneath (a class, as tests
+        call ``isinstance(backend, SQLiteSession)``)."""
 
-    monkeypatch.setattr(request.module, "SQLiteSession", quill_session)
+        def __init__(
+            self,
+            session_id: str,
+            db_path: Any = ":memory:",
+            sessions_table: str = "agent_sessions",
+            messages_table: str = "agent_messages",
+            session_settings: Any = None,
+        ):
+            super().__init__(
+                session_id, client=homes.client(db_path), session_settings=session_settings
+            )
+
+    monkeypatch.setattr(request.module, "SQLiteSession", QuillSQLiteSession)
     try:
         yield request.param
     finally:

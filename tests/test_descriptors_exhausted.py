@@ -14,6 +14,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from conftest import REPO, quill_env
 from harness import drain, make_home
 
@@ -56,6 +57,7 @@ def test_every_open_meets_exhaustion_as_overloaded_and_the_writer_retries(tmp_pa
     assert out["writer_recovered"] and out["read_after"] == 200, out
 
 
+@pytest.mark.corpus
 def test_the_watcher_does_not_set_a_file_aside_for_want_of_descriptors(tmp_path):
     from conftest import CORPUS
     from watch_helpers import watch_config

@@ -13,10 +13,13 @@ from __future__ import annotations
 import copy
 import json
 
+import pytest
 from conftest import CORPUS
 from importers_helpers import store, write_jsonl  # noqa: F401 (store: fixture)
 
 from quill.store import Reader
+
+pytestmark = pytest.mark.corpus
 
 REAL = CORPUS / "other/agentv__copilot-cli-events-10fb4666-56f0-4352-90fc-715caf95b418.jsonl"
 SID = "copilot-cli:10fb4666-56f0-4352-90fc-715caf95b418"

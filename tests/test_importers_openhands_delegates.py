@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from conftest import CORPUS
 
 from quill.ops.importers import parse_file
+
+pytestmark = pytest.mark.corpus
 
 EVAL = CORPUS / "other" / "openhands__multi_swe_bench__output.jsonl"
 CALL = {"function_name": "delegate_to_browsing_agent", "tool_call_id": "toolu_delegate_1"}

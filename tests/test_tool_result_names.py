@@ -145,6 +145,7 @@ def _calls_of(items: list[dict]) -> dict[str, str]:
     }
 
 
+@pytest.mark.corpus
 def test_agents_sdk_items_of_a_real_rollout_are_found_by_tool_name(home, writer):
     """``QuillSession.add_items`` one item per batch (as a streamed run adds them): every
     ``function_call_output`` and ``custom_tool_call_output`` is named as its call."""
@@ -200,6 +201,7 @@ def format_files():
     "fmt",
     ["claude-code", "codex", "gemini-cli", "copilot-cli", "openhands", "swe-agent"],
 )
+@pytest.mark.corpus
 def test_each_formats_results_sent_one_message_per_batch_are_found_by_tool_name(
     home, writer, format_files, fmt
 ):
@@ -230,6 +232,7 @@ def test_each_formats_results_sent_one_message_per_batch_are_found_by_tool_name(
     assert any(h["role"] == "tool" for h in hits), name
 
 
+@pytest.mark.corpus
 def test_results_posted_over_http_are_found_by_tool_name(quill, home, writer):
     """``POST /api/v1/sessions/{id}/messages``: the real rollout's first call and its output
     posted as two requests, the output without a name; the search endpoint finds it by name."""

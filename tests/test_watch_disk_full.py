@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import shutil
 
+import pytest
 from conftest import CORPUS, small_tmpfs
 from test_bookkeeping_enospc import _events, _fill
 from watch_helpers import watch_config
@@ -17,6 +18,8 @@ from quill.ops import logs
 from quill.ops.transfer.watch_ingest import ingest_session
 from quill.spool import Position, SpoolReader
 from quill.workers.watch import Watcher
+
+pytestmark = pytest.mark.corpus
 
 SAMPLE = CORPUS / "claude-code" / "d-kimuson__1af7fc5e-8455-4414-9ccd-011d40f70b2a.jsonl"
 

@@ -48,15 +48,13 @@ from quill.store.lease import Lease
 from quill.workers.child import CRASH_LOOP, Child
 from quill.workers.lifeline import EXIT_LEASE_HELD
 from quill.workers.orphans import OrphanStopper
+from quill.workers.writer_reports import WriterReports
 
 ROLES = ("writer", "scheduler", "consumer")
 STOP_TIMEOUT_S = 15.0
 EXIT_OK, EXIT_TIMEOUT, EXIT_HALTED, EXIT_CRASH_LOOP = 0, 4, 5, 6
 EXIT_QUEUE_UNAVAILABLE = 8  # until idle: the spool was drained, the job queue unreachable
 JOB_HUNG_AFTER_S = 3600.0
-# A failure the writer has retried this long is said on the console: a short busy spell
-# is not, a store it cannot open (a missing database, a refused role) is.
-RETRY_SAY_AFTER_S = 3.0
 
 
 class Supervisor:
@@ -80,9 +78,7 @@ class Supervisor:
         self.cfg = cfg
         self.log = log
         self.console = console or (lambda text: None)
-        self._halt_said: tuple[str, str] | None = None  # the halt last told to the console
-        self._retry_since: float | None = None  # monotonic: the writer's failure first seen
-        self._retry_said = False  # that failure was told to the console
+        self.writer_reports = WriterReports(self.console, log)
         self.run_dir = RunDir(cfg.home, log)  # a full disk is reported, never fatal
         self.until_idle = until_idle
         self.timeout = timeout
@@ -149,8 +145,7 @@ class Supervisor:
             self._check_hung_writer()
             self._check_job_timeout()
             writer = WriterStatus.from_json(self._live_status("writer"))
-            self._say_halt(writer)
-            self._say_retrying(writer)
+            self.writer_reports.update(writer)
             if queues is not None:
                 if writer.halted:
                     self.log.error(
@@ -167,44 +162,6 @@ class Supervisor:
             time.sleep(0.3 if queues is not None else 0.5)
         self.log.info("supervisor.signal", signal=signal.Signals(self._stop_signal).name)
         return EXIT_OK
-
-    def _say_halt(self, writer: WriterStatus) -> None:
-        """Tell the console once when the writer halts (its cause and the command that lifts
-        it) and once when it runs again: a halted fleet otherwise looks like an idle one."""
-        halt = writer.halt if writer.halted else None
-        key = (halt.cause, halt.detail) if halt is not None else None
-        if key == self._halt_said:
-            return
-        if halt is not None:
-            self.console(
-                f"quill: the writer halted ({halt.cause}: {halt.detail}); nothing more is "
-                f"applied until `{halt.next}` (`quill status` shows the cause)"
-            )
-            self.log.warning("supervisor.halt_reported", cause=halt.cause, next=halt.next)
-        elif self._halt_said is not None:
-            self.console("quill: the writer is applying again")
-        self._halt_said = key
-
-    def _say_retrying(self, writer: WriterStatus) -> None:
-        """Tell the console once when the live writer has retried one failure for
-        ``RETRY_SAY_AFTER_S`` (its error text) and once when it applies again: a fleet whose
-        writer cannot open its store otherwise waits in silence, as if idle."""
-        if writer.updated_at is None:  # no live writer: its next status says what remains
-            return
-        if not writer.error or writer.halted:
-            if self._retry_said and not writer.halted:
-                self.console("quill: the writer is applying again")
-            self._retry_since, self._retry_said = None, False
-            return
-        now = time.monotonic()
-        self._retry_since = self._retry_since or now
-        if not self._retry_said and now - self._retry_since >= RETRY_SAY_AFTER_S:
-            self.console(
-                f"quill: the writer cannot apply and keeps retrying: {writer.error} "
-                "(`quill status` shows it; each try is in logs/writer.log)"
-            )
-            self.log.warning("supervisor.retry_reported", error=writer.error)
-            self._retry_said = True
 
     def _fleet_idle(self, queues: Callable[[], Any], writer: WriterStatus) -> bool:
         # Only what the current children published counts: a file left by a previous run

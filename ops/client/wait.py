@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -111,7 +111,7 @@ def wait_applied(
     the record; a command that needs it applied says so at once instead of waiting out
     ``timeout``). ``look``: the caller's ``Looker`` (kept open for its ``outcomes``), else
     one of this wait's own."""
-    from quill.home import RunDir, doorbell
+    from quill.home import RunDir
 
     start = time.monotonic()
     fleet_seen = start
@@ -121,8 +121,7 @@ def wait_applied(
         if cursor is not None and cursor > position:  # applied already: no doorbell needed
             return time.monotonic() - start
         # Listen before the next look: a commit after it rings us (module doc of home.doorbell).
-        bell = doorbell.listen(doorbell.waiter_path(cfg.waiters_dir))
-        try:
+        with _ringing(cfg.waiters_dir) as pause:
             while True:
                 cursor = look.cursor()
                 if cursor is not None and cursor > position:
@@ -141,13 +140,7 @@ def wait_applied(
                         f"record at {position} not applied {within} "
                         f"(store cursor: {cursor}); {why_not_applied(cfg)}"
                     )
-                if bell is not None:
-                    bell.wait(poll)  # the writer's ring after a commit, or the poll if lost
-                else:
-                    time.sleep(poll)
-        finally:
-            if bell is not None:
-                bell.close(remove=True)
+                pause(poll)
 
 
 #: How often (s) a wait for a job's run looks without a ring: what a lost ring costs.
@@ -168,7 +161,6 @@ def wait_job_run(
     The writer rings the waiters' doorbells in ``waiters_dir`` after each job it runs or
     records (``quill.home.doorbell``), so the run is read as soon as it is committed; ``poll``
     bounds what a lost ring costs. Raises what ``runs`` raises."""
-    from quill.home import doorbell
     from quill.store.sqlite.job_runs import RUNNING
 
     def finished() -> dict[str, Any] | None:
@@ -177,17 +169,25 @@ def wait_job_run(
 
     deadline = time.monotonic() + timeout
     # Listen before the first look: a run recorded after it rings us (home.doorbell).
-    bell = doorbell.listen(doorbell.waiter_path(waiters_dir))
-    try:
+    with _ringing(waiters_dir) as pause:
         while True:
             run = finished()
             left = deadline - time.monotonic()
             if run is not None or left <= 0:
                 return run
-            if bell is not None:
-                bell.wait(min(poll, left))
-            else:
-                time.sleep(min(poll, left))
+            pause(min(poll, left))
+
+
+@contextlib.contextmanager
+def _ringing(waiters_dir: Path) -> Iterator[Callable[[float], None]]:
+    """A doorbell of this wait's own in ``waiters_dir`` for the ``with`` block, removed after
+    it; yields ``pause(seconds)``: returns at the writer's next ring or after ``seconds`` (what
+    a lost ring costs). Without a doorbell (the FIFO could not be made) ``pause`` sleeps."""
+    from quill.home import doorbell
+
+    bell = doorbell.listen(doorbell.waiter_path(waiters_dir))
+    try:
+        yield bell.wait if bell is not None else time.sleep
     finally:
         if bell is not None:
             bell.close(remove=True)

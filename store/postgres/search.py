@@ -267,19 +267,17 @@ def _newest_page(
     SQLite."""
     first = group_mod.first_batch(page)
     if plan.kind == "scan":
-        return group_mod.offer_merged(
+        return group_mod.offer_rows(
             page,
-            [
-                group_mod.newest_batches(
-                    lambda below, n: _scan(conn, plan, cond, args, below, n, rep, kinds_t),
-                    first,
-                    scan=True,
-                )
-            ],
+            group_mod.newest_batches(
+                lambda below, n: _scan(conn, plan, cond, args, below, n, rep, kinds_t),
+                first,
+                scan=True,
+            ),
         )
     if plan.kind != "trigram":  # a word plan's first statement runs through ``pre``
-        return group_mod.offer_merged(
-            page, [_index_rows(conn, plan, cond, args, rep, kinds_t, first, fetch=pre)]
+        return group_mod.offer_rows(
+            page, _index_rows(conn, plan, cond, args, rep, kinds_t, first, fetch=pre)
         )
     top = conn.execute(windows.TOP_SQL).fetchone()[0]
     scan = fence.Scan(

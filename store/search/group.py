@@ -17,7 +17,6 @@ may all be one session's); that walk stops after ``FILL_MAX`` candidates.
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -147,10 +146,11 @@ def newest_batches(
         batch = min(batch * 2, MAX_BATCH)
 
 
-def offer_merged(page: Page, sources: Iterable[Iterator[tuple]]) -> bool:
-    """Offer the rows of ``sources`` (each ``(id, display id, session id)``, newest first),
-    merged newest first, to ``page`` until it is ``done``; True when every row was offered."""
-    for _fid, mid, sid in heapq.merge(*sources, key=lambda row: -row[0]):
+def offer_rows(page: Page, rows: Iterable[tuple]) -> bool:
+    """Offer ``rows`` (each ``(id, display id, session id)``, newest first) to ``page`` until
+    it is ``done``; True when every row was offered. (Two sources merged newest first:
+    ``store.search.fence.offer_fenced``.)"""
+    for _fid, mid, sid in rows:
         page.offer(mid, sid)
         if page.done:
             return False

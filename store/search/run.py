@@ -195,7 +195,7 @@ def _newest(
     first = group.first_batch(page)
     indexed = _batches(conn, plan, upto, cond, args, kinds, display, first)
     if plan.kind != "trigram":
-        return group.offer_merged(page, [indexed])
+        return group.offer_rows(page, indexed)
     # The trigram index sees only the first characters of user/assistant text; every row
     # holding more (other roles, longer text, reasoning, tool calls) is scanned as the scan
     # route scans, so a longer query never looks in less than a shorter one would. The scan

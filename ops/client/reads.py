@@ -30,7 +30,9 @@ VIEWS = ("display", "model", "audit")
 
 @contextlib.contextmanager
 def _public_errors() -> Iterator[None]:
-    """Re-raise lower-layer errors (spool, store, OS) as the public tree, classified by type."""
+    """Re-raise lower-layer errors (spool, store, OS) as the public tree, classified by type.
+    A spool error's ``acks`` (the records made durable before a batch append failed) stay on
+    the public error."""
     try:
         yield
     except QuillError:
@@ -39,6 +41,8 @@ def _public_errors() -> Iterator[None]:
         public = from_exception(exc)
         if public is None:
             raise
+        if hasattr(exc, "acks"):
+            public.acks = exc.acks  # type: ignore[attr-defined]
         raise public from exc
 
 

@@ -15,7 +15,7 @@ import threading
 from typing import Any
 
 from quill.home import Settings
-from quill.ops.client.errors import InvalidInputError, QuillError, from_exception
+from quill.ops.client.errors import InvalidInputError
 from quill.ops.client.reads import _public_errors
 from quill.spool import Ack, Spool
 
@@ -102,16 +102,8 @@ class Writes:
         results): all written, then made durable by one ``fdatasync`` (``Spool.append_many``);
         returns their ``Ack``s in order. Raises what ``_append_checked`` raises, with ``acks``
         set to the acks of the ops made durable before the failure (a prefix, maybe empty)."""
-        try:
+        with _public_errors():
             return self._spool().append_many(ops, plain=plain)
-        except QuillError:
-            raise
-        except Exception as exc:  # classified as ``_public_errors`` does, keeping the acks
-            public = from_exception(exc)
-            if public is None:
-                raise
-            public.acks = getattr(exc, "acks", [])  # type: ignore[attr-defined]
-            raise public from exc
 
     def append(
         self,

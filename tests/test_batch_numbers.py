@@ -13,7 +13,6 @@ from semantics_helpers import Store, assistant, call, tool, user
 
 from quill.spool import START, Quarantine, Spool, SpoolReader
 from quill.store import open_writer, schema
-from quill.store.apply import batches
 from quill.store.factory import open_url
 from quill.workers.drain import Drain
 
@@ -102,6 +101,8 @@ def _unnumbered(conn) -> list[tuple]:
 def _sqlite_v11_copy(src_db, dst_db) -> None:
     """A v11 file (v11's own DDL: ``messages.batch_id`` text, ``messages_pos``) holding the
     rows of ``src_db`` (a v12 store), its search indexes empty (the writer refills them)."""
+    from quill.store.apply import batches
+
     v11 = schema.DDL.replace(batches.MIGRATION, "")
     src = apsw.Connection(str(src_db))
     dst = apsw.Connection(str(dst_db))

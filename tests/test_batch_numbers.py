@@ -272,3 +272,29 @@ def test_a_rebuild_in_other_chunks_numbers_every_batch_as_the_live_store_did(tmp
     for r in rows:
         by_batch[r[-1]] = by_batch.get(r[-1], 0) + 1
     assert all(by_batch[ack.batch_id] == n for ack, n in sent)
+
+
+def test_salvage_keeps_batch_ids_and_counts_rows_of_an_unreadable_batch_unreadable(tmp_path):
+    """Salvage (store/sqlite/salvage.py) reads a v12 file's batch numbers through its own
+    ``batches``: salvaged rows keep their batch id (renumbered in the target); a row whose
+    number names no readable batch is counted unreadable, not copied under a guessed id."""
+    from quill.store.sqlite.salvage import salvage
+
+    old = Store(tmp_path / "old")
+    acks = []
+    for sid in ("a", "b"):
+        ack = old.spool.append(
+            "messages.append", {"session_id": sid, "messages": [user(f"zebras {sid}")]}
+        )
+        acks.append(ack.batch_id)
+    assert old.drain() == []
+    old.conn.execute("DELETE FROM batches WHERE batch_id = ?", (acks[1],))  # b's is gone
+    old.backend.close()
+    target = open_writer(tmp_path / "new.db")
+    try:
+        figures = salvage(tmp_path / "old" / "state.db", target)
+        assert figures["salvaged_messages"] == 1 and figures["unreadable_message_ids"] == 1
+        assert _named_rows(target)[0][1] == "a" and _named_rows(target)[0][-1] == acks[0]
+        assert len(_named_rows(target)) == 1
+    finally:
+        target.close()

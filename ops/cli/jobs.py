@@ -14,7 +14,7 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from quill.jobs import catalog
+from quill.jobs import catalog, triggers
 from quill.jobs.queues import build_for
 from quill.ops.cli import render
 from quill.ops.cli.base import emit_json, json_option
@@ -38,15 +38,12 @@ def default_of(spec: Any) -> dict[str, Any] | None:
 
 
 def describe_default(default: dict[str, Any] | None) -> str:
-    """``{"trigger": "interval", "minutes": 5}`` → ``every 5 minutes``; cron fields as given."""
+    """``{"trigger": "interval", "minutes": 5}`` → ``every 5 minutes``; a cron default as its
+    crontab fields (``cron 30 3 * * *``); ``on demand`` for None (``jobs.triggers``)."""
     if default is None:
         return "on demand"
     args = {k: v for k, v in default.items() if k != "trigger"}
-    if default["trigger"] == "interval":  # "every 1 hour", "every 5 minutes"
-        return "every " + " ".join(
-            f"{v} {k[:-1] if v == 1 and k.endswith('s') else k}" for k, v in args.items()
-        )
-    return f"{default['trigger']} " + " ".join(f"{k}={v}" for k, v in args.items())
+    return triggers.describe_args(default["trigger"], args)
 
 
 @click.group()

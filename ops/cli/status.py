@@ -196,11 +196,29 @@ def _print_status(d: dict[str, Any]) -> None:
     _print_watch(con, d["watch"], fleet["running"])
     for o in d["overdue"]:
         con.print(f"[yellow]overdue  {o['job']}: {_t(o['reason'])}[/yellow]")
-    for run in d["jobs"][:5]:
-        con.print(
-            f"job      {run['job']:<15} {run['outcome']:<6} {render.when(run['started_at'])} "
+    _print_jobs(con, d["jobs"])
+
+
+#: Jobs ``quill status`` names (the latest run of each; ``quill jobs history`` lists runs).
+STATUS_JOBS = 5
+
+
+def _print_jobs(con: Any, runs: list[dict[str, Any]]) -> None:
+    """One line per job for the latest of its ``runs`` (newest first), at most
+    ``STATUS_JOBS``: a job run often (a WAL checkpoint after each large import chunk) does
+    not push the others off the screen; how many of ``runs`` were its own is said."""
+    latest: dict[str, dict[str, Any]] = {}
+    count: dict[str, int] = {}
+    for run in runs:
+        latest.setdefault(run["job"], run)
+        count[run["job"]] = count.get(run["job"], 0) + 1
+    for job, run in list(latest.items())[:STATUS_JOBS]:
+        tail = f" ({count[job]} of the last {len(runs)} runs)" if count[job] > 1 else ""
+        line = (
+            f"job      {job:<15} {run['outcome']:<6} {render.when(run['started_at'])}{tail} "
             f"{_t(run.get('error') or '')}"
         )
+        con.print(line.rstrip())
 
 
 def _print_watch(con: Any, w: dict[str, Any], running: bool) -> None:

@@ -16,6 +16,7 @@ from rich.table import Table
 
 from quill.jobs import catalog, triggers
 from quill.jobs.queues import build_for
+from quill.ops import human
 from quill.ops.cli import render
 from quill.ops.cli.base import emit_json, json_option
 from quill.ops.client.errors import Exit, WaitTimeoutError
@@ -194,6 +195,6 @@ def jobs_history(cfg: Any, job: str | None, limit: int, as_json: bool) -> None:
             render.when(r["started_at"]),
             took,
             r["outcome"] or "",
-            escape(str(r["error"] or r["figures"])),
+            escape(r["error"] or human.figures(r["figures"])),
         )
     render.console().print(table)

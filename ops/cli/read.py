@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from quill.ops import human
 from quill.ops.cli import render
 from quill.ops.cli.base import emit_json, json_option
 from quill.ops.cli.params import EPOCH, UTF8, YESNO
@@ -247,7 +248,8 @@ def search(cfg: Any, query: str, kinds: tuple[str, ...], as_json: bool, **params
         )
     elif health["degraded"]:
         click.echo(
-            f"quill: search is degraded: {health['fts_pending']} messages are not yet indexed "
+            "quill: search is degraded: "
+            f"{human.count(health['fts_pending'], 'message')} not yet indexed "
             f"(the index is being refilled); only the newest {search_mod.TAIL_MAX_ROWS} of them "
             "are searched",
             err=True,

@@ -10,6 +10,7 @@ from rich import filesize
 from rich.markup import escape
 
 from quill.home import WriterStatus
+from quill.ops import human
 from quill.ops.cli import render
 from quill.ops.cli.base import emit_json, json_option
 from quill.ops.client.errors import Exit
@@ -159,7 +160,7 @@ def _print_status(d: dict[str, Any]) -> None:
         _print_pg_store(con, s)
     elif s:
         con.print(
-            f"store    {s['sessions']} sessions, {s['messages']} messages; cursor {s['cursor']}; "
+            f"store    {human.store_counts(s)}; cursor {s['cursor']}; "
             f"FTS pending {s['fts_pending']}, index {s.get('fts_state', 'ok')}"
         )
     else:
@@ -260,7 +261,7 @@ def _print_pg_store(con: Any, s: dict[str, Any]) -> None:
     pg = s["postgres"]
     con.print(f"store    PostgreSQL {pg['server_version']} at {_t(pg['url'])}")
     con.print(
-        f"         {s['sessions']} sessions, {s['messages']} messages; "
+        f"         {human.store_counts(s)}; "
         f"store {filesize.decimal(pg['size_bytes'])}, "
         f"database {filesize.decimal(pg['database_bytes'])}; this host's cursor {s['cursor']}"
     )

@@ -202,8 +202,10 @@ def sessions_export(ctx: click.Context, session_id: str) -> None:
     type=click.Choice(["newest", "relevance"]),
     default="newest",
     show_default=True,
-    help="relevance: ranked over the newest 1,000 matches "
-    "(word queries; BM25 on SQLite, ts_rank on PostgreSQL).",
+    help="newest: the most recently stored first (the order messages reached the store, "
+    "not their own timestamps: an import of old sessions lands on top); relevance: ranked "
+    "over the 1,000 most recently stored matches (word queries; BM25 on SQLite, ts_rank on "
+    "PostgreSQL).",
 )
 @click.option(
     "--per-session",
@@ -215,8 +217,8 @@ def sessions_export(ctx: click.Context, session_id: str) -> None:
 @json_option
 @click.pass_obj
 def search(cfg: Any, query: str, kinds: tuple[str, ...], as_json: bool, **params: Any) -> None:
-    """Full-text search over messages, newest first (or --order relevance). Any text is a valid
-    query.
+    """Full-text search over messages, most recently stored first (or --order relevance). Any
+    text is a valid query.
 
     Message text, tool calls (names and arguments) and reasoning are searched (--kind picks).
     At most --per-session hits come from one session; the matches are counted (up to 1,000)
@@ -261,7 +263,11 @@ def search(cfg: Any, query: str, kinds: tuple[str, ...], as_json: bool, **params
         if result["more"]:
             click.echo(
                 "quill: more messages match; showing the "
-                f"{'best' if params['order'] == 'relevance' else 'newest'} {len(hits)}"
+                + (
+                    f"best {len(hits)}"
+                    if params["order"] == "relevance"
+                    else f"{len(hits)} most recently stored"
+                )
                 + (
                     f", at most {result['per_session']} per session"
                     if result["per_session"]

@@ -170,9 +170,9 @@ def print_search(
     a line per session whose matches were not all shown."""
     if result is not None:
         total = f"{result['total']}{'' if result['total_exact'] else '+'}"
-        title = f"{len(hits)} of {total} hit(s) for {query!r}"
+        title = f"{len(hits)} of {total} hit(s) for “{query}”"
     else:
-        title = f"{'first ' if more else ''}{len(hits)} hit(s) for {query!r}"
+        title = f"{'first ' if more else ''}{len(hits)} hit(s) for “{query}”"
     _print_hits(con, hits, title)
     if result is None:
         return

@@ -17,6 +17,7 @@ from quill.ops.client.stores import open_reader, where
 from quill.store.apply.normalize import ROLES
 from quill.store.errors import CantOpenError
 from quill.store.factory import capabilities
+from quill.store.read.listing import cursor_of
 from quill.store.read.reader import Reader
 from quill.store.search import run as search_mod
 from quill.store.search.group import PER_SESSION
@@ -45,7 +46,7 @@ def _note_no_store(cfg: Any) -> None:
 
 @click.group()
 def sessions() -> None:
-    """List and show sessions."""
+    """List, show, export and delete sessions; the one to resume; orphans."""
 
 
 def _tristate(value: str | None) -> bool | None:
@@ -76,6 +77,11 @@ def _tristate(value: str | None) -> bool | None:
     help="--tips (default): one row per compression chain, its tip, no subagent runs; "
     "--chains: every session.",
 )
+@click.option(
+    "--after",
+    metavar="CURSOR",
+    help="The next page: the cursor the previous page's note gave (rows after its last one).",
+)
 @json_option
 @click.pass_obj
 def sessions_list(
@@ -90,14 +96,16 @@ def sessions_list(
     pinned: str | None,
     hidden: str | None,
     all_chain: bool,
+    after: str | None,
     as_json: bool,
 ) -> None:
-    """Sessions, most recently active first."""
+    """Sessions, most recently active first, a page of --limit at a time (--after CURSOR: the
+    next page; a note on stderr gives its cursor)."""
     _note_no_store(cfg)
-    # One row past the limit tells whether more match, so the human output can say so.
+    # One row past the limit tells whether more match, so a note can give the next page.
     rows = Client(config_=cfg).sessions(
         source=source,
-        limit=limit + (not as_json),
+        limit=limit + 1,
         include_hidden=include_hidden,
         title_contains=title_contains,
         since=since,
@@ -106,20 +114,20 @@ def sessions_list(
         pinned=_tristate(pinned),
         hidden=_tristate(hidden),
         chains=all_chain,
+        after=after,
     )
     more = len(rows) > limit
     del rows[limit:]
     if as_json:
         emit_json(rows)
     else:
-        con = render.console()
-        render.print_sessions(con, rows)
-        if more:
-            click.echo(
-                f"quill: more sessions match; showing the {limit} most recently active "
-                "(--limit N shows more)",
-                err=True,
-            )
+        render.print_sessions(render.console(), rows)
+    if more:
+        click.echo(
+            f"quill: more sessions match; showing {limit}; the next page: "
+            f"--after {cursor_of(rows[-1])} (or --limit N)",
+            err=True,
+        )
 
 
 @sessions.command(name="show")

@@ -22,7 +22,7 @@ from quill.spool.torn import TORN_SUMMARY
 @json_option
 @click.pass_context
 def status(ctx: click.Context, as_json: bool) -> None:
-    """Fleet, store, spool and job health at a glance (``--json``: the same figures /metrics
+    """Fleet, store, spool and job health at a glance (--json: the same figures /metrics
     exports)."""
     data = health.collect(ctx.obj)
     if as_json:

@@ -240,7 +240,8 @@ def transcript(
 ) -> list[Any]:
     """Renderables for a readable transcript: roles, text, tool calls and tool results.
     ``total``: how many messages the view holds when ``messages`` is only its last ones."""
-    title = f"  title={session['title']!r}" if session.get("title") else ""  # no empty "title="
+    # Quoted as typed (as the search title), never a Python repr; no empty "title=".
+    title = f"  title=“{session['title']}”" if session.get("title") else ""
     count = (
         f"messages={len(messages)}"
         if total is None

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import re
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -46,8 +47,9 @@ from quill.store.postgres.errors import mapped
 #: The databases asked whether a store's database exists when connecting to it failed
 #: (``_database_missing``): every PostgreSQL server has them unless an operator dropped both.
 MAINTENANCE_DATABASES = ("postgres", "template1")
-#: Seconds the maintenance connection may take: short, as it runs only after a failure and a
-#: partitioned server would otherwise double the wait of every retry.
+#: Seconds the maintenance connection may take, and the longest a failed connection may have
+#: taken to be probed at all: a server that refuses a database answers at once, while one
+#: that does not answer would otherwise double the wait of every retry.
 PROBE_TIMEOUT_S = 2
 
 _TOKENS = re.compile(r"""('(?:[^']|'')*')|("(?:[^"]|"")*")|(\?\d*)|(%)|(\bLIKE\b)""", re.S | re.I)
@@ -170,6 +172,7 @@ class PgConnection:
             # pattern of ``left(content, 2000) ILIKE $1``, so it walks every row instead of
             # using the trigram index (bench/RESULTS.md). Also what PgBouncer in transaction
             # mode needs.
+            began = time.monotonic()
             try:
                 self.raw = psycopg.connect(
                     url,
@@ -179,7 +182,10 @@ class PgConnection:
                     **params,
                 )
             except psycopg.OperationalError as exc:
-                missing = _database_missing(exc, url, params)
+                # A failure that took its time (a server not answering: a partition, a hung
+                # host) is not probed, so a caller's bound on a failed connect holds.
+                slow = time.monotonic() - began >= PROBE_TIMEOUT_S
+                missing = None if slow else _database_missing(exc, url, params)
                 if missing is not None:
                     raise missing from exc
                 raise

@@ -47,6 +47,7 @@ handling; this module the batching of the other events and ``import_file``.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,9 @@ from quill.ops.importers.source import Source, opened
 from quill.ops.transfer.import_sessions import FileReport, SessionStarts, SessionState
 from quill.ops.transfer.pending_deletes import PendingDeletes, pending_deletes
 from quill.spool import Spool
+from quill.store.apply.message_rows import cut_rows
+from quill.store.apply.revise import changed
+from quill.store.errors import InvalidOpError
 from quill.store.read.reader import Reader
 
 #: Messages per ``messages.append`` op: a batch is all-or-nothing, so smaller batches confine
@@ -95,6 +99,8 @@ class _Importer(SessionStarts):
             parent.known[ext] = "moved"
         if ext in s.known:
             self.report.stored += 1
+            if s.known[ext] != "pending" and self._older_copy(s, ev.message):
+                self._revision(s, ev.message)
             if ev.rewound and s.known[ext] == "live":  # the file grew a branch that abandons it
                 s.pending_rewound.append(ext)
             return
@@ -118,6 +124,9 @@ class _Importer(SessionStarts):
         self.report.messages += len(ids)  # read from the file too: read = new + already stored
         if all(i in s.known for i in ids):
             self.report.stored += len(ids)
+            for m in ev.messages:  # a carried message re-appended since: its last copy wins
+                if s.known[str(m["id"])] != "pending" and self._older_copy(s, m):
+                    self._revision(s, m)
             return
         self.report.new += len(ids)
         self.report.compacted_new += len(ids)
@@ -129,7 +138,7 @@ class _Importer(SessionStarts):
             self.spool.append(
                 "messages.compact",
                 {"session_id": s.sid, "messages": ev.messages, "tail_count": ev.tail_count},
-                batch_id=s.batch_id("import-compact", s.sid, ids),
+                batch_id=s.batch_id("import-compact", s.sid, ids, ev.messages),
             )
         s.has_live = True
 
@@ -154,19 +163,49 @@ class _Importer(SessionStarts):
         if rid is not None:
             s.counted.add(rid)
 
+    def _older_copy(self, s: SessionState, msg: dict) -> bool:
+        """Whether the store holds ``msg``'s id in a copy that differs from it (a record the
+        agent wrote again since the store read it: ``store.apply.revise``). A message the
+        writer would refuse is not sent again (its first copy stays)."""
+        if self.store is None:
+            return False
+        if s.versions is None:
+            s.versions = self.store.message_versions(s.sid)
+        held = s.versions.get(str(msg["id"]))
+        if not held:
+            return False
+        try:  # as the writer stores it: binary payloads cut out as blob references
+            row = cut_rows([msg], time.time())[0][0]
+        except InvalidOpError:
+            return False
+        return any(changed(v, row, msg) for v in held)
+
+    def _revision(self, s: SessionState, msg: dict) -> None:
+        """Queue ``msg``, a later copy of a held message, in the session's next append."""
+        self.report.revised += 1
+        s.pending.append(msg)
+        s.pending_bytes += approx_size(msg)
+        s.pending_revised += 1
+        if len(s.pending) >= BATCH_MESSAGES or s.pending_bytes >= BATCH_BYTES:
+            self.flush(s)
+
     def flush(self, s: SessionState) -> None:
         if s.pending:
-            self.report.new += len(s.pending)
+            self.report.new += len(s.pending) - s.pending_revised
             self._append(s, s.pending)
         self._rewind(s, s.pending_rewound)
         s.pending, s.pending_bytes, s.pending_rewound = [], 0, []
+        s.pending_revised = 0
 
     def _append(self, s: SessionState, messages: list[dict]) -> None:
+        # ``revise``: a message the store holds by the time this applies (an earlier round's
+        # append the store view did not show yet) is rewritten by this later copy, never
+        # skipped. The batch id covers the content, so a later copy is a new batch.
         ids = [str(m["id"]) for m in messages]
         self.spool.append(
             "messages.append",
-            {"session_id": s.sid, "messages": messages},
-            batch_id=s.batch_id("import-append", s.sid, ids),
+            {"session_id": s.sid, "messages": messages, "revise": True},
+            batch_id=s.batch_id("import-append", s.sid, ids, messages),
         )
 
     def _rewind(self, s: SessionState, ids: list[str]) -> None:

@@ -17,6 +17,7 @@ import apsw
 
 from quill.store.apply import context as context_mod
 from quill.store.apply.normalize import COMPARED_COLUMNS
+from quill.store.apply.revise import REVISED_COLUMNS
 from quill.store.errors import CantOpenError, StoreError, cant_open_cause, mapped
 from quill.store.read import lineage, listing, projections, resume
 from quill.store.read import usage as usage_reads
@@ -229,6 +230,21 @@ class Reader(StatusReads):
                     (session_id,),
                 )
             }
+
+    @retry_io
+    def message_versions(self, session_id: str) -> dict[str, list[tuple]]:
+        """``{producer id: [row values in revise.REVISED_COLUMNS order, …]}`` of every row of
+        the session that has a producer id (every row holding an id, in transcript order): how
+        an import tells a message the store holds in an older copy (``revise.changed``)."""
+        out: dict[str, list[tuple]] = {}
+        with mapped():
+            for ext, *values in self.conn.execute(
+                f"SELECT ext_id, {', '.join(REVISED_COLUMNS)} FROM messages "
+                "WHERE session_id = ? AND ext_id IS NOT NULL ORDER BY seq",
+                (session_id,),
+            ):
+                out.setdefault(ext, []).append(tuple(values))
+        return out
 
     @retry_io
     def message_identities(self, session_id: str, ext_ids: list[str]) -> dict[str, tuple]:

@@ -126,7 +126,7 @@ def capture(
 
 
 def assert_same(got: dict, want: dict) -> None:
-    for kind in ("sessions", "usage", "messages"):
+    for kind in ("messages", "usage", "sessions"):
         extra = sorted(set(got[kind]) - set(want[kind]))
         missing = sorted(set(want[kind]) - set(got[kind]))
         assert got[kind] == want[kind], f"{kind}: stored {extra[:3]}, expected {missing[:3]}"

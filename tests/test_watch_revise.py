@@ -18,14 +18,19 @@ from __future__ import annotations
 import copy
 import json
 import os
-import sqlite3
 from pathlib import Path
 
 import harness
 import pytest
 from conftest import CORPUS
 from gemini_log_helpers import MAIN, PROJECT, SID, SUB
-from watch_helpers import interleave, watch_config
+from watch_helpers import (
+    gemini_json_rewrites,
+    interleave,
+    same_stores,
+    stored_full,
+    watch_config,
+)
 
 from quill import home as config
 from quill.ops import logs
@@ -41,35 +46,6 @@ GEMINI_JSON = (
     CORPUS / "other" / "entireio-cli__gemini-cli-session-f7633853-6663-4dbb-bbf4-6159afa29df8.json"
 )
 OPENCODE = SAMPLES / "opencode" / "dark-factory__jolly-eagle__ses_39b5d713cffeRgAoxPIwS3Plus.json"
-_COLUMNS = (
-    "session_id, ext_id, role, coalesce(content, ''), parts, tool_calls, tool_call_id, "
-    "tool_name, reasoning, finish_reason, {ts}, extra, state"
-)
-
-
-def full_rows(home: Path, *, ts: bool = True) -> dict[str, list]:
-    """Every stored message (all columns a copy can change, and its state), session and usage
-    row of ``home``'s store, sorted (multisets). ``ts`` False leaves out message and start
-    times (a format without them is stored at its arrival, which differs between stores)."""
-    conn = sqlite3.connect(f"file:{home / 'state.db'}?mode=ro", uri=True)
-    try:
-        cols = _COLUMNS.format(ts="ts" if ts else "NULL")
-        return {
-            "messages": sorted(map(tuple, conn.execute(f"SELECT {cols} FROM messages"))),
-            "sessions": sorted(
-                conn.execute(
-                    f"SELECT id, title, model, {'started_at' if ts else 'NULL'}, parent_id, "
-                    "parent_kind FROM sessions"
-                )
-            ),
-            "usage": sorted(
-                conn.execute(
-                    "SELECT session_id, response_id, input_tokens, output_tokens FROM usage"
-                )
-            ),
-        }
-    finally:
-        conn.close()
 
 
 def direct_import(tmp: Path, files: list[Path]) -> Path:
@@ -125,13 +101,6 @@ def capture(
     return home
 
 
-def assert_same(got: dict, want: dict) -> None:
-    for kind in ("messages", "usage", "sessions"):
-        extra = sorted(set(got[kind]) - set(want[kind]))
-        missing = sorted(set(want[kind]) - set(got[kind]))
-        assert got[kind] == want[kind], f"{kind}: stored {extra[:3]}, expected {missing[:3]}"
-
-
 def _jsonl(recs: list[dict]) -> list[bytes]:
     return [(json.dumps(r) + "\n").encode() for r in recs]
 
@@ -148,38 +117,16 @@ def test_gemini_log_re_appended_records_last_copy_wins(tmp_path, drained):
         [("append", sub, line) for line in _jsonl(SUB)],
     )
     home = capture(tmp_path, tmp_path / "agents", steps, drained)
-    want = full_rows(direct_import(tmp_path, [main]))
+    want = stored_full(direct_import(tmp_path, [main]))
     assert ("a\nb",) in {(r[3],) for r in want["messages"] if r[1] == "g1:run_shell_command_1"}
-    assert_same(full_rows(home), want)
-
-
-def _gemini_json_versions(path: Path) -> list[tuple[str, Path, bytes]]:
-    """A Gemini CLI ``.json`` session rewritten in place as the CLI writes it: each model
-    turn first with no tool calls and no tokens, then its calls ``executing`` (no result)
-    with its tokens, then whole."""
-    doc = json.loads(GEMINI_JSON.read_text())
-    out = []
-    for i, entry in enumerate(doc["messages"]):
-        before = doc["messages"][:i]
-        if entry["type"] == "gemini" and entry.get("toolCalls"):
-            bare = {k: v for k, v in entry.items() if k not in ("toolCalls", "tokens")}
-            running = copy.deepcopy(entry)
-            for call in running["toolCalls"]:
-                call["status"] = "executing"
-                for key in ("result", "resultDisplay"):
-                    call.pop(key, None)
-            for partial in (bare, running):
-                data = json.dumps({**doc, "messages": [*before, partial]}).encode()
-                out.append(("rewrite", path, data))
-        out.append(("rewrite", path, json.dumps({**doc, "messages": before + [entry]}).encode()))
-    return out
+    same_stores(stored_full(home), want)
 
 
 @pytest.mark.parametrize("drained", [True, False], ids=["drained", "lagging"])
 def test_gemini_json_rewritten_in_place_last_copy_wins(tmp_path, drained):
     path = tmp_path / "agents" / "chats" / "session-2026-01-15T20-51-f7633853.json"
-    home = capture(tmp_path, tmp_path / "agents", _gemini_json_versions(path), drained)
-    assert_same(full_rows(home), full_rows(direct_import(tmp_path, [path])))
+    home = capture(tmp_path, tmp_path / "agents", gemini_json_rewrites(GEMINI_JSON, path), drained)
+    same_stores(stored_full(home), stored_full(direct_import(tmp_path, [path])))
 
 
 def _opencode_versions(path: Path) -> list[tuple[str, Path, bytes]]:
@@ -211,7 +158,7 @@ def _opencode_versions(path: Path) -> list[tuple[str, Path, bytes]]:
 def test_opencode_export_rewritten_as_it_grows_last_copy_wins(tmp_path, drained):
     path = tmp_path / "agents" / "opencode" / OPENCODE.name
     home = capture(tmp_path, tmp_path / "agents", _opencode_versions(path), drained)
-    assert_same(full_rows(home), full_rows(direct_import(tmp_path, [path])))
+    same_stores(stored_full(home), stored_full(direct_import(tmp_path, [path])))
 
 
 def test_aider_reply_growing_in_its_history_last_copy_wins(tmp_path):
@@ -223,4 +170,4 @@ def test_aider_reply_growing_in_its_history_last_copy_wins(tmp_path):
     path = tmp_path / "agents" / "aider" / ".aider.chat.history.md"
     steps = [("append", path, b"".join(lines[i : i + 9])) for i in range(0, len(lines), 9)]
     home = capture(tmp_path, tmp_path / "agents", steps, drained=True, watch=False)
-    assert_same(full_rows(home, ts=False), full_rows(direct_import(tmp_path, [path]), ts=False))
+    same_stores(stored_full(home, ts=False), stored_full(direct_import(tmp_path, [path]), ts=False))

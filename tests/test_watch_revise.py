@@ -23,7 +23,7 @@ from pathlib import Path
 import harness
 import pytest
 from conftest import CORPUS
-from gemini_log_helpers import MAIN, PROJECT, SID, SUB
+from gemini_log_helpers import MAIN, PROJECT, SID, SUB, gem, tokens
 from watch_helpers import (
     gemini_json_rewrites,
     interleave,
@@ -119,6 +119,20 @@ def test_gemini_log_re_appended_records_last_copy_wins(tmp_path, drained):
     home = capture(tmp_path, tmp_path / "agents", steps, drained)
     want = stored_full(direct_import(tmp_path, [main]))
     assert ("a\nb",) in {(r[3],) for r in want["messages"] if r[1] == "g1:run_shell_command_1"}
+    same_stores(stored_full(home), want)
+
+
+def test_gemini_tokens_grown_in_a_later_copy_are_counted_at_the_final_count(tmp_path):
+    """A model call's record re-appended with larger token counts after the first copy was
+    stored: its one usage row ends with the last copy's counts (never counted twice)."""
+    chats = tmp_path / "agents" / PROJECT / "chats"
+    main = chats / f"session-2026-05-03T16-00-{SID[:8]}.jsonl"
+    g2 = next(i for i, r in enumerate(MAIN) if r.get("id") == "g2")
+    grown = gem("g2", 7, "There are two files.", tokens=tokens(130, 21, cached=8))
+    recs = [*MAIN[: g2 + 1], grown, *MAIN[g2 + 1 :]]
+    home = capture(tmp_path, tmp_path / "agents", [("append", main, b) for b in _jsonl(recs)], True)
+    want = stored_full(direct_import(tmp_path, [main]))
+    assert (f"gemini-cli:{SID}", f"gemini-cli:{SID}:g2", 130, 21) in want["usage"]
     same_stores(stored_full(home), want)
 
 

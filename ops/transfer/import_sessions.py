@@ -37,7 +37,7 @@ class SessionState:
     sid: str
     known: dict[str, str]
     has_live: bool
-    counted: set[str] = field(default_factory=set)
+    counted: dict[str, dict[str, int]] = field(default_factory=dict)  # response id -> counts
     parent: str | None = None  # a delegate child's parent session
     pending: list[dict] = field(default_factory=list)
     pending_bytes: int = 0
@@ -180,7 +180,7 @@ class SessionStarts:
         parent = payload.get("parent_id") if payload.get("parent_kind") == "delegate" else None
         doomed = self._pending_delete(sid, row, parent)
         if isinstance(doomed, str):  # a conditional delete: only the writer knows its outcome
-            self.sessions[sid] = SessionState(sid, {}, False, set(), parent, skipped=True)
+            self.sessions[sid] = SessionState(sid, {}, False, {}, parent, skipped=True)
             # its delegate children are skipped too
             self.pending.conditional.setdefault(sid, doomed)
             self.report.problems.append(
@@ -205,7 +205,7 @@ class SessionStarts:
             sid,
             known,
             any(s == "live" for s in known.values()),
-            self.store.usage_responses(sid) if row else set(),
+            self.store.usage_responses(sid) if row else {},
             parent,
             deletions=deletions,
         )

@@ -18,19 +18,28 @@ one batch per open session whatever the file size:
 * ``Message`` -> ``messages.append`` batches of at most ``BATCH_MESSAGES`` messages or
   ``BATCH_BYTES`` (approximate) bytes; a message whose producer id the store already holds is
   not spooled (re-import is cheap: a second import of the same file spools nothing and says
-  "0 new"). Messages on abandoned branches are appended, then named in a
+  "0 new") unless the store holds it in a copy that differs (``revise.changed``): agents
+  write records again (a Gemini CLI record re-appended whole once its tool ran, a ``.json``
+  session or an export rewritten, an Aider reply still growing), and the last copy wins.
+  Every append carries ``revise: true``, so a copy reaching a writer that already holds an
+  older one (the store view lagging behind the spool) rewrites it too. Messages on abandoned
+  branches are appended, then named in a
   ``messages.rewind {ext_ids}`` right after their batch. A subagent message that a store
   filled by an older importer holds live in the *parent* session is rewound there (the
   parent keeps only its own turns) and appended to the child;
 * ``Compact`` -> the pending batch is flushed, then ``messages.compact`` (when the store or
   this import left live rows to compact; else the compacted set is simply appended);
-  skipped when the store holds its messages already;
+  when the store holds its messages already, only those held in another copy are sent
+  again (as revisions);
 * ``Rewind`` -> the pending batch is flushed, then ``messages.rewind {ext_ids}``;
 * ``Usage`` -> ``usage.record`` (after the session's pending messages), unless the store
-  already counted its ``response_id``.
+  (or this import) already counted its ``response_id`` with counts at least as large (the
+  writer keeps each count's maximum over a call's records).
 
-Batch ids are stable (``ingest.stable_batch_id`` over what a batch is), so an import racing
-a writer that has not yet applied the previous import is still applied once.
+Batch ids are stable (``ingest.stable_batch_id`` over what a batch is: its ids and its
+content), so an import racing a writer that has not yet applied the previous import is
+still applied once, and a later copy of the same messages is a batch of its own (an id
+over the message ids alone made it a reuse of the earlier batch id, quarantined).
 The store view is a read-only ``Reader`` (None before any store exists); it may lag behind
 the spool, which only costs spool space, never a duplicate row (the store skips known ids).
 A lagging view is wrong in one way that loses data: a session whose ``sessions.delete`` is
@@ -58,6 +67,7 @@ from quill.ops.transfer.pending_deletes import PendingDeletes, pending_deletes
 from quill.spool import Spool
 from quill.store.apply.message_rows import cut_rows
 from quill.store.apply.revise import changed
+from quill.store.apply.usage_fields import TOKEN_FIELDS, normalize_usage
 from quill.store.errors import InvalidOpError
 from quill.store.read.reader import Reader
 
@@ -155,13 +165,15 @@ class _Importer(SessionStarts):
         if s.skipped:
             return
         rid = ev.data.get("response_id")
-        if rid in s.counted:
-            return
+        counts = _counts(ev.data.get("usage"))
+        if rid in s.counted and not _more(counts, s.counted[rid]):
+            return  # counted, and this copy counts nothing more
         self.flush(s)
         data = {"session_id": s.sid, **ev.data}
         self.spool.append("usage.record", data, batch_id=s.batch_id("import-usage", data))
-        if rid is not None:
-            s.counted.add(rid)
+        if rid is not None:  # the store keeps each field's maximum over a call's records
+            known = s.counted.get(rid) or {}
+            s.counted[rid] = {f: max(counts.get(f, 0), known.get(f, 0)) for f in TOKEN_FIELDS}
 
     def _older_copy(self, s: SessionState, msg: dict) -> bool:
         """Whether the store holds ``msg``'s id in a copy that differs from it (a record the
@@ -221,6 +233,21 @@ class _Importer(SessionStarts):
     def finish(self) -> None:
         for s in self.sessions.values():
             self.flush(s)
+
+
+def _counts(usage: Any) -> dict[str, int]:
+    """A usage object's ``TOKEN_FIELDS`` counts as the store reads them; ``{}`` for one it
+    cannot read (the writer refuses that usage with its reason)."""
+    try:
+        return normalize_usage(usage)
+    except InvalidOpError:
+        return {}
+
+
+def _more(counts: dict[str, int], known: dict[str, int]) -> bool:
+    """Whether a later copy of a call's record counts more than the store holds for it (a
+    record written again as its call's usage grew): sent again, merged by the writer."""
+    return any(v > known.get(f, 0) for f, v in counts.items())
 
 
 def import_file(

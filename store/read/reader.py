@@ -18,6 +18,7 @@ import apsw
 from quill.store.apply import context as context_mod
 from quill.store.apply.normalize import COMPARED_COLUMNS
 from quill.store.apply.revise import REVISED_COLUMNS
+from quill.store.apply.usage_fields import TOKEN_FIELDS
 from quill.store.errors import CantOpenError, StoreError, cant_open_cause, mapped
 from quill.store.read import lineage, listing, projections, resume
 from quill.store.read import usage as usage_reads
@@ -184,13 +185,15 @@ class Reader(StatusReads):
             return context_mod.context(conn, session_id)
 
     @retry_io
-    def usage_responses(self, session_id: str) -> set[str]:
-        """The ``response_id`` of every usage row of a session (calls already counted)."""
+    def usage_responses(self, session_id: str) -> dict[str, dict[str, int]]:
+        """``{response_id: {token field: count}}`` (``usage.TOKEN_FIELDS``) of every usage row
+        of a session with a response id: the calls already counted, and their counts (an
+        import sends a call again when a later copy of its record counts more)."""
         with mapped():
             return {
-                r[0]
-                for r in self.conn.execute(
-                    "SELECT response_id FROM usage "
+                rid: dict(zip(TOKEN_FIELDS, counts))
+                for rid, *counts in self.conn.execute(
+                    f"SELECT response_id, {', '.join(TOKEN_FIELDS)} FROM usage "
                     "WHERE session_id = ? AND response_id IS NOT NULL",
                     (session_id,),
                 )

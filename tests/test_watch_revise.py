@@ -185,3 +185,47 @@ def test_aider_reply_growing_in_its_history_last_copy_wins(tmp_path):
     steps = [("append", path, b"".join(lines[i : i + 9])) for i in range(0, len(lines), 9)]
     home = capture(tmp_path, tmp_path / "agents", steps, drained=True, watch=False)
     same_stores(stored_full(home, ts=False), stored_full(direct_import(tmp_path, [path]), ts=False))
+
+
+def _slices(src: Path, dst: Path, rounds: int) -> list[tuple[str, Path, bytes]]:
+    """``src`` appended to ``dst`` in about ``rounds`` slices of whole lines."""
+    lines = src.read_bytes().splitlines(keepends=True)
+    n = max(1, -(-len(lines) // rounds))
+    return [("append", dst, b"".join(lines[i : i + n])) for i in range(0, len(lines), n)]
+
+
+def _claude_resumed(dst: Path) -> list[tuple[str, Path, bytes]]:
+    """A Claude Code session appended, then resumed (a rewrite renamed over the file holding
+    more of it), then appended to."""
+    src = sorted((CORPUS / "claude-code").glob("*.jsonl"))[2]
+    lines = src.read_bytes().splitlines(keepends=True)
+    half, more = len(lines) // 2, len(lines) * 3 // 4
+    return [
+        *[("append", dst, line) for line in lines[:half]],
+        ("replace", dst, b"".join(lines[:more])),
+        *[("append", dst, line) for line in lines[more:]],
+    ]
+
+
+APPENDED = {
+    "claude-code": lambda root: _claude_resumed(root / "claude" / "proj" / "s.jsonl"),
+    "codex": lambda root: _slices(
+        sorted((CORPUS / "codex").glob("*.jsonl"))[0], root / "codex" / "rollout.jsonl", 15
+    ),
+    "copilot-cli": lambda root: _slices(
+        next((CORPUS / "other").glob("agentv__copilot-cli-events-*.jsonl")),
+        root / "copilot" / "session-state" / "s1" / "events.jsonl",
+        15,
+    ),
+}
+
+
+@pytest.mark.parametrize("fmt", sorted(APPENDED))
+def test_appended_sessions_fill_in_what_a_first_read_lacked(tmp_path, fmt):
+    """Claude Code (resumed: rewritten and renamed over), Codex and Copilot CLI files
+    followed as they grow. Their records are written once each, but the watcher reads a
+    session before the lines that give its model: a session read again fills what it
+    lacked (before: the model stayed empty for good)."""
+    steps = APPENDED[fmt](tmp_path / "agents")
+    home = capture(tmp_path, tmp_path / "agents", steps, drained=True)
+    same_stores(stored_full(home), stored_full(direct_import(tmp_path, [steps[-1][1]])))

@@ -140,7 +140,7 @@ def stored_full(home: Path, *, ts: bool = True) -> dict[str, list]:
             "sessions": sorted(
                 conn.execute(
                     f"SELECT id, title, model, {'started_at' if ts else 'NULL'}, parent_id, "
-                    "parent_kind FROM sessions"
+                    "parent_kind, meta FROM sessions"
                 )
             ),
             "usage": sorted(

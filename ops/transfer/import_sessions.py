@@ -105,8 +105,12 @@ _FILLED = ("model", "cwd", "parent_id")
 
 def _fills(row: dict[str, Any], payload: dict[str, Any]) -> bool:
     """Whether ``payload`` (a ``session.create``) would change the stored session ``row``: a
-    field of ``_FILLED`` the row lacks, or an earlier start."""
+    field of ``_FILLED`` the row lacks, a ``meta`` key it lacks or holds otherwise (sent with
+    ``revise``: the keys sent win), or an earlier start."""
     if any(payload.get(k) is not None and k in row and row[k] is None for k in _FILLED):
+        return True
+    held = row.get("meta") or {}
+    if {**held, **(payload.get("meta") or {})} != held:
         return True
     new, old = payload.get("started_at"), row.get("started_at")
     return isinstance(new, (int, float)) and isinstance(old, (int, float)) and new < old
@@ -160,7 +164,7 @@ class SessionStarts:
 
     def start(self, ev: SessionStart) -> None:
         sid = self._settle_id(ev)
-        payload = ev.session
+        payload = {**ev.session, "revise": True}  # meta read again: its keys win
         if sid != payload["session_id"]:
             self.alias[payload["session_id"]] = sid
             payload = {**payload, "session_id": sid}

@@ -104,3 +104,24 @@ def test_a_revision_inside_a_run_of_appends_applies_as_op_by_op(store):
         ("u2", "two"),
         ("u3", "three"),
     ]
+
+
+def test_session_create_with_revise_takes_the_meta_keys_it_sends(store):
+    """An import reading a session again sends its meta with ``revise``: the keys sent win,
+    keys only the store holds stay; a create without it fills only an empty meta."""
+    import json
+
+    def meta() -> dict:
+        row = store.conn.execute("SELECT meta FROM sessions WHERE id = ?", (SID,)).fetchone()
+        return json.loads(row[0]) if isinstance(row[0], str) else row[0]
+
+    create = {"session_id": SID, "model": None, "meta": {"counts": 1, "file": "a"}}
+    assert store.apply("session.create", create) == []
+    assert store.apply("session.create", {**create, "meta": {"counts": 2}}) == []
+    assert meta() == {"counts": 1, "file": "a"}
+    later = {**create, "model": "m1", "meta": {"counts": 3, "parent_call": "c1"}, "revise": True}
+    assert store.apply("session.create", later) == []
+    assert meta() == {"counts": 3, "file": "a", "parent_call": "c1"}
+    row = store.conn.execute("SELECT model FROM sessions WHERE id = ?", (SID,)).fetchone()
+    assert row[0] == "m1"
+    assert store.apply("session.create", {**later, "revise": "yes"}) == ["invalid-field"]

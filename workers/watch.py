@@ -5,8 +5,8 @@ role's entry in ``ops/worker_main.py``: this layer may not import the importers)
 * Roots: ``Settings.watch_paths`` (docs/configuration.md, ``[watch]``). Files under them
   ending in ``WATCHED_SUFFIXES`` (JSON, JSON lines, SWE-agent's ``.traj``) are followed;
   names starting with ``.`` (editors' and atomic writers' temp files) are not, but for
-  ``WATCHED_NAMES`` (Aider's ``.aider.chat.history.md``). A root that does not exist yet is watched once it
-  does (checked at every rescan).
+  ``WATCHED_NAMES`` (Aider's ``.aider.chat.history.md``). A root that does not exist yet
+  is watched once it does (checked at every rescan).
 * Events come from ``watchfiles`` (inotify/FSEvents); a full rescan every
   ``watch_rescan_s`` seconds (and one at start) catches what the OS dropped or what changed
   while no watcher ran.

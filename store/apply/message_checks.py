@@ -72,15 +72,16 @@ def check_usage_of(messages: list) -> None:
 
 
 def check_append(data: dict, rows: RowsFn = message_rows, *, usage: bool = True) -> list:
-    """``messages.append``: a ``messages`` list of valid messages, ``source`` a string, the
-    usage each message carries. Returns the rows. ``usage=False`` (the writer) leaves usage
-    to the applier, which checks it on the messages it inserts: one whose producer id the
-    session already holds (or an earlier message of the batch has) is skipped whole, and
-    which ones the session holds only the store knows — so precheck, checking every
-    message, is at most stricter, and only for such a message."""
+    """``messages.append``: a ``messages`` list of valid messages, ``source`` a string,
+    ``revise`` a boolean, the usage each message carries. Returns the rows. ``usage=False``
+    (the writer) leaves usage to the applier, which checks it on the messages it inserts: one
+    whose producer id the session already holds (or an earlier message of the batch has) is
+    skipped whole, and which ones the session holds only the store knows — so precheck,
+    checking every message, is at most stricter, and only for such a message."""
     session_id(data)
     out = _messages(data, rows)
     opt(data, "source", str)
+    opt(data, "revise", bool)
     no_nul(data, "source")
     if usage:
         check_usage_of(data["messages"])

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import apsw
 
-from quill.store.apply import order, tool_names, usage
+from quill.store.apply import order, revise, tool_names, usage
 from quill.store.apply.message_checks import (
     check_append,
     check_compact,
@@ -59,7 +59,9 @@ def messages_append(conn: apsw.Connection, data: dict, batch_id: str, arrived_at
 
     Messages whose producer ``id`` the session already holds (in any state), or that repeat
     an id earlier in the batch, are skipped: re-importing a grown transcript adds only the new
-    ones. Appending reopens a session ended for an automatic reason. Returns rows inserted.
+    ones. With ``revise`` true, a held message whose copy differs is rewritten in place
+    instead (last copy wins: ``store.apply.revise``). Appending reopens a session ended for
+    an automatic reason. Returns rows inserted (plus rows revised).
     Raises ``InvalidOpError``: the content reasons of ``op_checks.check_append`` (invalid
     message → its reason; the usage of the messages inserted, ``_record_usage``),
     ``duplicate-tool-result`` and ``session-compressed`` (new rows for a session ended for
@@ -80,11 +82,15 @@ def messages_append(conn: apsw.Connection, data: dict, batch_id: str, arrived_at
                 (sid, *part),
             )
         )
-    fresh, fresh_msgs = [], []
+    fresh, fresh_msgs, copies = [], [], []
+    held = set(seen)
     for row, msg in zip(rows, data["messages"]):
         if row[ext] is not None:
-            if row[ext] in seen:
+            if row[ext] in held:  # held before this op: a later copy of it, or a repeat
+                copies.append((row, msg))
                 continue
+            if row[ext] in seen:
+                continue  # repeated in this batch
             seen.add(row[ext])
         fresh.append(row)
         fresh_msgs.append(msg)
@@ -97,6 +103,8 @@ def messages_append(conn: apsw.Connection, data: dict, batch_id: str, arrived_at
     written = _insert(conn, sid, fresh, None, arrived_at, batch_id)
     check_tool_results(conn, sid, result_ids(fresh))
     _record_usage(conn, sid, fresh_msgs, source, batch_id, arrived_at)
+    if data.get("revise") and copies:
+        written += revise.revise(conn, sid, copies, source, batch_id, arrived_at)
     return written
 
 

@@ -24,6 +24,7 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.trace.export import SpanExportResult
 from otlp_helpers import exporter, post_json, run_agent
 from service_helpers import served
+from test_otlp_input import _event_form_spans
 
 from quill.ops.client.client import Client
 from quill.ops.service.tokens import TokenStore
@@ -181,6 +182,28 @@ def test_a_tool_span_delivered_before_its_call_is_stored_in_its_place(servers, s
     """Without the exporter's order: a tool span may travel before every chat span holding
     its call (seed 0 does so), and the chat spans before the history they extend."""
     _split_equals_whole(servers, seed, calls_first=False)
+
+
+def test_an_outputs_finish_reason_survives_its_repeat_arriving_first(servers):
+    """The older event form's spans (a chat span whose choice has ``finish_reason``
+    ``tool_calls``, the tool span, a chat span repeating that call as an input, without it),
+    each in its own request, last first: the same transcript as one request, finish reason,
+    times and all."""
+    spans = _event_form_spans()
+    sid = f"otlp:{spans[0].context.trace_id:032x}"  # no conversation id: the trace
+    whole, split = servers["whole"], servers["split"]
+    assert exporter(whole["base"], whole["token"]).export(spans) is SpanExportResult.SUCCESS
+    genai = [s for s in spans if s.attributes.get("gen_ai.operation.name")]
+    for span in sorted(genai, key=lambda s: s.start_time, reverse=True):
+        assert exporter(split["base"], split["token"]).export([span]) is SpanExportResult.SUCCESS
+    got, expected = [], []
+    for svc, out in ((split, got), (whole, expected)):
+        svc["quill"].drain()
+        read = Client(home=str(svc["home"])).transcript(sid, view="audit")
+        out.extend({k: v for k, v in m.items() if k != "message_id"} for m in read["messages"])
+        out.append(read["context"])
+    assert got == expected, _diff(got, expected)
+    assert [m.get("finish_reason") for m in got[:-1]] == [None, None, "tool_calls", None, "stop"]
 
 
 def _strace(pid: int, out) -> subprocess.Popen:

@@ -52,6 +52,8 @@ def _span(start: float, end: float, tie: int, inputs: list, outputs: list) -> di
     for i, (spec, ts) in enumerate([(m, start) for m in inputs] + [(m, end) for m in outputs]):
         ext, role, *extra = spec
         msgs.append(_msg(ext, role, ts, **(extra[0] if extra else {})))
+        if spec in outputs and role == "assistant":  # an input repeats it without
+            msgs[-1]["finish_reason"] = "stop"
         keys.append([round((T + start) * S), tie, i])
     return {"source": "otlp", "messages": msgs, "order_keys": keys}
 
@@ -66,14 +68,14 @@ DELIVERIES = [
 ]
 #: The one transcript every order must give: (id, time).
 EXPECTED = [
-    ("sys", 100.0),
-    ("u1", 100.0),
-    ("c1", 101.0),
-    ("r1", 102.0),
-    ("a1", 103.0),
-    ("u2", 104.0),
-    ("c2", 105.0),
-    ("r2", 106.0),
+    ("sys", 100.0, None),
+    ("u1", 100.0, None),
+    ("c1", 101.0, "stop"),
+    ("r1", 102.0, None),
+    ("a1", 103.0, "stop"),
+    ("u2", 104.0, None),
+    ("c2", 105.0, "stop"),
+    ("r2", 106.0, None),
 ]
 
 
@@ -88,12 +90,15 @@ def stores(tmp_path, backend, request):
 
 
 def _transcript(store: Store, sid: str) -> list[tuple]:
-    """``(id, ts)`` in transcript order, checking that display positions agree with it."""
+    """``(id, ts, finish_reason)`` in transcript order, checking that display positions
+    agree with it."""
     rows = store.conn.execute(
-        "SELECT ext_id, ts, seq, pos FROM messages WHERE session_id = ? ORDER BY seq", (sid,)
+        "SELECT ext_id, ts, finish_reason, seq, pos FROM messages WHERE session_id = ? "
+        "ORDER BY seq",
+        (sid,),
     ).fetchall()
-    assert [r[2] for r in rows] == [r[3] for r in rows]  # no copies here: pos is its seq
-    return [(r[0], r[1] - T) for r in rows]
+    assert [r[3] for r in rows] == [r[4] for r in rows]  # no copies here: pos is its seq
+    return [(r[0], r[1] - T, r[2]) for r in rows]
 
 
 def _all_rows(store: Store) -> list[tuple]:
@@ -110,6 +115,8 @@ def _replay(live: Store, into: Store, start=START) -> None:
 
 
 def test_every_order_of_the_deliveries_gives_one_transcript_and_the_rebuild_equals_it(stores):
+    """Places, times and finish reasons (an output's, which the next span's input repeats
+    without) are those one request of all five spans stores, whatever the order."""
     live, rebuilt = stores
     orders = list(itertools.permutations(range(len(DELIVERIES))))
     if not os.environ.get("QUILL_TORTURE"):  # 24 of the 120 orders (all: QUILL_TORTURE=1)
@@ -144,7 +151,7 @@ def test_a_repeat_only_lowers_a_message_time_and_every_order_agrees(stores):
             live.spool.append("messages.append", data)
     assert live.drain() == []
     for k, perm in enumerate(orders):
-        assert _transcript(live, f"t{k}") == [("x", 110.0), ("y", 105.0)], perm
+        assert _transcript(live, f"t{k}") == [("x", 110.0, None), ("y", 105.0, None)], perm
     _replay(live, rebuilt)
     assert _all_rows(rebuilt) == _all_rows(live)
 
@@ -186,7 +193,7 @@ def test_moves_through_full_gaps_keep_the_order_and_a_midway_copy_plus_the_spool
         live.spool.append("messages.append", data)
     assert live.drain() == []
     got = _transcript(live, "m")
-    assert got == [(f"m{i:02d}", 1000.0 + i) for i in reversed(range(n))]
+    assert got == [(f"m{i:02d}", 1000.0 + i, None) for i in reversed(range(n))]
     _replay(live, rebuilt, cursor)
     assert _all_rows(rebuilt) == _all_rows(live)
     rebuilt.close()
@@ -222,4 +229,4 @@ def test_a_plain_repeat_changes_nothing_and_a_keyed_one_never_moves_a_row_later(
     # An earlier time lowers it, in place (its key is already earlier than b's).
     live.spool.append("messages.append", {**later, "messages": [_msg("a", "user", 150.0)]})
     assert live.drain() == []
-    assert _transcript(live, "s") == [("a", 150.0), ("b", 300.0)]
+    assert _transcript(live, "s") == [("a", 150.0, None), ("b", 300.0, None)]

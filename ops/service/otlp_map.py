@@ -292,8 +292,8 @@ def collapse(groups: list[SpanOps], max_bytes: int) -> list[Op]:
     store would skip it; fewer ops are fewer fsyncs before the ack):
 
     * a message already carried by an earlier span of the same session is left out (its
-      first copy takes the earlier of their times, as the store would; spans come in key
-      order, so the first copy has the earliest key);
+      first copy takes the earlier of their times and a finish reason it lacks, as the
+      store would; spans come in key order, so the first copy has the earliest key);
     * a ``session.create`` equal to the session's previous one in the request is dropped
       (it would fill nothing);
     * appends to one session with no ``session.create`` of it between them (a system prompt
@@ -327,8 +327,12 @@ def collapse(groups: list[SpanOps], max_bytes: int) -> list[Op]:
                     held[m["id"]] = m
                     fresh.append(m)
                     keys.append(key)
-                elif m.get("timestamp", math.inf) < first.get("timestamp", math.inf):
-                    first["timestamp"] = m["timestamp"]  # the store's rule: the earliest time
+                else:  # the store's rules (store/apply/placed.py): the earliest time, and
+                    # a finish reason (an output's; its repeat as an input has none)
+                    if m.get("timestamp", math.inf) < first.get("timestamp", math.inf):
+                        first["timestamp"] = m["timestamp"]
+                    if "finish_reason" in m and "finish_reason" not in first:
+                        first["finish_reason"] = m["finish_reason"]
             if not fresh:
                 continue
             size = sum(len(json.dumps(m)) for m in fresh)

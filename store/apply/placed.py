@@ -10,9 +10,11 @@ row keeps the smallest of each over the deliveries applied:
 * place: a delivery with an earlier key than the row's moves the row to that key's place
   (``_move``): its ``seq`` label, its stored key, and the ``pos`` of the rows displayed at it
   (itself and its compaction copies) change; its id, content and state never do;
-* time: a delivery with an earlier time lowers the row's ``ts``.
+* time: a delivery with an earlier time lowers the row's ``ts``;
+* finish reason: the least any delivery gives (an output carries one; the next request
+  repeats it as an input without it), filled into a row without one.
 
-Both are minima over the set of deliveries, so the rows are the same whatever order the
+Each is a minimum over the set of deliveries, so the rows are the same whatever order the
 deliveries come in or how they are grouped into ops (each rule is commutative and
 idempotent); every delivery is a spool record, so a store rebuilt from a snapshot plus the
 spool equals the live one. The row settled is the first stored with the producer id (its
@@ -29,12 +31,20 @@ from quill.store.apply.normalize import ROW_COLUMNS
 
 _EXT = ROW_COLUMNS.index("ext_id")
 _TS = ROW_COLUMNS.index("ts")
+_FINISH = ROW_COLUMNS.index("finish_reason")
 _CHUNK = 500  # bound on SQL variables per IN (...) list
 
-#: A held message: ``(store id, ts, order key)`` of the first row stored with its id.
-Held = tuple[int, float, order.OrderKey]
-#: A delivery of a held message: ``(the held row, the delivery's key, its time)``.
-Repeat = tuple[Held, order.OrderKey, float]
+#: A held message: ``(store id, ts, order key, finish_reason)`` of the first row stored
+#: with its id.
+Held = tuple[int, float, order.OrderKey, str | None]
+#: The deliveries of a held message in one op: ``(the held row, their smallest key, their
+#: earliest time, their least finish reason or None)``.
+Repeat = tuple[Held, order.OrderKey, float, str | None]
+
+
+def _least(a: str | None, b: str | None) -> str | None:
+    """The smaller of two optional values, None only when both are (a commutative fill)."""
+    return b if a is None else a if b is None else min(a, b)
 
 
 def _held(conn: Any, sid: str, ext_ids: list[str]) -> dict[str, Held]:
@@ -42,12 +52,13 @@ def _held(conn: Any, sid: str, ext_ids: list[str]) -> dict[str, Held]:
     out: dict[str, Held] = {}
     for start in range(0, len(ext_ids), _CHUNK):
         part = ext_ids[start : start + _CHUNK]
-        for rid, ext, ts, us, tag, at in conn.execute(
-            "SELECT id, ext_id, ts, ack_us, ack_tag, ack_at FROM messages WHERE session_id = ? "
-            f"AND ext_id IN ({', '.join('?' for _ in part)}) ORDER BY id DESC",
+        for rid, ext, ts, us, tag, at, finish in conn.execute(
+            "SELECT id, ext_id, ts, ack_us, ack_tag, ack_at, finish_reason FROM messages "
+            f"WHERE session_id = ? AND ext_id IN ({', '.join('?' for _ in part)}) "
+            "ORDER BY id DESC",
             (sid, *part),
         ):
-            out[ext] = (rid, ts, (us, tag, at))  # the last written is the smallest id
+            out[ext] = (rid, ts, (us, tag, at), finish)  # the last written: the smallest id
     return out
 
 
@@ -64,8 +75,8 @@ def split(
     ``rows`` (``ROW_COLUMNS`` order), ``msgs`` and ``stated`` are aligned (``stated[i]``
     None: ``own``, the op's key). A row is fresh when no row of ``sid`` holds its producer
     id (rows without one always are); an id repeated within the op is one fresh row with the
-    smallest key and time of its copies. ``repeats``: per held id, the held row and the
-    smallest key and time the op gives it (``settle``)."""
+    smallest key and time of its copies (and a finish reason if one has it). ``repeats``: per
+    held id, the held row and what the op's copies give it (``Repeat``, ``settle``)."""
     keys = [k if k is not None else own for k in stated]
     held = _held(conn, sid, sorted({r[_EXT] for r in rows if r[_EXT] is not None}))
     fresh: list[tuple] = []
@@ -74,15 +85,17 @@ def split(
     at: dict[str, int] = {}  # producer id -> index in fresh
     repeats: dict[str, Repeat] = {}
     for row, msg, key in zip(rows, msgs, keys):
-        ext, ts = row[_EXT], row[_TS]
+        ext, ts, finish = row[_EXT], row[_TS], row[_FINISH]
         if ext in held:
-            _, k, t = repeats.get(ext, (held[ext], key, ts))
-            repeats[ext] = (held[ext], min(k, key), min(t, ts))
+            _, k, t, f = repeats.get(ext, (held[ext], key, ts, finish))
+            repeats[ext] = (held[ext], min(k, key), min(t, ts), _least(f, finish))
         elif ext is not None and ext in at:
             i = at[ext]
             fresh_keys[i] = min(fresh_keys[i], key)
-            if ts < fresh[i][_TS]:
-                fresh[i] = (*fresh[i][:_TS], ts, *fresh[i][_TS + 1 :])
+            first = list(fresh[i])
+            first[_TS] = min(first[_TS], ts)
+            first[_FINISH] = _least(first[_FINISH], finish)
+            fresh[i] = tuple(first)
         else:
             if ext is not None:
                 at[ext] = len(fresh)
@@ -94,16 +107,22 @@ def split(
 
 def settle(conn: Any, sid: str, repeats: dict[str, Repeat]) -> float | None:
     """Apply ``repeats`` (``split``) to the held rows of ``sid``: an earlier time lowers a
-    row's ``ts``, an earlier key moves the row (module doc). Rows are moved in key order (then
-    producer id), so a replay labels them alike. Returns the earliest time lowered to, or
-    None (the caller moves the session's start back to it)."""
+    row's ``ts``, a finish reason fills a row without one, an earlier key moves the row
+    (module doc). Rows are moved in key order (then producer id), so a replay labels them
+    alike. Returns the earliest time lowered to, or None (the caller moves the session's
+    start back to it)."""
     earliest = None
-    for _ext, ((rid, ts, held_key), key, t) in sorted(
+    for _ext, ((rid, ts, held_key, held_finish), key, t, finish) in sorted(
         repeats.items(), key=lambda r: (r[1][1], r[0])
     ):
         if t < ts:
             conn.execute("UPDATE messages SET ts = ? WHERE id = ?", (t, rid))
             earliest = t if earliest is None else min(earliest, t)
+        if _least(held_finish, finish) != held_finish:
+            conn.execute(
+                "UPDATE messages SET finish_reason = ? WHERE id = ?",
+                (_least(held_finish, finish), rid),
+            )
         if key < held_key:
             _move(conn, sid, rid, key)
     return earliest

@@ -21,6 +21,12 @@ and the ops each one makes (docs/importers.md, "OpenTelemetry GenAI traces").
   mean (``otlp_openinference``).
 * Spans with no ``gen_ai.*`` attribute or event are not GenAI: ignored and counted.
 
+Order: each message an append carries is keyed ``[span start µs, Span.tie, index in the
+span]`` (``order_keys``), and the store keeps every message at the earliest key and time any
+span gives it (store/apply/placed.py), so the spans of a conversation give the same
+transcript in any order and grouping into requests; an export's spans are taken in key
+order, so one request stores what the keys say.
+
 Every op's batch id is derived from the trace id, span id and a digest of the op, so a
 retried export is a duplicate the store skips, and the same span in another batching (after
 ``collapse``) never reuses a batch id with other content.

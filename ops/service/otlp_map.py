@@ -303,7 +303,7 @@ def collapse(groups: list[SpanOps], max_bytes: int) -> list[Op]:
     * a ``session.create`` equal to the session's previous one in the request is dropped
       (it would fill nothing);
     * appends to one session with no ``session.create`` of it between them (a system prompt
-      in force from a point on) are merged, up to ``max_bytes`` of message JSON.
+      in force from a point on) are merged, up to ``max_bytes`` of message and key JSON.
 
     A changed op gets the batch id of its new content: the same export gives the same ops
     again (a retry is a duplicate), another batching other ids whose messages the store skips.
@@ -341,7 +341,7 @@ def collapse(groups: list[SpanOps], max_bytes: int) -> list[Op]:
                         first["finish_reason"] = m["finish_reason"]
             if not fresh:
                 continue
-            size = sum(len(json.dumps(m)) for m in fresh)
+            size = sum(len(json.dumps(m)) + len(json.dumps(k)) for m, k in zip(fresh, keys))
             at, had = merging.get(sid, (-1, 0))
             if at >= 0 and had + size <= max_bytes:
                 out[at][1]["messages"].extend(fresh)

@@ -3,7 +3,9 @@ offline, its own OpenTelemetry instrumentation) split at random into requests se
 random order, in either encoding, gzip or not, with random requests retried, gives the same
 stored transcript as the whole export sent in one request to another `quill serve`: the same
 messages (ids, roles, texts, tool calls and results, times), context, usage and delegate
-child. Each seed is a fresh run of the agent (a fresh conversation).
+child. Each seed is a fresh run of the agent (a fresh conversation), sent once keeping the
+exporter's own order (a tool span never before the chat span holding its call) and once
+without it; ``QUILL_OTLP_SEEDS=N`` runs N seeds of each (20 by default).
 
 Also here: one export's records are made durable by one ``fdatasync`` of the spool, and the
 200 is written to the socket only after it (``strace`` on the real server process).

@@ -157,7 +157,7 @@ def test_a_repeat_only_lowers_a_message_time_and_every_order_agrees(stores):
 
 
 def test_moves_through_full_gaps_keep_the_order_and_a_midway_copy_plus_the_spool_rebuilds_it(
-    stores, tmp_path
+    stores, tmp_path, monkeypatch
 ):
     """Sixty messages delivered one by one in a random order, each later delivered again
     with an earlier key in another random order: rows are placed late and moved into gaps
@@ -191,7 +191,12 @@ def test_moves_through_full_gaps_keep_the_order_and_a_midway_copy_plus_the_spool
         data = {"session_id": "m", "order_keys": [[10 * S, 0, n - i]]}
         data["messages"] = [_msg(f"m{i:02d}", "user", 2000.0)]
         live.spool.append("messages.append", data)
+    relabels = []
+    monkeypatch.setattr(
+        order, "_relabel", lambda *a, _f=order._relabel: relabels.append(a) or _f(*a)
+    )
     assert live.drain() == []
+    assert relabels  # the moves filled a gap: a window was relabelled
     got = _transcript(live, "m")
     assert got == [(f"m{i:02d}", 1000.0 + i, None) for i in reversed(range(n))]
     _replay(live, rebuilt, cursor)
@@ -199,9 +204,9 @@ def test_moves_through_full_gaps_keep_the_order_and_a_midway_copy_plus_the_spool
     rebuilt.close()
 
 
-def test_appends_without_order_keys_keep_arrival_order_and_the_first_copy():
-    """Other producers are unaffected: ``order_keys`` is what asks for placing and settling
-    (checked by the content rules, so precheck refuses what the writer would)."""
+def test_order_keys_are_checked_by_the_content_rules():
+    """A wrong ``order_keys`` is refused by the content rules, so precheck (the producer's
+    side) refuses what the writer would."""
     data = {"session_id": "s", "messages": [_msg("x", "user", 1.0e9)], "order_keys": [[1, 2]]}
     with pytest.raises(InvalidOpError) as err:
         precheck("messages.append", data)

@@ -214,6 +214,10 @@ def test_order_keys_are_checked_by_the_content_rules():
     for bad in ([[1, 2, -1]], [[True, 0, 0]], [[1 << 62, 0, 0]], [[0, 1 << 63, 0]], [], "x"):
         with pytest.raises(InvalidOpError):
             order.stated_keys({"order_keys": bad}, 1)
+    keyed = {**data, "order_keys": [[1, 2, 3]]}
+    precheck("messages.append", keyed)  # accepted
+    with pytest.raises(InvalidOpError):  # the last copy against the earliest: not both
+        precheck("messages.append", {**keyed, "revise": True})
     assert order.stated_keys({"order_keys": [None]}, 1) == [None]
     assert order.stated_keys({}, 3) is None
 

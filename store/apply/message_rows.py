@@ -130,10 +130,11 @@ def _insert(
 
 def fresh_rows(
     conn: apsw.Connection, sid: str, rows: list[tuple], msgs: list
-) -> tuple[list[tuple], list]:
-    """``(rows, msgs)`` without those whose producer id ``sid`` already holds (in any state)
-    or an earlier row of ``rows`` has (``rows`` and ``msgs`` aligned; rows without an id
-    are kept)."""
+) -> tuple[list[tuple], list, list[tuple[tuple, dict]]]:
+    """``(rows, msgs, copies)``: ``rows`` and ``msgs`` (aligned) without those whose
+    producer id ``sid`` already holds (in any state) or an earlier row of ``rows`` has (rows
+    without an id are kept), and ``copies``, the ``(row, msg)`` pairs of ids held before
+    this op (``store.apply.revise``)."""
     ext = ROW_COLUMNS.index("ext_id")
     wanted = sorted({r[ext] for r in rows if r[ext] is not None})
     seen: set[str] = set()
@@ -147,15 +148,19 @@ def fresh_rows(
                 (sid, *part),
             )
         )
-    fresh, fresh_msgs = [], []
+    fresh, fresh_msgs, copies = [], [], []
+    held = set(seen)
     for row, msg in zip(rows, msgs):
         if row[ext] is not None:
-            if row[ext] in seen:
+            if row[ext] in held:  # held before this op: a later copy of it, or a repeat
+                copies.append((row, msg))
                 continue
+            if row[ext] in seen:
+                continue  # repeated in this batch
             seen.add(row[ext])
         fresh.append(row)
         fresh_msgs.append(msg)
-    return fresh, fresh_msgs
+    return fresh, fresh_msgs, copies
 
 
 def _set_state(conn: apsw.Connection, ids: Sequence[int], state: str) -> int:

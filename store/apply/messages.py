@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import apsw
 
-from quill.store.apply import order, placed, tool_names, usage
+from quill.store.apply import order, placed, revise, tool_names, usage
 from quill.store.apply.message_checks import (
     check_append,
     check_compact,
@@ -60,9 +60,11 @@ def messages_append(conn: apsw.Connection, data: dict, batch_id: str, arrived_at
 
     Messages whose producer ``id`` the session already holds (in any state), or that repeat
     an id earlier in the batch, are skipped: re-importing a grown transcript adds only the new
-    ones. With ``order_keys`` each message is placed by its own key, and a repeat settles the
-    held row to the earliest place and time it is given (``store.apply.placed``). Appending
-    reopens a session ended for an automatic reason. Returns rows inserted.
+    ones. With ``revise`` true, a held message whose copy differs is rewritten in place
+    instead (last copy wins: ``store.apply.revise``). With ``order_keys`` each message is
+    placed by its own key, and a repeat settles the held row to the earliest place and time
+    it is given (``store.apply.placed``). Appending reopens a session ended for an automatic
+    reason. Returns rows inserted (plus rows revised).
     Raises ``InvalidOpError``: the content reasons of ``op_checks.check_append`` (invalid
     message → its reason; the usage of the messages inserted, ``_record_usage``),
     ``duplicate-tool-result`` and ``session-compressed`` (new rows for a session ended for
@@ -71,9 +73,9 @@ def messages_append(conn: apsw.Connection, data: dict, batch_id: str, arrived_at
     rows = check_append(data, lambda messages: _rows(conn, messages, arrived_at), usage=False)
     sid, source = data["session_id"], data.get("source")
     stated = order.stated_keys(data, len(rows))
-    keys, repeats = None, {}
+    keys, repeats, copies = None, {}, []
     if stated is None:
-        fresh, fresh_msgs = fresh_rows(conn, sid, rows, data["messages"])
+        fresh, fresh_msgs, copies = fresh_rows(conn, sid, rows, data["messages"])
     else:
         own = order.current(arrived_at)
         fresh, fresh_msgs, keys, repeats = placed.split(
@@ -94,6 +96,8 @@ def messages_append(conn: apsw.Connection, data: dict, batch_id: str, arrived_at
         written = placed.insert(conn, sid, fresh, keys, arrived_at, batch_id)
     check_tool_results(conn, sid, result_ids(fresh))
     _record_usage(conn, sid, fresh_msgs, source, batch_id, arrived_at)
+    if data.get("revise") and copies:
+        written += revise.revise(conn, sid, copies, source, batch_id, arrived_at)
     return written
 
 

@@ -207,7 +207,7 @@ def test_moves_through_full_gaps_keep_the_order_and_a_midway_copy_plus_the_spool
 def test_order_keys_are_checked_by_the_content_rules():
     """A wrong ``order_keys`` is refused by the content rules, so precheck (the producer's
     side) refuses what the writer would."""
-    data = {"session_id": "s", "messages": [_msg("x", "user", 1.0e9)], "order_keys": [[1, 2]]}
+    data = {"session_id": "s", "messages": [_msg("x", "user", 1.0)], "order_keys": [[1, 2]]}
     with pytest.raises(InvalidOpError) as err:
         precheck("messages.append", data)
     assert err.value.reason == "invalid-field"

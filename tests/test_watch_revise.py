@@ -176,15 +176,46 @@ def test_opencode_export_rewritten_as_it_grows_last_copy_wins(tmp_path, drained)
 
 
 def test_aider_reply_growing_in_its_history_last_copy_wins(tmp_path):
-    """An Aider chat history appended a few lines at a time and imported after each (the
-    watcher follows ``.json``/``.jsonl`` only): a reply read while it was written is stored
-    whole once the rest arrives."""
+    """An Aider chat history (a hidden name in the project folder) appended a few lines at
+    a time, the watcher following the project folder: a reply read while it was written is
+    stored whole once the rest arrives."""
     lines = (CORPUS / "other" / "aider__chat-history.md").read_bytes().splitlines(keepends=True)
     lines = lines[:240]
     path = tmp_path / "agents" / "aider" / ".aider.chat.history.md"
     steps = [("append", path, b"".join(lines[i : i + 9])) for i in range(0, len(lines), 9)]
-    home = capture(tmp_path, tmp_path / "agents", steps, drained=True, watch=False)
-    same_stores(stored_full(home, ts=False), stored_full(direct_import(tmp_path, [path]), ts=False))
+    home = capture(tmp_path, tmp_path / "agents", steps, drained=True)
+    reference = stored_full(direct_import(tmp_path, [path]), ts=False)
+    assert reference["messages"], "the reference import stored nothing"
+    same_stores(stored_full(home, ts=False), reference)
+
+
+def _swe_agent_versions(dst: Path) -> list[tuple[str, Path, bytes]]:
+    """A SWE-agent ``.traj`` as the agent saves it after each step: the whole JSON document
+    rewritten, its ``trajectory`` and ``history`` one step longer each time."""
+    src = CORPUS / "other" / "swe-agent__gpt4__pydicom__pydicom-1458.traj"
+    doc = json.loads(src.read_text(encoding="utf-8"))
+    steps, out = len(doc["trajectory"]), []
+    for n in (1, steps // 3, steps * 2 // 3, steps):
+        part = copy.deepcopy(doc)
+        part["trajectory"] = doc["trajectory"][:n]
+        # history: the system/demo prefix plus the step pairs of the first n steps
+        head = len(doc["history"]) - 2 * steps
+        part["history"] = doc["history"][: max(head, 0) + 2 * n]
+        out.append(("replace", dst, json.dumps(part).encode()))
+    return out
+
+
+def test_swe_agent_trajectory_saved_after_each_step_is_captured(tmp_path):
+    """A SWE-agent ``.traj`` under a watched folder, saved whole after each step: the
+    watcher follows it (before: ``.traj`` was not a watched name) and stores what an import
+    of the final file stores (a ``.traj`` carries no message times: they are arrival times,
+    which differ between the two stores)."""
+    path = tmp_path / "agents" / "trajectories" / "u" / "run" / "pydicom-1458.traj"
+    steps = _swe_agent_versions(path)
+    home = capture(tmp_path, tmp_path / "agents", steps, drained=True)
+    reference = stored_full(direct_import(tmp_path, [path]), ts=False)
+    assert reference["messages"], "the reference import stored nothing"
+    same_stores(stored_full(home, ts=False), reference)
 
 
 def _slices(src: Path, dst: Path, rounds: int) -> list[tuple[str, Path, bytes]]:

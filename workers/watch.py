@@ -3,9 +3,10 @@ grown or rewritten file to an ingest callable (the spool import, composed by the
 role's entry in ``ops/worker_main.py``: this layer may not import the importers).
 
 * Roots: ``Settings.watch_paths`` (docs/configuration.md, ``[watch]``). Files under them
-  ending in ``WATCHED_SUFFIXES`` are followed; names starting with ``.`` (editors' and
-  atomic writers' temp files) are not. A root that does not exist yet is watched once it
-  does (checked at every rescan).
+  ending in ``WATCHED_SUFFIXES`` (JSON, JSON lines, SWE-agent's ``.traj``) are followed;
+  names starting with ``.`` (editors' and atomic writers' temp files) are not, but for
+  ``WATCHED_NAMES`` (Aider's ``.aider.chat.history.md``). A root that does not exist yet
+  is watched once it does (checked at every rescan).
 * Events come from ``watchfiles`` (inotify/FSEvents); a full rescan every
   ``watch_rescan_s`` seconds (and one at start) catches what the OS dropped or what changed
   while no watcher ran.

@@ -102,6 +102,7 @@ def check_create(data: dict) -> None:
     opt(data, "meta", dict)
     opt(data, "revise", bool)
     opt(data, "started_at", (int, float))
+    opt(data, "context_from_start", bool)
     kind, parent = opt(data, "parent_kind", str), opt(data, "parent_id", str)
     if kind is not None and kind not in EDGE_KINDS:
         raise InvalidOpError("invalid-field", f"parent_kind must be one of {sorted(EDGE_KINDS)}")

@@ -62,6 +62,7 @@ class Run:
     def __init__(self, root: Path, seed: int):
         self.rng = random.Random(seed)
         self.keyed = random.Random(-seed)  # which appends state order keys, and the keys
+        self.revising = random.Random(seed + 10**6)  # which other appends send ``revise``
         self.root = root
         self.spool_dir = root / "spool"
         self.spool = Spool(self.spool_dir)
@@ -173,6 +174,8 @@ class Run:
                     else [now_us - keyed.randrange(10**7), keyed.randrange(3), keyed.randrange(3)]
                     for _ in data["messages"]
                 ]
+            elif self.revising.random() < 0.4:  # last copy wins (store.apply.revise)
+                data["revise"] = True
             return "messages.append", data
         if kind == "end":
             return "session.end", {

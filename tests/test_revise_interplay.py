@@ -1,0 +1,73 @@
+"""``revise`` (last copy wins) against the store's other rules, on both backends through the
+real spool: a capture that saw early copies of a transcript ends as an import of the final
+copy leaves it (tool-result names, usage), and revisions mix with order keys, compaction,
+rewinds and refused ops in one writer chunk (the bulk path) with nothing else changed."""
+
+from __future__ import annotations
+
+from semantics_helpers import assistant, call, store, user  # noqa: F401 (store: fixture)
+
+LIVE, FINAL = "s-live", "s-final"
+COLS = "ext_id, role, content, tool_calls, tool_name, ts, finish_reason, state"
+
+
+def _rows(store, sid: str) -> list[tuple]:
+    return store.conn.execute(
+        f"SELECT {COLS} FROM messages WHERE session_id = ? ORDER BY seq", (sid,)
+    ).fetchall()
+
+
+def _append(store, sid: str, messages: list[dict], **kw) -> list[str]:
+    return store.apply("messages.append", {"session_id": sid, "messages": messages, **kw})
+
+
+def _result(call_id: str, text: str | None, rid: str, ts: float = 1_700_000_002) -> dict:
+    """A tool result as importers send it: no ``name`` (the writer names it from its call)."""
+    return {"role": "tool", "tool_call_id": call_id, "content": text, "id": rid, "timestamp": ts}
+
+
+def _capture_vs_import(store, copies: list[list[dict]]) -> None:
+    """Each of ``copies`` appended with ``revise`` to LIVE (a watcher reading a file as it
+    grows), the last one alone to FINAL (an import of the final file): same rows."""
+    for msgs in copies:
+        assert _append(store, LIVE, msgs, revise=True) == []
+    assert _append(store, FINAL, copies[-1], revise=True) == []
+    assert _rows(store, LIVE) == _rows(store, FINAL)
+
+
+def test_a_result_is_named_after_its_calls_last_copy(store):
+    """The call is first written with one tool name and then rewritten with another (an
+    agent that records a call before it resolves the tool); its result, sent without a
+    name, is named after the call's last copy, as an import of the final file names it."""
+    first = [
+        user("go", id="u1", timestamp=1_700_000_000),
+        assistant(None, id="a1", tool_calls=[call("c1", "shell")], timestamp=1_700_000_001),
+        _result("c1", "ran", "r1"),
+    ]
+    final = [
+        first[0],
+        assistant(None, id="a1", tool_calls=[call("c1", "run_shell")], timestamp=1_700_000_001),
+        _result("c1", "ran", "r1"),
+    ]
+    _capture_vs_import(store, [first, final])
+    assert _rows(store, LIVE)[2][4] == "run_shell"
+
+
+def test_a_renamed_call_renames_its_result_when_only_the_call_is_sent_again(store):
+    """An import sends only the records that changed: the result is not sent again, yet it
+    ends named after the call's last copy, and search finds it by that name only."""
+    first = [
+        assistant(None, id="a1", tool_calls=[call("c1", "shell")], timestamp=1_700_000_001),
+        _result("c1", "ran", "r1"),
+    ]
+    assert _append(store, LIVE, first, revise=True) == []
+    store.index()
+    later = [
+        assistant(None, id="a1", tool_calls=[call("c1", "run_shell")], timestamp=1_700_000_001)
+    ]
+    assert _append(store, LIVE, later, revise=True) == []
+    assert _append(store, FINAL, [later[0], first[1]], revise=True) == []
+    store.index()
+    assert _rows(store, LIVE) == _rows(store, FINAL)
+    with store.reader() as r:
+        assert {h["session_id"] for h in r.search("run_shell")} == {LIVE, FINAL}

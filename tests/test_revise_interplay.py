@@ -71,3 +71,74 @@ def test_a_renamed_call_renames_its_result_when_only_the_call_is_sent_again(stor
     assert _rows(store, LIVE) == _rows(store, FINAL)
     with store.reader() as r:
         assert {h["session_id"] for h in r.search("run_shell")} == {LIVE, FINAL}
+
+
+def _usage(store, sid: str) -> list[tuple]:
+    return store.conn.execute(
+        "SELECT response_id, input_tokens, output_tokens FROM usage "
+        "WHERE session_id = ? ORDER BY id",
+        (sid,),
+    ).fetchall()
+
+
+def test_usage_of_a_revised_response_is_counted_once_with_its_last_figures(store):
+    """Tokens arriving on a later copy (Gemini CLI writes them on a re-appended record):
+    one usage row per response, holding the largest figures any copy gave, as the import of
+    the final file records it."""
+
+    def reply(out: int, **kw) -> dict:
+        u = {"prompt_tokens": 10, "completion_tokens": out}
+        return assistant("hi", id="a1", timestamp=1_700_000_001, usage=u, **kw)
+
+    for named in (True, False):  # a response id is one model call store-wide: one per session
+        live, final = f"{LIVE}{named}", f"{FINAL}{named}"
+        for out in (3, 7, 7):
+            kw = {"response_id": f"{live}-resp"} if named else {}
+            assert _append(store, live, [reply(out, **kw)], revise=True) == []
+        kw = {"response_id": f"{final}-resp"} if named else {}
+        assert _append(store, final, [reply(7, **kw)], revise=True) == []
+        got = [u[1:] for u in _usage(store, live)]
+        assert got == [u[1:] for u in _usage(store, final)] == [(10, 7)], named
+
+
+def test_revisions_order_keys_and_a_refused_op_in_one_chunk(store):
+    """One writer chunk (the bulk path, falling back op by op at a revision) holding appends
+    with order keys, revisions of the rows they placed, a refused op and a later append: the
+    refused op alone is quarantined; the rows are those the ops give one chunk at a time."""
+    sid = LIVE
+    ops = [
+        {
+            "messages": [user("one", id="u1"), assistant("two", id="a1")],
+            "order_keys": [[2_000, 0, 0], [3_000, 0, 0]],
+        },
+        {
+            "messages": [user("zero", id="u0"), user("one", id="u1")],
+            "order_keys": [[1_000, 0, 0], [500, 0, 0]],
+        },  # u1 moves before u0
+        {"messages": [user("one, revised", id="u1")], "revise": True},
+        {
+            "messages": [
+                assistant(None, id="a2", tool_calls=[call("c1")]),
+                {**_result("c1", "x", "r1")},
+                {**_result("c1", "y", "r2")},
+            ],
+            "revise": True,
+        },  # two live results for one call: refused whole
+        {"messages": [user("two, revised", id="a1", role="assistant")], "revise": True},
+        {"messages": [user("three", id="u3")]},
+    ]
+    for data in ops:
+        store.spool.append("messages.append", {"session_id": sid, **data})
+    assert store.drain() == ["duplicate-tool-result"]
+    chunked = _rows(store, sid)
+    assert [(r[0], r[2]) for r in chunked] == [
+        ("u1", "one, revised"),
+        ("u0", "zero"),
+        ("a1", "two, revised"),
+        ("u3", "three"),
+    ]
+    for data in ops:  # the same ops, one chunk each, into another session
+        store.apply("messages.append", {"session_id": FINAL, **data})
+    assert [r[:5] + r[6:] for r in _rows(store, FINAL)] == [r[:5] + r[6:] for r in chunked]
+    with store.reader() as r:
+        assert {h["session_id"] for h in r.search("revised")} == {sid, FINAL}

@@ -92,8 +92,9 @@ def revise(
     ``copies`` (``row``: ``normalize.message_row`` of the message, ``ROW_COLUMNS`` order; the
     last copy of an id wins) wherever a value differs (module doc). Usage a revised message
     carries is recorded as the append records it (``usage.record_messages``: merged into
-    the row of its ``response_id``), unless a usage row without a response id already
-    points at the message (counted once). Returns rows rewritten. Raises ``InvalidOpError``
+    the row of its ``response_id``), or merged into the usage row without a response id
+    that points at the message (one call, counted once; each figure its largest). Returns
+    rows rewritten. Raises ``InvalidOpError``
     (``duplicate-tool-result``; usage reasons) — the caller's op is then refused whole."""
     last = {row[0]: (row, msg) for row, msg in copies}
     held = held_versions(conn, sid, list(last))
@@ -121,9 +122,8 @@ def revise(
         reindex(conn, ids)
     backdate_start(conn, sid, min(r[1:][_TS] for r in rows))
     check_tool_results(conn, sid, result_ids(rows))
-    counted = _usage_counted(conn, ids)
-    carrying = [(i, m) for i, _, m in changes if i not in counted and usage.carries_usage(m)]
-    usage.record_messages(conn, sid, carrying, source, batch_id, arrived_at)
+    carrying = [(i, m) for i, _, m in changes if usage.carries_usage(m)]
+    usage.record_messages(conn, sid, carrying, source, batch_id, arrived_at, merge_message=True)
     return len(changes)
 
 
@@ -167,21 +167,4 @@ def _rename_results(conn: Any, sid: str, renamed: dict[str, tuple[str, str]]) ->
         for i in ids:
             conn.execute("UPDATE messages SET tool_name = ? WHERE id = ?", (new, i))
         out += ids
-    return out
-
-
-def _usage_counted(conn: Any, ids: list[int]) -> set[int]:
-    """The message ids among ``ids`` a usage row without a response id points at (a
-    revision cannot tell that call from a new one, so it is not recorded again)."""
-    out: set[int] = set()
-    for start in range(0, len(ids), _CHUNK):
-        part = ids[start : start + _CHUNK]
-        out.update(
-            r[0]
-            for r in conn.execute(
-                "SELECT message_id FROM usage WHERE response_id IS NULL "
-                f"AND message_id IN ({', '.join('?' for _ in part)})",
-                part,
-            )
-        )
     return out

@@ -62,9 +62,10 @@ def test_a_stream_of_waited_ops_is_applied_without_a_status_write_per_op(
         elapsed = time.monotonic() - started
         during = len(published)
         # One "busy" at the first commit, then at most one per PUBLISH_S (the deferred
-        # upkeep's), and slack for a stream the load cut in two; never one per op.
+        # upkeep's), and slack for a stream the load cut in two; not one per op (the ops
+        # take well under PUBLISH_S each unless the machine is very loaded).
         said = [(p["idle"], p["cursor"]) for p in published]
-        assert during <= 3 + elapsed / PUBLISH_S < OPS, (during, elapsed, said)
+        assert during <= 3 + elapsed / PUBLISH_S, (during, elapsed, said)
         assert not published[0]["idle"]  # the first commit said "busy" at once
         w.idle()  # the stream ended: the idle upkeep publishes the final cursor
         end = str(SpoolReader(cfg.spool_dir).end())

@@ -74,7 +74,6 @@ class Upkeep:
         #: or a halt or refusal was published since (``writer_halt``).
         self._published: tuple[Any, ...] | None = None
         self._published_at = float("-inf")
-        self.publishes = 0  # statuses published by this process (for tests and figures)
 
     # -- after each step -----------------------------------------------------------------
 
@@ -109,7 +108,8 @@ class Upkeep:
             if now < self._linger_until:
                 self.lingering = self._linger_until - now
                 return False
-        self._linger_until = None
+        # ``_linger_until`` stays set (passed) until the next commit: the steps after this
+        # one (more index slices, jobs) do not linger again.
         self._upkeep_due = None
         if self._index() >= self.cfg.index_slice_rows:
             # More to index than one slice: as between chunks, one job that needs no idle
@@ -185,7 +185,6 @@ class Upkeep:
         # The store's fields and the drain's totals name WriterStatus fields (ValueError if not).
         published = published._replace(**{**self._idle_fields, **fields, **self.totals})
         self.run_dir.publish("writer", published.to_json())
-        self.publishes += 1
 
     def observe_commit(self, seconds: float) -> None:
         """Add one chunk's read+apply+commit time (s) to the published histogram."""

@@ -246,6 +246,9 @@ class Watcher:
             counts["new_messages"] += report.get("new", 0)
             counts["rewritten"] += kind == "rewritten"
         self._save()
+        skipped = [p for p in report.get("problems", ()) if p["kind"] == "skipped"]
+        if skipped:  # bad lines, records over the spool's limit: not imported, said here
+            self.log.warning("watch.skipped", path=path, count=len(skipped), first=skipped[:5])
         self.log.info(
             "watch.imported",
             path=path,

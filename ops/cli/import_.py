@@ -41,11 +41,7 @@ def import_(ctx: click.Context, paths: tuple[Path, ...], as_json: bool) -> None:
     store = open_store_view(cfg)
     try:
         with (
-            Spool(
-                cfg.spool_dir,
-                segment_bytes=cfg.segment_bytes,
-                max_record_bytes=cfg.max_record_bytes,
-            ) as spool,
+            Spool.for_settings(cfg) as spool,
             render.progress(not as_json) as progress,
         ):
             pending = pending_deletes(spool.dir, store)  # once: the files below add no deletes

@@ -16,7 +16,10 @@ one batch per open session whatever the file size:
   only a changed title is sent (``session.title``, and only when no other session holds it —
   the title conflict rule of docs/ops.md, which would otherwise refuse the op);
 * ``Message`` -> ``messages.append`` batches of at most ``BATCH_MESSAGES`` messages or
-  ``BATCH_BYTES`` (approximate) bytes; a message whose producer id the store already holds is
+  ``BATCH_BYTES`` (approximate) bytes, split further where a record would pass the spool's
+  ``[spool] max_record_bytes``; a message over that limit alone is reported as a ``skipped``
+  problem and the rest of the file imported (a compaction over it, which cannot be split,
+  likewise); a message whose producer id the store already holds is
   not spooled (re-import is cheap: a second import of the same file spools nothing and says
   "0 new"). Messages on abandoned branches are appended, then named in a
   ``messages.rewind {ext_ids}`` right after their batch. A subagent message that a store
@@ -50,11 +53,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from quill.ops.importers import Compact, Message, Rewind, SessionStart, Usage, stream_file
+from quill.ops.importers import (
+    Compact,
+    Message,
+    Problem,
+    Rewind,
+    SessionStart,
+    Usage,
+    stream_file,
+)
 from quill.ops.importers.source import Source, opened
 from quill.ops.transfer.import_sessions import FileReport, SessionStarts, SessionState
 from quill.ops.transfer.pending_deletes import PendingDeletes, pending_deletes
-from quill.spool import Spool
+from quill.spool import RecordTooLargeError, Spool
 from quill.store.read.reader import Reader
 
 #: Messages per ``messages.append`` op: a batch is all-or-nothing, so smaller batches confine
@@ -93,6 +104,8 @@ class _Importer(SessionStarts):
             # take it back there, so the parent holds only its own turns
             parent.pending_rewound.append(ext)
             parent.known[ext] = "moved"
+        if s.known.get(ext) == "refused":  # over the record limit: reported once already
+            return
         if ext in s.known:
             self.report.stored += 1
             if ev.rewound and s.known[ext] == "live":  # the file grew a branch that abandons it
@@ -126,11 +139,16 @@ class _Importer(SessionStarts):
         if not s.has_live:  # nothing live to summarise (e.g. a file that starts compacted)
             self._append(s, ev.messages)
         else:
-            self.spool.append(
-                "messages.compact",
-                {"session_id": s.sid, "messages": ev.messages, "tail_count": ev.tail_count},
-                batch_id=s.batch_id("import-compact", s.sid, ids),
-            )
+            try:
+                self.spool.append(
+                    "messages.compact",
+                    {"session_id": s.sid, "messages": ev.messages, "tail_count": ev.tail_count},
+                    batch_id=s.batch_id("import-compact", s.sid, ids),
+                )
+            except RecordTooLargeError as exc:  # one op, all or nothing: it cannot be split
+                what = f"compaction of {len(ids)} message(s)"
+                self._refused(s, ids, what, exc, compacted=True)
+                return
         s.has_live = True
 
     def rewind(self, ev: Rewind) -> None:
@@ -158,15 +176,41 @@ class _Importer(SessionStarts):
         if s.pending:
             self.report.new += len(s.pending)
             self._append(s, s.pending)
-        self._rewind(s, s.pending_rewound)
+        self._rewind(s, [i for i in s.pending_rewound if s.known.get(i) != "refused"])
         s.pending, s.pending_bytes, s.pending_rewound = [], 0, []
 
     def _append(self, s: SessionState, messages: list[dict]) -> None:
+        """Spool ``messages`` as ``messages.append`` records under the spool's record limit:
+        a batch refused for its size (``RecordTooLargeError``: nothing of it was appended) is
+        split in halves, down to one message; a message that is over the limit alone is
+        reported (a ``skipped`` problem naming it) and the rest of the file still imported.
+        The split depends only on the batch, so an import of the same file again derives the
+        same batch ids."""
         ids = [str(m["id"]) for m in messages]
-        self.spool.append(
-            "messages.append",
-            {"session_id": s.sid, "messages": messages},
-            batch_id=s.batch_id("import-append", s.sid, ids),
+        try:
+            self.spool.append(
+                "messages.append",
+                {"session_id": s.sid, "messages": messages},
+                batch_id=s.batch_id("import-append", s.sid, ids),
+            )
+        except RecordTooLargeError as exc:
+            if len(messages) == 1:
+                self._refused(s, ids, f"message {ids[0]!r}", exc)
+                return
+            half = len(messages) // 2
+            self._append(s, messages[:half])
+            self._append(s, messages[half:])
+
+    def _refused(
+        self, s: SessionState, ids: list[str], what: str, exc: Exception, *, compacted: bool = False
+    ) -> None:
+        """``ids`` of ``s`` were not spooled: over the record limit alone (``exc``)."""
+        self.report.new -= len(ids)
+        self.report.compacted_new -= len(ids) if compacted else 0
+        for i in ids:
+            s.known[i] = "refused"
+        self.report.problems.append(
+            Problem(str(self.report.path), None, "skipped", f"session {s.sid}: {what}: {exc}")
         )
 
     def _rewind(self, s: SessionState, ids: list[str]) -> None:

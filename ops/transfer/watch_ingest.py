@@ -64,7 +64,7 @@ def ingest_session(cfg: Any, log: Any = None) -> Callable[[], Any]:
                     log.warning("watch.apply_wait_timeout", error=str(exc))
         store = open_store_view(cfg)
         try:
-            with Spool(cfg.spool_dir, segment_bytes=cfg.segment_bytes) as raw:
+            with Spool.for_settings(cfg) as raw:
                 spool = _Tracked(raw)
                 pending = pending_deletes(spool.dir, store)  # imports add no deletes
 

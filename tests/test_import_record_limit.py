@@ -5,8 +5,11 @@ watcher, which builds its spool with the data dir's limit like every other produ
 
 Before: ``quill import`` stopped at the batch holding it (the rest of the file never spooled,
 exit 2), and the watcher's spool took the default limit, so it acknowledged a record the
-writer then quarantined whole, with every other message of its batch. Real spool, real
-writer (in a thread), real SQLite store."""
+writer then quarantined whole, with every other message of its batch.
+
+Likewise a message the store refuses (an id over the id limit): it is spooled alone and
+quarantined alone, with its reason; before, its whole batch (up to 200 messages) was. Real
+spool, real writer (in a thread), real SQLite store."""
 
 from __future__ import annotations
 
@@ -119,3 +122,25 @@ def test_the_watcher_keeps_the_data_dirs_record_limit(tmp_path):
     assert _drained(cfg) == sorted(str(i) for i in range(42) if i != 7)
     said = [json.loads(line) for line in (tmp_path / "logs" / "watch.log").read_text().splitlines()]
     assert [e["count"] for e in said if e.get("event") == "watch.skipped"] == [1]
+
+
+def test_a_message_the_store_refuses_is_quarantined_alone(tmp_path):
+    cfg, path, _lines = _setup(tmp_path)
+    lines = _claude_lines(12, big=-1, big_bytes=0, each=10)
+    bad = json.loads(lines[5])
+    bad["uuid"] = "u" * 2000  # over the id limit (512 characters)
+    lines[5] = json.dumps(bad) + "\n"
+    path.write_text("".join(lines))
+    with Spool(cfg.spool_dir) as spool:
+        report = import_file(spool, path, None)
+    [problem] = report.problems
+    assert "u" * 2000 in problem.reason and "quarantine" in problem.reason
+    thread = WriterThread(cfg)
+    try:
+        thread.idle()
+    finally:
+        thread.close()
+    assert _stored(cfg) == sorted(str(i) for i in range(12) if i != 5)
+    [entry] = list(Quarantine(cfg.spool_dir).entries())
+    assert entry["reason"] == "invalid-field" and entry["op"] == "messages.append"
+    assert [m["id"] for m in json.loads(entry["raw"])["data"]["messages"]] == ["u" * 2000]

@@ -66,6 +66,9 @@ from quill.ops.importers.source import Source, opened
 from quill.ops.transfer.import_sessions import FileReport, SessionStarts, SessionState
 from quill.ops.transfer.pending_deletes import PendingDeletes, pending_deletes
 from quill.spool import RecordTooLargeError, Spool
+from quill.store.apply.precheck import precheck
+from quill.store.apply.rules import session_id_problem
+from quill.store.errors import InvalidOpError as StoreInvalidOpError
 from quill.store.read.reader import Reader
 
 #: Messages per ``messages.append`` op: a batch is all-or-nothing, so smaller batches confine
@@ -180,26 +183,49 @@ class _Importer(SessionStarts):
         s.pending, s.pending_bytes, s.pending_rewound = [], 0, []
 
     def _append(self, s: SessionState, messages: list[dict]) -> None:
-        """Spool ``messages`` as ``messages.append`` records under the spool's record limit:
-        a batch refused for its size (``RecordTooLargeError``: nothing of it was appended) is
-        split in halves, down to one message; a message that is over the limit alone is
-        reported (a ``skipped`` problem naming it) and the rest of the file still imported.
-        The split depends only on the batch, so an import of the same file again derives the
-        same batch ids."""
+        """Spool ``messages`` as ``messages.append`` records, each one the store takes whole:
+        a batch is all or nothing, so a batch the store would refuse for one message
+        (``precheck``: an id over the limits, a bad role…) or the spool for its size
+        (``RecordTooLargeError``: nothing of it was appended) is split in halves, down to one
+        message, and the rest of the file is stored. A message the store refuses alone is
+        spooled alone (the writer quarantines it with its reason, where
+        ``quill spool quarantine`` finds it) and reported; one over the record limit alone
+        cannot be spooled and is reported (``skipped`` problems naming it). The split depends
+        only on the batch, so an import of the same file again derives the same batch ids.
+        A session whose id itself is refused is not split (every part would be refused)."""
         ids = [str(m["id"]) for m in messages]
+        data = {"session_id": s.sid, "messages": messages}
+        batch = s.batch_id("import-append", s.sid, ids)
         try:
-            self.spool.append(
-                "messages.append",
-                {"session_id": s.sid, "messages": messages},
-                batch_id=s.batch_id("import-append", s.sid, ids),
+            plain = precheck("messages.append", data, batch)
+        except StoreInvalidOpError as exc:
+            if len(messages) > 1 and session_id_problem(s.sid) is None:
+                self._halves(s, messages)
+                return
+            plain = False  # spooled as it is: the writer quarantines it, with this reason
+            self.report.problems.append(
+                Problem(
+                    str(self.report.path),
+                    None,
+                    "skipped",
+                    f"session {s.sid}: message {ids[0]!r}"
+                    + (f" (and {len(ids) - 1} more)" if len(ids) > 1 else "")
+                    + f": {exc}; spooled alone: the writer quarantines it "
+                    "(`quill spool quarantine list`)",
+                )
             )
+        try:
+            self.spool.append("messages.append", data, batch_id=batch, plain=plain)
         except RecordTooLargeError as exc:
             if len(messages) == 1:
                 self._refused(s, ids, f"message {ids[0]!r}", exc)
                 return
-            half = len(messages) // 2
-            self._append(s, messages[:half])
-            self._append(s, messages[half:])
+            self._halves(s, messages)
+
+    def _halves(self, s: SessionState, messages: list[dict]) -> None:
+        half = len(messages) // 2
+        self._append(s, messages[:half])
+        self._append(s, messages[half:])
 
     def _refused(
         self, s: SessionState, ids: list[str], what: str, exc: Exception, *, compacted: bool = False

@@ -33,8 +33,10 @@ class _Tracked:
         self._spool = spool
         self.last: Position | None = None
 
-    def append(self, op: str, data: dict[str, Any], *, batch_id: str | None = None) -> Ack:
-        ack = self._spool.append(op, data, batch_id=batch_id)
+    def append(
+        self, op: str, data: dict[str, Any], *, batch_id: str | None = None, plain: bool = False
+    ) -> Ack:
+        ack = self._spool.append(op, data, batch_id=batch_id, plain=plain)
         self.last = ack.position
         return ack
 

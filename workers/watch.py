@@ -67,6 +67,18 @@ FULL_REPORT_S = 5.0
 _FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
+def _reason(exc: BaseException) -> str:
+    """Why a file could not be imported, for ``watch-state.json`` and ``quill status``. A
+    ``MemoryError`` (a line or message larger than this process may allocate: its objects
+    are freed as it unwinds) is the file's, like bad input: kept as unreadable at its mark and
+    tried again once the file changes, while the other files go on being imported. Raised
+    out of the round it would stop the watcher at the same file on every restart, and no
+    file after it in the scan would ever be imported."""
+    if isinstance(exc, MemoryError):
+        return "out of memory importing it (a line too large for this process's memory)"
+    return exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+
+
 def disk_full(exc: BaseException) -> bool:
     """Whether ``exc`` means the disk under the data dir is full (by type and errno)."""
     return isinstance(exc, SpoolFullError) or (isinstance(exc, OSError) and exc.errno in _FULL)
@@ -224,9 +236,9 @@ class Watcher:
                 # until it changes); the next round imports it.
                 self._overloaded(path=path, error=type(exc).__name__)
                 return
-            if disk_full(exc) or not isinstance(exc, (OSError, ValueError)):
+            if disk_full(exc) or not isinstance(exc, (OSError, ValueError, MemoryError)):
                 raise  # a full disk is ridden out by ``_round``; the file itself is fine
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            reason = _reason(exc)
             self.state.unreadable[path] = {"reason": reason, "at": time.time(), "mark": mark}
             self.state.files.pop(path, None)
             self.log.warning("watch.unreadable", path=path, reason=reason)

@@ -2,7 +2,8 @@
 address-space limit) is that file's problem: it is kept as unreadable, with the reason, and
 tried again once it changes, while every other file is imported. Before, the MemoryError
 stopped the watcher at the same file on every start, and the files after it in the scan were
-never imported. A real ``quill watch --once`` process under a real ``RLIMIT_AS``."""
+never imported. ``quill import`` of such a file ends with the CLI's error format and exit
+code 2 (bad input), not a traceback. Real ``quill`` processes under a real ``RLIMIT_AS``."""
 
 from __future__ import annotations
 
@@ -49,3 +50,22 @@ def test_a_line_too_large_for_memory_does_not_stop_the_other_files(tmp_path):
     quill.drain()
     counts = {s["id"]: s["message_count"] for s in quill.json("sessions", "list")}
     assert counts[f"claude-code:{small_id}"] == 6
+
+
+def test_quill_import_says_which_file_was_too_large_for_memory(tmp_path):
+    big = tmp_path / "big.jsonl"
+    big.write_text("".join(_claude_lines(4, big=1, big_bytes=40_000_000, each=10)))
+    home = tmp_path / "home"
+    home.mkdir()
+    proc = subprocess.run(
+        QuillCLI(home).argv("import", str(big)),
+        env=quill_env(home),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        preexec_fn=_limited,
+        timeout=300,
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert f"quill: error: {big}: out of memory" in proc.stderr
+    assert "Traceback" not in proc.stderr

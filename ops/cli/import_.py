@@ -57,6 +57,11 @@ def import_(ctx: click.Context, paths: tuple[Path, ...], as_json: bool) -> None:
                     raise InvalidInputError(
                         f"{path}: {exc}; what was read before it was spooled"
                     ) from exc
+                except MemoryError as exc:  # a line larger than this process may allocate
+                    raise InvalidInputError(
+                        f"{path}: out of memory importing it (a line too large for this "
+                        "process's memory); what was read before it was spooled"
+                    ) from exc
                 except SpoolError as exc:
                     error = from_exception(exc)
                     error.message = f"{path}: {error.message}"

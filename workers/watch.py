@@ -126,9 +126,12 @@ class Watcher:
                 self._overloaded(error=exc.strerror)
                 return counts  # nothing forgotten, nothing marked: the next round scans again
             gone = [p for p in self.state.files if p not in found]
+            # An unreadable file (or folder) neither found nor failing any more is gone too:
+            # kept, it would be listed as unreadable by `quill status` for ever.
+            stale = [p for p in self.state.unreadable if p not in found and p not in errors]
             self.last_scan_at = time.time()
         else:
-            found, errors, gone = {}, {}, []
+            found, errors, gone, stale = {}, {}, [], []
             for p in set(paths):
                 try:
                     if watched(p) and os.path.isfile(p):
@@ -137,10 +140,14 @@ class Watcher:
                     pass
                 except OSError as exc:
                     errors[p] = exc.strerror or type(exc).__name__
-                if p in self.state.files and not os.path.exists(p):
-                    gone.append(p)
+                if not os.path.exists(p):
+                    (gone if p in self.state.files else stale).append(p)
         due = [p for p, st in sorted(found.items()) if self._due(p, st)]
-        changed = bool(gone) or any(self._note_unreadable(p, r) for p, r in errors.items())
+        stale = [p for p in stale if p in self.state.unreadable and p not in self.state.files]
+        for p in stale:
+            del self.state.unreadable[p]
+        changed = bool(gone or stale)
+        changed = any([self._note_unreadable(p, r) for p, r in errors.items()]) or changed
         for p in gone:  # the agent deleted or renamed it: its sessions stay in the store
             del self.state.files[p]
             self.state.unreadable.pop(p, None)

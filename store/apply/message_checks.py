@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 
 from quill.store.apply.normalize import message_row
+from quill.store.apply.order import stated_keys
 from quill.store.apply.rules import no_nul, opt, session_id
 from quill.store.apply.usage_fields import (
     carries_usage,
@@ -72,15 +73,22 @@ def check_usage_of(messages: list) -> None:
 
 
 def check_append(data: dict, rows: RowsFn = message_rows, *, usage: bool = True) -> list:
-    """``messages.append``: a ``messages`` list of valid messages, ``source`` a string, the
-    usage each message carries. Returns the rows. ``usage=False`` (the writer) leaves usage
-    to the applier, which checks it on the messages it inserts: one whose producer id the
-    session already holds (or an earlier message of the batch has) is skipped whole, and
-    which ones the session holds only the store knows — so precheck, checking every
-    message, is at most stricter, and only for such a message."""
+    """``messages.append``: a ``messages`` list of valid messages, ``order_keys`` absent or one
+    key per message (``order.stated_keys``), ``source`` a string, ``revise`` a boolean (not
+    with ``order_keys``: the last copy against the earliest place and time), the usage each
+    message carries. Returns the rows. ``usage=False`` (the writer) leaves usage to the
+    applier, which checks it on the messages it inserts: one whose producer id the session
+    already holds (or an earlier message of the batch has) is skipped whole, and which ones
+    the session holds only the store knows — so precheck, checking every message, is at
+    most stricter, and only for such a message."""
     session_id(data)
     out = _messages(data, rows)
+    stated = stated_keys(data, len(out))
     opt(data, "source", str)
+    if opt(data, "revise", bool) and stated is not None:
+        raise InvalidOpError(
+            "invalid-field", "revise and order_keys do not go together (last copy vs earliest)"
+        )
     no_nul(data, "source")
     if usage:
         check_usage_of(data["messages"])

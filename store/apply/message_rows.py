@@ -128,6 +128,41 @@ def _insert(
     return len(rows)
 
 
+def fresh_rows(
+    conn: apsw.Connection, sid: str, rows: list[tuple], msgs: list
+) -> tuple[list[tuple], list, list[tuple[tuple, dict]]]:
+    """``(rows, msgs, copies)``: ``rows`` and ``msgs`` (aligned) without those whose
+    producer id ``sid`` already holds (in any state) or an earlier row of ``rows`` has (rows
+    without an id are kept), and ``copies``, the ``(row, msg)`` pairs of ids held before
+    this op (``store.apply.revise``)."""
+    ext = ROW_COLUMNS.index("ext_id")
+    wanted = sorted({r[ext] for r in rows if r[ext] is not None})
+    seen: set[str] = set()
+    for start in range(0, len(wanted), _CHUNK):
+        part = wanted[start : start + _CHUNK]
+        seen.update(
+            x
+            for (x,) in conn.execute(
+                "SELECT ext_id FROM messages WHERE session_id = ? "
+                f"AND ext_id IN ({', '.join('?' for _ in part)})",
+                (sid, *part),
+            )
+        )
+    fresh, fresh_msgs, copies = [], [], []
+    held = set(seen)
+    for row, msg in zip(rows, msgs):
+        if row[ext] is not None:
+            if row[ext] in held:  # held before this op: a later copy of it, or a repeat
+                copies.append((row, msg))
+                continue
+            if row[ext] in seen:
+                continue  # repeated in this batch
+            seen.add(row[ext])
+        fresh.append(row)
+        fresh_msgs.append(msg)
+    return fresh, fresh_msgs, copies
+
+
 def _set_state(conn: apsw.Connection, ids: Sequence[int], state: str) -> int:
     for start in range(0, len(ids), _CHUNK):
         part = ids[start : start + _CHUNK]

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 
 import apsw
 
-from quill.store.apply import blobs, order
+from quill.store.apply import batches, blobs, order
 from quill.store.apply.normalize import IDENTITY_COLUMNS, ROW_COLUMNS, message_row, scrub
 from quill.store.apply.rules import opt
 from quill.store.errors import InvalidOpError
@@ -22,7 +22,7 @@ from quill.store.errors import InvalidOpError
 TOOL_RESULT_ROLES = ("tool", "function")
 _INSERT_STATE = (
     f"INSERT INTO messages (session_id, {', '.join(ROW_COLUMNS)}, "
-    "arrived_at, batch_id, state, origin_id, seq, pos, ack_us, ack_tag, ack_at) "
+    "arrived_at, batch, state, origin_id, seq, pos, ack_us, ack_tag, ack_at) "
     f"VALUES (?, {', '.join('?' for _ in ROW_COLUMNS)}, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 #: The same with an explicit id first (``next_id``; SQLite only).
@@ -35,7 +35,7 @@ STATE_ID_COLUMNS = (
     "session_id",
     *ROW_COLUMNS,
     "arrived_at",
-    "batch_id",
+    "batch",
     "state",
     "origin_id",
 ) + ("seq", "pos", "ack_us", "ack_tag", "ack_at")
@@ -111,14 +111,18 @@ def _insert(
 ) -> int:
     """Insert ``rows`` as live rows of ``sid`` (``origins``: each row's compaction original, a
     root row id, or None), placed in the session's order by the op's order key
-    (``order.place``); a copy's display position is its original's. Returns rows inserted."""
+    (``order.place``); a copy's display position is its original's; their batch is
+    ``batch_id`` (numbered by ``batches.ref`` when there are rows). Returns rows inserted."""
     rows = list(rows)
+    if not rows:
+        return 0
+    batch = batches.ref(conn, batch_id)
     origins = origins or [None] * len(rows)
     key = order.current(arrived_at)
     seqs = order.place(conn, sid, len(rows), key)
     opos = order.positions_of(conn, [o for o in origins if o is not None])
     values = [
-        (sid, *r, arrived_at, batch_id, "live", o, s) + ((opos[o] if o is not None else s), *key)
+        (sid, *r, arrived_at, batch, "live", o, s) + ((opos[o] if o is not None else s), *key)
         for r, o, s in zip(rows, origins, seqs)
     ]
     first = next_id(conn) if values else None

@@ -115,7 +115,8 @@ def _record_usage(
         ids = [
             r[0]
             for r in conn.execute(
-                "SELECT id FROM messages WHERE session_id = ? AND batch_id = ? "
+                "SELECT id FROM messages WHERE session_id = ? "
+                "AND batch = (SELECT id FROM batches WHERE batch_id = ?) "
                 "ORDER BY id DESC LIMIT ?",
                 (sid, batch_id, len(msgs)),
             )
@@ -245,9 +246,9 @@ def messages_compact(conn: apsw.Connection, data: dict, batch_id: str, arrived_a
             ).fetchone()
             at = max(key, tuple(own))
             conn.execute(
-                f"INSERT INTO messages (session_id, {cols}, arrived_at, batch_id, state, "
+                f"INSERT INTO messages (session_id, {cols}, arrived_at, batch, state, "
                 "origin_id, seq, pos, ack_us, ack_tag, ack_at) "
-                f"SELECT session_id, {cols}, arrived_at, batch_id, 'live', "
+                f"SELECT session_id, {cols}, arrived_at, batch, 'live', "
                 "coalesce(origin_id, id), ?, pos, ?, ?, ? FROM messages WHERE id = ?",
                 (order.place(conn, sid, 1, at)[0], *at, r[0]),
             )

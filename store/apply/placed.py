@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from quill.store.apply import order
+from quill.store.apply import batches, order
 from quill.store.apply.message_rows import _INSERT_STATE, INSERT_STATE_ID, next_id
 from quill.store.apply.normalize import ROW_COLUMNS
 
@@ -156,10 +156,14 @@ def insert(
     """Insert ``rows`` as live rows of ``sid`` in their order (ids follow it), each placed by
     its own key (``keys``, aligned). Keys that do not decrease are placed together
     (``order.plan``: one statement for those before the session's last row); otherwise each
-    row is placed and written before the next. Returns rows inserted."""
+    row is placed and written before the next; their batch is ``batch_id`` (numbered by
+    ``batches.ref`` when there are rows). Returns rows inserted."""
+    if not rows:
+        return 0
+    batch = batches.ref(conn, batch_id)
 
     def value(row: tuple, label: int, key: order.OrderKey) -> tuple:
-        return (sid, *row, arrived_at, batch_id, "live", None, label, label, *key)
+        return (sid, *row, arrived_at, batch, "live", None, label, label, *key)
 
     planned = order.plan(conn, sid, [(k, 1) for k in keys])
     if planned is not None:

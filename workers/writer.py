@@ -188,11 +188,7 @@ class Writer(HaltAndRefusal, UntilIdle, Upkeep):
         """The store-job runner, made once the store is open (as late as possible: a new
         store file is created first, before the queue is opened)."""
         if self.jobs is None:
-            spool = Spool(
-                self.cfg.spool_dir,
-                segment_bytes=self.cfg.segment_bytes,
-                max_record_bytes=self.cfg.max_record_bytes,
-            )
+            spool = Spool.for_settings(self.cfg)
             self.jobs = StoreJobRunner(lambda: build_for(self.cfg), self.log, spool, self.cfg)
         return self.jobs
 

@@ -86,3 +86,49 @@ def test_a_phrase_of_words_that_occur_together_reads_about_a_page(store, rows, e
         :20
     ]
     assert fetched < matches / 3, (fetched, matches)
+
+
+def test_a_substring_scan_decodes_tool_calls_only_on_rows_that_have_them(store):
+    """The scan of the rows the trigram index does not cover tests each row's tool text;
+    ``quill_tool_text`` (JSON decoded in plpgsql, inside a subtransaction) runs only for a
+    row with tool calls, the text of the others (a tool result's name, or nothing) being
+    written out in SQL. Counted by the server (``track_functions``), not timed: 300 tool
+    results and 100 rows with calls, a term none holds."""
+    assert (
+        store.apply(
+            "messages.append", {"session_id": "s", "messages": [{"role": "user", "content": "hi"}]}
+        )
+        == []
+    )
+    calls = '[{"function": {"name": "Bash", "arguments": "{\\"cmd\\": \\"ls -la\\"}"}}]'
+    store.conn.execute(
+        "INSERT INTO messages (session_id, role, content, tool_calls, tool_name, ts, "
+        "arrived_at, state, batch_id, pos, seq) SELECT 's', CASE WHEN g % 4 = 0 THEN "
+        "'assistant' ELSE 'tool' END, 'output line ' || g, CASE WHEN g % 4 = 0 THEN ? END, "
+        "CASE WHEN g % 4 = 0 THEN NULL ELSE 'Bash' END, g, g, 'live', 'bulk', g, g "
+        "FROM generate_series(10, 409) AS g",
+        (calls,),
+    )
+    with_calls = store.conn.execute(
+        "SELECT count(*) FROM messages WHERE tool_calls IS NOT NULL"
+    ).fetchone()[0]
+    assert with_calls == 100
+    fn = "quill_tool_text(text, text, text)"
+    conn = store.conn
+    conn.execute("SET track_functions = 'all'")
+    conn.execute("BEGIN")
+    try:
+        assert pg_search.search(conn, "zqxv", limit=20, context=False, substring=True) == []
+        ran = conn.execute(
+            "SELECT coalesce(pg_stat_get_xact_function_calls(?::regprocedure), 0)", (fn,)
+        ).fetchone()[0]
+    finally:
+        conn.execute("COMMIT")
+        conn.execute("RESET track_functions")
+    assert ran == with_calls, ran
+    # The same text as the function's on every row (the search's hits depend on it).
+    differs = conn.execute(
+        f"SELECT count(*) FROM messages m WHERE {pg_search.SCAN_COLUMNS_SQL['tool']} "
+        f"IS DISTINCT FROM {fn.split('(')[0]}(m.tool_calls, m.role, m.tool_name)"
+    ).fetchone()[0]
+    assert differs == 0

@@ -217,12 +217,14 @@ def newest(
         return
     walk = density is not None and density >= WALK_MIN_DENSITY
     d = density if density else TRIGRAM_DENSITY
-    # Every statement here runs with its generic plan (``PgConnection.execute``'s
-    # ``generic``: planned once per session), so its text alone must fix the plan: a walk
-    # tests the match on each row (``IS TRUE`` is no index condition: the key is walked
-    # backwards, as a common word wants); otherwise the constants are hidden and the ids
-    # come in arbitrary order (+ 0), so only the bitmaps' intersection can serve the window.
-    # A trigram pattern is hidden too: no plan can use what it cannot see.
+    # A walk tests the match on each row (``IS TRUE`` is no index condition: the key is
+    # walked backwards, as a common word wants), a plan its text fixes, so it runs with its
+    # generic plan (``PgConnection.execute``'s ``generic``: planned once per session).
+    # Otherwise the constants are hidden and the ids come in arbitrary order (+ 0), so the
+    # bitmaps' intersection serves the window; that is planned with the window's bounds
+    # (a generic plan sometimes read every index match instead, measured: a phrase's 1,000
+    # heap rows where a page needs about 40).
+    generic = walk
     order = f" ORDER BY {'m.id' if walk else 'm.id + 0'} DESC LIMIT ?"
     where = f"{f'({match}) IS TRUE' if walk else _hidden(match)} AND {cond}"
     sql = f"{select}{where} AND m.id >= ? AND m.id < ?{order}"
@@ -235,7 +237,7 @@ def newest(
     rows = run(
         f"{cols}, ({TOP_SQL}) AS top FROM messages m {join}WHERE {where} AND m.id >= ?{order}",
         (*match_args, *args, lo, first),
-        True,
+        generic,
     )
     top = rows[0][3] if rows else hint
     _ESTIMATES.setdefault(conn, {})[_TOP] = (top, time.monotonic())
@@ -260,7 +262,8 @@ def newest(
         if below <= 0:
             return
         lo = max(below - width, 0)
-        rows = conn.execute(sql, (*match_args, *args, lo, below, batch), generic=True).fetchall()
+        rows = conn.execute(sql, (*match_args, *args, lo, below, batch), generic=generic)
+        rows = rows.fetchall()
 
 
 def _index_first(

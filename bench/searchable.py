@@ -100,13 +100,14 @@ def _trigger_sql() -> str:
 
 def normalised_rows(n: int) -> list[tuple]:
     """The rows Quill would insert for ``n`` real messages
-    (``store.apply.normalize.message_row``)."""
+    (``store.apply.normalize.message_row``), each with its batch's number
+    (``messages.batch``)."""
     from quill.store.apply.normalize import message_row
 
     now = time.time()
     out = []
     for call_no, (sid, msgs) in enumerate(calls(real_stream(n), BATCH)):
-        batch = f"b{call_no}"
+        batch = call_no + 1
         for m in msgs:
             out.append((sid, *message_row(m, now), now, batch))
     return out
@@ -120,7 +121,7 @@ def raw_insert(db_path: Path, rows: list[tuple], chunk: int, fts: bool) -> dict[
     if fts:
         conn.execute(_trigger_sql())
     sql = (
-        f"INSERT INTO messages (session_id, {', '.join(ROW_COLUMNS)}, arrived_at, batch_id) "
+        f"INSERT INTO messages (session_id, {', '.join(ROW_COLUMNS)}, arrived_at, batch) "
         f"VALUES ({', '.join('?' for _ in range(len(ROW_COLUMNS) + 3))})"
     )
     t0, c0 = time.perf_counter(), time.process_time()

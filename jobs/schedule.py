@@ -171,13 +171,15 @@ def read_schedules(
     schedule_db: Path, fire_ref: str, *, busy_s: float = BUSY_S
 ) -> list[dict[str, Any]]:
     """Every Quill schedule (a call of ``fire_ref`` or of a legacy reference) in
-    ``schedule_db``, read-only (no scheduler started): ``id``,
-    ``job``, ``trigger`` (text), ``paused``, ``next_run`` (aware datetime or None) and
+    ``schedule_db``, read-only (no scheduler started): ``id``, ``job``, ``trigger`` (in
+    words: ``jobs.triggers.describe``), ``paused``, ``next_run`` (aware datetime or None) and
     ``period_s`` (seconds between two consecutive fire times from now; None when the
     trigger never fires again). Legacy rows are understood too. [] when there is no file or
     no table yet. ``busy_s``: seconds to wait for another process's lock. Raises
     ``ScheduleUnreadableError`` when the file cannot be read (``locked`` after ``busy_s``)."""
     import datetime as dt
+
+    from quill.jobs.triggers import describe
 
     path = Path(schedule_db)
     if not path.exists():
@@ -213,7 +215,7 @@ def read_schedules(
             {
                 "id": job_id,
                 "job": job,
-                "trigger": str(trigger),
+                "trigger": describe(trigger),
                 "paused": state.get("next_run_time") is None,
                 "next_run": state.get("next_run_time"),
                 "period_s": (second - first).total_seconds() if first and second else None,

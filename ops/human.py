@@ -1,9 +1,10 @@
 """How numbers read to a person, the same in the CLI's tables and the dashboard's pages
 (``--json`` and the API keep the exact values): ``human_number`` for counts, ``usd`` for
-costs."""
+costs, ``count`` for a number of things, ``figures`` for a job's or check's figures."""
 
 from __future__ import annotations
 
+import json
 from decimal import Decimal
 from typing import Any
 
@@ -36,3 +37,31 @@ def usd(value: Any) -> str:
         return f"{sign}${value:,.2f}"
     # Rounded to significant digits, then written out without an exponent.
     return f"{sign}${Decimal(f'{value:.{COST_DIGITS}g}'):f}"
+
+
+def figures(values: Any) -> str:
+    """A dict of figures as text, never a Python ``repr``: ``mode=TRUNCATE, wal_bytes=0,
+    blocked=false``. Strings bare, other values as JSON (``true``, ``null``, ``[1, 2]``);
+    empty for an empty dict or None; anything else as ``str``."""
+    if not values:
+        return ""
+    if not isinstance(values, dict):
+        return str(values)
+    return ", ".join(
+        f"{k}={v if isinstance(v, str) else json.dumps(v, ensure_ascii=False, default=str)}"
+        for k, v in values.items()
+    )
+
+
+def count(n: Any, noun: str, plural: str | None = None) -> str:
+    """``n`` things with the noun agreeing: ``1 session``, ``2 sessions``, ``0 sessions``;
+    ``plural`` for an irregular one (``count(3, "batch", "batches")``). ``n`` as given (a
+    count that is None reads ``? sessions``, never ``None``)."""
+    if n is None:
+        return f"? {plural or noun + 's'}"
+    return f"{n} {noun if n == 1 else (plural or noun + 's')}"
+
+
+def store_counts(figures: dict[str, Any]) -> str:
+    """A store's ``sessions`` and ``messages`` figures: ``1 session, 2 messages``."""
+    return f"{count(figures['sessions'], 'session')}, {count(figures['messages'], 'message')}"

@@ -3,7 +3,9 @@ never by message text.
 
     StoreError
     ├── TransientError        SQLITE_BUSY / SQLITE_LOCKED: retry later
-    │   └── DescriptorsExhaustedError  EMFILE / ENFILE (by errno) while opening: retry later
+    │   ├── DescriptorsExhaustedError  EMFILE / ENFILE (by errno) while opening: retry later
+    │   └── DatabaseMissingError  (PostgreSQL) the URL's database is not on the server (by a
+    │                             pg_database lookup): retried, it goes on once created
     ├── CorruptError          SQLITE_CORRUPT: sticky halt (architecture.md "Corruption stops
     │   │                     writes, never loses data")
     │   ├── StructuralError   (PostgreSQL) a table/column/function of the store is missing
@@ -29,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shlex
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -57,6 +60,26 @@ class DescriptorsExhaustedError(TransientError):
     def of(cls, system_errno: int) -> DescriptorsExhaustedError:
         """The error for exhaustion errno ``system_errno`` (EMFILE or ENFILE)."""
         return cls(f"no file descriptor left to open the store ({errno.errorcode[system_errno]})")
+
+
+class DatabaseMissingError(TransientError):
+    """(PostgreSQL) The store URL names a database the server does not have: found by looking
+    the name up in ``pg_database`` over a connection to the server's maintenance database,
+    never by the text of the failed connection's message (libpq gives it no SQLSTATE).
+
+    A ``TransientError``: the writer keeps retrying, so the fleet goes on by itself once an
+    operator creates the database. ``database``, ``host``, ``port``, ``user``: the target as
+    libpq resolved it; ``createdb``: the command that creates it."""
+
+    def __init__(self, database: str, host: str, port: str, user: str):
+        self.database, self.host, self.port, self.user = database, host, port, user
+        self.createdb = "createdb " + " ".join(
+            shlex.quote(a) for a in ("-h", host, "-p", port, "-U", user, database)
+        )
+        super().__init__(
+            f'database "{database}" does not exist on the PostgreSQL server at {host}:{port} '
+            f"(create it: `{self.createdb}`)"
+        )
 
 
 def cant_open_cause(path: Path | str, system_errno: int | None = None) -> StoreError | None:

@@ -1,5 +1,5 @@
 """Schema of ``state.db`` (v2: v1 + content-addressed blobs; v3: + usage, session keys and
-placeholders; v4: + session_context), its creation and migrations.
+placeholders; v4: + session_context; v12: batch ids stored once), its creation and migrations.
 
 Rules the schema encodes (docs/architecture.md, "The store"; the measured facts it cites):
 * ``messages.state`` is the single visibility state; rewinds and compactions flip it, never
@@ -34,9 +34,9 @@ import re
 
 import apsw
 
-from quill.store.apply import blobs, context, order, usage
+from quill.store.apply import batches, blobs, context, order, usage
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 
 #: v11: the proof of a session owner's identity (``owner.boot_id``, ``owner.start_ticks``:
 #: ``quill.home.process_identity``), so the orphan sweep tells a live owner from a dead one
@@ -174,7 +174,7 @@ CREATE TABLE IF NOT EXISTS messages (
     extra         TEXT,                  -- JSON object: unknown fields, verbatim
     state         TEXT NOT NULL DEFAULT 'live'
                   CHECK (state IN ('live','compacted','superseded','rewound')),
-    batch_id      TEXT NOT NULL,
+    batch_id      TEXT NOT NULL,         -- v12: messages.batch, a number (batches.MIGRATION)
     origin_id     INTEGER                -- the row this one is a copy of (compaction), else NULL
 );
 CREATE INDEX IF NOT EXISTS messages_session ON messages(session_id, id);
@@ -230,6 +230,7 @@ CREATE INDEX IF NOT EXISTS job_runs_job ON job_runs(job, started_at);
     + order.MIGRATION
     + MESSAGES_SESSION_TS
     + OWNER_PROOF
+    + batches.MIGRATION
 )
 
 #: Roles of the store's tables (``TABLES``), which decide what damage to a table means:
@@ -306,6 +307,7 @@ MIGRATIONS: dict[int, str] = {
     8: order.MIGRATION,  # v9: transcript order by acknowledgement (store/apply/order.py)
     9: MESSAGES_SESSION_TS,  # v10: a listing's per-session figures from indexes
     10: OWNER_PROOF,  # v11: the owner's boot id and start ticks (the orphan sweep's proof)
+    11: batches.MIGRATION,  # v12: messages.batch numbers batch ids; messages_pos goes
 }
 
 #: Version of the index layout (columns, tokenizers, the expressions above). The indexes are

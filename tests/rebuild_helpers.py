@@ -61,6 +61,7 @@ class Run:
 
     def __init__(self, root: Path, seed: int):
         self.rng = random.Random(seed)
+        self.keyed = random.Random(-seed)  # which appends state order keys, and the keys
         self.root = root
         self.spool_dir = root / "spool"
         self.spool = Spool(self.spool_dir)
@@ -159,10 +160,20 @@ class Run:
                 }
             return "session.create", data
         if kind == "append":
-            return "messages.append", {
+            data = {
                 "session_id": sid,
                 "messages": [self.message() for _ in range(rng.randint(1, 4))],
             }
+            keyed = self.keyed  # its own stream: the other ops stay those of the seed
+            if keyed.random() < 0.3:  # each message placed by its own key; repeats settle
+                now_us = int(time.time() * 1_000_000)
+                data["order_keys"] = [
+                    None
+                    if keyed.random() < 0.2
+                    else [now_us - keyed.randrange(10**7), keyed.randrange(3), keyed.randrange(3)]
+                    for _ in data["messages"]
+                ]
+            return "messages.append", data
         if kind == "end":
             return "session.end", {
                 "session_id": sid,

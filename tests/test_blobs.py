@@ -206,7 +206,7 @@ def test_a_v1_store_is_migrated_to_hold_blobs(tmp_path):
     db = tmp_path / "state.db"
     conn = apsw.Connection(str(db))
     from quill.store import schema
-    from quill.store.apply import order, usage
+    from quill.store.apply import batches, order, usage
 
     v1_ddl = (
         schema.DDL.replace(blobs.DDL, "")
@@ -218,6 +218,7 @@ def test_a_v1_store_is_migrated_to_hold_blobs(tmp_path):
         .replace(order.MIGRATION, "")
         .replace(schema.MESSAGES_SESSION_TS, "")
         .replace(schema.OWNER_PROOF, "")
+        .replace(batches.MIGRATION, "")
     )
     conn.execute(v1_ddl)
     conn.execute("PRAGMA user_version = 1")

@@ -196,7 +196,10 @@ def test_refused_op_in_a_run_is_quarantined_alone(tmp_path: Path) -> None:
     assert [r for _, r in rejected] == ["duplicate-tool-result"]
     conn = open_writer(tmp_path / "s.db")
     try:
-        rows = conn.execute("SELECT id, content, batch_id FROM messages ORDER BY id").fetchall()
+        rows = conn.execute(
+            "SELECT m.id, m.content, b.batch_id FROM messages m JOIN batches b ON b.id = m.batch "
+            "ORDER BY m.id"
+        ).fetchall()
         assert rows == [(1, "go", "b0"), (2, "1", "b1"), (3, "after", "b3"), (4, "last", "b4")]
         assert conn.execute("SELECT message_id, batch_id FROM usage").fetchall() == [(3, "b3")]
         assert conn.execute("SELECT batch_id, reason FROM rejected_batches").fetchall() == [

@@ -162,7 +162,7 @@ def test_schedule_add_of_a_default_job_says_it_replaces_the_default(quill):
     proc = quill.run("schedule", "add", "snapshot", "--every", "2h")
     assert "replaces the default schedule of snapshot" in proc.stderr
     result = quill.json("schedule", "add", "snapshot", "--every", "3h")
-    assert result["replaces_default"] is True and result["replaced"] == "interval[2:00:00]"
+    assert result["replaces_default"] is True and result["replaced"] == "every 2 hours"
     other = quill.run("schedule", "add", "snapshot", "--every", "1d", "--id", "daily-snapshot")
     assert "replaces" not in other.stderr
 

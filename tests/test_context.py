@@ -87,3 +87,23 @@ def test_a_context_blob_is_stamped_with_the_ops_arrival_time_not_the_apply_time(
     ts = store.last_entries[0].record["ts"]
     stamps = [r[0] for r in store.conn.execute("SELECT created_at FROM blobs")]
     assert len(stamps) == 2 and all(s == ts for s in stamps), (stamps, ts)
+
+
+def test_context_from_start_puts_a_first_value_before_messages_that_arrived_first(store):
+    """A producer whose pieces arrive in any order (the OTLP endpoint: a tool span's result
+    before the chat span carrying the instructions) asks for a session's first prompt and
+    tools to hold from its start; a later change is still placed after the newest message,
+    and without the flag a first value is placed after the newest message too."""
+    for sid in ("a", "b"):
+        assert store.apply("messages.append", {"session_id": sid, "messages": [user("hi")]}) == []
+    flag = {"context_from_start": True}
+    assert store.apply("session.create", {"session_id": "a", "system_prompt": "p", **flag}) == []
+    assert store.apply("session.create", {"session_id": "b", "system_prompt": "p"}) == []
+    assert store.apply("session.create", {"session_id": "a", "tools": TOOLS, **flag}) == []
+    assert store.apply("session.create", {"session_id": "a", "system_prompt": "q", **flag}) == []
+    with store.reader() as r:
+        history = [(h["kind"], h["after_message_id"] is None) for h in r.context("a")["history"]]
+        assert history == [("system_prompt", True), ("tools", True), ("system_prompt", False)]
+        assert [h["after_message_id"] is None for h in r.context("b")["history"]] == [False]
+    bad = {"session_id": "c", "system_prompt": "p", "context_from_start": "yes"}
+    assert store.apply("session.create", bad) == ["invalid-field"]

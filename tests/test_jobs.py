@@ -101,7 +101,7 @@ def test_schedule_changes_survive_a_fleet_restart(quill, home):
     quill.run("run", "--until-idle", "--timeout", "60")
     quill.run("run", "--until-idle", "--timeout", "60")
     rows = {r["id"]: r for r in quill.json("schedule", "list")}
-    assert rows["snapshot"]["trigger"] == "interval[2:00:00]"
+    assert rows["snapshot"]["trigger"] == "every 2 hours" and rows["snapshot"]["every_s"] == 7200
     assert rows["quick_check"]["next_run"] is None  # still paused
     quill.run("schedule", "resume", "quick_check")
     assert quill.json("schedule", "list")[0]["next_run"] is not None

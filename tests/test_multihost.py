@@ -168,8 +168,8 @@ def test_four_hosts_with_killed_and_stopped_writers_store_every_ack_exactly_once
         )
         batches = {r[0] for r in conn.execute("SELECT batch_id FROM applied_batches")}
         shared = conn.execute(
-            "SELECT id, batch_id, role, tool_call_id, content FROM messages "
-            "WHERE session_id = 'shared' ORDER BY id"
+            "SELECT m.id, b.batch_id, m.role, m.tool_call_id, m.content FROM messages m "
+            "JOIN batches b ON b.id = m.batch WHERE m.session_id = 'shared' ORDER BY m.id"
         ).fetchall()
         spools = conn.execute("SELECT count(*) FROM spool_cursor").fetchone()[0]
     assert kills >= 4 and restarted

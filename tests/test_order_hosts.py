@@ -278,7 +278,7 @@ def test_a_v6_store_keeps_its_order_through_the_migration(tmp_path):
     import apsw
 
     from quill.store import open_writer, schema
-    from quill.store.apply import order
+    from quill.store.apply import batches, order
 
     db = tmp_path / "state.db"
     conn = apsw.Connection(str(db))
@@ -287,6 +287,7 @@ def test_a_v6_store_keeps_its_order_through_the_migration(tmp_path):
         v6.replace(order.MIGRATION, "")
         .replace(schema.MESSAGES_SESSION_TS, "")
         .replace(schema.OWNER_PROOF, "")
+        .replace(batches.MIGRATION, "")
     )
     conn.execute("PRAGMA user_version = 6")
     conn.execute("INSERT INTO sessions (id, source, created_at) VALUES ('old', 'cli', 1.0)")

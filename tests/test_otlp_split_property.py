@@ -3,7 +3,9 @@ offline, its own OpenTelemetry instrumentation) split at random into requests se
 random order, in either encoding, gzip or not, with random requests retried, gives the same
 stored transcript as the whole export sent in one request to another `quill serve`: the same
 messages (ids, roles, texts, tool calls and results, times), context, usage and delegate
-child. Each seed is a fresh run of the agent (a fresh conversation).
+child. Each seed is a fresh run of the agent (a fresh conversation), sent once keeping the
+exporter's own order (a tool span never before the chat span holding its call) and once
+without it; ``QUILL_OTLP_SEEDS=N`` runs N seeds of each (20 by default).
 
 Also here: one export's records are made durable by one ``fdatasync`` of the spool, and the
 200 is written to the socket only after it (``strace`` on the real server process).
@@ -11,6 +13,7 @@ Also here: one export's records are made durable by one ``fdatasync`` of the spo
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 import subprocess
@@ -23,12 +26,14 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.trace.export import SpanExportResult
 from otlp_helpers import exporter, post_json, run_agent
 from service_helpers import served
+from test_otlp_input import _event_form_spans
 
 from quill.ops.client.client import Client
 from quill.ops.service.tokens import TokenStore
 
 PROMPTS = ["what is x?", "please delegate this", "and y?", "and z, finally?"]
-SEEDS = range(6)
+#: Seeds of the default run; ``QUILL_OTLP_SEEDS=N`` runs N (each is a fresh agent run).
+SEEDS = range(int(os.environ.get("QUILL_OTLP_SEEDS", "20")))
 
 
 def _server(tmp_path_factory, name: str):
@@ -54,9 +59,6 @@ def servers(tmp_path_factory):
 #: Message fields that differ between two stores by nature: ``message_id`` is the store's
 #: numbering of messages in arrival order over all sessions (a client's id is ``id``).
 STORE_IDS = ("message_id",)
-#: ``ts`` as well: a message is stamped with the start of the first span that delivers it,
-#: which with spans split over requests may be a later span (``test_message_times_…``).
-WITHOUT_TIMES = ("message_id", "ts")
 
 
 def _sessions(svc: dict, spans, ignore=STORE_IDS) -> dict:
@@ -168,25 +170,42 @@ def _split_equals_whole(servers, seed: int, *, calls_first: bool, ignore=STORE_I
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_any_split_and_order_of_an_export_equals_the_export_in_one_request(servers, seed):
-    _split_equals_whole(servers, seed, calls_first=True, ignore=WITHOUT_TIMES)
+    _split_equals_whole(servers, seed, calls_first=True)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known gap: a message's time is the start of the first span that delivers it, so "
-    "a later span delivered first stamps the history it repeats with its own, later, time",
-)
 def test_message_times_do_not_depend_on_which_span_arrives_first(servers):
-    _split_equals_whole(servers, 1, calls_first=True)  # seed 1: the last chat span first
+    """Seed 1 sends the last chat span first: it repeats the whole history, stamped with its
+    own (later) start; the earlier spans, arriving later, give each message its own time."""
+    _split_equals_whole(servers, 1, calls_first=True)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="documented limit (docs/importers.md, OTLP Limits): a tool span delivered before "
-    "every chat span holding its call stores its result before the call",
-)
-def test_a_tool_span_delivered_before_its_call_is_stored_in_its_place(servers):
-    _split_equals_whole(servers, 0, calls_first=False, ignore=WITHOUT_TIMES)  # seed 0 does
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_tool_span_delivered_before_its_call_is_stored_in_its_place(servers, seed):
+    """Without the exporter's order: a tool span may travel before every chat span holding
+    its call (seed 0 does so), and the chat spans before the history they extend."""
+    _split_equals_whole(servers, seed, calls_first=False)
+
+
+def test_an_outputs_finish_reason_survives_its_repeat_arriving_first(servers):
+    """The older event form's spans (a chat span whose choice has ``finish_reason``
+    ``tool_calls``, the tool span, a chat span repeating that call as an input, without it),
+    each in its own request, last first: the same transcript as one request, finish reason,
+    times and all."""
+    spans = _event_form_spans()
+    sid = f"otlp:{spans[0].context.trace_id:032x}"  # no conversation id: the trace
+    whole, split = servers["whole"], servers["split"]
+    assert exporter(whole["base"], whole["token"]).export(spans) is SpanExportResult.SUCCESS
+    genai = [s for s in spans if s.attributes.get("gen_ai.operation.name")]
+    for span in sorted(genai, key=lambda s: s.start_time, reverse=True):
+        assert exporter(split["base"], split["token"]).export([span]) is SpanExportResult.SUCCESS
+    got, expected = [], []
+    for svc, out in ((split, got), (whole, expected)):
+        svc["quill"].drain()
+        read = Client(home=str(svc["home"])).transcript(sid, view="audit")
+        out.extend({k: v for k, v in m.items() if k != "message_id"} for m in read["messages"])
+        out.append(read["context"])
+    assert got == expected, _diff(got, expected)
+    assert [m.get("finish_reason") for m in got[:-1]] == [None, None, "tool_calls", None, "stop"]
 
 
 def _strace(pid: int, out) -> subprocess.Popen:

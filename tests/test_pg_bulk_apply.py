@@ -35,6 +35,8 @@ VOLATILE = {"applied_at", "rejected_at"}
 SURROGATE = {("usage", "id")}
 #: Columns holding message ids: compared by rank (sequence values may be skipped).
 ID_COLUMNS = {("messages", "id"), ("messages", "origin_id"), ("usage", "message_id")}
+#: Columns holding batch numbers (``store.apply.batches``): by rank, for the same reason.
+BATCH_COLUMNS = {("batches", "id"), ("messages", "batch")}
 
 
 def _drain(spool_dir: Path, url: str, root: Path, chunk_rows: int) -> list[tuple[str, str]]:
@@ -55,6 +57,7 @@ def _dump(url: str) -> dict[str, list[tuple]]:
     out: dict[str, list[tuple]] = {}
     with psycopg.connect(url) as conn:
         rank = {r[0]: i for i, r in enumerate(conn.execute("SELECT id FROM messages ORDER BY id"))}
+        brank = {r[0]: i for i, r in enumerate(conn.execute("SELECT id FROM batches ORDER BY id"))}
         for table in TABLES:
             cur = conn.execute(f"SELECT * FROM {table}")
             names = [d.name for d in cur.description]
@@ -65,6 +68,8 @@ def _dump(url: str) -> dict[str, list[tuple]]:
                         None
                         if name in VOLATILE or name == "words" or (table, name) in SURROGATE
                         else (rank.get(v) if (table, name) in ID_COLUMNS and v else v)
+                        if (table, name) not in BATCH_COLUMNS
+                        else brank[v]
                         for name, v in zip(names, row)
                     )
                 )
@@ -166,7 +171,10 @@ def test_a_bad_op_in_a_pg_run_is_quarantined_alone(tmp_path, pg_store_url):
         store.close()
     assert rejected == ["duplicate-tool-result"] and result.applied == 4
     with psycopg.connect(pg_store_url) as conn:
-        rows = conn.execute("SELECT content, batch_id FROM messages ORDER BY seq").fetchall()
+        rows = conn.execute(
+            "SELECT m.content, b.batch_id FROM messages m JOIN batches b ON b.id = m.batch "
+            "ORDER BY m.seq"
+        ).fetchall()
         usage = conn.execute(
             "SELECT m.content FROM usage u JOIN messages m ON m.id = u.message_id"
         ).fetchall()

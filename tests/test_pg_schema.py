@@ -32,11 +32,12 @@ def test_a_store_with_the_old_word_index_is_rebuilt_on_open_and_finds_reasoning(
         conn.execute(
             "INSERT INTO sessions (id, source, created_at, started_at) VALUES ('old', 'cli', 1, 1)"
         )
+        conn.execute("INSERT INTO batches (batch_id) VALUES ('b-old')")
         conn.execute(
             "INSERT INTO messages "
-            "(session_id, role, content, reasoning, arrived_at, batch_id, state) "
+            "(session_id, role, content, reasoning, arrived_at, batch, state) "
             "VALUES ('old', 'assistant', 'the answer at the café', 'pondering quaggas', 1, "
-            "'b-old', 'live')"
+            "(SELECT id FROM batches WHERE batch_id = 'b-old'), 'live')"
         )
     s = Store(tmp_path, pg_store_url)  # opening migrates the layout
     try:

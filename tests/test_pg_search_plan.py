@@ -31,11 +31,13 @@ def _fill(store: Store, rows: int, every: int, statistics: bool = True) -> None:
         )
         == []
     )
+    store.conn.execute("INSERT INTO batches (batch_id) VALUES ('bulk')")
     store.conn.execute(
-        "INSERT INTO messages (session_id, role, content, ts, arrived_at, state, batch_id, "
+        "INSERT INTO messages (session_id, role, content, ts, arrived_at, state, batch, "
         "pos, seq) SELECT 's', 'assistant', CASE WHEN g % ? = 0 "
         "THEN 'deploy step ' || g || ' failed: connection refused by host' "
-        "ELSE 'routine status line ' || g || ' all good' END, g, g, 'live', 'bulk', g, g "
+        "ELSE 'routine status line ' || g || ' all good' END, g, g, 'live', "
+        "(SELECT id FROM batches WHERE batch_id = 'bulk'), g, g "
         "FROM generate_series(10, ? + 9) AS g",
         (every, rows),
     )

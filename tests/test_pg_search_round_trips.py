@@ -171,10 +171,11 @@ def test_a_deferred_begin_still_gives_one_snapshot(store, pg_store_url):
         with r.snapshot() as c:
             before = c.execute("SELECT count(*) FROM messages").fetchone()[0]
             with psycopg.connect(pg_store_url, autocommit=True) as other:
+                other.execute("INSERT INTO batches (batch_id) VALUES ('x')")
                 other.execute(
                     "INSERT INTO messages (session_id, role, content, ts, arrived_at, state, "
-                    "batch_id, pos, seq) VALUES ('s0', 'user', 'late', 1, 1, 'live', 'x', "
-                    "1000, 1000)"
+                    "batch, pos, seq) VALUES ('s0', 'user', 'late', 1, 1, 'live', "
+                    "(SELECT id FROM batches WHERE batch_id = 'x'), 1000, 1000)"
                 )
             assert c.execute("SELECT count(*) FROM messages").fetchone()[0] == before
         assert r.conn.execute("SELECT count(*) FROM messages").fetchone()[0] == before + 1

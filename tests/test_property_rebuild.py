@@ -124,6 +124,7 @@ class PgRun(Run):
         from quill.store.factory import open_url as open_backend
 
         self.rng = random.Random(seed)
+        self.keyed = random.Random(-seed)
         self.root = root
         self.spool_dir = root / "spool"
         self.spool = Spool(self.spool_dir)

@@ -14,6 +14,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 from quill import home as config
 from quill.jobs import schedule as schedule_db
 from quill.jobs.queues import build
+from quill.jobs.triggers import describe
 from quill.store import Reader
 from quill.workers import FIRE_REF
 from quill.workers.scheduler import edit_schedules
@@ -141,7 +142,7 @@ def test_an_old_format_schedule_db_is_migrated_keeping_triggers_and_pauses(quill
             None,
         )  # missed windows run once
     assert listed["quick_check"]["next_run"] is None  # still paused
-    assert listed["nightly-snap"]["trigger"] == str(legacy["nightly-snap"]["trigger"])
+    assert listed["nightly-snap"]["trigger"] == describe(legacy["nightly-snap"]["trigger"])
 
 
 def test_a_migrated_schedule_fires_with_current_paths(quill, home):

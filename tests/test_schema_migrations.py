@@ -10,14 +10,14 @@ def test_a_v2_store_is_migrated_to_hold_usage_keys_and_placeholders(tmp_path):
     import apsw
 
     from quill.store import open_writer, schema
-    from quill.store.apply import order, usage
+    from quill.store.apply import batches, order, usage
 
     db = tmp_path / "state.db"
     conn = apsw.Connection(str(db))
     v2 = schema.DDL.replace(usage.MIGRATION, "").replace(schema.BATCH_DIGEST, "")
     v2 = v2.replace(schema.SESSION_DELETIONS, "").replace(schema.SPOOL_IDENTITY, "")
     v2 = v2.replace(schema.LEADER_LEASE, "").replace(order.MIGRATION, "")
-    v2 = v2.replace(schema.OWNER_PROOF, "")
+    v2 = v2.replace(schema.OWNER_PROOF, "").replace(batches.MIGRATION, "")
     conn.execute(v2.replace(schema.MESSAGES_SESSION_TS, ""))
     conn.execute("PRAGMA user_version = 2")
     conn.execute("INSERT INTO sessions (id, source, created_at) VALUES ('old', 'cli', 1.0)")

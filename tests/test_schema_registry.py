@@ -19,7 +19,7 @@ def test_registry_roles_come_from_the_ddl():
     assert list(found)[:-1] == list(schema.TABLES)
     fts = {t for t, r in schema.TABLES.items() if r == schema.FTS}
     assert fts == {"messages_fts", "messages_trigram"}
-    assert len(schema.STORE_TABLES) == 14 and not set(schema.STORE_TABLES) & set(schema.FTS_TABLES)
+    assert len(schema.STORE_TABLES) == 15 and not set(schema.STORE_TABLES) & set(schema.FTS_TABLES)
 
 
 def test_registry_refuses_a_missing_bookkeeping_table_and_an_fts_prefixed_table():

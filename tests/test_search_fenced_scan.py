@@ -47,10 +47,12 @@ def _fill(store: Store) -> list[int]:
         # PostgreSQL plans a table this small as one sequential scan whatever the query reads;
         # with PG_BULK more tool results (bulk SQL: the writer would take minutes) it walks the
         # key as on a real store.
+        store.conn.execute("INSERT INTO batches (batch_id) VALUES ('bulk')")
         store.conn.execute(
             "INSERT INTO messages (session_id, role, content, tool_name, ts, arrived_at, state, "
-            "batch_id, pos, seq) SELECT 's', 'tool', 'listing ' || g, 'bash', g, g, 'live', "
-            "'bulk', g, g FROM generate_series(100000, 100000 + ? - 1) AS g",
+            "batch, pos, seq) SELECT 's', 'tool', 'listing ' || g, 'bash', g, g, 'live', "
+            "(SELECT id FROM batches WHERE batch_id = 'bulk'), g, g "
+            "FROM generate_series(100000, 100000 + ? - 1) AS g",
             (PG_BULK,),
         )
     new = []

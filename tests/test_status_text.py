@@ -47,3 +47,24 @@ def test_status_prints_a_job_error_and_the_data_dir_with_brackets_verbatim(tmp_p
     assert proc.returncode == 0, proc.stderr
     assert error in proc.stdout
     assert str(home) in proc.stdout
+
+
+def test_status_names_each_recent_job_once_with_its_latest_run(quill, home):
+    """Five WAL checkpoints in a row (one after each large import chunk) were five identical
+    ``job wal_checkpoint`` lines that pushed every other job off the status."""
+    _home(home)
+    now = time.time()
+    conn = open_writer(home / "state.db")
+    try:
+        with transaction(conn):
+            for i, job in enumerate(["snapshot", *["wal_checkpoint"] * 5]):
+                conn.execute(
+                    "INSERT INTO job_runs (job, started_at, ended_at, outcome, figures, error) "
+                    "VALUES (?, ?, ?, 'ok', '{}', NULL)",
+                    (job, now + i, now + i),
+                )
+    finally:
+        conn.close()
+    lines = [ln for ln in quill.run("status").stdout.splitlines() if ln.startswith("job ")]
+    assert [ln.split()[1] for ln in lines] == ["wal_checkpoint", "snapshot"], lines
+    assert "(5 of the last 6 runs)" in lines[0] and lines[1] == lines[1].rstrip()

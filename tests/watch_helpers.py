@@ -3,6 +3,7 @@ writers as real processes, a data dir whose watcher follows temp folders, the st
 
 from __future__ import annotations
 
+import copy
 import json
 import sqlite3
 import subprocess
@@ -119,3 +120,65 @@ def row_diff(got: list[tuple], expected: list[tuple]) -> list[str]:
     a, b = Counter(got), Counter(expected)
     out = [f"+ {r[:3]} {r[3][:60]!r} {r[4]}" for r in (a - b).elements()]
     return out + [f"- {r[:3]} {r[3][:60]!r} {r[4]}" for r in (b - a).elements()]
+
+
+_COLUMNS = (
+    "session_id, ext_id, role, coalesce(content, ''), parts, tool_calls, tool_call_id, "
+    "tool_name, reasoning, finish_reason, {ts}, extra, state"
+)
+
+
+def stored_full(home: Path, *, ts: bool = True) -> dict[str, list]:
+    """Every stored message (all columns a copy can change, and its state), session and usage
+    row of ``home``'s store, sorted (multisets). ``ts`` False leaves out message and start
+    times (a format without them is stored at its arrival, which differs between stores)."""
+    conn = sqlite3.connect(f"file:{home / 'state.db'}?mode=ro", uri=True)
+    try:
+        cols = _COLUMNS.format(ts="ts" if ts else "NULL")
+        return {
+            "messages": sorted(map(tuple, conn.execute(f"SELECT {cols} FROM messages"))),
+            "sessions": sorted(
+                conn.execute(
+                    f"SELECT id, title, model, {'started_at' if ts else 'NULL'}, parent_id, "
+                    "parent_kind, meta FROM sessions"
+                )
+            ),
+            "usage": sorted(
+                conn.execute(
+                    "SELECT session_id, response_id, input_tokens, output_tokens FROM usage"
+                )
+            ),
+        }
+    finally:
+        conn.close()
+
+
+def same_stores(got: dict, want: dict) -> None:
+    """Assert two ``stored_full`` results are equal, kind by kind (messages first), naming a
+    few rows stored that should not be and rows expected that are not."""
+    for kind in ("messages", "usage", "sessions"):
+        extra = sorted(set(got[kind]) - set(want[kind]))
+        missing = sorted(set(want[kind]) - set(got[kind]))
+        assert got[kind] == want[kind], f"{kind}: stored {extra[:3]}, expected {missing[:3]}"
+
+
+def gemini_json_rewrites(src: Path, path: Path) -> list[tuple[str, Path, bytes]]:
+    """The session document ``src`` written to ``path`` as Gemini CLI writes its ``.json``
+    sessions, rewritten in place: each model turn first with no tool calls and no tokens,
+    then its calls ``executing`` (no result) with its tokens, then whole."""
+    doc = json.loads(src.read_text())
+    out = []
+    for i, entry in enumerate(doc["messages"]):
+        before = doc["messages"][:i]
+        if entry["type"] == "gemini" and entry.get("toolCalls"):
+            bare = {k: v for k, v in entry.items() if k not in ("toolCalls", "tokens")}
+            running = copy.deepcopy(entry)
+            for call in running["toolCalls"]:
+                call["status"] = "executing"
+                for key in ("result", "resultDisplay"):
+                    call.pop(key, None)
+            for partial in (bare, running):
+                data = json.dumps({**doc, "messages": [*before, partial]}).encode()
+                out.append(("rewrite", path, data))
+        out.append(("rewrite", path, json.dumps({**doc, "messages": before + [entry]}).encode()))
+    return out

@@ -35,7 +35,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy.engine import URL
 
 from quill.home import RunDir, Settings
-from quill.jobs import catalog
+from quill.jobs import catalog, triggers
 from quill.jobs import schedule as schedule_db
 from quill.jobs.errors import QueueUnavailableError
 from quill.jobs.jobstore import HeldJobStore
@@ -239,7 +239,8 @@ def _describe(jobs: list[Any]) -> list[dict[str, Any]]:
         {
             "id": j.id,
             "job": j.name,
-            "trigger": str(j.trigger),
+            "trigger": triggers.describe(j.trigger),
+            **triggers.as_json(j.trigger),
             "next_run": j.next_run_time.isoformat() if j.next_run_time else None,
         }
         for j in jobs

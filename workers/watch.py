@@ -3,9 +3,10 @@ grown or rewritten file to an ingest callable (the spool import, composed by the
 role's entry in ``ops/worker_main.py``: this layer may not import the importers).
 
 * Roots: ``Settings.watch_paths`` (docs/configuration.md, ``[watch]``). Files under them
-  ending in ``WATCHED_SUFFIXES`` are followed; names starting with ``.`` (editors' and
-  atomic writers' temp files) are not. A root that does not exist yet is watched once it
-  does (checked at every rescan).
+  ending in ``WATCHED_SUFFIXES`` (JSON, JSON lines, SWE-agent's ``.traj``) are followed;
+  names starting with ``.`` (editors' and atomic writers' temp files) are not, but for
+  ``WATCHED_NAMES`` (Aider's ``.aider.chat.history.md``). A root that does not exist yet
+  is watched once it does (checked at every rescan).
 * Events come from ``watchfiles`` (inotify/FSEvents); a full rescan every
   ``watch_rescan_s`` seconds (and one at start) catches what the OS dropped or what changed
   while no watcher ran.
@@ -22,8 +23,10 @@ role's entry in ``ops/worker_main.py``: this layer may not import the importers)
   at the path and imports the new version as *rewritten*.
 * Exactly once: the importers need a whole file's context (message trees, session headers,
   last-copy-wins records), so a due file is imported whole, and what makes that cheap and
-  exact is the import path's own rule: messages the store already holds are not spooled, and
-  every batch id is derived from content, and the writer skips producer ids a session holds.
+  exact is the import path's own rule: messages the store already holds are not spooled
+  (unless held in an older copy: a record the agent wrote again, whose last copy wins and
+  rewrites the held row, ``store/apply/revise.py``), every batch id is derived from content,
+  and the writer skips producer ids a session holds in the same copy.
   A file is read only up to its mark's size: the importers read a file more than once
   (sniffing, structure, content), and every pass must see the same records while it grows.
   The mark is taken *before* the import reads the file and saved (fsync'd) only after the

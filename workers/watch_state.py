@@ -14,7 +14,11 @@ from typing import Any, NamedTuple
 
 from quill.home import Settings, is_exhaustion
 
-WATCHED_SUFFIXES = (".jsonl", ".json")
+WATCHED_SUFFIXES = (".jsonl", ".json", ".traj")
+#: Hidden names that are transcripts: Aider keeps its chat history in the repository it ran
+#: in as ``.aider.chat.history.md`` (every other hidden name is an editor's or atomic
+#: writer's temp file).
+WATCHED_NAMES = frozenset({".aider.chat.history.md"})
 #: Bytes of a file's start hashed into its mark: a rewrite that changes the opening (a new
 #: session in the same path) is told from growth even when the size grew.
 HEAD_BYTES = 4096
@@ -125,8 +129,11 @@ class WatchState:
 
 
 def watched(path: str | Path) -> bool:
-    """Whether a file name is one the watcher follows (suffix, not hidden)."""
+    """Whether a file name is one the watcher follows: a ``WATCHED_SUFFIXES`` name that is
+    not hidden, or one of ``WATCHED_NAMES``."""
     name = os.path.basename(path)
+    if name in WATCHED_NAMES:
+        return True
     return name.endswith(WATCHED_SUFFIXES) and not name.startswith(".")
 
 

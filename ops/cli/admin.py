@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from quill.jobs.queues import run_recorded
+from quill.ops import human
 from quill.ops.cli import render
 from quill.ops.cli.base import emit_json, json_option
 from quill.ops.client.errors import InvalidInputError
@@ -91,7 +92,8 @@ def recover(cfg: Any, accept_loss: bool, as_json: bool) -> None:
         click.echo(
             f"recovered from {result['snapshot'] or 'an empty store'} + spool "
             f"{result['from']} → {result['to']}: "
-            f"{result['applied']} batch(es) replayed, {result['rows']} message rows; swapped in by "
+            f"{human.count(result['applied'], 'batch', 'batches')} replayed, "
+            f"{human.count(result['rows'], 'message row')}; swapped in by "
             f"{result['swapped_by']}"
             + (f"; old files in {result['evidence']}" if result.get("evidence") else "")
         )
@@ -112,8 +114,9 @@ def _recover_postgres(cfg: Any, as_json: bool) -> None:
         click.echo(
             f"replayed spool {result['spool_id']} into the PostgreSQL store "
             f"{result['from']} → {result['to']}"
-            f" by the {result['replayed_by']}: {result['applied']} batch(es), "
-            f"{result['rows']} message rows"
+            f" by the {result['replayed_by']}: "
+            f"{human.count(result['applied'], 'batch', 'batches')}, "
+            f"{human.count(result['rows'], 'message row')}"
         )
 
 

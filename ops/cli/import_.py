@@ -24,9 +24,9 @@ from quill.spool import Spool, SpoolError
 @json_option
 @click.pass_context
 def import_(ctx: click.Context, paths: tuple[Path, ...], as_json: bool) -> None:
-    """Import transcript files or folders (Claude Code, Codex, Gemini CLI, ShareGPT/Hermes,
-    OpenAI chat, OpenHands, SWE-agent, aider chat history; docs/importers.md) and Quill's own
-    exports (`quill export`).
+    """Import transcript files or folders (Claude Code, Codex, Gemini CLI, GitHub Copilot CLI,
+    opencode exports, ShareGPT/Hermes, OpenAI chat, OpenHands, SWE-agent, aider chat history;
+    docs/importers.md) and Quill's own exports (`quill export`).
 
     The format is detected per file. Re-importing is cheap and safe: only messages the store
     does not hold yet are spooled ("0 new" otherwise). Bad lines are reported (file, line,

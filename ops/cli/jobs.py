@@ -14,8 +14,9 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from quill.jobs import catalog
+from quill.jobs import catalog, triggers
 from quill.jobs.queues import build_for
+from quill.ops import human
 from quill.ops.cli import render
 from quill.ops.cli.base import emit_json, json_option
 from quill.ops.client.errors import Exit, WaitTimeoutError
@@ -38,15 +39,12 @@ def default_of(spec: Any) -> dict[str, Any] | None:
 
 
 def describe_default(default: dict[str, Any] | None) -> str:
-    """``{"trigger": "interval", "minutes": 5}`` → ``every 5 minutes``; cron fields as given."""
+    """``{"trigger": "interval", "minutes": 5}`` → ``every 5 minutes``; a cron default as its
+    crontab fields (``cron 30 3 * * *``); ``on demand`` for None (``jobs.triggers``)."""
     if default is None:
         return "on demand"
     args = {k: v for k, v in default.items() if k != "trigger"}
-    if default["trigger"] == "interval":  # "every 1 hour", "every 5 minutes"
-        return "every " + " ".join(
-            f"{v} {k[:-1] if v == 1 and k.endswith('s') else k}" for k, v in args.items()
-        )
-    return f"{default['trigger']} " + " ".join(f"{k}={v}" for k, v in args.items())
+    return triggers.describe_args(default["trigger"], args)
 
 
 @click.group()
@@ -197,6 +195,6 @@ def jobs_history(cfg: Any, job: str | None, limit: int, as_json: bool) -> None:
             render.when(r["started_at"]),
             took,
             r["outcome"] or "",
-            escape(str(r["error"] or r["figures"])),
+            escape(r["error"] or human.figures(r["figures"])),
         )
     render.console().print(table)

@@ -175,6 +175,7 @@ def run(
         for (op, _, _), a in zip(ops, acks)
     ]
     code = Exit.OK
+    waited: float | None = None  # seconds the wait took, once every batch was dealt with
     if wait_s is not None:
         from quill.ops.client.wait import outcomes, wait_applied
         from quill.spool import WaitTimeoutError
@@ -195,8 +196,6 @@ def run(
             for r, o in zip(result, outcomes(cfg, cfg.spool_dir, acks)):
                 r.update(o)
             code = Exit.FAILED if any(r["outcome"] != "applied" for r in result) else Exit.OK
-            if not as_json:
-                echo(f"dealt with after {waited:.3f} s")
     if as_json:
         emit_json(result)
     else:
@@ -207,4 +206,6 @@ def run(
                 else ""
             )
             echo(f"{r['op']:<16} batch {r['batch']}  at {r['position']}{extra}")
+        if waited is not None:  # after the outcomes it measures
+            echo(f"the writer dealt with them {waited:.3f} s into the wait")
     return int(code)

@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from quill.ops import human
 from quill.ops.cli import render
 from quill.ops.cli.base import emit_json, json_option
 from quill.ops.cli.params import EPOCH, UTF8, YESNO
@@ -16,6 +17,7 @@ from quill.ops.client.stores import open_reader, where
 from quill.store.apply.normalize import ROLES
 from quill.store.errors import CantOpenError
 from quill.store.factory import capabilities
+from quill.store.read.listing import cursor_of
 from quill.store.read.reader import Reader
 from quill.store.search import run as search_mod
 from quill.store.search.group import PER_SESSION
@@ -44,7 +46,7 @@ def _note_no_store(cfg: Any) -> None:
 
 @click.group()
 def sessions() -> None:
-    """List and show sessions."""
+    """List, show, export and delete sessions; the one to resume; orphans."""
 
 
 def _tristate(value: str | None) -> bool | None:
@@ -75,6 +77,11 @@ def _tristate(value: str | None) -> bool | None:
     help="--tips (default): one row per compression chain, its tip, no subagent runs; "
     "--chains: every session.",
 )
+@click.option(
+    "--after",
+    metavar="CURSOR",
+    help="The next page: the cursor the previous page's note gave (rows after its last one).",
+)
 @json_option
 @click.pass_obj
 def sessions_list(
@@ -89,14 +96,16 @@ def sessions_list(
     pinned: str | None,
     hidden: str | None,
     all_chain: bool,
+    after: str | None,
     as_json: bool,
 ) -> None:
-    """Sessions, most recently active first."""
+    """Sessions, most recently active first, a page of --limit at a time (--after CURSOR: the
+    next page; a note on stderr gives its cursor)."""
     _note_no_store(cfg)
-    # One row past the limit tells whether more match, so the human output can say so.
+    # One row past the limit tells whether more match, so a note can give the next page.
     rows = Client(config_=cfg).sessions(
         source=source,
-        limit=limit + (not as_json),
+        limit=limit + 1,
         include_hidden=include_hidden,
         title_contains=title_contains,
         since=since,
@@ -105,20 +114,20 @@ def sessions_list(
         pinned=_tristate(pinned),
         hidden=_tristate(hidden),
         chains=all_chain,
+        after=after,
     )
     more = len(rows) > limit
     del rows[limit:]
     if as_json:
         emit_json(rows)
     else:
-        con = render.console()
-        render.print_sessions(con, rows)
-        if more:
-            click.echo(
-                f"quill: more sessions match; showing the {limit} most recently active "
-                "(--limit N shows more)",
-                err=True,
-            )
+        render.print_sessions(render.console(), rows)
+    if more:
+        click.echo(
+            f"quill: more sessions match; showing {limit}; the next page: "
+            f"--after {cursor_of(rows[-1])} (or --limit N)",
+            err=True,
+        )
 
 
 @sessions.command(name="show")
@@ -201,8 +210,10 @@ def sessions_export(ctx: click.Context, session_id: str) -> None:
     type=click.Choice(["newest", "relevance"]),
     default="newest",
     show_default=True,
-    help="relevance: ranked over the newest 1,000 matches "
-    "(word queries; BM25 on SQLite, ts_rank on PostgreSQL).",
+    help="newest: the most recently stored first (the order messages reached the store, "
+    "not their own timestamps: an import of old sessions lands on top); relevance: ranked "
+    "over the 1,000 most recently stored matches (word queries; BM25 on SQLite, ts_rank on "
+    "PostgreSQL).",
 )
 @click.option(
     "--per-session",
@@ -214,8 +225,8 @@ def sessions_export(ctx: click.Context, session_id: str) -> None:
 @json_option
 @click.pass_obj
 def search(cfg: Any, query: str, kinds: tuple[str, ...], as_json: bool, **params: Any) -> None:
-    """Full-text search over messages, newest first (or --order relevance). Any text is a valid
-    query.
+    """Full-text search over messages, most recently stored first (or --order relevance). Any
+    text is a valid query.
 
     Message text, tool calls (names and arguments) and reasoning are searched (--kind picks).
     At most --per-session hits come from one session; the matches are counted (up to 1,000)
@@ -247,7 +258,8 @@ def search(cfg: Any, query: str, kinds: tuple[str, ...], as_json: bool, **params
         )
     elif health["degraded"]:
         click.echo(
-            f"quill: search is degraded: {health['fts_pending']} messages are not yet indexed "
+            "quill: search is degraded: "
+            f"{human.count(health['fts_pending'], 'message')} not yet indexed "
             f"(the index is being refilled); only the newest {search_mod.TAIL_MAX_ROWS} of them "
             "are searched",
             err=True,
@@ -259,7 +271,11 @@ def search(cfg: Any, query: str, kinds: tuple[str, ...], as_json: bool, **params
         if result["more"]:
             click.echo(
                 "quill: more messages match; showing the "
-                f"{'best' if params['order'] == 'relevance' else 'newest'} {len(hits)}"
+                + (
+                    f"best {len(hits)}"
+                    if params["order"] == "relevance"
+                    else f"{len(hits)} most recently stored"
+                )
                 + (
                     f", at most {result['per_session']} per session"
                     if result["per_session"]

@@ -170,9 +170,9 @@ def print_search(
     a line per session whose matches were not all shown."""
     if result is not None:
         total = f"{result['total']}{'' if result['total_exact'] else '+'}"
-        title = f"{len(hits)} of {total} hit(s) for {query!r}"
+        title = f"{len(hits)} of {total} hit(s) for “{query}”"
     else:
-        title = f"{'first ' if more else ''}{len(hits)} hit(s) for {query!r}"
+        title = f"{'first ' if more else ''}{len(hits)} hit(s) for “{query}”"
     _print_hits(con, hits, title)
     if result is None:
         return
@@ -240,7 +240,8 @@ def transcript(
 ) -> list[Any]:
     """Renderables for a readable transcript: roles, text, tool calls and tool results.
     ``total``: how many messages the view holds when ``messages`` is only its last ones."""
-    title = f"  title={session['title']!r}" if session.get("title") else ""  # no empty "title="
+    # Quoted as typed (as the search title), never a Python repr; no empty "title=".
+    title = f"  title=“{session['title']}”" if session.get("title") else ""
     count = (
         f"messages={len(messages)}"
         if total is None

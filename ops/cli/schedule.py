@@ -5,17 +5,17 @@ Its own module so that ``quill jobs …`` does not import APScheduler and SQLAlc
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from typing import Any
 
 import click
 from apscheduler.jobstores.base import JobLookupError
-from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 from rich.markup import escape
 from rich.table import Table
 
-from quill.jobs import catalog
+from quill.jobs import catalog, triggers
 from quill.jobs import schedule as schedule_db
 from quill.ops.cli import render
 from quill.ops.cli.base import emit_json, json_option
@@ -48,7 +48,9 @@ def schedule_list(cfg: Any, as_json: bool) -> None:
         table.add_column(col)
     for r in rows:
         table.add_row(
-            escape(r["id"]), escape(r["trigger"]), r["next_run"] or "[yellow]paused[/yellow]"
+            escape(r["id"]),
+            escape(r["trigger"]),
+            _when(r["next_run"], zone="") if r["next_run"] else "[yellow]paused[/yellow]",
         )
     render.console().print(table)
 
@@ -70,7 +72,7 @@ def _trigger(every: str | None, cron: str | None) -> Any:
             )
         return IntervalTrigger(**{_UNITS[m.group(2)]: int(m.group(1))}, timezone="UTC")
     try:
-        return CronTrigger.from_crontab(cron, timezone="UTC")
+        return triggers.crontab(cron)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--cron") from None
 
@@ -78,7 +80,11 @@ def _trigger(every: str | None, cron: str | None) -> Any:
 @schedule.command(name="add")
 @click.argument("job")
 @click.option("--every", help="Interval: 30s, 10m, 6h, 1d.")
-@click.option("--cron", help="Crontab expression, UTC: '30 3 * * *'.")
+@click.option(
+    "--cron",
+    help="Crontab expression, UTC, days of the week as crontab numbers them (0 or 7: "
+    "Sunday) or named: '30 3 * * *', '0 4 * * sun'.",
+)
 @click.option(
     "--id", "schedule_id", help="Schedule id (default: the job name; replaces that schedule)."
 )
@@ -108,9 +114,10 @@ def schedule_add(
         result = {
             "id": added.id,
             "job": job,
-            "trigger": str(added.trigger),
-            "next_run": str(added.next_run_time) if added.next_run_time else None,
-            "replaced": str(replaced.trigger) if replaced else None,
+            "trigger": triggers.describe(added.trigger),
+            **triggers.as_json(added.trigger),
+            "next_run": added.next_run_time.isoformat() if added.next_run_time else None,
+            "replaced": triggers.describe(replaced.trigger) if replaced else None,
             "replaces_default": bool(default and default.trigger),
         }
     if as_json:
@@ -124,8 +131,15 @@ def schedule_add(
             err=True,
         )
     elif replaced:
-        click.echo(f"{sid}: replaces the schedule {replaced.trigger}", err=True)
-    click.echo(f"{added.id}: {added.trigger}; next run {added.next_run_time}")
+        click.echo(f"{sid}: replaces the schedule {result['replaced']}", err=True)
+    nxt = _when(result["next_run"]) if result["next_run"] else "none (paused)"
+    click.echo(f"{added.id}: {result['trigger']}; next run {nxt}")
+
+
+def _when(iso: str, zone: str = " UTC") -> str:
+    """An ISO time (``next_run``) as the listings show times: ``YYYY-MM-DD HH:MM`` UTC, then
+    ``zone`` (empty where a column header says UTC)."""
+    return dt.datetime.fromisoformat(iso).astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M") + zone
 
 
 def _modify(ctx: click.Context, schedule_id: str, action: str, as_json: bool) -> None:

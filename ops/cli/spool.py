@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from quill.home import RunDir
+from quill.ops import human
 from quill.ops.cli import render
 from quill.ops.cli.base import emit_json, json_option
 from quill.ops.client.errors import Exit, InvalidInputError, busy_with
@@ -192,7 +193,7 @@ def spool_replay(ctx: click.Context, from_: str | None, into: Path | None, as_js
             f"replayed {result['from']} → {result['to']} into {target}: "
             f"{result['applied']} applied, "
             f"{result['duplicates']} already there, {result['rejected']} quarantined, "
-            f"{result['rows']} message rows, {result['seconds']} s"
+            f"{human.count(result['rows'], 'message row')}, {result['seconds']} s"
         )
         if result["rejected"]:
             click.echo(

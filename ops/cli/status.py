@@ -10,6 +10,7 @@ from rich import filesize
 from rich.markup import escape
 
 from quill.home import WriterStatus
+from quill.ops import human
 from quill.ops.cli import render
 from quill.ops.cli.base import emit_json, json_option
 from quill.ops.client.errors import Exit
@@ -21,7 +22,7 @@ from quill.spool.torn import TORN_SUMMARY
 @json_option
 @click.pass_context
 def status(ctx: click.Context, as_json: bool) -> None:
-    """Fleet, store, spool and job health at a glance (``--json``: the same figures /metrics
+    """Fleet, store, spool and job health at a glance (--json: the same figures /metrics
     exports)."""
     data = health.collect(ctx.obj)
     if as_json:
@@ -159,7 +160,7 @@ def _print_status(d: dict[str, Any]) -> None:
         _print_pg_store(con, s)
     elif s:
         con.print(
-            f"store    {s['sessions']} sessions, {s['messages']} messages; cursor {s['cursor']}; "
+            f"store    {human.store_counts(s)}; cursor {s['cursor']}; "
             f"FTS pending {s['fts_pending']}, index {s.get('fts_state', 'ok')}"
         )
     else:
@@ -196,11 +197,29 @@ def _print_status(d: dict[str, Any]) -> None:
     _print_watch(con, d["watch"], fleet["running"])
     for o in d["overdue"]:
         con.print(f"[yellow]overdue  {o['job']}: {_t(o['reason'])}[/yellow]")
-    for run in d["jobs"][:5]:
-        con.print(
-            f"job      {run['job']:<15} {run['outcome']:<6} {render.when(run['started_at'])} "
+    _print_jobs(con, d["jobs"])
+
+
+#: Jobs ``quill status`` names (the latest run of each; ``quill jobs history`` lists runs).
+STATUS_JOBS = 5
+
+
+def _print_jobs(con: Any, runs: list[dict[str, Any]]) -> None:
+    """One line per job for the latest of its ``runs`` (newest first), at most
+    ``STATUS_JOBS``: a job run often (a WAL checkpoint after each large import chunk) does
+    not push the others off the screen; how many of ``runs`` were its own is said."""
+    latest: dict[str, dict[str, Any]] = {}
+    count: dict[str, int] = {}
+    for run in runs:
+        latest.setdefault(run["job"], run)
+        count[run["job"]] = count.get(run["job"], 0) + 1
+    for job, run in list(latest.items())[:STATUS_JOBS]:
+        tail = f" ({count[job]} of the last {len(runs)} runs)" if count[job] > 1 else ""
+        line = (
+            f"job      {job:<15} {run['outcome']:<6} {render.when(run['started_at'])}{tail} "
             f"{_t(run.get('error') or '')}"
         )
+        con.print(line.rstrip())
 
 
 def _print_watch(con: Any, w: dict[str, Any], running: bool) -> None:
@@ -242,7 +261,7 @@ def _print_pg_store(con: Any, s: dict[str, Any]) -> None:
     pg = s["postgres"]
     con.print(f"store    PostgreSQL {pg['server_version']} at {_t(pg['url'])}")
     con.print(
-        f"         {s['sessions']} sessions, {s['messages']} messages; "
+        f"         {human.store_counts(s)}; "
         f"store {filesize.decimal(pg['size_bytes'])}, "
         f"database {filesize.decimal(pg['database_bytes'])}; this host's cursor {s['cursor']}"
     )

@@ -17,7 +17,8 @@ of its kind, so ``quill.Client`` users and ``quill`` command users see the same 
     │                                       nothing was queued; the spool is applied as ever
     ├── ScheduleUnreadableError     exit 1  ``schedule.db`` is damaged, locked or unreadable:
     │                                       no schedule was read or changed
-    └── StorageError                exit 1  other I/O / permission / unreadable data dir
+    └── StorageError                exit 1  other I/O / permission / unreadable data dir, or a
+                                            store database that does not exist (`createdb`)
 
 Classification is by the type of the lower layer's exception (``quill.spool`` and
 ``quill.store`` trees, ``OSError``), never by message text (``from_exception``). The lower
@@ -292,6 +293,12 @@ def from_exception(exc: BaseException) -> QuillError | None:
         if isinstance(exc, store_errors.InvalidOpError):
             return InvalidInputError(
                 text, reason=exc.reason, hint="fix the op or message; nothing was appended"
+            )
+        if isinstance(exc, store_errors.DatabaseMissingError):
+            return StorageError(
+                text,
+                hint="run the createdb command above (or CREATE DATABASE as its owner), or fix "
+                "[store] url in config.toml; a running fleet applies the spool once it exists",
             )
         if isinstance(exc, store_errors.TransientError):
             return StoreBusyError(text)

@@ -72,13 +72,15 @@ class Search:
     """``search`` and ``search_results``; needs ``Reads._reader``."""
 
     def search(self, query: str, **params: Any) -> list[dict[str, Any]]:
-        """Full-text search, newest first: the hit list of ``search_results`` (hits with
+        """Full-text search, most recently stored first (the order messages reached the store,
+        not their own ``ts``): the hit list of ``search_results`` (hits with
         their neighbouring messages as context; ``context=False`` leaves it out), with no
         per-session cap unless ``per_session`` is given and no total. Any text is a valid
         query. Empty before the store exists. When the index is being rebuilt after damage,
         results come from a bounded scan (``search_health()`` says so). ``kinds`` limits where
         to look: ``text``, ``tool`` (call names and arguments), ``reasoning`` (default: all).
-        ``order="relevance"`` ranks word queries over the newest 1,000 matches (BM25 on SQLite,
+        ``order="relevance"`` ranks word queries over the 1,000 most recently stored matches
+        (BM25 on SQLite,
         ``store/search/rank.py``; ``ts_rank`` on PostgreSQL); raises ``InvalidInputError`` for
         another order, or for a query or store it cannot rank. Parameters: ``SearchParams``."""
         return self._search(query, _params(params), page=False)["hits"]

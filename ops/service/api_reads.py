@@ -201,8 +201,10 @@ def search(
     c: Client = Depends(client),
     params: SearchQuery = Depends(),
 ) -> dict[str, Any]:
-    """Full-text search (``quill.Client.search_results``, as ``quill search --json``), newest
-    first, or with ``order=relevance`` ranked over the newest 1,000 matches (BM25 on SQLite,
+    """Full-text search (``quill.Client.search_results``, as ``quill search --json``), most
+    recently stored first (``order=newest``: the order messages reached the store, not their
+    own timestamps), or with ``order=relevance`` ranked over the 1,000 most recently stored
+    matches (BM25 on SQLite,
     ``ts_rank`` on PostgreSQL; a query that is not a word query — substring, CJK — is 422
     ``invalid-request``). Any text is a valid query; ``kind`` (repeatable) limits where to
     look; ``context=true`` adds each hit's neighbouring messages. At most ``per_session``

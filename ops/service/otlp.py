@@ -160,9 +160,14 @@ def _refusal(group: otlp_map.SpanOps, client: Any, checked: dict[str, set[str]])
     for op, data, batch in group.ops:
         if op == "messages.append":
             held = checked.get(data["session_id"], set())
-            data = {**data, "messages": [m for m in data["messages"] if m["id"] not in held]}
-            if not data["messages"]:
+            kept = [i for i, m in enumerate(data["messages"]) if m["id"] not in held]
+            if not kept:
                 continue
+            data = {
+                **data,
+                "messages": [data["messages"][i] for i in kept],
+                "order_keys": [data["order_keys"][i] for i in kept],
+            }
             passed.append(data)
         try:
             batch = batch or otlp_map.placeholder_batch(group.span, op)

@@ -21,6 +21,12 @@ and the ops each one makes (docs/importers.md, "OpenTelemetry GenAI traces").
   mean (``otlp_openinference``).
 * Spans with no ``gen_ai.*`` attribute or event are not GenAI: ignored and counted.
 
+Order: each message an append carries is keyed ``[span start µs, Span.tie, index in the
+span]`` (``order_keys``), and the store keeps every message at the earliest key and time any
+span gives it (store/apply/placed.py), so the spans of a conversation give the same
+transcript in any order and grouping into requests; an export's spans are taken in key
+order, so one request stores what the keys say.
+
 Every op's batch id is derived from the trace id, span id and a digest of the op, so a
 retried export is a duplicate the store skips, and the same span in another batching (after
 ``collapse``) never reuses a batch id with other content.
@@ -30,6 +36,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,6 +86,19 @@ class Span:
         )
 
     @property
+    def tie(self) -> int:
+        """The span's tie-break between spans that start in the same microsecond: the top 63
+        bits of BLAKE2b-64 of ``<trace>:<span>``."""
+        digest = hashlib.blake2b(f"{self.trace}:{self.span}".encode(), digest_size=8).digest()
+        return int.from_bytes(digest, "big") >> 1
+
+    def order_key(self, index: int) -> list[int] | None:
+        """The order key (``store.apply.order``) of the ``index``-th message this span
+        delivers: ``[start in µs, tie, index]``; None for a span without a start time (its
+        messages then take their op's own key)."""
+        return [self.start_ns // 1000, self.tie, index] if self.start_ns else None
+
+    @property
     def session_id(self) -> str:
         for source in (self.attrs, self.resource):
             for key in ("gen_ai.conversation.id", "session.id"):
@@ -96,7 +116,8 @@ class SpanOps:
 
 
 def spans_of(request: Any) -> list[Span]:
-    """Every span of an ``ExportTraceServiceRequest``, decoded, in start order (then ids)."""
+    """Every span of an ``ExportTraceServiceRequest``, decoded, in start order (µs, then
+    ``Span.tie``)."""
     out = []
     for rs in request.resource_spans:
         resource = gm.attributes(rs.resource.attributes)
@@ -115,7 +136,9 @@ def spans_of(request: Any) -> list[Span]:
                         resource=resource,
                     )
                 )
-    return sorted(out, key=lambda s: (s.start_ns, s.trace, s.span))
+    # The order keys' order (start µs, tie): the order one request stores spans in is the
+    # order their messages' keys give in any other split of the spans into requests.
+    return sorted(out, key=lambda s: (s.start_ns // 1000, s.tie, s.start_ns))
 
 
 def batch_id(span: Span, op: str, data: dict[str, Any]) -> str:
@@ -173,7 +196,9 @@ def _chat(span: Span, chains: dict | None) -> list[Op]:
     if not inputs and not outputs:
         inputs, outputs = gm.event_messages(span.events)
     sid = span.session_id
-    create: dict[str, Any] = {"session_id": sid, "source": SOURCE}
+    # A chat span's instructions and tools hold for the whole conversation it carries: in
+    # force from the start even when a tool span's result arrived first (store/apply/context).
+    create: dict[str, Any] = {"session_id": sid, "source": SOURCE, "context_from_start": True}
     model = _text_attr(span, "gen_ai.request.model", "gen_ai.response.model")
     prompt = gm.instructions(span.attrs.get("gen_ai.system_instructions"))
     if model:
@@ -193,8 +218,9 @@ def _chat(span: Span, chains: dict | None) -> list[Op]:
 def _stamp_outputs(span: Span, inputs: list, outputs: list, chains: dict | None) -> list:
     """The span's messages with the span's times: those made from its inputs carry its start
     (they were sent before the call began; the arrival of a late export is no time of theirs),
-    those made from its outputs its end. A message already stored from an earlier span keeps
-    its first time (the store keeps the first of a message id)."""
+    those made from its outputs its end. A message delivered by several spans keeps the
+    earliest time any of them gives it (``collapse`` within a request, the store across
+    requests: store/apply/placed.py)."""
     everything, carried = gm.conversation(inputs + outputs, len(inputs), chains, span.session_id)
     for i, m in enumerate(everything):
         if i >= carried and span.end_ns:
@@ -206,8 +232,13 @@ def _stamp_outputs(span: Span, inputs: list, outputs: list, chains: dict | None)
 
 def _append(span: Span, sid: str, messages: list[dict[str, Any]]) -> Op:
     """A ``messages.append`` without its batch id (None): ``collapse`` names the append it
-    becomes (a span's carries its whole history; most of it is left out)."""
-    return ("messages.append", {"session_id": sid, "source": SOURCE, "messages": messages}, None)
+    becomes (a span's carries its whole history; most of it is left out). Each message is
+    keyed by the span's start and its index in the span (``Span.order_key``): the store puts
+    a message at the earliest place and time any delivery gives it (store/apply/placed.py),
+    so spans delivered in any order and grouping give the transcript of one request."""
+    keys = [span.order_key(i) for i in range(len(messages))]
+    data = {"session_id": sid, "source": SOURCE, "messages": messages, "order_keys": keys}
+    return ("messages.append", data, None)
 
 
 def _tool(span: Span) -> list[Op]:
@@ -266,16 +297,18 @@ def collapse(groups: list[SpanOps], max_bytes: int) -> list[Op]:
     """The ops of accepted spans, in order, with what one request repeats taken out (the
     store would skip it; fewer ops are fewer fsyncs before the ack):
 
-    * a message already carried by an earlier span of the same session is left out;
+    * a message already carried by an earlier span of the same session is left out (its
+      first copy takes the earlier of their times and a finish reason it lacks, as the
+      store would; spans come in key order, so the first copy has the earliest key);
     * a ``session.create`` equal to the session's previous one in the request is dropped
       (it would fill nothing);
     * appends to one session with no ``session.create`` of it between them (a system prompt
-      in force from a point on) are merged, up to ``max_bytes`` of message JSON.
+      in force from a point on) are merged, up to ``max_bytes`` of message and key JSON.
 
     A changed op gets the batch id of its new content: the same export gives the same ops
     again (a retry is a duplicate), another batching other ids whose messages the store skips.
     """
-    seen: dict[str, set[str]] = {}
+    seen: dict[str, dict[str, dict]] = {}  # session -> message id -> its first copy
     creates: dict[str, dict[str, Any]] = {}
     merging: dict[str, tuple[int, int]] = {}  # session -> (index in out, message bytes)
     out: list[Op] = []
@@ -292,19 +325,32 @@ def collapse(groups: list[SpanOps], max_bytes: int) -> list[Op]:
             if op != "messages.append":
                 out.append((op, data, batch))
                 continue
-            held = seen.setdefault(sid, set())
-            fresh = [m for m in data["messages"] if m["id"] not in held]
+            held = seen.setdefault(sid, {})
+            fresh, keys = [], []
+            for m, key in zip(data["messages"], data["order_keys"]):
+                first = held.get(m["id"])
+                if first is None:
+                    held[m["id"]] = m
+                    fresh.append(m)
+                    keys.append(key)
+                else:  # the store's rules (store/apply/placed.py): the earliest time, and
+                    # a finish reason (an output's; its repeat as an input has none)
+                    if m.get("timestamp", math.inf) < first.get("timestamp", math.inf):
+                        first["timestamp"] = m["timestamp"]
+                    if "finish_reason" in m and "finish_reason" not in first:
+                        first["finish_reason"] = m["finish_reason"]
             if not fresh:
                 continue
-            held.update(m["id"] for m in fresh)
-            size = sum(len(json.dumps(m)) for m in fresh)
+            size = sum(len(json.dumps(m)) + len(json.dumps(k)) for m, k in zip(fresh, keys))
             at, had = merging.get(sid, (-1, 0))
             if at >= 0 and had + size <= max_bytes:
                 out[at][1]["messages"].extend(fresh)
+                out[at][1]["order_keys"].extend(keys)
                 merging[sid] = (at, had + size)
             else:
                 merging[sid] = (len(out), size)
-                out.append((op, {"session_id": sid, "source": SOURCE, "messages": fresh}, None))
+                merged = {"session_id": sid, "source": SOURCE, "messages": fresh}
+                out.append((op, {**merged, "order_keys": keys}, None))
             by[merging[sid][0]] = group.span
     # Batch ids once every merge is done: hashing a merged list at each merge was quadratic.
     return [

@@ -17,6 +17,7 @@ from typing import Any
 import apsw
 
 from quill.home import RunDir, Settings, WriterStatus
+from quill.ops import human
 from quill.ops.client.stores import where
 from quill.ops.purge.procedure import interrupted as interrupted_purge
 from quill.ops.status import guard, health
@@ -36,6 +37,14 @@ def _version(text: str) -> tuple[int, ...]:
 
 def _when(ts: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts))
+
+
+def _pending(pending: dict[str, int] | None) -> str:
+    """Tasks waiting per queue as text: ``store 1, worker 0 pending``; ``pending unknown``
+    when they could not be counted (never ``None pending`` or a dict's repr)."""
+    if pending is None:
+        return "pending unknown"
+    return ", ".join(f"{q} {n}" for q, n in pending.items()) + " pending"
 
 
 def _check(name: str, ok: bool, detail: str, *, warn_only: bool = False) -> dict[str, Any]:
@@ -111,8 +120,7 @@ def run_checks(cfg: Settings) -> list[dict[str, Any]]:
                 _check(
                     "store",
                     True,
-                    f"{figures['sessions']} sessions, {figures['messages']} messages, "
-                    f"cursor {figures['cursor']}",
+                    f"{human.store_counts(figures)}, cursor {figures['cursor']}",
                 )
             )
         elif found.state == "missing":
@@ -165,8 +173,8 @@ def _pg_checks(cfg: Settings, out: list[dict[str, Any]]) -> guard.StoreRead:
         _check(
             "store (postgresql)",
             True,
-            f"PostgreSQL {pg['server_version']} at {pg['url']}: {figures['sessions']} sessions, "
-            f"{figures['messages']} messages, store {pg['size_bytes']} bytes, database "
+            f"PostgreSQL {pg['server_version']} at {pg['url']}: "
+            f"{human.store_counts(figures)}, store {pg['size_bytes']} bytes, database "
             f"{pg['database_bytes']} bytes; this host's cursor {figures['cursor']}",
         )
     )
@@ -257,7 +265,7 @@ def _common_checks(cfg: Settings, found: guard.StoreRead) -> list[dict[str, Any]
         _check(
             "job queue",
             not queue["unavailable_since"],
-            f"{queue['where']}: {queue['pending']} pending"
+            f"{queue['where']}: {_pending(queue['pending'])}"
             if not queue["unavailable_since"]
             else f"unreachable since {_when(queue['unavailable_since'])}: {queue['error']}; "
             "appends are applied, queued and scheduled jobs wait",

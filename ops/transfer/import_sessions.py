@@ -37,12 +37,14 @@ class SessionState:
     sid: str
     known: dict[str, str]
     has_live: bool
-    counted: set[str] = field(default_factory=set)
+    counted: dict[str, dict[str, int]] = field(default_factory=dict)  # response id -> counts
     parent: str | None = None  # a delegate child's parent session
     pending: list[dict] = field(default_factory=list)
     pending_bytes: int = 0
     pending_rewound: list[str] = field(default_factory=list)
     deletions: int = 0  # times the store saw this session id deleted (``Reader.deletions``)
+    versions: dict[str, list[tuple]] | None = None  # ``Reader.message_versions``, read lazily
+    pending_revised: int = 0  # messages of ``pending`` that are later copies of held ones
     skipped: bool = False  # a conditional delete of it is pending: nothing of it is spooled
 
     def batch_id(self, *parts: Any) -> str:
@@ -62,7 +64,8 @@ class FileReport:
     """What importing one file did. ``messages``: messages read from the file (compaction
     summaries included); ``new``: messages spooled (those the store lacked, plus
     ``compacted_new``, the summary messages of compactions); ``stored``: messages the store
-    already held. ``messages`` = ``new`` + ``stored``."""
+    already held, of which ``revised``: held in an older copy, spooled again (last copy wins,
+    ``store.apply.revise``). ``messages`` = ``new`` + ``stored``."""
 
     path: str
     format: str | None
@@ -70,6 +73,7 @@ class FileReport:
     messages: int = 0
     new: int = 0
     stored: int = 0
+    revised: int = 0
     rewound: int = 0
     compactions: int = 0
     compacted_new: int = 0
@@ -85,6 +89,7 @@ class FileReport:
             "messages": self.messages,
             "new": self.new,
             "already_stored": self.stored,
+            "revised": self.revised,
             "rewound": self.rewound,
             "compactions": self.compactions,
             "new_from_compactions": self.compacted_new,
@@ -92,6 +97,23 @@ class FileReport:
                 {"line": p.line, "kind": p.kind, "reason": p.reason} for p in self.problems
             ],
         }
+
+
+#: Session fields a ``session.create`` fills when the stored session has them empty.
+_FILLED = ("model", "cwd", "parent_id")
+
+
+def _fills(row: dict[str, Any], payload: dict[str, Any]) -> bool:
+    """Whether ``payload`` (a ``session.create``) would change the stored session ``row``: a
+    field of ``_FILLED`` the row lacks, a ``meta`` key it lacks or holds otherwise (sent with
+    ``revise``: the keys sent win), or an earlier start."""
+    if any(payload.get(k) is not None and k in row and row[k] is None for k in _FILLED):
+        return True
+    held = row.get("meta") or {}
+    if {**held, **(payload.get("meta") or {})} != held:
+        return True
+    new, old = payload.get("started_at"), row.get("started_at")
+    return isinstance(new, (int, float)) and isinstance(old, (int, float)) and new < old
 
 
 class SessionStarts:
@@ -142,7 +164,7 @@ class SessionStarts:
 
     def start(self, ev: SessionStart) -> None:
         sid = self._settle_id(ev)
-        payload = ev.session
+        payload = {**ev.session, "revise": True}  # meta read again: its keys win
         if sid != payload["session_id"]:
             self.alias[payload["session_id"]] = sid
             payload = {**payload, "session_id": sid}
@@ -162,7 +184,7 @@ class SessionStarts:
         parent = payload.get("parent_id") if payload.get("parent_kind") == "delegate" else None
         doomed = self._pending_delete(sid, row, parent)
         if isinstance(doomed, str):  # a conditional delete: only the writer knows its outcome
-            self.sessions[sid] = SessionState(sid, {}, False, set(), parent, skipped=True)
+            self.sessions[sid] = SessionState(sid, {}, False, {}, parent, skipped=True)
             # its delegate children are skipped too
             self.pending.conditional.setdefault(sid, doomed)
             self.report.problems.append(
@@ -187,12 +209,15 @@ class SessionStarts:
             sid,
             known,
             any(s == "live" for s in known.values()),
-            self.store.usage_responses(sid) if row else set(),
+            self.store.usage_responses(sid) if row else {},
             parent,
             deletions=deletions,
         )
-        if row is None:
+        if row is None or _fills(row, payload):
+            # a session read again once the agent wrote more (a model, a start time, a
+            # parent) is created again: a create fills only what is still empty
             self.spool.append("session.create", payload, batch_id=s.batch_id("create", payload))
+        if row is None:
             return
         title = clean_title(payload.get("title"))
         if not title or row.get("title") == title:

@@ -18,19 +18,28 @@ one batch per open session whatever the file size:
 * ``Message`` -> ``messages.append`` batches of at most ``BATCH_MESSAGES`` messages or
   ``BATCH_BYTES`` (approximate) bytes; a message whose producer id the store already holds is
   not spooled (re-import is cheap: a second import of the same file spools nothing and says
-  "0 new"). Messages on abandoned branches are appended, then named in a
+  "0 new") unless the store holds it in a copy that differs (``revise.changed``): agents
+  write records again (a Gemini CLI record re-appended whole once its tool ran, a ``.json``
+  session or an export rewritten, an Aider reply still growing), and the last copy wins.
+  Every append carries ``revise: true``, so a copy reaching a writer that already holds an
+  older one (the store view lagging behind the spool) rewrites it too. Messages on abandoned
+  branches are appended, then named in a
   ``messages.rewind {ext_ids}`` right after their batch. A subagent message that a store
   filled by an older importer holds live in the *parent* session is rewound there (the
   parent keeps only its own turns) and appended to the child;
 * ``Compact`` -> the pending batch is flushed, then ``messages.compact`` (when the store or
   this import left live rows to compact; else the compacted set is simply appended);
-  skipped when the store holds its messages already;
+  when the store holds its messages already, only those held in another copy are sent
+  again (as revisions);
 * ``Rewind`` -> the pending batch is flushed, then ``messages.rewind {ext_ids}``;
 * ``Usage`` -> ``usage.record`` (after the session's pending messages), unless the store
-  already counted its ``response_id``.
+  (or this import) already counted its ``response_id`` with counts at least as large (the
+  writer keeps each count's maximum over a call's records).
 
-Batch ids are stable (``ingest.stable_batch_id`` over what a batch is), so an import racing
-a writer that has not yet applied the previous import is still applied once.
+Batch ids are stable (``ingest.stable_batch_id`` over what a batch is: its ids and its
+content), so an import racing a writer that has not yet applied the previous import is
+still applied once, and a later copy of the same messages is a batch of its own (an id
+over the message ids alone made it a reuse of the earlier batch id, quarantined).
 The store view is a read-only ``Reader`` (None before any store exists); it may lag behind
 the spool, which only costs spool space, never a duplicate row (the store skips known ids).
 A lagging view is wrong in one way that loses data: a session whose ``sessions.delete`` is
@@ -47,6 +56,7 @@ handling; this module the batching of the other events and ``import_file``.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +65,10 @@ from quill.ops.importers.source import Source, opened
 from quill.ops.transfer.import_sessions import FileReport, SessionStarts, SessionState
 from quill.ops.transfer.pending_deletes import PendingDeletes, pending_deletes
 from quill.spool import Spool
+from quill.store.apply.message_rows import cut_rows
+from quill.store.apply.revise import changed
+from quill.store.apply.usage_fields import TOKEN_FIELDS, normalize_usage
+from quill.store.errors import InvalidOpError
 from quill.store.read.reader import Reader
 
 #: Messages per ``messages.append`` op: a batch is all-or-nothing, so smaller batches confine
@@ -95,6 +109,8 @@ class _Importer(SessionStarts):
             parent.known[ext] = "moved"
         if ext in s.known:
             self.report.stored += 1
+            if s.known[ext] != "pending" and self._older_copy(s, ev.message):
+                self._revision(s, ev.message)
             if ev.rewound and s.known[ext] == "live":  # the file grew a branch that abandons it
                 s.pending_rewound.append(ext)
             return
@@ -118,6 +134,9 @@ class _Importer(SessionStarts):
         self.report.messages += len(ids)  # read from the file too: read = new + already stored
         if all(i in s.known for i in ids):
             self.report.stored += len(ids)
+            for m in ev.messages:  # a carried message re-appended since: its last copy wins
+                if s.known[str(m["id"])] != "pending" and self._older_copy(s, m):
+                    self._revision(s, m)
             return
         self.report.new += len(ids)
         self.report.compacted_new += len(ids)
@@ -129,7 +148,7 @@ class _Importer(SessionStarts):
             self.spool.append(
                 "messages.compact",
                 {"session_id": s.sid, "messages": ev.messages, "tail_count": ev.tail_count},
-                batch_id=s.batch_id("import-compact", s.sid, ids),
+                batch_id=s.batch_id("import-compact", s.sid, ids, ev.messages),
             )
         s.has_live = True
 
@@ -146,27 +165,59 @@ class _Importer(SessionStarts):
         if s.skipped:
             return
         rid = ev.data.get("response_id")
-        if rid in s.counted:
-            return
+        counts = _counts(ev.data.get("usage"))
+        if rid in s.counted and not _more(counts, s.counted[rid]):
+            return  # counted, and this copy counts nothing more
         self.flush(s)
         data = {"session_id": s.sid, **ev.data}
         self.spool.append("usage.record", data, batch_id=s.batch_id("import-usage", data))
-        if rid is not None:
-            s.counted.add(rid)
+        if rid is not None:  # the store keeps each field's maximum over a call's records
+            known = s.counted.get(rid) or {}
+            s.counted[rid] = {f: max(counts.get(f, 0), known.get(f, 0)) for f in TOKEN_FIELDS}
+
+    def _older_copy(self, s: SessionState, msg: dict) -> bool:
+        """Whether the store holds ``msg``'s id in a copy that differs from it (a record the
+        agent wrote again since the store read it: ``store.apply.revise``). A message the
+        writer would refuse is not sent again (its first copy stays)."""
+        if self.store is None:
+            return False
+        if s.versions is None:
+            s.versions = self.store.message_versions(s.sid)
+        held = s.versions.get(str(msg["id"]))
+        if not held:
+            return False
+        try:  # as the writer stores it: binary payloads cut out as blob references
+            row = cut_rows([msg], time.time())[0][0]
+        except InvalidOpError:
+            return False
+        return any(changed(v, row, msg) for v in held)
+
+    def _revision(self, s: SessionState, msg: dict) -> None:
+        """Queue ``msg``, a later copy of a held message, in the session's next append."""
+        self.report.revised += 1
+        s.pending.append(msg)
+        s.pending_bytes += approx_size(msg)
+        s.pending_revised += 1
+        if len(s.pending) >= BATCH_MESSAGES or s.pending_bytes >= BATCH_BYTES:
+            self.flush(s)
 
     def flush(self, s: SessionState) -> None:
         if s.pending:
-            self.report.new += len(s.pending)
+            self.report.new += len(s.pending) - s.pending_revised
             self._append(s, s.pending)
         self._rewind(s, s.pending_rewound)
         s.pending, s.pending_bytes, s.pending_rewound = [], 0, []
+        s.pending_revised = 0
 
     def _append(self, s: SessionState, messages: list[dict]) -> None:
+        # ``revise``: a message the store holds by the time this applies (an earlier round's
+        # append the store view did not show yet) is rewritten by this later copy, never
+        # skipped. The batch id covers the content, so a later copy is a new batch.
         ids = [str(m["id"]) for m in messages]
         self.spool.append(
             "messages.append",
-            {"session_id": s.sid, "messages": messages},
-            batch_id=s.batch_id("import-append", s.sid, ids),
+            {"session_id": s.sid, "messages": messages, "revise": True},
+            batch_id=s.batch_id("import-append", s.sid, ids, messages),
         )
 
     def _rewind(self, s: SessionState, ids: list[str]) -> None:
@@ -182,6 +233,21 @@ class _Importer(SessionStarts):
     def finish(self) -> None:
         for s in self.sessions.values():
             self.flush(s)
+
+
+def _counts(usage: Any) -> dict[str, int]:
+    """A usage object's ``TOKEN_FIELDS`` counts as the store reads them; ``{}`` for one it
+    cannot read (the writer refuses that usage with its reason)."""
+    try:
+        return normalize_usage(usage)
+    except InvalidOpError:
+        return {}
+
+
+def _more(counts: dict[str, int], known: dict[str, int]) -> bool:
+    """Whether a later copy of a call's record counts more than the store holds for it (a
+    record written again as its call's usage grew): sent again, merged by the writer."""
+    return any(v > known.get(f, 0) for f, v in counts.items())
 
 
 def import_file(

@@ -7,7 +7,8 @@ A round first waits (at most ``APPLY_WAIT_S``, and only while a fleet runs) unti
 has applied what the previous round spooled: the store view then holds it, so a file that
 grew is spooled from where the store ends instead of again from where the last applied
 round ended. Waiting is only an economy of spool space: a round that does not wait stores
-nothing twice (the writer skips producer ids a session holds)."""
+nothing twice (the writer skips producer ids a session holds, and rewrites a held message
+only when a later copy of it differs: ``store/apply/revise.py``)."""
 
 from __future__ import annotations
 

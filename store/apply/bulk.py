@@ -87,6 +87,7 @@ class Prepared:
     msgs: list
     found: dict[str, str]
     key: tuple[int, int, int] = (0, 0, 0)  # its order key (store.apply.order), set by the chunk
+    revise: bool = False  # last copy wins for held ids (store.apply.revise): not run in bulk
 
 
 def prepare(
@@ -123,6 +124,7 @@ def prepare(
         checked,
         data["messages"],
         found,
+        revise=bool(data.get("revise")),
     )
 
 
@@ -189,10 +191,11 @@ def sqlite_ids(conn: apsw.Connection, n: int) -> list[int] | None:
 def apply_run(conn: Any, run: list[Prepared], now: float, ledger: Any) -> list[int] | None:
     """Write ``run`` (consecutive appends in spool order, each batch undecided) inside the
     caller's transaction, and record each batch in ``applied_batches`` (``applied_at`` =
-    ``now``, epoch s) through ``ledger`` (``store.apply.ledger.Ledger``: its ``message_ids``
-    and ``record_applied_many``). Returns the rows each op inserted, or None — having written
-    nothing — when the ledger has no ids for them or a session's ops are out of key order (the
-    caller applies the ops one at a time). Raises ``InvalidOpError`` or a data error of
+    ``now``, epoch s) through ``ledger`` (``store.apply.ledger.Ledger``: its ``message_ids``,
+    ``batch_refs`` and ``record_applied_many``). Returns the rows each op inserted, or None —
+    having written nothing — when the ledger has no ids for them, a session's ops are out of
+    key order or a ``revise`` op sends a held id (``store.apply.revise``; the caller applies
+    the ops one at a time). Raises ``InvalidOpError`` or a data error of
     ``ledger.bad_data`` when an op is refused, ``RunConflict`` when a batch was decided
     meanwhile: the caller must roll back what was written (it runs in a SAVEPOINT the caller
     owns)."""
@@ -205,6 +208,8 @@ def apply_run(conn: Any, run: list[Prepared], now: float, ledger: Any) -> list[i
             ext = row[_EXT]
             if ext is not None:
                 if ext in held:
+                    if op.revise:  # a later copy of a held message: revised op by op
+                        return None
                     continue
                 held.add(ext)
             fresh.append(row)
@@ -221,6 +226,8 @@ def apply_run(conn: Any, run: list[Prepared], now: float, ledger: Any) -> list[i
     ids = ledger.message_ids(conn, sum(len(f) for f, _ in fresh_of))
     if ids is None:
         return None
+    # numbered in op order, as the op-at-a-time path does (batches.ref at each op's insert)
+    refs = ledger.batch_refs(conn, [op.batch for op, (f, _) in zip(run, fresh_of) if f])
     next_id = 0  # index into ids
     values: list[tuple] = []
     written: list[int] = []
@@ -245,7 +252,7 @@ def apply_run(conn: Any, run: list[Prepared], now: float, ledger: Any) -> list[i
         first = next_id
         for i, (row, seq) in enumerate(zip(fresh, labels)):
             values.append(
-                (ids[first + i], op.sid, *row, op.arrived_at, op.batch, "live", None)
+                (ids[first + i], op.sid, *row, op.arrived_at, refs[op.batch], "live", None)
                 + (seq, seq, *op.key)
             )
         next_id += len(fresh)

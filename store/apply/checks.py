@@ -100,7 +100,9 @@ def check_create(data: dict) -> None:
         opt(data, key, str)
     no_nul(data, "source", "model", "cwd", "parent_id")
     opt(data, "meta", dict)
+    opt(data, "revise", bool)
     opt(data, "started_at", (int, float))
+    opt(data, "context_from_start", bool)
     kind, parent = opt(data, "parent_kind", str), opt(data, "parent_id", str)
     if kind is not None and kind not in EDGE_KINDS:
         raise InvalidOpError("invalid-field", f"parent_kind must be one of {sorted(EDGE_KINDS)}")

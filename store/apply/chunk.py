@@ -223,7 +223,8 @@ def _bulk_candidate(
 ) -> bulk_append.Prepared | None:
     """``entry`` prepared for a bulk run (and its batch marked decided), or None when it is
     not an undecided ``messages.append`` whose data passes the store-free checks: then it is
-    applied alone by ``_apply_entry``, after the run so far."""
+    applied alone by ``_apply_entry``, after the run so far (so is an append with
+    ``order_keys``, whose rows each take their own place, ``store.apply.placed``)."""
     rec = entry.record
     if rec is None or rec.get("op") != "messages.append":
         return None
@@ -232,6 +233,7 @@ def _bulk_candidate(
         not isinstance(batch, str)
         or batch in decided
         or not isinstance(data, dict)
+        or data.get("order_keys") is not None  # rows placed and settled one by one (placed.py)
         or id_size_problem(batch, "batch id")
     ):
         return None

@@ -64,7 +64,10 @@ def validate(data: dict) -> None:
 
 def record(conn: apsw.Connection, sid: str, data: dict, batch_id: str, arrived_at: float) -> int:
     """Store ``data['system_prompt']`` / ``data['tools']`` once and reference them from
-    ``sid`` when they differ from the session's current ones. Returns reference rows added.
+    ``sid`` when they differ from the session's current ones, in force after the session's
+    newest message; with ``data['context_from_start']`` true, a session's first value of a
+    kind is in force from its start even when messages arrived before it (a producer whose
+    pieces arrive in any order, the OTLP endpoint). Returns reference rows added.
     ``arrived_at`` (the op's arrival time) is a new blob's ``created_at``: every value written
     depends on the op alone, so a rebuild from snapshot + spool writes the same rows."""
     added = 0
@@ -88,6 +91,8 @@ def record(conn: apsw.Connection, sid: str, data: dict, batch_id: str, arrived_a
             "SELECT id FROM messages WHERE session_id = ? ORDER BY seq DESC LIMIT 1", (sid,)
         ).fetchone()
         after = last[0] if last else None
+        if latest is None and data.get("context_from_start") is True:
+            after = None  # the first value of its kind: in force from the start, as asked
         conn.execute(
             "INSERT INTO session_context (session_id, kind, value_id, after_message_id) "
             "VALUES (?, ?, ?, ?)",

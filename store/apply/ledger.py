@@ -74,6 +74,10 @@ class Ledger(Protocol):
         """``n`` increasing ids for new message rows of a bulk run, or None when the store
         cannot give them (the run is then applied op at a time)."""
 
+    def batch_refs(self, conn: Any, batches: list[str]) -> dict[str, int]:
+        """``{batch id: number}`` (``store.apply.batches``) for a bulk run's batches that
+        write rows, new ones numbered in the order given, in the run's transaction."""
+
     def insert_rows(self, conn: Any, rows: list[tuple]) -> None:
         """Insert a bulk run's message rows (``message_rows.STATE_ID_COLUMNS`` order)."""
 
@@ -115,6 +119,11 @@ class SqliteLedger:
         from quill.store.apply.bulk import sqlite_ids
 
         return sqlite_ids(conn, n)
+
+    def batch_refs(self, conn: Any, batches: list[str]) -> dict[str, int]:
+        from quill.store.apply.batches import refs
+
+        return refs(conn, batches)
 
     def insert_rows(self, conn: Any, rows: list[tuple]) -> None:
         from quill.store.apply.message_rows import INSERT_STATE_ID

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 
 import apsw
 
-from quill.store.apply import blobs, order
+from quill.store.apply import batches, blobs, order
 from quill.store.apply.normalize import IDENTITY_COLUMNS, ROW_COLUMNS, message_row, scrub
 from quill.store.apply.rules import opt
 from quill.store.errors import InvalidOpError
@@ -22,7 +22,7 @@ from quill.store.errors import InvalidOpError
 TOOL_RESULT_ROLES = ("tool", "function")
 _INSERT_STATE = (
     f"INSERT INTO messages (session_id, {', '.join(ROW_COLUMNS)}, "
-    "arrived_at, batch_id, state, origin_id, seq, pos, ack_us, ack_tag, ack_at) "
+    "arrived_at, batch, state, origin_id, seq, pos, ack_us, ack_tag, ack_at) "
     f"VALUES (?, {', '.join('?' for _ in ROW_COLUMNS)}, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 #: The same with an explicit id first (``next_id``; SQLite only).
@@ -35,7 +35,7 @@ STATE_ID_COLUMNS = (
     "session_id",
     *ROW_COLUMNS,
     "arrived_at",
-    "batch_id",
+    "batch",
     "state",
     "origin_id",
 ) + ("seq", "pos", "ack_us", "ack_tag", "ack_at")
@@ -111,14 +111,18 @@ def _insert(
 ) -> int:
     """Insert ``rows`` as live rows of ``sid`` (``origins``: each row's compaction original, a
     root row id, or None), placed in the session's order by the op's order key
-    (``order.place``); a copy's display position is its original's. Returns rows inserted."""
+    (``order.place``); a copy's display position is its original's; their batch is
+    ``batch_id`` (numbered by ``batches.ref`` when there are rows). Returns rows inserted."""
     rows = list(rows)
+    if not rows:
+        return 0
+    batch = batches.ref(conn, batch_id)
     origins = origins or [None] * len(rows)
     key = order.current(arrived_at)
     seqs = order.place(conn, sid, len(rows), key)
     opos = order.positions_of(conn, [o for o in origins if o is not None])
     values = [
-        (sid, *r, arrived_at, batch_id, "live", o, s) + ((opos[o] if o is not None else s), *key)
+        (sid, *r, arrived_at, batch, "live", o, s) + ((opos[o] if o is not None else s), *key)
         for r, o, s in zip(rows, origins, seqs)
     ]
     first = next_id(conn) if values else None
@@ -126,6 +130,41 @@ def _insert(
         conn.execute(INSERT_STATE_ID, (first, *values.pop(0)))
     conn.executemany(_INSERT_STATE, values)
     return len(rows)
+
+
+def fresh_rows(
+    conn: apsw.Connection, sid: str, rows: list[tuple], msgs: list
+) -> tuple[list[tuple], list, list[tuple[tuple, dict]]]:
+    """``(rows, msgs, copies)``: ``rows`` and ``msgs`` (aligned) without those whose
+    producer id ``sid`` already holds (in any state) or an earlier row of ``rows`` has (rows
+    without an id are kept), and ``copies``, the ``(row, msg)`` pairs of ids held before
+    this op (``store.apply.revise``)."""
+    ext = ROW_COLUMNS.index("ext_id")
+    wanted = sorted({r[ext] for r in rows if r[ext] is not None})
+    seen: set[str] = set()
+    for start in range(0, len(wanted), _CHUNK):
+        part = wanted[start : start + _CHUNK]
+        seen.update(
+            x
+            for (x,) in conn.execute(
+                "SELECT ext_id FROM messages WHERE session_id = ? "
+                f"AND ext_id IN ({', '.join('?' for _ in part)})",
+                (sid, *part),
+            )
+        )
+    fresh, fresh_msgs, copies = [], [], []
+    held = set(seen)
+    for row, msg in zip(rows, msgs):
+        if row[ext] is not None:
+            if row[ext] in held:  # held before this op: a later copy of it, or a repeat
+                copies.append((row, msg))
+                continue
+            if row[ext] in seen:
+                continue  # repeated in this batch
+            seen.add(row[ext])
+        fresh.append(row)
+        fresh_msgs.append(msg)
+    return fresh, fresh_msgs, copies
 
 
 def _set_state(conn: apsw.Connection, ids: Sequence[int], state: str) -> int:

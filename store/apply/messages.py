@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import apsw
 
-from quill.store.apply import order, tool_names, usage
+from quill.store.apply import order, placed, revise, tool_names, usage
 from quill.store.apply.message_checks import (
     check_append,
     check_compact,
@@ -36,6 +36,7 @@ from quill.store.apply.message_rows import (
     _set_state,
     _target,
     check_tool_results,
+    fresh_rows,
     result_ids,
 )
 from quill.store.apply.normalize import ROW_COLUMNS, identity, scrub
@@ -59,7 +60,11 @@ def messages_append(conn: apsw.Connection, data: dict, batch_id: str, arrived_at
 
     Messages whose producer ``id`` the session already holds (in any state), or that repeat
     an id earlier in the batch, are skipped: re-importing a grown transcript adds only the new
-    ones. Appending reopens a session ended for an automatic reason. Returns rows inserted.
+    ones. With ``revise`` true, a held message whose copy differs is rewritten in place
+    instead (last copy wins: ``store.apply.revise``). With ``order_keys`` each message is
+    placed by its own key, and a repeat settles the held row to the earliest place and time
+    it is given (``store.apply.placed``). Appending reopens a session ended for an automatic
+    reason. Returns rows inserted (plus rows revised).
     Raises ``InvalidOpError``: the content reasons of ``op_checks.check_append`` (invalid
     message → its reason; the usage of the messages inserted, ``_record_usage``),
     ``duplicate-tool-result`` and ``session-compressed`` (new rows for a session ended for
@@ -67,36 +72,32 @@ def messages_append(conn: apsw.Connection, data: dict, batch_id: str, arrived_at
     """
     rows = check_append(data, lambda messages: _rows(conn, messages, arrived_at), usage=False)
     sid, source = data["session_id"], data.get("source")
-    ext = ROW_COLUMNS.index("ext_id")
-    wanted = sorted({r[ext] for r in rows if r[ext] is not None})
-    seen: set[str] = set()
-    for start in range(0, len(wanted), _CHUNK):
-        part = wanted[start : start + _CHUNK]
-        seen.update(
-            x
-            for (x,) in conn.execute(
-                "SELECT ext_id FROM messages WHERE session_id = ? "
-                f"AND ext_id IN ({', '.join('?' for _ in part)})",
-                (sid, *part),
-            )
+    stated = order.stated_keys(data, len(rows))
+    keys, repeats, copies = None, {}, []
+    if stated is None:
+        fresh, fresh_msgs, copies = fresh_rows(conn, sid, rows, data["messages"])
+    else:
+        own = order.current(arrived_at)
+        fresh, fresh_msgs, keys, repeats = placed.split(
+            conn, sid, rows, data["messages"], stated, own
         )
-    fresh, fresh_msgs = [], []
-    for row, msg in zip(rows, data["messages"]):
-        if row[ext] is not None:
-            if row[ext] in seen:
-                continue
-            seen.add(row[ext])
-        fresh.append(row)
-        fresh_msgs.append(msg)
     ensure_session(conn, sid, arrived_at, source)
     if fresh:  # a re-sent batch already held changes nothing, so it is not refused
         refuse_if_compressed(conn, sid, "messages.append")
         reopen_if_automatic(conn, sid)
         backdate_start(conn, sid, min(r[_TS] for r in fresh))
+    lowered = placed.settle(conn, sid, repeats)
+    if lowered is not None:
+        backdate_start(conn, sid, lowered)
     fresh = tool_names.fill(conn, sid, fresh)
-    written = _insert(conn, sid, fresh, None, arrived_at, batch_id)
+    if keys is None:
+        written = _insert(conn, sid, fresh, None, arrived_at, batch_id)
+    else:
+        written = placed.insert(conn, sid, fresh, keys, arrived_at, batch_id)
     check_tool_results(conn, sid, result_ids(fresh))
     _record_usage(conn, sid, fresh_msgs, source, batch_id, arrived_at)
+    if data.get("revise") and copies:
+        written += revise.revise(conn, sid, copies, source, batch_id, arrived_at)
     return written
 
 
@@ -114,7 +115,8 @@ def _record_usage(
         ids = [
             r[0]
             for r in conn.execute(
-                "SELECT id FROM messages WHERE session_id = ? AND batch_id = ? "
+                "SELECT id FROM messages WHERE session_id = ? "
+                "AND batch = (SELECT id FROM batches WHERE batch_id = ?) "
                 "ORDER BY id DESC LIMIT ?",
                 (sid, batch_id, len(msgs)),
             )
@@ -244,9 +246,9 @@ def messages_compact(conn: apsw.Connection, data: dict, batch_id: str, arrived_a
             ).fetchone()
             at = max(key, tuple(own))
             conn.execute(
-                f"INSERT INTO messages (session_id, {cols}, arrived_at, batch_id, state, "
+                f"INSERT INTO messages (session_id, {cols}, arrived_at, batch, state, "
                 "origin_id, seq, pos, ack_us, ack_tag, ack_at) "
-                f"SELECT session_id, {cols}, arrived_at, batch_id, 'live', "
+                f"SELECT session_id, {cols}, arrived_at, batch, 'live', "
                 "coalesce(origin_id, id), ?, pos, ?, ?, ? FROM messages WHERE id = ?",
                 (order.place(conn, sid, 1, at)[0], *at, r[0]),
             )

@@ -40,6 +40,8 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
+from quill.store.errors import InvalidOpError
+
 #: ``(ack_us, ack_tag, ack_at)``: see the module doc.
 OrderKey = tuple[int, int, int]
 #: The order key of the op being applied (set by ``store.apply.chunk`` around each applier).
@@ -55,6 +57,45 @@ _LATE_STEP = 1 << 12
 _MIN_GAP = 1 << 6
 #: Every label is below this (readers use 2**62 as "after every row"): 2**42 rows at ``STRIDE``.
 LABEL_LIMIT = 1 << 62
+
+
+#: A stated order key's ``time_us`` is below this (as a record's ``ack_us`` is, ``Clock``);
+#: its tie-break and index below ``_STATED_LIMIT`` (signed 64-bit columns on both backends).
+_STATED_US_LIMIT = 1 << 62
+_STATED_LIMIT = 1 << 63
+
+
+def stated_keys(data: dict[str, Any], n: int) -> list[OrderKey | None] | None:
+    """A ``messages.append``'s ``order_keys`` (docs/ops.md): None when absent, else one entry
+    per message (``n`` of them), each None (the op's own key) or a key
+    ``[time_us, tie, index]`` of non-negative integers (``time_us`` < 2**62, the others
+    < 2**63), returned as tuples. Raises ``InvalidOpError('invalid-field')``."""
+    raw = data.get("order_keys")
+    if raw is None:
+        return None
+    if not isinstance(raw, list) or len(raw) != n:
+        raise InvalidOpError(
+            "invalid-field", f"order_keys must be a list of {n} keys, one per message"
+        )
+    out: list[OrderKey | None] = []
+    for i, key in enumerate(raw):
+        if key is None:
+            out.append(None)
+            continue
+        if (
+            not isinstance(key, list)
+            or len(key) != 3
+            or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in key)
+            or key[0] >= _STATED_US_LIMIT
+            or max(key[1:]) >= _STATED_LIMIT
+        ):
+            raise InvalidOpError(
+                "invalid-field",
+                f"order_keys[{i}] must be null or [time_us, tie, index]: integers >= 0, "
+                "time_us < 2**62, the others < 2**63",
+            )
+        out.append((key[0], key[1], key[2]))
+    return out
 
 
 def spool_tag(spool_id: str) -> int:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import apsw
 
-from quill.store.apply import order
+from quill.store.apply import batches, order
 from quill.store.apply.message_checks import STATES, check_restore, restore_blob_refs
 from quill.store.apply.message_rows import (
     _INSERT_STATE,
@@ -77,12 +77,13 @@ def messages_restore(conn: apsw.Connection, data: dict, batch_id: str, arrived_a
         for r in conn.execute("SELECT id FROM messages WHERE session_id = ? ORDER BY seq", (sid,))
     ]
     key = order.current(arrived_at)
+    batch = batches.ref(conn, batch_id) if rows else None
     for item, row in zip(items, rows):
         origin = item.get("origin")
         origin_id = ids[origin] if origin is not None else None
         seq = order.place(conn, sid, 1, key)[0]
         pos = order.positions_of(conn, [origin_id])[origin_id] if origin_id is not None else seq
-        values = (sid, *row, arrived_at, batch_id, item["state"], origin_id, seq, pos, *key)
+        values = (sid, *row, arrived_at, batch, item["state"], origin_id, seq, pos, *key)
         first = next_id(conn)
         conn.execute(
             *((_INSERT_STATE, values) if first is None else (INSERT_STATE_ID, (first, *values)))

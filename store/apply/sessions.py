@@ -12,6 +12,8 @@ This module holds the session ops; the transcript ops live in ``transcript_ops``
 
 from __future__ import annotations
 
+import json
+
 import apsw
 
 from quill.store.apply import context
@@ -76,7 +78,9 @@ def _same_lineage(conn: apsw.Connection, a: str, b: str) -> bool:
 
 @atomic
 def session_create(conn: apsw.Connection, data: dict, batch_id: str, arrived_at: float) -> int:
-    """Create a session, or fill the fields an earlier op left empty (existing values win).
+    """Create a session, or fill the fields an earlier op left empty (existing values win;
+    with ``revise`` true — an import reading a session again — the ``meta`` keys sent win
+    and the other stored keys stay).
 
     Fields: source, model, title, cwd, system_prompt (string) and tools (array), stored once
     and referenced (store/apply/context.py), key (conversation identity: a chat id, a platform
@@ -98,6 +102,11 @@ def session_create(conn: apsw.Connection, data: dict, batch_id: str, arrived_at:
     started = opt(data, "started_at", (int, float))
     owner = opt(data, "owner", dict) or {}
     owner_pid, owner_started = owner.get("pid"), owner.get("create_time")  # checked by check_create
+    revise = bool(opt(data, "revise", bool))
+    if revise and meta:  # the keys sent win, the others stay (an import read again)
+        held = conn.execute("SELECT meta FROM sessions WHERE id = ?", (sid,)).fetchone()
+        if held and held[0]:
+            meta = {**(held[0] if isinstance(held[0], dict) else json.loads(held[0])), **meta}
     title = clean_title(opt(data, "title", str))
     if title is not None and _title_owner(conn, title, sid):
         meta = {**meta, "requested_title": title}
@@ -121,7 +130,8 @@ def session_create(conn: apsw.Connection, data: dict, batch_id: str, arrived_at:
                                   ELSE sessions.parent_kind END,
                started_at = CASE WHEN excluded.started_at < sessions.started_at
                                  THEN excluded.started_at ELSE sessions.started_at END,
-               meta = coalesce(sessions.meta, excluded.meta),
+               meta = CASE WHEN ? = 1 THEN coalesce(excluded.meta, sessions.meta)
+                           ELSE coalesce(sessions.meta, excluded.meta) END,
                owner_host = coalesce(excluded.owner_host, sessions.owner_host),
                owner_pid = coalesce(excluded.owner_pid, sessions.owner_pid),
                owner_started = coalesce(excluded.owner_started, sessions.owner_started),
@@ -147,6 +157,7 @@ def session_create(conn: apsw.Connection, data: dict, batch_id: str, arrived_at:
             owner.get("boot_id") if owner_pid is not None else None,
             owner.get("start_ticks") if owner_pid is not None else None,
             key_field(data),
+            int(revise),
         ),
     )
     context.record(conn, sid, data, batch_id, arrived_at)

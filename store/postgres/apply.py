@@ -200,6 +200,24 @@ class PgLedger:
             )
         ]
 
+    def batch_refs(self, conn: PgConnection, batches: list[str]) -> dict[str, int]:
+        """``{batch id: number}`` (``store.apply.batches``) in one round trip: the new ids
+        inserted in the order given (each gets the next identity value), the others read.
+        The statement's snapshot does not see its own inserts, so each id comes from
+        exactly one of the two arms."""
+        if not batches:
+            return {}
+        return dict(
+            conn.execute(
+                "WITH added AS (INSERT INTO batches (batch_id) "
+                "SELECT b FROM unnest(?1::text[]) WITH ORDINALITY AS u(b, n) ORDER BY n "
+                "ON CONFLICT (batch_id) DO NOTHING RETURNING batch_id, id) "
+                "SELECT batch_id, id FROM added UNION ALL "
+                "SELECT batch_id, id FROM batches WHERE batch_id = ANY(?1::text[])",
+                (batches,),
+            ).fetchall()
+        )
+
     def insert_rows(self, conn: PgConnection, rows: list[tuple]) -> None:
         """The run's message rows in one ``COPY … FROM STDIN`` (one statement, parsed and
         planned once, where an INSERT per row is parsed and planned per row). A value the

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import re
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -40,7 +41,16 @@ import psycopg
 from psycopg import pq
 
 from quill.home import DEFAULTS
+from quill.store.errors import DatabaseMissingError
 from quill.store.postgres.errors import mapped
+
+#: The databases asked whether a store's database exists when connecting to it failed
+#: (``_database_missing``): every PostgreSQL server has them unless an operator dropped both.
+MAINTENANCE_DATABASES = ("postgres", "template1")
+#: Seconds the maintenance connection may take, and the longest a failed connection may have
+#: taken to be probed at all: a server that refuses a database answers at once, while one
+#: that does not answer would otherwise double the wait of every retry.
+PROBE_TIMEOUT_S = 2
 
 _TOKENS = re.compile(r"""('(?:[^']|'')*')|("(?:[^"]|"")*")|(\?\d*)|(%)|(\bLIKE\b)""", re.S | re.I)
 _PLACEHOLDER = re.compile(r"%%|%s")
@@ -171,13 +181,23 @@ class PgConnection:
             # pattern of ``left(content, 2000) ILIKE $1``, so it walks every row instead of
             # using the trigram index (bench/RESULTS.md). Only statements whose generic plan
             # is known to be the right one are prepared, by name (``generic``).
-            self.raw = psycopg.connect(
-                url,
-                autocommit=True,
-                application_name=application_name,
-                prepare_threshold=None,
-                **params,
-            )
+            began = time.monotonic()
+            try:
+                self.raw = psycopg.connect(
+                    url,
+                    autocommit=True,
+                    application_name=application_name,
+                    prepare_threshold=None,
+                    **params,
+                )
+            except psycopg.OperationalError as exc:
+                # A failure that took its time (a server not answering: a partition, a hung
+                # host) is not probed, so a caller's bound on a failed connect holds.
+                slow = time.monotonic() - began >= PROBE_TIMEOUT_S
+                missing = None if slow else _database_missing(exc, url, params)
+                if missing is not None:
+                    raise missing from exc
+                raise
             try:
                 pairs = [*SERVER_KEEPALIVES.items(), *(settings or {}).items()]
                 self.raw.execute(
@@ -327,6 +347,37 @@ class PgConnection:
     @property
     def closed(self) -> bool:
         return self.raw.closed
+
+
+def _database_missing(
+    failed: psycopg.OperationalError, url: str, params: Mapping[str, Any]
+) -> DatabaseMissingError | None:
+    """``DatabaseMissingError`` when the server of ``url`` answers and has no database by
+    the name libpq resolved for the failed connection (URL, ``PGDATABASE``, else the user),
+    else None (unreachable, refused, bad credentials, or the database exists: the failure was
+    something else, mapped as before).
+
+    Decided by result, not message text: libpq gives a failed connection no SQLSTATE, so the
+    name is looked up in ``pg_database`` over a connection to a maintenance database with the
+    same host, port, user and credentials. Only a failure without a SQLSTATE is probed."""
+    resolved = failed.pgconn
+    if failed.sqlstate is not None or resolved is None:
+        return None
+    enc = "utf-8"
+    target = resolved.db.decode(enc, "replace") if resolved.db else ""
+    probe = next((d for d in MAINTENANCE_DATABASES if d != target), None)
+    if not target or probe is None:
+        return None
+    timeout = min(int(params.get("connect_timeout") or PROBE_TIMEOUT_S), PROBE_TIMEOUT_S)
+    try:
+        with psycopg.connect(
+            url, **{**params, "connect_timeout": timeout}, dbname=probe, autocommit=True
+        ) as conn:
+            row = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [target]).fetchone()
+            host, port, user = conn.info.host, str(conn.info.port), conn.info.user
+    except psycopg.Error:
+        return None  # the server is not answering either: nothing is known about the name
+    return None if row is not None else DatabaseMissingError(target, host, port, user)
 
 
 def redact(url: str) -> str:

@@ -137,6 +137,8 @@ END $$;
 ALTER TABLE messages ADD COLUMN IF NOT EXISTS words tsvector
     GENERATED ALWAYS AS ({s}.quill_words(content, tool_calls, reasoning, role, tool_name)) STORED;
 CREATE INDEX IF NOT EXISTS messages_words ON messages USING gin (words);
+-- Every row names its batch (store/apply/batches.py); SQLite's ADD COLUMN cannot say so.
+ALTER TABLE messages ALTER COLUMN batch SET NOT NULL;
 CREATE INDEX IF NOT EXISTS messages_trigram ON messages
     USING gin (left(content, {trigram_chars}) {trgm}.gin_trgm_ops)
     WHERE {trigram_scope};

@@ -16,6 +16,9 @@ module that calls psycopg.
       (the server ended a session left idle in a transaction: its process was frozen)
     28xxx authorization, 3D000 no such database, TransientError        retry; status shows it
       42501 privilege (this host's role and configuration, not the store: fixed, it goes on)
+      (a failed *connection* has no SQLSTATE: a    DatabaseMissingError  retry; the message
+      missing database is found by looking its                          gives the createdb
+      name up in pg_database, ``connection``)                           command
     53100 disk full, 53xxx insufficient resources DiskFullError / TransientError
     58030 io error                              StoreIOError            retry
     22xxx data exception, 23xxx integrity       BadDataError            quarantine the op

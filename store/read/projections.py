@@ -286,7 +286,7 @@ def neighbor_positions_sql(projection: str) -> tuple[str, tuple[str, ...]]:
     """Two SQL columns over a row aliased ``m``: the positions just before and just after
     ``m``'s own position in its session's ``projection`` order (NULL at an end), and their
     parameters. For display the positions are ``pos``, so ``m`` may be any row of its
-    position (the messages_pos and messages_seq indexes serve the probes)."""
+    position (the messages_session_state and messages_seq indexes serve the probes)."""
     sts = states(projection)
     marks = ", ".join("?" for _ in sts)
     mine, theirs = _col(projection, "m."), _col(projection, "n.")

@@ -17,6 +17,8 @@ import apsw
 
 from quill.store.apply import context as context_mod
 from quill.store.apply.normalize import COMPARED_COLUMNS
+from quill.store.apply.revise import REVISED_COLUMNS
+from quill.store.apply.usage_fields import TOKEN_FIELDS
 from quill.store.errors import CantOpenError, StoreError, cant_open_cause, mapped
 from quill.store.read import lineage, listing, projections, resume
 from quill.store.read import usage as usage_reads
@@ -183,13 +185,15 @@ class Reader(StatusReads):
             return context_mod.context(conn, session_id)
 
     @retry_io
-    def usage_responses(self, session_id: str) -> set[str]:
-        """The ``response_id`` of every usage row of a session (calls already counted)."""
+    def usage_responses(self, session_id: str) -> dict[str, dict[str, int]]:
+        """``{response_id: {token field: count}}`` (``usage.TOKEN_FIELDS``) of every usage row
+        of a session with a response id: the calls already counted, and their counts (an
+        import sends a call again when a later copy of its record counts more)."""
         with mapped():
             return {
-                r[0]
-                for r in self.conn.execute(
-                    "SELECT response_id FROM usage "
+                rid: dict(zip(TOKEN_FIELDS, counts))
+                for rid, *counts in self.conn.execute(
+                    f"SELECT response_id, {', '.join(TOKEN_FIELDS)} FROM usage "
                     "WHERE session_id = ? AND response_id IS NOT NULL",
                     (session_id,),
                 )
@@ -229,6 +233,21 @@ class Reader(StatusReads):
                     (session_id,),
                 )
             }
+
+    @retry_io
+    def message_versions(self, session_id: str) -> dict[str, list[tuple]]:
+        """``{producer id: [row values in revise.REVISED_COLUMNS order, …]}`` of every row of
+        the session that has a producer id (every row holding an id, in transcript order): how
+        an import tells a message the store holds in an older copy (``revise.changed``)."""
+        out: dict[str, list[tuple]] = {}
+        with mapped():
+            for ext, *values in self.conn.execute(
+                f"SELECT ext_id, {', '.join(REVISED_COLUMNS)} FROM messages "
+                "WHERE session_id = ? AND ext_id IS NOT NULL ORDER BY seq",
+                (session_id,),
+            ):
+                out.setdefault(ext, []).append(tuple(values))
+        return out
 
     @retry_io
     def message_identities(self, session_id: str, ext_ids: list[str]) -> dict[str, tuple]:

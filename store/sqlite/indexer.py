@@ -102,6 +102,32 @@ def unindex(conn: apsw.Connection, message_ids: list[int]) -> None:
             )
 
 
+def reindex(conn: apsw.Connection, message_ids: list[int]) -> None:
+    """Replace the index entries of messages whose text was rewritten in place (a revision:
+    ``store.apply.revise``), inside the caller's transaction: ids at or below the watermark
+    are removed and indexed again from their rows as ``index_slice`` indexes them; ids above
+    it are indexed by the next slice anyway."""
+    if fts_state(conn) != "ok":
+        return
+    upto = indexed_upto(conn)
+    ids = sorted(i for i in message_ids if i <= upto)
+    unindex(conn, ids)
+    for start in range(0, len(ids), 500):
+        part = ids[start : start + 500]
+        marks = ", ".join("?" for _ in part)
+        conn.execute(
+            f"INSERT INTO messages_fts (rowid, {', '.join(SEARCH_COLUMNS_SQL)}) "
+            f"SELECT m.id, {', '.join(SEARCH_COLUMNS_SQL.values())} "
+            f"FROM messages AS m WHERE m.id IN ({marks}) ORDER BY m.id",
+            part,
+        )
+        conn.execute(
+            f"INSERT INTO messages_trigram (rowid, text) SELECT m.id, {TRIGRAM_TEXT_SQL} "
+            f"FROM messages AS m WHERE m.id IN ({marks}) AND {TRIGRAM_SCOPE_SQL} ORDER BY m.id",
+            part,
+        )
+
+
 def optimize(conn: apsw.Connection) -> None:
     """FTS5 'optimize' on both indexes (merge b-trees); the caller owns the transaction."""
     for table in FTS_TABLES:

@@ -33,13 +33,16 @@ from typing import Any
 
 import apsw
 
-from quill.store.apply import order
+from quill.store.apply import batches, order
+from quill.store.apply.batches import BATCH_ID_SQL
 from quill.store.apply.normalize import ROW_COLUMNS
 from quill.store.apply.sessions import clean_title
 from quill.store.errors import InvalidOpError
 from quill.store.sqlite import fts_repair
 from quill.store.sqlite.connection import open_reader, transaction
 
+#: A message row as salvage reads it; ``batch_id`` is the batch id as text (a v12 file's
+#: ``messages.batch`` named through its ``batches``: ``_rows_in``).
 _MSG_COLS = ("session_id", *ROW_COLUMNS, "arrived_at", "state", "batch_id", "origin_id")
 _SESSION_COLS = (
     "id",
@@ -89,9 +92,39 @@ def readable_rows(
         )
 
 
-def _rows_in(conn: apsw.Connection, lo: int, hi: int, bad: list[int]) -> list[tuple]:
-    """Readable message rows with ``lo <= id < hi``; ids of unreadable single rows go to ``bad``."""
-    return readable_rows(conn, "messages", f"id, {', '.join(_MSG_COLS)}", lo, hi, bad)
+def _batch_names(conn: apsw.Connection) -> dict[int, str] | None:
+    """``{number: batch id}`` of a damaged file's readable ``batches`` rows (schema v12), or
+    None for a file of an older schema, whose message rows hold the batch id itself."""
+    if not any(r[1] == "batch" for r in conn.execute("PRAGMA table_info(messages)")):
+        return None
+    try:
+        top = conn.execute("SELECT coalesce(max(id), 0) FROM batches").fetchone()[0]
+    except (*_DAMAGE, apsw.SQLError):
+        return {}
+    names: dict[int, str] = {}
+    for lo in range(0, top + 1, RANGE):
+        names.update(readable_rows(conn, "batches", "id, batch_id", lo, lo + RANGE, []))
+    return names
+
+
+def _rows_in(
+    conn: apsw.Connection, lo: int, hi: int, bad: list[int], names: dict[int, str] | None
+) -> list[tuple]:
+    """Readable message rows with ``lo <= id < hi`` (``id``, ``_MSG_COLS``), the batch id as
+    text (``names``: ``_batch_names``); ids of unreadable single rows go to ``bad``, and so do
+    rows whose batch number names no readable batch (whether the rebuild holds them is
+    unknown, so they are not copied)."""
+    if names is None:
+        return readable_rows(conn, "messages", f"id, {', '.join(_MSG_COLS)}", lo, hi, bad)
+    cols = ", ".join("batch" if c == "batch_id" else c for c in _MSG_COLS)
+    at = _MSG_COLS.index("batch_id") + 1
+    out = []
+    for row in readable_rows(conn, "messages", f"id, {cols}", lo, hi, bad):
+        if row[at] in names:
+            out.append((*row[:at], names[row[at]], *row[at + 1 :]))
+        else:
+            bad.append(row[0])
+    return out
 
 
 def _merge_session(target: apsw.Connection, old: dict[str, Any]) -> int:
@@ -151,7 +184,7 @@ def _order_keys(
     matched: dict[int, int] = {}
     prev = 0
     for tid, sid, batch in target.execute(
-        "SELECT id, session_id, batch_id FROM messages ORDER BY id"
+        f"SELECT m.id, m.session_id, {BATCH_ID_SQL} FROM messages m ORDER BY m.id"
     ):
         group = groups.get((sid, batch), [])
         n = seen[(sid, batch)]
@@ -245,8 +278,9 @@ def salvage(
                 filled += 1 - added
             old_rows: dict[int, tuple[str, str]] = {}
             fresh: list[dict[str, Any]] = []
+            names = _batch_names(src)
             for lo in range(0, top + 1, RANGE):
-                for row in _rows_in(src, lo, lo + RANGE, bad):
+                for row in _rows_in(src, lo, lo + RANGE, bad, names):
                     values = dict(zip(("id", *_MSG_COLS), row))
                     if values["session_id"] in exclude and values["session_id"] not in present:
                         continue
@@ -264,10 +298,12 @@ def salvage(
                 extra["salvaged_from"] = {"file": str(damaged), "id": values["id"]}
                 values["extra"] = json.dumps(extra, separators=(",", ":"))
                 values["origin_id"] = current.get(values["origin_id"])
+                values["batch"] = batches.ref(target, values["batch_id"])
+                cols = [c if c != "batch_id" else "batch" for c in _MSG_COLS]
                 target.execute(
-                    f"INSERT INTO messages (id, {', '.join(_MSG_COLS)}) VALUES "
-                    f"(?, {', '.join('?' for _ in _MSG_COLS)})",
-                    [base + values["id"], *(values[c] for c in _MSG_COLS)],
+                    f"INSERT INTO messages (id, {', '.join(cols)}) VALUES "
+                    f"(?, {', '.join('?' for _ in cols)})",
+                    [base + values["id"], *(values[c] for c in cols)],
                 )
                 keys[base + values["id"]] = (values["id"], 0, 0)
                 messages += 1

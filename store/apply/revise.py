@@ -1,0 +1,136 @@
+"""Last copy wins: ``messages.append`` with ``revise: true`` rewrites the messages a session
+already holds when the copy sent differs from the stored one (docs/ops.md).
+
+Why: agents rewrite their records. Gemini CLI appends a message record again, whole, each
+time its tool calls, results or tokens change (a tool result is first written ``executing``
+with no output); a Gemini ``.json`` session is rewritten in place; an Aider reply grows in
+its Markdown file. An import (and the watcher, which imports a file at any point while an
+agent writes it) reads whatever version is there, so a message can be read before its last
+copy. Without revision the store kept the first copy read (its id held, later copies were
+skipped), so a live capture differed from an import of the final file.
+
+Invariants:
+* only the message's own columns change (``REVISED_COLUMNS``); a row keeps its store id, its
+  place (``seq``, ``pos``), its state, its arrival, its batch and its ``origin_id``, so
+  compaction, rewind and display order are untouched, and nothing is deleted;
+* a copy without a timestamp keeps the stored time (never re-dated to its arrival); a tool
+  result without a name keeps the stored name, else gets its call's (``tool_names.fill``);
+* every row holding the producer id is revised (a compaction may hold a carried copy under
+  the same id), and only when a value differs: re-sending the same copy changes nothing;
+* indexes: SQLite's FTS rows of a revised row that is already indexed are replaced in the
+  same transaction (``indexer.reindex``); PostgreSQL's ``words`` column is generated;
+* replay: a revision is an op in the spool, applied in spool order, so a store rebuilt from a
+  snapshot plus the spool holds the same rows.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import apsw
+
+from quill.store.apply import tool_names, usage
+from quill.store.apply.message_rows import _CHUNK, check_tool_results, result_ids
+from quill.store.apply.normalize import ROW_COLUMNS
+from quill.store.apply.rules import backdate_start
+
+#: The columns a revision rewrites (``ROW_COLUMNS`` without the producer id), in that order.
+REVISED_COLUMNS = tuple(c for c in ROW_COLUMNS if c != "ext_id")
+_NAME = REVISED_COLUMNS.index("tool_name")
+_TS = REVISED_COLUMNS.index("ts")
+
+
+def merged(stored: tuple, row: tuple, msg: dict) -> tuple:
+    """The ``REVISED_COLUMNS`` values a stored row (``stored``, that order) holds once revised
+    by ``row`` (``normalize.message_row`` of ``msg``, ``ROW_COLUMNS`` order): the copy's
+    values, except the stored time when ``msg`` carries none and the stored tool name when
+    ``msg`` gives none."""
+    out = list(row[1:])
+    if msg.get("timestamp") is None:
+        out[_TS] = stored[_TS]
+    if out[_NAME] is None:
+        out[_NAME] = stored[_NAME]
+    return tuple(out)
+
+
+def changed(stored: tuple, row: tuple, msg: dict) -> bool:
+    """Whether revising ``stored`` by ``row`` (see ``merged``) would change a value."""
+    return merged(stored, row, msg) != tuple(stored)
+
+
+def held_versions(conn: Any, sid: str, ext_ids: list[str]) -> dict[str, list[tuple]]:
+    """``{producer id: [(store id, *REVISED_COLUMNS values), …]}`` of ``sid``'s rows with
+    those producer ids (every row holding one, in transcript order)."""
+    out: dict[str, list[tuple]] = {}
+    ids = sorted(set(ext_ids))
+    cols = ", ".join(REVISED_COLUMNS)
+    for start in range(0, len(ids), _CHUNK):
+        part = ids[start : start + _CHUNK]
+        for ext, *values in conn.execute(
+            f"SELECT ext_id, id, {cols} FROM messages WHERE session_id = ? "
+            f"AND ext_id IN ({', '.join('?' for _ in part)}) ORDER BY seq",
+            (sid, *part),
+        ):
+            out.setdefault(ext, []).append(tuple(values))
+    return out
+
+
+def revise(
+    conn: Any,
+    sid: str,
+    copies: list[tuple[tuple, dict]],
+    source: str | None,
+    batch_id: str,
+    arrived_at: float,
+) -> int:
+    """Rewrite ``sid``'s rows holding the producer id of each ``(row, message)`` of
+    ``copies`` (``row``: ``normalize.message_row`` of the message, ``ROW_COLUMNS`` order; the
+    last copy of an id wins) wherever a value differs (module doc). Usage a revised message
+    carries is recorded as the append records it (``usage.record_messages``: merged into
+    the row of its ``response_id``), unless a usage row without a response id already
+    points at the message (counted once). Returns rows rewritten. Raises ``InvalidOpError``
+    (``duplicate-tool-result``; usage reasons) — the caller's op is then refused whole."""
+    last = {row[0]: (row, msg) for row, msg in copies}
+    held = held_versions(conn, sid, list(last))
+    changes: list[tuple[int, tuple, dict]] = []
+    for ext, versions in held.items():
+        row, msg = last[ext]
+        for store_id, *stored in versions:
+            if changed(tuple(stored), row, msg):
+                changes.append((store_id, merged(tuple(stored), row, msg), msg))
+    if not changes:
+        return 0
+    rows = tool_names.fill(conn, sid, [(None, *values) for _, values, _ in changes])
+    sets = ", ".join(f"{c} = ?" for c in REVISED_COLUMNS)
+    conn.executemany(
+        f"UPDATE messages SET {sets} WHERE id = ?",
+        [(*r[1:], store_id) for r, (store_id, _, _) in zip(rows, changes)],
+    )
+    ids = [store_id for store_id, _, _ in changes]
+    if isinstance(conn, apsw.Connection):  # SQLite's FTS5 tables; PostgreSQL's are generated
+        from quill.store.sqlite.indexer import reindex
+
+        reindex(conn, ids)
+    backdate_start(conn, sid, min(r[1:][_TS] for r in rows))
+    check_tool_results(conn, sid, result_ids(rows))
+    counted = _usage_counted(conn, ids)
+    carrying = [(i, m) for i, _, m in changes if i not in counted and usage.carries_usage(m)]
+    usage.record_messages(conn, sid, carrying, source, batch_id, arrived_at)
+    return len(changes)
+
+
+def _usage_counted(conn: Any, ids: list[int]) -> set[int]:
+    """The message ids among ``ids`` a usage row without a response id points at (a
+    revision cannot tell that call from a new one, so it is not recorded again)."""
+    out: set[int] = set()
+    for start in range(0, len(ids), _CHUNK):
+        part = ids[start : start + _CHUNK]
+        out.update(
+            r[0]
+            for r in conn.execute(
+                "SELECT message_id FROM usage WHERE response_id IS NULL "
+                f"AND message_id IN ({', '.join('?' for _ in part)})",
+                part,
+            )
+        )
+    return out

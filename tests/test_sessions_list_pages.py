@@ -1,0 +1,41 @@
+"""``quill sessions list`` pages: the note under a full page gives the cursor of the next one
+(``--after``), as the API's ``X-Next-Cursor`` and the dashboard's "next" link do; before, the
+only way past the first page was a bigger ``--limit``."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from harness import drain, make_home
+
+from quill.spool import Spool
+
+_NEXT = re.compile(r"--after (\S+)")
+
+
+def test_every_session_is_listed_once_by_following_the_pages(quill, home):
+    make_home(home, watch={"enabled": False})
+    with Spool(home / "spool") as sp:
+        for i in range(5):
+            msgs = [{"role": "user", "content": f"hello {i}"}]
+            sp.append("messages.append", {"session_id": f"s{i}", "messages": msgs})
+    drain(home)
+    seen: list[str] = []
+    args = ["sessions", "list", "--limit", "2", "--json"]
+    for _ in range(5):
+        proc = quill.run(*args)
+        seen += [row["id"] for row in json.loads(proc.stdout)]
+        found = _NEXT.search(proc.stderr)
+        if found is None:
+            break
+        args = ["sessions", "list", "--limit", "2", "--json", "--after", found.group(1)]
+    assert sorted(seen) == [f"s{i}" for i in range(5)] and len(seen) == 5, seen
+    human = quill.run("sessions", "list", "--limit", "4")
+    assert "the next page: --after " in human.stderr
+    cursor = _NEXT.search(human.stderr)[1]
+    last = quill.run("sessions", "list", "--limit", "4", "--after", cursor, "--json")
+    assert len(json.loads(last.stdout)) == 1  # the fifth session, alone on the second page
+    assert "more sessions match" not in last.stderr
+    bad = quill.run("sessions", "list", "--after", "not-a-cursor", check=False)
+    assert bad.returncode == 2 and "quill: error:" in bad.stderr

@@ -112,11 +112,13 @@ def test_a_substring_scan_decodes_tool_calls_only_on_rows_that_have_them(store):
         == []
     )
     calls = '[{"function": {"name": "Bash", "arguments": "{\\"cmd\\": \\"ls -la\\"}"}}]'
+    store.conn.execute("INSERT INTO batches (batch_id) VALUES ('bulk')")
     store.conn.execute(
         "INSERT INTO messages (session_id, role, content, tool_calls, tool_name, ts, "
-        "arrived_at, state, batch_id, pos, seq) SELECT 's', CASE WHEN g % 4 = 0 THEN "
+        "arrived_at, state, batch, pos, seq) SELECT 's', CASE WHEN g % 4 = 0 THEN "
         "'assistant' ELSE 'tool' END, 'output line ' || g, CASE WHEN g % 4 = 0 THEN ? END, "
-        "CASE WHEN g % 4 = 0 THEN NULL ELSE 'Bash' END, g, g, 'live', 'bulk', g, g "
+        "CASE WHEN g % 4 = 0 THEN NULL ELSE 'Bash' END, g, g, 'live', "
+        "(SELECT id FROM batches WHERE batch_id = 'bulk'), g, g "
         "FROM generate_series(10, 409) AS g",
         (calls,),
     )

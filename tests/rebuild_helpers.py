@@ -176,6 +176,10 @@ class Run:
                 ]
             elif self.revising.random() < 0.4:  # last copy wins (store.apply.revise)
                 data["revise"] = True
+                for msg in data["messages"]:  # a copy renaming a call renames its results
+                    for c in msg.get("tool_calls") or ():
+                        if self.revising.random() < 0.5:
+                            c["function"]["name"] = "edit"
             return "messages.append", data
         if kind == "end":
             return "session.end", {

@@ -142,3 +142,61 @@ def test_revisions_order_keys_and_a_refused_op_in_one_chunk(store):
     assert [r[:5] + r[6:] for r in _rows(store, FINAL)] == [r[:5] + r[6:] for r in chunked]
     with store.reader() as r:
         assert {h["session_id"] for h in r.search("revised")} == {sid, FINAL}
+
+
+def test_a_v11_store_migrated_then_draining_revisions_spooled_before_the_upgrade(tmp_path):
+    """A v11 SQLite store whose spool still holds revisions and keyed appends written before
+    the upgrade: opened (migrated to v12) and drained, it holds the rows, batch numbers and
+    search hits of a store that was v12 all along and drained the same spool."""
+    import shutil
+
+    from semantics_helpers import Store
+    from test_batch_numbers import _named_rows, _sqlite_v11_copy
+
+    live = Store(tmp_path / "live")
+    first = [user("zebras at dawn", id="u1"), assistant(None, id="a1", tool_calls=[call("c1")])]
+    assert _append(live, LIVE, first + [_result("c1", None, "r1")]) == []
+    later = [
+        {
+            "session_id": LIVE,
+            "revise": True,
+            "messages": [
+                user("quaggas at dusk", id="u1"),
+                assistant(None, id="a1", tool_calls=[call("c1", "edit")]),
+                _result("c1", "done", "r1"),
+            ],
+        },
+        {
+            "session_id": LIVE,
+            "messages": [user("early", id="u0"), user("x", id="u1")],
+            "order_keys": [[1, 0, 0], [1, 0, 1]],
+        },
+    ]
+    for data in later:
+        live.spool.append("messages.append", data)
+    live.spool.close()
+    live.backend.close()
+    old = tmp_path / "old"
+    old.mkdir()
+    _sqlite_v11_copy(tmp_path / "live" / "state.db", old / "state.db")
+    shutil.copytree(tmp_path / "live" / "spool", old / "spool")
+    live = Store(tmp_path / "live")
+    migrated = Store(old)  # opening migrates
+    try:
+        assert live.drain() == [] and migrated.drain() == []
+        live.index()
+        migrated.index()
+        assert _named_rows(migrated.conn) == _named_rows(live.conn)
+        assert [(r[0], r[4]) for r in _rows(migrated, LIVE)] == [
+            ("u0", None),
+            ("u1", None),
+            ("a1", None),
+            ("r1", "edit"),
+        ]
+        for s in (live, migrated):
+            with s.reader() as r:
+                assert [h["snippet"] for h in r.search("quaggas")] == ["quaggas at dusk"]
+                assert r.search("zebras") == []
+    finally:
+        live.close()
+        migrated.close()

@@ -200,3 +200,41 @@ def test_a_v11_store_migrated_then_draining_revisions_spooled_before_the_upgrade
     finally:
         live.close()
         migrated.close()
+
+
+def test_a_revision_of_a_compacted_message_rewrites_its_copy_and_search_finds_it_once(store):
+    """A message compacted with its carried copy (same producer id): a later copy rewrites
+    both rows; search finds the new text once and the old text nowhere, on both backends,
+    indexed before or after the revision."""
+    msgs = [user("zebras at dawn", id="u1"), assistant("gazelles graze", id="a1")]
+    assert _append(store, LIVE, msgs, revise=True) == []
+    compact = {
+        "session_id": LIVE,
+        "tail_count": 1,
+        "messages": [user("summary so far"), assistant("gazelles graze", id="a1")],
+    }
+    assert store.apply("messages.compact", compact) == []
+    store.index()
+    assert _append(store, LIVE, [assistant("quaggas roam", id="a1")], revise=True) == []
+    store.index()
+    rows = [r for r in _rows(store, LIVE) if r[0] == "a1"]
+    assert [(r[2], r[7]) for r in rows] == [
+        ("quaggas roam", "superseded"),
+        ("quaggas roam", "live"),
+    ]
+    with store.reader() as r:
+        assert [h["snippet"] for h in r.search("quaggas")] == ["quaggas roam"]
+        assert r.search("gazelles") == []
+        assert len(r.search("quaggas", projection="audit")) == 2
+
+
+def test_a_new_result_sent_with_the_copy_that_renames_its_call(store):
+    """The result first arrives in the op whose copy renames its call (the call held, the
+    result new): it is named after the call's last copy, as the import of the final file."""
+    first = [assistant(None, id="a1", tool_calls=[call("c1", "shell")], timestamp=1_700_000_001)]
+    final = [
+        assistant(None, id="a1", tool_calls=[call("c1", "run_shell")], timestamp=1_700_000_001),
+        _result("c1", "ran", "r1"),
+    ]
+    _capture_vs_import(store, [first, final])
+    assert _rows(store, LIVE)[1][4] == "run_shell"

@@ -238,3 +238,14 @@ def test_a_new_result_sent_with_the_copy_that_renames_its_call(store):
     ]
     _capture_vs_import(store, [first, final])
     assert _rows(store, LIVE)[1][4] == "run_shell"
+
+
+def test_a_later_copy_without_the_response_id_is_still_one_call(store):
+    """The first copy names its response, a later copy does not (its record rewritten
+    without it): the message's usage is still one row, with the largest figures."""
+    u = {"prompt_tokens": 10, "completion_tokens": 3}
+    first = assistant("hi", id="a1", timestamp=1_700_000_001, usage=u, response_id="r-once")
+    later = assistant("hi!", id="a1", timestamp=1_700_000_001, usage={**u, "completion_tokens": 5})
+    assert _append(store, LIVE, [first], revise=True) == []
+    assert _append(store, LIVE, [later], revise=True) == []
+    assert _usage(store, LIVE) == [("r-once", 10, 5)]

@@ -92,8 +92,8 @@ def revise(
     ``copies`` (``row``: ``normalize.message_row`` of the message, ``ROW_COLUMNS`` order; the
     last copy of an id wins) wherever a value differs (module doc). Usage a revised message
     carries is recorded as the append records it (``usage.record_messages``: merged into
-    the row of its ``response_id``), or merged into the usage row without a response id
-    that points at the message (one call, counted once; each figure its largest). Returns
+    the row of its ``response_id``), else into the usage row that points at the message
+    (one call, counted once, whichever copy named its response id; each figure its largest). Returns
     rows rewritten. Raises ``InvalidOpError``
     (``duplicate-tool-result``; usage reasons) — the caller's op is then refused whole."""
     last = {row[0]: (row, msg) for row, msg in copies}

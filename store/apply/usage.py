@@ -109,8 +109,9 @@ def record(
 ) -> int:
     """Insert one usage row (returns 1), or merge into the row of an already counted
     ``response_id`` (returns 0), or record nothing for a usage with no tokens (0). With
-    ``merge_message`` (a revision: ``store.apply.revise``) a usage row without a response id
-    pointing at ``message_id`` is that call too, merged into when no row has ``response_id``.
+    ``merge_message`` (a revision: ``store.apply.revise``) the usage row pointing at
+    ``message_id`` (its first) is that call too, merged into when no row has ``response_id``:
+    a message is one response, whichever copy named its response id.
 
     Merging: one response may be written as several records whose usage grows while it
     streams (Claude Code responses in the corpus repeat their usage with a larger
@@ -128,7 +129,7 @@ def record(
         known = conn.execute(f"{cols} WHERE response_id = ?", (response_id,)).fetchone()
     if known is None and merge_message and message_id is not None:
         known = conn.execute(
-            f"{cols} WHERE response_id IS NULL AND message_id = ? ORDER BY id LIMIT 1",
+            f"{cols} WHERE message_id = ? ORDER BY id LIMIT 1",
             (message_id,),
         ).fetchone()
     if known is not None:

@@ -199,6 +199,7 @@ def apply_run(conn: Any, run: list[Prepared], now: float, ledger: Any) -> list[i
     ``ledger.bad_data`` when an op is refused, ``RunConflict`` when a batch was decided
     meanwhile: the caller must roll back what was written (it runs in a SAVEPOINT the caller
     owns)."""
+    ledger.open_run()
     seen = _seen(conn, run)
     fresh_of: list[tuple[list[tuple], list]] = []  # per op: its new rows and their messages
     for op in run:
@@ -257,7 +258,7 @@ def apply_run(conn: Any, run: list[Prepared], now: float, ledger: Any) -> list[i
             )
         next_id += len(fresh)
         if any(usage.carries_usage(m) for m in fresh_msgs):
-            usage.record_messages(
+            added = usage.record_messages(
                 conn,
                 op.sid,
                 list(zip(ids[first:next_id], fresh_msgs)),
@@ -265,6 +266,7 @@ def apply_run(conn: Any, run: list[Prepared], now: float, ledger: Any) -> list[i
                 op.batch,
                 op.arrived_at,
             )
+            ledger.drew("usage", added)  # usage ids are the table's own: given back if refused
         tool_ids.setdefault(op.sid, set()).update(result_ids(fresh))
         written.append(len(fresh))
     for sid, earliest in starts.items():

@@ -13,7 +13,8 @@ round trips per op into ~1.3 (bench/RESULTS.md).
 Invariant: the store after ``apply_run`` is row for row the store the op-at-a-time path
 (``transcript_ops.messages_append`` per op, in spool order) would leave — same message ids,
 arrival times, usage rows, session rows, blobs (on PostgreSQL the same rows with ids from the
-same sequence, which may skip values, as a rolled-back op's do). How each step keeps it:
+same sequences; a refused run gives back the ids it drew, ``Ledger.give_back``, so the ids
+after it do not depend on where the run began). How each step keeps it:
 
 * order: each op's rows take the ``seq`` labels ``order.plan`` gives the run's ops of their
   session together: the next labels after its last row, or for an op acknowledged before

@@ -238,14 +238,15 @@ class PgLedger:
             return []
         rows = conn.execute(
             "SELECT nextval(pg_get_serial_sequence('messages', 'id')) AS id, "
-            "pg_sequence_last_value(pg_get_serial_sequence('usage', 'id')::regclass), "
-            "pg_sequence_last_value(pg_get_serial_sequence('batches', 'id')::regclass) "
+            "(SELECT pg_sequence_last_value(pg_get_serial_sequence('usage', 'id')::regclass)), "
+            "(SELECT pg_sequence_last_value(pg_get_serial_sequence('batches', 'id')::regclass)) "
             "FROM generate_series(1, ?) ORDER BY id",
             (n,),
         ).fetchall()
         ids = [r[0] for r in rows]
-        # The values before the run's draws (``give_back``): the run draws usage and batch
-        # ids only after this statement, so any later value read here is only larger.
+        # The values before the run's draws (``give_back``; read once per statement): the run
+        # draws usage and batch ids only after this statement. Had another writer drawn
+        # between, ``give_back`` finds more values taken than counted and keeps the gap.
         self._drawn = {
             "messages": [ids[0] - 1, n],
             "usage": [rows[0][1], 0],

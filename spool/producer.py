@@ -134,6 +134,20 @@ class Spool(GroupCommit):
         self.ring_error: OSError | None = None
         ensure_dir(self.dir)
 
+    @classmethod
+    def for_settings(cls, cfg: Any, **kwargs: Any) -> Spool:
+        """A producer on data dir ``cfg``'s spool (a ``quill.home.Settings``) with its
+        configured limits (``[spool] segment_bytes``, ``max_record_bytes``): every producer a
+        Quill command or worker opens is made here, so none acknowledges a record the writer
+        would refuse for its size. ``kwargs``: the other ``Spool`` options. Raises what
+        ``Spool`` raises."""
+        return cls(
+            cfg.spool_dir,
+            segment_bytes=cfg.segment_bytes,
+            max_record_bytes=cfg.max_record_bytes,
+            **kwargs,
+        )
+
     def append(
         self, op: str, data: dict[str, Any], *, batch_id: str | None = None, plain: bool = False
     ) -> Ack:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+import sys
 import zlib
 from typing import Any
 
@@ -175,6 +176,69 @@ def plain_json(value: Any) -> bool:
         else:
             return False
     return True
+
+
+#: ``scan`` results.
+PLAIN, NOT_PLAIN, TOO_DEEP, HUGE_INT = "plain", "not-plain", "too-deep", "huge-int"
+
+
+@functools.cache
+def _huge_bound(max_digits: int) -> tuple[int, int]:
+    """``(bits, bound)``: an ``int`` of ``bits`` bits or more may have more than
+    ``max_digits`` decimal digits; one ``>= bound`` in magnitude has."""
+    bound = 10**max_digits
+    return bound.bit_length() - 1, bound
+
+
+def scan(value: Any, limit: int = MAX_NESTING) -> str:
+    """``nesting_ok`` and ``plain_json`` of ``value`` in one walk, for a producer's precheck,
+    plus the integers no encoder here can write: ``TOO_DEEP`` when objects/arrays nest past
+    ``limit`` (as ``nesting_ok``: dicts, lists and tuples count, scalars are level 0);
+    else ``HUGE_INT`` when an ``int`` has more decimal digits than Python writes as text
+    (``sys.get_int_max_str_digits``; msgspec and the stdlib both raise ``ValueError``);
+    else ``PLAIN`` or ``NOT_PLAIN`` (``plain_json``'s answer)."""
+    digits = sys.get_int_max_str_digits()
+    bits, bound = _huge_bound(digits) if digits else (0, 0)
+    plain, huge = True, False
+    stack = [(value, 1)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        x, depth = pop()
+        t = type(x)
+        if t is dict:
+            if depth > limit:
+                return TOO_DEEP
+            items: Any = x.values()
+            for k in x:
+                if type(k) is not str:
+                    plain = False
+                    break
+        elif t is list or t is tuple:
+            if depth > limit:
+                return TOO_DEEP
+            items = x
+            if t is tuple:
+                plain = False
+        else:  # a scalar at the top
+            items = (x,)
+            depth -= 1
+        for y in items:
+            ty = type(y)
+            if ty is str or y is None or ty is bool:
+                continue
+            if ty is int:
+                if bits and y.bit_length() >= bits and abs(y) >= bound:
+                    huge = True
+            elif ty is dict or ty is list or ty is tuple:
+                push((y, depth + 1))
+            elif ty is float:
+                if y - y != 0.0:  # NaN or ±Infinity
+                    plain = False
+            else:
+                plain = False
+    if huge:
+        return HUGE_INT
+    return PLAIN if plain else NOT_PLAIN
 
 
 def loads(data: bytes) -> Any:

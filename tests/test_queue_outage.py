@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
 import time
 from pathlib import Path
 
@@ -105,9 +106,8 @@ def test_a_redis_outage_keeps_the_fleet_up_and_draining_and_everything_resumes(
     fleet = quill.start_fleet()
     try:
         worker_pids(home)
-        # The consumer's first task (closing runs a previous consumer left) done: Redis dying in
-        # the middle of a task makes huey itself log one traceback for that task's bookkeeping
-        # (a known limit, docs/operations.md); this test is about the outage between tasks.
+        # The consumer's first task (closing runs a previous consumer left) done: this test is
+        # about the outage between tasks (one during a task: the test at the end of this file).
         _until(lambda: "last" in _consumer_status(home), 60, "the consumer's first task")
         private_redis.stop()
         down_at = time.time()
@@ -256,3 +256,56 @@ def test_an_unopenable_queue_db_is_an_outage_too_and_the_writer_drains(tmp_path)
         assert len(w.events("writer.queue_back")) == 1
     finally:
         w.close()
+
+
+def test_the_queue_going_away_during_a_job_is_an_outage_not_a_traceback(tmp_path, private_redis):
+    """Redis stopping while the consumer runs a job: huey's bookkeeping after the job (its
+    revocation flag, here) raises out of ``huey.execute``; the consumer's guard reports it as
+    the outage starting (one log event, the status with no task in flight), and the worker
+    loop, which would log it as a traceback, never sees it."""
+    from quill import home as config
+    from quill.jobs.outage import QueueOutage
+    from quill.jobs.queues import build_for
+    from quill.workers import consumer
+
+    home = tmp_path / "home"
+    _configure(home, private_redis.url)
+    cfg = config.load(home)
+    cfg.ensure_dirs()
+    queues = build_for(cfg)
+    events: list[tuple[str, dict]] = []
+
+    class Log:
+        def error(self, event: str, **fields) -> None:
+            events.append((event, fields))
+
+        warning = info = error
+
+    outage = QueueOutage("consumer", Log())
+    published: list[bool] = []
+    huey = queues.worker
+
+    @huey.task(name="test_stops_the_queue")
+    def stops_the_queue() -> str:
+        private_redis.stop()  # the job's own work is done; Redis goes away before huey's rest
+        return "done"
+
+    consumer._tolerate_outages(
+        queues,
+        outage,
+        threading.Event(),
+        lambda lost_task=False: published.append(lost_task),
+        time.time(),
+        str(cfg.snapshots_dir),
+    )
+    stops_the_queue()
+    task = None
+    for _ in range(50):  # the first poll closes a previous consumer's runs, then dequeues
+        task = huey.dequeue()
+        if task is not None and task.name == "test_stops_the_queue":
+            break
+    assert task is not None and task.name == "test_stops_the_queue"
+    assert huey.execute(task) is None  # raised QueueUnavailableError before the guard
+    assert outage.down is not None
+    assert published == [True]
+    assert [e for e, _ in events] == ["consumer.queue_unavailable"]

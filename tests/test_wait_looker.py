@@ -88,3 +88,46 @@ def test_the_drain_rings_only_after_the_commit(tmp_path):
     assert [c > a.position for c, a in zip(seen, acks)] == [True, True]
     assert not drain.step(on_commit=lambda: seen.append("rung")).entries
     assert len(seen) == 2
+
+
+def test_a_client_keeps_one_reader_between_its_waits(tmp_path, backend, monkeypatch):
+    """``Client.wait`` (and ``AsyncClient.wait``, ``QuillSession.add_items``) opens no store
+    connection per call: the reader of the last wait is kept (``wait.Lookers``). On
+    PostgreSQL a kept connection the server ended is replaced once, and the wait succeeds."""
+    import asyncio
+
+    from quill.ops.client import wait
+
+    opened: list = []
+    real = wait.open_reader
+
+    def counted(cfg):
+        opened.append(cfg)
+        return real(cfg)
+
+    monkeypatch.setattr(wait, "open_reader", counted)
+    cfg = make_home(tmp_path / "home", backend)
+    w = WriterThread(cfg)
+    try:
+        w.idle()  # the store is made
+        q = quill.Client(cfg.home)
+        for i in range(5):
+            _applied(w, q, f"sync {i}")
+        aq = quill.AsyncClient(client=q)
+
+        async def turns() -> None:
+            for i in range(5):
+                ack = await aq.append("s", [{"role": "user", "content": f"async {i}"}])
+                assert (await aq.wait(ack, timeout=w.TIMEOUT_S)).applied
+
+        asyncio.run(turns())
+        assert len(opened) == 1, len(opened)  # one reader for ten waits
+        if backend:  # the server ends the kept connection while it sits idle
+            kept = q._lookers._kept.reader.conn.raw
+            with open_reader(cfg) as other:
+                other.conn.execute("SELECT pg_terminate_backend(?)", (kept.info.backend_pid,))
+            _applied(w, q, "after the server ended the kept connection")
+            assert len(opened) == 2
+    finally:
+        w.close()
+    assert len(quill.Client(cfg.home).messages("s")) == 11 if backend else 10

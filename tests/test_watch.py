@@ -355,6 +355,7 @@ def test_a_second_watcher_is_refused_while_one_runs(tmp_path, quill):
             time.sleep(0.1)
         second = quill.run("watch", "--once", check=False)
         assert second.returncode != 0 and "another watcher" in second.stderr
+        assert f"pid {proc.pid} holds the watch lease" in second.stderr  # not "the store"
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0

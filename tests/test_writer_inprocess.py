@@ -216,7 +216,7 @@ def test_an_idle_only_job_waits_while_the_spool_has_work(w):
     queues.enqueue("vacuum", min_free_ratio=0.0)
     for _ in range(5):
         w.turn()
-    assert w.status()["rows"] == 250  # half drained ...
+    assert w.writer.totals["rows"] == 250  # half drained ...
     assert queues.pending()["store"] == 1  # ... and the VACUUM still waits
     assert "vacuum" not in [r[0] for r in _job_runs(w)]
     w.until_idle()

@@ -63,11 +63,17 @@ def run(cfg: Settings, log: Any) -> None:
     consumer = queues.worker.create_consumer(
         workers=1, worker_type="thread", periodic=False, initial_delay=0.05, max_delay=1.0
     )
+
+    def publish_outage(lost_task: bool = False) -> None:
+        if lost_task:  # its end signal never came: huey's bookkeeping failed before it
+            in_flight["n"] = 0  # one worker thread: no other task can be in flight
+        run_dir.publish("consumer", {"in_flight": in_flight["n"], **outage.fields()})
+
     _tolerate_outages(
         queues,
         outage,
         consumer.stop_flag,
-        lambda: run_dir.publish("consumer", {"in_flight": in_flight["n"], **outage.fields()}),
+        publish_outage,
         time.time(),
         str(cfg.snapshots_dir),
     )
@@ -87,7 +93,14 @@ def _tolerate_outages(
     thread's ``read_schedule``) through ``outage``: while the queue is down they answer
     "nothing" (the worker after waiting out the backoff on ``stop``, in slices of at most
     ``WAIT_SLICE_S``), so huey neither logs a traceback per poll nor spins. ``publish()``
-    writes the consumer's status (with ``outage.fields()``) when the outage starts or ends.
+    writes the consumer's status (with ``outage.fields()``) when the outage starts or ends;
+    ``publish(lost_task=True)`` also clears the task in flight.
+
+    The queue going away while a job runs reaches huey's bookkeeping around the job (the
+    revocation flag, the result, the next task of a pipeline), which raises out of
+    ``huey.execute``: that is the outage starting, not an error of the job (its own outcome
+    is recorded by the job runner, ``workers/job_runner.py``), so it is reported like any
+    other outage (one log line, the status) instead of huey's traceback.
 
     Before the first task is taken, the runs a previous consumer started and never finished
     (kill -9 mid-check) are marked interrupted, or judged from their effect (a snapshot made
@@ -129,4 +142,15 @@ def _tolerate_outages(
             publish()
             return []
 
+    execute = huey.execute
+
+    def guarded_execute(task: Any, timestamp: Any = None) -> Any:
+        try:
+            return execute(task, timestamp)
+        except QueueUnavailableError as exc:
+            outage.failed(exc)
+            publish(lost_task=True)
+            return None
+
     huey.dequeue, huey.read_schedule = guarded_dequeue, guarded_read_schedule
+    huey.execute = guarded_execute

@@ -70,6 +70,18 @@ FULL_REPORT_S = 5.0
 _FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
+def _reason(exc: BaseException) -> str:
+    """Why a file could not be imported, for ``watch-state.json`` and ``quill status``. A
+    ``MemoryError`` (a line or message larger than this process may allocate: its objects
+    are freed as it unwinds) is the file's, like bad input: kept as unreadable at its mark and
+    tried again once the file changes, while the other files go on being imported. Raised
+    out of the round it would stop the watcher at the same file on every restart, and no
+    file after it in the scan would ever be imported."""
+    if isinstance(exc, MemoryError):
+        return "out of memory importing it (a line too large for this process's memory)"
+    return exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+
+
 def disk_full(exc: BaseException) -> bool:
     """Whether ``exc`` means the disk under the data dir is full (by type and errno)."""
     return isinstance(exc, SpoolFullError) or (isinstance(exc, OSError) and exc.errno in _FULL)
@@ -117,9 +129,12 @@ class Watcher:
                 self._overloaded(error=exc.strerror)
                 return counts  # nothing forgotten, nothing marked: the next round scans again
             gone = [p for p in self.state.files if p not in found]
+            # An unreadable file (or folder) neither found nor failing any more is gone too:
+            # kept, it would be listed as unreadable by `quill status` for ever.
+            stale = [p for p in self.state.unreadable if p not in found and p not in errors]
             self.last_scan_at = time.time()
         else:
-            found, errors, gone = {}, {}, []
+            found, errors, gone, stale = {}, {}, [], []
             for p in set(paths):
                 try:
                     if watched(p) and os.path.isfile(p):
@@ -128,10 +143,14 @@ class Watcher:
                     pass
                 except OSError as exc:
                     errors[p] = exc.strerror or type(exc).__name__
-                if p in self.state.files and not os.path.exists(p):
-                    gone.append(p)
+                if not os.path.exists(p):
+                    (gone if p in self.state.files else stale).append(p)
         due = [p for p, st in sorted(found.items()) if self._due(p, st)]
-        changed = bool(gone) or any(self._note_unreadable(p, r) for p, r in errors.items())
+        stale = [p for p in stale if p in self.state.unreadable and p not in self.state.files]
+        for p in stale:
+            del self.state.unreadable[p]
+        changed = bool(gone or stale)
+        changed = any([self._note_unreadable(p, r) for p, r in errors.items()]) or changed
         for p in gone:  # the agent deleted or renamed it: its sessions stay in the store
             del self.state.files[p]
             self.state.unreadable.pop(p, None)
@@ -227,9 +246,9 @@ class Watcher:
                 # until it changes); the next round imports it.
                 self._overloaded(path=path, error=type(exc).__name__)
                 return
-            if disk_full(exc) or not isinstance(exc, (OSError, ValueError)):
+            if disk_full(exc) or not isinstance(exc, (OSError, ValueError, MemoryError)):
                 raise  # a full disk is ridden out by ``_round``; the file itself is fine
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            reason = _reason(exc)
             self.state.unreadable[path] = {"reason": reason, "at": time.time(), "mark": mark}
             self.state.files.pop(path, None)
             self.log.warning("watch.unreadable", path=path, reason=reason)
@@ -249,6 +268,9 @@ class Watcher:
             counts["new_messages"] += report.get("new", 0)
             counts["rewritten"] += kind == "rewritten"
         self._save()
+        skipped = [p for p in report.get("problems", ()) if p["kind"] == "skipped"]
+        if skipped:  # bad lines, records over the spool's limit: not imported, said here
+            self.log.warning("watch.skipped", path=path, count=len(skipped), first=skipped[:5])
         self.log.info(
             "watch.imported",
             path=path,

@@ -5,16 +5,17 @@ it never touches a database handle and never asks which backend it drives. Each 
 loop (docs/architecture.md, "Processes"):
 
 1. apply one chunk of about ``chunk_rows`` message rows from the committed cursor
-   (``workers.drain.Drain``: one transaction that also moves the cursor);
-2. bring search up by one bounded slice (``index_step``);
-3. run at most one queued store job (``workers.job_runner``; ``needs_idle`` ones only when
-   the spool is drained);
-4. when there is nothing to do: the store's idle upkeep, seal torn tails, publish "idle",
+   (``workers.drain.Drain``: one transaction that also moves the cursor), then ring every
+   waiting client's doorbell (``run/waiters/``), so read-your-writes costs about the drain
+   of the op, not a poll interval;
+2. upkeep (``workers.writer_upkeep``): bring search up by one bounded slice
+   (``index_step``), run at most one queued store job (``workers.job_runner``;
+   ``needs_idle`` ones only when the spool is drained), publish the status. After a full
+   chunk it runs at once; after a partial one it waits for a quiet moment (the next op
+   first), at most ``UPKEEP_DUE_S``;
+3. when there is nothing to do: the store's idle upkeep, seal torn tails, publish "idle",
    and wait for the spool's doorbell (``quill.home.doorbell``: a producer rings it after an
    append is durable) or ``poll_interval``, whichever comes first.
-
-After each committed chunk the writer rings every waiting client's doorbell
-(``run/waiters/``), so read-your-writes costs about the drain of the op, not a poll interval.
 
 Refusals: ``SpoolMismatchError`` (another live holder claims this spool id; the store's cursor
 is not this spool's) means applying would skip or double records. The writer applies nothing,
@@ -43,7 +44,7 @@ import threading
 import time
 from typing import Any
 
-from quill.home import Halt, RunDir, Settings, Throttle, WriterStatus, doorbell
+from quill.home import Halt, RunDir, Settings, Throttle, doorbell
 from quill.jobs.queues import build_for
 from quill.spool import Quarantine, Spool, SpoolReader
 from quill.spool.segments import DOORBELL
@@ -54,9 +55,9 @@ from quill.store.errors import (
 )
 from quill.store.factory import open_store
 from quill.store.lease import Lease
-from quill.workers import status
 from quill.workers.drain import Drain
 from quill.workers.job_runner import StoreJobRunner
+from quill.workers.status import COMMIT_BUCKETS_S
 from quill.workers.writer_halt import (
     MAX_BACKOFF_S,
     REFUSED_RETRY_S,
@@ -65,17 +66,15 @@ from quill.workers.writer_halt import (
     passing,
 )
 from quill.workers.writer_until_idle import UntilIdle
+from quill.workers.writer_upkeep import LINGER_S, Upkeep
 
 #: The first pause after the store failed to open (seconds).
 OPEN_RETRY_FIRST_S = 0.5
 #: An idle writer waiting for its doorbell sees a stop within this many seconds.
 STOP_LOOK_S = 0.1
-#: While idle the loop turns every poll_interval; one status write per this many seconds is
-#: plenty for `quill status` and the supervisor's idle check.
-IDLE_PUBLISH_S = 0.25
 
 
-class Writer(HaltAndRefusal, UntilIdle):
+class Writer(HaltAndRefusal, UntilIdle, Upkeep):
     """One writer for the data dir of ``cfg`` (``quill.home.Settings``), logging to ``log``.
     ``store``: the store to drive (default: ``store.open`` of the data dir, for its writer)."""
 
@@ -105,17 +104,15 @@ class Writer(HaltAndRefusal, UntilIdle):
         self.error: str | None = None  # the retryable failure being waited out, else None
         # Chunk apply+commit latency (seconds), published for /metrics and `quill status`.
         self.commit_hist: dict[str, Any] = {
-            "counts": [0] * len(status.COMMIT_BUCKETS_S),
+            "counts": [0] * len(COMMIT_BUCKETS_S),
             "count": 0,
             "sum": 0.0,
         }
-        self._was_busy = False
+        self._init_upkeep()
         self._backoff: float | None = None  # the last retry pause; None after a success
-        self._last_idle_publish = float("-inf")
         # While halted the store is looked at every halt_poll_s (0.5 s): a retryable failure
         # there (a PostgreSQL server that went away) is logged once per MAX_BACKOFF_S.
         self._halted_retry = Throttle(MAX_BACKOFF_S)
-        self._idle_fields: dict[str, Any] = {}
         self.doorbell: doorbell.Doorbell | None = None  # producers ring it (``initialize``)
         self._idle = False  # the last loop_once found nothing to do
         self._ring_warn = Throttle(MAX_BACKOFF_S)
@@ -137,7 +134,7 @@ class Writer(HaltAndRefusal, UntilIdle):
         self.initialize()
         try:
             while not stop.is_set() and not self.done:
-                pause = self.loop_once(time.monotonic())
+                pause = self.loop_once(time.monotonic(), linger=True)
                 if pause <= 0:
                     continue
                 if self._idle and self.doorbell is not None:
@@ -191,11 +188,7 @@ class Writer(HaltAndRefusal, UntilIdle):
         """The store-job runner, made once the store is open (as late as possible: a new
         store file is created first, before the queue is opened)."""
         if self.jobs is None:
-            spool = Spool(
-                self.cfg.spool_dir,
-                segment_bytes=self.cfg.segment_bytes,
-                max_record_bytes=self.cfg.max_record_bytes,
-            )
+            spool = Spool.for_settings(self.cfg)
             self.jobs = StoreJobRunner(lambda: build_for(self.cfg), self.log, spool, self.cfg)
         return self.jobs
 
@@ -212,10 +205,12 @@ class Writer(HaltAndRefusal, UntilIdle):
                 "writer.stopped", cursor=str(self.cursor), backend=self.store.kind, **self.totals
             )
 
-    def loop_once(self, now: float) -> float:
+    def loop_once(self, now: float, *, linger: bool = False) -> float:
         """One turn: open the store if needed, then one unit of work (or one look while
-        halted). ``now``: monotonic seconds. Returns the seconds to wait before the next turn
-        (0: there is more to do). Never raises the store's retryable or corruption errors."""
+        halted). ``now``: monotonic seconds. ``linger``: after a partial chunk, wait for the
+        next op before the upkeep (``step``; ``run`` lingers, a test stepping turns need not).
+        Returns the seconds to wait before the next turn (0: there is more to do). Never
+        raises the store's retryable or corruption errors."""
         self._idle = False
         if self.done:
             return 0.0
@@ -229,7 +224,7 @@ class Writer(HaltAndRefusal, UntilIdle):
             if pause is not None:
                 return pause
         try:
-            busy = self.step(now)
+            busy = self.step(now, linger=LINGER_S if linger else 0.0)
         except SpoolMismatchError as exc:  # the claim was lost (taken over meanwhile)
             return self._refuse(now, exc)
         except CorruptError as exc:  # includes ReplacedError
@@ -241,7 +236,9 @@ class Writer(HaltAndRefusal, UntilIdle):
             return self._retry(now, exc, "writer.retry", self.store.retry_first_s)
         self._backoff, self.error = None, None
         self._idle = not busy
-        return 0.0 if busy else self.cfg.poll_interval
+        if busy:
+            return 0.0
+        return min(self.lingering, self.cfg.poll_interval) or self.cfg.poll_interval
 
     def _connect(self, now: float) -> float | None:
         """Open the store and read its cursor; None when open, else the pause before the next
@@ -276,89 +273,31 @@ class Writer(HaltAndRefusal, UntilIdle):
             self.log.error("writer.shared_memory_unusable", error=error, sleep=pause)
         else:
             self.log.warning(event, error=error, kind=type(exc).__name__, sleep=pause)
-        self._publish(now, idle=False, error=error)
+        self._publish(now, idle=False, error=error, at_once=True)
         return pause
 
     # -- one unit of work ------------------------------------------------------------------
 
-    def step(self, now: float) -> bool:
-        """Do one unit of work; False when there was nothing to do (idle). Raises the store
-        error tree. The store is checked before any write and told after, so a file or WAL
+    def step(self, now: float, *, linger: float = 0.0) -> bool:
+        """Do one unit of work; False when there was nothing to do (idle). ``linger``
+        (seconds): after a commit, steps that find the spool's end within that time only set
+        ``lingering`` (the running loop waits for the next op before its upkeep,
+        ``workers.writer_upkeep``); ``until_idle`` never lingers. Raises the store error
+        tree. The store is checked before any write and told after, so a file or WAL
         replaced in between is caught before the next transaction."""
         self.store.check()
         try:
-            return self._step(now)
+            return self._step(now, linger)
         finally:
             if self.store.connected:
                 self.store.committed()
 
-    def _step(self, now: float) -> bool:
+    def _step(self, now: float, linger: float) -> bool:
         began = time.monotonic()
         # Waiting clients are rung as soon as the chunk is committed, before its log line.
         done = self.drain.step(on_commit=self._wake_waiters)
         if done.entries:
-            status.observe(self.commit_hist, time.monotonic() - began)  # read+apply+commit
-            self._publish(now, idle=False)
-            self._index()
-            if self.jobs.run_one(self.store, idle=False, on_start=self._job_started):
-                self._wake_waiters()
-            self._was_busy = True
+            self.observe_commit(time.monotonic() - began)  # read+apply+commit
+            self._committed(now, full=done.result.rows >= self.cfg.chunk_rows)
             return True
-        if self._index():
-            return True
-        if self.jobs.run_one(self.store, idle=True, on_start=self._job_started):
-            self._wake_waiters()  # its run is recorded: `quill jobs run --wait` reads it now
-            return True
-        self._idle_fields = self.store.idle_work(now, self.cursor, self._was_busy)
-        self._was_busy = False
-        sealed = self.drain.seal_torn_tails()
-        self._publish(now, idle=not sealed)
-        return sealed
-
-    def _wake_waiters(self) -> None:
-        """The cursor moved or a job's run was recorded (committed): ring the clients waiting
-        for either. A failure is logged (throttled), never fatal: a waiter that is not woken
-        still looks every poll."""
-        try:
-            doorbell.ring_all(self.cfg.waiters_dir)
-        except OSError as exc:
-            suppressed = self._ring_warn.ready("ring")
-            if suppressed is not None:
-                self.log.warning("writer.ring_failed", error=str(exc), suppressed=suppressed)
-
-    def _index(self) -> int:
-        """One search-index slice; damage confined to the indexes detaches them (the store
-        decides) and queues their rebuild, while writes go on."""
-        rows, detached = self.store.index_step(self.cfg.index_slice_rows)
-        if detached:
-            self.jobs.enqueue("fts_rebuild")  # held while the queue is unreachable
-            self.log.error(
-                "writer.fts_detached", damaged=detached["damaged"], error=detached["error"]
-            )
-        return rows
-
-    def _job_started(self, name: str) -> None:
-        self._publish(time.monotonic(), idle=False, job=name)
-
-    def _publish(
-        self, now: float, *, idle: bool, error: str | None = None, job: str | None = None
-    ) -> None:
-        """Publish the writer's status; idle ones at most every ``IDLE_PUBLISH_S``."""
-        if idle and now - self._last_idle_publish < IDLE_PUBLISH_S:
-            return
-        self._last_idle_publish = now if idle else float("-inf")
-        fields = self.store.status_fields() if self.store.connected else {}
-        if self.jobs is not None:
-            fields = {**fields, **self.jobs.queue_fields()}
-        status = WriterStatus(
-            idle=idle,
-            cursor=str(self.cursor),
-            job=job,
-            error=error,
-            commit_hist=self.commit_hist,
-            backend=self.store.kind,
-            spool_id=self.store.spool_id,
-        )
-        # The store's fields and the drain's totals name WriterStatus fields (ValueError if not).
-        status = status._replace(**{**self._idle_fields, **fields, **self.totals})
-        self.run_dir.publish("writer", status.to_json())
+        return self._caught_up(now, linger=linger)

@@ -54,6 +54,7 @@ class HaltAndRefusal:
     done: bool
     _refused_until: float
     _halted_retry: Throttle
+    _published: tuple[Any, ...] | None
 
     def _refuse(self, now: float, exc: SpoolMismatchError) -> float:
         """Apply nothing: close the store, publish the refusal as this writer's halt (not the
@@ -72,6 +73,7 @@ class HaltAndRefusal:
         return REFUSED_RETRY_S
 
     def _publish_refusal(self) -> None:
+        self._published = None  # the next running status is published at once
         self.run_dir.publish(
             "writer",
             WriterStatus(
@@ -146,6 +148,7 @@ class HaltAndRefusal:
     def _serve_halt(self, now: float) -> float:
         """One look while halted: publish the halt, let the store say whether it ended
         (resume, or exit after a swap), and run bookkeeping jobs where the store allows."""
+        self._published = None  # the next running status is published at once
         self.run_dir.publish(
             "writer",
             WriterStatus(

@@ -41,11 +41,7 @@ def import_(ctx: click.Context, paths: tuple[Path, ...], as_json: bool) -> None:
     store = open_store_view(cfg)
     try:
         with (
-            Spool(
-                cfg.spool_dir,
-                segment_bytes=cfg.segment_bytes,
-                max_record_bytes=cfg.max_record_bytes,
-            ) as spool,
+            Spool.for_settings(cfg) as spool,
             render.progress(not as_json) as progress,
         ):
             pending = pending_deletes(spool.dir, store)  # once: the files below add no deletes
@@ -60,6 +56,11 @@ def import_(ctx: click.Context, paths: tuple[Path, ...], as_json: bool) -> None:
                 except ValueError as exc:
                     raise InvalidInputError(
                         f"{path}: {exc}; what was read before it was spooled"
+                    ) from exc
+                except MemoryError as exc:  # a line larger than this process may allocate
+                    raise InvalidInputError(
+                        f"{path}: out of memory importing it (a line too large for this "
+                        "process's memory); what was read before it was spooled"
                     ) from exc
                 except SpoolError as exc:
                     error = from_exception(exc)

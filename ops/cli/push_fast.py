@@ -160,12 +160,7 @@ def run(
             hint="push at least one op, messages batch or message",
         )
     # One short-lived process, a few records: the stdlib codec beats importing msgspec.
-    with Spool(
-        cfg.spool_dir,
-        segment_bytes=cfg.segment_bytes,
-        max_record_bytes=cfg.max_record_bytes,
-        fast_codec=False,
-    ) as spool:
+    with Spool.for_settings(cfg, fast_codec=False) as spool:
         if len(ops) > 1:  # refuse an oversized record before appending any of the batch
             for op, data, batch in ops:
                 spool.fits(op, data, batch)

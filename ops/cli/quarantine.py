@@ -172,11 +172,7 @@ def q_retry(ctx: click.Context, entry_id: str, force: bool, as_json: bool) -> No
     if entry.get("raw_file"):  # an over-limit line: ``raw`` is its head, the file all of it
         entry["raw"] = (q.dir / entry["raw_file"]).read_bytes().decode("utf-8", "replace")
     op, data, batch = retry_op(entry, force=force)
-    with Spool(
-        ctx.obj.spool_dir,
-        segment_bytes=ctx.obj.segment_bytes,
-        max_record_bytes=ctx.obj.max_record_bytes,
-    ) as sp:
+    with Spool.for_settings(ctx.obj) as sp:
         ack = sp.append(op, data, batch_id=batch)
     line = q.resolve(entry_id, "retry", _actor(), batch=ack.batch_id, position=str(ack.position))
     result = {"id": line["id"], "op": op, "batch": ack.batch_id, "position": str(ack.position)}
@@ -216,11 +212,7 @@ def adopt(ctx: click.Context, path: Path, as_json: bool) -> None:
     if path.resolve().parent == ctx.obj.spool_dir.resolve():
         raise InvalidInputError(f"{path} is a segment of the live spool already")
     adopted, damaged = 0, []
-    with Spool(
-        ctx.obj.spool_dir,
-        segment_bytes=ctx.obj.segment_bytes,
-        max_record_bytes=ctx.obj.max_record_bytes,
-    ) as sp:
+    with Spool.for_settings(ctx.obj) as sp:
         limit = ctx.obj.max_record_bytes
         for lineno, (_, line) in enumerate(iter_lines(path, limit), 1):
             if isinstance(line, OverLimit):  # never read whole; it stays in the file

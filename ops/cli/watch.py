@@ -43,7 +43,10 @@ def watch(ctx: click.Context, once: bool, as_json: bool) -> None:
             counts = watcher.totals
     except LeaseHeldError as exc:
         raise busy_with(
-            exc, f"another watcher follows these folders for {cfg.home}", "`quill status`"
+            exc,
+            f"another watcher follows these folders for {cfg.home}",
+            "`quill status`",
+            held="the watch lease (a `quill watch`, or a running `quill run`'s watcher)",
         ) from None
     if as_json:
         emit_json(counts)

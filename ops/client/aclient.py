@@ -22,7 +22,6 @@ from typing import Any
 from quill.home import doorbell
 from quill.ops.client.client import WAIT_POLL_S, Client, Outcome, _check_ack
 from quill.ops.client.errors import InvalidInputError, WaitTimeoutError
-from quill.ops.client.wait import Looker
 from quill.spool import Ack
 
 _WRITES = (
@@ -125,24 +124,24 @@ class AsyncClient:
         loop = asyncio.get_running_loop()
         if bell is not None:
             loop.add_reader(bell.fileno(), lambda: (bell.clear(), rung.set()))
-        look = Looker(self.sync.config)  # one reader for every look of this wait
         try:
-            while True:
-                # One thread hop per look: the cursor, and the outcomes once it is past.
-                found = await asyncio.to_thread(self.sync._look, look, last, acks)
-                if found is not None:
-                    return found
-                if time.monotonic() >= deadline:
-                    raise WaitTimeoutError(
-                        f"record at {last.position} not applied within {timeout:g} s"
-                    )
-                try:  # the ring, or the poll interval if a ring was lost
-                    await asyncio.wait_for(rung.wait(), WAIT_POLL_S)
-                except TimeoutError:
-                    pass  # no ring: look anyway (the poll that bounds a lost ring)
-                rung.clear()
+            # The client's kept reader (``Client._looking``), for every look of this wait.
+            with self.sync._looking() as look:
+                while True:
+                    # One thread hop per look: the cursor, and the outcomes once it is past.
+                    found = await asyncio.to_thread(self.sync._look, look, last, acks)
+                    if found is not None:
+                        return found
+                    if time.monotonic() >= deadline:
+                        raise WaitTimeoutError(
+                            f"record at {last.position} not applied within {timeout:g} s"
+                        )
+                    try:  # the ring, or the poll interval if a ring was lost
+                        await asyncio.wait_for(rung.wait(), WAIT_POLL_S)
+                    except TimeoutError:
+                        pass  # no ring: look anyway (the poll that bounds a lost ring)
+                    rung.clear()
         finally:
             if bell is not None:
                 loop.remove_reader(bell.fileno())
                 bell.close(remove=True)
-            look.close()

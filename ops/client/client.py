@@ -35,8 +35,10 @@ This module holds the constructor and ``wait``; the writes are ``ops/client/writ
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -127,11 +129,11 @@ class Client(Maintenance, Writes, Search, Reads):
             return []
         if not timeout >= 0:
             raise InvalidInputError(f"timeout must be ≥ 0 seconds, got {timeout!r}")
-        from quill.ops.client.wait import Looker, wait_applied
+        from quill.ops.client.wait import wait_applied
         from quill.spool import WaitTimeoutError as SpoolWaitTimeout
 
         last = max(acks, key=lambda a: a.position)
-        with _public_errors(), Looker(self.config) as look:  # one reader for every look
+        with _public_errors(), self._looking() as look:  # one reader for every look
             try:
                 wait_applied(self.config, last.position, timeout, poll=WAIT_POLL_S, look=look)
             except SpoolWaitTimeout:
@@ -140,6 +142,24 @@ class Client(Maintenance, Writes, Search, Reads):
                     f"within {timeout:g} s"
                 ) from None
             return self._as_outcomes(acks, look.outcomes(acks))
+
+    @contextlib.contextmanager
+    def _looking(self) -> Iterator[Any]:
+        """A ``wait.Looker`` for one wait: the one this client kept from its last wait
+        (``wait.Lookers``: no store connection opened per wait), kept again after a wait
+        that ended without an error, closed after one that raised."""
+        lookers = self.__dict__.get("_lookers")
+        if lookers is None:
+            from quill.ops.client.wait import Lookers
+
+            lookers = self._lookers = Lookers(self.config)
+        look = lookers.take()
+        try:
+            yield look
+        except BaseException:
+            look.close()
+            raise
+        lookers.give(look)
 
     def _look(self, look: Any, last: Ack, acks: list[Ack]) -> list[Outcome] | None:
         """One look on ``look`` (a ``wait.Looker``): the outcomes of ``acks`` once ``last``

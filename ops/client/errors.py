@@ -254,12 +254,18 @@ class StorageError(QuillError):
     default_hint = "check the data dir's permissions and free space (`quill doctor`)"
 
 
-def busy_with(exc: BaseException, doing: str, hint: str) -> StorageError:
+def busy_with(
+    exc: BaseException,
+    doing: str,
+    hint: str,
+    held: str = "the store (a running `quill run`?)",
+) -> StorageError:
     """The error for a lease another process holds (``quill.store.errors.LeaseHeldError``):
-    who holds it (its pid) in the message, what to do in the hint — never the raw lease record."""
+    who holds it (its pid) and ``held``, what it holds, in the message, what to do in the
+    hint — never the raw lease record."""
     holder = getattr(exc, "holder", None) or {}
     who = f"pid {holder['pid']}" if holder.get("pid") else "another process"
-    return StorageError(f"{doing}: {who} holds the store (a running `quill run`?)", hint=hint)
+    return StorageError(f"{doing}: {who} holds {held}", hint=hint)
 
 
 def from_exception(exc: BaseException) -> QuillError | None:

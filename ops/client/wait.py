@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import Any
 
 from quill.ops.client.stores import open_reader
 from quill.spool import Ack, Position, Quarantine, WaitTimeoutError
-from quill.store.errors import CantOpenError
+from quill.store.errors import CantOpenError, TransientError
 
 
 def applied_position(cfg: Any) -> Position | None:
@@ -36,12 +37,17 @@ class Looker:
     costs one row read, not a connection). A ``state.db`` replaced meanwhile (``quill
     recover`` swaps a rebuilt file in) is noticed by its inode and reopened, so a wait never
     watches a file the writer no longer commits to. Raises the store error tree (an
-    unreachable server is ``TransientError``); a store not made yet reads as no cursor."""
+    unreachable server is ``TransientError``); a store not made yet reads as no cursor.
+
+    ``reused``: the reader was kept from an earlier wait (``Lookers``); its first look then
+    opens a fresh reader once if the kept one fails with ``TransientError`` (a PostgreSQL
+    connection the server closed while it sat idle)."""
 
     def __init__(self, cfg: Any):
         self.cfg = cfg
         self.reader: Any = None
         self._inode: int | None = None
+        self.reused = False
 
     def __enter__(self) -> Looker:
         return self
@@ -82,7 +88,15 @@ class Looker:
     def cursor(self) -> Position | None:
         """The committed cursor, or None when nothing was applied yet."""
         reader = self._open()
-        cursor = reader.applied_cursor() if reader is not None else None
+        try:
+            cursor = reader.applied_cursor() if reader is not None else None
+        except TransientError:
+            if not self.reused:
+                raise
+            self.close()  # kept across waits and gone stale: one fresh reader
+            self.reused = False
+            return self.cursor()
+        self.reused = False
         return Position.parse(cursor) if cursor else None
 
     def outcomes(self, acks: list[Ack]) -> list[dict[str, Any]]:
@@ -92,6 +106,46 @@ class Looker:
         if reader is None:
             raise CantOpenError(f"{self.cfg.state_db} does not exist")
         return _outcomes(reader, self.cfg.spool_dir, acks)
+
+
+class Lookers:
+    """The ``Looker`` a client keeps between its waits, so a wait does not open a store
+    connection (an SQLite file open, a PostgreSQL login) per call: ``take`` gives the kept
+    one (``reused``) or a new one, ``give`` keeps it after a wait that ended without an
+    error (at most one is kept; another is closed). Thread-safe; ``close`` (or garbage
+    collection) closes the kept one."""
+
+    def __init__(self, cfg: Any):
+        self.cfg = cfg
+        self._kept: Looker | None = None
+        self._lock = threading.Lock()
+
+    def take(self) -> Looker:
+        with self._lock:
+            look, self._kept = self._kept, None
+        if look is None:
+            return Looker(self.cfg)
+        look.reused = True
+        return look
+
+    def give(self, look: Looker) -> None:
+        with self._lock:
+            if self._kept is None:
+                self._kept, look = look, None
+        if look is not None:
+            look.close()
+
+    def close(self) -> None:
+        with self._lock:
+            look, self._kept = self._kept, None
+        if look is not None:
+            look.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: nothing left to close with
+            pass
 
 
 def wait_applied(

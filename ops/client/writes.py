@@ -50,13 +50,7 @@ class Writes:
         handle = getattr(self._local, "handle", None)
         # None: first use in this thread; another pid: a forked child holding the parent's copy
         if handle is None or handle.pid != os.getpid():
-            handle = self._local.handle = _Handle(
-                Spool(
-                    self.config.spool_dir,
-                    segment_bytes=self.config.segment_bytes,
-                    max_record_bytes=self.config.max_record_bytes,
-                )
-            )
+            handle = self._local.handle = _Handle(Spool.for_settings(self.config))
         return handle.spool
 
     def fits(self, op: str, data: dict[str, Any], *, batch_id: str | None = None) -> None:

@@ -50,7 +50,7 @@ from typing import Any
 from quill.ops.importers.codex_items import FORMAT, ITEM_TYPES, State, record_events
 from quill.ops.importers.codex_scan import RECORD_TYPES, Scan, session_of
 from quill.ops.importers.events import Event, Message, SessionStart
-from quill.ops.importers.jsonlines import Problem, make_message, shape_problem
+from quill.ops.importers.jsonlines import Problem, make_message, name_in_id, shape_problem
 
 Records = Callable[[list[Problem]], Iterable[tuple[int | None, Any]]]
 
@@ -179,7 +179,9 @@ def stream(path: Path, records: Records, problems: list[Problem]) -> Iterator[Ev
     session = session_of(path, scan, problems)
     if session["meta"].get("session_id_synthesized"):  # older versions named it by the file alone
         yield SessionStart(
-            session, f"{FORMAT}:{Path(path).name}", _opening(path, records, session["session_id"])
+            session,
+            f"{FORMAT}:{name_in_id(Path(path).name)}",
+            _opening(path, records, session["session_id"]),
         )
     else:
         yield SessionStart(session)

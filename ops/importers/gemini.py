@@ -33,6 +33,7 @@ from quill.ops.importers.jsonlines import (
     join_text,
     make_message,
     make_tool_call,
+    name_in_id,
     parse_timestamp,
     shape_problem,
 )
@@ -230,7 +231,7 @@ def stream(path: Path, doc: dict, problems: list[Problem]) -> Iterator[Event]:
     legacy, opening = None, []
     if sid is None:
         meta["session_id_synthesized"] = True
-        legacy = f"{FORMAT}:{Path(path).name}"
+        legacy = f"{FORMAT}:{name_in_id(Path(path).name)}"
         session_id = content_session_id(FORMAT, Path(path).name, entries[:1])
         problems.append(
             Problem(

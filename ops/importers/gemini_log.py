@@ -35,7 +35,13 @@ from typing import Any
 
 from quill.ops.importers import gemini
 from quill.ops.importers.events import Compact, Event, Message, Rewind, SessionStart
-from quill.ops.importers.jsonlines import Problem, iter_jsonl, parse_timestamp, shape_problem
+from quill.ops.importers.jsonlines import (
+    Problem,
+    iter_jsonl,
+    name_in_id,
+    parse_timestamp,
+    shape_problem,
+)
 from quill.ops.importers.source import Source, opened
 
 FORMAT = gemini.FORMAT
@@ -230,7 +236,7 @@ def _session(src: Source, log: _Log, parent: tuple[str, dict[str, str]] | None) 
     }
     parent_id = Path(path).parent.name if log.meta.get("kind") == "subagent" else None
     if parent is not None or parent_id:
-        session["parent_id"] = parent[0] if parent else f"{FORMAT}:{parent_id}"
+        session["parent_id"] = parent[0] if parent else f"{FORMAT}:{name_in_id(parent_id)}"
         session["parent_kind"] = "delegate"
         main = None if parent else session_file_of(path, src)
         calls = parent[1] if parent else _agent_calls(src.sibling(main) if main else None)

@@ -233,19 +233,33 @@ def line_session_id(fmt: str, file_name: str, line: int | None, seen: dict[int |
     return f"{fmt}:{file_name}:{line}" + (f":{k}" if k else "")
 
 
+#: Characters a session id may not hold (``store.apply.rules.session_id_problem``) that a file
+#: or folder name may: C0 controls, DEL, C1 controls, and lone surrogates (the bytes of a name
+#: that is not UTF-8, as Python decodes them).
+_NOT_IN_IDS = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def name_in_id(name: str) -> str:
+    """A file or folder name as a part of a session id: every character no id may hold
+    (``_NOT_IN_IDS``) becomes U+FFFD, which the spool's encoder already made of a lone
+    surrogate, so an id stored before keeps its value. A name with a tab or a newline (legal
+    on Linux) otherwise gives an id the store refuses, and the whole session is quarantined."""
+    return _NOT_IN_IDS.sub("\ufffd", name)
+
+
 def content_session_id(fmt: str, file_name: str, source: Any) -> str:
     """``fmt:file:<16 hex>``: a session id for a conversation whose format carries no id of
     its own, the first 64 bits of a SHA-256 over ``source`` as canonical JSON. ``source`` is
     raw source data that never changes as the file grows: a whole record for one-record
     conversations (ShareGPT line), the opening messages for a file that grows by appended
     messages (``opening_length``). Hashing raw source, not parsed messages, keeps ids
-    stable across importer versions. The file name stays in the id for the reader only."""
+    stable across importer versions. The file name stays in the id for the reader only
+    (``name_in_id``)."""
     import hashlib
 
     raw = json.dumps(source, sort_keys=True, ensure_ascii=False, default=str)
-    return (
-        f"{fmt}:{file_name}:{hashlib.sha256(raw.encode('utf-8', 'surrogatepass')).hexdigest()[:16]}"
-    )
+    digest = hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return f"{fmt}:{name_in_id(file_name)}:{digest}"
 
 
 def opening_length(roles: list[Any]) -> int:

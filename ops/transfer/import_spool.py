@@ -16,14 +16,17 @@ one batch per open session whatever the file size:
   only a changed title is sent (``session.title``, and only when no other session holds it —
   the title conflict rule of docs/ops.md, which would otherwise refuse the op);
 * ``Message`` -> ``messages.append`` batches of at most ``BATCH_MESSAGES`` messages or
-  ``BATCH_BYTES`` (approximate) bytes; a message whose producer id the store already holds is
-  not spooled (re-import is cheap: a second import of the same file spools nothing and says
-  "0 new") unless the store holds it in a copy that differs (``revise.changed``): agents
-  write records again (a Gemini CLI record re-appended whole once its tool ran, a ``.json``
-  session or an export rewritten, an Aider reply still growing), and the last copy wins.
-  Every append carries ``revise: true``, so a copy reaching a writer that already holds an
-  older one (the store view lagging behind the spool) rewrites it too. Messages on abandoned
-  branches are appended, then named in a
+  ``BATCH_BYTES`` (approximate) bytes, split further where the store would refuse a batch
+  for one message or the spool for its size (``[spool] max_record_bytes``): the message at
+  fault is quarantined alone, or, over the record limit alone, reported as a ``skipped``
+  problem (a compaction over it, which cannot be split, likewise); a message whose producer
+  id the store already holds is not spooled (re-import is cheap: a second import of the same
+  file spools nothing and says "0 new") unless the store holds it in a copy that differs
+  (``revise.changed``): agents write records again (a Gemini CLI record re-appended whole
+  once its tool ran, a ``.json`` session or an export rewritten, an Aider reply still
+  growing), and the last copy wins. Every append carries ``revise: true``, so a copy
+  reaching a writer that already holds an older one (the store view lagging behind the
+  spool) rewrites it too. Messages on abandoned branches are appended, then named in a
   ``messages.rewind {ext_ids}`` right after their batch. A subagent message that a store
   filled by an older importer holds live in the *parent* session is rewound there (the
   parent keeps only its own turns) and appended to the child;
@@ -60,13 +63,23 @@ import time
 from pathlib import Path
 from typing import Any
 
-from quill.ops.importers import Compact, Message, Rewind, SessionStart, Usage, stream_file
+from quill.ops.importers import (
+    Compact,
+    Message,
+    Problem,
+    Rewind,
+    SessionStart,
+    Usage,
+    stream_file,
+)
 from quill.ops.importers.source import Source, opened
 from quill.ops.transfer.import_sessions import FileReport, SessionStarts, SessionState
 from quill.ops.transfer.pending_deletes import PendingDeletes, pending_deletes
-from quill.spool import Spool
+from quill.spool import RecordTooLargeError, Spool
 from quill.store.apply.message_rows import cut_rows
+from quill.store.apply.precheck import precheck
 from quill.store.apply.revise import changed
+from quill.store.apply.rules import session_id_problem
 from quill.store.apply.usage_fields import TOKEN_FIELDS, normalize_usage
 from quill.store.errors import InvalidOpError
 from quill.store.read.reader import Reader
@@ -107,6 +120,8 @@ class _Importer(SessionStarts):
             # take it back there, so the parent holds only its own turns
             parent.pending_rewound.append(ext)
             parent.known[ext] = "moved"
+        if s.known.get(ext) == "refused":  # over the record limit: reported once already
+            return
         if ext in s.known:
             self.report.stored += 1
             if s.known[ext] != "pending" and self._older_copy(s, ev.message):
@@ -145,11 +160,16 @@ class _Importer(SessionStarts):
         if not s.has_live:  # nothing live to summarise (e.g. a file that starts compacted)
             self._append(s, ev.messages)
         else:
-            self.spool.append(
-                "messages.compact",
-                {"session_id": s.sid, "messages": ev.messages, "tail_count": ev.tail_count},
-                batch_id=s.batch_id("import-compact", s.sid, ids, ev.messages),
-            )
+            try:
+                self.spool.append(
+                    "messages.compact",
+                    {"session_id": s.sid, "messages": ev.messages, "tail_count": ev.tail_count},
+                    batch_id=s.batch_id("import-compact", s.sid, ids, ev.messages),
+                )
+            except RecordTooLargeError as exc:  # one op, all or nothing: it cannot be split
+                what = f"compaction of {len(ids)} message(s)"
+                self._refused(s, ids, what, exc, compacted=True)
+                return
         s.has_live = True
 
     def rewind(self, ev: Rewind) -> None:
@@ -205,19 +225,71 @@ class _Importer(SessionStarts):
         if s.pending:
             self.report.new += len(s.pending) - s.pending_revised
             self._append(s, s.pending)
-        self._rewind(s, s.pending_rewound)
+        self._rewind(s, [i for i in s.pending_rewound if s.known.get(i) != "refused"])
         s.pending, s.pending_bytes, s.pending_rewound = [], 0, []
         s.pending_revised = 0
 
     def _append(self, s: SessionState, messages: list[dict]) -> None:
-        # ``revise``: a message the store holds by the time this applies (an earlier round's
-        # append the store view did not show yet) is rewritten by this later copy, never
-        # skipped. The batch id covers the content, so a later copy is a new batch.
+        """Spool ``messages`` as ``messages.append`` records, each one the store takes whole:
+        a batch is all or nothing, so a batch the store would refuse for one message
+        (``precheck``: an id over the limits, a bad role…) or the spool for its size
+        (``RecordTooLargeError``: nothing of it was appended) is split in halves, down to one
+        message, and the rest of the file is stored. A message the store refuses alone is
+        spooled alone (the writer quarantines it with its reason, where
+        ``quill spool quarantine`` finds it) and reported; one over the record limit alone
+        cannot be spooled and is reported (``skipped`` problems naming it). The split depends
+        only on the batch, so an import of the same file again derives the same batch ids.
+        A session whose id itself is refused is not split (every part would be refused).
+
+        ``revise``: a message the store holds by the time this applies (an earlier round's
+        append the store view did not show yet) is rewritten by this later copy, never
+        skipped. The batch id covers the content, so a later copy is a new batch."""
         ids = [str(m["id"]) for m in messages]
-        self.spool.append(
-            "messages.append",
-            {"session_id": s.sid, "messages": messages, "revise": True},
-            batch_id=s.batch_id("import-append", s.sid, ids, messages),
+        data = {"session_id": s.sid, "messages": messages, "revise": True}
+        batch = s.batch_id("import-append", s.sid, ids, messages)
+        try:
+            plain = precheck("messages.append", data, batch)
+        except InvalidOpError as exc:
+            if len(messages) > 1 and session_id_problem(s.sid) is None:
+                self._halves(s, messages)
+                return
+            plain = False  # spooled as it is: the writer quarantines it, with this reason
+            self.report.problems.append(
+                Problem(
+                    str(self.report.path),
+                    None,
+                    "skipped",
+                    f"session {s.sid}: message {ids[0]!r}"
+                    + (f" (and {len(ids) - 1} more)" if len(ids) > 1 else "")
+                    + f": {exc}; spooled alone: the writer quarantines it "
+                    "(`quill spool quarantine list`)",
+                )
+            )
+        try:
+            self.spool.append("messages.append", data, batch_id=batch, plain=plain)
+        except RecordTooLargeError as exc:
+            if len(messages) == 1:
+                self._refused(s, ids, f"message {ids[0]!r}", exc)
+                return
+            self._halves(s, messages)
+
+    def _halves(self, s: SessionState, messages: list[dict]) -> None:
+        half = len(messages) // 2
+        self._append(s, messages[:half])
+        self._append(s, messages[half:])
+
+    def _refused(
+        self, s: SessionState, ids: list[str], what: str, exc: Exception, *, compacted: bool = False
+    ) -> None:
+        """``ids`` of ``s`` were not spooled: over the record limit alone (``exc``). A later
+        copy of a message the store holds (a revision) keeps the held copy and its state."""
+        fresh = [i for i in ids if s.known.get(i) == "pending"]
+        self.report.new -= len(fresh)
+        self.report.compacted_new -= len(fresh) if compacted else 0
+        for i in fresh:
+            s.known[i] = "refused"
+        self.report.problems.append(
+            Problem(str(self.report.path), None, "skipped", f"session {s.sid}: {what}: {exc}")
         )
 
     def _rewind(self, s: SessionState, ids: list[str]) -> None:

@@ -34,8 +34,10 @@ class _Tracked:
         self._spool = spool
         self.last: Position | None = None
 
-    def append(self, op: str, data: dict[str, Any], *, batch_id: str | None = None) -> Ack:
-        ack = self._spool.append(op, data, batch_id=batch_id)
+    def append(
+        self, op: str, data: dict[str, Any], *, batch_id: str | None = None, plain: bool = False
+    ) -> Ack:
+        ack = self._spool.append(op, data, batch_id=batch_id, plain=plain)
         self.last = ack.position
         return ack
 
@@ -65,7 +67,7 @@ def ingest_session(cfg: Any, log: Any = None) -> Callable[[], Any]:
                     log.warning("watch.apply_wait_timeout", error=str(exc))
         store = open_store_view(cfg)
         try:
-            with Spool(cfg.spool_dir, segment_bytes=cfg.segment_bytes) as raw:
+            with Spool.for_settings(cfg) as raw:
                 spool = _Tracked(raw)
                 pending = pending_deletes(spool.dir, store)  # imports add no deletes
 

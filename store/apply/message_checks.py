@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from quill.store.apply.normalize import message_row
+from quill.store.apply.normalize import check_message, message_row
 from quill.store.apply.order import stated_keys
 from quill.store.apply.rules import no_nul, opt, session_id
 from quill.store.apply.usage_fields import (
@@ -26,19 +26,31 @@ STATES = ("live", "compacted", "superseded", "rewound")
 _REWIND_TARGETS = "messages.rewind needs exactly one of message_id, ext_id, user_turn, ext_ids"
 
 
-#: ``rows(messages) -> rows``: how a message op's messages become rows. Precheck uses
-#: ``message_rows`` (the normaliser alone); the writer passes ``transcript_ops._rows``, the
-#: same normaliser plus the blob store, so a message is normalised once per apply.
+#: ``rows(messages) -> rows``: how a message op's messages become rows. Precheck uses the
+#: default, ``checked_messages`` (the normaliser's checks alone, no rows built); the writer
+#: passes ``message_rows._rows``, the normaliser plus the blob store, so a message is
+#: normalised once per apply.
 RowsFn = Callable[[list], list]
 
 
 def message_rows(messages: list) -> list[tuple]:
     """``normalize.message_row`` of each message (arrival = now), its index in the error."""
+    return _each(messages, message_row)
+
+
+def checked_messages(messages: list) -> list[None]:
+    """``message_rows``' checks alone (``normalize.check_message``): raises the very
+    ``InvalidOpError`` ``message_rows`` raises, and returns one None per message instead of
+    its row."""
+    return _each(messages, check_message)
+
+
+def _each(messages: list, one: Callable[[object, float], tuple | None]) -> list:
     now = time.time()
     out = []
     for i, msg in enumerate(messages):
         try:
-            out.append(message_row(msg, now))
+            out.append(one(msg, now))
         except InvalidOpError as exc:
             raise InvalidOpError(exc.reason, f"message {i}: {exc.detail}") from None
     return out
@@ -72,11 +84,12 @@ def check_usage_of(messages: list) -> None:
                 raise InvalidOpError(exc.reason, f"message {i}: {exc.detail}") from None
 
 
-def check_append(data: dict, rows: RowsFn = message_rows, *, usage: bool = True) -> list:
+def check_append(data: dict, rows: RowsFn = checked_messages, *, usage: bool = True) -> list:
     """``messages.append``: a ``messages`` list of valid messages, ``order_keys`` absent or one
     key per message (``order.stated_keys``), ``source`` a string, ``revise`` a boolean (not
     with ``order_keys``: the last copy against the earliest place and time), the usage each
-    message carries. Returns the rows. ``usage=False`` (the writer) leaves usage to the
+    message carries. Returns what ``rows`` returns (the writer's rows; one None per message
+    for precheck's default). ``usage=False`` (the writer) leaves usage to the
     applier, which checks it on the messages it inserts: one whose producer id the session
     already holds (or an earlier message of the batch has) is skipped whole, and which ones
     the session holds only the store knows — so precheck, checking every message, is at
@@ -95,11 +108,12 @@ def check_append(data: dict, rows: RowsFn = message_rows, *, usage: bool = True)
     return out
 
 
-def check_compact(data: dict, rows: RowsFn = message_rows) -> tuple[list, int]:
+def check_compact(data: dict, rows: RowsFn = checked_messages) -> tuple[list, int]:
     """``messages.compact``: a non-empty ``messages`` list of valid messages, ``tail_count``
     in 0..len(messages), ``watermark`` (store id) or ``watermark_ext_id``, not both. Usage on
     these messages is not recorded (they are copies), so it is not checked. Returns ``(rows,
-    tail_count)``. ``unknown-session``, ``unknown-message`` and ``tail-mismatch`` need the store."""
+    tail_count)`` (``rows``: what ``rows`` returns, as for ``check_append``).
+    ``unknown-session``, ``unknown-message`` and ``tail-mismatch`` need the store."""
     session_id(data)
     out = _messages(data, rows, allow_empty=False)
     tail_count = opt(data, "tail_count", int) or 0
@@ -109,10 +123,11 @@ def check_compact(data: dict, rows: RowsFn = message_rows) -> tuple[list, int]:
     return out, tail_count
 
 
-def check_replace(data: dict, rows: RowsFn = message_rows) -> list:
+def check_replace(data: dict, rows: RowsFn = checked_messages) -> list:
     """``messages.replace``: a ``messages`` list of valid messages, ``from_message_id`` or
     ``from_ext_id`` (not both), ``expect_head_id`` an integer, ``source`` a string, the usage
-    each message carries (all are inserted). Returns the rows."""
+    each message carries (all are inserted). Returns what ``rows`` returns (as for
+    ``check_append``)."""
     session_id(data)
     out = _messages(data, rows)
     _target_fields(data, "from_message_id", "from_ext_id")
@@ -152,7 +167,7 @@ def check_rewind(data: dict) -> None:
     opt(data, "expect_head_id", int)
 
 
-def check_restore(data: dict, rows: RowsFn = message_rows) -> tuple[int, list[dict], list]:
+def check_restore(data: dict, rows: RowsFn = checked_messages) -> tuple[int, list[dict], list]:
     """``messages.restore``: ``offset`` ≥ 0, a non-empty ``rows`` list of ``{message, state,
     origin}`` (a state in ``STATES``, origin an earlier position or null), ``started_at`` a
     number, ``source`` a string, ``blob_refs`` a list of hashes, each message valid. Its

@@ -176,7 +176,7 @@ def tool_calls_json(value: Any) -> str | None:
             break
         try:
             value = json.loads(value)
-        except (json.JSONDecodeError, RecursionError):
+        except (ValueError, RecursionError):  # malformed, or an integer too long to convert
             return None
     if not value or isinstance(value, (str, bool, int, float)):
         return None  # None, 0, False, {}, [], "", "null", "{}", "[]", a number or leftover text
@@ -187,30 +187,37 @@ def tool_calls_json(value: Any) -> str | None:
     return dumps(value)
 
 
+def _check_content(content: Any) -> None:
+    """``invalid-field`` unless ``content`` is a string, a list of parts, one part or None."""
+    if content is not None and not isinstance(content, (str, dict, list)):
+        raise InvalidOpError(
+            "invalid-field",
+            "message content must be a string, a list of parts or null, got "
+            f"{type(content).__name__}",
+        )
+
+
 def content_columns(content: Any) -> tuple[str | None, str | None]:
-    """``(text, parts_json)`` for a content value: a string, a list of parts, or None."""
+    """``(text, parts_json)`` for a content value: a string, a list of parts (or one part),
+    or None. Raises ``InvalidOpError('invalid-field')`` for any other value."""
+    _check_content(content)
     if content is None:
         return None, None
     if isinstance(content, str):
         return scrub(content), None
     if isinstance(content, dict):
         content = [content]
-    if isinstance(content, list):
-        texts = [
-            p.get("text")
-            for p in content
-            if isinstance(p, dict)
-            and isinstance(p.get("type"), str)
-            and p["type"] in TEXT_PART_TYPES
-            and isinstance(p.get("text"), str)
-        ]
-        texts += [p for p in content if isinstance(p, str)]
-        text = scrub("\n".join(texts)) if texts else None
-        return text, dumps(content)
-    raise InvalidOpError(
-        "invalid-field",
-        f"message content must be a string, a list of parts or null, got {type(content).__name__}",
-    )
+    texts = [
+        p.get("text")
+        for p in content
+        if isinstance(p, dict)
+        and isinstance(p.get("type"), str)
+        and p["type"] in TEXT_PART_TYPES
+        and isinstance(p.get("text"), str)
+    ]
+    texts += [p for p in content if isinstance(p, str)]
+    text = scrub("\n".join(texts)) if texts else None
+    return text, dumps(content)
 
 
 #: Epoch numbers by magnitude: below each bound, the unit it is read in (divisor to seconds).
@@ -262,6 +269,24 @@ def message_row(msg: Any, arrived_at: float) -> tuple:
     Raises ``InvalidOpError`` for a non-object, a missing or unknown role, or a field of the
     wrong type. Nothing is written; callers apply a batch all-or-nothing.
     """
+    row = _message(msg, arrived_at, build=True)
+    assert row is not None  # built
+    return row
+
+
+def check_message(msg: Any, arrived_at: float) -> None:
+    """``message_row``'s checks alone, in its order: raises the very ``InvalidOpError``
+    (reason and detail) ``message_row`` raises for ``msg``, and returns None where it would
+    return a row. For a producer's precheck, which needs the verdict, not the row: the
+    JSON encodings of parts, tool calls and extras are skipped (they cannot fail on a value
+    that is JSON, which precheck establishes first)."""
+    _message(msg, arrived_at, build=False)
+
+
+def _message(msg: Any, arrived_at: float, *, build: bool) -> tuple | None:
+    """``message_row`` (``build``) or ``check_message``: one body, so the checks and their
+    order cannot differ. Every check runs either way; ``build=False`` skips only what
+    cannot raise: the text of parts, the JSON encodings and the ``extra`` object."""
     if not isinstance(msg, dict):
         raise InvalidOpError(
             "invalid-message", f"a message must be a JSON object, got {type(msg).__name__}"
@@ -277,26 +302,37 @@ def message_row(msg: Any, arrived_at: float) -> tuple:
     ext_id = msg.get("id")
     if ext_id is not None and (not isinstance(ext_id, (str, int)) or isinstance(ext_id, bool)):
         raise InvalidOpError("invalid-field", "message id must be a string or an integer")
-    text, parts = content_columns(msg.get("content"))
-    extra = {k: v for k, v in msg.items() if k not in KNOWN_FIELDS}
-    given_extra = msg.get("extra")
-    if isinstance(given_extra, dict):
-        extra = {**given_extra, **extra}
-    elif given_extra is not None:
-        extra["extra"] = given_extra
+    if build:
+        text, parts = content_columns(msg.get("content"))
+        extra = {k: v for k, v in msg.items() if k not in KNOWN_FIELDS}
+        given_extra = msg.get("extra")
+        if isinstance(given_extra, dict):
+            extra = {**given_extra, **extra}
+        elif given_extra is not None:
+            extra["extra"] = given_extra
+    else:
+        _check_content(msg.get("content"))
     if ext_id is not None:
         ext_id = _id(scrub(str(ext_id)) if isinstance(ext_id, str) else _int_id(ext_id), "id")
+    tool_calls = tool_calls_json(msg.get("tool_calls")) if build else None
+    tool_call_id = _id(_opt_str(msg, "tool_call_id"), "tool_call_id")
+    name = _opt_str(msg, "name")
+    reasoning = _opt_str(msg, "reasoning")
+    finish_reason = _opt_str(msg, "finish_reason")
+    ts = timestamp(msg.get("timestamp"), arrived_at)
+    if not build:
+        return None
     return (
         ext_id,
         role,
         text,
         parts,
-        tool_calls_json(msg.get("tool_calls")),
-        _id(_opt_str(msg, "tool_call_id"), "tool_call_id"),
-        _opt_str(msg, "name"),
-        _opt_str(msg, "reasoning"),
-        _opt_str(msg, "finish_reason"),
-        timestamp(msg.get("timestamp"), arrived_at),
+        tool_calls,
+        tool_call_id,
+        name,
+        reasoning,
+        finish_reason,
+        ts,
         dumps(extra) if extra else None,
     )
 

@@ -33,7 +33,6 @@ not necessarily the same labels. Ids never move (clients keep them); ids are arr
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -103,6 +102,10 @@ def spool_tag(spool_id: str) -> int:
     non-negative SQL integer). ``''`` (a store fed by one spool) gives 0."""
     if not spool_id:
         return 0
+    # Imported here: `quill push` loads this module for its checks (message_checks) and its
+    # start-up skips hashlib (ops/cli/push_fast.py); only the writer tags ops.
+    import hashlib
+
     digest = hashlib.blake2b(spool_id.encode("utf-8", "surrogatepass"), digest_size=8).digest()
     return int.from_bytes(digest, "big") >> 1
 

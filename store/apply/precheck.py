@@ -13,10 +13,19 @@ outcome.
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 from quill.spool import OP_KINDS
-from quill.spool.record import MAX_NESTING, id_size_problem, nesting_ok, plain_json
+from quill.spool.record import (
+    HUGE_INT,
+    MAX_NESTING,
+    NOT_PLAIN,
+    PLAIN,
+    TOO_DEEP,
+    id_size_problem,
+    scan,
+)
 from quill.store.apply.checks import CHECKS
 from quill.store.errors import InvalidOpError
 
@@ -34,8 +43,8 @@ def precheck(op: str, data: Any, batch_id: Any = None) -> bool:
     (``op_checks.CHECKS[op]``: ``invalid-field``, ``invalid-session-id``, ``invalid-role``,
     ``invalid-message``, ``invalid-usage``, ``title-too-long``, ``self-parent``,
     ``no-such-turn``), and ``invalid-field`` for NaN/Infinity or a value that is not JSON (a
-    set, datetime, bytes) anywhere in ``data``, or nesting
-    deeper than ``spool.record.MAX_NESTING``."""
+    set, datetime, bytes) anywhere in ``data``, an integer too long to write as text
+    (``spool.record.scan``), or nesting deeper than ``spool.record.MAX_NESTING``."""
     if not isinstance(op, str) or op not in OP_KINDS:  # a list op is unhashable: not a TypeError
         raise InvalidOpError("unknown-op", f"op {op!r} is not one of {sorted(OP_KINDS)}")
     if batch_id:  # None or "": the spool makes one
@@ -46,18 +55,24 @@ def precheck(op: str, data: Any, batch_id: Any = None) -> bool:
             raise InvalidOpError("invalid-batch", problem)
     if not isinstance(data, dict):
         raise InvalidOpError("invalid-data", "op data must be a JSON object")
-    if not nesting_ok(data):  # before the checks below, which recurse
+    # One walk for the nesting limit, plain JSON and integers too long to write; before the
+    # kind's checks, which recurse. A plain value (the usual case: what a JSON decoder gives)
+    # always serialises, so only another is serialised to find what JSON cannot carry.
+    found = scan(data)
+    if found == TOO_DEEP:
         raise InvalidOpError(
             "invalid-field", f"op data nests objects/arrays more than {MAX_NESTING} levels deep"
         )
-    # Before the kind's checks, which serialise parts of ``data``. A plain value (the usual
-    # case: what a JSON decoder gives) always serialises, so only another is serialised to
-    # find what JSON cannot carry (one walk instead of one encode of the whole op).
-    plain = plain_json(data)
-    if not plain:
+    if found == NOT_PLAIN:
         _check_json(data)
+    if found == HUGE_INT:
+        raise InvalidOpError(
+            "invalid-field",
+            f"op data holds an integer of more than {sys.get_int_max_str_digits()} digits, "
+            "which cannot be written as JSON here",
+        )
     CHECKS[op](data)
-    return plain
+    return found == PLAIN
 
 
 def _check_json(data: dict) -> None:

@@ -53,6 +53,7 @@ MAINTENANCE_DATABASES = ("postgres", "template1")
 PROBE_TIMEOUT_S = 2
 
 _TOKENS = re.compile(r"""('(?:[^']|'')*')|("(?:[^"]|"")*")|(\?\d*)|(%)|(\bLIKE\b)""", re.S | re.I)
+_PLACEHOLDER = re.compile(r"%%|%s")
 _OR_IGNORE = re.compile(r"^\s*INSERT\s+OR\s+IGNORE\s+INTO\b", re.I)
 
 
@@ -124,6 +125,9 @@ SNAPSHOT_BEGIN = "BEGIN ISOLATION LEVEL REPEATABLE READ"
 WRITER_SESSION: dict[str, str] = {"idle_in_transaction_session_timeout": "60000"}
 
 
+_ROWS = (pq.ExecStatus.TUPLES_OK, pq.ExecStatus.SINGLE_TUPLE)
+
+
 class PgCursor:
     """The result of ``PgConnection.execute``: iterable, ``fetchone``, ``fetchall`` (None:
     a statement with no result, such as a deferred ``BEGIN``)."""
@@ -131,13 +135,18 @@ class PgCursor:
     def __init__(self, cur: psycopg.Cursor | None):
         self._cur = cur
 
+    def _rows(self) -> bool:
+        # psycopg's ``description`` would say the same, building a Column per field first.
+        res = self._cur.pgresult if self._cur else None
+        return res is not None and (res.nfields > 0 or res.status in _ROWS)
+
     def fetchone(self) -> tuple | None:
         with mapped():
-            return self._cur.fetchone() if self._cur and self._cur.description else None
+            return self._cur.fetchone() if self._rows() else None
 
     def fetchall(self) -> list[tuple]:
         with mapped():
-            return self._cur.fetchall() if self._cur and self._cur.description else []
+            return self._cur.fetchall() if self._rows() else []
 
     def __iter__(self) -> Iterator[tuple]:
         return iter(self.fetchall())
@@ -167,11 +176,11 @@ class PgConnection:
         self.url = url
         params: dict[str, Any] = {**DEFAULTS.pg_client_params(), **conninfo}
         with mapped():
-            # prepare_threshold=None: no server-side prepared statements. A prepared search
+            # prepare_threshold=None: psycopg prepares nothing by itself. A prepared search
             # turns into a generic plan after five runs, and a generic plan cannot see the
             # pattern of ``left(content, 2000) ILIKE $1``, so it walks every row instead of
-            # using the trigram index (bench/RESULTS.md). Also what PgBouncer in transaction
-            # mode needs.
+            # using the trigram index (bench/RESULTS.md). Only statements whose generic plan
+            # is known to be the right one are prepared, by name (``generic``).
             began = time.monotonic()
             try:
                 self.raw = psycopg.connect(
@@ -199,11 +208,19 @@ class PgConnection:
                 self.raw.close()
                 raise
         self._changes = 0
+        # Statement text -> name of the prepared statement made for it on this session.
+        self._prepared: dict[str, str] = {}
         # A read snapshot asked for and not sent yet (module doc): True from ``BEGIN`` to the
         # first statement after it, or to the ``COMMIT``/``ROLLBACK`` that ends it unused.
         self._begin_pending = False
 
-    def execute(self, sql: str, args: Sequence[Any] | None = None) -> PgCursor:
+    def execute(
+        self, sql: str, args: Sequence[Any] | None = None, *, generic: bool = False
+    ) -> PgCursor:
+        """Run ``sql`` (SQLite dialect, ``translate``) with ``args``. ``generic``: run it as a
+        named prepared statement with its generic plan (``_generic``): no planning after the
+        first run on this session, but a plan made without the arguments' values, so only
+        for statements whose plan cannot depend on them. Raises the store error tree."""
         text, order = translate(sql)
         if text == SNAPSHOT_BEGIN and not self.in_transaction:
             self._begin_pending = True
@@ -212,27 +229,68 @@ class PgConnection:
             self._begin_pending = False  # nothing ran inside: nothing to end
             return PgCursor(None)
         params = _args(order, args)
+        if generic:
+            return self._generic(text, params)
         bind = params if params or "%s" in text or "%%" in text else None
         with mapped():  # opening the cursor meets a lost connection first: map it too
             if self._begin_pending:
-                # One simple query holding both statements: the arguments are bound on the
-                # client (psycopg's ClientCursor quotes them as literals), the server plans
-                # with their values as it does an unnamed extended-protocol statement.
-                self._begin_pending = False
-                cur = psycopg.ClientCursor(self.raw)
-                try:
-                    cur.execute(f"{SNAPSHOT_BEGIN}; {text}", bind)
-                except BaseException:
-                    # Refused before the BEGIN ran (an argument the client cannot send, a
-                    # query the server cannot parse): no snapshot was taken, and the next
-                    # statement must take it, not run outside it in autocommit.
-                    if self.raw.info.transaction_status == pq.TransactionStatus.IDLE:
-                        self._begin_pending = True
-                    raise
-                cur.nextset()
+                cur = self._client_query(f"{SNAPSHOT_BEGIN}; {text}", bind, skip=1)
             else:
                 cur = self.raw.cursor()
                 cur.execute(text, bind)
+        self._changes = max(cur.rowcount, 0)
+        return PgCursor(cur)
+
+    def _client_query(self, text: str, bind: Sequence[Any] | None, skip: int) -> Any:
+        """Run ``text`` (several statements, a pending ``BEGIN`` first) as one simple query
+        and return the cursor on the result of the statement after the first ``skip``."""
+        # One simple query holding every statement: the arguments are bound on the client
+        # (psycopg's ClientCursor quotes them as literals), the server plans with their
+        # values as it does an unnamed extended-protocol statement.
+        began = self._begin_pending
+        self._begin_pending = False
+        cur = psycopg.ClientCursor(self.raw)
+        try:
+            cur.execute(text, bind)
+        except BaseException:
+            # Refused before the BEGIN ran (an argument the client cannot send, a query the
+            # server cannot parse): no snapshot was taken, and the next statement must take
+            # it, not run outside it in autocommit.
+            if began and self.raw.info.transaction_status == pq.TransactionStatus.IDLE:
+                self._begin_pending = True
+            raise
+        for _ in range(skip):
+            cur.nextset()
+        return cur
+
+    def _generic(self, text: str, params: Sequence[Any]) -> PgCursor:
+        """``text`` (psycopg's ``%s`` placeholders) through a named prepared statement,
+        made on this session by its first use (one round trip: ``PREPARE`` is not
+        transactional, so the name is recorded only once the server has it), then run in
+        one simple query as ``EXECUTE`` between ``SET plan_cache_mode =
+        force_generic_plan`` and ``RESET`` (with a pending ``BEGIN`` in front): the plan is
+        made once, without the arguments, and kept. The setting covers this statement only:
+        an error rolls the ``SET`` back with the transaction it aborts."""
+        name = self._prepared.get(text)
+        with mapped():
+            if name is None:
+                name = f"quill_g{len(self._prepared)}"
+                numbered = iter(range(1, text.count("%s") + 1))
+                body = _PLACEHOLDER.sub(
+                    lambda m: m[0] if m[0] == "%%" else f"${next(numbered)}", text
+                )
+                psycopg.ClientCursor(self.raw).execute(f"PREPARE {name} AS {body}", ())
+                self._prepared[text] = name
+            call = (
+                f"EXECUTE {name}({', '.join('%s' for _ in params)})"
+                if params
+                else f"EXECUTE {name}"
+            )
+            query = f"SET plan_cache_mode = force_generic_plan; {call}; RESET plan_cache_mode"
+            pending = self._begin_pending
+            if pending:
+                query = f"{SNAPSHOT_BEGIN}; {query}"
+            cur = self._client_query(query, params, skip=1 + pending)
         self._changes = max(cur.rowcount, 0)
         return PgCursor(cur)
 

@@ -75,18 +75,22 @@ class Prefetch:
         self.conn, self.projection, self.context, self.limit = conn, projection, context, limit
         self.rows: dict[int, tuple] = {}
 
-    def __call__(self, sql: str, args: Sequence[Any]) -> list[tuple]:
+    def __call__(self, sql: str, args: Sequence[Any], generic: bool = False) -> list[tuple]:
         """The candidate statement's rows (its own columns), newest first; keeps the hit rows
-        of its first ``limit`` distinct display ids. Raises the store error tree."""
+        of its first ``limit`` distinct display ids. ``generic``: as ``PgConnection.execute``
+        (the hits' part is key lookups whatever the values). Raises the store error tree."""
+        # Every part is MATERIALIZED (read once): a generic plan estimates a row or two for
+        # ``c``, and with ``p`` inlined it may re-read the hits once per candidate row.
         hit_sql, head, tail = _sql(self.projection, self.context, "m.id IN (SELECT d FROM f)")
         width = _HIT_WIDTH + (2 * _MSG_WIDTH if self.context else 0)
         rows = self.conn.execute(
             f"WITH c AS MATERIALIZED ({sql}), "
             f"f AS (SELECT d, max(id) AS at FROM c GROUP BY d ORDER BY at DESC LIMIT ?), "
-            f"p AS ({hit_sql}) "
+            f"p AS MATERIALIZED ({hit_sql}) "
             "SELECT c.*, p.* FROM c LEFT JOIN f ON f.at = c.id "
             "LEFT JOIN p ON p.hid = f.d ORDER BY c.id DESC",
             (*args, self.limit, *head, *tail),
+            generic=generic,
         ).fetchall()
         for r in rows:
             if r[-width] is not None:
@@ -102,7 +106,7 @@ def rows(
     missing = [i for i in page if i not in have]
     if missing:
         sql, head, tail = _sql(projection, context, "m.id = ANY(?)")
-        read = conn.execute(sql, (*head, missing, *tail)).fetchall()
+        read = conn.execute(sql, (*head, missing, *tail), generic=True).fetchall()
         have = {**have, **{r[0]: r for r in read}}
     return [have[i] for i in page if i in have]
 

@@ -58,6 +58,16 @@ WALK_MIN_DENSITY = 0.05
 #: The density a trigram window is first sized for (PostgreSQL keeps no per-trigram
 #: statistics a bound could come from).
 TRIGRAM_DENSITY = 0.01
+#: A lexeme the planner estimates at this many rows or fewer is counted (``_bounds``).
+COUNT_ROWS = INDEX_FIRST_MAX_ROWS + 1
+#: The least frequency among the ``words`` column's most common elements (the statistics'
+#: ``most_common_elem_freqs`` lists them, then their minimum): NULL with no statistics.
+_LEAST_KEPT_SQL = (
+    "SELECT s.most_common_elem_freqs[array_length(s.most_common_elems, 1) + 1] "
+    "FROM pg_stats s JOIN pg_class c ON c.oid = 'messages'::regclass "
+    "JOIN pg_namespace n ON n.oid = c.relnamespace "
+    "WHERE s.schemaname = n.nspname AND s.tablename = c.relname AND s.attname = 'words'"
+)
 #: Seconds a word's row estimate (and the table's) is reused on one connection before it is
 #: asked again: the staleness a window's size may have (never a hit's).
 ESTIMATE_TTL_S = 60.0
@@ -69,8 +79,9 @@ _TOP = "top"  # the cache's key of the newest id last seen (no lexeme: those are
 _ESTIMATES: weakref.WeakKeyDictionary[PgConnection, dict[str, tuple[float, float]]] = (
     weakref.WeakKeyDictionary()
 )
-#: The first statement of a read: ``fetch(sql, args) -> rows`` (see ``newest``).
-Fetch = Callable[[str, Sequence[Any]], list[tuple]]
+#: The first statement of a read: ``fetch(sql, args, generic) -> rows`` (see ``newest``;
+#: ``generic`` as ``PgConnection.execute``'s).
+Fetch = Callable[[str, Sequence[Any], bool], list[tuple]]
 
 
 def _rows(plan_json: Any) -> list[float]:
@@ -83,21 +94,52 @@ def _rows(plan_json: Any) -> list[float]:
 
 
 def _estimates(conn: PgConnection, lexemes: list[str]) -> tuple[list[float], float]:
-    """The planner's row estimate of each of ``lexemes`` alone and of the whole table, from
-    this connection's cache when younger than ``ESTIMATE_TTL_S``, else from one EXPLAIN
-    (planning only) of the ones missing. Raises the store error tree."""
+    """An upper bound on the rows each of ``lexemes`` matches alone, and the whole table's
+    row estimate, from this connection's cache when younger than ``ESTIMATE_TTL_S``, else
+    read (``_bounds``). Raises the store error tree."""
     cache = _ESTIMATES.setdefault(conn, {})
     now = time.monotonic()
     wanted = list(dict.fromkeys([*lexemes, _TABLE]))
     stale = [k for k in wanted if k not in cache or now - cache[k][1] > ESTIMATE_TTL_S]
     if stale:
         words = [k for k in stale if k != _TABLE]
-        one = "SELECT 1 FROM messages m WHERE m.words @@ to_tsquery('simple', quill_unaccent(?))"
-        sql = " UNION ALL ".join([one] * len(words) + ["SELECT 1 FROM messages m"])
-        found = _rows(conn.execute(f"EXPLAIN (FORMAT JSON) {sql}", words).fetchone()[0])
-        for k, rows in zip([*words, _TABLE], found):
+        for k, rows in zip([*words, _TABLE], _bounds(conn, words)):
             cache[k] = (rows, now)
     return [cache[k][0] for k in lexemes], max(cache[_TABLE][0], 1.0)
+
+
+def _bounds(conn: PgConnection, words: list[str]) -> list[float]:
+    """An upper bound on the rows each of ``words`` matches, then the table's row estimate.
+
+    The planner's estimate of a lexeme is its frequency in the column's statistics when the
+    lexeme is among the most common elements ANALYZE kept; any other lexeme is estimated
+    at ``min(0.5 %, half the least frequency kept)`` of the rows — not a bound: such a
+    lexeme can match up to about that least frequency (ten times the estimate at 1M rows
+    for a word in 1 % of them), and any lexeme can, with no statistics yet (a new store
+    before its first ANALYZE). So a lexeme estimated at ``COUNT_ROWS`` or fewer is counted,
+    up to ``COUNT_ROWS`` matches (one GIN bitmap each, one statement for all): below that
+    the count is exact; at it, the bound is the larger of the count and the least frequency
+    kept. One EXPLAIN (planning only), then at most one counting statement. Raises the
+    store error tree."""
+    one = "SELECT 1 FROM messages m WHERE m.words @@ to_tsquery('simple', quill_unaccent(?))"
+    sql = " UNION ALL ".join([one] * len(words) + ["SELECT 1 FROM messages m"])
+    est = _rows(conn.execute(f"EXPLAIN (FORMAT JSON) {sql}", words).fetchone()[0])
+    low = [w for w, e in zip(words, est) if e <= COUNT_ROWS]
+    if not low:
+        return est
+    count = (
+        "(SELECT count(*) FROM (SELECT FROM messages m WHERE m.words @@ "
+        "to_tsquery('simple', quill_unaccent(?)) LIMIT ?) AS x)"
+    )
+    row = conn.execute(
+        f"SELECT {', '.join([count] * len(low))}, ({_LEAST_KEPT_SQL})",
+        [a for w in low for a in (w, COUNT_ROWS)],
+    ).fetchone()
+    counted, least = dict(zip(low, row[:-1])), (row[-1] or 0.0) * est[-1]
+    return [
+        (c if c < COUNT_ROWS else max(e, c, least)) if (c := counted.get(w)) is not None else e
+        for w, e in zip(words, est[:-1])
+    ] + [est[-1]]
 
 
 def _top(conn: PgConnection) -> int:
@@ -166,20 +208,25 @@ def newest(
     first statement (default: ``conn``): its SELECT names the columns ``id``, ``d`` (display
     id), ``sid`` and maybe more (``top``, the newest id) after them; ``fetch`` returns rows
     holding at least those columns, in the statement's order. Raises the store error tree."""
-    run = fetch or (lambda sql, a: conn.execute(sql, a).fetchall())
+    run = fetch or (lambda sql, a, generic: conn.execute(sql, a, generic=generic).fetchall())
     join = "JOIN sessions s ON s.id = m.session_id " if "s." in cond else ""
     cols = f"SELECT m.id AS id, {rep} AS d, m.session_id AS sid"
     select = f"{cols} FROM messages m {join}WHERE "
     if density is not None and density * table_rows <= INDEX_FIRST_MAX_ROWS:
-        yield from _index_first(conn, select, match, match_args, cond, args, 2**62, first, run)
+        yield from _index_first(conn, select, match, match_args, cond, args, None, first, run)
         return
     walk = density is not None and density >= WALK_MIN_DENSITY
     d = density if density else TRIGRAM_DENSITY
-    # Walk: the planner sees the constants (a common word: it walks the key); otherwise
-    # the constants are hidden and the ids come in arbitrary order (+ 0), so only the
-    # bitmaps' intersection can serve the window.
+    # A walk tests the match on each row (``IS TRUE`` is no index condition: the key is
+    # walked backwards, as a common word wants), a plan its text fixes, so it runs with its
+    # generic plan (``PgConnection.execute``'s ``generic``: planned once per session).
+    # Otherwise the constants are hidden and the ids come in arbitrary order (+ 0), so the
+    # bitmaps' intersection serves the window; that is planned with the window's bounds
+    # (a generic plan sometimes read every index match instead, measured: a phrase's 1,000
+    # heap rows where a page needs about 40).
+    generic = walk
     order = f" ORDER BY {'m.id' if walk else 'm.id + 0'} DESC LIMIT ?"
-    where = f"{match if walk else _hidden(match)} AND {cond}"
+    where = f"{f'({match}) IS TRUE' if walk else _hidden(match)} AND {cond}"
     sql = f"{select}{where} AND m.id >= ? AND m.id < ?{order}"
     width = max(math.ceil(WINDOW_MATCHES * first / max(d, 1e-9)), 4 * first)
     # The first window is open above: it starts ``width`` below the newest id this
@@ -190,6 +237,7 @@ def newest(
     rows = run(
         f"{cols}, ({TOP_SQL}) AS top FROM messages m {join}WHERE {where} AND m.id >= ?{order}",
         (*match_args, *args, lo, first),
+        generic,
     )
     top = rows[0][3] if rows else hint
     _ESTIMATES.setdefault(conn, {})[_TOP] = (top, time.monotonic())
@@ -214,7 +262,8 @@ def newest(
         if below <= 0:
             return
         lo = max(below - width, 0)
-        rows = conn.execute(sql, (*match_args, *args, lo, below, batch)).fetchall()
+        rows = conn.execute(sql, (*match_args, *args, lo, below, batch), generic=generic)
+        rows = rows.fetchall()
 
 
 def _index_first(
@@ -224,17 +273,30 @@ def _index_first(
     match_args: list[Any],
     cond: str,
     args: list[Any],
-    below: int,
+    below: int | None,
     batch: int,
     run: Fetch | None = None,
 ) -> Iterator[tuple]:
-    """The matches below ``below``, newest first in batches from ``batch``: the GIN bitmap,
-    then the newest of the matches (``ORDER BY m.id + 0``: an order the key cannot give).
-    ``run``: how the first statement is run (``newest``'s ``fetch``)."""
-    sql = f"{select}{match} AND {cond} AND m.id < ? ORDER BY m.id + 0 DESC LIMIT ?"
+    """The matches below ``below`` (None: all), newest first in batches from ``batch``: the
+    GIN bitmap, then the newest of the matches (``ORDER BY m.id + 0``: an order the key
+    cannot give). ``run``: how the first statement is run (``newest``'s ``fetch``).
+
+    The first statement, with no bound on the id, runs with its generic plan (the GIN
+    bitmap is its only index path); a later one, ``m.id < below``, is planned with its
+    values: a generic plan would take ``below`` for a third of the table and AND the
+    primary key's bitmap of it, which is the whole table when ``below`` is near the top."""
+    order = " ORDER BY m.id + 0 DESC LIMIT ?"
     while True:
-        a = (*match_args, *args, below, batch)
-        rows = run(sql, a) if run else conn.execute(sql, a).fetchall()
+        if below is None:
+            sql, a, generic = f"{select}{match} AND {cond}{order}", (*match_args, *args), True
+        else:
+            sql, a, generic = (
+                f"{select}{match} AND {cond} AND m.id < ?{order}",
+                (*match_args, *args, below),
+                False,
+            )
+        a = (*a, batch)
+        rows = run(sql, a, generic) if run else conn.execute(sql, a, generic=generic).fetchall()
         run = None
         yield from rows
         if len(rows) < batch:

@@ -9,7 +9,10 @@ Invariants:
 * A ``batches`` row is added by the op that first inserts message rows under its batch id,
   inside that op's transaction (a refused op leaves none), in op order; rows are never
   deleted, so SQLite's rowid (max + 1) gives a rebuild from snapshot + spool the same numbers
-  as the live store (both apply the same ops in the same order).
+  as the live store (both apply the same ops in the same order). On PostgreSQL the number
+  comes from the identity sequence, which a rollback does not restore: a refused bulk run
+  gives its numbers back (``store.postgres.apply.PgLedger.give_back``; docs/backends.md, "Ids
+  do not depend on how the spool was chunked").
 * ``messages.batch`` is set by every insert (``ref``/``Ledger.batch_refs``), and by the
   migration for rows written before v12; NULL never means "no batch".
 * Idempotency by batch id stays with ``applied_batches`` (keyed by the id itself): this table

@@ -13,7 +13,8 @@ round trips per op into ~1.3 (bench/RESULTS.md).
 Invariant: the store after ``apply_run`` is row for row the store the op-at-a-time path
 (``transcript_ops.messages_append`` per op, in spool order) would leave — same message ids,
 arrival times, usage rows, session rows, blobs (on PostgreSQL the same rows with ids from the
-same sequence, which may skip values, as a rolled-back op's do). How each step keeps it:
+same sequences; a refused run gives back the ids it drew, ``Ledger.give_back``, so the ids
+after it do not depend on where the run began). How each step keeps it:
 
 * order: each op's rows take the ``seq`` labels ``order.plan`` gives the run's ops of their
   session together: the next labels after its last row, or for an op acknowledged before
@@ -199,6 +200,7 @@ def apply_run(conn: Any, run: list[Prepared], now: float, ledger: Any) -> list[i
     ``ledger.bad_data`` when an op is refused, ``RunConflict`` when a batch was decided
     meanwhile: the caller must roll back what was written (it runs in a SAVEPOINT the caller
     owns)."""
+    ledger.open_run()
     seen = _seen(conn, run)
     fresh_of: list[tuple[list[tuple], list]] = []  # per op: its new rows and their messages
     for op in run:
@@ -257,7 +259,7 @@ def apply_run(conn: Any, run: list[Prepared], now: float, ledger: Any) -> list[i
             )
         next_id += len(fresh)
         if any(usage.carries_usage(m) for m in fresh_msgs):
-            usage.record_messages(
+            added = usage.record_messages(
                 conn,
                 op.sid,
                 list(zip(ids[first:next_id], fresh_msgs)),
@@ -265,6 +267,7 @@ def apply_run(conn: Any, run: list[Prepared], now: float, ledger: Any) -> list[i
                 op.batch,
                 op.arrived_at,
             )
+            ledger.drew("usage", added)  # usage ids are the table's own: given back if refused
         tool_ids.setdefault(op.sid, set()).update(result_ids(fresh))
         written.append(len(fresh))
     for sid, earliest in starts.items():

@@ -273,6 +273,9 @@ def _apply_run(
         raise
     if written is None:
         _release(conn, "bulk", rollback=True)
+        # Ids the run drew from a sequence (PostgreSQL) go back: the ops below are numbered
+        # as if they had never been in a run, as a replay in other chunks numbers them.
+        ledger.give_back(conn)
         for op in run:
             del decided[op.batch]
         for op in run:

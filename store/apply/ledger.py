@@ -85,6 +85,18 @@ class Ledger(Protocol):
         """Record each ``(batch, position, now, digest)`` as applied; False when any batch was
         decided by another writer meanwhile (the caller rolls the run back)."""
 
+    def open_run(self) -> None:
+        """A bulk run starts: forget the ids counted for the previous one (``give_back``)."""
+
+    def drew(self, table: str, n: int) -> None:
+        """The run inserted ``n`` rows into ``table`` taking default ids (``usage``)."""
+
+    def give_back(self, conn: Any) -> None:
+        """After the caller rolled a refused run back: return the ids it drew, so the rows
+        applied after it are numbered as if the run had been applied op at a time from the
+        start (a rebuild chunks the spool differently). SQLite: nothing to do (a new row
+        takes max(id) + 1, which the rollback restores)."""
+
 
 class SqliteLedger:
     """``applied_batches``/``rejected_batches`` of the embedded store (one writer per store)."""
@@ -114,6 +126,15 @@ class SqliteLedger:
             (batch, position, now, digest),
         )
         return True
+
+    def open_run(self) -> None:
+        pass
+
+    def drew(self, table: str, n: int) -> None:
+        pass
+
+    def give_back(self, conn: Any) -> None:
+        pass
 
     def message_ids(self, conn: Any, n: int) -> list[int] | None:
         from quill.store.apply.bulk import sqlite_ids

@@ -56,6 +56,10 @@ _LOCK_SQL = (
 )
 
 
+#: The identity sequences a bulk run draws from (``PgLedger.give_back``), in lock order.
+_SEQUENCES = ("messages", "usage", "batches")
+
+
 def read_cursor(conn: PgConnection, spool_id: str) -> tuple[int, int] | None:
     """This spool's committed cursor ``(segment, offset)``, or None before its first chunk."""
     row = conn.execute(
@@ -164,6 +168,47 @@ class PgLedger:
 
     def __init__(self, spool_id: str):
         self.spool_id = spool_id
+        #: Per identity sequence a bulk run draws from (``_SEQUENCES``): ``[value before
+        #: the run's first draw (None: never drawn), values the run drew]``.
+        self._drawn: dict[str, list] = {}
+
+    def open_run(self) -> None:
+        self._drawn = {}
+
+    def drew(self, table: str, n: int) -> None:
+        if table in self._drawn:
+            self._drawn[table][1] += n
+
+    def give_back(self, conn: PgConnection) -> None:
+        """Return the ids a refused run drew (``Ledger.give_back``), in one round trip.
+
+        A sequence is not rolled back with the savepoint, so without this the rows after a
+        refused run would start after a gap whose size depends on how the spool was chunked
+        (a replay would number them differently). Each sequence is set back to its value
+        before the run only when every value drawn since is provably the run's own: its
+        ``last_value`` equals that value plus the draws counted (a draw by another writer,
+        or one the run did not count, makes it larger; then the gap stays, as it does for
+        any op rolled back on a shared store). The check and the reset run under ``ALTER
+        SEQUENCE``'s lock, which blocks every other ``nextval`` on it until this chunk ends
+        (only after a refused run), so no draw can slip between them. Sequences are locked
+        in ``_SEQUENCES`` order, the same on every host. Needs the sequences' owner (the
+        role that created the schema). Raises the store error tree."""
+        steps = []
+        for table in _SEQUENCES:
+            before, count = self._drawn.get(table, (None, 0))
+            if count <= 0:
+                continue
+            base = before or 0  # identity values start at 1: 0 means none drawn yet
+            reset = f"setval(s, {int(base)}, true)" if base > 0 else "setval(s, 1, false)"
+            steps.append(
+                f"s := pg_get_serial_sequence('{table}', 'id')::regclass; "
+                "EXECUTE 'ALTER SEQUENCE ' || s::text || ' NO CYCLE'; "  # the lock, no change
+                f"IF coalesce(pg_sequence_last_value(s), 0) = {int(base + count)} "
+                f"THEN PERFORM {reset}; END IF;"
+            )
+        self._drawn = {}
+        if steps:
+            conn.execute("DO $$ DECLARE s regclass; BEGIN " + " ".join(steps) + " END $$")
 
     def decided(self, conn: PgConnection, batches: list[str]) -> dict[str, str | None]:
         # Every batch of the chunk in one round trip.
@@ -191,14 +236,23 @@ class PgLedger:
         Within a session they follow commit order: the chunk holds the session's lock."""
         if n <= 0:
             return []
-        return [
-            r[0]
-            for r in conn.execute(
-                "SELECT nextval(pg_get_serial_sequence('messages', 'id')) AS id "
-                "FROM generate_series(1, ?) ORDER BY id",
-                (n,),
-            )
-        ]
+        rows = conn.execute(
+            "SELECT nextval(pg_get_serial_sequence('messages', 'id')) AS id, "
+            "(SELECT pg_sequence_last_value(pg_get_serial_sequence('usage', 'id')::regclass)), "
+            "(SELECT pg_sequence_last_value(pg_get_serial_sequence('batches', 'id')::regclass)) "
+            "FROM generate_series(1, ?) ORDER BY id",
+            (n,),
+        ).fetchall()
+        ids = [r[0] for r in rows]
+        # The values before the run's draws (``give_back``; read once per statement): the run
+        # draws usage and batch ids only after this statement. Had another writer drawn
+        # between, ``give_back`` finds more values taken than counted and keeps the gap.
+        self._drawn = {
+            "messages": [ids[0] - 1, n],
+            "usage": [rows[0][1], 0],
+            "batches": [rows[0][2], 0],
+        }
+        return ids
 
     def batch_refs(self, conn: PgConnection, batches: list[str]) -> dict[str, int]:
         """``{batch id: number}`` (``store.apply.batches``) in one round trip: the new ids
@@ -207,6 +261,8 @@ class PgLedger:
         exactly one of the two arms."""
         if not batches:
             return {}
+        # every row offered takes a value, even one ON CONFLICT then drops
+        self.drew("batches", len(batches))
         return dict(
             conn.execute(
                 "WITH added AS (INSERT INTO batches (batch_id) "

@@ -174,8 +174,19 @@ class Run:
                     else [now_us - keyed.randrange(10**7), keyed.randrange(3), keyed.randrange(3)]
                     for _ in data["messages"]
                 ]
-            elif self.revising.random() < 0.4:  # last copy wins (store.apply.revise)
+            elif self.revising.random() < 0.6:  # last copy wins (store.apply.revise)
                 data["revise"] = True
+                held = sorted(
+                    r[0]
+                    for r in self.conn.execute(
+                        "SELECT DISTINCT ext_id FROM messages WHERE session_id = ? "
+                        "AND ext_id IS NOT NULL",
+                        (sid,),
+                    )
+                )
+                for msg in data["messages"]:  # later copies of held messages
+                    if held and self.revising.random() < 0.6:
+                        msg["id"] = self.revising.choice(held)
                 for msg in data["messages"]:  # a copy renaming a call renames its results
                     for c in msg.get("tool_calls") or ():
                         if self.revising.random() < 0.5:

@@ -5,7 +5,6 @@ rewinds and refused ops in one writer chunk (the bulk path) with nothing else ch
 
 from __future__ import annotations
 
-import pytest
 from semantics_helpers import assistant, call, store, user  # noqa: F401 (store: fixture)
 
 LIVE, FINAL = "s-live", "s-final"
@@ -252,11 +251,6 @@ def test_a_later_copy_without_the_response_id_is_still_one_call(store):
     assert _usage(store, LIVE) == [("r-once", 10, 5)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a revision does not move the usage row's ts/day to the message's revised time "
-    "(usage.record merges token figures only)",
-)
 def test_usage_time_follows_a_later_copy_that_gives_the_message_time(store):
     """First copy without a timestamp (stored at its arrival), the last with one: the usage
     row's time (and day) should be the message's, as the import of the final file has it."""

@@ -122,7 +122,8 @@ def revise(
         reindex(conn, ids)
     backdate_start(conn, sid, min(r[1:][_TS] for r in rows))
     check_tool_results(conn, sid, result_ids(rows))
-    carrying = [(i, m) for i, _, m in changes if usage.carries_usage(m)]
+    # each copy dated as its revised row (its time, else the stored one: never its arrival)
+    carrying = [(i, {**m, "timestamp": v[_TS]}) for i, v, m in changes if usage.carries_usage(m)]
     usage.record_messages(conn, sid, carrying, source, batch_id, arrived_at, merge_message=True)
     return len(changes)
 

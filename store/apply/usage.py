@@ -124,7 +124,7 @@ def record(
     if not any(tokens.values()):
         return 0  # e.g. Claude Code's "<synthetic>" error messages: no call was billed
     known = None
-    cols = f"SELECT id, {', '.join(TOKEN_FIELDS)}, model, provider, ts FROM usage"
+    cols = f"SELECT id, {', '.join(TOKEN_FIELDS)}, message_id, model, provider, ts FROM usage"
     if response_id is not None:
         known = conn.execute(f"{cols} WHERE response_id = ?", (response_id,)).fetchone()
     if known is None and merge_message and message_id is not None:
@@ -134,17 +134,21 @@ def record(
         ).fetchone()
     if known is not None:
         merged = {f: max(tokens[f], known[1 + i]) for i, f in enumerate(TOKEN_FIELDS)}
-        if merged != dict(zip(TOKEN_FIELDS, known[1 : 1 + len(TOKEN_FIELDS)])):
-            cost = price(merged, known[-3], known[-2], known[-1])
+        # a revised message's own row takes the message's time (the caller's ``ts``: the
+        # revised row's, kept when the copy gives none): the last copy wins, as for the row
+        at = ts if merge_message and known[-4] == message_id else known[-1]
+        if merged != dict(zip(TOKEN_FIELDS, known[1 : 1 + len(TOKEN_FIELDS)])) or at != known[-1]:
+            cost = price(merged, known[-3], known[-2], at)
             conn.execute(
                 f"UPDATE usage SET {', '.join(f + ' = ?' for f in TOKEN_FIELDS)}, "
-                "cost_usd = ?, "
-                "price_version = ?, raw = ? WHERE id = ?",
+                "cost_usd = ?, price_version = ?, raw = ?, ts = ?, day = ? WHERE id = ?",
                 (
                     *merged.values(),
                     cost,
                     price_version() if cost is not None else None,
                     dumps(raw),
+                    at,
+                    dt.datetime.fromtimestamp(at, tz=dt.UTC).strftime("%Y-%m-%d"),
                     known[0],
                 ),
             )

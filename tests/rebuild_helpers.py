@@ -62,6 +62,7 @@ class Run:
     def __init__(self, root: Path, seed: int):
         self.rng = random.Random(seed)
         self.keyed = random.Random(-seed)  # which appends state order keys, and the keys
+        self.revising = random.Random(seed + 10**6)  # which other appends send ``revise``
         self.root = root
         self.spool_dir = root / "spool"
         self.spool = Spool(self.spool_dir)
@@ -173,6 +174,23 @@ class Run:
                     else [now_us - keyed.randrange(10**7), keyed.randrange(3), keyed.randrange(3)]
                     for _ in data["messages"]
                 ]
+            elif self.revising.random() < 0.6:  # last copy wins (store.apply.revise)
+                data["revise"] = True
+                held = sorted(
+                    r[0]
+                    for r in self.conn.execute(
+                        "SELECT DISTINCT ext_id FROM messages WHERE session_id = ? "
+                        "AND ext_id IS NOT NULL",
+                        (sid,),
+                    )
+                )
+                for msg in data["messages"]:  # later copies of held messages
+                    if held and self.revising.random() < 0.6:
+                        msg["id"] = self.revising.choice(held)
+                for msg in data["messages"]:  # a copy renaming a call renames its results
+                    for c in msg.get("tool_calls") or ():
+                        if self.revising.random() < 0.5:
+                            c["function"]["name"] = "edit"
             return "messages.append", data
         if kind == "end":
             return "session.end", {

@@ -125,6 +125,7 @@ class PgRun(Run):
 
         self.rng = random.Random(seed)
         self.keyed = random.Random(-seed)
+        self.revising = random.Random(seed + 10**6)
         self.root = root
         self.spool_dir = root / "spool"
         self.spool = Spool(self.spool_dir)

@@ -15,6 +15,10 @@ Invariants:
   compaction, rewind and display order are untouched, and nothing is deleted;
 * a copy without a timestamp keeps the stored time (never re-dated to its arrival); a tool
   result without a name keeps the stored name, else gets its call's (``tool_names.fill``);
+* a revision that renames a tool call renames the session's results of that call named as
+  its old copy (``_rename_results``), as an import of the final copy names results sent
+  without a name: a capture that saw the first copy ends as the import, whether or not the
+  result is sent again (an import sends only the records that differ);
 * every row holding the producer id is revised (a compaction may hold a carried copy under
   the same id), and only when a value differs: re-sending the same copy changes nothing;
 * indexes: SQLite's FTS rows of a revised row that is already indexed are replaced in the
@@ -38,6 +42,7 @@ from quill.store.apply.rules import backdate_start
 REVISED_COLUMNS = tuple(c for c in ROW_COLUMNS if c != "ext_id")
 _NAME = REVISED_COLUMNS.index("tool_name")
 _TS = REVISED_COLUMNS.index("ts")
+_CALLS = REVISED_COLUMNS.index("tool_calls")
 
 
 def merged(stored: tuple, row: tuple, msg: dict) -> tuple:
@@ -87,8 +92,9 @@ def revise(
     ``copies`` (``row``: ``normalize.message_row`` of the message, ``ROW_COLUMNS`` order; the
     last copy of an id wins) wherever a value differs (module doc). Usage a revised message
     carries is recorded as the append records it (``usage.record_messages``: merged into
-    the row of its ``response_id``), unless a usage row without a response id already
-    points at the message (counted once). Returns rows rewritten. Raises ``InvalidOpError``
+    the row of its ``response_id``), else into the usage row that points at the message
+    (one call, counted once, whichever copy named its response id; each figure its largest). Returns
+    rows rewritten. Raises ``InvalidOpError``
     (``duplicate-tool-result``; usage reasons) — the caller's op is then refused whole."""
     last = {row[0]: (row, msg) for row, msg in copies}
     held = held_versions(conn, sid, list(last))
@@ -101,36 +107,65 @@ def revise(
     if not changes:
         return 0
     rows = tool_names.fill(conn, sid, [(None, *values) for _, values, _ in changes])
+    renamed = _renamed_calls(conn, [(i, r) for r, (i, _, _) in zip(rows, changes)])
     sets = ", ".join(f"{c} = ?" for c in REVISED_COLUMNS)
     conn.executemany(
         f"UPDATE messages SET {sets} WHERE id = ?",
         [(*r[1:], store_id) for r, (store_id, _, _) in zip(rows, changes)],
     )
     ids = [store_id for store_id, _, _ in changes]
+    revised = set(ids)
+    ids += [i for i in _rename_results(conn, sid, renamed) if i not in revised]
     if isinstance(conn, apsw.Connection):  # SQLite's FTS5 tables; PostgreSQL's are generated
         from quill.store.sqlite.indexer import reindex
 
         reindex(conn, ids)
     backdate_start(conn, sid, min(r[1:][_TS] for r in rows))
     check_tool_results(conn, sid, result_ids(rows))
-    counted = _usage_counted(conn, ids)
-    carrying = [(i, m) for i, _, m in changes if i not in counted and usage.carries_usage(m)]
-    usage.record_messages(conn, sid, carrying, source, batch_id, arrived_at)
+    # each copy dated as its revised row (its time, else the stored one: never its arrival)
+    carrying = [(i, {**m, "timestamp": v[_TS]}) for i, v, m in changes if usage.carries_usage(m)]
+    usage.record_messages(conn, sid, carrying, source, batch_id, arrived_at, merge_message=True)
     return len(changes)
 
 
-def _usage_counted(conn: Any, ids: list[int]) -> set[int]:
-    """The message ids among ``ids`` a usage row without a response id points at (a
-    revision cannot tell that call from a new one, so it is not recorded again)."""
-    out: set[int] = set()
-    for start in range(0, len(ids), _CHUNK):
-        part = ids[start : start + _CHUNK]
-        out.update(
-            r[0]
-            for r in conn.execute(
-                "SELECT message_id FROM usage WHERE response_id IS NULL "
-                f"AND message_id IN ({', '.join('?' for _ in part)})",
-                part,
+def _renamed_calls(conn: Any, revised: list[tuple[int, tuple]]) -> dict[str, tuple[str, str]]:
+    """``{call id: (old tool name, new tool name)}`` of the tool calls whose name the
+    revision of ``revised`` (``(store id, (None, *REVISED_COLUMNS values))``, read before
+    the rows are rewritten) changes."""
+    out: dict[str, tuple[str, str]] = {}
+    calls = [(i, r[1:][_CALLS]) for i, r in revised if r[1:][_CALLS] is not None]
+    for start in range(0, len(calls), _CHUNK):
+        part = calls[start : start + _CHUNK]
+        stored = dict(
+            conn.execute(
+                f"SELECT id, tool_calls FROM messages WHERE id IN ({', '.join('?' for _ in part)})",
+                [i for i, _ in part],
             )
         )
+        for i, new in part:
+            before = tool_names.call_names(stored.get(i))
+            for cid, name in tool_names.call_names(new).items():
+                if cid in before and before[cid] != name:
+                    out[cid] = (before[cid], name)
+    return out
+
+
+def _rename_results(conn: Any, sid: str, renamed: dict[str, tuple[str, str]]) -> list[int]:
+    """Give the tool results of ``sid`` (any state) answering a call of ``renamed``
+    (``_renamed_calls``) and named as its old copy the call's new name, as an import of the
+    final copy names a result sent without a name (``tool_names.fill``): the result need not
+    be sent again. Returns the ids renamed (their text changed: the caller re-indexes)."""
+    out: list[int] = []
+    for cid, (old, new) in sorted(renamed.items()):
+        ids = [
+            r[0]
+            for r in conn.execute(
+                "SELECT id FROM messages WHERE session_id = ? AND tool_call_id = ? "
+                "AND tool_name = ? AND role IN ('tool', 'function') ORDER BY id",
+                (sid, cid, old),
+            )
+        ]
+        for i in ids:
+            conn.execute("UPDATE messages SET tool_name = ? WHERE id = ?", (new, i))
+        out += ids
     return out

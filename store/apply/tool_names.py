@@ -13,8 +13,9 @@ Invariants:
 * a name the producer gave is never changed; only a NULL ``tool_name`` of a tool-result row
   (role ``tool``/``function``) with a ``tool_call_id`` is filled;
 * a result whose call is not known when it is applied (the call arrives later, in another
-  session, or was never sent) keeps NULL: rows are never rewritten afterwards, so a store
-  rebuilt from the spool, which applies the same ops in the same order, fills the same rows;
+  session, or was never sent) keeps NULL: rows are not rewritten afterwards (only by a
+  ``revise`` append, ``store.apply.revise``, itself an op), so a store rebuilt from the
+  spool, which applies the same ops in the same order, fills the same rows;
 * the bulk run fills exactly what op-at-a-time appends would: an op sees its own calls, then
   the run's earlier ops' new rows (newer than anything stored), then the store.
 """

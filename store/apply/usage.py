@@ -105,9 +105,13 @@ def record(
     ts: float,
     batch_id: str,
     message_id: int | None = None,
+    merge_message: bool = False,
 ) -> int:
     """Insert one usage row (returns 1), or merge into the row of an already counted
-    ``response_id`` (returns 0), or record nothing for a usage with no tokens (0).
+    ``response_id`` (returns 0), or record nothing for a usage with no tokens (0). With
+    ``merge_message`` (a revision: ``store.apply.revise``) the usage row pointing at
+    ``message_id`` (its first) is that call too, merged into when no row has ``response_id``:
+    a message is one response, whichever copy named its response id.
 
     Merging: one response may be written as several records whose usage grows while it
     streams (Claude Code responses in the corpus repeat their usage with a larger
@@ -119,29 +123,36 @@ def record(
     check_task(task)
     if not any(tokens.values()):
         return 0  # e.g. Claude Code's "<synthetic>" error messages: no call was billed
+    known = None
+    cols = f"SELECT id, {', '.join(TOKEN_FIELDS)}, message_id, model, provider, ts FROM usage"
     if response_id is not None:
+        known = conn.execute(f"{cols} WHERE response_id = ?", (response_id,)).fetchone()
+    if known is None and merge_message and message_id is not None:
         known = conn.execute(
-            f"SELECT id, {', '.join(TOKEN_FIELDS)}, model, provider, ts FROM usage "
-            "WHERE response_id = ?",
-            (response_id,),
+            f"{cols} WHERE message_id = ? ORDER BY id LIMIT 1",
+            (message_id,),
         ).fetchone()
-        if known is not None:
-            merged = {f: max(tokens[f], known[1 + i]) for i, f in enumerate(TOKEN_FIELDS)}
-            if merged != dict(zip(TOKEN_FIELDS, known[1 : 1 + len(TOKEN_FIELDS)])):
-                cost = price(merged, known[-3], known[-2], known[-1])
-                conn.execute(
-                    f"UPDATE usage SET {', '.join(f + ' = ?' for f in TOKEN_FIELDS)}, "
-                    "cost_usd = ?, "
-                    "price_version = ?, raw = ? WHERE id = ?",
-                    (
-                        *merged.values(),
-                        cost,
-                        price_version() if cost is not None else None,
-                        dumps(raw),
-                        known[0],
-                    ),
-                )
-            return 0
+    if known is not None:
+        merged = {f: max(tokens[f], known[1 + i]) for i, f in enumerate(TOKEN_FIELDS)}
+        # a revised message's own row takes the message's time (the caller's ``ts``: the
+        # revised row's, kept when the copy gives none): the last copy wins, as for the row
+        at = ts if merge_message and known[-4] == message_id else known[-1]
+        if merged != dict(zip(TOKEN_FIELDS, known[1 : 1 + len(TOKEN_FIELDS)])) or at != known[-1]:
+            cost = price(merged, known[-3], known[-2], at)
+            conn.execute(
+                f"UPDATE usage SET {', '.join(f + ' = ?' for f in TOKEN_FIELDS)}, "
+                "cost_usd = ?, price_version = ?, raw = ?, ts = ?, day = ? WHERE id = ?",
+                (
+                    *merged.values(),
+                    cost,
+                    price_version() if cost is not None else None,
+                    dumps(raw),
+                    at,
+                    dt.datetime.fromtimestamp(at, tz=dt.UTC).strftime("%Y-%m-%d"),
+                    known[0],
+                ),
+            )
+        return 0
     cost = price(tokens, model, provider, ts)
     conn.execute(
         f"""INSERT INTO usage (session_id, message_id, response_id, task, model, provider, source,
@@ -175,11 +186,12 @@ def record_messages(
     source: str | None,
     batch_id: str,
     arrived_at: float,
+    merge_message: bool = False,
 ) -> int:
     """Record the ``usage`` of each just-inserted message ``(store id, message dict)`` that
     carries one, on the message or in its ``extra`` (attributes beside it: model, provider,
-    response_id, task; model defaults to the session's). Returns usage rows written. Raises
-    ``InvalidOpError``."""
+    response_id, task; model defaults to the session's). ``merge_message``: see ``record``
+    (revised messages). Returns usage rows written. Raises ``InvalidOpError``."""
     carrying = [(mid, m) for mid, m in inserted if carries_usage(m)]
     if not carrying:
         return 0
@@ -196,6 +208,7 @@ def record_messages(
             ts=timestamp(msg.get("timestamp"), arrived_at),
             batch_id=batch_id,
             message_id=mid,
+            merge_message=merge_message,
             **attrs,
         )
     return written

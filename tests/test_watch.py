@@ -135,6 +135,22 @@ def _final(plans: list[list]) -> dict[str, bytes]:
     return out
 
 
+def kill_watcher_while(home: Path, writers: list, rng: random.Random) -> int:
+    """SIGKILL the fleet's watcher at random points while the ``writers`` (agent processes)
+    run, at most 4 times (a fifth within 60 s would be a crash loop, which the supervisor
+    slows down on purpose); waits for every writer to exit 0. Returns the kills made."""
+    kills = 0
+    while any(w.poll() is None for w in writers) and kills < 4:
+        time.sleep(rng.uniform(0.5, 2.5))
+        pid = watcher_pid(home)
+        if pid is not None:
+            os.kill(pid, signal.SIGKILL)
+            kills += 1
+    for w in writers:
+        assert w.wait(timeout=300) == 0
+    return kills
+
+
 def test_fleet_watch_exactly_once_through_kill9_and_after_delete(tmp_path, quill):
     """Writers append real Claude Code and Codex files line by line while the fleet's watcher
     is SIGKILLed at random points; every message ends up stored exactly once (as a direct
@@ -150,16 +166,7 @@ def test_fleet_watch_exactly_once_through_kill9_and_after_delete(tmp_path, quill
     kills = 0
     try:
         writers = [start_writer(pairs[:2], 0.02), start_writer(pairs[2:], 0.02)]
-        # kill -9 at random points while the agents write (4 kills: a fifth within 60 s
-        # would be a crash loop, which the supervisor slows down on purpose)
-        while any(w.poll() is None for w in writers) and kills < 4:
-            time.sleep(rng.uniform(0.5, 2.5))
-            pid = watcher_pid(quill.home)
-            if pid is not None:
-                os.kill(pid, signal.SIGKILL)
-                kills += 1
-        for w in writers:
-            assert w.wait(timeout=300) == 0
+        kills = kill_watcher_while(quill.home, writers, rng)
         drained(quill, files=len(pairs))
         for src, dst in pairs:  # the watcher changed nothing in the watched folders
             assert dst.read_bytes() == src.read_bytes()
@@ -198,16 +205,7 @@ def test_fleet_watch_agents_own_ways_through_kill9_and_after_delete(tmp_path, qu
             start_agent(tmp_path / f"plan{i}", p, delay)
             for i, (p, delay) in enumerate(zip(plans, (0.03, 0.08)))
         ]
-        # kill -9 at random points while the agents write (4 kills: a fifth within 60 s
-        # would be a crash loop, which the supervisor slows down on purpose)
-        while any(w.poll() is None for w in writers) and kills < 4:
-            time.sleep(rng.uniform(0.5, 2.5))
-            pid = watcher_pid(quill.home)
-            if pid is not None:
-                os.kill(pid, signal.SIGKILL)
-                kills += 1
-        for w in writers:
-            assert w.wait(timeout=300) == 0
+        kills = kill_watcher_while(quill.home, writers, rng)
         drained(quill, files=len(final))
         for dst, data in final.items():  # the watcher changed nothing in the watched folders
             assert Path(dst).read_bytes() == data, dst

@@ -55,6 +55,7 @@ from quill.store.apply.message_rows import (
     ID_FLOOR_KEY,
     check_tool_results,
     cut_rows,
+    held_ext_ids,
     result_ids,
 )
 from quill.store.apply.normalize import ROW_COLUMNS
@@ -68,7 +69,6 @@ from quill.store.apply.rules import (
 
 _EXT = ROW_COLUMNS.index("ext_id")
 _TS = ROW_COLUMNS.index("ts")
-_CHUNK = 500  # bound on SQL variables per IN (...) list
 _MAX_ROWID = 2**63 - 1
 
 
@@ -135,21 +135,7 @@ def _seen(conn: apsw.Connection, run: list[Prepared]) -> dict[str, set[str]]:
     for op in run:
         ids = wanted.setdefault(op.sid, set())
         ids.update(r[_EXT] for r in op.rows if r[_EXT] is not None)
-    seen: dict[str, set[str]] = {}
-    for sid, ids in wanted.items():
-        held = seen[sid] = set()
-        ordered = sorted(ids)
-        for start in range(0, len(ordered), _CHUNK):
-            part = ordered[start : start + _CHUNK]
-            held.update(
-                x
-                for (x,) in conn.execute(
-                    "SELECT ext_id FROM messages WHERE session_id = ? "
-                    f"AND ext_id IN ({', '.join('?' for _ in part)})",
-                    (sid, *part),
-                )
-            )
-    return seen
+    return {sid: held_ext_ids(conn, sid, ids) for sid, ids in wanted.items()}
 
 
 def _labels(run: list[Prepared], conn: Any, counts: list[int]) -> list[list[int]] | None:

@@ -132,6 +132,24 @@ def _insert(
     return len(rows)
 
 
+def held_ext_ids(conn: apsw.Connection, sid: str, ext_ids: Iterable[str]) -> set[str]:
+    """The producer ids among ``ext_ids`` that session ``sid`` holds (rows in any state),
+    looked up ``_CHUNK`` at a time."""
+    wanted = sorted(set(ext_ids))
+    held: set[str] = set()
+    for start in range(0, len(wanted), _CHUNK):
+        part = wanted[start : start + _CHUNK]
+        held.update(
+            x
+            for (x,) in conn.execute(
+                "SELECT ext_id FROM messages WHERE session_id = ? "
+                f"AND ext_id IN ({', '.join('?' for _ in part)})",
+                (sid, *part),
+            )
+        )
+    return held
+
+
 def fresh_rows(
     conn: apsw.Connection, sid: str, rows: list[tuple], msgs: list
 ) -> tuple[list[tuple], list, list[tuple[tuple, dict]]]:
@@ -140,18 +158,7 @@ def fresh_rows(
     without an id are kept), and ``copies``, the ``(row, msg)`` pairs of ids held before
     this op (``store.apply.revise``)."""
     ext = ROW_COLUMNS.index("ext_id")
-    wanted = sorted({r[ext] for r in rows if r[ext] is not None})
-    seen: set[str] = set()
-    for start in range(0, len(wanted), _CHUNK):
-        part = wanted[start : start + _CHUNK]
-        seen.update(
-            x
-            for (x,) in conn.execute(
-                "SELECT ext_id FROM messages WHERE session_id = ? "
-                f"AND ext_id IN ({', '.join('?' for _ in part)})",
-                (sid, *part),
-            )
-        )
+    seen = held_ext_ids(conn, sid, {r[ext] for r in rows if r[ext] is not None})
     fresh, fresh_msgs, copies = [], [], []
     held = set(seen)
     for row, msg in zip(rows, msgs):

@@ -4,7 +4,7 @@ On PostgreSQL every statement the appliers send is a round trip, and most of an 
 statements need no answer before the next is sent (a session upsert, a ``SAVEPOINT``, a
 ``RELEASE``) or several reads are independent of each other. ``later`` queues such a
 statement on a ``PgConnection`` (``PgConnection.defer``): the queue goes to the server in one
-pipeline with the next statement that waits for its answer, so an op's round trips are the
+query with the next statement that waits for its answer, so an op's round trips are the
 points where the applier needs an answer, not its statements. On SQLite (apsw: no network)
 the statement runs at once and its rows are read right away.
 

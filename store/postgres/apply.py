@@ -341,7 +341,7 @@ class PgLedger:
         server refuses fails the COPY (class 22/23: ``BadDataError``), and the run goes op
         at a time. Up to ``INSERT_MAX_ROWS`` rows (a turn or two of one agent) go in one
         multi-row ``INSERT`` instead, queued (``PgConnection.defer``) to go with the run's
-        other writes and its ledger insert in one round trip: a COPY cannot be pipelined,
+        other writes and its ledger insert in one round trip: a COPY cannot share a query,
         and costs two more (the statements before it, then its own)."""
         if len(rows) > INSERT_MAX_ROWS:
             conn.copy_rows("messages", STATE_ID_COLUMNS, rows)

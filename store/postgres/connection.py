@@ -113,6 +113,11 @@ SERVER_KEEPALIVES: dict[str, str] = {
 }
 
 
+#: Most rows an ``executemany`` sends as statements of its own with the queued ones
+#: (``PgConnection.defer``); more go in psycopg's ``executemany`` after them.
+EXECUTEMANY_QUEUED_ROWS = 64
+
+
 #: The read snapshot's ``BEGIN`` as ``translate`` writes it (deferred: see module doc).
 SNAPSHOT_BEGIN = "BEGIN ISOLATION LEVEL REPEATABLE READ"
 
@@ -133,31 +138,45 @@ _ROWS = (pq.ExecStatus.TUPLES_OK, pq.ExecStatus.SINGLE_TUPLE)
 class PgCursor:
     """The result of ``PgConnection.execute`` or ``defer``: iterable, ``fetchone``,
     ``fetchall`` (None: a statement with no result, such as a deferred ``BEGIN``). A deferred
-    statement's rows are there once it was sent: the first fetch sends it (``flush``).
-    Fetching one that a rollback discarded unsent raises ``RuntimeError`` (a caller's bug)."""
+    statement's rows are read when it is sent, and the first fetch sends it (``flush``).
+    Fetching one that a rollback discarded unsent, or that did not run because a statement
+    before it failed, raises ``RuntimeError`` (a caller's bug: the error was raised first)."""
 
     def __init__(self, cur: psycopg.Cursor | None, owner: PgConnection | None = None):
         self._cur = cur
         #: The connection whose queue holds this statement until it is sent (None: sent).
         self._owner = owner
         self._dropped = False
+        #: A deferred statement's rows not fetched yet (None: not deferred, or not sent).
+        self._got: list[tuple] | None = None
 
     def _rows(self) -> bool:
         if self._owner is not None:
             self._owner.flush()
         if self._dropped:
             raise RuntimeError("the statement was discarded by a ROLLBACK or did not run")
+        if self._got is not None:
+            return True
         # psycopg's ``description`` would say the same, building a Column per field first.
         res = self._cur.pgresult if self._cur else None
         return res is not None and (res.nfields > 0 or res.status in _ROWS)
 
     def fetchone(self) -> tuple | None:
         with mapped():
-            return self._cur.fetchone() if self._rows() else None
+            if not self._rows():
+                return None
+            if self._got is not None:
+                return self._got.pop(0) if self._got else None
+            return self._cur.fetchone()
 
     def fetchall(self) -> list[tuple]:
         with mapped():
-            return self._cur.fetchall() if self._rows() else []
+            if not self._rows():
+                return []
+            if self._got is not None:
+                out, self._got = self._got, []
+                return out
+            return self._cur.fetchall()
 
     def __iter__(self) -> Iterator[tuple]:
         return iter(self.fetchall())
@@ -225,7 +244,7 @@ class PgConnection:
         # first statement after it, or to the ``COMMIT``/``ROLLBACK`` that ends it unused.
         self._begin_pending = False
         # Statements queued by ``defer`` (text, bound arguments, their cursor), in order: sent
-        # in one pipeline with the next statement that waits for the server (``flush``).
+        # in one query with the next statement that waits for the server (``flush``).
         self._queue: list[tuple[str, Sequence[Any] | None, PgCursor]] = []
 
     def execute(
@@ -253,7 +272,7 @@ class PgConnection:
         bind = params if params or "%s" in text or "%%" in text else None
         if self._queue:  # the queued statements and this one: one round trip
             out = PgCursor(None, self)
-            self._queue.append((text, bind, out))
+            self._queue.append((text, params, out))
             self.flush()
             return out
         with mapped():  # opening the cursor meets a lost connection first: map it too
@@ -267,7 +286,7 @@ class PgConnection:
 
     def defer(self, sql: str, args: Sequence[Any] | None = None) -> PgCursor:
         """Queue ``sql`` (as ``execute`` takes it) inside the open transaction instead of
-        sending it: it goes to the server in one pipeline (one round trip) with the
+        sending it: it goes to the server in one query (one round trip) with the
         statements queued after it and the next statement that waits for an answer — any
         ``execute``, ``executemany``, ``copy_rows``, ``execute_script``, ``flush``, or the
         first fetch from a cursor ``defer`` returned. ``changes()`` then counts the last of
@@ -275,7 +294,7 @@ class PgConnection:
 
         For statements whose outcome nobody needs before then. An error of a queued
         statement is raised by the call that sends it (as the store error tree), and the
-        statements after it in the pipeline do not run; so a caller that must see a queued
+        statements after it in the query do not run; so a caller that must see a queued
         statement's error within a savepoint's scope sends something that waits before the
         scope ends (the op appliers' scopes end with their ledger insert, which waits).
         ``ROLLBACK`` and ``ROLLBACK TO`` discard the queued statements they would undo, unsent
@@ -290,33 +309,43 @@ class PgConnection:
             return self.execute(sql, args)
         params = _args(order, args)
         out = PgCursor(None, self)
-        self._queue.append((text, params if params or "%s" in text or "%%" in text else None, out))
+        self._queue.append((text, params, out))
         return out
 
-    def flush(self, then: Any = None) -> None:
-        """Send the queued statements (``defer``) in one pipeline, and ``then(raw)`` (a
-        psycopg call on the raw connection, such as an ``executemany``) after them in the
-        same pipeline; wait for every answer (one ``Sync``: one round trip). Raises the
-        store error tree: the first error of the queued statements."""
+    def flush(self) -> None:
+        """Send the queued statements (``defer``) in one simple query (one round trip; the
+        arguments bound on the client, psycopg's ``ClientCursor``) and read every answer.
+        Not libpq's pipeline mode: psycopg ends a pipeline with a Flush after its Sync, and
+        a server that reads a message after its ReadyForQuery does not arm
+        ``idle_in_transaction_session_timeout`` again, so a writer frozen inside its
+        transaction would hold its locks for ever (``WRITER_SESSION``). Raises the store
+        error tree: the first queued statement's error (the ones after it do not run)."""
         queue, self._queue = self._queue, []
-        if not queue and then is None:
+        if not queue:
             return
+        cur = psycopg.ClientCursor(self.raw)
+        count = 0
         try:
-            with mapped(), self.raw.pipeline():
-                for text, bind, out in queue:
-                    out._cur = self.raw.cursor()
-                    out._cur.execute(text, bind)
-                if then is not None:
-                    then(self.raw)
+            with mapped():
+                cur.execute(
+                    "; ".join(text for text, _, _ in queue),
+                    [a for _, bind, _ in queue for a in bind or ()],
+                )
+                for i, (_, _, out) in enumerate(queue):
+                    if i:
+                        cur.nextset()
+                    res = cur.pgresult
+                    rows = res is not None and (res.nfields > 0 or res.status in _ROWS)
+                    out._got = cur.fetchall() if rows else []
+                    count = cur.rowcount
         except BaseException:
-            for _, _, out in queue:  # the failed one and those after it have no rows
-                out._dropped = out._cur is None or out._cur.pgresult is None
+            for _, _, out in queue:
+                out._dropped = out._got is None
             raise
         finally:
             for _, _, out in queue:
                 out._owner = None
-        if queue and then is None:
-            self._changes = max(queue[-1][2]._cur.rowcount, 0)
+        self._changes = max(count, 0)
 
     def _rollback_queued(self, text: str) -> PgCursor | None:
         """Discard the queued statements ``text`` (a ``ROLLBACK`` or ``ROLLBACK TO``) would
@@ -413,12 +442,14 @@ class PgConnection:
         if not rows:
             return
         self._send_begin()
-        with self.raw.cursor() as cur:
-            if self._queue:  # psycopg pipelines the rows: the queued statements go with them
-                self.flush(lambda raw: cur.executemany(text, rows))
-            else:
-                with mapped():
-                    cur.executemany(text, rows)
+        if self._queue and len(rows) <= EXECUTEMANY_QUEUED_ROWS:
+            for row in rows:  # with the queued statements, in their round trip
+                self._queue.append((text, row, PgCursor(None, self)))
+            self.flush()
+            return
+        self.flush()
+        with mapped(), self.raw.cursor() as cur:
+            cur.executemany(text, rows)
             self._changes = max(cur.rowcount, 0)
 
     def copy_rows(self, table: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
@@ -427,7 +458,7 @@ class PgConnection:
         Raises the store error tree."""
         names = ", ".join(f'"{c}"' for c in columns)
         self._send_begin()
-        self.flush()  # COPY cannot run in a pipeline: the queued statements go first
+        self.flush()  # a COPY goes alone: the queued statements first
         with mapped(), self.raw.cursor() as cur:
             with cur.copy(f"COPY {table} ({names}) FROM STDIN") as copy:
                 for row in rows:

@@ -312,19 +312,20 @@ class PgConnection:
         self._queue.append((text, params, out))
         return out
 
-    def flush(self) -> None:
+    def flush(self) -> list[int]:
         """Send the queued statements (``defer``) in one simple query (one round trip; the
         arguments bound on the client, psycopg's ``ClientCursor``) and read every answer.
         Not libpq's pipeline mode: psycopg ends a pipeline with a Flush after its Sync, and
         a server that reads a message after its ReadyForQuery does not arm
         ``idle_in_transaction_session_timeout`` again, so a writer frozen inside its
         transaction would hold its locks for ever (``WRITER_SESSION``). Raises the store
-        error tree: the first queued statement's error (the ones after it do not run)."""
+        error tree: the first queued statement's error (the ones after it do not run).
+        Returns the rows each statement changed, in order."""
         queue, self._queue = self._queue, []
         if not queue:
-            return
+            return []
         cur = psycopg.ClientCursor(self.raw)
-        count = 0
+        counts: list[int] = []
         try:
             with mapped():
                 cur.execute(
@@ -337,7 +338,7 @@ class PgConnection:
                     res = cur.pgresult
                     rows = res is not None and (res.nfields > 0 or res.status in _ROWS)
                     out._got = cur.fetchall() if rows else []
-                    count = cur.rowcount
+                    counts.append(max(cur.rowcount, 0))
         except BaseException:
             for _, _, out in queue:
                 out._dropped = out._got is None
@@ -345,7 +346,8 @@ class PgConnection:
         finally:
             for _, _, out in queue:
                 out._owner = None
-        self._changes = max(count, 0)
+        self._changes = counts[-1]
+        return counts
 
     def _rollback_queued(self, text: str) -> PgCursor | None:
         """Discard the queued statements ``text`` (a ``ROLLBACK`` or ``ROLLBACK TO``) would
@@ -445,7 +447,7 @@ class PgConnection:
         if self._queue and len(rows) <= EXECUTEMANY_QUEUED_ROWS:
             for row in rows:  # with the queued statements, in their round trip
                 self._queue.append((text, row, PgCursor(None, self)))
-            self.flush()
+            self._changes = sum(self.flush()[-len(rows) :])  # as psycopg's executemany counts
             return
         self.flush()
         with mapped(), self.raw.cursor() as cur:

@@ -80,6 +80,27 @@ def test_one_agent_turn_is_five_round_trips(tmp_path: Path, pg_store_url: str):
     assert cursor == tuple(at)
 
 
+def test_a_bulk_chunk_is_seven_round_trips(tmp_path: Path, pg_store_url: str):
+    """A chunk of 500 rows (50 appends of 10 messages over 10 sessions, as bench.backends
+    ingests) loads its rows by COPY and costs seven round trips, whatever the number of
+    sessions in it (before: 54, several per session)."""
+    with Spool(tmp_path / "spool", fsync=False) as spool:
+        for i in range(50):
+            msgs = [{"role": "user", "content": f"m{i} {k}"} for k in range(10)]
+            spool.append("messages.append", {"session_id": f"s{i % 10}", "messages": msgs})
+    entries = take_chunk(SpoolReader(tmp_path / "spool").read(START, max_bytes=8 << 20), 500)
+    store = open_url(pg_store_url, tmp_path / "state.db", "host-a")
+    try:
+        with wire.traced(store.conn) as w:
+            result = store.apply_chunk(entries, lambda *a: pytest.fail(f"{a[1:]}"))
+        count = store.conn.execute("SELECT count(*) FROM messages").fetchone()[0]
+    finally:
+        store.close()
+    assert (result.applied, result.rows, count) == (50, 500, 500)
+    assert w.round_trips == 7, w.sql
+    assert any(s.startswith('"COPY messages') for s in w.sql), w.sql
+
+
 def test_a_queued_statement_refused_by_the_server_quarantines_its_op_alone(
     tmp_path: Path, pg_store_url: str
 ):

@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from quill.store.postgres import hits as pg_hits
-from quill.store.postgres import windows
+from quill.store.postgres import scan_index, windows
 from quill.store.postgres.connection import PgConnection
 from quill.store.postgres.schema import TRIGRAM_SCOPE
 from quill.store.read import projections
@@ -166,6 +166,10 @@ def _scan(
             conds.append(("NOT " if t.negated else "") + f"coalesce({tests}, false)")
         likes.append("(" + " AND ".join(conds) + ")")
     outside = f"NOT {_covered(kinds)} AND " if rest else ""
+    if rest and scan_index.usable(conn):  # the rows it reads: those holding the terms
+        pre_args: list[Any] = []
+        outside += scan_index.prefilter(plan, pre_args) + " AND "
+        like_args[:0] = pre_args  # ``outside`` comes first in the statement
     if whole:  # one walk down the key, no second lookup of each row
         return conn.execute(
             f"SELECT m.id, {rep}, m.session_id FROM messages m "

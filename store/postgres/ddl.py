@@ -159,7 +159,8 @@ CREATE INDEX IF NOT EXISTS messages_trigram ON messages
     USING gin (left(content, {trigram_chars}) {trgm}.gin_trgm_ops)
     WHERE {trigram_scope};
 -- The order-key index messages_ack is not here: on a store with rows it is built without
--- blocking writers, outside this transaction (store/postgres/order_index.py).
+-- blocking writers, outside this transaction (store/postgres/order_index.py); so is the
+-- substring index messages_scan (store/postgres/scan_index.py).
 -- Delete-heavy retention: vacuum after 2 % dead rows, not the default 20 %.
 ALTER TABLE messages SET (autovacuum_vacuum_scale_factor = 0.02,
                           autovacuum_analyze_scale_factor = 0.02);

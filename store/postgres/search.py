@@ -10,7 +10,9 @@ SQLite's ``store.search.run``; only the index access differs.
 * ``trigram`` plans → ``left(content, TRIGRAM_PREFIX_CHARS) ILIKE '%term%'`` under the
   trigram scope (pg_trgm GIN index, same scope as SQLite's trigram table), merged newest
   first with the bounded scan of every row the index does not wholly cover (``_covered``),
-  so a trigram query looks in the same texts as a shorter query it contains.
+  so a trigram query looks in the same texts as a shorter query it contains. That scan reads
+  only the rows the substring index ``messages_scan`` finds holding the terms
+  (``scan_index``), once it is built.
 * ``scan`` plans (terms under 3 characters) → the same bounded newest-first ILIKE scan of
   text, tool-call text (``quill_tool_text``) and reasoning.
 * Pages are capped per session with a bounded count (``store.search.group``, shared).

@@ -45,6 +45,14 @@ def _crontab_days(field: str) -> str:
     """Crontab's day-of-week ``field`` with every numeric part as day names: ``0`` → ``sun``,
     ``1-5`` → ``mon,tue,wed,thu,fri``, ``*/2`` → ``sun,tue,thu,sat``; ``*`` and named parts
     (``mon-fri``) unchanged. Raises ``ValueError`` for a day number over 7."""
+    return _named_days(field, CRONTAB_DAYS, "crontab numbers the days 0-7 (0, 7: Sunday)")
+
+
+def _named_days(field: str, names: tuple[str, ...], numbering: str) -> str:
+    """Day-of-week ``field`` with every numeric part (``N``, ``N-M``, ``*/S``, ``N-M/S``,
+    ``N/S``) as the names ``names`` gives the numbers (``names[N]``; ``*`` spans 0-6);
+    ``*`` and named parts unchanged. Raises ``ValueError`` (saying ``numbering``) for a day
+    number past ``names``."""
     out: list[str] = []
     for part in field.split(","):
         m = _DAY_TOKEN.match(part)
@@ -57,11 +65,38 @@ def _crontab_days(field: str) -> str:
         else:
             lo = int(start)
             hi = int(end) if end is not None else (6 if m.group(3) else lo)
-        if max(lo, hi) > 7 or step < 1:
-            raise ValueError(f"day of week {part!r}: crontab numbers the days 0-7 (0, 7: Sunday)")
-        names = [CRONTAB_DAYS[n] for n in range(lo, hi + 1, step)]
-        out.extend(n for n in names if n not in out)
+        if max(lo, hi) >= len(names) or step < 1:
+            raise ValueError(f"day of week {part!r}: {numbering}")
+        days = [names[n] for n in range(lo, hi + 1, step)]
+        out.extend(n for n in days if n not in out)
     return ",".join(out)
+
+
+def with_day_names(trigger: Any) -> Any | None:
+    """For a ``CronTrigger`` whose day-of-week field holds numbers — stored by Quill before
+    ``--cron`` took crontab's numbering, or written as APScheduler arguments — an equal
+    trigger with those days *named as APScheduler 3 reads the numbers* (``0``: Monday,
+    ``*/2``: ``mon,wed,fri,sun``): it fires at exactly the same times, and its stored form no
+    longer depends on whose numbering a reader assumes (crontab's ``0`` is Sunday, and so is
+    APScheduler 4's). Every other field, the start and end dates, the time zone and the
+    jitter are kept. None for any other trigger (nothing to rename)."""
+    fields = getattr(trigger, "fields", None)
+    if fields is None:
+        return None
+    given = {f.name: str(f) for f in fields if not f.is_default}
+    day = given.get("day_of_week")
+    if day is None or not re.search(r"\d", day):
+        return None
+    from apscheduler.triggers.cron import CronTrigger
+
+    given["day_of_week"] = _named_days(day, APSCHEDULER_DAYS, "APScheduler 3 numbers them 0-6")
+    return CronTrigger(
+        **given,
+        start_date=trigger.start_date,
+        end_date=trigger.end_date,
+        timezone=trigger.timezone,
+        jitter=trigger.jitter,
+    )
 
 
 def every(seconds: float) -> str:

@@ -207,9 +207,31 @@ def install_defaults(sched: BackgroundScheduler, cfg: Settings) -> list[str]:
     return added
 
 
+def name_weekdays(sched: BackgroundScheduler) -> list[dict[str, str]]:
+    """Store every cron schedule whose day of the week is a number with that day named as it
+    has always fired (``triggers.with_day_names``: APScheduler 3's ``0`` is Monday), once:
+    a renamed schedule holds no number, so a later start renames nothing. Quill's ``--cron``
+    used to store crontab's numbers unchanged (``30 4 * * 0`` fired on Mondays); since it
+    means crontab's (``0``: Sunday) a stored number read in either numbering could move the
+    schedule a day. The next run time is kept (same fire times). Works through the job store
+    itself, so a ``schedule.db`` and a cluster's PostgreSQL schedules migrate alike. Returns
+    ``[{id, stored, now}]`` (``stored``: APScheduler's form of the old trigger; ``now``: the
+    words of the new one) for the caller to tell the operator."""
+    out = []
+    for job in sched.get_jobs():
+        named = triggers.with_day_names(job.trigger)
+        if named is None:
+            continue
+        sched.modify_job(job.id, trigger=named)
+        out.append({"id": job.id, "stored": str(job.trigger), "now": triggers.describe(named)})
+    return out
+
+
 @contextlib.contextmanager
 def edit_schedules(cfg: Settings) -> Iterator[BackgroundScheduler]:
     """A paused scheduler on ``schedule.db`` for editing schedules; it never runs a job.
+    Numeric days of the week are named first (``name_weekdays``; what was renamed is in
+    ``sched.weekdays_named``).
 
     APScheduler 3 processes due jobs once when a *paused* BackgroundScheduler shuts down (its
     loop sees STOPPED, not PAUSED); removing the job store first makes the shutdown a no-op,
@@ -223,6 +245,7 @@ def edit_schedules(cfg: Settings) -> Iterator[BackgroundScheduler]:
         sched.start(paused=True)
         try:
             install_defaults(sched, cfg)
+            sched.weekdays_named = name_weekdays(sched)  # the editor tells the operator
             yield sched
         finally:
             sched.remove_jobstore("default", shutdown=True)
@@ -377,6 +400,15 @@ def _schedule(
     try:
         sched.start(paused=True)
         added = install_defaults(sched, cfg)
+        named = name_weekdays(sched)
+        if named:
+            log.warning(
+                "scheduler.weekdays_named",
+                schedules=named,
+                note="day numbers stored by an older Quill meant APScheduler's (0 = Monday): "
+                "each is now stored as the name of the day it has always fired on; --cron "
+                "numbers are crontab's (0 or 7 = Sunday)",
+            )
         sched.resume()  # runs anything due now (coalesced) before we report ready
         jobs = sched.get_jobs()
         if outage is not None:

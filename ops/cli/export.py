@@ -85,7 +85,9 @@ def _write_session(r: Reader, out: Any, fmt: str, n: int, sid: str) -> None:
     "openai = chat JSONL (model view); sharegpt.",
 )
 @click.option(
-    "--since", type=EPOCH, help="Only sessions active at or after (epoch seconds or ISO date)."
+    "--since",
+    type=EPOCH,
+    help="Only sessions last active at or after (newest message, else start; epoch s or ISO date).",
 )
 @click.option("--source", help="Only sessions from this source.")
 @click.option("--key", help="Only sessions of this conversation key.")

@@ -65,8 +65,16 @@ def _tristate(value: str | None) -> bool | None:
     type=UTF8,
     help="Title contains this text (literally; % and _ are not wildcards).",
 )
-@click.option("--since", type=EPOCH, help="Active at or after (epoch seconds or ISO date).")
-@click.option("--until", type=EPOCH, help="Started at or before (epoch seconds or ISO date).")
+@click.option(
+    "--since",
+    type=EPOCH,
+    help="Last active at or after (newest message, else start; epoch seconds or ISO date).",
+)
+@click.option(
+    "--until",
+    type=EPOCH,
+    help="Last active at or before (newest message, else start; epoch seconds or ISO date).",
+)
 @click.option("--archived", type=YESNO, help="Only archived (yes) or unarchived (no) sessions.")
 @click.option("--pinned", type=YESNO, help="Only pinned (yes) or unpinned (no) sessions.")
 @click.option("--hidden", type=YESNO, help="Only hidden (yes) or visible (no) sessions.")

@@ -39,6 +39,7 @@ def schedule() -> None:
 def schedule_list(cfg: Any, as_json: bool) -> None:
     """Every schedule with its trigger and next run time (none = paused)."""
     with edit_schedules(cfg) as sched:
+        _say_named(sched)
         rows = describe(sched)
     if as_json:
         emit_json(rows)
@@ -53,6 +54,17 @@ def schedule_list(cfg: Any, as_json: bool) -> None:
             _when(r["next_run"], zone="") if r["next_run"] else "[yellow]paused[/yellow]",
         )
     render.console().print(table)
+
+
+def _say_named(sched: Any) -> None:
+    """Tell the operator (stderr) which stored schedules just had their numeric days of the
+    week named as they have always fired (``workers.scheduler.name_weekdays``)."""
+    for r in getattr(sched, "weekdays_named", []):
+        click.echo(
+            f"schedule {r['id']}: stored {r['stored']} (an older Quill stored day numbers in "
+            f"APScheduler's meaning, 0 = Monday); now stored as {r['now']}, the same days",
+            err=True,
+        )
 
 
 def _trigger(every: str | None, cron: str | None) -> Any:
@@ -103,6 +115,7 @@ def schedule_add(
     sid = schedule_id or job
     default = catalog.BY_NAME.get(sid)
     with edit_schedules(cfg) as sched:
+        _say_named(sched)
         replaced = sched.get_job(sid)
         added = sched.add_job(
             trigger=trigger,
@@ -158,6 +171,7 @@ def _modify(ctx: click.Context, schedule_id: str, action: str, as_json: bool) ->
             err=True,
         )
     with edit_schedules(cfg) as sched:
+        _say_named(sched)
         try:
             getattr(sched, f"{action}_job")(schedule_id)
         except JobLookupError:

@@ -218,10 +218,11 @@ class Reads:
         after: str | None = None,
     ) -> list[dict[str, Any]]:
         """Sessions, most recently active first — ``quill sessions list --json``. ``since`` /
-        ``until`` in epoch seconds; ``chains=True`` lists every session of a compression chain
-        (default: one row per chain, its tip). ``after``: the ``cursor`` of the last row of
-        the previous page (``quill.store.read.listing.cursor_of``). Empty before the store
-        exists. Raises ``InvalidInputError`` for a malformed cursor."""
+        ``until`` in epoch seconds, both bounding the session's last activity (newest message
+        time, else start; ``store.read.listing``); ``chains=True`` lists every session of a
+        compression chain (default: one row per chain, its tip). ``after``: the ``cursor`` of
+        the last row of the previous page (``quill.store.read.listing.cursor_of``). Empty
+        before the store exists. Raises ``InvalidInputError`` for a malformed cursor."""
         _check_numbers(limit=limit, since=since, until=until)
         _check_types(
             source=source,

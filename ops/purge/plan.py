@@ -16,6 +16,7 @@ from quill.ops.client.errors import InvalidInputError, NotFoundError
 from quill.spool import Entry, Position, SpoolReader, record
 from quill.spool import purge as spool_purge
 from quill.spool.segments import fsync_dir, list_segments
+from quill.store.apply.deletes import DELETIONS_SEEN
 from quill.store.errors import CantOpenError
 from quill.store.read.reader import Reader
 
@@ -34,17 +35,32 @@ class Plan:
 
     bounds: dict[str, tuple[Position, str]]
     targets: dict[int, set[int]] = field(default_factory=dict)
+    #: How many times the store saw each purged session deleted (``Reader.deletions``).
+    deletions: dict[str, int] = field(default_factory=dict)
     #: Positions of damaged lines before the newest bound whose body no longer parses: they
     #: may hold a purged session's content; reported, not guessed at.
     damaged: list[str] = field(default_factory=list)
 
     def wants(self, rec: dict[str, Any] | None, position: Position) -> bool:
-        """Whether the record at ``position`` is content of a purged session before its bound."""
+        """Whether the record at ``position`` is content of a purged session: before its
+        bound, or after it but decided before the delete (``deletions_seen`` lower than the
+        session's deletions): the writer applies such an op as nothing
+        (``store.apply.deletes.stale``: the count only grows, so one not applied yet will be
+        too), and a tombstone applies as nothing, so the store and a rebuild are the same."""
         if not rec or rec.get("op") in _KEPT_OPS or not isinstance(rec.get("data"), dict):
             return False
         sid = rec["data"].get("session_id")
         bound = self.bounds.get(sid) if isinstance(sid, str) else None
-        return bound is not None and position < bound[0]
+        if bound is None:
+            return False
+        if position < bound[0]:
+            return True
+        seen = rec["data"].get(DELETIONS_SEEN)
+        return (
+            isinstance(seen, int)
+            and not isinstance(seen, bool)
+            and seen < self.deletions.get(sid, 0)
+        )
 
 
 def spool_entries(spool_dir: Path) -> Iterator[Entry]:
@@ -68,6 +84,15 @@ def _store_facts(db_path: Path, ids: set[str]) -> tuple[Position | None, set[str
     except CantOpenError:
         return None, set()
     return (Position.parse(cursor) if cursor else None), present
+
+
+def _deletions(db_path: Path, ids: set[str]) -> dict[str, int]:
+    """``{session id: times the store saw it deleted}`` for ``ids`` (empty without a store)."""
+    try:
+        with Reader(db_path) as r:
+            return {s: r.deletions(s) for s in ids}
+    except CantOpenError:
+        return {}
 
 
 def plan(
@@ -125,7 +150,7 @@ def plan(
     _, alive = _store_facts(db_path, set(bounds) - set(session_ids))
     for child in alive:  # pinned or archived delegates were kept: not ours to purge
         del bounds[child]
-    out = Plan(bounds)
+    out = Plan(bounds, deletions=_deletions(db_path, set(bounds)))
     newest = max(b[0] for b in bounds.values())
     for e in spool_entries(spool_dir):
         rec = record_body(e)

@@ -10,7 +10,10 @@ conversation on request"). ``purge`` removes those copies, after the delete is a
    went with it (``store.apply.deletes``) and are purged with the same bound. Targets: every
    record before its session's bound whose ``data.session_id`` is that session (the delete
    ops themselves stay: they are the audit trail and carry ids, reason and actor only). A
-   record after the bound is later news (a late append re-created the session) and stays.
+   record after the bound is later news (a late append re-created the session) and stays,
+   except one decided before the delete (``deletions_seen`` lower than the session's
+   deletions: an import that read the store before it), which the writer applies as nothing
+   (``store.apply.deletes.stale``) and which is a target too (``Plan.wants``).
 2. **Spool**: seal the newest segment if it holds a target (producers move to a new one,
    ``spool.purge.seal``), then rewrite each segment holding targets with same-length
    tombstones (``spool.purge.rewrite``: temp file, fsync, read back and verify, rename,

@@ -56,7 +56,8 @@ def list_sessions(
     lineage: Literal["tips", "all"] = "tips",
     after: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Sessions, most recently active first (``since``/``until`` in epoch seconds) — the same
+    """Sessions, most recently active first (``since``/``until`` in epoch seconds, both bounding
+    the session's last activity: its newest message's time, else its start) — the same
     rows as ``quill.Client.sessions`` and ``quill sessions list --json``. At most ``limit``;
     when there are more, the ``X-Next-Cursor`` header (and ``Link: rel="next"``) gives the
     ``after`` value of the next page (keyset pagination: stable under concurrent writes)."""

@@ -82,7 +82,8 @@ def select_sessions(
     key: str | None = None,
 ) -> list[str]:
     """Session ids to export, oldest first: one session, or every session matching the
-    filters (``since``: active at or after, epoch s; ``source``; ``key``)."""
+    filters (``since``: last active at or after, epoch s — newest message time, else start,
+    as ``store.read.listing`` bounds it; ``source``; ``key``)."""
     where, args = ["1=1"], []
     if session_id is not None:
         where.append("s.id = ?")

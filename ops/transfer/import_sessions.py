@@ -20,6 +20,7 @@ from quill.ops.importers import Problem, SessionStart
 from quill.ops.transfer.ingest import stable_batch_id
 from quill.ops.transfer.pending_deletes import PendingDeletes
 from quill.spool import Spool
+from quill.store.apply.deletes import DELETIONS_SEEN
 from quill.store.apply.message_rows import cut_rows
 from quill.store.apply.normalize import COMPARED_COLUMNS, ROW_COLUMNS
 from quill.store.apply.sessions import clean_title
@@ -46,6 +47,14 @@ class SessionState:
     versions: dict[str, list[tuple]] | None = None  # ``Reader.message_versions``, read lazily
     pending_revised: int = 0  # messages of ``pending`` that are later copies of held ones
     skipped: bool = False  # a conditional delete of it is pending: nothing of it is spooled
+
+    def fenced(self, data: dict[str, Any]) -> dict[str, Any]:
+        """``data`` (an op of this session) with ``deletions_seen``: the deletions of the
+        session id this import decided on (``deletions``). A delete applied after the import
+        looked makes the writer apply the op as nothing (``store.apply.deletes.stale``), so
+        an import racing a prune or a purge brings back neither the session nor a revised
+        message of it. Batch ids are derived without it (they already cover ``deletions``)."""
+        return {**data, DELETIONS_SEEN: self.deletions}
 
     def batch_id(self, *parts: Any) -> str:
         """The stable batch id of an op of this session: over ``parts``, and over the number
@@ -216,7 +225,9 @@ class SessionStarts:
         if row is None or _fills(row, payload):
             # a session read again once the agent wrote more (a model, a start time, a
             # parent) is created again: a create fills only what is still empty
-            self.spool.append("session.create", payload, batch_id=s.batch_id("create", payload))
+            self.spool.append(
+                "session.create", s.fenced(payload), batch_id=s.batch_id("create", payload)
+            )
         if row is None:
             return
         title = clean_title(payload.get("title"))
@@ -226,7 +237,7 @@ class SessionStarts:
         if holder is None:
             self.spool.append(
                 "session.title",
-                {"session_id": sid, "title": title},
+                s.fenced({"session_id": sid, "title": title}),
                 batch_id=s.batch_id("import-title", sid, title),
             )
         else:  # session.title would be refused (titles are unique): say so instead

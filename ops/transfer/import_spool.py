@@ -163,7 +163,9 @@ class _Importer(SessionStarts):
             try:
                 self.spool.append(
                     "messages.compact",
-                    {"session_id": s.sid, "messages": ev.messages, "tail_count": ev.tail_count},
+                    s.fenced(
+                        {"session_id": s.sid, "messages": ev.messages, "tail_count": ev.tail_count}
+                    ),
                     batch_id=s.batch_id("import-compact", s.sid, ids, ev.messages),
                 )
             except RecordTooLargeError as exc:  # one op, all or nothing: it cannot be split
@@ -190,7 +192,8 @@ class _Importer(SessionStarts):
             return  # counted, and this copy counts nothing more
         self.flush(s)
         data = {"session_id": s.sid, **ev.data}
-        self.spool.append("usage.record", data, batch_id=s.batch_id("import-usage", data))
+        batch = s.batch_id("import-usage", data)
+        self.spool.append("usage.record", s.fenced(data), batch_id=batch)
         if rid is not None:  # the store keeps each field's maximum over a call's records
             known = s.counted.get(rid) or {}
             s.counted[rid] = {f: max(counts.get(f, 0), known.get(f, 0)) for f in TOKEN_FIELDS}
@@ -245,7 +248,7 @@ class _Importer(SessionStarts):
         append the store view did not show yet) is rewritten by this later copy, never
         skipped. The batch id covers the content, so a later copy is a new batch."""
         ids = [str(m["id"]) for m in messages]
-        data = {"session_id": s.sid, "messages": messages, "revise": True}
+        data = s.fenced({"session_id": s.sid, "messages": messages, "revise": True})
         batch = s.batch_id("import-append", s.sid, ids, messages)
         try:
             plain = precheck("messages.append", data, batch)
@@ -296,7 +299,7 @@ class _Importer(SessionStarts):
         if ids:
             self.spool.append(
                 "messages.rewind",
-                {"session_id": s.sid, "ext_ids": ids},
+                s.fenced({"session_id": s.sid, "ext_ids": ids}),
                 batch_id=s.batch_id("import-rewind", s.sid, ids),
             )
             for i in ids:

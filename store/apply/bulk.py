@@ -49,7 +49,7 @@ from typing import Any
 
 import apsw
 
-from quill.store.apply import blobs, order, tool_names, usage
+from quill.store.apply import blobs, deletes, order, tool_names, usage
 from quill.store.apply.message_checks import check_append
 from quill.store.apply.message_rows import (
     ID_FLOOR_KEY,
@@ -91,6 +91,7 @@ class Prepared:
     found: dict[str, str]
     key: tuple[int, int, int] = (0, 0, 0)  # its order key (store.apply.order), set by the chunk
     revise: bool = False  # last copy wins for held ids (store.apply.revise): not run in bulk
+    deletions_seen: int | None = None  # deletes.stale: an op decided before a delete: op by op
 
 
 def prepare(
@@ -115,6 +116,7 @@ def prepare(
 
     try:
         checked = check_append(data, rows, usage=False)
+        seen = deletes.deletions_seen(data)
     except refused:
         return None
     return Prepared(
@@ -128,7 +130,19 @@ def prepare(
         data["messages"],
         found,
         revise=bool(data.get("revise")),
+        deletions_seen=seen,
     )
+
+
+def _stale(conn: Any, run: list[Prepared]) -> bool:
+    """Whether an op of ``run`` was decided before a delete of its session (``deletes.stale``:
+    its ``deletions_seen`` is lower than the session's deletions; one query per run, and none
+    when no op carries the field). Nothing in a run of appends deletes a session."""
+    fenced = [op for op in run if op.deletions_seen is not None]
+    if not fenced:
+        return False
+    counts = deletes.deletion_counts(conn, [op.sid for op in fenced])
+    return any(counts[op.sid] > op.deletions_seen for op in fenced)
 
 
 def _ask_seen(conn: apsw.Connection, run: list[Prepared]) -> dict[str, list]:
@@ -191,6 +205,8 @@ def apply_run(conn: Any, run: list[Prepared], now: float, ledger: Any) -> list[i
     ``ledger.bad_data`` when an op is refused, ``RunConflict`` when a batch was decided
     meanwhile: the caller must roll back what was written (it runs in a SAVEPOINT the caller
     owns)."""
+    if _stale(conn, run):  # applied as nothing, op by op (deletes.stale)
+        return None
     ledger.open_run()
     # The run's reads that need nothing but the run itself go in one round trip: the ext ids
     # held, the compression ends and each session's last row (nothing is written before

@@ -23,7 +23,7 @@ import apsw
 from quill.spool import cursor_proof
 from quill.spool.record import id_size_problem
 from quill.store.apply import bulk as bulk_append
-from quill.store.apply import order
+from quill.store.apply import deletes, order
 from quill.store.apply.later import later
 from quill.store.apply.ledger import Ledger, SqliteLedger, op_digest
 from quill.store.apply.sessions import APPLIERS
@@ -357,7 +357,12 @@ def _apply_entry(
         if not isinstance(data, dict):
             raise InvalidOpError("invalid-data", "op data must be a JSON object")
         with order.applying(key):
-            rows = applier(conn, data, batch, arrival_time(rec, now))
+            # decided before a delete of its session: applied as nothing (deletes.stale)
+            rows = (
+                0
+                if deletes.stale(conn, data)
+                else applier(conn, data, batch, arrival_time(rec, now))
+            )
         if not ledger.record_applied(conn, batch, str(entry.position), now, digest):
             _release(conn, rollback=True)
             result.duplicates += 1

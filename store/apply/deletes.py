@@ -20,6 +20,7 @@ from quill.store.apply import blobs, context
 from quill.store.apply.checks import check_delete
 from quill.store.apply.message_rows import ID_FLOOR_KEY
 from quill.store.apply.rules import atomic, opt
+from quill.store.errors import InvalidOpError
 from quill.store.sqlite.indexer import FTS_TABLES, fts_state, unindex
 
 _REF_LIKE = f"%{blobs.REF_PREFIX}%"
@@ -62,6 +63,51 @@ def conditions_hold(conn: apsw.Connection, sid: str, cond: dict[str, Any]) -> bo
     ):
         return False
     return True
+
+
+#: The op field a producer sets to the number of deletions of the op's session id its view of
+#: the store knew of (``Reader.deletions``): the fact its decision rested on (``stale``).
+DELETIONS_SEEN = "deletions_seen"
+
+
+def deletions_seen(data: dict) -> int | None:
+    """``data[DELETIONS_SEEN]`` (an integer ≥ 0), None when absent. Raises
+    ``InvalidOpError('invalid-field')`` for any other value."""
+    seen = opt(data, DELETIONS_SEEN, int)
+    if seen is not None and seen < 0:
+        raise InvalidOpError("invalid-field", f"{DELETIONS_SEEN!r} must be ≥ 0, got {seen}")
+    return seen
+
+
+def deletion_counts(conn: Any, sids: list[str]) -> dict[str, int]:
+    """``{session id: times deleted}`` for ``sids`` (0 for an id never deleted)."""
+    out = dict.fromkeys(sids, 0)
+    ids = sorted(set(sids))
+    for start in range(0, len(ids), 500):
+        part = ids[start : start + 500]
+        out.update(
+            conn.execute(
+                "SELECT session_id, deletions FROM session_deletions "
+                f"WHERE session_id IN ({', '.join('?' for _ in part)})",
+                part,
+            ).fetchall()
+        )
+    return out
+
+
+def stale(conn: Any, data: dict) -> bool:
+    """Whether an op was decided on a view of the store older than a delete of its session:
+    it carries ``DELETIONS_SEEN`` lower than the times ``data['session_id']`` was deleted by
+    now. Such an op is applied as nothing (docs/ops.md, ``deletions_seen``): a copy an
+    import read before a prune or a purge removed the session — a revision above all — never
+    brings a deleted message's text back, nor a fragment of the session. An op without the
+    field is applied as ever (producers that do not send it; spools written before it).
+    Raises ``InvalidOpError('invalid-field')`` for a malformed field."""
+    seen = deletions_seen(data)
+    sid = data.get("session_id")
+    if seen is None or not isinstance(sid, str):
+        return False
+    return deletion_counts(conn, [sid])[sid] > seen
 
 
 def doomed(conn: apsw.Connection, sid: str, cond: dict[str, Any]) -> list[str]:

@@ -24,7 +24,10 @@ Invariants:
 * indexes: SQLite's FTS rows of a revised row that is already indexed are replaced in the
   same transaction (``indexer.reindex``); PostgreSQL's ``words`` column is generated;
 * replay: a revision is an op in the spool, applied in spool order, so a store rebuilt from a
-  snapshot plus the spool holds the same rows.
+  snapshot plus the spool holds the same rows;
+* a deleted (pruned or purged) session holds no row to revise: a copy of one of its messages
+  would be appended as new, so an op decided before the delete (``deletions_seen`` lower than
+  the session's deletions) is applied as nothing before it gets here (``deletes.stale``).
 """
 
 from __future__ import annotations

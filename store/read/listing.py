@@ -4,8 +4,10 @@ Rules:
 * hidden sessions are excluded unless asked for; archived and pinned are filters;
 * ``title_contains`` is a literal substring (``%`` and ``_`` mean themselves), ASCII
   case-insensitive;
-* the date range selects sessions *active during* [since, until]: started at or before
-  ``until`` and last active at or after ``since`` (epoch seconds);
+* ``since`` and ``until`` are one rule, about activity: a session is listed when its *last
+  activity* — its newest message's time, else its start (``coalesce(last_active,
+  started_at)``, the value the listing orders by and pages on) — is at or after ``since``
+  and at or before ``until`` (epoch seconds). A session with neither time matches no bound;
 * by default a compression chain is one row, its tip, and delegate (subagent) sessions are
   left out (``lineage='tips'``); ``'all'`` lists every session;
 * ``message_count`` counts display positions; ``preview`` is the first user message in display
@@ -139,7 +141,8 @@ def list_sessions(
 ) -> list[dict[str, Any]]:
     """Sessions, most recently active first, as dicts with ``SESSION_KEYS`` plus
     ``chain_root_id`` and ``chain_length`` (1 for a session outside any chain).
-    ``after``: a ``cursor_of`` a row of the previous page (keyset pagination).
+    ``after``: a ``cursor_of`` a row of the previous page (keyset pagination). ``since`` /
+    ``until``: epoch seconds bounding the session's last activity, both inclusive (module doc).
 
     ``archived``/``pinned``/``hidden``: None = either, True/False = only those. ``hidden=True``
     implies including hidden sessions. Raises ``ValueError`` for an unknown ``lineage``.
@@ -162,18 +165,19 @@ def list_sessions(
     if title_contains:
         where.append("s.title LIKE ? ESCAPE '\\'")
         args.append(_like_literal(title_contains))
-    if until is not None:
-        where.append("s.started_at <= ?")
-        args.append(until)
     if lineage == "tips" and session_id is None:
         # a subagent run is reached from its parent, as the reference's pickers do: one
         # agent's fan-out would otherwise fill the default list
         where.append(IS_TIP_SQL)
         where.append("(s.parent_kind IS NULL OR s.parent_kind != 'delegate')")
     outer, outer_args = ["1=1"], []
+    # since and until bound the same value, the session's last activity (module doc)
     if since is not None:
         outer.append("coalesce(last_active, started_at) >= ?")
         outer_args.append(since)
+    if until is not None:
+        outer.append("coalesce(last_active, started_at) <= ?")
+        outer_args.append(until)
     if after is not None:
         active, last_id = parse_cursor(after)
         outer.append(

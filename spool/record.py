@@ -55,11 +55,25 @@ def _msgspec() -> tuple[Any, Any, type[Exception]]:
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _CRC_PREFIX = b',"crc":"'
+_CRC_SUFFIX = _CRC_PREFIX + b'%08x"}\n'
 CRC_SUFFIX_LEN = len(_CRC_PREFIX) + 8 + len(b'"}\n')
 
 
 def encode(body: dict[str, Any], *, fast: bool = True, plain: bool = False) -> bytes:
-    """Serialise a record body to one checksummed line (bytes, ending in ``\\n``).
+    """Serialise a record body to one checksummed line (bytes, ending in ``\\n``):
+    ``encode_into`` a fresh buffer. Raises what ``encode_into`` raises."""
+    buf = bytearray()
+    encode_into(buf, 0, body, fast=fast, plain=plain)
+    return bytes(buf)
+
+
+def encode_into(
+    buf: bytearray, start: int, body: dict[str, Any], *, fast: bool = True, plain: bool = False
+) -> int:
+    """Write ``body``'s checksummed line (ending in ``\\n``) into ``buf`` at ``start``,
+    replacing whatever ``buf`` held from there on; returns the line's end (``len(buf)``).
+    A producer reuses one buffer for every append: msgspec writes into its retained capacity,
+    so a record costs no allocation and no copy of its bytes besides the encode itself.
 
     ``fast=False`` skips msgspec and takes the stdlib path (the same record format; readers
     cannot tell): for one-shot producers that write a single record per process.
@@ -78,26 +92,29 @@ def encode(body: dict[str, Any], *, fast: bool = True, plain: bool = False) -> b
     by ``surrogateescape``, half of a broken UTF-16 pair) cannot be encoded to UTF-8: it
     becomes U+FFFD, the replacement character the store's normaliser writes (docs/ops.md),
     never ``?``, which would make a lost character look like a real ``?`` (``surrogatepass``
-    would write invalid UTF-8). Raises ``TypeError``/``ValueError`` for data that is not JSON.
+    would write invalid UTF-8). Raises ``TypeError``/``ValueError`` for data that is not JSON
+    (``buf`` then holds nothing from ``start`` on), and ``BufferError`` when ``buf`` has a
+    live ``memoryview`` and so cannot be resized.
     """
-    data = b""
+    done = False
     if fast:
         encoder, decoder, error = _msgspec()
         try:
-            data = encoder.encode(body)
-            if not (plain or plain_json(body)) and decoder.decode(data) != body:
-                data = b""
+            encoder.encode_into(body, buf, start)
+            done = plain or plain_json(body) or decoder.decode(memoryview(buf)[start:]) == body
         except (TypeError, ValueError, error):
-            data = b""
-    if not data:
+            pass
+    if not done:
         raw = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
         try:
             data = raw.encode("utf-8")
         except UnicodeEncodeError:
             data = _SURROGATE.sub("\ufffd", raw).encode("utf-8")
-    crc = zlib.crc32(data) & 0xFFFFFFFF
-    # One copy of the body (a chain of ``+`` would copy the whole record once per ``+``).
-    return b"".join((memoryview(data)[:-1], _CRC_PREFIX, b"%08x" % crc, b'"}\n'))
+        buf[start:] = data
+    # The crc member replaces the body's closing "}" in place: the body is not copied again.
+    crc = zlib.crc32(memoryview(buf)[start:]) & 0xFFFFFFFF
+    buf[-1:] = _CRC_SUFFIX % crc
+    return len(buf)
 
 
 #: Longest id a record may carry (batch id, session id, message id, tool-call id, response id,

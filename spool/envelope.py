@@ -33,7 +33,30 @@ def line(
     limit: int,
     plain: bool = False,
 ) -> tuple[bytes, str]:
-    """``(the record's encoded line, its batch id)``; a fresh UUID when ``batch_id`` is None.
+    """``(the record's encoded line, its batch id)``: ``line_into`` a fresh buffer. Raises
+    what ``line_into`` raises."""
+    buf = bytearray()
+    _, batch_id = line_into(
+        buf, 0, op, data, batch_id, producer=producer, seq=seq, fast=fast, limit=limit, plain=plain
+    )
+    return bytes(buf), batch_id
+
+
+def line_into(
+    buf: bytearray,
+    start: int,
+    op: str,
+    data: dict[str, Any],
+    batch_id: str | None,
+    *,
+    producer: str,
+    seq: int,
+    fast: bool,
+    limit: int,
+    plain: bool = False,
+) -> tuple[int, str]:
+    """Write the record's line into ``buf`` at ``start`` (``record.encode_into``); returns
+    ``(the line's end, its batch id)``, a fresh UUID when ``batch_id`` is None.
 
     Raises ``InvalidOpError`` (``op`` not one of ``record.OP_KINDS``, ``data`` not a dict or
     not encodable, nesting past ``record.MAX_NESTING``, a bad batch id) or
@@ -59,7 +82,7 @@ def line(
         "data": data,
     }
     try:
-        encoded = record.encode(body, fast=fast, plain=plain)
+        end = record.encode_into(buf, start, body, fast=fast, plain=plain)
     except (TypeError, ValueError) as exc:
         raise InvalidOpError(f"op data is not JSON-serialisable: {exc}") from None
     except RecursionError:
@@ -67,6 +90,6 @@ def line(
             f"op data nests too deeply to encode (readers accept at most "
             f"{record.MAX_NESTING} levels)"
         ) from None
-    if len(encoded) > limit:
-        raise RecordTooLargeError(len(encoded), limit)
-    return encoded, batch_id
+    if end - start > limit:
+        raise RecordTooLargeError(end - start, limit)
+    return end, batch_id

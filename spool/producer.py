@@ -71,6 +71,9 @@ from quill.spool.segments import (
 )
 
 _FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+#: An encode buffer that grew past this (a record of many MB) is dropped after its append
+#: rather than kept by the handle for its lifetime.
+_KEEP_BUFFER_BYTES = 1 << 20
 
 
 class Ack(NamedTuple):
@@ -129,6 +132,7 @@ class Spool(GroupCommit):
         self._segment = 0
         self._fd = -1
         self._next_path = ""
+        self._buf = bytearray()  # ``_encode_buffer``
         self._doorbell = os.fspath(self.dir / DOORBELL)
         #: The last failure to ring the writer's doorbell (``OSError``), else None.
         self.ring_error: OSError | None = None
@@ -184,8 +188,15 @@ class Spool(GroupCommit):
         flags = plain if plain is not None else (False,) * len(ops)
         if len(flags) != len(ops):
             raise InvalidOpError(f"{len(flags)} plain flags for {len(ops)} ops")
-        lines = [
-            envelope.line(
+        # Every line is encoded into the handle's buffer, back to back, before any is written.
+        buf = self._encode_buffer()
+        spans: list[tuple[int, int, str]] = []
+        end = 0
+        for index, ((op, data, batch_id), is_plain) in enumerate(zip(ops, flags)):
+            start = end
+            end, batch_id = envelope.line_into(
+                buf,
+                start,
                 op,
                 data,
                 batch_id,
@@ -195,29 +206,44 @@ class Spool(GroupCommit):
                 plain=is_plain,
                 limit=self.max_record_bytes,
             )
-            for index, ((op, data, batch_id), is_plain) in enumerate(zip(ops, flags))
-        ]
+            spans.append((start, end, batch_id))
         acks: list[Ack] = []
-        try:
-            for line, batch_id in lines:
-                offset = self._write(line, self._seq + 1)
-                acks.append(Ack(Position(self._segment, offset), batch_id))
-            self._sync_pending()
-        except BaseException as exc:
-            if self._unsynced_end > 0:  # a write failed, not a sync: sync what came before
-                try:
-                    self._sync_pending()
-                except SpoolError:
-                    pass  # the failure raised below is the one to report
-            durable = acks[: len(acks) - self._unsynced]
-            self._unsynced = self._unsynced_end = 0  # never carried into another call's ack
-            if isinstance(exc, SpoolError):
-                exc.acks = durable
-            if durable:
-                self._ring()
-            raise
+        with memoryview(buf) as view:  # released on the way out, whatever happens
+            try:
+                for start, stop, batch_id in spans:
+                    offset = self._write(view[start:stop], self._seq + 1)
+                    acks.append(Ack(Position(self._segment, offset), batch_id))
+                self._sync_pending()
+            except BaseException as exc:
+                if self._unsynced_end > 0:  # a write failed, not a sync: sync what came before
+                    try:
+                        self._sync_pending()
+                    except SpoolError:
+                        pass  # the failure raised below is the one to report
+                durable = acks[: len(acks) - self._unsynced]
+                self._unsynced = self._unsynced_end = 0  # never carried into another call's ack
+                if isinstance(exc, SpoolError):
+                    exc.acks = durable
+                if durable:
+                    self._ring()
+                raise
+        if end > _KEEP_BUFFER_BYTES:
+            self._buf = bytearray()  # a huge record's buffer is not kept for the next
         self._ring()
         return acks
+
+    def _encode_buffer(self) -> bytearray:
+        """The handle's encode buffer, reused by every append so that msgspec writes into its
+        retained capacity (no allocation, no growth copies, pages already mapped). One a
+        ``memoryview`` still holds (a traceback kept from a failed append can keep a slice
+        alive) cannot be resized: a fresh buffer replaces it."""
+        buf = self._buf
+        try:
+            buf.append(10)  # any resize of an exported bytearray raises BufferError
+            del buf[-1]
+        except BufferError:
+            buf = self._buf = bytearray()
+        return buf
 
     def _ring(self) -> None:
         """Durable now: wake the idle writer (a ring nobody hears costs only its poll
@@ -277,7 +303,7 @@ class Spool(GroupCommit):
         except OSError as exc:
             raise self._os_error(exc) from exc
 
-    def _write(self, line: bytes, seq: int) -> int:
+    def _write(self, line: bytes | memoryview, seq: int) -> int:
         while True:
             fd = self._active_fd()
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -332,7 +358,7 @@ class Spool(GroupCommit):
                 raise self._os_error(exc) from exc
         self._unsynced = self._unsynced_end = 0
 
-    def _write_locked(self, fd: int, size: int, line: bytes) -> int:
+    def _write_locked(self, fd: int, size: int, line: bytes | memoryview) -> int:
         """Write ``line`` at the end of the locked segment; returns the record's offset."""
         if size > 0 and os.pread(fd, 1, size - 1) != b"\n":
             # A torn tail from a producer killed mid-write: terminate it so it stays a
@@ -342,7 +368,7 @@ class Spool(GroupCommit):
         self._write_all(fd, size, line)
         return size
 
-    def _write_all(self, fd: int, size: int, data: bytes) -> None:
+    def _write_all(self, fd: int, size: int, data: bytes | memoryview) -> None:
         try:
             written = os.write(fd, data)
             if written != len(data):

@@ -105,7 +105,9 @@ def test_a_warm_word_search_is_two_round_trips_and_plans_nothing(store, route, q
         # Planned with the window's bounds (store/postgres/windows.py): the snapshot's BEGIN
         # with the statement itself, then COMMIT.
         assert one.startswith('"BEGIN ISOLATION LEVEL REPEATABLE READ; ') and one.count(";") == 1
-        assert "words @@" in one and "quill_tool_text" in one
+        # The hits are read by it (their sessions' titles), without any row's tool text
+        # (``test_pg_search_tool_text``).
+        assert "words @@" in one and "s.title" in one and "quill_tool_text" not in one
         assert ("LATERAL" in one) == (kw.get("context", True)), one
         assert after == before
         return
@@ -120,7 +122,7 @@ def test_a_warm_word_search_is_two_round_trips_and_plans_nothing(store, route, q
     ran = [t for t in after if after[t] != before.get(t, (0, 0))]
     assert len(ran) == 1, (before, after)
     text = ran[0]
-    assert "words @@" in text and "quill_tool_text" in text
+    assert "words @@" in text and "s.title" in text and "quill_tool_text" not in text
     assert ("LATERAL" in text) == (kw.get("context", True)), text
     # One more execution, with the generic plan; never a custom plan.
     assert after[text][0] == before.get(text, (0, 0))[0] + 1 and after[text][1] == 0

@@ -106,7 +106,7 @@ def test_a_warm_word_search_is_two_round_trips_and_plans_nothing(store, route, q
         # with the statement itself, then COMMIT.
         assert one.startswith('"BEGIN ISOLATION LEVEL REPEATABLE READ; ') and one.count(";") == 1
         # The hits are read by it (their sessions' titles), without any row's tool text
-        # (``test_pg_search_tool_text``).
+        # (``test_pg_search_function_calls``).
         assert "words @@" in one and "s.title" in one and "quill_tool_text" not in one
         assert ("LATERAL" in one) == (kw.get("context", True)), one
         assert after == before

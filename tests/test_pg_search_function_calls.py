@@ -1,9 +1,16 @@
-"""A PostgreSQL search builds a hit's tool text (``quill_tool_text``: plpgsql, each call's JSON
+"""What a PostgreSQL search asks the server to compute per row, counted by the server
+(``track_functions``), never timed.
+
+A search builds a hit's tool text (``quill_tool_text``: plpgsql, each call's JSON
 decoded in a subtransaction) only for a hit whose snippet needs it, as SQLite builds its
 ``tools`` text only then (``store.search.page._snippet``): a hit matched in its own text never
 runs it, whatever tool calls the row holds, and the hits matched in their tool calls run it
 once each, in one more statement. The server's own count of the function's calls
-(``track_functions``) is the figure, never a time; SQLite's hits are the reference."""
+(``track_functions``) is the figure, never a time; SQLite's hits are the reference.
+
+A word search's tsquery (``to_tsquery('simple', quill_unaccent(…))``) is built once per
+statement, not once per row the statement tests (the backwards key walk tests each row it
+walks; a phrase or weighted query re-checks each row of the bitmap)."""
 
 from __future__ import annotations
 
@@ -13,7 +20,7 @@ import psycopg
 import pytest
 from semantics_helpers import Store, assistant, call, tool, user
 
-from quill.store.postgres import wire
+from quill.store.postgres import windows, wire
 
 
 @pytest.fixture(scope="module")
@@ -65,9 +72,11 @@ def _shown(hits: list[dict]) -> list[dict]:
     return [bare(h) for h in hits]
 
 
-def _calls(reader, **kw) -> tuple[list[dict], int, wire.Wire]:
-    """The hits of a warm search, the calls of ``quill_tool_text(text, text, text)`` it made
-    (the server's count for its transaction) and its wire counts."""
+def _calls(
+    reader, function: str = "quill_tool_text(text, text, text)", **kw
+) -> tuple[list[dict], int, wire.Wire]:
+    """The hits of a warm search, the calls of ``function`` it made (the server's count for
+    its transaction) and its wire counts."""
     reader.search(limit=20, **kw)  # warm: the words' bounds, PREPARE
     conn = reader.conn
     conn.raw.execute("SET track_functions = 'all'")
@@ -75,7 +84,7 @@ def _calls(reader, **kw) -> tuple[list[dict], int, wire.Wire]:
     with wire.traced(conn) as w:
         hits = reader.search(limit=20, **kw)
     n = conn.execute(
-        "SELECT pg_stat_get_xact_function_calls('quill_tool_text(text, text, text)'::regprocedure)"
+        "SELECT pg_stat_get_xact_function_calls(?::regprocedure)", (function,)
     ).fetchone()[0]
     conn.execute("COMMIT")
     return hits, n or 0, w
@@ -118,3 +127,27 @@ def test_a_tool_results_tool_name_is_its_tool_text_without_the_function(stores):
     ]
     assert _shown(hits) == _shown(want)
     assert calls == 0
+
+
+ROUTES = {
+    "as configured": {},
+    "index-first": dict(INDEX_FIRST_MAX_ROWS=10**12),
+    "windows over the bitmaps": dict(INDEX_FIRST_MAX_ROWS=0, WALK_MIN_DENSITY=2.0),
+    "windows walking the key": dict(INDEX_FIRST_MAX_ROWS=0, WALK_MIN_DENSITY=0.0),
+}
+
+
+@pytest.mark.parametrize("route", list(ROUTES))
+@pytest.mark.parametrize(
+    "kw", [dict(text="marmot"), dict(text='"marmot burrow"'), dict(text="plain", kinds=["text"])]
+)
+def test_the_tsquery_is_built_once_per_statement_not_per_row(stores, route, kw, monkeypatch):
+    for name, value in ROUTES[route].items():
+        monkeypatch.setattr(windows, name, value)
+    lite, pg = stores
+    with lite.reader() as r:
+        want = r.search(limit=20, **kw)
+    with pg.reader() as r:
+        hits, calls, w = _calls(r, "quill_unaccent(text)", **kw)
+    assert _shown(hits) == _shown(want) and len(hits) >= 10
+    assert 1 <= calls <= w.statements, (calls, w.sql)

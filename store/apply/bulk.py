@@ -53,13 +53,15 @@ from quill.store.apply import blobs, order, tool_names, usage
 from quill.store.apply.message_checks import check_append
 from quill.store.apply.message_rows import (
     ID_FLOOR_KEY,
+    ask_held_ext_ids,
     check_tool_results,
     cut_rows,
-    held_ext_ids,
+    held_of,
     result_ids,
 )
 from quill.store.apply.normalize import ROW_COLUMNS
 from quill.store.apply.rules import (
+    ask_compressed,
     backdate_start,
     compressed_among,
     ensure_session,
@@ -129,27 +131,30 @@ def prepare(
     )
 
 
-def _seen(conn: apsw.Connection, run: list[Prepared]) -> dict[str, set[str]]:
-    """Per session of the run: the ext ids it already holds among those the run sends."""
+def _ask_seen(conn: apsw.Connection, run: list[Prepared]) -> dict[str, list]:
+    """Per session of the run: the reads (queued, ``store.apply.later``) of the ext ids it
+    already holds among those the run sends (``held_of`` gives them)."""
     wanted: dict[str, set[str]] = {}
     for op in run:
         ids = wanted.setdefault(op.sid, set())
         ids.update(r[_EXT] for r in op.rows if r[_EXT] is not None)
-    return {sid: held_ext_ids(conn, sid, ids) for sid, ids in wanted.items()}
+    return {sid: ask_held_ext_ids(conn, sid, ids) for sid, ids in wanted.items()}
 
 
-def _labels(run: list[Prepared], conn: Any, counts: list[int]) -> list[list[int]] | None:
+def _labels(
+    run: list[Prepared], conn: Any, counts: list[int], last: dict[str, Any]
+) -> list[list[int]] | None:
     """The ``seq`` labels of each op's ``counts[i]`` new rows (``order.plan`` per session:
     after the session's last row, or — an op acknowledged before rows another host's writer
     applied first — in the gap before them), or None when a session's ops are not in
     increasing key order (never on one spool, whose keys only grow): the op-at-a-time path
-    places them."""
+    places them. ``last``: per session, ``order.ask_last_row`` sent before the run wrote."""
     by_sid: dict[str, list[int]] = {}
     for i, op in enumerate(run):
         by_sid.setdefault(op.sid, []).append(i)
     out: list[list[int]] = [[] for _ in run]
     for sid, idx in by_sid.items():
-        planned = order.plan(conn, sid, [(run[i].key, counts[i]) for i in idx])
+        planned = order.plan(conn, sid, [(run[i].key, counts[i]) for i in idx], last[sid])
         if planned is None:
             return None
         for i, labels in zip(idx, planned):
@@ -187,7 +192,14 @@ def apply_run(conn: Any, run: list[Prepared], now: float, ledger: Any) -> list[i
     meanwhile: the caller must roll back what was written (it runs in a SAVEPOINT the caller
     owns)."""
     ledger.open_run()
-    seen = _seen(conn, run)
+    # The run's reads that need nothing but the run itself go in one round trip: the ext ids
+    # held, the compression ends and each session's last row (nothing is written before
+    # them, so they read what the op-at-a-time reads would).
+    sids = {op.sid for op in run}
+    asked_seen = _ask_seen(conn, run)
+    asked_compressed = ask_compressed(conn, sids)
+    asked_last = {sid: order.ask_last_row(conn, sid) for sid in sorted(sids)}
+    seen = {sid: held_of(asked) for sid, asked in asked_seen.items()}
     fresh_of: list[tuple[list[tuple], list]] = []  # per op: its new rows and their messages
     for op in run:
         held = seen[op.sid]
@@ -206,16 +218,21 @@ def apply_run(conn: Any, run: list[Prepared], now: float, ledger: Any) -> list[i
     filled = tool_names.fill_run(conn, [(op.sid, f) for op, (f, _) in zip(run, fresh_of)])
     fresh_of = [(rows, msgs) for rows, (_, msgs) in zip(filled, fresh_of)]
     # Before any id is taken (a PostgreSQL sequence is not rolled back); one query per run.
-    for sid in compressed_among(conn, {op.sid for op, (f, _) in zip(run, fresh_of) if f}):
+    fresh_sids = {op.sid for op, (f, _) in zip(run, fresh_of) if f}
+    for sid in sorted(compressed_among(conn, fresh_sids, asked_compressed)):
         refuse_if_compressed(conn, sid, "messages.append")
-    labels_of = _labels(run, conn, [len(f) for f, _ in fresh_of])
+    labels_of = _labels(run, conn, [len(f) for f, _ in fresh_of], asked_last)
     if labels_of is None:
         return None
-    ids = ledger.message_ids(conn, sum(len(f) for f, _ in fresh_of))
-    if ids is None:
-        return None
     # numbered in op order, as the op-at-a-time path does (batches.ref at each op's insert)
-    refs = ledger.batch_refs(conn, [op.batch for op, (f, _) in zip(run, fresh_of) if f])
+    numbered = ledger.numbers(
+        conn,
+        sum(len(f) for f, _ in fresh_of),
+        [op.batch for op, (f, _) in zip(run, fresh_of) if f],
+    )
+    if numbered is None:
+        return None
+    ids, refs = numbered
     next_id = 0  # index into ids
     values: list[tuple] = []
     written: list[int] = []

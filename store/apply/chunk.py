@@ -24,6 +24,7 @@ from quill.spool import cursor_proof
 from quill.spool.record import id_size_problem
 from quill.store.apply import bulk as bulk_append
 from quill.store.apply import order
+from quill.store.apply.later import later
 from quill.store.apply.ledger import Ledger, SqliteLedger, op_digest
 from quill.store.apply.sessions import APPLIERS
 from quill.store.errors import InvalidOpError
@@ -171,6 +172,14 @@ def apply_chunk(
     return result
 
 
+def chunk_batches(entries: Sequence[EntryLike]) -> list[str]:
+    """The batch ids of ``entries`` that are strings, in spool order (what
+    ``apply_entries`` asks ``Ledger.decided`` about)."""
+    return [
+        e.record["batch"] for e in entries if e.record and isinstance(e.record.get("batch"), str)
+    ]
+
+
 def apply_entries(
     conn: Any,
     entries: Sequence[EntryLike],
@@ -195,9 +204,7 @@ def apply_entries(
     ``clock.floor_us`` with the cursor. None: a fresh clock (tag 0, floor 0)."""
     clock = clock if clock is not None else order.Clock(0, None)
     result = ChunkResult()
-    batches = [
-        e.record["batch"] for e in entries if e.record and isinstance(e.record.get("batch"), str)
-    ]
+    batches = chunk_batches(entries)
     decided = ledger.decided(conn, batches) if batches else {}
     run: list[bulk_append.Prepared] = []
     keys = {id(e): clock.key(e.record, e.position) for e in entries}
@@ -262,7 +269,7 @@ def _apply_run(
     quarantined alone with its reason, the others applied as before)."""
     if not run:
         return
-    conn.execute("SAVEPOINT bulk")
+    later(conn, "SAVEPOINT bulk")  # sent with the run's first read
     try:
         written = bulk_append.apply_run(conn, run, now, ledger)
     except (InvalidOpError, bulk_append.RunConflict, *ledger.bad_data):
@@ -343,7 +350,7 @@ def _apply_entry(
         result.rejected += 1
         return
     data = rec["data"]
-    conn.execute("SAVEPOINT op")
+    later(conn, "SAVEPOINT op")  # sent with the op's first statement
     try:
         if not isinstance(batch, str):
             raise InvalidOpError("invalid-batch", "batch id must be a string")
@@ -383,6 +390,8 @@ def _apply_entry(
 
 
 def _release(conn: Any, name: str = "op", *, rollback: bool) -> None:
+    """End savepoint ``name``, rolled back to first when ``rollback``. The ``RELEASE`` is
+    queued (``later``): it cannot fail once the scope's last statement was answered."""
     if rollback:
         conn.execute(f"ROLLBACK TO {name}")
-    conn.execute(f"RELEASE {name}")
+    later(conn, f"RELEASE {name}")

@@ -78,6 +78,13 @@ class Ledger(Protocol):
         """``{batch id: number}`` (``store.apply.batches``) for a bulk run's batches that
         write rows, new ones numbered in the order given, in the run's transaction."""
 
+    def numbers(
+        self, conn: Any, n: int, batches: list[str]
+    ) -> tuple[list[int], dict[str, int]] | None:
+        """``message_ids(conn, n)`` then ``batch_refs(conn, batches)``, as ``(ids, refs)``,
+        or None (nothing drawn) when there are no ids; in one round trip where the store is
+        across a network."""
+
     def insert_rows(self, conn: Any, rows: list[tuple]) -> None:
         """Insert a bulk run's message rows (``message_rows.STATE_ID_COLUMNS`` order)."""
 
@@ -145,6 +152,12 @@ class SqliteLedger:
         from quill.store.apply.batches import refs
 
         return refs(conn, batches)
+
+    def numbers(
+        self, conn: Any, n: int, batches: list[str]
+    ) -> tuple[list[int], dict[str, int]] | None:
+        ids = self.message_ids(conn, n)
+        return None if ids is None else (ids, self.batch_refs(conn, batches))
 
     def insert_rows(self, conn: Any, rows: list[tuple]) -> None:
         from quill.store.apply.message_rows import INSERT_STATE_ID

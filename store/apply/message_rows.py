@@ -11,10 +11,12 @@ at most one *live* tool result per (session, tool_call_id) (``check_tool_results
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import apsw
 
 from quill.store.apply import batches, blobs, order
+from quill.store.apply.later import later
 from quill.store.apply.normalize import IDENTITY_COLUMNS, ROW_COLUMNS, message_row, scrub
 from quill.store.apply.rules import opt
 from quill.store.errors import InvalidOpError
@@ -135,19 +137,26 @@ def _insert(
 def held_ext_ids(conn: apsw.Connection, sid: str, ext_ids: Iterable[str]) -> set[str]:
     """The producer ids among ``ext_ids`` that session ``sid`` holds (rows in any state),
     looked up ``_CHUNK`` at a time."""
+    return held_of(ask_held_ext_ids(conn, sid, ext_ids))
+
+
+def ask_held_ext_ids(conn: Any, sid: str, ext_ids: Iterable[str]) -> list:
+    """``held_ext_ids``' reads, queued (``store.apply.later``): pass to ``held_of``."""
     wanted = sorted(set(ext_ids))
-    held: set[str] = set()
-    for start in range(0, len(wanted), _CHUNK):
-        part = wanted[start : start + _CHUNK]
-        held.update(
-            x
-            for (x,) in conn.execute(
-                "SELECT ext_id FROM messages WHERE session_id = ? "
-                f"AND ext_id IN ({', '.join('?' for _ in part)})",
-                (sid, *part),
-            )
+    return [
+        later(
+            conn,
+            "SELECT ext_id FROM messages WHERE session_id = ? "
+            f"AND ext_id IN ({', '.join('?' for _ in part)})",
+            (sid, *part),
         )
-    return held
+        for part in (wanted[at : at + _CHUNK] for at in range(0, len(wanted), _CHUNK))
+    ]
+
+
+def held_of(asked: list) -> set[str]:
+    """The producer ids ``ask_held_ext_ids``' reads found."""
+    return {x for rows in asked for (x,) in rows}
 
 
 def fresh_rows(

@@ -39,6 +39,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
+from quill.store.apply.later import later
 from quill.store.errors import InvalidOpError
 
 #: ``(ack_us, ack_tag, ack_at)``: see the module doc.
@@ -190,7 +191,9 @@ def gaps(conn: Any, sid: str, keys: list[OrderKey]) -> list[tuple[int, int | Non
     return [(r[1], r[2]) for r in rows]
 
 
-def plan(conn: Any, sid: str, items: list[tuple[OrderKey, int]]) -> list[list[int]] | None:
+def plan(
+    conn: Any, sid: str, items: list[tuple[OrderKey, int]], last: Any = None
+) -> list[list[int]] | None:
     """Labels for several ops of session ``sid`` at once (a bulk run, store/apply/bulk.py):
     ``items`` are ``(key, n)`` in increasing key order (else None: the caller places them one
     at a time). Returns each item's ``n`` labels, in the order ``place`` called op by op
@@ -198,11 +201,11 @@ def plan(conn: Any, sid: str, items: list[tuple[OrderKey, int]]) -> list[list[in
     into it. Late items cost one statement (``gaps``) for all of them, plus one per
     relabelled gap; the others take ``STRIDE`` steps after the session's last row. Nothing
     is inserted: the caller writes rows with these labels before anything else places rows
-    in ``sid``."""
+    in ``sid``. ``last``: ``ask_last_row(conn, sid)`` sent before (default: read now)."""
     if any(b[0] < a[0] for a, b in zip(items, items[1:])):
         return None
     out: list[list[int]] = [[] for _ in items]
-    top, *last = last_row(conn, sid)
+    top, *last = last_row(conn, sid, last)
     # Keys increase along items, so the late ones (before the session's last row) come first.
     late = [i for i, (key, n) in enumerate(items) if top is not None and key < tuple(last)]
     tail = range(len(late), len(items))
@@ -288,16 +291,24 @@ def _move(conn: Any, sid: str, lo: int, moves: dict[int, int]) -> None:
             )
 
 
-def last_row(conn: Any, sid: str) -> tuple[int | None, int, int, int]:
+def last_row(conn: Any, sid: str, asked: Any = None) -> tuple[int | None, int, int, int]:
     """``(seq, ack_us, ack_tag, ack_at)`` of the session's last row in ``seq`` order
     (``(None, 0, 0, 0)`` for no rows). Invariant: ``seq`` order is key order (every row is
-    placed by its key), so this row holds the session's latest key."""
-    row = conn.execute(
+    placed by its key), so this row holds the session's latest key. ``asked``: the rows of
+    ``ask_last_row(conn, sid)``, sent with nothing of ``sid`` written since (default: read
+    now)."""
+    row = (asked if asked is not None else ask_last_row(conn, sid)).fetchone()
+    return tuple(row) if row else (None, 0, 0, 0)
+
+
+def ask_last_row(conn: Any, sid: str) -> Any:
+    """``last_row``'s read, queued (``store.apply.later``): pass to it or to ``plan``."""
+    return later(
+        conn,
         "SELECT seq, ack_us, ack_tag, ack_at FROM messages WHERE session_id = ? "
         "ORDER BY seq DESC LIMIT 1",
         (sid,),
-    ).fetchone()
-    return tuple(row) if row else (None, 0, 0, 0)
+    )
 
 
 def positions_of(conn: Any, ids: list[int]) -> dict[int, int]:

@@ -15,6 +15,7 @@ from typing import Any
 import apsw
 
 from quill.spool.record import MAX_ID_CHARS, id_size_problem
+from quill.store.apply.later import later
 from quill.store.errors import InvalidOpError
 from quill.store.read.lineage import compression_chain
 
@@ -170,8 +171,9 @@ def ensure_session(
     ``session.create`` completes the placeholder (its fields win) and clears the mark, so an
     op that arrives first never decides what the session is. ``started_at``
     (epoch s; default ``arrived_at``) is for a restored placeholder: an export carries it, so
-    a re-import keeps the original start."""
-    conn.execute(
+    a re-import keeps the original start. Queued (``store.apply.later``): no answer needed."""
+    later(
+        conn,
         "INSERT INTO sessions (id, source, created_at, started_at, placeholder) "
         "VALUES (?, ?, ?, ?, 1) "
         "ON CONFLICT (id) DO UPDATE SET source = coalesce(sessions.source, excluded.source) "
@@ -182,8 +184,10 @@ def ensure_session(
 
 def reopen_if_automatic(conn: apsw.Connection, sid: str) -> None:
     """A live writer appending to a session ended for an automatic reason proves the session
-    alive: clear the end. Deliberate ends (and unknown reasons) stay."""
-    conn.execute(
+    alive: clear the end. Deliberate ends (and unknown reasons) stay. Queued
+    (``store.apply.later``)."""
+    later(
+        conn,
         "UPDATE sessions SET ended_at = NULL, end_reason = NULL "
         "WHERE id = ? AND ended_at IS NOT NULL "
         f"AND end_reason IN ({', '.join('?' for _ in AUTOMATIC_END_REASONS)})",
@@ -199,26 +203,38 @@ def backdate_start(conn: Any, sid: str, earliest: float) -> None:
     """Move session ``sid``'s ``started_at`` back to ``earliest`` (epoch s, its earliest new
     message's time) when that is earlier: a backfilled session starts when its messages say,
     not when they arrived, so date filters (started at or before ``--until``) find it. Both
-    append paths (``messages.messages_append``, ``bulk.apply_run``) call it."""
-    conn.execute(
+    append paths (``messages.messages_append``, ``bulk.apply_run``) call it. Queued
+    (``store.apply.later``)."""
+    later(
+        conn,
         "UPDATE sessions SET started_at = ? WHERE id = ? AND started_at > ?",
         (earliest, sid, earliest),
     )
 
 
-def compressed_among(conn: Any, sids: set[str]) -> set[str]:
+def compressed_among(conn: Any, sids: set[str], asked: list | None = None) -> set[str]:
     """The ids among ``sids`` of sessions ended for compression, in one statement (the bulk
-    path asks once per run, not once per op; ``refuse_if_compressed`` then says why)."""
-    ordered, found = sorted(sids), set()
+    path asks once per run, not once per op; ``refuse_if_compressed`` then says why).
+    ``asked``: what ``ask_compressed(conn, more)`` returned for a superset ``more`` of
+    ``sids`` (default: read now)."""
+    asked = ask_compressed(conn, sids) if asked is None else asked
+    return {row[0] for rows in asked for row in rows if row[0] in sids}
+
+
+def ask_compressed(conn: Any, sids: set[str]) -> list:
+    """``compressed_among``'s reads, queued (``store.apply.later``): pass to it."""
+    ordered, out = sorted(sids), []
     for at in range(0, len(ordered), 500):  # bound on SQL variables per statement
         part = ordered[at : at + 500]
         marks = ", ".join("?" * len(part))
-        rows = conn.execute(
-            f"SELECT id FROM sessions WHERE end_reason = 'compression' AND id IN ({marks})",
-            tuple(part),
-        ).fetchall()
-        found.update(row[0] for row in rows)
-    return found
+        out.append(
+            later(
+                conn,
+                f"SELECT id FROM sessions WHERE end_reason = 'compression' AND id IN ({marks})",
+                tuple(part),
+            )
+        )
+    return out
 
 
 def refuse_if_compressed(conn: Any, sid: str, what: str) -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from quill.store.apply import order
 from quill.store.apply.chunk import (
@@ -30,8 +31,10 @@ from quill.store.apply.chunk import (
     EntryLike,
     RejectFn,
     apply_entries,
+    chunk_batches,
     cursor_values,
 )
+from quill.store.apply.later import later
 from quill.store.apply.message_rows import STATE_ID_COLUMNS
 from quill.store.apply.rules import session_id_problem
 from quill.store.contract import BadDataError
@@ -55,6 +58,10 @@ _LOCK_SQL = (
     "FROM unnest(?::text[]) AS x ORDER BY k) AS keys"
 )
 
+
+#: Most rows a bulk run writes with one queued ``INSERT`` rather than a ``COPY``
+#: (``PgLedger.insert_rows``).
+INSERT_MAX_ROWS = 32
 
 #: The identity sequences a bulk run draws from (``PgLedger.give_back``), in lock order.
 _SEQUENCES = ("messages", "usage", "batches")
@@ -121,7 +128,9 @@ def _deletes(entries: Sequence[EntryLike]) -> list[str]:
     return out
 
 
-def lock_sessions(conn: PgConnection, entries: Sequence[EntryLike]) -> list[str]:
+def lock_sessions(
+    conn: PgConnection, entries: Sequence[EntryLike], named_held: bool = False
+) -> list[str]:
     """Take the per-session transaction lock of every session the chunk may touch; returns them.
 
     That is every id the ops name (``session_ids``) plus, for a ``sessions.delete``, every
@@ -130,12 +139,19 @@ def lock_sessions(conn: PgConnection, entries: Sequence[EntryLike]) -> list[str]
     its lock (``session.create`` locks its ``parent_id``), so once a parent's lock is held its
     set of children is final; the closure is re-read until it stops growing. The first set is
     locked in ascending key order; a later round may wait out of order, and a cycle with
-    another chunk is then broken by the server (40P01, ``TransientError``: the chunk is retried)."""
+    another chunk is then broken by the server (40P01, ``TransientError``: the chunk is retried).
+    ``named_held``: the caller already queued the first set's lock (``ask_locks``).
+
+    Each lock statement is queued (``store.apply.later``): every statement sent after it runs
+    on the server once the locks are held, whichever of them the client waits for."""
     held = session_ids(entries)
     todo = held
     frontier = _deletes(entries)
+    skip = named_held
     while todo:
-        conn.execute(_LOCK_SQL, (todo,)).fetchall()
+        if not skip:
+            later(conn, _LOCK_SQL, (todo,))
+        skip = False
         if not frontier:
             break
         found: set[str] = set()
@@ -154,6 +170,15 @@ def lock_sessions(conn: PgConnection, entries: Sequence[EntryLike]) -> list[str]
     return held
 
 
+def ask_locks(conn: PgConnection, entries: Sequence[EntryLike]) -> None:
+    """Queue the lock of every session ``entries`` name (``lock_sessions``' first set), so
+    it goes with the chunk's first statements; then call ``lock_sessions(…,
+    named_held=True)``."""
+    named = session_ids(entries)
+    if named:
+        later(conn, _LOCK_SQL, (named,))
+
+
 class PgLedger:
     """``applied_batches``/``rejected_batches`` of the shared store: keyed by batch id
     store-wide, with the spool that decided it. Two hosts may carry the same batch (a spool
@@ -168,6 +193,8 @@ class PgLedger:
 
     def __init__(self, spool_id: str):
         self.spool_id = spool_id
+        #: ``ask_decided``'s batches and its queued read.
+        self._asked: tuple[list[str], Any] | None = None
         #: Per identity sequence a bulk run draws from (``_SEQUENCES``): ``[value before
         #: the run's first draw (None: never drawn), values the run drew]``.
         self._drawn: dict[str, list] = {}
@@ -210,16 +237,24 @@ class PgLedger:
         if steps:
             conn.execute("DO $$ DECLARE s regclass; BEGIN " + " ".join(steps) + " END $$")
 
-    def decided(self, conn: PgConnection, batches: list[str]) -> dict[str, str | None]:
-        # Every batch of the chunk in one round trip.
-        return {
-            r[0]: r[1]
-            for r in conn.execute(
+    def ask_decided(self, conn: PgConnection, batches: list[str]) -> None:
+        """Queue ``decided``'s read of ``batches`` (``PgConnection.defer``), so it goes with
+        the chunk's first statements; ``decided`` of the same list then reads its rows."""
+        self._asked = (
+            batches,
+            conn.defer(
                 "SELECT batch_id, digest FROM applied_batches WHERE batch_id = ANY(?1) UNION ALL "
                 "SELECT batch_id, NULL FROM rejected_batches WHERE batch_id = ANY(?1)",
                 (batches,),
-            )
-        }
+            ),
+        )
+
+    def decided(self, conn: PgConnection, batches: list[str]) -> dict[str, str | None]:
+        # Every batch of the chunk in one round trip (or none of its own: ``ask_decided``).
+        if self._asked is None or self._asked[0] != batches:
+            self.ask_decided(conn, batches)
+        rows, self._asked = self._asked[1], None
+        return {r[0]: r[1] for r in rows}
 
     def record_applied(
         self, conn: PgConnection, batch: str, position: str, now: float, digest: str
@@ -234,15 +269,34 @@ class PgLedger:
     def message_ids(self, conn: PgConnection, n: int) -> list[int]:
         """``n`` ids from ``messages``' identity sequence, ascending, in one round trip.
         Within a session they follow commit order: the chunk holds the session's lock."""
+        return self._ids(self._ask_ids(conn, n), n)
+
+    def numbers(
+        self, conn: PgConnection, n: int, batches: list[str]
+    ) -> tuple[list[int], dict[str, int]]:
+        """``message_ids`` and ``batch_refs`` (``Ledger.numbers``) in one round trip: both
+        statements queued, in that order (``give_back`` counts on the ids' statement reading
+        the sequences before the batch numbers are drawn)."""
+        asked_ids = self._ask_ids(conn, n)
+        asked_refs = self._ask_refs(conn, batches)
+        ids = self._ids(asked_ids, n)
+        return ids, self._refs(asked_refs, batches)
+
+    def _ask_ids(self, conn: PgConnection, n: int) -> Any:
         if n <= 0:
-            return []
-        rows = conn.execute(
+            return None
+        return conn.defer(
             "SELECT nextval(pg_get_serial_sequence('messages', 'id')) AS id, "
             "(SELECT pg_sequence_last_value(pg_get_serial_sequence('usage', 'id')::regclass)), "
             "(SELECT pg_sequence_last_value(pg_get_serial_sequence('batches', 'id')::regclass)) "
             "FROM generate_series(1, ?) ORDER BY id",
             (n,),
-        ).fetchall()
+        )
+
+    def _ids(self, asked: Any, n: int) -> list[int]:
+        if asked is None:
+            return []
+        rows = asked.fetchall()
         ids = [r[0] for r in rows]
         # The values before the run's draws (``give_back``; read once per statement): the run
         # draws usage and batch ids only after this statement. Had another writer drawn
@@ -259,27 +313,46 @@ class PgLedger:
         inserted in the order given (each gets the next identity value), the others read.
         The statement's snapshot does not see its own inserts, so each id comes from
         exactly one of the two arms."""
-        if not batches:
+        asked = self._ask_refs(conn, batches)
+        return self._refs(asked, batches)
+
+    def _refs(self, asked: Any, batches: list[str]) -> dict[str, int]:
+        if asked is None:
             return {}
         # every row offered takes a value, even one ON CONFLICT then drops
         self.drew("batches", len(batches))
-        return dict(
-            conn.execute(
-                "WITH added AS (INSERT INTO batches (batch_id) "
-                "SELECT b FROM unnest(?1::text[]) WITH ORDINALITY AS u(b, n) ORDER BY n "
-                "ON CONFLICT (batch_id) DO NOTHING RETURNING batch_id, id) "
-                "SELECT batch_id, id FROM added UNION ALL "
-                "SELECT batch_id, id FROM batches WHERE batch_id = ANY(?1::text[])",
-                (batches,),
-            ).fetchall()
+        return dict(asked.fetchall())
+
+    def _ask_refs(self, conn: PgConnection, batches: list[str]) -> Any:
+        if not batches:
+            return None
+        return conn.defer(
+            "WITH added AS (INSERT INTO batches (batch_id) "
+            "SELECT b FROM unnest(?1::text[]) WITH ORDINALITY AS u(b, n) ORDER BY n "
+            "ON CONFLICT (batch_id) DO NOTHING RETURNING batch_id, id) "
+            "SELECT batch_id, id FROM added UNION ALL "
+            "SELECT batch_id, id FROM batches WHERE batch_id = ANY(?1::text[])",
+            (batches,),
         )
 
     def insert_rows(self, conn: PgConnection, rows: list[tuple]) -> None:
         """The run's message rows in one ``COPY … FROM STDIN`` (one statement, parsed and
         planned once, where an INSERT per row is parsed and planned per row). A value the
         server refuses fails the COPY (class 22/23: ``BadDataError``), and the run goes op
-        at a time."""
-        conn.copy_rows("messages", STATE_ID_COLUMNS, rows)
+        at a time. Up to ``INSERT_MAX_ROWS`` rows (a turn or two of one agent) go in one
+        multi-row ``INSERT`` instead, queued (``PgConnection.defer``) to go with the run's
+        other writes and its ledger insert in one round trip: a COPY cannot share a query,
+        and costs two more (the statements before it, then its own)."""
+        if len(rows) > INSERT_MAX_ROWS:
+            conn.copy_rows("messages", STATE_ID_COLUMNS, rows)
+            return
+        if rows:
+            marks = ", ".join("?" for _ in STATE_ID_COLUMNS)
+            conn.defer(
+                f"INSERT INTO messages ({', '.join(STATE_ID_COLUMNS)}) VALUES "
+                + ", ".join(f"({marks})" for _ in rows),
+                [v for row in rows for v in row],
+            )
 
     def record_applied_many(
         self, conn: PgConnection, rows: list[tuple[str, str, float, str]]
@@ -324,18 +397,28 @@ def apply_chunk(
     if not entries:
         return ChunkResult()
     now = time.time()
-    conn.execute("BEGIN IMMEDIATE")
+    ledger = PgLedger(spool_id)
+    # The transaction's first statements go in one round trip (``PgConnection.defer``), in
+    # this order on the server; their answers are checked in the same order after it, and
+    # a refusal rolls back everything they did (a renewed claim, locks taken).
+    conn.defer("BEGIN IMMEDIATE")
     try:
-        halt.check(conn)  # damage found by amcheck on any host stops every writer
-        if holder is not None:
-            claims.fence(conn, spool_id, holder)  # no chunk applies under a lost claim
-        lock_sessions(conn, entries)
-        floor = conn.execute(
-            "SELECT ack_us FROM spool_cursor WHERE spool_id = ?", (spool_id,)
-        ).fetchone()
+        halted = halt.ask(conn)
+        renewed = claims.renewal(conn, spool_id, holder) if holder is not None else None
+        ask_locks(conn, entries)
+        floor_asked = later(conn, "SELECT ack_us FROM spool_cursor WHERE spool_id = ?", (spool_id,))
+        batches = chunk_batches(entries)
+        if batches:
+            ledger.ask_decided(conn, batches)
+        halt.check(conn, halted)  # damage found by amcheck on any host stops every writer
+        if holder is not None:  # no chunk applies under a lost claim
+            claims.fence(conn, spool_id, holder, renewed=renewed)
+        lock_sessions(conn, entries, named_held=True)
+        floor = floor_asked.fetchone()
         clock = order.Clock(order.spool_tag(spool_id), floor[0] if floor else None)
-        result = apply_entries(conn, entries, now, on_reject, PgLedger(spool_id), clock)
-        conn.execute(
+        result = apply_entries(conn, entries, now, on_reject, ledger, clock)
+        later(
+            conn,
             'INSERT INTO spool_cursor (spool_id, segment, "offset", proof_offset, proof, '
             "updated_at, ack_us) VALUES (?, ?, ?, ?, ?, ?, ?) "
             "ON CONFLICT (spool_id) DO UPDATE SET segment = excluded.segment, "

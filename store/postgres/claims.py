@@ -103,15 +103,29 @@ def refusal(spool_id: str, current: dict[str, Any], now: float) -> str:
     )
 
 
-def fence(conn: PgConnection, spool_id: str, token: str, lease_s: float = LEASE_S) -> None:
-    """Inside the caller's transaction: renew ``token``'s claim on ``spool_id``; raise
-    ``SpoolClaimedError`` (the caller rolls back) when another holder has it now. The row
-    stays locked until the transaction ends, so no takeover slips in before the commit."""
-    row = conn.execute(
+def renewal(conn: PgConnection, spool_id: str, token: str, lease_s: float = LEASE_S) -> Any:
+    """``fence``'s renewal of ``token``'s claim, queued (``PgConnection.defer``) to go with
+    the statements after it: pass what this returns to ``fence``."""
+    return conn.defer(
         f"UPDATE spool_claims SET deadline = {_NOW} + ? WHERE spool_id = ? AND holder = ? "
         "RETURNING 1",
         (lease_s, spool_id, token),
-    ).fetchone()
+    )
+
+
+def fence(
+    conn: PgConnection,
+    spool_id: str,
+    token: str,
+    lease_s: float = LEASE_S,
+    renewed: Any = None,
+) -> None:
+    """Inside the caller's transaction: renew ``token``'s claim on ``spool_id``; raise
+    ``SpoolClaimedError`` (the caller rolls back) when another holder has it now. The row
+    stays locked until the transaction ends, so no takeover slips in before the commit.
+    ``renewed``: the renewal already queued (``renewal``; default: renew now)."""
+    asked = renewed if renewed is not None else renewal(conn, spool_id, token, lease_s)
+    row = asked.fetchone()
     if row is not None:
         return
     other = conn.execute(

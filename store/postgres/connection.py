@@ -55,6 +55,8 @@ PROBE_TIMEOUT_S = 2
 _TOKENS = re.compile(r"""('(?:[^']|'')*')|("(?:[^"]|"")*")|(\?\d*)|(%)|(\bLIKE\b)""", re.S | re.I)
 _PLACEHOLDER = re.compile(r"%%|%s")
 _OR_IGNORE = re.compile(r"^\s*INSERT\s+OR\s+IGNORE\s+INTO\b", re.I)
+_ROLLBACK_TO = re.compile(r"ROLLBACK\s+TO\s+(?:SAVEPOINT\s+)?(\w+)$")
+_SAVEPOINT = re.compile(r"SAVEPOINT\s+(\w+)$")
 
 
 @functools.lru_cache(maxsize=1024)
@@ -111,6 +113,11 @@ SERVER_KEEPALIVES: dict[str, str] = {
 }
 
 
+#: Most rows an ``executemany`` sends as statements of its own with the queued ones
+#: (``PgConnection.defer``); more go in psycopg's ``executemany`` after them.
+EXECUTEMANY_QUEUED_ROWS = 64
+
+
 #: The read snapshot's ``BEGIN`` as ``translate`` writes it (deferred: see module doc).
 SNAPSHOT_BEGIN = "BEGIN ISOLATION LEVEL REPEATABLE READ"
 
@@ -129,24 +136,47 @@ _ROWS = (pq.ExecStatus.TUPLES_OK, pq.ExecStatus.SINGLE_TUPLE)
 
 
 class PgCursor:
-    """The result of ``PgConnection.execute``: iterable, ``fetchone``, ``fetchall`` (None:
-    a statement with no result, such as a deferred ``BEGIN``)."""
+    """The result of ``PgConnection.execute`` or ``defer``: iterable, ``fetchone``,
+    ``fetchall`` (None: a statement with no result, such as a deferred ``BEGIN``). A deferred
+    statement's rows are read when it is sent, and the first fetch sends it (``flush``).
+    Fetching one that a rollback discarded unsent, or that did not run because a statement
+    before it failed, raises ``RuntimeError`` (a caller's bug: the error was raised first)."""
 
-    def __init__(self, cur: psycopg.Cursor | None):
+    def __init__(self, cur: psycopg.Cursor | None, owner: PgConnection | None = None):
         self._cur = cur
+        #: The connection whose queue holds this statement until it is sent (None: sent).
+        self._owner = owner
+        self._dropped = False
+        #: A deferred statement's rows not fetched yet (None: not deferred, or not sent).
+        self._got: list[tuple] | None = None
 
     def _rows(self) -> bool:
+        if self._owner is not None:
+            self._owner.flush()
+        if self._dropped:
+            raise RuntimeError("the statement was discarded by a ROLLBACK or did not run")
+        if self._got is not None:
+            return True
         # psycopg's ``description`` would say the same, building a Column per field first.
         res = self._cur.pgresult if self._cur else None
         return res is not None and (res.nfields > 0 or res.status in _ROWS)
 
     def fetchone(self) -> tuple | None:
         with mapped():
-            return self._cur.fetchone() if self._rows() else None
+            if not self._rows():
+                return None
+            if self._got is not None:
+                return self._got.pop(0) if self._got else None
+            return self._cur.fetchone()
 
     def fetchall(self) -> list[tuple]:
         with mapped():
-            return self._cur.fetchall() if self._rows() else []
+            if not self._rows():
+                return []
+            if self._got is not None:
+                out, self._got = self._got, []
+                return out
+            return self._cur.fetchall()
 
     def __iter__(self) -> Iterator[tuple]:
         return iter(self.fetchall())
@@ -213,6 +243,9 @@ class PgConnection:
         # A read snapshot asked for and not sent yet (module doc): True from ``BEGIN`` to the
         # first statement after it, or to the ``COMMIT``/``ROLLBACK`` that ends it unused.
         self._begin_pending = False
+        # Statements queued by ``defer`` (text, bound arguments, their cursor), in order: sent
+        # in one query with the next statement that waits for the server (``flush``).
+        self._queue: list[tuple[str, Sequence[Any] | None, PgCursor]] = []
 
     def execute(
         self, sql: str, args: Sequence[Any] | None = None, *, generic: bool = False
@@ -229,9 +262,19 @@ class PgConnection:
             self._begin_pending = False  # nothing ran inside: nothing to end
             return PgCursor(None)
         params = _args(order, args)
+        if self._queue:
+            ended = self._rollback_queued(text)
+            if ended is not None:
+                return ended
         if generic:
+            self.flush()
             return self._generic(text, params)
         bind = params if params or "%s" in text or "%%" in text else None
+        if self._queue:  # the queued statements and this one: one round trip
+            out = PgCursor(None, self)
+            self._queue.append((text, params, out))
+            self.flush()
+            return out
         with mapped():  # opening the cursor meets a lost connection first: map it too
             if self._begin_pending:
                 cur = self._client_query(f"{SNAPSHOT_BEGIN}; {text}", bind, skip=1)
@@ -240,6 +283,100 @@ class PgConnection:
                 cur.execute(text, bind)
         self._changes = max(cur.rowcount, 0)
         return PgCursor(cur)
+
+    def defer(self, sql: str, args: Sequence[Any] | None = None) -> PgCursor:
+        """Queue ``sql`` (as ``execute`` takes it) inside the open transaction instead of
+        sending it: it goes to the server in one query (one round trip) with the
+        statements queued after it and the next statement that waits for an answer — any
+        ``execute``, ``executemany``, ``copy_rows``, ``execute_script``, ``flush``, or the
+        first fetch from a cursor ``defer`` returned. ``changes()`` then counts the last of
+        them.
+
+        For statements whose outcome nobody needs before then. An error of a queued
+        statement is raised by the call that sends it (as the store error tree), and the
+        statements after it in the query do not run; so a caller that must see a queued
+        statement's error within a savepoint's scope sends something that waits before the
+        scope ends (the op appliers' scopes end with their ledger insert, which waits).
+        ``ROLLBACK`` and ``ROLLBACK TO`` discard the queued statements they would undo, unsent
+        (every queued statement came after the last one sent, so after every savepoint
+        already made); ``COMMIT`` sends them with itself. Outside a transaction (none open,
+        no ``BEGIN`` queued) the statement runs at once, as ``execute``: nothing is ever left
+        queued by a caller that does not end a transaction. Raises the store error tree."""
+        text, order = translate(sql)
+        if not self.in_transaction and text.strip().upper() != "BEGIN":
+            return self.execute(sql, args)
+        if self._begin_pending:  # a read snapshot's first statement takes its BEGIN along
+            return self.execute(sql, args)
+        params = _args(order, args)
+        out = PgCursor(None, self)
+        self._queue.append((text, params, out))
+        return out
+
+    def flush(self) -> list[int]:
+        """Send the queued statements (``defer``) in one simple query (one round trip; the
+        arguments bound on the client, psycopg's ``ClientCursor``) and read every answer.
+        Not libpq's pipeline mode: psycopg ends a pipeline with a Flush after its Sync, and
+        a server that reads a message after its ReadyForQuery does not arm
+        ``idle_in_transaction_session_timeout`` again, so a writer frozen inside its
+        transaction would hold its locks for ever (``WRITER_SESSION``). Raises the store
+        error tree: the first queued statement's error (the ones after it do not run).
+        Returns the rows each statement changed, in order."""
+        queue, self._queue = self._queue, []
+        if not queue:
+            return []
+        cur = psycopg.ClientCursor(self.raw)
+        counts: list[int] = []
+        try:
+            with mapped():
+                cur.execute(
+                    "; ".join(text for text, _, _ in queue),
+                    [a for _, bind, _ in queue for a in bind or ()],
+                )
+                for i, (_, _, out) in enumerate(queue):
+                    if i:
+                        cur.nextset()
+                    res = cur.pgresult
+                    rows = res is not None and (res.nfields > 0 or res.status in _ROWS)
+                    out._got = cur.fetchall() if rows else []
+                    counts.append(max(cur.rowcount, 0))
+        except BaseException:
+            for _, _, out in queue:
+                out._dropped = out._got is None
+            raise
+        finally:
+            for _, _, out in queue:
+                out._owner = None
+        self._changes = counts[-1]
+        return counts
+
+    def _rollback_queued(self, text: str) -> PgCursor | None:
+        """Discard the queued statements ``text`` (a ``ROLLBACK`` or ``ROLLBACK TO``) would
+        undo; returns a cursor when nothing is left to send for it, else None (the caller
+        sends ``text``)."""
+        upper = text.strip().upper()
+        if upper == "ROLLBACK":
+            self._drop(0)
+            if self.raw.info.transaction_status == pq.TransactionStatus.IDLE:
+                return PgCursor(None)  # its BEGIN was never sent: nothing to end
+            return None
+        m = _ROLLBACK_TO.match(upper)
+        if m is None:
+            return None
+        made = [
+            i
+            for i, (t, _, _) in enumerate(self._queue)
+            if (sp := _SAVEPOINT.match(t.strip().upper())) and sp[1] == m[1]
+        ]
+        if made:  # the savepoint is queued: nothing after it ran, so it is already "rolled to"
+            self._drop(made[-1] + 1)
+            return PgCursor(None)
+        self._drop(0)  # the savepoint was sent before every queued statement
+        return None
+
+    def _drop(self, start: int) -> None:
+        for _, _, out in self._queue[start:]:
+            out._owner, out._dropped = None, True
+        del self._queue[start:]
 
     def _client_query(self, text: str, bind: Sequence[Any] | None, skip: int) -> Any:
         """Run ``text`` (several statements, a pending ``BEGIN`` first) as one simple query
@@ -307,6 +444,12 @@ class PgConnection:
         if not rows:
             return
         self._send_begin()
+        if self._queue and len(rows) <= EXECUTEMANY_QUEUED_ROWS:
+            for row in rows:  # with the queued statements, in their round trip
+                self._queue.append((text, row, PgCursor(None, self)))
+            self._changes = sum(self.flush()[-len(rows) :])  # as psycopg's executemany counts
+            return
+        self.flush()
         with mapped(), self.raw.cursor() as cur:
             cur.executemany(text, rows)
             self._changes = max(cur.rowcount, 0)
@@ -317,6 +460,7 @@ class PgConnection:
         Raises the store error tree."""
         names = ", ".join(f'"{c}"' for c in columns)
         self._send_begin()
+        self.flush()  # a COPY goes alone: the queued statements first
         with mapped(), self.raw.cursor() as cur:
             with cur.copy(f"COPY {table} ({names}) FROM STDIN") as copy:
                 for row in rows:
@@ -327,6 +471,7 @@ class PgConnection:
         """Run ``sql`` (several statements, no placeholders, no translation) as one simple
         query: schema DDL. Raises the store error tree."""
         self._send_begin()
+        self.flush()
         with mapped():
             self.raw.execute(sql.encode())
 
@@ -337,10 +482,15 @@ class PgConnection:
     @property
     def in_transaction(self) -> bool:
         """True inside a transaction, a read snapshot whose ``BEGIN`` is deferred included."""
-        return self._begin_pending or self.raw.info.transaction_status != pq.TransactionStatus.IDLE
+        return (
+            self._begin_pending
+            or bool(self._queue)  # ``defer`` queues only inside one (its BEGIN maybe queued)
+            or self.raw.info.transaction_status != pq.TransactionStatus.IDLE
+        )
 
     def close(self) -> None:
         self._begin_pending = False
+        self._drop(0)  # closing ends the transaction they were in: rolled back
         with mapped():
             self.raw.close()
 

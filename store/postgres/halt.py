@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from quill.store.apply.later import later
 from quill.store.errors import CorruptError
 
 KEY = "halt"
@@ -43,9 +44,17 @@ def read(conn: Any) -> dict[str, Any] | None:
     return json.loads(row[0]) if row else None
 
 
-def check(conn: Any) -> None:
-    """Raise ``CorruptError`` (the writer's sticky-halt path) while the store is halted."""
-    halt = read(conn)
+def ask(conn: Any) -> Any:
+    """The halt read, queued (``store.apply.later``) to go with the statements after it:
+    pass what this returns to ``check``."""
+    return later(conn, "SELECT value FROM state_meta WHERE key = ?", (KEY,))
+
+
+def check(conn: Any, asked: Any = None) -> None:
+    """Raise ``CorruptError`` (the writer's sticky-halt path) while the store is halted.
+    ``asked``: the rows of ``ask(conn)`` (default: read now)."""
+    row = (asked if asked is not None else ask(conn)).fetchone()
+    halt = json.loads(row[0]) if row else None
     if halt is not None:
         raise CorruptError(f"the store is halted: {halt['cause']}: {halt['detail']}")
 

@@ -1,0 +1,191 @@
+"""A small chunk on PostgreSQL costs the round trips where the writer needs an answer, not one
+per statement: statements whose answer can wait are queued (``PgConnection.defer``,
+``store.apply.later``) and sent in one query with the next statement that waits. Round trips
+are counted from libpq's protocol trace (``store.postgres.wire``), never timed. Before, one
+agent turn (a 2-message ``messages.append``) applied by a writer holding its spool claim took
+20 round trips, one per statement.
+
+The rules the queued statements must not weaken are checked here on the queued path: an
+error of a queued statement is raised inside its op's savepoint scope (the op alone is
+quarantined), a rollback discards what it would undo, and nothing is left queued outside a
+transaction."""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from quill.spool import START, Spool, SpoolReader
+from quill.store.apply.chunk import take_chunk
+from quill.store.contract import BadDataError
+from quill.store.errors import TransientError
+from quill.store.factory import open_url
+from quill.store.postgres import apply as pg_apply
+from quill.store.postgres import claims, wire
+from quill.store.postgres.connection import PgConnection
+
+HOLDER = {"token": "tok-a", "host": socket.gethostname(), "path": "/data/a", "pid": 1}
+
+
+def _turn(i: int) -> list[dict]:
+    """One agent turn as ``QuillSession.add_items`` sends it (bench/read_your_writes.py)."""
+    return [
+        {"role": "user", "content": f"question {i}: what is the weather in Oslo?"},
+        {"role": "assistant", "content": f"answer {i}: sunny", "id": f"msg_{i}"},
+    ]
+
+
+def test_one_agent_turn_is_five_round_trips(tmp_path: Path, pg_store_url: str):
+    """A writer holding its claim applies one turn per chunk: five round trips (the
+    transaction's checks and reads; the run's reads; its ids and batch number; its writes
+    with the ledger insert; the cursor with COMMIT), every statement still sent, in order,
+    and the rows stored as before."""
+    store = open_url(pg_store_url, tmp_path / "state.db", "host-a")
+    conn = store.conn
+    claims.claim(conn, "host-a", HOLDER)
+    spool = Spool(tmp_path / "spool", fsync=False)
+    reader = SpoolReader(tmp_path / "spool")
+    at, trips, sent = START, [], []
+    try:
+        for i in range(3):
+            spool.append("messages.append", {"session_id": "s1", "messages": _turn(i)})
+            entries = take_chunk(reader.read(at, max_bytes=1 << 20), 500)
+            at = entries[-1].next
+            with wire.traced(conn) as w:
+                result = pg_apply.apply_chunk(
+                    conn, "host-a", entries, lambda *a: pytest.fail(f"{a[1:]}"), HOLDER["token"]
+                )
+            assert (result.applied, result.rows) == (1, 2)
+            trips.append(w.round_trips)
+            sent.append(w.sql)
+        rows = conn.execute(
+            "SELECT role, content, ext_id FROM messages WHERE session_id = 's1' ORDER BY seq"
+        ).fetchall()
+        cursor = pg_apply.read_cursor(conn, "host-a")
+    finally:
+        spool.close()
+        store.close()
+    assert trips == [5, 5, 5], trips
+    last = sent[-1]  # each round trip's statements, as sent
+    assert last[0].startswith('"BEGIN; ') and last[-1].endswith('; COMMIT"'), last
+    assert "UPDATE spool_claims" in last[0]  # the claim is still renewed
+    assert "pg_advisory_xact_lock" in last[0]  # the session still locked, before any read
+    assert last[1].startswith('"SAVEPOINT bulk; ') and last[-1].startswith('"RELEASE bulk; ')
+    assert "INSERT INTO spool_cursor" in last[-1]  # the cursor commits with the rows
+    assert [r[0] for r in rows] == ["user", "assistant"] * 3
+    assert [r[2] for r in rows][1::2] == ["msg_0", "msg_1", "msg_2"]
+    assert cursor == tuple(at)
+
+
+def test_a_bulk_chunk_is_seven_round_trips(tmp_path: Path, pg_store_url: str):
+    """A chunk of 500 rows (50 appends of 10 messages over 10 sessions, as bench.backends
+    ingests) loads its rows by COPY and costs seven round trips, whatever the number of
+    sessions in it (before: 54, several per session)."""
+    with Spool(tmp_path / "spool", fsync=False) as spool:
+        for i in range(50):
+            msgs = [{"role": "user", "content": f"m{i} {k}"} for k in range(10)]
+            spool.append("messages.append", {"session_id": f"s{i % 10}", "messages": msgs})
+    entries = take_chunk(SpoolReader(tmp_path / "spool").read(START, max_bytes=8 << 20), 500)
+    store = open_url(pg_store_url, tmp_path / "state.db", "host-a")
+    try:
+        with wire.traced(store.conn) as w:
+            result = store.apply_chunk(entries, lambda *a: pytest.fail(f"{a[1:]}"))
+        count = store.conn.execute("SELECT count(*) FROM messages").fetchone()[0]
+    finally:
+        store.close()
+    assert (result.applied, result.rows, count) == (50, 500, 500)
+    assert w.round_trips == 7, w.sql
+    assert any(s.startswith('"COPY messages') for s in w.sql), w.sql
+
+
+def test_a_queued_statement_refused_by_the_server_quarantines_its_op_alone(
+    tmp_path: Path, pg_store_url: str
+):
+    """An op whose queued statements the server refuses (here a CHECK constraint the test
+    adds to the real table: class 23, raised when the queue is sent, by the ledger insert
+    that waits) is quarantined alone, inside its own savepoint; the ops before and after it
+    in the chunk are applied and the cursor moves past all three. Once with the op in a bulk
+    run (its queued multi-row INSERT), once alone (its queued session upsert)."""
+    store = open_url(pg_store_url, tmp_path / "state.db", "host-a")
+    store.conn.execute(
+        "ALTER TABLE messages ADD CONSTRAINT poison CHECK (content IS DISTINCT FROM 'poison')"
+    )
+    store.conn.execute("ALTER TABLE sessions ADD CONSTRAINT poison CHECK (id <> 'poisoned')")
+    poisoned = [
+        ("s2", [{"role": "user", "content": "poison"}]),
+        ("poisoned", [{"role": "user", "content": "fine"}]),
+    ]
+    with Spool(tmp_path / "spool", fsync=False) as spool:
+        for sid, msgs in poisoned:
+            spool.append("messages.append", {"session_id": "s1", "messages": _turn(len(sid))})
+            spool.append("messages.append", {"session_id": sid, "messages": msgs})
+        spool.append("messages.append", {"session_id": "s1", "messages": _turn(99)})
+    entries = take_chunk(SpoolReader(tmp_path / "spool").read(START, max_bytes=1 << 20), 500)
+    rejects: list[str] = []
+    try:
+        result = store.apply_chunk(entries, lambda e, reason, detail: rejects.append(detail))
+        sessions = [r[0] for r in store.conn.execute("SELECT id FROM sessions ORDER BY id")]
+        count = store.conn.execute("SELECT count(*) FROM messages").fetchone()[0]
+        cursor = pg_apply.read_cursor(store.conn, "host-a")
+    finally:
+        store.close()
+    assert (result.applied, result.rejected) == (3, 2), rejects
+    assert all("poison" in r for r in rejects), rejects
+    assert sessions == ["s1"] and count == 6
+    assert cursor == tuple(entries[-1].next)
+
+
+def test_a_rollback_discards_what_it_would_undo_and_an_error_surfaces_in_scope(
+    pg_store_url: str,
+):
+    """On the connection itself: ``ROLLBACK TO`` a savepoint still queued sends nothing and
+    leaves the statements before it queued; an error of a queued statement is raised by the
+    next statement that waits (as the store error tree), after which ``ROLLBACK TO`` a sent
+    savepoint works; outside a transaction ``defer`` runs at once."""
+    conn = PgConnection(pg_store_url)
+    try:
+        conn.execute("CREATE TABLE t (v int PRIMARY KEY)")
+        conn.defer("INSERT INTO t VALUES (5)")  # no transaction: runs at once
+        assert not conn.in_transaction
+        with wire.traced(conn) as w:
+            conn.defer("BEGIN IMMEDIATE")
+            conn.defer("INSERT INTO t VALUES (1)")
+            conn.defer("SAVEPOINT a")
+            conn.defer("INSERT INTO t VALUES (2)")
+            assert conn.in_transaction
+            conn.execute("ROLLBACK TO a")  # 'a' is queued: only (2) is dropped, unsent
+            conn.defer("RELEASE a")
+            conn.execute("SAVEPOINT b")  # sends everything queued: one round trip
+        assert w.round_trips == 1 and not any("(2)" in s for s in w.sql), w.sql
+        conn.defer("INSERT INTO t VALUES (1)")  # a duplicate key: refused by the server
+        conn.defer("INSERT INTO t VALUES (3)")
+        with pytest.raises(BadDataError):
+            conn.execute("SELECT 1").fetchone()
+        conn.execute("ROLLBACK TO b")
+        conn.execute("RELEASE b")
+        conn.defer("INSERT INTO t VALUES (4)")
+        conn.execute("COMMIT")
+        assert [r[0] for r in conn.execute("SELECT v FROM t ORDER BY v")] == [1, 4, 5]
+        conn.defer("BEGIN IMMEDIATE")
+        conn.defer("INSERT INTO t VALUES (6)")
+        with wire.traced(conn) as w:
+            conn.execute("ROLLBACK")  # its BEGIN was never sent: nothing to send
+        assert w.round_trips == 0 and not conn.in_transaction
+        assert [r[0] for r in conn.execute("SELECT v FROM t ORDER BY v")] == [1, 4, 5]
+        # Queued statements end in a plain ReadyForQuery: a transaction left idle after them
+        # is still ended by the server's idle_in_transaction_session_timeout.
+        conn.execute("SET idle_in_transaction_session_timeout = 500")
+        conn.defer("BEGIN IMMEDIATE")
+        conn.defer("INSERT INTO t VALUES (7)")
+        conn.execute("SELECT 1")
+        time.sleep(2)
+        with pytest.raises(TransientError):
+            conn.execute("SELECT 1")
+    finally:
+        conn.close()
+        other = PgConnection(pg_store_url)
+        other.execute("DROP TABLE IF EXISTS t")
+        other.close()

@@ -19,15 +19,27 @@ from quill.store.read import projections
 from quill.store.search import hits as hits_mod
 from quill.store.search import page as page_mod
 from quill.store.search import plan as query
+from quill.store.search.columns import TOOL_RESULT_ROLES
 
-#: Columns of a hit row before its neighbours': _COLS (8), two unused (NULL), reasoning,
-#: tool text.
-_COLS = "m.id, m.session_id, m.role, m.content, m.tool_calls, m.ts, s.title, m.state"
 _HIT_WIDTH = 12
 _MSG_WIDTH = len(projections.MSG_COLS.split(","))
 #: A message's tool text (search kind "tool"): its tool-call text and, on a tool result, the
 #: tool's name (``schema.quill_tool_text``), as SQLite's ``tools`` column.
 TOOL_TEXT = "quill_tool_text(m.tool_calls, m.role, m.tool_name)"
+#: ``TOOL_TEXT``'s value on a row without tool calls, NULL on a row with calls:
+#: ``quill_tool_text`` of NULL or ``[]`` is "", so what is left is a tool result's tool name
+#: and a space. The function (plpgsql: the calls' JSON decoded in a subtransaction, behind a
+#: ``SET search_path`` wrapper) runs only where this is NULL and a snippet needs the text.
+TOOL_TEXT_WITHOUT_CALLS = (
+    "CASE WHEN coalesce(m.tool_calls, '[]') = '[]' THEN CASE WHEN m.role IN "
+    f"{TOOL_RESULT_ROLES!r} AND m.tool_name IS NOT NULL THEN m.tool_name || ' ' ELSE '' END END"
+)
+#: Columns of a hit row before its neighbours': id, session, role, content, one unused
+#: (NULL), ts, title, state, two unused, reasoning, ``TOOL_TEXT_WITHOUT_CALLS``.
+_COLS = (
+    "m.id AS hid, m.session_id, m.role, m.content, NULL, m.ts, s.title, m.state, NULL, NULL, "
+    f"m.reasoning, {TOOL_TEXT_WITHOUT_CALLS}"
+)
 
 
 def _sql(projection: str, context: bool, ids: str) -> tuple[str, tuple[Any, ...], tuple]:
@@ -37,9 +49,7 @@ def _sql(projection: str, context: bool, ids: str) -> tuple[str, tuple[Any, ...]
     (NULLs at an end)."""
     if not context:
         return (
-            f"SELECT {_COLS.replace('m.id,', 'm.id AS hid,', 1)}, NULL, NULL, m.reasoning, "
-            f"{TOOL_TEXT} "
-            f"FROM messages m JOIN sessions s ON s.id = m.session_id WHERE {ids}",
+            f"SELECT {_COLS} FROM messages m JOIN sessions s ON s.id = m.session_id WHERE {ids}",
             (),
             (),
         )
@@ -58,8 +68,7 @@ def _sql(projection: str, context: bool, ids: str) -> tuple[str, tuple[Any, ...]
         )
 
     return (
-        f"SELECT {_COLS.replace('m.id,', 'm.id AS hid,', 1)}, NULL, NULL, m.reasoning, "
-        f"{TOOL_TEXT}, nb.*, na.* FROM messages m JOIN sessions s ON s.id = m.session_id "
+        f"SELECT {_COLS}, nb.*, na.* FROM messages m JOIN sessions s ON s.id = m.session_id "
         f"{probe('nb', '<', 'DESC')} {probe('na', '>', 'ASC')} WHERE {ids}",
         (*sts, *sts),
         (),
@@ -129,18 +138,23 @@ def dicts(
             projections.inflate_rows(conn, list(unique.values()), with_meta=projection != "model"),
         )
     )
-    out = []
     find = page_mod.snippet_finder(plan)
-    for r in found:
-        # The snippet comes from the text the query matched in (as on SQLite): the first of
-        # the kinds searched whose text holds a match, else the first non-empty one.
-        by_kind = {"text": r[3], "tool": r[11], "reasoning": r[10]}
-        texts = [(k, by_kind[k]) for k in kinds_t if by_kind[k]]
-        hit_found = next(((k, f) for k, t in texts if (f := find(t)) is not None), None)
-        if hit_found is None:
-            kind, text_of = texts[0] if texts else ("text", r[3] or r[11] or r[10] or "")
-            hit_found = (kind, hits_mod.excerpt(text_of, []))
-        matched_in, (snip, marks) = hit_found
+    snippets = [_snippet(r, r[11] if r[11] is not None else _UNREAD, kinds_t, find) for r in found]
+    unread = [r[0] for r, s in zip(found, snippets) if s is _UNREAD]
+    if unread:  # rows with tool calls whose snippet needs their tool text: one statement
+        tools = dict(
+            conn.execute(
+                f"SELECT m.id, {TOOL_TEXT} FROM messages m WHERE m.id = ANY(?)",
+                (unread,),
+                generic=True,
+            ).fetchall()
+        )
+        snippets = [
+            _snippet(r, tools[r[0]], kinds_t, find) if s is _UNREAD else s
+            for r, s in zip(found, snippets)
+        ]
+    out = []
+    for r, (matched_in, (snip, marks)) in zip(found, snippets):
         hit = {
             "session_id": r[1],
             "message_id": r[0],
@@ -158,3 +172,32 @@ def dicts(
             hit["after"] = None if after is None else hits_mod.preview(inflated[after])
         out.append(hit)
     return out
+
+
+_UNREAD: Any = object()  # a hit's tool text not read yet (it has tool calls)
+
+
+def _snippet(
+    r: tuple, tools: Any, kinds: tuple[str, ...], find: Any
+) -> tuple[str, tuple[str, list[list[int]]]] | Any:
+    """``(matched_in, (snippet, highlights))`` of the hit row ``r`` (as SQLite's
+    ``page._snippet``): from the first of the searched ``kinds`` whose text holds a match
+    (``find``: ``page.snippet_finder``), else the first non-empty one; ``tools`` is the row's
+    tool text, or ``_UNREAD`` (then ``_UNREAD`` is returned where the answer needs it)."""
+    first = None
+    for kind in kinds:
+        text = r[3] if kind == "text" else r[10] if kind == "reasoning" else tools
+        if text is _UNREAD:
+            return _UNREAD
+        if not text:
+            continue
+        found = find(text)
+        if found is not None:
+            return kind, found
+        if first is None:
+            first = (kind, text)
+    if first is None:
+        if not r[3] and tools is _UNREAD:
+            return _UNREAD
+        first = ("text", r[3] or tools or r[10] or "")
+    return first[0], hits_mod.excerpt(first[1], [])

@@ -79,12 +79,20 @@ def tsquery(plan: query.Plan, kinds: tuple[str, ...] = KINDS) -> str:
     return " | ".join(groups)
 
 
+#: An fts plan's match condition. The tsquery is a sub-select (an InitPlan: built once per
+#: statement); written as a call on the argument, it is built again for every row the
+#: condition is tested on (the rows a key walk passes, a phrase's or weighted query's
+#: bitmap rows re-checked), as PostgreSQL folds no function of a parameter. The planner sees
+#: no constant either way (a generic plan, or ``windows._hidden``): its default selectivity.
+TSQUERY_MATCH = "m.words @@ (SELECT to_tsquery('simple', quill_unaccent(?)))"
+
+
 def _where(conn: PgConnection, plan: query.Plan, kinds: tuple[str, ...]) -> tuple[str, list[Any]]:
     """The match condition of an fts/trigram plan and its arguments ("" = nothing matches).
     The trigram index covers message text only (as on SQLite)."""
     if plan.kind == "fts":
         tsq = tsquery(plan, kinds)
-        return ("m.words @@ to_tsquery('simple', quill_unaccent(?))", [tsq]) if tsq else ("", [])
+        return (TSQUERY_MATCH, [tsq]) if tsq else ("", [])
     if "text" not in kinds:
         return "", []
     likes, like_args = [], []

@@ -205,10 +205,15 @@ def newest(
     ``density``: an upper bound on the fraction of rows matching (None: unknown, windows
     start at ``TRIGRAM_DENSITY``); ``table_rows``: the table's row estimate. ``rep`` is the
     SQL of the display id; ``top``: the newest id when already read. ``fetch`` runs the
-    first statement (default: ``conn``): its SELECT names the columns ``id``, ``d`` (display
-    id), ``sid`` and maybe more (``top``, the newest id) after them; ``fetch`` returns rows
+    first statement when its plan is generic (index-first, the key walk; otherwise, and by
+    default, ``conn`` does): its SELECT names the columns ``id``, ``d`` (display id),
+    ``sid`` and maybe more (``top``, the newest id) after them; ``fetch`` returns rows
     holding at least those columns, in the statement's order. Raises the store error tree."""
-    run = fetch or (lambda sql, a, generic: conn.execute(sql, a, generic=generic).fetchall())
+
+    def plain(sql: str, a: Sequence[Any], generic: bool) -> list[tuple]:
+        return conn.execute(sql, a, generic=generic).fetchall()
+
+    run = fetch or plain
     join = "JOIN sessions s ON s.id = m.session_id " if "s." in cond else ""
     cols = f"SELECT m.id AS id, {rep} AS d, m.session_id AS sid"
     select = f"{cols} FROM messages m {join}WHERE "
@@ -234,6 +239,13 @@ def newest(
     # only wider); its statement returns the newest id now (an InitPlan, run once).
     hint = _top(conn) if top is None else top
     lo = max(hint + 1 - width, 0)
+    # A window planned with its bounds does not go through ``fetch``: joined with the
+    # page's hits (neighbour probes, titles), the whole statement is planned on every
+    # search, and the hits' part is about two thirds of that planning (0.65 of 1.0 ms for
+    # the phrase at 100k). The hits are read after it by a generic plan
+    # (``store.postgres.hits.rows``): one more round trip, less server CPU (bench/RESULTS.md).
+    if not generic:
+        run = plain
     rows = run(
         f"{cols}, ({TOP_SQL}) AS top FROM messages m {join}WHERE {where} AND m.id >= ?{order}",
         (*match_args, *args, lo, first),

@@ -64,7 +64,7 @@ def _append(conn, sid: str, key: tuple[int, int, int], text: str) -> None:
 
 def _labels(conn, sid: str) -> dict[str, tuple[int, int]]:
     rows = conn.execute(
-        "SELECT content, seq, pos FROM messages WHERE session_id = ?", (sid,)
+        "SELECT quill_text(content), seq, pos FROM messages WHERE session_id = ?", (sid,)
     ).fetchall()
     return {r[0]: (r[1], r[2]) for r in rows}
 
@@ -73,7 +73,7 @@ def _in_order(conn, sid: str) -> list[str]:
     return [
         r[0]
         for r in conn.execute(
-            "SELECT content FROM messages WHERE session_id = ? ORDER BY seq", (sid,)
+            "SELECT quill_text(content) FROM messages WHERE session_id = ? ORDER BY seq", (sid,)
         )
     ]
 

@@ -55,6 +55,9 @@ PROBE_TIMEOUT_S = 2
 _TOKENS = re.compile(r"""('(?:[^']|'')*')|("(?:[^"]|"")*")|(\?\d*)|(%)|(\bLIKE\b)""", re.S | re.I)
 _PLACEHOLDER = re.compile(r"%%|%s")
 _OR_IGNORE = re.compile(r"^\s*INSERT\s+OR\s+IGNORE\s+INTO\b", re.I)
+#: ``store.packed``'s SQL functions around a column or a placeholder: PostgreSQL stores the
+#: text itself (TOAST compresses it), so each reads as its argument.
+_PACKED = re.compile(r"\bquill_(?:text|pack)\(([\w.]+|\?)\)")
 
 
 @functools.lru_cache(maxsize=1024)
@@ -84,7 +87,7 @@ def translate(sql: str) -> tuple[str, tuple[int, ...] | None]:
         # psycopg reads every % in the text, inside literals too: double them all.
         return m.group(0).replace("%", "%%")
 
-    out = _TOKENS.sub(sub, sql)
+    out = _TOKENS.sub(sub, _PACKED.sub(r"\1", sql))
     if _OR_IGNORE.match(out):
         out = _OR_IGNORE.sub("INSERT INTO", out).rstrip().rstrip(";") + " ON CONFLICT DO NOTHING"
     return out, (tuple(order) if numbered else None)

@@ -84,7 +84,7 @@ def unpack_prefix(reader: Any, chars: int) -> str:
     those characters need (at most 4 bytes a character)."""
     import codecs
 
-    with _DECOMPRESS.stream_reader(reader, read_across_frames=False) as stream:
+    with _DECOMPRESS.stream_reader(reader, read_across_frames=False, closefd=False) as stream:
         data = stream.read(4 * chars)
     return codecs.getincrementaldecoder("utf-8")().decode(data, final=False)[:chars]
 

@@ -33,6 +33,17 @@ from quill.store.errors import CorruptError
 #: SQL function names (``register``); PostgreSQL's dialect reads each as its argument.
 TEXT_FUNCTION = "quill_text"
 PACK_FUNCTION = "quill_pack"
+#: SQL function (no argument): the connection's threshold, for ``PACK_STORED_SQL``.
+MIN_FUNCTION = "quill_pack_min"
+#: SQL (SQLite; parameters: lowest id excluded, highest id included): pack the stored texts of
+#: those rows that are plain but reach the connection's threshold — rows written before
+#: packing existed or under a higher threshold. The text does not change, so the FTS indexes
+#: (which hold the text, not the stored form) stay as they are.
+PACK_STORED_SQL = (
+    f"UPDATE messages SET content = {PACK_FUNCTION}(content) WHERE id > ? AND id <= ? "
+    f"AND typeof(content) = 'text' AND length(CAST(content AS BLOB)) >= {MIN_FUNCTION}() "
+    "AND content != ''"
+)
 #: Zstandard level: the measured balance of writer CPU and size (module doc).
 LEVEL = 3
 #: Bytes at the start of a packed value that hold the frame header (its text size among them).
@@ -113,11 +124,12 @@ def marks_sql(columns: tuple[str, ...] | list[str]) -> str:
 
 
 def register(conn: Any, min_bytes: int | None = None) -> None:
-    """Register ``quill_text`` and ``quill_pack`` (threshold ``min_bytes``, default
-    ``Settings.pack_min_bytes``) on an apsw connection. Both are deterministic."""
+    """Register ``quill_text``, ``quill_pack`` (threshold ``min_bytes``, default
+    ``Settings.pack_min_bytes``) and ``quill_pack_min`` on an apsw connection (deterministic)."""
     from quill.home import DEFAULTS
 
     limit = DEFAULTS.pack_min_bytes if min_bytes is None else int(min_bytes)
     flags = {"deterministic": True}
     conn.create_scalar_function(TEXT_FUNCTION, unpack, 1, **flags)
     conn.create_scalar_function(PACK_FUNCTION, lambda text: pack(text, limit), 1, **flags)
+    conn.create_scalar_function(MIN_FUNCTION, lambda: limit, 0, **flags)

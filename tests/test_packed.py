@@ -263,3 +263,25 @@ def test_postgres_reads_the_packing_functions_as_their_argument():
     assert "quill_" not in sql
     assert "content = %s" in sql and "m.content AS content" in sql
     assert "length(content)" in sql
+
+
+def test_the_vacuum_job_packs_the_texts_a_store_holds_plain(tmp_path, pair):
+    """Rows written plain (before packing, or under a higher threshold) are packed by the
+    ``vacuum`` job, in slices; the text, the search hits and the indexes do not change."""
+    from quill.jobs.store_jobs import vacuum
+
+    _, plain = pair
+    plain.index()
+    before = (plain.reader().get_messages(SID, "audit"), _searches(plain))
+    plain.backend.close()
+    again = _store(plain.root, 0)  # the same file, opened by a writer that packs every text
+    try:
+        assert _forms(again) == {"text": 6}
+        figures = vacuum(again.conn, min_free_ratio=0.0)
+        assert figures["packed_rows"] == 6 and _forms(again) == {"blob": 6}
+        assert vacuum(again.conn)["packed_rows"] == 0  # nothing left to pack
+        assert (again.reader().get_messages(SID, "audit"), _searches(again)) == before
+        check = again.conn.execute("PRAGMA integrity_check").fetchall()
+        assert check == [("ok",)]
+    finally:
+        again.backend.close()

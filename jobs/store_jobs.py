@@ -92,7 +92,7 @@ def vacuum(
         convert = not has_pointer_map(conn)
     ratio = free / pages if pages else 0.0
     before = os.stat(path).st_size + wal_bytes(conn)
-    if ratio < min_free_ratio and not convert:
+    if ratio < min_free_ratio and not convert and not packed_rows:  # packing frees parts of pages
         return {
             "skipped": "free-page ratio below threshold",
             "free_ratio": round(ratio, 4),

@@ -257,10 +257,11 @@ def test_a_damaged_packed_text_is_a_corrupt_error_not_garbage():
 
 def test_postgres_reads_the_packing_functions_as_their_argument():
     sql, _ = translate(
-        "UPDATE messages SET content = quill_pack(?) WHERE id = ? "
-        "RETURNING quill_text(m.content) AS content, length(quill_text(content))"
+        f"UPDATE messages SET content = {packed.pack_sql()} WHERE id = ? "
+        f"RETURNING {packed.columns_sql(['content'], 'm.')}, "
+        f"length({packed.text_sql('content')}), quill_text(content)"
     )
-    assert "quill_" not in sql
+    assert "quill_" not in sql and "typeof" not in sql
     assert "content = %s" in sql and "m.content AS content" in sql
     assert "length(content)" in sql
 

@@ -41,6 +41,7 @@ import psycopg
 from psycopg import pq
 
 from quill.home import DEFAULTS
+from quill.store import packed
 from quill.store.errors import DatabaseMissingError
 from quill.store.postgres.errors import mapped
 
@@ -55,9 +56,6 @@ PROBE_TIMEOUT_S = 2
 _TOKENS = re.compile(r"""('(?:[^']|'')*')|("(?:[^"]|"")*")|(\?\d*)|(%)|(\bLIKE\b)""", re.S | re.I)
 _PLACEHOLDER = re.compile(r"%%|%s")
 _OR_IGNORE = re.compile(r"^\s*INSERT\s+OR\s+IGNORE\s+INTO\b", re.I)
-#: ``store.packed``'s SQL functions around a column or a placeholder: PostgreSQL stores the
-#: text itself (TOAST compresses it), so each reads as its argument.
-_PACKED = re.compile(r"\bquill_(?:text|pack)\(([\w.]+|\?)\)")
 
 
 @functools.lru_cache(maxsize=1024)
@@ -87,7 +85,8 @@ def translate(sql: str) -> tuple[str, tuple[int, ...] | None]:
         # psycopg reads every % in the text, inside literals too: double them all.
         return m.group(0).replace("%", "%%")
 
-    out = _TOKENS.sub(sub, _PACKED.sub(r"\1", sql))
+    # store.packed's expressions read as their column (PostgreSQL's TOAST compresses itself)
+    out = _TOKENS.sub(sub, packed.for_postgres(sql))
     if _OR_IGNORE.match(out):
         out = _OR_IGNORE.sub("INSERT INTO", out).rstrip().rstrip(";") + " ON CONFLICT DO NOTHING"
     return out, (tuple(order) if numbered else None)

@@ -105,6 +105,9 @@ class Settings(NamedTuple):
     max_record_bytes: int = 64 * 1024 * 1024
     poll_interval: float = 0.05
     writer_hung_after_s: float = 120.0
+    #: ``quill run --until-idle`` without ``--timeout`` ends (exit 1) once the writer has
+    #: failed this long (s) without applying: long enough to ride out a server restart.
+    writer_give_up_s: float = 300.0
     snapshot_keep: int = 5
     spool_retention_s: float = 7 * DAY
     stale_after_s: float = 1 * DAY
@@ -256,6 +259,7 @@ _SECTIONS = {
     ("writer", "index_slice_rows"): "index_slice_rows",
     ("writer", "poll_interval"): "poll_interval",
     ("writer", "hung_after_s"): "writer_hung_after_s",
+    ("writer", "give_up_s"): "writer_give_up_s",
     ("spool", "segment_bytes"): "segment_bytes",
     ("spool", "max_record_bytes"): "max_record_bytes",
     ("snapshots", "keep"): "snapshot_keep",
@@ -291,6 +295,7 @@ _MINIMUM: dict[str, tuple[float, bool]] = {
     "index_slice_rows": (1, True),
     "poll_interval": (0, False),
     "writer_hung_after_s": (0, False),
+    "writer_give_up_s": (0, False),
     "segment_bytes": (4096, True),
     "max_record_bytes": (4096, True),
     "spool_retention_s": (0, True),

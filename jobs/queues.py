@@ -3,7 +3,8 @@
 * ``quill-store`` – jobs that write the store. Only the writer dequeues them and runs them on
   its own connection; huey is used as the durable queue, not as the executor.
 * ``quill-jobs`` – jobs the huey consumer executes (snapshots, checks). Each run is timed and
-  its record is sent to the writer through ``quill-store`` (``record_job_run``).
+  its record is sent to the writer through ``quill-store`` (``record_job_run``;
+  ``jobs.run_records``: a record the queue refuses is held and sent later, never dropped).
 
 ``queue.db`` uses journal_mode=TRUNCATE, not WAL: huey talks to it through the stdlib
 ``sqlite3`` and so the *system* SQLite, which may carry the WAL-reset corruption bug fixed in
@@ -13,16 +14,14 @@
 from __future__ import annotations
 
 import os
-import time
-import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from quill.home import Settings, runner_tag
+from quill.home import Settings
 from quill.home.doorbell import ring
 from quill.jobs import catalog
-from quill.jobs.errors import QueueUnavailableError, damaged, guarded
+from quill.jobs.errors import damaged, guarded
 from quill.jobs.huey_lazy import (
     BaseStorage,
     RedisHuey,
@@ -31,8 +30,9 @@ from quill.jobs.huey_lazy import (
     SqliteStorage,
     redis_storage,
 )
+from quill.jobs.run_records import run_recorded
 from quill.spool.segments import DOORBELL
-from quill.store.sqlite.job_runs import RUNNING, close_interrupted, record_job_run
+from quill.store.sqlite.job_runs import close_interrupted, record_job_run
 
 STORE_QUEUE = "quill-store"
 WORKER_QUEUE = "quill-jobs"
@@ -48,6 +48,12 @@ class Queues:
     #: The doorbell of the writer that takes this store queue (``spool.segments.DOORBELL``
     #: of the data dir), rung after a store job is queued; None: nobody is woken.
     writer_doorbell: Path | None = None
+    #: ``job_runs`` records of worker runs the store queue refused, held for the next try,
+    #: oldest first, one per run (``job``, ``started_at``): ``jobs.run_records``.
+    owed: dict[tuple[str, float], dict[str, Any]] = field(default_factory=dict)
+    #: Where ``jobs.run_records`` logs a record it could not send (a structlog-style logger
+    #: of the long-running process that owns these queues); None: the caller reports it.
+    log: Any = None
 
     def enqueue(self, name: str, **params: Any) -> None:
         """Enqueue job ``name`` with keyword ``params`` on the queue its kind uses; a store
@@ -151,6 +157,11 @@ REDIS_CONNECT_TIMEOUT_S = 2.0
 REDIS_REPLY_TIMEOUT_S = 5.0  # above huey's 1 s BRPOP wait
 
 
+#: How long (s) a call waits for ``queue.db`` locked by another process's transaction before it
+#: fails as ``QueueUnavailableError`` (SQLite's busy timeout).
+QUEUE_BUSY_TIMEOUT_S = 10.0
+
+
 def _huey(name: str, queue_db: Path) -> SqliteHuey:
     return SqliteHuey(
         name,
@@ -158,7 +169,7 @@ def _huey(name: str, queue_db: Path) -> SqliteHuey:
         journal_mode="truncate",
         results=False,
         utc=True,
-        timeout=10,
+        timeout=QUEUE_BUSY_TIMEOUT_S,
         storage_class=GuardedSqliteStorage,
         quill_where=str(queue_db),
     )
@@ -332,59 +343,3 @@ def _recorded(spec: catalog.JobSpec, queues: Queues, cfg: Settings | None):
 
     run.__name__ = spec.name
     return run
-
-
-def run_recorded(
-    spec: catalog.JobSpec, queues: Queues, params: dict[str, Any], *, runner: str
-) -> dict[str, Any]:
-    """Run worker job ``spec`` here with ``params``, recording it in ``job_runs`` through the
-    store queue: a start row (outcome ``running``, ``figures.runner``) sent *before* the work,
-    then the outcome. A process killed mid-run leaves the start row, which the next start of
-    its ``runner`` marks ``interrupted``. Returns the job's figures; re-raises its error.
-
-    The queue is optional to the work: when it is unreachable the job still runs (a snapshot
-    taken by ``quill snapshot`` while Redis is down is still taken), and the figures say why
-    the run is not in ``job_runs`` (``unrecorded``: the ``QueueUnavailableError`` text). A
-    job error is re-raised with a note naming each follow-up job that could not be queued."""
-    started = time.time()
-    tag = runner_tag(runner)  # this process: a row it leaves running is proved gone later
-    unrecorded = _record(queues, job=spec.name, started_at=started, outcome=RUNNING, figures=tag)
-    try:
-        figures = spec.func(**params)
-    except Exception as exc:
-        if unrecorded is None:
-            _record(
-                queues,
-                job=spec.name,
-                started_at=started,
-                ended_at=time.time(),
-                outcome="error",
-                figures=tag,
-                error="".join(traceback.format_exception_only(exc)).strip(),
-            )
-        for name, followup in getattr(exc, "followups", ()):  # e.g. quick_check → fts_rebuild
-            try:
-                queues.enqueue(name, **followup)
-            except QueueUnavailableError as queue_exc:
-                exc.add_note(f"{name} was not queued: {queue_exc}")
-        raise  # huey logs it and retries with the spec's delay
-    if unrecorded is None:
-        unrecorded = _record(
-            queues,
-            job=spec.name,
-            started_at=started,
-            ended_at=time.time(),
-            outcome="ok",
-            figures={**figures, **tag},
-        )
-    return figures if unrecorded is None else {**figures, "unrecorded": str(unrecorded)}
-
-
-def _record(queues: Queues, **run: Any) -> QueueUnavailableError | None:
-    """Send one ``job_runs`` record through the store queue; the queue's error if it is
-    unreachable (nothing sent), else None."""
-    try:
-        queues.tasks[catalog.RECORD_RUN](**run)
-    except QueueUnavailableError as exc:
-        return exc
-    return None

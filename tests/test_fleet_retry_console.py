@@ -20,3 +20,17 @@ def test_run_until_idle_says_the_writer_cannot_open_a_missing_database(quill, ho
     said = [ln for ln in proc.stderr.splitlines() if "keeps retrying" in ln]
     assert len(said) == 1, proc.stderr  # once, not on every try
     assert "does not exist" in said[0] and "quill status" in said[0]
+
+
+def test_run_until_idle_without_a_timeout_ends_when_the_writer_cannot_apply(quill, home, pg_url):
+    # Before, it waited for ever: idle cannot come while every try fails.
+    parts = urlsplit(pg_url)
+    missing = urlunsplit(parts._replace(path="/quill_missing_" + uuid.uuid4().hex[:12]))
+    make_home(home, url=missing, watch={"enabled": False}, writer={"give_up_s": 3})
+    quill.run("push", "--session", "s", input='{"role": "user", "content": "hi"}')
+    proc = quill.run("run", "--until-idle", check=False, timeout=180)
+    assert proc.returncode == 1, proc.stderr  # Exit.FAILED: a storage error
+    error = [ln for ln in proc.stderr.splitlines() if ln.startswith("quill: error: ")]
+    assert len(error) == 1, proc.stderr
+    assert "the writer cannot apply" in error[0] and "does not exist" in error[0]
+    assert "give_up_s" in proc.stderr  # the hint: how to try longer

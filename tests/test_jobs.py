@@ -20,6 +20,14 @@ def _runs(home, job):
         return r.job_runs(job=job, limit=100)
 
 
+def _log_tails(home, lines: int = 40) -> str:
+    """The last ``lines`` lines of each fleet log (``logs/*.log``), for a failure message."""
+    return "".join(
+        f"\n--- {log.name} ---\n" + "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+        for log in sorted((home / "logs").glob("*.log"))
+    )
+
+
 def _backdate(home, job_id: str, seconds_ago: float, every_s: int = 60) -> None:
     """Persist schedule ``job_id`` as if the fleet had been down for ``seconds_ago``."""
     with edit_schedules(config.load(home)) as sched:
@@ -134,7 +142,8 @@ def test_a_failing_job_is_recorded_and_visible_in_status(quill, home, fleet):
     (home / "snapshots").rmdir()
     (home / "snapshots").write_text("not a directory")  # the snapshot job cannot write its copy
     out = quill.run("jobs", "run", "snapshot", "--wait", "60", "--json", check=False)
-    assert out.returncode == 1
+    # Seen twice under load without a cause: a failure carries the fleet's logs with it.
+    assert out.returncode == 1, f"{out.stdout}{out.stderr}{_log_tails(home)}"
     run = json.loads(out.stdout)["run"]
     assert run["outcome"] == "error" and "snapshots" in run["error"]
     latest = quill.status()["jobs"][0]

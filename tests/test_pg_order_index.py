@@ -143,7 +143,9 @@ def test_writers_apply_while_the_order_index_builds(tmp_path, pg_store_url):
         ]
         blocker.rollback()
         _wait(lambda: _index(url)[0] == "valid", 60, "the index to become valid")
-        assert a._index_builder is None or a._index_builder.outcome["outcome"] == "built"
+        assert a._index_builder is None or a._index_builder.outcome["messages_ack"]["outcome"] == (
+            "built"
+        )
     finally:
         blocker.close()
         a.close()
@@ -179,7 +181,7 @@ def test_an_invalid_index_left_by_an_interrupted_build_is_rebuilt(tmp_path, pg_s
         _wait(lambda: _index(url)[0] == "valid", 60, "the index to be rebuilt")
         assert _index(url)[1] != old_oid  # dropped and built again
         _wait(lambda: a._index_builder.outcome, 30, "the builder's outcome")
-        assert a._index_builder.outcome["outcome"] == "rebuilt"
+        assert a._index_builder.outcome["messages_ack"]["outcome"] == "rebuilt"
     finally:
         a.close()
 
@@ -206,7 +208,7 @@ def test_hosts_opening_at_once_build_the_index_once(tmp_path, pg_store_url, monk
         _wait(lambda: _index(url)[0] == "valid", 60, "the index to become valid")
         assert _index(url)[1] == oid  # the first build's index, never dropped
         _wait(lambda: not b._index_builder.alive, 10, "the second builder to see it built")
-        assert b._index_builder.outcome == {"outcome": "present", "seconds": 0.0}
+        assert b._index_builder.outcome == {"messages_ack": {"outcome": "present", "seconds": 0.0}}
     finally:
         blocker.close()
         a.close()

@@ -24,6 +24,7 @@ from quill.jobs.errors import QueueUnavailableError
 from quill.jobs.huey_lazy import signals
 from quill.jobs.outage import QueueOutage
 from quill.jobs.queues import Queues, build_for
+from quill.jobs.run_records import send_owed
 
 #: The longest single wait (s) while the queue is down: a stop is noticed within this.
 WAIT_SLICE_S = 1.0
@@ -32,6 +33,7 @@ WAIT_SLICE_S = 1.0
 def run(cfg: Settings, log: Any) -> None:
     """Run the consumer until SIGTERM/SIGINT (huey installs its own handlers)."""
     queues = build_for(cfg)  # queue.db, or the shared Redis of [queue] url
+    queues.log = log  # a job-run record the queue refuses is logged, and held (owed)
     run_dir = RunDir(cfg.home, log)  # a full disk is reported, never fatal
     in_flight = {"n": 0}
     outage = QueueOutage("consumer", log)
@@ -78,6 +80,13 @@ def run(cfg: Settings, log: Any) -> None:
         str(cfg.snapshots_dir),
     )
     consumer.run()
+    refused = send_owed(queues)  # one last try: what is still owed dies with this process
+    if refused is not None:
+        log.error(
+            "consumer.records_lost",
+            runs=[f"{job} started at {started:.3f}" for job, started in queues.owed],
+            error=str(refused),
+        )
     log.info("consumer.stopped")
 
 
@@ -99,8 +108,13 @@ def _tolerate_outages(
     The queue going away while a job runs reaches huey's bookkeeping around the job (the
     revocation flag, the result, the next task of a pipeline), which raises out of
     ``huey.execute``: that is the outage starting, not an error of the job (its own outcome
-    is recorded by the job runner, ``workers/job_runner.py``), so it is reported like any
-    other outage (one log line, the status) instead of huey's traceback.
+    is recorded, or owed, by ``jobs.run_records``), so it is reported like any other outage
+    (the status, one line per outage) instead of huey's traceback, plus one line naming the
+    task (``consumer.task_bookkeeping_lost``: a retry of a failed run may be what was lost).
+
+    Before each dequeue the job-run records owed from earlier runs (``jobs.run_records``:
+    the queue refused them) are sent first; a refusal is the outage too, and the dequeue
+    waits for them.
 
     Before the first task is taken, the runs a previous consumer started and never finished
     (kill -9 mid-check) are marked interrupted, or judged from their effect (a snapshot made
@@ -116,6 +130,9 @@ def _tolerate_outages(
             return None
         was_down = outage.down is not None
         try:
+            refused = send_owed(queues)  # records of earlier runs first (jobs.run_records)
+            if refused is not None:
+                raise refused
             if not closed["done"]:
                 queues.tasks[catalog.CLOSE_INTERRUPTED](
                     runner="consumer", before=started, snapshots_dir=snapshots_dir
@@ -148,7 +165,10 @@ def _tolerate_outages(
         try:
             return execute(task, timestamp)
         except QueueUnavailableError as exc:
+            # The job's own outcome is recorded (or owed) by jobs.run_records; what is lost
+            # here is huey's bookkeeping after it: a retry of a failed run among it.
             outage.failed(exc)
+            outage.log.error("consumer.task_bookkeeping_lost", job=task.name, error=str(exc))
             publish(lost_task=True)
             return None
 

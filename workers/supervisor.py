@@ -24,6 +24,9 @@
 * SIGTERM/SIGINT: forward SIGTERM to every child, wait up to ``STOP_TIMEOUT_S``, SIGKILL
   what is left. The writer finishes its chunk first, so nothing committed is lost and
   nothing uncommitted was acknowledged as applied.
+* ``until_idle`` without ``timeout``: a writer that keeps failing to apply (its status
+  carries the error: a store it cannot open, a database that does not exist) for
+  ``writer_give_up_s`` ends the run with ``EXIT_CANNOT_APPLY`` (``cannot_apply`` says why).
 * ``until_idle``: exit 0 once the spool is drained, the FTS index caught up, due scheduled
   jobs fired and both queues empty (observed twice in a row, 0.3 s apart). The queue is
   optional to the drain: when it is unreachable (Redis down) the run ends the same way once
@@ -54,6 +57,7 @@ ROLES = ("writer", "scheduler", "consumer")
 STOP_TIMEOUT_S = 15.0
 EXIT_OK, EXIT_TIMEOUT, EXIT_HALTED, EXIT_CRASH_LOOP = 0, 4, 5, 6
 EXIT_QUEUE_UNAVAILABLE = 8  # until idle: the spool was drained, the job queue unreachable
+EXIT_CANNOT_APPLY = 1  # until idle, no timeout: the writer kept failing ``writer_give_up_s``
 JOB_HUNG_AFTER_S = 3600.0
 
 
@@ -82,6 +86,9 @@ class Supervisor:
         self.run_dir = RunDir(cfg.home, log)  # a full disk is reported, never fatal
         self.until_idle = until_idle
         self.timeout = timeout
+        #: The writer's error when an until-idle run without ``timeout`` gave up on it
+        #: (``EXIT_CANNOT_APPLY``); None otherwise.
+        self.cannot_apply: str | None = None
         self.entries = {"http": http_entry, "worker": worker_entry}
         self.orphans = OrphanStopper(log, self.console)
         tail = ["--home", str(cfg.home), "--parent", str(os.getpid())]
@@ -159,6 +166,18 @@ class Supervisor:
                 if self.timeout is not None and time.monotonic() - started > self.timeout:
                     self.log.error("supervisor.idle_timeout", timeout=self.timeout)
                     return EXIT_TIMEOUT
+                if (
+                    self.timeout is None
+                    and writer.error
+                    and self.writer_reports.failing_s() > self.cfg.writer_give_up_s
+                ):  # idle cannot come: without a timeout the run would wait for ever
+                    self.cannot_apply = writer.error
+                    self.log.error(
+                        "supervisor.writer_cannot_apply",
+                        error=writer.error,
+                        give_up_s=self.cfg.writer_give_up_s,
+                    )
+                    return EXIT_CANNOT_APPLY
             time.sleep(0.3 if queues is not None else 0.5)
         self.log.info("supervisor.signal", signal=signal.Signals(self._stop_signal).name)
         return EXIT_OK

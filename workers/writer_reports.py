@@ -28,6 +28,11 @@ class WriterReports:
         self._retry_since: float | None = None  # monotonic: the writer's failure first seen
         self._retry_said = False  # that failure was told to the console
 
+    def failing_s(self) -> float:
+        """Seconds the live writer has reported a failure without applying in between
+        (since the first status that carried it; 0 while it reports none)."""
+        return 0.0 if self._retry_since is None else time.monotonic() - self._retry_since
+
     def update(self, writer: WriterStatus) -> None:
         """Say what changed since the last call (halted, retrying, applying again)."""
         self._say_halt(writer)

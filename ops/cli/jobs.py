@@ -17,7 +17,7 @@ from rich.table import Table
 from quill.jobs import catalog, triggers
 from quill.jobs.queues import build_for
 from quill.ops import human
-from quill.ops.cli import render
+from quill.ops.cli import paging, render
 from quill.ops.cli.base import emit_json, json_option
 from quill.ops.client.errors import Exit, WaitTimeoutError
 from quill.ops.client.stores import open_reader
@@ -25,10 +25,12 @@ from quill.store.errors import CantOpenError
 from quill.store.factory import capabilities
 
 
-def _history(cfg: Any, job: str | None, limit: int) -> list[dict[str, Any]]:
+def _history(
+    cfg: Any, job: str | None, limit: int, before: int | None = None
+) -> list[dict[str, Any]]:
     try:
         with open_reader(cfg) as r:
-            return r.job_runs(job=job, limit=limit)
+            return r.job_runs(job=job, limit=limit, before=before)
     except CantOpenError:
         return []
 
@@ -177,14 +179,29 @@ def jobs_run(
 @jobs.command(name="history")
 @click.option("--job", help="Only this job.")
 @click.option("--limit", type=click.IntRange(1, 10_000), default=20, show_default=True)
+@paging.after_option
 @json_option
 @click.pass_obj
-def jobs_history(cfg: Any, job: str | None, limit: int, as_json: bool) -> None:
-    """Past runs, newest first: start, end, outcome and figures."""
-    runs = _history(cfg, job, limit)
+def jobs_history(cfg: Any, job: str | None, limit: int, after: str | None, as_json: bool) -> None:
+    """Past runs, newest first: start, end, outcome and figures; a page of --limit at a time
+    (--after CURSOR: the next page; a note on stderr gives its cursor)."""
+    before = paging.decode(after, (int,))[0] if after is not None else None
+    # One row past the limit tells whether more match, so a note can give the next page.
+    runs, cursor = paging.page(
+        _history(cfg, job, limit + 1, before), lambda r: (r["id"],), limit, None, descending=True
+    )
     if as_json:
         emit_json(runs)
-        return
+    elif not runs:
+        paging.no_rows(
+            "no job runs" + (f" of {job}" if job else "") + (" after that cursor" if after else "")
+        )
+    else:
+        _print_runs(runs)
+    paging.note_next("job runs", limit, cursor)
+
+
+def _print_runs(runs: list[dict[str, Any]]) -> None:
     table = Table(title=f"{len(runs)} run(s)", title_justify="left")
     for col in ("job", "started", "seconds", "outcome", "figures / error"):
         table.add_column(col, overflow="fold")

@@ -25,6 +25,7 @@ from typing import Any
 
 import click
 
+from quill.ops.cli import paging
 from quill.ops.cli.base import emit_json, json_option
 from quill.ops.client.errors import InvalidInputError, NotFoundError, QuillError
 from quill.ops.transfer.ingest import stable_batch_id
@@ -32,6 +33,7 @@ from quill.spool import Quarantine, Spool
 from quill.spool.errors import DamagedRecordError
 from quill.spool.lines import OVER_LIMIT, OverLimit, iter_lines, over_limit_detail
 from quill.spool.record import decode
+from quill.spool.segments import Position
 
 #: Reasons that mean the line itself is damaged (not the op's data): retrying trusts bytes
 #: that failed their checksum or shape check, so it needs --force.
@@ -118,24 +120,37 @@ def quarantine(ctx: click.Context, store: Path | None) -> None:
 
 
 @quarantine.command(name="list")
+@click.option("--limit", type=click.IntRange(1, 100_000), default=100, show_default=True)
+@paging.after_option
 @json_option
 @click.pass_context
-def q_list(ctx: click.Context, as_json: bool) -> None:
-    """Quarantined records in spool order: id (position), reason, op, batch, when."""
+def q_list(ctx: click.Context, limit: int, after: str | None, as_json: bool) -> None:
+    """Quarantined records in spool order: id (position), reason, op, batch, when; a page of
+    --limit at a time (--after CURSOR: the next page; a note on stderr gives its cursor)."""
     q = _quarantine(ctx)
+    start = paging.decode(after, (int, int)) if after is not None else None
+    entries, cursor = paging.page(q.entries(), _entry_key, limit, start)
     rows = [
         {
             k: e.get(k)
             for k in ("id", "reason", "op", "batch", "quarantined_at", "detail", "raw_bytes")
         }
-        for e in q.entries()
+        for e in entries
     ]
     if as_json:
         emit_json({"quarantine": str(q.dir), "entries": rows})
-        return
-    click.echo(f"{len(rows)} quarantined record(s) in {q.dir}")
-    for r in rows:
-        click.echo(f"  {r['id']:<16} {r['reason']:<22} {r['op'] or '-':<18} {r['detail']}")
+    elif not rows:
+        paging.no_rows(f"no quarantined records{' after that cursor' if after else ''} in {q.dir}")
+    else:
+        click.echo(f"{len(rows)} quarantined record(s) in {q.dir}")
+        for r in rows:
+            click.echo(f"  {r['id']:<16} {r['reason']:<22} {r['op'] or '-':<18} {r['detail']}")
+    paging.note_next("quarantined records", limit, cursor)
+
+
+def _entry_key(entry: dict[str, Any]) -> tuple[int, int]:
+    """A quarantine entry's place in spool order (its position: segment, offset)."""
+    return tuple(Position.parse(entry["id"]))
 
 
 @quarantine.command(name="show")

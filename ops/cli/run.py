@@ -8,7 +8,12 @@ from quill.ops.client.errors import Exit, StorageError, busy_with
 
 
 @click.command()
-@click.option("--until-idle", is_flag=True, help="Drain everything, run due jobs, then exit 0.")
+@click.option(
+    "--until-idle",
+    is_flag=True,
+    help="Drain everything, run due jobs, then exit 0 (exit 1 when the writer keeps failing "
+    "to apply for [writer] give_up_s).",
+)
 @click.option(
     "--timeout",
     type=click.FloatRange(min=0, min_open=True),
@@ -49,7 +54,7 @@ def run(ctx: click.Context, until_idle: bool, timeout: float | None) -> None:
         )
     before = _quarantined(cfg.spool_dir)
     try:
-        code = Supervisor(
+        sup = Supervisor(
             cfg,
             log,
             worker_entry="quill.ops.worker_main",
@@ -57,7 +62,8 @@ def run(ctx: click.Context, until_idle: bool, timeout: float | None) -> None:
             until_idle=until_idle,
             timeout=timeout,
             console=lambda text: click.echo(text, err=True),
-        ).run()
+        )
+        code = sup.run()
     except LeaseHeldError as exc:
         raise busy_with(
             exc,
@@ -65,6 +71,14 @@ def run(ctx: click.Context, until_idle: bool, timeout: float | None) -> None:
             "`quill status` shows it; stop it before starting another",
         ) from None
     refused = _say_quarantined(cfg.spool_dir, before)
+    if sup.cannot_apply is not None:
+        raise StorageError(
+            f"the writer cannot apply the spool: {sup.cannot_apply}; --until-idle gave up "
+            f"after {cfg.writer_give_up_s:g} s of failures (nothing is lost: the spool keeps "
+            "every record)",
+            hint="fix what the error names (`quill status` shows it), then run again; "
+            "[writer] give_up_s in config.toml sets how long to try, --timeout N bounds the run",
+        )
     if until_idle and code == 0 and refused:
         # A drain-and-exit run is a batch job: a batch quarantined is exit 1, not "all applied"
         # (a fleet stopped by a signal exits 0 after saying so above).

@@ -13,7 +13,7 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from quill.ops.cli import render
+from quill.ops.cli import paging, render
 from quill.ops.cli.base import confirm, emit_json, json_option
 from quill.ops.client.client import Client
 from quill.ops.client.errors import no_key
@@ -60,15 +60,23 @@ def sessions_resume(cfg: Any, key: str | None, cwd: str | None, as_json: bool) -
     help="Seconds before an orphan started in which its predecessor must have gone quiet "
     "(default 900).",
 )
+@click.option("--limit", type=click.IntRange(1, 100_000), default=50, show_default=True)
+@paging.after_option
 @json_option
 @click.pass_obj
-def sessions_orphans(cfg: Any, adopt: bool, window_s: float | None, as_json: bool) -> None:
+def sessions_orphans(
+    cfg: Any, adopt: bool, window_s: float | None, limit: int, after: str | None, as_json: bool
+) -> None:
     """Sessions with messages but no key (a crash between routing and create), and the
     session each continues when the evidence is unambiguous: a recorded parent link, or
     exactly one keyed session of the same source that went quiet just before it started.
-    Ambiguous ones are reported with the reason and left alone."""
+    Ambiguous ones are reported with the reason and left alone. Oldest first, a page of
+    --limit at a time (--after CURSOR: the next page; a note on stderr gives its cursor);
+    --adopt adopts every unambiguous orphan, listed or not."""
     client = Client(config_=cfg)
-    rows = client.orphans(window_s=window_s)
+    start = paging.decode(after, (float, str)) if after is not None else None
+    found = sorted(client.orphans(window_s=window_s), key=_orphan_key)
+    rows, cursor = paging.page(found, _orphan_key, limit, start)
     if adopt:
         adopted = {o["session_id"]: ack for o, ack in client.adopt_orphans(window_s=window_s)}
         for row in rows:
@@ -78,7 +86,19 @@ def sessions_orphans(cfg: Any, adopt: bool, window_s: float | None, as_json: boo
                 row["batch"] = ack.batch_id
     if as_json:
         emit_json(rows)
-        return
+    elif not rows:
+        paging.no_rows("no orphans" + (" after that cursor" if after else ""))
+    else:
+        _print_orphans(rows)
+    paging.note_next("orphans", limit, cursor)
+
+
+def _orphan_key(row: dict[str, Any]) -> tuple[float, str]:
+    """An orphan's place in the listing: oldest first (``started_at``), then its id."""
+    return (row["started_at"] or 0.0, row["session_id"])
+
+
+def _print_orphans(rows: list[dict[str, Any]]) -> None:
     table = Table(title=f"{len(rows)} orphan(s)", title_justify="left")
     for col in ("session", "source", "msgs", "continues", "key / why not"):
         table.add_column(col, overflow="fold")

@@ -88,6 +88,22 @@ LANGUAGE sql IMMUTABLE PARALLEL UNSAFE SET search_path = pg_catalog AS $$
            || {s}.quill_tool_text(tool_calls)
 $$;
 
+-- Every text a substring search looks in (text, tool text, reasoning), one per line: the
+-- expression of the trigram index over the rows messages_trigram does not wholly cover
+-- (store/postgres/scan_index.py). Each text is a substring of it and ILIKE lowercases one
+-- character at a time, so a row whose text, tool text or reasoning holds a term ILIKE finds
+-- holds it here too: the index finds a superset, which the per-text tests make exact.
+-- COST: one call decodes the tool calls (~0.1-0.3 ms, thousands of operators), and the index's
+-- recheck calls it on every row its bitmap holds; priced so, the planner ANDs the bitmap with
+-- the primary key's id window (a scan reads a window) instead of rechecking every match of
+-- the table and filtering the window after.
+CREATE OR REPLACE FUNCTION {s}.quill_scan_text(
+    content text, tool_calls text, reasoning text, role text, tool_name text)
+RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL UNSAFE COST 10000 SET search_path = pg_catalog AS $$
+    SELECT concat_ws(E'\n', content, {s}.quill_tool_text(tool_calls, role, tool_name), reasoning)
+$$;
+
 -- Diacritics folded as FTS5's remove_diacritics does ("café" is found by "cafe"), with the
 -- unaccent extension's own dictionary named explicitly: unaccent() is only STABLE because
 -- its default dictionary follows search_path; with the dictionary fixed it is immutable.
@@ -143,7 +159,8 @@ CREATE INDEX IF NOT EXISTS messages_trigram ON messages
     USING gin (left(content, {trigram_chars}) {trgm}.gin_trgm_ops)
     WHERE {trigram_scope};
 -- The order-key index messages_ack is not here: on a store with rows it is built without
--- blocking writers, outside this transaction (store/postgres/order_index.py).
+-- blocking writers, outside this transaction (store/postgres/order_index.py); so is the
+-- substring index messages_scan (store/postgres/scan_index.py).
 -- Delete-heavy retention: vacuum after 2 % dead rows, not the default 20 %.
 ALTER TABLE messages SET (autovacuum_vacuum_scale_factor = 0.02,
                           autovacuum_analyze_scale_factor = 0.02);

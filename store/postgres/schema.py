@@ -34,7 +34,7 @@ import re
 
 from quill.store import schema as sqlite_schema
 from quill.store.errors import CantOpenError
-from quill.store.postgres import order_index
+from quill.store.postgres import order_index, scan_index
 from quill.store.postgres.connection import PgConnection
 from quill.store.postgres.ddl import PG_DDL
 from quill.store.postgres.extensions import extension_schema
@@ -130,8 +130,9 @@ SCHEMA_VERSION = sqlite_schema.SCHEMA_VERSION
 #: 2: search kinds (weights) and reasoning; 3: diacritics folded (unaccent); 4: a word
 #: document over tsvector's 1 MB limit falls back to a shorter prefix instead of failing;
 #: 5: the order-key index ``messages_ack``; 6: a tool result's tool name is in its tool text
-#: (``quill_tool_text(tool_calls, role, tool_name)``, a new word document).
-PG_LAYOUT = "6"
+#: (``quill_tool_text(tool_calls, role, tool_name)``, a new word document); 7: the substring
+#: index ``messages_scan`` over the rows the trigram index does not cover (``scan_index``).
+PG_LAYOUT = "7"
 #: The layout whose word document (``quill_words``) is today's: a store at it or later keeps
 #: its ``words`` column through a migration (no rewrite of ``messages``).
 WORDS_LAYOUT = 6
@@ -241,8 +242,9 @@ def _migrate(
         )
     )
     if conn.execute("SELECT NOT EXISTS (SELECT 1 FROM messages)").fetchone()[0]:
-        # an empty table indexes at once; with rows, a writer builds it concurrently
+        # an empty table indexes at once; with rows, a writer builds them concurrently
         conn.execute(order_index.CREATE_SQL)
+        conn.execute(scan_index.SCAN.create_sql(conn))
     conn.execute(
         "INSERT INTO state_meta(key, value) VALUES ('schema_version', ?) "
         "ON CONFLICT (key) DO UPDATE SET value = excluded.value",

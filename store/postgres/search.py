@@ -10,7 +10,9 @@ SQLite's ``store.search.run``; only the index access differs.
 * ``trigram`` plans → ``left(content, TRIGRAM_PREFIX_CHARS) ILIKE '%term%'`` under the
   trigram scope (pg_trgm GIN index, same scope as SQLite's trigram table), merged newest
   first with the bounded scan of every row the index does not wholly cover (``_covered``),
-  so a trigram query looks in the same texts as a shorter query it contains.
+  so a trigram query looks in the same texts as a shorter query it contains. That scan reads
+  only the rows the substring index ``messages_scan`` finds holding the terms
+  (``scan_index``), once it is built.
 * ``scan`` plans (terms under 3 characters) → the same bounded newest-first ILIKE scan of
   text, tool-call text (``quill_tool_text``) and reasoning.
 * Pages are capped per session with a bounded count (``store.search.group``, shared).
@@ -28,7 +30,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from quill.store.postgres import hits as pg_hits
-from quill.store.postgres import windows
+from quill.store.postgres import scan_index, windows
 from quill.store.postgres.connection import PgConnection
 from quill.store.postgres.schema import TRIGRAM_SCOPE
 from quill.store.read import projections
@@ -166,12 +168,24 @@ def _scan(
             conds.append(("NOT " if t.negated else "") + f"coalesce({tests}, false)")
         likes.append("(" + " AND ".join(conds) + ")")
     outside = f"NOT {_covered(kinds)} AND " if rest else ""
+    bound, bound_args = "?", [lo]
+    if rest and scan_index.usable(conn):  # the rows it reads: those holding the terms
+        pre_args: list[Any] = []
+        outside += scan_index.prefilter(plan, pre_args) + " AND "
+        like_args[:0] = pre_args  # ``outside`` comes first in the statement
+        if not whole:
+            # The window's rows are those from its oldest id up (ids are unique), so the
+            # index's bitmap is ANDed with that id range before any row is rechecked,
+            # instead of each window row being tested on its own. An empty window's min is
+            # NULL: no row.
+            bound, bound_args = f"(SELECT min(id) FROM ({WINDOW_SQL}) AS w)", [below, lo, cap]
+            whole = True
     if whole:  # one walk down the key, no second lookup of each row
         return conn.execute(
             f"SELECT m.id, {rep}, m.session_id FROM messages m "
-            "JOIN sessions s ON s.id = m.session_id WHERE m.id < ? AND m.id >= ? AND "
+            f"JOIN sessions s ON s.id = m.session_id WHERE m.id < ? AND m.id >= {bound} AND "
             f"{outside}({' OR '.join(likes)}) AND {cond} ORDER BY m.id DESC LIMIT ?",
-            (below, lo, *like_args, *args, limit),
+            (below, *bound_args, *like_args, *args, limit),
         ).fetchall()
     return conn.execute(
         f"SELECT m.id, {rep}, m.session_id FROM "

@@ -37,7 +37,7 @@ from typing import Any
 from quill.home import Halt, runner_dead
 from quill.store.capabilities import PostgresCapabilities
 from quill.store.contract import HaltAction, NullLog
-from quill.store.postgres import PostgresBackend, claims, halt, order_index, schema
+from quill.store.postgres import PostgresBackend, claims, halt, order_index, scan_index, schema
 from quill.store.postgres.connection import WRITER_SESSION, PgConnection
 from quill.store.sqlite.job_runs import close_interrupted
 
@@ -160,18 +160,27 @@ class PgStore(PostgresCapabilities, PostgresBackend):
         )
 
     def _build_order_index(self) -> None:
-        """Start the thread that builds the order-key index concurrently
+        """Start the thread that builds the order-key and substring indexes concurrently
         (``order_index.Builder``) when the store lacks a valid one and no such thread of this
         store runs; the writer goes on applying meanwhile."""
         if self._index_builder is not None and self._index_builder.alive:
             return
-        if order_index.state(self.conn) != "valid":
+        missing = tuple(
+            i
+            for i in (order_index.ACK, scan_index.SCAN)
+            if order_index.state(self.conn, i) != "valid"
+        )
+        if missing:
             self.log.info(
                 "store.order_index_building",
-                index=order_index.NAME,
-                why="built concurrently: writers go on; late ops are slower until it is done",
+                indexes=[i.name for i in missing],
+                why="built concurrently: writers go on; "
+                + "; ".join(i.without for i in missing)
+                + " until it is done",
             )
-            self._index_builder = order_index.Builder(self.url, self.log, self.client).start()
+            self._index_builder = order_index.Builder(
+                self.url, self.log, self.client, indexes=missing
+            ).start()
 
     def disconnect(self) -> None:
         if self.conn is not None:

@@ -18,23 +18,30 @@ class StatusReads:
     """Job history, search health and figures over ``self.conn`` (a read-only connection)."""
 
     @retry_io
-    def job_runs(self, *, job: str | None = None, limit: int = 20) -> list[dict[str, Any]]:
-        """Recent job runs, newest first: job, started_at, ended_at, outcome, figures, error."""
+    def job_runs(
+        self, *, job: str | None = None, limit: int = 20, before: int | None = None
+    ) -> list[dict[str, Any]]:
+        """Recent job runs, newest first (by ``id``, the order they were recorded): id, job,
+        started_at, ended_at, outcome, figures, error. ``before``: only runs with a smaller
+        ``id`` (the next page after the run with that id)."""
+        where = [w for w, on in (("job = ?", job), ("id < ?", before is not None)) if on]
         sql = (
-            "SELECT job, started_at, ended_at, outcome, figures, error FROM job_runs "
-            + ("WHERE job = ? " if job else "")
+            "SELECT id, job, started_at, ended_at, outcome, figures, error FROM job_runs "
+            + ("WHERE " + " AND ".join(where) + " " if where else "")
             + "ORDER BY id DESC LIMIT ?"
         )
+        params = ((job,) if job else ()) + ((before,) if before is not None else ()) + (limit,)
         with mapped():
-            rows = self.conn.execute(sql, ((job,) if job else ()) + (limit,)).fetchall()
+            rows = self.conn.execute(sql, params).fetchall()
         return [
             {
-                "job": r[0],
-                "started_at": r[1],
-                "ended_at": r[2],
-                "outcome": r[3],
-                "figures": json.loads(r[4] or "{}"),
-                "error": r[5],
+                "id": r[0],
+                "job": r[1],
+                "started_at": r[2],
+                "ended_at": r[3],
+                "outcome": r[4],
+                "figures": json.loads(r[5] or "{}"),
+                "error": r[6],
             }
             for r in rows
         ]

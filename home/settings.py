@@ -128,6 +128,11 @@ class Settings(NamedTuple):
     #: ``[store] url``: ``postgresql://…`` puts the store on a shared PostgreSQL server
     #: (docs/backends.md); None = the embedded SQLite file ``state.db``.
     store_url: str | None = None
+    #: ``[store] pack_min_bytes``: a message text of at least this many UTF-8 bytes is stored
+    #: packed (Zstandard) in the SQLite file (``store.packed``); 0 packs every non-empty text.
+    #: New and revised rows only: ``quill pack`` packs the rows already stored. PostgreSQL
+    #: compresses large values itself (TOAST) and ignores it.
+    pack_min_bytes: int = 1024
     #: Client-side bounds on every PostgreSQL connection Quill opens (``pg_client_params``):
     #: a server or network that stops answering is given up on within about
     #: ``store_tcp_user_timeout_s`` (data sent and unacknowledged) or
@@ -243,6 +248,7 @@ DEFAULTS = Settings(home=Path())
 _SECTIONS = {
     ("store", "synchronous"): "synchronous",
     ("store", "url"): "store_url",
+    ("store", "pack_min_bytes"): "pack_min_bytes",
     ("store", "connect_timeout_s"): "store_connect_timeout_s",
     ("store", "keepalives_idle_s"): "store_keepalives_idle_s",
     ("store", "keepalives_interval_s"): "store_keepalives_interval_s",
@@ -280,6 +286,7 @@ _SECTIONS = {
 #: (docs/configuration.md lists the same ranges).
 _MINIMUM: dict[str, tuple[float, bool]] = {
     "chunk_rows": (1, True),
+    "pack_min_bytes": (0, True),
     "store_connect_timeout_s": (0, False),
     "store_keepalives_idle_s": (0, False),
     "store_keepalives_interval_s": (0, False),

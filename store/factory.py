@@ -113,6 +113,7 @@ def open_store(
         connect=connect,
         log=log,
         synchronous=settings.synchronous,
+        pack_min_bytes=settings.pack_min_bytes,
         writer=writer,
         run_dir=run_dir,
         spool_dir=settings.spool_dir,

@@ -71,7 +71,10 @@ def check_unchanged_except_tombstones(before: dict[int, bytes], after: dict[int,
 def _rows(db: Path, sql: str) -> list[tuple]:
     import apsw
 
+    from quill.store import packed
+
     conn = apsw.Connection(str(db), flags=apsw.SQLITE_OPEN_READONLY)
+    packed.register(conn)  # quill_text(content): a long text is stored packed
     try:
         return conn.execute(sql).fetchall()
     finally:

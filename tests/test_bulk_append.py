@@ -197,7 +197,8 @@ def test_refused_op_in_a_run_is_quarantined_alone(tmp_path: Path) -> None:
     conn = open_writer(tmp_path / "s.db")
     try:
         rows = conn.execute(
-            "SELECT m.id, m.content, b.batch_id FROM messages m JOIN batches b ON b.id = m.batch "
+            "SELECT m.id, quill_text(m.content), b.batch_id FROM messages m "
+            "JOIN batches b ON b.id = m.batch "
             "ORDER BY m.id"
         ).fetchall()
         assert rows == [(1, "go", "b0"), (2, "1", "b1"), (3, "after", "b3"), (4, "last", "b4")]

@@ -59,7 +59,7 @@ def _drain(spool_dir: Path, url: str | None, db: Path, chunk_rows: int) -> dict[
         conn = store.conn
         return {
             "messages": conn.execute(
-                "SELECT m.id, m.session_id, m.content, b.batch_id FROM messages m "
+                "SELECT m.id, m.session_id, quill_text(m.content), b.batch_id FROM messages m "
                 "JOIN batches b ON b.id = m.batch ORDER BY m.id"
             ).fetchall(),
             "usage": conn.execute(

@@ -26,6 +26,7 @@ from quill.ops import logs
 from quill.ops.transfer.import_spool import import_file
 from quill.ops.transfer.watch_ingest import ingest_session
 from quill.spool import Position, Quarantine, Spool, SpoolReader
+from quill.store import packed
 from quill.workers.watch import Watcher
 
 LIMIT = 64 * 1024
@@ -82,7 +83,7 @@ def _stored(cfg: data_dir.Settings) -> list[str]:
         rows = conn.execute("SELECT content FROM messages WHERE state = 'live'").fetchall()
     finally:
         conn.close()
-    return sorted(r[0].split(" ")[1] for r in rows)
+    return sorted(packed.unpack(r[0]).split(" ")[1] for r in rows)  # packed: store.packed
 
 
 def _drained(cfg: data_dir.Settings) -> list[str]:

@@ -64,7 +64,7 @@ def _append(conn, sid: str, key: tuple[int, int, int], text: str) -> None:
 
 def _labels(conn, sid: str) -> dict[str, tuple[int, int]]:
     rows = conn.execute(
-        "SELECT content, seq, pos FROM messages WHERE session_id = ?", (sid,)
+        "SELECT quill_text(content), seq, pos FROM messages WHERE session_id = ?", (sid,)
     ).fetchall()
     return {r[0]: (r[1], r[2]) for r in rows}
 
@@ -73,7 +73,7 @@ def _in_order(conn, sid: str) -> list[str]:
     return [
         r[0]
         for r in conn.execute(
-            "SELECT content FROM messages WHERE session_id = ? ORDER BY seq", (sid,)
+            "SELECT quill_text(content) FROM messages WHERE session_id = ? ORDER BY seq", (sid,)
         )
     ]
 
@@ -135,7 +135,7 @@ def test_arrival_in_any_order_reads_in_key_order_with_compaction_positions(store
         "SELECT id, seq FROM messages WHERE session_id = 'rnd' ORDER BY seq LIMIT 1"
     ).fetchone()
     store.execute(  # as messages.compact's copy of the first row would be
-        "UPDATE messages SET pos = ? WHERE session_id = 'rnd' AND content = ?",
+        "UPDATE messages SET pos = ? WHERE session_id = 'rnd' AND quill_text(content) = ?",
         (first[1], want[-1]),
     )
     for key in [(rng.randrange(10_000), TAG_A, 1_000 + i) for i in range(60)]:

@@ -110,7 +110,10 @@ def stores(tmp_path_factory, request):
         s.drain()
         s.index()
     pg.conn.execute("ANALYZE")
-    texts = [r[0] for r in lite.conn.execute("SELECT content FROM messages WHERE content != ''")]
+    texts = [
+        r[0]
+        for r in lite.conn.execute("SELECT quill_text(content) FROM messages WHERE content != ''")
+    ]
     yield lite, pg, _queries(texts)
     lite.close()
     pg.close()

@@ -163,7 +163,7 @@ def test_replay_after_a_purge_sealed_a_torn_segment_reaches_the_records_after_it
     target = tmp_path / "rebuilt.db"
     replay(h.spool_dir, target, Position(1, 0), quarantine=Quarantine.for_store(target))
     assert "a2 acknowledged after the purge" in [
-        m[1] for m in _rows(target, "SELECT id, content FROM messages")
+        m[1] for m in _rows(target, "SELECT id, quill_text(content) FROM messages")
     ]
     report = verify(h.spool_dir)
     assert report["damaged"] or report["torn_writes"] or report["partial_tail"], (

@@ -14,7 +14,8 @@ SID = "s-revise"
 
 def _rows(store) -> list[tuple]:
     return store.conn.execute(
-        "SELECT id, ext_id, role, content, tool_calls, tool_name, ts, extra, state, seq "
+        "SELECT id, ext_id, role, quill_text(content), tool_calls, tool_name, ts, extra, state, "
+        "seq "
         "FROM messages WHERE session_id = ? ORDER BY id",
         (SID,),
     ).fetchall()

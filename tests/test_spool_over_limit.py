@@ -35,7 +35,7 @@ def _texts(cfg, session: str) -> list[str]:
     conn = open_reader(cfg.state_db)
     try:
         rows = conn.execute(
-            "SELECT content FROM messages WHERE session_id = ? ORDER BY id", (session,)
+            "SELECT quill_text(content) FROM messages WHERE session_id = ? ORDER BY id", (session,)
         )
         return [r[0] for r in rows]
     finally:

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from quill.store import packed
+
 #: A writer process: ``python -c WRITER DELAY SRC DST [SRC DST ...]`` appends the lines of each
 #: SRC to its DST one line at a time (flushed, round-robin over the files, ``DELAY`` seconds
 #: between lines), as an agent appends its transcript.
@@ -100,7 +102,7 @@ def stored_rows(home: Path) -> list[tuple]:
         ).fetchall()
     finally:
         conn.close()
-    return sorted(rows)
+    return sorted((*r[:3], packed.unpack(r[3]), r[4]) for r in rows)  # the CLI sees packed texts
 
 
 def usage_count(home: Path) -> int:

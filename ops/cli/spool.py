@@ -177,6 +177,7 @@ def spool_replay(ctx: click.Context, from_: str | None, into: Path | None, as_js
                 start,
                 chunk_rows=cfg.chunk_rows,
                 synchronous=cfg.synchronous,
+                pack_min_bytes=cfg.pack_min_bytes,
                 progress=lambda n: bar.advance(task, n),
                 quarantine=Quarantine.for_store(into) if into is not None else None,
             )

@@ -72,6 +72,7 @@ def replay(
     progress: Progress | None = None,
     quarantine: Quarantine | None = None,
     max_line: int = DEFAULTS.max_record_bytes,
+    pack_min_bytes: int = DEFAULTS.pack_min_bytes,
 ) -> dict[str, Any]:
     """Apply the spool from ``start`` (default: the store's own cursor, else the beginning)
     into the store at ``db_path`` (created if missing). The caller must hold the writer lease
@@ -79,14 +80,15 @@ def replay(
     (default: the spool's own, i.e. the live store's; a replay into another file passes
     ``Quarantine.for_store(db_path)`` so its refusals stay beside that file). ``max_line``:
     the record-size limit (``[spool] max_record_bytes``): a longer line is quarantined as
-    ``over-limit`` without being read whole.
+    ``over-limit`` without being read whole. ``pack_min_bytes``: ``[store] pack_min_bytes``
+    (``store.packed``), the form of the rows it writes; what readers get does not depend on it.
 
     Returns figures: ``{"from", "to", "applied", "duplicates", "rejected", "already_resolved",
     "rows", "seconds"}``: ``rejected`` counts the records quarantined, ``already_resolved`` the
     refused records whose quarantine entry the audit says was already retried or dropped.
     """
     began = time.monotonic()
-    store = open_url(None, db_path, "local", synchronous=synchronous)
+    store = open_url(None, db_path, "local", synchronous=synchronous, pack_min_bytes=pack_min_bytes)
     live = Quarantine(spool_dir)
     # A scratch store's quarantine also honours the live audit: an entry an operator retried
     # or dropped is not re-opened beside a scratch copy either (same positions, same records).

@@ -106,11 +106,14 @@ def rebuild(
         synchronous=cfg.synchronous,
         progress=progress,
         max_line=cfg.max_record_bytes,
+        pack_min_bytes=cfg.pack_min_bytes,
     )
     if (
         gap and cfg.state_db.exists()
     ):  # history is missing from the spool: take what the old file still has
-        store = open_url(None, work, "local", synchronous=cfg.synchronous)
+        store = open_url(
+            None, work, "local", synchronous=cfg.synchronous, pack_min_bytes=cfg.pack_min_bytes
+        )
         try:
             result["salvage"] = store.run_job(
                 lambda conn: salvage(

@@ -35,6 +35,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from quill.ops.transfer.ingest import stable_batch_id
+from quill.store import packed
 from quill.store.apply import blobs
 from quill.store.apply.usage import TOKEN_FIELDS
 from quill.store.read.reader import Reader
@@ -129,7 +130,8 @@ def _audit_rows(
     their hashes (module doc)."""
     out = []
     rows = conn.execute(
-        "SELECT id, ext_id, role, content, parts, tool_calls, tool_call_id, tool_name, "
+        f"SELECT id, ext_id, role, {packed.text_sql('content')}, parts, tool_calls, tool_call_id, "
+        "tool_name, "
         "reasoning, finish_reason, ts, extra, state, origin_id FROM messages "
         "WHERE session_id = ? ORDER BY seq",
         (sid,),

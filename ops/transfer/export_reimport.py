@@ -80,6 +80,7 @@ def _restore_state(store: Any, op: dict[str, Any]) -> str:
     ``CONFLICT`` when the session holds other rows at or after the chunk's place (the writer
     could only refuse it as ``restore-out-of-order``: another store's session of the same
     id); else ``NEW``."""
+    from quill.store import packed
     from quill.store.apply.message_rows import cut_rows
     from quill.store.apply.normalize import COMPARED_COLUMNS, ROW_COLUMNS
     from quill.store.errors import InvalidOpError
@@ -91,7 +92,7 @@ def _restore_state(store: Any, op: dict[str, Any]) -> str:
     if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
         return NEW  # the writer refuses it with its reason
     held = store.conn.execute(
-        f"SELECT {', '.join(COMPARED_COLUMNS)} FROM messages WHERE session_id = ? "
+        f"SELECT {packed.columns_sql(COMPARED_COLUMNS)} FROM messages WHERE session_id = ? "
         "ORDER BY seq LIMIT ? OFFSET ?",
         (sid, len(rows), offset),
     ).fetchall()

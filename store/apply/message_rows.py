@@ -15,6 +15,7 @@ from typing import Any
 
 import apsw
 
+from quill.store import packed
 from quill.store.apply import batches, blobs, order
 from quill.store.apply.later import later
 from quill.store.apply.normalize import IDENTITY_COLUMNS, ROW_COLUMNS, message_row, scrub
@@ -25,7 +26,7 @@ TOOL_RESULT_ROLES = ("tool", "function")
 _INSERT_STATE = (
     f"INSERT INTO messages (session_id, {', '.join(ROW_COLUMNS)}, "
     "arrived_at, batch, state, origin_id, seq, pos, ack_us, ack_tag, ack_at) "
-    f"VALUES (?, {', '.join('?' for _ in ROW_COLUMNS)}, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    f"VALUES (?, {packed.marks_sql(ROW_COLUMNS)}, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 #: The same with an explicit id first (``next_id``; SQLite only).
 INSERT_STATE_ID = _INSERT_STATE.replace("(session_id,", "(id, session_id,").replace(
@@ -236,7 +237,8 @@ def _live(conn: apsw.Connection, sid: str) -> list[tuple]:
     """Live rows of ``sid`` in transcript order (``seq``):
     ``(id, origin_id, role, *IDENTITY_COLUMNS)``."""
     return conn.execute(
-        f"SELECT id, coalesce(origin_id, id), role, {', '.join(IDENTITY_COLUMNS)} FROM messages "
+        f"SELECT id, coalesce(origin_id, id), role, {packed.columns_sql(IDENTITY_COLUMNS)} "
+        "FROM messages "
         "WHERE session_id = ? AND state = 'live' ORDER BY seq",
         (sid,),
     ).fetchall()

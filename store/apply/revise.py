@@ -36,6 +36,7 @@ from typing import Any
 
 import apsw
 
+from quill.store import packed
 from quill.store.apply import tool_names, usage
 from quill.store.apply.message_rows import _CHUNK, check_tool_results, result_ids
 from quill.store.apply.normalize import ROW_COLUMNS
@@ -43,6 +44,8 @@ from quill.store.apply.rules import backdate_start
 
 #: The columns a revision rewrites (``ROW_COLUMNS`` without the producer id), in that order.
 REVISED_COLUMNS = tuple(c for c in ROW_COLUMNS if c != "ext_id")
+#: The VALUES marks of ``REVISED_COLUMNS``: a revised text is stored as a new one is.
+_MARKS = packed.marks_sql(REVISED_COLUMNS).split(", ")
 _NAME = REVISED_COLUMNS.index("tool_name")
 _TS = REVISED_COLUMNS.index("ts")
 _CALLS = REVISED_COLUMNS.index("tool_calls")
@@ -71,7 +74,7 @@ def held_versions(conn: Any, sid: str, ext_ids: list[str]) -> dict[str, list[tup
     those producer ids (every row holding one, in transcript order)."""
     out: dict[str, list[tuple]] = {}
     ids = sorted(set(ext_ids))
-    cols = ", ".join(REVISED_COLUMNS)
+    cols = packed.columns_sql(REVISED_COLUMNS)
     for start in range(0, len(ids), _CHUNK):
         part = ids[start : start + _CHUNK]
         for ext, *values in conn.execute(
@@ -111,7 +114,7 @@ def revise(
         return 0
     rows = tool_names.fill(conn, sid, [(None, *values) for _, values, _ in changes])
     renamed = _renamed_calls(conn, [(i, r) for r, (i, _, _) in zip(rows, changes)])
-    sets = ", ".join(f"{c} = ?" for c in REVISED_COLUMNS)
+    sets = ", ".join(f"{c} = {m}" for c, m in zip(REVISED_COLUMNS, _MARKS))
     conn.executemany(
         f"UPDATE messages SET {sets} WHERE id = ?",
         [(*r[1:], store_id) for r, (store_id, _, _) in zip(rows, changes)],

@@ -41,6 +41,7 @@ import psycopg
 from psycopg import pq
 
 from quill.home import DEFAULTS
+from quill.store import packed
 from quill.store.errors import DatabaseMissingError
 from quill.store.postgres.errors import mapped
 
@@ -86,7 +87,8 @@ def translate(sql: str) -> tuple[str, tuple[int, ...] | None]:
         # psycopg reads every % in the text, inside literals too: double them all.
         return m.group(0).replace("%", "%%")
 
-    out = _TOKENS.sub(sub, sql)
+    # store.packed's expressions read as their column (PostgreSQL's TOAST compresses itself)
+    out = _TOKENS.sub(sub, packed.for_postgres(sql))
     if _OR_IGNORE.match(out):
         out = _OR_IGNORE.sub("INSERT INTO", out).rstrip().rstrip(";") + " ON CONFLICT DO NOTHING"
     return out, (tuple(order) if numbered else None)

@@ -31,6 +31,7 @@ from typing import Any
 
 import apsw
 
+from quill.store import packed
 from quill.store.sqlite.connection import has_pointer_map
 
 #: The text columns read as a prefix when long, and the structured ones left unread.
@@ -65,10 +66,27 @@ def index_hint(conn: Any, name: str) -> str:
 
 def _prefix(conn: Any, column: str, message_id: int, clip: int) -> str:
     """The first ``clip`` characters of a message's text ``column`` (SQLite: read through a
-    blob handle, at most 4 bytes a character; a character cut at the end is dropped)."""
+    blob handle, at most 4 bytes a character; a character cut at the end is dropped). A
+    packed text (``store.packed``) is unpacked only as far as those characters."""
+    kind = conn.execute(f"SELECT typeof({column}) FROM messages WHERE id = ?", (message_id,))
+    is_packed = kind.fetchone()[0] == "blob"
     with conn.blob_open("main", "messages", column, message_id, False) as blob:
+        if is_packed:
+            return packed.unpack_prefix(blob, clip)
         data = blob.read(4 * clip)
     return codecs.getincrementaldecoder("utf-8")().decode(data, final=False)[:clip]
+
+
+def _packed_sizes(conn: Any, ids: list[int], sizes: dict[int, dict[str, Any]]) -> None:
+    """Put the text's size in place of the stored size of each packed ``content`` among
+    ``sizes`` (read from the value's first bytes: ``packed.packed_size``)."""
+    marks = ", ".join("?" for _ in ids)
+    for (mid,) in conn.execute(
+        f"SELECT id FROM messages WHERE id IN ({marks}) AND typeof(content) = 'blob'", ids
+    ).fetchall():
+        with conn.blob_open("main", "messages", "content", mid, False) as blob:
+            full = packed.packed_size(blob.read(packed.HEADER_BYTES))
+        sizes[mid]["content"] = full if full is not None else sizes[mid]["content"]
 
 
 def _pg_columns(fields: list[str], clip: int) -> str:
@@ -110,6 +128,8 @@ def rows(
         )
     }
     sqlite = isinstance(conn, apsw.Connection)
+    if sqlite and "content" in texts:
+        _packed_sizes(conn, ids, sizes)
     whole = [i for i in ids if not any(_large(f, n, clip) for f, n in sizes[i].items())]
     got: dict[int, tuple] = {}
     if whole or not sqlite:

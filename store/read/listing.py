@@ -30,6 +30,7 @@ from typing import Any
 
 import apsw
 
+from quill.store import packed
 from quill.store.read import usage as usage_reads
 from quill.store.read.lineage import IS_TIP_SQL, root_of
 
@@ -83,7 +84,8 @@ SELECT s.id, s.source, s.title, s.model, s.cwd, s.started_at, s.ended_at, s.end_
               (SELECT r.seq FROM messages r WHERE r.id = s.last_read_id), 0)) AS unread,
        NOT EXISTS (SELECT 1 FROM messages m WHERE m.session_id = s.id) AS empty,
        page.last_active,
-       (SELECT substr(m.content, 1, {PREVIEW_CHARS}) FROM messages m WHERE m.session_id = s.id
+       (SELECT substr({packed.text_sql("m.content")}, 1, {PREVIEW_CHARS}) FROM messages m
+          WHERE m.session_id = s.id
           AND m.role = 'user' AND m.state IN ('live', 'compacted')
           AND (m.extra IS NULL OR m.extra NOT LIKE '%"injected":true%')
           ORDER BY m.pos LIMIT 1) AS preview,

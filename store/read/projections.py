@@ -24,6 +24,7 @@ from typing import Any
 
 import apsw
 
+from quill.store import packed
 from quill.store.apply import blobs
 from quill.store.read import clipped
 
@@ -69,7 +70,8 @@ def message_dict(row: tuple, *, with_meta: bool = True) -> dict[str, Any]:
         extra,
         state,
     ) = row
-    msg: dict[str, Any] = {"role": role, "content": json.loads(parts) if parts else content}
+    text = packed.unpack(content)  # SQLite stores a long text packed
+    msg: dict[str, Any] = {"role": role, "content": json.loads(parts) if parts else text}
     if tool_calls:
         msg["tool_calls"] = json.loads(tool_calls)
     for key, value in (

@@ -15,6 +15,7 @@ from typing import Any
 
 import apsw
 
+from quill.store import packed
 from quill.store.apply import context as context_mod
 from quill.store.apply.normalize import COMPARED_COLUMNS
 from quill.store.apply.revise import REVISED_COLUMNS
@@ -242,7 +243,7 @@ class Reader(StatusReads):
         out: dict[str, list[tuple]] = {}
         with mapped():
             for ext, *values in self.conn.execute(
-                f"SELECT ext_id, {', '.join(REVISED_COLUMNS)} FROM messages "
+                f"SELECT ext_id, {packed.columns_sql(REVISED_COLUMNS)} FROM messages "
                 "WHERE session_id = ? AND ext_id IS NOT NULL ORDER BY seq",
                 (session_id,),
             ):
@@ -257,7 +258,7 @@ class Reader(StatusReads):
         out: dict[str, tuple] = {}
         with mapped():
             for ext, *values in self.conn.execute(
-                f"SELECT ext_id, {', '.join(COMPARED_COLUMNS)} FROM messages "
+                f"SELECT ext_id, {packed.columns_sql(COMPARED_COLUMNS)} FROM messages "
                 "WHERE session_id = ? AND ext_id IN "
                 f"({','.join('?' * len(ext_ids))}) ORDER BY seq",
                 (session_id, *ext_ids),

@@ -18,6 +18,7 @@ from quill.store.read import projections
 from quill.store.search import group, rank, textfold
 from quill.store.search import plan as query
 from quill.store.search.columns import (
+    CONTENT_SQL,
     KIND_COLUMNS,
     TOOLS_BLOB_SQL,
     TRIGRAM_PREFIX_CHARS,
@@ -38,7 +39,8 @@ TAIL_MAX_ROWS = 10_000
 KINDS = tuple(KIND_COLUMNS)
 #: Row shape every candidate query returns: ids, filters' columns and the index columns' texts.
 _COLS = (
-    f"m.id, m.session_id, m.role, m.ts, s.title, m.state, m.content, {TOOLS_BLOB_SQL}, m.reasoning"
+    f"m.id, m.session_id, m.role, m.ts, s.title, m.state, {CONTENT_SQL}, {TOOLS_BLOB_SQL}, "
+    "m.reasoning"
 )
 _TEXTS = slice(6, 9)  # content, tools, reasoning in a _COLS row
 _COLUMN_KIND = {col: kind for kind, col in KIND_COLUMNS.items()}
@@ -64,7 +66,7 @@ def _texts(plan: query.Plan, row: tuple, kinds: tuple[str, ...]) -> list[tuple[s
 
 #: The substring routes' texts (kind → SQL over a row aliased ``m``), scanned in this order:
 #: the tool-call text last, as it is the costly one (``json_tree``) and OR stops early.
-SCAN_COLUMNS_SQL = {"text": "m.content", "reasoning": "m.reasoning", "tool": TOOLS_BLOB_SQL}
+SCAN_COLUMNS_SQL = {"text": CONTENT_SQL, "reasoning": "m.reasoning", "tool": TOOLS_BLOB_SQL}
 
 
 def trigram_covered_sql(kinds: tuple[str, ...], false: str = "0") -> str:
@@ -77,7 +79,7 @@ def trigram_covered_sql(kinds: tuple[str, ...], false: str = "0") -> str:
         return false
     conds = [
         f"m.role IN {TRIGRAM_ROLES!r}",
-        f"coalesce(length(m.content), 0) <= {TRIGRAM_PREFIX_CHARS}",
+        f"coalesce(length({CONTENT_SQL}), 0) <= {TRIGRAM_PREFIX_CHARS}",
     ]
     if "reasoning" in kinds:
         conds.append("coalesce(m.reasoning, '') = ''")

@@ -9,16 +9,21 @@ from __future__ import annotations
 
 import re
 
+from quill.store import packed
+
 #: Roles of tool-result rows: their ``tool_name`` is the tool's name (on other roles ``name`` is
 #: a participant's name, not searchable as a tool).
 TOOL_RESULT_ROLES = ("tool", "function")
 #: Trigram scope (``store.schema``'s module doc): roles indexed, indexed prefix of ``content``.
 TRIGRAM_ROLES = ("user", "assistant")
 TRIGRAM_PREFIX_CHARS = 2000
-#: SQL condition (row aliased ``m``) for rows the trigram index covers.
+#: SQL expression: the text of a row aliased ``m`` (its ``content`` unpacked: ``store.packed``).
+CONTENT_SQL = packed.text_sql("m.content")
+#: SQL condition (row aliased ``m``) for rows the trigram index covers. A packed text is never
+#: empty (``packed.pack``), so the stored value answers it without unpacking.
 TRIGRAM_SCOPE_SQL = f"m.role IN {TRIGRAM_ROLES!r} AND m.content IS NOT NULL AND m.content != ''"
 #: SQL expression: the trigram-indexed text of a row aliased ``m``.
-TRIGRAM_TEXT_SQL = f"substr(m.content, 1, {TRIGRAM_PREFIX_CHARS})"
+TRIGRAM_TEXT_SQL = f"substr({CONTENT_SQL}, 1, {TRIGRAM_PREFIX_CHARS})"
 
 #: The word index's columns (``messages_fts``), each an SQL expression over a row aliased ``m``:
 #: * ``content`` – the message text;
@@ -31,7 +36,7 @@ TRIGRAM_TEXT_SQL = f"substr(m.content, 1, {TRIGRAM_PREFIX_CHARS})"
 #: * ``reasoning`` – reasoning/thinking text.
 #: The search kinds (``text``/``tool``/``reasoning``) select these columns.
 SEARCH_COLUMNS_SQL: dict[str, str] = {
-    "content": "m.content",
+    "content": CONTENT_SQL,
     "tools": f"""(
     SELECT group_concat(CASE WHEN j.type = 'text' AND json_valid(j.atom)
                                   AND json_type(j.atom) IN ('object', 'array')

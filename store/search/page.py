@@ -15,7 +15,7 @@ from quill.store.read import projections
 from quill.store.search import hits as hits_mod
 from quill.store.search import plan as query
 from quill.store.search import textfold
-from quill.store.search.columns import HAS_TOOLS_SQL, TOOLS_BLOB_SQL, tools_text
+from quill.store.search.columns import CONTENT_SQL, HAS_TOOLS_SQL, TOOLS_BLOB_SQL, tools_text
 
 
 def snippet_finder(plan: query.Plan) -> Any:
@@ -101,7 +101,8 @@ def _hits(
 #: ``HAS_TOOLS_SQL``: its index text, ``TOOLS_BLOB_SQL``, is computed only when a snippet needs
 #: it).
 _PAGE_COLS = (
-    f"m.id, m.session_id, m.role, m.ts, s.title, m.state, m.content, {HAS_TOOLS_SQL}, m.reasoning"
+    f"m.id, m.session_id, m.role, m.ts, s.title, m.state, {CONTENT_SQL}, {HAS_TOOLS_SQL}, "
+    "m.reasoning"
 )
 
 

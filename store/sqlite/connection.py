@@ -19,7 +19,7 @@ from pathlib import Path
 import apsw
 
 from quill.home.descriptors import EXHAUSTED_ERRNOS
-from quill.store import schema
+from quill.store import packed, schema
 from quill.store.errors import (
     CantOpenError,
     DescriptorsExhaustedError,
@@ -105,15 +105,20 @@ def has_pointer_map(conn: apsw.Connection) -> bool:
 
 
 def open_writer(
-    path: Path, *, synchronous: str = "NORMAL", on_journal_mode: Callable[[str], None] | None = None
+    path: Path,
+    *,
+    synchronous: str = "NORMAL",
+    on_journal_mode: Callable[[str], None] | None = None,
+    pack_min_bytes: int | None = None,
 ) -> apsw.Connection:
     """Open (creating if needed) ``state.db`` for writing and bring its schema to v1.
 
     Only the process holding the writer lease may call this. A store found in another
     journal mode (switched while stopped) is put back into WAL and ``on_journal_mode(old)``
-    is called so the caller logs the correction. Raises the store error tree:
-    ``CantOpenError`` when the linked SQLite has the WAL-reset bug, ``SharedMemoryError``
-    when the -shm file is unusable (``shm_problem``).
+    is called so the caller logs the correction. Message texts of ``pack_min_bytes`` or more
+    (default ``Settings.pack_min_bytes``) are stored packed (``store.packed.register``).
+    Raises the store error tree: ``CantOpenError`` when the linked SQLite has the WAL-reset
+    bug, ``SharedMemoryError`` when the -shm file is unusable (``shm_problem``).
     """
     check_sqlite_version()
     path = Path(path)
@@ -129,6 +134,7 @@ def open_writer(
             str(path), flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
         )
         conn.set_busy_timeout(WRITER_BUSY_MS)
+        packed.register(conn, pack_min_bytes)
         if not existed:  # only before the first table: later, a VACUUM sets it
             conn.execute(f"PRAGMA auto_vacuum={AUTO_VACUUM}")
         before = conn.execute("PRAGMA journal_mode").fetchone()[0]
@@ -165,6 +171,7 @@ def open_reader(path: Path, *, vfs: str | None = None) -> apsw.Connection:
             raise cause from exc
         raise
     conn.set_busy_timeout(READER_BUSY_MS)
+    packed.register(conn)
     return conn
 
 

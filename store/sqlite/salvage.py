@@ -33,6 +33,7 @@ from typing import Any
 
 import apsw
 
+from quill.store import packed
 from quill.store.apply import batches, order
 from quill.store.apply.batches import BATCH_ID_SQL
 from quill.store.apply.normalize import ROW_COLUMNS
@@ -69,7 +70,8 @@ _SESSION_COLS = (
 _V3_SESSION_COLS = ("key", "placeholder")
 #: Filled from the old file only where the rebuilt row has NULL.
 _FILL = ("source", "model", "cwd", "meta", "owner_host", "owner_pid", "owner_started", "key")
-_DAMAGE = (apsw.CorruptError, apsw.NotADBError, apsw.IOError)
+#: A packed text that does not unpack is a damaged value like any other (``store.packed``).
+_DAMAGE = (apsw.CorruptError, apsw.NotADBError, apsw.IOError, packed.PackedValueError)
 RANGE = 512
 
 
@@ -115,8 +117,8 @@ def _rows_in(
     rows whose batch number names no readable batch (whether the rebuild holds them is
     unknown, so they are not copied)."""
     if names is None:
-        return readable_rows(conn, "messages", f"id, {', '.join(_MSG_COLS)}", lo, hi, bad)
-    cols = ", ".join("batch" if c == "batch_id" else c for c in _MSG_COLS)
+        return readable_rows(conn, "messages", f"id, {packed.columns_sql(_MSG_COLS)}", lo, hi, bad)
+    cols = packed.columns_sql(["batch" if c == "batch_id" else c for c in _MSG_COLS])
     at = _MSG_COLS.index("batch_id") + 1
     out = []
     for row in readable_rows(conn, "messages", f"id, {cols}", lo, hi, bad):
@@ -302,7 +304,7 @@ def salvage(
                 cols = [c if c != "batch_id" else "batch" for c in _MSG_COLS]
                 target.execute(
                     f"INSERT INTO messages (id, {', '.join(cols)}) VALUES "
-                    f"(?, {', '.join('?' for _ in cols)})",
+                    f"(?, {packed.marks_sql(cols)})",
                     [base + values["id"], *(values[c] for c in cols)],
                 )
                 keys[base + values["id"]] = (values["id"], 0, 0)

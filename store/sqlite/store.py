@@ -56,7 +56,15 @@ class SqliteStore(SqliteCapabilities):
     retry_first_s: float | None = None
     halt_poll_s = 0.5
     recover_hint = "quill recover"
-    OPTIONS = ("synchronous", "writer", "run_dir", "log", "spool_dir", "snapshots_dir")
+    OPTIONS = (
+        "synchronous",
+        "pack_min_bytes",
+        "writer",
+        "run_dir",
+        "log",
+        "spool_dir",
+        "snapshots_dir",
+    )
 
     def __init__(
         self,
@@ -64,6 +72,7 @@ class SqliteStore(SqliteCapabilities):
         spool_id: str = "local",
         *,
         synchronous: str = "NORMAL",
+        pack_min_bytes: int | None = None,
         writer: bool = False,
         run_dir: Any = None,
         log: Any = None,
@@ -73,6 +82,7 @@ class SqliteStore(SqliteCapabilities):
         self.path = Path(path)
         self.spool_id = spool_id
         self.synchronous = synchronous
+        self.pack_min_bytes = pack_min_bytes
         self.writer = writer
         self.run_dir = run_dir
         self.log = log if log is not None else NullLog()
@@ -100,6 +110,7 @@ class SqliteStore(SqliteCapabilities):
             self.conn = open_writer(
                 self.path,
                 synchronous=self.synchronous,
+                pack_min_bytes=self.pack_min_bytes,
                 on_journal_mode=self._journal_mode_corrected,
             )
             if not self.writer:

@@ -18,8 +18,10 @@ the threshold, need no marker and no migration.
 Zstandard (level 3) over zlib, measured on the 100k synthetic store's rows of ≥ 1 KiB
 (bench/RESULTS.md): 25 vs 108 µs of CPU to pack a row, 7.5 vs 13.8 µs to unpack, 0.43 vs 0.39
 of the text's bytes. The frame records the text's size, so ``packed_size`` reads it from the
-first bytes without unpacking. Errors: ``unpack`` of a BLOB that is not a whole frame raises
-``PackedValueError`` (a damaged row: the store error tree's ``CorruptError``).
+first bytes without unpacking; it ends with a checksum of the text. Errors: ``unpack`` of a BLOB
+that is not a whole frame, or whose text does not match its checksum, raises
+``PackedValueError`` (a damaged row: the store error tree's ``CorruptError``). A frame written
+before checksums were (none in its header) is checked only for its structure.
 """
 
 from __future__ import annotations
@@ -50,7 +52,10 @@ LEVEL = 3
 #: Bytes at the start of a packed value that hold the frame header (its text size among them).
 HEADER_BYTES = 18
 
-_COMPRESS = zstandard.ZstdCompressor(level=LEVEL, write_content_size=True)
+#: Every frame ends with the checksum of its text (4 bytes, XXH64): a frame damaged inside a
+#: block of literals still decodes, to other text; only the checksum tells it apart, so a
+#: damaged value is an error, never a different text shown as the message's.
+_COMPRESS = zstandard.ZstdCompressor(level=LEVEL, write_content_size=True, write_checksum=True)
 _DECOMPRESS = zstandard.ZstdDecompressor()
 
 

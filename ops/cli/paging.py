@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -20,6 +21,9 @@ import click
 
 #: A row's sort key: JSON scalars (numbers, text), compared as a tuple.
 Key = tuple[Any, ...]
+#: The integers a cursor may hold: a store's (SQLite's INTEGER, PostgreSQL's bigint). A larger
+#: one can be no row's key, and binding it in SQL raises ``OverflowError``.
+_INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
 
 
 def after_option(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -37,9 +41,22 @@ def encode(key: Key) -> str:
     return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
 
 
+def _fits(value: Any, kind: type) -> bool:
+    """Whether ``value`` (decoded JSON) is an item of ``kind`` some row's key can hold: a
+    64-bit integer, a finite number, text."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return kind in (int, float) and _INT_MIN <= value <= _INT_MAX
+    if isinstance(value, float):
+        return kind is float and math.isfinite(value)
+    return isinstance(value, kind)
+
+
 def decode(cursor: str, kinds: tuple[type, ...]) -> Key:
     """``encode``'s key back, its items of ``kinds`` (one type per item; ``float`` takes an
-    int too). Raises ``click.BadParameter`` (exit 2, nothing read) for anything else."""
+    int too; integers within 64 bits, numbers finite: no row has another key). Raises
+    ``click.BadParameter`` (exit 2, nothing read) for anything else."""
     try:
         key = json.loads(base64.urlsafe_b64decode((cursor + "=" * (-len(cursor) % 4)).encode()))
     except (ValueError, TypeError, UnicodeError):
@@ -47,10 +64,7 @@ def decode(cursor: str, kinds: tuple[type, ...]) -> Key:
     fits = (
         isinstance(key, list)
         and len(key) == len(kinds)
-        and all(
-            isinstance(v, (int, float) if k is float else k) and not isinstance(v, bool)
-            for v, k in zip(key, kinds)
-        )
+        and all(_fits(v, k) for v, k in zip(key, kinds))
     )
     if not fits:
         raise click.BadParameter(

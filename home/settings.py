@@ -315,6 +315,9 @@ _MINIMUM: dict[str, tuple[float, bool]] = {
 #: in one value (SQLite's default SQLITE_MAX_LENGTH is 10^9 bytes, PostgreSQL's field limit
 #: 1 GB) with room for the writer's copies of it (docs/configuration.md).
 _MAXIMUM: dict[str, float] = {"max_record_bytes": 512 * 1024 * 1024}
+#: Largest integer setting: integers reach SQL (``[store] pack_min_bytes`` as the SQL function
+#: ``quill_pack_min``, row counts as LIMITs), where a larger one raises ``OverflowError``.
+_INT_MAX = 2**63 - 1
 _TYPES = {
     "int": int,
     "float": (int, float),
@@ -338,6 +341,8 @@ def _check(path: Path, key: str, name: str, value: Any, annotation: str) -> None
             )
     if name in _MAXIMUM and value > _MAXIMUM[name]:
         raise ConfigError(f"{path}: {key} must be ≤ {_MAXIMUM[name]:g}, got {value!r}")
+    if annotation == "int" and abs(value) > _INT_MAX:
+        raise ConfigError(f"{path}: {key} must be a 64-bit integer (≤ {_INT_MAX}), got {value!r}")
 
 
 def load(home: str | os.PathLike[str] | None = None) -> Settings:

@@ -55,7 +55,9 @@ def pack_stored(conn: apsw.Connection, slice_rows: int = PACK_SLICE_ROWS) -> int
     """Pack the texts stored plain that reach the writer's ``[store] pack_min_bytes``
     (``store.packed.PACK_STORED_SQL``: rows written before packing existed, or under a higher
     threshold), ``slice_rows`` rows of ids per transaction so the drain waits at most one
-    slice. Readers see the same text before and after. Returns the rows packed."""
+    slice. Readers see the same text before and after. Returns the rows packed. ``conn`` is a
+    store connection (``store.packed.register`` done, with the writer's threshold); on any other
+    the SQL function is missing and ``StoreError`` is raised before a row changes."""
     from quill.store.packed import PACK_STORED_SQL
 
     done, low = 0, 0

@@ -189,6 +189,7 @@ def test_a_store_without_pointer_maps_gains_them_at_its_vacuum_and_then_reads_ev
     import apsw
 
     from quill.jobs.store_jobs import vacuum
+    from quill.store import packed
 
     cfg = make_home(tmp_path / "h")
     client, now = Client(config_=cfg), time.time()
@@ -199,6 +200,7 @@ def test_a_store_without_pointer_maps_gains_them_at_its_vacuum_and_then_reads_ev
     )
     drain(cfg.home)
     conn = apsw.Connection(str(cfg.state_db))
+    packed.register(conn)  # as on the store's own connections, which the job is given
     conn.execute("PRAGMA auto_vacuum=NONE")
     conn.execute("VACUUM")  # as a store made before the setting
     assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 0

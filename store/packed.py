@@ -21,7 +21,10 @@ of the text's bytes. The frame records the text's size, so ``packed_size`` reads
 first bytes without unpacking; it ends with a checksum of the text. Errors: ``unpack`` of a BLOB
 that is not a whole frame, or whose text does not match its checksum, raises
 ``PackedValueError`` (a damaged row: the store error tree's ``CorruptError``). A frame written
-before checksums were (none in its header) is checked only for its structure.
+before checksums were (none in its header) is checked only for its structure. The damage
+checks (``jobs.worker_jobs.quick_check``, ``integrity_check``, ``quill doctor --check``)
+unpack every packed value, so a damaged one halts the writer (``quill recover``) as damage in
+the file does: SQLite's own checks read pages and records, never what a BLOB holds.
 """
 
 from __future__ import annotations

@@ -66,3 +66,24 @@ def test_a_damaged_message_fails_its_read_and_the_rest_read_back(tmp_path):
         assert [t for (t,) in texts] == ["short question", "x" * 3000]
     finally:
         store.backend.close()
+
+
+def test_the_damage_check_finds_a_damaged_packed_text_and_asks_the_writer_to_halt(tmp_path):
+    from quill.jobs.worker_jobs import DamageFound, quick_check
+
+    store = _store(tmp_path)
+    try:
+        msgs = [user(OUTPUT, id="u1"), user("y" * 4000, id="u2")]
+        assert store.apply("messages.append", {"session_id": SID, "messages": msgs}) == []
+        db = str(tmp_path / "state.db")
+        assert quick_check(db, "queue.db")["result"] == "ok"  # sound packed texts: no finding
+        (bad,) = store.conn.execute("SELECT id FROM messages WHERE ext_id = 'u2'").fetchone()
+        with store.conn.blob_open("main", "messages", "content", bad, True) as blob:
+            blob.seek(blob.length() - 2)
+            blob.write(b"\x00\x00")  # the checksum no longer matches the text
+        with pytest.raises(DamageFound) as found:
+            quick_check(db, "queue.db")
+        assert f"packed text of message {bad} is damaged" in str(found.value)
+        assert [name for name, _ in found.value.followups] == ["declare_corrupt"]
+    finally:
+        store.backend.close()

@@ -162,8 +162,12 @@ def _damaged_packed(conn: apsw.Connection) -> list[int]:
     file's own checks cannot see (SQLite checks pages and records, not what a BLOB holds),
     which every read of that message fails on. Reads each packed value once (one unpack per
     packed row, the module doc's µs)."""
-    bad = []
+    bad: list[int] = []
     with mapped():
+        if not conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'messages'"
+        ).fetchone():  # a file the writer has created but not yet given its schema
+            return bad
         for mid, value in conn.execute(
             "SELECT id, content FROM messages WHERE typeof(content) = 'blob'"
         ):

@@ -52,7 +52,11 @@ def watch_seed() -> int:
 
 def no_quarantine(home: Path) -> list[str]:
     """The records the writer set aside (none is expected: every op of an import applies)."""
-    return [p.name for p in (home / "spool" / "quarantine").glob("*")]
+    return [
+        f"{p.name}: {p.read_text(errors='replace')[:600]}"
+        for p in (home / "spool" / "quarantine").glob("*")
+        if p.is_file()
+    ]
 
 
 def direct_import(tmp: Path, files: list[Path]) -> tuple[list[tuple], int]:

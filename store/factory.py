@@ -149,7 +149,7 @@ def location(settings: Settings) -> str:
     PostgreSQL URL with its password removed."""
     if capabilities(settings).local_file:
         return str(settings.state_db)
-    from quill.store.postgres.connection import redact
+    from quill.store.postgres.reach import redact
 
     return redact(settings.store_url)
 

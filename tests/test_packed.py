@@ -14,7 +14,7 @@ from quill.home import DEFAULTS
 from quill.spool import Spool
 from quill.store import packed
 from quill.store.factory import open_url
-from quill.store.postgres.connection import translate
+from quill.store.postgres.dialect import translate
 from quill.store.sqlite.connection import open_writer
 
 NONE = 10**9  # a threshold no text here reaches: the unpacked store

@@ -87,7 +87,7 @@ def test_doctor_fails_on_an_unreachable_postgresql_store_and_redacts_the_url(tmp
 
 
 def test_redact_hides_every_password_spelling_and_keeps_the_rest():
-    from quill.store.postgres.connection import redact
+    from quill.store.postgres.reach import redact
 
     assert (
         redact(f"postgresql://quill:{SECRET}@db:5432/quill")

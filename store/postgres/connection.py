@@ -4,17 +4,8 @@ The op appliers (``store.apply.sessions``, ``store.apply.messages``), projection
 lineage are written once, in the SQL subset both engines accept, against apsw's calling
 convention (``conn.execute(sql, args)`` returning an iterable cursor, ``executemany``,
 ``changes()``, ``in_transaction``). ``PgConnection`` offers the same convention over psycopg,
-so those modules run unchanged on PostgreSQL. What it translates (``translate``) is a fixed,
-small list:
-
-* ``?`` and ``?NNN`` placeholders → ``%s`` (numbered ones re-ordered; a ``?`` inside a string
-  literal or quoted identifier is left alone), every ``%`` doubled;
-* ``LIKE`` → ``ILIKE``: SQLite's LIKE ignores (ASCII) case, PostgreSQL's does not;
-* ``INSERT OR IGNORE INTO …`` → ``INSERT INTO … ON CONFLICT DO NOTHING``;
-* ``BEGIN IMMEDIATE`` (a write transaction) → ``BEGIN`` (READ COMMITTED: writers serialize
-  per session with advisory locks, see ``store.postgres.apply``), and a plain ``BEGIN`` (a
-  read snapshot, ``Reader.snapshot``) → ``BEGIN ISOLATION LEVEL REPEATABLE READ``, which gives
-  a reader one committed state for all its queries, as a SQLite read transaction does.
+so those modules run unchanged on PostgreSQL. What it translates is a fixed, small list
+(``store.postgres.dialect``).
 
 A read snapshot's ``BEGIN`` is not sent on its own: it goes in one simple query with the first
 statement of the snapshot (the snapshot is taken by that first statement either way), and a
@@ -31,7 +22,6 @@ Every psycopg error leaves here as the store error tree (``store.postgres.errors
 
 from __future__ import annotations
 
-import functools
 import re
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -41,62 +31,13 @@ import psycopg
 from psycopg import pq
 
 from quill.home import DEFAULTS
-from quill.store import packed
-from quill.store.errors import DatabaseMissingError
+from quill.store.postgres.dialect import ordered_args, translate
 from quill.store.postgres.errors import mapped
+from quill.store.postgres.reach import PROBE_TIMEOUT_S, database_missing
 
-#: The databases asked whether a store's database exists when connecting to it failed
-#: (``_database_missing``): every PostgreSQL server has them unless an operator dropped both.
-MAINTENANCE_DATABASES = ("postgres", "template1")
-#: Seconds the maintenance connection may take, and the longest a failed connection may have
-#: taken to be probed at all: a server that refuses a database answers at once, while one
-#: that does not answer would otherwise double the wait of every retry.
-PROBE_TIMEOUT_S = 2
-
-_TOKENS = re.compile(r"""('(?:[^']|'')*')|("(?:[^"]|"")*")|(\?\d*)|(%)|(\bLIKE\b)""", re.S | re.I)
 _PLACEHOLDER = re.compile(r"%%|%s")
-_OR_IGNORE = re.compile(r"^\s*INSERT\s+OR\s+IGNORE\s+INTO\b", re.I)
 _ROLLBACK_TO = re.compile(r"ROLLBACK\s+TO\s+(?:SAVEPOINT\s+)?(\w+)$")
 _SAVEPOINT = re.compile(r"SAVEPOINT\s+(\w+)$")
-
-
-@functools.lru_cache(maxsize=1024)
-def translate(sql: str) -> tuple[str, tuple[int, ...] | None]:
-    """``(postgres_sql, order)``: ``order`` lists, for each ``%s``, the 0-based index of the
-    argument it takes (None when placeholders are plain ``?`` in order)."""
-    stripped = sql.strip().rstrip(";").strip()
-    upper = stripped.upper()
-    if upper == "BEGIN IMMEDIATE":
-        return "BEGIN", None
-    if upper == "BEGIN":
-        return "BEGIN ISOLATION LEVEL REPEATABLE READ", None
-    order: list[int] = []
-    numbered = False
-
-    def sub(m: re.Match) -> str:
-        nonlocal numbered
-        if m.group(3):
-            if len(m.group(3)) > 1:
-                numbered = True
-                order.append(int(m.group(3)[1:]) - 1)
-            else:
-                order.append(len(order))
-            return "%s"
-        if m.group(5):
-            return "ILIKE"
-        # psycopg reads every % in the text, inside literals too: double them all.
-        return m.group(0).replace("%", "%%")
-
-    # store.packed's expressions read as their column (PostgreSQL's TOAST compresses itself)
-    out = _TOKENS.sub(sub, packed.for_postgres(sql))
-    if _OR_IGNORE.match(out):
-        out = _OR_IGNORE.sub("INSERT INTO", out).rstrip().rstrip(";") + " ON CONFLICT DO NOTHING"
-    return out, (tuple(order) if numbered else None)
-
-
-def _args(order: tuple[int, ...] | None, args: Sequence[Any] | None) -> Sequence[Any]:
-    args = () if args is None else tuple(args)
-    return args if order is None else tuple(args[i] for i in order)
 
 
 #: Server-side bounds on every Quill session: the server ends the session of a client that
@@ -226,7 +167,7 @@ class PgConnection:
                 # A failure that took its time (a server not answering: a partition, a hung
                 # host) is not probed, so a caller's bound on a failed connect holds.
                 slow = time.monotonic() - began >= PROBE_TIMEOUT_S
-                missing = None if slow else _database_missing(exc, url, params)
+                missing = None if slow else database_missing(exc, url, params)
                 if missing is not None:
                     raise missing from exc
                 raise
@@ -263,7 +204,7 @@ class PgConnection:
         if self._begin_pending and text.strip().upper() in ("COMMIT", "ROLLBACK"):
             self._begin_pending = False  # nothing ran inside: nothing to end
             return PgCursor(None)
-        params = _args(order, args)
+        params = ordered_args(order, args)
         if self._queue:
             ended = self._rollback_queued(text)
             if ended is not None:
@@ -309,7 +250,7 @@ class PgConnection:
             return self.execute(sql, args)
         if self._begin_pending:  # a read snapshot's first statement takes its BEGIN along
             return self.execute(sql, args)
-        params = _args(order, args)
+        params = ordered_args(order, args)
         out = PgCursor(None, self)
         self._queue.append((text, params, out))
         return out
@@ -442,7 +383,7 @@ class PgConnection:
 
     def executemany(self, sql: str, seq: Iterable[Sequence[Any]]) -> None:
         text, order = translate(sql)
-        rows = [_args(order, a) for a in seq]
+        rows = [ordered_args(order, a) for a in seq]
         if not rows:
             return
         self._send_begin()
@@ -499,58 +440,3 @@ class PgConnection:
     @property
     def closed(self) -> bool:
         return self.raw.closed
-
-
-def _database_missing(
-    failed: psycopg.OperationalError, url: str, params: Mapping[str, Any]
-) -> DatabaseMissingError | None:
-    """``DatabaseMissingError`` when the server of ``url`` answers and has no database by
-    the name libpq resolved for the failed connection (URL, ``PGDATABASE``, else the user),
-    else None (unreachable, refused, bad credentials, or the database exists: the failure was
-    something else, mapped as before).
-
-    Decided by result, not message text: libpq gives a failed connection no SQLSTATE, so the
-    name is looked up in ``pg_database`` over a connection to a maintenance database with the
-    same host, port, user and credentials. Only a failure without a SQLSTATE is probed."""
-    resolved = failed.pgconn
-    if failed.sqlstate is not None or resolved is None:
-        return None
-    enc = "utf-8"
-    target = resolved.db.decode(enc, "replace") if resolved.db else ""
-    probe = next((d for d in MAINTENANCE_DATABASES if d != target), None)
-    if not target or probe is None:
-        return None
-    timeout = min(int(params.get("connect_timeout") or PROBE_TIMEOUT_S), PROBE_TIMEOUT_S)
-    try:
-        with psycopg.connect(
-            url, **{**params, "connect_timeout": timeout}, dbname=probe, autocommit=True
-        ) as conn:
-            row = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [target]).fetchone()
-            host, port, user = conn.info.host, str(conn.info.port), conn.info.user
-    except psycopg.Error:
-        return None  # the server is not answering either: nothing is known about the name
-    return None if row is not None else DatabaseMissingError(target, host, port, user)
-
-
-def redact(url: str) -> str:
-    """``url`` with any password replaced by ``***`` (in the userinfo part and in a
-    ``password=`` query parameter), for status output and logs. Never raises."""
-    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
-
-    try:
-        parts = urlsplit(url)
-        netloc = parts.netloc
-        if "@" in netloc:
-            userinfo, host = netloc.rsplit("@", 1)
-            if ":" in userinfo:
-                netloc = userinfo.split(":", 1)[0] + ":***@" + host
-        query = parts.query
-        if query:
-            pairs = parse_qsl(query, keep_blank_values=True)
-            if any(k == "password" for k, _ in pairs):
-                query = urlencode(
-                    [(k, "***" if k == "password" else v) for k, v in pairs], safe="=,%*"
-                )
-        return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-    except ValueError:
-        return "(unparseable URL)"

@@ -15,7 +15,8 @@ from typing import Any
 from quill.store.errors import CantOpenError
 from quill.store.postgres import schema
 from quill.store.postgres import search as pg_search
-from quill.store.postgres.connection import PgConnection, redact
+from quill.store.postgres.connection import PgConnection
+from quill.store.postgres.reach import redact
 from quill.store.read.io_retry import retry_io
 from quill.store.read.reader import Reader
 

@@ -143,9 +143,9 @@ def test_writers_apply_while_the_order_index_builds(tmp_path, pg_store_url):
         ]
         blocker.rollback()
         _wait(lambda: _index(url)[0] == "valid", 60, "the index to become valid")
-        assert a._index_builder is None or a._index_builder.outcome["messages_ack"]["outcome"] == (
-            "built"
-        )
+        # The server marks the index valid before ``ensure`` returns to the builder's thread.
+        _wait(lambda: "messages_ack" in a._index_builder.outcome, 30, "the builder's outcome")
+        assert a._index_builder.outcome["messages_ack"]["outcome"] == "built"
     finally:
         blocker.close()
         a.close()
@@ -184,6 +184,36 @@ def test_an_invalid_index_left_by_an_interrupted_build_is_rebuilt(tmp_path, pg_s
         assert a._index_builder.outcome["messages_ack"]["outcome"] == "rebuilt"
     finally:
         a.close()
+
+
+def test_a_store_closed_while_its_index_builds_cancels_the_build(tmp_path, pg_store_url):
+    """Closing a writer's store while its builder's ``CREATE INDEX CONCURRENTLY`` waits (for an
+    open write) cancels the statement on the server and ends the thread within the close: no
+    build of the closed store's is left running, its INVALID index is left for the next
+    builder, which replaces it. Old code: the close raised ``AttributeError`` (no ``cancel``)
+    and left the build running on the server."""
+    url = pg_store_url
+    _store_without_index(tmp_path, url)
+    blocker = _hold_a_write(url)
+    a = _writer(url, tmp_path / "host-a", "host-a")
+    try:
+        _wait(lambda: _building(url) == 1, 30, "the build to start")
+        builder = a._index_builder
+        started = time.monotonic()
+        a.close()
+        assert time.monotonic() - started < 10
+        assert not builder.alive
+        _wait(lambda: _building(url) == 0, 10, "the cancelled build to end on the server")
+        assert _index(url)[0] == "invalid" and builder.outcome == {}
+    finally:
+        blocker.close()
+    b = _writer(url, tmp_path / "host-b", "host-b")
+    try:
+        _wait(lambda: "messages_ack" in b._index_builder.outcome, 60, "the next build")
+        assert b._index_builder.outcome["messages_ack"]["outcome"] == "rebuilt"
+        assert _index(url)[0] == "valid"
+    finally:
+        b.close()
 
 
 def test_hosts_opening_at_once_build_the_index_once(tmp_path, pg_store_url, monkeypatch):

@@ -431,6 +431,13 @@ class PgConnection:
             or self.raw.info.transaction_status != pq.TransactionStatus.IDLE
         )
 
+    def cancel(self) -> None:
+        """Ask the server to cancel the statement this connection runs now, from any thread
+        (nothing happens when none runs). The statement then raises ``TransientError`` in
+        the thread that ran it. Raises the store error tree when the server cannot be told."""
+        with mapped():
+            self.raw.cancel_safe()
+
     def close(self) -> None:
         self._begin_pending = False
         self._drop(0)  # closing ends the transaction they were in: rolled back

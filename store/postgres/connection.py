@@ -56,6 +56,16 @@ SERVER_KEEPALIVES: dict[str, str] = {
 }
 
 
+#: Server messages below ERROR are not sent to Quill's sessions. During ``COPY … FROM STDIN``
+#: the client only writes; a server that sends a NOTICE per row (``to_tsvector`` of every
+#: word over 2,047 characters: "word is too long to be indexed", in the generated search
+#: column) fills the socket both ways once the notices outgrow the buffers, and both sides
+#: then wait on each other's writes forever: the writer hangs, and so does every ``DROP
+#: DATABASE`` on the server (its barrier waits for the stuck backend). Nothing in Quill reads
+#: notices or warnings; an error still ends the statement and reaches the caller.
+SERVER_QUIET: dict[str, str] = {"client_min_messages": "error"}
+
+
 #: Most rows an ``executemany`` sends as statements of its own with the queued ones
 #: (``PgConnection.defer``); more go in psycopg's ``executemany`` after them.
 EXECUTEMANY_QUEUED_ROWS = 64
@@ -143,8 +153,9 @@ class PgConnection:
         ``DEFAULTS``: connect timeout, TCP keepalives, ``tcp_user_timeout``). Callers pass a
         data dir's own (``**cfg.pg_client_params()``), or tighter ones for a session whose
         waits must be shorter (``store.postgres.election.TCP_BOUNDS``). ``settings``: server
-        parameters for this session, set after ``SERVER_KEEPALIVES`` (``set_config``, not the
-        startup ``options``, which a pooler may refuse and which would replace a URL's own).
+        parameters for this session, set after ``SERVER_KEEPALIVES`` and ``SERVER_QUIET``
+        (``set_config``, not the startup ``options``, which a pooler may refuse and which
+        would replace a URL's own).
         Raises the store error tree."""
         self.url = url
         params: dict[str, Any] = {**DEFAULTS.pg_client_params(), **conninfo}
@@ -172,7 +183,11 @@ class PgConnection:
                     raise missing from exc
                 raise
             try:
-                pairs = [*SERVER_KEEPALIVES.items(), *(settings or {}).items()]
+                pairs = [
+                    *SERVER_KEEPALIVES.items(),
+                    *SERVER_QUIET.items(),
+                    *(settings or {}).items(),
+                ]
                 self.raw.execute(
                     "SELECT " + ", ".join("set_config(%s, %s, false)" for _ in pairs),
                     [x for pair in pairs for x in pair],

@@ -98,8 +98,9 @@ class Quarantine:
         return path
 
     def get(self, entry_id: str) -> dict[str, Any]:
-        """One entry (``put``'s fields plus ``id``); raises ``KeyError`` if there is none."""
-        entry = json.loads(self._path(entry_id).read_text("utf-8"))
+        """One entry (``put``'s fields plus ``id``); raises ``KeyError`` if there is none (or
+        it was resolved by another process meanwhile)."""
+        entry = _read_entry(self._path(entry_id), entry_id)
         return {"id": entry["position"], **entry}
 
     def resolve(self, entry_id: str, action: str, actor: str, **details: Any) -> dict[str, Any]:
@@ -107,7 +108,7 @@ class Quarantine:
         ``{"at", "action", "actor", "entry", **details}`` to ``audit.jsonl``, then remove the
         entry's file. Returns the audit line. Raises ``KeyError`` if there is no such entry."""
         path = self._path(entry_id)
-        entry = json.loads(path.read_text("utf-8"))
+        entry = _read_entry(path, entry_id)
         line = {
             "at": time.time(),
             "action": action,
@@ -133,6 +134,10 @@ class Quarantine:
         for entry in list(self.entries()):
             rec = _lenient(entry.get("raw"))
             if rec is not None and wants(rec, Position.parse(entry["position"])):
+                try:
+                    path = self._path(entry["position"])
+                except KeyError:
+                    continue  # resolved meanwhile (retried or dropped by another process)
                 self._append_audit(
                     {
                         "at": time.time(),
@@ -143,8 +148,7 @@ class Quarantine:
                         "batch": entry.get("batch"),
                     }
                 )
-                path = self._path(entry["position"])
-                path.unlink()
+                path.unlink(missing_ok=True)
                 path.with_suffix(LINE_SUFFIX).unlink(missing_ok=True)
                 gone.append(entry["position"])
         if gone:
@@ -238,12 +242,17 @@ class Quarantine:
         return path
 
     def entries(self) -> Iterator[dict[str, Any]]:
-        """Every quarantined entry (``put``'s fields plus ``id``), in spool order."""
+        """Every quarantined entry (``put``'s fields plus ``id``), in spool order. An entry
+        resolved (retried, dropped, purged) by another process while this runs is left out:
+        its file was listed but is gone."""
         if not self.dir.exists():
             return
         for path in sorted(self.dir.glob("*.json")):
-            with open(path, encoding="utf-8") as f:
-                entry = json.load(f)
+            try:
+                with open(path, encoding="utf-8") as f:
+                    entry = json.load(f)
+            except FileNotFoundError:
+                continue  # resolved meanwhile
             yield {"id": entry["position"], **entry}
 
     def count(self) -> int:
@@ -275,10 +284,22 @@ class Quarantine:
             return 0
         n = 0
         for path in self.dir.glob("*.json"):
-            with open(path, "rb") as f:
-                m = _REASON.search(f.read(256))
+            try:
+                with open(path, "rb") as f:
+                    m = _REASON.search(f.read(256))
+            except FileNotFoundError:
+                continue  # resolved meanwhile
             n += bool(m and m.group(1) == TORN_WRITE.encode())
         return n
+
+
+def _read_entry(path: Path, entry_id: str) -> dict[str, Any]:
+    """The entry file at ``path``; ``KeyError(entry_id)`` when another process resolved it
+    since it was found."""
+    try:
+        return json.loads(path.read_text("utf-8"))
+    except FileNotFoundError:
+        raise KeyError(entry_id) from None
 
 
 class Resolutions:

@@ -54,6 +54,8 @@ PACK_STORED_SQL = (
 LEVEL = 3
 #: Bytes at the start of a packed value that hold the frame header (its text size among them).
 HEADER_BYTES = 18
+#: Bytes of text unpacked at a time when a prefix read checks the rest of its frame.
+CHECK_CHUNK = 1 << 20
 
 #: Every frame ends with the checksum of its text (4 bytes, XXH64): a frame damaged inside a
 #: block of literals still decodes, to other text; only the checksum tells it apart, so a
@@ -99,14 +101,34 @@ def packed_size(head: bytes) -> int | None:
 
 
 def unpack_prefix(reader: Any, chars: int) -> str:
-    """The first ``chars`` characters of a packed value read from ``reader`` (a file-like
-    object over the BLOB, e.g. an apsw blob handle): only as much of the frame is unpacked as
-    those characters need (at most 4 bytes a character)."""
+    """The first ``chars`` characters of a packed value read from ``reader`` (a seekable
+    file-like object over the BLOB at its start, e.g. an apsw blob handle). Only those
+    characters are kept (at most 4 bytes a character), but the whole frame is unpacked, in
+    ``CHECK_CHUNK`` pieces, to reach its checksum: a frame damaged inside a block of literals
+    decodes to other text, which only the checksum tells apart. Memory stays bounded; CPU
+    grows with the text (about 1 ms a MB). Raises ``PackedValueError`` for a frame that is
+    damaged, cut short or of unknown size, as ``unpack`` does."""
     import codecs
 
-    with _DECOMPRESS.stream_reader(reader, read_across_frames=False, closefd=False) as stream:
-        data = stream.read(4 * chars)
-    return codecs.getincrementaldecoder("utf-8")().decode(data, final=False)[:chars]
+    head = reader.read(HEADER_BYTES)
+    reader.seek(0)
+    size = packed_size(head)
+    try:
+        with _DECOMPRESS.stream_reader(reader, read_across_frames=False, closefd=False) as stream:
+            data = stream.read(4 * chars)
+            total = len(data)
+            while chunk := stream.read(CHECK_CHUNK):
+                total += len(chunk)
+        decoder = codecs.getincrementaldecoder("utf-8")("surrogatepass")
+        text = decoder.decode(data, final=False)
+    except (zstandard.ZstdError, UnicodeDecodeError) as exc:
+        raise PackedValueError(f"a packed message text is damaged: {exc}") from exc
+    if size is None or total != size:  # the stream ends quietly where the input does
+        raise PackedValueError(
+            f"a packed message text is damaged: its frame gave {total} of "
+            f"{'an unknown number of' if size is None else size} bytes"
+        )
+    return text[:chars]
 
 
 def text_sql(column: str) -> str:

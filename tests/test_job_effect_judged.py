@@ -19,6 +19,7 @@ import time
 from conftest import quill_env
 from harness import InProcessWriter
 
+from quill import home
 from quill.jobs.queues import build_for
 from quill.store import Reader
 from quill.store.sqlite.connection import open_writer, transaction
@@ -35,15 +36,19 @@ WRITER = textwrap.dedent(
 
     cfg = home.load(Path(sys.argv[1]))
     marker = Path(sys.argv[2])
+    stop_at = int(sys.argv[3]) if len(sys.argv) > 3 else 1  # the job's commits before VACUUM's
     writer = Writer(cfg, logs.configure(cfg.logs_dir, "writer"))
     writer.initialize()
+    commits = []
 
     def after_commit(conn, db, pages):
         # The writer publishes the job it runs after the run's start row committed and
-        # before the job begins: the next commit is the VACUUM's.
+        # before the job begins: the job's commits follow, the VACUUM's last.
         if (writer.run_dir.last("writer") or {}).get("job") == "vacuum":
-            marker.write_text(str(pages))
-            time.sleep(600)  # the VACUUM is committed to the WAL; SIGKILL comes here
+            commits.append(pages)
+            if len(commits) == stop_at:
+                marker.write_text(str(pages))
+                time.sleep(600)  # the VACUUM is committed to the WAL; SIGKILL comes here
         return 0
 
     connect = writer.store.connect
@@ -74,6 +79,78 @@ def _free_pages(db) -> None:
         conn.wal_checkpoint(mode=3)  # TRUNCATE
     finally:
         conn.close()
+
+
+def _kill_at_commit(w: InProcessWriter, tmp_path, commit: int = 1) -> None:
+    """Run the queued vacuum in a real writer process and SIGKILL it right after the job's
+    ``commit``-th commit (the VACUUM's)."""
+    marker = tmp_path / "vacuum-committed"
+    script = tmp_path / "writer.py"
+    script.write_text(WRITER)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(w.root), str(marker), str(commit)],
+        env=quill_env(w.root),
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists():
+            assert proc.poll() is None, "the writer process exited"
+            assert time.monotonic() < deadline, "the VACUUM never committed"
+            time.sleep(0.02)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_vacuum_that_packed_texts_in_a_store_without_free_pages_is_judged_from_its_effect(
+    tmp_path,
+):
+    """A store with no free page whose texts were stored plain (a higher ``[store]
+    pack_min_bytes`` before): the vacuum job packs them (one commit), which frees pages, and
+    VACUUMs because it packed (a second commit); killed after that, the run is judged done
+    from the file (no free page, fewer pages than at its start: only a VACUUM gives pages
+    back) — not 'died before it finished', which the next run, with nothing left to pack or
+    free, would never correct."""
+    w = InProcessWriter(tmp_path / "home", store={"pack_min_bytes": 10**9})
+    for k in range(20):
+        w.say(
+            f"s{k}", *[f"log line {k}.{i}: " + "build output, all green " * 400 for i in range(3)]
+        )
+    w.until_idle()
+    w.writer.shutdown()
+    db = w.cfg.state_db
+    conn = open_writer(db)
+    try:
+        conn.execute("VACUUM")  # no free page at the job's start
+        conn.wal_checkpoint(mode=3)
+        assert conn.execute("PRAGMA freelist_count").fetchone()[0] == 0
+        assert conn.execute(
+            "SELECT count(*) FROM messages WHERE typeof(content) = 'text'"
+        ).fetchone() == (60,)
+        pages = conn.execute("PRAGMA page_count").fetchone()[0]
+    finally:
+        conn.close()
+    config = w.root / "config.toml"
+    config.write_text(
+        config.read_text().replace(f"pack_min_bytes = {10**9}", "pack_min_bytes = 1024")
+    )
+    build_for(w.cfg).enqueue("vacuum")
+    _kill_at_commit(w, tmp_path, commit=2)  # the packing's slice, then the VACUUM
+
+    w.cfg = home.load(w.root)
+    w.writer = w.start()
+    w.turn()  # the next writer opens the store and closes its predecessor's runs
+    with Reader(db) as r:
+        [run] = r.job_runs(job="vacuum")
+        assert r.conn.execute(
+            "SELECT count(*) FROM messages WHERE typeof(content) = 'blob'"
+        ).fetchone() == (60,)
+        assert r.conn.execute("PRAGMA freelist_count").fetchone()[0] == 0
+        assert r.conn.execute("PRAGMA page_count").fetchone()[0] < pages
+    assert run["outcome"] == "ok", run
+    assert run["figures"]["judged"].startswith("completed (judged from effect: "), run
+    w.close()
 
 
 def test_a_vacuum_killed_after_its_commit_is_recorded_as_completed_from_its_effect(tmp_path):

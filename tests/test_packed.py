@@ -163,6 +163,40 @@ def test_clipped_reads_cut_a_packed_text_by_its_own_size(pair):
     assert got[1]["clipped"]["content"] == len(LONG.encode())
 
 
+def test_a_clipped_read_of_a_damaged_packed_text_is_a_corrupt_error_never_other_text(pair):
+    """Each byte of a packed text's frame flipped in the store file, one at a time: the
+    clipped read (the dashboard's transcript page) either returns the text's own first
+    characters or raises ``PackedValueError`` — never another text (a flip in a block of
+    literals decodes quietly to one; only the frame's checksum, at its end, tells) and never
+    zstandard's or the codec's own error, which no caller maps to a damaged store."""
+    a, _ = pair
+    (mid,) = a.conn.execute("SELECT id FROM messages WHERE ext_id = 'a1'").fetchone()
+    (size,) = a.conn.execute("SELECT length(content) FROM messages WHERE id = ?", (mid,)).fetchone()
+    reader = a.reader()
+    outcomes = {"same": 0, "error": 0}
+    try:
+        for at in range(size):
+            with a.conn.blob_open("main", "messages", "content", mid, True) as blob:
+                blob.seek(at)
+                byte = blob.read(1)
+                blob.seek(at)
+                blob.write(bytes([byte[0] ^ 0x20]))
+            try:
+                got = reader.get_messages(SID, clip=100)[1]["content"]
+                assert got == LONG[:100], f"byte {at} flipped: another text read back"
+                outcomes["same"] += 1
+            except packed.PackedValueError:
+                outcomes["error"] += 1
+            finally:
+                with a.conn.blob_open("main", "messages", "content", mid, True) as blob:
+                    blob.seek(at)
+                    blob.write(byte)
+        assert reader.get_messages(SID, clip=100)[1]["content"] == LONG[:100]
+    finally:
+        reader.close()
+    assert outcomes["error"] >= size - packed.HEADER_BYTES, outcomes
+
+
 def test_a_revision_of_a_packed_row_rewrites_it_packed_and_reindexes(pair):
     for s in pair:
         s.index()

@@ -206,7 +206,8 @@ def read(
     ``clip`` come back as their first ``clip`` characters, structured fields over
     ``clipped.STRUCT_MAX_BYTES`` as absent, blob references uninflated, each cut named in
     the message's ``clipped`` (``{field: full size in bytes}``); every view then carries
-    Quill's keys. Cost per row does not grow with the row's size (``store/read/clipped.py``).
+    Quill's keys. Cost per row does not grow with the row's size, but for a packed text's
+    checksum (``store/read/clipped.py``).
     Raises ``ValueError`` for an unknown projection, a negative limit/offset or ``clip`` < 1.
     """
     states(projection)

@@ -24,7 +24,7 @@ import apsw
 from quill.home import SNAPSHOT_GLOB, parse_snapshot_name
 
 #: Store jobs whose interrupted runs are judged from the file: each runs a VACUUM, whose
-#: committed effect is an empty freelist and a smaller page count.
+#: committed effect is an empty freelist and a smaller page count (``judge``).
 JUDGED_JOBS = frozenset({"vacuum", "scrub"})
 #: The worker job whose interrupted runs are judged from ``snapshots/``.
 SNAPSHOT_JOB = "snapshot"
@@ -47,9 +47,12 @@ def measure(conn: apsw.Connection) -> dict[str, int]:
 
 def judge(before: dict[str, Any], now: dict[str, Any]) -> tuple[str, str] | None:
     """``("ok", verdict)`` when the file shows a VACUUM completed since ``before``
-    (``measure`` at the run's start): the freelist went from N > 0 to 0 and the database lost
-    at least those N pages. ``("interrupted", verdict)`` when nothing changed (same page count
-    and N > 0 free pages still free). None when the figures are missing or the change proves
+    (``measure`` at the run's start): no free page is left and the database lost pages, at
+    least the N it had free. Only a VACUUM gives pages back (``AUTO_VACUUM`` is INCREMENTAL and
+    no ``incremental_vacuum`` runs), so this holds with N = 0 too: the vacuum job VACUUMs a
+    store without free pages once it packed texts (``pack_stored`` frees the pages a VACUUM
+    then returns). ``("interrupted", verdict)`` when nothing changed (same page count and
+    N > 0 free pages still free). None when the figures are missing or the change proves
     neither."""
     try:
         b_pages, b_free, size = (
@@ -60,7 +63,7 @@ def judge(before: dict[str, Any], now: dict[str, Any]) -> tuple[str, str] | None
         n_pages, n_free = int(now["page_count"]), int(now["freelist_count"])
     except (KeyError, TypeError, ValueError):
         return None
-    if b_free > 0 and n_free == 0 and n_pages <= b_pages - b_free:
+    if n_free == 0 and n_pages < b_pages and n_pages <= b_pages - b_free:
         return (
             "ok",
             f"completed (judged from effect: freelist {b_free} → 0, database shrank from "

@@ -249,9 +249,8 @@ class Quarantine:
             return
         for path in sorted(self.dir.glob("*.json")):
             try:
-                with open(path, encoding="utf-8") as f:
-                    entry = json.load(f)
-            except FileNotFoundError:
+                entry = _read_entry(path, path.stem)
+            except KeyError:
                 continue  # resolved meanwhile
             yield {"id": entry["position"], **entry}
 
@@ -274,6 +273,10 @@ class Quarantine:
             pos, reason = _POSITION.search(head), _REASON.search(head)
             if pos and reason:
                 out.append((pos.group(1).decode(), reason.group(1).decode()))
+            else:  # not the head ``put`` writes: the file is damaged
+                out.append(
+                    (_unreadable(path, "no position and reason")["position"], UNREADABLE_ENTRY)
+                )
         return out
 
     def torn_count(self) -> int:
@@ -293,13 +296,34 @@ class Quarantine:
         return n
 
 
+#: The reason of an entry whose own file cannot be read (disk damage: ``put`` writes it whole
+#: by rename). It is listed, shown and can be dropped; a retry finds no op in it.
+UNREADABLE_ENTRY = "entry-unreadable"
+
+
 def _read_entry(path: Path, entry_id: str) -> dict[str, Any]:
     """The entry file at ``path``; ``KeyError(entry_id)`` when another process resolved it
-    since it was found."""
+    since it was found. A file that is not an entry's JSON object gives an entry of reason
+    ``UNREADABLE_ENTRY`` at the position its name holds, whose ``detail`` says why."""
     try:
-        return json.loads(path.read_text("utf-8"))
+        entry = json.loads(path.read_bytes())
     except FileNotFoundError:
         raise KeyError(entry_id) from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+        return _unreadable(path, f"{type(exc).__name__}: {exc}")
+    if not isinstance(entry, dict) or not isinstance(entry.get("position"), str):
+        return _unreadable(path, f"not a quarantine entry: {type(entry).__name__}")
+    return entry
+
+
+def _unreadable(path: Path, why: str) -> dict[str, Any]:
+    segment, _, offset = path.stem.partition("-")
+    return {
+        "position": str(Position(int(segment), int(offset))),
+        "reason": UNREADABLE_ENTRY,
+        "detail": f"the quarantine entry file {path.name} cannot be read ({why})",
+        "raw": "",
+    }
 
 
 class Resolutions:

@@ -145,3 +145,26 @@ def test_put_honours_retry_drop_and_purge_lines_of_the_audit(tmp_path):
     scratch = Quarantine.for_store(tmp_path / "scratch.db").consult(q)
     assert scratch.put(Position(1, 0), "invalid-field", "x", raw, rec) is None
     assert scratch.count() == 0
+
+
+def test_a_damaged_entry_file_is_listed_shown_and_dropped(quill, home):
+    """An entry file damaged on disk (cut short) is listed and shown as ``entry-unreadable``
+    with why, at the position its name holds; a retry says it holds no op and changes
+    nothing; a drop takes it out. Old code: every listing (the CLI, status, the dashboard,
+    ``push --wait``) failed with a JSONDecodeError traceback."""
+    entry = _quarantine_a_reused_batch(quill, home)
+    [path] = (home / "spool" / "quarantine").glob("*.json")
+    path.write_bytes(path.read_bytes()[:25])
+    [listed] = quill.json("spool", "quarantine", "list")["entries"]
+    assert (listed["id"], listed["reason"]) == (entry["id"], "entry-unreadable")
+    assert "JSONDecodeError" in listed["detail"]
+    assert quill.status()["spool"]["quarantined"] == 1
+    shown = quill.run("spool", "quarantine", "show", entry["id"]).stdout
+    assert "entry-unreadable" in shown
+    retried = quill.run("spool", "quarantine", "retry", entry["id"], check=False)
+    assert retried.returncode != 0 and "damaged" in retried.stderr + retried.stdout
+    assert path.exists()
+    quill.run("spool", "quarantine", "drop", entry["id"])
+    assert quill.json("spool", "quarantine", "list")["entries"] == []
+    [line] = Quarantine(home / "spool").audit()
+    assert line["action"] == "drop" and line["entry"]["reason"] == "entry-unreadable"

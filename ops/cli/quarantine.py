@@ -32,12 +32,15 @@ from quill.ops.transfer.ingest import stable_batch_id
 from quill.spool import Quarantine, Spool
 from quill.spool.errors import DamagedRecordError
 from quill.spool.lines import OVER_LIMIT, OverLimit, iter_lines, over_limit_detail
+from quill.spool.quarantine import UNREADABLE_ENTRY
 from quill.spool.record import decode
 from quill.spool.segments import Position
 
 #: Reasons that mean the line itself is damaged (not the op's data): retrying trusts bytes
 #: that failed their checksum or shape check, so it needs --force.
-DAMAGE_REASONS = frozenset({"checksum", "nul-bytes", "bad-json", "version", "shape", "damaged"})
+DAMAGE_REASONS = frozenset(
+    {"checksum", "nul-bytes", "bad-json", "version", "shape", "damaged", UNREADABLE_ENTRY}
+)
 
 
 def _actor() -> str:

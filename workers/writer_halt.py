@@ -14,6 +14,7 @@ so that the writer's loop reads in one screen.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from quill.home import Halt, Throttle, WriterStatus, is_exhaustion
@@ -55,6 +56,8 @@ class HaltAndRefusal:
     _refused_until: float
     _halted_retry: Throttle
     _published: tuple[Any, ...] | None
+    cursor: Any  # ``Writer.cursor``: the drain's committed ``spool.Position``
+    _job_runner: Callable[[], Any]  # ``Writer._job_runner``: the ``StoreJobRunner``
 
     def _refuse(self, now: float, exc: SpoolMismatchError) -> float:
         """Apply nothing: close the store, publish the refusal as this writer's halt (not the

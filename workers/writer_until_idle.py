@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
+from quill.home import Halt
 from quill.store.errors import CorruptError
 from quill.workers.writer_halt import RETRYABLE, passing
 
@@ -21,6 +23,20 @@ UNTIL_IDLE_GIVE_UP_S = 300.0
 class UntilIdle:
     """``Writer.until_idle`` and its retry helper; uses the writer's ``initialize``,
     ``step``, ``shutdown``, ``_retry`` and its store, drain and log."""
+
+    store: Any
+    drain: Any
+    log: Any
+    halt_cause: Halt | None
+    error: str | None
+    _backoff: float | None
+    cursor: Any  # ``Writer.cursor``: the drain's committed ``spool.Position``
+    totals: Any  # ``Writer.totals`` (read-only): the drain's counts, ``{name: int}``
+    initialize: Callable[[], None]
+    step: Callable[..., bool]
+    shutdown: Callable[[], None]
+    _retry: Callable[[float, Exception, str, float | None], float]
+    _job_runner: Callable[[], Any]
 
     def until_idle(
         self, stop: threading.Event | None = None, *, give_up_s: float = UNTIL_IDLE_GIVE_UP_S

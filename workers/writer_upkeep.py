@@ -61,6 +61,8 @@ class Upkeep:
     drain: Any
     commit_hist: dict[str, Any]
     _ring_warn: Throttle
+    cursor: Any  # ``Writer.cursor``: the drain's committed ``spool.Position``
+    totals: Any  # ``Writer.totals`` (read-only): the drain's counts, ``{name: int}``
 
     def _init_upkeep(self) -> None:
         self._was_busy = False  # committed since the last idle upkeep

@@ -290,7 +290,8 @@ def inflate(
                 return v
             if sent is not None:
                 if sha in sent:
-                    kept.add(sha)
+                    if kept is not None:
+                        kept.add(sha)
                     return v
                 sent.add(sha)
             return prefix + cache[sha]

@@ -122,7 +122,7 @@ def _message(st: _State, ev: dict) -> dict | None:
         content = result.get("content") if isinstance(result, dict) else None
         if content is None and isinstance(error, dict):
             content = error.get("message")
-        extra: dict[str, Any] = {"is_error": data.get("success") is False, "error": error}
+        extra = {"is_error": data.get("success") is False, "error": error}
         if isinstance(result, dict) and result.get("detailedContent") not in (None, content):
             extra["detailedContent"] = result["detailedContent"]
         return make_message(

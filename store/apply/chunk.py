@@ -304,7 +304,7 @@ def _apply_entry(
     now: float,
     on_reject: RejectFn,
     result: ChunkResult,
-    decided: set[str],
+    decided: dict[str, str | None],
     ledger: Ledger,
     key: order.OrderKey,
 ) -> None:

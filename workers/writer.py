@@ -48,6 +48,7 @@ from quill.home import Halt, RunDir, Settings, Throttle, doorbell
 from quill.jobs.queues import build_for
 from quill.spool import Quarantine, Spool, SpoolReader
 from quill.spool.segments import DOORBELL
+from quill.store.contract import Store
 from quill.store.errors import (
     CorruptError,
     SharedMemoryError,
@@ -83,7 +84,7 @@ class Writer(HaltAndRefusal, UntilIdle, Upkeep):
         self.log = log
         self.run_dir = RunDir(cfg.home, log)  # a full disk is reported, never fatal
         self.lease = Lease(self.run_dir.lock("writer"))
-        self.store = (
+        self.store: Store = (
             store
             if store is not None
             else open_store(cfg, log, run_dir=self.run_dir, writer=True, connect=False)

@@ -12,7 +12,10 @@ from collections.abc import Callable
 from typing import Any
 
 from quill.home import Halt
+from quill.store.contract import Store
 from quill.store.errors import CorruptError
+from quill.workers.drain import Drain
+from quill.workers.job_runner import StoreJobRunner
 from quill.workers.writer_halt import RETRYABLE, passing
 
 #: ``until_idle`` gives up after failing this long without one successful step (seconds):
@@ -24,8 +27,8 @@ class UntilIdle:
     """``Writer.until_idle`` and its retry helper; uses the writer's ``initialize``,
     ``step``, ``shutdown``, ``_retry`` and its store, drain and log."""
 
-    store: Any
-    drain: Any
+    store: Store
+    drain: Drain
     log: Any
     halt_cause: Halt | None
     error: str | None
@@ -36,7 +39,7 @@ class UntilIdle:
     step: Callable[..., bool]
     shutdown: Callable[[], None]
     _retry: Callable[[float, Exception, str, float | None], float]
-    _job_runner: Callable[[], Any]
+    _job_runner: Callable[[], StoreJobRunner]
 
     def until_idle(
         self, stop: threading.Event | None = None, *, give_up_s: float = UNTIL_IDLE_GIVE_UP_S
@@ -75,8 +78,15 @@ class UntilIdle:
         """Open the store, read (and prove) its cursor, make the job runner; the figures of
         ``store.connect``. Raises the store error tree."""
         figures = self.store.connect()
-        self.drain.start()
-        self._job_runner()
+        try:
+            self.drain.start()
+            self._job_runner()
+        except (*RETRYABLE, OSError):
+            # Open but not started: the next try starts over from ``connect``. A store that
+            # stays open across a retry (SQLite's) would otherwise be stepped from the drain's
+            # unproved default cursor, with no job runner.
+            self.store.disconnect()
+            raise
         return figures
 
     def _retrying(self, step: Any, stop: threading.Event | None, give_up_s: float) -> Any:

@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from quill.home import RunDir, Throttle, WriterStatus, doorbell
+from quill.home import RunDir, Settings, Throttle, WriterStatus, doorbell
 from quill.store.contract import Store
 from quill.workers import status
 from quill.workers.drain import Drain
@@ -57,7 +57,7 @@ class Upkeep:
     """The upkeep half of ``Writer`` (which provides ``cfg``, ``log``, ``store``, ``run_dir``,
     ``jobs``, ``drain``, ``cursor``, ``totals`` and ``commit_hist``)."""
 
-    cfg: Any
+    cfg: Settings
     log: Any
     store: Store
     run_dir: RunDir

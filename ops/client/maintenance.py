@@ -11,6 +11,7 @@ import shlex
 from collections.abc import Callable
 from typing import Any
 
+from quill.home import Settings
 from quill.ops.client.errors import InvalidInputError, WaitTimeoutError, no_session
 from quill.ops.client.reads import _public_errors
 from quill.spool import Ack
@@ -22,7 +23,7 @@ class Maintenance:
     ``_reader``)."""
 
     # Provided by ``Client`` and its other bases (``Writes``, ``Reads``).
-    config: Any
+    config: Settings
     submit: Callable[..., Ack]
     orphans: Callable[..., list[dict[str, Any]]]
     _reader: Callable[[Exception | None], Any]  # a context manager yielding a store reader

@@ -310,7 +310,7 @@ class RunDir:
 
     def _current(self, data: dict[str, Any] | None, pid: int | None = None) -> bool:
         return (
-            bool(data)
+            data is not None
             and data.get("home") == str(self.home)
             and holder_alive(data)
             and (pid is None or data.get("pid") == pid)

@@ -86,7 +86,7 @@ class HeldJobStore(SQLAlchemyJobStore):
 
     # -- writes ----------------------------------------------------------------------------
 
-    def _failed(self, exc: BaseException, what: str) -> None:
+    def _failed(self, exc: sa_exc.DBAPIError, what: str) -> None:
         if self._since is None:
             self._since = time.time()
         self._error = f"{type(exc.orig).__name__}: {exc.orig}"

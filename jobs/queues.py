@@ -281,10 +281,12 @@ def fire_scheduled(cfg: Settings, name: str) -> list[str] | None:
         return None
     from quill.spool.identity import load_or_create
     from quill.store.postgres.apply import spool_ids
+    from quill.store.postgres.store import PgStore
 
     own = load_or_create(cfg.spool_id_path)
     store = open_store(cfg, spool_id="scheduler")  # reads only: applies no ops
     try:
+        assert isinstance(store, PgStore) and store.conn is not None  # cluster: PostgreSQL's
         hosts = sorted({own, *spool_ids(store.conn)})
     finally:
         store.close()

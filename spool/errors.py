@@ -5,9 +5,15 @@ Classified by type (and by ``errno`` where the OS gives one), never by message t
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class SpoolError(Exception):
     """Base of every error raised by the ``spool`` package."""
+
+    #: Set only on an error raised by ``Spool.append_many``: the ``Ack`` of each record made
+    #: durable before the failure (absent otherwise: test with ``hasattr``).
+    acks: list[Any]
 
 
 class SpoolFullError(SpoolError):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import fcntl
 import os
 import struct
+from pathlib import Path
 
 from quill.spool.segments import FILE_MODE
 
@@ -24,6 +25,10 @@ _LEAD_TRIES = 8
 class GroupCommit:
     """``Spool._group_sync`` and its check; uses the handle's ``dir``, ``_segment`` and
     ``_sync_fd`` (-1 until the rendezvous file is opened)."""
+
+    dir: Path
+    _segment: int
+    _sync_fd: int
 
     def _group_sync(self, fd: int, end: int) -> None:
         """Return once bytes ``[0, end)`` of the active segment are durable (module doc).

@@ -275,6 +275,7 @@ def _scan(
                 }
                 (out.torn_writes if e.damage.reason == TORN_WRITE else out.damaged).append(item)
                 continue
+            assert rec is not None  # an entry holds a record or its damage (``spool.Entry``)
             producer, seq = rec.get("producer"), rec.get("seq")
             if not isinstance(producer, str) or type(seq) is not int:
                 # A purge tombstone that had no room for them (older purges) stands for one

@@ -94,7 +94,7 @@ def tombstone(original: dict[str, Any], length: int, purged_by: str) -> bytes:
 
 
 def is_tombstone(rec: dict[str, Any] | None) -> bool:
-    return bool(rec) and rec.get("op") == PURGED_OP
+    return rec is not None and rec.get("op") == PURGED_OP
 
 
 def seal(spool_dir: Path, segment: int) -> bool:
@@ -320,7 +320,7 @@ def _verify(
             _same(old, new, pos, offset, segment)
             line = os.pread(new, length, offset)
             rec = _decode(line) if line.count(b"\n") == 1 and line.endswith(b"\n") else None
-            if not is_tombstone(rec) or rec.get("batch") != keep["batch"]:
+            if rec is None or not is_tombstone(rec) or rec.get("batch") != keep["batch"]:
                 raise PurgeVerifyError(
                     segment, f"line at {offset} is not a tombstone of batch {keep['batch']}"
                 )

@@ -128,7 +128,7 @@ class SpoolReader:
                 if tail is None:
                     return  # a tail still being written (or torn): wait, or seal_torn_tail()
                 over = tail if isinstance(tail, OverLimit) else None
-                if over.terminated if over else b"\n" in tail:
+                if tail.terminated if isinstance(tail, OverLimit) else b"\n" in tail:
                     pos = Position(pos.segment, offset)  # completed while we looked: read it
                     continue
                 size = over.size if over else len(tail)

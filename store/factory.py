@@ -22,7 +22,7 @@ SCHEMES = STORE_SCHEMES
 
 def is_postgres_url(url: str | None) -> bool:
     """True for a ``postgresql://`` / ``postgres://`` store URL."""
-    return bool(url) and url.split(":", 1)[0] in SCHEMES
+    return url is not None and url.split(":", 1)[0] in SCHEMES
 
 
 def _url(settings: Any) -> str | None:
@@ -158,6 +158,6 @@ def jobstore_url(settings: Settings) -> str:
     """The store's database as an SQLAlchemy URL (psycopg 3 driver), where a cluster keeps its
     schedules. Raises ``ValueError`` for a store that is not shared (``cluster`` False)."""
     url = _url(settings)
-    if not capabilities(url).cluster:
+    if url is None or not capabilities(url).cluster:
         raise ValueError("only a shared PostgreSQL store holds the schedules")
     return "postgresql+psycopg://" + url.split("://", 1)[1]

@@ -42,9 +42,9 @@ class Child:
 
     def summary(self) -> dict[str, Any]:
         """What ``quill status`` shows for this child."""
-        alive = self.proc is not None and self.proc.poll() is None
+        proc = self.proc
         return {
-            "pid": self.proc.pid if alive else None,
+            "pid": proc.pid if proc is not None and proc.poll() is None else None,
             "restarts": self.restarts,
             "last_exit_code": self.last_exit_code,
             "last_exit_at": self.last_exit_at,

@@ -64,8 +64,10 @@ class StoreJobRunner:
         their ops to (the data dir's own spool, which this writer drains). ``cfg``: the data
         dir's config, from which each job's parameters are resolved when it runs
         (``resolve_params``)."""
-        self._queues = queues if isinstance(queues, Queues) else None
-        self._open_queues = queues if self._queues is None else None
+        self._queues: Queues | None = queues if isinstance(queues, Queues) else None
+        self._open_queues: Callable[[], Queues] | None = (
+            None if isinstance(queues, Queues) else queues
+        )
         self.log = log
         self.spool = spool
         self.cfg = cfg
@@ -86,6 +88,7 @@ class StoreJobRunner:
     def queues(self) -> Queues:
         """The queues, opened on first use. Raises ``QueueUnavailableError``."""
         if self._queues is None:
+            assert self._open_queues is not None  # no queues were given: their opener was
             self._queues = self._open_queues()
         return self._queues
 

@@ -370,14 +370,14 @@ class Supervisor:
         )
 
     def _stop_children(self) -> None:
-        live = [c for c in self.children if c.proc is not None and c.proc.poll() is None]
-        for child in live:
-            child.proc.send_signal(signal.SIGTERM)
+        live = [(c, c.proc) for c in self.children if c.proc is not None and c.proc.poll() is None]
+        for _, proc in live:
+            proc.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + STOP_TIMEOUT_S
-        for child in live:
+        for child, proc in live:
             try:
-                child.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                self.log.error("supervisor.kill", child=child.role, child_pid=child.proc.pid)
-                child.proc.kill()
-                child.proc.wait()
+                self.log.error("supervisor.kill", child=child.role, child_pid=proc.pid)
+                proc.kill()
+                proc.wait()

@@ -188,8 +188,14 @@ def lag(cfg: Settings, state: WatchState | None = None) -> dict[str, Any]:
         if bad is not None and bad.get("mark") and bad["mark"].same_stat(st):
             continue
         pending += 1
-        grew = old is not None and (old.dev, old.ino) == (st.st_dev, st.st_ino)
-        behind += st.st_size - old.size if grew and st.st_size >= old.size else st.st_size
+        if (
+            old is not None
+            and (old.dev, old.ino) == (st.st_dev, st.st_ino)
+            and st.st_size >= old.size
+        ):
+            behind += st.st_size - old.size  # the same file grew: its new bytes
+        else:
+            behind += st.st_size
     unreadable = [
         {"path": p, "reason": u["reason"], "at": u.get("at")} for p, u in state.unreadable.items()
     ]

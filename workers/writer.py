@@ -48,6 +48,7 @@ from quill.home import Halt, RunDir, Settings, Throttle, doorbell
 from quill.jobs.queues import build_for
 from quill.spool import Quarantine, Spool, SpoolReader
 from quill.spool.segments import DOORBELL
+from quill.store.contract import Store
 from quill.store.errors import (
     CorruptError,
     SharedMemoryError,
@@ -83,7 +84,7 @@ class Writer(HaltAndRefusal, UntilIdle, Upkeep):
         self.log = log
         self.run_dir = RunDir(cfg.home, log)  # a full disk is reported, never fatal
         self.lease = Lease(self.run_dir.lock("writer"))
-        self.store = (
+        self.store: Store = (
             store
             if store is not None
             else open_store(cfg, log, run_dir=self.run_dir, writer=True, connect=False)
@@ -138,19 +139,19 @@ class Writer(HaltAndRefusal, UntilIdle, Upkeep):
                 if pause <= 0:
                     continue
                 if self._idle and self.doorbell is not None:
-                    self._idle_wait(pause, stop)
+                    self._idle_wait(self.doorbell, pause, stop)
                 else:  # a backoff, a halt, a refusal: rings must not cut these short
                     stop.wait(pause)
         finally:
             self.shutdown()
 
-    def _idle_wait(self, pause: float, stop: threading.Event) -> None:
-        """Wait until a producer rings the doorbell or ``pause`` seconds pass (the poll that
-        bounds a lost ring); ``stop`` is looked at every ``STOP_LOOK_S`` meanwhile."""
+    def _idle_wait(self, bell: doorbell.Doorbell, pause: float, stop: threading.Event) -> None:
+        """Wait until a producer rings ``bell`` or ``pause`` seconds pass (the poll that bounds
+        a lost ring); ``stop`` is looked at every ``STOP_LOOK_S`` meanwhile."""
         deadline = time.monotonic() + pause
         while not stop.is_set():
             left = deadline - time.monotonic()
-            if left <= 0 or self.doorbell.wait(min(left, STOP_LOOK_S)):
+            if left <= 0 or bell.wait(min(left, STOP_LOOK_S)):
                 return
 
     def initialize(self) -> None:

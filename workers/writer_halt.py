@@ -14,16 +14,18 @@ so that the writer's loop reads in one screen.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
-from quill.home import Halt, Throttle, WriterStatus, is_exhaustion
+from quill.home import Halt, RunDir, Throttle, WriterStatus, is_exhaustion
+from quill.store.contract import Store
 from quill.store.errors import (
     CorruptError,
     CursorMismatchError,
     SpoolMismatchError,
 )
 from quill.store.sqlite.job_runs import HALTED, record_job_run
-from quill.workers.job_runner import RETRYABLE, writer_tag
+from quill.workers.job_runner import RETRYABLE, StoreJobRunner, writer_tag
 
 
 def passing(exc: BaseException) -> bool:
@@ -44,10 +46,10 @@ class HaltAndRefusal:
     """The refusal and halt half of ``Writer`` (which provides ``cfg``, ``log``, ``store``,
     ``run_dir``, ``jobs``, ``cursor`` and ``_job_runner``)."""
 
-    store: Any
+    store: Store
     log: Any
-    run_dir: Any
-    jobs: Any
+    run_dir: RunDir
+    jobs: StoreJobRunner | None
     halt_cause: Halt | None
     halt_recorded: bool
     refusal: Halt | None
@@ -55,6 +57,8 @@ class HaltAndRefusal:
     _refused_until: float
     _halted_retry: Throttle
     _published: tuple[Any, ...] | None
+    cursor: Any  # ``Writer.cursor``: the drain's committed ``spool.Position``
+    _job_runner: Callable[[], StoreJobRunner]  # ``Writer._job_runner``
 
     def _refuse(self, now: float, exc: SpoolMismatchError) -> float:
         """Apply nothing: close the store, publish the refusal as this writer's halt (not the
@@ -108,10 +112,12 @@ class HaltAndRefusal:
         self._record_halt()
 
     def _record_halt(self) -> None:
+        cause = self.halt_cause
+        assert cause is not None  # called only while halted
         try:
             # False: the disk refused run/halt.json (reported by RunDir, throttled); retried
             # at every look while halted, which waits for it (``_serve_halt``).
-            self.halt_recorded = self.store.halt(self.halt_cause)
+            self.halt_recorded = self.store.halt(cause)
         except CorruptError:
             pass  # still damaged where the halt record lives: stay halted, try again
         except RETRYABLE as exc:

@@ -8,9 +8,14 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
+from quill.home import Halt
+from quill.store.contract import Store
 from quill.store.errors import CorruptError
+from quill.workers.drain import Drain
+from quill.workers.job_runner import StoreJobRunner
 from quill.workers.writer_halt import RETRYABLE, passing
 
 #: ``until_idle`` gives up after failing this long without one successful step (seconds):
@@ -21,6 +26,20 @@ UNTIL_IDLE_GIVE_UP_S = 300.0
 class UntilIdle:
     """``Writer.until_idle`` and its retry helper; uses the writer's ``initialize``,
     ``step``, ``shutdown``, ``_retry`` and its store, drain and log."""
+
+    store: Store
+    drain: Drain
+    log: Any
+    halt_cause: Halt | None
+    error: str | None
+    _backoff: float | None
+    cursor: Any  # ``Writer.cursor``: the drain's committed ``spool.Position``
+    totals: Any  # ``Writer.totals`` (read-only): the drain's counts, ``{name: int}``
+    initialize: Callable[[], None]
+    step: Callable[..., bool]
+    shutdown: Callable[[], None]
+    _retry: Callable[[float, Exception, str, float | None], float]
+    _job_runner: Callable[[], StoreJobRunner]
 
     def until_idle(
         self, stop: threading.Event | None = None, *, give_up_s: float = UNTIL_IDLE_GIVE_UP_S
@@ -59,8 +78,15 @@ class UntilIdle:
         """Open the store, read (and prove) its cursor, make the job runner; the figures of
         ``store.connect``. Raises the store error tree."""
         figures = self.store.connect()
-        self.drain.start()
-        self._job_runner()
+        try:
+            self.drain.start()
+            self._job_runner()
+        except (*RETRYABLE, OSError):
+            # Open but not started: the next try starts over from ``connect``. A store that
+            # stays open across a retry (SQLite's) would otherwise be stepped from the drain's
+            # unproved default cursor, with no job runner.
+            self.store.disconnect()
+            raise
         return figures
 
     def _retrying(self, step: Any, stop: threading.Event | None, give_up_s: float) -> Any:

@@ -34,10 +34,14 @@ hung_after_s``; a cursor read from the status is a lower bound of what is applie
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
-from quill.home import Throttle, WriterStatus, doorbell
+from quill.home import RunDir, Settings, Throttle, WriterStatus, doorbell
+from quill.store.contract import Store
 from quill.workers import status
+from quill.workers.drain import Drain
+from quill.workers.job_runner import StoreJobRunner
 
 #: While nothing a reader acts on changes, the status is published at most this often (s).
 PUBLISH_S = 0.25
@@ -53,14 +57,17 @@ class Upkeep:
     """The upkeep half of ``Writer`` (which provides ``cfg``, ``log``, ``store``, ``run_dir``,
     ``jobs``, ``drain``, ``cursor``, ``totals`` and ``commit_hist``)."""
 
-    cfg: Any
+    cfg: Settings
     log: Any
-    store: Any
-    run_dir: Any
-    jobs: Any
-    drain: Any
+    store: Store
+    run_dir: RunDir
+    jobs: StoreJobRunner | None
+    drain: Drain
     commit_hist: dict[str, Any]
     _ring_warn: Throttle
+    cursor: Any  # ``Writer.cursor``: the drain's committed ``spool.Position``
+    totals: Any  # ``Writer.totals`` (read-only): the drain's counts, ``{name: int}``
+    _job_runner: Callable[[], StoreJobRunner]  # ``Writer._job_runner``: made at the start
 
     def _init_upkeep(self) -> None:
         self._was_busy = False  # committed since the last idle upkeep
@@ -91,7 +98,7 @@ class Upkeep:
             return
         self._upkeep_due = None
         self._index()
-        if self.jobs.run_one(self.store, idle=False, on_start=self._job_started):
+        if self._job_runner().run_one(self.store, idle=False, on_start=self._job_started):
             self._wake_waiters()
 
     def _caught_up(self, now: float, *, linger: float) -> bool:
@@ -114,10 +121,10 @@ class Upkeep:
         if self._index() >= self.cfg.index_slice_rows:
             # More to index than one slice: as between chunks, one job that needs no idle
             # spool. A smaller slice took every row above the watermark: search is caught up.
-            if self.jobs.run_one(self.store, idle=False, on_start=self._job_started):
+            if self._job_runner().run_one(self.store, idle=False, on_start=self._job_started):
                 self._wake_waiters()
             return True
-        if self.jobs.run_one(self.store, idle=True, on_start=self._job_started):
+        if self._job_runner().run_one(self.store, idle=True, on_start=self._job_started):
             self._wake_waiters()  # its run is recorded: `quill jobs run --wait` reads it now
             return True
         self._idle_fields = self.store.idle_work(now, self.cursor, self._was_busy)
@@ -144,7 +151,7 @@ class Upkeep:
         decides) and queues their rebuild, while writes go on."""
         rows, detached = self.store.index_step(self.cfg.index_slice_rows)
         if detached:
-            self.jobs.enqueue("fts_rebuild")  # held while the queue is unreachable
+            self._job_runner().enqueue("fts_rebuild")  # held while the queue is unreachable
             self.log.error(
                 "writer.fts_detached", damaged=detached["damaged"], error=detached["error"]
             )

@@ -64,6 +64,8 @@ def import_(ctx: click.Context, paths: tuple[Path, ...], as_json: bool) -> None:
                     ) from exc
                 except SpoolError as exc:
                     error = from_exception(exc)
+                    if error is None:  # every spool error has its public class: never taken
+                        raise
                     error.message = f"{path}: {error.message}"
                     raise error from exc
                 progress.advance(task)

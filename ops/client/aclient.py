@@ -123,7 +123,12 @@ class AsyncClient:
         rung = asyncio.Event()
         loop = asyncio.get_running_loop()
         if bell is not None:
-            loop.add_reader(bell.fileno(), lambda: (bell.clear(), rung.set()))
+
+            def ring(bell: doorbell.Doorbell = bell) -> None:
+                bell.clear()
+                rung.set()
+
+            loop.add_reader(bell.fileno(), ring)
         try:
             # The client's kept reader (``Client._looking``), for every look of this wait.
             with self.sync._looking() as look:

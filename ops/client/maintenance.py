@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import getpass
 import shlex
+from collections.abc import Callable
 from typing import Any
 
+from quill.home import Settings
 from quill.ops.client.errors import InvalidInputError, WaitTimeoutError, no_session
 from quill.ops.client.reads import _public_errors
 from quill.spool import Ack
@@ -19,6 +21,12 @@ class Maintenance:
     """``adopt_orphans``, ``delete_sessions``, ``purge_sessions`` and ``reprice_usage`` (a
     base class of ``quill.Client``, which provides ``config``, ``submit``, ``orphans`` and
     ``_reader``)."""
+
+    # Provided by ``Client`` and its other bases (``Writes``, ``Reads``).
+    config: Settings
+    submit: Callable[..., Ack]
+    orphans: Callable[..., list[dict[str, Any]]]
+    _reader: Callable[[Exception | None], Any]  # a context manager yielding a store reader
 
     def adopt_orphans(self, *, window_s: float | None = None) -> list[tuple[dict[str, Any], Ack]]:
         """Give each unambiguous orphan its predecessor's key (and the predecessor as its

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from quill.ops.importers.claude_carried import CARRIED, progress_agent
-from quill.ops.importers.jsonlines import parse_timestamp
+from quill.ops.importers.jsonlines import member_object, parse_timestamp
 
 #: Record types Claude Code is known to write that are not messages (counted, not imported).
 #: Anything else is an unknown type: ignored and reported with its count.
@@ -181,7 +181,7 @@ def _note(st: Structure, ordinal: int, rec: dict) -> None:
     if th is None:
         th = st.threads[key] = Thread(session_id=key[0], agent=key[1])
     _figures(th, rec)
-    msg = rec.get("message") if isinstance(rec.get("message"), dict) else {}
+    msg = member_object(rec, "message")
     if rtype == "system" and rec.get("subtype") == "compact_boundary":
         th.compactions.append(
             {

@@ -85,7 +85,7 @@ class State:
 
     def __init__(self, sid: str, path: Path, problems: list[Problem]) -> None:
         self.sid, self.path, self.problems = sid, str(path), problems
-        self.ids: dict[int | None, int] = {}
+        self.ids: dict[tuple[int | None, str], int] = {}
         self.tool_names: dict[str, str] = {}
         self.pending_reasoning: list[str] = []
         self.turn: dict = {}

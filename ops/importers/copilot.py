@@ -37,6 +37,7 @@ from quill.ops.importers.jsonlines import (
     iter_jsonl,
     make_message,
     make_tool_call,
+    member_object,
     parse_timestamp,
     shape_problem,
 )
@@ -121,7 +122,7 @@ def _message(st: _State, ev: dict) -> dict | None:
         content = result.get("content") if isinstance(result, dict) else None
         if content is None and isinstance(error, dict):
             content = error.get("message")
-        extra: dict[str, Any] = {"is_error": data.get("success") is False, "error": error}
+        extra = {"is_error": data.get("success") is False, "error": error}
         if isinstance(result, dict) and result.get("detailedContent") not in (None, content):
             extra["detailedContent"] = result["detailedContent"]
         return make_message(
@@ -138,7 +139,7 @@ def _message(st: _State, ev: dict) -> dict | None:
 
 def _session(path: Path, st: _State, first: Any) -> dict:
     data = (st.start or {}).get("data") or {}
-    context = data.get("context") if isinstance(data.get("context"), dict) else {}
+    context = member_object(data, "context")
     meta: dict[str, Any] = {"source_file": Path(path).name, "record_counts": dict(st.counts)}
     for key in ("copilotVersion", "producer", "version"):
         if data.get(key) is not None:
@@ -180,7 +181,7 @@ def _stream(src: Source, problems: list[Problem]) -> Iterator[Event]:
         if not isinstance(ev, dict) or not isinstance(ev.get("type"), str):
             continue
         st.counts[ev["type"]] = st.counts.get(ev["type"], 0) + 1
-        data = ev.get("data") if isinstance(ev.get("data"), dict) else {}
+        data = member_object(ev, "data")
         if ev["type"] == "session.start" and st.start is None:
             st.start = ev
         elif ev["type"] == "session.model_change" and st.model is None:

@@ -32,6 +32,13 @@ class ShapeError(ValueError):
     its line with this message, not with a Python exception name."""
 
 
+def member_object(record: dict[str, Any], key: str) -> dict[str, Any]:
+    """``record[key]`` when that member is a JSON object, else an empty one: an optional
+    nested object read leniently (a missing or mistyped one reads as no fields)."""
+    value = record.get(key)
+    return value if isinstance(value, dict) else {}
+
+
 def shape_problem(exc: Exception) -> str:
     """The problem text for an exception raised while mapping one record: a ``ShapeError``'s
     own message; anything else (a mapping bug the format module missed) with its type."""

@@ -39,6 +39,7 @@ from quill.ops.importers.jsonlines import (
     line_session_id,
     make_message,
     make_tool_call,
+    member_object,
     opening_length,
     parse_timestamp,
     shape_problem,
@@ -133,7 +134,7 @@ def _message(i: int, m: dict, names: dict[str, str], ids: CallIds) -> dict:
     for k, call in enumerate(m.get("tool_calls") or []):
         if not isinstance(call, dict):
             continue
-        fn = call.get("function") if isinstance(call.get("function"), dict) else {}
+        fn = member_object(call, "function")
         cid = ids.call(str(call.get("id") or f"call_{i}_{k}"))  # unique in the session
         name = fn.get("name") or call.get("name") or ""
         names[cid] = name

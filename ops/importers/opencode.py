@@ -35,6 +35,7 @@ from quill.ops.importers.jsonlines import (
     join_text,
     make_message,
     make_tool_call,
+    member_object,
     parse_timestamp,
     shape_problem,
 )
@@ -109,7 +110,7 @@ def _messages(info: dict, parts: list) -> list[dict]:
             files.append({k: p.get(k) for k in ("filename", "mime", "url")})
         elif kind == "tool":
             cid, name = str(p.get("callID") or p.get("id")), p.get("tool") or ""
-            state = p.get("state") if isinstance(p.get("state"), dict) else {}
+            state = member_object(p, "state")
             calls.append(make_tool_call(cid, name, state.get("input") or {}))
             if state.get("status") in ("completed", "error"):
                 end = (state.get("time") or {}).get("end") if isinstance(state, dict) else None

@@ -56,6 +56,7 @@ from quill.ops.importers.jsonlines import (
     content_session_id,
     make_message,
     make_tool_call,
+    member_object,
     parse_timestamp,
     shape_problem,
 )
@@ -97,16 +98,8 @@ def usage_quill(raw: Any) -> dict | None:
     ride beside ``prompt_tokens``, which already includes them (litellm adds them in)."""
     if not isinstance(raw, dict) or not ({"prompt_tokens", "completion_tokens"} & raw.keys()):
         return None
-    pdet = (
-        raw.get("prompt_tokens_details")
-        if isinstance(raw.get("prompt_tokens_details"), dict)
-        else {}
-    )
-    cdet = (
-        raw.get("completion_tokens_details")
-        if isinstance(raw.get("completion_tokens_details"), dict)
-        else {}
-    )
+    pdet = member_object(raw, "prompt_tokens_details")
+    cdet = member_object(raw, "completion_tokens_details")
     return {
         "input_tokens": raw.get("prompt_tokens") or 0,
         "output_tokens": raw.get("completion_tokens") or 0,
@@ -130,7 +123,7 @@ class _Session:
         self.ids = CallIds()  # stored call ids, unique in the session
 
     def action(self, ev: dict) -> list[dict]:
-        args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
+        args = member_object(ev, "args")
         mid, ts, act = f"event:{ev['id']}", parse_timestamp(ev.get("timestamp")), ev["action"]
         base = {"openhands_event": {"id": ev["id"], "source": ev["source"], "kind": act}}
         tcm = ev.get("tool_call_metadata")
@@ -153,7 +146,7 @@ class _Session:
         return []
 
     def _tool_action(self, ev, tcm, args, mid, ts, base) -> list[dict]:
-        resp = tcm.get("model_response") if isinstance(tcm.get("model_response"), dict) else {}
+        resp = member_object(tcm, "model_response")
         cid, name = str(tcm.get("tool_call_id") or f"{mid}:call"), tcm.get("function_name") or ""
         rid = resp.get("id")
         if isinstance(rid, str) and rid in self.responses:
@@ -359,8 +352,7 @@ def stream_instances(
         evs = rec["history"]
         sid = content_session_id(FORMAT, Path(path).name, [rec["instance_id"], evs[:1]])
         metrics, metadata, result = (
-            rec.get(k) if isinstance(rec.get(k), dict) else {}
-            for k in ("metrics", "metadata", "test_result")
+            member_object(rec, k) for k in ("metrics", "metadata", "test_result")
         )
         meta = {
             "instance_id": rec["instance_id"],

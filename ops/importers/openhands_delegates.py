@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from quill.ops.importers.jsonlines import member_object
+
 #: The part of a delegate action kept in the child's meta.
 _ARG_KEYS = ("agent", "inputs", "thought")
 
@@ -38,7 +40,7 @@ class Run:
     def meta(self) -> dict[str, Any]:
         """``parent_tool_call_id`` (the delegate action's call, when it has one), the
         action's ``agent``/``inputs``/``thought`` and the closing ``outputs``."""
-        args = self.action.get("args") if isinstance(self.action.get("args"), dict) else {}
+        args = member_object(self.action, "args")
         tcm = self.action.get("tool_call_metadata")
         meta: dict[str, Any] = {k: args[k] for k in _ARG_KEYS if args.get(k) not in (None, "")}
         meta["delegate_event"] = self.action.get("id")

@@ -42,6 +42,7 @@ from quill.ops.importers.jsonlines import (
     content_session_id,
     make_message,
     make_tool_call,
+    member_object,
     shape_problem,
 )
 
@@ -67,7 +68,7 @@ def _tool_calls(m: dict, mid: str, ids: CallIds) -> list[dict]:
     calls = []
     for c in m.get("tool_calls") or []:
         if isinstance(c, dict) and c.get("id"):
-            fn = c.get("function") if isinstance(c.get("function"), dict) else {}
+            fn = member_object(c, "function")
             calls.append(
                 make_tool_call(
                     ids.call(str(c["id"])), fn.get("name") or "", fn.get("arguments") or "{}"
@@ -131,11 +132,11 @@ def stream(path: Path, doc: dict, problems: list[Problem]) -> Iterator[Event]:
     hist = doc["history"]
     first = next((i for i, m in enumerate(hist) if m["role"] == "assistant"), len(hist) - 1)
     sid = content_session_id(FORMAT, Path(path).name, hist[: first + 1])
-    info = doc.get("info") if isinstance(doc.get("info"), dict) else {}
-    stats = info.get("model_stats") if isinstance(info.get("model_stats"), dict) else {}
-    cfg = doc.get("replay_config") if isinstance(doc.get("replay_config"), dict) else {}
-    agent = cfg.get("agent") if isinstance(cfg.get("agent"), dict) else {}
-    model = agent.get("model") if isinstance(agent.get("model"), dict) else {}
+    info = member_object(doc, "info")
+    stats = member_object(info, "model_stats")
+    cfg = member_object(doc, "replay_config")
+    agent = member_object(cfg, "agent")
+    model = member_object(agent, "model")
     meta = {
         "source_file": Path(path).name,
         "exit_status": info.get("exit_status"),

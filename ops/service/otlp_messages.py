@@ -241,7 +241,8 @@ def _event_message(role: str, fields: dict[str, Any]) -> dict[str, Any]:
     for call in calls if isinstance(calls, list) else [calls]:
         if not isinstance(call, dict):
             raise GenAIContentError("a tool call is not an object")
-        fn = call.get("function") if isinstance(call.get("function"), dict) else {}
+        fn = call.get("function")
+        fn = fn if isinstance(fn, dict) else {}
         parts.append(
             {
                 "type": "tool_call",

@@ -148,7 +148,8 @@ def _tools(attrs: dict[str, Any]) -> list[dict[str, Any]]:
             raise GenAIContentError("llm.tools: a tool.json_schema is not JSON") from None
         if not isinstance(schema, dict):
             raise GenAIContentError("llm.tools: a tool.json_schema is not an object")
-        fn = schema.get("function") if isinstance(schema.get("function"), dict) else schema
+        fn = schema.get("function")
+        fn = fn if isinstance(fn, dict) else schema
         tool = {"type": "function", "name": fn.get("name")}
         tool |= {k: fn[k] for k in ("description", "parameters") if k in fn}
         tools.append(tool)

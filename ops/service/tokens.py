@@ -277,7 +277,7 @@ class TokenStore:
             {
                 "id": r[0],
                 "name": r[1],
-                "scopes": r[2].split(),
+                "scopes": str(r[2]).split(),  # TEXT NOT NULL
                 "created_at": r[3],
                 "revoked_at": r[4],
             }

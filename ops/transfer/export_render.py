@@ -9,9 +9,11 @@ from __future__ import annotations
 import html
 import json
 import re
-from typing import Any
+from typing import Any, TypeVar
 
 from quill.store.read.reader import Reader
+
+_Missing = TypeVar("_Missing", str, None)
 
 
 def _fenced(text: str, info: str = "") -> list[str]:
@@ -23,7 +25,7 @@ def _fenced(text: str, info: str = "") -> list[str]:
     return [fence + info, text, fence]
 
 
-def _part_text(part: Any, missing: str | None) -> str | None:
+def _part_text(part: Any, missing: _Missing) -> str | _Missing:
     """A content part's text for a flat export: its ``text`` when that is a string, a bare
     string part as is, else ``missing`` (``[type]``-style placeholder or None to drop it).
     Parts are stored verbatim, so ``text`` may be any JSON value (null, a number, an object)."""

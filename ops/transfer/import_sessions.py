@@ -213,12 +213,13 @@ class SessionStarts:
         if doomed:  # as if the pending delete were applied: nothing of it is stored any more
             row, deletions = None, deletions + 1
             self.pending.certain.add(sid)  # its delegate children go with it
-        known = self.store.message_states(sid) if row else {}
+        held = self.store if row else None  # the store the row was read from, while it holds it
+        known = held.message_states(sid) if held else {}
         s = self.sessions[sid] = SessionState(
             sid,
             known,
             any(s == "live" for s in known.values()),
-            self.store.usage_responses(sid) if row else {},
+            held.usage_responses(sid) if held else {},
             parent,
             deletions=deletions,
         )
@@ -228,12 +229,12 @@ class SessionStarts:
             self.spool.append(
                 "session.create", s.fenced(payload), batch_id=s.batch_id("create", payload)
             )
-        if row is None:
+        if row is None or held is None:
             return
         title = clean_title(payload.get("title"))
         if not title or row.get("title") == title:
             return
-        holder = self.store.title_holder(title)
+        holder = held.title_holder(title)
         if holder is None:
             self.spool.append(
                 "session.title",

@@ -95,7 +95,7 @@ def parse_ref(value: Any) -> tuple[str, str] | None:
 
 def has_refs(text: str | None) -> bool:
     """True when a stored JSON text may hold references (a substring test, no parsing)."""
-    return bool(text) and REF_PREFIX in text
+    return text is not None and REF_PREFIX in text
 
 
 def _is_data_url(value: str) -> bool:
@@ -286,14 +286,16 @@ def inflate(
             prefix, sha = found
             if sha not in cache:
                 cache[sha] = get(conn, sha)
-            if cache[sha] is None:
+            payload = cache[sha]
+            if payload is None:
                 return v
             if sent is not None:
                 if sha in sent:
-                    kept.add(sha)
+                    if kept is not None:
+                        kept.add(sha)
                     return v
                 sent.add(sha)
-            return prefix + cache[sha]
+            return prefix + payload
         if isinstance(v, list):
             return [walk(x) for x in v]
         if isinstance(v, dict):

@@ -138,11 +138,11 @@ def _stale(conn: Any, run: list[Prepared]) -> bool:
     """Whether an op of ``run`` was decided before a delete of its session (``deletes.stale``:
     its ``deletions_seen`` is lower than the session's deletions; one query per run, and none
     when no op carries the field). Nothing in a run of appends deletes a session."""
-    fenced = [op for op in run if op.deletions_seen is not None]
+    fenced = [(op.sid, op.deletions_seen) for op in run if op.deletions_seen is not None]
     if not fenced:
         return False
-    counts = deletes.deletion_counts(conn, [op.sid for op in fenced])
-    return any(counts[op.sid] > op.deletions_seen for op in fenced)
+    counts = deletes.deletion_counts(conn, [sid for sid, _ in fenced])
+    return any(counts[sid] > seen for sid, seen in fenced)
 
 
 def _ask_seen(conn: apsw.Connection, run: list[Prepared]) -> dict[str, list]:

@@ -40,6 +40,9 @@ class EntryLike(Protocol):
     record: dict[str, Any] | None
     damage: Exception | None
 
+    @property
+    def size(self) -> int: ...  # the line's length in bytes
+
 
 #: ``on_reject(entry, reason, detail)``: called inside the transaction, before COMMIT.
 RejectFn = Callable[[EntryLike, str, str], None]
@@ -301,7 +304,7 @@ def _apply_entry(
     now: float,
     on_reject: RejectFn,
     result: ChunkResult,
-    decided: set[str],
+    decided: dict[str, str | None],
     ledger: Ledger,
     key: order.OrderKey,
 ) -> None:

@@ -25,7 +25,7 @@ from quill.spool.record import id_size_problem
 from quill.store.errors import InvalidOpError
 
 try:
-    from json.encoder import c_make_encoder as _c_make_encoder
+    from json.encoder import c_make_encoder as _c_make_encoder  # type: ignore[attr-defined]
 except ImportError:  # pragma: no cover - CPython always ships _json
     _c_make_encoder = None
 from json.encoder import encode_basestring as _encode_basestring

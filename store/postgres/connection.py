@@ -120,6 +120,7 @@ class PgCursor:
                 return None
             if self._got is not None:
                 return self._got.pop(0) if self._got else None
+            assert self._cur is not None  # _rows: a sent statement that returned rows
             return self._cur.fetchone()
 
     def fetchall(self) -> list[tuple]:
@@ -129,6 +130,7 @@ class PgCursor:
             if self._got is not None:
                 out, self._got = self._got, []
                 return out
+            assert self._cur is not None  # _rows: a sent statement that returned rows
             return self._cur.fetchall()
 
     def __iter__(self) -> Iterator[tuple]:

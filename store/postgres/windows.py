@@ -274,8 +274,7 @@ def newest(
         if below <= 0:
             return
         lo = max(below - width, 0)
-        rows = conn.execute(sql, (*match_args, *args, lo, below, batch), generic=generic)
-        rows = rows.fetchall()
+        rows = conn.execute(sql, (*match_args, *args, lo, below, batch), generic=generic).fetchall()
 
 
 def _index_first(

@@ -17,6 +17,8 @@ from quill.store.sqlite.indexer import fts_state, indexed_upto
 class StatusReads:
     """Job history, search health and figures over ``self.conn`` (a read-only connection)."""
 
+    conn: Any  # the reader's read-only connection (``Reader``: an ``apsw.Connection``)
+
     @retry_io
     def job_runs(
         self, *, job: str | None = None, limit: int = 20, before: int | None = None

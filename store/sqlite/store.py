@@ -32,7 +32,7 @@ from quill.store.capabilities import SqliteCapabilities
 from quill.store.contract import HaltAction, NullLog
 from quill.store.errors import DiskFullError, mapped
 from quill.store.sqlite import fts_repair
-from quill.store.sqlite.connection import open_writer
+from quill.store.sqlite.connection import open_reader, open_writer
 from quill.store.sqlite.guard import FileGuard
 from quill.store.sqlite.indexer import index_slice, indexed_upto
 from quill.store.sqlite.job_runs import close_interrupted, record_job_run
@@ -318,12 +318,20 @@ class SqliteStore(SqliteCapabilities):
         return Reader(self.path)
 
     def maintenance(self, job: str) -> dict[str, Any]:
-        """``integrity_check``: ``PRAGMA quick_check``; the other SQLite jobs run as scheduled
-        store jobs (``jobs.store_jobs``). Raises ``ValueError`` for those and unknown jobs."""
+        """``integrity_check``: ``PRAGMA quick_check``, on the writer's connection when the
+        store is connected and on a read-only one of its own otherwise (as the PostgreSQL
+        store's needs no connected writer); the other SQLite jobs run as scheduled store jobs
+        (``jobs.store_jobs``). Raises ``ValueError`` for those and unknown jobs, and the store
+        error tree (``CantOpenError`` before the store file exists)."""
         if job not in self.maintenance_jobs:
             raise ValueError(f"{job!r} is not a maintenance job of the {self.kind} store")
         if job == "integrity_check":
-            with mapped():
-                problems = [r[0] for r in self.conn.execute("PRAGMA quick_check")]
+            conn = self.conn if self.conn is not None else open_reader(self.path)
+            try:
+                with mapped():
+                    problems = [r[0] for r in conn.execute("PRAGMA quick_check")]
+            finally:
+                if conn is not self.conn:
+                    conn.close()
             return {"ok": problems == ["ok"], "problems": [p for p in problems if p != "ok"]}
         raise ValueError(f"{job!r} runs as a scheduled store job (jobs.store_jobs) on SQLite")

@@ -213,7 +213,7 @@ def test_export_then_import_gives_the_same_messages(pair, tmp_path):
     out.write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
     fresh = _store(tmp_path / "fresh", 0)
     try:
-        assert import_export(fresh.spool, out, fresh.backend)["new"] == len(_messages())
+        assert import_export(fresh.spool, out, fresh.reader())["new"] == len(_messages())
         assert fresh.drain() == []
         assert _forms(fresh) == {"blob": 6}
         assert fresh.reader().get_messages(SID, "audit") == a.reader().get_messages(SID, "audit")

@@ -141,12 +141,12 @@ def _damage_check(cfg: Any) -> dict[str, Any]:
             "status": "fail",
             "detail": f"{said(exc)}; next: `quill recover`",
         }
-    unrecorded = f"; not in `quill jobs history`: {figures['unrecorded']}"
+    unrecorded = figures.get("unrecorded")
     return {
         "check": "damage check",
         "status": "ok",
         "detail": f"quick_check ok in {figures['seconds']} s"
-        + (unrecorded if figures.get("unrecorded") else ""),
+        + (f"; not in `quill jobs history`: {unrecorded}" if unrecorded else ""),
     }
 
 

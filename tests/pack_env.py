@@ -18,6 +18,8 @@ import sys
 
 #: The environment variable, and the value it holds (None: unset).
 VARIABLE = "QUILL_TEST_PACK_MIN_BYTES"
+#: The production default ``pack_min_bytes`` as ``apply`` found it (None: not applied).
+_PRODUCTION: int | None = None
 
 
 def value() -> int | None:
@@ -41,7 +43,10 @@ def apply() -> int | None:
         return None
     from quill.home import settings
 
+    global _PRODUCTION
     old = settings.DEFAULTS
+    if _PRODUCTION is None:
+        _PRODUCTION = old.pack_min_bytes
     defaults = dict(settings.Settings._field_defaults, pack_min_bytes=n)
     settings.Settings.__new__.__defaults__ = tuple(
         defaults[f] for f in settings.Settings._fields if f in defaults
@@ -60,3 +65,11 @@ def config_store_section(sections: dict[str, dict]) -> None:
     n = value()
     if n is not None:
         sections.setdefault("store", {}).setdefault("pack_min_bytes", n)
+
+
+def production_pack_min_bytes() -> int:
+    """The production default of ``pack_min_bytes`` (home/settings.py), whatever the run set:
+    for the tests of the default itself (the documented example config, the threshold)."""
+    from quill.home import DEFAULTS
+
+    return DEFAULTS.pack_min_bytes if _PRODUCTION is None else _PRODUCTION

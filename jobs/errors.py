@@ -37,6 +37,8 @@ from quill.home.descriptors import exhausted_now
 _SQLITE_UNAVAILABLE = frozenset({5, 6, 10, 13, 14})  # BUSY, LOCKED, IOERR, FULL, CANTOPEN
 #: ... and that mean it is damaged: it will not answer until it is replaced.
 _SQLITE_DAMAGED = frozenset({11, 26})  # CORRUPT, NOTADB
+#: ... and that mean another connection holds its lock: it answers once that one commits.
+_SQLITE_LOCKED = frozenset({5, 6})  # BUSY, LOCKED
 
 
 class QueueError(Exception):
@@ -47,12 +49,18 @@ class QueueUnavailableError(QueueError):
     """The job queue cannot be reached: nothing was queued or taken by the failed call.
     ``where`` names the queue (its URL without password, or the ``queue.db`` path),
     ``cause`` the underlying error (``Type: message``), ``since`` the epoch seconds of the
-    failure (the caller that tracks an outage keeps the first one)."""
+    failure (the caller that tracks an outage keeps the first one), ``locked`` whether
+    ``queue.db`` was locked by another connection past the busy timeout (SQLITE_BUSY or
+    SQLITE_LOCKED: a transaction of another process; it answers once that one ends)."""
 
     def __init__(self, where: str, cause: BaseException):
         self.where = where
         self.cause = f"{type(cause).__name__}: {cause}"
         self.since = time.time()
+        code = (
+            getattr(cause, "sqlite_errorcode", None) if isinstance(cause, sqlite3.Error) else None
+        )
+        self.locked = code is not None and code & 0xFF in _SQLITE_LOCKED
         super().__init__(f"the job queue at {where} is unreachable ({self.cause})")
 
 

@@ -7,14 +7,20 @@ and tries the queue again after a pause that doubles from ``RETRY_FIRST_S`` to
 ``MAX_BACKOFF_S``. It logs one line when the outage starts (``<role>.queue_unavailable``), at
 most one per ``LOG_EVERY_S`` while it lasts (``<role>.queue_still_unavailable``), and one when
 the queue answers again (``<role>.queue_back``): never a traceback per try.
+
+A one-shot caller (a CLI command) that needs the queue now uses ``persist``: the same backoff,
+within a bound, for a ``queue.db`` locked by another process only.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from quill.jobs.errors import QueueUnavailableError
+
+T = TypeVar("T")
 
 #: The first pause after the queue was found unreachable (s); it doubles up to the next.
 RETRY_FIRST_S = 0.5
@@ -88,3 +94,47 @@ class QueueOutage:
             "queue_error": str(self.down) if self.down else None,
             "queue_down_since": self.down.since if self.down else None,
         }
+
+
+#: How long (s) a one-shot caller (a CLI command) goes on trying a ``queue.db`` that another
+#: process keeps locked, each try itself waiting up to the busy timeout
+#: (``jobs.queues.QUEUE_BUSY_TIMEOUT_S``): a busy fleet holds the lock for milliseconds, so
+#: only a stuck holder (a ``sqlite3`` shell left in a transaction) outlasts it.
+LOCK_WAIT_S = 30.0
+
+
+class _Quiet:
+    """A logger that drops every line: a one-shot caller says the outcome itself."""
+
+    def __getattr__(self, level: str) -> Any:
+        return lambda *args, **fields: None
+
+
+def persist(call: Callable[[], T], within_s: float | None = None, sleep: Any = time.sleep) -> T:
+    """``call()``, tried again while it raises ``QueueUnavailableError`` with ``locked`` set
+    (another process holds ``queue.db``'s lock), pausing between tries as ``QueueOutage``
+    backs off, for at most ``within_s`` seconds from the first try (default
+    ``LOCK_WAIT_S``). Any other outage (Redis
+    down, a damaged or unreadable file, no descriptor) is raised at once: waiting would not
+    end it. When it gives up, the last error is raised with a note saying how long and how
+    often it tried. Returns what ``call`` returns."""
+    within_s = LOCK_WAIT_S if within_s is None else within_s
+    outage = QueueOutage("queue", _Quiet())
+    start = time.monotonic()
+    while True:
+        try:
+            result = call()
+        except QueueUnavailableError as exc:
+            if not exc.locked:
+                raise
+            outage.failed(exc)
+            if time.monotonic() + outage.wait_s() - start > within_s:
+                exc.add_note(
+                    f"{exc.where} stayed locked by another process through {outage.tries} "
+                    f"tries over {time.monotonic() - start:.1f} s"
+                )
+                raise
+            sleep(outage.wait_s())
+            continue
+        outage.answered()
+        return result

@@ -131,9 +131,20 @@ class _Reopening(_guard(SqliteStorage)):  # type: ignore[misc]
     replaced or deleted) every later call would still meet the old one, until a restart.
     Before each call the connection is closed and the schema created afresh (a new file has
     no tables) when the path names another file than the connection's (one ``stat``) or the
-    previous call found the file damaged; the old connection's file is never written again."""
+    previous call found the file damaged; the old connection's file is never written again.
+
+    Constructing it touches no file: the schema is created by the first call (``quill_stale``
+    starts true), so building the queues never fails. A ``queue.db`` locked by another process
+    past the busy timeout, or unreachable, is met by the call that needs it, as
+    ``QueueUnavailableError`` — which every caller handles as an outage (a CLI run of a job
+    still runs it and owes its records, ``jobs.run_records``) — and the schema is tried again
+    by the next call until it was created once."""
 
     quill_opened: tuple[int, int] | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, create_tables=False, **kwargs)
+        self.quill_stale = True
 
     def _create_connection(self) -> Any:
         conn = super()._create_connection()
@@ -144,9 +155,9 @@ class _Reopening(_guard(SqliteStorage)):  # type: ignore[misc]
         moved = self._conn is not None and _identity(self.filename) != self.quill_opened
         if not (self.quill_stale or moved):
             return
-        self.quill_stale = False
         SqliteStorage.close(self)
         self.initialize_schema()  # opens, creates the tables if missing, closes
+        self.quill_stale = False  # only once it was created: a failed try is tried again
 
 
 GuardedRedisStorage = _guard(RedisStorage)

@@ -14,8 +14,9 @@ locked past its busy timeout under load, Redis down: ``QueueUnavailableError``):
   figures a run returns (``unrecorded``) and as a note on the error a failed run re-raises.
 
 Records still owed when the process ends are lost with it; the consumer logs them
-(``consumer.records_lost``) and a CLI run says so (``unrecorded``). A start row that did reach
-the store is then closed as interrupted by the next start of its runner.
+(``consumer.records_lost``), and a CLI run, which first tries them again for a while
+(``settle``: a ``queue.db`` another process keeps locked), says so (``unrecorded``). A start
+row that did reach the store is then closed as interrupted by the next start of its runner.
 """
 
 from __future__ import annotations
@@ -27,10 +28,13 @@ from typing import Any
 from quill.home import runner_tag
 from quill.jobs import catalog
 from quill.jobs.errors import QueueUnavailableError
+from quill.jobs.outage import persist
 from quill.store.sqlite.job_runs import RUNNING
 
 
-def run_recorded(spec: Any, queues: Any, params: dict[str, Any], *, runner: str) -> dict[str, Any]:
+def run_recorded(
+    spec: Any, queues: Any, params: dict[str, Any], *, runner: str, one_shot: bool = False
+) -> dict[str, Any]:
     """Run worker job ``spec`` (``catalog.JobSpec``) here with ``params``, recording it in
     ``job_runs`` through the store queue of ``queues`` (``jobs.queues.Queues``): a start row
     (outcome ``running``, ``figures.runner``) sent *before* the work, then the outcome. A
@@ -41,7 +45,9 @@ def run_recorded(spec: Any, queues: Any, params: dict[str, Any], *, runner: str)
     taken by ``quill snapshot`` while Redis is down is still taken), its records are owed
     (module docstring) and the figures say why the outcome is not in ``job_runs`` yet
     (``unrecorded``: the ``QueueUnavailableError`` text). A job error is re-raised with a note
-    saying so, and one naming each follow-up job that could not be queued."""
+    saying so, and one naming each follow-up job that could not be queued. ``one_shot`` (a process
+    that ends after the run: the CLI): records still owed after the run are tried again
+    while ``queue.db`` stays locked, within a bound (``settle``), before the run says so."""
     started = time.time()
     tag = runner_tag(runner)  # this process: a row it leaves running is proved gone later
     record(queues, job=spec.name, started_at=started, outcome=RUNNING, figures=tag)
@@ -57,8 +63,10 @@ def run_recorded(spec: Any, queues: Any, params: dict[str, Any], *, runner: str)
             figures=tag,
             error="".join(traceback.format_exception_only(exc)).strip(),
         )
+        if unrecorded is not None and one_shot:
+            unrecorded = settle(queues)
         if unrecorded is not None:
-            exc.add_note(f"this run is not in `quill jobs history` yet: {unrecorded}")
+            exc.add_note(f"this run is not in `quill jobs history` yet: {said(unrecorded)}")
         for name, followup in getattr(exc, "followups", ()):  # e.g. quick_check → fts_rebuild
             try:
                 queues.enqueue(name, **followup)
@@ -73,7 +81,14 @@ def run_recorded(spec: Any, queues: Any, params: dict[str, Any], *, runner: str)
         outcome="ok",
         figures={**figures, **tag},
     )
-    return figures if unrecorded is None else {**figures, "unrecorded": str(unrecorded)}
+    if unrecorded is not None and one_shot:
+        unrecorded = settle(queues)
+    return figures if unrecorded is None else {**figures, "unrecorded": said(unrecorded)}
+
+
+def said(exc: BaseException) -> str:
+    """``exc``'s message followed by its notes (``add_note``), ``; ``-separated."""
+    return "; ".join([str(exc), *getattr(exc, "__notes__", ())])
 
 
 def record(queues: Any, **run: Any) -> QueueUnavailableError | None:
@@ -104,4 +119,23 @@ def send_owed(queues: Any) -> QueueUnavailableError | None:
         except QueueUnavailableError as exc:
             return exc
         del queues.owed[key]
+    return None
+
+
+def settle(queues: Any, within_s: float | None = None) -> QueueUnavailableError | None:
+    """Send the records ``queues`` owes before a one-shot process (a CLI command) ends: tried
+    again while another process keeps ``queue.db`` locked, for at most ``within_s`` seconds
+    (default ``jobs.outage.LOCK_WAIT_S``; ``jobs.outage.persist``). Returns None when
+    nothing is owed any more, else the queue's error (its notes say how long it tried); the
+    records are then lost with the process."""
+
+    def once() -> None:
+        refused = send_owed(queues)
+        if refused is not None:
+            raise refused
+
+    try:
+        persist(once, within_s)
+    except QueueUnavailableError as exc:
+        return exc
     return None

@@ -38,6 +38,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pack_env  # beside this module: imported while the tests' dir is on sys.path
+
 #: Environment variables read when an interpreter starts, not when a command runs.
 STARTUP_VARS = ("PYTHON", "LC_", "LANG", "LD_")
 MAX_MESSAGE = 1 << 20
@@ -61,6 +63,7 @@ def _preload() -> None:
     for found in pkgutil.walk_packages(quill.__path__, "quill."):
         if not found.name.endswith(".__main__"):
             import_module(found.name)
+    pack_env.apply()  # QUILL_TEST_PACK_MIN_BYTES: every command packs as the tests' process
 
 
 def serve(path: str) -> None:

@@ -17,12 +17,16 @@ import pytest
 
 pytest.register_assert_rewrite("run_resources")  # imported here, before pytest loads it below
 import harness  # noqa: E402  (imported first: a test's later sys.path may hold a dir named so)
+import pack_env  # noqa: E402
 from cli_forkserver import ForkedProcess, ForkServer  # noqa: E402
 from run_resources import CORPUS, REPO  # noqa: E402,F401  (tests import them from here)
 
 #: Finds PostgreSQL, Redis, chromium and the corpus by itself; provides ``pg_url``,
 #: ``redis_url``, ``chromium_path`` and the ``corpus`` marker.
 pytest_plugins = ["run_resources"]
+
+#: ``QUILL_TEST_PACK_MIN_BYTES``: every store this run opens packs texts from that size on.
+pack_env.apply()
 
 #: Every fleet a test starts runs the watcher (``[watch]`` is on by default): it must follow an
 #: empty folder, never the agent folders of whoever runs the tests.
@@ -60,7 +64,14 @@ class QuillCLI:
         self.home = home
 
     def argv(self, *args: str) -> list[str]:
-        return [sys.executable, "-c", "from quill.ops.cli import main; main()", *args]
+        code = "from quill.ops.cli import main; main()"
+        if pack_env.value() is not None:  # the run's pack_min_bytes, as in this process
+            tests = str(Path(__file__).parent)
+            code = (
+                f"import sys; sys.path.append({tests!r}); import pack_env; pack_env.apply(); "
+                f"sys.path.remove({tests!r}); {code}"
+            )
+        return [sys.executable, "-c", code, *args]
 
     def run(
         self, *args: str, input: str | None = None, check: bool = True, timeout: float = 300

@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pack_env
+
 from quill import home
 from quill.ops import logs
 from quill.spool import Spool
@@ -52,6 +54,7 @@ def make_home(root: Path, url: str | None = None, **sections: dict[str, Any]) ->
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     sections = {name: dict(values) for name, values in sections.items()}
+    pack_env.config_store_section(sections)  # QUILL_TEST_PACK_MIN_BYTES, when the run sets it
     if url:
         sections.setdefault("store", {})["url"] = url
     lines = []

@@ -15,7 +15,7 @@ from pathlib import Path
 from quill.jobs import prune, store_jobs
 from quill.jobs.worker_jobs import snapshot
 from quill.spool import Quarantine, Spool, SpoolReader
-from quill.store import open_writer, schema
+from quill.store import open_writer, packed, schema
 from quill.store.factory import open_url
 from quill.workers.drain import Drain
 
@@ -43,14 +43,17 @@ TOOLS = [
 
 
 def dump(db: Path) -> dict[str, list[tuple]]:
-    """Every row of every canonical table, every column, in primary-key order."""
+    """Every row of every canonical table, every column, in primary-key order; a message's
+    ``content`` as its text, whatever its stored form (``[store] pack_min_bytes``)."""
     conn = open_writer(db)
     try:
         out = {}
         for table in CANONICAL:
             if conn.execute("SELECT 1 FROM sqlite_schema WHERE name = ?", (table,)).fetchone():
                 key = KEYS.get(table, "id")
-                out[table] = conn.execute(f"SELECT * FROM {table} ORDER BY {key}").fetchall()
+                cols = [c[1] for c in conn.execute(f'PRAGMA table_info("{table}")')]
+                sel = ", ".join(packed.text_sql(c) if c == "content" else c for c in cols)
+                out[table] = conn.execute(f"SELECT {sel} FROM {table} ORDER BY {key}").fetchall()
         return out
     finally:
         conn.close()

@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 
+import pack_env
 import pytest
 from conftest import REPO, quill_env, worker_pids
 
@@ -83,7 +84,10 @@ def test_the_documented_example_config_loads(tmp_path):
 
     example = re.search(r"```toml\n(.*?)```", CONFIG_DOC, re.S).group(1)
     (tmp_path / "config.toml").write_text(example)
-    assert config.load(tmp_path) == config.Settings(home=tmp_path.resolve())
+    defaults = config.Settings(home=tmp_path.resolve())  # the run's (QUILL_TEST_PACK_MIN_BYTES)
+    assert config.load(tmp_path) == defaults._replace(
+        pack_min_bytes=pack_env.production_pack_min_bytes()
+    )
 
 
 @pytest.mark.parametrize(

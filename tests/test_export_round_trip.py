@@ -18,9 +18,9 @@ _SESSION = (
     "id, source, model, title, cwd, key, parent_id, parent_kind, started_at, ended_at, end_reason, "
     "archived, pinned, hidden, meta, owner_host, owner_pid, owner_started, placeholder"
 )
-_MESSAGE = (
-    "ext_id, role, content, parts, tool_calls, tool_call_id, tool_name, reasoning, finish_reason, "
-    "ts, extra, state"
+_MESSAGE = (  # the text, whatever its stored form ([store] pack_min_bytes)
+    "ext_id, role, quill_text(content), parts, tool_calls, tool_call_id, tool_name, reasoning, "
+    "finish_reason, ts, extra, state"
 )
 _USAGE = (
     "task, model, provider, source, response_id, input_tokens, output_tokens, cache_read_tokens, "

@@ -89,7 +89,9 @@ def test_records_with_ids_over_the_limit_are_quarantined_and_the_rest_applied(tm
         ], store.last_rejects
         details = [r[1] for r in store.last_rejects]
         assert all(("characters" in d or "bytes" in d) for d in details), details
-        assert [r[0] for r in store.conn.execute("SELECT content FROM messages ORDER BY id")] == [
+        assert [
+            r[0] for r in store.conn.execute("SELECT quill_text(content) FROM messages ORDER BY id")
+        ] == [
             "a",
             "c",
         ]

@@ -8,7 +8,7 @@ from __future__ import annotations
 from semantics_helpers import assistant, call, store, user  # noqa: F401 (store: fixture)
 
 LIVE, FINAL = "s-live", "s-final"
-COLS = "ext_id, role, content, tool_calls, tool_name, ts, finish_reason, state"
+COLS = "ext_id, role, quill_text(content), tool_calls, tool_name, ts, finish_reason, state"
 
 
 def _rows(store, sid: str) -> list[tuple]:

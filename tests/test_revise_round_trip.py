@@ -142,8 +142,8 @@ def test_the_spool_replayed_into_a_fresh_store_equals_the_live_one(tmp_path, bac
 
 def _rows(store: Store) -> dict[str, list]:
     msgs = store.conn.execute(
-        "SELECT ext_id, role, content, tool_calls, tool_call_id, tool_name, ts, extra, state, "
-        "seq, pos FROM messages WHERE session_id = ? ORDER BY seq",
+        "SELECT ext_id, role, quill_text(content), tool_calls, tool_call_id, tool_name, ts, "
+        "extra, state, seq, pos FROM messages WHERE session_id = ? ORDER BY seq",
         (SID,),
     ).fetchall()
     usage = store.conn.execute(

@@ -101,7 +101,8 @@ def test_an_import_after_the_delete_brings_the_session_back(store):
     assert store.apply("messages.append", _revision(1)) == []
     assert store.apply("messages.append", _revision(0, "a stale copy")) == []  # still fenced
     rows = store.conn.execute(
-        "SELECT ext_id, content FROM messages WHERE session_id = ? ORDER BY seq", (SID,)
+        "SELECT ext_id, quill_text(content) FROM messages WHERE session_id = ? ORDER BY seq",
+        (SID,),
     ).fetchall()
     assert [tuple(r) for r in rows] == [("u1", "the launch code is still wombat"), ("a1", "done")]
 
@@ -119,3 +120,24 @@ def test_without_the_field_a_late_revision_recreates_the_session_as_before(store
 def test_a_malformed_deletions_seen_is_refused(store, bad):
     data = {**_revision(None), "deletions_seen": bad}
     assert store.apply("messages.append", data) == ["invalid-field"]
+
+
+def _restore(seen: int) -> dict:
+    rows = [{"message": user(t, id=f"r{i}"), "state": "live"} for i, t in enumerate(("x", "y"))]
+    return {"session_id": SID, "offset": 0, "rows": rows, "deletions_seen": seen}
+
+
+def test_a_restore_decided_before_the_delete_restores_nothing_and_one_after_it_applies(store):
+    """``messages.restore`` (an export imported again, ops/transfer/export_reimport.py) follows
+    the same rule as every op naming one session: stale → applied as nothing, no placeholder;
+    decided after the delete → the rows come back."""
+    _held(store)
+    _purge_delete(store)
+    assert store.apply("messages.restore", _restore(0)) == []
+    assert store.conn.execute("SELECT count(*) FROM sessions").fetchone()[0] == 0
+    assert store.apply("messages.restore", _restore(1)) == []
+    rows = store.conn.execute(
+        "SELECT ext_id, quill_text(content) FROM messages WHERE session_id = ? ORDER BY seq",
+        (SID,),
+    ).fetchall()
+    assert [tuple(r) for r in rows] == [("r0", "x"), ("r1", "y")]

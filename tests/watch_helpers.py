@@ -138,7 +138,11 @@ def stored_full(home: Path, *, ts: bool = True) -> dict[str, list]:
     try:
         cols = _COLUMNS.format(ts="ts" if ts else "NULL")
         return {
-            "messages": sorted(map(tuple, conn.execute(f"SELECT {cols} FROM messages"))),
+            # the text, not its stored form (``[store] pack_min_bytes``: store/packed.py)
+            "messages": sorted(
+                (*r[:3], packed.unpack(r[3]), *r[4:])
+                for r in conn.execute(f"SELECT {cols} FROM messages")
+            ),
             "sessions": sorted(
                 conn.execute(
                     f"SELECT id, title, model, {'started_at' if ts else 'NULL'}, parent_id, "

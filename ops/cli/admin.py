@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from quill.jobs.queues import run_recorded
+from quill.jobs.run_records import said
 from quill.ops import human
 from quill.ops.cli import render
 from quill.ops.cli.base import emit_json, json_option
@@ -36,16 +37,20 @@ def snapshot(cfg: Any, as_json: bool) -> None:
             "(docs/backends.md)",
         )
     spec = catalog.get("snapshot")
-    queues = build_for(cfg)
+    queues = build_for(cfg)  # opens nothing yet: a locked queue.db never stops the snapshot
     try:
         # Recorded in `quill jobs history` like a scheduled snapshot (through the store queue:
-        # the writer applies the record, now if a fleet runs, else at the next `quill run`).
-        result = run_recorded(spec, queues, resolve_params(spec, cfg, {}), runner="cli")
+        # the writer applies the record, now if a fleet runs, else at the next `quill run`);
+        # a queue.db another process keeps locked is waited for, within a bound.
+        result = run_recorded(
+            spec, queues, resolve_params(spec, cfg, {}), runner="cli", one_shot=True
+        )
     except CantOpenError as exc:
         raise click.ClickException(f"no store to snapshot: {exc}") from exc
     if result.get("unrecorded"):  # taken, but the job queue could not carry its record
         click.echo(
-            f"quill: warning: this snapshot is not in `quill jobs history`: {result['unrecorded']}",
+            f"quill: warning: the snapshot was taken, but it is not in `quill jobs history`: "
+            f"{result['unrecorded']}",
             err=True,
         )
     if as_json:
@@ -127,18 +132,21 @@ def _damage_check(cfg: Any) -> dict[str, Any]:
     if not cfg.state_db.exists():
         return {"check": "damage check", "status": "ok", "detail": "no store yet"}
     spec = catalog.get("quick_check")
+    params = resolve_params(spec, cfg, {})
     try:
-        figures = run_recorded(spec, build_for(cfg), resolve_params(spec, cfg, {}), runner="cli")
+        figures = run_recorded(spec, build_for(cfg), params, runner="cli", one_shot=True)
     except CorruptError as exc:
         return {
             "check": "damage check",
             "status": "fail",
-            "detail": f"{exc}; next: `quill recover`",
+            "detail": f"{said(exc)}; next: `quill recover`",
         }
+    unrecorded = figures.get("unrecorded")
     return {
         "check": "damage check",
         "status": "ok",
-        "detail": f"quick_check ok in {figures['seconds']} s",
+        "detail": f"quick_check ok in {figures['seconds']} s"
+        + (f"; not in `quill jobs history`: {unrecorded}" if unrecorded else ""),
     }
 
 

@@ -28,6 +28,7 @@ from quill.ops.client.errors import (
     InvalidInputError,
     QuillError,
     from_exception,
+    with_notes,
 )
 
 __all__ = [
@@ -134,5 +135,5 @@ def run(group: click.Group, argv: Sequence[str] | None = None) -> int:
         error = _classify(exc)
         if error is None:
             raise
-        return report(error, as_json)
+        return report(with_notes(error, exc), as_json)
     return code if isinstance(code, int) else Exit.OK

@@ -15,6 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from quill.jobs import catalog, triggers
+from quill.jobs.outage import persist
 from quill.jobs.queues import build_for
 from quill.ops import human
 from quill.ops.cli import paging, render
@@ -145,8 +146,10 @@ def jobs_run(
         raise click.BadParameter("only wal_checkpoint takes a mode", param_hint="--mode")
     cfg.home.mkdir(parents=True, exist_ok=True)
     queued_at = time.time()
-    # Parameters are resolved from config when it runs; only an explicit option travels.
-    build_for(cfg).enqueue(name, **({"mode": mode.upper()} if mode else {}))
+    # Parameters are resolved from config when it runs; only an explicit option travels. A
+    # queue.db another process keeps locked is waited for, within a bound (``persist``).
+    queues = build_for(cfg)
+    persist(lambda: queues.enqueue(name, **({"mode": mode.upper()} if mode else {})))
     result: dict[str, Any] = {"job": name, "queued_at": queued_at}
     if wait_s is not None and not _fleet_soon(RunDir(cfg.home), min(wait_s, FLEET_GRACE_S)):
         raise WaitTimeoutError(

@@ -7,10 +7,11 @@ Kept free of click so the per-turn producer path (``quill push``) need not impor
 
 Error format (usage errors included):
 
-* human (stderr): ``quill: error: <message>`` and, when there is one, ``quill: hint: <what
-  to do>``;
+* human (stderr): ``quill: error: <message>``, then ``quill: note: <note>`` for each note
+  added to the error (``BaseException.add_note``; a note's later lines indented), then, when
+  there is one, ``quill: hint: <what to do>``;
 * with ``--json`` (stdout, so a consumer parsing stdout always gets JSON):
-  ``{"error": {"kind", "message", "hint", "exit_code"}}``.
+  ``{"error": {"kind", "message", "hint", "notes", "exit_code"}}``.
 """
 
 from __future__ import annotations
@@ -44,12 +45,21 @@ def wants_json(argv: Sequence[str]) -> bool:
     return "--json" in args
 
 
+def human_lines(error: QuillError) -> list[str]:
+    """``error`` in the human error format (module doc), one string per line."""
+    lines = [f"quill: error: {error.message}"]
+    for note in error.notes:
+        lines.append("quill: note: " + note.replace("\n", "\n             "))
+    if error.hint:
+        lines.append(f"quill: hint: {error.hint}")
+    return lines
+
+
 def report(error: QuillError, as_json: bool) -> int:
     """Print ``error`` in the one error format; return its exit code (``Exit``)."""
     if as_json:
         echo(json.dumps({"error": error.as_dict()}, ensure_ascii=False, indent=2))
     else:
-        echo(f"quill: error: {error.message}", err=True)
-        if error.hint:
-            echo(f"quill: hint: {error.hint}", err=True)
+        for line in human_lines(error):
+            echo(line, err=True)
     return int(error.exit_code)

@@ -18,7 +18,7 @@ import os
 import sys
 from typing import IO, Any, NamedTuple
 
-from quill.ops.client.errors import Exit, InvalidInputError
+from quill.ops.client.errors import Exit, InvalidInputError, from_exception
 
 _NOTHING = "nothing was pushed"
 
@@ -134,7 +134,7 @@ def run(
     """Push the values of ``stream`` into ``cfg``'s spool; print one line per op (or the
     ``--json`` list); return the exit code (``Exit``). Raises ``InvalidInputError`` for a
     batch that can never apply (nothing is pushed then) and the spool's errors."""
-    from quill.ops.cli.output import echo, emit_json
+    from quill.ops.cli.output import echo, emit_json, human_lines
     from quill.ops.transfer import ingest
     from quill.spool import Spool
     from quill.store.apply.precheck import precheck
@@ -180,10 +180,10 @@ def run(
         except WaitTimeoutError as exc:
             # The records are durable (acknowledged below); only the wait ran out. --json keeps
             # the ack list (with "outcome": "pending") so a script can wait on those batches.
-            echo(f"quill: error: {exc}", err=True)
-            echo(
-                "quill: hint: the records are durable and are applied once a writer runs", err=True
-            )
+            public = from_exception(exc)
+            public.hint = "the records are durable and are applied once a writer runs"
+            for line in human_lines(public):
+                echo(line, err=True)
             for r in result:
                 r["outcome"] = "pending"
             code = Exit.TIMEOUT

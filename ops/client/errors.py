@@ -69,15 +69,42 @@ class QuillError(Exception):
     def __str__(self) -> str:
         return f"{self.message} ({self.hint})" if self.hint else self.message
 
+    @property
+    def notes(self) -> list[str]:
+        """The notes added to this error (``BaseException.add_note``: what else happened, e.g.
+        a job run that is not in its history yet), oldest first; empty when there are none."""
+        return list(getattr(self, "__notes__", ()))
+
     def as_dict(self) -> dict:
-        """The ``--json`` error object: ``{"kind", "message", "hint", "exit_code"}`` (``hint`` is
-        ``null`` when there is nothing to add)."""
+        """The ``--json`` error object: ``{"kind", "message", "hint", "notes", "exit_code"}``
+        (``hint`` is ``null`` when there is nothing to add, ``notes`` a list of strings, empty
+        when there are none)."""
         return {
             "kind": self.kind,
             "message": self.message,
             "hint": self.hint or None,
+            "notes": self.notes,
             "exit_code": int(self.exit_code),
         }
+
+
+def with_notes(error: QuillError, exc: BaseException) -> QuillError:
+    """``error`` (the public error for ``exc``) carrying the notes of ``exc`` and of every
+    error ``exc`` was explicitly raised from (its ``__cause__`` chain: ``raise X from exc``),
+    oldest first, each once. Classifying or wrapping an error must never drop what was noted
+    on it. Returns ``error``."""
+    chain: list[BaseException] = []
+    at: BaseException | None = exc
+    while at is not None and at not in chain:
+        chain.append(at)
+        at = at.__cause__
+    held = set(error.notes)
+    for cause in reversed(chain):  # the innermost error's notes were added first
+        for note in getattr(cause, "__notes__", ()):
+            if isinstance(note, str) and note not in held:
+                error.add_note(note)
+                held.add(note)
+    return error
 
 
 class InvalidInputError(QuillError, ValueError):
@@ -270,7 +297,13 @@ def busy_with(
 
 def from_exception(exc: BaseException) -> QuillError | None:
     """The public error for a lower layer's exception, or None if it is not one Quill knows
-    (a bug: let it propagate). Classified by type only."""
+    (a bug: let it propagate). Classified by type only; it carries the notes of ``exc`` and
+    of its causes (``with_notes``)."""
+    error = _public(exc)
+    return None if error is None else with_notes(error, exc)
+
+
+def _public(exc: BaseException) -> QuillError | None:
     if isinstance(exc, QuillError):
         return exc
     spool_errors = sys.modules.get("quill.spool.errors")
@@ -330,6 +363,13 @@ def from_exception(exc: BaseException) -> QuillError | None:
             text, hint="move the damaged queue file aside, then retry (a new one is created)"
         )
     if queue_errors is not None and isinstance(exc, queue_errors.QueueUnavailableError):
+        if getattr(exc, "locked", False):
+            return QueueUnavailableError(
+                text,
+                hint=f"another process holds the lock of {exc.where} (`fuser {exc.where}` "
+                "names it; a fleet holds it for milliseconds): retry once it ends its "
+                "transaction",
+            )
         return QueueUnavailableError(text)
     schedule = sys.modules.get("quill.jobs.schedule")
     if schedule is not None and isinstance(exc, schedule.ScheduleUnreadableError):

@@ -121,6 +121,7 @@ class Maintenance:
         seconds first. Raises ``WaitTimeoutError``, ``InvalidInputError`` (a session still
         exists, or the store is PostgreSQL: not supported), ``NotFoundError`` (no applied
         delete names it)."""
+        from quill.jobs.outage import persist
         from quill.jobs.queues import build_for
         from quill.ops.client.wait import wait_applied
         from quill.ops.purge import procedure as purge
@@ -149,7 +150,10 @@ class Maintenance:
             list(session_ids),
             actor=f"user:{getpass.getuser()}",
             snapshot_keep=self.config.snapshot_keep,
-            enqueue_scrub=lambda **kw: build_for(self.config).enqueue("scrub", **kw),
+            # a queue.db another process keeps locked is waited for, within a bound
+            enqueue_scrub=lambda **kw: persist(
+                lambda: build_for(self.config).enqueue("scrub", **kw)
+            ),
         )
 
     def reprice_usage(self, *, dry_run: bool = False) -> dict[str, Any]:

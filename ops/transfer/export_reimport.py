@@ -13,6 +13,7 @@ from typing import Any
 
 from quill.ops.importers.source import Source, opened
 from quill.ops.transfer.export import HEADER_KEY
+from quill.store.apply.deletes import DELETIONS_SEEN
 
 
 def is_quill_export(path: Any) -> bool:
@@ -110,12 +111,31 @@ def _restore_state(store: Any, op: dict[str, Any]) -> str:
     return STORED if same else CONFLICT
 
 
+def fenced(op: dict[str, Any], deletions: int) -> dict[str, Any]:
+    """``op`` (an export line naming one session) as this import spools it: its data carries
+    ``deletions_seen`` = ``deletions``, the times the store had deleted its session when the
+    import looked (``Reader.deletions``), so a delete applied after that makes the writer apply
+    it as nothing (``store.apply.deletes.stale``: no placeholder, no restored row, no usage
+    row) and ``quill spool purge`` tombstones it. Once the session was deleted, the batch id is
+    derived over the deletions too (as every importer's is): the export's own ids are in
+    ``applied_batches`` from before the delete, so the import that sees the delete restores
+    the whole session again instead of counting its rows as stored."""
+    from quill.ops.transfer.ingest import stable_batch_id
+
+    batch = op.get("batch")
+    if deletions and isinstance(batch, str):
+        batch = stable_batch_id(batch, {"deletions": deletions})
+    return {**op, "batch": batch, "data": {**op["data"], DELETIONS_SEEN: deletions}}
+
+
 def import_export(spool: Any, path: Any, store: Any = None) -> dict[str, Any]:
     """Append the ops of a Quill export to ``spool`` as they are (their batch ids make a
-    repeat a no-op); returns an import report entry. With ``store`` (a reader of the data
-    dir's store, ``import_spool.open_store_view``), an op whose batch id the store has
-    applied already is not appended again — the writer would only skip it — and its message
-    rows count as ``already_stored``, so a repeat says "0 new" and the spool does not grow.
+    repeat a no-op), each op of a session ``fenced`` by the deletions of that session the
+    store holds now (0 without a store); returns an import report entry. With ``store`` (a
+    reader of the data dir's store, ``import_spool.open_store_view``), an op whose batch id
+    the store has applied already is not appended again — the writer would only skip it —
+    and its message rows count as ``already_stored``, so a repeat says "0 new" and the spool
+    does not grow.
     A line that is not an op, an op the spool refuses (``InvalidOpError``: unknown op, data it
     cannot encode), or a restore chunk whose session the store holds with other messages
     (``_restore_state``: the writer could only quarantine it) is a problem of that line
@@ -127,7 +147,13 @@ def import_export(spool: Any, path: Any, store: Any = None) -> dict[str, Any]:
     sessions: dict[str, None] = {}
     problems: list[dict[str, Any]] = []
     rows = stored = 0
+    deletions: dict[str, int] = {}  # session id -> its deletions when this import looked
     for lineno, op, reason in read_export(path):
+        sid = op["data"].get("session_id") if op is not None else None
+        if isinstance(sid, str):
+            if sid not in deletions:
+                deletions[sid] = store.deletions(sid) if store is not None else 0
+            op = fenced(op, deletions[sid])
         state = NEW if op is None or _applied(store, op.get("batch")) else _restore_state(store, op)
         if op is not None and (state == STORED or _applied(store, op.get("batch"))):
             stored += len(op["data"].get("rows") or []) if op["op"] == "messages.restore" else 0

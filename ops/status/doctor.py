@@ -158,15 +158,18 @@ def _pg_checks(cfg: Settings, out: list[dict[str, Any]]) -> guard.StoreRead:
         cfg,
         lambda r: (r.figures(), r.server_figures(time.time()), health.overdue_jobs(cfg, r.conn)),
     )
-    if not found.ok:
+    if found.state == "missing":  # reachable, nothing applied yet: what set-up leaves
         out.append(
             _check(
                 "store (postgresql)",
-                False,
-                f"cannot read {where(cfg)}: "
-                + (found.error or "CantOpenError: no Quill schema in that database"),
+                True,
+                f"{where(cfg)}: no Quill schema yet (the writer creates it at its start: "
+                "quill run)",
             )
         )
+        return found
+    if not found.ok:
+        out.append(_check("store (postgresql)", False, f"cannot read {where(cfg)}: {found.error}"))
         return found
     figures, pg, overdue = found.value
     out.append(

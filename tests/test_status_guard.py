@@ -308,3 +308,33 @@ def test_status_of_a_data_dir_with_no_spool_yet_names_no_python_none(tmp_path):
     out = QuillCLI(tmp_path / "fresh").run("status", check=False).stdout
     assert "spool    0 segment(s)" in out and "end (empty)" in out, out
     assert "None" not in out, out
+
+
+def test_status_and_doctor_name_a_lost_store_and_quill_recover_before_the_writer_halts(tmp_path):
+    """state.db deleted (with its WAL) after a snapshot: the writer would halt StoreMissing at
+    its start (the spool alone no longer holds the history). Status and doctor say so already,
+    with the command, never "not created yet"; a data dir never written to still says that."""
+    cfg = make_home(tmp_path / "home")
+    with Spool(cfg.spool_dir) as sp:
+        sp.append(
+            "messages.append", {"session_id": "a", "messages": [{"role": "user", "content": "hi"}]}
+        )
+    drain(cfg.home)
+    quill = QuillCLI(cfg.home)
+    quill.run("snapshot")
+    for suffix in ("", "-wal", "-shm"):
+        cfg.state_db.with_name(cfg.state_db.name + suffix).unlink(missing_ok=True)
+    proc = quill.run("status", "--json", check=False)
+    st = json.loads(proc.stdout)
+    assert st["store"] is not None and st["store"]["state"] == "missing", st["store"]
+    assert "quill recover" in st["store"]["error"] and st["store"]["next"] == "quill recover"
+    assert st["metrics"]["store_readable"] == 0
+    assert proc.returncode == 1
+    text = quill.run("status", check=False).stdout
+    assert "MISSING" in text and "not created yet" not in text, text
+    doctor = json.loads(quill.run("doctor", "--json", check=False).stdout)
+    store = next(c for c in doctor if c["check"] == "store")
+    assert store["status"] == "fail" and "quill recover" in store["detail"], store
+    fresh = QuillCLI(tmp_path / "fresh")
+    assert fresh.status()["store"] is None
+    assert "not created yet" in fresh.run("status", check=False).stdout

@@ -27,6 +27,7 @@ from quill.spool.segments import stray_segments
 from quill.spool.torn import TORN_SUMMARY
 from quill.store.factory import capabilities
 from quill.store.sqlite.connection import MIN_SQLITE, shm_problem
+from quill.store.sqlite.store import history_missing
 
 FREE_WARN_BYTES = 1 << 30
 
@@ -137,7 +138,12 @@ def run_checks(cfg: Settings) -> list[dict[str, Any]]:
             )
         )
         return out + _common_checks(cfg, found)
-    out.append(_check("store", True, "state.db not created yet (the writer creates it)"))
+    lost = history_missing(cfg.state_db, cfg.spool_dir, cfg.snapshots_dir)
+    out.append(
+        _check("store", False, f"{lost} (next: quill recover)")
+        if lost
+        else _check("store", True, "state.db not created yet (the writer creates it)")
+    )
     return out + _common_checks(cfg, guard.StoreRead("missing"))
 
 

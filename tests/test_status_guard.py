@@ -335,6 +335,16 @@ def test_status_and_doctor_name_a_lost_store_and_quill_recover_before_the_writer
     doctor = json.loads(quill.run("doctor", "--json", check=False).stdout)
     store = next(c for c in doctor if c["check"] == "store")
     assert store["status"] == "fail" and "quill recover" in store["detail"], store
+    # Reads: an error naming it, never an empty answer that hides it.
+    for args in (("sessions", "list"), ("search", "hi"), ("export", "-o", str(tmp_path / "x"))):
+        proc = quill.run(*args, "--json", check=False) if args[0] != "export" else None
+        proc = proc or quill.run(*args, check=False)
+        assert proc.returncode == 1 and "quill recover" in proc.stdout + proc.stderr, args
+    import quill as quill_pkg
+
+    with pytest.raises(quill_pkg.StoreDamagedError, match="quill recover"):
+        quill_pkg.Client(cfg.home).sessions()
     fresh = QuillCLI(tmp_path / "fresh")
     assert fresh.status()["store"] is None
+    assert fresh.run("sessions", "list", "--json").stdout.strip() == "[]"
     assert "not created yet" in fresh.run("status", check=False).stdout

@@ -336,7 +336,8 @@ def test_status_and_doctor_name_a_lost_store_and_quill_recover_before_the_writer
     store = next(c for c in doctor if c["check"] == "store")
     assert store["status"] == "fail" and "quill recover" in store["detail"], store
     # Reads: an error naming it, never an empty answer that hides it.
-    for args in (("sessions", "list"), ("search", "hi"), ("export", "-o", str(tmp_path / "x"))):
+    reads = (("sessions", "list"), ("search", "hi"), ("jobs", "history"))
+    for args in (*reads, ("export", "-o", str(tmp_path / "x"))):
         proc = quill.run(*args, "--json", check=False) if args[0] != "export" else None
         proc = proc or quill.run(*args, check=False)
         assert proc.returncode == 1 and "quill recover" in proc.stdout + proc.stderr, args
@@ -344,6 +345,10 @@ def test_status_and_doctor_name_a_lost_store_and_quill_recover_before_the_writer
 
     with pytest.raises(quill_pkg.StoreDamagedError, match="quill recover"):
         quill_pkg.Client(cfg.home).sessions()
+    with served(quill) as base:
+        for path in ("/api/v1/sessions", "/api/v1/jobs/history"):
+            got = httpx.get(f"{base}{path}", timeout=30)
+            assert got.status_code == 503 and "quill recover" in got.text, (path, got.text)
     fresh = QuillCLI(tmp_path / "fresh")
     assert fresh.status()["store"] is None
     assert fresh.run("sessions", "list", "--json").stdout.strip() == "[]"

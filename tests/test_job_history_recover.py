@@ -8,6 +8,8 @@ Real pages of ``messages`` overwritten in a real ``state.db``; the real job work
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 from conftest import damage_pages
 from harness import InProcessWriter
@@ -130,3 +132,38 @@ def test_recover_carries_the_readable_job_runs_of_a_damaged_history_and_counts_t
     merges = [r for r in _history(w) if r["job"] == "fts_merge"]
     assert len(merges) + history["unreadable_rows"] == 600  # every row carried or counted
     assert [r["job"] for r in _history(w)][-2:] == ["writer_halt", "recover"]
+
+
+def test_a_snapshot_run_is_judged_by_the_snapshot_recover_rebuilt_from_when_the_store_is_gone(w):
+    """The snapshot's own run is ``running`` inside the copy it made; with the store file gone
+    (deleted, lost with its disk) nothing gives its end back. The verified snapshot the
+    rebuild started from is that run's effect: ``ok``, judged from it, never "unknown"."""
+    from quill.ops.recover.sqlite import rebuild
+
+    w.say("q", "before the snapshot")
+    w.until_idle()
+    spec = catalog.get("snapshot")
+
+    def applied_start_then_snapshot(**params):
+        w.until_idle()  # a running fleet applies the run's start row before the copy is taken
+        return spec.func(**params)
+
+    ran = SimpleNamespace(name=spec.name, func=applied_start_then_snapshot)
+    run_recorded(ran, build_for(w.cfg), resolve_params(spec, w.cfg, {}), runner="cli")
+    w.until_idle()
+    w.say("q", "after the snapshot")
+    w.until_idle()
+    w.writer.shutdown()
+    for suffix in ("", "-wal", "-shm"):
+        w.cfg.state_db.with_name(w.cfg.state_db.name + suffix).unlink(missing_ok=True)
+    report = rebuild(w.cfg)
+    assert report["job_history"]["error"] is not None  # nothing could be read from the old file
+    assert report["applied"] >= 1  # the message after the snapshot, replayed from the spool
+    with Reader(report["path"]) as r:
+        [run] = r.job_runs(job="snapshot")
+    made = report["snapshot"].rsplit("/", 1)[-1]
+    assert run["outcome"] == "ok", run
+    assert run["error"] is None
+    assert run["figures"]["judged"].startswith(
+        f"completed (judged from effect: verified snapshot {made} covering spool position "
+    )

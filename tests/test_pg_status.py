@@ -104,3 +104,20 @@ def test_redact_hides_every_password_spelling_and_keeps_the_rest():
     assert (
         redact(f"postgresql://quill:{SECRET}@[::1]:5432/q") == "postgresql://quill:***@[::1]:5432/q"
     )
+
+
+def test_doctor_on_a_fresh_postgresql_database_says_the_writer_creates_the_schema(
+    tmp_path, pg_store_url
+):
+    """Before the first `quill run` the database holds no Quill schema: that is the state
+    the README's set-up leaves, not a failure (as `state.db not created yet` on SQLite)."""
+    home = tmp_path / "h"
+    home.mkdir(mode=0o700)
+    (home / "config.toml").write_text(f'[store]\nurl = "{pg_store_url}"\n')
+    (home / "config.toml").chmod(0o600)
+    proc = QuillCLI(home).run("doctor", "--json", check=False)
+    checks = {c["check"]: c for c in json.loads(proc.stdout)}
+    store = checks["store (postgresql)"]
+    assert store["status"] == "ok", store
+    assert "no Quill schema yet" in store["detail"] and "quill run" in store["detail"]
+    assert proc.returncode == 0, proc.stdout

@@ -308,3 +308,48 @@ def test_status_of_a_data_dir_with_no_spool_yet_names_no_python_none(tmp_path):
     out = QuillCLI(tmp_path / "fresh").run("status", check=False).stdout
     assert "spool    0 segment(s)" in out and "end (empty)" in out, out
     assert "None" not in out, out
+
+
+def test_status_and_doctor_name_a_lost_store_and_quill_recover_before_the_writer_halts(tmp_path):
+    """state.db deleted (with its WAL) after a snapshot: the writer would halt StoreMissing at
+    its start (the spool alone no longer holds the history). Status and doctor say so already,
+    with the command, never "not created yet"; a data dir never written to still says that."""
+    cfg = make_home(tmp_path / "home")
+    with Spool(cfg.spool_dir) as sp:
+        sp.append(
+            "messages.append", {"session_id": "a", "messages": [{"role": "user", "content": "hi"}]}
+        )
+    drain(cfg.home)
+    quill = QuillCLI(cfg.home)
+    quill.run("snapshot")
+    for suffix in ("", "-wal", "-shm"):
+        cfg.state_db.with_name(cfg.state_db.name + suffix).unlink(missing_ok=True)
+    proc = quill.run("status", "--json", check=False)
+    st = json.loads(proc.stdout)
+    assert st["store"] is not None and st["store"]["state"] == "missing", st["store"]
+    assert "quill recover" in st["store"]["error"] and st["store"]["next"] == "quill recover"
+    assert st["metrics"]["store_readable"] == 0
+    assert proc.returncode == 1
+    text = quill.run("status", check=False).stdout
+    assert "MISSING" in text and "not created yet" not in text, text
+    doctor = json.loads(quill.run("doctor", "--json", check=False).stdout)
+    store = next(c for c in doctor if c["check"] == "store")
+    assert store["status"] == "fail" and "quill recover" in store["detail"], store
+    # Reads: an error naming it, never an empty answer that hides it.
+    reads = (("sessions", "list"), ("search", "hi"), ("jobs", "history"))
+    for args in (*reads, ("export", "-o", str(tmp_path / "x"))):
+        proc = quill.run(*args, "--json", check=False) if args[0] != "export" else None
+        proc = proc or quill.run(*args, check=False)
+        assert proc.returncode == 1 and "quill recover" in proc.stdout + proc.stderr, args
+    import quill as quill_pkg
+
+    with pytest.raises(quill_pkg.StoreDamagedError, match="quill recover"):
+        quill_pkg.Client(cfg.home).sessions()
+    with served(quill) as base:
+        for path in ("/api/v1/sessions", "/api/v1/jobs/history"):
+            got = httpx.get(f"{base}{path}", timeout=30)
+            assert got.status_code == 503 and "quill recover" in got.text, (path, got.text)
+    fresh = QuillCLI(tmp_path / "fresh")
+    assert fresh.status()["store"] is None
+    assert fresh.run("sessions", "list", "--json").stdout.strip() == "[]"
+    assert "not created yet" in fresh.run("status", check=False).stdout

@@ -11,7 +11,7 @@ import click
 from quill.ops.cli import render
 from quill.ops.cli.params import EPOCH
 from quill.ops.client.errors import no_key, no_session
-from quill.ops.client.stores import open_reader, where
+from quill.ops.client.stores import lost_store, open_reader, where
 from quill.ops.transfer import export
 from quill.ops.transfer.export_render import markdown, openai_chat, sharegpt
 from quill.store.errors import CantOpenError
@@ -32,6 +32,9 @@ def write_export(
     try:
         reader = open_reader(cfg)
     except CantOpenError:
+        lost = lost_store(cfg)
+        if lost is not None:
+            raise lost from None
         if session_id is not None:
             raise no_session(session_id, store_missing=True) from None
         if key is not None:

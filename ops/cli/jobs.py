@@ -21,7 +21,7 @@ from quill.ops import human
 from quill.ops.cli import paging, render
 from quill.ops.cli.base import emit_json, json_option
 from quill.ops.client.errors import Exit, WaitTimeoutError
-from quill.ops.client.stores import open_reader
+from quill.ops.client.stores import lost_store, open_reader
 from quill.store.errors import CantOpenError
 from quill.store.factory import capabilities
 
@@ -33,6 +33,9 @@ def _history(
         with open_reader(cfg) as r:
             return r.job_runs(job=job, limit=limit, before=before)
     except CantOpenError:
+        lost = lost_store(cfg)  # gone, not "no runs yet"
+        if lost is not None:
+            raise lost from None
         return []
 
 

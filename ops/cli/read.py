@@ -13,7 +13,7 @@ from quill.ops.cli.base import emit_json, json_option
 from quill.ops.cli.params import EPOCH, UTF8, YESNO
 from quill.ops.client.client import Client
 from quill.ops.client.errors import NotFoundError
-from quill.ops.client.stores import open_reader, where
+from quill.ops.client.stores import lost_store, open_reader, where
 from quill.store.apply.normalize import ROLES
 from quill.store.errors import CantOpenError
 from quill.store.factory import capabilities
@@ -29,7 +29,7 @@ def _reader(cfg: Any) -> Reader:
     try:
         return open_reader(cfg)
     except CantOpenError:
-        raise NotFoundError(
+        raise lost_store(cfg) or NotFoundError(
             f"no store at {where(cfg)} yet", hint="push or import something, then `quill run`"
         ) from None
 
@@ -38,6 +38,9 @@ def _note_no_store(cfg: Any) -> None:
     """Before the store exists a listing is empty: "nothing yet" is an answer, not an error,
     but say why on stderr."""
     # (a PostgreSQL store without schema raises CantOpenError instead)
+    lost = lost_store(cfg)
+    if lost is not None:  # gone, not "not yet": an empty listing would hide it
+        raise lost
     if capabilities(cfg).local_file and not cfg.state_db.exists():
         click.echo(
             f"quill: no store at {cfg.state_db} yet (push or import, then `quill run`)", err=True

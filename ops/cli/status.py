@@ -154,7 +154,10 @@ def _print_status(d: dict[str, Any]) -> None:
         )
         con.print(f"http     {serving}")
     s = d["store"]
-    if s and s.get("error"):
+    if s and s.get("state") == "missing":
+        con.print(f"[bold red]store    MISSING: {_t(s['error'])}[/bold red]")
+        con.print(f"  next: {s['next']}")
+    elif s and s.get("error"):
         con.print(f"[bold red]store    unreadable: {_t(s['error'])}[/bold red]")
     elif s and s.get("postgres"):
         _print_pg_store(con, s)

@@ -123,6 +123,11 @@ class Reads:
             try:
                 reader = open_reader(self.config)
             except CantOpenError:
+                from quill.ops.client.stores import lost_store
+
+                lost = lost_store(self.config)
+                if lost is not None:
+                    raise lost from None
                 if missing is not None:
                     raise missing from None
                 yield None

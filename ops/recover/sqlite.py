@@ -134,6 +134,7 @@ def rebuild(
             halt=halt,
             started_at=began,
             now=time.time(),
+            snapshots_dir=cfg.snapshots_dir,
             figures={
                 "snapshot": str(snap[0]) if snap else None,
                 "snapshot_position": str(snap[1]) if snap else None,

@@ -23,7 +23,7 @@ from quill.ops.client.errors import (
 from quill.ops.client.errors import (
     SpoolFullError as QuillSpoolFull,
 )
-from quill.ops.client.stores import open_reader
+from quill.ops.client.stores import lost_store, open_reader
 from quill.ops.service.errors import ERROR_SCHEMA, ApiError, overloaded
 from quill.store.apply.normalize import ROLES
 from quill.store.errors import CantOpenError, DescriptorsExhaustedError, StoreError
@@ -85,10 +85,14 @@ def client_errors(what: str = "") -> Iterator[None]:
 
 
 def reader(request: Request) -> Iterator[Reader | None]:
-    """A read-only ``Reader`` for this request, or None before the store exists."""
+    """A read-only ``Reader`` for this request, or None before the store exists. A lost
+    store (``stores.lost_store``) answers 503 ``store-missing``, never an empty listing."""
     try:
         r = open_reader(request.app.state.cfg)
     except CantOpenError:
+        lost = lost_store(request.app.state.cfg)
+        if lost is not None:
+            raise ApiError(503, "store-missing", f"{lost.message}; {lost.hint}") from None
         yield None
         return
     except DescriptorsExhaustedError:

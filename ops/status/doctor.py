@@ -27,6 +27,7 @@ from quill.spool.segments import stray_segments
 from quill.spool.torn import TORN_SUMMARY
 from quill.store.factory import capabilities
 from quill.store.sqlite.connection import MIN_SQLITE, shm_problem
+from quill.store.sqlite.store import history_missing
 
 FREE_WARN_BYTES = 1 << 30
 
@@ -137,7 +138,12 @@ def run_checks(cfg: Settings) -> list[dict[str, Any]]:
             )
         )
         return out + _common_checks(cfg, found)
-    out.append(_check("store", True, "state.db not created yet (the writer creates it)"))
+    lost = history_missing(cfg.state_db, cfg.spool_dir, cfg.snapshots_dir)
+    out.append(
+        _check("store", False, f"{lost} (next: quill recover)")
+        if lost
+        else _check("store", True, "state.db not created yet (the writer creates it)")
+    )
     return out + _common_checks(cfg, guard.StoreRead("missing"))
 
 
@@ -158,15 +164,18 @@ def _pg_checks(cfg: Settings, out: list[dict[str, Any]]) -> guard.StoreRead:
         cfg,
         lambda r: (r.figures(), r.server_figures(time.time()), health.overdue_jobs(cfg, r.conn)),
     )
-    if not found.ok:
+    if found.state == "missing":  # reachable, nothing applied yet: what set-up leaves
         out.append(
             _check(
                 "store (postgresql)",
-                False,
-                f"cannot read {where(cfg)}: "
-                + (found.error or "CantOpenError: no Quill schema in that database"),
+                True,
+                f"{where(cfg)}: no Quill schema yet (the writer creates it at its start: "
+                "quill run)",
             )
         )
+        return found
+    if not found.ok:
+        out.append(_check("store (postgresql)", False, f"cannot read {where(cfg)}: {found.error}"))
         return found
     figures, pg, overdue = found.value
     out.append(

@@ -24,6 +24,7 @@ from quill.ops.status.schedule import schedule_state
 from quill.spool import Position, Quarantine
 from quill.spool.integrity import assess
 from quill.store.factory import capabilities
+from quill.store.sqlite.store import history_missing
 from quill.workers import FIRE_REF
 from quill.workers.status import COMMIT_BUCKETS_S
 from quill.workers.watch_state import WatchState, lag
@@ -82,7 +83,9 @@ def collect(cfg: Any) -> dict[str, Any]:
 
     Never raises for a damaged, missing or unreachable store: that is when status must still
     answer. Every store read goes through ``guard.read_store``; ``store`` is then None (not
-    created yet) or ``{"state": "unreadable", "error": ...}``, and the spool figures come from
+    created yet), ``{"state": "missing", "error": why, "next": "quill recover"}`` (a SQLite
+    store file gone whose history the spool alone no longer holds: the writer would halt) or
+    ``{"state": "unreadable", "error": ...}``, and the spool figures come from
     the cursor the writer published (``guard.progress``: ``cursor_source``, ``cursor_age_s``;
     ``pending_bytes``/``lag_s`` None when unknown).
     """
@@ -107,7 +110,13 @@ def collect(cfg: Any) -> dict[str, Any]:
     if found.ok:
         data["store"], data["jobs"], data["overdue"] = got["store"], got["jobs"], got["overdue"]
     elif found.state == "missing":
-        data["store"], data["jobs"], data["overdue"] = None, [], overdue_jobs(cfg, None)
+        # Absent and unrecoverable from the spool alone (a lost state.db): the writer would
+        # halt at its start, so say so now with the command, not "not created yet".
+        lost = history_missing(cfg.state_db, cfg.spool_dir, cfg.snapshots_dir) if local else None
+        data["store"] = (
+            {"state": "missing", "error": lost, "next": "quill recover"} if lost else None
+        )
+        data["jobs"], data["overdue"] = [], overdue_jobs(cfg, None)
     else:
         data["store"] = {"state": "unreadable", "error": found.error}
         data["jobs"], data["overdue"] = [], []
@@ -152,7 +161,7 @@ def _metrics(data: dict[str, Any], job_totals: list[dict[str, Any]]) -> dict[str
         "spool_pending_bytes": data["spool"]["pending_bytes"],
         "spool_lag_seconds": data["spool"]["lag_s"],
         "spool_cursor_age_seconds": data["spool"]["cursor_age_s"],
-        "store_readable": 0 if (store.get("state") == "unreadable") else 1,
+        "store_readable": 0 if store.get("state") in ("unreadable", "missing") else 1,
         "quarantined_records": data["spool"]["quarantined"],
         "spool_loss_detected": 1 if data["spool"]["integrity"]["lost"] else 0,
         # Counters of the running writer process (they restart from 0 with it; Prometheus'

@@ -21,12 +21,18 @@ from typing import Any
 import apsw
 
 from quill.home import Halt
+from quill.store.sqlite import effects
 from quill.store.sqlite.connection import open_reader, transaction
 from quill.store.sqlite.job_runs import HALT_JOB, HALTED, INTERRUPTED, RECOVER_JOB, RUNNING
 from quill.store.sqlite.salvage import readable_rows
 
 _COLS = ("id", "job", "started_at", "ended_at", "outcome", "figures", "error")
 _RANGE = 256
+#: Why a run the rebuild left ``running`` is closed when nothing shows what became of it.
+_UNKNOWN = (
+    "outcome unknown: the store was rebuilt from a snapshot taken while this run was going, "
+    "and the damaged file did not hold its end"
+)
 
 
 def _read_range(conn: apsw.Connection, lo: int, hi: int, bad: list[int]) -> list[tuple]:
@@ -58,17 +64,42 @@ def read_job_runs(path: Path) -> tuple[list[tuple], dict[str, Any]]:
         conn.close()
 
 
-def _finish(row: tuple, halt: Halt | None, at: float) -> tuple:
+def _judged(
+    job: str, started: float, figures: str | None, snapshots_dir: Path | None, at: float
+) -> tuple[str, str] | None:
+    """A ``running`` snapshot run closed ``ok`` from its effect: ``(figures, verdict)`` when
+    ``snapshots_dir`` holds a verified snapshot made between ``started`` and ``at`` (epoch s;
+    ``effects.judge_snapshot``), ``figures`` (the row's JSON text) with ``judged`` added. None
+    for other jobs, without ``snapshots_dir``, or when no such snapshot proves it."""
+    if job != effects.SNAPSHOT_JOB or snapshots_dir is None:
+        return None
+    verdict = effects.judge_snapshot(snapshots_dir, started, at)
+    if verdict is None or verdict[0] != "ok":
+        return None
+    try:
+        fig = json.loads(figures or "{}")
+    except ValueError:
+        fig = {}
+    fig = fig if isinstance(fig, dict) else {}
+    return json.dumps({**fig, "judged": verdict[1]}), verdict[1]
+
+
+def _finish(row: tuple, halt: Halt | None, at: float, snapshots_dir: Path | None) -> tuple:
     """``row`` (``_COLS``) as carried: a ``running`` row gets an outcome and an end. The run
-    named by the halt met (or declared) the damage: ``halted``. Any other ``running`` row was
-    cut short by the halt or the rebuild: ``interrupted`` (a job still running elsewhere, the
-    consumer's check, may still finish it: ``record_job_run`` updates interrupted rows)."""
+    named by the halt met (or declared) the damage: ``halted``. A snapshot run whose verified
+    snapshot is in ``snapshots_dir`` completed: ``ok``, judged from it. Any other ``running``
+    row was cut short by the halt or the rebuild: ``interrupted`` (a job still running
+    elsewhere, the consumer's check, may still finish it: ``record_job_run`` updates
+    interrupted rows)."""
     rid, job, started, ended, outcome, figures, error = row
     if outcome != RUNNING:
         return row
     cause = f"{halt.cause}: {halt.detail}" if halt else "no halt recorded"
     if halt is not None and halt.job == job and halt.job_started == started:
         return (rid, job, started, halt.at, HALTED, figures, f"the writer halted: {cause}")
+    judged = _judged(job, started, figures, snapshots_dir, at)
+    if judged is not None:
+        return (rid, job, started, ended if ended is not None else at, "ok", judged[0], None)
     why = (
         f"still running when quill recover rebuilt the store (halt {cause}); "
         "the run never recorded its end in the store"
@@ -84,17 +115,20 @@ def carry_job_runs(
     started_at: float,
     now: float,
     figures: dict[str, Any],
+    snapshots_dir: Path | None = None,
 ) -> dict[str, Any]:
     """Carry the job history of the damaged store ``old`` into the rebuilt store open on the
     writable connection ``conn`` (one transaction; run it with ``Store.run_job``), then
     record the halt (``HALT_JOB``, when ``halt``) and this recovery (``RECOVER_JOB``:
-    ``started_at``..``now``, epoch s, with ``figures`` plus what was carried). A row the
+    ``started_at``..``now``, epoch s, with ``figures`` plus what was carried). A snapshot run
+    left ``running`` (in ``old``, or in the rebuilt store: the copy holds its own run's start)
+    whose verified snapshot is in ``snapshots_dir`` is closed ``ok``, judged from it. A row the
     rebuilt store holds for the same run (job and start time: it came with the snapshot) is
     replaced by the old file's, the newer one. Returns ``{"carried", "unreadable_rows",
     "finished", "error"}``. Raises the store error tree for the rebuilt store; damage in
     ``old`` is counted, never raised."""
     rows, read = read_job_runs(old)
-    carried = [_finish(r, halt, now) for r in rows]
+    carried = [_finish(r, halt, now, snapshots_dir) for r in rows]
     with transaction(conn):
         for _, job, started, *_ in carried:
             conn.execute("DELETE FROM job_runs WHERE job = ? AND started_at = ?", (job, started))
@@ -104,21 +138,24 @@ def carry_job_runs(
             [r[1:] for r in carried],
         )
         # Runs the snapshot caught mid-way (its own snapshot row) that the old file did not
-        # give back: their end is unknown, and nothing will ever finish them here.
-        conn.execute(
-            "UPDATE job_runs SET outcome = ?, ended_at = ?, error = ? WHERE outcome = ?",
-            (
-                INTERRUPTED,
-                now,
-                "outcome unknown: the store was rebuilt from a snapshot taken while this run "
-                "was going, and the damaged file did not hold its end",
-                RUNNING,
-            ),
-        )
-        unknown = conn.changes()
+        # give back: judged from a verified snapshot they made, else their end is unknown, and
+        # nothing will ever finish them here.
+        left = conn.execute(
+            "SELECT id, job, started_at, figures FROM job_runs WHERE outcome = ?", (RUNNING,)
+        ).fetchall()
+        for rid, job, started, fig in left:
+            judged = _judged(job, started, fig, snapshots_dir, now)
+            conn.execute(
+                "UPDATE job_runs SET outcome = ?, ended_at = ?, figures = ?, error = ? "
+                "WHERE id = ?",
+                (INTERRUPTED, now, fig, _UNKNOWN, rid)
+                if judged is None
+                else ("ok", now, judged[0], None, rid),
+            )
+        left_running = len(left)
         result = {
             "carried": len(carried),
-            "finished": sum(1 for a, b in zip(rows, carried, strict=True) if a != b) + unknown,
+            "finished": sum(1 for a, b in zip(rows, carried, strict=True) if a != b) + left_running,
             "unreadable_rows": read["unreadable_rows"],
             "error": read["error"],
         }

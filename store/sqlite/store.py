@@ -272,23 +272,8 @@ class SqliteStore(SqliteCapabilities):
         return cause
 
     def _history_missing(self) -> str | None:
-        """Why creating a fresh file here would silently lose history, or None. A new store is
-        built from the spool alone; that is complete only if the spool still starts at segment
-        1 and no snapshot exists (spool GC removes what a snapshot covers)."""
-        from quill.spool.segments import list_segments
-
-        if self.path.exists() or self.spool_dir is None:
-            return None
-        segments = list_segments(self.spool_dir)
-        snapshots = sorted(self.snapshots_dir.glob("snapshot-*.db")) if self.snapshots_dir else []
-        if snapshots or (segments and segments[0] > 1):
-            return (
-                f"{self.path} is missing and the spool alone no longer holds the full "
-                f"history (oldest segment {segments[0] if segments else None}, "
-                f"{len(snapshots)} snapshot(s)); `quill recover` restores the newest "
-                "snapshot and replays the spool"
-            )
-        return None
+        """``history_missing`` of this store's file, spool and snapshots."""
+        return history_missing(self.path, self.spool_dir, self.snapshots_dir)
 
     def halt(self, cause: Halt) -> bool:
         """Close without checkpointing (the WAL stays as evidence) and record ``cause`` in
@@ -335,3 +320,25 @@ class SqliteStore(SqliteCapabilities):
                     conn.close()
             return {"ok": problems == ["ok"], "problems": [p for p in problems if p != "ok"]}
         raise ValueError(f"{job!r} runs as a scheduled store job (jobs.store_jobs) on SQLite")
+
+
+def history_missing(path: Path, spool_dir: Path | None, snapshots_dir: Path | None) -> str | None:
+    """Why creating a fresh store file at ``path`` would silently lose history, or None (the
+    file exists, or the spool in ``spool_dir`` holds all of it). A new store is built from the
+    spool alone; that is complete only if the spool still starts at segment 1 and no snapshot
+    exists in ``snapshots_dir`` (spool GC removes what a snapshot covers). The text names
+    ``quill recover``, which restores the newest snapshot and replays the spool."""
+    from quill.spool.segments import list_segments
+
+    if path.exists() or spool_dir is None:
+        return None
+    segments = list_segments(spool_dir)
+    snapshots = sorted(snapshots_dir.glob("snapshot-*.db")) if snapshots_dir else []
+    if snapshots or (segments and segments[0] > 1):
+        return (
+            f"{path} is missing and the spool alone no longer holds the full "
+            f"history (oldest segment {segments[0] if segments else None}, "
+            f"{len(snapshots)} snapshot(s)); `quill recover` restores the newest "
+            "snapshot and replays the spool"
+        )
+    return None

@@ -137,7 +137,7 @@ def _oracle(
     uncovered rows, each within ``bound`` rows below the previous (the first within the newest
     ``bound`` rows), merged newest first. ``packs``: SQLite, whose trigram index holds a
     packed text (``pack_min_bytes`` or more) whole, whatever its role, and whose scan leaves
-    a one-term query's match in a text the index holds whole to the index."""
+    a one-term query's match in a packed text to the index."""
     folded = textfold.fold(term)
     index, scan = set(), []
     for pos, (mid, m) in enumerate(sorted(zip(ids, msgs), key=lambda p: -p[0])):
@@ -148,7 +148,7 @@ def _oracle(
         indexed = content if is_packed else content[:2000]
         if (is_packed or m["role"] in ("user", "assistant")) and folded in textfold.fold(indexed):
             index.add(mid)
-        scanned = ("" if packs and whole else content) + " " + _tools_text(m)
+        scanned = ("" if is_packed else content) + " " + _tools_text(m)
         if not covered and folded in textfold.fold(scanned):
             scan.append((pos, mid))
     chained, last = [], -1

@@ -198,9 +198,9 @@ def _indexed(
         if not cols:
             return []
         textfold.register(conn)
-        # Rows the trigram index holds whole (at most ``upto``): the index side finds a match
-        # in their content, so a single-term group need not test it here (no unpack).
-        ors, like_args = _substring_sql(plan, cols, (upto, TRIGRAM_WHOLE_SQL) if rest else None)
+        # Packed rows at most ``upto`` are in the trigram index whole: the index side finds a
+        # match in their content, so a single-term group need not unpack them here.
+        ors, like_args = _substring_sql(plan, cols, upto if rest else None)
         outside = f"NOT {trigram_covered_sql(kinds)} AND " if rest else ""
         if whole:  # one walk down the key, no second lookup of each row
             return conn.execute(
@@ -266,20 +266,21 @@ def trigram_match(plan: query.Plan) -> str:
 
 
 def _substring_sql(
-    plan: query.Plan, cols: list[str], indexed: tuple[int, str] | None = None
+    plan: query.Plan, cols: list[str], indexed: int | None = None
 ) -> tuple[str, list[Any]]:
     """``(SQL condition, its arguments)``: a row satisfies ``plan``'s OR-groups, each an AND
     of (NOT) case-folded substring tests where a term holds when one of ``cols`` (SQL text
     expressions over ``m``) holds it — ``query.matches`` in SQL. Needs ``textfold.register``
     on the connection for non-ASCII text.
 
-    ``indexed`` (``(upto, condition)``, for the scan beside the trigram index): a row with
-    ``id <= upto`` meeting ``condition`` has its whole content in the trigram index, whose
-    side of the merge finds every row whose content satisfies the plan. A group of one
-    positive term is then satisfied by such a row's content only where the index finds the
-    row anyway, so it skips the content test there (a packed text is not unpacked); the
-    result, merged with the index's, is the same rows. Groups of several terms or with a
-    negated one test every text (a term in the content and another in the tool calls)."""
+    ``indexed`` (the index watermark, for the scan beside the trigram index): a packed row
+    with ``id <= indexed`` has its whole content in the trigram index
+    (``columns.TRIGRAM_SCOPE_SQL``), whose side of the merge finds every row whose content
+    satisfies the plan. A group of one positive term is then satisfied by such a row's
+    content only where the index finds the row anyway, so it skips the content test there
+    (the text is not unpacked); merged with the index's, the rows found are the same. Groups
+    of several terms or with a negated one test every text (a term in the content and
+    another in the tool calls). A plain row is tested as on PostgreSQL, which packs nothing."""
     ors, args = [], []
     for group_ in plan.groups:
         conds = []
@@ -289,9 +290,10 @@ def _substring_sql(
             tests = []
             for c in cols:
                 if skip and c == CONTENT_SQL:
-                    args.append(indexed[0])
-                    tests.append(f"(CASE WHEN m.id <= ? AND {indexed[1]} THEN 0 ELSE ")
-                    tests[-1] += _contains(c, folded, args) + " END)"
+                    args.append(indexed)
+                    test = _contains(c, folded, args)
+                    packed_row = "m.id <= ? AND typeof(m.content) = 'blob'"
+                    tests.append(f"(CASE WHEN {packed_row} THEN 0 ELSE {test} END)")
                 else:
                     tests.append(_contains(c, folded, args))
             anycol = " OR ".join(tests)

@@ -301,9 +301,10 @@ def report(n: int, q: dict[str, Any], log, naive: dict[str, Any] | None = None) 
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m bench.search STORE [--reps N] [--out PATH] [--baseline REV] [--json]``: §3 on
-    an existing store (one built by ``bench.build_store``), without building one; prints the
-    lines (with ``--baseline``, a table against revision REV measured on the same store in the
+    """``python -m bench.search STORE [--reps N] [--out PATH] [--baseline REV]
+    [--baseline-store PATH] [--json]``: §3 on an existing store (one built by
+    ``bench.build_store``), without building one; prints the lines (with ``--baseline``, a
+    table against revision REV measured on the same store, or on ``--baseline-store``, in the
     same run) and writes JSON."""
     import argparse
     import os
@@ -322,6 +323,14 @@ def main(argv: list[str] | None = None) -> int:
         help="also measure git revision REV's search on the same store, in the same run "
         "(a subprocess on an exported copy, before and after this tree's)",
     )
+    ap.add_argument(
+        "--baseline-store",
+        type=Path,
+        metavar="PATH",
+        help="the store the baseline searches (default: STORE): the same messages indexed in "
+        "the baseline's index layout, when this tree's layout differs (a reader treats an "
+        "index of another layout as stale)",
+    )
     ap.add_argument("--json", action="store_true", help="print this tree's latencies as JSON only")
     args = ap.parse_args(argv)
     from quill.store.read.reader import Reader
@@ -333,12 +342,13 @@ def main(argv: list[str] | None = None) -> int:
         n = r.conn.execute("SELECT count(*) FROM messages").fetchone()[0]
     began = time.monotonic()
     load = os.getloadavg()
-    base = _baseline(args.baseline, args.store, args.reps) if args.baseline else None
+    base_store = args.baseline_store or args.store
+    base = _baseline(args.baseline, base_store, args.reps) if args.baseline else None
     q = quill_latencies(args.store, args.reps)
     if base is not None:
         # The baseline again after this tree: a load that changed during the run shows as two
         # baseline figures apart; the comparison takes the better of the two.
-        again = _baseline(args.baseline, args.store, args.reps)
+        again = _baseline(args.baseline, base_store, args.reps)
         base = {
             k: min((b, a), key=lambda v: v.get("p95_ms", 0)) if "p95_ms" in b else b
             for (k, b), a in zip(base.items(), again.values())

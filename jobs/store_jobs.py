@@ -15,7 +15,7 @@ import apsw
 from quill.store.errors import CorruptError, mapped
 from quill.store.sqlite import fts_repair
 from quill.store.sqlite.connection import AUTO_VACUUM, has_pointer_map, transaction
-from quill.store.sqlite.indexer import FTS_TABLES, fts_state, optimize
+from quill.store.sqlite.indexer import FTS_TABLES, fts_state, optimize, reindex_trigram
 from quill.store.sqlite.wal import wal_bytes, wal_checkpoint
 
 
@@ -68,8 +68,11 @@ def pack_stored(conn: apsw.Connection, slice_rows: int = PACK_SLICE_ROWS) -> int
                 (low, slice_rows),
             ).fetchone()[0]
             if high is not None:
-                conn.execute(PACK_STORED_SQL, (low, high))
-                done += conn.changes()
+                ids = [r[0] for r in conn.execute(PACK_STORED_SQL + " RETURNING id", (low, high))]
+                # The trigram index holds a packed text whole (store.search.columns): the
+                # rows packed here are indexed again in the same transaction.
+                reindex_trigram(conn, ids)
+                done += len(ids)
         if high is None:
             return done
         low = high

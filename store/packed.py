@@ -43,8 +43,10 @@ PACK_FUNCTION = "quill_pack"
 MIN_FUNCTION = "quill_pack_min"
 #: SQL (SQLite; parameters: lowest id excluded, highest id included): pack the stored texts of
 #: those rows that are plain but reach the connection's threshold — rows written before
-#: packing existed or under a higher threshold. The text does not change, so the FTS indexes
-#: (which hold the text, not the stored form) stay as they are.
+#: packing existed or under a higher threshold. The text does not change, so the word index
+#: stays as it is; the trigram index holds a packed text whole but a plain one only in part
+#: (``store.search.columns``), so the caller re-indexes the packed rows there
+#: (``jobs.store_jobs.pack_stored``: ``RETURNING id``, ``indexer.reindex_trigram``).
 PACK_STORED_SQL = (
     f"UPDATE messages SET content = {PACK_FUNCTION}(content) WHERE id > ? AND id <= ? "
     f"AND typeof(content) = 'text' AND length(CAST(content AS BLOB)) >= {MIN_FUNCTION}() "

@@ -12,10 +12,13 @@ Rules the schema encodes (docs/architecture.md, "The store"; the measured facts 
 * A second, trigram FTS5 table serves substring and CJK search. Its cost (a full
   trigram index slows ingest and more than doubles the file) makes it *scoped*: only
   ``user``/``assistant`` rows, only their text ``content``, only its first
-  ``TRIGRAM_PREFIX_CHARS`` characters. It is filled by the same bulk slices, under the same
-  watermark, as ``messages_fts``. It keeps no positions (``detail=none``, layout 3: a sixth of
-  the bytes of ``detail=full``, bench/disk.py): it finds the rows holding a term's trigrams,
-  and search keeps those whose indexed text holds the term (store/search/candidates.py).
+  ``TRIGRAM_PREFIX_CHARS`` characters — except a text stored packed (``store.packed``), held
+  whole whatever its role, so a search never unpacks a row only to reject it
+  (``store.search.columns``; +95 B/msg on the synthetic store, bench/RESULTS.md). It is
+  filled by the same bulk slices, under the same watermark, as ``messages_fts``. It keeps no
+  positions (``detail=none``, layout 3: a sixth of the bytes of ``detail=full``,
+  bench/disk.py): it finds the rows holding a term's trigrams, and search keeps those whose
+  indexed text holds the term (store/search/candidates.py).
 * ``messages.origin_id`` is explicit copy lineage written at copy time: a row copied by a
   compaction (carried tail, re-sequenced late rows, verbatim re-sent messages) points at the
   row it copies (always the first original, never a copy). ``messages.pos`` (the original's
@@ -314,7 +317,7 @@ MIGRATIONS: dict[int, str] = {
 #: derived data: a store whose ``state_meta['fts_layout']`` differs is re-indexed from
 #: ``messages`` when the writer opens it (``ensure_fts_layout``), and readers treat its
 #: indexes as stale until then. Independent of ``SCHEMA_VERSION`` (no canonical row changes).
-FTS_LAYOUT = "4"  # 4: a tool result's tool name in the tools column
+FTS_LAYOUT = "5"  # 5: a packed text whole in messages_trigram, whatever its role
 
 
 def create(conn: apsw.Connection) -> None:

@@ -17,6 +17,7 @@ import apsw
 import pytest
 from semantics_helpers import Store, assistant, call, tool, user
 
+from quill.home import DEFAULTS
 from quill.store.postgres import scan_index
 from quill.store.postgres import search as pg_search
 from quill.store.search import candidates, fence, textfold
@@ -27,7 +28,7 @@ PG_BULK = 30_000  # more tool results on PostgreSQL (see _fill)
 NEWEST = 60  # newest groups: a covered match, a tool call and its result (no match)
 #: What the SQL of the scan's statements holds: the rows' window (its count too), or the test
 #: of the rows the trigram index does not cover.
-_SCAN_SQL = ("SELECT id FROM messages WHERE id < ?", "NOT (m.role IN")
+_SCAN_SQL = ("SELECT id FROM messages WHERE id < ?", "NOT (m.role IN", "NOT ((typeof(m.content)")
 
 
 @pytest.fixture
@@ -129,20 +130,26 @@ def _tools_text(msg: dict) -> str:
     return " ".join(c["function"]["name"] for c in msg.get("tool_calls") or [])
 
 
-def _oracle(msgs: list[dict], ids: list[int], term: str, bound: int, limit: int) -> list[int]:
+def _oracle(
+    msgs: list[dict], ids: list[int], term: str, bound: int, limit: int, packs: bool
+) -> list[int]:
     """The hits the rule defines: covered matches (the index) and the scan's matches among
     uncovered rows, each within ``bound`` rows below the previous (the first within the newest
-    ``bound`` rows), merged newest first."""
+    ``bound`` rows), merged newest first. ``packs``: SQLite, whose trigram index holds a
+    packed text (``pack_min_bytes`` or more) whole, whatever its role, and whose scan leaves
+    a one-term query's match in a packed text to the index."""
     folded = textfold.fold(term)
     index, scan = set(), []
     for pos, (mid, m) in enumerate(sorted(zip(ids, msgs), key=lambda p: -p[0])):
         content = m.get("content") or ""
-        covered = (
-            m["role"] in ("user", "assistant") and len(content) <= 2000 and not m.get("tool_calls")
-        )
-        if m["role"] in ("user", "assistant") and folded in textfold.fold(content[:2000]):
+        is_packed = packs and len(content.encode()) >= DEFAULTS.pack_min_bytes
+        whole = is_packed or m["role"] in ("user", "assistant") and len(content) <= 2000
+        covered = whole and not m.get("tool_calls") and m["role"] != "tool"
+        indexed = content if is_packed else content[:2000]
+        if (is_packed or m["role"] in ("user", "assistant")) and folded in textfold.fold(indexed):
             index.add(mid)
-        if not covered and folded in textfold.fold(content + " " + _tools_text(m)):
+        scanned = ("" if is_packed else content) + " " + _tools_text(m)
+        if not covered and folded in textfold.fold(scanned):
             scan.append((pos, mid))
     chained, last = [], -1
     for pos, mid in scan:
@@ -191,7 +198,7 @@ def test_hits_follow_the_scan_bound_on_random_stores(store, seed, monkeypatch):
                 context=False,
                 projection="audit",
             )
-            want = _oracle(msgs, ids, "parsedconf", bound, limit)
+            want = _oracle(msgs, ids, "parsedconf", bound, limit, store.kind == "sqlite")
             assert [h["message_id"] for h in got] == want, (bound, limit)
 
 

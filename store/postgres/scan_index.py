@@ -34,11 +34,12 @@ from quill.store.postgres import order_index
 from quill.store.postgres.connection import PgConnection
 from quill.store.search import plan as query
 from quill.store.search.candidates import KINDS, _escape_like, trigram_covered_sql
+from quill.store.search.columns import PREFIX_WHOLE_SQL
 
 #: The rows the index holds (row aliased ``m``): those the trigram index does not wholly
 #: cover for every search kind.
 #: In PostgreSQL's text (``packed.for_postgres``): the index's DDL is not translated.
-SCOPE_SQL = "NOT " + packed.for_postgres(trigram_covered_sql(KINDS, "false"))
+SCOPE_SQL = "NOT " + packed.for_postgres(trigram_covered_sql(KINDS, "false", PREFIX_WHOLE_SQL))
 #: The indexed text of a row aliased ``m`` (``ddl``'s ``quill_scan_text``).
 TEXT_SQL = "quill_scan_text(m.content, m.tool_calls, m.reasoning, m.role, m.tool_name)"
 NAME = "messages_scan"

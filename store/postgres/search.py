@@ -44,7 +44,7 @@ from quill.store.search.candidates import (
     trigram_covered_sql,
     window_rows,
 )
-from quill.store.search.columns import TOOL_RESULT_ROLES, TRIGRAM_PREFIX_CHARS
+from quill.store.search.columns import PREFIX_WHOLE_SQL, TOOL_RESULT_ROLES, TRIGRAM_PREFIX_CHARS
 from quill.store.search.request import begin
 
 _WORD = re.compile(r"[^\W_]+")
@@ -129,7 +129,7 @@ SCAN_COLUMNS_SQL = {
 def _covered(kinds: tuple[str, ...]) -> str:
     """SQL condition: the trigram index wholly covers the row's searched texts (SQLite's
     ``candidates.trigram_covered_sql``, in PostgreSQL's dialect)."""
-    return trigram_covered_sql(kinds, "false")
+    return trigram_covered_sql(kinds, "false", PREFIX_WHOLE_SQL)
 
 
 def _contains(col: str, term: str, args: list[Any]) -> str:

@@ -20,10 +20,11 @@ from quill.store.search import plan as query
 from quill.store.search.columns import (
     CONTENT_SQL,
     KIND_COLUMNS,
+    PREFIX_WHOLE_SQL,
+    TOOL_RESULT_ROLES,
     TOOLS_BLOB_SQL,
-    TRIGRAM_PREFIX_CHARS,
-    TRIGRAM_ROLES,
     TRIGRAM_TEXT_SQL,
+    TRIGRAM_WHOLE_SQL,
     tools_text,
 )
 
@@ -69,22 +70,27 @@ def _texts(plan: query.Plan, row: tuple, kinds: tuple[str, ...]) -> list[tuple[s
 SCAN_COLUMNS_SQL = {"text": CONTENT_SQL, "reasoning": "m.reasoning", "tool": TOOLS_BLOB_SQL}
 
 
-def trigram_covered_sql(kinds: tuple[str, ...], false: str = "0") -> str:
+def trigram_covered_sql(
+    kinds: tuple[str, ...], false: str = "0", whole: str = TRIGRAM_WHOLE_SQL
+) -> str:
     """SQL condition (row ``m``): every text of the row that ``kinds`` select is inside the
-    trigram index's view (a user/assistant row whose whole content is in the indexed prefix,
-    with no reasoning or tool calls searched). For those rows the index answers exactly;
-    every other row is scanned (``_indexed(..., rest=True)``). Both backends use it;
-    ``false``: the dialect's false (SQLite ``0``, PostgreSQL ``false``)."""
+    trigram index's view (its whole content is indexed: ``whole``, and no reasoning or tool
+    text is searched). For those rows the index answers exactly; every other row is
+    scanned (``_indexed(..., rest=True)``). Both backends use it; ``false``: the dialect's
+    false (SQLite ``0``, PostgreSQL ``false``); ``whole``: what the backend's index holds
+    whole (SQLite ``columns.TRIGRAM_WHOLE_SQL``, PostgreSQL ``columns.PREFIX_WHOLE_SQL``)."""
     if "text" not in kinds:
         return false
-    conds = [
-        f"m.role IN {TRIGRAM_ROLES!r}",
-        f"coalesce(length({CONTENT_SQL}), 0) <= {TRIGRAM_PREFIX_CHARS}",
-    ]
+    conds = [whole]
     if "reasoning" in kinds:
         conds.append("coalesce(m.reasoning, '') = ''")
     if "tool" in kinds:
         conds.append("coalesce(m.tool_calls, '[]') = '[]'")
+        # A tool result's tool name is tool text too. The prefix index holds only
+        # TRIGRAM_ROLES rows, never a tool result (and PostgreSQL's partial index keeps the
+        # predicate it was built with); a packed tool output is held whole.
+        if whole != PREFIX_WHOLE_SQL:
+            conds.append(f"NOT (m.role IN {TOOL_RESULT_ROLES!r} AND m.tool_name IS NOT NULL)")
     return "(" + " AND ".join(conds) + ")"
 
 
@@ -192,7 +198,9 @@ def _indexed(
         if not cols:
             return []
         textfold.register(conn)
-        ors, like_args = _substring_sql(plan, cols)
+        # Packed rows at most ``upto`` are in the trigram index whole: the index side finds a
+        # match in their content, so a single-term group need not unpack them here.
+        ors, like_args = _substring_sql(plan, cols, upto if rest else None)
         outside = f"NOT {trigram_covered_sql(kinds)} AND " if rest else ""
         if whole:  # one walk down the key, no second lookup of each row
             return conn.execute(
@@ -257,17 +265,38 @@ def trigram_match(plan: query.Plan) -> str:
     return " OR ".join(ors)
 
 
-def _substring_sql(plan: query.Plan, cols: list[str]) -> tuple[str, list[Any]]:
+def _substring_sql(
+    plan: query.Plan, cols: list[str], indexed: int | None = None
+) -> tuple[str, list[Any]]:
     """``(SQL condition, its arguments)``: a row satisfies ``plan``'s OR-groups, each an AND
     of (NOT) case-folded substring tests where a term holds when one of ``cols`` (SQL text
     expressions over ``m``) holds it — ``query.matches`` in SQL. Needs ``textfold.register``
-    on the connection for non-ASCII text."""
+    on the connection for non-ASCII text.
+
+    ``indexed`` (the index watermark, for the scan beside the trigram index): a packed row
+    with ``id <= indexed`` has its whole content in the trigram index
+    (``columns.TRIGRAM_SCOPE_SQL``), whose side of the merge finds every row whose content
+    satisfies the plan. A group of one positive term is then satisfied by such a row's
+    content only where the index finds the row anyway, so it skips the content test there
+    (the text is not unpacked); merged with the index's, the rows found are the same. Groups
+    of several terms or with a negated one test every text (a term in the content and
+    another in the tool calls). A plain row is tested as on PostgreSQL, which packs nothing."""
     ors, args = [], []
     for group_ in plan.groups:
         conds = []
+        skip = indexed is not None and len(group_) == 1 and not group_[0].negated
         for t in group_:
             folded = textfold.fold(t.text)
-            anycol = " OR ".join(_contains(c, folded, args) for c in cols)
+            tests = []
+            for c in cols:
+                if skip and c == CONTENT_SQL:
+                    args.append(indexed)
+                    test = _contains(c, folded, args)
+                    packed_row = "m.id <= ? AND typeof(m.content) = 'blob'"
+                    tests.append(f"(CASE WHEN {packed_row} THEN 0 ELSE {test} END)")
+                else:
+                    tests.append(_contains(c, folded, args))
+            anycol = " OR ".join(tests)
             conds.append(("NOT " if t.negated else "") + f"coalesce({anycol}, 0)")
         ors.append("(" + " AND ".join(conds) + ")")
     return "(" + " OR ".join(ors) + ")", args

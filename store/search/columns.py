@@ -19,11 +19,35 @@ TRIGRAM_ROLES = ("user", "assistant")
 TRIGRAM_PREFIX_CHARS = 2000
 #: SQL expression: the text of a row aliased ``m`` (its ``content`` unpacked: ``store.packed``).
 CONTENT_SQL = packed.text_sql("m.content")
-#: SQL condition (row aliased ``m``) for rows the trigram index covers. A packed text is never
-#: empty (``packed.pack``), so the stored value answers it without unpacking.
-TRIGRAM_SCOPE_SQL = f"m.role IN {TRIGRAM_ROLES!r} AND m.content IS NOT NULL AND m.content != ''"
-#: SQL expression: the trigram-indexed text of a row aliased ``m``.
-TRIGRAM_TEXT_SQL = f"substr({CONTENT_SQL}, 1, {TRIGRAM_PREFIX_CHARS})"
+#: SQLite's trigram index (``messages_trigram``) holds, of a row aliased ``m``:
+#: * a packed ``content`` (``store.packed``: a BLOB, never empty), whatever the role: the
+#:   whole text. A search then never unpacks a row to learn that it does not hold a term:
+#:   unpacking costs ~7 µs a row where ``instr`` over plain text cost ~1 (bench/RESULTS.md);
+#: * a plain ``content`` of a ``TRIGRAM_ROLES`` row: its first ``TRIGRAM_PREFIX_CHARS``
+#:   characters.
+#: The form is read from the stored value's type, so no row is unpacked to decide. Every write
+#: that turns a plain text into a packed one re-indexes the row (``jobs.store_jobs.pack_stored``
+#: via ``store.sqlite.indexer.reindex_trigram``); a revision re-indexes it anyway.
+#: PostgreSQL stores no packed text: its trigram index is the prefix alone (``PREFIX_WHOLE_SQL``).
+TRIGRAM_SCOPE_SQL = (
+    f"(typeof(m.content) = 'blob' OR m.role IN {TRIGRAM_ROLES!r} "
+    "AND m.content IS NOT NULL AND m.content != '')"
+)
+#: SQL expression: the trigram-indexed text of a row aliased ``m`` in ``TRIGRAM_SCOPE_SQL``.
+TRIGRAM_TEXT_SQL = (
+    f"CASE WHEN typeof(m.content) = 'blob' THEN {packed.TEXT_FUNCTION}(m.content) "
+    f"ELSE substr(m.content, 1, {TRIGRAM_PREFIX_CHARS}) END"
+)
+#: SQL condition (row ``m``): the trigram index holds the row's whole ``content`` (or it has
+#: none to hold), decided without unpacking (SQLite; the layout above).
+TRIGRAM_WHOLE_SQL = (
+    f"(typeof(m.content) = 'blob' OR m.role IN {TRIGRAM_ROLES!r} "
+    f"AND coalesce(length(m.content), 0) <= {TRIGRAM_PREFIX_CHARS})"
+)
+#: ``TRIGRAM_WHOLE_SQL`` for an index of the prefix alone (PostgreSQL's ``messages_trigram``).
+PREFIX_WHOLE_SQL = (
+    f"m.role IN {TRIGRAM_ROLES!r} AND coalesce(length({CONTENT_SQL}), 0) <= {TRIGRAM_PREFIX_CHARS}"
+)
 
 #: The word index's columns (``messages_fts``), each an SQL expression over a row aliased ``m``:
 #: * ``content`` – the message text;

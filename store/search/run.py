@@ -76,7 +76,8 @@ def route(text: str, *, substring: bool = False, kinds: list[str] | None = None)
     if plan.kind == "trigram":
         note = (
             "substring search uses the trigram index for the first "
-            f"{TRIGRAM_PREFIX_CHARS} characters of {' and '.join(TRIGRAM_ROLES)} text and a scan "
+            f"{TRIGRAM_PREFIX_CHARS} characters of {' and '.join(TRIGRAM_ROLES)} text and the "
+            "whole of every text stored compressed, and a scan "
             f"of the newest {SCAN_MAX_ROWS} messages for the rest (tool calls and output, "
             "reasoning, longer text); older messages' rest is not searched"
         )

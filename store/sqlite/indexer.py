@@ -128,6 +128,26 @@ def reindex(conn: apsw.Connection, message_ids: list[int]) -> None:
         )
 
 
+def reindex_trigram(conn: apsw.Connection, message_ids: list[int]) -> None:
+    """Replace the trigram index entries of messages whose stored form changed while their text
+    did not (``jobs.store_jobs.pack_stored`` packing a plain text: the index holds a packed
+    text whole, a plain one only in scope and up to its prefix: ``search.columns``), inside the
+    caller's transaction. Ids above the watermark are indexed by the next slice anyway."""
+    if fts_state(conn) != "ok":
+        return
+    upto = indexed_upto(conn)
+    ids = sorted(i for i in message_ids if i <= upto)
+    for start in range(0, len(ids), 500):
+        part = ids[start : start + 500]
+        marks = ", ".join("?" for _ in part)
+        conn.execute(f"DELETE FROM messages_trigram WHERE rowid IN ({marks})", part)
+        conn.execute(
+            f"INSERT INTO messages_trigram (rowid, text) SELECT m.id, {TRIGRAM_TEXT_SQL} "
+            f"FROM messages AS m WHERE m.id IN ({marks}) AND {TRIGRAM_SCOPE_SQL} ORDER BY m.id",
+            part,
+        )
+
+
 def optimize(conn: apsw.Connection) -> None:
     """FTS5 'optimize' on both indexes (merge b-trees); the caller owns the transaction."""
     for table in FTS_TABLES:

@@ -181,6 +181,8 @@ def run(
             # The records are durable (acknowledged below); only the wait ran out. --json keeps
             # the ack list (with "outcome": "pending") so a script can wait on those batches.
             public = from_exception(exc)
+            if public is None:  # every WaitTimeoutError has a public form: a bug if not
+                raise
             public.hint = "the records are durable and are applied once a writer runs"
             for line in human_lines(public):
                 echo(line, err=True)

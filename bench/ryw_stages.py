@@ -2,7 +2,11 @@
 return, timestamped in the client and in the writer (another process), per call, over many
 calls; what ``bench.read_your_writes`` measures as one figure, taken apart.
 
-    .venv/bin/python -m bench.ryw_stages [--calls 300] [--pg URL] [--json]
+    .venv/bin/python -m bench.ryw_stages [--calls 300] [--pg URL [--pg-async]]
+        [--baseline REV] [--rounds N] [--json]
+
+Each round runs in a fresh process (this tree's, and with ``--baseline`` the revision's,
+alternating), so the patches of one never reach the other; medians of rounds are printed.
 
 The writer is ``workers.writer.Writer`` run as the fleet runs it (``Writer.run`` in a process
 of its own, ``[watch]`` off), with wrappers that record ``time.monotonic_ns()`` (one clock for
@@ -48,7 +52,7 @@ import time
 import uuid
 from pathlib import Path
 
-from .common import pct, tempdir
+from .common import pct, revision_tree, run_json, tempdir
 
 STAGES = (
     ("append", "c_start", "c_written"),
@@ -67,7 +71,6 @@ STAGES = (
 
 MARKS: list[tuple[str, int]] = []
 COUNTS: dict[str, int] = {}
-DUMP: dict[str, list] = {}
 
 
 def mark(name: str) -> None:
@@ -207,7 +210,9 @@ def _client_marks() -> None:
     _around(Spool, "_sync_pending", "c_written", "c_synced")
     _around(Spool, "_ring", None, "c_rang")
     _around(QuillSession, "_applied", "c_acked", None)
-    _around(doorbell.Doorbell, "clear", None, "c_woken", when=lambda n: n > 0)
+    # The event loop's reader consumes the ring: ``take`` where it exists, else ``clear``.
+    took = "take" if hasattr(doorbell.Doorbell, "take") else "clear"
+    _around(doorbell.Doorbell, took, None, "c_woken", when=bool)
     look = Client._look
 
     def traced_look(self, looker, last, acks):
@@ -234,20 +239,26 @@ async def _calls(session, calls: int) -> None:
 
 def floor(tmp: Path, calls: int, pg: str | None) -> dict:
     """The same run's floors, seconds per call: the SDK's ``SQLiteSession.add_items``, a
-    bare 4 KiB append + ``fdatasync`` of a growing file, and with ``pg`` a one-row INSERT +
-    COMMIT round trip (its WAL flush)."""
+    bare 4 KiB append + ``fdatasync`` of a growing file (as the spool's), the same 4 KiB
+    writes into a file ``posix_fallocate``d beforehand (its size does not change, so
+    ``fdatasync`` commits no metadata: what SQLite's reused WAL gets), and with ``pg`` a
+    one-row INSERT + COMMIT round trip (its WAL flush)."""
     from .read_your_writes import sqlite_session
 
     out = {"sdk": _stats(sqlite_session(tmp, calls))}
-    fd = os.open(tmp / "floor.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    syncs = []
-    for _ in range(calls):
-        t0 = time.perf_counter()
-        os.write(fd, b"x" * 4095 + b"\n")
-        os.fdatasync(fd)
-        syncs.append(time.perf_counter() - t0)
-    os.close(fd)
-    out["fdatasync"] = _stats(syncs)
+    for name, prealloc in (("fdatasync", False), ("fdatasync prealloc", True)):
+        fd = os.open(tmp / "floor.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        if prealloc:  # the blocks and the size exist before: no journal commit per sync
+            os.posix_fallocate(fd, 0, 4096 * calls)
+            os.fsync(fd)
+        syncs = []
+        for i in range(calls):
+            t0 = time.perf_counter()
+            os.pwrite(fd, b"x" * 4095 + b"\n", 4096 * i)
+            os.fdatasync(fd)
+            syncs.append(time.perf_counter() - t0)
+        os.close(fd)
+        out[name] = _stats(syncs)
     if pg:
         import psycopg
 
@@ -264,6 +275,12 @@ def floor(tmp: Path, calls: int, pg: str | None) -> dict:
                 conn.execute(f"DROP TABLE {table}")
         out["pg_commit"] = _stats(commits)
     return out
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (/proc, clock ticks)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def measure(calls: int, pg: str | None, pg_options: str = "") -> dict:
@@ -299,9 +316,9 @@ def measure(calls: int, pg: str | None, pg_options: str = "") -> dict:
             asyncio.run(session.add_items([{"role": "user", "content": "warm-up"}]))
             MARKS.clear()
             COUNTS.clear()
-            cpu0 = os.times()
+            cpu0, wcpu0 = os.times(), _cpu_s(proc.pid)
             asyncio.run(_calls(session, calls))
-            cpu1 = os.times()
+            cpu1, wcpu1 = os.times(), _cpu_s(proc.pid)
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=60)
@@ -312,10 +329,9 @@ def measure(calls: int, pg: str | None, pg_options: str = "") -> dict:
         wrote = json.loads(out.read_text())
         floors = floor(tmp, calls, pg)
     client_cpu = (cpu1.user + cpu1.system) - (cpu0.user + cpu0.system)
-    DUMP.update(client=MARKS, writer=wrote["marks"])
     return analyse(MARKS, [tuple(m) for m in wrote["marks"]], calls) | {
         "client_cpu_ms_per_call": client_cpu / calls * 1e3,
-        "writer_cpu_ms_per_call": wrote["cpu_s"] / calls * 1e3,  # its whole life, warm-up too
+        "writer_cpu_ms_per_call": (wcpu1 - wcpu0) / calls * 1e3,
         "floor": floors,
         "counts": {**COUNTS, **{f"writer_{k}": v for k, v in wrote["counts"].items()}},
     }
@@ -341,6 +357,8 @@ def analyse(client: list, writer: list, calls: int) -> dict:
     for ev in spans:
         lo, hi = ev["c_written"], ev["c_done"]
         mine = [(n, t) for n, t in writer if lo <= t <= hi]
+        if "c_found" not in ev and "c_woken" in ev:
+            ev["c_found"] = ev["c_woken"]  # answered by the ring's note: no look after it
         read = next((t for n, t in mine if n == "w_read"), None)
         if read is None:
             continue
@@ -388,21 +406,66 @@ def _stats(v: list[float]) -> dict[str, float]:
     return {"p50": pct(v, 50), "mean": statistics.fmean(v), "n": len(v)}
 
 
-def report(r: dict) -> None:
-    t = r["total"]
-    print(f"add_items total: p50 {t['p50'] * 1e3:.3f} ms, mean {t['mean'] * 1e3:.3f} ms")
-    print(f"{'stage':<14} {'p50 ms':>8} {'mean ms':>8} {'n':>5}")
-    for name, s in r["stages"].items():
-        print(f"{name:<14} {s['p50'] * 1e3:8.3f} {s['mean'] * 1e3:8.3f} {s['n']:5d}")
-    print(
-        f"writer awake already: {r['writer_awake_already']} of {r['calls']}; client wakes per "
-        f"call {r['client_wakes_per_call']:.2f}; CPU per call: client "
-        f"{r['client_cpu_ms_per_call']:.2f} ms, writer {r['writer_cpu_ms_per_call']:.2f} ms"
-    )
-    print(f"counts: {json.dumps(r['counts'])}")
-    for name, f in r["floor"].items():
-        print(f"floor {name:<10} p50 {f['p50'] * 1e3:.3f} ms, mean {f['mean'] * 1e3:.3f} ms")
-    print(f"slowest tenth: {json.dumps(r['slowest_tenth'])}")
+def _median(rounds: list[dict]) -> dict:
+    """Per figure, the median over rounds (stages, totals, CPU, counts per call, floors)."""
+
+    def med(get):
+        vals = [get(r) for r in rounds]
+        vals = [v for v in vals if v is not None]
+        return statistics.median(vals) if vals else None
+
+    first = rounds[0]
+    out = {
+        "total": {f: med(lambda r, f=f: r["total"][f]) for f in ("p50", "mean")},
+        "stages": {
+            k: {f: med(lambda r, k=k, f=f: r["stages"].get(k, {}).get(f)) for f in ("p50", "mean")}
+            for k in first["stages"]
+        },
+        "floor": {
+            k: {f: med(lambda r, k=k, f=f: r["floor"][k][f]) for f in ("p50", "mean")}
+            for k in first["floor"]
+        },
+    }
+    for k in ("client_cpu_ms_per_call", "writer_cpu_ms_per_call", "client_wakes_per_call"):
+        out[k] = med(lambda r, k=k: r[k])
+    out["awake"] = med(lambda r: r["writer_awake_already"] / r["calls"])
+    names = {n for r in rounds for n in r["counts"]}
+    out["per_call"] = {n: med(lambda r, n=n: r["counts"].get(n, 0) / r["calls"]) for n in names}
+    causes: dict[str, int] = {}
+    for r in rounds:
+        for c, n in r["slowest_tenth"]["overlapping"].items():
+            causes[c] = causes.get(c, 0) + n
+    out["slowest"] = causes
+    return out
+
+
+def report(runs: dict[str, list[dict]]) -> None:
+    """Print medians of rounds per label side by side, ms."""
+    meds = {label: _median(rounds) for label, rounds in runs.items() if rounds}
+    labels = list(meds)
+    head = "".join(f"{label[:22]:>24}" for label in labels)
+    print(f"{'(p50 / mean, ms)':<22}{head}")
+
+    def row(name, get):
+        cells = []
+        for label in labels:
+            v = get(meds[label])
+            cells.append(f"{v['p50'] * 1e3:10.3f} /{v['mean'] * 1e3:9.3f}" if v else " " * 24)
+        print(f"{name:<22}{''.join(f'{c:>24}' for c in cells)}")
+
+    row("add_items", lambda m: m["total"])
+    for stage, *_ in STAGES:
+        row(f"  {stage}", lambda m, s=stage: m["stages"].get(s))
+    for name in meds[labels[0]]["floor"]:
+        row(f"floor: {name}", lambda m, n=name: m["floor"].get(n))
+    for k in ("client_cpu_ms_per_call", "writer_cpu_ms_per_call", "client_wakes_per_call"):
+        print(f"{k:<22}" + "".join(f"{meds[label][k]:>24.2f}" for label in labels))
+    print(f"{'writer awake already':<22}" + "".join(f"{meds[x]['awake']:>24.2f}" for x in labels))
+    names = sorted({n for m in meds.values() for n in m["per_call"]})
+    for n in names:
+        print(f"{n[:22]:<22}" + "".join(f"{meds[x]['per_call'].get(n, 0):>24.2f}" for x in labels))
+    for label in labels:
+        print(f"slowest tenth, {label}: {json.dumps(meds[label]['slowest'])}")
 
 
 def main() -> None:
@@ -414,21 +477,32 @@ def main() -> None:
         action="store_true",
         help="the writer's sessions with synchronous_commit=off (a design probe, not a default)",
     )
-    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--baseline", default=None, help="git revision to measure in the same run")
+    ap.add_argument("--rounds", type=int, default=1, help="alternating rounds per revision")
+    ap.add_argument("--json", action="store_true", help="one round of this tree, as JSON")
     ap.add_argument("--writer", nargs=2, metavar=("HOME", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.writer:
         writer_main(*args.writer)
         return
-    r = measure(args.calls, args.pg, "%20-csynchronous_commit%3Doff" if args.pg_async else "")
-    if os.environ.get("RYW_DUMP"):
-        Path(os.environ["RYW_DUMP"]).write_text(json.dumps(DUMP))
+    options = "%20-csynchronous_commit%3Doff" if args.pg_async else ""
     if args.json:
-        print(json.dumps(r))
-    else:
-        load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-        print(f"{args.calls} calls, {'PostgreSQL' if args.pg else 'SQLite'} store, load {load}")
-        report(r)
+        print(json.dumps(measure(args.calls, args.pg, options)))
+        return
+    one = ["--calls", str(args.calls), "--json"] + (["--pg", args.pg] if args.pg else [])
+    one += ["--pg-async"] if args.pg_async else []
+    runs: dict[str, list[dict]] = {f"baseline {args.baseline}": [], "this tree": []}
+    with revision_tree(args.baseline) as tree:
+        for _ in range(args.rounds):
+            if args.baseline:
+                runs[f"baseline {args.baseline}"].append(run_json("bench.ryw_stages", tree, *one))
+            runs["this tree"].append(run_json("bench.ryw_stages", "", *one))
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    backend = "PostgreSQL" if args.pg else "SQLite"
+    if args.pg_async:
+        backend += " (synchronous_commit=off)"
+    print(f"{args.calls} calls per round, {args.rounds} round(s), {backend} store, load {load}")
+    report(runs)
 
 
 if __name__ == "__main__":

@@ -107,10 +107,14 @@ class Doorbell:
     def wait(self, timeout: float) -> bool:
         """Block until a ring arrives or ``timeout`` seconds pass; True when rung. Pending
         rings are consumed."""
+        return bool(self.wait_take(timeout))
+
+    def wait_take(self, timeout: float) -> bytes:
+        """``wait``, returning the rings' bytes (``b""``: none within ``timeout`` s)."""
         import select
 
         ready, _, _ = select.select([self.fd], [], [], max(timeout, 0.0))
-        return bool(ready) and self.clear() > 0
+        return self.take() if ready else b""
 
     def close(self, *, remove: bool = False) -> None:
         """Stop listening (idempotent); ``remove``: also remove the pipe file if it is still

@@ -99,3 +99,39 @@ def test_an_async_wait_answered_by_the_note_does_not_read_the_store(tmp_path, mo
     finally:
         w.close()
         waiter.join()
+
+
+def test_a_blocking_wait_answered_by_the_note_reads_no_outcome(tmp_path, monkeypatch):
+    """``Client.wait``: the wait has read the cursor twice (before and after it listened)
+    before any writer runs; the writer's ring then ends it, and with the note the outcome is
+    known without reading it from the store."""
+    from quill.ops.client import client as client_module
+    from quill.ops.client import wait
+
+    monkeypatch.setattr(client_module, "WAIT_POLL_S", 60.0)
+    cursors: list[int] = []
+    read: list[int] = []
+    cursor, outcomes = wait.Looker.cursor, wait.Looker.outcomes
+    monkeypatch.setattr(wait.Looker, "cursor", lambda self: cursors.append(1) or cursor(self))
+    monkeypatch.setattr(wait.Looker, "outcomes", lambda s, a: read.append(1) or outcomes(s, a))
+    cfg = make_home(tmp_path / "home")
+    q = quill.Client(cfg.home)
+    ack = q.append("s", [{"role": "user", "content": "ring"}])
+    got: list = []
+    waiter = threading.Thread(target=lambda: got.append(q.wait(ack, 60.0)))
+    waiter.start()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and len(cursors) < 2:
+        time.sleep(0.01)
+    w = WriterThread(cfg)
+    try:
+        waiter.join(timeout=WriterThread.TIMEOUT_S)
+        assert got and got[0].status == "applied"
+        assert read == []  # answered by the ring's note
+        with Spool(cfg.spool_dir) as spool:  # refused: never named, so read from the store
+            refused = spool.append("messages.append", {"session_id": "s", "messages": "no"})
+        assert q.wait(refused, 60.0).status == "quarantined"
+        assert read == [1]
+    finally:
+        w.close()
+        waiter.join()

@@ -9,20 +9,29 @@ reader). Two kinds are used (docs/architecture.md, "Read-your-writes"):
 * each waiting client's, ``run/waiters/<pid>-<random>``: the writer rings every one after a
   chunk is committed, so ``wait`` reads the new cursor at once.
 
-A doorbell only says "look again": what is looked at (the spool, the store's cursor) is the
-truth, so a listener always *opens, then looks, then waits*. A ring sent before the open is
-answered by that first look; one sent after it is kept by the kernel until the wait. A ring
-that cannot be delivered (no listener: ``ENXIO``; its pipe already full: it has a wake-up
-pending) is dropped, and the listener's own timeout — the old poll interval — bounds what
-that costs: latency, never correctness. Nothing here is state: a crash leaves at most a pipe
-file, which the next listener reuses (``Doorbell``) or a ringer removes (``ring_all``).
+A ring is one write of at most ``PIPE_BUF`` bytes (the kernel delivers it whole, never
+interleaved with another ringer's): ``b"!"``, or a *note*, one JSON line. The writer's note
+after a commit (``applied_note``) names the ``[position, batch id]`` of each op the commit
+applied; a waiting client that finds its own pair there knows its batch is applied without
+reading the store (``applied_in``). Anything else in the pipe means "look again".
 
-Only ``os`` is used (no ``socket``): a producer's ``quill push`` stays cheap to start.
+A doorbell without a note only says "look again": what is looked at (the spool, the store's
+cursor) is the truth, so a listener always *opens, then looks, then waits*. A ring sent
+before the open is answered by that first look; one sent after it is kept by the kernel
+until the wait. A ring that cannot be delivered (no listener: ``ENXIO``; its pipe already
+full: it has a wake-up pending) is dropped, and the listener's own timeout — the old poll
+interval — bounds what that costs: latency, never correctness. Nothing here is state: a
+crash leaves at most a pipe file, which the next listener reuses (``Doorbell``) or a ringer
+removes (``ring_all``).
+
+Only ``os`` and ``json`` are used (no ``socket``): a producer's ``quill push`` stays cheap to
+start.
 """
 
 from __future__ import annotations
 
 import errno
+import json
 import os
 import stat
 from pathlib import Path
@@ -44,6 +53,11 @@ CANNOT_LISTEN = (
     errno.ENOTDIR,
 )
 _RING_FLAGS = os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC
+#: The plain ring: "look again".
+RING = b"!"
+#: The largest ring the kernel writes whole (POSIX ``PIPE_BUF`` on Linux); a longer note is
+#: sent as ``RING``.
+NOTE_MAX = 4096
 
 
 class Doorbell:
@@ -76,23 +90,31 @@ class Doorbell:
 
     def clear(self) -> int:
         """Consume every pending ring; returns how many bytes there were."""
-        n = 0
+        return len(self.take())
+
+    def take(self) -> bytes:
+        """Consume every pending ring; returns their bytes (``b""``: none pending)."""
+        out = b""
         while True:
             try:
-                got = len(os.read(self.fd, 4096))
+                got = os.read(self.fd, 65536)
             except BlockingIOError:
-                return n
+                return out
             if not got:
-                return n
-            n += got
+                return out
+            out += got
 
     def wait(self, timeout: float) -> bool:
         """Block until a ring arrives or ``timeout`` seconds pass; True when rung. Pending
         rings are consumed."""
+        return bool(self.wait_take(timeout))
+
+    def wait_take(self, timeout: float) -> bytes:
+        """``wait``, returning the rings' bytes (``b""``: none within ``timeout`` s)."""
         import select
 
         ready, _, _ = select.select([self.fd], [], [], max(timeout, 0.0))
-        return bool(ready) and self.clear() > 0
+        return self.take() if ready else b""
 
     def close(self, *, remove: bool = False) -> None:
         """Stop listening (idempotent); ``remove``: also remove the pipe file if it is still
@@ -123,7 +145,7 @@ def ring(path: Path | str) -> bool:
     try:
         if not stat.S_ISFIFO(os.fstat(fd).st_mode):  # never write into a regular file
             raise OSError(errno.ENOTSUP, "not a doorbell (a named pipe)", os.fspath(path))
-        os.write(fd, b"!")
+        os.write(fd, RING)
         return True
     except BlockingIOError:
         return True  # full: the listener has rings pending already
@@ -131,9 +153,13 @@ def ring(path: Path | str) -> bool:
         os.close(fd)
 
 
-def ring_all(folder: Path) -> int:
-    """Ring every doorbell in ``folder``; a pipe nobody listens on (its waiter died) is
-    removed. Returns how many were rung."""
+def ring_all(folder: Path, note: bytes = RING) -> int:
+    """Ring every doorbell in ``folder`` with ``note`` (``RING`` or an ``applied_note``, at
+    most ``NOTE_MAX`` bytes: one write each, whole or not at all); a pipe nobody listens on
+    (its waiter died) is removed. Returns how many were rung (a full pipe counts: it has
+    rings pending, so its listener looks again)."""
+    if len(note) > NOTE_MAX:
+        raise ValueError(f"a ring is at most {NOTE_MAX} bytes, got {len(note)}")
     try:
         names = os.listdir(folder)
     except FileNotFoundError:
@@ -151,13 +177,46 @@ def ring_all(folder: Path) -> int:
             continue
         try:
             if stat.S_ISFIFO(os.fstat(fd).st_mode):
-                os.write(fd, b"!")
+                os.write(fd, note)
                 rung += 1
         except BlockingIOError:
             rung += 1  # full: rings pending already
         finally:
             os.close(fd)
     return rung
+
+
+def applied_note(pairs: list[tuple[str, str]]) -> bytes:
+    """The note a writer rings after a commit that applied the ops ``pairs`` (``(spool
+    position "SEGMENT:OFFSET", batch id)`` each, every one applied by that commit: neither a
+    duplicate nor refused): one JSON line, or ``RING`` when there are none or the line would
+    exceed ``NOTE_MAX`` bytes."""
+    if not pairs:
+        return RING
+    line = json.dumps([list(p) for p in pairs], separators=(",", ":")).encode() + b"\n"
+    return line if len(line) <= NOTE_MAX else RING
+
+
+def applied_in(rings: bytes) -> set[tuple[str, str]]:
+    """Every ``(position, batch id)`` the ``applied_note``s among ``rings`` (what
+    ``Doorbell.take`` returned) name; other bytes (``RING``, a note of another shape) are
+    skipped: they only mean "look again"."""
+    found: set[tuple[str, str]] = set()
+    for line in rings.split(b"\n"):
+        line = line.lstrip(RING)  # plain rings before a note share its line
+        if not line.startswith(b"["):
+            continue
+        try:
+            pairs = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(pairs, list):
+            found.update(
+                (p[0], p[1])
+                for p in pairs
+                if isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p)
+            )
+    return found
 
 
 def listen(path: Path) -> Doorbell | None:

@@ -84,9 +84,9 @@ def test_the_drain_rings_only_after_the_commit(tmp_path):
     seen = []
     drain = w.writer.drain
     for _ in acks:
-        drain.step(on_commit=lambda: seen.append(applied_position(w.cfg)))
+        drain.step(on_commit=lambda _step: seen.append(applied_position(w.cfg)))
     assert [c > a.position for c, a in zip(seen, acks)] == [True, True]
-    assert not drain.step(on_commit=lambda: seen.append("rung")).entries
+    assert not drain.step(on_commit=lambda _step: seen.append("rung")).entries
     assert len(seen) == 2
 
 

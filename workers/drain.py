@@ -105,11 +105,11 @@ class Drain:
         self.cursor = cursor
         return self.cursor
 
-    def step(self, on_commit: Callable[[], None] | None = None) -> Step:
+    def step(self, on_commit: Callable[[Step], None] | None = None) -> Step:
         """Read and apply one chunk from ``cursor``; on success move ``cursor`` past it and
-        add its figures to ``totals``. ``on_commit``: called once a chunk is committed, before
-        anything else (the writer rings its waiting clients there). Raises the store error
-        tree (nothing committed)."""
+        add its figures to ``totals``. ``on_commit(step)``: called once a chunk is committed,
+        before anything else, with the ``Step`` this returns (the writer rings its waiting
+        clients there). Raises the store error tree (nothing committed)."""
         entries, result = drain_chunk(
             self.store.apply_chunk,
             self.reader,
@@ -120,8 +120,9 @@ class Drain:
         )
         if not entries:
             return Step()
+        done = Step(entries, result, sum(e.size for e in entries))
         if on_commit is not None:
-            on_commit()
+            on_commit(done)
         self.cursor = entries[-1].next
         self.totals["chunks"] += 1
         for key in TOTALS:
@@ -136,7 +137,7 @@ class Drain:
                 rejected=result.rejected,
                 cursor=str(self.cursor),
             )
-        return Step(entries, result, sum(e.size for e in entries))
+        return done
 
     def until_empty(
         self,

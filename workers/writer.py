@@ -6,8 +6,9 @@ loop (docs/architecture.md, "Processes"):
 
 1. apply one chunk of about ``chunk_rows`` message rows from the committed cursor
    (``workers.drain.Drain``: one transaction that also moves the cursor), then ring every
-   waiting client's doorbell (``run/waiters/``), so read-your-writes costs about the drain
-   of the op, not a poll interval;
+   waiting client's doorbell (``run/waiters/``) with a note of the ops it applied, so
+   read-your-writes costs about the drain of the op, not a poll interval, and a client
+   that finds its op in the note reads nothing from the store;
 2. upkeep (``workers.writer_upkeep``): bring search up by one bounded slice
    (``index_step``), run at most one queued store job (``workers.job_runner``;
    ``needs_idle`` ones only when the spool is drained), publish the status. After a full
@@ -296,7 +297,7 @@ class Writer(HaltAndRefusal, UntilIdle, Upkeep):
     def _step(self, now: float, linger: float) -> bool:
         began = time.monotonic()
         # Waiting clients are rung as soon as the chunk is committed, before its log line.
-        done = self.drain.step(on_commit=self._wake_waiters)
+        done = self.drain.step(on_commit=self._ring_applied)
         if done.entries:
             self.observe_commit(time.monotonic() - began)  # read+apply+commit
             self._committed(now, full=done.result.rows >= self.cfg.chunk_rows)

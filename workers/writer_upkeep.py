@@ -135,12 +135,29 @@ class Upkeep:
 
     # -- pieces ----------------------------------------------------------------------------
 
-    def _wake_waiters(self) -> None:
+    def _ring_applied(self, step: Any) -> None:
+        """A chunk (``step``: ``workers.drain.Step``) was committed: ring the waiting clients
+        with the ``[position, batch id]`` of each op it applied (``doorbell.applied_note``).
+        A batch named in ``result.batches`` was applied by this commit; one that occurs twice
+        in the chunk (its second entry a duplicate or refused) is left out, so every pair
+        named is exactly an applied op, never a duplicate or a quarantined one."""
+        applied = set(step.result.batches)
+        seen: dict[str, int] = {}
+        pairs = []
+        for entry in step.entries:
+            batch = entry.record.get("batch") if entry.record else None
+            if isinstance(batch, str):
+                seen[batch] = seen.get(batch, 0) + 1
+                pairs.append((str(entry.position), batch))
+        pairs = [(p, b) for p, b in pairs if b in applied and seen[b] == 1]
+        self._wake_waiters(doorbell.applied_note(pairs))
+
+    def _wake_waiters(self, note: bytes = doorbell.RING) -> None:
         """The cursor moved or a job's run was recorded (committed): ring the clients waiting
-        for either. A failure is logged (throttled), never fatal: a waiter that is not woken
-        still looks every poll."""
+        for either (``note``: ``doorbell.ring_all``'s). A failure is logged (throttled), never
+        fatal: a waiter that is not woken still looks every poll."""
         try:
-            doorbell.ring_all(self.cfg.waiters_dir)
+            doorbell.ring_all(self.cfg.waiters_dir, note)
         except OSError as exc:
             suppressed = self._ring_warn.ready("ring")
             if suppressed is not None:

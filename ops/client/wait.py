@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from quill.home import doorbell
 from quill.ops.client.stores import open_reader
 from quill.spool import Ack, Position, Quarantine, WaitTimeoutError
 from quill.store.errors import CantOpenError, TransientError
@@ -156,10 +157,14 @@ def wait_applied(
     *,
     without_fleet: float | None = None,
     look: Looker | None = None,
+    awaited: set[tuple[str, str]] | None = None,
 ) -> float:
     """Block until the record at ``position`` is past the cursor; returns the seconds waited.
     The writer rings this wait's doorbell (``quill.home.doorbell``) after each commit; ``poll``
-    (seconds) bounds what a lost ring costs.
+    (seconds) bounds what a lost ring costs. ``awaited``: ``(position, batch id)`` pairs of
+    the caller's acks; each one a ring's note names as applied (``doorbell.applied_note``) is
+    removed from it, and the wait ends as soon as it is empty (those batches are applied:
+    the caller need not read their outcomes).
     Raises ``WaitTimeoutError`` after ``timeout`` seconds, or, when ``without_fleet`` is given,
     as soon as no fleet has run on the data dir for that many seconds (nothing would apply
     the record; a command that needs it applied says so at once instead of waiting out
@@ -177,6 +182,8 @@ def wait_applied(
         # Listen before the next look: a commit after it rings us (module doc of home.doorbell).
         with _ringing(cfg.waiters_dir) as pause:
             while True:
+                if awaited is not None and not awaited:
+                    return time.monotonic() - start  # every ack named by a ring as applied
                 cursor = look.cursor()
                 if cursor is not None and cursor > position:
                     return time.monotonic() - start
@@ -194,7 +201,9 @@ def wait_applied(
                         f"record at {position} not applied {within} "
                         f"(store cursor: {cursor}); {why_not_applied(cfg)}"
                     )
-                pause(poll)
+                rings = pause(poll)
+                if awaited:
+                    awaited -= doorbell.applied_in(rings)
 
 
 #: How often (s) a wait for a job's run looks without a ring: what a lost ring costs.
@@ -233,15 +242,19 @@ def wait_job_run(
 
 
 @contextlib.contextmanager
-def _ringing(waiters_dir: Path) -> Iterator[Callable[[float], None]]:
+def _ringing(waiters_dir: Path) -> Iterator[Callable[[float], bytes]]:
     """A doorbell of this wait's own in ``waiters_dir`` for the ``with`` block, removed after
-    it; yields ``pause(seconds)``: returns at the writer's next ring or after ``seconds`` (what
-    a lost ring costs). Without a doorbell (the FIFO could not be made) ``pause`` sleeps."""
-    from quill.home import doorbell
-
+    it; yields ``pause(seconds)``: returns the rings' bytes at the writer's next ring, or
+    ``b""`` after ``seconds`` (what a lost ring costs). Without a doorbell (the FIFO could not
+    be made) ``pause`` sleeps."""
     bell = doorbell.listen(doorbell.waiter_path(waiters_dir))
+
+    def sleep(seconds: float) -> bytes:
+        time.sleep(seconds)
+        return b""
+
     try:
-        yield bell.wait if bell is not None else time.sleep
+        yield bell.wait_take if bell is not None else sleep
     finally:
         if bell is not None:
             bell.close(remove=True)

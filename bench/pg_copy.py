@@ -111,7 +111,11 @@ def load(state_db: Path, base: str, schema: str, *, finish: bool = True) -> dict
 
 def _copy(pg: Any, src: Any, schema: str, table: str, where: str, args: tuple) -> int:
     """COPY ``table``'s rows (``where`` on the source) into PostgreSQL; the columns both
-    sides have (PostgreSQL's generated ones are computed by the server)."""
+    sides have (PostgreSQL's generated ones are computed by the server). A message text the
+    SQLite store keeps packed (``store.packed``: a BLOB) is copied as its text, as the
+    PostgreSQL writer stores it."""
+    from quill.store.packed import unpack
+
     theirs = {
         r[0]
         for r in pg.execute(
@@ -121,12 +125,13 @@ def _copy(pg: Any, src: Any, schema: str, table: str, where: str, args: tuple) -
         )
     }
     cols = [r[1] for r in src.execute(f"PRAGMA table_info({table})") if r[1] in theirs]
+    at = cols.index("content") if table == "messages" and "content" in cols else None
     n = 0
     with pg.cursor().copy(f"COPY {table} ({', '.join(cols)}) FROM STDIN") as cp:
         for row in src.execute(
             f"SELECT {', '.join(cols)} FROM {table} {where} ORDER BY rowid", args
         ):
-            cp.write_row(row)
+            cp.write_row(row if at is None else (*row[:at], unpack(row[at]), *row[at + 1 :]))
             n += 1
     return n
 

@@ -11,7 +11,9 @@ A read snapshot's ``BEGIN`` is not sent on its own: it goes in one simple query 
 statement of the snapshot (the snapshot is taken by that first statement either way), and a
 snapshot that ran no statement ends without a round trip. Measured with psycopg 3.3 (BEGIN,
 one indexed SELECT, COMMIT; loaded 2-core machine, p50): separate statements 0.19–0.20 ms,
-BEGIN and the SELECT in pipeline mode 0.24–0.28 ms, in one simple query 0.13 ms.
+BEGIN and the SELECT in pipeline mode 0.24–0.28 ms, in one simple query 0.13 ms. On a
+read-only session (a reader's) the snapshot's ``COMMIT`` is sent without waiting for its
+answer (``_send_commit``): a search found by one statement is one round trip.
 
 SQLite's two-argument scalar ``max(a, b)``/``min(a, b)`` exist as SQL functions in the store
 schema (``store.postgres.schema``). Everything else must be written portably by the shared
@@ -23,14 +25,16 @@ Every psycopg error leaves here as the store error tree (``store.postgres.errors
 from __future__ import annotations
 
 import re
+import select
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import psycopg
 from psycopg import pq
 
 from quill.home import DEFAULTS
+from quill.store.postgres.cursor import ROWS, PgCursor
 from quill.store.postgres.dialect import ordered_args, translate
 from quill.store.postgres.errors import mapped
 from quill.store.postgres.reach import PROBE_TIMEOUT_S, database_missing
@@ -85,58 +89,6 @@ SNAPSHOT_BEGIN = "BEGIN ISOLATION LEVEL REPEATABLE READ"
 WRITER_SESSION: dict[str, str] = {"idle_in_transaction_session_timeout": "60000"}
 
 
-_ROWS = (pq.ExecStatus.TUPLES_OK, pq.ExecStatus.SINGLE_TUPLE)
-
-
-class PgCursor:
-    """The result of ``PgConnection.execute`` or ``defer``: iterable, ``fetchone``,
-    ``fetchall`` (None: a statement with no result, such as a deferred ``BEGIN``). A deferred
-    statement's rows are read when it is sent, and the first fetch sends it (``flush``).
-    Fetching one that a rollback discarded unsent, or that did not run because a statement
-    before it failed, raises ``RuntimeError`` (a caller's bug: the error was raised first)."""
-
-    def __init__(self, cur: psycopg.Cursor | None, owner: PgConnection | None = None):
-        self._cur = cur
-        #: The connection whose queue holds this statement until it is sent (None: sent).
-        self._owner = owner
-        self._dropped = False
-        #: A deferred statement's rows not fetched yet (None: not deferred, or not sent).
-        self._got: list[tuple] | None = None
-
-    def _rows(self) -> bool:
-        if self._owner is not None:
-            self._owner.flush()
-        if self._dropped:
-            raise RuntimeError("the statement was discarded by a ROLLBACK or did not run")
-        if self._got is not None:
-            return True
-        # psycopg's ``description`` would say the same, building a Column per field first.
-        res = self._cur.pgresult if self._cur else None
-        return res is not None and (res.nfields > 0 or res.status in _ROWS)
-
-    def fetchone(self) -> tuple | None:
-        with mapped():
-            if not self._rows():
-                return None
-            if self._got is not None:
-                return self._got.pop(0) if self._got else None
-            assert self._cur is not None  # _rows: a sent statement that returned rows
-            return self._cur.fetchone()
-
-    def fetchall(self) -> list[tuple]:
-        with mapped():
-            if not self._rows():
-                return []
-            if self._got is not None:
-                out, self._got = self._got, []
-                return out
-            assert self._cur is not None  # _rows: a sent statement that returned rows
-            return self._cur.fetchall()
-
-    def __iter__(self) -> Iterator[tuple]:
-        return iter(self.fetchall())
-
-
 class PgConnection:
     """One psycopg connection in autocommit mode, driven with explicit ``BEGIN``/``COMMIT``
     like an apsw connection. Raises the store error tree (``CantOpenError`` when the server
@@ -148,6 +100,7 @@ class PgConnection:
         *,
         application_name: str = "quill",
         settings: Mapping[str, str] | None = None,
+        read_only: bool = False,
         **conninfo: Any,
     ):
         """``conninfo``: libpq connection parameters added to (or replacing) the defaults,
@@ -157,9 +110,15 @@ class PgConnection:
         waits must be shorter (``store.postgres.election.TCP_BOUNDS``). ``settings``: server
         parameters for this session, set after ``SERVER_KEEPALIVES`` and ``SERVER_QUIET``
         (``set_config``, not the startup ``options``, which a pooler may refuse and which
-        would replace a URL's own).
-        Raises the store error tree."""
+        would replace a URL's own). ``read_only``: every transaction of the session is
+        read-only (``default_transaction_read_only``), and its ``COMMIT`` is sent without
+        waiting for the answer (``_send_commit``). Raises the store error tree."""
         self.url = url
+        self.read_only = read_only
+        if read_only:
+            settings = {**(settings or {}), "default_transaction_read_only": "on"}
+        # A ``COMMIT`` sent whose answer is not read yet (``_send_commit``).
+        self._commit_sent = False
         params: dict[str, Any] = {**DEFAULTS.pg_client_params(), **conninfo}
         with mapped():
             # prepare_threshold=None: psycopg prepares nothing by itself. A prepared search
@@ -169,7 +128,7 @@ class PgConnection:
             # is known to be the right one are prepared, by name (``generic``).
             began = time.monotonic()
             try:
-                self.raw = psycopg.connect(
+                self._raw = psycopg.connect(
                     url,
                     autocommit=True,
                     application_name=application_name,
@@ -190,12 +149,12 @@ class PgConnection:
                     *SERVER_QUIET.items(),
                     *(settings or {}).items(),
                 ]
-                self.raw.execute(
+                self._raw.execute(
                     "SELECT " + ", ".join("set_config(%s, %s, false)" for _ in pairs),
                     [x for pair in pairs for x in pair],
                 )
             except BaseException:
-                self.raw.close()
+                self._raw.close()
                 raise
         self._changes = 0
         # Statement text -> name of the prepared statement made for it on this session.
@@ -221,6 +180,8 @@ class PgConnection:
         if self._begin_pending and text.strip().upper() in ("COMMIT", "ROLLBACK"):
             self._begin_pending = False  # nothing ran inside: nothing to end
             return PgCursor(None)
+        if self.read_only and not self._queue and text.strip().upper() == "COMMIT":
+            return self._send_commit()
         params = ordered_args(order, args)
         if self._queue:
             ended = self._rollback_queued(text)
@@ -243,6 +204,53 @@ class PgConnection:
                 cur.execute(text, bind)
         self._changes = max(cur.rowcount, 0)
         return PgCursor(cur)
+
+    @property
+    def raw(self) -> psycopg.Connection:
+        """The psycopg connection, ready for a statement: the answer to a ``COMMIT`` sent
+        without waiting is read first (``_settle``). Raises the store error tree."""
+        if self._commit_sent:
+            self._settle()
+        return self._raw
+
+    def _send_commit(self) -> PgCursor:
+        """End a read-only session's transaction without waiting for the server's answer:
+        the ``COMMIT`` is sent, and its answer read before the next statement (``raw``).
+
+        Why it may go unwaited: a transaction of a read-only session wrote nothing, so its
+        ``COMMIT`` has nothing to make durable and no deferred check to run; it can fail only
+        with the connection, which the next statement meets as it would anyway. The server
+        ends the transaction (its snapshot, its locks) when it reads the message, not when the
+        client reads the answer, so nothing is held longer. A read snapshot then costs the
+        round trip of its statements alone."""
+        pg = self.raw.pgconn  # a COMMIT sent before this one is answered first
+        if pg.transaction_status != pq.TransactionStatus.INTRANS:
+            with mapped():  # none open (or an aborted one): the server's answer is needed
+                self._raw.execute("COMMIT")
+            return PgCursor(None)
+        with mapped():
+            pg.send_query(b"COMMIT")
+            while pg.flush():  # a few bytes: sent at once unless the socket is full
+                select.select([], [pg.socket], [])
+        self._commit_sent = True
+        return PgCursor(None)
+
+    def _settle(self) -> None:
+        """Read the answer to the ``COMMIT`` ``_send_commit`` sent. Raises the store error
+        tree (the connection lost, or the server refused it)."""
+        self._commit_sent = False
+        pg = self._raw.pgconn
+        failed: Exception | None = None
+        with mapped():
+            pg.consume_input()
+            while pg.is_busy():
+                select.select([pg.socket], [], [])
+                pg.consume_input()
+            while (res := pg.get_result()) is not None:
+                if res.status != pq.ExecStatus.COMMAND_OK and failed is None:
+                    failed = psycopg.errors.error_from_result(res)
+            if failed is not None:
+                raise failed
 
     def defer(self, sql: str, args: Sequence[Any] | None = None) -> PgCursor:
         """Queue ``sql`` (as ``execute`` takes it) inside the open transaction instead of
@@ -296,7 +304,7 @@ class PgConnection:
                     if i:
                         cur.nextset()
                     res = cur.pgresult
-                    rows = res is not None and (res.nfields > 0 or res.status in _ROWS)
+                    rows = res is not None and (res.nfields > 0 or res.status in ROWS)
                     out._got = cur.fetchall() if rows else []
                     counts.append(max(cur.rowcount, 0))
         except BaseException:
@@ -453,14 +461,15 @@ class PgConnection:
         (nothing happens when none runs). The statement then raises ``TransientError`` in
         the thread that ran it. Raises the store error tree when the server cannot be told."""
         with mapped():
-            self.raw.cancel_safe()
+            self._raw.cancel_safe()  # from another thread: never waits for a COMMIT
 
     def close(self) -> None:
         self._begin_pending = False
+        self._commit_sent = False  # its answer is not needed: the server has the COMMIT
         self._drop(0)  # closing ends the transaction they were in: rolled back
         with mapped():
-            self.raw.close()
+            self._raw.close()
 
     @property
     def closed(self) -> bool:
-        return self.raw.closed
+        return self._raw.closed

@@ -38,12 +38,14 @@ class PgReader(Reader):
         self.url = url
         self.spool_id = spool_id
         # client: libpq bounds on the connection's network waits (Settings.pg_client_params).
-        self.conn = PgConnection(url, application_name="quill-reader", **(client or {}))
+        # Read-only session: its snapshots' COMMITs are not waited for (``PgConnection``).
+        self.conn = PgConnection(
+            url, application_name="quill-reader", read_only=True, **(client or {})
+        )
         self.schema_version = schema.version(self.conn)
         if self.schema_version == 0:
             self.conn.close()
             raise CantOpenError("the PostgreSQL store has no Quill schema yet")
-        self.conn.execute("SET default_transaction_read_only = on")
 
     def search_health(self) -> dict[str, Any]:
         """Indexes are maintained in the writer's transaction: never behind, never detached."""

@@ -131,8 +131,12 @@ SCHEMA_VERSION = sqlite_schema.SCHEMA_VERSION
 #: document over tsvector's 1 MB limit falls back to a shorter prefix instead of failing;
 #: 5: the order-key index ``messages_ack``; 6: a tool result's tool name is in its tool text
 #: (``quill_tool_text(tool_calls, role, tool_name)``, a new word document); 7: the substring
-#: index ``messages_scan`` over the rows the trigram index does not cover (``scan_index``).
-PG_LAYOUT = "7"
+#: index ``messages_scan`` over the rows the trigram index does not cover (``scan_index``);
+#: 8: the word and trigram indexes' pending lists bounded (``GIN_PENDING_KB``).
+PG_LAYOUT = "8"
+#: ``gin_pending_list_limit`` (kB) of ``messages_words`` and ``messages_trigram``: the most
+#: a search through them reads of rows not merged into the index yet (``ddl``).
+GIN_PENDING_KB = 512
 #: The layout whose word document (``quill_words``) is today's: a store at it or later keeps
 #: its ``words`` column through a migration (no rewrite of ``messages``).
 WORDS_LAYOUT = 6
@@ -238,6 +242,7 @@ def _migrate(
             word_fallback_chars=WORD_FALLBACK_CHARS,
             trigram_chars=TRIGRAM_PREFIX_CHARS,
             trigram_scope=TRIGRAM_SCOPE,
+            gin_pending_kb=GIN_PENDING_KB,
             tool_result_roles=repr(TOOL_RESULT_ROLES),
         )
     )

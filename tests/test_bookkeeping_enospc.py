@@ -104,7 +104,7 @@ def test_scheduler_and_consumer_stay_up_on_a_full_run_directory(tmp_path):
             assert len(reports) <= watched / UNWRITABLE_REPORT_S + 1, reports
             assert sum(r["suppressed"] for r in reports) >= 3, reports
             filler.unlink()  # space returns: the status is published again
-            deadline = time.monotonic() + 10
+            deadline = time.monotonic() + 60
             while RunDir(cfg.home).live("scheduler") is None and time.monotonic() < deadline:
                 time.sleep(0.2)
             assert RunDir(cfg.home).live("scheduler") is not None

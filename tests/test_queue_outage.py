@@ -282,7 +282,7 @@ def test_the_queue_going_away_during_a_job_is_an_outage_not_a_traceback(tmp_path
         warning = info = error
 
     outage = QueueOutage("consumer", Log())
-    published: list[bool] = []
+    published: list[int | None] = []  # the in-flight counts published
     huey = queues.worker
 
     @huey.task(name="test_stops_the_queue")
@@ -294,7 +294,7 @@ def test_the_queue_going_away_during_a_job_is_an_outage_not_a_traceback(tmp_path
         queues,
         outage,
         threading.Event(),
-        lambda lost_task=False: published.append(lost_task),
+        lambda in_flight=None, **task: published.append(in_flight),
         time.time(),
         str(cfg.snapshots_dir),
     )
@@ -307,7 +307,7 @@ def test_the_queue_going_away_during_a_job_is_an_outage_not_a_traceback(tmp_path
     assert task is not None and task.name == "test_stops_the_queue"
     assert huey.execute(task) is None  # raised QueueUnavailableError before the guard
     assert outage.down is not None
-    assert published == [True]
+    assert published == [1, 0]  # taken, then no task in flight though its bookkeeping was lost
     # The outage, and what it cost: huey's bookkeeping of that task (a retry of a failed run
     # would be among it) is named, never lost unsaid.
     assert [e for e, _ in events] == [

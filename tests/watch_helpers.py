@@ -1,5 +1,6 @@
-"""Helpers of the live-capture tests (tests/test_watch.py) and bench/watch_lag.py: agent
-writers as real processes, a data dir whose watcher follows temp folders, the stored rows."""
+"""Helpers of the live-capture tests (tests/test_watch.py) and bench/watch_lag.py: agents
+writing transcripts as real processes, a data dir whose watcher follows temp folders, the
+stored rows."""
 
 from __future__ import annotations
 
@@ -12,44 +13,25 @@ from pathlib import Path
 
 from quill.store import packed
 
-#: A writer process: ``python -c WRITER DELAY SRC DST [SRC DST ...]`` appends the lines of each
-#: SRC to its DST one line at a time (flushed, round-robin over the files, ``DELAY`` seconds
-#: between lines), as an agent appends its transcript.
-WRITER = r"""
-import sys, time
-delay = float(sys.argv[1])
-pairs = list(zip(sys.argv[2::2], sys.argv[3::2]))
-sources = [open(s, "rb").readlines() for s, _ in pairs]
-outs = [open(d, "ab", buffering=0) for _, d in pairs]
-i = 0
-while any(i < len(lines) for lines in sources):
-    for lines, out in zip(sources, outs):
-        if i < len(lines):
-            out.write(lines[i])
-    i += 1
-    time.sleep(delay)
-"""
-
-
-def start_writer(pairs: list[tuple[Path, Path]], delay: float) -> subprocess.Popen:
-    """A writer process appending each source file to its destination line by line."""
-    argv = [sys.executable, "-c", WRITER, str(delay)]
-    for src, dst in pairs:
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        argv += [str(src), str(dst)]
-    return subprocess.Popen(argv)
-
-
 #: An agent process: ``python -c AGENT PLAN DELAY`` runs the steps pickled in PLAN, ``DELAY``
 #: seconds apart, each as an agent writes its transcript: ``("append", dst, bytes)`` (one
 #: unbuffered write at the end), ``("replace", dst, bytes)`` (a new file renamed over the path,
 #: as Claude Code rewrites a session it resumes), ``("rewrite", dst, bytes)`` (truncated and
-#: written in place, as Gemini CLI writes its ``.json`` sessions), ``("delete", dst, None)``.
+#: written in place, as Gemini CLI writes its ``.json`` sessions), ``("delete", dst, None)``,
+#: ``("wait", gate, None)`` (no write: wait until file ``gate`` exists, at most ``GATE_S``
+#: seconds, else exit 3; a test opens the gate once it did what this point waits for).
 AGENT = r"""
 import os, pickle, sys, time
 steps = pickle.load(open(sys.argv[1], "rb"))
-delay = float(sys.argv[2])
+delay, gate_s = float(sys.argv[2]), float(sys.argv[3])
 for op, dst, data in steps:
+    if op == "wait":
+        deadline = time.monotonic() + gate_s
+        while not os.path.exists(dst):
+            if time.monotonic() > deadline:
+                sys.exit(3)
+            time.sleep(0.02)
+        continue
     os.makedirs(os.path.dirname(dst), exist_ok=True)
     if op == "append":
         with open(dst, "ab", buffering=0) as f:
@@ -67,12 +49,26 @@ for op, dst, data in steps:
 """
 
 
+#: Longest wait (s) of an agent process at a gate (``AGENT``'s ``wait`` steps).
+GATE_S = 600.0
+
+
 def start_agent(plan: Path, steps: list[tuple[str, str, bytes | None]], delay: float):
     """An agent process running ``steps`` (see ``AGENT``), pickled to ``plan``."""
     import pickle
 
     plan.write_bytes(pickle.dumps(steps))
-    return subprocess.Popen([sys.executable, "-c", AGENT, str(plan), str(delay)])
+    return subprocess.Popen([sys.executable, "-c", AGENT, str(plan), str(delay), str(GATE_S)])
+
+
+def gated(steps: list, gates: list[Path]) -> list:
+    """``steps`` with a ``wait`` step for each of ``gates`` (see ``AGENT``), splitting them
+    into ``len(gates) + 1`` parts of about equal length: the agent writes part ``n`` only once
+    gate ``n`` is open."""
+    out, n = [], len(gates) + 1
+    for i, gate in enumerate(gates, 1):
+        out += steps[len(steps) * (i - 1) // n : len(steps) * i // n] + [("wait", str(gate), None)]
+    return out + steps[len(steps) * (n - 1) // n :]
 
 
 def interleave(*plans: list) -> list:

@@ -1,8 +1,9 @@
 """The job-worker process: a huey consumer (one worker thread) for jobs that do not write
 the store.
 
-It publishes its status (``quill.home.RunDir``): tasks in flight, and for the running one its
-name, start time and timeout (from the job catalog), through huey's signals. "Idle" is decided
+It publishes its status (``quill.home.RunDir``): the task in flight (from the dequeue that took
+it out of the queue until huey's execute of it returned), and for the running one its name,
+start time and timeout (from the job catalog), through huey's signals. "Idle" is decided
 from it, and the supervisor kills and restarts a consumer whose job outlives its timeout — a
 thread cannot be interrupted, a process can, and the consumer has no child processes that could
 outlive it (huey's process workers did, after a kill -9).
@@ -35,47 +36,44 @@ def run(cfg: Settings, log: Any) -> None:
     queues = build_for(cfg)  # queue.db, or the shared Redis of [queue] url
     queues.log = log  # a job-run record the queue refuses is logged, and held (owed)
     run_dir = RunDir(cfg.home, log)  # a full disk is reported, never fatal
-    in_flight = {"n": 0}
     outage = QueueOutage("consumer", log)
+    # The published status besides the outage: ``in_flight`` is 1 from the dequeue that took a
+    # task out of the queue until huey's execute of it returned (one worker thread), so there
+    # is no moment at which a taken task is neither pending in the queue nor in flight: the
+    # supervisor's until-idle check reads both and would stop the fleet under it.
+    state: dict[str, Any] = {"in_flight": 0}
+
+    def publish(in_flight: int | None = None, **task: Any) -> None:
+        """Publish the status: ``in_flight`` when given; ``task`` (its name ``last``, its
+        ``started_at`` and ``timeout``, its ``last_signal``) replaces the earlier task's."""
+        if in_flight is not None:
+            state["in_flight"] = in_flight
+        if task:
+            kept = state["in_flight"]
+            state.clear()
+            state.update(in_flight=kept, **task)
+        run_dir.publish("consumer", {**state, **outage.fields()})
 
     @queues.worker.signal(signals.SIGNAL_EXECUTING)
     def _started(signal: str, task: Any, *args: Any) -> None:
-        in_flight["n"] += 1
         spec = catalog.BY_NAME.get(task.name)
-        run_dir.publish(
-            "consumer",
-            {
-                "in_flight": in_flight["n"],
-                "last": task.name,
-                "started_at": time.time(),
-                "timeout": spec.timeout if spec else None,
-            },
-        )
+        publish(last=task.name, started_at=time.time(), timeout=spec.timeout if spec else None)
 
     @queues.worker.signal(signals.SIGNAL_COMPLETE, signals.SIGNAL_ERROR, signals.SIGNAL_RETRYING)
     def _finished(signal: str, task: Any, *args: Any) -> None:
-        if signal != signals.SIGNAL_RETRYING:
-            in_flight["n"] = max(0, in_flight["n"] - 1)
-        run_dir.publish(
-            "consumer", {"in_flight": in_flight["n"], "last": task.name, "last_signal": signal}
-        )
+        publish(last=task.name, last_signal=signal)
 
-    run_dir.publish("consumer", {"in_flight": 0})
+    publish()
     log.info("consumer.started")
     consumer = queues.worker.create_consumer(
         workers=1, worker_type="thread", periodic=False, initial_delay=0.05, max_delay=1.0
     )
 
-    def publish_outage(lost_task: bool = False) -> None:
-        if lost_task:  # its end signal never came: huey's bookkeeping failed before it
-            in_flight["n"] = 0  # one worker thread: no other task can be in flight
-        run_dir.publish("consumer", {"in_flight": in_flight["n"], **outage.fields()})
-
     _tolerate_outages(
         queues,
         outage,
         consumer.stop_flag,
-        publish_outage,
+        publish,
         time.time(),
         str(cfg.snapshots_dir),
     )
@@ -103,7 +101,9 @@ def _tolerate_outages(
     "nothing" (the worker after waiting out the backoff on ``stop``, in slices of at most
     ``WAIT_SLICE_S``), so huey neither logs a traceback per poll nor spins. ``publish()``
     writes the consumer's status (with ``outage.fields()``) when the outage starts or ends;
-    ``publish(lost_task=True)`` also clears the task in flight.
+    ``publish(in_flight=1, last=NAME)`` when a dequeue took a task out of the queue, before it
+    is returned to huey, and ``publish(in_flight=0)`` once huey's execute of it returned,
+    whatever it did (ran it, scheduled it for later, found it revoked, lost its bookkeeping).
 
     The queue going away while a job runs reaches huey's bookkeeping around the job (the
     revocation flag, the result, the next task of a pipeline), which raises out of
@@ -145,7 +145,9 @@ def _tolerate_outages(
                 publish()
             return None
         outage.answered()
-        if was_down:
+        if task is not None:  # out of the queue: in flight before huey even looks at it
+            publish(in_flight=1, last=task.name)
+        elif was_down:
             publish()
         return task
 
@@ -169,8 +171,9 @@ def _tolerate_outages(
             # here is huey's bookkeeping after it: a retry of a failed run among it.
             outage.failed(exc)
             outage.log.error("consumer.task_bookkeeping_lost", job=task.name, error=str(exc))
-            publish(lost_task=True)
             return None
+        finally:  # run, scheduled for later, revoked, expired or its bookkeeping lost
+            publish(in_flight=0)
 
     huey.dequeue, huey.read_schedule = guarded_dequeue, guarded_read_schedule
     huey.execute = guarded_execute

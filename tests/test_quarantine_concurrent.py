@@ -56,11 +56,12 @@ def test_counting_and_purging_while_another_process_resolves_entries(tmp_path):
         from quill.spool import Position
         from quill.spool.quarantine import Quarantine
         q = Quarantine({str(q.dir.parent)!r})
-        end = time.monotonic() + 3
+        end, n = time.monotonic() + 3, 0
         while time.monotonic() < end:
+            n += 1  # another torn line each round: a dropped one is not quarantined again
             for off in range(1, 200):
                 q.resolve(str(Position(1, off * 100)), "drop", "operator")
-                q.put(Position(1, off * 100), {TORN_WRITE!r}, "torn", b"{{")
+                q.put(Position(1, off * 100), {TORN_WRITE!r}, "torn", b"{{%d" % n)
         """
     )
     calls = 0

@@ -1,0 +1,51 @@
+"""A ring's note says "applied" only for a commit that landed in the live store: when
+``state.db`` is removed or replaced while a chunk's transaction runs, the writer commits into
+the file it holds open, which no reader sees any more; its guard halts it before the next
+write, and its waiting clients must not have been told "applied" meanwhile (their look at the
+store says the op is not there)."""
+
+from __future__ import annotations
+
+import os
+
+from harness import InProcessWriter
+
+import quill
+from quill.home import doorbell
+from quill.ops.client.wait import applied_position
+from quill.store.errors import ReplacedError
+
+
+def test_no_note_for_a_commit_into_a_store_file_removed_during_it(tmp_path):
+    w = InProcessWriter(tmp_path / "home")
+    try:
+        w.until_idle()  # the store is made
+        q = quill.Client(w.cfg.home)
+        bell = doorbell.listen(doorbell.waiter_path(w.cfg.waiters_dir))
+        assert bell is not None
+        ack = q.append("s", [{"role": "user", "content": "lands nowhere"}])
+        db = w.cfg.state_db
+        store = w.writer.drain.store
+        apply = store.apply_chunk
+
+        def apply_after_swap(entries, on_reject):
+            # The file goes while the writer is in its step, after its guard's check (an
+            # operator's `rm`, a restore moving files): the commit lands in the unlinked inode.
+            os.unlink(db)
+            return apply(entries, on_reject)
+
+        store.apply_chunk = apply_after_swap
+        try:  # the guard finds the swap after the commit: now, or before the next write
+            w.writer.step(w.clock)
+            w.writer.store.check()
+        except ReplacedError:
+            pass
+        else:
+            raise AssertionError("the writer's guard did not see state.db go")
+        store.apply_chunk = apply
+        cursor = applied_position(w.cfg)
+        assert cursor is None or not cursor > ack.position  # readers do not see the op
+        assert (str(ack.position), ack.batch_id) not in doorbell.applied_in(bell.take())
+        bell.close(remove=True)
+    finally:
+        w.writer.shutdown()

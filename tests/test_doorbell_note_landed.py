@@ -49,3 +49,39 @@ def test_no_note_for_a_commit_into_a_store_file_removed_during_it(tmp_path):
         bell.close(remove=True)
     finally:
         w.writer.shutdown()
+
+
+def test_notes_across_chunks_never_outrun_the_store(tmp_path, backend):
+    """Attacks that held: a batch id reused in a later chunk (same content: a duplicate;
+    other content: quarantined), a chunk whose note would exceed one pipe write, and a
+    waiter that starts listening after the ring. Each wait's outcomes equal a store read."""
+    w = InProcessWriter(tmp_path / "home", backend, writer={"chunk_rows": 1})
+    try:
+        w.until_idle()
+        q = quill.Client(w.cfg.home)
+        first = q.append("s", [{"role": "user", "content": "one"}])
+        _ = w.writer.step(w.clock)  # chunk 1: `first` alone, rung before anyone listens
+        bell = doorbell.listen(doorbell.waiter_path(w.cfg.waiters_dir))
+        assert bell is not None
+        retry = q.append("s", [{"role": "user", "content": "one"}], batch_id=first.batch_id)
+        reused = q.append("s", [{"role": "user", "content": "two"}], batch_id=first.batch_id)
+        while w.writer.step(w.clock):
+            pass
+        assert doorbell.applied_in(bell.take()) == set()  # neither applied by its chunk
+        got = [o.status for o in q.wait_all([first, retry, reused], 10)]
+        assert got == [o.status for o in q._outcomes([first, retry, reused])]
+        assert got == ["applied", "applied", "quarantined"]
+
+        # 200 ops in one chunk: the note would exceed NOTE_MAX, so it is a plain ring.
+        w.writer.drain.chunk_rows = 1000
+        acks = [
+            q.append("s", [{"role": "user", "content": f"m{i}"}], batch_id=f"b-{i:060d}")
+            for i in range(200)
+        ]
+        while w.writer.step(w.clock):
+            pass
+        assert bell.take() == doorbell.RING
+        assert {o.status for o in q.wait_all(acks, 10)} == {"applied"}
+        bell.close(remove=True)
+    finally:
+        w.writer.shutdown()

@@ -85,3 +85,41 @@ def test_notes_across_chunks_never_outrun_the_store(tmp_path, backend):
         bell.close(remove=True)
     finally:
         w.writer.shutdown()
+
+
+def test_many_waiters_each_told_their_own_outcome(tmp_path):
+    """Seventeen clients wait at once (threads, each its own doorbell) on ops that are applied,
+    duplicated and refused, all drained by the running writer: every wait answers what a
+    store read answers (held)."""
+    import threading
+
+    from harness import WriterThread, make_home
+
+    from quill.spool import Spool
+
+    cfg = make_home(tmp_path / "home")
+    q = quill.Client(cfg.home)
+    acks = []
+    for i in range(8):
+        acks.append(q.append("s", [{"role": "user", "content": f"m{i}"}]))
+        acks.append(
+            q.append("s", [{"role": "user", "content": f"m{i}"}], batch_id=acks[-1].batch_id)
+        )
+    with Spool(cfg.spool_dir) as spool:  # past the client's precheck: refused by the writer
+        acks.append(spool.append("messages.append", {"session_id": "s", "messages": "no"}))
+    got: dict[int, str] = {}
+
+    def wait(i: int) -> None:
+        got[i] = quill.Client(cfg.home).wait(acks[i], WriterThread.TIMEOUT_S).status
+
+    waiters = [threading.Thread(target=wait, args=(i,)) for i in range(len(acks))]
+    for t in waiters:
+        t.start()
+    w = WriterThread(cfg)
+    try:
+        for t in waiters:
+            t.join(WriterThread.TIMEOUT_S)
+        assert [got.get(i) for i in range(len(acks))] == [o.status for o in q._outcomes(acks)]
+        assert got[len(acks) - 1] == "quarantined"
+    finally:
+        w.close()

@@ -123,3 +123,26 @@ def test_many_waiters_each_told_their_own_outcome(tmp_path):
         assert got[len(acks) - 1] == "quarantined"
     finally:
         w.close()
+
+
+def test_an_op_applied_at_its_own_position_is_applied_whatever_a_leftover_entry_says(tmp_path):
+    """A chunk whose op was refused (quarantined before the commit) and whose COMMIT then
+    failed is retried; on PostgreSQL another host may have made the op valid meanwhile, so
+    the retry applies it at the same position and the ring names it applied. The quarantine
+    entry left from the failed try must not make a store read say "quarantined" for it — not
+    for one ack, and not among others (it did, when another ack was not applied)."""
+    from quill.spool import Quarantine, Spool
+
+    w = InProcessWriter(tmp_path / "home")
+    try:
+        q = quill.Client(w.cfg.home)
+        ack = q.append("s", [{"role": "user", "content": "applied on the retry"}])
+        with Spool(w.cfg.spool_dir) as spool:
+            refused = spool.append("messages.append", {"session_id": "s", "messages": "no"})
+        # What the failed try left: the entry at the op's position (a real quarantine file).
+        Quarantine(w.cfg.spool_dir).put(ack.position, "unknown-session", "first try", b"{}")
+        w.until_idle()
+        assert [o.status for o in q.wait_all([ack], 10)] == ["applied"]
+        assert [o.status for o in q.wait_all([ack, refused], 10)] == ["applied", "quarantined"]
+    finally:
+        w.writer.shutdown()

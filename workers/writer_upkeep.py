@@ -140,7 +140,16 @@ class Upkeep:
         with the ``[position, batch id]`` of each op it applied (``doorbell.applied_note``).
         A batch named in ``result.batches`` was applied by this commit; one that occurs twice
         in the chunk (its second entry a duplicate or refused) is left out, so every pair
-        named is exactly an applied op, never a duplicate or a quarantined one."""
+        named is exactly an applied op, never a duplicate or a quarantined one.
+
+        A store file (``local_file``) is first checked by its guard, with the commit as its
+        baseline: a ``state.db`` (or its WAL) removed or replaced while the chunk ran took
+        the commit into a file no reader sees, so ``ReplacedError`` (the writer's halt) is
+        raised here and nobody is rung: a waiter's look at the store is then the answer.
+        PostgreSQL fences a writer inside the chunk's transaction (its claim): no check."""
+        if self.store.local_file:
+            self.store.committed()
+            self.store.check()
         applied = set(step.result.batches)
         seen: dict[str, int] = {}
         pairs = []

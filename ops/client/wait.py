@@ -317,9 +317,12 @@ def _outcomes(reader: Any, spool_dir: Path, acks: list[Ack]) -> list[dict[str, A
     )
     out = []
     for ack in acks:
-        # Applied at another position: a retry of the same content (applied), or the batch id
-        # reused for other content, which the writer quarantined at this ack's position.
-        if ack.batch_id in applied and str(ack.position) not in quarantined:
+        # Applied at this ack's own position: applied, whatever an entry there says (one left
+        # by a try whose COMMIT failed, retried once the op was valid). Applied at another
+        # position: a retry of the same content (applied), or the batch id reused for other
+        # content, which the writer quarantined at this ack's position.
+        mine = applied.get(ack.batch_id) == str(ack.position)
+        if mine or (ack.batch_id in applied and str(ack.position) not in quarantined):
             out.append({"outcome": "applied"})
         elif str(ack.position) in quarantined or ack.batch_id in refused:
             q = quarantined.get(str(ack.position), {})

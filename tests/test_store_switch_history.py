@@ -153,3 +153,39 @@ def test_a_new_store_on_a_spool_that_still_holds_segment_1_starts_as_before(
     quill.drain()
     assert quill.status()["spool"]["history_gap"] is None
     assert _message_ids(quill) == _expected(("fresh", 10))
+
+
+def _segmented_pg_dir(root, url: str) -> int:
+    """A data dir on ``url`` whose applied segments before the newest were collected (as
+    ``spool_gc`` does once a store applied them); returns the oldest segment left."""
+    from quill import home as config
+    from quill.ops import logs
+    from quill.ops.recover.postgres import drain
+    from quill.spool import Spool, retention
+
+    root.mkdir(parents=True)
+    (root / "config.toml").write_text(f'{SPOOL}[store]\nurl = "{url}"\n')
+    with Spool(root / "spool", segment_bytes=4096) as spool:
+        for i in range(12):
+            msg = {"role": "user", "content": f"m{i} " + "x" * 900}
+            spool.append("messages.append", {"session_id": "s", "messages": [msg]})
+    done = drain(config.load(root), logs.configure(None, "test"))
+    assert done["applied"] == 12
+    cursor = retention.Position.parse(done["to"])
+    assert retention.collect(root / "spool", cursor, cursor, retention_s=0)["deleted"]
+    return list_segments(root / "spool")[0]
+
+
+def test_reidentify_after_collection_starts_the_new_id_without_a_refusal(tmp_path, pg_store_url):
+    """The collected segments were applied under the old id: the new id starts at the
+    oldest segment left, and nothing is applied twice."""
+    from quill import home as config
+    from quill.ops import logs
+    from quill.ops.recover.postgres import drain
+
+    root = tmp_path / "h"
+    first = _segmented_pg_dir(root, pg_store_url)
+    out = json.loads(QuillCLI(root).run("spool", "reidentify", "--json").stdout)
+    assert out["applied_from"] == f"{first}:0"
+    again = drain(config.load(root), logs.configure(None, "test"))
+    assert again["applied"] == 0 and again["duplicates"] > 0

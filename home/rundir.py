@@ -234,6 +234,10 @@ class RunDir:
     def swap_file(self) -> Path:
         return self.path / "swap.json"
 
+    @property
+    def start_file(self) -> Path:
+        return self.path / "accepted-start.json"
+
     # -- writing -------------------------------------------------------------------------------
 
     def _write(self, path: Path, data: dict[str, Any]) -> None:
@@ -297,6 +301,20 @@ class RunDir:
 
     def clear_swap(self) -> None:
         self.swap_file.unlink(missing_ok=True)
+
+    def accept_start(self, store: str, segment: int) -> None:
+        """Record that the store at ``store`` (its location: path or password-free URL) may
+        start applying this spool at ``segment`` although it holds no cursor for it and the
+        segments before were collected (``quill recover --accept-loss``). Raises OSError."""
+        self._write(self.start_file, {"store": store, "segment": int(segment)})
+
+    def accepted_start(self, store: str) -> int | None:
+        """The first segment accepted for ``store`` by ``accept_start``, else None."""
+        data = self._load(self.start_file)
+        if data is None or data.get("store") != store:
+            return None
+        segment = data.get("segment")
+        return segment if isinstance(segment, int) else None
 
     # -- reading -------------------------------------------------------------------------------
 

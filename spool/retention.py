@@ -25,6 +25,15 @@ def _covered(pos: Position | None, segment: int, size: int) -> bool:
     )
 
 
+def collected_before(spool_dir: Path) -> int | None:
+    """The oldest segment number still in ``spool_dir`` when it is past 1 (segments
+    ``1..n-1`` were collected: their records are no longer in this spool), else None (the
+    spool holds every record it was ever given, or has no segment yet). Segment numbers
+    start at 1 and never go back."""
+    segments = list_segments(Path(spool_dir))
+    return segments[0] if segments and segments[0] > 1 else None
+
+
 def collectable(
     spool_dir: Path,
     applied: Position | None,

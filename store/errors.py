@@ -22,7 +22,8 @@ never by message text.
     ├── SpoolMismatchError    this spool's place in the store is not its own: the writer halts
     │   │                     (this host only) and applies nothing
     │   ├── SpoolClaimedError   another live holder claims this spool id (a copied data dir)
-    │   └── CursorMismatchError the store's cursor does not belong to this spool
+    │   ├── CursorMismatchError the store's cursor does not belong to this spool
+    │   └── HistoryNotInSpoolError no cursor, and the spool's first segments were collected
     └── InvalidOpError        an op's data breaks the rules: the record is quarantined
 """
 
@@ -163,8 +164,9 @@ class LeaseHeldError(StoreError):
 
 class SpoolMismatchError(StoreError):
     """This spool's place in the store is not its own (``SpoolClaimedError``,
-    ``CursorMismatchError``): applying would skip or double records, so the writer applies
-    nothing and halts on its own host (not store-wide). ``hint`` says what to do."""
+    ``CursorMismatchError``, ``HistoryNotInSpoolError``): applying would skip or double
+    records, so the writer applies nothing and halts on its own host (not store-wide).
+    ``hint`` says what to do."""
 
     hint = ""
 
@@ -199,6 +201,30 @@ class CursorMismatchError(SpoolMismatchError):
         "`quill spool reidentify` applies this spool once under a new id; on SQLite, "
         "`quill recover` rebuilds the store from a snapshot and this spool"
     )
+
+
+class HistoryNotInSpoolError(SpoolMismatchError):
+    """The store holds no cursor for this spool (a new store: the switch to PostgreSQL, an
+    empty file put in place) while the spool's first segments were collected: starting at
+    the spool's oldest segment would silently leave that history out. ``first_segment``:
+    the spool's oldest segment."""
+
+    hint = (
+        "carry the history over: `quill export` it from the old store and `quill import` it "
+        'into this one (README, "Running on several machines"), or on SQLite `quill '
+        "recover` from a snapshot; then `quill recover --accept-loss` starts this store at "
+        "the spool's oldest segment"
+    )
+
+    #: The commands, for ``status``/``doctor`` and the writer's refusal.
+    next_step = (
+        "`quill export` the history from the old store and `quill import` it here, "
+        "then `quill recover --accept-loss`"
+    )
+
+    def __init__(self, message: str, first_segment: int, *, hint: str | None = None):
+        super().__init__(message, hint=hint)
+        self.first_segment = first_segment
 
 
 class InvalidOpError(StoreError, ValueError):

@@ -23,9 +23,10 @@ from typing import Any
 
 from quill.spool import START, Entry, Position, Quarantine, SpoolReader, cursor_proof
 from quill.spool.lines import envelope
+from quill.spool.retention import collected_before
 from quill.spool.segments import segment_name
 from quill.store.apply.chunk import ChunkResult, drain_chunk
-from quill.store.errors import CursorMismatchError
+from quill.store.errors import CursorMismatchError, HistoryNotInSpoolError
 
 #: Bytes read per spool scan; bounds memory whatever the spool size.
 READ_BYTES = 8 << 20
@@ -74,15 +75,31 @@ class Drain:
         self.totals = {**dict.fromkeys(TOTALS, 0), "chunks": 0}
         self.already_resolved = 0
 
-    def start(self, default: Position = START) -> Position:
+    def start(self, default: Position = START, accepted: int | None = None) -> Position:
         """Set ``cursor`` to the store's committed cursor (``default`` before the first
         chunk) and return it, once the cursor is proved to be this spool's: it must end the
         entry the store applied last (``spool.cursor_proof.check``). Raises
         ``CursorMismatchError`` (nothing applied; ``cursor`` unmoved) when it does not — a
         cursor shared, copied or restored from another spool would otherwise skip records or
-        resume mid-line — and the rest of the store error tree."""
+        resume mid-line — and the rest of the store error tree.
+
+        A store with no cursor for this spool starts at the spool's beginning, which holds the
+        whole history only while segment 1 is there: past it, ``HistoryNotInSpoolError``
+        (nothing applied) unless ``accepted`` (the first segment the user accepted as this
+        store's start, ``RunDir.accepted_start``) is at or past the spool's oldest segment."""
         row = self.store.read_cursor_proof()
         if not row:
+            first = collected_before(self.reader.dir)
+            if first is not None and (accepted is None or accepted < first):
+                if self.log is not None:
+                    self.log.critical(f"{self.event}.history_not_in_spool", first_segment=first)
+                raise HistoryNotInSpoolError(
+                    f"the store holds no cursor for spool {self.store.spool_id!r} and the "
+                    f"spool in {self.reader.dir} starts at segment {first}: segments before it "
+                    "were collected after an earlier store applied them, so "
+                    "starting here would leave their sessions out; nothing was applied",
+                    first,
+                )
             self.cursor = default
             return self.cursor
         cursor = Position(row[0], row[1])

@@ -22,6 +22,7 @@ from quill.store.contract import Store
 from quill.store.errors import (
     CorruptError,
     CursorMismatchError,
+    HistoryNotInSpoolError,
     SpoolMismatchError,
 )
 from quill.store.sqlite.job_runs import HALTED, record_job_run
@@ -65,6 +66,8 @@ class HaltAndRefusal:
         store's) and return the pause before the next look (``REFUSED_RETRY_S``)."""
         if isinstance(exc, CursorMismatchError) and not self.store.cluster:
             next_step = "quill recover"  # SQLite: rebuild from a snapshot and this spool
+        elif isinstance(exc, HistoryNotInSpoolError):
+            next_step = exc.next_step
         else:
             next_step = "quill spool reidentify"
         cause = Halt(type(exc).__name__, str(exc), time.time(), next=next_step)

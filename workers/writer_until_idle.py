@@ -14,6 +14,7 @@ from typing import Any
 from quill.home import Halt
 from quill.store.contract import Store
 from quill.store.errors import CorruptError
+from quill.store.factory import location
 from quill.workers.drain import Drain
 from quill.workers.job_runner import StoreJobRunner
 from quill.workers.writer_halt import RETRYABLE, passing
@@ -79,7 +80,7 @@ class UntilIdle:
         ``store.connect``. Raises the store error tree."""
         figures = self.store.connect()
         try:
-            self.drain.start()
+            self.drain.start(accepted=self.run_dir.accepted_start(location(self.cfg)))
             self._job_runner()
         except (*RETRYABLE, OSError):
             # Open but not started: the next try starts over from ``connect``. A store that

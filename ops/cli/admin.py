@@ -66,7 +66,8 @@ def snapshot(cfg: Any, as_json: bool) -> None:
 @click.option(
     "--accept-loss",
     is_flag=True,
-    help="Rebuild even though snapshot + spool no longer hold the full history.",
+    help="Rebuild even though snapshot + spool no longer hold the full history (PostgreSQL: "
+    "start a store holding no cursor for this spool at the spool's oldest segment).",
 )
 @json_option
 @click.pass_obj
@@ -76,7 +77,7 @@ def recover(cfg: Any, accept_loss: bool, as_json: bool) -> None:
     The damaged file (and its WAL) is kept under evidence/. Safe to repeat.
     """
     if not capabilities(cfg).local_file:  # a shared store: replay this host's spool from its cursor
-        return _recover_postgres(cfg, as_json)
+        return _recover_postgres(cfg, accept_loss, as_json)
     try:
         # The snapshot (hence the replay start) is chosen inside recover: the bar counts bytes
         # replayed without a total.
@@ -104,15 +105,21 @@ def recover(cfg: Any, accept_loss: bool, as_json: bool) -> None:
         )
 
 
-def _recover_postgres(cfg: Any, as_json: bool) -> None:
+def _recover_postgres(cfg: Any, accept_loss: bool, as_json: bool) -> None:
     from quill.ops import logs
     from quill.ops.recover.postgres import recover as pg_recover
     from quill.store.errors import StoreError
 
     try:
-        result = pg_recover(cfg, logs.configure(cfg.logs_dir, "recover"))
+        result = pg_recover(cfg, logs.configure(cfg.logs_dir, "recover"), accept_loss=accept_loss)
     except (StoreError, TimeoutError) as exc:
         raise click.ClickException(f"cannot replay into the PostgreSQL store: {exc}") from exc
+    if result.get("accepted_start"):
+        click.echo(
+            f"quill: WARNING: this store starts at spool segment {result['accepted_start']}; "
+            "what earlier segments held is in it only if you imported it (quill import)",
+            err=True,
+        )
     if as_json:
         emit_json(result)
     else:

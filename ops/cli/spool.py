@@ -241,8 +241,8 @@ def spool_reidentify(cfg: Any, as_json: bool) -> None:
     not carried over; records the store already holds (applied by the original before the
     copy, or by this copy) are skipped by batch id, so nothing acknowledged is lost or doubled.
     Run with the fleet stopped; only a shared (PostgreSQL) store uses spool ids."""
-    from quill.spool import identity
-    from quill.store.factory import open_store
+    from quill.spool import identity, retention
+    from quill.store.factory import location, open_store
     from quill.store.postgres import claims
 
     if not capabilities(cfg).cluster:
@@ -270,9 +270,19 @@ def spool_reidentify(cfg: Any, as_json: bool) -> None:
         with open(cfg.spool_id_path.with_name("spool-id.history"), "a", encoding="utf-8") as f:
             f.write(f"{time.time():.3f} {old} -> {new}\n")
         identity.replace(cfg.spool_id_path, new)
+        # Segments collected before were applied into this store under the old id: the new
+        # id may start at the oldest one left (else the writer refuses a cursor-less start).
+        first = retention.collected_before(cfg.spool_dir)
+        if first is not None:
+            RunDir(cfg.home).accept_start(location(cfg), first)
     finally:
         lease.release()
-    data = {"old": old, "new": new, "released_claim": released, "applied_from": "1:0"}
+    data = {
+        "old": old,
+        "new": new,
+        "released_claim": released,
+        "applied_from": f"{first or 1}:0",
+    }
     if as_json:
         emit_json(data)
         return

@@ -182,6 +182,12 @@ def _print_status(d: dict[str, Any]) -> None:
         f"{sp['quarantined']} quarantined"
         + (f" (of which {sp['torn_writes']} {TORN_SUMMARY})" if sp.get("torn_writes") else "")
     )
+    if sp.get("history_gap"):
+        gap = sp["history_gap"]
+        con.print(
+            f"[bold red]HISTORY NOT IN SPOOL[/bold red] {_t(gap['error'])}\n"
+            f"  next: [bold]{_t(gap['next'])}[/bold]"
+        )
     if sp["integrity"]["lost"]:
         con.print(f"[bold red]SPOOL[/bold red]    {_t(sp['integrity']['summary'])}")
     if sp.get("interrupted_purge"):

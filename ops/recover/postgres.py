@@ -25,17 +25,28 @@ from quill.workers.writer import Writer
 WAIT_FOR_WRITER_S = 600.0
 
 
-def recover(cfg: Any, log: Any) -> dict[str, Any]:
+def recover(cfg: Any, log: Any, *, accept_loss: bool = False) -> dict[str, Any]:
     """Replay the spool into the PostgreSQL store; returns ``{"backend": "postgres",
     "spool_id", "from", "to", "applied", "duplicates", "rejected", "rows", "replayed_by"}``
     (``replayed_by``: ``recover``, or ``writer`` when this host's writer is running and did the
     replay while we waited) and ``halt_lifted`` (see ``lift_halt``). Raises the store error tree
     (``TransientError``: the server is unreachable) and ``TimeoutError`` when a running writer
-    does not catch up in time."""
+    does not catch up in time.
+
+    ``accept_loss``: a store holding no cursor for this spool may start at the spool's oldest
+    segment although segments before it were collected (``RunDir.accept_start``; without it
+    the drain raises ``HistoryNotInSpoolError``); ``accepted_start`` is then that segment."""
     lifted = lift_halt(cfg, log)
+    accepted = _accept_start(cfg, log) if accept_loss else None
     try:
         result = drain(cfg, log)
-        return {"backend": "postgres", **result, "replayed_by": "recover", "halt_lifted": lifted}
+        return {
+            "backend": "postgres",
+            **result,
+            "replayed_by": "recover",
+            "halt_lifted": lifted,
+            "accepted_start": accepted,
+        }
     except LeaseHeldError:
         pass
     from quill.spool.identity import load_or_create
@@ -58,12 +69,27 @@ def recover(cfg: Any, log: Any) -> dict[str, Any]:
                 "rows": None,
                 "replayed_by": "writer",
                 "halt_lifted": lifted,
+                "accepted_start": accepted,
             }
         if time.monotonic() > deadline:
             raise TimeoutError(
                 f"the running writer has not replayed the spool to {end} (store cursor {cursor})"
             )
         time.sleep(0.5)
+
+
+def _accept_start(cfg: Any, log: Any) -> int | None:
+    """Record the spool's oldest segment as the start this store may take (when segment 1 was
+    collected); returns it, or None when the spool still holds its whole history."""
+    from quill.home import RunDir
+    from quill.spool.retention import collected_before
+    from quill.store.factory import location
+
+    first = collected_before(cfg.spool_dir)
+    if first is not None:
+        RunDir(cfg.home).accept_start(location(cfg), first)
+        log.warning("recover.start_accepted", first_segment=first, store=location(cfg))
+    return first
 
 
 def drain(cfg: Any, log: Any, *, stop: Any = None) -> dict[str, Any]:

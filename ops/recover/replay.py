@@ -97,7 +97,10 @@ def replay(
     drain = Drain(store, reader, quarantine, chunk_rows, max_bytes=32 << 20)
     try:
         if start is None:
-            start = drain.start(Position(min(list_segments(spool_dir), default=1), 0))
+            # The caller chose this replay knowing the spool's start (recover checks the
+            # history gap itself): a fresh file starts at the oldest segment left.
+            first = min(list_segments(spool_dir), default=1)
+            start = drain.start(Position(first, 0), accepted=first)
         else:
             drain.cursor = start
         totals = drain.until_empty(progress)

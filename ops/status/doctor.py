@@ -21,6 +21,7 @@ from quill.ops import human
 from quill.ops.client.stores import where
 from quill.ops.purge.procedure import interrupted as interrupted_purge
 from quill.ops.status import guard, health
+from quill.ops.status.history import start_gap
 from quill.spool import Position, Quarantine
 from quill.spool.integrity import assess
 from quill.spool.segments import stray_segments
@@ -229,6 +230,23 @@ def _pg_checks(cfg: Settings, out: list[dict[str, Any]]) -> guard.StoreRead:
     return found._replace(value=(figures, None))
 
 
+def _history_check(cfg: Settings, found: guard.StoreRead) -> dict[str, Any]:
+    """Fails while the store holds no cursor for this spool and the spool's first segments
+    were collected (``ops.status.history``); a lost ``state.db`` is the store check's."""
+    lost_file = capabilities(cfg).local_file and not cfg.state_db.exists()
+    if found.ok:
+        gap = start_gap(cfg, found.value[0]["cursor"])
+    else:
+        gap = start_gap(cfg, None) if found.state == "missing" and not lost_file else None
+    return _check(
+        "spool history",
+        gap is None,
+        "the store holds a cursor for this spool, or the spool holds its whole history"
+        if gap is None
+        else f"{gap['error']} (next: {gap['next']})",
+    )
+
+
 def _common_checks(cfg: Settings, found: guard.StoreRead) -> list[dict[str, Any]]:
     """The data dir's own checks, whatever the store: file modes, leases, halt, free space,
     spool lag (``guard.progress``: this host's cursor from the store when ``found`` read it,
@@ -268,6 +286,7 @@ def _common_checks(cfg: Settings, found: guard.StoreRead) -> list[dict[str, Any]
             else f"HALTED: {halt.cause}: {halt.detail} — run `{halt.next}`",
         )
     )
+    out.append(_history_check(cfg, found))
     others = {role: rd.last(role) for role in ("scheduler", "consumer")}
     queue = health.queue_state(cfg, writer if writer.alive else None, others)
     out.append(

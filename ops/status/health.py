@@ -20,6 +20,7 @@ from quill.home import RunDir, WriterStatus
 from quill.jobs.schedule import STATUS_BUSY_S, ScheduleUnreadableError, read_schedules
 from quill.ops.purge.procedure import interrupted as interrupted_purge
 from quill.ops.status import guard
+from quill.ops.status.history import start_gap
 from quill.ops.status.schedule import schedule_state
 from quill.spool import Position, Quarantine
 from quill.spool.integrity import assess
@@ -141,6 +142,11 @@ def collect(cfg: Any) -> dict[str, Any]:
         got["purge"] if found.ok else interrupted_purge(cfg.spool_dir)
     )
     data["spool"]["purge_check"] = "unknown" if local and found.state == "unreadable" else "done"
+    # A store with no cursor for this spool while segment 1 was collected (ops.status.history).
+    # Only the store's own cursor counts: a published one may be an earlier store's.
+    known = found.ok or (found.state == "missing" and data["store"] is None)
+    gap = start_gap(cfg, (got.get("store") or {}).get("cursor")) if known else None
+    data["spool"]["history_gap"] = gap
     # Read, never written: on a full disk no process can publish its status, so free space is
     # measured here.
     existing = next(p for p in (cfg.home, *cfg.home.parents) if p.exists())

@@ -1,0 +1,41 @@
+"""Whether the store would start without the history the spool no longer holds.
+
+A store with no cursor for this data dir's spool (a new PostgreSQL store after the switch
+from SQLite, an empty file put in place) is filled from the spool's oldest segment. Once
+``spool_gc`` has collected segment 1 the spool alone no longer holds every session, so the
+writer refuses such a store (``store.errors.HistoryNotInSpoolError``) until the history is
+carried over (export/import) and the start is accepted (``quill recover --accept-loss``,
+``RunDir.accept_start``). ``status`` and ``doctor`` say so even while no writer runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from quill.home import RunDir
+from quill.spool.retention import collected_before
+from quill.store.errors import HistoryNotInSpoolError
+from quill.store.factory import location
+
+
+def start_gap(cfg: Any, cursor: str | None) -> dict[str, Any] | None:
+    """``{"first_segment": n, "error": text, "next": text}`` when the store holds no cursor
+    for this spool (``cursor`` None: as ``figures()["cursor"]`` reads it, or no store yet)
+    while the spool starts past segment 1 and that start was not accepted; else None."""
+    if cursor is not None:
+        return None
+    first = collected_before(cfg.spool_dir)
+    if first is None:
+        return None
+    accepted = RunDir(cfg.home).accepted_start(location(cfg))
+    if accepted is not None and accepted >= first:
+        return None
+    return {
+        "first_segment": first,
+        "error": (
+            f"{location(cfg)} holds no cursor for this spool, which starts at segment "
+            f"{first}: the segments before it were collected, so their sessions are not in "
+            "the spool and the writer will not start this store from it"
+        ),
+        "next": HistoryNotInSpoolError.next_step,
+    }

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from quill.home import Halt
+from quill.home import Halt, RunDir, Settings
 from quill.store.contract import Store
 from quill.store.errors import CorruptError
 from quill.store.factory import location
@@ -30,6 +30,8 @@ class UntilIdle:
 
     store: Store
     drain: Drain
+    cfg: Settings
+    run_dir: RunDir
     log: Any
     halt_cause: Halt | None
     error: str | None

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 from semantics_helpers import Store, user
 
-from bench import pg_copy
+from quill.bench import pg_copy
 from quill.spool import Spool
 from quill.store.factory import open_url
 

@@ -37,7 +37,7 @@ def _vm(key: str) -> float:
 
 
 def _drain_child(spool: str, db: str, out: Any) -> None:
-    from bench.searchable import drain
+    from .searchable import drain
 
     base = _vm("VmRSS")
     res = drain(Path(spool), Path(db), 500)

@@ -127,6 +127,7 @@ def test_a_wait_timeout_says_why_the_writer_has_not_applied_it(quill, home, flee
         "push", "--session", "w", "--wait", "30", input='{"role": "user", "content": "first"}\n'
     )
     blocker = apsw.Connection(str(home / "state.db"))
+    blocker.set_busy_timeout(60_000)  # the fleet's writer or a job may hold the lock a moment
     blocker.execute("BEGIN EXCLUSIVE")
     try:
         # the writer waits WRITER_BUSY_MS (5 s) on the lock before it reports the error

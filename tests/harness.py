@@ -67,6 +67,18 @@ def make_home(root: Path, url: str | None = None, **sections: dict[str, Any]) ->
     return cfg
 
 
+def job_runs(writer: Any) -> list[tuple]:
+    """``(job, outcome)`` of every job run the store of ``writer`` (an ``InProcessWriter`` or
+    anything with ``cfg.state_db``) records, oldest first, read by a reader connection."""
+    from quill.store.sqlite.connection import open_reader
+
+    conn = open_reader(writer.cfg.state_db)
+    try:
+        return conn.execute("SELECT job, outcome FROM job_runs ORDER BY started_at").fetchall()
+    finally:
+        conn.close()
+
+
 def drain(root: Path) -> dict[str, Any]:
     """Drain the spool of the data dir at ``root`` in this process, exactly as the fleet's
     writer does (``Writer.until_idle``: chunks, FTS index slices, queued store jobs, torn

@@ -10,26 +10,17 @@ from __future__ import annotations
 import threading
 import time
 
-from harness import InProcessWriter
+from harness import InProcessWriter, job_runs
 from test_schedule_locked import held_lock
 
 from quill.jobs.outage import QueueOutage
 from quill.jobs.queues import build_for
-from quill.store.sqlite.connection import open_reader
 from quill.workers import consumer
 
 
 class _Log:
     def __getattr__(self, level: str):
         return lambda event, **fields: None
-
-
-def _runs(w) -> list[tuple]:
-    conn = open_reader(w.cfg.state_db)
-    try:
-        return conn.execute("SELECT job, outcome FROM job_runs ORDER BY started_at").fetchall()
-    finally:
-        conn.close()
 
 
 def test_a_taken_task_is_in_flight_from_its_dequeue_to_the_end_of_its_execute(tmp_path):
@@ -67,6 +58,6 @@ def test_a_taken_task_is_in_flight_from_its_dequeue_to_the_end_of_its_execute(tm
         assert queues.pending()["store"] >= 1  # its run records, for the writer to apply
         while w.writer.jobs.run_one(w.writer.store, idle=True):
             pass
-        assert ("quick_check", "ok") in _runs(w)
+        assert ("quick_check", "ok") in job_runs(w)
     finally:
         w.close()

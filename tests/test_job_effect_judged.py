@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 from conftest import quill_env
 from harness import InProcessWriter
@@ -91,11 +92,17 @@ def _kill_at_commit(w: InProcessWriter, tmp_path, commit: int = 1) -> None:
         [sys.executable, str(script), str(w.root), str(marker), str(commit)],
         env=quill_env(w.root),
     )
+    _kill_once_committed(proc, marker)
+
+
+def _kill_once_committed(proc: subprocess.Popen, marker: Path, what: str = "the VACUUM") -> None:
+    """SIGKILL the process as soon as it writes ``marker`` (``what`` committed); fails if it
+    exits first or takes over 60 s."""
     try:
         deadline = time.monotonic() + 60
         while not marker.exists():
-            assert proc.poll() is None, "the writer process exited"
-            assert time.monotonic() < deadline, "the VACUUM never committed"
+            assert proc.poll() is None, "the process exited"
+            assert time.monotonic() < deadline, f"{what} never committed"
             time.sleep(0.02)
         os.kill(proc.pid, signal.SIGKILL)
     finally:
@@ -171,16 +178,7 @@ def test_a_vacuum_killed_after_its_commit_is_recorded_as_completed_from_its_effe
     proc = subprocess.Popen(
         [sys.executable, str(script), str(w.root), str(marker)], env=quill_env(w.root)
     )
-    try:
-        deadline = time.monotonic() + 60
-        while not marker.exists():
-            assert proc.poll() is None, "the writer process exited"
-            assert time.monotonic() < deadline, "the VACUUM never committed"
-            time.sleep(0.02)
-        os.kill(proc.pid, signal.SIGKILL)
-    finally:
-        proc.kill()
-        proc.wait()
+    _kill_once_committed(proc, marker)
     assert db.stat().st_size >= pages * 4096 * 0.9, "the VACUUM is still only in the WAL"
 
     w.writer = w.start()
@@ -246,16 +244,7 @@ def test_a_snapshot_killed_after_its_verified_copy_is_recorded_as_completed(tmp_
     proc = subprocess.Popen(
         [sys.executable, str(script), str(w.root), str(marker)], env=quill_env(w.root)
     )
-    try:
-        deadline = time.monotonic() + 60
-        while not marker.exists():
-            assert proc.poll() is None, "the snapshot process exited"
-            assert time.monotonic() < deadline, "the snapshot was never made"
-            time.sleep(0.02)
-        os.kill(proc.pid, signal.SIGKILL)
-    finally:
-        proc.kill()
-        proc.wait()
+    _kill_once_committed(proc, marker, "the snapshot")
     w.until_idle()  # the writer applies the run's start row
     # What a restarted job worker queues first (workers/consumer.py).
     build_for(w.cfg).tasks[catalog.CLOSE_INTERRUPTED](

@@ -9,13 +9,12 @@ from __future__ import annotations
 import time
 
 import pytest
-from harness import InProcessWriter
+from harness import InProcessWriter, job_runs
 from test_schedule_locked import held_lock
 
 from quill.jobs import catalog
 from quill.jobs.queues import build_for
 from quill.store.errors import TransientError
-from quill.store.sqlite.connection import open_reader
 
 
 @pytest.fixture
@@ -25,14 +24,6 @@ def w(tmp_path):
     h.until_idle()
     yield h
     h.close()
-
-
-def _runs(w) -> list[tuple]:
-    conn = open_reader(w.cfg.state_db)
-    try:
-        return conn.execute("SELECT job, outcome FROM job_runs ORDER BY started_at").fetchall()
-    finally:
-        conn.close()
 
 
 def _run_one(w) -> bool:
@@ -45,7 +36,7 @@ def _run_one(w) -> bool:
 def _until(w, cond, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while not cond():
-        assert time.monotonic() < deadline, f"timed out; job_runs: {_runs(w)}"
+        assert time.monotonic() < deadline, f"timed out; job_runs: {job_runs(w)}"
         try:
             _run_one(w)
         except TransientError:
@@ -57,8 +48,8 @@ def test_a_store_job_taken_while_the_store_is_locked_is_not_lost(w):
     with held_lock(w.cfg.state_db, "python"):
         with pytest.raises(TransientError):  # the writer backs off and says why
             _run_one(w)
-    _until(w, lambda: ("auto_prune", "ok") in _runs(w))
-    assert _runs(w).count(("auto_prune", "ok")) == 1
+    _until(w, lambda: ("auto_prune", "ok") in job_runs(w))
+    assert job_runs(w).count(("auto_prune", "ok")) == 1
     assert build_for(w.cfg).pending()["store"] == 0
 
 
@@ -70,8 +61,8 @@ def test_a_job_run_record_sent_while_the_store_is_locked_is_not_lost(w):
     with held_lock(w.cfg.state_db, "python"):
         with pytest.raises(TransientError):
             _run_one(w)
-    _until(w, lambda: ("snapshot", "ok") in _runs(w))
-    assert _runs(w).count(("snapshot", "ok")) == 1
+    _until(w, lambda: ("snapshot", "ok") in job_runs(w))
+    assert job_runs(w).count(("snapshot", "ok")) == 1
 
 
 def test_the_writer_rides_out_a_locked_store_and_runs_the_job_after(w):
@@ -81,6 +72,6 @@ def test_the_writer_rides_out_a_locked_store_and_runs_the_job_after(w):
         assert "locked" in w.status()["error"]
     for _ in range(50):
         w.turn()
-        if ("auto_prune", "ok") in _runs(w):
+        if ("auto_prune", "ok") in job_runs(w):
             break
-    assert ("auto_prune", "ok") in _runs(w)
+    assert ("auto_prune", "ok") in job_runs(w)

@@ -15,14 +15,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from harness import InProcessWriter
+from harness import InProcessWriter, job_runs
 from test_schedule_locked import held_lock
 
 from quill.jobs import catalog
 from quill.jobs import queues as job_queues
 from quill.jobs.outage import QueueOutage
 from quill.jobs.queues import build_for, run_recorded
-from quill.store.sqlite.connection import open_reader
 from quill.workers import consumer
 
 
@@ -61,14 +60,6 @@ def w(tmp_path, monkeypatch):
     h.close()
 
 
-def _runs(w) -> list[tuple]:
-    conn = open_reader(w.cfg.state_db)
-    try:
-        return conn.execute("SELECT job, outcome FROM job_runs ORDER BY started_at").fetchall()
-    finally:
-        conn.close()
-
-
 def _drain(w) -> None:
     """The writer runs what the store queue holds, until it is empty."""
     while w.writer.jobs.run_one(w.writer.store, idle=True):
@@ -92,7 +83,7 @@ def test_a_run_whose_start_record_the_locked_queue_refused_still_records_its_out
     with pytest.raises(RuntimeError):
         run_recorded(_spec(body), queues, {}, runner="consumer")
     _drain(w)
-    assert _runs(w) == [("snapshot", "error")]
+    assert job_runs(w) == [("snapshot", "error")]
     assert "job_run.unrecorded" in log.events()  # the refused start was said
 
 
@@ -109,7 +100,7 @@ def test_an_outcome_the_locked_queue_refused_is_sent_at_the_consumers_next_poll(
         run_recorded(_spec(body), queues, {}, runner="consumer")
     locks.close()
     _drain(w)
-    assert _runs(w) == [("snapshot", "running")]  # only the start reached the store so far
+    assert job_runs(w) == [("snapshot", "running")]  # only the start reached the store so far
     notes = "\n".join(getattr(raised.value, "__notes__", []))
     assert "not in `quill jobs history` yet" in notes and "unreachable" in notes
     assert ("error", "job_run.unrecorded") in [(lv, ev) for lv, ev, _ in log.lines]
@@ -124,7 +115,7 @@ def test_an_outcome_the_locked_queue_refused_is_sent_at_the_consumers_next_poll(
     )
     assert queues.worker.dequeue() is None
     _drain(w)
-    assert _runs(w) == [("snapshot", "error")]
+    assert job_runs(w) == [("snapshot", "error")]
 
 
 def test_a_run_with_both_records_refused_is_recorded_once_at_the_next_run(w):
@@ -136,4 +127,4 @@ def test_a_run_with_both_records_refused_is_recorded_once_at_the_next_run(w):
     # late start never reopens it as running).
     run_recorded(_spec(lambda: {"bytes": 2}), queues, {}, runner="consumer")
     _drain(w)
-    assert _runs(w) == [("snapshot", "ok"), ("snapshot", "ok")]
+    assert job_runs(w) == [("snapshot", "ok"), ("snapshot", "ok")]

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import pytest
 from semantics_helpers import Store, assistant, call, tool, user
+from test_packed import _store
 
 from quill.jobs.store_jobs import pack_stored
-from quill.spool import Spool
 from quill.store import packed
-from quill.store.factory import open_url
 from quill.store.search import plan as query
 from quill.store.search import run as search_mod
 from quill.store.search.columns import CONTENT_SQL, TOOLS_BLOB_SQL, tools_text
@@ -56,14 +55,6 @@ def _messages(tag: str) -> list[dict]:
         *[tool(f"f{i}{tag}", FILL + f" filler {i}", name="bash") for i in range(12)],
         *[assistant(FILL + f" filler {i}") for i in range(12)],
     ]
-
-
-def _store(root, pack: int) -> Store:
-    s = Store.__new__(Store)
-    s.root, s.spool = root, Spool(root / "spool")
-    s.backend = open_url(None, root / "state.db", "test-spool", pack_min_bytes=pack)
-    s.kind, s.conn = s.backend.kind, s.backend.conn
-    return s
 
 
 def _full_scan(conn, text: str, substring: bool, kinds: list[str] | None) -> list[int]:

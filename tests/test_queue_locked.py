@@ -6,8 +6,7 @@ before the lock runs once it is released. Real lock holder process, real huey qu
 from __future__ import annotations
 
 import pytest
-from harness import InProcessWriter
-from test_job_history_locked import _runs
+from harness import InProcessWriter, job_runs
 from test_schedule_locked import held_lock
 
 from quill.jobs.errors import QueueUnavailableError
@@ -37,7 +36,7 @@ def test_a_locked_queue_is_an_outage_the_writer_rides_out(w):
         assert health.queue_state(w.cfg, None)["unavailable_since"] is not None
     for _ in range(200):
         w.turn(1.0)  # past the outage's backoff
-        if ("auto_prune", "ok") in _runs(w):
+        if ("auto_prune", "ok") in job_runs(w):
             break
-    assert ("auto_prune", "ok") in _runs(w)
+    assert ("auto_prune", "ok") in job_runs(w)
     assert w.status()["queue_error"] is None

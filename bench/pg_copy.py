@@ -56,7 +56,7 @@ def load(state_db: Path, base: str, schema: str, *, finish: bool = True) -> dict
             c.execute(f'CREATE SCHEMA "{schema}"')
     t0 = time.perf_counter()
     with psycopg.connect(url) as pg:
-        # Like Quill's own sessions (connection.SERVER_QUIET): a COPY that makes notices
+        # Like Quill's own sessions (session_settings.SERVER_QUIET): a COPY that makes notices
         # (long words) would otherwise hang once they fill the socket.
         pg.execute("SET client_min_messages = error")
         if fresh:

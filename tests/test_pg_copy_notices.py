@@ -3,7 +3,7 @@ is too long to be indexed" for every word over 2,047 characters, in the generate
 column) must end. The client only writes during a COPY; once the notices outgrow the socket
 buffers both sides wait on each other's writes forever, and every ``DROP DATABASE`` on the
 server waits behind the stuck backend. Quill's sessions get no notices
-(``store.postgres.connection.SERVER_QUIET``)."""
+(``store.postgres.session_settings.SERVER_QUIET``)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """A PostgreSQL session whose process is frozen (SIGSTOP: a debugger, a paused VM) while its
 network stays up holds its locks only for a bounded time: keepalives never end such a
 session (the kernel still answers), so a writer's and a migration's sessions carry a bound on
-an idle transaction (``connection.WRITER_SESSION``). The server then rolls the frozen
+an idle transaction (``session_settings.WRITER_SESSION``). The server then rolls the frozen
 transaction back and frees its locks; the frozen process, continued, reconnects and applies
 its records again, each once.
 
@@ -34,8 +34,8 @@ _CHILD = textwrap.dedent(
     """
     import json, sys
     from pathlib import Path
-    from quill.store.postgres import connection
-    bound = getattr(connection, "WRITER_SESSION", None)  # None: code without the bound
+    from quill.store.postgres import connection, session_settings
+    bound = getattr(session_settings, "WRITER_SESSION", None)  # None: code without the bound
     if bound is not None:
         bound["idle_in_transaction_session_timeout"] = sys.argv[2]
     from quill import home as config

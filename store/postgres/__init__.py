@@ -18,9 +18,10 @@ from quill.store.contract import MAINTENANCE_JOBS
 from quill.store.errors import CorruptError
 from quill.store.postgres import apply as pg_apply
 from quill.store.postgres import schema
-from quill.store.postgres.connection import WRITER_SESSION, PgConnection
+from quill.store.postgres.connection import PgConnection
 from quill.store.postgres.extensions import extension_schema
 from quill.store.postgres.reads import PgReader
+from quill.store.postgres.session_settings import WRITER_SESSION
 
 __all__ = ["PgConnection", "PgReader", "PostgresBackend"]
 

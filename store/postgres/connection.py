@@ -38,36 +38,11 @@ from quill.store.postgres.cursor import ROWS, PgCursor
 from quill.store.postgres.dialect import ordered_args, translate
 from quill.store.postgres.errors import mapped
 from quill.store.postgres.reach import PROBE_TIMEOUT_S, database_missing
+from quill.store.postgres.session_settings import SERVER_KEEPALIVES, SERVER_QUIET
 
 _PLACEHOLDER = re.compile(r"%%|%s")
 _ROLLBACK_TO = re.compile(r"ROLLBACK\s+TO\s+(?:SAVEPOINT\s+)?(\w+)$")
 _SAVEPOINT = re.compile(r"SAVEPOINT\s+(\w+)$")
-
-
-#: Server-side bounds on every Quill session: the server ends the session of a client that
-#: vanished (a host off the network, a closed laptop lid) within ~15 s — 5 s idle + 3
-#: keepalive probes 2 s apart, or 15 s of data left unacknowledged — instead of after TCP's
-#: defaults (7200 + 9 × 75 s), and notices a vanished client during a long statement every
-#: 5 s. Ending the session releases everything it holds: session and transaction advisory
-#: locks (``schema.create``'s migration lock, ``apply``'s per-session locks), row and table
-#: locks, an open transaction.
-SERVER_KEEPALIVES: dict[str, str] = {
-    "tcp_keepalives_idle": "5",
-    "tcp_keepalives_interval": "2",
-    "tcp_keepalives_count": "3",
-    "tcp_user_timeout": "15000",
-    "client_connection_check_interval": "5000",
-}
-
-
-#: Server messages below ERROR are not sent to Quill's sessions. During ``COPY … FROM STDIN``
-#: the client only writes; a server that sends a NOTICE per row (``to_tsvector`` of every
-#: word over 2,047 characters: "word is too long to be indexed", in the generated search
-#: column) fills the socket both ways once the notices outgrow the buffers, and both sides
-#: then wait on each other's writes forever: the writer hangs, and so does every ``DROP
-#: DATABASE`` on the server (its barrier waits for the stuck backend). Nothing in Quill reads
-#: notices or warnings; an error still ends the statement and reaches the caller.
-SERVER_QUIET: dict[str, str] = {"client_min_messages": "error"}
 
 
 #: Most rows an ``executemany`` sends as statements of its own with the queued ones
@@ -77,16 +52,6 @@ EXECUTEMANY_QUEUED_ROWS = 64
 
 #: The read snapshot's ``BEGIN`` as ``translate`` writes it (deferred: see module doc).
 SNAPSHOT_BEGIN = "BEGIN ISOLATION LEVEL REPEATABLE READ"
-
-
-#: Server-side bound on a session that writes (a writer's, a migration's): a transaction left
-#: idle this long (ms) between statements — its process frozen (SIGSTOP, a debugger, a VM
-#: paused) while the network stays up, so keepalives never end it — is ended by the server
-#: (SQLSTATE 25P03, a ``TransientError``), releasing its locks: the per-session advisory
-#: locks of ``store.postgres.apply``, the migration lock, claim rows. A chunk's statements
-#: follow each other within milliseconds; nothing a writer does waits this long in between.
-#: Readers are not bounded so (an export may pause between pages of one snapshot).
-WRITER_SESSION: dict[str, str] = {"idle_in_transaction_session_timeout": "60000"}
 
 
 class PgConnection:

@@ -47,7 +47,8 @@ import uuid
 
 from quill.store.errors import StoreError
 from quill.store.postgres import schema
-from quill.store.postgres.connection import WRITER_SESSION, PgConnection
+from quill.store.postgres.connection import PgConnection
+from quill.store.postgres.session_settings import WRITER_SESSION
 
 #: How long a taken or renewed lease lasts on the server's clock (s).
 LEASE_S = 15.0

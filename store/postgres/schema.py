@@ -48,8 +48,8 @@ from quill.store.search.columns import TOOL_RESULT_ROLES, TRIGRAM_PREFIX_CHARS, 
 
 #: Advisory lock (transaction level) held while migrating, keyed by the schema: it ends with
 #: the migration's transaction, so a migrator frozen mid-way holds it no longer than its
-#: session's bound on an idle transaction (``connection.WRITER_SESSION``), and one cut off the
-#: network no longer than the server's keepalives (``connection.SERVER_KEEPALIVES``).
+#: session's bound on an idle transaction (``session_settings.WRITER_SESSION``), and one cut off the
+#: network no longer than the server's keepalives (``session_settings.SERVER_KEEPALIVES``).
 _MIGRATE_LOCK_SQL = (
     "SELECT pg_advisory_xact_lock(hashtextextended('quill-migrate:' || current_schema(), 0))"
 )

@@ -38,7 +38,8 @@ from quill.home import Halt, runner_dead
 from quill.store.capabilities import PostgresCapabilities
 from quill.store.contract import HaltAction, NullLog
 from quill.store.postgres import PostgresBackend, claims, halt, order_index, scan_index, schema
-from quill.store.postgres.connection import WRITER_SESSION, PgConnection
+from quill.store.postgres.connection import PgConnection
+from quill.store.postgres.session_settings import WRITER_SESSION
 from quill.store.sqlite.job_runs import close_interrupted
 
 #: How often an idle writer collects its spool (seconds); the first time a minute after start.

@@ -118,6 +118,7 @@ def test_a_check_waits_for_a_store_the_writer_has_not_created_yet(store, tmp_pat
     """On a new data dir the scheduler may fire a missed check before the writer created the
     file: the check waits for it (then checks it) instead of recording an error; a file that
     never appears is named in the error after the wait."""
+    import os
     import shutil
     import threading
 
@@ -128,7 +129,13 @@ def test_a_check_waits_for_a_store_the_writer_has_not_created_yet(store, tmp_pat
     store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     late = tmp_path / "late" / "state.db"
     late.parent.mkdir()
-    timer = threading.Timer(0.5, shutil.copyfile, (tmp_path / "state.db", late))
+    part = late.with_name("state.db.part")
+
+    def appear():  # whole at once, as SQLite's own create: a half-copied file is damage
+        shutil.copyfile(tmp_path / "state.db", part)
+        os.replace(part, late)
+
+    timer = threading.Timer(0.5, appear)
     timer.start()
     try:
         assert quick_check(str(late), wait_s=30)["result"] == "ok"

@@ -65,8 +65,13 @@ def load(state_db: Path, base: str, schema: str, *, finish: bool = True) -> dict
             ).close()  # Quill's schema, migrated
             pg.execute("CREATE TABLE bench_gin_defs (name text, definition text)")
             pg.execute(
-                "INSERT INTO bench_gin_defs SELECT indexname, indexdef FROM pg_indexes "
-                "WHERE schemaname = %s AND indexdef LIKE '%%USING gin%%'",
+                # By access method, not by the definition's text: a WHERE on
+                # pg_get_indexdef() runs it on other schemas' indexes too, and one dropped
+                # meanwhile fails the query ("could not open relation with OID").
+                "INSERT INTO bench_gin_defs SELECT c.relname, pg_get_indexdef(c.oid) "
+                "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "JOIN pg_am a ON a.oid = c.relam "
+                "WHERE n.nspname = %s AND c.relkind = 'i' AND a.amname = 'gin'",
                 (schema,),
             )
             for (name,) in pg.execute("SELECT name FROM bench_gin_defs").fetchall():

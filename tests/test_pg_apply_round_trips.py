@@ -38,11 +38,12 @@ def _turn(i: int) -> list[dict]:
     ]
 
 
-def test_one_agent_turn_is_five_round_trips(tmp_path: Path, pg_store_url: str):
-    """A writer holding its claim applies one turn per chunk: five round trips (the
-    transaction's checks and reads; the run's reads; its ids and batch number; its writes
-    with the ledger insert; the cursor with COMMIT), every statement still sent, in order,
-    and the rows stored as before."""
+def test_one_agent_turn_is_three_round_trips(tmp_path: Path, pg_store_url: str):
+    """A writer holding its claim applies one turn per chunk in three round trips: the
+    transaction's checks and the run's reads (asked ahead, after the session's lock); its
+    ids and batch number; its writes with the ledger insert, the cursor and COMMIT. Every
+    statement is still sent, in order, and the rows are stored as before. (Before: five, the
+    run's reads and the COMMIT each a round trip of their own.)"""
     store = open_url(pg_store_url, tmp_path / "state.db", "host-a")
     conn = store.conn
     claims.claim(conn, "host-a", HOLDER)
@@ -68,22 +69,27 @@ def test_one_agent_turn_is_five_round_trips(tmp_path: Path, pg_store_url: str):
     finally:
         spool.close()
         store.close()
-    assert trips == [5, 5, 5], trips
-    last = sent[-1]  # each round trip's statements, as sent
-    assert last[0].startswith('"BEGIN; ') and last[-1].endswith('; COMMIT"'), last
-    assert "UPDATE spool_claims" in last[0]  # the claim is still renewed
-    assert "pg_advisory_xact_lock" in last[0]  # the session still locked, before any read
-    assert last[1].startswith('"SAVEPOINT bulk; ') and last[-1].startswith('"RELEASE bulk; ')
-    assert "INSERT INTO spool_cursor" in last[-1]  # the cursor commits with the rows
+    assert trips == [3, 3, 3], trips
+    first, ids, writes = sent[-1]  # each round trip's statements, as sent
+    assert first.startswith('"BEGIN; ') and writes.endswith('; COMMIT"'), sent[-1]
+    assert "UPDATE spool_claims" in first  # the claim is still renewed
+    # the session still locked before any read of it: the run's reads come after the lock
+    assert first.index("pg_advisory_xact_lock") < first.index("SELECT ext_id FROM messages")
+    assert first.index("FROM applied_batches") < first.index("ORDER BY seq DESC LIMIT 1")
+    assert ids.startswith('"SAVEPOINT bulk; SELECT nextval(') and "INSERT INTO batches" in ids
+    # the rows, the ledger, the savepoint's end and the cursor commit together, in order
+    order = [writes.index(s) for s in ("INTO messages", "INTO applied_batches", "RELEASE bulk")]
+    assert order == sorted(order) and order[-1] < writes.index("INTO spool_cursor"), writes
     assert [r[0] for r in rows] == ["user", "assistant"] * 3
     assert [r[2] for r in rows][1::2] == ["msg_0", "msg_1", "msg_2"]
     assert cursor == tuple(at)
 
 
-def test_a_bulk_chunk_is_seven_round_trips(tmp_path: Path, pg_store_url: str):
+def test_a_bulk_chunk_is_five_round_trips(tmp_path: Path, pg_store_url: str):
     """A chunk of 500 rows (50 appends of 10 messages over 10 sessions, as bench.backends
-    ingests) loads its rows by COPY and costs seven round trips, whatever the number of
-    sessions in it (before: 54, several per session)."""
+    ingests) loads its rows by COPY and costs five round trips, whatever the number of
+    sessions in it (before: 54, several per session; then 7, before the run's reads went
+    with the first round trip and its ledger insert with the COMMIT)."""
     with Spool(tmp_path / "spool", fsync=False) as spool:
         for i in range(50):
             msgs = [{"role": "user", "content": f"m{i} {k}"} for k in range(10)]
@@ -97,7 +103,7 @@ def test_a_bulk_chunk_is_seven_round_trips(tmp_path: Path, pg_store_url: str):
     finally:
         store.close()
     assert (result.applied, result.rows, count) == (50, 500, 500)
-    assert w.round_trips == 7, w.sql
+    assert w.round_trips == 5, w.sql
     assert any(s.startswith('"COPY messages') for s in w.sql), w.sql
 
 
@@ -129,12 +135,14 @@ def test_a_queued_statement_refused_by_the_server_quarantines_its_op_alone(
         result = store.apply_chunk(entries, lambda e, reason, detail: rejects.append(detail))
         sessions = [r[0] for r in store.conn.execute("SELECT id FROM sessions ORDER BY id")]
         count = store.conn.execute("SELECT count(*) FROM messages").fetchone()[0]
+        ids = [r[0] for r in store.conn.execute("SELECT id FROM messages ORDER BY id")]
         cursor = pg_apply.read_cursor(store.conn, "host-a")
     finally:
         store.close()
     assert (result.applied, result.rejected) == (3, 2), rejects
     assert all("poison" in r for r in rejects), rejects
     assert sessions == ["s1"] and count == 6
+    assert ids == [1, 2, 4, 5, 6, 7]  # as the checked path numbers them (ids given back)
     assert cursor == tuple(entries[-1].next)
 
 

@@ -18,6 +18,7 @@ from test_bulk_append import write_spool
 
 from quill.spool import START, Quarantine, Spool, SpoolReader
 from quill.store.apply.chunk import take_chunk
+from quill.store.apply.ledger import op_digest
 from quill.store.factory import open_url
 from quill.store.postgres import connection as pg_connection
 from quill.store.postgres import schema as pg_schema
@@ -106,10 +107,12 @@ def _spool_of(spool_dir: Path, ops: list[tuple[str, dict]]) -> list:
 def test_a_batch_another_host_decides_meanwhile_is_a_duplicate_and_the_rest_applied(
     tmp_path, pg_store_url
 ):
-    """Another host's transaction holds batch ``b2``'s ledger row while this writer applies a
-    chunk with ``b2`` in it (in another session, so no session lock orders them). It commits
-    while the run waits on that row: the run is rolled back and its ops applied one at a time,
-    ``b2`` counting as a duplicate, the others applied, the cursor moved."""
+    """Another host's transaction holds batch ``b2``'s ledger row (the same op: a spool
+    copied with its data dir) while this writer applies a chunk with ``b2`` in it (in another
+    session, so no session lock orders them). It commits while the run waits on that row: the
+    run is rolled back and its ops applied one at a time, ``b2`` counting as a duplicate, the
+    others applied, the cursor moved. (The whole chunk is one run, so its ledger insert went
+    with the COMMIT: the chunk is redone checked, ``store.postgres.apply.apply_chunk``.)"""
     ops = [
         (f"b{i}", {"session_id": f"s{i % 2}", "messages": [{"role": "user", "content": f"m{i}"}]})
         for i in range(5)
@@ -120,7 +123,8 @@ def test_a_batch_another_host_decides_meanwhile_is_a_duplicate_and_the_rest_appl
     try:
         other.execute(
             "INSERT INTO applied_batches (batch_id, spool_id, position, applied_at, digest) "
-            "VALUES ('b2', 'host-b', '1:0', 0, 'x')"
+            "VALUES ('b2', 'host-b', '1:0', 0, %s)",
+            (op_digest("messages.append", ops[2][1]),),
         )
         threading.Timer(1.0, other.commit).start()  # while the chunk waits on b2's row
         t0 = time.monotonic()

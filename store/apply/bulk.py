@@ -194,6 +194,21 @@ def sqlite_ids(conn: apsw.Connection, n: int) -> list[int] | None:
     return None if first + n >= _MAX_ROWID else list(range(first, first + n))
 
 
+def ask_reads(conn: Any, run: list[Prepared]) -> tuple[dict[str, list], list, dict[str, Any]]:
+    """The run's reads that need nothing but the run itself, queued (``store.apply.later``)
+    to go in one round trip: per session the ext ids it holds among the run's
+    (``_ask_seen``), the compression ends (``ask_compressed``) and per session its last row
+    (``order.ask_last_row``). Nothing of the run is written before them, so they read what
+    the op-at-a-time reads would. The same statements for the same run each time: a
+    PostgreSQL chunk sends them ahead with its first round trip (``store.postgres.apply``)."""
+    sids = {op.sid for op in run}
+    return (
+        _ask_seen(conn, run),
+        ask_compressed(conn, sids),
+        {sid: order.ask_last_row(conn, sid) for sid in sorted(sids)},
+    )
+
+
 def apply_run(conn: Any, run: list[Prepared], now: float, ledger: Any) -> list[int] | None:
     """Write ``run`` (consecutive appends in spool order, each batch undecided) inside the
     caller's transaction, and record each batch in ``applied_batches`` (``applied_at`` =
@@ -208,13 +223,7 @@ def apply_run(conn: Any, run: list[Prepared], now: float, ledger: Any) -> list[i
     if _stale(conn, run):  # applied as nothing, op by op (deletes.stale)
         return None
     ledger.open_run()
-    # The run's reads that need nothing but the run itself go in one round trip: the ext ids
-    # held, the compression ends and each session's last row (nothing is written before
-    # them, so they read what the op-at-a-time reads would).
-    sids = {op.sid for op in run}
-    asked_seen = _ask_seen(conn, run)
-    asked_compressed = ask_compressed(conn, sids)
-    asked_last = {sid: order.ask_last_row(conn, sid) for sid in sorted(sids)}
+    asked_seen, asked_compressed, asked_last = ask_reads(conn, run)
     seen = {sid: held_of(asked) for sid, asked in asked_seen.items()}
     fresh_of: list[tuple[list[tuple], list]] = []  # per op: its new rows and their messages
     for op in run:

@@ -183,6 +183,26 @@ def chunk_batches(entries: Sequence[EntryLike]) -> list[str]:
     ]
 
 
+def first_run(
+    entries: Sequence[EntryLike], now: float, ledger: Ledger
+) -> list[bulk_append.Prepared]:
+    """The chunk's first run of appends as ``apply_entries`` takes it when no batch of the
+    chunk was decided before (the usual case), its ops prepared; store-free. Pass it to
+    ``apply_entries`` (``ahead``), which reuses an op prepared here when it takes the same
+    entry into a run, so the checks run once per op."""
+    if not ledger.bulk_append:
+        return []
+    run: list[bulk_append.Prepared] = []
+    decided: dict[str, str | None] = {}
+    for entry in entries:
+        prepared = _bulk_candidate(entry, now, decided, ledger, (0, 0, 0))
+        if prepared is None and run:
+            break
+        if prepared is not None:
+            run.append(prepared)
+    return run
+
+
 def apply_entries(
     conn: Any,
     entries: Sequence[EntryLike],
@@ -190,6 +210,7 @@ def apply_entries(
     on_reject: RejectFn,
     ledger: Ledger,
     clock: order.Clock | None = None,
+    ahead: Sequence[bulk_append.Prepared] = (),
 ) -> ChunkResult:
     """Apply ``entries`` inside the caller's transaction, on either backend: the one copy of
     the op rules (docs/backends.md, "The contract"). A batch already decided — earlier, or
@@ -204,22 +225,32 @@ def apply_entries(
     op-at-a-time path above.
     ``clock`` (``store.apply.order.Clock``, this spool's) gives each entry its order key, in
     spool order, whatever its outcome, so a replay computes the same keys; the caller stores
-    ``clock.floor_us`` with the cursor. None: a fresh clock (tag 0, floor 0)."""
+    ``clock.floor_us`` with the cursor. None: a fresh clock (tag 0, floor 0). ``ahead``:
+    ``first_run``'s ops, prepared for this chunk at the same ``now``."""
     clock = clock if clock is not None else order.Clock(0, None)
     result = ChunkResult()
     batches = chunk_batches(entries)
     decided = ledger.decided(conn, batches) if batches else {}
     run: list[bulk_append.Prepared] = []
     keys = {id(e): clock.key(e.record, e.position) for e in entries}
+    alone = False  # an op of the chunk was applied (or refused) on its own
+    memo = {id(op.entry): op for op in ahead}
     for entry in entries:
         key = keys[id(entry)]
-        prepared = _bulk_candidate(entry, now, decided, ledger, key) if ledger.bulk_append else None
+        prepared = (
+            _bulk_candidate(entry, now, decided, ledger, key, memo.get(id(entry)))
+            if ledger.bulk_append
+            else None
+        )
         if prepared is not None:
             run.append(prepared)
             continue
         _apply_run(conn, run, now, on_reject, result, decided, ledger)
         run = []
+        alone = True
         _apply_entry(conn, entry, now, on_reject, result, decided, ledger, key)
+    if run and not alone:
+        ledger.last_run()
     _apply_run(conn, run, now, on_reject, result, decided, ledger)
     return result
 
@@ -230,11 +261,13 @@ def _bulk_candidate(
     decided: dict[str, str | None],
     ledger: Ledger,
     key: order.OrderKey,
+    done: bulk_append.Prepared | None = None,
 ) -> bulk_append.Prepared | None:
     """``entry`` prepared for a bulk run (and its batch marked decided), or None when it is
     not an undecided ``messages.append`` whose data passes the store-free checks: then it is
     applied alone by ``_apply_entry``, after the run so far (so is an append with
-    ``order_keys``, whose rows each take their own place, ``store.apply.placed``)."""
+    ``order_keys``, whose rows each take their own place, ``store.apply.placed``). ``done``:
+    ``entry`` as ``first_run`` prepared it (the same checks passed, the same ``now``)."""
     rec = entry.record
     if rec is None or rec.get("op") != "messages.append":
         return None
@@ -247,14 +280,20 @@ def _bulk_candidate(
         or id_size_problem(batch, "batch id")
     ):
         return None
-    digest = op_digest(rec["op"], data)
-    prepared = bulk_append.prepare(
-        entry, data, batch, digest, arrival_time(rec, now), (InvalidOpError, *ledger.bad_data)
-    )
+    if done is not None:
+        prepared: bulk_append.Prepared | None = done
+    else:
+        prepared = bulk_append.prepare(
+            entry,
+            data,
+            batch,
+            op_digest(rec["op"], data),
+            arrival_time(rec, now),
+            (InvalidOpError, *ledger.bad_data),
+        )
     if prepared is not None:
         prepared.key = key
-    if prepared is not None:
-        decided[batch] = digest
+        decided[batch] = prepared.digest
     return prepared
 
 

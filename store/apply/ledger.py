@@ -95,6 +95,12 @@ class Ledger(Protocol):
     def open_run(self) -> None:
         """A bulk run starts: forget the ids counted for the previous one (``give_back``)."""
 
+    def last_run(self) -> None:
+        """The run about to be applied is the whole chunk (every op of it in the run): after
+        its ``record_applied_many`` the chunk's transaction writes only its cursor. A ledger
+        may then send that insert unwaited, to be refused with the ``COMMIT`` rather than
+        before it (``store.postgres.ledger``): its caller must then redo the chunk, checked."""
+
     def drew(self, table: str, n: int) -> None:
         """The run inserted ``n`` rows into ``table`` taking default ids (``usage``)."""
 
@@ -136,6 +142,9 @@ class SqliteLedger:
 
     def open_run(self) -> None:
         pass
+
+    def last_run(self) -> None:
+        pass  # nothing is sent: the insert's answer costs no round trip
 
     def drew(self, table: str, n: int) -> None:
         pass

@@ -24,10 +24,11 @@ Every psycopg error leaves here as the store error tree (``store.postgres.errors
 
 from __future__ import annotations
 
+import contextlib
 import re
 import select
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import psycopg
@@ -130,6 +131,11 @@ class PgConnection:
         # Statements queued by ``defer`` (text, bound arguments, their cursor), in order: sent
         # in one query with the next statement that waits for the server (``flush``).
         self._queue: list[tuple[str, Sequence[Any] | None, PgCursor]] = []
+        # Reads asked ahead (``ahead``) by (text, arguments): queued, then once answered
+        # (``flush``) taken by an equal ``defer`` until anything else is sent.
+        self._asking = False
+        self._ahead_queued: dict[tuple[str, str], PgCursor] = {}
+        self._ahead: dict[tuple[str, str], PgCursor] = {}
 
     def execute(
         self, sql: str, args: Sequence[Any] | None = None, *, generic: bool = False
@@ -139,6 +145,7 @@ class PgConnection:
         first run on this session, but a plan made without the arguments' values, so only
         for statements whose plan cannot depend on them. Raises the store error tree."""
         text, order = translate(sql)
+        self._ahead = {}  # whatever this sends may change what a read asked ahead found
         if text == SNAPSHOT_BEGIN and not self.in_transaction:
             self._begin_pending = True
             return PgCursor(None)
@@ -241,9 +248,29 @@ class PgConnection:
         if self._begin_pending:  # a read snapshot's first statement takes its BEGIN along
             return self.execute(sql, args)
         params = ordered_args(order, args)
+        key = (text, repr(params))
+        if key in self._ahead and all(_SAVEPOINT.match(t.strip().upper()) for t, *_ in self._queue):
+            return self._ahead.pop(key)  # nothing sent or queued since could change its rows
         out = PgCursor(None, self)
         self._queue.append((text, params, out))
+        if self._asking:
+            self._ahead_queued[key] = out
         return out
+
+    @contextlib.contextmanager
+    def ahead(self) -> Iterator[None]:
+        """Reads ``defer``red inside the block are asked ahead: sent with the queue, and once
+        answered, a later ``defer`` of the same statement with the same arguments takes their
+        rows instead of sending it again, while nothing else was sent since the answer and
+        nothing but ``SAVEPOINT``s is queued (so the store it would read is the one they
+        read, as far as this session goes). For reads of rows only this transaction may
+        change: under its locks (``store.postgres.apply``). Any other statement sent drops
+        them (``execute``, ``flush``)."""
+        self._asking = True
+        try:
+            yield
+        finally:
+            self._asking = False
 
     def flush(self) -> list[int]:
         """Send the queued statements (``defer``) in one simple query (one round trip; the
@@ -255,6 +282,7 @@ class PgConnection:
         error tree: the first queued statement's error (the ones after it do not run).
         Returns the rows each statement changed, in order."""
         queue, self._queue = self._queue, []
+        self._ahead, asked, self._ahead_queued = {}, self._ahead_queued, {}
         if not queue:
             return []
         cur = psycopg.ClientCursor(self.raw)
@@ -280,6 +308,10 @@ class PgConnection:
             for _, _, out in queue:
                 out._owner = None
         self._changes = counts[-1]
+        if asked:  # answered now; usable when nothing ran after them (they end the query)
+            tail = [out for _, _, out in queue[len(queue) - len(asked) :]]
+            if [id(c) for c in tail] == [id(c) for c in asked.values()]:
+                self._ahead = asked
         return counts
 
     def _rollback_queued(self, text: str) -> PgCursor | None:
@@ -307,6 +339,7 @@ class PgConnection:
         return None
 
     def _drop(self, start: int) -> None:
+        self._ahead, self._ahead_queued = {}, {}
         for _, _, out in self._queue[start:]:
             out._owner, out._dropped = None, True
         del self._queue[start:]
@@ -383,6 +416,7 @@ class PgConnection:
             self._changes = sum(self.flush()[-len(rows) :])  # as psycopg's executemany counts
             return
         self.flush()
+        self._ahead = {}  # what follows may change what they read
         with mapped(), self.raw.cursor() as cur:
             cur.executemany(text, rows)
             self._changes = max(cur.rowcount, 0)
@@ -394,6 +428,7 @@ class PgConnection:
         names = ", ".join(f'"{c}"' for c in columns)
         self._send_begin()
         self.flush()  # a COPY goes alone: the queued statements first
+        self._ahead = {}  # what follows may change what they read
         with mapped(), self.raw.cursor() as cur:
             with cur.copy(f"COPY {table} ({names}) FROM STDIN") as copy:
                 for row in rows:
@@ -405,6 +440,7 @@ class PgConnection:
         query: schema DDL. Raises the store error tree."""
         self._send_begin()
         self.flush()
+        self._ahead = {}  # what follows may change what they read
         with mapped():
             self.raw.execute(sql.encode())
 

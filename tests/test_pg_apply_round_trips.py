@@ -197,3 +197,43 @@ def test_a_rollback_discards_what_it_would_undo_and_an_error_surfaces_in_scope(
         other = PgConnection(pg_store_url)
         other.execute("DROP TABLE IF EXISTS t")
         other.close()
+
+
+def test_a_read_asked_ahead_is_taken_only_while_nothing_was_sent_since(pg_store_url: str):
+    """``PgConnection.ahead``: a read asked ahead and answered is taken by the same read
+    later (no round trip) while only a SAVEPOINT was queued since; a write sent, a write
+    queued before the later read, or a write that ran after it in its own query makes the
+    later read go to the server and see the write."""
+    conn = PgConnection(pg_store_url)
+    read = "SELECT v FROM t ORDER BY v"
+    try:
+        conn.execute("CREATE TABLE t (v int PRIMARY KEY)")
+        conn.defer("BEGIN IMMEDIATE")
+        with conn.ahead():
+            asked = conn.defer(read)
+        conn.flush()
+        with wire.traced(conn) as w:
+            conn.defer("SAVEPOINT x")
+            assert conn.defer(read) is asked and asked.fetchall() == []
+        assert w.round_trips == 0
+        with conn.ahead():
+            conn.defer(read)
+        conn.flush()
+        conn.execute("INSERT INTO t VALUES (1)")  # sent: what was asked is stale
+        assert conn.defer(read).fetchall() == [(1,)]
+        with conn.ahead():
+            conn.defer(read)
+        conn.flush()
+        conn.defer("INSERT INTO t VALUES (2)")  # queued before the read: it would see it
+        assert conn.defer(read).fetchall() == [(1,), (2,)]
+        with conn.ahead():
+            conn.defer(read)
+        conn.defer("INSERT INTO t VALUES (3)")  # runs after the asked read, in its query
+        conn.flush()
+        assert conn.defer(read).fetchall() == [(1,), (2,), (3,)]
+        conn.execute("ROLLBACK")
+    finally:
+        conn.close()
+        other = PgConnection(pg_store_url)
+        other.execute("DROP TABLE IF EXISTS t")
+        other.close()

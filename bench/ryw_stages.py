@@ -227,7 +227,7 @@ def floor(tmp: Path, calls: int, pg: str | None) -> dict:
     bare 4 KiB append + ``fdatasync`` of a growing file (as the spool's), the same 4 KiB
     writes into a file ``posix_fallocate``d beforehand (its size does not change, so
     ``fdatasync`` commits no metadata: what SQLite's reused WAL gets), and with ``pg`` a
-    one-row INSERT + COMMIT round trip (its WAL flush)."""
+    one-row INSERT + COMMIT round trip (its WAL flush) and a ``SELECT 1`` round trip (none)."""
     from .read_your_writes import sqlite_session
 
     out = {"sdk": _stats(sqlite_session(tmp, calls))}
@@ -258,7 +258,13 @@ def floor(tmp: Path, calls: int, pg: str | None) -> dict:
                     commits.append(time.perf_counter() - t0)
             finally:
                 conn.execute(f"DROP TABLE {table}")
+            trips = []
+            for _ in range(calls):  # a round trip that flushes no WAL: what each other one costs
+                t0 = time.perf_counter()
+                conn.execute("SELECT 1").fetchone()
+                trips.append(time.perf_counter() - t0)
         out["pg_commit"] = _stats(commits)
+        out["pg_round_trip"] = _stats(trips)
     return out
 
 

@@ -146,7 +146,7 @@ def report(runs: dict[str, list[dict]]) -> None:
     row("add_items", lambda m: m["total"])
     for stage, *_ in STAGES:
         row(f"  {stage}", lambda m, s=stage: m["stages"].get(s))
-    for name in meds[labels[0]]["floor"]:
+    for name in dict.fromkeys(n for m in meds.values() for n in m["floor"]):
         row(f"floor: {name}", lambda m, n=name: m["floor"].get(n))
     for k in ("client_cpu_ms_per_call", "writer_cpu_ms_per_call", "client_wakes_per_call"):
         print(f"{k:<22}" + "".join(f"{meds[label][k]:>24.2f}" for label in labels))

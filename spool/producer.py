@@ -126,6 +126,7 @@ class Spool(GroupCommit):
             fast_codec  # False: stdlib JSON for a process writing one record (record.encode)
         )
         self._seq = 0
+        self._new_id = envelope.RandomIds()  # batch ids, many per getrandom
         # Records written to the active segment and not yet fdatasync'd (``_sync_pending``),
         # and where the last of them ends. Zero between calls: nothing is acked unsynced.
         self._unsynced = self._unsynced_end = 0
@@ -180,6 +181,7 @@ class Spool(GroupCommit):
             fast=self._fast_codec,
             plain=plain,
             limit=self.max_record_bytes,
+            new_id=self._new_id,
         )
         acks: list[Ack] = []
         with memoryview(buf) as view:  # the whole buffer: the line starts at 0 and ends it
@@ -232,6 +234,7 @@ class Spool(GroupCommit):
                 fast=self._fast_codec,
                 plain=is_plain,
                 limit=self.max_record_bytes,
+                new_id=self._new_id,
             )
             spans.append((start, end, batch_id))
         acks: list[Ack] = []
@@ -349,7 +352,7 @@ class Spool(GroupCommit):
                 # oldest first, so when N+1 is already gone N was unlinked before, and the
                 # fstat after sees it (checked the other way round, both could pass in the
                 # window between the two unlinks).
-                sealed = os.path.exists(self._next_path)
+                sealed = os.access(self._next_path, os.F_OK)  # no exception when absent
                 unlinked = False
                 if not sealed:
                     st = os.fstat(fd)

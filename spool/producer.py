@@ -126,6 +126,7 @@ class Spool(GroupCommit):
             fast_codec  # False: stdlib JSON for a process writing one record (record.encode)
         )
         self._seq = 0
+        self._new_id = envelope.RandomIds()  # batch ids, many per getrandom
         # Records written to the active segment and not yet fdatasync'd (``_sync_pending``),
         # and where the last of them ends. Zero between calls: nothing is acked unsynced.
         self._unsynced = self._unsynced_end = 0
@@ -166,7 +167,35 @@ class Spool(GroupCommit):
         returns it): the encoder skips that walk of ``data``. Only pass what was checked: a
         value that is not plain (NaN, a tuple, bytes) would be written as msgspec renders it.
         """
-        return self.append_many([(op, data, batch_id)], plain=(plain,))[0]
+        # ``append_many`` of one op, without its lists: the producer's hot path.
+        buf = self._encode_buffer()
+        seq = self._seq + 1
+        end, batch_id = envelope.line_into(
+            buf,
+            0,
+            op,
+            data,
+            batch_id,
+            producer=self.producer_id,
+            seq=seq,
+            fast=self._fast_codec,
+            plain=plain,
+            limit=self.max_record_bytes,
+            new_id=self._new_id,
+        )
+        acks: list[Ack] = []
+        with memoryview(buf) as view:  # the whole buffer: the line starts at 0 and ends it
+            try:
+                offset = self._write(view, seq)
+                acks.append(Ack(Position(self._segment, offset), batch_id))
+                self._sync_pending()
+            except BaseException as exc:
+                self._failed(exc, acks)
+                raise
+        if end > _KEEP_BUFFER_BYTES:
+            self._buf = bytearray()
+        self._ring()
+        return acks[0]
 
     def append_many(
         self,
@@ -205,6 +234,7 @@ class Spool(GroupCommit):
                 fast=self._fast_codec,
                 plain=is_plain,
                 limit=self.max_record_bytes,
+                new_id=self._new_id,
             )
             spans.append((start, end, batch_id))
         acks: list[Ack] = []
@@ -215,22 +245,28 @@ class Spool(GroupCommit):
                     acks.append(Ack(Position(self._segment, offset), batch_id))
                 self._sync_pending()
             except BaseException as exc:
-                if self._unsynced_end > 0:  # a write failed, not a sync: sync what came before
-                    try:
-                        self._sync_pending()
-                    except SpoolError:
-                        pass  # the failure raised below is the one to report
-                durable = acks[: len(acks) - self._unsynced]
-                self._unsynced = self._unsynced_end = 0  # never carried into another call's ack
-                if isinstance(exc, SpoolError):
-                    exc.acks = durable
-                if durable:
-                    self._ring()
+                self._failed(exc, acks)
                 raise
         if end > _KEEP_BUFFER_BYTES:
             self._buf = bytearray()  # a huge record's buffer is not kept for the next
         self._ring()
         return acks
+
+    def _failed(self, exc: BaseException, acks: list[Ack]) -> None:
+        """After ``exc`` interrupted an append whose records so far got ``acks``: make the
+        ones written before a failed write durable, set ``exc.acks`` (a ``SpoolError``) to
+        the durable prefix, ring for it; the caller re-raises ``exc``."""
+        if self._unsynced_end > 0:  # a write failed, not a sync: sync what came before
+            try:
+                self._sync_pending()
+            except SpoolError:
+                pass  # the failure the caller raises is the one to report
+        durable = acks[: len(acks) - self._unsynced]
+        self._unsynced = self._unsynced_end = 0  # never carried into another call's ack
+        if isinstance(exc, SpoolError):
+            exc.acks = durable
+        if durable:
+            self._ring()
 
     def _encode_buffer(self) -> bytearray:
         """The handle's encode buffer, reused by every append so that msgspec writes into its
@@ -316,7 +352,7 @@ class Spool(GroupCommit):
                 # oldest first, so when N+1 is already gone N was unlinked before, and the
                 # fstat after sees it (checked the other way round, both could pass in the
                 # window between the two unlinks).
-                sealed = os.path.exists(self._next_path)
+                sealed = os.access(self._next_path, os.F_OK)  # no exception when absent
                 unlinked = False
                 if not sealed:
                     st = os.fstat(fd)

@@ -57,6 +57,23 @@ def _msgspec() -> tuple[Any, Any, type[Exception]]:
     return msgspec.json.Encoder(), msgspec.json.Decoder(), msgspec.MsgspecError
 
 
+@functools.cache
+def _orjson() -> tuple[Any, int]:
+    """(``orjson.dumps``, its options) for plain bodies (``encode_into``), imported on first
+    use. orjson writes a plain body's JSON in about three quarters of msgspec's CPU on spool
+    records (SIMD string escaping; bench/RESULTS.md). The passthrough options make it refuse
+    (``TypeError``) subclasses, datetimes and dataclasses rather than convert them; it only
+    ever sees bodies ``plain_json`` accepted, so they are belt and braces."""
+    import orjson
+
+    options = (
+        orjson.OPT_PASSTHROUGH_SUBCLASS
+        | orjson.OPT_PASSTHROUGH_DATETIME
+        | orjson.OPT_PASSTHROUGH_DATACLASS
+    )
+    return orjson.dumps, options
+
+
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _CRC_PREFIX = b',"crc":"'
 _CRC_SUFFIX = _CRC_PREFIX + b'%08x"}\n'
@@ -82,13 +99,15 @@ def encode_into(
     ``fast=False`` skips msgspec and takes the stdlib path (the same record format; readers
     cannot tell): for one-shot producers that write a single record per process.
 
-    Fast path: msgspec, accepted only when decoding its output gives back a value equal to
-    ``body`` — msgspec writes NaN/Infinity as ``null``, sets and tuples as lists, bytes as
-    base64 and int keys as strings, which the stdlib path below refuses or renders itself, so
-    the bytes written always decode to what the producer passed. For a ``plain_json`` body
-    that round trip holds by construction and is not run (the check costs more than the
-    encode itself; bench/RESULTS.md). ``plain=True``: the caller has found
-    ``plain_json(body)`` true already (``Spool.append(plain=True)``), so it is not walked again.
+    Fast path: a ``plain_json`` body is written by orjson (``_orjson``): its round trip holds
+    by construction (the property tests/test_spool_codec.py checks), so it is not decoded
+    again; ``plain=True``: the caller has found ``plain_json(body)`` true already
+    (``Spool.append(plain=True)``), so it is not walked again. orjson refuses an int past 64
+    bits and a lone surrogate: such a body, and any body that is not plain, goes to msgspec,
+    accepted only when decoding its output gives back a value equal to ``body`` — msgspec
+    writes NaN/Infinity as ``null``, sets and tuples as lists, bytes as base64 and int keys as
+    strings, which the stdlib path below refuses or renders itself, so the bytes written
+    always decode to what the producer passed (for a plain body that needs no check either).
     Anything msgspec cannot encode (lone surrogates, unknown types) takes the stdlib path.
 
     Stdlib path: ``ensure_ascii=False`` keeps non-ASCII text readable; ``allow_nan=False``
@@ -102,10 +121,19 @@ def encode_into(
     """
     done = False
     if fast:
+        plain = plain or plain_json(body)
+        if plain:
+            dumps, options = _orjson()
+            try:
+                buf[start:] = dumps(body, option=options)
+                done = True
+            except TypeError:  # an int past 64 bits, a lone surrogate: msgspec or the stdlib
+                pass
+    if fast and not done:
         encoder, decoder, error = _msgspec()
         try:
             encoder.encode_into(body, buf, start)
-            done = plain or plain_json(body) or decoder.decode(memoryview(buf)[start:]) == body
+            done = plain or decoder.decode(memoryview(buf)[start:]) == body
         except (TypeError, ValueError, error):
             pass
     if not done:

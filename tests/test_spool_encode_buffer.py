@@ -55,11 +55,12 @@ def test_a_buffer_left_exported_by_a_failed_append_is_replaced(tmp_path):
     spool = Spool(tmp_path, producer_id="p")
     spool.append(*_op(0, 100)[:2])
     # A descriptor that cannot be written: the append fails inside ``os.write``, and the
-    # exception's traceback keeps the frame holding the record's memoryview slice alive.
+    # exception's traceback keeps the frame holding the record's memoryview slice alive
+    # (``append_many`` slices the buffer per record; ``append`` writes its released view).
     good = spool._fd
     spool._fd = os.open(tmp_path / "00000001.jsonl", os.O_RDONLY)
     with pytest.raises(SpoolError) as failed:
-        spool.append(*_op(1, 100)[:2])
+        spool.append_many([_op(1, 100)])
     kept = failed.value  # noqa: F841 - holds the traceback, so the buffer stays exported
     with pytest.raises(BufferError):
         spool._buf.append(0)

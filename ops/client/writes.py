@@ -5,19 +5,19 @@ returning the record's ``Ack``. ``Writes`` is a base class of ``Client``
 ``config`` and ``_local`` attributes used here).
 
 Threads and ``fork``: each thread of each process gets its own spool handle (``_Handle``),
-created on first use and re-created after ``fork`` (a pid check).
+created on first use and re-created after ``fork`` (``spool.forks``: a check without a system
+call).
 """
 
 from __future__ import annotations
 
-import os
 import threading
 from typing import Any
 
 from quill.home import Settings
 from quill.ops.client.errors import InvalidInputError
 from quill.ops.client.reads import _public_errors
-from quill.spool import Ack, Spool
+from quill.spool import Ack, Spool, forks
 
 
 def _drop_none(**fields: Any) -> dict[str, Any]:
@@ -29,11 +29,11 @@ class _Handle:
     when the thread ends (its locals go), when the client is garbage-collected, or when a
     forked child replaces the parent's copy — so short-lived threads leak no descriptors."""
 
-    __slots__ = ("spool", "pid")
+    __slots__ = ("spool", "generation")
 
     def __init__(self, spool: Spool):
         self.spool = spool
-        self.pid = os.getpid()
+        self.generation = forks.generation()
 
     def __del__(self) -> None:
         self.spool.close()
@@ -48,8 +48,9 @@ class Writes:
 
     def _spool(self) -> Spool:
         handle = getattr(self._local, "handle", None)
-        # None: first use in this thread; another pid: a forked child holding the parent's copy
-        if handle is None or handle.pid != os.getpid():
+        # None: first use in this thread; another fork generation (``spool.forks``, no system
+        # call): a forked child holding the parent's copy
+        if handle is None or handle.generation != forks.generation():
             handle = self._local.handle = _Handle(Spool.for_settings(self.config))
         return handle.spool
 

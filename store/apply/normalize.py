@@ -233,6 +233,11 @@ def timestamp(value: Any, arrived_at: float) -> float:
     ``InvalidOpError('invalid-field')`` for a value that is present but not such a time, or
     outside [2000-01-01, ``arrived_at`` + 1 day]: a time Quill cannot read is refused, never
     silently replaced by the arrival time."""
+    kind = type(value)
+    if (kind is float or kind is int) and _MIN_TS <= value < _EPOCH_UNITS[0][0]:
+        # The usual case, epoch seconds in range: what the rules below give, without them.
+        if value <= arrived_at + _MAX_FUTURE_S:
+            return float(value)
     if value is None or value == "":
         return arrived_at
     ts: float | None = None

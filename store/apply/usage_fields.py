@@ -186,18 +186,14 @@ def _id_text(value: Any, key: str) -> str | None:
 def _text(value: Any, key: str, limit: int = 256) -> str | None:
     if value is None:
         return None
-    if (
-        not isinstance(value, (str, int))
-        or isinstance(value, bool)
-        or not str(value)
-        or len(str(value)) > limit
-        or "\x00" in str(value)
-    ):  # PostgreSQL text cannot hold NUL (op_common.no_nul)
+    text = str(value) if isinstance(value, (str, int)) and not isinstance(value, bool) else ""
+    if not text or len(text) > limit or "\x00" in text:
+        # PostgreSQL text cannot hold NUL (op_common.no_nul)
         raise InvalidOpError(
             "invalid-field",
             f"{key!r} must be a non-empty string of at most {limit} characters without NUL",
         )
-    return str(value)
+    return text
 
 
 def check_task(task: str) -> None:

@@ -12,24 +12,26 @@ match) and a trigram ``ILIKE`` by pattern length (13 rows where 520 match). Ever
 fetched and re-checked was then a heap row each (0.27 s for the phrase at 1M).
 
 Here the rows are read in id windows, newest first (``newest``): each query asks for the
-matches with ``lo <= id < below``. With the match condition's constants behind a sub-select
-(``_hidden``), the planner cannot estimate it from them and takes its default selectivity,
-which makes ANDing the GIN bitmap with the primary key's range bitmap the cheap plan: only
-the index matches inside the window reach the heap. A window holds about ``WINDOW_MATCHES``
-pages of matches when the density bound (``bound``) holds and grows ``GROWTH``-fold while
-it comes back short, so any query costs at most a few index scans plus the heap rows of
-matches it returns (and, in the last, widest window, the rest of the matches). The density
-bound is the planner's estimate of each word alone (statistics it has per lexeme), the
-rarest word of each AND group bounding the group: an upper bound that holds for correlated
-words. Words that fill the page within a few rows (``WALK_MIN_DENSITY``) keep the
-backwards primary-key walk, inside a window too; words the bound puts at a few thousand rows
-or fewer are fetched index-first, as before (their heap rows are the matches).
+matches with ``lo <= id < below``, by a generic plan (made once per session, without the
+values): the planner then takes its default selectivity for the match condition and for a
+key range of unknown bounds, which makes ANDing the GIN bitmap with the primary key's range
+bitmap the cheap plan: only the index matches inside the window reach the heap. A window
+holds about ``WINDOW_MATCHES`` pages of matches when the density bound (``bound``) holds and
+grows ``GROWTH``-fold while it comes back short, so any query costs at most a few index
+scans plus the heap rows of matches it returns (and, in the last, widest window, the rest of
+the matches). The density bound is the planner's estimate of each word alone (statistics it
+has per lexeme), the rarest word of each AND group bounding the group: an upper bound that
+holds for correlated words. Words that fill the page within a few rows
+(``WALK_MIN_DENSITY``) keep the backwards primary-key walk, inside a window too; words the
+bound puts at a few thousand rows or fewer, and words the statistics do not list (counted:
+``_bounds``), are fetched index-first (their heap rows are the matches).
 
 Round trips: the per-word estimates are kept per connection for ``ESTIMATE_TTL_S`` (they are
 the planner's statistics, which change only when ``ANALYZE`` runs, and they size windows,
 never decide a hit), so a repeated word costs no EXPLAIN; the newest id is read by the first
-window's own statement; and the caller may run the first statement itself (``fetch``), to
-read the page's hits and context with it (``store.postgres.hits``).
+window's own statement; and the caller runs the first statement itself (``fetch``), to
+read the page's hits and context with it (``store.postgres.hits``): a page its first
+statement fills costs one round trip, whatever the route.
 """
 
 from __future__ import annotations
@@ -60,6 +62,10 @@ WALK_MIN_DENSITY = 0.05
 TRIGRAM_DENSITY = 0.01
 #: A lexeme the planner estimates at this many rows or fewer is counted (``_bounds``).
 COUNT_ROWS = INDEX_FIRST_MAX_ROWS + 1
+#: The planner's selectivity of a lexeme its statistics do not list, at most
+#: (``DEFAULT_TS_MATCH_SEL`` in PostgreSQL's ``tsquery`` selectivity code: it takes the
+#: smaller of this and half the least frequency listed).
+UNLISTED_FRACTION = 0.005
 #: The least frequency among the ``words`` column's most common elements (the statistics'
 #: ``most_common_elem_freqs`` lists them, then their minimum): NULL with no statistics.
 _LEAST_KEPT_SQL = (
@@ -73,6 +79,9 @@ _LEAST_KEPT_SQL = (
 ESTIMATE_TTL_S = 60.0
 _WORD = re.compile(r"[^\W_]+")
 TOP_SQL = "SELECT coalesce(max(id), 0) FROM messages"
+#: The upper bound of a first window over the bitmaps, which is open above (ids are
+#: ``bigint``; no id reaches it).
+OPEN_ABOVE = 2**62
 _TABLE = ""  # the cache's key of the whole table's row estimate
 _TOP = "top"  # the cache's key of the newest id last seen (no lexeme: those are quoted)
 #: Per connection: ``{lexeme, _TABLE or _TOP: (rows estimated or id, monotonic time)}``.
@@ -119,12 +128,20 @@ def _bounds(conn: PgConnection, words: list[str]) -> list[float]:
     before its first ANALYZE). So a lexeme estimated at ``COUNT_ROWS`` or fewer is counted,
     up to ``COUNT_ROWS`` matches (one GIN bitmap each, one statement for all): below that
     the count is exact; at it, the bound is the larger of the count and the least frequency
-    kept. One EXPLAIN (planning only), then at most one counting statement. Raises the
-    store error tree."""
+    kept. A lexeme at the planner's default for unlisted lexemes (``UNLISTED_FRACTION`` of
+    the table) or below is counted the same way, whatever the table's size. One EXPLAIN
+    (planning only), then at most one counting statement. Raises the store error tree."""
     one = "SELECT 1 FROM messages m WHERE m.words @@ to_tsquery('simple', quill_unaccent(?))"
     sql = " UNION ALL ".join([one] * len(words) + ["SELECT 1 FROM messages m"])
     est = _rows(conn.execute(f"EXPLAIN (FORMAT JSON) {sql}", words).fetchone()[0])
-    low = [w for w, e in zip(words, est) if e <= COUNT_ROWS]
+    # A lexeme the statistics do not list is estimated at most at ``UNLISTED_FRACTION`` of
+    # the table: at 1M rows that is 5,000 for a word in 50 rows (the bench's rare word),
+    # which would send it through id windows (two statements or three) where index-first
+    # reads its few matches in one. So every lexeme estimated at or below that default is
+    # counted too (capped at ``COUNT_ROWS``: about a page of heap rows, once per
+    # ``ESTIMATE_TTL_S``).
+    unlisted = UNLISTED_FRACTION * est[-1] * (1 + 1e-9) + 1
+    low = [w for w, e in zip(words, est) if e <= max(COUNT_ROWS, unlisted)]
     if not low:
         return est
     count = (
@@ -205,8 +222,8 @@ def newest(
     ``density``: an upper bound on the fraction of rows matching (None: unknown, windows
     start at ``TRIGRAM_DENSITY``); ``table_rows``: the table's row estimate. ``rep`` is the
     SQL of the display id; ``top``: the newest id when already read. ``fetch`` runs the
-    first statement when its plan is generic (index-first, the key walk; otherwise, and by
-    default, ``conn`` does): its SELECT names the columns ``id``, ``d`` (display id),
+    first statement of a word query (a generic plan; a trigram query's, and by default,
+    ``conn`` runs): its SELECT names the columns ``id``, ``d`` (display id),
     ``sid`` and maybe more (``top``, the newest id) after them; ``fetch`` returns rows
     holding at least those columns, in the statement's order. Raises the store error tree."""
 
@@ -222,33 +239,36 @@ def newest(
         return
     walk = density is not None and density >= WALK_MIN_DENSITY
     d = density if density else TRIGRAM_DENSITY
-    # A walk tests the match on each row (``IS TRUE`` is no index condition: the key is
-    # walked backwards, as a common word wants), a plan its text fixes, so it runs with its
-    # generic plan (``PgConnection.execute``'s ``generic``: planned once per session).
-    # Otherwise the constants are hidden and the ids come in arbitrary order (+ 0), so the
-    # bitmaps' intersection serves the window; that is planned with the window's bounds
-    # (a generic plan sometimes read every index match instead, measured: a phrase's 1,000
-    # heap rows where a page needs about 40).
-    generic = walk
+    # A word query's windows run with their generic plan (``PgConnection.execute``'s
+    # ``generic``: planned once per session, and the first window with the page's hits
+    # joined on in one statement, ``fetch``). A walk tests the match on each row (``IS
+    # TRUE`` is no index condition: the key is walked backwards, as a common word wants), a
+    # plan its text fixes. Otherwise the ids come in arbitrary order (+ 0) and the window
+    # is bounded on both sides, the first one too (``OPEN_ABOVE``): a generic plan then
+    # estimates the key range at PostgreSQL's default for a range of unknown bounds (0.5 %
+    # of the rows) and the match at its default selectivity, and ANDs the two bitmaps, so
+    # only the index matches inside the window reach the heap (bounded on one side only,
+    # the range was estimated at a third of the table, and a generic plan read every index
+    # match instead: a phrase's 1,000 heap rows where a page needs about 40). A trigram
+    # query's windows (no density bound) are planned with their bounds, the constants
+    # hidden (``_hidden``), and their first statement is never ``fetch``'s.
+    generic = walk or density is not None
     order = f" ORDER BY {'m.id' if walk else 'm.id + 0'} DESC LIMIT ?"
     where = f"{f'({match}) IS TRUE' if walk else _hidden(match)} AND {cond}"
     sql = f"{select}{where} AND m.id >= ? AND m.id < ?{order}"
+    above, above_args = (" AND m.id < ?", (OPEN_ABOVE,)) if generic and not walk else ("", ())
+    if not generic:
+        run = plain
     width = max(math.ceil(WINDOW_MATCHES * first / max(d, 1e-9)), 4 * first)
     # The first window is open above: it starts ``width`` below the newest id this
     # connection last saw (``_top``), so rows added since are in it too (the window is
     # only wider); its statement returns the newest id now (an InitPlan, run once).
     hint = _top(conn) if top is None else top
     lo = max(hint + 1 - width, 0)
-    # A window planned with its bounds does not go through ``fetch``: joined with the
-    # page's hits (neighbour probes, titles), the whole statement is planned on every
-    # search, and the hits' part is about two thirds of that planning (0.65 of 1.0 ms for
-    # the phrase at 100k). The hits are read after it by a generic plan
-    # (``store.postgres.hits.rows``): one more round trip, less server CPU (bench/RESULTS.md).
-    if not generic:
-        run = plain
     rows = run(
-        f"{cols}, ({TOP_SQL}) AS top FROM messages m {join}WHERE {where} AND m.id >= ?{order}",
-        (*match_args, *args, lo, first),
+        f"{cols}, ({TOP_SQL}) AS top FROM messages m {join}WHERE {where} AND m.id >= ?"
+        f"{above}{order}",
+        (*match_args, *args, lo, *above_args, first),
         generic,
     )
     top = rows[0][3] if rows else hint

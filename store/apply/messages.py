@@ -278,21 +278,12 @@ def _check_head(conn: apsw.Connection, sid: str, data: dict) -> None:
     transcript order is ``expect_head_id`` (store id) or carries ``expect_head_ext_id``
     (producer id). Store ids are the applying store's own; a producer id is in the spool
     record, so it names the same row when the spool is replayed into another store."""
-    expect, expect_ext = (
-        opt(data, "expect_head_id", int),
-        opt(data, "expect_head_ext_id", (str, int)),
-    )
-    if expect is None and expect_ext is None:
+    expect, ext = opt(data, "expect_head_id", int), opt(data, "expect_head_ext_id", (str, int))
+    if expect is None and ext is None:
         return
-    top = conn.execute(
-        "SELECT id, ext_id FROM messages WHERE session_id = ? AND state = 'live' "
-        "ORDER BY seq DESC LIMIT 1",
-        (sid,),
-    ).fetchone()
-    if expect is not None:
-        head, wanted = (top[0] if top else None), expect
-    else:
-        head, wanted = (top[1] if top else None), scrub(str(expect_ext))
+    sql = "SELECT id, ext_id FROM messages WHERE session_id = ? AND state = 'live' ORDER BY seq"
+    top = conn.execute(sql + " DESC LIMIT 1", (sid,)).fetchone() or (None, None)
+    head, wanted = (top[0], expect) if expect is not None else (top[1], scrub(str(ext)))
     if head != wanted:
         raise InvalidOpError(
             "stale-head", f"session {sid!r} live head is {head!r}, the op expected {wanted!r}"

@@ -25,7 +25,7 @@ import contextlib
 import os
 import pickle
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -177,10 +177,6 @@ def read_schedules(
     trigger never fires again). Legacy rows are understood too. [] when there is no file or
     no table yet. ``busy_s``: seconds to wait for another process's lock. Raises
     ``ScheduleUnreadableError`` when the file cannot be read (``locked`` after ``busy_s``)."""
-    import datetime as dt
-
-    from quill.jobs.triggers import describe
-
     path = Path(schedule_db)
     if not path.exists():
         return []
@@ -194,10 +190,21 @@ def read_schedules(
         if getattr(exc, "sqlite_errorcode", None) == _SQLITE_ERROR:  # no table yet
             return []
         raise ScheduleUnreadableError(path, exc) from exc
+    return describe_rows(rows, fire_ref)
+
+
+def describe_rows(rows: Iterable[tuple[str, bytes]], fire_ref: str) -> list[dict[str, Any]]:
+    """The schedules (as ``read_schedules`` describes them) among ``(id, job_state)`` rows of
+    APScheduler's job table, wherever it is: ``schedule.db``, or a shared PostgreSQL store's
+    ``apscheduler_jobs`` (``TABLE``), where a cluster keeps its schedules."""
+    import datetime as dt
+
+    from quill.jobs.triggers import describe
+
     out = []
     now = dt.datetime.now(dt.UTC)
     for job_id, blob in rows:
-        state = pickle.loads(blob)
+        state = pickle.loads(bytes(blob))
         if state.get("func") == fire_ref:
             job = (state.get("args") or (job_id,))[0]
         elif state.get("func") in LEGACY_REFS:

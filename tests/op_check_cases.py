@@ -117,6 +117,11 @@ BAD: dict[str, list[tuple[dict, str]]] = {
         ({"session_id": S, "ext_ids": [True]}, "invalid-field"),
         ({"session_id": S, "ext_ids": ["m1"], "user_turn": 1}, "invalid-field"),
         ({"session_id": S, "ext_ids": ["m1"], "expect_head_id": 1.5}, "invalid-field"),
+        ({"session_id": S, "user_turn": 1, "expect_head_ext_id": [1]}, "invalid-field"),
+        (
+            {"session_id": S, "user_turn": 1, "expect_head_id": 1, "expect_head_ext_id": "m1"},
+            "invalid-field",
+        ),
     ],
     "messages.replace": [
         ({"session_id": S}, "invalid-field"),
@@ -127,6 +132,11 @@ BAD: dict[str, list[tuple[dict, str]]] = {
         ),
         ({"session_id": S, "messages": _MSGS, "from_message_id": "1"}, "invalid-field"),
         ({"session_id": S, "messages": _MSGS, "expect_head_id": "1"}, "invalid-field"),
+        ({"session_id": S, "messages": _MSGS, "expect_head_ext_id": 1.5}, "invalid-field"),
+        (
+            {"session_id": S, "messages": _MSGS, "expect_head_id": 1, "expect_head_ext_id": "m"},
+            "invalid-field",
+        ),
         ({"session_id": S, "messages": _MSGS, "source": {}}, "invalid-field"),
         ({"session_id": S, "messages": _MSGS, "source": "s\x00"}, "invalid-field"),
         ({"session_id": S, "messages": [{**_USER, "usage": "lots"}]}, "invalid-usage"),

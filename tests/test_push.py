@@ -160,3 +160,17 @@ def test_ctrl_c_during_wait_says_interrupted_and_exits_130_without_a_traceback(q
     assert proc.returncode == 130, err
     assert "Traceback" not in err and "quill: interrupted" in err
     assert _spooled(home) == 1
+
+
+def test_a_push_to_a_running_fleet_has_no_note(quill, home, fleet):
+    line = '{"role":"user","content":"x"}'
+    quill.wait_idle()
+    assert "no fleet is running" not in quill.run("push", "--session", "f", input=line).stderr
+
+
+def test_a_push_with_no_fleet_notes_that_quill_run_applies_it(quill, home):
+    """A new user pushed with no fleet running and read the bare ack as "stored": nothing
+    applies it until `quill run`. A note on stderr says so (stdout stays the acks)."""
+    proc = quill.run("push", "--session", "n", "--json", input='{"role":"user","content":"x"}')
+    assert json.loads(proc.stdout)[0]["position"] == "1:0"
+    assert "no fleet is running on this data dir: `quill run` applies" in proc.stderr

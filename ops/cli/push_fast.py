@@ -208,4 +208,13 @@ def run(
             echo(f"{r['op']:<16} batch {r['batch']}  at {r['position']}{extra}")
         if waited is not None:  # after the outcomes it measures
             echo(f"the writer dealt with them {waited:.3f} s into the wait")
+    if wait_s is None:
+        from quill.home import RunDir
+
+        if not RunDir(cfg.home).fleet_running():  # an ack alone read as "stored"
+            echo(
+                "quill: no fleet is running on this data dir: `quill run` applies the records "
+                "(they are safe in the spool)",
+                err=True,
+            )
     return int(code)

@@ -216,14 +216,18 @@ STATUS_JOBS = 5
 def _print_jobs(con: Any, runs: list[dict[str, Any]]) -> None:
     """One line per job for the latest of its ``runs`` (newest first), at most
     ``STATUS_JOBS``: a job run often (a WAL checkpoint after each large import chunk) does
-    not push the others off the screen; how many of ``runs`` were its own is said."""
+    not push the others off the screen; how many of ``runs`` were its own is said (of any
+    outcome: the line's outcome is the latest run's)."""
     latest: dict[str, dict[str, Any]] = {}
     count: dict[str, int] = {}
     for run in runs:
         latest.setdefault(run["job"], run)
         count[run["job"]] = count.get(run["job"], 0) + 1
     for job, run in list(latest.items())[:STATUS_JOBS]:
-        tail = f" ({count[job]} of the last {len(runs)} runs)" if count[job] > 1 else ""
+        # Not "N of the last M runs": beside an outcome that read as N runs with that outcome.
+        tail = (
+            f" (ran {count[job]} times in the last {len(runs)} job runs)" if count[job] > 1 else ""
+        )
         line = (
             f"job      {job:<15} {run['outcome']:<6} {render.when(run['started_at'])}{tail} "
             f"{_t(run.get('error') or '')}"

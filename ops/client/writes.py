@@ -235,10 +235,12 @@ class Writes:
         ext_id: str | None = None,
         user_turn: int | None = None,
         expect_head_id: int | None = None,
+        expect_head_ext_id: str | None = None,
         batch_id: str | None = None,
     ) -> Ack:
         """Rewind to a user message (exactly one of ``message_id``, ``ext_id``, ``user_turn``
-        — 1 first, -1 last): it and every later live row become ``rewound`` (kept for audit)."""
+        — 1 first, -1 last): it and every later live row become ``rewound`` (kept for audit).
+        ``expect_head_id`` / ``expect_head_ext_id`` as in ``replace``."""
         if sum(x is not None for x in (message_id, ext_id, user_turn)) != 1:
             raise InvalidInputError("rewind needs exactly one of message_id, ext_id, user_turn")
         return self.submit(
@@ -249,6 +251,7 @@ class Writes:
                 ext_id=ext_id,
                 user_turn=user_turn,
                 expect_head_id=expect_head_id,
+                expect_head_ext_id=expect_head_ext_id,
             ),
             batch_id=batch_id,
         )
@@ -261,11 +264,15 @@ class Writes:
         from_message_id: int | None = None,
         from_ext_id: str | None = None,
         expect_head_id: int | None = None,
+        expect_head_ext_id: str | None = None,
         batch_id: str | None = None,
     ) -> Ack:
         """Edit / regenerate: live rows from ``from_message_id`` / ``from_ext_id`` on (all live
         rows if neither) become ``rewound`` and ``messages`` are appended live. With
-        ``expect_head_id`` the op is refused (``stale-head``) unless that is the newest live id."""
+        ``expect_head_id`` (store id) or ``expect_head_ext_id`` (producer id) the op is refused
+        (``stale-head``) unless that is the newest live row. Store ids are the applying store's
+        own: a spool replayed into another store (a switch to PostgreSQL, a restored dump) may
+        number rows differently, so producer ids are the references that replay as applied."""
         return self.submit(
             "messages.replace",
             _drop_none(
@@ -274,6 +281,7 @@ class Writes:
                 from_message_id=from_message_id,
                 from_ext_id=from_ext_id,
                 expect_head_id=expect_head_id,
+                expect_head_ext_id=expect_head_ext_id,
             ),
             batch_id=batch_id,
         )

@@ -26,17 +26,21 @@ Contract (the SDK's ``memory/session.py`` docstrings):
   session settings' limit, else all). A limit ≤ 0 returns ``[]`` (like the SDK's Redis session
   and ``SimpleListSession``).
 * ``pop_item()`` never deletes: the newest live item is *rewound* (kept for audit, search
-  with ``--audit``) by a ``messages.replace`` guarded by ``expect_head_id``, so two concurrent
+  with ``--audit``) by a ``messages.replace`` guarded by the head's id, so two concurrent
   pops never return the same item (the loser's op is refused — ``stale-head`` / ``not-live``,
   kept in the quarantine — and it looks again).
 * ``clear_session()`` never deletes: every live item is rewound; the session id stays, and
   the next ``add_items`` continues it as a fresh conversation.
 * ``_get_compaction_snapshot(limit)``: the private hook through which the SDK's
   ``OpenAIResponsesCompactionSession`` compacts automatically, as on its own sessions. Its
-  ``replace_suffix`` is one ``messages.replace`` guarded by ``expect_head_id``: the replaced
+  ``replace_suffix`` is one ``messages.replace`` guarded by the head's id: the replaced
   items are rewound (kept for audit) and the compacted output appended, or nothing changes
   when the session moved since the read. The wrapper's manual path (``clear_session`` +
   ``add_items(compacted)``) is likewise a rewind plus new items.
+
+Each message gets a producer id (``EXT_PREFIX`` + hex) and the ops name rows by it
+(``from_ext_id``, ``expect_head_ext_id``), never by store id: store ids are the applying
+store's own, and a spool replayed into another store keeps only what the spool holds.
 
 Two SDK runs on one session at once interleave at batch granularity (the SDK reads history
 once per run); Quill keeps both runs' batches whole and ordered.
@@ -45,6 +49,7 @@ once per run); Quill keeps both runs' batches whole and ordered.
 from __future__ import annotations
 
 import copy
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -77,6 +82,10 @@ from quill.ops.client.errors import NotFoundError, QuarantinedError
 
 #: The message field that keeps the SDK item verbatim.
 ITEM_FIELD = "openai_agents_item"
+#: Prefix of the producer id (``ext_id``) each message gets: pops and compactions name rows by
+#: it, not by store id, so they replay as they applied into a store that numbers rows
+#: differently (a switch to PostgreSQL while other hosts write, a restored dump).
+EXT_PREFIX = "openai-agents:"
 #: ``pop_item`` retries this many times when another pop (or append) moved the head first.
 POP_ATTEMPTS = 20
 #: Refusals that mean another producer changed the session between our read and our op (a
@@ -163,6 +172,21 @@ def message_to_items(message: dict[str, Any]) -> list[dict[str, Any]]:
     return items
 
 
+def _with_ids(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``items`` as Quill messages, each with a fresh producer id (``EXT_PREFIX`` + hex)."""
+    return [{**item_to_message(i), "id": EXT_PREFIX + uuid.uuid4().hex} for i in items]
+
+
+def _named(message: dict[str, Any], id_key: str, ext_key: str) -> dict[str, Any]:
+    """The op field naming ``message``: ``ext_key`` = its producer id when this module gave
+    it one (unique, carried in the spool), else ``id_key`` = its store id (rows written
+    before producer ids were given, or by another producer)."""
+    ext = message.get("id")
+    if isinstance(ext, str) and ext.startswith(EXT_PREFIX):
+        return {ext_key: ext}
+    return {id_key: message["message_id"]}
+
+
 class QuillSession:
     """An Agents SDK session stored in Quill under ``session_id``.
 
@@ -238,9 +262,7 @@ class QuillSession:
         self._check_open()
         if not items:
             return
-        ack = await self.client.append(
-            self.session_id, [item_to_message(i) for i in items], source=self.source
-        )
+        ack = await self.client.append(self.session_id, _with_ids(items), source=self.source)
         await self._applied(ack, "add_items")
 
     async def pop_item(self) -> dict[str, Any] | None:
@@ -255,8 +277,8 @@ class QuillSession:
             ack = await self.client.replace(
                 self.session_id,
                 [],
-                from_message_id=head["message_id"],
-                expect_head_id=head["message_id"],
+                **_named(head, "from_message_id", "from_ext_id"),
+                **_named(head, "expect_head_id", "expect_head_ext_id"),
             )
             outcome = await self.client.wait(ack, self.wait_timeout)
             if outcome.applied:
@@ -314,7 +336,8 @@ class QuillSession:
         async def replace_suffix(start: int, output: list[dict[str, Any]]) -> bool:
             if not rows[start:]:
                 return False
-            head, first = rows[-1]["message_id"], rows[start]["message_id"]
+            first_row = rows[start]
+            first = first_row["message_id"]
             kept: list[dict[str, Any]] = []
             if prune_prefix is not None:
                 older = [
@@ -329,19 +352,19 @@ class QuillSession:
                         break
                     expired += 1
                 if expired:
-                    first = older[0]["message_id"]
+                    first_row = older[0]
                     kept = [m[ITEM_FIELD] for m in older[expired:] if ITEM_FIELD in m]
                     if len(kept) != len(older) - expired:  # a chat-shape message: keep all
-                        kept, first = [], rows[start]["message_id"]
+                        kept, first_row = [], rows[start]
             # An unchanged head means an unchanged live history: every op of one host either
             # appends a new head or rewinds a suffix that includes it. (A row from another
             # host's spool, ordered by its acknowledgement, can land below the head: it is
             # then rewound with the suffix, kept for audit, as with pop_item.)
             ack = await self.client.replace(
                 self.session_id,
-                [item_to_message(i) for i in kept + list(output)],
-                from_message_id=first,
-                expect_head_id=head,
+                _with_ids(kept + list(output)),
+                **_named(first_row, "from_message_id", "from_ext_id"),
+                **_named(rows[-1], "expect_head_id", "expect_head_ext_id"),
             )
             outcome = await self.client.wait(ack, self.wait_timeout)
             if outcome.applied:

@@ -17,16 +17,15 @@ from typing import Any
 import apsw
 
 from quill.home import RunDir, WriterStatus
-from quill.jobs.schedule import STATUS_BUSY_S, ScheduleUnreadableError, read_schedules
+from quill.jobs.schedule import ScheduleUnreadableError
 from quill.ops.purge.procedure import interrupted as interrupted_purge
 from quill.ops.status import guard
 from quill.ops.status.history import start_gap
-from quill.ops.status.schedule import schedule_state
+from quill.ops.status.schedule import fired_schedules, schedule_state
 from quill.spool import Position, Quarantine
 from quill.spool.integrity import assess
 from quill.store.factory import capabilities
 from quill.store.sqlite.store import history_missing
-from quill.workers import FIRE_REF
 from quill.workers.status import COMMIT_BUCKETS_S
 from quill.workers.watch_state import WatchState, lag
 
@@ -253,13 +252,15 @@ def overdue_jobs(
     ``OVERDUE_PERIODS`` × the schedule's period, or there never was one although job runs
     have been recorded for longer than that (a brand-new data dir is not overdue).
 
-    ``conn`` is a read connection on the store (None: no store yet, so nothing ran).
-    Each item: ``job``, ``period_s``, ``last_ok`` (epoch s or None), ``late_s``, ``reason``.
-    An unreadable ``schedule.db`` gives [] here: ``schedule_state`` reports it beside."""
+    ``conn`` is a read connection on the store (None: no store yet, so nothing ran). The
+    schedules are those the scheduler fires (``fired_schedules``: on PostgreSQL the store's,
+    never a ``schedule.db`` left from SQLite days). Each item: ``job``, ``period_s``,
+    ``last_ok`` (epoch s or None), ``late_s``, ``reason``. An unreadable ``schedule.db``
+    gives [] here: ``schedule_state`` reports it beside."""
     now = time.time() if now is None else now
     periods: dict[str, float] = {}
     try:
-        schedules = read_schedules(cfg.schedule_db, FIRE_REF, busy_s=STATUS_BUSY_S)
+        schedules = fired_schedules(cfg, conn)
     except ScheduleUnreadableError:
         schedules = []  # said by schedule_state, in the same document
     for s in schedules:

@@ -8,7 +8,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from quill.jobs.schedule import STATUS_BUSY_S, ScheduleUnreadableError, read_schedules
+from quill.jobs.schedule import (
+    STATUS_BUSY_S,
+    TABLE,
+    ScheduleUnreadableError,
+    describe_rows,
+    read_schedules,
+)
 from quill.store.factory import capabilities
 from quill.workers import FIRE_REF
 
@@ -52,3 +58,17 @@ def schedule_state(cfg: Any, scheduler: dict[str, Any] | None = None) -> dict[st
         None if live is None else round(max(0.0, time.time() - since), 1) if since else 0.0
     )
     return out
+
+
+def fired_schedules(cfg: Any, conn: Any) -> list[dict[str, Any]]:
+    """The schedules the fleet's scheduler fires, as ``read_schedules`` describes them: the
+    data dir's ``schedule.db`` on SQLite; on a shared PostgreSQL store its ``TABLE``, read on
+    ``conn`` (the store's read connection; [] without one, or before a scheduler created
+    the table). A ``schedule.db`` left in a data dir switched to PostgreSQL is never read:
+    nothing fires from it. Raises ``ScheduleUnreadableError`` (``schedule.db`` unreadable)
+    and the store's error tree."""
+    if capabilities(cfg).local_file:
+        return read_schedules(cfg.schedule_db, FIRE_REF, busy_s=STATUS_BUSY_S)
+    if conn is None or conn.execute("SELECT to_regclass(?)", (TABLE,)).fetchone()[0] is None:
+        return []
+    return describe_rows(conn.execute(f"SELECT id, job_state FROM {TABLE}").fetchall(), FIRE_REF)

@@ -125,13 +125,13 @@ def check_compact(data: dict, rows: RowsFn = checked_messages) -> tuple[list, in
 
 def check_replace(data: dict, rows: RowsFn = checked_messages) -> list:
     """``messages.replace``: a ``messages`` list of valid messages, ``from_message_id`` or
-    ``from_ext_id`` (not both), ``expect_head_id`` an integer, ``source`` a string, the usage
-    each message carries (all are inserted). Returns what ``rows`` returns (as for
-    ``check_append``)."""
+    ``from_ext_id`` (not both), ``expect_head_id`` an integer or ``expect_head_ext_id`` a
+    producer id (not both), ``source`` a string, the usage each message carries (all are
+    inserted). Returns what ``rows`` returns (as for ``check_append``)."""
     session_id(data)
     out = _messages(data, rows)
     _target_fields(data, "from_message_id", "from_ext_id")
-    opt(data, "expect_head_id", int)
+    _target_fields(data, "expect_head_id", "expect_head_ext_id")
     opt(data, "source", str)
     no_nul(data, "source")
     check_usage_of(data["messages"])
@@ -141,7 +141,8 @@ def check_replace(data: dict, rows: RowsFn = checked_messages) -> list:
 def check_rewind(data: dict) -> None:
     """``messages.rewind``: exactly one target — ``message_id`` (integer), ``ext_id``
     (string or integer), ``user_turn`` (integer, not 0: ``no-such-turn``), or ``ext_ids`` (a
-    non-empty list of string/integer ids) — and ``expect_head_id`` an integer. Raises
+    non-empty list of string/integer ids) — and ``expect_head_id`` an integer or
+    ``expect_head_ext_id`` a producer id (not both). Raises
     ``InvalidOpError`` (``invalid-field``, ``no-such-turn``); whether the target exists, is
     a live user message, and the head matches needs the store."""
     session_id(data)
@@ -164,7 +165,7 @@ def check_rewind(data: dict) -> None:
             raise InvalidOpError(
                 "no-such-turn", "user_turn 0 names no turn (1 = the first, -1 = the last)"
             )
-    opt(data, "expect_head_id", int)
+    _target_fields(data, "expect_head_id", "expect_head_ext_id")
 
 
 def check_restore(data: dict, rows: RowsFn = checked_messages) -> tuple[int, list[dict], list]:

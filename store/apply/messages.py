@@ -274,17 +274,19 @@ def _user_turn(conn: apsw.Connection, sid: str, turn: int) -> int:
 
 
 def _check_head(conn: apsw.Connection, sid: str, data: dict) -> None:
-    expect = opt(data, "expect_head_id", int)
-    if expect is None:
+    """The compare-and-swap guard: refuse (``stale-head``) unless the last live row in
+    transcript order is ``expect_head_id`` (store id) or carries ``expect_head_ext_id``
+    (producer id). Store ids are the applying store's own; a producer id is in the spool
+    record, so it names the same row when the spool is replayed into another store."""
+    expect, ext = opt(data, "expect_head_id", int), opt(data, "expect_head_ext_id", (str, int))
+    if expect is None and ext is None:
         return
-    top = conn.execute(
-        "SELECT id FROM messages WHERE session_id = ? AND state = 'live' ORDER BY seq DESC LIMIT 1",
-        (sid,),
-    ).fetchone()
-    head = top[0] if top else None
-    if head != expect:
+    sql = "SELECT id, ext_id FROM messages WHERE session_id = ? AND state = 'live' ORDER BY seq"
+    top = conn.execute(sql + " DESC LIMIT 1", (sid,)).fetchone() or (None, None)
+    head, wanted = (top[0], expect) if expect is not None else (top[1], scrub(str(ext)))
+    if head != wanted:
         raise InvalidOpError(
-            "stale-head", f"session {sid!r} live head is {head}, the op expected {expect}"
+            "stale-head", f"session {sid!r} live head is {head!r}, the op expected {wanted!r}"
         )
 
 
@@ -333,11 +335,12 @@ def messages_rewind(conn: apsw.Connection, data: dict, batch_id: str, arrived_at
     The target is ``message_id`` (store id), ``ext_id`` (producer id) or ``user_turn`` (1 = the
     first live user message, -1 = the last; 0 and out-of-range are refused). The fourth form,
     ``ext_ids`` (a list), flips exactly those live rows instead (see ``_rewind_branch``). The
-    target must be a live ``user`` row. Optional ``expect_head_id`` refuses the rewind unless
-    the live head is that id (compare-and-swap). Returns rows flipped. Raises ``InvalidOpError``:
-    ``invalid-field``, ``no-such-turn`` for turn 0 (``op_checks.check_rewind``); needing the
-    store: ``unknown-message``, ``not-a-user-message``, ``not-live``, ``no-such-turn``,
-    ``stale-head``, ``session-compressed``.
+    target must be a live ``user`` row. Optional ``expect_head_id`` (or ``expect_head_ext_id``)
+    refuses the rewind unless the live head is that row (compare-and-swap). Returns rows
+    flipped. Raises ``InvalidOpError``: ``invalid-field``, ``no-such-turn`` for turn 0
+    (``op_checks.check_rewind``); needing the store: ``unknown-message``,
+    ``not-a-user-message``, ``not-live``, ``no-such-turn``, ``stale-head``,
+    ``session-compressed``.
     """
     check_rewind(data)
     sid = data["session_id"]

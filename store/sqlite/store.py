@@ -334,11 +334,12 @@ def history_missing(path: Path, spool_dir: Path | None, snapshots_dir: Path | No
         return None
     segments = list_segments(spool_dir)
     snapshots = sorted(snapshots_dir.glob("snapshot-*.db")) if snapshots_dir else []
-    if snapshots or (segments and segments[0] > 1):
+    recover = "`quill recover` restores the newest snapshot and replays the spool"
+    if segments and segments[0] > 1:
         return (
-            f"{path} is missing and the spool alone no longer holds the full "
-            f"history (oldest segment {segments[0] if segments else None}, "
-            f"{len(snapshots)} snapshot(s)); `quill recover` restores the newest "
-            "snapshot and replays the spool"
+            f"{path} is missing and the spool alone no longer holds the full history (its "
+            f"oldest segment is {segments[0]}; {len(snapshots)} snapshot(s)); {recover}"
         )
+    if snapshots:  # segment 1 is still here, but a snapshot is the recovery's starting point
+        return f"{path} is missing and {len(snapshots)} snapshot(s) exist; {recover}"
     return None

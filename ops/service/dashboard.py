@@ -30,7 +30,6 @@ from quill.ops.service.tokens import TokensCopiedError, TokenStore, TokensUnavai
 from quill.ops.status import health
 from quill.spool import Quarantine
 from quill.store.errors import CantOpenError
-from quill.store.read.listing import cursor_of
 from quill.store.read.reader import Reader
 
 PAGE_SESSIONS = 50
@@ -171,7 +170,7 @@ def install(app: FastAPI) -> None:
             "pinned": pinned,
             "lineage": lineage,
         }
-        rows, hits, sources, degraded, found = [], [], [], False, None
+        rows, hits, sources, degraded, found, cursor = [], [], [], False, None, None
         r = _open(request)
         if r is not None:
             with r:
@@ -196,13 +195,14 @@ def install(app: FastAPI) -> None:
                     since=_epoch(since),
                     until=_epoch(until),
                     context=False,
+                    after=after or None,
                 )
-                hits = found["hits"]
+                hits, cursor = found["hits"], found["next"]
             else:
-                rows = client.sessions(
+                listed = client.sessions_page(
                     after=after or None,
                     source=source or None,
-                    limit=limit + 1,
+                    limit=limit,
                     title_contains=title or None,
                     since=_epoch(since),
                     until=_epoch(until),
@@ -210,10 +210,10 @@ def install(app: FastAPI) -> None:
                     pinned=_flag(pinned),
                     chains=lineage == "all",
                 )
+                rows, cursor = listed["sessions"], listed["next"]
         next_url = None
-        if len(rows) > limit:  # one row past the page: there is a next page
-            rows = rows[:limit]
-            next_url = str(request.url.include_query_params(after=cursor_of(rows[-1])))
+        if cursor is not None:  # the same listing's next page (search or sessions)
+            next_url = str(request.url.include_query_params(after=cursor))
             next_url = next_url[next_url.index("/sessions") :]  # same origin: path and query
         return _page(
             request,

@@ -45,7 +45,7 @@ from quill.store.search.candidates import (
     window_rows,
 )
 from quill.store.search.columns import PREFIX_WHOLE_SQL, TOOL_RESULT_ROLES, TRIGRAM_PREFIX_CHARS
-from quill.store.search.request import begin
+from quill.store.search.request import begin, next_cursor
 
 _WORD = re.compile(r"[^\W_]+")
 #: Search kind → the weight its words carry in ``words`` (``schema.quill_words``).
@@ -219,10 +219,10 @@ def search_page(conn: PgConnection, text: str, **kw: Any) -> dict[str, Any]:
     weights of the word index and the texts the substring routes look in (the trigram index
     for what it covers, a bounded scan for the rest). Any query string is accepted. Keyword
     arguments: ``store.search.request.SearchArgs`` (shared with SQLite)."""
-    started = begin(text, kw)
+    started = begin(text, kw, lambda: int(conn.execute(windows.TOP_SQL).fetchone()[0]))
     if isinstance(started, dict):
         return started
-    a, plan, kinds_t, page, cond, args = started
+    a, plan, kinds_t, page, cond, args, _scope = started
     rep = (
         f"coalesce({projections.REPRESENTATIVE_SQL}, m.id)" if a.projection == "display" else "m.id"
     )
@@ -232,15 +232,15 @@ def search_page(conn: PgConnection, text: str, **kw: Any) -> dict[str, Any]:
     exhausted = (
         _ranked_page(conn, plan, cond, args, rep, kinds_t, page)
         if a.order == "relevance"
-        else _newest_page(conn, plan, cond, args, rep, kinds_t, page, pre)
+        else _newest_page(conn, plan, cond, args, rep, kinds_t, page, pre, a.upto_id)
     )
-    found = pg_hits.rows(conn, page.ids, a.projection, a.context, pre.rows)
+    found = pg_hits.rows(conn, page.page_ids, a.projection, a.context, pre.rows)
     hits = pg_hits.dicts(conn, plan, found, a.projection, a.context, kinds_t)
     # The hits carry their sessions' titles; only sessions counted without a hit on the page
     # are read (usually none: one round trip less).
     titles = {h["session_id"]: h["title"] for h in hits}
     titles.update(group_mod.titles(conn, [sid for sid in page.matches if sid not in titles]))
-    return page.result(hits, exhausted, titles)
+    return {**page.result(hits, exhausted, titles), "next": next_cursor(started, exhausted)}
 
 
 def _ranked_page(
@@ -289,12 +289,14 @@ def _newest_page(
     kinds_t: tuple[str, ...],
     page: group_mod.Page,
     pre: pg_hits.Prefetch,
+    upto: int,
 ) -> bool:
     """Offer the visible matches newest first to ``page`` until it is done (display dedupe
     and the per-session cap are the page's); True when every candidate was offered. A
     trigram plan merges the index's matches with a scan of the rows it does not wholly
     cover, read only down to the index match the merge places next (``fence``), as on
-    SQLite."""
+    SQLite. ``upto``: the search's snapshot (its newest id): scans read their windows from
+    it down, so they cover the same rows on every page."""
     first = group_mod.first_batch(page)
     if plan.kind == "scan":
         return group_mod.offer_rows(
@@ -303,13 +305,14 @@ def _newest_page(
                 lambda below, n: _scan(conn, plan, cond, args, below, n, rep, kinds_t),
                 first,
                 scan=True,
+                below=upto + 1,
             ),
         )
     if plan.kind != "trigram":  # a word plan's first statement runs through ``pre``
         return group_mod.offer_rows(
             page, _index_rows(conn, plan, cond, args, rep, kinds_t, first, fetch=pre)
         )
-    top = conn.execute(windows.TOP_SQL).fetchone()[0]
+    top = min(conn.execute(windows.TOP_SQL).fetchone()[0], upto)
     scan = fence.Scan(
         lambda below, lo, n, cap: _scan(
             conn,

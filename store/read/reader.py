@@ -113,6 +113,24 @@ class Reader(StatusReads):
             )
 
     @retry_io
+    def get_messages_page(
+        self,
+        session_id: str,
+        projection: str = "display",
+        *,
+        limit: int,
+        after_pos: int | None = None,
+        clip: int | None = None,
+    ) -> tuple[list[dict[str, Any]], int | None]:
+        """A keyset page of ``get_messages`` (``projections.read_page``): at most ``limit``
+        messages positioned after ``after_pos``, and the position the next page starts
+        after (None on the last page). Raises ``ValueError`` for a bad argument."""
+        with self.snapshot() as conn:
+            return projections.read_page(
+                conn, session_id, projection, limit, after_pos=after_pos, clip=clip
+            )
+
+    @retry_io
     def export(self, session_id: str) -> dict[str, Any] | None:
         """``{"session": …, "messages": display transcript, "chain": root→tip ids}`` or None."""
         with self.snapshot() as conn:
@@ -149,6 +167,13 @@ class Reader(StatusReads):
             return listing.list_sessions(
                 self.conn, source=source, limit=limit, include_hidden=include_hidden, **filters
             )
+
+    @retry_io
+    def sessions_page(self, *, limit: int = 50, **filters: Any) -> dict[str, Any]:
+        """One page of ``list_sessions`` (same filters, ``after`` among them):
+        ``{"sessions": rows, "next": cursor | None}`` (``listing.sessions_page``)."""
+        with mapped():
+            return listing.sessions_page(self.conn, limit=limit, **filters)
 
     @retry_io
     def usage_totals(self, by: tuple[str, ...] = (), **filters: Any) -> list[dict[str, Any]]:

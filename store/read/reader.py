@@ -21,7 +21,7 @@ from quill.store.apply.normalize import COMPARED_COLUMNS
 from quill.store.apply.revise import REVISED_COLUMNS
 from quill.store.apply.usage_fields import TOKEN_FIELDS
 from quill.store.errors import CantOpenError, StoreError, cant_open_cause, mapped
-from quill.store.read import lineage, listing, projections, resume
+from quill.store.read import lineage, listing, message_pages, projections, resume
 from quill.store.read import usage as usage_reads
 from quill.store.read.io_retry import retry_io
 from quill.store.read.status_reads import StatusReads
@@ -122,11 +122,11 @@ class Reader(StatusReads):
         after_pos: int | None = None,
         clip: int | None = None,
     ) -> tuple[list[dict[str, Any]], int | None]:
-        """A keyset page of ``get_messages`` (``projections.read_page``): at most ``limit``
+        """A keyset page of ``get_messages`` (``message_pages.read_page``): at most ``limit``
         messages positioned after ``after_pos``, and the position the next page starts
         after (None on the last page). Raises ``ValueError`` for a bad argument."""
         with self.snapshot() as conn:
-            return projections.read_page(
+            return message_pages.read_page(
                 conn, session_id, projection, limit, after_pos=after_pos, clip=clip
             )
 

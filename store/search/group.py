@@ -60,6 +60,8 @@ class Page:
         self.ids: list[int] = []
         self.session_of: dict[int, str] = {}
         self.seen: set[int] = set()
+        #: the largest row id offered through ``offer_rows`` (a first page's snapshot)
+        self.newest_row = 0
         self.shown: dict[str, int] = {}
         self.matches: dict[str, int] = {}  # in first-seen order (dicts keep insertion order)
 
@@ -199,7 +201,9 @@ def offer_rows(page: Page, rows: Iterable[tuple]) -> bool:
     """Offer ``rows`` (each ``(id, display id, session id)``, newest first) to ``page`` until
     it is ``done``; True when every row was offered. (Two sources merged newest first:
     ``store.search.fence.offer_fenced``.)"""
-    for _fid, mid, sid in rows:
+    for fid, mid, sid in rows:
+        if fid > page.newest_row:
+            page.newest_row = fid
         page.offer(mid, sid)
         if page.done:
             return False

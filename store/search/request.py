@@ -5,8 +5,10 @@ made (``begin``), and the cursor of the page after (``next_cursor``).
 
 Paging (``after``, a ``store.paging`` cursor of the ``search`` listing): a search's pages are
 slices of one result, the one the first page saw. Its cursor holds that page's snapshot —
-the newest message id then (``upto_id``: no row stored later is a candidate of a later page,
-so rows added meanwhile never shift one) — with the count of hits shown so far and the last
+the newest message id then (PostgreSQL's word search: the newest match it walked, as reading
+the newest id would cost it a round trip; no row it could see matches above it), the
+``upto_id`` of every later page: no row stored later is a candidate of a later page, so
+rows added meanwhile never shift one — with the count of hits shown so far and the last
 of them (a keyset: the next page starts after that hit; after the count when it is no longer
 a match). Every page walks the candidates from the first, so the per-session cap counts the
 hits of the pages before exactly as one page holding them all would, and pages give the
@@ -82,15 +84,18 @@ class Start(NamedTuple):
     scope: str
 
 
-def begin(text: str, kw: dict[str, Any], newest_id: Callable[[], int]) -> Start | dict[str, Any]:
+def begin(
+    text: str, kw: dict[str, Any], newest_id: Callable[[], int | None]
+) -> Start | dict[str, Any]:
     """The ``Start`` of a search of ``text`` with keyword arguments ``kw`` (``SearchArgs``),
     or the empty result (``group.empty``) when nothing can match (a query with no term,
     ``limit`` ≤ 0). ``newest_id()``: the store's newest message id (0 when empty), read
-    for a first page only (its snapshot). Raises ``BadCursorError`` for an ``after`` that
-    is not a cursor of this search; ``TypeError`` for a name that is not a search argument,
-    ``ValueError`` for an unknown order, kind or projection, a ``since``/``until`` that is not
-    a finite number within 64 bits, and for a ranked query that is
-    not a word query (substring, CJK and scan routes have no word index to rank by)."""
+    for a first page only (its snapshot; None: the backend gives it to ``next_cursor``
+    after the walk, and the first page's walk has no id bound). Raises ``BadCursorError``
+    for an ``after`` that is not a cursor of this search; ``TypeError`` for a name that is
+    not a search argument, ``ValueError`` for an unknown order, kind or projection, a
+    ``since``/``until`` that is not a finite number within 64 bits, and for a ranked query
+    that is not a word query (substring, CJK and scan routes have no word index to rank by)."""
     a = SearchArgs(**kw)
     for name, bound in (("since", a.since), ("until", a.until)):
         # NaN compares as NULL on SQLite (nothing matches) but above every number on
@@ -120,14 +125,17 @@ def begin(text: str, kw: dict[str, Any], newest_id: Callable[[], int]) -> Start 
     return Start(a, plan, kinds, page, cond, args, scope)
 
 
-def next_cursor(start: Start, exhausted: bool) -> str | None:
+def next_cursor(start: Start, exhausted: bool, snapshot: int | None = None) -> str | None:
     """The ``after`` cursor of the page following ``start``'s, once its walk is done
     (``exhausted``: every candidate was offered); None when no hit can follow
-    (``group.Page.has_next``)."""
+    (``group.Page.has_next``). The cursor's snapshot is ``start``'s (``upto_id``), else
+    ``snapshot``: an id no row the first page could see as a candidate is above (a backend
+    whose first page reads no newest id before its walk, PostgreSQL's word search)."""
     page = start.page
     if not page.has_next(exhausted):
         return None
     shown = page.page_ids
-    return paging.encode(
-        "search", (start.a.upto_id, page.start + len(shown), shown[-1]), start.scope
-    )
+    upto = start.a.upto_id if start.a.upto_id is not None else snapshot
+    if upto is None:
+        raise ValueError("a first page's search snapshot is unknown")
+    return paging.encode("search", (upto, page.start + len(shown), shown[-1]), start.scope)

@@ -67,3 +67,41 @@ def test_dashboard_honours_limit_and_links_the_next_page(quill):
             if url is None:
                 assert "that is all" in page
         assert seen == ["d4", "d3", "d2", "d1", "d0"]
+
+
+def test_dashboard_search_and_job_history_link_their_next_pages(quill):
+    """The dashboard's search pages by the API's cursor (the same hits as one big page) and
+    its jobs page pages the run history (newest first, each run once)."""
+    from harness import make_home
+
+    from quill.jobs import catalog
+    from quill.jobs.queues import build_for
+
+    cfg = make_home(quill.home, watch={"enabled": False})
+    record = build_for(cfg).tasks[catalog.RECORD_RUN]
+    t = time.time() - 500
+    for i in range(35):
+        record(job="snapshot", started_at=t + i, ended_at=t + i, outcome="ok", figures={"n": i})
+    now = time.time() - 1000
+    with served(quill) as base:
+        for n in range(4):
+            for k in range(2):
+                _append(base, f"w{n}", now + n * 10 + k)
+        quill.drain()
+        big = httpx.get(f"{base}/api/v1/search", params={"q": "hello", "limit": 100}).json()
+        url, seen = f"{base}/sessions?q=hello&limit=3", []
+        while url:
+            page = httpx.get(url).text
+            seen += [
+                int(m) for m in re.findall(r'<tr class="hit"><td><a href="[^"#]+#m(\d+)"', page)
+            ]
+            found = re.search(r'<a id="next-page" href="([^"]+)"', page)
+            url = base + found.group(1).replace("&amp;", "&") if found else None
+        assert seen == [h["message_id"] for h in big["hits"]] and len(seen) == 8
+        url, runs = f"{base}/jobs", []
+        while url:
+            page = httpx.get(url).text
+            runs += re.findall(r'<tr class="run"><td>snapshot</td>', page)
+            found = re.search(r'<a id="next-page" href="([^"]+)"', page)
+            url = base + found.group(1).replace("&amp;", "&") if found else None
+        assert len(runs) == 35

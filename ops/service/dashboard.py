@@ -14,6 +14,7 @@ import datetime as dt
 import itertools
 import time
 from typing import Any
+from urllib.parse import urlencode
 
 from fastapi import FastAPI, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -34,6 +35,7 @@ from quill.store.read.reader import Reader
 
 PAGE_SESSIONS = 50
 MAX_PAGE_SESSIONS = 1000  # as the API's ``limit``
+PAGE_RUNS = 30  # job runs a page of the jobs page's history
 QUARANTINE_SHOWN = 20
 #: A transcript page shows the latest ``PAGE_MESSAGES`` messages (older ones a link away),
 #: each text read only up to ``TEXT_CLIP`` characters (the template shows at most that).
@@ -300,19 +302,24 @@ def install(app: FastAPI) -> None:
         )
 
     @app.get("/jobs", include_in_schema=False)
-    def jobs(request: Request, queued: str = "") -> HTMLResponse:
+    def jobs(request: Request, queued: str = "", after: str = "") -> HTMLResponse:
         who = _who(request)
         rows = views.jobs(request.app.state.cfg)
         r = _open(request)
-        history = []
+        found: dict[str, Any] = {"runs": [], "next": None}
         if r is not None:
             with r:
-                history = views.guard(lambda: r.job_runs(limit=30))
+                found = views.guard(lambda: r.job_runs_page(limit=PAGE_RUNS, after=after or None))
+        next_url = None
+        if found["next"] is not None:  # the history's next page (same origin: path and query)
+            next_url = f"/jobs?{urlencode({'after': found['next']})}"
         return _page(
             request,
             "jobs.html",
             jobs=rows,
-            history=history,
+            history=found["runs"],
+            next_url=next_url,
+            paged=bool(after),
             queued=queued,
             admin=who.allows("admin"),
         )

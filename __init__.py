@@ -26,6 +26,7 @@ _LAZY: dict[str, str] = {
         for name in (
             "QuillError",
             "InvalidInputError",
+            "BadCursorError",
             "NotFoundError",
             "WaitTimeoutError",
             "QuarantinedError",

@@ -24,7 +24,9 @@ never by message text.
     │   ├── SpoolClaimedError   another live holder claims this spool id (a copied data dir)
     │   ├── CursorMismatchError the store's cursor does not belong to this spool
     │   └── HistoryNotInSpoolError no cursor, and the spool's first segments were collected
-    └── InvalidOpError        an op's data breaks the rules: the record is quarantined
+    ├── InvalidOpError        an op's data breaks the rules: the record is quarantined
+    └── BadCursorError        a page cursor that is malformed, or of another listing or query
+                              (``store.paging``): nothing was read
 """
 
 from __future__ import annotations
@@ -234,6 +236,16 @@ class InvalidOpError(StoreError, ValueError):
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
         self.detail = detail
+
+
+class BadCursorError(StoreError, ValueError):
+    """A page cursor (``store.paging``) that this listing cannot continue from: not a cursor,
+    or one of another listing or query (``foreign`` True: e.g. a search cursor given to
+    another query). Nothing was read."""
+
+    def __init__(self, message: str, *, foreign: bool = False):
+        super().__init__(message)
+        self.foreign = foreign
 
 
 # Order matters: subclasses before their bases (NotADBError is not a CorruptError in apsw).

@@ -102,4 +102,4 @@ def test_a_list_cut_at_its_limit_says_more_match(quill, home):
     whole = quill.run("sessions", "list", "--limit", "3")
     assert "more sessions match" not in whole.stderr and "3 session(s)" in whole.stdout
     as_json = quill.run("sessions", "list", "--limit", "2", "--json")
-    assert len(json.loads(as_json.stdout)) == 2
+    assert len(json.loads(as_json.stdout)["sessions"]) == 2

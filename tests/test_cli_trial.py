@@ -59,7 +59,7 @@ def test_delete_of_an_unknown_session_is_not_found_and_deletes_nothing(quill):
         )["error"]
         assert error["kind"] == "not_found" and error["exit_code"] == 3
     quill.drain()
-    assert {s["id"] for s in quill.json("sessions", "list", "--all")} == {"a", "b"}
+    assert {s["id"] for s in quill.json("sessions", "list", "--all")["sessions"]} == {"a", "b"}
 
 
 def test_delete_without_ids_says_what_to_give(quill):
@@ -81,7 +81,7 @@ def test_delete_never_skips_the_prompt_silently(quill):
         and "--yes" in piped.stderr
     )
     quill.drain()
-    assert {s["id"] for s in quill.json("sessions", "list", "--all")} == {"a", "b"}
+    assert {s["id"] for s in quill.json("sessions", "list", "--all")["sessions"]} == {"a", "b"}
 
 
 def test_declining_the_prompt_is_a_clean_abort_with_its_own_exit_code(quill):
@@ -93,7 +93,7 @@ def test_declining_the_prompt_is_a_clean_abort_with_its_own_exit_code(quill):
     code, out = _answer_on_tty(quill, b"y\n", "sessions", "delete", "b")
     assert code == 0 and "spooled" in out, out
     quill.drain()
-    assert [s["id"] for s in quill.json("sessions", "list", "--all")] == ["a"]
+    assert [s["id"] for s in quill.json("sessions", "list", "--all")["sessions"]] == ["a"]
 
 
 def test_export_of_an_unknown_key_is_not_found(quill, tmp_path):

@@ -90,8 +90,12 @@ def test_reads_equal_the_cli_json(home, quill, writer):
     q = pkg.Client(home)
     q.wait(q.append("r1", TURN, source="agent"), timeout=60)
     q.wait(q.create("r2", source="other", title="second"), timeout=60)
-    assert q.sessions() == quill.json("sessions", "list")
-    assert q.sessions(source="other") == quill.json("sessions", "list", "--source", "other")
+    assert q.sessions_page() == quill.json("sessions", "list")
+    assert q.sessions() == quill.json("sessions", "list")["sessions"]
+    assert (
+        q.sessions(source="other")
+        == quill.json("sessions", "list", "--source", "other")["sessions"]
+    )
     assert q.transcript("r1") == quill.json("sessions", "show", "r1")
     assert (
         q.messages("r1", view="audit")

@@ -67,7 +67,9 @@ CALLS: dict[str, dict] = {
         "pinned": False,
         "hidden": False,
         "chains": False,
+        "after": None,
     },
+    "sessions_page": {"limit": 5, "source": "cli", "after": None},
     "search": {
         "query": "hello",
         "limit": 5,
@@ -81,6 +83,7 @@ CALLS: dict[str, dict] = {
         "context": True,
         "kinds": ["text"],
         "order": "newest",
+        "after": None,
     },
     "resume": {"key": "k"},
     "orphans": {"window_s": 900},

@@ -57,7 +57,7 @@ def test_import_corpus_into_running_fleet(quill, fleet):
     assert any(p["line"] == 128 for p in glued["problems"])  # reported with file and line
 
     quill.wait_idle()
-    listed = {s["id"]: s for s in quill.json("sessions", "list", "--limit", "10000", "--chains")}
+    listed = {s["id"]: s for s in quill.json("sessions", "list", "--limit", "10000", "--chains")["sessions"]}
     assert set(listed) == set(sessions_of)
     for sid, s in sessions_of.items():
         if not s.compactions:  # display = every message not on an abandoned branch
@@ -94,7 +94,7 @@ def test_import_corpus_into_running_fleet(quill, fleet):
     again = json.loads(quill.run("import", str(CORPUS), "--json", check=False).stdout)
     assert sum(e["new"] for e in again) == 0
     quill.wait_idle()
-    relisted = quill.json("sessions", "list", "--limit", "10000", "--chains")
+    relisted = quill.json("sessions", "list", "--limit", "10000", "--chains")["sessions"]
     assert {s["id"]: s["message_count"] for s in relisted} == {
         k: v["message_count"] for k, v in listed.items()
     }
@@ -139,5 +139,5 @@ def test_malformed_line_is_reported_and_the_rest_of_the_file_lands(quill, tmp_pa
     human = quill.run("import", str(broken)).stdout
     assert f"broken.jsonl:{idx + 1}" in human
     quill.drain()
-    sessions = quill.json("sessions", "list")
+    sessions = quill.json("sessions", "list")["sessions"]
     assert [s["message_count"] for s in sessions] == [len(good.messages) - 1]

@@ -85,7 +85,7 @@ def test_a_screenshot_pasted_ten_times_is_exported_once_and_reads_back_whole(qui
     assert fresh.json("spool", "quarantine", "list")["entries"] == []
     assert canonical(fresh.home) == canonical(quill.home)
     # every paste reads back with its whole image, in the fresh store as in the first
-    (sid,) = [s["id"] for s in fresh.json("sessions", "list")]
+    (sid,) = [s["id"] for s in fresh.json("sessions", "list")["sessions"]]
     images = [
         part["image_url"]["url"]
         for m in fresh.json("sessions", "show", sid, "--view", "audit")["messages"]

@@ -82,7 +82,7 @@ def test_readable_and_training_formats(quill, tmp_path):
     again = QuillCLI(tmp_path / "again")
     again.run("import", str(tmp_path / "share.jsonl"))
     again.drain()
-    sid = again.json("sessions", "list", "--json")[0]["id"]
+    sid = again.json("sessions", "list", "--json")["sessions"][0]["id"]
     last = again.json("sessions", "show", sid, "--json")["messages"][-1]
     assert (last["content"], last["reasoning"]) == ("two files", "count the lines")
     every = quill.run("export").stdout.splitlines()

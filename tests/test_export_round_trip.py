@@ -334,7 +334,7 @@ def test_a_cut_off_export_is_imported_up_to_its_bad_lines_and_the_other_files_to
     assert [p["line"] for p in problems] == [len(lines), len(lines) + 1]
     assert report["b-sharegpt.jsonl"]["new"] == 2
     fresh.drain()
-    listed = {s["id"] for s in fresh.json("sessions", "list")}
+    listed = {s["id"] for s in fresh.json("sessions", "list")["sessions"]}
     assert {"s0", "s1"} <= listed and any(
         s.startswith("sharegpt:b-sharegpt.jsonl:") for s in listed
     )

@@ -171,7 +171,7 @@ def test_a_hung_writer_is_killed_and_replaced(quill, home):
                 break
             time.sleep(0.2)
         assert st["fleet"]["writer"]["pid"] != hung and not _alive(hung)
-        assert [s["message_count"] for s in quill.json("sessions", "list")] == [2]
+        assert [s["message_count"] for s in quill.json("sessions", "list")["sessions"]] == [2]
     finally:
         assert stop_fleet(fleet) == 0
 

@@ -63,7 +63,7 @@ def test_damaged_fts_pages_are_detected_writes_go_on_and_rebuild_restores_search
             st = quill.status()["store"]
             rebuilt = [
                 r
-                for r in quill.json("jobs", "history", "--job", "fts_rebuild")
+                for r in quill.json("jobs", "history", "--job", "fts_rebuild")["runs"]
                 if r["outcome"] == "ok"
             ]
             if rebuilt and st["fts_state"] == "ok" and st["fts_pending"] == 0:

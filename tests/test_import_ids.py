@@ -41,7 +41,7 @@ def write(path: Path, value) -> Path:
 def sessions(quill) -> dict[str, list[str]]:
     """``{session id: [message texts]}`` of the store."""
     out = {}
-    for s in quill.json("sessions", "list", "--all"):
+    for s in quill.json("sessions", "list", "--all")["sessions"]:
         shown = quill.json("sessions", "show", s["id"])
         out[s["id"]] = [m["content"] for m in shown["messages"]]
     return out
@@ -88,7 +88,7 @@ def test_same_named_sharegpt_files_keep_every_trajectory(quill, tmp_path):
     assert sum(e["new"] for e in report) == 12
     assert "quarantined" not in run_until_idle(quill)
     assert quarantined(quill) == 0
-    held = quill.json("sessions", "list", "--all")
+    held = quill.json("sessions", "list", "--all")["sessions"]
     assert len(held) == 4 and sum(s["message_count"] for s in held) == 12
     assert (
         sum(e["new"] for e in quill.json("import", str(tmp_path / "x"), str(tmp_path / "y"))) == 0
@@ -185,7 +185,7 @@ def test_a_store_made_with_line_ids_keeps_its_sharegpt_sessions(quill, tmp_path)
     (other,) = quill.json("import", str(y))
     assert not set(other["session_ids"]) & set(old) and other["new"] == 6
     drain(quill)
-    held = quill.json("sessions", "list", "--all")
+    held = quill.json("sessions", "list", "--all")["sessions"]
     assert (
         len(held) == 4 and sum(s["message_count"] for s in held) == 12 and quarantined(quill) == 0
     )

@@ -109,10 +109,10 @@ def test_orphan_adoption_skips_a_session_whose_delete_is_pending(quill, home):
     ]
     quill.run("push", input="\n".join(json.dumps(o) for o in ops))
     _drain(quill)
-    [orphan] = quill.json("sessions", "orphans")
+    [orphan] = quill.json("sessions", "orphans")["orphans"]
     assert (orphan["session_id"], orphan["predecessor"]) == ("b", "a")
     quill.run("sessions", "delete", "b", "--yes")  # pending: no fleet
-    [row] = quill.json("sessions", "orphans", "--adopt")
+    [row] = quill.json("sessions", "orphans", "--adopt")["orphans"]
     assert row["adopted"] is False
     _drain(quill)
     assert quill.run("sessions", "show", "b", check=False).returncode == 3  # not brought back bare

@@ -83,7 +83,7 @@ def test_writer_killed_during_vacuum_leaves_an_interrupted_run_and_a_truncated_w
         assert (
             os.path.getsize(str(home / "state.db") + "-wal") < 1 << 20
         )  # truncated after the attempt
-        history = quill.json("jobs", "history", "--job", "vacuum")
+        history = quill.json("jobs", "history", "--job", "vacuum")["runs"]
         assert history[0]["outcome"] == "interrupted"
     finally:
         assert stop_fleet(fleet) == 0
@@ -154,7 +154,7 @@ def test_quill_snapshot_is_in_history_and_declare_corrupt_is_not_offered(quill, 
     _seed(quill, home)
     quill.run("snapshot")
     quill.run("run", "--until-idle", "--timeout", "120")  # the writer applies the record
-    runs = quill.json("jobs", "history", "--job", "snapshot")
+    runs = quill.json("jobs", "history", "--job", "snapshot")["runs"]
     assert [(r["outcome"], r["figures"]["runner"]) for r in runs] == [("ok", "cli")]
     assert "declare_corrupt" not in {j["name"] for j in quill.json("jobs", "list")}
     proc = quill.run("jobs", "run", "declare_corrupt", check=False)

@@ -74,7 +74,7 @@ def test_prune_then_recover_does_not_bring_the_pruned_chain_back(quill, home):
         path.unlink()
     quill.run("recover")
     assert quill.json("search", "prunedword")["hits"] == []
-    assert quill.json("sessions", "list") == []
+    assert quill.json("sessions", "list")["sessions"] == []
     [delete] = [
         json.loads(line)
         for seg in sorted((home / "spool").glob("*.jsonl"))
@@ -119,7 +119,7 @@ def test_quill_jobs_run_prunes_only_the_configured_sources(quill, home):
     for job in ("auto_prune", "delete_empty", "orphan_sweep"):
         quill.run("jobs", "run", job)
     quill.run("run", "--until-idle", "--timeout", "120")
-    listed = {s["id"]: s for s in quill.json("sessions", "list")}
+    listed = {s["id"]: s for s in quill.json("sessions", "list")["sessions"]}
     assert set(listed) == {"import", "tool-run", "open-import"}
     assert listed["open-import"]["ended_at"] is None
 

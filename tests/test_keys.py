@@ -198,13 +198,13 @@ def test_cli_resume_orphans_adopt_through_the_spool(quill):
     missing = quill.run("sessions", "resume", "--key", "nope", check=False)
     assert missing.returncode == 3 and "no session for key" in missing.stderr
     assert quill.run("sessions", "resume", check=False).returncode == 2
-    report = quill.json("sessions", "orphans")
+    report = quill.json("sessions", "orphans")["orphans"]
     assert {o["session_id"]: o["predecessor"] for o in report} == {"o1": "k1", "o3": None}
-    adopted = quill.json("sessions", "orphans", "--adopt")
+    adopted = quill.json("sessions", "orphans", "--adopt")["orphans"]
     assert {o["session_id"]: o["adopted"] for o in adopted} == {"o1": True, "o3": False}
     quill.drain()
     assert quill.json("sessions", "resume", "--key", "chat:1")["chain"] == ["k1", "o1"]
-    assert [o["session_id"] for o in quill.json("sessions", "orphans")] == ["o3"]
+    assert [o["session_id"] for o in quill.json("sessions", "orphans")["orphans"]] == ["o3"]
     assert quill.json("sessions", "show", "o3")["session"]["key"] is None
 
 
@@ -303,7 +303,7 @@ def test_cli_delete_by_id_and_by_key_goes_through_the_spool(quill):
     )
     assert quill.run("sessions", "delete", "b", "--key", "x", check=False).returncode == 2
     quill.drain()
-    assert [s["id"] for s in quill.json("sessions", "list", "--all")] == ["c"]
+    assert [s["id"] for s in quill.json("sessions", "list", "--all")["sessions"]] == ["c"]
     assert quill.json("search", "three")["hits"] == []
     # deleting it again (an interrupted `delete --purge` re-run): not found, and the hint
     # names the command that finishes the purge

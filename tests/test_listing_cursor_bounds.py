@@ -1,4 +1,4 @@
-"""A ``--after`` cursor of a paged listing (``ops/cli/paging.py``) holding a value no row's
+"""A ``--after`` cursor of a paged listing (``quill.store.paging``) holding a value no row's
 key can hold — an integer past 64 bits, a number that is not finite — is a usage error
 (exit 2, the listing's one error format), not a traceback from the store's SQL binding.
 In-process CLI runs (``base.run``) against a real store."""
@@ -14,9 +14,20 @@ from harness import drain, make_home
 from quill.ops.cli.base import run
 from quill.ops.cli.root import cli
 from quill.spool import Spool
+from quill.store import paging
+
+#: The listing name and scope of each listing's cursors (jobs history: no --job).
+_LISTINGS = {
+    "history": ("job_runs", paging.scope_of(None)),
+    "list": ("quarantine", ""),
+    "orphans": ("orphans", ""),
+}
 
 
-def _cursor(text: str) -> str:
+def _cursor(key: str, listing: list[str] | None = None) -> str:
+    """A well-formed cursor of ``listing`` (a command) holding the raw JSON items ``key``."""
+    name, scope = _LISTINGS[(listing or ["jobs", "history"])[-1]]
+    text = f'["{name}","{scope}",{key[1:]}'
     return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
 
 
@@ -43,13 +54,13 @@ def cfg(home):
 def test_a_cursor_no_row_can_have_is_a_usage_error(capsys, home, cfg, listing, key):
     for fmt in ([], ["--json"]):
         capsys.readouterr()
-        code = run(cli, ["--home", str(home), *listing, *fmt, "--after", _cursor(key)])
+        code = run(cli, ["--home", str(home), *listing, *fmt, "--after", _cursor(key, listing)])
         out = capsys.readouterr()
         assert code == 2, (out.out, out.err)
         if fmt:
             assert json.loads(out.out)["error"]["kind"] == "usage", out.out
         else:
-            assert "not a cursor of this listing" in out.err and "Traceback" not in out.err
+            assert "not a cursor of the" in out.err and "Traceback" not in out.err
 
 
 def test_the_largest_64_bit_cursor_is_still_a_cursor(capsys, home, cfg):

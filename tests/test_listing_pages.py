@@ -1,7 +1,8 @@
 """``quill spool quarantine list``, ``quill sessions orphans`` and ``quill jobs history`` page
-like ``quill sessions list`` (``--limit``, ``--after CURSOR``, the next page's cursor in a note
-on stderr, with ``--json`` too), and an empty listing says so in words (``--json``: the empty
-listing) instead of printing an empty table. In-process CLI runs (``base.run``, the entry
+like ``quill sessions list`` (``--limit``, ``--after CURSOR``, the next page's cursor as
+``next`` in the ``--json`` document, and in a note on stderr without ``--json``), and an
+empty listing says so in words (``--json``: the document with no rows) instead of printing
+an empty table. In-process CLI runs (``base.run``, the entry
 point's error format and exit codes) against real stores, spools and quarantine files."""
 
 from __future__ import annotations
@@ -40,18 +41,22 @@ def _quill(capsys, home, *args: str) -> tuple[int, str, str]:
 
 
 def _all_pages(capsys, home, args: list[str], rows_of) -> tuple[list, int]:
-    """Follow the notes' cursors from the first page to the last: every row, pages read."""
+    """Follow the ``next`` cursors of the ``--json`` pages from the first to the last (each
+    the cursor the human page's note gives): every row, pages read."""
     seen, pages, after = [], 0, []
     while True:
         code, out, err = _quill(capsys, home, *args, "--json", *after)
-        assert code == 0, err
-        seen += rows_of(json.loads(out))
+        assert code == 0 and err == "", err
+        page = json.loads(out)
+        seen += rows_of(page)
         pages += 1
-        found = _NEXT.search(err)
-        if found is None:
+        code, _, human_err = _quill(capsys, home, *args, *after)
+        found = _NEXT.search(human_err)
+        assert (found and found[1]) == (page["next"] or None), human_err
+        if page["next"] is None:
             return seen, pages
         assert pages < 10, err
-        after = ["--after", found[1]]
+        after = ["--after", page["next"]]
 
 
 def test_quarantine_list_pages_in_spool_order_and_says_when_empty(capsys, home, cfg):
@@ -79,7 +84,7 @@ def test_orphans_page_oldest_first_and_say_when_there_are_none(capsys, home, cfg
     code, out, err = _quill(capsys, home, "sessions", "orphans")
     assert code == 0 and out.strip() == "no orphans" and err == ""
     code, out, _ = _quill(capsys, home, "sessions", "orphans", "--json")
-    assert json.loads(out) == []
+    assert json.loads(out) == {"orphans": [], "next": None}
     with Spool(cfg.spool_dir) as sp:
         # telegram uses keys (one keyed session, long before): its keyless sessions with
         # messages crashed between routing and create
@@ -107,7 +112,7 @@ def test_orphans_page_oldest_first_and_say_when_there_are_none(capsys, home, cfg
         capsys,
         home,
         ["sessions", "orphans", "--limit", "2"],
-        lambda rows: [r["session_id"] for r in rows],
+        lambda page: [r["session_id"] for r in page["orphans"]],
     )
     assert ids == [f"o{i}" for i in range(5)] and pages == 3
     code, out, err = _quill(capsys, home, "sessions", "orphans", "--limit", "4")
@@ -118,7 +123,7 @@ def test_job_history_pages_newest_first_and_says_when_there_are_none(capsys, hom
     code, out, err = _quill(capsys, home, "jobs", "history")
     assert code == 0 and out.strip() == "no job runs" and err == ""
     code, out, _ = _quill(capsys, home, "jobs", "history", "--job", "snapshot", "--json")
-    assert json.loads(out) == []
+    assert json.loads(out) == {"runs": [], "next": None}
     record = build_for(cfg).tasks[catalog.RECORD_RUN]
     t = time.time()
     for i in range(5):
@@ -128,7 +133,7 @@ def test_job_history_pages_newest_first_and_says_when_there_are_none(capsys, hom
         capsys,
         home,
         ["jobs", "history", "--job", "snapshot", "--limit", "2"],
-        lambda rows: [r["figures"]["n"] for r in rows],
+        lambda page: [r["figures"]["n"] for r in page["runs"]],
     )
     assert ns == [4, 3, 2, 1, 0] and pages == 3
     code, out, err = _quill(capsys, home, "jobs", "history", "--limit", "5")

@@ -117,7 +117,7 @@ def test_a_damaged_index_is_reported_halts_every_writer_and_reindex_plus_recover
         assert pg_integrity_check(url)["ok"]
         _wait(lambda: not (rd.live("writer") or {}).get("halted"), "the writer to resume")
         # The halt row is gone with the halt; the job history keeps the incident.
-        runs = {r["job"]: r for r in quill.json("jobs", "history", "--limit", "50")}
+        runs = {r["job"]: r for r in quill.json("jobs", "history", "--limit", "50")["runs"]}
         assert runs["writer_halt"]["outcome"] == "halted"
         assert "messages_probe" in runs["writer_halt"]["error"]
         assert runs["recover"]["outcome"] == "ok"

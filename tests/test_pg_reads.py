@@ -45,7 +45,7 @@ def test_every_read_surface_reads_the_postgresql_store(tmp_path, pg_store_url):
 
     # CLI
     cli = QuillCLI(home)
-    assert "h-s" in [s["id"] for s in cli.json("sessions", "list", "--json")]
+    assert "h-s" in [s["id"] for s in cli.json("sessions", "list", "--json")["sessions"]]
     shown = cli.json("sessions", "show", "h-s", "--json")
     assert len(shown["messages"]) == 4
     assert [h["session_id"] for h in cli.json("search", WORD, "--json")["hits"]] == ["h-s"]
@@ -83,7 +83,7 @@ def test_every_read_surface_reads_the_postgresql_store(tmp_path, pg_store_url):
 
     # HTTP API and dashboard
     with served(cli) as base:
-        sessions = httpx.get(f"{base}/api/v1/sessions").json()
+        sessions = httpx.get(f"{base}/api/v1/sessions").json()["sessions"]
         assert "h-s" in [s["id"] for s in sessions]
         hits = httpx.get(f"{base}/api/v1/search", params={"q": WORD}).json()["hits"]
         assert [h["session_id"] for h in hits] == ["h-s"]

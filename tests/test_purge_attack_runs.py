@@ -136,17 +136,17 @@ def test_a_purged_session_imported_again_comes_back(quill):
     again = quill.json("import", src)
     assert again[0]["new"] == 22
     quill.drain()
-    assert [(s["id"], s["message_count"]) for s in quill.json("sessions", "list", "--all")] == [
+    assert [(s["id"], s["message_count"]) for s in quill.json("sessions", "list", "--all")["sessions"]] == [
         (sid, 22)
     ]
     assert quill.json("import", src)[0]["new"] == 0  # still idempotent: a third import adds nothing
     # A plain delete (no purge) and a second re-import: the count moves on, the session comes back.
     quill.run("sessions", "delete", sid, "--yes")
     quill.drain()
-    assert quill.json("sessions", "list", "--all") == []
+    assert quill.json("sessions", "list", "--all")["sessions"] == []
     assert quill.json("import", src)[0]["new"] == 22
     quill.drain()
-    assert [(s["id"], s["message_count"]) for s in quill.json("sessions", "list", "--all")] == [
+    assert [(s["id"], s["message_count"]) for s in quill.json("sessions", "list", "--all")["sessions"]] == [
         (sid, 22)
     ]
 

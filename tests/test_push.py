@@ -90,7 +90,7 @@ def test_wait_timeout_still_prints_the_acks(quill, home):
     )
     quill.run("push", input=retry)
     quill.drain()
-    assert [s["message_count"] for s in quill.json("sessions", "list")] == [1]
+    assert [s["message_count"] for s in quill.json("sessions", "list")["sessions"]] == [1]
 
 
 def test_a_role_or_part_type_of_the_wrong_json_type_is_a_clear_refusal(quill, home):

@@ -150,7 +150,7 @@ def test_a_redis_outage_keeps_the_fleet_up_and_draining_and_everything_resumes(
         _until(
             lambda: any(
                 r["started_at"] >= back_at and r["outcome"] == "ok"
-                for r in quill.json("jobs", "history", "--job", "spool_gc")
+                for r in quill.json("jobs", "history", "--job", "spool_gc")["runs"]
             ),
             60,
             "the held scheduled run to be queued and run",

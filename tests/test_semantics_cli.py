@@ -55,7 +55,7 @@ def _ops() -> str:
 def test_read_commands_show_filter_search_and_export_one_display_transcript(quill):
     quill.run("push", input=_ops())
     quill.drain()
-    assert [s["id"] for s in quill.json("sessions", "list", "--title", "user_auth")] == ["demo"]
+    assert [s["id"] for s in quill.json("sessions", "list", "--title", "user_auth")["sessions"]] == ["demo"]
     shown = quill.json("sessions", "show", "demo")
     # `sessions export` writes Quill ops `quill import` takes back: every row with its state
     lines = quill.run("sessions", "export", "demo").stdout.splitlines()
@@ -108,8 +108,8 @@ def test_subagent_runs_are_left_out_of_the_default_session_list(quill):
     )
     quill.drain()
     parent = "claude-code:fe5e1c67-53e7-4862-81ae-d0e013e3270b"
-    assert [s["id"] for s in quill.json("sessions", "list")] == [parent]
-    every = quill.json("sessions", "list", "--chains")
+    assert [s["id"] for s in quill.json("sessions", "list")["sessions"]] == [parent]
+    every = quill.json("sessions", "list", "--chains")["sessions"]
     delegates = [s for s in every if s["parent_kind"] == "delegate"]
     assert len(every) == 6 and len(delegates) == 5
     assert {s["parent_id"] for s in delegates} == {parent}

@@ -83,7 +83,7 @@ def test_descriptor_exhaustion_answers_503_overloaded_and_the_server_recovers(tm
                 assert r.status_code == 200, r.text
                 # Never "no store yet": a store open that failed for want of descriptors
                 # is not an empty store.
-                assert [x["id"] for x in r.json()] == ["s1"], answers
+                assert [x["id"] for x in r.json()["sessions"]] == ["s1"], answers
                 s = socket.create_connection(("127.0.0.1", port))
                 s.sendall(b"GET /api/v1/sessions HTTP/1.1\r\nHost: 127.0.0.1\r\n")
                 held.append(s)
@@ -104,4 +104,4 @@ def test_descriptor_exhaustion_answers_503_overloaded_and_the_server_recovers(tm
                 break
             time.sleep(0.3)
         assert r is not None and r.status_code == 200, r and r.text
-        assert [x["id"] for x in r.json()] == ["s1"]
+        assert [x["id"] for x in r.json()["sessions"]] == ["s1"]

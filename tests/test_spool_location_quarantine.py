@@ -38,7 +38,7 @@ def test_spool_given_the_data_dir_appends_where_the_writer_drains(quill, home):
     assert (home / "spool" / "00000001.jsonl").exists() and not (home / "00000001.jsonl").exists()
     assert ack.position.segment == 1
     quill.drain()
-    assert [s["id"] for s in quill.json("sessions", "list")] == ["via-home"]
+    assert [s["id"] for s in quill.json("sessions", "list")["sessions"]] == ["via-home"]
 
 
 def test_a_directory_that_is_neither_spool_nor_data_dir_is_refused(tmp_path):
@@ -70,7 +70,7 @@ def test_doctor_flags_stray_segments_and_adopt_brings_their_records_in(quill, ho
     out = quill.json("spool", "adopt", str(home / "logs" / "misplaced" / "00000001.jsonl"))
     assert out["adopted"] == 1 and out["damaged"] == []
     quill.drain()
-    assert [s["title"] for s in quill.json("sessions", "list")] == ["lost?"]
+    assert [s["title"] for s in quill.json("sessions", "list")["sessions"]] == ["lost?"]
     checks = {c["check"]: c for c in json.loads(quill.run("doctor", "--json", check=False).stdout)}
     assert checks["stray segments"]["status"] == "ok"
 

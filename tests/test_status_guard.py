@@ -355,5 +355,8 @@ def test_status_and_doctor_name_a_lost_store_and_quill_recover_before_the_writer
             assert got.status_code == 503 and "quill recover" in got.text, (path, got.text)
     fresh = QuillCLI(tmp_path / "fresh")
     assert fresh.status()["store"] is None
-    assert fresh.run("sessions", "list", "--json").stdout.strip() == "[]"
+    assert json.loads(fresh.run("sessions", "list", "--json").stdout) == {
+        "sessions": [],
+        "next": None,
+    }
     assert "not created yet" in fresh.run("status", check=False).stdout

@@ -63,7 +63,7 @@ def test_doctor_check_on_a_healthy_store_is_ok_and_recorded(quill, home):
     quill.run("run", "--until-idle", "--timeout", "120")
     runs = [
         r
-        for r in quill.json("jobs", "history", "--job", "quick_check")
+        for r in quill.json("jobs", "history", "--job", "quick_check")["runs"]
         if r["figures"].get("runner") == "cli"
     ]
     assert [r["outcome"] for r in runs] == ["ok"]

@@ -62,7 +62,7 @@ def _wait_refused(quill, timeout: float = 60.0) -> dict:
 def _message_ids(quill) -> list[str]:
     """``<session>-<i>`` of every message in the store, read through the CLI."""
     ids = []
-    for session in quill.json("sessions", "list", "--limit", "100"):
+    for session in quill.json("sessions", "list", "--limit", "100")["sessions"]:
         got = quill.json("sessions", "show", session["id"])
         ids += ["-".join(m["content"].split()[:2]) for m in got["messages"]]
     return sorted(ids)

@@ -328,7 +328,7 @@ def test_listing_and_show_carry_totals_and_cli_reports(quill):
     ]
     quill.run("push", input="\n".join(json.dumps(o) for o in ops))
     quill.drain()
-    listed = {s["id"]: s for s in quill.json("sessions", "list")}
+    listed = {s["id"]: s for s in quill.json("sessions", "list")["sessions"]}
     assert listed["a"]["usage"]["calls"] == 2
     assert listed["a"]["usage"]["input_tokens"] == CODEX["input_tokens"] + 1000
     assert listed["b"]["usage"]["cost_usd"] is None and listed["b"]["usage"]["unpriced"] == 1

@@ -48,7 +48,7 @@ def test_a_line_too_large_for_memory_does_not_stop_the_other_files(tmp_path):
     assert list(state["files"]) == [str(small)]
     assert "out of memory" in state["unreadable"][str(big)]["reason"]
     quill.drain()
-    counts = {s["id"]: s["message_count"] for s in quill.json("sessions", "list")}
+    counts = {s["id"]: s["message_count"] for s in quill.json("sessions", "list")["sessions"]}
     assert counts[f"claude-code:{small_id}"] == 6
 
 

@@ -22,21 +22,29 @@ from quill.ops.cli import paging, render
 from quill.ops.cli.base import emit_json, json_option
 from quill.ops.client.errors import Exit, WaitTimeoutError
 from quill.ops.client.stores import lost_store, open_reader
+from quill.store import paging as cursors
 from quill.store.errors import CantOpenError
 from quill.store.factory import capabilities
 
 
-def _history(
-    cfg: Any, job: str | None, limit: int, before: int | None = None
-) -> list[dict[str, Any]]:
+def _history(cfg: Any, job: str | None, limit: int) -> list[dict[str, Any]]:
+    """The newest ``limit`` runs (of ``job``), newest first ([] before the store exists)."""
+    return _history_page(cfg, job, limit, None)["runs"]
+
+
+def _history_page(cfg: Any, job: str | None, limit: int, after: str | None) -> dict[str, Any]:
+    """``Reader.job_runs_page``: ``{"runs", "next"}`` (no runs before the store exists; a bad
+    cursor is refused either way: ``BadCursorError``)."""
+    if after is not None:  # checked before the store is opened (or found missing)
+        cursors.decode(after, "job_runs", (int,), cursors.scope_of(job))
     try:
         with open_reader(cfg) as r:
-            return r.job_runs(job=job, limit=limit, before=before)
+            return r.job_runs_page(job=job, limit=limit, after=after)
     except CantOpenError:
         lost = lost_store(cfg)  # gone, not "no runs yet"
         if lost is not None:
             raise lost from None
-        return []
+        return {"runs": [], "next": None}
 
 
 def default_of(spec: Any) -> dict[str, Any] | None:
@@ -190,21 +198,20 @@ def jobs_run(
 @click.pass_obj
 def jobs_history(cfg: Any, job: str | None, limit: int, after: str | None, as_json: bool) -> None:
     """Past runs, newest first: start, end, outcome and figures; a page of --limit at a time
-    (--after CURSOR: the next page; a note on stderr gives its cursor)."""
-    before = paging.decode(after, (int,))[0] if after is not None else None
-    # One row past the limit tells whether more match, so a note can give the next page.
-    runs, cursor = paging.page(
-        _history(cfg, job, limit + 1, before), lambda r: (r["id"],), limit, None, descending=True
-    )
+    (--after CURSOR: the next page of the same --job). --json prints {"runs": [...], "next":
+    CURSOR or null}; without --json a note on stderr gives the next page's cursor."""
+    found = _history_page(cfg, job, limit, after)
+    runs, cursor = found["runs"], found["next"]
     if as_json:
-        emit_json(runs)
+        emit_json(found)
     elif not runs:
         paging.no_rows(
             "no job runs" + (f" of {job}" if job else "") + (" after that cursor" if after else "")
         )
     else:
         _print_runs(runs)
-    paging.note_next("job runs", limit, cursor)
+    if not as_json:
+        paging.note_next("job runs", limit, cursor)
 
 
 def _print_runs(runs: list[dict[str, Any]]) -> None:

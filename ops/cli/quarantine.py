@@ -129,10 +129,12 @@ def quarantine(ctx: click.Context, store: Path | None) -> None:
 @click.pass_context
 def q_list(ctx: click.Context, limit: int, after: str | None, as_json: bool) -> None:
     """Quarantined records in spool order: id (position), reason, op, batch, when; a page of
-    --limit at a time (--after CURSOR: the next page; a note on stderr gives its cursor)."""
+    --limit at a time (--after CURSOR: the next page). --json prints {"quarantine": DIR,
+    "entries": [...], "next": CURSOR or null}; without --json a note on stderr gives the next
+    page's cursor."""
     q = _quarantine(ctx)
-    start = paging.decode(after, (int, int)) if after is not None else None
-    entries, cursor = paging.page(q.entries(), _entry_key, limit, start)
+    start = paging.decode(after, "quarantine", (int, int)) if after is not None else None
+    entries, cursor = paging.page(q.entries(), _entry_key, limit, start, "quarantine")
     rows = [
         {
             k: e.get(k)
@@ -141,8 +143,9 @@ def q_list(ctx: click.Context, limit: int, after: str | None, as_json: bool) -> 
         for e in entries
     ]
     if as_json:
-        emit_json({"quarantine": str(q.dir), "entries": rows})
-    elif not rows:
+        emit_json({"quarantine": str(q.dir), "entries": rows, "next": cursor})
+        return
+    if not rows:
         paging.no_rows(f"no quarantined records{' after that cursor' if after else ''} in {q.dir}")
     else:
         click.echo(f"{len(rows)} quarantined record(s) in {q.dir}")

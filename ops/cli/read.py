@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from quill.ops import human
-from quill.ops.cli import render
+from quill.ops.cli import paging, render
 from quill.ops.cli.base import emit_json, json_option
 from quill.ops.cli.params import EPOCH, UTF8, YESNO
 from quill.ops.client.client import Client
@@ -17,7 +17,6 @@ from quill.ops.client.stores import lost_store, open_reader, where
 from quill.store.apply.normalize import ROLES
 from quill.store.errors import CantOpenError
 from quill.store.factory import capabilities
-from quill.store.read.listing import cursor_of
 from quill.store.read.reader import Reader
 from quill.store.search import run as search_mod
 from quill.store.search.group import PER_SESSION
@@ -88,11 +87,7 @@ def _tristate(value: str | None) -> bool | None:
     help="--tips (default): one row per compression chain, its tip, no subagent runs; "
     "--chains: every session.",
 )
-@click.option(
-    "--after",
-    metavar="CURSOR",
-    help="The next page: the cursor the previous page's note gave (rows after its last one).",
-)
+@paging.after_option
 @json_option
 @click.pass_obj
 def sessions_list(
@@ -111,12 +106,12 @@ def sessions_list(
     as_json: bool,
 ) -> None:
     """Sessions, most recently active first, a page of --limit at a time (--after CURSOR: the
-    next page; a note on stderr gives its cursor)."""
+    next page). --json prints {"sessions": [...], "next": CURSOR or null}; without --json a
+    note on stderr gives the next page's cursor."""
     _note_no_store(cfg)
-    # One row past the limit tells whether more match, so a note can give the next page.
-    rows = Client(config_=cfg).sessions(
+    found = Client(config_=cfg).sessions_page(
         source=source,
-        limit=limit + 1,
+        limit=limit,
         include_hidden=include_hidden,
         title_contains=title_contains,
         since=since,
@@ -127,18 +122,11 @@ def sessions_list(
         chains=all_chain,
         after=after,
     )
-    more = len(rows) > limit
-    del rows[limit:]
     if as_json:
-        emit_json(rows)
+        emit_json(found)
     else:
-        render.print_sessions(render.console(), rows)
-    if more:
-        click.echo(
-            f"quill: more sessions match; showing {limit}; the next page: "
-            f"--after {cursor_of(rows[-1])} (or --limit N)",
-            err=True,
-        )
+        render.print_sessions(render.console(), found["sessions"])
+        paging.note_next("sessions", limit, found["next"])
 
 
 @sessions.command(name="show")
@@ -233,6 +221,7 @@ def sessions_export(ctx: click.Context, session_id: str) -> None:
     show_default=True,
     help="Most hits shown from one session (0: no cap); the rest are counted per session.",
 )
+@paging.after_option
 @json_option
 @click.pass_obj
 def search(cfg: Any, query: str, kinds: tuple[str, ...], as_json: bool, **params: Any) -> None:
@@ -241,8 +230,10 @@ def search(cfg: Any, query: str, kinds: tuple[str, ...], as_json: bool, **params
 
     Message text, tool calls (names and arguments) and reasoning are searched (--kind picks).
     At most --per-session hits come from one session; the matches are counted (up to 1,000)
-    per session and in all. --json prints {"hits", "total", "total_exact", "more",
-    "per_session", "sessions"}. Substring, CJK and emoji queries use a trigram index and a
+    per session and in all. A page of --limit hits at a time (--after CURSOR: the next page of
+    the same search; the pages are those of one big page, rows stored meanwhile aside).
+    --json prints {"hits", "total", "total_exact", "more", "per_session", "sessions",
+    "next"}. Substring, CJK and emoji queries use a trigram index and a
     bounded scan; a note on stderr says what is searched."""
     _note_no_store(cfg)
     # ``params``: the other options, named as the search parameters (``SearchParams``).
@@ -279,7 +270,9 @@ def search(cfg: Any, query: str, kinds: tuple[str, ...], as_json: bool, **params
         emit_json(result)
     else:
         render.print_search(render.console(), hits, query, result=result)
-        if result["more"]:
+        if result["next"] is not None:
+            paging.note_next("hits", len(hits), result["next"])
+        elif result["more"]:
             click.echo(
                 "quill: more messages match; showing the "
                 + (

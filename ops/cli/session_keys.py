@@ -71,12 +71,13 @@ def sessions_orphans(
     session each continues when the evidence is unambiguous: a recorded parent link, or
     exactly one keyed session of the same source that went quiet just before it started.
     Ambiguous ones are reported with the reason and left alone. Oldest first, a page of
-    --limit at a time (--after CURSOR: the next page; a note on stderr gives its cursor);
+    --limit at a time (--after CURSOR: the next page); --json prints {"orphans": [...],
+    "next": CURSOR or null}, without --json a note on stderr gives the next page's cursor;
     --adopt adopts every unambiguous orphan, listed or not."""
     client = Client(config_=cfg)
-    start = paging.decode(after, (float, str)) if after is not None else None
+    start = paging.decode(after, "orphans", (float, str)) if after is not None else None
     found = sorted(client.orphans(window_s=window_s), key=_orphan_key)
-    rows, cursor = paging.page(found, _orphan_key, limit, start)
+    rows, cursor = paging.page(found, _orphan_key, limit, start, "orphans")
     if adopt:
         adopted = {o["session_id"]: ack for o, ack in client.adopt_orphans(window_s=window_s)}
         for row in rows:
@@ -85,8 +86,9 @@ def sessions_orphans(
             if ack is not None:
                 row["batch"] = ack.batch_id
     if as_json:
-        emit_json(rows)
-    elif not rows:
+        emit_json({"orphans": rows, "next": cursor})
+        return
+    if not rows:
         paging.no_rows("no orphans" + (" after that cursor" if after else ""))
     else:
         _print_orphans(rows)

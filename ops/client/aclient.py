@@ -47,6 +47,7 @@ _READS = (
     "messages",
     "session",
     "sessions",
+    "sessions_page",
     "search",
     "search_results",
     "usage",

@@ -45,6 +45,7 @@ from typing import Any
 
 from quill.home import Settings, load
 from quill.ops.client.errors import InvalidInputError, WaitTimeoutError
+from quill.ops.client.listings import Listings
 from quill.ops.client.maintenance import Maintenance
 from quill.ops.client.reads import VIEWS, Reads, _public_errors
 from quill.ops.client.search import Search
@@ -94,7 +95,7 @@ def _check_ack(ack: Any) -> Ack:
     return ack
 
 
-class Client(Maintenance, Writes, Search, Reads):
+class Client(Maintenance, Writes, Search, Listings, Reads):
     """A producer and reader on one data dir: ``home`` (a path), else ``$QUILL_HOME``, else
     the XDG data dir. ``config_`` (loaded ``quill.home.Settings``) may be given instead.
     Raises ``StorageError`` if ``config.toml`` there is invalid."""

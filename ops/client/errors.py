@@ -5,6 +5,8 @@ of its kind, so ``quill.Client`` users and ``quill`` command users see the same 
 
     QuillError                      exit 1  base; ``hint`` says what to do next
     ├── InvalidInputError           exit 2  bad argument, op or message: nothing was appended
+    │   └── BadCursorError          exit 2  a page cursor (``after``) that is malformed, or of
+    │                                       another listing or query: nothing was read
     ├── NotFoundError               exit 3  no such session / job / schedule (or no store yet)
     ├── WaitTimeoutError            exit 4  the writer did not deal with a batch in time
     ├── AbortedError                exit 7  the user declined a confirmation: nothing changed
@@ -119,6 +121,22 @@ class InvalidInputError(QuillError, ValueError):
     def __init__(self, message: str, *, hint: str | None = None, reason: str = "usage"):
         super().__init__(message, hint=hint)
         self.reason = reason
+
+
+class BadCursorError(InvalidInputError):
+    """A page cursor (``after=``, ``--after``, ``?after=``) that the listing cannot continue
+    from: malformed, or the cursor of another listing or query (``foreign``). Nothing was
+    read; start from the first page (no ``after``) or pass the cursor the previous page of
+    this same listing gave."""
+
+    def __init__(self, message: str, *, foreign: bool = False):
+        super().__init__(
+            message,
+            hint="pass the `next` cursor the previous page of this same listing gave, or "
+            "leave it out for the first page",
+            reason="bad-cursor",
+        )
+        self.foreign = foreign
 
 
 class NotFoundError(QuillError, LookupError):
@@ -329,6 +347,8 @@ def _public(exc: BaseException) -> QuillError | None:
             return WaitTimeoutError(text)
         return StorageError(text)
     if store_errors is not None and isinstance(exc, store_errors.StoreError):
+        if isinstance(exc, store_errors.BadCursorError):
+            return BadCursorError(text, foreign=exc.foreign)
         if isinstance(exc, store_errors.InvalidOpError):
             return InvalidInputError(
                 text, reason=exc.reason, hint="fix the op or message; nothing was appended"

@@ -24,8 +24,11 @@ from quill.ops.client.errors import (
     no_session,
 )
 from quill.ops.client.stores import where
+from quill.store import paging
 
 VIEWS = ("display", "model", "audit")
+#: Messages a page of ``transcript`` holds when only ``after`` is given.
+MESSAGES_PAGE = 1000
 
 
 @contextlib.contextmanager
@@ -152,44 +155,83 @@ class Reads:
         latest: int | None = None,
         before_id: int | None = None,
         clip: int | None = None,
+        limit: int | None = None,
+        after: str | None = None,
     ) -> dict[str, Any]:
-        """``{"session", "chain", "messages", "context"}`` — ``quill sessions show ID --json``
-        and ``GET /api/v1/sessions/{id}/messages``, read in one snapshot. ``view``: ``display``
-        (what a UI shows), ``model`` (what the model is fed, OpenAI shape), ``audit`` (every row
-        with its state). ``context``: the system prompt and tool array in force
+        """``{"session", "chain", "messages", "context", "next"}`` — ``quill sessions show ID
+        --json`` and ``GET /api/v1/sessions/{id}/messages``, read in one snapshot. ``view``:
+        ``display`` (what a UI shows), ``model`` (what the model is fed, OpenAI shape),
+        ``audit`` (every row with its state). ``context``: the system prompt and tool array in force
         (``{"system_prompt", "tools"}``, None when never sent; the audit view adds ``history``,
         every change, as ``context()``). ``latest``: only the last N. ``before_id``: only
         messages positioned before that message id (the next older page). ``clip``: texts cut
         to that many characters and large fields left unread, each cut named in the
         message's ``clipped`` (a page for reading, never an exact copy: see
-        ``store.read.projections.read``). Raises ``NotFoundError`` for an unknown session,
-        ``InvalidInputError`` for a bad argument."""
-        _check_types(session_id=session_id, view=view)
+        ``store.read.projections.read``). ``limit`` / ``after``: a page of at most ``limit``
+        messages from the first, or after the page whose ``next`` cursor ``after`` is (the
+        same session and view; keyset on the view's positions: messages appended meanwhile
+        are neither repeated nor skipped); ``next`` is the next page's cursor, None on the
+        last page and for a read that is not paged (not with ``latest`` or ``before_id``).
+        Raises ``NotFoundError`` for an unknown session, ``InvalidInputError`` for a bad
+        argument (``BadCursorError`` for a cursor of another listing, session or view)."""
+        _check_types(session_id=session_id, view=view, after=after)
         if view not in VIEWS:
             raise InvalidInputError(f"view must be one of {', '.join(VIEWS)}, got {view!r}")
-        for name, value in (("latest", latest), ("before_id", before_id), ("clip", clip)):
+        paged = limit is not None or after is not None
+        if paged and (latest is not None or before_id is not None):
+            raise InvalidInputError(
+                "limit/after page from the first message: not with latest or before_id"
+            )
+        for name, value in (
+            ("latest", latest),
+            ("before_id", before_id),
+            ("clip", clip),
+            ("limit", limit),
+        ):
             if value is not None and (
                 isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < 2**63
             ):
                 raise InvalidInputError(f"{name} must be a whole number ≥ 1, got {value!r}")
+        scope = paging.scope_of(session_id, view)
+        after_pos = None
+        if after is not None:  # refused before the store is read (or found missing)
+            with _public_errors():
+                (after_pos,) = paging.decode(after, "messages", (int,), scope)
         missing = no_session(session_id, store_missing=True)
+        cursor = None
         with self._reader(missing) as r, r.snapshot():
             session = r.get_session(session_id)
             if session is None:
                 raise no_session(session_id)
-            messages = r.get_messages(
-                session_id,
-                view,
-                limit=latest,
-                latest=latest is not None,
-                before_id=before_id,
-                clip=clip,
-            )
+            if paged:
+                messages, last = r.get_messages_page(
+                    session_id,
+                    view,
+                    limit=MESSAGES_PAGE if limit is None else limit,
+                    after_pos=after_pos,
+                    clip=clip,
+                )
+                cursor = None if last is None else paging.encode("messages", (last,), scope)
+            else:
+                messages = r.get_messages(
+                    session_id,
+                    view,
+                    limit=latest,
+                    latest=latest is not None,
+                    before_id=before_id,
+                    clip=clip,
+                )
             chain = r.compression_chain(session_id)
             context = r.context(session_id)
         if view != "audit":
             del context["history"]  # every change, with its place: the audit view's business
-        return {"session": session, "chain": chain, "messages": messages, "context": context}
+        return {
+            "session": session,
+            "chain": chain,
+            "messages": messages,
+            "context": context,
+            "next": cursor,
+        }
 
     def messages(
         self, session_id: str, view: str = "display", *, latest: int | None = None
@@ -206,62 +248,6 @@ class Reads:
         if session is None:
             raise no_session(session_id)
         return session
-
-    def sessions(
-        self,
-        *,
-        source: str | None = None,
-        limit: int = 50,
-        include_hidden: bool = False,
-        title_contains: str | None = None,
-        since: float | None = None,
-        until: float | None = None,
-        archived: bool | None = None,
-        pinned: bool | None = None,
-        hidden: bool | None = None,
-        chains: bool = False,
-        after: str | None = None,
-    ) -> list[dict[str, Any]]:
-        """Sessions, most recently active first — ``quill sessions list --json``. ``since`` /
-        ``until`` in epoch seconds, both bounding the session's last activity (newest message
-        time, else start; ``store.read.listing``); ``chains=True`` lists every session of a
-        compression chain (default: one row per chain, its tip). ``after``: the ``cursor`` of
-        the last row of the previous page (``quill.store.read.listing.cursor_of``). Empty
-        before the store exists. Raises ``InvalidInputError`` for a malformed cursor."""
-        _check_numbers(limit=limit, since=since, until=until)
-        _check_types(
-            source=source,
-            title_contains=title_contains,
-            include_hidden=include_hidden,
-            archived=archived,
-            pinned=pinned,
-            hidden=hidden,
-            chains=chains,
-            after=after,
-        )
-        if after is not None:
-            from quill.store.read.listing import parse_cursor
-
-            try:
-                parse_cursor(after)
-            except ValueError as exc:
-                raise InvalidInputError(str(exc)) from None
-        with self._reader(None) as r:
-            if r is None:
-                return []
-            return r.list_sessions(
-                after=after,
-                source=source,
-                limit=limit,
-                include_hidden=include_hidden,
-                title_contains=title_contains,
-                since=since,
-                until=until,
-                archived=archived,
-                pinned=pinned,
-                hidden=hidden,
-                lineage="all" if chains else "tips",
-            )
 
     def resume(self, *, key: str | None = None, cwd: str | None = None) -> dict[str, Any]:
         """The session to resume for a conversation ``key`` (or working directory ``cwd``) —

@@ -9,6 +9,7 @@ from typing import Any
 
 from quill.ops.client.errors import InvalidInputError
 from quill.ops.client.reads import _check_numbers, _check_types
+from quill.store.errors import BadCursorError
 from quill.store.search.group import COUNT_MAX, PER_SESSION
 
 
@@ -18,7 +19,8 @@ class SearchParams:
     ``Client.search`` and ``Client.search_results`` (their signatures are made from it, the
     arguments checked by ``Search._search``), ``quill search`` (which passes its options on
     by these names) and ``GET /api/v1/search``. ``per_session`` defaults to no cap here and
-    to ``PER_SESSION`` in ``search_results``."""
+    to ``PER_SESSION`` in ``search_results``. ``after``: the ``next`` cursor of the previous
+    page of the same search (same query and filters; ``limit`` and ``context`` may differ)."""
 
     limit: int = 20
     session_id: str | None = None
@@ -32,6 +34,7 @@ class SearchParams:
     kinds: list[str] | None = None
     order: str = "newest"
     per_session: int | None = None
+    after: str | None = None
 
 
 #: The names of the search parameters (``SearchParams``), in order.
@@ -95,8 +98,13 @@ class Search:
         ``sessions`` lists every session with a counted match in order of its best hit, with
         how many of its hits are shown and how many matched. ``total`` counts matching
         messages up to 1,000 (``store.search.group.COUNT_MAX``): exact when ``total_exact``,
-        else a lower bound ("1000+"); ``more`` says matches exist beyond ``hits``. Arguments
-        and errors as ``search``."""
+        else a lower bound ("1000+"); ``more`` says matches exist beyond ``hits`` (and the
+        pages before them). ``next``: the cursor of the next page (pass it as ``after`` with
+        the same query and filters), None when no hit follows; pages are slices of the
+        first page's result (rows stored meanwhile are not in it), the same hits in the
+        same order as one page of their size (``store.search.request``). Arguments and
+        errors as ``search``; ``BadCursorError`` for an ``after`` that is not a cursor of
+        this search."""
         return self._search(query, _params(params, per_session=PER_SESSION), page=True)
 
     search.__signature__ = _signature(None)  # type: ignore[attr-defined]
@@ -124,6 +132,7 @@ class Search:
             substring=a["substring"],
             audit=a["audit"],
             context=a["context"],
+            after=a["after"],
         )
         if a["session_id"] is not None:
             _check_types(session_id=a["session_id"])
@@ -140,6 +149,7 @@ class Search:
                     "more": False,
                     "per_session": None if a["session_id"] is not None else per_session or None,
                     "sessions": [],
+                    "next": None,
                 }
             kw = dict(
                 a,
@@ -153,7 +163,7 @@ class Search:
                     return r.search_page(query, **kw)
                 return {"hits": r.search(query, **kw)}
             except ValueError as exc:  # the reader's refusal of a ranked query it cannot rank
-                if order == "newest":
+                if order == "newest" or isinstance(exc, BadCursorError):
                     raise
                 raise InvalidInputError(
                     str(exc), hint="use the default order (newest first)"

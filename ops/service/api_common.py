@@ -1,7 +1,8 @@
 """What every ``/api/v1`` route shares: the error responses each documents (``ERRORS``), the
 ``{session_id:sid}`` path convertor, the ``quill.Client`` and read-only ``Reader`` request
-dependencies, and ``client_errors`` (``quill.Client``'s errors as shaped HTTP errors, also
-used by the dashboard).
+dependencies, ``client_errors`` (``quill.Client``'s errors as shaped HTTP errors, also
+used by the dashboard), and what every paged listing shares (``MAX_PAGE``, the
+``X-Next-Cursor``/``Link`` headers: ``link_next``, ``NEXT_HEADERS``).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Annotated, Literal
 
-from fastapi import Query, Request
+from fastapi import Query, Request, Response
 from starlette.convertors import PathConvertor, register_url_convertor
 
 from quill.ops.client.client import Client
@@ -109,3 +110,30 @@ def reader(request: Request) -> Iterator[Reader | None]:
 
 def client(request: Request) -> Client:
     return request.app.state.client
+
+
+def link_next(request: Request, response: Response, cursor: str | None) -> None:
+    """The ``X-Next-Cursor`` and ``Link: rel="next"`` headers of a page whose ``next`` is
+    ``cursor`` (none on the last page)."""
+    if cursor is not None:
+        response.headers["X-Next-Cursor"] = cursor
+        url = request.url.include_query_params(after=cursor)
+        response.headers["Link"] = f'<{url.path}?{url.query}>; rel="next"'
+
+
+#: Most rows of one page of any listing (``limit``'s maximum).
+MAX_PAGE = 1000
+NEXT_HEADERS = {
+    200: {
+        "headers": {
+            "X-Next-Cursor": {
+                "description": "present when there is a next page: pass it as `after`",
+                "schema": {"type": "string"},
+            },
+            "Link": {
+                "description": 'the next page as `<url>; rel="next"` (when there is one)',
+                "schema": {"type": "string"},
+            },
+        }
+    }
+}

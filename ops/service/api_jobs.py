@@ -8,16 +8,17 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import BaseModel
 
 from quill.jobs import catalog
 from quill.jobs.errors import QueueOverloadedError, QueueUnavailableError
 from quill.ops.service import views
-from quill.ops.service.api_common import ERRORS, reader
+from quill.ops.service.api_common import ERRORS, MAX_PAGE, NEXT_HEADERS, link_next, reader
 from quill.ops.service.auth import require
 from quill.ops.service.errors import ApiError, overloaded
 from quill.ops.status import health
+from quill.store import paging
 from quill.store.read.reader import Reader
 
 router = APIRouter()
@@ -40,14 +41,27 @@ def jobs(request: Request) -> list[dict[str, Any]]:
     return views.jobs(request.app.state.cfg)
 
 
-@router.get("/jobs/history", dependencies=[Depends(require("read"))])
+@router.get("/jobs/history", dependencies=[Depends(require("read"))], responses=NEXT_HEADERS)
 def job_history(
+    request: Request,
+    response: Response,
     r: Reader | None = Depends(reader),
     job: str | None = None,
-    limit: int = Query(20, ge=1, le=1000),
-) -> list[dict[str, Any]]:
-    """Past job runs, newest first."""
-    return [] if r is None else views.guard(lambda: r.job_runs(job=job, limit=limit))
+    limit: int = Query(20, ge=1, le=MAX_PAGE),
+    after: str | None = None,
+) -> dict[str, Any]:
+    """Past job runs, newest first, as ``quill jobs history --json``: ``{"runs": [...],
+    "next": cursor or null}``. At most ``limit``; ``next`` (also the ``X-Next-Cursor``
+    header) is the ``after`` value of the next page with the same ``job`` (keyset on the
+    run id: runs recorded meanwhile are neither repeated nor skipped); a cursor of another
+    listing or job is 422 ``bad-cursor``."""
+    if after is not None:  # refused before the store is read (or found missing)
+        views.guard(lambda: paging.decode(after, "job_runs", (int,), paging.scope_of(job)))
+    if r is None:
+        return {"runs": [], "next": None}
+    found = views.guard(lambda: r.job_runs_page(job=job, limit=limit, after=after))
+    link_next(request, response, found["next"])
+    return found
 
 
 @router.post(

@@ -12,40 +12,32 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import BaseModel
 
 from quill.ops.client.client import Client
-from quill.ops.service.api_common import ERRORS, EpochSeconds, Role, client, client_errors
+from quill.ops.service.api_common import (
+    ERRORS,
+    MAX_PAGE,
+    NEXT_HEADERS,
+    EpochSeconds,
+    Role,
+    client,
+    client_errors,
+    link_next,
+)
 from quill.ops.service.auth import require
 from quill.ops.service.errors import ApiError
-from quill.store.read.listing import cursor_of
 from quill.store.search.group import PER_SESSION
 
 router = APIRouter()
+#: Messages a page of ``GET /sessions/{id}/messages`` holds by default, and at most.
+MESSAGES_PAGE, MESSAGES_MAX = 1000, 10_000
 
 
-@router.get(
-    "/sessions",
-    dependencies=[Depends(require("read"))],
-    responses={
-        200: {
-            "headers": {
-                "X-Next-Cursor": {
-                    "description": "present when there are more sessions: pass it as "
-                    "`after` for the next page",
-                    "schema": {"type": "string"},
-                },
-                "Link": {
-                    "description": 'the next page as `<url>; rel="next"` (when there is one)',
-                    "schema": {"type": "string"},
-                },
-            }
-        }
-    },
-)
+@router.get("/sessions", dependencies=[Depends(require("read"))], responses=NEXT_HEADERS)
 def list_sessions(
     request: Request,
     response: Response,
     q: Client = Depends(client),
     source: str | None = None,
-    limit: int = Query(50, ge=1, le=1000),
+    limit: int = Query(50, ge=1, le=MAX_PAGE),
     include_hidden: bool = False,
     title: str | None = None,
     since: EpochSeconds = None,
@@ -55,17 +47,19 @@ def list_sessions(
     hidden: bool | None = None,
     lineage: Literal["tips", "all"] = "tips",
     after: str | None = None,
-) -> list[dict[str, Any]]:
+) -> dict[str, Any]:
     """Sessions, most recently active first (``since``/``until`` in epoch seconds, both bounding
     the session's last activity: its newest message's time, else its start) — the same
-    rows as ``quill.Client.sessions`` and ``quill sessions list --json``. At most ``limit``;
-    when there are more, the ``X-Next-Cursor`` header (and ``Link: rel="next"``) gives the
-    ``after`` value of the next page (keyset pagination: stable under concurrent writes)."""
+    document as ``quill.Client.sessions_page`` and ``quill sessions list --json``:
+    ``{"sessions": [...], "next": cursor or null}``. At most ``limit``; ``next`` (also in the
+    ``X-Next-Cursor`` header, and ``Link: rel="next"``) is the ``after`` value of the next
+    page with the same filters (keyset pagination: stable under concurrent writes); a cursor
+    of another listing or filters is 422 ``bad-cursor``."""
     with client_errors():
-        rows = q.sessions(
+        found = q.sessions_page(
             after=after,
             source=source,
-            limit=limit + 1,
+            limit=limit,
             include_hidden=include_hidden,
             title_contains=title,
             since=since,
@@ -75,31 +69,38 @@ def list_sessions(
             hidden=hidden,
             chains=lineage == "all",
         )
-    if len(rows) > limit:
-        rows = rows[:limit]
-        cursor = cursor_of(rows[-1])
-        response.headers["X-Next-Cursor"] = cursor
-        url = request.url.include_query_params(after=cursor)
-        response.headers["Link"] = f'<{url.path}?{url.query}>; rel="next"'
-    return rows
+    link_next(request, response, found["next"])
+    return found
 
 
 @router.get(
     "/sessions/{session_id:sid}/messages",
     dependencies=[Depends(require("read"))],
-    responses={404: ERRORS[422] | {"description": "no such session"}},
+    responses={404: ERRORS[422] | {"description": "no such session"}} | NEXT_HEADERS,
 )
 def get_messages(
     session_id: str,
+    request: Request,
+    response: Response,
     q: Client = Depends(client),
     view: Literal["display", "model", "audit"] = "display",
     latest: int | None = Query(None, ge=1, le=1_000_000),
+    limit: int | None = Query(None, ge=1, le=MESSAGES_MAX),
+    after: str | None = None,
 ) -> dict[str, Any]:
     """A transcript in one view: ``display`` (what a UI shows), ``model`` (what the model is
-    fed), ``audit`` (every row, rewound and superseded included); ``latest``: only the last N.
-    The same document as ``quill.Client.transcript`` / ``quill sessions show --json``."""
+    fed), ``audit`` (every row, rewound and superseded included) — the same document as
+    ``quill.Client.transcript`` / ``quill sessions show --json``, plus ``view``. Paged from
+    the first message: at most ``limit`` messages (default 1,000, at most 10,000), ``next``
+    (also the ``X-Next-Cursor`` header) the ``after`` value of the next page of the same
+    session and view, null on the last (keyset on the view's positions: messages appended
+    meanwhile are neither repeated nor skipped). ``latest``: only the last N instead (not
+    paged, ``next`` null; not with ``limit`` or ``after``)."""
+    if latest is None:
+        limit = MESSAGES_PAGE if limit is None else limit
     with client_errors(f"session {session_id!r}"):
-        found = q.transcript(session_id, view, latest=latest)
+        found = q.transcript(session_id, view, latest=latest, limit=limit, after=after)
+    link_next(request, response, found["next"])
     return {**found, "view": view}
 
 
@@ -167,6 +168,7 @@ class SearchResult(BaseModel):
     per_session: int | None
     sessions: list[SessionMatches]
     degraded: bool
+    next: str | None
 
 
 @dataclass
@@ -176,7 +178,7 @@ class SearchQuery:
     with the HTTP API's bounds; ``kind`` (repeatable) is ``kinds``, and ``context`` is off
     unless asked for."""
 
-    limit: Annotated[int, Query(ge=1, le=1000)] = 20
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 20
     session_id: str | None = None
     role: Role | None = None
     source: str | None = None
@@ -188,6 +190,7 @@ class SearchQuery:
     context: bool = False
     kind: Annotated[list[Literal["text", "tool", "reasoning"]] | None, Query()] = None
     per_session: Annotated[int, Query(ge=0, le=1000)] = PER_SESSION
+    after: str | None = None
 
     def params(self) -> dict[str, Any]:
         """The client's keyword arguments (``SearchParams`` names)."""
@@ -196,8 +199,15 @@ class SearchQuery:
         return out
 
 
-@router.get("/search", dependencies=[Depends(require("read"))], response_model=SearchResult)
+@router.get(
+    "/search",
+    dependencies=[Depends(require("read"))],
+    response_model=SearchResult,
+    responses=NEXT_HEADERS,
+)
 def search(
+    request: Request,
+    response: Response,
     q: str = Query(max_length=1000),
     c: Client = Depends(client),
     params: SearchQuery = Depends(),
@@ -214,10 +224,16 @@ def search(
     else a lower bound); ``more`` (matches beyond ``hits``); ``per_session``; ``sessions``
     (``session_id``, ``title``, ``shown``, ``matches`` for every session with a counted
     match, best first); ``degraded`` says results come partly from a bounded scan (index
-    rebuilding)."""
+    rebuilding); ``next`` (also the ``X-Next-Cursor`` header) is the ``after`` value of the
+    next page of the same search (same ``q`` and filters; null on the last page): pages are
+    slices of the first page's result, the same hits in the same order as one page of
+    their size, rows stored meanwhile aside. A cursor of another search is 422
+    ``bad-cursor``."""
     with client_errors():
         result = c.search_results(q, **params.params())
-        return {**result, "degraded": c.search_health()["degraded"]}
+        found = {**result, "degraded": c.search_health()["degraded"]}
+    link_next(request, response, found["next"])
+    return found
 
 
 UsageGroup = Literal["session", "model", "source", "task", "provider", "day"]

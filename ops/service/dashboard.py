@@ -14,6 +14,7 @@ import datetime as dt
 import itertools
 import time
 from typing import Any
+from urllib.parse import urlencode
 
 from fastapi import FastAPI, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -30,11 +31,11 @@ from quill.ops.service.tokens import TokensCopiedError, TokenStore, TokensUnavai
 from quill.ops.status import health
 from quill.spool import Quarantine
 from quill.store.errors import CantOpenError
-from quill.store.read.listing import cursor_of
 from quill.store.read.reader import Reader
 
 PAGE_SESSIONS = 50
 MAX_PAGE_SESSIONS = 1000  # as the API's ``limit``
+PAGE_RUNS = 30  # job runs a page of the jobs page's history
 QUARANTINE_SHOWN = 20
 #: A transcript page shows the latest ``PAGE_MESSAGES`` messages (older ones a link away),
 #: each text read only up to ``TEXT_CLIP`` characters (the template shows at most that).
@@ -171,7 +172,7 @@ def install(app: FastAPI) -> None:
             "pinned": pinned,
             "lineage": lineage,
         }
-        rows, hits, sources, degraded, found = [], [], [], False, None
+        rows, hits, sources, degraded, found, cursor = [], [], [], False, None, None
         r = _open(request)
         if r is not None:
             with r:
@@ -196,13 +197,14 @@ def install(app: FastAPI) -> None:
                     since=_epoch(since),
                     until=_epoch(until),
                     context=False,
+                    after=after or None,
                 )
-                hits = found["hits"]
+                hits, cursor = found["hits"], found["next"]
             else:
-                rows = client.sessions(
+                listed = client.sessions_page(
                     after=after or None,
                     source=source or None,
-                    limit=limit + 1,
+                    limit=limit,
                     title_contains=title or None,
                     since=_epoch(since),
                     until=_epoch(until),
@@ -210,10 +212,10 @@ def install(app: FastAPI) -> None:
                     pinned=_flag(pinned),
                     chains=lineage == "all",
                 )
+                rows, cursor = listed["sessions"], listed["next"]
         next_url = None
-        if len(rows) > limit:  # one row past the page: there is a next page
-            rows = rows[:limit]
-            next_url = str(request.url.include_query_params(after=cursor_of(rows[-1])))
+        if cursor is not None:  # the same listing's next page (search or sessions)
+            next_url = str(request.url.include_query_params(after=cursor))
             next_url = next_url[next_url.index("/sessions") :]  # same origin: path and query
         return _page(
             request,
@@ -300,19 +302,24 @@ def install(app: FastAPI) -> None:
         )
 
     @app.get("/jobs", include_in_schema=False)
-    def jobs(request: Request, queued: str = "") -> HTMLResponse:
+    def jobs(request: Request, queued: str = "", after: str = "") -> HTMLResponse:
         who = _who(request)
         rows = views.jobs(request.app.state.cfg)
         r = _open(request)
-        history = []
+        found: dict[str, Any] = {"runs": [], "next": None}
         if r is not None:
             with r:
-                history = views.guard(lambda: r.job_runs(limit=30))
+                found = views.guard(lambda: r.job_runs_page(limit=PAGE_RUNS, after=after or None))
+        next_url = None
+        if found["next"] is not None:  # the history's next page (same origin: path and query)
+            next_url = f"/jobs?{urlencode({'after': found['next']})}"
         return _page(
             request,
             "jobs.html",
             jobs=rows,
-            history=history,
+            history=found["runs"],
+            next_url=next_url,
+            paged=bool(after),
             queued=queued,
             admin=who.allows("admin"),
         )

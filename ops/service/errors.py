@@ -4,7 +4,8 @@ Every error response is JSON ``{"error": {"status": int, "reason": str, "detail"
 ``reason`` is a short stable tag a client branches on: the spool precheck's own codes for a
 refused op (``unknown-op``, ``invalid-data``, ``invalid-field``, ``invalid-role`` …, from
 ``quill.store.apply.precheck``), and for the service itself: ``body-too-large``,
-``batch-too-large``, ``invalid-json``, ``invalid-request``, ``unauthorized``, ``forbidden``,
+``batch-too-large``, ``invalid-json``, ``invalid-request``, ``bad-cursor`` (422: an ``after``
+that is not a page cursor of that listing, query or filters), ``unauthorized``, ``forbidden``,
 ``not-found``, ``method-not-allowed``, ``body-timeout`` (408), ``too-many-requests`` (429),
 ``spool-full``, ``spool-unavailable``, ``store-unavailable``, ``overloaded`` (503 with
 ``Retry-After``: no file descriptor was left, EMFILE/ENFILE, to open the store, a file or a

@@ -10,16 +10,19 @@ from quill.jobs import catalog
 from quill.ops.service.errors import ApiError
 from quill.ops.status import health
 from quill.ops.status.guard import read_store
-from quill.store.errors import StoreError
+from quill.store.errors import BadCursorError, StoreError
 from quill.store.read.reader import Reader
 
 T = TypeVar("T")
 
 
 def guard(read: Callable[[], T]) -> T:
-    """Run a store read; store failures become 503 ``store-unavailable``, bad arguments 422."""
+    """Run a store read; store failures become 503 ``store-unavailable``, bad arguments 422
+    (a page cursor of another listing: ``bad-cursor``)."""
     try:
         return read()
+    except BadCursorError as exc:
+        raise ApiError(422, "bad-cursor", str(exc)) from None
     except StoreError as exc:
         raise ApiError(
             503, "store-unavailable", f"the store cannot answer ({type(exc).__name__})"

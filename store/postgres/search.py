@@ -45,7 +45,7 @@ from quill.store.search.candidates import (
     window_rows,
 )
 from quill.store.search.columns import PREFIX_WHOLE_SQL, TOOL_RESULT_ROLES, TRIGRAM_PREFIX_CHARS
-from quill.store.search.request import begin
+from quill.store.search.request import begin, next_cursor
 
 _WORD = re.compile(r"[^\W_]+")
 #: Search kind → the weight its words carry in ``words`` (``schema.quill_words``).
@@ -219,28 +219,33 @@ def search_page(conn: PgConnection, text: str, **kw: Any) -> dict[str, Any]:
     weights of the word index and the texts the substring routes look in (the trigram index
     for what it covers, a bounded scan for the rest). Any query string is accepted. Keyword
     arguments: ``store.search.request.SearchArgs`` (shared with SQLite)."""
-    started = begin(text, kw)
+    # A first page takes its snapshot from its own walk (``_newest_page``, ``_ranked_page``):
+    # reading the newest id first would cost a word search a round trip of its own.
+    started = begin(text, kw, lambda: None)
     if isinstance(started, dict):
         return started
-    a, plan, kinds_t, page, cond, args = started
+    a, plan, kinds_t, page, cond, args, _scope = started
     rep = (
         f"coalesce({projections.REPRESENTATIVE_SQL}, m.id)" if a.projection == "display" else "m.id"
     )
     # A word search's first candidate statement reads the hits of the page it finds too
     # (usually the whole page: one statement); the rest are read after.
     pre = pg_hits.Prefetch(conn, a.projection, a.context, a.limit)
-    exhausted = (
+    exhausted, snapshot = (
         _ranked_page(conn, plan, cond, args, rep, kinds_t, page)
         if a.order == "relevance"
-        else _newest_page(conn, plan, cond, args, rep, kinds_t, page, pre)
+        else _newest_page(conn, plan, cond, args, rep, kinds_t, page, pre, a.upto_id)
     )
-    found = pg_hits.rows(conn, page.ids, a.projection, a.context, pre.rows)
+    found = pg_hits.rows(conn, page.page_ids, a.projection, a.context, pre.rows)
     hits = pg_hits.dicts(conn, plan, found, a.projection, a.context, kinds_t)
     # The hits carry their sessions' titles; only sessions counted without a hit on the page
     # are read (usually none: one round trip less).
     titles = {h["session_id"]: h["title"] for h in hits}
     titles.update(group_mod.titles(conn, [sid for sid in page.matches if sid not in titles]))
-    return page.result(hits, exhausted, titles)
+    return {
+        **page.result(hits, exhausted, titles),
+        "next": next_cursor(started, exhausted, snapshot),
+    }
 
 
 def _ranked_page(
@@ -251,9 +256,10 @@ def _ranked_page(
     rep: str,
     kinds: tuple[str, ...],
     page: group_mod.Page,
-) -> bool:
+) -> tuple[bool, int]:
     """Offer the newest ``rank.CANDIDATES`` visible matches to ``page``, best first; True
-    when there were fewer (the count is exact).
+    when there were fewer (the count is exact), and the snapshot of a first page: the
+    newest candidate's id (every match the page could see is at or below it).
 
     The score is PostgreSQL's ``ts_rank`` (every weight 1, as FTS5's bm25 weighs every
     column 1; normalisation 1: divided by 1 + log(document length), so a dense short message
@@ -277,7 +283,7 @@ def _ranked_page(
         cands.sort(key=lambda c: (scores[c[0]], c[0]), reverse=True)
     for _fid, mid, sid in cands:
         page.offer(mid, sid)
-    return len(cands) < rank.CANDIDATES
+    return len(cands) < rank.CANDIDATES, max((c[0] for c in cands), default=0)
 
 
 def _newest_page(
@@ -289,13 +295,21 @@ def _newest_page(
     kinds_t: tuple[str, ...],
     page: group_mod.Page,
     pre: pg_hits.Prefetch,
-) -> bool:
+    upto: int | None,
+) -> tuple[bool, int]:
     """Offer the visible matches newest first to ``page`` until it is done (display dedupe
     and the per-session cap are the page's); True when every candidate was offered. A
     trigram plan merges the index's matches with a scan of the rows it does not wholly
     cover, read only down to the index match the merge places next (``fence``), as on
-    SQLite."""
+    SQLite. ``upto``: a later page's snapshot (the first page's newest id; None on a first
+    page): scans read their windows from it down, so they cover the same rows on every page.
+    Returns whether every candidate was offered, and the snapshot: ``upto``, else the newest
+    id (a scan's or trigram merge's, read for its windows anyway) or, for the word index,
+    the newest match walked (no row the page could see matches above it; reading the
+    newest id would cost a round trip)."""
     first = group_mod.first_batch(page)
+    if upto is None and plan.kind != "fts":
+        upto = int(conn.execute(windows.TOP_SQL).fetchone()[0])
     if plan.kind == "scan":
         return group_mod.offer_rows(
             page,
@@ -303,13 +317,15 @@ def _newest_page(
                 lambda below, n: _scan(conn, plan, cond, args, below, n, rep, kinds_t),
                 first,
                 scan=True,
+                below=upto + 1,
             ),
-        )
+        ), upto
     if plan.kind != "trigram":  # a word plan's first statement runs through ``pre``
-        return group_mod.offer_rows(
+        exhausted = group_mod.offer_rows(
             page, _index_rows(conn, plan, cond, args, rep, kinds_t, first, fetch=pre)
         )
-    top = conn.execute(windows.TOP_SQL).fetchone()[0]
+        return exhausted, page.newest_row if upto is None else upto
+    top = upto
     scan = fence.Scan(
         lambda below, lo, n, cap: _scan(
             conn,
@@ -331,7 +347,7 @@ def _newest_page(
         max_rows=candidates.SCAN_MAX_ROWS,
     )
     indexed = _index_rows(conn, plan, cond, args, rep, kinds_t, first, top=top)
-    return fence.offer_fenced(page, indexed, scan)
+    return fence.offer_fenced(page, indexed, scan), top
 
 
 def _index_rows(

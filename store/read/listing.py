@@ -23,14 +23,12 @@ Rules:
 
 from __future__ import annotations
 
-import base64
 import json
-import math
 from typing import Any
 
 import apsw
 
-from quill.store import packed
+from quill.store import packed, paging
 from quill.store.read import usage as usage_reads
 from quill.store.read.lineage import IS_TIP_SQL, root_of
 
@@ -94,31 +92,48 @@ FROM page JOIN sessions s ON s.id = page.id
 ORDER BY page.active DESC, page.id DESC"""
 
 
-def cursor_of(row: dict[str, Any]) -> str:
-    """The keyset cursor just after listed ``row``: pass it as ``after`` for the next page.
-    Opaque text (URL-safe); stable under concurrent writes (a page continues strictly after
-    this row's ordering key, so no session is repeated; one whose activity moves it ahead of
-    the cursor meanwhile is, by definition, on an earlier page)."""
+def cursor_of(row: dict[str, Any], scope: str = "") -> str:
+    """The keyset cursor just after listed ``row`` (``store.paging``, listing ``sessions``,
+    ``scope``: the listing's ``scope_of``): pass it as ``after`` for the next page. Stable
+    under concurrent writes (a page continues strictly after this row's ordering key, so no
+    session is repeated; one whose activity moves it ahead of the cursor meanwhile is, by
+    definition, on an earlier page)."""
     active = row["last_active"] if row["last_active"] is not None else row["started_at"]
-    key = json.dumps([active if active is not None else 0, row["id"]], separators=(",", ":"))
-    return base64.urlsafe_b64encode(key.encode()).decode().rstrip("=")
+    return paging.encode("sessions", (active if active is not None else 0, row["id"]), scope)
 
 
-def parse_cursor(cursor: str) -> tuple[float, str]:
-    """``cursor_of``'s ``(active, id)``; raises ``ValueError`` for anything else."""
-    try:
-        padded = cursor + "=" * (-len(cursor) % 4)
-        active, sid = json.loads(base64.urlsafe_b64decode(padded.encode("ascii")))
-    except (ValueError, TypeError, UnicodeError):
-        raise ValueError(f"not a listing cursor: {cursor[:40]!r}") from None
-    if (
-        not isinstance(active, (int, float))
-        or isinstance(active, bool)
-        or not math.isfinite(active)
-        or not isinstance(sid, str)
-    ):
-        raise ValueError(f"not a listing cursor: {cursor[:40]!r}")
-    return float(active), sid
+def scope_of(
+    *,
+    source: str | None = None,
+    include_hidden: bool = False,
+    archived: bool | None = None,
+    pinned: bool | None = None,
+    hidden: bool | None = None,
+    title_contains: str | None = None,
+    since: float | None = None,
+    until: float | None = None,
+    lineage: str = "tips",
+    session_id: str | None = None,
+    **_paging: Any,
+) -> str:
+    """The scope of a sessions listing's cursors (``store.paging``): its filters, as
+    ``list_sessions`` reads them (``limit`` and ``after`` aside), so a cursor of one listing
+    is refused by another."""
+    if hidden is None and not include_hidden:
+        hidden = False
+    return paging.scope_of(
+        source, archived, pinned, hidden, title_contains, since, until, lineage, session_id
+    )
+
+
+def sessions_page(conn: apsw.Connection, *, limit: int = 50, **filters: Any) -> dict[str, Any]:
+    """One page of ``list_sessions`` (same filters, ``after`` among them): ``{"sessions":
+    rows, "next": the cursor of the next page, None on the last}``. Raises
+    ``BadCursorError`` for an ``after`` that is not a cursor of this listing."""
+    rows = list_sessions(conn, limit=limit + 1, **filters)
+    more = len(rows) > limit
+    del rows[limit:]
+    return {"sessions": rows, "next": cursor_of(rows[-1], scope_of(**filters)) if more else None}
 
 
 def _like_literal(text: str) -> str:
@@ -143,7 +158,8 @@ def list_sessions(
 ) -> list[dict[str, Any]]:
     """Sessions, most recently active first, as dicts with ``SESSION_KEYS`` plus
     ``chain_root_id`` and ``chain_length`` (1 for a session outside any chain).
-    ``after``: a ``cursor_of`` a row of the previous page (keyset pagination). ``since`` /
+    ``after``: a ``cursor_of`` a row of the previous page of the same listing (keyset
+    pagination; ``BadCursorError`` for anything else). ``since`` /
     ``until``: epoch seconds bounding the session's last activity, both inclusive (module doc).
 
     ``archived``/``pinned``/``hidden``: None = either, True/False = only those. ``hidden=True``
@@ -181,7 +197,19 @@ def list_sessions(
         outer.append("coalesce(last_active, started_at) <= ?")
         outer_args.append(until)
     if after is not None:
-        active, last_id = parse_cursor(after)
+        scope = scope_of(
+            source=source,
+            include_hidden=include_hidden,
+            archived=archived,
+            pinned=pinned,
+            hidden=hidden,
+            title_contains=title_contains,
+            since=since,
+            until=until,
+            lineage=lineage,
+            session_id=session_id,
+        )
+        active, last_id = paging.decode(after, "sessions", (float, str), scope)
         outer.append(
             "(coalesce(last_active, started_at, 0) < ? "
             "OR (coalesce(last_active, started_at, 0) = ? AND id < ?))"

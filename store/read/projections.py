@@ -137,7 +137,9 @@ def _rows(
     pos_gt: int | None = None,
     pos_lt: int | None = None,
     clip: int | None = None,
+    positions: list[int] | None = None,
 ) -> list[dict[str, Any]]:
+    """The rows of ``read``; ``positions``, when given, receives each row's position."""
     bounds, args = [], []
     for value, op in ((pos_gt, ">"), (pos_lt, "<")):
         if value is not None:
@@ -156,6 +158,8 @@ def _rows(
     ).fetchall()
     if latest:
         rows.reverse()
+    if positions is not None:
+        positions.extend(r[-1] for r in rows)
     if clip is None:
         return inflate_rows(conn, [r[:-1] for r in rows], with_meta=projection != "model")
     plain, cuts = clipped.rows(conn, MSG_COLS, [(r[0], r[1]) for r in rows], clip)

@@ -21,7 +21,7 @@ from quill.store.apply.normalize import COMPARED_COLUMNS
 from quill.store.apply.revise import REVISED_COLUMNS
 from quill.store.apply.usage_fields import TOKEN_FIELDS
 from quill.store.errors import CantOpenError, StoreError, cant_open_cause, mapped
-from quill.store.read import lineage, listing, projections, resume
+from quill.store.read import lineage, listing, message_pages, projections, resume
 from quill.store.read import usage as usage_reads
 from quill.store.read.io_retry import retry_io
 from quill.store.read.status_reads import StatusReads
@@ -113,6 +113,24 @@ class Reader(StatusReads):
             )
 
     @retry_io
+    def get_messages_page(
+        self,
+        session_id: str,
+        projection: str = "display",
+        *,
+        limit: int,
+        after_pos: int | None = None,
+        clip: int | None = None,
+    ) -> tuple[list[dict[str, Any]], int | None]:
+        """A keyset page of ``get_messages`` (``message_pages.read_page``): at most ``limit``
+        messages positioned after ``after_pos``, and the position the next page starts
+        after (None on the last page). Raises ``ValueError`` for a bad argument."""
+        with self.snapshot() as conn:
+            return message_pages.read_page(
+                conn, session_id, projection, limit, after_pos=after_pos, clip=clip
+            )
+
+    @retry_io
     def export(self, session_id: str) -> dict[str, Any] | None:
         """``{"session": …, "messages": display transcript, "chain": root→tip ids}`` or None."""
         with self.snapshot() as conn:
@@ -149,6 +167,13 @@ class Reader(StatusReads):
             return listing.list_sessions(
                 self.conn, source=source, limit=limit, include_hidden=include_hidden, **filters
             )
+
+    @retry_io
+    def sessions_page(self, *, limit: int = 50, **filters: Any) -> dict[str, Any]:
+        """One page of ``list_sessions`` (same filters, ``after`` among them):
+        ``{"sessions": rows, "next": cursor | None}`` (``listing.sessions_page``)."""
+        with mapped():
+            return listing.sessions_page(self.conn, limit=limit, **filters)
 
     @retry_io
     def usage_totals(self, by: tuple[str, ...] = (), **filters: Any) -> list[dict[str, Any]]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from quill.store import paging
 from quill.store.errors import mapped
 from quill.store.read.io_retry import retry_io
 from quill.store.search import candidates
@@ -47,6 +48,25 @@ class StatusReads:
             }
             for r in rows
         ]
+
+    def job_runs_page(
+        self, *, job: str | None = None, limit: int = 20, after: str | None = None
+    ) -> dict[str, Any]:
+        """A page of ``job_runs``, newest first: ``{"runs": [...], "next": cursor | None}``
+        (``store.paging``, listing ``job_runs``, bound to ``job``; keyset on the run id).
+        ``after``: the ``next`` of the previous page with the same ``job``. Raises
+        ``BadCursorError`` for anything else."""
+        scope = paging.scope_of(job)
+        before = None
+        if after is not None:
+            (before,) = paging.decode(after, "job_runs", (int,), scope)
+        runs = self.job_runs(job=job, limit=limit + 1, before=before)
+        more = len(runs) > limit
+        del runs[limit:]
+        return {
+            "runs": runs,
+            "next": paging.encode("job_runs", (runs[-1]["id"],), scope) if more else None,
+        }
 
     @retry_io
     def job_run_totals(self) -> list[dict[str, Any]]:

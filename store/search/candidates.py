@@ -101,9 +101,11 @@ def _filters(
     source: str | None,
     since: float | None,
     until: float | None,
+    upto_id: int | None = None,
 ) -> tuple[str, list[Any]]:
     """``(SQL condition over m and s, its parameters)``: the projection's visible states
-    (none when ``projection`` is None) and the given filters; ``"1"`` when there is none."""
+    (none when ``projection`` is None) and the given filters (``upto_id``: rows with an id
+    at most that, a search's snapshot); ``"1"`` when there is none."""
     sts = projections.states(projection) if projection is not None else ()
     conds, args = ([f"m.state IN ({', '.join('?' for _ in sts)})"], list(sts)) if sts else ([], [])
     for cond, value in (
@@ -112,6 +114,7 @@ def _filters(
         ("s.source = ?", source),
         ("m.ts >= ?", since),
         ("m.ts <= ?", until),
+        ("m.id <= ?", upto_id),
     ):
         if value is not None:
             conds.append(cond)

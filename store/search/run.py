@@ -50,7 +50,7 @@ from quill.store.search.candidates import (
 )
 from quill.store.search.columns import TRIGRAM_PREFIX_CHARS, TRIGRAM_ROLES
 from quill.store.search.page import _hits
-from quill.store.search.request import ORDERS, begin
+from quill.store.search.request import ORDERS, begin, next_cursor
 from quill.store.sqlite.indexer import search_state
 
 SNIPPET_CHARS = hits_mod.SNIPPET_CHARS
@@ -150,13 +150,14 @@ def search_page(
     only the candidates read). Otherwise any query string is accepted. Keyword arguments:
     ``store.search.request.SearchArgs`` (shared with PostgreSQL), plus ``timings`` and ``clock``.
     """
-    started = begin(text, kw)
-    if isinstance(started, dict):
-        return started
-    a, plan, kinds_t, page, cond, args = started
     t0 = clock()
     # Detached (damaged) indexes are not read: everything counts as the unindexed tail.
     state, upto, top = search_state(conn)
+    started = begin(text, kw, lambda: top)
+    if isinstance(started, dict):
+        return started
+    a, plan, kinds_t, page, cond, args, _scope = started
+    top = min(top, a.upto_id)  # the snapshot of the first page (request.py)
     if a.order == "relevance" and state == "ok":
         picked = _filters(None, *a.filters)
         exhausted = _ranked_page(conn, plan, text, upto, picked, a.projection, kinds_t, page)
@@ -168,8 +169,9 @@ def search_page(
     else:
         display = a.projection == "display"
         exhausted = _newest(conn, plan, (state, upto, top), cond, args, kinds_t, display, page)
-    hits = _hits(conn, plan, page.ids, a.projection, a.context, kinds_t, t0, timings, clock)
-    return page.result(hits, exhausted, group.titles(conn, list(page.matches)))
+    hits = _hits(conn, plan, page.page_ids, a.projection, a.context, kinds_t, t0, timings, clock)
+    result = page.result(hits, exhausted, group.titles(conn, list(page.matches)))
+    return {**result, "next": next_cursor(started, exhausted)}
 
 
 def _newest(
@@ -194,7 +196,7 @@ def _newest(
     if not usable and plan.kind != "scan":
         return True  # the tail (bounded as a scan) was everything there is to read
     first = group.first_batch(page)
-    indexed = _batches(conn, plan, upto, cond, args, kinds, display, first)
+    indexed = _batches(conn, plan, upto, cond, args, kinds, display, first, top)
     if plan.kind != "trigram":
         return group.offer_rows(page, indexed)
     # The trigram index sees only the first characters of user/assistant text; every row
@@ -259,10 +261,12 @@ def _batches(
     kinds: tuple[str, ...],
     display: bool,
     first: int,
+    top: int,
 ) -> Iterator[tuple[int, int, str]]:
     """``_indexed``'s rows newest first, a batch at a time, read only as they are consumed
-    (``group.newest_batches``); a damaged index met by a reader ends them: the tail scan is
-    all we can offer."""
+    (``group.newest_batches``, from the snapshot's newest id ``top`` down, so a scan's window
+    is the same rows on every page); a damaged index met by a reader ends them: the tail
+    scan is all we can offer."""
 
     def fetch(below: int, batch: int) -> list[tuple]:
         try:
@@ -270,4 +274,4 @@ def _batches(
         except (apsw.CorruptError, apsw.NotADBError):
             return []
 
-    return group.newest_batches(fetch, first, scan=plan.kind == "scan")
+    return group.newest_batches(fetch, first, scan=plan.kind == "scan", below=top + 1)

@@ -28,6 +28,7 @@ _LAZY: dict[str, str] = {
             "InvalidInputError",
             "NotFoundError",
             "WaitTimeoutError",
+            "NotDrainingError",
             "QuarantinedError",
             "SpoolFullError",
             "StoreBusyError",

@@ -7,6 +7,8 @@ of its kind, so ``quill.Client`` users and ``quill`` command users see the same 
     ├── InvalidInputError           exit 2  bad argument, op or message: nothing was appended
     ├── NotFoundError               exit 3  no such session / job / schedule (or no store yet)
     ├── WaitTimeoutError            exit 4  the writer did not deal with a batch in time
+    │   └── NotDrainingError        exit 4  … and nothing drains the spool (no fleet, or the
+    │                                       writer halted): a fail-fast wait stopped early
     ├── AbortedError                exit 7  the user declined a confirmation: nothing changed
     ├── QuarantinedError            exit 1  the writer refused a batch (``reason``); it is kept
     ├── SpoolFullError              exit 1  the disk holding the spool is full: nothing partial
@@ -177,6 +179,19 @@ class WaitTimeoutError(QuillError, TimeoutError):
     )
 
 
+class NotDrainingError(WaitTimeoutError):
+    """A wait that fails fast (``QuillSession``; ``Client.wait(..., without_writer=s)``) gave
+    up before its timeout because nothing drains this data dir's spool: no fleet (nor a
+    writer) has run for the grace seconds, or the writer has halted. The batch is durable in
+    the spool and is applied once a writer runs; the message says which case it is."""
+
+    kind = "not_draining"
+    default_hint = (
+        "the batch is durable in the spool: start the fleet (`quill run`) and it is applied; "
+        "`quill status` shows the fleet and any halt"
+    )
+
+
 class AbortedError(QuillError):
     """The user answered no to a confirmation (``quill sessions delete``); nothing was changed."""
 
@@ -325,6 +340,8 @@ def _public(exc: BaseException) -> QuillError | None:
             )
         if isinstance(exc, spool_errors.InvalidOpError):
             return InvalidInputError(text, hint="fix the op or message; nothing was appended")
+        if isinstance(exc, spool_errors.NotDrainingError):
+            return NotDrainingError(text)
         if isinstance(exc, spool_errors.WaitTimeoutError):
             return WaitTimeoutError(text)
         return StorageError(text)

@@ -129,7 +129,8 @@ def quarantine(ctx: click.Context, store: Path | None) -> None:
 @click.pass_context
 def q_list(ctx: click.Context, limit: int, after: str | None, as_json: bool) -> None:
     """Quarantined records in spool order: id (position), reason, op, batch, when; a page of
-    --limit at a time (--after CURSOR: the next page; a note on stderr gives its cursor)."""
+    --limit at a time (--after CURSOR: the next page; a note on stderr gives its cursor).
+    Refusals whose chunk failed to commit are not quarantined: listed apart (first page)."""
     q = _quarantine(ctx)
     start = paging.decode(after, (int, int)) if after is not None else None
     entries, cursor = paging.page(q.entries(), _entry_key, limit, start)
@@ -140,14 +141,26 @@ def q_list(ctx: click.Context, limit: int, after: str | None, as_json: bool) -> 
         }
         for e in entries
     ]
+    # Refusals whose chunk did not commit (Quarantine.withdraw): not quarantined, shown apart.
+    withdrawn = [
+        {k: e.get(k) for k in ("id", "reason", "op", "batch", "uncommitted")}
+        for e in (q.uncommitted() if after is None else [])
+    ]
     if as_json:
-        emit_json({"quarantine": str(q.dir), "entries": rows})
+        emit_json({"quarantine": str(q.dir), "entries": rows, "uncommitted": withdrawn})
     elif not rows:
         paging.no_rows(f"no quarantined records{' after that cursor' if after else ''} in {q.dir}")
     else:
         click.echo(f"{len(rows)} quarantined record(s) in {q.dir}")
         for r in rows:
             click.echo(f"  {r['id']:<16} {r['reason']:<22} {r['op'] or '-':<18} {r['detail']}")
+    if withdrawn and not as_json:
+        click.echo(
+            f"{len(withdrawn)} refusal(s) not committed (the chunk failed; not quarantined: "
+            "the writer decides again when it re-reads the record):"
+        )
+        for r in withdrawn:
+            click.echo(f"  {r['id']:<16} {r['reason']:<22} {r['uncommitted']['error']}")
     paging.note_next("quarantined records", limit, cursor)
 
 

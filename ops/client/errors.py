@@ -15,6 +15,7 @@ of its kind, so ``quill.Client`` users and ``quill`` command users see the same 
     ├── StoreBusyError              exit 1  the store is locked right now: retry
     ├── OverloadedError             exit 1  no file descriptor left (EMFILE/ENFILE): retry
     ├── StoreDamagedError           exit 1  corruption found: the writer halts, `quill recover`
+    │   └── StoreMissingError       exit 1  the store file is lost: `quill recover`
     ├── QueueUnavailableError       exit 8  the job queue (Redis, queue.db) is unreachable:
     │                                       nothing was queued; the spool is applied as ever
     ├── ScheduleUnreadableError     exit 1  ``schedule.db`` is damaged, locked or unreadable:
@@ -255,6 +256,13 @@ class StoreDamagedError(QuillError):
         "`quill status` shows whether the writer halted on it; `quill recover` rebuilds the "
         "store from the newest snapshot plus the spool"
     )
+
+
+class StoreMissingError(StoreDamagedError):
+    """The SQLite store file is gone and the spool alone no longer holds its history (a
+    snapshot exists, or the spool starts past segment 1): reads refuse to answer as if
+    nothing had been applied. ``quill recover`` restores the newest snapshot and replays the
+    spool (``ops.client.stores.lost_store``; ``quill status`` says "store MISSING")."""
 
 
 class QueueUnavailableError(QuillError):

@@ -29,7 +29,6 @@ from quill.spool.segments import stray_segments
 from quill.spool.torn import TORN_SUMMARY
 from quill.store.factory import capabilities
 from quill.store.sqlite.connection import MIN_SQLITE, shm_problem
-from quill.store.sqlite.store import history_missing
 
 FREE_WARN_BYTES = 1 << 30
 
@@ -116,9 +115,9 @@ def run_checks(cfg: Settings) -> list[dict[str, Any]]:
             )
         )
         return out + _common_checks(cfg, found)
-    lost = history_missing(cfg.state_db, cfg.spool_dir, cfg.snapshots_dir)
+    lost = health.store_missing(cfg)
     out.append(
-        check("store", False, f"{lost} (next: quill recover)")
+        check("store", False, f"{lost['error']} (next: {lost['next']})")
         if lost
         else check("store", True, "state.db not created yet (the writer creates it)")
     )

@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from quill.home import RunDir, WriterStatus
+from quill.ops.client.stores import lost_store
 from quill.ops.human import ago
 from quill.ops.purge.procedure import interrupted as interrupted_purge
 from quill.ops.status import guard
@@ -23,7 +24,6 @@ from quill.ops.status.schedule import schedule_state
 from quill.spool import Position, Quarantine
 from quill.spool.integrity import assess
 from quill.store.factory import capabilities
-from quill.store.sqlite.store import history_missing
 from quill.workers.status import COMMIT_BUCKETS_S
 from quill.workers.watch_state import WatchState, lag
 
@@ -73,6 +73,17 @@ def fleet_state(cfg: Any) -> dict[str, Any]:
     return out
 
 
+def store_missing(cfg: Any) -> dict[str, Any] | None:
+    """The one verdict on a lost store, as ``quill status``, ``quill doctor`` and the dashboard
+    give it: ``{"state": "missing", "error": why, "next": "quill recover"}`` when the SQLite
+    store file is absent and the spool alone no longer holds its history
+    (``ops.client.stores.lost_store``: the writer would halt at its start, so this is said
+    now, with the command, never as "not created yet"); None when the file is there, the
+    spool holds everything (a store not created yet), or the store is PostgreSQL."""
+    lost = lost_store(cfg)  # the test the CLI's and the API's reads refuse a lost store by
+    return {"state": "missing", "error": lost.message, "next": "quill recover"} if lost else None
+
+
 def collect(cfg: Any) -> dict[str, Any]:
     """The status document: home, fleet, store figures, recent jobs, spool, disk, metrics.
 
@@ -105,12 +116,7 @@ def collect(cfg: Any) -> dict[str, Any]:
     if found.ok:
         data["store"], data["jobs"], data["overdue"] = got["store"], got["jobs"], got["overdue"]
     elif found.state == "missing":
-        # Absent and unrecoverable from the spool alone (a lost state.db): the writer would
-        # halt at its start, so say so now with the command, not "not created yet".
-        lost = history_missing(cfg.state_db, cfg.spool_dir, cfg.snapshots_dir) if local else None
-        data["store"] = (
-            {"state": "missing", "error": lost, "next": "quill recover"} if lost else None
-        )
+        data["store"] = store_missing(cfg)  # lost, or (None) not created yet
         data["jobs"], data["overdue"] = [], overdue_jobs(cfg, None)
     else:
         data["store"] = {"state": "unreadable", "error": found.error}

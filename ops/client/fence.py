@@ -27,7 +27,7 @@ FENCED_OPS = frozenset({"session.title", "session.flags", "session.end", "sessio
 def needs_stamp(op: str, data: Any) -> bool:
     """Whether ``op`` with payload ``data`` is one ``stamp`` fences and carries no
     ``deletions_seen`` of its caller's own yet."""
-    if op not in FENCED_OPS or not isinstance(data, dict):
+    if not isinstance(op, str) or op not in FENCED_OPS or not isinstance(data, dict):
         return False  # decided before the store's modules are imported (``quill push``)
     from quill.store.apply.deletes import DELETIONS_SEEN
 

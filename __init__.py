@@ -29,6 +29,7 @@ _LAZY: dict[str, str] = {
             "BadCursorError",
             "NotFoundError",
             "WaitTimeoutError",
+            "NotDrainingError",
             "QuarantinedError",
             "SpoolFullError",
             "StoreBusyError",

@@ -65,3 +65,11 @@ def count(n: Any, noun: str, plural: str | None = None) -> str:
 def store_counts(figures: dict[str, Any]) -> str:
     """A store's ``sessions`` and ``messages`` figures: ``1 session, 2 messages``."""
     return f"{count(figures['sessions'], 'session')}, {count(figures['messages'], 'message')}"
+
+
+def ago(seconds: float) -> str:
+    """A duration for a sentence: ``1.5 d``, ``2.0 h``, ``3.0 min``, ``42 s``."""
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds:.0f} s"

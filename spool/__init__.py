@@ -14,6 +14,7 @@ _LAZY = {
         (
             "DamagedRecordError",
             "InvalidOpError",
+            "NotDrainingError",
             "RecordTooLargeError",
             "SpoolError",
             "SpoolFullError",

@@ -85,3 +85,9 @@ class DamagedRecordError(SpoolError):
 
 class WaitTimeoutError(SpoolError, TimeoutError):
     """Read-your-writes wait gave up before the writer applied the batch."""
+
+
+class NotDrainingError(WaitTimeoutError):
+    """A read-your-writes wait that was told to fail fast gave up early: nothing drains the
+    spool (no fleet and no writer holds its lease, or the writer's sticky halt applies to
+    the store), so waiting longer could not see the record applied. The record is durable."""

@@ -34,6 +34,8 @@ from typing import Any
 
 from quill.spool import record
 from quill.spool.lines import HEAD_BYTES
+from quill.spool.quarantine_audit import Resolutions
+from quill.spool.quarantine_files import LINE_SUFFIX, UNCOMMITTED_SUFFIX, copy_line, write_json
 from quill.spool.segments import FILE_MODE, Position, ensure_dir, fsync_dir
 from quill.spool.torn import TORN_WRITE
 
@@ -96,6 +98,10 @@ class Quarantine:
         if not path.exists():
             raise KeyError(entry_id)
         return path
+
+    def has(self, position: Position) -> bool:
+        """Whether an entry for the record at ``position`` is quarantined now."""
+        return (self.dir / f"{position.segment:08d}-{position.offset:012d}.json").exists()
 
     def get(self, entry_id: str) -> dict[str, Any]:
         """One entry (``put``'s fields plus ``id``); raises ``KeyError`` if there is none (or
@@ -229,17 +235,51 @@ class Quarantine:
             "op": (record or {}).get("op"),
         }
         if source is not None:
-            entry["raw_file"] = _copy_line(source[0], position.offset, source[1], path)
-        tmp = path.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
-        try:
-            os.write(fd, json.dumps(entry, ensure_ascii=False).encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
+            entry["raw_file"] = copy_line(source[0], position.offset, source[1], path)
+        write_json(path, entry)
+        # A refusal decided again: the trace of an earlier uncommitted one is superseded.
+        path.with_suffix(UNCOMMITTED_SUFFIX).unlink(missing_ok=True)
         fsync_dir(self.dir)
         return path
+
+    def withdraw(self, position: Position, error: str) -> Path | None:
+        """The refusal of the record at ``position`` was not committed (the chunk that refused
+        it failed: ``error``): its entry leaves the quarantine for ``<stem>.uncommitted``,
+        with ``uncommitted`` (``{"error", "at"}``) added, so nothing lists or counts it as
+        quarantined — the store holds no refusal and the cursor is before it. The writer
+        decides again when it re-reads the record: a refusal then ``put``s the entry back
+        (and removes this file); an apply leaves this file as the trace of the failed chunk
+        (``uncommitted()`` lists it). Returns the new path, None when there was no entry."""
+        path = self.dir / f"{position.segment:08d}-{position.offset:012d}.json"
+        try:
+            entry = _read_entry(path, str(position))
+        except KeyError:
+            return None
+        entry["uncommitted"] = {"error": error, "at": time.time()}
+        target = path.with_suffix(UNCOMMITTED_SUFFIX)
+        try:
+            write_json(target, entry)
+        except OSError:  # no room for the note (a full disk failed the chunk): moved as it is
+            os.replace(path, target)
+        else:
+            path.unlink()
+        fsync_dir(self.dir)
+        return target
+
+    def uncommitted(self) -> list[dict[str, Any]]:
+        """Entries ``withdraw`` took out (refusals whose chunk did not commit), in spool order,
+        each with ``id`` and ``uncommitted``."""
+        if not self.dir.exists():
+            return []
+        out = []
+        for path in sorted(self.dir.glob("*" + UNCOMMITTED_SUFFIX)):
+            try:
+                entry = _read_entry(path, path.stem)
+            except KeyError:
+                continue  # put back by the writer meanwhile
+            entry.setdefault("uncommitted", {"error": "not recorded (no room)", "at": None})
+            out.append({"id": entry["position"], **entry})
+        return out
 
     def entries(self) -> Iterator[dict[str, Any]]:
         """Every quarantined entry (``put``'s fields plus ``id``), in spool order. An entry
@@ -324,85 +364,6 @@ def _unreadable(path: Path, why: str) -> dict[str, Any]:
         "detail": f"the quarantine entry file {path.name} cannot be read ({why})",
         "raw": "",
     }
-
-
-class Resolutions:
-    """An index of the resolution lines of audit files, re-read only when a file changes
-    (inode, size or mtime), so a replay refusing many records reads each audit once."""
-
-    def __init__(self) -> None:
-        self._files: dict[Path, tuple[tuple[int, int, int], dict[str, list[dict[str, Any]]]]] = {}
-
-    def _index(self, path: Path) -> dict[str, list[dict[str, Any]]]:
-        try:
-            st = os.stat(path)
-        except FileNotFoundError:
-            return {}
-        stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
-        cached = self._files.get(path)
-        if cached is not None and cached[0] == stamp:
-            return cached[1]
-        index: dict[str, list[dict[str, Any]]] = {}
-        with open(path, encoding="utf-8") as f:
-            for text in f:
-                try:
-                    line = json.loads(text)
-                except ValueError:
-                    # a torn last audit line resolved nothing: its entry file is still there
-                    continue
-                if (
-                    isinstance(line, dict)
-                    and line.get("action") in RESOLVING
-                    and isinstance(line.get("id"), str)
-                ):
-                    index.setdefault(line["id"], []).append(line)
-        self._files[path] = (stamp, index)
-        return index
-
-    def find(self, path: Path, position: str, raw: str, batch: Any) -> dict[str, Any] | None:
-        """The line of ``path`` resolving the record at ``position``: same raw text when the
-        line keeps it, else (a purge kept only op and batch) the same batch."""
-        for line in self._index(path).get(position, ()):
-            entry = line.get("entry") if isinstance(line.get("entry"), dict) else None
-            if entry is not None and isinstance(entry.get("raw"), str):
-                if entry["raw"] == raw:
-                    return line
-            elif (entry.get("batch") if entry is not None else line.get("batch")) == batch:
-                return line
-        return None
-
-
-#: Suffix of the file holding the whole bytes of an over-limit line beside its entry.
-LINE_SUFFIX = ".line"
-
-
-def _copy_line(segment: Path, offset: int, size: int, entry: Path) -> str:
-    """Copy ``size`` bytes at ``offset`` of ``segment`` to ``entry``'s ``.line`` file
-    (``os.copy_file_range``: in the kernel), fsynced; returns the file's name. Raises
-    ``OSError``, also when the segment ends before ``size`` bytes were copied."""
-    target = entry.with_suffix(LINE_SUFFIX)
-    tmp = target.with_suffix(".line-tmp")
-    src = os.open(segment, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        dst = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
-        try:
-            done = 0
-            while done < size:
-                n = os.copy_file_range(src, dst, size - done, offset + done, done)
-                if n == 0:
-                    raise OSError(f"{segment} ended {size - done} byte(s) short of its line")
-                done += n
-            os.fsync(dst)
-        finally:
-            os.close(dst)
-    finally:
-        os.close(src)
-    os.replace(tmp, target)
-    return target.name
-
-
-#: Audit actions that take an entry out of the quarantine for good.
-RESOLVING = frozenset({"retry", "drop", "purge"})
 
 
 def _lenient(raw: Any) -> dict[str, Any] | None:

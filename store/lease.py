@@ -58,8 +58,15 @@ class Lease:
         return self._fd >= 0
 
     def release(self) -> None:
-        """Drop the lease (idempotent)."""
+        """Drop the lease (idempotent). The holder's identity is cut from the file first,
+        while the lock is still held: a process that released its lease but lives on (a
+        command that drained in process, then went on) is no longer named as its holder
+        (``RunDir.lease_holder``: "is a writer up?" must not see one)."""
         if self._fd >= 0:
+            try:
+                os.ftruncate(self._fd, 0)
+            except OSError:  # bookkeeping only (as at acquire): the lock is dropped regardless
+                pass
             os.close(self._fd)
             self._fd = -1
 

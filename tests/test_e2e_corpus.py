@@ -57,7 +57,10 @@ def test_import_corpus_into_running_fleet(quill, fleet):
     assert any(p["line"] == 128 for p in glued["problems"])  # reported with file and line
 
     quill.wait_idle()
-    listed = {s["id"]: s for s in quill.json("sessions", "list", "--limit", "10000", "--chains")["sessions"]}
+    listed = {
+        s["id"]: s
+        for s in quill.json("sessions", "list", "--limit", "10000", "--chains")["sessions"]
+    }
     assert set(listed) == set(sessions_of)
     for sid, s in sessions_of.items():
         if not s.compactions:  # display = every message not on an abandoned branch

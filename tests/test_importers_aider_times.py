@@ -27,7 +27,9 @@ def test_an_imported_aider_run_is_listed_and_found_as_old_as_it_is(quill, home, 
     path.write_text(AIDER)
     quill.run("import", str(path))
     quill.run("run", "--until-idle", "--timeout", "120")
-    listed = {s["started_at"]: s for s in quill.json("sessions", "list", "--source", "aider")["sessions"]}
+    listed = {
+        s["started_at"]: s for s in quill.json("sessions", "list", "--source", "aider")["sessions"]
+    }
     assert set(listed) == {RUN_1, RUN_2}
     assert [listed[t]["last_active"] for t in (RUN_1, RUN_2)] == [RUN_1, RUN_2]
     hits = quill.json("search", "utils.py")["hits"]

@@ -53,7 +53,9 @@ def test_jobs_run_records_outcome_and_figures(quill, home, fleet):
     )
     cp = quill.json("jobs", "run", "wal_checkpoint", "--wait", "60")["run"]
     assert cp["outcome"] == "ok" and {"wal_bytes_before", "wal_bytes_after"} <= set(cp["figures"])
-    assert {"snapshot", "wal_checkpoint"} <= {r["job"] for r in quill.json("jobs", "history")["runs"]}
+    assert {"snapshot", "wal_checkpoint"} <= {
+        r["job"] for r in quill.json("jobs", "history")["runs"]
+    }
 
 
 def test_unknown_job_is_a_usage_error(quill):

@@ -269,7 +269,10 @@ def test_cli_delete_purge_with_a_running_fleet(quill, fleet):
     # producers moved on to the new segment; the fleet keeps applying
     _push(quill, _ops("c", "after the purge"))
     quill.wait_idle()
-    assert sorted(s["id"] for s in quill.json("sessions", "list", "--all")["sessions"]) == ["a", "c"]
+    assert sorted(s["id"] for s in quill.json("sessions", "list", "--all")["sessions"]) == [
+        "a",
+        "c",
+    ]
     assert quill.json("search", "SECRET")["hits"] == []
     assert quill.json("spool", "verify")["damaged"] == []
 

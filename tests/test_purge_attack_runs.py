@@ -136,9 +136,9 @@ def test_a_purged_session_imported_again_comes_back(quill):
     again = quill.json("import", src)
     assert again[0]["new"] == 22
     quill.drain()
-    assert [(s["id"], s["message_count"]) for s in quill.json("sessions", "list", "--all")["sessions"]] == [
-        (sid, 22)
-    ]
+    assert [
+        (s["id"], s["message_count"]) for s in quill.json("sessions", "list", "--all")["sessions"]
+    ] == [(sid, 22)]
     assert quill.json("import", src)[0]["new"] == 0  # still idempotent: a third import adds nothing
     # A plain delete (no purge) and a second re-import: the count moves on, the session comes back.
     quill.run("sessions", "delete", sid, "--yes")
@@ -146,9 +146,9 @@ def test_a_purged_session_imported_again_comes_back(quill):
     assert quill.json("sessions", "list", "--all")["sessions"] == []
     assert quill.json("import", src)[0]["new"] == 22
     quill.drain()
-    assert [(s["id"], s["message_count"]) for s in quill.json("sessions", "list", "--all")["sessions"]] == [
-        (sid, 22)
-    ]
+    assert [
+        (s["id"], s["message_count"]) for s in quill.json("sessions", "list", "--all")["sessions"]
+    ] == [(sid, 22)]
 
 
 def test_a_purge_does_not_restart_the_retention_clock_of_the_segments_it_rewrites(tmp_path):

@@ -24,7 +24,7 @@ from quill.ops.cli.base import run
 from quill.ops.service import views
 from quill.ops.service.app import create_app
 from quill.ops.service.tokens import TokenStore
-from quill.ops.status import health
+from quill.ops.status import health, overdue
 from quill.ops.status.doctor import run_checks
 from quill.workers import scheduler
 from quill.workers.scheduler import edit_schedules
@@ -95,7 +95,7 @@ def test_status_doctor_and_the_job_list_report_the_state(damaged, capsys):
         assert page.status_code == 200 and 'id="schedule-unreadable"' in page.text, page.text
         api = web.get("/api/v1/jobs", headers=auth)
         assert api.status_code == 200 and api.json()[0]["schedules"] is None, api.text
-    assert health.overdue_jobs(damaged, None) == []
+    assert overdue.overdue_jobs(damaged, None) == []
 
 
 def _events(cfg, name: str) -> list[dict]:

@@ -55,7 +55,9 @@ def _ops() -> str:
 def test_read_commands_show_filter_search_and_export_one_display_transcript(quill):
     quill.run("push", input=_ops())
     quill.drain()
-    assert [s["id"] for s in quill.json("sessions", "list", "--title", "user_auth")["sessions"]] == ["demo"]
+    assert [
+        s["id"] for s in quill.json("sessions", "list", "--title", "user_auth")["sessions"]
+    ] == ["demo"]
     shown = quill.json("sessions", "show", "demo")
     # `sessions export` writes Quill ops `quill import` takes back: every row with its state
     lines = quill.run("sessions", "export", "demo").stdout.splitlines()

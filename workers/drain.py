@@ -74,6 +74,7 @@ class Drain:
         self.cursor: Position = START
         self.totals = {**dict.fromkeys(TOTALS, 0), "chunks": 0}
         self.already_resolved = 0
+        self._fresh: list[Position] = []  # entries the chunk under way made (``step``)
 
     def start(self, default: Position = START, accepted: int | None = None) -> Position:
         """Set ``cursor`` to the store's committed cursor (``default`` before the first
@@ -126,15 +127,22 @@ class Drain:
         """Read and apply one chunk from ``cursor``; on success move ``cursor`` past it and
         add its figures to ``totals``. ``on_commit(step)``: called once a chunk is committed,
         before anything else, with the ``Step`` this returns (the writer rings its waiting
-        clients there). Raises the store error tree (nothing committed)."""
-        entries, result = drain_chunk(
-            self.store.apply_chunk,
-            self.reader,
-            self.cursor,
-            self.chunk_rows,
-            self.reject,
-            max_bytes=self.max_bytes,
-        )
+        clients there). Raises the store error tree (nothing committed): the quarantine
+        entries this chunk made are then withdrawn (``Quarantine.withdraw``), since no
+        refusal of theirs was committed; the writer decides again when it re-reads them."""
+        self._fresh: list[Position] = []
+        try:
+            entries, result = drain_chunk(
+                self.store.apply_chunk,
+                self.reader,
+                self.cursor,
+                self.chunk_rows,
+                self.reject,
+                max_bytes=self.max_bytes,
+            )
+        except BaseException as exc:  # a signal mid-chunk rolls the transaction back too
+            self._withdraw(exc)
+            raise
         if not entries:
             return Step()
         done = Step(entries, result, sum(e.size for e in entries))
@@ -182,6 +190,8 @@ class Drain:
         before its commit). A record the quarantine's audit says an operator already retried
         or dropped stays resolved (counted in ``already_resolved``). A line over the limit is
         copied to the quarantine from its segment, never read whole (``Quarantine.put``)."""
+        if not self.quarantine.has(entry.position):
+            self._fresh.append(entry.position)  # made by this chunk: withdrawn if it fails
         over = getattr(entry, "over", None)
         if over is None:
             path = self.quarantine.put(entry.position, reason, detail, entry.raw, entry.record)
@@ -210,6 +220,25 @@ class Drain:
                 detail=detail,
                 path=str(path),
             )
+
+    def _withdraw(self, exc: BaseException) -> None:
+        """Withdraw the entries the failed chunk made (module doc); an entry that was there
+        before it (a refusal committed earlier, re-read) stands."""
+        error = f"{type(exc).__name__}: {exc}"
+        for position in self._fresh:
+            try:
+                path = self.quarantine.withdraw(position, error)
+            except OSError as failure:  # the entry stays listed; the chunk's error is raised
+                exc.add_note(f"quarantine entry {position} not withdrawn: {failure}")
+                continue
+            if self.log is not None and path is not None:
+                self.log.warning(
+                    f"{self.event}.quarantine_withdrawn",
+                    position=str(position),
+                    error=error,
+                    path=str(path),
+                )
+        self._fresh = []
 
     def seal_torn_tails(self) -> bool:
         """Terminate torn tails (a producer died mid-record) at or after the cursor's segment,

@@ -135,6 +135,7 @@ def run(
     ``--json`` list); return the exit code (``Exit``). Raises ``InvalidInputError`` for a
     batch that can never apply (nothing is pushed then) and the spool's errors."""
     from quill.ops.cli.output import echo, emit_json, human_lines
+    from quill.ops.client.fence import needs_stamp
     from quill.ops.transfer import ingest
     from quill.spool import Spool
     from quill.store.apply.precheck import precheck
@@ -145,6 +146,10 @@ def run(
         ops = list(ingest.push_ops(values, session_id))
     except ValueError as exc:
         raise InvalidInputError(f"{exc}; {_NOTHING}") from None
+    if any(needs_stamp(op, data) for op, data, _ in ops):  # the store is read only then
+        from quill.ops.client.fence import stamp_ops
+
+        ops = stamp_ops(cfg, ops)
     for index, (op, data, batch) in enumerate(ops):
         try:
             precheck(op, data, batch)

@@ -130,8 +130,9 @@ def quarantine(ctx: click.Context, store: Path | None) -> None:
 def q_list(ctx: click.Context, limit: int, after: str | None, as_json: bool) -> None:
     """Quarantined records in spool order: id (position), reason, op, batch, when; a page of
     --limit at a time (--after CURSOR: the next page). --json prints {"quarantine": DIR,
-    "entries": [...], "next": CURSOR or null}; without --json a note on stderr gives the next
-    page's cursor."""
+    "entries": [...], "uncommitted": [...], "next": CURSOR or null}; without --json a note on
+    stderr gives the next page's cursor. Refusals whose chunk failed to commit are not
+    quarantined: listed apart ("uncommitted", first page only)."""
     q = _quarantine(ctx)
     start = paging.decode(after, "quarantine", (int, int)) if after is not None else None
     entries, cursor = paging.page(q.entries(), _entry_key, limit, start, "quarantine")
@@ -142,8 +143,15 @@ def q_list(ctx: click.Context, limit: int, after: str | None, as_json: bool) -> 
         }
         for e in entries
     ]
+    # Refusals whose chunk did not commit (Quarantine.withdraw): not quarantined, shown apart.
+    withdrawn = [
+        {k: e.get(k) for k in ("id", "reason", "op", "batch", "uncommitted")}
+        for e in (q.uncommitted() if after is None else [])
+    ]
     if as_json:
-        emit_json({"quarantine": str(q.dir), "entries": rows, "next": cursor})
+        emit_json(
+            {"quarantine": str(q.dir), "entries": rows, "uncommitted": withdrawn, "next": cursor}
+        )
         return
     if not rows:
         paging.no_rows(f"no quarantined records{' after that cursor' if after else ''} in {q.dir}")
@@ -151,6 +159,13 @@ def q_list(ctx: click.Context, limit: int, after: str | None, as_json: bool) -> 
         click.echo(f"{len(rows)} quarantined record(s) in {q.dir}")
         for r in rows:
             click.echo(f"  {r['id']:<16} {r['reason']:<22} {r['op'] or '-':<18} {r['detail']}")
+    if withdrawn and not as_json:
+        click.echo(
+            f"{len(withdrawn)} refusal(s) not committed (the chunk failed; not quarantined: "
+            "the writer decides again when it re-reads the record):"
+        )
+        for r in withdrawn:
+            click.echo(f"  {r['id']:<16} {r['reason']:<22} {r['uncommitted']['error']}")
     paging.note_next("quarantined records", limit, cursor)
 
 

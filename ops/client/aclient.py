@@ -22,7 +22,7 @@ from typing import Any
 
 from quill.home import doorbell
 from quill.ops.client.client import WAIT_POLL_S, Client, Outcome, _check_ack
-from quill.ops.client.errors import InvalidInputError, WaitTimeoutError
+from quill.ops.client.errors import InvalidInputError, NotDrainingError, WaitTimeoutError
 from quill.spool import Ack
 
 _WRITES = (
@@ -106,13 +106,18 @@ class AsyncClient:
     def __dir__(self) -> list[str]:
         return sorted({*super().__dir__(), *_WRITES, *_READS})
 
-    async def wait(self, ack: Ack, timeout: float = 30.0) -> Outcome:
+    async def wait(
+        self, ack: Ack, timeout: float = 30.0, *, without_writer: float | None = None
+    ) -> Outcome:
         """``Client.wait`` without blocking the event loop."""
-        return (await self.wait_all([ack], timeout))[0]
+        return (await self.wait_all([ack], timeout, without_writer=without_writer))[0]
 
-    async def wait_all(self, acks: list[Ack], timeout: float = 30.0) -> list[Outcome]:
+    async def wait_all(
+        self, acks: list[Ack], timeout: float = 30.0, *, without_writer: float | None = None
+    ) -> list[Outcome]:
         """``Client.wait_all`` without blocking the event loop (woken by the writer's ring;
-        looks again every ``WAIT_POLL_S`` seconds if a ring is lost)."""
+        looks again every ``WAIT_POLL_S`` seconds if a ring is lost). ``without_writer``: as
+        for ``Client.wait`` (``NotDrainingError`` once nothing drained the spool that long)."""
         acks = [_check_ack(a) for a in acks]
         if not acks:
             return []
@@ -133,6 +138,11 @@ class AsyncClient:
 
             loop.add_reader(bell.fileno(), ring)
         mine = {(str(a.position), a.batch_id) for a in acks}
+        from quill.ops.client.wait import Draining
+
+        draining = (
+            Draining(self.sync.config, without_writer) if without_writer is not None else None
+        )
         try:
             # The client's kept reader (``Client._looking``), for every look of this wait.
             with self.sync._looking() as look:
@@ -145,6 +155,9 @@ class AsyncClient:
                     found = await asyncio.to_thread(self.sync._look, look, last, acks)
                     if found is not None:
                         return found
+                    stopped = draining.stopped() if draining is not None else None
+                    if stopped is not None:
+                        raise NotDrainingError(f"record at {last.position} not applied: {stopped}")
                     if time.monotonic() >= deadline:
                         raise WaitTimeoutError(
                             f"record at {last.position} not applied within {timeout:g} s"

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from quill.home import Settings, load
-from quill.ops.client.errors import InvalidInputError, WaitTimeoutError
+from quill.ops.client.errors import InvalidInputError, NotDrainingError, WaitTimeoutError
 from quill.ops.client.listings import Listings
 from quill.ops.client.maintenance import Maintenance
 from quill.ops.client.reads import VIEWS, Reads, _public_errors
@@ -116,13 +116,21 @@ class Client(Maintenance, Writes, Search, Listings, Reads):
 
     # -- read-your-writes ---------------------------------------------------------------------
 
-    def wait(self, ack: Ack, timeout: float = 30.0) -> Outcome:
+    def wait(
+        self, ack: Ack, timeout: float = 30.0, *, without_writer: float | None = None
+    ) -> Outcome:
         """Block until the writer dealt with ``ack``'s batch (at most ``timeout`` seconds) and
         return its ``Outcome``. Raises ``WaitTimeoutError`` (the batch stays durable and is
-        applied when a writer runs) — the usual cause is that ``quill run`` is not running."""
-        return self.wait_all([ack], timeout)[0]
+        applied when a writer runs) — the usual cause is that ``quill run`` is not running.
+        ``without_writer`` (seconds, e.g. ``wait.WRITER_GRACE_S``): fail fast instead, with
+        ``NotDrainingError`` (a ``WaitTimeoutError``), once nothing has drained the spool for
+        that long (no fleet nor writer holds its lease, or the writer halted); None (the
+        default) waits out ``timeout`` (a writer started meanwhile applies it)."""
+        return self.wait_all([ack], timeout, without_writer=without_writer)[0]
 
-    def wait_all(self, acks: list[Ack], timeout: float = 30.0) -> list[Outcome]:
+    def wait_all(
+        self, acks: list[Ack], timeout: float = 30.0, *, without_writer: float | None = None
+    ) -> list[Outcome]:
         """``wait`` for several acks at once; outcomes in the same order. Raises
         ``InvalidInputError`` for anything that is not an ``Ack``."""
         acks = [_check_ack(a) for a in acks]
@@ -131,6 +139,7 @@ class Client(Maintenance, Writes, Search, Listings, Reads):
         if not timeout >= 0:
             raise InvalidInputError(f"timeout must be ≥ 0 seconds, got {timeout!r}")
         from quill.ops.client.wait import wait_applied
+        from quill.spool import NotDrainingError as SpoolNotDraining
         from quill.spool import WaitTimeoutError as SpoolWaitTimeout
 
         last = max(acks, key=lambda a: a.position)
@@ -144,7 +153,10 @@ class Client(Maintenance, Writes, Search, Listings, Reads):
                     poll=WAIT_POLL_S,
                     look=look,
                     awaited=awaited,
+                    without_fleet=without_writer,
                 )
+            except SpoolNotDraining as exc:
+                raise NotDrainingError(str(exc)) from None
             except SpoolWaitTimeout:
                 raise WaitTimeoutError(
                     f"batch {last.batch_id} (spool position {last.position}) not applied "

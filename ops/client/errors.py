@@ -9,12 +9,15 @@ of its kind, so ``quill.Client`` users and ``quill`` command users see the same 
     │                                       another listing or query: nothing was read
     ├── NotFoundError               exit 3  no such session / job / schedule (or no store yet)
     ├── WaitTimeoutError            exit 4  the writer did not deal with a batch in time
+    │   └── NotDrainingError        exit 4  … and nothing drains the spool (no fleet, or the
+    │                                       writer halted): a fail-fast wait stopped early
     ├── AbortedError                exit 7  the user declined a confirmation: nothing changed
     ├── QuarantinedError            exit 1  the writer refused a batch (``reason``); it is kept
     ├── SpoolFullError              exit 1  the disk holding the spool is full: nothing partial
     ├── StoreBusyError              exit 1  the store is locked right now: retry
     ├── OverloadedError             exit 1  no file descriptor left (EMFILE/ENFILE): retry
     ├── StoreDamagedError           exit 1  corruption found: the writer halts, `quill recover`
+    │   └── StoreMissingError       exit 1  the store file is lost: `quill recover`
     ├── QueueUnavailableError       exit 8  the job queue (Redis, queue.db) is unreachable:
     │                                       nothing was queued; the spool is applied as ever
     ├── ScheduleUnreadableError     exit 1  ``schedule.db`` is damaged, locked or unreadable:
@@ -195,6 +198,19 @@ class WaitTimeoutError(QuillError, TimeoutError):
     )
 
 
+class NotDrainingError(WaitTimeoutError):
+    """A wait that fails fast (``QuillSession``; ``Client.wait(..., without_writer=s)``) gave
+    up before its timeout because nothing drains this data dir's spool: no fleet (nor a
+    writer) has run for the grace seconds, or the writer has halted. The batch is durable in
+    the spool and is applied once a writer runs; the message says which case it is."""
+
+    kind = "not_draining"
+    default_hint = (
+        "the batch is durable in the spool: start the fleet (`quill run`) and it is applied; "
+        "`quill status` shows the fleet and any halt"
+    )
+
+
 class AbortedError(QuillError):
     """The user answered no to a confirmation (``quill sessions delete``); nothing was changed."""
 
@@ -258,6 +274,13 @@ class StoreDamagedError(QuillError):
         "`quill status` shows whether the writer halted on it; `quill recover` rebuilds the "
         "store from the newest snapshot plus the spool"
     )
+
+
+class StoreMissingError(StoreDamagedError):
+    """The SQLite store file is gone and the spool alone no longer holds its history (a
+    snapshot exists, or the spool starts past segment 1): reads refuse to answer as if
+    nothing had been applied. ``quill recover`` restores the newest snapshot and replays the
+    spool (``ops.client.stores.lost_store``; ``quill status`` says "store MISSING")."""
 
 
 class QueueUnavailableError(QuillError):
@@ -343,6 +366,8 @@ def _public(exc: BaseException) -> QuillError | None:
             )
         if isinstance(exc, spool_errors.InvalidOpError):
             return InvalidInputError(text, hint="fix the op or message; nothing was appended")
+        if isinstance(exc, spool_errors.NotDrainingError):
+            return NotDrainingError(text)
         if isinstance(exc, spool_errors.WaitTimeoutError):
             return WaitTimeoutError(text)
         return StorageError(text)

@@ -32,17 +32,18 @@ def where(cfg: Any) -> str:
 
 
 def lost_store(cfg: Any) -> Any:
-    """A ``StoreDamagedError`` (exit 1, hint ``quill recover``) when ``cfg``'s SQLite store
-    file is gone and the spool alone no longer holds its history (a snapshot exists or the
-    spool starts past segment 1: ``store.sqlite.store.history_missing``, the test the writer
-    halts on), else None: a store that does not exist yet is "nothing applied", an empty
-    answer; a lost one is not, and an empty listing would hide it."""
+    """A ``StoreMissingError`` (a ``StoreDamagedError``: exit 1, hint ``quill recover``)
+    when ``cfg``'s SQLite store file is gone and the spool alone no longer holds its history
+    (a snapshot exists or the spool starts past segment 1:
+    ``store.sqlite.store.history_missing``, the test the writer halts on), else None: a
+    store that does not exist yet is "nothing applied", an empty answer; a lost one is not,
+    and an empty listing would hide it."""
     if not factory.capabilities(cfg).local_file:
         return None
-    from quill.ops.client.errors import StoreDamagedError
+    from quill.ops.client.errors import StoreMissingError
     from quill.store.sqlite.store import history_missing
 
     why = history_missing(cfg.state_db, cfg.spool_dir, cfg.snapshots_dir)
     if why is None:
         return None
-    return StoreDamagedError(why, hint="`quill recover` (with `quill run` stopped)")
+    return StoreMissingError(why, hint="`quill recover` (with `quill run` stopped)")

@@ -21,7 +21,7 @@ from typing import Any
 
 from quill.home import doorbell
 from quill.ops.client.stores import open_reader
-from quill.spool import Ack, Position, Quarantine, WaitTimeoutError
+from quill.spool import Ack, NotDrainingError, Position, Quarantine, WaitTimeoutError
 from quill.store.errors import CantOpenError, TransientError
 
 
@@ -166,15 +166,13 @@ def wait_applied(
     removed from it, and the wait ends as soon as it is empty (those batches are applied:
     the caller need not read their outcomes).
     Raises ``WaitTimeoutError`` after ``timeout`` seconds, or, when ``without_fleet`` is given,
-    as soon as no fleet has run on the data dir for that many seconds (nothing would apply
-    the record; a command that needs it applied says so at once instead of waiting out
-    ``timeout``). ``look``: the caller's ``Looker`` (kept open for its ``outcomes``), else
-    one of this wait's own."""
-    from quill.home import RunDir
-
+    ``NotDrainingError`` (a ``WaitTimeoutError``) as soon as nothing has drained the spool for
+    that many seconds (``Draining``: no fleet and no writer holds its lease, or the writer
+    halted): nothing would apply the record, so a caller that needs it applied says so at
+    once instead of waiting out ``timeout``. ``look``: the caller's ``Looker`` (kept open for
+    its ``outcomes``), else one of this wait's own."""
     start = time.monotonic()
-    fleet_seen = start
-    rd = RunDir(cfg.home)
+    draining = Draining(cfg, without_fleet) if without_fleet is not None else None
     with Looker(cfg) if look is None else contextlib.nullcontext(look) as look:
         cursor = look.cursor()
         if cursor is not None and cursor > position:  # applied already: no doorbell needed
@@ -187,18 +185,14 @@ def wait_applied(
                 cursor = look.cursor()
                 if cursor is not None and cursor > position:
                     return time.monotonic() - start
-                now = time.monotonic()
-                if without_fleet is not None and rd.fleet_running():
-                    fleet_seen = now
-                gave_up = without_fleet is not None and now - fleet_seen >= without_fleet
-                if gave_up or now - start >= timeout:
-                    within = (
-                        f"after no fleet ran for {without_fleet:g} s"
-                        if gave_up
-                        else (f"within {timeout:g} s")
+                stopped = draining.stopped() if draining is not None else None
+                if stopped is not None:
+                    raise NotDrainingError(
+                        f"record at {position} not applied: {stopped} (store cursor: {cursor})"
                     )
+                if time.monotonic() - start >= timeout:
                     raise WaitTimeoutError(
-                        f"record at {position} not applied {within} "
+                        f"record at {position} not applied within {timeout:g} s "
                         f"(store cursor: {cursor}); {why_not_applied(cfg)}"
                     )
                 rings = pause(poll)
@@ -258,6 +252,59 @@ def _ringing(waiters_dir: Path) -> Iterator[Callable[[float], bytes]]:
     finally:
         if bell is not None:
             bell.close(remove=True)
+
+
+#: How long a wait that fails fast (``Draining``) gives a fleet that is starting, or a writer
+#: its supervisor restarts, to take its lease before it says that nothing drains the spool (s).
+WRITER_GRACE_S = 2.0
+
+
+def not_draining(cfg: Any) -> str | None:
+    """Why nothing applies this data dir's spool now (a sentence that says what to do), or
+    None when something may: the writer's sticky halt applies to the store (it stays until
+    ``quill recover``), or neither a fleet nor a writer holds its lease. Only live
+    processes' records count (``quill.home.RunDir``), as ``quill status`` reads them."""
+    from quill.home import RunDir, WriterStatus
+
+    rd = RunDir(cfg.home)
+    writer = WriterStatus.from_json(rd.live("writer"))
+    if rd.halt(cfg.state_db) is not None or writer.halted:
+        return (
+            "the writer has halted, so nothing applies the spool (the record is safe in it; "
+            "`quill doctor` says why, `quill recover` rebuilds the store)"
+        )
+    if rd.fleet_running() or rd.lease_holder("writer") is not None:
+        return None
+    return (
+        "no fleet is running on this data dir, so nothing applies the spool: start `quill run` "
+        "(the record is safe in the spool and is applied once a writer runs)"
+    )
+
+
+class Draining:
+    """Whether a wait should go on: ``stopped()`` is ``not_draining``'s sentence once it has
+    held for ``grace`` seconds on end (a fleet starting, a writer restarting, is given that
+    long), else None. Looks at the run directory at most every ``every`` seconds (a look
+    reads lease and status files)."""
+
+    def __init__(self, cfg: Any, grace: float, every: float = 0.2):
+        self.cfg, self.grace, self.every = cfg, grace, every
+        self._since: float | None = None  # when not_draining was first seen, monotonic s
+        self._why: str | None = None
+        self._looked = -float("inf")
+
+    def stopped(self) -> str | None:
+        now = time.monotonic()
+        if now - self._looked >= self.every:
+            self._looked = now
+            self._why = not_draining(self.cfg)
+            if self._why is None:
+                self._since = None
+            elif self._since is None:
+                self._since = now
+        if self._why is None or self._since is None or now - self._since < self.grace:
+            return None
+        return f"{self._why} (so for {now - self._since:.1f} s)"
 
 
 def why_not_applied(cfg: Any) -> str:

@@ -64,12 +64,18 @@ class Writes:
 
     def submit(self, op: str, data: dict[str, Any], *, batch_id: str | None = None) -> Ack:
         """Append any op (``op`` one of docs/ops.md's kinds, ``data`` its payload) durably and
-        return its ``Ack``. Raises ``InvalidInputError`` (with ``reason``) if the op can never
+        return its ``Ack``. An op on a session the store holds (rename, flags, end, read mark)
+        carries ``deletions_seen`` (``ops.client.fence``): a delete applied before it makes it a
+        no-op instead of re-creating the session. Raises ``InvalidInputError`` (with
+        ``reason``) if the op can never
         apply — ``record-too-large`` past ``[spool] max_record_bytes``; nothing is appended
         then — ``SpoolFullError`` or ``StorageError``."""
+        from quill.ops.client.fence import needs_stamp, stamp_ops
         from quill.store.apply.precheck import precheck
         from quill.store.errors import InvalidOpError
 
+        if needs_stamp(op, data):  # an op on a session it saw: fenced against a delete since
+            data = stamp_ops(self.config, [(op, data, batch_id)])[0][1]
         try:
             plain = precheck(op, data, batch_id)
         except InvalidOpError as exc:

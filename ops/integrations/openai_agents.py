@@ -19,9 +19,15 @@ Contract (the SDK's ``memory/session.py`` docstrings):
 
 * ``add_items(items)`` is one ``messages.append`` op — one batch, all or nothing, in the
   caller's order — and returns once the writer applied it (read-your-writes: the next
-  ``get_items``, in any process, sees it). Needs a running fleet (``quill run``); after
-  ``wait_timeout`` seconds it raises ``quill.WaitTimeoutError`` (the batch is durable and is
-  applied later). A refused batch raises ``quill.QuarantinedError`` with the reason.
+  ``get_items``, in any process, sees it). Needs a running fleet (``quill run``): when
+  nothing drains the spool — no fleet (nor writer) for ``writer_grace`` seconds (2 s: a
+  fleet starting or a writer restarting is waited for), or a halted writer — it raises
+  ``quill.NotDrainingError`` at once, saying which, instead of waiting out ``wait_timeout``;
+  a writer that runs but has not applied the batch within ``wait_timeout`` seconds raises
+  ``quill.WaitTimeoutError`` (``NotDrainingError`` is one too). Either way the batch is
+  durable in the spool and is applied once a writer runs: never append it again (batch
+  ids make a retry of the same items a second batch). A refused batch raises
+  ``quill.QuarantinedError`` with the reason. ``pop_item`` and ``clear_session`` wait alike.
 * ``get_items(limit)`` returns the latest ``limit`` live items oldest first (``None``: the
   session settings' limit, else all). A limit ≤ 0 returns ``[]`` (like the SDK's Redis session
   and ``SimpleListSession``).
@@ -79,6 +85,7 @@ except ImportError:  # older SDKs compact by clear_session + add_items only
 
 from quill.ops.client.aclient import AsyncClient
 from quill.ops.client.errors import NotFoundError, QuarantinedError
+from quill.ops.client.wait import WRITER_GRACE_S
 
 #: The message field that keeps the SDK item verbatim.
 ITEM_FIELD = "openai_agents_item"
@@ -192,8 +199,10 @@ class QuillSession:
 
     ``client``: a ``quill.AsyncClient`` (or give ``home``; default ``$QUILL_HOME``).
     ``source``: the Quill session source (listings, prune policy). ``wait_timeout``: seconds
-    ``add_items``/``pop_item``/``clear_session`` wait for the writer. ``session_settings``:
-    the SDK's ``SessionSettings`` (its ``limit`` is ``get_items``' default).
+    ``add_items``/``pop_item``/``clear_session`` wait for the writer. ``writer_grace``:
+    seconds without a running fleet (or writer) before they raise ``NotDrainingError``
+    instead (None: wait out ``wait_timeout`` whatever runs). ``session_settings``: the SDK's
+    ``SessionSettings`` (its ``limit`` is ``get_items``' default).
     """
 
     def __init__(
@@ -204,6 +213,7 @@ class QuillSession:
         home: str | None = None,
         source: str = "openai-agents",
         wait_timeout: float = 30.0,
+        writer_grace: float | None = WRITER_GRACE_S,
         session_settings: SessionSettings | dict[str, Any] | None = None,
     ):
         self.session_id = session_id
@@ -217,6 +227,7 @@ class QuillSession:
         self.client = client or AsyncClient(home)
         self.source = source
         self.wait_timeout = wait_timeout
+        self.writer_grace = writer_grace
         self._closed = False
 
     def close(self) -> None:
@@ -228,8 +239,13 @@ class QuillSession:
         if self._closed:
             raise RuntimeError("QuillSession is closed")
 
+    async def _wait(self, ack: Any) -> Any:
+        """The outcome of ``ack``'s batch (``AsyncClient.wait``). Raises ``NotDrainingError``
+        when nothing drains the spool for ``writer_grace`` s, ``WaitTimeoutError``."""
+        return await self.client.wait(ack, self.wait_timeout, without_writer=self.writer_grace)
+
     async def _applied(self, ack: Any, what: str) -> None:
-        outcome = await self.client.wait(ack, self.wait_timeout)
+        outcome = await self._wait(ack)
         if not outcome.applied:
             raise QuarantinedError(
                 f"{what} on session {self.session_id!r} was refused: {outcome.reason}: "
@@ -280,7 +296,7 @@ class QuillSession:
                 **_named(head, "from_message_id", "from_ext_id"),
                 **_named(head, "expect_head_id", "expect_head_ext_id"),
             )
-            outcome = await self.client.wait(ack, self.wait_timeout)
+            outcome = await self._wait(ack)
             if outcome.applied:
                 return copy.deepcopy(message_to_items(head)[-1])
             if outcome.reason not in _MOVED:
@@ -366,7 +382,7 @@ class QuillSession:
                 **_named(first_row, "from_message_id", "from_ext_id"),
                 **_named(rows[-1], "expect_head_id", "expect_head_ext_id"),
             )
-            outcome = await self.client.wait(ack, self.wait_timeout)
+            outcome = await self._wait(ack)
             if outcome.applied:
                 return True
             if outcome.reason in _MOVED:

@@ -20,6 +20,7 @@ from quill.ops.client.errors import (
     NotFoundError,
     OverloadedError,
     QuillError,
+    StoreMissingError,
 )
 from quill.ops.client.errors import (
     SpoolFullError as QuillSpoolFull,
@@ -79,6 +80,8 @@ def client_errors(what: str = "") -> Iterator[None]:
         ) from None
     except OverloadedError:
         raise overloaded() from None
+    except StoreMissingError as exc:  # as ``reader`` answers a lost store
+        raise ApiError(503, "store-missing", f"{exc.message}; {exc.hint}") from None
     except QuillError as exc:  # busy, damaged or unreadable store
         raise ApiError(
             503, "store-unavailable", f"{type(exc).__name__}: {exc.default_hint}"

@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 
 from quill.ops.client.errors import InvalidInputError, OverloadedError, QuillError
 from quill.ops.client.errors import SpoolFullError as QuillSpoolFull
+from quill.ops.client.fence import stamp_ops
 from quill.ops.service.api_common import ERRORS
 from quill.ops.service.auth import require
 from quill.ops.service.errors import ApiError, overloaded
@@ -119,6 +120,8 @@ def _append(
             f"{messages} messages in one request; the limit is "
             f"{app.cfg.http_max_batch_messages} ([http] max_batch_messages)",
         )
+    # Ops on a session the store holds carry deletions_seen, as the client's (ops.client.fence).
+    ops = stamp_ops(app.cfg, ops)
     # Every op is checked before any is appended, so a refused request appends nothing; the
     # appends below do not check again (``_append_many_checked``).
     plain: list[bool] = []

@@ -59,11 +59,17 @@ def _who(request: Request, scope: str = "read") -> Any:
 
 
 def _page(request: Request, name: str, **ctx: Any) -> HTMLResponse:
-    """Render ``name``; every signed-in page says when the store is behind the spool or the
-    writer is halted (``views.store_behind``), so what it shows is not taken as complete."""
+    """Render ``name``; every signed-in page says when the store is lost (``lost``:
+    ``health.store_missing``, what status and doctor say), behind the spool or the writer is
+    halted (``views.store_behind``), so what it shows is not taken as complete."""
     who = getattr(request.state, "principal", None)
-    behind = views.store_behind(request.app.state.cfg) if who is not None else None
-    return templates.TemplateResponse(request, name, {"who": who, "behind": behind, **ctx})
+    cfg = request.app.state.cfg
+    behind = views.store_behind(cfg) if who is not None else None
+    # A lost store: the verdict and command of `quill status`/`doctor`, on every page.
+    lost = health.store_missing(cfg) if who is not None else None
+    return templates.TemplateResponse(
+        request, name, {"who": who, "behind": behind, "lost": lost, **ctx}
+    )
 
 
 def _open(request: Request) -> Reader | None:
@@ -93,7 +99,14 @@ def install(app: FastAPI) -> None:
     app.state.html_error = lambda request, status, reason, detail: templates.TemplateResponse(
         request,
         "error.html",
-        {"who": None, "status": status, "reason": reason, "detail": detail},
+        {
+            "who": None,
+            "status": status,
+            "reason": reason,
+            "detail": detail,
+            # A page that could not read a lost store says so as every page does (_page).
+            "lost": health.store_missing(app.state.cfg) if reason == "store-missing" else None,
+        },
         status_code=status,
     )
 
@@ -184,8 +197,11 @@ def install(app: FastAPI) -> None:
                     )
                 ]
         client = request.app.state.client  # the rows and hits of the API and `quill … --json`
+        lost = health.store_missing(request.app.state.cfg)  # said by the page's banner (_page)
         with api_common.client_errors():
-            if q.strip():
+            if lost:
+                pass  # nothing to list or search: the banner names the loss and `quill recover`
+            elif q.strip():
                 degraded = client.search_health()["degraded"]
                 # At most PER_SESSION hits per session (all of one session's with ``session``);
                 # a session with more says how many, linking to them.

@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 from quill.jobs import catalog
 from quill.ops.service.errors import ApiError
-from quill.ops.status import health
+from quill.ops.status import health, overdue
 from quill.ops.status.guard import read_store
 from quill.store.errors import BadCursorError, StoreError
 from quill.store.read.reader import Reader
@@ -43,7 +43,7 @@ def session_or_404(r: Reader, session_id: str) -> dict[str, Any]:
 
 def jobs(cfg: Any) -> list[dict[str, Any]]:
     """Every catalog job with its schedule(s), next run, last run and ``overdue`` flag (a
-    schedule whose next run time passed ``health.OVERDUE_AFTER_S`` ago: no scheduler fired it),
+    schedule whose next run time passed ``overdue.OVERDUE_AFTER_S`` ago: no scheduler fired it),
     and whether a user may run it now on this store: ``runnable`` (bool) and, when not,
     ``not_runnable`` (why: an internal job, or one that maintains the other kind of store;
     ``catalog.runnable``, the check ``POST /api/v1/jobs/{name}/run`` makes). When the schedule
@@ -62,7 +62,7 @@ def jobs(cfg: Any) -> list[dict[str, Any]]:
     rows = []
     for spec in catalog.JOBS:
         scheds = by_job.get(spec.name, [])
-        next_runs = [health.epoch(s["next_run"]) for s in scheds if s.get("next_run")]
+        next_runs = [overdue.epoch(s["next_run"]) for s in scheds if s.get("next_run")]
         due = min(next_runs) if next_runs else None
         try:
             catalog.runnable(spec.name, cfg)
@@ -84,7 +84,7 @@ def jobs(cfg: Any) -> list[dict[str, Any]]:
                 ],
                 "schedule_error": unreadable,
                 "next_run": due,
-                "overdue": due is not None and due < now - health.OVERDUE_AFTER_S,
+                "overdue": due is not None and due < now - overdue.OVERDUE_AFTER_S,
                 "last_run": last.get(spec.name),
                 "runnable": why_not is None,
                 "not_runnable": why_not,

@@ -11,50 +11,26 @@ import os
 import shutil
 import sqlite3
 import stat
-import time
 from typing import Any
 
 import apsw
 
 from quill.home import RunDir, Settings, WriterStatus
 from quill.ops import human
-from quill.ops.client.stores import where
 from quill.ops.purge.procedure import interrupted as interrupted_purge
 from quill.ops.status import guard, health
+from quill.ops.status.checks import check, pending_text, version, when
+from quill.ops.status.doctor_pg import pg_checks
 from quill.ops.status.history import start_gap
+from quill.ops.status.overdue import overdue_jobs
 from quill.spool import Position, Quarantine
 from quill.spool.integrity import assess
 from quill.spool.segments import stray_segments
 from quill.spool.torn import TORN_SUMMARY
 from quill.store.factory import capabilities
 from quill.store.sqlite.connection import MIN_SQLITE, shm_problem
-from quill.store.sqlite.store import history_missing
 
 FREE_WARN_BYTES = 1 << 30
-
-
-def _version(text: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in text.split(".")[:3])
-
-
-def _when(ts: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts))
-
-
-def _pending(pending: dict[str, int] | None) -> str:
-    """Tasks waiting per queue as text: ``store 1, worker 0 pending``; ``pending unknown``
-    when they could not be counted (never ``None pending`` or a dict's repr)."""
-    if pending is None:
-        return "pending unknown"
-    return ", ".join(f"{q} {n}" for q, n in pending.items()) + " pending"
-
-
-def _check(name: str, ok: bool, detail: str, *, warn_only: bool = False) -> dict[str, Any]:
-    return {
-        "check": name,
-        "status": "ok" if ok else ("warn" if warn_only else "fail"),
-        "detail": detail,
-    }
 
 
 def run_checks(cfg: Settings) -> list[dict[str, Any]]:
@@ -62,14 +38,14 @@ def run_checks(cfg: Settings) -> list[dict[str, Any]]:
     out = []
     lib = apsw.sqlite_lib_version()
     out.append(
-        _check(
+        check(
             "sqlite (store)",
-            _version(lib) >= MIN_SQLITE,
+            version(lib) >= MIN_SQLITE,
             f"apsw's SQLite {lib}; need ≥ {'.'.join(map(str, MIN_SQLITE))} (WAL-reset bug fix)",
         )
     )
     out.append(
-        _check(
+        check(
             "sqlite (queue)",
             True,
             f"system SQLite {sqlite3.sqlite_version} for huey; "
@@ -77,10 +53,10 @@ def run_checks(cfg: Settings) -> list[dict[str, Any]]:
         )
     )
     if not capabilities(cfg).local_file:
-        return out + _common_checks(cfg, _pg_checks(cfg, out))
+        return out + _common_checks(cfg, pg_checks(cfg, out))
     shm = shm_problem(cfg.state_db)
     out.append(
-        _check(
+        check(
             "shared memory",
             shm is None,
             shm + " — stop Quill, then delete it (SQLite rebuilds it "
@@ -96,7 +72,7 @@ def run_checks(cfg: Settings) -> list[dict[str, Any]]:
         if found.ok:
             figures, mode, overdue, _ = found.value
             out.append(
-                _check(
+                check(
                     "overdue jobs",
                     not overdue,
                     "; ".join(f"{o['job']}: {o['reason']}" for o in overdue)
@@ -105,7 +81,7 @@ def run_checks(cfg: Settings) -> list[dict[str, Any]]:
                 )
             )
             out.append(
-                _check(
+                check(
                     "journal mode",
                     mode == "wal",
                     f"state.db journal_mode={mode}"
@@ -119,19 +95,19 @@ def run_checks(cfg: Settings) -> list[dict[str, Any]]:
                 )
             )
             out.append(
-                _check(
+                check(
                     "store",
                     True,
                     f"{human.store_counts(figures)}, cursor {figures['cursor']}",
                 )
             )
         elif found.state == "missing":
-            out.append(_check("store", True, "state.db has no schema yet (the writer adds it)"))
+            out.append(check("store", True, "state.db has no schema yet (the writer adds it)"))
         else:
-            out.append(_check("store", False, f"cannot read state.db: {found.error}"))
+            out.append(check("store", False, f"cannot read state.db: {found.error}"))
         w = health.wal_state(cfg, WriterStatus.from_json(RunDir(cfg.home).live("writer")))
         out.append(
-            _check(
+            check(
                 "WAL size",
                 not w["high"] and not w["blocked_by_reader_since"],
                 health.describe_wal(w),
@@ -139,11 +115,11 @@ def run_checks(cfg: Settings) -> list[dict[str, Any]]:
             )
         )
         return out + _common_checks(cfg, found)
-    lost = history_missing(cfg.state_db, cfg.spool_dir, cfg.snapshots_dir)
+    lost = health.store_missing(cfg)
     out.append(
-        _check("store", False, f"{lost} (next: quill recover)")
+        check("store", False, f"{lost['error']} (next: {lost['next']})")
         if lost
-        else _check("store", True, "state.db not created yet (the writer creates it)")
+        else check("store", True, "state.db not created yet (the writer creates it)")
     )
     return out + _common_checks(cfg, guard.StoreRead("missing"))
 
@@ -153,81 +129,8 @@ def _sqlite_read(cfg: Settings, r: Any) -> tuple[Any, ...]:
     mode, overdue jobs, pending purges."""
     mode = r.conn.execute("PRAGMA journal_mode").fetchone()[0]
     figures = r.figures()
-    overdue = health.overdue_jobs(cfg, r.conn)
+    overdue = overdue_jobs(cfg, r.conn)
     return figures, mode, overdue, interrupted_purge(cfg.spool_dir, reader=r)
-
-
-def _pg_checks(cfg: Settings, out: list[dict[str, Any]]) -> guard.StoreRead:
-    """Checks of a PostgreSQL store (``[store] url``): reachable with a Quill schema, its
-    figures, every host's cursor, the last amcheck run, overdue jobs. Returns the guarded
-    read (its value: the store figures). The password in the URL is never shown."""
-    found = guard.read_store(
-        cfg,
-        lambda r: (r.figures(), r.server_figures(time.time()), health.overdue_jobs(cfg, r.conn)),
-    )
-    if found.state == "missing":  # reachable, nothing applied yet: what set-up leaves
-        out.append(
-            _check(
-                "store (postgresql)",
-                True,
-                f"{where(cfg)}: no Quill schema yet (the writer creates it at its start: "
-                "quill run)",
-            )
-        )
-        return found
-    if not found.ok:
-        out.append(_check("store (postgresql)", False, f"cannot read {where(cfg)}: {found.error}"))
-        return found
-    figures, pg, overdue = found.value
-    out.append(
-        _check(
-            "store (postgresql)",
-            True,
-            f"PostgreSQL {pg['server_version']} at {pg['url']}: "
-            f"{human.store_counts(figures)}, store {pg['size_bytes']} bytes, database "
-            f"{pg['database_bytes']} bytes; this host's cursor {figures['cursor']}",
-        )
-    )
-    out.append(
-        _check(
-            "cursors",
-            True,
-            "; ".join(
-                f"{sp['spool_id']} at {sp['cursor']}, last commit {sp['age_s']} s ago"
-                for sp in pg["spools"]
-            )
-            or "no spool applied yet",
-        )
-    )
-    a = pg["amcheck"]
-    if a is None:
-        out.append(
-            _check(
-                "amcheck", False, "pg_integrity_check has never run on this store", warn_only=True
-            )
-        )
-    else:
-        detail = (
-            f"last pg_integrity_check {a['outcome']} at "
-            f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(a['at']))}"
-        )
-        out.append(
-            _check(
-                "amcheck",
-                a["outcome"] in ("ok", "running"),
-                detail + (f": {a['error']}" if a.get("error") else ""),
-            )
-        )
-    out.append(
-        _check(
-            "overdue jobs",
-            not overdue,
-            "; ".join(f"{o['job']}: {o['reason']}" for o in overdue)
-            or "every scheduled job ran within twice its period",
-            warn_only=True,
-        )
-    )
-    return found._replace(value=(figures, None))
 
 
 def _history_check(cfg: Settings, found: guard.StoreRead) -> dict[str, Any]:
@@ -238,7 +141,7 @@ def _history_check(cfg: Settings, found: guard.StoreRead) -> dict[str, Any]:
         gap = start_gap(cfg, found.value[0]["cursor"])
     else:
         gap = start_gap(cfg, None) if found.state == "missing" and not lost_file else None
-    return _check(
+    return check(
         "spool history",
         gap is None,
         "the store holds a cursor for this spool, or the spool holds its whole history"
@@ -263,7 +166,7 @@ def _common_checks(cfg: Settings, found: guard.StoreRead) -> list[dict[str, Any]
         if path.exists() and stat.S_IMODE(os.stat(path).st_mode) & 0o077:
             loose.append(f"{path.name}={oct(stat.S_IMODE(os.stat(path).st_mode))}")
     out.append(
-        _check(
+        check(
             "file modes",
             not loose,
             "owner-only" if not loose else "group/other access: " + ", ".join(loose),
@@ -273,12 +176,12 @@ def _common_checks(cfg: Settings, found: guard.StoreRead) -> list[dict[str, Any]
     for role in ("fleet", "writer", "scheduler"):
         holder = rd.lease_holder(role)
         out.append(
-            _check(f"{role} lease", True, f"held by pid {holder['pid']}" if holder else "free")
+            check(f"{role} lease", True, f"held by pid {holder['pid']}" if holder else "free")
         )
     writer = WriterStatus.from_json(rd.live("writer"))
     halt = rd.halt(cfg.state_db) or (writer.halt if writer.halted else None)
     out.append(
-        _check(
+        check(
             "halt",
             not halt,
             "not halted"
@@ -290,12 +193,12 @@ def _common_checks(cfg: Settings, found: guard.StoreRead) -> list[dict[str, Any]
     others = {role: rd.last(role) for role in ("scheduler", "consumer")}
     queue = health.queue_state(cfg, writer if writer.alive else None, others)
     out.append(
-        _check(
+        check(
             "job queue",
             not queue["unavailable_since"],
-            f"{queue['where']}: {_pending(queue['pending'])}"
+            f"{queue['where']}: {pending_text(queue['pending'])}"
             if not queue["unavailable_since"]
-            else f"unreachable since {_when(queue['unavailable_since'])}: {queue['error']}; "
+            else f"unreachable since {when(queue['unavailable_since'])}: {queue['error']}; "
             "appends are applied, queued and scheduled jobs wait",
             warn_only=True,
         )
@@ -311,7 +214,7 @@ def _common_checks(cfg: Settings, found: guard.StoreRead) -> list[dict[str, Any]
         )
         hint = "; end the transaction of the process holding its lock (`fuser schedule.db`)"
         out.append(
-            _check(
+            check(
                 "schedule store",
                 False,
                 f"{readable['state']}: {readable['error']}{waited}"
@@ -319,15 +222,15 @@ def _common_checks(cfg: Settings, found: guard.StoreRead) -> list[dict[str, Any]
             )
         )
     elif readable["readable"] is False:
-        out.append(_check("schedule store", False, f"{readable['error']}; move it aside"))
+        out.append(check("schedule store", False, f"{readable['error']}; move it aside"))
     else:
         out.append(
-            _check(
+            check(
                 "schedule store",
                 not unwritable,
                 "writable"
                 if not unwritable
-                else f"unwritable since {_when(sched['schedule_unwritable_since'])}: "
+                else f"unwritable since {when(sched['schedule_unwritable_since'])}: "
                 f"{sched['schedule_error']}; next run times of "
                 f"{', '.join(sched.get('schedule_held') or [])} held in memory, "
                 "jobs fire on time",
@@ -335,11 +238,11 @@ def _common_checks(cfg: Settings, found: guard.StoreRead) -> list[dict[str, Any]
             )
         )
     free = shutil.disk_usage(next(p for p in (cfg.home, *cfg.home.parents) if p.exists())).free
-    out.append(_check("free space", free > FREE_WARN_BYTES, f"{free} bytes free", warn_only=True))
+    out.append(check("free space", free > FREE_WARN_BYTES, f"{free} bytes free", warn_only=True))
     figures = found.value[0] if found.ok else None
     sp = guard.progress(cfg, found, figures["cursor"] if figures else None)
     out.append(
-        _check(
+        check(
             "spool lag",
             sp["lag_s"] is not None and sp["lag_s"] < 60,
             guard.describe_progress(sp),
@@ -348,7 +251,7 @@ def _common_checks(cfg: Settings, found: guard.StoreRead) -> list[dict[str, Any]
     )
     stray = stray_segments(cfg.home, cfg.spool_dir) if cfg.home.exists() else []
     out.append(
-        _check(
+        check(
             "stray segments",
             not stray,
             "none: every segment is in the spool the writer drains"
@@ -371,7 +274,7 @@ def _common_checks(cfg: Settings, found: guard.StoreRead) -> list[dict[str, Any]
         "no purge running"
     )
     out.append(
-        _check(
+        check(
             "purge",
             not unfinished,
             "no interrupted purge"
@@ -385,12 +288,12 @@ def _common_checks(cfg: Settings, found: guard.StoreRead) -> list[dict[str, Any]
     # the classification `spool verify` and `status` use).
     cursor = Position.parse(sp["cursor"]) if sp["cursor"] else None
     integrity = assess(cfg.spool_dir, cursor=cursor, scan=True, max_line=cfg.max_record_bytes)
-    out.append(_check("spool integrity", not integrity.lost, integrity.summary()))
+    out.append(check("spool integrity", not integrity.lost, integrity.summary()))
     quarantine = Quarantine(cfg.spool_dir)
     torn = quarantine.torn_count()
     q = quarantine.count() - torn
     out.append(
-        _check(
+        check(
             "quarantine",
             q == 0,
             f"{q} record(s) in {cfg.spool_dir / 'quarantine'}"

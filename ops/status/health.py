@@ -9,23 +9,21 @@ holds the figures ``quill.ops.service.metrics`` exports, under the same names.
 
 from __future__ import annotations
 
-import datetime as dt
 import shutil
 import time
 from typing import Any
 
-import apsw
-
 from quill.home import RunDir, WriterStatus
-from quill.jobs.schedule import ScheduleUnreadableError
+from quill.ops.client.stores import lost_store
+from quill.ops.human import ago
 from quill.ops.purge.procedure import interrupted as interrupted_purge
 from quill.ops.status import guard
 from quill.ops.status.history import start_gap
-from quill.ops.status.schedule import fired_schedules, schedule_state
+from quill.ops.status.overdue import overdue_jobs, overdue_schedules
+from quill.ops.status.schedule import schedule_state
 from quill.spool import Position, Quarantine
 from quill.spool.integrity import assess
 from quill.store.factory import capabilities
-from quill.store.sqlite.store import history_missing
 from quill.workers.status import COMMIT_BUCKETS_S
 from quill.workers.watch_state import WatchState, lag
 
@@ -33,9 +31,6 @@ from quill.workers.watch_state import WatchState, lag
 #: rotation plus a chunk's WAL growth need a few MiB; 64 MiB leaves margin).
 LOW_DISK_BYTES = 64 << 20
 ROLES = ("writer", "scheduler", "consumer", "http")
-#: A schedule whose next run time passed this long ago was not fired: no scheduler is running
-#: it (the scheduler wakes every second, so two minutes is never normal).
-OVERDUE_AFTER_S = 120.0
 
 
 def fleet_state(cfg: Any) -> dict[str, Any]:
@@ -78,6 +73,17 @@ def fleet_state(cfg: Any) -> dict[str, Any]:
     return out
 
 
+def store_missing(cfg: Any) -> dict[str, Any] | None:
+    """The one verdict on a lost store, as ``quill status``, ``quill doctor`` and the dashboard
+    give it: ``{"state": "missing", "error": why, "next": "quill recover"}`` when the SQLite
+    store file is absent and the spool alone no longer holds its history
+    (``ops.client.stores.lost_store``: the writer would halt at its start, so this is said
+    now, with the command, never as "not created yet"); None when the file is there, the
+    spool holds everything (a store not created yet), or the store is PostgreSQL."""
+    lost = lost_store(cfg)  # the test the CLI's and the API's reads refuse a lost store by
+    return {"state": "missing", "error": lost.message, "next": "quill recover"} if lost else None
+
+
 def collect(cfg: Any) -> dict[str, Any]:
     """The status document: home, fleet, store figures, recent jobs, spool, disk, metrics.
 
@@ -110,12 +116,7 @@ def collect(cfg: Any) -> dict[str, Any]:
     if found.ok:
         data["store"], data["jobs"], data["overdue"] = got["store"], got["jobs"], got["overdue"]
     elif found.state == "missing":
-        # Absent and unrecoverable from the spool alone (a lost state.db): the writer would
-        # halt at its start, so say so now with the command, not "not created yet".
-        lost = history_missing(cfg.state_db, cfg.spool_dir, cfg.snapshots_dir) if local else None
-        data["store"] = (
-            {"state": "missing", "error": lost, "next": "quill recover"} if lost else None
-        )
+        data["store"] = store_missing(cfg)  # lost, or (None) not created yet
         data["jobs"], data["overdue"] = [], overdue_jobs(cfg, None)
     else:
         data["store"] = {"state": "unreadable", "error": found.error}
@@ -220,98 +221,6 @@ def watch_state(cfg: Any) -> dict[str, Any]:
         return {**out, "error": f"{cfg.watch_state}: {exc.strerror or exc}"}
 
 
-def overdue_schedules(fleet: dict[str, Any], now: float) -> list[str]:
-    """Ids of schedules (as the scheduler last published them) whose next run time is more
-    than ``OVERDUE_AFTER_S`` in the past."""
-    out = []
-    for job in (fleet.get("scheduler") or {}).get("jobs") or []:
-        if job.get("next_run") and epoch(job["next_run"]) < now - OVERDUE_AFTER_S:
-            out.append(job["id"])
-    return out
-
-
-def epoch(value: Any) -> float:
-    """An ISO datetime (UTC when naive) or epoch seconds → epoch seconds."""
-    if isinstance(value, (int, float)):
-        return float(value)
-    parsed = dt.datetime.fromisoformat(str(value))
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=dt.UTC)
-    return parsed.timestamp()
-
-
-#: A job is overdue when its last success is older than this many periods (one period
-#: late can be a slow run; two means a run was missed).
-OVERDUE_PERIODS = 2
-
-
-def overdue_jobs(
-    cfg: Any, conn: apsw.Connection | None, now: float | None = None
-) -> list[dict[str, Any]]:
-    """Scheduled (not paused) jobs that are overdue: the last ``ok`` run is older than
-    ``OVERDUE_PERIODS`` × the schedule's period, or there never was one although job runs
-    have been recorded for longer than that (a brand-new data dir is not overdue).
-
-    ``conn`` is a read connection on the store (None: no store yet, so nothing ran). The
-    schedules are those the scheduler fires (``fired_schedules``: on PostgreSQL the store's,
-    never a ``schedule.db`` left from SQLite days). Each item: ``job``, ``period_s``,
-    ``last_ok`` (epoch s or None), ``late_s``, ``reason``. An unreadable ``schedule.db``
-    gives [] here: ``schedule_state`` reports it beside."""
-    now = time.time() if now is None else now
-    periods: dict[str, float] = {}
-    try:
-        schedules = fired_schedules(cfg, conn)
-    except ScheduleUnreadableError:
-        schedules = []  # said by schedule_state, in the same document
-    for s in schedules:
-        if not s["paused"] and s["period_s"]:
-            periods[s["job"]] = min(periods.get(s["job"], s["period_s"]), s["period_s"])
-    if not periods:
-        return []
-    last_ok: dict[str, float] = {}
-    since = None
-    if conn is not None:
-        last_ok = dict(
-            conn.execute(
-                "SELECT job, max(started_at) FROM job_runs WHERE outcome = 'ok' GROUP BY job"
-            )
-        )
-        since = conn.execute("SELECT min(started_at) FROM job_runs").fetchone()[0]
-    out = []
-    for job, period in sorted(periods.items()):
-        limit = OVERDUE_PERIODS * period
-        ok = last_ok.get(job)
-        if ok is not None and now - ok > limit:
-            out.append(
-                {
-                    "job": job,
-                    "period_s": period,
-                    "last_ok": ok,
-                    "late_s": round(now - ok - period),
-                    "reason": f"last success {_ago(now - ok)} ago; runs every {_ago(period)}",
-                }
-            )
-        elif ok is None and since is not None and now - since > limit:
-            out.append(
-                {
-                    "job": job,
-                    "period_s": period,
-                    "last_ok": None,
-                    "late_s": round(now - since - period),
-                    "reason": f"never succeeded in {_ago(now - since)} of recorded runs; "
-                    f"runs every {_ago(period)}",
-                }
-            )
-    return out
-
-
-def _ago(seconds: float) -> str:
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
-        if seconds >= size:
-            return f"{seconds / size:.1f} {unit}"
-    return f"{seconds:.0f} s"
-
-
 def queue_state(
     cfg: Any, writer: WriterStatus | None, others: dict[str, Any] | None = None
 ) -> dict[str, Any]:
@@ -399,7 +308,7 @@ def describe_wal(w: dict[str, Any], now: float | None = None) -> str:
     )
     if w["blocked_by_reader_since"]:
         text += (
-            f"; checkpoints blocked by a reader for {_ago(now - w['blocked_by_reader_since'])}: "
+            f"; checkpoints blocked by a reader for {ago(now - w['blocked_by_reader_since'])}: "
             "a read transaction holds an old snapshot (a long `quill search`/export, a backup, "
             "an open sqlite3 shell) — end it and the WAL is truncated within seconds"
         )

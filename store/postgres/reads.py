@@ -9,7 +9,6 @@ is always current and ``figures`` reports every spool's cursor.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from quill.store.errors import CantOpenError
@@ -19,6 +18,7 @@ from quill.store.postgres.connection import PgConnection
 from quill.store.postgres.reach import redact
 from quill.store.read.io_retry import retry_io
 from quill.store.read.reader import Reader
+from quill.store.sqlite.job_runs import read_figures
 
 #: Tables whose size ``server_figures`` sums (the store's own, from the schema registry;
 #: APScheduler's job store lives in the same database but is not the store).
@@ -141,7 +141,7 @@ class PgReader(Reader):
                 "at": run[0],
                 "outcome": run[1],
                 "error": run[2],
-                "figures": json.loads(run[3] or "{}"),
+                "figures": read_figures(run[3]),
             }
         )
         return {

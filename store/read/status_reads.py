@@ -5,7 +5,6 @@ search health, and the store's figures (counts, cursor, FTS lag). Mixed into
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from quill.store import paging
@@ -13,6 +12,7 @@ from quill.store.errors import mapped
 from quill.store.read.io_retry import retry_io
 from quill.store.search import candidates
 from quill.store.sqlite.indexer import fts_state, indexed_upto
+from quill.store.sqlite.job_runs import read_figures
 
 
 class StatusReads:
@@ -43,7 +43,7 @@ class StatusReads:
                 "started_at": r[2],
                 "ended_at": r[3],
                 "outcome": r[4],
-                "figures": json.loads(r[5] or "{}"),
+                "figures": read_figures(r[5]),
                 "error": r[6],
             }
             for r in rows

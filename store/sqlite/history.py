@@ -23,7 +23,14 @@ import apsw
 from quill.home import Halt
 from quill.store.sqlite import effects
 from quill.store.sqlite.connection import open_reader, transaction
-from quill.store.sqlite.job_runs import HALT_JOB, HALTED, INTERRUPTED, RECOVER_JOB, RUNNING
+from quill.store.sqlite.job_runs import (
+    HALT_JOB,
+    HALTED,
+    INTERRUPTED,
+    RECOVER_JOB,
+    RUNNING,
+    read_figures,
+)
 from quill.store.sqlite.salvage import readable_rows
 
 _COLS = ("id", "job", "started_at", "ended_at", "outcome", "figures", "error")
@@ -76,12 +83,8 @@ def _judged(
     verdict = effects.judge_snapshot(snapshots_dir, started, at)
     if verdict is None or verdict[0] != "ok":
         return None
-    try:
-        fig = json.loads(figures or "{}")
-    except ValueError:
-        fig = {}
-    fig = fig if isinstance(fig, dict) else {}
-    return json.dumps({**fig, "judged": verdict[1]}), verdict[1]
+    # Figures that do not read are kept, marked unreadable with the reason (``read_figures``).
+    return json.dumps({**read_figures(figures), "judged": verdict[1]}), verdict[1]
 
 
 def _finish(row: tuple, halt: Halt | None, at: float, snapshots_dir: Path | None) -> tuple:

@@ -34,6 +34,25 @@ UNKNOWN_HOLDER = (
     "now was running when it started"
 )
 RECOVER_JOB = "recover"
+#: The key of the figures read from a ``job_runs.figures`` text that is not a JSON object
+#: (``read_figures``): ``{"reason": why, "text": the stored text}``.
+UNREADABLE = "unreadable"
+
+
+def read_figures(raw: str | None) -> dict[str, Any]:
+    """The figures dict of a ``job_runs.figures`` text (``{}`` for NULL). A text that is not
+    a JSON object is never read as no figures: it comes back as ``{UNREADABLE: {"reason",
+    "text"}}`` (why it could not be read, and the text as stored), so whoever shows or
+    rewrites the row shows it as unreadable and keeps it. Never raises."""
+    if raw is None:
+        return {}
+    try:
+        value = json.loads(raw)
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError; nesting too deep
+        return {UNREADABLE: {"reason": f"not JSON: {exc}", "text": raw}}
+    if not isinstance(value, dict):
+        return {UNREADABLE: {"reason": f"not a JSON object: a {type(value).__name__}", "text": raw}}
+    return value
 
 
 def record_job_run(
@@ -116,7 +135,7 @@ def close_interrupted(
         closed, unknown = [], set()
         ended = min(before, time.time())  # ``before`` may be +inf: "whenever it started"
         for rid, job, started, raw in rows:
-            figures = json.loads(raw or "{}")
+            figures = read_figures(raw)
             holder = figures.get("holder")
             if not exclusive and isinstance(holder, dict):
                 dead = judge(holder) if judge is not None else None

@@ -1,0 +1,76 @@
+"""A refusal whose chunk fails to commit is not a quarantined record: the writer quarantines
+a refused op inside its chunk's transaction, before the COMMIT; when the chunk then fails
+(here: a really full disk), nothing of it was committed — the store holds no refusal and the
+cursor is before the record — so its entry is withdrawn (``Quarantine.withdraw``): ``quill
+spool quarantine list`` shows it apart as not committed, ``quill status`` does not count it,
+and once the writer re-reads and refuses the record again it is quarantined as before."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+from conftest import REPO, quill_env, small_tmpfs
+from harness import InProcessWriter
+
+from quill.spool import Quarantine
+
+
+def _quarantine_list(root) -> dict:
+    proc = subprocess.run(
+        [sys.executable, "-c", "from quill.ops.cli import main; main()"]
+        + ["spool", "quarantine", "list", "--json"],
+        env=quill_env(root),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_an_entry_of_a_chunk_that_failed_to_commit_is_withdrawn_not_listed(tmp_path):
+    with small_tmpfs(tmp_path / "small", "4m") as mnt:
+        w = InProcessWriter(mnt / "home", writer={"chunk_rows": 100})
+        try:
+            w.append("session.create", {"session_id": "full"})
+            w.until_idle()
+            # Refused by the store (no such message), first in the next chunk …
+            w.append("session.read", {"session_id": "full", "message_id": 999_999})
+            for b in range(5):  # … followed by rows that no longer fit on the disk
+                w.append(
+                    "messages.append",
+                    {
+                        "session_id": "full",
+                        "messages": [
+                            {"role": "user", "content": f"{b} {i} " + "x" * 16000}
+                            for i in range(20)
+                        ],
+                    },
+                )
+            filler = mnt / "filler"
+            with open(filler, "wb") as f:  # leave ~64 KiB: room for an entry, not the rows
+                while (free := shutil.disk_usage(mnt).free) > 16 * 1024:
+                    f.write(b"\0" * (65536 if free > 256 * 1024 else 4096))
+                    f.flush()
+            w.turn(1.0)  # one try: the entry is written, then the chunk fails to commit
+            assert "disk full" in (w.writer.error or ""), w.writer.error
+            q = Quarantine(w.cfg.spool_dir)
+            assert q.count() == 0 and list(q.entries()) == []
+            [withdrawn] = q.uncommitted()
+            assert withdrawn["reason"] == "unknown-message"
+            assert "uncommitted" in withdrawn
+            listed = _quarantine_list(w.root)
+            assert listed["entries"] == []
+            assert [e["reason"] for e in listed["uncommitted"]] == ["unknown-message"]
+
+            filler.unlink()  # space returns: the chunk commits and the refusal with it
+            w.until_idle()
+            [entry] = list(q.entries())
+            assert entry["reason"] == "unknown-message" and q.uncommitted() == []
+            assert [e["reason"] for e in _quarantine_list(w.root)["entries"]] == ["unknown-message"]
+        finally:
+            w.close()

@@ -70,11 +70,13 @@ def page(
     return out, cursors.encode(listing, key(out[-1])) if more else None
 
 
-def note_next(what: str, limit: int, cursor: str | None) -> None:
-    """On stderr, when ``cursor`` is set: more ``what`` match, and the next page's option."""
+def note_next(what: str, limit: int, cursor: str | None, shown: str | None = None) -> None:
+    """On stderr, when ``cursor`` is set: more ``what`` match, which ones are shown (``shown``,
+    e.g. ``the 20 most recently stored``; default: the count ``limit``), and the next page's
+    option."""
     if cursor is not None:
         click.echo(
-            f"quill: more {what} match; showing {limit}; the next page: --after {cursor} "
+            f"quill: more {what} match; showing {shown or limit}; the next page: --after {cursor} "
             "(or --limit N)",
             err=True,
         )

@@ -270,22 +270,17 @@ def search(cfg: Any, query: str, kinds: tuple[str, ...], as_json: bool, **params
         emit_json(result)
     else:
         render.print_search(render.console(), hits, query, result=result)
+        shown = (
+            f"the best {len(hits)}"
+            if params["order"] == "relevance"
+            else f"the {len(hits)} most recently stored"
+        ) + (f", at most {result['per_session']} per session" if result["per_session"] else "")
         if result["next"] is not None:
-            paging.note_next("hits", len(hits), result["next"])
+            paging.note_next("messages", len(hits), result["next"], shown)
         elif result["more"]:
             click.echo(
-                "quill: more messages match; showing the "
-                + (
-                    f"best {len(hits)}"
-                    if params["order"] == "relevance"
-                    else f"{len(hits)} most recently stored"
-                )
-                + (
-                    f", at most {result['per_session']} per session"
-                    if result["per_session"]
-                    else ""
-                )
-                + " (--limit N, --per-session N, --session ID show more)",
+                f"quill: more messages match; showing {shown}"
+                " (--limit N, --per-session N, --session ID show more)",
                 err=True,
             )
 

@@ -82,12 +82,14 @@ def _accept_start(cfg: Any, log: Any) -> int | None:
     """Record the spool's oldest segment as the start this store may take (when segment 1 was
     collected); returns it, or None when the spool still holds its whole history."""
     from quill.home import RunDir
+    from quill.spool.identity import load_or_create
     from quill.spool.retention import collected_before
     from quill.store.factory import location
 
     first = collected_before(cfg.spool_dir)
     if first is not None:
-        RunDir(cfg.home).accept_start(location(cfg), first)
+        spool_id = load_or_create(cfg.spool_id_path)
+        RunDir(cfg.home).accept_start(location(cfg), spool_id, first)
         log.warning("recover.start_accepted", first_segment=first, store=location(cfg))
     return first
 

@@ -1,6 +1,8 @@
 """Crash torture of read-your-writes on both backends: producers append through the client and
 wait for each batch (``Client.wait``, and ``AsyncClient.wait`` whose ring-note path answers
-without a look) while the writer is killed with ``kill -9`` at random moments and restarted.
+without a look) while the writer alone, or the whole fleet (``quill run``: supervisor,
+writer, scheduler, consumer: one process group, as a host losing power), is killed with
+``kill -9`` at random moments and started again.
 
 Judged twice: (1) at the moment each wait answers "applied", the producer itself reads the
 store on a fresh reader, and the batch must be there (a ring's note may never run ahead of
@@ -8,7 +10,7 @@ the store); (2) at the end every acknowledged message is in the store exactly on
 producer's order, and every wait was answered "applied" (nothing here is invalid).
 
 Repeatable from a seed: QUILL_TORTURE_SEED (default 1234) and QUILL_TORTURE_KILLS (default 6
-kills; 30 in the QUILL_SLOW=1 variant)."""
+writer kills or 4 fleet kills; 30 and 20 in the QUILL_SLOW=1 variants)."""
 
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, quill_env
+from conftest import REPO, QuillCLI, quill_env
 
 PRODUCERS = 4
 #: Seconds a producer's wait may take: writers are down between kills for at most ~1 s.
@@ -71,14 +73,30 @@ def _producer(home: str, k: int, batches: int, log_path: str, seed: int) -> None
             time.sleep(rng.random() * 0.01)
 
 
-def _writer(home: Path) -> subprocess.Popen:
+def _start(home: Path, target: str) -> subprocess.Popen:
+    """The writer alone, or a fleet (``quill run``) in a process group of its own."""
+    argv = (
+        [sys.executable, "-m", "quill.ops.worker_main", "writer", "--home", str(home)]
+        if target == "writer"
+        else QuillCLI(home).argv("run")
+    )
     return subprocess.Popen(
-        [sys.executable, "-m", "quill.ops.worker_main", "writer", "--home", str(home)],
+        argv,
         env=quill_env(home),
         cwd=REPO,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    """``kill -9`` of ``proc``'s whole process group (a fleet's workers are in it)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(30)
 
 
 def _contents(home: Path) -> dict[str, list[str]]:
@@ -87,14 +105,23 @@ def _contents(home: Path) -> dict[str, list[str]]:
 
     client = Client(home)
     return {
-        f"w-{k}": [m["content"] for m in client.messages(f"w-{k}", "audit")] for k in range(PRODUCERS)
+        f"w-{k}": [m["content"] for m in client.messages(f"w-{k}", "audit")]
+        for k in range(PRODUCERS)
     }
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
-@pytest.mark.parametrize("kills", [6, pytest.param(30, marks=pytest.mark.slow)])
-def test_waits_answered_applied_are_in_the_store_through_writer_kills(
-    tmp_path, backend, kills, request
+@pytest.mark.parametrize(
+    ("target", "kills"),
+    [
+        ("writer", 6),
+        ("fleet", 4),
+        pytest.param("writer", 30, marks=pytest.mark.slow),
+        pytest.param("fleet", 20, marks=pytest.mark.slow),
+    ],
+)
+def test_waits_answered_applied_are_in_the_store_through_kills(
+    tmp_path, backend, target, kills, request
 ):
     seed = int(os.environ.get("QUILL_TORTURE_SEED", "1234"))
     kills = int(os.environ.get("QUILL_TORTURE_KILLS", kills))
@@ -114,13 +141,13 @@ def test_waits_answered_applied_are_in_the_store_through_writer_kills(
     ]
     for p in producers:
         p.start()
-    for _ in range(kills):  # SIGKILL the writer at random moments while producers wait
-        w = _writer(home)
-        time.sleep(rng.uniform(0.3, 1.5))
-        w.send_signal(signal.SIGKILL)
-        w.wait()
+    up = (0.3, 1.5) if target == "writer" else (1.0, 4.0)  # a fleet takes longer to start
+    for _ in range(kills):  # SIGKILL at random moments while producers wait
+        w = _start(home, target)
+        time.sleep(rng.uniform(*up))
+        _kill(w)
         time.sleep(rng.uniform(0.0, 0.3))  # waits meanwhile see no writer
-    w = _writer(home)  # a final, uninterrupted writer answers the rest
+    w = _start(home, target)  # a final, uninterrupted one answers the rest
     try:
         for p in producers:
             p.join(WAIT_S * 2)

@@ -24,8 +24,8 @@ interval — bounds what that costs: latency, never correctness. Nothing here is
 crash leaves at most a pipe file, which the next listener reuses (``Doorbell``) or a ringer
 removes (``ring_all``).
 
-Only ``os`` and ``json`` are used (no ``socket``): a producer's ``quill push`` stays cheap to
-start.
+Only ``os``, ``json`` and the layout are used (no ``socket``): a producer's ``quill push``
+stays cheap to start.
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ import json
 import os
 import stat
 from pathlib import Path
+
+from quill.home.layout import private_dirs
 
 #: Errors of a ring that mean "nobody to wake right now": no pipe file, a pipe nobody has
 #: open for reading, a pipe already full (its listener has a wake-up pending). Anything else
@@ -224,7 +226,7 @@ def listen(path: Path) -> Doorbell | None:
     have one (``CANNOT_LISTEN``: the caller polls at its old interval). Raises other
     ``OSError``s."""
     try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        private_dirs(path.parent)
         return Doorbell(path)
     except OSError as exc:
         if exc.errno in CANNOT_LISTEN:

@@ -82,3 +82,31 @@ def default_home() -> Path:
         return Path(os.environ["QUILL_HOME"]).expanduser()
     xdg = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(xdg) / "quill"
+
+
+#: Every folder Quill makes: owner-only (nothing in a data dir is for other OS users).
+PRIVATE_DIR_MODE = 0o700
+
+
+def private_dirs(path: Path) -> None:
+    """Make the folder ``path`` and each missing parent owner-only (``PRIVATE_DIR_MODE``,
+    chmod'ed whatever the umask), as ``mkdir -p`` would make them: ``Path.mkdir(parents=True)``
+    gives the parents it makes the umask's mode (0755), so a data dir a client made first was
+    listable by every user. Folders that already exist are left as they are. Raises
+    ``OSError`` (``FileExistsError`` when ``path`` or a parent is not a folder)."""
+    path = Path(path)
+    missing = []
+    probe = path
+    while not probe.is_dir():
+        missing.append(probe)
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    for folder in reversed(missing):
+        try:
+            folder.mkdir(mode=PRIVATE_DIR_MODE)
+        except FileExistsError:
+            if not folder.is_dir():
+                raise
+            continue  # another process made it meanwhile: its maker set the mode
+        os.chmod(folder, PRIVATE_DIR_MODE)

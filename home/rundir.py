@@ -302,19 +302,27 @@ class RunDir:
     def clear_swap(self) -> None:
         self.swap_file.unlink(missing_ok=True)
 
-    def accept_start(self, store: str, segment: int) -> None:
+    def accept_start(self, store: str, spool_id: str, segment: int) -> None:
         """Record that the store at ``store`` (its location: path or password-free URL) may
-        start applying this spool at ``segment`` although it holds no cursor for it and the
-        segments before were collected (``quill recover --accept-loss``). Raises OSError."""
-        self._write(self.start_file, {"store": store, "segment": int(segment)})
+        start applying the spool ``spool_id`` at ``segment`` although it holds no cursor for
+        it and the segments before were collected (``quill recover --accept-loss``). Raises
+        OSError."""
+        self._write(
+            self.start_file, {"store": store, "spool_id": spool_id, "segment": int(segment)}
+        )
 
-    def accepted_start(self, store: str) -> int | None:
-        """The first segment accepted for ``store`` by ``accept_start``, else None."""
+    def accepted_start(self, store: str, spool_id: str | None) -> int | None:
+        """The first segment accepted by ``accept_start`` for ``store`` and the spool
+        ``spool_id``, else None. An acceptance names the spool it was given for: one copied
+        with a run dir from another data dir (another spool on the same store), or written
+        before the spool was given a new id, accepts nothing here."""
         data = self._load(self.start_file)
-        if data is None or data.get("store") != store:
+        if data is None or data.get("store") != store or spool_id is None:
+            return None
+        if data.get("spool_id") != spool_id:
             return None
         segment = data.get("segment")
-        return segment if isinstance(segment, int) else None
+        return segment if isinstance(segment, int) and not isinstance(segment, bool) else None
 
     # -- reading -------------------------------------------------------------------------------
 

@@ -29,6 +29,7 @@ from quill.home.layout import (
     WATCH_STATE,
     agent_home,
     default_home,
+    private_dirs,
 )
 
 #: Who may call the HTTP API without a token: loopback peers only, nobody, or anyone.
@@ -235,7 +236,7 @@ class Settings(NamedTuple):
         ``ConfigError`` when one of them exists and is not a directory."""
         for d in (self.home, self.spool_dir, self.snapshots_dir, self.run_dir, self.logs_dir):
             try:
-                d.mkdir(parents=True, exist_ok=True)
+                private_dirs(d)
             except (FileExistsError, NotADirectoryError):
                 raise ConfigError(f"{d} exists and is not a directory") from None
             os.chmod(d, 0o700)

@@ -20,6 +20,7 @@ from typing import Any
 
 from quill.home import Settings
 from quill.home.doorbell import ring
+from quill.home.layout import private_dirs
 from quill.jobs import catalog
 from quill.jobs.errors import damaged, guarded
 from quill.jobs.huey_lazy import (
@@ -250,7 +251,7 @@ def build(
         queues = Queues(_redis_huey(store_name, url), _redis_huey(worker_name, url))
         return _register(queues, cfg)
     queue_db = Path(queue_db)
-    queue_db.parent.mkdir(parents=True, exist_ok=True)
+    private_dirs(queue_db.parent)
     return _register(Queues(_huey(STORE_QUEUE, queue_db), _huey(WORKER_QUEUE, queue_db)), cfg)
 
 

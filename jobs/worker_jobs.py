@@ -11,6 +11,7 @@ from typing import Any
 import apsw
 
 from quill.home import DEFAULTS, SNAPSHOT_GLOB, parse_snapshot_name, read_halt, snapshot_name
+from quill.home.layout import private_dirs
 from quill.spool import Position, retention
 from quill.store import packed
 from quill.store.errors import (
@@ -227,7 +228,7 @@ def snapshot(
     start = time.monotonic()
     _refuse_if_halted(db_path, halt_file)
     out_dir = Path(snapshots_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    private_dirs(out_dir)
     os.chmod(out_dir, 0o700)
     tmp = out_dir / f".snapshot-{os.getpid()}-{time.time_ns()}.tmp"
     source = open_reader(Path(db_path))

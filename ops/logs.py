@@ -9,6 +9,8 @@ from pathlib import Path
 
 import structlog
 
+from quill.home.layout import private_dirs
+
 
 def configure(
     logs_dir: Path | None, role: str, *, stderr: bool = False
@@ -18,7 +20,7 @@ def configure(
     """
     handlers: list[logging.Handler] = []
     if logs_dir is not None:
-        logs_dir.mkdir(parents=True, exist_ok=True)
+        private_dirs(logs_dir)
         path = logs_dir / f"{role}.log"
         handlers.append(logging.FileHandler(path, encoding="utf-8"))
         os.chmod(path, 0o600)

@@ -9,7 +9,8 @@ doctor``. It weighs:
   sealer terminates any torn tail before it creates the successor (``producer._seal_tail``,
   ``purge.seal``) and records its final size (``segments.SEALS_FILE``), so a sealed segment
   that is empty, ends without ``\\n`` or is shorter than its recorded size was cut short;
-  a segment shorter than the store's cursor into it lost bytes the store had applied;
+  a segment shorter than the store's cursor into it lost bytes the store had applied; a
+  segment gone at or after the cursor (past its recorded end) lost records never applied;
 * **per-producer sequence numbers** (``scan=True``): a producer handle numbers its records
   1, 2, 3 … and consumes a number only once its line is written (``producer.Spool.append``),
   and its records lie in the spool in that order, so a number skipped between two of its
@@ -172,6 +173,12 @@ def assess(
     present = set(segments)
     out.missing_segments = [n for n in range(segments[0], segments[-1]) if n not in present]
     recorded = sealed_sizes(d)
+    if cursor is not None and cursor.segment < segments[0]:
+        # Deleted before the store applied them: GC collects only segments the cursor passed
+        # (the cursor's own once it sits at the size recorded when it was sealed).
+        size = recorded.get(cursor.segment)
+        first = cursor.segment if size is not None and size > cursor.offset else cursor.segment + 1
+        out.missing_segments = [*range(first, segments[0]), *out.missing_segments]
     for n in segments[:-1]:  # sealed: a later segment exists
         problem = _sealed_problem(d / segment_name(n), recorded.get(n))
         if problem:

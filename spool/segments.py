@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from quill.home import DATA_DIR_MARKERS, SPOOL_DIR
+from quill.home.layout import private_dirs
 from quill.spool.errors import SpoolLocationError
 
 SEGMENT_RE = re.compile(r"^(\d{8})\.jsonl$")
@@ -144,7 +145,7 @@ def sealed_sizes(spool_dir: Path) -> dict[int, int]:
 
 def ensure_dir(path: Path) -> None:
     """Create ``path`` (and parents) owner-only; chmod on the path, never via an fd."""
-    path.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
+    private_dirs(path)
     os.chmod(path, DIR_MODE)
 
 

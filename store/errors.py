@@ -23,7 +23,8 @@ never by message text.
     │   │                     (this host only) and applies nothing
     │   ├── SpoolClaimedError   another live holder claims this spool id (a copied data dir)
     │   ├── CursorMismatchError the store's cursor does not belong to this spool
-    │   └── HistoryNotInSpoolError no cursor, and the spool's first segments were collected
+    │   ├── HistoryNotInSpoolError no cursor, and the spool's first segments were collected
+    │   └── SpoolGapError       segments the store had not applied yet were deleted
     ├── InvalidOpError        an op's data breaks the rules: the record is quarantined
     └── BadCursorError        a page cursor that is malformed, or of another listing or query
                               (``store.paging``): nothing was read
@@ -227,6 +228,24 @@ class HistoryNotInSpoolError(SpoolMismatchError):
     def __init__(self, message: str, first_segment: int, *, hint: str | None = None):
         super().__init__(message, hint=hint)
         self.first_segment = first_segment
+
+
+class SpoolGapError(SpoolMismatchError):
+    """The spool segment holding the store's cursor is gone, with records past the cursor
+    that were never applied (its size recorded when sealed is past the cursor), or whole
+    segments after it are gone: spool GC never deletes a segment the cursor has not passed,
+    so they were deleted by something else. Moving on to the next segment left would drop
+    acknowledged records without a word. ``next_segment``: the oldest segment after the gap."""
+
+    hint = (
+        "restore the deleted segment files into the spool if you have them; else `quill "
+        "recover --accept-loss` accepts the loss and the writer goes on at the next segment"
+    )
+    next_step = "quill recover --accept-loss"
+
+    def __init__(self, message: str, next_segment: int, *, hint: str | None = None):
+        super().__init__(message, hint=hint)
+        self.next_segment = next_segment
 
 
 class InvalidOpError(StoreError, ValueError):

@@ -144,6 +144,20 @@ def open_reader(settings: Settings, *, spool_id: str | None = None) -> ReaderLik
     return PgReader(settings.store_url, spool_id=spool_id, client=settings.pg_client_params())
 
 
+def own_spool_id(settings: Settings) -> str | None:
+    """The spool id this data dir's writer applies under, read without creating anything:
+    ``"local"`` on SQLite, the id file's on PostgreSQL, None while that file does not exist
+    (no writer or producer ran yet). Raises ``SpoolError`` for an id file that holds no
+    valid id."""
+    if not capabilities(settings).cluster:
+        return "local"
+    if not settings.spool_id_path.exists():
+        return None
+    from quill.spool.identity import load_or_create
+
+    return load_or_create(settings.spool_id_path)
+
+
 def location(settings: Settings) -> str:
     """Where the store of ``settings`` lives, for messages: ``state.db``'s path, or the
     PostgreSQL URL with its password removed."""

@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 
 from quill.home import process_identity, read_holder
+from quill.home.layout import private_dirs
 from quill.store.errors import LeaseHeldError
 
 
@@ -30,7 +31,7 @@ class Lease:
 
     def acquire(self) -> Lease:
         """Take the lease or raise ``LeaseHeldError`` naming the live holder."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_dirs(self.path.parent)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -24,9 +24,9 @@ from typing import Any
 from quill.spool import START, Entry, Position, Quarantine, SpoolReader, cursor_proof
 from quill.spool.lines import envelope
 from quill.spool.retention import collected_before
-from quill.spool.segments import segment_name
+from quill.spool.segments import sealed_sizes, segment_name
 from quill.store.apply.chunk import ChunkResult, drain_chunk
-from quill.store.errors import CursorMismatchError, HistoryNotInSpoolError
+from quill.store.errors import CursorMismatchError, HistoryNotInSpoolError, SpoolGapError
 
 #: Bytes read per spool scan; bounds memory whatever the spool size.
 READ_BYTES = 8 << 20
@@ -63,6 +63,7 @@ class Drain:
         log: Any = None,
         event: str = "writer",
         max_bytes: int = READ_BYTES,
+        check_gaps: bool = True,
     ):
         self.store = store
         self.reader = reader
@@ -75,6 +76,11 @@ class Drain:
         self.totals = {**dict.fromkeys(TOTALS, 0), "chunks": 0}
         self.already_resolved = 0
         self._fresh: list[Position] = []  # entries the chunk under way made (``step``)
+        #: Refuse to move past segments deleted before they were applied (``_crossing``);
+        #: False for a replay whose caller checked the spool's gaps itself.
+        self.check_gaps = check_gaps
+        #: The segment the user accepted to go on at (``RunDir.accepted_start``), if any.
+        self.accepted: int | None = None
 
     def start(self, default: Position = START, accepted: int | None = None) -> Position:
         """Set ``cursor`` to the store's committed cursor (``default`` before the first
@@ -88,6 +94,7 @@ class Drain:
         whole history only while segment 1 is there: past it, ``HistoryNotInSpoolError``
         (nothing applied) unless ``accepted`` (the first segment the user accepted as this
         store's start, ``RunDir.accepted_start``) is at or past the spool's oldest segment."""
+        self.accepted = accepted
         row = self.store.read_cursor_proof()
         if not row:
             first = collected_before(self.reader.dir)
@@ -129,12 +136,14 @@ class Drain:
         before anything else, with the ``Step`` this returns (the writer rings its waiting
         clients there). Raises the store error tree (nothing committed): the quarantine
         entries this chunk made are then withdrawn (``Quarantine.withdraw``), since no
-        refusal of theirs was committed; the writer decides again when it re-reads them."""
+        refusal of theirs was committed; the writer decides again when it re-reads them. Raises
+        ``SpoolGapError`` (``check_gaps``) before a chunk that would skip records deleted
+        before they were applied."""
         self._fresh: list[Position] = []
         try:
             entries, result = drain_chunk(
                 self.store.apply_chunk,
-                self.reader,
+                self._gap_checked() if self.check_gaps else self.reader,
                 self.cursor,
                 self.chunk_rows,
                 self.reject,
@@ -163,6 +172,46 @@ class Drain:
                 cursor=str(self.cursor),
             )
         return done
+
+    def _gap_checked(self) -> Any:
+        """``reader``, with each move to a later segment checked by ``_crossing`` first."""
+        drain = self
+
+        class Checked:
+            def read(self, start: Position, *, max_bytes: int) -> Any:
+                at = start
+                for entry in drain.reader.read(start, max_bytes=max_bytes):
+                    if entry.position.segment != at.segment:
+                        drain._crossing(at, entry.position.segment)
+                    yield entry
+                    at = entry.next
+
+        return Checked()
+
+    def _crossing(self, at: Position, segment: int) -> None:
+        """The read moves from ``at`` on to ``segment``: raise ``SpoolGapError`` when that
+        skips records never applied: whole segments between them are missing, or ``at``'s
+        own segment is gone with a size recorded when sealed past ``at``. Spool GC deletes
+        only segments the cursor passed, so either was deleted by something else. Accepted
+        when ``accepted`` (``quill recover --accept-loss``) is at or past ``segment``. A move
+        off the recorded end of a collected segment (or one whose size was never recorded)
+        is not a gap."""
+        if self.accepted is not None and self.accepted >= segment:
+            return
+        whole = segment - at.segment - 1
+        size = None
+        if not (self.reader.dir / segment_name(at.segment)).exists():
+            size = sealed_sizes(self.reader.dir).get(at.segment)
+        if whole <= 0 and (size is None or size <= at.offset):
+            return
+        unread = f"{size - at.offset} byte(s) of segment {at.segment} past it, " if size else ""
+        if self.log is not None:
+            self.log.critical(f"{self.event}.spool_gap", at=str(at), next_segment=segment)
+        raise SpoolGapError(
+            f"the spool's records after {at} were deleted before the writer applied them "
+            f"({unread}{whole} whole segment(s) before segment {segment}); nothing was applied",
+            segment,
+        )
 
     def until_empty(
         self,

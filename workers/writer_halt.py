@@ -23,6 +23,7 @@ from quill.store.errors import (
     CorruptError,
     CursorMismatchError,
     HistoryNotInSpoolError,
+    SpoolGapError,
     SpoolMismatchError,
 )
 from quill.store.sqlite.job_runs import HALTED, record_job_run
@@ -66,7 +67,7 @@ class HaltAndRefusal:
         store's) and return the pause before the next look (``REFUSED_RETRY_S``)."""
         if isinstance(exc, CursorMismatchError) and not self.store.cluster:
             next_step = "quill recover"  # SQLite: rebuild from a snapshot and this spool
-        elif isinstance(exc, HistoryNotInSpoolError):
+        elif isinstance(exc, (HistoryNotInSpoolError, SpoolGapError)):
             next_step = exc.next_step
         else:
             next_step = "quill spool reidentify"

@@ -82,7 +82,8 @@ class UntilIdle:
         ``store.connect``. Raises the store error tree."""
         figures = self.store.connect()
         try:
-            self.drain.start(accepted=self.run_dir.accepted_start(location(self.cfg)))
+            accepted = self.run_dir.accepted_start(location(self.cfg), self.store.spool_id)
+            self.drain.start(accepted=accepted)
             self._job_runner()
         except (*RETRYABLE, OSError):
             # Open but not started: the next try starts over from ``connect``. A store that

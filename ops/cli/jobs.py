@@ -14,6 +14,7 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
+from quill.home.layout import private_dirs
 from quill.jobs import catalog, triggers
 from quill.jobs.outage import persist
 from quill.jobs.queues import build_for
@@ -155,7 +156,7 @@ def jobs_run(
     runnable_job(cfg, name, "NAME")
     if mode is not None and name != "wal_checkpoint":
         raise click.BadParameter("only wal_checkpoint takes a mode", param_hint="--mode")
-    cfg.home.mkdir(parents=True, exist_ok=True)
+    private_dirs(cfg.home)
     queued_at = time.time()
     # Parameters are resolved from config when it runs; only an explicit option travels. A
     # queue.db another process keeps locked is waited for, within a bound (``persist``).

@@ -244,6 +244,7 @@ def spool_reidentify(cfg: Any, as_json: bool) -> None:
     from quill.spool import identity, retention
     from quill.store.factory import location, open_store
     from quill.store.postgres import claims
+    from quill.store.postgres.apply import read_cursor
 
     if not capabilities(cfg).cluster:
         raise InvalidInputError(
@@ -265,28 +266,43 @@ def spool_reidentify(cfg: Any, as_json: bool) -> None:
             # This data dir's own claim on the old id (it was the holder) goes; a claim
             # another data dir holds stays theirs.
             released = store.run_job(claims.release, old, token)
+            old_cursor = store.run_job(read_cursor, old)
         finally:
             store.close()
         with open(cfg.spool_id_path.with_name("spool-id.history"), "a", encoding="utf-8") as f:
             f.write(f"{time.time():.3f} {old} -> {new}\n")
         identity.replace(cfg.spool_id_path, new)
-        # Segments collected before were applied into this store under the old id: the new
-        # id may start at the oldest one left (else the writer refuses a cursor-less start).
+        # Segments collected before may have been applied into this store under the old id:
+        # then (its cursor is at or past the oldest one left) the new id may start there.
+        # Otherwise they went into another store (the SQLite one before the switch) and the
+        # writer's refusal of a cursor-less start stands (export/import, --accept-loss).
         first = retention.collected_before(cfg.spool_dir)
-        if first is not None:
-            RunDir(cfg.home).accept_start(location(cfg), first)
+        carried = first is not None and old_cursor is not None and old_cursor >= (first, 0)
+        if carried:
+            RunDir(cfg.home).accept_start(location(cfg), new, first)
     finally:
         lease.release()
     data = {
         "old": old,
         "new": new,
         "released_claim": released,
-        "applied_from": f"{first or 1}:0",
+        # None: the writer refuses to start the new id (HistoryNotInSpoolError) until the
+        # history is carried over and the start accepted.
+        "applied_from": "1:0" if first is None else (f"{first}:0" if carried else None),
     }
     if as_json:
         emit_json(data)
         return
     click.echo(f"spool id {old} → {new}")
+    if data["applied_from"] is None:
+        click.echo(
+            f"quill: WARNING: the spool starts at segment {first} and this store never applied "
+            "the segments before it: the writer refuses to start until their sessions are "
+            "carried over (`quill import`) and the loss accepted (`quill recover "
+            "--accept-loss`)",
+            err=True,
+        )
+        return
     click.echo(
         "the writer applies this spool under the new id from its start when it next runs "
         "(`quill run`); records the store already holds are skipped by batch id"

@@ -347,11 +347,8 @@ def _outcomes(reader: Any, spool_dir: Path, acks: list[Ack]) -> list[dict[str, A
     """``outcomes`` read on an open ``reader``."""
     marks = ", ".join("?" for _ in acks)
     ids = [a.batch_id for a in acks]
-    applied = dict(
-        reader.conn.execute(
-            f"SELECT batch_id, position FROM applied_batches WHERE batch_id IN ({marks})", ids
-        ).fetchall()
-    )
+    # Positions in this data dir's spool only (None: another host's spool applied the id).
+    applied = reader.applied_positions(ids)
     refused = {
         b: reason
         for b, reason in reader.conn.execute(

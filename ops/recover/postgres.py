@@ -79,15 +79,21 @@ def recover(cfg: Any, log: Any, *, accept_loss: bool = False) -> dict[str, Any]:
 
 
 def _accept_start(cfg: Any, log: Any) -> int | None:
-    """Record the spool's oldest segment as the start this store may take (when segment 1 was
-    collected); returns it, or None when the spool still holds its whole history."""
+    """Record the segment after the spool's last gap as where this store may go on: the
+    oldest segment when segment 1 was collected (a store with no cursor starts there), or one
+    after segments deleted before they were applied (``SpoolGapError``). Returns it, or None
+    when the spool has no gap."""
     from quill.home import RunDir
-    from quill.spool.retention import collected_before
+    from quill.spool.identity import load_or_create
+    from quill.spool.segments import list_segments
     from quill.store.factory import location
 
-    first = collected_before(cfg.spool_dir)
+    segments = list_segments(cfg.spool_dir)
+    after_gap = [n for i, n in enumerate(segments) if n > (segments[i - 1] + 1 if i else 1)]
+    first = after_gap[-1] if after_gap else None
     if first is not None:
-        RunDir(cfg.home).accept_start(location(cfg), first)
+        spool_id = load_or_create(cfg.spool_id_path)
+        RunDir(cfg.home).accept_start(location(cfg), spool_id, first)
         log.warning("recover.start_accepted", first_segment=first, store=location(cfg))
     return first
 

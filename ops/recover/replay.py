@@ -94,7 +94,8 @@ def replay(
     # or dropped is not re-opened beside a scratch copy either (same positions, same records).
     quarantine = quarantine.consult(live) if quarantine is not None else live
     reader = SpoolReader(spool_dir, max_line=max_line)
-    drain = Drain(store, reader, quarantine, chunk_rows, max_bytes=32 << 20)
+    # The caller checked the spool's gaps (recover's history_gap) or asked for this replay.
+    drain = Drain(store, reader, quarantine, chunk_rows, max_bytes=32 << 20, check_gaps=False)
     try:
         if start is None:
             # The caller chose this replay knowing the spool's start (recover checks the

@@ -36,6 +36,7 @@ from typing import Any
 import apsw
 
 from quill.home.identity import machine_id
+from quill.home.layout import private_dirs
 
 SCOPES = ("read", "write", "admin")
 _PREFIX = "quill_"
@@ -144,7 +145,7 @@ class TokenStore:
     def _open_checked(self, *, write: bool) -> apsw.Connection:
         """``_open`` without the exhaustion check."""
         if write:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            private_dirs(self.path.parent)
             conn = apsw.Connection(str(self.path))
             conn.setbusytimeout(5000)
             conn.execute(_SCHEMA + _BINDING)
@@ -199,7 +200,7 @@ class TokenStore:
             raise TokensUnavailableError(self.path, exc) from exc
 
     def _rebind(self, *, revoke_all: bool = False) -> int:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_dirs(self.path.parent)
         conn = apsw.Connection(str(self.path))
         try:
             conn.setbusytimeout(5000)

@@ -15,7 +15,7 @@ from typing import Any
 from quill.home import RunDir
 from quill.spool.retention import collected_before
 from quill.store.errors import HistoryNotInSpoolError
-from quill.store.factory import location
+from quill.store.factory import location, own_spool_id
 
 
 def start_gap(cfg: Any, cursor: str | None) -> dict[str, Any] | None:
@@ -27,7 +27,7 @@ def start_gap(cfg: Any, cursor: str | None) -> dict[str, Any] | None:
     first = collected_before(cfg.spool_dir)
     if first is None:
         return None
-    accepted = RunDir(cfg.home).accepted_start(location(cfg))
+    accepted = RunDir(cfg.home).accepted_start(location(cfg), own_spool_id(cfg))
     if accepted is not None and accepted >= first:
         return None
     return {

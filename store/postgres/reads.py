@@ -63,6 +63,18 @@ class PgReader(Reader):
         return f"{row[0]}:{row[1]}" if row else None
 
     @retry_io
+    def applied_positions(self, batch_ids: list[str]) -> dict[str, str | None]:
+        """``{batch id: "segment:offset"}`` for each of ``batch_ids`` the store applied: its
+        position in this reader's spool (``spool_id``), None when another spool applied it.
+        A position alone names no spool: host A's "1:0" is not host B's."""
+        rows = self.conn.execute(
+            "SELECT batch_id, CASE WHEN spool_id = ? THEN position END FROM applied_batches "
+            "WHERE batch_id = ANY(?)",
+            (self.spool_id, batch_ids),
+        ).fetchall()
+        return dict(rows)
+
+    @retry_io
     def figures(self) -> dict[str, Any]:
         """Counts for ``quill status``; ``cursor`` is this reader's spool's (``spool_id``),
         ``cursors`` every spool's ``{spool_id: "segment:offset"}``."""

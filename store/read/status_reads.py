@@ -108,6 +108,20 @@ class StatusReads:
         return f"{row[0]}:{row[1]}" if row else None
 
     @retry_io
+    def applied_positions(self, batch_ids: list[str]) -> dict[str, str | None]:
+        """``{batch id: "segment:offset"}`` for each of ``batch_ids`` the store applied: its
+        position in *this reader's* spool, or None when another spool's writer applied it
+        (PostgreSQL's ``PgReader``; an SQLite store has one spool)."""
+        marks = ", ".join("?" for _ in batch_ids)
+        with mapped():
+            return dict(
+                self.conn.execute(
+                    f"SELECT batch_id, position FROM applied_batches WHERE batch_id IN ({marks})",
+                    batch_ids,
+                ).fetchall()
+            )
+
+    @retry_io
     def figures(self) -> dict[str, Any]:
         """Counts and positions for ``quill status``: sessions, messages, cursor, FTS lag."""
         with mapped():

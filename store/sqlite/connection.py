@@ -19,6 +19,7 @@ from pathlib import Path
 import apsw
 
 from quill.home.descriptors import EXHAUSTED_ERRNOS
+from quill.home.layout import private_dirs
 from quill.store import packed, schema
 from quill.store.errors import (
     CantOpenError,
@@ -122,7 +123,7 @@ def open_writer(
     """
     check_sqlite_version()
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dirs(path.parent)
     problem = shm_problem(path)
     if problem:
         raise SharedMemoryError(problem)

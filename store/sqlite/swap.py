@@ -13,6 +13,7 @@ from pathlib import Path
 import apsw
 
 from quill.home import evidence_dir
+from quill.home.layout import private_dirs
 from quill.store.errors import mapped
 from quill.store.sqlite.connection import open_reader
 from quill.store.sqlite.guard import new_generation
@@ -47,7 +48,7 @@ def swap_in(new: Path, db_path: Path) -> Path:
     db_path = Path(db_path)
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
     evidence = evidence_dir(db_path.parent, f"{stamp}-{os.getpid()}")
-    evidence.mkdir(parents=True, exist_ok=True, mode=0o700)
+    private_dirs(evidence)
     for suffix in ("-wal", "-shm", ""):
         old = Path(str(db_path) + suffix)
         if old.exists():

@@ -90,6 +90,20 @@ def _start(home: Path, target: str) -> subprocess.Popen:
     )
 
 
+def _wait_up(home: Path, target: str, proc: subprocess.Popen) -> None:
+    """Until ``proc`` holds its lease (the fleet's, or the writer's): its signal handlers are
+    installed right after it takes it."""
+    from quill.home import RunDir
+
+    role = "fleet" if target == "fleet" else "writer"
+    deadline = time.monotonic() + 60
+    while RunDir(home).lease_holder(role) is None:
+        assert proc.poll() is None, f"the {role} exited {proc.returncode} while starting"
+        assert time.monotonic() < deadline, f"the {role} did not take its lease in 60 s"
+        time.sleep(0.05)
+    time.sleep(0.2)
+
+
 def _kill(proc: subprocess.Popen) -> None:
     """``kill -9`` of ``proc``'s whole process group (a fleet's workers are in it)."""
     try:
@@ -149,6 +163,9 @@ def test_waits_answered_applied_are_in_the_store_through_kills(
         time.sleep(rng.uniform(0.0, 0.3))  # waits meanwhile see no writer
     w = _start(home, target)  # a final, uninterrupted one answers the rest
     try:
+        # On a quiet machine the producers may be done before it is up: the SIGTERM below is
+        # for a started fleet (one killed while importing dies by the signal, exit -15).
+        _wait_up(home, target, w)
         for p in producers:
             p.join(WAIT_S * 2)
             assert p.exitcode == 0, f"seed {seed}: producer exit {p.exitcode}"

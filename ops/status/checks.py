@@ -32,3 +32,14 @@ def check(name: str, ok: bool, detail: str, *, warn_only: bool = False) -> dict[
         "status": "ok" if ok else ("warn" if warn_only else "fail"),
         "detail": detail,
     }
+
+
+def overdue_check(overdue: list[dict[str, Any]]) -> dict[str, Any]:
+    """The ``overdue jobs`` check (a warning) over ``overdue.overdue_jobs``'s items."""
+    return check(
+        "overdue jobs",
+        not overdue,
+        "; ".join(f"{o['job']}: {o['reason']}" for o in overdue)
+        or "every scheduled job ran within twice its period",
+        warn_only=True,
+    )

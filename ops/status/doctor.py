@@ -19,7 +19,7 @@ from quill.home import RunDir, Settings, WriterStatus
 from quill.ops import human
 from quill.ops.purge.procedure import interrupted as interrupted_purge
 from quill.ops.status import guard, health
-from quill.ops.status.checks import check, pending_text, version, when
+from quill.ops.status.checks import check, overdue_check, pending_text, version, when
 from quill.ops.status.doctor_pg import pg_checks
 from quill.ops.status.history import start_gap
 from quill.ops.status.overdue import overdue_jobs
@@ -71,15 +71,7 @@ def run_checks(cfg: Settings) -> list[dict[str, Any]]:
         found = guard.read_store(cfg, lambda r: _sqlite_read(cfg, r))
         if found.ok:
             figures, mode, overdue, _ = found.value
-            out.append(
-                check(
-                    "overdue jobs",
-                    not overdue,
-                    "; ".join(f"{o['job']}: {o['reason']}" for o in overdue)
-                    or "every scheduled job ran within twice its period",
-                    warn_only=True,
-                )
-            )
+            out.append(overdue_check(overdue))
             out.append(
                 check(
                     "journal mode",

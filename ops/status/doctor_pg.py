@@ -9,7 +9,7 @@ from quill.home import Settings
 from quill.ops import human
 from quill.ops.client.stores import where
 from quill.ops.status import guard
-from quill.ops.status.checks import check
+from quill.ops.status.checks import check, overdue_check
 from quill.ops.status.overdue import overdue_jobs
 
 
@@ -74,13 +74,5 @@ def pg_checks(cfg: Settings, out: list[dict[str, Any]]) -> guard.StoreRead:
                 detail + (f": {a['error']}" if a.get("error") else ""),
             )
         )
-    out.append(
-        check(
-            "overdue jobs",
-            not overdue,
-            "; ".join(f"{o['job']}: {o['reason']}" for o in overdue)
-            or "every scheduled job ran within twice its period",
-            warn_only=True,
-        )
-    )
+    out.append(overdue_check(overdue))
     return found._replace(value=(figures, None))

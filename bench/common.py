@@ -145,7 +145,24 @@ def revision_tree(rev: str | None) -> Iterator[str]:
                 capture_output=True,
             ).stdout
             subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+            _map_packages(Path(tmp) / "quill")
         yield tmp
+
+
+def _map_packages(tree: Path) -> None:
+    """Give the archived ``tree`` the packages its pyproject maps elsewhere
+    (``[tool.setuptools.package-dir]``, e.g. ``quill.integrations`` = ``ops/integrations``) as
+    symlinks: without them Python finds such a package through this checkout's editable
+    install, and the baseline would run this tree's code."""
+    import tomllib
+
+    dirs = tomllib.loads((tree / "pyproject.toml").read_text())["tool"]["setuptools"]
+    for name, where in dirs.get("package-dir", {}).items():
+        parts = name.split(".")[1:]
+        if parts and where != "/".join(parts):
+            link = tree.joinpath(*parts)
+            if not link.exists():
+                link.symlink_to(tree / where, target_is_directory=True)
 
 
 def run_json(module: str, tree: str, *args: str) -> Any:

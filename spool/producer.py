@@ -40,22 +40,18 @@ Durability and concurrency contract (docs/architecture.md, "The spool"):
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import os
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from quill.home import DEFAULTS
-from quill.home.descriptors import EXHAUSTED_ERRNOS
 from quill.home.doorbell import ring
-from quill.spool import envelope
+from quill.spool import envelope, segment_io
 from quill.spool.errors import (
-    DescriptorsExhaustedError,
     InvalidOpError,
     RecordTooLargeError,
     SpoolError,
-    SpoolFullError,
 )
 from quill.spool.group_commit import GroupCommit
 from quill.spool.segments import (
@@ -70,7 +66,6 @@ from quill.spool.segments import (
     segment_name,
 )
 
-_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 #: An encode buffer that grew past this (a record of many MB) is dropped after its append
 #: rather than kept by the handle for its lifetime.
 _KEEP_BUFFER_BYTES = 1 << 20
@@ -332,7 +327,7 @@ class Spool(GroupCommit):
         size is recorded (``segments.record_seal``): one found shorter later was cut too."""
         try:
             if size > 0 and os.pread(fd, 1, size - 1) != b"\n":
-                self._write_all(fd, size, b"\n")
+                segment_io.write_all(fd, size, b"\n", self._os_error)
                 size += 1
                 os.fdatasync(fd)
             record_seal(self.dir, self._segment, size)
@@ -359,7 +354,7 @@ class Spool(GroupCommit):
                     unlinked = st.st_nlink == 0
                 full = sealed or unlinked or st.st_size >= self.segment_bytes
                 if not full:
-                    offset = self._write_locked(fd, st.st_size, line)
+                    offset = segment_io.write_locked(fd, st.st_size, line, self._os_error)
                     self._seq = seq  # consumed only by a line that was written
                 elif not (sealed or unlinked):
                     self._seal_tail(fd, st.st_size)
@@ -394,38 +389,8 @@ class Spool(GroupCommit):
                 raise self._os_error(exc) from exc
         self._unsynced = self._unsynced_end = 0
 
-    def _write_locked(self, fd: int, size: int, line: bytes | memoryview) -> int:
-        """Write ``line`` at the end of the locked segment; returns the record's offset."""
-        if size > 0 and os.pread(fd, 1, size - 1) != b"\n":
-            # A torn tail from a producer killed mid-write: terminate it so it stays a
-            # line of its own (quarantined by the drain) instead of fusing with ours.
-            self._write_all(fd, size, b"\n")
-            size += 1
-        self._write_all(fd, size, line)
-        return size
-
-    def _write_all(self, fd: int, size: int, data: bytes | memoryview) -> None:
-        try:
-            written = os.write(fd, data)
-            if written != len(data):
-                raise OSError(errno.ENOSPC, "short write")
-        except OSError as exc:
-            # Leave no partial record: cut the file back to where this write began.
-            try:
-                os.ftruncate(fd, size)
-            except OSError:
-                pass  # the original error below is the one to report
-            raise self._os_error(exc) from exc
-
     def _os_error(self, exc: OSError) -> SpoolError:
-        path = self.dir / segment_name(self._segment)
-        if exc.errno in _FULL_ERRNOS:
-            import shutil
-
-            return SpoolFullError(str(path), shutil.disk_usage(self.dir).free)
-        if exc.errno in EXHAUSTED_ERRNOS:
-            return DescriptorsExhaustedError(f"no file descriptor left to append to {path}")
-        return SpoolError(f"cannot append to {path}: {exc}")
+        return segment_io.os_error(exc, self.dir / segment_name(self._segment))
 
     def _active_fd(self) -> int:
         if self._fd < 0:

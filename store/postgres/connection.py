@@ -27,19 +27,16 @@ from __future__ import annotations
 import contextlib
 import re
 import select
-import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import psycopg
 from psycopg import pq
 
-from quill.home import DEFAULTS
 from quill.store.postgres.cursor import ROWS, PgCursor
 from quill.store.postgres.dialect import ordered_args, translate
 from quill.store.postgres.errors import mapped
-from quill.store.postgres.reach import PROBE_TIMEOUT_S, database_missing
-from quill.store.postgres.session_settings import SERVER_KEEPALIVES, SERVER_QUIET
+from quill.store.postgres.session_settings import open_session
 
 _PLACEHOLDER = re.compile(r"%%|%s")
 _ROLLBACK_TO = re.compile(r"ROLLBACK\s+TO\s+(?:SAVEPOINT\s+)?(\w+)$")
@@ -85,43 +82,7 @@ class PgConnection:
             settings = {**(settings or {}), "default_transaction_read_only": "on"}
         # A ``COMMIT`` sent whose answer is not read yet (``_send_commit``).
         self._commit_sent = False
-        params: dict[str, Any] = {**DEFAULTS.pg_client_params(), **conninfo}
-        with mapped():
-            # prepare_threshold=None: psycopg prepares nothing by itself. A prepared search
-            # turns into a generic plan after five runs, and a generic plan cannot see the
-            # pattern of ``left(content, 2000) ILIKE $1``, so it walks every row instead of
-            # using the trigram index (bench/RESULTS.md). Only statements whose generic plan
-            # is known to be the right one are prepared, by name (``generic``).
-            began = time.monotonic()
-            try:
-                self._raw = psycopg.connect(
-                    url,
-                    autocommit=True,
-                    application_name=application_name,
-                    prepare_threshold=None,
-                    **params,
-                )
-            except psycopg.OperationalError as exc:
-                # A failure that took its time (a server not answering: a partition, a hung
-                # host) is not probed, so a caller's bound on a failed connect holds.
-                slow = time.monotonic() - began >= PROBE_TIMEOUT_S
-                missing = None if slow else database_missing(exc, url, params)
-                if missing is not None:
-                    raise missing from exc
-                raise
-            try:
-                pairs = [
-                    *SERVER_KEEPALIVES.items(),
-                    *SERVER_QUIET.items(),
-                    *(settings or {}).items(),
-                ]
-                self._raw.execute(
-                    "SELECT " + ", ".join("set_config(%s, %s, false)" for _ in pairs),
-                    [x for pair in pairs for x in pair],
-                )
-            except BaseException:
-                self._raw.close()
-                raise
+        self._raw = open_session(url, application_name, settings, conninfo)
         self._changes = 0
         # Statement text -> name of the prepared statement made for it on this session.
         self._prepared: dict[str, str] = {}

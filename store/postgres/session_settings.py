@@ -1,8 +1,19 @@
 """Server parameters of Quill's PostgreSQL sessions, set by ``PgConnection`` at connect
 (``set_config``): ``SERVER_KEEPALIVES`` and ``SERVER_QUIET`` on every session,
-``WRITER_SESSION`` on the sessions that write (a writer's, a migration's, an election's)."""
+``WRITER_SESSION`` on the sessions that write (a writer's, a migration's, an election's);
+``open_session`` connects and sets them."""
 
 from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import psycopg
+
+from quill.home import DEFAULTS
+from quill.store.postgres.errors import mapped
+from quill.store.postgres.reach import PROBE_TIMEOUT_S, database_missing
 
 #: Server-side bounds on every Quill session: the server ends the session of a client that
 #: vanished (a host off the network, a closed laptop lid) within ~15 s — 5 s idle + 3
@@ -38,3 +49,49 @@ SERVER_QUIET: dict[str, str] = {"client_min_messages": "error"}
 #: follow each other within milliseconds; nothing a writer does waits this long in between.
 #: Readers are not bounded so (an export may pause between pages of one snapshot).
 WRITER_SESSION: dict[str, str] = {"idle_in_transaction_session_timeout": "60000"}
+
+
+def open_session(
+    url: str,
+    application_name: str,
+    settings: Mapping[str, str] | None,
+    conninfo: Mapping[str, Any],
+) -> psycopg.Connection:
+    """A psycopg connection to ``url`` in autocommit mode with ``SERVER_KEEPALIVES``,
+    ``SERVER_QUIET`` and then ``settings`` set on the session (one round trip). ``conninfo``:
+    libpq parameters over ``DEFAULTS.pg_client_params()``. Raises the store error tree
+    (``DatabaseMissingError`` when a quick refusal names a database that does not exist)."""
+    params: dict[str, Any] = {**DEFAULTS.pg_client_params(), **conninfo}
+    with mapped():
+        # prepare_threshold=None: psycopg prepares nothing by itself. A prepared search
+        # turns into a generic plan after five runs, and a generic plan cannot see the
+        # pattern of ``left(content, 2000) ILIKE $1``, so it walks every row instead of
+        # using the trigram index (bench/RESULTS.md). Only statements whose generic plan
+        # is known to be the right one are prepared, by name (``PgConnection._generic``).
+        began = time.monotonic()
+        try:
+            raw = psycopg.connect(
+                url,
+                autocommit=True,
+                application_name=application_name,
+                prepare_threshold=None,
+                **params,
+            )
+        except psycopg.OperationalError as exc:
+            # A failure that took its time (a server not answering: a partition, a hung
+            # host) is not probed, so a caller's bound on a failed connect holds.
+            slow = time.monotonic() - began >= PROBE_TIMEOUT_S
+            missing = None if slow else database_missing(exc, url, params)
+            if missing is not None:
+                raise missing from exc
+            raise
+        try:
+            pairs = [*SERVER_KEEPALIVES.items(), *SERVER_QUIET.items(), *(settings or {}).items()]
+            raw.execute(
+                "SELECT " + ", ".join("set_config(%s, %s, false)" for _ in pairs),
+                [x for pair in pairs for x in pair],
+            )
+        except BaseException:
+            raw.close()
+            raise
+    return raw

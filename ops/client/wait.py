@@ -284,14 +284,16 @@ def not_draining(cfg: Any) -> str | None:
 class Draining:
     """Whether a wait should go on: ``stopped()`` is ``not_draining``'s sentence once it has
     held for ``grace`` seconds on end (a fleet starting, a writer restarting, is given that
-    long), else None. Looks at the run directory at most every ``every`` seconds (a look
-    reads lease and status files)."""
+    long), else None. Looks at the run directory at most every ``every`` seconds, the first
+    time ``every`` seconds after it is made (a look reads lease and status files)."""
 
     def __init__(self, cfg: Any, grace: float, every: float = 0.2):
         self.cfg, self.grace, self.every = cfg, grace, every
         self._since: float | None = None  # when not_draining was first seen, monotonic s
         self._why: str | None = None
-        self._looked = -float("inf")
+        # The first look waits ``every`` s: most waits are answered in milliseconds, and
+        # the files it reads would cost each of them (the grace is far longer anyway).
+        self._looked = time.monotonic()
 
     def stopped(self) -> str | None:
         now = time.monotonic()

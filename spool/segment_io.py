@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -54,6 +53,8 @@ def os_error(exc: OSError, path: Path) -> SpoolError:
     ``SpoolFullError`` (no space or quota), ``DescriptorsExhaustedError``, else
     ``SpoolError``."""
     if exc.errno in _FULL_ERRNOS:
+        import shutil  # only on a failed write: `quill push` imports the producer side alone
+
         return SpoolFullError(str(path), shutil.disk_usage(path.parent).free)
     if exc.errno in EXHAUSTED_ERRNOS:
         return DescriptorsExhaustedError(f"no file descriptor left to append to {path}")

@@ -25,6 +25,7 @@ Every psycopg error leaves here as the store error tree (``store.postgres.errors
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 import select
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -32,6 +33,7 @@ from typing import Any
 
 import psycopg
 from psycopg import pq
+from psycopg.adapt import Transformer
 
 from quill.store.postgres.cursor import ROWS, PgCursor
 from quill.store.postgres.dialect import ordered_args, translate
@@ -41,6 +43,12 @@ from quill.store.postgres.session_settings import open_session
 _PLACEHOLDER = re.compile(r"%%|%s")
 _ROLLBACK_TO = re.compile(r"ROLLBACK\s+TO\s+(?:SAVEPOINT\s+)?(\w+)$")
 _SAVEPOINT = re.compile(r"SAVEPOINT\s+(\w+)$")
+
+
+@functools.lru_cache(maxsize=512)
+def _template(text: str, encoding: str) -> bytes:
+    """``text`` (``translate``'s) encoded: a bytes ``%`` template for its arguments."""
+    return text.encode(encoding)
 
 
 #: Most rows an ``executemany`` sends as statements of its own with the queued ones
@@ -97,6 +105,8 @@ class PgConnection:
         self._asking = False
         self._ahead_queued: dict[tuple[str, str], PgCursor] = {}
         self._ahead: dict[tuple[str, str], PgCursor] = {}
+        # Quotes the queued statements' arguments (``_merged``), made at first use.
+        self._tx: Transformer | None = None
 
     def execute(
         self, sql: str, args: Sequence[Any] | None = None, *, generic: bool = False
@@ -209,7 +219,8 @@ class PgConnection:
         if self._begin_pending:  # a read snapshot's first statement takes its BEGIN along
             return self.execute(sql, args)
         params = ordered_args(order, args)
-        key = (text, repr(params))
+        # the key of a read asked ahead, made only while one may be asked or taken
+        key = (text, repr(params)) if self._ahead or self._asking else None
         if key in self._ahead and all(_SAVEPOINT.match(t.strip().upper()) for t, *_ in self._queue):
             return self._ahead.pop(key)  # nothing sent or queued since could change its rows
         out = PgCursor(None, self)
@@ -250,10 +261,7 @@ class PgConnection:
         counts: list[int] = []
         try:
             with mapped():
-                cur.execute(
-                    "; ".join(text for text, _, _ in queue),
-                    [a for _, bind, _ in queue for a in bind or ()],
-                )
+                cur.execute(self._merged(queue))  # no arguments: sent as it is
                 for i, (_, _, out) in enumerate(queue):
                     if i:
                         cur.nextset()
@@ -274,6 +282,26 @@ class PgConnection:
             if [id(c) for c in tail] == [id(c) for c in asked.values()]:
                 self._ahead = asked
         return counts
+
+    def _merged(self, queue: Sequence[tuple[str, Sequence[Any] | None, Any]]) -> bytes:
+        """The queued statements as one query, each with its arguments quoted as literals
+        (psycopg's own dumpers, ``Transformer.as_literal``: what ``ClientCursor`` sends).
+
+        Each statement's text is a template for bytes' ``%`` (``translate``: every ``%s`` an
+        argument, every other ``%`` doubled), merged alone: psycopg would split the joined
+        text anew on each call once it is longer than its cache takes (4 KiB, or more than
+        its largest argument count), a turn's writes among them (measured: the largest
+        part of a turn's client CPU, bench/RESULTS.md). Raises psycopg's ``DataError`` for a
+        value it cannot send (NUL in text), before anything is sent."""
+        if self._tx is None:
+            self._tx = Transformer(self._raw)
+        quote = self._tx.as_literal
+        encoding = self._raw.info.encoding
+        return b"; ".join(
+            _template(text, encoding)
+            % tuple(b"NULL" if a is None else quote(a) for a in bind or ())
+            for text, bind, _ in queue
+        )
 
     def _rollback_queued(self, text: str) -> PgCursor | None:
         """Discard the queued statements ``text`` (a ``ROLLBACK`` or ``ROLLBACK TO``) would

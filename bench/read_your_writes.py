@@ -11,7 +11,10 @@ store's cursor past it — what every ``Runner.run`` with a ``QuillSession`` pay
         [--baseline REV] [--json]
 
 Prints p50/p95/mean per system, the durable append alone (the floor under ``add_items``: one
-``fdatasync`` of a growing file), and the ratio Quill ÷ SQLiteSession (goal: ≤ 3×).
+``fdatasync`` of a growing file), and the ratio Quill ÷ SQLiteSession (goal: ≤ 3×). With
+``--pg`` also the floor of a PostgreSQL store, measured in the same run (``pg_floor``: the
+spool's ``fdatasync`` then a one-row ``INSERT`` + ``COMMIT`` round trip, the two syncs the SDK
+pays once), and the ratios Quill ÷ floor and floor ÷ SQLiteSession.
 ``--baseline REV`` also measures Quill as of git revision ``REV`` in the same run (alternating
 rounds, so load drifts hit both alike). The fleet's watcher is off (``[watch] enabled =
 false``): nothing but the benchmark's own appends reaches the writer.
@@ -115,6 +118,34 @@ def quill_session(tmp: Path, calls: int, pg: str | None) -> tuple[list[float], l
             _drop_schema(pg, schema)
 
 
+def pg_floor(tmp: Path, calls: int, pg: str) -> list[float]:
+    """What ``add_items`` on PostgreSQL cannot go below, per call (seconds): one durable
+    append (a 4 KiB write + ``fdatasync`` of a growing file, as the spool's ack) then one
+    one-row ``INSERT`` + ``COMMIT`` round trip on the same server (its WAL flush: "applied"
+    is durable), timed together. The two syncs the SDK's ``SQLiteSession`` pays once; no
+    wake-up, no Quill code."""
+    import psycopg
+
+    table = "rywfloor_" + uuid.uuid4().hex[:8]  # logged: a temp table's commit flushes no WAL
+    fd = os.open(tmp / "floor.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    out = []
+    try:
+        with psycopg.connect(pg, autocommit=True) as conn:
+            conn.execute(f"CREATE TABLE {table} (id serial, t text)")
+            try:
+                for i in range(calls):
+                    t0 = time.perf_counter()
+                    os.pwrite(fd, b"x" * 4095 + b"\n", 4096 * i)
+                    os.fdatasync(fd)
+                    conn.execute(f"BEGIN; INSERT INTO {table} (t) VALUES ('x'); COMMIT")
+                    out.append(time.perf_counter() - t0)
+            finally:
+                conn.execute(f"DROP TABLE {table}")
+    finally:
+        os.close(fd)
+    return out
+
+
 def _drop_schema(url: str, schema: str) -> None:
     import psycopg
 
@@ -138,7 +169,10 @@ def measure(calls: int, pg: str | None) -> dict:
     with tempdir("quill-ryw-") as tmp:
         base = sqlite_session(tmp, calls)
         quill, appends = quill_session(tmp, calls, pg)
-    return {"sqlite": _stats(base), "quill": _stats(quill), "append": _stats(appends)}
+        out = {"sqlite": _stats(base), "quill": _stats(quill), "append": _stats(appends)}
+        if pg:
+            out["floor"] = _stats(pg_floor(tmp, calls, pg))
+    return out
 
 
 def _line(name: str, s: dict[str, float]) -> str:
@@ -153,11 +187,20 @@ def _report(label: str, r: dict) -> None:
     print(_line("SDK SQLiteSession.add_items", r["sqlite"]))
     print(_line("QuillSession.add_items (applied)", r["quill"]))
     print(_line("  of which the durable append alone", r["append"]))
+    if "floor" in r:
+        print(_line("floor: fdatasync + INSERT/COMMIT", r["floor"]))
     q, b = r["quill"], r["sqlite"]
     print(
         f"ratio Quill / SQLiteSession: p50 {q['p50'] / b['p50']:.1f}x, "
         f"mean {q['mean'] / b['mean']:.1f}x (goal <= 3x)"
     )
+    if "floor" in r:
+        f = r["floor"]
+        print(
+            f"ratio Quill / floor: p50 {q['p50'] / f['p50']:.1f}x, mean "
+            f"{q['mean'] / f['mean']:.1f}x; floor / SQLiteSession: p50 "
+            f"{f['p50'] / b['p50']:.1f}x (the part of the ratio the two syncs make)"
+        )
 
 
 def _median(rounds: list[dict]) -> dict:

@@ -38,12 +38,13 @@ def _turn(i: int) -> list[dict]:
     ]
 
 
-def test_one_agent_turn_is_three_round_trips(tmp_path: Path, pg_store_url: str):
-    """A writer holding its claim applies one turn per chunk in three round trips: the
-    transaction's checks and the run's reads (asked ahead, after the session's lock); its
-    ids and batch number; its writes with the ledger insert, the cursor and COMMIT. Every
-    statement is still sent, in order, and the rows are stored as before. (Before: five, the
-    run's reads and the COMMIT each a round trip of their own.)"""
+def test_one_agent_turn_is_two_round_trips(tmp_path: Path, pg_store_url: str):
+    """A writer holding its claim applies one turn per chunk in two round trips: the
+    transaction's checks and the run's reads (asked ahead, after the session's lock); then
+    its writes, which draw their own message ids and batch number, with the ledger insert,
+    the cursor and COMMIT. Every statement is still sent, in order, and the rows are stored
+    with the ids and numbers the waited draws gave. (Before: three, the ids and the batch
+    number a round trip of their own; before that five.)"""
     store = open_url(pg_store_url, tmp_path / "state.db", "host-a")
     conn = store.conn
     claims.claim(conn, "host-a", HOLDER)
@@ -63,25 +64,35 @@ def test_one_agent_turn_is_three_round_trips(tmp_path: Path, pg_store_url: str):
             trips.append(w.round_trips)
             sent.append(w.sql)
         rows = conn.execute(
-            "SELECT role, content, ext_id FROM messages WHERE session_id = 's1' ORDER BY seq"
+            "SELECT m.id, m.role, m.ext_id, b.batch_id FROM messages m "
+            "JOIN batches b ON b.id = m.batch WHERE m.session_id = 's1' ORDER BY m.seq"
         ).fetchall()
+        batches = [
+            r[0] for r in conn.execute("SELECT batch_id FROM applied_batches ORDER BY position")
+        ]
         cursor = pg_apply.read_cursor(conn, "host-a")
     finally:
         spool.close()
         store.close()
-    assert trips == [3, 3, 3], trips
-    first, ids, writes = sent[-1]  # each round trip's statements, as sent
+    assert trips == [2, 2, 2], trips
+    first, writes = sent[-1]  # each round trip's statements, as sent
     assert first.startswith('"BEGIN; ') and writes.endswith('; COMMIT"'), sent[-1]
     assert "UPDATE spool_claims" in first  # the claim is still renewed
     # the session still locked before any read of it: the run's reads come after the lock
     assert first.index("pg_advisory_xact_lock") < first.index("SELECT ext_id FROM messages")
     assert first.index("FROM applied_batches") < first.index("ORDER BY seq DESC LIMIT 1")
-    assert ids.startswith('"SAVEPOINT bulk; SELECT nextval(') and "INSERT INTO batches" in ids
-    # the rows, the ledger, the savepoint's end and the cursor commit together, in order
-    order = [writes.index(s) for s in ("INTO messages", "INTO applied_batches", "RELEASE bulk")]
+    # the draws first after the savepoint, then the rows, the ledger, the savepoint's end
+    # and the cursor, in order
+    assert writes.startswith("\"SAVEPOINT bulk; SELECT set_config('quillrun.ids'"), writes
+    order = [
+        writes.index(s)
+        for s in ("INSERT INTO batches", "INTO messages", "INTO applied_batches", "RELEASE bulk")
+    ]
     assert order == sorted(order) and order[-1] < writes.index("INTO spool_cursor"), writes
-    assert [r[0] for r in rows] == ["user", "assistant"] * 3
+    assert [r[0] for r in rows] == [1, 2, 3, 4, 5, 6]  # ascending, no gap, in turn order
+    assert [r[1] for r in rows] == ["user", "assistant"] * 3
     assert [r[2] for r in rows][1::2] == ["msg_0", "msg_1", "msg_2"]
+    assert [r[3] for r in rows][::2] == [r[3] for r in rows][1::2] == batches  # each its own
     assert cursor == tuple(at)
 
 

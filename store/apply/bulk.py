@@ -249,11 +249,13 @@ def apply_run(conn: Any, run: list[Prepared], now: float, ledger: Any) -> list[i
     labels_of = _labels(run, conn, [len(f) for f, _ in fresh_of], asked_last)
     if labels_of is None:
         return None
-    # numbered in op order, as the op-at-a-time path does (batches.ref at each op's insert)
+    # numbered in op order, as the op-at-a-time path does (batches.ref at each op's insert);
+    # the ids' values are needed here only when usage rows name them
     numbered = ledger.numbers(
         conn,
         sum(len(f) for f, _ in fresh_of),
         [op.batch for op, (f, _) in zip(run, fresh_of) if f],
+        named=any(usage.carries_usage(m) for _, msgs in fresh_of for m in msgs),
     )
     if numbered is None:
         return None

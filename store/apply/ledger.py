@@ -79,11 +79,13 @@ class Ledger(Protocol):
         write rows, new ones numbered in the order given, in the run's transaction."""
 
     def numbers(
-        self, conn: Any, n: int, batches: list[str]
-    ) -> tuple[list[int], dict[str, int]] | None:
+        self, conn: Any, n: int, batches: list[str], *, named: bool = True
+    ) -> tuple[list[Any], dict[str, Any]] | None:
         """``message_ids(conn, n)`` then ``batch_refs(conn, batches)``, as ``(ids, refs)``,
         or None (nothing drawn) when there are no ids; in one round trip where the store is
-        across a network."""
+        across a network. ``named`` False: the caller passes the ids and numbers only to
+        ``insert_rows``, so a store may hand back stand-ins its ``insert_rows`` writes as
+        values drawn by the insert's own query (PostgreSQL: ``PgLedger.numbers``)."""
 
     def insert_rows(self, conn: Any, rows: list[tuple]) -> None:
         """Insert a bulk run's message rows (``message_rows.STATE_ID_COLUMNS`` order)."""
@@ -163,8 +165,8 @@ class SqliteLedger:
         return refs(conn, batches)
 
     def numbers(
-        self, conn: Any, n: int, batches: list[str]
-    ) -> tuple[list[int], dict[str, int]] | None:
+        self, conn: Any, n: int, batches: list[str], *, named: bool = True
+    ) -> tuple[list[Any], dict[str, Any]] | None:
         ids = self.message_ids(conn, n)
         return None if ids is None else (ids, self.batch_refs(conn, batches))
 

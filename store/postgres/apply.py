@@ -217,6 +217,7 @@ def _apply(
         batches = chunk_batches(entries)
         if batches:
             ledger.ask_decided(conn, batches)
+        ledger.ask_bases(conn)
         # The first run's reads go too, after the locks (``PgConnection.ahead``): the run
         # takes their rows when it is the run they were asked for (no batch of it decided
         # before) and nothing was sent in between.

@@ -261,7 +261,10 @@ class PgConnection:
         counts: list[int] = []
         try:
             with mapped():
-                cur.execute(self._merged(queue))  # no arguments: sent as it is
+                query = self._merged(queue)
+                for _, _, out in queue:
+                    out.sent = True
+                cur.execute(query)  # no arguments: sent as it is
                 for i, (_, _, out) in enumerate(queue):
                     if i:
                         cur.nextset()

@@ -28,6 +28,9 @@ class PgCursor:
         #: The connection whose queue holds this statement until it is sent (None: sent).
         self._owner = owner
         self._dropped = False
+        #: The query holding this statement went to the server (``PgConnection.flush``;
+        #: a statement run at once: True), whether or not it ran there.
+        self.sent = owner is None
         #: A deferred statement's rows not fetched yet (None: not deferred, or not sent).
         self._got: list[tuple] | None = None
 

@@ -33,6 +33,48 @@ INSERT_MAX_ROWS = 32
 #: The identity sequences a bulk run draws from (``PgLedger.give_back``), in lock order.
 _SEQUENCES = ("messages", "usage", "batches")
 
+#: Their values before a chunk's draws, read with its first round trip (``ask_bases``).
+_BASES = "SELECT " + ", ".join(
+    f"pg_sequence_last_value(pg_get_serial_sequence('{t}', 'id')::regclass)" for t in _SEQUENCES
+)
+
+#: A run's message ids drawn inside its writes' query (``PgLedger.numbers``, inline): kept,
+#: ascending, in a setting of the transaction (a savepoint's rollback undoes it) that the
+#: message rows' ``INSERT`` later in the same query reads (``Drawn``).
+_DRAW_IDS = (
+    "SELECT set_config('quillrun.ids', array_agg(id ORDER BY id)::text, true) FROM "
+    "(SELECT nextval(pg_get_serial_sequence('messages', 'id')) AS id "
+    "FROM generate_series(1, ?)) AS d"
+)
+#: The run's batch numbers, the same way (``batch_refs``' statement): element k is the
+#: number of the k-th batch given.
+_DRAW_REFS = (
+    "WITH added AS (INSERT INTO batches (batch_id) "
+    "SELECT b FROM unnest(?1::text[]) WITH ORDINALITY AS u(b, n) ORDER BY n "
+    "ON CONFLICT (batch_id) DO NOTHING RETURNING batch_id, id), "
+    "got AS (SELECT batch_id, id FROM added UNION ALL "
+    "SELECT batch_id, id FROM batches WHERE batch_id = ANY(?1::text[])) "
+    "SELECT set_config('quillrun.refs', (SELECT array_agg(g.id ORDER BY u.n) "
+    "FROM unnest(?1::text[]) WITH ORDINALITY AS u(b, n) JOIN got AS g ON g.batch_id = u.b)"
+    "::text, true)"
+)
+
+
+class Drawn:
+    """A number the run's writes' query draws itself (``PgLedger.numbers``, inline), in place
+    of its value in a message row: element ``index`` (1-based) of the array kept in the
+    transaction's setting ``setting`` (``_DRAW_IDS``, ``_DRAW_REFS``). Only
+    ``PgLedger.insert_rows`` takes it; any other use fails (psycopg cannot send it)."""
+
+    __slots__ = ("setting", "index")
+
+    def __init__(self, setting: str, index: int):
+        self.setting = setting
+        self.index = index
+
+    def __repr__(self) -> str:
+        return f"Drawn({self.setting!r}, {self.index})"
+
 
 class PgLedger:
     """``applied_batches``/``rejected_batches`` of the shared store: keyed by batch id
@@ -60,6 +102,10 @@ class PgLedger:
         #: Per identity sequence a bulk run draws from (``_SEQUENCES``): ``[value before
         #: the run's first draw (None: never drawn), values the run drew]``.
         self._drawn: dict[str, list] = {}
+        #: ``ask_bases``' queued read, until ``numbers`` takes it.
+        self._bases: Any = None
+        #: The inline draws' statement (``numbers``), queued: they happened iff it was sent.
+        self._draws: Any = None
 
     def open_run(self) -> None:
         self._drawn = {}
@@ -85,6 +131,9 @@ class PgLedger:
         (only after a refused run), so no draw can slip between them. Sequences are locked
         in ``_SEQUENCES`` order, the same on every host. Needs the sequences' owner (the
         role that created the schema). Raises the store error tree."""
+        if self._draws is not None and not self._draws.sent:
+            self._drawn = {}  # refused before its query went out (a value psycopg cannot send)
+        self._draws = None
         steps = []
         for table in _SEQUENCES:
             before, count = self._drawn.get(table, (None, 0))
@@ -136,12 +185,51 @@ class PgLedger:
         Within a session they follow commit order: the chunk holds the session's lock."""
         return self._ids(self._ask_ids(conn, n), n)
 
+    def ask_bases(self, conn: PgConnection) -> None:
+        """On an ``unwaited`` ledger, queue the read of the sequences' values before the
+        chunk draws (``PgConnection.defer``), to go with the chunk's first statements:
+        ``numbers`` needs them to draw inline."""
+        if self._unwaited:
+            self._bases = conn.defer(_BASES)
+
     def numbers(
-        self, conn: PgConnection, n: int, batches: list[str]
-    ) -> tuple[list[int], dict[str, int]]:
+        self, conn: PgConnection, n: int, batches: list[str], *, named: bool = True
+    ) -> tuple[list[Any], dict[str, Any]]:
         """``message_ids`` and ``batch_refs`` (``Ledger.numbers``) in one round trip: both
         statements queued, in that order (``give_back`` counts on the ids' statement reading
-        the sequences before the batch numbers are drawn)."""
+        the sequences before the batch numbers are drawn).
+
+        Inline, without a round trip of their own, when the caller needs no value
+        (``named`` False: no usage row names an id), the run is the chunk's last on an
+        ``unwaited`` ledger (``last_run``), its ``n`` rows go in one ``INSERT``
+        (``INSERT_MAX_ROWS``) and ``ask_bases`` was answered: both draws are queued, and
+        ``Drawn`` stands for each id and number, which ``insert_rows`` writes as the
+        element the draws kept. The chunk's writes and ``COMMIT`` then carry them.
+
+        Why ``give_back`` still holds: the draws are the run's first statements after its
+        ``SAVEPOINT``, and neither can be refused for the data (a count; batch ids the
+        chunk's first round trip already sent), so a refusal of the query they went in
+        comes after they drew every value counted; one refused before it was sent (a value
+        psycopg cannot send) drew none (``PgCursor.sent``). The values before them are read
+        in the chunk's first round trip, after which another writer's draw makes the
+        count differ, as on the waited path."""
+        if named or not self._last or self._bases is None or not 0 < n <= INSERT_MAX_ROWS:
+            return self._numbers(conn, n, batches)
+        before = self._bases.fetchone()
+        self._bases = None
+        self._draws = conn.defer(_DRAW_IDS, (n,))
+        self._drawn = {t: [v, 0] for t, v in zip(_SEQUENCES, before)}
+        self._drawn["messages"][1] = n
+        refs: dict[str, Any] = {}
+        if batches:
+            conn.defer(_DRAW_REFS, (batches,))
+            self.drew("batches", len(batches))
+            refs = {b: Drawn("quillrun.refs", k) for k, b in enumerate(batches, 1)}
+        return [Drawn("quillrun.ids", i) for i in range(1, n + 1)], refs
+
+    def _numbers(
+        self, conn: PgConnection, n: int, batches: list[str]
+    ) -> tuple[list[Any], dict[str, Any]]:
         asked_ids = self._ask_ids(conn, n)
         asked_refs = self._ask_refs(conn, batches)
         ids = self._ids(asked_ids, n)
@@ -212,11 +300,20 @@ class PgLedger:
             conn.copy_rows("messages", STATE_ID_COLUMNS, rows)
             return
         if rows:
-            marks = ", ".join("?" for _ in STATE_ID_COLUMNS)
+            marks, args = [], []
+            for row in rows:
+                cells = []
+                for v in row:
+                    if isinstance(v, Drawn):  # the element the run's draws kept
+                        cells.append(f"(current_setting('{v.setting}')::int8[])[?]")
+                        args.append(v.index)
+                    else:
+                        cells.append("?")
+                        args.append(v)
+                marks.append(f"({', '.join(cells)})")
             conn.defer(
-                f"INSERT INTO messages ({', '.join(STATE_ID_COLUMNS)}) VALUES "
-                + ", ".join(f"({marks})" for _ in rows),
-                [v for row in rows for v in row],
+                f"INSERT INTO messages ({', '.join(STATE_ID_COLUMNS)}) VALUES " + ", ".join(marks),
+                args,
             )
 
     def record_applied_many(

@@ -60,6 +60,10 @@ _DRAW_REFS = (
 )
 
 
+#: The columns of a message row that ``numbers`` may hand a ``Drawn`` for: id, batch.
+_DRAWN_COLUMNS = (STATE_ID_COLUMNS.index("id"), STATE_ID_COLUMNS.index("batch"))
+
+
 class Drawn:
     """A number the run's writes' query draws itself (``PgLedger.numbers``, inline), in place
     of its value in a message row: element ``index`` (1-based) of the array kept in the
@@ -300,17 +304,15 @@ class PgLedger:
             conn.copy_rows("messages", STATE_ID_COLUMNS, rows)
             return
         if rows:
-            marks, args = [], []
+            marks = []
+            args: list[Any] = []
             for row in rows:
-                cells = []
-                for v in row:
-                    if isinstance(v, Drawn):  # the element the run's draws kept
-                        cells.append(f"(current_setting('{v.setting}')::int8[])[?]")
-                        args.append(v.index)
-                    else:
-                        cells.append("?")
-                        args.append(v)
+                cells = ["?"] * len(row)
+                for i in _DRAWN_COLUMNS:  # the only values a run's draws may stand for
+                    if isinstance(row[i], Drawn):
+                        cells[i] = f"(current_setting('{row[i].setting}')::int8[])[?]"
                 marks.append(f"({', '.join(cells)})")
+                args += [v.index if isinstance(v, Drawn) else v for v in row]
             conn.defer(
                 f"INSERT INTO messages ({', '.join(STATE_ID_COLUMNS)}) VALUES " + ", ".join(marks),
                 args,

@@ -205,6 +205,12 @@ class CursorMismatchError(SpoolMismatchError):
         "`quill recover` rebuilds the store from a snapshot and this spool"
     )
 
+    @staticmethod
+    def next_for(cluster: bool) -> str:
+        """The command that ends the refusal, for the writer's refusal and status/doctor:
+        on a shared store (``cluster``) this spool under a new id, on SQLite a rebuild."""
+        return "quill spool reidentify" if cluster else "quill recover"
+
 
 class HistoryNotInSpoolError(SpoolMismatchError):
     """The store holds no cursor for this spool (a new store: the switch to PostgreSQL, an

@@ -115,10 +115,11 @@ def quick_check(
             rows = [str(exc)]
         damaged = fts_repair.classify(conn) if rows != ["ok"] else None
         if damaged is None:
-            bad = _damaged_packed(conn)
+            bad = [f"packed text of message {i} is damaged" for i in _damaged_packed(conn)]
+            bad += _damaged_json(conn)
             if bad:  # the file is sound, a value in it is not: the writer must stop
                 damaged = {"canonical": ["messages"], "fts": []}
-                rows = [f"packed text of message {i} is damaged" for i in bad]
+                rows = bad
         try:
             with mapped():
                 generation = conn.execute("PRAGMA application_id").fetchone()[0]
@@ -177,6 +178,35 @@ def _damaged_packed(conn: apsw.Connection) -> list[int]:
             except packed.PackedValueError:
                 bad.append(mid)
     return bad
+
+
+#: The JSON columns of the store's tables: ``(table, columns)``. The store writes only JSON
+#: texts there (``store.errors.stored_json`` reads them), so one that is not is damaged.
+_JSON_COLUMNS = (
+    ("messages", ("parts", "tool_calls", "extra")),
+    ("sessions", ("meta",)),
+    ("usage", ("raw",)),
+)
+
+
+def _damaged_json(conn: apsw.Connection) -> list[str]:
+    """``"<column> of <table> row <id> is not JSON"`` for each stored JSON value that does not
+    parse (SQLite's ``json_valid``): a page damaged inside a value keeps the file's structure
+    sound (quick_check passes), and every read of that row fails on it
+    (``DamagedValueError``). One pass over each table, in SQLite."""
+    out: list[str] = []
+    with mapped():
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        for table, columns in _JSON_COLUMNS:
+            if table not in tables:  # a file the writer has created but not yet given its schema
+                continue
+            for column in columns:
+                for (rid,) in conn.execute(
+                    f"SELECT id FROM {table} WHERE {column} IS NOT NULL "
+                    f"AND NOT json_valid({column}) LIMIT 100"
+                ):
+                    out.append(f"{column} of {table} row {rid} is not JSON")
+    return out
 
 
 def _refuse_if_halted(db_path: str, halt_file: str | None) -> None:

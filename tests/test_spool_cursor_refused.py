@@ -18,6 +18,9 @@ import json
 import shutil
 from pathlib import Path
 
+import httpx
+from service_helpers import served
+
 from quill.spool import Spool
 from quill.spool.segments import list_segments, segment_name
 
@@ -95,6 +98,9 @@ def test_a_cursor_of_another_spool_is_named_by_status_after_the_run_exits(quill,
     assert mismatch and mismatch["next"] == "quill recover", mismatch
     doctor = {c["check"]: c for c in quill.json("doctor", check=False)}
     assert doctor["spool cursor"]["status"] == "fail", doctor["spool cursor"]
+    with served(quill) as base:  # the dashboard's fleet page says it too
+        page = httpx.get(f"{base}/fleet", timeout=30).text
+    assert 'id="cursor-refused"' in page and "quill recover" in page
     # After the recovery the documented next step performs, both are clean again.
     quill.run("recover", timeout=120)
     proc = quill.run("status", "--json", check=False)

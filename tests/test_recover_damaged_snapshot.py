@@ -102,3 +102,26 @@ def test_a_damaged_snapshot_the_history_needs_is_named_and_nothing_is_left_behin
     assert "Traceback" not in proc.stderr
     assert snap.name in proc.stderr and "damaged" in proc.stderr, proc.stderr
     assert not list(home.glob("state.db.recovering-*"))
+
+
+def test_spool_gc_deletes_nothing_only_a_damaged_snapshot_covers(quill, home):
+    """Spool GC deletes the segments the newest snapshot covers: with that snapshot damaged,
+    the deleted records would live only in the live store. It checks the snapshot first,
+    sets a damaged one aside and deletes nothing it alone covered."""
+    from quill.jobs.worker_jobs import spool_gc
+
+    quill.run("status")
+    _append(home, 0, 30, segment_bytes=1024)
+    quill.drain()
+    quill.run("snapshot")
+    (snap,) = _snapshots(home)
+    _damage(snap)
+    before = list_segments(home / "spool")
+    args = (str(home / "spool"), str(home / "state.db"), str(home / "snapshots"))
+    out = spool_gc(*args, retention_s=0)
+    assert out["deleted"] == [] and list_segments(home / "spool") == before, out
+    assert snap.name in out["damaged_snapshots"][0]
+    assert _snapshots(home) == []
+    quill.run("snapshot")  # a sound one: now the covered segments go
+    out = spool_gc(*args, retention_s=0)
+    assert out["deleted"] and "damaged_snapshots" not in out, out

@@ -9,15 +9,14 @@ replay is idempotent (batch ids), so overlap between the two is harmless.
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from pathlib import Path
 from typing import Any
 
-from quill.home import DEFAULTS, SNAPSHOT_GLOB, Halt, RunDir, Settings, WriterStatus
+from quill.home import DEFAULTS, Halt, RunDir, Settings, WriterStatus
 from quill.home.layout import EVIDENCE_DIR
 from quill.jobs.worker_jobs import snapshot as take_snapshot
-from quill.jobs.worker_jobs import snapshot_position
+from quill.jobs.worker_jobs import sound_snapshot
 from quill.ops.recover.replay import Progress, replay
 from quill.spool import Position, SpoolReader
 from quill.spool.segments import list_segments
@@ -96,35 +95,6 @@ def rebuild(
         raise
 
 
-def sound_snapshot(cfg: Settings, work: Path) -> tuple[tuple[Path, Position] | None, list[str]]:
-    """Copy the newest snapshot that passes ``integrity_check`` to ``work`` (owner-only);
-    returns it with its position (None when no snapshot is sound, ``work`` then absent) and
-    ``"<name>: <why>"`` for each newer one that failed. A snapshot was verified when it was
-    taken (its name is that proof), but a file can be damaged on disk since; a damaged one is
-    moved to ``evidence/`` (``damaged_snapshot_dir``) so that neither a later recovery nor
-    spool GC (which deletes the segments the newest snapshot covers) trusts it again."""
-    damaged: list[str] = []
-    for path in sorted(Path(cfg.snapshots_dir).glob(SNAPSHOT_GLOB), reverse=True):
-        shutil.copyfile(path, work)
-        os.chmod(work, 0o600)
-        try:
-            check = integrity(work)
-        except CorruptError as exc:
-            check = [f"{type(exc).__name__}: {exc}"]
-        if check == ["ok"]:
-            return (path, snapshot_position(path)), damaged
-        work.unlink()
-        damaged.append(f"{path.name}: {'; '.join(check[:2])}")
-        aside = (
-            cfg.home
-            / EVIDENCE_DIR
-            / f"snapshots-damaged-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"
-        )
-        aside.mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.replace(path, aside / path.name)
-    return None, damaged
-
-
 def _rebuild(
     cfg: Settings,
     work: Path,
@@ -134,7 +104,7 @@ def _rebuild(
     halt: Halt | None,
     began: float,
 ) -> dict[str, Any]:
-    snap, damaged = sound_snapshot(cfg, work)
+    snap, damaged = sound_snapshot(cfg.snapshots_dir, cfg.home, copy_to=work)
     gap = history_gap(cfg, snap[1] if snap else None)
     if gap and not accept_loss:
         why = (

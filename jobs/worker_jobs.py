@@ -4,6 +4,7 @@ read-only connection and snapshots through the SQLite backup API."""
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -11,9 +12,9 @@ from typing import Any
 import apsw
 
 from quill.home import DEFAULTS, SNAPSHOT_GLOB, parse_snapshot_name, read_halt, snapshot_name
-from quill.home.layout import private_dirs
+from quill.home.layout import EVIDENCE_DIR, private_dirs
+from quill.jobs.value_damage import damaged_json, damaged_packed
 from quill.spool import Position, retention
-from quill.store import packed
 from quill.store.errors import (
     CantOpenError,
     CorruptError,
@@ -25,6 +26,7 @@ from quill.store.errors import (
 from quill.store.read.reader import Reader
 from quill.store.sqlite import fts_repair
 from quill.store.sqlite.connection import open_reader
+from quill.store.sqlite.swap import integrity
 
 
 class DamageFound(CorruptError):
@@ -63,8 +65,51 @@ def spool_gc(
         cursor = None
     applied = Position.parse(cursor) if cursor else None
     snap = latest_snapshot(Path(snapshots_dir))
+    damaged: list[str] = []
+    if snap and retention.collectable(Path(spool_dir), applied, snap[1], retention_s):
+        # Deleting a segment leaves the snapshot as its only copy besides the live store: the
+        # snapshot must be sound now, not only when it was taken (its name's proof).
+        snap, damaged = sound_snapshot(Path(snapshots_dir), Path(db_path).parent)
     result = retention.collect(Path(spool_dir), applied, snap[1] if snap else None, retention_s)
-    return {**result, "applied": cursor, "snapshot": str(snap[1]) if snap else None}
+    return {
+        **result,
+        "applied": cursor,
+        "snapshot": str(snap[1]) if snap else None,
+        **({"damaged_snapshots": damaged} if damaged else {}),
+    }
+
+
+def sound_snapshot(
+    snapshots_dir: Path, home: Path, copy_to: Path | None = None
+) -> tuple[tuple[Path, Position] | None, list[str]]:
+    """The newest snapshot in ``snapshots_dir`` that passes ``integrity_check`` now, with the
+    position it covers (None when none does), and ``"<name>: <why>"`` for each newer one that
+    failed. A snapshot was verified when it was taken (its name is that proof), but a file can
+    be damaged on disk since: a damaged one is moved to ``home``'s
+    ``evidence/snapshots-damaged-<UTC>/`` so that nothing (recover, spool GC) trusts it again.
+    With ``copy_to``, each candidate is copied there (owner-only) and the copy is checked, so
+    the bytes checked are the bytes used; ``copy_to`` is absent when None is returned."""
+    damaged: list[str] = []
+    for path in sorted(Path(snapshots_dir).glob(SNAPSHOT_GLOB), reverse=True):
+        checked = path
+        if copy_to is not None:
+            shutil.copyfile(path, copy_to)
+            os.chmod(copy_to, 0o600)
+            checked = copy_to
+        try:
+            check = integrity(checked)
+        except CorruptError as exc:
+            check = [f"{type(exc).__name__}: {exc}"]
+        if check == ["ok"]:
+            return (path, snapshot_position(path)), damaged
+        if copy_to is not None:
+            copy_to.unlink()
+        damaged.append(f"{path.name}: {'; '.join(check[:2])}")
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+        aside = Path(home) / EVIDENCE_DIR / f"snapshots-damaged-{stamp}"
+        aside.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.replace(path, aside / path.name)
+    return None, damaged
 
 
 def integrity_check(db_path: str, queue_db: str | None = None) -> dict[str, Any]:
@@ -115,10 +160,11 @@ def quick_check(
             rows = [str(exc)]
         damaged = fts_repair.classify(conn) if rows != ["ok"] else None
         if damaged is None:
-            bad = _damaged_packed(conn)
+            bad = [f"packed text of message {i} is damaged" for i in damaged_packed(conn)]
+            bad += damaged_json(conn)
             if bad:  # the file is sound, a value in it is not: the writer must stop
                 damaged = {"canonical": ["messages"], "fts": []}
-                rows = [f"packed text of message {i} is damaged" for i in bad]
+                rows = bad
         try:
             with mapped():
                 generation = conn.execute("PRAGMA application_id").fetchone()[0]
@@ -156,27 +202,6 @@ def quick_check(
         )
         + f" ({'; '.join(rows[:3])})",
     )
-
-
-def _damaged_packed(conn: apsw.Connection) -> list[int]:
-    """Ids of the messages whose packed text (``store.packed``) does not unpack: a value the
-    file's own checks cannot see (SQLite checks pages and records, not what a BLOB holds),
-    which every read of that message fails on. Reads each packed value once (one unpack per
-    packed row, the module doc's µs)."""
-    bad: list[int] = []
-    with mapped():
-        if not conn.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'messages'"
-        ).fetchone():  # a file the writer has created but not yet given its schema
-            return bad
-        for mid, value in conn.execute(
-            "SELECT id, content FROM messages WHERE typeof(content) = 'blob'"
-        ):
-            try:
-                packed.unpack(value)
-            except packed.PackedValueError:
-                bad.append(mid)
-    return bad
 
 
 def _refuse_if_halted(db_path: str, halt_file: str | None) -> None:

@@ -10,7 +10,8 @@ doctor``. It weighs:
   ``purge.seal``) and records its final size (``segments.SEALS_FILE``), so a sealed segment
   that is empty, ends without ``\\n`` or is shorter than its recorded size was cut short;
   a segment shorter than the store's cursor into it lost bytes the store had applied; a
-  segment gone at or after the cursor (past its recorded end) lost records never applied;
+  segment gone at or after the cursor (past its recorded end) lost records never applied,
+  whether older segments remain or the cursor's segment went with every later one;
 * **per-producer sequence numbers** (``scan=True``): a producer handle numbers its records
   1, 2, 3 … and consumes a number only once its line is written (``producer.Spool.append``),
   and its records lie in the spool in that order, so a number skipped between two of its
@@ -160,7 +161,8 @@ def assess(
     max_line: int = DEFAULTS.max_record_bytes,
 ) -> Assessment:
     """Classify the spool at ``spool_dir`` (module doc). ``cursor``: the store's applied
-    position, when known (a segment shorter than it lost applied bytes). ``scan`` reads every
+    position, when known (a segment shorter than it lost applied bytes; its segment gone with
+    every later one lost the records after it). ``scan`` reads every
     line (checksums, sequence numbers: time linear in the spool's bytes); without it only
     sizes and last bytes are read. ``progress`` is called with bytes read. ``max_line``: the
     longest line read whole (``[spool] max_record_bytes``). Never raises for a
@@ -168,10 +170,25 @@ def assess(
     d = Path(spool_dir)
     segments = list_segments(d)
     out = Assessment(segments=segments, scanned=scan)
+    # The cursor's segment gone with every later one: GC never deletes the newest segment, nor
+    # one the cursor has not passed, so other hands removed them, and with them the records
+    # after the cursor (acknowledged, never applied). The writer refuses such a cursor
+    # (``spool.cursor_proof.check``).
+    gone = (
+        [cursor.segment]
+        if cursor is not None
+        and cursor > Position(1, 0)
+        and not any(n >= cursor.segment for n in segments)
+        else []
+    )
+    out.missing_segments = gone
     if not segments:
         return out
     present = set(segments)
-    out.missing_segments = [n for n in range(segments[0], segments[-1]) if n not in present]
+    out.missing_segments = [
+        *(n for n in range(segments[0], segments[-1]) if n not in present),
+        *gone,
+    ]
     recorded = sealed_sizes(d)
     if cursor is not None and cursor.segment < segments[0]:
         # Deleted before the store applied them: GC collects only segments the cursor passed

@@ -9,6 +9,7 @@ never by message text.
     ├── CorruptError          SQLITE_CORRUPT: sticky halt (architecture.md "Corruption stops
     │   │                     writes, never loses data")
     │   ├── StructuralError   (PostgreSQL) a table/column/function of the store is missing
+    │   ├── DamagedValueError a JSON value the store wrote no longer parses (``stored_json``)
     │   └── NotADatabaseError SQLITE_NOTADB
     ├── DiskFullError         SQLITE_FULL: pause the drain until space returns
     ├── StoreIOError          SQLITE_IOERR
@@ -34,10 +35,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import shlex
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import apsw
 
@@ -103,6 +106,23 @@ def cant_open_cause(path: Path | str, system_errno: int | None = None) -> StoreE
 
 class CorruptError(StoreError):
     """Structural damage (SQLITE_CORRUPT). The writer halts; recovery rebuilds the store."""
+
+
+class DamagedValueError(CorruptError):
+    """A value the store wrote reads back as nothing it writes: a JSON column (message parts,
+    tool calls, extra fields, session meta, usage, a blob) that no longer parses. SQLite keeps
+    no checksum of a row's bytes, so a damaged page inside a value is found only when the value
+    is read; the reader names the value instead of raising a decoding error."""
+
+
+def stored_json(text: str | bytes, what: str) -> Any:
+    """``json.loads(text)`` of a JSON text the store wrote; ``what`` names the value for the
+    error (``"extra of message 12"``). Raises ``DamagedValueError`` when it does not parse
+    (the store never writes such a text: its bytes were damaged)."""
+    try:
+        return json.loads(text)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise DamagedValueError(f"the stored {what} is damaged (not JSON: {exc})") from exc
 
 
 class StructuralError(CorruptError):
@@ -204,6 +224,12 @@ class CursorMismatchError(SpoolMismatchError):
         "`quill spool reidentify` applies this spool once under a new id; on SQLite, "
         "`quill recover` rebuilds the store from a snapshot and this spool"
     )
+
+    @staticmethod
+    def next_for(cluster: bool) -> str:
+        """The command that ends the refusal, for the writer's refusal and status/doctor:
+        on a shared store (``cluster``) this spool under a new id, on SQLite a rebuild."""
+        return "quill spool reidentify" if cluster else "quill recover"
 
 
 class HistoryNotInSpoolError(SpoolMismatchError):

@@ -63,3 +63,19 @@ def test_job_history_figures_are_text_not_a_python_dict(quill, home):
     out = quill.run("jobs", "history", "--job", "wal_checkpoint").stdout
     assert "mode=TRUNCATE, wal_bytes_before=2871672, blocked_by_reader=false" in out, out
     assert "{'" not in out and "False" not in out
+
+
+def test_jobs_run_wait_prints_the_runs_figures_as_text(quill, home):
+    """``quill jobs run NAME --wait`` prints the run it waited for the way ``jobs history``
+    does (it printed the figures' Python ``repr``: ``{'mode': 'PASSIVE', ...}``)."""
+    from conftest import stop_fleet
+
+    make_home(home, watch={"enabled": False})
+    _one_message(home)
+    fleet = quill.start_fleet()
+    try:
+        out = quill.run("jobs", "run", "wal_checkpoint", "--wait", "120").stdout
+    finally:
+        stop_fleet(fleet)
+    assert out.startswith("wal_checkpoint: ok mode=PASSIVE"), out
+    assert "{'" not in out and "False" not in out, out

@@ -65,8 +65,8 @@ class HaltAndRefusal:
     def _refuse(self, now: float, exc: SpoolMismatchError) -> float:
         """Apply nothing: close the store, publish the refusal as this writer's halt (not the
         store's) and return the pause before the next look (``REFUSED_RETRY_S``)."""
-        if isinstance(exc, CursorMismatchError) and not self.store.cluster:
-            next_step = "quill recover"  # SQLite: rebuild from a snapshot and this spool
+        if isinstance(exc, CursorMismatchError):
+            next_step = CursorMismatchError.next_for(self.store.cluster)
         elif isinstance(exc, (HistoryNotInSpoolError, SpoolGapError)):
             next_step = exc.next_step
         else:

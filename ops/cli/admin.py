@@ -92,6 +92,12 @@ def recover(cfg: Any, accept_loss: bool, as_json: bool) -> None:
         click.echo(
             f"quill: WARNING: rebuilt with history missing: {result['history_gap']}", err=True
         )
+    for damaged in result.get("damaged_snapshots") or ():
+        click.echo(
+            f"quill: WARNING: damaged snapshot skipped and moved to {cfg.home / 'evidence'}: "
+            f"{damaged}",
+            err=True,
+        )
     if as_json:
         emit_json(result)
     else:

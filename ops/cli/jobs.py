@@ -184,7 +184,8 @@ def jobs_run(
         emit_json(result)
     elif "run" in result:
         run = result["run"]
-        click.echo(f"{name}: {run['outcome']} {run['figures'] or ''} {run['error'] or ''}".rstrip())
+        detail = f"{human.figures(run['figures'])} {run['error'] or ''}"
+        click.echo(f"{name}: {run['outcome']} {detail}".rstrip())
     else:
         click.echo(f"{name}: queued; `quill jobs history --job {name}` shows the outcome")
     if result.get("run", {}).get("outcome") == "error":

@@ -35,6 +35,14 @@ def spool() -> None:
     """Inspect, verify and replay the spool."""
 
 
+def _cursor(cfg: Any) -> Position | None:
+    """This spool's applied cursor: the store's, else the one its writer published, else
+    None (``guard.progress``)."""
+    found = guard.read_store(cfg, lambda r: r.figures()["cursor"])
+    sp = guard.progress(cfg, found, found.value)
+    return Position.parse(sp["cursor"]) if sp["cursor"] else None
+
+
 @spool.command(name="status")
 @json_option
 @click.pass_context
@@ -92,10 +100,16 @@ def spool_verify(ctx: click.Context, as_json: bool) -> None:
     are not damage."""
     cfg = ctx.obj
     first = Position(1, 0)
+    # Against the store's cursor, as status and doctor judge it: segments cut shorter than it
+    # or gone from it on lost records the segments alone do not show.
+    cursor = _cursor(cfg)
     with _progress(not as_json) as bar:
         task = bar.add_task("verifying", total=total_bytes(cfg.spool_dir, first))
         result = do_verify(
-            cfg.spool_dir, lambda n: bar.advance(task, n), max_line=cfg.max_record_bytes
+            cfg.spool_dir,
+            lambda n: bar.advance(task, n),
+            cursor=cursor,
+            max_line=cfg.max_record_bytes,
         )
     if as_json:
         emit_json(result)

@@ -34,6 +34,8 @@ def status(ctx: click.Context, as_json: bool) -> None:
         or (data["store"] or {}).get("error")
         or data["fleet"]["crash_loops"]
         or data["spool"]["integrity"]["lost"]
+        or data["spool"]["history_gap"]
+        or data["spool"]["cursor_mismatch"]
     ):
         ctx.exit(Exit.FAILED)
 
@@ -187,6 +189,12 @@ def _print_status(d: dict[str, Any]) -> None:
         con.print(
             f"[bold red]HISTORY NOT IN SPOOL[/bold red] {_t(gap['error'])}\n"
             f"  next: [bold]{_t(gap['next'])}[/bold]"
+        )
+    if sp.get("cursor_mismatch"):
+        bad = sp["cursor_mismatch"]
+        con.print(
+            f"[bold red]CURSOR REFUSED[/bold red] {_t(bad['error'])}\n"
+            f"  next: [bold]{_t(bad['next'])}[/bold]"
         )
     if sp["integrity"]["lost"]:
         con.print(f"[bold red]SPOOL[/bold red]    {_t(sp['integrity']['summary'])}")

@@ -37,19 +37,21 @@ def verify(
     spool_dir: Path,
     progress: Progress | None = None,
     *,
+    cursor: Position | None = None,
     max_line: int = DEFAULTS.max_record_bytes,
 ) -> dict[str, Any]:
     """Check every record's checksum and shape and every producer's sequence numbers, and
     classify what is missing (``spool.integrity.assess``, the one classification status and
-    doctor use). Returns ``{"records", "damaged": [{position, reason, detail}], "torn_writes":
-    [{position, reason, detail}], "end", "partial_tail"}`` plus the assessment (``verdict``,
+    doctor use), against the store's ``cursor`` when known (None: segments only). Returns
+    ``{"records", "damaged": [{position, reason, detail}], "torn_writes": [{position,
+    reason, detail}], "end", "partial_tail"}`` plus the assessment (``verdict``,
     ``lost``, ``summary``, ``missing_segments``, ``truncated``, ``missing_by_producer``,
     ``missing_records``); ``torn_writes`` are lines proven to be a producer's
     never-acknowledged partial write (reason ``torn-write``, ``spool.torn``), not damage;
     ``partial_tail`` is True when the newest segment ends without a newline (a write in
     progress, or a torn one). ``max_line``: the longest line read whole (``[spool]
     max_record_bytes``); longer ones are listed in ``over_limit``."""
-    found = assess(spool_dir, scan=True, progress=progress, max_line=max_line)
+    found = assess(spool_dir, cursor=cursor, scan=True, progress=progress, max_line=max_line)
     reader = SpoolReader(spool_dir, max_line=max_line)
     end = reader.end()
     return {

@@ -9,14 +9,14 @@ replay is idempotent (batch ids), so overlap between the two is harmless.
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from pathlib import Path
 from typing import Any
 
 from quill.home import DEFAULTS, Halt, RunDir, Settings, WriterStatus
-from quill.jobs.worker_jobs import latest_snapshot
+from quill.home.layout import EVIDENCE_DIR
 from quill.jobs.worker_jobs import snapshot as take_snapshot
+from quill.jobs.worker_jobs import sound_snapshot
 from quill.ops.recover.replay import Progress, replay
 from quill.spool import Position, SpoolReader
 from quill.spool.segments import list_segments
@@ -88,16 +88,34 @@ def rebuild(
     if halt is None:
         halt = RunDir(cfg.home).halt(cfg.state_db)
     work = cfg.home / f"state.db.recovering-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"
-    snap = latest_snapshot(cfg.snapshots_dir)
+    try:
+        return _rebuild(cfg, work, progress, accept_loss=accept_loss, halt=halt, began=began)
+    except BaseException:
+        work.unlink(missing_ok=True)  # a failed rebuild leaves no half-built copy behind
+        raise
+
+
+def _rebuild(
+    cfg: Settings,
+    work: Path,
+    progress: Progress | None,
+    *,
+    accept_loss: bool,
+    halt: Halt | None,
+    began: float,
+) -> dict[str, Any]:
+    snap, damaged = sound_snapshot(cfg.snapshots_dir, cfg.home, copy_to=work)
     gap = history_gap(cfg, snap[1] if snap else None)
     if gap and not accept_loss:
-        raise RecoverError(
-            f"{gap}. Put a verified snapshot back into {cfg.snapshots_dir}, or rerun with "
-            "--accept-loss to rebuild from what is left"
+        why = (
+            f" (damaged snapshot(s) moved to {cfg.home / EVIDENCE_DIR}: {'; '.join(damaged)})"
+            if damaged
+            else ""
         )
-    if snap:
-        shutil.copyfile(snap[0], work)
-        os.chmod(work, 0o600)
+        raise RecoverError(
+            f"{gap}{why}. Put a verified snapshot back into {cfg.snapshots_dir}, or rerun "
+            "with --accept-loss to rebuild from what is left"
+        )
     result = replay(
         cfg.spool_dir,
         work,
@@ -160,6 +178,7 @@ def rebuild(
     return {
         "path": str(work),
         "snapshot": str(snap[0]) if snap else None,
+        "damaged_snapshots": damaged,
         "history_gap": gap,
         "snapshot_position": str(snap[1]) if snap else None,
         **result,

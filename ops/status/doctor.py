@@ -21,7 +21,7 @@ from quill.ops.purge.procedure import interrupted as interrupted_purge
 from quill.ops.status import guard, health
 from quill.ops.status.checks import check, overdue_check, pending_text, version, when
 from quill.ops.status.doctor_pg import pg_checks
-from quill.ops.status.history import start_gap
+from quill.ops.status.history import cursor_mismatch, start_gap
 from quill.ops.status.overdue import overdue_jobs
 from quill.spool import Position, Quarantine
 from quill.spool.integrity import assess
@@ -142,6 +142,24 @@ def _history_check(cfg: Settings, found: guard.StoreRead) -> dict[str, Any]:
     )
 
 
+def _cursor_check(cfg: Settings, found: guard.StoreRead) -> dict[str, Any]:
+    """Fails when the writer would refuse the store's cursor as not this spool's
+    (``ops.status.history.cursor_mismatch``); a warning while the store cannot be read (the
+    store check says why), ok with no store (no cursor to refuse)."""
+    if found.state == "missing":
+        return check("spool cursor", True, "no store, so no cursor to check")
+    if not found.ok:
+        return check("spool cursor", False, "not checked: the store cannot be read", warn_only=True)
+    bad = cursor_mismatch(cfg, found.value[0])
+    return check(
+        "spool cursor",
+        bad is None,
+        "the store's cursor ends an entry of this spool (or the store has none yet)"
+        if bad is None
+        else f"{bad['error']} (next: {bad['next']})",
+    )
+
+
 def _common_checks(cfg: Settings, found: guard.StoreRead) -> list[dict[str, Any]]:
     """The data dir's own checks, whatever the store: file modes, leases, halt, free space,
     spool lag (``guard.progress``: this host's cursor from the store when ``found`` read it,
@@ -182,6 +200,7 @@ def _common_checks(cfg: Settings, found: guard.StoreRead) -> list[dict[str, Any]
         )
     )
     out.append(_history_check(cfg, found))
+    out.append(_cursor_check(cfg, found))
     others = {role: rd.last(role) for role in ("scheduler", "consumer")}
     queue = health.queue_state(cfg, writer if writer.alive else None, others)
     out.append(

@@ -18,7 +18,7 @@ from quill.ops.client.stores import lost_store
 from quill.ops.human import ago
 from quill.ops.purge.procedure import interrupted as interrupted_purge
 from quill.ops.status import guard
-from quill.ops.status.history import start_gap
+from quill.ops.status.history import cursor_mismatch, start_gap
 from quill.ops.status.overdue import overdue_jobs, overdue_schedules
 from quill.ops.status.schedule import schedule_state
 from quill.spool import Position, Quarantine
@@ -147,6 +147,8 @@ def collect(cfg: Any) -> dict[str, Any]:
     known = found.ok or (found.state == "missing" and data["store"] is None)
     gap = start_gap(cfg, (got.get("store") or {}).get("cursor")) if known else None
     data["spool"]["history_gap"] = gap
+    # A cursor the writer would refuse: its refusal is published only while it lives.
+    data["spool"]["cursor_mismatch"] = cursor_mismatch(cfg, got["store"]) if found.ok else None
     # Read, never written: on a full disk no process can publish its status, so free space is
     # measured here.
     existing = next(p for p in (cfg.home, *cfg.home.parents) if p.exists())

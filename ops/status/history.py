@@ -1,4 +1,10 @@
-"""Whether the store would start without the history the spool no longer holds.
+"""Whether the writer would refuse this store's cursor, or start without the history the
+spool no longer holds.
+
+A store whose cursor for this spool is not this spool's (a ``state.db`` copied in from
+another data dir, a spool cut or deleted under it) is refused by the writer at its start
+(``spool.cursor_proof.check``, ``store.errors.CursorMismatchError``); the refusal is published
+only while that writer lives, so ``cursor_mismatch`` runs the same check for status and doctor.
 
 A store with no cursor for this data dir's spool (a new PostgreSQL store after the switch
 from SQLite, an empty file put in place) is filled from the spool's oldest segment. Once
@@ -13,9 +19,35 @@ from __future__ import annotations
 from typing import Any
 
 from quill.home import RunDir
+from quill.spool import Position, cursor_proof
 from quill.spool.retention import collected_before
-from quill.store.errors import HistoryNotInSpoolError
-from quill.store.factory import location, own_spool_id
+from quill.store.errors import CursorMismatchError, HistoryNotInSpoolError
+from quill.store.factory import capabilities, location, own_spool_id
+
+
+def cursor_mismatch(cfg: Any, figures: dict[str, Any]) -> dict[str, Any] | None:
+    """``{"error": text, "next": command}`` when the writer would refuse the store's cursor
+    for this spool (``figures``: a reader's ``figures()``, with ``cursor`` and
+    ``cursor_proof``) as not this spool's; else None (no cursor: ``start_gap``'s case). The
+    next step is the writer's (``CursorMismatchError.next_for``). Raises ``OSError`` only
+    when the spool cannot be read."""
+    if not figures.get("cursor"):
+        return None
+    proof_offset, proof = figures.get("cursor_proof") or (None, None)
+    problem = cursor_proof.check(
+        cfg.spool_dir,
+        Position.parse(figures["cursor"]),
+        proof_offset,
+        proof,
+        max_line=cfg.max_record_bytes,
+    )
+    if problem is None:
+        return None
+    return {
+        "error": f"{location(cfg)}'s cursor is not this spool's: {problem}; the writer "
+        "applies nothing to it",
+        "next": CursorMismatchError.next_for(capabilities(cfg).cluster),
+    }
 
 
 def start_gap(cfg: Any, cursor: str | None) -> dict[str, Any] | None:

@@ -30,7 +30,6 @@ other three, ``export_reimport.py`` reading a ``quill`` export back (``quill imp
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -38,6 +37,7 @@ from quill.ops.transfer.ingest import stable_batch_id
 from quill.store import packed
 from quill.store.apply import blobs
 from quill.store.apply.usage import TOKEN_FIELDS
+from quill.store.errors import stored_json
 from quill.store.read.reader import Reader
 
 FORMATS = ("quill", "markdown", "openai", "sharegpt")
@@ -158,11 +158,18 @@ def _audit_rows(
         kept: set[str] = set()
         msg: dict[str, Any] = {
             "role": role,
-            "content": _inflate_once(conn, parts, cache, sent, kept) if parts else content,
+            "content": (
+                _inflate_once(conn, parts, cache, sent, kept, f"parts of message {mid}")
+                if parts
+                else content
+            ),
         }
         for key, value in (
             ("id", ext_id),
-            ("tool_calls", json.loads(tool_calls) if tool_calls else None),
+            (
+                "tool_calls",
+                stored_json(tool_calls, f"tool calls of message {mid}") if tool_calls else None,
+            ),
             ("tool_call_id", tool_call_id),
             ("name", tool_name),
             ("reasoning", reasoning),
@@ -172,20 +179,27 @@ def _audit_rows(
             if value is not None:
                 msg[key] = value
         if extra:
-            msg["extra"] = _inflate_once(conn, extra, cache, sent, kept)
+            msg["extra"] = _inflate_once(
+                conn, extra, cache, sent, kept, f"extra fields of message {mid}"
+            )
         out.append((msg, state, origin, mid, frozenset(kept)))
     return out
 
 
 def _inflate_once(
-    conn: Any, text: str, cache: dict[str, str | None], sent: set[str], kept: set[str]
+    conn: Any,
+    text: str,
+    cache: dict[str, str | None],
+    sent: set[str],
+    kept: set[str],
+    what: str,
 ) -> Any:
     """The stored JSON ``text`` (a row's parts or extra) parsed, with each reference to a
     stored blob whose hash is not in ``sent`` replaced by its payload (and the hash added to
     ``sent``); a reference already in ``sent`` stays as it is and its hash goes into ``kept``.
     A reference to no stored blob is producer text (``blobs.inflate``) and stays, in neither
-    set."""
-    value = json.loads(text)
+    set. ``what`` names the value: ``DamagedValueError`` when it does not parse."""
+    value = stored_json(text, what)
     if not blobs.has_refs(text):
         return value
     return blobs.inflate(conn, value, cache, sent=sent, kept=kept)
@@ -210,7 +224,7 @@ def quill_ops(r: Reader, sid: str) -> Iterator[dict[str, Any]]:
             **{k: s[k] for k in _CREATE_FIELDS if s[k] is not None},
         }
         if s["meta"]:
-            create["meta"] = json.loads(s["meta"])
+            create["meta"] = stored_json(s["meta"], f"meta of session {sid}")
         if s["owner_host"] or s["owner_pid"] is not None:
             create["owner"] = {
                 "host": s["owner_host"],
@@ -259,7 +273,7 @@ def quill_ops(r: Reader, sid: str) -> Iterator[dict[str, Any]]:
     for task, model, provider, source, rid, ts, raw, ext, *_ in usage:
         data = {
             "session_id": sid,
-            "usage": json.loads(raw),
+            "usage": stored_json(raw, f"usage record of session {sid}"),
             "task": task,
             "model": model,
             "provider": provider,
@@ -306,7 +320,7 @@ def _context_changes(conn: Any, sid: str) -> dict[int, list[dict[str, Any]]]:
         at = out.setdefault(before, [{}])
         if kind in at[-1]:
             at.append({})
-        at[-1][kind] = json.loads(text) if kind == "tools" else text
+        at[-1][kind] = stored_json(text, f"tools blob {sha}") if kind == "tools" else text
     return out
 
 

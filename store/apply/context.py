@@ -18,7 +18,7 @@ from typing import Any
 import apsw
 
 from quill.store.apply import blobs
-from quill.store.errors import InvalidOpError
+from quill.store.errors import InvalidOpError, stored_json
 
 KINDS = ("system_prompt", "tools")
 
@@ -117,7 +117,8 @@ def context(conn: apsw.Connection, sid: str) -> dict[str, Any]:
     }
     for kind, sha, _ in rows:
         text = blobs.get(conn, sha)
-        out[kind] = json.loads(text) if kind == "tools" and text is not None else text
+        tools = kind == "tools" and text is not None
+        out[kind] = stored_json(text, f"tools blob {sha}") if tools else text
     return out
 
 

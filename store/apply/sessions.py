@@ -12,8 +12,6 @@ This module holds the session ops; the transcript ops live in ``transcript_ops``
 
 from __future__ import annotations
 
-import json
-
 import apsw
 
 from quill.store.apply import context
@@ -48,7 +46,7 @@ from quill.store.apply.rules import (
     session_id,
 )
 from quill.store.apply.usage import usage_record
-from quill.store.errors import InvalidOpError
+from quill.store.errors import InvalidOpError, stored_json
 from quill.store.read.lineage import root_of
 
 __all__ = [
@@ -106,7 +104,11 @@ def session_create(conn: apsw.Connection, data: dict, batch_id: str, arrived_at:
     if revise and meta:  # the keys sent win, the others stay (an import read again)
         held = conn.execute("SELECT meta FROM sessions WHERE id = ?", (sid,)).fetchone()
         if held and held[0]:
-            meta = {**(held[0] if isinstance(held[0], dict) else json.loads(held[0])), **meta}
+            was = held[0]
+            meta = {
+                **(was if isinstance(was, dict) else stored_json(was, f"meta of {sid}")),
+                **meta,
+            }
     title = clean_title(opt(data, "title", str))
     if title is not None and _title_owner(conn, title, sid):
         meta = {**meta, "requested_title": title}

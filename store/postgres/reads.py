@@ -77,13 +77,14 @@ class PgReader(Reader):
     @retry_io
     def figures(self) -> dict[str, Any]:
         """Counts for ``quill status``; ``cursor`` is this reader's spool's (``spool_id``),
+        with its ``cursor_proof`` ``[proof_offset, proof]`` (``spool.cursor_proof``), and
         ``cursors`` every spool's ``{spool_id: "segment:offset"}``."""
         with self.snapshot() as c:
             cursors = {
-                r[0]: (f"{r[1]}:{r[2]}", r[3])
+                r[0]: (f"{r[1]}:{r[2]}", r[3], [r[4], r[5]])
                 for r in c.execute(
-                    'SELECT spool_id, segment, "offset", updated_at FROM spool_cursor '
-                    "ORDER BY spool_id"
+                    'SELECT spool_id, segment, "offset", updated_at, proof_offset, proof '
+                    "FROM spool_cursor ORDER BY spool_id"
                 )
             }
             mine = cursors.get(self.spool_id) if self.spool_id else None
@@ -98,6 +99,7 @@ class PgReader(Reader):
                 "fts_state": "ok",
                 "cursor": mine[0] if mine else None,
                 "cursor_updated_at": mine[1] if mine else None,
+                "cursor_proof": mine[2] if mine else None,
                 "cursors": {k: v[0] for k, v in cursors.items()},
                 "applied_batches": c.execute("SELECT count(*) FROM applied_batches").fetchone()[0],
             }

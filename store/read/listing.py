@@ -23,12 +23,12 @@ Rules:
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import apsw
 
 from quill.store import packed, paging
+from quill.store.errors import stored_json
 from quill.store.read import usage as usage_reads
 from quill.store.read.lineage import IS_TIP_SQL, root_of
 
@@ -219,7 +219,8 @@ def list_sessions(
     out = []
     for row in conn.execute(sql, (*args, *outer_args, limit)).fetchall():
         item = dict(zip(SESSION_KEYS, row))
-        item["meta"] = json.loads(item["meta"]) if item["meta"] else {}
+        meta = item["meta"]
+        item["meta"] = stored_json(meta, f"meta of session {item['id']}") if meta else {}
         for flag in ("archived", "pinned", "hidden", "empty", "placeholder"):
             item[flag] = bool(item[flag])
         chain = root_of(conn, item["id"])

@@ -19,13 +19,13 @@ computes with ``SELECT … ORDER BY position`` over the same deduplication.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import apsw
 
 from quill.store import packed
 from quill.store.apply import blobs
+from quill.store.errors import stored_json
 from quill.store.read import clipped
 
 PROJECTION_STATES: dict[str, tuple[str, ...]] = {
@@ -71,9 +71,12 @@ def message_dict(row: tuple, *, with_meta: bool = True) -> dict[str, Any]:
         state,
     ) = row
     text = packed.unpack(content)  # SQLite stores a long text packed
-    msg: dict[str, Any] = {"role": role, "content": json.loads(parts) if parts else text}
+    msg: dict[str, Any] = {
+        "role": role,
+        "content": stored_json(parts, f"parts of message {mid}") if parts else text,
+    }
     if tool_calls:
-        msg["tool_calls"] = json.loads(tool_calls)
+        msg["tool_calls"] = stored_json(tool_calls, f"tool calls of message {mid}")
     for key, value in (
         ("tool_call_id", tool_call_id),
         ("name", tool_name),
@@ -84,7 +87,8 @@ def message_dict(row: tuple, *, with_meta: bool = True) -> dict[str, Any]:
         if value is not None:
             msg[key] = value
     if extra:
-        msg.update({k: v for k, v in json.loads(extra).items() if k not in msg})
+        fields = stored_json(extra, f"extra fields of message {mid}")
+        msg.update({k: v for k, v in fields.items() if k not in msg})
     if with_meta:
         msg.update(message_id=mid, session_id=sid, state=state, ts=ts)
     return msg

@@ -123,11 +123,14 @@ class StatusReads:
 
     @retry_io
     def figures(self) -> dict[str, Any]:
-        """Counts and positions for ``quill status``: sessions, messages, cursor, FTS lag."""
+        """Counts and positions for ``quill status``: sessions, messages, cursor, FTS lag;
+        ``cursor_proof``: ``[proof_offset, proof]`` of the cursor (``spool.cursor_proof``;
+        both None for a cursor written before proofs were kept), None with no cursor."""
         with mapped():
             c = self.conn
             cursor = c.execute(
-                'SELECT segment, "offset", updated_at FROM spool_cursor WHERE id = 1'
+                'SELECT segment, "offset", updated_at, proof_offset, proof FROM spool_cursor '
+                "WHERE id = 1"
             ).fetchone()
             upto = indexed_upto(c)
             return {
@@ -140,5 +143,6 @@ class StatusReads:
                 "fts_state": fts_state(c),
                 "cursor": f"{cursor[0]}:{cursor[1]}" if cursor else None,
                 "cursor_updated_at": cursor[2] if cursor else None,
+                "cursor_proof": [cursor[3], cursor[4]] if cursor else None,
                 "applied_batches": c.execute("SELECT count(*) FROM applied_batches").fetchone()[0],
             }

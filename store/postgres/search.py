@@ -84,7 +84,7 @@ def tsquery(plan: query.Plan, kinds: tuple[str, ...] = KINDS) -> str:
 #: condition is tested on (the rows a key walk passes, a phrase's or weighted query's
 #: bitmap rows re-checked), as PostgreSQL folds no function of a parameter. The planner sees
 #: no constant either way (a generic plan, or ``windows._hidden``): its default selectivity.
-TSQUERY_MATCH = "m.words @@ (SELECT to_tsquery('simple', quill_unaccent(?)))"
+TSQUERY_MATCH = "m.words @@ (SELECT to_tsquery('simple', {fold}))"
 
 
 def _where(conn: PgConnection, plan: query.Plan, kinds: tuple[str, ...]) -> tuple[str, list[Any]]:
@@ -92,7 +92,7 @@ def _where(conn: PgConnection, plan: query.Plan, kinds: tuple[str, ...]) -> tupl
     The trigram index covers message text only (as on SQLite)."""
     if plan.kind == "fts":
         tsq = tsquery(plan, kinds)
-        return (TSQUERY_MATCH, [tsq]) if tsq else ("", [])
+        return (TSQUERY_MATCH.format(fold=windows.unaccent(conn)), [tsq]) if tsq else ("", [])
     if "text" not in kinds:
         return "", []
     likes, like_args = [], []
@@ -276,7 +276,7 @@ def _ranked_page(
         scores = dict(
             conn.execute(
                 "SELECT m.id, ts_rank('{1,1,1,1}', m.words, to_tsquery('simple', "
-                "quill_unaccent(?)), 1) FROM messages m WHERE m.id = ANY(?)",
+                f"{windows.unaccent(conn)}), 1) FROM messages m WHERE m.id = ANY(?)",
                 (tsquery(plan, kinds), [c[0] for c in cands]),
             ).fetchall()
         )

@@ -51,12 +51,21 @@ def _messages() -> list[dict]:
     return out
 
 
+#: Texts with diacritics, in a session of their own: a query is folded as the texts are.
+_ACCENTED = [
+    user("the café opens at noon"),
+    assistant("crème brûlée for dessert at the cafe"),
+    user("Café Crème is closed, creme brulee sold out"),
+]
+
+
 @pytest.fixture(scope="module")
 def stores(tmp_path_factory, pg_store_url):
     root = tmp_path_factory.mktemp("tooltext")
     lite, pg = Store(root / "sqlite"), Store(root / "pg", pg_store_url)
     for s in (lite, pg):
         assert s.apply("messages.append", {"session_id": "s1", "messages": _messages()}) == []
+        assert s.apply("messages.append", {"session_id": "s2", "messages": _ACCENTED}) == []
         s.index()
     pg.conn.execute("ANALYZE")
     yield lite, pg
@@ -171,3 +180,22 @@ def test_a_word_search_folds_its_query_without_the_sql_function(stores, route, k
         hits, calls, w = _calls(r, "quill_unaccent(text)", **kw)
     assert _shown(hits) == _shown(want) and len(hits) >= 10
     assert calls == 0, w.sql
+
+
+@pytest.mark.parametrize("route", list(ROUTES))
+@pytest.mark.parametrize(
+    "kw",
+    [dict(text="café"), dict(text="CAFÉ crème"), dict(text='"crème brûlée"'), dict(text="brul*")],
+)
+def test_a_query_with_diacritics_finds_sqlites_hits_on_every_route(stores, route, kw, monkeypatch):
+    """The query is folded by the extension's function (``windows.unaccent``) exactly as the
+    texts were (``quill_unaccent``): the same hits as SQLite's ``remove_diacritics``."""
+    for name, value in ROUTES[route].items():
+        monkeypatch.setattr(windows, name, value)
+    lite, pg = stores
+    with lite.reader() as r:
+        want = r.search(limit=20, **kw)
+    with pg.reader() as r:
+        r.search(limit=20, **kw)  # cold: the words' bounds, PREPARE
+        hits = r.search(limit=20, **kw)
+    assert want and _shown(hits) == _shown(want)

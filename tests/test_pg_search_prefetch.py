@@ -100,3 +100,19 @@ def test_the_prefetched_hits_equal_sqlites(stores, route, projection, context, p
         got = r.search(**kw)
     assert len(want) >= min(page["limit"], 3)
     assert _shown(got) == _shown(want)
+
+
+def test_live_first_orders_the_display_states_as_the_rule_does():
+    """``hits.LIVE_FIRST``: among the display states ``state DESC`` puts ``live`` first, as
+    ``state = 'live' DESC`` (the rule of ``projections.REPRESENTATIVE_SQL``) does."""
+    from quill.store.postgres import hits
+    from quill.store.read import projections
+
+    for projection in hits.LIVE_FIRST:
+        states = projections.states(projection)
+        assert sorted(states, reverse=True) == sorted(states, key=lambda s: s != "live")
+        assert max(states) == "live"
+    assert "r.state = 'live' DESC" in projections.REPRESENTATIVE_SQL
+    assert hits.REPRESENTATIVE_SQL == projections.REPRESENTATIVE_SQL.replace(
+        "r.state = 'live' DESC", "r.state DESC"
+    )

@@ -17,7 +17,9 @@ picks queries, ``--drop`` removes the
 schema afterwards. PostgreSQL is timed by ``bench.pg_floor`` in a subprocess, which also
 gives the round trips and statements of one search and PostgreSQL's floor (``SELECT 1``, the
 bare GIN query of each word query); ``--baseline REV`` times the ``quill`` of git revision
-``REV`` on the same store too, alternating with this tree for ``--rounds`` rounds (same run).
+``REV`` on the same store too, alternating with this tree for ``--rounds`` rounds (same run);
+each row also carries each round's CPU per PostgreSQL search, client and server
+(``*_cpu_client_ms``, ``*_cpu_server_ms``: ``bench.pg_floor.cpu_per_call``).
 """
 
 from __future__ import annotations
@@ -204,6 +206,8 @@ def search(
                     if part == "queries":
                         if have is not v:
                             have["times"] += v["times"]
+                        for k in ("client_ms", "server_ms"):  # one figure per round
+                            have.setdefault(f"{k}_rounds", []).append(v.get(k))
                     else:
                         have += v
     out = []
@@ -215,6 +219,8 @@ def search(
             row[f"{kind}_p50_ms"] = ms(pct(q["times"], 50))
             row[f"{kind}_p95_ms"] = ms(pct(q["times"], 95))
             row[f"{kind}_vs_sqlite_p95"] = ratio(row[f"{kind}_p95_ms"], row["sqlite_p95_ms"])
+            for k in ("client_ms", "server_ms"):  # CPU per search, each round's (ms)
+                row[f"{kind}_cpu_{k}"] = q.get(f"{k}_rounds")
             row[f"{kind}_round_trips"] = q["round_trips"]
             row[f"{kind}_statements"] = q["statements"]
             # The copy keeps SQLite's ids, so equal pages are equal id lists, in order.

@@ -3,16 +3,16 @@
 
 For each query of §3 (``bench.search.QUERIES``) through the public reader API
 (``PgReader.search``, limit 20, newest first, warm): the run times (s), the hits' message ids,
-and the round trips and statements one warm search costs (libpq's protocol trace, counted by
-this tree's ``store/postgres/wire.py`` whatever ``quill`` is imported, so a baseline
-revision is counted the same way). And the floor, on the same kind of connection
-(``PgConnection``): ``SELECT 1`` (one round trip, nothing planned worth the name), and for
-each word query the bare GIN query of its term with no context, no visibility rule and no
-snippet (``SELECT id … WHERE words @@ … ORDER BY id DESC LIMIT 20``), in both plans
+the round trips and statements one warm search costs (libpq's protocol trace, counted by this
+tree's ``store/postgres/wire.py`` whatever ``quill`` is imported, so a baseline revision is
+counted the same way), and the CPU one search costs the client (this process) and the server
+(its backend, ``/proc/PID/schedstat``; ``cpu_per_call``). And the floor, on the same kind of
+connection (``PgConnection``): ``SELECT 1`` (one round trip, nothing planned worth the name),
+and for each word query the bare GIN query of its term with no context, no visibility rule and
+no snippet (``SELECT id … WHERE words @@ … ORDER BY id DESC LIMIT 20``), in both plans
 PostgreSQL has for it: the GIN bitmap then the newest 20 (``ORDER BY id + 0``: a rare word's
-best) and the primary key walked backwards (a common word's best). Run by
-``bench.pg_copy search`` (this tree and ``--baseline REV`` in the same run) and by
-``bench.backends``.
+best) and the primary key walked backwards (a common word's best). Run by ``bench.pg_copy
+search`` (this tree and ``--baseline REV`` in the same run) and by ``bench.backends``.
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ from .search import QUERIES
 
 #: The word queries whose bare GIN query is measured.
 BARE = ("rare word", "common word", "phrase")
+#: Searches per query whose CPU is measured, at least (``cpu_per_call``).
+CPU_RUNS = 100
 
 
 def wire_module() -> Any:
@@ -53,6 +55,30 @@ def _times(fn: Any, runs: int) -> list[float]:
     return out
 
 
+def _server_cpu_s(pid: int) -> float | None:
+    """CPU seconds the server process ``pid`` (a backend on this machine) has run, from
+    ``/proc/PID/schedstat`` (nanoseconds, not clock ticks); None when it cannot be read (a
+    server on another machine)."""
+    try:
+        with open(f"/proc/{pid}/schedstat") as f:
+            return int(f.read().split()[0]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def cpu_per_call(fn: Any, runs: int, pid: int) -> dict[str, float | None]:
+    """``{"client_ms", "server_ms"}``: CPU per call of ``fn`` (warm, ``runs`` calls) in this
+    process (``process_time``) and in the server backend ``pid`` (``_server_cpu_s``; None
+    when unreadable): figures the machine's load moves far less than wall time."""
+    fn()  # warm
+    s0, c0 = _server_cpu_s(pid), time.process_time()
+    for _ in range(runs):
+        fn()
+    c1, s1 = time.process_time(), _server_cpu_s(pid)
+    server = None if s0 is None or s1 is None else round((s1 - s0) / runs * 1e3, 4)
+    return {"client_ms": round((c1 - c0) / runs * 1e3, 4), "server_ms": server}
+
+
 def measure(url: str, runs: int, only: set[str] | None = None) -> dict[str, Any]:
     """``{"queries": {name: {times, ids, round_trips, statements}}, "floor": {name: times}}``
     (times in seconds) for the store at ``url``."""
@@ -62,10 +88,12 @@ def measure(url: str, runs: int, only: set[str] | None = None) -> dict[str, Any]
     out: dict[str, Any] = {"queries": {}, "floor": {}}
     reader = PgReader(url)
     try:
+        pid = reader.conn.execute("SELECT pg_backend_pid()").fetchone()[0]
         for name, kw in QUERIES:
             if only and name not in only:
                 continue
             times = _times(lambda kw=kw: reader.search(**kw), runs)
+            cpu = cpu_per_call(lambda kw=kw: reader.search(**kw), max(runs, CPU_RUNS), pid)
             with wire.traced(reader.conn) as w:
                 hits = reader.search(**kw)
             out["queries"][name] = {
@@ -73,6 +101,7 @@ def measure(url: str, runs: int, only: set[str] | None = None) -> dict[str, Any]
                 "ids": [h["message_id"] for h in hits],
                 "round_trips": w.round_trips,
                 "statements": w.statements,
+                **cpu,
             }
     finally:
         reader.close()

@@ -8,9 +8,10 @@ runs it, whatever tool calls the row holds, and the hits matched in their tool c
 once each, in one more statement. The server's own count of the function's calls
 (``track_functions``) is the figure, never a time; SQLite's hits are the reference.
 
-A word search's tsquery (``to_tsquery('simple', quill_unaccent(…))``) is built once per
+A word search's tsquery (``to_tsquery('simple', unaccent(…))``) is built once per
 statement, not once per row the statement tests (the backwards key walk tests each row it
-walks; a phrase or weighted query re-checks each row of the bitmap)."""
+walks; a phrase or weighted query re-checks each row of the bitmap), by the extension's
+function itself, not through the SQL function ``quill_unaccent``."""
 
 from __future__ import annotations
 
@@ -50,12 +51,21 @@ def _messages() -> list[dict]:
     return out
 
 
+#: Texts with diacritics, in a session of their own: a query is folded as the texts are.
+_ACCENTED = [
+    user("the café opens at noon"),
+    assistant("crème brûlée for dessert at the cafe"),
+    user("Café Crème is closed, creme brulee sold out"),
+]
+
+
 @pytest.fixture(scope="module")
 def stores(tmp_path_factory, pg_store_url):
     root = tmp_path_factory.mktemp("tooltext")
     lite, pg = Store(root / "sqlite"), Store(root / "pg", pg_store_url)
     for s in (lite, pg):
         assert s.apply("messages.append", {"session_id": "s1", "messages": _messages()}) == []
+        assert s.apply("messages.append", {"session_id": "s2", "messages": _ACCENTED}) == []
         s.index()
     pg.conn.execute("ANALYZE")
     yield lite, pg
@@ -148,6 +158,44 @@ def test_the_tsquery_is_built_once_per_statement_not_per_row(stores, route, kw, 
     with lite.reader() as r:
         want = r.search(limit=20, **kw)
     with pg.reader() as r:
-        hits, calls, w = _calls(r, "quill_unaccent(text)", **kw)
+        ext = r.conn.execute(windows._UNACCENT_SCHEMA_SQL).fetchone()[0]
+        hits, calls, w = _calls(r, f'"{ext}".unaccent(regdictionary, text)', **kw)
     assert _shown(hits) == _shown(want) and len(hits) >= 10
     assert 1 <= calls <= w.statements, (calls, w.sql)
+
+
+@pytest.mark.parametrize("route", list(ROUTES))
+@pytest.mark.parametrize("kw", [dict(text="marmot"), dict(text='"marmot burrow"')])
+def test_a_word_search_folds_its_query_without_the_sql_function(stores, route, kw, monkeypatch):
+    """``quill_unaccent`` (an SQL function with a ``SET search_path`` clause: never inlined,
+    its body parsed and planned again by every statement calling it) is not called by a
+    search; the extension's function is, with the same dictionary (``windows.unaccent``), and
+    the hits are SQLite's."""
+    for name, value in ROUTES[route].items():
+        monkeypatch.setattr(windows, name, value)
+    lite, pg = stores
+    with lite.reader() as r:
+        want = r.search(limit=20, **kw)
+    with pg.reader() as r:
+        hits, calls, w = _calls(r, "quill_unaccent(text)", **kw)
+    assert _shown(hits) == _shown(want) and len(hits) >= 10
+    assert calls == 0, w.sql
+
+
+@pytest.mark.parametrize("route", list(ROUTES))
+@pytest.mark.parametrize(
+    "kw",
+    [dict(text="café"), dict(text="CAFÉ crème"), dict(text='"crème brûlée"'), dict(text="brul*")],
+)
+def test_a_query_with_diacritics_finds_sqlites_hits_on_every_route(stores, route, kw, monkeypatch):
+    """The query is folded by the extension's function (``windows.unaccent``) exactly as the
+    texts were (``quill_unaccent``): the same hits as SQLite's ``remove_diacritics``."""
+    for name, value in ROUTES[route].items():
+        monkeypatch.setattr(windows, name, value)
+    lite, pg = stores
+    with lite.reader() as r:
+        want = r.search(limit=20, **kw)
+    with pg.reader() as r:
+        r.search(limit=20, **kw)  # cold: the words' bounds, PREPARE
+        hits = r.search(limit=20, **kw)
+    assert want and _shown(hits) == _shown(want)

@@ -33,7 +33,6 @@ from quill.store.postgres import hits as pg_hits
 from quill.store.postgres import scan_index, windows
 from quill.store.postgres.connection import PgConnection
 from quill.store.postgres.schema import TRIGRAM_SCOPE
-from quill.store.read import projections
 from quill.store.search import candidates, fence, rank, textfold
 from quill.store.search import group as group_mod
 from quill.store.search import plan as query
@@ -84,7 +83,7 @@ def tsquery(plan: query.Plan, kinds: tuple[str, ...] = KINDS) -> str:
 #: condition is tested on (the rows a key walk passes, a phrase's or weighted query's
 #: bitmap rows re-checked), as PostgreSQL folds no function of a parameter. The planner sees
 #: no constant either way (a generic plan, or ``windows._hidden``): its default selectivity.
-TSQUERY_MATCH = "m.words @@ (SELECT to_tsquery('simple', quill_unaccent(?)))"
+TSQUERY_MATCH = "m.words @@ (SELECT to_tsquery('simple', {fold}))"
 
 
 def _where(conn: PgConnection, plan: query.Plan, kinds: tuple[str, ...]) -> tuple[str, list[Any]]:
@@ -92,7 +91,7 @@ def _where(conn: PgConnection, plan: query.Plan, kinds: tuple[str, ...]) -> tupl
     The trigram index covers message text only (as on SQLite)."""
     if plan.kind == "fts":
         tsq = tsquery(plan, kinds)
-        return (TSQUERY_MATCH, [tsq]) if tsq else ("", [])
+        return (TSQUERY_MATCH.format(fold=windows.unaccent(conn)), [tsq]) if tsq else ("", [])
     if "text" not in kinds:
         return "", []
     likes, like_args = [], []
@@ -163,7 +162,7 @@ def _scan(
     ``cap`` rows (None: ``SCAN_MAX_ROWS``) below ``below`` with ``id >= lo`` (``whole``: every
     row of that window), newest first, for a scan plan or (``rest``) the rows the trigram
     index does not wholly cover (``fence.Scan`` picks ``lo``, ``cap`` and ``whole``); ``rep``
-    is the SQL of the display id (``projections.REPRESENTATIVE_SQL`` or ``m.id``). Text,
+    is the SQL of the display id (``hits.REPRESENTATIVE_SQL`` or ``m.id``). Text,
     reasoning and tool-call text are searched, as SQLite's scan does."""
     cols = [c for k, c in SCAN_COLUMNS_SQL.items() if k in kinds]
     if not cols:
@@ -225,9 +224,7 @@ def search_page(conn: PgConnection, text: str, **kw: Any) -> dict[str, Any]:
     if isinstance(started, dict):
         return started
     a, plan, kinds_t, page, cond, args, _scope = started
-    rep = (
-        f"coalesce({projections.REPRESENTATIVE_SQL}, m.id)" if a.projection == "display" else "m.id"
-    )
+    rep = f"coalesce({pg_hits.REPRESENTATIVE_SQL}, m.id)" if a.projection == "display" else "m.id"
     # A word search's first candidate statement reads the hits of the page it finds too
     # (usually the whole page: one statement); the rest are read after.
     pre = pg_hits.Prefetch(conn, a.projection, a.context, a.limit)
@@ -276,7 +273,7 @@ def _ranked_page(
         scores = dict(
             conn.execute(
                 "SELECT m.id, ts_rank('{1,1,1,1}', m.words, to_tsquery('simple', "
-                "quill_unaccent(?)), 1) FROM messages m WHERE m.id = ANY(?)",
+                f"{windows.unaccent(conn)}), 1) FROM messages m WHERE m.id = ANY(?)",
                 (tsquery(plan, kinds), [c[0] for c in cands]),
             ).fetchall()
         )

@@ -93,6 +93,38 @@ _ESTIMATES: weakref.WeakKeyDictionary[PgConnection, dict[str, tuple[float, float
 Fetch = Callable[[str, Sequence[Any], bool], list[tuple]]
 
 
+#: Per connection: ``unaccent``'s SQL (read once: an extension's schema moves only by
+#: ``ALTER EXTENSION … SET SCHEMA``, which breaks ``quill_unaccent``'s own body too).
+_UNACCENT: weakref.WeakKeyDictionary[PgConnection, str] = weakref.WeakKeyDictionary()
+_UNACCENT_SCHEMA_SQL = (
+    "SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace "
+    "WHERE e.extname = 'unaccent'"
+)
+
+
+def unaccent(conn: PgConnection) -> str:
+    """SQL of a text parameter folded as ``quill_unaccent(?)`` folds it (the store's words
+    document folds its texts so), by a direct call of the ``unaccent`` extension's function
+    with that function's own dictionary, both named by schema as ``quill_unaccent``'s body
+    names them. ``quill_unaccent`` is an SQL function with a ``SET search_path`` clause, which
+    PostgreSQL never inlines: every statement calling it parses and plans its body again and
+    saves and restores the setting around it, a fifth of a rare word's server time at 100k
+    (bench/RESULTS.md). The extension's schema is read on this connection's first call (one
+    statement); a database without the extension keeps ``quill_unaccent(?)``. Raises the
+    store error tree."""
+    sql = _UNACCENT.get(conn)
+    if sql is None:
+        row = conn.execute(_UNACCENT_SCHEMA_SQL).fetchone()
+        # A name holding a placeholder or quote character keeps the function: the statement
+        # text is translated (``?``, ``%``) and the dictionary's name is a string literal.
+        if row is None or any(c in row[0] for c in "?%'\""):
+            sql = "quill_unaccent(?)"
+        else:
+            sql = f'"{row[0]}".unaccent(\'"{row[0]}".unaccent\'::regdictionary, ?)'
+        _UNACCENT[conn] = sql
+    return sql
+
+
 def _rows(plan_json: Any) -> list[float]:
     """Plan Rows of each branch of an EXPLAIN (FORMAT JSON) of a UNION ALL."""
     if isinstance(plan_json, str):
@@ -131,7 +163,8 @@ def _bounds(conn: PgConnection, words: list[str]) -> list[float]:
     kept. A lexeme at the planner's default for unlisted lexemes (``UNLISTED_FRACTION`` of
     the table) or below is counted the same way, whatever the table's size. One EXPLAIN
     (planning only), then at most one counting statement. Raises the store error tree."""
-    one = "SELECT 1 FROM messages m WHERE m.words @@ to_tsquery('simple', quill_unaccent(?))"
+    fold = unaccent(conn)
+    one = f"SELECT 1 FROM messages m WHERE m.words @@ to_tsquery('simple', {fold})"
     sql = " UNION ALL ".join([one] * len(words) + ["SELECT 1 FROM messages m"])
     est = _rows(conn.execute(f"EXPLAIN (FORMAT JSON) {sql}", words).fetchone()[0])
     # A lexeme the statistics do not list is estimated at most at ``UNLISTED_FRACTION`` of
@@ -146,7 +179,7 @@ def _bounds(conn: PgConnection, words: list[str]) -> list[float]:
         return est
     count = (
         "(SELECT count(*) FROM (SELECT FROM messages m WHERE m.words @@ "
-        "to_tsquery('simple', quill_unaccent(?)) LIMIT ?) AS x)"
+        f"to_tsquery('simple', {fold}) LIMIT ?) AS x)"
     )
     row = conn.execute(
         f"SELECT {', '.join([count] * len(low))}, ({_LEAST_KEPT_SQL})",

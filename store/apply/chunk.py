@@ -402,7 +402,7 @@ def _apply_entry(
             # decided before a delete of its session: applied as nothing (deletes.stale)
             rows = (
                 0
-                if deletes.stale(conn, data)
+                if deletes.stale(conn, rec["op"], data)
                 else applier(conn, data, batch, arrival_time(rec, now))
             )
         if not ledger.record_applied(conn, batch, str(entry.position), now, digest):

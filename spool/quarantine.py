@@ -249,7 +249,9 @@ class Quarantine:
         quarantined — the store holds no refusal and the cursor is before it. The writer
         decides again when it re-reads the record: a refusal then ``put``s the entry back
         (and removes this file); an apply leaves this file as the trace of the failed chunk
-        (``uncommitted()`` lists it). Returns the new path, None when there was no entry."""
+        (``uncommitted()`` lists it); a ``COMMIT`` that succeeded after all (its answer lost)
+        is found by the next writer, which ``restore``s the entry. Returns the new path, None
+        when there was no entry."""
         path = self.dir / f"{position.segment:08d}-{position.offset:012d}.json"
         try:
             entry = _read_entry(path, str(position))
@@ -265,6 +267,25 @@ class Quarantine:
             path.unlink()
         fsync_dir(self.dir)
         return target
+
+    def restore(self, position: Position) -> Path | None:
+        """Undo ``withdraw``: the refusal of the record at ``position`` was committed after
+        all (a ``COMMIT`` whose answer was lost with the connection: the store's cursor is
+        past the record and its ledger holds the refusal, ``workers.drain.Drain.start``), so
+        its entry is quarantined again, without the ``uncommitted`` note. Returns the entry's
+        path, None when no withdrawn entry is there. Raises ``OSError``."""
+        stem = f"{position.segment:08d}-{position.offset:012d}"
+        withdrawn = self.dir / (stem + UNCOMMITTED_SUFFIX)
+        try:
+            entry = _read_entry(withdrawn, str(position))
+        except KeyError:
+            return None
+        entry.pop("uncommitted", None)
+        path = self.dir / (stem + ".json")
+        write_json(path, entry)
+        withdrawn.unlink()
+        fsync_dir(self.dir)
+        return path
 
     def uncommitted(self) -> list[dict[str, Any]]:
         """Entries ``withdraw`` took out (refusals whose chunk did not commit), in spool order,

@@ -12,10 +12,11 @@ import shutil
 import subprocess
 import sys
 
+import pytest
 from conftest import REPO, quill_env, small_tmpfs
 from harness import InProcessWriter
 
-from quill.spool import Quarantine
+from quill.spool import Position, Quarantine
 
 
 def _quarantine_list(root) -> dict:
@@ -74,3 +75,36 @@ def test_an_entry_of_a_chunk_that_failed_to_commit_is_withdrawn_not_listed(tmp_p
             assert [e["reason"] for e in _quarantine_list(w.root)["entries"]] == ["unknown-message"]
         finally:
             w.close()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)
+def test_a_withdrawn_refusal_the_store_committed_after_all_is_quarantined_again(tmp_path, backend):
+    """A ``COMMIT`` can fail for the writer yet succeed on the server (PostgreSQL: the
+    connection lost with the ``COMMIT`` in flight): its entries were withdrawn, and the
+    store's cursor is past their records, so no re-read puts them back. Here the withdrawal
+    is made on a chunk that did commit (the state such a failure leaves); a restarted writer
+    finds the refusal in the store's ledger and quarantines the entry again, on both
+    backends. A withdrawn entry whose record the store applied stays withdrawn (the trace)."""
+    w = InProcessWriter(tmp_path / "home", backend)
+    try:
+        created = w.spool.append("session.create", {"session_id": "s"})
+        w.append("session.read", {"session_id": "s", "message_id": 999_999})  # refused
+        w.until_idle()
+        q = Quarantine(w.cfg.spool_dir)
+        [entry] = list(q.entries())
+        refused = Position.parse(entry["position"])
+        applied = created.position  # the session.create, applied
+        record = {"op": "session.create", "batch": created.batch_id}
+        q.put(applied, "invalid-op", "refused by a chunk that failed", b"{}", record)
+        q.withdraw(applied, "TransientError: the chunk failed; re-read and applied")
+        q.withdraw(refused, "TransientError: connection lost with the COMMIT in flight")
+        assert q.count() == 0
+
+        w.restart()
+        w.until_idle()
+        assert [e["position"] for e in q.entries()] == [str(refused)]
+        assert "uncommitted" not in next(iter(q.entries()))
+        assert [e["position"] for e in q.uncommitted()] == [str(applied)]
+        assert [e["reason"] for e in _quarantine_list(w.root)["entries"]] == ["unknown-message"]
+    finally:
+        w.close()

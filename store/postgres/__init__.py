@@ -60,6 +60,11 @@ class PostgresBackend:
     def read_cursor_proof(self) -> tuple[int, int, int | None, str | None] | None:
         return pg_apply.read_cursor_proof(self.conn, self.spool_id)
 
+    def refused(self, batches: dict[str, str]) -> set[str]:
+        from quill.store.postgres.ledger import refused_here
+
+        return refused_here(self.conn, self.spool_id, batches) if batches else set()
+
     def apply_chunk(
         self, entries: Sequence[Any], on_reject: Callable[[Any, str, str], None]
     ) -> ChunkResult:

@@ -24,6 +24,7 @@ lost when the segment is collected. Resolving or purging the entry removes that 
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -33,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from quill.spool import record
+from quill.spool.errors import SpoolFullError
 from quill.spool.lines import HEAD_BYTES
 from quill.spool.quarantine_audit import Resolutions
 from quill.spool.quarantine_files import LINE_SUFFIX, UNCOMMITTED_SUFFIX, copy_line, write_json
@@ -218,10 +220,33 @@ class Quarantine:
         ``source``: ``(segment path, line length)`` of a line over the limit, of which ``raw``
         is only the head: the line is copied from ``position.offset`` of that segment to the
         entry's ``.line`` file (module doc) without passing through this process's memory.
-        Raises ``OSError`` (nothing is recorded then: the caller's chunk is not committed).
+        Raises ``SpoolFullError`` when the quarantine's filesystem has no room (ENOSPC,
+        EDQUOT: the writer waits for space and tries the chunk again, as for a full store)
+        and ``OSError`` otherwise; nothing is recorded then (no partial file is left), and
+        the caller's chunk is not committed.
         """
         if self.resolution(position, raw, (record or {}).get("batch")) is not None:
             return None
+        try:
+            return self._put(position, reason, detail, raw, record, source)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            import shutil
+
+            free = shutil.disk_usage(self.dir).free if self.dir.exists() else 0
+            raise SpoolFullError(str(self.dir), free) from exc
+
+    def _put(
+        self,
+        position: Position,
+        reason: str,
+        detail: str,
+        raw: bytes,
+        record: dict[str, Any] | None,
+        source: tuple[Path, int] | None,
+    ) -> Path:
+        """``put``'s writes (the audit consulted)."""
         ensure_dir(self.dir)
         path = self.dir / f"{position.segment:08d}-{position.offset:012d}.json"
         entry = {

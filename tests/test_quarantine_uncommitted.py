@@ -17,6 +17,7 @@ from conftest import REPO, quill_env, small_tmpfs
 from harness import InProcessWriter
 
 from quill.spool import Position, Quarantine
+from quill.store import Reader
 
 
 def _quarantine_list(root) -> dict:
@@ -108,3 +109,40 @@ def test_a_withdrawn_refusal_the_store_committed_after_all_is_quarantined_again(
         assert [e["reason"] for e in _quarantine_list(w.root)["entries"]] == ["unknown-message"]
     finally:
         w.close()
+
+
+def test_no_room_for_a_quarantine_entry_pauses_the_drain_and_loses_nothing(tmp_path):
+    """A refused op whose quarantine entry finds the disk full (a real full tmpfs): the
+    writer does not crash nor skip the op; it publishes the full disk, backs off like a full
+    store, and once space returns the entry is written and the ops after it are applied."""
+    with small_tmpfs(tmp_path / "small", "4m") as mnt:
+        w = InProcessWriter(mnt / "home", writer={"chunk_rows": 100})
+        try:
+            w.append("session.create", {"session_id": "s"})
+            w.until_idle()
+            w.append("session.read", {"session_id": "s", "message_id": 999_999})  # refused
+            w.append("session.title", {"session_id": "s", "title": "after the refusal"})
+            filler = mnt / "filler"
+            with open(filler, "wb", buffering=0) as f:  # fill the disk to the last block
+                try:
+                    while True:
+                        f.write(b"\0" * 4096)
+                except OSError:
+                    pass
+            pauses = [w.turn(1.0) for _ in range(4)]  # no exception: the writer waits
+            assert "spool is full" in (w.writer.error or ""), w.writer.error
+            assert w.writer.halt_cause is None
+            backoff = [p for p in pauses if p > 0]
+            assert len(backoff) == 4 and backoff == sorted(backoff) and backoff[-1] > backoff[0]
+            q = Quarantine(w.cfg.spool_dir)
+            assert q.count() == 0 and not list(q.dir.glob("*.tmp"))  # nothing half-written
+
+            filler.unlink()  # space returns
+            w.until_idle()
+            [entry] = list(q.entries())
+            assert entry["reason"] == "unknown-message" and q.uncommitted() == []
+            with Reader(w.cfg.state_db) as r:
+                assert r.get_session("s")["title"] == "after the refusal"
+            assert w.writer.error is None
+        finally:
+            w.close()

@@ -148,7 +148,7 @@ class Store(Protocol):
     ) -> Any:
         """Apply ``entries`` and move the cursor past them, with the proof of the last entry,
         in one transaction; returns a
-        ``store.apply.chunk.ChunkResult``. Raises the store error tree (nothing committed)."""
+        ``store.apply.chunking.ChunkResult``. Raises the store error tree (nothing committed)."""
 
     def check(self) -> None:
         """Before a unit of work: raise ``CorruptError`` if the store was replaced under us."""

@@ -12,7 +12,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from quill import home as config
 from quill.store import Reader
-from quill.workers.scheduler import edit_schedules
+from quill.workers.schedules import edit_schedules
 
 
 def _runs(home, job):

@@ -27,7 +27,7 @@ from quill.ops.service.tokens import TokenStore
 from quill.ops.status import health, overdue
 from quill.ops.status.doctor import run_checks
 from quill.workers import scheduler
-from quill.workers.scheduler import edit_schedules
+from quill.workers.schedules import edit_schedules
 
 
 def _overwrite_pages(path: Path) -> None:

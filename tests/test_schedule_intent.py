@@ -17,7 +17,7 @@ from quill.jobs.queues import build
 from quill.jobs.triggers import describe
 from quill.store import Reader
 from quill.workers import FIRE_REF
-from quill.workers.scheduler import edit_schedules
+from quill.workers.schedules import edit_schedules
 
 
 def _runs(home, job):

@@ -1,9 +1,10 @@
 """The one drain loop: spool entries from the store's committed cursor into the store.
 
 Used by the writer (``workers.writer``), by ``spool replay`` and ``quill recover`` on both
-backends (``ops``) and by the tests' harness. Each step is ``store.apply.chunk.drain_chunk``: read
-from the cursor, take one chunk of about ``chunk_rows`` message rows, apply it in ONE
-transaction that also moves the store's cursor (the store contract's ``apply_chunk``). So:
+backends (``ops``) and by the tests' harness. Each step is
+``store.apply.chunking.drain_chunk``: read from the cursor, take one chunk of about
+``chunk_rows`` message rows, apply it in ONE transaction that also moves the store's cursor
+(the store contract's ``apply_chunk``). So:
 
 * a crash replays at most the uncommitted chunk, and batch ids make a replay a no-op;
 * a refused op is quarantined (``reject``) inside its chunk's transaction, before the commit,
@@ -25,7 +26,7 @@ from quill.spool import START, Entry, Position, Quarantine, SpoolReader, cursor_
 from quill.spool.lines import envelope
 from quill.spool.retention import collected_before
 from quill.spool.segments import sealed_sizes, segment_name
-from quill.store.apply.chunk import ChunkResult, drain_chunk
+from quill.store.apply.chunking import ChunkResult, drain_chunk
 from quill.store.errors import CursorMismatchError, HistoryNotInSpoolError, SpoolGapError
 
 #: Bytes read per spool scan; bounds memory whatever the spool size.

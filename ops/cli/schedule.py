@@ -22,7 +22,7 @@ from quill.ops.cli.base import emit_json, json_option
 from quill.ops.cli.jobs import default_of, describe_default, runnable_job
 from quill.ops.client.errors import NotFoundError
 from quill.workers import FIRE_REF
-from quill.workers.scheduler import describe, edit_schedules
+from quill.workers.schedules import describe, edit_schedules
 
 _EVERY = re.compile(r"^(\d+)\s*([smhd])$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
@@ -58,7 +58,7 @@ def schedule_list(cfg: Any, as_json: bool) -> None:
 
 def _say_named(sched: Any) -> None:
     """Tell the operator (stderr) which stored schedules just had their numeric days of the
-    week named as they have always fired (``workers.scheduler.name_weekdays``)."""
+    week named as they have always fired (``workers.schedules.name_weekdays``)."""
     for r in getattr(sched, "weekdays_named", []):
         click.echo(
             f"schedule {r['id']}: stored {r['stored']} (an older Quill stored day numbers in "

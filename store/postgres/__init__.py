@@ -13,7 +13,7 @@ import socket
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from quill.store.apply.chunk import ChunkResult
+from quill.store.apply.chunking import ChunkResult
 from quill.store.contract import MAINTENANCE_JOBS
 from quill.store.errors import CorruptError
 from quill.store.postgres import apply as pg_apply

@@ -27,7 +27,8 @@ from typing import Any
 import apsw
 
 from quill.home import DEFAULTS, Halt, Throttle
-from quill.store.apply.chunk import ChunkResult, apply_chunk, read_cursor, read_cursor_proof
+from quill.store.apply.chunk import apply_chunk, read_cursor, read_cursor_proof
+from quill.store.apply.chunking import ChunkResult
 from quill.store.capabilities import SqliteCapabilities
 from quill.store.contract import HaltAction, NullLog
 from quill.store.errors import DiskFullError, mapped

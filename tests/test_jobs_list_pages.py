@@ -1,7 +1,8 @@
-"""``quill jobs list`` and ``GET /api/v1/jobs`` page like every other listing (docs/operations.md,
+"""``quill jobs list`` and ``GET /api/v1/jobs``, ``quill schedule list`` and ``quill token
+list`` page like every other listing (docs/operations.md,
 "Pages"): ``--limit``/``limit`` rows a page, by job name, ``next`` in the document (and the
 ``X-Next-Cursor``/``Link`` headers over HTTP), a cursor of another listing refused (exit 2,
-422 ``bad-cursor``). Before, both returned a bare list of every job: no ``next`` to rely on."""
+422 ``bad-cursor``). Before, each returned a bare list of every row: no ``next`` to rely on."""
 
 from __future__ import annotations
 
@@ -57,3 +58,22 @@ def test_the_jobs_endpoint_pages_with_next_and_its_headers(quill: QuillCLI):
         bad = httpx.get(f"{base}/api/v1/jobs", params={"after": "nope"}, headers=auth, timeout=60)
     assert whole["next"] is None and walked == [j["name"] for j in whole["jobs"]]
     assert bad.status_code == 422 and bad.json()["error"]["reason"] == "bad-cursor", bad.text
+
+
+def test_schedule_and_token_lists_page_by_id(quill: QuillCLI):
+    for n in range(5):
+        TokenStore(quill.home / "tokens.db").create(f"t{n}", ["read"])
+    for argv, member in ((["schedule", "list"], "schedules"), (["token", "list"], "tokens")):
+        whole = quill.json(*argv)
+        assert whole["next"] is None
+        every = [r["id"] for r in whole[member]]
+        assert every == sorted(every) and len(every) >= 5, (argv, every)
+        limited = [*argv, "--limit", "2"]
+
+        def fetch(after, limited=limited, member=member):
+            doc = quill.json(*limited, *(["--after", after] if after else []))
+            return {"jobs": [{"name": r["id"]} for r in doc[member]], "next": doc["next"]}
+
+        assert _walk(fetch) == every
+        foreign = paging.encode("jobs", ("x",))
+        assert quill.run(*argv, "--after", foreign, check=False).returncode == 2

@@ -21,6 +21,7 @@ _LAZY: dict[str, str] = {
     "AsyncClient": "quill.ops.client.aclient:AsyncClient",
     "Outcome": "quill.ops.client.client:Outcome",
     "Ack": "quill.spool.producer:Ack",
+    "FenceWarning": "quill.ops.client.fence:FenceWarning",
     **{
         name: f"quill.ops.client.errors:{name}"
         for name in (

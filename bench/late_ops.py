@@ -46,7 +46,7 @@ def _spool(path: Path, sid: str, ops: list[tuple[str, list[str]]], role: str) ->
 def _drain(url: str, root: Path, spool_dir: Path, spool_id: str, count: bool) -> dict[str, Any]:
     """Drain ``spool_dir`` as ``spool_id`` in chunks of 500 rows: seconds, statements."""
     from quill.spool import START, SpoolReader
-    from quill.store.apply.chunk import take_chunk
+    from quill.store.apply.chunking import take_chunk
     from quill.store.factory import open_url
     from quill.store.postgres import connection as pg_connection
 

@@ -43,7 +43,7 @@ def measure(url: str, turns: int) -> dict:
     import psycopg
 
     from quill.spool import START, Spool, SpoolReader
-    from quill.store.apply.chunk import take_chunk
+    from quill.store.apply.chunking import take_chunk
     from quill.store.factory import open_url
     from quill.store.postgres import apply as pg_apply
     from quill.store.postgres import claims, wire

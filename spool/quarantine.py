@@ -24,6 +24,7 @@ lost when the segment is collected. Resolving or purging the entry removes that 
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -33,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from quill.spool import record
+from quill.spool.errors import SpoolFullError
 from quill.spool.lines import HEAD_BYTES
 from quill.spool.quarantine_audit import Resolutions
 from quill.spool.quarantine_files import LINE_SUFFIX, UNCOMMITTED_SUFFIX, copy_line, write_json
@@ -218,10 +220,33 @@ class Quarantine:
         ``source``: ``(segment path, line length)`` of a line over the limit, of which ``raw``
         is only the head: the line is copied from ``position.offset`` of that segment to the
         entry's ``.line`` file (module doc) without passing through this process's memory.
-        Raises ``OSError`` (nothing is recorded then: the caller's chunk is not committed).
+        Raises ``SpoolFullError`` when the quarantine's filesystem has no room (ENOSPC,
+        EDQUOT: the writer waits for space and tries the chunk again, as for a full store)
+        and ``OSError`` otherwise; nothing is recorded then (no partial file is left), and
+        the caller's chunk is not committed.
         """
         if self.resolution(position, raw, (record or {}).get("batch")) is not None:
             return None
+        try:
+            return self._put(position, reason, detail, raw, record, source)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            import shutil
+
+            free = shutil.disk_usage(self.dir).free if self.dir.exists() else 0
+            raise SpoolFullError(str(self.dir), free) from exc
+
+    def _put(
+        self,
+        position: Position,
+        reason: str,
+        detail: str,
+        raw: bytes,
+        record: dict[str, Any] | None,
+        source: tuple[Path, int] | None,
+    ) -> Path:
+        """``put``'s writes (the audit consulted)."""
         ensure_dir(self.dir)
         path = self.dir / f"{position.segment:08d}-{position.offset:012d}.json"
         entry = {
@@ -249,7 +274,9 @@ class Quarantine:
         quarantined — the store holds no refusal and the cursor is before it. The writer
         decides again when it re-reads the record: a refusal then ``put``s the entry back
         (and removes this file); an apply leaves this file as the trace of the failed chunk
-        (``uncommitted()`` lists it). Returns the new path, None when there was no entry."""
+        (``uncommitted()`` lists it); a ``COMMIT`` that succeeded after all (its answer lost)
+        is found by the next writer, which ``restore``s the entry. Returns the new path, None
+        when there was no entry."""
         path = self.dir / f"{position.segment:08d}-{position.offset:012d}.json"
         try:
             entry = _read_entry(path, str(position))
@@ -265,6 +292,25 @@ class Quarantine:
             path.unlink()
         fsync_dir(self.dir)
         return target
+
+    def restore(self, position: Position) -> Path | None:
+        """Undo ``withdraw``: the refusal of the record at ``position`` was committed after
+        all (a ``COMMIT`` whose answer was lost with the connection: the store's cursor is
+        past the record and its ledger holds the refusal, ``workers.drain.Drain.start``), so
+        its entry is quarantined again, without the ``uncommitted`` note. Returns the entry's
+        path, None when no withdrawn entry is there. Raises ``OSError``."""
+        stem = f"{position.segment:08d}-{position.offset:012d}"
+        withdrawn = self.dir / (stem + UNCOMMITTED_SUFFIX)
+        try:
+            entry = _read_entry(withdrawn, str(position))
+        except KeyError:
+            return None
+        entry.pop("uncommitted", None)
+        path = self.dir / (stem + ".json")
+        write_json(path, entry)
+        withdrawn.unlink()
+        fsync_dir(self.dir)
+        return path
 
     def uncommitted(self) -> list[dict[str, Any]]:
         """Entries ``withdraw`` took out (refusals whose chunk did not commit), in spool order,

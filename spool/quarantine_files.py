@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from pathlib import Path
@@ -21,10 +22,16 @@ def write_json(path: Path, value: dict[str, Any]) -> None:
     tmp = path.with_suffix(".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
     try:
-        os.write(fd, json.dumps(value, ensure_ascii=False).encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        try:
+            data = json.dumps(value, ensure_ascii=False).encode()
+            if os.write(fd, data) != len(data):
+                raise OSError(errno.ENOSPC, "short write", str(tmp))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # no half-written file left where the disk is full
+        raise
     os.replace(tmp, path)
 
 
@@ -47,6 +54,9 @@ def copy_line(segment: Path, offset: int, size: int, entry: Path) -> str:
             os.fsync(dst)
         finally:
             os.close(dst)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # no partial copy left where the disk is full
+        raise
     finally:
         os.close(src)
     os.replace(tmp, target)

@@ -21,6 +21,7 @@ goes on with the next line. So one line costs at most ``max_line`` bytes of memo
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 from collections.abc import Iterator
@@ -30,7 +31,7 @@ from typing import Any
 
 from quill.home import DEFAULTS
 from quill.spool import record, torn
-from quill.spool.errors import DamagedRecordError
+from quill.spool.errors import DamagedRecordError, SpoolFullError
 from quill.spool.lines import OVER_LIMIT, OverLimit, over_limit_detail, read_line
 from quill.spool.segments import Position, list_segments, segment_name
 from quill.spool.torn import TORN_WRITE
@@ -226,6 +227,8 @@ class SpoolReader:
 
         Returns True when a ``\\n`` was appended. Takes the segment's lock without blocking:
         a producer mid-write holds it, so a tail seen here while we hold the lock is torn.
+        Raises ``SpoolFullError`` when the disk has no room for the byte (ENOSPC, EDQUOT)
+        and ``OSError`` otherwise.
         """
         path = self.dir / segment_name(segment)
         try:
@@ -244,8 +247,15 @@ class SpoolReader:
                 # Sealed: ``read`` yields its torn tail as a damaged entry as it stands.
                 # Appending now would move the end past a cursor that may already be there.
                 return False
-            os.write(fd, b"\n")
-            os.fdatasync(fd)
+            try:
+                os.write(fd, b"\n")
+                os.fdatasync(fd)
+            except OSError as exc:  # no room for one byte: the writer waits for space
+                if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                    raise
+                import shutil
+
+                raise SpoolFullError(str(path), shutil.disk_usage(self.dir).free) from exc
             return True
         finally:
             os.close(fd)  # closing drops the flock

@@ -15,7 +15,8 @@ from importlib import import_module
 from typing import Any
 
 _LAZY = {
-    **dict.fromkeys(("ChunkResult", "apply_chunk", "read_cursor"), "apply.chunk"),
+    **dict.fromkeys(("apply_chunk", "read_cursor"), "apply.chunk"),
+    "ChunkResult": "apply.chunking",
     **dict.fromkeys(("open_reader", "open_writer", "transaction"), "sqlite.connection"),
     **dict.fromkeys(
         (

@@ -138,12 +138,17 @@ class Store(Protocol):
         proof)`` (``spool.cursor_proof``; the proof is None for a cursor written before it
         was kept), or None before the first chunk."""
 
+    def refused(self, batches: dict[str, str]) -> set[str]:
+        """The batches of ``batches`` (``{batch id: spool position}``) whose refusal at that
+        position of this spool is committed (its ledger's ``rejected_batches``). Raises the
+        store error tree."""
+
     def apply_chunk(
         self, entries: Sequence[Any], on_reject: Callable[[Any, str, str], None]
     ) -> Any:
         """Apply ``entries`` and move the cursor past them, with the proof of the last entry,
         in one transaction; returns a
-        ``store.apply.chunk.ChunkResult``. Raises the store error tree (nothing committed)."""
+        ``store.apply.chunking.ChunkResult``. Raises the store error tree (nothing committed)."""
 
     def check(self) -> None:
         """Before a unit of work: raise ``CorruptError`` if the store was replaced under us."""

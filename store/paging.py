@@ -23,6 +23,7 @@ import base64
 import hashlib
 import json
 import math
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from quill.store.errors import BadCursorError
@@ -89,3 +90,31 @@ def decode(cursor: Any, listing: str, kinds: tuple[type, ...], scope: str = "") 
     if not (len(key) == len(kinds) and all(_fits(v, k) for v, k in zip(key, kinds))):
         raise BadCursorError(f"not a cursor of the {listing} listing: {shown!r}")
     return tuple(key)
+
+
+def page_rows(
+    rows: Iterable[dict[str, Any]],
+    key: Callable[[dict[str, Any]], Key],
+    limit: int,
+    after: Key | None,
+    listing: str,
+    scope: str = "",
+    *,
+    descending: bool = False,
+) -> tuple[list[dict[str, Any]], str | None]:
+    """One page of a listing held whole in memory (a bounded one: the job catalog, the
+    schedules, tokens): ``rows`` in the listing's order (ascending by ``key``, or
+    ``descending``), at most ``limit`` of them after ``after`` (a ``decode``d key; None: from
+    the start), and the cursor of the next page of ``listing`` within ``scope`` (None when no
+    row follows). The keyset rule is the stores' listings': a row removed meanwhile never
+    makes a page start over or repeat one."""
+    out, more = [], False
+    for row in rows:
+        k = key(row)
+        if after is not None and (k >= after if descending else k <= after):
+            continue
+        if len(out) == limit:
+            more = True
+            break
+        out.append(row)
+    return out, encode(listing, key(out[-1]), scope) if more else None

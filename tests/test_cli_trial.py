@@ -268,7 +268,7 @@ def test_cosmetics_no_empty_title_no_one_hours_no_other_store_jobs(quill):
     assert "title=“Fix it”" in quill.run("sessions", "show", "s").stdout
     listed = quill.run("jobs", "list").stdout
     assert "every 1 hours" not in listed and "every 1 days" not in listed
-    names = {j["name"] for j in quill.json("jobs", "list")}
+    names = {j["name"] for j in quill.json("jobs", "list")["jobs"]}
     assert names and not any(n.startswith("pg_") for n in names)
 
 

@@ -156,7 +156,7 @@ def test_quill_snapshot_is_in_history_and_declare_corrupt_is_not_offered(quill, 
     quill.run("run", "--until-idle", "--timeout", "120")  # the writer applies the record
     runs = quill.json("jobs", "history", "--job", "snapshot")["runs"]
     assert [(r["outcome"], r["figures"]["runner"]) for r in runs] == [("ok", "cli")]
-    assert "declare_corrupt" not in {j["name"] for j in quill.json("jobs", "list")}
+    assert "declare_corrupt" not in {j["name"] for j in quill.json("jobs", "list")["jobs"]}
     proc = quill.run("jobs", "run", "declare_corrupt", check=False)
     assert proc.returncode == 2 and "unknown job" in proc.stderr
     assert (

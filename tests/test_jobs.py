@@ -12,7 +12,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from quill import home as config
 from quill.store import Reader
-from quill.workers.scheduler import edit_schedules
+from quill.workers.schedules import edit_schedules
 
 
 def _runs(home, job):
@@ -74,7 +74,7 @@ def test_a_postgres_job_on_the_sqlite_store_is_refused_before_queueing(quill, ho
         error = json.loads(quill.run(*args, "--json", check=False).stdout)["error"]
         assert error["kind"] == "usage" and "SQLite store" in error["message"]
     assert not (home / "queue.db").exists()  # refused before the queue is opened
-    assert job not in {s["id"] for s in quill.json("schedule", "list")}
+    assert job not in {s["id"] for s in quill.json("schedule", "list")["schedules"]}
 
 
 def test_runnable_matches_the_job_to_the_store_kind():
@@ -110,16 +110,19 @@ def test_schedule_changes_survive_a_fleet_restart(quill, home):
     quill.run("schedule", "pause", "quick_check")
     quill.run("run", "--until-idle", "--timeout", "60")
     quill.run("run", "--until-idle", "--timeout", "60")
-    rows = {r["id"]: r for r in quill.json("schedule", "list")}
+    rows = {r["id"]: r for r in quill.json("schedule", "list")["schedules"]}
     assert rows["snapshot"]["trigger"] == "every 2 hours" and rows["snapshot"]["every_s"] == 7200
     assert rows["quick_check"]["next_run"] is None  # still paused
     quill.run("schedule", "resume", "quick_check")
-    assert quill.json("schedule", "list")[0]["next_run"] is not None
+    listed = {r["id"]: r for r in quill.json("schedule", "list")["schedules"]}
+    assert listed["quick_check"]["next_run"] is not None
     proc = quill.run("schedule", "pause", "nope", check=False)
     assert proc.returncode == 3 and "no schedule 'nope'" in proc.stderr
     removed = quill.run("schedule", "remove", "snapshot")
     assert "pausing it instead" in removed.stderr
-    assert {r["id"]: r for r in quill.json("schedule", "list")}["snapshot"]["next_run"] is None
+    assert {r["id"]: r for r in quill.json("schedule", "list")["schedules"]}["snapshot"][
+        "next_run"
+    ] is None
     assert quill.run("schedule", "add", "snapshot", "--every", "0s", check=False).returncode == 2
 
 

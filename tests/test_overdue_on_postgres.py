@@ -21,7 +21,9 @@ def test_overdue_reads_the_clusters_schedules_not_a_left_over_schedule_db(tmp_pa
 
     pg_data_dir(tmp_path / "gateway", pg_store_url, 1)  # the shared store exists
     (home / "config.toml").write_text(f'[store]\nurl = "{pg_store_url}"\n')
-    schedules = {s["id"] for s in quill.json("schedule", "list")}  # the cluster's defaults
+    schedules = {
+        s["id"] for s in quill.json("schedule", "list")["schedules"]
+    }  # the cluster's defaults
     assert "orphan_sweep" in schedules and "wal_checkpoint" not in schedules
 
     now = time.time()

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from quill.spool import START, Spool, SpoolReader
-from quill.store.apply.chunk import take_chunk
+from quill.store.apply.chunking import take_chunk
 from quill.store.contract import BadDataError
 from quill.store.errors import TransientError
 from quill.store.factory import open_url

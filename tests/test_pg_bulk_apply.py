@@ -17,7 +17,7 @@ from harness import RecordingDrain
 from test_bulk_append import write_spool
 
 from quill.spool import START, Quarantine, Spool, SpoolReader
-from quill.store.apply.chunk import take_chunk
+from quill.store.apply.chunking import take_chunk
 from quill.store.apply.ledger import op_digest
 from quill.store.factory import open_url
 from quill.store.postgres import connection as pg_connection

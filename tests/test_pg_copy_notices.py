@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 from quill.spool import START, Spool, SpoolReader
-from quill.store.apply.chunk import take_chunk
+from quill.store.apply.chunking import take_chunk
 from quill.store.factory import open_url
 from quill.store.postgres.connection import PgConnection
 

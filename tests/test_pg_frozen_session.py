@@ -25,7 +25,7 @@ import psycopg
 import pytest
 
 from quill.spool import START, Spool, SpoolReader
-from quill.store.apply.chunk import take_chunk
+from quill.store.apply.chunking import take_chunk
 from quill.store.factory import open_url
 
 BOUND_MS = "2000"

@@ -19,7 +19,7 @@ import pytest
 
 from quill.spool import START, Spool, SpoolReader
 from quill.store.apply import order
-from quill.store.apply.chunk import take_chunk
+from quill.store.apply.chunking import take_chunk
 from quill.store.factory import open_url
 from quill.store.postgres import connection as pg_connection
 from quill.store.postgres.apply import PgLedger

@@ -19,7 +19,7 @@ import pytest
 
 from quill.spool import START, Spool, SpoolReader
 from quill.spool.identity import holder
-from quill.store.apply.chunk import take_chunk
+from quill.store.apply.chunking import take_chunk
 from quill.store.factory import open_url
 from quill.store.postgres import order_index
 

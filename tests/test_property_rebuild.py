@@ -5,7 +5,7 @@ Each seeded sequence appends random ops of every kind (creates with lineage and 
 appends with tool calls and repeated producer ids, ends, titles, flags, read marks,
 compactions, rewinds, replaces, deletes, usage records — invalid ones included, which are
 quarantined) to a real spool, drains it with the writer's own drain step
-(``store.apply.chunk.drain_chunk``) in small random chunks, runs the real store jobs between
+(``store.apply.chunking.drain_chunk``) in small random chunks, runs the real store jobs between
 chunks (auto-prune, delete-empty, orphan sweep — which append ops — plus VACUUM, FTS
 rebuild/optimize/merge, checkpoints) and takes real snapshots (``jobs.worker_jobs.snapshot``)
 at random points. At the end, the live store is compared with a replay of the whole spool and

@@ -13,7 +13,7 @@ from quill.home import WriterStatus
 from quill.jobs.queues import build_for
 from quill.ops.status import health
 from quill.ops.status.doctor import run_checks
-from quill.workers.scheduler import edit_schedules
+from quill.workers.schedules import edit_schedules
 
 
 def _damage(path) -> None:

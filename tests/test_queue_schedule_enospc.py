@@ -23,7 +23,7 @@ from quill.jobs.queues import build_for
 from quill.ops.status import health
 from quill.ops.status.doctor import run_checks
 from quill.workers import FIRE_REF
-from quill.workers.scheduler import edit_schedules
+from quill.workers.schedules import edit_schedules
 
 #: As documented (jobs.jobstore.REPORT_EVERY_S): an unwritable schedule is logged at most
 #: every 5 s, with the count left out.

@@ -27,7 +27,7 @@ from quill.ops.service.tokens import TokenStore
 from quill.ops.status import health, overdue
 from quill.ops.status.doctor import run_checks
 from quill.workers import scheduler
-from quill.workers.scheduler import edit_schedules
+from quill.workers.schedules import edit_schedules
 
 
 def _overwrite_pages(path: Path) -> None:
@@ -94,7 +94,7 @@ def test_status_doctor_and_the_job_list_report_the_state(damaged, capsys):
         page = web.get("/jobs", headers=auth)
         assert page.status_code == 200 and 'id="schedule-unreadable"' in page.text, page.text
         api = web.get("/api/v1/jobs", headers=auth)
-        assert api.status_code == 200 and api.json()[0]["schedules"] is None, api.text
+        assert api.status_code == 200 and api.json()["jobs"][0]["schedules"] is None, api.text
     assert overdue.overdue_jobs(damaged, None) == []
 
 

@@ -17,7 +17,7 @@ from quill.jobs.queues import build
 from quill.jobs.triggers import describe
 from quill.store import Reader
 from quill.workers import FIRE_REF
-from quill.workers.scheduler import edit_schedules
+from quill.workers.schedules import edit_schedules
 
 
 def _runs(home, job):
@@ -127,7 +127,7 @@ def _write_legacy(home) -> dict[str, dict]:
 def test_an_old_format_schedule_db_is_migrated_keeping_triggers_and_pauses(quill, home):
     legacy = _write_legacy(home)
     assert {r["func"] for r in _rows(home).values()} == {"jobs.schedule:fire"}
-    listed = {r["id"]: r for r in quill.json("schedule", "list")}
+    listed = {r["id"]: r for r in quill.json("schedule", "list")["schedules"]}
     assert set(listed) == set(legacy)  # nothing dropped
     rows = _rows(home)
     for job_id, old in legacy.items():

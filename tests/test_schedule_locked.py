@@ -23,13 +23,14 @@ from test_bookkeeping_enospc import _events as events
 
 from quill import home as data_dir
 from quill.home import RunDir
+from quill.jobs import schedule as schedule_db
 from quill.jobs.queues import build_for
 from quill.ops import logs
 from quill.ops.service import metrics, views
 from quill.ops.status import health
 from quill.ops.status.doctor import run_checks
-from quill.workers import scheduler
-from quill.workers.scheduler import edit_schedules
+from quill.workers import FIRE_REF, scheduler
+from quill.workers.schedules import edit_schedules
 
 _PYTHON_HOLDER = r"""
 import sqlite3, sys
@@ -85,7 +86,7 @@ def cfg(tmp_path):
             id="tick",
             name="quick_check",
             replace_existing=True,
-            **scheduler.schedule_db.fire_args("quick_check", scheduler.FIRE_REF),
+            **schedule_db.fire_args("quick_check", FIRE_REF),
         )
     return cfg
 

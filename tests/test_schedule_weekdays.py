@@ -1,7 +1,7 @@
 """Schedules stored by older code with numeric days of the week (``--cron`` passed crontab's
 field to APScheduler 3 unchanged, which numbers the days from Monday: ``30 4 * * 0`` fired
 on Mondays) are stored once, at the next scheduler or edit, with those days *named* as they
-have always fired (``workers.scheduler.name_weekdays``): same fire times, same next run, the
+have always fired (``workers.schedules.name_weekdays``): same fire times, same next run, the
 operator told; new ``--cron`` numbers keep crontab's meaning (tests/test_schedule_words.py)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from apscheduler.triggers.cron import CronTrigger
 from quill import home as config
 from quill.jobs import schedule as schedule_db
 from quill.workers import FIRE_REF
-from quill.workers.scheduler import edit_schedules
+from quill.workers.schedules import edit_schedules
 
 #: What the old ``--cron`` stored (``CronTrigger.from_crontab``, UTC), by schedule id.
 OLD = {"weekly": "30 4 * * 0", "weekdays": "0 9 * * 1-5", "every-other": "15 3 * * */2"}

@@ -43,7 +43,7 @@ def test_listings_word_triggers_and_times_for_people(quill, home):
     added = quill.run("schedule", "add", "spool_gc", "--every", "3h", "--id", "gc2")
     assert "replaces the schedule every 2 hours" in added.stderr
     assert added.stdout.startswith("gc2: every 3 hours; next run ")
-    rows = {r["id"]: r for r in quill.json("schedule", "list")}
+    rows = {r["id"]: r for r in quill.json("schedule", "list")["schedules"]}
     assert rows["wal_checkpoint"]["trigger"] == "every 5 minutes"
     assert rows["wal_checkpoint"]["every_s"] == 300
     assert rows["fts_optimize"]["cron"] == "30 3 * * *"

@@ -4,13 +4,13 @@ schedule.db)."""
 from __future__ import annotations
 
 from quill import home as data_dir
-from quill.workers import scheduler
+from quill.workers import scheduler, schedules
 
 
 def test_closing_a_scheduler_whose_start_failed_raises_nothing(tmp_path):
     cfg = data_dir.load(tmp_path)
     cfg.ensure_dirs()
-    sched = scheduler.make_scheduler(cfg)
+    sched = schedules.make_scheduler(cfg)
     scheduler.close(sched)  # never started: APScheduler's shutdown would raise here
     sched.start(paused=True)
     assert sched.running

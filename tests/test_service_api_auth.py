@@ -138,7 +138,7 @@ def test_tokens_stored_hashed_revocable_and_never_logged(svc):
     db = home / "tokens.db"
     assert secret.split("_", 2)[2].encode() not in db.read_bytes()
     assert stat.S_IMODE(os.stat(db).st_mode) == 0o600
-    listed = {t["id"]: t for t in quill.json("token", "list")}
+    listed = {t["id"]: t for t in quill.json("token", "list")["tokens"]}
     assert created["id"] in listed and "token" not in listed[created["id"]]
     h = bearer(secret)
     assert (

@@ -104,3 +104,75 @@ def test_an_http_rename_decided_before_a_delete_does_not_bring_it_back(w):
     w.until_idle()
     with Reader(w.cfg.state_db) as r:
         assert r.get_session(sid) is None
+
+
+def _unreadable_store(tmp_path):
+    """A data dir whose store held session ``s`` and is no longer a database: nothing can be
+    known of its deletions."""
+    import os
+
+    from harness import drain, make_home
+
+    from quill.spool import Spool
+
+    cfg = make_home(tmp_path / "home")
+    with Spool(cfg.spool_dir) as sp:
+        sp.append(
+            "messages.append", {"session_id": "s", "messages": [{"role": "user", "content": "x"}]}
+        )
+    drain(cfg.home)
+    for extra in ("-wal", "-shm"):
+        cfg.state_db.with_name(cfg.state_db.name + extra).unlink(missing_ok=True)
+    cfg.state_db.write_bytes(os.urandom(8192))
+    return cfg
+
+
+def test_a_client_op_the_store_could_not_fence_is_appended_and_said(tmp_path):
+    """Never block an agent, never pretend: the rename is durable, and a ``FenceWarning``
+    says it went without ``deletions_seen`` and why."""
+    cfg = _unreadable_store(tmp_path)
+    client = pkg.Client(cfg.home)
+    with pytest.warns(pkg.FenceWarning, match="could not be read.*without deletions_seen"):
+        ack = client.title("s", "renamed")
+    assert ack.batch_id
+
+
+def test_a_pushed_op_the_store_could_not_fence_is_appended_and_said(tmp_path):
+    cfg = _unreadable_store(tmp_path)
+    op = {"op": "session.end", "data": {"session_id": "s"}}
+    out = QuillCLI(cfg.home).run("push", "--json", input=json.dumps(op) + "\n")
+    (ack,) = json.loads(out.stdout)
+    assert "without deletions_seen" in ack["unfenced"], ack
+    assert "warning:" in out.stderr and "could not be read" in out.stderr
+
+
+def test_an_http_op_the_store_could_not_fence_is_appended_and_said(tmp_path):
+    import httpx
+    from service_helpers import served
+
+    from quill.ops.service.tokens import TokenStore
+
+    cfg = _unreadable_store(tmp_path)
+    writer_token, _ = TokenStore(cfg.home / "tokens.db").create("t", ["write"])
+    with served(QuillCLI(cfg.home)) as base:
+        sent = httpx.post(
+            f"{base}/api/v1/ops",
+            json={"ops": [{"op": "session.flags", "data": {"session_id": "s", "pinned": True}}]},
+            headers={"Authorization": f"Bearer {writer_token}"},
+            timeout=60,
+        )
+    assert sent.status_code == 202, sent.text
+    (ack,) = sent.json()["acks"]
+    assert "without deletions_seen" in (ack["unfenced"] or ""), ack
+
+
+def test_an_op_with_no_store_yet_needs_no_fence_and_says_nothing(tmp_path):
+    """No store: nothing was applied, so no session can have been deleted: exact, no warning."""
+    import warnings
+
+    from harness import make_home
+
+    cfg = make_home(tmp_path / "home")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pkg.FenceWarning)
+        assert pkg.Client(cfg.home).title("s", "first").batch_id

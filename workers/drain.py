@@ -1,9 +1,10 @@
 """The one drain loop: spool entries from the store's committed cursor into the store.
 
 Used by the writer (``workers.writer``), by ``spool replay`` and ``quill recover`` on both
-backends (``ops``) and by the tests' harness. Each step is ``store.apply.chunk.drain_chunk``: read
-from the cursor, take one chunk of about ``chunk_rows`` message rows, apply it in ONE
-transaction that also moves the store's cursor (the store contract's ``apply_chunk``). So:
+backends (``ops``) and by the tests' harness. Each step is
+``store.apply.chunking.drain_chunk``: read from the cursor, take one chunk of about
+``chunk_rows`` message rows, apply it in ONE transaction that also moves the store's cursor
+(the store contract's ``apply_chunk``). So:
 
 * a crash replays at most the uncommitted chunk, and batch ids make a replay a no-op;
 * a refused op is quarantined (``reject``) inside its chunk's transaction, before the commit,
@@ -25,7 +26,7 @@ from quill.spool import START, Entry, Position, Quarantine, SpoolReader, cursor_
 from quill.spool.lines import envelope
 from quill.spool.retention import collected_before
 from quill.spool.segments import sealed_sizes, segment_name
-from quill.store.apply.chunk import ChunkResult, drain_chunk
+from quill.store.apply.chunking import ChunkResult, drain_chunk
 from quill.store.errors import CursorMismatchError, HistoryNotInSpoolError, SpoolGapError
 
 #: Bytes read per spool scan; bounds memory whatever the spool size.
@@ -128,7 +129,40 @@ class Drain:
                 why="written before cursors kept a proof: only its record boundary was checked",
             )
         self.cursor = cursor
+        self._restore_committed()
         return self.cursor
+
+    def _restore_committed(self) -> None:
+        """Quarantine again each withdrawn entry (``Quarantine.withdraw``) whose refusal was
+        committed after all: a chunk's ``COMMIT`` can fail for this process yet succeed on
+        the server (PostgreSQL: the connection lost with the ``COMMIT`` in flight), and then
+        the cursor is past the record, so no re-read puts its entry back. Invariant: a
+        withdrawn entry before the committed cursor is either such a refusal (its batch's
+        refusal at that position is in this spool's ledger, or it has no batch: a record
+        refused for its envelope is refused whenever it is read, so a re-read would have put
+        it back) or the trace of a record applied on the re-read (left as it is)."""
+        withdrawn = [e for e in self.quarantine.uncommitted() if _before(e, self.cursor)]
+        if not withdrawn:
+            return
+        batches = {e["batch"]: e["position"] for e in withdrawn if isinstance(e.get("batch"), str)}
+        refused = self.store.refused(batches)
+        for e in withdrawn:
+            if isinstance(e.get("batch"), str) and e["batch"] not in refused:
+                continue  # applied (or decided elsewhere) on a re-read: the trace stays
+            try:
+                path = self.quarantine.restore(Position.parse(e["position"]))
+            except OSError as exc:  # left withdrawn; the next start tries again
+                if self.log is not None:
+                    self.log.warning(
+                        f"{self.event}.quarantine_not_restored",
+                        position=e["position"],
+                        error=str(exc),
+                    )
+                continue
+            if self.log is not None and path is not None:
+                self.log.warning(
+                    f"{self.event}.quarantine_restored", position=e["position"], path=str(path)
+                )
 
     def step(self, on_commit: Callable[[Step], None] | None = None) -> Step:
         """Read and apply one chunk from ``cursor``; on success move ``cursor`` past it and
@@ -299,3 +333,12 @@ class Drain:
                     self.log.warning(f"{self.event}.torn_tail_sealed", segment=seg)
                 sealed = True
         return sealed
+
+
+def _before(entry: dict[str, Any], cursor: Position) -> bool:
+    """Whether quarantine ``entry``'s record lies before ``cursor`` (an entry whose position
+    cannot be read is left alone)."""
+    try:
+        return Position.parse(entry["position"]) < cursor
+    except (ValueError, TypeError):
+        return False

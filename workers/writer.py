@@ -61,9 +61,9 @@ from quill.workers.drain import Drain
 from quill.workers.job_runner import StoreJobRunner
 from quill.workers.status import COMMIT_BUCKETS_S
 from quill.workers.writer_halt import (
+    CAUGHT,
     MAX_BACKOFF_S,
     REFUSED_RETRY_S,
-    RETRYABLE,
     HaltAndRefusal,
     passing,
 )
@@ -232,7 +232,7 @@ class Writer(HaltAndRefusal, UntilIdle, Upkeep):
         except CorruptError as exc:  # includes ReplacedError
             self._halt(exc)
             return 0.0
-        except (*RETRYABLE, OSError) as exc:
+        except CAUGHT as exc:
             if not passing(exc):
                 raise
             return self._retry(now, exc, "writer.retry", self.store.retry_first_s)
@@ -252,7 +252,7 @@ class Writer(HaltAndRefusal, UntilIdle, Upkeep):
         except CorruptError as exc:  # damaged before we even started: the same sticky halt
             self._halt(exc)
             return 0.0
-        except (*RETRYABLE, OSError) as exc:
+        except CAUGHT as exc:
             if not passing(exc):
                 raise
             return self._retry(now, exc, "writer.open_retry", OPEN_RETRY_FIRST_S)

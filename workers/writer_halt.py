@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from quill.home import Halt, RunDir, Throttle, WriterStatus, is_exhaustion
+from quill.spool.errors import SpoolFullError
 from quill.store.contract import Store
 from quill.store.errors import (
     CorruptError,
@@ -29,12 +30,17 @@ from quill.store.errors import (
 from quill.store.sqlite.job_runs import HALTED, record_job_run
 from quill.workers.job_runner import RETRYABLE, StoreJobRunner, writer_tag
 
+#: What the writer catches around a step or a start, then asks ``passing`` whether to retry.
+CAUGHT = (*RETRYABLE, OSError, SpoolFullError)
+
 
 def passing(exc: BaseException) -> bool:
-    """Whether ``exc`` is a failure to pause on and retry: a ``RETRYABLE`` store error, or no
+    """Whether ``exc`` is a failure to pause on and retry: a ``RETRYABLE`` store error, no
     file descriptor left to open a spool file (an ``OSError`` EMFILE/ENFILE,
-    ``quill.home.descriptors``; the store's own is a ``TransientError`` already)."""
-    return isinstance(exc, RETRYABLE) or is_exhaustion(exc, chain=False)
+    ``quill.home.descriptors``; the store's own is a ``TransientError`` already), or no room
+    to write a quarantine entry (``SpoolFullError`` from ``Quarantine.put``: nothing of the
+    chunk was committed, so it is tried again once space returns, as a full store is)."""
+    return isinstance(exc, (*RETRYABLE, SpoolFullError)) or is_exhaustion(exc, chain=False)
 
 
 #: The longest pause between retries (seconds).

@@ -17,7 +17,7 @@ from quill.store.errors import CorruptError
 from quill.store.factory import location
 from quill.workers.drain import Drain
 from quill.workers.job_runner import StoreJobRunner
-from quill.workers.writer_halt import RETRYABLE, passing
+from quill.workers.writer_halt import CAUGHT, passing
 
 #: ``until_idle`` gives up after failing this long without one successful step (seconds):
 #: long enough to ride out a server restart or a failover, short enough for a command.
@@ -85,7 +85,7 @@ class UntilIdle:
             accepted = self.run_dir.accepted_start(location(self.cfg), self.store.spool_id)
             self.drain.start(accepted=accepted)
             self._job_runner()
-        except (*RETRYABLE, OSError):
+        except CAUGHT:
             # Open but not started: the next try starts over from ``connect``. A store that
             # stays open across a retry (SQLite's) would otherwise be stepped from the drain's
             # unproved default cursor, with no job runner.
@@ -105,7 +105,7 @@ class UntilIdle:
                 if not self.store.connected and step is not self._open_and_start:
                     self._open_and_start()
                 result = step()
-            except (*RETRYABLE, OSError) as exc:
+            except CAUGHT as exc:
                 if not passing(exc):
                     raise
                 failing_since = now if failing_since is None else failing_since

@@ -68,11 +68,16 @@ def jobs() -> None:
 
 
 @jobs.command(name="list")
+@click.option("--limit", type=click.IntRange(1, 100_000), default=100, show_default=True)
+@paging.after_option
 @json_option
 @click.pass_obj
-def jobs_list(cfg: Any, as_json: bool) -> None:
-    """Every job this data dir's store kind can run, with where it runs, its default schedule
-    and its last run (PostgreSQL jobs are listed only with a PostgreSQL store, and back)."""
+def jobs_list(cfg: Any, limit: int, after: str | None, as_json: bool) -> None:
+    """Every job this data dir's store kind can run, by name, with where it runs, its default
+    schedule and its last run (PostgreSQL jobs are listed only with a PostgreSQL store, and
+    back); a page of --limit at a time (--after CURSOR: the next page). --json prints
+    {"jobs": [...], "next": CURSOR or null}."""
+    start = paging.decode(after, "jobs", (str,)) if after is not None else None
     last = {}
     for run in reversed(_history(cfg, None, 500)):
         last[run["job"]] = run
@@ -85,11 +90,15 @@ def jobs_list(cfg: Any, as_json: bool) -> None:
             "last_outcome": last.get(j.name, {}).get("outcome"),
             "last_started_at": last.get(j.name, {}).get("started_at"),
         }
-        for j in catalog.JOBS
+        for j in sorted(catalog.JOBS, key=lambda j: j.name)
         if not j.internal and j.backend in ("any", capabilities(cfg).kind)
     ]
+    rows, cursor = paging.page(rows, lambda r: (r["name"],), limit, start, "jobs")
     if as_json:
-        emit_json(rows)
+        emit_json({"jobs": rows, "next": cursor})
+        return
+    if not rows:
+        paging.no_rows("no jobs after that cursor")
         return
     table = Table(title="jobs", title_justify="left")
     for col in ("name", "runs on", "default", "last", "description"):
@@ -103,6 +112,7 @@ def jobs_list(cfg: Any, as_json: bool) -> None:
             escape(r["description"]),
         )
     render.console().print(table)
+    paging.note_next("jobs", limit, cursor)
 
 
 #: ``jobs run --wait`` gives a fleet that is just starting this long (s) to take its lease

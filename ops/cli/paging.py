@@ -57,17 +57,9 @@ def page(
 ) -> tuple[list[dict[str, Any]], str | None]:
     """One page of ``rows`` (in the listing's order: ascending by ``key``, or ``descending``):
     at most ``limit`` rows after ``after`` (a decoded cursor; None: from the start), and the
-    cursor of the next page of ``listing`` (None when no row follows)."""
-    out, more = [], False
-    for row in rows:
-        k = key(row)
-        if after is not None and (k >= after if descending else k <= after):
-            continue
-        if len(out) == limit:
-            more = True
-            break
-        out.append(row)
-    return out, cursors.encode(listing, key(out[-1])) if more else None
+    cursor of the next page of ``listing`` (None when no row follows): ``store.paging.page_rows``.
+    """
+    return cursors.page_rows(rows, key, limit, after, listing, descending=descending)
 
 
 def note_next(what: str, limit: int, cursor: str | None, shown: str | None = None) -> None:

@@ -146,10 +146,13 @@ def run(
         ops = list(ingest.push_ops(values, session_id))
     except ValueError as exc:
         raise InvalidInputError(f"{exc}; {_NOTHING}") from None
+    unfenced: tuple[int, ...] = ()
+    why = ""
     if any(needs_stamp(op, data) for op, data, _ in ops):  # the store is read only then
         from quill.ops.client.fence import stamp_ops
 
-        ops = stamp_ops(cfg, ops)
+        stamped = stamp_ops(cfg, ops)
+        ops, unfenced, why = stamped.ops, stamped.unfenced, stamped.why
     for index, (op, data, batch) in enumerate(ops):
         try:
             precheck(op, data, batch)
@@ -170,9 +173,12 @@ def run(
             for op, data, batch in ops:
                 spool.fits(op, data, batch)
         acks = spool.append_many(ops)  # one fdatasync for the whole input
+    if unfenced:  # appended all the same (never block an agent), and said
+        echo(f"warning: {why}", err=True)
     result = [
         {"op": op, "batch": a.batch_id, "position": str(a.position)}
-        for (op, _, _), a in zip(ops, acks)
+        | ({"unfenced": why} if i in unfenced else {})
+        for i, ((op, _, _), a) in enumerate(zip(ops, acks))
     ]
     code = Exit.OK
     waited: float | None = None  # seconds the wait took, once every batch was dealt with

@@ -17,12 +17,12 @@ from rich.table import Table
 
 from quill.jobs import catalog, triggers
 from quill.jobs import schedule as schedule_db
-from quill.ops.cli import render
+from quill.ops.cli import paging, render
 from quill.ops.cli.base import emit_json, json_option
 from quill.ops.cli.jobs import default_of, describe_default, runnable_job
 from quill.ops.client.errors import NotFoundError
 from quill.workers import FIRE_REF
-from quill.workers.scheduler import describe, edit_schedules
+from quill.workers.schedules import describe, edit_schedules
 
 _EVERY = re.compile(r"^(\d+)\s*([smhd])$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
@@ -34,15 +34,24 @@ def schedule() -> None:
 
 
 @schedule.command(name="list")
+@click.option("--limit", type=click.IntRange(1, 100_000), default=100, show_default=True)
+@paging.after_option
 @json_option
 @click.pass_obj
-def schedule_list(cfg: Any, as_json: bool) -> None:
-    """Every schedule with its trigger and next run time (none = paused)."""
+def schedule_list(cfg: Any, limit: int, after: str | None, as_json: bool) -> None:
+    """Every schedule by id, with its trigger and next run time (none = paused); a page of
+    --limit at a time (--after CURSOR: the next page). --json prints {"schedules": [...],
+    "next": CURSOR or null}."""
+    start = paging.decode(after, "schedules", (str,)) if after is not None else None
     with edit_schedules(cfg) as sched:
         _say_named(sched)
-        rows = describe(sched)
+        rows = sorted(describe(sched), key=lambda r: r["id"])
+    rows, cursor = paging.page(rows, lambda r: (r["id"],), limit, start, "schedules")
     if as_json:
-        emit_json(rows)
+        emit_json({"schedules": rows, "next": cursor})
+        return
+    if not rows:
+        paging.no_rows("no schedules" + (" after that cursor" if after else ""))
         return
     table = Table(title="schedules", title_justify="left")
     for col in ("id", "trigger", "next run (UTC)"):
@@ -54,11 +63,12 @@ def schedule_list(cfg: Any, as_json: bool) -> None:
             _when(r["next_run"], zone="") if r["next_run"] else "[yellow]paused[/yellow]",
         )
     render.console().print(table)
+    paging.note_next("schedules", limit, cursor)
 
 
 def _say_named(sched: Any) -> None:
     """Tell the operator (stderr) which stored schedules just had their numeric days of the
-    week named as they have always fired (``workers.scheduler.name_weekdays``)."""
+    week named as they have always fired (``workers.schedules.name_weekdays``)."""
     for r in getattr(sched, "weekdays_named", []):
         click.echo(
             f"schedule {r['id']}: stored {r['stored']} (an older Quill stored day numbers in "

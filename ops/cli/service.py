@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from quill.home import ANONYMOUS
-from quill.ops.cli import render
+from quill.ops.cli import paging, render
 from quill.ops.cli.base import emit_json, json_option
 from quill.ops.client.errors import InvalidInputError, NotFoundError, StoreBusyError
 
@@ -127,20 +127,29 @@ def token_create(cfg: Any, name: str, scopes: tuple[str, ...], as_json: bool) ->
 
 
 @token.command(name="list")
+@click.option("--limit", type=click.IntRange(1, 100_000), default=100, show_default=True)
+@paging.after_option
 @json_option
 @click.pass_obj
-def token_list(cfg: Any, as_json: bool) -> None:
-    """Every token: id, name, scopes, created, revoked (never the secret)."""
+def token_list(cfg: Any, limit: int, after: str | None, as_json: bool) -> None:
+    """Every token by id: id, name, scopes, created, revoked (never the secret); a page of
+    --limit at a time (--after CURSOR: the next page). --json prints {"tokens": [...],
+    "next": CURSOR or null}."""
     from quill.ops.service.tokens import TokenError, TokenStore, TokensUnavailableError
 
+    start = paging.decode(after, "tokens", (str,)) if after is not None else None
     try:
-        rows = TokenStore(cfg.tokens_db).list()
+        rows = sorted(TokenStore(cfg.tokens_db).list(), key=lambda r: r["id"])
     except TokensUnavailableError as exc:
         raise StoreBusyError(str(exc), hint=TOKENS_BUSY_HINT) from None
     except TokenError as exc:  # a copied tokens.db: the message names `quill token rebind`
         raise InvalidInputError(str(exc)) from None
+    rows, cursor = paging.page(rows, lambda r: (r["id"],), limit, start, "tokens")
     if as_json:
-        emit_json(rows)
+        emit_json({"tokens": rows, "next": cursor})
+        return
+    if not rows:
+        paging.no_rows("no tokens" + (" after that cursor" if after else ""))
         return
     table = Table(title=f"{len(rows)} token(s)", title_justify="left")
     for col in ("id", "name", "scopes", "created", "revoked"):
@@ -154,6 +163,7 @@ def token_list(cfg: Any, as_json: bool) -> None:
             render.when(r["revoked_at"]) or "-",
         )
     render.console().print(table)
+    paging.note_next("tokens", limit, cursor)
 
 
 @token.command(name="revoke")

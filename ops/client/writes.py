@@ -12,6 +12,7 @@ call).
 from __future__ import annotations
 
 import threading
+import warnings
 from typing import Any
 
 from quill.home import Settings
@@ -66,16 +67,20 @@ class Writes:
         """Append any op (``op`` one of docs/ops.md's kinds, ``data`` its payload) durably and
         return its ``Ack``. An op on a session the store holds (rename, flags, end, read mark)
         carries ``deletions_seen`` (``ops.client.fence``): a delete applied before it makes it a
-        no-op instead of re-creating the session. Raises ``InvalidInputError`` (with
-        ``reason``) if the op can never
-        apply — ``record-too-large`` past ``[spool] max_record_bytes``; nothing is appended
-        then — ``SpoolFullError`` or ``StorageError``."""
-        from quill.ops.client.fence import needs_stamp, stamp_ops
+        no-op instead of re-creating the session; when the store cannot be read to stamp it,
+        the op is appended unstamped and a ``FenceWarning`` says so. Raises
+        ``InvalidInputError`` (with ``reason``) if the op can never apply —
+        ``record-too-large`` past ``[spool] max_record_bytes``; nothing is appended then —
+        ``SpoolFullError`` or ``StorageError``."""
+        from quill.ops.client.fence import FenceWarning, needs_stamp, stamp_ops
         from quill.store.apply.precheck import precheck
         from quill.store.errors import InvalidOpError
 
         if needs_stamp(op, data):  # an op on a session it saw: fenced against a delete since
-            data = stamp_ops(self.config, [(op, data, batch_id)])[0][1]
+            stamped = stamp_ops(self.config, [(op, data, batch_id)])
+            data = stamped.ops[0][1]
+            if stamped.unfenced:  # appended all the same (never block an agent), and said
+                warnings.warn(FenceWarning(f"{op}: {stamped.why}"), stacklevel=2)
         try:
             plain = precheck(op, data, batch_id)
         except InvalidOpError as exc:

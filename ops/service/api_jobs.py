@@ -35,10 +35,22 @@ def status(request: Request) -> dict[str, Any]:
     return health.collect(request.app.state.cfg)
 
 
-@router.get("/jobs", dependencies=[Depends(require("read"))])
-def jobs(request: Request) -> list[dict[str, Any]]:
-    """Every job: where it runs, its schedule and next run, its last run, whether overdue."""
-    return views.jobs(request.app.state.cfg)
+@router.get("/jobs", dependencies=[Depends(require("read"))], responses=NEXT_HEADERS)
+def jobs(
+    request: Request,
+    response: Response,
+    limit: int = Query(100, ge=1, le=MAX_PAGE),
+    after: str | None = None,
+) -> dict[str, Any]:
+    """Every job by name: where it runs, its schedule and next run, its last run, whether
+    overdue: ``{"jobs": [...], "next": cursor or null}``. At most ``limit``; ``next`` (also the
+    ``X-Next-Cursor`` header) is the ``after`` value of the next page (keyset on the name); a
+    cursor of another listing is 422 ``bad-cursor``."""
+    start = views.guard(lambda: paging.decode(after, "jobs", (str,))) if after is not None else None
+    rows = sorted(views.jobs(request.app.state.cfg), key=lambda r: r["name"])
+    page, cursor = paging.page_rows(rows, lambda r: (r["name"],), limit, start, "jobs")
+    link_next(request, response, cursor)
+    return {"jobs": page, "next": cursor}
 
 
 @router.get("/jobs/history", dependencies=[Depends(require("read"))], responses=NEXT_HEADERS)

@@ -98,6 +98,11 @@ class AckOut(BaseModel):
     op: str
     batch: str
     position: str = Field(description="spool position SEGMENT:OFFSET of the fsync'd record")
+    unfenced: str | None = Field(
+        default=None,
+        description="set when this op on an existing session was appended without "
+        "deletions_seen because the store could not be read: why (docs/ops.md)",
+    )
 
 
 class AcksOut(BaseModel):
@@ -121,7 +126,8 @@ def _append(
             f"{app.cfg.http_max_batch_messages} ([http] max_batch_messages)",
         )
     # Ops on a session the store holds carry deletions_seen, as the client's (ops.client.fence).
-    ops = stamp_ops(app.cfg, ops)
+    stamped = stamp_ops(app.cfg, ops)
+    ops = stamped.ops
     # Every op is checked before any is appended, so a refused request appends nothing; the
     # appends below do not check again (``_append_many_checked``).
     plain: list[bool] = []
@@ -171,11 +177,18 @@ def _append(
             "the spool refused the append; retry with the same batch ids",
             extra={"acks": done(exc)},
         ) from None
-    return AcksOut(acks=[_ack_out(op, a) for (op, _, _), a in zip(ops, acks)])
+    if stamped.unfenced:  # appended all the same (never block an agent), and said
+        app.log.warning("http.unfenced", ops=len(stamped.unfenced), why=stamped.why)
+    return AcksOut(
+        acks=[
+            _ack_out(op, a, stamped.why if i in stamped.unfenced else None)
+            for i, ((op, _, _), a) in enumerate(zip(ops, acks))
+        ]
+    )
 
 
-def _ack_out(op: str, ack: Any) -> AckOut:
-    return AckOut(op=op, batch=ack.batch_id, position=str(ack.position))
+def _ack_out(op: str, ack: Any, unfenced: str | None = None) -> AckOut:
+    return AckOut(op=op, batch=ack.batch_id, position=str(ack.position), unfenced=unfenced)
 
 
 def _refused(index: int, exc: InvalidInputError) -> ApiError:

@@ -108,7 +108,7 @@ def _schedules(cfg: Any) -> tuple[list[dict[str, Any]], str | None]:
     # Imported here: APScheduler and SQLAlchemy cost start-up time and no request needs them
     # while a scheduler runs.
     from quill.jobs.schedule import ScheduleUnreadableError
-    from quill.workers.scheduler import describe, edit_schedules
+    from quill.workers.schedules import describe, edit_schedules
 
     try:
         with edit_schedules(cfg) as sched:

@@ -33,7 +33,10 @@ _NEEDLE = OP.encode()  # the byte filter: only lines naming the op are decoded
 class PendingDeletes:
     """Sessions named by an unapplied ``sessions.delete``: ``certain`` by one without
     ``only_if`` (it deletes the session whatever the store holds), ``conditional`` by one whose
-    ``only_if`` the writer decides when it applies it (its outcome cannot be known here)."""
+    ``only_if`` the writer decides when it applies it (its outcome cannot be known here). A
+    delete's ``deletions_seen`` leaves it certain: it skips a session only when another delete
+    came first, so the session is deleted either way; a caller that takes it as deleted
+    once too often only spools more than needed (the writer skips what the store holds)."""
 
     certain: set[str] = field(default_factory=set)
     conditional: dict[str, str] = field(default_factory=dict)  # sid -> the delete's reason

@@ -213,8 +213,8 @@ def put_many(conn: apsw.Connection, blobs: dict[str, str], *, now: float) -> int
     """Store each ``sha256 → payload`` not stored yet; returns rows inserted (0 for repeats).
     Callers pass what ``extract`` returned; the key is trusted to be ``sha256_of(value)``.
     ``now`` (epoch s) is ``created_at`` and has no default: op appliers pass the op's arrival
-    time (``store.apply.chunk.arrival_time``), so a rebuild by replay writes the same value as the
-    live store (a wall-clock default would make a rebuilt store's blobs differ)."""
+    time (``store.apply.chunking.arrival_time``), so a rebuild by replay writes the same value
+    as the live store (a wall-clock default would make a rebuilt store's blobs differ)."""
     if not blobs:
         return 0
     inserted = 0

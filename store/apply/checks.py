@@ -211,10 +211,35 @@ def _label(data: dict, key: str, limit: int, default: str) -> str:
     return value
 
 
-def check_delete(data: dict) -> tuple[list[str], dict[str, Any]]:
+#: The op field a producer sets to the number of deletions of the op's session id its view of
+#: the store knew of (``Reader.deletions``): the fact its decision rested on
+#: (``store.apply.deletes.stale``). On ``sessions.delete``, which names many sessions, it is a
+#: map ``{session id: deletions}`` (``check_delete``).
+DELETIONS_SEEN = "deletions_seen"
+
+
+def deletions_seen_map(data: dict, ids: list[str]) -> dict[str, int]:
+    """``sessions.delete``'s ``deletions_seen``: ``{session id: deletions ≥ 0}``, each key one
+    of ``ids``; ``{}`` when absent. Raises ``InvalidOpError('invalid-field')``."""
+    seen = opt(data, DELETIONS_SEEN, dict) or {}
+    named = set(ids)
+    for sid, count in seen.items():
+        if sid not in named:
+            raise InvalidOpError(
+                "invalid-field", f"{DELETIONS_SEEN} names {sid!r}, which session_ids does not"
+            )
+        if not isinstance(count, int) or isinstance(count, bool) or not 0 <= count < 2**63:
+            raise InvalidOpError(
+                "invalid-field", f"{DELETIONS_SEEN}[{sid!r}] must be an integer ≥ 0, got {count!r}"
+            )
+    return seen
+
+
+def check_delete(data: dict) -> tuple[list[str], dict[str, Any], dict[str, int]]:
     """``sessions.delete``: ``session_ids`` (1..``MAX_DELETE_IDS`` valid ids), ``reason`` and
-    ``actor`` (short printable strings), ``purge`` a boolean, ``only_if``. Returns
-    ``(unique session ids, conditions)``. Raises ``InvalidOpError('invalid-field')``."""
+    ``actor`` (short printable strings), ``purge`` a boolean, ``only_if``, ``deletions_seen``
+    (``deletions_seen_map``). Returns ``(unique session ids, conditions, deletions seen by
+    id)``. Raises ``InvalidOpError('invalid-field')``."""
     ids = data.get("session_ids")
     if (
         not isinstance(ids, list)
@@ -228,7 +253,8 @@ def check_delete(data: dict) -> tuple[list[str], dict[str, Any]]:
     _label(data, "reason", REASON_MAX_CHARS, "deleted")
     _label(data, "actor", ACTOR_MAX_CHARS, "unknown")
     opt(data, "purge", bool)
-    return list(dict.fromkeys(ids)), parse_conditions(data)
+    unique = list(dict.fromkeys(ids))
+    return unique, parse_conditions(data), deletions_seen_map(data, unique)
 
 
 #: The content check of every op kind in ``spool.record.OP_KINDS`` (tests/test_op_checks.py

@@ -17,7 +17,7 @@ from typing import Any
 import apsw
 
 from quill.store.apply import blobs, context
-from quill.store.apply.checks import check_delete
+from quill.store.apply.checks import DELETIONS_SEEN, check_delete
 from quill.store.apply.message_rows import ID_FLOOR_KEY
 from quill.store.apply.rules import atomic, opt
 from quill.store.errors import InvalidOpError
@@ -65,11 +65,6 @@ def conditions_hold(conn: apsw.Connection, sid: str, cond: dict[str, Any]) -> bo
     return True
 
 
-#: The op field a producer sets to the number of deletions of the op's session id its view of
-#: the store knew of (``Reader.deletions``): the fact its decision rested on (``stale``).
-DELETIONS_SEEN = "deletions_seen"
-
-
 def deletions_seen(data: dict) -> int | None:
     """``data[DELETIONS_SEEN]`` (an integer ≥ 0), None when absent. Raises
     ``InvalidOpError('invalid-field')`` for any other value."""
@@ -95,14 +90,18 @@ def deletion_counts(conn: Any, sids: list[str]) -> dict[str, int]:
     return out
 
 
-def stale(conn: Any, data: dict) -> bool:
-    """Whether an op was decided on a view of the store older than a delete of its session:
+def stale(conn: Any, op: str, data: dict) -> bool:
+    """Whether op ``op`` was decided on a view of the store older than a delete of its session:
     it carries ``DELETIONS_SEEN`` lower than the times ``data['session_id']`` was deleted by
     now. Such an op is applied as nothing (docs/ops.md, ``deletions_seen``): a copy an
     import read before a prune or a purge removed the session — a revision above all — never
     brings a deleted message's text back, nor a fragment of the session. An op without the
     field is applied as ever (producers that do not send it; spools written before it).
-    Raises ``InvalidOpError('invalid-field')`` for a malformed field."""
+    ``sessions.delete`` is never stale as a whole: it names many sessions and its applier
+    skips each one deleted since its caller looked (``sessions_delete``). Raises
+    ``InvalidOpError('invalid-field')`` for a malformed field."""
+    if op == "sessions.delete":
+        return False
     seen = deletions_seen(data)
     sid = data.get("session_id")
     if seen is None or not isinstance(sid, str):
@@ -247,9 +246,15 @@ def sessions_delete(conn: apsw.Connection, data: dict, batch_id: str, arrived_at
     optional): the request also purges the sessions' copies outside the store
     (``ops.purge.procedure``); here it turns on secure deletion for this op's rows. The op stays
     in the spool (and ``applied_batches`` records its position), so who deleted what and why is
-    on record.
+    on record. ``deletions_seen`` (optional, ``{session id: deletions}``): the times each
+    named session had been deleted in its caller's view; a session deleted more times by now
+    was made again after that view (another host appended since) and is skipped, as
+    ``stale`` skips any other op decided before a delete.
     """
-    ids, cond = check_delete(data)
+    ids, cond, seen = check_delete(data)
+    if seen:
+        now = deletion_counts(conn, list(seen))
+        ids = [sid for sid in ids if sid not in seen or now[sid] <= seen[sid]]
     purge = opt(data, "purge", bool) or False
     sqlite = isinstance(conn, apsw.Connection)
     if purge and sqlite:

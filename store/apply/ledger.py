@@ -192,3 +192,16 @@ class SqliteLedger:
             "VALUES (?, ?, ?, ?)",
             (batch, position, reason, now),
         )
+
+
+def refused_here(conn: Any, batches: dict[str, str]) -> set[str]:
+    """The batches of ``batches`` (``{batch id: spool position}``) whose refusal at that
+    position is committed in the embedded store's ledger (``rejected_batches``)."""
+    import json
+
+    rows = conn.execute(
+        "SELECT batch_id, position FROM rejected_batches "
+        "WHERE batch_id IN (SELECT value FROM json_each(?))",
+        (json.dumps(list(batches)),),
+    )
+    return {batch for batch, position in rows if batches.get(batch) == position}

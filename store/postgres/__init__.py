@@ -13,7 +13,7 @@ import socket
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from quill.store.apply.chunk import ChunkResult
+from quill.store.apply.chunking import ChunkResult
 from quill.store.contract import MAINTENANCE_JOBS
 from quill.store.errors import CorruptError
 from quill.store.postgres import apply as pg_apply
@@ -59,6 +59,11 @@ class PostgresBackend:
 
     def read_cursor_proof(self) -> tuple[int, int, int | None, str | None] | None:
         return pg_apply.read_cursor_proof(self.conn, self.spool_id)
+
+    def refused(self, batches: dict[str, str]) -> set[str]:
+        from quill.store.postgres.ledger import refused_here
+
+        return refused_here(self.conn, self.spool_id, batches) if batches else set()
 
     def apply_chunk(
         self, entries: Sequence[Any], on_reject: Callable[[Any, str, str], None]

@@ -25,14 +25,13 @@ import time
 from collections.abc import Sequence
 
 from quill.store.apply import bulk, order
-from quill.store.apply.chunk import (
+from quill.store.apply.chunk import apply_entries, first_run
+from quill.store.apply.chunking import (
     ChunkResult,
     EntryLike,
     RejectFn,
-    apply_entries,
     chunk_batches,
     cursor_values,
-    first_run,
 )
 from quill.store.apply.later import later
 from quill.store.apply.rules import session_id_problem

@@ -354,3 +354,14 @@ class PgLedger:
             "VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
             (batch, self.spool_id, position, reason, now),
         )
+
+
+def refused_here(conn: PgConnection, spool_id: str, batches: dict[str, str]) -> set[str]:
+    """The batches of ``batches`` (``{batch id: spool position}``) whose refusal at that
+    position of spool ``spool_id`` is committed in the shared ledger (``rejected_batches``;
+    a refusal by another host is not this spool's)."""
+    rows = conn.execute(
+        "SELECT batch_id, position FROM rejected_batches WHERE batch_id = ANY(?) AND spool_id = ?",
+        (list(batches), spool_id),
+    ).fetchall()
+    return {batch for batch, position in rows if batches.get(batch) == position}

@@ -27,7 +27,8 @@ from typing import Any
 import apsw
 
 from quill.home import DEFAULTS, Halt, Throttle
-from quill.store.apply.chunk import ChunkResult, apply_chunk, read_cursor, read_cursor_proof
+from quill.store.apply.chunk import apply_chunk, read_cursor, read_cursor_proof
+from quill.store.apply.chunking import ChunkResult
 from quill.store.capabilities import SqliteCapabilities
 from quill.store.contract import HaltAction, NullLog
 from quill.store.errors import DiskFullError, mapped
@@ -166,6 +167,12 @@ class SqliteStore(SqliteCapabilities):
 
     def read_cursor_proof(self) -> tuple[int, int, int | None, str | None] | None:
         return read_cursor_proof(self.conn)
+
+    def refused(self, batches: dict[str, str]) -> set[str]:
+        from quill.store.apply.ledger import refused_here
+
+        with mapped():
+            return refused_here(self.conn, batches) if batches else set()
 
     def apply_chunk(
         self, entries: Sequence[Any], on_reject: Callable[[Any, str, str], None]

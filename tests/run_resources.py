@@ -29,6 +29,7 @@ import uuid
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import bytecode_cache
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -259,9 +260,9 @@ def _share_bytecode(run_dir: Path) -> None:
     where ``PYTHONDONTWRITEBYTECODE`` is set (as on the project's machines) each would compile
     every module of the checkout it imports from source again. The xdist workers and every
     subprocess inherit this environment, so each module is compiled once per run; the
-    checkout itself stays free of ``__pycache__`` folders."""
-    if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None:
-        os.environ.setdefault("PYTHONPYCACHEPREFIX", str(run_dir / "pycache"))
+    checkout itself stays free of ``__pycache__`` folders. The cache is filled before the
+    workers start (``bytecode_cache``)."""
+    bytecode_cache.share(run_dir, REPO)
 
 
 @pytest.hookimpl(optionalhook=True)

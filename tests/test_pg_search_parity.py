@@ -113,8 +113,9 @@ def stores(tmp_path_factory, request):
     plain.root, plain.spool = root / "plain", Spool(root / "plain" / "spool")
     plain.backend = open_url(None, plain.root / "state.db", "test-spool", pack_min_bytes=10**9)
     plain.kind, plain.conn = plain.backend.kind, plain.backend.conn
+    sample = _sample()  # parsed once: the three stores are given the same sessions
     for s in (lite, pg, plain):
-        for sid, msgs in _sample():
+        for sid, msgs in sample:
             s.spool.append("messages.append", {"session_id": sid, "messages": msgs})
         s.drain()
         s.index()

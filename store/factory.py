@@ -127,7 +127,8 @@ def open_store(
 def open_reader(settings: Settings, *, spool_id: str | None = None) -> ReaderLike:
     """A read-only reader on the store of ``settings``: ``store.read.reader.Reader`` on
     ``state.db``, or ``store.postgres.PgReader`` for spool ``spool_id`` (default: this data
-    dir's spool id when its file exists, so ``figures()["cursor"]`` is this host's cursor).
+    dir's spool id when its file exists, so ``figures()["cursor"]`` is this host's cursor, once
+    proved to be this spool's: ``PgReader``).
     Raises ``store.errors.CantOpenError`` when the store does not exist yet (no ``state.db``,
     or a database without Quill's schema), and the rest of the store error tree otherwise (an
     unreachable server is ``TransientError``)."""
@@ -137,11 +138,22 @@ def open_reader(settings: Settings, *, spool_id: str | None = None) -> ReaderLik
         return Reader(settings.state_db)
     from quill.store.postgres import PgReader
 
-    if spool_id is None and settings.spool_id_path.exists():
+    own = None
+    if settings.spool_id_path.exists():
         from quill.spool.identity import load_or_create
 
-        spool_id = load_or_create(settings.spool_id_path)
-    return PgReader(settings.store_url, spool_id=spool_id, client=settings.pg_client_params())
+        own = load_or_create(settings.spool_id_path)
+    spool_id = own if spool_id is None else spool_id
+    # This data dir's own id: its cursor counts as this host's only once proved against this
+    # spool (PgReader: a copied data dir carries the id, not the progress).
+    mine = spool_id is not None and spool_id == own
+    return PgReader(
+        settings.store_url,
+        spool_id=spool_id,
+        client=settings.pg_client_params(),
+        spool_dir=settings.spool_dir if mine else None,
+        max_line=settings.max_record_bytes if mine else None,
+    )
 
 
 def own_spool_id(settings: Settings) -> str | None:

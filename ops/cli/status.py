@@ -284,7 +284,8 @@ def _print_pg_store(con: Any, s: dict[str, Any]) -> None:
     con.print(
         f"         {human.store_counts(s)}; "
         f"store {filesize.decimal(pg['size_bytes'])}, "
-        f"database {filesize.decimal(pg['database_bytes'])}; this host's cursor {s['cursor']}"
+        f"database {filesize.decimal(pg['database_bytes'])}; this host's cursor "
+        + (str(s["cursor"]) if not s.get("cursor_problem") else "unknown (not this spool's, below)")
     )
     for sp in pg["spools"]:
         con.print(

@@ -170,11 +170,14 @@ def wait_applied(
     that many seconds (``Draining``: no fleet and no writer holds its lease, or the writer
     halted): nothing would apply the record, so a caller that needs it applied says so at
     once instead of waiting out ``timeout``. ``look``: the caller's ``Looker`` (kept open for
-    its ``outcomes``), else one of this wait's own."""
+    its ``outcomes``), else one of this wait's own. A store that cannot be reached
+    (``TransientError``) is looked at again until ``timeout`` (``_look``), then named in the
+    ``WaitTimeoutError``."""
     start = time.monotonic()
     draining = Draining(cfg, without_fleet) if without_fleet is not None else None
+    unread: list[TransientError] = []  # the last look's store error, if it failed
     with Looker(cfg) if look is None else contextlib.nullcontext(look) as look:
-        cursor = look.cursor()
+        cursor = _look(look, unread)
         if cursor is not None and cursor > position:  # applied already: no doorbell needed
             return time.monotonic() - start
         # Listen before the next look: a commit after it rings us (module doc of home.doorbell).
@@ -182,7 +185,7 @@ def wait_applied(
             while True:
                 if awaited is not None and not awaited:
                     return time.monotonic() - start  # every ack named by a ring as applied
-                cursor = look.cursor()
+                cursor = _look(look, unread)
                 if cursor is not None and cursor > position:
                     return time.monotonic() - start
                 stopped = draining.stopped() if draining is not None else None
@@ -191,13 +194,30 @@ def wait_applied(
                         f"record at {position} not applied: {stopped} (store cursor: {cursor})"
                     )
                 if time.monotonic() - start >= timeout:
+                    unreadable = f"the store could not be read: {unread[-1]}; " if unread else ""
                     raise WaitTimeoutError(
                         f"record at {position} not applied within {timeout:g} s "
-                        f"(store cursor: {cursor}); {why_not_applied(cfg)}"
+                        f"(store cursor: {cursor}); {unreadable}{why_not_applied(cfg)}"
                     )
                 rings = pause(poll)
                 if awaited:
                     awaited -= doorbell.applied_in(rings)
+
+
+def _look(look: Looker, unread: list[TransientError]) -> Position | None:
+    """``look.cursor()``, or None while the store cannot be reached (``TransientError``: a
+    server down or cut off, a connection dropped), the error then kept in ``unread`` (cleared
+    by a look that reads): the records waited on are acknowledged and durable, so an outage
+    is "not applied yet" — the wait goes on until ``timeout``, and the next look reconnects —
+    never an error that would hide the acks from a caller that might push them again."""
+    try:
+        cursor = look.cursor()
+    except TransientError as exc:
+        look.close()
+        unread[:] = [exc]
+        return None
+    unread.clear()
+    return cursor
 
 
 #: How often (s) a wait for a job's run looks without a ring: what a lost ring costs.

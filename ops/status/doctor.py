@@ -129,7 +129,9 @@ def _history_check(cfg: Settings, found: guard.StoreRead) -> dict[str, Any]:
     """Fails while the store holds no cursor for this spool and the spool's first segments
     were collected (``ops.status.history``); a lost ``state.db`` is the store check's."""
     lost_file = capabilities(cfg).local_file and not cfg.state_db.exists()
-    if found.ok:
+    if found.ok and found.value[0].get("cursor_problem"):
+        gap = None  # another spool's cursor (a copy): the spool lag check says so
+    elif found.ok:
         gap = start_gap(cfg, found.value[0]["cursor"])
     else:
         gap = start_gap(cfg, None) if found.state == "missing" and not lost_file else None
@@ -251,7 +253,12 @@ def _common_checks(cfg: Settings, found: guard.StoreRead) -> list[dict[str, Any]
     free = shutil.disk_usage(next(p for p in (cfg.home, *cfg.home.parents) if p.exists())).free
     out.append(check("free space", free > FREE_WARN_BYTES, f"{free} bytes free", warn_only=True))
     figures = found.value[0] if found.ok else None
-    sp = guard.progress(cfg, found, figures["cursor"] if figures else None)
+    sp = guard.progress(
+        cfg,
+        found,
+        figures["cursor"] if figures else None,
+        figures.get("cursor_problem") if figures else None,
+    )
     out.append(
         check(
             "spool lag",

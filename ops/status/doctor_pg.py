@@ -41,7 +41,12 @@ def pg_checks(cfg: Settings, out: list[dict[str, Any]]) -> guard.StoreRead:
             True,
             f"PostgreSQL {pg['server_version']} at {pg['url']}: "
             f"{human.store_counts(figures)}, store {pg['size_bytes']} bytes, database "
-            f"{pg['database_bytes']} bytes; this host's cursor {figures['cursor']}",
+            f"{pg['database_bytes']} bytes; this host's cursor "
+            + (
+                str(figures["cursor"])
+                if not figures.get("cursor_problem")
+                else "unknown (not this spool's: see spool lag)"
+            ),
         )
     )
     out.append(

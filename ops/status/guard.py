@@ -90,15 +90,31 @@ def published_cursor(cfg: Any, now: float) -> dict[str, Any] | None:
     return None
 
 
-def progress(cfg: Any, store: StoreRead, store_cursor: str | None) -> dict[str, Any]:
+def progress(
+    cfg: Any, store: StoreRead, store_cursor: str | None, problem: str | None = None
+) -> dict[str, Any]:
     """The spool's figures against the applied cursor (module doc): ``segments``, ``bytes``,
     ``end`` (``spool.reader.stats``) plus ``cursor`` (``"SEG:OFF"`` or None), ``cursor_source``
     (``"store"``, ``"writer"``, ``"halt"`` or ``"unknown"``), ``cursor_age_s`` (seconds since
     that cursor was published; 0.0 for the store's own, None when unknown), ``pending_bytes``
     (int; None when unknown) and ``lag_s`` (age in seconds of the oldest unapplied record;
     None when unknown). ``store_cursor``: the store's cursor when ``store.ok`` (None: nothing
-    applied yet)."""
+    applied yet). ``problem``: why the store's cursor for this spool id is not this spool's
+    (``figures()["cursor_problem"]``: a copied data dir): the cursor is then unknown
+    (``cursor_source`` ``"not-this-spool"``, ``pending_bytes``/``lag_s`` None), never the other
+    data dir's progress read as this one's."""
     now = time.time()
+    if store.ok and problem is not None:
+        base = stats(cfg.spool_dir, None) if cfg.spool_dir.exists() else {"end": None}
+        return {
+            **base,
+            "cursor": None,
+            "cursor_source": "not-this-spool",
+            "cursor_problem": problem,
+            "cursor_age_s": None,
+            "pending_bytes": None,
+            "lag_s": None,
+        }
     if store.ok:
         found: dict[str, Any] | None = {
             "cursor": Position.parse(store_cursor) if store_cursor else None,
@@ -137,6 +153,11 @@ def progress(cfg: Any, store: StoreRead, store_cursor: str | None) -> dict[str, 
 def describe_progress(sp: dict[str, Any]) -> str:
     """``"N bytes pending (lag S s)"`` with where the cursor came from when it is not the
     store's own, or that it is unknown."""
+    if sp["cursor_source"] == "not-this-spool":
+        return (
+            "pending unknown: the store's cursor for this spool id is not this spool's "
+            f"({sp['cursor_problem']}); a copied data dir? `quill spool reidentify`"
+        )
     if sp["cursor_source"] == "unknown":
         return "pending unknown (the store cannot be read and no writer published a cursor)"
     text = f"{sp['pending_bytes']} bytes pending (lag {sp['lag_s']} s)"

@@ -127,7 +127,8 @@ def collect(cfg: Any) -> dict[str, Any]:
     data["schedule"] = schedule_state(cfg, others["scheduler"])
     data["queue"] = queue_state(cfg, writer if writer.alive else None, others)
     q = Quarantine(cfg.spool_dir)
-    sp = guard.progress(cfg, found, (got.get("store") or {}).get("cursor"))
+    figures = got.get("store") or {}
+    sp = guard.progress(cfg, found, figures.get("cursor"), figures.get("cursor_problem"))
     # torn_writes: entries that are a producer's unacknowledged partial write, not damage.
     cursor = Position.parse(sp["cursor"]) if sp["cursor"] else None
     data["spool"] = {
@@ -145,7 +146,9 @@ def collect(cfg: Any) -> dict[str, Any]:
     # A store with no cursor for this spool while segment 1 was collected (ops.status.history).
     # Only the store's own cursor counts: a published one may be an earlier store's.
     known = found.ok or (found.state == "missing" and data["store"] is None)
-    gap = start_gap(cfg, (got.get("store") or {}).get("cursor")) if known else None
+    # Not for a cursor that is another spool's: that is no missing history (guard.progress).
+    known = known and not figures.get("cursor_problem")
+    gap = start_gap(cfg, figures.get("cursor")) if known else None
     data["spool"]["history_gap"] = gap
     # A cursor the writer would refuse: its refusal is published only while it lives.
     data["spool"]["cursor_mismatch"] = cursor_mismatch(cfg, got["store"]) if found.ok else None

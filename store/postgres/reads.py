@@ -9,6 +9,7 @@ is always current and ``figures`` reports every spool's cursor.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from quill.store.errors import CantOpenError
@@ -27,16 +28,35 @@ _STORE_TABLES = tuple(schema.TABLES)
 
 class PgReader(Reader):
     """A read-only view of the store at ``url``. Raises ``CantOpenError`` when it has no Quill
-    schema yet, ``TransientError`` when the server cannot be reached."""
+    schema yet, ``TransientError`` when the server cannot be reached.
+
+    ``spool_dir``: the spool of ``spool_id`` on this host. With it, the cursor this reader
+    reports as its spool's (``applied_cursor``, ``figures()["cursor"]``) is the store's only
+    once it is proved to be this spool's (``spool.cursor_proof.check``, as the writer proves
+    it before resuming): a copied data dir carries the spool id, and the store's cursor for
+    that id is then the other data dir's progress, which would read as "applied" records
+    this host never applied. An unproved cursor reads as None, the reason in
+    ``cursor_problem``."""
 
     search_engine = pg_search  # ``Reader.search``/``search_page`` through PostgreSQL's
 
     def __init__(  # noqa: D107 - see class doc
-        self, url: str, *, spool_id: str | None = None, client: dict[str, Any] | None = None
+        self,
+        url: str,
+        *,
+        spool_id: str | None = None,
+        client: dict[str, Any] | None = None,
+        spool_dir: Path | None = None,
+        max_line: int | None = None,
     ):
         self.path = None
         self.url = url
         self.spool_id = spool_id
+        self.spool_dir = spool_dir
+        self.max_line = max_line
+        #: Why the store's cursor for ``spool_id`` is not this spool's (None: it is, or none).
+        self.cursor_problem: str | None = None
+        self._proved: tuple[Any, ...] | None = None  # the last row proved (one check per row)
         # client: libpq bounds on the connection's network waits (Settings.pg_client_params).
         # Read-only session: its snapshots' COMMITs are not waited for (``PgConnection``).
         self.conn = PgConnection(
@@ -58,9 +78,30 @@ class PgReader(Reader):
         if not self.spool_id:
             return None
         row = self.conn.execute(
-            'SELECT segment, "offset" FROM spool_cursor WHERE spool_id = ?', (self.spool_id,)
+            'SELECT segment, "offset", proof_offset, proof FROM spool_cursor WHERE spool_id = ?',
+            (self.spool_id,),
         ).fetchone()
-        return f"{row[0]}:{row[1]}" if row else None
+        return self._own(row)
+
+    def _own(self, row: Any) -> str | None:
+        """``row`` (segment, offset, proof_offset, proof) as ``"segment:offset"`` when it is
+        this spool's (always, without ``spool_dir``), else None with ``cursor_problem`` set.
+        Reads one entry of the spool per new row (``spool.cursor_proof.check``)."""
+        if row is None:
+            self.cursor_problem = None
+            return None
+        row = tuple(row)
+        if self.spool_dir is not None and row != self._proved:
+            from quill.spool import Position, cursor_proof
+
+            kwargs = {} if self.max_line is None else {"max_line": self.max_line}
+            self.cursor_problem = cursor_proof.check(
+                self.spool_dir, Position(row[0], row[1]), row[2], row[3], **kwargs
+            )
+            self._proved = None if self.cursor_problem else row
+        if self.cursor_problem is not None:
+            return None
+        return f"{row[0]}:{row[1]}"
 
     @retry_io
     def applied_positions(self, batch_ids: list[str]) -> dict[str, str | None]:
@@ -81,13 +122,15 @@ class PgReader(Reader):
         ``cursors`` every spool's ``{spool_id: "segment:offset"}``."""
         with self.snapshot() as c:
             cursors = {
-                r[0]: (f"{r[1]}:{r[2]}", r[3], [r[4], r[5]])
+                r[0]: (f"{r[1]}:{r[2]}", r[3], r[1:3] + r[4:6])
                 for r in c.execute(
                     'SELECT spool_id, segment, "offset", updated_at, proof_offset, proof '
                     "FROM spool_cursor ORDER BY spool_id"
                 )
             }
-            mine = cursors.get(self.spool_id) if self.spool_id else None
+            found = cursors.get(self.spool_id) if self.spool_id else None
+            # Only a cursor proved to be this spool's is "this host's cursor" (class doc).
+            mine = found if found is not None and self._own(found[2]) is not None else None
             return {
                 "backend": "postgres",
                 "sessions": c.execute("SELECT count(*) FROM sessions").fetchone()[0],
@@ -99,7 +142,8 @@ class PgReader(Reader):
                 "fts_state": "ok",
                 "cursor": mine[0] if mine else None,
                 "cursor_updated_at": mine[1] if mine else None,
-                "cursor_proof": mine[2] if mine else None,
+                "cursor_proof": list(mine[2][2:]) if mine else None,
+                "cursor_problem": self.cursor_problem if found is not None else None,
                 "cursors": {k: v[0] for k, v in cursors.items()},
                 "applied_batches": c.execute("SELECT count(*) FROM applied_batches").fetchone()[0],
             }

@@ -27,8 +27,9 @@ from quill.ops.client.stores import where
 from quill.store import paging
 
 VIEWS = ("display", "model", "audit")
-#: Messages a page of ``transcript`` holds when only ``after`` is given.
-MESSAGES_PAGE = 1000
+#: Messages a page of ``transcript`` holds when only ``after`` is given (the default page of
+#: ``quill sessions show`` and ``GET /sessions/{id}/messages``), and the most any page holds.
+MESSAGES_PAGE, MESSAGES_MAX = 1000, 10_000
 
 
 @contextlib.contextmanager

@@ -12,6 +12,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import BaseModel
 
 from quill.ops.client.client import Client
+from quill.ops.client.reads import MESSAGES_MAX, MESSAGES_PAGE
 from quill.ops.service.api_common import (
     ERRORS,
     MAX_PAGE,
@@ -27,8 +28,6 @@ from quill.ops.service.errors import ApiError
 from quill.store.search.group import PER_SESSION
 
 router = APIRouter()
-#: Messages a page of ``GET /sessions/{id}/messages`` holds by default, and at most.
-MESSAGES_PAGE, MESSAGES_MAX = 1000, 10_000
 
 
 @router.get("/sessions", dependencies=[Depends(require("read"))], responses=NEXT_HEADERS)

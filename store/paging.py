@@ -12,6 +12,10 @@ key...]``.
   strictly after it, so rows inserted meanwhile never shift a page (no row is repeated or
   skipped, as they would be with an OFFSET).
 
+A key item may be SQL NULL (a group of ``quill usage`` with no model, say): it travels as
+JSON ``null``, never as ``""`` or ``0`` (a group ``""`` is another group), and ``decode``
+accepts it only where the listing's kind for that item admits ``None`` (``NULLABLE_STR``).
+
 ``decode`` refuses a cursor of another listing or scope (a search cursor given to another
 query, a sessions cursor given to ``jobs history``) and anything malformed with
 ``BadCursorError``: a cursor is never read as "from the start".
@@ -30,6 +34,8 @@ from quill.store.errors import BadCursorError
 
 #: A row's sort key: JSON scalars (numbers, text), compared as a tuple.
 Key = tuple[Any, ...]
+#: A key item's kind that is text or SQL NULL (``decode``'s ``kinds``).
+NULLABLE_STR = (str, type(None))
 #: The integers a cursor may hold: a store's (SQLite's INTEGER, PostgreSQL's bigint). A larger
 #: one can be no row's key, and binding it in SQL raises ``OverflowError``.
 _INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
@@ -49,9 +55,14 @@ def encode(listing: str, key: Key, scope: str = "") -> str:
     return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
 
 
-def _fits(value: Any, kind: type) -> bool:
-    """Whether ``value`` (decoded JSON) is an item of ``kind`` some row's key can hold: a
-    64-bit integer, a finite number, text."""
+def _fits(value: Any, kind: type | tuple[type, ...]) -> bool:
+    """Whether ``value`` (decoded JSON) is an item of ``kind`` (a type, or a tuple of types
+    any of which will do) some row's key can hold: a 64-bit integer, a finite number, text,
+    None (SQL NULL) only where ``kind`` names ``type(None)``."""
+    if isinstance(kind, tuple):
+        return any(_fits(value, k) for k in kind)
+    if value is None:
+        return kind is type(None)
     if isinstance(value, bool):
         return False
     if isinstance(value, int):
@@ -61,12 +72,14 @@ def _fits(value: Any, kind: type) -> bool:
     return isinstance(value, kind)
 
 
-def decode(cursor: Any, listing: str, kinds: tuple[type, ...], scope: str = "") -> Key:
+def decode(
+    cursor: Any, listing: str, kinds: tuple[type | tuple[type, ...], ...], scope: str = ""
+) -> Key:
     """``encode``'s key back, checked: a cursor of ``listing`` and ``scope`` whose key has one
     item of each of ``kinds`` (``float`` takes an int too; integers within 64 bits, numbers
-    finite: no row has another key). Raises ``BadCursorError`` for anything else: not a
-    cursor, a cursor of another listing, or of the same listing for another query
-    (``foreign``)."""
+    finite: no row has another key; None only for a kind such as ``NULLABLE_STR``). Raises
+    ``BadCursorError`` for anything else: not a cursor, a cursor of another listing, or of the
+    same listing for another query (``foreign``)."""
     if not isinstance(cursor, str):
         raise BadCursorError(f"a cursor is text, got {type(cursor).__name__}")
     shown = cursor[:40]

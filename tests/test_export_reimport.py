@@ -39,12 +39,14 @@ def test_an_export_read_back_into_its_own_store_is_already_stored(quill, tmp_pat
     quill.drain()
     out = tmp_path / "export.jsonl"
     quill.run("export", "-o", str(out))
-    usage = quill.json("usage", "--by", "session")
+    usage = quill.json("usage", "--by", "session")["usage"]
     report = quill.json("import", str(out))[0]
     assert report["new"] == 0 and report["already_stored"] == report["messages"] > 20, report
     quill.drain()
     assert quill.json("spool", "quarantine", "list")["entries"] == []
-    assert quill.json("usage", "--by", "session") == usage  # each API response counted once
+    assert (
+        quill.json("usage", "--by", "session")["usage"] == usage
+    )  # each API response counted once
     again = tmp_path / "again.jsonl"
     quill.run("export", "-o", str(again))
     assert again.read_text() == out.read_text()

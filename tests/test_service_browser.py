@@ -309,9 +309,9 @@ def test_jobs_run_now_needs_admin_and_records_a_run(site, page):
 
 def test_usage_page_charts_what_the_store_records(site, page):
     base, _, _ = site
-    total = httpx.get(f"{base}/api/v1/usage").json()[0]
-    per_day = httpx.get(f"{base}/api/v1/usage", params={"by": "day"}).json()
-    per_model = httpx.get(f"{base}/api/v1/usage", params={"by": "model"}).json()
+    total = httpx.get(f"{base}/api/v1/usage").json()["usage"][0]
+    per_day = httpx.get(f"{base}/api/v1/usage", params={"by": "day"}).json()["usage"]
+    per_model = httpx.get(f"{base}/api/v1/usage", params={"by": "model"}).json()["usage"]
     assert total["calls"] > 0 and per_day and per_model  # the corpus carries provider usage
     page.goto(f"{base}/usage")
     from quill.ops.service.formats import human_number, usd

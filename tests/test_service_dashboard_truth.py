@@ -63,7 +63,7 @@ def test_usage_charts_have_a_time_axis_and_costs_that_do_not_round_to_zero(quill
         assert httpx.post(f"{base}/api/v1/ops", json={"ops": ops}).status_code == 202
         quill.drain()
         page = httpx.get(f"{base}/usage").text
-        per_day = httpx.get(f"{base}/api/v1/usage", params={"by": "day"}).json()
+        per_day = httpx.get(f"{base}/api/v1/usage", params={"by": "day"}).json()["usage"]
     days = re.findall(r'<g class="day" data-day="([0-9-]+)"( data-tokens)?', page)
     assert [d for d, _ in days] == [
         dt.datetime.fromtimestamp(start + i * day, dt.UTC).date().isoformat() for i in range(4)

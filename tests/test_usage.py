@@ -336,15 +336,15 @@ def test_listing_and_show_carry_totals_and_cli_reports(quill):
     assert shown["session"]["usage"] == listed["a"]["usage"]
     assert "usage: 2 call(s)" in quill.run("sessions", "show", "a").stdout
 
-    by_task = quill.json("usage", "--by", "task")
+    by_task = quill.json("usage", "--by", "task")["usage"]
     assert {r["task"]: r["calls"] for r in by_task} == {"turn": 2, "compression": 1}
-    by_day = quill.json("usage", "--by", "day", "--by", "source")
+    by_day = quill.json("usage", "--by", "day", "--by", "source")["usage"]
     assert {(r["day"], r["source"]) for r in by_day} == {
         ("2025-10-09", "cli"),
         ("2025-10-10", "cli"),
         ("2025-10-10", "cron"),
     }
-    since = quill.json("usage", "--since", "2025-10-10")
+    since = quill.json("usage", "--since", "2025-10-10")["usage"]
     assert since[0]["calls"] == 2
     rows = list(csv.DictReader(io.StringIO(quill.run("usage", "--by", "session", "--csv").stdout)))
     assert [r["session"] for r in rows] == ["a", "b"] and rows[1]["cost_usd"] == ""

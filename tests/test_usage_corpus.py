@@ -73,7 +73,7 @@ def test_corpus_usage_totals_equal_an_independent_per_response_sum(quill):
     quill.run("import", str(CORPUS / "claude-code"), str(CORPUS / "codex"))
     quill.drain()
     assert quill.status()["spool"]["quarantined"] == 0
-    got = {r["source"]: r for r in quill.json("usage", "--by", "source")}
+    got = {r["source"]: r for r in quill.json("usage", "--by", "source")["usage"]}
     want = _independent_sums()
     for source in ("claude-code", "codex"):
         assert (got[source]["input_tokens"], got[source]["output_tokens"]) == (
@@ -94,6 +94,6 @@ def test_corpus_usage_totals_equal_an_independent_per_response_sum(quill):
     # re-importing counts nothing twice
     quill.run("import", str(CORPUS / "claude-code"), str(CORPUS / "codex"))
     quill.drain()
-    assert {r["source"]: r["input_tokens"] for r in quill.json("usage", "--by", "source")} == {
-        k: v["input_tokens"] for k, v in got.items()
-    }
+    assert {
+        r["source"]: r["input_tokens"] for r in quill.json("usage", "--by", "source")["usage"]
+    } == {k: v["input_tokens"] for k, v in got.items()}

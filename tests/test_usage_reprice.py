@@ -60,7 +60,7 @@ def test_reprice_through_the_spool(quill, tmp_path):
         "UPDATE usage SET price_version = ?, cost_usd = ? WHERE id = ?", (OLD, cost * 2, priced)
     )
     conn.close()
-    before = quill.json("usage")[0]["cost_usd"]
+    before = quill.json("usage")["usage"][0]["cost_usd"]
 
     dry = quill.json("usage", "reprice", "--dry-run")
     assert (dry["considered"], dry["repriced"], dry["still_unpriced"], dry["batches"]) == (
@@ -78,7 +78,7 @@ def test_reprice_through_the_spool(quill, tmp_path):
         (priced, "gpt-4o", cost, price_version()),
         (unknown, "no-such-model-xyz", None, None),
     ]
-    assert abs(quill.json("usage")[0]["cost_usd"] - (before - cost)) < 1e-9
+    assert abs(quill.json("usage")["usage"][0]["cost_usd"] - (before - cost)) < 1e-9
     # the op is on record in the spool, with the numbers it applied
     records = [
         json.loads(line)

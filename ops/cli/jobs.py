@@ -48,6 +48,18 @@ def _history_page(cfg: Any, job: str | None, limit: int, after: str | None) -> d
         return {"runs": [], "next": None}
 
 
+def _last_runs(cfg: Any, names: list[str]) -> dict[str, dict[str, Any]]:
+    """``Reader.last_job_runs``: ``{job: last run}`` ({} before the store exists)."""
+    try:
+        with open_reader(cfg) as r:
+            return r.last_job_runs(names)
+    except CantOpenError:
+        lost = lost_store(cfg)  # gone, not "no runs yet"
+        if lost is not None:
+            raise lost from None
+        return {}
+
+
 def default_of(spec: Any) -> dict[str, Any] | None:
     """A catalog job's default schedule as JSON values (None: on demand only)."""
     return {"trigger": spec.trigger, **spec.trigger_args} if spec.trigger else None
@@ -78,9 +90,12 @@ def jobs_list(cfg: Any, limit: int, after: str | None, as_json: bool) -> None:
     back); a page of --limit at a time (--after CURSOR: the next page). --json prints
     {"jobs": [...], "next": CURSOR or null}."""
     start = paging.decode(after, "jobs", (str,)) if after is not None else None
-    last = {}
-    for run in reversed(_history(cfg, None, 500)):
-        last[run["job"]] = run
+    specs = [
+        j
+        for j in sorted(catalog.JOBS, key=lambda j: j.name)
+        if not j.internal and j.backend in ("any", capabilities(cfg).kind)
+    ]
+    last = _last_runs(cfg, [j.name for j in specs])
     rows = [
         {
             "name": j.name,
@@ -90,8 +105,7 @@ def jobs_list(cfg: Any, limit: int, after: str | None, as_json: bool) -> None:
             "last_outcome": last.get(j.name, {}).get("outcome"),
             "last_started_at": last.get(j.name, {}).get("started_at"),
         }
-        for j in sorted(catalog.JOBS, key=lambda j: j.name)
-        if not j.internal and j.backend in ("any", capabilities(cfg).kind)
+        for j in specs
     ]
     rows, cursor = paging.page(rows, lambda r: (r["name"],), limit, start, "jobs")
     if as_json:

@@ -37,7 +37,7 @@ def after_option(func: Callable[..., Any]) -> Callable[..., Any]:
     )(func)
 
 
-def decode(cursor: str, listing: str, kinds: tuple[type, ...]) -> Key:
+def decode(cursor: str, listing: str, kinds: tuple[type | tuple[type, ...], ...]) -> Key:
     """The key of ``cursor``, a cursor of ``listing`` (``store.paging.decode``). Raises
     ``BadCursorError`` (exit 2, nothing read) for anything else."""
     try:

@@ -13,6 +13,7 @@ from quill.ops.cli.base import emit_json, json_option
 from quill.ops.cli.params import EPOCH, UTF8, YESNO
 from quill.ops.client.client import Client
 from quill.ops.client.errors import NotFoundError
+from quill.ops.client.reads import MESSAGES_MAX, MESSAGES_PAGE
 from quill.ops.client.stores import lost_store, open_reader, where
 from quill.store.apply.normalize import ROLES
 from quill.store.errors import CantOpenError
@@ -143,32 +144,62 @@ def sessions_list(
     "--latest",
     type=click.IntRange(min=1),
     default=None,
-    help="Only the last N messages of the view.",
+    help="Only the last N messages of the view (not paged: not with --limit or --after).",
 )
+@click.option(
+    "--limit",
+    type=click.IntRange(1, MESSAGES_MAX),
+    default=None,
+    help=f"Messages a page holds, from the first  [default: {MESSAGES_PAGE:,}].",
+)
+@paging.after_option
 @json_option
 @click.pass_context
 def sessions_show(
-    ctx: click.Context, session_id: str, projection: str, latest: int | None, as_json: bool
+    ctx: click.Context,
+    session_id: str,
+    projection: str,
+    latest: int | None,
+    limit: int | None,
+    after: str | None,
+    as_json: bool,
 ) -> None:
-    """A session's transcript: roles, text, tool calls and tool results."""
-    data = Client(config_=ctx.obj).transcript(session_id, projection, latest=latest)
+    """A session's transcript: roles, text, tool calls and tool results, a page of --limit
+    messages at a time from the first (--after CURSOR: the next page; the cursor of
+    `GET /api/v1/sessions/ID/messages`, bound to the session and view). --json prints
+    {"session", "chain", "messages", "context", "next": CURSOR or null}; without --json a note
+    on stderr gives the next page's cursor. --latest N: only the last N messages instead."""
+    if latest is not None and (limit is not None or after is not None):
+        raise click.UsageError("--latest is not paged: not with --limit or --after")
+    if latest is None and limit is None:
+        limit = MESSAGES_PAGE
+    data = Client(config_=ctx.obj).transcript(
+        session_id, projection, latest=latest, limit=limit, after=after
+    )
     if as_json:
         emit_json(data)
-    else:
-        session, chain, messages = data["session"], data["chain"], data["messages"]
-        con = render.console()
-        if len(chain) > 1:
-            con.print(
-                f"compression chain ({len(chain)}): " + " → ".join(chain), style="dim", markup=False
-            )
-        if projection == "model":  # the model view has no Quill keys; number rows for reading
-            messages = [{**m, "message_id": i + 1} for i, m in enumerate(messages)]
-        # message_count counts display positions; other views have no stored total
-        total = (
-            session.get("message_count") if latest is not None and projection == "display" else None
+        return
+    session, chain, messages = data["session"], data["chain"], data["messages"]
+    con = render.console()
+    if len(chain) > 1:
+        con.print(
+            f"compression chain ({len(chain)}): " + " → ".join(chain), style="dim", markup=False
         )
-        for item in render.transcript(session, messages, total=total):
-            con.print(item)
+    if projection == "model" and after is None:
+        # the model view has no Quill keys: number the first page's rows for reading (a later
+        # page's place in the view is not known here, so its rows are left unnumbered)
+        messages = [{**m, "message_id": i + 1} for i, m in enumerate(messages)]
+    # message_count counts display positions; other views have no stored total
+    total = session.get("message_count") if projection == "display" else None
+    shown = "last" if latest is not None else ("first" if after is None else "next")
+    for item in render.transcript(session, messages, total=total, shown=shown):
+        con.print(item)
+    if data["next"] is not None:
+        click.echo(
+            f"quill: more messages follow; showing {len(messages)}; the next page: "
+            f"--after {data['next']} (or --limit N, --latest N)",
+            err=True,
+        )
 
 
 @sessions.command(name="export")

@@ -237,15 +237,17 @@ def transcript(
     messages: list[dict[str, Any]],
     max_chars: int = 2000,
     total: int | None = None,
+    shown: str = "last",
 ) -> list[Any]:
     """Renderables for a readable transcript: roles, text, tool calls and tool results.
-    ``total``: how many messages the view holds when ``messages`` is only its last ones."""
+    ``total``: how many messages the view holds when ``messages`` is only some of them, which
+    ones being ``shown`` (``last``, ``first``, ``next``: a page after the first)."""
     # Quoted as typed (as the search title), never a Python repr; no empty "title=".
     title = f"  title=“{session['title']}”" if session.get("title") else ""
     count = (
         f"messages={len(messages)}"
-        if total is None
-        else f"last {len(messages)} of {total} messages"
+        if total is None or total == len(messages)
+        else f"{shown} {len(messages)} of {total} messages"
     )
     out: list[Any] = [
         Text(

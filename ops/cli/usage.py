@@ -10,7 +10,7 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from quill.ops.cli import render
+from quill.ops.cli import paging, render
 from quill.ops.cli.base import emit_json, json_option
 from quill.ops.cli.params import EPOCH
 from quill.ops.cli.read import _note_no_store
@@ -35,12 +35,22 @@ from quill.store.read.usage import GROUPS, TOTAL_KEYS
 @click.option(
     "--task", help="Only this task (turn, compression, title, background_review, auxiliary ...)."
 )
+@click.option(
+    "--limit",
+    type=click.IntRange(1, 100_000),
+    default=1000,
+    show_default=True,
+    help="Groups a page holds.",
+)
+@paging.after_option
 @json_option
 @click.option("--csv", "as_csv", is_flag=True, help="Rows as CSV (header line first).")
 @click.pass_context
 def usage(
     ctx: click.Context,
     by: tuple[str, ...],
+    limit: int,
+    after: str | None,
     since: float | None,
     until: float | None,
     session_id: str | None,
@@ -52,7 +62,12 @@ def usage(
 ) -> None:
     """Token usage and cost. Each API response is counted once; calls to models the price
     table does not know are reported as unpriced, never as $0. `quill usage reprice`
-    re-prices records priced with an older price table."""
+    re-prices records priced with an older price table.
+
+    Groups are ordered by their values (none first), a page of --limit at a time (--after
+    CURSOR: the next page of the same grouping and filters). --json prints {"usage": [...],
+    "next": CURSOR or null}; with --csv or the table, a note on stderr gives the next page's
+    cursor."""
     if ctx.invoked_subcommand is not None:
         return
     cfg = ctx.obj
@@ -60,12 +75,22 @@ def usage(
         raise click.UsageError("--json and --csv are exclusive")
     by = tuple(dict.fromkeys(by))
     _note_no_store(cfg)
-    rows = Client(config_=cfg).usage(
-        by, since=since, until=until, session_id=session_id, source=source, model=model, task=task
+    found = Client(config_=cfg).usage_page(
+        by,
+        limit=limit,
+        after=after,
+        since=since,
+        until=until,
+        session_id=session_id,
+        source=source,
+        model=model,
+        task=task,
     )
+    rows = found["usage"]
     if as_json:
-        emit_json(rows)
-    elif as_csv:
+        emit_json(found)
+        return
+    if as_csv:
         writer = csv.DictWriter(sys.stdout, fieldnames=[*by, *TOTAL_KEYS], lineterminator="\n")
         writer.writeheader()
         writer.writerows(rows)
@@ -74,6 +99,7 @@ def usage(
         # eight numeric columns plus the groups: never squeeze a group name to nothing
         con.width = max(con.width, 100 + 24 * len(by))
         con.print(_table(rows, by))
+    paging.note_next("groups", limit, found["next"])
 
 
 def _table(rows: list[dict[str, Any]], by: tuple[str, ...]) -> Table:

@@ -51,6 +51,7 @@ _READS = (
     "search",
     "search_results",
     "usage",
+    "usage_page",
     "resume",
     "context",
     "orphans",

@@ -1,6 +1,6 @@
-"""The session listing of ``Client`` (a base class, as ``reads.Reads``): ``sessions_page``
-(``quill sessions list --json``, ``GET /api/v1/sessions``: a page and its ``next`` cursor)
-and ``sessions`` (its rows)."""
+"""The paged listings of ``Client`` (a base class, as ``reads.Reads``): ``sessions_page``
+(``quill sessions list --json``, ``GET /api/v1/sessions``: a page and its ``next`` cursor),
+``sessions`` (its rows) and ``usage_page`` (``quill usage``, ``GET /api/v1/usage``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from quill.store import paging
 
 
 class Listings:
-    """``sessions`` and ``sessions_page``; needs ``Reads._reader``."""
+    """``sessions``, ``sessions_page`` and ``usage_page``; needs ``Reads._reader``."""
 
     def sessions(self, **filters: Any) -> list[dict[str, Any]]:
         """The rows of ``sessions_page`` (same arguments): a list of session dicts."""
@@ -72,3 +72,48 @@ class Listings:
             if r is None:
                 return {"sessions": [], "next": None}
             return r.sessions_page(after=after, limit=limit, **filters)
+
+    def usage_page(
+        self,
+        by: tuple[str, ...] | list[str] = (),
+        *,
+        limit: int = 1000,
+        after: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        session_id: str | None = None,
+        source: str | None = None,
+        model: str | None = None,
+        task: str | None = None,
+    ) -> dict[str, Any]:
+        """Token and cost totals a page at a time — ``quill usage --json`` and ``GET
+        /api/v1/usage``: ``{"usage": rows, "next": cursor | None}``, the rows of ``usage``
+        (same grouping and filters) ordered by the group key (NULL first), at most ``limit``
+        after the group the cursor ``after`` names (the ``next`` of the previous page with the
+        same ``by`` and filters; keyset in SQL: a NULL group value travels as JSON null). No
+        ``by``: the grand total, one row (zeros before any usage), ``next`` None. Raises
+        ``InvalidInputError`` for an unknown grouping, ``BadCursorError`` (one) for a cursor
+        of another listing, grouping or filter."""
+        from quill.store.read.usage import cursor_key, empty_totals
+
+        groups = self._usage_groups(  # type: ignore[attr-defined]
+            by, since, until, session_id, source, model, task
+        )
+        by = tuple(dict.fromkeys(groups))
+        _check_numbers(limit=limit)
+        _check_types(after=after)
+        filters = dict(
+            since=since, until=until, session_id=session_id, source=source, model=model, task=task
+        )
+        if after is not None:  # refused before the store is read (or found missing)
+            with _public_errors():
+                cursor_key(after, by, **filters)
+        with self._reader(None) as r:  # type: ignore[attr-defined]
+            found = (
+                {"usage": [], "next": None}
+                if r is None
+                else r.usage_page(by, limit=limit, after=after, **filters)
+            )
+        if not by and not found["usage"]:
+            found["usage"] = [empty_totals()]
+        return found

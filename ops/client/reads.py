@@ -27,8 +27,9 @@ from quill.ops.client.stores import where
 from quill.store import paging
 
 VIEWS = ("display", "model", "audit")
-#: Messages a page of ``transcript`` holds when only ``after`` is given.
-MESSAGES_PAGE = 1000
+#: Messages a page of ``transcript`` holds when only ``after`` is given (the default page of
+#: ``quill sessions show`` and ``GET /sessions/{id}/messages``), and the most any page holds.
+MESSAGES_PAGE, MESSAGES_MAX = 1000, 10_000
 
 
 @contextlib.contextmanager
@@ -328,18 +329,9 @@ class Reads:
         ``calls``, the token fields, ``cost_usd`` (USD; None when nothing is priced) and
         ``unpriced`` (calls without a price). No ``by``: one grand total (zeros before any
         usage). Raises ``InvalidInputError`` for an unknown grouping."""
-        from quill.store.read.usage import GROUPS, empty_totals
+        from quill.store.read.usage import empty_totals
 
-        _check_numbers(since=since, until=until)
-        by = () if by is None else by
-        _check_types(by=by, source=source, model=model, task=task)
-        if session_id is not None:
-            _check_types(session_id=session_id)
-        bad = [b for b in by if b not in GROUPS]
-        if bad:
-            raise InvalidInputError(
-                f"unknown usage grouping {bad[0]!r}; choose from {', '.join(GROUPS)}"
-            )
+        by = self._usage_groups(by, since, until, session_id, source, model, task)
         with self._reader(None) as r:
             rows = (
                 []
@@ -355,6 +347,31 @@ class Reads:
                 )
             )
         return rows if rows or by else [empty_totals()]
+
+    @staticmethod
+    def _usage_groups(
+        by: Any,
+        since: Any,
+        until: Any,
+        session_id: Any,
+        source: Any,
+        model: Any,
+        task: Any,
+    ) -> tuple[str, ...]:
+        """``usage``'s arguments checked (``InvalidInputError``): ``by`` as a tuple."""
+        from quill.store.read.usage import GROUPS
+
+        _check_numbers(since=since, until=until)
+        by = () if by is None else by
+        _check_types(by=by, source=source, model=model, task=task)
+        if session_id is not None:
+            _check_types(session_id=session_id)
+        bad = [b for b in by if b not in GROUPS]
+        if bad:
+            raise InvalidInputError(
+                f"unknown usage grouping {bad[0]!r}; choose from {', '.join(GROUPS)}"
+            )
+        return tuple(by)
 
     def search_health(self) -> dict[str, Any]:
         """``{"fts_state", "fts_pending", "degraded"}`` of the search index (empty store: ok)."""

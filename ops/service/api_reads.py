@@ -12,6 +12,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import BaseModel
 
 from quill.ops.client.client import Client
+from quill.ops.client.reads import MESSAGES_MAX, MESSAGES_PAGE
 from quill.ops.service.api_common import (
     ERRORS,
     MAX_PAGE,
@@ -27,8 +28,6 @@ from quill.ops.service.errors import ApiError
 from quill.store.search.group import PER_SESSION
 
 router = APIRouter()
-#: Messages a page of ``GET /sessions/{id}/messages`` holds by default, and at most.
-MESSAGES_PAGE, MESSAGES_MAX = 1000, 10_000
 
 
 @router.get("/sessions", dependencies=[Depends(require("read"))], responses=NEXT_HEADERS)
@@ -239,23 +238,34 @@ def search(
 UsageGroup = Literal["session", "model", "source", "task", "provider", "day"]
 
 
-@router.get("/usage", dependencies=[Depends(require("read"))])
+@router.get("/usage", dependencies=[Depends(require("read"))], responses=NEXT_HEADERS)
 def usage(
+    request: Request,
+    response: Response,
     q: Client = Depends(client),
     by: list[UsageGroup] = Query([]),
+    limit: int = Query(MAX_PAGE, ge=1, le=MAX_PAGE),
+    after: str | None = None,
     since: EpochSeconds = None,
     until: EpochSeconds = None,
     session_id: str | None = None,
     source: str | None = None,
     model: str | None = None,
     task: str | None = None,
-) -> list[dict[str, Any]]:
-    """Token and cost totals (``quill.Client.usage`` / ``quill usage --json``): one row per
-    group of ``by`` (repeatable), each with ``calls``, the token counts, ``cost_usd`` (None when
-    nothing in the group is priced) and ``unpriced``; no ``by``: one grand total."""
+) -> dict[str, Any]:
+    """Token and cost totals (``quill.Client.usage_page`` / ``quill usage --json``):
+    ``{"usage": [...], "next": cursor or null}``, one row per group of ``by`` (repeatable),
+    each with ``calls``, the token counts, ``cost_usd`` (None when nothing in the group is
+    priced) and ``unpriced``, ordered by the group values (null first); no ``by``: one grand
+    total. At most ``limit`` groups; ``next`` (also the ``X-Next-Cursor`` header) is the
+    ``after`` value of the next page with the same ``by`` and filters (keyset on the group
+    values, a null value carried as null); a cursor of another listing, grouping or filter is
+    422 ``bad-cursor``."""
     with client_errors():
-        return q.usage(
+        found = q.usage_page(
             tuple(by),
+            limit=limit,
+            after=after,
             since=since,
             until=until,
             session_id=session_id,
@@ -263,3 +273,5 @@ def usage(
             model=model,
             task=task,
         )
+    link_next(request, response, found["next"])
+    return found

@@ -49,11 +49,9 @@ def jobs(cfg: Any) -> list[dict[str, Any]]:
     ``catalog.runnable``, the check ``POST /api/v1/jobs/{name}/run`` makes). When the schedule
     cannot be read (a damaged ``schedule.db``) ``schedules`` is None and ``schedule_error``
     says why; else ``schedule_error`` is None."""
-    last: dict[str, dict[str, Any]] = {}
     # No store yet (or unreadable): jobs still list, without history.
-    found = read_store(cfg, lambda r: r.job_runs(limit=500))
-    for run in reversed(found.value or []):
-        last[run["job"]] = run
+    found = read_store(cfg, lambda r: r.last_job_runs([spec.name for spec in catalog.JOBS]))
+    last: dict[str, dict[str, Any]] = found.value or {}
     schedules, unreadable = _schedules(cfg)
     by_job: dict[str, list[dict[str, Any]]] = {}
     for s in schedules:

@@ -183,6 +183,16 @@ class Reader(StatusReads):
             return usage_reads.totals(self.conn, tuple(by), **filters)
 
     @retry_io
+    def usage_page(
+        self, by: tuple[str, ...] = (), *, limit: int, after: str | None = None, **filters: Any
+    ) -> dict[str, Any]:
+        """A page of ``usage_totals``: ``{"usage": rows, "next": cursor | None}``, keyset on
+        the group key (``usage_reads.page``). Raises ``BadCursorError`` for a cursor of another
+        listing, grouping or filter."""
+        with mapped():
+            return usage_reads.page(self.conn, tuple(by), limit=limit, after=after, **filters)
+
+    @retry_io
     def resume_target(
         self, *, key: str | None = None, cwd: str | None = None
     ) -> dict[str, Any] | None:

@@ -15,6 +15,19 @@ from quill.store.sqlite.indexer import fts_state, indexed_upto
 from quill.store.sqlite.job_runs import read_figures
 
 
+def _run(r: Any) -> dict[str, Any]:
+    """A ``job_runs`` row (id, job, started_at, ended_at, outcome, figures, error) as a dict."""
+    return {
+        "id": r[0],
+        "job": r[1],
+        "started_at": r[2],
+        "ended_at": r[3],
+        "outcome": r[4],
+        "figures": read_figures(r[5]),
+        "error": r[6],
+    }
+
+
 class StatusReads:
     """Job history, search health and figures over ``self.conn`` (a read-only connection)."""
 
@@ -36,18 +49,28 @@ class StatusReads:
         params = ((job,) if job else ()) + ((before,) if before is not None else ()) + (limit,)
         with mapped():
             rows = self.conn.execute(sql, params).fetchall()
-        return [
-            {
-                "id": r[0],
-                "job": r[1],
-                "started_at": r[2],
-                "ended_at": r[3],
-                "outcome": r[4],
-                "figures": read_figures(r[5]),
-                "error": r[6],
-            }
-            for r in rows
-        ]
+        return [_run(r) for r in rows]
+
+    @retry_io
+    def last_job_runs(self, jobs: list[str]) -> dict[str, dict[str, Any]]:
+        """``{job: its last run}`` for each of ``jobs`` that has run (a job never run is not a
+        key): the run ``job_runs`` gives, newest started (ties: newest recorded), however old.
+        One statement, one index probe per job (``job_runs_job``: job, started_at), on both
+        backends."""
+        if not jobs:
+            return {}
+        names = ", ".join("(?)" for _ in jobs)
+        # Each name's newest run read through the index, not found among the newest N runs
+        # of all jobs: a job that ran long ago, before many runs of others, still has one.
+        sql = (
+            f"WITH names(name) AS (VALUES {names}) "
+            "SELECT id, job, started_at, ended_at, outcome, figures, error FROM job_runs "
+            "WHERE id IN (SELECT (SELECT id FROM job_runs WHERE job = names.name "
+            "ORDER BY started_at DESC, id DESC LIMIT 1) FROM names)"
+        )
+        with mapped():
+            rows = self.conn.execute(sql, list(jobs)).fetchall()
+        return {r[1]: _run(r) for r in rows}
 
     def job_runs_page(
         self, *, job: str | None = None, limit: int = 20, after: str | None = None

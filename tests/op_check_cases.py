@@ -61,6 +61,11 @@ BAD: dict[str, list[tuple[dict, str]]] = {
         ({"session_id": S, "messages": [{"content": "no role"}]}, "invalid-role"),
         ({"session_id": S, "messages": ["hi"]}, "invalid-message"),
         ({"session_id": S, "messages": _MSGS, "source": 3}, "invalid-field"),
+        # tool_calls that are neither empty nor calls: refused, never stored as "no calls"
+        *(
+            ({"session_id": S, "messages": [{**_USER, "tool_calls": calls}]}, "invalid-field")
+            for calls in ("notalist", "not json {", [1, 2], 7, '"text"')
+        ),
         (
             {"session_id": S, "messages": [{**_USER, "usage": {"input_tokens": -1}}]},
             "invalid-usage",

@@ -128,7 +128,7 @@ def collect(cfg: Any) -> dict[str, Any]:
     data["queue"] = queue_state(cfg, writer if writer.alive else None, others)
     q = Quarantine(cfg.spool_dir)
     sp = guard.progress(cfg, found, (got.get("store") or {}).get("cursor"))
-    # torn_writes: entries that are a producer's unacknowledged partial write, not damage.
+    # torn_writes: entries that are a torn record (spool.torn.TORN_SUMMARY), counted apart.
     cursor = Position.parse(sp["cursor"]) if sp["cursor"] else None
     data["spool"] = {
         **sp,

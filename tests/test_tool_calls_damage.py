@@ -58,3 +58,20 @@ def test_the_writer_does_not_apply_a_result_unnamed_over_a_damaged_call(damaged)
     assert store.conn.execute("SELECT count(*) FROM messages WHERE role = 'tool'").fetchone() == (
         0,
     )
+
+
+def test_a_damaged_postgresql_halt_record_is_named_store_damage(tmp_path, pg_store_url):
+    """The halt cause PostgreSQL keeps in ``state_meta`` is JSON the store wrote: a value that
+    does not parse is store damage naming it (it escaped as a raw ``JSONDecodeError``)."""
+    from quill.store.postgres import halt
+
+    store = Store(tmp_path, pg_store_url)
+    try:
+        store.conn.execute(
+            "INSERT INTO state_meta (key, value) VALUES (?, ?)", (halt.KEY, '{"cause": "x')
+        )
+        for read in (halt.read, halt.check):
+            with pytest.raises(DamagedValueError, match="halt record"):
+                read(store.conn)
+    finally:
+        store.close()

@@ -13,7 +13,9 @@ Encoding rules (producers do send double-encoded tool calls and bad clocks):
   UTF-8; FTS tokenizers stop at NUL);
 * a timestamp outside [2000-01-01, arrival + 1 day] is replaced by the arrival time; order is
   insertion order, never the timestamp;
-* every key not listed in ``KNOWN_FIELDS`` is kept verbatim in ``extra``.
+* every key not listed in ``KNOWN_FIELDS`` is kept verbatim in ``extra``, merged with the
+  ``extra`` object the producer gave; a key given in both with different values is refused
+  (``invalid-field``), as one would replace the other.
 Batch and single appends share this one function, so they store identical rows.
 """
 
@@ -207,6 +209,19 @@ def tool_calls_json(value: Any) -> str | None:
     return None if calls is None else dumps(calls)
 
 
+def _check_extra_clash(msg: dict, given_extra: dict) -> None:
+    """``invalid-field`` when a key outside ``KNOWN_FIELDS`` is given both at the top level of
+    ``msg`` and in its ``extra`` object with different values: both go to the one ``extra``
+    column, where one would silently replace the other."""
+    for key in given_extra.keys() - KNOWN_FIELDS:
+        if key in msg and msg[key] != given_extra[key]:
+            raise InvalidOpError(
+                "invalid-field",
+                f"message field {str(key)[:60]!r} is given both as a field and in 'extra', "
+                "with different values: one would be lost",
+            )
+
+
 def _check_content(content: Any) -> None:
     """``invalid-field`` unless ``content`` is a string, a list of parts, one part or None."""
     if content is not None and not isinstance(content, (str, dict, list)):
@@ -328,10 +343,12 @@ def _message(msg: Any, arrived_at: float, *, build: bool) -> tuple | None:
     ext_id = msg.get("id")
     if ext_id is not None and (not isinstance(ext_id, (str, int)) or isinstance(ext_id, bool)):
         raise InvalidOpError("invalid-field", "message id must be a string or an integer")
+    given_extra = msg.get("extra")
+    if isinstance(given_extra, dict):
+        _check_extra_clash(msg, given_extra)
     if build:
         text, parts = content_columns(msg.get("content"))
         extra = {k: v for k, v in msg.items() if k not in KNOWN_FIELDS}
-        given_extra = msg.get("extra")
         if isinstance(given_extra, dict):
             extra = {**given_extra, **extra}
         elif given_extra is not None:

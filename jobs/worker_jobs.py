@@ -360,6 +360,20 @@ def compact_snapshot(path: Path) -> dict[str, Any]:
 TEMP_GLOBS = (".snapshot-*.tmp*", ".compact-*.tmp*")
 
 
+def maybe_named_by(pid: int, named: float) -> bool:
+    """Whether process ``pid`` may be the one that named a file at ``named`` (epoch s) and so
+    may still be writing it: it runs (not a zombie) and had started by then (1 s of slack for
+    the start time's rounding). False proves the namer gone: a pid that is free, or held by
+    a process started after the file was named, is not its namer. Never raises."""
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        return proc.status() != psutil.STATUS_ZOMBIE and proc.create_time() <= named + 1
+    except (psutil.Error, ValueError, OverflowError):
+        return False
+
+
 def remove_temp_leftovers(snapshots_dir: Path) -> tuple[list[str], list[str]]:
     """Delete the temp files (``TEMP_GLOBS``) of snapshots/compactions whose process is gone.
     The writing process's pid and the time it named the file are in the name
@@ -368,17 +382,13 @@ def remove_temp_leftovers(snapshots_dir: Path) -> tuple[list[str], list[str]]:
     (recycled, or another machine's in a copied data dir): a process that started after the
     file was named did not write it. Returns ``(removed names, kept names)``. Raises
     ``OSError`` from unlink."""
-    import psutil
-
     removed, kept = [], []
     d = Path(snapshots_dir)
     for path in sorted({p for pattern in TEMP_GLOBS for p in d.glob(pattern)}):
         parts = path.name.split(".")[1].split("-")  # kind, pid, ns
         try:
-            writer = psutil.Process(int(parts[1]))
-            named = int(parts[2]) / 1e9
-            in_use = writer.status() != psutil.STATUS_ZOMBIE and writer.create_time() <= named + 1
-        except (psutil.Error, IndexError, ValueError):
+            in_use = maybe_named_by(int(parts[1]), int(parts[2]) / 1e9)
+        except (IndexError, ValueError):
             in_use = False
         if in_use:
             kept.append(path.name)

@@ -246,7 +246,9 @@ def snapshot(
     ``halt_file`` (``run/halt.json``): while the writer's sticky halt names ``db_path``
     (checked before and after the copy), no snapshot is kept.
 
-    Returns ``{"path", "bytes", "position", "seconds", "removed"}``; raises ``HaltedError``
+    Temps of earlier snapshots/compactions whose process is gone are removed first
+    (``remove_temp_leftovers``). Returns ``{"path", "bytes", "position", "seconds", "removed",
+    "removed_temps"}``; raises ``HaltedError``
     during such a halt, ``CorruptError`` when the copy fails verification or the file cannot
     be copied (the bad copy is deleted).
     """
@@ -255,6 +257,9 @@ def snapshot(
     out_dir = Path(snapshots_dir)
     private_dirs(out_dir)
     os.chmod(out_dir, 0o700)
+    # Temps of snapshots/compactions killed mid-copy are store-sized: each run removes those
+    # whose process is gone (kept: a live one's), so repeated kills do not fill the disk.
+    swept, _ = remove_temp_leftovers(out_dir)
     tmp = out_dir / f".snapshot-{os.getpid()}-{time.time_ns()}.tmp"
     source = open_reader(Path(db_path))
     try:
@@ -300,6 +305,7 @@ def snapshot(
         "position": f"{seg}:{off}",
         "seconds": round(time.monotonic() - start, 3),
         "removed": removed,
+        "removed_temps": swept,
     }
 
 

@@ -357,7 +357,9 @@ def _message(msg: Any, arrived_at: float, *, build: bool) -> tuple | None:
         _check_content(msg.get("content"))
     if ext_id is not None:
         ext_id = _id(scrub(str(ext_id)) if isinstance(ext_id, str) else _int_id(ext_id), "id")
-    calls = tool_calls_value(msg.get("tool_calls"))
+    calls = msg.get("tool_calls")
+    if calls is not None:  # most messages carry none: skip the call
+        calls = tool_calls_value(calls)
     tool_calls = dumps(calls) if build and calls is not None else None
     tool_call_id = _id(_opt_str(msg, "tool_call_id"), "tool_call_id")
     name = _opt_str(msg, "name")

@@ -246,7 +246,9 @@ def snapshot(
     ``halt_file`` (``run/halt.json``): while the writer's sticky halt names ``db_path``
     (checked before and after the copy), no snapshot is kept.
 
-    Returns ``{"path", "bytes", "position", "seconds", "removed"}``; raises ``HaltedError``
+    Temps of earlier snapshots/compactions whose process is gone are removed first
+    (``remove_temp_leftovers``). Returns ``{"path", "bytes", "position", "seconds", "removed",
+    "removed_temps"}``; raises ``HaltedError``
     during such a halt, ``CorruptError`` when the copy fails verification or the file cannot
     be copied (the bad copy is deleted).
     """
@@ -255,6 +257,9 @@ def snapshot(
     out_dir = Path(snapshots_dir)
     private_dirs(out_dir)
     os.chmod(out_dir, 0o700)
+    # Temps of snapshots/compactions killed mid-copy are store-sized: each run removes those
+    # whose process is gone (kept: a live one's), so repeated kills do not fill the disk.
+    swept, _ = remove_temp_leftovers(out_dir)
     tmp = out_dir / f".snapshot-{os.getpid()}-{time.time_ns()}.tmp"
     source = open_reader(Path(db_path))
     try:
@@ -300,6 +305,7 @@ def snapshot(
         "position": f"{seg}:{off}",
         "seconds": round(time.monotonic() - start, 3),
         "removed": removed,
+        "removed_temps": swept,
     }
 
 
@@ -360,6 +366,20 @@ def compact_snapshot(path: Path) -> dict[str, Any]:
 TEMP_GLOBS = (".snapshot-*.tmp*", ".compact-*.tmp*")
 
 
+def maybe_named_by(pid: int, named: float) -> bool:
+    """Whether process ``pid`` may be the one that named a file at ``named`` (epoch s) and so
+    may still be writing it: it runs (not a zombie) and had started by then (1 s of slack for
+    the start time's rounding). False proves the namer gone: a pid that is free, or held by
+    a process started after the file was named, is not its namer. Never raises."""
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        return proc.status() != psutil.STATUS_ZOMBIE and proc.create_time() <= named + 1
+    except (psutil.Error, ValueError, OverflowError):
+        return False
+
+
 def remove_temp_leftovers(snapshots_dir: Path) -> tuple[list[str], list[str]]:
     """Delete the temp files (``TEMP_GLOBS``) of snapshots/compactions whose process is gone.
     The writing process's pid and the time it named the file are in the name
@@ -368,17 +388,13 @@ def remove_temp_leftovers(snapshots_dir: Path) -> tuple[list[str], list[str]]:
     (recycled, or another machine's in a copied data dir): a process that started after the
     file was named did not write it. Returns ``(removed names, kept names)``. Raises
     ``OSError`` from unlink."""
-    import psutil
-
     removed, kept = [], []
     d = Path(snapshots_dir)
     for path in sorted({p for pattern in TEMP_GLOBS for p in d.glob(pattern)}):
         parts = path.name.split(".")[1].split("-")  # kind, pid, ns
         try:
-            writer = psutil.Process(int(parts[1]))
-            named = int(parts[2]) / 1e9
-            in_use = writer.status() != psutil.STATUS_ZOMBIE and writer.create_time() <= named + 1
-        except (psutil.Error, IndexError, ValueError):
+            in_use = maybe_named_by(int(parts[1]), int(parts[2]) / 1e9)
+        except (IndexError, ValueError):
             in_use = False
         if in_use:
             kept.append(path.name)

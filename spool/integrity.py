@@ -29,9 +29,11 @@ doctor``. It weighs:
   listed apart (``over_limit``), and its envelope (producer, sequence number) still counts
   as sequence evidence.
 
-"Nothing acknowledged was lost" is said (``verdict == "torn-writes-only"``) only when the
-evidence proves it: the spool was scanned, the only irregular lines are proven torn writes,
-and no segment, tail or sequence number is missing.
+"Every other record is intact" is said of torn records (``verdict == "torn-writes-only"``)
+only when the spool was scanned, the only irregular lines are torn records, and no segment,
+tail or sequence number is missing. Never "nothing acknowledged was lost": a torn record is
+what a producer killed mid-write leaves, and also what a cut of the newest segment leaves of
+an acknowledged one (``spool.torn.TORN_SUMMARY``); its bytes cannot tell which.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from quill.spool.purge import PURGED_OP
 from quill.spool.quarantine import Quarantine
 from quill.spool.reader import SpoolReader
 from quill.spool.segments import Position, list_segments, sealed_sizes, segment_name
-from quill.spool.torn import TORN_WRITE
+from quill.spool.torn import TORN_SUMMARY, TORN_WRITE
 
 #: Verdicts, worst first.
 LOSS = "loss"
@@ -61,8 +63,9 @@ INTACT = "intact"
 #: refused by its rules, a newer format) keep the record intact in the quarantine.
 DAMAGE_REASONS = frozenset({"bad-json", "checksum", "nul-bytes", "shape", "torn-tail"})
 
-#: What ``summary`` says of a proven torn-writes-only spool.
-NOTHING_LOST = "nothing acknowledged was lost"
+#: What ``summary`` says, after ``TORN_SUMMARY``, of a spool whose only irregular lines are
+#: torn records: what the evidence proves, and no more (module doc).
+OTHERS_INTACT = "every other record is intact"
 
 
 @dataclass
@@ -111,10 +114,7 @@ class Assessment:
         """One line for humans: the verdict and its evidence."""
         if not self.lost:
             if self.verdict == TORN_ONLY:
-                return (
-                    f"{len(self.torn_writes)} unacknowledged partial write(s) (a producer died "
-                    f"mid-append): {NOTHING_LOST}"
-                )
+                return f"{len(self.torn_writes)} {TORN_SUMMARY}; {OTHERS_INTACT}"
             if self.verdict == UNPROVEN:
                 return (
                     "segments consecutive and sealed whole, no line quarantined as damaged "

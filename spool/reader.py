@@ -34,7 +34,7 @@ from quill.spool import record, torn
 from quill.spool.errors import DamagedRecordError, SpoolFullError
 from quill.spool.lines import OVER_LIMIT, OverLimit, over_limit_detail, read_line
 from quill.spool.segments import Position, list_segments, segment_name
-from quill.spool.torn import TORN_WRITE
+from quill.spool.torn import TORN_DETAIL, TORN_WRITE
 
 #: Reads are buffered in blocks of this size; lines longer than this still work (readline).
 _READ_BUFFER = 1 << 20
@@ -282,7 +282,7 @@ def torn_write(size: int) -> DamagedRecordError:
     """The ``torn-write`` refusal of a proven torn line of ``size`` bytes (``torn``)."""
     return DamagedRecordError(
         TORN_WRITE,
-        f"unacknowledged partial write of {size} byte(s) (a producer died mid-append)",
+        f"{TORN_DETAIL} ({size} byte(s))",
     )
 
 

@@ -29,9 +29,18 @@ import re
 #: Reason of a line proven to be a torn, never-acknowledged write: not damage. The reader
 #: yields it, the drain quarantines it (bytes kept), verify/doctor/status report it apart.
 TORN_WRITE = "torn-write"
-#: How verify, doctor and status name such lines, after their count. Whether anything
-#: acknowledged was lost besides is for ``spool.integrity`` to say, from all the evidence.
-TORN_SUMMARY = "unacknowledged partial write(s) (a producer died mid-append)"
+#: How verify, doctor and status name such lines, after their count: the one wording, saying
+#: only what the bytes prove. A strict prefix of a record is what a producer killed mid-write
+#: leaves (never acknowledged), but also what a cut of the file leaves of an acknowledged
+#: record (the end of the newest segment truncated, and later appends terminating it): the
+#: bytes cannot tell the two apart, and a cut producer's *last* records leave no sequence gap.
+#: What else is known (every other record intact) is for ``spool.integrity`` to say.
+TORN_SUMMARY = (
+    "torn record(s) (a producer killed mid-write, or the spool cut there: "
+    "the bytes cannot tell which)"
+)
+#: A torn record's own detail (quarantine entry, verify's list), before its size.
+TORN_DETAIL = "torn record: a producer killed mid-write, or the spool cut there"
 #: How every record line begins (``record.encode`` writes the body's keys in this order).
 HEAD = b'{"v":1,"op":"'
 #: The top-level keys of a record body before ``crc``, in the order producers write them.

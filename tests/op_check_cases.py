@@ -24,6 +24,7 @@ BAD: dict[str, list[tuple[dict, str]]] = {
         ({"session_id": S, "cwd": "/\x00"}, "invalid-field"),
         ({"session_id": S, "parent_id": "p\x00", "parent_kind": "branch"}, "invalid-field"),
         ({"session_id": S, "owner": {"host": "h\x00", "pid": 1}}, "invalid-field"),
+        ({"session_id": S, "owner": {"host": 7, "pid": 1}}, "invalid-field"),  # was dropped
     ],
     "session.end": [
         ({"session_id": S, "reason": 7}, "invalid-field"),
@@ -61,6 +62,16 @@ BAD: dict[str, list[tuple[dict, str]]] = {
         ({"session_id": S, "messages": [{"content": "no role"}]}, "invalid-role"),
         ({"session_id": S, "messages": ["hi"]}, "invalid-message"),
         ({"session_id": S, "messages": _MSGS, "source": 3}, "invalid-field"),
+        # tool_calls that are neither empty nor calls: refused, never stored as "no calls"
+        *(
+            ({"session_id": S, "messages": [{**_USER, "tool_calls": calls}]}, "invalid-field")
+            for calls in ("notalist", "not json {", [1, 2], 7, '"text"')
+        ),
+        # an unknown field given at the top level and in extra, differently: one would be lost
+        (
+            {"session_id": S, "messages": [{**_USER, "cwd": "/a", "extra": {"cwd": "/b"}}]},
+            "invalid-field",
+        ),
         (
             {"session_id": S, "messages": [{**_USER, "usage": {"input_tokens": -1}}]},
             "invalid-usage",

@@ -7,8 +7,8 @@ append costs less CPU; it refuses exactly what it refused before, with the same 
 * ``scan`` answers what ``nesting_ok`` and ``plain_json`` answer, on generated values;
 * an integer too long to write as text is refused at the append with a classified error
   (``invalid-field``; it used to escape as a bare ``ValueError``), nothing appended;
-* a ``tool_calls`` string holding such a number is malformed tool calls (stored as none, as
-  any malformed value is) on the producer and the writer alike, not a bare ``ValueError``.
+* a ``tool_calls`` string holding such a number is refused (``invalid-field``) like any
+  other value that is not tool calls, not a bare ``ValueError``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import time
 
 import pytest
 from conftest import CORPUS
-from harness import InProcessWriter
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -33,7 +32,6 @@ from quill.spool.record import (
     plain_json,
     scan,
 )
-from quill.store import Reader
 from quill.store.apply.normalize import KNOWN_FIELDS, check_message, message_row
 from quill.store.apply.precheck import precheck
 from quill.store.errors import InvalidOpError
@@ -172,22 +170,18 @@ def test_an_integer_too_long_to_write_is_refused_at_the_append(tmp_path, message
     assert SpoolReader(client.config.spool_dir).end() == end  # nothing appended
 
 
-def test_a_tool_calls_string_too_long_to_convert_is_malformed_tool_calls(tmp_path):
+def test_a_tool_calls_string_too_long_to_convert_is_refused(tmp_path):
     """Python refuses to convert a JSON number of more than 4300 digits (``ValueError``, not
-    ``JSONDecodeError``): such a ``tool_calls`` string is malformed tool calls, stored as
-    none like any other malformed value; the producer acks it and the writer applies it."""
+    ``JSONDecodeError``): such a ``tool_calls`` string is not JSON Quill can read, refused at
+    the append with a classified error (``invalid-field``), nothing appended."""
     message = {"role": "assistant", "content": "answer", "tool_calls": "1" * 5000}
-    assert precheck("messages.append", {"session_id": "s", "messages": [message]})
-    w = InProcessWriter(tmp_path / "home")
-    try:
-        ack = Client(w.cfg.home).append("s", [message, {"role": "user", "content": "after"}])
-        w.until_idle()
-        assert Client(w.cfg.home).wait(ack, timeout=5).applied
-        with Reader(w.cfg.state_db) as r:
-            got = r.get_messages("s")
-        assert [(m["content"], m.get("tool_calls")) for m in got] == [
-            ("answer", None),
-            ("after", None),
-        ]
-    finally:
-        w.close()
+    with pytest.raises(InvalidOpError) as refused:
+        precheck("messages.append", {"session_id": "s", "messages": [message]})
+    assert refused.value.reason == "invalid-field" and "tool_calls" in refused.value.detail
+    client = Client(tmp_path / "home")
+    client.append("s", [{"role": "user", "content": "before"}])
+    end = SpoolReader(client.config.spool_dir).end()
+    with pytest.raises(InvalidInputError) as public:
+        client.append("s", [message, {"role": "user", "content": "after"}])
+    assert public.value.reason == "invalid-field"
+    assert SpoolReader(client.config.spool_dir).end() == end  # nothing appended

@@ -174,3 +174,20 @@ def test_a_push_with_no_fleet_notes_that_quill_run_applies_it(quill, home):
     proc = quill.run("push", "--session", "n", "--json", input='{"role":"user","content":"x"}')
     assert json.loads(proc.stdout)[0]["position"] == "1:0"
     assert "no fleet is running on this data dir: `quill run` applies" in proc.stderr
+
+
+def test_tool_calls_that_are_not_calls_are_refused_before_the_ack(quill, home):
+    """A ``tool_calls`` value Quill cannot read as calls (text that is not JSON, a list of
+    numbers) is refused with its field named, not acknowledged and then stored as none."""
+    for calls in ('"notalist"', "[1, 2]"):
+        proc = quill.run(
+            "push",
+            "--session",
+            "m",
+            check=False,
+            input='{"role":"user","content":"good"}\n'
+            f'{{"role":"assistant","content":"x","tool_calls":{calls}}}',
+        )
+        assert proc.returncode == 2 and "invalid-field" in proc.stderr, proc.stderr
+        assert "tool_calls" in proc.stderr and "message 1" in proc.stderr
+        assert "nothing was pushed" in proc.stderr and _spooled(home) == 0

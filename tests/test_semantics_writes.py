@@ -10,6 +10,7 @@ import pytest
 from semantics_helpers import Store, assistant, call, tool, user
 from transcript_helpers import _turns
 
+from quill.spool.quarantine import Quarantine
 from quill.store.apply.normalize import ROW_COLUMNS, message_row
 
 
@@ -63,15 +64,42 @@ def test_an_append_that_would_give_a_call_two_live_results_is_rejected_naming_th
     assert store.rows("x") == []
 
 
-ENCODINGS = [None, 0, False, {}, "{}", "null", "[]", "", "not json {", [], "0"]
+ENCODINGS = [None, 0, False, {}, "{}", "null", "[]", "", [], "0", '""']
+#: tool_calls values that are neither empty nor calls: refused, never stored as "no calls".
+UNINTERPRETABLE = [
+    "notalist",
+    "not json {",
+    "1" * 5000,
+    7,
+    True,
+    [1, 2],
+    [{"id": "c1"}, "x"],
+    '"text"',
+    json.dumps(json.dumps(json.dumps([{"id": "c1"}]))),  # triple-encoded
+]
 
 
 @pytest.mark.parametrize("encoding", ENCODINGS)
-def test_empty_or_malformed_tool_calls_are_stored_as_no_tool_calls(store, encoding):
+def test_empty_tool_calls_are_stored_as_no_tool_calls(store, encoding):
     store.apply(
         "messages.append", {"session_id": "s", "messages": [assistant("x", tool_calls=encoding)]}
     )
     assert store.conn.execute("SELECT tool_calls FROM messages").fetchone()[0] is None
+
+
+@pytest.mark.parametrize("value", UNINTERPRETABLE, ids=range(len(UNINTERPRETABLE)))
+def test_uninterpretable_tool_calls_are_quarantined_with_their_reason_not_dropped(store, value):
+    """Written to the spool raw (no precheck), such a value reaches the writer: the op is
+    refused (``invalid-field``) and kept in the quarantine, bytes and reason, instead of
+    being applied without its tool calls (acked, then found nowhere)."""
+    msgs = [user("q"), assistant("x", tool_calls=value)]
+    assert store.apply("messages.append", {"session_id": "s", "messages": msgs}) == [
+        "invalid-field"
+    ]
+    assert store.rows("s") == []
+    (entry,) = Quarantine(store.root / "spool").entries()
+    assert entry["reason"] == "invalid-field" and "tool_calls" in entry["detail"]
+    assert json.loads(entry["raw"])["data"]["messages"][1]["tool_calls"] == value
 
 
 def test_batch_and_single_appends_store_identical_rows_for_every_tool_calls_encoding(store):

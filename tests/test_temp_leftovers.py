@@ -32,3 +32,26 @@ def test_a_temp_is_kept_only_for_the_live_process_that_named_it(tmp_path):
     assert sorted(kept) == sorted([names["running"], names["running_wal"]])
     assert sorted(removed) == sorted([names["recycled"], names["dead"]])
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(kept)
+
+
+def test_a_snapshot_removes_the_temps_of_killed_snapshots_and_keeps_a_running_one(tmp_path):
+    """A snapshot job killed mid-copy (kill -9) leaves a store-sized temp that only a purge
+    used to remove: every snapshot now removes those of processes that are gone."""
+    from quill.jobs.worker_jobs import snapshot
+    from quill.store import open_writer
+
+    db = tmp_path / "state.db"
+    open_writer(db).close()
+    snaps = tmp_path / "snapshots"
+    snaps.mkdir()
+    killed = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    named = time.time_ns()
+    killed.kill()  # SIGKILL
+    killed.wait(10)
+    dead = f".snapshot-{killed.pid}-{named}.tmp"
+    running = f".compact-{os.getpid()}-{time.time_ns()}.tmp"
+    for name in (dead, dead + "-wal", running):
+        (snaps / name).write_bytes(b"pages")
+    result = snapshot(str(db), str(snaps))
+    assert sorted(result["removed_temps"]) == sorted([dead, dead + "-wal"])
+    assert sorted(p.name for p in snaps.glob(".*")) == [running]

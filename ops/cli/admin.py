@@ -92,6 +92,9 @@ def recover(cfg: Any, accept_loss: bool, as_json: bool) -> None:
         click.echo(
             f"quill: WARNING: rebuilt with history missing: {result['history_gap']}", err=True
         )
+    found = result.get("leftovers") or {}
+    if found.get("removed") or found.get("running") or found.get("unknown"):
+        click.echo(f"quill: {result['leftovers_said']}", err=True)
     for damaged in result.get("damaged_snapshots") or ():
         click.echo(
             f"quill: WARNING: damaged snapshot skipped and moved to {cfg.home / 'evidence'}: "

@@ -96,8 +96,8 @@ def spool_verify(ctx: click.Context, as_json: bool) -> None:
     """Check every record's checksum and every producer's sequence numbers; exit 1 when
     acknowledged records cannot be accounted for (a damaged line, a segment missing or cut
     short, a gap in a producer's sequence numbers), with what is missing by producer. Lines
-    proven to be a producer's unacknowledged partial write (torn-write) are listed apart and
-    are not damage."""
+    that are a torn record (torn-write: a producer killed mid-write, or the spool cut there)
+    are listed apart and are not counted as damage."""
     cfg = ctx.obj
     first = Position(1, 0)
     # Against the store's cursor, as status and doctor judge it: segments cut shorter than it
@@ -126,7 +126,7 @@ def spool_verify(ctx: click.Context, as_json: bool) -> None:
         for d in result["damaged"]:
             click.echo(f"  {d['position']}: {d['reason']}: {d['detail']}")
         if result["torn_writes"]:
-            click.echo(f"{len(result['torn_writes'])} unacknowledged partial write(s):")
+            click.echo(f"{len(result['torn_writes'])} {TORN_SUMMARY}:")
             for d in result["torn_writes"]:
                 click.echo(f"  {d['position']}: {d['reason']}: {d['detail']}")
         for producer, n in result["missing_by_producer"].items():

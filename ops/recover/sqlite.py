@@ -17,6 +17,7 @@ from quill.home import DEFAULTS, Halt, RunDir, Settings, WriterStatus
 from quill.home.layout import EVIDENCE_DIR
 from quill.jobs.worker_jobs import snapshot as take_snapshot
 from quill.jobs.worker_jobs import sound_snapshot
+from quill.ops.recover import leftovers
 from quill.ops.recover.replay import Progress, replay
 from quill.spool import Position, SpoolReader
 from quill.spool.segments import list_segments
@@ -77,22 +78,27 @@ def rebuild(
     accept_loss: bool = False,
     halt: Halt | None = None,
 ) -> dict[str, Any]:
-    """Build and verify a new store file next to the live one; returns figures incl. ``path``
-    and ``job_history`` (``store.sqlite.history.carry_job_runs``: the damaged file's job runs,
-    the halt ``halt`` (default: the one recorded in ``run/``) and this recovery are recorded
-    in the new file, so the incident stays in ``quill jobs history``).
+    """Build and verify a new store file next to the live one; returns figures incl. ``path``,
+    ``leftovers`` and ``leftovers_said`` (work files of earlier, dead recovers removed first,
+    ``ops.recover.leftovers.sweep``) and ``job_history``
+    (``store.sqlite.history.carry_job_runs``: the damaged file's job runs, the halt ``halt``
+    (default: the one recorded in ``run/``) and this recovery are recorded in the new file,
+    so the incident stays in ``quill jobs history``).
 
     Raises ``RecoverError`` when snapshot + spool do not hold the full history (a restored
     snapshot in ``snapshots/`` fixes that), unless ``accept_loss``."""
     began = time.time()
     if halt is None:
         halt = RunDir(cfg.home).halt(cfg.state_db)
-    work = cfg.home / f"state.db.recovering-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"
+    # Earlier recovers killed mid-way left store-sized copies: remove those of dead ones.
+    swept = leftovers.sweep(cfg.home)
+    work = leftovers.work_path(cfg.home)
     try:
-        return _rebuild(cfg, work, progress, accept_loss=accept_loss, halt=halt, began=began)
+        result = _rebuild(cfg, work, progress, accept_loss=accept_loss, halt=halt, began=began)
     except BaseException:
-        work.unlink(missing_ok=True)  # a failed rebuild leaves no half-built copy behind
+        leftovers.remove_work(work)  # a failed rebuild leaves no half-built copy behind
         raise
+    return {**result, "leftovers": swept._asdict(), "leftovers_said": leftovers.describe(swept)}
 
 
 def _rebuild(

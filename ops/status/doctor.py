@@ -18,6 +18,7 @@ import apsw
 from quill.home import RunDir, Settings, WriterStatus
 from quill.ops import human
 from quill.ops.purge.procedure import interrupted as interrupted_purge
+from quill.ops.recover import leftovers
 from quill.ops.status import guard, health
 from quill.ops.status.checks import check, overdue_check, pending_text, version, when
 from quill.ops.status.doctor_pg import pg_checks
@@ -54,6 +55,7 @@ def run_checks(cfg: Settings) -> list[dict[str, Any]]:
     )
     if not capabilities(cfg).local_file:
         return out + _common_checks(cfg, pg_checks(cfg, out))
+    out.append(_recover_leftovers(cfg))
     shm = shm_problem(cfg.state_db)
     out.append(
         check(
@@ -114,6 +116,17 @@ def run_checks(cfg: Settings) -> list[dict[str, Any]]:
         else check("store", True, "state.db not created yet (the writer creates it)")
     )
     return out + _common_checks(cfg, guard.StoreRead("missing"))
+
+
+def _recover_leftovers(cfg: Settings) -> dict[str, Any]:
+    """Removes the work files of ``quill recover``s killed mid-way (their process is gone) and
+    says so; warns of one whose name does not say which recover made it. A running
+    recover's files are kept (``ops.recover.leftovers``)."""
+    try:
+        found = leftovers.sweep(cfg.home)
+    except OSError as exc:
+        return check("recover leftovers", False, f"cannot remove: {exc}", warn_only=True)
+    return check("recover leftovers", not found.unknown, leftovers.describe(found), warn_only=True)
 
 
 def _sqlite_read(cfg: Settings, r: Any) -> tuple[Any, ...]:

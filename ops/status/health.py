@@ -129,7 +129,7 @@ def collect(cfg: Any) -> dict[str, Any]:
     q = Quarantine(cfg.spool_dir)
     figures = got.get("store") or {}
     sp = guard.progress(cfg, found, figures.get("cursor"), figures.get("cursor_problem"))
-    # torn_writes: entries that are a producer's unacknowledged partial write, not damage.
+    # torn_writes: entries that are a torn record (spool.torn.TORN_SUMMARY), counted apart.
     cursor = Position.parse(sp["cursor"]) if sp["cursor"] else None
     data["spool"] = {
         **sp,

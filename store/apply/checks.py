@@ -120,6 +120,7 @@ def check_create(data: dict) -> None:
         not isinstance(pid, (int, type(None)))
         or not isinstance(started, (int, float, type(None)))
         or not isinstance(boot, (str, type(None)))
+        or not isinstance(owner.get("host"), (str, type(None)))
         or not isinstance(ticks, (int, type(None)))
         or any(isinstance(v, bool) for v in (pid, ticks))
         or any(isinstance(v, int) and abs(v) >= 2**63 for v in (pid, started, ticks))

@@ -2,15 +2,20 @@
 
 Encoding rules (producers do send double-encoded tool calls and bad clocks):
 * ``tool_calls`` given as a JSON string is decoded (at most twice, for a double-encoded
-  string) and stored encoded once; ``{}``, ``"{}"``, ``"null"``, malformed JSON, ``0``,
-  ``False``, ``None``, ``""`` and ``[]`` all mean "no tool calls" (column NULL); a single call
-  object becomes a one-element list;
+  string) and stored encoded once; an empty value (``None``, ``""``, ``0``, ``False``, ``{}``,
+  ``[]``, or a JSON string of one: ``"null"``, ``"{}"``, ``"[]"``) means "no tool calls"
+  (column NULL); a single call object becomes a one-element list; any other value (text that
+  is not JSON, a number, ``true``, a list holding a non-object) is refused
+  (``invalid-field``), never dropped: it carries something the agent sent that no column
+  can hold as tool calls;
 * NUL characters are removed and lone UTF-16 surrogates replaced by U+FFFD in every string,
   including strings nested in parts, tool calls and unknown fields (SQLite text must be valid
   UTF-8; FTS tokenizers stop at NUL);
 * a timestamp outside [2000-01-01, arrival + 1 day] is replaced by the arrival time; order is
   insertion order, never the timestamp;
-* every key not listed in ``KNOWN_FIELDS`` is kept verbatim in ``extra``.
+* every key not listed in ``KNOWN_FIELDS`` is kept verbatim in ``extra``, merged with the
+  ``extra`` object the producer gave; a key given in both with different values is refused
+  (``invalid-field``), as one would replace the other.
 Batch and single appends share this one function, so they store identical rows.
 """
 
@@ -169,22 +174,52 @@ def _int_id(value: int) -> str:
         raise InvalidOpError("invalid-field", "message field 'id' is over the id limit") from None
 
 
-def tool_calls_json(value: Any) -> str | None:
-    """Normalise a tool_calls value to a once-encoded JSON array, or None for "no calls"."""
+def tool_calls_value(value: Any) -> list | None:
+    """A producer's ``tool_calls`` value as a non-empty list of call objects, or None for an
+    empty value ("no calls"; the module doc lists them). Raises
+    ``InvalidOpError('invalid-field')`` for a value that is neither: it would otherwise be
+    acknowledged and then found nowhere (not in the row, the export or the quarantine)."""
+    given = value
     for _ in range(2):  # a JSON string, or a JSON string of a JSON string (double-encoded)
-        if not isinstance(value, str):
+        if not isinstance(value, str) or not value:
             break
         try:
             value = json.loads(value)
         except (ValueError, RecursionError):  # malformed, or an integer too long to convert
-            return None
-    if not value or isinstance(value, (str, bool, int, float)):
-        return None  # None, 0, False, {}, [], "", "null", "{}", "[]", a number or leftover text
+            raise _bad_calls(given, "is not JSON") from None
+    if not value:  # None, 0, False, {}, [], "" (given, or decoded from "null", "{}", "[]")
+        return None
     if isinstance(value, dict):
         value = [value]
     if not isinstance(value, list) or not all(isinstance(c, dict) for c in value):
-        return None
-    return dumps(value)
+        raise _bad_calls(given, "is not a list of call objects (or one call object)")
+    return value
+
+
+def _bad_calls(value: Any, why: str) -> InvalidOpError:
+    shown = json.dumps(value, ensure_ascii=False, default=repr)
+    shown = shown if len(shown) <= 60 else shown[:57] + "..."
+    return InvalidOpError("invalid-field", f"message field 'tool_calls' {shown} {why}")
+
+
+def tool_calls_json(value: Any) -> str | None:
+    """``tool_calls_value`` encoded once (a JSON array), or None for "no calls". Raises
+    ``InvalidOpError('invalid-field')`` as ``tool_calls_value`` does."""
+    calls = tool_calls_value(value)
+    return None if calls is None else dumps(calls)
+
+
+def _check_extra_clash(msg: dict, given_extra: dict) -> None:
+    """``invalid-field`` when a key outside ``KNOWN_FIELDS`` is given both at the top level of
+    ``msg`` and in its ``extra`` object with different values: both go to the one ``extra``
+    column, where one would silently replace the other."""
+    for key in given_extra.keys() - KNOWN_FIELDS:
+        if key in msg and msg[key] != given_extra[key]:
+            raise InvalidOpError(
+                "invalid-field",
+                f"message field {str(key)[:60]!r} is given both as a field and in 'extra', "
+                "with different values: one would be lost",
+            )
 
 
 def _check_content(content: Any) -> None:
@@ -284,7 +319,8 @@ def check_message(msg: Any, arrived_at: float) -> None:
     (reason and detail) ``message_row`` raises for ``msg``, and returns None where it would
     return a row. For a producer's precheck, which needs the verdict, not the row: the
     JSON encodings of parts, tool calls and extras are skipped (they cannot fail on a value
-    that is JSON, which precheck establishes first)."""
+    that is JSON, which precheck establishes first); tool calls are still decoded and
+    checked."""
     _message(msg, arrived_at, build=False)
 
 
@@ -307,10 +343,12 @@ def _message(msg: Any, arrived_at: float, *, build: bool) -> tuple | None:
     ext_id = msg.get("id")
     if ext_id is not None and (not isinstance(ext_id, (str, int)) or isinstance(ext_id, bool)):
         raise InvalidOpError("invalid-field", "message id must be a string or an integer")
+    given_extra = msg.get("extra")
+    if isinstance(given_extra, dict):
+        _check_extra_clash(msg, given_extra)
     if build:
         text, parts = content_columns(msg.get("content"))
         extra = {k: v for k, v in msg.items() if k not in KNOWN_FIELDS}
-        given_extra = msg.get("extra")
         if isinstance(given_extra, dict):
             extra = {**given_extra, **extra}
         elif given_extra is not None:
@@ -319,7 +357,10 @@ def _message(msg: Any, arrived_at: float, *, build: bool) -> tuple | None:
         _check_content(msg.get("content"))
     if ext_id is not None:
         ext_id = _id(scrub(str(ext_id)) if isinstance(ext_id, str) else _int_id(ext_id), "id")
-    tool_calls = tool_calls_json(msg.get("tool_calls")) if build else None
+    calls = msg.get("tool_calls")
+    if calls is not None:  # most messages carry none: skip the call
+        calls = tool_calls_value(calls)
+    tool_calls = dumps(calls) if build and calls is not None else None
     tool_call_id = _id(_opt_str(msg, "tool_call_id"), "tool_call_id")
     name = _opt_str(msg, "name")
     reasoning = _opt_str(msg, "reasoning")

@@ -22,11 +22,11 @@ Invariants:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from typing import Any
 
 from quill.store.apply.normalize import ROW_COLUMNS, dumps
+from quill.store.errors import stored_json
 
 _ROLE = ROW_COLUMNS.index("role")
 _CALLS = ROW_COLUMNS.index("tool_calls")
@@ -43,16 +43,16 @@ def unnamed(row: tuple) -> str | None:
     return None
 
 
-def call_names(tool_calls: str | None) -> dict[str, str]:
+def call_names(tool_calls: str | None, what: str = "tool calls") -> dict[str, str]:
     """``{call id: tool name}`` of a stored ``tool_calls`` value (a JSON array of OpenAI-style
     calls, ``{"id", "function": {"name"}}``; a flat ``{"id"|"call_id", "name"}`` is read too).
-    Calls without an id or a non-empty name are left out; unreadable JSON gives ``{}``."""
+    Calls without an id or a non-empty name are left out. ``what`` names the value for the
+    error. Raises ``DamagedValueError`` (store damage, kind ``damaged``) when the value does
+    not parse: the writer stores only JSON it encoded (``normalize.dumps``), so such a value
+    was damaged on disk, and reading it as "no names" would hide that."""
     if not tool_calls:
         return {}
-    try:
-        calls = json.loads(tool_calls)
-    except (ValueError, RecursionError):
-        return {}
+    calls = stored_json(tool_calls, what)
     out: dict[str, str] = {}
     for call in calls if isinstance(calls, list) else ():
         if not isinstance(call, dict):
@@ -89,18 +89,20 @@ def stored_names(conn: Any, sid: str, call_ids: Iterable[str]) -> dict[str, str]
     """``{call id: tool name}`` for those of ``call_ids`` a call stored in session ``sid``
     carries (the newest such call, any state). ``conn``: an apsw connection or a
     ``PgConnection``. Only rows whose ``tool_calls`` text contains an id are read (LIKE,
-    a pre-filter: the JSON decides)."""
+    a pre-filter: the JSON decides). Raises ``DamagedValueError`` for such a row whose
+    ``tool_calls`` does not parse (``call_names``)."""
     wanted = sorted(set(call_ids))
     found: dict[str, str] = {}
     for start in range(0, len(wanted), _CHUNK):
         part = wanted[start : start + _CHUNK]
         cond = " OR ".join("tool_calls LIKE ? ESCAPE '\\'" for _ in part)
-        for (calls,) in conn.execute(
-            f"SELECT tool_calls FROM messages WHERE session_id = ? AND tool_calls IS NOT NULL "
-            f"AND ({cond}) ORDER BY id",
+        for mid, calls in conn.execute(
+            f"SELECT id, tool_calls FROM messages WHERE session_id = ? "
+            f"AND tool_calls IS NOT NULL AND ({cond}) ORDER BY id",
             (sid, *(_like(c) for c in part)),
         ):
-            found.update((k, v) for k, v in call_names(calls).items() if k in part)
+            names = call_names(calls, f"tool calls of message {mid}")
+            found.update((k, v) for k, v in names.items() if k in part)
     return found
 
 

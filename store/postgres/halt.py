@@ -16,7 +16,7 @@ import json
 from typing import Any
 
 from quill.store.apply.later import later
-from quill.store.errors import CorruptError
+from quill.store.errors import CorruptError, stored_json
 
 KEY = "halt"
 
@@ -39,9 +39,10 @@ def declare(conn: Any, cause: str, detail: str, now: float) -> dict[str, Any]:
 
 
 def read(conn: Any) -> dict[str, Any] | None:
-    """The store's halt cause, or None when writes may go on."""
+    """The store's halt cause, or None when writes may go on. Raises ``DamagedValueError``
+    (a ``CorruptError``) when the recorded cause does not parse."""
     row = conn.execute("SELECT value FROM state_meta WHERE key = ?", (KEY,)).fetchone()
-    return json.loads(row[0]) if row else None
+    return stored_json(row[0], "halt record") if row else None
 
 
 def ask(conn: Any) -> Any:
@@ -54,7 +55,7 @@ def check(conn: Any, asked: Any = None) -> None:
     """Raise ``CorruptError`` (the writer's sticky-halt path) while the store is halted.
     ``asked``: the rows of ``ask(conn)`` (default: read now)."""
     row = (asked if asked is not None else ask(conn)).fetchone()
-    halt = json.loads(row[0]) if row else None
+    halt = stored_json(row[0], "halt record") if row else None
     if halt is not None:
         raise CorruptError(f"the store is halted: {halt['cause']}: {halt['detail']}")
 

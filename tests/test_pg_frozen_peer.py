@@ -116,3 +116,25 @@ def test_a_frozen_proxy_fails_the_writers_turn_within_the_bound_and_it_resumes(
             os.kill(proxy.pid, signal.SIGCONT)
         proxy.kill()
         proxy.wait()
+
+
+def test_a_hung_statement_is_given_up_and_long_work_gets_its_longer_bound(pg_store_url):
+    """A server that takes longer than the bound (here ``pg_sleep``: a hung server as the
+    client sees it) fails the round trip with ``TransientError`` and the connection closed;
+    inside ``longer`` the same statement is waited for."""
+    from quill.store.errors import TransientError
+    from quill.store.postgres import PgConnection
+
+    conn = PgConnection(pg_store_url, answer_timeout=1.0)
+    try:
+        with conn.longer(30.0):
+            assert conn.execute("SELECT pg_sleep(1.5), 1").fetchone()[1] == 1
+        try:
+            conn.execute("SELECT pg_sleep(20)")
+        except TransientError as exc:
+            assert type(exc) is TransientError and "no answer" in str(exc)
+        else:
+            raise AssertionError("a 20 s statement outlived a 1 s bound")
+        assert conn.closed
+    finally:
+        conn.close()

@@ -145,6 +145,11 @@ class Settings(NamedTuple):
     store_keepalives_interval_s: float = 5.0
     store_keepalives_count: int = 3
     store_tcp_user_timeout_s: float = 30.0
+    #: Seconds one round trip to the server may take before the connection is dropped
+    #: (``answer_timeout``, ``store.postgres.bounded``): covers a peer that is alive but never
+    #: answers (a frozen proxy or pooler, a hung server), which neither keepalives nor
+    #: ``tcp_user_timeout`` notice because the peer's kernel still acknowledges everything.
+    store_answer_timeout_s: float = 60.0
     #: ``[queue] url``: ``redis://…`` puts the job queue on a shared Redis server; None = the
     #: embedded SQLite queue ``queue.db``.
     queue_url: str | None = None
@@ -157,12 +162,13 @@ class Settings(NamedTuple):
     watch_roots: tuple[str, ...] = ()
     watch_rescan_s: float = 30.0
 
-    def pg_client_params(self) -> dict[str, int]:
-        """libpq connection parameters bounding a PostgreSQL connection's network waits
-        (``store_*`` fields): ``connect_timeout`` (s), ``keepalives`` (on),
-        ``keepalives_idle``/``keepalives_interval`` (s), ``keepalives_count`` and
-        ``tcp_user_timeout`` (ms). Whole seconds, rounded up, at least 1 (libpq takes
-        integers)."""
+    def pg_client_params(self) -> dict[str, float]:
+        """The bounds on a PostgreSQL connection's network waits (``store_*`` fields): libpq's
+        ``connect_timeout`` (s), ``keepalives`` (on), ``keepalives_idle``/
+        ``keepalives_interval`` (s), ``keepalives_count`` and ``tcp_user_timeout`` (ms), whole
+        seconds rounded up, at least 1 (libpq takes integers); and Quill's own
+        ``answer_timeout`` (s, float: the longest one round trip may take, which
+        ``store.postgres.PgConnection`` takes out before libpq sees the rest)."""
         up = lambda s: max(1, math.ceil(s))  # noqa: E731 - a one-line unit conversion
         return {
             "connect_timeout": up(self.store_connect_timeout_s),
@@ -171,6 +177,7 @@ class Settings(NamedTuple):
             "keepalives_interval": up(self.store_keepalives_interval_s),
             "keepalives_count": int(self.store_keepalives_count),
             "tcp_user_timeout": up(self.store_tcp_user_timeout_s) * 1000,
+            "answer_timeout": float(self.store_answer_timeout_s),
         }
 
     @property
@@ -255,6 +262,7 @@ _SECTIONS = {
     ("store", "keepalives_interval_s"): "store_keepalives_interval_s",
     ("store", "keepalives_count"): "store_keepalives_count",
     ("store", "tcp_user_timeout_s"): "store_tcp_user_timeout_s",
+    ("store", "answer_timeout_s"): "store_answer_timeout_s",
     ("queue", "url"): "queue_url",
     ("writer", "chunk_rows"): "chunk_rows",
     ("writer", "index_slice_rows"): "index_slice_rows",
@@ -293,6 +301,7 @@ _MINIMUM: dict[str, tuple[float, bool]] = {
     "store_keepalives_interval_s": (0, False),
     "store_keepalives_count": (1, True),
     "store_tcp_user_timeout_s": (0, False),
+    "store_answer_timeout_s": (0, False),
     "index_slice_rows": (1, True),
     "poll_interval": (0, False),
     "writer_hung_after_s": (0, False),

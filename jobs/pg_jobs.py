@@ -55,7 +55,9 @@ def pg_integrity_check(store_url: str, client: dict[str, Any] | None = None) -> 
     finally:
         backend.close()
     if not result["ok"]:
-        raise CorruptError(
+        err = CorruptError(
             f"amcheck found damage (writes halted on every host): {result['problems'][:10]}"
         )
+        err.backend = "postgresql"  # its hint is the server's (ops.client.errors)
+        raise err
     return result

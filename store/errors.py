@@ -2,7 +2,8 @@
 never by message text.
 
     StoreError
-    ├── TransientError        SQLITE_BUSY / SQLITE_LOCKED: retry later
+    ├── TransientError        SQLITE_BUSY / SQLITE_LOCKED, a PostgreSQL server out of reach
+    │   │                     (``reason`` says which): retry later
     │   ├── DescriptorsExhaustedError  EMFILE / ENFILE (by errno) while opening: retry later
     │   └── DatabaseMissingError  (PostgreSQL) the URL's database is not on the server (by a
     │                             pg_database lookup): retried, it goes on once created
@@ -48,11 +49,20 @@ from quill.home.descriptors import EXHAUSTED_ERRNOS, exhausted_now
 
 
 class StoreError(Exception):
-    """Base of every error the ``store`` package raises."""
+    """Base of every error the ``store`` package raises. ``backend``: ``"postgresql"`` on an
+    error mapped from the PostgreSQL driver (``store.postgres.errors.mapped``), else None
+    (SQLite's, or no backend's own): what to do about it depends on where it happened."""
+
+    backend: str | None = None
 
 
 class TransientError(StoreError):
-    """The database was busy or locked; the operation may succeed if retried."""
+    """The database was busy or locked, or its server out of reach; the operation may succeed
+    if retried. ``reason``: why, by result code (SQLite's: ``"busy"``; PostgreSQL's by
+    SQLSTATE, ``store.postgres.errors.REASONS``: ``"unreachable"``, ``"conflict"``, …), so
+    what to do about it can be told without the message text."""
+
+    reason: str = "busy"
 
 
 class DescriptorsExhaustedError(TransientError):
@@ -77,6 +87,8 @@ class DatabaseMissingError(TransientError):
     A ``TransientError``: the writer keeps retrying, so the fleet goes on by itself once an
     operator creates the database. ``database``, ``host``, ``port``, ``user``: the target as
     libpq resolved it; ``createdb``: the command that creates it."""
+
+    backend = "postgresql"
 
     def __init__(self, database: str, host: str, port: str, user: str):
         self.database, self.host, self.port, self.user = database, host, port, user

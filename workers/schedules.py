@@ -50,22 +50,38 @@ class _LedScheduler(BackgroundScheduler):
         return super()._process_jobs()
 
 
+def _bounded_connect(cfg: Settings) -> Any:
+    """SQLAlchemy's ``creator`` for the cluster's job store: a psycopg connection to the
+    store's URL as it is (its own options, e.g. search_path) with ``TCP_BOUNDS`` and a bound
+    on each round trip (``store.postgres.bounded``, ``[store] answer_timeout_s``), so a
+    server or proxy that holds the connection without answering does not hold the
+    scheduler's thread either. Raises ``psycopg.OperationalError`` as ``psycopg.connect``."""
+    from quill.store.postgres.bounded import BoundedConnection
+    from quill.store.postgres.election import TCP_BOUNDS
+
+    url, bound = cfg.store_url, cfg.store_answer_timeout_s
+
+    def connect() -> BoundedConnection:
+        conn = BoundedConnection.connect(url, **TCP_BOUNDS)
+        conn.answer_timeout = bound
+        return conn
+
+    return connect
+
+
 def make_scheduler(cfg: Settings, leader: Any = None, log: Any = None) -> BackgroundScheduler:
     """A BackgroundScheduler on the job store (``jobstore_url``) with Quill's job defaults
     (not started), which runs jobs only while ``leader`` (a ``Leadership``, or None off a
     cluster) holds its lease. Legacy rows of ``schedule.db`` are migrated first
     (``jobs.schedule.migrate``): APScheduler would drop a job whose callable no longer
     imports, and their frozen paths must not be used. On a cluster the job store's
-    connections have bounded network waits (``TCP_BOUNDS``): a query on a dead network
-    fails in seconds instead of holding the scheduler's thread for hours. With ``log`` (the
-    fleet's scheduler) writes the job store cannot take are held and retried
-    (``HeldJobStore``, reported to ``log``); without it (edits) they raise."""
+    connections have bounded network waits (``_bounded_connect``): a query on a dead network
+    or to a peer that never answers fails instead of holding the scheduler's thread for
+    hours. With ``log`` (the fleet's scheduler) writes the job store cannot take are held and
+    retried (``HeldJobStore``, reported to ``log``); without it (edits) they raise."""
     engine_options: dict[str, Any] = {}
     if factory.capabilities(cfg).cluster:
-        from quill.store.postgres.election import TCP_BOUNDS
-
-        # No "options" here: SQLAlchemy would let it replace the URL's (its search_path).
-        engine_options = {"connect_args": dict(TCP_BOUNDS), "pool_pre_ping": True}
+        engine_options = {"creator": _bounded_connect(cfg), "pool_pre_ping": True}
     else:  # schedules in this data dir's schedule.db
         schedule_db.migrate(cfg.schedule_db, FIRE_REF)
         engine_options = {"connect_args": {"timeout": schedule_db.BUSY_S}}

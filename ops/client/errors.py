@@ -246,12 +246,56 @@ class SpoolFullError(QuillError):
 
 
 class StoreBusyError(QuillError):
-    """The store was locked (SQLITE_BUSY/LOCKED) past the retry budget."""
+    """The store could not be used right now; retrying may succeed: locked (SQLITE_BUSY/
+    LOCKED) past the retry budget, or (PostgreSQL) its server out of reach, a conflict with
+    another transaction, a standby, a refused role (``TRANSIENT_HINTS`` by the store error's
+    ``reason``)."""
 
     kind = "busy"
     default_hint = (
         "retry shortly; the writer holds the store during a checkpoint or maintenance job"
     )
+
+
+#: What to do about a store's ``TransientError``, by its ``reason`` (``quill.store.errors``;
+#: PostgreSQL's by SQLSTATE, ``store.postgres.errors.REASONS``). SQLite's ``busy`` keeps
+#: ``StoreBusyError.default_hint``.
+TRANSIENT_HINTS: dict[str, str] = {
+    "unreachable": "the PostgreSQL server of [store] url could not be reached or did not "
+    "answer: check that it runs and that this host reaches it (network, proxy or pooler in "
+    "between), then retry; pushes are kept in the spool and the writer applies them once it "
+    "answers (`quill status` shows its error)",
+    "conflict": "retry: a concurrent transaction on the PostgreSQL server conflicted with this "
+    "one (serialization failure, deadlock or a lock not available)",
+    "cancelled": "retry: the PostgreSQL server cancelled the statement (a statement_timeout, or "
+    "an operator's pg_cancel_backend)",
+    "read_only": "the PostgreSQL server of [store] url is a read-only standby: point the URL at "
+    "the primary (after a failover, the new one), then retry",
+    "idle_timeout": "retry: the PostgreSQL server ended a session left idle inside its "
+    "transaction (the process was stopped or stalled)",
+    "access": "the PostgreSQL server refused this role: check the user and password in [store] "
+    "url, the server's pg_hba.conf and the role's privileges on the store's schema",
+    "no_database": "create the database [store] url names (createdb) or fix the URL; a running "
+    "fleet applies the spool once it exists",
+    "resources": "the PostgreSQL server is out of a resource (connections, memory, disk: the "
+    "message says which): free it or raise its limit (max_connections), then retry",
+}
+
+#: Hints for the store errors whose default names the data dir (SQLite's), when the error came
+#: from the PostgreSQL server (``StoreError.backend``).
+POSTGRES_HINTS: dict[str, str] = {
+    "disk_full": "free disk space on the PostgreSQL server (its data directory or WAL volume); "
+    "the writer retries by itself",
+    "io": "the PostgreSQL server met an I/O error: check its disks and its log",
+    "damaged": "the server found damage in the store (`quill status` shows the halt on every "
+    "host): REINDEX a damaged index, or restore the database from PostgreSQL's own backup "
+    "(pg_restore, a base backup), then `quill recover` on each host replays its spool",
+    "structure": "a table, column or function of the store is missing from the schema [store] "
+    "url reaches (dropped, or the URL's search_path names another schema): fix the URL or "
+    "restore the database from PostgreSQL's own backup, then `quill recover` on each host",
+    "other": "the PostgreSQL server refused it (the message says why); `quill doctor` checks "
+    "the store",
+}
 
 
 class OverloadedError(QuillError):
@@ -384,8 +428,9 @@ def _public(exc: BaseException) -> QuillError | None:
                 hint="run the createdb command above (or CREATE DATABASE as its owner), or fix "
                 "[store] url in config.toml; a running fleet applies the spool once it exists",
             )
+        pg = getattr(exc, "backend", None) == "postgresql"
         if isinstance(exc, store_errors.TransientError):
-            return StoreBusyError(text)
+            return StoreBusyError(text, hint=TRANSIENT_HINTS.get(getattr(exc, "reason", "")))
         if isinstance(exc, store_errors.HaltedError):
             return StoreDamagedError(
                 text,
@@ -393,15 +438,24 @@ def _public(exc: BaseException) -> QuillError | None:
                 "plus the spool and swaps it in (`quill status` shows the halt)",
             )
         if isinstance(exc, store_errors.CorruptError):
-            return StoreDamagedError(text)
+            if not pg:
+                return StoreDamagedError(text)
+            structure = isinstance(exc, store_errors.StructuralError)
+            return StoreDamagedError(
+                text, hint=POSTGRES_HINTS["structure" if structure else "damaged"]
+            )
         if isinstance(exc, store_errors.DiskFullError):
-            return StorageError(text, hint="free disk space under the data dir")
+            where = POSTGRES_HINTS["disk_full"] if pg else "free disk space under the data dir"
+            return StorageError(text, hint=where)
         if isinstance(exc, store_errors.SpoolMismatchError):
             return StorageError(text, hint=exc.hint)
         if isinstance(exc, store_errors.LeaseHeldError):
             return StorageError(
                 text, hint="another process holds the store; stop it (`quill status` names it)"
             )
+        if pg:
+            io = isinstance(exc, store_errors.StoreIOError)
+            return StorageError(text, hint=POSTGRES_HINTS["io" if io else "other"])
         return StorageError(text)
     if queue_errors is not None and isinstance(exc, queue_errors.QueueDamagedError):
         return QueueUnavailableError(

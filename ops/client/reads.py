@@ -16,6 +16,7 @@ from typing import Any
 
 from quill.home import Settings
 from quill.ops.client.errors import (
+    POSTGRES_HINTS,
     InvalidInputError,
     NotFoundError,
     QuillError,
@@ -50,18 +51,20 @@ def _public_errors() -> Iterator[None]:
         raise public from exc
 
 
-def _ask_for_check(cfg: Any) -> str:
-    """A reader met a damaged page: queue ``quick_check`` so the writer, which owns the halt,
-    checks the store now instead of at its next scheduled check. Returns what happened, for
-    the error message (the queue may be unreachable; the check then runs on schedule)."""
+def _ask_for_check(cfg: Any, job: str = "quick_check") -> str:
+    """A reader met a damaged page: queue ``job`` (the backend's check: SQLite's
+    ``quick_check``, PostgreSQL's ``pg_integrity_check``) so the store is checked now instead
+    of at its next scheduled check; a confirmed damage halts the writers. Returns what
+    happened, for the error message (the queue may be unreachable; the check then runs on
+    schedule)."""
     from quill.jobs.errors import QueueUnavailableError as QueueDown
     from quill.jobs.queues import build_for
 
     try:
-        build_for(cfg).enqueue("quick_check")
+        build_for(cfg).enqueue(job)
     except QueueDown as exc:
-        return f"could not queue a quick_check ({exc}); it runs on its schedule"
-    return "a quick_check was queued: the writer halts if it confirms the damage"
+        return f"could not queue a {job} ({exc}); it runs on its schedule"
+    return f"a {job} was queued: the writers halt if it confirms the damage"
 
 
 def _check_numbers(*, limit: Any = 1, since: Any = None, until: Any = None) -> None:
@@ -121,7 +124,7 @@ class Reads:
         """A read-only store connection; before the store exists, raise ``missing`` or yield
         None (an empty answer)."""
         from quill.ops.client.stores import open_reader
-        from quill.store.errors import CantOpenError, CorruptError, HaltedError
+        from quill.store.errors import CantOpenError, CorruptError, HaltedError, StructuralError
 
         with _public_errors():
             try:
@@ -142,6 +145,13 @@ class Reads:
             except CorruptError as exc:
                 if isinstance(exc, HaltedError):
                     raise
+                if getattr(exc, "backend", None) == "postgresql":
+                    if isinstance(exc, StructuralError):  # no check finds a missing table
+                        raise
+                    raise StoreDamagedError(
+                        f"{exc} ({_ask_for_check(self.config, 'pg_integrity_check')})",
+                        hint=POSTGRES_HINTS["damaged"],
+                    ) from exc
                 raise StoreDamagedError(
                     f"{exc} ({_ask_for_check(self.config)})",
                     hint="`quill status` shows the halt once the check confirms the damage; "

@@ -18,6 +18,7 @@ from quill.store.contract import MAINTENANCE_JOBS
 from quill.store.errors import CorruptError
 from quill.store.postgres import apply as pg_apply
 from quill.store.postgres import schema
+from quill.store.postgres.bounded import LONG_WORK_ANSWER_S
 from quill.store.postgres.connection import PgConnection
 from quill.store.postgres.extensions import extension_schema
 from quill.store.postgres.reads import PgReader
@@ -87,6 +88,10 @@ class PostgresBackend:
         granted role). Raises ``ValueError`` for another job."""
         if job not in MAINTENANCE_JOBS[self.kind]:
             raise ValueError(f"{job!r} is not a maintenance job of the {self.kind} store")
+        with self.conn.longer(LONG_WORK_ANSWER_S):  # statements that grow with the store
+            return self._maintenance(job)
+
+    def _maintenance(self, job: str) -> dict[str, Any]:
         tables = tuple(schema.TABLES)
         if job == "analyze":
             for t in tables:

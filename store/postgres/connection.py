@@ -35,6 +35,7 @@ import psycopg
 from psycopg import pq
 from psycopg.adapt import Transformer
 
+from quill.store.postgres.bounded import LONG_WORK_ANSWER_S, NoAnswerError
 from quill.store.postgres.cursor import ROWS, PgCursor
 from quill.store.postgres.dialect import ordered_args, translate
 from quill.store.postgres.errors import mapped
@@ -76,14 +77,15 @@ class PgConnection:
     ):
         """``conninfo``: libpq connection parameters added to (or replacing) the defaults,
         which bound every network wait on the client side (``Settings.pg_client_params`` of
-        ``DEFAULTS``: connect timeout, TCP keepalives, ``tcp_user_timeout``). Callers pass a
-        data dir's own (``**cfg.pg_client_params()``), or tighter ones for a session whose
-        waits must be shorter (``store.postgres.election.TCP_BOUNDS``). ``settings``: server
-        parameters for this session, set after ``SERVER_KEEPALIVES`` and ``SERVER_QUIET``
-        (``set_config``, not the startup ``options``, which a pooler may refuse and which
-        would replace a URL's own). ``read_only``: every transaction of the session is
-        read-only (``default_transaction_read_only``), and its ``COMMIT`` is sent without
-        waiting for the answer (``_send_commit``). Raises the store error tree."""
+        ``DEFAULTS``: connect timeout, TCP keepalives, ``tcp_user_timeout``, and
+        ``answer_timeout``: seconds one round trip may take, ``store.postgres.bounded``).
+        Callers pass a data dir's own (``**cfg.pg_client_params()``), or tighter ones for a
+        session whose waits must be shorter (``store.postgres.election.TCP_BOUNDS``).
+        ``settings``: server parameters for this session, set after ``SERVER_KEEPALIVES`` and
+        ``SERVER_QUIET`` (``set_config``, not the startup ``options``, which a pooler may
+        refuse and which would replace a URL's own). ``read_only``: every transaction of the
+        session is read-only (``default_transaction_read_only``), and its ``COMMIT`` is sent
+        without waiting for the answer (``_send_commit``). Raises the store error tree."""
         self.url = url
         self.read_only = read_only
         if read_only:
@@ -174,9 +176,22 @@ class PgConnection:
         with mapped():
             pg.send_query(b"COMMIT")
             while pg.flush():  # a few bytes: sent at once unless the socket is full
-                select.select([], [pg.socket], [])
+                self._ready([], [pg.socket])
         self._commit_sent = True
         return PgCursor(None)
+
+    def _ready(self, reads: list[int], writes: list[int]) -> None:
+        """Wait until the socket is ready as asked, within the session's ``answer_timeout``
+        (``BoundedConnection``): past it the connection is closed and ``NoAnswerError``
+        raised (inside ``mapped``: a ``TransientError``)."""
+        bound = self._raw.answer_timeout
+        if not any(select.select(reads, writes, [], bound)):
+            self._raw.pgconn.finish()
+            raise NoAnswerError(
+                f"no answer from the PostgreSQL server within {bound:g} s to a COMMIT "
+                "(a hung server, or a proxy or network that holds the connection): "
+                "connection closed"
+            )
 
     def _settle(self) -> None:
         """Read the answer to the ``COMMIT`` ``_send_commit`` sent. Raises the store error
@@ -187,7 +202,7 @@ class PgConnection:
         with mapped():
             pg.consume_input()
             while pg.is_busy():
-                select.select([pg.socket], [], [])
+                self._ready([pg.socket], [])
                 pg.consume_input()
             while (res := pg.get_result()) is not None:
                 if res.status != pq.ExecStatus.COMMAND_OK and failed is None:
@@ -436,6 +451,14 @@ class PgConnection:
         with mapped():
             self.raw.execute(sql.encode())
 
+    @contextlib.contextmanager
+    def longer(self, seconds: float) -> Iterator[None]:
+        """Within the block, one round trip may take up to ``seconds`` instead of the
+        session's ``answer_timeout`` (``BoundedConnection.longer``): for statements whose
+        work grows with the store (an index build, ANALYZE, amcheck)."""
+        with self._raw.longer(seconds):
+            yield
+
     def changes(self) -> int:
         """Rows changed by the last statement (apsw's ``changes()``)."""
         return self._changes
@@ -453,8 +476,8 @@ class PgConnection:
         """Ask the server to cancel the statement this connection runs now, from any thread
         (nothing happens when none runs). The statement then raises ``TransientError`` in
         the thread that ran it. Raises the store error tree when the server cannot be told."""
-        with mapped():
-            self._raw.cancel_safe()  # from another thread: never waits for a COMMIT
+        with mapped():  # from another thread: never waits for a COMMIT
+            self._raw.cancel_safe(timeout=self._raw.answer_timeout or LONG_WORK_ANSWER_S)
 
     def close(self) -> None:
         self._begin_pending = False

@@ -75,6 +75,11 @@ SESSION_SETTINGS: dict[str, str] = {
     "lock_timeout": "1000",
     "idle_in_transaction_session_timeout": "5000",
 }
+#: Seconds one round trip of the leader's session may take (``store.postgres.bounded``): a
+#: server or proxy that holds the connection without answering (the kernel still
+#: acknowledging, so ``TCP_BOUNDS`` never fire) fails a renewal within it too; twice the
+#: statement timeout, so the server's own cancel is what a slow statement meets first.
+ANSWER_S = 4.0
 #: Upper bound of one renewal or takeover attempt that cannot reach the server (s):
 #: connect timeout plus the TCP bound, with slack for the kernel's retransmission timer.
 RENEWAL_BOUND_S = 8.0
@@ -146,6 +151,7 @@ class Leadership:
                 self.url,
                 application_name=f"quill-{self.role}-leader",
                 settings=SESSION_SETTINGS,
+                answer_timeout=ANSWER_S,
                 **TCP_BOUNDS,
             )
             try:

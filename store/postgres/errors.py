@@ -34,6 +34,11 @@ module that calls psycopg.
       (EMFILE/ENFILE: libpq keeps the errno in its message text only, so it is asked
       again by ``quill.home.descriptors.exhausted_now``)
 
+Every mapped error has ``backend = "postgresql"``, and a ``TransientError`` a ``reason`` by
+SQLSTATE (``REASONS``: unreachable, conflict, cancelled, read_only, idle_timeout, access,
+no_database, resources): its class stays exactly ``TransientError`` (callers test it so), and
+what to do about it (``ops.client.errors.TRANSIENT_HINTS``) follows the reason.
+
 Source: PostgreSQL docs, Appendix A "PostgreSQL Error Codes".
 """
 
@@ -87,6 +92,34 @@ _BY_CLASS: dict[str, type[StoreError]] = {
 }
 
 
+#: Why a ``TransientError`` of the server happened (``TransientError.reason``), by SQLSTATE
+#: then class; an error without a SQLSTATE (no answer, a lost connection) is ``unreachable``.
+REASONS: dict[str, str] = {
+    "08": "unreachable",
+    "57P01": "unreachable",
+    "57P02": "unreachable",
+    "57P03": "unreachable",
+    "57014": "cancelled",
+    "40001": "conflict",
+    "40P01": "conflict",
+    "55P03": "conflict",
+    "25006": "read_only",
+    "25P03": "idle_timeout",
+    "28": "access",
+    "42501": "access",
+    "3D000": "no_database",
+    "53": "resources",
+}
+
+
+def reason(exc: psycopg.Error) -> str:
+    """``TransientError.reason`` for a psycopg error ``classify`` calls transient."""
+    code = exc.sqlstate or ""
+    if not code:
+        return "unreachable"
+    return REASONS.get(code) or REASONS.get(code[:2]) or "unreachable"
+
+
 def classify(exc: psycopg.Error) -> type[StoreError]:
     """The store error class for a psycopg error (by ``sqlstate``)."""
     code = exc.sqlstate or ""
@@ -118,4 +151,7 @@ def mapped() -> Iterator[None]:
         kind = classify(exc)
         err = kind(f"{type(exc).__name__}: {exc}".strip())
         err.sqlstate = exc.sqlstate  # type: ignore[attr-defined]
+        err.backend = "postgresql"
+        if isinstance(err, TransientError) and kind is TransientError:
+            err.reason = reason(exc)
         raise err from exc

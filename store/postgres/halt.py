@@ -57,7 +57,9 @@ def check(conn: Any, asked: Any = None) -> None:
     row = (asked if asked is not None else ask(conn)).fetchone()
     halt = stored_json(row[0], "halt record") if row else None
     if halt is not None:
-        raise CorruptError(f"the store is halted: {halt['cause']}: {halt['detail']}")
+        err = CorruptError(f"the store is halted: {halt['cause']}: {halt['detail']}")
+        err.backend = "postgresql"  # what to do differs from SQLite's (ops.client.errors)
+        raise err
 
 
 def clear(conn: Any) -> bool:

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from quill.store.errors import StoreError, TransientError
+from quill.store.postgres.bounded import LONG_WORK_ANSWER_S
 from quill.store.postgres.connection import PgConnection
 from quill.store.postgres.extensions import extension_schema
 
@@ -100,9 +101,10 @@ def ensure(conn: PgConnection, index: Index = ACK) -> dict[str, Any]:
         found = state(conn, index)  # again, holding the lock: a build may have ended meanwhile
         if found == "valid":
             return {"outcome": "present", "seconds": 0.0}
-        if found == "invalid":  # no session builds it (we hold the lock): left by a crash
-            conn.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {index.name}")
-        conn.execute(index.create_sql(conn, concurrently=True))
+        with conn.longer(LONG_WORK_ANSWER_S):  # a build's time grows with the table
+            if found == "invalid":  # no session builds it (we hold the lock): left by a crash
+                conn.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {index.name}")
+            conn.execute(index.create_sql(conn, concurrently=True))
         outcome = "rebuilt" if found == "invalid" else "built"
         return {"outcome": outcome, "seconds": round(time.monotonic() - t0, 3)}
     finally:

@@ -39,11 +39,15 @@ def database_missing(
     probe = next((d for d in MAINTENANCE_DATABASES if d != target), None)
     if not target or probe is None:
         return None
+    from quill.store.postgres.bounded import ANSWER_TIMEOUT, BoundedConnection
+
     timeout = min(int(params.get("connect_timeout") or PROBE_TIMEOUT_S), PROBE_TIMEOUT_S)
+    libpq = {k: v for k, v in params.items() if k != ANSWER_TIMEOUT}
     try:
-        with psycopg.connect(
-            url, **{**params, "connect_timeout": timeout}, dbname=probe, autocommit=True
+        with BoundedConnection.connect(
+            url, **{**libpq, "connect_timeout": timeout}, dbname=probe, autocommit=True
         ) as conn:
+            conn.answer_timeout = PROBE_TIMEOUT_S
             row = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [target]).fetchone()
             host, port, user = conn.info.host, str(conn.info.port), conn.info.user
     except psycopg.Error:

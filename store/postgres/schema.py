@@ -35,6 +35,7 @@ import re
 from quill.store import schema as sqlite_schema
 from quill.store.errors import CantOpenError
 from quill.store.postgres import order_index, scan_index
+from quill.store.postgres.bounded import LONG_WORK_ANSWER_S
 from quill.store.postgres.connection import PgConnection
 from quill.store.postgres.ddl import PG_DDL
 from quill.store.postgres.extensions import extension_schema
@@ -174,6 +175,12 @@ def create(conn: PgConnection) -> None:
     trgm = extension_schema(conn, "pg_trgm")
     ua = extension_schema(conn, "unaccent")
     schema = conn.execute("SELECT current_schema()").fetchone()[0]
+    with conn.longer(LONG_WORK_ANSWER_S):  # index builds and rewrites grow with the store
+        _create(conn, schema, trgm, ua)
+
+
+def _create(conn: PgConnection, schema: str, trgm: str, ua: str) -> None:
+    """``create``'s migration transaction (its doc)."""
     conn.execute("BEGIN IMMEDIATE")
     try:
         conn.execute(_MIGRATE_LOCK_SQL)

@@ -12,6 +12,7 @@ from typing import Any
 import psycopg
 
 from quill.home import DEFAULTS
+from quill.store.postgres.bounded import ANSWER_TIMEOUT, BoundedConnection
 from quill.store.postgres.errors import mapped
 from quill.store.postgres.reach import PROBE_TIMEOUT_S, database_missing
 
@@ -56,12 +57,15 @@ def open_session(
     application_name: str,
     settings: Mapping[str, str] | None,
     conninfo: Mapping[str, Any],
-) -> psycopg.Connection:
-    """A psycopg connection to ``url`` in autocommit mode with ``SERVER_KEEPALIVES``,
-    ``SERVER_QUIET`` and then ``settings`` set on the session (one round trip). ``conninfo``:
-    libpq parameters over ``DEFAULTS.pg_client_params()``. Raises the store error tree
-    (``DatabaseMissingError`` when a quick refusal names a database that does not exist)."""
+) -> BoundedConnection:
+    """A psycopg connection (``BoundedConnection``) to ``url`` in autocommit mode with
+    ``SERVER_KEEPALIVES``, ``SERVER_QUIET`` and then ``settings`` set on the session (one
+    round trip). ``conninfo``: libpq parameters over ``DEFAULTS.pg_client_params()``, and
+    ``answer_timeout`` (s, None: unbounded), the longest one round trip may take. Raises the
+    store error tree (``DatabaseMissingError`` when a quick refusal names a database that does
+    not exist)."""
     params: dict[str, Any] = {**DEFAULTS.pg_client_params(), **conninfo}
+    answer_timeout = params.pop(ANSWER_TIMEOUT)
     with mapped():
         # prepare_threshold=None: psycopg prepares nothing by itself. A prepared search
         # turns into a generic plan after five runs, and a generic plan cannot see the
@@ -70,7 +74,7 @@ def open_session(
         # is known to be the right one are prepared, by name (``PgConnection._generic``).
         began = time.monotonic()
         try:
-            raw = psycopg.connect(
+            raw = BoundedConnection.connect(
                 url,
                 autocommit=True,
                 application_name=application_name,
@@ -85,6 +89,7 @@ def open_session(
             if missing is not None:
                 raise missing from exc
             raise
+        raw.answer_timeout = answer_timeout
         try:
             pairs = [*SERVER_KEEPALIVES.items(), *SERVER_QUIET.items(), *(settings or {}).items()]
             raw.execute(

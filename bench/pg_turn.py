@@ -43,7 +43,11 @@ def measure(url: str, turns: int) -> dict:
     import psycopg
 
     from quill.spool import START, Spool, SpoolReader
-    from quill.store.apply.chunking import take_chunk
+
+    try:
+        from quill.store.apply.chunking import take_chunk
+    except ImportError:  # a baseline tree from before the chunk split
+        from quill.store.apply.chunk import take_chunk
     from quill.store.factory import open_url
     from quill.store.postgres import apply as pg_apply
     from quill.store.postgres import claims, wire
